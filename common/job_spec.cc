@@ -1,0 +1,247 @@
+#include "common/job_spec.h"
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "google/protobuf/io/tokenizer.h"
+#include "google/protobuf/text_format.h"
+#include "google/protobuf/util/json_util.h"
+#include "yaml-cpp/yaml.h"
+
+namespace chorus {
+namespace {
+
+using v1::JobSpec;
+
+// ---------------------------------------------------------------- parsing
+
+class CollectingErrors : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int line, google::protobuf::io::ColumnNumber column,
+                const std::string& message) override {
+    // The parser counts from 0; people count from 1.
+    errors_.push_back(absl::StrCat(line + 1, ":", column + 1, ": ", message));
+  }
+  void AddWarning(int line, google::protobuf::io::ColumnNumber column,
+                  const std::string& message) override {
+    AddError(line, column, message);
+  }
+  const std::vector<std::string>& errors() const { return errors_; }
+
+ private:
+  std::vector<std::string> errors_;
+};
+
+std::string JsonQuote(absl::string_view s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (c < 0x20) {
+          absl::StrAppend(&out, "\\u00", absl::Hex(c, absl::kZeroPad2));
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out + "\"";
+}
+
+bool LooksLikeJsonNumber(const std::string& s) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  std::strtod(s.c_str(), &end);
+  if (end != s.c_str() + s.size()) return false;
+  // strtod accepts forms JSON does not ("inf", "0x10", ".5", "5."): be strict.
+  size_t i = (s[0] == '-') ? 1 : 0;
+  if (i >= s.size() || !absl::ascii_isdigit(s[i])) return false;
+  for (char c : s) {
+    if (!(absl::ascii_isdigit(c) || c == '-' || c == '+' || c == '.' ||
+          c == 'e' || c == 'E')) {
+      return false;
+    }
+  }
+  return s.back() != '.';
+}
+
+// Converts a YAML document to JSON so that protobuf's JSON parser (which knows
+// field names, enums and unknown-field checking) does the rest. Quoted
+// scalars stay strings; plain scalars become numbers, booleans or null when
+// they look like one.
+absl::Status YamlToJson(const YAML::Node& node, absl::string_view path,
+                        std::string& out) {
+  switch (node.Type()) {
+    case YAML::NodeType::Null:
+    case YAML::NodeType::Undefined:
+      out += "null";
+      return absl::OkStatus();
+    case YAML::NodeType::Scalar: {
+      const std::string& v = node.Scalar();
+      if (node.Tag() == "!") {  // quoted
+        out += JsonQuote(v);
+      } else if (v == "true" || v == "false") {
+        out += v;
+      } else if (v == "~" || v == "null") {
+        out += "null";
+      } else if (LooksLikeJsonNumber(v)) {
+        out += v;
+      } else {
+        out += JsonQuote(v);
+      }
+      return absl::OkStatus();
+    }
+    case YAML::NodeType::Sequence: {
+      out += "[";
+      for (size_t i = 0; i < node.size(); ++i) {
+        if (i > 0) out += ",";
+        RETURN_IF_ERROR(
+            YamlToJson(node[i], absl::StrCat(path, "[", i, "]"), out));
+      }
+      out += "]";
+      return absl::OkStatus();
+    }
+    case YAML::NodeType::Map: {
+      out += "{";
+      bool first = true;
+      for (const auto& kv : node) {
+        if (!kv.first.IsScalar()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              path.empty() ? "top level" : path, ": map keys must be field names"));
+        }
+        const std::string key = kv.first.Scalar();
+        if (!first) out += ",";
+        first = false;
+        out += JsonQuote(key);
+        out += ":";
+        RETURN_IF_ERROR(YamlToJson(
+            kv.second, path.empty() ? key : absl::StrCat(path, ".", key), out));
+      }
+      out += "}";
+      return absl::OkStatus();
+    }
+  }
+  return absl::InternalError("unknown YAML node type");
+}
+
+absl::StatusOr<JobSpec> ParseJson(absl::string_view json,
+                                  absl::string_view source) {
+  JobSpec spec;
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = false;
+  auto status = google::protobuf::util::JsonStringToMessage(
+      std::string(json), &spec, options);
+  if (!status.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job spec ", source, ": ", status.message().as_string()));
+  }
+  return spec;
+}
+
+}  // namespace
+
+absl::StatusOr<SpecFormat> SpecFormatFromPath(absl::string_view path) {
+  const std::string lower = absl::AsciiStrToLower(path);
+  if (absl::EndsWith(lower, ".textproto") || absl::EndsWith(lower, ".pbtxt") ||
+      absl::EndsWith(lower, ".txtpb")) {
+    return SpecFormat::kTextProto;
+  }
+  if (absl::EndsWith(lower, ".json")) return SpecFormat::kJson;
+  if (absl::EndsWith(lower, ".yaml") || absl::EndsWith(lower, ".yml")) {
+    return SpecFormat::kYaml;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "job spec ", path,
+      ": unknown format; use a .textproto/.pbtxt, .json or .yaml/.yml file"));
+}
+
+absl::StatusOr<JobSpec> ParseJobSpec(absl::string_view text, SpecFormat format,
+                                     absl::string_view source) {
+  switch (format) {
+    case SpecFormat::kTextProto: {
+      JobSpec spec;
+      CollectingErrors errors;
+      google::protobuf::TextFormat::Parser parser;
+      parser.RecordErrorsTo(&errors);
+      parser.AllowUnknownField(false);
+      parser.AllowUnknownExtension(false);
+      if (!parser.ParseFromString(std::string(text), &spec)) {
+        std::vector<std::string> lines;
+        for (const std::string& e : errors.errors()) {
+          lines.push_back(absl::StrCat("job spec ", source, ":", e));
+        }
+        if (lines.empty()) lines.push_back(absl::StrCat("job spec ", source, ": cannot be parsed"));
+        return absl::InvalidArgumentError(absl::StrJoin(lines, "\n"));
+      }
+      return spec;
+    }
+    case SpecFormat::kJson:
+      return ParseJson(text, source);
+    case SpecFormat::kYaml: {
+      YAML::Node root;
+      try {
+        root = YAML::Load(std::string(text));
+      } catch (const YAML::Exception& e) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("job spec ", source, ":", e.mark.line + 1, ":",
+                         e.mark.column + 1, ": ", e.msg));
+      }
+      if (root.IsNull()) return JobSpec();
+      if (!root.IsMap()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "job spec ", source, ": the top level must be a mapping of fields"));
+      }
+      std::string json;
+      absl::Status converted = YamlToJson(root, "", json);
+      if (!converted.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("job spec ", source, ": ", converted.message()));
+      }
+      return ParseJson(json, source);
+    }
+  }
+  return absl::InternalError("unknown spec format");
+}
+
+absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path) {
+  ASSIGN_OR_RETURN(SpecFormat format, SpecFormatFromPath(path));
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(
+        absl::StrCat("job spec ", path, ": cannot open: ", std::strerror(errno)));
+  }
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  ASSIGN_OR_RETURN(JobSpec spec, ParseJobSpec(buffer.str(), format, path));
+  NormalizeJobSpec(spec);
+  RETURN_IF_ERROR(CheckJobSpec(spec, path));
+  return spec;
+}
+
+std::string JobSpecToText(const JobSpec& spec) {
+  std::string out;
+  google::protobuf::TextFormat::PrintToString(spec, &out);
+  return out;
+}
+
+std::string JobSpecToJson(const JobSpec& spec) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  options.add_whitespace = true;
+  (void)google::protobuf::util::MessageToJsonString(spec, &out, options);
+  return out;
+}
+
+}  // namespace chorus

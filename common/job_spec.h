@@ -1,0 +1,67 @@
+// Loading, normalizing and validating job specs (chorus.v1.JobSpec).
+//
+// A spec is read from .textproto/.pbtxt, .json or .yaml/.yml into the same
+// message. Unknown fields are errors. Normalization fills every default the
+// proto documents, so the result is the spec as it will run. Validation
+// reports every problem at once, each with its field path and what is allowed:
+//   strategy.ddp.bucket_cap_mb: must be > 0, got -3
+//
+// All functions are thread-compatible and touch no global state.
+//
+// Example:
+//   absl::StatusOr<chorus::v1::JobSpec> spec = LoadJobSpec("job.yaml");
+//   if (!spec.ok()) { std::cerr << spec.status().message(); return 2; }
+#ifndef CHORUS_COMMON_JOB_SPEC_H_
+#define CHORUS_COMMON_JOB_SPEC_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "chorus/v1/job.pb.h"
+
+namespace chorus {
+
+enum class SpecFormat { kTextProto, kJson, kYaml };
+
+// The format implied by a file name's extension; INVALID_ARGUMENT naming the
+// accepted extensions otherwise.
+absl::StatusOr<SpecFormat> SpecFormatFromPath(absl::string_view path);
+
+// Parses `text` as `format`. `source` names the input in error messages
+// (usually the file path). Does not normalize or validate.
+absl::StatusOr<v1::JobSpec> ParseJobSpec(absl::string_view text,
+                                         SpecFormat format,
+                                         absl::string_view source);
+
+// Fills unset fields with their documented defaults. Idempotent; never
+// changes a value the user set.
+void NormalizeJobSpec(v1::JobSpec& spec);
+
+// One problem found by validation.
+struct SpecError {
+  std::string field;    // e.g. "strategy.ddp.bucket_cap_mb"
+  std::string message;  // e.g. "must be > 0, got -3"
+};
+
+// Every problem in a normalized spec; empty when the spec is valid.
+std::vector<SpecError> ValidateJobSpec(const v1::JobSpec& spec);
+
+// OK, or INVALID_ARGUMENT listing every error, one "field: message" per line,
+// after a header naming `source`.
+absl::Status CheckJobSpec(const v1::JobSpec& spec, absl::string_view source);
+
+// Reads, parses, normalizes and validates the spec at `path`.
+// NOT_FOUND if the file cannot be read; INVALID_ARGUMENT for bad contents.
+absl::StatusOr<v1::JobSpec> LoadJobSpec(const std::string& path);
+
+// The spec in text format, fields in declaration order.
+std::string JobSpecToText(const v1::JobSpec& spec);
+// The spec as JSON (snake_case field names, enum names).
+std::string JobSpecToJson(const v1::JobSpec& spec);
+
+}  // namespace chorus
+
+#endif  // CHORUS_COMMON_JOB_SPEC_H_

@@ -1,0 +1,406 @@
+#include "common/job_spec.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_join.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace chorus {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using v1::JobSpec;
+
+bool SameSpec(const JobSpec& a, const JobSpec& b) {
+  return google::protobuf::util::MessageDifferencer::Equals(a, b);
+}
+
+// The same job written in each of the three formats.
+constexpr char kText[] = R"pb(
+  name: "same"
+  model { cnn { channels: [ 8, 16 ] kernel_size: 3 } }
+  data { fashion_mnist {} }
+  training { batch_size_per_rank: 32 epochs: 2 shuffle: false }
+  optimizer { kind: ADAMW lr: 0.002 weight_decay: 0.01 }
+  strategy { ddp { bucket_cap_mb: 4 compression: BF16 ignored: "running_" } }
+  resources { min_ranks: 2 max_ranks: 3 }
+)pb";
+
+constexpr char kJson[] = R"({
+  "name": "same",
+  "model": {"cnn": {"channels": [8, 16], "kernelSize": 3}},
+  "data": {"fashion_mnist": {}},
+  "training": {"batch_size_per_rank": 32, "epochs": 2, "shuffle": false},
+  "optimizer": {"kind": "ADAMW", "lr": 0.002, "weight_decay": 0.01},
+  "strategy": {"ddp": {"bucket_cap_mb": 4, "compression": "BF16", "ignored": ["running_"]}},
+  "resources": {"min_ranks": 2, "max_ranks": 3}
+})";
+
+constexpr char kYaml[] = R"(
+name: same
+model:
+  cnn: {channels: [8, 16], kernel_size: 3}
+data:
+  fashion_mnist: {}
+training:
+  batch_size_per_rank: 32
+  epochs: 2
+  shuffle: false
+optimizer: {kind: ADAMW, lr: 0.002, weight_decay: 1.0e-2}
+strategy:
+  ddp:
+    bucket_cap_mb: 4
+    compression: BF16
+    ignored: ["running_"]
+resources: {min_ranks: 2, max_ranks: 3}
+)";
+
+JobSpec MustParse(const char* text, SpecFormat format) {
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(text, format, "test");
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return spec.ok() ? *spec : JobSpec();
+}
+
+TEST(JobSpecTest, ThreeFormatsParseToTheSameMessage) {
+  JobSpec text = MustParse(kText, SpecFormat::kTextProto);
+  JobSpec json = MustParse(kJson, SpecFormat::kJson);
+  JobSpec yaml = MustParse(kYaml, SpecFormat::kYaml);
+  EXPECT_EQ(text.model().cnn().channels(1), 16);
+  EXPECT_EQ(text.strategy().ddp().compression(), v1::DdpStrategy::BF16);
+  EXPECT_TRUE(text.training().has_shuffle());
+  EXPECT_FALSE(text.training().shuffle());
+  EXPECT_TRUE(SameSpec(text, json)) << JobSpecToText(json);
+  EXPECT_TRUE(SameSpec(text, yaml)) << JobSpecToText(yaml);
+}
+
+TEST(JobSpecTest, NormalizationFillsDocumentedDefaultsOnly) {
+  JobSpec spec = MustParse(kText, SpecFormat::kTextProto);
+  NormalizeJobSpec(spec);
+  EXPECT_EQ(spec.model().cnn().fc_hidden(), 128);
+  EXPECT_EQ(spec.model().cnn().kernel_size(), 3);  // user's value kept
+  EXPECT_EQ(spec.data().fashion_mnist().dir(), "/usr/share/datasets/fashion-mnist");
+  EXPECT_EQ(spec.data().remainder(), v1::DataSpec::DROP);
+  EXPECT_FALSE(spec.training().shuffle());  // explicit false survives
+  EXPECT_EQ(spec.training().log_every_steps(), 10);
+  EXPECT_EQ(spec.strategy().ddp().first_bucket_mb(), 1);
+  EXPECT_EQ(spec.strategy().ddp().bucket_cap_mb(), 4);
+  EXPECT_TRUE(spec.strategy().ddp().broadcast_buffers());
+  EXPECT_EQ(spec.strategy().ddp().grad_accum_steps(), 1);
+  EXPECT_EQ(spec.resources().threads_per_rank(), 1);
+  EXPECT_EQ(spec.resources().device(), v1::ResourceSpec::CPU);
+  EXPECT_EQ(spec.checkpoint().keep_last(), 3);
+  EXPECT_TRUE(spec.checkpoint().at_end());
+  EXPECT_EQ(spec.hang_detection().dead_after_seconds(), 5);
+  EXPECT_EQ(spec.hang_detection().stall_after_seconds(), 3);
+  EXPECT_EQ(spec.hang_detection().action(), v1::HangDetectionSpec::REPORT);
+  EXPECT_TRUE(spec.lr_schedule().has_constant());
+
+  JobSpec again = spec;
+  NormalizeJobSpec(again);
+  EXPECT_TRUE(SameSpec(spec, again)) << "normalization must be idempotent";
+  EXPECT_THAT(ValidateJobSpec(spec), IsEmpty());
+}
+
+TEST(JobSpecTest, MinimalSpecGetsDdpAndOneRank) {
+  JobSpec spec = MustParse("model { mlp {} } data { synthetic {} }", SpecFormat::kTextProto);
+  NormalizeJobSpec(spec);
+  EXPECT_TRUE(spec.strategy().has_ddp());
+  EXPECT_EQ(spec.resources().min_ranks(), 1);
+  EXPECT_EQ(spec.resources().max_ranks(), 1);
+  EXPECT_EQ(spec.training().epochs(), 1);
+  EXPECT_THAT(spec.model().mlp().hidden_sizes(), ElementsAre(256, 128));
+  EXPECT_EQ(spec.data().synthetic().kind(), v1::SyntheticData::CLASSIFICATION);
+  EXPECT_EQ(spec.optimizer().lr(), 0.01);
+  EXPECT_THAT(ValidateJobSpec(spec), IsEmpty());
+}
+
+TEST(JobSpecTest, TextRoundTripIsExact) {
+  JobSpec spec = MustParse(kYaml, SpecFormat::kYaml);
+  NormalizeJobSpec(spec);
+  JobSpec from_text = MustParse(JobSpecToText(spec).c_str(), SpecFormat::kTextProto);
+  JobSpec from_json = MustParse(JobSpecToJson(spec).c_str(), SpecFormat::kJson);
+  EXPECT_TRUE(SameSpec(spec, from_text));
+  EXPECT_TRUE(SameSpec(spec, from_json));
+}
+
+TEST(JobSpecTest, UnknownFieldsAreErrorsInEveryFormat) {
+  auto text = ParseJobSpec("model { mlp { hiden_sizes: 3 } }", SpecFormat::kTextProto, "a.textproto");
+  ASSERT_FALSE(text.ok());
+  EXPECT_EQ(text.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(text.status().message(), HasSubstr("a.textproto"));
+  EXPECT_THAT(text.status().message(), HasSubstr("job spec a.textproto:1:26: "));
+  EXPECT_THAT(text.status().message(), HasSubstr("hiden_sizes"));
+
+  auto json = ParseJobSpec(R"({"model": {"mlp": {"hiden_sizes": [3]}}})", SpecFormat::kJson, "a.json");
+  ASSERT_FALSE(json.ok());
+  EXPECT_THAT(json.status().message(), HasSubstr("hiden_sizes"));
+
+  auto yaml = ParseJobSpec("training:\n  batch_sise: 3\n", SpecFormat::kYaml, "a.yaml");
+  ASSERT_FALSE(yaml.ok());
+  EXPECT_THAT(yaml.status().message(), HasSubstr("a.yaml"));
+  EXPECT_THAT(yaml.status().message(), HasSubstr("batch_sise"));
+}
+
+TEST(JobSpecTest, SyntaxErrorsNameFileAndPosition) {
+  auto yaml = ParseJobSpec("model:\n  mlp: {hidden_sizes: [1, 2\n", SpecFormat::kYaml, "bad.yaml");
+  ASSERT_FALSE(yaml.ok());
+  EXPECT_THAT(yaml.status().message(), HasSubstr("bad.yaml:"));
+
+  auto list = ParseJobSpec("- 1\n- 2\n", SpecFormat::kYaml, "list.yaml");
+  ASSERT_FALSE(list.ok());
+  EXPECT_THAT(list.status().message(), HasSubstr("top level must be a mapping"));
+
+  auto enum_value = ParseJobSpec("optimizer { kind: LBFGS }", SpecFormat::kTextProto, "e.textproto");
+  ASSERT_FALSE(enum_value.ok());
+  EXPECT_THAT(enum_value.status().message(), HasSubstr("LBFGS"));
+}
+
+TEST(JobSpecTest, YamlQuotedScalarsStayStrings) {
+  JobSpec spec = MustParse("name: \"123\"\nmodel: {torchscript: {path: '/m/model.pt'}}\n",
+                           SpecFormat::kYaml);
+  EXPECT_EQ(spec.name(), "123");
+  EXPECT_EQ(spec.model().torchscript().path(), "/m/model.pt");
+}
+
+TEST(JobSpecTest, FormatFromPath) {
+  EXPECT_EQ(*SpecFormatFromPath("a/b.textproto"), SpecFormat::kTextProto);
+  EXPECT_EQ(*SpecFormatFromPath("b.PBTXT"), SpecFormat::kTextProto);
+  EXPECT_EQ(*SpecFormatFromPath("b.json"), SpecFormat::kJson);
+  EXPECT_EQ(*SpecFormatFromPath("b.yml"), SpecFormat::kYaml);
+  auto bad = SpecFormatFromPath("b.toml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr(".textproto/.pbtxt, .json or .yaml/.yml"));
+}
+
+TEST(JobSpecTest, LoadReportsMissingFile) {
+  auto spec = LoadJobSpec("/nonexistent/job.yaml");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(spec.status().message(), HasSubstr("/nonexistent/job.yaml"));
+}
+
+TEST(JobSpecTest, EveryExampleLoadsAndValidates) {
+  for (const char* path :
+       {"examples/fashion_mnist_mlp_ddp.textproto", "examples/fashion_mnist_cnn_ddp.yaml",
+        "examples/synthetic_mlp_ddp.json", "examples/transformer_lm_decentralized.yaml"}) {
+    absl::StatusOr<JobSpec> spec = LoadJobSpec(path);
+    EXPECT_TRUE(spec.ok()) << path << ": " << spec.status();
+  }
+  JobSpec lm = *LoadJobSpec("examples/transformer_lm_decentralized.yaml");
+  EXPECT_EQ(lm.strategy().decentralized().topology(),
+            v1::DecentralizedStrategy::ONE_PEER_EXPONENTIAL);
+  EXPECT_EQ(lm.model().transformer_lm().d_ff(), 512);
+  EXPECT_EQ(lm.data().synthetic().input_shape(0), 64);
+}
+
+// ---------------------------------------------------------------- validation
+
+// Parses `text`, adds an MLP and synthetic data where it sets none, normalizes, and returns the
+// errors as "field: message" strings.
+std::vector<std::string> Errors(const std::string& text) {
+  JobSpec spec = MustParse(text.c_str(), SpecFormat::kTextProto);
+  if (spec.model().kind_case() == v1::ModelSpec::KIND_NOT_SET) spec.mutable_model()->mutable_mlp();
+  if (spec.data().source_case() == v1::DataSpec::SOURCE_NOT_SET) {
+    spec.mutable_data()->mutable_synthetic();
+  }
+  NormalizeJobSpec(spec);
+  std::vector<std::string> out;
+  for (const SpecError& e : ValidateJobSpec(spec)) out.push_back(e.field + ": " + e.message);
+  return out;
+}
+
+TEST(JobSpecValidationTest, ValidBaseHasNoErrors) { EXPECT_THAT(Errors(""), IsEmpty()); }
+
+TEST(JobSpecValidationTest, MissingModelAndData) {
+  JobSpec spec;
+  NormalizeJobSpec(spec);
+  std::vector<std::string> fields;
+  for (const SpecError& e : ValidateJobSpec(spec)) fields.push_back(e.field);
+  EXPECT_THAT(fields, ElementsAre("model", "data"));
+}
+
+struct Case {
+  const char* spec;
+  const char* expected;  // exact "field: message"
+};
+
+class ValidationCaseTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ValidationCaseTest, ReportsFieldAndAllowedRange) {
+  std::vector<std::string> errors = Errors(GetParam().spec);
+  EXPECT_THAT(errors, ElementsAre(GetParam().expected)) << GetParam().spec;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    EveryRule, ValidationCaseTest,
+    ::testing::Values(
+        Case{"strategy { ddp { bucket_cap_mb: -3 } }",
+             "strategy.ddp.bucket_cap_mb: must be > 0, got -3"},
+        Case{"strategy { ddp { first_bucket_mb: -1 } }",
+             "strategy.ddp.first_bucket_mb: must be > 0, got -1"},
+        Case{"strategy { ddp { grad_accum_steps: -2 } }",
+             "strategy.ddp.grad_accum_steps: must be >= 1, got -2"},
+        Case{"strategy { ddp { ignored: '' } }",
+             "strategy.ddp.ignored[0]: must be a parameter or buffer name or prefix, got an empty "
+             "string"},
+        Case{"name: 'my job!'",
+             "name: may hold letters, digits, '-', '_' and '.', got \"my job!\""},
+        Case{"model { mlp { hidden_sizes: [64, 0] } }",
+             "model.mlp.hidden_sizes[1]: must be > 0, got 0"},
+        Case{"model { mlp { dropout: 1 } }", "model.mlp.dropout: must be in [0, 1), got 1"},
+        Case{"model { cnn { channels: [4] } }",
+             "model.cnn.channels: must list 2 values (one per conv layer), got 1"},
+        Case{"model { cnn { kernel_size: 4 } }",
+             "model.cnn.kernel_size: must be odd and in [1, 11], got 4"},
+        Case{"model { torchscript { } }",
+             "model.torchscript.path: is required: the file written by torch.jit.save"},
+        Case{"model { transformer_lm { d_model: 100 num_heads: 3 } } data { synthetic { kind: "
+             "TOKENS } }",
+             "model.transformer_lm.d_model: must be divisible by num_heads (3), got 100"},
+        Case{"model { transformer_lm { } } data { fashion_mnist { } }",
+             "data: model.transformer_lm needs token data: use synthetic { kind: TOKENS } or a "
+             "tensor_file"},
+        Case{"data { synthetic { kind: TOKENS } }",
+             "data.synthetic.kind: TOKENS data needs model.transformer_lm or a torchscript model"},
+        Case{"data { synthetic { num_samples: -5 } }",
+             "data.synthetic.num_samples: must be > 0, got -5"},
+        Case{"data { synthetic { num_classes: 1 } }",
+             "data.synthetic.num_classes: must be >= 2, got 1"},
+        Case{"data { synthetic { input_shape: [3, -1] } }",
+             "data.synthetic.input_shape[1]: must be > 0, got -1"},
+        Case{"data { tensor_file { } }",
+             "data.tensor_file.path: is required: a .pt file holding tensors x and y"},
+        Case{"data { fashion_mnist { train_limit: -1 } }",
+             "data.fashion_mnist.train_limit: must be >= 0, got -1"},
+        Case{"data { fashion_mnist { } } loss { kind: MSE }",
+             "loss.kind: Fashion-MNIST labels are classes: use CROSS_ENTROPY, got MSE"},
+        Case{"data { synthetic { kind: REGRESSION } }",
+             "loss.kind: synthetic REGRESSION data needs MSE loss"},
+        Case{"loss { label_smoothing: 1.5 }", "loss.label_smoothing: must be in [0, 1), got 1.5"},
+        Case{"training { batch_size_per_rank: -1 }",
+             "training.batch_size_per_rank: must be > 0, got -1"},
+        Case{"training { epochs: -1 max_steps: 10 }", "training.epochs: must be >= 0, got -1"},
+        Case{"training { max_steps: -10 epochs: 1 }",
+             "training.max_steps: must be >= 0, got -10"},
+        Case{"training { log_every_steps: -1 }",
+             "training.log_every_steps: must be > 0, got -1"},
+        Case{"optimizer { lr: -0.1 }", "optimizer.lr: must be > 0, got -0.1"},
+        Case{"optimizer { momentum: 1 }", "optimizer.momentum: must be in [0, 1), got 1"},
+        Case{"optimizer { weight_decay: -1 }", "optimizer.weight_decay: must be >= 0, got -1"},
+        Case{"optimizer { kind: ADAM beta2: 1 }", "optimizer.beta2: must be in [0, 1), got 1"},
+        Case{"optimizer { eps: -1 }", "optimizer.eps: must be > 0, got -1"},
+        Case{"optimizer { accum_iter: -1 }", "optimizer.accum_iter: must be >= 1, got -1"},
+        Case{"optimizer { nesterov: true }",
+             "optimizer.nesterov: needs kind SGD and momentum > 0"},
+        Case{"optimizer { kind: ADAM momentum: 0.9 }",
+             "optimizer.momentum: applies to SGD only; the Adam family uses beta1"},
+        Case{"lr_schedule { cosine { warmup_steps: 100 total_steps: 50 } }",
+             "lr_schedule.cosine.warmup_steps: must be < total_steps (50), got 100"},
+        Case{"lr_schedule { cosine { min_lr_ratio: 2 } }",
+             "lr_schedule.cosine.min_lr_ratio: must be in [0, 1], got 2"},
+        Case{"lr_schedule { step { } }", "lr_schedule.step.step_size: must be > 0, got 0"},
+        Case{"lr_schedule { step { step_size: 10 gamma: 3 } }",
+             "lr_schedule.step.gamma: must be in [0, 1], got 3"},
+        Case{"grad_clip_norm: -1", "grad_clip_norm: must be >= 0, got -1"},
+        Case{"resources { min_ranks: -1 max_ranks: 2 }",
+             "resources.min_ranks: must be >= 1, got -1"},
+        Case{"resources { min_ranks: 4 max_ranks: 2 }",
+             "resources.max_ranks: must be >= min_ranks (4), got 2"},
+        Case{"resources { min_ranks: 1 max_ranks: 5000 }",
+             "resources.max_ranks: must be <= 4096, got 5000"},
+        Case{"resources { threads_per_rank: 1000 }",
+             "resources.threads_per_rank: must be <= 256, got 1000"},
+        Case{"checkpoint { every_steps: -5 }", "checkpoint.every_steps: must be >= 0, got -5"},
+        Case{"checkpoint { keep_last: -1 }", "checkpoint.keep_last: must be >= 0, got -1"},
+        Case{"checkpoint { storage: SHARED_DIR shared_dir: 'rel/dir' }",
+             "checkpoint.shared_dir: storage SHARED_DIR needs an absolute directory path, got "
+             "\"rel/dir\""},
+        Case{"checkpoint { shared_dir: '/mnt/ckpt' }",
+             "checkpoint.shared_dir: is only used with storage SHARED_DIR"},
+        Case{"checkpoint { per_rank: true }",
+             "checkpoint.per_rank: needs strategy.decentralized (DDP replicas are identical)"},
+        Case{"eval { every_steps: -1 }", "eval.every_steps: must be >= 0, got -1"},
+        Case{"eval { max_batches: -1 }", "eval.max_batches: must be >= 0, got -1"},
+        Case{"hang_detection { dead_after_seconds: -1 }",
+             "hang_detection.dead_after_seconds: must be > 0, got -1"},
+        Case{"hang_detection { stall_after_seconds: -2 }",
+             "hang_detection.stall_after_seconds: must be > 0, got -2"},
+        Case{"hang_detection { straggler_ratio: 0.5 }",
+             "hang_detection.straggler_ratio: must be > 1, got 0.5"},
+        Case{"hang_detection { phase_limit_seconds: -1 }",
+             "hang_detection.phase_limit_seconds: must be > 0, got -1"},
+        Case{"fault_injection { faults { rank: 0 } }",
+             "fault_injection.faults[0].kind: is required: one of EXIT, CRASH, HANG, SLOW, "
+             "SKIP_COLLECTIVE, MISMATCH_COLLECTIVE"},
+        Case{"fault_injection { faults { kind: CRASH rank: 2 } }",
+             "fault_injection.faults[0].rank: must be in [0, 1), got 2"},
+        Case{"fault_injection { faults { kind: HANG } }",
+             "fault_injection.faults[0].duration_seconds: must be > 0, got 0"},
+        Case{"fault_injection { faults { kind: EXIT exit_code: 300 } }",
+             "fault_injection.faults[0].exit_code: must be in [1, 255], got 300"},
+        Case{"fault_injection { faults { kind: CRASH at_step: -1 } }",
+             "fault_injection.faults[0].at_step: must be >= 0, got -1"},
+        Case{"strategy { decentralized { } } resources { min_ranks: 3 max_ranks: 3 }",
+             "strategy.decentralized.topology: ONE_PEER_EXPONENTIAL pairs rank i with i xor 2^k "
+             "and needs a power-of-two world size; resources allow 3..3"},
+        Case{"strategy { decentralized { topology: RING bucket_cap_mb: -1 } }",
+             "strategy.decentralized.bucket_cap_mb: must be > 0, got -1"},
+        Case{"strategy { decentralized { topology: ALTERNATING_EXPONENTIAL_RING "
+             "local_world_size: 3 } } resources { min_ranks: 4 max_ranks: 4 }",
+             "strategy.decentralized.local_world_size: must divide the world size (resources "
+             "allow 4..4), got 3"},
+        Case{"strategy { decentralized { topology: RING custom_steps { groups { ranks: 0 } } } }",
+             "strategy.decentralized.custom_steps: is only allowed with topology CUSTOM"},
+        Case{"strategy { decentralized { topology: CUSTOM } }",
+             "strategy.decentralized.custom_steps: topology CUSTOM needs at least one step"},
+        Case{"strategy { decentralized { topology: CUSTOM custom_steps { groups { ranks: [0, 1] "
+             "} } } } resources { min_ranks: 2 max_ranks: 4 }",
+             "strategy.decentralized.custom_steps: a CUSTOM topology fixes the world size: set "
+             "resources.min_ranks == max_ranks, got 2 and 4"},
+        Case{"strategy { decentralized { topology: CUSTOM custom_steps { groups { ranks: [0, 1] "
+             "} groups { ranks: [1, 2] } groups { ranks: [3] } } } } resources { min_ranks: 4 "
+             "max_ranks: 4 }",
+             "strategy.decentralized.custom_steps[0].groups[1].ranks: rank 1 appears in more "
+             "than one group of this step"},
+        Case{"strategy { decentralized { topology: CUSTOM custom_steps { groups { ranks: [0, 1] "
+             "} groups { ranks: [2] } } } } resources { min_ranks: 4 max_ranks: 4 }",
+             "strategy.decentralized.custom_steps[0]: every rank must be in exactly one group; "
+             "missing ranks 3"},
+        Case{"strategy { decentralized { topology: CUSTOM custom_steps { groups { ranks: [0, 7] "
+             "} groups { ranks: [1] } } } } resources { min_ranks: 2 max_ranks: 2 }",
+             "strategy.decentralized.custom_steps[0].groups[0].ranks: rank 7 is outside [0, 2)"}));
+
+TEST(JobSpecValidationTest, EveryProblemIsReportedAtOnce) {
+  std::vector<std::string> errors =
+      Errors("training { batch_size_per_rank: -1 } optimizer { lr: -1 } "
+             "strategy { ddp { bucket_cap_mb: -3 } }");
+  EXPECT_EQ(errors.size(), 3u) << absl::StrJoin(errors, "\n");
+
+  JobSpec spec = MustParse("model { mlp {} } data { synthetic {} } optimizer { lr: -1 } "
+                           "strategy { ddp { bucket_cap_mb: -3 } }",
+                           SpecFormat::kTextProto);
+  NormalizeJobSpec(spec);
+  absl::Status status = CheckJobSpec(spec, "job.textproto");
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(status.message(),
+            "job spec job.textproto has 2 problems:\n"
+            "  optimizer.lr: must be > 0, got -1\n"
+            "  strategy.ddp.bucket_cap_mb: must be > 0, got -3");
+}
+
+TEST(JobSpecValidationTest, UnknownNumericEnumValueIsAnError) {
+  JobSpec spec = MustParse("model { mlp {} } data { synthetic {} } optimizer { kind: 42 }",
+                           SpecFormat::kTextProto);
+  NormalizeJobSpec(spec);
+  std::vector<std::string> fields;
+  for (const SpecError& e : ValidateJobSpec(spec)) fields.push_back(e.field + ": " + e.message);
+  EXPECT_THAT(fields, testing::Contains("optimizer.kind: unknown value 42"));
+}
+
+}  // namespace
+}  // namespace chorus

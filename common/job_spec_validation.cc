@@ -1,0 +1,542 @@
+// NormalizeJobSpec, ValidateJobSpec and CheckJobSpec (see job_spec.h).
+
+#include <cmath>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/job_spec.h"
+
+namespace chorus {
+namespace {
+
+using v1::JobSpec;
+
+constexpr char kDefaultFashionMnistDir[] = "/usr/share/datasets/fashion-mnist";
+
+// Collects errors with their field paths; every check says what is allowed.
+class Checker {
+ public:
+  template <typename T>
+  void Positive(const std::string& field, T value) {
+    if (!(value > 0)) Fail(field, absl::StrCat("must be > 0, got ", value));
+  }
+  template <typename T>
+  void AtLeast(const std::string& field, T value, T min) {
+    if (!(value >= min)) {
+      Fail(field, absl::StrCat("must be >= ", min, ", got ", value));
+    }
+  }
+  template <typename T>
+  void AtMost(const std::string& field, T value, T max) {
+    if (!(value <= max)) {
+      Fail(field, absl::StrCat("must be <= ", max, ", got ", value));
+    }
+  }
+  // value in [lo, hi) or [lo, hi].
+  void InRange(const std::string& field, double value, double lo, double hi,
+               bool hi_inclusive) {
+    bool ok = std::isfinite(value) && value >= lo &&
+              (hi_inclusive ? value <= hi : value < hi);
+    if (!ok) {
+      Fail(field, absl::StrCat("must be in [", lo, ", ", hi,
+                               hi_inclusive ? "]" : ")", ", got ", value));
+    }
+  }
+  void Fail(const std::string& field, std::string message) {
+    errors_.push_back({field, std::move(message)});
+  }
+  std::vector<SpecError> Take() { return std::move(errors_); }
+
+ private:
+  std::vector<SpecError> errors_;
+};
+
+bool IsPowerOfTwo(int64_t n) { return n > 0 && (n & (n - 1)) == 0; }
+
+void ValidateModel(const JobSpec& spec, Checker& c) {
+  const v1::ModelSpec& m = spec.model();
+  switch (m.kind_case()) {
+    case v1::ModelSpec::KIND_NOT_SET:
+      c.Fail("model", "is required: set one of mlp, cnn, transformer_lm, torchscript");
+      break;
+    case v1::ModelSpec::kMlp:
+      for (int i = 0; i < m.mlp().hidden_sizes_size(); ++i) {
+        c.Positive(absl::StrCat("model.mlp.hidden_sizes[", i, "]"),
+                   m.mlp().hidden_sizes(i));
+      }
+      c.InRange("model.mlp.dropout", m.mlp().dropout(), 0, 1, false);
+      break;
+    case v1::ModelSpec::kCnn:
+      if (m.cnn().channels_size() != 2) {
+        c.Fail("model.cnn.channels",
+               absl::StrCat("must list 2 values (one per conv layer), got ",
+                            m.cnn().channels_size()));
+      }
+      for (int i = 0; i < m.cnn().channels_size(); ++i) {
+        c.Positive(absl::StrCat("model.cnn.channels[", i, "]"), m.cnn().channels(i));
+      }
+      if (m.cnn().kernel_size() <= 0 || m.cnn().kernel_size() % 2 == 0 ||
+          m.cnn().kernel_size() > 11) {
+        c.Fail("model.cnn.kernel_size",
+               absl::StrCat("must be odd and in [1, 11], got ", m.cnn().kernel_size()));
+      }
+      c.Positive("model.cnn.fc_hidden", m.cnn().fc_hidden());
+      c.InRange("model.cnn.dropout", m.cnn().dropout(), 0, 1, false);
+      break;
+    case v1::ModelSpec::kTransformerLm: {
+      const v1::TransformerLmModel& t = m.transformer_lm();
+      c.AtLeast("model.transformer_lm.vocab_size", t.vocab_size(), 2);
+      c.Positive("model.transformer_lm.context_length", t.context_length());
+      c.Positive("model.transformer_lm.d_model", t.d_model());
+      c.Positive("model.transformer_lm.num_heads", t.num_heads());
+      c.Positive("model.transformer_lm.num_layers", t.num_layers());
+      c.Positive("model.transformer_lm.d_ff", t.d_ff());
+      c.InRange("model.transformer_lm.dropout", t.dropout(), 0, 1, false);
+      if (t.num_heads() > 0 && t.d_model() > 0 && t.d_model() % t.num_heads() != 0) {
+        c.Fail("model.transformer_lm.d_model",
+               absl::StrCat("must be divisible by num_heads (", t.num_heads(),
+                            "), got ", t.d_model()));
+      }
+      break;
+    }
+    case v1::ModelSpec::kTorchscript:
+      if (m.torchscript().path().empty()) {
+        c.Fail("model.torchscript.path",
+               "is required: the file written by torch.jit.save");
+      }
+      break;
+  }
+}
+
+void ValidateData(const JobSpec& spec, Checker& c) {
+  const v1::DataSpec& d = spec.data();
+  switch (d.source_case()) {
+    case v1::DataSpec::SOURCE_NOT_SET:
+      c.Fail("data", "is required: set one of fashion_mnist, synthetic, tensor_file");
+      break;
+    case v1::DataSpec::kFashionMnist:
+      c.AtLeast<int64_t>("data.fashion_mnist.train_limit", d.fashion_mnist().train_limit(), 0);
+      break;
+    case v1::DataSpec::kSynthetic: {
+      const v1::SyntheticData& s = d.synthetic();
+      c.Positive("data.synthetic.num_samples", s.num_samples());
+      if (s.input_shape_size() == 0) {
+        c.Fail("data.synthetic.input_shape", "must list at least one dimension");
+      }
+      for (int i = 0; i < s.input_shape_size(); ++i) {
+        c.Positive(absl::StrCat("data.synthetic.input_shape[", i, "]"), s.input_shape(i));
+      }
+      if (s.kind() == v1::SyntheticData::CLASSIFICATION) {
+        c.AtLeast("data.synthetic.num_classes", s.num_classes(), 2);
+      }
+      if (!v1::SyntheticData::Kind_IsValid(s.kind())) {
+        c.Fail("data.synthetic.kind", absl::StrCat("unknown value ", s.kind()));
+      }
+      break;
+    }
+    case v1::DataSpec::kTensorFile:
+      if (d.tensor_file().path().empty()) {
+        c.Fail("data.tensor_file.path",
+               "is required: a .pt file holding tensors x and y");
+      }
+      break;
+  }
+  if (!v1::DataSpec::Remainder_IsValid(d.remainder())) {
+    c.Fail("data.remainder", absl::StrCat("unknown value ", d.remainder()));
+  }
+
+  // Model and data must fit together.
+  const bool lm = spec.model().has_transformer_lm();
+  const bool tokens = d.has_synthetic() && d.synthetic().kind() == v1::SyntheticData::TOKENS;
+  if (lm && !tokens && !d.has_tensor_file()) {
+    c.Fail("data", "model.transformer_lm needs token data: use synthetic { kind: TOKENS } or a tensor_file");
+  }
+  if (tokens && !lm && !spec.model().has_torchscript()) {
+    c.Fail("data.synthetic.kind", "TOKENS data needs model.transformer_lm or a torchscript model");
+  }
+  if (d.has_fashion_mnist() && spec.loss().kind() == v1::LossSpec::MSE) {
+    c.Fail("loss.kind", "Fashion-MNIST labels are classes: use CROSS_ENTROPY, got MSE");
+  }
+  if (d.has_synthetic() && d.synthetic().kind() == v1::SyntheticData::REGRESSION &&
+      spec.loss().kind() != v1::LossSpec::MSE) {
+    c.Fail("loss.kind", "synthetic REGRESSION data needs MSE loss");
+  }
+}
+
+void ValidateOptimizer(const JobSpec& spec, Checker& c) {
+  const v1::OptimizerSpec& o = spec.optimizer();
+  if (!v1::OptimizerSpec::Kind_IsValid(o.kind())) {
+    c.Fail("optimizer.kind", absl::StrCat("unknown value ", o.kind()));
+  }
+  c.Positive("optimizer.lr", o.lr());
+  c.InRange("optimizer.momentum", o.momentum(), 0, 1, false);
+  c.AtLeast("optimizer.weight_decay", o.weight_decay(), 0.0);
+  c.InRange("optimizer.beta1", o.beta1(), 0, 1, false);
+  c.InRange("optimizer.beta2", o.beta2(), 0, 1, false);
+  c.Positive("optimizer.eps", o.eps());
+  c.AtLeast("optimizer.accum_iter", o.accum_iter(), 1);
+  if (o.nesterov() && (o.kind() != v1::OptimizerSpec::SGD || o.momentum() <= 0)) {
+    c.Fail("optimizer.nesterov", "needs kind SGD and momentum > 0");
+  }
+  if (o.momentum() != 0 && o.kind() != v1::OptimizerSpec::SGD) {
+    c.Fail("optimizer.momentum",
+           "applies to SGD only; the Adam family uses beta1");
+  }
+
+  const v1::LrScheduleSpec& s = spec.lr_schedule();
+  if (s.has_cosine()) {
+    c.AtLeast<int64_t>("lr_schedule.cosine.warmup_steps", s.cosine().warmup_steps(), 0);
+    c.AtLeast<int64_t>("lr_schedule.cosine.total_steps", s.cosine().total_steps(), 0);
+    c.InRange("lr_schedule.cosine.min_lr_ratio", s.cosine().min_lr_ratio(), 0, 1, true);
+    if (s.cosine().total_steps() > 0 &&
+        s.cosine().warmup_steps() >= s.cosine().total_steps()) {
+      c.Fail("lr_schedule.cosine.warmup_steps",
+             absl::StrCat("must be < total_steps (", s.cosine().total_steps(),
+                          "), got ", s.cosine().warmup_steps()));
+    }
+  } else if (s.has_step()) {
+    c.Positive("lr_schedule.step.step_size", s.step().step_size());
+    c.InRange("lr_schedule.step.gamma", s.step().gamma(), 0, 1, true);
+    if (s.step().gamma() == 0) c.Fail("lr_schedule.step.gamma", "must be > 0, got 0");
+  }
+  c.AtLeast("grad_clip_norm", spec.grad_clip_norm(), 0.0);
+}
+
+void ValidateTopology(const JobSpec& spec, Checker& c) {
+  const v1::DecentralizedStrategy& d = spec.strategy().decentralized();
+  const std::string p = "strategy.decentralized";
+  const int min_ranks = spec.resources().min_ranks();
+  const int max_ranks = spec.resources().max_ranks();
+  c.Positive(p + ".bucket_cap_mb", d.bucket_cap_mb());
+  c.AtLeast(p + ".local_world_size", d.local_world_size(), 1);
+  c.AtLeast<int64_t>(p + ".global_average_every_steps", d.global_average_every_steps(), 0);
+  if (!v1::DecentralizedStrategy::Topology_IsValid(d.topology())) {
+    c.Fail(p + ".topology", absl::StrCat("unknown value ", d.topology()));
+    return;
+  }
+  if (!v1::DecentralizedStrategy::ClipMode_IsValid(d.clip_mode())) {
+    c.Fail(p + ".clip_mode", absl::StrCat("unknown value ", d.clip_mode()));
+  }
+  if (d.topology() != v1::DecentralizedStrategy::CUSTOM && d.custom_steps_size() > 0) {
+    c.Fail(p + ".custom_steps", "is only allowed with topology CUSTOM");
+  }
+  switch (d.topology()) {
+    case v1::DecentralizedStrategy::ONE_PEER_EXPONENTIAL:
+      if (!IsPowerOfTwo(min_ranks) || !IsPowerOfTwo(max_ranks)) {
+        c.Fail(p + ".topology",
+               absl::StrCat("ONE_PEER_EXPONENTIAL pairs rank i with i xor 2^k and needs a "
+                            "power-of-two world size; resources allow ",
+                            min_ranks, "..", max_ranks));
+      }
+      break;
+    case v1::DecentralizedStrategy::ALTERNATING_EXPONENTIAL_RING:
+      if (d.local_world_size() > 0 &&
+          (min_ranks % d.local_world_size() != 0 || max_ranks % d.local_world_size() != 0)) {
+        c.Fail(p + ".local_world_size",
+               absl::StrCat("must divide the world size (resources allow ", min_ranks, "..",
+                            max_ranks, "), got ", d.local_world_size()));
+      }
+      break;
+    case v1::DecentralizedStrategy::CUSTOM: {
+      if (d.custom_steps_size() == 0) {
+        c.Fail(p + ".custom_steps", "topology CUSTOM needs at least one step");
+        break;
+      }
+      if (min_ranks != max_ranks) {
+        c.Fail(p + ".custom_steps",
+               absl::StrCat("a CUSTOM topology fixes the world size: set resources.min_ranks == "
+                            "max_ranks, got ",
+                            min_ranks, " and ", max_ranks));
+        break;
+      }
+      for (int s = 0; s < d.custom_steps_size(); ++s) {
+        const std::string sp = absl::StrCat(p, ".custom_steps[", s, "]");
+        std::set<int> seen;
+        for (int g = 0; g < d.custom_steps(s).groups_size(); ++g) {
+          const v1::TopologyGroup& group = d.custom_steps(s).groups(g);
+          const std::string gp = absl::StrCat(sp, ".groups[", g, "].ranks");
+          if (group.ranks_size() == 0) c.Fail(gp, "must not be empty");
+          for (int r : group.ranks()) {
+            if (r < 0 || r >= max_ranks) {
+              c.Fail(gp, absl::StrCat("rank ", r, " is outside [0, ", max_ranks, ")"));
+            } else if (!seen.insert(r).second) {
+              c.Fail(gp, absl::StrCat("rank ", r, " appears in more than one group of this step"));
+            }
+          }
+        }
+        if (static_cast<int>(seen.size()) != max_ranks) {
+          std::vector<int> missing;
+          for (int r = 0; r < max_ranks; ++r) {
+            if (!seen.count(r)) missing.push_back(r);
+          }
+          if (!missing.empty()) {
+            c.Fail(sp, absl::StrCat("every rank must be in exactly one group; missing ranks ",
+                                    absl::StrJoin(missing, ",")));
+          }
+        }
+      }
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+void ValidateStrategy(const JobSpec& spec, Checker& c) {
+  const v1::StrategySpec& s = spec.strategy();
+  if (s.has_ddp()) {
+    const v1::DdpStrategy& d = s.ddp();
+    c.Positive("strategy.ddp.bucket_cap_mb", d.bucket_cap_mb());
+    c.Positive("strategy.ddp.first_bucket_mb", d.first_bucket_mb());
+    c.AtLeast("strategy.ddp.grad_accum_steps", d.grad_accum_steps(), 1);
+    if (!v1::DdpStrategy::Compression_IsValid(d.compression())) {
+      c.Fail("strategy.ddp.compression", absl::StrCat("unknown value ", d.compression()));
+    }
+    for (int i = 0; i < d.ignored_size(); ++i) {
+      if (d.ignored(i).empty()) {
+        c.Fail(absl::StrCat("strategy.ddp.ignored[", i, "]"),
+               "must be a parameter or buffer name or prefix, got an empty string");
+      }
+    }
+  } else if (s.has_decentralized()) {
+    ValidateTopology(spec, c);
+  }
+  if (spec.checkpoint().per_rank() && !s.has_decentralized()) {
+    c.Fail("checkpoint.per_rank",
+           "needs strategy.decentralized (DDP replicas are identical)");
+  }
+}
+
+void ValidateRest(const JobSpec& spec, Checker& c) {
+  const std::string& name = spec.name();
+  if (name.size() > 128) {
+    c.Fail("name", absl::StrCat("must be at most 128 characters, got ", name.size()));
+  }
+  for (char ch : name) {
+    if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' ||
+          ch == '.')) {
+      c.Fail("name", absl::StrCat("may hold letters, digits, '-', '_' and '.', got \"",
+                                  name, "\""));
+      break;
+    }
+  }
+
+  if (!v1::LossSpec::Kind_IsValid(spec.loss().kind())) {
+    c.Fail("loss.kind", absl::StrCat("unknown value ", spec.loss().kind()));
+  }
+  c.InRange("loss.label_smoothing", spec.loss().label_smoothing(), 0, 1, false);
+
+  const v1::TrainingSpec& t = spec.training();
+  c.Positive("training.batch_size_per_rank", t.batch_size_per_rank());
+  c.AtLeast("training.epochs", t.epochs(), 0);
+  c.AtLeast<int64_t>("training.max_steps", t.max_steps(), 0);
+  c.Positive("training.log_every_steps", t.log_every_steps());
+
+  const v1::ResourceSpec& r = spec.resources();
+  c.AtLeast("resources.min_ranks", r.min_ranks(), 1);
+  c.AtMost("resources.max_ranks", r.max_ranks(), 4096);
+  if (r.max_ranks() < r.min_ranks()) {
+    c.Fail("resources.max_ranks", absl::StrCat("must be >= min_ranks (", r.min_ranks(),
+                                               "), got ", r.max_ranks()));
+  }
+  c.AtLeast("resources.threads_per_rank", r.threads_per_rank(), 1);
+  c.AtMost("resources.threads_per_rank", r.threads_per_rank(), 256);
+  if (!v1::ResourceSpec::Device_IsValid(r.device())) {
+    c.Fail("resources.device", absl::StrCat("unknown value ", r.device()));
+  }
+
+  const v1::CheckpointSpec& k = spec.checkpoint();
+  c.AtLeast<int64_t>("checkpoint.every_steps", k.every_steps(), 0);
+  c.AtLeast("checkpoint.keep_last", k.keep_last(), 0);
+  if (!v1::CheckpointSpec::Storage_IsValid(k.storage())) {
+    c.Fail("checkpoint.storage", absl::StrCat("unknown value ", k.storage()));
+  } else if (k.storage() == v1::CheckpointSpec::SHARED_DIR) {
+    if (k.shared_dir().empty() || k.shared_dir()[0] != '/') {
+      c.Fail("checkpoint.shared_dir",
+             absl::StrCat("storage SHARED_DIR needs an absolute directory path, got \"",
+                          k.shared_dir(), "\""));
+    }
+  } else if (!k.shared_dir().empty()) {
+    c.Fail("checkpoint.shared_dir", "is only used with storage SHARED_DIR");
+  }
+
+  c.AtLeast<int64_t>("eval.every_steps", spec.eval().every_steps(), 0);
+  c.AtLeast<int64_t>("eval.max_batches", spec.eval().max_batches(), 0);
+
+  const v1::HangDetectionSpec& h = spec.hang_detection();
+  if (!v1::HangDetectionSpec::Action_IsValid(h.action())) {
+    c.Fail("hang_detection.action", absl::StrCat("unknown value ", h.action()));
+  }
+  c.Positive("hang_detection.dead_after_seconds", h.dead_after_seconds());
+  c.Positive("hang_detection.stall_after_seconds", h.stall_after_seconds());
+  if (!(h.straggler_ratio() > 1)) {
+    c.Fail("hang_detection.straggler_ratio",
+           absl::StrCat("must be > 1, got ", h.straggler_ratio()));
+  }
+  c.Positive("hang_detection.phase_limit_seconds", h.phase_limit_seconds());
+
+  for (int i = 0; i < spec.fault_injection().faults_size(); ++i) {
+    const v1::Fault& f = spec.fault_injection().faults(i);
+    const std::string p = absl::StrCat("fault_injection.faults[", i, "]");
+    if (f.kind() == v1::Fault::KIND_UNSPECIFIED || !v1::Fault::Kind_IsValid(f.kind())) {
+      c.Fail(p + ".kind",
+             "is required: one of EXIT, CRASH, HANG, SLOW, SKIP_COLLECTIVE, MISMATCH_COLLECTIVE");
+    }
+    if (f.rank() < 0 || f.rank() >= r.max_ranks()) {
+      c.Fail(p + ".rank", absl::StrCat("must be in [0, ", r.max_ranks(), "), got ", f.rank()));
+    }
+    c.AtLeast<int64_t>(p + ".at_step", f.at_step(), 0);
+    c.AtLeast<int64_t>(p + ".generation", f.generation(), 0);
+    if (f.kind() == v1::Fault::HANG || f.kind() == v1::Fault::SLOW) {
+      c.Positive(p + ".duration_seconds", f.duration_seconds());
+    }
+    if (f.kind() == v1::Fault::EXIT && (f.exit_code() < 1 || f.exit_code() > 255)) {
+      c.Fail(p + ".exit_code", absl::StrCat("must be in [1, 255], got ", f.exit_code()));
+    }
+  }
+}
+
+}  // namespace
+
+void NormalizeJobSpec(JobSpec& spec) {
+  if (spec.name().empty()) spec.set_name("job");
+
+  v1::ModelSpec& m = *spec.mutable_model();
+  if (m.has_mlp() && m.mlp().hidden_sizes_size() == 0) {
+    m.mutable_mlp()->add_hidden_sizes(256);
+    m.mutable_mlp()->add_hidden_sizes(128);
+  }
+  if (m.has_cnn()) {
+    v1::CnnModel& cnn = *m.mutable_cnn();
+    if (cnn.channels_size() == 0) {
+      cnn.add_channels(32);
+      cnn.add_channels(64);
+    }
+    if (cnn.kernel_size() == 0) cnn.set_kernel_size(5);
+    if (cnn.fc_hidden() == 0) cnn.set_fc_hidden(128);
+  }
+  if (m.has_transformer_lm()) {
+    v1::TransformerLmModel& t = *m.mutable_transformer_lm();
+    if (t.vocab_size() == 0) t.set_vocab_size(256);
+    if (t.context_length() == 0) t.set_context_length(64);
+    if (t.d_model() == 0) t.set_d_model(128);
+    if (t.num_heads() == 0) t.set_num_heads(4);
+    if (t.num_layers() == 0) t.set_num_layers(2);
+    if (t.d_ff() == 0) t.set_d_ff(4 * t.d_model());
+  }
+
+  if (spec.loss().kind() == v1::LossSpec::KIND_UNSPECIFIED) {
+    spec.mutable_loss()->set_kind(v1::LossSpec::CROSS_ENTROPY);
+  }
+
+  v1::DataSpec& d = *spec.mutable_data();
+  if (d.remainder() == v1::DataSpec::REMAINDER_UNSPECIFIED) {
+    d.set_remainder(v1::DataSpec::DROP);
+  }
+  if (d.has_fashion_mnist() && d.fashion_mnist().dir().empty()) {
+    d.mutable_fashion_mnist()->set_dir(kDefaultFashionMnistDir);
+  }
+  if (d.has_synthetic()) {
+    v1::SyntheticData& s = *d.mutable_synthetic();
+    if (s.kind() == v1::SyntheticData::KIND_UNSPECIFIED) {
+      s.set_kind(m.has_transformer_lm() ? v1::SyntheticData::TOKENS
+                                        : v1::SyntheticData::CLASSIFICATION);
+    }
+    if (s.num_samples() == 0) s.set_num_samples(4096);
+    if (s.input_shape_size() == 0) {
+      s.add_input_shape(s.kind() == v1::SyntheticData::TOKENS && m.has_transformer_lm()
+                            ? m.transformer_lm().context_length()
+                            : 32);
+    }
+    if (s.num_classes() == 0) s.set_num_classes(10);
+    if (!s.has_seed()) s.set_seed(spec.training().seed());
+  }
+
+  v1::TrainingSpec& t = *spec.mutable_training();
+  if (t.batch_size_per_rank() == 0) t.set_batch_size_per_rank(64);
+  if (t.epochs() == 0 && t.max_steps() == 0) t.set_epochs(1);
+  if (!t.has_shuffle()) t.set_shuffle(true);
+  if (t.log_every_steps() == 0) t.set_log_every_steps(10);
+
+  v1::OptimizerSpec& o = *spec.mutable_optimizer();
+  if (o.kind() == v1::OptimizerSpec::KIND_UNSPECIFIED) o.set_kind(v1::OptimizerSpec::SGD);
+  if (o.lr() == 0) o.set_lr(o.kind() == v1::OptimizerSpec::SGD ? 0.01 : 0.001);
+  if (o.beta1() == 0) o.set_beta1(0.9);
+  if (o.beta2() == 0) o.set_beta2(0.999);
+  if (o.eps() == 0) o.set_eps(1e-8);
+  if (o.accum_iter() == 0) o.set_accum_iter(4);
+
+  v1::LrScheduleSpec& lr = *spec.mutable_lr_schedule();
+  if (lr.kind_case() == v1::LrScheduleSpec::KIND_NOT_SET) lr.mutable_constant();
+  if (lr.has_step() && lr.step().gamma() == 0) lr.mutable_step()->set_gamma(0.1);
+
+  v1::StrategySpec& s = *spec.mutable_strategy();
+  if (s.kind_case() == v1::StrategySpec::KIND_NOT_SET) s.mutable_ddp();
+  if (s.has_ddp()) {
+    v1::DdpStrategy& ddp = *s.mutable_ddp();
+    if (ddp.bucket_cap_mb() == 0) ddp.set_bucket_cap_mb(25);
+    if (ddp.first_bucket_mb() == 0) ddp.set_first_bucket_mb(1);
+    if (ddp.compression() == v1::DdpStrategy::COMPRESSION_UNSPECIFIED) {
+      ddp.set_compression(v1::DdpStrategy::NONE);
+    }
+    if (ddp.grad_accum_steps() == 0) ddp.set_grad_accum_steps(1);
+    if (!ddp.has_broadcast_buffers()) ddp.set_broadcast_buffers(true);
+  }
+  if (s.has_decentralized()) {
+    v1::DecentralizedStrategy& dec = *s.mutable_decentralized();
+    if (dec.topology() == v1::DecentralizedStrategy::TOPOLOGY_UNSPECIFIED) {
+      dec.set_topology(v1::DecentralizedStrategy::ONE_PEER_EXPONENTIAL);
+    }
+    if (dec.bucket_cap_mb() == 0) dec.set_bucket_cap_mb(25);
+    if (dec.local_world_size() == 0) dec.set_local_world_size(1);
+    if (dec.clip_mode() == v1::DecentralizedStrategy::CLIP_MODE_UNSPECIFIED) {
+      dec.set_clip_mode(v1::DecentralizedStrategy::GLOBAL_NORM);
+    }
+  }
+
+  v1::ResourceSpec& r = *spec.mutable_resources();
+  if (r.min_ranks() == 0) r.set_min_ranks(1);
+  if (r.max_ranks() == 0) r.set_max_ranks(r.min_ranks());
+  if (r.threads_per_rank() == 0) r.set_threads_per_rank(1);
+  if (r.device() == v1::ResourceSpec::DEVICE_UNSPECIFIED) r.set_device(v1::ResourceSpec::CPU);
+
+  v1::CheckpointSpec& k = *spec.mutable_checkpoint();
+  if (!k.has_keep_last()) k.set_keep_last(3);
+  if (k.storage() == v1::CheckpointSpec::STORAGE_UNSPECIFIED) {
+    k.set_storage(v1::CheckpointSpec::COORDINATOR);
+  }
+  if (!k.has_at_end()) k.set_at_end(true);
+
+  v1::HangDetectionSpec& h = *spec.mutable_hang_detection();
+  if (h.action() == v1::HangDetectionSpec::ACTION_UNSPECIFIED) {
+    h.set_action(v1::HangDetectionSpec::REPORT);
+  }
+  if (h.dead_after_seconds() == 0) h.set_dead_after_seconds(5);
+  if (h.stall_after_seconds() == 0) h.set_stall_after_seconds(3);
+  if (h.straggler_ratio() == 0) h.set_straggler_ratio(1.5);
+  if (h.phase_limit_seconds() == 0) h.set_phase_limit_seconds(600);
+}
+
+std::vector<SpecError> ValidateJobSpec(const JobSpec& spec) {
+  Checker c;
+  ValidateModel(spec, c);
+  ValidateData(spec, c);
+  ValidateOptimizer(spec, c);
+  ValidateStrategy(spec, c);
+  ValidateRest(spec, c);
+  return c.Take();
+}
+
+absl::Status CheckJobSpec(const JobSpec& spec, absl::string_view source) {
+  std::vector<SpecError> errors = ValidateJobSpec(spec);
+  if (errors.empty()) return absl::OkStatus();
+  std::string message = absl::StrCat("job spec ", source, " has ", errors.size(),
+                                     errors.size() == 1 ? " problem:" : " problems:");
+  for (const SpecError& e : errors) absl::StrAppend(&message, "\n  ", e.field, ": ", e.message);
+  return absl::InvalidArgumentError(message);
+}
+
+}  // namespace chorus
