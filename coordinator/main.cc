@@ -1,0 +1,83 @@
+// chorus-coordinator: the daemon every worker and user talks to.
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "common/logging.h"
+#include "common/version.h"
+#include "coordinator/server.h"
+#include "glog/logging.h"
+
+namespace {
+
+std::string DefaultStateDir() {
+  if (const char* xdg = std::getenv("XDG_STATE_HOME"); xdg != nullptr && *xdg) {
+    return std::string(xdg) + "/chorus";
+  }
+  if (const char* home = std::getenv("HOME"); home != nullptr && *home) {
+    return std::string(home) + "/.local/state/chorus";
+  }
+  return "/var/lib/chorus";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "chorus-coordinator: rendezvous, job queue, checkpoints and hang detection for Chorus "
+      "training jobs. Serves gRPC (with the standard health service) until SIGINT/SIGTERM."};
+  chorus::ServerOptions options;
+  options.state_dir = DefaultStateDir();
+  std::string port_file;
+  int verbosity = 0;
+  app.add_option("--listen", options.listen,
+                 "HOST:PORT to serve on; port 0 picks a free one. Loopback only.")
+      ->capture_default_str();
+  app.add_option("--state_dir", options.state_dir,
+                 "Directory for durable state; created if missing, locked while running.")
+      ->capture_default_str();
+  app.add_option("--port_file", port_file,
+                 "Write the bound port to this file once listening (for scripts and tests).");
+  app.add_option("-v,--verbosity", verbosity, "glog VLOG level.")->capture_default_str();
+  app.set_version_flag("--version", std::string(chorus::kVersion));
+  CLI11_PARSE(app, argc, argv);
+
+  chorus::InitLogging(argv[0], verbosity);
+
+  // Signals are taken synchronously by this thread only; gRPC's threads,
+  // created after this, inherit the mask.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  auto server = chorus::CoordinatorServer::Start(options);
+  if (!server.ok()) {
+    std::cerr << "chorus-coordinator: " << server.status().message() << "\n";
+    return 1;
+  }
+  if (!port_file.empty()) {
+    std::ofstream out(port_file + ".tmp");
+    out << (*server)->port() << "\n";
+    out.close();
+    if (!out || std::rename((port_file + ".tmp").c_str(), port_file.c_str()) != 0) {
+      std::cerr << "chorus-coordinator: --port_file " << port_file << ": cannot write\n";
+      return 1;
+    }
+  }
+
+  int signal_number = 0;
+  sigwait(&stop_signals, &signal_number);
+  LOG(INFO) << "received " << strsignal(signal_number) << ", shutting down";
+  (*server)->Shutdown(absl::Seconds(5));
+  (*server)->Wait();
+  LOG(INFO) << "coordinator stopped";
+  return 0;
+}

@@ -1,0 +1,153 @@
+#include "coordinator/server.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "glog/logging.h"
+#include "grpcpp/grpcpp.h"
+#include "coordinator/health_service.h"
+
+namespace chorus {
+namespace {
+
+// Creates `dir` if needed and takes an exclusive lock on dir/LOCK, writing our
+// pid into it. Returns the lock's file descriptor.
+absl::StatusOr<int> LockStateDir(const std::string& dir) {
+  if (dir.empty()) {
+    return absl::InvalidArgumentError("--state_dir must not be empty");
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--state_dir ", dir, ": cannot create: ", ec.message()));
+  }
+  const std::string lock_path = dir + "/LOCK";
+  int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--state_dir ", dir, ": cannot open ", lock_path, ": ",
+        std::strerror(errno), " (is the directory writable?)"));
+  }
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    char owner[32] = {0};
+    ssize_t n = ::pread(fd, owner, sizeof(owner) - 1, 0);
+    ::close(fd);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--state_dir ", dir, " is in use by another coordinator",
+        n > 0 ? absl::StrCat(" (pid ", std::string(owner, n), ")") : "",
+        "; stop it or choose another --state_dir"));
+  }
+  const std::string pid = std::to_string(::getpid());
+  if (::ftruncate(fd, 0) != 0 ||
+      ::pwrite(fd, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
+    ::close(fd);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--state_dir ", dir, ": cannot write ", lock_path, ": ", std::strerror(errno)));
+  }
+  return fd;
+}
+
+}  // namespace
+
+absl::Status ParseHostPort(const std::string& address, const std::string& flag,
+                           std::string* host, int* port) {
+  size_t colon = address.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == address.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        flag, ": expected HOST:PORT (e.g. 127.0.0.1:29650), got \"", address, "\""));
+  }
+  std::string h = address.substr(0, colon);
+  if (absl::StartsWith(h, "[")) {
+    if (!absl::EndsWith(h, "]")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          flag, ": unbalanced brackets in \"", address, "\""));
+    }
+    h = h.substr(1, h.size() - 2);
+  }
+  int p = 0;
+  if (!absl::SimpleAtoi(address.substr(colon + 1), &p) || p < 0 || p > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        flag, ": port must be a number in [0, 65535], got \"",
+        address.substr(colon + 1), "\""));
+  }
+  *host = h;
+  *port = p;
+  return absl::OkStatus();
+}
+
+bool IsLoopbackHost(const std::string& host) {
+  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
+}
+
+absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
+    const ServerOptions& options) {
+  std::string host;
+  int requested_port = 0;
+  RETURN_IF_ERROR(ParseHostPort(options.listen, "--listen", &host, &requested_port));
+  if (!IsLoopbackHost(host)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--listen ", options.listen,
+        ": only loopback addresses (127.0.0.1, ::1, localhost) are accepted, because this "
+        "build has no token authentication yet and an open coordinator would let anyone "
+        "on the network run code on your workers"));
+  }
+  ASSIGN_OR_RETURN(int lock_fd, LockStateDir(options.state_dir));
+
+  auto health = std::make_unique<HealthService>();
+  grpc::ServerBuilder builder;
+  int bound_port = 0;
+  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &bound_port);
+  // gRPC sets SO_REUSEPORT by default, which would let a second coordinator
+  // bind the same port and silently take half the calls.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.RegisterService(health.get());
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || bound_port == 0) {
+    ::close(lock_fd);
+    return absl::UnavailableError(absl::StrCat(
+        "--listen ", options.listen,
+        ": cannot listen (is the port in use by another process?)"));
+  }
+  std::string dial_host = host.find(':') != std::string::npos ? "[" + host + "]" : host;
+  std::string address = absl::StrCat(dial_host, ":", bound_port);
+  health->SetStatus("", grpc::health::v1::HealthCheckResponse::SERVING);
+  LOG(INFO) << "coordinator listening on " << address << ", state in " << options.state_dir;
+  return std::unique_ptr<CoordinatorServer>(new CoordinatorServer(
+      std::move(health), std::move(server), bound_port, std::move(address), lock_fd));
+}
+
+CoordinatorServer::CoordinatorServer(std::unique_ptr<HealthService> health,
+                                     std::unique_ptr<grpc::Server> server, int port,
+                                     std::string address, int lock_fd)
+    : health_(std::move(health)), server_(std::move(server)), port_(port),
+      address_(std::move(address)), lock_fd_(lock_fd) {}
+
+CoordinatorServer::~CoordinatorServer() {
+  Shutdown(absl::ZeroDuration());
+  server_->Wait();
+  ::close(lock_fd_);
+}
+
+void CoordinatorServer::Shutdown(absl::Duration grace) {
+  // Health first, so watchers learn NOT_SERVING and their streams end before
+  // the server waits for in-flight calls.
+  health_->Shutdown();
+  server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+}
+
+void CoordinatorServer::Wait() { server_->Wait(); }
+
+}  // namespace chorus

@@ -1,0 +1,88 @@
+// CoordinatorServer: the coordinator's gRPC server and what it owns.
+//
+// Today it serves the standard gRPC health service (grpc.health.v1.Health)
+// and holds an exclusive lock on its state directory so two coordinators can
+// never share one. The chorus.v1 services attach here as they are built.
+//
+// Thread-safety: Start() returns a running server; Shutdown() and Wait() may
+// be called from any thread, Shutdown() more than once.
+//
+// Example:
+//   ServerOptions options;
+//   options.listen = "127.0.0.1:0";
+//   options.state_dir = "/tmp/chorus-state";
+//   ASSIGN_OR_RETURN(auto server, CoordinatorServer::Start(options));
+//   LOG(INFO) << "port " << server->port();
+//   server->Shutdown(absl::Seconds(5));
+#ifndef CHORUS_COORDINATOR_SERVER_H_
+#define CHORUS_COORDINATOR_SERVER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace grpc {
+class Server;
+}
+
+namespace chorus {
+
+class HealthService;
+
+struct ServerOptions {
+  // host:port; port 0 picks a free port. Only loopback hosts are accepted
+  // until token authentication exists (DESIGN.md §5: secure by default).
+  std::string listen = "127.0.0.1:29650";
+  // Created if missing; must be writable; locked for this process's lifetime.
+  std::string state_dir;
+};
+
+// Splits "host:port" / "[v6]:port". INVALID_ARGUMENT naming `flag` otherwise.
+absl::Status ParseHostPort(const std::string& address, const std::string& flag,
+                           std::string* host, int* port);
+// True for 127.0.0.0/8, ::1 and localhost.
+bool IsLoopbackHost(const std::string& host);
+
+class CoordinatorServer {
+ public:
+  // Validates `options`, locks the state directory and starts listening.
+  // INVALID_ARGUMENT for a bad address, FAILED_PRECONDITION for an unusable
+  // or locked state directory, UNAVAILABLE if the port cannot be bound.
+  static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(
+      const ServerOptions& options);
+
+  CoordinatorServer(const CoordinatorServer&) = delete;
+  CoordinatorServer& operator=(const CoordinatorServer&) = delete;
+  // Shuts down (if not yet) and releases the state directory.
+  ~CoordinatorServer();
+
+  // The port actually bound (differs from the option when it was 0).
+  int port() const { return port_; }
+  // host:port clients should dial.
+  const std::string& address() const { return address_; }
+
+  // Stops accepting calls; in-flight calls get until `grace` to finish and are
+  // then cancelled.
+  void Shutdown(absl::Duration grace);
+  // Blocks until the server has shut down.
+  void Wait();
+
+ private:
+  CoordinatorServer(std::unique_ptr<HealthService> health,
+                    std::unique_ptr<grpc::Server> server, int port, std::string address,
+                    int lock_fd);
+
+  // Declared before server_ so that it outlives it.
+  std::unique_ptr<HealthService> health_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_;
+  std::string address_;
+  int lock_fd_;
+};
+
+}  // namespace chorus
+
+#endif  // CHORUS_COORDINATOR_SERVER_H_

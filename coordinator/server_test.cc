@@ -1,0 +1,125 @@
+#include "coordinator/server.h"
+
+#include <cstdlib>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+
+namespace chorus {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string TempDir(const std::string& name) {
+  const char* base = std::getenv("TEST_TMPDIR");
+  return std::string(base ? base : "/tmp") + "/" + name;
+}
+
+grpc::health::v1::HealthCheckResponse::ServingStatus Ping(const std::string& address,
+                                                           grpc::Status* status) {
+  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  auto stub = grpc::health::v1::Health::NewStub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  grpc::health::v1::HealthCheckRequest request;
+  grpc::health::v1::HealthCheckResponse response;
+  *status = stub->Check(&context, request, &response);
+  return response.status();
+}
+
+TEST(CoordinatorServerTest, ServesHealthOnAnEphemeralPort) {
+  ServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.state_dir = TempDir("health");
+  auto server = CoordinatorServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_GT((*server)->port(), 0);
+  EXPECT_EQ((*server)->address(), "127.0.0.1:" + std::to_string((*server)->port()));
+
+  grpc::Status status;
+  EXPECT_EQ(Ping((*server)->address(), &status),
+            grpc::health::v1::HealthCheckResponse::SERVING);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+
+  (*server)->Shutdown(absl::Seconds(1));
+  (*server)->Wait();
+  Ping((*server)->address(), &status);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE);
+}
+
+TEST(CoordinatorServerTest, StateDirIsExclusive) {
+  ServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.state_dir = TempDir("exclusive");
+  auto first = CoordinatorServer::Start(options);
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto second = CoordinatorServer::Start(options);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(second.status().message(), HasSubstr("in use by another coordinator (pid "));
+  first->reset();  // releases the lock
+  auto third = CoordinatorServer::Start(options);
+  EXPECT_TRUE(third.ok()) << third.status();
+}
+
+TEST(CoordinatorServerTest, RefusesNonLoopbackAndBadAddresses) {
+  ServerOptions options;
+  options.state_dir = TempDir("refuse");
+  options.listen = "0.0.0.0:0";
+  auto open = CoordinatorServer::Start(options);
+  ASSERT_FALSE(open.ok());
+  EXPECT_EQ(open.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(open.status().message(), HasSubstr("only loopback addresses"));
+
+  options.listen = "127.0.0.1";
+  auto no_port = CoordinatorServer::Start(options);
+  ASSERT_FALSE(no_port.ok());
+  EXPECT_THAT(no_port.status().message(), HasSubstr("expected HOST:PORT"));
+
+  options.listen = "127.0.0.1:99999";
+  auto big_port = CoordinatorServer::Start(options);
+  ASSERT_FALSE(big_port.ok());
+  EXPECT_THAT(big_port.status().message(), HasSubstr("[0, 65535]"));
+}
+
+TEST(CoordinatorServerTest, PortInUseIsUnavailable) {
+  ServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.state_dir = TempDir("busy1");
+  auto first = CoordinatorServer::Start(options);
+  ASSERT_TRUE(first.ok()) << first.status();
+  options.listen = (*first)->address();
+  options.state_dir = TempDir("busy2");
+  auto second = CoordinatorServer::Start(options);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(second.status().message(), HasSubstr("cannot listen"));
+}
+
+TEST(CoordinatorServerTest, UnwritableStateDirIsAClearError) {
+  ServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.state_dir = "/proc/chorus-cannot-exist";
+  auto server = CoordinatorServer::Start(options);
+  ASSERT_FALSE(server.ok());
+  EXPECT_EQ(server.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(server.status().message(), HasSubstr("--state_dir /proc/chorus-cannot-exist"));
+}
+
+TEST(ParseHostPortTest, AcceptsV4V6AndNames) {
+  std::string host;
+  int port = -1;
+  ASSERT_TRUE(ParseHostPort("[::1]:80", "--x", &host, &port).ok());
+  EXPECT_EQ(host, "::1");
+  EXPECT_EQ(port, 80);
+  ASSERT_TRUE(ParseHostPort("localhost:0", "--x", &host, &port).ok());
+  EXPECT_EQ(host, "localhost");
+  EXPECT_TRUE(IsLoopbackHost("127.0.0.2"));
+  EXPECT_FALSE(IsLoopbackHost("10.0.0.1"));
+}
+
+}  // namespace
+}  // namespace chorus
