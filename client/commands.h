@@ -1,0 +1,29 @@
+// The chorus CLI's subcommands, one file each. Each Add*Command registers a
+// CLI11 subcommand on `app`; when it runs it stores the process exit code in
+// `exit_code` (0 success, 1 runtime failure, 2 bad input).
+#ifndef CHORUS_CLIENT_COMMANDS_H_
+#define CHORUS_CLIENT_COMMANDS_H_
+
+#include <string>
+
+#include "CLI/CLI.hpp"
+
+namespace chorus::client {
+
+// Options every subcommand that talks to the coordinator shares.
+struct GlobalOptions {
+  std::string coordinator = "127.0.0.1:29650";
+  double timeout_seconds = 5;
+};
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;
+inline constexpr int kExitBadInput = 2;
+
+void AddVersionCommand(CLI::App& app, int& exit_code);
+void AddValidateCommand(CLI::App& app, int& exit_code);
+void AddPingCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);
+
+}  // namespace chorus::client
+
+#endif  // CHORUS_CLIENT_COMMANDS_H_

@@ -1,0 +1,32 @@
+// chorus: the command line for Chorus training jobs.
+
+#include <iostream>
+
+#include "client/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"chorus: submit and watch data-parallel training jobs on a Chorus coordinator."};
+  app.require_subcommand(1);
+  app.fallthrough();  // global options may follow the subcommand
+  chorus::client::GlobalOptions global;
+  app.add_option("--coordinator", global.coordinator, "Coordinator address, HOST:PORT.")
+      ->envname("CHORUS_COORDINATOR")
+      ->capture_default_str();
+  app.add_option("--timeout", global.timeout_seconds,
+                 "Seconds to wait for the coordinator on each call.")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+
+  int exit_code = chorus::client::kExitOk;
+  chorus::client::AddVersionCommand(app, exit_code);
+  chorus::client::AddValidateCommand(app, exit_code);
+  chorus::client::AddPingCommand(app, global, exit_code);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);  // prints help or the error
+    return code == 0 ? 0 : chorus::client::kExitBadInput;
+  }
+  return exit_code;
+}

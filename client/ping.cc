@@ -1,0 +1,31 @@
+// chorus ping: is a coordinator answering at --coordinator?
+
+#include <iostream>
+
+#include "absl/time/time.h"
+#include "client/commands.h"
+#include "common/grpc_util.h"
+
+namespace chorus::client {
+
+void AddPingCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) {
+  CLI::App* cmd = app.add_subcommand(
+      "ping",
+      "Ask the coordinator's health service whether it is serving. Prints SERVING and exits "
+      "0, or says why not and exits 1.");
+  cmd->callback([&global, &exit_code] {
+    auto status = CheckHealth(global.coordinator, absl::Seconds(global.timeout_seconds));
+    if (!status.ok()) {
+      std::cerr << "chorus ping: " << status.status().message()
+                << ". Start one with `chorus-coordinator`, or pass --coordinator HOST:PORT.\n";
+      exit_code = kExitFailure;
+      return;
+    }
+    std::cout << global.coordinator << ": "
+              << grpc::health::v1::HealthCheckResponse::ServingStatus_Name(*status) << "\n";
+    exit_code = *status == grpc::health::v1::HealthCheckResponse::SERVING ? kExitOk
+                                                                          : kExitFailure;
+  });
+}
+
+}  // namespace chorus::client

@@ -1,0 +1,45 @@
+// chorus validate SPEC: parse, normalize and check a job spec without
+// submitting it. Prints the spec as it would run, or every problem.
+
+#include <iostream>
+#include <string>
+
+#include "client/commands.h"
+#include "common/job_spec.h"
+
+namespace chorus::client {
+
+void AddValidateCommand(CLI::App& app, int& exit_code) {
+  CLI::App* cmd = app.add_subcommand(
+      "validate",
+      "Check a job spec (.textproto/.pbtxt, .json, .yaml/.yml). Prints the normalized spec "
+      "(every default filled in) on stdout, or every problem with its field path on stderr "
+      "and exits 2.");
+  auto path = std::make_shared<std::string>();
+  auto output = std::make_shared<std::string>("text");
+  cmd->add_option("spec", *path, "Job spec file.")->required();
+  cmd->add_option("-o,--output", *output, "How to print the normalized spec.")
+      ->check(CLI::IsMember({"text", "json", "none"}))
+      ->capture_default_str();
+  cmd->callback([path, output, &exit_code] {
+    absl::StatusOr<v1::JobSpec> spec = LoadJobSpec(*path);
+    if (!spec.ok()) {
+      std::cerr << "chorus validate: " << spec.status().message() << "\n";
+      exit_code = kExitBadInput;
+      return;
+    }
+    if (*output == "text") {
+      std::cout << JobSpecToText(*spec);
+    } else if (*output == "json") {
+      std::cout << JobSpecToJson(*spec);
+    }
+    std::cerr << "chorus validate: " << *path << " is valid (" << spec->resources().min_ranks()
+              << (spec->resources().max_ranks() != spec->resources().min_ranks()
+                      ? "-" + std::to_string(spec->resources().max_ranks())
+                      : "")
+              << " ranks)\n";
+    exit_code = kExitOk;
+  });
+}
+
+}  // namespace chorus::client

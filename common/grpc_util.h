@@ -1,0 +1,37 @@
+// Small helpers at the gRPC boundary shared by the CLI, workers and tests.
+//
+// Thread-safe: the functions keep no state.
+//
+// Example:
+//   absl::StatusOr<ServingStatus> s = CheckHealth("127.0.0.1:29650", absl::Seconds(5));
+#ifndef CHORUS_COMMON_GRPC_UTIL_H_
+#define CHORUS_COMMON_GRPC_UTIL_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "grpc/health/v1/health.pb.h"
+#include "grpcpp/channel.h"
+#include "grpcpp/support/status.h"
+
+namespace chorus {
+
+// grpc::Status <-> absl::Status; codes map one to one.
+absl::Status FromGrpcStatus(const grpc::Status& status);
+grpc::Status ToGrpcStatus(const absl::Status& status);
+
+// A channel to the coordinator at `address` (HOST:PORT), plaintext.
+std::shared_ptr<grpc::Channel> MakeCoordinatorChannel(const std::string& address);
+
+// Asks the coordinator's grpc.health.v1 service for the server's status.
+// UNAVAILABLE / DEADLINE_EXCEEDED with a message naming `address` when
+// nothing answers within `timeout`.
+absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> CheckHealth(
+    const std::string& address, absl::Duration timeout);
+
+}  // namespace chorus
+
+#endif  // CHORUS_COMMON_GRPC_UTIL_H_

@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# End to end: a real chorus-coordinator process on an ephemeral loopback port,
+# driven by the chorus CLI and chorus-worker as a user would.
+#
+# Usage (from Bazel): cli_e2e_test.sh COORDINATOR CHORUS WORKER
+set -uo pipefail
+
+COORDINATOR=$1
+CHORUS=$2
+WORKER=$3
+TMP=${TEST_TMPDIR:-$(mktemp -d)}
+failures=0
+coordinator_pid=""
+
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+pass() { echo "ok: $*"; }
+cleanup() { [[ -n "${coordinator_pid}" ]] && kill -KILL "${coordinator_pid}" 2>/dev/null; }
+trap cleanup EXIT
+
+# Waits (bounded) for file $1 to exist.
+wait_for_file() {
+  for _ in $(seq 1 200); do [[ -s "$1" ]] && return 0; sleep 0.1; done
+  return 1
+}
+
+# --- start the coordinator on port 0
+"${COORDINATOR}" --listen 127.0.0.1:0 --state_dir "${TMP}/state" --port_file "${TMP}/port" \
+  2>"${TMP}/coordinator.log" &
+coordinator_pid=$!
+if ! wait_for_file "${TMP}/port"; then
+  cat "${TMP}/coordinator.log" >&2
+  echo "FAIL: coordinator did not write its port within 20 s" >&2
+  exit 1
+fi
+port=$(cat "${TMP}/port")
+addr="127.0.0.1:${port}"
+[[ "${port}" =~ ^[0-9]+$ && "${port}" -gt 0 ]] && pass "coordinator bound port ${port}" \
+  || fail "port file holds '${port}'"
+
+# --- ping prints SERVING and exits 0
+out=$("${CHORUS}" ping --coordinator "${addr}" 2>&1); rc=$?
+[[ ${rc} -eq 0 && "${out}" == "${addr}: SERVING" ]] && pass "ping: ${out}" \
+  || fail "ping rc=${rc} out='${out}'"
+
+# --- the address also comes from CHORUS_COORDINATOR
+out=$(CHORUS_COORDINATOR="${addr}" "${CHORUS}" ping 2>&1); rc=$?
+[[ ${rc} -eq 0 && "${out}" == *SERVING ]] && pass "ping via CHORUS_COORDINATOR" \
+  || fail "env ping rc=${rc} out='${out}'"
+
+# --- a second coordinator on the same state dir is refused, naming the owner
+out=$("${COORDINATOR}" --listen 127.0.0.1:0 --state_dir "${TMP}/state" 2>&1); rc=$?
+[[ ${rc} -ne 0 && "${out}" == *"in use by another coordinator (pid ${coordinator_pid})"* ]] \
+  && pass "state dir lock" || fail "second coordinator rc=${rc} out='${out}'"
+
+# --- a non-loopback address is refused
+out=$("${COORDINATOR}" --listen 0.0.0.0:0 --state_dir "${TMP}/state2" 2>&1); rc=$?
+[[ ${rc} -ne 0 && "${out}" == *"only loopback addresses"* ]] && pass "loopback only" \
+  || fail "0.0.0.0 rc=${rc} out='${out}'"
+
+# --- the worker finds the coordinator and says what it cannot do yet
+out=$("${WORKER}" --coordinator "${addr}" --slots 2 2>&1); rc=$?
+[[ ${rc} -eq 3 && "${out}" == *"is SERVING"* && "${out}" == *"cannot launch ranks yet"* ]] \
+  && pass "worker reaches coordinator" || fail "worker rc=${rc} out='${out}'"
+
+# --- validate: a bad spec exits 2 and names every field
+cat > "${TMP}/bad.yaml" <<'SPEC'
+model: {mlp: {}}
+data: {synthetic: {}}
+strategy: {ddp: {bucket_cap_mb: -3}}
+training: {batch_size_per_rank: 0.5}
+SPEC
+out=$("${CHORUS}" validate "${TMP}/bad.yaml" 2>&1); rc=$?
+[[ ${rc} -eq 2 && "${out}" == *"batch_size_per_rank"* ]] && pass "validate rejects non-integer" \
+  || fail "validate bad rc=${rc} out='${out}'"
+sed -i 's/batch_size_per_rank: 0.5/batch_size_per_rank: -1/' "${TMP}/bad.yaml"
+out=$("${CHORUS}" validate "${TMP}/bad.yaml" 2>&1); rc=$?
+[[ ${rc} -eq 2 && "${out}" == *"strategy.ddp.bucket_cap_mb: must be > 0, got -3"* \
+   && "${out}" == *"training.batch_size_per_rank: must be > 0, got -1"* ]] \
+  && pass "validate names both fields" || fail "validate bad rc=${rc} out='${out}'"
+
+# --- validate: a good spec prints the normalized spec and exits 0
+printf 'model { mlp {} }\ndata { synthetic {} }\n' > "${TMP}/good.textproto"
+out=$("${CHORUS}" validate "${TMP}/good.textproto" 2>/dev/null); rc=$?
+[[ ${rc} -eq 0 && "${out}" == *"bucket_cap_mb: 25"* && "${out}" == *"dead_after_seconds: 5"* ]] \
+  && pass "validate prints defaults" || fail "validate good rc=${rc} out='${out}'"
+out=$("${CHORUS}" validate --output json "${TMP}/good.textproto" 2>/dev/null); rc=$?
+[[ ${rc} -eq 0 && "${out}" == *'"bucket_cap_mb": 25'* ]] && pass "validate --output json" \
+  || fail "validate json rc=${rc} out='${out}'"
+
+# --- usage errors exit 2
+"${CHORUS}" >/dev/null 2>&1; rc=$?
+[[ ${rc} -eq 2 ]] && pass "no subcommand exits 2" || fail "no subcommand rc=${rc}"
+"${CHORUS}" validate /nonexistent.yaml >/dev/null 2>&1; rc=$?
+[[ ${rc} -eq 2 ]] && pass "missing spec exits 2" || fail "missing spec rc=${rc}"
+
+# --- SIGTERM stops the coordinator cleanly and promptly
+kill -TERM "${coordinator_pid}"
+stopped=0
+for _ in $(seq 1 100); do
+  if ! kill -0 "${coordinator_pid}" 2>/dev/null; then stopped=1; break; fi
+  sleep 0.1
+done
+if [[ ${stopped} -eq 1 ]]; then
+  wait "${coordinator_pid}"; rc=$?
+  [[ ${rc} -eq 0 ]] && pass "SIGTERM -> exit 0" || fail "coordinator exit code ${rc} after SIGTERM"
+  grep -q "coordinator stopped" "${TMP}/coordinator.log" && pass "logged clean stop" \
+    || fail "no clean-stop log line"
+else
+  fail "coordinator still running 10 s after SIGTERM"
+fi
+coordinator_pid=""
+
+# --- ping against nothing: exit 1 with a message that says what to do
+out=$("${CHORUS}" ping --coordinator "${addr}" --timeout 1 2>&1); rc=$?
+[[ ${rc} -eq 1 && "${out}" == *"no coordinator answered at ${addr}"* ]] \
+  && pass "ping with no coordinator" || fail "dead ping rc=${rc} out='${out}'"
+
+echo "${failures} failure(s)"
+exit $((failures > 0))
