@@ -1,0 +1,123 @@
+// Communicator: how ranks move tensors between each other.
+//
+// One Communicator joins `size()` ranks of one generation. Every op is
+// asynchronous and returns a Work handle; ops execute in the order they were
+// issued on this rank (one ordered queue), so the same program order on every
+// rank gives the same collective order. Each op gets a sequence number and a
+// fingerprint in the flight recorder (DESIGN.md §6).
+//
+// Failure model (see Note [Communicator failures]):
+//   - a peer that dies makes the running op and every later op fail with
+//     UNAVAILABLE; a peer that never issues an op makes Wait(deadline) return
+//     DEADLINE_EXCEEDED while the op stays "started" in the flight recorder;
+//   - Abort() fails everything pending and tears the transport down so that a
+//     new Communicator (next generation) can be built in the same process.
+//
+// Tensors must stay alive and untouched until their Work is done; the
+// communicator holds a reference to each tensor it was given.
+//
+// Thread-safety: ops may be issued from any thread, but the order in which
+// concurrent callers issue them is the order they run in, so a program that
+// issues from several threads must order them itself. Work::Wait may be called
+// from any thread, any number of times.
+//
+// Example:
+//   ASSIGN_OR_RETURN(auto comm, CreateGlooCommunicator(options, store));
+//   at::Tensor grad = ...;
+//   auto work = comm->AllReduce(grad, ReduceOp::kAvg, "ddp:model/bucket0");
+//   RETURN_IF_ERROR(work->Wait(absl::Now() + absl::Seconds(30)));
+#ifndef CHORUS_WORKER_COMM_COMMUNICATOR_H_
+#define CHORUS_WORKER_COMM_COMMUNICATOR_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "worker/comm/flight_recorder.h"
+
+namespace chorus {
+
+enum class ReduceOp { kSum, kAvg, kMin, kMax };
+const char* ReduceOpName(ReduceOp op);
+
+// The handle of one issued op.
+class Work {
+ public:
+  virtual ~Work() = default;
+  // Blocks until the op finished or `deadline`. The op's status, or
+  // DEADLINE_EXCEEDED naming the op if it is still running at `deadline`
+  // (it keeps running; Wait again or Abort the communicator).
+  virtual absl::Status Wait(absl::Time deadline) = 0;
+  // True once the op finished (successfully or not).
+  virtual bool Done() const = 0;
+  // The op's sequence number in this communicator's flight recorder.
+  virtual int64_t seq() const = 0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // Ranks of the parent world that form this communicator, in rank order;
+  // empty for a world communicator.
+  virtual const std::vector<int>& group() const = 0;
+
+  // Reduces `tensor` across ranks in place. Float dtypes support every op;
+  // integer dtypes all but kAvg. Empty tensors complete at once.
+  virtual std::shared_ptr<Work> AllReduce(at::Tensor tensor, ReduceOp op,
+                                          absl::string_view tag) = 0;
+  // Copies `root`'s `tensor` into every rank's `tensor`.
+  virtual std::shared_ptr<Work> Broadcast(at::Tensor tensor, int root,
+                                          absl::string_view tag) = 0;
+  // Gathers every rank's `input` into `output`, rank r's at the r-th slice of
+  // its first dimension. REQUIRES output.numel() == size() * input.numel()
+  // and equal dtypes.
+  virtual std::shared_ptr<Work> AllGather(at::Tensor input, at::Tensor output,
+                                          absl::string_view tag) = 0;
+  // Returns once every rank reached it.
+  virtual std::shared_ptr<Work> Barrier(absl::string_view tag) = 0;
+  // Point-to-point. Matching is per pair of ranks, in issue order: the k-th
+  // Send from a to b meets the k-th Recv on b from a. A Send blocks the queue
+  // until the peer has posted the matching Recv, so a ring where everyone
+  // sends first must use SendRecv.
+  virtual std::shared_ptr<Work> Send(at::Tensor tensor, int dst, absl::string_view tag) = 0;
+  virtual std::shared_ptr<Work> Recv(at::Tensor tensor, int src, absl::string_view tag) = 0;
+  // Sends `send` to `dst` and receives `recv` from `src` as one op (the
+  // neighbour exchange of gossip averaging); safe in rings.
+  virtual std::shared_ptr<Work> SendRecv(at::Tensor send, int dst, at::Tensor recv, int src,
+                                         absl::string_view tag) = 0;
+
+  // A communicator over `ranks` (ranks of this communicator, sorted, unique),
+  // cached by rank list. Only members call it, all of them, in the same order
+  // relative to their other NewGroup calls. NOT_FOUND if this rank is not in
+  // `ranks`; INVALID_ARGUMENT for a bad list.
+  virtual absl::StatusOr<std::shared_ptr<Communicator>> NewGroup(std::vector<int> ranks) = 0;
+
+  // Fails every pending op with ABORTED (or the status that broke the
+  // communicator) and closes the transport. Later ops fail at once. Blocks
+  // until the op in progress has returned. Idempotent.
+  virtual void Abort(absl::string_view reason) = 0;
+
+  virtual const FlightRecorder& flight_recorder() const = 0;
+};
+
+// Note [Communicator failures]
+// A transport error (peer closed the connection, process killed) fails the
+// op that saw it with UNAVAILABLE and marks the communicator broken: the
+// collective schedule of the ranks can no longer be trusted, so every later
+// op fails with the same status instead of talking to a half-dead group.
+// Recovery is a new generation: Abort() this communicator and build another
+// among the survivors. An op that exceeds the communicator's op timeout fails
+// with DEADLINE_EXCEEDED and breaks it the same way.
+
+}  // namespace chorus
+
+#endif  // CHORUS_WORKER_COMM_COMMUNICATOR_H_

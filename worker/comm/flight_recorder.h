@@ -1,0 +1,110 @@
+// FlightRecorder: a bounded ring of the collectives one communicator issued.
+//
+// Every op gets a sequence number (1, 2, ...) and a fingerprint. The recorder
+// keeps, for the newest `capacity` ops, when each was enqueued, started and
+// finished and how it ended. Heartbeats carry Snapshot() to the coordinator,
+// whose hang detector compares ranks: the same seq must carry the same
+// fingerprint on every rank, and a rank whose last enqueued seq is behind the
+// others' is the one that never joined. See DESIGN.md §6.
+//
+// Thread-safety: all methods may be called concurrently; Snapshot() copies
+// only the in-flight entries and the `recent` newest finished ones.
+//
+// Example:
+//   FlightRecorder recorder;
+//   int64_t seq = recorder.Enqueued({"allreduce", "float32", 1024, {}, "ddp:model/bucket0"});
+//   recorder.Started(seq);
+//   recorder.Finished(seq, OpState::kCompleted, "");
+//   FlightRecorder::Snapshot s = recorder.TakeSnapshot(/*recent=*/4);
+#ifndef CHORUS_WORKER_COMM_FLIGHT_RECORDER_H_
+#define CHORUS_WORKER_COMM_FLIGHT_RECORDER_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+
+namespace chorus {
+
+// What identifies one collective. Two ranks at the same seq must agree.
+struct Fingerprint {
+  std::string op;     // allreduce/sum, broadcast, allgather, barrier, send, recv, sendrecv
+  std::string dtype;  // float32, float64, float16, bfloat16, int32, int64, or "" (barrier)
+  int64_t count = 0;  // elements
+  std::vector<int> group;  // global ranks of the group; empty = the whole world
+  std::string tag;    // caller tag, e.g. "ddp:model/bucket3"
+
+  int64_t bytes() const;
+  std::string ToString() const;  // "allreduce/sum float32[1024] ddp:model/bucket3"
+  bool operator==(const Fingerprint& other) const;
+  bool operator!=(const Fingerprint& other) const { return !(*this == other); }
+};
+
+enum class OpState { kEnqueued, kStarted, kCompleted, kFailed, kTimedOut };
+const char* OpStateName(OpState state);
+
+struct FlightRecord {
+  int64_t seq = 0;
+  Fingerprint fingerprint;
+  OpState state = OpState::kEnqueued;
+  absl::Time enqueued = absl::InfinitePast();
+  absl::Time started = absl::InfinitePast();   // InfinitePast until started
+  absl::Time finished = absl::InfinitePast();  // InfinitePast until finished
+  std::string error;                           // set when kFailed / kTimedOut
+};
+
+class FlightRecorder {
+ public:
+  static constexpr size_t kDefaultCapacity = 2048;
+
+  // `clock` (not owned; null = real time) must outlive the recorder.
+  explicit FlightRecorder(size_t capacity = kDefaultCapacity, Clock* clock = nullptr);
+  FlightRecorder(const FlightRecorder&) = delete;
+  FlightRecorder& operator=(const FlightRecorder&) = delete;
+
+  // Records a new op and returns its sequence number.
+  int64_t Enqueued(Fingerprint fingerprint);
+  void Started(int64_t seq);
+  // REQUIRES: state is kCompleted, kFailed or kTimedOut.
+  void Finished(int64_t seq, OpState state, std::string error);
+
+  struct Snapshot {
+    int64_t last_enqueued_seq = 0;
+    int64_t last_started_seq = 0;
+    // Newest seq that finished (any way); ops finish in seq order.
+    int64_t last_finished_seq = 0;
+    // Newest seq that completed successfully.
+    int64_t last_completed_seq = 0;
+    // Ops not finished yet, oldest first, then up to `recent` finished ones,
+    // newest last. Entries overwritten in the ring are absent.
+    std::vector<FlightRecord> in_flight;
+    std::vector<FlightRecord> recent;
+  };
+  Snapshot TakeSnapshot(size_t recent = 0) const;
+
+  // Every entry still in the ring, oldest first, as a JSON object.
+  std::string DumpJson() const;
+
+  size_t capacity() const { return ring_.size(); }
+
+ private:
+  FlightRecord* Find(int64_t seq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  const FlightRecord* Find(int64_t seq) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  RealClock real_clock_;
+  Clock* const clock_;
+  mutable absl::Mutex mu_;
+  std::vector<FlightRecord> ring_ ABSL_GUARDED_BY(mu_);
+  int64_t last_enqueued_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t last_started_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t last_finished_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t last_completed_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace chorus
+
+#endif  // CHORUS_WORKER_COMM_FLIGHT_RECORDER_H_

@@ -1,0 +1,97 @@
+#include "worker/comm/flight_recorder.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace chorus {
+namespace {
+
+using ::testing::HasSubstr;
+
+Fingerprint Fp(const std::string& tag, int64_t count = 8) {
+  return Fingerprint{"allreduce/sum", "float32", count, {}, tag};
+}
+
+TEST(FingerprintTest, DescribesItself) {
+  Fingerprint fp{"allreduce/avg", "float16", 1000, {0, 2}, "ddp:model/bucket2"};
+  EXPECT_EQ(fp.bytes(), 2000);
+  EXPECT_EQ(fp.ToString(), "allreduce/avg float16[1000] group{0,2} ddp:model/bucket2");
+  EXPECT_EQ(fp, fp);
+  Fingerprint other = fp;
+  other.count = 999;
+  EXPECT_NE(fp, other);
+}
+
+TEST(FlightRecorderTest, TracksLifecycleAndTimes) {
+  FakeClock clock(absl::FromUnixSeconds(10));
+  FlightRecorder recorder(16, &clock);
+  int64_t a = recorder.Enqueued(Fp("a"));
+  int64_t b = recorder.Enqueued(Fp("b"));
+  EXPECT_EQ(a, 1);
+  EXPECT_EQ(b, 2);
+  clock.Advance(absl::Seconds(1));
+  recorder.Started(a);
+  clock.Advance(absl::Seconds(2));
+  recorder.Finished(a, OpState::kCompleted, "");
+  recorder.Started(b);
+
+  FlightRecorder::Snapshot s = recorder.TakeSnapshot(/*recent=*/4);
+  EXPECT_EQ(s.last_enqueued_seq, 2);
+  EXPECT_EQ(s.last_started_seq, 2);
+  EXPECT_EQ(s.last_finished_seq, 1);
+  EXPECT_EQ(s.last_completed_seq, 1);
+  ASSERT_EQ(s.in_flight.size(), 1u);
+  EXPECT_EQ(s.in_flight[0].seq, 2);
+  EXPECT_EQ(s.in_flight[0].state, OpState::kStarted);
+  EXPECT_EQ(s.in_flight[0].fingerprint.tag, "b");
+  ASSERT_EQ(s.recent.size(), 1u);
+  EXPECT_EQ(s.recent[0].state, OpState::kCompleted);
+  EXPECT_EQ(s.recent[0].finished - s.recent[0].started, absl::Seconds(2));
+  EXPECT_EQ(s.recent[0].started - s.recent[0].enqueued, absl::Seconds(1));
+
+  recorder.Finished(b, OpState::kTimedOut, "peer silent");
+  s = recorder.TakeSnapshot(1);
+  EXPECT_TRUE(s.in_flight.empty());
+  EXPECT_EQ(s.last_finished_seq, 2);
+  EXPECT_EQ(s.last_completed_seq, 1);  // a timeout is not a completion
+  ASSERT_EQ(s.recent.size(), 1u);
+  EXPECT_EQ(s.recent[0].error, "peer silent");
+}
+
+TEST(FlightRecorderTest, RingKeepsTheNewestEntries) {
+  FlightRecorder recorder(4);
+  for (int i = 0; i < 10; ++i) {
+    int64_t seq = recorder.Enqueued(Fp("t" + std::to_string(i)));
+    recorder.Started(seq);
+    recorder.Finished(seq, OpState::kCompleted, "");
+  }
+  FlightRecorder::Snapshot s = recorder.TakeSnapshot(100);
+  EXPECT_EQ(s.last_completed_seq, 10);
+  ASSERT_EQ(s.recent.size(), 4u);
+  EXPECT_EQ(s.recent.front().seq, 7);
+  EXPECT_EQ(s.recent.back().seq, 10);
+  std::string json = recorder.DumpJson();
+  EXPECT_THAT(json, HasSubstr("\"last_completed_seq\":10"));
+  EXPECT_THAT(json, HasSubstr("\"seq\":7,\"op\":\"allreduce/sum\""));
+  EXPECT_THAT(json, ::testing::Not(HasSubstr("\"seq\":6,")));
+}
+
+TEST(FlightRecorderTest, InFlightEntriesSurviveWhileQueued) {
+  FlightRecorder recorder(8);
+  for (int i = 0; i < 5; ++i) recorder.Enqueued(Fp("q"));
+  FlightRecorder::Snapshot s = recorder.TakeSnapshot();
+  ASSERT_EQ(s.in_flight.size(), 5u);
+  EXPECT_EQ(s.in_flight[0].state, OpState::kEnqueued);
+  EXPECT_EQ(s.in_flight[4].seq, 5);
+  EXPECT_EQ(s.last_started_seq, 0);
+}
+
+TEST(FlightRecorderTest, JsonEscapesTags) {
+  FlightRecorder recorder(2);
+  recorder.Enqueued(Fp("quote\"back\\slash"));
+  EXPECT_THAT(recorder.DumpJson(), HasSubstr("\"tag\":\"quote\\\"back\\\\slash\""));
+  EXPECT_THAT(recorder.DumpJson(), HasSubstr("\"started_us\":null"));
+}
+
+}  // namespace
+}  // namespace chorus

@@ -1,0 +1,593 @@
+#include "worker/comm/gloo_communicator.h"
+
+#include <algorithm>
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <map>
+#include <thread>
+#include <utility>
+
+#include <ATen/ATen.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Exception.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "common/status_macros.h"
+#include "gloo/allgather.h"
+#include "gloo/allreduce.h"
+#include "gloo/barrier.h"
+#include "gloo/broadcast.h"
+#include "gloo/common/error.h"
+#include "gloo/math.h"
+#include "gloo/rendezvous/context.h"
+#include "gloo/transport/tcp/device.h"
+#include "gloo/transport/unbound_buffer.h"
+#include "gloo/types.h"
+#include "glog/logging.h"
+#include "worker/comm/gloo_store.h"
+
+namespace chorus {
+
+const char* ReduceOpName(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kAvg: return "avg";
+    case ReduceOp::kMin: return "min";
+    case ReduceOp::kMax: return "max";
+  }
+  return "unknown";
+}
+
+namespace {
+
+using ReduceFn = std::function<void(void*, const void*, const void*, size_t)>;
+
+// Slot prefix for point-to-point buffers; gloo's own collectives use small
+// prefixes in the top byte, so ours cannot collide with them.
+constexpr uint64_t kP2pSlotPrefix = uint64_t{0x7f} << 56;
+
+std::string DtypeName(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return "float32";
+    case at::kDouble: return "float64";
+    case at::kHalf: return "float16";
+    case at::kBFloat16: return "bfloat16";
+    case at::kInt: return "int32";
+    case at::kLong: return "int64";
+    case at::kByte: return "uint8";
+    case at::kChar: return "int8";
+    case at::kBool: return "bool";
+    default: return c10::toString(t);
+  }
+}
+
+// bfloat16 is not a gloo type: reduce through float.
+template <typename Combine>
+void Bf16Reduce(void* c, const void* a, const void* b, size_t n, Combine combine) {
+  auto* out = static_cast<c10::BFloat16*>(c);
+  const auto* x = static_cast<const c10::BFloat16*>(a);
+  const auto* y = static_cast<const c10::BFloat16*>(b);
+  for (size_t i = 0; i < n; ++i) {
+    out[i] = c10::BFloat16(combine(static_cast<float>(x[i]), static_cast<float>(y[i])));
+  }
+}
+
+using RawReduceFn = void (*)(void*, const void*, const void*, size_t);
+
+template <typename T>
+ReduceFn GlooReduceFn(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kMin: return static_cast<RawReduceFn>(&gloo::min<T>);
+    case ReduceOp::kMax: return static_cast<RawReduceFn>(&gloo::max<T>);
+    default: return static_cast<RawReduceFn>(&gloo::sum<T>);
+  }
+}
+
+ReduceFn Bf16ReduceFn(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kMin:
+      return [](void* c, const void* a, const void* b, size_t n) {
+        Bf16Reduce(c, a, b, n, [](float x, float y) { return std::min(x, y); });
+      };
+    case ReduceOp::kMax:
+      return [](void* c, const void* a, const void* b, size_t n) {
+        Bf16Reduce(c, a, b, n, [](float x, float y) { return std::max(x, y); });
+      };
+    default:
+      return [](void* c, const void* a, const void* b, size_t n) {
+        Bf16Reduce(c, a, b, n, [](float x, float y) { return x + y; });
+      };
+  }
+}
+
+// Runs gloo::allreduce in place on `n` elements of type T at `ptr`.
+template <typename T>
+void GlooAllreduce(const std::shared_ptr<gloo::Context>& context, void* ptr, size_t n,
+                   ReduceFn fn, uint32_t tag, std::chrono::milliseconds timeout) {
+  gloo::AllreduceOptions opts(context);
+  opts.setOutput(static_cast<T*>(ptr), n);
+  opts.setReduceFunction(std::move(fn));
+  opts.setTag(tag);
+  opts.setTimeout(timeout);
+  gloo::allreduce(opts);
+}
+
+// The Work of one op. Finished exactly once by the communicator's thread (or
+// by Abort for ops that never ran).
+class GlooWork : public Work {
+ public:
+  GlooWork(int64_t seq, Fingerprint fingerprint, std::function<void()> run)
+      : seq_(seq), fingerprint_(std::move(fingerprint)), run_(std::move(run)) {}
+
+  // A Work that failed before it was issued (bad arguments).
+  static std::shared_ptr<GlooWork> Failed(absl::Status status) {
+    auto work = std::make_shared<GlooWork>(0, Fingerprint(), nullptr);
+    work->Finish(std::move(status));
+    return work;
+  }
+
+  absl::Status Wait(absl::Time deadline) override {
+    absl::MutexLock lock(&mu_);
+    if (!mu_.AwaitWithDeadline(absl::Condition(&done_), deadline)) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "op #", seq_, " (", fingerprint_.ToString(), ") has not finished by its deadline"));
+    }
+    return status_;
+  }
+
+  bool Done() const override {
+    absl::MutexLock lock(&mu_);
+    return done_;
+  }
+
+  int64_t seq() const override { return seq_; }
+
+  void Finish(absl::Status status) {
+    absl::MutexLock lock(&mu_);
+    status_ = std::move(status);
+    done_ = true;
+    run_ = nullptr;  // drops the tensors
+  }
+
+  const Fingerprint& fingerprint() const { return fingerprint_; }
+  // REQUIRES: called once, by the communicator's thread.
+  void Run() { run_(); }
+
+ private:
+  const int64_t seq_;
+  const Fingerprint fingerprint_;
+  std::function<void()> run_;
+  mutable absl::Mutex mu_;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+};
+
+class GlooCommunicator : public Communicator {
+ public:
+  GlooCommunicator(const GlooOptions& options, Store& store,
+                   std::shared_ptr<gloo::transport::Device> device,
+                   std::shared_ptr<gloo::Context> context, std::vector<int> group,
+                   std::unique_ptr<Store> owned_store)
+      : options_(options),
+        owned_store_(std::move(owned_store)),
+        store_(owned_store_ ? *owned_store_ : store),
+        device_(std::move(device)),
+        context_(std::move(context)),
+        group_(std::move(group)),
+        timeout_(std::chrono::milliseconds(absl::ToInt64Milliseconds(options.op_timeout))),
+        recorder_(options.flight_recorder_capacity, options.clock),
+        send_counts_(options.size, 0),
+        recv_counts_(options.size, 0) {
+    thread_ = std::thread([this] { RunLoop(); });
+  }
+
+  ~GlooCommunicator() override { Abort("communicator destroyed"); }
+
+  int rank() const override { return options_.rank; }
+  int size() const override { return options_.size; }
+  const std::vector<int>& group() const override { return group_; }
+  const FlightRecorder& flight_recorder() const override { return recorder_; }
+
+  std::shared_ptr<Work> AllReduce(at::Tensor tensor, ReduceOp op,
+                                  absl::string_view tag) override {
+    if (absl::Status s = CheckTensor(tensor, "AllReduce"); !s.ok()) return GlooWork::Failed(s);
+    const at::ScalarType dtype = tensor.scalar_type();
+    const bool floating = at::isFloatingType(dtype);
+    if (!floating && dtype != at::kInt && dtype != at::kLong) {
+      return GlooWork::Failed(absl::InvalidArgumentError(absl::StrCat(
+          "AllReduce: dtype ", DtypeName(dtype),
+          " is not supported; use float32, float64, float16, bfloat16, int32 or int64")));
+    }
+    if (op == ReduceOp::kAvg && !floating) {
+      return GlooWork::Failed(absl::InvalidArgumentError(
+          absl::StrCat("AllReduce: avg needs a floating dtype, got ", DtypeName(dtype))));
+    }
+    ReduceFn fn;
+    void (*run)(const std::shared_ptr<gloo::Context>&, void*, size_t, ReduceFn, uint32_t,
+                std::chrono::milliseconds) = nullptr;
+    switch (dtype) {
+      case at::kFloat: fn = GlooReduceFn<float>(op); run = &GlooAllreduce<float>; break;
+      case at::kDouble: fn = GlooReduceFn<double>(op); run = &GlooAllreduce<double>; break;
+      case at::kHalf:
+        fn = GlooReduceFn<gloo::float16>(op);
+        run = &GlooAllreduce<gloo::float16>;
+        break;
+      case at::kBFloat16: fn = Bf16ReduceFn(op); run = &GlooAllreduce<uint16_t>; break;
+      case at::kInt: fn = GlooReduceFn<int32_t>(op); run = &GlooAllreduce<int32_t>; break;
+      default: fn = GlooReduceFn<int64_t>(op); run = &GlooAllreduce<int64_t>; break;
+    }
+    Fingerprint fp{absl::StrCat("allreduce/", ReduceOpName(op)), DtypeName(dtype),
+                   tensor.numel(), group_, std::string(tag)};
+    const int size = options_.size;
+    return Issue(std::move(fp), /*collective=*/true,
+                 [this, tensor, op, fn, run, size](uint32_t gloo_tag) {
+                   if (tensor.numel() == 0) return;
+                   at::Tensor buffer = tensor.is_contiguous() ? tensor : tensor.contiguous();
+                   run(context_, buffer.data_ptr(), static_cast<size_t>(buffer.numel()), fn,
+                       gloo_tag, timeout_);
+                   if (op == ReduceOp::kAvg) buffer.div_(size);
+                   if (!buffer.is_same(tensor)) tensor.copy_(buffer);
+                 });
+  }
+
+  std::shared_ptr<Work> Broadcast(at::Tensor tensor, int root, absl::string_view tag) override {
+    if (absl::Status s = CheckTensor(tensor, "Broadcast"); !s.ok()) return GlooWork::Failed(s);
+    if (absl::Status s = CheckPeer(root, "Broadcast", "root", /*self_ok=*/true); !s.ok()) {
+      return GlooWork::Failed(s);
+    }
+    Fingerprint fp{absl::StrCat("broadcast/root", root), DtypeName(tensor.scalar_type()),
+                   tensor.numel(), group_, std::string(tag)};
+    return Issue(std::move(fp), true, [this, tensor, root](uint32_t gloo_tag) {
+      if (tensor.numel() == 0) return;
+      at::Tensor buffer = tensor.is_contiguous() ? tensor : tensor.contiguous();
+      gloo::BroadcastOptions opts(context_);
+      opts.setOutput(static_cast<uint8_t*>(buffer.data_ptr()), buffer.nbytes());
+      opts.setRoot(root);
+      opts.setTag(gloo_tag);
+      opts.setTimeout(timeout_);
+      gloo::broadcast(opts);
+      if (!buffer.is_same(tensor)) tensor.copy_(buffer);
+    });
+  }
+
+  std::shared_ptr<Work> AllGather(at::Tensor input, at::Tensor output,
+                                  absl::string_view tag) override {
+    if (absl::Status s = CheckTensor(input, "AllGather input"); !s.ok()) return GlooWork::Failed(s);
+    if (absl::Status s = CheckTensor(output, "AllGather output"); !s.ok()) {
+      return GlooWork::Failed(s);
+    }
+    if (input.scalar_type() != output.scalar_type() ||
+        output.numel() != input.numel() * options_.size) {
+      return GlooWork::Failed(absl::InvalidArgumentError(absl::StrCat(
+          "AllGather: output must hold size() * input.numel() = ", options_.size, " * ",
+          input.numel(), " elements of ", DtypeName(input.scalar_type()), ", got ",
+          output.numel(), " of ", DtypeName(output.scalar_type()))));
+    }
+    Fingerprint fp{"allgather", DtypeName(input.scalar_type()), input.numel(), group_,
+                   std::string(tag)};
+    return Issue(std::move(fp), true, [this, input, output](uint32_t gloo_tag) {
+      if (input.numel() == 0) return;
+      at::Tensor in = input.contiguous();
+      at::Tensor out = output.is_contiguous() ? output : output.contiguous();
+      gloo::AllgatherOptions opts(context_);
+      opts.setInput(static_cast<uint8_t*>(in.data_ptr()), in.nbytes());
+      opts.setOutput(static_cast<uint8_t*>(out.data_ptr()), out.nbytes());
+      opts.setTag(gloo_tag);
+      opts.setTimeout(timeout_);
+      gloo::allgather(opts);
+      if (!out.is_same(output)) output.copy_(out);
+    });
+  }
+
+  std::shared_ptr<Work> Barrier(absl::string_view tag) override {
+    Fingerprint fp{"barrier", "", 0, group_, std::string(tag)};
+    return Issue(std::move(fp), true, [this](uint32_t gloo_tag) {
+      gloo::BarrierOptions opts(context_);
+      opts.setTag(gloo_tag);
+      opts.setTimeout(timeout_);
+      gloo::barrier(opts);
+    });
+  }
+
+  std::shared_ptr<Work> Send(at::Tensor tensor, int dst, absl::string_view tag) override {
+    return SendRecvImpl(tensor, dst, at::Tensor(), -1, tag, "send");
+  }
+
+  std::shared_ptr<Work> Recv(at::Tensor tensor, int src, absl::string_view tag) override {
+    return SendRecvImpl(at::Tensor(), -1, tensor, src, tag, "recv");
+  }
+
+  std::shared_ptr<Work> SendRecv(at::Tensor send, int dst, at::Tensor recv, int src,
+                                 absl::string_view tag) override {
+    return SendRecvImpl(send, dst, recv, src, tag, "sendrecv");
+  }
+
+  absl::StatusOr<std::shared_ptr<Communicator>> NewGroup(std::vector<int> ranks) override {
+    if (ranks.empty()) return absl::InvalidArgumentError("NewGroup: ranks must not be empty");
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      if (ranks[i] < 0 || ranks[i] >= options_.size || (i > 0 && ranks[i] <= ranks[i - 1])) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "NewGroup: ranks must be sorted, unique and in [0, ", options_.size, "), got [",
+            absl::StrJoin(ranks, ","), "]"));
+      }
+    }
+    auto me = std::find(ranks.begin(), ranks.end(), options_.rank);
+    if (me == ranks.end()) {
+      return absl::NotFoundError(absl::StrCat("NewGroup: rank ", options_.rank,
+                                              " is not in [", absl::StrJoin(ranks, ","), "]"));
+    }
+    const std::string key = absl::StrJoin(ranks, ",");
+    absl::MutexLock lock(&groups_mu_);
+    if (auto it = groups_.find(key); it != groups_.end()) return it->second;
+    GlooOptions child = options_;
+    child.rank = static_cast<int>(me - ranks.begin());
+    child.size = static_cast<int>(ranks.size());
+    std::vector<int> global;
+    for (int r : ranks) global.push_back(group_.empty() ? r : group_[r]);
+    auto store = std::make_unique<PrefixStore>(store_, "group/" + key);
+    ASSIGN_OR_RETURN(std::shared_ptr<Communicator> comm,
+                     Create(child, *store, device_, std::move(global), std::move(store)));
+    groups_[key] = comm;
+    return comm;
+  }
+
+  void Abort(absl::string_view reason) override {
+    std::deque<std::shared_ptr<GlooWork>> dropped;
+    absl::Status status;
+    {
+      absl::MutexLock lock(&mu_);
+      if (broken_.ok()) {
+        broken_ = absl::AbortedError(absl::StrCat("communicator aborted: ", reason));
+      }
+      status = broken_;
+      dropped.swap(queue_);
+      stopping_ = true;
+    }
+    for (auto& work : dropped) {
+      recorder_.Finished(work->seq(), OpState::kFailed, std::string(status.message()));
+      work->Finish(status);
+    }
+    {
+      absl::MutexLock lock(&groups_mu_);
+      for (auto& [key, group] : groups_) group->Abort(reason);
+    }
+    // Wakes an op blocked on a peer that will never answer.
+    if (context_ != nullptr) {
+      try {
+        context_->closeConnections();
+      } catch (const std::exception& e) {
+        LOG(WARNING) << "closing gloo connections: " << e.what();
+      }
+    }
+    absl::MutexLock lock(&join_mu_);
+    if (thread_.joinable()) thread_.join();
+  }
+
+  // Connects a gloo context of options.size ranks through `store`.
+  static absl::StatusOr<std::shared_ptr<Communicator>> Create(
+      const GlooOptions& options, Store& store, std::shared_ptr<gloo::transport::Device> device,
+      std::vector<int> group, std::unique_ptr<Store> owned_store) {
+    if (options.size < 1 || options.rank < 0 || options.rank >= options.size) {
+      return absl::InvalidArgumentError(absl::StrCat("gloo: rank ", options.rank,
+                                                     " is outside [0, ", options.size, ")"));
+    }
+    if (options.op_timeout <= absl::ZeroDuration() ||
+        options.connect_timeout <= absl::ZeroDuration()) {
+      return absl::InvalidArgumentError("gloo: op_timeout and connect_timeout must be > 0");
+    }
+    std::shared_ptr<gloo::rendezvous::Context> context;
+    try {
+      if (device == nullptr) {
+        gloo::transport::tcp::attr attr;
+        attr.hostname = options.hostname;
+        device = gloo::transport::tcp::CreateDevice(attr);
+      }
+      context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.size);
+      context->setTimeout(
+          std::chrono::milliseconds(absl::ToInt64Milliseconds(options.connect_timeout)));
+      GlooStore gloo_store(owned_store ? *owned_store : store, options.connect_timeout);
+      context->connectFullMesh(gloo_store, device);
+      context->setTimeout(
+          std::chrono::milliseconds(absl::ToInt64Milliseconds(options.op_timeout)));
+    } catch (const std::exception& e) {
+      const std::string what = e.what();
+      const bool timed_out = absl::StrContains(what, "DEADLINE_EXCEEDED") ||
+                             absl::StrContains(what, "Timed out") ||
+                             absl::StrContains(what, "timed out");
+      const std::string message =
+          absl::StrCat("gloo: rank ", options.rank, " of ", options.size,
+                       " could not connect to its peers (store keys are peer ranks): ", what);
+      return timed_out ? absl::DeadlineExceededError(message) : absl::UnavailableError(message);
+    }
+    return std::shared_ptr<Communicator>(new GlooCommunicator(
+        options, store, std::move(device), std::move(context), std::move(group),
+        std::move(owned_store)));
+  }
+
+ private:
+  absl::Status CheckTensor(const at::Tensor& t, absl::string_view what) const {
+    if (!t.defined()) return absl::InvalidArgumentError(absl::StrCat(what, ": tensor is undefined"));
+    if (!t.device().is_cpu()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": the gloo backend takes CPU tensors, got one on ", t.device().str(),
+          "; use the NCCL backend for CUDA tensors"));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckPeer(int peer, absl::string_view what, absl::string_view role,
+                         bool self_ok) const {
+    if (peer < 0 || peer >= options_.size || (!self_ok && peer == options_.rank)) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": ", role, " must be in [0, ",
+                                                     options_.size, ")",
+                                                     self_ok ? "" : " and not this rank",
+                                                     ", got ", peer));
+    }
+    return absl::OkStatus();
+  }
+
+  std::shared_ptr<Work> SendRecvImpl(at::Tensor send, int dst, at::Tensor recv, int src,
+                                     absl::string_view tag, absl::string_view op) {
+    const bool has_send = dst >= 0 || op != "recv";
+    const bool has_recv = src >= 0 || op != "send";
+    if (has_send) {
+      if (absl::Status s = CheckTensor(send, absl::StrCat(op, " send")); !s.ok()) return GlooWork::Failed(s);
+      if (absl::Status s = CheckPeer(dst, op, "dst", false); !s.ok()) return GlooWork::Failed(s);
+    }
+    if (has_recv) {
+      if (absl::Status s = CheckTensor(recv, absl::StrCat(op, " recv")); !s.ok()) return GlooWork::Failed(s);
+      if (absl::Status s = CheckPeer(src, op, "src", false); !s.ok()) return GlooWork::Failed(s);
+    }
+    const at::Tensor& described = has_send ? send : recv;
+    Fingerprint fp{absl::StrCat(op, has_send ? absl::StrCat("/to", dst) : "",
+                                has_recv ? absl::StrCat("/from", src) : ""),
+                   DtypeName(described.scalar_type()), described.numel(), group_,
+                   std::string(tag)};
+    return Issue(std::move(fp), false, [this, send, dst, recv, src, has_send, has_recv](uint32_t) {
+      // Slots count per peer pair, so the k-th send a->b meets the k-th recv b<-a.
+      uint64_t send_slot = 0;
+      uint64_t recv_slot = 0;
+      if (has_send) send_slot = kP2pSlotPrefix | send_counts_[dst]++;
+      if (has_recv) recv_slot = kP2pSlotPrefix | recv_counts_[src]++;
+      at::Tensor out = has_send ? send.contiguous() : at::Tensor();
+      at::Tensor in = has_recv ? (recv.is_contiguous() ? recv : recv.contiguous()) : at::Tensor();
+      std::unique_ptr<gloo::transport::UnboundBuffer> in_buf;
+      std::unique_ptr<gloo::transport::UnboundBuffer> out_buf;
+      if (has_recv) {
+        in_buf = context_->createUnboundBuffer(in.data_ptr(), in.nbytes());
+        in_buf->recv(src, recv_slot);
+      }
+      if (has_send) {
+        out_buf = context_->createUnboundBuffer(out.data_ptr(), out.nbytes());
+        out_buf->send(dst, send_slot);
+      }
+      if (has_send && !out_buf->waitSend(timeout_)) {
+        throw gloo::IoException("send aborted");
+      }
+      if (has_recv && !in_buf->waitRecv(timeout_)) {
+        throw gloo::IoException("recv aborted");
+      }
+      if (has_recv && !in.is_same(recv)) recv.copy_(in);
+    });
+  }
+
+  // Records and queues an op. `run` gets the gloo tag of collectives.
+  std::shared_ptr<Work> Issue(Fingerprint fp, bool collective,
+                              std::function<void(uint32_t)> run) {
+    absl::MutexLock lock(&mu_);
+    if (!broken_.ok()) return GlooWork::Failed(broken_);
+    const uint32_t gloo_tag = collective ? next_collective_tag_++ : 0;
+    const int64_t seq = recorder_.Enqueued(fp);
+    auto work = std::make_shared<GlooWork>(seq, std::move(fp),
+                                           [run = std::move(run), gloo_tag] { run(gloo_tag); });
+    queue_.push_back(work);
+    return work;
+  }
+
+  void RunLoop() {
+    while (true) {
+      std::shared_ptr<GlooWork> work;
+      absl::Status broken;
+      {
+        absl::MutexLock lock(&mu_);
+        mu_.Await(absl::Condition(
+            +[](GlooCommunicator* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->mu_) {
+              return c->stopping_ || !c->queue_.empty();
+            },
+            this));
+        if (queue_.empty()) return;  // stopping
+        work = std::move(queue_.front());
+        queue_.pop_front();
+        broken = broken_;
+      }
+      if (!broken.ok()) {
+        recorder_.Finished(work->seq(), OpState::kFailed, std::string(broken.message()));
+        work->Finish(broken);
+        continue;
+      }
+      recorder_.Started(work->seq());
+      absl::Status status = Execute(*work);
+      if (status.ok()) {
+        recorder_.Finished(work->seq(), OpState::kCompleted, "");
+      } else {
+        recorder_.Finished(work->seq(),
+                           status.code() == absl::StatusCode::kDeadlineExceeded
+                               ? OpState::kTimedOut
+                               : OpState::kFailed,
+                           std::string(status.message()));
+        absl::MutexLock lock(&mu_);
+        if (broken_.ok()) {
+          broken_ = absl::Status(status.code(),
+                                 absl::StrCat("communicator broken by an earlier op: ",
+                                              status.message()));
+        } else {
+          status = broken_;  // aborted while it ran: report why
+        }
+      }
+      work->Finish(status);
+    }
+  }
+
+  absl::Status Execute(GlooWork& work) {
+    const std::string what =
+        absl::StrCat("op #", work.seq(), " (", work.fingerprint().ToString(), ") on rank ",
+                     options_.rank, "/", options_.size);
+    try {
+      work.Run();
+      return absl::OkStatus();
+    } catch (const gloo::IoException& e) {
+      const std::string msg = e.what();
+      if (absl::StrContains(msg, "Timed out") || absl::StrContains(msg, "timed out")) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            what, " exceeded the op timeout of ", absl::FormatDuration(options_.op_timeout),
+            ": ", msg));
+      }
+      return absl::UnavailableError(
+          absl::StrCat(what, " failed: a peer is gone or unreachable: ", msg));
+    } catch (const gloo::Exception& e) {
+      return absl::InternalError(absl::StrCat(what, " failed in gloo: ", e.what()));
+    } catch (const c10::Error& e) {
+      return absl::InternalError(absl::StrCat(what, " failed in LibTorch: ", e.what_without_backtrace()));
+    } catch (const std::exception& e) {
+      return absl::InternalError(absl::StrCat(what, " failed: ", e.what()));
+    }
+  }
+
+  const GlooOptions options_;
+  std::unique_ptr<Store> owned_store_;
+  Store& store_;
+  std::shared_ptr<gloo::transport::Device> device_;
+  std::shared_ptr<gloo::Context> context_;
+  const std::vector<int> group_;
+  const std::chrono::milliseconds timeout_;
+  FlightRecorder recorder_;
+
+  absl::Mutex mu_;
+  std::deque<std::shared_ptr<GlooWork>> queue_ ABSL_GUARDED_BY(mu_);
+  absl::Status broken_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  uint32_t next_collective_tag_ ABSL_GUARDED_BY(mu_) = 0;
+
+  // Touched only by the op thread.
+  std::vector<uint64_t> send_counts_;
+  std::vector<uint64_t> recv_counts_;
+
+  absl::Mutex groups_mu_;
+  std::map<std::string, std::shared_ptr<Communicator>> groups_ ABSL_GUARDED_BY(groups_mu_);
+
+  absl::Mutex join_mu_;
+  std::thread thread_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<Communicator>> CreateGlooCommunicator(const GlooOptions& options,
+                                                                      Store& store) {
+  return GlooCommunicator::Create(options, store, nullptr, {}, nullptr);
+}
+
+}  // namespace chorus

@@ -1,0 +1,52 @@
+// The Gloo backend of Communicator: CPU tensors over TCP, a full mesh of
+// connections bootstrapped through a Store. The default backend.
+//
+// Thread-safety: as Communicator. Each communicator owns one thread that runs
+// its ops in order; sub-groups share the parent's TCP device.
+//
+// Example:
+//   GlooOptions options;
+//   options.rank = rank;
+//   options.size = 4;
+//   PrefixStore store(coordinator_store, "job7/gen3");
+//   ASSIGN_OR_RETURN(std::shared_ptr<Communicator> comm,
+//                    CreateGlooCommunicator(options, store));
+#ifndef CHORUS_WORKER_COMM_GLOO_COMMUNICATOR_H_
+#define CHORUS_WORKER_COMM_GLOO_COMMUNICATOR_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "worker/comm/communicator.h"
+#include "worker/comm/store.h"
+
+namespace chorus {
+
+struct GlooOptions {
+  int rank = 0;
+  int size = 1;
+  // Address the TCP transport binds and advertises to peers.
+  std::string hostname = "127.0.0.1";
+  // How long creation waits for every peer to publish its address and connect.
+  absl::Duration connect_timeout = absl::Seconds(60);
+  // An op running longer than this fails with DEADLINE_EXCEEDED and breaks
+  // the communicator (Note [Communicator failures]).
+  absl::Duration op_timeout = absl::Minutes(5);
+  size_t flight_recorder_capacity = FlightRecorder::kDefaultCapacity;
+  // Not owned; null = real time. Used by the flight recorder.
+  Clock* clock = nullptr;
+};
+
+// Builds a communicator of options.size ranks; blocks until all of them have
+// connected or connect_timeout passes (DEADLINE_EXCEEDED naming the ranks that
+// never published their address). `store` must be namespaced to this group of
+// ranks and outlive the communicator (NewGroup uses it).
+absl::StatusOr<std::shared_ptr<Communicator>> CreateGlooCommunicator(const GlooOptions& options,
+                                                                      Store& store);
+
+}  // namespace chorus
+
+#endif  // CHORUS_WORKER_COMM_GLOO_COMMUNICATOR_H_
