@@ -1,0 +1,360 @@
+#include "worker/comm/gloo_communicator.h"
+
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "worker/comm/store.h"
+
+namespace chorus {
+namespace {
+
+using ::testing::HasSubstr;
+
+absl::Time In(absl::Duration d) { return absl::Now() + d; }
+
+// Builds `n` Gloo communicators over one MemoryStore, each in its own thread,
+// and runs body(rank, comm) in that thread.
+void RunRanks(int n, const std::function<void(int, Communicator&)>& body,
+              GlooOptions base = GlooOptions()) {
+  MemoryStore store;
+  std::vector<std::shared_ptr<Communicator>> comms(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      GlooOptions options = base;
+      options.rank = r;
+      options.size = n;
+      options.connect_timeout = absl::Seconds(30);
+      auto comm = CreateGlooCommunicator(options, store);
+      ASSERT_TRUE(comm.ok()) << comm.status();
+      comms[r] = *comm;
+      body(r, **comm);
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+// Rank r's input: small integers, exact in every dtype we test.
+at::Tensor Input(int rank, int64_t n, at::ScalarType dtype) {
+  at::Tensor i = at::arange(n, at::kDouble);
+  return (at::fmod(i * (rank + 1), 13) - 3 * rank).to(dtype);
+}
+
+at::Tensor Reference(int ranks, int64_t n, ReduceOp op) {
+  at::Tensor acc = Input(0, n, at::kDouble);
+  for (int r = 1; r < ranks; ++r) {
+    at::Tensor x = Input(r, n, at::kDouble);
+    if (op == ReduceOp::kMin) {
+      acc = at::minimum(acc, x);
+    } else if (op == ReduceOp::kMax) {
+      acc = at::maximum(acc, x);
+    } else {
+      acc = acc + x;
+    }
+  }
+  if (op == ReduceOp::kAvg) acc = acc / ranks;
+  return acc;
+}
+
+class AllReduceTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(AllReduceTest, EveryOpDtypeAndSizeMatchesReference) {
+  const int n = GetParam();
+  const std::vector<at::ScalarType> dtypes = {at::kFloat, at::kDouble, at::kHalf,
+                                              at::kBFloat16, at::kInt, at::kLong};
+  const std::vector<ReduceOp> ops = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin,
+                                     ReduceOp::kMax};
+  const std::vector<int64_t> sizes = {0, 1, 7, 1001};
+  RunRanks(n, [&](int rank, Communicator& comm) {
+    for (at::ScalarType dtype : dtypes) {
+      for (ReduceOp op : ops) {
+        const bool integral = dtype == at::kInt || dtype == at::kLong;
+        if (integral && op == ReduceOp::kAvg) continue;
+        for (int64_t size : sizes) {
+          at::Tensor t = Input(rank, size, dtype);
+          absl::Status s = comm.AllReduce(t, op, "test")->Wait(In(absl::Seconds(30)));
+          ASSERT_TRUE(s.ok()) << s;
+          at::Tensor want = Reference(n, size, op);
+          const double tol = (op == ReduceOp::kAvg && dtype == at::kBFloat16) ? 0.1
+                             : (op == ReduceOp::kAvg && dtype == at::kHalf)   ? 0.02
+                                                                              : 1e-6;
+          EXPECT_TRUE(at::allclose(t.to(at::kDouble), want, 0, tol))
+              << "rank " << rank << " of " << n << " " << c10::toString(dtype) << " "
+              << ReduceOpName(op) << " size " << size;
+        }
+      }
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, AllReduceTest, ::testing::Values(2, 3, 4));
+
+TEST(GlooCommunicatorTest, LargeAllReduce64MB) {
+  const int64_t n = 16 * 1024 * 1024;  // 64 MB of float32
+  RunRanks(2, [&](int rank, Communicator& comm) {
+    at::Tensor t = at::full({n}, static_cast<float>(rank + 1));
+    t[n - 1] = rank == 0 ? 10.0f : -4.0f;
+    ASSERT_TRUE(comm.AllReduce(t, ReduceOp::kSum, "big")->Wait(In(absl::Seconds(120))).ok());
+    EXPECT_EQ(t[0].item<float>(), 3.0f);
+    EXPECT_EQ(t[n / 2].item<float>(), 3.0f);
+    EXPECT_EQ(t[n - 1].item<float>(), 6.0f);
+    EXPECT_DOUBLE_EQ(t.sum(at::kDouble).item<double>(), 3.0 * (n - 1) + 6.0);
+  });
+}
+
+TEST(GlooCommunicatorTest, NonContiguousTensorsAreHandled) {
+  RunRanks(3, [&](int rank, Communicator& comm) {
+    at::Tensor base = at::arange(12, at::kFloat).reshape({3, 4}) * (rank + 1);
+    at::Tensor view = base.t();  // strided
+    ASSERT_FALSE(view.is_contiguous());
+    ASSERT_TRUE(comm.AllReduce(view, ReduceOp::kSum, "t")->Wait(In(absl::Seconds(30))).ok());
+    EXPECT_TRUE(at::equal(base, at::arange(12, at::kFloat).reshape({3, 4}) * 6));
+
+    at::Tensor column = at::zeros({4, 2});
+    at::Tensor col1 = column.select(1, 1);  // stride 2
+    if (rank == 2) col1.copy_(at::tensor({1.f, 2.f, 3.f, 4.f}));
+    ASSERT_TRUE(comm.Broadcast(col1, 2, "col")->Wait(In(absl::Seconds(30))).ok());
+    EXPECT_TRUE(at::equal(column.select(1, 1), at::tensor({1.f, 2.f, 3.f, 4.f})));
+    EXPECT_TRUE(at::equal(column.select(1, 0), at::zeros({4})));
+  });
+}
+
+TEST(GlooCommunicatorTest, BroadcastFromEveryRoot) {
+  RunRanks(3, [&](int rank, Communicator& comm) {
+    for (int root = 0; root < 3; ++root) {
+      at::Tensor t = at::full({5}, static_cast<double>(rank * 10 + root));
+      ASSERT_TRUE(comm.Broadcast(t, root, "b")->Wait(In(absl::Seconds(30))).ok());
+      EXPECT_TRUE(at::equal(t, at::full({5}, static_cast<double>(root * 10 + root))));
+    }
+  });
+}
+
+TEST(GlooCommunicatorTest, AllGatherPlacesEachRankInItsSlice) {
+  RunRanks(4, [&](int rank, Communicator& comm) {
+    for (int64_t n : {1, 3, 0}) {
+      at::Tensor in = at::full({n}, static_cast<int64_t>(rank), at::kLong);
+      at::Tensor out = at::full({4, n}, int64_t{-1}, at::kLong);
+      ASSERT_TRUE(comm.AllGather(in, out, "g")->Wait(In(absl::Seconds(30))).ok());
+      for (int r = 0; r < 4; ++r) {
+        EXPECT_TRUE(at::equal(out[r], at::full({n}, static_cast<int64_t>(r), at::kLong)));
+      }
+    }
+  });
+}
+
+TEST(GlooCommunicatorTest, BarrierHoldsUntilEveryRankArrives) {
+  std::atomic<int> arrived{0};
+  RunRanks(3, [&](int rank, Communicator& comm) {
+    if (rank == 1) absl::SleepFor(absl::Milliseconds(300));
+    arrived.fetch_add(1);
+    ASSERT_TRUE(comm.Barrier("b")->Wait(In(absl::Seconds(30))).ok());
+    EXPECT_EQ(arrived.load(), 3);
+  });
+}
+
+TEST(GlooCommunicatorTest, SendRecvRing) {
+  const int n = 4;
+  RunRanks(n, [&](int rank, Communicator& comm) {
+    for (int round = 0; round < 3; ++round) {
+      at::Tensor send = at::full({6}, static_cast<float>(100 * round + rank));
+      at::Tensor recv = at::zeros({6});
+      const int next = (rank + 1) % n;
+      const int prev = (rank + n - 1) % n;
+      ASSERT_TRUE(comm.SendRecv(send, next, recv, prev, "ring")->Wait(In(absl::Seconds(30))).ok());
+      EXPECT_TRUE(at::equal(recv, at::full({6}, static_cast<float>(100 * round + prev))));
+    }
+  });
+}
+
+TEST(GlooCommunicatorTest, SendAndRecvMatchInIssueOrder) {
+  RunRanks(2, [&](int rank, Communicator& comm) {
+    if (rank == 0) {
+      auto first = comm.Send(at::full({3}, 1.0f), 1, "p2p");
+      auto second = comm.Send(at::full({3}, 2.0f), 1, "p2p");
+      ASSERT_TRUE(first->Wait(In(absl::Seconds(30))).ok());
+      ASSERT_TRUE(second->Wait(In(absl::Seconds(30))).ok());
+    } else {
+      at::Tensor a = at::zeros({3});
+      at::Tensor b = at::zeros({3});
+      auto wa = comm.Recv(a, 0, "p2p");
+      auto wb = comm.Recv(b, 0, "p2p");
+      ASSERT_TRUE(wb->Wait(In(absl::Seconds(30))).ok());
+      EXPECT_TRUE(wa->Done());  // ops finish in issue order
+      EXPECT_TRUE(at::equal(a, at::full({3}, 1.0f)));
+      EXPECT_TRUE(at::equal(b, at::full({3}, 2.0f)));
+    }
+  });
+}
+
+TEST(GlooCommunicatorTest, SubGroupsReduceIndependentlyAndAreCached) {
+  RunRanks(4, [&](int rank, Communicator& comm) {
+    std::vector<int> pair = rank < 2 ? std::vector<int>{0, 1} : std::vector<int>{2, 3};
+    auto group = comm.NewGroup(pair);
+    ASSERT_TRUE(group.ok()) << group.status();
+    EXPECT_EQ((*group)->size(), 2);
+    EXPECT_EQ((*group)->rank(), rank % 2);
+    EXPECT_EQ((*group)->group(), pair);
+    auto again = comm.NewGroup(pair);
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(group->get(), again->get());
+
+    at::Tensor t = at::full({4}, static_cast<float>(rank));
+    ASSERT_TRUE((*group)->AllReduce(t, ReduceOp::kSum, "pair")->Wait(In(absl::Seconds(30))).ok());
+    EXPECT_TRUE(at::equal(t, at::full({4}, rank < 2 ? 1.0f : 5.0f)));
+
+    // Odd ranks form another group; even ranks are not members.
+    auto odd = comm.NewGroup({1, 3});
+    if (rank % 2 == 1) {
+      ASSERT_TRUE(odd.ok()) << odd.status();
+      at::Tensor u = at::full({2}, static_cast<float>(rank));
+      ASSERT_TRUE((*odd)->AllReduce(u, ReduceOp::kMax, "odd")->Wait(In(absl::Seconds(30))).ok());
+      EXPECT_TRUE(at::equal(u, at::full({2}, 3.0f)));
+      EXPECT_EQ((*odd)->flight_recorder().TakeSnapshot(1).recent[0].fingerprint.group,
+                (std::vector<int>{1, 3}));
+    } else {
+      EXPECT_EQ(odd.status().code(), absl::StatusCode::kNotFound);
+    }
+    EXPECT_EQ(comm.NewGroup({1, 0}).status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(comm.NewGroup({0, 9}).status().code(), absl::StatusCode::kInvalidArgument);
+  });
+}
+
+TEST(GlooCommunicatorTest, InvalidArgumentsFailWithoutConsumingASequenceNumber) {
+  RunRanks(2, [&](int rank, Communicator& comm) {
+    auto bad_dtype = comm.AllReduce(at::ones({2}, at::kBool), ReduceOp::kSum, "x");
+    EXPECT_EQ(bad_dtype->Wait(In(absl::Seconds(1))).code(), absl::StatusCode::kInvalidArgument);
+    absl::Status avg_int =
+        comm.AllReduce(at::ones({2}, at::kInt), ReduceOp::kAvg, "x")->Wait(In(absl::Seconds(1)));
+    EXPECT_EQ(avg_int.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(avg_int.message(), HasSubstr("avg needs a floating dtype"));
+    absl::Status root = comm.Broadcast(at::ones({2}), 5, "x")->Wait(In(absl::Seconds(1)));
+    EXPECT_THAT(root.message(), HasSubstr("root must be in [0, 2), got 5"));
+    absl::Status self = comm.Send(at::ones({2}), rank, "x")->Wait(In(absl::Seconds(1)));
+    EXPECT_THAT(self.message(), HasSubstr("dst must be in [0, 2) and not this rank"));
+    absl::Status gather =
+        comm.AllGather(at::ones({3}), at::ones({5}), "x")->Wait(In(absl::Seconds(1)));
+    EXPECT_EQ(gather.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(comm.flight_recorder().TakeSnapshot().last_enqueued_seq, 0);
+    // The communicator is still healthy.
+    at::Tensor t = at::ones({2});
+    EXPECT_TRUE(comm.AllReduce(t, ReduceOp::kSum, "ok")->Wait(In(absl::Seconds(30))).ok());
+    EXPECT_TRUE(at::equal(t, at::full({2}, 2.0f)));
+  });
+}
+
+TEST(GlooCommunicatorTest, SingleRankWorldIsTrivial) {
+  RunRanks(1, [&](int, Communicator& comm) {
+    at::Tensor t = at::arange(5, at::kFloat);
+    ASSERT_TRUE(comm.AllReduce(t, ReduceOp::kAvg, "solo")->Wait(In(absl::Seconds(10))).ok());
+    EXPECT_TRUE(at::equal(t, at::arange(5, at::kFloat)));
+    ASSERT_TRUE(comm.Barrier("solo")->Wait(In(absl::Seconds(10))).ok());
+  });
+}
+
+TEST(GlooCommunicatorTest, RankThatNeverIssuesLeavesOthersStartedUntilAbort) {
+  GlooOptions options;
+  options.op_timeout = absl::Seconds(60);  // Abort, not the timeout, must end the wait
+  RunRanks(3, [&](int rank, Communicator& comm) {
+    if (rank == 1) {
+      // Never issues the all-reduce; leaves after the others have given up.
+      absl::SleepFor(absl::Seconds(2));
+      comm.Abort("test over");
+      return;
+    }
+    at::Tensor t = at::ones({1000});
+    auto work = comm.AllReduce(t, ReduceOp::kSum, "ddp:model/bucket0");
+    absl::Status s = work->Wait(In(absl::Milliseconds(800)));
+    EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
+    EXPECT_THAT(s.message(), HasSubstr("op #1 (allreduce/sum float32[1000] ddp:model/bucket0)"));
+    FlightRecorder::Snapshot snap = comm.flight_recorder().TakeSnapshot();
+    EXPECT_EQ(snap.last_enqueued_seq, 1);
+    EXPECT_EQ(snap.last_started_seq, 1);
+    EXPECT_EQ(snap.last_completed_seq, 0);
+    ASSERT_EQ(snap.in_flight.size(), 1u);
+    EXPECT_EQ(snap.in_flight[0].state, OpState::kStarted);
+
+    absl::Time start = absl::Now();
+    comm.Abort("rank 1 never joined");
+    EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << "Abort must not wait for the op timeout";
+    absl::Status after = work->Wait(In(absl::Seconds(1)));
+    EXPECT_FALSE(after.ok());
+    absl::Status later = comm.AllReduce(t, ReduceOp::kSum, "x")->Wait(In(absl::Seconds(1)));
+    EXPECT_EQ(later.code(), absl::StatusCode::kAborted);
+    EXPECT_THAT(later.message(), HasSubstr("rank 1 never joined"));
+  }, options);
+}
+
+TEST(GlooCommunicatorTest, OpTimeoutBreaksTheCommunicator) {
+  GlooOptions options;
+  options.op_timeout = absl::Seconds(1);
+  RunRanks(2, [&](int rank, Communicator& comm) {
+    if (rank == 1) {
+      absl::SleepFor(absl::Seconds(3));
+      return;
+    }
+    at::Tensor t = at::ones({10});
+    absl::Status s = comm.AllReduce(t, ReduceOp::kSum, "late")->Wait(In(absl::Seconds(20)));
+    EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+    EXPECT_THAT(s.message(), HasSubstr("op timeout"));
+    FlightRecorder::Snapshot snap = comm.flight_recorder().TakeSnapshot(1);
+    ASSERT_EQ(snap.recent.size(), 1u);
+    EXPECT_EQ(snap.recent[0].state, OpState::kTimedOut);
+    absl::Status next = comm.Barrier("next")->Wait(In(absl::Seconds(5)));
+    EXPECT_EQ(next.code(), absl::StatusCode::kDeadlineExceeded);
+    EXPECT_THAT(next.message(), HasSubstr("communicator broken by an earlier op"));
+  }, options);
+}
+
+TEST(GlooCommunicatorTest, FingerprintsAgreeAcrossRanksForTheSameProgram) {
+  const int n = 3;
+  std::vector<FlightRecorder::Snapshot> snaps(n);
+  RunRanks(n, [&](int rank, Communicator& comm) {
+    at::Tensor a = at::ones({17});
+    at::Tensor b = at::ones({4}, at::kDouble);
+    std::vector<std::shared_ptr<Work>> works = {
+        comm.AllReduce(a, ReduceOp::kAvg, "ddp:m/bucket0"),
+        comm.Broadcast(b, 2, "ddp:m/buffers"), comm.Barrier("epoch"),
+        comm.AllReduce(b, ReduceOp::kMax, "metrics")};
+    for (auto& w : works) ASSERT_TRUE(w->Wait(In(absl::Seconds(30))).ok());
+    snaps[rank] = comm.flight_recorder().TakeSnapshot(10);
+  });
+  ASSERT_EQ(snaps[0].recent.size(), 4u);
+  EXPECT_EQ(snaps[0].recent[1].fingerprint.ToString(), "broadcast/root2 float64[4] ddp:m/buffers");
+  for (int r = 1; r < n; ++r) {
+    ASSERT_EQ(snaps[r].recent.size(), 4u);
+    for (size_t i = 0; i < 4; ++i) {
+      EXPECT_EQ(snaps[r].recent[i].seq, snaps[0].recent[i].seq);
+      EXPECT_EQ(snaps[r].recent[i].fingerprint, snaps[0].recent[i].fingerprint)
+          << snaps[r].recent[i].fingerprint.ToString();
+    }
+  }
+}
+
+TEST(GlooCommunicatorTest, CreationTimesOutNamingMissingPeers) {
+  MemoryStore store;
+  GlooOptions options;
+  options.rank = 0;
+  options.size = 3;
+  options.connect_timeout = absl::Milliseconds(500);
+  auto comm = CreateGlooCommunicator(options, store);
+  ASSERT_FALSE(comm.ok());
+  EXPECT_EQ(comm.status().code(), absl::StatusCode::kDeadlineExceeded) << comm.status();
+  EXPECT_THAT(comm.status().message(), HasSubstr("rank 0 of 3 could not connect"));
+}
+
+TEST(GlooCommunicatorTest, CudaTensorsAreRefusedWithAHint) {
+  RunRanks(1, [&](int, Communicator& comm) {
+    at::Tensor meta = at::empty({2}, at::TensorOptions().device(at::kMeta));
+    absl::Status s = comm.AllReduce(meta, ReduceOp::kSum, "x")->Wait(In(absl::Seconds(1)));
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(s.message(), HasSubstr("takes CPU tensors"));
+  });
+}
+
+}  // namespace
+}  // namespace chorus
