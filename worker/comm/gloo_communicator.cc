@@ -17,10 +17,6 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
-#include "gloo/allgather.h"
-#include "gloo/allreduce.h"
-#include "gloo/barrier.h"
-#include "gloo/broadcast.h"
 #include "gloo/common/error.h"
 #include "gloo/math.h"
 #include "gloo/rendezvous/context.h"
@@ -28,6 +24,7 @@
 #include "gloo/transport/unbound_buffer.h"
 #include "gloo/types.h"
 #include "glog/logging.h"
+#include "worker/comm/gloo_algorithms.h"
 #include "worker/comm/gloo_store.h"
 
 namespace chorus {
@@ -46,8 +43,10 @@ namespace {
 
 using ReduceFn = std::function<void(void*, const void*, const void*, size_t)>;
 
-// Slot prefix for point-to-point buffers; gloo's own collectives use small
-// prefixes in the top byte, so ours cannot collide with them.
+// Slots live in the top byte's namespace: one prefix for collectives (the
+// rest is the collective's tag), one for point-to-point (the rest counts
+// messages per pair of ranks).
+constexpr uint64_t kCollectiveSlotPrefix = uint64_t{0x7e} << 56;
 constexpr uint64_t kP2pSlotPrefix = uint64_t{0x7f} << 56;
 
 std::string DtypeName(at::ScalarType t) {
@@ -102,18 +101,6 @@ ReduceFn Bf16ReduceFn(ReduceOp op) {
         Bf16Reduce(c, a, b, n, [](float x, float y) { return x + y; });
       };
   }
-}
-
-// Runs gloo::allreduce in place on `n` elements of type T at `ptr`.
-template <typename T>
-void GlooAllreduce(const std::shared_ptr<gloo::Context>& context, void* ptr, size_t n,
-                   ReduceFn fn, uint32_t tag, std::chrono::milliseconds timeout) {
-  gloo::AllreduceOptions opts(context);
-  opts.setOutput(static_cast<T*>(ptr), n);
-  opts.setReduceFunction(std::move(fn));
-  opts.setTag(tag);
-  opts.setTimeout(timeout);
-  gloo::allreduce(opts);
 }
 
 // The Work of one op. Finished exactly once by the communicator's thread (or
@@ -207,31 +194,35 @@ class GlooCommunicator : public Communicator {
           absl::StrCat("AllReduce: avg needs a floating dtype, got ", DtypeName(dtype))));
     }
     ReduceFn fn;
-    void (*run)(const std::shared_ptr<gloo::Context>&, void*, size_t, ReduceFn, uint32_t,
-                std::chrono::milliseconds) = nullptr;
     switch (dtype) {
-      case at::kFloat: fn = GlooReduceFn<float>(op); run = &GlooAllreduce<float>; break;
-      case at::kDouble: fn = GlooReduceFn<double>(op); run = &GlooAllreduce<double>; break;
-      case at::kHalf:
-        fn = GlooReduceFn<gloo::float16>(op);
-        run = &GlooAllreduce<gloo::float16>;
-        break;
-      case at::kBFloat16: fn = Bf16ReduceFn(op); run = &GlooAllreduce<uint16_t>; break;
-      case at::kInt: fn = GlooReduceFn<int32_t>(op); run = &GlooAllreduce<int32_t>; break;
-      default: fn = GlooReduceFn<int64_t>(op); run = &GlooAllreduce<int64_t>; break;
+      case at::kFloat: fn = GlooReduceFn<float>(op); break;
+      case at::kDouble: fn = GlooReduceFn<double>(op); break;
+      case at::kHalf: fn = GlooReduceFn<gloo::float16>(op); break;
+      case at::kBFloat16: fn = Bf16ReduceFn(op); break;
+      case at::kInt: fn = GlooReduceFn<int32_t>(op); break;
+      default: fn = GlooReduceFn<int64_t>(op); break;
     }
     Fingerprint fp{absl::StrCat("allreduce/", ReduceOpName(op)), DtypeName(dtype),
                    tensor.numel(), group_, std::string(tag)};
     const int size = options_.size;
-    return Issue(std::move(fp), /*collective=*/true,
-                 [this, tensor, op, fn, run, size](uint32_t gloo_tag) {
-                   if (tensor.numel() == 0) return;
-                   at::Tensor buffer = tensor.is_contiguous() ? tensor : tensor.contiguous();
-                   run(context_, buffer.data_ptr(), static_cast<size_t>(buffer.numel()), fn,
-                       gloo_tag, timeout_);
-                   if (op == ReduceOp::kAvg) buffer.div_(size);
-                   if (!buffer.is_same(tensor)) tensor.copy_(buffer);
-                 });
+    return Issue(std::move(fp), /*collective=*/true, [this, tensor, op, fn, size](uint32_t gloo_tag) {
+      if (tensor.numel() == 0) return;
+      at::Tensor buffer = tensor.is_contiguous() ? tensor : tensor.contiguous();
+      AllreduceOptions opts;
+      opts.context = context_.get();
+      opts.abort = &abort_;
+      opts.data = buffer.data_ptr();
+      opts.count = static_cast<size_t>(buffer.numel());
+      opts.element_size = buffer.element_size();
+      opts.reduce = fn;
+      opts.slot = kCollectiveSlotPrefix | gloo_tag;
+      opts.timeout = timeout_;
+      opts.segment_bytes = options_.segment_bytes;
+      opts.scratch = &scratch_;
+      RingAllreduce(opts);
+      if (op == ReduceOp::kAvg) buffer.div_(size);
+      if (!buffer.is_same(tensor)) tensor.copy_(buffer);
+    });
   }
 
   std::shared_ptr<Work> Broadcast(at::Tensor tensor, int root, absl::string_view tag) override {
@@ -244,12 +235,15 @@ class GlooCommunicator : public Communicator {
     return Issue(std::move(fp), true, [this, tensor, root](uint32_t gloo_tag) {
       if (tensor.numel() == 0) return;
       at::Tensor buffer = tensor.is_contiguous() ? tensor : tensor.contiguous();
-      gloo::BroadcastOptions opts(context_);
-      opts.setOutput(static_cast<uint8_t*>(buffer.data_ptr()), buffer.nbytes());
-      opts.setRoot(root);
-      opts.setTag(gloo_tag);
-      opts.setTimeout(timeout_);
-      gloo::broadcast(opts);
+      BroadcastOptions opts;
+      opts.context = context_.get();
+      opts.abort = &abort_;
+      opts.data = buffer.data_ptr();
+      opts.bytes = buffer.nbytes();
+      opts.root = root;
+      opts.slot = kCollectiveSlotPrefix | gloo_tag;
+      opts.timeout = timeout_;
+      DirectBroadcast(opts);
       if (!buffer.is_same(tensor)) tensor.copy_(buffer);
     });
   }
@@ -271,14 +265,18 @@ class GlooCommunicator : public Communicator {
                    std::string(tag)};
     return Issue(std::move(fp), true, [this, input, output](uint32_t gloo_tag) {
       if (input.numel() == 0) return;
-      at::Tensor in = input.contiguous();
       at::Tensor out = output.is_contiguous() ? output : output.contiguous();
-      gloo::AllgatherOptions opts(context_);
-      opts.setInput(static_cast<uint8_t*>(in.data_ptr()), in.nbytes());
-      opts.setOutput(static_cast<uint8_t*>(out.data_ptr()), out.nbytes());
-      opts.setTag(gloo_tag);
-      opts.setTimeout(timeout_);
-      gloo::allgather(opts);
+      // This rank's block goes in place first; the ring brings the others.
+      out.view({-1}).narrow(0, input.numel() * options_.rank, input.numel())
+          .copy_(input.reshape({-1}));
+      AllgatherOptions opts;
+      opts.context = context_.get();
+      opts.abort = &abort_;
+      opts.output = out.data_ptr();
+      opts.block_bytes = input.nbytes();
+      opts.slot = kCollectiveSlotPrefix | gloo_tag;
+      opts.timeout = timeout_;
+      RingAllgather(opts);
       if (!out.is_same(output)) output.copy_(out);
     });
   }
@@ -286,10 +284,12 @@ class GlooCommunicator : public Communicator {
   std::shared_ptr<Work> Barrier(absl::string_view tag) override {
     Fingerprint fp{"barrier", "", 0, group_, std::string(tag)};
     return Issue(std::move(fp), true, [this](uint32_t gloo_tag) {
-      gloo::BarrierOptions opts(context_);
-      opts.setTag(gloo_tag);
-      opts.setTimeout(timeout_);
-      gloo::barrier(opts);
+      BarrierOptions opts;
+      opts.context = context_.get();
+      opts.abort = &abort_;
+      opts.slot = kCollectiveSlotPrefix | gloo_tag;
+      opts.timeout = timeout_;
+      DisseminationBarrier(opts);
     });
   }
 
@@ -355,7 +355,9 @@ class GlooCommunicator : public Communicator {
       absl::MutexLock lock(&groups_mu_);
       for (auto& [key, group] : groups_) group->Abort(reason);
     }
-    // Wakes an op blocked on a peer that will never answer.
+    // Wakes the op in flight, blocked on a peer that may never answer, and
+    // tells the peers this rank is gone.
+    abort_.Abort();
     if (context_ != nullptr) {
       try {
         context_->closeConnections();
@@ -455,22 +457,18 @@ class GlooCommunicator : public Communicator {
       if (has_recv) recv_slot = kP2pSlotPrefix | recv_counts_[src]++;
       at::Tensor out = has_send ? send.contiguous() : at::Tensor();
       at::Tensor in = has_recv ? (recv.is_contiguous() ? recv : recv.contiguous()) : at::Tensor();
-      std::unique_ptr<gloo::transport::UnboundBuffer> in_buf;
-      std::unique_ptr<gloo::transport::UnboundBuffer> out_buf;
+      std::unique_ptr<AbortableBuffer> in_buf;
+      std::unique_ptr<AbortableBuffer> out_buf;
       if (has_recv) {
-        in_buf = context_->createUnboundBuffer(in.data_ptr(), in.nbytes());
-        in_buf->recv(src, recv_slot);
+        in_buf = std::make_unique<AbortableBuffer>(*context_, abort_, in.data_ptr(), in.nbytes());
+        in_buf->Recv(src, recv_slot, 0, in.nbytes());
       }
       if (has_send) {
-        out_buf = context_->createUnboundBuffer(out.data_ptr(), out.nbytes());
-        out_buf->send(dst, send_slot);
+        out_buf = std::make_unique<AbortableBuffer>(*context_, abort_, out.data_ptr(), out.nbytes());
+        out_buf->Send(dst, send_slot, 0, out.nbytes());
       }
-      if (has_send && !out_buf->waitSend(timeout_)) {
-        throw gloo::IoException("send aborted");
-      }
-      if (has_recv && !in_buf->waitRecv(timeout_)) {
-        throw gloo::IoException("recv aborted");
-      }
+      if (has_send) out_buf->WaitSend(timeout_);
+      if (has_recv) in_buf->WaitRecv(timeout_);
       if (has_recv && !in.is_same(recv)) recv.copy_(in);
     });
   }
@@ -572,9 +570,12 @@ class GlooCommunicator : public Communicator {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   uint32_t next_collective_tag_ ABSL_GUARDED_BY(mu_) = 0;
 
+  AbortHandle abort_;
+
   // Touched only by the op thread.
   std::vector<uint64_t> send_counts_;
   std::vector<uint64_t> recv_counts_;
+  std::vector<char> scratch_;
 
   absl::Mutex groups_mu_;
   std::map<std::string, std::shared_ptr<Communicator>> groups_ ABSL_GUARDED_BY(groups_mu_);

@@ -35,6 +35,9 @@ struct GlooOptions {
   // An op running longer than this fails with DEADLINE_EXCEEDED and breaks
   // the communicator (Note [Communicator failures]).
   absl::Duration op_timeout = absl::Minutes(5);
+  // All-reduce messages are cut into segments of this size so that reducing
+  // one overlaps receiving the next.
+  size_t segment_bytes = size_t{1} << 20;
   size_t flight_recorder_capacity = FlightRecorder::kDefaultCapacity;
   // Not owned; null = real time. Used by the flight recorder.
   Clock* clock = nullptr;

@@ -1,0 +1,189 @@
+// allreduce_bench: Chorus's Communicator::AllReduce + Wait against raw
+// gloo::allreduce on the same library, buffers and process pair.
+//
+//   bazel run -c opt //worker/comm:allreduce_bench [-- --iters_scale 1.0 --segment_kb 1024]
+//
+// Starts 2 rank processes of itself on 127.0.0.1 (1 intra-op thread each).
+// For 1, 100 and 25 MB of float32 it alternates raw and ours, each iteration
+// started after a barrier, and prints one DESIGN.md §8 JSON line per size
+// (25 MB last) with the median time per all-reduce; ratio = ours / raw.
+
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "gloo/allreduce.h"
+#include "gloo/barrier.h"
+#include "gloo/math.h"
+#include "gloo/rendezvous/context.h"
+#include "gloo/transport/tcp/device.h"
+#include "worker/comm/gloo_communicator.h"
+#include "worker/comm/gloo_store.h"
+#include "worker/comm/store.h"
+
+extern char** environ;
+
+namespace chorus {
+namespace {
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+int RunRank(int rank, const std::string& store_dir, double iters_scale, size_t segment_kb) {
+  at::set_num_threads(1);
+  auto store = FileStore::Open(store_dir);
+  if (!store.ok()) {
+    std::cerr << store.status() << "\n";
+    return 1;
+  }
+  // Raw gloo: its own context over the same kind of TCP device.
+  PrefixStore raw_store(**store, "raw");
+  GlooStore raw_gloo_store(raw_store, absl::Seconds(60));
+  gloo::transport::tcp::attr attr;
+  attr.hostname = "127.0.0.1";
+  auto device = gloo::transport::tcp::CreateDevice(attr);
+  auto raw = std::make_shared<gloo::rendezvous::Context>(rank, 2);
+  raw->setTimeout(std::chrono::seconds(120));
+  raw->connectFullMesh(raw_gloo_store, device);
+
+  PrefixStore ours_store(**store, "ours");
+  GlooOptions options;
+  options.rank = rank;
+  options.size = 2;
+  options.op_timeout = absl::Seconds(120);
+  if (segment_kb > 0) options.segment_bytes = segment_kb * 1024;
+  auto comm = CreateGlooCommunicator(options, ours_store);
+  if (!comm.ok()) {
+    std::cerr << comm.status() << "\n";
+    return 1;
+  }
+
+  uint32_t raw_tag = 1;
+  auto barrier = [&] {
+    gloo::BarrierOptions opts(raw);
+    opts.setTag(raw_tag++);
+    gloo::barrier(opts);
+  };
+  struct Size {
+    const char* name;
+    int64_t mb;
+    int iters;
+  };
+  const std::vector<Size> sizes = {{"1MB", 1, 60}, {"100MB", 100, 6}, {"25MB", 25, 16}};
+  for (const Size& size : sizes) {
+    const int64_t n = size.mb * 1024 * 1024 / 4;
+    at::Tensor raw_buf = at::ones({n});
+    at::Tensor our_buf = at::ones({n});
+    const int iters = std::max(3, static_cast<int>(size.iters * iters_scale));
+    std::vector<double> raw_ms, our_ms;
+    for (int i = -2; i < iters; ++i) {  // 2 warm-up rounds
+      barrier();
+      absl::Time t0 = absl::Now();
+      {
+        gloo::AllreduceOptions opts(raw);
+        opts.setOutput(raw_buf.data_ptr<float>(), static_cast<size_t>(n));
+        opts.setReduceFunction(
+            static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+        opts.setTag(raw_tag++);
+        gloo::allreduce(opts);
+      }
+      double raw_t = absl::ToDoubleMilliseconds(absl::Now() - t0);
+      barrier();
+      t0 = absl::Now();
+      absl::Status s = (*comm)->AllReduce(our_buf, ReduceOp::kSum, "bench")->Wait(
+          absl::Now() + absl::Seconds(120));
+      double our_t = absl::ToDoubleMilliseconds(absl::Now() - t0);
+      if (!s.ok()) {
+        std::cerr << s << "\n";
+        return 1;
+      }
+      if (i >= 0) {
+        raw_ms.push_back(raw_t);
+        our_ms.push_back(our_t);
+      }
+    }
+    // Both buffers saw the same number of sums: check they agree.
+    if (!at::equal(raw_buf, our_buf)) {
+      std::cerr << "results differ between raw gloo and Chorus\n";
+      return 1;
+    }
+    if (rank == 0) {
+      const double ours = Median(our_ms);
+      const double peer = Median(raw_ms);
+      const double gbps = 2.0 * (size.mb / 1024.0) / (peer / 1000.0);
+      std::cerr << absl::StrFormat(
+          "allreduce %s: ours %.2f ms, raw gloo %.2f ms (%.2f GB/s algorithm bandwidth), %d iters\n",
+          size.name, ours, peer, gbps / 2.0, iters);
+      std::cout << absl::StrFormat(
+                       "{\"bench\": \"allreduce_%s\", \"metric\": \"median_time_per_allreduce\", "
+                       "\"unit\": \"ms\", \"ours\": %.3f, \"peer\": %.3f, \"peer_name\": \"raw "
+                       "gloo::allreduce\", \"ratio\": %.4f}",
+                       size.name, ours, peer, ours / peer)
+                << std::endl;
+    }
+  }
+  barrier();
+  return 0;
+}
+
+}  // namespace
+}  // namespace chorus
+
+int main(int argc, char** argv) {
+  int rank = -1;
+  std::string store_dir;
+  double iters_scale = 1.0;
+  size_t segment_kb = 0;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string flag = argv[i];
+    if (flag == "--rank") rank = std::atoi(argv[i + 1]);
+    else if (flag == "--store") store_dir = argv[i + 1];
+    else if (flag == "--iters_scale") iters_scale = std::atof(argv[i + 1]);
+    else if (flag == "--segment_kb") segment_kb = std::strtoul(argv[i + 1], nullptr, 10);
+  }
+  if (rank >= 0) return chorus::RunRank(rank, store_dir, iters_scale, segment_kb);
+
+  char tmpl[] = "/tmp/chorus-allreduce-bench-XXXXXX";
+  if (mkdtemp(tmpl) == nullptr) {
+    std::perror("mkdtemp");
+    return 1;
+  }
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 2; ++r) {
+    std::vector<std::string> args = {"/proc/self/exe", "--rank", std::to_string(r), "--store",
+                                     tmpl, "--iters_scale", std::to_string(iters_scale),
+                                     "--segment_kb", std::to_string(segment_kb)};
+    std::vector<char*> cargs;
+    for (auto& a : args) cargs.push_back(a.data());
+    cargs.push_back(nullptr);
+    pid_t pid;
+    if (posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, cargs.data(), environ) != 0) {
+      std::perror("posix_spawn");
+      return 1;
+    }
+    pids.push_back(pid);
+  }
+  int failures = 0;
+  for (pid_t pid : pids) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failures;
+  }
+  std::string cleanup = std::string("rm -rf ") + tmpl;
+  if (std::system(cleanup.c_str()) != 0) std::cerr << "could not remove " << tmpl << "\n";
+  return failures == 0 ? 0 : 1;
+}
