@@ -26,6 +26,7 @@
 #include "glog/logging.h"
 #include "worker/comm/gloo_algorithms.h"
 #include "worker/comm/gloo_store.h"
+#include "worker/comm/op_queue.h"
 
 namespace chorus {
 
@@ -103,56 +104,6 @@ ReduceFn Bf16ReduceFn(ReduceOp op) {
   }
 }
 
-// The Work of one op. Finished exactly once by the communicator's thread (or
-// by Abort for ops that never ran).
-class GlooWork : public Work {
- public:
-  GlooWork(int64_t seq, Fingerprint fingerprint, std::function<void()> run)
-      : seq_(seq), fingerprint_(std::move(fingerprint)), run_(std::move(run)) {}
-
-  // A Work that failed before it was issued (bad arguments).
-  static std::shared_ptr<GlooWork> Failed(absl::Status status) {
-    auto work = std::make_shared<GlooWork>(0, Fingerprint(), nullptr);
-    work->Finish(std::move(status));
-    return work;
-  }
-
-  absl::Status Wait(absl::Time deadline) override {
-    absl::MutexLock lock(&mu_);
-    if (!mu_.AwaitWithDeadline(absl::Condition(&done_), deadline)) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "op #", seq_, " (", fingerprint_.ToString(), ") has not finished by its deadline"));
-    }
-    return status_;
-  }
-
-  bool Done() const override {
-    absl::MutexLock lock(&mu_);
-    return done_;
-  }
-
-  int64_t seq() const override { return seq_; }
-
-  void Finish(absl::Status status) {
-    absl::MutexLock lock(&mu_);
-    status_ = std::move(status);
-    done_ = true;
-    run_ = nullptr;  // drops the tensors
-  }
-
-  const Fingerprint& fingerprint() const { return fingerprint_; }
-  // REQUIRES: called once, by the communicator's thread.
-  void Run() { run_(); }
-
- private:
-  const int64_t seq_;
-  const Fingerprint fingerprint_;
-  std::function<void()> run_;
-  mutable absl::Mutex mu_;
-  bool done_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Status status_ ABSL_GUARDED_BY(mu_);
-};
-
 class GlooCommunicator : public Communicator {
  public:
   GlooCommunicator(const GlooOptions& options, Store& store,
@@ -168,9 +119,9 @@ class GlooCommunicator : public Communicator {
         timeout_(std::chrono::milliseconds(absl::ToInt64Milliseconds(options.op_timeout))),
         recorder_(options.flight_recorder_capacity, options.clock),
         send_counts_(options.size, 0),
-        recv_counts_(options.size, 0) {
-    thread_ = std::thread([this] { RunLoop(); });
-  }
+        recv_counts_(options.size, 0),
+        queue_(std::make_unique<OpQueue>(recorder_,
+                                         [this](QueuedWork& work) { return Execute(work); })) {}
 
   ~GlooCommunicator() override { Abort("communicator destroyed"); }
 
@@ -181,16 +132,16 @@ class GlooCommunicator : public Communicator {
 
   std::shared_ptr<Work> AllReduce(at::Tensor tensor, ReduceOp op,
                                   absl::string_view tag) override {
-    if (absl::Status s = CheckTensor(tensor, "AllReduce"); !s.ok()) return GlooWork::Failed(s);
+    if (absl::Status s = CheckTensor(tensor, "AllReduce"); !s.ok()) return QueuedWork::Failed(s);
     const at::ScalarType dtype = tensor.scalar_type();
     const bool floating = at::isFloatingType(dtype);
     if (!floating && dtype != at::kInt && dtype != at::kLong) {
-      return GlooWork::Failed(absl::InvalidArgumentError(absl::StrCat(
+      return QueuedWork::Failed(absl::InvalidArgumentError(absl::StrCat(
           "AllReduce: dtype ", DtypeName(dtype),
           " is not supported; use float32, float64, float16, bfloat16, int32 or int64")));
     }
     if (op == ReduceOp::kAvg && !floating) {
-      return GlooWork::Failed(absl::InvalidArgumentError(
+      return QueuedWork::Failed(absl::InvalidArgumentError(
           absl::StrCat("AllReduce: avg needs a floating dtype, got ", DtypeName(dtype))));
     }
     ReduceFn fn;
@@ -226,9 +177,9 @@ class GlooCommunicator : public Communicator {
   }
 
   std::shared_ptr<Work> Broadcast(at::Tensor tensor, int root, absl::string_view tag) override {
-    if (absl::Status s = CheckTensor(tensor, "Broadcast"); !s.ok()) return GlooWork::Failed(s);
+    if (absl::Status s = CheckTensor(tensor, "Broadcast"); !s.ok()) return QueuedWork::Failed(s);
     if (absl::Status s = CheckPeer(root, "Broadcast", "root", /*self_ok=*/true); !s.ok()) {
-      return GlooWork::Failed(s);
+      return QueuedWork::Failed(s);
     }
     Fingerprint fp{absl::StrCat("broadcast/root", root), DtypeName(tensor.scalar_type()),
                    tensor.numel(), group_, std::string(tag)};
@@ -250,13 +201,13 @@ class GlooCommunicator : public Communicator {
 
   std::shared_ptr<Work> AllGather(at::Tensor input, at::Tensor output,
                                   absl::string_view tag) override {
-    if (absl::Status s = CheckTensor(input, "AllGather input"); !s.ok()) return GlooWork::Failed(s);
+    if (absl::Status s = CheckTensor(input, "AllGather input"); !s.ok()) return QueuedWork::Failed(s);
     if (absl::Status s = CheckTensor(output, "AllGather output"); !s.ok()) {
-      return GlooWork::Failed(s);
+      return QueuedWork::Failed(s);
     }
     if (input.scalar_type() != output.scalar_type() ||
         output.numel() != input.numel() * options_.size) {
-      return GlooWork::Failed(absl::InvalidArgumentError(absl::StrCat(
+      return QueuedWork::Failed(absl::InvalidArgumentError(absl::StrCat(
           "AllGather: output must hold size() * input.numel() = ", options_.size, " * ",
           input.numel(), " elements of ", DtypeName(input.scalar_type()), ", got ",
           output.numel(), " of ", DtypeName(output.scalar_type()))));
@@ -336,37 +287,20 @@ class GlooCommunicator : public Communicator {
   }
 
   void Abort(absl::string_view reason) override {
-    std::deque<std::shared_ptr<GlooWork>> dropped;
-    absl::Status status;
-    {
-      absl::MutexLock lock(&mu_);
-      if (broken_.ok()) {
-        broken_ = absl::AbortedError(absl::StrCat("communicator aborted: ", reason));
-      }
-      status = broken_;
-      dropped.swap(queue_);
-      stopping_ = true;
-    }
-    for (auto& work : dropped) {
-      recorder_.Finished(work->seq(), OpState::kFailed, std::string(status.message()));
-      work->Finish(status);
-    }
     {
       absl::MutexLock lock(&groups_mu_);
       for (auto& [key, group] : groups_) group->Abort(reason);
     }
-    // Wakes the op in flight, blocked on a peer that may never answer, and
-    // tells the peers this rank is gone.
-    abort_.Abort();
-    if (context_ != nullptr) {
+    queue_->Shutdown(absl::AbortedError(absl::StrCat("communicator aborted: ", reason)), [this] {
+      // Wakes the op in flight, blocked on a peer that may never answer, and
+      // tells the peers this rank is gone.
+      abort_.Abort();
       try {
         context_->closeConnections();
       } catch (const std::exception& e) {
         LOG(WARNING) << "closing gloo connections: " << e.what();
       }
-    }
-    absl::MutexLock lock(&join_mu_);
-    if (thread_.joinable()) thread_.join();
+    });
   }
 
   // Connects a gloo context of options.size ranks through `store`.
@@ -437,12 +371,12 @@ class GlooCommunicator : public Communicator {
     const bool has_send = dst >= 0 || op != "recv";
     const bool has_recv = src >= 0 || op != "send";
     if (has_send) {
-      if (absl::Status s = CheckTensor(send, absl::StrCat(op, " send")); !s.ok()) return GlooWork::Failed(s);
-      if (absl::Status s = CheckPeer(dst, op, "dst", false); !s.ok()) return GlooWork::Failed(s);
+      if (absl::Status s = CheckTensor(send, absl::StrCat(op, " send")); !s.ok()) return QueuedWork::Failed(s);
+      if (absl::Status s = CheckPeer(dst, op, "dst", false); !s.ok()) return QueuedWork::Failed(s);
     }
     if (has_recv) {
-      if (absl::Status s = CheckTensor(recv, absl::StrCat(op, " recv")); !s.ok()) return GlooWork::Failed(s);
-      if (absl::Status s = CheckPeer(src, op, "src", false); !s.ok()) return GlooWork::Failed(s);
+      if (absl::Status s = CheckTensor(recv, absl::StrCat(op, " recv")); !s.ok()) return QueuedWork::Failed(s);
+      if (absl::Status s = CheckPeer(src, op, "src", false); !s.ok()) return QueuedWork::Failed(s);
     }
     const at::Tensor& described = has_send ? send : recv;
     Fingerprint fp{absl::StrCat(op, has_send ? absl::StrCat("/to", dst) : "",
@@ -473,69 +407,17 @@ class GlooCommunicator : public Communicator {
     });
   }
 
-  // Records and queues an op. `run` gets the gloo tag of collectives.
   std::shared_ptr<Work> Issue(Fingerprint fp, bool collective,
                               std::function<void(uint32_t)> run) {
-    absl::MutexLock lock(&mu_);
-    if (!broken_.ok()) return GlooWork::Failed(broken_);
-    const uint32_t gloo_tag = collective ? next_collective_tag_++ : 0;
-    const int64_t seq = recorder_.Enqueued(fp);
-    auto work = std::make_shared<GlooWork>(seq, std::move(fp),
-                                           [run = std::move(run), gloo_tag] { run(gloo_tag); });
-    queue_.push_back(work);
-    return work;
+    return queue_->Issue(std::move(fp), collective, std::move(run));
   }
 
-  void RunLoop() {
-    while (true) {
-      std::shared_ptr<GlooWork> work;
-      absl::Status broken;
-      {
-        absl::MutexLock lock(&mu_);
-        mu_.Await(absl::Condition(
-            +[](GlooCommunicator* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->mu_) {
-              return c->stopping_ || !c->queue_.empty();
-            },
-            this));
-        if (queue_.empty()) return;  // stopping
-        work = std::move(queue_.front());
-        queue_.pop_front();
-        broken = broken_;
-      }
-      if (!broken.ok()) {
-        recorder_.Finished(work->seq(), OpState::kFailed, std::string(broken.message()));
-        work->Finish(broken);
-        continue;
-      }
-      recorder_.Started(work->seq());
-      absl::Status status = Execute(*work);
-      if (status.ok()) {
-        recorder_.Finished(work->seq(), OpState::kCompleted, "");
-      } else {
-        recorder_.Finished(work->seq(),
-                           status.code() == absl::StatusCode::kDeadlineExceeded
-                               ? OpState::kTimedOut
-                               : OpState::kFailed,
-                           std::string(status.message()));
-        absl::MutexLock lock(&mu_);
-        if (broken_.ok()) {
-          broken_ = absl::Status(status.code(),
-                                 absl::StrCat("communicator broken by an earlier op: ",
-                                              status.message()));
-        } else {
-          status = broken_;  // aborted while it ran: report why
-        }
-      }
-      work->Finish(status);
-    }
-  }
-
-  absl::Status Execute(GlooWork& work) {
+  absl::Status Execute(QueuedWork& work) {
     const std::string what =
         absl::StrCat("op #", work.seq(), " (", work.fingerprint().ToString(), ") on rank ",
                      options_.rank, "/", options_.size);
     try {
-      work.Run();
+      work.RunBody();
       return absl::OkStatus();
     } catch (const gloo::IoException& e) {
       const std::string msg = e.what();
@@ -564,12 +446,6 @@ class GlooCommunicator : public Communicator {
   const std::chrono::milliseconds timeout_;
   FlightRecorder recorder_;
 
-  absl::Mutex mu_;
-  std::deque<std::shared_ptr<GlooWork>> queue_ ABSL_GUARDED_BY(mu_);
-  absl::Status broken_ ABSL_GUARDED_BY(mu_);
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  uint32_t next_collective_tag_ ABSL_GUARDED_BY(mu_) = 0;
-
   AbortHandle abort_;
 
   // Touched only by the op thread.
@@ -580,8 +456,8 @@ class GlooCommunicator : public Communicator {
   absl::Mutex groups_mu_;
   std::map<std::string, std::shared_ptr<Communicator>> groups_ ABSL_GUARDED_BY(groups_mu_);
 
-  absl::Mutex join_mu_;
-  std::thread thread_;
+  // Last member: its thread stops before anything it uses is destroyed.
+  std::unique_ptr<OpQueue> queue_;
 };
 
 }  // namespace

@@ -1,0 +1,121 @@
+#include "worker/comm/op_queue.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace chorus {
+
+std::shared_ptr<Work> QueuedWork::Failed(absl::Status status) {
+  auto work = std::make_shared<QueuedWork>(0, Fingerprint(), nullptr);
+  work->Finish(std::move(status));
+  return work;
+}
+
+absl::Status QueuedWork::Wait(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  if (!mu_.AwaitWithDeadline(absl::Condition(&done_), deadline)) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "op #", seq_, " (", fingerprint_.ToString(), ") has not finished by its deadline"));
+  }
+  return status_;
+}
+
+bool QueuedWork::Done() const {
+  absl::MutexLock lock(&mu_);
+  return done_;
+}
+
+void QueuedWork::Finish(absl::Status status) {
+  std::function<void()> body;
+  {
+    absl::MutexLock lock(&mu_);
+    status_ = std::move(status);
+    done_ = true;
+    body.swap(body_);
+  }
+  // `body` (and the tensors it captured) is released here, outside the lock.
+}
+
+OpQueue::OpQueue(FlightRecorder& recorder, Executor execute)
+    : recorder_(recorder), execute_(std::move(execute)) {
+  thread_ = std::thread([this] { RunLoop(); });
+}
+
+OpQueue::~OpQueue() { Shutdown(absl::AbortedError("communicator destroyed"), [] {}); }
+
+std::shared_ptr<Work> OpQueue::Issue(Fingerprint fingerprint, bool collective,
+                                     std::function<void(uint32_t)> body) {
+  absl::MutexLock lock(&mu_);
+  if (!broken_.ok()) return QueuedWork::Failed(broken_);
+  const uint32_t index = collective ? next_collective_++ : 0;
+  const int64_t seq = recorder_.Enqueued(fingerprint);
+  auto work = std::make_shared<QueuedWork>(
+      seq, std::move(fingerprint), [body = std::move(body), index] { body(index); });
+  queue_.push_back(work);
+  return work;
+}
+
+void OpQueue::Shutdown(absl::Status reason, const std::function<void()>& wake) {
+  std::deque<std::shared_ptr<QueuedWork>> dropped;
+  absl::Status status;
+  {
+    absl::MutexLock lock(&mu_);
+    if (broken_.ok()) broken_ = std::move(reason);
+    status = broken_;
+    dropped.swap(queue_);
+    stopping_ = true;
+  }
+  for (auto& work : dropped) {
+    recorder_.Finished(work->seq(), OpState::kFailed, std::string(status.message()));
+    work->Finish(status);
+  }
+  wake();
+  absl::MutexLock lock(&join_mu_);
+  if (thread_.joinable()) thread_.join();
+}
+
+void OpQueue::RunLoop() {
+  while (true) {
+    std::shared_ptr<QueuedWork> work;
+    absl::Status broken;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](OpQueue* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu_) {
+            return q->stopping_ || !q->queue_.empty();
+          },
+          this));
+      if (queue_.empty()) return;  // stopping
+      work = std::move(queue_.front());
+      queue_.pop_front();
+      broken = broken_;
+    }
+    if (!broken.ok()) {
+      recorder_.Finished(work->seq(), OpState::kFailed, std::string(broken.message()));
+      work->Finish(broken);
+      continue;
+    }
+    recorder_.Started(work->seq());
+    absl::Status status = execute_(*work);
+    if (status.ok()) {
+      recorder_.Finished(work->seq(), OpState::kCompleted, "");
+    } else {
+      recorder_.Finished(work->seq(),
+                         status.code() == absl::StatusCode::kDeadlineExceeded
+                             ? OpState::kTimedOut
+                             : OpState::kFailed,
+                         std::string(status.message()));
+      absl::MutexLock lock(&mu_);
+      if (broken_.ok()) {
+        broken_ = absl::Status(status.code(), absl::StrCat("communicator broken by an earlier op: ",
+                                                           status.message()));
+      } else {
+        status = broken_;  // shut down while it ran: report why
+      }
+    }
+    work->Finish(status);
+  }
+}
+
+}  // namespace chorus
