@@ -106,7 +106,7 @@ def _cuda_repository_impl(ctx):
 # CUDA {home} found: {found}. Only --config=cuda targets depend on these.
 cc_library(
     name = "cudart",
-    hdrs = glob(["include/*.h", "include/crt/*.h", "include/crt/*.hpp"]),
+    hdrs = glob(["include/*.h", "include/*.hpp", "include/crt/*.h", "include/crt/*.hpp", "include/nv/**"]),
     includes = ["include"],
     linkopts = ["-L{libdir}", "-Wl,-rpath,{libdir}", "-lcudart"],
 )

@@ -30,16 +30,6 @@
 
 namespace chorus {
 
-const char* ReduceOpName(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum: return "sum";
-    case ReduceOp::kAvg: return "avg";
-    case ReduceOp::kMin: return "min";
-    case ReduceOp::kMax: return "max";
-  }
-  return "unknown";
-}
-
 namespace {
 
 using ReduceFn = std::function<void(void*, const void*, const void*, size_t)>;
