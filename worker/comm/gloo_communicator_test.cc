@@ -94,6 +94,39 @@ TEST_P(AllReduceTest, EveryOpDtypeAndSizeMatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(Ranks, AllReduceTest, ::testing::Values(2, 3, 4));
 
+class DataMovementTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(DataMovementTest, BroadcastAllGatherAndRingForEveryDtypeAndSize) {
+  const int n = GetParam();
+  const std::vector<at::ScalarType> dtypes = {at::kFloat, at::kDouble, at::kHalf,
+                                              at::kBFloat16, at::kInt, at::kLong};
+  RunRanks(n, [&](int rank, Communicator& comm) {
+    for (at::ScalarType dtype : dtypes) {
+      for (int64_t size : {0, 1, 7, 1001}) {
+        const int root = n - 1;
+        at::Tensor b = Input(rank, size, dtype);
+        ASSERT_TRUE(comm.Broadcast(b, root, "b")->Wait(In(absl::Seconds(30))).ok());
+        EXPECT_TRUE(at::equal(b, Input(root, size, dtype))) << c10::toString(dtype) << " " << size;
+
+        at::Tensor out = at::empty({n, size}, dtype);
+        ASSERT_TRUE(comm.AllGather(Input(rank, size, dtype), out, "g")->Wait(In(absl::Seconds(30))).ok());
+        for (int r = 0; r < n; ++r) {
+          EXPECT_TRUE(at::equal(out[r], Input(r, size, dtype))) << c10::toString(dtype) << " " << size;
+        }
+
+        at::Tensor recv = at::empty({size}, dtype);
+        const int next = (rank + 1) % n;
+        const int prev = (rank + n - 1) % n;
+        ASSERT_TRUE(comm.SendRecv(Input(rank, size, dtype), next, recv, prev, "ring")
+                        ->Wait(In(absl::Seconds(30))).ok());
+        EXPECT_TRUE(at::equal(recv, Input(prev, size, dtype)));
+      }
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, DataMovementTest, ::testing::Values(2, 3, 4));
+
 TEST(GlooCommunicatorTest, LargeAllReduce64MB) {
   const int64_t n = 16 * 1024 * 1024;  // 64 MB of float32
   RunRanks(2, [&](int rank, Communicator& comm) {
