@@ -1,0 +1,488 @@
+#include "worker/ddp/distributed_data_parallel.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <utility>
+
+#include <ATen/ATen.h>
+#include <c10/util/strides.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/grad_mode.h>
+#include <torch/csrc/autograd/variable.h>
+#include <torch/csrc/jit/api/module.h>
+#include <torch/nn/module.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "worker/ddp/bucket_assignment.h"
+
+namespace chorus {
+namespace {
+
+// FNV-1a: a hash that is the same in every process, for comparing parameter
+// sets across ranks.
+int64_t StableHash(absl::string_view s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return static_cast<int64_t>(h >> 1);
+}
+
+std::string Describe(const NamedTensor& t) {
+  return absl::StrCat("'", t.name, "' ", c10::toString(t.tensor.scalar_type()), "[",
+                      absl::StrJoin(t.tensor.sizes(), ","), "]",
+                      t.tensor.requires_grad() ? "" : " (no grad)");
+}
+
+bool IsIgnored(const std::string& name, const std::vector<std::string>& ignored) {
+  for (const std::string& prefix : ignored) {
+    if (absl::StartsWith(name, prefix)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+class DistributedDataParallel::Impl {
+ public:
+  struct Bucket {
+    std::vector<size_t> members;  // indices into params_
+    std::vector<at::Tensor> views;  // per member: a view of `flat` shaped like the parameter
+    at::Tensor flat;
+    at::Tensor wire;  // what goes on the wire: `flat`, or its compressed copy
+    size_t pending = 0;
+    std::shared_ptr<Work> work;
+  };
+
+  Impl(std::vector<NamedTensor> params, std::vector<NamedTensor> buffers, Communicator& comm,
+       DdpOptions options)
+      : params_(std::move(params)), buffers_(std::move(buffers)), comm_(comm),
+        options_(std::move(options)), ready_(params_.size(), 0) {}
+
+  ~Impl() {
+    for (size_t i = 0; i < accumulators_.size(); ++i) {
+      if (accumulators_[i]) accumulators_[i]->del_post_hook(hook_keys_[i]);
+    }
+  }
+
+  std::string Tag(absl::string_view what) const {
+    return absl::StrCat("ddp:", options_.name, "/", what);
+  }
+
+  absl::Time Deadline() const { return absl::Now() + options_.timeout; }
+
+  // Fails on every rank, naming the first difference, if the ranks do not
+  // hold the same parameters.
+  absl::Status CheckParametersAgree() {
+    std::vector<NamedTensor> all = params_;
+    all.insert(all.end(), buffers_.begin(), buffers_.end());
+    const int64_t count = static_cast<int64_t>(all.size());
+    at::Tensor lo = at::full({1}, count, at::kLong);
+    at::Tensor hi = lo.clone();
+    RETURN_IF_ERROR(comm_.AllReduce(lo, ReduceOp::kMin, Tag("check/count"))->Wait(Deadline()));
+    RETURN_IF_ERROR(comm_.AllReduce(hi, ReduceOp::kMax, Tag("check/count"))->Wait(Deadline()));
+    if (lo.item<int64_t>() != hi.item<int64_t>()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ddp:", options_.name, ": ranks wrap different numbers of parameters and buffers (",
+          lo.item<int64_t>(), " to ", hi.item<int64_t>(), "); this rank has ", count,
+          ". Build the same model on every rank."));
+    }
+    if (count == 0) return absl::OkStatus();
+    at::Tensor hashes = at::empty({count}, at::kLong);
+    for (int64_t i = 0; i < count; ++i) {
+      hashes[i] = StableHash(Describe(all[i]));
+    }
+    at::Tensor min_h = hashes.clone();
+    at::Tensor max_h = hashes.clone();
+    RETURN_IF_ERROR(comm_.AllReduce(min_h, ReduceOp::kMin, Tag("check/params"))->Wait(Deadline()));
+    RETURN_IF_ERROR(comm_.AllReduce(max_h, ReduceOp::kMax, Tag("check/params"))->Wait(Deadline()));
+    at::Tensor differs = (min_h != max_h).nonzero();
+    if (differs.numel() > 0) {
+      const int64_t i = differs[0][0].item<int64_t>();
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ddp:", options_.name, ": parameter/buffer #", i,
+          " differs across ranks (name, dtype, shape or requires_grad); on this rank it is ",
+          Describe(all[i]), ". Build the same model on every rank."));
+    }
+    return absl::OkStatus();
+  }
+
+  void RegisterHooks();
+
+  // Rebuilds buckets from `order` (a permutation of synced_), keeping the
+  // current gradients.
+  void BuildBuckets(const std::vector<size_t>& order) {
+    torch::NoGradGuard no_grad;
+    std::vector<BucketInput> inputs(params_.size());
+    for (size_t i = 0; i < params_.size(); ++i) {
+      inputs[i] = {static_cast<int64_t>(params_[i].tensor.nbytes()),
+                   static_cast<int>(params_[i].tensor.scalar_type())};
+    }
+    const auto mb = [](double v) { return std::max<int64_t>(1, static_cast<int64_t>(v * 1024 * 1024)); };
+    std::vector<std::vector<size_t>> assignment =
+        AssignBuckets(inputs, order, mb(options_.first_bucket_mb), mb(options_.bucket_cap_mb));
+    buckets_.clear();
+    buckets_.resize(assignment.size());
+    locator_.assign(params_.size(), {0, 0});
+    for (size_t b = 0; b < assignment.size(); ++b) {
+      Bucket& bucket = buckets_[b];
+      bucket.members = std::move(assignment[b]);
+      int64_t total = 0;
+      for (size_t i : bucket.members) total += params_[i].tensor.numel();
+      const at::TensorOptions opts = params_[bucket.members[0]].tensor.options().requires_grad(false);
+      bucket.flat = at::zeros({total}, opts);
+      int64_t offset = 0;
+      for (size_t j = 0; j < bucket.members.size(); ++j) {
+        const at::Tensor& p = params_[bucket.members[j]].tensor;
+        // Shares the bucket's storage without being an autograd view, so that
+        // optimizers may detach_() a gradient that is one (LibTorch's
+        // Optimizer::zero_grad does).
+        at::Tensor view = at::empty({0}, opts);
+        view.set_(bucket.flat.storage(), offset, p.sizes(), c10::contiguous_strides(p.sizes()));
+        offset += p.numel();
+        locator_[bucket.members[j]] = {b, j};
+        if (options_.gradient_as_bucket_view) {
+          at::Tensor& grad = p.mutable_grad();
+          if (grad.defined()) view.copy_(grad);
+          grad = view;
+        }
+        bucket.views.push_back(view);
+      }
+      switch (options_.compression) {
+        case DdpOptions::Compression::kFp16: bucket.wire = at::empty({total}, opts.dtype(at::kHalf)); break;
+        case DdpOptions::Compression::kBf16: bucket.wire = at::empty({total}, opts.dtype(at::kBFloat16)); break;
+        default: bucket.wire = bucket.flat; break;
+      }
+      bucket.pending = bucket.members.size();
+    }
+  }
+
+  // Called by the hook of synced parameter `i` once its .grad is written.
+  void MarkReady(size_t i) {
+    if (no_sync_) return;
+    torch::NoGradGuard no_grad;
+    if (ready_[i]) {
+      if (hook_error_.ok()) {
+        hook_error_ = absl::FailedPreconditionError(absl::StrCat(
+            "ddp:", options_.name, ": parameter '", params_[i].name,
+            "' received gradients from two backward passes in one iteration; call "
+            "FinishGradientSync() after each backward, or use NoSync() to accumulate"));
+      }
+      return;
+    }
+    ready_[i] = 1;
+    if (!rebuilt_) ready_order_.push_back(i);
+    auto [b, j] = locator_[i];
+    Bucket& bucket = buckets_[b];
+    at::Tensor& grad = params_[i].tensor.mutable_grad();
+    at::Tensor& view = bucket.views[j];
+    if (!grad.defined()) {
+      view.zero_();
+    } else if (!grad.is_same(view)) {
+      view.copy_(grad);
+      if (options_.gradient_as_bucket_view) grad = view;
+    }
+    if (--bucket.pending == 0) LaunchReady();
+  }
+
+  // Launches, in index order, every bucket whose gradients are all ready.
+  void LaunchReady() {
+    while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
+      Bucket& bucket = buckets_[next_launch_];
+      const std::string tag = Tag(absl::StrCat("bucket", next_launch_));
+      if (options_.compression == DdpOptions::Compression::kNone) {
+        bucket.work = comm_.AllReduce(bucket.flat, ReduceOp::kAvg, tag);
+      } else {
+        // Divide before the sum so fp16 cannot overflow.
+        at::mul_out(bucket.wire, bucket.flat, 1.0 / comm_.size());
+        bucket.work = comm_.AllReduce(bucket.wire, ReduceOp::kSum, tag);
+      }
+      ++next_launch_;
+    }
+  }
+
+  absl::Status Finish() {
+    if (no_sync_) return absl::OkStatus();
+    torch::NoGradGuard no_grad;
+    // Parameters without a gradient this iteration contribute zeros, so that
+    // every rank still launches every bucket (no rank is left waiting).
+    std::vector<size_t> missing;
+    for (size_t i : synced_) {
+      if (ready_[i]) continue;
+      missing.push_back(i);
+      auto [b, j] = locator_[i];
+      buckets_[b].views[j].zero_();
+      --buckets_[b].pending;
+    }
+    LaunchReady();
+    absl::Status status = hook_error_;
+    for (Bucket& bucket : buckets_) {
+      absl::Status s = bucket.work ? bucket.work->Wait(Deadline())
+                                   : absl::InternalError("bucket was never launched");
+      if (status.ok() && !s.ok()) status = s;
+    }
+    // How many ranks produced each gradient.
+    at::Tensor used = at::zeros({static_cast<int64_t>(synced_.size())}, at::kInt);
+    for (size_t k = 0; k < synced_.size(); ++k) used[k] = static_cast<int>(ready_[synced_[k]]);
+    absl::Status used_status =
+        comm_.AllReduce(used, ReduceOp::kSum, Tag("used_parameters"))->Wait(Deadline());
+    if (status.ok() && !used_status.ok()) status = used_status;
+
+    if (status.ok() && !options_.find_unused_parameters) {
+      std::vector<std::string> names;
+      for (size_t k = 0; k < synced_.size(); ++k) {
+        if (used[k].item<int>() < comm_.size()) names.push_back(params_[synced_[k]].name);
+      }
+      if (!names.empty()) {
+        status = absl::InvalidArgumentError(absl::StrCat(
+            "ddp:", options_.name, ": ", names.size(),
+            " parameter(s) got no gradient on at least one rank in this iteration: ",
+            absl::StrJoin(names.begin(), names.begin() + std::min<size_t>(names.size(), 10), ", "),
+            names.size() > 10 ? ", ..." : "",
+            ". If parts of the model are legitimately unused, enable find_unused_parameters "
+            "(strategy.ddp.find_unused_parameters: true); otherwise make every parameter "
+            "contribute to the loss."));
+      }
+    }
+
+    if (status.ok()) {
+      for (Bucket& bucket : buckets_) {
+        if (options_.compression != DdpOptions::Compression::kNone) bucket.flat.copy_(bucket.wire);
+      }
+      for (size_t k = 0; k < synced_.size(); ++k) {
+        const size_t i = synced_[k];
+        auto [b, j] = locator_[i];
+        at::Tensor& view = buckets_[b].views[j];
+        at::Tensor& grad = params_[i].tensor.mutable_grad();
+        if (options_.gradient_as_bucket_view) {
+          if (!grad.is_same(view)) grad = view;
+        } else if (used[k].item<int>() == 0) {
+          grad = at::Tensor();  // unused on every rank: no gradient, as in PyTorch
+        } else if (grad.defined()) {
+          grad.copy_(view);
+        } else {
+          grad = view.clone();
+        }
+      }
+      if (!rebuilt_) status = RebuildFromRankZeroOrder(missing);
+    }
+
+    // Ready for the next iteration, whatever happened.
+    std::fill(ready_.begin(), ready_.end(), 0);
+    next_launch_ = 0;
+    hook_error_ = absl::OkStatus();
+    for (Bucket& bucket : buckets_) {
+      bucket.pending = bucket.members.size();
+      bucket.work.reset();
+    }
+    ++iterations_;
+    return status;
+  }
+
+  // Note [Bucket order]: adopt rank 0's gradient-ready order.
+  absl::Status RebuildFromRankZeroOrder(const std::vector<size_t>& missing) {
+    std::vector<size_t> order = ready_order_;
+    order.insert(order.end(), missing.rbegin(), missing.rend());
+    at::Tensor order_tensor = at::empty({static_cast<int64_t>(order.size())}, at::kLong);
+    for (size_t k = 0; k < order.size(); ++k) order_tensor[k] = static_cast<int64_t>(order[k]);
+    RETURN_IF_ERROR(comm_.Broadcast(order_tensor, 0, Tag("bucket_order"))->Wait(Deadline()));
+    std::vector<size_t> adopted(order.size());
+    for (size_t k = 0; k < order.size(); ++k) adopted[k] = static_cast<size_t>(order_tensor[k].item<int64_t>());
+    BuildBuckets(adopted);
+    rebuilt_ = true;
+    ready_order_.clear();
+    return absl::OkStatus();
+  }
+
+  // Broadcasts `tensors` from `root`, one flat message per dtype.
+  absl::Status BroadcastCoalesced(const std::vector<at::Tensor>& tensors, int root,
+                                  const std::string& tag) {
+    torch::NoGradGuard no_grad;
+    std::map<at::ScalarType, std::vector<at::Tensor>> by_dtype;
+    for (const at::Tensor& t : tensors) by_dtype[t.scalar_type()].push_back(t);
+    for (auto& [dtype, group] : by_dtype) {
+      std::vector<at::Tensor> flat_parts;
+      for (const at::Tensor& t : group) flat_parts.push_back(t.detach().reshape({-1}));
+      at::Tensor flat = at::cat(flat_parts);
+      RETURN_IF_ERROR(comm_.Broadcast(flat, root, tag)->Wait(Deadline()));
+      int64_t offset = 0;
+      for (const at::Tensor& t : group) {
+        t.detach().copy_(flat.narrow(0, offset, t.numel()).view(t.sizes()));
+        offset += t.numel();
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status BroadcastParameters(int root) {
+    std::vector<at::Tensor> all;
+    for (const NamedTensor& p : params_) all.push_back(p.tensor);
+    for (const NamedTensor& b : buffers_) all.push_back(b.tensor);
+    return BroadcastCoalesced(all, root, Tag("broadcast_parameters"));
+  }
+
+  absl::Status Prepare() {
+    if (std::any_of(ready_.begin(), ready_.end(), [](char r) { return r != 0; })) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "ddp:", options_.name,
+          ": the previous backward's gradients were never synchronized; call "
+          "FinishGradientSync() after each backward (or wrap it in NoSync())"));
+    }
+    if (!options_.broadcast_buffers || comm_.size() == 1) return absl::OkStatus();
+    std::vector<at::Tensor> floats;
+    for (const NamedTensor& b : buffers_) {
+      if (at::isFloatingType(b.tensor.scalar_type())) floats.push_back(b.tensor);
+    }
+    if (floats.empty()) return absl::OkStatus();
+    return BroadcastCoalesced(floats, 0, Tag("buffers"));
+  }
+
+  std::vector<NamedTensor> params_;
+  std::vector<NamedTensor> buffers_;
+  Communicator& comm_;
+  const DdpOptions options_;
+  std::vector<size_t> synced_;  // params with requires_grad, in declaration order
+  std::vector<Bucket> buckets_;
+  std::vector<std::pair<size_t, size_t>> locator_;  // param -> (bucket, slot)
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
+  std::vector<uintptr_t> hook_keys_;
+
+  // Per iteration.
+  std::vector<char> ready_;
+  std::vector<size_t> ready_order_;
+  size_t next_launch_ = 0;
+  absl::Status hook_error_;
+  bool rebuilt_ = false;
+  bool no_sync_ = false;
+  int64_t iterations_ = 0;
+};
+
+namespace {
+
+// Note [Gradient hooks]: runs after the accumulator has written .grad.
+class ReadyHook : public torch::autograd::FunctionPostHook {
+ public:
+  ReadyHook(DistributedDataParallel::Impl* ddp, size_t index) : ddp_(ddp), index_(index) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list& /*inputs*/) override {
+    ddp_->MarkReady(index_);
+    return outputs;
+  }
+
+ private:
+  DistributedDataParallel::Impl* ddp_;
+  size_t index_;
+};
+
+}  // namespace
+
+void DistributedDataParallel::Impl::RegisterHooks() {
+  accumulators_.resize(params_.size());
+  hook_keys_.resize(params_.size());
+  for (size_t i : synced_) {
+    accumulators_[i] = torch::autograd::impl::grad_accumulator(params_[i].tensor);
+    hook_keys_[i] = accumulators_[i]->add_post_hook(std::make_unique<ReadyHook>(this, i));
+  }
+}
+
+absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel::Create(
+    std::vector<NamedTensor> parameters, std::vector<NamedTensor> buffers, Communicator& comm,
+    DdpOptions options) {
+  if (!(options.bucket_cap_mb > 0) || !(options.first_bucket_mb > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ddp: bucket_cap_mb and first_bucket_mb must be > 0, got ", options.bucket_cap_mb,
+        " and ", options.first_bucket_mb));
+  }
+  std::vector<NamedTensor> params;
+  for (NamedTensor& p : parameters) {
+    if (!p.tensor.defined()) {
+      return absl::InvalidArgumentError(absl::StrCat("ddp: parameter '", p.name, "' is undefined"));
+    }
+    if (!IsIgnored(p.name, options.ignored)) params.push_back(std::move(p));
+  }
+  std::vector<NamedTensor> kept_buffers;
+  for (NamedTensor& b : buffers) {
+    if (b.tensor.defined() && !IsIgnored(b.name, options.ignored)) kept_buffers.push_back(std::move(b));
+  }
+  if ((options.compression != DdpOptions::Compression::kNone)) {
+    for (const NamedTensor& p : params) {
+      if (p.tensor.scalar_type() != at::kFloat && p.tensor.requires_grad()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "ddp: gradient compression needs float32 parameters; '", p.name, "' is ",
+            c10::toString(p.tensor.scalar_type())));
+      }
+    }
+  }
+  auto impl = std::make_unique<Impl>(std::move(params), std::move(kept_buffers), comm,
+                                     std::move(options));
+  for (size_t i = 0; i < impl->params_.size(); ++i) {
+    if (impl->params_[i].tensor.requires_grad()) impl->synced_.push_back(i);
+  }
+  RETURN_IF_ERROR(impl->CheckParametersAgree());
+  // Note [Bucket order]: reverse declaration order until the first iteration.
+  std::vector<size_t> order(impl->synced_.rbegin(), impl->synced_.rend());
+  impl->BuildBuckets(order);
+  impl->RegisterHooks();
+  return std::unique_ptr<DistributedDataParallel>(new DistributedDataParallel(std::move(impl)));
+}
+
+absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel::ForModule(
+    torch::nn::Module& module, Communicator& comm, DdpOptions options) {
+  std::vector<NamedTensor> params, buffers;
+  for (const auto& item : module.named_parameters(/*recurse=*/true)) {
+    params.push_back({item.key(), item.value()});
+  }
+  for (const auto& item : module.named_buffers(/*recurse=*/true)) {
+    buffers.push_back({item.key(), item.value()});
+  }
+  return Create(std::move(params), std::move(buffers), comm, std::move(options));
+}
+
+absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel::ForScriptModule(
+    torch::jit::Module& module, Communicator& comm, DdpOptions options) {
+  std::vector<NamedTensor> params, buffers;
+  for (const auto& item : module.named_parameters(/*recurse=*/true)) {
+    params.push_back({item.name, item.value});
+  }
+  for (const auto& item : module.named_buffers(/*recurse=*/true)) {
+    buffers.push_back({item.name, item.value});
+  }
+  return Create(std::move(params), std::move(buffers), comm, std::move(options));
+}
+
+DistributedDataParallel::DistributedDataParallel(std::unique_ptr<Impl> impl)
+    : impl_(std::move(impl)) {}
+
+DistributedDataParallel::~DistributedDataParallel() = default;
+
+absl::Status DistributedDataParallel::BroadcastParameters(int root) {
+  return impl_->BroadcastParameters(root);
+}
+
+absl::Status DistributedDataParallel::PrepareForBackward() { return impl_->Prepare(); }
+
+absl::Status DistributedDataParallel::FinishGradientSync() { return impl_->Finish(); }
+
+DistributedDataParallel::NoSyncScope::NoSyncScope(DistributedDataParallel& ddp)
+    : ddp_(ddp), previous_(ddp.impl_->no_sync_) {
+  ddp_.impl_->no_sync_ = true;
+}
+
+DistributedDataParallel::NoSyncScope::~NoSyncScope() { ddp_.impl_->no_sync_ = previous_; }
+
+size_t DistributedDataParallel::bucket_count() const { return impl_->buckets_.size(); }
+
+std::vector<std::string> DistributedDataParallel::bucket_parameters(size_t b) const {
+  std::vector<std::string> names;
+  for (size_t i : impl_->buckets_.at(b).members) names.push_back(impl_->params_[i].name);
+  return names;
+}
+
+int64_t DistributedDataParallel::iterations() const { return impl_->iterations_; }
+
+}  // namespace chorus

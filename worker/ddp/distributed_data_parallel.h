@@ -1,0 +1,158 @@
+// DistributedDataParallel: synchronous data parallelism over a Communicator,
+// with PyTorch DDP's semantics.
+//
+// Gradients are averaged across ranks in buckets: as soon as every gradient
+// of a bucket is ready (an autograd hook fires), the bucket's all-reduce
+// starts and overlaps the rest of backward. FinishGradientSync() waits for all
+// buckets and leaves the averaged gradients in each parameter's .grad.
+//
+// One iteration:
+//   RETURN_IF_ERROR(ddp->PrepareForBackward());   // before forward: buffers
+//   loss = model->forward(x) ...; loss.backward();
+//   RETURN_IF_ERROR(ddp->FinishGradientSync());
+//   optimizer.step();
+// Gradient accumulation: { auto no_sync = ddp->NoSync(); fwd/bwd ... } then a
+// normal iteration.
+//
+// Thread-safety: one training thread drives an instance (backward hooks run on
+// that thread for CPU tensors). Several instances may share a communicator if
+// every rank calls them in the same order.
+//
+// Example:
+//   ASSIGN_OR_RETURN(auto ddp, DistributedDataParallel::ForModule(*model, *comm, {}));
+//   RETURN_IF_ERROR(ddp->BroadcastParameters(0));
+#ifndef CHORUS_WORKER_DDP_DISTRIBUTED_DATA_PARALLEL_H_
+#define CHORUS_WORKER_DDP_DISTRIBUTED_DATA_PARALLEL_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "worker/comm/communicator.h"
+
+namespace torch {
+namespace nn {
+class Module;
+}
+namespace jit {
+struct Module;
+}
+}  // namespace torch
+
+namespace chorus {
+
+struct DdpOptions {
+  double bucket_cap_mb = 25;
+  // The first bucket is small so that communication starts early.
+  double first_bucket_mb = 1;
+  // .grad of each parameter becomes a view into its bucket: no copies in or
+  // out, but gradients of parameters unused on every rank are zeros rather
+  // than undefined.
+  bool gradient_as_bucket_view = false;
+  // Parameters that get no gradient on some ranks contribute zeros; without
+  // this, such a parameter makes FinishGradientSync() fail (on every rank).
+  bool find_unused_parameters = false;
+  // Parameter/buffer names or name prefixes never synchronized.
+  std::vector<std::string> ignored;
+  // Broadcast floating-point buffers from rank 0 in PrepareForBackward().
+  bool broadcast_buffers = true;
+  enum class Compression { kNone, kFp16, kBf16 };
+  // Gradients travel in this format (halving the bytes for fp16/bf16).
+  Compression compression = Compression::kNone;
+  // Names this instance in flight-recorder tags: "ddp:<name>/bucket<i>".
+  std::string name = "model";
+  // How long FinishGradientSync() and the setup collectives wait.
+  absl::Duration timeout = absl::Minutes(5);
+};
+
+struct NamedTensor {
+  std::string name;
+  at::Tensor tensor;
+};
+
+class DistributedDataParallel {
+ public:
+  // Wraps `parameters` (those with requires_grad get hooks) and `buffers`.
+  // Every rank must pass the same names, shapes and dtypes in the same order;
+  // otherwise every rank gets INVALID_ARGUMENT naming the first difference.
+  // `comm` must outlive the instance.
+  static absl::StatusOr<std::unique_ptr<DistributedDataParallel>> Create(
+      std::vector<NamedTensor> parameters, std::vector<NamedTensor> buffers, Communicator& comm,
+      DdpOptions options);
+  static absl::StatusOr<std::unique_ptr<DistributedDataParallel>> ForModule(
+      torch::nn::Module& module, Communicator& comm, DdpOptions options);
+  static absl::StatusOr<std::unique_ptr<DistributedDataParallel>> ForScriptModule(
+      torch::jit::Module& module, Communicator& comm, DdpOptions options);
+
+  DistributedDataParallel(const DistributedDataParallel&) = delete;
+  DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
+  // Removes the autograd hooks.
+  ~DistributedDataParallel();
+
+  // Copies `root`'s parameters and buffers to every rank.
+  absl::Status BroadcastParameters(int root);
+  // Call before each forward: broadcasts buffers (if enabled) and checks the
+  // previous iteration was finished.
+  absl::Status PrepareForBackward();
+  // Waits for every bucket and leaves averaged gradients in .grad. Returns
+  // the first communication error, or INVALID_ARGUMENT naming parameters that
+  // got no gradient when find_unused_parameters is off.
+  absl::Status FinishGradientSync();
+
+  // While alive, backward passes accumulate gradients locally without
+  // communicating.
+  class NoSyncScope {
+   public:
+    explicit NoSyncScope(DistributedDataParallel& ddp);
+    ~NoSyncScope();
+    NoSyncScope(const NoSyncScope&) = delete;
+    NoSyncScope& operator=(const NoSyncScope&) = delete;
+
+   private:
+    DistributedDataParallel& ddp_;
+    bool previous_;
+  };
+  NoSyncScope NoSync() { return NoSyncScope(*this); }
+
+  // Introspection for tests and metrics.
+  size_t bucket_count() const;
+  // Parameter names of bucket `b`, in bucket order.
+  std::vector<std::string> bucket_parameters(size_t b) const;
+  int64_t iterations() const;
+
+  class Impl;
+
+ private:
+  explicit DistributedDataParallel(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Note [Bucket order]
+// Before the first iteration buckets follow the reverse of the parameter
+// order (gradients of the last layers are usually ready first). During the
+// first synchronized iteration every rank records the order in which its
+// gradients became ready; FinishGradientSync() then broadcasts rank 0's order
+// and every rank rebuilds its buckets from it with the same pure function
+// (AssignBuckets), so all ranks hold identical buckets and launch their
+// all-reduces in the same index order. Buckets launch strictly in index
+// order: a bucket that is complete early waits for its predecessors, which
+// keeps the collective sequence identical on every rank.
+//
+// Note [Gradient hooks]
+// LibTorch 1.13 has no register_post_accumulate_grad_hook. A tensor hook
+// (register_hook) sees the incoming gradient before it is added to .grad, so
+// it cannot observe the accumulated value. Like PyTorch's Reducer we add a
+// post hook to each parameter's gradient accumulator node, which runs after
+// .grad has been written; the accumulator is kept alive by the instance so the
+// hook survives graph rebuilds, and the hook is removed in the destructor. A
+// parameter used several times in one backward is summed by the engine before
+// its accumulator runs, so the hook fires once per backward.
+
+}  // namespace chorus
+
+#endif  // CHORUS_WORKER_DDP_DISTRIBUTED_DATA_PARALLEL_H_

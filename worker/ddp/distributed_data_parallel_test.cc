@@ -1,0 +1,429 @@
+#include "worker/ddp/distributed_data_parallel.h"
+
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "absl/strings/match.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "worker/comm/gloo_communicator.h"
+#include "worker/comm/store.h"
+
+namespace chorus {
+namespace {
+
+using ::testing::HasSubstr;
+
+void RunRanks(int n, const std::function<void(int, Communicator&)>& body) {
+  MemoryStore store;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      at::set_num_threads(1);
+      GlooOptions options;
+      options.rank = r;
+      options.size = n;
+      auto comm = CreateGlooCommunicator(options, store);
+      ASSERT_TRUE(comm.ok()) << comm.status();
+      body(r, **comm);
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+torch::nn::Sequential MakeMlp() {
+  return torch::nn::Sequential(torch::nn::Linear(8, 16), torch::nn::ReLU(),
+                               torch::nn::Linear(16, 16), torch::nn::ReLU(),
+                               torch::nn::Linear(16, 4));
+}
+
+torch::nn::Sequential MakeCnn() {
+  return torch::nn::Sequential(
+      torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 4, 3)), torch::nn::ReLU(),
+      torch::nn::MaxPool2d(torch::nn::MaxPool2dOptions(2)), torch::nn::Flatten(),
+      torch::nn::Linear(4 * 3 * 3, 4));
+}
+
+// A copy of `src`'s parameters in a freshly built model.
+torch::nn::Sequential CloneOf(const torch::nn::Sequential& src, bool cnn) {
+  torch::nn::Sequential copy = cnn ? MakeCnn() : MakeMlp();
+  torch::NoGradGuard no_grad;
+  auto from = src->parameters();
+  auto to = copy->parameters();
+  for (size_t i = 0; i < from.size(); ++i) to[i].copy_(from[i]);
+  return copy;
+}
+
+bool SameParameters(const torch::nn::Sequential& a, const torch::nn::Sequential& b,
+                    double rtol = 1e-5, double atol = 1e-6) {
+  auto pa = a->parameters();
+  auto pb = b->parameters();
+  for (size_t i = 0; i < pa.size(); ++i) {
+    if (!torch::allclose(pa[i], pb[i], rtol, atol)) return false;
+  }
+  return true;
+}
+
+struct EquivalenceCase {
+  int ranks;
+  bool cnn;
+  bool view;
+};
+
+class EquivalenceTest : public ::testing::TestWithParam<EquivalenceCase> {};
+
+// N ranks x batch B with DDP == one process with batch N*B, after 20 steps of
+// SGD with momentum, with buckets small enough that there are many.
+TEST_P(EquivalenceTest, MatchesOneProcessOnTheWholeBatch) {
+  const EquivalenceCase c = GetParam();
+  const int n = c.ranks;
+  const int batch = 4;
+  const int steps = 20;
+  torch::manual_seed(7);
+  torch::nn::Sequential reference = c.cnn ? MakeCnn() : MakeMlp();
+  std::vector<torch::nn::Sequential> replicas;
+  for (int r = 0; r < n; ++r) replicas.push_back(CloneOf(reference, c.cnn));
+  const std::vector<int64_t> shape = c.cnn ? std::vector<int64_t>{steps, n * batch, 1, 8, 8}
+                                           : std::vector<int64_t>{steps, n * batch, 8};
+  torch::Tensor x = torch::randn(shape);
+  torch::Tensor y = torch::randint(0, 4, {steps, n * batch});
+
+  torch::optim::SGD ref_opt(reference->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+  for (int s = 0; s < steps; ++s) {
+    ref_opt.zero_grad();
+    torch::nn::functional::cross_entropy(reference->forward(x[s]), y[s]).backward();
+    ref_opt.step();
+  }
+
+  std::atomic<size_t> buckets{0};
+  RunRanks(n, [&](int rank, Communicator& comm) {
+    torch::nn::Sequential& model = replicas[rank];
+    DdpOptions options;
+    options.bucket_cap_mb = 100.0 / (1 << 20);  // ~100 bytes: many buckets
+    options.first_bucket_mb = 16.0 / (1 << 20);
+    options.gradient_as_bucket_view = c.view;
+    auto ddp = DistributedDataParallel::ForModule(*model, comm, options);
+    ASSERT_TRUE(ddp.ok()) << ddp.status();
+    if (rank == 0) buckets = (*ddp)->bucket_count();
+    torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+    for (int s = 0; s < steps; ++s) {
+      opt.zero_grad();
+      ASSERT_TRUE((*ddp)->PrepareForBackward().ok());
+      torch::Tensor xs = x[s].narrow(0, rank * batch, batch);
+      torch::Tensor ys = y[s].narrow(0, rank * batch, batch);
+      torch::nn::functional::cross_entropy(model->forward(xs), ys).backward();
+      absl::Status sync = (*ddp)->FinishGradientSync();
+      ASSERT_TRUE(sync.ok()) << sync;
+      opt.step();
+    }
+    EXPECT_EQ((*ddp)->iterations(), steps);
+  });
+  EXPECT_GE(buckets.load(), 3u);
+  for (int r = 0; r < n; ++r) {
+    EXPECT_TRUE(SameParameters(replicas[r], reference)) << "rank " << r;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    ModelsRanksAndViews, EquivalenceTest,
+    ::testing::Values(EquivalenceCase{1, false, false}, EquivalenceCase{2, false, false},
+                      EquivalenceCase{3, false, false}, EquivalenceCase{2, false, true},
+                      EquivalenceCase{3, false, true}, EquivalenceCase{1, true, false},
+                      EquivalenceCase{2, true, false}, EquivalenceCase{3, true, true}));
+
+// Two heads on one trunk; `use` says which heads feed the loss on each rank.
+struct TwoHeads : torch::nn::Module {
+  TwoHeads() {
+    trunk = register_module("trunk", torch::nn::Linear(6, 8));
+    head_a = register_module("head_a", torch::nn::Linear(8, 2));
+    head_b = register_module("head_b", torch::nn::Linear(8, 2));
+  }
+  torch::Tensor Loss(const torch::Tensor& x, bool use_a, bool use_b) {
+    torch::Tensor h = torch::relu(trunk->forward(x));
+    torch::Tensor loss = torch::zeros({});
+    if (use_a) loss = loss + head_a->forward(h).pow(2).mean();
+    if (use_b) loss = loss + head_b->forward(h).pow(2).mean();
+    return loss;
+  }
+  torch::nn::Linear trunk{nullptr}, head_a{nullptr}, head_b{nullptr};
+};
+
+void CopyParams(TwoHeads& from, TwoHeads& to) {
+  torch::NoGradGuard no_grad;
+  auto a = from.parameters();
+  auto b = to.parameters();
+  for (size_t i = 0; i < a.size(); ++i) b[i].copy_(a[i]);
+}
+
+struct UnusedCase {
+  const char* name;
+  bool find_unused;
+  // Heads used by rank 0 and rank 1.
+  bool a0, b0, a1, b1;
+  bool expect_error;
+};
+
+class UnusedParametersTest : public ::testing::TestWithParam<UnusedCase> {};
+
+TEST_P(UnusedParametersTest, AveragesZerosOrFailsClearly) {
+  const UnusedCase c = GetParam();
+  torch::manual_seed(3);
+  TwoHeads reference;
+  torch::Tensor x = torch::randn({2, 5, 6});
+  // Reference gradients: each rank's local gradient computed here, averaged.
+  std::vector<std::vector<torch::Tensor>> local(2);
+  for (int r = 0; r < 2; ++r) {
+    TwoHeads m;
+    CopyParams(reference, m);
+    torch::Tensor loss = m.Loss(x[r], r == 0 ? c.a0 : c.a1, r == 0 ? c.b0 : c.b1);
+    loss.backward();
+    for (auto& p : m.parameters()) local[r].push_back(p.grad().defined() ? p.grad().clone() : torch::Tensor());
+  }
+  std::vector<std::vector<torch::Tensor>> got(2);
+  std::vector<absl::Status> statuses(2);
+  RunRanks(2, [&](int rank, Communicator& comm) {
+    TwoHeads m;
+    CopyParams(reference, m);
+    DdpOptions options;
+    options.find_unused_parameters = c.find_unused;
+    auto ddp = DistributedDataParallel::ForModule(m, comm, options);
+    ASSERT_TRUE(ddp.ok()) << ddp.status();
+    for (int iteration = 0; iteration < 2; ++iteration) {  // before and after the bucket rebuild
+      m.zero_grad();
+      ASSERT_TRUE((*ddp)->PrepareForBackward().ok());
+      m.Loss(x[rank], rank == 0 ? c.a0 : c.a1, rank == 0 ? c.b0 : c.b1).backward();
+      statuses[rank] = (*ddp)->FinishGradientSync();
+    }
+    for (auto& p : m.parameters()) got[rank].push_back(p.grad().defined() ? p.grad().clone() : torch::Tensor());
+  });
+  if (c.expect_error) {
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(statuses[r].code(), absl::StatusCode::kInvalidArgument) << statuses[r];
+      EXPECT_THAT(statuses[r].message(), HasSubstr("find_unused_parameters"));
+      EXPECT_THAT(statuses[r].message(), HasSubstr("head_"));
+    }
+    return;
+  }
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(statuses[r].ok()) << statuses[r];
+  for (size_t i = 0; i < local[0].size(); ++i) {
+    const bool any = local[0][i].defined() || local[1][i].defined();
+    if (!any) {
+      EXPECT_FALSE(got[0][i].defined()) << "param " << i << " unused everywhere keeps no grad";
+      continue;
+    }
+    torch::Tensor sum = torch::zeros_like(local[0][i].defined() ? local[0][i] : local[1][i]);
+    for (int r = 0; r < 2; ++r) {
+      if (local[r][i].defined()) sum += local[r][i];
+    }
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_TRUE(got[r][i].defined()) << "param " << i;
+      EXPECT_TRUE(torch::allclose(got[r][i], sum / 2, 1e-5, 1e-7)) << c.name << " param " << i;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, UnusedParametersTest,
+    ::testing::Values(UnusedCase{"none_unused", false, true, true, true, true, false},
+                      UnusedCase{"none_unused_option", true, true, true, true, true, false},
+                      UnusedCase{"same_unused", true, true, false, true, false, false},
+                      UnusedCase{"same_unused_no_option", false, true, false, true, false, true},
+                      UnusedCase{"different_per_rank", true, true, false, false, true, false},
+                      UnusedCase{"different_no_option", false, true, false, false, true, true}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+TEST(DistributedDataParallelTest, NoSyncAccumulationEqualsOneBigBatch) {
+  const int k = 3, batch = 4;
+  torch::manual_seed(11);
+  torch::nn::Sequential reference = MakeMlp();
+  torch::Tensor x = torch::randn({2 * k * batch, 8});
+  torch::Tensor y = torch::randint(0, 4, {2 * k * batch});
+  torch::nn::functional::cross_entropy(reference->forward(x), y).backward();
+  std::vector<torch::Tensor> want;
+  for (auto& p : reference->parameters()) want.push_back(p.grad().clone());
+
+  std::vector<torch::nn::Sequential> replicas = {CloneOf(reference, false), CloneOf(reference, false)};
+  RunRanks(2, [&](int rank, Communicator& comm) {
+    torch::nn::Sequential& model = replicas[rank];
+    for (auto& p : model->parameters()) p.mutable_grad() = torch::Tensor();
+    auto ddp = DistributedDataParallel::ForModule(*model, comm, DdpOptions());
+    ASSERT_TRUE(ddp.ok()) << ddp.status();
+    for (int m = 0; m < k; ++m) {
+      ASSERT_TRUE((*ddp)->PrepareForBackward().ok());
+      torch::Tensor xs = x.narrow(0, (rank * k + m) * batch, batch);
+      torch::Tensor ys = y.narrow(0, (rank * k + m) * batch, batch);
+      torch::Tensor loss = torch::nn::functional::cross_entropy(model->forward(xs), ys) / k;
+      if (m < k - 1) {
+        auto no_sync = (*ddp)->NoSync();
+        loss.backward();
+        ASSERT_TRUE((*ddp)->FinishGradientSync().ok());  // no-op under NoSync
+      } else {
+        loss.backward();
+        absl::Status s = (*ddp)->FinishGradientSync();
+        ASSERT_TRUE(s.ok()) << s;
+      }
+    }
+    EXPECT_EQ(comm.flight_recorder().TakeSnapshot().last_enqueued_seq > 0, true);
+  });
+  for (int r = 0; r < 2; ++r) {
+    auto params = replicas[r]->parameters();
+    for (size_t i = 0; i < params.size(); ++i) {
+      EXPECT_TRUE(torch::allclose(params[i].grad(), want[i], 1e-5, 1e-7)) << "rank " << r << " param " << i;
+    }
+  }
+}
+
+class CompressionTest : public ::testing::TestWithParam<DdpOptions::Compression> {};
+
+TEST_P(CompressionTest, GradientsWithinFormatToleranceAndHalfTheBytes) {
+  const DdpOptions::Compression compression = GetParam();
+  torch::manual_seed(5);
+  torch::nn::Sequential reference = MakeMlp();
+  torch::Tensor x = torch::randn({8, 8});
+  torch::Tensor y = torch::randint(0, 4, {8});
+  torch::nn::functional::cross_entropy(reference->forward(x), y).backward();
+  std::vector<torch::Tensor> want;
+  for (auto& p : reference->parameters()) want.push_back(p.grad().clone());
+  std::vector<torch::nn::Sequential> replicas = {CloneOf(reference, false), CloneOf(reference, false)};
+  std::vector<int64_t> wire_bytes(2, 0), wire_count(2, 0);
+  RunRanks(2, [&](int rank, Communicator& comm) {
+    DdpOptions options;
+    options.compression = compression;
+    auto ddp = DistributedDataParallel::ForModule(*replicas[rank], comm, options);
+    ASSERT_TRUE(ddp.ok()) << ddp.status();
+    ASSERT_TRUE((*ddp)->PrepareForBackward().ok());
+    torch::nn::functional::cross_entropy(replicas[rank]->forward(x.narrow(0, rank * 4, 4)),
+                                         y.narrow(0, rank * 4, 4))
+        .backward();
+    ASSERT_TRUE((*ddp)->FinishGradientSync().ok());
+    for (const FlightRecord& rec : comm.flight_recorder().TakeSnapshot(64).recent) {
+      if (rec.fingerprint.tag == "ddp:model/bucket0") {
+        wire_bytes[rank] = rec.fingerprint.bytes();
+        wire_count[rank] = rec.fingerprint.count;
+        EXPECT_EQ(rec.fingerprint.dtype,
+                  compression == DdpOptions::Compression::kFp16 ? "float16" : "bfloat16");
+      }
+    }
+  });
+  const double tol = compression == DdpOptions::Compression::kFp16 ? 2e-3 : 1.6e-2;
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_GT(wire_count[r], 0);
+    EXPECT_EQ(wire_bytes[r], wire_count[r] * 2) << "half of float32's 4 bytes per element";
+    auto params = replicas[r]->parameters();
+    for (size_t i = 0; i < params.size(); ++i) {
+      const double scale = want[i].abs().max().item<double>() + 1e-6;
+      EXPECT_LE((params[i].grad() - want[i]).abs().max().item<double>(), tol * scale) << i;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, CompressionTest,
+                         ::testing::Values(DdpOptions::Compression::kFp16,
+                                           DdpOptions::Compression::kBf16));
+
+TEST(DistributedDataParallelTest, TwoInstancesOnDisjointSubsets) {
+  torch::manual_seed(9);
+  TwoHeads reference;
+  torch::Tensor x = torch::randn({2, 5, 6});
+  // Reference: average of both ranks' local gradients.
+  std::vector<torch::Tensor> want;
+  {
+    std::vector<std::vector<torch::Tensor>> local(2);
+    for (int r = 0; r < 2; ++r) {
+      TwoHeads m;
+      CopyParams(reference, m);
+      m.Loss(x[r], true, true).backward();
+      for (auto& p : m.parameters()) local[r].push_back(p.grad().clone());
+    }
+    for (size_t i = 0; i < local[0].size(); ++i) want.push_back((local[0][i] + local[1][i]) / 2);
+  }
+  std::vector<std::vector<torch::Tensor>> got(2);
+  std::vector<std::string> tags0, tags1;
+  RunRanks(2, [&](int rank, Communicator& comm) {
+    TwoHeads m;
+    CopyParams(reference, m);
+    std::vector<NamedTensor> actor, critic;
+    for (auto& item : m.named_parameters()) {
+      (absl::StartsWith(item.key(), "head_b") ? critic : actor).push_back({item.key(), item.value()});
+    }
+    DdpOptions a;
+    a.name = "actor";
+    DdpOptions b;
+    b.name = "critic";
+    auto ddp_actor = DistributedDataParallel::Create(actor, {}, comm, a);
+    auto ddp_critic = DistributedDataParallel::Create(critic, {}, comm, b);
+    ASSERT_TRUE(ddp_actor.ok() && ddp_critic.ok());
+    m.Loss(x[rank], true, true).backward();
+    ASSERT_TRUE((*ddp_actor)->FinishGradientSync().ok());
+    ASSERT_TRUE((*ddp_critic)->FinishGradientSync().ok());
+    for (auto& p : m.parameters()) got[rank].push_back(p.grad().clone());
+    for (const FlightRecord& rec : comm.flight_recorder().TakeSnapshot(64).recent) {
+      (rank == 0 ? tags0 : tags1).push_back(rec.fingerprint.ToString());
+    }
+  });
+  for (int r = 0; r < 2; ++r) {
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_TRUE(torch::allclose(got[r][i], want[i], 1e-5, 1e-7)) << "rank " << r << " param " << i;
+    }
+  }
+  EXPECT_EQ(tags0, tags1);
+  auto has = [&](const std::string& s) {
+    return std::any_of(tags0.begin(), tags0.end(), [&](const std::string& t) { return absl::StrContains(t, s); });
+  };
+  EXPECT_TRUE(has("ddp:actor/bucket0"));
+  EXPECT_TRUE(has("ddp:critic/bucket0"));
+}
+
+TEST(DistributedDataParallelTest, DifferentModelsFailOnEveryRankNamingTheParameter) {
+  std::vector<absl::Status> statuses(2);
+  RunRanks(2, [&](int rank, Communicator& comm) {
+    torch::nn::Sequential m(torch::nn::Linear(4, rank == 0 ? 3 : 5), torch::nn::Linear(rank == 0 ? 3 : 5, 2));
+    statuses[rank] = DistributedDataParallel::ForModule(*m, comm, DdpOptions()).status();
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(statuses[r].code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(statuses[r].message(), HasSubstr("parameter/buffer #0 differs across ranks"));
+    EXPECT_THAT(statuses[r].message(), HasSubstr("'0.weight'"));
+  }
+}
+
+TEST(DistributedDataParallelTest, BroadcastParametersMakesReplicasIdentical) {
+  std::vector<torch::nn::Sequential> models;
+  for (int r = 0; r < 3; ++r) {
+    torch::manual_seed(100 + r);
+    models.push_back(MakeMlp());
+  }
+  RunRanks(3, [&](int rank, Communicator& comm) {
+    auto ddp = DistributedDataParallel::ForModule(*models[rank], comm, DdpOptions());
+    ASSERT_TRUE(ddp.ok());
+    ASSERT_TRUE((*ddp)->BroadcastParameters(0).ok());
+  });
+  EXPECT_TRUE(SameParameters(models[1], models[0], 0, 0));
+  EXPECT_TRUE(SameParameters(models[2], models[0], 0, 0));
+}
+
+TEST(DistributedDataParallelTest, BucketsFollowRankZeroReadyOrderAfterFirstIteration) {
+  RunRanks(2, [&](int rank, Communicator& comm) {
+    torch::manual_seed(1);
+    torch::nn::Sequential model = MakeMlp();
+    DdpOptions options;
+    options.bucket_cap_mb = 1e-9;  // one parameter per bucket
+    options.first_bucket_mb = 1e-9;
+    auto ddp = DistributedDataParallel::ForModule(*model, comm, options);
+    ASSERT_TRUE(ddp.ok());
+    EXPECT_EQ((*ddp)->bucket_count(), 6u);
+    EXPECT_EQ((*ddp)->bucket_parameters(0), std::vector<std::string>{"4.bias"});
+    model->forward(torch::randn({2, 8})).sum().backward();
+    ASSERT_TRUE((*ddp)->FinishGradientSync().ok());
+    // Backward produces the last layer's gradients first.
+    EXPECT_EQ((*ddp)->bucket_count(), 6u);
+    auto first = (*ddp)->bucket_parameters(0)[0];
+    EXPECT_TRUE(first == "4.bias" || first == "4.weight") << first;
+  });
+}
+
+}  // namespace
+}  // namespace chorus
