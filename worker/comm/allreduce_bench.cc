@@ -12,6 +12,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <time.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -37,6 +39,13 @@ extern char** environ;
 
 namespace chorus {
 namespace {
+
+// CPU time of this whole process (all threads), in milliseconds.
+double ProcessCpuMs() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -89,9 +98,10 @@ int RunRank(int rank, const std::string& store_dir, double iters_scale, size_t s
     at::Tensor raw_buf = at::ones({n});
     at::Tensor our_buf = at::ones({n});
     const int iters = std::max(3, static_cast<int>(size.iters * iters_scale));
-    std::vector<double> raw_ms, our_ms;
+    std::vector<double> raw_ms, our_ms, raw_cpu, our_cpu;
     for (int i = -2; i < iters; ++i) {  // 2 warm-up rounds
       barrier();
+      double c0 = ProcessCpuMs();
       absl::Time t0 = absl::Now();
       {
         gloo::AllreduceOptions opts(raw);
@@ -102,11 +112,14 @@ int RunRank(int rank, const std::string& store_dir, double iters_scale, size_t s
         gloo::allreduce(opts);
       }
       double raw_t = absl::ToDoubleMilliseconds(absl::Now() - t0);
+      double raw_c = ProcessCpuMs() - c0;
       barrier();
+      c0 = ProcessCpuMs();
       t0 = absl::Now();
       absl::Status s = (*comm)->AllReduce(our_buf, ReduceOp::kSum, "bench")->Wait(
           absl::Now() + absl::Seconds(120));
       double our_t = absl::ToDoubleMilliseconds(absl::Now() - t0);
+      double our_c = ProcessCpuMs() - c0;
       if (!s.ok()) {
         std::cerr << s << "\n";
         return 1;
@@ -114,6 +127,8 @@ int RunRank(int rank, const std::string& store_dir, double iters_scale, size_t s
       if (i >= 0) {
         raw_ms.push_back(raw_t);
         our_ms.push_back(our_t);
+        raw_cpu.push_back(raw_c);
+        our_cpu.push_back(our_c);
       }
     }
     // Both buffers saw the same number of sums: check they agree.
@@ -126,8 +141,9 @@ int RunRank(int rank, const std::string& store_dir, double iters_scale, size_t s
       const double peer = Median(raw_ms);
       const double gbps = 2.0 * (size.mb / 1024.0) / (peer / 1000.0);
       std::cerr << absl::StrFormat(
-          "allreduce %s: ours %.2f ms, raw gloo %.2f ms (%.2f GB/s algorithm bandwidth), %d iters\n",
-          size.name, ours, peer, gbps / 2.0, iters);
+          "allreduce %s: ours %.2f ms (%.2f ms CPU), raw gloo %.2f ms (%.2f ms CPU), %.2f GB/s "
+          "algorithm bandwidth for raw gloo, %d iters\n",
+          size.name, ours, Median(our_cpu), peer, Median(raw_cpu), gbps / 2.0, iters);
       std::cout << absl::StrFormat(
                        "{\"bench\": \"allreduce_%s\", \"metric\": \"median_time_per_allreduce\", "
                        "\"unit\": \"ms\", \"ours\": %.3f, \"peer\": %.3f, \"peer_name\": \"raw "

@@ -98,8 +98,9 @@ std::vector<Segment> Segments(size_t begin_bytes, size_t end_bytes, size_t segme
 // place.
 //
 // The last reduce-scatter step and the first all-gather step are fused: each
-// segment of chunk r + 1 is sent on as soon as it is reduced, so the
-// all-gather starts while the reduce-scatter is still receiving.
+// segment of chunk r + 1 is finalized (e.g. averaged) and sent on as soon as
+// it is reduced, so the all-gather starts while the reduce-scatter is still
+// receiving.
 //
 // Every message between a pair of ranks uses the same slot; gloo matches them
 // in posting order, which both sides share because they walk the same steps
@@ -145,7 +146,10 @@ void RingAllreduce(const AllreduceOptions& o) {
       tmp.WaitRecv(o.timeout);
       char* mine = data + seg.offset;
       o.reduce(mine, mine, scratch + (seg.offset - recv_base), seg.bytes / esz);
-      if (last) out.Send(right, o.slot, seg.offset, seg.bytes);
+      if (last) {
+        if (o.finalize) o.finalize(mine, seg.bytes / esz);
+        out.Send(right, o.slot, seg.offset, seg.bytes);
+      }
     }
     const size_t send_count = sends.size() + (last ? recvs.size() : 0);
     for (size_t i = 0; i < send_count; ++i) out.WaitSend(o.timeout);

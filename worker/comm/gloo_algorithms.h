@@ -67,6 +67,10 @@ struct AllreduceOptions {
   size_t count = 0;      // elements
   size_t element_size = 0;
   ReduceFunction reduce;
+  // Applied in place to each fully reduced segment before it is passed on
+  // (e.g. dividing by the world size for an average); may be empty. Each rank
+  // finalizes only the chunk it owns, so this costs 1/size of a pass.
+  std::function<void(void*, size_t)> finalize;
   uint64_t slot = 0;
   std::chrono::milliseconds timeout{0};
   // Messages are cut into segments of at most this size so that reducing one

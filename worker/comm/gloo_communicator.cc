@@ -10,6 +10,7 @@
 
 #include <ATen/ATen.h>
 #include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
 #include <c10/util/Exception.h>
 
 #include "absl/strings/match.h"
@@ -74,6 +75,32 @@ ReduceFn GlooReduceFn(ReduceOp op) {
     case ReduceOp::kMin: return static_cast<RawReduceFn>(&gloo::min<T>);
     case ReduceOp::kMax: return static_cast<RawReduceFn>(&gloo::max<T>);
     default: return static_cast<RawReduceFn>(&gloo::sum<T>);
+  }
+}
+
+// Divides `count` elements in place by `size`. Plain loops, not ATen: this
+// runs on the communicator's thread, where an ATen op could start an OpenMP
+// team that competes with the training thread for cores.
+template <typename T>
+void DivideInPlace(void* data, size_t count, int size) {
+  T* p = static_cast<T*>(data);
+  const float inv = 1.0f / static_cast<float>(size);
+  for (size_t i = 0; i < count; ++i) p[i] = static_cast<T>(static_cast<float>(p[i]) * inv);
+}
+
+template <>
+void DivideInPlace<double>(void* data, size_t count, int size) {
+  double* p = static_cast<double*>(data);
+  const double inv = 1.0 / size;
+  for (size_t i = 0; i < count; ++i) p[i] *= inv;
+}
+
+std::function<void(void*, size_t)> AverageFunction(at::ScalarType dtype, int size) {
+  switch (dtype) {
+    case at::kFloat: return [size](void* d, size_t n) { DivideInPlace<float>(d, n, size); };
+    case at::kDouble: return [size](void* d, size_t n) { DivideInPlace<double>(d, n, size); };
+    case at::kHalf: return [size](void* d, size_t n) { DivideInPlace<c10::Half>(d, n, size); };
+    default: return [size](void* d, size_t n) { DivideInPlace<c10::BFloat16>(d, n, size); };
   }
 }
 
@@ -146,7 +173,7 @@ class GlooCommunicator : public Communicator {
     Fingerprint fp{absl::StrCat("allreduce/", ReduceOpName(op)), DtypeName(dtype),
                    tensor.numel(), group_, std::string(tag)};
     const int size = options_.size;
-    return Issue(std::move(fp), /*collective=*/true, [this, tensor, op, fn, size](uint32_t gloo_tag) {
+    return Issue(std::move(fp), /*collective=*/true, [this, tensor, op, fn, size, dtype](uint32_t gloo_tag) {
       if (tensor.numel() == 0) return;
       at::Tensor buffer = tensor.is_contiguous() ? tensor : tensor.contiguous();
       AllreduceOptions opts;
@@ -156,12 +183,13 @@ class GlooCommunicator : public Communicator {
       opts.count = static_cast<size_t>(buffer.numel());
       opts.element_size = buffer.element_size();
       opts.reduce = fn;
+      if (op == ReduceOp::kAvg && size > 1) opts.finalize = AverageFunction(dtype, size);
       opts.slot = kCollectiveSlotPrefix | gloo_tag;
       opts.timeout = timeout_;
       opts.segment_bytes = options_.segment_bytes;
       opts.scratch = &scratch_;
       RingAllreduce(opts);
-      if (op == ReduceOp::kAvg) buffer.div_(size);
+      // A single rank's average is itself; otherwise the ring divided.
       if (!buffer.is_same(tensor)) tensor.copy_(buffer);
     });
   }

@@ -195,10 +195,10 @@ class DistributedDataParallel::Impl {
     while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
       Bucket& bucket = buckets_[next_launch_];
       const std::string tag = Tag(absl::StrCat("bucket", next_launch_));
+      // Note [Averaging].
       if (options_.compression == DdpOptions::Compression::kNone) {
         bucket.work = comm_.AllReduce(bucket.flat, ReduceOp::kAvg, tag);
       } else {
-        // Divide before the sum so fp16 cannot overflow.
         at::mul_out(bucket.wire, bucket.flat, 1.0 / comm_.size());
         bucket.work = comm_.AllReduce(bucket.wire, ReduceOp::kSum, tag);
       }

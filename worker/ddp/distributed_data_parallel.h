@@ -143,6 +143,15 @@ class DistributedDataParallel {
 // order: a bucket that is complete early waits for its predecessors, which
 // keeps the collective sequence identical on every rank.
 //
+// Note [Averaging]
+// Buckets are all-reduced with ReduceOp::kAvg: the ring divides each chunk by
+// the world size once it is fully reduced, so every rank scales only 1/size of
+// the data and no extra pass over the bucket is made. Compressed buckets are
+// divided while they are converted to fp16/bf16 and then summed, which keeps
+// fp16 sums in range. A parameter without a gradient contributes zeros and is
+// divided by the full world size too, exactly as one process on the
+// concatenated batch would see it.
+//
 // Note [Gradient hooks]
 // LibTorch 1.13 has no register_post_accumulate_grad_hook. A tensor hook
 // (register_hook) sees the incoming gradient before it is added to .grad, so

@@ -1,0 +1,276 @@
+// ddp_bench: Chorus DDP against PyTorch DDP on the same model, data shape and
+// thread count, plus one process without any DDP (compute only).
+//
+//   bazel run -c opt //worker/ddp:ddp_bench [-- --steps_scale 1.0]
+//
+// Models: MLP 784-1024-1024-1024-10 (small) and 784-2048-2048-2048-2048-10
+// (big, 14.2 M parameters); batch 64 per rank; SGD; 2 processes x 1 thread on
+// 127.0.0.1 (gloo). Every step starts after a barrier; the figure is the
+// median step time. Prints one DESIGN.md §8 line per model, the big model
+// last; ratio = Chorus step time / PyTorch DDP step time. Overlap efficiency
+// is the share of communication hidden behind compute:
+//   1 - (ddp_step - compute_only) / allreduce_all_gradients_alone.
+
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "worker/comm/gloo_communicator.h"
+#include "worker/comm/store.h"
+#include "worker/ddp/distributed_data_parallel.h"
+
+extern char** environ;
+
+namespace chorus {
+namespace {
+
+constexpr int kBatch = 64;
+
+torch::nn::Sequential MakeMlp(const std::vector<int64_t>& hidden) {
+  torch::nn::Sequential model;
+  int64_t width = 784;
+  for (int64_t h : hidden) {
+    model->push_back(torch::nn::Linear(width, h));
+    model->push_back(torch::nn::ReLU());
+    width = h;
+  }
+  model->push_back(torch::nn::Linear(width, 10));
+  return model;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Median step time of one process training without DDP.
+double ComputeOnly(const std::vector<int64_t>& hidden, int warmup, int steps) {
+  at::set_num_threads(1);
+  torch::manual_seed(0);
+  torch::nn::Sequential model = MakeMlp(hidden);
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.01));
+  torch::Tensor x = torch::randn({kBatch, 784});
+  torch::Tensor y = torch::randint(0, 10, {kBatch});
+  std::vector<double> times;
+  for (int i = 0; i < warmup + steps; ++i) {
+    absl::Time start = absl::Now();
+    opt.zero_grad();
+    torch::nn::functional::cross_entropy(model->forward(x), y).backward();
+    opt.step();
+    if (i >= warmup) times.push_back(absl::ToDoubleMilliseconds(absl::Now() - start));
+  }
+  return Median(times);
+}
+
+// One Chorus rank: trains with DDP, then times an all-reduce of every
+// gradient at once without compute. Rank 0 writes "step_ms comm_ms".
+int RunRank(int rank, const std::string& store_dir, const std::vector<int64_t>& hidden, int warmup,
+            int steps, bool view) {
+  at::set_num_threads(1);
+  auto store = FileStore::Open(store_dir);
+  if (!store.ok()) return 1;
+  GlooOptions options;
+  options.rank = rank;
+  options.size = 2;
+  auto comm = CreateGlooCommunicator(options, **store);
+  if (!comm.ok()) {
+    std::cerr << comm.status() << "\n";
+    return 1;
+  }
+  torch::manual_seed(0);
+  torch::nn::Sequential model = MakeMlp(hidden);
+  DdpOptions ddp_options;
+  ddp_options.gradient_as_bucket_view = view;
+  auto ddp = DistributedDataParallel::ForModule(*model, **comm, ddp_options);
+  if (!ddp.ok()) {
+    std::cerr << ddp.status() << "\n";
+    return 1;
+  }
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.01));
+  torch::Tensor x = torch::randn({kBatch, 784});
+  torch::Tensor y = torch::randint(0, 10, {kBatch});
+  auto barrier = [&] { return (*comm)->Barrier("bench")->Wait(absl::Now() + absl::Seconds(60)); };
+  std::vector<double> times, backward_ms, finish_ms;
+  for (int i = 0; i < warmup + steps; ++i) {
+    if (!barrier().ok()) return 1;
+    absl::Time start = absl::Now();
+    opt.zero_grad();
+    if (!(*ddp)->PrepareForBackward().ok()) return 1;
+    torch::nn::functional::cross_entropy(model->forward(x), y).backward();
+    absl::Time backward_done = absl::Now();
+    absl::Status s = (*ddp)->FinishGradientSync();
+    if (!s.ok()) {
+      std::cerr << s << "\n";
+      return 1;
+    }
+    absl::Time synced = absl::Now();
+    opt.step();
+    if (i >= warmup) {
+      times.push_back(absl::ToDoubleMilliseconds(absl::Now() - start));
+      backward_ms.push_back(absl::ToDoubleMilliseconds(backward_done - start));
+      finish_ms.push_back(absl::ToDoubleMilliseconds(synced - backward_done));
+    }
+  }
+  int64_t numel = 0;
+  for (const auto& p : model->parameters()) numel += p.numel();
+  torch::Tensor all = torch::zeros({numel});
+  std::vector<double> comm_times;
+  for (int i = 0; i < 6; ++i) {
+    if (!barrier().ok()) return 1;
+    absl::Time start = absl::Now();
+    if (!(*comm)->AllReduce(all, ReduceOp::kAvg, "bench/all")->Wait(absl::Now() + absl::Seconds(60)).ok()) return 1;
+    if (i > 0) comm_times.push_back(absl::ToDoubleMilliseconds(absl::Now() - start));
+  }
+  if (rank == 0) {
+    std::ofstream out(store_dir + "/result");
+    out << Median(times) << " " << Median(comm_times) << " " << Median(backward_ms) << " "
+        << Median(finish_ms) << "\n";
+  }
+  return barrier().ok() ? 0 : 1;
+}
+
+int SpawnAndWait(const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid;
+  if (posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ) != 0) return -1;
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+struct ModelCase {
+  std::string name;
+  std::vector<int64_t> hidden;
+  int warmup;
+  int steps;
+};
+
+int RunBench(const std::string& self, double steps_scale, bool view) {
+  const std::string script = "worker/ddp/testdata/pytorch_ddp_bench.py";
+  const std::vector<ModelCase> cases = {{"mlp_small", {1024, 1024, 1024}, 3, 30},
+                                        {"mlp_big", {2048, 2048, 2048, 2048}, 3, 15}};
+  char tmpl[] = "/tmp/chorus-ddp-bench-XXXXXX";
+  if (mkdtemp(tmpl) == nullptr) return 1;
+  const std::string dir = tmpl;
+  int failures = 0;
+  for (const ModelCase& c : cases) {
+    const int steps = std::max(3, static_cast<int>(c.steps * steps_scale));
+    std::vector<std::string> hidden;
+    for (int64_t h : c.hidden) hidden.push_back(std::to_string(h));
+
+    // PyTorch DDP.
+    const std::string peer_file = dir + "/" + c.name + ".pytorch";
+    std::vector<std::string> py = {"/usr/bin/python3", script, peer_file, std::to_string(c.warmup),
+                                   std::to_string(steps), view ? "1" : "0"};
+    py.insert(py.end(), hidden.begin(), hidden.end());
+    if (SpawnAndWait(py) != 0) {
+      std::cerr << "PyTorch DDP run failed (needs python3-torch: deploy/setup.sh)\n";
+      return 1;
+    }
+    double peer = 0;
+    {
+      std::ifstream in(peer_file);
+      in >> peer;
+    }
+
+    // Chorus DDP: two rank processes of this binary.
+    const std::string store_dir = dir + "/" + c.name + ".store";
+    std::vector<pid_t> pids;
+    for (int r = 0; r < 2; ++r) {
+      std::vector<std::string> args = {self, "--rank", std::to_string(r), "--store", store_dir,
+                                       "--hidden", absl::StrJoin(hidden, ","), "--warmup",
+                                       std::to_string(c.warmup), "--steps", std::to_string(steps),
+                                       "--view", view ? "1" : "0"};
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      pid_t pid;
+      if (posix_spawn(&pid, self.c_str(), nullptr, nullptr, argv.data(), environ) != 0) return 1;
+      pids.push_back(pid);
+    }
+    for (pid_t pid : pids) {
+      int status = 0;
+      waitpid(pid, &status, 0);
+      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failures;
+    }
+    double ours = 0, comm_ms = 0, fwd_bwd_ms = 0, finish_ms = 0;
+    {
+      std::ifstream in(store_dir + "/result");
+      in >> ours >> comm_ms >> fwd_bwd_ms >> finish_ms;
+    }
+    if (failures > 0 || ours <= 0 || peer <= 0) {
+      std::cerr << "benchmark run failed for " << c.name << "\n";
+      return 1;
+    }
+
+    const double compute = ComputeOnly(c.hidden, c.warmup, steps);
+    auto overlap = [&](double step) {
+      return std::clamp(1.0 - (step - compute) / comm_ms, 0.0, 1.0);
+    };
+    std::cerr << absl::StrFormat(
+        "%s: Chorus DDP %.1f ms/step, PyTorch DDP %.1f ms/step, compute only %.1f ms/step, "
+        "all-reduce of all gradients alone %.1f ms; overlap efficiency Chorus %.0f%%, "
+        "PyTorch %.0f%%; Chorus forward+backward %.1f ms, waiting for buckets %.1f ms\n",
+        c.name, ours, peer, compute, comm_ms, 100 * overlap(ours), 100 * overlap(peer), fwd_bwd_ms,
+        finish_ms);
+    std::cout << absl::StrFormat(
+                     "{\"bench\": \"ddp_%s\", \"metric\": \"median_step_time\", \"unit\": \"ms\", "
+                     "\"ours\": %.3f, \"peer\": %.3f, \"peer_name\": \"PyTorch DDP 1.13 (gloo)\", "
+                     "\"ratio\": %.4f}",
+                     c.name, ours, peer, ours / peer)
+              << std::endl;
+  }
+  std::string cleanup = "rm -rf " + dir;
+  if (std::system(cleanup.c_str()) != 0) std::cerr << "could not remove " << dir << "\n";
+  return 0;
+}
+
+}  // namespace
+}  // namespace chorus
+
+int main(int argc, char** argv) {
+  int rank = -1, warmup = 3, steps = 10;
+  std::string store, hidden_text;
+  double steps_scale = 1.0;
+  bool view = false;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string flag = argv[i];
+    if (flag == "--rank") rank = std::atoi(argv[i + 1]);
+    else if (flag == "--store") store = argv[i + 1];
+    else if (flag == "--hidden") hidden_text = argv[i + 1];
+    else if (flag == "--warmup") warmup = std::atoi(argv[i + 1]);
+    else if (flag == "--steps") steps = std::atoi(argv[i + 1]);
+    else if (flag == "--steps_scale") steps_scale = std::atof(argv[i + 1]);
+    else if (flag == "--view") view = std::string(argv[i + 1]) == "1";
+  }
+  if (rank >= 0) {
+    std::vector<int64_t> hidden;
+    for (absl::string_view part : absl::StrSplit(hidden_text, ',')) {
+      int64_t h = 0;
+      if (absl::SimpleAtoi(part, &h)) hidden.push_back(h);
+    }
+    return chorus::RunRank(rank, store, hidden, warmup, steps, view);
+  }
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) return 1;
+  self[n] = '\0';
+  return chorus::RunBench(self, steps_scale, view);
+}
