@@ -18,6 +18,8 @@
 #include "glog/logging.h"
 #include "grpcpp/grpcpp.h"
 #include "coordinator/health_service.h"
+#include "coordinator/key_value_store.h"
+#include "coordinator/store_service.h"
 
 namespace chorus {
 namespace {
@@ -107,13 +109,18 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   ASSIGN_OR_RETURN(int lock_fd, LockStateDir(options.state_dir));
 
   auto health = std::make_unique<HealthService>();
+  auto kv = std::make_unique<KeyValueStore>();
+  auto store_service = std::make_unique<StoreServiceImpl>(*kv);
   grpc::ServerBuilder builder;
   int bound_port = 0;
   builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &bound_port);
   // gRPC sets SO_REUSEPORT by default, which would let a second coordinator
   // bind the same port and silently take half the calls.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxMessageBytes);
   builder.RegisterService(health.get());
+  builder.RegisterService(store_service.get());
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || bound_port == 0) {
     ::close(lock_fd);
@@ -126,14 +133,17 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   health->SetStatus("", grpc::health::v1::HealthCheckResponse::SERVING);
   LOG(INFO) << "coordinator listening on " << address << ", state in " << options.state_dir;
   return std::unique_ptr<CoordinatorServer>(new CoordinatorServer(
-      std::move(health), std::move(server), bound_port, std::move(address), lock_fd));
+      std::move(health), std::move(kv), std::move(store_service), std::move(server), bound_port,
+      std::move(address), lock_fd));
 }
 
 CoordinatorServer::CoordinatorServer(std::unique_ptr<HealthService> health,
+                                     std::unique_ptr<KeyValueStore> kv,
+                                     std::unique_ptr<StoreServiceImpl> store_service,
                                      std::unique_ptr<grpc::Server> server, int port,
                                      std::string address, int lock_fd)
-    : health_(std::move(health)), server_(std::move(server)), port_(port),
-      address_(std::move(address)), lock_fd_(lock_fd) {}
+    : health_(std::move(health)), kv_(std::move(kv)), store_service_(std::move(store_service)),
+      server_(std::move(server)), port_(port), address_(std::move(address)), lock_fd_(lock_fd) {}
 
 CoordinatorServer::~CoordinatorServer() {
   Shutdown(absl::ZeroDuration());

@@ -1,8 +1,9 @@
 // CoordinatorServer: the coordinator's gRPC server and what it owns.
 //
 // Today it serves the standard gRPC health service (grpc.health.v1.Health)
-// and holds an exclusive lock on its state directory so two coordinators can
-// never share one. The chorus.v1 services attach here as they are built.
+// and chorus.v1.StoreService (rendezvous key-value store), and holds an
+// exclusive lock on its state directory so two coordinators can never share
+// one. The other chorus.v1 services attach here as they are built.
 //
 // Thread-safety: Start() returns a running server; Shutdown() and Wait() may
 // be called from any thread, Shutdown() more than once.
@@ -31,6 +32,12 @@ class Server;
 namespace chorus {
 
 class HealthService;
+class KeyValueStore;
+class StoreServiceImpl;
+
+// Largest gRPC message the coordinator sends or accepts (store values are
+// limited to 16 MB; checkpoint chunks are far smaller).
+inline constexpr int kMaxMessageBytes = 32 << 20;
 
 struct ServerOptions {
   // host:port; port 0 picks a free port. Only loopback hosts are accepted
@@ -71,12 +78,15 @@ class CoordinatorServer {
   void Wait();
 
  private:
-  CoordinatorServer(std::unique_ptr<HealthService> health,
+  CoordinatorServer(std::unique_ptr<HealthService> health, std::unique_ptr<KeyValueStore> kv,
+                    std::unique_ptr<StoreServiceImpl> store_service,
                     std::unique_ptr<grpc::Server> server, int port, std::string address,
                     int lock_fd);
 
-  // Declared before server_ so that it outlives it.
+  // Services are declared before server_ so that they outlive it.
   std::unique_ptr<HealthService> health_;
+  std::unique_ptr<KeyValueStore> kv_;
+  std::unique_ptr<StoreServiceImpl> store_service_;
   std::unique_ptr<grpc::Server> server_;
   int port_;
   std::string address_;

@@ -1,0 +1,41 @@
+// StoreService: chorus.v1.StoreService over a KeyValueStore, on gRPC's
+// callback API. Get with wait_seconds > 0 and Wait park a reactor in the
+// store and hold no thread; a client that goes away cancels its wait.
+//
+// Thread-safety: safe for concurrent calls. `store` must outlive the service
+// and the server it is registered with.
+#ifndef CHORUS_COORDINATOR_STORE_SERVICE_H_
+#define CHORUS_COORDINATOR_STORE_SERVICE_H_
+
+#include "chorus/v1/coordinator.grpc.pb.h"
+#include "coordinator/key_value_store.h"
+
+namespace chorus {
+
+class StoreServiceImpl final : public v1::StoreService::CallbackService {
+ public:
+  // Longest wait a client may ask for.
+  static constexpr double kMaxWaitSeconds = 3600;
+
+  explicit StoreServiceImpl(KeyValueStore& store) : store_(store) {}
+
+  grpc::ServerUnaryReactor* Set(grpc::CallbackServerContext* context,
+                                const v1::StoreSetRequest* request,
+                                v1::StoreSetResponse* response) override;
+  grpc::ServerUnaryReactor* Get(grpc::CallbackServerContext* context,
+                                const v1::StoreGetRequest* request,
+                                v1::StoreGetResponse* response) override;
+  grpc::ServerUnaryReactor* Wait(grpc::CallbackServerContext* context,
+                                 const v1::StoreWaitRequest* request,
+                                 v1::StoreWaitResponse* response) override;
+  grpc::ServerUnaryReactor* Add(grpc::CallbackServerContext* context,
+                                const v1::StoreAddRequest* request,
+                                v1::StoreAddResponse* response) override;
+
+ private:
+  KeyValueStore& store_;
+};
+
+}  // namespace chorus
+
+#endif  // CHORUS_COORDINATOR_STORE_SERVICE_H_
