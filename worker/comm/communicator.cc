@@ -1,5 +1,8 @@
 #include "worker/comm/communicator.h"
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
 namespace chorus {
 
 const char* ReduceOpName(ReduceOp op) {
@@ -10,6 +13,44 @@ const char* ReduceOpName(ReduceOp op) {
     case ReduceOp::kMax: return "max";
   }
   return "unknown";
+}
+
+std::string DtypeName(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kFloat: return "float32";
+    case at::kDouble: return "float64";
+    case at::kHalf: return "float16";
+    case at::kBFloat16: return "bfloat16";
+    case at::kInt: return "int32";
+    case at::kLong: return "int64";
+    case at::kByte: return "uint8";
+    case at::kChar: return "int8";
+    case at::kBool: return "bool";
+    default: return c10::toString(dtype);
+  }
+}
+
+absl::StatusOr<int> GroupIndexOf(const std::vector<int>& ranks, int size, int rank) {
+  if (ranks.empty()) return absl::InvalidArgumentError("NewGroup: ranks must not be empty");
+  int index = -1;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i] < 0 || ranks[i] >= size || (i > 0 && ranks[i] <= ranks[i - 1])) {
+      return absl::InvalidArgumentError(absl::StrCat("NewGroup: ranks must be sorted, unique and in [0, ",
+                                                     size, "), got [", absl::StrJoin(ranks, ","), "]"));
+    }
+    if (ranks[i] == rank) index = static_cast<int>(i);
+  }
+  if (index < 0) {
+    return absl::NotFoundError(
+        absl::StrCat("NewGroup: rank ", rank, " is not in [", absl::StrJoin(ranks, ","), "]"));
+  }
+  return index;
+}
+
+std::vector<int> WorldRanks(const std::vector<int>& ranks, const std::vector<int>& parent_group) {
+  std::vector<int> world;
+  for (int r : ranks) world.push_back(parent_group.empty() ? r : parent_group[r]);
+  return world;
 }
 
 }  // namespace chorus

@@ -46,6 +46,19 @@ namespace chorus {
 enum class ReduceOp { kSum, kAvg, kMin, kMax };
 const char* ReduceOpName(ReduceOp op);
 
+// The dtype as fingerprints name it: float32, float64, float16, bfloat16,
+// int32, int64, ...
+std::string DtypeName(at::ScalarType dtype);
+
+// Checks a NewGroup rank list against a communicator of `size` ranks (sorted,
+// unique, in range) and returns the position of `rank` in it: NOT_FOUND if
+// `rank` is not a member, INVALID_ARGUMENT for a bad list.
+absl::StatusOr<int> GroupIndexOf(const std::vector<int>& ranks, int size, int rank);
+
+// `ranks` of a communicator whose own ranks map to `parent_group` (empty for
+// the world) expressed as ranks of the world.
+std::vector<int> WorldRanks(const std::vector<int>& ranks, const std::vector<int>& parent_group);
+
 // The handle of one issued op.
 class Work {
  public:

@@ -57,17 +57,6 @@ absl::StatusOr<ncclDataType_t> NcclType(at::ScalarType t) {
   }
 }
 
-std::string DtypeName(at::ScalarType t) {
-  switch (t) {
-    case at::kFloat: return "float32";
-    case at::kDouble: return "float64";
-    case at::kHalf: return "float16";
-    case at::kBFloat16: return "bfloat16";
-    case at::kInt: return "int32";
-    case at::kLong: return "int64";
-    default: return c10::toString(t);
-  }
-}
 
 class NcclCommunicator : public Communicator {
  public:
@@ -216,26 +205,14 @@ class NcclCommunicator : public Communicator {
   }
 
   absl::StatusOr<std::shared_ptr<Communicator>> NewGroup(std::vector<int> ranks) override {
-    for (size_t i = 0; i < ranks.size(); ++i) {
-      if (ranks[i] < 0 || ranks[i] >= options_.size || (i > 0 && ranks[i] <= ranks[i - 1])) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "NewGroup: ranks must be sorted, unique and in [0, ", options_.size, ")"));
-      }
-    }
-    if (ranks.empty()) return absl::InvalidArgumentError("NewGroup: ranks must not be empty");
-    auto me = std::find(ranks.begin(), ranks.end(), options_.rank);
-    if (me == ranks.end()) {
-      return absl::NotFoundError(absl::StrCat("NewGroup: rank ", options_.rank, " is not in [",
-                                              absl::StrJoin(ranks, ","), "]"));
-    }
+    ASSIGN_OR_RETURN(int index, GroupIndexOf(ranks, options_.size, options_.rank));
     const std::string key = absl::StrJoin(ranks, ",");
     absl::MutexLock lock(&groups_mu_);
     if (auto it = groups_.find(key); it != groups_.end()) return it->second;
     NcclOptions child = options_;
-    child.rank = static_cast<int>(me - ranks.begin());
+    child.rank = index;
     child.size = static_cast<int>(ranks.size());
-    std::vector<int> global;
-    for (int r : ranks) global.push_back(group_.empty() ? r : group_[r]);
+    std::vector<int> global = WorldRanks(ranks, group_);
     auto store = std::make_unique<PrefixStore>(store_, "group/" + key);
     ASSIGN_OR_RETURN(std::shared_ptr<Communicator> comm,
                      Create(child, *store, std::move(global), std::move(store)));
