@@ -1,0 +1,134 @@
+#include "coordinator/job_manager.h"
+
+#include <algorithm>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "common/job_spec.h"
+#include "common/status_macros.h"
+
+namespace chorus {
+
+bool JobManager::IsTerminal(v1::Job::State state) {
+  return state == v1::Job::SUCCEEDED || state == v1::Job::FAILED || state == v1::Job::CANCELLED;
+}
+
+absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(StateStore& state, Clock* clock) {
+  std::unique_ptr<JobManager> manager(new JobManager(state, clock));
+  ASSIGN_OR_RETURN(std::vector<v1::Job> jobs, state.LoadJobs());
+  absl::MutexLock lock(&manager->mu_);
+  for (v1::Job& job : jobs) {
+    int64_t number = 0;
+    if (absl::SimpleAtoi(absl::StripPrefix(job.job_id(), "job-"), &number)) {
+      manager->next_number_ = std::max(manager->next_number_, number + 1);
+    }
+    ASSIGN_OR_RETURN(std::vector<v1::JobEvent> events, state.LoadEvents(job.job_id(), 0));
+    manager->last_event_seq_[job.job_id()] = events.empty() ? 0 : events.back().seq();
+    manager->jobs_[job.job_id()] = std::move(job);
+  }
+  return manager;
+}
+
+absl::Status JobManager::NotFound(const std::string& job_id) const {
+  return absl::NotFoundError(
+      absl::StrCat("no job \"", job_id, "\"; `chorus jobs` lists the jobs this coordinator knows"));
+}
+
+absl::Status JobManager::Record(v1::Job& job, const std::string& reason) {
+  v1::JobEvent event;
+  event.set_job_id(job.job_id());
+  event.set_seq(last_event_seq_[job.job_id()] + 1);
+  event.set_time_us(absl::ToUnixMicros(clock_->Now()));
+  event.set_state(job.state());
+  event.set_reason(reason);
+  RETURN_IF_ERROR(state_.SaveJob(job));
+  RETURN_IF_ERROR(state_.AppendEvent(event));
+  last_event_seq_[job.job_id()] = event.seq();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::Job> JobManager::Submit(v1::JobSpec spec, const std::string& resume_from) {
+  NormalizeJobSpec(spec);
+  RETURN_IF_ERROR(CheckJobSpec(spec, "submitted"));
+  absl::MutexLock lock(&mu_);
+  if (!resume_from.empty()) {
+    std::vector<std::string> parts = absl::StrSplit(resume_from, absl::MaxSplits(':', 1));
+    int64_t step = 0;
+    if (parts[0].empty() || (parts.size() == 2 && (!absl::SimpleAtoi(parts[1], &step) || step < 0))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "resume_from must be JOB or JOB:STEP (e.g. job-000003:500), got \"", resume_from, "\""));
+    }
+    if (!jobs_.count(parts[0])) return NotFound(parts[0]);
+  }
+  v1::Job job;
+  job.set_job_id(absl::StrFormat("job-%06d", next_number_));
+  *job.mutable_spec() = std::move(spec);
+  job.set_state(v1::Job::PENDING);
+  job.set_submit_time_us(absl::ToUnixMicros(clock_->Now()));
+  job.set_resume_from(resume_from);
+  // Nothing is acknowledged before it is on disk.
+  RETURN_IF_ERROR(Record(job, "submitted"));
+  ++next_number_;
+  jobs_[job.job_id()] = job;
+  return job;
+}
+
+absl::StatusOr<v1::Job> JobManager::Get(const std::string& job_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return NotFound(job_id);
+  return it->second;
+}
+
+std::vector<v1::Job> JobManager::List(const std::vector<v1::Job::State>& states, int limit) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<v1::Job> out;
+  for (auto it = jobs_.rbegin(); it != jobs_.rend(); ++it) {
+    if (!states.empty() && std::find(states.begin(), states.end(), it->second.state()) == states.end()) {
+      continue;
+    }
+    out.push_back(it->second);
+    if (limit > 0 && static_cast<int>(out.size()) >= limit) break;
+  }
+  return out;
+}
+
+absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& job_id, const std::string& reason) {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return NotFound(job_id);
+  if (IsTerminal(it->second.state())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", job_id, " already ended: ", v1::Job::State_Name(it->second.state()),
+        it->second.reason().empty() ? "" : absl::StrCat(" (", it->second.reason(), ")")));
+  }
+  v1::Job job = it->second;
+  job.set_state(v1::Job::CANCELLED);
+  job.set_reason(reason.empty() ? "cancelled by the user" : reason);
+  job.set_end_time_us(absl::ToUnixMicros(clock_->Now()));
+  RETURN_IF_ERROR(Record(job, job.reason()));
+  it->second = job;
+  return job;
+}
+
+absl::StatusOr<v1::JobStatus> JobManager::Status(const std::string& job_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return NotFound(job_id);
+  v1::JobStatus status;
+  *status.mutable_job() = it->second;
+  return status;
+}
+
+absl::StatusOr<std::vector<v1::JobEvent>> JobManager::Events(const std::string& job_id,
+                                                             int64_t after_seq) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!jobs_.count(job_id)) return NotFound(job_id);
+  }
+  return state_.LoadEvents(job_id, after_seq);
+}
+
+}  // namespace chorus

@@ -1,0 +1,68 @@
+// JobManager: the coordinator's jobs — submission, lookup, cancellation — and
+// their event history, persisted in a StateStore before any call returns.
+//
+// Placement onto node agents and rendezvous attach here as they are built;
+// until then a submitted job stays PENDING until it is cancelled.
+//
+// Thread-safety: all methods may be called concurrently.
+//
+// Example:
+//   ASSIGN_OR_RETURN(auto jobs, JobManager::Create(*state, clock));
+//   ASSIGN_OR_RETURN(v1::Job job, jobs->Submit(spec, ""));
+//   ASSIGN_OR_RETURN(v1::Job cancelled, jobs->Cancel(job.job_id(), "no longer needed"));
+#ifndef CHORUS_COORDINATOR_JOB_MANAGER_H_
+#define CHORUS_COORDINATOR_JOB_MANAGER_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "chorus/v1/coordinator.pb.h"
+#include "common/clock.h"
+#include "coordinator/state_store.h"
+
+namespace chorus {
+
+class JobManager {
+ public:
+  // Loads every job in `state`. `state` and `clock` (null = real time) are
+  // not owned and must outlive the manager.
+  static absl::StatusOr<std::unique_ptr<JobManager>> Create(StateStore& state, Clock* clock);
+
+  // Normalizes and validates `spec` (INVALID_ARGUMENT listing every problem),
+  // checks `resume_from` ("JOB" or "JOB:STEP", NOT_FOUND for an unknown job),
+  // and stores the new job as PENDING.
+  absl::StatusOr<v1::Job> Submit(v1::JobSpec spec, const std::string& resume_from);
+  absl::StatusOr<v1::Job> Get(const std::string& job_id) const;
+  // Newest first; only `states` if not empty; at most `limit` (0 = all).
+  std::vector<v1::Job> List(const std::vector<v1::Job::State>& states, int limit) const;
+  // FAILED_PRECONDITION if the job already ended.
+  absl::StatusOr<v1::Job> Cancel(const std::string& job_id, const std::string& reason);
+  // The job with one row per rank and its diagnoses.
+  absl::StatusOr<v1::JobStatus> Status(const std::string& job_id) const;
+  absl::StatusOr<std::vector<v1::JobEvent>> Events(const std::string& job_id, int64_t after_seq);
+
+  static bool IsTerminal(v1::Job::State state);
+
+ private:
+  JobManager(StateStore& state, Clock* clock) : state_(state), clock_(clock ? clock : &real_clock_) {}
+  // Persists a state change of `job` and its event.
+  absl::Status Record(v1::Job& job, const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status NotFound(const std::string& job_id) const;
+
+  StateStore& state_;
+  RealClock real_clock_;
+  Clock* const clock_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, v1::Job> jobs_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int64_t> last_event_seq_ ABSL_GUARDED_BY(mu_);
+  int64_t next_number_ ABSL_GUARDED_BY(mu_) = 1;
+};
+
+}  // namespace chorus
+
+#endif  // CHORUS_COORDINATOR_JOB_MANAGER_H_

@@ -1,0 +1,103 @@
+#include "coordinator/job_manager.h"
+
+#include <cstdlib>
+
+#include "common/job_spec.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace chorus {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string Dir(const std::string& name) {
+  return std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
+}
+
+v1::JobSpec Spec(const std::string& text) {
+  auto spec = ParseJobSpec(text, SpecFormat::kTextProto, "test");
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return *spec;
+}
+
+TEST(JobManagerTest, SubmitListCancelAndSurviveReopen) {
+  FakeClock clock(absl::FromUnixSeconds(1000));
+  std::string first_id;
+  {
+    auto state = StateStore::Open(Dir("reopen"));
+    ASSERT_TRUE(state.ok()) << state.status();
+    auto jobs = JobManager::Create(**state, &clock);
+    ASSERT_TRUE(jobs.ok());
+    auto a = (*jobs)->Submit(Spec("name: 'a' model { mlp {} } data { synthetic {} }"), "");
+    ASSERT_TRUE(a.ok()) << a.status();
+    first_id = a->job_id();
+    EXPECT_EQ(first_id, "job-000001");
+    EXPECT_EQ(a->state(), v1::Job::PENDING);
+    EXPECT_EQ(a->submit_time_us(), 1000 * 1000000LL);
+    EXPECT_EQ(a->spec().strategy().ddp().bucket_cap_mb(), 25);  // normalized
+    clock.Advance(absl::Seconds(5));
+    auto b = (*jobs)->Submit(Spec("name: 'b' model { mlp {} } data { synthetic {} }"), first_id);
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_EQ(b->job_id(), "job-000002");
+    auto cancelled = (*jobs)->Cancel(first_id, "");
+    ASSERT_TRUE(cancelled.ok());
+    EXPECT_EQ(cancelled->state(), v1::Job::CANCELLED);
+    EXPECT_EQ(cancelled->reason(), "cancelled by the user");
+    auto again = (*jobs)->Cancel(first_id, "");
+    EXPECT_EQ(again.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(again.status().message(), HasSubstr("already ended: CANCELLED"));
+  }
+  // A new manager on the same directory (as after kill -9 and restart).
+  auto state = StateStore::Open(Dir("reopen"));
+  ASSERT_TRUE(state.ok());
+  auto jobs = JobManager::Create(**state, &clock);
+  ASSERT_TRUE(jobs.ok());
+  std::vector<v1::Job> all = (*jobs)->List({}, 0);
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0].job_id(), "job-000002");  // newest first
+  EXPECT_EQ(all[0].state(), v1::Job::PENDING);
+  EXPECT_EQ(all[0].resume_from(), first_id);
+  EXPECT_EQ(all[1].state(), v1::Job::CANCELLED);
+  EXPECT_EQ((*jobs)->List({v1::Job::CANCELLED}, 0).size(), 1u);
+  EXPECT_EQ((*jobs)->List({}, 1).size(), 1u);
+  auto events = (*jobs)->Events(first_id, 0);
+  ASSERT_TRUE(events.ok());
+  ASSERT_EQ(events->size(), 2u);
+  EXPECT_EQ((*events)[0].state(), v1::Job::PENDING);
+  EXPECT_EQ((*events)[1].state(), v1::Job::CANCELLED);
+  EXPECT_EQ((*events)[1].seq(), 2);
+  auto c = (*jobs)->Submit(Spec("model { mlp {} } data { synthetic {} }"), "");
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->job_id(), "job-000003");  // numbering continues
+}
+
+TEST(JobManagerTest, BadInputIsRefusedAndNothingIsStored) {
+  auto state = StateStore::Open(Dir("bad"));
+  ASSERT_TRUE(state.ok());
+  auto jobs = JobManager::Create(**state, nullptr);
+  ASSERT_TRUE(jobs.ok());
+  auto invalid = (*jobs)->Submit(Spec("model { mlp {} } data { synthetic {} } "
+                                      "strategy { ddp { bucket_cap_mb: -3 } }"),
+                                 "");
+  EXPECT_EQ(invalid.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(invalid.status().message(), HasSubstr("strategy.ddp.bucket_cap_mb: must be > 0, got -3"));
+  auto unknown = (*jobs)->Submit(Spec("model { mlp {} } data { synthetic {} }"), "job-000099");
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound);
+  auto malformed = (*jobs)->Submit(Spec("model { mlp {} } data { synthetic {} }"), "x:y");
+  EXPECT_EQ(malformed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE((*jobs)->List({}, 0).empty());
+  EXPECT_EQ((*jobs)->Get("job-1").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ((*jobs)->Cancel("job-1", "").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(StateStoreTest, RefusesAFileThatIsNotADatabase) {
+  const std::string dir = Dir("garbage");
+  ASSERT_EQ(std::system(("mkdir -p " + dir + " && head -c 4096 /dev/urandom > " + dir + "/chorus.db").c_str()), 0);
+  auto state = StateStore::Open(dir);
+  EXPECT_EQ(state.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(state.status().message(), HasSubstr("chorus.db"));
+}
+
+}  // namespace
+}  // namespace chorus

@@ -1,0 +1,160 @@
+#include "coordinator/state_store.h"
+
+#include <sqlite3.h>
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace chorus {
+namespace {
+
+constexpr char kSchema[] = R"sql(
+  CREATE TABLE IF NOT EXISTS jobs (
+    job_id TEXT PRIMARY KEY,
+    submit_time_us INTEGER NOT NULL,
+    job BLOB NOT NULL              -- serialized chorus.v1.Job
+  );
+  CREATE TABLE IF NOT EXISTS events (
+    job_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    event BLOB NOT NULL,           -- serialized chorus.v1.JobEvent
+    PRIMARY KEY (job_id, seq)
+  );
+)sql";
+
+// Finalizes a prepared statement when it goes out of scope.
+struct Statement {
+  sqlite3_stmt* stmt = nullptr;
+  ~Statement() { sqlite3_finalize(stmt); }
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const std::string& dir) {
+  const std::string path = dir + "/chorus.db";
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    return absl::FailedPreconditionError(absl::StrCat("state directory ", dir, ": ", ec.message()));
+  }
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
+                      nullptr) != SQLITE_OK) {
+    std::string message = db ? sqlite3_errmsg(db) : "out of memory";
+    sqlite3_close(db);
+    return absl::FailedPreconditionError(absl::StrCat("state database ", path, ": ", message));
+  }
+  std::unique_ptr<StateStore> store(new StateStore(db, path));
+  {
+    absl::MutexLock lock(&store->mu_);
+    // WAL + FULL sync: a commit is on disk before SaveJob returns.
+    for (const char* pragma : {"PRAGMA journal_mode=WAL;", "PRAGMA synchronous=FULL;",
+                               "PRAGMA busy_timeout=5000;", kSchema}) {
+      absl::Status s = store->Exec(pragma);
+      if (!s.ok()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat(s.message(), " (is ", path, " a Chorus state database?)"));
+      }
+    }
+  }
+  return store;
+}
+
+StateStore::~StateStore() {
+  absl::MutexLock lock(&mu_);
+  sqlite3_close(db_);
+}
+
+absl::Status StateStore::Error(absl::string_view what) {
+  return absl::UnavailableError(
+      absl::StrCat("state database ", path_, ": ", what, ": ", sqlite3_errmsg(db_)));
+}
+
+absl::Status StateStore::Exec(const char* sql) {
+  char* error = nullptr;
+  if (sqlite3_exec(db_, sql, nullptr, nullptr, &error) != SQLITE_OK) {
+    std::string message = error ? error : "unknown error";
+    sqlite3_free(error);
+    return absl::UnavailableError(absl::StrCat("state database ", path_, ": ", message));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StateStore::SaveJob(const v1::Job& job) {
+  const std::string blob = job.SerializeAsString();
+  absl::MutexLock lock(&mu_);
+  Statement st;
+  if (sqlite3_prepare_v2(db_, "INSERT OR REPLACE INTO jobs (job_id, submit_time_us, job) VALUES (?, ?, ?)",
+                         -1, &st.stmt, nullptr) != SQLITE_OK) {
+    return Error("prepare");
+  }
+  sqlite3_bind_text(st.stmt, 1, job.job_id().data(), static_cast<int>(job.job_id().size()), SQLITE_TRANSIENT);
+  sqlite3_bind_int64(st.stmt, 2, job.submit_time_us());
+  sqlite3_bind_blob(st.stmt, 3, blob.data(), static_cast<int>(blob.size()), SQLITE_TRANSIENT);
+  if (sqlite3_step(st.stmt) != SQLITE_DONE) return Error("saving job " + job.job_id());
+  return absl::OkStatus();
+}
+
+absl::Status StateStore::AppendEvent(const v1::JobEvent& event) {
+  const std::string blob = event.SerializeAsString();
+  absl::MutexLock lock(&mu_);
+  Statement st;
+  if (sqlite3_prepare_v2(db_, "INSERT INTO events (job_id, seq, event) VALUES (?, ?, ?)", -1, &st.stmt,
+                         nullptr) != SQLITE_OK) {
+    return Error("prepare");
+  }
+  sqlite3_bind_text(st.stmt, 1, event.job_id().data(), static_cast<int>(event.job_id().size()),
+                    SQLITE_TRANSIENT);
+  sqlite3_bind_int64(st.stmt, 2, event.seq());
+  sqlite3_bind_blob(st.stmt, 3, blob.data(), static_cast<int>(blob.size()), SQLITE_TRANSIENT);
+  if (sqlite3_step(st.stmt) != SQLITE_DONE) return Error("appending an event of " + event.job_id());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<v1::Job>> StateStore::LoadJobs() {
+  absl::MutexLock lock(&mu_);
+  Statement st;
+  if (sqlite3_prepare_v2(db_, "SELECT job FROM jobs ORDER BY submit_time_us, job_id", -1, &st.stmt,
+                         nullptr) != SQLITE_OK) {
+    return Error("prepare");
+  }
+  std::vector<v1::Job> jobs;
+  int rc;
+  while ((rc = sqlite3_step(st.stmt)) == SQLITE_ROW) {
+    v1::Job job;
+    const void* data = sqlite3_column_blob(st.stmt, 0);
+    if (!job.ParseFromArray(data, sqlite3_column_bytes(st.stmt, 0))) {
+      return absl::DataLossError(absl::StrCat("state database ", path_, ": a job record is corrupt"));
+    }
+    jobs.push_back(std::move(job));
+  }
+  if (rc != SQLITE_DONE) return Error("loading jobs");
+  return jobs;
+}
+
+absl::StatusOr<std::vector<v1::JobEvent>> StateStore::LoadEvents(const std::string& job_id,
+                                                                 int64_t after_seq) {
+  absl::MutexLock lock(&mu_);
+  Statement st;
+  if (sqlite3_prepare_v2(db_, "SELECT event FROM events WHERE job_id = ? AND seq > ? ORDER BY seq", -1,
+                         &st.stmt, nullptr) != SQLITE_OK) {
+    return Error("prepare");
+  }
+  sqlite3_bind_text(st.stmt, 1, job_id.data(), static_cast<int>(job_id.size()), SQLITE_TRANSIENT);
+  sqlite3_bind_int64(st.stmt, 2, after_seq);
+  std::vector<v1::JobEvent> events;
+  int rc;
+  while ((rc = sqlite3_step(st.stmt)) == SQLITE_ROW) {
+    v1::JobEvent event;
+    if (!event.ParseFromArray(sqlite3_column_blob(st.stmt, 0), sqlite3_column_bytes(st.stmt, 0))) {
+      return absl::DataLossError(absl::StrCat("state database ", path_, ": an event record is corrupt"));
+    }
+    events.push_back(std::move(event));
+  }
+  if (rc != SQLITE_DONE) return Error("loading events");
+  return events;
+}
+
+}  // namespace chorus

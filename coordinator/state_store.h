@@ -1,0 +1,61 @@
+// StateStore: the coordinator's durable state, one SQLite database in
+// --state_dir (chorus.db). Jobs and their events are written here before the
+// RPC that changed them answers, so a coordinator killed with SIGKILL and
+// restarted on the same directory knows every acknowledged job.
+//
+// Thread-safety: all methods are serialized internally.
+//
+// Example:
+//   ASSIGN_OR_RETURN(auto store, StateStore::Open("/var/lib/chorus"));
+//   RETURN_IF_ERROR(store->SaveJob(job));
+//   ASSIGN_OR_RETURN(std::vector<v1::Job> jobs, store->LoadJobs());
+#ifndef CHORUS_COORDINATOR_STATE_STORE_H_
+#define CHORUS_COORDINATOR_STATE_STORE_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "chorus/v1/coordinator.pb.h"
+
+struct sqlite3;
+
+namespace chorus {
+
+class StateStore {
+ public:
+  // Opens (creating if needed) `dir`/chorus.db. FAILED_PRECONDITION naming
+  // the file if it cannot be opened or is not a Chorus database.
+  static absl::StatusOr<std::unique_ptr<StateStore>> Open(const std::string& dir);
+  StateStore(const StateStore&) = delete;
+  StateStore& operator=(const StateStore&) = delete;
+  ~StateStore();
+
+  // Inserts or replaces the job (by job_id), durably.
+  absl::Status SaveJob(const v1::Job& job);
+  // Appends an event (its job_id and seq set), durably.
+  absl::Status AppendEvent(const v1::JobEvent& event);
+  // Every job, oldest first.
+  absl::StatusOr<std::vector<v1::Job>> LoadJobs();
+  // Events of `job_id` with seq > after_seq, in order.
+  absl::StatusOr<std::vector<v1::JobEvent>> LoadEvents(const std::string& job_id, int64_t after_seq);
+
+  const std::string& path() const { return path_; }
+
+ private:
+  StateStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
+  absl::Status Exec(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Error(absl::string_view what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  absl::Mutex mu_;
+  sqlite3* db_ ABSL_GUARDED_BY(mu_);
+  const std::string path_;
+};
+
+}  // namespace chorus
+
+#endif  // CHORUS_COORDINATOR_STATE_STORE_H_
