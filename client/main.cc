@@ -21,6 +21,10 @@ int main(int argc, char** argv) {
   chorus::client::AddVersionCommand(app, exit_code);
   chorus::client::AddValidateCommand(app, exit_code);
   chorus::client::AddPingCommand(app, global, exit_code);
+  chorus::client::AddSubmitCommand(app, global, exit_code);
+  chorus::client::AddJobsCommand(app, global, exit_code);
+  chorus::client::AddStatusCommand(app, global, exit_code);
+  chorus::client::AddCancelCommand(app, global, exit_code);
 
   try {
     app.parse(argc, argv);

@@ -18,7 +18,10 @@
 #include "glog/logging.h"
 #include "grpcpp/grpcpp.h"
 #include "coordinator/health_service.h"
+#include "coordinator/job_manager.h"
+#include "coordinator/job_service.h"
 #include "coordinator/key_value_store.h"
+#include "coordinator/state_store.h"
 #include "coordinator/store_service.h"
 
 namespace chorus {
@@ -107,6 +110,15 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
         "on the network run code on your workers"));
   }
   ASSIGN_OR_RETURN(int lock_fd, LockStateDir(options.state_dir));
+  absl::StatusOr<std::unique_ptr<StateStore>> state = StateStore::Open(options.state_dir);
+  absl::StatusOr<std::unique_ptr<JobManager>> jobs =
+      state.ok() ? JobManager::Create(**state, nullptr)
+                 : absl::StatusOr<std::unique_ptr<JobManager>>(state.status());
+  if (!jobs.ok()) {
+    ::close(lock_fd);
+    return jobs.status();
+  }
+  auto job_service = std::make_unique<JobServiceImpl>(**jobs);
 
   auto health = std::make_unique<HealthService>();
   auto kv = std::make_unique<KeyValueStore>();
@@ -121,6 +133,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
   builder.RegisterService(health.get());
   builder.RegisterService(store_service.get());
+  builder.RegisterService(job_service.get());
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || bound_port == 0) {
     ::close(lock_fd);
@@ -132,9 +145,13 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   std::string address = absl::StrCat(dial_host, ":", bound_port);
   health->SetStatus("", grpc::health::v1::HealthCheckResponse::SERVING);
   LOG(INFO) << "coordinator listening on " << address << ", state in " << options.state_dir;
-  return std::unique_ptr<CoordinatorServer>(new CoordinatorServer(
+  auto coordinator = std::unique_ptr<CoordinatorServer>(new CoordinatorServer(
       std::move(health), std::move(kv), std::move(store_service), std::move(server), bound_port,
       std::move(address), lock_fd));
+  coordinator->state_ = std::move(*state);
+  coordinator->jobs_ = std::move(*jobs);
+  coordinator->job_service_ = std::move(job_service);
+  return coordinator;
 }
 
 CoordinatorServer::CoordinatorServer(std::unique_ptr<HealthService> health,

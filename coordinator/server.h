@@ -1,7 +1,8 @@
 // CoordinatorServer: the coordinator's gRPC server and what it owns.
 //
 // Today it serves the standard gRPC health service (grpc.health.v1.Health)
-// and chorus.v1.StoreService (rendezvous key-value store), and holds an
+// chorus.v1.StoreService (rendezvous key-value store) and chorus.v1.JobService
+// (jobs persisted in SQLite under the state directory), and holds an
 // exclusive lock on its state directory so two coordinators can never share
 // one. The other chorus.v1 services attach here as they are built.
 //
@@ -32,7 +33,10 @@ class Server;
 namespace chorus {
 
 class HealthService;
+class JobManager;
+class JobServiceImpl;
 class KeyValueStore;
+class StateStore;
 class StoreServiceImpl;
 
 // Largest gRPC message the coordinator sends or accepts (store values are
@@ -84,6 +88,9 @@ class CoordinatorServer {
                     int lock_fd);
 
   // Services are declared before server_ so that they outlive it.
+  std::unique_ptr<StateStore> state_;
+  std::unique_ptr<JobManager> jobs_;
+  std::unique_ptr<JobServiceImpl> job_service_;
   std::unique_ptr<HealthService> health_;
   std::unique_ptr<KeyValueStore> kv_;
   std::unique_ptr<StoreServiceImpl> store_service_;

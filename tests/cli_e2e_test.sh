@@ -93,6 +93,56 @@ out=$("${CHORUS}" validate --output json "${TMP}/good.textproto" 2>/dev/null); r
 "${CHORUS}" validate /nonexistent.yaml >/dev/null 2>&1; rc=$?
 [[ ${rc} -eq 2 ]] && pass "missing spec exits 2" || fail "missing spec rc=${rc}"
 
+# --- jobs: submit, list, status, cancel
+out=$("${CHORUS}" --coordinator "${addr}" submit "${TMP}/good.textproto" 2>/dev/null); rc=$?
+[[ ${rc} -eq 0 && "${out}" == "job-000001" ]] && pass "submit prints the job id" \
+  || fail "submit rc=${rc} out='${out}'"
+out=$("${CHORUS}" --coordinator "${addr}" submit "${TMP}/bad.yaml" 2>&1); rc=$?
+[[ ${rc} -eq 2 && "${out}" == *"bucket_cap_mb"* ]] && pass "submit refuses a bad spec" \
+  || fail "bad submit rc=${rc} out='${out}'"
+out=$("${CHORUS}" --coordinator "${addr}" submit --resume_from job-000099 "${TMP}/good.textproto" 2>&1); rc=$?
+[[ ${rc} -eq 1 && "${out}" == *'no job "job-000099"'* ]] && pass "submit names an unknown resume_from" \
+  || fail "resume_from rc=${rc} out='${out}'"
+"${CHORUS}" --coordinator "${addr}" submit "${TMP}/good.textproto" >/dev/null 2>&1
+out=$("${CHORUS}" --coordinator "${addr}" jobs 2>&1); rc=$?
+[[ ${rc} -eq 0 && "${out}" == *"job-000002"*"PENDING"* && "${out}" == *"job-000001"*"PENDING"* ]] \
+  && pass "jobs lists both as PENDING" || fail "jobs rc=${rc} out='${out}'"
+out=$("${CHORUS}" --coordinator "${addr}" cancel job-000001 --reason "changed my mind" 2>&1); rc=$?
+[[ ${rc} -eq 0 && "${out}" == "job-000001: CANCELLED (changed my mind)" ]] && pass "cancel" \
+  || fail "cancel rc=${rc} out='${out}'"
+out=$("${CHORUS}" --coordinator "${addr}" cancel job-000001 2>&1); rc=$?
+[[ ${rc} -eq 1 && "${out}" == *"already ended: CANCELLED"* ]] && pass "cancel twice is refused" \
+  || fail "cancel twice rc=${rc} out='${out}'"
+out=$("${CHORUS}" --coordinator "${addr}" status job-000002 2>&1); rc=$?
+[[ ${rc} -eq 0 && "${out}" == *"job-000002 (job): PENDING"* && "${out}" == *"Problems: none"* ]] \
+  && pass "status" || fail "status rc=${rc} out='${out}'"
+out=$("${CHORUS}" --coordinator "${addr}" status job-000002 --json 2>&1); rc=$?
+[[ ${rc} -eq 0 && "${out}" == *'"job_id": "job-000002"'* && "${out}" == *'"state": "PENDING"'* ]] \
+  && pass "status --json" || fail "status json rc=${rc} out='${out}'"
+out=$("${CHORUS}" --coordinator "${addr}" status job-424242 2>&1); rc=$?
+[[ ${rc} -eq 1 && "${out}" == *'no job "job-424242"'* ]] && pass "status of an unknown job" \
+  || fail "unknown status rc=${rc} out='${out}'"
+
+# --- kill -9 and restart on the same state dir: every acknowledged job is back
+kill -KILL "${coordinator_pid}"
+wait "${coordinator_pid}" 2>/dev/null
+rm -f "${TMP}/port"
+"${COORDINATOR}" --listen 127.0.0.1:0 --state_dir "${TMP}/state" --port_file "${TMP}/port" \
+  2>"${TMP}/coordinator2.log" &
+coordinator_pid=$!
+if wait_for_file "${TMP}/port"; then
+  addr="127.0.0.1:$(cat "${TMP}/port")"
+  out=$("${CHORUS}" --coordinator "${addr}" jobs --json 2>&1); rc=$?
+  [[ ${rc} -eq 0 && "${out}" == *'"job_id": "job-000002"'* && "${out}" == *'"state": "CANCELLED"'* \
+     && "${out}" == *"changed my mind"* ]] && pass "jobs survive kill -9" \
+    || fail "after restart rc=${rc} out='${out}'"
+  out=$("${CHORUS}" --coordinator "${addr}" submit "${TMP}/good.textproto" 2>/dev/null)
+  [[ "${out}" == "job-000003" ]] && pass "numbering continues after restart" \
+    || fail "third job id '${out}'"
+else
+  fail "coordinator did not restart on its state dir: $(cat "${TMP}/coordinator2.log")"
+fi
+
 # --- SIGTERM stops the coordinator cleanly and promptly
 kill -TERM "${coordinator_pid}"
 stopped=0
@@ -103,7 +153,7 @@ done
 if [[ ${stopped} -eq 1 ]]; then
   wait "${coordinator_pid}"; rc=$?
   [[ ${rc} -eq 0 ]] && pass "SIGTERM -> exit 0" || fail "coordinator exit code ${rc} after SIGTERM"
-  grep -q "coordinator stopped" "${TMP}/coordinator.log" && pass "logged clean stop" \
+  grep -q "coordinator stopped" "${TMP}/coordinator2.log" && pass "logged clean stop" \
     || fail "no clean-stop log line"
 else
   fail "coordinator still running 10 s after SIGTERM"

@@ -1,0 +1,70 @@
+// chorus status JOB: the job, its ranks, and any problems the coordinator
+// has diagnosed.
+
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_format.h"
+#include "client/commands.h"
+#include "client/rpc.h"
+#include "common/grpc_util.h"
+
+namespace chorus::client {
+
+void AddStatusCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) {
+  CLI::App* cmd = app.add_subcommand("status", "Show a job: state, ranks and problems.");
+  auto job_id = std::make_shared<std::string>();
+  auto json = std::make_shared<bool>(false);
+  cmd->add_option("job", *job_id, "Job id, e.g. job-000001.")->required();
+  cmd->add_flag("--json", *json, "Print the JobStatus as JSON (proto field names).");
+  cmd->callback([job_id, json, &global, &exit_code] {
+    v1::GetJobStatusRequest request;
+    request.set_job_id(*job_id);
+    v1::JobStatus status;
+    grpc::ClientContext context;
+    SetDeadline(context, global);
+    absl::Status s = FromGrpcStatus(JobStub(global)->GetJobStatus(&context, request, &status));
+    if (!s.ok()) {
+      exit_code = ReportError("status", s, global);
+      return;
+    }
+    if (*json) {
+      std::cout << ToJson(status);
+      exit_code = kExitOk;
+      return;
+    }
+    const v1::Job& job = status.job();
+    std::cout << job.job_id() << " (" << job.spec().name() << "): " << StateName(job.state());
+    if (!job.reason().empty()) std::cout << " - " << job.reason();
+    std::cout << "\n  submitted " << FormatTime(job.submit_time_us()) << ", started "
+              << FormatTime(job.start_time_us()) << ", ended " << FormatTime(job.end_time_us())
+              << "\n  generation " << job.generation() << ", world size " << job.world_size()
+              << "\n";
+    if (status.ranks().empty()) {
+      std::cout << "Ranks: none yet\n";
+    } else {
+      std::cout << absl::StrFormat("Ranks:\n  %-5s %-16s %-8s %-9s %-8s %-11s %-9s %s\n", "RANK",
+                                   "HOST", "PID", "STATE", "STEP", "PHASE", "HEARTBEAT",
+                                   "LAST_SEQ");
+      for (const v1::RankStatus& r : status.ranks()) {
+        std::cout << absl::StrFormat("  %-5d %-16s %-8d %-9s %-8d %-11s %-9s %d\n", r.rank(),
+                                     r.host(), r.pid(), v1::RankStatus::State_Name(r.state()),
+                                     r.step(), v1::Phase_Name(r.phase()),
+                                     absl::StrFormat("%.1fs", r.heartbeat_age_seconds()),
+                                     r.last_completed_seq());
+      }
+    }
+    if (status.diagnoses().empty()) {
+      std::cout << "Problems: none\n";
+    } else {
+      std::cout << "Problems:\n";
+      for (const v1::Diagnosis& d : status.diagnoses()) {
+        std::cout << "  " << v1::Diagnosis::Kind_Name(d.kind()) << " " << d.message() << "\n";
+      }
+    }
+    exit_code = kExitOk;
+  });
+}
+
+}  // namespace chorus::client
