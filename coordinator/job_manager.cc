@@ -113,6 +113,42 @@ absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& job_id, const std:
   return job;
 }
 
+absl::StatusOr<v1::Job> JobManager::MarkRunning(const std::string& job_id, int64_t generation,
+                                                int world_size) {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return NotFound(job_id);
+  if (IsTerminal(it->second.state())) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " already ended"));
+  }
+  v1::Job job = it->second;
+  job.set_state(v1::Job::RUNNING);
+  job.set_generation(generation);
+  job.set_world_size(world_size);
+  if (job.start_time_us() == 0) job.set_start_time_us(absl::ToUnixMicros(clock_->Now()));
+  RETURN_IF_ERROR(Record(job, absl::StrCat("generation ", generation, " placed with ", world_size,
+                                           " ranks")));
+  it->second = job;
+  return job;
+}
+
+absl::StatusOr<v1::Job> JobManager::Finish(const std::string& job_id, v1::Job::State state,
+                                           const std::string& reason) {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return NotFound(job_id);
+  if (IsTerminal(it->second.state())) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " already ended"));
+  }
+  v1::Job job = it->second;
+  job.set_state(state);
+  job.set_reason(reason);
+  job.set_end_time_us(absl::ToUnixMicros(clock_->Now()));
+  RETURN_IF_ERROR(Record(job, reason));
+  it->second = job;
+  return job;
+}
+
 absl::StatusOr<v1::JobStatus> JobManager::Status(const std::string& job_id) const {
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);

@@ -42,6 +42,12 @@ class JobManager {
   std::vector<v1::Job> List(const std::vector<v1::Job::State>& states, int limit) const;
   // FAILED_PRECONDITION if the job already ended.
   absl::StatusOr<v1::Job> Cancel(const std::string& job_id, const std::string& reason);
+  // PENDING -> RUNNING in `generation` with `world_size` ranks.
+  absl::StatusOr<v1::Job> MarkRunning(const std::string& job_id, int64_t generation,
+                                      int world_size);
+  // Ends a job that has not ended (SUCCEEDED or FAILED) with `reason`.
+  absl::StatusOr<v1::Job> Finish(const std::string& job_id, v1::Job::State state,
+                                 const std::string& reason);
   // The job with one row per rank and its diagnoses.
   absl::StatusOr<v1::JobStatus> Status(const std::string& job_id) const;
   absl::StatusOr<std::vector<v1::JobEvent>> Events(const std::string& job_id, int64_t after_seq);

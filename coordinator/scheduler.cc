@@ -1,0 +1,344 @@
+#include "coordinator/scheduler.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "glog/logging.h"
+
+namespace chorus {
+
+void Scheduler::Outbox::Flush() {
+  for (auto& [send, message] : messages) send(message);
+  for (auto& [done, result] : joins) done(std::move(result));
+  messages.clear();
+  joins.clear();
+}
+
+Scheduler::Scheduler(JobManager& jobs, Clock* clock, std::string coordinator_address)
+    : jobs_(jobs), clock_(clock ? clock : &real_clock_),
+      coordinator_address_(std::move(coordinator_address)) {}
+
+std::vector<std::string> Scheduler::AgentsInOrder() const {
+  std::vector<std::string> ids;
+  for (const auto& [id, agent] : agents_) ids.push_back(id);
+  std::sort(ids.begin(), ids.end(), [this](const std::string& a, const std::string& b) {
+    return agents_.at(a).order < agents_.at(b).order;
+  });
+  return ids;
+}
+
+absl::StatusOr<std::string> Scheduler::AddAgent(const v1::AgentHello& hello, Sender send) {
+  if (hello.slots() < 1 || hello.slots() > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("agent hello: slots must be in [1, 1024], got ", hello.slots()));
+  }
+  Outbox out;
+  std::string id;
+  {
+    absl::MutexLock lock(&mu_);
+    id = absl::StrCat("agent-", next_agent_++);
+    Agent agent;
+    agent.hello = hello;
+    if (agent.hello.device() == v1::ResourceSpec::DEVICE_UNSPECIFIED) {
+      agent.hello.set_device(v1::ResourceSpec::CPU);
+    }
+    agent.send = std::move(send);
+    agent.busy.assign(hello.slots(), false);
+    agent.order = next_agent_;
+    v1::CoordinatorMessage welcome;
+    welcome.mutable_welcome()->set_agent_id(id);
+    out.messages.emplace_back(agent.send, welcome);
+    agents_[id] = std::move(agent);
+    LOG(INFO) << "agent " << id << " on " << hello.host() << " offers " << hello.slots() << " "
+              << v1::ResourceSpec::Device_Name(agents_[id].hello.device()) << " slot(s)";
+    ScheduleLocked(out);
+  }
+  out.Flush();
+  return id;
+}
+
+void Scheduler::RemoveAgent(const std::string& agent_id) {
+  Outbox out;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = agents_.find(agent_id);
+    if (it == agents_.end()) return;
+    const std::string host = it->second.hello.host();
+    agents_.erase(it);
+    std::vector<std::string> affected;
+    for (const auto& [job_id, run] : running_) {
+      for (const Placement& p : run.ranks) {
+        if (p.agent_id == agent_id && p.state != v1::RankStatus::EXITED) {
+          affected.push_back(job_id);
+          break;
+        }
+      }
+    }
+    for (const std::string& job_id : affected) {
+      EndLocked(job_id, v1::Job::FAILED,
+                absl::StrCat("lost contact with the agent on ", host, " (", agent_id,
+                             "), which ran ranks of this job"),
+                out);
+    }
+    ScheduleLocked(out);
+  }
+  out.Flush();
+}
+
+void Scheduler::ScheduleLocked(Outbox& out) {
+  // Oldest first: List returns newest first.
+  std::vector<v1::Job> pending = jobs_.List({v1::Job::PENDING}, 0);
+  std::reverse(pending.begin(), pending.end());
+  for (const v1::Job& job : pending) {
+    const v1::ResourceSpec& r = job.spec().resources();
+    std::vector<std::pair<std::string, int>> free;  // (agent, slot) in rank order
+    for (const std::string& id : AgentsInOrder()) {
+      const Agent& agent = agents_.at(id);
+      if (agent.hello.device() != r.device()) continue;
+      for (int s = 0; s < static_cast<int>(agent.busy.size()); ++s) {
+        if (!agent.busy[s]) free.emplace_back(id, s);
+      }
+    }
+    if (static_cast<int>(free.size()) < r.min_ranks()) return;  // strict FIFO
+    free.resize(std::min<size_t>(free.size(), r.max_ranks()));
+    const int world = static_cast<int>(free.size());
+    absl::StatusOr<v1::Job> started = jobs_.MarkRunning(job.job_id(), 1, world);
+    if (!started.ok()) {
+      LOG(ERROR) << "cannot start " << job.job_id() << ": " << started.status();
+      return;
+    }
+    Running run;
+    std::map<std::string, v1::CoordinatorMessage> launches;
+    std::map<std::string, int> per_agent;
+    for (const auto& [agent_id, slot] : free) ++per_agent[agent_id];
+    for (const auto& [agent_id, slot] : free) {
+      agents_.at(agent_id).busy[slot] = true;
+      Placement p;
+      p.agent_id = agent_id;
+      p.slot = slot;
+      v1::CoordinatorMessage& m = launches[agent_id];
+      v1::LaunchRanks* launch = m.mutable_launch();
+      launch->set_job_id(job.job_id());
+      launch->set_generation(1);
+      launch->set_coordinator(coordinator_address_);
+      p.local_rank = launch->ranks_size();
+      p.local_world_size = per_agent[agent_id];
+      v1::RankLaunch* rank = launch->add_ranks();
+      rank->set_slot(slot);
+      rank->set_local_rank(p.local_rank);
+      rank->set_local_world_size(p.local_world_size);
+      run.ranks.push_back(std::move(p));
+    }
+    for (auto& [agent_id, message] : launches) {
+      out.messages.emplace_back(agents_.at(agent_id).send, std::move(message));
+    }
+    LOG(INFO) << "started " << job.job_id() << " with " << world << " rank(s)";
+    running_[job.job_id()] = std::move(run);
+  }
+}
+
+void Scheduler::Schedule() {
+  Outbox out;
+  {
+    absl::MutexLock lock(&mu_);
+    ScheduleLocked(out);
+  }
+  out.Flush();
+}
+
+void Scheduler::EndLocked(const std::string& job_id, v1::Job::State state,
+                          const std::string& reason, Outbox& out) {
+  auto it = running_.find(job_id);
+  if (it == running_.end()) return;
+  std::map<std::string, std::vector<int>> to_stop;
+  for (Placement& p : it->second.ranks) {
+    auto agent = agents_.find(p.agent_id);
+    if (agent != agents_.end()) {
+      agent->second.busy[p.slot] = false;
+      if (p.state != v1::RankStatus::EXITED) to_stop[p.agent_id].push_back(p.slot);
+    }
+    if (p.pending) {
+      out.joins.emplace_back(std::move(p.pending),
+                             absl::AbortedError(absl::StrCat("job ", job_id, " ended: ", reason)));
+      p.pending = nullptr;
+    }
+  }
+  for (auto& [agent_id, slots] : to_stop) {
+    v1::CoordinatorMessage m;
+    m.mutable_stop()->set_job_id(job_id);
+    for (int s : slots) m.mutable_stop()->add_slots(s);
+    m.mutable_stop()->set_grace_seconds(10);
+    m.mutable_stop()->set_reason(reason);
+    out.messages.emplace_back(agents_.at(agent_id).send, std::move(m));
+  }
+  running_.erase(it);
+  if (state != v1::Job::CANCELLED) {
+    absl::StatusOr<v1::Job> ended = jobs_.Finish(job_id, state, reason);
+    if (!ended.ok()) LOG(ERROR) << "recording the end of " << job_id << ": " << ended.status();
+  }
+}
+
+void Scheduler::RankExited(const std::string& agent_id, const v1::RankExited& exited) {
+  Outbox out;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = running_.find(exited.job_id());
+    if (it == running_.end()) return;  // already ended (e.g. stopped after a failure)
+    Running& run = it->second;
+    for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
+      Placement& p = run.ranks[rank];
+      if (p.agent_id != agent_id || p.slot != exited.slot() || p.state == v1::RankStatus::EXITED) {
+        continue;
+      }
+      p.state = v1::RankStatus::EXITED;
+      p.exit_code = exited.exit_code();
+      if (exited.exit_code() != 0) {
+        const std::string how = exited.exit_code() < 0
+                                    ? absl::StrCat("was killed by signal ", -exited.exit_code())
+                                    : absl::StrCat("exited with code ", exited.exit_code());
+        std::string reason = absl::StrCat("rank ", rank, " (", agents_.at(agent_id).hello.host(),
+                                          ", pid ", exited.pid(), ") ", how);
+        if (!exited.stderr_tail().empty()) {
+          absl::StrAppend(&reason, "; last stderr: ", exited.stderr_tail(exited.stderr_tail_size() - 1));
+        }
+        EndLocked(exited.job_id(), v1::Job::FAILED, reason, out);
+      } else if (++run.exited_ok == static_cast<int>(run.ranks.size())) {
+        EndLocked(exited.job_id(), v1::Job::SUCCEEDED, "every rank exited with code 0", out);
+      }
+      break;
+    }
+    ScheduleLocked(out);
+  }
+  out.Flush();
+}
+
+void Scheduler::Join(const v1::JoinRequest& request, absl::Time deadline, JoinDone done) {
+  Outbox out;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = running_.find(request.job_id());
+    if (it == running_.end()) {
+      absl::StatusOr<v1::Job> job = jobs_.Get(request.job_id());
+      absl::Status status = job.ok() ? absl::FailedPreconditionError(absl::StrCat(
+                                           "job ", request.job_id(), " is ",
+                                           v1::Job::State_Name(job->state()), ", not running"))
+                                     : job.status();
+      out.joins.emplace_back(std::move(done), status);
+    } else if (request.generation() != it->second.generation) {
+      out.joins.emplace_back(std::move(done), absl::FailedPreconditionError(absl::StrCat(
+                                                  "generation ", request.generation(),
+                                                  " of job ", request.job_id(),
+                                                  " is stale; the current generation is ",
+                                                  it->second.generation)));
+    } else {
+      Running& run = it->second;
+      auto placement = std::find_if(run.ranks.begin(), run.ranks.end(), [&](const Placement& p) {
+        return p.agent_id == request.agent_id() && p.slot == request.slot();
+      });
+      if (placement == run.ranks.end()) {
+        out.joins.emplace_back(std::move(done), absl::NotFoundError(absl::StrCat(
+                                                    "job ", request.job_id(), " has no rank on ",
+                                                    request.agent_id(), " slot ", request.slot())));
+      } else {
+        if (placement->pending) {  // a retry replaces the earlier call
+          out.joins.emplace_back(std::move(placement->pending),
+                                 absl::AbortedError("superseded by a newer Join of the same rank"));
+        }
+        placement->joined = true;
+        placement->pid = request.pid();
+        placement->state = v1::RankStatus::JOINING;
+        placement->pending = std::move(done);
+        placement->join_deadline = deadline;
+        const bool complete = std::all_of(run.ranks.begin(), run.ranks.end(),
+                                          [](const Placement& p) { return p.joined; });
+        if (complete) {
+          absl::StatusOr<v1::Job> job = jobs_.Get(request.job_id());
+          for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
+            Placement& p = run.ranks[rank];
+            v1::JoinResponse response;
+            response.set_rank(static_cast<int>(rank));
+            response.set_world_size(static_cast<int>(run.ranks.size()));
+            response.set_generation(run.generation);
+            if (job.ok()) *response.mutable_spec() = job->spec();
+            response.set_store_namespace(absl::StrCat(request.job_id(), "/gen-", run.generation));
+            response.set_local_rank(p.local_rank);
+            response.set_local_world_size(p.local_world_size);
+            p.state = v1::RankStatus::TRAINING;
+            if (p.pending) out.joins.emplace_back(std::move(p.pending), response);
+            p.pending = nullptr;
+          }
+        }
+      }
+    }
+  }
+  out.Flush();
+}
+
+void Scheduler::ExpireJoins() {
+  Outbox out;
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time now = clock_->Now();
+    for (auto& [job_id, run] : running_) {
+      std::vector<int> missing;
+      for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
+        if (!run.ranks[rank].joined) missing.push_back(static_cast<int>(rank));
+      }
+      for (Placement& p : run.ranks) {
+        if (p.pending && p.join_deadline <= now) {
+          out.joins.emplace_back(
+              std::move(p.pending),
+              absl::DeadlineExceededError(absl::StrCat(
+                  "generation ", run.generation, " of job ", job_id,
+                  " did not complete in time; ranks that have not joined: ",
+                  absl::StrJoin(missing, ","))));
+          p.pending = nullptr;
+          p.joined = false;
+        }
+      }
+    }
+  }
+  out.Flush();
+}
+
+absl::StatusOr<v1::Job> Scheduler::Cancel(const std::string& job_id, const std::string& reason) {
+  Outbox out;
+  absl::StatusOr<v1::Job> job;
+  {
+    absl::MutexLock lock(&mu_);
+    job = jobs_.Cancel(job_id, reason);
+    if (job.ok()) EndLocked(job_id, v1::Job::CANCELLED, job->reason(), out);
+    ScheduleLocked(out);
+  }
+  out.Flush();
+  return job;
+}
+
+void Scheduler::FillRanks(const std::string& job_id, v1::JobStatus& status) const {
+  absl::MutexLock lock(&mu_);
+  auto it = running_.find(job_id);
+  if (it == running_.end()) return;
+  for (size_t rank = 0; rank < it->second.ranks.size(); ++rank) {
+    const Placement& p = it->second.ranks[rank];
+    v1::RankStatus* row = status.add_ranks();
+    row->set_rank(static_cast<int>(rank));
+    auto agent = agents_.find(p.agent_id);
+    row->set_host(agent != agents_.end() ? agent->second.hello.host() : p.agent_id);
+    row->set_pid(p.pid);
+    row->set_state(p.state);
+    row->set_exit_code(p.exit_code);
+  }
+}
+
+int Scheduler::free_slots() const {
+  absl::MutexLock lock(&mu_);
+  int free = 0;
+  for (const auto& [id, agent] : agents_) {
+    free += static_cast<int>(std::count(agent.busy.begin(), agent.busy.end(), false));
+  }
+  return free;
+}
+
+}  // namespace chorus

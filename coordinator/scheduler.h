@@ -1,0 +1,122 @@
+// Scheduler: node agents, placement of queued jobs onto their slots, and
+// generation-based rendezvous of the ranks. gRPC-free; the AgentService and
+// RankService adapters call it.
+//
+// Placement is strict FIFO: the oldest PENDING job starts as soon as at least
+// its min_ranks slots of its device are free, taking up to max_ranks; later
+// jobs wait behind it (no starvation). Ranks are numbered in a stable order:
+// agents by registration, then slots. A job's ranks join generation 1; Join
+// answers every rank at once when the last one arrives. A rank exiting with a
+// non-zero code, or its agent vanishing, fails the job and stops its other
+// ranks; all ranks exiting 0 is success. Elastic re-formation (generation 2+)
+// comes later: a stale generation is refused with the current one.
+//
+// Thread-safety: all methods may be called concurrently. Senders and Join
+// callbacks run without the scheduler's lock held.
+//
+// Example:
+//   Scheduler scheduler(jobs, &clock, "127.0.0.1:29650");
+//   std::string agent = scheduler.AddAgent(hello, [&](const v1::CoordinatorMessage& m) {...});
+//   scheduler.Join(request, deadline, [](absl::StatusOr<v1::JoinResponse> r) {...});
+#ifndef CHORUS_COORDINATOR_SCHEDULER_H_
+#define CHORUS_COORDINATOR_SCHEDULER_H_
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "chorus/v1/coordinator.pb.h"
+#include "common/clock.h"
+#include "coordinator/job_manager.h"
+
+namespace chorus {
+
+class Scheduler {
+ public:
+  using Sender = std::function<void(const v1::CoordinatorMessage&)>;
+  using JoinDone = std::function<void(absl::StatusOr<v1::JoinResponse>)>;
+
+  // `jobs` and `clock` (null = real time) must outlive the scheduler.
+  // `coordinator_address` is what launched ranks are told to dial.
+  Scheduler(JobManager& jobs, Clock* clock, std::string coordinator_address);
+
+  // Registers an agent and places whatever now fits. Returns its id.
+  // INVALID_ARGUMENT for a hello without slots.
+  absl::StatusOr<std::string> AddAgent(const v1::AgentHello& hello, Sender send);
+  // The agent's stream ended: its running jobs fail, its slots are gone.
+  void RemoveAgent(const std::string& agent_id);
+  // An agent reports that a rank process ended.
+  void RankExited(const std::string& agent_id, const v1::RankExited& exited);
+
+  // Answers when every rank of the generation has joined, or with
+  // DEADLINE_EXCEEDED (naming the missing ranks) once `deadline` passes
+  // (checked by ExpireJoins), FAILED_PRECONDITION for a stale generation or
+  // a job that is not running, NOT_FOUND for an unknown job or slot.
+  void Join(const v1::JoinRequest& request, absl::Time deadline, JoinDone done);
+  // Fails joins whose deadline has passed. The server calls it periodically.
+  void ExpireJoins();
+
+  // Cancels a job (through JobManager) and stops its running ranks.
+  absl::StatusOr<v1::Job> Cancel(const std::string& job_id, const std::string& reason);
+  // Places queued jobs that fit. Called after every change; public for tests.
+  void Schedule();
+  // Adds one row per rank of a running job.
+  void FillRanks(const std::string& job_id, v1::JobStatus& status) const;
+
+  int free_slots() const;
+
+ private:
+  struct Agent {
+    v1::AgentHello hello;
+    Sender send;
+    std::vector<bool> busy;  // per slot
+    int64_t order = 0;       // registration order
+  };
+  struct Placement {
+    std::string agent_id;
+    int slot = 0;
+    int local_rank = 0;
+    int local_world_size = 0;
+    v1::RankStatus::State state = v1::RankStatus::LAUNCHING;
+    int64_t pid = 0;
+    int exit_code = 0;
+    bool joined = false;
+    JoinDone pending;  // the join waiting for the others
+    absl::Time join_deadline;
+  };
+  struct Running {
+    int64_t generation = 1;
+    std::vector<Placement> ranks;  // index = rank
+    int exited_ok = 0;
+  };
+  // Work to do once the lock is released.
+  struct Outbox {
+    std::vector<std::pair<Sender, v1::CoordinatorMessage>> messages;
+    std::vector<std::pair<JoinDone, absl::StatusOr<v1::JoinResponse>>> joins;
+    void Flush();
+  };
+
+  void ScheduleLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends a running job: frees its slots, stops its other ranks, fails its
+  // pending joins, records the state.
+  void EndLocked(const std::string& job_id, v1::Job::State state, const std::string& reason,
+                 Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<std::string> AgentsInOrder() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  JobManager& jobs_;
+  RealClock real_clock_;
+  Clock* const clock_;
+  const std::string coordinator_address_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, Agent> agents_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Running> running_ ABSL_GUARDED_BY(mu_);
+  int64_t next_agent_ ABSL_GUARDED_BY(mu_) = 1;
+};
+
+}  // namespace chorus
+
+#endif  // CHORUS_COORDINATOR_SCHEDULER_H_

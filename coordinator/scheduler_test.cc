@@ -1,0 +1,228 @@
+#include "coordinator/scheduler.h"
+
+#include <cstdlib>
+#include <memory>
+#include <vector>
+
+#include "common/job_spec.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace chorus {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A node agent as the scheduler sees it: records what it is told.
+struct FakeAgent {
+  std::string id;
+  std::vector<v1::CoordinatorMessage> received;
+  Scheduler::Sender Sender() {
+    return [this](const v1::CoordinatorMessage& m) { received.push_back(m); };
+  }
+  std::vector<v1::LaunchRanks> Launches() const {
+    std::vector<v1::LaunchRanks> out;
+    for (const auto& m : received) {
+      if (m.has_launch()) out.push_back(m.launch());
+    }
+    return out;
+  }
+  int Stops() const {
+    int n = 0;
+    for (const auto& m : received) n += m.has_stop();
+    return n;
+  }
+};
+
+class SchedulerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/sched_" +
+                            ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    state_ = *StateStore::Open(dir);
+    jobs_ = *JobManager::Create(*state_, &clock_);
+    scheduler_ = std::make_unique<Scheduler>(*jobs_, &clock_, "127.0.0.1:1");
+  }
+
+  std::string Submit(int min_ranks, int max_ranks) {
+    auto spec = ParseJobSpec(absl::StrCat("model { mlp {} } data { synthetic {} } resources { "
+                                          "min_ranks: ",
+                                          min_ranks, " max_ranks: ", max_ranks, " }"),
+                             SpecFormat::kTextProto, "test");
+    auto job = jobs_->Submit(*spec, "");
+    EXPECT_TRUE(job.ok()) << job.status();
+    scheduler_->Schedule();
+    return job->job_id();
+  }
+
+  std::string Add(FakeAgent& agent, int slots, const std::string& host) {
+    v1::AgentHello hello;
+    hello.set_host(host);
+    hello.set_slots(slots);
+    auto id = scheduler_->AddAgent(hello, agent.Sender());
+    EXPECT_TRUE(id.ok());
+    agent.id = *id;
+    return *id;
+  }
+
+  v1::Job::State State(const std::string& job_id) { return jobs_->Get(job_id)->state(); }
+
+  FakeClock clock_{absl::FromUnixSeconds(1000)};
+  std::unique_ptr<StateStore> state_;
+  std::unique_ptr<JobManager> jobs_;
+  std::unique_ptr<Scheduler> scheduler_;
+};
+
+struct JoinResult {
+  bool called = false;
+  absl::StatusOr<v1::JoinResponse> result = absl::UnknownError("not called");
+  Scheduler::JoinDone Done() {
+    return [this](absl::StatusOr<v1::JoinResponse> r) {
+      called = true;
+      result = std::move(r);
+    };
+  }
+};
+
+v1::JoinRequest JoinOf(const std::string& job, const std::string& agent, int slot, int64_t gen = 1) {
+  v1::JoinRequest r;
+  r.set_job_id(job);
+  r.set_agent_id(agent);
+  r.set_slot(slot);
+  r.set_generation(gen);
+  r.set_pid(100 + slot);
+  return r;
+}
+
+TEST_F(SchedulerTest, PlacesFifoWithinMinAndMaxAndNumbersRanksStably) {
+  FakeAgent a, b;
+  const std::string big = Submit(3, 4);
+  const std::string small = Submit(1, 1);
+  Add(a, 2, "node-a");
+  EXPECT_EQ(State(big), v1::Job::PENDING);
+  EXPECT_EQ(State(small), v1::Job::PENDING) << "strict FIFO: the small job waits behind the big one";
+  Add(b, 2, "node-b");
+  EXPECT_EQ(State(big), v1::Job::RUNNING);
+  EXPECT_EQ(jobs_->Get(big)->world_size(), 4);
+  ASSERT_EQ(a.Launches().size(), 1u);
+  EXPECT_EQ(a.Launches()[0].ranks_size(), 2);
+  EXPECT_EQ(a.Launches()[0].ranks(1).local_rank(), 1);
+  EXPECT_EQ(a.Launches()[0].ranks(1).local_world_size(), 2);
+  EXPECT_EQ(a.Launches()[0].coordinator(), "127.0.0.1:1");
+  EXPECT_EQ(State(small), v1::Job::PENDING);
+  EXPECT_EQ(scheduler_->free_slots(), 0);
+
+  // All four join; ranks follow agent then slot order.
+  std::vector<JoinResult> joins(4);
+  scheduler_->Join(JoinOf(big, a.id, 0), clock_.Now() + absl::Seconds(60), joins[0].Done());
+  scheduler_->Join(JoinOf(big, b.id, 1), clock_.Now() + absl::Seconds(60), joins[3].Done());
+  scheduler_->Join(JoinOf(big, a.id, 1), clock_.Now() + absl::Seconds(60), joins[1].Done());
+  EXPECT_FALSE(joins[0].called) << "Join waits for the whole generation";
+  scheduler_->Join(JoinOf(big, b.id, 0), clock_.Now() + absl::Seconds(60), joins[2].Done());
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_TRUE(joins[r].called);
+    ASSERT_TRUE(joins[r].result.ok()) << joins[r].result.status();
+    EXPECT_EQ(joins[r].result->rank(), r);
+    EXPECT_EQ(joins[r].result->world_size(), 4);
+    EXPECT_EQ(joins[r].result->store_namespace(), big + "/gen-1");
+    EXPECT_EQ(joins[r].result->spec().resources().max_ranks(), 4);
+  }
+  v1::JobStatus status;
+  scheduler_->FillRanks(big, status);
+  ASSERT_EQ(status.ranks_size(), 4);
+  EXPECT_EQ(status.ranks(2).host(), "node-b");
+  EXPECT_EQ(status.ranks(2).state(), v1::RankStatus::TRAINING);
+
+  // All exit 0: success, slots return, the small job starts.
+  for (const auto& [agent, slot] : std::vector<std::pair<FakeAgent*, int>>{{&a, 0}, {&a, 1}, {&b, 0}, {&b, 1}}) {
+    v1::RankExited e;
+    e.set_job_id(big);
+    e.set_slot(slot);
+    scheduler_->RankExited(agent->id, e);
+  }
+  EXPECT_EQ(State(big), v1::Job::SUCCEEDED);
+  EXPECT_EQ(State(small), v1::Job::RUNNING);
+}
+
+TEST_F(SchedulerTest, StaleGenerationUnknownSlotAndDeadline) {
+  FakeAgent a;
+  Add(a, 2, "node-a");
+  const std::string job = Submit(2, 2);
+  JoinResult stale, unknown, first;
+  scheduler_->Join(JoinOf(job, a.id, 0, /*gen=*/7), clock_.Now() + absl::Seconds(5), stale.Done());
+  EXPECT_EQ(stale.result.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(stale.result.status().message(), HasSubstr("the current generation is 1"));
+  scheduler_->Join(JoinOf(job, a.id, 9), clock_.Now() + absl::Seconds(5), unknown.Done());
+  EXPECT_EQ(unknown.result.status().code(), absl::StatusCode::kNotFound);
+  scheduler_->Join(JoinOf(job, a.id, 0), clock_.Now() + absl::Seconds(5), first.Done());
+  scheduler_->ExpireJoins();
+  EXPECT_FALSE(first.called);
+  clock_.Advance(absl::Seconds(6));
+  scheduler_->ExpireJoins();
+  ASSERT_TRUE(first.called);
+  EXPECT_EQ(first.result.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(first.result.status().message(), HasSubstr("ranks that have not joined: 1"));
+  JoinResult none;
+  scheduler_->Join(JoinOf("job-000099", a.id, 0), clock_.Now(), none.Done());
+  EXPECT_EQ(none.result.status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(SchedulerTest, FailedRankFailsTheJobAndStopsTheOthers) {
+  FakeAgent a, b;
+  Add(a, 1, "node-a");
+  Add(b, 1, "node-b");
+  const std::string job = Submit(2, 2);
+  v1::RankExited e;
+  e.set_job_id(job);
+  e.set_slot(0);
+  e.set_pid(4242);
+  e.set_exit_code(3);
+  e.add_stderr_tail("Traceback...");
+  e.add_stderr_tail("RuntimeError: out of data");
+  scheduler_->RankExited(b.id, e);
+  EXPECT_EQ(State(job), v1::Job::FAILED);
+  EXPECT_THAT(jobs_->Get(job)->reason(),
+              HasSubstr("rank 1 (node-b, pid 4242) exited with code 3; last stderr: RuntimeError"));
+  EXPECT_EQ(a.Stops(), 1);
+  EXPECT_EQ(b.Stops(), 0) << "the rank that exited needs no stop";
+  EXPECT_EQ(scheduler_->free_slots(), 2);
+}
+
+TEST_F(SchedulerTest, LostAgentFailsItsJobsAndCancelStopsRanks) {
+  FakeAgent a, b;
+  Add(a, 1, "node-a");
+  Add(b, 1, "node-b");
+  const std::string lost = Submit(2, 2);
+  JoinResult waiting;
+  scheduler_->Join(JoinOf(lost, a.id, 0), clock_.Now() + absl::Seconds(60), waiting.Done());
+  scheduler_->RemoveAgent(b.id);
+  EXPECT_EQ(State(lost), v1::Job::FAILED);
+  EXPECT_THAT(jobs_->Get(lost)->reason(), HasSubstr("lost contact with the agent on node-b"));
+  ASSERT_TRUE(waiting.called);
+  EXPECT_EQ(waiting.result.status().code(), absl::StatusCode::kAborted);
+
+  const std::string cancelled = Submit(1, 1);
+  EXPECT_EQ(State(cancelled), v1::Job::RUNNING);
+  auto job = scheduler_->Cancel(cancelled, "enough");
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(State(cancelled), v1::Job::CANCELLED);
+  EXPECT_EQ(a.Stops(), 2);  // one for the lost job, one for the cancelled one
+  EXPECT_EQ(scheduler_->free_slots(), 1);
+}
+
+TEST_F(SchedulerTest, DevicesMustMatch) {
+  FakeAgent gpu;
+  v1::AgentHello hello;
+  hello.set_host("gpu-node");
+  hello.set_slots(8);
+  hello.set_device(v1::ResourceSpec::CUDA);
+  ASSERT_TRUE(scheduler_->AddAgent(hello, gpu.Sender()).ok());
+  const std::string cpu_job = Submit(1, 1);
+  EXPECT_EQ(State(cpu_job), v1::Job::PENDING);
+  hello.set_slots(0);
+  EXPECT_EQ(scheduler_->AddAgent(hello, gpu.Sender()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace chorus
