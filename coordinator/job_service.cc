@@ -20,7 +20,9 @@ grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context,
 grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext* context,
                                                     const v1::SubmitJobRequest* request,
                                                     v1::SubmitJobResponse* response) {
-  return Answer(context, jobs_.Submit(request->spec(), request->resume_from()),
+  absl::StatusOr<v1::Job> job = jobs_.Submit(request->spec(), request->resume_from());
+  if (job.ok()) scheduler_.Schedule();
+  return Answer(context, job,
                 [response](const v1::Job& job) { response->set_job_id(job.job_id()); });
 }
 
@@ -48,15 +50,16 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext* context,
                                                     const v1::CancelJobRequest* request,
                                                     v1::CancelJobResponse* response) {
-  return Answer(context, jobs_.Cancel(request->job_id(), request->reason()),
+  return Answer(context, scheduler_.Cancel(request->job_id(), request->reason()),
                 [response](const v1::Job& job) { *response->mutable_job() = job; });
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::GetJobStatus(grpc::CallbackServerContext* context,
                                                        const v1::GetJobStatusRequest* request,
                                                        v1::JobStatus* response) {
-  return Answer(context, jobs_.Status(request->job_id()),
-                [response](const v1::JobStatus& status) { *response = status; });
+  absl::StatusOr<v1::JobStatus> status = jobs_.Status(request->job_id());
+  if (status.ok()) scheduler_.FillRanks(request->job_id(), *status);
+  return Answer(context, status, [response](const v1::JobStatus& s) { *response = s; });
 }
 
 }  // namespace chorus

@@ -2,18 +2,20 @@
 // handler answers at once). WatchJob and ListCheckpoints answer UNIMPLEMENTED
 // until job events stream and checkpoints exist.
 //
-// Thread-safety: safe for concurrent calls; `jobs` must outlive the service.
+// Thread-safety: safe for concurrent calls; `jobs` and `scheduler` must
+// outlive the service.
 #ifndef CHORUS_COORDINATOR_JOB_SERVICE_H_
 #define CHORUS_COORDINATOR_JOB_SERVICE_H_
 
 #include "chorus/v1/coordinator.grpc.pb.h"
 #include "coordinator/job_manager.h"
+#include "coordinator/scheduler.h"
 
 namespace chorus {
 
 class JobServiceImpl final : public v1::JobService::CallbackService {
  public:
-  explicit JobServiceImpl(JobManager& jobs) : jobs_(jobs) {}
+  JobServiceImpl(JobManager& jobs, Scheduler& scheduler) : jobs_(jobs), scheduler_(scheduler) {}
 
   grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* context,
                                       const v1::SubmitJobRequest* request,
@@ -32,6 +34,7 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
 
  private:
   JobManager& jobs_;
+  Scheduler& scheduler_;
 };
 
 }  // namespace chorus

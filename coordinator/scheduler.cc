@@ -332,6 +332,11 @@ void Scheduler::FillRanks(const std::string& job_id, v1::JobStatus& status) cons
   }
 }
 
+void Scheduler::set_coordinator_address(std::string address) {
+  absl::MutexLock lock(&mu_);
+  coordinator_address_ = std::move(address);
+}
+
 int Scheduler::free_slots() const {
   absl::MutexLock lock(&mu_);
   int free = 0;

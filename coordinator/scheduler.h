@@ -68,6 +68,8 @@ class Scheduler {
   void FillRanks(const std::string& job_id, v1::JobStatus& status) const;
 
   int free_slots() const;
+  // What launched ranks are told to dial (known once the server has bound).
+  void set_coordinator_address(std::string address);
 
  private:
   struct Agent {
@@ -110,8 +112,8 @@ class Scheduler {
   JobManager& jobs_;
   RealClock real_clock_;
   Clock* const clock_;
-  const std::string coordinator_address_;
   mutable absl::Mutex mu_;
+  std::string coordinator_address_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Agent> agents_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Running> running_ ABSL_GUARDED_BY(mu_);
   int64_t next_agent_ ABSL_GUARDED_BY(mu_) = 1;

@@ -17,7 +17,9 @@
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "grpcpp/grpcpp.h"
+#include "coordinator/agent_service.h"
 #include "coordinator/health_service.h"
+#include "coordinator/scheduler.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/job_service.h"
 #include "coordinator/key_value_store.h"
@@ -118,7 +120,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     ::close(lock_fd);
     return jobs.status();
   }
-  auto job_service = std::make_unique<JobServiceImpl>(**jobs);
+  auto scheduler = std::make_unique<Scheduler>(**jobs, nullptr, "");
+  auto job_service = std::make_unique<JobServiceImpl>(**jobs, *scheduler);
+  auto agent_service = std::make_unique<AgentServiceImpl>(*scheduler);
+  auto rank_service = std::make_unique<RankServiceImpl>(*scheduler);
 
   auto health = std::make_unique<HealthService>();
   auto kv = std::make_unique<KeyValueStore>();
@@ -134,6 +139,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   builder.RegisterService(health.get());
   builder.RegisterService(store_service.get());
   builder.RegisterService(job_service.get());
+  builder.RegisterService(agent_service.get());
+  builder.RegisterService(rank_service.get());
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || bound_port == 0) {
     ::close(lock_fd);
@@ -150,7 +157,12 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
       std::move(address), lock_fd));
   coordinator->state_ = std::move(*state);
   coordinator->jobs_ = std::move(*jobs);
+  coordinator->scheduler_ = std::move(scheduler);
+  coordinator->scheduler_->set_coordinator_address(coordinator->address_);
   coordinator->job_service_ = std::move(job_service);
+  coordinator->agent_service_ = std::move(agent_service);
+  coordinator->rank_service_ = std::move(rank_service);
+  coordinator->StartTicker();
   return coordinator;
 }
 
@@ -162,9 +174,27 @@ CoordinatorServer::CoordinatorServer(std::unique_ptr<HealthService> health,
     : health_(std::move(health)), kv_(std::move(kv)), store_service_(std::move(store_service)),
       server_(std::move(server)), port_(port), address_(std::move(address)), lock_fd_(lock_fd) {}
 
+void CoordinatorServer::StartTicker() {
+  ticker_ = std::thread([this] {
+    absl::MutexLock lock(&ticker_mu_);
+    while (!ticker_stop_) {
+      ticker_mu_.AwaitWithTimeout(absl::Condition(&ticker_stop_), absl::Milliseconds(100));
+      if (ticker_stop_) break;
+      ticker_mu_.Unlock();
+      scheduler_->ExpireJoins();
+      ticker_mu_.Lock();
+    }
+  });
+}
+
 CoordinatorServer::~CoordinatorServer() {
   Shutdown(absl::ZeroDuration());
   server_->Wait();
+  {
+    absl::MutexLock lock(&ticker_mu_);
+    ticker_stop_ = true;
+  }
+  if (ticker_.joinable()) ticker_.join();
   ::close(lock_fd_);
 }
 

@@ -1,6 +1,7 @@
 // CoordinatorServer: the coordinator's gRPC server and what it owns.
 //
-// Today it serves the standard gRPC health service (grpc.health.v1.Health)
+// It serves the standard gRPC health service (grpc.health.v1.Health),
+// chorus.v1.AgentService and RankService.Join (placement and rendezvous),
 // chorus.v1.StoreService (rendezvous key-value store) and chorus.v1.JobService
 // (jobs persisted in SQLite under the state directory), and holds an
 // exclusive lock on its state directory so two coordinators can never share
@@ -21,6 +22,9 @@
 
 #include <memory>
 #include <string>
+#include <thread>
+
+#include "absl/synchronization/mutex.h"
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -32,8 +36,11 @@ class Server;
 
 namespace chorus {
 
+class AgentServiceImpl;
 class HealthService;
 class JobManager;
+class RankServiceImpl;
+class Scheduler;
 class JobServiceImpl;
 class KeyValueStore;
 class StateStore;
@@ -90,7 +97,10 @@ class CoordinatorServer {
   // Services are declared before server_ so that they outlive it.
   std::unique_ptr<StateStore> state_;
   std::unique_ptr<JobManager> jobs_;
+  std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<JobServiceImpl> job_service_;
+  std::unique_ptr<AgentServiceImpl> agent_service_;
+  std::unique_ptr<RankServiceImpl> rank_service_;
   std::unique_ptr<HealthService> health_;
   std::unique_ptr<KeyValueStore> kv_;
   std::unique_ptr<StoreServiceImpl> store_service_;
@@ -98,6 +108,12 @@ class CoordinatorServer {
   int port_;
   std::string address_;
   int lock_fd_;
+
+  // Expires rendezvous joins past their deadline; stopped in the destructor.
+  void StartTicker();
+  absl::Mutex ticker_mu_;
+  bool ticker_stop_ ABSL_GUARDED_BY(ticker_mu_) = false;
+  std::thread ticker_;
 };
 
 }  // namespace chorus

@@ -1,0 +1,130 @@
+#include "coordinator/agent_service.h"
+
+#include <deque>
+#include <memory>
+#include <string>
+
+#include "absl/synchronization/mutex.h"
+#include "coordinator/deferred_reactor.h"
+#include "glog/logging.h"
+
+namespace chorus {
+namespace {
+
+// One agent's stream. Orders from the scheduler are queued and written one at
+// a time; after the stream ends, orders are dropped.
+class AgentStream : public grpc::ServerBidiReactor<v1::AgentMessage, v1::CoordinatorMessage> {
+ public:
+  explicit AgentStream(Scheduler& scheduler)
+      : scheduler_(scheduler), outbox_(std::make_shared<Outbox>()) {
+    outbox_->stream = this;
+    StartRead(&in_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // the agent closed the stream, or the call was cancelled
+      outbox_->Close(grpc::Status::OK);
+      return;
+    }
+    if (agent_id_.empty()) {
+      if (!in_.has_hello()) {
+        outbox_->Close(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                    "the first message on AgentService.Connect must be a hello"));
+        return;
+      }
+      std::shared_ptr<Outbox> outbox = outbox_;
+      absl::StatusOr<std::string> id = scheduler_.AddAgent(
+          in_.hello(), [outbox](const v1::CoordinatorMessage& m) { outbox->Send(m); });
+      if (!id.ok()) {
+        outbox_->Close(ToGrpcStatus(id.status()));
+        return;
+      }
+      agent_id_ = *id;
+    } else if (in_.has_rank_exited()) {
+      scheduler_.RankExited(agent_id_, in_.rank_exited());
+    }
+    // Logs and pings need no action yet.
+    StartRead(&in_);
+  }
+
+  void OnWriteDone(bool ok) override { outbox_->WriteDone(ok); }
+
+  void OnDone() override {
+    if (!agent_id_.empty()) scheduler_.RemoveAgent(agent_id_);
+    outbox_->Detach();
+    delete this;
+  }
+
+ private:
+  struct Outbox {
+    absl::Mutex mu;
+    AgentStream* stream ABSL_GUARDED_BY(mu) = nullptr;
+    std::deque<v1::CoordinatorMessage> queue ABSL_GUARDED_BY(mu);
+    bool writing ABSL_GUARDED_BY(mu) = false;
+    bool closing ABSL_GUARDED_BY(mu) = false;
+    bool finished ABSL_GUARDED_BY(mu) = false;
+    grpc::Status final_status ABSL_GUARDED_BY(mu);
+    v1::CoordinatorMessage current ABSL_GUARDED_BY(mu);
+
+    void Send(const v1::CoordinatorMessage& m) {
+      absl::MutexLock lock(&mu);
+      if (stream == nullptr || closing) return;
+      queue.push_back(m);
+      PumpLocked();
+    }
+    void WriteDone(bool ok) {
+      absl::MutexLock lock(&mu);
+      writing = false;
+      if (!ok) closing = true;
+      PumpLocked();
+    }
+    void Close(grpc::Status status) {
+      absl::MutexLock lock(&mu);
+      if (closing) return;
+      closing = true;
+      final_status = std::move(status);
+      PumpLocked();
+    }
+    void Detach() {
+      absl::MutexLock lock(&mu);
+      stream = nullptr;
+    }
+    // Starts the next write, or finishes once closing and idle.
+    void PumpLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+      if (stream == nullptr || writing || finished) return;
+      if (!closing && !queue.empty()) {
+        current = std::move(queue.front());
+        queue.pop_front();
+        writing = true;
+        stream->StartWrite(&current);
+      } else if (closing) {
+        finished = true;
+        stream->Finish(final_status);
+      }
+    }
+  };
+
+  Scheduler& scheduler_;
+  std::shared_ptr<Outbox> outbox_;
+  v1::AgentMessage in_;
+  std::string agent_id_;  // touched only by read callbacks and OnDone, which gRPC serializes
+};
+
+}  // namespace
+
+grpc::ServerBidiReactor<v1::AgentMessage, v1::CoordinatorMessage>* AgentServiceImpl::Connect(
+    grpc::CallbackServerContext* /*context*/) {
+  return new AgentStream(scheduler_);
+}
+
+grpc::ServerUnaryReactor* RankServiceImpl::Join(grpc::CallbackServerContext* context,
+                                                const v1::JoinRequest* request,
+                                                v1::JoinResponse* response) {
+  auto* reactor = new DeferredReactor<v1::JoinResponse>(response);
+  const absl::Time client_deadline = absl::FromChrono(context->deadline());
+  const absl::Time deadline = std::min(client_deadline, absl::Now() + kMaxJoinWait);
+  scheduler_.Join(*request, deadline, reactor->Completion());
+  return reactor;
+}
+
+}  // namespace chorus

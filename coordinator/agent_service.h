@@ -1,0 +1,46 @@
+// AgentService and RankService: gRPC adapters over the Scheduler.
+//
+// AgentService.Connect is one bidirectional stream per node agent: the first
+// message must be a hello; the coordinator answers with a welcome (the agent
+// id) and later sends launch and stop orders; the agent reports rank exits.
+// When the stream ends, the agent is gone (Scheduler::RemoveAgent).
+//
+// RankService.Join parks until the generation completes (DeferredReactor).
+// Heartbeat and Report arrive with the worker runtime.
+//
+// Thread-safety: safe for concurrent calls; `scheduler` must outlive them.
+#ifndef CHORUS_COORDINATOR_AGENT_SERVICE_H_
+#define CHORUS_COORDINATOR_AGENT_SERVICE_H_
+
+#include "chorus/v1/coordinator.grpc.pb.h"
+#include "coordinator/scheduler.h"
+
+namespace chorus {
+
+class AgentServiceImpl final : public v1::AgentService::CallbackService {
+ public:
+  explicit AgentServiceImpl(Scheduler& scheduler) : scheduler_(scheduler) {}
+  grpc::ServerBidiReactor<v1::AgentMessage, v1::CoordinatorMessage>* Connect(
+      grpc::CallbackServerContext* context) override;
+
+ private:
+  Scheduler& scheduler_;
+};
+
+class RankServiceImpl final : public v1::RankService::CallbackService {
+ public:
+  // Longest a Join may wait for its generation.
+  static constexpr absl::Duration kMaxJoinWait = absl::Minutes(30);
+
+  explicit RankServiceImpl(Scheduler& scheduler) : scheduler_(scheduler) {}
+  grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* context,
+                                 const v1::JoinRequest* request,
+                                 v1::JoinResponse* response) override;
+
+ private:
+  Scheduler& scheduler_;
+};
+
+}  // namespace chorus
+
+#endif  // CHORUS_COORDINATOR_AGENT_SERVICE_H_

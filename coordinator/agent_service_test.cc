@@ -1,0 +1,185 @@
+// Agents and ranks end to end over gRPC: a simulated node agent connects, a
+// job is placed on it, its ranks join, exit, and the job ends.
+
+#include <cstdlib>
+#include <thread>
+
+#include "chorus/v1/coordinator.grpc.pb.h"
+#include "common/grpc_util.h"
+#include "common/job_spec.h"
+#include "coordinator/server.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace chorus {
+namespace {
+
+using ::testing::HasSubstr;
+
+class AgentServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ServerOptions options;
+    options.listen = "127.0.0.1:0";
+    options.state_dir = std::string(std::getenv("TEST_TMPDIR")) + "/agents_" +
+                        ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    auto server = CoordinatorServer::Start(options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    channel_ = MakeCoordinatorChannel(server_->address());
+    jobs_ = v1::JobService::NewStub(channel_);
+    agents_ = v1::AgentService::NewStub(channel_);
+    ranks_ = v1::RankService::NewStub(channel_);
+  }
+
+  std::string Submit(int ranks) {
+    auto spec = ParseJobSpec(absl::StrCat("model { mlp {} } data { synthetic {} } resources { min_ranks: ",
+                                          ranks, " max_ranks: ", ranks, " }"),
+                             SpecFormat::kTextProto, "test");
+    v1::SubmitJobRequest request;
+    *request.mutable_spec() = *spec;
+    v1::SubmitJobResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    EXPECT_TRUE(jobs_->SubmitJob(&context, request, &response).ok());
+    return response.job_id();
+  }
+
+  v1::Job::State StateOf(const std::string& job_id, v1::Job* out = nullptr) {
+    v1::GetJobRequest request;
+    request.set_job_id(job_id);
+    v1::Job job;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    EXPECT_TRUE(jobs_->GetJob(&context, request, &job).ok());
+    if (out) *out = job;
+    return job.state();
+  }
+
+  // Polls (bounded) until the job reaches `state`.
+  bool WaitForState(const std::string& job_id, v1::Job::State state) {
+    for (int i = 0; i < 200; ++i) {
+      if (StateOf(job_id) == state) return true;
+      absl::SleepFor(absl::Milliseconds(25));
+    }
+    return false;
+  }
+
+  std::unique_ptr<CoordinatorServer> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::JobService::Stub> jobs_;
+  std::unique_ptr<v1::AgentService::Stub> agents_;
+  std::unique_ptr<v1::RankService::Stub> ranks_;
+};
+
+TEST_F(AgentServiceTest, JobIsPlacedJoinedAndSucceeds) {
+  grpc::ClientContext agent_context;
+  auto stream = agents_->Connect(&agent_context);
+  v1::AgentMessage hello;
+  hello.mutable_hello()->set_host("sim-node");
+  hello.mutable_hello()->set_slots(2);
+  ASSERT_TRUE(stream->Write(hello));
+  v1::CoordinatorMessage message;
+  ASSERT_TRUE(stream->Read(&message));
+  ASSERT_TRUE(message.has_welcome());
+  const std::string agent_id = message.welcome().agent_id();
+
+  const std::string job = Submit(2);
+  ASSERT_TRUE(stream->Read(&message));
+  ASSERT_TRUE(message.has_launch());
+  EXPECT_EQ(message.launch().job_id(), job);
+  EXPECT_EQ(message.launch().ranks_size(), 2);
+  EXPECT_EQ(message.launch().coordinator(), server_->address());
+  EXPECT_EQ(StateOf(job), v1::Job::RUNNING);
+
+  std::vector<v1::JoinResponse> joined(2);
+  std::vector<grpc::Status> statuses(2);
+  std::vector<std::thread> rank_threads;
+  for (int slot = 0; slot < 2; ++slot) {
+    rank_threads.emplace_back([&, slot] {
+      v1::JoinRequest request;
+      request.set_job_id(job);
+      request.set_generation(1);
+      request.set_agent_id(agent_id);
+      request.set_slot(slot);
+      request.set_pid(1000 + slot);
+      grpc::ClientContext context;
+      context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+      statuses[slot] = ranks_->Join(&context, request, &joined[slot]);
+    });
+  }
+  for (auto& t : rank_threads) t.join();
+  for (int slot = 0; slot < 2; ++slot) {
+    ASSERT_TRUE(statuses[slot].ok()) << statuses[slot].error_message();
+    EXPECT_EQ(joined[slot].rank(), slot);
+    EXPECT_EQ(joined[slot].world_size(), 2);
+    EXPECT_EQ(joined[slot].store_namespace(), job + "/gen-1");
+  }
+
+  v1::GetJobStatusRequest status_request;
+  status_request.set_job_id(job);
+  v1::JobStatus status;
+  grpc::ClientContext status_context;
+  ASSERT_TRUE(jobs_->GetJobStatus(&status_context, status_request, &status).ok());
+  ASSERT_EQ(status.ranks_size(), 2);
+  EXPECT_EQ(status.ranks(1).host(), "sim-node");
+  EXPECT_EQ(status.ranks(1).pid(), 1001);
+  EXPECT_EQ(status.ranks(1).state(), v1::RankStatus::TRAINING);
+
+  for (int slot = 0; slot < 2; ++slot) {
+    v1::AgentMessage exited;
+    exited.mutable_rank_exited()->set_job_id(job);
+    exited.mutable_rank_exited()->set_slot(slot);
+    exited.mutable_rank_exited()->set_exit_code(0);
+    ASSERT_TRUE(stream->Write(exited));
+  }
+  EXPECT_TRUE(WaitForState(job, v1::Job::SUCCEEDED));
+  stream->WritesDone();
+  EXPECT_TRUE(stream->Finish().ok());
+}
+
+TEST_F(AgentServiceTest, LosingTheAgentFailsItsJob) {
+  auto context = std::make_unique<grpc::ClientContext>();
+  auto stream = agents_->Connect(context.get());
+  v1::AgentMessage hello;
+  hello.mutable_hello()->set_host("doomed-node");
+  hello.mutable_hello()->set_slots(1);
+  ASSERT_TRUE(stream->Write(hello));
+  v1::CoordinatorMessage message;
+  ASSERT_TRUE(stream->Read(&message));
+  const std::string job = Submit(1);
+  ASSERT_TRUE(stream->Read(&message));
+  ASSERT_TRUE(message.has_launch());
+  context->TryCancel();  // the node disappears
+  stream->Finish();
+  ASSERT_TRUE(WaitForState(job, v1::Job::FAILED));
+  v1::Job failed;
+  StateOf(job, &failed);
+  EXPECT_THAT(failed.reason(), HasSubstr("lost contact with the agent on doomed-node"));
+}
+
+TEST_F(AgentServiceTest, FirstMessageMustBeAHello) {
+  grpc::ClientContext context;
+  auto stream = agents_->Connect(&context);
+  v1::AgentMessage ping;
+  ping.set_ping_time_us(1);
+  ASSERT_TRUE(stream->Write(ping));
+  v1::CoordinatorMessage message;
+  EXPECT_FALSE(stream->Read(&message));
+  grpc::Status status = stream->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("must be a hello"));
+}
+
+TEST_F(AgentServiceTest, JoinOfAnUnknownJobAndAStaleGeneration) {
+  v1::JoinRequest request;
+  request.set_job_id("job-000404");
+  request.set_generation(1);
+  v1::JoinResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  EXPECT_EQ(ranks_->Join(&context, request, &response).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+}  // namespace
+}  // namespace chorus
