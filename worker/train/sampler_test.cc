@@ -1,0 +1,55 @@
+#include "worker/train/sampler.h"
+
+#include <map>
+#include <set>
+
+#include "gtest/gtest.h"
+
+namespace chorus {
+namespace {
+
+TEST(SamplerTest, EverySampleExactlyOncePerEpochAcrossRanks) {
+  for (int world : {1, 2, 3, 4, 7}) {
+    for (bool shuffle : {false, true}) {
+      const int64_t n = 1000, batch = 5;
+      std::map<int64_t, int> seen;
+      size_t per_rank = 0;
+      for (int rank = 0; rank < world; ++rank) {
+        SamplerOptions o{n, world, rank, batch, /*seed=*/42, shuffle, /*pad=*/false};
+        std::vector<int64_t> idx = EpochIndices(o, 3);
+        if (rank == 0) per_rank = idx.size();
+        EXPECT_EQ(idx.size(), per_rank) << "every rank gets the same number of samples";
+        EXPECT_EQ(static_cast<int64_t>(idx.size()), BatchesPerEpoch(o) * batch);
+        for (int64_t i : idx) ++seen[i];
+      }
+      const int64_t dropped = n % (batch * world);
+      EXPECT_EQ(static_cast<int64_t>(seen.size()), n - dropped) << world;
+      for (const auto& [i, count] : seen) EXPECT_EQ(count, 1) << "sample " << i << " world " << world;
+    }
+  }
+}
+
+TEST(SamplerTest, PadCoversEverySampleAndRepeatsOnlyTheRemainder) {
+  SamplerOptions o{10, 3, 0, 2, 7, true, /*pad=*/true};
+  std::map<int64_t, int> seen;
+  for (int rank = 0; rank < 3; ++rank) {
+    o.rank = rank;
+    for (int64_t i : EpochIndices(o, 0)) ++seen[i];
+  }
+  EXPECT_EQ(seen.size(), 10u);
+  int total = 0;
+  for (const auto& [i, c] : seen) total += c;
+  EXPECT_EQ(total, 12);  // 2 batches x 2 x 3 ranks
+}
+
+TEST(SamplerTest, ShuffleDependsOnEpochAndSeedOnly) {
+  SamplerOptions o{100, 2, 1, 10, 5, true, false};
+  EXPECT_EQ(EpochIndices(o, 4), EpochIndices(o, 4));
+  EXPECT_NE(EpochIndices(o, 4), EpochIndices(o, 5));
+  SamplerOptions other = o;
+  other.seed = 6;
+  EXPECT_NE(EpochIndices(o, 4), EpochIndices(other, 4));
+}
+
+}  // namespace
+}  // namespace chorus
