@@ -53,6 +53,11 @@ std::vector<SpecError> ValidateJobSpec(const v1::JobSpec& spec);
 // after a header naming `source`.
 absl::Status CheckJobSpec(const v1::JobSpec& spec, absl::string_view source);
 
+// OK if this version's workers can run `spec`; otherwise UNIMPLEMENTED naming
+// the unsupported fields (a valid spec may still ask for a feature that is
+// not built yet; it is refused at submit rather than accepted and ignored).
+absl::Status CheckRuntimeSupport(const v1::JobSpec& spec);
+
 // Reads, parses, normalizes and validates the spec at `path`.
 // NOT_FOUND if the file cannot be read; INVALID_ARGUMENT for bad contents.
 absl::StatusOr<v1::JobSpec> LoadJobSpec(const std::string& path);

@@ -530,6 +530,29 @@ std::vector<SpecError> ValidateJobSpec(const JobSpec& spec) {
   return c.Take();
 }
 
+absl::Status CheckRuntimeSupport(const JobSpec& spec) {
+  std::vector<std::string> missing;
+  if (spec.model().has_transformer_lm()) missing.push_back("model.transformer_lm");
+  if (spec.model().has_torchscript()) missing.push_back("model.torchscript");
+  if (spec.data().has_tensor_file()) missing.push_back("data.tensor_file");
+  if (spec.data().has_synthetic() && spec.data().synthetic().kind() == v1::SyntheticData::TOKENS) {
+    missing.push_back("data.synthetic.kind TOKENS");
+  }
+  if (spec.strategy().has_decentralized()) missing.push_back("strategy.decentralized");
+  if (spec.optimizer().kind() == v1::OptimizerSpec::ACCUM_ADAM ||
+      spec.optimizer().kind() == v1::OptimizerSpec::ACCUM_ADAMW) {
+    missing.push_back("optimizer.kind ACCUM_ADAM(W)");
+  }
+  if (spec.resources().device() == v1::ResourceSpec::CUDA) missing.push_back("resources.device CUDA");
+  if (spec.checkpoint().every_steps() > 0) missing.push_back("checkpoint.every_steps");
+  if (spec.fault_injection().faults_size() > 0) missing.push_back("fault_injection");
+  if (missing.empty()) return absl::OkStatus();
+  return absl::UnimplementedError(absl::StrCat(
+      "this version of Chorus cannot run yet: ", absl::StrJoin(missing, ", "),
+      ". Supported: models mlp and cnn, data fashion_mnist and synthetic classification/"
+      "regression, strategy ddp on CPU."));
+}
+
 absl::Status CheckJobSpec(const JobSpec& spec, absl::string_view source) {
   std::vector<SpecError> errors = ValidateJobSpec(spec);
   if (errors.empty()) return absl::OkStatus();

@@ -52,6 +52,7 @@ absl::Status JobManager::Record(v1::Job& job, const std::string& reason) {
 absl::StatusOr<v1::Job> JobManager::Submit(v1::JobSpec spec, const std::string& resume_from) {
   NormalizeJobSpec(spec);
   RETURN_IF_ERROR(CheckJobSpec(spec, "submitted"));
+  RETURN_IF_ERROR(CheckRuntimeSupport(spec));
   absl::MutexLock lock(&mu_);
   if (!resume_from.empty()) {
     std::vector<std::string> parts = absl::StrSplit(resume_from, absl::MaxSplits(':', 1));

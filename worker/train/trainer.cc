@@ -1,0 +1,238 @@
+#include "worker/train/trainer.h"
+
+#include <cmath>
+#include <memory>
+
+#include <torch/torch.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
+#include "common/status_macros.h"
+#include "worker/ddp/distributed_data_parallel.h"
+#include "worker/train/data.h"
+#include "worker/train/sampler.h"
+
+namespace chorus {
+namespace {
+
+absl::StatusOr<torch::nn::Sequential> BuildModel(const v1::ModelSpec& m, const Dataset& data) {
+  const std::vector<int64_t> sample(data.x.sizes().begin() + 1, data.x.sizes().end());
+  int64_t features = 1;
+  for (int64_t d : sample) features *= d;
+  const int64_t outputs = data.num_classes > 0 ? data.num_classes : 1;
+  torch::nn::Sequential model;
+  if (m.has_mlp()) {
+    model->push_back(torch::nn::Flatten());
+    int64_t width = features;
+    for (int h : m.mlp().hidden_sizes()) {
+      model->push_back(torch::nn::Linear(width, h));
+      model->push_back(torch::nn::ReLU());
+      if (m.mlp().dropout() > 0) model->push_back(torch::nn::Dropout(m.mlp().dropout()));
+      width = h;
+    }
+    model->push_back(torch::nn::Linear(width, outputs));
+    return model;
+  }
+  if (m.has_cnn()) {
+    if (sample.size() != 3) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model.cnn needs image inputs [channels, height, width]; the data has ", sample.size(),
+          " dimensions per sample"));
+    }
+    const v1::CnnModel& c = m.cnn();
+    const int64_t k = c.kernel_size();
+    model->push_back(torch::nn::Conv2d(torch::nn::Conv2dOptions(sample[0], c.channels(0), k).padding(k / 2)));
+    model->push_back(torch::nn::ReLU());
+    model->push_back(torch::nn::MaxPool2d(2));
+    model->push_back(torch::nn::Conv2d(torch::nn::Conv2dOptions(c.channels(0), c.channels(1), k).padding(k / 2)));
+    model->push_back(torch::nn::ReLU());
+    model->push_back(torch::nn::MaxPool2d(2));
+    model->push_back(torch::nn::Flatten());
+    model->push_back(torch::nn::Linear(c.channels(1) * (sample[1] / 4) * (sample[2] / 4), c.fc_hidden()));
+    model->push_back(torch::nn::ReLU());
+    if (c.dropout() > 0) model->push_back(torch::nn::Dropout(c.dropout()));
+    model->push_back(torch::nn::Linear(c.fc_hidden(), outputs));
+    return model;
+  }
+  return absl::UnimplementedError("this model kind is not supported by the trainer yet");
+}
+
+std::unique_ptr<torch::optim::Optimizer> BuildOptimizer(const v1::OptimizerSpec& o,
+                                                        const std::vector<torch::Tensor>& params) {
+  switch (o.kind()) {
+    case v1::OptimizerSpec::ADAM:
+      return std::make_unique<torch::optim::Adam>(
+          params, torch::optim::AdamOptions(o.lr()).betas({o.beta1(), o.beta2()}).eps(o.eps())
+                      .weight_decay(o.weight_decay()));
+    case v1::OptimizerSpec::ADAMW:
+      return std::make_unique<torch::optim::AdamW>(
+          params, torch::optim::AdamWOptions(o.lr()).betas({o.beta1(), o.beta2()}).eps(o.eps())
+                      .weight_decay(o.weight_decay()));
+    default:
+      return std::make_unique<torch::optim::SGD>(
+          params, torch::optim::SGDOptions(o.lr()).momentum(o.momentum()).nesterov(o.nesterov())
+                      .weight_decay(o.weight_decay()));
+  }
+}
+
+double LearningRate(const v1::JobSpec& spec, int64_t step, int64_t total_steps) {
+  const double lr = spec.optimizer().lr();
+  const v1::LrScheduleSpec& s = spec.lr_schedule();
+  if (s.has_cosine()) {
+    const int64_t warmup = s.cosine().warmup_steps();
+    const int64_t total = s.cosine().total_steps() > 0 ? s.cosine().total_steps() : total_steps;
+    if (step < warmup) return lr * (step + 1) / static_cast<double>(warmup);
+    const double progress = std::min(1.0, (step - warmup) / std::max(1.0, double(total - warmup)));
+    const double floor = s.cosine().min_lr_ratio();
+    return lr * (floor + (1 - floor) * 0.5 * (1 + std::cos(M_PI * progress)));
+  }
+  if (s.has_step()) return lr * std::pow(s.step().gamma(), step / s.step().step_size());
+  return lr;
+}
+
+torch::Tensor Loss(const v1::JobSpec& spec, const torch::Tensor& out, const torch::Tensor& y) {
+  if (spec.loss().kind() == v1::LossSpec::MSE) {
+    return torch::mse_loss(out.reshape(y.sizes()), y);
+  }
+  return torch::nn::functional::cross_entropy(
+      out, y, torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(spec.loss().label_smoothing()));
+}
+
+// Loss and accuracy of the model on `test`, each rank taking a contiguous
+// share, summed across ranks.
+absl::Status Evaluate(const v1::JobSpec& spec, torch::nn::Sequential& model, const Dataset& test,
+                      Communicator& comm, v1::Metrics& metrics) {
+  torch::NoGradGuard no_grad;
+  model->eval();
+  const int64_t n = test.size();
+  const int64_t begin = n * comm.rank() / comm.size();
+  const int64_t end = n * (comm.rank() + 1) / comm.size();
+  int64_t limit = spec.eval().max_batches() > 0 ? spec.eval().max_batches() * spec.training().batch_size_per_rank() : end - begin;
+  at::Tensor sums = at::zeros({3}, at::kDouble);  // loss sum, correct, count
+  const int64_t batch = std::max<int64_t>(256, spec.training().batch_size_per_rank());
+  for (int64_t i = begin; i < std::min(end, begin + limit); i += batch) {
+    const int64_t len = std::min({batch, end - i, begin + limit - i});
+    torch::Tensor x = test.x.narrow(0, i, len);
+    torch::Tensor y = test.y.narrow(0, i, len);
+    torch::Tensor out = model->forward(x);
+    sums[0] += Loss(spec, out, y).item<double>() * len;
+    if (test.num_classes > 0) sums[1] += out.argmax(1).eq(y).sum().item<double>();
+    sums[2] += len;
+  }
+  model->train();
+  RETURN_IF_ERROR(comm.AllReduce(sums, ReduceOp::kSum, "eval/metrics")->Wait(absl::Now() + absl::Minutes(5)));
+  const double count = std::max(1.0, sums[2].item<double>());
+  metrics.set_eval_loss(sums[0].item<double>() / count);
+  metrics.set_eval_accuracy(sums[1].item<double>() / count);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
+                                  const MetricsCallback& report) {
+  RETURN_IF_ERROR(CheckRuntimeSupport(spec));
+  at::set_num_threads(spec.resources().threads_per_rank());
+  ASSIGN_OR_RETURN(Dataset train, LoadDataset(spec, Split::kTrain));
+  ASSIGN_OR_RETURN(Dataset test, LoadDataset(spec, Split::kTest));
+  torch::manual_seed(spec.training().seed());
+  ASSIGN_OR_RETURN(torch::nn::Sequential model, BuildModel(spec.model(), train));
+  // Dropout draws differ per rank, as with torchrun.
+  torch::manual_seed(spec.training().seed() * 1000 + comm.rank() + 1);
+
+  const v1::DdpStrategy& ddp_spec = spec.strategy().ddp();
+  DdpOptions options;
+  options.bucket_cap_mb = ddp_spec.bucket_cap_mb();
+  options.first_bucket_mb = ddp_spec.first_bucket_mb();
+  options.gradient_as_bucket_view = ddp_spec.gradient_as_bucket_view();
+  options.find_unused_parameters = ddp_spec.find_unused_parameters();
+  options.broadcast_buffers = ddp_spec.broadcast_buffers();
+  options.ignored.assign(ddp_spec.ignored().begin(), ddp_spec.ignored().end());
+  options.compression = ddp_spec.compression() == v1::DdpStrategy::FP16   ? DdpOptions::Compression::kFp16
+                        : ddp_spec.compression() == v1::DdpStrategy::BF16 ? DdpOptions::Compression::kBf16
+                                                                            : DdpOptions::Compression::kNone;
+  ASSIGN_OR_RETURN(std::unique_ptr<DistributedDataParallel> ddp,
+                   DistributedDataParallel::ForModule(*model, comm, options));
+  RETURN_IF_ERROR(ddp->BroadcastParameters(0));
+  std::unique_ptr<torch::optim::Optimizer> optimizer = BuildOptimizer(spec.optimizer(), model->parameters());
+
+  SamplerOptions sampler{train.size(), comm.size(), comm.rank(), spec.training().batch_size_per_rank(),
+                         spec.training().seed(), spec.training().shuffle(),
+                         spec.data().remainder() == v1::DataSpec::PAD};
+  const int64_t batches = BatchesPerEpoch(sampler);
+  if (batches == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the training split has ", train.size(), " samples, fewer than one global batch (",
+        comm.size(), " ranks x training.batch_size_per_rank ", sampler.batch_size, ")"));
+  }
+  const int accum = ddp_spec.grad_accum_steps();
+  const int64_t steps_per_epoch = batches / accum;
+  int64_t total_steps = spec.training().epochs() > 0 ? spec.training().epochs() * steps_per_epoch : 0;
+  if (spec.training().max_steps() > 0) {
+    total_steps = total_steps > 0 ? std::min(total_steps, spec.training().max_steps()) : spec.training().max_steps();
+  }
+
+  v1::Metrics metrics;
+  int64_t step = 0;
+  double interval_loss = 0;
+  int interval_count = 0;
+  const absl::Time start = absl::Now();
+  absl::Time interval_start = start;
+  for (int64_t epoch = 0; step < total_steps; ++epoch) {
+    std::vector<int64_t> indices = EpochIndices(sampler, epoch);
+    torch::Tensor all = torch::tensor(indices, torch::kLong);
+    for (int64_t b = 0; b + accum <= batches && step < total_steps; b += accum) {
+      optimizer->zero_grad();
+      for (int m = 0; m < accum; ++m) {
+        torch::Tensor idx = all.narrow(0, (b + m) * sampler.batch_size, sampler.batch_size);
+        torch::Tensor x = train.x.index_select(0, idx);
+        torch::Tensor y = train.y.index_select(0, idx);
+        RETURN_IF_ERROR(ddp->PrepareForBackward());
+        torch::Tensor loss = Loss(spec, model->forward(x), y) / accum;
+        if (m + 1 < accum) {
+          auto no_sync = ddp->NoSync();
+          loss.backward();
+        } else {
+          loss.backward();
+          RETURN_IF_ERROR(ddp->FinishGradientSync());
+        }
+        interval_loss += loss.item<double>();
+      }
+      ++interval_count;
+      if (spec.grad_clip_norm() > 0) {
+        torch::nn::utils::clip_grad_norm_(model->parameters(), spec.grad_clip_norm());
+      }
+      const double lr = LearningRate(spec, step, total_steps);
+      for (auto& group : optimizer->param_groups()) group.options().set_lr(lr);
+      optimizer->step();
+      ++step;
+      metrics.set_step(step);
+      metrics.set_epoch(epoch);
+      const bool log = step % spec.training().log_every_steps() == 0 || step == total_steps;
+      if (log) {
+        const double seconds = absl::ToDoubleSeconds(absl::Now() - interval_start);
+        metrics.set_loss(interval_loss / std::max(1, interval_count));
+        metrics.set_step_time_seconds(seconds / std::max(1, interval_count));
+        metrics.set_samples_per_second(interval_count * accum * sampler.batch_size * comm.size() /
+                                       std::max(seconds, 1e-9));
+        (*metrics.mutable_values())["total_steps"] = total_steps;
+        interval_loss = 0;
+        interval_count = 0;
+        interval_start = absl::Now();
+      }
+      const bool eval = spec.eval().every_steps() > 0 && step % spec.eval().every_steps() == 0 &&
+                        step < total_steps && !spec.eval().disabled();
+      if (eval) RETURN_IF_ERROR(Evaluate(spec, model, test, comm, metrics));
+      if (log || eval) report(metrics);
+    }
+  }
+  if (!spec.eval().disabled()) RETURN_IF_ERROR(Evaluate(spec, model, test, comm, metrics));
+  const double wall = absl::ToDoubleSeconds(absl::Now() - start);
+  (*metrics.mutable_values())["wall_seconds"] = wall;
+  (*metrics.mutable_values())["total_steps"] = total_steps;
+  metrics.set_samples_per_second(step * accum * sampler.batch_size * comm.size() / std::max(wall, 1e-9));
+  report(metrics);
+  return metrics;
+}
+
+}  // namespace chorus

@@ -1,0 +1,34 @@
+// The training loop a rank process runs for a job: model and data from the
+// JobSpec, DDP over the job's communicator, optimizer and LR schedule,
+// evaluation on the test split with metrics all-reduced so every rank agrees.
+//
+// Supported today: models mlp and cnn; data fashion_mnist and synthetic
+// (classification, regression); optimizers sgd, adam, adamw; schedules
+// constant, cosine with warmup, step; losses cross_entropy and mse; gradient
+// accumulation; global-norm clipping; strategy ddp. Anything else returns
+// UNIMPLEMENTED naming the field (CheckRuntimeSupport refuses it at submit).
+//
+// Example:
+//   ASSIGN_OR_RETURN(v1::Metrics final, Train(spec, *comm, [](const v1::Metrics& m) {...}));
+#ifndef CHORUS_WORKER_TRAIN_TRAINER_H_
+#define CHORUS_WORKER_TRAIN_TRAINER_H_
+
+#include <functional>
+
+#include "absl/status/statusor.h"
+#include "chorus/v1/coordinator.pb.h"
+#include "worker/comm/communicator.h"
+
+namespace chorus {
+
+using MetricsCallback = std::function<void(const v1::Metrics&)>;
+
+// Trains `spec` (normalized) as rank comm.rank() of comm.size(). Calls
+// `report` every training.log_every_steps steps and after each evaluation.
+// Returns the final metrics (test loss/accuracy of the final model).
+absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
+                                  const MetricsCallback& report);
+
+}  // namespace chorus
+
+#endif  // CHORUS_WORKER_TRAIN_TRAINER_H_

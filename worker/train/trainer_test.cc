@@ -1,0 +1,91 @@
+#include "worker/train/trainer.h"
+
+#include <thread>
+#include <vector>
+
+#include "common/job_spec.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "worker/comm/gloo_communicator.h"
+#include "worker/comm/store.h"
+
+namespace chorus {
+namespace {
+
+using ::testing::HasSubstr;
+
+v1::JobSpec Spec(const std::string& text) {
+  auto spec = ParseJobSpec(text, SpecFormat::kTextProto, "test");
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  NormalizeJobSpec(*spec);
+  EXPECT_TRUE(CheckJobSpec(*spec, "test").ok());
+  return *spec;
+}
+
+std::vector<absl::StatusOr<v1::Metrics>> TrainOnRanks(const v1::JobSpec& spec, int n,
+                                                     std::vector<int>* reports = nullptr) {
+  MemoryStore store;
+  std::vector<absl::StatusOr<v1::Metrics>> results(n, absl::UnknownError("not run"));
+  std::vector<int> counts(n, 0);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      GlooOptions options;
+      options.rank = r;
+      options.size = n;
+      auto comm = CreateGlooCommunicator(options, store);
+      ASSERT_TRUE(comm.ok()) << comm.status();
+      results[r] = Train(spec, **comm, [&](const v1::Metrics&) { ++counts[r]; });
+    });
+  }
+  for (auto& t : threads) t.join();
+  if (reports) *reports = counts;
+  return results;
+}
+
+TEST(TrainerTest, TwoRanksLearnSyntheticClassesAndAgreeOnMetrics) {
+  v1::JobSpec spec = Spec(R"pb(
+    model { mlp { hidden_sizes: [32] } }
+    data { synthetic { num_samples: 1024 input_shape: [8] num_classes: 3 seed: 4 } }
+    training { batch_size_per_rank: 32 epochs: 4 seed: 2 log_every_steps: 8 }
+    optimizer { kind: SGD lr: 0.1 momentum: 0.9 }
+    lr_schedule { cosine { warmup_steps: 4 } }
+  )pb");
+  std::vector<int> reports;
+  auto results = TrainOnRanks(spec, 2, &reports);
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(results[r].ok()) << results[r].status();
+  EXPECT_EQ(results[0]->step(), 4 * (1024 / 64));
+  EXPECT_GT(results[0]->eval_accuracy(), 0.8) << "a linear teacher is easy to learn";
+  EXPECT_DOUBLE_EQ(results[0]->eval_accuracy(), results[1]->eval_accuracy());
+  EXPECT_DOUBLE_EQ(results[0]->eval_loss(), results[1]->eval_loss());
+  EXPECT_GT(results[0]->samples_per_second(), 0);
+  EXPECT_EQ(reports[0], 64 / 8 + 1);  // every 8 steps, plus the final report
+}
+
+TEST(TrainerTest, CnnOnAFashionMnistSubsetRunsAndMaxStepsStops) {
+  v1::JobSpec spec = Spec(R"pb(
+    model { cnn { channels: [4, 8] fc_hidden: 16 } }
+    data { fashion_mnist { train_limit: 256 } }
+    training { batch_size_per_rank: 16 max_steps: 5 }
+    optimizer { kind: ADAM lr: 0.001 }
+    eval { max_batches: 2 }
+  )pb");
+  auto results = TrainOnRanks(spec, 2);
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(results[r].ok()) << results[r].status();
+  EXPECT_EQ(results[0]->step(), 5);
+  EXPECT_GT(results[0]->eval_loss(), 0);
+}
+
+TEST(TrainerTest, UnsupportedFeaturesAndTooLittleDataAreClearErrors) {
+  v1::JobSpec lm = Spec("model { transformer_lm {} } data { synthetic { kind: TOKENS } }");
+  auto r = TrainOnRanks(lm, 1);
+  EXPECT_EQ(r[0].status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(r[0].status().message(), HasSubstr("model.transformer_lm"));
+  v1::JobSpec tiny = Spec("model { mlp {} } data { synthetic { num_samples: 10 } } training { batch_size_per_rank: 8 }");
+  auto t = TrainOnRanks(tiny, 2);
+  EXPECT_EQ(t[0].status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(t[0].status().message(), HasSubstr("fewer than one global batch"));
+}
+
+}  // namespace
+}  // namespace chorus
