@@ -127,4 +127,12 @@ grpc::ServerUnaryReactor* RankServiceImpl::Join(grpc::CallbackServerContext* con
   return reactor;
 }
 
+grpc::ServerUnaryReactor* RankServiceImpl::Report(grpc::CallbackServerContext* context,
+                                                  const v1::ReportRequest* request,
+                                                  v1::ReportResponse* /*response*/) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(scheduler_.Report(*request)));
+  return reactor;
+}
+
 }  // namespace chorus

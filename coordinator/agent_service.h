@@ -6,7 +6,8 @@
 // When the stream ends, the agent is gone (Scheduler::RemoveAgent).
 //
 // RankService.Join parks until the generation completes (DeferredReactor).
-// Heartbeat and Report arrive with the worker runtime.
+// Report records rank 0's metrics on the job. Heartbeat arrives with hang
+// detection.
 //
 // Thread-safety: safe for concurrent calls; `scheduler` must outlive them.
 #ifndef CHORUS_COORDINATOR_AGENT_SERVICE_H_
@@ -36,6 +37,9 @@ class RankServiceImpl final : public v1::RankService::CallbackService {
   grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* context,
                                  const v1::JoinRequest* request,
                                  v1::JoinResponse* response) override;
+  grpc::ServerUnaryReactor* Report(grpc::CallbackServerContext* context,
+                                   const v1::ReportRequest* request,
+                                   v1::ReportResponse* response) override;
 
  private:
   Scheduler& scheduler_;

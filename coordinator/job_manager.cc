@@ -150,6 +150,18 @@ absl::StatusOr<v1::Job> JobManager::Finish(const std::string& job_id, v1::Job::S
   return job;
 }
 
+absl::Status JobManager::UpdateMetrics(const std::string& job_id, const v1::Metrics& metrics,
+                                       bool persist) {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return NotFound(job_id);
+  v1::Job job = it->second;
+  *job.mutable_latest_metrics() = metrics;
+  if (persist) RETURN_IF_ERROR(state_.SaveJob(job));
+  it->second = std::move(job);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<v1::JobStatus> JobManager::Status(const std::string& job_id) const {
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);

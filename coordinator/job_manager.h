@@ -48,6 +48,9 @@ class JobManager {
   // Ends a job that has not ended (SUCCEEDED or FAILED) with `reason`.
   absl::StatusOr<v1::Job> Finish(const std::string& job_id, v1::Job::State state,
                                  const std::string& reason);
+  // Replaces the job's latest metrics; `persist` also writes them to disk
+  // (final metrics), otherwise they live in memory only.
+  absl::Status UpdateMetrics(const std::string& job_id, const v1::Metrics& metrics, bool persist);
   // The job with one row per rank and its diagnoses.
   absl::StatusOr<v1::JobStatus> Status(const std::string& job_id) const;
   absl::StatusOr<std::vector<v1::JobEvent>> Events(const std::string& job_id, int64_t after_seq);

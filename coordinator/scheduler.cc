@@ -303,6 +303,24 @@ void Scheduler::ExpireJoins() {
   out.Flush();
 }
 
+absl::Status Scheduler::Report(const v1::ReportRequest& report) {
+  absl::MutexLock lock(&mu_);
+  auto it = running_.find(report.job_id());
+  if (it == running_.end()) {
+    return jobs_.Get(report.job_id()).ok()
+               ? absl::FailedPreconditionError(absl::StrCat("job ", report.job_id(), " is not running"))
+               : absl::NotFoundError(absl::StrCat("no job \"", report.job_id(), "\""));
+  }
+  if (report.generation() != it->second.generation || report.rank() < 0 ||
+      report.rank() >= static_cast<int>(it->second.ranks.size())) {
+    return absl::FailedPreconditionError(absl::StrCat("rank ", report.rank(), " of generation ",
+                                                      report.generation(), " is not part of job ",
+                                                      report.job_id(), " now"));
+  }
+  if (report.rank() != 0) return absl::OkStatus();
+  return jobs_.UpdateMetrics(report.job_id(), report.metrics(), report.final());
+}
+
 absl::StatusOr<v1::Job> Scheduler::Cancel(const std::string& job_id, const std::string& reason) {
   Outbox out;
   absl::StatusOr<v1::Job> job;

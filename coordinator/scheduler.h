@@ -60,6 +60,9 @@ class Scheduler {
   // Fails joins whose deadline has passed. The server calls it periodically.
   void ExpireJoins();
 
+  // A rank's metrics: rank 0's become the job's latest (final ones are
+  // persisted). NOT_FOUND / FAILED_PRECONDITION for unknown or stale ranks.
+  absl::Status Report(const v1::ReportRequest& report);
   // Cancels a job (through JobManager) and stops its running ranks.
   absl::StatusOr<v1::Job> Cancel(const std::string& job_id, const std::string& reason);
   // Places queued jobs that fit. Called after every change; public for tests.

@@ -1,10 +1,13 @@
 // chorus-worker: the node agent, one per machine. It advertises its slots to
 // the coordinator and runs one rank process per assigned slot.
 
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <iostream>
 #include <string>
+#include <thread>
 
 #include "CLI/CLI.hpp"
 #include "common/device.h"
@@ -12,6 +15,7 @@
 #include "common/logging.h"
 #include "common/version.h"
 #include "glog/logging.h"
+#include "worker/agent/agent.h"
 
 namespace {
 
@@ -21,7 +25,8 @@ struct AgentFlags {
   std::string device = "cpu";
   int threads_per_rank = 1;
   std::string host;
-  double connect_timeout_seconds = 10;
+  double connect_timeout_seconds = 30;
+  std::string rank_binary;
   int verbosity = 0;
 };
 
@@ -35,9 +40,11 @@ std::string LocalHostName() {
 
 int main(int argc, char** argv) {
   CLI::App app{
-      "chorus-worker: Chorus node agent, one per machine. This build checks that --device can "
-      "host --slots ranks and that the coordinator answers, then exits with code 3: launching "
-      "rank processes needs the coordinator's AgentService, which is not built yet."};
+      "chorus-worker: Chorus node agent, one per machine. Connects to the coordinator, offers "
+      "--slots rank slots on --device, starts one chorus-rank process per assigned slot and "
+      "supervises it (own process group, output captured, exit reported). SIGINT/SIGTERM stop "
+      "the ranks (SIGTERM, then SIGKILL after 5 s) and the agent. Reconnects if the coordinator "
+      "restarts."};
   AgentFlags flags;
   flags.host = LocalHostName();
   app.add_option("--coordinator", flags.coordinator, "Coordinator address, HOST:PORT.")
@@ -55,6 +62,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--host", flags.host, "Name this node reports to the coordinator.")
       ->capture_default_str();
+  app.add_option("--rank_binary", flags.rank_binary,
+                 "The rank program (default: chorus-rank next to chorus-worker).");
   app.add_option("--connect_timeout", flags.connect_timeout_seconds,
                  "Seconds to wait for the coordinator to answer at startup.")
       ->check(CLI::PositiveNumber)
@@ -75,19 +84,36 @@ int main(int argc, char** argv) {
     std::cerr << "chorus-worker: " << s.message() << "\n";
     return 2;
   }
-  auto health = chorus::CheckHealth(flags.coordinator,
-                                    absl::Seconds(flags.connect_timeout_seconds));
-  if (!health.ok()) {
-    std::cerr << "chorus-worker: " << health.status().message()
+  chorus::AgentOptions agent_options;
+  agent_options.coordinator = flags.coordinator;
+  agent_options.slots = flags.slots;
+  agent_options.device = device;
+  agent_options.threads_per_rank = flags.threads_per_rank;
+  agent_options.host = flags.host;
+  agent_options.rank_binary = flags.rank_binary;
+  agent_options.connect_timeout = absl::Seconds(flags.connect_timeout_seconds);
+
+  // SIGINT/SIGTERM are taken by one thread, which stops the agent: ranks get
+  // SIGTERM, then SIGKILL after the grace period, and nothing is left behind.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  chorus::Agent agent(agent_options);
+  std::thread signals([&] {
+    int signal_number = 0;
+    sigwait(&stop_signals, &signal_number);
+    agent.Stop();
+  });
+  absl::Status status = agent.Run();
+  agent.Stop();
+  pthread_kill(signals.native_handle(), SIGTERM);  // release the signal thread if no signal came
+  signals.join();
+  if (!status.ok()) {
+    std::cerr << "chorus-worker: " << status.message()
               << "; start chorus-coordinator first or fix --coordinator\n";
     return 1;
   }
-  LOG(INFO) << "coordinator at " << flags.coordinator << " is "
-            << grpc::health::v1::HealthCheckResponse::ServingStatus_Name(*health) << "; node "
-            << flags.host << " offers " << flags.slots << " " << flags.device << " slot(s)";
-  // The AgentService the coordinator needs to hand out work does not exist in
-  // this build, so there is nothing to wait for: say so instead of idling.
-  std::cerr << "chorus-worker: this build cannot launch ranks yet: the coordinator has no "
-               "AgentService to assign work\n";
-  return 3;
+  return 0;
 }

@@ -1,0 +1,97 @@
+// Agent: the node agent inside chorus-worker. It holds an AgentService.Connect
+// stream to the coordinator, offers its slots, starts one chorus-rank process
+// per slot it is given (own process group, stdout/stderr captured), reports
+// each exit with the last lines the process wrote, and stops ranks on order:
+// SIGTERM to the process group, SIGKILL after the grace period. When the
+// coordinator goes away it stops its ranks and reconnects with backoff.
+//
+// Thread-safety: Run() on one thread; Stop() from any other (e.g. a signal
+// thread). Every thread the agent starts is joined before Run() returns.
+//
+// Example:
+//   Agent agent(options);
+//   std::thread signals([&] { WaitForSignal(); agent.Stop(); });
+//   absl::Status s = agent.Run();
+#ifndef CHORUS_WORKER_AGENT_AGENT_H_
+#define CHORUS_WORKER_AGENT_AGENT_H_
+
+#include <sys/types.h>
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "chorus/v1/coordinator.grpc.pb.h"
+
+namespace chorus {
+
+struct AgentOptions {
+  std::string coordinator = "127.0.0.1:29650";
+  int slots = 1;
+  v1::ResourceSpec::Device device = v1::ResourceSpec::CPU;
+  int threads_per_rank = 1;
+  std::string host;
+  // The rank program; default: chorus-rank next to this executable.
+  std::string rank_binary;
+  // Give up if the first connection does not succeed within this.
+  absl::Duration connect_timeout = absl::Seconds(30);
+  // How long stopped ranks get between SIGTERM and SIGKILL when the agent
+  // itself stops.
+  absl::Duration stop_grace = absl::Seconds(5);
+};
+
+class Agent {
+ public:
+  explicit Agent(AgentOptions options);
+  Agent(const Agent&) = delete;
+  Agent& operator=(const Agent&) = delete;
+  ~Agent();
+
+  // Serves the coordinator until Stop(). UNAVAILABLE if the first connection
+  // never succeeds.
+  absl::Status Run();
+  void Stop();
+
+  // Rank processes alive now (for tests).
+  int live_ranks() const;
+
+ private:
+  struct Child {
+    pid_t pid = 0;
+    std::string job_id;
+    int slot = 0;
+    int rank_label = 0;
+    std::deque<std::string> tail ABSL_GUARDED_BY(mu);
+    mutable absl::Mutex mu;
+  };
+
+  void Launch(const v1::LaunchRanks& launch);
+  void StopRanks(const std::string& job_id, const std::vector<int>& slots, absl::Duration grace);
+  // Reads the child's output until EOF, reaps it, reports the exit.
+  void Monitor(std::shared_ptr<Child> child, int output_fd);
+  void Send(const v1::AgentMessage& message);
+
+  const AgentOptions options_;
+  std::unique_ptr<v1::AgentService::Stub> stub_;
+
+  mutable absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::string agent_id_ ABSL_GUARDED_BY(mu_);
+  grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;
+  grpc::ClientReaderWriter<v1::AgentMessage, v1::CoordinatorMessage>* stream_ ABSL_GUARDED_BY(mu_) =
+      nullptr;
+  std::map<pid_t, std::shared_ptr<Child>> children_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);
+  absl::Mutex write_mu_;  // one writer on the stream at a time
+};
+
+}  // namespace chorus
+
+#endif  // CHORUS_WORKER_AGENT_AGENT_H_

@@ -1,0 +1,121 @@
+// chorus-rank: one rank of a job, started by the node agent (chorus-worker).
+//
+// It joins the job's generation at the coordinator, bootstraps its Gloo
+// communicator through the coordinator's store, trains, reports metrics, and
+// exits 0 on success or 1 with the reason on stderr (the agent relays the
+// last lines to the coordinator, which makes them the job's failure reason).
+//
+// Configuration comes from the environment the agent sets:
+//   CHORUS_COORDINATOR  HOST:PORT of the coordinator
+//   CHORUS_JOB_ID, CHORUS_GENERATION, CHORUS_AGENT_ID, CHORUS_SLOT
+//   CHORUS_RANK_HOST    address this rank's Gloo transport binds (default 127.0.0.1)
+//   LOCAL_RANK, LOCAL_WORLD_SIZE (as torchrun sets them)
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <iostream>
+#include <string>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "chorus/v1/coordinator.grpc.pb.h"
+#include "common/grpc_util.h"
+#include "common/logging.h"
+#include "glog/logging.h"
+#include "worker/comm/gloo_communicator.h"
+#include "worker/comm/grpc_store.h"
+#include "worker/train/trainer.h"
+
+namespace chorus {
+namespace {
+
+std::string Env(const char* name, const char* fallback = "") {
+  const char* v = std::getenv(name);
+  return v != nullptr ? v : fallback;
+}
+
+int Fail(const std::string& message) {
+  std::cerr << "chorus-rank: " << message << std::endl;
+  return 1;
+}
+
+int Run() {
+  const std::string coordinator = Env("CHORUS_COORDINATOR");
+  const std::string job_id = Env("CHORUS_JOB_ID");
+  int64_t generation = 0;
+  int slot = -1;
+  if (coordinator.empty() || job_id.empty() || !absl::SimpleAtoi(Env("CHORUS_GENERATION"), &generation) ||
+      !absl::SimpleAtoi(Env("CHORUS_SLOT"), &slot)) {
+    return Fail("CHORUS_COORDINATOR, CHORUS_JOB_ID, CHORUS_GENERATION and CHORUS_SLOT must be set; "
+                "chorus-rank is started by chorus-worker, not by hand");
+  }
+  auto channel = MakeCoordinatorChannel(coordinator);
+  auto ranks = v1::RankService::NewStub(channel);
+
+  v1::JoinRequest join;
+  join.set_job_id(job_id);
+  join.set_generation(generation);
+  join.set_agent_id(Env("CHORUS_AGENT_ID"));
+  join.set_slot(slot);
+  join.set_pid(::getpid());
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  join.set_host(host);
+  v1::JoinResponse joined;
+  {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Minutes(10)));
+    context.set_wait_for_ready(true);
+    absl::Status s = FromGrpcStatus(ranks->Join(&context, join, &joined));
+    if (!s.ok()) return Fail(absl::StrCat("joining ", job_id, ": ", s.message()));
+  }
+  setenv("RANK", std::to_string(joined.rank()).c_str(), 1);
+  setenv("WORLD_SIZE", std::to_string(joined.world_size()).c_str(), 1);
+  LOG(INFO) << job_id << ": rank " << joined.rank() << " of " << joined.world_size()
+            << ", generation " << joined.generation();
+
+  GrpcStore store(channel, joined.store_namespace());
+  GlooOptions options;
+  options.rank = joined.rank();
+  options.size = joined.world_size();
+  options.hostname = Env("CHORUS_RANK_HOST", "127.0.0.1");
+  auto comm = CreateGlooCommunicator(options, store);
+  if (!comm.ok()) return Fail(std::string(comm.status().message()));
+
+  auto report = [&](const v1::Metrics& metrics, bool final, const absl::Status& status) {
+    v1::ReportRequest request;
+    request.set_job_id(job_id);
+    request.set_generation(joined.generation());
+    request.set_rank(joined.rank());
+    *request.mutable_metrics() = metrics;
+    request.set_final(final);
+    request.set_success(status.ok());
+    request.set_error(std::string(status.message()));
+    v1::ReportResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    grpc::Status s = ranks->Report(&context, request, &response);
+    if (!s.ok()) LOG(WARNING) << "report: " << s.error_message();
+  };
+  absl::StatusOr<v1::Metrics> result = Train(
+      joined.spec(), **comm, [&](const v1::Metrics& m) { report(m, false, absl::OkStatus()); });
+  if (!result.ok()) {
+    (*comm)->Abort(result.status().message());
+    return Fail(std::string(result.status().message()));
+  }
+  report(*result, true, absl::OkStatus());
+  if (joined.rank() == 0) {
+    LOG(INFO) << job_id << ": done after " << result->step() << " steps, test accuracy "
+              << result->eval_accuracy() << ", test loss " << result->eval_loss();
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace chorus
+
+int main(int argc, char** argv) {
+  chorus::InitLogging(argv[0], 0);
+  return chorus::Run();
+}
