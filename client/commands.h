@@ -27,6 +27,7 @@ void AddSubmitCommand(CLI::App& app, const GlobalOptions& global, int& exit_code
 void AddJobsCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);
 void AddStatusCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);
 void AddCancelCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);
+void AddUpCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);
 
 }  // namespace chorus::client
 

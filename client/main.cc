@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   chorus::client::AddJobsCommand(app, global, exit_code);
   chorus::client::AddStatusCommand(app, global, exit_code);
   chorus::client::AddCancelCommand(app, global, exit_code);
+  chorus::client::AddUpCommand(app, global, exit_code);
 
   try {
     app.parse(argc, argv);

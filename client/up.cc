@@ -1,0 +1,266 @@
+// chorus up --local N SPEC: everything on this machine — a coordinator (on a
+// temporary state directory unless --state_dir), one node agent with N slots,
+// the job, its progress, and a clean teardown. Exits with the job's result.
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/time.h"
+#include "client/commands.h"
+#include "client/rpc.h"
+#include "common/grpc_util.h"
+#include "common/job_spec.h"
+
+extern char** environ;
+
+namespace chorus::client {
+namespace {
+
+std::atomic<bool> g_interrupted{false};
+
+void OnInterrupt(int) { g_interrupted.store(true); }
+
+std::string SelfDir() {
+  char path[4096];
+  ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
+  if (n <= 0) return ".";
+  path[n] = '\0';
+  std::string s(path);
+  return s.substr(0, s.rfind('/'));
+}
+
+// A path the user typed, relative to where they typed it (also under
+// `bazel run`, which changes the working directory).
+std::string UserPath(const std::string& path) {
+  if (path.empty() || path[0] == '/') return path;
+  const char* cwd = std::getenv("BUILD_WORKING_DIRECTORY");
+  return cwd != nullptr ? std::string(cwd) + "/" + path : path;
+}
+
+pid_t Spawn(const std::vector<std::string>& args, const std::string& log_path) {
+  std::vector<char*> argv;
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log_path.c_str(),
+                                   O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  pid_t pid = -1;
+  int rc = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  return rc == 0 ? pid : -1;
+}
+
+// SIGTERM, then SIGKILL if it has not exited within `grace`.
+void Terminate(pid_t pid, absl::Duration grace) {
+  if (pid <= 0) return;
+  kill(pid, SIGTERM);
+  const absl::Time deadline = absl::Now() + grace;
+  while (absl::Now() < deadline) {
+    if (waitpid(pid, nullptr, WNOHANG) == pid) return;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+}
+
+std::string ProgressLine(const v1::Job& job) {
+  const v1::Metrics& m = job.latest_metrics();
+  auto total = m.values().find("total_steps");
+  std::string line = absl::StrFormat("%s %s step %d", job.job_id(), StateName(job.state()), m.step());
+  if (total != m.values().end()) absl::StrAppend(&line, "/", static_cast<int64_t>(total->second));
+  absl::StrAppend(&line, absl::StrFormat(" epoch %d loss %.4f", m.epoch(), m.loss()));
+  if (m.eval_accuracy() > 0) absl::StrAppend(&line, absl::StrFormat(" test acc %.4f", m.eval_accuracy()));
+  absl::StrAppend(&line, absl::StrFormat(" %.0f samples/s", m.samples_per_second()));
+  return line;
+}
+
+}  // namespace
+
+void AddUpCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) {
+  CLI::App* cmd = app.add_subcommand(
+      "up",
+      "Run a job entirely on this machine: a coordinator, one node agent with --local slots, the "
+      "job and its progress; then tear everything down. Exits 0 if the job succeeded, 1 if not, "
+      "130 on Ctrl-C (which cancels the job).");
+  auto local = std::make_shared<int>(0);
+  auto path = std::make_shared<std::string>();
+  auto state_dir = std::make_shared<std::string>();
+  auto json = std::make_shared<bool>(false);
+  cmd->add_option("--local", *local, "Rank slots of the local agent.")->required()->check(CLI::Range(1, 256));
+  cmd->add_option("spec", *path, "Job spec file.")->required();
+  cmd->add_option("--state_dir", *state_dir, "Coordinator state directory (default: a temporary one, removed after).");
+  cmd->add_flag("--json", *json, "End with the final job as one JSON line.");
+  cmd->callback([local, path, state_dir, json, &global, &exit_code] {
+    absl::StatusOr<v1::JobSpec> spec = LoadJobSpec(UserPath(*path));
+    if (!spec.ok()) {
+      std::cerr << "chorus up: " << spec.status().message() << "\n";
+      exit_code = kExitBadInput;
+      return;
+    }
+    if (absl::Status s = CheckRuntimeSupport(*spec); !s.ok()) {
+      std::cerr << "chorus up: " << s.message() << "\n";
+      exit_code = kExitBadInput;
+      return;
+    }
+    if (spec->resources().min_ranks() > *local) {
+      std::cerr << "chorus up: the job needs resources.min_ranks = " << spec->resources().min_ranks()
+                << " slots; --local gives " << *local << "\n";
+      exit_code = kExitBadInput;
+      return;
+    }
+    const std::string bin = SelfDir();
+    const std::string coordinator_bin = bin + "/../coordinator/chorus-coordinator";
+    const std::string worker_bin = bin + "/../worker/chorus-worker";
+    for (const std::string& b : {coordinator_bin, worker_bin}) {
+      if (access(b.c_str(), X_OK) != 0) {
+        std::cerr << "chorus up: " << b << " is missing; build it with `bazel build "
+                  << "//coordinator:chorus-coordinator //worker:chorus-worker`\n";
+        exit_code = kExitFailure;
+        return;
+      }
+    }
+    bool temporary = state_dir->empty();
+    std::string dir = UserPath(*state_dir);
+    if (temporary) {
+      char tmpl[] = "/tmp/chorus-up-XXXXXX";
+      if (mkdtemp(tmpl) == nullptr) {
+        std::cerr << "chorus up: cannot create a temporary state directory\n";
+        exit_code = kExitFailure;
+        return;
+      }
+      dir = tmpl;
+    }
+    std::filesystem::create_directories(dir);
+    const std::string port_file = dir + "/port";
+    std::remove(port_file.c_str());
+
+    struct sigaction sa = {};
+    sa.sa_handler = OnInterrupt;
+    sigaction(SIGINT, &sa, nullptr);
+    sigaction(SIGTERM, &sa, nullptr);
+
+    pid_t coordinator = Spawn({coordinator_bin, "--listen", "127.0.0.1:0", "--state_dir", dir + "/state",
+                               "--port_file", port_file},
+                              dir + "/coordinator.log");
+    std::string port;
+    for (int i = 0; i < 300 && port.empty() && !g_interrupted; ++i) {
+      std::ifstream in(port_file);
+      std::getline(in, port);
+      if (port.empty()) absl::SleepFor(absl::Milliseconds(50));
+    }
+    pid_t worker = -1;
+    auto teardown = [&] {
+      Terminate(worker, absl::Seconds(15));
+      Terminate(coordinator, absl::Seconds(10));
+      if (temporary) std::filesystem::remove_all(dir);
+    };
+    if (port.empty()) {
+      std::cerr << "chorus up: the coordinator did not start; see " << dir << "/coordinator.log\n";
+      temporary = false;  // keep the log
+      teardown();
+      exit_code = kExitFailure;
+      return;
+    }
+    GlobalOptions local_global = global;
+    local_global.coordinator = "127.0.0.1:" + port;
+    worker = Spawn({worker_bin, "--coordinator", local_global.coordinator, "--slots", std::to_string(*local),
+                    "--threads_per_rank", std::to_string(spec->resources().threads_per_rank())},
+                   dir + "/worker.log");
+
+    auto stub = JobStub(local_global);
+    v1::SubmitJobRequest submit;
+    *submit.mutable_spec() = *spec;
+    v1::SubmitJobResponse submitted;
+    {
+      grpc::ClientContext context;
+      SetDeadline(context, local_global);
+      absl::Status s = FromGrpcStatus(stub->SubmitJob(&context, submit, &submitted));
+      if (!s.ok()) {
+        exit_code = ReportError("up", s, local_global);
+        teardown();
+        return;
+      }
+    }
+    std::cerr << "chorus up: " << submitted.job_id() << " on " << *local << " local slot(s); logs in "
+              << dir << "\n";
+    const bool tty = isatty(STDERR_FILENO);
+    v1::Job job;
+    int64_t last_step = -1;
+    bool cancelled = false;
+    while (true) {
+      if (g_interrupted && !cancelled) {
+        v1::CancelJobRequest cancel;
+        cancel.set_job_id(submitted.job_id());
+        cancel.set_reason("interrupted (Ctrl-C) in chorus up");
+        v1::CancelJobResponse response;
+        grpc::ClientContext context;
+        SetDeadline(context, local_global);
+        stub->CancelJob(&context, cancel, &response);
+        cancelled = true;
+      }
+      v1::GetJobRequest get;
+      get.set_job_id(submitted.job_id());
+      grpc::ClientContext context;
+      SetDeadline(context, local_global);
+      absl::Status s = FromGrpcStatus(stub->GetJob(&context, get, &job));
+      if (!s.ok()) {
+        exit_code = ReportError("up", s, local_global);
+        teardown();
+        return;
+      }
+      if (job.latest_metrics().step() != last_step) {
+        last_step = job.latest_metrics().step();
+        std::cerr << (tty ? "\r" : "") << ProgressLine(job) << (tty ? "   " : "\n") << std::flush;
+      }
+      if (job.state() == v1::Job::SUCCEEDED || job.state() == v1::Job::FAILED ||
+          job.state() == v1::Job::CANCELLED) {
+        break;
+      }
+      absl::SleepFor(absl::Milliseconds(250));
+    }
+    if (tty) std::cerr << "\n";
+    const v1::Metrics& m = job.latest_metrics();
+    std::cerr << "chorus up: " << job.job_id() << " " << StateName(job.state()) << ": " << job.reason();
+    if (job.state() == v1::Job::SUCCEEDED) {
+      std::cerr << absl::StrFormat("; test accuracy %.4f, test loss %.4f after %d steps",
+                                   m.eval_accuracy(), m.eval_loss(), m.step());
+    }
+    std::cerr << "\n";
+    if (job.state() == v1::Job::FAILED) temporary = false;  // keep the logs for a look
+    teardown();
+    if (*json) {
+      auto value = [&](const char* key) {
+        auto it = m.values().find(key);
+        return it == m.values().end() ? 0.0 : it->second;
+      };
+      std::cout << absl::StrFormat(
+          "{\"job_id\": \"%s\", \"state\": \"%s\", \"reason\": \"%s\", \"final_metrics\": "
+          "{\"test_accuracy\": %.6f, \"test_loss\": %.6f, \"train_loss\": %.6f, \"steps\": %d, "
+          "\"samples_per_second\": %.2f, \"wall_seconds\": %.3f}}",
+          job.job_id(), StateName(job.state()), absl::CHexEscape(job.reason()), m.eval_accuracy(),
+          m.eval_loss(), m.loss(), m.step(), m.samples_per_second(), value("wall_seconds"))
+                << std::endl;
+    }
+    exit_code = cancelled ? 130 : (job.state() == v1::Job::SUCCEEDED ? kExitOk : kExitFailure);
+  });
+}
+
+}  // namespace chorus::client
