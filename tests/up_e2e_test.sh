@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# End to end: `chorus up --local 2` runs a real job through a coordinator, a
+# node agent and two rank processes; a failing job reports why; Ctrl-C
+# cancels and leaves nothing running.
+#
+# Usage (from Bazel): up_e2e_test.sh CHORUS
+set -uo pipefail
+
+CHORUS=$1
+TMP=${TEST_TMPDIR:-$(mktemp -d)}
+failures=0
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+pass() { echo "ok: $*"; }
+
+# Nothing this test started may still run (the state dirs are unique to it).
+no_leftovers() {
+  local left
+  left=$(pgrep -f -- "${TMP}" | grep -v "^$$\$" || true)
+  [[ -z "${left}" ]] && pass "no processes left ($1)" || { fail "left running after $1: $(ps -o pid,args -p ${left//$'\n'/,})"; pkill -KILL -f -- "${TMP}"; }
+}
+
+cat > "${TMP}/job.textproto" <<'SPEC'
+name: "e2e"
+model { mlp { hidden_sizes: [32] } }
+data { synthetic { num_samples: 2048 input_shape: [16] num_classes: 4 seed: 5 } }
+training { batch_size_per_rank: 32 epochs: 3 seed: 1 log_every_steps: 16 }
+optimizer { kind: SGD lr: 0.1 momentum: 0.9 }
+resources { min_ranks: 2 max_ranks: 2 }
+SPEC
+
+# --- a job that succeeds
+out=$(timeout 120 "${CHORUS}" up --local 2 --state_dir "${TMP}/ok" "${TMP}/job.textproto" --json 2>"${TMP}/ok.err"); rc=$?
+last=$(echo "${out}" | tail -n 1)
+if [[ ${rc} -eq 0 && "${last}" == *'"state": "SUCCEEDED"'* && "${last}" == *'"steps": 96,'* ]]; then
+  pass "up --local 2 succeeded: ${last}"
+else
+  fail "up rc=${rc} out='${out}' err=$(tail -5 "${TMP}/ok.err")"
+fi
+acc=$(echo "${last}" | sed -n 's/.*"test_accuracy": \([0-9.]*\).*/\1/p')
+awk -v a="${acc:-0}" 'BEGIN { exit !(a > 0.7) }' && pass "test accuracy ${acc} > 0.7" \
+  || fail "test accuracy '${acc}' not above 0.7"
+grep -q "RUNNING step" "${TMP}/ok.err" && pass "progress lines" || fail "no progress lines"
+no_leftovers "a successful job"
+
+# --- a job whose ranks fail: the reason names the file and the package
+sed 's|data { synthetic .* }|data { fashion_mnist { dir: "/nonexistent/fashion" } }|' "${TMP}/job.textproto" \
+  > "${TMP}/bad.textproto"
+out=$(timeout 120 "${CHORUS}" up --local 2 --state_dir "${TMP}/bad" "${TMP}/bad.textproto" --json 2>"${TMP}/bad.err"); rc=$?
+last=$(echo "${out}" | tail -n 1)
+[[ ${rc} -eq 1 && "${last}" == *'"state": "FAILED"'* && "${last}" == *"/nonexistent/fashion/train-images-idx3-ubyte.gz"* \
+   && "${last}" == *"dataset-fashion-mnist"* ]] && pass "failed job explains itself" \
+  || fail "bad job rc=${rc} out='${out}'"
+no_leftovers "a failed job"
+
+# --- Ctrl-C cancels the job and tears everything down
+sed 's/epochs: 3/epochs: 100000/' "${TMP}/job.textproto" > "${TMP}/long.textproto"
+"${CHORUS}" up --local 2 --state_dir "${TMP}/long" "${TMP}/long.textproto" 2>"${TMP}/long.err" &
+up_pid=$!
+running=0
+for _ in $(seq 1 300); do
+  grep -q "RUNNING step" "${TMP}/long.err" && { running=1; break; }
+  sleep 0.1
+done
+[[ ${running} -eq 1 ]] || fail "long job never reported progress: $(tail -3 "${TMP}/long.err")"
+kill -INT "${up_pid}"
+stopped=0
+for _ in $(seq 1 300); do
+  kill -0 "${up_pid}" 2>/dev/null || { stopped=1; break; }
+  sleep 0.1
+done
+if [[ ${stopped} -eq 1 ]]; then
+  wait "${up_pid}"; rc=$?
+  [[ ${rc} -eq 130 ]] && pass "Ctrl-C exits 130" || fail "Ctrl-C exit code ${rc}"
+  grep -q "CANCELLED" "${TMP}/long.err" && pass "job cancelled" || fail "no CANCELLED in $(tail -3 "${TMP}/long.err")"
+else
+  fail "chorus up still running 30 s after Ctrl-C"
+  kill -KILL "${up_pid}"
+fi
+no_leftovers "Ctrl-C"
+
+# --- bad input
+"${CHORUS}" up --local 1 "${TMP}/job.textproto" >/dev/null 2>"${TMP}/small.err"; rc=$?
+[[ ${rc} -eq 2 ]] && grep -q "min_ranks = 2 slots; --local gives 1" "${TMP}/small.err" \
+  && pass "too few slots is refused" || fail "too few slots rc=${rc}"
+
+echo "${failures} failure(s)"
+exit $((failures > 0))
