@@ -25,6 +25,7 @@
 #include "client/commands.h"
 #include "client/rpc.h"
 #include "common/grpc_util.h"
+#include "common/paths.h"
 #include "common/job_spec.h"
 
 extern char** environ;
@@ -36,14 +37,6 @@ std::atomic<bool> g_interrupted{false};
 
 void OnInterrupt(int) { g_interrupted.store(true); }
 
-std::string SelfDir() {
-  char path[4096];
-  ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
-  if (n <= 0) return ".";
-  path[n] = '\0';
-  std::string s(path);
-  return s.substr(0, s.rfind('/'));
-}
 
 // A path the user typed, relative to where they typed it (also under
 // `bazel run`, which changes the working directory).
@@ -126,7 +119,7 @@ void AddUpCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) {
       exit_code = kExitBadInput;
       return;
     }
-    const std::string bin = SelfDir();
+    const std::string bin = ExecutableDir();
     const std::string coordinator_bin = bin + "/../coordinator/chorus-coordinator";
     const std::string worker_bin = bin + "/../worker/chorus-worker";
     for (const std::string& b : {coordinator_bin, worker_bin}) {

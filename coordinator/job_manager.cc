@@ -1,6 +1,7 @@
 #include "coordinator/job_manager.h"
 
 #include <algorithm>
+#include <functional>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -96,7 +97,8 @@ std::vector<v1::Job> JobManager::List(const std::vector<v1::Job::State>& states,
   return out;
 }
 
-absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& job_id, const std::string& reason) {
+absl::StatusOr<v1::Job> JobManager::Transition(const std::string& job_id,
+                                               const std::function<std::string(v1::Job&)>& change) {
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return NotFound(job_id);
@@ -106,48 +108,53 @@ absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& job_id, const std:
         it->second.reason().empty() ? "" : absl::StrCat(" (", it->second.reason(), ")")));
   }
   v1::Job job = it->second;
-  job.set_state(v1::Job::CANCELLED);
-  job.set_reason(reason.empty() ? "cancelled by the user" : reason);
-  job.set_end_time_us(absl::ToUnixMicros(clock_->Now()));
-  RETURN_IF_ERROR(Record(job, job.reason()));
+  const std::string reason = change(job);
+  RETURN_IF_ERROR(Record(job, reason));
   it->second = job;
   return job;
+}
+
+absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& job_id, const std::string& reason) {
+  return Transition(job_id, [&](v1::Job& job) {
+    job.set_state(v1::Job::CANCELLED);
+    job.set_reason(reason.empty() ? "cancelled by the user" : reason);
+    job.set_end_time_us(absl::ToUnixMicros(clock_->Now()));
+    return job.reason();
+  });
 }
 
 absl::StatusOr<v1::Job> JobManager::MarkRunning(const std::string& job_id, int64_t generation,
                                                 int world_size) {
-  absl::MutexLock lock(&mu_);
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) return NotFound(job_id);
-  if (IsTerminal(it->second.state())) {
-    return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " already ended"));
-  }
-  v1::Job job = it->second;
-  job.set_state(v1::Job::RUNNING);
-  job.set_generation(generation);
-  job.set_world_size(world_size);
-  if (job.start_time_us() == 0) job.set_start_time_us(absl::ToUnixMicros(clock_->Now()));
-  RETURN_IF_ERROR(Record(job, absl::StrCat("generation ", generation, " placed with ", world_size,
-                                           " ranks")));
-  it->second = job;
-  return job;
+  return Transition(job_id, [&](v1::Job& job) {
+    job.set_state(v1::Job::RUNNING);
+    job.set_generation(generation);
+    job.set_world_size(world_size);
+    if (job.start_time_us() == 0) job.set_start_time_us(absl::ToUnixMicros(clock_->Now()));
+    return absl::StrCat("generation ", generation, " placed with ", world_size, " ranks");
+  });
 }
 
 absl::StatusOr<v1::Job> JobManager::Finish(const std::string& job_id, v1::Job::State state,
                                            const std::string& reason) {
-  absl::MutexLock lock(&mu_);
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) return NotFound(job_id);
-  if (IsTerminal(it->second.state())) {
-    return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " already ended"));
+  return Transition(job_id, [&](v1::Job& job) {
+    job.set_state(state);
+    job.set_reason(reason);
+    job.set_end_time_us(absl::ToUnixMicros(clock_->Now()));
+    return reason;
+  });
+}
+
+int JobManager::FailRunning(const std::string& reason) {
+  std::vector<std::string> running;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, job] : jobs_) {
+      if (job.state() == v1::Job::RUNNING) running.push_back(id);
+    }
   }
-  v1::Job job = it->second;
-  job.set_state(state);
-  job.set_reason(reason);
-  job.set_end_time_us(absl::ToUnixMicros(clock_->Now()));
-  RETURN_IF_ERROR(Record(job, reason));
-  it->second = job;
-  return job;
+  int failed = 0;
+  for (const std::string& id : running) failed += Finish(id, v1::Job::FAILED, reason).ok();
+  return failed;
 }
 
 absl::Status JobManager::UpdateMetrics(const std::string& job_id, const v1::Metrics& metrics,

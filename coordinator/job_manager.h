@@ -13,6 +13,7 @@
 #ifndef CHORUS_COORDINATOR_JOB_MANAGER_H_
 #define CHORUS_COORDINATOR_JOB_MANAGER_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -48,6 +49,10 @@ class JobManager {
   // Ends a job that has not ended (SUCCEEDED or FAILED) with `reason`.
   absl::StatusOr<v1::Job> Finish(const std::string& job_id, v1::Job::State state,
                                  const std::string& reason);
+  // Fails every RUNNING job with `reason`; returns how many. A restarted
+  // coordinator calls it: it no longer knows those jobs' ranks, and agents
+  // stop their ranks when they lose the coordinator.
+  int FailRunning(const std::string& reason);
   // Replaces the job's latest metrics; `persist` also writes them to disk
   // (final metrics), otherwise they live in memory only.
   absl::Status UpdateMetrics(const std::string& job_id, const v1::Metrics& metrics, bool persist);
@@ -59,6 +64,11 @@ class JobManager {
 
  private:
   JobManager(StateStore& state, Clock* clock) : state_(state), clock_(clock ? clock : &real_clock_) {}
+  // Applies `change` (which returns the event's reason) to a copy of a job
+  // that has not ended, persists it, then publishes it. FAILED_PRECONDITION
+  // if the job already ended.
+  absl::StatusOr<v1::Job> Transition(const std::string& job_id,
+                                     const std::function<std::string(v1::Job&)>& change);
   // Persists a state change of `job` and its event.
   absl::Status Record(v1::Job& job, const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status NotFound(const std::string& job_id) const;

@@ -91,6 +91,23 @@ TEST(JobManagerTest, BadInputIsRefusedAndNothingIsStored) {
   EXPECT_EQ((*jobs)->Cancel("job-1", "").status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST(JobManagerTest, RunningJobsFailAfterARestart) {
+  auto state = StateStore::Open(Dir("restart_running"));
+  ASSERT_TRUE(state.ok());
+  auto jobs = JobManager::Create(**state, nullptr);
+  ASSERT_TRUE(jobs.ok());
+  auto a = (*jobs)->Submit(Spec("model { mlp {} } data { synthetic {} }"), "");
+  auto b = (*jobs)->Submit(Spec("model { mlp {} } data { synthetic {} }"), "");
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_TRUE((*jobs)->MarkRunning(a->job_id(), 1, 2).ok());
+  EXPECT_EQ((*jobs)->FailRunning("coordinator restarted"), 1);
+  EXPECT_EQ((*jobs)->Get(a->job_id())->state(), v1::Job::FAILED);
+  EXPECT_EQ((*jobs)->Get(a->job_id())->reason(), "coordinator restarted");
+  EXPECT_EQ((*jobs)->Get(b->job_id())->state(), v1::Job::PENDING);
+  EXPECT_EQ((*jobs)->Finish(a->job_id(), v1::Job::SUCCEEDED, "x").status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
 TEST(StateStoreTest, RefusesAFileThatIsNotADatabase) {
   const std::string dir = Dir("garbage");
   ASSERT_EQ(std::system(("mkdir -p " + dir + " && head -c 4096 /dev/urandom > " + dir + "/chorus.db").c_str()), 0);

@@ -120,6 +120,11 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     ::close(lock_fd);
     return jobs.status();
   }
+  if (int n = (*jobs)->FailRunning("the coordinator restarted while the job was running; its "
+                                    "ranks were stopped (resubmit it)");
+      n > 0) {
+    LOG(WARNING) << n << " job(s) were running when the coordinator last stopped; marked FAILED";
+  }
   auto scheduler = std::make_unique<Scheduler>(**jobs, nullptr, "");
   auto job_service = std::make_unique<JobServiceImpl>(**jobs, *scheduler);
   auto agent_service = std::make_unique<AgentServiceImpl>(*scheduler);

@@ -57,10 +57,28 @@ out=$("${COORDINATOR}" --listen 0.0.0.0:0 --state_dir "${TMP}/state2" 2>&1); rc=
 [[ ${rc} -ne 0 && "${out}" == *"only loopback addresses"* ]] && pass "loopback only" \
   || fail "0.0.0.0 rc=${rc} out='${out}'"
 
-# --- the worker finds the coordinator and says what it cannot do yet
-out=$("${WORKER}" --coordinator "${addr}" --slots 2 2>&1); rc=$?
-[[ ${rc} -eq 3 && "${out}" == *"is SERVING"* && "${out}" == *"cannot launch ranks yet"* ]] \
-  && pass "worker reaches coordinator" || fail "worker rc=${rc} out='${out}'"
+# --- the worker registers with the coordinator and stops cleanly on SIGTERM
+"${WORKER}" --coordinator "${addr}" --slots 2 2>"${TMP}/worker.log" &
+worker_pid=$!
+connected=0
+for _ in $(seq 1 100); do
+  grep -q "connected to ${addr} as agent-" "${TMP}/worker.log" && { connected=1; break; }
+  sleep 0.1
+done
+[[ ${connected} -eq 1 ]] && pass "worker registers its slots" \
+  || fail "worker did not connect: $(tail -3 "${TMP}/worker.log")"
+kill -TERM "${worker_pid}"
+for _ in $(seq 1 100); do kill -0 "${worker_pid}" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "${worker_pid}" 2>/dev/null; then
+  fail "worker still running 10 s after SIGTERM"
+  kill -KILL "${worker_pid}"
+else
+  wait "${worker_pid}"; rc=$?
+  [[ ${rc} -eq 0 ]] && pass "worker exits 0 on SIGTERM" || fail "worker exit code ${rc} after SIGTERM"
+fi
+out=$("${WORKER}" --coordinator 127.0.0.1:1 --connect_timeout 1 2>&1); rc=$?
+[[ ${rc} -eq 1 && "${out}" == *"no coordinator answered at 127.0.0.1:1"* ]] \
+  && pass "worker without a coordinator says so" || fail "worker rc=${rc} out='${out}'"
 
 # --- validate: a bad spec exits 2 and names every field
 cat > "${TMP}/bad.yaml" <<'SPEC'

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/grpc_util.h"
+#include "common/paths.h"
 #include "common/version.h"
 #include "glog/logging.h"
 #include "grpcpp/client_context.h"
@@ -25,14 +26,6 @@ namespace {
 
 constexpr size_t kTailLines = 20;
 
-std::string SelfDir() {
-  char path[4096];
-  ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
-  if (n <= 0) return ".";
-  path[n] = '\0';
-  std::string s(path);
-  return s.substr(0, s.rfind('/'));
-}
 
 }  // namespace
 
@@ -148,7 +141,7 @@ absl::Status Agent::Run() {
 
 void Agent::Launch(const v1::LaunchRanks& launch) {
   const std::string binary =
-      options_.rank_binary.empty() ? SelfDir() + "/chorus-rank" : options_.rank_binary;
+      options_.rank_binary.empty() ? ExecutableDir() + "/chorus-rank" : options_.rank_binary;
   std::string agent_id;
   {
     absl::MutexLock lock(&mu_);
