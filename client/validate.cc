@@ -38,6 +38,9 @@ void AddValidateCommand(CLI::App& app, int& exit_code) {
                       ? "-" + std::to_string(spec->resources().max_ranks())
                       : "")
               << " ranks)\n";
+    if (absl::Status support = CheckRuntimeSupport(*spec); !support.ok()) {
+      std::cerr << "chorus validate: note: the spec is valid, but " << support.message() << "\n";
+    }
     exit_code = kExitOk;
   });
 }
