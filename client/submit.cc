@@ -6,6 +6,7 @@
 #include <string>
 
 #include "client/commands.h"
+#include "client/follow.h"
 #include "client/rpc.h"
 #include "common/grpc_util.h"
 #include "common/job_spec.h"
@@ -18,11 +19,18 @@ void AddSubmitCommand(CLI::App& app, const GlobalOptions& global, int& exit_code
   auto path = std::make_shared<std::string>();
   auto resume_from = std::make_shared<std::string>();
   auto json = std::make_shared<bool>(false);
+  auto wait = std::make_shared<bool>(false);
+  auto cancel_on_interrupt = std::make_shared<bool>(false);
   cmd->add_option("spec", *path, "Job spec file (.textproto/.pbtxt, .json, .yaml/.yml).")->required();
   cmd->add_option("--resume_from", *resume_from,
                   "JOB or JOB:STEP whose checkpoint the new job starts from.");
-  cmd->add_flag("--json", *json, "Print {\"job_id\": ...} instead of the bare id.");
-  cmd->callback([path, resume_from, json, &global, &exit_code] {
+  cmd->add_flag("--json", *json,
+                "Print {\"job_id\": ...} instead of the bare id (with --wait: the final Job).");
+  cmd->add_flag("--wait", *wait,
+                "Follow the job with a progress line until it ends; exit 0 if it succeeded, 1 "
+                "if not, 130 on Ctrl-C (the job keeps running unless --cancel_on_interrupt).");
+  cmd->add_flag("--cancel_on_interrupt", *cancel_on_interrupt, "With --wait: Ctrl-C cancels the job.");
+  cmd->callback([path, resume_from, json, wait, cancel_on_interrupt, &global, &exit_code] {
     absl::StatusOr<v1::JobSpec> spec = LoadJobSpec(*path);
     if (!spec.ok()) {
       std::cerr << "chorus submit: " << spec.status().message() << "\n";
@@ -38,6 +46,22 @@ void AddSubmitCommand(CLI::App& app, const GlobalOptions& global, int& exit_code
     absl::Status s = FromGrpcStatus(JobStub(global)->SubmitJob(&context, request, &response));
     if (!s.ok()) {
       exit_code = ReportError("submit", s, global);
+      return;
+    }
+    if (*wait) {
+      CatchInterrupts();
+      std::cerr << "chorus submit: queued " << response.job_id() << "\n";
+      absl::StatusOr<FollowResult> followed =
+          FollowJob(*JobStub(global), global, response.job_id(), *cancel_on_interrupt);
+      if (!followed.ok()) {
+        exit_code = ReportError("submit", followed.status(), global);
+        return;
+      }
+      const v1::Job& job = followed->job;
+      std::cerr << "chorus submit: " << job.job_id() << " " << StateName(job.state())
+                << (job.reason().empty() ? "" : ": " + job.reason()) << "\n";
+      std::cout << (*json ? ToJson(job) : job.job_id() + "\n");
+      exit_code = ExitCodeFor(*followed);
       return;
     }
     if (*json) {

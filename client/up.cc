@@ -23,6 +23,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "client/commands.h"
+#include "client/follow.h"
 #include "client/rpc.h"
 #include "common/grpc_util.h"
 #include "common/paths.h"
@@ -32,10 +33,6 @@ extern char** environ;
 
 namespace chorus::client {
 namespace {
-
-std::atomic<bool> g_interrupted{false};
-
-void OnInterrupt(int) { g_interrupted.store(true); }
 
 
 // A path the user typed, relative to where they typed it (also under
@@ -74,16 +71,6 @@ void Terminate(pid_t pid, absl::Duration grace) {
   waitpid(pid, nullptr, 0);
 }
 
-std::string ProgressLine(const v1::Job& job) {
-  const v1::Metrics& m = job.latest_metrics();
-  auto total = m.values().find("total_steps");
-  std::string line = absl::StrFormat("%s %s step %d", job.job_id(), StateName(job.state()), m.step());
-  if (total != m.values().end()) absl::StrAppend(&line, "/", static_cast<int64_t>(total->second));
-  absl::StrAppend(&line, absl::StrFormat(" epoch %d loss %.4f", m.epoch(), m.loss()));
-  if (m.eval_accuracy() > 0) absl::StrAppend(&line, absl::StrFormat(" test acc %.4f", m.eval_accuracy()));
-  absl::StrAppend(&line, absl::StrFormat(" %.0f samples/s", m.samples_per_second()));
-  return line;
-}
 
 }  // namespace
 
@@ -145,16 +132,13 @@ void AddUpCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) {
     const std::string port_file = dir + "/port";
     std::remove(port_file.c_str());
 
-    struct sigaction sa = {};
-    sa.sa_handler = OnInterrupt;
-    sigaction(SIGINT, &sa, nullptr);
-    sigaction(SIGTERM, &sa, nullptr);
+    CatchInterrupts();
 
     pid_t coordinator = Spawn({coordinator_bin, "--listen", "127.0.0.1:0", "--state_dir", dir + "/state",
                                "--port_file", port_file},
                               dir + "/coordinator.log");
     std::string port;
-    for (int i = 0; i < 300 && port.empty() && !g_interrupted; ++i) {
+    for (int i = 0; i < 300 && port.empty() && !Interrupted(); ++i) {
       std::ifstream in(port_file);
       std::getline(in, port);
       if (port.empty()) absl::SleepFor(absl::Milliseconds(50));
@@ -194,42 +178,14 @@ void AddUpCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) {
     }
     std::cerr << "chorus up: " << submitted.job_id() << " on " << *local << " local slot(s); logs in "
               << dir << "\n";
-    const bool tty = isatty(STDERR_FILENO);
-    v1::Job job;
-    int64_t last_step = -1;
-    bool cancelled = false;
-    while (true) {
-      if (g_interrupted && !cancelled) {
-        v1::CancelJobRequest cancel;
-        cancel.set_job_id(submitted.job_id());
-        cancel.set_reason("interrupted (Ctrl-C) in chorus up");
-        v1::CancelJobResponse response;
-        grpc::ClientContext context;
-        SetDeadline(context, local_global);
-        stub->CancelJob(&context, cancel, &response);
-        cancelled = true;
-      }
-      v1::GetJobRequest get;
-      get.set_job_id(submitted.job_id());
-      grpc::ClientContext context;
-      SetDeadline(context, local_global);
-      absl::Status s = FromGrpcStatus(stub->GetJob(&context, get, &job));
-      if (!s.ok()) {
-        exit_code = ReportError("up", s, local_global);
-        teardown();
-        return;
-      }
-      if (job.latest_metrics().step() != last_step) {
-        last_step = job.latest_metrics().step();
-        std::cerr << (tty ? "\r" : "") << ProgressLine(job) << (tty ? "   " : "\n") << std::flush;
-      }
-      if (job.state() == v1::Job::SUCCEEDED || job.state() == v1::Job::FAILED ||
-          job.state() == v1::Job::CANCELLED) {
-        break;
-      }
-      absl::SleepFor(absl::Milliseconds(250));
+    absl::StatusOr<FollowResult> followed =
+        FollowJob(*stub, local_global, submitted.job_id(), /*cancel_on_interrupt=*/true);
+    if (!followed.ok()) {
+      exit_code = ReportError("up", followed.status(), local_global);
+      teardown();
+      return;
     }
-    if (tty) std::cerr << "\n";
+    const v1::Job& job = followed->job;
     const v1::Metrics& m = job.latest_metrics();
     std::cerr << "chorus up: " << job.job_id() << " " << StateName(job.state()) << ": " << job.reason();
     if (job.state() == v1::Job::SUCCEEDED) {
@@ -252,7 +208,7 @@ void AddUpCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) {
           m.eval_loss(), m.loss(), m.step(), m.samples_per_second(), value("wall_seconds"))
                 << std::endl;
     }
-    exit_code = cancelled ? 130 : (job.state() == v1::Job::SUCCEEDED ? kExitOk : kExitFailure);
+    exit_code = ExitCodeFor(*followed);
   });
 }
 

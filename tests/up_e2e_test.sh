@@ -78,6 +78,26 @@ else
 fi
 no_leftovers "Ctrl-C"
 
+# --- submit --wait against a coordinator and an agent started by hand
+COORDINATOR=coordinator/chorus-coordinator
+WORKER=worker/chorus-worker
+"${COORDINATOR}" --listen 127.0.0.1:0 --state_dir "${TMP}/manual" --port_file "${TMP}/manual.port" \
+  2>"${TMP}/manual-coordinator.log" &
+coordinator_pid=$!
+for _ in $(seq 1 200); do [[ -s "${TMP}/manual.port" ]] && break; sleep 0.1; done
+addr="127.0.0.1:$(cat "${TMP}/manual.port")"
+"${WORKER}" --coordinator "${addr}" --slots 2 2>"${TMP}/manual-worker.log" &
+worker_pid=$!
+out=$(timeout 120 "${CHORUS}" --coordinator "${addr}" submit --wait "${TMP}/job.textproto" 2>"${TMP}/wait.err"); rc=$?
+[[ ${rc} -eq 0 && "${out}" == "job-000001" ]] && grep -q "job-000001 SUCCEEDED" "${TMP}/wait.err" \
+  && pass "submit --wait exits 0 on success" || fail "submit --wait rc=${rc} out='${out}' $(tail -2 "${TMP}/wait.err")"
+out=$(timeout 120 "${CHORUS}" --coordinator "${addr}" submit --wait --json "${TMP}/bad.textproto" 2>"${TMP}/wait-bad.err"); rc=$?
+[[ ${rc} -eq 1 && "${out}" == *'"state": "FAILED"'* ]] && grep -q "dataset-fashion-mnist" "${TMP}/wait-bad.err" \
+  && pass "submit --wait exits 1 with the reason" || fail "failing submit --wait rc=${rc} out='${out}'"
+kill -TERM "${worker_pid}"; wait "${worker_pid}"
+kill -TERM "${coordinator_pid}"; wait "${coordinator_pid}"
+no_leftovers "submit --wait"
+
 # --- bad input
 "${CHORUS}" up --local 1 "${TMP}/job.textproto" >/dev/null 2>"${TMP}/small.err"; rc=$?
 [[ ${rc} -eq 2 ]] && grep -q "min_ranks = 2 slots; --local gives 1" "${TMP}/small.err" \
