@@ -110,7 +110,37 @@ class AgentStream : public grpc::ServerBidiReactor<v1::AgentMessage, v1::Coordin
   std::string agent_id_;  // touched only by read callbacks and OnDone, which gRPC serializes
 };
 
+// One rank's heartbeat stream: every message updates the scheduler; the
+// stream ends when the rank closes it or stops being part of a running job.
+class HeartbeatStream : public grpc::ServerBidiReactor<v1::RankHeartbeat, v1::Directive> {
+ public:
+  explicit HeartbeatStream(Scheduler& scheduler) : scheduler_(scheduler) { StartRead(&in_); }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status::OK);
+    } else if (!scheduler_.Heartbeat(in_)) {
+      Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          "rank " + std::to_string(in_.rank()) + " of generation " +
+                              std::to_string(in_.generation()) + " is not part of running job " +
+                              in_.job_id()));
+    } else {
+      StartRead(&in_);
+    }
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  Scheduler& scheduler_;
+  v1::RankHeartbeat in_;
+};
+
 }  // namespace
+
+grpc::ServerBidiReactor<v1::RankHeartbeat, v1::Directive>* RankServiceImpl::Heartbeat(
+    grpc::CallbackServerContext* /*context*/) {
+  return new HeartbeatStream(scheduler_);
+}
 
 grpc::ServerBidiReactor<v1::AgentMessage, v1::CoordinatorMessage>* AgentServiceImpl::Connect(
     grpc::CallbackServerContext* /*context*/) {

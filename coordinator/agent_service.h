@@ -6,8 +6,9 @@
 // When the stream ends, the agent is gone (Scheduler::RemoveAgent).
 //
 // RankService.Join parks until the generation completes (DeferredReactor).
-// Report records rank 0's metrics on the job. Heartbeat arrives with hang
-// detection.
+// Heartbeat streams each rank's progress, phase and flight-recorder summary
+// into the scheduler (shown by `chorus status`); Report records rank 0's
+// metrics on the job.
 //
 // Thread-safety: safe for concurrent calls; `scheduler` must outlive them.
 #ifndef CHORUS_COORDINATOR_AGENT_SERVICE_H_
@@ -37,6 +38,8 @@ class RankServiceImpl final : public v1::RankService::CallbackService {
   grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* context,
                                  const v1::JoinRequest* request,
                                  v1::JoinResponse* response) override;
+  grpc::ServerBidiReactor<v1::RankHeartbeat, v1::Directive>* Heartbeat(
+      grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* Report(grpc::CallbackServerContext* context,
                                    const v1::ReportRequest* request,
                                    v1::ReportResponse* response) override;

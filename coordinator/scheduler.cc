@@ -321,6 +321,19 @@ absl::Status Scheduler::Report(const v1::ReportRequest& report) {
   return jobs_.UpdateMetrics(report.job_id(), report.metrics(), report.final());
 }
 
+bool Scheduler::Heartbeat(const v1::RankHeartbeat& heartbeat) {
+  absl::MutexLock lock(&mu_);
+  auto it = running_.find(heartbeat.job_id());
+  if (it == running_.end() || heartbeat.generation() != it->second.generation ||
+      heartbeat.rank() < 0 || heartbeat.rank() >= static_cast<int>(it->second.ranks.size())) {
+    return false;
+  }
+  Placement& p = it->second.ranks[heartbeat.rank()];
+  p.last_heartbeat = heartbeat;
+  p.heartbeat_at = clock_->Now();
+  return true;
+}
+
 absl::StatusOr<v1::Job> Scheduler::Cancel(const std::string& job_id, const std::string& reason) {
   Outbox out;
   absl::StatusOr<v1::Job> job;
@@ -347,6 +360,15 @@ void Scheduler::FillRanks(const std::string& job_id, v1::JobStatus& status) cons
     row->set_pid(p.pid);
     row->set_state(p.state);
     row->set_exit_code(p.exit_code);
+    if (p.heartbeat_at != absl::InfinitePast()) {
+      const v1::RankHeartbeat& hb = p.last_heartbeat;
+      row->set_step(hb.step());
+      row->set_phase(hb.phase());
+      row->set_phase_seconds(hb.phase_seconds());
+      row->set_heartbeat_age_seconds(absl::ToDoubleSeconds(clock_->Now() - p.heartbeat_at));
+      row->set_last_completed_seq(hb.flight_recorder().last_completed_seq());
+      row->set_step_time_seconds(hb.timings().step_seconds());
+    }
   }
 }
 

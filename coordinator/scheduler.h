@@ -63,6 +63,10 @@ class Scheduler {
   // A rank's metrics: rank 0's become the job's latest (final ones are
   // persisted). NOT_FOUND / FAILED_PRECONDITION for unknown or stale ranks.
   absl::Status Report(const v1::ReportRequest& report);
+  // Records a rank's heartbeat (progress, phase, flight recorder) for status.
+  // Returns false when the rank is not part of a running generation (the
+  // stream should end).
+  bool Heartbeat(const v1::RankHeartbeat& heartbeat);
   // Cancels a job (through JobManager) and stops its running ranks.
   absl::StatusOr<v1::Job> Cancel(const std::string& job_id, const std::string& reason);
   // Places queued jobs that fit. Called after every change; public for tests.
@@ -92,6 +96,8 @@ class Scheduler {
     bool joined = false;
     JoinDone pending;  // the join waiting for the others
     absl::Time join_deadline;
+    v1::RankHeartbeat last_heartbeat;
+    absl::Time heartbeat_at = absl::InfinitePast();
   };
   struct Running {
     int64_t generation = 1;

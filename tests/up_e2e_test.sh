@@ -62,6 +62,18 @@ for _ in $(seq 1 300); do
   sleep 0.1
 done
 [[ ${running} -eq 1 ]] || fail "long job never reported progress: $(tail -3 "${TMP}/long.err")"
+# Heartbeats: every rank shows its step and phase in `chorus status` within seconds.
+long_addr="127.0.0.1:$(cat "${TMP}/long/port")"
+seen=0
+for _ in $(seq 1 50); do
+  status=$("${CHORUS}" --coordinator "${long_addr}" status job-000001 --json 2>/dev/null)
+  if [[ $(grep -c '"phase"' <<<"${status}") -ge 2 && $(grep -c '"step"' <<<"${status}") -ge 3 ]]; then
+    seen=1; break
+  fi
+  sleep 0.1
+done
+[[ ${seen} -eq 1 ]] && pass "both ranks heartbeat their step and phase" || fail "no heartbeats in status: ${status}"
+"${CHORUS}" --coordinator "${long_addr}" status job-000001 2>&1 | grep -E "^  [01] " | head -2
 kill -INT "${up_pid}"
 stopped=0
 for _ in $(seq 1 300); do

@@ -16,9 +16,11 @@
 #include <cstdlib>
 #include <iostream>
 #include <string>
+#include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "chorus/v1/coordinator.grpc.pb.h"
 #include "common/grpc_util.h"
 #include "common/logging.h"
@@ -34,6 +36,80 @@ std::string Env(const char* name, const char* fallback = "") {
   const char* v = std::getenv(name);
   return v != nullptr ? v : fallback;
 }
+
+void ToProto(const FlightRecord& r, v1::CollectiveRecord& out) {
+  out.set_seq(r.seq);
+  v1::CollectiveFingerprint* fp = out.mutable_fingerprint();
+  fp->set_op(r.fingerprint.op);
+  fp->set_tag(r.fingerprint.tag);
+  fp->set_dtype(r.fingerprint.dtype);
+  fp->set_count(r.fingerprint.count);
+  fp->set_bytes(r.fingerprint.bytes());
+  for (int g : r.fingerprint.group) fp->add_group(g);
+  switch (r.state) {
+    case OpState::kEnqueued: out.set_state(v1::CollectiveRecord::ENQUEUED); break;
+    case OpState::kStarted: out.set_state(v1::CollectiveRecord::STARTED); break;
+    case OpState::kCompleted: out.set_state(v1::CollectiveRecord::COMPLETED); break;
+    default: out.set_state(v1::CollectiveRecord::FAILED); break;
+  }
+  auto us = [](absl::Time t) { return t == absl::InfinitePast() ? 0 : absl::ToUnixMicros(t); };
+  out.set_enqueued_us(us(r.enqueued));
+  out.set_started_us(us(r.started));
+  out.set_completed_us(us(r.finished));
+}
+
+// Sends a heartbeat every second until stopped or the stream breaks.
+class Heartbeats {
+ public:
+  Heartbeats(v1::RankService::Stub& stub, const v1::JoinResponse& joined, const std::string& job_id,
+             const Communicator& comm, const TrainingProgress& progress)
+      : stream_(stub.Heartbeat(&context_)) {
+    thread_ = std::thread([this, joined, job_id, &comm, &progress] {
+      absl::MutexLock lock(&mu_);
+      while (!stop_) {
+        v1::RankHeartbeat hb;
+        hb.set_job_id(job_id);
+        hb.set_generation(joined.generation());
+        hb.set_rank(joined.rank());
+        hb.set_step(progress.step.load());
+        hb.set_epoch(progress.epoch.load());
+        hb.set_phase(static_cast<v1::Phase>(progress.phase.load()));
+        const int64_t now_us = absl::ToUnixMicros(absl::Now());
+        hb.set_phase_seconds((now_us - progress.phase_since_us.load()) / 1e6);
+        hb.set_time_us(now_us);
+        hb.mutable_timings()->set_step_seconds(progress.step_seconds.load());
+        FlightRecorder::Snapshot snap = comm.flight_recorder().TakeSnapshot(/*recent=*/4);
+        v1::FlightRecorderSummary* fr = hb.mutable_flight_recorder();
+        fr->set_last_enqueued_seq(snap.last_enqueued_seq);
+        fr->set_last_started_seq(snap.last_started_seq);
+        fr->set_last_completed_seq(snap.last_completed_seq);
+        for (const FlightRecord& r : snap.in_flight) ToProto(r, *fr->add_records());
+        for (const FlightRecord& r : snap.recent) ToProto(r, *fr->add_records());
+        mu_.Unlock();
+        const bool sent = stream_->Write(hb);
+        mu_.Lock();
+        if (!sent) break;
+        mu_.AwaitWithTimeout(absl::Condition(&stop_), absl::Seconds(1));
+      }
+    });
+  }
+  ~Heartbeats() {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    thread_.join();
+    stream_->WritesDone();
+    stream_->Finish();
+  }
+
+ private:
+  grpc::ClientContext context_;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::RankHeartbeat, v1::Directive>> stream_;
+  absl::Mutex mu_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
 
 int Fail(const std::string& message) {
   std::cerr << "chorus-rank: " << message << std::endl;
@@ -98,8 +174,14 @@ int Run() {
     grpc::Status s = ranks->Report(&context, request, &response);
     if (!s.ok()) LOG(WARNING) << "report: " << s.error_message();
   };
-  absl::StatusOr<v1::Metrics> result = Train(
-      joined.spec(), **comm, [&](const v1::Metrics& m) { report(m, false, absl::OkStatus()); });
+  TrainingProgress progress;
+  absl::StatusOr<v1::Metrics> result;
+  {
+    Heartbeats heartbeats(*ranks, joined, job_id, **comm, progress);
+    result = Train(
+        joined.spec(), **comm, [&](const v1::Metrics& m) { report(m, false, absl::OkStatus()); },
+        &progress);
+  }
   if (!result.ok()) {
     (*comm)->Abort(result.status().message());
     return Fail(std::string(result.status().message()));

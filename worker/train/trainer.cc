@@ -129,8 +129,16 @@ absl::Status Evaluate(const v1::JobSpec& spec, torch::nn::Sequential& model, con
 
 }  // namespace
 
+void TrainingProgress::Enter(v1::Phase p) {
+  phase.store(p);
+  phase_since_us.store(absl::ToUnixMicros(absl::Now()));
+}
+
 absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
-                                  const MetricsCallback& report) {
+                                  const MetricsCallback& report, TrainingProgress* progress) {
+  TrainingProgress unused;
+  TrainingProgress& p = progress != nullptr ? *progress : unused;
+  p.Enter(v1::SETUP);
   RETURN_IF_ERROR(CheckRuntimeSupport(spec));
   at::set_num_threads(spec.resources().threads_per_rank());
   ASSIGN_OR_RETURN(Dataset train, LoadDataset(spec, Split::kTrain));
@@ -184,16 +192,20 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
     for (int64_t b = 0; b + accum <= batches && step < total_steps; b += accum) {
       optimizer->zero_grad();
       for (int m = 0; m < accum; ++m) {
+        p.Enter(v1::DATA);
         torch::Tensor idx = all.narrow(0, (b + m) * sampler.batch_size, sampler.batch_size);
         torch::Tensor x = train.x.index_select(0, idx);
         torch::Tensor y = train.y.index_select(0, idx);
+        p.Enter(v1::FORWARD);
         RETURN_IF_ERROR(ddp->PrepareForBackward());
         torch::Tensor loss = Loss(spec, model->forward(x), y) / accum;
+        p.Enter(v1::BACKWARD);
         if (m + 1 < accum) {
           auto no_sync = ddp->NoSync();
           loss.backward();
         } else {
           loss.backward();
+          p.Enter(v1::COLLECTIVE);
           RETURN_IF_ERROR(ddp->FinishGradientSync());
         }
         interval_loss += loss.item<double>();
@@ -202,10 +214,13 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
       if (spec.grad_clip_norm() > 0) {
         torch::nn::utils::clip_grad_norm_(model->parameters(), spec.grad_clip_norm());
       }
+      p.Enter(v1::OPTIMIZER);
       const double lr = LearningRate(spec, step, total_steps);
       for (auto& group : optimizer->param_groups()) group.options().set_lr(lr);
       optimizer->step();
       ++step;
+      p.step.store(step);
+      p.epoch.store(epoch);
       metrics.set_step(step);
       metrics.set_epoch(epoch);
       const bool log = step % spec.training().log_every_steps() == 0 || step == total_steps;
@@ -213,6 +228,7 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
         const double seconds = absl::ToDoubleSeconds(absl::Now() - interval_start);
         metrics.set_loss(interval_loss / std::max(1, interval_count));
         metrics.set_step_time_seconds(seconds / std::max(1, interval_count));
+        p.step_seconds.store(metrics.step_time_seconds());
         metrics.set_samples_per_second(interval_count * accum * sampler.batch_size * comm.size() /
                                        std::max(seconds, 1e-9));
         (*metrics.mutable_values())["total_steps"] = total_steps;
@@ -222,11 +238,16 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
       }
       const bool eval = spec.eval().every_steps() > 0 && step % spec.eval().every_steps() == 0 &&
                         step < total_steps && !spec.eval().disabled();
-      if (eval) RETURN_IF_ERROR(Evaluate(spec, model, test, comm, metrics));
+      if (eval) {
+        p.Enter(v1::EVAL);
+        RETURN_IF_ERROR(Evaluate(spec, model, test, comm, metrics));
+      }
       if (log || eval) report(metrics);
     }
   }
+  p.Enter(v1::EVAL);
   if (!spec.eval().disabled()) RETURN_IF_ERROR(Evaluate(spec, model, test, comm, metrics));
+  p.Enter(v1::FINISHED);
   const double wall = absl::ToDoubleSeconds(absl::Now() - start);
   (*metrics.mutable_values())["wall_seconds"] = wall;
   (*metrics.mutable_values())["total_steps"] = total_steps;

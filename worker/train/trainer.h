@@ -13,6 +13,7 @@
 #ifndef CHORUS_WORKER_TRAIN_TRAINER_H_
 #define CHORUS_WORKER_TRAIN_TRAINER_H_
 
+#include <atomic>
 #include <functional>
 
 #include "absl/status/statusor.h"
@@ -23,11 +24,25 @@ namespace chorus {
 
 using MetricsCallback = std::function<void(const v1::Metrics&)>;
 
+// What the training loop is doing, for heartbeats; updated by the training
+// thread, read by any other.
+struct TrainingProgress {
+  std::atomic<int64_t> step{0};
+  std::atomic<int64_t> epoch{0};
+  std::atomic<int> phase{v1::SETUP};
+  std::atomic<int64_t> phase_since_us{0};
+  std::atomic<double> step_seconds{0};
+
+  void Enter(v1::Phase p);
+};
+
 // Trains `spec` (normalized) as rank comm.rank() of comm.size(). Calls
 // `report` every training.log_every_steps steps and after each evaluation.
 // Returns the final metrics (test loss/accuracy of the final model).
+// `progress` may be null.
 absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
-                                  const MetricsCallback& report);
+                                  const MetricsCallback& report,
+                                  TrainingProgress* progress = nullptr);
 
 }  // namespace chorus
 
