@@ -58,7 +58,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetJobStatus(grpc::CallbackServerConte
                                                        const v1::GetJobStatusRequest* request,
                                                        v1::JobStatus* response) {
   absl::StatusOr<v1::JobStatus> status = jobs_.Status(request->job_id());
-  if (status.ok()) scheduler_.FillRanks(request->job_id(), *status);
+  if (status.ok()) scheduler_.FillStatus(request->job_id(), *status);
   return Answer(context, status, [response](const v1::JobStatus& s) { *response = s; });
 }
 

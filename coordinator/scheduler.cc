@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "coordinator/hang_detector.h"
 #include "glog/logging.h"
 
 namespace chorus {
@@ -110,6 +111,7 @@ void Scheduler::ScheduleLocked(Outbox& out) {
       return;
     }
     Running run;
+    run.hang_detection = job.spec().hang_detection();
     std::map<std::string, v1::CoordinatorMessage> launches;
     std::map<std::string, int> per_agent;
     for (const auto& [agent_id, slot] : free) ++per_agent[agent_id];
@@ -276,10 +278,49 @@ void Scheduler::Join(const v1::JoinRequest& request, absl::Time deadline, JoinDo
   out.Flush();
 }
 
-void Scheduler::ExpireJoins() {
+std::vector<v1::Diagnosis> Scheduler::DiagnoseLocked(const Running& run) const {
+  std::vector<RankView> views;
+  for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
+    const Placement& p = run.ranks[rank];
+    RankView v;
+    v.rank = static_cast<int>(rank);
+    v.exited = p.state == v1::RankStatus::EXITED;
+    v.has_heartbeat = p.heartbeat_at != absl::InfinitePast();
+    v.heartbeat_at = p.heartbeat_at;
+    v.heartbeat = p.last_heartbeat;
+    if (v.has_heartbeat || v.exited) views.push_back(std::move(v));
+  }
+  return DiagnoseHangs(run.hang_detection, views, clock_->Now());
+}
+
+void Scheduler::Tick() {
   Outbox out;
   {
     absl::MutexLock lock(&mu_);
+    ExpireJoinsLocked(out);
+    std::vector<std::pair<std::string, std::string>> to_fail;
+    for (const auto& [job_id, run] : running_) {
+      const v1::HangDetectionSpec::Action action = run.hang_detection.action();
+      if (action != v1::HangDetectionSpec::ABORT && action != v1::HangDetectionSpec::RESTART) continue;
+      for (const v1::Diagnosis& d : DiagnoseLocked(run)) {
+        if (d.kind() == v1::Diagnosis::STRAGGLER) continue;  // a warning only
+        std::string reason = absl::StrCat("hang detection: ", v1::Diagnosis::Kind_Name(d.kind()), " ",
+                                          d.message());
+        if (action == v1::HangDetectionSpec::RESTART) {
+          absl::StrAppend(&reason, " (action RESTART acts as ABORT until elastic generations exist)");
+        }
+        to_fail.emplace_back(job_id, std::move(reason));
+        break;
+      }
+    }
+    for (const auto& [job_id, reason] : to_fail) EndLocked(job_id, v1::Job::FAILED, reason, out);
+    if (!to_fail.empty()) ScheduleLocked(out);
+  }
+  out.Flush();
+}
+
+void Scheduler::ExpireJoinsLocked(Outbox& out) {
+  {
     const absl::Time now = clock_->Now();
     for (auto& [job_id, run] : running_) {
       std::vector<int> missing;
@@ -300,7 +341,6 @@ void Scheduler::ExpireJoins() {
       }
     }
   }
-  out.Flush();
 }
 
 absl::Status Scheduler::Report(const v1::ReportRequest& report) {
@@ -347,7 +387,7 @@ absl::StatusOr<v1::Job> Scheduler::Cancel(const std::string& job_id, const std::
   return job;
 }
 
-void Scheduler::FillRanks(const std::string& job_id, v1::JobStatus& status) const {
+void Scheduler::FillStatus(const std::string& job_id, v1::JobStatus& status) const {
   absl::MutexLock lock(&mu_);
   auto it = running_.find(job_id);
   if (it == running_.end()) return;
@@ -370,6 +410,7 @@ void Scheduler::FillRanks(const std::string& job_id, v1::JobStatus& status) cons
       row->set_step_time_seconds(hb.timings().step_seconds());
     }
   }
+  for (v1::Diagnosis& d : DiagnoseLocked(it->second)) *status.add_diagnoses() = std::move(d);
 }
 
 void Scheduler::set_coordinator_address(std::string address) {

@@ -54,11 +54,14 @@ class Scheduler {
 
   // Answers when every rank of the generation has joined, or with
   // DEADLINE_EXCEEDED (naming the missing ranks) once `deadline` passes
-  // (checked by ExpireJoins), FAILED_PRECONDITION for a stale generation or
+  // (checked by Tick), FAILED_PRECONDITION for a stale generation or
   // a job that is not running, NOT_FOUND for an unknown job or slot.
   void Join(const v1::JoinRequest& request, absl::Time deadline, JoinDone done);
-  // Fails joins whose deadline has passed. The server calls it periodically.
-  void ExpireJoins();
+  // Fails joins whose deadline has passed, and applies each running job's
+  // hang_detection.action to its diagnoses (ABORT and RESTART fail the job
+  // with the diagnosis; RESTART says that restarting needs elastic
+  // generations, which are not built yet). The server calls it periodically.
+  void Tick();
 
   // A rank's metrics: rank 0's become the job's latest (final ones are
   // persisted). NOT_FOUND / FAILED_PRECONDITION for unknown or stale ranks.
@@ -71,8 +74,8 @@ class Scheduler {
   absl::StatusOr<v1::Job> Cancel(const std::string& job_id, const std::string& reason);
   // Places queued jobs that fit. Called after every change; public for tests.
   void Schedule();
-  // Adds one row per rank of a running job.
-  void FillRanks(const std::string& job_id, v1::JobStatus& status) const;
+  // Adds one row per rank of a running job and its current diagnoses.
+  void FillStatus(const std::string& job_id, v1::JobStatus& status) const;
 
   int free_slots() const;
   // What launched ranks are told to dial (known once the server has bound).
@@ -100,6 +103,7 @@ class Scheduler {
     absl::Time heartbeat_at = absl::InfinitePast();
   };
   struct Running {
+    v1::HangDetectionSpec hang_detection;
     int64_t generation = 1;
     std::vector<Placement> ranks;  // index = rank
     int exited_ok = 0;
@@ -117,6 +121,8 @@ class Scheduler {
   void EndLocked(const std::string& job_id, v1::Job::State state, const std::string& reason,
                  Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<std::string> AgentsInOrder() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<v1::Diagnosis> DiagnoseLocked(const Running& run) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ExpireJoinsLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   JobManager& jobs_;
   RealClock real_clock_;

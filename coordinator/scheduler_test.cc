@@ -128,7 +128,7 @@ TEST_F(SchedulerTest, PlacesFifoWithinMinAndMaxAndNumbersRanksStably) {
     EXPECT_EQ(joins[r].result->spec().resources().max_ranks(), 4);
   }
   v1::JobStatus status;
-  scheduler_->FillRanks(big, status);
+  scheduler_->FillStatus(big, status);
   ASSERT_EQ(status.ranks_size(), 4);
   EXPECT_EQ(status.ranks(2).host(), "node-b");
   EXPECT_EQ(status.ranks(2).state(), v1::RankStatus::TRAINING);
@@ -155,10 +155,10 @@ TEST_F(SchedulerTest, StaleGenerationUnknownSlotAndDeadline) {
   scheduler_->Join(JoinOf(job, a.id, 9), clock_.Now() + absl::Seconds(5), unknown.Done());
   EXPECT_EQ(unknown.result.status().code(), absl::StatusCode::kNotFound);
   scheduler_->Join(JoinOf(job, a.id, 0), clock_.Now() + absl::Seconds(5), first.Done());
-  scheduler_->ExpireJoins();
+  scheduler_->Tick();
   EXPECT_FALSE(first.called);
   clock_.Advance(absl::Seconds(6));
-  scheduler_->ExpireJoins();
+  scheduler_->Tick();
   ASSERT_TRUE(first.called);
   EXPECT_EQ(first.result.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_THAT(first.result.status().message(), HasSubstr("ranks that have not joined: 1"));

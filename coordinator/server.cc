@@ -186,7 +186,7 @@ void CoordinatorServer::StartTicker() {
       ticker_mu_.AwaitWithTimeout(absl::Condition(&ticker_stop_), absl::Milliseconds(100));
       if (ticker_stop_) break;
       ticker_mu_.Unlock();
-      scheduler_->ExpireJoins();
+      scheduler_->Tick();
       ticker_mu_.Lock();
     }
   });

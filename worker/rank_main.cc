@@ -78,6 +78,7 @@ class Heartbeats {
         hb.set_phase_seconds((now_us - progress.phase_since_us.load()) / 1e6);
         hb.set_time_us(now_us);
         hb.mutable_timings()->set_step_seconds(progress.step_seconds.load());
+        hb.mutable_timings()->set_compute_seconds(progress.compute_seconds.load());
         FlightRecorder::Snapshot snap = comm.flight_recorder().TakeSnapshot(/*recent=*/4);
         v1::FlightRecorderSummary* fr = hb.mutable_flight_recorder();
         fr->set_last_enqueued_seq(snap.last_enqueued_seq);

@@ -183,6 +183,7 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
   v1::Metrics metrics;
   int64_t step = 0;
   double interval_loss = 0;
+  double interval_wait = 0;
   int interval_count = 0;
   const absl::Time start = absl::Now();
   absl::Time interval_start = start;
@@ -206,7 +207,9 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
         } else {
           loss.backward();
           p.Enter(v1::COLLECTIVE);
+          const absl::Time wait_start = absl::Now();
           RETURN_IF_ERROR(ddp->FinishGradientSync());
+          interval_wait += absl::ToDoubleSeconds(absl::Now() - wait_start);
         }
         interval_loss += loss.item<double>();
       }
@@ -229,10 +232,12 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
         metrics.set_loss(interval_loss / std::max(1, interval_count));
         metrics.set_step_time_seconds(seconds / std::max(1, interval_count));
         p.step_seconds.store(metrics.step_time_seconds());
+        p.compute_seconds.store((seconds - interval_wait) / std::max(1, interval_count));
         metrics.set_samples_per_second(interval_count * accum * sampler.batch_size * comm.size() /
                                        std::max(seconds, 1e-9));
         (*metrics.mutable_values())["total_steps"] = total_steps;
         interval_loss = 0;
+        interval_wait = 0;
         interval_count = 0;
         interval_start = absl::Now();
       }

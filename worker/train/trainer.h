@@ -32,6 +32,8 @@ struct TrainingProgress {
   std::atomic<int> phase{v1::SETUP};
   std::atomic<int64_t> phase_since_us{0};
   std::atomic<double> step_seconds{0};
+  // Step time minus the wait for gradient synchronization.
+  std::atomic<double> compute_seconds{0};
 
   void Enter(v1::Phase p);
 };

@@ -1,0 +1,207 @@
+#include "coordinator/hang_detector.h"
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace chorus {
+namespace {
+
+std::string Describe(const v1::CollectiveFingerprint& fp) {
+  std::string s = absl::StrCat(fp.op(), " ", fp.tag());
+  if (fp.bytes() > 0) {
+    absl::StrAppend(&s, fp.bytes() >= (1 << 20) ? absl::StrFormat(" (%.1f MB)", fp.bytes() / 1048576.0)
+                                                 : absl::StrFormat(" (%d bytes)", fp.bytes()));
+  }
+  return s;
+}
+
+bool SameFingerprint(const v1::CollectiveFingerprint& a, const v1::CollectiveFingerprint& b) {
+  return a.op() == b.op() && a.tag() == b.tag() && a.dtype() == b.dtype() && a.count() == b.count();
+}
+
+bool DeclaredPause(const v1::RankHeartbeat& hb, const v1::HangDetectionSpec& spec) {
+  const bool pause = hb.phase() == v1::SETUP || hb.phase() == v1::EVAL || hb.phase() == v1::CHECKPOINT;
+  return pause && hb.phase_seconds() < spec.phase_limit_seconds();
+}
+
+// The oldest collective this rank has started and not finished.
+const v1::CollectiveRecord* Waiting(const v1::RankHeartbeat& hb) {
+  const v1::CollectiveRecord* oldest = nullptr;
+  for (const v1::CollectiveRecord& r : hb.flight_recorder().records()) {
+    if (r.state() == v1::CollectiveRecord::STARTED && (oldest == nullptr || r.seq() < oldest->seq())) {
+      oldest = &r;
+    }
+  }
+  return oldest;
+}
+
+// Median completed duration of collectives tagged `tag` across ranks.
+std::optional<absl::Duration> TypicalDuration(const std::vector<RankView>& ranks, const std::string& tag) {
+  std::vector<int64_t> us;
+  for (const RankView& v : ranks) {
+    for (const v1::CollectiveRecord& r : v.heartbeat.flight_recorder().records()) {
+      if (r.state() == v1::CollectiveRecord::COMPLETED && r.fingerprint().tag() == tag && r.started_us() > 0) {
+        us.push_back(r.completed_us() - r.started_us());
+      }
+    }
+  }
+  if (us.empty()) return std::nullopt;
+  std::nth_element(us.begin(), us.begin() + us.size() / 2, us.end());
+  return absl::Microseconds(us[us.size() / 2]);
+}
+
+v1::Diagnosis Make(v1::Diagnosis::Kind kind, std::vector<int> ranks, std::vector<int> waiting,
+                   int64_t seq, double seconds, std::string message) {
+  v1::Diagnosis d;
+  d.set_kind(kind);
+  for (int r : ranks) d.add_ranks(r);
+  for (int r : waiting) d.add_waiting_ranks(r);
+  d.set_seq(seq);
+  d.set_duration_seconds(seconds);
+  d.set_message(std::move(message));
+  return d;
+}
+
+}  // namespace
+
+std::vector<v1::Diagnosis> DiagnoseHangs(const v1::HangDetectionSpec& spec,
+                                         const std::vector<RankView>& ranks, absl::Time now) {
+  std::vector<v1::Diagnosis> out;
+  const absl::Duration dead_after = absl::Seconds(spec.dead_after_seconds());
+  const absl::Duration stall_after = absl::Seconds(spec.stall_after_seconds());
+
+  // DEAD.
+  for (const RankView& v : ranks) {
+    if (v.exited || !v.has_heartbeat) continue;
+    const absl::Duration age = now - v.heartbeat_at;
+    if (age > dead_after) {
+      out.push_back(Make(v1::Diagnosis::DEAD, {v.rank}, {}, 0, absl::ToDoubleSeconds(age),
+                         absl::StrFormat("rank %d has sent no heartbeat for %.1f s (last seen in %s at step %d)",
+                                         v.rank, absl::ToDoubleSeconds(age),
+                                         v1::Phase_Name(v.heartbeat.phase()), v.heartbeat.step())));
+    }
+  }
+
+  // MISMATCH: the lowest seq at which two ranks disagree.
+  std::map<int64_t, std::vector<std::pair<int, const v1::CollectiveRecord*>>> by_seq;
+  for (const RankView& v : ranks) {
+    for (const v1::CollectiveRecord& r : v.heartbeat.flight_recorder().records()) {
+      by_seq[r.seq()].emplace_back(v.rank, &r);
+    }
+  }
+  for (const auto& [seq, seen] : by_seq) {
+    for (size_t i = 1; i < seen.size(); ++i) {
+      if (!SameFingerprint(seen[0].second->fingerprint(), seen[i].second->fingerprint())) {
+        v1::Diagnosis d = Make(
+            v1::Diagnosis::MISMATCH, {seen[0].first, seen[i].first}, {}, seq, 0,
+            absl::StrFormat("ranks %d and %d issued different collectives at #%d: rank %d %s, rank %d %s "
+                            "(are two models or DDP instances called in a different order?)",
+                            seen[0].first, seen[i].first, seq, seen[0].first,
+                            Describe(seen[0].second->fingerprint()), seen[i].first,
+                            Describe(seen[i].second->fingerprint())));
+        *d.mutable_fingerprint() = seen[0].second->fingerprint();
+        *d.mutable_other_fingerprint() = seen[i].second->fingerprint();
+        out.push_back(std::move(d));
+        goto mismatch_done;
+      }
+    }
+  }
+mismatch_done:
+
+  // Waiting ranks: the lowest collective someone is blocked in.
+  {
+    const v1::CollectiveRecord* blocked = nullptr;
+    for (const RankView& v : ranks) {
+      if (v.exited) continue;
+      const v1::CollectiveRecord* w = Waiting(v.heartbeat);
+      if (w != nullptr && (blocked == nullptr || w->seq() < blocked->seq())) blocked = w;
+    }
+    if (blocked != nullptr) {
+      const int64_t seq = blocked->seq();
+      std::vector<int> waiting, absent, inside;
+      absl::Time longest_start = absl::InfiniteFuture();
+      for (const RankView& v : ranks) {
+        if (v.exited) continue;
+        const v1::CollectiveRecord* w = Waiting(v.heartbeat);
+        if (w != nullptr && w->seq() == seq) {
+          inside.push_back(v.rank);
+          waiting.push_back(v.rank);
+          longest_start = std::min(longest_start, absl::FromUnixMicros(w->started_us()));
+        } else if (v.heartbeat.flight_recorder().last_enqueued_seq() < seq) {
+          absent.push_back(v.rank);
+        }
+      }
+      const absl::Duration waited = now - longest_start;
+      absl::Duration threshold = stall_after;
+      if (std::optional<absl::Duration> typical = TypicalDuration(ranks, blocked->fingerprint().tag())) {
+        threshold = std::max(threshold, *typical * 10);
+      }
+      if (waited > threshold && !absent.empty()) {
+        std::vector<int> culprits;
+        std::vector<std::string> doing;
+        for (int r : absent) {
+          const RankView& v = *std::find_if(ranks.begin(), ranks.end(), [r](const RankView& x) { return x.rank == r; });
+          if (DeclaredPause(v.heartbeat, spec)) continue;
+          culprits.push_back(r);
+          doing.push_back(absl::StrFormat("rank %d is in %s at step %d for %.1f s", r,
+                                          v1::Phase_Name(v.heartbeat.phase()), v.heartbeat.step(),
+                                          v.heartbeat.phase_seconds()));
+        }
+        if (!culprits.empty()) {
+          v1::Diagnosis d = Make(
+              v1::Diagnosis::NEVER_JOINED, culprits, waiting, seq, absl::ToDoubleSeconds(waited),
+              absl::StrFormat("rank%s %s %s not entered collective #%d %s; rank%s %s %s waited %.1f s; %s",
+                              culprits.size() > 1 ? "s" : "", absl::StrJoin(culprits, ","),
+                              culprits.size() > 1 ? "have" : "has", seq, Describe(blocked->fingerprint()),
+                              waiting.size() > 1 ? "s" : "", absl::StrJoin(waiting, ","),
+                              waiting.size() > 1 ? "have" : "has", absl::ToDoubleSeconds(waited),
+                              absl::StrJoin(doing, "; ")));
+          *d.mutable_fingerprint() = blocked->fingerprint();
+          out.push_back(std::move(d));
+        }
+      } else if (waited > threshold && absent.empty() &&
+                 inside.size() == static_cast<size_t>(std::count_if(ranks.begin(), ranks.end(),
+                                                                     [](const RankView& v) { return !v.exited; }))) {
+        v1::Diagnosis d = Make(
+            v1::Diagnosis::STUCK_IN_COLLECTIVE, inside, {}, seq, absl::ToDoubleSeconds(waited),
+            absl::StrFormat("every rank has been inside collective #%d %s for %.1f s (threshold %.1f s); "
+                            "all of them issued it, so the transport or a peer's network is suspect",
+                            seq, Describe(blocked->fingerprint()), absl::ToDoubleSeconds(waited),
+                            absl::ToDoubleSeconds(threshold)));
+        *d.mutable_fingerprint() = blocked->fingerprint();
+        out.push_back(std::move(d));
+      }
+    }
+  }
+
+  // STRAGGLER: in synchronous training every rank's step takes as long as
+  // the slowest, so compare the compute part (step minus waiting for
+  // gradients), averaged over the last reporting interval.
+  std::vector<std::pair<double, int>> step_times;
+  for (const RankView& v : ranks) {
+    if (!v.exited && v.heartbeat.timings().compute_seconds() > 0) {
+      step_times.emplace_back(v.heartbeat.timings().compute_seconds(), v.rank);
+    }
+  }
+  if (step_times.size() >= 2) {
+    std::vector<std::pair<double, int>> sorted = step_times;
+    std::sort(sorted.begin(), sorted.end());
+    const double median = sorted[(sorted.size() - 1) / 2].first;
+    for (const auto& [seconds, rank] : step_times) {
+      if (median > 0 && seconds > median * spec.straggler_ratio()) {
+        out.push_back(Make(v1::Diagnosis::STRAGGLER, {rank}, {}, 0, seconds,
+                           absl::StrFormat("rank %d computes for %.3f s per step, %.1fx the median %.3f s; the others wait for it",
+                                           rank, seconds, seconds / median, median)));
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace chorus

@@ -1,0 +1,144 @@
+#include "coordinator/hang_detector.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace chorus {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+const absl::Time kNow = absl::FromUnixSeconds(10000);
+
+v1::HangDetectionSpec Spec() {
+  v1::HangDetectionSpec s;
+  s.set_dead_after_seconds(5);
+  s.set_stall_after_seconds(3);
+  s.set_straggler_ratio(1.5);
+  s.set_phase_limit_seconds(600);
+  return s;
+}
+
+v1::CollectiveRecord Record(int64_t seq, const std::string& tag, v1::CollectiveRecord::State state,
+                            absl::Duration started_ago, absl::Duration took = absl::ZeroDuration()) {
+  v1::CollectiveRecord r;
+  r.set_seq(seq);
+  r.mutable_fingerprint()->set_op("allreduce/avg");
+  r.mutable_fingerprint()->set_tag(tag);
+  r.mutable_fingerprint()->set_dtype("float32");
+  r.mutable_fingerprint()->set_count(1 << 20);
+  r.mutable_fingerprint()->set_bytes(4 << 20);
+  r.set_state(state);
+  r.set_started_us(absl::ToUnixMicros(kNow - started_ago));
+  if (state == v1::CollectiveRecord::COMPLETED) {
+    r.set_completed_us(absl::ToUnixMicros(kNow - started_ago + took));
+  }
+  return r;
+}
+
+RankView Rank(int rank, int64_t last_enqueued, v1::Phase phase, int64_t step, double phase_seconds,
+              std::vector<v1::CollectiveRecord> records = {}) {
+  RankView v;
+  v.rank = rank;
+  v.has_heartbeat = true;
+  v.heartbeat_at = kNow - absl::Milliseconds(300);
+  v.heartbeat.set_rank(rank);
+  v.heartbeat.set_step(step);
+  v.heartbeat.set_phase(phase);
+  v.heartbeat.set_phase_seconds(phase_seconds);
+  v.heartbeat.mutable_flight_recorder()->set_last_enqueued_seq(last_enqueued);
+  for (auto& r : records) *v.heartbeat.mutable_flight_recorder()->add_records() = r;
+  return v;
+}
+
+std::vector<std::string> Messages(const std::vector<v1::Diagnosis>& ds) {
+  std::vector<std::string> out;
+  for (const auto& d : ds) out.push_back(v1::Diagnosis::Kind_Name(d.kind()) + " " + d.message());
+  return out;
+}
+
+TEST(HangDetectorTest, NamesTheRankThatNeverJoinedAndWhatItIsDoing) {
+  auto waiting = Record(1234, "ddp:model/bucket2", v1::CollectiveRecord::STARTED, absl::Milliseconds(12300));
+  std::vector<RankView> ranks = {
+      Rank(0, 1234, v1::COLLECTIVE, 945, 12.3, {waiting}),
+      Rank(1, 1233, v1::DATA, 945, 12.9),
+      Rank(2, 1234, v1::COLLECTIVE, 945, 12.3, {waiting}),
+  };
+  auto ds = DiagnoseHangs(Spec(), ranks, kNow);
+  ASSERT_EQ(ds.size(), 1u) << ::testing::PrintToString(Messages(ds));
+  EXPECT_EQ(ds[0].kind(), v1::Diagnosis::NEVER_JOINED);
+  EXPECT_THAT(ds[0].ranks(), ElementsAre(1));
+  EXPECT_THAT(ds[0].waiting_ranks(), ElementsAre(0, 2));
+  EXPECT_EQ(ds[0].seq(), 1234);
+  EXPECT_EQ(ds[0].message(),
+            "rank 1 has not entered collective #1234 allreduce/avg ddp:model/bucket2 (4.0 MB); "
+            "ranks 0,2 have waited 12.3 s; rank 1 is in DATA at step 945 for 12.9 s");
+}
+
+TEST(HangDetectorTest, NothingBeforeTheStallThresholdOrDuringADeclaredPause) {
+  auto waiting = Record(10, "ddp:model/bucket0", v1::CollectiveRecord::STARTED, absl::Seconds(1));
+  EXPECT_THAT(DiagnoseHangs(Spec(), {Rank(0, 10, v1::COLLECTIVE, 5, 1, {waiting}), Rank(1, 9, v1::DATA, 5, 1)}, kNow),
+              IsEmpty());
+  auto long_wait = Record(10, "ddp:model/bucket0", v1::CollectiveRecord::STARTED, absl::Seconds(30));
+  EXPECT_THAT(DiagnoseHangs(Spec(), {Rank(0, 10, v1::COLLECTIVE, 5, 30, {long_wait}), Rank(1, 9, v1::EVAL, 5, 30)}, kNow),
+              IsEmpty())
+      << "rank 1 declared an evaluation";
+  v1::HangDetectionSpec short_limit = Spec();
+  short_limit.set_phase_limit_seconds(20);
+  EXPECT_EQ(DiagnoseHangs(short_limit, {Rank(0, 10, v1::COLLECTIVE, 5, 30, {long_wait}), Rank(1, 9, v1::EVAL, 5, 30)}, kNow).size(),
+            1u)
+      << "a pause longer than its limit counts";
+}
+
+TEST(HangDetectorTest, ThresholdAdaptsToHowLongTheCollectiveUsuallyTakes) {
+  // This tag usually takes 1 s, so 10 s is the threshold, not 3 s.
+  auto done = Record(9, "slow/tag", v1::CollectiveRecord::COMPLETED, absl::Seconds(20), absl::Seconds(1));
+  auto waiting5 = Record(10, "slow/tag", v1::CollectiveRecord::STARTED, absl::Seconds(5));
+  EXPECT_THAT(DiagnoseHangs(Spec(), {Rank(0, 10, v1::COLLECTIVE, 5, 5, {done, waiting5}), Rank(1, 9, v1::FORWARD, 5, 5, {done})}, kNow),
+              IsEmpty());
+  auto waiting11 = Record(10, "slow/tag", v1::CollectiveRecord::STARTED, absl::Seconds(11));
+  auto ds = DiagnoseHangs(Spec(), {Rank(0, 10, v1::COLLECTIVE, 5, 11, {done, waiting11}), Rank(1, 9, v1::FORWARD, 5, 11, {done})}, kNow);
+  ASSERT_EQ(ds.size(), 1u);
+  EXPECT_EQ(ds[0].kind(), v1::Diagnosis::NEVER_JOINED);
+}
+
+TEST(HangDetectorTest, MismatchIsReportedAtOnce) {
+  auto actor = Record(5, "ddp:actor/bucket0", v1::CollectiveRecord::STARTED, absl::Milliseconds(10));
+  auto critic = Record(5, "ddp:critic/bucket0", v1::CollectiveRecord::STARTED, absl::Milliseconds(10));
+  auto ds = DiagnoseHangs(Spec(), {Rank(0, 5, v1::COLLECTIVE, 1, 0, {actor}), Rank(1, 5, v1::COLLECTIVE, 1, 0, {critic})}, kNow);
+  ASSERT_EQ(ds.size(), 1u) << ::testing::PrintToString(Messages(ds));
+  EXPECT_EQ(ds[0].kind(), v1::Diagnosis::MISMATCH);
+  EXPECT_THAT(ds[0].message(), HasSubstr("ranks 0 and 1 issued different collectives at #5: rank 0 allreduce/avg ddp:actor/bucket0"));
+  EXPECT_EQ(ds[0].other_fingerprint().tag(), "ddp:critic/bucket0");
+}
+
+TEST(HangDetectorTest, EveryRankStuckInsideMeansTheTransport) {
+  auto in = Record(7, "ddp:model/bucket1", v1::CollectiveRecord::STARTED, absl::Seconds(20));
+  auto ds = DiagnoseHangs(Spec(), {Rank(0, 7, v1::COLLECTIVE, 3, 20, {in}), Rank(1, 7, v1::COLLECTIVE, 3, 20, {in})}, kNow);
+  ASSERT_EQ(ds.size(), 1u);
+  EXPECT_EQ(ds[0].kind(), v1::Diagnosis::STUCK_IN_COLLECTIVE);
+  EXPECT_THAT(ds[0].message(), HasSubstr("every rank has been inside collective #7"));
+}
+
+TEST(HangDetectorTest, DeadRankAndStraggler) {
+  RankView dead = Rank(1, 3, v1::FORWARD, 2, 1);
+  dead.heartbeat_at = kNow - absl::Seconds(6);
+  auto ds = DiagnoseHangs(Spec(), {Rank(0, 3, v1::FORWARD, 2, 1), dead}, kNow);
+  ASSERT_EQ(ds.size(), 1u);
+  EXPECT_EQ(ds[0].kind(), v1::Diagnosis::DEAD);
+  EXPECT_THAT(ds[0].message(), HasSubstr("rank 1 has sent no heartbeat for 6.0 s (last seen in FORWARD at step 2)"));
+
+  std::vector<RankView> ranks = {Rank(0, 3, v1::FORWARD, 2, 0), Rank(1, 3, v1::FORWARD, 2, 0), Rank(2, 3, v1::FORWARD, 2, 0)};
+  ranks[0].heartbeat.mutable_timings()->set_compute_seconds(0.1);
+  ranks[1].heartbeat.mutable_timings()->set_compute_seconds(0.11);
+  ranks[2].heartbeat.mutable_timings()->set_compute_seconds(0.3);
+  ds = DiagnoseHangs(Spec(), ranks, kNow);
+  ASSERT_EQ(ds.size(), 1u);
+  EXPECT_EQ(ds[0].kind(), v1::Diagnosis::STRAGGLER);
+  EXPECT_THAT(ds[0].ranks(), ElementsAre(2));
+}
+
+}  // namespace
+}  // namespace chorus
