@@ -1,6 +1,9 @@
 #include "worker/train/trainer.h"
 
+#include <csignal>
 #include <cmath>
+#include <cstdlib>
+#include <iostream>
 #include <memory>
 
 #include <torch/torch.h>
@@ -127,6 +130,40 @@ absl::Status Evaluate(const v1::JobSpec& spec, torch::nn::Sequential& model, con
   return absl::OkStatus();
 }
 
+// Deliberate failures from spec.fault_injection for this rank at this step
+// (first generation only). HANG and SLOW sleep in the DATA phase, before the
+// step's collectives, so the other ranks wait for this one.
+void InjectFaults(const v1::JobSpec& spec, int rank, int64_t step, TrainingProgress& p) {
+  for (const v1::Fault& f : spec.fault_injection().faults()) {
+    if (f.rank() != rank || f.generation() != 0) continue;
+    const bool now = step == f.at_step();
+    switch (f.kind()) {
+      case v1::Fault::EXIT:
+        if (now) {
+          std::cerr << "fault injection: rank " << rank << " exits with code " << f.exit_code()
+                    << " at step " << step << std::endl;
+          std::_Exit(f.exit_code());
+        }
+        break;
+      case v1::Fault::CRASH:
+        if (now) {
+          std::cerr << "fault injection: rank " << rank << " kills itself at step " << step << std::endl;
+          raise(SIGKILL);
+        }
+        break;
+      case v1::Fault::HANG:
+      case v1::Fault::SLOW:
+        if (now || (f.kind() == v1::Fault::SLOW && step > f.at_step())) {
+          p.Enter(v1::DATA);
+          absl::SleepFor(absl::Seconds(f.duration_seconds()));
+        }
+        break;
+      default:
+        break;
+    }
+  }
+}
+
 }  // namespace
 
 void TrainingProgress::Enter(v1::Phase p) {
@@ -191,6 +228,7 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
     std::vector<int64_t> indices = EpochIndices(sampler, epoch);
     torch::Tensor all = torch::tensor(indices, torch::kLong);
     for (int64_t b = 0; b + accum <= batches && step < total_steps; b += accum) {
+      InjectFaults(spec, comm.rank(), step, p);
       optimizer->zero_grad();
       for (int m = 0; m < accum; ++m) {
         p.Enter(v1::DATA);

@@ -5,7 +5,8 @@
 // Supported today: models mlp and cnn; data fashion_mnist and synthetic
 // (classification, regression); optimizers sgd, adam, adamw; schedules
 // constant, cosine with warmup, step; losses cross_entropy and mse; gradient
-// accumulation; global-norm clipping; strategy ddp. Anything else returns
+// accumulation; global-norm clipping; strategy ddp; fault injection EXIT,
+// CRASH, HANG and SLOW. Anything else returns
 // UNIMPLEMENTED naming the field (CheckRuntimeSupport refuses it at submit).
 //
 // Example:

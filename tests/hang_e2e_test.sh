@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Fault injection end to end: a rank that hangs is named (NEVER_JOINED) in
+# `chorus status` within seconds, ABORT fails the job with that diagnosis
+# long before the hang would end, and a crashed rank fails the job naming
+# the signal.
+#
+# Usage (from Bazel): hang_e2e_test.sh CHORUS
+set -uo pipefail
+
+CHORUS=$1
+TMP=${TEST_TMPDIR:-$(mktemp -d)}
+failures=0
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+pass() { echo "ok: $*"; }
+
+spec() {  # $1 = fault, $2 = hang_detection
+  cat <<SPEC
+name: "faulty"
+model { mlp { hidden_sizes: [16] } }
+data { synthetic { num_samples: 4096 input_shape: [8] num_classes: 2 } }
+training { batch_size_per_rank: 16 epochs: 1000 log_every_steps: 5 }
+resources { min_ranks: 2 max_ranks: 2 }
+fault_injection { faults { $1 } }
+hang_detection { $2 }
+SPEC
+}
+
+# --- REPORT: the hanging rank is named while the job hangs
+spec "kind: HANG rank: 1 at_step: 10 duration_seconds: 25" "action: REPORT stall_after_seconds: 2" > "${TMP}/report.textproto"
+"${CHORUS}" up --local 2 --state_dir "${TMP}/report" "${TMP}/report.textproto" 2>"${TMP}/report.err" &
+up_pid=$!
+for _ in $(seq 1 300); do [[ -s "${TMP}/report/port" ]] && break; sleep 0.1; done
+addr="127.0.0.1:$(cat "${TMP}/report/port" 2>/dev/null)"
+found=""
+start=$(date +%s)
+for _ in $(seq 1 200); do
+  status=$("${CHORUS}" --coordinator "${addr}" status job-000001 2>/dev/null)
+  found=$(grep "NEVER_JOINED" <<<"${status}")
+  [[ -n "${found}" ]] && break
+  sleep 0.1
+done
+if [[ "${found}" == *"NEVER_JOINED rank 1 has not entered collective #"*"ranks 0 have waited"* || \
+      "${found}" == *"NEVER_JOINED rank 1 has not entered collective #"*"rank 0 has waited"* ]] \
+   && [[ "${found}" == *"rank 1 is in DATA at step 10"* ]]; then
+  pass "status names the hanging rank: ${found}"
+else
+  fail "no NEVER_JOINED for rank 1 in: ${status}"
+fi
+kill -INT "${up_pid}"; wait "${up_pid}"
+
+# --- ABORT: the job fails with the diagnosis, long before the 25 s hang ends
+spec "kind: HANG rank: 1 at_step: 10 duration_seconds: 25" "action: ABORT stall_after_seconds: 2" > "${TMP}/abort.textproto"
+t0=$(date +%s)
+out=$(timeout 60 "${CHORUS}" up --local 2 --state_dir "${TMP}/abort" "${TMP}/abort.textproto" --json 2>"${TMP}/abort.err"); rc=$?
+t1=$(date +%s)
+last=$(tail -n 1 <<<"${out}")
+[[ ${rc} -eq 1 && "${last}" == *'"state": "FAILED"'* && "${last}" == *"hang detection: NEVER_JOINED rank 1 has not entered collective"* ]] \
+  && pass "ABORT fails the job with the diagnosis" || fail "abort rc=${rc} out='${out}'"
+(( t1 - t0 < 20 )) && pass "aborted after $((t1 - t0)) s, before the hang ended" || fail "abort took $((t1 - t0)) s"
+
+# --- CRASH: the rank's signal is the job's reason
+spec "kind: CRASH rank: 1 at_step: 5" "action: REPORT" > "${TMP}/crash.textproto"
+out=$(timeout 60 "${CHORUS}" up --local 2 --state_dir "${TMP}/crash" "${TMP}/crash.textproto" --json 2>"${TMP}/crash.err"); rc=$?
+last=$(tail -n 1 <<<"${out}")
+[[ ${rc} -eq 1 && "${last}" == *"rank 1 ("*"was killed by signal 9"* ]] && pass "crash names rank and signal" \
+  || fail "crash rc=${rc} out='${out}'"
+
+left=$(pgrep -f -- "${TMP}" | grep -v "^$$\$" || true)
+[[ -z "${left}" ]] && pass "no processes left" || { fail "left running: ${left}"; pkill -KILL -f -- "${TMP}"; }
+
+echo "${failures} failure(s)"
+exit $((failures > 0))
