@@ -29,6 +29,8 @@
 #ifndef CHORUS_WORKER_COMM_COMMUNICATOR_H_
 #define CHORUS_WORKER_COMM_COMMUNICATOR_H_
 
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -38,8 +40,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "worker/comm/flight_recorder.h"
+#include "worker/comm/store.h"
 
 namespace chorus {
 
@@ -120,6 +124,30 @@ class Communicator {
   virtual void Abort(absl::string_view reason) = 0;
 
   virtual const FlightRecorder& flight_recorder() const = 0;
+};
+
+// The sub-groups a communicator has made (NewGroup), cached by rank list, so
+// the two backends share validation, naming and caching. Thread-safe.
+class GroupCache {
+ public:
+  // Builds the group's communicator: `index` is this rank's rank in it,
+  // `world_ranks` its members as world ranks, `store` its own namespace.
+  using Factory = std::function<absl::StatusOr<std::shared_ptr<Communicator>>(
+      int index, std::vector<int> world_ranks, std::unique_ptr<Store> store)>;
+
+  // The cached group for `ranks` (of a communicator of `size` ranks whose own
+  // ranks map to `parent_group`), or a new one from `make`, namespaced under
+  // `parent_store`.
+  absl::StatusOr<std::shared_ptr<Communicator>> GetOrCreate(const std::vector<int>& ranks, int size,
+                                                            int rank,
+                                                            const std::vector<int>& parent_group,
+                                                            Store& parent_store,
+                                                            const Factory& make);
+  void AbortAll(absl::string_view reason);
+
+ private:
+  absl::Mutex mu_;
+  std::map<std::string, std::shared_ptr<Communicator>> groups_ ABSL_GUARDED_BY(mu_);
 };
 
 // Note [Communicator failures]

@@ -262,26 +262,19 @@ class GlooCommunicator : public Communicator {
   }
 
   absl::StatusOr<std::shared_ptr<Communicator>> NewGroup(std::vector<int> ranks) override {
-    ASSIGN_OR_RETURN(int index, GroupIndexOf(ranks, options_.size, options_.rank));
-    const std::string key = absl::StrJoin(ranks, ",");
-    absl::MutexLock lock(&groups_mu_);
-    if (auto it = groups_.find(key); it != groups_.end()) return it->second;
-    GlooOptions child = options_;
-    child.rank = index;
-    child.size = static_cast<int>(ranks.size());
-    std::vector<int> global = WorldRanks(ranks, group_);
-    auto store = std::make_unique<PrefixStore>(store_, "group/" + key);
-    ASSIGN_OR_RETURN(std::shared_ptr<Communicator> comm,
-                     Create(child, *store, device_, std::move(global), std::move(store)));
-    groups_[key] = comm;
-    return comm;
+    return groups_.GetOrCreate(
+        ranks, options_.size, options_.rank, group_, store_,
+        [this](int index, std::vector<int> world, std::unique_ptr<Store> store) {
+          GlooOptions child = options_;
+          child.rank = index;
+          child.size = static_cast<int>(world.size());
+          Store& ns = *store;
+          return Create(child, ns, device_, std::move(world), std::move(store));
+        });
   }
 
   void Abort(absl::string_view reason) override {
-    {
-      absl::MutexLock lock(&groups_mu_);
-      for (auto& [key, group] : groups_) group->Abort(reason);
-    }
+    groups_.AbortAll(reason);
     queue_->Shutdown(absl::AbortedError(absl::StrCat("communicator aborted: ", reason)), [this] {
       // Wakes the op in flight, blocked on a peer that may never answer, and
       // tells the peers this rank is gone.
@@ -444,8 +437,7 @@ class GlooCommunicator : public Communicator {
   std::vector<uint64_t> recv_counts_;
   std::vector<char> scratch_;
 
-  absl::Mutex groups_mu_;
-  std::map<std::string, std::shared_ptr<Communicator>> groups_ ABSL_GUARDED_BY(groups_mu_);
+  GroupCache groups_;
 
   // Last member: its thread stops before anything it uses is destroyed.
   std::unique_ptr<OpQueue> queue_;

@@ -205,26 +205,19 @@ class NcclCommunicator : public Communicator {
   }
 
   absl::StatusOr<std::shared_ptr<Communicator>> NewGroup(std::vector<int> ranks) override {
-    ASSIGN_OR_RETURN(int index, GroupIndexOf(ranks, options_.size, options_.rank));
-    const std::string key = absl::StrJoin(ranks, ",");
-    absl::MutexLock lock(&groups_mu_);
-    if (auto it = groups_.find(key); it != groups_.end()) return it->second;
-    NcclOptions child = options_;
-    child.rank = index;
-    child.size = static_cast<int>(ranks.size());
-    std::vector<int> global = WorldRanks(ranks, group_);
-    auto store = std::make_unique<PrefixStore>(store_, "group/" + key);
-    ASSIGN_OR_RETURN(std::shared_ptr<Communicator> comm,
-                     Create(child, *store, std::move(global), std::move(store)));
-    groups_[key] = comm;
-    return comm;
+    return groups_.GetOrCreate(
+        ranks, options_.size, options_.rank, group_, store_,
+        [this](int index, std::vector<int> world, std::unique_ptr<Store> store) {
+          NcclOptions child = options_;
+          child.rank = index;
+          child.size = static_cast<int>(world.size());
+          Store& ns = *store;
+          return Create(child, ns, std::move(world), std::move(store));
+        });
   }
 
   void Abort(absl::string_view reason) override {
-    {
-      absl::MutexLock lock(&groups_mu_);
-      for (auto& [key, group] : groups_) group->Abort(reason);
-    }
+    groups_.AbortAll(reason);
     // The op thread owns comm_ while an op runs: it sees the flag within a
     // poll interval and aborts the communicator itself.
     queue_->Shutdown(absl::AbortedError(absl::StrCat("communicator aborted: ", reason)),
@@ -386,8 +379,7 @@ class NcclCommunicator : public Communicator {
   const std::vector<int> group_;
   FlightRecorder recorder_;
   std::atomic<bool> abort_requested_{false};
-  absl::Mutex groups_mu_;
-  std::map<std::string, std::shared_ptr<Communicator>> groups_ ABSL_GUARDED_BY(groups_mu_);
+  GroupCache groups_;
   // Last member: its thread stops before anything it uses is destroyed.
   std::unique_ptr<OpQueue> queue_;
 };
