@@ -11,6 +11,7 @@
 //   CHORUS_RANK_HOST    address this rank's Gloo transport binds (default 127.0.0.1)
 //   LOCAL_RANK, LOCAL_WORLD_SIZE (as torchrun sets them)
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -200,5 +201,7 @@ int Run() {
 
 int main(int argc, char** argv) {
   chorus::InitLogging(argv[0], 0);
+  // SIGTERM is how the agent stops a rank: a normal exit, not a crash report.
+  signal(SIGTERM, SIG_DFL);
   return chorus::Run();
 }
