@@ -74,6 +74,7 @@ for _ in $(seq 1 50); do
 done
 [[ ${seen} -eq 1 ]] && pass "both ranks heartbeat their step and phase" || fail "no heartbeats in status: ${status}"
 "${CHORUS}" --coordinator "${long_addr}" status job-000001 2>&1 | grep -E "^  [01] " | head -2
+interrupt_at=$(date +%s%N)
 kill -INT "${up_pid}"
 stopped=0
 for _ in $(seq 1 300); do
@@ -82,7 +83,11 @@ for _ in $(seq 1 300); do
 done
 if [[ ${stopped} -eq 1 ]]; then
   wait "${up_pid}"; rc=$?
+  took_ms=$(( ($(date +%s%N) - interrupt_at) / 1000000 ))
   [[ ${rc} -eq 130 ]] && pass "Ctrl-C exits 130" || fail "Ctrl-C exit code ${rc}"
+  # Ranks stop on SIGTERM at once; escalating to SIGKILL (10 s) would mean they ignored it.
+  (( took_ms < 9000 )) && pass "Ctrl-C tore everything down in ${took_ms} ms" \
+    || fail "Ctrl-C took ${took_ms} ms: did a rank ignore SIGTERM?"
   grep -q "CANCELLED" "${TMP}/long.err" && pass "job cancelled" || fail "no CANCELLED in $(tail -3 "${TMP}/long.err")"
 else
   fail "chorus up still running 30 s after Ctrl-C"

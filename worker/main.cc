@@ -11,7 +11,6 @@
 
 #include "CLI/CLI.hpp"
 #include "common/device.h"
-#include "common/grpc_util.h"
 #include "common/logging.h"
 #include "common/version.h"
 #include "glog/logging.h"
