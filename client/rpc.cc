@@ -1,9 +1,13 @@
 #include "client/rpc.h"
 
+#include <unistd.h>
+
+#include <cstdlib>
 #include <iostream>
 
 #include "absl/time/time.h"
 #include "common/grpc_util.h"
+#include "common/job_spec.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace chorus::client {
@@ -45,5 +49,29 @@ std::string FormatTime(int64_t unix_us) {
 }
 
 std::string StateName(v1::Job::State state) { return v1::Job::State_Name(state); }
+
+std::string UserPath(const std::string& path) {
+  if (path.empty() || path[0] == '/') return path;
+  if (const char* dir = std::getenv("BUILD_WORKING_DIRECTORY"); dir != nullptr && *dir != '\0') {
+    return std::string(dir) + "/" + path;
+  }
+  char cwd[4096];
+  if (getcwd(cwd, sizeof(cwd)) == nullptr) return path;
+  return std::string(cwd) + "/" + path;
+}
+
+absl::StatusOr<v1::JobSpec> LoadUserJobSpec(const std::string& path) {
+  absl::StatusOr<v1::JobSpec> spec = LoadJobSpec(UserPath(path));
+  if (!spec.ok()) return spec;
+  auto absolute = [](std::string* p) { *p = UserPath(*p); };
+  if (spec->model().has_torchscript()) absolute(spec->mutable_model()->mutable_torchscript()->mutable_path());
+  v1::DataSpec& data = *spec->mutable_data();
+  if (data.has_fashion_mnist()) absolute(data.mutable_fashion_mnist()->mutable_dir());
+  if (data.has_tensor_file()) {
+    absolute(data.mutable_tensor_file()->mutable_path());
+    absolute(data.mutable_tensor_file()->mutable_eval_path());
+  }
+  return spec;
+}
 
 }  // namespace chorus::client

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "chorus/v1/coordinator.grpc.pb.h"
 #include "client/commands.h"
 #include "google/protobuf/message.h"
@@ -27,6 +28,15 @@ std::string ToJson(const google::protobuf::Message& message);
 std::string FormatTime(int64_t unix_us);
 // "PENDING", "RUNNING", ...
 std::string StateName(v1::Job::State state);
+
+// A path the user typed, relative to where they typed it (also under
+// `bazel run`, which changes the working directory and passes the original
+// one in BUILD_WORKING_DIRECTORY).
+std::string UserPath(const std::string& path);
+// Loads a spec the user named and makes the files it names (model.torchscript
+// .path, data dirs and files) absolute against the user's directory, so rank
+// processes started elsewhere find them.
+absl::StatusOr<v1::JobSpec> LoadUserJobSpec(const std::string& path);
 
 }  // namespace chorus::client
 

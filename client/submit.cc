@@ -31,7 +31,7 @@ void AddSubmitCommand(CLI::App& app, const GlobalOptions& global, int& exit_code
                 "if not, 130 on Ctrl-C (the job keeps running unless --cancel_on_interrupt).");
   cmd->add_flag("--cancel_on_interrupt", *cancel_on_interrupt, "With --wait: Ctrl-C cancels the job.");
   cmd->callback([path, resume_from, json, wait, cancel_on_interrupt, &global, &exit_code] {
-    absl::StatusOr<v1::JobSpec> spec = LoadJobSpec(*path);
+    absl::StatusOr<v1::JobSpec> spec = LoadUserJobSpec(*path);
     if (!spec.ok()) {
       std::cerr << "chorus submit: " << spec.status().message() << "\n";
       exit_code = kExitBadInput;

@@ -34,14 +34,6 @@ namespace chorus::client {
 namespace {
 
 
-// A path the user typed, relative to where they typed it (also under
-// `bazel run`, which changes the working directory).
-std::string UserPath(const std::string& path) {
-  if (path.empty() || path[0] == '/') return path;
-  const char* cwd = std::getenv("BUILD_WORKING_DIRECTORY");
-  return cwd != nullptr ? std::string(cwd) + "/" + path : path;
-}
-
 pid_t Spawn(const std::vector<std::string>& args, const std::string& log_path) {
   std::vector<char*> argv;
   for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
@@ -88,7 +80,7 @@ void AddUpCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) {
   cmd->add_option("--state_dir", *state_dir, "Coordinator state directory (default: a temporary one, removed after).");
   cmd->add_flag("--json", *json, "End with the final job as one JSON line.");
   cmd->callback([local, path, state_dir, json, &global, &exit_code] {
-    absl::StatusOr<v1::JobSpec> spec = LoadJobSpec(UserPath(*path));
+    absl::StatusOr<v1::JobSpec> spec = LoadUserJobSpec(*path);
     if (!spec.ok()) {
       std::cerr << "chorus up: " << spec.status().message() << "\n";
       exit_code = kExitBadInput;

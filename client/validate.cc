@@ -5,6 +5,7 @@
 #include <string>
 
 #include "client/commands.h"
+#include "client/rpc.h"
 #include "common/job_spec.h"
 
 namespace chorus::client {
@@ -22,7 +23,7 @@ void AddValidateCommand(CLI::App& app, int& exit_code) {
       ->check(CLI::IsMember({"text", "json", "none"}))
       ->capture_default_str();
   cmd->callback([path, output, &exit_code] {
-    absl::StatusOr<v1::JobSpec> spec = LoadJobSpec(*path);
+    absl::StatusOr<v1::JobSpec> spec = LoadUserJobSpec(*path);
     if (!spec.ok()) {
       std::cerr << "chorus validate: " << spec.status().message() << "\n";
       exit_code = kExitBadInput;

@@ -186,7 +186,9 @@ TEST(JobSpecTest, LoadReportsMissingFile) {
 
 TEST(JobSpecTest, EveryExampleLoadsAndValidates) {
   for (const char* path :
-       {"examples/fashion_mnist_mlp_ddp.textproto", "examples/fashion_mnist_cnn_ddp.yaml",
+       {"examples/fashion_mnist_mlp_ddp.textproto", "examples/fashion_mnist_cnn_ddp.textproto",
+        "examples/transformer_lm_ddp.textproto",
+        "examples/torchscript/fashion_mnist_torchscript.textproto",
         "examples/synthetic_mlp_ddp.json", "examples/transformer_lm_decentralized.yaml"}) {
     absl::StatusOr<JobSpec> spec = LoadJobSpec(path);
     EXPECT_TRUE(spec.ok()) << path << ": " << spec.status();

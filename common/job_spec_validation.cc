@@ -532,12 +532,6 @@ std::vector<SpecError> ValidateJobSpec(const JobSpec& spec) {
 
 absl::Status CheckRuntimeSupport(const JobSpec& spec) {
   std::vector<std::string> missing;
-  if (spec.model().has_transformer_lm()) missing.push_back("model.transformer_lm");
-  if (spec.model().has_torchscript()) missing.push_back("model.torchscript");
-  if (spec.data().has_tensor_file()) missing.push_back("data.tensor_file");
-  if (spec.data().has_synthetic() && spec.data().synthetic().kind() == v1::SyntheticData::TOKENS) {
-    missing.push_back("data.synthetic.kind TOKENS");
-  }
   if (spec.strategy().has_decentralized()) missing.push_back("strategy.decentralized");
   if (spec.optimizer().kind() == v1::OptimizerSpec::ACCUM_ADAM ||
       spec.optimizer().kind() == v1::OptimizerSpec::ACCUM_ADAMW) {
@@ -554,8 +548,8 @@ absl::Status CheckRuntimeSupport(const JobSpec& spec) {
   if (missing.empty()) return absl::OkStatus();
   return absl::UnimplementedError(absl::StrCat(
       "this version of Chorus cannot run yet: ", absl::StrJoin(missing, ", "),
-      ". Supported: models mlp and cnn, data fashion_mnist and synthetic classification/"
-      "regression, strategy ddp on CPU."));
+      ". Supported: models mlp, cnn, transformer_lm and torchscript; data fashion_mnist, "
+      "synthetic and tensor_file; strategy ddp on CPU."));
 }
 
 absl::Status CheckJobSpec(const JobSpec& spec, absl::string_view source) {

@@ -3,12 +3,15 @@
 #include <zlib.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <torch/csrc/jit/serialization/pickle.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 
 namespace chorus {
@@ -72,6 +75,105 @@ Dataset Synthetic(const v1::JobSpec& spec, Split split) {
   return d;
 }
 
+// Token streams from a fixed random Markov chain: each token has four
+// likely successors (probabilities 0.7, 0.1, 0.1, 0.1), so a language model
+// can learn to predict the next token with accuracy near 0.7. x is a sequence
+// of input_shape[0] tokens, y the same sequence shifted by one.
+Dataset SyntheticTokens(const v1::JobSpec& spec, Split split) {
+  const v1::SyntheticData& s = spec.data().synthetic();
+  const int64_t n = split == Split::kTrain ? s.num_samples() : std::max<int64_t>(1, s.num_samples() / 5);
+  const int64_t t = s.input_shape(0);
+  const int64_t vocab = spec.model().has_transformer_lm() ? spec.model().transformer_lm().vocab_size()
+                                                          : s.num_classes();
+  at::Generator teacher_gen = at::detail::createCPUGenerator(s.seed());
+  at::Generator data_gen =
+      at::detail::createCPUGenerator(s.seed() * 1000003 + (split == Split::kTrain ? 1 : 2));
+  at::Tensor successors = at::randint(vocab, {vocab, 4}, teacher_gen, at::kLong);
+  at::Tensor choice_probs = at::tensor({0.7, 0.1, 0.1, 0.1}, at::kDouble).expand({n, 4});
+  at::Tensor seq = at::empty({n, t + 1}, at::kLong);
+  seq.select(1, 0).copy_(at::randint(vocab, {n}, data_gen, at::kLong));
+  for (int64_t i = 1; i <= t; ++i) {
+    at::Tensor which = at::multinomial(choice_probs, 1, /*replacement=*/true, data_gen).squeeze(1);
+    at::Tensor prev = seq.select(1, i - 1);
+    seq.select(1, i).copy_(successors.index({prev, which}));
+  }
+  Dataset d;
+  d.x = seq.narrow(1, 0, t).contiguous();
+  d.y = seq.narrow(1, 1, t).contiguous();
+  d.num_classes = static_cast<int>(vocab);
+  return d;
+}
+
+absl::StatusOr<std::vector<char>> ReadFile(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) {
+    return absl::NotFoundError(absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
+  }
+  std::vector<char> bytes;
+  std::vector<char> chunk(1 << 20);
+  size_t n;
+  while ((n = std::fread(chunk.data(), 1, chunk.size(), f)) > 0) bytes.insert(bytes.end(), chunk.begin(), chunk.begin() + n);
+  const bool failed = std::ferror(f) != 0;
+  std::fclose(f);
+  if (failed) return absl::DataLossError(absl::StrCat("error reading ", path));
+  return bytes;
+}
+
+// A file written by torch.save({'x': ..., 'y': ...}) (or torch::pickle_save
+// of a dict): x float or int64 [N, ...], y int64 classes or float targets,
+// same N.
+absl::StatusOr<Dataset> LoadTensorFile(const std::string& path) {
+  ASSIGN_OR_RETURN(std::vector<char> bytes, ReadFile(path));
+  const std::string help =
+      "; data.tensor_file expects torch.save({'x': inputs, 'y': targets}, path) with the same "
+      "first dimension";
+  c10::IValue value;
+  try {
+    value = torch::jit::pickle_load(bytes);
+  } catch (const c10::Error& e) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " is not a torch.save file (",
+                                                   e.what_without_backtrace(), ")", help));
+  }
+  if (!value.isGenericDict()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " holds a ", value.tagKind(),
+                                                   ", not a dict", help));
+  }
+  c10::Dict<c10::IValue, c10::IValue> dict = value.toGenericDict();
+  at::Tensor x, y;
+  std::vector<std::string> keys;
+  for (const auto& item : dict) {
+    if (!item.key().isString()) continue;
+    const std::string key = item.key().toStringRef();
+    keys.push_back(key);
+    if ((key == "x" || key == "y") && !item.value().isTensor()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": '", key, "' is a ",
+                                                     item.value().tagKind(), ", not a tensor", help));
+    }
+    if (key == "x") x = item.value().toTensor();
+    if (key == "y") y = item.value().toTensor();
+  }
+  if (!x.defined() || !y.defined()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " has keys [", absl::StrJoin(keys, ", "),
+                                                   "] but needs both 'x' and 'y'", help));
+  }
+  if (x.dim() < 1 || y.dim() < 1 || x.size(0) != y.size(0) || x.size(0) == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": x has shape ", c10::str(x.sizes()),
+                                                   " and y has shape ", c10::str(y.sizes()), help));
+  }
+  Dataset d;
+  d.x = at::isFloatingType(x.scalar_type()) ? x.to(at::kFloat).contiguous() : x.to(at::kLong).contiguous();
+  if (at::isFloatingType(y.scalar_type())) {
+    d.y = y.to(at::kFloat).contiguous();
+  } else {
+    d.y = y.to(at::kLong).contiguous();
+    if (d.y.min().item<int64_t>() < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": y holds negative class ids", help));
+    }
+    d.num_classes = static_cast<int>(d.y.max().item<int64_t>() + 1);
+  }
+  return d;
+}
+
 }  // namespace
 
 absl::StatusOr<at::Tensor> ReadIdx(const std::string& path) {
@@ -104,9 +206,7 @@ absl::StatusOr<at::Tensor> ReadIdx(const std::string& path) {
 absl::StatusOr<Dataset> LoadDataset(const v1::JobSpec& spec, Split split) {
   const v1::DataSpec& data = spec.data();
   if (data.has_synthetic()) {
-    if (data.synthetic().kind() == v1::SyntheticData::TOKENS) {
-      return absl::UnimplementedError("synthetic TOKENS data (for transformer_lm) is not supported yet");
-    }
+    if (data.synthetic().kind() == v1::SyntheticData::TOKENS) return SyntheticTokens(spec, split);
     return Synthetic(spec, split);
   }
   if (data.has_fashion_mnist()) {
@@ -144,7 +244,15 @@ absl::StatusOr<Dataset> LoadDataset(const v1::JobSpec& spec, Split split) {
     return d;
   }
   if (data.has_tensor_file()) {
-    return absl::UnimplementedError("data.tensor_file is not supported yet");
+    const std::string& path = split == Split::kTrain ? data.tensor_file().path() : data.tensor_file().eval_path();
+    if (path.empty()) return Dataset{};  // no held-out split: evaluation is skipped
+    absl::StatusOr<Dataset> d = LoadTensorFile(path);
+    if (!d.ok()) {
+      return absl::Status(d.status().code(),
+                          absl::StrCat(split == Split::kTrain ? "data.tensor_file.path: " : "data.tensor_file.eval_path: ",
+                                       d.status().message()));
+    }
+    return d;
   }
   return absl::InvalidArgumentError("job spec has no data source");
 }

@@ -19,10 +19,12 @@ namespace chorus {
 
 enum class Split { kTrain, kTest };
 
+// An empty Dataset (size 0) stands for "no such split": a tensor_file job
+// without eval_path has no test split, and evaluation is skipped.
 struct Dataset {
-  at::Tensor x;  // [N, ...features], float32
+  at::Tensor x;  // [N, ...features] float32, or [N, T] int64 token ids
   at::Tensor y;  // [N] int64 classes, or [N, ...] float32 regression targets
-  int num_classes = 0;  // 0 for regression
+  int num_classes = 0;  // 0 for regression; the vocabulary size for tokens
   int64_t size() const { return x.defined() ? x.size(0) : 0; }
 };
 

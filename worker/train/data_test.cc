@@ -60,5 +60,67 @@ TEST(DataTest, SyntheticIsDeterministicAndLearnable) {
   EXPECT_EQ(a->y.max().item<int64_t>(), 2);
 }
 
+TEST(DataTest, SyntheticTokensAreShiftedSequencesFromAFixedChain) {
+  auto spec = ParseJobSpec(
+      "model { transformer_lm { vocab_size: 16 context_length: 8 } } "
+      "data { synthetic { kind: TOKENS num_samples: 64 seed: 3 } }",
+      SpecFormat::kTextProto, "test");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  NormalizeJobSpec(*spec);
+  auto d = LoadDataset(*spec, Split::kTrain);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->x.sizes(), (std::vector<int64_t>{64, 8}));
+  EXPECT_EQ(d->x.scalar_type(), at::kLong);
+  EXPECT_EQ(d->num_classes, 16);
+  EXPECT_TRUE(at::equal(d->x.narrow(1, 1, 7), d->y.narrow(1, 0, 7))) << "y is x shifted by one";
+  EXPECT_LT(d->y.max().item<int64_t>(), 16);
+  EXPECT_GE(d->x.min().item<int64_t>(), 0);
+  auto again = LoadDataset(*spec, Split::kTrain);
+  EXPECT_TRUE(at::equal(d->x, again->x));
+  // Each token has at most four successors.
+  at::Tensor pairs = d->x.narrow(1, 0, 7).reshape({-1}) * 16 + d->x.narrow(1, 1, 7).reshape({-1});
+  at::Tensor seen = at::zeros({16 * 16}, at::kLong).index_fill_(0, pairs, 1).reshape({16, 16});
+  EXPECT_LE(seen.sum(1).max().item<int64_t>(), 4);
+}
+
+TEST(DataTest, TensorFileFromPythonTorchSave) {
+  v1::JobSpec spec = Spec(
+      "data { tensor_file { path: 'worker/train/testdata/tiny_data.pt' "
+      "eval_path: 'worker/train/testdata/tiny_eval.pt' } }");
+  auto train = LoadDataset(spec, Split::kTrain);
+  ASSERT_TRUE(train.ok()) << train.status();
+  EXPECT_EQ(train->x.sizes(), (std::vector<int64_t>{96, 8}));
+  EXPECT_EQ(train->x.scalar_type(), at::kFloat);
+  EXPECT_EQ(train->y.scalar_type(), at::kLong);
+  EXPECT_EQ(train->num_classes, 3);
+  auto test = LoadDataset(spec, Split::kTest);
+  ASSERT_TRUE(test.ok()) << test.status();
+  EXPECT_EQ(test->size(), 32);
+
+  v1::JobSpec no_eval = Spec("data { tensor_file { path: 'worker/train/testdata/tiny_data.pt' } }");
+  auto none = LoadDataset(no_eval, Split::kTest);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->size(), 0) << "no eval_path means no test split";
+}
+
+TEST(DataTest, BadTensorFilesNameTheFieldThePathAndTheExpectedFormat) {
+  auto missing = LoadDataset(Spec("data { tensor_file { path: '/nonexistent/d.pt' } }"), Split::kTrain);
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(missing.status().message(), HasSubstr("data.tensor_file.path: cannot open /nonexistent/d.pt"));
+
+  auto keys = LoadDataset(Spec("data { tensor_file { path: 'worker/train/testdata/bad_keys.pt' } }"),
+                          Split::kTrain);
+  EXPECT_EQ(keys.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(keys.status().message(), HasSubstr("has keys [inputs, labels] but needs both 'x' and 'y'"));
+
+  const std::string garbage = std::string(std::getenv("TEST_TMPDIR")) + "/garbage.pt";
+  std::ofstream(garbage) << "this is not a zip archive";
+  auto bad = LoadDataset(Spec("data { tensor_file { path: 'worker/train/testdata/tiny_data.pt' eval_path: '" +
+                              garbage + "' } }"),
+                         Split::kTest);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), HasSubstr("data.tensor_file.eval_path: " + garbage + " is not a torch.save file"));
+}
+
 }  // namespace
 }  // namespace chorus

@@ -13,52 +13,11 @@
 #include "common/status_macros.h"
 #include "worker/ddp/distributed_data_parallel.h"
 #include "worker/train/data.h"
+#include "worker/train/model.h"
 #include "worker/train/sampler.h"
 
 namespace chorus {
 namespace {
-
-absl::StatusOr<torch::nn::Sequential> BuildModel(const v1::ModelSpec& m, const Dataset& data) {
-  const std::vector<int64_t> sample(data.x.sizes().begin() + 1, data.x.sizes().end());
-  int64_t features = 1;
-  for (int64_t d : sample) features *= d;
-  const int64_t outputs = data.num_classes > 0 ? data.num_classes : 1;
-  torch::nn::Sequential model;
-  if (m.has_mlp()) {
-    model->push_back(torch::nn::Flatten());
-    int64_t width = features;
-    for (int h : m.mlp().hidden_sizes()) {
-      model->push_back(torch::nn::Linear(width, h));
-      model->push_back(torch::nn::ReLU());
-      if (m.mlp().dropout() > 0) model->push_back(torch::nn::Dropout(m.mlp().dropout()));
-      width = h;
-    }
-    model->push_back(torch::nn::Linear(width, outputs));
-    return model;
-  }
-  if (m.has_cnn()) {
-    if (sample.size() != 3) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "model.cnn needs image inputs [channels, height, width]; the data has ", sample.size(),
-          " dimensions per sample"));
-    }
-    const v1::CnnModel& c = m.cnn();
-    const int64_t k = c.kernel_size();
-    model->push_back(torch::nn::Conv2d(torch::nn::Conv2dOptions(sample[0], c.channels(0), k).padding(k / 2)));
-    model->push_back(torch::nn::ReLU());
-    model->push_back(torch::nn::MaxPool2d(2));
-    model->push_back(torch::nn::Conv2d(torch::nn::Conv2dOptions(c.channels(0), c.channels(1), k).padding(k / 2)));
-    model->push_back(torch::nn::ReLU());
-    model->push_back(torch::nn::MaxPool2d(2));
-    model->push_back(torch::nn::Flatten());
-    model->push_back(torch::nn::Linear(c.channels(1) * (sample[1] / 4) * (sample[2] / 4), c.fc_hidden()));
-    model->push_back(torch::nn::ReLU());
-    if (c.dropout() > 0) model->push_back(torch::nn::Dropout(c.dropout()));
-    model->push_back(torch::nn::Linear(c.fc_hidden(), outputs));
-    return model;
-  }
-  return absl::UnimplementedError("this model kind is not supported by the trainer yet");
-}
 
 std::unique_ptr<torch::optim::Optimizer> BuildOptimizer(const v1::OptimizerSpec& o,
                                                         const std::vector<torch::Tensor>& params) {
@@ -93,36 +52,40 @@ double LearningRate(const v1::JobSpec& spec, int64_t step, int64_t total_steps) 
   return lr;
 }
 
+// Mean loss per target element. Token models give [B, T, V] logits for
+// [B, T] targets; they are flattened to B*T predictions.
 torch::Tensor Loss(const v1::JobSpec& spec, const torch::Tensor& out, const torch::Tensor& y) {
   if (spec.loss().kind() == v1::LossSpec::MSE) {
     return torch::mse_loss(out.reshape(y.sizes()), y);
   }
+  const bool sequence = out.dim() > 2 && out.dim() == y.dim() + 1;
   return torch::nn::functional::cross_entropy(
-      out, y, torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(spec.loss().label_smoothing()));
+      sequence ? out.reshape({-1, out.size(-1)}) : out, sequence ? y.reshape({-1}) : y,
+      torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(spec.loss().label_smoothing()));
 }
 
 // Loss and accuracy of the model on `test`, each rank taking a contiguous
 // share, summed across ranks.
-absl::Status Evaluate(const v1::JobSpec& spec, torch::nn::Sequential& model, const Dataset& test,
+absl::Status Evaluate(const v1::JobSpec& spec, Model& model, const Dataset& test,
                       Communicator& comm, v1::Metrics& metrics) {
   torch::NoGradGuard no_grad;
-  model->eval();
+  model.SetTraining(false);
   const int64_t n = test.size();
   const int64_t begin = n * comm.rank() / comm.size();
   const int64_t end = n * (comm.rank() + 1) / comm.size();
   int64_t limit = spec.eval().max_batches() > 0 ? spec.eval().max_batches() * spec.training().batch_size_per_rank() : end - begin;
-  at::Tensor sums = at::zeros({3}, at::kDouble);  // loss sum, correct, count
+  at::Tensor sums = at::zeros({3}, at::kDouble);  // loss sum, correct, target elements
   const int64_t batch = std::max<int64_t>(256, spec.training().batch_size_per_rank());
   for (int64_t i = begin; i < std::min(end, begin + limit); i += batch) {
     const int64_t len = std::min({batch, end - i, begin + limit - i});
     torch::Tensor x = test.x.narrow(0, i, len);
     torch::Tensor y = test.y.narrow(0, i, len);
-    torch::Tensor out = model->forward(x);
-    sums[0] += Loss(spec, out, y).item<double>() * len;
-    if (test.num_classes > 0) sums[1] += out.argmax(1).eq(y).sum().item<double>();
-    sums[2] += len;
+    ASSIGN_OR_RETURN(torch::Tensor out, model.Forward(x));
+    sums[0] += Loss(spec, out, y).item<double>() * y.numel();
+    if (test.num_classes > 0) sums[1] += out.argmax(-1).reshape(y.sizes()).eq(y).sum().item<double>();
+    sums[2] += y.numel();
   }
-  model->train();
+  model.SetTraining(true);
   RETURN_IF_ERROR(comm.AllReduce(sums, ReduceOp::kSum, "eval/metrics")->Wait(absl::Now() + absl::Minutes(5)));
   const double count = std::max(1.0, sums[2].item<double>());
   metrics.set_eval_loss(sums[0].item<double>() / count);
@@ -181,7 +144,12 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
   ASSIGN_OR_RETURN(Dataset train, LoadDataset(spec, Split::kTrain));
   ASSIGN_OR_RETURN(Dataset test, LoadDataset(spec, Split::kTest));
   torch::manual_seed(spec.training().seed());
-  ASSIGN_OR_RETURN(torch::nn::Sequential model, BuildModel(spec.model(), train));
+  if (!spec.model().has_transformer_lm() && !spec.model().has_torchscript() &&
+      !at::isFloatingType(train.x.scalar_type())) {
+    train.x = train.x.to(at::kFloat);
+    if (test.size() > 0) test.x = test.x.to(at::kFloat);
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Build(spec.model(), train));
   // Dropout draws differ per rank, as with torchrun.
   torch::manual_seed(spec.training().seed() * 1000 + comm.rank() + 1);
 
@@ -197,9 +165,10 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
                         : ddp_spec.compression() == v1::DdpStrategy::BF16 ? DdpOptions::Compression::kBf16
                                                                             : DdpOptions::Compression::kNone;
   ASSIGN_OR_RETURN(std::unique_ptr<DistributedDataParallel> ddp,
-                   DistributedDataParallel::ForModule(*model, comm, options));
+                   DistributedDataParallel::Create(model->NamedParameters(), model->NamedBuffers(),
+                                                   comm, options));
   RETURN_IF_ERROR(ddp->BroadcastParameters(0));
-  std::unique_ptr<torch::optim::Optimizer> optimizer = BuildOptimizer(spec.optimizer(), model->parameters());
+  std::unique_ptr<torch::optim::Optimizer> optimizer = BuildOptimizer(spec.optimizer(), model->Parameters());
 
   SamplerOptions sampler{train.size(), comm.size(), comm.rank(), spec.training().batch_size_per_rank(),
                          spec.training().seed(), spec.training().shuffle(),
@@ -237,7 +206,8 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
         torch::Tensor y = train.y.index_select(0, idx);
         p.Enter(v1::FORWARD);
         RETURN_IF_ERROR(ddp->PrepareForBackward());
-        torch::Tensor loss = Loss(spec, model->forward(x), y) / accum;
+        ASSIGN_OR_RETURN(torch::Tensor out, model->Forward(x));
+        torch::Tensor loss = Loss(spec, out, y) / accum;
         p.Enter(v1::BACKWARD);
         if (m + 1 < accum) {
           auto no_sync = ddp->NoSync();
@@ -253,7 +223,7 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
       }
       ++interval_count;
       if (spec.grad_clip_norm() > 0) {
-        torch::nn::utils::clip_grad_norm_(model->parameters(), spec.grad_clip_norm());
+        torch::nn::utils::clip_grad_norm_(model->Parameters(), spec.grad_clip_norm());
       }
       p.Enter(v1::OPTIMIZER);
       const double lr = LearningRate(spec, step, total_steps);
@@ -280,16 +250,18 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
         interval_start = absl::Now();
       }
       const bool eval = spec.eval().every_steps() > 0 && step % spec.eval().every_steps() == 0 &&
-                        step < total_steps && !spec.eval().disabled();
+                        step < total_steps && !spec.eval().disabled() && test.size() > 0;
       if (eval) {
         p.Enter(v1::EVAL);
-        RETURN_IF_ERROR(Evaluate(spec, model, test, comm, metrics));
+        RETURN_IF_ERROR(Evaluate(spec, *model, test, comm, metrics));
       }
       if (log || eval) report(metrics);
     }
   }
   p.Enter(v1::EVAL);
-  if (!spec.eval().disabled()) RETURN_IF_ERROR(Evaluate(spec, model, test, comm, metrics));
+  if (!spec.eval().disabled() && test.size() > 0) {
+    RETURN_IF_ERROR(Evaluate(spec, *model, test, comm, metrics));
+  }
   p.Enter(v1::FINISHED);
   const double wall = absl::ToDoubleSeconds(absl::Now() - start);
   (*metrics.mutable_values())["wall_seconds"] = wall;

@@ -2,8 +2,9 @@
 // JobSpec, DDP over the job's communicator, optimizer and LR schedule,
 // evaluation on the test split with metrics all-reduced so every rank agrees.
 //
-// Supported today: models mlp and cnn; data fashion_mnist and synthetic
-// (classification, regression); optimizers sgd, adam, adamw; schedules
+// Supported today: models mlp, cnn, transformer_lm and torchscript; data
+// fashion_mnist, synthetic (classification, regression, tokens) and
+// tensor_file; optimizers sgd, adam, adamw; schedules
 // constant, cosine with warmup, step; losses cross_entropy and mse; gradient
 // accumulation; global-norm clipping; strategy ddp; fault injection EXIT,
 // CRASH, HANG and SLOW. Anything else returns

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# End to end through `chorus up --local 2`: a TorchScript module exported by
+# Python (examples/torchscript/export_model.py) trains on a torch.save tensor
+# file, both named by paths relative to the user's directory; the built-in
+# transformer_lm learns the synthetic token chain.
+#
+# Usage (from Bazel): models_e2e_test.sh CHORUS EXPORT_SCRIPT
+set -uo pipefail
+
+CHORUS=$(realpath "$1")
+EXPORT=$(realpath "$2")
+PYTHON=/usr/bin/python3  # Debian's python3-torch
+TMP=${TEST_TMPDIR:-$(mktemp -d)}
+failures=0
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+pass() { echo "ok: $*"; }
+value() { echo "$1" | sed -n "s/.*\"$2\": \([0-9.]*\).*/\1/p"; }
+
+work="${TMP}/user"
+mkdir -p "${work}/models" "${work}/data"
+# A labelled tensor file the way a user writes one: 28x28 images whose class
+# is the quadrant holding the brightest blob.
+"${PYTHON}" - "${work}/data" <<'PY' || fail "writing the tensor files"
+import sys, torch
+torch.manual_seed(3)
+def make(n):
+    x = torch.randn(n, 1, 28, 28) * 0.1
+    y = torch.randint(0, 4, (n,))
+    for i in range(n):
+        r, c = divmod(int(y[i]), 2)
+        x[i, 0, r * 14 + 4:r * 14 + 10, c * 14 + 4:c * 14 + 10] += 1.0
+    return {'x': x, 'y': y}
+torch.save(make(1024), sys.argv[1] + '/train.pt')
+torch.save(make(256), sys.argv[1] + '/eval.pt')
+PY
+"${PYTHON}" "${EXPORT}" "${work}/models/fashion_mlp.pt" >/dev/null || fail "export_model.py"
+
+cat > "${work}/script.textproto" <<'SPEC'
+name: "script"
+model { torchscript { path: "models/fashion_mlp.pt" } }
+data { tensor_file { path: "data/train.pt" eval_path: "data/eval.pt" } }
+training { batch_size_per_rank: 32 epochs: 2 seed: 1 }
+optimizer { kind: SGD lr: 0.05 momentum: 0.9 }
+resources { min_ranks: 2 max_ranks: 2 }
+SPEC
+# Relative paths resolve against the directory chorus runs in, not the agent's.
+out=$(cd "${work}" && timeout 120 "${CHORUS}" up --local 2 --state_dir "${TMP}/script_state" script.textproto --json 2>"${TMP}/script.err"); rc=$?
+last=$(echo "${out}" | tail -n 1)
+if [[ ${rc} -eq 0 && "${last}" == *'"state": "SUCCEEDED"'* && "${last}" == *'"steps": 32,'* ]]; then
+  pass "TorchScript job succeeded: ${last}"
+else
+  fail "TorchScript job rc=${rc} out='${out}' err=$(tail -5 "${TMP}/script.err")"
+fi
+acc=$(value "${last}" test_accuracy)
+awk -v a="${acc:-0}" 'BEGIN { exit !(a > 0.9) }' && pass "TorchScript test accuracy ${acc} > 0.9" \
+  || fail "TorchScript test accuracy '${acc}' not above 0.9"
+
+# A file that is not TorchScript fails the job with the path in the reason.
+echo "not a model" > "${work}/models/broken.pt"
+sed 's|models/fashion_mlp.pt|models/broken.pt|' "${work}/script.textproto" > "${work}/broken.textproto"
+out=$(cd "${work}" && timeout 120 "${CHORUS}" up --local 2 --state_dir "${TMP}/broken_state" broken.textproto --json 2>"${TMP}/broken.err"); rc=$?
+last=$(echo "${out}" | tail -n 1)
+[[ ${rc} -eq 1 && "${last}" == *'"state": "FAILED"'* && "${last}" == *"cannot load ${work}/models/broken.pt"* ]] \
+  && pass "a broken TorchScript file fails the job naming it" \
+  || fail "broken model rc=${rc} out='${last}'"
+
+cat > "${TMP}/lm.textproto" <<'SPEC'
+name: "lm"
+model { transformer_lm { vocab_size: 32 context_length: 16 d_model: 32 num_heads: 2 num_layers: 1 } }
+data { synthetic { kind: TOKENS num_samples: 1024 } }
+training { batch_size_per_rank: 16 epochs: 2 seed: 1 }
+optimizer { kind: ADAMW lr: 0.01 }
+resources { min_ranks: 2 max_ranks: 2 }
+SPEC
+out=$(timeout 120 "${CHORUS}" up --local 2 --state_dir "${TMP}/lm_state" "${TMP}/lm.textproto" --json 2>"${TMP}/lm.err"); rc=$?
+last=$(echo "${out}" | tail -n 1)
+acc=$(value "${last}" test_accuracy)
+# The chain's best next-token accuracy is about 0.7; guessing gets 1/32.
+[[ ${rc} -eq 0 ]] && awk -v a="${acc:-0}" 'BEGIN { exit !(a > 0.5 && a < 0.8) }' \
+  && pass "transformer_lm next-token accuracy ${acc}" \
+  || fail "transformer_lm rc=${rc} acc='${acc}' out='${last}' err=$(tail -5 "${TMP}/lm.err")"
+
+left=$(pgrep -f -- "${TMP}" | grep -v "^$$\$" || true)
+[[ -z "${left}" ]] && pass "no processes left" || { fail "left running: ${left}"; pkill -KILL -f -- "${TMP}"; }
+
+echo "${failures} failure(s)"
+[[ ${failures} -eq 0 ]]

@@ -1,0 +1,50 @@
+// The model a job trains, built from its ModelSpec: the built-in mlp, cnn and
+// transformer_lm, or a TorchScript module loaded from a file.
+//
+// Not thread-safe; one training thread owns a Model.
+//
+// Example:
+//   ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Build(spec.model(), train));
+//   at::Tensor logits = model->Forward(batch_x);
+#ifndef CHORUS_WORKER_TRAIN_MODEL_H_
+#define CHORUS_WORKER_TRAIN_MODEL_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "absl/status/statusor.h"
+#include "chorus/v1/job.pb.h"
+#include "worker/ddp/distributed_data_parallel.h"
+#include "worker/train/data.h"
+
+namespace chorus {
+
+class Model {
+ public:
+  // Builds the model `spec` describes for inputs shaped like `train`'s
+  // samples. INVALID_ARGUMENT when the data does not fit the model (e.g. a cnn
+  // on flat vectors) or a TorchScript file cannot be loaded (naming the path).
+  // Initialization draws from the current torch seed.
+  static absl::StatusOr<std::unique_ptr<Model>> Build(const v1::ModelSpec& spec,
+                                                      const Dataset& train);
+
+  virtual ~Model() = default;
+
+  // Output for a batch: [B, classes] logits, [B, T, vocab] for token models,
+  // or whatever a TorchScript module's forward returns (it must be a tensor).
+  virtual absl::StatusOr<at::Tensor> Forward(const at::Tensor& input) = 0;
+  // Parameters and buffers with their dotted names, in registration order.
+  virtual std::vector<NamedTensor> NamedParameters() = 0;
+  virtual std::vector<NamedTensor> NamedBuffers() = 0;
+  // Training mode (dropout on) or evaluation mode.
+  virtual void SetTraining(bool training) = 0;
+
+  std::vector<at::Tensor> Parameters();
+};
+
+}  // namespace chorus
+
+#endif  // CHORUS_WORKER_TRAIN_MODEL_H_
