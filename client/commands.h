@@ -28,6 +28,8 @@ void AddJobsCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);
 void AddStatusCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);
 void AddCancelCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);
 void AddUpCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);
+void AddWatchCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);
+void AddLogsCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);
 
 }  // namespace chorus::client
 

@@ -25,6 +25,8 @@ int main(int argc, char** argv) {
   chorus::client::AddJobsCommand(app, global, exit_code);
   chorus::client::AddStatusCommand(app, global, exit_code);
   chorus::client::AddCancelCommand(app, global, exit_code);
+  chorus::client::AddWatchCommand(app, global, exit_code);
+  chorus::client::AddLogsCommand(app, global, exit_code);
   chorus::client::AddUpCommand(app, global, exit_code);
 
   try {

@@ -33,11 +33,11 @@ int ReportError(const std::string& command, const absl::Status& status,
   return status.code() == absl::StatusCode::kInvalidArgument ? kExitBadInput : kExitFailure;
 }
 
-std::string ToJson(const google::protobuf::Message& message) {
+std::string ToJson(const google::protobuf::Message& message, bool one_line) {
   std::string out;
   google::protobuf::util::JsonPrintOptions options;
   options.preserve_proto_field_names = true;
-  options.add_whitespace = true;
+  options.add_whitespace = !one_line;
   (void)google::protobuf::util::MessageToJsonString(message, &out, options);
   return out;
 }

@@ -22,8 +22,9 @@ void SetDeadline(grpc::ClientContext& context, const GlobalOptions& global);
 // returns the exit code: 2 for bad input, 1 otherwise.
 int ReportError(const std::string& command, const absl::Status& status,
                 const GlobalOptions& global);
-// The message as JSON with the proto field names (the stable --json format).
-std::string ToJson(const google::protobuf::Message& message);
+// The message as JSON with the proto field names (the stable --json format);
+// indented, or on one line when `one_line` (for streams of records).
+std::string ToJson(const google::protobuf::Message& message, bool one_line = false);
 // Unix microseconds as local "YYYY-MM-DD HH:MM:SS", or "-" for 0.
 std::string FormatTime(int64_t unix_us);
 // "PENDING", "RUNNING", ...

@@ -42,8 +42,10 @@ class AgentStream : public grpc::ServerBidiReactor<v1::AgentMessage, v1::Coordin
       agent_id_ = *id;
     } else if (in_.has_rank_exited()) {
       scheduler_.RankExited(agent_id_, in_.rank_exited());
+    } else if (in_.has_logs()) {
+      scheduler_.Logs(agent_id_, in_.logs());
     }
-    // Logs and pings need no action yet.
+    // Pings need no action: receiving them keeps the stream alive.
     StartRead(&in_);
   }
 

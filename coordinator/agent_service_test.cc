@@ -65,6 +65,43 @@ class AgentServiceTest : public ::testing::Test {
     return false;
   }
 
+  // Joins slots 0..n-1 of `agent_id` to generation 1 of `job` concurrently
+  // (as pids 1000+slot).
+  std::vector<v1::JoinResponse> JoinAll(const std::string& job, const std::string& agent_id, int n,
+                                        std::vector<grpc::Status>* statuses) {
+    std::vector<v1::JoinResponse> joined(n);
+    statuses->assign(n, grpc::Status());
+    std::vector<std::thread> rank_threads;
+    for (int slot = 0; slot < n; ++slot) {
+      rank_threads.emplace_back([&, slot] {
+        v1::JoinRequest request;
+        request.set_job_id(job);
+        request.set_generation(1);
+        request.set_agent_id(agent_id);
+        request.set_slot(slot);
+        request.set_pid(1000 + slot);
+        grpc::ClientContext context;
+        context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+        (*statuses)[slot] = ranks_->Join(&context, request, &joined[slot]);
+      });
+    }
+    for (auto& t : rank_threads) t.join();
+    return joined;
+  }
+
+  // Connects a simulated agent with `slots` slots; returns its id.
+  std::string ConnectAgent(grpc::ClientReaderWriter<v1::AgentMessage, v1::CoordinatorMessage>& stream,
+                           int slots) {
+    v1::AgentMessage hello;
+    hello.mutable_hello()->set_host("sim-node");
+    hello.mutable_hello()->set_slots(slots);
+    EXPECT_TRUE(stream.Write(hello));
+    v1::CoordinatorMessage message;
+    EXPECT_TRUE(stream.Read(&message));
+    EXPECT_TRUE(message.has_welcome());
+    return message.welcome().agent_id();
+  }
+
   std::unique_ptr<CoordinatorServer> server_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::JobService::Stub> jobs_;
@@ -92,23 +129,8 @@ TEST_F(AgentServiceTest, JobIsPlacedJoinedAndSucceeds) {
   EXPECT_EQ(message.launch().coordinator(), server_->address());
   EXPECT_EQ(StateOf(job), v1::Job::RUNNING);
 
-  std::vector<v1::JoinResponse> joined(2);
-  std::vector<grpc::Status> statuses(2);
-  std::vector<std::thread> rank_threads;
-  for (int slot = 0; slot < 2; ++slot) {
-    rank_threads.emplace_back([&, slot] {
-      v1::JoinRequest request;
-      request.set_job_id(job);
-      request.set_generation(1);
-      request.set_agent_id(agent_id);
-      request.set_slot(slot);
-      request.set_pid(1000 + slot);
-      grpc::ClientContext context;
-      context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
-      statuses[slot] = ranks_->Join(&context, request, &joined[slot]);
-    });
-  }
-  for (auto& t : rank_threads) t.join();
+  std::vector<grpc::Status> statuses;
+  std::vector<v1::JoinResponse> joined = JoinAll(job, agent_id, 2, &statuses);
   for (int slot = 0; slot < 2; ++slot) {
     ASSERT_TRUE(statuses[slot].ok()) << statuses[slot].error_message();
     EXPECT_EQ(joined[slot].rank(), slot);
@@ -179,6 +201,130 @@ TEST_F(AgentServiceTest, JoinOfAnUnknownJobAndAStaleGeneration) {
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   EXPECT_EQ(ranks_->Join(&context, request, &response).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(AgentServiceTest, WatchStreamsStatesMetricsAndEndsWithTheJobAndLogsAreKeptPerRank) {
+  grpc::ClientContext agent_context;
+  auto stream = agents_->Connect(&agent_context);
+  const std::string agent_id = ConnectAgent(*stream, 2);
+  const std::string job = Submit(2);
+  v1::CoordinatorMessage launch;
+  ASSERT_TRUE(stream->Read(&launch));
+  ASSERT_TRUE(launch.has_launch());
+
+  // A watcher from the start, reading until the server ends the stream.
+  std::vector<v1::JobEvent> events;
+  grpc::Status watch_status;
+  std::thread watcher([&] {
+    v1::WatchJobRequest request;
+    request.set_job_id(job);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    auto reader = jobs_->WatchJob(&context, request);
+    v1::JobEvent event;
+    while (reader->Read(&event)) events.push_back(event);
+    watch_status = reader->Finish();
+  });
+
+  // Ranks are numbered at placement, so output from before the join already
+  // carries the slot's rank.
+  v1::AgentMessage early;
+  early.mutable_logs()->set_job_id(job);
+  early.mutable_logs()->set_slot(1);
+  early.mutable_logs()->add_lines("slot 1 starting");
+  ASSERT_TRUE(stream->Write(early));
+  std::vector<grpc::Status> statuses;
+  JoinAll(job, agent_id, 2, &statuses);
+  for (const grpc::Status& s : statuses) ASSERT_TRUE(s.ok()) << s.error_message();
+  for (int slot = 0; slot < 2; ++slot) {
+    v1::AgentMessage logs;
+    logs.mutable_logs()->set_job_id(job);
+    logs.mutable_logs()->set_slot(slot);
+    logs.mutable_logs()->add_lines(absl::StrCat("rank ", slot, " line 1"));
+    logs.mutable_logs()->add_lines(absl::StrCat("rank ", slot, " line 2"));
+    ASSERT_TRUE(stream->Write(logs));
+  }
+
+  v1::ReportRequest report;
+  report.set_job_id(job);
+  report.set_generation(1);
+  report.set_rank(0);
+  report.mutable_metrics()->set_step(10);
+  report.mutable_metrics()->set_loss(0.25);
+  v1::ReportResponse report_response;
+  grpc::ClientContext report_context;
+  ASSERT_TRUE(ranks_->Report(&report_context, report, &report_response).ok());
+
+  for (int slot = 0; slot < 2; ++slot) {
+    v1::AgentMessage exited;
+    exited.mutable_rank_exited()->set_job_id(job);
+    exited.mutable_rank_exited()->set_slot(slot);
+    ASSERT_TRUE(stream->Write(exited));
+  }
+  ASSERT_TRUE(WaitForState(job, v1::Job::SUCCEEDED));
+  watcher.join();
+
+  EXPECT_TRUE(watch_status.ok()) << watch_status.error_message();
+  std::vector<std::string> kinds;
+  for (size_t i = 0; i < events.size(); ++i) {
+    EXPECT_EQ(events[i].seq(), static_cast<int64_t>(i + 1)) << "events arrive in order, none missing";
+    EXPECT_EQ(events[i].job_id(), job);
+    kinds.push_back(events[i].has_metrics() ? "metrics"
+                                            : v1::Job::State_Name(events[i].state()));
+  }
+  EXPECT_EQ(kinds, (std::vector<std::string>{"PENDING", "RUNNING", "metrics", "SUCCEEDED"}));
+  ASSERT_EQ(events.size(), 4u);
+  EXPECT_EQ(events[2].metrics().step(), 10);
+  EXPECT_EQ(events[3].reason(), "every rank exited with code 0");
+
+  // Watching an ended job from the middle replays the rest and ends at once.
+  {
+    v1::WatchJobRequest request;
+    request.set_job_id(job);
+    request.set_after_seq(2);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    auto reader = jobs_->WatchJob(&context, request);
+    v1::JobEvent event;
+    std::vector<int64_t> seqs;
+    while (reader->Read(&event)) seqs.push_back(event.seq());
+    EXPECT_TRUE(reader->Finish().ok());
+    EXPECT_EQ(seqs, (std::vector<int64_t>{3, 4}));
+  }
+  {
+    v1::WatchJobRequest request;
+    request.set_job_id("job-999999");
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    auto reader = jobs_->WatchJob(&context, request);
+    v1::JobEvent event;
+    EXPECT_FALSE(reader->Read(&event));
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+
+  v1::GetLogsRequest logs_request;
+  logs_request.set_job_id(job);
+  v1::GetLogsResponse logs;
+  grpc::ClientContext logs_context;
+  ASSERT_TRUE(jobs_->GetLogs(&logs_context, logs_request, &logs).ok());
+  ASSERT_EQ(logs.lines_size(), 5);
+  EXPECT_EQ(logs.lines(0).text(), "slot 1 starting");
+  EXPECT_EQ(logs.lines(0).rank(), 1);
+  EXPECT_EQ(logs.lines(0).slot(), 1);
+  EXPECT_EQ(logs.lines(3).text(), "rank 1 line 1");
+  EXPECT_EQ(logs.lines(3).rank(), 1);
+  EXPECT_EQ(logs.lines(3).agent_id(), agent_id);
+  EXPECT_TRUE(logs.complete()) << "the job ended and no rank is running";
+  logs_request.set_rank(0);
+  grpc::ClientContext rank_context;
+  ASSERT_TRUE(jobs_->GetLogs(&rank_context, logs_request, &logs).ok());
+  ASSERT_EQ(logs.lines_size(), 2);
+  EXPECT_EQ(logs.lines(1).text(), "rank 0 line 2");
+  logs_request.set_job_id("job-999999");
+  grpc::ClientContext unknown_context;
+  EXPECT_EQ(jobs_->GetLogs(&unknown_context, logs_request, &logs).error_code(), grpc::StatusCode::NOT_FOUND);
+  stream->WritesDone();
+  EXPECT_TRUE(stream->Finish().ok());
 }
 
 }  // namespace

@@ -182,7 +182,10 @@ mismatch_done:
 
   // STRAGGLER: in synchronous training every rank's step takes as long as
   // the slowest, so compare the compute part (step minus waiting for
-  // gradients), averaged over the last reporting interval.
+  // gradients), averaged over the last reporting interval. A rank must also
+  // cost the others a noticeable time per step: ratios of sub-millisecond
+  // steps are scheduling noise.
+  constexpr double kMinStragglerExcessSeconds = 0.02;
   std::vector<std::pair<double, int>> step_times;
   for (const RankView& v : ranks) {
     if (!v.exited && v.heartbeat.timings().compute_seconds() > 0) {
@@ -194,7 +197,8 @@ mismatch_done:
     std::sort(sorted.begin(), sorted.end());
     const double median = sorted[(sorted.size() - 1) / 2].first;
     for (const auto& [seconds, rank] : step_times) {
-      if (median > 0 && seconds > median * spec.straggler_ratio()) {
+      if (median > 0 && seconds > median * spec.straggler_ratio() &&
+          seconds - median >= kMinStragglerExcessSeconds) {
         out.push_back(Make(v1::Diagnosis::STRAGGLER, {rank}, {}, 0, seconds,
                            absl::StrFormat("rank %d computes for %.3f s per step, %.1fx the median %.3f s; the others wait for it",
                                            rank, seconds, seconds / median, median)));

@@ -138,6 +138,12 @@ TEST(HangDetectorTest, DeadRankAndStraggler) {
   ASSERT_EQ(ds.size(), 1u);
   EXPECT_EQ(ds[0].kind(), v1::Diagnosis::STRAGGLER);
   EXPECT_THAT(ds[0].ranks(), ElementsAre(2));
+
+  // 3x the median but only 2 ms a step: noise, not a straggler.
+  ranks[0].heartbeat.mutable_timings()->set_compute_seconds(0.001);
+  ranks[1].heartbeat.mutable_timings()->set_compute_seconds(0.001);
+  ranks[2].heartbeat.mutable_timings()->set_compute_seconds(0.003);
+  EXPECT_TRUE(DiagnoseHangs(Spec(), ranks, kNow).empty());
 }
 
 }  // namespace

@@ -50,6 +50,39 @@ absl::Status JobManager::Record(v1::Job& job, const std::string& reason) {
   return absl::OkStatus();
 }
 
+absl::Status JobManager::AddEvent(const std::string& job_id, v1::JobEvent event) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!jobs_.count(job_id)) return NotFound(job_id);
+    event.set_job_id(job_id);
+    event.set_seq(last_event_seq_[job_id] + 1);
+    event.set_time_us(absl::ToUnixMicros(clock_->Now()));
+    RETURN_IF_ERROR(state_.AppendEvent(event));
+    last_event_seq_[job_id] = event.seq();
+  }
+  Publish(job_id);
+  return absl::OkStatus();
+}
+
+int64_t JobManager::Subscribe(const std::string& job_id, std::function<void()> wake) {
+  absl::MutexLock lock(&subscribers_mu_);
+  const int64_t handle = next_subscriber_++;
+  subscribers_[handle] = Subscriber{job_id, std::move(wake)};
+  return handle;
+}
+
+void JobManager::Unsubscribe(int64_t handle) {
+  absl::MutexLock lock(&subscribers_mu_);
+  subscribers_.erase(handle);
+}
+
+void JobManager::Publish(const std::string& job_id) {
+  absl::MutexLock lock(&subscribers_mu_);
+  for (auto& [handle, subscriber] : subscribers_) {
+    if (subscriber.job_id == job_id) subscriber.wake();
+  }
+}
+
 absl::StatusOr<v1::Job> JobManager::Submit(v1::JobSpec spec, const std::string& resume_from) {
   NormalizeJobSpec(spec);
   RETURN_IF_ERROR(CheckJobSpec(spec, "submitted"));
@@ -99,18 +132,22 @@ std::vector<v1::Job> JobManager::List(const std::vector<v1::Job::State>& states,
 
 absl::StatusOr<v1::Job> JobManager::Transition(const std::string& job_id,
                                                const std::function<std::string(v1::Job&)>& change) {
-  absl::MutexLock lock(&mu_);
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) return NotFound(job_id);
-  if (IsTerminal(it->second.state())) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job ", job_id, " already ended: ", v1::Job::State_Name(it->second.state()),
-        it->second.reason().empty() ? "" : absl::StrCat(" (", it->second.reason(), ")")));
+  v1::Job job;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(job_id);
+    if (it == jobs_.end()) return NotFound(job_id);
+    if (IsTerminal(it->second.state())) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job ", job_id, " already ended: ", v1::Job::State_Name(it->second.state()),
+          it->second.reason().empty() ? "" : absl::StrCat(" (", it->second.reason(), ")")));
+    }
+    job = it->second;
+    const std::string reason = change(job);
+    RETURN_IF_ERROR(Record(job, reason));
+    it->second = job;
   }
-  v1::Job job = it->second;
-  const std::string reason = change(job);
-  RETURN_IF_ERROR(Record(job, reason));
-  it->second = job;
+  Publish(job_id);
   return job;
 }
 

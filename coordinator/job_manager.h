@@ -59,6 +59,16 @@ class JobManager {
   // The job with one row per rank and its diagnoses.
   absl::StatusOr<v1::JobStatus> Status(const std::string& job_id) const;
   absl::StatusOr<std::vector<v1::JobEvent>> Events(const std::string& job_id, int64_t after_seq);
+  // Records an event that is not a state change (metrics, a diagnosis, a
+  // message): seq and time are set here; persisted before it returns.
+  absl::Status AddEvent(const std::string& job_id, v1::JobEvent event);
+
+  // Calls `wake` after every new event of `job_id` (on the recording thread,
+  // with no lock of this class held except the subscribers' own, so `wake`
+  // may call Events but must not Subscribe or Unsubscribe). Unsubscribe waits
+  // for a running `wake` to return, so after it `wake`'s captures may go.
+  int64_t Subscribe(const std::string& job_id, std::function<void()> wake);
+  void Unsubscribe(int64_t handle);
 
   static bool IsTerminal(v1::Job::State state);
 
@@ -72,6 +82,8 @@ class JobManager {
   // Persists a state change of `job` and its event.
   absl::Status Record(v1::Job& job, const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status NotFound(const std::string& job_id) const;
+  // Wakes the subscribers of `job_id`; call without mu_ held.
+  void Publish(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
 
   StateStore& state_;
   RealClock real_clock_;
@@ -80,6 +92,14 @@ class JobManager {
   std::map<std::string, v1::Job> jobs_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int64_t> last_event_seq_ ABSL_GUARDED_BY(mu_);
   int64_t next_number_ ABSL_GUARDED_BY(mu_) = 1;
+
+  struct Subscriber {
+    std::string job_id;
+    std::function<void()> wake;
+  };
+  absl::Mutex subscribers_mu_;
+  std::map<int64_t, Subscriber> subscribers_ ABSL_GUARDED_BY(subscribers_mu_);
+  int64_t next_subscriber_ ABSL_GUARDED_BY(subscribers_mu_) = 1;
 };
 
 }  // namespace chorus

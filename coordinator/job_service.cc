@@ -1,5 +1,9 @@
 #include "coordinator/job_service.h"
 
+#include <deque>
+#include <string>
+
+#include "absl/synchronization/mutex.h"
 #include "common/grpc_util.h"
 
 namespace chorus {
@@ -15,7 +19,106 @@ grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context,
   return reactor;
 }
 
+// One WatchJob call: replays the events after after_seq, then writes each new
+// one as the JobManager records it, one write at a time; finishes once every
+// event is written and the job has ended, or when the client goes away.
+class WatchReactor : public grpc::ServerWriteReactor<v1::JobEvent> {
+ public:
+  WatchReactor(JobManager& jobs, std::string job_id, int64_t after_seq)
+      : jobs_(jobs), job_id_(std::move(job_id)), last_seq_(after_seq) {
+    subscription_ = jobs_.Subscribe(job_id_, [this] { Pump(); });
+    Pump();
+  }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+    if (!ok) {
+      FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "the watcher went away"));
+      return;
+    }
+    PumpLocked();
+  }
+
+  void OnCancel() override {
+    absl::MutexLock lock(&mu_);
+    if (!writing_) FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+    cancelled_ = true;
+  }
+
+  void OnDone() override {
+    jobs_.Unsubscribe(subscription_);
+    delete this;
+  }
+
+ private:
+  void Pump() {
+    absl::MutexLock lock(&mu_);
+    PumpLocked();
+  }
+
+  void PumpLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_ || writing_) return;
+    if (cancelled_) {
+      FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+      return;
+    }
+    // The job's state is read before its events: a job's final-state event is
+    // stored before the job shows that state, so an ended job's events read
+    // afterwards include it.
+    absl::StatusOr<v1::Job> job = jobs_.Get(job_id_);
+    if (!job.ok()) {
+      FinishLocked(ToGrpcStatus(job.status()));
+      return;
+    }
+    absl::StatusOr<std::vector<v1::JobEvent>> events = jobs_.Events(job_id_, last_seq_);
+    if (!events.ok()) {
+      FinishLocked(ToGrpcStatus(events.status()));
+      return;
+    }
+    if (events->empty()) {
+      if (JobManager::IsTerminal(job->state())) FinishLocked(grpc::Status::OK);
+      return;
+    }
+    current_ = std::move(events->front());
+    last_seq_ = current_.seq();
+    writing_ = true;
+    StartWrite(&current_);
+  }
+
+  void FinishLocked(grpc::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_) return;
+    finished_ = true;
+    Finish(std::move(status));
+  }
+
+  JobManager& jobs_;
+  const std::string job_id_;
+  int64_t subscription_ = 0;
+  absl::Mutex mu_;
+  int64_t last_seq_ ABSL_GUARDED_BY(mu_);
+  v1::JobEvent current_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+};
+
 }  // namespace
+
+grpc::ServerWriteReactor<v1::JobEvent>* JobServiceImpl::WatchJob(grpc::CallbackServerContext*,
+                                                                 const v1::WatchJobRequest* request) {
+  return new WatchReactor(jobs_, request->job_id(), request->after_seq());
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::GetLogs(grpc::CallbackServerContext* context,
+                                                  const v1::GetLogsRequest* request,
+                                                  v1::GetLogsResponse* response) {
+  absl::StatusOr<v1::GetLogsResponse> logs =
+      request->max_lines() < 0
+          ? absl::StatusOr<v1::GetLogsResponse>(absl::InvalidArgumentError("max_lines must be >= 0"))
+          : scheduler_.GetLogs(*request);
+  return Answer(context, logs, [response](const v1::GetLogsResponse& r) { *response = r; });
+}
 
 grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext* context,
                                                     const v1::SubmitJobRequest* request,

@@ -1,6 +1,7 @@
-// JobService: chorus.v1.JobService over a JobManager (callback API; every
-// handler answers at once). WatchJob and ListCheckpoints answer UNIMPLEMENTED
-// until job events stream and checkpoints exist.
+// JobService: chorus.v1.JobService over a JobManager and the Scheduler
+// (callback API). Unary handlers answer at once; WatchJob streams a job's
+// events as they are recorded and ends after its final state. ListCheckpoints
+// answers UNIMPLEMENTED until checkpoints exist.
 //
 // Thread-safety: safe for concurrent calls; `jobs` and `scheduler` must
 // outlive the service.
@@ -31,6 +32,11 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   grpc::ServerUnaryReactor* GetJobStatus(grpc::CallbackServerContext* context,
                                          const v1::GetJobStatusRequest* request,
                                          v1::JobStatus* response) override;
+  grpc::ServerWriteReactor<v1::JobEvent>* WatchJob(grpc::CallbackServerContext* context,
+                                                   const v1::WatchJobRequest* request) override;
+  grpc::ServerUnaryReactor* GetLogs(grpc::CallbackServerContext* context,
+                                    const v1::GetLogsRequest* request,
+                                    v1::GetLogsResponse* response) override;
 
  private:
   JobManager& jobs_;

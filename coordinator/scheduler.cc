@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 #include "coordinator/hang_detector.h"
 #include "glog/logging.h"
 
@@ -293,16 +294,51 @@ std::vector<v1::Diagnosis> Scheduler::DiagnoseLocked(const Running& run) const {
   return DiagnoseHangs(run.hang_detection, views, clock_->Now());
 }
 
+namespace {
+
+// Identifies "the same problem" across ticks: kind, culprits and collective.
+std::string DiagnosisKey(const v1::Diagnosis& d) {
+  return absl::StrCat(v1::Diagnosis::Kind_Name(d.kind()), "/", absl::StrJoin(d.ranks(), ","), "/", d.seq());
+}
+
+}  // namespace
+
+std::map<std::string, std::vector<v1::Diagnosis>> Scheduler::TrackDiagnosesLocked() {
+  std::map<std::string, std::vector<v1::Diagnosis>> current;
+  const int64_t now_us = absl::ToUnixMicros(clock_->Now());
+  for (auto& [job_id, run] : running_) {
+    std::vector<v1::Diagnosis> diagnoses = DiagnoseLocked(run);
+    std::map<std::string, int64_t> seen;
+    for (v1::Diagnosis& d : diagnoses) {
+      const std::string key = DiagnosisKey(d);
+      auto before = run.diagnoses_seen_us.find(key);
+      const bool is_new = before == run.diagnoses_seen_us.end();
+      d.set_first_seen_us(is_new ? now_us : before->second);
+      seen[key] = d.first_seen_us();
+      if (is_new) {
+        v1::JobEvent event;
+        *event.mutable_diagnosis() = d;
+        if (absl::Status s = jobs_.AddEvent(job_id, std::move(event)); !s.ok()) {
+          LOG(ERROR) << job_id << ": could not record a diagnosis event: " << s;
+        }
+      }
+    }
+    run.diagnoses_seen_us = std::move(seen);
+    current[job_id] = std::move(diagnoses);
+  }
+  return current;
+}
+
 void Scheduler::Tick() {
   Outbox out;
   {
     absl::MutexLock lock(&mu_);
     ExpireJoinsLocked(out);
     std::vector<std::pair<std::string, std::string>> to_fail;
-    for (const auto& [job_id, run] : running_) {
-      const v1::HangDetectionSpec::Action action = run.hang_detection.action();
+    for (const auto& [job_id, diagnoses] : TrackDiagnosesLocked()) {
+      const v1::HangDetectionSpec::Action action = running_.at(job_id).hang_detection.action();
       if (action != v1::HangDetectionSpec::ABORT && action != v1::HangDetectionSpec::RESTART) continue;
-      for (const v1::Diagnosis& d : DiagnoseLocked(run)) {
+      for (const v1::Diagnosis& d : diagnoses) {
         if (d.kind() == v1::Diagnosis::STRAGGLER) continue;  // a warning only
         std::string reason = absl::StrCat("hang detection: ", v1::Diagnosis::Kind_Name(d.kind()), " ",
                                           d.message());
@@ -358,7 +394,10 @@ absl::Status Scheduler::Report(const v1::ReportRequest& report) {
                                                       report.job_id(), " now"));
   }
   if (report.rank() != 0) return absl::OkStatus();
-  return jobs_.UpdateMetrics(report.job_id(), report.metrics(), report.final());
+  RETURN_IF_ERROR(jobs_.UpdateMetrics(report.job_id(), report.metrics(), report.final()));
+  v1::JobEvent event;
+  *event.mutable_metrics() = report.metrics();
+  return jobs_.AddEvent(report.job_id(), std::move(event));
 }
 
 bool Scheduler::Heartbeat(const v1::RankHeartbeat& heartbeat) {
@@ -410,7 +449,36 @@ void Scheduler::FillStatus(const std::string& job_id, v1::JobStatus& status) con
       row->set_step_time_seconds(hb.timings().step_seconds());
     }
   }
-  for (v1::Diagnosis& d : DiagnoseLocked(it->second)) *status.add_diagnoses() = std::move(d);
+  const int64_t now_us = absl::ToUnixMicros(clock_->Now());
+  for (v1::Diagnosis& d : DiagnoseLocked(it->second)) {
+    auto seen = it->second.diagnoses_seen_us.find(DiagnosisKey(d));
+    d.set_first_seen_us(seen != it->second.diagnoses_seen_us.end() ? seen->second : now_us);
+    *status.add_diagnoses() = std::move(d);
+  }
+}
+
+void Scheduler::Logs(const std::string& agent_id, const v1::RankLogs& logs) {
+  int rank = -1;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = running_.find(logs.job_id());
+    if (it != running_.end()) {
+      for (size_t r = 0; r < it->second.ranks.size(); ++r) {
+        const Placement& p = it->second.ranks[r];
+        if (p.agent_id == agent_id && p.slot == logs.slot()) rank = static_cast<int>(r);
+      }
+    }
+  }
+  logs_.Append(logs.job_id(), rank, logs.slot(), agent_id, absl::ToUnixMicros(clock_->Now()),
+               {logs.lines().begin(), logs.lines().end()});
+}
+
+absl::StatusOr<v1::GetLogsResponse> Scheduler::GetLogs(const v1::GetLogsRequest& request) const {
+  ASSIGN_OR_RETURN(v1::Job job, jobs_.Get(request.job_id()));
+  v1::GetLogsResponse response = logs_.Get(request);
+  absl::MutexLock lock(&mu_);
+  response.set_complete(JobManager::IsTerminal(job.state()) && !running_.count(request.job_id()));
+  return response;
 }
 
 void Scheduler::set_coordinator_address(std::string address) {

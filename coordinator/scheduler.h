@@ -32,6 +32,7 @@
 #include "chorus/v1/coordinator.pb.h"
 #include "common/clock.h"
 #include "coordinator/job_manager.h"
+#include "coordinator/log_store.h"
 
 namespace chorus {
 
@@ -76,6 +77,11 @@ class Scheduler {
   void Schedule();
   // Adds one row per rank of a running job and its current diagnoses.
   void FillStatus(const std::string& job_id, v1::JobStatus& status) const;
+  // Output lines of a rank process, relayed by its agent.
+  void Logs(const std::string& agent_id, const v1::RankLogs& logs);
+  // The job's logs per `request`; `complete` once it has ended and none of its
+  // ranks is still running. NOT_FOUND for an unknown job.
+  absl::StatusOr<v1::GetLogsResponse> GetLogs(const v1::GetLogsRequest& request) const;
 
   int free_slots() const;
   // What launched ranks are told to dial (known once the server has bound).
@@ -107,6 +113,9 @@ class Scheduler {
     int64_t generation = 1;
     std::vector<Placement> ranks;  // index = rank
     int exited_ok = 0;
+    // When each current diagnosis (by DiagnosisKey) was first seen; a
+    // diagnosis becomes a job event when it first appears.
+    std::map<std::string, int64_t> diagnoses_seen_us;
   };
   // Work to do once the lock is released.
   struct Outbox {
@@ -124,7 +133,13 @@ class Scheduler {
   std::vector<v1::Diagnosis> DiagnoseLocked(const Running& run) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ExpireJoinsLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // Records new diagnoses of every running job as job events; returns the
+  // current diagnoses per job.
+  std::map<std::string, std::vector<v1::Diagnosis>> TrackDiagnosesLocked()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   JobManager& jobs_;
+  LogStore logs_;
   RealClock real_clock_;
   Clock* const clock_;
   mutable absl::Mutex mu_;

@@ -31,6 +31,9 @@ spec "kind: HANG rank: 1 at_step: 10 duration_seconds: 25" "action: REPORT stall
 up_pid=$!
 for _ in $(seq 1 300); do [[ -s "${TMP}/report/port" ]] && break; sleep 0.1; done
 addr="127.0.0.1:$(cat "${TMP}/report/port" 2>/dev/null)"
+# A watcher from the start sees the job's events, the diagnosis among them.
+"${CHORUS}" --coordinator "${addr}" watch job-000001 >"${TMP}/watch.out" 2>"${TMP}/watch.err" &
+watch_pid=$!
 found=""
 start=$(date +%s)
 for _ in $(seq 1 200); do
@@ -46,7 +49,24 @@ if [[ "${found}" == *"NEVER_JOINED rank 1 has not entered collective #"*"ranks 0
 else
   fail "no NEVER_JOINED for rank 1 in: ${status}"
 fi
+# Diagnoses become job events on the coordinator's next tick (100 ms).
+for _ in $(seq 1 50); do grep -q "NEVER_JOINED" "${TMP}/watch.out" && break; sleep 0.1; done
+out=$("${CHORUS}" --coordinator "${addr}" logs job-000001 --rank 1 2>&1); rc=$?
+[[ ${rc} -eq 0 && "${out}" == *"[rank 1] "*"job-000001: rank 1 of 2"* && "${out}" != *"[rank 0]"* ]] \
+  && pass "logs --rank 1 shows rank 1's output only" || fail "logs rc=${rc} out='${out}'"
 kill -INT "${up_pid}"; wait "${up_pid}"
+for _ in $(seq 1 100); do kill -0 "${watch_pid}" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "${watch_pid}" 2>/dev/null; then
+  fail "watch still running 10 s after the job ended"; kill -KILL "${watch_pid}"
+else
+  wait "${watch_pid}"; rc=$?
+  w=$(cat "${TMP}/watch.out")
+  [[ ${rc} -eq 1 && "${w}" == *"#1  state PENDING: submitted"* && "${w}" == *"state RUNNING"* \
+     && "${w}" == *"metrics step 5 "* && "${w}" == *"problem NEVER_JOINED rank 1 has not entered collective"* \
+     && "${w}" == *"state CANCELLED"* ]] \
+    && pass "watch streamed states, metrics and the diagnosis, and ended with the job" \
+    || fail "watch rc=${rc} out='${w}' err=$(cat "${TMP}/watch.err")"
+fi
 
 # --- ABORT: the job fails with the diagnosis, long before the 25 s hang ends
 spec "kind: HANG rank: 1 at_step: 10 duration_seconds: 25" "action: ABORT stall_after_seconds: 2" > "${TMP}/abort.textproto"

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <poll.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -25,6 +26,8 @@ namespace chorus {
 namespace {
 
 constexpr size_t kTailLines = 20;
+constexpr size_t kLogBatchLines = 256;
+constexpr absl::Duration kLogFlushInterval = absl::Milliseconds(250);
 
 
 }  // namespace
@@ -65,7 +68,9 @@ void Agent::Send(const v1::AgentMessage& message) {
     absl::MutexLock lock(&mu_);
     stream = stream_;
   }
-  if (stream == nullptr || !stream->Write(message)) {
+  // Output lines are best effort (the local log has them too); anything
+  // else lost is worth a warning.
+  if ((stream == nullptr || !stream->Write(message)) && !message.has_logs()) {
     LOG(WARNING) << "could not tell the coordinator: " << message.ShortDebugString();
   }
 }
@@ -222,28 +227,53 @@ void Agent::Launch(const v1::LaunchRanks& launch) {
 }
 
 void Agent::Monitor(std::shared_ptr<Child> child, int fd) {
+  // Output goes to the coordinator in batches: when kLogBatchLines are
+  // pending, when the process has been quiet for kLogFlushInterval, and
+  // before its exit is reported.
+  std::vector<std::string> batch;
+  auto flush = [&] {
+    if (batch.empty()) return;
+    v1::AgentMessage message;
+    v1::RankLogs* logs = message.mutable_logs();
+    logs->set_job_id(child->job_id);
+    logs->set_slot(child->slot);
+    for (std::string& line : batch) logs->add_lines(std::move(line));
+    batch.clear();
+    Send(message);
+  };
+  auto add_line = [&](std::string line) {
+    std::cerr << "[" << child->job_id << " slot " << child->slot << "] " << line << "\n";
+    {
+      absl::MutexLock lock(&child->mu);
+      child->tail.push_back(line);
+      if (child->tail.size() > kTailLines) child->tail.pop_front();
+    }
+    batch.push_back(std::move(line));
+    if (batch.size() >= kLogBatchLines) flush();
+  };
   std::string pending;
   char buffer[4096];
   while (true) {
+    pollfd p{fd, POLLIN, 0};
+    const int ready = poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(kLogFlushInterval)));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready == 0) {
+      flush();
+      continue;
+    }
     ssize_t n = read(fd, buffer, sizeof(buffer));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     pending.append(buffer, n);
     size_t newline;
     while ((newline = pending.find('\n')) != std::string::npos) {
-      std::string line = pending.substr(0, newline);
+      add_line(pending.substr(0, newline));
       pending.erase(0, newline + 1);
-      std::cerr << "[" << child->job_id << " slot " << child->slot << "] " << line << "\n";
-      absl::MutexLock lock(&child->mu);
-      child->tail.push_back(std::move(line));
-      if (child->tail.size() > kTailLines) child->tail.pop_front();
     }
   }
   close(fd);
-  if (!pending.empty()) {
-    absl::MutexLock lock(&child->mu);
-    child->tail.push_back(pending);
-  }
+  if (!pending.empty()) add_line(std::move(pending));
+  flush();
   int status = 0;
   while (waitpid(child->pid, &status, 0) < 0 && errno == EINTR) {
   }

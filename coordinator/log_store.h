@@ -1,0 +1,61 @@
+// LogStore: the output lines of each job's rank processes, as the agents
+// relay them, kept in memory for `chorus logs`.
+//
+// Each job keeps its newest `max_lines_per_job` lines (older ones are counted
+// as dropped); only the newest `max_jobs` jobs (by job id) are kept at all.
+// Lines get per-job sequence numbers from 1 so readers can page and follow.
+//
+// Thread-safety: all methods may be called concurrently.
+//
+// Example:
+//   LogStore logs;
+//   logs.Append("job-000001", /*rank=*/0, /*slot=*/0, "agent-1", now_us, {"step 10 loss 0.5"});
+//   v1::GetLogsResponse r = logs.Get(request);
+#ifndef CHORUS_COORDINATOR_LOG_STORE_H_
+#define CHORUS_COORDINATOR_LOG_STORE_H_
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "chorus/v1/coordinator.pb.h"
+
+namespace chorus {
+
+class LogStore {
+ public:
+  // Lines longer than this are cut and marked.
+  static constexpr size_t kMaxLineBytes = 4096;
+  // Lines one Get returns when the request does not say.
+  static constexpr int kDefaultMaxLines = 10000;
+
+  explicit LogStore(size_t max_lines_per_job = 20000, size_t max_jobs = 64)
+      : max_lines_per_job_(max_lines_per_job), max_jobs_(max_jobs) {}
+
+  void Append(const std::string& job_id, int rank, int slot, const std::string& agent_id,
+              int64_t time_us, const std::vector<std::string>& lines);
+  // Lines of request.job_id per the request; `complete` is left false (the
+  // caller knows whether the job can still write). An unknown job gives an
+  // empty answer: it may not have written anything yet.
+  v1::GetLogsResponse Get(const v1::GetLogsRequest& request) const;
+
+ private:
+  struct JobLogs {
+    std::deque<v1::LogLine> lines;
+    int64_t next_seq = 1;
+    int64_t dropped = 0;
+  };
+
+  const size_t max_lines_per_job_;
+  const size_t max_jobs_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, JobLogs> jobs_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace chorus
+
+#endif  // CHORUS_COORDINATOR_LOG_STORE_H_

@@ -1,0 +1,88 @@
+#include "coordinator/log_store.h"
+
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace chorus {
+namespace {
+
+std::vector<std::string> Texts(const v1::GetLogsResponse& r) {
+  std::vector<std::string> out;
+  for (const v1::LogLine& l : r.lines()) out.push_back(l.text());
+  return out;
+}
+
+v1::GetLogsRequest Request(const std::string& job, int64_t after = 0) {
+  v1::GetLogsRequest r;
+  r.set_job_id(job);
+  r.set_after_seq(after);
+  return r;
+}
+
+TEST(LogStoreTest, LinesComeBackInOrderWithSeqAndRankAndFollowFromNextSeq) {
+  LogStore logs;
+  logs.Append("job-1", 0, 0, "agent-1", 100, {"a0", "a1"});
+  logs.Append("job-1", 1, 1, "agent-1", 200, {"b0"});
+  logs.Append("job-2", 0, 0, "agent-1", 300, {"other job"});
+  v1::GetLogsResponse all = logs.Get(Request("job-1"));
+  EXPECT_EQ(Texts(all), (std::vector<std::string>{"a0", "a1", "b0"}));
+  EXPECT_EQ(all.lines(2).rank(), 1);
+  EXPECT_EQ(all.lines(2).seq(), 3);
+  EXPECT_EQ(all.lines(2).time_us(), 200);
+  EXPECT_EQ(all.next_seq(), 3);
+
+  v1::GetLogsRequest rank0 = Request("job-1");
+  rank0.set_rank(0);
+  EXPECT_EQ(Texts(logs.Get(rank0)), (std::vector<std::string>{"a0", "a1"}));
+
+  // Following: nothing new, then exactly the new line.
+  EXPECT_TRUE(logs.Get(Request("job-1", all.next_seq())).lines().empty());
+  logs.Append("job-1", 0, 0, "agent-1", 400, {"a2"});
+  v1::GetLogsResponse next = logs.Get(Request("job-1", all.next_seq()));
+  EXPECT_EQ(Texts(next), (std::vector<std::string>{"a2"}));
+  EXPECT_EQ(next.next_seq(), 4);
+  // A rank filter still advances past the other ranks' lines.
+  v1::GetLogsRequest rank1 = Request("job-1", 3);
+  rank1.set_rank(1);
+  EXPECT_TRUE(logs.Get(rank1).lines().empty());
+  EXPECT_EQ(logs.Get(rank1).next_seq(), 4);
+
+  EXPECT_TRUE(logs.Get(Request("job-9")).lines().empty());
+}
+
+TEST(LogStoreTest, PagesTailsAndBoundsMemory) {
+  LogStore logs(/*max_lines_per_job=*/5, /*max_jobs=*/2);
+  logs.Append("job-1", 0, 0, "a", 1, {"1", "2", "3", "4", "5", "6", "7"});
+  v1::GetLogsResponse kept = logs.Get(Request("job-1"));
+  EXPECT_EQ(Texts(kept), (std::vector<std::string>{"3", "4", "5", "6", "7"}));
+  EXPECT_EQ(kept.dropped(), 2);
+
+  v1::GetLogsRequest page = Request("job-1");
+  page.set_max_lines(2);
+  v1::GetLogsResponse first = logs.Get(page);
+  EXPECT_EQ(Texts(first), (std::vector<std::string>{"3", "4"}));
+  page.set_after_seq(first.next_seq());
+  EXPECT_EQ(Texts(logs.Get(page)), (std::vector<std::string>{"5", "6"}));
+
+  v1::GetLogsRequest tail = Request("job-1");
+  tail.set_max_lines(2);
+  tail.set_tail(true);
+  v1::GetLogsResponse last = logs.Get(tail);
+  EXPECT_EQ(Texts(last), (std::vector<std::string>{"6", "7"}));
+  EXPECT_EQ(last.next_seq(), 7);
+
+  logs.Append("job-1", 0, 0, "a", 1, {std::string(5000, 'x')});
+  v1::GetLogsResponse cut = logs.Get(Request("job-1", 7));
+  ASSERT_EQ(cut.lines_size(), 1);
+  EXPECT_EQ(cut.lines(0).text().size(), LogStore::kMaxLineBytes + std::string(" [line cut at 4096 bytes]").size());
+
+  logs.Append("job-2", 0, 0, "a", 1, {"two"});
+  logs.Append("job-3", 0, 0, "a", 1, {"three"});
+  EXPECT_TRUE(logs.Get(Request("job-1")).lines().empty()) << "the oldest job's logs go first";
+  EXPECT_EQ(Texts(logs.Get(Request("job-3"))), (std::vector<std::string>{"three"}));
+}
+
+}  // namespace
+}  // namespace chorus
