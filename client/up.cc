@@ -135,7 +135,12 @@ void AddUpCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) {
       if (port.empty()) absl::SleepFor(absl::Milliseconds(50));
     }
     pid_t worker = -1;
+    std::unique_ptr<v1::JobService::Stub> stub;
     auto teardown = [&] {
+      // Our idle connection goes first: a stopping coordinator waits for its
+      // clients to close, and an idle client channel may not notice for
+      // seconds.
+      stub.reset();
       Terminate(worker, absl::Seconds(15));
       Terminate(coordinator, absl::Seconds(10));
       if (temporary) std::filesystem::remove_all(dir);
@@ -153,7 +158,7 @@ void AddUpCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) {
                     "--threads_per_rank", std::to_string(spec->resources().threads_per_rank())},
                    dir + "/worker.log");
 
-    auto stub = JobStub(local_global);
+    stub = JobStub(local_global);
     v1::SubmitJobRequest submit;
     *submit.mutable_spec() = *spec;
     v1::SubmitJobResponse submitted;
