@@ -14,6 +14,12 @@ namespace chorus::client {
 struct GlobalOptions {
   std::string coordinator = "127.0.0.1:29650";
   double timeout_seconds = 5;
+  // Credentials (common/auth.h); empty ones fall back to CHORUS_TOKEN,
+  // CHORUS_TOKEN_FILE, CHORUS_TLS_CA, CHORUS_TLS_CERT, CHORUS_TLS_KEY.
+  std::string token_file;
+  std::string tls_ca;
+  std::string tls_cert;
+  std::string tls_key;
 };
 
 inline constexpr int kExitOk = 0;

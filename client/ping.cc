@@ -4,6 +4,7 @@
 
 #include "absl/time/time.h"
 #include "client/commands.h"
+#include "client/rpc.h"
 #include "common/grpc_util.h"
 
 namespace chorus::client {
@@ -14,6 +15,7 @@ void AddPingCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) 
       "Ask the coordinator's health service whether it is serving. Prints SERVING and exits "
       "0, or says why not and exits 1.");
   cmd->callback([&global, &exit_code] {
+    ConfigureSecurity(global);
     auto status = CheckHealth(global.coordinator, absl::Seconds(global.timeout_seconds));
     if (!status.ok()) {
       std::cerr << "chorus ping: " << status.status().message()

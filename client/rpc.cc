@@ -6,13 +6,28 @@
 #include <iostream>
 
 #include "absl/time/time.h"
+#include "common/auth.h"
 #include "common/grpc_util.h"
 #include "common/job_spec.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace chorus::client {
 
+void ConfigureSecurity(const GlobalOptions& global) {
+  static bool configured = false;
+  if (configured) return;
+  absl::StatusOr<ClientSecurity> security =
+      LoadClientSecurity(global.token_file, global.tls_ca, global.tls_cert, global.tls_key);
+  if (!security.ok()) {
+    std::cerr << "chorus: " << security.status().message() << "\n";
+    std::exit(kExitBadInput);
+  }
+  ConfigureClient(*std::move(security));
+  configured = true;
+}
+
 std::unique_ptr<v1::JobService::Stub> JobStub(const GlobalOptions& global) {
+  ConfigureSecurity(global);
   return v1::JobService::NewStub(MakeCoordinatorChannel(global.coordinator));
 }
 

@@ -15,6 +15,10 @@
 
 namespace chorus::client {
 
+// Loads the credentials `global` names (once per process) for every channel
+// made afterwards. On a bad file it prints the problem and exits with 2.
+void ConfigureSecurity(const GlobalOptions& global);
+// A JobService stub for --coordinator, with the credentials configured.
 std::unique_ptr<v1::JobService::Stub> JobStub(const GlobalOptions& global);
 // Every call carries the --timeout deadline.
 void SetDeadline(grpc::ClientContext& context, const GlobalOptions& global);

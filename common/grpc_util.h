@@ -23,7 +23,13 @@ namespace chorus {
 absl::Status FromGrpcStatus(const grpc::Status& status);
 grpc::Status ToGrpcStatus(const absl::Status& status);
 
-// A channel to the coordinator at `address` (HOST:PORT), plaintext.
+// Largest message either side of a coordinator channel accepts (store values
+// are limited to 16 MB; checkpoint chunks are far smaller).
+inline constexpr int kMaxCoordinatorMessageBytes = 32 << 20;
+
+// A channel to the coordinator at `address` (HOST:PORT) with this process's
+// client security (common/auth.h: TLS if a CA is configured, a bearer token
+// on every call if one is).
 std::shared_ptr<grpc::Channel> MakeCoordinatorChannel(const std::string& address);
 
 // Asks the coordinator's grpc.health.v1 service for the server's status.

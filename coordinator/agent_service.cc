@@ -140,18 +140,27 @@ class HeartbeatStream : public grpc::ServerBidiReactor<v1::RankHeartbeat, v1::Di
 }  // namespace
 
 grpc::ServerBidiReactor<v1::RankHeartbeat, v1::Directive>* RankServiceImpl::Heartbeat(
-    grpc::CallbackServerContext* /*context*/) {
+    grpc::CallbackServerContext* context) {
+  if (absl::Status s = auth_.Check(context->client_metadata(), Role::kWorker); !s.ok()) {
+    return new RejectedStream<v1::RankHeartbeat, v1::Directive>(s);
+  }
   return new HeartbeatStream(scheduler_);
 }
 
 grpc::ServerBidiReactor<v1::AgentMessage, v1::CoordinatorMessage>* AgentServiceImpl::Connect(
-    grpc::CallbackServerContext* /*context*/) {
+    grpc::CallbackServerContext* context) {
+  if (absl::Status s = auth_.Check(context->client_metadata(), Role::kWorker); !s.ok()) {
+    return new RejectedStream<v1::AgentMessage, v1::CoordinatorMessage>(s);
+  }
   return new AgentStream(scheduler_);
 }
 
 grpc::ServerUnaryReactor* RankServiceImpl::Join(grpc::CallbackServerContext* context,
                                                 const v1::JoinRequest* request,
                                                 v1::JoinResponse* response) {
+  if (absl::Status s = auth_.Check(context->client_metadata(), Role::kWorker); !s.ok()) {
+    return Reject(context, s);
+  }
   auto* reactor = new DeferredReactor<v1::JoinResponse>(response);
   const absl::Time client_deadline = absl::FromChrono(context->deadline());
   const absl::Time deadline = std::min(client_deadline, absl::Now() + kMaxJoinWait);
@@ -162,6 +171,9 @@ grpc::ServerUnaryReactor* RankServiceImpl::Join(grpc::CallbackServerContext* con
 grpc::ServerUnaryReactor* RankServiceImpl::Report(grpc::CallbackServerContext* context,
                                                   const v1::ReportRequest* request,
                                                   v1::ReportResponse* /*response*/) {
+  if (absl::Status s = auth_.Check(context->client_metadata(), Role::kWorker); !s.ok()) {
+    return Reject(context, s);
+  }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(ToGrpcStatus(scheduler_.Report(*request)));
   return reactor;

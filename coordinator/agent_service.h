@@ -15,18 +15,22 @@
 #define CHORUS_COORDINATOR_AGENT_SERVICE_H_
 
 #include "chorus/v1/coordinator.grpc.pb.h"
+#include "coordinator/auth_guard.h"
 #include "coordinator/scheduler.h"
 
 namespace chorus {
 
 class AgentServiceImpl final : public v1::AgentService::CallbackService {
  public:
-  explicit AgentServiceImpl(Scheduler& scheduler) : scheduler_(scheduler) {}
+  // Calls need a worker (or admin) token when `auth` is enabled.
+  explicit AgentServiceImpl(Scheduler& scheduler, const TokenAuthorizer& auth = AllowAll())
+      : scheduler_(scheduler), auth_(auth) {}
   grpc::ServerBidiReactor<v1::AgentMessage, v1::CoordinatorMessage>* Connect(
       grpc::CallbackServerContext* context) override;
 
  private:
   Scheduler& scheduler_;
+  const TokenAuthorizer& auth_;
 };
 
 class RankServiceImpl final : public v1::RankService::CallbackService {
@@ -34,7 +38,8 @@ class RankServiceImpl final : public v1::RankService::CallbackService {
   // Longest a Join may wait for its generation.
   static constexpr absl::Duration kMaxJoinWait = absl::Minutes(30);
 
-  explicit RankServiceImpl(Scheduler& scheduler) : scheduler_(scheduler) {}
+  explicit RankServiceImpl(Scheduler& scheduler, const TokenAuthorizer& auth = AllowAll())
+      : scheduler_(scheduler), auth_(auth) {}
   grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* context,
                                  const v1::JoinRequest* request,
                                  v1::JoinResponse* response) override;
@@ -46,6 +51,7 @@ class RankServiceImpl final : public v1::RankService::CallbackService {
 
  private:
   Scheduler& scheduler_;
+  const TokenAuthorizer& auth_;
 };
 
 }  // namespace chorus

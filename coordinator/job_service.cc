@@ -105,14 +105,20 @@ class WatchReactor : public grpc::ServerWriteReactor<v1::JobEvent> {
 
 }  // namespace
 
-grpc::ServerWriteReactor<v1::JobEvent>* JobServiceImpl::WatchJob(grpc::CallbackServerContext*,
+grpc::ServerWriteReactor<v1::JobEvent>* JobServiceImpl::WatchJob(grpc::CallbackServerContext* context,
                                                                  const v1::WatchJobRequest* request) {
+  if (absl::Status s = auth_.Check(context->client_metadata(), Role::kAdmin); !s.ok()) {
+    return new RejectedWriter<v1::JobEvent>(s);
+  }
   return new WatchReactor(jobs_, request->job_id(), request->after_seq());
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::GetLogs(grpc::CallbackServerContext* context,
                                                   const v1::GetLogsRequest* request,
                                                   v1::GetLogsResponse* response) {
+  if (absl::Status s = auth_.Check(context->client_metadata(), Role::kAdmin); !s.ok()) {
+    return Reject(context, s);
+  }
   absl::StatusOr<v1::GetLogsResponse> logs =
       request->max_lines() < 0
           ? absl::StatusOr<v1::GetLogsResponse>(absl::InvalidArgumentError("max_lines must be >= 0"))
@@ -123,6 +129,9 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetLogs(grpc::CallbackServerContext* c
 grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext* context,
                                                     const v1::SubmitJobRequest* request,
                                                     v1::SubmitJobResponse* response) {
+  if (absl::Status s = auth_.Check(context->client_metadata(), Role::kAdmin); !s.ok()) {
+    return Reject(context, s);
+  }
   absl::StatusOr<v1::Job> job = jobs_.Submit(request->spec(), request->resume_from());
   if (job.ok()) scheduler_.Schedule();
   return Answer(context, job,
@@ -132,6 +141,9 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* context,
                                                  const v1::GetJobRequest* request,
                                                  v1::Job* response) {
+  if (absl::Status s = auth_.Check(context->client_metadata(), Role::kAdmin); !s.ok()) {
+    return Reject(context, s);
+  }
   return Answer(context, jobs_.Get(request->job_id()),
                 [response](const v1::Job& job) { *response = job; });
 }
@@ -139,6 +151,9 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* co
 grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* context,
                                                    const v1::ListJobsRequest* request,
                                                    v1::ListJobsResponse* response) {
+  if (absl::Status s = auth_.Check(context->client_metadata(), Role::kAdmin); !s.ok()) {
+    return Reject(context, s);
+  }
   std::vector<v1::Job::State> states;
   for (int s : request->states()) states.push_back(static_cast<v1::Job::State>(s));
   absl::StatusOr<std::vector<v1::Job>> jobs =
@@ -153,6 +168,9 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext* context,
                                                     const v1::CancelJobRequest* request,
                                                     v1::CancelJobResponse* response) {
+  if (absl::Status s = auth_.Check(context->client_metadata(), Role::kAdmin); !s.ok()) {
+    return Reject(context, s);
+  }
   return Answer(context, scheduler_.Cancel(request->job_id(), request->reason()),
                 [response](const v1::Job& job) { *response->mutable_job() = job; });
 }
@@ -160,6 +178,9 @@ grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* JobServiceImpl::GetJobStatus(grpc::CallbackServerContext* context,
                                                        const v1::GetJobStatusRequest* request,
                                                        v1::JobStatus* response) {
+  if (absl::Status s = auth_.Check(context->client_metadata(), Role::kAdmin); !s.ok()) {
+    return Reject(context, s);
+  }
   absl::StatusOr<v1::JobStatus> status = jobs_.Status(request->job_id());
   if (status.ok()) scheduler_.FillStatus(request->job_id(), *status);
   return Answer(context, status, [response](const v1::JobStatus& s) { *response = s; });

@@ -9,6 +9,7 @@
 #define CHORUS_COORDINATOR_JOB_SERVICE_H_
 
 #include "chorus/v1/coordinator.grpc.pb.h"
+#include "coordinator/auth_guard.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/scheduler.h"
 
@@ -16,7 +17,9 @@ namespace chorus {
 
 class JobServiceImpl final : public v1::JobService::CallbackService {
  public:
-  JobServiceImpl(JobManager& jobs, Scheduler& scheduler) : jobs_(jobs), scheduler_(scheduler) {}
+  // Every call needs an admin token when `auth` is enabled.
+  JobServiceImpl(JobManager& jobs, Scheduler& scheduler, const TokenAuthorizer& auth = AllowAll())
+      : jobs_(jobs), scheduler_(scheduler), auth_(auth) {}
 
   grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* context,
                                       const v1::SubmitJobRequest* request,
@@ -41,6 +44,7 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
  private:
   JobManager& jobs_;
   Scheduler& scheduler_;
+  const TokenAuthorizer& auth_;
 };
 
 }  // namespace chorus

@@ -37,8 +37,18 @@ int main(int argc, char** argv) {
   std::string port_file;
   int verbosity = 0;
   app.add_option("--listen", options.listen,
-                 "HOST:PORT to serve on; port 0 picks a free one. Loopback only.")
+                 "HOST:PORT to serve on; port 0 picks a free one. A non-loopback address needs "
+                 "--token_file.")
       ->capture_default_str();
+  app.add_option("--token_file", options.token_file,
+                 "Require bearer tokens: a file of lines \"admin TOKEN\" (submit, cancel, "
+                 "status, logs, everything) and \"worker TOKEN\" (agents, ranks, store).");
+  app.add_option("--tls_cert", options.tls_cert, "PEM certificate: serve TLS (with --tls_key).");
+  app.add_option("--tls_key", options.tls_key, "PEM private key of --tls_cert.");
+  app.add_option("--tls_client_ca", options.tls_client_ca,
+                 "PEM CA bundle: require client certificates signed by it (mTLS).");
+  app.add_flag("--enable_reflection", options.enable_reflection,
+               "Serve gRPC server reflection (for grpcurl and similar tools).");
   app.add_option("--state_dir", options.state_dir,
                  "Directory for durable state; created if missing, locked while running.")
       ->capture_default_str();

@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <utility>
 
@@ -16,7 +18,10 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
+#include "grpcpp/security/server_credentials.h"
+#include "common/auth.h"
 #include "coordinator/agent_service.h"
 #include "coordinator/health_service.h"
 #include "coordinator/scheduler.h"
@@ -67,6 +72,40 @@ absl::StatusOr<int> LockStateDir(const std::string& dir) {
   return fd;
 }
 
+absl::StatusOr<std::string> ReadPem(const std::string& path, const std::string& flag) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::InvalidArgumentError(absl::StrCat(flag, " ", path, ": cannot read it"));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  if (buffer.str().find("-----BEGIN") == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " ", path, ": not a PEM file"));
+  }
+  return buffer.str();
+}
+
+// Plaintext, TLS (--tls_cert/--tls_key) or mTLS (plus --tls_client_ca).
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const ServerOptions& options) {
+  if (options.tls_cert.empty() != options.tls_key.empty()) {
+    return absl::InvalidArgumentError("--tls_cert and --tls_key go together");
+  }
+  if (options.tls_cert.empty()) {
+    if (!options.tls_client_ca.empty()) {
+      return absl::InvalidArgumentError("--tls_client_ca needs --tls_cert and --tls_key");
+    }
+    return grpc::InsecureServerCredentials();
+  }
+  grpc::SslServerCredentialsOptions tls;
+  grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+  ASSIGN_OR_RETURN(pair.cert_chain, ReadPem(options.tls_cert, "--tls_cert"));
+  ASSIGN_OR_RETURN(pair.private_key, ReadPem(options.tls_key, "--tls_key"));
+  tls.pem_key_cert_pairs.push_back(std::move(pair));
+  if (!options.tls_client_ca.empty()) {
+    ASSIGN_OR_RETURN(tls.pem_root_certs, ReadPem(options.tls_client_ca, "--tls_client_ca"));
+    tls.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  return grpc::SslServerCredentials(tls);
+}
+
 }  // namespace
 
 absl::Status ParseHostPort(const std::string& address, const std::string& flag,
@@ -104,12 +143,23 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   std::string host;
   int requested_port = 0;
   RETURN_IF_ERROR(ParseHostPort(options.listen, "--listen", &host, &requested_port));
-  if (!IsLoopbackHost(host)) {
+  auto auth = std::make_unique<TokenAuthorizer>();
+  if (!options.token_file.empty()) {
+    ASSIGN_OR_RETURN(TokenAuthorizer loaded, TokenAuthorizer::FromFile(options.token_file));
+    *auth = std::move(loaded);
+  }
+  if (!IsLoopbackHost(host) && !auth->enabled()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--listen ", options.listen,
-        ": only loopback addresses (127.0.0.1, ::1, localhost) are accepted, because this "
-        "build has no token authentication yet and an open coordinator would let anyone "
-        "on the network run code on your workers"));
+        ": a coordinator reachable from other machines must check who calls it, or anyone on "
+        "the network could run code on your workers. Pass --token_file FILE with lines "
+        "\"admin TOKEN\" and \"worker TOKEN\" (and --tls_cert/--tls_key so tokens do not travel "
+        "in the clear), or listen on 127.0.0.1"));
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials, ServerCredentials(options));
+  if (!IsLoopbackHost(host) && options.tls_cert.empty()) {
+    LOG(WARNING) << "--listen " << options.listen
+                 << " without TLS: tokens and training data cross the network in plaintext";
   }
   ASSIGN_OR_RETURN(int lock_fd, LockStateDir(options.state_dir));
   absl::StatusOr<std::unique_ptr<StateStore>> state = StateStore::Open(options.state_dir);
@@ -126,16 +176,17 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     LOG(WARNING) << n << " job(s) were running when the coordinator last stopped; marked FAILED";
   }
   auto scheduler = std::make_unique<Scheduler>(**jobs, nullptr, "");
-  auto job_service = std::make_unique<JobServiceImpl>(**jobs, *scheduler);
-  auto agent_service = std::make_unique<AgentServiceImpl>(*scheduler);
-  auto rank_service = std::make_unique<RankServiceImpl>(*scheduler);
+  auto job_service = std::make_unique<JobServiceImpl>(**jobs, *scheduler, *auth);
+  auto agent_service = std::make_unique<AgentServiceImpl>(*scheduler, *auth);
+  auto rank_service = std::make_unique<RankServiceImpl>(*scheduler, *auth);
 
   auto health = std::make_unique<HealthService>();
   auto kv = std::make_unique<KeyValueStore>();
-  auto store_service = std::make_unique<StoreServiceImpl>(*kv);
+  auto store_service = std::make_unique<StoreServiceImpl>(*kv, *auth);
+  if (options.enable_reflection) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int bound_port = 0;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &bound_port);
+  builder.AddListeningPort(options.listen, credentials, &bound_port);
   // gRPC sets SO_REUSEPORT by default, which would let a second coordinator
   // bind the same port and silently take half the calls.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
@@ -156,10 +207,14 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   std::string dial_host = host.find(':') != std::string::npos ? "[" + host + "]" : host;
   std::string address = absl::StrCat(dial_host, ":", bound_port);
   health->SetStatus("", grpc::health::v1::HealthCheckResponse::SERVING);
-  LOG(INFO) << "coordinator listening on " << address << ", state in " << options.state_dir;
+  LOG(INFO) << "coordinator listening on " << address << (options.tls_cert.empty() ? "" : " (TLS")
+            << (options.tls_client_ca.empty() ? "" : ", client certificates required")
+            << (options.tls_cert.empty() ? "" : ")")
+            << (auth->enabled() ? ", tokens required" : "") << ", state in " << options.state_dir;
   auto coordinator = std::unique_ptr<CoordinatorServer>(new CoordinatorServer(
       std::move(health), std::move(kv), std::move(store_service), std::move(server), bound_port,
       std::move(address), lock_fd));
+  coordinator->auth_ = std::move(auth);
   coordinator->state_ = std::move(*state);
   coordinator->jobs_ = std::move(*jobs);
   coordinator->scheduler_ = std::move(scheduler);

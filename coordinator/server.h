@@ -37,6 +37,7 @@ class Server;
 namespace chorus {
 
 class AgentServiceImpl;
+class TokenAuthorizer;
 class HealthService;
 class JobManager;
 class RankServiceImpl;
@@ -51,11 +52,20 @@ class StoreServiceImpl;
 inline constexpr int kMaxMessageBytes = 32 << 20;
 
 struct ServerOptions {
-  // host:port; port 0 picks a free port. Only loopback hosts are accepted
-  // until token authentication exists (DESIGN.md §5: secure by default).
+  // host:port; port 0 picks a free port. A non-loopback host needs
+  // token_file (DESIGN.md §5: secure by default).
   std::string listen = "127.0.0.1:29650";
   // Created if missing; must be writable; locked for this process's lifetime.
   std::string state_dir;
+  // "ROLE TOKEN" lines (common/auth.h); empty = no authentication.
+  std::string token_file;
+  // PEM server certificate and key: serve TLS instead of plaintext.
+  std::string tls_cert;
+  std::string tls_key;
+  // PEM CA bundle: require client certificates it signed (mTLS).
+  std::string tls_client_ca;
+  // Serve gRPC server reflection (service and message descriptors).
+  bool enable_reflection = false;
 };
 
 // Splits "host:port" / "[v6]:port". INVALID_ARGUMENT naming `flag` otherwise.
@@ -95,6 +105,7 @@ class CoordinatorServer {
                     int lock_fd);
 
   // Services are declared before server_ so that they outlive it.
+  std::unique_ptr<TokenAuthorizer> auth_;
   std::unique_ptr<StateStore> state_;
   std::unique_ptr<JobManager> jobs_;
   std::unique_ptr<Scheduler> scheduler_;

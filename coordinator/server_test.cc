@@ -1,6 +1,7 @@
 #include "coordinator/server.h"
 
 #include <cstdlib>
+#include <fstream>
 #include <string>
 
 #include "gmock/gmock.h"
@@ -72,7 +73,27 @@ TEST(CoordinatorServerTest, RefusesNonLoopbackAndBadAddresses) {
   auto open = CoordinatorServer::Start(options);
   ASSERT_FALSE(open.ok());
   EXPECT_EQ(open.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(open.status().message(), HasSubstr("only loopback addresses"));
+  EXPECT_THAT(open.status().message(), HasSubstr("Pass --token_file FILE"));
+
+  // With tokens, listening on every interface is allowed (only loopback
+  // traffic is sent here).
+  const std::string tokens = TempDir("tokens");
+  std::ofstream(tokens) << "admin admin-token-0123456789\nworker worker-token-0123456789\n";
+  options.token_file = tokens;
+  options.state_dir = TempDir("open_with_tokens");
+  auto guarded = CoordinatorServer::Start(options);
+  ASSERT_TRUE(guarded.ok()) << guarded.status();
+  EXPECT_GT((*guarded)->port(), 0);
+  grpc::Status status;
+  EXPECT_EQ(Ping("127.0.0.1:" + std::to_string((*guarded)->port()), &status),
+            grpc::health::v1::HealthCheckResponse::SERVING)
+      << "the health service needs no token";
+  (*guarded)->Shutdown(absl::ZeroDuration());
+  (*guarded)->Wait();
+  options.token_file = "/nonexistent/tokens";
+  EXPECT_EQ(CoordinatorServer::Start(options).status().code(), absl::StatusCode::kNotFound);
+  options.token_file.clear();
+  options.state_dir = TempDir("refuse");
 
   options.listen = "127.0.0.1";
   auto no_port = CoordinatorServer::Start(options);

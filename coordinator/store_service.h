@@ -8,6 +8,7 @@
 #define CHORUS_COORDINATOR_STORE_SERVICE_H_
 
 #include "chorus/v1/coordinator.grpc.pb.h"
+#include "coordinator/auth_guard.h"
 #include "coordinator/key_value_store.h"
 
 namespace chorus {
@@ -17,7 +18,9 @@ class StoreServiceImpl final : public v1::StoreService::CallbackService {
   // Longest wait a client may ask for.
   static constexpr double kMaxWaitSeconds = 3600;
 
-  explicit StoreServiceImpl(KeyValueStore& store) : store_(store) {}
+  // Calls need a worker (or admin) token when `auth` is enabled.
+  explicit StoreServiceImpl(KeyValueStore& store, const TokenAuthorizer& auth = AllowAll())
+      : store_(store), auth_(auth) {}
 
   grpc::ServerUnaryReactor* Set(grpc::CallbackServerContext* context,
                                 const v1::StoreSetRequest* request,
@@ -34,6 +37,7 @@ class StoreServiceImpl final : public v1::StoreService::CallbackService {
 
  private:
   KeyValueStore& store_;
+  const TokenAuthorizer& auth_;
 };
 
 }  // namespace chorus

@@ -29,8 +29,9 @@ readonly PACKAGES=(
   dataset-fashion-mnist
   # PyTorch for TorchScript fixtures and reference runs (/usr/bin/python3).
   python3-torch
-  # Network namespaces for multi-host tests.
+  # Network namespaces for multi-host tests; a throwaway CA for the TLS tests.
   iproute2
+  openssl
 )
 
 die() { echo "setup.sh: error: $*" >&2; exit 1; }

@@ -52,9 +52,9 @@ out=$("${COORDINATOR}" --listen 127.0.0.1:0 --state_dir "${TMP}/state" 2>&1); rc
 [[ ${rc} -ne 0 && "${out}" == *"in use by another coordinator (pid ${coordinator_pid})"* ]] \
   && pass "state dir lock" || fail "second coordinator rc=${rc} out='${out}'"
 
-# --- a non-loopback address is refused
+# --- a non-loopback address without tokens is refused, saying what to pass
 out=$("${COORDINATOR}" --listen 0.0.0.0:0 --state_dir "${TMP}/state2" 2>&1); rc=$?
-[[ ${rc} -ne 0 && "${out}" == *"only loopback addresses"* ]] && pass "loopback only" \
+[[ ${rc} -ne 0 && "${out}" == *"Pass --token_file FILE"* ]] && pass "non-loopback needs tokens" \
   || fail "0.0.0.0 rc=${rc} out='${out}'"
 
 # --- the worker registers with the coordinator and stops cleanly on SIGTERM

@@ -5,11 +5,15 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "CLI/CLI.hpp"
+#include "common/auth.h"
 #include "common/device.h"
 #include "common/logging.h"
 #include "common/version.h"
@@ -26,6 +30,10 @@ struct AgentFlags {
   std::string host;
   double connect_timeout_seconds = 30;
   std::string rank_binary;
+  std::string token_file;
+  std::string tls_ca;
+  std::string tls_cert;
+  std::string tls_key;
   int verbosity = 0;
 };
 
@@ -67,6 +75,12 @@ int main(int argc, char** argv) {
                  "Seconds to wait for the coordinator to answer at startup.")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_option("--token_file", flags.token_file,
+                 "File holding a worker (or admin) token, for a coordinator started with "
+                 "--token_file (or set CHORUS_TOKEN / CHORUS_TOKEN_FILE). Ranks get it too.");
+  app.add_option("--tls_ca", flags.tls_ca, "PEM CA bundle to verify a TLS coordinator (or CHORUS_TLS_CA).");
+  app.add_option("--tls_cert", flags.tls_cert, "PEM client certificate for mTLS (or CHORUS_TLS_CERT).");
+  app.add_option("--tls_key", flags.tls_key, "PEM key of --tls_cert (or CHORUS_TLS_KEY).");
   app.add_option("-v,--verbosity", flags.verbosity, "glog VLOG level.")->capture_default_str();
   app.set_version_flag("--version", std::string(chorus::kVersion));
   try {
@@ -83,6 +97,22 @@ int main(int argc, char** argv) {
     std::cerr << "chorus-worker: " << s.message() << "\n";
     return 2;
   }
+  absl::StatusOr<chorus::ClientSecurity> security =
+      chorus::LoadClientSecurity(flags.token_file, flags.tls_ca, flags.tls_cert, flags.tls_key);
+  if (!security.ok()) {
+    std::cerr << "chorus-worker: " << security.status().message() << "\n";
+    return 2;
+  }
+  // Rank processes inherit the environment: they present the same
+  // credentials (the token by value, TLS files by absolute path).
+  if (!security->token.empty()) setenv("CHORUS_TOKEN", security->token.c_str(), 1);
+  unsetenv("CHORUS_TOKEN_FILE");
+  for (const auto& [flag, env] : {std::pair{&flags.tls_ca, "CHORUS_TLS_CA"}, std::pair{&flags.tls_cert, "CHORUS_TLS_CERT"},
+                                  std::pair{&flags.tls_key, "CHORUS_TLS_KEY"}}) {
+    if (!flag->empty()) setenv(env, std::filesystem::absolute(*flag).c_str(), 1);
+  }
+  chorus::ConfigureClient(*std::move(security));
+
   chorus::AgentOptions agent_options;
   agent_options.coordinator = flags.coordinator;
   agent_options.slots = flags.slots;

@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "chorus/v1/coordinator.grpc.pb.h"
+#include "common/auth.h"
 #include "common/grpc_util.h"
 #include "common/logging.h"
 #include "glog/logging.h"
@@ -128,6 +129,11 @@ int Run() {
     return Fail("CHORUS_COORDINATOR, CHORUS_JOB_ID, CHORUS_GENERATION and CHORUS_SLOT must be set; "
                 "chorus-rank is started by chorus-worker, not by hand");
   }
+  // Credentials come from the agent through the environment (CHORUS_TOKEN,
+  // CHORUS_TLS_CA, CHORUS_TLS_CERT, CHORUS_TLS_KEY).
+  absl::StatusOr<ClientSecurity> security = LoadClientSecurity("", "", "", "");
+  if (!security.ok()) return Fail(std::string(security.status().message()));
+  ConfigureClient(*std::move(security));
   auto channel = MakeCoordinatorChannel(coordinator);
   auto ranks = v1::RankService::NewStub(channel);
 

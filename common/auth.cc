@@ -1,0 +1,166 @@
+#include "common/auth.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace chorus {
+namespace {
+
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path, const std::string& what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat(what, " ", path, ": cannot read it"));
+  }
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+// Lines without comments and surrounding blanks, skipping empty ones.
+std::vector<std::pair<int, std::string>> ContentLines(absl::string_view text) {
+  std::vector<std::pair<int, std::string>> out;
+  int number = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    ++number;
+    line = line.substr(0, line.find('#'));
+    line = absl::StripAsciiWhitespace(line);
+    if (!line.empty()) out.emplace_back(number, std::string(line));
+  }
+  return out;
+}
+
+// Compares without stopping at the first difference, so the time taken does
+// not tell how much of a guessed token was right.
+bool SameToken(absl::string_view a, absl::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+ClientSecurity& GlobalClientSecurity() {
+  static ClientSecurity* security = new ClientSecurity();
+  return *security;
+}
+
+std::string FromEnv(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr ? value : "";
+}
+
+}  // namespace
+
+absl::StatusOr<TokenAuthorizer> TokenAuthorizer::FromText(absl::string_view text,
+                                                          const std::string& source) {
+  TokenAuthorizer auth;
+  for (const auto& [number, line] : ContentLines(text)) {
+    std::vector<std::string> fields = absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
+    const std::string where = absl::StrCat(source, " line ", number);
+    if (fields.size() != 2 || (fields[0] != "admin" && fields[0] != "worker")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": expected \"admin TOKEN\" or \"worker TOKEN\" (the line is not shown: it may "
+                 "hold a token)"));
+    }
+    if (fields[1].size() < 16) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": tokens must be at least 16 characters (e.g. `openssl rand -hex 32`)"));
+    }
+    if (auth.tokens_.count(fields[1])) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": the same token appears twice"));
+    }
+    auth.tokens_[fields[1]] = fields[0] == "admin" ? Role::kAdmin : Role::kWorker;
+  }
+  if (auth.tokens_.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, " has no tokens; add lines \"admin TOKEN\" and \"worker TOKEN\""));
+  }
+  return auth;
+}
+
+absl::StatusOr<TokenAuthorizer> TokenAuthorizer::FromFile(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadWholeFile(path, "--token_file");
+  if (!text.ok()) return text.status();
+  return FromText(*text, absl::StrCat("--token_file ", path));
+}
+
+absl::Status TokenAuthorizer::Check(const std::multimap<grpc::string_ref, grpc::string_ref>& metadata,
+                                    Role needed) const {
+  if (tokens_.empty()) return absl::OkStatus();
+  auto it = metadata.find("authorization");
+  if (it == metadata.end()) {
+    return absl::UnauthenticatedError(
+        "this coordinator requires a token: pass --token_file (or set CHORUS_TOKEN)");
+  }
+  absl::string_view value(it->second.data(), it->second.size());
+  if (!absl::ConsumePrefix(&value, "Bearer ")) {
+    return absl::UnauthenticatedError("the authorization header must be \"Bearer TOKEN\"");
+  }
+  for (const auto& [token, role] : tokens_) {
+    if (!SameToken(token, value)) continue;
+    if (static_cast<int>(role) < static_cast<int>(needed)) {
+      return absl::PermissionDeniedError(
+          "this call needs an admin token; the token given has the worker role");
+    }
+    return absl::OkStatus();
+  }
+  return absl::UnauthenticatedError("the token is not valid for this coordinator");
+}
+
+absl::StatusOr<ClientSecurity> LoadClientSecurity(const std::string& token_file,
+                                                  const std::string& tls_ca,
+                                                  const std::string& tls_cert,
+                                                  const std::string& tls_key) {
+  ClientSecurity security;
+  struct Source {
+    std::string path;
+    std::string what;
+  };
+  auto pick = [](const std::string& flag_value, const char* flag, const char* env) {
+    return flag_value.empty() ? Source{FromEnv(env), env} : Source{flag_value, flag};
+  };
+  const Source token = pick(token_file, "--token_file", "CHORUS_TOKEN_FILE");
+  if (!token.path.empty()) {
+    absl::StatusOr<std::string> text = ReadWholeFile(token.path, token.what);
+    if (!text.ok()) return text.status();
+    std::vector<std::pair<int, std::string>> lines = ContentLines(*text);
+    if (lines.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(token.what, " ", token.path, " holds no token"));
+    }
+    std::vector<std::string> fields =
+        absl::StrSplit(lines[0].second, absl::ByAnyChar(" \t"), absl::SkipEmpty());
+    security.token = fields.back();  // "TOKEN" or "ROLE TOKEN"
+  } else {
+    security.token = FromEnv("CHORUS_TOKEN");
+  }
+  const Source ca = pick(tls_ca, "--tls_ca", "CHORUS_TLS_CA");
+  const Source cert = pick(tls_cert, "--tls_cert", "CHORUS_TLS_CERT");
+  const Source key = pick(tls_key, "--tls_key", "CHORUS_TLS_KEY");
+  if (cert.path.empty() != key.path.empty()) {
+    return absl::InvalidArgumentError("--tls_cert and --tls_key go together (a client certificate and its key)");
+  }
+  if (!cert.path.empty() && ca.path.empty()) {
+    return absl::InvalidArgumentError("--tls_cert needs --tls_ca: client certificates are only sent over TLS");
+  }
+  for (auto [source, out] : {std::pair{&ca, &security.tls_ca_pem}, std::pair{&cert, &security.tls_cert_pem},
+                             std::pair{&key, &security.tls_key_pem}}) {
+    if (source->path.empty()) continue;
+    absl::StatusOr<std::string> pem = ReadWholeFile(source->path, source->what);
+    if (!pem.ok()) return pem.status();
+    *out = std::move(*pem);
+  }
+  return security;
+}
+
+void ConfigureClient(ClientSecurity security) { GlobalClientSecurity() = std::move(security); }
+
+const ClientSecurity& ClientSecurityConfig() { return GlobalClientSecurity(); }
+
+}  // namespace chorus

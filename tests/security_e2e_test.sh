@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# Security end to end with real processes: a coordinator with tokens and
+# mutual TLS (a CA, server and client certificates made here with openssl),
+# the auth matrix through the chorus CLI, and a job trained by a chorus-worker
+# whose ranks present the worker token and client certificate they inherit.
+#
+# Usage (from Bazel): security_e2e_test.sh COORDINATOR CHORUS WORKER
+set -uo pipefail
+
+COORDINATOR=$1
+CHORUS=$2
+WORKER=$3
+TMP=${TEST_TMPDIR:-$(mktemp -d)}
+failures=0
+pids=()
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+pass() { echo "ok: $*"; }
+cleanup() { for p in "${pids[@]}"; do kill -KILL "${p}" 2>/dev/null; done; }
+trap cleanup EXIT
+wait_for_file() { for _ in $(seq 1 200); do [[ -s "$1" ]] && return 0; sleep 0.1; done; return 1; }
+
+# --- a throwaway CA, a server certificate for 127.0.0.1 and a client certificate
+pki="${TMP}/pki"
+mkdir -p "${pki}"
+(
+  cd "${pki}" || exit 1
+  openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj "/CN=chorus test CA" \
+    -keyout ca.key -out ca.pem
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" -keyout server.key -out server.csr
+  printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' > server.ext
+  openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 1 \
+    -extfile server.ext -out server.pem
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=chorus client" -keyout client.key -out client.csr
+  openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 1 -out client.pem
+  # A second CA whose certificates the coordinator must not accept.
+  openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj "/CN=stranger" -keyout other.key -out other.pem
+) >"${TMP}/openssl.log" 2>&1 || { cat "${TMP}/openssl.log" >&2; echo "FAIL: openssl" >&2; exit 1; }
+
+admin_token=$(openssl rand -hex 24)
+worker_token=$(openssl rand -hex 24)
+printf '# roles\nadmin %s\nworker %s\n' "${admin_token}" "${worker_token}" > "${TMP}/tokens"
+echo "${admin_token}" > "${TMP}/admin.token"
+echo "worker ${worker_token}" > "${TMP}/worker.token"
+echo "0000000000000000000000000000" > "${TMP}/bogus.token"
+
+"${COORDINATOR}" --listen 127.0.0.1:0 --state_dir "${TMP}/state" --port_file "${TMP}/port" \
+  --token_file "${TMP}/tokens" --tls_cert "${pki}/server.pem" --tls_key "${pki}/server.key" \
+  --tls_client_ca "${pki}/ca.pem" 2>"${TMP}/coordinator.log" &
+pids+=($!)
+wait_for_file "${TMP}/port" || { cat "${TMP}/coordinator.log" >&2; echo "FAIL: no port" >&2; exit 1; }
+addr="127.0.0.1:$(cat "${TMP}/port")"
+grep -q "TLS, client certificates required), tokens required" "${TMP}/coordinator.log" \
+  && pass "coordinator says it requires TLS, client certificates and tokens" \
+  || fail "startup line: $(grep listening "${TMP}/coordinator.log")"
+tls=(--tls_ca "${pki}/ca.pem" --tls_cert "${pki}/client.pem" --tls_key "${pki}/client.key")
+c() { "${CHORUS}" --coordinator "${addr}" --timeout 3 "$@"; }
+
+# --- transport: plaintext, no client certificate, a foreign CA all fail
+out=$(c ping 2>&1); rc=$?
+[[ ${rc} -eq 1 ]] && pass "plaintext client is refused" || fail "plaintext ping rc=${rc} out='${out}'"
+out=$(c --tls_ca "${pki}/ca.pem" ping 2>&1); rc=$?
+[[ ${rc} -eq 1 ]] && pass "TLS without a client certificate is refused" || fail "no-cert ping rc=${rc} out='${out}'"
+out=$(c --tls_ca "${pki}/other.pem" --tls_cert "${pki}/client.pem" --tls_key "${pki}/client.key" ping 2>&1); rc=$?
+[[ ${rc} -eq 1 ]] && pass "a server the CA did not sign is not trusted" || fail "foreign CA ping rc=${rc} out='${out}'"
+out=$(c "${tls[@]}" ping 2>&1); rc=$?
+[[ ${rc} -eq 0 && "${out}" == *SERVING ]] && pass "mTLS ping (health needs no token)" || fail "mTLS ping rc=${rc} out='${out}'"
+out=$(c --tls_ca /nonexistent/ca.pem ping 2>&1); rc=$?
+[[ ${rc} -eq 2 && "${out}" == *"--tls_ca /nonexistent/ca.pem: cannot read it"* ]] \
+  && pass "a missing CA file is a clear error" || fail "missing CA rc=${rc} out='${out}'"
+
+# --- tokens: none, unknown, worker role, admin role
+printf 'model { mlp { hidden_sizes: [16] } }\ndata { synthetic { num_samples: 512 input_shape: [8] num_classes: 2 } }\ntraining { batch_size_per_rank: 16 epochs: 2 }\nresources { min_ranks: 2 max_ranks: 2 }\n' > "${TMP}/job.textproto"
+out=$(c "${tls[@]}" submit "${TMP}/job.textproto" 2>&1); rc=$?
+[[ ${rc} -eq 1 && "${out}" == *"requires a token"* ]] && pass "no token: UNAUTHENTICATED" || fail "no token rc=${rc} out='${out}'"
+out=$(c "${tls[@]}" --token_file "${TMP}/bogus.token" submit "${TMP}/job.textproto" 2>&1); rc=$?
+[[ ${rc} -eq 1 && "${out}" == *"not valid for this coordinator"* ]] && pass "unknown token: UNAUTHENTICATED" \
+  || fail "bogus token rc=${rc} out='${out}'"
+out=$(c "${tls[@]}" --token_file "${TMP}/worker.token" submit "${TMP}/job.textproto" 2>&1); rc=$?
+[[ ${rc} -eq 1 && "${out}" == *"needs an admin token"* ]] && pass "worker token cannot submit: PERMISSION_DENIED" \
+  || fail "worker submit rc=${rc} out='${out}'"
+out=$(c "${tls[@]}" --token_file "${TMP}/worker.token" jobs 2>&1); rc=$?
+[[ ${rc} -eq 1 && "${out}" == *"needs an admin token"* ]] && pass "worker token cannot list jobs" \
+  || fail "worker jobs rc=${rc} out='${out}'"
+out=$(CHORUS_TOKEN="${admin_token}" c "${tls[@]}" jobs --json 2>&1); rc=$?
+[[ ${rc} -eq 0 && "${out}" != *job-* ]] && pass "refused submits created no job" || fail "jobs rc=${rc} out='${out}'"
+
+# --- a worker with the worker token and a client certificate trains a job
+"${WORKER}" --coordinator "${addr}" --slots 2 --token_file "${TMP}/worker.token" "${tls[@]}" \
+  2>"${TMP}/worker.log" &
+worker_pid=$!
+pids+=("${worker_pid}")
+out=$(timeout 120 "${CHORUS}" --coordinator "${addr}" "${tls[@]}" --token_file "${TMP}/admin.token" \
+  submit --wait "${TMP}/job.textproto" 2>"${TMP}/submit.err"); rc=$?
+[[ ${rc} -eq 0 && "${out}" == "job-000001" ]] && pass "job trained over mTLS with tokens (ranks inherit the credentials)" \
+  || fail "secure job rc=${rc} out='${out}' err=$(tail -3 "${TMP}/submit.err") worker=$(tail -5 "${TMP}/worker.log")"
+out=$(c "${tls[@]}" --token_file "${TMP}/admin.token" logs job-000001 --rank 0 2>&1); rc=$?
+[[ ${rc} -eq 0 && "${out}" == *"[rank 0]"* ]] && pass "logs with the admin token" || fail "logs rc=${rc} out='${out}'"
+kill -TERM "${worker_pid}"; wait "${worker_pid}" 2>/dev/null
+
+# An agent without a token is turned away with the reason.
+out=$("${WORKER}" --coordinator "${addr}" --slots 1 "${tls[@]}" --connect_timeout 3 2>&1); rc=$?
+[[ ${rc} -ne 0 && "${out}" == *"requires a token"* ]] && pass "agent without a token is refused" \
+  || fail "tokenless agent rc=${rc} out='$(tail -3 <<<"${out}")'"
+
+# --- no token ever reaches the coordinator's log
+if grep -q -e "${admin_token}" -e "${worker_token}" -e "000000000000000000000000" "${TMP}/coordinator.log"; then
+  fail "a token appears in the coordinator log"
+else
+  pass "no token in the coordinator log"
+fi
+
+# --- listening beyond loopback needs tokens; with them it starts
+out=$("${COORDINATOR}" --listen 0.0.0.0:0 --state_dir "${TMP}/open" 2>&1); rc=$?
+[[ ${rc} -ne 0 && "${out}" == *"Pass --token_file FILE"* ]] && pass "0.0.0.0 without tokens is refused" \
+  || fail "open rc=${rc} out='${out}'"
+"${COORDINATOR}" --listen 0.0.0.0:0 --state_dir "${TMP}/open2" --token_file "${TMP}/tokens" \
+  --port_file "${TMP}/port2" 2>"${TMP}/open2.log" &
+open_pid=$!
+pids+=("${open_pid}")
+if wait_for_file "${TMP}/port2"; then
+  out=$("${CHORUS}" --coordinator "127.0.0.1:$(cat "${TMP}/port2")" --token_file "${TMP}/admin.token" jobs 2>&1); rc=$?
+  [[ ${rc} -eq 0 ]] && grep -q "in plaintext" "${TMP}/open2.log" \
+    && pass "0.0.0.0 with tokens serves, warning that there is no TLS" || fail "open2 rc=${rc} out='${out}'"
+else
+  fail "0.0.0.0 with tokens did not start: $(cat "${TMP}/open2.log")"
+fi
+kill -TERM "${open_pid}"; wait "${open_pid}" 2>/dev/null
+
+echo "${failures} failure(s)"
+[[ ${failures} -eq 0 ]]
