@@ -1,7 +1,11 @@
 // chorus-worker: the node agent, one per machine. It advertises its slots to
 // the coordinator and runs one rank process per assigned slot.
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <pthread.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -30,12 +34,45 @@ struct AgentFlags {
   std::string host;
   double connect_timeout_seconds = 30;
   std::string rank_binary;
+  std::string rank_host;
   std::string token_file;
   std::string tls_ca;
   std::string tls_cert;
   std::string tls_key;
   int verbosity = 0;
 };
+
+// The local address the kernel would use to reach the coordinator: a UDP
+// socket is "connected" (no packet is sent) and asked for its own address.
+absl::StatusOr<std::string> LocalAddressTowards(const std::string& coordinator) {
+  const size_t colon = coordinator.rfind(':');
+  std::string host = coordinator.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  if (host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1") return std::string("127.0.0.1");
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), "9", &hints, &found) != 0 || found == nullptr) {
+    return absl::InvalidArgumentError("cannot resolve the coordinator host " + host);
+  }
+  std::string result;
+  int fd = socket(found->ai_family, SOCK_DGRAM, 0);
+  if (fd >= 0 && connect(fd, found->ai_addr, found->ai_addrlen) == 0) {
+    sockaddr_storage local{};
+    socklen_t len = sizeof(local);
+    char text[INET6_ADDRSTRLEN] = {0};
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+      const void* raw = local.ss_family == AF_INET
+                            ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr)
+                            : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr);
+      if (inet_ntop(local.ss_family, raw, text, sizeof(text)) != nullptr) result = text;
+    }
+  }
+  if (fd >= 0) close(fd);
+  freeaddrinfo(found);
+  if (result.empty()) return absl::UnavailableError("no local address routes to the coordinator host " + host);
+  return result;
+}
 
 std::string LocalHostName() {
   char name[256] = {0};
@@ -69,6 +106,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--host", flags.host, "Name this node reports to the coordinator.")
       ->capture_default_str();
+  app.add_option("--rank_host", flags.rank_host,
+                 "Address this node's ranks bind and give their peers for training traffic "
+                 "(default: the local address that reaches the coordinator; 127.0.0.1 for a "
+                 "loopback coordinator).");
   app.add_option("--rank_binary", flags.rank_binary,
                  "The rank program (default: chorus-rank next to chorus-worker).");
   app.add_option("--connect_timeout", flags.connect_timeout_seconds,
@@ -112,6 +153,15 @@ int main(int argc, char** argv) {
     if (!flag->empty()) setenv(env, std::filesystem::absolute(*flag).c_str(), 1);
   }
   chorus::ConfigureClient(*std::move(security));
+  if (flags.rank_host.empty()) {
+    absl::StatusOr<std::string> local = LocalAddressTowards(flags.coordinator);
+    if (!local.ok()) {
+      std::cerr << "chorus-worker: " << local.status().message() << "; pass --rank_host\n";
+      return 2;
+    }
+    flags.rank_host = *local;
+  }
+  setenv("CHORUS_RANK_HOST", flags.rank_host.c_str(), 1);
 
   chorus::AgentOptions agent_options;
   agent_options.coordinator = flags.coordinator;

@@ -156,14 +156,15 @@ int Run() {
   }
   setenv("RANK", std::to_string(joined.rank()).c_str(), 1);
   setenv("WORLD_SIZE", std::to_string(joined.world_size()).c_str(), 1);
+  const std::string rank_host = Env("CHORUS_RANK_HOST", "127.0.0.1");
   LOG(INFO) << job_id << ": rank " << joined.rank() << " of " << joined.world_size()
-            << ", generation " << joined.generation();
+            << ", generation " << joined.generation() << ", training traffic on " << rank_host;
 
   GrpcStore store(channel, joined.store_namespace());
   GlooOptions options;
   options.rank = joined.rank();
   options.size = joined.world_size();
-  options.hostname = Env("CHORUS_RANK_HOST", "127.0.0.1");
+  options.hostname = rank_host;
   auto comm = CreateGlooCommunicator(options, store);
   if (!comm.ok()) return Fail(std::string(comm.status().message()));
 
