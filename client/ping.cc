@@ -1,6 +1,8 @@
 // chorus ping: is a coordinator answering at --coordinator?
 
 #include <iostream>
+#include <memory>
+#include <string>
 
 #include "absl/time/time.h"
 #include "client/commands.h"
@@ -14,7 +16,9 @@ void AddPingCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) 
       "ping",
       "Ask the coordinator's health service whether it is serving. Prints SERVING and exits "
       "0, or says why not and exits 1.");
-  cmd->callback([&global, &exit_code] {
+  auto json = std::make_shared<bool>(false);
+  cmd->add_flag("--json", *json, "Print {\"coordinator\": ADDR, \"status\": STATUS}.");
+  cmd->callback([json, &global, &exit_code] {
     ConfigureSecurity(global);
     auto status = CheckHealth(global.coordinator, absl::Seconds(global.timeout_seconds));
     if (!status.ok()) {
@@ -23,8 +27,12 @@ void AddPingCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) 
       exit_code = kExitFailure;
       return;
     }
-    std::cout << global.coordinator << ": "
-              << grpc::health::v1::HealthCheckResponse::ServingStatus_Name(*status) << "\n";
+    const std::string name = grpc::health::v1::HealthCheckResponse::ServingStatus_Name(*status);
+    if (*json) {
+      std::cout << "{\"coordinator\": \"" << global.coordinator << "\", \"status\": \"" << name << "\"}\n";
+    } else {
+      std::cout << global.coordinator << ": " << name << "\n";
+    }
     exit_code = *status == grpc::health::v1::HealthCheckResponse::SERVING ? kExitOk
                                                                           : kExitFailure;
   });

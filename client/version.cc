@@ -1,6 +1,7 @@
 // chorus version: what this CLI is and which API it speaks.
 
 #include <iostream>
+#include <memory>
 
 #include "client/commands.h"
 #include "common/device.h"
@@ -10,9 +11,16 @@ namespace chorus::client {
 
 void AddVersionCommand(CLI::App& app, int& exit_code) {
   CLI::App* cmd = app.add_subcommand("version", "Print the Chorus version and build features.");
-  cmd->callback([&exit_code] {
-    std::cout << "chorus " << kVersion << " (api " << kApiVersion
-              << ", cuda: " << (BuiltWithCuda() ? "yes" : "no") << ")\n";
+  auto json = std::make_shared<bool>(false);
+  cmd->add_flag("--json", *json, "Print {\"version\", \"api\", \"cuda\"}.");
+  cmd->callback([json, &exit_code] {
+    if (*json) {
+      std::cout << "{\"version\": \"" << kVersion << "\", \"api\": \"" << kApiVersion
+                << "\", \"cuda\": " << (BuiltWithCuda() ? "true" : "false") << "}\n";
+    } else {
+      std::cout << "chorus " << kVersion << " (api " << kApiVersion
+                << ", cuda: " << (BuiltWithCuda() ? "yes" : "no") << ")\n";
+    }
     exit_code = kExitOk;
   });
 }

@@ -539,12 +539,6 @@ absl::Status CheckRuntimeSupport(const JobSpec& spec) {
   }
   if (spec.resources().device() == v1::ResourceSpec::CUDA) missing.push_back("resources.device CUDA");
   if (spec.checkpoint().every_steps() > 0) missing.push_back("checkpoint.every_steps");
-  for (const v1::Fault& f : spec.fault_injection().faults()) {
-    if (f.kind() == v1::Fault::SKIP_COLLECTIVE || f.kind() == v1::Fault::MISMATCH_COLLECTIVE) {
-      missing.push_back(absl::StrCat("fault_injection kind ", v1::Fault::Kind_Name(f.kind())));
-      break;
-    }
-  }
   if (missing.empty()) return absl::OkStatus();
   return absl::UnimplementedError(absl::StrCat(
       "this version of Chorus cannot run yet: ", absl::StrJoin(missing, ", "),

@@ -12,6 +12,10 @@
 namespace chorus {
 namespace {
 
+// Ranks send a heartbeat every second; one older than this means the rank
+// itself is silent (stopped, wedged, or its host gone), not just busy.
+constexpr absl::Duration kSilentAfter = absl::Milliseconds(2500);
+
 std::string Describe(const v1::CollectiveFingerprint& fp) {
   std::string s = absl::StrCat(fp.op(), " ", fp.tag());
   if (fp.bytes() > 0) {
@@ -82,7 +86,9 @@ std::vector<v1::Diagnosis> DiagnoseHangs(const v1::HangDetectionSpec& spec,
     const absl::Duration age = now - v.heartbeat_at;
     if (age > dead_after) {
       out.push_back(Make(v1::Diagnosis::DEAD, {v.rank}, {}, 0, absl::ToDoubleSeconds(age),
-                         absl::StrFormat("rank %d has sent no heartbeat for %.1f s (last seen in %s at step %d)",
+                         absl::StrFormat("rank %d has sent no heartbeat for %.1f s (last seen in %s at step %d); "
+                                         "its process has not exited (its agent would have reported "
+                                         "that at once), so it is stopped or not responding",
                                          v.rank, absl::ToDoubleSeconds(age),
                                          v1::Phase_Name(v.heartbeat.phase()), v.heartbeat.step())));
     }
@@ -148,6 +154,9 @@ mismatch_done:
         for (int r : absent) {
           const RankView& v = *std::find_if(ranks.begin(), ranks.end(), [r](const RankView& x) { return x.rank == r; });
           if (DeclaredPause(v.heartbeat, spec)) continue;
+          // A rank that has also stopped sending heartbeats is not doing
+          // anything we can name: it becomes DEAD once dead_after passes.
+          if (now - v.heartbeat_at > kSilentAfter) continue;
           culprits.push_back(r);
           doing.push_back(absl::StrFormat("rank %d is in %s at step %d for %.1f s", r,
                                           v1::Phase_Name(v.heartbeat.phase()), v.heartbeat.step(),

@@ -77,6 +77,21 @@ TEST(HangDetectorTest, NamesTheRankThatNeverJoinedAndWhatItIsDoing) {
             "ranks 0,2 have waited 12.3 s; rank 1 is in DATA at step 945 for 12.9 s");
 }
 
+TEST(HangDetectorTest, ASilentCulpritIsDeadNotNeverJoined) {
+  // Rank 1 was stopped (SIGSTOP) before collective #50: its last heartbeat
+  // is as old as the others' wait. It is not named until it counts as DEAD.
+  auto waiting = Record(50, "ddp:model/bucket0", v1::CollectiveRecord::STARTED, absl::Seconds(4));
+  RankView stopped = Rank(1, 49, v1::DATA, 10, 0.1);
+  stopped.heartbeat_at = kNow - absl::Seconds(4);
+  EXPECT_THAT(DiagnoseHangs(Spec(), {Rank(0, 50, v1::COLLECTIVE, 10, 4, {waiting}), stopped}, kNow), IsEmpty());
+  stopped.heartbeat_at = kNow - absl::Seconds(6);
+  auto ds = DiagnoseHangs(Spec(), {Rank(0, 50, v1::COLLECTIVE, 10, 6, {waiting}), stopped}, kNow);
+  ASSERT_EQ(ds.size(), 1u) << ::testing::PrintToString(Messages(ds));
+  EXPECT_EQ(ds[0].kind(), v1::Diagnosis::DEAD);
+  EXPECT_THAT(ds[0].ranks(), ElementsAre(1));
+  EXPECT_THAT(ds[0].message(), HasSubstr("its process has not exited"));
+}
+
 TEST(HangDetectorTest, NothingBeforeTheStallThresholdOrDuringADeclaredPause) {
   auto waiting = Record(10, "ddp:model/bucket0", v1::CollectiveRecord::STARTED, absl::Seconds(1));
   EXPECT_THAT(DiagnoseHangs(Spec(), {Rank(0, 10, v1::COLLECTIVE, 5, 1, {waiting}), Rank(1, 9, v1::DATA, 5, 1)}, kNow),

@@ -78,6 +78,61 @@ last=$(tail -n 1 <<<"${out}")
   && pass "ABORT fails the job with the diagnosis" || fail "abort rc=${rc} out='${out}'"
 (( t1 - t0 < 20 )) && pass "aborted after $((t1 - t0)) s, before the hang ended" || fail "abort took $((t1 - t0)) s"
 
+# --- MISMATCH: rank 1 issues two collectives in the other order; the ranks
+# wait instead of mixing data, and the diagnosis names both fingerprints.
+spec "kind: MISMATCH_COLLECTIVE rank: 1 at_step: 10" "action: ABORT stall_after_seconds: 2" > "${TMP}/mismatch.textproto"
+t0=$(date +%s)
+out=$(timeout 60 "${CHORUS}" up --local 2 --state_dir "${TMP}/mismatch" "${TMP}/mismatch.textproto" --json 2>"${TMP}/mismatch.err"); rc=$?
+t1=$(date +%s)
+last=$(tail -n 1 <<<"${out}")
+[[ ${rc} -eq 1 && "${last}" == *"hang detection: MISMATCH ranks 0 and 1 issued different collectives at #"* \
+   && "${last}" == *"rank 0 allreduce/sum fault/first (16 bytes), rank 1 allreduce/sum fault/second (32 bytes)"* ]] \
+  && pass "MISMATCH names the ranks, the seq and both fingerprints" || fail "mismatch rc=${rc} out='${out}'"
+(( t1 - t0 < 15 )) && pass "MISMATCH aborted the job after $((t1 - t0)) s" || fail "mismatch took $((t1 - t0)) s"
+
+# --- SKIP_COLLECTIVE: rank 1 never joins a collective the others wait in
+spec "kind: SKIP_COLLECTIVE rank: 1 at_step: 10 duration_seconds: 25" "action: ABORT stall_after_seconds: 2" > "${TMP}/skip.textproto"
+t0=$(date +%s)
+out=$(timeout 60 "${CHORUS}" up --local 2 --state_dir "${TMP}/skip" "${TMP}/skip.textproto" --json 2>"${TMP}/skip.err"); rc=$?
+t1=$(date +%s)
+last=$(tail -n 1 <<<"${out}")
+[[ ${rc} -eq 1 && "${last}" == *"NEVER_JOINED rank 1 has not entered collective #"*"allreduce/sum fault/skipped (4 bytes); rank 0 has waited"* ]] \
+  && pass "a skipped collective is NEVER_JOINED naming it" || fail "skip rc=${rc} out='${out}'"
+(( t1 - t0 < 15 )) && pass "skip aborted after $((t1 - t0)) s" || fail "skip took $((t1 - t0)) s"
+
+# --- STOP: a rank stopped with SIGSTOP is DEAD (not NEVER_JOINED), and the
+# message says its process still exists
+spec "kind: STOP rank: 1 at_step: 10" "action: ABORT stall_after_seconds: 2 dead_after_seconds: 5" > "${TMP}/stop.textproto"
+t0=$(date +%s)
+out=$(timeout 60 "${CHORUS}" up --local 2 --state_dir "${TMP}/stop" "${TMP}/stop.textproto" --json 2>"${TMP}/stop.err"); rc=$?
+t1=$(date +%s)
+last=$(tail -n 1 <<<"${out}")
+[[ ${rc} -eq 1 && "${last}" == *"hang detection: DEAD rank 1 has sent no heartbeat for"*"its process has not exited"* ]] \
+  && pass "SIGSTOP is DEAD with the process named as not responding" || fail "stop rc=${rc} out='${out}'"
+(( t1 - t0 < 25 )) && pass "stopped rank detected and the job torn down in $((t1 - t0)) s" || fail "stop took $((t1 - t0)) s"
+
+# --- a healthy run with evaluation pauses and a slow first step: no problems
+cat > "${TMP}/healthy.textproto" <<'SPEC'
+name: "healthy"
+model { mlp { hidden_sizes: [64] } }
+data { synthetic { num_samples: 4096 input_shape: [32] num_classes: 4 } }
+training { batch_size_per_rank: 32 epochs: 6 log_every_steps: 16 }
+eval { every_steps: 64 }
+resources { min_ranks: 2 max_ranks: 2 }
+hang_detection { action: ABORT }
+SPEC
+"${CHORUS}" up --local 2 --state_dir "${TMP}/healthy" "${TMP}/healthy.textproto" --json >"${TMP}/healthy.out" 2>"${TMP}/healthy.err" &
+up_pid=$!
+for _ in $(seq 1 300); do [[ -s "${TMP}/healthy/port" ]] && break; sleep 0.1; done
+haddr="127.0.0.1:$(cat "${TMP}/healthy/port" 2>/dev/null)"
+timeout 120 "${CHORUS}" --coordinator "${haddr}" watch job-000001 >"${TMP}/healthy.watch" 2>/dev/null
+wait "${up_pid}"; rc=$?
+[[ ${rc} -eq 0 ]] && pass "healthy job succeeded" || fail "healthy rc=${rc} $(tail -2 "${TMP}/healthy.err")"
+problems=$(grep -c " problem " "${TMP}/healthy.watch")
+[[ "${problems}" -eq 0 && $(grep -c "state SUCCEEDED" "${TMP}/healthy.watch") -eq 1 ]] \
+  && pass "healthy run: zero diagnoses in $(grep -c metrics "${TMP}/healthy.watch") metrics events" \
+  || fail "healthy run had ${problems} problem(s): $(grep " problem " "${TMP}/healthy.watch")"
+
 # --- CRASH: the rank's signal is the job's reason
 spec "kind: CRASH rank: 1 at_step: 5" "action: REPORT" > "${TMP}/crash.textproto"
 out=$(timeout 60 "${CHORUS}" up --local 2 --state_dir "${TMP}/crash" "${TMP}/crash.textproto" --json 2>"${TMP}/crash.err"); rc=$?

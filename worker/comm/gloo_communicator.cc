@@ -39,6 +39,25 @@ using ReduceFn = std::function<void(void*, const void*, const void*, size_t)>;
 // rest is the collective's tag), one for point-to-point (the rest counts
 // messages per pair of ranks).
 constexpr uint64_t kCollectiveSlotPrefix = uint64_t{0x7e} << 56;
+
+// Slot of a collective: its index in the collective order, plus 24 bits of
+// its fingerprint (op, dtype, count, tag). Ranks that issue different
+// collectives at the same index therefore never exchange data: instead of
+// mixing one op's bytes into another (or failing on a size mismatch) they
+// wait, and the hang detector reports the MISMATCH with both fingerprints.
+// (FNV-1a: the same on every rank and every run, unlike absl::Hash.)
+uint64_t FingerprintSlotBits(const Fingerprint& fp) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](absl::string_view bytes) {
+    for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;
+    h = (h ^ 0xff) * 1099511628211ull;  // field separator
+  };
+  mix(fp.op);
+  mix(fp.dtype);
+  mix(std::to_string(fp.count));
+  mix(fp.tag);
+  return kCollectiveSlotPrefix | (((h ^ (h >> 24) ^ (h >> 48)) & 0xffffff) << 32);
+}
 constexpr uint64_t kP2pSlotPrefix = uint64_t{0x7f} << 56;
 
 
@@ -159,7 +178,8 @@ class GlooCommunicator : public Communicator {
     Fingerprint fp{absl::StrCat("allreduce/", ReduceOpName(op)), DtypeName(dtype),
                    tensor.numel(), group_, std::string(tag)};
     const int size = options_.size;
-    return Issue(std::move(fp), /*collective=*/true, [this, tensor, op, fn, size, dtype](uint32_t gloo_tag) {
+    const uint64_t slot = FingerprintSlotBits(fp);
+    return Issue(std::move(fp), /*collective=*/true, [this, tensor, op, fn, size, dtype, slot](uint32_t gloo_tag) {
       if (tensor.numel() == 0) return;
       at::Tensor buffer = tensor.is_contiguous() ? tensor : tensor.contiguous();
       AllreduceOptions opts;
@@ -170,7 +190,7 @@ class GlooCommunicator : public Communicator {
       opts.element_size = buffer.element_size();
       opts.reduce = fn;
       if (op == ReduceOp::kAvg && size > 1) opts.finalize = AverageFunction(dtype, size);
-      opts.slot = kCollectiveSlotPrefix | gloo_tag;
+      opts.slot = slot | gloo_tag;
       opts.timeout = timeout_;
       opts.segment_bytes = options_.segment_bytes;
       opts.scratch = &scratch_;
@@ -187,7 +207,8 @@ class GlooCommunicator : public Communicator {
     }
     Fingerprint fp{absl::StrCat("broadcast/root", root), DtypeName(tensor.scalar_type()),
                    tensor.numel(), group_, std::string(tag)};
-    return Issue(std::move(fp), true, [this, tensor, root](uint32_t gloo_tag) {
+    const uint64_t slot = FingerprintSlotBits(fp);
+    return Issue(std::move(fp), true, [this, tensor, root, slot](uint32_t gloo_tag) {
       if (tensor.numel() == 0) return;
       at::Tensor buffer = tensor.is_contiguous() ? tensor : tensor.contiguous();
       BroadcastOptions opts;
@@ -196,7 +217,7 @@ class GlooCommunicator : public Communicator {
       opts.data = buffer.data_ptr();
       opts.bytes = buffer.nbytes();
       opts.root = root;
-      opts.slot = kCollectiveSlotPrefix | gloo_tag;
+      opts.slot = slot | gloo_tag;
       opts.timeout = timeout_;
       DirectBroadcast(opts);
       if (!buffer.is_same(tensor)) tensor.copy_(buffer);
@@ -218,7 +239,8 @@ class GlooCommunicator : public Communicator {
     }
     Fingerprint fp{"allgather", DtypeName(input.scalar_type()), input.numel(), group_,
                    std::string(tag)};
-    return Issue(std::move(fp), true, [this, input, output](uint32_t gloo_tag) {
+    const uint64_t slot = FingerprintSlotBits(fp);
+    return Issue(std::move(fp), true, [this, input, output, slot](uint32_t gloo_tag) {
       if (input.numel() == 0) return;
       at::Tensor out = output.is_contiguous() ? output : output.contiguous();
       // This rank's block goes in place first; the ring brings the others.
@@ -229,7 +251,7 @@ class GlooCommunicator : public Communicator {
       opts.abort = &abort_;
       opts.output = out.data_ptr();
       opts.block_bytes = input.nbytes();
-      opts.slot = kCollectiveSlotPrefix | gloo_tag;
+      opts.slot = slot | gloo_tag;
       opts.timeout = timeout_;
       RingAllgather(opts);
       if (!out.is_same(output)) output.copy_(out);
@@ -238,11 +260,12 @@ class GlooCommunicator : public Communicator {
 
   std::shared_ptr<Work> Barrier(absl::string_view tag) override {
     Fingerprint fp{"barrier", "", 0, group_, std::string(tag)};
-    return Issue(std::move(fp), true, [this](uint32_t gloo_tag) {
+    const uint64_t slot = FingerprintSlotBits(fp);
+    return Issue(std::move(fp), true, [this, slot](uint32_t gloo_tag) {
       BarrierOptions opts;
       opts.context = context_.get();
       opts.abort = &abort_;
-      opts.slot = kCollectiveSlotPrefix | gloo_tag;
+      opts.slot = slot | gloo_tag;
       opts.timeout = timeout_;
       DisseminationBarrier(opts);
     });

@@ -322,6 +322,22 @@ TEST(GlooCommunicatorTest, RankThatNeverIssuesLeavesOthersStartedUntilAbort) {
   }, options);
 }
 
+TEST(GlooCommunicatorTest, DifferentCollectivesAtTheSameSeqWaitInsteadOfMixingData) {
+  GlooOptions options;
+  options.op_timeout = absl::Seconds(60);
+  RunRanks(2, [&](int rank, Communicator& comm) {
+    // Same size and dtype, different tags: exchanging would "work" and
+    // silently add one op's data into the other.
+    at::Tensor t = at::full({256}, rank + 1.0);
+    auto work = comm.AllReduce(t, ReduceOp::kSum, rank == 0 ? "model_a/bucket0" : "model_b/bucket0");
+    absl::Status s = work->Wait(In(absl::Milliseconds(1500)));
+    EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+    EXPECT_TRUE(at::equal(t, at::full({256}, rank + 1.0))) << "no data was exchanged";
+    comm.Abort("mismatch");
+    EXPECT_FALSE(work->Wait(In(absl::Seconds(5))).ok());
+  }, options);
+}
+
 TEST(GlooCommunicatorTest, OpTimeoutBreaksTheCommunicator) {
   GlooOptions options;
   options.op_timeout = absl::Seconds(1);

@@ -95,36 +95,80 @@ absl::Status Evaluate(const v1::JobSpec& spec, Model& model, const Dataset& test
 
 // Deliberate failures from spec.fault_injection for this rank at this step
 // (first generation only). HANG and SLOW sleep in the DATA phase, before the
-// step's collectives, so the other ranks wait for this one.
-void InjectFaults(const v1::JobSpec& spec, int rank, int64_t step, TrainingProgress& p) {
+// step's collectives, so the other ranks wait for this one. SKIP_COLLECTIVE
+// and MISMATCH_COLLECTIVE add collectives at the fault's step on every rank
+// (every rank knows the spec) and make the faulty rank leave one out or swap
+// two.
+absl::Status InjectFaults(const v1::JobSpec& spec, Communicator& comm, int64_t step, TrainingProgress& p) {
+  const int rank = comm.rank();
+  const absl::Time deadline = absl::Now() + absl::Hours(1);
   for (const v1::Fault& f : spec.fault_injection().faults()) {
-    if (f.rank() != rank || f.generation() != 0) continue;
+    if (f.generation() != 0) continue;
     const bool now = step == f.at_step();
+    const bool mine = f.rank() == rank;
     switch (f.kind()) {
       case v1::Fault::EXIT:
-        if (now) {
+        if (now && mine) {
           std::cerr << "fault injection: rank " << rank << " exits with code " << f.exit_code()
                     << " at step " << step << std::endl;
           std::_Exit(f.exit_code());
         }
         break;
       case v1::Fault::CRASH:
-        if (now) {
+        if (now && mine) {
           std::cerr << "fault injection: rank " << rank << " kills itself at step " << step << std::endl;
           raise(SIGKILL);
         }
         break;
+      case v1::Fault::STOP:
+        if (now && mine) {
+          std::cerr << "fault injection: rank " << rank << " stops itself (SIGSTOP) at step " << step << std::endl;
+          raise(SIGSTOP);
+        }
+        break;
       case v1::Fault::HANG:
       case v1::Fault::SLOW:
-        if (now || (f.kind() == v1::Fault::SLOW && step > f.at_step())) {
+        if (mine && (now || (f.kind() == v1::Fault::SLOW && step > f.at_step()))) {
           p.Enter(v1::DATA);
           absl::SleepFor(absl::Seconds(f.duration_seconds()));
         }
         break;
+      case v1::Fault::SKIP_COLLECTIVE:
+        if (!now) break;
+        if (mine) {
+          std::cerr << "fault injection: rank " << rank << " skips collective fault/skipped at step " << step << std::endl;
+          p.Enter(v1::DATA);
+          absl::SleepFor(absl::Seconds(f.duration_seconds()));
+        } else {
+          p.Enter(v1::COLLECTIVE);
+          RETURN_IF_ERROR(comm.AllReduce(torch::ones({1}), ReduceOp::kSum, "fault/skipped")->Wait(deadline));
+        }
+        break;
+      case v1::Fault::MISMATCH_COLLECTIVE: {
+        if (!now) break;
+        if (mine) {
+          std::cerr << "fault injection: rank " << rank << " swaps fault/first and fault/second at step " << step << std::endl;
+        }
+        p.Enter(v1::COLLECTIVE);
+        torch::Tensor first = torch::ones({4});
+        torch::Tensor second = torch::ones({8});
+        std::shared_ptr<Work> a, b;
+        if (mine) {
+          b = comm.AllReduce(second, ReduceOp::kSum, "fault/second");
+          a = comm.AllReduce(first, ReduceOp::kSum, "fault/first");
+        } else {
+          a = comm.AllReduce(first, ReduceOp::kSum, "fault/first");
+          b = comm.AllReduce(second, ReduceOp::kSum, "fault/second");
+        }
+        RETURN_IF_ERROR(a->Wait(deadline));
+        RETURN_IF_ERROR(b->Wait(deadline));
+        break;
+      }
       default:
         break;
     }
   }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -197,7 +241,7 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
     std::vector<int64_t> indices = EpochIndices(sampler, epoch);
     torch::Tensor all = torch::tensor(indices, torch::kLong);
     for (int64_t b = 0; b + accum <= batches && step < total_steps; b += accum) {
-      InjectFaults(spec, comm.rank(), step, p);
+      RETURN_IF_ERROR(InjectFaults(spec, comm, step, p));
       optimizer->zero_grad();
       for (int m = 0; m < accum; ++m) {
         p.Enter(v1::DATA);
