@@ -22,6 +22,12 @@ constexpr char kSchema[] = R"sql(
     event BLOB NOT NULL,           -- serialized chorus.v1.JobEvent
     PRIMARY KEY (job_id, seq)
   );
+  CREATE TABLE IF NOT EXISTS checkpoints (
+    job_id TEXT NOT NULL,
+    step INTEGER NOT NULL,
+    manifest BLOB NOT NULL,        -- serialized chorus.v1.CheckpointManifest
+    PRIMARY KEY (job_id, step)
+  );
 )sql";
 
 // Finalizes a prepared statement when it goes out of scope.
@@ -155,6 +161,57 @@ absl::StatusOr<std::vector<v1::JobEvent>> StateStore::LoadEvents(const std::stri
   }
   if (rc != SQLITE_DONE) return Error("loading events");
   return events;
+}
+
+absl::Status StateStore::SaveManifest(const v1::CheckpointManifest& manifest) {
+  const std::string blob = manifest.SerializeAsString();
+  absl::MutexLock lock(&mu_);
+  Statement st;
+  if (sqlite3_prepare_v2(db_, "INSERT OR REPLACE INTO checkpoints (job_id, step, manifest) VALUES (?, ?, ?)", -1,
+                         &st.stmt, nullptr) != SQLITE_OK) {
+    return Error("prepare");
+  }
+  sqlite3_bind_text(st.stmt, 1, manifest.job_id().data(), static_cast<int>(manifest.job_id().size()),
+                    SQLITE_TRANSIENT);
+  sqlite3_bind_int64(st.stmt, 2, manifest.step());
+  sqlite3_bind_blob(st.stmt, 3, blob.data(), static_cast<int>(blob.size()), SQLITE_TRANSIENT);
+  if (sqlite3_step(st.stmt) != SQLITE_DONE) return Error("saving a checkpoint manifest of " + manifest.job_id());
+  return absl::OkStatus();
+}
+
+absl::Status StateStore::DeleteManifest(const std::string& job_id, int64_t step) {
+  absl::MutexLock lock(&mu_);
+  Statement st;
+  if (sqlite3_prepare_v2(db_, "DELETE FROM checkpoints WHERE job_id = ? AND step = ?", -1, &st.stmt, nullptr) !=
+      SQLITE_OK) {
+    return Error("prepare");
+  }
+  sqlite3_bind_text(st.stmt, 1, job_id.data(), static_cast<int>(job_id.size()), SQLITE_TRANSIENT);
+  sqlite3_bind_int64(st.stmt, 2, step);
+  if (sqlite3_step(st.stmt) != SQLITE_DONE) return Error("deleting a checkpoint manifest of " + job_id);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<v1::CheckpointManifest>> StateStore::LoadManifests(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  Statement st;
+  const char* sql = job_id.empty() ? "SELECT manifest FROM checkpoints ORDER BY job_id, step"
+                                   : "SELECT manifest FROM checkpoints WHERE job_id = ? ORDER BY step";
+  if (sqlite3_prepare_v2(db_, sql, -1, &st.stmt, nullptr) != SQLITE_OK) return Error("prepare");
+  if (!job_id.empty()) {
+    sqlite3_bind_text(st.stmt, 1, job_id.data(), static_cast<int>(job_id.size()), SQLITE_TRANSIENT);
+  }
+  std::vector<v1::CheckpointManifest> out;
+  int rc;
+  while ((rc = sqlite3_step(st.stmt)) == SQLITE_ROW) {
+    v1::CheckpointManifest m;
+    if (!m.ParseFromArray(sqlite3_column_blob(st.stmt, 0), sqlite3_column_bytes(st.stmt, 0))) {
+      return absl::DataLossError(absl::StrCat("state database ", path_, ": a checkpoint manifest is corrupt"));
+    }
+    out.push_back(std::move(m));
+  }
+  if (rc != SQLITE_DONE) return Error("loading checkpoint manifests");
+  return out;
 }
 
 }  // namespace chorus

@@ -44,6 +44,12 @@ class StateStore {
   // Events of `job_id` with seq > after_seq, in order.
   absl::StatusOr<std::vector<v1::JobEvent>> LoadEvents(const std::string& job_id, int64_t after_seq);
 
+  // Committed checkpoint manifests, one per (job_id, step).
+  absl::Status SaveManifest(const v1::CheckpointManifest& manifest);
+  absl::Status DeleteManifest(const std::string& job_id, int64_t step);
+  // Of `job_id` (every job if empty), oldest step first.
+  absl::StatusOr<std::vector<v1::CheckpointManifest>> LoadManifests(const std::string& job_id);
+
   const std::string& path() const { return path_; }
 
  private:

@@ -99,6 +99,13 @@ absl::Status Evaluate(const v1::JobSpec& spec, Model& model, const Dataset& test
 // and MISMATCH_COLLECTIVE add collectives at the fault's step on every rank
 // (every rank knows the spec) and make the faulty rank leave one out or swap
 // two.
+// Every fault announces itself on stderr with the wall-clock time it happens
+// (unix microseconds), so tests and benchmarks can time the detection.
+void Announce(int rank, int64_t step, const std::string& what) {
+  std::cerr << "fault injection: rank " << rank << " " << what << " at step " << step << " (unix_us "
+            << absl::ToUnixMicros(absl::Now()) << ")" << std::endl;
+}
+
 absl::Status InjectFaults(const v1::JobSpec& spec, Communicator& comm, int64_t step, TrainingProgress& p) {
   const int rank = comm.rank();
   const absl::Time deadline = absl::Now() + absl::Hours(1);
@@ -109,26 +116,27 @@ absl::Status InjectFaults(const v1::JobSpec& spec, Communicator& comm, int64_t s
     switch (f.kind()) {
       case v1::Fault::EXIT:
         if (now && mine) {
-          std::cerr << "fault injection: rank " << rank << " exits with code " << f.exit_code()
-                    << " at step " << step << std::endl;
+          Announce(rank, step, absl::StrCat("exits with code ", f.exit_code()));
           std::_Exit(f.exit_code());
         }
         break;
       case v1::Fault::CRASH:
         if (now && mine) {
-          std::cerr << "fault injection: rank " << rank << " kills itself at step " << step << std::endl;
+          Announce(rank, step, "kills itself (SIGKILL)");
           raise(SIGKILL);
         }
         break;
       case v1::Fault::STOP:
         if (now && mine) {
-          std::cerr << "fault injection: rank " << rank << " stops itself (SIGSTOP) at step " << step << std::endl;
+          Announce(rank, step, "stops itself (SIGSTOP)");
           raise(SIGSTOP);
         }
         break;
       case v1::Fault::HANG:
       case v1::Fault::SLOW:
         if (mine && (now || (f.kind() == v1::Fault::SLOW && step > f.at_step()))) {
+          if (now) Announce(rank, step, absl::StrCat(f.kind() == v1::Fault::HANG ? "hangs" : "slows down", " for ",
+                                                     f.duration_seconds(), " s"));
           p.Enter(v1::DATA);
           absl::SleepFor(absl::Seconds(f.duration_seconds()));
         }
@@ -136,7 +144,7 @@ absl::Status InjectFaults(const v1::JobSpec& spec, Communicator& comm, int64_t s
       case v1::Fault::SKIP_COLLECTIVE:
         if (!now) break;
         if (mine) {
-          std::cerr << "fault injection: rank " << rank << " skips collective fault/skipped at step " << step << std::endl;
+          Announce(rank, step, "skips collective fault/skipped");
           p.Enter(v1::DATA);
           absl::SleepFor(absl::Seconds(f.duration_seconds()));
         } else {
@@ -146,9 +154,7 @@ absl::Status InjectFaults(const v1::JobSpec& spec, Communicator& comm, int64_t s
         break;
       case v1::Fault::MISMATCH_COLLECTIVE: {
         if (!now) break;
-        if (mine) {
-          std::cerr << "fault injection: rank " << rank << " swaps fault/first and fault/second at step " << step << std::endl;
-        }
+        if (mine) Announce(rank, step, "swaps fault/first and fault/second");
         p.Enter(v1::COLLECTIVE);
         torch::Tensor first = torch::ones({4});
         torch::Tensor second = torch::ones({8});

@@ -1,0 +1,114 @@
+// CheckpointStore: checkpoint files under --state_dir/checkpoints, made
+// visible only by an atomic commit.
+//
+// Layout: <root>/<job>/<step, 12 digits>/<files> and MANIFEST (the manifest,
+// binary proto). An upload writes into <root>/<job>/.staging-<step>-<n>/,
+// checking every chunk's SHA-256 and each file's size and SHA-256; Commit
+// fsyncs the files and the directory, renames it into place, fsyncs the
+// parent, and only then records the manifest in SQLite (the source of
+// truth) and writes MANIFEST. Recover() (at start-up) deletes staging
+// directories and step directories that no manifest names, so after a crash
+// at any point readers see only complete checkpoints. Retention (keep_last)
+// deletes old checkpoints only after a newer one is committed.
+//
+// Thread-safety: all methods may be called concurrently; one Upload object
+// belongs to one upload stream.
+//
+// Example:
+//   CheckpointStore store(state_dir + "/checkpoints", *state);
+//   RETURN_IF_ERROR(store.Recover());
+//   ASSIGN_OR_RETURN(auto upload, store.BeginUpload("job-000001", 500));
+//   for (const auto& chunk : chunks) RETURN_IF_ERROR(upload->AddChunk(chunk));
+//   ASSIGN_OR_RETURN(v1::CheckpointManifest m, upload->Commit(info, /*keep_last=*/3));
+#ifndef CHORUS_COORDINATOR_CHECKPOINT_STORE_H_
+#define CHORUS_COORDINATOR_CHECKPOINT_STORE_H_
+
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "chorus/v1/coordinator.pb.h"
+#include "common/sha256.h"
+#include "coordinator/state_store.h"
+
+namespace chorus {
+
+class CheckpointStore {
+ public:
+  // Points in the commit protocol where a test may stop the process.
+  enum class Stage { kMidChunk, kBeforeFsync, kBeforeRename, kBeforeManifest, kAfterManifest };
+  static const char* StageName(Stage stage);
+  // Called at each Stage (tests crash the process there); null = nothing.
+  using Failpoint = std::function<void(Stage)>;
+
+  CheckpointStore(std::string root, StateStore& state, Failpoint failpoint = nullptr);
+
+  // Deletes what a crash left half done. Call before serving.
+  absl::Status Recover();
+
+  class Upload {
+   public:
+    ~Upload();  // an upload that was not committed leaves nothing behind
+    // Chunks of one file arrive in order (offset continuous); a file ends
+    // with a chunk that has `last` and the file's size and SHA-256.
+    // INVALID_ARGUMENT / DATA_LOSS name the file and what was wrong.
+    absl::Status AddChunk(const v1::CheckpointChunk& chunk);
+    // Makes the checkpoint visible; `manifest` carries world_size, strategy,
+    // spec_hash, generation (job_id, step and files are filled in here).
+    // keep_last > 0 then removes all but the newest keep_last.
+    absl::StatusOr<v1::CheckpointManifest> Commit(v1::CheckpointManifest manifest, int keep_last);
+
+   private:
+    friend class CheckpointStore;
+    Upload(CheckpointStore& store, std::string job_id, int64_t step, std::string staging)
+        : store_(store), job_id_(std::move(job_id)), step_(step), staging_(std::move(staging)) {}
+    absl::Status FinishFile(const v1::CheckpointChunk& last);
+
+    CheckpointStore& store_;
+    const std::string job_id_;
+    const int64_t step_;
+    const std::string staging_;
+    bool committed_ = false;
+    std::vector<v1::CheckpointFile> files_;
+    // The file being written.
+    std::FILE* file_ = nullptr;
+    std::string file_name_;
+    int64_t written_ = 0;
+    std::unique_ptr<Sha256> hash_;
+  };
+
+  // INVALID_ARGUMENT for a bad job id or negative step; ALREADY_EXISTS if that
+  // step is committed.
+  absl::StatusOr<std::unique_ptr<Upload>> BeginUpload(const std::string& job_id, int64_t step);
+
+  // Committed manifests of `job_id`, oldest first.
+  absl::StatusOr<std::vector<v1::CheckpointManifest>> List(const std::string& job_id);
+  // The checkpoint to resume from: `step`, or the newest when 0, whose files
+  // are all present with their recorded size and SHA-256. A broken one is
+  // skipped (its reason appended to `skipped`) and the previous one tried;
+  // NOT_FOUND when none is usable.
+  absl::StatusOr<v1::CheckpointManifest> FindLoadable(const std::string& job_id, int64_t step,
+                                                      std::vector<std::string>* skipped);
+  // Path of `file` of a committed checkpoint.
+  std::string FilePath(const std::string& job_id, int64_t step, const std::string& file) const;
+
+ private:
+  std::string StepDir(const std::string& job_id, int64_t step) const;
+  void Hit(Stage stage) {
+    if (failpoint_) failpoint_(stage);
+  }
+
+  const std::string root_;
+  StateStore& state_;
+  const Failpoint failpoint_;
+  absl::Mutex mu_;  // serializes commits and retention
+  int64_t next_staging_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace chorus
+
+#endif  // CHORUS_COORDINATOR_CHECKPOINT_STORE_H_

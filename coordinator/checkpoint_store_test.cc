@@ -1,0 +1,191 @@
+#include "coordinator/checkpoint_store.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "common/sha256.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace chorus {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string TempDir(const std::string& name) {
+  std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+// The chunks of one file, split every `chunk` bytes.
+std::vector<v1::CheckpointChunk> Chunks(const std::string& name, const std::string& data, size_t chunk = 7) {
+  std::vector<v1::CheckpointChunk> out;
+  for (size_t offset = 0; offset < data.size() || out.empty(); offset += chunk) {
+    v1::CheckpointChunk& c = out.emplace_back();
+    c.set_file_name(name);
+    c.set_offset(offset);
+    c.set_data(data.substr(offset, chunk));
+    c.set_chunk_sha256(Sha256Hex(c.data()));
+    if (offset + chunk >= data.size()) {
+      c.set_last(true);
+      c.set_file_size(data.size());
+      c.set_file_sha256(Sha256Hex(data));
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<v1::CheckpointManifest> Put(CheckpointStore& store, const std::string& job, int64_t step,
+                                           int keep_last = 0) {
+  auto upload = store.BeginUpload(job, step);
+  if (!upload.ok()) return upload.status();
+  for (const auto& file : {std::pair<std::string, std::string>{"model.pt", "weights of step " + std::to_string(step)},
+                           {"train_state.pt", "optimizer and sampler state"}}) {
+    for (const v1::CheckpointChunk& c : Chunks(file.first, file.second)) {
+      if (absl::Status s = (*upload)->AddChunk(c); !s.ok()) return s;
+    }
+  }
+  v1::CheckpointManifest info;
+  info.set_world_size(2);
+  info.set_strategy("ddp");
+  return (*upload)->Commit(info, keep_last);
+}
+
+std::vector<int64_t> Steps(CheckpointStore& store, const std::string& job) {
+  std::vector<int64_t> steps;
+  for (const auto& m : *store.List(job)) steps.push_back(m.step());
+  return steps;
+}
+
+TEST(CheckpointStoreTest, CommitListRetentionAndFindLoadable) {
+  const std::string dir = TempDir("commit");
+  auto state = StateStore::Open(dir);
+  ASSERT_TRUE(state.ok()) << state.status();
+  CheckpointStore store(dir + "/checkpoints", **state);
+  ASSERT_TRUE(store.Recover().ok());
+  auto m = Put(store, "job-000001", 100);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->files_size(), 2);
+  EXPECT_EQ(m->files(0).name(), "model.pt");
+  EXPECT_EQ(m->files(0).sha256(), Sha256Hex("weights of step 100"));
+  EXPECT_EQ(m->world_size(), 2);
+  std::ifstream in(store.FilePath("job-000001", 100, "model.pt"));
+  std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(content, "weights of step 100");
+  EXPECT_EQ(Put(store, "job-000001", 100).status().code(), absl::StatusCode::kAlreadyExists);
+
+  ASSERT_TRUE(Put(store, "job-000001", 200, /*keep_last=*/2).ok());
+  ASSERT_TRUE(Put(store, "job-000001", 300, /*keep_last=*/2).ok());
+  EXPECT_EQ(Steps(store, "job-000001"), (std::vector<int64_t>{200, 300}));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/checkpoints/job-000001/000000000100"));
+
+  std::vector<std::string> skipped;
+  EXPECT_EQ(store.FindLoadable("job-000001", 0, &skipped)->step(), 300);
+  EXPECT_EQ(store.FindLoadable("job-000001", 200, &skipped)->step(), 200);
+  EXPECT_EQ(store.FindLoadable("job-000001", 250, &skipped).status().code(), absl::StatusCode::kNotFound);
+  // A damaged newest checkpoint is skipped with a reason; the previous one loads.
+  std::ofstream(store.FilePath("job-000001", 300, "model.pt"), std::ios::app) << "garbage";
+  auto loadable = store.FindLoadable("job-000001", 0, &skipped);
+  ASSERT_TRUE(loadable.ok()) << loadable.status();
+  EXPECT_EQ(loadable->step(), 200);
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_THAT(skipped[0], HasSubstr("step 300 is unusable: model.pt does not match"));
+  std::filesystem::remove(store.FilePath("job-000001", 200, "train_state.pt"));
+  skipped.clear();
+  EXPECT_EQ(store.FindLoadable("job-000001", 0, &skipped).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(skipped.size(), 2u);
+}
+
+TEST(CheckpointStoreTest, CorruptChunksBadNamesAndUnfinishedUploadsAreRefused) {
+  const std::string dir = TempDir("refuse");
+  auto state = StateStore::Open(dir);
+  CheckpointStore store(dir + "/checkpoints", **state);
+  ASSERT_TRUE(store.Recover().ok());
+  auto upload = store.BeginUpload("job-000002", 5);
+  ASSERT_TRUE(upload.ok());
+  std::vector<v1::CheckpointChunk> chunks = Chunks("model.pt", "0123456789abcdefghij");
+  chunks[1].set_data("XXXXXXX");  // flipped in transit; its SHA-256 no longer matches
+  ASSERT_TRUE((*upload)->AddChunk(chunks[0]).ok());
+  absl::Status bad = (*upload)->AddChunk(chunks[1]);
+  EXPECT_EQ(bad.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(bad.message(), HasSubstr("model.pt: the chunk at offset 7 does not match its SHA-256"));
+  upload->reset();
+  EXPECT_TRUE(Steps(store, "job-000002").empty());
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir + "/checkpoints/job-000002"),
+                          std::filesystem::directory_iterator()),
+            0)
+      << "an abandoned upload leaves nothing behind";
+
+  auto wrong_total = store.BeginUpload("job-000002", 6);
+  std::vector<v1::CheckpointChunk> c = Chunks("model.pt", "abc");
+  c.back().set_file_sha256(Sha256Hex("abd"));
+  EXPECT_EQ((*wrong_total)->AddChunk(c.back()).code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(store.BeginUpload("../etc", 1).status().code(), absl::StatusCode::kInvalidArgument);
+  auto names = store.BeginUpload("job-000002", 7);
+  EXPECT_EQ((*names)->AddChunk(Chunks("../x", "a")[0]).code(), absl::StatusCode::kInvalidArgument);
+  auto unfinished = store.BeginUpload("job-000002", 8);
+  ASSERT_TRUE((*unfinished)->AddChunk(Chunks("model.pt", "0123456789abcdefghij")[0]).ok());
+  EXPECT_THAT((*unfinished)->Commit({}, 0).status().message(), HasSubstr("model.pt was not finished"));
+}
+
+// A process that commits a checkpoint and dies at `stage`; afterwards the
+// store, reopened and recovered, lists only complete checkpoints and the
+// newest complete one loads.
+TEST(CheckpointStoreTest, CrashAtEveryStageOfTheCommitLeavesOnlyCompleteCheckpoints) {
+  for (CheckpointStore::Stage stage :
+       {CheckpointStore::Stage::kMidChunk, CheckpointStore::Stage::kBeforeFsync,
+        CheckpointStore::Stage::kBeforeRename, CheckpointStore::Stage::kBeforeManifest,
+        CheckpointStore::Stage::kAfterManifest}) {
+    SCOPED_TRACE(CheckpointStore::StageName(stage));
+    const std::string dir = TempDir(std::string("crash_") + CheckpointStore::StageName(stage));
+    {
+      auto state = StateStore::Open(dir);
+      CheckpointStore store(dir + "/checkpoints", **state);
+      ASSERT_TRUE(store.Recover().ok());
+      ASSERT_TRUE(Put(store, "job-000003", 10).ok());
+    }
+    pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      auto state = StateStore::Open(dir);
+      CheckpointStore store(dir + "/checkpoints", **state, [stage](CheckpointStore::Stage at) {
+        if (at == stage) _exit(42);  // as abrupt as kill -9: no destructors, no flush
+      });
+      (void)Put(store, "job-000003", 20);
+      _exit(0);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status));
+    ASSERT_EQ(WEXITSTATUS(status), 42) << "the failpoint was reached";
+
+    auto state = StateStore::Open(dir);
+    CheckpointStore store(dir + "/checkpoints", **state);
+    ASSERT_TRUE(store.Recover().ok());
+    const bool committed = stage == CheckpointStore::Stage::kAfterManifest;
+    const std::vector<int64_t> expected = committed ? std::vector<int64_t>{10, 20} : std::vector<int64_t>{10};
+    EXPECT_EQ(Steps(store, "job-000003"), expected);
+    std::vector<std::string> skipped;
+    auto newest = store.FindLoadable("job-000003", 0, &skipped);
+    ASSERT_TRUE(newest.ok()) << newest.status();
+    EXPECT_EQ(newest->step(), committed ? 20 : 10);
+    EXPECT_TRUE(skipped.empty());
+    int entries = 0;
+    for (const auto& e : std::filesystem::directory_iterator(dir + "/checkpoints/job-000003")) {
+      EXPECT_FALSE(e.path().filename().string().rfind(".staging", 0) == 0) << e.path();
+      ++entries;
+    }
+    EXPECT_EQ(entries, committed ? 2 : 1) << "recovery removed the half-written checkpoint";
+  }
+}
+
+}  // namespace
+}  // namespace chorus
