@@ -538,12 +538,12 @@ absl::Status CheckRuntimeSupport(const JobSpec& spec) {
     missing.push_back("optimizer.kind ACCUM_ADAM(W)");
   }
   if (spec.resources().device() == v1::ResourceSpec::CUDA) missing.push_back("resources.device CUDA");
-  if (spec.checkpoint().every_steps() > 0) missing.push_back("checkpoint.every_steps");
+  if (spec.checkpoint().storage() == v1::CheckpointSpec::SHARED_DIR) missing.push_back("checkpoint.storage SHARED_DIR");
   if (missing.empty()) return absl::OkStatus();
   return absl::UnimplementedError(absl::StrCat(
       "this version of Chorus cannot run yet: ", absl::StrJoin(missing, ", "),
       ". Supported: models mlp, cnn, transformer_lm and torchscript; data fashion_mnist, "
-      "synthetic and tensor_file; strategy ddp on CPU."));
+      "synthetic and tensor_file; strategy ddp on CPU; checkpoints stored by the coordinator."));
 }
 
 absl::Status CheckJobSpec(const JobSpec& spec, absl::string_view source) {

@@ -113,6 +113,23 @@ grpc::ServerWriteReactor<v1::JobEvent>* JobServiceImpl::WatchJob(grpc::CallbackS
   return new WatchReactor(jobs_, request->job_id(), request->after_seq());
 }
 
+grpc::ServerUnaryReactor* JobServiceImpl::ListCheckpoints(grpc::CallbackServerContext* context,
+                                                          const v1::ListCheckpointsRequest* request,
+                                                          v1::ListCheckpointsResponse* response) {
+  if (absl::Status s = auth_.Check(context->client_metadata(), Role::kAdmin); !s.ok()) {
+    return Reject(context, s);
+  }
+  if (checkpoints_ == nullptr) {
+    return Reject(context, absl::UnimplementedError("this coordinator keeps no checkpoints"));
+  }
+  absl::StatusOr<v1::Job> job = jobs_.Get(request->job_id());
+  if (!job.ok()) return Reject(context, job.status());
+  absl::StatusOr<std::vector<v1::CheckpointManifest>> list = checkpoints_->List(request->job_id());
+  return Answer(context, list, [response](const std::vector<v1::CheckpointManifest>& all) {
+    for (const v1::CheckpointManifest& m : all) *response->add_checkpoints() = m;
+  });
+}
+
 grpc::ServerUnaryReactor* JobServiceImpl::GetLogs(grpc::CallbackServerContext* context,
                                                   const v1::GetLogsRequest* request,
                                                   v1::GetLogsResponse* response) {

@@ -1,7 +1,7 @@
 // JobService: chorus.v1.JobService over a JobManager and the Scheduler
 // (callback API). Unary handlers answer at once; WatchJob streams a job's
 // events as they are recorded and ends after its final state. ListCheckpoints
-// answers UNIMPLEMENTED until checkpoints exist.
+// lists the committed checkpoints of a job.
 //
 // Thread-safety: safe for concurrent calls; `jobs` and `scheduler` must
 // outlive the service.
@@ -10,6 +10,7 @@
 
 #include "chorus/v1/coordinator.grpc.pb.h"
 #include "coordinator/auth_guard.h"
+#include "coordinator/checkpoint_store.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/scheduler.h"
 
@@ -18,8 +19,10 @@ namespace chorus {
 class JobServiceImpl final : public v1::JobService::CallbackService {
  public:
   // Every call needs an admin token when `auth` is enabled.
-  JobServiceImpl(JobManager& jobs, Scheduler& scheduler, const TokenAuthorizer& auth = AllowAll())
-      : jobs_(jobs), scheduler_(scheduler), auth_(auth) {}
+  // `checkpoints` may be null (ListCheckpoints then answers UNIMPLEMENTED).
+  JobServiceImpl(JobManager& jobs, Scheduler& scheduler, const TokenAuthorizer& auth = AllowAll(),
+                 CheckpointStore* checkpoints = nullptr)
+      : jobs_(jobs), scheduler_(scheduler), auth_(auth), checkpoints_(checkpoints) {}
 
   grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* context,
                                       const v1::SubmitJobRequest* request,
@@ -37,6 +40,9 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
                                          v1::JobStatus* response) override;
   grpc::ServerWriteReactor<v1::JobEvent>* WatchJob(grpc::CallbackServerContext* context,
                                                    const v1::WatchJobRequest* request) override;
+  grpc::ServerUnaryReactor* ListCheckpoints(grpc::CallbackServerContext* context,
+                                            const v1::ListCheckpointsRequest* request,
+                                            v1::ListCheckpointsResponse* response) override;
   grpc::ServerUnaryReactor* GetLogs(grpc::CallbackServerContext* context,
                                     const v1::GetLogsRequest* request,
                                     v1::GetLogsResponse* response) override;
@@ -45,6 +51,7 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   JobManager& jobs_;
   Scheduler& scheduler_;
   const TokenAuthorizer& auth_;
+  CheckpointStore* checkpoints_;
 };
 
 }  // namespace chorus

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/sha256.h"
 #include "common/status_macros.h"
 #include "coordinator/hang_detector.h"
 #include "glog/logging.h"
@@ -106,6 +107,24 @@ void Scheduler::ScheduleLocked(Outbox& out) {
     if (static_cast<int>(free.size()) < r.min_ranks()) return;  // strict FIFO
     free.resize(std::min<size_t>(free.size(), r.max_ranks()));
     const int world = static_cast<int>(free.size());
+    v1::CheckpointManifest resume;
+    if (!job.resume_from().empty()) {
+      std::vector<std::string> skipped;
+      absl::StatusOr<v1::CheckpointManifest> found =
+          resolve_resume_ ? resolve_resume_(job.resume_from(), &skipped)
+                          : absl::UnimplementedError("this coordinator keeps no checkpoints");
+      for (const std::string& warning : skipped) {
+        v1::JobEvent event;
+        event.set_message(absl::StrCat("warning: ", warning, "; using an older one"));
+        (void)jobs_.AddEvent(job.job_id(), std::move(event));
+      }
+      if (!found.ok()) {
+        (void)jobs_.Finish(job.job_id(), v1::Job::FAILED,
+                           absl::StrCat("cannot resume from ", job.resume_from(), ": ", found.status().message()));
+        continue;
+      }
+      resume = *std::move(found);
+    }
     absl::StatusOr<v1::Job> started = jobs_.MarkRunning(job.job_id(), 1, world);
     if (!started.ok()) {
       LOG(ERROR) << "cannot start " << job.job_id() << ": " << started.status();
@@ -113,6 +132,12 @@ void Scheduler::ScheduleLocked(Outbox& out) {
     }
     Running run;
     run.hang_detection = job.spec().hang_detection();
+    run.resume = std::move(resume);
+    run.upload_template.set_world_size(world);
+    run.upload_template.set_strategy(job.spec().strategy().has_decentralized() ? "decentralized" : "ddp");
+    run.upload_template.set_spec_hash(Sha256Hex(job.spec().SerializeAsString()));
+    run.upload_template.set_generation(1);
+    run.keep_last = job.spec().checkpoint().has_keep_last() ? job.spec().checkpoint().keep_last() : 3;
     std::map<std::string, v1::CoordinatorMessage> launches;
     std::map<std::string, int> per_agent;
     for (const auto& [agent_id, slot] : free) ++per_agent[agent_id];
@@ -268,6 +293,7 @@ void Scheduler::Join(const v1::JoinRequest& request, absl::Time deadline, JoinDo
             response.set_store_namespace(absl::StrCat(request.job_id(), "/gen-", run.generation));
             response.set_local_rank(p.local_rank);
             response.set_local_world_size(p.local_world_size);
+            if (!run.resume.job_id().empty()) *response.mutable_resume() = run.resume;
             p.state = v1::RankStatus::TRAINING;
             if (p.pending) out.joins.emplace_back(std::move(p.pending), response);
             p.pending = nullptr;
@@ -455,6 +481,30 @@ void Scheduler::FillStatus(const std::string& job_id, v1::JobStatus& status) con
     d.set_first_seen_us(seen != it->second.diagnoses_seen_us.end() ? seen->second : now_us);
     *status.add_diagnoses() = std::move(d);
   }
+}
+
+void Scheduler::set_resume_resolver(ResumeResolver resolver) {
+  absl::MutexLock lock(&mu_);
+  resolve_resume_ = std::move(resolver);
+}
+
+absl::StatusOr<Scheduler::UploadGrant> Scheduler::GrantUpload(const std::string& job_id, int64_t generation,
+                                                              int rank) const {
+  absl::MutexLock lock(&mu_);
+  auto it = running_.find(job_id);
+  if (it == running_.end()) {
+    return absl::FailedPreconditionError(absl::StrCat("checkpoint upload for ", job_id, ", which is not running"));
+  }
+  if (generation != it->second.generation) {
+    return absl::FailedPreconditionError(absl::StrCat("checkpoint upload from generation ", generation, " of ",
+                                                      job_id, ", whose current generation is ",
+                                                      it->second.generation));
+  }
+  if (rank != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint upload from rank ", rank, "; only rank 0 uploads (replicas are identical)"));
+  }
+  return UploadGrant{it->second.upload_template, it->second.keep_last};
 }
 
 void Scheduler::Logs(const std::string& agent_id, const v1::RankLogs& logs) {

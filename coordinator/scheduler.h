@@ -77,6 +77,23 @@ class Scheduler {
   void Schedule();
   // Adds one row per rank of a running job and its current diagnoses.
   void FillStatus(const std::string& job_id, v1::JobStatus& status) const;
+  // Resolves a job's resume_from ("JOB" or "JOB:STEP") to the checkpoint it
+  // starts from; unusable checkpoints it skipped go to `skipped`.
+  using ResumeResolver = std::function<absl::StatusOr<v1::CheckpointManifest>(
+      const std::string& resume_from, std::vector<std::string>* skipped)>;
+  void set_resume_resolver(ResumeResolver resolver);
+
+  // Who may upload a checkpoint of `job_id` now: rank 0 of its current
+  // generation (DDP replicas are identical). Returns the manifest fields the
+  // coordinator fills in (world size, strategy, spec hash, generation) and
+  // the job's keep_last. FAILED_PRECONDITION for a stale generation or
+  // another rank, NOT_FOUND/FAILED_PRECONDITION if the job is not running.
+  struct UploadGrant {
+    v1::CheckpointManifest manifest;
+    int keep_last = 0;
+  };
+  absl::StatusOr<UploadGrant> GrantUpload(const std::string& job_id, int64_t generation, int rank) const;
+
   // Output lines of a rank process, relayed by its agent.
   void Logs(const std::string& agent_id, const v1::RankLogs& logs);
   // The job's logs per `request`; `complete` once it has ended and none of its
@@ -116,6 +133,10 @@ class Scheduler {
     // When each current diagnosis (by DiagnosisKey) was first seen; a
     // diagnosis becomes a job event when it first appears.
     std::map<std::string, int64_t> diagnoses_seen_us;
+    // The checkpoint the job resumes from (empty job_id: none).
+    v1::CheckpointManifest resume;
+    v1::CheckpointManifest upload_template;
+    int keep_last = 0;
   };
   // Work to do once the lock is released.
   struct Outbox {
@@ -140,6 +161,7 @@ class Scheduler {
 
   JobManager& jobs_;
   LogStore logs_;
+  ResumeResolver resolve_resume_ ABSL_GUARDED_BY(mu_);
   RealClock real_clock_;
   Clock* const clock_;
   mutable absl::Mutex mu_;

@@ -23,6 +23,8 @@
 #include "grpcpp/security/server_credentials.h"
 #include "common/auth.h"
 #include "coordinator/agent_service.h"
+#include "coordinator/checkpoint_service.h"
+#include "coordinator/checkpoint_store.h"
 #include "coordinator/health_service.h"
 #include "coordinator/scheduler.h"
 #include "coordinator/job_manager.h"
@@ -175,8 +177,21 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
       n > 0) {
     LOG(WARNING) << n << " job(s) were running when the coordinator last stopped; marked FAILED";
   }
+  auto checkpoints = std::make_unique<CheckpointStore>(options.state_dir + "/checkpoints", **state);
+  if (absl::Status s = checkpoints->Recover(); !s.ok()) {
+    ::close(lock_fd);
+    return s;
+  }
   auto scheduler = std::make_unique<Scheduler>(**jobs, nullptr, "");
-  auto job_service = std::make_unique<JobServiceImpl>(**jobs, *scheduler, *auth);
+  scheduler->set_resume_resolver([store = checkpoints.get()](const std::string& resume_from,
+                                                              std::vector<std::string>* skipped) {
+    const size_t colon = resume_from.find(':');
+    int64_t step = 0;
+    if (colon != std::string::npos) (void)absl::SimpleAtoi(resume_from.substr(colon + 1), &step);
+    return store->FindLoadable(resume_from.substr(0, colon), step, skipped);
+  });
+  auto job_service = std::make_unique<JobServiceImpl>(**jobs, *scheduler, *auth, checkpoints.get());
+  auto checkpoint_service = std::make_unique<CheckpointServiceImpl>(*checkpoints, *scheduler, *auth);
   auto agent_service = std::make_unique<AgentServiceImpl>(*scheduler, *auth);
   auto rank_service = std::make_unique<RankServiceImpl>(*scheduler, *auth);
 
@@ -197,6 +212,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   builder.RegisterService(job_service.get());
   builder.RegisterService(agent_service.get());
   builder.RegisterService(rank_service.get());
+  builder.RegisterService(checkpoint_service.get());
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || bound_port == 0) {
     ::close(lock_fd);
@@ -216,6 +232,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
       std::move(address), lock_fd));
   coordinator->auth_ = std::move(auth);
   coordinator->state_ = std::move(*state);
+  coordinator->checkpoints_ = std::move(checkpoints);
+  coordinator->checkpoint_service_ = std::move(checkpoint_service);
   coordinator->jobs_ = std::move(*jobs);
   coordinator->scheduler_ = std::move(scheduler);
   coordinator->scheduler_->set_coordinator_address(coordinator->address_);

@@ -37,6 +37,8 @@ class Server;
 namespace chorus {
 
 class AgentServiceImpl;
+class CheckpointServiceImpl;
+class CheckpointStore;
 class TokenAuthorizer;
 class HealthService;
 class JobManager;
@@ -107,6 +109,8 @@ class CoordinatorServer {
   // Services are declared before server_ so that they outlive it.
   std::unique_ptr<TokenAuthorizer> auth_;
   std::unique_ptr<StateStore> state_;
+  std::unique_ptr<CheckpointStore> checkpoints_;
+  std::unique_ptr<CheckpointServiceImpl> checkpoint_service_;
   std::unique_ptr<JobManager> jobs_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<JobServiceImpl> job_service_;

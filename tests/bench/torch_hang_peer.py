@@ -12,6 +12,7 @@
 #                         4 floats then 8 floats; rank 1 issues them in the
 #                         opposite order.
 #   --fault none          no fault (a healthy run of --steps steps).
+#   --timeout_seconds     the process group's timeout (default 60).
 #
 # Output (stdout, flushed, nothing per step):
 #   FAULT unix_us=N                  rank 1, when the fault starts
@@ -39,6 +40,9 @@ def main():
     p.add_argument("--sleep_seconds", type=float, default=150.0)
     p.add_argument("--timeout_seconds", type=float, default=60.0)
     p.add_argument("--steps", type=int, default=200)
+    # Not used by the script: the caller passes its own temp dir so that it can
+    # find (and end) exactly its own processes by their command line.
+    p.add_argument("--run_dir", default="")
     args = p.parse_args()
 
     torch.set_num_threads(1)

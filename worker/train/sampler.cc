@@ -8,8 +8,9 @@ namespace chorus {
 
 int64_t BatchesPerEpoch(const SamplerOptions& o) {
   const int64_t global = o.batch_size * o.world_size;
-  if (global <= 0 || o.num_samples <= 0) return 0;
-  return o.pad ? (o.num_samples + global - 1) / global : o.num_samples / global;
+  const int64_t n = o.num_samples - std::clamp<int64_t>(o.start, 0, o.num_samples);
+  if (global <= 0 || n <= 0) return 0;
+  return o.pad ? (n + global - 1) / global : n / global;
 }
 
 std::vector<int64_t> EpochIndices(const SamplerOptions& o, int64_t epoch) {
@@ -23,8 +24,13 @@ std::vector<int64_t> EpochIndices(const SamplerOptions& o, int64_t epoch) {
       std::swap(order[i], order[pick(rng)]);
     }
   }
+  // Resuming mid-epoch: the samples already trained are the permutation's
+  // prefix; the rest is sharded among the ranks there are now.
+  const int64_t start = std::clamp<int64_t>(o.start, 0, o.num_samples);
+  order.erase(order.begin(), order.begin() + start);
+  const int64_t remaining = static_cast<int64_t>(order.size());
   const int64_t total = BatchesPerEpoch(o) * o.batch_size * o.world_size;
-  for (int64_t i = o.num_samples; i < total; ++i) order.push_back(order[i % o.num_samples]);
+  for (int64_t i = remaining; i < total; ++i) order.push_back(order[i % remaining]);
   order.resize(total);
   std::vector<int64_t> mine;
   mine.reserve(total / std::max(1, o.world_size));

@@ -24,6 +24,9 @@ struct SamplerOptions {
   uint64_t seed = 0;
   bool shuffle = true;
   bool pad = false;  // false: drop the remainder
+  // Samples of this epoch already trained (by any world size): the first
+  // `start` of the epoch's permutation are skipped, the rest sharded.
+  int64_t start = 0;
 };
 
 // Indices of rank's samples in `epoch`, batch after batch.

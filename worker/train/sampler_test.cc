@@ -29,6 +29,30 @@ TEST(SamplerTest, EverySampleExactlyOncePerEpochAcrossRanks) {
   }
 }
 
+TEST(SamplerTest, ResumingMidEpochAtAnotherWorldSizeCoversTheRestExactlyOnce) {
+  const int64_t n = 1000, batch = 5;
+  for (int before : {1, 2, 3}) {
+    for (int after : {1, 2, 3, 4}) {
+      // `before` ranks train 17 global batches of epoch 2, then `after` ranks
+      // take over from the saved position.
+      const int64_t start = 17 * batch * before;
+      std::map<int64_t, int> seen;
+      for (int rank = 0; rank < before; ++rank) {
+        std::vector<int64_t> idx = EpochIndices(SamplerOptions{n, before, rank, batch, 42, true, false}, 2);
+        for (int64_t b = 0; b < 17 * batch; ++b) ++seen[idx[b]];
+      }
+      for (int rank = 0; rank < after; ++rank) {
+        SamplerOptions o{n, after, rank, batch, 42, true, false, start};
+        for (int64_t i : EpochIndices(o, 2)) ++seen[i];
+        EXPECT_EQ(BatchesPerEpoch(o), (n - start) / (batch * after));
+      }
+      const int64_t dropped = (n - start) % (batch * after);
+      EXPECT_EQ(static_cast<int64_t>(seen.size()), n - dropped) << before << " -> " << after;
+      for (const auto& [i, count] : seen) EXPECT_EQ(count, 1) << "sample " << i << ": " << before << " -> " << after;
+    }
+  }
+}
+
 TEST(SamplerTest, PadCoversEverySampleAndRepeatsOnlyTheRemainder) {
   SamplerOptions o{10, 3, 0, 2, 7, true, /*pad=*/true};
   std::map<int64_t, int> seen;

@@ -12,6 +12,7 @@
 #include "common/job_spec.h"
 #include "common/status_macros.h"
 #include "worker/ddp/distributed_data_parallel.h"
+#include "worker/train/checkpoint.h"
 #include "worker/train/data.h"
 #include "worker/train/model.h"
 #include "worker/train/sampler.h"
@@ -185,7 +186,8 @@ void TrainingProgress::Enter(v1::Phase p) {
 }
 
 absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
-                                  const MetricsCallback& report, TrainingProgress* progress) {
+                                  const MetricsCallback& report, TrainingProgress* progress,
+                                  const TrainOptions& options) {
   TrainingProgress unused;
   TrainingProgress& p = progress != nullptr ? *progress : unused;
   p.Enter(v1::SETUP);
@@ -200,23 +202,21 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
     if (test.size() > 0) test.x = test.x.to(at::kFloat);
   }
   ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Build(spec.model(), train));
-  // Dropout draws differ per rank, as with torchrun.
-  torch::manual_seed(spec.training().seed() * 1000 + comm.rank() + 1);
 
   const v1::DdpStrategy& ddp_spec = spec.strategy().ddp();
-  DdpOptions options;
-  options.bucket_cap_mb = ddp_spec.bucket_cap_mb();
-  options.first_bucket_mb = ddp_spec.first_bucket_mb();
-  options.gradient_as_bucket_view = ddp_spec.gradient_as_bucket_view();
-  options.find_unused_parameters = ddp_spec.find_unused_parameters();
-  options.broadcast_buffers = ddp_spec.broadcast_buffers();
-  options.ignored.assign(ddp_spec.ignored().begin(), ddp_spec.ignored().end());
-  options.compression = ddp_spec.compression() == v1::DdpStrategy::FP16   ? DdpOptions::Compression::kFp16
+  DdpOptions ddp_options;
+  ddp_options.bucket_cap_mb = ddp_spec.bucket_cap_mb();
+  ddp_options.first_bucket_mb = ddp_spec.first_bucket_mb();
+  ddp_options.gradient_as_bucket_view = ddp_spec.gradient_as_bucket_view();
+  ddp_options.find_unused_parameters = ddp_spec.find_unused_parameters();
+  ddp_options.broadcast_buffers = ddp_spec.broadcast_buffers();
+  ddp_options.ignored.assign(ddp_spec.ignored().begin(), ddp_spec.ignored().end());
+  ddp_options.compression = ddp_spec.compression() == v1::DdpStrategy::FP16   ? DdpOptions::Compression::kFp16
                         : ddp_spec.compression() == v1::DdpStrategy::BF16 ? DdpOptions::Compression::kBf16
                                                                             : DdpOptions::Compression::kNone;
   ASSIGN_OR_RETURN(std::unique_ptr<DistributedDataParallel> ddp,
                    DistributedDataParallel::Create(model->NamedParameters(), model->NamedBuffers(),
-                                                   comm, options));
+                                                   comm, ddp_options));
   RETURN_IF_ERROR(ddp->BroadcastParameters(0));
   std::unique_ptr<torch::optim::Optimizer> optimizer = BuildOptimizer(spec.optimizer(), model->Parameters());
 
@@ -231,23 +231,66 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
   }
   const int accum = ddp_spec.grad_accum_steps();
   const int64_t steps_per_epoch = batches / accum;
-  int64_t total_steps = spec.training().epochs() > 0 ? spec.training().epochs() * steps_per_epoch : 0;
+  const int64_t global_batch = sampler.batch_size * comm.size();
+
+  // Where training starts: from scratch, or from a checkpoint (possibly
+  // written by another number of ranks: the sampler re-shards the rest of
+  // its epoch).
+  TrainingPosition position;
+  position.world_size = comm.size();
+  if (!options.resume.job_id().empty()) {
+    if (options.checkpoints == nullptr) return absl::FailedPreconditionError("resuming needs a checkpoint source");
+    p.Enter(v1::CHECKPOINT);
+    ASSIGN_OR_RETURN(std::vector<CheckpointFileData> files, options.checkpoints->Load(options.resume));
+    ASSIGN_OR_RETURN(position, Restore(files, *model, *optimizer));
+    position.world_size = comm.size();
+  }
+  // Steps left: the rest of the current epoch, then whole epochs.
+  SamplerOptions first = sampler;
+  first.start = position.epoch_offset;
+  int64_t total_steps = 0;
+  if (spec.training().epochs() > 0) {
+    const int64_t epochs_left = spec.training().epochs() - position.epoch;
+    total_steps = position.step + (epochs_left > 0 ? BatchesPerEpoch(first) / accum + (epochs_left - 1) * steps_per_epoch : 0);
+  }
   if (spec.training().max_steps() > 0) {
     total_steps = total_steps > 0 ? std::min(total_steps, spec.training().max_steps()) : spec.training().max_steps();
   }
+  const v1::CheckpointSpec& ckpt = spec.checkpoint();
+  std::unique_ptr<CheckpointWriter> writer;
+  if (options.checkpoints != nullptr && comm.rank() == 0) writer = std::make_unique<CheckpointWriter>(*options.checkpoints);
+  double checkpoint_stall = 0;
+  auto checkpoint = [&](bool final) -> absl::Status {
+    if (writer == nullptr) return absl::OkStatus();
+    p.Enter(v1::CHECKPOINT);
+    if (final) RETURN_IF_ERROR(writer->Drain());
+    const absl::Time start = absl::Now();
+    Snapshot snapshot = TakeSnapshot(*model, *optimizer, position);
+    checkpoint_stall = absl::ToDoubleSeconds(absl::Now() - start);
+    writer->Offer(std::move(snapshot));
+    if (final) return writer->Drain();
+    return absl::OkStatus();
+  };
 
   v1::Metrics metrics;
-  int64_t step = 0;
+  int64_t& step = position.step;
   double interval_loss = 0;
   double interval_wait = 0;
   int interval_count = 0;
   const absl::Time start = absl::Now();
   absl::Time interval_start = start;
-  for (int64_t epoch = 0; step < total_steps; ++epoch) {
-    std::vector<int64_t> indices = EpochIndices(sampler, epoch);
+  for (; step < total_steps; ++position.epoch, position.epoch_offset = 0) {
+    const int64_t epoch = position.epoch;
+    SamplerOptions current = sampler;
+    current.start = position.epoch_offset;
+    std::vector<int64_t> indices = EpochIndices(current, epoch);
+    const int64_t epoch_batches = BatchesPerEpoch(current);
     torch::Tensor all = torch::tensor(indices, torch::kLong);
-    for (int64_t b = 0; b + accum <= batches && step < total_steps; b += accum) {
+    for (int64_t b = 0; b + accum <= epoch_batches && step < total_steps; b += accum) {
       RETURN_IF_ERROR(InjectFaults(spec, comm, step, p));
+      // Random draws (dropout) are a function of (seed, rank, step), so a
+      // resumed run draws exactly what an uninterrupted one would.
+      torch::manual_seed(spec.training().seed() * 1000003 + comm.rank() * 7919 + step);
       optimizer->zero_grad();
       for (int m = 0; m < accum; ++m) {
         p.Enter(v1::DATA);
@@ -280,10 +323,14 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
       for (auto& group : optimizer->param_groups()) group.options().set_lr(lr);
       optimizer->step();
       ++step;
+      position.epoch_offset += accum * global_batch;
       p.step.store(step);
       p.epoch.store(epoch);
       metrics.set_step(step);
       metrics.set_epoch(epoch);
+      if (ckpt.every_steps() > 0 && step % ckpt.every_steps() == 0 && step < total_steps) {
+        RETURN_IF_ERROR(checkpoint(/*final=*/false));
+      }
       const bool log = step % spec.training().log_every_steps() == 0 || step == total_steps;
       if (log) {
         const double seconds = absl::ToDoubleSeconds(absl::Now() - interval_start);
@@ -291,9 +338,13 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
         metrics.set_step_time_seconds(seconds / std::max(1, interval_count));
         p.step_seconds.store(metrics.step_time_seconds());
         p.compute_seconds.store((seconds - interval_wait) / std::max(1, interval_count));
-        metrics.set_samples_per_second(interval_count * accum * sampler.batch_size * comm.size() /
-                                       std::max(seconds, 1e-9));
+        metrics.set_samples_per_second(interval_count * accum * global_batch / std::max(seconds, 1e-9));
         (*metrics.mutable_values())["total_steps"] = total_steps;
+        if (writer != nullptr) {
+          (*metrics.mutable_values())["checkpoints_stored"] = writer->stored();
+          (*metrics.mutable_values())["checkpoints_skipped_busy"] = writer->skipped();
+          (*metrics.mutable_values())["checkpoint_stall_seconds"] = checkpoint_stall;
+        }
         interval_loss = 0;
         interval_wait = 0;
         interval_count = 0;
@@ -307,7 +358,10 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
       }
       if (log || eval) report(metrics);
     }
+    if (step >= total_steps) break;
   }
+  if (!ckpt.has_at_end() || ckpt.at_end()) RETURN_IF_ERROR(checkpoint(/*final=*/true));
+  if (writer != nullptr) RETURN_IF_ERROR(writer->Drain());
   p.Enter(v1::EVAL);
   if (!spec.eval().disabled() && test.size() > 0) {
     RETURN_IF_ERROR(Evaluate(spec, *model, test, comm, metrics));
@@ -316,7 +370,11 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
   const double wall = absl::ToDoubleSeconds(absl::Now() - start);
   (*metrics.mutable_values())["wall_seconds"] = wall;
   (*metrics.mutable_values())["total_steps"] = total_steps;
-  metrics.set_samples_per_second(step * accum * sampler.batch_size * comm.size() / std::max(wall, 1e-9));
+  if (writer != nullptr) {
+    (*metrics.mutable_values())["checkpoints_stored"] = writer->stored();
+    (*metrics.mutable_values())["checkpoints_skipped_busy"] = writer->skipped();
+  }
+  metrics.set_samples_per_second(step * accum * global_batch / std::max(wall, 1e-9));
   report(metrics);
   return metrics;
 }

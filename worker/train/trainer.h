@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "chorus/v1/coordinator.pb.h"
 #include "worker/comm/communicator.h"
+#include "worker/train/checkpoint.h"
 
 namespace chorus {
 
@@ -40,13 +41,22 @@ struct TrainingProgress {
   void Enter(v1::Phase p);
 };
 
+struct TrainOptions {
+  // Where rank 0 stores checkpoints (every checkpoint.every_steps and at the
+  // end) and where every rank loads `resume` from; null = no checkpoints.
+  CheckpointSink* checkpoints = nullptr;
+  // The checkpoint to start from; empty job_id = from scratch.
+  v1::CheckpointManifest resume;
+};
+
 // Trains `spec` (normalized) as rank comm.rank() of comm.size(). Calls
 // `report` every training.log_every_steps steps and after each evaluation.
 // Returns the final metrics (test loss/accuracy of the final model).
 // `progress` may be null.
 absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
                                   const MetricsCallback& report,
-                                  TrainingProgress* progress = nullptr);
+                                  TrainingProgress* progress = nullptr,
+                                  const TrainOptions& options = {});
 
 }  // namespace chorus
 

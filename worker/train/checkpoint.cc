@@ -1,0 +1,221 @@
+#include "worker/train/checkpoint.h"
+
+#include <map>
+
+#include <torch/csrc/jit/serialization/pickle.h>
+#include <torch/torch.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/status_macros.h"
+
+namespace chorus {
+namespace {
+
+std::string StateKey(const at::Tensor& param) { return c10::guts::to_string(param.unsafeGetTensorImpl()); }
+
+at::Tensor Copy(const at::Tensor& t) { return t.detach().clone(); }
+
+at::Tensor Scalar(int64_t v) { return torch::tensor({v}, torch::kLong); }
+
+std::string Pickle(const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
+  c10::Dict<std::string, at::Tensor> dict;
+  for (const auto& [name, t] : tensors) dict.insert(name, t);
+  std::vector<char> bytes = torch::jit::pickle_save(c10::IValue(dict));
+  return std::string(bytes.begin(), bytes.end());
+}
+
+absl::StatusOr<std::map<std::string, at::Tensor>> Unpickle(const CheckpointFileData& file) {
+  c10::IValue value;
+  try {
+    value = torch::jit::pickle_load(std::vector<char>(file.bytes.begin(), file.bytes.end()));
+  } catch (const std::exception& e) {
+    return absl::DataLossError(absl::StrCat("checkpoint file ", file.name, " cannot be read: ", e.what()));
+  }
+  if (!value.isGenericDict()) {
+    return absl::DataLossError(absl::StrCat("checkpoint file ", file.name, " is not a dict of tensors"));
+  }
+  std::map<std::string, at::Tensor> out;
+  for (const auto& item : value.toGenericDict()) {
+    if (!item.key().isString() || !item.value().isTensor()) {
+      return absl::DataLossError(absl::StrCat("checkpoint file ", file.name, " holds a non-tensor entry"));
+    }
+    out[item.key().toStringRef()] = item.value().toTensor();
+  }
+  return out;
+}
+
+}  // namespace
+
+Snapshot TakeSnapshot(Model& model, torch::optim::Optimizer& optimizer, const TrainingPosition& position) {
+  torch::NoGradGuard no_grad;
+  Snapshot s;
+  s.position = position;
+  for (const NamedTensor& p : model.NamedParameters()) s.model.emplace_back(p.name, Copy(p.tensor));
+  for (const NamedTensor& b : model.NamedBuffers()) s.model.emplace_back(b.name, Copy(b.tensor));
+  int index = 0;
+  for (const auto& group : optimizer.param_groups()) {
+    for (const at::Tensor& param : group.params()) {
+      auto it = optimizer.state().find(StateKey(param));
+      const std::string prefix = absl::StrCat("optim.", index++, ".");
+      if (it == optimizer.state().end()) continue;
+      if (auto* sgd = dynamic_cast<torch::optim::SGDParamState*>(it->second.get())) {
+        if (sgd->momentum_buffer().defined()) s.train_state.emplace_back(prefix + "momentum_buffer", Copy(sgd->momentum_buffer()));
+      } else if (auto* adam = dynamic_cast<torch::optim::AdamParamState*>(it->second.get())) {
+        s.train_state.emplace_back(prefix + "step", Scalar(adam->step()));
+        s.train_state.emplace_back(prefix + "exp_avg", Copy(adam->exp_avg()));
+        s.train_state.emplace_back(prefix + "exp_avg_sq", Copy(adam->exp_avg_sq()));
+        if (adam->max_exp_avg_sq().defined()) s.train_state.emplace_back(prefix + "max_exp_avg_sq", Copy(adam->max_exp_avg_sq()));
+      } else if (auto* adamw = dynamic_cast<torch::optim::AdamWParamState*>(it->second.get())) {
+        s.train_state.emplace_back(prefix + "step", Scalar(adamw->step()));
+        s.train_state.emplace_back(prefix + "exp_avg", Copy(adamw->exp_avg()));
+        s.train_state.emplace_back(prefix + "exp_avg_sq", Copy(adamw->exp_avg_sq()));
+        if (adamw->max_exp_avg_sq().defined()) s.train_state.emplace_back(prefix + "max_exp_avg_sq", Copy(adamw->max_exp_avg_sq()));
+      }
+    }
+  }
+  s.train_state.emplace_back("meta.step", Scalar(position.step));
+  s.train_state.emplace_back("meta.epoch", Scalar(position.epoch));
+  s.train_state.emplace_back("meta.epoch_offset", Scalar(position.epoch_offset));
+  s.train_state.emplace_back("meta.world_size", Scalar(position.world_size));
+  return s;
+}
+
+std::vector<CheckpointFileData> Serialize(const Snapshot& snapshot) {
+  return {{kModelFile, Pickle(snapshot.model)}, {kTrainStateFile, Pickle(snapshot.train_state)}};
+}
+
+absl::StatusOr<TrainingPosition> Restore(const std::vector<CheckpointFileData>& files, Model& model,
+                                         torch::optim::Optimizer& optimizer) {
+  const CheckpointFileData* model_file = nullptr;
+  const CheckpointFileData* state_file = nullptr;
+  for (const CheckpointFileData& f : files) {
+    if (f.name == kModelFile) model_file = &f;
+    if (f.name == kTrainStateFile) state_file = &f;
+  }
+  if (model_file == nullptr || state_file == nullptr) {
+    return absl::DataLossError(absl::StrCat("a checkpoint needs ", kModelFile, " and ", kTrainStateFile));
+  }
+  ASSIGN_OR_RETURN(auto weights, Unpickle(*model_file));
+  ASSIGN_OR_RETURN(auto state, Unpickle(*state_file));
+  torch::NoGradGuard no_grad;
+  std::vector<NamedTensor> targets = model.NamedParameters();
+  for (NamedTensor& b : model.NamedBuffers()) targets.push_back(b);
+  for (NamedTensor& t : targets) {
+    auto it = weights.find(t.name);
+    if (it == weights.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint ", kModelFile, " has no tensor \"", t.name,
+                                                     "\": it was written by a different model"));
+    }
+    if (it->second.sizes() != t.tensor.sizes() || it->second.scalar_type() != t.tensor.scalar_type()) {
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint tensor \"", t.name, "\" is ",
+                                                     c10::str(it->second.sizes()), ", the model's is ",
+                                                     c10::str(t.tensor.sizes()), ": a different model"));
+    }
+    t.tensor.copy_(it->second);
+  }
+  auto get = [&](const std::string& key) -> at::Tensor {
+    auto it = state.find(key);
+    return it == state.end() ? at::Tensor() : it->second;
+  };
+  for (const char* key : {"meta.step", "meta.epoch", "meta.epoch_offset"}) {
+    if (!get(key).defined()) return absl::DataLossError(absl::StrCat("checkpoint ", kTrainStateFile, " lacks ", key));
+  }
+  int index = 0;
+  const bool adam = dynamic_cast<torch::optim::Adam*>(&optimizer) != nullptr;
+  const bool adamw = dynamic_cast<torch::optim::AdamW*>(&optimizer) != nullptr;
+  for (const auto& group : optimizer.param_groups()) {
+    for (const at::Tensor& param : group.params()) {
+      const std::string prefix = absl::StrCat("optim.", index++, ".");
+      const std::string key = StateKey(param);
+      if (adam || adamw) {
+        if (!get(prefix + "exp_avg").defined()) continue;
+        auto fill = [&](auto s) {
+          s->step(get(prefix + "step").item<int64_t>());
+          s->exp_avg(get(prefix + "exp_avg").clone());
+          s->exp_avg_sq(get(prefix + "exp_avg_sq").clone());
+          if (get(prefix + "max_exp_avg_sq").defined()) s->max_exp_avg_sq(get(prefix + "max_exp_avg_sq").clone());
+          optimizer.state()[key] = std::move(s);
+        };
+        if (adam) fill(std::make_unique<torch::optim::AdamParamState>());
+        if (adamw) fill(std::make_unique<torch::optim::AdamWParamState>());
+      } else if (get(prefix + "momentum_buffer").defined()) {
+        auto s = std::make_unique<torch::optim::SGDParamState>();
+        s->momentum_buffer(get(prefix + "momentum_buffer").clone());
+        optimizer.state()[key] = std::move(s);
+      }
+    }
+  }
+  TrainingPosition position;
+  position.step = get("meta.step").item<int64_t>();
+  position.epoch = get("meta.epoch").item<int64_t>();
+  position.epoch_offset = get("meta.epoch_offset").item<int64_t>();
+  if (get("meta.world_size").defined()) position.world_size = get("meta.world_size").item<int64_t>();
+  return position;
+}
+
+CheckpointWriter::CheckpointWriter(CheckpointSink& sink) : sink_(sink), thread_([this] { Loop(); }) {}
+
+CheckpointWriter::~CheckpointWriter() {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return !busy_; });
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+bool CheckpointWriter::Offer(Snapshot snapshot) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (busy_) {
+      ++skipped_;
+      return false;
+    }
+    pending_ = std::move(snapshot);
+    busy_ = true;
+  }
+  cv_.notify_all();
+  return true;
+}
+
+absl::Status CheckpointWriter::Drain() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [this] { return !busy_; });
+  return error_;
+}
+
+int64_t CheckpointWriter::skipped() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return skipped_;
+}
+
+int64_t CheckpointWriter::stored() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stored_;
+}
+
+void CheckpointWriter::Loop() {
+  while (true) {
+    Snapshot snapshot;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return stop_ || pending_.has_value(); });
+      if (!pending_.has_value()) return;
+      snapshot = std::move(*pending_);
+      pending_.reset();
+    }
+    absl::Status s = sink_.Store(snapshot.position.step, Serialize(snapshot));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (s.ok()) ++stored_;
+      if (!s.ok() && error_.ok()) error_ = s;
+      busy_ = false;
+    }
+    cv_.notify_all();
+  }
+}
+
+}  // namespace chorus

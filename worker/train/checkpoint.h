@@ -1,0 +1,112 @@
+// Checkpoints on the worker side: what a checkpoint holds, taking it (the
+// only part that blocks training: copying tensors into CPU memory), writing
+// it out in the background, and restoring from it.
+//
+// A checkpoint is two files, each a dict of named tensors as written by
+// torch::pickle_save (Python's torch.load reads them):
+//   model.pt        parameters and buffers by name — the exported state dict
+//   train_state.pt  "optim.<i>.<field>" optimizer state per parameter index,
+//                   "meta.step", "meta.epoch", "meta.epoch_offset" (samples of
+//                   that epoch already trained, across all ranks),
+//                   "meta.world_size"
+// Random state is not saved: the trainer reseeds from (seed, rank, step)
+// every step, so a resumed run draws what an uninterrupted one would.
+//
+// Thread-safety: CheckpointWriter's methods are called by the training
+// thread; its sink runs on the writer's own thread.
+#ifndef CHORUS_WORKER_TRAIN_CHECKPOINT_H_
+#define CHORUS_WORKER_TRAIN_CHECKPOINT_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "absl/status/statusor.h"
+#include "chorus/v1/coordinator.pb.h"
+#include "worker/train/model.h"
+
+namespace torch::optim {
+class Optimizer;
+}
+
+namespace chorus {
+
+inline constexpr char kModelFile[] = "model.pt";
+inline constexpr char kTrainStateFile[] = "train_state.pt";
+
+struct TrainingPosition {
+  int64_t step = 0;
+  int64_t epoch = 0;
+  int64_t epoch_offset = 0;  // samples of `epoch` trained so far, all ranks together
+  int64_t world_size = 1;
+};
+
+// Tensors copied out of the live model and optimizer.
+struct Snapshot {
+  TrainingPosition position;
+  std::vector<std::pair<std::string, at::Tensor>> model;
+  std::vector<std::pair<std::string, at::Tensor>> train_state;
+};
+
+struct CheckpointFileData {
+  std::string name;
+  std::string bytes;
+};
+
+// Copies parameters, buffers and optimizer state (SGD, Adam, AdamW).
+Snapshot TakeSnapshot(Model& model, torch::optim::Optimizer& optimizer, const TrainingPosition& position);
+// The two files of a snapshot.
+std::vector<CheckpointFileData> Serialize(const Snapshot& snapshot);
+// Loads `files` into the model and optimizer; returns the position. Errors
+// name the file and the tensor that does not fit.
+absl::StatusOr<TrainingPosition> Restore(const std::vector<CheckpointFileData>& files, Model& model,
+                                         torch::optim::Optimizer& optimizer);
+
+// Where checkpoints go and come from (the coordinator, or memory in tests).
+class CheckpointSink {
+ public:
+  virtual ~CheckpointSink() = default;
+  virtual absl::Status Store(int64_t step, const std::vector<CheckpointFileData>& files) = 0;
+  virtual absl::StatusOr<std::vector<CheckpointFileData>> Load(const v1::CheckpointManifest& manifest) = 0;
+};
+
+// Serializes and stores snapshots on its own thread, one at a time.
+class CheckpointWriter {
+ public:
+  explicit CheckpointWriter(CheckpointSink& sink);
+  ~CheckpointWriter();  // waits for the checkpoint in flight
+
+  // Hands `snapshot` over unless one is still being written: then it is
+  // dropped, counted in skipped(), and false returned.
+  bool Offer(Snapshot snapshot);
+  // Waits until nothing is in flight; the first error of any store so far.
+  absl::Status Drain();
+  int64_t skipped() const;
+  int64_t stored() const;
+
+ private:
+  void Loop();
+
+  CheckpointSink& sink_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::optional<Snapshot> pending_;
+  bool busy_ = false;
+  bool stop_ = false;
+  int64_t skipped_ = 0;
+  int64_t stored_ = 0;
+  absl::Status error_;
+  std::thread thread_;
+};
+
+}  // namespace chorus
+
+#endif  // CHORUS_WORKER_TRAIN_CHECKPOINT_H_
