@@ -36,6 +36,8 @@ void AddCancelCommand(CLI::App& app, const GlobalOptions& global, int& exit_code
 void AddUpCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);
 void AddWatchCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);
 void AddLogsCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);
+void AddCheckpointsCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);
+void AddExportCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);
 
 }  // namespace chorus::client
 

@@ -35,6 +35,8 @@ int main(int argc, char** argv) {
   chorus::client::AddCancelCommand(app, global, exit_code);
   chorus::client::AddWatchCommand(app, global, exit_code);
   chorus::client::AddLogsCommand(app, global, exit_code);
+  chorus::client::AddCheckpointsCommand(app, global, exit_code);
+  chorus::client::AddExportCommand(app, global, exit_code);
   chorus::client::AddUpCommand(app, global, exit_code);
 
   try {

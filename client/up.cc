@@ -79,7 +79,11 @@ void AddUpCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) {
   cmd->add_option("spec", *path, "Job spec file.")->required();
   cmd->add_option("--state_dir", *state_dir, "Coordinator state directory (default: a temporary one, removed after).");
   cmd->add_flag("--json", *json, "End with the final job as one JSON line.");
-  cmd->callback([local, path, state_dir, json, &global, &exit_code] {
+  auto resume_from = std::make_shared<std::string>();
+  cmd->add_option("--resume_from", *resume_from,
+                  "JOB or JOB:STEP: start from that job's checkpoint (with --state_dir of the run that "
+                  "wrote it).");
+  cmd->callback([local, path, state_dir, json, resume_from, &global, &exit_code] {
     absl::StatusOr<v1::JobSpec> spec = LoadUserJobSpec(*path);
     if (!spec.ok()) {
       std::cerr << "chorus up: " << spec.status().message() << "\n";
@@ -161,6 +165,7 @@ void AddUpCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) {
     stub = JobStub(local_global);
     v1::SubmitJobRequest submit;
     *submit.mutable_spec() = *spec;
+    submit.set_resume_from(*resume_from);
     v1::SubmitJobResponse submitted;
     {
       grpc::ClientContext context;

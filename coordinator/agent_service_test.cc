@@ -7,6 +7,7 @@
 #include "chorus/v1/coordinator.grpc.pb.h"
 #include "common/grpc_util.h"
 #include "common/job_spec.h"
+#include "common/sha256.h"
 #include "coordinator/server.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -325,6 +326,67 @@ TEST_F(AgentServiceTest, WatchStreamsStatesMetricsAndEndsWithTheJobAndLogsAreKep
   EXPECT_EQ(jobs_->GetLogs(&unknown_context, logs_request, &logs).error_code(), grpc::StatusCode::NOT_FOUND);
   stream->WritesDone();
   EXPECT_TRUE(stream->Finish().ok());
+}
+
+v1::CheckpointChunk Chunk(const std::string& job, int64_t generation, int rank, const std::string& data) {
+  v1::CheckpointChunk c;
+  c.set_job_id(job);
+  c.set_step(7);
+  c.set_generation(generation);
+  c.set_rank(rank);
+  c.set_file_name("model.pt");
+  c.set_data(data);
+  c.set_chunk_sha256(Sha256Hex(data));
+  c.set_last(true);
+  c.set_file_size(data.size());
+  c.set_file_sha256(Sha256Hex(data));
+  return c;
+}
+
+TEST_F(AgentServiceTest, CheckpointUploadsOnlyFromRankZeroOfTheCurrentGenerationAndIntact) {
+  grpc::ClientContext agent_context;
+  auto stream = agents_->Connect(&agent_context);
+  const std::string agent_id = ConnectAgent(*stream, 2);
+  const std::string job = Submit(2);
+  v1::CoordinatorMessage launch;
+  ASSERT_TRUE(stream->Read(&launch));
+  std::vector<grpc::Status> statuses;
+  JoinAll(job, agent_id, 2, &statuses);
+  auto checkpoints = v1::CheckpointService::NewStub(channel_);
+  auto upload = [&](const v1::CheckpointChunk& chunk, v1::UploadCheckpointResponse* response) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    auto writer = checkpoints->Upload(&context, response);
+    writer->Write(chunk);
+    writer->WritesDone();
+    return writer->Finish();
+  };
+  v1::UploadCheckpointResponse response;
+  grpc::Status stale = upload(Chunk(job, 2, 0, "weights"), &response);
+  EXPECT_EQ(stale.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(stale.error_message(), HasSubstr("generation 2"));
+  grpc::Status other_rank = upload(Chunk(job, 1, 1, "weights"), &response);
+  EXPECT_EQ(other_rank.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(other_rank.error_message(), HasSubstr("only rank 0 uploads"));
+  v1::CheckpointChunk damaged = Chunk(job, 1, 0, "weights");
+  damaged.set_data("weightz");
+  EXPECT_EQ(upload(damaged, &response).error_code(), grpc::StatusCode::DATA_LOSS);
+
+  grpc::Status good = upload(Chunk(job, 1, 0, "weights"), &response);
+  ASSERT_TRUE(good.ok()) << good.error_message();
+  EXPECT_EQ(response.manifest().step(), 7);
+  EXPECT_EQ(response.manifest().world_size(), 2);
+  EXPECT_EQ(response.manifest().generation(), 1);
+  EXPECT_EQ(response.manifest().files(0).sha256(), Sha256Hex("weights"));
+
+  v1::ListCheckpointsRequest list;
+  list.set_job_id(job);
+  v1::ListCheckpointsResponse listed;
+  grpc::ClientContext list_context;
+  ASSERT_TRUE(jobs_->ListCheckpoints(&list_context, list, &listed).ok());
+  ASSERT_EQ(listed.checkpoints_size(), 1) << "refused uploads left nothing";
+  EXPECT_EQ(listed.checkpoints(0).step(), 7);
+  stream->WritesDone();
 }
 
 }  // namespace

@@ -27,6 +27,7 @@
 #include "common/grpc_util.h"
 #include "common/logging.h"
 #include "glog/logging.h"
+#include "worker/checkpoint/grpc_checkpoint_sink.h"
 #include "worker/comm/gloo_communicator.h"
 #include "worker/comm/grpc_store.h"
 #include "worker/train/trainer.h"
@@ -184,12 +185,20 @@ int Run() {
     if (!s.ok()) LOG(WARNING) << "report: " << s.error_message();
   };
   TrainingProgress progress;
+  GrpcCheckpointSink checkpoints(channel, job_id, joined.generation(), joined.rank());
+  TrainOptions train_options;
+  train_options.checkpoints = &checkpoints;
+  train_options.resume = joined.resume();
+  if (!joined.resume().job_id().empty() && joined.rank() == 0) {
+    LOG(INFO) << job_id << ": resuming from checkpoint " << joined.resume().job_id() << " step "
+              << joined.resume().step();
+  }
   absl::StatusOr<v1::Metrics> result;
   {
     Heartbeats heartbeats(*ranks, joined, job_id, **comm, progress);
     result = Train(
         joined.spec(), **comm, [&](const v1::Metrics& m) { report(m, false, absl::OkStatus()); },
-        &progress);
+        &progress, train_options);
   }
   if (!result.ok()) {
     (*comm)->Abort(result.status().message());

@@ -1,0 +1,98 @@
+// chorus checkpoints JOB: a job's committed checkpoints.
+// chorus export JOB [--step N] -o FILE: a checkpoint's model as a state dict
+// that Python's torch.load reads.
+
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_format.h"
+#include "client/commands.h"
+#include "client/rpc.h"
+#include "common/grpc_util.h"
+#include "worker/checkpoint/download.h"
+
+namespace chorus::client {
+
+void AddCheckpointsCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) {
+  CLI::App* cmd = app.add_subcommand("checkpoints", "List a job's committed checkpoints, oldest first.");
+  auto job_id = std::make_shared<std::string>();
+  auto json = std::make_shared<bool>(false);
+  cmd->add_option("job", *job_id, "Job id, e.g. job-000001.")->required();
+  cmd->add_flag("--json", *json, "Print the ListCheckpointsResponse as JSON (proto field names).");
+  cmd->callback([job_id, json, &global, &exit_code] {
+    v1::ListCheckpointsRequest request;
+    request.set_job_id(*job_id);
+    v1::ListCheckpointsResponse response;
+    grpc::ClientContext context;
+    SetDeadline(context, global);
+    absl::Status s = FromGrpcStatus(JobStub(global)->ListCheckpoints(&context, request, &response));
+    if (!s.ok()) {
+      exit_code = ReportError("checkpoints", s, global);
+      return;
+    }
+    if (*json) {
+      std::cout << ToJson(response);
+    } else if (response.checkpoints().empty()) {
+      std::cout << *job_id << " has no checkpoints\n";
+    } else {
+      std::cout << absl::StrFormat("%-10s %-20s %-6s %-12s %s\n", "STEP", "COMMITTED", "RANKS", "SIZE", "FILES");
+      for (const v1::CheckpointManifest& m : response.checkpoints()) {
+        int64_t bytes = 0;
+        std::string files;
+        for (const v1::CheckpointFile& f : m.files()) {
+          bytes += f.size();
+          files += (files.empty() ? "" : ",") + f.name();
+        }
+        std::cout << absl::StrFormat("%-10d %-20s %-6d %-12s %s\n", m.step(), FormatTime(m.commit_time_us()),
+                                     m.world_size(), absl::StrFormat("%.1f MB", bytes / 1048576.0), files);
+      }
+    }
+    exit_code = kExitOk;
+  });
+}
+
+void AddExportCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) {
+  CLI::App* cmd = app.add_subcommand(
+      "export",
+      "Write a checkpoint's model (parameters and buffers by name) to FILE; in Python, "
+      "torch.load(FILE) returns the state dict.");
+  auto job_id = std::make_shared<std::string>();
+  auto step = std::make_shared<int64_t>(0);
+  auto output = std::make_shared<std::string>();
+  cmd->add_option("job", *job_id, "Job id, e.g. job-000001.")->required();
+  cmd->add_option("--step", *step, "Checkpoint step (default: the newest usable one).")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("-o,--output", *output, "File to write.")->required();
+  cmd->callback([job_id, step, output, &global, &exit_code] {
+    ConfigureSecurity(global);
+    auto stub = v1::CheckpointService::NewStub(MakeCoordinatorChannel(global.coordinator));
+    absl::StatusOr<std::string> bytes =
+        DownloadCheckpointFile(*stub, *job_id, *step, "model.pt", absl::Seconds(std::max(60.0, global.timeout_seconds)));
+    if (!bytes.ok()) {
+      exit_code = ReportError("export", bytes.status(), global);
+      return;
+    }
+    const std::string path = UserPath(*output);
+    const std::string tmp = path + ".tmp";
+    {
+      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+      out << *bytes;
+      if (!out) {
+        std::cerr << "chorus export: cannot write " << path << "\n";
+        exit_code = kExitFailure;
+        return;
+      }
+    }
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+      std::cerr << "chorus export: cannot write " << path << "\n";
+      exit_code = kExitFailure;
+      return;
+    }
+    std::cerr << "chorus export: wrote " << path << " (" << bytes->size() << " bytes; torch.load reads it)\n";
+    exit_code = kExitOk;
+  });
+}
+
+}  // namespace chorus::client

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Checkpoints end to end with real processes: a job checkpoints to the
+# coordinator; the same job killed with SIGKILL on every rank after its
+# checkpoint is resumed from it and ends with parameters bit-identical to an
+# uninterrupted run (dropout on, 2 rank processes); the checkpoint also
+# resumes on 1 rank; `chorus export` writes a file Python's torch.load reads;
+# a damaged checkpoint is skipped with a warning event.
+#
+# Usage (from Bazel): checkpoint_e2e_test.sh CHORUS COORDINATOR
+set -uo pipefail
+
+CHORUS=$(realpath "$1")
+COORDINATOR=$(realpath "$2")
+PYTHON=/usr/bin/python3  # Debian's python3-torch
+TMP=${TEST_TMPDIR:-$(mktemp -d)}
+STATE="${TMP}/state"
+failures=0
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+pass() { echo "ok: $*"; }
+value() { echo "$1" | sed -n "s/.*\"$2\": \([0-9.]*\).*/\1/p"; }
+up() { timeout 180 "${CHORUS}" up --state_dir "${STATE}" "$@" --json 2>>"${TMP}/up.err" | tail -n 1; }
+
+base='name: "ckpt"
+model { mlp { hidden_sizes: [64] dropout: 0.2 } }
+data { synthetic { num_samples: 1920 input_shape: [16] num_classes: 4 seed: 3 } }
+training { batch_size_per_rank: 32 epochs: 3 seed: 5 log_every_steps: 10 }
+optimizer { kind: ADAM lr: 0.003 }
+lr_schedule { cosine { warmup_steps: 10 } }
+checkpoint { every_steps: 30 keep_last: 0 }'
+# 1920 / 64 = 30 steps per epoch, 90 in all.
+printf '%s\nresources { min_ranks: 2 max_ranks: 2 }\n' "${base}" > "${TMP}/two.textproto"
+printf '%s\nresources { min_ranks: 1 max_ranks: 1 }\n' "${base}" > "${TMP}/one.textproto"
+# The interrupted run: rank 0 slows down after the checkpoint at step 30 so
+# that it is committed before both ranks are killed at step 50.
+printf '%s\nresources { min_ranks: 2 max_ranks: 2 }\nfault_injection {\n  faults { kind: SLOW rank: 0 at_step: 31 duration_seconds: 0.05 }\n  faults { kind: CRASH rank: 0 at_step: 50 }\n  faults { kind: CRASH rank: 1 at_step: 50 }\n}\n' "${base}" > "${TMP}/killed.textproto"
+
+# --- job-000001: uninterrupted
+last=$(up --local 2 "${TMP}/two.textproto")
+[[ "${last}" == *'"state": "SUCCEEDED"'* && "${last}" == *'"steps": 90,'* ]] && pass "uninterrupted run: ${last}" \
+  || fail "uninterrupted run: '${last}' $(tail -3 "${TMP}/up.err")"
+
+# --- job-000002: every rank killed with SIGKILL at step 50
+last=$(up --local 2 "${TMP}/killed.textproto")
+[[ "${last}" == *'"state": "FAILED"'* && "${last}" == *"killed by signal 9"* ]] && pass "interrupted run was killed" \
+  || fail "killed run: '${last}'"
+
+# A coordinator on the same state directory (as `chorus up --state_dir` runs
+# one: DIR/state) sees what the runs committed.
+coordinator() {
+  rm -f "${TMP}/port"
+  "${COORDINATOR}" --listen 127.0.0.1:0 --state_dir "${STATE}/state" --port_file "${TMP}/port" 2>>"${TMP}/coordinator.log" &
+  coordinator_pid=$!
+  for _ in $(seq 1 100); do [[ -s "${TMP}/port" ]] && break; sleep 0.1; done
+  addr="127.0.0.1:$(cat "${TMP}/port" 2>/dev/null)"
+}
+coordinator
+ckpts=$("${CHORUS}" --coordinator "${addr}" checkpoints job-000002 2>&1)
+full_ckpts=$("${CHORUS}" --coordinator "${addr}" checkpoints job-000001 --json 2>&1)
+kill -TERM "${coordinator_pid}"; wait "${coordinator_pid}" 2>/dev/null
+[[ "${ckpts}" == *"STEP"*$'\n'"30 "* && "${ckpts}" != *$'\n'"60 "* ]] && pass "the killed job has its step-30 checkpoint only" \
+  || fail "checkpoints of job-000002: ${ckpts}"
+[[ "${full_ckpts}" == *'"step": "30"'* && "${full_ckpts}" == *'"step": "60"'* && "${full_ckpts}" == *'"step": "90"'* \
+   && "${full_ckpts}" == *'"name": "model.pt"'* && "${full_ckpts}" == *'"sha256": "'* ]] \
+  && pass "the uninterrupted job checkpointed at 30, 60 and at the end (90)" || fail "checkpoints of job-000001: ${full_ckpts}"
+
+# --- job-000003: resume job-000002 on 2 ranks
+last=$(up --local 2 --resume_from job-000002 "${TMP}/two.textproto")
+[[ "${last}" == *'"state": "SUCCEEDED"'* && "${last}" == *'"steps": 90,'* ]] && pass "resumed run finished: ${last}" \
+  || fail "resumed run: '${last}' $(tail -3 "${TMP}/up.err")"
+
+# --- it really resumed: its first checkpoint is 60, and rank 0 said so
+coordinator
+resumed_ckpts=$("${CHORUS}" --coordinator "${addr}" checkpoints job-000003 2>&1)
+[[ "${resumed_ckpts}" == *$'\n'"60 "* && "${resumed_ckpts}" == *$'\n'"90 "* && "${resumed_ckpts}" != *$'\n'"30 "* ]] \
+  && pass "the resumed job started at step 30 (checkpoints 60 and 90 only)" || fail "resumed checkpoints: ${resumed_ckpts}"
+# (The agent's log keeps every rank's output; `chorus up` leaves it in DIR.)
+grep -q "job-000003: resuming from checkpoint job-000002 step 30" "${STATE}/worker.log" \
+  && pass "rank 0 logged the resume" || fail "no resume line in ${STATE}/worker.log"
+
+# --- export both final models and compare them in Python
+"${CHORUS}" --coordinator "${addr}" export job-000001 -o "${TMP}/full.pt" 2>"${TMP}/export.err" \
+  && "${CHORUS}" --coordinator "${addr}" export job-000003 --step 90 -o "${TMP}/resumed.pt" 2>>"${TMP}/export.err" \
+  && pass "exported both final models" || fail "export: $(cat "${TMP}/export.err")"
+out=$("${CHORUS}" --coordinator "${addr}" export job-000002 --step 60 -o "${TMP}/none.pt" 2>&1); rc=$?
+[[ ${rc} -ne 0 && "${out}" == *"has no checkpoint at step 60"* ]] && pass "exporting a step that does not exist says so" \
+  || fail "export of a missing step rc=${rc} out='${out}'"
+kill -TERM "${coordinator_pid}"; wait "${coordinator_pid}" 2>/dev/null
+cmp=$("${PYTHON}" - "${TMP}/full.pt" "${TMP}/resumed.pt" <<'PY' 2>&1
+import sys, torch
+a, b = torch.load(sys.argv[1]), torch.load(sys.argv[2])
+assert sorted(a) == sorted(b), (sorted(a), sorted(b))
+assert all(isinstance(t, torch.Tensor) for t in a.values())
+diff = [k for k in a if not torch.equal(a[k], b[k])]
+print("keys", ",".join(sorted(a)), "differing", len(diff), diff)
+PY
+)
+[[ "${cmp}" == *"differing 0 []"* && "${cmp}" == *"1.weight"* ]] \
+  && pass "torch.load reads the exports; parameters bit-identical after SIGKILL and resume (${cmp})" \
+  || fail "comparison: ${cmp}"
+
+# --- the same checkpoint resumes on 1 rank (the rest of its epoch re-sharded)
+last=$(up --local 1 --resume_from job-000002:30 "${TMP}/one.textproto")
+# 30 steps of 64 samples = epoch 1 done; 2 more epochs of 1920 / 32 = 60 steps.
+[[ "${last}" == *'"state": "SUCCEEDED"'* && "${last}" == *'"steps": 150,'* ]] && pass "2-rank checkpoint resumed on 1 rank: ${last}" \
+  || fail "resume on 1 rank: '${last}'"
+
+# --- a damaged checkpoint is skipped; with no older one the job fails saying why
+printf 'garbage' >> "${STATE}/state/checkpoints/job-000002/000000000030/model.pt"
+last=$(up --local 2 --resume_from job-000002 "${TMP}/two.textproto")
+[[ "${last}" == *'"state": "FAILED"'* && "${last}" == *"cannot resume from job-000002: job job-000002 has no usable checkpoint"* ]] \
+  && pass "a damaged checkpoint is not loaded" || fail "damaged: '${last}'"
+
+left=$(pgrep -f -- "${TMP}" | grep -v "^$$\$" || true)
+[[ -z "${left}" ]] && pass "no processes left" || { fail "left running: ${left}"; pkill -KILL -f -- "${TMP}"; }
+echo "${failures} failure(s)"
+[[ ${failures} -eq 0 ]]
