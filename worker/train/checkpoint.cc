@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "common/status_macros.h"
 
 namespace chorus {
@@ -197,6 +198,21 @@ int64_t CheckpointWriter::stored() const {
   return stored_;
 }
 
+double CheckpointWriter::last_serialize_seconds() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_serialize_seconds_;
+}
+
+double CheckpointWriter::last_store_seconds() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_store_seconds_;
+}
+
+int64_t CheckpointWriter::last_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_bytes_;
+}
+
 void CheckpointWriter::Loop() {
   while (true) {
     Snapshot snapshot;
@@ -207,10 +223,21 @@ void CheckpointWriter::Loop() {
       snapshot = std::move(*pending_);
       pending_.reset();
     }
-    absl::Status s = sink_.Store(snapshot.position.step, Serialize(snapshot));
+    const absl::Time start = absl::Now();
+    std::vector<CheckpointFileData> files = Serialize(snapshot);
+    const absl::Time serialized = absl::Now();
+    absl::Status s = sink_.Store(snapshot.position.step, files);
+    const absl::Time stored = absl::Now();
+    int64_t bytes = 0;
+    for (const CheckpointFileData& f : files) bytes += static_cast<int64_t>(f.bytes.size());
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (s.ok()) ++stored_;
+      if (s.ok()) {
+        ++stored_;
+        last_serialize_seconds_ = absl::ToDoubleSeconds(serialized - start);
+        last_store_seconds_ = absl::ToDoubleSeconds(stored - serialized);
+        last_bytes_ = bytes;
+      }
       if (!s.ok() && error_.ok()) error_ = s;
       busy_ = false;
     }

@@ -91,6 +91,11 @@ class CheckpointWriter {
   absl::Status Drain();
   int64_t skipped() const;
   int64_t stored() const;
+  // The last stored checkpoint: seconds to serialize it, seconds to store it
+  // (upload and commit), and its size in bytes.
+  double last_serialize_seconds() const;
+  double last_store_seconds() const;
+  int64_t last_bytes() const;
 
  private:
   void Loop();
@@ -103,6 +108,9 @@ class CheckpointWriter {
   bool stop_ = false;
   int64_t skipped_ = 0;
   int64_t stored_ = 0;
+  double last_serialize_seconds_ = 0;
+  double last_store_seconds_ = 0;
+  int64_t last_bytes_ = 0;
   absl::Status error_;
   std::thread thread_;
 };

@@ -373,6 +373,10 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
   if (writer != nullptr) {
     (*metrics.mutable_values())["checkpoints_stored"] = writer->stored();
     (*metrics.mutable_values())["checkpoints_skipped_busy"] = writer->skipped();
+    (*metrics.mutable_values())["checkpoint_stall_seconds"] = checkpoint_stall;
+    (*metrics.mutable_values())["checkpoint_serialize_seconds"] = writer->last_serialize_seconds();
+    (*metrics.mutable_values())["checkpoint_store_seconds"] = writer->last_store_seconds();
+    (*metrics.mutable_values())["checkpoint_bytes"] = writer->last_bytes();
   }
   metrics.set_samples_per_second(step * accum * global_batch / std::max(wall, 1e-9));
   report(metrics);
