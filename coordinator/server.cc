@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -177,7 +178,19 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
       n > 0) {
     LOG(WARNING) << n << " job(s) were running when the coordinator last stopped; marked FAILED";
   }
-  auto checkpoints = std::make_unique<CheckpointStore>(options.state_dir + "/checkpoints", **state);
+  // Test aid: CHORUS_TEST_FAILPOINT=checkpoint:STAGE (mid_chunk, before_fsync,
+  // before_rename, before_manifest, after_manifest) ends the process there,
+  // as abruptly as kill -9, to check that commits are crash-consistent.
+  CheckpointStore::Failpoint failpoint;
+  if (const char* fp = std::getenv("CHORUS_TEST_FAILPOINT"); fp != nullptr && absl::StartsWith(fp, "checkpoint:")) {
+    const std::string stage = std::string(fp).substr(std::strlen("checkpoint:"));
+    LOG(WARNING) << "test failpoint armed: the coordinator exits at checkpoint stage " << stage;
+    failpoint = [stage](CheckpointStore::Stage at) {
+      if (stage == CheckpointStore::StageName(at)) _exit(75);
+    };
+  }
+  auto checkpoints =
+      std::make_unique<CheckpointStore>(options.state_dir + "/checkpoints", **state, std::move(failpoint));
   if (absl::Status s = checkpoints->Recover(); !s.ok()) {
     ::close(lock_fd);
     return s;
