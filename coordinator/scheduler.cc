@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/sha256.h"
 #include "common/status_macros.h"
@@ -324,7 +325,8 @@ namespace {
 
 // Identifies "the same problem" across ticks: kind, culprits and collective.
 std::string DiagnosisKey(const v1::Diagnosis& d) {
-  return absl::StrCat(v1::Diagnosis::Kind_Name(d.kind()), "/", absl::StrJoin(d.ranks(), ","), "/", d.seq());
+  return absl::StrCat(v1::Diagnosis::Kind_Name(d.kind()), " rank", d.ranks_size() > 1 ? "s " : " ",
+                      absl::StrJoin(d.ranks(), ","), d.seq() > 0 ? absl::StrCat(" at #", d.seq()) : "");
 }
 
 }  // namespace
@@ -347,6 +349,16 @@ std::map<std::string, std::vector<v1::Diagnosis>> Scheduler::TrackDiagnosesLocke
         if (absl::Status s = jobs_.AddEvent(job_id, std::move(event)); !s.ok()) {
           LOG(ERROR) << job_id << ": could not record a diagnosis event: " << s;
         }
+      }
+    }
+    // Problems that went away become events too ("as they appear and clear").
+    for (const auto& [key, since_us] : run.diagnoses_seen_us) {
+      if (seen.count(key)) continue;
+      v1::JobEvent event;
+      event.set_message(absl::StrCat("cleared: ", key, " (seen for ",
+                                     absl::StrFormat("%.1f", (now_us - since_us) / 1e6), " s)"));
+      if (absl::Status s = jobs_.AddEvent(job_id, std::move(event)); !s.ok()) {
+        LOG(ERROR) << job_id << ": could not record a cleared diagnosis: " << s;
       }
     }
     run.diagnoses_seen_us = std::move(seen);

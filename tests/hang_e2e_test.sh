@@ -133,6 +133,24 @@ problems=$(grep -c " problem " "${TMP}/healthy.watch")
   && pass "healthy run: zero diagnoses in $(grep -c metrics "${TMP}/healthy.watch") metrics events" \
   || fail "healthy run had ${problems} problem(s): $(grep " problem " "${TMP}/healthy.watch")"
 
+# --- a hang that ends clears its diagnosis; a rank that then computes 50 ms
+# longer every step is a STRAGGLER (both as watch events)
+spec "kind: HANG rank: 1 at_step: 10 duration_seconds: 4 } faults { kind: SLOW rank: 1 at_step: 40 duration_seconds: 0.05" \
+  "action: REPORT stall_after_seconds: 2" > "${TMP}/slow.textproto"
+"${CHORUS}" up --local 2 --state_dir "${TMP}/slow" "${TMP}/slow.textproto" >/dev/null 2>"${TMP}/slow.err" &
+up_pid=$!
+for _ in $(seq 1 300); do [[ -s "${TMP}/slow/port" ]] && break; sleep 0.1; done
+saddr="127.0.0.1:$(cat "${TMP}/slow/port" 2>/dev/null)"
+"${CHORUS}" --coordinator "${saddr}" watch job-000001 >"${TMP}/slow.watch" 2>/dev/null &
+watch_pid=$!
+for _ in $(seq 1 250); do grep -q "problem STRAGGLER" "${TMP}/slow.watch" && break; sleep 0.1; done
+kill -INT "${up_pid}"; wait "${up_pid}"; wait "${watch_pid}"
+w=$(cat "${TMP}/slow.watch")
+[[ "${w}" == *"problem NEVER_JOINED rank 1 has not entered collective"* && "${w}" == *"cleared: NEVER_JOINED rank 1 at #"* ]] \
+  && pass "a hang that ends is reported, then cleared" || fail "no NEVER_JOINED + cleared in: ${w}"
+[[ "${w}" == *"problem STRAGGLER rank 1 computes for"*"the others wait for it"* ]] \
+  && pass "the slow rank is named STRAGGLER" || fail "no STRAGGLER in: ${w}"
+
 # --- CRASH: the rank's signal is the job's reason
 spec "kind: CRASH rank: 1 at_step: 5" "action: REPORT" > "${TMP}/crash.textproto"
 out=$(timeout 60 "${CHORUS}" up --local 2 --state_dir "${TMP}/crash" "${TMP}/crash.textproto" --json 2>"${TMP}/crash.err"); rc=$?

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Two "hosts" on one machine: network namespaces joined by a veth pair
-# (10.77.0.1 and 10.77.0.2). The coordinator listens on host A's address with
-# tokens; one agent per host offers one slot; a 2-rank job trains with one rank
-# on each host, the ranks finding each other at the addresses their agents
-# picked (the local address that reaches the coordinator). No traffic leaves
-# the namespaces.
+# Two "hosts" on one machine: network namespaces joined by two veth pairs, a
+# control network (10.77.0.1 / 10.77.0.2) and a training network
+# (10.78.0.1 / 10.78.0.2). The coordinator listens on host A's control
+# address with tokens; one agent per host offers one slot and gives its rank
+# its training address; a 2-rank job trains with one rank on each host. Then
+# the training network is cut while a job runs: both ranks sit inside the
+# same collective while their heartbeats still arrive, and the coordinator
+# reports STUCK_IN_COLLECTIVE. No traffic leaves the namespaces.
 #
 # Needs root (ip netns). Where namespaces cannot be made, the test reports
 # itself skipped in its XML rather than passing.
@@ -24,6 +26,7 @@ wait_for_file() { for _ in $(seq 1 200); do [[ -s "$1" ]] && return 0; sleep 0.1
 ns_a="chorus-$$-a"
 ns_b="chorus-$$-b"
 veth="chv$$"
+train_veth="chw$$"
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill -KILL "${p}" 2>/dev/null; done
@@ -61,8 +64,13 @@ for ns in "${ns_a}" "${ns_b}"; do
 done
 ip -n "${ns_a}" link set "${veth}a" up
 ip -n "${ns_b}" link set "${veth}b" up
-# A little latency, as between real machines.
-tc -n "${ns_a}" qdisc add dev "${veth}a" root netem delay 1ms 2>/dev/null || true
+ip link add "${train_veth}a" type veth peer name "${train_veth}b" || skip "cannot create a second veth pair"
+ip link set "${train_veth}a" netns "${ns_a}"
+ip link set "${train_veth}b" netns "${ns_b}"
+ip -n "${ns_a}" addr add 10.78.0.1/24 dev "${train_veth}a"
+ip -n "${ns_b}" addr add 10.78.0.2/24 dev "${train_veth}b"
+ip -n "${ns_a}" link set "${train_veth}a" up
+ip -n "${ns_b}" link set "${train_veth}b" up
 
 admin=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
 worker=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
@@ -76,10 +84,10 @@ pids+=($!)
 wait_for_file "${TMP}/port" || { cat "${TMP}/coordinator.log" >&2; fail "coordinator did not start"; exit 1; }
 addr="10.77.0.1:$(cat "${TMP}/port")"
 
-ip netns exec "${ns_a}" "${WORKER}" --coordinator "${addr}" --slots 1 --host node-a \
+ip netns exec "${ns_a}" "${WORKER}" --coordinator "${addr}" --slots 1 --host node-a --rank_host 10.78.0.1 \
   --token_file "${TMP}/worker.token" 2>"${TMP}/agent_a.log" &
 pids+=($!)
-ip netns exec "${ns_b}" "${WORKER}" --coordinator "${addr}" --slots 1 --host node-b \
+ip netns exec "${ns_b}" "${WORKER}" --coordinator "${addr}" --slots 1 --host node-b --rank_host 10.78.0.2 \
   --token_file "${TMP}/worker.token" 2>"${TMP}/agent_b.log" &
 pids+=($!)
 
@@ -101,9 +109,31 @@ awk -v a="${acc:-0}" 'BEGIN { exit !(a > 0.7) }' && pass "test accuracy ${acc}" 
 # Each agent told its rank the address of its own host; the ranks' output
 # reached the coordinator from both.
 logs=$(c logs job-000001 2>&1)
-[[ "${logs}" == *"training traffic on 10.77.0.1"* && "${logs}" == *"training traffic on 10.77.0.2"* ]] \
-  && pass "one rank trained on each host's address, logs from both" \
+[[ "${logs}" == *"training traffic on 10.78.0.1"* && "${logs}" == *"training traffic on 10.78.0.2"* ]] \
+  && pass "one rank trained on each host's training address, logs from both" \
   || fail "logs: $(grep -i traffic <<<"${logs}")"
+
+# --- cut the training network under a running job: STUCK_IN_COLLECTIVE
+sed 's/epochs: 3/epochs: 100000/' "${TMP}/job.textproto" > "${TMP}/long.textproto"
+job=$(c submit "${TMP}/long.textproto" 2>/dev/null)
+for _ in $(seq 1 100); do
+  step=$(c status "${job}" --json 2>/dev/null | sed -n 's/.*"step": "\([0-9]*\)".*/\1/p' | head -1)
+  [[ "${step:-0}" -gt 50 ]] && break
+  sleep 0.1
+done
+ip -n "${ns_a}" link set "${train_veth}a" down
+t0=$(date +%s)
+found=""
+for _ in $(seq 1 200); do
+  found=$(c status "${job}" 2>/dev/null | grep "STUCK_IN_COLLECTIVE")
+  [[ -n "${found}" ]] && break
+  sleep 0.1
+done
+t1=$(date +%s)
+[[ "${found}" == *"every rank has been inside collective #"*"the transport or a peer's network is suspect"* ]] \
+  && pass "training network cut: STUCK_IN_COLLECTIVE after $((t1 - t0)) s: ${found}" \
+  || fail "no STUCK_IN_COLLECTIVE (step before the cut: ${step:-?}): $(c status "${job}" 2>&1 | tail -4)"
+c cancel "${job}" >/dev/null 2>&1
 
 echo "${failures} failure(s)"
 [[ ${failures} -eq 0 ]]
