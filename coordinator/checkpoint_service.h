@@ -17,7 +17,7 @@ namespace chorus {
 class CheckpointServiceImpl final : public v1::CheckpointService::CallbackService {
  public:
   // Bytes per Download chunk.
-  static constexpr size_t kChunkBytes = 1 << 20;
+  static constexpr size_t kChunkBytes = 4 << 20;
 
   // Calls need a worker (or admin) token when `auth` is enabled.
   CheckpointServiceImpl(CheckpointStore& store, Scheduler& scheduler, const TokenAuthorizer& auth = AllowAll())

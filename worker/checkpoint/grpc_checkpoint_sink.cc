@@ -25,7 +25,7 @@ absl::Status GrpcCheckpointSink::Store(int64_t step, const std::vector<Checkpoin
   bool first = true;
   bool ok = true;
   for (const CheckpointFileData& file : files) {
-    const std::string file_sha = Sha256Hex(file.bytes);
+    Sha256 file_sha;  // built as the chunks go out: no separate pass over the file
     size_t offset = 0;
     do {
       const size_t n = std::min(kChunkBytes, file.bytes.size() - offset);
@@ -39,13 +39,14 @@ absl::Status GrpcCheckpointSink::Store(int64_t step, const std::vector<Checkpoin
       }
       chunk.set_file_name(file.name);
       chunk.set_offset(static_cast<int64_t>(offset));
-      chunk.set_data(file.bytes.substr(offset, n));
+      chunk.set_data(file.bytes.data() + offset, n);
       chunk.set_chunk_sha256(Sha256Hex(chunk.data()));
+      file_sha.Update(chunk.data());
       offset += n;
       if (offset >= file.bytes.size()) {
         chunk.set_last(true);
         chunk.set_file_size(static_cast<int64_t>(file.bytes.size()));
-        chunk.set_file_sha256(file_sha);
+        chunk.set_file_sha256(file_sha.HexDigest());
       }
       ok = writer->Write(chunk);
     } while (ok && offset < file.bytes.size());

@@ -1,5 +1,5 @@
 // GrpcCheckpointSink: a CheckpointSink over the coordinator's
-// CheckpointService — Store uploads a checkpoint's files in 1 MB chunks, each
+// CheckpointService — Store uploads a checkpoint's files in 4 MB chunks, each
 // with its SHA-256 (and each file's size and SHA-256 at its end); Load
 // downloads the files of a committed checkpoint and checks them the same way.
 //
@@ -24,7 +24,7 @@ namespace chorus {
 
 class GrpcCheckpointSink : public CheckpointSink {
  public:
-  static constexpr size_t kChunkBytes = 1 << 20;
+  static constexpr size_t kChunkBytes = 4 << 20;
 
   GrpcCheckpointSink(std::shared_ptr<grpc::Channel> channel, std::string job_id, int64_t generation, int rank,
                      absl::Duration timeout = absl::Minutes(10));

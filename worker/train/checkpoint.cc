@@ -49,12 +49,26 @@ absl::StatusOr<std::map<std::string, at::Tensor>> Unpickle(const CheckpointFileD
 
 }  // namespace
 
-Snapshot TakeSnapshot(Model& model, torch::optim::Optimizer& optimizer, const TrainingPosition& position) {
+Snapshot TakeSnapshot(Model& model, torch::optim::Optimizer& optimizer, const TrainingPosition& position,
+                      const Snapshot* reuse) {
   torch::NoGradGuard no_grad;
+  std::map<std::string, at::Tensor> spare;
+  if (reuse != nullptr) {
+    for (const auto& [name, t] : reuse->model) spare["m/" + name] = t;
+    for (const auto& [name, t] : reuse->train_state) spare["t/" + name] = t;
+  }
+  auto copy_as = [&spare](const std::string& key, const at::Tensor& t) {
+    auto it = spare.find(key);
+    if (it != spare.end() && it->second.sizes() == t.sizes() && it->second.scalar_type() == t.scalar_type() &&
+        it->second.is_contiguous()) {
+      return it->second.copy_(t.detach());
+    }
+    return Copy(t);
+  };
   Snapshot s;
   s.position = position;
-  for (const NamedTensor& p : model.NamedParameters()) s.model.emplace_back(p.name, Copy(p.tensor));
-  for (const NamedTensor& b : model.NamedBuffers()) s.model.emplace_back(b.name, Copy(b.tensor));
+  for (const NamedTensor& p : model.NamedParameters()) s.model.emplace_back(p.name, copy_as("m/" + p.name, p.tensor));
+  for (const NamedTensor& b : model.NamedBuffers()) s.model.emplace_back(b.name, copy_as("m/" + b.name, b.tensor));
   int index = 0;
   for (const auto& group : optimizer.param_groups()) {
     for (const at::Tensor& param : group.params()) {
@@ -62,17 +76,20 @@ Snapshot TakeSnapshot(Model& model, torch::optim::Optimizer& optimizer, const Tr
       const std::string prefix = absl::StrCat("optim.", index++, ".");
       if (it == optimizer.state().end()) continue;
       if (auto* sgd = dynamic_cast<torch::optim::SGDParamState*>(it->second.get())) {
-        if (sgd->momentum_buffer().defined()) s.train_state.emplace_back(prefix + "momentum_buffer", Copy(sgd->momentum_buffer()));
+        if (sgd->momentum_buffer().defined()) {
+          s.train_state.emplace_back(prefix + "momentum_buffer",
+                                     copy_as("t/" + prefix + "momentum_buffer", sgd->momentum_buffer()));
+        }
       } else if (auto* adam = dynamic_cast<torch::optim::AdamParamState*>(it->second.get())) {
         s.train_state.emplace_back(prefix + "step", Scalar(adam->step()));
-        s.train_state.emplace_back(prefix + "exp_avg", Copy(adam->exp_avg()));
-        s.train_state.emplace_back(prefix + "exp_avg_sq", Copy(adam->exp_avg_sq()));
-        if (adam->max_exp_avg_sq().defined()) s.train_state.emplace_back(prefix + "max_exp_avg_sq", Copy(adam->max_exp_avg_sq()));
+        s.train_state.emplace_back(prefix + "exp_avg", copy_as("t/" + prefix + "exp_avg", adam->exp_avg()));
+        s.train_state.emplace_back(prefix + "exp_avg_sq", copy_as("t/" + prefix + "exp_avg_sq", adam->exp_avg_sq()));
+        if (adam->max_exp_avg_sq().defined()) s.train_state.emplace_back(prefix + "max_exp_avg_sq", copy_as("t/" + prefix + "max_exp_avg_sq", adam->max_exp_avg_sq()));
       } else if (auto* adamw = dynamic_cast<torch::optim::AdamWParamState*>(it->second.get())) {
         s.train_state.emplace_back(prefix + "step", Scalar(adamw->step()));
-        s.train_state.emplace_back(prefix + "exp_avg", Copy(adamw->exp_avg()));
-        s.train_state.emplace_back(prefix + "exp_avg_sq", Copy(adamw->exp_avg_sq()));
-        if (adamw->max_exp_avg_sq().defined()) s.train_state.emplace_back(prefix + "max_exp_avg_sq", Copy(adamw->max_exp_avg_sq()));
+        s.train_state.emplace_back(prefix + "exp_avg", copy_as("t/" + prefix + "exp_avg", adamw->exp_avg()));
+        s.train_state.emplace_back(prefix + "exp_avg_sq", copy_as("t/" + prefix + "exp_avg_sq", adamw->exp_avg_sq()));
+        if (adamw->max_exp_avg_sq().defined()) s.train_state.emplace_back(prefix + "max_exp_avg_sq", copy_as("t/" + prefix + "max_exp_avg_sq", adamw->max_exp_avg_sq()));
       }
     }
   }
@@ -186,6 +203,16 @@ absl::Status CheckpointWriter::Drain() {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [this] { return !busy_; });
   return error_;
+}
+
+bool CheckpointWriter::busy() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return busy_;
+}
+
+void CheckpointWriter::NoteSkipped() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++skipped_;
 }
 
 int64_t CheckpointWriter::skipped() const {

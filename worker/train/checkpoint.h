@@ -61,8 +61,12 @@ struct CheckpointFileData {
   std::string bytes;
 };
 
-// Copies parameters, buffers and optimizer state (SGD, Adam, AdamW).
-Snapshot TakeSnapshot(Model& model, torch::optim::Optimizer& optimizer, const TrainingPosition& position);
+// Copies parameters, buffers and optimizer state (SGD, Adam, AdamW). With
+// `reuse` (an earlier snapshot nobody reads any more), tensors of the same
+// name, shape and dtype are copied into its memory instead of fresh memory:
+// no allocation and no page faults, so the copy runs at memory speed.
+Snapshot TakeSnapshot(Model& model, torch::optim::Optimizer& optimizer, const TrainingPosition& position,
+                      const Snapshot* reuse = nullptr);
 // The two files of a snapshot.
 std::vector<CheckpointFileData> Serialize(const Snapshot& snapshot);
 // Loads `files` into the model and optimizer; returns the position. Errors
@@ -89,6 +93,10 @@ class CheckpointWriter {
   bool Offer(Snapshot snapshot);
   // Waits until nothing is in flight; the first error of any store so far.
   absl::Status Drain();
+  // Whether a checkpoint is being written now (then the next would be
+  // skipped: NoteSkipped() counts it without taking a snapshot).
+  bool busy() const;
+  void NoteSkipped();
   int64_t skipped() const;
   int64_t stored() const;
   // The last stored checkpoint: seconds to serialize it, seconds to store it

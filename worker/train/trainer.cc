@@ -260,13 +260,20 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
   std::unique_ptr<CheckpointWriter> writer;
   if (options.checkpoints != nullptr && comm.rank() == 0) writer = std::make_unique<CheckpointWriter>(*options.checkpoints);
   double checkpoint_stall = 0;
+  // The previous snapshot's memory is reused once the writer is done with it.
+  Snapshot spare;
   auto checkpoint = [&](bool final) -> absl::Status {
     if (writer == nullptr) return absl::OkStatus();
+    if (!final && writer->busy()) {
+      writer->NoteSkipped();  // the previous one is still being written
+      return absl::OkStatus();
+    }
     p.Enter(v1::CHECKPOINT);
     if (final) RETURN_IF_ERROR(writer->Drain());
     const absl::Time start = absl::Now();
-    Snapshot snapshot = TakeSnapshot(*model, *optimizer, position);
+    Snapshot snapshot = TakeSnapshot(*model, *optimizer, position, &spare);
     checkpoint_stall = absl::ToDoubleSeconds(absl::Now() - start);
+    spare = snapshot;  // the same tensors: written again only after the writer is idle
     writer->Offer(std::move(snapshot));
     if (final) return writer->Drain();
     return absl::OkStatus();
