@@ -171,6 +171,19 @@ absl::StatusOr<v1::Job> JobManager::MarkRunning(const std::string& job_id, int64
   });
 }
 
+absl::Status JobManager::SavePlacements(const std::string& job_id,
+                                        const std::vector<v1::RankPlacement>& placements) {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return NotFound(job_id);
+  v1::Job job = it->second;
+  job.clear_placements();
+  for (const v1::RankPlacement& p : placements) *job.add_placements() = p;
+  RETURN_IF_ERROR(state_.SaveJob(job));
+  it->second = std::move(job);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<v1::Job> JobManager::Finish(const std::string& job_id, v1::Job::State state,
                                            const std::string& reason) {
   return Transition(job_id, [&](v1::Job& job) {

@@ -46,6 +46,8 @@ class JobManager {
   // PENDING -> RUNNING in `generation` with `world_size` ranks.
   absl::StatusOr<v1::Job> MarkRunning(const std::string& job_id, int64_t generation,
                                       int world_size);
+  // Records where the running job's ranks are (index = rank), durably.
+  absl::Status SavePlacements(const std::string& job_id, const std::vector<v1::RankPlacement>& placements);
   // Ends a job that has not ended (SUCCEEDED or FAILED) with `reason`.
   absl::StatusOr<v1::Job> Finish(const std::string& job_id, v1::Job::State state,
                                  const std::string& reason);

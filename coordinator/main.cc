@@ -47,6 +47,12 @@ int main(int argc, char** argv) {
   app.add_option("--tls_key", options.tls_key, "PEM private key of --tls_cert.");
   app.add_option("--tls_client_ca", options.tls_client_ca,
                  "PEM CA bundle: require client certificates signed by it (mTLS).");
+  double recovery_grace_seconds = 30;
+  app.add_option("--recovery_grace_seconds", recovery_grace_seconds,
+                 "After a restart, how long jobs that were running wait for their ranks to come back "
+                 "with their agents before they fail.")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_flag("--enable_reflection", options.enable_reflection,
                "Serve gRPC server reflection (for grpcurl and similar tools).");
   app.add_option("--state_dir", options.state_dir,
@@ -57,6 +63,7 @@ int main(int argc, char** argv) {
   app.add_option("-v,--verbosity", verbosity, "glog VLOG level.")->capture_default_str();
   app.set_version_flag("--version", std::string(chorus::kVersion));
   CLI11_PARSE(app, argc, argv);
+  options.recovery_grace = absl::Seconds(recovery_grace_seconds);
 
   chorus::InitLogging(argv[0], verbosity);
 

@@ -57,6 +57,38 @@ absl::StatusOr<std::string> Scheduler::AddAgent(const v1::AgentHello& hello, Sen
     agents_[id] = std::move(agent);
     LOG(INFO) << "agent " << id << " on " << hello.host() << " offers " << hello.slots() << " "
               << v1::ResourceSpec::Device_Name(agents_[id].hello.device()) << " slot(s)";
+    // Ranks it still runs: rebind them to the jobs taken back after a
+    // restart; stop those whose job is no longer running.
+    std::map<std::string, std::vector<int>> orphans;
+    for (const v1::RunningRank& r : hello.running()) {
+      auto run = running_.find(r.job_id());
+      Placement* match = nullptr;
+      if (run != running_.end() && run->second.generation == r.generation()) {
+        for (Placement& p : run->second.ranks) {
+          if (p.agent_id.empty() && p.recover_host == hello.host() && p.recover_agent_pid == hello.pid() &&
+              p.slot == r.slot()) {
+            match = &p;
+          }
+        }
+      }
+      if (match == nullptr || r.slot() < 0 || r.slot() >= hello.slots()) {
+        orphans[r.job_id()].push_back(r.slot());
+        continue;
+      }
+      match->agent_id = id;
+      match->pid = r.pid();
+      match->state = v1::RankStatus::TRAINING;
+      agents_[id].busy[r.slot()] = true;
+      LOG(INFO) << r.job_id() << ": slot " << r.slot() << " on " << hello.host() << " is back";
+    }
+    for (auto& [job_id, slots] : orphans) {
+      v1::CoordinatorMessage m;
+      m.mutable_stop()->set_job_id(job_id);
+      for (int slot : slots) m.mutable_stop()->add_slots(slot);
+      m.mutable_stop()->set_grace_seconds(10);
+      m.mutable_stop()->set_reason("the coordinator no longer runs this job");
+      out.messages.emplace_back(agents_[id].send, std::move(m));
+    }
     ScheduleLocked(out);
   }
   out.Flush();
@@ -160,6 +192,18 @@ void Scheduler::ScheduleLocked(Outbox& out) {
       rank->set_local_world_size(p.local_world_size);
       run.ranks.push_back(std::move(p));
     }
+    std::vector<v1::RankPlacement> placements;
+    for (const Placement& p : run.ranks) {
+      v1::RankPlacement& rp = placements.emplace_back();
+      rp.set_host(agents_.at(p.agent_id).hello.host());
+      rp.set_agent_pid(agents_.at(p.agent_id).hello.pid());
+      rp.set_slot(p.slot);
+      rp.set_local_rank(p.local_rank);
+      rp.set_local_world_size(p.local_world_size);
+    }
+    if (absl::Status s = jobs_.SavePlacements(job.job_id(), placements); !s.ok()) {
+      LOG(ERROR) << job.job_id() << ": could not record placements (a restart would lose the job): " << s;
+    }
     for (auto& [agent_id, message] : launches) {
       out.messages.emplace_back(agents_.at(agent_id).send, std::move(message));
     }
@@ -216,11 +260,18 @@ void Scheduler::RankExited(const std::string& agent_id, const v1::RankExited& ex
     auto it = running_.find(exited.job_id());
     if (it == running_.end()) return;  // already ended (e.g. stopped after a failure)
     Running& run = it->second;
+    const v1::AgentHello& agent = agents_.at(agent_id).hello;
     for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
       Placement& p = run.ranks[rank];
-      if (p.agent_id != agent_id || p.slot != exited.slot() || p.state == v1::RankStatus::EXITED) {
+      // A rank that exited while the coordinator was restarting is reported
+      // after its agent reconnects, before it was bound again.
+      const bool unbound_here = p.agent_id.empty() && p.recover_host == agent.host() &&
+                                p.recover_agent_pid == agent.pid();
+      if ((p.agent_id != agent_id && !unbound_here) || p.slot != exited.slot() ||
+          p.state == v1::RankStatus::EXITED) {
         continue;
       }
+      if (unbound_here) p.agent_id = agent_id;
       p.state = v1::RankStatus::EXITED;
       p.exit_code = exited.exit_code();
       if (exited.exit_code() != 0) {
@@ -373,6 +424,21 @@ void Scheduler::Tick() {
     absl::MutexLock lock(&mu_);
     ExpireJoinsLocked(out);
     std::vector<std::pair<std::string, std::string>> to_fail;
+    const absl::Time now = clock_->Now();
+    for (auto& [job_id, run] : running_) {
+      if (run.recovering_until == absl::InfinitePast()) continue;
+      const int missing = static_cast<int>(std::count_if(run.ranks.begin(), run.ranks.end(),
+                                                         [](const Placement& p) { return p.agent_id.empty(); }));
+      if (missing == 0) {
+        run.recovering_until = absl::InfinitePast();
+        v1::JobEvent event;
+        event.set_message("every rank is back after the coordinator restart");
+        (void)jobs_.AddEvent(job_id, std::move(event));
+      } else if (now > run.recovering_until) {
+        to_fail.emplace_back(job_id, absl::StrCat(missing, " of ", run.ranks.size(),
+                                                  " rank(s) did not come back after the coordinator restarted"));
+      }
+    }
     for (const auto& [job_id, diagnoses] : TrackDiagnosesLocked()) {
       const v1::HangDetectionSpec::Action action = running_.at(job_id).hang_detection.action();
       if (action != v1::HangDetectionSpec::ABORT && action != v1::HangDetectionSpec::RESTART) continue;
@@ -492,6 +558,45 @@ void Scheduler::FillStatus(const std::string& job_id, v1::JobStatus& status) con
     auto seen = it->second.diagnoses_seen_us.find(DiagnosisKey(d));
     d.set_first_seen_us(seen != it->second.diagnoses_seen_us.end() ? seen->second : now_us);
     *status.add_diagnoses() = std::move(d);
+  }
+}
+
+void Scheduler::Recover(const std::vector<v1::Job>& running, absl::Duration grace) {
+  absl::MutexLock lock(&mu_);
+  const absl::Time until = clock_->Now() + grace;
+  for (const v1::Job& job : running) {
+    if (job.placements().empty()) {
+      (void)jobs_.Finish(job.job_id(), v1::Job::FAILED,
+                         "the coordinator restarted and has no record of where this job's ranks ran");
+      continue;
+    }
+    Running run;
+    run.hang_detection = job.spec().hang_detection();
+    run.generation = job.generation();
+    run.upload_template.set_world_size(job.placements_size());
+    run.upload_template.set_strategy(job.spec().strategy().has_decentralized() ? "decentralized" : "ddp");
+    run.upload_template.set_spec_hash(Sha256Hex(job.spec().SerializeAsString()));
+    run.upload_template.set_generation(job.generation());
+    run.keep_last = job.spec().checkpoint().has_keep_last() ? job.spec().checkpoint().keep_last() : 3;
+    run.recovering_until = until;
+    for (const v1::RankPlacement& rp : job.placements()) {
+      Placement p;
+      p.slot = rp.slot();
+      p.local_rank = rp.local_rank();
+      p.local_world_size = rp.local_world_size();
+      p.state = v1::RankStatus::LOST;
+      p.joined = true;
+      p.recover_host = rp.host();
+      p.recover_agent_pid = rp.agent_pid();
+      run.ranks.push_back(std::move(p));
+    }
+    LOG(INFO) << job.job_id() << ": taken back after a restart; waiting up to " << absl::FormatDuration(grace)
+              << " for its " << run.ranks.size() << " rank(s) to come back";
+    v1::JobEvent event;
+    event.set_message(absl::StrCat("the coordinator restarted; waiting up to ", absl::FormatDuration(grace),
+                                   " for the job's ranks to come back with their agents"));
+    (void)jobs_.AddEvent(job.job_id(), std::move(event));
+    running_[job.job_id()] = std::move(run);
   }
 }
 

@@ -94,6 +94,11 @@ class Scheduler {
   };
   absl::StatusOr<UploadGrant> GrantUpload(const std::string& job_id, int64_t generation, int rank) const;
 
+  // After a restart: takes back jobs that were RUNNING (with their recorded
+  // placements). Their ranks are expected to come back with their agents;
+  // a job whose ranks are not all back within `grace` fails with the reason.
+  void Recover(const std::vector<v1::Job>& running, absl::Duration grace);
+
   // Output lines of a rank process, relayed by its agent.
   void Logs(const std::string& agent_id, const v1::RankLogs& logs);
   // The job's logs per `request`; `complete` once it has ended and none of its
@@ -120,6 +125,9 @@ class Scheduler {
     int64_t pid = 0;
     int exit_code = 0;
     bool joined = false;
+    // For a job taken back after a restart, until its agent reconnects.
+    std::string recover_host;
+    int64_t recover_agent_pid = 0;
     JoinDone pending;  // the join waiting for the others
     absl::Time join_deadline;
     v1::RankHeartbeat last_heartbeat;
@@ -137,6 +145,8 @@ class Scheduler {
     v1::CheckpointManifest resume;
     v1::CheckpointManifest upload_template;
     int keep_last = 0;
+    // Set while a job taken back after a restart waits for its ranks.
+    absl::Time recovering_until = absl::InfinitePast();
   };
   // Work to do once the lock is released.
   struct Outbox {

@@ -173,11 +173,6 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     ::close(lock_fd);
     return jobs.status();
   }
-  if (int n = (*jobs)->FailRunning("the coordinator restarted while the job was running; its "
-                                    "ranks were stopped (resubmit it)");
-      n > 0) {
-    LOG(WARNING) << n << " job(s) were running when the coordinator last stopped; marked FAILED";
-  }
   // Test aid: CHORUS_TEST_FAILPOINT=checkpoint:STAGE (mid_chunk, before_fsync,
   // before_rename, before_manifest, after_manifest) ends the process there,
   // as abruptly as kill -9, to check that commits are crash-consistent.
@@ -203,6 +198,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     if (colon != std::string::npos) (void)absl::SimpleAtoi(resume_from.substr(colon + 1), &step);
     return store->FindLoadable(resume_from.substr(0, colon), step, skipped);
   });
+  // Jobs that were running when the coordinator stopped are taken back; their
+  // agents reconnect with the ranks they kept running.
+  scheduler->Recover((*jobs)->List({v1::Job::RUNNING}, 0), options.recovery_grace);
   auto job_service = std::make_unique<JobServiceImpl>(**jobs, *scheduler, *auth, checkpoints.get());
   auto checkpoint_service = std::make_unique<CheckpointServiceImpl>(*checkpoints, *scheduler, *auth);
   auto agent_service = std::make_unique<AgentServiceImpl>(*scheduler, *auth);

@@ -68,6 +68,9 @@ struct ServerOptions {
   std::string tls_client_ca;
   // Serve gRPC server reflection (service and message descriptors).
   bool enable_reflection = false;
+  // After a restart, how long jobs that were running wait for their ranks to
+  // come back with their agents before they are failed.
+  absl::Duration recovery_grace = absl::Seconds(30);
 };
 
 // Splits "host:port" / "[v6]:port". INVALID_ARGUMENT naming `flag` otherwise.

@@ -61,39 +61,53 @@ void ToProto(const FlightRecord& r, v1::CollectiveRecord& out) {
   out.set_completed_us(us(r.finished));
 }
 
-// Sends a heartbeat every second until stopped or the stream breaks.
+// Sends a heartbeat every second until stopped. If the stream breaks (the
+// coordinator restarted), it opens a new one and goes on: training does not
+// depend on the coordinator once the ranks are connected.
 class Heartbeats {
  public:
   Heartbeats(v1::RankService::Stub& stub, const v1::JoinResponse& joined, const std::string& job_id,
-             const Communicator& comm, const TrainingProgress& progress)
-      : stream_(stub.Heartbeat(&context_)) {
-    thread_ = std::thread([this, joined, job_id, &comm, &progress] {
+             const Communicator& comm, const TrainingProgress& progress) {
+    thread_ = std::thread([this, &stub, joined, job_id, &comm, &progress] {
       absl::MutexLock lock(&mu_);
       while (!stop_) {
-        v1::RankHeartbeat hb;
-        hb.set_job_id(job_id);
-        hb.set_generation(joined.generation());
-        hb.set_rank(joined.rank());
-        hb.set_step(progress.step.load());
-        hb.set_epoch(progress.epoch.load());
-        hb.set_phase(static_cast<v1::Phase>(progress.phase.load()));
-        const int64_t now_us = absl::ToUnixMicros(absl::Now());
-        hb.set_phase_seconds((now_us - progress.phase_since_us.load()) / 1e6);
-        hb.set_time_us(now_us);
-        hb.mutable_timings()->set_step_seconds(progress.step_seconds.load());
-        hb.mutable_timings()->set_compute_seconds(progress.compute_seconds.load());
-        FlightRecorder::Snapshot snap = comm.flight_recorder().TakeSnapshot(/*recent=*/4);
-        v1::FlightRecorderSummary* fr = hb.mutable_flight_recorder();
-        fr->set_last_enqueued_seq(snap.last_enqueued_seq);
-        fr->set_last_started_seq(snap.last_started_seq);
-        fr->set_last_completed_seq(snap.last_completed_seq);
-        for (const FlightRecord& r : snap.in_flight) ToProto(r, *fr->add_records());
-        for (const FlightRecord& r : snap.recent) ToProto(r, *fr->add_records());
+        auto context = std::make_unique<grpc::ClientContext>();
+        auto stream = stub.Heartbeat(context.get());
+        while (!stop_) {
+          v1::RankHeartbeat hb;
+          hb.set_job_id(job_id);
+          hb.set_generation(joined.generation());
+          hb.set_rank(joined.rank());
+          hb.set_step(progress.step.load());
+          hb.set_epoch(progress.epoch.load());
+          hb.set_phase(static_cast<v1::Phase>(progress.phase.load()));
+          const int64_t now_us = absl::ToUnixMicros(absl::Now());
+          hb.set_phase_seconds((now_us - progress.phase_since_us.load()) / 1e6);
+          hb.set_time_us(now_us);
+          hb.mutable_timings()->set_step_seconds(progress.step_seconds.load());
+          hb.mutable_timings()->set_compute_seconds(progress.compute_seconds.load());
+          FlightRecorder::Snapshot snap = comm.flight_recorder().TakeSnapshot(/*recent=*/4);
+          v1::FlightRecorderSummary* fr = hb.mutable_flight_recorder();
+          fr->set_last_enqueued_seq(snap.last_enqueued_seq);
+          fr->set_last_started_seq(snap.last_started_seq);
+          fr->set_last_completed_seq(snap.last_completed_seq);
+          for (const FlightRecord& r : snap.in_flight) ToProto(r, *fr->add_records());
+          for (const FlightRecord& r : snap.recent) ToProto(r, *fr->add_records());
+          mu_.Unlock();
+          const bool sent = stream->Write(hb);
+          mu_.Lock();
+          if (!sent) break;
+          mu_.AwaitWithTimeout(absl::Condition(&stop_), absl::Seconds(1));
+        }
         mu_.Unlock();
-        const bool sent = stream_->Write(hb);
+        stream->WritesDone();
+        grpc::Status status = stream->Finish();
         mu_.Lock();
-        if (!sent) break;
-        mu_.AwaitWithTimeout(absl::Condition(&stop_), absl::Seconds(1));
+        if (!stop_) {
+          LOG(WARNING) << "heartbeat stream to the coordinator ended (" << status.error_message()
+                       << "); reconnecting";
+          mu_.AwaitWithTimeout(absl::Condition(&stop_), absl::Seconds(1));
+        }
       }
     });
   }
@@ -103,13 +117,9 @@ class Heartbeats {
       stop_ = true;
     }
     thread_.join();
-    stream_->WritesDone();
-    stream_->Finish();
   }
 
  private:
-  grpc::ClientContext context_;
-  std::unique_ptr<grpc::ClientReaderWriter<v1::RankHeartbeat, v1::Directive>> stream_;
   absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
@@ -178,11 +188,25 @@ int Run() {
     request.set_final(final);
     request.set_success(status.ok());
     request.set_error(std::string(status.message()));
-    v1::ReportResponse response;
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
-    grpc::Status s = ranks->Report(&context, request, &response);
-    if (!s.ok()) LOG(WARNING) << "report: " << s.error_message();
+    // Metrics along the way are best effort; the final report is retried
+    // while the coordinator is unreachable (e.g. restarting), up to a minute.
+    const absl::Time give_up = absl::Now() + (final ? absl::Minutes(1) : absl::Seconds(10));
+    for (int attempt = 0;; ++attempt) {
+      v1::ReportResponse response;
+      grpc::ClientContext context;
+      context.set_deadline(absl::ToChronoTime(std::min(give_up, absl::Now() + absl::Seconds(10))));
+      context.set_wait_for_ready(final);
+      grpc::Status s = ranks->Report(&context, request, &response);
+      if (s.ok()) break;
+      const bool retry = final && absl::Now() < give_up &&
+                         (s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                          s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED);
+      if (!retry) {
+        LOG(WARNING) << "report: " << s.error_message();
+        break;
+      }
+      absl::SleepFor(absl::Milliseconds(200));
+    }
   };
   TrainingProgress progress;
   GrpcCheckpointSink checkpoints(channel, job_id, joined.generation(), joined.rank());

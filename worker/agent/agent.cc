@@ -68,10 +68,12 @@ void Agent::Send(const v1::AgentMessage& message) {
     absl::MutexLock lock(&mu_);
     stream = stream_;
   }
-  // Output lines are best effort (the local log has them too); anything
-  // else lost is worth a warning.
+  // Output lines are best effort (the local log has them too); a rank's
+  // exit is kept and sent after reconnecting.
   if ((stream == nullptr || !stream->Write(message)) && !message.has_logs()) {
-    LOG(WARNING) << "could not tell the coordinator: " << message.ShortDebugString();
+    LOG(WARNING) << "coordinator unreachable; will report after reconnecting: " << message.ShortDebugString();
+    absl::MutexLock lock(&mu_);
+    unsent_.push_back(message);
   }
 }
 
@@ -79,6 +81,7 @@ absl::Status Agent::Run() {
   const absl::Time first_deadline = absl::Now() + options_.connect_timeout;
   absl::Duration backoff = absl::Milliseconds(200);
   bool ever_connected = false;
+  absl::Time disconnected_since = absl::InfiniteFuture();
   while (true) {
     grpc::ClientContext context;
     {
@@ -95,6 +98,16 @@ absl::Status Agent::Run() {
     h->set_pid(::getpid());
     h->set_version(kVersion);
     h->set_threads_per_rank(options_.threads_per_rank);
+    {
+      absl::MutexLock lock(&mu_);
+      for (const auto& [pid, child] : children_) {
+        v1::RunningRank* r = h->add_running();
+        r->set_job_id(child->job_id);
+        r->set_generation(child->generation);
+        r->set_slot(child->slot);
+        r->set_pid(pid);
+      }
+    }
     v1::CoordinatorMessage message;
     bool welcomed = stream->Write(hello) && stream->Read(&message) && message.has_welcome();
     if (welcomed) {
@@ -106,7 +119,15 @@ absl::Status Agent::Run() {
         stream_ = stream.get();
       }
       LOG(INFO) << "connected to " << options_.coordinator << " as " << message.welcome().agent_id()
-                << " with " << options_.slots << " slot(s)";
+                << " with " << options_.slots << " slot(s)" << (h->running_size() > 0 ? absl::StrCat(
+                       ", ", h->running_size(), " rank(s) still running") : "");
+      disconnected_since = absl::InfiniteFuture();
+      std::vector<v1::AgentMessage> unsent;
+      {
+        absl::MutexLock lock(&mu_);
+        unsent.swap(unsent_);
+      }
+      for (const v1::AgentMessage& m : unsent) Send(m);
       while (stream->Read(&message)) {
         if (message.has_launch()) {
           Launch(message.launch());
@@ -134,9 +155,15 @@ absl::Status Agent::Run() {
           absl::FormatDuration(options_.connect_timeout), ": ", status.error_message()));
     }
     if (welcomed) {
-      LOG(WARNING) << "lost the coordinator (" << status.error_message()
-                   << "); stopping ranks and reconnecting";
+      LOG(WARNING) << "lost the coordinator (" << status.error_message() << "); reconnecting, ranks keep "
+                   << "running for up to " << absl::FormatDuration(options_.reconnect_window);
+      disconnected_since = absl::Now();
+    }
+    if (absl::Now() - disconnected_since > options_.reconnect_window && live_ranks() > 0) {
+      LOG(WARNING) << "no coordinator for " << absl::FormatDuration(options_.reconnect_window)
+                   << "; stopping the ranks";
       StopRanks("", {}, options_.stop_grace);
+      disconnected_since = absl::InfiniteFuture();
     }
     absl::SleepFor(backoff);
     backoff = std::min(backoff * 2, absl::Seconds(5));
@@ -218,6 +245,7 @@ void Agent::Launch(const v1::LaunchRanks& launch) {
     auto child = std::make_shared<Child>();
     child->pid = pid;
     child->job_id = launch.job_id();
+    child->generation = launch.generation();
     child->slot = rank.slot();
     LOG(INFO) << launch.job_id() << ": started slot " << rank.slot() << " as pid " << pid;
     absl::MutexLock lock(&mu_);

@@ -45,6 +45,10 @@ struct AgentOptions {
   // How long stopped ranks get between SIGTERM and SIGKILL when the agent
   // itself stops.
   absl::Duration stop_grace = absl::Seconds(5);
+  // When the coordinator goes away, ranks keep training this long while the
+  // agent reconnects (a restarted coordinator takes their jobs back); after
+  // that they are stopped.
+  absl::Duration reconnect_window = absl::Seconds(60);
 };
 
 class Agent {
@@ -66,6 +70,7 @@ class Agent {
   struct Child {
     pid_t pid = 0;
     std::string job_id;
+    int64_t generation = 0;
     int slot = 0;
     int rank_label = 0;
     std::deque<std::string> tail ABSL_GUARDED_BY(mu);
@@ -89,6 +94,9 @@ class Agent {
       nullptr;
   std::map<pid_t, std::shared_ptr<Child>> children_ ABSL_GUARDED_BY(mu_);
   std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);
+  // Reports (rank exits) that could not be sent while disconnected; sent
+  // first after reconnecting.
+  std::vector<v1::AgentMessage> unsent_ ABSL_GUARDED_BY(mu_);
   absl::Mutex write_mu_;  // one writer on the stream at a time
 };
 
