@@ -1,0 +1,417 @@
+// load_bench: the coordinator under many simulated ranks (no training).
+//
+// For each world size (default 256 and 1024) a fresh chorus-coordinator
+// process is started; simulated agents (64 slots each) connect over
+// AgentService, a job for every slot is submitted, and when the launch orders
+// arrive every rank calls RankService.Join at once (asynchronous stubs). The
+// rendezvous time is from the first Join sent to the last answer. Then every
+// rank streams a heartbeat each second for --heartbeat_seconds while
+// GetJobStatus is called back to back: heartbeats per second sustained, the
+// coordinator's CPU use (from /proc), and GetJobStatus p50/p99.
+//
+// Peer, same run: TorchElastic's dynamic rendezvous with 64 participants
+// (tests/bench/torchelastic_rendezvous_peer.py, python3-torch), against
+// Chorus's rendezvous of 64 ranks. The last line is DESIGN.md §8 JSON with
+// ratio = Chorus / TorchElastic at 64 (< 1: Chorus faster).
+//
+//   bazel run -c opt //coordinator:load_bench -- [--sizes 256,1024] [--heartbeat_seconds 5]
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "chorus/v1/coordinator.grpc.pb.h"
+#include "common/grpc_util.h"
+#include "common/job_spec.h"
+#include "common/paths.h"
+#include "common/status_macros.h"
+#include "grpcpp/grpcpp.h"
+
+extern char** environ;
+
+namespace chorus {
+namespace {
+
+constexpr int kSlotsPerAgent = 64;
+
+struct Coordinator {
+  pid_t pid = -1;
+  std::string address;
+  std::string dir;
+};
+
+absl::StatusOr<Coordinator> StartCoordinator(const std::string& binary) {
+  Coordinator c;
+  char tmpl[] = "/tmp/chorus-load-bench-XXXXXX";
+  if (mkdtemp(tmpl) == nullptr) return absl::InternalError("mkdtemp failed");
+  c.dir = tmpl;
+  std::vector<std::string> args = {binary, "--listen", "127.0.0.1:0", "--state_dir", c.dir + "/state",
+                                   "--port_file", c.dir + "/port"};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, (c.dir + "/coordinator.log").c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  int rc = posix_spawn(&c.pid, binary.c_str(), &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) return absl::NotFoundError(absl::StrCat("cannot start ", binary, ": ", std::strerror(rc)));
+  for (int i = 0; i < 300; ++i) {
+    std::ifstream in(c.dir + "/port");
+    std::string port;
+    if (std::getline(in, port) && !port.empty()) {
+      c.address = "127.0.0.1:" + port;
+      return c;
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  kill(c.pid, SIGKILL);
+  return absl::DeadlineExceededError("the coordinator did not start; see " + c.dir + "/coordinator.log");
+}
+
+void StopCoordinator(Coordinator& c) {
+  if (c.pid <= 0) return;
+  kill(c.pid, SIGTERM);
+  waitpid(c.pid, nullptr, 0);
+  std::filesystem::remove_all(c.dir);
+  c.pid = -1;
+}
+
+// utime + stime of `pid`, in seconds.
+double CpuSeconds(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string line;
+  std::getline(in, line);
+  const size_t close = line.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::vector<std::string> fields = absl::StrSplit(line.substr(close + 2), ' ');
+  double utime = 0, stime = 0;
+  if (fields.size() > 12) {
+    (void)absl::SimpleAtod(fields[11], &utime);
+    (void)absl::SimpleAtod(fields[12], &stime);
+  }
+  return (utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+// Separate TCP connections, as separate hosts would have.
+std::shared_ptr<grpc::Channel> Channel(const std::string& address, int index) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  args.SetInt("chorus.load_bench.channel", index);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+}
+
+struct SimAgent {
+  std::unique_ptr<grpc::ClientContext> context;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::AgentMessage, v1::CoordinatorMessage>> stream;
+  std::string id;
+  std::vector<int> launched_slots;
+};
+
+double Percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(q * v.size()))];
+}
+
+struct Result {
+  int ranks = 0;
+  double rendezvous_seconds = 0;
+  double heartbeats_per_second = 0;
+  double coordinator_cpu_percent = 0;
+  double status_p50_ms = 0;
+  double status_p99_ms = 0;
+  int status_calls = 0;
+};
+
+absl::StatusOr<Result> RunOnce(const std::string& binary, int ranks, double heartbeat_seconds) {
+  absl::StatusOr<Coordinator> coordinator = StartCoordinator(binary);
+  if (!coordinator.ok()) return coordinator.status();
+  struct Stop {
+    Coordinator& c;
+    ~Stop() { StopCoordinator(c); }
+  } stop{*coordinator};
+  const std::string address = coordinator->address;
+  const int channels = std::max(1, std::min(32, ranks / 32));
+  std::vector<std::shared_ptr<grpc::Channel>> pool;
+  for (int i = 0; i < channels; ++i) pool.push_back(Channel(address, i));
+
+  // Agents.
+  const int agent_count = (ranks + kSlotsPerAgent - 1) / kSlotsPerAgent;
+  std::vector<SimAgent> agents(agent_count);
+  for (int a = 0; a < agent_count; ++a) {
+    SimAgent& agent = agents[a];
+    agent.context = std::make_unique<grpc::ClientContext>();
+    agent.stream = v1::AgentService::NewStub(pool[a % channels])->Connect(agent.context.get());
+    v1::AgentMessage hello;
+    hello.mutable_hello()->set_host(absl::StrCat("sim-", a));
+    hello.mutable_hello()->set_slots(std::min(kSlotsPerAgent, ranks - a * kSlotsPerAgent));
+    hello.mutable_hello()->set_pid(100000 + a);
+    v1::CoordinatorMessage welcome;
+    if (!agent.stream->Write(hello) || !agent.stream->Read(&welcome) || !welcome.has_welcome()) {
+      return absl::UnavailableError(absl::StrCat("agent ", a, " was not welcomed"));
+    }
+    agent.id = welcome.welcome().agent_id();
+  }
+
+  // The job, and its launch orders.
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(
+      absl::StrCat("name: \"load\" model { mlp {} } data { synthetic {} } resources { min_ranks: ", ranks,
+                   " max_ranks: ", ranks, " } hang_detection { dead_after_seconds: 600 }"),
+      SpecFormat::kTextProto, "load_bench");
+  if (!spec.ok()) return spec.status();
+  auto jobs = v1::JobService::NewStub(pool[0]);
+  v1::SubmitJobRequest submit;
+  *submit.mutable_spec() = *spec;
+  v1::SubmitJobResponse submitted;
+  {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+    RETURN_IF_ERROR(FromGrpcStatus(jobs->SubmitJob(&context, submit, &submitted)));
+  }
+  const std::string job_id = submitted.job_id();
+  for (SimAgent& agent : agents) {
+    v1::CoordinatorMessage m;
+    if (!agent.stream->Read(&m) || !m.has_launch()) return absl::InternalError("no launch order");
+    for (const v1::RankLaunch& r : m.launch().ranks()) agent.launched_slots.push_back(r.slot());
+  }
+
+  // Rendezvous: every rank joins at once.
+  std::vector<std::unique_ptr<v1::RankService::Stub>> rank_stubs;
+  for (int i = 0; i < channels; ++i) rank_stubs.push_back(v1::RankService::NewStub(pool[i]));
+  struct Call {
+    grpc::ClientContext context;
+    v1::JoinRequest request;
+    v1::JoinResponse response;
+  };
+  std::vector<std::unique_ptr<Call>> calls;
+  for (SimAgent& agent : agents) {
+    for (int slot : agent.launched_slots) {
+      auto call = std::make_unique<Call>();
+      call->request.set_job_id(job_id);
+      call->request.set_generation(1);
+      call->request.set_agent_id(agent.id);
+      call->request.set_slot(slot);
+      call->request.set_pid(200000 + static_cast<int>(calls.size()));
+      call->context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(120)));
+      calls.push_back(std::move(call));
+    }
+  }
+  std::mutex mu;
+  std::condition_variable cv;
+  int done = 0;
+  int failed = 0;
+  std::string first_error;
+  const absl::Time t0 = absl::Now();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    Call* call = calls[i].get();
+    rank_stubs[i % channels]->async()->Join(&call->context, &call->request, &call->response,
+                                            [&](grpc::Status s) {
+                                              std::lock_guard<std::mutex> lock(mu);
+                                              if (!s.ok()) {
+                                                if (failed++ == 0) first_error = s.error_message();
+                                              }
+                                              ++done;
+                                              cv.notify_all();
+                                            });
+  }
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait_for(lock, std::chrono::seconds(150), [&] { return done == static_cast<int>(calls.size()); });
+  }
+  Result result;
+  result.ranks = ranks;
+  result.rendezvous_seconds = absl::ToDoubleSeconds(absl::Now() - t0);
+  if (done != static_cast<int>(calls.size()) || failed > 0) {
+    return absl::InternalError(absl::StrCat(done, "/", calls.size(), " joins answered, ", failed,
+                                            " failed: ", first_error));
+  }
+
+  // Heartbeats at 1 Hz from every rank, over 8 sender threads, while
+  // GetJobStatus is timed back to back.
+  struct Stream {
+    std::unique_ptr<grpc::ClientContext> context;
+    std::unique_ptr<grpc::ClientReaderWriter<v1::RankHeartbeat, v1::Directive>> stream;
+    int rank;
+  };
+  std::vector<Stream> streams(calls.size());
+  for (size_t i = 0; i < calls.size(); ++i) {
+    streams[i].context = std::make_unique<grpc::ClientContext>();
+    streams[i].stream = rank_stubs[i % channels]->Heartbeat(streams[i].context.get());
+    streams[i].rank = calls[i]->response.rank();
+  }
+  std::atomic<int64_t> sent{0};
+  std::atomic<bool> stop_heartbeats{false};
+  const int senders = 8;
+  std::vector<std::thread> threads;
+  const absl::Time hb_start = absl::Now();
+  const double cpu_start = CpuSeconds(coordinator->pid);
+  for (int t = 0; t < senders; ++t) {
+    threads.emplace_back([&, t] {
+      for (int second = 0; !stop_heartbeats.load(); ++second) {
+        const absl::Time tick = hb_start + absl::Seconds(second);
+        absl::SleepFor(tick - absl::Now());
+        for (size_t i = t; i < streams.size() && !stop_heartbeats.load(); i += senders) {
+          v1::RankHeartbeat hb;
+          hb.set_job_id(job_id);
+          hb.set_generation(1);
+          hb.set_rank(streams[i].rank);
+          hb.set_step(second);
+          hb.set_phase(v1::FORWARD);
+          hb.set_time_us(absl::ToUnixMicros(absl::Now()));
+          hb.mutable_flight_recorder()->set_last_completed_seq(second * 4);
+          if (streams[i].stream->Write(hb)) sent.fetch_add(1);
+        }
+      }
+    });
+  }
+  std::vector<double> latencies_ms;
+  const absl::Time status_end = hb_start + absl::Seconds(heartbeat_seconds);
+  while (absl::Now() < status_end) {
+    v1::GetJobStatusRequest request;
+    request.set_job_id(job_id);
+    v1::JobStatus status;
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    const absl::Time start = absl::Now();
+    grpc::Status s = jobs->GetJobStatus(&context, request, &status);
+    if (!s.ok()) return absl::InternalError("GetJobStatus: " + s.error_message());
+    latencies_ms.push_back(absl::ToDoubleMilliseconds(absl::Now() - start));
+    if (status.ranks_size() != ranks) return absl::InternalError("status lacks ranks");
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  const double elapsed = absl::ToDoubleSeconds(absl::Now() - hb_start);
+  const double cpu = CpuSeconds(coordinator->pid) - cpu_start;
+  stop_heartbeats.store(true);
+  for (std::thread& t : threads) t.join();
+  for (Stream& s : streams) s.context->TryCancel();
+  for (SimAgent& a : agents) a.context->TryCancel();
+  result.heartbeats_per_second = sent.load() / elapsed;
+  result.coordinator_cpu_percent = 100.0 * cpu / elapsed;
+  result.status_p50_ms = Percentile(latencies_ms, 0.50);
+  result.status_p99_ms = Percentile(latencies_ms, 0.99);
+  result.status_calls = static_cast<int>(latencies_ms.size());
+  return result;
+}
+
+// Runs the TorchElastic peer; returns its median seconds.
+absl::StatusOr<double> TorchElastic(const std::string& script, int participants) {
+  const std::string command = absl::StrCat("/usr/bin/python3 ", script, " --participants ", participants,
+                                           " --runs 3 2>&1");
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return absl::InternalError("cannot run " + command);
+  std::string output, last;
+  char buffer[4096];
+  while (fgets(buffer, sizeof(buffer), pipe) != nullptr) {
+    output += buffer;
+    std::string line(buffer);
+    if (line.find("median_seconds") != std::string::npos) last = line;
+  }
+  const int rc = pclose(pipe);
+  const size_t at = last.find("\"median_seconds\":");
+  double seconds = 0;
+  if (rc != 0 || at == std::string::npos ||
+      !absl::SimpleAtod(last.substr(at + 17, last.find_first_of(",}", at + 17) - at - 17), &seconds)) {
+    return absl::InternalError("TorchElastic peer failed:\n" + output);
+  }
+  return seconds;
+}
+
+int Main(int argc, char** argv) {
+  std::vector<int> sizes = {256, 1024};
+  double heartbeat_seconds = 5;
+  std::string binary = ExecutableDir() + "/chorus-coordinator";
+  std::string peer = "tests/bench/torchelastic_rendezvous_peer.py";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i], value = argv[i + 1];
+    if (flag == "--sizes") {
+      sizes.clear();
+      for (absl::string_view v : absl::StrSplit(value, ',')) {
+        int n = 0;
+        if (absl::SimpleAtoi(v, &n) && n > 0 && n <= 4096) sizes.push_back(n);
+      }
+    } else if (flag == "--heartbeat_seconds") {
+      (void)absl::SimpleAtod(value, &heartbeat_seconds);
+    } else if (flag == "--coordinator_bin") {
+      binary = value;
+    } else if (flag == "--peer") {
+      peer = value;
+    }
+  }
+  if (const char* dir = std::getenv("BUILD_WORKSPACE_DIRECTORY"); dir != nullptr && peer[0] != '/') {
+    peer = std::string(dir) + "/" + peer;
+  }
+  std::cout << absl::StrFormat("%-7s %-15s %-14s %-14s %-12s %-12s\n", "RANKS", "RENDEZVOUS_S", "HEARTBEATS/S",
+                               "COORD_CPU_%", "STATUS_P50", "STATUS_P99");
+  auto print = [](const Result& r) {
+    std::cout << absl::StrFormat("%-7d %-15.3f %-14.0f %-14.1f %-12s %-12s\n", r.ranks, r.rendezvous_seconds,
+                                 r.heartbeats_per_second, r.coordinator_cpu_percent,
+                                 absl::StrFormat("%.2f ms", r.status_p50_ms),
+                                 absl::StrFormat("%.2f ms", r.status_p99_ms));
+    std::cout.flush();
+  };
+  for (int n : sizes) {
+    absl::StatusOr<Result> r = RunOnce(binary, n, heartbeat_seconds);
+    if (!r.ok()) {
+      std::cerr << "load_bench: " << n << " ranks: " << r.status() << "\n";
+      return 1;
+    }
+    print(*r);
+    std::cout << absl::StrFormat(
+        "{\"bench\": \"load_bench\", \"metric\": \"rendezvous_seconds_%d_ranks\", \"unit\": \"s\", \"ours\": %.4f, "
+        "\"peer\": null, \"peer_name\": null, \"ratio\": null, \"status_p99_ms\": %.2f}\n",
+        n, r->rendezvous_seconds, r->status_p99_ms);
+  }
+  // Chorus and TorchElastic at 64, median of 3 each.
+  std::vector<double> ours;
+  for (int i = 0; i < 3; ++i) {
+    absl::StatusOr<Result> r = RunOnce(binary, 64, 1);
+    if (!r.ok()) {
+      std::cerr << "load_bench: 64 ranks: " << r.status() << "\n";
+      return 1;
+    }
+    ours.push_back(r->rendezvous_seconds);
+  }
+  std::sort(ours.begin(), ours.end());
+  absl::StatusOr<double> theirs = TorchElastic(peer, 64);
+  if (!theirs.ok()) {
+    std::cerr << "load_bench: " << theirs.status() << "\n";
+    return 1;
+  }
+  std::cout << absl::StrFormat("64 ranks: Chorus rendezvous median %.4f s (%.4f %.4f %.4f), TorchElastic %.4f s\n",
+                               ours[1], ours[0], ours[1], ours[2], *theirs);
+  std::cout << absl::StrFormat(
+      "{\"bench\": \"load_bench\", \"metric\": \"rendezvous_seconds_64_ranks\", \"unit\": \"s\", \"ours\": %.4f, "
+      "\"peer\": %.4f, \"peer_name\": \"torchelastic DynamicRendezvousHandler+C10dRendezvousBackend+TCPStore\", "
+      "\"ratio\": %.4f}\n",
+      ours[1], *theirs, ours[1] / *theirs);
+  return 0;
+}
+
+}  // namespace
+}  // namespace chorus
+
+int main(int argc, char** argv) { return chorus::Main(argc, argv); }
