@@ -1,5 +1,6 @@
 #include "coordinator/server.h"
 
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -19,7 +20,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
-#include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/security/server_credentials.h"
 #include "common/auth.h"
@@ -209,7 +209,18 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   auto health = std::make_unique<HealthService>();
   auto kv = std::make_unique<KeyValueStore>();
   auto store_service = std::make_unique<StoreServiceImpl>(*kv, *auth);
-  if (options.enable_reflection) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  if (options.enable_reflection) {
+    // gRPC's reflection library registers itself for every server built
+    // after it is loaded, so it is loaded only when asked for: linked in,
+    // it would always be on.
+    if (dlopen("libgrpc++_reflection.so", RTLD_NOW | RTLD_GLOBAL) == nullptr &&
+        dlopen("libgrpc++_reflection.so.1.51", RTLD_NOW | RTLD_GLOBAL) == nullptr) {
+      ::close(lock_fd);
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--enable_reflection: cannot load gRPC's reflection library (", dlerror(),
+          "); install libgrpc++-dev or run without --enable_reflection"));
+    }
+  }
   grpc::ServerBuilder builder;
   int bound_port = 0;
   builder.AddListeningPort(options.listen, credentials, &bound_port);

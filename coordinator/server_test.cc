@@ -6,6 +6,7 @@
 
 #include "gmock/gmock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 
@@ -190,6 +191,80 @@ TEST(CoordinatorServerTest, UnknownHealthServiceIsNotFound) {
   grpc::health::v1::HealthCheckResponse response;
   grpc::Status status = stub->Check(&context, request, &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+// Asks the server-reflection service to list services, with raw protobuf
+// bytes (ServerReflectionRequest.list_services is field 7). Returns the raw
+// response, or the call's status when it fails.
+absl::StatusOr<std::string> ListServicesByReflection(const std::string& address) {
+  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  grpc::CompletionQueue cq;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  auto call = stub.PrepareCall(&context, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
+  auto wait = [&cq](intptr_t want) {
+    void* tag = nullptr;
+    bool ok = false;
+    while (cq.Next(&tag, &ok)) {
+      if (reinterpret_cast<intptr_t>(tag) == want) return ok;
+    }
+    return false;
+  };
+  call->StartCall(reinterpret_cast<void*>(1));
+  bool ok = wait(1);
+  const char request[] = {0x3a, 0x00};
+  grpc::Slice slice(request, sizeof(request));
+  grpc::ByteBuffer out(&slice, 1);
+  if (ok) {
+    call->Write(out, reinterpret_cast<void*>(2));
+    ok = wait(2);
+  }
+  grpc::ByteBuffer in;
+  std::string response;
+  if (ok) {
+    call->Read(&in, reinterpret_cast<void*>(3));
+    if (wait(3)) {
+      std::vector<grpc::Slice> slices;
+      (void)in.Dump(&slices);
+      for (const grpc::Slice& piece : slices) response.append(reinterpret_cast<const char*>(piece.begin()), piece.size());
+    }
+  }
+  call->WritesDone(reinterpret_cast<void*>(4));
+  wait(4);
+  grpc::Status status;
+  call->Finish(&status, reinterpret_cast<void*>(5));
+  wait(5);
+  cq.Shutdown();
+  void* tag;
+  bool drained;
+  while (cq.Next(&tag, &drained)) {
+  }
+  if (!response.empty()) return response;
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+TEST(CoordinatorServerTest, ReflectionOnlyWhenAskedFor) {
+  ServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.state_dir = TempDir("no_reflection");
+  auto plain = CoordinatorServer::Start(options);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  absl::StatusOr<std::string> off = ListServicesByReflection((*plain)->address());
+  EXPECT_EQ(off.status().code(), absl::StatusCode::kUnimplemented) << "reflection is off by default";
+  (*plain)->Shutdown(absl::ZeroDuration());
+  (*plain)->Wait();
+
+  options.state_dir = TempDir("reflection");
+  options.enable_reflection = true;
+  auto reflective = CoordinatorServer::Start(options);
+  ASSERT_TRUE(reflective.ok()) << reflective.status();
+  absl::StatusOr<std::string> on = ListServicesByReflection((*reflective)->address());
+  ASSERT_TRUE(on.ok()) << on.status();
+  EXPECT_THAT(*on, HasSubstr("chorus.v1.JobService"));
+  EXPECT_THAT(*on, HasSubstr("chorus.v1.CheckpointService"));
+  (*reflective)->Shutdown(absl::ZeroDuration());
+  (*reflective)->Wait();
 }
 
 }  // namespace
