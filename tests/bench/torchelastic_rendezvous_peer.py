@@ -25,6 +25,12 @@ What it measures
 How to run (Debian's python3-torch; a plain `python3` may have no torch)
     /usr/bin/python3 tests/bench/torchelastic_rendezvous_peer.py --participants 64 --runs 3
 
+    Other options: --join-timeout S (default 120; also bounds each run),
+    --last-call S (default 1), --setup-timeout S (default 60),
+    --cheap-method-name (diagnostic, see the caveats). Unless PYTHONMALLOC is
+    set, the script re-executes itself once with PYTHONMALLOC=malloc (see the
+    caveats).
+
     Human-readable lines come first; the last stdout line is one JSON object:
     {"participants": N, "median_seconds": X, "runs": [...],
      "store": "tcpstore", "handler": "DynamicRendezvousHandler/C10dRendezvousBackend"}
@@ -37,9 +43,23 @@ Caveats (read before comparing numbers)
       base64 of the whole shared state on each compare-and-set, state size
       growing with N), so N threads contend for one interpreter where N
       processes would run in parallel on separate cores. This makes the peer
-      somewhat SLOWER than a real N-process (or N-node) torchrun rendezvous
+      SLOWER than a real N-process (or N-node) torchrun rendezvous
       would be on a machine with enough cores; on the other hand there is no
       network latency here (loopback). Treat the result as indicative.
+    * Most of that Python work, in torch 1.13 (and still in current releases),
+      is dynamic_rendezvous.get_method_name(): every internal event record
+      calls inspect.stack() twice (about 1 ms or more per call, it reads
+      source files for every frame) just to name the event, and then drops the
+      event because the default event handler is a NullHandler. Under one GIL
+      these calls are serialized, which stretches every compare-and-set cycle,
+      so many more writes go stale and are retried (see "sets" below). With
+      --cheap-method-name the function is replaced by a sys._getframe() lookup
+      that returns the same name; on a 2-CPU machine that took N=64 from
+      about 2-6 s down to the ~1.3 s floor. That option is a diagnostic, not
+      stock torch: the JSON line then carries "get_method_name":
+      "sys._getframe". In real separate processes the inspect.stack() cost is
+      paid in parallel, so a real N-process rendezvous should land between the
+      two numbers.
     * Structural floor, not a measurement artefact: in torch 1.13 a participant
       that has joined and is waiting for the others polls the store with a
       fixed 1 s sleep (_Action.SYNC -> _delay(1)), the state holder caches the
@@ -188,7 +208,7 @@ def participant_main(p, port, run_id, n, timeouts, store_timeout, ready, go, go_
         p.world_size = world_size
     except BaseException as exc:  # noqa: BLE001
         p.t_end = time.perf_counter()
-        p.error = f"next_rendezvous: {type(exc).__name__}: {exc}"
+        p.error = f"next_rendezvous: {type(exc).__name__}: {exc or '(no message)'}"
 
 
 def stop_heartbeats(participants):
@@ -321,6 +341,12 @@ def main():
         default=60.0,
         help="bound on creating the N client stores and handlers (default 60 s)",
     )
+    ap.add_argument(
+        "--cheap-method-name",
+        action="store_true",
+        help="diagnostic: replace dynamic_rendezvous.get_method_name (two inspect.stack() "
+        "calls per internal event) with an equivalent sys._getframe() lookup",
+    )
     args = ap.parse_args()
 
     n = args.participants
@@ -331,11 +357,25 @@ def main():
     if args.join_timeout <= 0 or args.last_call <= 0 or args.setup_timeout <= 0:
         ap.error("timeouts must be positive")
 
+    if args.cheap_method_name:
+        from torch.distributed.elastic.rendezvous import dynamic_rendezvous as _dr
+
+        def _cheap_get_method_name(depth=2):
+            # Same result as inspect.stack()[depth].function, without building
+            # FrameInfo (and reading source) for every frame.
+            try:
+                return sys._getframe(depth).f_code.co_name
+            except ValueError:
+                return "no_method_name"
+
+        _dr.get_method_name = _cheap_get_method_name
+
     print(
         f"torchelastic rendezvous peer: torch {torch.__version__}, Python "
         f"{sys.version.split()[0]}, {os.cpu_count()} CPUs, participants={n} (threads, one "
         f"client TCPStore each), runs={args.runs}, join_timeout={args.join_timeout:g}s, "
-        f"last_call={args.last_call:g}s, PYTHONMALLOC={os.environ.get('PYTHONMALLOC')}",
+        f"last_call={args.last_call:g}s, PYTHONMALLOC={os.environ.get('PYTHONMALLOC')}, "
+        f"get_method_name={'sys._getframe (patched)' if args.cheap_method_name else 'stock'}",
         flush=True,
     )
     if os.environ.get("PYTHONMALLOC") not in ("malloc", "malloc_debug"):
@@ -367,18 +407,16 @@ def main():
 
     median = statistics.median(results)
     print(f"median over {len(results)} run(s): {median:.3f} s", flush=True)
-    print(
-        json.dumps(
-            {
-                "participants": n,
-                "median_seconds": round(median, 4),
-                "runs": [round(r, 4) for r in results],
-                "store": "tcpstore",
-                "handler": "DynamicRendezvousHandler/C10dRendezvousBackend",
-            }
-        ),
-        flush=True,
-    )
+    summary = {
+        "participants": n,
+        "median_seconds": round(median, 4),
+        "runs": [round(r, 4) for r in results],
+        "store": "tcpstore",
+        "handler": "DynamicRendezvousHandler/C10dRendezvousBackend",
+    }
+    if args.cheap_method_name:
+        summary["get_method_name"] = "sys._getframe"
+    print(json.dumps(summary), flush=True)
     sys.stdout.flush()
     sys.stderr.flush()
     # Heartbeat timers are stopped, but exit without joining any leftover

@@ -1,6 +1,7 @@
 #include "worker/comm/gloo_communicator.h"
 
 #include <functional>
+#include <atomic>
 #include <thread>
 #include <vector>
 
@@ -325,6 +326,7 @@ TEST(GlooCommunicatorTest, RankThatNeverIssuesLeavesOthersStartedUntilAbort) {
 TEST(GlooCommunicatorTest, DifferentCollectivesAtTheSameSeqWaitInsteadOfMixingData) {
   GlooOptions options;
   options.op_timeout = absl::Seconds(60);
+  std::atomic<int> gave_up{0};
   RunRanks(2, [&](int rank, Communicator& comm) {
     // Same size and dtype, different tags: exchanging would "work" and
     // silently add one op's data into the other.
@@ -333,6 +335,10 @@ TEST(GlooCommunicatorTest, DifferentCollectivesAtTheSameSeqWaitInsteadOfMixingDa
     absl::Status s = work->Wait(In(absl::Milliseconds(1500)));
     EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
     EXPECT_TRUE(at::equal(t, at::full({256}, rank + 1.0))) << "no data was exchanged";
+    // Abort only once both ranks have seen their deadline: an abort closes
+    // the connections, which the other rank would see as a lost peer.
+    gave_up.fetch_add(1);
+    for (int i = 0; i < 1000 && gave_up.load() < 2; ++i) absl::SleepFor(absl::Milliseconds(5));
     comm.Abort("mismatch");
     EXPECT_FALSE(work->Wait(In(absl::Seconds(5))).ok());
   }, options);
