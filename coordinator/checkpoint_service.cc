@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/grpc_util.h"
 #include "common/sha256.h"
 #include "glog/logging.h"
@@ -23,9 +24,13 @@ class UploadReactor : public grpc::ServerReadReactor<v1::CheckpointChunk> {
   }
 
   void OnReadDone(bool ok) override {
+    // Reactions run one at a time under mu_; the next chunk is read while
+    // this one is checked and written (the read is started before the work).
+    absl::MutexLock lock(&mu_);
+    if (finished_) return;
     if (!ok) {  // the client finished sending
       if (upload_ == nullptr) {
-        Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "checkpoint upload with no chunks"));
+        FinishLocked(absl::InvalidArgumentError("checkpoint upload with no chunks"));
         return;
       }
       absl::StatusOr<v1::CheckpointManifest> committed = upload_->Commit(grant_.manifest, grant_.keep_last);
@@ -34,30 +39,29 @@ class UploadReactor : public grpc::ServerReadReactor<v1::CheckpointChunk> {
                   << committed->files_size() << " file(s))";
         *response_->mutable_manifest() = *committed;
       }
-      Finish(ToGrpcStatus(committed.status()));
+      FinishLocked(committed.status());
       return;
     }
+    v1::CheckpointChunk chunk = std::move(chunk_);
     if (upload_ == nullptr) {
       absl::StatusOr<Scheduler::UploadGrant> grant =
-          scheduler_.GrantUpload(chunk_.job_id(), chunk_.generation(), chunk_.rank());
+          scheduler_.GrantUpload(chunk.job_id(), chunk.generation(), chunk.rank());
       if (!grant.ok()) {
-        Finish(ToGrpcStatus(grant.status()));
+        FinishLocked(grant.status());
         return;
       }
       grant_ = *std::move(grant);
       absl::StatusOr<std::unique_ptr<CheckpointStore::Upload>> upload =
-          store_.BeginUpload(chunk_.job_id(), chunk_.step());
+          store_.BeginUpload(chunk.job_id(), chunk.step());
       if (!upload.ok()) {
-        Finish(ToGrpcStatus(upload.status()));
+        FinishLocked(upload.status());
         return;
       }
       upload_ = *std::move(upload);
     }
-    if (absl::Status s = upload_->AddChunk(chunk_); !s.ok()) {
-      Finish(ToGrpcStatus(s));
-      return;
-    }
+    chunk_.Clear();
     StartRead(&chunk_);
+    if (absl::Status s = upload_->AddChunk(chunk); !s.ok()) FinishLocked(s);
   }
 
   void OnDone() override { delete this; }
@@ -66,6 +70,13 @@ class UploadReactor : public grpc::ServerReadReactor<v1::CheckpointChunk> {
   CheckpointStore& store_;
   Scheduler& scheduler_;
   v1::UploadCheckpointResponse* response_;
+  void FinishLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    finished_ = true;
+    Finish(ToGrpcStatus(status));
+  }
+
+  absl::Mutex mu_;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
   v1::CheckpointChunk chunk_;
   Scheduler::UploadGrant grant_;
   std::unique_ptr<CheckpointStore::Upload> upload_;
