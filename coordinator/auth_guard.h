@@ -36,6 +36,13 @@ class RejectedStream : public grpc::ServerBidiReactor<Request, Response> {
   void OnDone() override { delete this; }
 };
 
+template <typename Request>
+class RejectedReader : public grpc::ServerReadReactor<Request> {
+ public:
+  explicit RejectedReader(const absl::Status& status) { this->Finish(ToGrpcStatus(status)); }
+  void OnDone() override { delete this; }
+};
+
 template <typename Response>
 class RejectedWriter : public grpc::ServerWriteReactor<Response> {
  public:

@@ -171,12 +171,7 @@ class DownloadReactor : public grpc::ServerWriteReactor<v1::CheckpointChunk> {
 grpc::ServerReadReactor<v1::CheckpointChunk>* CheckpointServiceImpl::Upload(grpc::CallbackServerContext* context,
                                                                            v1::UploadCheckpointResponse* response) {
   if (absl::Status s = auth_.Check(context->client_metadata(), Role::kWorker); !s.ok()) {
-    class Rejected : public grpc::ServerReadReactor<v1::CheckpointChunk> {
-     public:
-      explicit Rejected(const absl::Status& s) { Finish(ToGrpcStatus(s)); }
-      void OnDone() override { delete this; }
-    };
-    return new Rejected(s);
+    return new RejectedReader<v1::CheckpointChunk>(s);
   }
   return new UploadReactor(store_, scheduler_, response);
 }

@@ -123,6 +123,18 @@ void Scheduler::RemoveAgent(const std::string& agent_id) {
   out.Flush();
 }
 
+Scheduler::Running Scheduler::NewRunning(const v1::Job& job, int world, int64_t generation) {
+  Running run;
+  run.hang_detection = job.spec().hang_detection();
+  run.generation = generation;
+  run.upload_template.set_world_size(world);
+  run.upload_template.set_strategy(job.spec().strategy().has_decentralized() ? "decentralized" : "ddp");
+  run.upload_template.set_spec_hash(Sha256Hex(job.spec().SerializeAsString()));
+  run.upload_template.set_generation(generation);
+  run.keep_last = job.spec().checkpoint().has_keep_last() ? job.spec().checkpoint().keep_last() : 3;
+  return run;
+}
+
 void Scheduler::ScheduleLocked(Outbox& out) {
   // Oldest first: List returns newest first.
   std::vector<v1::Job> pending = jobs_.List({v1::Job::PENDING}, 0);
@@ -163,14 +175,8 @@ void Scheduler::ScheduleLocked(Outbox& out) {
       LOG(ERROR) << "cannot start " << job.job_id() << ": " << started.status();
       return;
     }
-    Running run;
-    run.hang_detection = job.spec().hang_detection();
+    Running run = NewRunning(job, world, /*generation=*/1);
     run.resume = std::move(resume);
-    run.upload_template.set_world_size(world);
-    run.upload_template.set_strategy(job.spec().strategy().has_decentralized() ? "decentralized" : "ddp");
-    run.upload_template.set_spec_hash(Sha256Hex(job.spec().SerializeAsString()));
-    run.upload_template.set_generation(1);
-    run.keep_last = job.spec().checkpoint().has_keep_last() ? job.spec().checkpoint().keep_last() : 3;
     std::map<std::string, v1::CoordinatorMessage> launches;
     std::map<std::string, int> per_agent;
     for (const auto& [agent_id, slot] : free) ++per_agent[agent_id];
@@ -570,14 +576,7 @@ void Scheduler::Recover(const std::vector<v1::Job>& running, absl::Duration grac
                          "the coordinator restarted and has no record of where this job's ranks ran");
       continue;
     }
-    Running run;
-    run.hang_detection = job.spec().hang_detection();
-    run.generation = job.generation();
-    run.upload_template.set_world_size(job.placements_size());
-    run.upload_template.set_strategy(job.spec().strategy().has_decentralized() ? "decentralized" : "ddp");
-    run.upload_template.set_spec_hash(Sha256Hex(job.spec().SerializeAsString()));
-    run.upload_template.set_generation(job.generation());
-    run.keep_last = job.spec().checkpoint().has_keep_last() ? job.spec().checkpoint().keep_last() : 3;
+    Running run = NewRunning(job, job.placements_size(), job.generation());
     run.recovering_until = until;
     for (const v1::RankPlacement& rp : job.placements()) {
       Placement p;

@@ -155,6 +155,9 @@ class Scheduler {
     void Flush();
   };
 
+  // The bookkeeping of a job starting (or taken back) with `world` ranks in
+  // `generation`; ranks are added by the caller.
+  static Running NewRunning(const v1::Job& job, int world, int64_t generation);
   void ScheduleLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends a running job: frees its slots, stops its other ranks, fails its
   // pending joins, records the state.

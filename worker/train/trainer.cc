@@ -280,6 +280,16 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
   };
 
   v1::Metrics metrics;
+  auto add_checkpoint_metrics = [&] {
+    if (writer == nullptr) return;
+    auto& values = *metrics.mutable_values();
+    values["checkpoints_stored"] = writer->stored();
+    values["checkpoints_skipped_busy"] = writer->skipped();
+    values["checkpoint_stall_seconds"] = checkpoint_stall;
+    values["checkpoint_serialize_seconds"] = writer->last_serialize_seconds();
+    values["checkpoint_store_seconds"] = writer->last_store_seconds();
+    values["checkpoint_bytes"] = writer->last_bytes();
+  };
   int64_t& step = position.step;
   double interval_loss = 0;
   double interval_wait = 0;
@@ -347,11 +357,7 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
         p.compute_seconds.store((seconds - interval_wait) / std::max(1, interval_count));
         metrics.set_samples_per_second(interval_count * accum * global_batch / std::max(seconds, 1e-9));
         (*metrics.mutable_values())["total_steps"] = total_steps;
-        if (writer != nullptr) {
-          (*metrics.mutable_values())["checkpoints_stored"] = writer->stored();
-          (*metrics.mutable_values())["checkpoints_skipped_busy"] = writer->skipped();
-          (*metrics.mutable_values())["checkpoint_stall_seconds"] = checkpoint_stall;
-        }
+        add_checkpoint_metrics();
         interval_loss = 0;
         interval_wait = 0;
         interval_count = 0;
@@ -377,14 +383,7 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
   const double wall = absl::ToDoubleSeconds(absl::Now() - start);
   (*metrics.mutable_values())["wall_seconds"] = wall;
   (*metrics.mutable_values())["total_steps"] = total_steps;
-  if (writer != nullptr) {
-    (*metrics.mutable_values())["checkpoints_stored"] = writer->stored();
-    (*metrics.mutable_values())["checkpoints_skipped_busy"] = writer->skipped();
-    (*metrics.mutable_values())["checkpoint_stall_seconds"] = checkpoint_stall;
-    (*metrics.mutable_values())["checkpoint_serialize_seconds"] = writer->last_serialize_seconds();
-    (*metrics.mutable_values())["checkpoint_store_seconds"] = writer->last_store_seconds();
-    (*metrics.mutable_values())["checkpoint_bytes"] = writer->last_bytes();
-  }
+  add_checkpoint_metrics();
   metrics.set_samples_per_second(step * accum * global_batch / std::max(wall, 1e-9));
   report(metrics);
   return metrics;
