@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "chorus/v1/job.pb.h"
+#include "common/topology.h"
 
 namespace chorus {
 
@@ -57,6 +58,9 @@ absl::Status CheckJobSpec(const v1::JobSpec& spec, absl::string_view source);
 // the unsupported fields (a valid spec may still ask for a feature that is
 // not built yet; it is refused at submit rather than accepted and ignored).
 absl::Status CheckRuntimeSupport(const v1::JobSpec& spec);
+
+// The topology a decentralized strategy asks for (common/topology.h).
+TopologyConfig TopologyFromSpec(const v1::DecentralizedStrategy& decentralized);
 
 // Reads, parses, normalizes and validates the spec at `path`.
 // NOT_FOUND if the file cannot be read; INVALID_ARGUMENT for bad contents.

@@ -348,14 +348,20 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"fault_injection { faults { kind: CRASH at_step: -1 } }",
              "fault_injection.faults[0].at_step: must be >= 0, got -1"},
         Case{"strategy { decentralized { } } resources { min_ranks: 3 max_ranks: 3 }",
-             "strategy.decentralized.topology: ONE_PEER_EXPONENTIAL pairs rank i with i xor 2^k "
-             "and needs a power-of-two world size; resources allow 3..3"},
+             "strategy.decentralized.topology: one_peer_exponential pairs rank i with i xor 2^k "
+             "and needs a power-of-two number of ranks, got 3; nearest world sizes that work: 2 "
+             "and 4 (resources allow 3..3 ranks; unservable: 3)"},
+        Case{"strategy { decentralized { topology: RING } } resources { min_ranks: 2 max_ranks: 6 }",
+             "strategy.decentralized.topology: ring pairs neighbours and needs an even number of "
+             "ranks, got 3; nearest world sizes that work: 2 and 4 (resources allow 2..6 ranks; "
+             "unservable: 3,5)"},
         Case{"strategy { decentralized { topology: RING bucket_cap_mb: -1 } }",
              "strategy.decentralized.bucket_cap_mb: must be > 0, got -1"},
         Case{"strategy { decentralized { topology: ALTERNATING_EXPONENTIAL_RING "
              "local_world_size: 3 } } resources { min_ranks: 4 max_ranks: 4 }",
-             "strategy.decentralized.local_world_size: must divide the world size (resources "
-             "allow 4..4), got 3"},
+             "strategy.decentralized.local_world_size: alternating_exponential_ring needs whole "
+             "nodes: 4 ranks are not a multiple of local_world_size 3; nearest world sizes that "
+             "work: 3 and 6 (resources allow 4..4 ranks; unservable: 4)"},
         Case{"strategy { decentralized { topology: RING custom_steps { groups { ranks: 0 } } } }",
              "strategy.decentralized.custom_steps: is only allowed with topology CUSTOM"},
         Case{"strategy { decentralized { topology: CUSTOM } }",

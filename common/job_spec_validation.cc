@@ -1,5 +1,6 @@
 // NormalizeJobSpec, ValidateJobSpec and CheckJobSpec (see job_spec.h).
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 #include <string>
@@ -205,6 +206,30 @@ void ValidateOptimizer(const JobSpec& spec, Checker& c) {
   c.AtLeast("grad_clip_norm", spec.grad_clip_norm(), 0.0);
 }
 
+}  // namespace
+
+TopologyConfig TopologyFromSpec(const v1::DecentralizedStrategy& d) {
+  TopologyConfig config;
+  switch (d.topology()) {
+    case v1::DecentralizedStrategy::COMPLETE: config.kind = TopologyKind::kComplete; break;
+    case v1::DecentralizedStrategy::RING: config.kind = TopologyKind::kRing; break;
+    case v1::DecentralizedStrategy::ALTERNATING_EXPONENTIAL_RING:
+      config.kind = TopologyKind::kAlternatingExponentialRing;
+      break;
+    case v1::DecentralizedStrategy::CUSTOM: config.kind = TopologyKind::kCustom; break;
+    default: config.kind = TopologyKind::kOnePeerExponential; break;
+  }
+  config.local_world_size = std::max(1, d.local_world_size());
+  for (const v1::TopologyStep& step : d.custom_steps()) {
+    TopologyStep groups;
+    for (const v1::TopologyGroup& g : step.groups()) groups.emplace_back(g.ranks().begin(), g.ranks().end());
+    config.custom_steps.push_back(std::move(groups));
+  }
+  return config;
+}
+
+namespace {
+
 void ValidateTopology(const JobSpec& spec, Checker& c) {
   const v1::DecentralizedStrategy& d = spec.strategy().decentralized();
   const std::string p = "strategy.decentralized";
@@ -223,23 +248,30 @@ void ValidateTopology(const JobSpec& spec, Checker& c) {
   if (d.topology() != v1::DecentralizedStrategy::CUSTOM && d.custom_steps_size() > 0) {
     c.Fail(p + ".custom_steps", "is only allowed with topology CUSTOM");
   }
+  if (d.topology() != v1::DecentralizedStrategy::CUSTOM && min_ranks >= 1 && max_ranks >= min_ranks &&
+      d.local_world_size() >= 1) {
+    // Every world size the job may run at (elastic range included) must be
+    // one the topology serves.
+    const TopologyConfig config = TopologyFromSpec(d);
+    std::vector<int> bad;
+    std::string first_reason;
+    for (int n = min_ranks; n <= max_ranks && bad.size() < 8; ++n) {
+      absl::Status s = CheckWorldSize(config, n);
+      if (s.ok()) continue;
+      if (bad.empty()) first_reason = std::string(s.message());
+      bad.push_back(n);
+    }
+    if (!bad.empty()) {
+      c.Fail(d.topology() == v1::DecentralizedStrategy::ALTERNATING_EXPONENTIAL_RING &&
+                     (min_ranks % d.local_world_size() != 0 || max_ranks % d.local_world_size() != 0)
+                 ? p + ".local_world_size"
+                 : p + ".topology",
+             absl::StrCat(first_reason, " (resources allow ", min_ranks, "..", max_ranks,
+                          " ranks; unservable: ", absl::StrJoin(bad, ","), bad.size() == 8 ? ",..." : "",
+                          ")"));
+    }
+  }
   switch (d.topology()) {
-    case v1::DecentralizedStrategy::ONE_PEER_EXPONENTIAL:
-      if (!IsPowerOfTwo(min_ranks) || !IsPowerOfTwo(max_ranks)) {
-        c.Fail(p + ".topology",
-               absl::StrCat("ONE_PEER_EXPONENTIAL pairs rank i with i xor 2^k and needs a "
-                            "power-of-two world size; resources allow ",
-                            min_ranks, "..", max_ranks));
-      }
-      break;
-    case v1::DecentralizedStrategy::ALTERNATING_EXPONENTIAL_RING:
-      if (d.local_world_size() > 0 &&
-          (min_ranks % d.local_world_size() != 0 || max_ranks % d.local_world_size() != 0)) {
-        c.Fail(p + ".local_world_size",
-               absl::StrCat("must divide the world size (resources allow ", min_ranks, "..",
-                            max_ranks, "), got ", d.local_world_size()));
-      }
-      break;
     case v1::DecentralizedStrategy::CUSTOM: {
       if (d.custom_steps_size() == 0) {
         c.Fail(p + ".custom_steps", "topology CUSTOM needs at least one step");
