@@ -6,10 +6,7 @@
 
 #include <ATen/ATen.h>
 #include <c10/util/strides.h>
-#include <torch/csrc/autograd/function.h>
-#include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/grad_mode.h>
-#include <torch/csrc/autograd/variable.h>
 #include <torch/csrc/jit/api/module.h>
 #include <torch/nn/module.h>
 
@@ -21,23 +18,6 @@
 
 namespace chorus {
 namespace {
-
-// FNV-1a: a hash that is the same in every process, for comparing parameter
-// sets across ranks.
-int64_t StableHash(absl::string_view s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return static_cast<int64_t>(h >> 1);
-}
-
-std::string Describe(const NamedTensor& t) {
-  return absl::StrCat("'", t.name, "' ", c10::toString(t.tensor.scalar_type()), "[",
-                      absl::StrJoin(t.tensor.sizes(), ","), "]",
-                      t.tensor.requires_grad() ? "" : " (no grad)");
-}
 
 bool IsIgnored(const std::string& name, const std::vector<std::string>& ignored) {
   for (const std::string& prefix : ignored) {
@@ -64,12 +44,6 @@ class DistributedDataParallel::Impl {
       : params_(std::move(params)), buffers_(std::move(buffers)), comm_(comm),
         options_(std::move(options)), ready_(params_.size(), 0) {}
 
-  ~Impl() {
-    for (size_t i = 0; i < accumulators_.size(); ++i) {
-      if (accumulators_[i]) accumulators_[i]->del_post_hook(hook_keys_[i]);
-    }
-  }
-
   std::string Tag(absl::string_view what) const {
     return absl::StrCat("ddp:", options_.name, "/", what);
   }
@@ -81,35 +55,7 @@ class DistributedDataParallel::Impl {
   absl::Status CheckParametersAgree() {
     std::vector<NamedTensor> all = params_;
     all.insert(all.end(), buffers_.begin(), buffers_.end());
-    const int64_t count = static_cast<int64_t>(all.size());
-    at::Tensor lo = at::full({1}, count, at::kLong);
-    at::Tensor hi = lo.clone();
-    RETURN_IF_ERROR(comm_.AllReduce(lo, ReduceOp::kMin, Tag("check/count"))->Wait(Deadline()));
-    RETURN_IF_ERROR(comm_.AllReduce(hi, ReduceOp::kMax, Tag("check/count"))->Wait(Deadline()));
-    if (lo.item<int64_t>() != hi.item<int64_t>()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "ddp:", options_.name, ": ranks wrap different numbers of parameters and buffers (",
-          lo.item<int64_t>(), " to ", hi.item<int64_t>(), "); this rank has ", count,
-          ". Build the same model on every rank."));
-    }
-    if (count == 0) return absl::OkStatus();
-    at::Tensor hashes = at::empty({count}, at::kLong);
-    for (int64_t i = 0; i < count; ++i) {
-      hashes[i] = StableHash(Describe(all[i]));
-    }
-    at::Tensor min_h = hashes.clone();
-    at::Tensor max_h = hashes.clone();
-    RETURN_IF_ERROR(comm_.AllReduce(min_h, ReduceOp::kMin, Tag("check/params"))->Wait(Deadline()));
-    RETURN_IF_ERROR(comm_.AllReduce(max_h, ReduceOp::kMax, Tag("check/params"))->Wait(Deadline()));
-    at::Tensor differs = (min_h != max_h).nonzero();
-    if (differs.numel() > 0) {
-      const int64_t i = differs[0][0].item<int64_t>();
-      return absl::InvalidArgumentError(absl::StrCat(
-          "ddp:", options_.name, ": parameter/buffer #", i,
-          " differs across ranks (name, dtype, shape or requires_grad); on this rank it is ",
-          Describe(all[i]), ". Build the same model on every rank."));
-    }
-    return absl::OkStatus();
+    return CheckReplicasAgree(all, comm_, absl::StrCat("ddp:", options_.name), Deadline());
   }
 
   void RegisterHooks();
@@ -299,31 +245,11 @@ class DistributedDataParallel::Impl {
     return absl::OkStatus();
   }
 
-  // Broadcasts `tensors` from `root`, one flat message per dtype.
-  absl::Status BroadcastCoalesced(const std::vector<at::Tensor>& tensors, int root,
-                                  const std::string& tag) {
-    torch::NoGradGuard no_grad;
-    std::map<at::ScalarType, std::vector<at::Tensor>> by_dtype;
-    for (const at::Tensor& t : tensors) by_dtype[t.scalar_type()].push_back(t);
-    for (auto& [dtype, group] : by_dtype) {
-      std::vector<at::Tensor> flat_parts;
-      for (const at::Tensor& t : group) flat_parts.push_back(t.detach().reshape({-1}));
-      at::Tensor flat = at::cat(flat_parts);
-      RETURN_IF_ERROR(comm_.Broadcast(flat, root, tag)->Wait(Deadline()));
-      int64_t offset = 0;
-      for (const at::Tensor& t : group) {
-        t.detach().copy_(flat.narrow(0, offset, t.numel()).view(t.sizes()));
-        offset += t.numel();
-      }
-    }
-    return absl::OkStatus();
-  }
-
   absl::Status BroadcastParameters(int root) {
     std::vector<at::Tensor> all;
     for (const NamedTensor& p : params_) all.push_back(p.tensor);
     for (const NamedTensor& b : buffers_) all.push_back(b.tensor);
-    return BroadcastCoalesced(all, root, Tag("broadcast_parameters"));
+    return BroadcastCoalesced(all, root, comm_, Tag("broadcast_parameters"), Deadline());
   }
 
   absl::Status Prepare() {
@@ -339,7 +265,7 @@ class DistributedDataParallel::Impl {
       if (at::isFloatingType(b.tensor.scalar_type())) floats.push_back(b.tensor);
     }
     if (floats.empty()) return absl::OkStatus();
-    return BroadcastCoalesced(floats, 0, Tag("buffers"));
+    return BroadcastCoalesced(floats, 0, comm_, Tag("buffers"), Deadline());
   }
 
   std::vector<NamedTensor> params_;
@@ -349,8 +275,7 @@ class DistributedDataParallel::Impl {
   std::vector<size_t> synced_;  // params with requires_grad, in declaration order
   std::vector<Bucket> buckets_;
   std::vector<std::pair<size_t, size_t>> locator_;  // param -> (bucket, slot)
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
-  std::vector<uintptr_t> hook_keys_;
+  std::unique_ptr<GradientReadyHooks> hooks_;
 
   // Per iteration.
   std::vector<char> ready_;
@@ -362,32 +287,10 @@ class DistributedDataParallel::Impl {
   int64_t iterations_ = 0;
 };
 
-namespace {
-
-// Note [Gradient hooks]: runs after the accumulator has written .grad.
-class ReadyHook : public torch::autograd::FunctionPostHook {
- public:
-  ReadyHook(DistributedDataParallel::Impl* ddp, size_t index) : ddp_(ddp), index_(index) {}
-  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
-                                            const torch::autograd::variable_list& /*inputs*/) override {
-    ddp_->MarkReady(index_);
-    return outputs;
-  }
-
- private:
-  DistributedDataParallel::Impl* ddp_;
-  size_t index_;
-};
-
-}  // namespace
-
 void DistributedDataParallel::Impl::RegisterHooks() {
-  accumulators_.resize(params_.size());
-  hook_keys_.resize(params_.size());
-  for (size_t i : synced_) {
-    accumulators_[i] = torch::autograd::impl::grad_accumulator(params_[i].tensor);
-    hook_keys_[i] = accumulators_[i]->add_post_hook(std::make_unique<ReadyHook>(this, i));
-  }
+  std::vector<at::Tensor> tensors;
+  for (size_t i : synced_) tensors.push_back(params_[i].tensor);
+  hooks_ = std::make_unique<GradientReadyHooks>(tensors, [this](size_t k) { MarkReady(synced_[k]); });
 }
 
 absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel::Create(

@@ -34,6 +34,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "worker/comm/communicator.h"
+#include "worker/ddp/replica_sync.h"
 
 namespace torch {
 namespace nn {
@@ -68,11 +69,6 @@ struct DdpOptions {
   std::string name = "model";
   // How long FinishGradientSync() and the setup collectives wait.
   absl::Duration timeout = absl::Minutes(5);
-};
-
-struct NamedTensor {
-  std::string name;
-  at::Tensor tensor;
 };
 
 class DistributedDataParallel {

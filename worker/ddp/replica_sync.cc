@@ -1,0 +1,114 @@
+#include "worker/ddp/replica_sync.h"
+
+#include <map>
+#include <utility>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <ATen/core/grad_mode.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+
+namespace chorus {
+namespace {
+
+// FNV-1a: a hash that is the same in every process, for comparing parameter
+// sets across ranks.
+int64_t StableHash(absl::string_view s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return static_cast<int64_t>(h >> 1);
+}
+
+std::string Describe(const NamedTensor& t) {
+  return absl::StrCat("'", t.name, "' ", c10::toString(t.tensor.scalar_type()), "[",
+                      absl::StrJoin(t.tensor.sizes(), ","), "]",
+                      t.tensor.requires_grad() ? "" : " (no grad)");
+}
+
+class ReadyHook : public torch::autograd::FunctionPostHook {
+ public:
+  ReadyHook(const std::function<void(size_t)>* ready, size_t index) : ready_(ready), index_(index) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list& /*inputs*/) override {
+    (*ready_)(index_);
+    return outputs;
+  }
+
+ private:
+  const std::function<void(size_t)>* ready_;
+  size_t index_;
+};
+
+}  // namespace
+
+absl::Status CheckReplicasAgree(const std::vector<NamedTensor>& all, Communicator& comm,
+                                absl::string_view who, absl::Time deadline) {
+  const std::string tag = absl::StrCat(who, "/check");
+  const int64_t count = static_cast<int64_t>(all.size());
+  at::Tensor lo = at::full({1}, count, at::kLong);
+  at::Tensor hi = lo.clone();
+  RETURN_IF_ERROR(comm.AllReduce(lo, ReduceOp::kMin, tag + "/count")->Wait(deadline));
+  RETURN_IF_ERROR(comm.AllReduce(hi, ReduceOp::kMax, tag + "/count")->Wait(deadline));
+  if (lo.item<int64_t>() != hi.item<int64_t>()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        who, ": ranks wrap different numbers of parameters and buffers (", lo.item<int64_t>(), " to ",
+        hi.item<int64_t>(), "); this rank has ", count, ". Build the same model on every rank."));
+  }
+  if (count == 0) return absl::OkStatus();
+  at::Tensor hashes = at::empty({count}, at::kLong);
+  for (int64_t i = 0; i < count; ++i) hashes[i] = StableHash(Describe(all[i]));
+  at::Tensor min_h = hashes.clone();
+  at::Tensor max_h = hashes.clone();
+  RETURN_IF_ERROR(comm.AllReduce(min_h, ReduceOp::kMin, tag + "/params")->Wait(deadline));
+  RETURN_IF_ERROR(comm.AllReduce(max_h, ReduceOp::kMax, tag + "/params")->Wait(deadline));
+  at::Tensor differs = (min_h != max_h).nonzero();
+  if (differs.numel() > 0) {
+    const int64_t i = differs[0][0].item<int64_t>();
+    return absl::InvalidArgumentError(absl::StrCat(
+        who, ": parameter/buffer #", i, " differs across ranks (name, dtype, shape or requires_grad); on this rank it is ",
+        Describe(all[i]), ". Build the same model on every rank."));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BroadcastCoalesced(const std::vector<at::Tensor>& tensors, int root, Communicator& comm,
+                                const std::string& tag, absl::Time deadline) {
+  at::NoGradGuard no_grad;
+  std::map<at::ScalarType, std::vector<at::Tensor>> by_dtype;
+  for (const at::Tensor& t : tensors) by_dtype[t.scalar_type()].push_back(t);
+  for (auto& [dtype, group] : by_dtype) {
+    std::vector<at::Tensor> flat_parts;
+    for (const at::Tensor& t : group) flat_parts.push_back(t.detach().reshape({-1}));
+    at::Tensor flat = at::cat(flat_parts);
+    RETURN_IF_ERROR(comm.Broadcast(flat, root, tag)->Wait(deadline));
+    int64_t offset = 0;
+    for (const at::Tensor& t : group) {
+      t.detach().copy_(flat.narrow(0, offset, t.numel()).view(t.sizes()));
+      offset += t.numel();
+    }
+  }
+  return absl::OkStatus();
+}
+
+GradientReadyHooks::GradientReadyHooks(const std::vector<at::Tensor>& tensors,
+                                       std::function<void(size_t)> ready)
+    : ready_(std::move(ready)) {
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    accumulators_.push_back(torch::autograd::impl::grad_accumulator(tensors[i]));
+    keys_.push_back(accumulators_.back()->add_post_hook(std::make_unique<ReadyHook>(&ready_, i)));
+  }
+}
+
+GradientReadyHooks::~GradientReadyHooks() {
+  for (size_t i = 0; i < accumulators_.size(); ++i) accumulators_[i]->del_post_hook(keys_[i]);
+}
+
+}  // namespace chorus
