@@ -1,4 +1,5 @@
 #include "worker/comm/gloo_communicator.h"
+#include "worker/comm/rank_threads.h"
 
 #include <functional>
 #include <atomic>
@@ -17,28 +18,6 @@ namespace {
 using ::testing::HasSubstr;
 
 absl::Time In(absl::Duration d) { return absl::Now() + d; }
-
-// Builds `n` Gloo communicators over one MemoryStore, each in its own thread,
-// and runs body(rank, comm) in that thread.
-void RunRanks(int n, const std::function<void(int, Communicator&)>& body,
-              GlooOptions base = GlooOptions()) {
-  MemoryStore store;
-  std::vector<std::shared_ptr<Communicator>> comms(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      GlooOptions options = base;
-      options.rank = r;
-      options.size = n;
-      options.connect_timeout = absl::Seconds(30);
-      auto comm = CreateGlooCommunicator(options, store);
-      ASSERT_TRUE(comm.ok()) << comm.status();
-      comms[r] = *comm;
-      body(r, **comm);
-    });
-  }
-  for (auto& t : threads) t.join();
-}
 
 // Rank r's input: small integers, exact in every dtype we test.
 at::Tensor Input(int rank, int64_t n, at::ScalarType dtype) {
@@ -71,7 +50,7 @@ TEST_P(AllReduceTest, EveryOpDtypeAndSizeMatchesReference) {
   const std::vector<ReduceOp> ops = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin,
                                      ReduceOp::kMax};
   const std::vector<int64_t> sizes = {0, 1, 7, 1001};
-  RunRanks(n, [&](int rank, Communicator& comm) {
+  RunGlooRanks(n, [&](int rank, Communicator& comm) {
     for (at::ScalarType dtype : dtypes) {
       for (ReduceOp op : ops) {
         const bool integral = dtype == at::kInt || dtype == at::kLong;
@@ -101,7 +80,7 @@ TEST_P(DataMovementTest, BroadcastAllGatherAndRingForEveryDtypeAndSize) {
   const int n = GetParam();
   const std::vector<at::ScalarType> dtypes = {at::kFloat, at::kDouble, at::kHalf,
                                               at::kBFloat16, at::kInt, at::kLong};
-  RunRanks(n, [&](int rank, Communicator& comm) {
+  RunGlooRanks(n, [&](int rank, Communicator& comm) {
     for (at::ScalarType dtype : dtypes) {
       for (int64_t size : {0, 1, 7, 1001}) {
         const int root = n - 1;
@@ -130,7 +109,7 @@ INSTANTIATE_TEST_SUITE_P(Ranks, DataMovementTest, ::testing::Values(2, 3, 4));
 
 TEST(GlooCommunicatorTest, LargeAllReduce64MB) {
   const int64_t n = 16 * 1024 * 1024;  // 64 MB of float32
-  RunRanks(2, [&](int rank, Communicator& comm) {
+  RunGlooRanks(2, [&](int rank, Communicator& comm) {
     at::Tensor t = at::full({n}, static_cast<float>(rank + 1));
     t[n - 1] = rank == 0 ? 10.0f : -4.0f;
     ASSERT_TRUE(comm.AllReduce(t, ReduceOp::kSum, "big")->Wait(In(absl::Seconds(120))).ok());
@@ -142,7 +121,7 @@ TEST(GlooCommunicatorTest, LargeAllReduce64MB) {
 }
 
 TEST(GlooCommunicatorTest, NonContiguousTensorsAreHandled) {
-  RunRanks(3, [&](int rank, Communicator& comm) {
+  RunGlooRanks(3, [&](int rank, Communicator& comm) {
     at::Tensor base = at::arange(12, at::kFloat).reshape({3, 4}) * (rank + 1);
     at::Tensor view = base.t();  // strided
     ASSERT_FALSE(view.is_contiguous());
@@ -159,7 +138,7 @@ TEST(GlooCommunicatorTest, NonContiguousTensorsAreHandled) {
 }
 
 TEST(GlooCommunicatorTest, BroadcastFromEveryRoot) {
-  RunRanks(3, [&](int rank, Communicator& comm) {
+  RunGlooRanks(3, [&](int rank, Communicator& comm) {
     for (int root = 0; root < 3; ++root) {
       at::Tensor t = at::full({5}, static_cast<double>(rank * 10 + root));
       ASSERT_TRUE(comm.Broadcast(t, root, "b")->Wait(In(absl::Seconds(30))).ok());
@@ -169,7 +148,7 @@ TEST(GlooCommunicatorTest, BroadcastFromEveryRoot) {
 }
 
 TEST(GlooCommunicatorTest, AllGatherPlacesEachRankInItsSlice) {
-  RunRanks(4, [&](int rank, Communicator& comm) {
+  RunGlooRanks(4, [&](int rank, Communicator& comm) {
     for (int64_t n : {1, 3, 0}) {
       at::Tensor in = at::full({n}, static_cast<int64_t>(rank), at::kLong);
       at::Tensor out = at::full({4, n}, int64_t{-1}, at::kLong);
@@ -183,7 +162,7 @@ TEST(GlooCommunicatorTest, AllGatherPlacesEachRankInItsSlice) {
 
 TEST(GlooCommunicatorTest, BarrierHoldsUntilEveryRankArrives) {
   std::atomic<int> arrived{0};
-  RunRanks(3, [&](int rank, Communicator& comm) {
+  RunGlooRanks(3, [&](int rank, Communicator& comm) {
     if (rank == 1) absl::SleepFor(absl::Milliseconds(300));
     arrived.fetch_add(1);
     ASSERT_TRUE(comm.Barrier("b")->Wait(In(absl::Seconds(30))).ok());
@@ -193,7 +172,7 @@ TEST(GlooCommunicatorTest, BarrierHoldsUntilEveryRankArrives) {
 
 TEST(GlooCommunicatorTest, SendRecvRing) {
   const int n = 4;
-  RunRanks(n, [&](int rank, Communicator& comm) {
+  RunGlooRanks(n, [&](int rank, Communicator& comm) {
     for (int round = 0; round < 3; ++round) {
       at::Tensor send = at::full({6}, static_cast<float>(100 * round + rank));
       at::Tensor recv = at::zeros({6});
@@ -206,7 +185,7 @@ TEST(GlooCommunicatorTest, SendRecvRing) {
 }
 
 TEST(GlooCommunicatorTest, SendAndRecvMatchInIssueOrder) {
-  RunRanks(2, [&](int rank, Communicator& comm) {
+  RunGlooRanks(2, [&](int rank, Communicator& comm) {
     if (rank == 0) {
       auto first = comm.Send(at::full({3}, 1.0f), 1, "p2p");
       auto second = comm.Send(at::full({3}, 2.0f), 1, "p2p");
@@ -226,7 +205,7 @@ TEST(GlooCommunicatorTest, SendAndRecvMatchInIssueOrder) {
 }
 
 TEST(GlooCommunicatorTest, SubGroupsReduceIndependentlyAndAreCached) {
-  RunRanks(4, [&](int rank, Communicator& comm) {
+  RunGlooRanks(4, [&](int rank, Communicator& comm) {
     std::vector<int> pair = rank < 2 ? std::vector<int>{0, 1} : std::vector<int>{2, 3};
     auto group = comm.NewGroup(pair);
     ASSERT_TRUE(group.ok()) << group.status();
@@ -259,7 +238,7 @@ TEST(GlooCommunicatorTest, SubGroupsReduceIndependentlyAndAreCached) {
 }
 
 TEST(GlooCommunicatorTest, InvalidArgumentsFailWithoutConsumingASequenceNumber) {
-  RunRanks(2, [&](int rank, Communicator& comm) {
+  RunGlooRanks(2, [&](int rank, Communicator& comm) {
     auto bad_dtype = comm.AllReduce(at::ones({2}, at::kBool), ReduceOp::kSum, "x");
     EXPECT_EQ(bad_dtype->Wait(In(absl::Seconds(1))).code(), absl::StatusCode::kInvalidArgument);
     absl::Status avg_int =
@@ -282,7 +261,7 @@ TEST(GlooCommunicatorTest, InvalidArgumentsFailWithoutConsumingASequenceNumber) 
 }
 
 TEST(GlooCommunicatorTest, SingleRankWorldIsTrivial) {
-  RunRanks(1, [&](int, Communicator& comm) {
+  RunGlooRanks(1, [&](int, Communicator& comm) {
     at::Tensor t = at::arange(5, at::kFloat);
     ASSERT_TRUE(comm.AllReduce(t, ReduceOp::kAvg, "solo")->Wait(In(absl::Seconds(10))).ok());
     EXPECT_TRUE(at::equal(t, at::arange(5, at::kFloat)));
@@ -293,7 +272,7 @@ TEST(GlooCommunicatorTest, SingleRankWorldIsTrivial) {
 TEST(GlooCommunicatorTest, RankThatNeverIssuesLeavesOthersStartedUntilAbort) {
   GlooOptions options;
   options.op_timeout = absl::Seconds(60);  // Abort, not the timeout, must end the wait
-  RunRanks(3, [&](int rank, Communicator& comm) {
+  RunGlooRanks(3, [&](int rank, Communicator& comm) {
     if (rank == 1) {
       // Never issues the all-reduce; leaves after the others have given up.
       absl::SleepFor(absl::Seconds(2));
@@ -327,7 +306,7 @@ TEST(GlooCommunicatorTest, DifferentCollectivesAtTheSameSeqWaitInsteadOfMixingDa
   GlooOptions options;
   options.op_timeout = absl::Seconds(60);
   std::atomic<int> gave_up{0};
-  RunRanks(2, [&](int rank, Communicator& comm) {
+  RunGlooRanks(2, [&](int rank, Communicator& comm) {
     // Same size and dtype, different tags: exchanging would "work" and
     // silently add one op's data into the other.
     at::Tensor t = at::full({256}, rank + 1.0);
@@ -347,7 +326,7 @@ TEST(GlooCommunicatorTest, DifferentCollectivesAtTheSameSeqWaitInsteadOfMixingDa
 TEST(GlooCommunicatorTest, OpTimeoutBreaksTheCommunicator) {
   GlooOptions options;
   options.op_timeout = absl::Seconds(1);
-  RunRanks(2, [&](int rank, Communicator& comm) {
+  RunGlooRanks(2, [&](int rank, Communicator& comm) {
     if (rank == 1) {
       absl::SleepFor(absl::Seconds(3));
       return;
@@ -368,7 +347,7 @@ TEST(GlooCommunicatorTest, OpTimeoutBreaksTheCommunicator) {
 TEST(GlooCommunicatorTest, FingerprintsAgreeAcrossRanksForTheSameProgram) {
   const int n = 3;
   std::vector<FlightRecorder::Snapshot> snaps(n);
-  RunRanks(n, [&](int rank, Communicator& comm) {
+  RunGlooRanks(n, [&](int rank, Communicator& comm) {
     at::Tensor a = at::ones({17});
     at::Tensor b = at::ones({4}, at::kDouble);
     std::vector<std::shared_ptr<Work>> works = {
@@ -403,7 +382,7 @@ TEST(GlooCommunicatorTest, CreationTimesOutNamingMissingPeers) {
 }
 
 TEST(GlooCommunicatorTest, CudaTensorsAreRefusedWithAHint) {
-  RunRanks(1, [&](int, Communicator& comm) {
+  RunGlooRanks(1, [&](int, Communicator& comm) {
     at::Tensor meta = at::empty({2}, at::TensorOptions().device(at::kMeta));
     absl::Status s = comm.AllReduce(meta, ReduceOp::kSum, "x")->Wait(In(absl::Seconds(1)));
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);

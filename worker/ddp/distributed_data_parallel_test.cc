@@ -9,30 +9,12 @@
 #include "absl/strings/match.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "worker/comm/gloo_communicator.h"
-#include "worker/comm/store.h"
+#include "worker/comm/rank_threads.h"
 
 namespace chorus {
 namespace {
 
 using ::testing::HasSubstr;
-
-void RunRanks(int n, const std::function<void(int, Communicator&)>& body) {
-  MemoryStore store;
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      at::set_num_threads(1);
-      GlooOptions options;
-      options.rank = r;
-      options.size = n;
-      auto comm = CreateGlooCommunicator(options, store);
-      ASSERT_TRUE(comm.ok()) << comm.status();
-      body(r, **comm);
-    });
-  }
-  for (auto& t : threads) t.join();
-}
 
 torch::nn::Sequential MakeMlp() {
   return torch::nn::Sequential(torch::nn::Linear(8, 16), torch::nn::ReLU(),
@@ -99,7 +81,7 @@ TEST_P(EquivalenceTest, MatchesOneProcessOnTheWholeBatch) {
   }
 
   std::atomic<size_t> buckets{0};
-  RunRanks(n, [&](int rank, Communicator& comm) {
+  RunGlooRanks(n, [&](int rank, Communicator& comm) {
     torch::nn::Sequential& model = replicas[rank];
     DdpOptions options;
     options.bucket_cap_mb = 100.0 / (1 << 20);  // ~100 bytes: many buckets
@@ -184,7 +166,7 @@ TEST_P(UnusedParametersTest, AveragesZerosOrFailsClearly) {
   }
   std::vector<std::vector<torch::Tensor>> got(2);
   std::vector<absl::Status> statuses(2);
-  RunRanks(2, [&](int rank, Communicator& comm) {
+  RunGlooRanks(2, [&](int rank, Communicator& comm) {
     TwoHeads m;
     CopyParams(reference, m);
     DdpOptions options;
@@ -246,7 +228,7 @@ TEST(DistributedDataParallelTest, NoSyncAccumulationEqualsOneBigBatch) {
   for (auto& p : reference->parameters()) want.push_back(p.grad().clone());
 
   std::vector<torch::nn::Sequential> replicas = {CloneOf(reference, false), CloneOf(reference, false)};
-  RunRanks(2, [&](int rank, Communicator& comm) {
+  RunGlooRanks(2, [&](int rank, Communicator& comm) {
     torch::nn::Sequential& model = replicas[rank];
     for (auto& p : model->parameters()) p.mutable_grad() = torch::Tensor();
     auto ddp = DistributedDataParallel::ForModule(*model, comm, DdpOptions());
@@ -289,7 +271,7 @@ TEST_P(CompressionTest, GradientsWithinFormatToleranceAndHalfTheBytes) {
   for (auto& p : reference->parameters()) want.push_back(p.grad().clone());
   std::vector<torch::nn::Sequential> replicas = {CloneOf(reference, false), CloneOf(reference, false)};
   std::vector<int64_t> wire_bytes(2, 0), wire_count(2, 0);
-  RunRanks(2, [&](int rank, Communicator& comm) {
+  RunGlooRanks(2, [&](int rank, Communicator& comm) {
     DdpOptions options;
     options.compression = compression;
     auto ddp = DistributedDataParallel::ForModule(*replicas[rank], comm, options);
@@ -342,7 +324,7 @@ TEST(DistributedDataParallelTest, TwoInstancesOnDisjointSubsets) {
   }
   std::vector<std::vector<torch::Tensor>> got(2);
   std::vector<std::string> tags0, tags1;
-  RunRanks(2, [&](int rank, Communicator& comm) {
+  RunGlooRanks(2, [&](int rank, Communicator& comm) {
     TwoHeads m;
     CopyParams(reference, m);
     std::vector<NamedTensor> actor, critic;
@@ -379,7 +361,7 @@ TEST(DistributedDataParallelTest, TwoInstancesOnDisjointSubsets) {
 
 TEST(DistributedDataParallelTest, DifferentModelsFailOnEveryRankNamingTheParameter) {
   std::vector<absl::Status> statuses(2);
-  RunRanks(2, [&](int rank, Communicator& comm) {
+  RunGlooRanks(2, [&](int rank, Communicator& comm) {
     torch::nn::Sequential m(torch::nn::Linear(4, rank == 0 ? 3 : 5), torch::nn::Linear(rank == 0 ? 3 : 5, 2));
     statuses[rank] = DistributedDataParallel::ForModule(*m, comm, DdpOptions()).status();
   });
@@ -396,7 +378,7 @@ TEST(DistributedDataParallelTest, BroadcastParametersMakesReplicasIdentical) {
     torch::manual_seed(100 + r);
     models.push_back(MakeMlp());
   }
-  RunRanks(3, [&](int rank, Communicator& comm) {
+  RunGlooRanks(3, [&](int rank, Communicator& comm) {
     auto ddp = DistributedDataParallel::ForModule(*models[rank], comm, DdpOptions());
     ASSERT_TRUE(ddp.ok());
     ASSERT_TRUE((*ddp)->BroadcastParameters(0).ok());
@@ -406,7 +388,7 @@ TEST(DistributedDataParallelTest, BroadcastParametersMakesReplicasIdentical) {
 }
 
 TEST(DistributedDataParallelTest, BucketsFollowRankZeroReadyOrderAfterFirstIteration) {
-  RunRanks(2, [&](int rank, Communicator& comm) {
+  RunGlooRanks(2, [&](int rank, Communicator& comm) {
     torch::manual_seed(1);
     torch::nn::Sequential model = MakeMlp();
     DdpOptions options;

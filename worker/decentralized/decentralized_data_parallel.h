@@ -1,0 +1,171 @@
+// DecentralizedDataParallel: gossip averaging. Instead of all-reducing
+// gradients, each rank keeps its own model, takes local optimizer steps, and
+// averages its parameters with the few peers the topology names for that
+// step (common/topology.h); the exchange overlaps a whole iteration.
+//
+// Parameters are cut into buckets (bucket_cap_mb) whose parameters become
+// views into one contiguous block per bucket. Each bucket has its own
+// optimizer (from the factory) and follows the same LR schedule. Once every
+// gradient of a bucket is ready (autograd hook), the bucket
+//   1. waits for the exchange it launched in the previous iteration and mixes:
+//      x_i <- mean of its group's parameters (Note [Mixing]);
+//   2. takes its local optimizer step with its own gradients;
+//   3. launches the exchange of the result with the next step's group.
+// So one iteration computes x_{t+1} = W_t x_t - lr * update(grad f_i(x_t)),
+// where W_t is the topology's mixing matrix for step t (step 0 has no mix).
+//
+// One iteration:
+//   loss = model->forward(x) ...; loss.backward();
+//   RETURN_IF_ERROR(engine->FinishStep());   // buckets whose hooks did not run
+// No optimizer.step() or zero_grad(): the engine owns the optimizers.
+// Evaluation and checkpoints: GlobalAverage(), use the model,
+// RevertGlobalAverage() (or keep the average).
+//
+// Thread-safety: one training thread drives an instance; hooks run on it.
+// Several instances may share a communicator if every rank calls them in the
+// same order.
+//
+// Example:
+//   DecentralizedOptions options;
+//   options.topology.kind = TopologyKind::kRing;
+//   ASSIGN_OR_RETURN(auto engine, DecentralizedDataParallel::Create(
+//       params, buffers, *comm, [](const std::vector<at::Tensor>& p) {
+//         return std::make_unique<torch::optim::SGD>(p, torch::optim::SGDOptions(0.1)); },
+//       nullptr, options));
+//   RETURN_IF_ERROR(engine->BroadcastParameters(0));
+#ifndef CHORUS_WORKER_DECENTRALIZED_DECENTRALIZED_DATA_PARALLEL_H_
+#define CHORUS_WORKER_DECENTRALIZED_DECENTRALIZED_DATA_PARALLEL_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/topology.h"
+#include "worker/comm/communicator.h"
+#include "worker/ddp/replica_sync.h"
+
+namespace torch::optim {
+class Optimizer;
+}
+
+namespace chorus {
+
+struct DecentralizedOptions {
+  TopologyConfig topology;
+  double bucket_cap_mb = 25;
+  // Gradient clipping (clip_norm > 0): by the norm of all of this rank's
+  // gradients (then buckets update after backward, in FinishStep, because
+  // the norm needs every gradient), or by each bucket's own norm (updates
+  // stay in the hooks, overlapping backward).
+  enum class Clip { kGlobalNorm, kPerBucket };
+  Clip clip_mode = Clip::kGlobalNorm;
+  double clip_norm = 0;
+  // GlobalAverage() also averages floating-point buffers (batch-norm
+  // statistics).
+  bool average_buffers = false;
+  // Names this instance in flight-recorder tags: "dec:<name>/bucket<i>".
+  std::string name = "model";
+  // How long a wait for an exchange or a setup collective may take.
+  absl::Duration timeout = absl::Minutes(5);
+};
+
+// Makes the optimizer of one bucket over its parameters.
+using OptimizerFactory =
+    std::function<std::unique_ptr<torch::optim::Optimizer>(const std::vector<at::Tensor>& params)>;
+// The learning rate of the update taken at `step` (0-based); null keeps the
+// optimizers' own.
+using LrSchedule = std::function<double(int64_t step)>;
+
+class DecentralizedDataParallel {
+ public:
+  // `parameters` with requires_grad are trained and averaged; the others and
+  // `buffers` are only broadcast (and buffers averaged by GlobalAverage if
+  // average_buffers). Every rank must pass the same names, shapes and dtypes;
+  // otherwise every rank gets INVALID_ARGUMENT naming the first difference.
+  // INVALID_ARGUMENT if the topology cannot serve comm.size() ranks.
+  // `comm` must outlive the instance.
+  static absl::StatusOr<std::unique_ptr<DecentralizedDataParallel>> Create(
+      std::vector<NamedTensor> parameters, std::vector<NamedTensor> buffers, Communicator& comm,
+      OptimizerFactory make_optimizer, LrSchedule lr_schedule, DecentralizedOptions options);
+
+  DecentralizedDataParallel(const DecentralizedDataParallel&) = delete;
+  DecentralizedDataParallel& operator=(const DecentralizedDataParallel&) = delete;
+  // Waits (up to min(timeout, 30 s)) for the exchanges in flight, which the
+  // peers expect to complete, and removes the hooks.
+  ~DecentralizedDataParallel();
+
+  // Copies `root`'s parameters and buffers to every rank (exchanges in
+  // flight are waited for and dropped).
+  absl::Status BroadcastParameters(int root);
+
+  // Call after each backward: updates the buckets whose hooks did not run
+  // (parameters without a gradient count as ready) and ends the step.
+  // Returns the first error of an exchange or of a misuse (two backwards
+  // without FinishStep). Inside Accumulate() it does nothing.
+  absl::Status FinishStep();
+
+  // While alive, backward passes only accumulate gradients; the next
+  // backward outside it updates with the sum.
+  class AccumulateScope {
+   public:
+    explicit AccumulateScope(DecentralizedDataParallel& engine);
+    ~AccumulateScope();
+    AccumulateScope(const AccumulateScope&) = delete;
+    AccumulateScope& operator=(const AccumulateScope&) = delete;
+
+   private:
+    DecentralizedDataParallel& engine_;
+    bool previous_;
+  };
+  AccumulateScope Accumulate() { return AccumulateScope(*this); }
+
+  // Replaces every rank's parameters (and float buffers if average_buffers)
+  // by the exact mean over all ranks, keeping a copy of its own. Waits for
+  // the exchanges in flight first; their results are kept for the next step
+  // if the average is reverted and dropped if it is not (averaged parameters
+  // are already in consensus). REQUIRES: between steps.
+  absl::Status GlobalAverage();
+  // Restores the parameters (and buffers) GlobalAverage replaced, exactly.
+  // FAILED_PRECONDITION if there is no average to revert.
+  absl::Status RevertGlobalAverage();
+
+  // Steps finished so far.
+  int64_t step() const;
+  size_t bucket_count() const;
+  std::vector<std::string> bucket_parameters(size_t b) const;
+  // The buckets' optimizers, in bucket order (for checkpoints). The bucket
+  // layout changes once, at the end of step 0 (Note [Bucket order] in
+  // distributed_data_parallel.h); optimizer state moves with its parameters.
+  std::vector<torch::optim::Optimizer*> optimizers() const;
+  // Bytes this rank has put on the wire in exchanges (payload), and seconds
+  // the training thread waited for exchanges of the previous step.
+  int64_t bytes_sent() const;
+  double exchange_wait_seconds() const;
+
+  class Impl;
+
+ private:
+  explicit DecentralizedDataParallel(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Note [Mixing]
+// Every group of a step averages with equal weights, so a pair exchanges
+// blocks with one SendRecv (each side sends its block and receives the
+// peer's, then x <- (x + peer) / 2), and a larger group all-reduces a copy
+// with ReduceOp::kAvg on its own sub-communicator (x <- group mean). The
+// block itself is sent, without a copy: it is not written until the next
+// step's hook has waited for the exchange. Exchanges of all buckets are
+// issued in bucket index order on every rank, so the k-th exchange of a rank
+// always meets the k-th exchange of its peer.
+
+}  // namespace chorus
+
+#endif  // CHORUS_WORKER_DECENTRALIZED_DECENTRALIZED_DATA_PARALLEL_H_
