@@ -55,8 +55,6 @@ class Checker {
   std::vector<SpecError> errors_;
 };
 
-bool IsPowerOfTwo(int64_t n) { return n > 0 && (n & (n - 1)) == 0; }
-
 void ValidateModel(const JobSpec& spec, Checker& c) {
   const v1::ModelSpec& m = spec.model();
   switch (m.kind_case()) {
@@ -564,7 +562,7 @@ std::vector<SpecError> ValidateJobSpec(const JobSpec& spec) {
 
 absl::Status CheckRuntimeSupport(const JobSpec& spec) {
   std::vector<std::string> missing;
-  if (spec.strategy().has_decentralized()) missing.push_back("strategy.decentralized");
+  if (spec.checkpoint().per_rank()) missing.push_back("checkpoint.per_rank");
   if (spec.optimizer().kind() == v1::OptimizerSpec::ACCUM_ADAM ||
       spec.optimizer().kind() == v1::OptimizerSpec::ACCUM_ADAMW) {
     missing.push_back("optimizer.kind ACCUM_ADAM(W)");
@@ -575,7 +573,8 @@ absl::Status CheckRuntimeSupport(const JobSpec& spec) {
   return absl::UnimplementedError(absl::StrCat(
       "this version of Chorus cannot run yet: ", absl::StrJoin(missing, ", "),
       ". Supported: models mlp, cnn, transformer_lm and torchscript; data fashion_mnist, "
-      "synthetic and tensor_file; strategy ddp on CPU; checkpoints stored by the coordinator."));
+      "synthetic and tensor_file; strategies ddp and decentralized on CPU; checkpoints of the "
+      "(averaged) model stored by the coordinator."));
 }
 
 absl::Status CheckJobSpec(const JobSpec& spec, absl::string_view source) {

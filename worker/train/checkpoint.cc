@@ -47,10 +47,34 @@ absl::StatusOr<std::map<std::string, at::Tensor>> Unpickle(const CheckpointFileD
   return out;
 }
 
+// Each optimized parameter with its index among the model's parameters
+// (the "optim.<i>." prefix of its state) and the optimizer that holds it.
+struct OptimizedParam {
+  int index;
+  at::Tensor param;
+  torch::optim::Optimizer* optimizer;
+};
+
+std::vector<OptimizedParam> OptimizedParams(Model& model, const std::vector<torch::optim::Optimizer*>& optimizers) {
+  std::map<std::string, int> index;
+  int i = 0;
+  for (const at::Tensor& p : model.Parameters()) index[StateKey(p)] = i++;
+  std::vector<OptimizedParam> out;
+  for (torch::optim::Optimizer* optimizer : optimizers) {
+    for (const auto& group : optimizer->param_groups()) {
+      for (const at::Tensor& param : group.params()) {
+        auto it = index.find(StateKey(param));
+        if (it != index.end()) out.push_back({it->second, param, optimizer});
+      }
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
-Snapshot TakeSnapshot(Model& model, torch::optim::Optimizer& optimizer, const TrainingPosition& position,
-                      const Snapshot* reuse) {
+Snapshot TakeSnapshot(Model& model, const std::vector<torch::optim::Optimizer*>& optimizers,
+                      const TrainingPosition& position, const Snapshot* reuse) {
   torch::NoGradGuard no_grad;
   std::map<std::string, at::Tensor> spare;
   if (reuse != nullptr) {
@@ -69,12 +93,11 @@ Snapshot TakeSnapshot(Model& model, torch::optim::Optimizer& optimizer, const Tr
   s.position = position;
   for (const NamedTensor& p : model.NamedParameters()) s.model.emplace_back(p.name, copy_as("m/" + p.name, p.tensor));
   for (const NamedTensor& b : model.NamedBuffers()) s.model.emplace_back(b.name, copy_as("m/" + b.name, b.tensor));
-  int index = 0;
-  for (const auto& group : optimizer.param_groups()) {
-    for (const at::Tensor& param : group.params()) {
-      auto it = optimizer.state().find(StateKey(param));
-      const std::string prefix = absl::StrCat("optim.", index++, ".");
-      if (it == optimizer.state().end()) continue;
+  for (const OptimizedParam& op : OptimizedParams(model, optimizers)) {
+    {
+      auto it = op.optimizer->state().find(StateKey(op.param));
+      const std::string prefix = absl::StrCat("optim.", op.index, ".");
+      if (it == op.optimizer->state().end()) continue;
       if (auto* sgd = dynamic_cast<torch::optim::SGDParamState*>(it->second.get())) {
         if (sgd->momentum_buffer().defined()) {
           s.train_state.emplace_back(prefix + "momentum_buffer",
@@ -105,7 +128,7 @@ std::vector<CheckpointFileData> Serialize(const Snapshot& snapshot) {
 }
 
 absl::StatusOr<TrainingPosition> Restore(const std::vector<CheckpointFileData>& files, Model& model,
-                                         torch::optim::Optimizer& optimizer) {
+                                         const std::vector<torch::optim::Optimizer*>& optimizers) {
   const CheckpointFileData* model_file = nullptr;
   const CheckpointFileData* state_file = nullptr;
   for (const CheckpointFileData& f : files) {
@@ -140,13 +163,13 @@ absl::StatusOr<TrainingPosition> Restore(const std::vector<CheckpointFileData>& 
   for (const char* key : {"meta.step", "meta.epoch", "meta.epoch_offset"}) {
     if (!get(key).defined()) return absl::DataLossError(absl::StrCat("checkpoint ", kTrainStateFile, " lacks ", key));
   }
-  int index = 0;
-  const bool adam = dynamic_cast<torch::optim::Adam*>(&optimizer) != nullptr;
-  const bool adamw = dynamic_cast<torch::optim::AdamW*>(&optimizer) != nullptr;
-  for (const auto& group : optimizer.param_groups()) {
-    for (const at::Tensor& param : group.params()) {
-      const std::string prefix = absl::StrCat("optim.", index++, ".");
-      const std::string key = StateKey(param);
+  for (const OptimizedParam& op : OptimizedParams(model, optimizers)) {
+    torch::optim::Optimizer& optimizer = *op.optimizer;
+    const bool adam = dynamic_cast<torch::optim::Adam*>(&optimizer) != nullptr;
+    const bool adamw = dynamic_cast<torch::optim::AdamW*>(&optimizer) != nullptr;
+    {
+      const std::string prefix = absl::StrCat("optim.", op.index, ".");
+      const std::string key = StateKey(op.param);
       if (adam || adamw) {
         if (!get(prefix + "exp_avg").defined()) continue;
         auto fill = [&](auto s) {

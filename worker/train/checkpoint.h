@@ -5,7 +5,7 @@
 // A checkpoint is two files, each a dict of named tensors as written by
 // torch::pickle_save (Python's torch.load reads them):
 //   model.pt        parameters and buffers by name — the exported state dict
-//   train_state.pt  "optim.<i>.<field>" optimizer state per parameter index,
+//   train_state.pt  "optim.<i>.<field>" optimizer state of model parameter i,
 //                   "meta.step", "meta.epoch", "meta.epoch_offset" (samples of
 //                   that epoch already trained, across all ranks),
 //                   "meta.world_size"
@@ -61,18 +61,20 @@ struct CheckpointFileData {
   std::string bytes;
 };
 
-// Copies parameters, buffers and optimizer state (SGD, Adam, AdamW). With
+// Copies parameters, buffers and the optimizers' state (SGD, Adam, AdamW),
+// filed under the parameter's index in model.Parameters() (one optimizer
+// for DDP, one per bucket for decentralized training). With
 // `reuse` (an earlier snapshot nobody reads any more), tensors of the same
 // name, shape and dtype are copied into its memory instead of fresh memory:
 // no allocation and no page faults, so the copy runs at memory speed.
-Snapshot TakeSnapshot(Model& model, torch::optim::Optimizer& optimizer, const TrainingPosition& position,
-                      const Snapshot* reuse = nullptr);
+Snapshot TakeSnapshot(Model& model, const std::vector<torch::optim::Optimizer*>& optimizers,
+                      const TrainingPosition& position, const Snapshot* reuse = nullptr);
 // The two files of a snapshot.
 std::vector<CheckpointFileData> Serialize(const Snapshot& snapshot);
 // Loads `files` into the model and optimizer; returns the position. Errors
 // name the file and the tensor that does not fit.
 absl::StatusOr<TrainingPosition> Restore(const std::vector<CheckpointFileData>& files, Model& model,
-                                         torch::optim::Optimizer& optimizer);
+                                         const std::vector<torch::optim::Optimizer*>& optimizers);
 
 // Where checkpoints go and come from (the coordinator, or memory in tests).
 class CheckpointSink {

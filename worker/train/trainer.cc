@@ -12,6 +12,7 @@
 #include "common/job_spec.h"
 #include "common/status_macros.h"
 #include "worker/ddp/distributed_data_parallel.h"
+#include "worker/decentralized/decentralized_data_parallel.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/data.h"
 #include "worker/train/model.h"
@@ -203,22 +204,58 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
   }
   ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Build(spec.model(), train));
 
+  // The strategy: DDP (one optimizer, gradients averaged) or decentralized
+  // (per-bucket optimizers stepped by the engine, parameters gossiped).
+  int64_t total_steps = 0;
+  std::unique_ptr<DistributedDataParallel> ddp;
+  std::unique_ptr<DecentralizedDataParallel> gossip;
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  // The decentralized engine replaces its optimizers once, after step 0.
+  auto optimizers = [&] {
+    return gossip ? gossip->optimizers() : std::vector<torch::optim::Optimizer*>{optimizer.get()};
+  };
   const v1::DdpStrategy& ddp_spec = spec.strategy().ddp();
-  DdpOptions ddp_options;
-  ddp_options.bucket_cap_mb = ddp_spec.bucket_cap_mb();
-  ddp_options.first_bucket_mb = ddp_spec.first_bucket_mb();
-  ddp_options.gradient_as_bucket_view = ddp_spec.gradient_as_bucket_view();
-  ddp_options.find_unused_parameters = ddp_spec.find_unused_parameters();
-  ddp_options.broadcast_buffers = ddp_spec.broadcast_buffers();
-  ddp_options.ignored.assign(ddp_spec.ignored().begin(), ddp_spec.ignored().end());
-  ddp_options.compression = ddp_spec.compression() == v1::DdpStrategy::FP16   ? DdpOptions::Compression::kFp16
-                        : ddp_spec.compression() == v1::DdpStrategy::BF16 ? DdpOptions::Compression::kBf16
-                                                                            : DdpOptions::Compression::kNone;
-  ASSIGN_OR_RETURN(std::unique_ptr<DistributedDataParallel> ddp,
-                   DistributedDataParallel::Create(model->NamedParameters(), model->NamedBuffers(),
-                                                   comm, ddp_options));
-  RETURN_IF_ERROR(ddp->BroadcastParameters(0));
-  std::unique_ptr<torch::optim::Optimizer> optimizer = BuildOptimizer(spec.optimizer(), model->Parameters());
+  if (spec.strategy().has_decentralized()) {
+    const v1::DecentralizedStrategy& d = spec.strategy().decentralized();
+    DecentralizedOptions options;
+    options.topology = TopologyFromSpec(d);
+    options.bucket_cap_mb = d.bucket_cap_mb();
+    options.clip_norm = spec.grad_clip_norm();
+    options.clip_mode = d.clip_mode() == v1::DecentralizedStrategy::PER_BUCKET ? DecentralizedOptions::Clip::kPerBucket
+                                                                              : DecentralizedOptions::Clip::kGlobalNorm;
+    options.average_buffers = true;
+    ASSIGN_OR_RETURN(gossip, DecentralizedDataParallel::Create(
+                                 model->NamedParameters(), model->NamedBuffers(), comm,
+                                 [&spec](const std::vector<at::Tensor>& params) { return BuildOptimizer(spec.optimizer(), params); },
+                                 [&spec, &total_steps](int64_t step) { return LearningRate(spec, step, total_steps); },
+                                 options));
+    RETURN_IF_ERROR(gossip->BroadcastParameters(0));
+  } else {
+    DdpOptions ddp_options;
+    ddp_options.bucket_cap_mb = ddp_spec.bucket_cap_mb();
+    ddp_options.first_bucket_mb = ddp_spec.first_bucket_mb();
+    ddp_options.gradient_as_bucket_view = ddp_spec.gradient_as_bucket_view();
+    ddp_options.find_unused_parameters = ddp_spec.find_unused_parameters();
+    ddp_options.broadcast_buffers = ddp_spec.broadcast_buffers();
+    ddp_options.ignored.assign(ddp_spec.ignored().begin(), ddp_spec.ignored().end());
+    ddp_options.compression = ddp_spec.compression() == v1::DdpStrategy::FP16   ? DdpOptions::Compression::kFp16
+                          : ddp_spec.compression() == v1::DdpStrategy::BF16 ? DdpOptions::Compression::kBf16
+                                                                              : DdpOptions::Compression::kNone;
+    ASSIGN_OR_RETURN(ddp, DistributedDataParallel::Create(model->NamedParameters(), model->NamedBuffers(), comm,
+                                                          ddp_options));
+    RETURN_IF_ERROR(ddp->BroadcastParameters(0));
+    optimizer = BuildOptimizer(spec.optimizer(), model->Parameters());
+  }
+  // Evaluation and checkpoints of decentralized training see the global
+  // average; the ranks' own models come back afterwards.
+  bool final_average = false;  // set once the final model is the kept global average
+  auto with_global_average = [&](const std::function<absl::Status()>& body) -> absl::Status {
+    if (!gossip || final_average) return body();
+    RETURN_IF_ERROR(gossip->GlobalAverage());
+    absl::Status status = body();
+    absl::Status revert = gossip->RevertGlobalAverage();
+    return status.ok() ? revert : status;
+  };
 
   SamplerOptions sampler{train.size(), comm.size(), comm.rank(), spec.training().batch_size_per_rank(),
                          spec.training().seed(), spec.training().shuffle(),
@@ -229,7 +266,7 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
         "the training split has ", train.size(), " samples, fewer than one global batch (",
         comm.size(), " ranks x training.batch_size_per_rank ", sampler.batch_size, ")"));
   }
-  const int accum = ddp_spec.grad_accum_steps();
+  const int accum = ddp ? ddp_spec.grad_accum_steps() : 1;
   const int64_t steps_per_epoch = batches / accum;
   const int64_t global_batch = sampler.batch_size * comm.size();
 
@@ -242,13 +279,12 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
     if (options.checkpoints == nullptr) return absl::FailedPreconditionError("resuming needs a checkpoint source");
     p.Enter(v1::CHECKPOINT);
     ASSIGN_OR_RETURN(std::vector<CheckpointFileData> files, options.checkpoints->Load(options.resume));
-    ASSIGN_OR_RETURN(position, Restore(files, *model, *optimizer));
+    ASSIGN_OR_RETURN(position, Restore(files, *model, optimizers()));
     position.world_size = comm.size();
   }
   // Steps left: the rest of the current epoch, then whole epochs.
   SamplerOptions first = sampler;
   first.start = position.epoch_offset;
-  int64_t total_steps = 0;
   if (spec.training().epochs() > 0) {
     const int64_t epochs_left = spec.training().epochs() - position.epoch;
     total_steps = position.step + (epochs_left > 0 ? BatchesPerEpoch(first) / accum + (epochs_left - 1) * steps_per_epoch : 0);
@@ -263,15 +299,20 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
   // The previous snapshot's memory is reused once the writer is done with it.
   Snapshot spare;
   auto checkpoint = [&](bool final) -> absl::Status {
-    if (writer == nullptr) return absl::OkStatus();
-    if (!final && writer->busy()) {
-      writer->NoteSkipped();  // the previous one is still being written
-      return absl::OkStatus();
-    }
+    if (options.checkpoints == nullptr) return absl::OkStatus();
+    // Only rank 0 stores; decentralized ranks all join the global average.
+    const bool take = writer != nullptr && (final || !writer->busy());
+    if (writer != nullptr && !take) writer->NoteSkipped();  // the previous one is still being written
+    if (!take && !gossip) return absl::OkStatus();
     p.Enter(v1::CHECKPOINT);
-    if (final) RETURN_IF_ERROR(writer->Drain());
+    if (take && final) RETURN_IF_ERROR(writer->Drain());
     const absl::Time start = absl::Now();
-    Snapshot snapshot = TakeSnapshot(*model, *optimizer, position, &spare);
+    Snapshot snapshot;
+    RETURN_IF_ERROR(with_global_average([&] {
+      if (take) snapshot = TakeSnapshot(*model, optimizers(), position, &spare);
+      return absl::OkStatus();
+    }));
+    if (!take) return absl::OkStatus();
     checkpoint_stall = absl::ToDoubleSeconds(absl::Now() - start);
     spare = snapshot;  // the same tensors: written again only after the writer is idle
     writer->Offer(std::move(snapshot));
@@ -308,38 +349,52 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
       // Random draws (dropout) are a function of (seed, rank, step), so a
       // resumed run draws exactly what an uninterrupted one would.
       torch::manual_seed(spec.training().seed() * 1000003 + comm.rank() * 7919 + step);
-      optimizer->zero_grad();
+      if (optimizer) optimizer->zero_grad();  // the decentralized engine zeroes after its steps
       for (int m = 0; m < accum; ++m) {
         p.Enter(v1::DATA);
         torch::Tensor idx = all.narrow(0, (b + m) * sampler.batch_size, sampler.batch_size);
         torch::Tensor x = train.x.index_select(0, idx);
         torch::Tensor y = train.y.index_select(0, idx);
         p.Enter(v1::FORWARD);
-        RETURN_IF_ERROR(ddp->PrepareForBackward());
+        if (ddp) RETURN_IF_ERROR(ddp->PrepareForBackward());
         ASSIGN_OR_RETURN(torch::Tensor out, model->Forward(x));
         torch::Tensor loss = Loss(spec, out, y) / accum;
         p.Enter(v1::BACKWARD);
         if (m + 1 < accum) {
           auto no_sync = ddp->NoSync();
           loss.backward();
-        } else {
+        } else if (ddp) {
           loss.backward();
           p.Enter(v1::COLLECTIVE);
           const absl::Time wait_start = absl::Now();
           RETURN_IF_ERROR(ddp->FinishGradientSync());
           interval_wait += absl::ToDoubleSeconds(absl::Now() - wait_start);
+        } else {
+          // Buckets mix, step and launch their exchanges from the hooks.
+          const double waited = gossip->exchange_wait_seconds();
+          loss.backward();
+          p.Enter(v1::OPTIMIZER);
+          RETURN_IF_ERROR(gossip->FinishStep());
+          interval_wait += gossip->exchange_wait_seconds() - waited;
         }
         interval_loss += loss.item<double>();
       }
       ++interval_count;
-      if (spec.grad_clip_norm() > 0) {
-        torch::nn::utils::clip_grad_norm_(model->Parameters(), spec.grad_clip_norm());
+      if (ddp) {
+        if (spec.grad_clip_norm() > 0) {
+          torch::nn::utils::clip_grad_norm_(model->Parameters(), spec.grad_clip_norm());
+        }
+        p.Enter(v1::OPTIMIZER);
+        const double lr = LearningRate(spec, step, total_steps);
+        for (auto& group : optimizer->param_groups()) group.options().set_lr(lr);
+        optimizer->step();
       }
-      p.Enter(v1::OPTIMIZER);
-      const double lr = LearningRate(spec, step, total_steps);
-      for (auto& group : optimizer->param_groups()) group.options().set_lr(lr);
-      optimizer->step();
       ++step;
+      const int64_t average_every = gossip ? spec.strategy().decentralized().global_average_every_steps() : 0;
+      if (average_every > 0 && step % average_every == 0) {
+        p.Enter(v1::COLLECTIVE);
+        RETURN_IF_ERROR(gossip->GlobalAverage());  // kept: the ranks restart from consensus
+      }
       position.epoch_offset += accum * global_batch;
       p.step.store(step);
       p.epoch.store(epoch);
@@ -358,6 +413,10 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
         metrics.set_samples_per_second(interval_count * accum * global_batch / std::max(seconds, 1e-9));
         (*metrics.mutable_values())["total_steps"] = total_steps;
         add_checkpoint_metrics();
+        if (gossip) {
+          (*metrics.mutable_values())["exchange_bytes_per_step"] = gossip->bytes_sent() / std::max<int64_t>(1, gossip->step());
+          (*metrics.mutable_values())["exchange_wait_seconds_per_step"] = interval_wait / std::max(1, interval_count);
+        }
         interval_loss = 0;
         interval_wait = 0;
         interval_count = 0;
@@ -367,11 +426,16 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
                         step < total_steps && !spec.eval().disabled() && test.size() > 0;
       if (eval) {
         p.Enter(v1::EVAL);
-        RETURN_IF_ERROR(Evaluate(spec, *model, test, comm, metrics));
+        RETURN_IF_ERROR(with_global_average([&] { return Evaluate(spec, *model, test, comm, metrics); }));
       }
       if (log || eval) report(metrics);
     }
     if (step >= total_steps) break;
+  }
+  // The final model of decentralized training is the global average.
+  if (gossip) {
+    RETURN_IF_ERROR(gossip->GlobalAverage());
+    final_average = true;
   }
   if (!ckpt.has_at_end() || ckpt.at_end()) RETURN_IF_ERROR(checkpoint(/*final=*/true));
   if (writer != nullptr) RETURN_IF_ERROR(writer->Drain());

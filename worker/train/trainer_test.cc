@@ -106,6 +106,35 @@ TEST(TrainerTest, TwoRanksLearnSyntheticClassesAndAgreeOnMetrics) {
   EXPECT_EQ(reports[0], 64 / 8 + 1);  // every 8 steps, plus the final report
 }
 
+TEST(TrainerTest, DecentralizedRanksLearnAsWellAsDdpAndEvaluateTheGlobalAverage) {
+  const std::string common = R"pb(
+    model { mlp { hidden_sizes: [32] } }
+    data { synthetic { num_samples: 1024 input_shape: [8] num_classes: 3 seed: 4 } }
+    training { batch_size_per_rank: 16 epochs: 4 seed: 2 log_every_steps: 8 }
+    optimizer { kind: SGD lr: 0.1 momentum: 0.9 }
+    eval { every_steps: 20 }
+    resources { min_ranks: 4 max_ranks: 4 }
+  )pb";
+  auto ddp = TrainOnRanks(Spec(common), 4);
+  ASSERT_TRUE(ddp[0].ok()) << ddp[0].status();
+  for (const char* topology : {"RING", "ONE_PEER_EXPONENTIAL"}) {
+    v1::JobSpec spec = Spec(common + "strategy { decentralized { topology: " + topology + " bucket_cap_mb: 0.001 } }");
+    MemorySink sink;
+    TrainOptions options;
+    options.checkpoints = &sink;
+    auto results = TrainOnRanks(spec, 4, nullptr, options);
+    for (int r = 0; r < 4; ++r) ASSERT_TRUE(results[r].ok()) << topology << ": " << results[r].status();
+    EXPECT_EQ(results[0]->step(), 4 * (1024 / 64));
+    EXPECT_GT(results[0]->eval_accuracy(), ddp[0]->eval_accuracy() - 0.03) << topology;
+    // Every rank evaluated the same averaged model.
+    for (int r = 1; r < 4; ++r) EXPECT_DOUBLE_EQ(results[r]->eval_loss(), results[0]->eval_loss()) << topology;
+    // Pairs: each step sends the model once (8*32+32 + 32*3+3 floats).
+    EXPECT_EQ(results[0]->values().at("exchange_bytes_per_step"), (8 * 32 + 32 + 32 * 3 + 3) * 4) << topology;
+    ASSERT_EQ(sink.Steps(), std::vector<int64_t>{64}) << topology;
+    EXPECT_EQ(sink.Model(64).size(), 4u) << topology;
+  }
+}
+
 TEST(TrainerTest, CnnOnAFashionMnistSubsetRunsAndMaxStepsStops) {
   v1::JobSpec spec = Spec(R"pb(
     model { cnn { channels: [4, 8] fc_hidden: 16 } }
