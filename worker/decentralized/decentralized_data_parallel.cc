@@ -142,16 +142,16 @@ class DecentralizedDataParallel::Impl {
       return;
     }
     ready_[k] = 1;
-    if (step_ == 0) order_.push_back(k);
+    if (!laid_out_) order_.push_back(k);
     --buckets_[bucket_of_[k]].pending;
     if (!Deferred()) UpdateReady();
   }
 
-  // Updates happen in FinishStep (not in hooks) on step 0, when the bucket
+  // Updates happen in FinishStep (not in hooks) on the first step, when the bucket
   // layout is still to be decided, and with global-norm clipping, which
   // needs every gradient.
   bool Deferred() const {
-    return step_ == 0 || (options_.clip_norm > 0 && options_.clip_mode == DecentralizedOptions::Clip::kGlobalNorm);
+    return !laid_out_ || (options_.clip_norm > 0 && options_.clip_mode == DecentralizedOptions::Clip::kGlobalNorm);
   }
 
   // Updates, in index order, every bucket whose gradients are all ready.
@@ -229,7 +229,7 @@ class DecentralizedDataParallel::Impl {
   absl::Status FinishStep() {
     if (accumulating_) return absl::OkStatus();
     absl::Status status = error_;
-    if (step_ == 0 && status.ok()) status = AdoptRankZeroOrder();
+    if (!laid_out_ && status.ok()) status = AdoptRankZeroOrder();
     if (status.ok() && Deferred() && options_.clip_norm > 0 &&
         options_.clip_mode == DecentralizedOptions::Clip::kGlobalNorm) {
       at::NoGradGuard no_grad;
@@ -267,6 +267,7 @@ class DecentralizedDataParallel::Impl {
     for (size_t i = 0; i < order.size(); ++i) adopted[i] = static_cast<size_t>(order_tensor[i].item<int64_t>());
     BuildBuckets(adopted);
     order_.clear();
+    laid_out_ = true;
     return absl::OkStatus();
   }
 
@@ -351,7 +352,8 @@ class DecentralizedDataParallel::Impl {
 
   // Per step.
   std::vector<char> ready_;
-  std::vector<size_t> order_;  // step 0: gradient-ready order
+  std::vector<size_t> order_;  // first step: gradient-ready order
+  bool laid_out_ = false;      // buckets follow rank 0's gradient-ready order
   size_t next_ = 0;            // next bucket to update
   absl::Status error_;
   bool accumulating_ = false;
@@ -390,7 +392,7 @@ absl::StatusOr<std::unique_ptr<DecentralizedDataParallel>> DecentralizedDataPara
   all.insert(all.end(), impl->buffers_.begin(), impl->buffers_.end());
   RETURN_IF_ERROR(CheckReplicasAgree(all, comm, absl::StrCat("dec:", impl->options_.name), impl->Deadline()));
   RETURN_IF_ERROR(impl->MakeGroups());
-  // Reverse declaration order until step 0 has shown the real one.
+  // Reverse declaration order until the first step has shown the real one.
   std::vector<size_t> order(impl->trained_.size());
   for (size_t k = 0; k < order.size(); ++k) order[k] = order.size() - 1 - k;
   if (!order.empty()) impl->BuildBuckets(order);
@@ -428,6 +430,8 @@ DecentralizedDataParallel::AccumulateScope::AccumulateScope(DecentralizedDataPar
 DecentralizedDataParallel::AccumulateScope::~AccumulateScope() { engine_.impl_->accumulating_ = previous_; }
 
 int64_t DecentralizedDataParallel::step() const { return impl_->step_; }
+
+void DecentralizedDataParallel::SetStep(int64_t step) { impl_->step_ = step; }
 
 size_t DecentralizedDataParallel::bucket_count() const { return impl_->buckets_.size(); }
 

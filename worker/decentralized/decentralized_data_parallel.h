@@ -12,7 +12,8 @@
 //   2. takes its local optimizer step with its own gradients;
 //   3. launches the exchange of the result with the next step's group.
 // So one iteration computes x_{t+1} = W_t x_t - lr * update(grad f_i(x_t)),
-// where W_t is the topology's mixing matrix for step t (step 0 has no mix).
+// where W_t is the topology's mixing matrix for step t (the first step of an
+// instance has no mix).
 //
 // One iteration:
 //   loss = model->forward(x) ...; loss.backward();
@@ -136,12 +137,16 @@ class DecentralizedDataParallel {
   // FAILED_PRECONDITION if there is no average to revert.
   absl::Status RevertGlobalAverage();
 
-  // Steps finished so far.
+  // The step the next update takes (0 at creation): it selects the LR and
+  // the topology's groups.
   int64_t step() const;
+  // Continues a run at `step` (after restoring a checkpoint). REQUIRES: no
+  // exchange in flight, same value on every rank.
+  void SetStep(int64_t step);
   size_t bucket_count() const;
   std::vector<std::string> bucket_parameters(size_t b) const;
   // The buckets' optimizers, in bucket order (for checkpoints). The bucket
-  // layout changes once, at the end of step 0 (Note [Bucket order] in
+  // layout changes once, at the end of the first step (Note [Bucket order] in
   // distributed_data_parallel.h); optimizer state moves with its parameters.
   std::vector<torch::optim::Optimizer*> optimizers() const;
   // Bytes this rank has put on the wire in exchanges (payload), and seconds

@@ -10,6 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
+#include "worker/train/accum_adam.h"
 
 namespace chorus {
 namespace {
@@ -108,6 +109,12 @@ Snapshot TakeSnapshot(Model& model, const std::vector<torch::optim::Optimizer*>&
         s.train_state.emplace_back(prefix + "exp_avg", copy_as("t/" + prefix + "exp_avg", adam->exp_avg()));
         s.train_state.emplace_back(prefix + "exp_avg_sq", copy_as("t/" + prefix + "exp_avg_sq", adam->exp_avg_sq()));
         if (adam->max_exp_avg_sq().defined()) s.train_state.emplace_back(prefix + "max_exp_avg_sq", copy_as("t/" + prefix + "max_exp_avg_sq", adam->max_exp_avg_sq()));
+      } else if (auto* accum = dynamic_cast<AccumAdamParamState*>(it->second.get())) {
+        s.train_state.emplace_back(prefix + "step", Scalar(accum->step()));
+        s.train_state.emplace_back(prefix + "count", Scalar(accum->count()));
+        s.train_state.emplace_back(prefix + "exp_avg", copy_as("t/" + prefix + "exp_avg", accum->exp_avg()));
+        s.train_state.emplace_back(prefix + "exp_avg_sq", copy_as("t/" + prefix + "exp_avg_sq", accum->exp_avg_sq()));
+        s.train_state.emplace_back(prefix + "accum", copy_as("t/" + prefix + "accum", accum->accum()));
       } else if (auto* adamw = dynamic_cast<torch::optim::AdamWParamState*>(it->second.get())) {
         s.train_state.emplace_back(prefix + "step", Scalar(adamw->step()));
         s.train_state.emplace_back(prefix + "exp_avg", copy_as("t/" + prefix + "exp_avg", adamw->exp_avg()));
@@ -167,10 +174,20 @@ absl::StatusOr<TrainingPosition> Restore(const std::vector<CheckpointFileData>& 
     torch::optim::Optimizer& optimizer = *op.optimizer;
     const bool adam = dynamic_cast<torch::optim::Adam*>(&optimizer) != nullptr;
     const bool adamw = dynamic_cast<torch::optim::AdamW*>(&optimizer) != nullptr;
+    const bool accum = dynamic_cast<AccumAdam*>(&optimizer) != nullptr;
     {
       const std::string prefix = absl::StrCat("optim.", op.index, ".");
       const std::string key = StateKey(op.param);
-      if (adam || adamw) {
+      if (accum) {
+        if (!get(prefix + "exp_avg").defined()) continue;
+        auto st = std::make_unique<AccumAdamParamState>();
+        st->step(get(prefix + "step").item<int64_t>());
+        st->count(get(prefix + "count").item<int64_t>());
+        st->exp_avg(get(prefix + "exp_avg").clone());
+        st->exp_avg_sq(get(prefix + "exp_avg_sq").clone());
+        st->accum(get(prefix + "accum").clone());
+        optimizer.state()[key] = std::move(st);
+      } else if (adam || adamw) {
         if (!get(prefix + "exp_avg").defined()) continue;
         auto fill = [&](auto s) {
           s->step(get(prefix + "step").item<int64_t>());

@@ -61,7 +61,8 @@ struct CheckpointFileData {
   std::string bytes;
 };
 
-// Copies parameters, buffers and the optimizers' state (SGD, Adam, AdamW),
+// Copies parameters, buffers and the optimizers' state (SGD, Adam, AdamW,
+// AccumAdam(W)),
 // filed under the parameter's index in model.Parameters() (one optimizer
 // for DDP, one per bucket for decentralized training). With
 // `reuse` (an earlier snapshot nobody reads any more), tensors of the same

@@ -13,6 +13,7 @@
 #include "common/status_macros.h"
 #include "worker/ddp/distributed_data_parallel.h"
 #include "worker/decentralized/decentralized_data_parallel.h"
+#include "worker/train/accum_adam.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/data.h"
 #include "worker/train/model.h"
@@ -28,6 +29,11 @@ std::unique_ptr<torch::optim::Optimizer> BuildOptimizer(const v1::OptimizerSpec&
       return std::make_unique<torch::optim::Adam>(
           params, torch::optim::AdamOptions(o.lr()).betas({o.beta1(), o.beta2()}).eps(o.eps())
                       .weight_decay(o.weight_decay()));
+    case v1::OptimizerSpec::ACCUM_ADAM:
+    case v1::OptimizerSpec::ACCUM_ADAMW:
+      return std::make_unique<AccumAdam>(
+          params, AccumAdamOptions(o.lr()).betas({o.beta1(), o.beta2()}).eps(o.eps()).weight_decay(o.weight_decay())
+                      .decoupled_weight_decay(o.kind() == v1::OptimizerSpec::ACCUM_ADAMW).accum_iter(o.accum_iter()));
     case v1::OptimizerSpec::ADAMW:
       return std::make_unique<torch::optim::AdamW>(
           params, torch::optim::AdamWOptions(o.lr()).betas({o.beta1(), o.beta2()}).eps(o.eps())
@@ -281,6 +287,7 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
     ASSIGN_OR_RETURN(std::vector<CheckpointFileData> files, options.checkpoints->Load(options.resume));
     ASSIGN_OR_RETURN(position, Restore(files, *model, optimizers()));
     position.world_size = comm.size();
+    if (gossip) gossip->SetStep(position.step);
   }
   // Steps left: the rest of the current epoch, then whole epochs.
   SamplerOptions first = sampler;

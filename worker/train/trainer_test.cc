@@ -223,16 +223,19 @@ TEST(TrainerTest, ResumingFromACheckpointIsBitIdenticalToNotStopping) {
   // Dropout's random draws too, but the default generator is per process and
   // ranks here are threads of one process, so dropout runs on one rank (the
   // multi-process end-to-end test covers it on two).
-  for (int world : {2, 1}) {
-    SCOPED_TRACE(absl::StrCat(world, " rank(s)"));
+  // A one-rank decentralized run checks the per-bucket optimizers'
+  // AccumAdamW state, restored before step 0's bucket re-layout.
+  for (const auto& [world, decentralized] : {std::pair{2, false}, {1, false}, {1, true}}) {
+    SCOPED_TRACE(absl::StrCat(world, " rank(s)", decentralized ? ", decentralized" : ""));
     v1::JobSpec spec = Spec(absl::StrCat(R"pb(
       model { mlp { hidden_sizes: [32] dropout: )pb", world == 1 ? "0.2" : "0", R"pb( } }
       data { synthetic { num_samples: 600 input_shape: [8] num_classes: 3 seed: 4 } }
       training { batch_size_per_rank: )pb", 32 / world, R"pb( epochs: 3 seed: 2 }
-      optimizer { kind: ADAM lr: 0.01 }
       lr_schedule { cosine { warmup_steps: 5 } }
       checkpoint { every_steps: 25 keep_last: 0 }
-    )pb"));
+    )pb", decentralized ? "optimizer { kind: ACCUM_ADAMW lr: 0.01 accum_iter: 3 } "
+                          "strategy { decentralized { topology: COMPLETE bucket_cap_mb: 0.0005 } }"
+                        : "optimizer { kind: ADAM lr: 0.01 }"));
     // 600 / 32 = 18 steps per epoch (24 samples dropped), 54 in all.
     MemorySink uninterrupted;
     TrainOptions options;
@@ -295,10 +298,11 @@ TEST(TrainerTest, ACheckpointResumesOnAnotherNumberOfRanks) {
 }
 
 TEST(TrainerTest, UnsupportedFeaturesAndTooLittleDataAreClearErrors) {
-  v1::JobSpec accum = Spec("model { mlp {} } data { synthetic {} } optimizer { kind: ACCUM_ADAM }");
-  auto r = TrainOnRanks(accum, 1);
+  v1::JobSpec per_rank = Spec("model { mlp {} } data { synthetic {} } strategy { decentralized { topology: COMPLETE } } "
+                              "checkpoint { per_rank: true }");
+  auto r = TrainOnRanks(per_rank, 1);
   EXPECT_EQ(r[0].status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(r[0].status().message(), HasSubstr("optimizer.kind ACCUM_ADAM"));
+  EXPECT_THAT(r[0].status().message(), HasSubstr("checkpoint.per_rank"));
   v1::JobSpec tiny = Spec("model { mlp {} } data { synthetic { num_samples: 10 } } training { batch_size_per_rank: 8 }");
   auto t = TrainOnRanks(tiny, 2);
   EXPECT_EQ(t[0].status().code(), absl::StatusCode::kInvalidArgument);
