@@ -2,7 +2,8 @@
 # End to end through `chorus up --local 2`: a TorchScript module exported by
 # Python (examples/torchscript/export_model.py) trains on a torch.save tensor
 # file, both named by paths relative to the user's directory; the built-in
-# transformer_lm learns the synthetic token chain.
+# transformer_lm learns the synthetic token chain, with DDP on 2 ranks and with
+# decentralized gossip (AccumAdamW) on 4.
 #
 # Usage (from Bazel): models_e2e_test.sh CHORUS EXPORT_SCRIPT
 set -uo pipefail
@@ -79,6 +80,24 @@ acc=$(value "${last}" test_accuracy)
 [[ ${rc} -eq 0 ]] && awk -v a="${acc:-0}" 'BEGIN { exit !(a > 0.5 && a < 0.8) }' \
   && pass "transformer_lm next-token accuracy ${acc}" \
   || fail "transformer_lm rc=${rc} acc='${acc}' out='${last}' err=$(tail -5 "${TMP}/lm.err")"
+
+# The same model trained by 4 ranks with decentralized gossip and AccumAdamW;
+# evaluation sees the global average of the ranks' models.
+cat > "${TMP}/gossip.textproto" <<'SPEC'
+name: "lm-gossip"
+model { transformer_lm { vocab_size: 32 context_length: 16 d_model: 32 num_heads: 2 num_layers: 1 } }
+data { synthetic { kind: TOKENS num_samples: 1024 } }
+training { batch_size_per_rank: 8 epochs: 2 seed: 1 }
+optimizer { kind: ACCUM_ADAMW lr: 0.01 accum_iter: 2 }
+strategy { decentralized { topology: ONE_PEER_EXPONENTIAL } }
+resources { min_ranks: 4 max_ranks: 4 }
+SPEC
+out=$(timeout 180 "${CHORUS}" up --local 4 --state_dir "${TMP}/gossip_state" "${TMP}/gossip.textproto" --json 2>"${TMP}/gossip.err"); rc=$?
+last=$(echo "${out}" | tail -n 1)
+acc=$(value "${last}" test_accuracy)
+[[ ${rc} -eq 0 ]] && awk -v a="${acc:-0}" 'BEGIN { exit !(a > 0.5 && a < 0.8) }' \
+  && pass "decentralized transformer_lm on 4 ranks: next-token accuracy ${acc}" \
+  || fail "decentralized rc=${rc} acc='${acc}' out='${last}' err=$(tail -5 "${TMP}/gossip.err")"
 
 left=$(pgrep -f -- "${TMP}" | grep -v "^$$\$" || true)
 [[ -z "${left}" ]] && pass "no processes left" || { fail "left running: ${left}"; pkill -KILL -f -- "${TMP}"; }
