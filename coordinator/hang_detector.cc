@@ -130,15 +130,19 @@ mismatch_done:
     }
     if (blocked != nullptr) {
       const int64_t seq = blocked->seq();
-      std::vector<int> waiting, absent, inside;
+      std::vector<int> waiting, absent, inside, blocked_elsewhere;
+      size_t live = 0;
       absl::Time longest_start = absl::InfiniteFuture();
       for (const RankView& v : ranks) {
         if (v.exited) continue;
+        ++live;
         const v1::CollectiveRecord* w = Waiting(v.heartbeat);
         if (w != nullptr && w->seq() == seq) {
           inside.push_back(v.rank);
           waiting.push_back(v.rank);
           longest_start = std::min(longest_start, absl::FromUnixMicros(w->started_us()));
+        } else if (w != nullptr && w->seq() == seq + 1) {
+          blocked_elsewhere.push_back(v.rank);
         } else if (v.heartbeat.flight_recorder().last_enqueued_seq() < seq) {
           absent.push_back(v.rank);
         }
@@ -174,15 +178,27 @@ mismatch_done:
           *d.mutable_fingerprint() = blocked->fingerprint();
           out.push_back(std::move(d));
         }
-      } else if (waited > threshold && absent.empty() &&
-                 inside.size() == static_cast<size_t>(std::count_if(ranks.begin(), ranks.end(),
-                                                                     [](const RankView& v) { return !v.exited; }))) {
+      } else if (waited > threshold && absent.empty() && blocked_elsewhere.size() + inside.size() == live) {
+        // Every rank is blocked in a collective. Usually the same one; a
+        // rank that finished its side of a ring before the network failed
+        // waits in the next one (blocked_elsewhere).
+        std::string where = absl::StrFormat("every rank has been inside collective #%d %s", seq,
+                                            Describe(blocked->fingerprint()));
+        if (!blocked_elsewhere.empty()) {
+          where = absl::StrFormat("rank%s %s %s been inside collective #%d %s and rank%s %s, which finished "
+                                  "its side of it, in the next one",
+                                  inside.size() > 1 ? "s" : "", absl::StrJoin(inside, ","),
+                                  inside.size() > 1 ? "have" : "has", seq, Describe(blocked->fingerprint()),
+                                  blocked_elsewhere.size() > 1 ? "s" : "", absl::StrJoin(blocked_elsewhere, ","));
+        }
+        std::vector<int> all = inside;
+        all.insert(all.end(), blocked_elsewhere.begin(), blocked_elsewhere.end());
+        std::sort(all.begin(), all.end());
         v1::Diagnosis d = Make(
-            v1::Diagnosis::STUCK_IN_COLLECTIVE, inside, {}, seq, absl::ToDoubleSeconds(waited),
-            absl::StrFormat("every rank has been inside collective #%d %s for %.1f s (threshold %.1f s); "
-                            "all of them issued it, so the transport or a peer's network is suspect",
-                            seq, Describe(blocked->fingerprint()), absl::ToDoubleSeconds(waited),
-                            absl::ToDoubleSeconds(threshold)));
+            v1::Diagnosis::STUCK_IN_COLLECTIVE, all, {}, seq, absl::ToDoubleSeconds(waited),
+            absl::StrFormat("%s for %.1f s (threshold %.1f s); all of them issued it, so the transport or a "
+                            "peer's network is suspect",
+                            where, absl::ToDoubleSeconds(waited), absl::ToDoubleSeconds(threshold)));
         *d.mutable_fingerprint() = blocked->fingerprint();
         out.push_back(std::move(d));
       }

@@ -137,6 +137,21 @@ TEST(HangDetectorTest, EveryRankStuckInsideMeansTheTransport) {
   EXPECT_THAT(ds[0].message(), HasSubstr("every rank has been inside collective #7"));
 }
 
+TEST(HangDetectorTest, ARankThatFinishedItsSideWaitsInTheNextCollective) {
+  // The network failed while the last chunks of #145 were in flight: rank 0
+  // had all it needed and moved on to #146; rank 1 still waits in #145.
+  auto done = Record(145, "ddp:model/bucket0", v1::CollectiveRecord::COMPLETED, absl::Seconds(20));
+  auto next = Record(146, "ddp:model/bucket1", v1::CollectiveRecord::STARTED, absl::Seconds(19));
+  auto stuck = Record(145, "ddp:model/bucket0", v1::CollectiveRecord::STARTED, absl::Seconds(20));
+  auto ds = DiagnoseHangs(Spec(), {Rank(0, 146, v1::COLLECTIVE, 70, 19, {done, next}),
+                                   Rank(1, 145, v1::COLLECTIVE, 69, 20, {stuck})}, kNow);
+  ASSERT_EQ(ds.size(), 1u) << ::testing::PrintToString(Messages(ds));
+  EXPECT_EQ(ds[0].kind(), v1::Diagnosis::STUCK_IN_COLLECTIVE);
+  EXPECT_EQ(ds[0].ranks_size(), 2);
+  EXPECT_THAT(ds[0].message(), HasSubstr("rank 1 has been inside collective #145"));
+  EXPECT_THAT(ds[0].message(), HasSubstr("rank 0, which finished its side of it, in the next one"));
+}
+
 TEST(HangDetectorTest, DeadRankAndStraggler) {
   RankView dead = Rank(1, 3, v1::FORWARD, 2, 1);
   dead.heartbeat_at = kNow - absl::Seconds(6);
