@@ -65,39 +65,29 @@ last=$(echo "${out}" | tail -n 1)
   && pass "a broken TorchScript file fails the job naming it" \
   || fail "broken model rc=${rc} out='${last}'"
 
-cat > "${TMP}/lm.textproto" <<'SPEC'
-name: "lm"
+# lm_job NAME RANKS "STRATEGY AND OPTIMIZER": a small transformer_lm on the
+# synthetic token chain through `chorus up --local RANKS`. The chain's best
+# next-token accuracy is about 0.7; guessing gets 1/32.
+lm_job() {
+  local name=$1 ranks=$2 extra=$3 out last acc rc
+  cat > "${TMP}/${name}.textproto" <<SPEC
+name: "${name}"
 model { transformer_lm { vocab_size: 32 context_length: 16 d_model: 32 num_heads: 2 num_layers: 1 } }
 data { synthetic { kind: TOKENS num_samples: 1024 } }
-training { batch_size_per_rank: 16 epochs: 2 seed: 1 }
-optimizer { kind: ADAMW lr: 0.01 }
-resources { min_ranks: 2 max_ranks: 2 }
+training { batch_size_per_rank: $((32 / ranks)) epochs: 2 seed: 1 }
+resources { min_ranks: ${ranks} max_ranks: ${ranks} }
+${extra}
 SPEC
-out=$(timeout 120 "${CHORUS}" up --local 2 --state_dir "${TMP}/lm_state" "${TMP}/lm.textproto" --json 2>"${TMP}/lm.err"); rc=$?
-last=$(echo "${out}" | tail -n 1)
-acc=$(value "${last}" test_accuracy)
-# The chain's best next-token accuracy is about 0.7; guessing gets 1/32.
-[[ ${rc} -eq 0 ]] && awk -v a="${acc:-0}" 'BEGIN { exit !(a > 0.5 && a < 0.8) }' \
-  && pass "transformer_lm next-token accuracy ${acc}" \
-  || fail "transformer_lm rc=${rc} acc='${acc}' out='${last}' err=$(tail -5 "${TMP}/lm.err")"
-
-# The same model trained by 4 ranks with decentralized gossip and AccumAdamW;
-# evaluation sees the global average of the ranks' models.
-cat > "${TMP}/gossip.textproto" <<'SPEC'
-name: "lm-gossip"
-model { transformer_lm { vocab_size: 32 context_length: 16 d_model: 32 num_heads: 2 num_layers: 1 } }
-data { synthetic { kind: TOKENS num_samples: 1024 } }
-training { batch_size_per_rank: 8 epochs: 2 seed: 1 }
-optimizer { kind: ACCUM_ADAMW lr: 0.01 accum_iter: 2 }
-strategy { decentralized { topology: ONE_PEER_EXPONENTIAL } }
-resources { min_ranks: 4 max_ranks: 4 }
-SPEC
-out=$(timeout 180 "${CHORUS}" up --local 4 --state_dir "${TMP}/gossip_state" "${TMP}/gossip.textproto" --json 2>"${TMP}/gossip.err"); rc=$?
-last=$(echo "${out}" | tail -n 1)
-acc=$(value "${last}" test_accuracy)
-[[ ${rc} -eq 0 ]] && awk -v a="${acc:-0}" 'BEGIN { exit !(a > 0.5 && a < 0.8) }' \
-  && pass "decentralized transformer_lm on 4 ranks: next-token accuracy ${acc}" \
-  || fail "decentralized rc=${rc} acc='${acc}' out='${last}' err=$(tail -5 "${TMP}/gossip.err")"
+  out=$(timeout 180 "${CHORUS}" up --local "${ranks}" --state_dir "${TMP}/${name}_state" "${TMP}/${name}.textproto" --json 2>"${TMP}/${name}.err"); rc=$?
+  last=$(echo "${out}" | tail -n 1)
+  acc=$(value "${last}" test_accuracy)
+  [[ ${rc} -eq 0 ]] && awk -v a="${acc:-0}" 'BEGIN { exit !(a > 0.5 && a < 0.8) }' \
+    && pass "${name} on ${ranks} ranks: next-token accuracy ${acc}" \
+    || fail "${name} rc=${rc} acc='${acc}' out='${last}' err=$(tail -5 "${TMP}/${name}.err")"
+}
+lm_job lm 2 "optimizer { kind: ADAMW lr: 0.01 }"
+# Decentralized gossip with AccumAdamW; evaluation sees the global average.
+lm_job lm-gossip 4 "optimizer { kind: ACCUM_ADAMW lr: 0.01 accum_iter: 2 } strategy { decentralized { topology: ONE_PEER_EXPONENTIAL } }"
 
 left=$(pgrep -f -- "${TMP}" | grep -v "^$$\$" || true)
 [[ -z "${left}" ]] && pass "no processes left" || { fail "left running: ${left}"; pkill -KILL -f -- "${TMP}"; }
