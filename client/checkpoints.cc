@@ -1,19 +1,56 @@
 // chorus checkpoints JOB: a job's committed checkpoints.
 // chorus export JOB [--step N] -o FILE: a checkpoint's model as a state dict
-// that Python's torch.load reads.
+// that Python's torch.load reads; with --torchscript, for a TorchScript job,
+// the trained module that torch.jit.load reads.
 
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <memory>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/commands.h"
 #include "client/rpc.h"
 #include "common/grpc_util.h"
+#include "common/paths.h"
 #include "worker/checkpoint/download.h"
 
+extern char** environ;
+
 namespace chorus::client {
+namespace {
+
+// Runs chorus-script-export (installed beside the worker binaries) to put
+// `state_path`'s weights into `module_path` and save the result at `output`.
+absl::Status WriteTrainedModule(const std::string& module_path, const std::string& state_path,
+                                const std::string& output) {
+  const std::string exporter = ExecutableDir() + "/../worker/chorus-script-export";
+  if (access(exporter.c_str(), X_OK) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        exporter, " is missing; build it with `bazel build //worker:chorus-script-export`"));
+  }
+  std::vector<std::string> args = {exporter, "--module", module_path, "--state", state_path, "--output", output};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  if (posix_spawn(&pid, exporter.c_str(), nullptr, nullptr, argv.data(), environ) != 0) {
+    return absl::InternalError(absl::StrCat("cannot start ", exporter));
+  }
+  int status = 0;
+  if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    return absl::FailedPreconditionError("writing the TorchScript module failed (see the message above)");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 void AddCheckpointsCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) {
   CLI::App* cmd = app.add_subcommand("checkpoints", "List a job's committed checkpoints, oldest first.");
@@ -57,7 +94,8 @@ void AddExportCommand(CLI::App& app, const GlobalOptions& global, int& exit_code
   CLI::App* cmd = app.add_subcommand(
       "export",
       "Write a checkpoint's model (parameters and buffers by name) to FILE; in Python, "
-      "torch.load(FILE) returns the state dict.");
+      "torch.load(FILE) returns the state dict. With --torchscript (TorchScript jobs), FILE is "
+      "the trained module instead: torch.jit.load(FILE).");
   auto job_id = std::make_shared<std::string>();
   auto step = std::make_shared<int64_t>(0);
   auto output = std::make_shared<std::string>();
@@ -65,8 +103,32 @@ void AddExportCommand(CLI::App& app, const GlobalOptions& global, int& exit_code
   cmd->add_option("--step", *step, "Checkpoint step (default: the newest usable one).")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("-o,--output", *output, "File to write.")->required();
-  cmd->callback([job_id, step, output, &global, &exit_code] {
+  auto script = std::make_shared<bool>(false);
+  cmd->add_flag("--torchscript", *script,
+                "Write the job's TorchScript module (model.torchscript.path of its spec) with the "
+                "checkpoint's weights; torch.jit.load reads it.");
+  cmd->callback([job_id, step, output, script, &global, &exit_code] {
     ConfigureSecurity(global);
+    std::string module_path;
+    if (*script) {
+      v1::GetJobRequest get;
+      get.set_job_id(*job_id);
+      v1::Job job;
+      grpc::ClientContext context;
+      SetDeadline(context, global);
+      absl::Status s = FromGrpcStatus(JobStub(global)->GetJob(&context, get, &job));
+      if (!s.ok()) {
+        exit_code = ReportError("export", s, global);
+        return;
+      }
+      if (!job.spec().model().has_torchscript()) {
+        exit_code = ReportError("export", absl::FailedPreconditionError(absl::StrCat(
+            "job ", *job_id, " did not train a TorchScript model (model.torchscript in its spec); "
+            "export without --torchscript writes its state dict")), global);
+        return;
+      }
+      module_path = job.spec().model().torchscript().path();
+    }
     auto stub = v1::CheckpointService::NewStub(MakeCoordinatorChannel(global.coordinator));
     absl::StatusOr<std::string> bytes =
         DownloadCheckpointFile(*stub, *job_id, *step, "model.pt", absl::Seconds(std::max(60.0, global.timeout_seconds)));
@@ -75,7 +137,7 @@ void AddExportCommand(CLI::App& app, const GlobalOptions& global, int& exit_code
       return;
     }
     const std::string path = UserPath(*output);
-    const std::string tmp = path + ".tmp";
+    const std::string tmp = path + (*script ? ".state.tmp" : ".tmp");
     {
       std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
       out << *bytes;
@@ -84,6 +146,18 @@ void AddExportCommand(CLI::App& app, const GlobalOptions& global, int& exit_code
         exit_code = kExitFailure;
         return;
       }
+    }
+    if (*script) {
+      absl::Status s = WriteTrainedModule(module_path, tmp, path);
+      std::remove(tmp.c_str());
+      if (!s.ok()) {
+        exit_code = ReportError("export", s, global);
+        return;
+      }
+      std::cerr << "chorus export: wrote " << path << " (" << module_path
+                << " with the checkpoint's weights; torch.jit.load reads it)\n";
+      exit_code = kExitOk;
+      return;
     }
     if (std::rename(tmp.c_str(), path.c_str()) != 0) {
       std::cerr << "chorus export: cannot write " << path << "\n";

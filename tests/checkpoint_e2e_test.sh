@@ -3,7 +3,8 @@
 # coordinator; the same job killed with SIGKILL on every rank after its
 # checkpoint is resumed from it and ends with parameters bit-identical to an
 # uninterrupted run (dropout on, 2 rank processes); the checkpoint also
-# resumes on 1 rank; `chorus export` writes a file Python's torch.load reads;
+# resumes on 1 rank; `chorus export` writes a file Python's torch.load reads
+# (and, for a TorchScript job, a module torch.jit.load reads);
 # a damaged checkpoint is skipped with a warning event.
 #
 # Usage (from Bazel): checkpoint_e2e_test.sh CHORUS COORDINATOR
@@ -109,6 +110,38 @@ printf 'garbage' >> "${STATE}/state/checkpoints/job-000002/000000000030/model.pt
 last=$(up --local 2 --resume_from job-000002 "${TMP}/two.textproto")
 [[ "${last}" == *'"state": "FAILED"'* && "${last}" == *"cannot resume from job-000002: job job-000002 has no usable checkpoint"* ]] \
   && pass "a damaged checkpoint is not loaded" || fail "damaged: '${last}'"
+
+# --- a TorchScript job: export --torchscript writes the trained module
+"${PYTHON}" - "${TMP}/net.pt" <<'PY' || fail "writing the TorchScript module"
+import sys, torch
+torch.manual_seed(0)
+torch.jit.script(torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))).save(sys.argv[1])
+PY
+printf 'name: "script"\nmodel { torchscript { path: "%s" } }\ndata { synthetic { num_samples: 512 input_shape: [16] num_classes: 4 seed: 3 } }\ntraining { batch_size_per_rank: 32 epochs: 1 }\noptimizer { kind: SGD lr: 0.1 }\nresources { min_ranks: 1 max_ranks: 1 }\n' \
+  "${TMP}/net.pt" > "${TMP}/script.textproto"
+last=$(up --local 1 "${TMP}/script.textproto")
+job=$(echo "${last}" | sed -n 's/.*"job_id": "\([^"]*\)".*/\1/p')
+coordinator
+"${CHORUS}" --coordinator "${addr}" export "${job}" --torchscript -o "${TMP}/trained.pt" 2>"${TMP}/export_ts.err" \
+  && "${CHORUS}" --coordinator "${addr}" export "${job}" -o "${TMP}/trained_state.pt" 2>>"${TMP}/export_ts.err" \
+  && pass "exported ${job} as a TorchScript module" || fail "export --torchscript of '${job}': $(cat "${TMP}/export_ts.err") ${last}"
+out=$("${CHORUS}" --coordinator "${addr}" export job-000001 --torchscript -o "${TMP}/not_script.pt" 2>&1); rc=$?
+[[ ${rc} -ne 0 && "${out}" == *"did not train a TorchScript model"* && ! -e "${TMP}/not_script.pt" ]] \
+  && pass "--torchscript of an MLP job says it has no module" || fail "export --torchscript of an MLP job rc=${rc} out='${out}'"
+kill -TERM "${coordinator_pid}"; wait "${coordinator_pid}" 2>/dev/null
+cmp=$("${PYTHON}" - "${TMP}/trained.pt" "${TMP}/trained_state.pt" "${TMP}/net.pt" <<'PY' 2>&1
+import sys, torch
+trained, state, initial = torch.jit.load(sys.argv[1]), torch.load(sys.argv[2]), torch.jit.load(sys.argv[3])
+mine = trained.state_dict()
+assert sorted(mine) == sorted(state), (sorted(mine), sorted(state))
+same = all(torch.equal(mine[k], state[k]) for k in mine)
+moved = any(not torch.equal(mine[k], initial.state_dict()[k]) for k in mine)
+out = trained(torch.randn(2, 16))
+print("same", same, "moved", moved, "out", tuple(out.shape))
+PY
+)
+[[ "${cmp}" == *"same True moved True out (2, 4)"* ]] \
+  && pass "torch.jit.load reads the module; it holds the checkpoint's trained weights (${cmp})" || fail "TorchScript export: ${cmp}"
 
 left=$(pgrep -f -- "${TMP}" | grep -v "^$$\$" || true)
 [[ -z "${left}" ]] && pass "no processes left" || { fail "left running: ${left}"; pkill -KILL -f -- "${TMP}"; }
