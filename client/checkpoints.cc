@@ -1,4 +1,5 @@
 // chorus checkpoints JOB: a job's committed checkpoints.
+// chorus checkpoint JOB [--wait]: ask a running job to checkpoint now.
 // chorus export JOB [--step N] -o FILE: a checkpoint's model as a state dict
 // that Python's torch.load reads; with --torchscript, for a TorchScript job,
 // the trained module that torch.jit.load reads.
@@ -15,6 +16,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "client/commands.h"
 #include "client/rpc.h"
 #include "common/grpc_util.h"
@@ -98,16 +101,20 @@ void AddExportCommand(CLI::App& app, const GlobalOptions& global, int& exit_code
       "the trained module instead: torch.jit.load(FILE).");
   auto job_id = std::make_shared<std::string>();
   auto step = std::make_shared<int64_t>(0);
+  auto rank = std::make_shared<int>(0);
   auto output = std::make_shared<std::string>();
   cmd->add_option("job", *job_id, "Job id, e.g. job-000001.")->required();
   cmd->add_option("--step", *step, "Checkpoint step (default: the newest usable one).")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--rank", *rank,
+                  "Per-rank checkpoints (checkpoint.per_rank): whose model to write (default 0).")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("-o,--output", *output, "File to write.")->required();
   auto script = std::make_shared<bool>(false);
   cmd->add_flag("--torchscript", *script,
                 "Write the job's TorchScript module (model.torchscript.path of its spec) with the "
                 "checkpoint's weights; torch.jit.load reads it.");
-  cmd->callback([job_id, step, output, script, &global, &exit_code] {
+  cmd->callback([job_id, step, rank, output, script, &global, &exit_code] {
     ConfigureSecurity(global);
     std::string module_path;
     if (*script) {
@@ -131,7 +138,8 @@ void AddExportCommand(CLI::App& app, const GlobalOptions& global, int& exit_code
     }
     auto stub = v1::CheckpointService::NewStub(MakeCoordinatorChannel(global.coordinator));
     absl::StatusOr<std::string> bytes =
-        DownloadCheckpointFile(*stub, *job_id, *step, "model.pt", absl::Seconds(std::max(60.0, global.timeout_seconds)));
+        DownloadCheckpointFile(*stub, *job_id, *step, *rank == 0 ? "model.pt" : absl::StrCat("model.rank", *rank, ".pt"),
+                               absl::Seconds(std::max(60.0, global.timeout_seconds)));
     if (!bytes.ok()) {
       exit_code = ReportError("export", bytes.status(), global);
       return;
@@ -166,6 +174,81 @@ void AddExportCommand(CLI::App& app, const GlobalOptions& global, int& exit_code
     }
     std::cerr << "chorus export: wrote " << path << " (" << bytes->size() << " bytes; torch.load reads it)\n";
     exit_code = kExitOk;
+  });
+}
+
+void AddCheckpointCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) {
+  CLI::App* cmd = app.add_subcommand(
+      "checkpoint",
+      "Ask a running job to checkpoint now (besides checkpoint.every_steps): DDP jobs take it at the end "
+      "of the step rank 0 is in, decentralized jobs within 10 steps (their ranks agree on the step). "
+      "An upload still running is waited for, not skipped.");
+  auto job_id = std::make_shared<std::string>();
+  auto wait = std::make_shared<bool>(false);
+  auto wait_seconds = std::make_shared<double>(120);
+  cmd->add_option("job", *job_id, "Job id, e.g. job-000001.")->required();
+  cmd->add_flag("--wait", *wait, "Wait until the new checkpoint is committed; print its step.");
+  cmd->add_option("--wait_seconds", *wait_seconds, "How long --wait waits (default 120).")
+      ->check(CLI::PositiveNumber);
+  cmd->callback([job_id, wait, wait_seconds, &global, &exit_code] {
+    v1::CheckpointJobRequest request;
+    request.set_job_id(*job_id);
+    v1::CheckpointJobResponse response;
+    {
+      grpc::ClientContext context;
+      SetDeadline(context, global);
+      absl::Status s = FromGrpcStatus(JobStub(global)->CheckpointJob(&context, request, &response));
+      if (!s.ok()) {
+        exit_code = ReportError("checkpoint", s, global);
+        return;
+      }
+    }
+    std::cout << *job_id << ": checkpoint requested (ranks at step " << response.step() << "; newest committed: "
+              << (response.newest_checkpoint_step() > 0 ? absl::StrCat("step ", response.newest_checkpoint_step())
+                                                        : std::string("none"))
+              << ")\n";
+    if (!*wait) {
+      exit_code = kExitOk;
+      return;
+    }
+    std::cout.flush();
+    const absl::Time deadline = absl::Now() + absl::Seconds(*wait_seconds);
+    while (absl::Now() < deadline) {
+      v1::ListCheckpointsRequest list_request;
+      list_request.set_job_id(*job_id);
+      v1::ListCheckpointsResponse list;
+      grpc::ClientContext context;
+      SetDeadline(context, global);
+      absl::Status s = FromGrpcStatus(JobStub(global)->ListCheckpoints(&context, list_request, &list));
+      if (!s.ok()) {
+        exit_code = ReportError("checkpoint", s, global);
+        return;
+      }
+      for (const v1::CheckpointManifest& m : list.checkpoints()) {
+        if (m.step() > response.newest_checkpoint_step() && m.step() >= response.step()) {
+          std::cout << *job_id << ": checkpoint at step " << m.step() << " committed\n";
+          exit_code = kExitOk;
+          return;
+        }
+      }
+      v1::GetJobRequest get;
+      get.set_job_id(*job_id);
+      v1::Job job;
+      grpc::ClientContext job_context;
+      SetDeadline(job_context, global);
+      if (FromGrpcStatus(JobStub(global)->GetJob(&job_context, get, &job)).ok() &&
+          (job.state() == v1::Job::SUCCEEDED || job.state() == v1::Job::FAILED ||
+           job.state() == v1::Job::CANCELLED)) {
+        std::cerr << "chorus checkpoint: " << *job_id << " ended (" << StateName(job.state())
+                  << ") before a new checkpoint was committed\n";
+        exit_code = kExitFailure;
+        return;
+      }
+      absl::SleepFor(absl::Milliseconds(250));
+    }
+    std::cerr << "chorus checkpoint: no new checkpoint of " << *job_id << " committed within " << *wait_seconds
+              << " s\n";
+    exit_code = kExitFailure;
   });
 }
 

@@ -38,6 +38,7 @@ void AddWatchCommand(CLI::App& app, const GlobalOptions& global, int& exit_code)
 void AddLogsCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);
 void AddCheckpointsCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);
 void AddExportCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);
+void AddCheckpointCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);
 
 }  // namespace chorus::client
 

@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   chorus::client::AddLogsCommand(app, global, exit_code);
   chorus::client::AddCheckpointsCommand(app, global, exit_code);
   chorus::client::AddExportCommand(app, global, exit_code);
+  chorus::client::AddCheckpointCommand(app, global, exit_code);
   chorus::client::AddUpCommand(app, global, exit_code);
 
   try {

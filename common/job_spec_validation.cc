@@ -562,7 +562,6 @@ std::vector<SpecError> ValidateJobSpec(const JobSpec& spec) {
 
 absl::Status CheckRuntimeSupport(const JobSpec& spec) {
   std::vector<std::string> missing;
-  if (spec.checkpoint().per_rank()) missing.push_back("checkpoint.per_rank");
   if (spec.resources().device() == v1::ResourceSpec::CUDA) missing.push_back("resources.device CUDA");
   if (spec.checkpoint().storage() == v1::CheckpointSpec::SHARED_DIR) missing.push_back("checkpoint.storage SHARED_DIR");
   if (missing.empty()) return absl::OkStatus();

@@ -7,6 +7,7 @@
 #include "chorus/v1/coordinator.grpc.pb.h"
 #include "common/grpc_util.h"
 #include "common/job_spec.h"
+#include "common/crc32c.h"
 #include "common/sha256.h"
 #include "coordinator/server.h"
 #include "gmock/gmock.h"
@@ -336,10 +337,10 @@ v1::CheckpointChunk Chunk(const std::string& job, int64_t generation, int rank, 
   c.set_rank(rank);
   c.set_file_name("model.pt");
   c.set_data(data);
-  c.set_chunk_sha256(Sha256Hex(data));
+  c.set_chunk_crc32c(Crc32c(data));
   c.set_last(true);
   c.set_file_size(data.size());
-  c.set_file_sha256(Sha256Hex(data));
+  c.set_file_crc32c(Crc32c(data));
   return c;
 }
 

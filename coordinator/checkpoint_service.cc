@@ -7,7 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_util.h"
-#include "common/sha256.h"
+#include "common/status_macros.h"
+#include "common/crc32c.h"
 #include "glog/logging.h"
 
 namespace chorus {
@@ -18,8 +19,9 @@ namespace {
 // stream commits.
 class UploadReactor : public grpc::ServerReadReactor<v1::CheckpointChunk> {
  public:
-  UploadReactor(CheckpointStore& store, Scheduler& scheduler, v1::UploadCheckpointResponse* response)
-      : store_(store), scheduler_(scheduler), response_(response) {
+  UploadReactor(CheckpointServiceImpl& service, CheckpointStore& store, Scheduler& scheduler,
+                v1::UploadCheckpointResponse* response)
+      : service_(service), store_(store), scheduler_(scheduler), response_(response) {
     StartRead(&chunk_);
   }
 
@@ -31,6 +33,13 @@ class UploadReactor : public grpc::ServerReadReactor<v1::CheckpointChunk> {
     if (!ok) {  // the client finished sending
       if (upload_ == nullptr) {
         FinishLocked(absl::InvalidArgumentError("checkpoint upload with no chunks"));
+        return;
+      }
+      if (grant_.manifest.per_rank()) {
+        absl::StatusOr<v1::UploadCheckpointResponse> added =
+            service_.AddPart(grant_, step_, rank_, std::move(upload_));
+        if (added.ok()) *response_ = *std::move(added);
+        FinishLocked(added.status());
         return;
       }
       absl::StatusOr<v1::CheckpointManifest> committed = upload_->Commit(grant_.manifest, grant_.keep_last);
@@ -58,6 +67,8 @@ class UploadReactor : public grpc::ServerReadReactor<v1::CheckpointChunk> {
         return;
       }
       upload_ = *std::move(upload);
+      step_ = chunk.step();
+      rank_ = chunk.rank();
     }
     chunk_.Clear();
     StartRead(&chunk_);
@@ -67,9 +78,12 @@ class UploadReactor : public grpc::ServerReadReactor<v1::CheckpointChunk> {
   void OnDone() override { delete this; }
 
  private:
+  CheckpointServiceImpl& service_;
   CheckpointStore& store_;
   Scheduler& scheduler_;
   v1::UploadCheckpointResponse* response_;
+  int64_t step_ = 0;
+  int rank_ = 0;
   void FinishLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     finished_ = true;
     Finish(ToGrpcStatus(status));
@@ -145,13 +159,15 @@ class DownloadReactor : public grpc::ServerWriteReactor<v1::CheckpointChunk> {
     chunk_.set_step(step_);
     chunk_.set_file_name(file_.name());
     chunk_.set_offset(offset_);
-    chunk_.set_chunk_sha256(Sha256Hex(buffer));
+    chunk_.set_chunk_crc32c(Crc32c(buffer));
+    file_crc_ = Crc32cExtend(file_crc_, buffer);
     offset_ += static_cast<int64_t>(buffer.size());
     *chunk_.mutable_data() = std::move(buffer);
     if (offset_ >= file_.size() || in_.eof()) {
       chunk_.set_last(true);
       chunk_.set_file_size(file_.size());
       chunk_.set_file_sha256(file_.sha256());
+      chunk_.set_file_crc32c(file_crc_);
       done_ = true;
     }
     StartWrite(&chunk_);
@@ -162,6 +178,7 @@ class DownloadReactor : public grpc::ServerWriteReactor<v1::CheckpointChunk> {
   std::string job_id_;
   int64_t step_ = 0;
   int64_t offset_ = 0;
+  uint32_t file_crc_ = 0;
   bool done_ = false;
   v1::CheckpointChunk chunk_;
 };
@@ -173,7 +190,50 @@ grpc::ServerReadReactor<v1::CheckpointChunk>* CheckpointServiceImpl::Upload(grpc
   if (absl::Status s = auth_.Check(context->client_metadata(), Role::kWorker); !s.ok()) {
     return new RejectedReader<v1::CheckpointChunk>(s);
   }
-  return new UploadReactor(store_, scheduler_, response);
+  return new UploadReactor(*this, store_, scheduler_, response);
+}
+
+absl::StatusOr<v1::UploadCheckpointResponse> CheckpointServiceImpl::AddPart(
+    const Scheduler::UploadGrant& grant, int64_t step, int rank, std::unique_ptr<CheckpointStore::Upload> part) {
+  const std::string& job = grant.manifest.job_id();
+  const int world = grant.manifest.world_size();
+  std::vector<std::unique_ptr<CheckpointStore::Upload>> complete;
+  v1::UploadCheckpointResponse response;
+  {
+    absl::MutexLock lock(&parts_mu_);
+    // Parts that can no longer be completed: earlier steps, or another
+    // generation (its ranks are gone or renumbered).
+    for (auto it = parts_.lower_bound({job, 0}); it != parts_.end() && it->first.first == job;) {
+      if (it->first.second < step || it->second.generation != grant.manifest.generation()) {
+        LOG(WARNING) << "checkpoint " << job << " step " << it->first.second
+                     << ": dropping the per-rank parts received so far (superseded before every rank uploaded)";
+        it = parts_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    Parts& parts = parts_[{job, step}];
+    parts.generation = grant.manifest.generation();
+    parts.by_rank.resize(world);
+    if (rank < 0 || rank >= world) return absl::InvalidArgumentError(absl::StrCat("checkpoint: bad rank ", rank));
+    if (parts.by_rank[rank] != nullptr) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("checkpoint ", job, " step ", step, ": rank ", rank, " already uploaded its part"));
+    }
+    parts.by_rank[rank] = std::move(part);
+    int missing = 0;
+    for (const auto& p : parts.by_rank) missing += p == nullptr ? 1 : 0;
+    response.set_ranks_missing(missing);
+    if (missing > 0) return response;
+    complete = std::move(parts.by_rank);
+    parts_.erase({job, step});
+  }
+  // Every part is here: rank 0's upload takes in the others' files and
+  // commits them all.
+  for (size_t r = 1; r < complete.size(); ++r) RETURN_IF_ERROR(complete[0]->Absorb(*complete[r]));
+  ASSIGN_OR_RETURN(*response.mutable_manifest(), complete[0]->Commit(grant.manifest, grant.keep_last));
+  LOG(INFO) << "checkpoint " << job << " step " << step << " committed (" << world << " per-rank parts)";
+  return response;
 }
 
 grpc::ServerWriteReactor<v1::CheckpointChunk>* CheckpointServiceImpl::Download(

@@ -1,12 +1,23 @@
 // CheckpointService: rank 0 streams a checkpoint in (Upload), ranks and the
 // CLI stream files out (Download). The logic is in CheckpointStore; the
-// Scheduler says who may upload.
+// Scheduler says who may upload. With checkpoint.per_rank every rank uploads
+// its own part; the parts wait here (staged, each file fsynced) and the
+// upload that brings the last one commits them as one checkpoint. Parts of
+// a step are dropped (deleted) when a part of a later step or another
+// generation of the job arrives: that checkpoint can no longer complete.
 //
 // Thread-safety: safe for concurrent calls; the store, scheduler and
 // authorizer must outlive the service.
 #ifndef CHORUS_COORDINATOR_CHECKPOINT_SERVICE_H_
 #define CHORUS_COORDINATOR_CHECKPOINT_SERVICE_H_
 
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
 #include "chorus/v1/coordinator.grpc.pb.h"
 #include "coordinator/auth_guard.h"
 #include "coordinator/checkpoint_store.h"
@@ -28,7 +39,21 @@ class CheckpointServiceImpl final : public v1::CheckpointService::CallbackServic
   grpc::ServerWriteReactor<v1::CheckpointChunk>* Download(grpc::CallbackServerContext* context,
                                                           const v1::DownloadCheckpointRequest* request) override;
 
+  // Per-rank checkpoints: files `part` of `rank` for `grant`'s job and
+  // step. Returns the ranks still missing, or, when `part` was the last,
+  // commits and returns the manifest (ranks_missing 0).
+  absl::StatusOr<v1::UploadCheckpointResponse> AddPart(const Scheduler::UploadGrant& grant, int64_t step, int rank,
+                                                       std::unique_ptr<CheckpointStore::Upload> part);
+
  private:
+  struct Parts {
+    int64_t generation = 0;
+    // By rank; null where the part has not arrived.
+    std::vector<std::unique_ptr<CheckpointStore::Upload>> by_rank;
+  };
+
+  absl::Mutex parts_mu_;
+  std::map<std::pair<std::string, int64_t>, Parts> parts_ ABSL_GUARDED_BY(parts_mu_);  // by (job, step)
   CheckpointStore& store_;
   Scheduler& scheduler_;
   const TokenAuthorizer& auth_;

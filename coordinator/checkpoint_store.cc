@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/crc32c.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 
@@ -152,6 +153,7 @@ absl::Status CheckpointStore::Upload::AddChunk(const v1::CheckpointChunk& chunk)
       return absl::InternalError(absl::StrCat("checkpoint: cannot create ", file_name_, ": ", std::strerror(errno)));
     }
     written_ = 0;
+    crc_ = 0;
     hash_ = std::make_unique<Sha256>();
   } else if (!chunk.file_name().empty() && chunk.file_name() != file_name_) {
     return absl::InvalidArgumentError(absl::StrCat("checkpoint: chunk of ", chunk.file_name(), " while ",
@@ -161,9 +163,9 @@ absl::Status CheckpointStore::Upload::AddChunk(const v1::CheckpointChunk& chunk)
     return absl::InvalidArgumentError(absl::StrCat("checkpoint: ", file_name_, ": chunk at offset ",
                                                    chunk.offset(), ", expected ", written_));
   }
-  if (Sha256Hex(chunk.data()) != chunk.chunk_sha256()) {
+  if (Crc32c(chunk.data()) != chunk.chunk_crc32c()) {
     return absl::DataLossError(absl::StrCat("checkpoint: ", file_name_, ": the chunk at offset ", chunk.offset(),
-                                            " does not match its SHA-256 (corrupted in transit)"));
+                                            " does not match its CRC-32C (corrupted in transit)"));
   }
   if (!chunk.data().empty()) {
     const size_t half = chunk.data().size() / 2;
@@ -183,18 +185,19 @@ absl::Status CheckpointStore::Upload::AddChunk(const v1::CheckpointChunk& chunk)
                             SYNC_FILE_RANGE_WRITE);
   }
   hash_->Update(chunk.data());
+  crc_ = Crc32cExtend(crc_, chunk.data());
   written_ += static_cast<int64_t>(chunk.data().size());
   if (chunk.last()) return FinishFile(chunk);
   return absl::OkStatus();
 }
 
 absl::Status CheckpointStore::Upload::FinishFile(const v1::CheckpointChunk& last) {
-  const std::string digest = hash_->HexDigest();
-  if (last.file_size() != written_ || last.file_sha256() != digest) {
-    return absl::DataLossError(absl::StrCat("checkpoint: ", file_name_, " arrived with ", written_,
-                                            " bytes and SHA-256 ", digest, ", the sender says ", last.file_size(),
-                                            " bytes and ", last.file_sha256()));
+  if (last.file_size() != written_ || last.file_crc32c() != crc_) {
+    return absl::DataLossError(absl::StrFormat(
+        "checkpoint: %s arrived with %d bytes and CRC-32C %08x, the sender says %d bytes and %08x", file_name_,
+        written_, crc_, last.file_size(), last.file_crc32c()));
   }
+  const std::string digest = hash_->HexDigest();
   store_.Hit(Stage::kBeforeFsync);
   if (std::fflush(file_) != 0 || ::fsync(fileno(file_)) != 0) {
     return absl::InternalError(absl::StrCat("checkpoint: fsync ", file_name_, ": ", std::strerror(errno)));
@@ -205,6 +208,34 @@ absl::Status CheckpointStore::Upload::FinishFile(const v1::CheckpointChunk& last
   f.set_name(file_name_);
   f.set_size(written_);
   f.set_sha256(digest);
+  return absl::OkStatus();
+}
+
+absl::Status CheckpointStore::Upload::Absorb(Upload& other) {
+  if (other.job_id_ != job_id_ || other.step_ != step_) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint: cannot join a part of ", other.job_id_, " step ",
+                                                   other.step_, " to ", job_id_, " step ", step_));
+  }
+  if (file_ != nullptr || other.file_ != nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint: ", file_ != nullptr ? file_name_ : other.file_name_,
+                                                   " was not finished"));
+  }
+  for (const v1::CheckpointFile& f : other.files_) {
+    for (const v1::CheckpointFile& mine : files_) {
+      if (mine.name() == f.name()) {
+        return absl::InvalidArgumentError(absl::StrCat("checkpoint: file ", f.name(), " sent twice"));
+      }
+    }
+  }
+  for (const v1::CheckpointFile& f : other.files_) {
+    // Same directory tree, so a rename; the staging directory is fsynced
+    // at the commit.
+    if (std::rename((other.staging_ + "/" + f.name()).c_str(), (staging_ + "/" + f.name()).c_str()) != 0) {
+      return absl::InternalError(absl::StrCat("checkpoint: moving ", f.name(), ": ", std::strerror(errno)));
+    }
+    files_.push_back(f);
+  }
+  other.files_.clear();
   return absl::OkStatus();
 }
 

@@ -3,7 +3,8 @@
 //
 // Layout: <root>/<job>/<step, 12 digits>/<files> and MANIFEST (the manifest,
 // binary proto). An upload writes into <root>/<job>/.staging-<step>-<n>/,
-// checking every chunk's SHA-256 and each file's size and SHA-256; Commit
+// checking every chunk's CRC-32C and each file's size and CRC-32C, and
+// records each file's SHA-256 (what resumes check the stored file against); Commit
 // fsyncs the files and the directory, renames it into place, fsyncs the
 // parent, and only then records the manifest in SQLite (the source of
 // truth) and writes MANIFEST. Recover() (at start-up) deletes staging
@@ -54,13 +55,17 @@ class CheckpointStore {
    public:
     ~Upload();  // an upload that was not committed leaves nothing behind
     // Chunks of one file arrive in order (offset continuous); a file ends
-    // with a chunk that has `last` and the file's size and SHA-256.
+    // with a chunk that has `last` and the file's size and CRC-32C.
     // INVALID_ARGUMENT / DATA_LOSS name the file and what was wrong.
     absl::Status AddChunk(const v1::CheckpointChunk& chunk);
     // Makes the checkpoint visible; `manifest` carries world_size, strategy,
     // spec_hash, generation (job_id, step and files are filled in here).
     // keep_last > 0 then removes all but the newest keep_last.
     absl::StatusOr<v1::CheckpointManifest> Commit(v1::CheckpointManifest manifest, int keep_last);
+    // Moves the finished files of `other` (another upload of the same job
+    // and step: one rank's part of a per-rank checkpoint) into this one.
+    // INVALID_ARGUMENT for a file both hold or a file not finished.
+    absl::Status Absorb(Upload& other);
 
    private:
     friend class CheckpointStore;
@@ -78,7 +83,8 @@ class CheckpointStore {
     std::FILE* file_ = nullptr;
     std::string file_name_;
     int64_t written_ = 0;
-    std::unique_ptr<Sha256> hash_;
+    uint32_t crc_ = 0;               // of the file so far, checked against the sender's
+    std::unique_ptr<Sha256> hash_;  // recorded in the manifest
   };
 
   // INVALID_ARGUMENT for a bad job id or negative step; ALREADY_EXISTS if that

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/crc32c.h"
 #include "common/sha256.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -33,11 +34,11 @@ std::vector<v1::CheckpointChunk> Chunks(const std::string& name, const std::stri
     c.set_file_name(name);
     c.set_offset(offset);
     c.set_data(data.substr(offset, chunk));
-    c.set_chunk_sha256(Sha256Hex(c.data()));
+    c.set_chunk_crc32c(Crc32c(c.data()));
     if (offset + chunk >= data.size()) {
       c.set_last(true);
       c.set_file_size(data.size());
-      c.set_file_sha256(Sha256Hex(data));
+      c.set_file_crc32c(Crc32c(data));
     }
   }
   return out;
@@ -112,11 +113,11 @@ TEST(CheckpointStoreTest, CorruptChunksBadNamesAndUnfinishedUploadsAreRefused) {
   auto upload = store.BeginUpload("job-000002", 5);
   ASSERT_TRUE(upload.ok());
   std::vector<v1::CheckpointChunk> chunks = Chunks("model.pt", "0123456789abcdefghij");
-  chunks[1].set_data("XXXXXXX");  // flipped in transit; its SHA-256 no longer matches
+  chunks[1].set_data("XXXXXXX");  // flipped in transit; its CRC-32C no longer matches
   ASSERT_TRUE((*upload)->AddChunk(chunks[0]).ok());
   absl::Status bad = (*upload)->AddChunk(chunks[1]);
   EXPECT_EQ(bad.code(), absl::StatusCode::kDataLoss);
-  EXPECT_THAT(bad.message(), HasSubstr("model.pt: the chunk at offset 7 does not match its SHA-256"));
+  EXPECT_THAT(bad.message(), HasSubstr("model.pt: the chunk at offset 7 does not match its CRC-32C"));
   upload->reset();
   EXPECT_TRUE(Steps(store, "job-000002").empty());
   EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir + "/checkpoints/job-000002"),
@@ -126,7 +127,7 @@ TEST(CheckpointStoreTest, CorruptChunksBadNamesAndUnfinishedUploadsAreRefused) {
 
   auto wrong_total = store.BeginUpload("job-000002", 6);
   std::vector<v1::CheckpointChunk> c = Chunks("model.pt", "abc");
-  c.back().set_file_sha256(Sha256Hex("abd"));
+  c.back().set_file_crc32c(Crc32c("abd"));
   EXPECT_EQ((*wrong_total)->AddChunk(c.back()).code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(store.BeginUpload("../etc", 1).status().code(), absl::StatusCode::kInvalidArgument);
   auto names = store.BeginUpload("job-000002", 7);

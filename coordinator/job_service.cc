@@ -192,6 +192,24 @@ grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext*
                 [response](const v1::Job& job) { *response->mutable_job() = job; });
 }
 
+grpc::ServerUnaryReactor* JobServiceImpl::CheckpointJob(grpc::CallbackServerContext* context,
+                                                        const v1::CheckpointJobRequest* request,
+                                                        v1::CheckpointJobResponse* response) {
+  if (absl::Status s = auth_.Check(context->client_metadata(), Role::kAdmin); !s.ok()) {
+    return Reject(context, s);
+  }
+  int64_t newest = 0;
+  if (checkpoints_ != nullptr) {
+    absl::StatusOr<std::vector<v1::CheckpointManifest>> list = checkpoints_->List(request->job_id());
+    if (list.ok() && !list->empty()) newest = list->back().step();
+  }
+  absl::StatusOr<int64_t> step = scheduler_.RequestCheckpoint(request->job_id());
+  return Answer(context, step, [response, newest](int64_t s) {
+    response->set_step(s);
+    response->set_newest_checkpoint_step(newest);
+  });
+}
+
 grpc::ServerUnaryReactor* JobServiceImpl::GetJobStatus(grpc::CallbackServerContext* context,
                                                        const v1::GetJobStatusRequest* request,
                                                        v1::JobStatus* response) {

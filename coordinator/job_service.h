@@ -35,6 +35,9 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* context,
                                       const v1::CancelJobRequest* request,
                                       v1::CancelJobResponse* response) override;
+  grpc::ServerUnaryReactor* CheckpointJob(grpc::CallbackServerContext* context,
+                                          const v1::CheckpointJobRequest* request,
+                                          v1::CheckpointJobResponse* response) override;
   grpc::ServerUnaryReactor* GetJobStatus(grpc::CallbackServerContext* context,
                                          const v1::GetJobStatusRequest* request,
                                          v1::JobStatus* response) override;

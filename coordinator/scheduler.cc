@@ -131,6 +131,7 @@ Scheduler::Running Scheduler::NewRunning(const v1::Job& job, int world, int64_t 
   run.upload_template.set_strategy(job.spec().strategy().has_decentralized() ? "decentralized" : "ddp");
   run.upload_template.set_spec_hash(Sha256Hex(job.spec().SerializeAsString()));
   run.upload_template.set_generation(generation);
+  run.upload_template.set_per_rank(job.spec().checkpoint().per_rank() && job.spec().strategy().has_decentralized());
   run.keep_last = job.spec().checkpoint().has_keep_last() ? job.spec().checkpoint().keep_last() : 3;
   return run;
 }
@@ -510,7 +511,7 @@ absl::Status Scheduler::Report(const v1::ReportRequest& report) {
   return jobs_.AddEvent(report.job_id(), std::move(event));
 }
 
-bool Scheduler::Heartbeat(const v1::RankHeartbeat& heartbeat) {
+bool Scheduler::Heartbeat(const v1::RankHeartbeat& heartbeat, v1::Directive* directive) {
   absl::MutexLock lock(&mu_);
   auto it = running_.find(heartbeat.job_id());
   if (it == running_.end() || heartbeat.generation() != it->second.generation ||
@@ -520,7 +521,27 @@ bool Scheduler::Heartbeat(const v1::RankHeartbeat& heartbeat) {
   Placement& p = it->second.ranks[heartbeat.rank()];
   p.last_heartbeat = heartbeat;
   p.heartbeat_at = clock_->Now();
+  if (directive != nullptr && p.checkpoint_request_sent < it->second.checkpoint_request) {
+    p.checkpoint_request_sent = it->second.checkpoint_request;
+    directive->set_kind(v1::Directive::CHECKPOINT_NOW);
+    directive->set_request(it->second.checkpoint_request);
+    directive->set_reason("checkpoint requested (chorus checkpoint)");
+  }
   return true;
+}
+
+absl::StatusOr<int64_t> Scheduler::RequestCheckpoint(const std::string& job_id) {
+  ASSIGN_OR_RETURN(v1::Job job, jobs_.Get(job_id));
+  absl::MutexLock lock(&mu_);
+  auto it = running_.find(job_id);
+  if (it == running_.end()) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " is ", v1::Job::State_Name(job.state()),
+                                                      "; only a running job can be checkpointed"));
+  }
+  ++it->second.checkpoint_request;
+  int64_t step = 0;
+  for (const Placement& p : it->second.ranks) step = std::max(step, p.last_heartbeat.step());
+  return step;
 }
 
 absl::StatusOr<v1::Job> Scheduler::Cancel(const std::string& job_id, const std::string& reason) {
@@ -616,9 +637,13 @@ absl::StatusOr<Scheduler::UploadGrant> Scheduler::GrantUpload(const std::string&
                                                       job_id, ", whose current generation is ",
                                                       it->second.generation));
   }
-  if (rank != 0) {
+  const v1::CheckpointManifest& manifest = it->second.upload_template;
+  if (manifest.per_rank() ? (rank < 0 || rank >= manifest.world_size()) : rank != 0) {
     return absl::FailedPreconditionError(
-        absl::StrCat("checkpoint upload from rank ", rank, "; only rank 0 uploads (replicas are identical)"));
+        manifest.per_rank()
+            ? absl::StrCat("checkpoint upload from rank ", rank, " of ", job_id, ", which has ranks 0..",
+                           manifest.world_size() - 1)
+            : absl::StrCat("checkpoint upload from rank ", rank, "; only rank 0 uploads (replicas are identical)"));
   }
   return UploadGrant{it->second.upload_template, it->second.keep_last};
 }

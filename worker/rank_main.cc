@@ -14,7 +14,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <future>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -66,13 +68,36 @@ void ToProto(const FlightRecord& r, v1::CollectiveRecord& out) {
 // depend on the coordinator once the ranks are connected.
 class Heartbeats {
  public:
+  // Directives coming back on the stream: CHECKPOINT_NOW sets
+  // progress.checkpoint_request; the others are the agent's business (it
+  // stops ranks by signal), so they are only logged.
   Heartbeats(v1::RankService::Stub& stub, const v1::JoinResponse& joined, const std::string& job_id,
-             const Communicator& comm, const TrainingProgress& progress) {
+             const Communicator& comm, TrainingProgress& progress) {
     thread_ = std::thread([this, &stub, joined, job_id, &comm, &progress] {
       absl::MutexLock lock(&mu_);
       while (!stop_) {
         auto context = std::make_unique<grpc::ClientContext>();
         auto stream = stub.Heartbeat(context.get());
+        // Reads end when the coordinator finishes the stream (after our
+        // WritesDone) or the connection breaks.
+        std::promise<void> reads_ended;
+        std::future<void> reader_done = reads_ended.get_future();
+        std::thread reader([&stream, &progress, &reads_ended] {
+          v1::Directive directive;
+          while (stream->Read(&directive)) {
+            if (directive.kind() == v1::Directive::CHECKPOINT_NOW) {
+              LOG(INFO) << "coordinator: " << directive.reason();
+              int64_t seen = progress.checkpoint_request.load();
+              while (seen < directive.request() &&
+                     !progress.checkpoint_request.compare_exchange_weak(seen, directive.request())) {
+              }
+            } else {
+              LOG(INFO) << "coordinator directive " << v1::Directive::Kind_Name(directive.kind()) << ": "
+                        << directive.reason();
+            }
+          }
+          reads_ended.set_value();
+        });
         while (!stop_) {
           v1::RankHeartbeat hb;
           hb.set_job_id(job_id);
@@ -101,6 +126,9 @@ class Heartbeats {
         }
         mu_.Unlock();
         stream->WritesDone();
+        // A coordinator that does not close its side in time is cut off.
+        if (reader_done.wait_for(std::chrono::seconds(5)) != std::future_status::ready) context->TryCancel();
+        reader.join();
         grpc::Status status = stream->Finish();
         mu_.Lock();
         if (!stop_) {

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_util.h"
+#include "common/crc32c.h"
 #include "common/sha256.h"
 #include "common/status_macros.h"
 #include "grpcpp/client_context.h"
@@ -22,7 +23,7 @@ absl::StatusOr<std::string> DownloadCheckpointFile(v1::CheckpointService::Stub& 
   v1::CheckpointChunk chunk;
   bool complete = false;
   while (reader->Read(&chunk)) {
-    if (chunk.offset() != static_cast<int64_t>(bytes.size()) || Sha256Hex(chunk.data()) != chunk.chunk_sha256()) {
+    if (chunk.offset() != static_cast<int64_t>(bytes.size()) || Crc32c(chunk.data()) != chunk.chunk_crc32c()) {
       context.TryCancel();
       (void)reader->Finish();
       return absl::DataLossError(absl::StrCat("checkpoint ", job_id, " ", file, ": a chunk arrived damaged"));

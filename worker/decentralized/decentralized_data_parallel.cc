@@ -44,6 +44,7 @@ class DecentralizedDataParallel::Impl {
     std::vector<size_t> members;  // indices into trained_
     at::Tensor block;             // the members' storage
     at::Tensor recv;              // the peer's block, or the group mean
+    bool received = false;        // recv holds an exchange not mixed in yet (restored from a checkpoint)
     std::unique_ptr<torch::optim::Optimizer> optimizer;
     size_t pending = 0;           // members whose gradient is not ready yet
     std::shared_ptr<Work> work;   // exchange launched by the previous step
@@ -78,6 +79,10 @@ class DecentralizedDataParallel::Impl {
   // into trained_), moving values and optimizer state.
   void BuildBuckets(const std::vector<size_t>& order) {
     at::NoGradGuard no_grad;
+    // A restored exchange (nothing is in flight while the layout changes)
+    // moves with its parameters.
+    bool pair = false;
+    const std::vector<at::Tensor> received = ReceivedByParam(&pair);
     std::vector<BucketInput> inputs(trained_.size());
     for (size_t k = 0; k < trained_.size(); ++k) {
       const at::Tensor& p = Param(k);
@@ -124,6 +129,54 @@ class DecentralizedDataParallel::Impl {
         auto it = owner.find(key);
         if (it != owner.end()) it->second->state()[key] = std::move(state);
       }
+    }
+    SetReceived(received, pair);
+  }
+
+  // Offset of each trained parameter in its bucket's block.
+  int64_t OffsetInBucket(size_t k) const {
+    int64_t offset = 0;
+    for (size_t m : buckets_[bucket_of_[k]].members) {
+      if (m == k) break;
+      offset += params_[trained_[m]].tensor.numel();
+    }
+    return offset;
+  }
+
+  // Per trained parameter, a copy of what its bucket received and has not
+  // mixed in yet (undefined where nothing is pending).
+  std::vector<at::Tensor> ReceivedByParam(bool* pair) const {
+    std::vector<at::Tensor> out(trained_.size());
+    for (const Bucket& bucket : buckets_) {
+      if (!bucket.received) continue;
+      *pair = bucket.pair;
+      int64_t offset = 0;
+      for (size_t k : bucket.members) {
+        const at::Tensor& p = params_[trained_[k]].tensor;
+        out[k] = bucket.recv.narrow(0, offset, p.numel()).view(p.sizes()).clone();
+        offset += p.numel();
+      }
+    }
+    return out;
+  }
+
+  // Puts per-parameter received values into the buckets; a bucket counts
+  // as received when all its members have one.
+  void SetReceived(const std::vector<at::Tensor>& received, bool pair) {
+    for (Bucket& bucket : buckets_) {
+      bool all = !bucket.members.empty();
+      int64_t offset = 0;
+      for (size_t k : bucket.members) {
+        const int64_t n = params_[trained_[k]].tensor.numel();
+        if (k < received.size() && received[k].defined()) {
+          bucket.recv.narrow(0, offset, n).copy_(received[k].reshape({-1}));
+        } else {
+          all = false;
+        }
+        offset += n;
+      }
+      bucket.received = all;
+      if (all) bucket.pair = pair;
     }
   }
 
@@ -173,6 +226,10 @@ class DecentralizedDataParallel::Impl {
       wait_seconds_ += absl::ToDoubleSeconds(absl::Now() - start);
       std::shared_ptr<Work> work = std::move(bucket.work);
       RETURN_IF_ERROR(s);
+      bucket.received = true;
+    }
+    if (bucket.received) {
+      bucket.received = false;
       // After a global average that was kept, the exchanged values are
       // stale: the parameters are already in consensus.
       if (!averaged_) {
@@ -327,9 +384,61 @@ class DecentralizedDataParallel::Impl {
     return absl::OkStatus();
   }
 
+  absl::StatusOr<DecentralizedDataParallel::PendingExchange> TakePendingExchange() {
+    at::NoGradGuard no_grad;
+    DecentralizedDataParallel::PendingExchange out;
+    for (Bucket& bucket : buckets_) {
+      if (!bucket.work) continue;
+      const absl::Time start = absl::Now();
+      absl::Status s = bucket.work->Wait(Deadline());
+      wait_seconds_ += absl::ToDoubleSeconds(absl::Now() - start);
+      bucket.work.reset();
+      RETURN_IF_ERROR(s);
+      bucket.received = true;
+    }
+    if (averaged_) return out;  // the next step mixes nothing
+    const std::vector<at::Tensor> received = ReceivedByParam(&out.pair);
+    for (size_t k = 0; k < received.size(); ++k) {
+      if (received[k].defined()) out.received.push_back({params_[trained_[k]].name, received[k]});
+    }
+    return out;
+  }
+
+  absl::Status RestorePendingExchange(const DecentralizedDataParallel::PendingExchange& pending) {
+    at::NoGradGuard no_grad;
+    for (const Bucket& bucket : buckets_) {
+      if (bucket.work) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("dec:", options_.name, ": cannot restore an exchange while one is in flight"));
+      }
+    }
+    std::map<std::string, size_t> index;
+    for (size_t k = 0; k < trained_.size(); ++k) index[params_[trained_[k]].name] = k;
+    std::vector<at::Tensor> received(trained_.size());
+    for (const NamedTensor& r : pending.received) {
+      auto it = index.find(r.name);
+      if (it == index.end()) {
+        return absl::InvalidArgumentError(absl::StrCat("dec:", options_.name, ": the saved exchange names parameter '",
+                                                       r.name, "', which this model does not train"));
+      }
+      const at::Tensor& p = Param(it->second);
+      if (r.tensor.sizes() != p.sizes() || r.tensor.scalar_type() != p.scalar_type()) {
+        return absl::InvalidArgumentError(absl::StrCat("dec:", options_.name, ": the saved exchange of '", r.name,
+                                                       "' is ", c10::str(r.tensor.sizes()), ", the parameter ",
+                                                       c10::str(p.sizes())));
+      }
+      received[it->second] = r.tensor;
+    }
+    SetReceived(received, pending.pair);
+    return absl::OkStatus();
+  }
+
   absl::Status BroadcastParameters(int root) {
     RETURN_IF_ERROR(WaitAll());
-    for (Bucket& bucket : buckets_) bucket.work.reset();
+    for (Bucket& bucket : buckets_) {
+      bucket.work.reset();
+      bucket.received = false;
+    }
     std::vector<at::Tensor> all;
     for (const NamedTensor& p : params_) all.push_back(p.tensor);
     for (const NamedTensor& b : buffers_) all.push_back(b.tensor);
@@ -445,6 +554,14 @@ std::vector<torch::optim::Optimizer*> DecentralizedDataParallel::optimizers() co
   std::vector<torch::optim::Optimizer*> out;
   for (const auto& bucket : impl_->buckets_) out.push_back(bucket.optimizer.get());
   return out;
+}
+
+absl::StatusOr<DecentralizedDataParallel::PendingExchange> DecentralizedDataParallel::TakePendingExchange() {
+  return impl_->TakePendingExchange();
+}
+
+absl::Status DecentralizedDataParallel::RestorePendingExchange(const PendingExchange& pending) {
+  return impl_->RestorePendingExchange(pending);
 }
 
 int64_t DecentralizedDataParallel::bytes_sent() const { return impl_->bytes_sent_; }

@@ -143,6 +143,23 @@ class DecentralizedDataParallel {
   // Continues a run at `step` (after restoring a checkpoint). REQUIRES: no
   // exchange in flight, same value on every rank.
   void SetStep(int64_t step);
+
+  // The exchanges the last step launched, for checkpoints of every rank's
+  // own model that resume bit for bit (Note [Exchange in checkpoints]).
+  struct PendingExchange {
+    bool pair = false;                // received = the peer's values (else the group's mean)
+    std::vector<NamedTensor> received;  // by parameter name; empty when nothing is pending
+  };
+  // Waits for the exchanges in flight and returns (copies of) what they
+  // brought; they are still mixed in at the next step as usual. Empty after
+  // a kept global average (its step mixes nothing) or before the first step.
+  // REQUIRES: between steps, no reverted-pending global average in effect.
+  absl::StatusOr<PendingExchange> TakePendingExchange();
+  // Makes `pending` (from TakePendingExchange of the same rank, same world
+  // size and topology) the exchange the next step mixes in. REQUIRES:
+  // nothing in flight (a new instance). INVALID_ARGUMENT naming the
+  // parameter if names or shapes do not match.
+  absl::Status RestorePendingExchange(const PendingExchange& pending);
   size_t bucket_count() const;
   std::vector<std::string> bucket_parameters(size_t b) const;
   // The buckets' optimizers, in bucket order (for checkpoints). The bucket
@@ -160,6 +177,18 @@ class DecentralizedDataParallel {
   explicit DecentralizedDataParallel(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// Note [Exchange in checkpoints]
+// A step's update uses gradients computed at the parameters from before the
+// previous step's exchange arrived (the exchange overlaps the iteration).
+// A checkpoint of the ranks' own models must therefore hold the received
+// values as well: restoring only the parameters would start the resumed run
+// with nothing to mix and put it on a different trajectory. With both, the
+// first resumed step mixes exactly what the uninterrupted run mixes. The
+// bucket layout may differ after a restore (it is rebuilt from the gradient
+// order); mixing is elementwise, so pairs give identical bits, while group
+// means of more than two ranks may round differently (a ring all-reduce
+// sums each element in an order that depends on where it sits in its block).
 
 // Note [Mixing]
 // Every group of a step averages with equal weights, so a pair exchanges

@@ -5,6 +5,7 @@
 #include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/torch.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -72,10 +73,18 @@ std::vector<OptimizedParam> OptimizedParams(Model& model, const std::vector<torc
   return out;
 }
 
+constexpr char kExchangePrefix[] = "exchange.";
+
 }  // namespace
 
+std::string ModelFileName(int rank) { return rank == 0 ? kModelFile : absl::StrCat("model.rank", rank, ".pt"); }
+
+std::string TrainStateFileName(int rank) {
+  return rank == 0 ? kTrainStateFile : absl::StrCat("train_state.rank", rank, ".pt");
+}
+
 Snapshot TakeSnapshot(Model& model, const std::vector<torch::optim::Optimizer*>& optimizers,
-                      const TrainingPosition& position, const Snapshot* reuse) {
+                      const TrainingPosition& position, const Snapshot* reuse, const ExchangeState* exchange) {
   torch::NoGradGuard no_grad;
   std::map<std::string, at::Tensor> spare;
   if (reuse != nullptr) {
@@ -127,15 +136,23 @@ Snapshot TakeSnapshot(Model& model, const std::vector<torch::optim::Optimizer*>&
   s.train_state.emplace_back("meta.epoch", Scalar(position.epoch));
   s.train_state.emplace_back("meta.epoch_offset", Scalar(position.epoch_offset));
   s.train_state.emplace_back("meta.world_size", Scalar(position.world_size));
+  if (exchange != nullptr && !exchange->received.empty()) {
+    for (const NamedTensor& r : exchange->received) {
+      s.train_state.emplace_back(kExchangePrefix + r.name, copy_as(std::string("t/") + kExchangePrefix + r.name, r.tensor));
+    }
+    s.train_state.emplace_back("meta.exchange_pair", Scalar(exchange->pair ? 1 : 0));
+  }
   return s;
 }
 
 std::vector<CheckpointFileData> Serialize(const Snapshot& snapshot) {
-  return {{kModelFile, Pickle(snapshot.model)}, {kTrainStateFile, Pickle(snapshot.train_state)}};
+  return {{ModelFileName(snapshot.rank), Pickle(snapshot.model)},
+          {TrainStateFileName(snapshot.rank), Pickle(snapshot.train_state)}};
 }
 
 absl::StatusOr<TrainingPosition> Restore(const std::vector<CheckpointFileData>& files, Model& model,
-                                         const std::vector<torch::optim::Optimizer*>& optimizers) {
+                                         const std::vector<torch::optim::Optimizer*>& optimizers,
+                                         ExchangeState* exchange) {
   const CheckpointFileData* model_file = nullptr;
   const CheckpointFileData* state_file = nullptr;
   for (const CheckpointFileData& f : files) {
@@ -210,6 +227,15 @@ absl::StatusOr<TrainingPosition> Restore(const std::vector<CheckpointFileData>& 
   position.epoch = get("meta.epoch").item<int64_t>();
   position.epoch_offset = get("meta.epoch_offset").item<int64_t>();
   if (get("meta.world_size").defined()) position.world_size = get("meta.world_size").item<int64_t>();
+  if (exchange != nullptr) {
+    *exchange = ExchangeState();
+    exchange->pair = get("meta.exchange_pair").defined() && get("meta.exchange_pair").item<int64_t>() != 0;
+    for (const auto& [key, tensor] : state) {
+      if (absl::StartsWith(key, kExchangePrefix)) {
+        exchange->received.push_back({key.substr(sizeof(kExchangePrefix) - 1), tensor});
+      }
+    }
+  }
   return position;
 }
 

@@ -8,7 +8,13 @@
 //   train_state.pt  "optim.<i>.<field>" optimizer state of model parameter i,
 //                   "meta.step", "meta.epoch", "meta.epoch_offset" (samples of
 //                   that epoch already trained, across all ranks),
-//                   "meta.world_size"
+//                   "meta.world_size"; with checkpoint.per_rank also
+//                   "exchange.<parameter>" and "meta.exchange_pair" (the
+//                   decentralized exchange received and not yet mixed in;
+//                   Note [Exchange in checkpoints] in
+//                   decentralized_data_parallel.h)
+// With checkpoint.per_rank every rank writes its own pair: rank 0's under
+// the names above, rank r's as model.rank<r>.pt and train_state.rank<r>.pt.
 // Random state is not saved: the trainer reseeds from (seed, rank, step)
 // every step, so a resumed run draws what an uninterrupted one would.
 //
@@ -41,6 +47,10 @@ namespace chorus {
 
 inline constexpr char kModelFile[] = "model.pt";
 inline constexpr char kTrainStateFile[] = "train_state.pt";
+// The file names of rank `rank`'s part of a checkpoint (kModelFile and
+// kTrainStateFile for rank 0).
+std::string ModelFileName(int rank);
+std::string TrainStateFileName(int rank);
 
 struct TrainingPosition {
   int64_t step = 0;
@@ -49,9 +59,17 @@ struct TrainingPosition {
   int64_t world_size = 1;
 };
 
+// What a decentralized rank received in the last exchange and has not mixed
+// in yet, by parameter name (saved only with checkpoint.per_rank).
+struct ExchangeState {
+  bool pair = false;
+  std::vector<NamedTensor> received;
+};
+
 // Tensors copied out of the live model and optimizer.
 struct Snapshot {
   TrainingPosition position;
+  int rank = 0;  // whose files these become (ModelFileName)
   std::vector<std::pair<std::string, at::Tensor>> model;
   std::vector<std::pair<std::string, at::Tensor>> train_state;
 };
@@ -68,14 +86,18 @@ struct CheckpointFileData {
 // `reuse` (an earlier snapshot nobody reads any more), tensors of the same
 // name, shape and dtype are copied into its memory instead of fresh memory:
 // no allocation and no page faults, so the copy runs at memory speed.
+// `exchange` (may be null) is saved too.
 Snapshot TakeSnapshot(Model& model, const std::vector<torch::optim::Optimizer*>& optimizers,
-                      const TrainingPosition& position, const Snapshot* reuse = nullptr);
+                      const TrainingPosition& position, const Snapshot* reuse = nullptr,
+                      const ExchangeState* exchange = nullptr);
 // The two files of a snapshot.
 std::vector<CheckpointFileData> Serialize(const Snapshot& snapshot);
-// Loads `files` into the model and optimizer; returns the position. Errors
-// name the file and the tensor that does not fit.
+// Loads `files` (kModelFile and kTrainStateFile) into the model and
+// optimizer; returns the position, and the saved exchange into `exchange`
+// if not null. Errors name the file and the tensor that does not fit.
 absl::StatusOr<TrainingPosition> Restore(const std::vector<CheckpointFileData>& files, Model& model,
-                                         const std::vector<torch::optim::Optimizer*>& optimizers);
+                                         const std::vector<torch::optim::Optimizer*>& optimizers,
+                                         ExchangeState* exchange = nullptr);
 
 // Where checkpoints go and come from (the coordinator, or memory in tests).
 class CheckpointSink {

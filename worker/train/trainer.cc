@@ -284,10 +284,35 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
   if (!options.resume.job_id().empty()) {
     if (options.checkpoints == nullptr) return absl::FailedPreconditionError("resuming needs a checkpoint source");
     p.Enter(v1::CHECKPOINT);
-    ASSIGN_OR_RETURN(std::vector<CheckpointFileData> files, options.checkpoints->Load(options.resume));
-    ASSIGN_OR_RETURN(position, Restore(files, *model, optimizers()));
+    // A per-rank checkpoint: each rank loads its own part when the world
+    // size is the same (with the exchange it had received: an exact
+    // continuation), else rank r loads part r mod (saved ranks).
+    v1::CheckpointManifest part = options.resume;
+    int source = 0;
+    bool own = false;
+    if (part.per_rank()) {
+      const int saved = std::max(1, part.world_size());
+      source = comm.rank() % saved;
+      own = saved == comm.size();
+      part.clear_files();
+      for (const v1::CheckpointFile& f : options.resume.files()) {
+        if (f.name() == ModelFileName(source) || f.name() == TrainStateFileName(source)) *part.add_files() = f;
+      }
+    }
+    ASSIGN_OR_RETURN(std::vector<CheckpointFileData> files, options.checkpoints->Load(part));
+    for (CheckpointFileData& f : files) {
+      if (f.name == ModelFileName(source)) f.name = kModelFile;
+      if (f.name == TrainStateFileName(source)) f.name = kTrainStateFile;
+    }
+    ExchangeState exchange;
+    ASSIGN_OR_RETURN(position, Restore(files, *model, optimizers(), &exchange));
     position.world_size = comm.size();
-    if (gossip) gossip->SetStep(position.step);
+    if (gossip) {
+      gossip->SetStep(position.step);
+      if (own && !exchange.received.empty()) {
+        RETURN_IF_ERROR(gossip->RestorePendingExchange({exchange.pair, std::move(exchange.received)}));
+      }
+    }
   }
   // Steps left: the rest of the current epoch, then whole epochs.
   SamplerOptions first = sampler;
@@ -300,19 +325,48 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
     total_steps = total_steps > 0 ? std::min(total_steps, spec.training().max_steps()) : spec.training().max_steps();
   }
   const v1::CheckpointSpec& ckpt = spec.checkpoint();
+  // checkpoint.per_rank: every decentralized rank stores its own model.
+  const bool per_rank = gossip != nullptr && ckpt.per_rank();
   std::unique_ptr<CheckpointWriter> writer;
-  if (options.checkpoints != nullptr && comm.rank() == 0) writer = std::make_unique<CheckpointWriter>(*options.checkpoints);
+  if (options.checkpoints != nullptr && (comm.rank() == 0 || per_rank)) {
+    writer = std::make_unique<CheckpointWriter>(*options.checkpoints);
+  }
   double checkpoint_stall = 0;
   // The previous snapshot's memory is reused once the writer is done with it.
   Snapshot spare;
-  auto checkpoint = [&](bool final) -> absl::Status {
+  // `force` (the final checkpoint, or one asked for): waits for an upload
+  // still running instead of skipping.
+  auto checkpoint_own_models = [&](bool final, bool force) -> absl::Status {
+    p.Enter(v1::CHECKPOINT);
+    if (final || force) RETURN_IF_ERROR(writer->Drain());
+    // Every rank takes it or none does (a part missing would leave the
+    // checkpoint incomplete): skipped if any rank is still uploading.
+    at::Tensor busy = at::full({1}, writer->busy() ? 1 : 0, at::kInt);
+    RETURN_IF_ERROR(comm.AllReduce(busy, ReduceOp::kMax, "checkpoint/busy")->Wait(absl::Now() + absl::Minutes(5)));
+    if (busy.item<int>() != 0) {
+      writer->NoteSkipped();
+      return absl::OkStatus();
+    }
+    const absl::Time start = absl::Now();
+    ASSIGN_OR_RETURN(DecentralizedDataParallel::PendingExchange pending, gossip->TakePendingExchange());
+    const ExchangeState exchange{pending.pair, std::move(pending.received)};
+    Snapshot snapshot = TakeSnapshot(*model, optimizers(), position, &spare, &exchange);
+    snapshot.rank = comm.rank();
+    checkpoint_stall = absl::ToDoubleSeconds(absl::Now() - start);
+    spare = snapshot;
+    writer->Offer(std::move(snapshot));
+    if (final) return writer->Drain();
+    return absl::OkStatus();
+  };
+  auto checkpoint = [&](bool final, bool force = false) -> absl::Status {
     if (options.checkpoints == nullptr) return absl::OkStatus();
+    if (per_rank) return checkpoint_own_models(final, force);
     // Only rank 0 stores; decentralized ranks all join the global average.
-    const bool take = writer != nullptr && (final || !writer->busy());
+    const bool take = writer != nullptr && (final || force || !writer->busy());
     if (writer != nullptr && !take) writer->NoteSkipped();  // the previous one is still being written
     if (!take && !gossip) return absl::OkStatus();
     p.Enter(v1::CHECKPOINT);
-    if (take && final) RETURN_IF_ERROR(writer->Drain());
+    if (take && (final || force)) RETURN_IF_ERROR(writer->Drain());
     const absl::Time start = absl::Now();
     Snapshot snapshot;
     RETURN_IF_ERROR(with_global_average([&] {
@@ -325,6 +379,31 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
     writer->Offer(std::move(snapshot));
     if (final) return writer->Drain();
     return absl::OkStatus();
+  };
+
+  // Checkpoint requests (CHECKPOINT_NOW): whether one is due at this step.
+  // DDP: rank 0 alone stores, so it acts on its own. Decentralized: the
+  // ranks must agree (all join the global average or upload a part), so
+  // every kCheckpointRequestCheckSteps steps they all-reduce the newest
+  // request number any of them has seen.
+  // The same start on every rank (a request that came during setup is
+  // honoured at the first check).
+  int64_t handled_request = 0;
+  auto checkpoint_requested = [&]() -> absl::StatusOr<bool> {
+    if (options.checkpoints == nullptr) return false;
+    if (!gossip) {
+      const int64_t seen = p.checkpoint_request.load();
+      if (comm.rank() != 0 || seen <= handled_request) return false;
+      handled_request = seen;
+      return true;
+    }
+    if (position.step % kCheckpointRequestCheckSteps != 0) return false;
+    at::Tensor newest = at::full({1}, p.checkpoint_request.load(), at::kLong);
+    RETURN_IF_ERROR(comm.AllReduce(newest, ReduceOp::kMax, "checkpoint/request")->Wait(absl::Now() + absl::Minutes(5)));
+    const int64_t agreed = newest.item<int64_t>();
+    if (agreed <= handled_request) return false;
+    handled_request = agreed;
+    return true;
   };
 
   v1::Metrics metrics;
@@ -407,8 +486,10 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
       p.epoch.store(epoch);
       metrics.set_step(step);
       metrics.set_epoch(epoch);
-      if (ckpt.every_steps() > 0 && step % ckpt.every_steps() == 0 && step < total_steps) {
-        RETURN_IF_ERROR(checkpoint(/*final=*/false));
+      const bool periodic = ckpt.every_steps() > 0 && step % ckpt.every_steps() == 0;
+      ASSIGN_OR_RETURN(const bool requested, checkpoint_requested());
+      if ((periodic || requested) && step < total_steps) {
+        RETURN_IF_ERROR(checkpoint(/*final=*/false, /*force=*/requested));
       }
       const bool log = step % spec.training().log_every_steps() == 0 || step == total_steps;
       if (log) {

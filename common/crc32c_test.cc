@@ -1,0 +1,39 @@
+#include "common/crc32c.h"
+
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace chorus {
+namespace {
+
+TEST(Crc32cTest, KnownValues) {
+  // The check value of CRC-32C and the iSCSI test vectors (RFC 3720, B.4).
+  EXPECT_EQ(Crc32c("123456789"), 0xe3069283u);
+  EXPECT_EQ(Crc32c(std::string(32, '\0')), 0x8a9136aau);
+  EXPECT_EQ(Crc32c(std::string(32, '\xff')), 0x62a8ab43u);
+  std::string ascending;
+  for (int i = 0; i < 32; ++i) ascending.push_back(static_cast<char>(i));
+  EXPECT_EQ(Crc32c(ascending), 0x46dd794eu);
+  EXPECT_EQ(Crc32c(""), 0u);
+}
+
+TEST(Crc32cTest, ExtendEqualsWholeAtEverySplit) {
+  std::string data;
+  for (int i = 0; i < 1000; ++i) data.push_back(static_cast<char>(i * 131 + 7));
+  const uint32_t whole = Crc32c(data);
+  for (size_t split : {0, 1, 7, 8, 9, 500, 999, 1000}) {
+    const absl::string_view v(data);
+    EXPECT_EQ(Crc32cExtend(Crc32c(v.substr(0, split)), v.substr(split)), whole) << "split at " << split;
+  }
+}
+
+TEST(Crc32cTest, DetectsOneFlippedBit) {
+  std::string data(4096, 'x');
+  const uint32_t before = Crc32c(data);
+  data[1234] ^= 0x10;
+  EXPECT_NE(Crc32c(data), before);
+}
+
+}  // namespace
+}  // namespace chorus
