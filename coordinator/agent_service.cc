@@ -114,68 +114,27 @@ class AgentStream : public grpc::ServerBidiReactor<v1::AgentMessage, v1::Coordin
 
 // One rank's heartbeat stream: every message updates the scheduler; the
 // stream ends when the rank closes it or stops being part of a running job.
-// Directives the scheduler has for the rank go back on the same stream.
 class HeartbeatStream : public grpc::ServerBidiReactor<v1::RankHeartbeat, v1::Directive> {
  public:
   explicit HeartbeatStream(Scheduler& scheduler) : scheduler_(scheduler) { StartRead(&in_); }
 
   void OnReadDone(bool ok) override {
-    absl::MutexLock lock(&mu_);
-    v1::Directive directive;
     if (!ok) {
-      FinishLocked(grpc::Status::OK);
-    } else if (!scheduler_.Heartbeat(in_, &directive)) {
-      FinishLocked(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                                "rank " + std::to_string(in_.rank()) + " of generation " +
-                                    std::to_string(in_.generation()) + " is not part of running job " +
-                                    in_.job_id()));
+      Finish(grpc::Status::OK);
+    } else if (!scheduler_.Heartbeat(in_)) {
+      Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          "rank " + std::to_string(in_.rank()) + " of generation " +
+                              std::to_string(in_.generation()) + " is not part of running job " +
+                              in_.job_id()));
     } else {
-      if (directive.kind() != v1::Directive::KIND_UNSPECIFIED) {
-        queue_.push_back(std::move(directive));
-        PumpLocked();
-      }
       StartRead(&in_);
     }
-  }
-  void OnWriteDone(bool ok) override {
-    absl::MutexLock lock(&mu_);
-    writing_ = false;
-    if (!ok) queue_.clear();
-    PumpLocked();
   }
   void OnDone() override { delete this; }
 
  private:
-  // One write at a time; Finish once the last write is done.
-  void PumpLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (writing_ || done_) return;
-    if (finishing_) {
-      done_ = true;
-      Finish(final_status_);
-    } else if (!queue_.empty()) {
-      out_ = std::move(queue_.front());
-      queue_.pop_front();
-      writing_ = true;
-      StartWrite(&out_);
-    }
-  }
-  void FinishLocked(grpc::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (finishing_) return;
-    finishing_ = true;
-    final_status_ = std::move(status);
-    queue_.clear();
-    PumpLocked();
-  }
-
   Scheduler& scheduler_;
   v1::RankHeartbeat in_;
-  absl::Mutex mu_;
-  std::deque<v1::Directive> queue_ ABSL_GUARDED_BY(mu_);
-  v1::Directive out_ ABSL_GUARDED_BY(mu_);
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool finishing_ ABSL_GUARDED_BY(mu_) = false;
-  bool done_ ABSL_GUARDED_BY(mu_) = false;
-  grpc::Status final_status_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace

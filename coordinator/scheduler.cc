@@ -511,7 +511,7 @@ absl::Status Scheduler::Report(const v1::ReportRequest& report) {
   return jobs_.AddEvent(report.job_id(), std::move(event));
 }
 
-bool Scheduler::Heartbeat(const v1::RankHeartbeat& heartbeat, v1::Directive* directive) {
+bool Scheduler::Heartbeat(const v1::RankHeartbeat& heartbeat) {
   absl::MutexLock lock(&mu_);
   auto it = running_.find(heartbeat.job_id());
   if (it == running_.end() || heartbeat.generation() != it->second.generation ||
@@ -521,26 +521,31 @@ bool Scheduler::Heartbeat(const v1::RankHeartbeat& heartbeat, v1::Directive* dir
   Placement& p = it->second.ranks[heartbeat.rank()];
   p.last_heartbeat = heartbeat;
   p.heartbeat_at = clock_->Now();
-  if (directive != nullptr && p.checkpoint_request_sent < it->second.checkpoint_request) {
-    p.checkpoint_request_sent = it->second.checkpoint_request;
-    directive->set_kind(v1::Directive::CHECKPOINT_NOW);
-    directive->set_request(it->second.checkpoint_request);
-    directive->set_reason("checkpoint requested (chorus checkpoint)");
-  }
   return true;
 }
 
 absl::StatusOr<int64_t> Scheduler::RequestCheckpoint(const std::string& job_id) {
   ASSIGN_OR_RETURN(v1::Job job, jobs_.Get(job_id));
-  absl::MutexLock lock(&mu_);
-  auto it = running_.find(job_id);
-  if (it == running_.end()) {
-    return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " is ", v1::Job::State_Name(job.state()),
-                                                      "; only a running job can be checkpointed"));
-  }
-  ++it->second.checkpoint_request;
+  Outbox out;
   int64_t step = 0;
-  for (const Placement& p : it->second.ranks) step = std::max(step, p.last_heartbeat.step());
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = running_.find(job_id);
+    if (it == running_.end()) {
+      return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " is ", v1::Job::State_Name(job.state()),
+                                                        "; only a running job can be checkpointed"));
+    }
+    std::map<std::string, v1::CoordinatorMessage> by_agent;
+    for (const Placement& p : it->second.ranks) {
+      step = std::max(step, p.last_heartbeat.step());
+      if (p.agent_id.empty() || p.state == v1::RankStatus::EXITED || !agents_.count(p.agent_id)) continue;
+      v1::CoordinatorMessage& m = by_agent[p.agent_id];
+      m.mutable_checkpoint()->set_job_id(job_id);
+      m.mutable_checkpoint()->add_slots(p.slot);
+    }
+    for (auto& [agent_id, m] : by_agent) out.messages.emplace_back(agents_.at(agent_id).send, std::move(m));
+  }
+  out.Flush();
   return step;
 }
 

@@ -70,11 +70,9 @@ class Scheduler {
   // Records a rank's heartbeat (progress, phase, flight recorder) for status.
   // Returns false when the rank is not part of a running generation (the
   // stream should end).
-  // `directive` (may be null) gets what the rank should be told, if
-  // anything (kind KIND_UNSPECIFIED: nothing).
-  bool Heartbeat(const v1::RankHeartbeat& heartbeat, v1::Directive* directive = nullptr);
-  // Makes the job's ranks checkpoint soon: their next heartbeat is answered
-  // with CHECKPOINT_NOW. Returns the highest step a rank has reported.
+  bool Heartbeat(const v1::RankHeartbeat& heartbeat);
+  // Makes the job's ranks checkpoint soon: their agents signal them (a
+  // CheckpointRanks message). Returns the highest step a rank has reported.
   // NOT_FOUND for an unknown job, FAILED_PRECONDITION if it is not running.
   absl::StatusOr<int64_t> RequestCheckpoint(const std::string& job_id);
   // Cancels a job (through JobManager) and stops its running ranks.
@@ -138,7 +136,6 @@ class Scheduler {
     absl::Time join_deadline;
     v1::RankHeartbeat last_heartbeat;
     absl::Time heartbeat_at = absl::InfinitePast();
-    int64_t checkpoint_request_sent = 0;  // the last CHECKPOINT_NOW this rank was sent
   };
   struct Running {
     v1::HangDetectionSpec hang_detection;
@@ -152,7 +149,6 @@ class Scheduler {
     v1::CheckpointManifest resume;
     v1::CheckpointManifest upload_template;
     int keep_last = 0;
-    int64_t checkpoint_request = 0;  // CHECKPOINT_NOW requests so far
     // Set while a job taken back after a restart waits for its ranks.
     absl::Time recovering_until = absl::InfinitePast();
   };

@@ -14,9 +14,8 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <chrono>
+#include <atomic>
 #include <cstdlib>
-#include <future>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -68,36 +67,13 @@ void ToProto(const FlightRecord& r, v1::CollectiveRecord& out) {
 // depend on the coordinator once the ranks are connected.
 class Heartbeats {
  public:
-  // Directives coming back on the stream: CHECKPOINT_NOW sets
-  // progress.checkpoint_request; the others are the agent's business (it
-  // stops ranks by signal), so they are only logged.
   Heartbeats(v1::RankService::Stub& stub, const v1::JoinResponse& joined, const std::string& job_id,
-             const Communicator& comm, TrainingProgress& progress) {
+             const Communicator& comm, const TrainingProgress& progress) {
     thread_ = std::thread([this, &stub, joined, job_id, &comm, &progress] {
       absl::MutexLock lock(&mu_);
       while (!stop_) {
         auto context = std::make_unique<grpc::ClientContext>();
         auto stream = stub.Heartbeat(context.get());
-        // Reads end when the coordinator finishes the stream (after our
-        // WritesDone) or the connection breaks.
-        std::promise<void> reads_ended;
-        std::future<void> reader_done = reads_ended.get_future();
-        std::thread reader([&stream, &progress, &reads_ended] {
-          v1::Directive directive;
-          while (stream->Read(&directive)) {
-            if (directive.kind() == v1::Directive::CHECKPOINT_NOW) {
-              LOG(INFO) << "coordinator: " << directive.reason();
-              int64_t seen = progress.checkpoint_request.load();
-              while (seen < directive.request() &&
-                     !progress.checkpoint_request.compare_exchange_weak(seen, directive.request())) {
-              }
-            } else {
-              LOG(INFO) << "coordinator directive " << v1::Directive::Kind_Name(directive.kind()) << ": "
-                        << directive.reason();
-            }
-          }
-          reads_ended.set_value();
-        });
         while (!stop_) {
           v1::RankHeartbeat hb;
           hb.set_job_id(job_id);
@@ -126,9 +102,6 @@ class Heartbeats {
         }
         mu_.Unlock();
         stream->WritesDone();
-        // A coordinator that does not close its side in time is cut off.
-        if (reader_done.wait_for(std::chrono::seconds(5)) != std::future_status::ready) context->TryCancel();
-        reader.join();
         grpc::Status status = stream->Finish();
         mu_.Lock();
         if (!stop_) {
@@ -152,6 +125,15 @@ class Heartbeats {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
+
+// SIGUSR1 (sent by the agent for `chorus checkpoint`) counts a checkpoint
+// request on the training progress, once training has one.
+std::atomic<TrainingProgress*> g_progress{nullptr};
+
+void OnCheckpointSignal(int) {
+  TrainingProgress* p = g_progress.load();
+  if (p != nullptr) p->checkpoint_request.fetch_add(1);  // lock-free: safe in a handler
+}
 
 int Fail(const std::string& message) {
   std::cerr << "chorus-rank: " << message << std::endl;
@@ -237,6 +219,7 @@ int Run() {
     }
   };
   TrainingProgress progress;
+  g_progress.store(&progress);
   GrpcCheckpointSink checkpoints(channel, job_id, joined.generation(), joined.rank());
   TrainOptions train_options;
   train_options.checkpoints = &checkpoints;
@@ -252,6 +235,7 @@ int Run() {
         joined.spec(), **comm, [&](const v1::Metrics& m) { report(m, false, absl::OkStatus()); },
         &progress, train_options);
   }
+  g_progress.store(nullptr);
   if (!result.ok()) {
     (*comm)->Abort(result.status().message());
     return Fail(std::string(result.status().message()));
@@ -271,5 +255,11 @@ int main(int argc, char** argv) {
   chorus::InitLogging(argv[0], 0);
   // SIGTERM is how the agent stops a rank: a normal exit, not a crash report.
   signal(SIGTERM, SIG_DFL);
+  // SIGUSR1 must not kill a rank (its default), even before training starts.
+  struct sigaction checkpoint_now = {};
+  checkpoint_now.sa_handler = chorus::OnCheckpointSignal;
+  checkpoint_now.sa_flags = SA_RESTART;
+  sigemptyset(&checkpoint_now.sa_mask);
+  sigaction(SIGUSR1, &checkpoint_now, nullptr);
   return chorus::Run();
 }

@@ -131,6 +131,10 @@ absl::Status Agent::Run() {
       while (stream->Read(&message)) {
         if (message.has_launch()) {
           Launch(message.launch());
+        } else if (message.has_checkpoint()) {
+          SignalRanks(message.checkpoint().job_id(),
+                      std::vector<int>(message.checkpoint().slots().begin(), message.checkpoint().slots().end()),
+                      SIGUSR1);
         } else if (message.has_stop()) {
           StopRanks(message.stop().job_id(),
                     std::vector<int>(message.stop().slots().begin(), message.stop().slots().end()),
@@ -325,6 +329,15 @@ void Agent::Monitor(std::shared_ptr<Child> child, int fd) {
     children_.erase(child->pid);
   }
   Send(exited);
+}
+
+void Agent::SignalRanks(const std::string& job_id, const std::vector<int>& slots, int signal) {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [pid, child] : children_) {
+    if (child->job_id != job_id) continue;
+    if (std::find(slots.begin(), slots.end(), child->slot) == slots.end()) continue;
+    kill(pid, signal);  // the rank process only, not its process group
+  }
 }
 
 void Agent::StopRanks(const std::string& job_id, const std::vector<int>& slots, absl::Duration grace) {

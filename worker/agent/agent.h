@@ -79,6 +79,9 @@ class Agent {
 
   void Launch(const v1::LaunchRanks& launch);
   void StopRanks(const std::string& job_id, const std::vector<int>& slots, absl::Duration grace);
+  // Sends `signal` to the rank processes of `job_id` in `slots`
+  // (SIGUSR1: checkpoint now).
+  void SignalRanks(const std::string& job_id, const std::vector<int>& slots, int signal);
   // Reads the child's output until EOF, reaps it, reports the exit.
   void Monitor(std::shared_ptr<Child> child, int output_fd);
   void Send(const v1::AgentMessage& message);

@@ -381,11 +381,11 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
     return absl::OkStatus();
   };
 
-  // Checkpoint requests (CHECKPOINT_NOW): whether one is due at this step.
+  // Checkpoint requests (`chorus checkpoint`): whether one is due at this step.
   // DDP: rank 0 alone stores, so it acts on its own. Decentralized: the
   // ranks must agree (all join the global average or upload a part), so
-  // every kCheckpointRequestCheckSteps steps they all-reduce the newest
-  // request number any of them has seen.
+  // every kCheckpointRequestCheckSteps steps they all-reduce the highest
+  // request count any of them has seen.
   // The same start on every rank (a request that came during setup is
   // honoured at the first check).
   int64_t handled_request = 0;

@@ -37,9 +37,9 @@ struct TrainingProgress {
   std::atomic<double> step_seconds{0};
   // Step time minus the wait for gradient synchronization.
   std::atomic<double> compute_seconds{0};
-  // Set from outside (the coordinator's CHECKPOINT_NOW directive): the
-  // number of the latest checkpoint request. The trainer checkpoints once
-  // per new number: DDP at the end of the current step (rank 0 stores);
+  // Counted from outside (`chorus checkpoint`: the agent signals the rank):
+  // checkpoint requests so far. The trainer checkpoints once per new
+  // count: DDP at the end of the current step (rank 0 stores);
   // decentralized at the next step that is a multiple of
   // kCheckpointRequestCheckSteps, where the ranks agree on it.
   std::atomic<int64_t> checkpoint_request{0};
