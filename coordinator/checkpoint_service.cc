@@ -212,10 +212,10 @@ absl::StatusOr<v1::UploadCheckpointResponse> CheckpointServiceImpl::AddPart(
         ++it;
       }
     }
+    if (rank < 0 || rank >= world) return absl::InvalidArgumentError(absl::StrCat("checkpoint: bad rank ", rank));
     Parts& parts = parts_[{job, step}];
     parts.generation = grant.manifest.generation();
     parts.by_rank.resize(world);
-    if (rank < 0 || rank >= world) return absl::InvalidArgumentError(absl::StrCat("checkpoint: bad rank ", rank));
     if (parts.by_rank[rank] != nullptr) {
       return absl::AlreadyExistsError(
           absl::StrCat("checkpoint ", job, " step ", step, ": rank ", rank, " already uploaded its part"));

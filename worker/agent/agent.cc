@@ -331,25 +331,23 @@ void Agent::Monitor(std::shared_ptr<Child> child, int fd) {
   Send(exited);
 }
 
-void Agent::SignalRanks(const std::string& job_id, const std::vector<int>& slots, int signal) {
+std::vector<pid_t> Agent::RankPids(const std::string& job_id, const std::vector<int>& slots) {
   absl::MutexLock lock(&mu_);
+  std::vector<pid_t> pids;
   for (const auto& [pid, child] : children_) {
-    if (child->job_id != job_id) continue;
-    if (std::find(slots.begin(), slots.end(), child->slot) == slots.end()) continue;
-    kill(pid, signal);  // the rank process only, not its process group
+    if (!job_id.empty() && child->job_id != job_id) continue;
+    if (!slots.empty() && std::find(slots.begin(), slots.end(), child->slot) == slots.end()) continue;
+    pids.push_back(pid);
   }
+  return pids;
+}
+
+void Agent::SignalRanks(const std::string& job_id, const std::vector<int>& slots, int signal) {
+  for (pid_t pid : RankPids(job_id, slots)) kill(pid, signal);  // the rank process only, not its process group
 }
 
 void Agent::StopRanks(const std::string& job_id, const std::vector<int>& slots, absl::Duration grace) {
-  std::vector<pid_t> pids;
-  {
-    absl::MutexLock lock(&mu_);
-    for (const auto& [pid, child] : children_) {
-      if (!job_id.empty() && child->job_id != job_id) continue;
-      if (!slots.empty() && std::find(slots.begin(), slots.end(), child->slot) == slots.end()) continue;
-      pids.push_back(pid);
-    }
-  }
+  const std::vector<pid_t> pids = RankPids(job_id, slots);
   if (pids.empty()) return;
   for (pid_t pid : pids) kill(-pid, SIGTERM);
   // Escalate to SIGKILL for whatever is still alive after the grace period.

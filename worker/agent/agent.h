@@ -79,6 +79,8 @@ class Agent {
 
   void Launch(const v1::LaunchRanks& launch);
   void StopRanks(const std::string& job_id, const std::vector<int>& slots, absl::Duration grace);
+  // The rank processes of `job_id` in `slots` (empty job id / slots: all).
+  std::vector<pid_t> RankPids(const std::string& job_id, const std::vector<int>& slots);
   // Sends `signal` to the rank processes of `job_id` in `slots`
   // (SIGUSR1: checkpoint now).
   void SignalRanks(const std::string& job_id, const std::vector<int>& slots, int signal);
