@@ -1,9 +1,15 @@
 #include "worker/comm/communicator.h"
 
+#include <ATen/ops/empty.h>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
 namespace chorus {
+
+at::Tensor Communicator::NewBuffer(int64_t numel, const at::TensorOptions& options) {
+  return at::empty({numel}, options);
+}
 
 const char* ReduceOpName(ReduceOp op) {
   switch (op) {

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/TensorOptions.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -117,6 +118,12 @@ class Communicator {
   // relative to their other NewGroup calls. NOT_FOUND if this rank is not in
   // `ranks`; INVALID_ARGUMENT for a bad list.
   virtual absl::StatusOr<std::shared_ptr<Communicator>> NewGroup(std::vector<int> ranks) = 0;
+
+  // A new contiguous 1-D tensor of `numel` elements (contents unspecified)
+  // that this communicator reduces fastest: the Gloo backend places it in
+  // shared memory when all ranks share a host, so AllReduce need not copy it
+  // (DDP allocates its buckets here). Default: at::empty.
+  virtual at::Tensor NewBuffer(int64_t numel, const at::TensorOptions& options);
 
   // Fails every pending op with ABORTED (or the status that broke the
   // communicator) and closes the transport. Later ops fail at once. Blocks

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <deque>
 #include <functional>
 #include <map>
@@ -28,6 +29,7 @@
 #include "worker/comm/gloo_algorithms.h"
 #include "worker/comm/gloo_store.h"
 #include "worker/comm/op_queue.h"
+#include "worker/comm/shm_allreduce.h"
 
 namespace chorus {
 
@@ -131,7 +133,7 @@ class GlooCommunicator : public Communicator {
   GlooCommunicator(const GlooOptions& options, Store& store,
                    std::shared_ptr<gloo::transport::Device> device,
                    std::shared_ptr<gloo::Context> context, std::vector<int> group,
-                   std::unique_ptr<Store> owned_store)
+                   std::unique_ptr<Store> owned_store, std::unique_ptr<ShmAllreduce> shm)
       : options_(options),
         owned_store_(std::move(owned_store)),
         store_(owned_store_ ? *owned_store_ : store),
@@ -142,6 +144,7 @@ class GlooCommunicator : public Communicator {
         recorder_(options.flight_recorder_capacity, options.clock),
         send_counts_(options.size, 0),
         recv_counts_(options.size, 0),
+        shm_(std::move(shm)),
         queue_(std::make_unique<OpQueue>(recorder_,
                                          [this](QueuedWork& work) { return Execute(work); })) {}
 
@@ -194,10 +197,32 @@ class GlooCommunicator : public Communicator {
       opts.timeout = timeout_;
       opts.segment_bytes = options_.segment_bytes;
       opts.scratch = &scratch_;
-      RingAllreduce(opts);
+      if (shm_ != nullptr) {
+        ShmAllreduce::Op shm_op;
+        shm_op.data = opts.data;
+        shm_op.count = opts.count;
+        shm_op.element_size = opts.element_size;
+        shm_op.reduce = opts.reduce;
+        shm_op.finalize = opts.finalize;
+        shm_op.float_sum = dtype == at::kFloat && (op == ReduceOp::kSum || op == ReduceOp::kAvg);
+        shm_op.scale = op == ReduceOp::kAvg ? 1.0f / static_cast<float>(size) : 1.0f;
+        shm_op.slot = opts.slot;
+        shm_op.timeout = timeout_;
+        shm_->Run(shm_op, abort_);
+      } else {
+        RingAllreduce(opts);
+      }
       // A single rank's average is itself; otherwise the ring divided.
       if (!buffer.is_same(tensor)) tensor.copy_(buffer);
     });
+  }
+
+  at::Tensor NewBuffer(int64_t numel, const at::TensorOptions& options) override {
+    if (shm_ != nullptr && options.device().is_cpu()) {
+      at::Tensor buffer = shm_->NewBuffer(numel, options);
+      if (buffer.defined()) return buffer;
+    }
+    return at::empty({numel}, options);
   }
 
   std::shared_ptr<Work> Broadcast(at::Tensor tensor, int root, absl::string_view tag) override {
@@ -302,6 +327,7 @@ class GlooCommunicator : public Communicator {
       // Wakes the op in flight, blocked on a peer that may never answer, and
       // tells the peers this rank is gone.
       abort_.Abort();
+      if (shm_ != nullptr) shm_->Close();
       try {
         context_->closeConnections();
       } catch (const std::exception& e) {
@@ -346,9 +372,26 @@ class GlooCommunicator : public Communicator {
                        " could not connect to its peers (store keys are peer ranks): ", what);
       return timed_out ? absl::DeadlineExceededError(message) : absl::UnavailableError(message);
     }
+    std::unique_ptr<ShmAllreduce> shm;
+    const char* env = std::getenv("CHORUS_GLOO_SHM");
+    if (options.shared_memory && !(env != nullptr && std::string(env) == "0")) {
+      ShmAllreduce::Options shm_options;
+      shm_options.rank = options.rank;
+      shm_options.size = options.size;
+      shm_options.segment_bytes = options.shm_segment_bytes;
+      absl::StatusOr<std::unique_ptr<ShmAllreduce>> connected = ShmAllreduce::Connect(
+          shm_options, owned_store ? *owned_store : store, absl::Now() + options.connect_timeout);
+      if (!connected.ok()) {
+        return absl::Status(connected.status().code(),
+                            absl::StrCat("gloo: rank ", options.rank, " of ", options.size,
+                                         " could not set up shared memory with its peers: ",
+                                         connected.status().message()));
+      }
+      shm = *std::move(connected);
+    }
     return std::shared_ptr<Communicator>(new GlooCommunicator(
         options, store, std::move(device), std::move(context), std::move(group),
-        std::move(owned_store)));
+        std::move(owned_store), std::move(shm)));
   }
 
  private:
@@ -461,6 +504,9 @@ class GlooCommunicator : public Communicator {
   std::vector<char> scratch_;
 
   GroupCache groups_;
+
+  // Null when the ranks are on different hosts or shared memory is off.
+  std::unique_ptr<ShmAllreduce> shm_;
 
   // Last member: its thread stops before anything it uses is destroyed.
   std::unique_ptr<OpQueue> queue_;

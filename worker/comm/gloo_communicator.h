@@ -38,6 +38,13 @@ struct GlooOptions {
   // All-reduce messages are cut into segments of this size so that reducing
   // one overlaps receiving the next.
   size_t segment_bytes = size_t{1} << 20;
+  // When every rank runs on this host (SharedMemoryHostKey), all-reduces go
+  // through shared memory instead of TCP (Note [Shared-memory all-reduce]);
+  // other ops always use TCP. The environment variable CHORUS_GLOO_SHM=0
+  // turns it off as well.
+  bool shared_memory = true;
+  // Shared-memory all-reduces move this many bytes per step.
+  size_t shm_segment_bytes = size_t{16} << 20;
   size_t flight_recorder_capacity = FlightRecorder::kDefaultCapacity;
   // Not owned; null = real time. Used by the flight recorder.
   Clock* clock = nullptr;

@@ -1,13 +1,22 @@
 #include "worker/comm/gloo_communicator.h"
 #include "worker/comm/rank_threads.h"
 
-#include <functional>
+#include <dirent.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include <ATen/ATen.h>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/comm/store.h"
@@ -41,15 +50,37 @@ at::Tensor Reference(int ranks, int64_t n, ReduceOp op) {
   return acc;
 }
 
-class AllReduceTest : public ::testing::TestWithParam<int> {};
+// How the ranks of a test all-reduce: the TCP ring, shared memory staging
+// every tensor, or shared memory with even ranks' tensors in NewBuffer
+// memory (reduced in place) and odd ranks' staged.
+enum class Transport { kTcp, kShm, kShmBuffers };
+
+GlooOptions WithTransport(Transport transport) {
+  GlooOptions options;
+  options.shared_memory = transport != Transport::kTcp;
+  // Small segments, so that the larger sizes below take several.
+  options.shm_segment_bytes = 4096;
+  return options;
+}
+
+std::string TransportName(Transport t) {
+  switch (t) {
+    case Transport::kTcp: return "Tcp";
+    case Transport::kShm: return "Shm";
+    case Transport::kShmBuffers: return "ShmBuffers";
+  }
+  return "";
+}
+
+class AllReduceTest : public ::testing::TestWithParam<std::tuple<int, Transport>> {};
 
 TEST_P(AllReduceTest, EveryOpDtypeAndSizeMatchesReference) {
-  const int n = GetParam();
+  const auto [n, transport] = GetParam();
   const std::vector<at::ScalarType> dtypes = {at::kFloat, at::kDouble, at::kHalf,
                                               at::kBFloat16, at::kInt, at::kLong};
   const std::vector<ReduceOp> ops = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin,
                                      ReduceOp::kMax};
-  const std::vector<int64_t> sizes = {0, 1, 7, 1001};
+  const std::vector<int64_t> sizes = {0, 1, 7, 1001, 5000};
   RunGlooRanks(n, [&](int rank, Communicator& comm) {
     for (at::ScalarType dtype : dtypes) {
       for (ReduceOp op : ops) {
@@ -57,6 +88,9 @@ TEST_P(AllReduceTest, EveryOpDtypeAndSizeMatchesReference) {
         if (integral && op == ReduceOp::kAvg) continue;
         for (int64_t size : sizes) {
           at::Tensor t = Input(rank, size, dtype);
+          if (transport == Transport::kShmBuffers && rank % 2 == 0) {
+            t = comm.NewBuffer(size, at::TensorOptions().dtype(dtype)).copy_(t);
+          }
           absl::Status s = comm.AllReduce(t, op, "test")->Wait(In(absl::Seconds(30)));
           ASSERT_TRUE(s.ok()) << s;
           at::Tensor want = Reference(n, size, op);
@@ -69,10 +103,88 @@ TEST_P(AllReduceTest, EveryOpDtypeAndSizeMatchesReference) {
         }
       }
     }
-  });
+  }, WithTransport(transport));
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, AllReduceTest, ::testing::Values(2, 3, 4));
+INSTANTIATE_TEST_SUITE_P(
+    Ranks, AllReduceTest,
+    ::testing::Combine(::testing::Values(2, 3, 4),
+                       ::testing::Values(Transport::kTcp, Transport::kShm, Transport::kShmBuffers)),
+    [](const ::testing::TestParamInfo<std::tuple<int, Transport>>& info) {
+      return absl::StrCat(std::get<0>(info.param), "Ranks", TransportName(std::get<1>(info.param)));
+    });
+
+// Where `p` lies in this process's memory map ("" if in no file mapping).
+std::string MappingOf(const void* p) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  while (std::getline(maps, line)) {
+    uintptr_t lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx", &lo, &hi) != 2) continue;
+    if (addr >= lo && addr < hi) {
+      const size_t slash = line.find('/');
+      return slash == std::string::npos ? "" : line.substr(slash);
+    }
+  }
+  return "";
+}
+
+// Names this process left in /dev/shm.
+std::vector<std::string> OwnShmNames() {
+  std::vector<std::string> names;
+  const std::string prefix = absl::StrCat("chorus-", getpid(), "-");
+  DIR* dir = opendir("/dev/shm");
+  if (dir == nullptr) return names;
+  while (dirent* e = readdir(dir)) {
+    if (absl::StartsWith(e->d_name, prefix)) names.push_back(e->d_name);
+  }
+  closedir(dir);
+  return names;
+}
+
+TEST(GlooCommunicatorTest, SameHostRanksShareMemoryAndLeaveNoNamesBehind) {
+  RunGlooRanks(3, [&](int rank, Communicator& comm) {
+    // DDP's buckets: shared memory, mapped from an already unlinked name.
+    at::Tensor bucket = comm.NewBuffer(1 << 20, at::kFloat).fill_(static_cast<float>(rank + 1));
+    EXPECT_THAT(MappingOf(bucket.data_ptr()), HasSubstr("/dev/shm/chorus-"));
+    EXPECT_THAT(MappingOf(bucket.data_ptr()), HasSubstr("(deleted)"));
+    ASSERT_TRUE(comm.AllReduce(bucket, ReduceOp::kAvg, "b")->Wait(In(absl::Seconds(30))).ok());
+    EXPECT_TRUE(at::equal(bucket, at::full({1 << 20}, 2.0f)));
+    EXPECT_THAT(OwnShmNames(), ::testing::IsEmpty());
+  });
+  GlooOptions tcp;
+  tcp.shared_memory = false;
+  RunGlooRanks(2, [&](int rank, Communicator& comm) {
+    at::Tensor bucket = comm.NewBuffer(1 << 20, at::kFloat);
+    EXPECT_EQ(MappingOf(bucket.data_ptr()).find("/dev/shm"), std::string::npos);
+  }, tcp);
+}
+
+class TransportTest : public ::testing::TestWithParam<Transport> {};
+
+TEST_P(TransportTest, PeerThatAbortsFailsTheOpAtOnce) {
+  GlooOptions options = WithTransport(GetParam());
+  options.op_timeout = absl::Seconds(60);
+  RunGlooRanks(2, [&](int rank, Communicator& comm) {
+    if (rank == 1) {
+      absl::SleepFor(absl::Milliseconds(300));
+      comm.Abort("rank 1 leaves");
+      return;
+    }
+    at::Tensor t = at::ones({100000});
+    absl::Time start = absl::Now();
+    absl::Status s = comm.AllReduce(t, ReduceOp::kSum, "left")->Wait(In(absl::Seconds(30)));
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+    EXPECT_THAT(s.message(), HasSubstr("a peer is gone"));
+    EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << "must not wait for the op timeout";
+  }, options);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Transports, TransportTest,
+    ::testing::Values(Transport::kTcp, Transport::kShm),
+    [](const ::testing::TestParamInfo<Transport>& info) { return TransportName(info.param); });
 
 class DataMovementTest : public ::testing::TestWithParam<int> {};
 

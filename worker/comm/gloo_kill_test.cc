@@ -47,8 +47,15 @@ int WaitFor(pid_t pid, absl::Duration timeout) {
   return -1;
 }
 
-TEST(GlooKillTest, SurvivorsSeeUnavailableAndRebuild) {
-  const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/kill_store");
+// Param: CHORUS_GLOO_SHM for the ranks — "1": the ranks, all on this host,
+// all-reduce through shared memory and must notice the death through the
+// process itself; "0": TCP, where the kernel closes the victim's sockets.
+class GlooKillTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GlooKillTest, SurvivorsSeeUnavailableAndRebuild) {
+  ASSERT_EQ(setenv("CHORUS_GLOO_SHM", GetParam().c_str(), 1), 0);
+  const std::string dir =
+      absl::StrCat(std::getenv("TEST_TMPDIR"), "/kill_store_shm", GetParam());
   auto store = FileStore::Open(dir);
   ASSERT_TRUE(store.ok());
   const std::string helper = "worker/comm/comm_rank_helper";
@@ -82,6 +89,11 @@ TEST(GlooKillTest, SurvivorsSeeUnavailableAndRebuild) {
     EXPECT_LT(ms, 20000);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Transports, GlooKillTest, ::testing::Values("1", "0"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param == "1" ? std::string("Shm") : std::string("Tcp");
+                         });
 
 }  // namespace
 }  // namespace chorus

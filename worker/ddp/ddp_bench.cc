@@ -5,7 +5,8 @@
 //
 // Models: MLP 784-1024-1024-1024-10 (small) and 784-2048-2048-2048-2048-10
 // (big, 14.2 M parameters); batch 64 per rank; SGD; 2 processes x 1 thread on
-// 127.0.0.1 (gloo). Every step starts after a barrier; the figure is the
+// 127.0.0.1 (gloo). Chorus runs twice: all-reducing through shared memory (the
+// default for ranks on one host; the ratio) and over TCP (CHORUS_GLOO_SHM=0). Every step starts after a barrier; the figure is the
 // median step time. Prints one DESIGN.md §8 line per model, the big model
 // last; ratio = Chorus step time / PyTorch DDP step time. Overlap efficiency
 // is the share of communication hidden behind compute:
@@ -169,7 +170,6 @@ int RunBench(const std::string& self, double steps_scale, bool view) {
   char tmpl[] = "/tmp/chorus-ddp-bench-XXXXXX";
   if (mkdtemp(tmpl) == nullptr) return 1;
   const std::string dir = tmpl;
-  int failures = 0;
   for (const ModelCase& c : cases) {
     const int steps = std::max(3, static_cast<int>(c.steps * steps_scale));
     std::vector<std::string> hidden;
@@ -190,36 +190,45 @@ int RunBench(const std::string& self, double steps_scale, bool view) {
       in >> peer;
     }
 
-    // Chorus DDP: two rank processes of this binary.
-    const std::string store_dir = dir + "/" + c.name + ".store";
-    std::vector<pid_t> pids;
-    for (int r = 0; r < 2; ++r) {
-      std::vector<std::string> args = {self, "--rank", std::to_string(r), "--store", store_dir,
-                                       "--hidden", absl::StrJoin(hidden, ","), "--warmup",
-                                       std::to_string(c.warmup), "--steps", std::to_string(steps),
-                                       "--view", view ? "1" : "0"};
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      pid_t pid;
-      if (posix_spawn(&pid, self.c_str(), nullptr, nullptr, argv.data(), environ) != 0) return 1;
-      pids.push_back(pid);
-    }
-    for (pid_t pid : pids) {
-      int status = 0;
-      waitpid(pid, &status, 0);
-      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failures;
-    }
-    double ours = 0, comm_ms = 0, fwd_bwd_ms = 0, finish_ms = 0;
-    {
+    // Chorus DDP: two rank processes of this binary, all-reducing through
+    // shared memory (the default for ranks on one host) and then over TCP.
+    struct ChorusRun {
+      double step_ms = 0, comm_ms = 0, fwd_bwd_ms = 0, finish_ms = 0;
+    };
+    auto run_chorus = [&](const char* shm, ChorusRun& run) {
+      setenv("CHORUS_GLOO_SHM", shm, 1);
+      const std::string store_dir = absl::StrCat(dir, "/", c.name, ".store", shm);
+      std::vector<pid_t> pids;
+      for (int r = 0; r < 2; ++r) {
+        std::vector<std::string> args = {self, "--rank", std::to_string(r), "--store", store_dir,
+                                         "--hidden", absl::StrJoin(hidden, ","), "--warmup",
+                                         std::to_string(c.warmup), "--steps", std::to_string(steps),
+                                         "--view", view ? "1" : "0"};
+        std::vector<char*> argv;
+        for (auto& a : args) argv.push_back(a.data());
+        argv.push_back(nullptr);
+        pid_t pid;
+        if (posix_spawn(&pid, self.c_str(), nullptr, nullptr, argv.data(), environ) != 0) return false;
+        pids.push_back(pid);
+      }
+      bool ok = true;
+      for (pid_t pid : pids) {
+        int status = 0;
+        waitpid(pid, &status, 0);
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ok = false;
+      }
+      unsetenv("CHORUS_GLOO_SHM");
       std::ifstream in(store_dir + "/result");
-      in >> ours >> comm_ms >> fwd_bwd_ms >> finish_ms;
-    }
-    if (failures > 0 || ours <= 0 || peer <= 0) {
+      in >> run.step_ms >> run.comm_ms >> run.fwd_bwd_ms >> run.finish_ms;
+      return ok && run.step_ms > 0;
+    };
+    ChorusRun shm_run, tcp_run;
+    if (!run_chorus("1", shm_run) || !run_chorus("0", tcp_run) || peer <= 0) {
       std::cerr << "benchmark run failed for " << c.name << "\n";
       return 1;
     }
-
+    const double ours = shm_run.step_ms;
+    const double comm_ms = shm_run.comm_ms;
     const double compute = ComputeOnly(c.hidden, c.warmup, steps);
     auto overlap = [&](double step) {
       return std::clamp(1.0 - (step - compute) / comm_ms, 0.0, 1.0);
@@ -227,9 +236,12 @@ int RunBench(const std::string& self, double steps_scale, bool view) {
     std::cerr << absl::StrFormat(
         "%s: Chorus DDP %.1f ms/step, PyTorch DDP %.1f ms/step, compute only %.1f ms/step, "
         "all-reduce of all gradients alone %.1f ms; overlap efficiency Chorus %.0f%%, "
-        "PyTorch %.0f%%; Chorus forward+backward %.1f ms, waiting for buckets %.1f ms\n",
-        c.name, ours, peer, compute, comm_ms, 100 * overlap(ours), 100 * overlap(peer), fwd_bwd_ms,
-        finish_ms);
+        "PyTorch %.0f%%; Chorus forward+backward %.1f ms, waiting for buckets %.1f ms\n"
+        "%s: Chorus DDP over TCP (CHORUS_GLOO_SHM=0) %.1f ms/step (ratio %.3f), all-reduce of "
+        "all gradients alone %.1f ms\n",
+        c.name, ours, peer, compute, comm_ms, 100 * overlap(ours), 100 * overlap(peer),
+        shm_run.fwd_bwd_ms, shm_run.finish_ms, c.name, tcp_run.step_ms, tcp_run.step_ms / peer,
+        tcp_run.comm_ms);
     std::cout << absl::StrFormat(
                      "{\"bench\": \"ddp_%s\", \"metric\": \"median_step_time\", \"unit\": \"ms\", "
                      "\"ours\": %.3f, \"peer\": %.3f, \"peer_name\": \"PyTorch DDP 1.13 (gloo)\", "

@@ -81,7 +81,9 @@ class DistributedDataParallel::Impl {
       int64_t total = 0;
       for (size_t i : bucket.members) total += params_[i].tensor.numel();
       const at::TensorOptions opts = params_[bucket.members[0]].tensor.options().requires_grad(false);
-      bucket.flat = at::zeros({total}, opts);
+      // In shared memory where the communicator has it, so that a same-host
+      // all-reduce works on the bucket in place (Note [Shared-memory all-reduce]).
+      bucket.flat = comm_.NewBuffer(total, opts).zero_();
       int64_t offset = 0;
       for (size_t j = 0; j < bucket.members.size(); ++j) {
         const at::Tensor& p = params_[bucket.members[j]].tensor;
@@ -100,8 +102,8 @@ class DistributedDataParallel::Impl {
         bucket.views.push_back(view);
       }
       switch (options_.compression) {
-        case DdpOptions::Compression::kFp16: bucket.wire = at::empty({total}, opts.dtype(at::kHalf)); break;
-        case DdpOptions::Compression::kBf16: bucket.wire = at::empty({total}, opts.dtype(at::kBFloat16)); break;
+        case DdpOptions::Compression::kFp16: bucket.wire = comm_.NewBuffer(total, opts.dtype(at::kHalf)); break;
+        case DdpOptions::Compression::kBf16: bucket.wire = comm_.NewBuffer(total, opts.dtype(at::kBFloat16)); break;
         default: bucket.wire = bucket.flat; break;
       }
       bucket.pending = bucket.members.size();
