@@ -4,9 +4,11 @@
 //   bazel run -c opt //worker/comm:allreduce_bench [-- --iters_scale 1.0 --segment_kb 1024]
 //
 // Starts 2 rank processes of itself on 127.0.0.1 (1 intra-op thread each).
-// For 1, 100 and 25 MB of float32 it alternates raw and ours, each iteration
-// started after a barrier, and prints one DESIGN.md §8 JSON line per size
-// (25 MB last) with the median time per all-reduce; ratio = ours / raw.
+// For 1, 100 and 25 MB of float32 it alternates raw, ours (shared memory, as
+// both ranks share this host) and ours over TCP, each started after a barrier,
+// and prints one DESIGN.md §8 JSON line per size (25 MB last) with the median
+// time per all-reduce; ratio = ours (shared memory) / raw. The TCP figure goes
+// to stderr.
 
 #include <spawn.h>
 #include <sys/wait.h>
@@ -80,6 +82,16 @@ int RunRank(int rank, const std::string& store_dir, double iters_scale, size_t s
     std::cerr << comm.status() << "\n";
     return 1;
   }
+  // Ours again with shared memory off: the TCP ring, for comparison (the
+  // default above uses shared memory since both ranks share this host).
+  PrefixStore tcp_store(**store, "tcp");
+  GlooOptions tcp_options = options;
+  tcp_options.shared_memory = false;
+  auto tcp_comm = CreateGlooCommunicator(tcp_options, tcp_store);
+  if (!tcp_comm.ok()) {
+    std::cerr << tcp_comm.status() << "\n";
+    return 1;
+  }
 
   uint32_t raw_tag = 1;
   auto barrier = [&] {
@@ -97,8 +109,9 @@ int RunRank(int rank, const std::string& store_dir, double iters_scale, size_t s
     const int64_t n = size.mb * 1024 * 1024 / 4;
     at::Tensor raw_buf = at::ones({n});
     at::Tensor our_buf = at::ones({n});
+    at::Tensor tcp_buf = at::ones({n});
     const int iters = std::max(3, static_cast<int>(size.iters * iters_scale));
-    std::vector<double> raw_ms, our_ms, raw_cpu, our_cpu;
+    std::vector<double> raw_ms, our_ms, tcp_ms, raw_cpu, our_cpu;
     for (int i = -2; i < iters; ++i) {  // 2 warm-up rounds
       barrier();
       double c0 = ProcessCpuMs();
@@ -124,15 +137,25 @@ int RunRank(int rank, const std::string& store_dir, double iters_scale, size_t s
         std::cerr << s << "\n";
         return 1;
       }
+      barrier();
+      t0 = absl::Now();
+      s = (*tcp_comm)->AllReduce(tcp_buf, ReduceOp::kSum, "bench")->Wait(
+          absl::Now() + absl::Seconds(120));
+      double tcp_t = absl::ToDoubleMilliseconds(absl::Now() - t0);
+      if (!s.ok()) {
+        std::cerr << s << "\n";
+        return 1;
+      }
       if (i >= 0) {
         raw_ms.push_back(raw_t);
         our_ms.push_back(our_t);
+        tcp_ms.push_back(tcp_t);
         raw_cpu.push_back(raw_c);
         our_cpu.push_back(our_c);
       }
     }
     // Both buffers saw the same number of sums: check they agree.
-    if (!at::equal(raw_buf, our_buf)) {
+    if (!at::equal(raw_buf, our_buf) || !at::equal(raw_buf, tcp_buf)) {
       std::cerr << "results differ between raw gloo and Chorus\n";
       return 1;
     }
@@ -142,8 +165,10 @@ int RunRank(int rank, const std::string& store_dir, double iters_scale, size_t s
       const double gbps = 2.0 * (size.mb / 1024.0) / (peer / 1000.0);
       std::cerr << absl::StrFormat(
           "allreduce %s: ours %.2f ms (%.2f ms CPU), raw gloo %.2f ms (%.2f ms CPU), %.2f GB/s "
-          "algorithm bandwidth for raw gloo, %d iters\n",
-          size.name, ours, Median(our_cpu), peer, Median(raw_cpu), gbps / 2.0, iters);
+          "algorithm bandwidth for raw gloo, %d iters; ours with shared memory off (TCP ring) "
+          "%.2f ms (ratio %.2f)\n",
+          size.name, ours, Median(our_cpu), peer, Median(raw_cpu), gbps / 2.0, iters,
+          Median(tcp_ms), Median(tcp_ms) / peer);
       std::cout << absl::StrFormat(
                        "{\"bench\": \"allreduce_%s\", \"metric\": \"median_time_per_allreduce\", "
                        "\"unit\": \"ms\", \"ours\": %.3f, \"peer\": %.3f, \"peer_name\": \"raw "
