@@ -161,6 +161,10 @@ mismatch_done:
           // A rank that has also stopped sending heartbeats is not doing
           // anything we can name: it becomes DEAD once dead_after passes.
           if (now - v.heartbeat_at > kSilentAfter) continue;
+          // Its last heartbeat predates the wait: what it said then is not
+          // what it is doing now (it may have stopped right after sending
+          // it). The next heartbeat, within a second, tells.
+          if (now - v.heartbeat_at >= waited) continue;
           culprits.push_back(r);
           doing.push_back(absl::StrFormat("rank %d is in %s at step %d for %.1f s", r,
                                           v1::Phase_Name(v.heartbeat.phase()), v.heartbeat.step(),

@@ -92,6 +92,24 @@ TEST(HangDetectorTest, ASilentCulpritIsDeadNotNeverJoined) {
   EXPECT_THAT(ds[0].message(), HasSubstr("its process has not exited"));
 }
 
+TEST(HangDetectorTest, AHeartbeatFromBeforeTheWaitSaysNothingAboutTheRankNow) {
+  // Rank 1 stopped 0.2 s after its last heartbeat, just as rank 0 entered
+  // #27. Past the stall threshold its heartbeat is younger than the silence
+  // limit but older than rank 0's wait: it cannot tell what rank 1 does now.
+  v1::HangDetectionSpec spec = Spec();
+  spec.set_stall_after_seconds(2);
+  auto waiting = Record(27, "ddp:model/bucket0", v1::CollectiveRecord::STARTED, absl::Milliseconds(2200));
+  RankView stopped = Rank(1, 26, v1::DATA, 10, 0.1);
+  stopped.heartbeat_at = kNow - absl::Milliseconds(2400);
+  EXPECT_THAT(DiagnoseHangs(spec, {Rank(0, 27, v1::COLLECTIVE, 10, 2.2, {waiting}), stopped}, kNow), IsEmpty());
+  // Once it has reported from inside the wait, it is named.
+  stopped.heartbeat_at = kNow - absl::Milliseconds(900);
+  auto ds = DiagnoseHangs(spec, {Rank(0, 27, v1::COLLECTIVE, 10, 2.2, {waiting}), stopped}, kNow);
+  ASSERT_EQ(ds.size(), 1u) << ::testing::PrintToString(Messages(ds));
+  EXPECT_EQ(ds[0].kind(), v1::Diagnosis::NEVER_JOINED);
+  EXPECT_THAT(ds[0].ranks(), ElementsAre(1));
+}
+
 TEST(HangDetectorTest, NothingBeforeTheStallThresholdOrDuringADeclaredPause) {
   auto waiting = Record(10, "ddp:model/bucket0", v1::CollectiveRecord::STARTED, absl::Seconds(1));
   EXPECT_THAT(DiagnoseHangs(Spec(), {Rank(0, 10, v1::COLLECTIVE, 5, 1, {waiting}), Rank(1, 9, v1::DATA, 5, 1)}, kNow),

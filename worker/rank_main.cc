@@ -83,7 +83,9 @@ class Heartbeats {
           hb.set_epoch(progress.epoch.load());
           hb.set_phase(static_cast<v1::Phase>(progress.phase.load()));
           const int64_t now_us = absl::ToUnixMicros(absl::Now());
-          hb.set_phase_seconds((now_us - progress.phase_since_us.load()) / 1e6);
+          // Zero until training publishes its first phase.
+          const int64_t since_us = progress.phase_since_us.load();
+          hb.set_phase_seconds(since_us > 0 ? (now_us - since_us) / 1e6 : 0.0);
           hb.set_time_us(now_us);
           hb.mutable_timings()->set_step_seconds(progress.step_seconds.load());
           hb.mutable_timings()->set_compute_seconds(progress.compute_seconds.load());
