@@ -563,13 +563,11 @@ std::vector<SpecError> ValidateJobSpec(const JobSpec& spec) {
 absl::Status CheckRuntimeSupport(const JobSpec& spec) {
   std::vector<std::string> missing;
   if (spec.resources().device() == v1::ResourceSpec::CUDA) missing.push_back("resources.device CUDA");
-  if (spec.checkpoint().storage() == v1::CheckpointSpec::SHARED_DIR) missing.push_back("checkpoint.storage SHARED_DIR");
   if (missing.empty()) return absl::OkStatus();
   return absl::UnimplementedError(absl::StrCat(
       "this version of Chorus cannot run yet: ", absl::StrJoin(missing, ", "),
       ". Supported: models mlp, cnn, transformer_lm and torchscript; data fashion_mnist, "
-      "synthetic and tensor_file; strategies ddp and decentralized on CPU; checkpoints of the "
-      "(averaged) model stored by the coordinator."));
+      "synthetic and tensor_file; strategies ddp and decentralized on CPU."));
 }
 
 absl::Status CheckJobSpec(const JobSpec& spec, absl::string_view source) {

@@ -129,7 +129,7 @@ class DownloadReactor : public grpc::ServerWriteReactor<v1::CheckpointChunk> {
                                        request.file_name(), "\"")));
       return;
     }
-    in_.open(store.FilePath(request.job_id(), manifest->step(), file_.name()), std::ios::binary);
+    in_.open(store.FilePath(*manifest, file_.name()), std::ios::binary);
     if (!in_) {
       Finish(grpc::Status(grpc::StatusCode::DATA_LOSS, absl::StrCat("checkpoint file ", file_.name(), " is missing")));
       return;
@@ -164,6 +164,14 @@ class DownloadReactor : public grpc::ServerWriteReactor<v1::CheckpointChunk> {
     offset_ += static_cast<int64_t>(buffer.size());
     *chunk_.mutable_data() = std::move(buffer);
     if (offset_ >= file_.size() || in_.eof()) {
+      // Files of shared directories carry no SHA-256 for the receiver to
+      // check: compare what was read with the recorded CRC-32C here.
+      if (file_.sha256().empty() && (offset_ != file_.size() || file_crc_ != file_.crc32c())) {
+        Finish(grpc::Status(grpc::StatusCode::DATA_LOSS,
+                            absl::StrCat("checkpoint ", job_id_, " step ", step_, ": stored file ", file_.name(),
+                                         " does not match its recorded size and CRC-32C")));
+        return;
+      }
       chunk_.set_last(true);
       chunk_.set_file_size(file_.size());
       chunk_.set_file_sha256(file_.sha256());
@@ -191,6 +199,40 @@ grpc::ServerReadReactor<v1::CheckpointChunk>* CheckpointServiceImpl::Upload(grpc
     return new RejectedReader<v1::CheckpointChunk>(s);
   }
   return new UploadReactor(*this, store_, scheduler_, response);
+}
+
+grpc::ServerUnaryReactor* CheckpointServiceImpl::Commit(grpc::CallbackServerContext* context,
+                                                        const v1::CommitCheckpointRequest* request,
+                                                        v1::UploadCheckpointResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::Status s = auth_.Check(context->client_metadata(), Role::kWorker); !s.ok()) {
+    reactor->Finish(ToGrpcStatus(s));
+    return reactor;
+  }
+  absl::StatusOr<v1::UploadCheckpointResponse> done = CommitStaged(*request);
+  if (done.ok()) *response = *std::move(done);
+  reactor->Finish(ToGrpcStatus(done.status()));
+  return reactor;
+}
+
+absl::StatusOr<v1::UploadCheckpointResponse> CheckpointServiceImpl::CommitStaged(
+    const v1::CommitCheckpointRequest& request) {
+  ASSIGN_OR_RETURN(Scheduler::UploadGrant grant,
+                   scheduler_.GrantUpload(request.job_id(), request.generation(), request.rank()));
+  if (grant.shared_dir.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", request.job_id(),
+                                                      " stores its checkpoints on the coordinator (checkpoint.storage "
+                                                      "COORDINATOR): upload them; Commit is for storage SHARED_DIR"));
+  }
+  std::vector<v1::CheckpointFile> files(request.files().begin(), request.files().end());
+  ASSIGN_OR_RETURN(std::unique_ptr<CheckpointStore::Upload> upload,
+                   store_.AdoptStaged(grant.shared_dir, request.job_id(), request.step(), request.staging_dir(), files));
+  if (grant.manifest.per_rank()) return AddPart(grant, request.step(), request.rank(), std::move(upload));
+  v1::UploadCheckpointResponse response;
+  ASSIGN_OR_RETURN(*response.mutable_manifest(), upload->Commit(grant.manifest, grant.keep_last));
+  LOG(INFO) << "checkpoint " << request.job_id() << " step " << request.step() << " committed in "
+            << response.manifest().directory();
+  return response;
 }
 
 absl::StatusOr<v1::UploadCheckpointResponse> CheckpointServiceImpl::AddPart(

@@ -1,5 +1,7 @@
-// CheckpointService: rank 0 streams a checkpoint in (Upload), ranks and the
-// CLI stream files out (Download). The logic is in CheckpointStore; the
+// CheckpointService: rank 0 streams a checkpoint in (Upload) or, with
+// checkpoint.storage SHARED_DIR, writes it into the shared directory itself
+// and asks for the commit (Commit); ranks and the CLI stream files out
+// (Download). The logic is in CheckpointStore; the
 // Scheduler says who may upload. With checkpoint.per_rank every rank uploads
 // its own part; the parts wait here (staged, each file fsynced) and the
 // upload that brings the last one commits them as one checkpoint. Parts of
@@ -36,6 +38,8 @@ class CheckpointServiceImpl final : public v1::CheckpointService::CallbackServic
 
   grpc::ServerReadReactor<v1::CheckpointChunk>* Upload(grpc::CallbackServerContext* context,
                                                        v1::UploadCheckpointResponse* response) override;
+  grpc::ServerUnaryReactor* Commit(grpc::CallbackServerContext* context, const v1::CommitCheckpointRequest* request,
+                                   v1::UploadCheckpointResponse* response) override;
   grpc::ServerWriteReactor<v1::CheckpointChunk>* Download(grpc::CallbackServerContext* context,
                                                           const v1::DownloadCheckpointRequest* request) override;
 
@@ -46,6 +50,8 @@ class CheckpointServiceImpl final : public v1::CheckpointService::CallbackServic
                                                        std::unique_ptr<CheckpointStore::Upload> part);
 
  private:
+  absl::StatusOr<v1::UploadCheckpointResponse> CommitStaged(const v1::CommitCheckpointRequest& request);
+
   struct Parts {
     int64_t generation = 0;
     // By rank; null where the part has not arrived.

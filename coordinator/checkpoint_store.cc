@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -46,20 +47,58 @@ bool SafeName(const std::string& name) {
   });
 }
 
-absl::StatusOr<std::string> HashFile(const std::string& path, int64_t* size) {
+// Reads `path` whole; its size and CRC-32C, and its SHA-256 when `sha256`.
+struct FileSums {
+  int64_t size = 0;
+  uint32_t crc32c = 0;
+  std::string sha256;
+};
+absl::StatusOr<FileSums> SumFile(const std::string& path, bool sha256) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat(path, " is missing"));
-  Sha256 h;
-  std::string buffer(1 << 20, '\0');
-  *size = 0;
+  FileSums sums;
+  std::unique_ptr<Sha256> h = sha256 ? std::make_unique<Sha256>() : nullptr;
+  std::string buffer(4 << 20, '\0');
   while (in) {
     in.read(buffer.data(), buffer.size());
     const std::streamsize n = in.gcount();
     if (n <= 0) break;
-    h.Update(absl::string_view(buffer.data(), n));
-    *size += n;
+    const absl::string_view data(buffer.data(), static_cast<size_t>(n));
+    if (h != nullptr) h->Update(data);
+    sums.crc32c = Crc32cExtend(sums.crc32c, data);
+    sums.size += n;
   }
-  return h.HexDigest();
+  if (in.bad()) return absl::DataLossError(absl::StrCat("reading ", path, " failed"));
+  if (h != nullptr) sums.sha256 = h->HexDigest();
+  return sums;
+}
+
+// Empty when the stored file matches what the manifest recorded: size, and
+// SHA-256 where recorded, else CRC-32C.
+std::string CheckStoredFile(const std::string& path, const v1::CheckpointFile& f) {
+  const bool by_sha = !f.sha256().empty();
+  absl::StatusOr<FileSums> sums = SumFile(path, by_sha);
+  if (!sums.ok()) return std::string(sums.status().message());
+  if (sums->size != f.size() || (by_sha ? sums->sha256 != f.sha256() : sums->crc32c != f.crc32c())) {
+    return absl::StrCat(f.name(), " does not match its recorded size and ", by_sha ? "SHA-256" : "CRC-32C");
+  }
+  return "";
+}
+
+// A step directory's name: 12 digits.
+bool StepDirName(const std::string& name) {
+  return name.size() == 12 && std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// The newest modification time of `dir` and the entries in it.
+fs::file_time_type NewestWrite(const fs::path& dir) {
+  std::error_code ec;
+  fs::file_time_type newest = fs::last_write_time(dir, ec);
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    const fs::file_time_type t = fs::last_write_time(e.path(), ec);
+    if (!ec && t > newest) newest = t;
+  }
+  return newest;
 }
 
 }  // namespace
@@ -82,17 +121,21 @@ std::string CheckpointStore::StepDir(const std::string& job_id, int64_t step) co
   return absl::StrFormat("%s/%s/%012d", root_, job_id, step);
 }
 
-std::string CheckpointStore::FilePath(const std::string& job_id, int64_t step, const std::string& file) const {
-  return StepDir(job_id, step) + "/" + file;
+std::string CheckpointStore::DirOf(const v1::CheckpointManifest& manifest) const {
+  return manifest.directory().empty() ? StepDir(manifest.job_id(), manifest.step()) : manifest.directory();
 }
 
-absl::Status CheckpointStore::Recover() {
+std::string CheckpointStore::FilePath(const v1::CheckpointManifest& manifest, const std::string& file) const {
+  return DirOf(manifest) + "/" + file;
+}
+
+absl::Status CheckpointStore::Recover(const std::vector<SharedJob>& shared, absl::Duration stale_after) {
   std::error_code ec;
   fs::create_directories(root_, ec);
   if (ec) return absl::FailedPreconditionError(absl::StrCat(root_, ": ", ec.message()));
   ASSIGN_OR_RETURN(std::vector<v1::CheckpointManifest> manifests, state_.LoadManifests(""));
   std::set<std::string> committed;
-  for (const v1::CheckpointManifest& m : manifests) committed.insert(StepDir(m.job_id(), m.step()));
+  for (const v1::CheckpointManifest& m : manifests) committed.insert(DirOf(m));
   int removed = 0;
   for (const fs::directory_entry& job : fs::directory_iterator(root_, ec)) {
     if (!job.is_directory()) continue;
@@ -106,6 +149,27 @@ absl::Status CheckpointStore::Recover() {
     }
   }
   if (removed > 0) LOG(WARNING) << "checkpoints: removed " << removed << " incomplete checkpoint(s) under " << root_;
+  // Shared directories hold other things too: only step directories and
+  // staging directories of the named jobs are touched. A staging directory
+  // may still be being written by a rank that outlived this coordinator, so
+  // only one left alone for `stale_after` goes.
+  const fs::file_time_type stale_before =
+      fs::file_time_type::clock::now() - std::chrono::microseconds(absl::ToInt64Microseconds(stale_after));
+  for (const SharedJob& job : shared) {
+    if (!SafeName(job.job_id) || job.root.empty() || job.root[0] != '/') continue;
+    const fs::path dir = fs::path(job.root) / job.job_id;
+    int cleaned = 0;
+    for (const fs::directory_entry& entry : fs::directory_iterator(dir, ec)) {
+      const std::string name = entry.path().filename().string();
+      const bool stale_staging = absl::StartsWith(name, kStagingPrefix) && NewestWrite(entry.path()) < stale_before;
+      const bool orphan_step = StepDirName(name) && !committed.count(entry.path().string());
+      if (entry.is_directory() && (stale_staging || orphan_step)) {
+        fs::remove_all(entry.path(), ec);
+        ++cleaned;
+      }
+    }
+    if (cleaned > 0) LOG(WARNING) << "checkpoints: removed " << cleaned << " incomplete checkpoint(s) under " << dir.string();
+  }
   return absl::OkStatus();
 }
 
@@ -125,7 +189,67 @@ absl::StatusOr<std::unique_ptr<CheckpointStore::Upload>> CheckpointStore::BeginU
   const std::string staging = absl::StrCat(root_, "/", job_id, "/", kStagingPrefix, step, "-", getpid(), "-", n);
   fs::create_directories(staging, ec);
   if (ec) return absl::InternalError(absl::StrCat("checkpoint: cannot create ", staging, ": ", ec.message()));
-  return std::unique_ptr<Upload>(new Upload(*this, job_id, step, staging));
+  return std::unique_ptr<Upload>(new Upload(*this, root_, /*shared=*/false, job_id, step, staging));
+}
+
+absl::StatusOr<std::unique_ptr<CheckpointStore::Upload>> CheckpointStore::AdoptStaged(
+    const std::string& shared_root, const std::string& job_id, int64_t step, const std::string& staging_dir,
+    const std::vector<v1::CheckpointFile>& files) {
+  if (!SafeName(job_id)) return absl::InvalidArgumentError(absl::StrCat("checkpoint: bad job id \"", job_id, "\""));
+  if (step < 0) return absl::InvalidArgumentError(absl::StrCat("checkpoint: step must be >= 0, got ", step));
+  if (shared_root.empty() || shared_root[0] != '/') {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint: shared directory \"", shared_root, "\" is not absolute"));
+  }
+  // One component: what follows the prefix must be a safe name.
+  if (!absl::StartsWith(staging_dir, kStagingPrefix) ||
+      !SafeName(staging_dir.substr(std::strlen(kStagingPrefix)))) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint: bad staging directory \"", staging_dir,
+                                                   "\" (one path component starting with .staging-)"));
+  }
+  if (files.empty()) return absl::InvalidArgumentError("checkpoint: no files were written");
+  const std::string job_dir = absl::StrCat(shared_root, "/", job_id);
+  const std::string staging = absl::StrCat(job_dir, "/", staging_dir);
+  std::error_code ec;
+  if (!fs::is_directory(staging, ec)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint: the coordinator cannot see ", staging,
+        " (checkpoint.shared_dir must be a directory every node, the coordinator's included, mounts at the same path)"));
+  }
+  if (fs::exists(absl::StrFormat("%s/%012d", job_dir, step), ec)) {
+    return absl::AlreadyExistsError(absl::StrCat("checkpoint ", job_id, " step ", step, " is already committed"));
+  }
+  std::set<std::string> names;
+  for (const v1::CheckpointFile& f : files) {
+    if (!SafeName(f.name()) || f.name() == kManifestFile) {
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint: bad file name \"", f.name(), "\""));
+    }
+    if (!names.insert(f.name()).second) {
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint: file ", f.name(), " listed twice"));
+    }
+  }
+  for (const fs::directory_entry& e : fs::directory_iterator(staging, ec)) {
+    if (!names.count(e.path().filename().string())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint: ", e.path().string(), " is in the staging directory but not in the request"));
+    }
+  }
+  std::vector<v1::CheckpointFile> checked;
+  for (const v1::CheckpointFile& f : files) {
+    absl::StatusOr<FileSums> sums = SumFile(staging + "/" + f.name(), /*sha256=*/false);
+    if (!sums.ok()) return absl::DataLossError(absl::StrCat("checkpoint: ", sums.status().message()));
+    if (sums->size != f.size() || sums->crc32c != f.crc32c()) {
+      return absl::DataLossError(absl::StrFormat(
+          "checkpoint: %s/%s holds %d bytes with CRC-32C %08x; the rank wrote %d bytes with %08x", staging, f.name(),
+          sums->size, sums->crc32c, f.size(), f.crc32c()));
+    }
+    v1::CheckpointFile& c = checked.emplace_back();
+    c.set_name(f.name());
+    c.set_size(sums->size);
+    c.set_crc32c(sums->crc32c);
+  }
+  auto upload = std::unique_ptr<Upload>(new Upload(*this, shared_root, /*shared=*/true, job_id, step, staging));
+  upload->files_ = std::move(checked);
+  return upload;
 }
 
 CheckpointStore::Upload::~Upload() {
@@ -208,11 +332,12 @@ absl::Status CheckpointStore::Upload::FinishFile(const v1::CheckpointChunk& last
   f.set_name(file_name_);
   f.set_size(written_);
   f.set_sha256(digest);
+  f.set_crc32c(crc_);
   return absl::OkStatus();
 }
 
 absl::Status CheckpointStore::Upload::Absorb(Upload& other) {
-  if (other.job_id_ != job_id_ || other.step_ != step_) {
+  if (other.job_id_ != job_id_ || other.step_ != step_ || other.root_ != root_) {
     return absl::InvalidArgumentError(absl::StrCat("checkpoint: cannot join a part of ", other.job_id_, " step ",
                                                    other.step_, " to ", job_id_, " step ", step_));
   }
@@ -250,11 +375,14 @@ absl::StatusOr<v1::CheckpointManifest> CheckpointStore::Upload::Commit(v1::Check
   manifest.clear_files();
   for (const v1::CheckpointFile& f : files_) *manifest.add_files() = f;
   manifest.set_commit_time_us(absl::ToUnixMicros(absl::Now()));
+  const std::string job_dir = root_ + "/" + job_id_;
+  const std::string final_dir = absl::StrFormat("%s/%012d", job_dir, step_);
+  manifest.clear_directory();
+  if (shared_) manifest.set_directory(final_dir);
 
   absl::MutexLock lock(&store_.mu_);
   RETURN_IF_ERROR(FsyncPath(staging_, /*directory=*/true));
   store_.Hit(Stage::kBeforeRename);
-  const std::string final_dir = store_.StepDir(job_id_, step_);
   std::error_code ec;
   if (fs::exists(final_dir, ec)) {
     return absl::AlreadyExistsError(absl::StrCat("checkpoint ", job_id_, " step ", step_, " is already committed"));
@@ -262,7 +390,7 @@ absl::StatusOr<v1::CheckpointManifest> CheckpointStore::Upload::Commit(v1::Check
   fs::rename(staging_, final_dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("checkpoint: rename to ", final_dir, ": ", ec.message()));
   committed_ = true;  // the staging directory is gone either way
-  RETURN_IF_ERROR(FsyncPath(store_.root_ + "/" + job_id_, /*directory=*/true));
+  RETURN_IF_ERROR(FsyncPath(job_dir, /*directory=*/true));
   store_.Hit(Stage::kBeforeManifest);
   // The manifest row is the commit point: before it, Recover() deletes the
   // directory; after it, the checkpoint exists.
@@ -277,7 +405,7 @@ absl::StatusOr<v1::CheckpointManifest> CheckpointStore::Upload::Commit(v1::Check
     ASSIGN_OR_RETURN(std::vector<v1::CheckpointManifest> all, store_.state_.LoadManifests(job_id_));
     for (size_t i = 0; i + keep_last < all.size(); ++i) {
       RETURN_IF_ERROR(store_.state_.DeleteManifest(job_id_, all[i].step()));
-      fs::remove_all(store_.StepDir(job_id_, all[i].step()), ec);
+      fs::remove_all(store_.DirOf(all[i]), ec);
     }
   }
   return manifest;
@@ -297,13 +425,7 @@ absl::StatusOr<v1::CheckpointManifest> CheckpointStore::FindLoadable(const std::
     tried = true;
     std::string problem;
     for (const v1::CheckpointFile& f : it->files()) {
-      int64_t size = 0;
-      absl::StatusOr<std::string> digest = HashFile(FilePath(job_id, it->step(), f.name()), &size);
-      if (!digest.ok()) {
-        problem = std::string(digest.status().message());
-      } else if (size != f.size() || *digest != f.sha256()) {
-        problem = absl::StrCat(f.name(), " does not match its recorded size and SHA-256");
-      }
+      problem = CheckStoredFile(FilePath(*it, f.name()), f);
       if (!problem.empty()) break;
     }
     if (problem.empty()) return *it;

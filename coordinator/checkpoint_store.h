@@ -12,6 +12,12 @@
 // at any point readers see only complete checkpoints. Retention (keep_last)
 // deletes old checkpoints only after a newer one is committed.
 //
+// checkpoint.storage SHARED_DIR: a rank writes its files itself into
+// <shared_dir>/<job>/.staging-*/ (fsynced); AdoptStaged checks every file's
+// size and CRC-32C there and the commit renames that directory to
+// <shared_dir>/<job>/<step> — same protocol, other root. The manifest
+// records the directory, and those files carry CRC-32C instead of SHA-256.
+//
 // Thread-safety: all methods may be called concurrently; one Upload object
 // belongs to one upload stream.
 //
@@ -32,6 +38,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "chorus/v1/coordinator.pb.h"
 #include "common/sha256.h"
 #include "coordinator/state_store.h"
@@ -48,8 +55,16 @@ class CheckpointStore {
 
   CheckpointStore(std::string root, StateStore& state, Failpoint failpoint = nullptr);
 
-  // Deletes what a crash left half done. Call before serving.
-  absl::Status Recover();
+  // Deletes what a crash left half done. Call before serving. `shared` lists
+  // (shared_dir, job id) of jobs with storage SHARED_DIR: there, step
+  // directories no manifest names are deleted, and staging directories
+  // nobody has written to for `stale_after` (their writer is gone).
+  struct SharedJob {
+    std::string root;
+    std::string job_id;
+  };
+  absl::Status Recover(const std::vector<SharedJob>& shared = {},
+                       absl::Duration stale_after = absl::Minutes(10));
 
   class Upload {
    public:
@@ -69,11 +84,20 @@ class CheckpointStore {
 
    private:
     friend class CheckpointStore;
-    Upload(CheckpointStore& store, std::string job_id, int64_t step, std::string staging)
-        : store_(store), job_id_(std::move(job_id)), step_(step), staging_(std::move(staging)) {}
+    Upload(CheckpointStore& store, std::string root, bool shared, std::string job_id, int64_t step,
+           std::string staging)
+        : store_(store),
+          root_(std::move(root)),
+          shared_(shared),
+          job_id_(std::move(job_id)),
+          step_(step),
+          staging_(std::move(staging)) {}
     absl::Status FinishFile(const v1::CheckpointChunk& last);
 
     CheckpointStore& store_;
+    // Where the step directory goes: the store's root, or a shared directory.
+    const std::string root_;
+    const bool shared_;
     const std::string job_id_;
     const int64_t step_;
     const std::string staging_;
@@ -91,6 +115,17 @@ class CheckpointStore {
   // step is committed.
   absl::StatusOr<std::unique_ptr<Upload>> BeginUpload(const std::string& job_id, int64_t step);
 
+  // SHARED_DIR: an upload of the files a rank wrote into
+  // <shared_root>/<job_id>/<staging_dir>. `staging_dir` must be one path
+  // component starting with ".staging-"; `files` (name, size, crc32c) must
+  // be exactly what it holds. DATA_LOSS names a file that differs;
+  // INVALID_ARGUMENT a bad name; ALREADY_EXISTS a committed step. Once
+  // adopted, the directory belongs to the upload (deleted unless committed);
+  // a refused one is left to its writer.
+  absl::StatusOr<std::unique_ptr<Upload>> AdoptStaged(const std::string& shared_root, const std::string& job_id,
+                                                      int64_t step, const std::string& staging_dir,
+                                                      const std::vector<v1::CheckpointFile>& files);
+
   // Committed manifests of `job_id`, oldest first.
   absl::StatusOr<std::vector<v1::CheckpointManifest>> List(const std::string& job_id);
   // The checkpoint to resume from: `step`, or the newest when 0, whose files
@@ -100,10 +135,12 @@ class CheckpointStore {
   absl::StatusOr<v1::CheckpointManifest> FindLoadable(const std::string& job_id, int64_t step,
                                                       std::vector<std::string>* skipped);
   // Path of `file` of a committed checkpoint.
-  std::string FilePath(const std::string& job_id, int64_t step, const std::string& file) const;
+  std::string FilePath(const v1::CheckpointManifest& manifest, const std::string& file) const;
 
  private:
   std::string StepDir(const std::string& job_id, int64_t step) const;
+  // Where a committed checkpoint's files are.
+  std::string DirOf(const v1::CheckpointManifest& manifest) const;
   void Hit(Stage stage) {
     if (failpoint_) failpoint_(stage);
   }

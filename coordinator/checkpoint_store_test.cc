@@ -60,9 +60,19 @@ absl::StatusOr<v1::CheckpointManifest> Put(CheckpointStore& store, const std::st
   return (*upload)->Commit(info, keep_last);
 }
 
+// Path of `file` in the committed checkpoint `job`/`step`.
+std::string FileOf(CheckpointStore& store, const std::string& job, int64_t step, const std::string& file) {
+  const auto all = store.List(job);
+  for (const auto& m : *all) {
+    if (m.step() == step) return store.FilePath(m, file);
+  }
+  return "";
+}
+
 std::vector<int64_t> Steps(CheckpointStore& store, const std::string& job) {
   std::vector<int64_t> steps;
-  for (const auto& m : *store.List(job)) steps.push_back(m.step());
+  const auto all = store.List(job);  // the loop must not range over a temporary's value
+  for (const auto& m : *all) steps.push_back(m.step());
   return steps;
 }
 
@@ -77,8 +87,10 @@ TEST(CheckpointStoreTest, CommitListRetentionAndFindLoadable) {
   EXPECT_EQ(m->files_size(), 2);
   EXPECT_EQ(m->files(0).name(), "model.pt");
   EXPECT_EQ(m->files(0).sha256(), Sha256Hex("weights of step 100"));
+  EXPECT_EQ(m->files(0).crc32c(), Crc32c("weights of step 100"));
+  EXPECT_TRUE(m->directory().empty()) << "stored under the coordinator's own root";
   EXPECT_EQ(m->world_size(), 2);
-  std::ifstream in(store.FilePath("job-000001", 100, "model.pt"));
+  std::ifstream in(FileOf(store, "job-000001", 100, "model.pt"));
   std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_EQ(content, "weights of step 100");
   EXPECT_EQ(Put(store, "job-000001", 100).status().code(), absl::StatusCode::kAlreadyExists);
@@ -93,13 +105,13 @@ TEST(CheckpointStoreTest, CommitListRetentionAndFindLoadable) {
   EXPECT_EQ(store.FindLoadable("job-000001", 200, &skipped)->step(), 200);
   EXPECT_EQ(store.FindLoadable("job-000001", 250, &skipped).status().code(), absl::StatusCode::kNotFound);
   // A damaged newest checkpoint is skipped with a reason; the previous one loads.
-  std::ofstream(store.FilePath("job-000001", 300, "model.pt"), std::ios::app) << "garbage";
+  std::ofstream(FileOf(store, "job-000001", 300, "model.pt"), std::ios::app) << "garbage";
   auto loadable = store.FindLoadable("job-000001", 0, &skipped);
   ASSERT_TRUE(loadable.ok()) << loadable.status();
   EXPECT_EQ(loadable->step(), 200);
   ASSERT_EQ(skipped.size(), 1u);
   EXPECT_THAT(skipped[0], HasSubstr("step 300 is unusable: model.pt does not match"));
-  std::filesystem::remove(store.FilePath("job-000001", 200, "train_state.pt"));
+  std::filesystem::remove(FileOf(store, "job-000001", 200, "train_state.pt"));
   skipped.clear();
   EXPECT_EQ(store.FindLoadable("job-000001", 0, &skipped).status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(skipped.size(), 2u);
@@ -185,6 +197,173 @@ TEST(CheckpointStoreTest, CrashAtEveryStageOfTheCommitLeavesOnlyCompleteCheckpoi
       ++entries;
     }
     EXPECT_EQ(entries, committed ? 2 : 1) << "recovery removed the half-written checkpoint";
+  }
+}
+
+// What a rank does for storage SHARED_DIR: its files in a staging directory
+// under <shared>/<job>/; returns the request's file list.
+std::vector<v1::CheckpointFile> Stage(const std::string& shared, const std::string& job, const std::string& staging,
+                                      const std::vector<std::pair<std::string, std::string>>& files) {
+  const std::string dir = shared + "/" + job + "/" + staging;
+  std::filesystem::create_directories(dir);
+  std::vector<v1::CheckpointFile> out;
+  for (const auto& [name, data] : files) {
+    std::ofstream(dir + "/" + name, std::ios::binary) << data;
+    v1::CheckpointFile& f = out.emplace_back();
+    f.set_name(name);
+    f.set_size(static_cast<int64_t>(data.size()));
+    f.set_crc32c(Crc32c(data));
+  }
+  return out;
+}
+
+absl::StatusOr<v1::CheckpointManifest> PutShared(CheckpointStore& store, const std::string& shared,
+                                                 const std::string& job, int64_t step, int keep_last = 0) {
+  const std::string staging = ".staging-" + std::to_string(step) + "-r0-1-0";
+  auto files = Stage(shared, job, staging,
+                     {{"model.pt", "weights of step " + std::to_string(step)}, {"train_state.pt", "optimizer state"}});
+  auto upload = store.AdoptStaged(shared, job, step, staging, files);
+  if (!upload.ok()) return upload.status();
+  v1::CheckpointManifest info;
+  info.set_world_size(1);
+  info.set_strategy("ddp");
+  return (*upload)->Commit(info, keep_last);
+}
+
+TEST(CheckpointStoreTest, SharedDirCommitChecksFilesAndRecordsTheDirectory) {
+  const std::string dir = TempDir("shared");
+  const std::string shared = dir + "/nfs";
+  auto state = StateStore::Open(dir);
+  CheckpointStore store(dir + "/checkpoints", **state);
+  ASSERT_TRUE(store.Recover().ok());
+  auto m = PutShared(store, shared, "job-000007", 10);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->directory(), shared + "/job-000007/000000000010");
+  ASSERT_EQ(m->files_size(), 2);
+  EXPECT_EQ(m->files(0).crc32c(), Crc32c("weights of step 10"));
+  EXPECT_TRUE(m->files(0).sha256().empty());
+  EXPECT_EQ(store.FilePath(*m, "model.pt"), shared + "/job-000007/000000000010/model.pt");
+  EXPECT_FALSE(std::filesystem::exists(shared + "/job-000007/.staging-10-r0-1-0")) << "renamed into place";
+  EXPECT_FALSE(std::filesystem::exists(dir + "/checkpoints/job-000007")) << "nothing under the coordinator's root";
+  EXPECT_EQ(PutShared(store, shared, "job-000007", 10).status().code(), absl::StatusCode::kAlreadyExists);
+
+  // Retention deletes in the shared directory; a damaged file is found by its CRC-32C.
+  ASSERT_TRUE(PutShared(store, shared, "job-000007", 20, /*keep_last=*/2).ok());
+  ASSERT_TRUE(PutShared(store, shared, "job-000007", 30, /*keep_last=*/2).ok());
+  EXPECT_EQ(Steps(store, "job-000007"), (std::vector<int64_t>{20, 30}));
+  EXPECT_FALSE(std::filesystem::exists(shared + "/job-000007/000000000010"));
+  std::vector<std::string> skipped;
+  EXPECT_EQ(store.FindLoadable("job-000007", 0, &skipped)->step(), 30);
+  {
+    std::fstream f(FileOf(store, "job-000007", 30, "model.pt"), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(3);
+    f.put('X');  // same size, other bytes
+  }
+  auto loadable = store.FindLoadable("job-000007", 0, &skipped);
+  ASSERT_TRUE(loadable.ok()) << loadable.status();
+  EXPECT_EQ(loadable->step(), 20);
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_THAT(skipped[0], HasSubstr("model.pt does not match its recorded size and CRC-32C"));
+}
+
+TEST(CheckpointStoreTest, SharedDirRefusesBadNamesWrongFilesAndDirectoriesItCannotSee) {
+  const std::string dir = TempDir("shared_refuse");
+  const std::string shared = dir + "/nfs";
+  auto state = StateStore::Open(dir);
+  CheckpointStore store(dir + "/checkpoints", **state);
+  ASSERT_TRUE(store.Recover().ok());
+  auto files = Stage(shared, "job-000008", ".staging-5-r0-1-0", {{"model.pt", "0123456789"}});
+  for (const std::string& bad : {"../job-000009", "staging-5", ".staging-5/..", ".staging-", "."}) {
+    SCOPED_TRACE(bad);
+    auto upload = store.AdoptStaged(shared, "job-000008", 5, bad, files);
+    EXPECT_EQ(upload.status().code(), absl::StatusCode::kInvalidArgument);
+  }
+  EXPECT_EQ(store.AdoptStaged("relative/dir", "job-000008", 5, ".staging-5-r0-1-0", files).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store.AdoptStaged(shared, "../x", 5, ".staging-5-r0-1-0", files).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  auto missing = store.AdoptStaged(shared, "job-000008", 5, ".staging-5-r0-9-0", files);
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(missing.status().message(), HasSubstr("the coordinator cannot see"));
+
+  std::vector<v1::CheckpointFile> wrong = files;
+  wrong[0].set_crc32c(Crc32c("0123456788"));
+  auto damaged = store.AdoptStaged(shared, "job-000008", 5, ".staging-5-r0-1-0", wrong);
+  EXPECT_EQ(damaged.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(damaged.status().message(), HasSubstr(".staging-5-r0-1-0/model.pt holds 10 bytes"));
+  EXPECT_TRUE(std::filesystem::exists(shared + "/job-000008/.staging-5-r0-1-0/model.pt"))
+      << "a refused directory is left to the rank that wrote it";
+
+  std::vector<v1::CheckpointFile> unlisted = Stage(shared, "job-000008", ".staging-6-r0-1-0",
+                                                   {{"model.pt", "a"}, {"extra.bin", "b"}});
+  unlisted.pop_back();
+  EXPECT_THAT(store.AdoptStaged(shared, "job-000008", 6, ".staging-6-r0-1-0", unlisted).status().message(),
+              HasSubstr("extra.bin is in the staging directory but not in the request"));
+  std::vector<v1::CheckpointFile> absent = files;
+  absent[0].set_name("other.pt");
+  EXPECT_EQ(store.AdoptStaged(shared, "job-000008", 5, ".staging-5-r0-1-0", absent).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  // Adopted and dropped without a commit: the directory goes.
+  {
+    auto adopted = store.AdoptStaged(shared, "job-000008", 5, ".staging-5-r0-1-0", files);
+    ASSERT_TRUE(adopted.ok()) << adopted.status();
+  }
+  EXPECT_FALSE(std::filesystem::exists(shared + "/job-000008/.staging-5-r0-1-0"));
+  EXPECT_TRUE(Steps(store, "job-000008").empty());
+}
+
+TEST(CheckpointStoreTest, SharedDirCrashAtEveryStageLeavesOnlyCompleteCheckpoints) {
+  for (CheckpointStore::Stage stage : {CheckpointStore::Stage::kBeforeFsync, CheckpointStore::Stage::kBeforeRename,
+                                       CheckpointStore::Stage::kBeforeManifest,
+                                       CheckpointStore::Stage::kAfterManifest}) {
+    SCOPED_TRACE(CheckpointStore::StageName(stage));
+    const std::string dir = TempDir(std::string("shared_crash_") + CheckpointStore::StageName(stage));
+    const std::string shared = dir + "/nfs";
+    {
+      auto state = StateStore::Open(dir);
+      CheckpointStore store(dir + "/checkpoints", **state);
+      ASSERT_TRUE(store.Recover().ok());
+      ASSERT_TRUE(PutShared(store, shared, "job-000004", 10).ok());
+    }
+    pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      auto state = StateStore::Open(dir);
+      CheckpointStore store(dir + "/checkpoints", **state, [stage](CheckpointStore::Stage at) {
+        if (at == stage) _exit(42);
+      });
+      (void)PutShared(store, shared, "job-000004", 20);
+      _exit(0);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status));
+    // The files of a shared-directory upload were checked and fsynced by
+    // the rank: there is no per-file fsync stage on the coordinator.
+    const bool reached = stage != CheckpointStore::Stage::kBeforeFsync;
+    ASSERT_EQ(WEXITSTATUS(status), reached ? 42 : 0);
+    if (!reached) continue;
+
+    // A staging directory some rank is still writing stays; a stale one goes.
+    Stage(shared, "job-000004", ".staging-30-r1-7-0", {{"model.pt", "being written"}});
+    auto state = StateStore::Open(dir);
+    CheckpointStore store(dir + "/checkpoints", **state);
+    ASSERT_TRUE(store.Recover({{shared, "job-000004"}}).ok());
+    const bool committed = stage == CheckpointStore::Stage::kAfterManifest;
+    EXPECT_EQ(Steps(store, "job-000004"), committed ? std::vector<int64_t>({10, 20}) : std::vector<int64_t>({10}));
+    std::vector<std::string> skipped;
+    auto newest = store.FindLoadable("job-000004", 0, &skipped);
+    ASSERT_TRUE(newest.ok()) << newest.status();
+    EXPECT_EQ(newest->step(), committed ? 20 : 10);
+    EXPECT_EQ(std::filesystem::exists(shared + "/job-000004/000000000020"), committed)
+        << "a renamed but uncommitted step directory is removed";
+    EXPECT_TRUE(std::filesystem::exists(shared + "/job-000004/.staging-30-r1-7-0"));
+    ASSERT_TRUE(store.Recover({{shared, "job-000004"}}, absl::ZeroDuration()).ok());
+    EXPECT_FALSE(std::filesystem::exists(shared + "/job-000004/.staging-30-r1-7-0"));
+    EXPECT_FALSE(std::filesystem::exists(shared + "/job-000004/.staging-20-r0-1-0"));
+    EXPECT_EQ(Steps(store, "job-000004").size(), committed ? 2u : 1u) << "recovery keeps committed checkpoints";
   }
 }
 

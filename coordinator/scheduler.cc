@@ -133,6 +133,9 @@ Scheduler::Running Scheduler::NewRunning(const v1::Job& job, int world, int64_t 
   run.upload_template.set_generation(generation);
   run.upload_template.set_per_rank(job.spec().checkpoint().per_rank() && job.spec().strategy().has_decentralized());
   run.keep_last = job.spec().checkpoint().has_keep_last() ? job.spec().checkpoint().keep_last() : 3;
+  if (job.spec().checkpoint().storage() == v1::CheckpointSpec::SHARED_DIR) {
+    run.shared_dir = job.spec().checkpoint().shared_dir();
+  }
   return run;
 }
 
@@ -650,7 +653,7 @@ absl::StatusOr<Scheduler::UploadGrant> Scheduler::GrantUpload(const std::string&
                            manifest.world_size() - 1)
             : absl::StrCat("checkpoint upload from rank ", rank, "; only rank 0 uploads (replicas are identical)"));
   }
-  return UploadGrant{it->second.upload_template, it->second.keep_last};
+  return UploadGrant{it->second.upload_template, it->second.keep_last, it->second.shared_dir};
 }
 
 void Scheduler::Logs(const std::string& agent_id, const v1::RankLogs& logs) {

@@ -95,6 +95,8 @@ class Scheduler {
   struct UploadGrant {
     v1::CheckpointManifest manifest;
     int keep_last = 0;
+    // checkpoint.storage SHARED_DIR: the job's shared directory; else empty.
+    std::string shared_dir;
   };
   absl::StatusOr<UploadGrant> GrantUpload(const std::string& job_id, int64_t generation, int rank) const;
 
@@ -149,6 +151,7 @@ class Scheduler {
     v1::CheckpointManifest resume;
     v1::CheckpointManifest upload_template;
     int keep_last = 0;
+    std::string shared_dir;  // checkpoint.storage SHARED_DIR
     // Set while a job taken back after a restart waits for its ranks.
     absl::Time recovering_until = absl::InfinitePast();
   };

@@ -186,7 +186,13 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   }
   auto checkpoints =
       std::make_unique<CheckpointStore>(options.state_dir + "/checkpoints", **state, std::move(failpoint));
-  if (absl::Status s = checkpoints->Recover(); !s.ok()) {
+  std::vector<CheckpointStore::SharedJob> shared_jobs;
+  for (const v1::Job& job : (*jobs)->List({}, 0)) {
+    if (job.spec().checkpoint().storage() == v1::CheckpointSpec::SHARED_DIR) {
+      shared_jobs.push_back({job.spec().checkpoint().shared_dir(), job.job_id()});
+    }
+  }
+  if (absl::Status s = checkpoints->Recover(shared_jobs); !s.ok()) {
     ::close(lock_fd);
     return s;
   }

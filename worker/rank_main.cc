@@ -29,6 +29,7 @@
 #include "common/logging.h"
 #include "glog/logging.h"
 #include "worker/checkpoint/grpc_checkpoint_sink.h"
+#include "worker/checkpoint/shared_dir_checkpoint_sink.h"
 #include "worker/comm/gloo_communicator.h"
 #include "worker/comm/grpc_store.h"
 #include "worker/train/trainer.h"
@@ -222,9 +223,20 @@ int Run() {
   };
   TrainingProgress progress;
   g_progress.store(&progress);
-  GrpcCheckpointSink checkpoints(channel, job_id, joined.generation(), joined.rank());
+  GrpcCheckpointSink to_coordinator(channel, job_id, joined.generation(), joined.rank());
+  std::unique_ptr<SharedDirCheckpointSink> to_shared_dir;
+  if (joined.spec().checkpoint().storage() == v1::CheckpointSpec::SHARED_DIR) {
+    absl::StatusOr<std::unique_ptr<SharedDirCheckpointSink>> sink = SharedDirCheckpointSink::Create(
+        channel, joined.spec().checkpoint().shared_dir(), job_id, joined.generation(), joined.rank());
+    if (!sink.ok()) {
+      (*comm)->Abort(sink.status().message());
+      return Fail(std::string(sink.status().message()));
+    }
+    to_shared_dir = *std::move(sink);
+  }
   TrainOptions train_options;
-  train_options.checkpoints = &checkpoints;
+  train_options.checkpoints = to_shared_dir != nullptr ? static_cast<CheckpointSink*>(to_shared_dir.get())
+                                                       : &to_coordinator;
   train_options.resume = joined.resume();
   if (!joined.resume().job_id().empty() && joined.rank() == 0) {
     LOG(INFO) << job_id << ": resuming from checkpoint " << joined.resume().job_id() << " step "

@@ -20,6 +20,7 @@ absl::StatusOr<std::string> DownloadCheckpointFile(v1::CheckpointService::Stub& 
   auto reader = stub.Download(&context, request);
   std::string bytes;
   Sha256 whole;
+  uint32_t crc = 0;
   v1::CheckpointChunk chunk;
   bool complete = false;
   while (reader->Read(&chunk)) {
@@ -29,14 +30,19 @@ absl::StatusOr<std::string> DownloadCheckpointFile(v1::CheckpointService::Stub& 
       return absl::DataLossError(absl::StrCat("checkpoint ", job_id, " ", file, ": a chunk arrived damaged"));
     }
     whole.Update(chunk.data());
+    crc = Crc32cExtend(crc, chunk.data());
     bytes += chunk.data();
     if (chunk.last()) {
-      complete = chunk.file_size() == static_cast<int64_t>(bytes.size()) && chunk.file_sha256() == whole.HexDigest();
+      // Files in a shared directory are recorded with CRC-32C only (the
+      // coordinator checked the stored file against it while sending).
+      const bool by_sha = !chunk.file_sha256().empty();
+      complete = chunk.file_size() == static_cast<int64_t>(bytes.size()) &&
+                 (by_sha ? chunk.file_sha256() == whole.HexDigest() : chunk.file_crc32c() == crc);
       if (!complete) {
         context.TryCancel();
         (void)reader->Finish();
-        return absl::DataLossError(absl::StrCat("checkpoint ", job_id, " ", file,
-                                                " does not match its recorded size and SHA-256"));
+        return absl::DataLossError(absl::StrCat("checkpoint ", job_id, " ", file, " does not match its recorded size and ",
+                                                by_sha ? "SHA-256" : "CRC-32C"));
       }
     }
   }

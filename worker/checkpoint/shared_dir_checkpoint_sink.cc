@@ -1,0 +1,183 @@
+#include "worker/checkpoint/shared_dir_checkpoint_sink.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/crc32c.h"
+#include "common/grpc_util.h"
+#include "common/sha256.h"
+#include "common/status_macros.h"
+#include "grpcpp/client_context.h"
+
+namespace chorus {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Writes are issued in pieces of this size; each piece is handed to the
+// disk at once (sync_file_range), so the fsync at the end has little left.
+constexpr size_t kWriteBytes = 8 << 20;
+
+absl::Status Errno(const std::string& what, const std::string& path) {
+  return absl::InternalError(absl::StrCat("checkpoint: ", what, " ", path, ": ", std::strerror(errno)));
+}
+
+// Writes `bytes` to a new file `path`, fsyncs it; its CRC-32C in `crc`.
+absl::Status WriteFile(const std::string& path, const std::string& bytes, uint32_t* crc) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return Errno("cannot create", path);
+  *crc = 0;
+  size_t offset = 0;
+  absl::Status status;
+  while (offset < bytes.size() && status.ok()) {
+    const size_t n = std::min(kWriteBytes, bytes.size() - offset);
+    *crc = Crc32cExtend(*crc, absl::string_view(bytes.data() + offset, n));
+    size_t done = 0;
+    while (done < n) {
+      const ssize_t w = ::write(fd, bytes.data() + offset + done, n - done);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        status = Errno("writing", path);
+        break;
+      }
+      done += static_cast<size_t>(w);
+    }
+    (void)::sync_file_range(fd, static_cast<off_t>(offset), static_cast<off_t>(n), SYNC_FILE_RANGE_WRITE);
+    offset += n;
+  }
+  if (status.ok() && ::fsync(fd) != 0) status = Errno("fsync", path);
+  ::close(fd);
+  return status;
+}
+
+absl::Status FsyncDir(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Errno("cannot open", path);
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) return Errno("fsync", path);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SharedDirCheckpointSink>> SharedDirCheckpointSink::Create(
+    std::shared_ptr<grpc::Channel> channel, const std::string& shared_dir, std::string job_id, int64_t generation,
+    int rank, absl::Duration timeout) {
+  std::error_code ec;
+  if (!fs::is_directory(shared_dir, ec)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint.shared_dir ", shared_dir, " is not a directory on this host (", ec ? ec.message() : "missing",
+        "); it must be mounted at the same path on every node and on the coordinator's host"));
+  }
+  const std::string job_dir = absl::StrCat(shared_dir, "/", job_id);
+  fs::create_directories(job_dir, ec);
+  if (ec || ::access(job_dir.c_str(), W_OK) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint.shared_dir: cannot create or write ", job_dir, ": ",
+                     ec ? ec.message() : std::strerror(errno),
+                     "; the directory must be writable by the user the ranks run as"));
+  }
+  return std::unique_ptr<SharedDirCheckpointSink>(
+      new SharedDirCheckpointSink(std::move(channel), job_dir, std::move(job_id), generation, rank, timeout));
+}
+
+SharedDirCheckpointSink::SharedDirCheckpointSink(std::shared_ptr<grpc::Channel> channel, std::string job_dir,
+                                                 std::string job_id, int64_t generation, int rank,
+                                                 absl::Duration timeout)
+    : stub_(v1::CheckpointService::NewStub(channel)),
+      download_(channel, job_id, generation, rank, timeout),
+      job_dir_(std::move(job_dir)),
+      job_id_(std::move(job_id)),
+      generation_(generation),
+      rank_(rank),
+      timeout_(timeout) {}
+
+absl::Status SharedDirCheckpointSink::Store(int64_t step, const std::vector<CheckpointFileData>& files) {
+  const std::string staging_name =
+      absl::StrCat(".staging-", step, "-r", rank_, "-", ::getpid(), "-", next_staging_.fetch_add(1));
+  const std::string staging = absl::StrCat(job_dir_, "/", staging_name);
+  std::error_code ec;
+  if (!fs::create_directory(staging, ec)) {
+    return absl::InternalError(absl::StrCat("checkpoint: cannot create ", staging, ": ",
+                                            ec ? ec.message() : "it already exists"));
+  }
+  v1::CommitCheckpointRequest request;
+  request.set_job_id(job_id_);
+  request.set_step(step);
+  request.set_generation(generation_);
+  request.set_rank(rank_);
+  request.set_staging_dir(staging_name);
+  absl::Status status;
+  for (const CheckpointFileData& file : files) {
+    uint32_t crc = 0;
+    status = WriteFile(absl::StrCat(staging, "/", file.name), file.bytes, &crc);
+    if (!status.ok()) break;
+    v1::CheckpointFile* f = request.add_files();
+    f->set_name(file.name);
+    f->set_size(static_cast<int64_t>(file.bytes.size()));
+    f->set_crc32c(crc);
+  }
+  if (status.ok()) status = FsyncDir(staging);
+  if (status.ok()) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
+    v1::UploadCheckpointResponse response;
+    status = FromGrpcStatus(stub_->Commit(&context, request, &response));
+  }
+  if (!status.ok()) {
+    // Committed or not, the staging name is gone or garbage now.
+    fs::remove_all(staging, ec);
+    return absl::Status(status.code(), absl::StrCat("storing checkpoint step ", step, " in ", job_dir_, ": ",
+                                                    status.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<CheckpointFileData>> SharedDirCheckpointSink::Load(
+    const v1::CheckpointManifest& manifest) {
+  std::error_code ec;
+  if (manifest.directory().empty() || !fs::is_directory(manifest.directory(), ec)) return download_.Load(manifest);
+  std::vector<CheckpointFileData> files;
+  for (const v1::CheckpointFile& f : manifest.files()) {
+    const std::string path = absl::StrCat(manifest.directory(), "/", f.name());
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      return absl::DataLossError(absl::StrCat("checkpoint ", manifest.job_id(), " step ", manifest.step(), ": ",
+                                              path, ": ", std::strerror(errno)));
+    }
+    CheckpointFileData& data = files.emplace_back();
+    data.name = f.name();
+    data.bytes.resize(static_cast<size_t>(std::max<int64_t>(f.size(), 0)));
+    size_t done = 0;
+    while (done < data.bytes.size()) {
+      const ssize_t r = ::read(fd, data.bytes.data() + done, data.bytes.size() - done);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) break;
+      done += static_cast<size_t>(r);
+    }
+    char extra;
+    const bool longer = ::read(fd, &extra, 1) > 0;
+    ::close(fd);
+    bool intact = done == data.bytes.size() && !longer;
+    if (intact) {
+      intact = f.sha256().empty() ? Crc32c(data.bytes) == f.crc32c() : Sha256Hex(data.bytes) == f.sha256();
+    }
+    if (!intact) {
+      return absl::DataLossError(absl::StrCat("checkpoint ", manifest.job_id(), " step ", manifest.step(), ": ",
+                                              path, " does not match its recorded size and checksum"));
+    }
+  }
+  return files;
+}
+
+}  // namespace chorus
