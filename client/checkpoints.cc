@@ -85,6 +85,8 @@ void AddCheckpointsCommand(CLI::App& app, const GlobalOptions& global, int& exit
           bytes += f.size();
           files += (files.empty() ? "" : ",") + f.name();
         }
+        // storage SHARED_DIR: where the files are.
+        if (!m.directory().empty()) files += "  in " + m.directory();
         std::cout << absl::StrFormat("%-10d %-20s %-6d %-12s %s\n", m.step(), FormatTime(m.commit_time_us()),
                                      m.world_size(), absl::StrFormat("%.1f MB", bytes / 1048576.0), files);
       }

@@ -186,6 +186,48 @@ PY
   && pass "decentralized per-rank resume after SIGKILL: both ranks' models bit-identical to the uninterrupted run (${cmp})" \
   || fail "per-rank comparison: ${cmp}"
 
+# --- storage SHARED_DIR: ranks write the files into the shared directory,
+# the coordinator checks and commits them; SIGKILL and resume as above
+SHARED="${TMP}/shared"
+mkdir -p "${SHARED}"
+shared_spec() { sed "s|checkpoint { every_steps: 30 keep_last: 0 }|checkpoint { every_steps: 30 keep_last: 0 storage: SHARED_DIR shared_dir: '$1' }|" "$2"; }
+shared_spec "${SHARED}" "${TMP}/killed.textproto" > "${TMP}/shared_killed.textproto"
+shared_spec "${SHARED}" "${TMP}/two.textproto" > "${TMP}/shared_two.textproto"
+last=$(up --local 2 "${TMP}/shared_killed.textproto"); s_killed=$(job_of "${last}")
+[[ "${last}" == *"killed by signal 9"* && -s "${SHARED}/${s_killed}/000000000030/model.pt" \
+   && ! -e "${STATE}/state/checkpoints/${s_killed}" ]] \
+  && pass "SHARED_DIR: ${s_killed}'s step-30 checkpoint is in the shared directory, not the coordinator's" \
+  || fail "SHARED_DIR run: '${last}' $(ls -R "${SHARED}" 2>&1 | head -20) $(tail -3 "${TMP}/up.err")"
+last=$(up --local 2 --resume_from "${s_killed}" "${TMP}/shared_two.textproto"); s_resumed=$(job_of "${last}")
+[[ "${last}" == *'"state": "SUCCEEDED"'* && "${last}" == *'"steps": 90,'* ]] && pass "SHARED_DIR: resumed as ${s_resumed}" \
+  || fail "SHARED_DIR resume: '${last}' $(tail -3 "${TMP}/up.err")"
+coordinator
+listing=$("${CHORUS}" --coordinator "${addr}" checkpoints "${s_resumed}" --json 2>&1)
+"${CHORUS}" --coordinator "${addr}" export "${s_resumed}" -o "${TMP}/shared_end.pt" 2>"${TMP}/export.err"; rc=$?
+kill -TERM "${coordinator_pid}"; wait "${coordinator_pid}" 2>/dev/null
+[[ "${listing}" == *"\"directory\": \"${SHARED}/${s_resumed}/000000000090\""* && "${listing}" != *'"sha256"'* \
+   && "${listing}" == *'"crc32c"'* ]] \
+  && pass "SHARED_DIR: the manifest names the directory and records CRC-32C" || fail "SHARED_DIR listing: ${listing}"
+cmp=$("${PYTHON}" - "${TMP}/full.pt" "${TMP}/shared_end.pt" <<'PY' 2>&1
+import sys, torch
+a, b = torch.load(sys.argv[1]), torch.load(sys.argv[2])
+print("differing", sorted(a) != sorted(b) or [k for k in a if not torch.equal(a[k], b[k])])
+PY
+)
+[[ ${rc} -eq 0 && "${cmp}" == *"differing []"* ]] \
+  && pass "SHARED_DIR: exported; bit-identical to the uninterrupted run after SIGKILL and resume" \
+  || fail "SHARED_DIR export rc=${rc}: ${cmp} $(cat "${TMP}/export.err")"
+# A damaged file in the shared directory is caught by its CRC-32C.
+printf 'X' | dd of="${SHARED}/${s_killed}/000000000030/model.pt" bs=1 seek=100 conv=notrunc status=none
+last=$(up --local 2 --resume_from "${s_killed}" "${TMP}/shared_two.textproto")
+[[ "${last}" == *'"state": "FAILED"'* && "${last}" == *"has no usable checkpoint"* ]] \
+  && pass "SHARED_DIR: a damaged file is not loaded" || fail "SHARED_DIR damaged: '${last}'"
+# A shared directory that is not there fails the job at start, naming it.
+shared_spec "${TMP}/not-mounted" "${TMP}/two.textproto" > "${TMP}/shared_missing.textproto"
+last=$(up --local 2 "${TMP}/shared_missing.textproto")
+[[ "${last}" == *'"state": "FAILED"'* && "${last}" == *"checkpoint.shared_dir ${TMP}/not-mounted is not a directory"* ]] \
+  && pass "SHARED_DIR: a missing shared directory fails the job naming it" || fail "SHARED_DIR missing: '${last}'"
+
 # --- CHECKPOINT_NOW: `chorus checkpoint JOB --wait` on a running job with no
 # periodic checkpoints (DDP: rank 0 at the end of its step; decentralized:
 # the ranks agree at a multiple of 10 steps)
