@@ -209,6 +209,13 @@ checkpoint { every_steps: ${EVERY} keep_last: 2 }
 eval { disabled: true }
 resources { min_ranks: 1 max_ranks: 1 threads_per_rank: 2 }
 SPEC
+# The same job with storage SHARED_DIR: the rank writes the files into a
+# directory (here on the same filesystem as dd's file) and the coordinator
+# checks and commits them.
+mkdir -p "${TMP}/shared"
+sed "s|checkpoint { every_steps: ${EVERY} keep_last: 2 }|checkpoint { every_steps: ${EVERY} keep_last: 2 storage: SHARED_DIR shared_dir: '${TMP}/shared' }|" \
+  "${TMP}/spec.textproto" >"${TMP}/spec_shared.textproto"
+grep -q SHARED_DIR "${TMP}/spec_shared.textproto" || { echo "checkpoint_bench: could not write the SHARED_DIR spec" >&2; exit 1; }
 
 # --- services: one coordinator and one worker (1 slot) for the whole invocation
 "${COORD}" --listen 127.0.0.1:0 --state_dir "${TMP}/state" --port_file "${TMP}/port" \
@@ -295,14 +302,18 @@ PY
 }
 
 declare -a C_OVERLAP=() C_STALL=() C_STORE=() C_MBPS=() C_BYTES=() T_SAVE=() T_FSYNC=() T_BYTES=() D_MBPS=()
+declare -a S_OVERLAP=() S_STALL=() S_STORE=() S_MBPS=() S_BYTES=()
 skipped_total=0
 
-run_chorus() {  # $1 = run index
-  local i=$1 dir="${TMP}/chorus.$1" sub_pid rc=0 job k v
+run_chorus() {  # $1 = run index, $2 = spec, $3 = C (checkpoints uploaded to the coordinator) or S (SHARED_DIR)
+  local i=$1 spec=$2 dir="${TMP}/chorus.$3.$1" sub_pid rc=0 job k v
+  local -n a_overlap="$3_OVERLAP" a_stall="$3_STALL" a_store="$3_STORE" a_mbps="$3_MBPS" a_bytes="$3_BYTES"
+  local what="chorus  "
+  [[ "$3" == S ]] && what="shared  "
   mkdir -p "${dir}"
   timeout "${CMD_TIMEOUT_S}" sync || true
   timeout --kill-after=10 "${CMD_TIMEOUT_S}" "${CHORUS}" --coordinator "${ADDR}" submit --wait \
-    "${TMP}/spec.textproto" >"${dir}/submit.out" 2>"${dir}/submit.err" &
+    "${spec}" >"${dir}/submit.out" 2>"${dir}/submit.err" &
   sub_pid=$!
   for _ in $(seq 1 $((CMD_TIMEOUT_S * 5 + 100))); do
     kill -0 "${sub_pid}" 2>/dev/null || break
@@ -312,14 +323,14 @@ run_chorus() {  # $1 = run index
   wait "${sub_pid}" || rc=$?
   job=$(grep -m 1 -E '^job-[0-9]+$' "${dir}/submit.out" || true)
   if [[ -z "${job}" ]]; then
-    echo "run ${i}/${runs} chorus: submit printed no job id (exit ${rc}): $(tail -n 3 "${dir}/submit.err" | tr '\n' ' ')" >&2
+    echo "run ${i}/${runs} ${what}: submit printed no job id (exit ${rc}): $(tail -n 3 "${dir}/submit.err" | tr '\n' ' ')" >&2
     failed=1
     return
   fi
   timeout 60 "${CHORUS}" --coordinator "${ADDR}" status "${job}" --json >"${dir}/status.json" 2>"${dir}/status.err" || true
   timeout 60 "${CHORUS}" --coordinator "${ADDR}" watch "${job}" --json >"${dir}/watch.json" 2>/dev/null || true
   timeout 60 "${CHORUS}" --coordinator "${ADDR}" checkpoints "${job}" >"${dir}/checkpoints.txt" 2>&1 || true
-  if (( i == 1 )); then
+  if (( i == 1 )) && [[ "$3" == C ]]; then
     echo "run 1 status --json latest_metrics (as printed by chorus):"
     "${PY}" -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))["job"].get("latest_metrics"), sort_keys=True))' \
       "${dir}/status.json" 2>/dev/null | sed 's/^/    /' || true
@@ -331,12 +342,12 @@ run_chorus() {  # $1 = run index
   steps=$(awk 'NR > 1 && $1 ~ /^[0-9]+$/ { printf "%s%s", sep, $1; sep = "," }' "${dir}/checkpoints.txt")
   local mb
   mb=$(mbps "${m[checkpoint_bytes]:-0}" "${m[checkpoint_store_seconds]:-0}")
-  echo "run ${i}/${runs} chorus   ${job} ${m[state]:-?} (submit exit ${rc}): last (final) checkpoint: stall ${m[checkpoint_stall_seconds]:-null} s, serialize ${m[checkpoint_serialize_seconds]:-null} s, store ${m[checkpoint_store_seconds]:-null} s, ${m[checkpoint_bytes]:-null} bytes, ${mb} MB/s upload+commit"
+  echo "run ${i}/${runs} ${what} ${job} ${m[state]:-?} (submit exit ${rc}): last (final) checkpoint: stall ${m[checkpoint_stall_seconds]:-null} s, serialize ${m[checkpoint_serialize_seconds]:-null} s, store ${m[checkpoint_store_seconds]:-null} s, ${m[checkpoint_bytes]:-null} bytes, ${mb} MB/s $([[ "$3" == S ]] && echo "write+commit in the shared directory" || echo "upload+commit")"
   echo "    checkpoints stored ${m[checkpoints_stored]:-null}, skipped_busy ${m[checkpoints_skipped_busy]:-null}; committed now (keep_last 2): ${committed} at step(s) ${steps:-none}; job wall ${m[wall_seconds]:-null} s"
   echo "    stall of every checkpoint (step:s, from the metrics events): ${m[periodic_stalls]:-none}"
   echo "    step time per ${LOG_EVERY}-step interval (step:s, background upload overlaps training): ${m[step_times]:-none}"
   echo "    training time lost to the background serialize+upload (not in the stall metric): ~${m[overlap_cost]:-null} s per periodic checkpoint (steps $((EVERY + 1))-${STEPS} vs the ${m[base_step]:-null} s/step of steps $((EVERY - LOG_EVERY + 1))-${EVERY})"
-  C_OVERLAP+=("${m[overlap_cost]:-}")
+  a_overlap+=("${m[overlap_cost]:-}")
   if [[ "${m[state]:-}" != SUCCEEDED ]]; then
     echo "checkpoint_bench: run ${i} job state ${m[state]:-?}" >&2
     failed=1
@@ -356,10 +367,10 @@ run_chorus() {  # $1 = run index
     echo "checkpoint_bench: run ${i}: only ${committed} committed checkpoint(s) listed (expected 2 with keep_last 2)" >&2
     failed=1
   fi
-  C_STALL+=("${m[checkpoint_stall_seconds]}")
-  C_STORE+=("${m[checkpoint_store_seconds]}")
-  C_BYTES+=("${m[checkpoint_bytes]%.*}")
-  C_MBPS+=("${mb}")
+  a_stall+=("${m[checkpoint_stall_seconds]}")
+  a_store+=("${m[checkpoint_store_seconds]}")
+  a_bytes+=("${m[checkpoint_bytes]%.*}")
+  a_mbps+=("${mb}")
 }
 
 run_peer() {  # $1 = run index
@@ -412,7 +423,8 @@ run_dd() {  # $1 = run index, $2 = bytes of the checkpoint
 }
 
 for ((i = 1; i <= runs; i++)); do
-  run_chorus "${i}"
+  run_chorus "${i}" "${TMP}/spec.textproto" C
+  run_chorus "${i}" "${TMP}/spec_shared.textproto" S
   run_peer "${i}"
   last_bytes=""
   (( ${#C_BYTES[@]} > 0 )) && last_bytes=${C_BYTES[${#C_BYTES[@]} - 1]}
@@ -434,9 +446,13 @@ med_t_save=$(median "${T_SAVE[@]}")
 med_t_fsync=$(median "${T_FSYNC[@]}")
 med_t_bytes=$(median -i "${T_BYTES[@]}")
 med_d_mbps=$(median "${D_MBPS[@]}")
-(( ${#C_STALL[@]} == runs && ${#T_SAVE[@]} == runs && ${#D_MBPS[@]} == runs )) || failed=1
+med_s_stall=$(median "${S_STALL[@]}")
+med_s_store=$(median "${S_STORE[@]}")
+med_s_mbps=$(median "${S_MBPS[@]}")
+(( ${#C_STALL[@]} == runs && ${#S_STALL[@]} == runs && ${#T_SAVE[@]} == runs && ${#D_MBPS[@]} == runs )) || failed=1
 stall_ratio=$(div "${med_c_stall}" "${med_t_save}")
 tput_ratio=$(div "${med_c_mbps}" "${med_d_mbps}")
+shared_ratio=$(div "${med_s_mbps}" "${med_d_mbps}")
 
 echo
 echo "medians over ${runs} run(s):"
@@ -444,16 +460,21 @@ echo "  chorus stall (last checkpoint)   ${med_c_stall} s    over: ${C_STALL[*]:
 echo "  torch.save                       ${med_t_save} s    over: ${T_SAVE[*]:-none} (fsync after it, not counted: ${med_t_fsync} s)"
 echo "  chorus store (last checkpoint)   ${med_c_store} s    over: ${C_STORE[*]:-none}"
 echo "  chorus upload+commit             ${med_c_mbps} MB/s over: ${C_MBPS[*]:-none} (checkpoint ${med_c_bytes} bytes)"
+echo "  SHARED_DIR stall (last)          ${med_s_stall} s    over: ${S_STALL[*]:-none}"
+echo "  SHARED_DIR store (last)          ${med_s_store} s    over: ${S_STORE[*]:-none}"
+echo "  SHARED_DIR write+commit          ${med_s_mbps} MB/s over: ${S_MBPS[*]:-none}"
 echo "  dd conv=fsync                    ${med_d_mbps} MB/s over: ${D_MBPS[*]:-none}"
 echo "  torch.save file                  ${med_t_bytes} bytes"
 echo "  chorus background cost (info)   ~$(median "${C_OVERLAP[@]}") s of training time per periodic checkpoint, over: ${C_OVERLAP[*]:-none} (serialize+upload share the rank's CPUs; not part of the stall metric)"
 echo "  checkpoints skipped (upload still running), all runs: ${skipped_total}"
 verdict() { awk -v r="$1" -v t="$2" -v op="$3" 'BEGIN { if (r == "null") print "n/a"; else if ((op == "le" && r + 0 <= t) || (op == "ge" && r + 0 >= t)) print "MET"; else print "NOT MET" }'; }
 echo "target stall ratio <= 0.2: ratio ${stall_ratio} -> $(verdict "${stall_ratio}" 0.2 le)"
-echo "target throughput ratio >= 0.8 of dd: ratio ${tput_ratio} -> $(verdict "${tput_ratio}" 0.8 ge)"
+echo "target throughput ratio >= 0.8 of dd: upload to the coordinator ${tput_ratio} -> $(verdict "${tput_ratio}" 0.8 ge); storage SHARED_DIR ${shared_ratio} -> $(verdict "${shared_ratio}" 0.8 ge)"
 
 printf '{"bench": "checkpoint_bench", "metric": "upload_commit_MBps_vs_dd", "unit": "MB/s", "ours": %s, "peer": %s, "peer_name": "dd conv=fsync", "ratio": %s}\n' \
   "${med_c_mbps}" "${med_d_mbps}" "${tput_ratio}"
+printf '{"bench": "checkpoint_bench", "metric": "shared_dir_write_commit_MBps_vs_dd", "unit": "MB/s", "ours": %s, "peer": %s, "peer_name": "dd conv=fsync", "ratio": %s}\n' \
+  "${med_s_mbps}" "${med_d_mbps}" "${shared_ratio}"
 printf '{"bench": "checkpoint_bench", "metric": "training_stall_seconds_per_checkpoint", "unit": "s", "ours": %s, "peer": %s, "peer_name": "torch.save (python3-torch)", "ratio": %s}\n' \
   "${med_c_stall}" "${med_t_save}" "${stall_ratio}"
 exit "${failed}"

@@ -16,6 +16,7 @@
 #include "common/grpc_util.h"
 #include "common/sha256.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 #include "grpcpp/client_context.h"
 
 namespace chorus {
@@ -118,7 +119,10 @@ absl::Status SharedDirCheckpointSink::Store(int64_t step, const std::vector<Chec
   request.set_rank(rank_);
   request.set_staging_dir(staging_name);
   absl::Status status;
+  const absl::Time start = absl::Now();
+  int64_t bytes = 0;
   for (const CheckpointFileData& file : files) {
+    bytes += static_cast<int64_t>(file.bytes.size());
     uint32_t crc = 0;
     status = WriteFile(absl::StrCat(staging, "/", file.name), file.bytes, &crc);
     if (!status.ok()) break;
@@ -128,12 +132,16 @@ absl::Status SharedDirCheckpointSink::Store(int64_t step, const std::vector<Chec
     f->set_crc32c(crc);
   }
   if (status.ok()) status = FsyncDir(staging);
+  const absl::Time written = absl::Now();
   if (status.ok()) {
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
     v1::UploadCheckpointResponse response;
     status = FromGrpcStatus(stub_->Commit(&context, request, &response));
   }
+  LOG(INFO) << "checkpoint step " << step << ": wrote " << bytes << " bytes into " << staging_name << " in "
+            << absl::ToDoubleSeconds(written - start) << " s (fsynced), commit took "
+            << absl::ToDoubleSeconds(absl::Now() - written) << " s";
   if (!status.ok()) {
     // Committed or not, the staging name is gone or garbage now.
     fs::remove_all(staging, ec);
