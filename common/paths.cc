@@ -1,6 +1,12 @@
 #include "common/paths.h"
 
+#include <fcntl.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
 
 namespace chorus {
 
@@ -11,6 +17,16 @@ std::string ExecutableDir() {
   path[n] = '\0';
   std::string s(path);
   return s.substr(0, s.rfind('/'));
+}
+
+absl::Status FsyncDirectory(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return absl::InternalError(absl::StrCat("open ", path, ": ", std::strerror(errno)));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) return absl::InternalError(absl::StrCat("fsync ", path, ": ", std::strerror(err)));
+  return absl::OkStatus();
 }
 
 }  // namespace chorus

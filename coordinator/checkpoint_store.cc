@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/crc32c.h"
+#include "common/paths.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 
@@ -27,16 +28,6 @@ namespace fs = std::filesystem;
 
 constexpr char kManifestFile[] = "MANIFEST";
 constexpr char kStagingPrefix[] = ".staging-";
-
-absl::Status FsyncPath(const std::string& path, bool directory) {
-  int fd = ::open(path.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
-  if (fd < 0) return absl::InternalError(absl::StrCat("open ", path, ": ", std::strerror(errno)));
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0) return absl::InternalError(absl::StrCat("fsync ", path, ": ", std::strerror(err)));
-  return absl::OkStatus();
-}
 
 // Job ids and file names become path components: no separators, no dots
 // that could climb out.
@@ -381,7 +372,7 @@ absl::StatusOr<v1::CheckpointManifest> CheckpointStore::Upload::Commit(v1::Check
   if (shared_) manifest.set_directory(final_dir);
 
   absl::MutexLock lock(&store_.mu_);
-  RETURN_IF_ERROR(FsyncPath(staging_, /*directory=*/true));
+  RETURN_IF_ERROR(FsyncDirectory(staging_));
   store_.Hit(Stage::kBeforeRename);
   std::error_code ec;
   if (fs::exists(final_dir, ec)) {
@@ -390,7 +381,7 @@ absl::StatusOr<v1::CheckpointManifest> CheckpointStore::Upload::Commit(v1::Check
   fs::rename(staging_, final_dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("checkpoint: rename to ", final_dir, ": ", ec.message()));
   committed_ = true;  // the staging directory is gone either way
-  RETURN_IF_ERROR(FsyncPath(job_dir, /*directory=*/true));
+  RETURN_IF_ERROR(FsyncDirectory(job_dir));
   store_.Hit(Stage::kBeforeManifest);
   // The manifest row is the commit point: before it, Recover() deletes the
   // directory; after it, the checkpoint exists.

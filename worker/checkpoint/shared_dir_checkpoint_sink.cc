@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "common/crc32c.h"
 #include "common/grpc_util.h"
+#include "common/paths.h"
 #include "common/sha256.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
@@ -58,15 +59,6 @@ absl::Status WriteFile(const std::string& path, const std::string& bytes, uint32
   if (status.ok() && ::fsync(fd) != 0) status = Errno("fsync", path);
   ::close(fd);
   return status;
-}
-
-absl::Status FsyncDir(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return Errno("cannot open", path);
-  const int rc = ::fsync(fd);
-  ::close(fd);
-  if (rc != 0) return Errno("fsync", path);
-  return absl::OkStatus();
 }
 
 }  // namespace
@@ -131,7 +123,7 @@ absl::Status SharedDirCheckpointSink::Store(int64_t step, const std::vector<Chec
     f->set_size(static_cast<int64_t>(file.bytes.size()));
     f->set_crc32c(crc);
   }
-  if (status.ok()) status = FsyncDir(staging);
+  if (status.ok()) status = FsyncDirectory(staging);
   const absl::Time written = absl::Now();
   if (status.ok()) {
     grpc::ClientContext context;
