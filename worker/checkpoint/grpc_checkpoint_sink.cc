@@ -1,5 +1,7 @@
 #include "worker/checkpoint/grpc_checkpoint_sink.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/grpc_util.h"
 #include "common/crc32c.h"
@@ -17,44 +19,72 @@ GrpcCheckpointSink::GrpcCheckpointSink(std::shared_ptr<grpc::Channel> channel, s
       rank_(rank),
       timeout_(timeout) {}
 
-absl::Status GrpcCheckpointSink::Store(int64_t step, const std::vector<CheckpointFileData>& files) {
+absl::Status GrpcCheckpointSink::Store(int64_t step, const std::vector<CheckpointFileSource>& files) {
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
   v1::UploadCheckpointResponse response;
   auto writer = stub_->Upload(&context, &response);
-  bool first = true;
-  bool ok = true;
-  for (const CheckpointFileData& file : files) {
+  // One chunk message, reused: its data buffer keeps its capacity, so it is
+  // not faulted in afresh for every chunk.
+  v1::CheckpointChunk chunk;
+  chunk.set_job_id(job_id_);
+  chunk.set_step(step);
+  chunk.set_generation(generation_);
+  chunk.set_rank(rank_);
+  std::string* data = chunk.mutable_data();
+  data->reserve(kChunkBytes);
+  bool sent = true;  // false once the stream broke
+  for (const CheckpointFileSource& file : files) {
     // The receiver checks each chunk's and the whole file's CRC-32C, and
-    // records the file's SHA-256 itself; hashing here would only cost time.
+    // records the file's checksum itself.
     uint32_t file_crc = 0;
-    size_t offset = 0;
-    do {
-      const size_t n = std::min(kChunkBytes, file.bytes.size() - offset);
-      v1::CheckpointChunk chunk;
-      if (first) {
-        chunk.set_job_id(job_id_);
-        chunk.set_step(step);
-        chunk.set_generation(generation_);
-        chunk.set_rank(rank_);
-        first = false;
-      }
-      chunk.set_file_name(file.name);
-      chunk.set_offset(static_cast<int64_t>(offset));
-      chunk.set_data(file.bytes.data() + offset, n);
-      chunk.set_chunk_crc32c(Crc32c(chunk.data()));
-      file_crc = Crc32cExtend(file_crc, chunk.data());
-      offset += n;
-      if (offset >= file.bytes.size()) {
+    int64_t offset = 0;
+    chunk.set_file_name(file.name);
+    chunk.set_offset(0);
+    data->clear();
+    auto send = [&](bool last) {
+      const uint32_t crc = Crc32c(*data);
+      chunk.set_chunk_crc32c(crc);
+      file_crc = Crc32cExtend(file_crc, *data);
+      offset += static_cast<int64_t>(data->size());
+      if (last) {
         chunk.set_last(true);
-        chunk.set_file_size(static_cast<int64_t>(file.bytes.size()));
+        chunk.set_file_size(offset);
         chunk.set_file_crc32c(file_crc);
       }
-      ok = writer->Write(chunk);
-    } while (ok && offset < file.bytes.size());
-    if (!ok) break;
+      sent = writer->Write(chunk);
+      // Only the first chunk of the stream names the job.
+      chunk.clear_job_id();
+      chunk.clear_step();
+      chunk.clear_generation();
+      chunk.clear_rank();
+      chunk.clear_last();
+      chunk.clear_file_size();
+      chunk.clear_file_crc32c();
+      chunk.set_offset(offset);
+      data->clear();
+      return sent;
+    };
+    absl::Status status = file.write([&](absl::string_view piece) -> absl::Status {
+      while (!piece.empty()) {
+        if (data->size() == kChunkBytes && !send(/*last=*/false)) {
+          return absl::UnavailableError("the upload stream broke");
+        }
+        const size_t n = std::min(piece.size(), kChunkBytes - data->size());
+        data->append(piece.data(), n);
+        piece.remove_prefix(n);
+      }
+      return absl::OkStatus();
+    });
+    if (!sent) break;
+    if (!status.ok()) {
+      context.TryCancel();
+      (void)writer->Finish();
+      return absl::Status(status.code(), absl::StrCat("uploading checkpoint step ", step, ": ", status.message()));
+    }
+    if (!send(/*last=*/true)) break;
   }
-  if (ok) writer->WritesDone();
+  if (sent) writer->WritesDone();
   absl::Status s = FromGrpcStatus(writer->Finish());
   if (!s.ok()) return absl::Status(s.code(), absl::StrCat("uploading checkpoint step ", step, ": ", s.message()));
   return absl::OkStatus();

@@ -1,7 +1,8 @@
 // GrpcCheckpointSink: a CheckpointSink over the coordinator's
-// CheckpointService — Store uploads a checkpoint's files in 4 MB chunks, each
-// with its SHA-256 (and each file's size and SHA-256 at its end); Load
-// downloads the files of a committed checkpoint and checks them the same way.
+// CheckpointService — Store uploads a checkpoint's files in 4 MB chunks as
+// they are serialized, each chunk with its CRC-32C (and each file's size and
+// CRC-32C with its last chunk); Load downloads the files of a committed
+// checkpoint and checks them against the manifest.
 //
 // Thread-safety: calls may come from any thread; the channel is shared.
 //
@@ -29,7 +30,7 @@ class GrpcCheckpointSink : public CheckpointSink {
   GrpcCheckpointSink(std::shared_ptr<grpc::Channel> channel, std::string job_id, int64_t generation, int rank,
                      absl::Duration timeout = absl::Minutes(10));
 
-  absl::Status Store(int64_t step, const std::vector<CheckpointFileData>& files) override;
+  absl::Status Store(int64_t step, const std::vector<CheckpointFileSource>& files) override;
   absl::StatusOr<std::vector<CheckpointFileData>> Load(const v1::CheckpointManifest& manifest) override;
 
  private:

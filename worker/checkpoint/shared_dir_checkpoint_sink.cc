@@ -25,37 +25,51 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Writes are issued in pieces of this size; each piece is handed to the
-// disk at once (sync_file_range), so the fsync at the end has little left.
-constexpr size_t kWriteBytes = 8 << 20;
+// Bytes are copied into a buffer of this size and written from there. The
+// kernel copies a small buffer that was just written (in cache) into the
+// page cache about 4x faster than it copies straight out of a large cold
+// one (201 MB: 0.04 s against 0.17 s of write() time on the development
+// VM), which is what the pieces of a checkpoint are: tensor storages of up
+// to hundreds of MB. dd does the same with its bs=1M.
+constexpr size_t kBounceBytes = 1 << 20;
 
 absl::Status Errno(const std::string& what, const std::string& path) {
   return absl::InternalError(absl::StrCat("checkpoint: ", what, " ", path, ": ", std::strerror(errno)));
 }
 
-// Writes `bytes` to a new file `path`, fsyncs it; its CRC-32C in `crc`.
-absl::Status WriteFile(const std::string& path, const std::string& bytes, uint32_t* crc) {
+// Writes `source` to a new file `path` and fsyncs it; its size and CRC-32C
+// in `size` and `crc`. `bounce` is scratch space of kBounceBytes.
+absl::Status WriteFile(const std::string& path, const CheckpointFileSource& source, char* bounce, int64_t* size,
+                       uint32_t* crc) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return Errno("cannot create", path);
   *crc = 0;
-  size_t offset = 0;
-  absl::Status status;
-  while (offset < bytes.size() && status.ok()) {
-    const size_t n = std::min(kWriteBytes, bytes.size() - offset);
-    *crc = Crc32cExtend(*crc, absl::string_view(bytes.data() + offset, n));
+  *size = 0;
+  size_t filled = 0;
+  auto flush = [&]() -> absl::Status {
+    *crc = Crc32cExtend(*crc, absl::string_view(bounce, filled));
     size_t done = 0;
-    while (done < n) {
-      const ssize_t w = ::write(fd, bytes.data() + offset + done, n - done);
+    while (done < filled) {
+      const ssize_t w = ::write(fd, bounce + done, filled - done);
       if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) {
-        status = Errno("writing", path);
-        break;
-      }
+      if (w <= 0) return Errno("writing", path);
       done += static_cast<size_t>(w);
     }
-    (void)::sync_file_range(fd, static_cast<off_t>(offset), static_cast<off_t>(n), SYNC_FILE_RANGE_WRITE);
-    offset += n;
-  }
+    *size += static_cast<int64_t>(filled);
+    filled = 0;
+    return absl::OkStatus();
+  };
+  absl::Status status = source.write([&](absl::string_view piece) -> absl::Status {
+    while (!piece.empty()) {
+      const size_t n = std::min(piece.size(), kBounceBytes - filled);
+      std::memcpy(bounce + filled, piece.data(), n);
+      filled += n;
+      piece.remove_prefix(n);
+      if (filled == kBounceBytes) RETURN_IF_ERROR(flush());
+    }
+    return absl::OkStatus();
+  });
+  if (status.ok()) status = flush();
   if (status.ok() && ::fsync(fd) != 0) status = Errno("fsync", path);
   ::close(fd);
   return status;
@@ -95,7 +109,7 @@ SharedDirCheckpointSink::SharedDirCheckpointSink(std::shared_ptr<grpc::Channel> 
       rank_(rank),
       timeout_(timeout) {}
 
-absl::Status SharedDirCheckpointSink::Store(int64_t step, const std::vector<CheckpointFileData>& files) {
+absl::Status SharedDirCheckpointSink::Store(int64_t step, const std::vector<CheckpointFileSource>& files) {
   const std::string staging_name =
       absl::StrCat(".staging-", step, "-r", rank_, "-", ::getpid(), "-", next_staging_.fetch_add(1));
   const std::string staging = absl::StrCat(job_dir_, "/", staging_name);
@@ -113,14 +127,16 @@ absl::Status SharedDirCheckpointSink::Store(int64_t step, const std::vector<Chec
   absl::Status status;
   const absl::Time start = absl::Now();
   int64_t bytes = 0;
-  for (const CheckpointFileData& file : files) {
-    bytes += static_cast<int64_t>(file.bytes.size());
+  if (bounce_ == nullptr) bounce_ = std::make_unique<char[]>(kBounceBytes);
+  for (const CheckpointFileSource& file : files) {
+    int64_t size = 0;
     uint32_t crc = 0;
-    status = WriteFile(absl::StrCat(staging, "/", file.name), file.bytes, &crc);
+    status = WriteFile(absl::StrCat(staging, "/", file.name), file, bounce_.get(), &size, &crc);
     if (!status.ok()) break;
+    bytes += size;
     v1::CheckpointFile* f = request.add_files();
     f->set_name(file.name);
-    f->set_size(static_cast<int64_t>(file.bytes.size()));
+    f->set_size(size);
     f->set_crc32c(crc);
   }
   if (status.ok()) status = FsyncDirectory(staging);
@@ -132,7 +148,7 @@ absl::Status SharedDirCheckpointSink::Store(int64_t step, const std::vector<Chec
     status = FromGrpcStatus(stub_->Commit(&context, request, &response));
   }
   LOG(INFO) << "checkpoint step " << step << ": wrote " << bytes << " bytes into " << staging_name << " in "
-            << absl::ToDoubleSeconds(written - start) << " s (fsynced), commit took "
+            << absl::ToDoubleSeconds(written - start) << " s (serialized, written, fsynced), commit took "
             << absl::ToDoubleSeconds(absl::Now() - written) << " s";
   if (!status.ok()) {
     // Committed or not, the staging name is gone or garbage now.

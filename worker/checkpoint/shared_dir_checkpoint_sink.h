@@ -44,7 +44,7 @@ class SharedDirCheckpointSink : public CheckpointSink {
                                                                          int rank,
                                                                          absl::Duration timeout = absl::Minutes(10));
 
-  absl::Status Store(int64_t step, const std::vector<CheckpointFileData>& files) override;
+  absl::Status Store(int64_t step, const std::vector<CheckpointFileSource>& files) override;
   absl::StatusOr<std::vector<CheckpointFileData>> Load(const v1::CheckpointManifest& manifest) override;
 
  private:
@@ -59,6 +59,7 @@ class SharedDirCheckpointSink : public CheckpointSink {
   const int rank_;
   const absl::Duration timeout_;
   std::atomic<int64_t> next_staging_{0};
+  std::unique_ptr<char[]> bounce_;  // Store's write buffer (one Store at a time)
 };
 
 }  // namespace chorus

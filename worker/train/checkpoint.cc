@@ -2,7 +2,10 @@
 
 #include <map>
 
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/export.h>
 #include <torch/csrc/jit/serialization/pickle.h>
+#include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/torch.h>
 
 #include "absl/strings/match.h"
@@ -22,11 +25,33 @@ at::Tensor Copy(const at::Tensor& t) { return t.detach().clone(); }
 
 at::Tensor Scalar(int64_t v) { return torch::tensor({v}, torch::kLong); }
 
-std::string Pickle(const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
-  c10::Dict<std::string, at::Tensor> dict;
-  for (const auto& [name, t] : tensors) dict.insert(name, t);
-  std::vector<char> bytes = torch::jit::pickle_save(c10::IValue(dict));
-  return std::string(bytes.begin(), bytes.end());
+// Writes `tensors` as a dict in torch::pickle_save's format (a zip archive:
+// the pickle, then each tensor's storage as its own record) to `out`,
+// straight from the tensors' memory.
+absl::Status WritePickled(const std::vector<std::pair<std::string, at::Tensor>>& tensors, const std::string& name,
+                          const CheckpointByteSink& out) {
+  absl::Status status;
+  try {
+    c10::Dict<std::string, at::Tensor> dict;
+    for (const auto& [key, t] : tensors) dict.insert(key, t);
+    std::vector<char> pickle;  // small: tensors are only referenced in it
+    torch::jit::Pickler pickler([&pickle](const char* p, size_t n) { pickle.insert(pickle.end(), p, p + n); },
+                                /*tensor_table=*/nullptr, /*type_renamer=*/nullptr, /*memoized_class_types=*/nullptr);
+    pickler.protocol();
+    pickler.pushIValue(c10::IValue(dict));
+    pickler.stop();
+    // After an error the rest is swallowed: the archive writer must not
+    // fail (it throws, also from its destructor).
+    caffe2::serialize::PyTorchStreamWriter archive([&status, &out](const void* data, size_t n) -> size_t {
+      if (status.ok()) status = out(absl::string_view(static_cast<const char*>(data), n));
+      return n;
+    });
+    torch::jit::writeArchiveAndTensors("data", pickle.data(), pickle.size(), pickler.tensorData(), archive);
+    archive.writeEndOfFile();
+  } catch (const std::exception& e) {
+    if (status.ok()) status = absl::InternalError(absl::StrCat("serializing checkpoint file ", name, ": ", e.what()));
+  }
+  return status;
 }
 
 absl::StatusOr<std::map<std::string, at::Tensor>> Unpickle(const CheckpointFileData& file) {
@@ -145,9 +170,27 @@ Snapshot TakeSnapshot(Model& model, const std::vector<torch::optim::Optimizer*>&
   return s;
 }
 
-std::vector<CheckpointFileData> Serialize(const Snapshot& snapshot) {
-  return {{ModelFileName(snapshot.rank), Pickle(snapshot.model)},
-          {TrainStateFileName(snapshot.rank), Pickle(snapshot.train_state)}};
+std::vector<CheckpointFileSource> StreamFiles(const Snapshot& snapshot) {
+  const std::string model = ModelFileName(snapshot.rank);
+  const std::string state = TrainStateFileName(snapshot.rank);
+  return {{model, [&snapshot, model](const CheckpointByteSink& out) { return WritePickled(snapshot.model, model, out); }},
+          {state, [&snapshot, state](const CheckpointByteSink& out) {
+             return WritePickled(snapshot.train_state, state, out);
+           }}};
+}
+
+CheckpointFileSource SourceOf(const CheckpointFileData& file) {
+  return {file.name, [&file](const CheckpointByteSink& out) { return out(file.bytes); }};
+}
+
+absl::StatusOr<CheckpointFileData> ReadAll(const CheckpointFileSource& source) {
+  CheckpointFileData data;
+  data.name = source.name;
+  RETURN_IF_ERROR(source.write([&data](absl::string_view piece) {
+    data.bytes.append(piece.data(), piece.size());
+    return absl::OkStatus();
+  }));
+  return data;
 }
 
 absl::StatusOr<TrainingPosition> Restore(const std::vector<CheckpointFileData>& files, Model& model,
@@ -316,19 +359,39 @@ void CheckpointWriter::Loop() {
       snapshot = std::move(*pending_);
       pending_.reset();
     }
+    // Time inside the sources minus time inside the sink's byte consumers
+    // called from them (writing, uploading) = serializing. Sinks write one
+    // file at a time.
+    absl::Duration in_sources, in_sink;
+    std::vector<CheckpointFileSource> files = StreamFiles(snapshot);
+    std::vector<int64_t> sizes(files.size(), 0);
+    for (size_t i = 0; i < files.size(); ++i) {
+      files[i].write = [&, i, write = std::move(files[i].write)](const CheckpointByteSink& out) {
+        const absl::Time begin = absl::Now();
+        sizes[i] = 0;
+        absl::Status s = write([&](absl::string_view piece) {
+          const absl::Time t = absl::Now();
+          absl::Status s = out(piece);
+          in_sink += absl::Now() - t;
+          sizes[i] += static_cast<int64_t>(piece.size());
+          return s;
+        });
+        in_sources += absl::Now() - begin;
+        return s;
+      };
+    }
     const absl::Time start = absl::Now();
-    std::vector<CheckpointFileData> files = Serialize(snapshot);
-    const absl::Time serialized = absl::Now();
     absl::Status s = sink_.Store(snapshot.position.step, files);
-    const absl::Time stored = absl::Now();
+    const absl::Duration serializing = in_sources - in_sink;
+    const absl::Duration storing = (absl::Now() - start) - serializing;
     int64_t bytes = 0;
-    for (const CheckpointFileData& f : files) bytes += static_cast<int64_t>(f.bytes.size());
+    for (int64_t n : sizes) bytes += n;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (s.ok()) {
         ++stored_;
-        last_serialize_seconds_ = absl::ToDoubleSeconds(serialized - start);
-        last_store_seconds_ = absl::ToDoubleSeconds(stored - serialized);
+        last_serialize_seconds_ = absl::ToDoubleSeconds(serializing);
+        last_store_seconds_ = absl::ToDoubleSeconds(storing);
         last_bytes_ = bytes;
       }
       if (!s.ok() && error_.ok()) error_ = s;

@@ -2,7 +2,7 @@
 // only part that blocks training: copying tensors into CPU memory), writing
 // it out in the background, and restoring from it.
 //
-// A checkpoint is two files, each a dict of named tensors as written by
+// A checkpoint is two files, each a dict of named tensors in the format of
 // torch::pickle_save (Python's torch.load reads them):
 //   model.pt        parameters and buffers by name — the exported state dict
 //   train_state.pt  "optim.<i>.<field>" optimizer state of model parameter i,
@@ -18,6 +18,12 @@
 // Random state is not saved: the trainer reseeds from (seed, rank, step)
 // every step, so a resumed run draws what an uninterrupted one would.
 //
+// Files are serialized while they are written (CheckpointFileSource): the
+// sink pulls the bytes piece by piece straight out of the snapshot's
+// tensors, so no serialized copy of the checkpoint is ever held in memory
+// (fresh memory is expensive: page faults, not copying, dominated when a
+// 200 MB checkpoint was first pickled into a buffer and then written).
+//
 // Thread-safety: CheckpointWriter's methods are called by the training
 // thread; its sink runs on the writer's own thread.
 #ifndef CHORUS_WORKER_TRAIN_CHECKPOINT_H_
@@ -25,6 +31,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -36,6 +43,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "chorus/v1/coordinator.pb.h"
 #include "worker/train/model.h"
 
@@ -79,6 +87,19 @@ struct CheckpointFileData {
   std::string bytes;
 };
 
+// Receives a file's bytes in order, one piece per call; a piece is valid
+// only during the call. An error stops the file.
+using CheckpointByteSink = std::function<absl::Status(absl::string_view piece)>;
+
+// One file of a checkpoint, produced while it is written: `write` hands
+// the file's bytes to `out` in order and returns out's first error (or a
+// serialization error). It may be called more than once; each call
+// produces the same bytes.
+struct CheckpointFileSource {
+  std::string name;
+  std::function<absl::Status(const CheckpointByteSink& out)> write;
+};
+
 // Copies parameters, buffers and the optimizers' state (SGD, Adam, AdamW,
 // AccumAdam(W)),
 // filed under the parameter's index in model.Parameters() (one optimizer
@@ -90,8 +111,13 @@ struct CheckpointFileData {
 Snapshot TakeSnapshot(Model& model, const std::vector<torch::optim::Optimizer*>& optimizers,
                       const TrainingPosition& position, const Snapshot* reuse = nullptr,
                       const ExchangeState* exchange = nullptr);
-// The two files of a snapshot.
-std::vector<CheckpointFileData> Serialize(const Snapshot& snapshot);
+// The two files of a snapshot, serialized as they are written; they refer
+// to `snapshot`, which must outlive them.
+std::vector<CheckpointFileSource> StreamFiles(const Snapshot& snapshot);
+// A source that hands out `file.bytes`, which must outlive it.
+CheckpointFileSource SourceOf(const CheckpointFileData& file);
+// The whole of `source` in memory.
+absl::StatusOr<CheckpointFileData> ReadAll(const CheckpointFileSource& source);
 // Loads `files` (kModelFile and kTrainStateFile) into the model and
 // optimizer; returns the position, and the saved exchange into `exchange`
 // if not null. Errors name the file and the tensor that does not fit.
@@ -103,7 +129,7 @@ absl::StatusOr<TrainingPosition> Restore(const std::vector<CheckpointFileData>& 
 class CheckpointSink {
  public:
   virtual ~CheckpointSink() = default;
-  virtual absl::Status Store(int64_t step, const std::vector<CheckpointFileData>& files) = 0;
+  virtual absl::Status Store(int64_t step, const std::vector<CheckpointFileSource>& files) = 0;
   virtual absl::StatusOr<std::vector<CheckpointFileData>> Load(const v1::CheckpointManifest& manifest) = 0;
 };
 
@@ -124,8 +150,12 @@ class CheckpointWriter {
   void NoteSkipped();
   int64_t skipped() const;
   int64_t stored() const;
-  // The last stored checkpoint: seconds to serialize it, seconds to store it
-  // (upload and commit), and its size in bytes.
+  // The last stored checkpoint: seconds spent serializing it (the CPU time
+  // of turning tensors into file bytes), seconds spent storing it (everything
+  // else from handing it to the sink until the sink returned: writing or
+  // uploading the bytes, fsync, commit), and its size in bytes. The two run
+  // interleaved (files are serialized while they are written); their sum is
+  // the checkpoint's background time.
   double last_serialize_seconds() const;
   double last_store_seconds() const;
   int64_t last_bytes() const;

@@ -33,7 +33,17 @@ v1::JobSpec Spec(const std::string& text) {
 // gathered under their step).
 class MemorySink : public CheckpointSink {
  public:
-  absl::Status Store(int64_t step, const std::vector<CheckpointFileData>& files) override {
+  absl::Status Store(int64_t step, const std::vector<CheckpointFileSource>& files) override {
+    std::vector<CheckpointFileData> data;
+    for (const CheckpointFileSource& f : files) {
+      absl::StatusOr<CheckpointFileData> d = ReadAll(f);
+      if (!d.ok()) return d.status();
+      data.push_back(*std::move(d));
+    }
+    return Put(step, data);
+  }
+  // Stores files already in memory (copies another sink's checkpoint).
+  absl::Status Put(int64_t step, const std::vector<CheckpointFileData>& files) {
     std::lock_guard<std::mutex> lock(mu_);
     for (const CheckpointFileData& f : files) {
       auto& stored = stored_[step];
@@ -272,7 +282,7 @@ TEST(TrainerTest, ResumingFromACheckpointIsBitIdenticalToNotStopping) {
 
     // Start again from step 25 (mid-epoch 1) on a fresh set of ranks.
     MemorySink resumed;
-    ASSERT_TRUE(resumed.Store(25, *uninterrupted.Load(At(25))).ok());
+    ASSERT_TRUE(resumed.Put(25, *uninterrupted.Load(At(25))).ok());
     TrainOptions resume;
     resume.checkpoints = &resumed;
     resume.resume = At(25);
@@ -326,7 +336,7 @@ TEST(TrainerTest, PerRankDecentralizedCheckpointsResumeBitIdentically) {
   manifest.set_world_size(2);
   for (const std::string& name : uninterrupted.Files(25)) manifest.add_files()->set_name(name);
   MemorySink resumed;
-  ASSERT_TRUE(resumed.Store(25, *uninterrupted.Load(manifest)).ok());
+  ASSERT_TRUE(resumed.Put(25, *uninterrupted.Load(manifest)).ok());
   TrainOptions resume;
   resume.checkpoints = &resumed;
   resume.resume = manifest;
@@ -347,7 +357,7 @@ TEST(TrainerTest, PerRankDecentralizedCheckpointsResumeBitIdentically) {
   // On another number of ranks, rank r starts from part r mod 2 (here 1
   // rank: rank 0's part, without the exchange); training goes on to the end.
   MemorySink one;
-  ASSERT_TRUE(one.Store(25, *uninterrupted.Load(manifest)).ok());
+  ASSERT_TRUE(one.Put(25, *uninterrupted.Load(manifest)).ok());
   resume.checkpoints = &one;
   auto alone = TrainOnRanks(spec, 1, nullptr, resume);
   ASSERT_TRUE(alone[0].ok()) << alone[0].status();
@@ -372,7 +382,7 @@ TEST(TrainerTest, ACheckpointResumesOnAnotherNumberOfRanks) {
   // rest of the epoch and the remaining epochs at the new world size.
   for (int world : {1, 3}) {
     MemorySink other;
-    ASSERT_TRUE(other.Store(25, *two_ranks.Load(At(25))).ok());
+    ASSERT_TRUE(other.Put(25, *two_ranks.Load(At(25))).ok());
     TrainOptions o;
     o.checkpoints = &other;
     o.resume = At(25);
