@@ -64,4 +64,43 @@ uint32_t Crc32cExtend(uint32_t crc, absl::string_view bytes) {
   return ~ExtendPortable(state, p, bytes.size());
 }
 
+namespace {
+
+// Polynomials over GF(2) modulo the CRC polynomial, in the CRC's reflected
+// bit order: bit 31 is the coefficient of x^0, bit 0 that of x^31.
+constexpr uint32_t kOne = 1u << 31;
+
+uint32_t MultiplyModP(uint32_t a, uint32_t b) {
+  uint32_t product = 0;
+  for (uint32_t bit = kOne; bit != 0; bit >>= 1) {
+    if (a & bit) product ^= b;
+    b = (b & 1) ? (b >> 1) ^ kPolynomial : b >> 1;  // b *= x
+  }
+  return product;
+}
+
+// x^(2^k) mod P for k = 0..63.
+const std::array<uint32_t, 64>& PowersOfX() {
+  static const std::array<uint32_t, 64> powers = [] {
+    std::array<uint32_t, 64> p{};
+    p[0] = kOne >> 1;  // x^1
+    for (size_t k = 1; k < p.size(); ++k) p[k] = MultiplyModP(p[k - 1], p[k - 1]);
+    return p;
+  }();
+  return powers;
+}
+
+}  // namespace
+
+uint32_t Crc32cCombine(uint32_t crc_a, uint32_t crc_b, uint64_t length_b) {
+  // Appending n bytes multiplies A's remainder by x^(8n); the conditioning
+  // (initial and final inversion) of both CRCs cancels in the sum.
+  uint32_t shift = kOne;  // x^0
+  const std::array<uint32_t, 64>& powers = PowersOfX();
+  for (size_t k = 3; length_b != 0 && k < powers.size(); ++k, length_b >>= 1) {
+    if (length_b & 1) shift = MultiplyModP(powers[k], shift);
+  }
+  return MultiplyModP(shift, crc_a) ^ crc_b;
+}
+
 }  // namespace chorus

@@ -1,8 +1,8 @@
 // CRC-32C (Castagnoli), the checksum of iSCSI, ext4 metadata and gRPC's
 // own framing checks: cheap enough to run over every byte of a checkpoint
 // in transit (SSE4.2's crc32 instruction where the CPU has it, ~8 GB/s per
-// core; a table otherwise). It detects transmission damage, not tampering;
-// stored checkpoint files are also recorded with their SHA-256.
+// core; a table otherwise). It detects damage, not tampering. Checkpoint
+// manifests record each file's size and CRC-32C.
 //
 // Thread-safe (no shared state after the first call).
 //
@@ -10,6 +10,7 @@
 //   uint32_t crc = Crc32c("123456789");          // 0xe3069283
 //   uint32_t running = Crc32cExtend(0, part1);
 //   running = Crc32cExtend(running, part2);      // == Crc32c(part1 + part2)
+//   Crc32cCombine(Crc32c(part1), Crc32c(part2), part2.size())  // the same
 #ifndef CHORUS_COMMON_CRC32C_H_
 #define CHORUS_COMMON_CRC32C_H_
 
@@ -23,6 +24,11 @@ namespace chorus {
 uint32_t Crc32cExtend(uint32_t crc, absl::string_view bytes);
 
 inline uint32_t Crc32c(absl::string_view bytes) { return Crc32cExtend(0, bytes); }
+
+// The CRC-32C of A followed by B from A's CRC, B's CRC and B's length,
+// without the bytes (O(log length) work): a receiver that checks each
+// piece's CRC gets the whole file's for free.
+uint32_t Crc32cCombine(uint32_t crc_a, uint32_t crc_b, uint64_t length_b);
 
 }  // namespace chorus
 

@@ -28,6 +28,28 @@ TEST(Crc32cTest, ExtendEqualsWholeAtEverySplit) {
   }
 }
 
+TEST(Crc32cTest, CombineEqualsWholeAtEverySplit) {
+  std::string data;
+  for (int i = 0; i < (5 << 20) + 3; ++i) data.push_back(static_cast<char>((i * 2654435761u) >> 13));
+  const absl::string_view v(data);
+  for (size_t whole_size : {size_t{0}, size_t{1}, size_t{1000}, data.size()}) {
+    const absl::string_view w = v.substr(0, whole_size);
+    const uint32_t whole = Crc32c(w);
+    for (size_t split : {size_t{0}, size_t{1}, size_t{7}, size_t{8}, w.size() / 3, size_t{1} << 20, w.size()}) {
+      if (split > w.size()) continue;
+      EXPECT_EQ(Crc32cCombine(Crc32c(w.substr(0, split)), Crc32c(w.substr(split)), w.size() - split), whole)
+          << "size " << w.size() << " split at " << split;
+    }
+  }
+  // Chained over 4 MB pieces, as a receiver of chunks does.
+  uint32_t running = 0;
+  for (size_t at = 0; at < v.size(); at += 4 << 20) {
+    const absl::string_view piece = v.substr(at, 4 << 20);
+    running = Crc32cCombine(running, Crc32c(piece), piece.size());
+  }
+  EXPECT_EQ(running, Crc32c(v));
+}
+
 TEST(Crc32cTest, DetectsOneFlippedBit) {
   std::string data(4096, 'x');
   const uint32_t before = Crc32c(data);

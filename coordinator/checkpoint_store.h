@@ -31,16 +31,17 @@
 #define CHORUS_COORDINATOR_CHECKPOINT_STORE_H_
 
 #include <cstdio>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "chorus/v1/coordinator.pb.h"
-#include "common/sha256.h"
 #include "coordinator/state_store.h"
 
 namespace chorus {
@@ -54,6 +55,7 @@ class CheckpointStore {
   using Failpoint = std::function<void(Stage)>;
 
   CheckpointStore(std::string root, StateStore& state, Failpoint failpoint = nullptr);
+  ~CheckpointStore();  // finishes the removals queued by retention
 
   // Deletes what a crash left half done. Call before serving. `shared` lists
   // (shared_dir, job id) of jobs with storage SHARED_DIR: there, step
@@ -75,7 +77,9 @@ class CheckpointStore {
     absl::Status AddChunk(const v1::CheckpointChunk& chunk);
     // Makes the checkpoint visible; `manifest` carries world_size, strategy,
     // spec_hash, generation (job_id, step and files are filled in here).
-    // keep_last > 0 then removes all but the newest keep_last.
+    // keep_last > 0 then drops all but the newest keep_last: their manifests
+    // at once, their directories in the background (WaitForRemovals; a
+    // crash before that leaves directories Recover deletes).
     absl::StatusOr<v1::CheckpointManifest> Commit(v1::CheckpointManifest manifest, int keep_last);
     // Moves the finished files of `other` (another upload of the same job
     // and step: one rank's part of a per-rank checkpoint) into this one.
@@ -107,8 +111,11 @@ class CheckpointStore {
     std::FILE* file_ = nullptr;
     std::string file_name_;
     int64_t written_ = 0;
-    uint32_t crc_ = 0;               // of the file so far, checked against the sender's
-    std::unique_ptr<Sha256> hash_;  // recorded in the manifest
+    uint32_t crc_ = 0;  // of the file so far, checked against the sender's; recorded in the manifest
+    // Where the time went, for the commit's log line.
+    absl::Duration checking_;  // checksums of received chunks / reading staged files back
+    absl::Duration writing_;   // write() of received data
+    absl::Duration syncing_;   // fsync of the files
   };
 
   // INVALID_ARGUMENT for a bad job id or negative step; ALREADY_EXISTS if that
@@ -136,6 +143,8 @@ class CheckpointStore {
                                                       std::vector<std::string>* skipped);
   // Path of `file` of a committed checkpoint.
   std::string FilePath(const v1::CheckpointManifest& manifest, const std::string& file) const;
+  // Waits until the directories retention dropped so far are deleted.
+  void WaitForRemovals();
 
  private:
   std::string StepDir(const std::string& job_id, int64_t step) const;
@@ -150,6 +159,16 @@ class CheckpointStore {
   const Failpoint failpoint_;
   absl::Mutex mu_;  // serializes commits and retention
   int64_t next_staging_ ABSL_GUARDED_BY(mu_) = 0;
+
+  // Deleting a dropped checkpoint's files (~70 ms for 200 MB on ext4) is
+  // not part of committing the next one: a thread does it.
+  void RemoveLater(std::string dir);
+  void RemoveLoop();
+  absl::Mutex removal_mu_;
+  std::deque<std::string> removals_ ABSL_GUARDED_BY(removal_mu_);
+  bool removing_ ABSL_GUARDED_BY(removal_mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(removal_mu_) = false;
+  std::thread remover_;  // started by the first RemoveLater
 };
 
 }  // namespace chorus

@@ -61,7 +61,7 @@ kill -TERM "${coordinator_pid}"; wait "${coordinator_pid}" 2>/dev/null
 [[ "${ckpts}" == *"STEP"*$'\n'"30 "* && "${ckpts}" != *$'\n'"60 "* ]] && pass "the killed job has its step-30 checkpoint only" \
   || fail "checkpoints of job-000002: ${ckpts}"
 [[ "${full_ckpts}" == *'"step": "30"'* && "${full_ckpts}" == *'"step": "60"'* && "${full_ckpts}" == *'"step": "90"'* \
-   && "${full_ckpts}" == *'"name": "model.pt"'* && "${full_ckpts}" == *'"sha256": "'* ]] \
+   && "${full_ckpts}" == *'"name": "model.pt"'* && "${full_ckpts}" == *'"crc32c": '* ]] \
   && pass "the uninterrupted job checkpointed at 30, 60 and at the end (90)" || fail "checkpoints of job-000001: ${full_ckpts}"
 
 # --- job-000003: resume job-000002 on 2 ranks

@@ -48,6 +48,8 @@
 #     TORCH_PYTHON    a python with torch (default /usr/bin/python3, Debian's
 #                     python3-torch). JSON is parsed with plain python3.
 #     TMPDIR          where the temp dir (state dir, peer files, dd file) goes.
+#     CHORUS_BENCH_KEEP  when set, the temp dir (logs, watch/status output) is
+#                     kept and its path printed.
 #
 # Output
 #   Per run: Chorus stall / serialize / store seconds, bytes, MB/s, checkpoints
@@ -194,7 +196,11 @@ stop_services() {
 # shellcheck disable=SC2317  # invoked by the EXIT trap
 cleanup() {
   if [[ -n "${COORD_PID}${WORKER_PID}" ]]; then stop_services >/dev/null 2>&1 || true; fi
-  rm -rf -- "${TMP}"
+  if [[ -n "${CHORUS_BENCH_KEEP:-}" ]]; then
+    echo "checkpoint_bench: kept ${TMP} (CHORUS_BENCH_KEEP)" >&2
+  else
+    rm -rf -- "${TMP}"
+  fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -258,7 +264,8 @@ except Exception as e:
 every, total = int(sys.argv[3]), int(sys.argv[4])
 # Stalls of the periodic checkpoints: the metrics event logged at a checkpoint
 # step (logged right after the checkpoint; the last step's checkpoint is the
-# final one, taken after the event of that step), then the final event's.
+# final one, taken after the event of that step), then the last event's (the
+# job's final metrics, reported again after the final checkpoint).
 stalls, times, final, intervals = [], [], None, []
 try:
     for line in open(sys.argv[2]):
@@ -269,8 +276,10 @@ try:
         if not m:
             continue
         step, vals = int(m.get("step", 0)), m.get("values", {})
-        if "checkpoint_bytes" in vals:
-            final = vals.get("checkpoint_stall_seconds")
+        # The last event is the final report (after the final checkpoint);
+        # the events of later reports repeat the last step: counted once.
+        final = vals.get("checkpoint_stall_seconds", final)
+        if intervals and step <= intervals[-1][0]:
             continue
         times.append("%s:%.3f" % (step, m.get("step_time_seconds", 0)))
         intervals.append((step, m.get("step_time_seconds", 0.0)))

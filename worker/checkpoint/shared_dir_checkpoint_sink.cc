@@ -32,6 +32,11 @@ namespace fs = std::filesystem;
 // VM), which is what the pieces of a checkpoint are: tensor storages of up
 // to hundreds of MB. dd does the same with its bs=1M.
 constexpr size_t kBounceBytes = 1 << 20;
+// Every this many bytes written, the disk is told to start writing them
+// (sync_file_range, not waiting), so it works while the rest is serialized
+// and written and the fsync at the end has less left (201 MB: fsync 0.08 s
+// instead of 0.115 s).
+constexpr int64_t kWritebackBytes = 8 << 20;
 
 absl::Status Errno(const std::string& what, const std::string& path) {
   return absl::InternalError(absl::StrCat("checkpoint: ", what, " ", path, ": ", std::strerror(errno)));
@@ -40,14 +45,16 @@ absl::Status Errno(const std::string& what, const std::string& path) {
 // Writes `source` to a new file `path` and fsyncs it; its size and CRC-32C
 // in `size` and `crc`. `bounce` is scratch space of kBounceBytes.
 absl::Status WriteFile(const std::string& path, const CheckpointFileSource& source, char* bounce, int64_t* size,
-                       uint32_t* crc) {
+                       uint32_t* crc, absl::Duration* in_write, absl::Duration* in_fsync) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return Errno("cannot create", path);
   *crc = 0;
   *size = 0;
   size_t filled = 0;
+  int64_t written_back = 0;  // bytes handed to the disk
   auto flush = [&]() -> absl::Status {
     *crc = Crc32cExtend(*crc, absl::string_view(bounce, filled));
+    const absl::Time start = absl::Now();
     size_t done = 0;
     while (done < filled) {
       const ssize_t w = ::write(fd, bounce + done, filled - done);
@@ -57,6 +64,11 @@ absl::Status WriteFile(const std::string& path, const CheckpointFileSource& sour
     }
     *size += static_cast<int64_t>(filled);
     filled = 0;
+    if (*size - written_back >= kWritebackBytes) {
+      (void)::sync_file_range(fd, written_back, *size - written_back, SYNC_FILE_RANGE_WRITE);
+      written_back = *size;
+    }
+    *in_write += absl::Now() - start;
     return absl::OkStatus();
   };
   absl::Status status = source.write([&](absl::string_view piece) -> absl::Status {
@@ -70,7 +82,9 @@ absl::Status WriteFile(const std::string& path, const CheckpointFileSource& sour
     return absl::OkStatus();
   });
   if (status.ok()) status = flush();
+  const absl::Time start = absl::Now();
   if (status.ok() && ::fsync(fd) != 0) status = Errno("fsync", path);
+  *in_fsync += absl::Now() - start;
   ::close(fd);
   return status;
 }
@@ -127,11 +141,12 @@ absl::Status SharedDirCheckpointSink::Store(int64_t step, const std::vector<Chec
   absl::Status status;
   const absl::Time start = absl::Now();
   int64_t bytes = 0;
+  absl::Duration in_write, in_fsync;
   if (bounce_ == nullptr) bounce_ = std::make_unique<char[]>(kBounceBytes);
   for (const CheckpointFileSource& file : files) {
     int64_t size = 0;
     uint32_t crc = 0;
-    status = WriteFile(absl::StrCat(staging, "/", file.name), file, bounce_.get(), &size, &crc);
+    status = WriteFile(absl::StrCat(staging, "/", file.name), file, bounce_.get(), &size, &crc, &in_write, &in_fsync);
     if (!status.ok()) break;
     bytes += size;
     v1::CheckpointFile* f = request.add_files();
@@ -148,7 +163,8 @@ absl::Status SharedDirCheckpointSink::Store(int64_t step, const std::vector<Chec
     status = FromGrpcStatus(stub_->Commit(&context, request, &response));
   }
   LOG(INFO) << "checkpoint step " << step << ": wrote " << bytes << " bytes into " << staging_name << " in "
-            << absl::ToDoubleSeconds(written - start) << " s (serialized, written, fsynced), commit took "
+            << absl::ToDoubleSeconds(written - start) << " s (write() " << absl::ToDoubleSeconds(in_write)
+            << " s, fsync " << absl::ToDoubleSeconds(in_fsync) << " s), commit took "
             << absl::ToDoubleSeconds(absl::Now() - written) << " s";
   if (!status.ok()) {
     // Committed or not, the staging name is gone or garbage now.
