@@ -57,15 +57,6 @@ class BearerTokenFactory : public grpc::experimental::ClientInterceptorFactoryIn
 
 }  // namespace
 
-std::vector<std::pair<std::string, int>> BulkTransferChannelArgs() {
-  return {
-      {GRPC_ARG_HTTP2_MAX_FRAME_SIZE, (16 << 20) - 1},  // the largest HTTP/2 allows
-      {GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 20},
-      {GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE, 16 << 20},
-      {GRPC_ARG_TCP_MAX_READ_CHUNK_SIZE, 16 << 20},
-  };
-}
-
 std::shared_ptr<grpc::Channel> MakeCoordinatorChannel(const std::string& address) {
   const ClientSecurity& security = ClientSecurityConfig();
   std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
@@ -86,7 +77,6 @@ std::shared_ptr<grpc::Channel> MakeCoordinatorChannel(const std::string& address
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 200);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
-  for (const auto& [name, value] : BulkTransferChannelArgs()) args.SetInt(name, value);
   std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> interceptors;
   if (!security.token.empty()) interceptors.push_back(std::make_unique<BearerTokenFactory>(security.token));
   return grpc::experimental::CreateCustomChannelWithInterceptors(address, credentials, args,

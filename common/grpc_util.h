@@ -9,8 +9,6 @@
 
 #include <memory>
 #include <string>
-#include <utility>
-#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -28,11 +26,6 @@ grpc::Status ToGrpcStatus(const absl::Status& status);
 // Largest message either side of a coordinator channel accepts (store values
 // are limited to 16 MB; checkpoint chunks are far smaller).
 inline constexpr int kMaxCoordinatorMessageBytes = 32 << 20;
-
-// HTTP/2 settings both ends of a coordinator connection use, so that a
-// checkpoint's chunks stream at disk speed: frames as large as a chunk (not
-// 16 KB), a per-stream window of several chunks, large socket reads.
-std::vector<std::pair<std::string, int>> BulkTransferChannelArgs();
 
 // A channel to the coordinator at `address` (HOST:PORT) with this process's
 // client security (common/auth.h: TLS if a CA is configured, a bearer token

@@ -235,7 +235,6 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
-  for (const auto& [name, value] : BulkTransferChannelArgs()) builder.AddChannelArgument(name, value);
   builder.RegisterService(health.get());
   builder.RegisterService(store_service.get());
   builder.RegisterService(job_service.get());
