@@ -179,10 +179,6 @@ std::vector<CheckpointFileSource> StreamFiles(const Snapshot& snapshot) {
            }}};
 }
 
-CheckpointFileSource SourceOf(const CheckpointFileData& file) {
-  return {file.name, [&file](const CheckpointByteSink& out) { return out(file.bytes); }};
-}
-
 absl::StatusOr<CheckpointFileData> ReadAll(const CheckpointFileSource& source) {
   CheckpointFileData data;
   data.name = source.name;

@@ -114,8 +114,6 @@ Snapshot TakeSnapshot(Model& model, const std::vector<torch::optim::Optimizer*>&
 // The two files of a snapshot, serialized as they are written; they refer
 // to `snapshot`, which must outlive them.
 std::vector<CheckpointFileSource> StreamFiles(const Snapshot& snapshot);
-// A source that hands out `file.bytes`, which must outlive it.
-CheckpointFileSource SourceOf(const CheckpointFileData& file);
 // The whole of `source` in memory.
 absl::StatusOr<CheckpointFileData> ReadAll(const CheckpointFileSource& source);
 // Loads `files` (kModelFile and kTrainStateFile) into the model and
