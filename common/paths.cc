@@ -29,4 +29,6 @@ absl::Status FsyncDirectory(const std::string& path) {
   return absl::OkStatus();
 }
 
+void DropCachedPages(int fd) { (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED); }
+
 }  // namespace chorus

@@ -1,6 +1,7 @@
 // Where this program lives, for finding the binaries built beside it
 // (chorus up starts chorus-coordinator and chorus-worker; the agent starts
-// chorus-rank); and making a directory's entries durable.
+// chorus-rank); making a directory's entries durable; and letting go of the
+// cached pages of a file written once.
 #ifndef CHORUS_COMMON_PATHS_H_
 #define CHORUS_COMMON_PATHS_H_
 
@@ -17,6 +18,14 @@ std::string ExecutableDir();
 // fsync(2) of the directory `path`, so that entries created, renamed or
 // removed in it survive a crash. INTERNAL naming the path on failure.
 absl::Status FsyncDirectory(const std::string& path);
+
+// Drops the clean pages of the open file `fd` from the page cache
+// (posix_fadvise DONTNEED; dirty pages stay, so fsync first). For large
+// files written once and read again rarely, checkpoints: without it every
+// checkpoint adds its size to the page cache and pushes out pages that are
+// read again, the training data's among them. Best effort: errors are
+// ignored.
+void DropCachedPages(int fd);
 
 }  // namespace chorus
 

@@ -41,27 +41,39 @@ bool SafeName(const std::string& name) {
 }
 
 // Reads `path` whole; its size and CRC-32C, and its SHA-256 when `sha256`.
+// With `drop_cache` the file's pages leave the page cache afterwards (see
+// DropCachedPages).
 struct FileSums {
   int64_t size = 0;
   uint32_t crc32c = 0;
   std::string sha256;
 };
-absl::StatusOr<FileSums> SumFile(const std::string& path, bool sha256) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, " is missing"));
+absl::StatusOr<FileSums> SumFile(const std::string& path, bool sha256, bool drop_cache) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return absl::NotFoundError(absl::StrCat(path, " is missing"));
+    return absl::DataLossError(absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
+  }
   FileSums sums;
   std::unique_ptr<Sha256> h = sha256 ? std::make_unique<Sha256>() : nullptr;
   std::string buffer(4 << 20, '\0');
-  while (in) {
-    in.read(buffer.data(), buffer.size());
-    const std::streamsize n = in.gcount();
-    if (n <= 0) break;
+  absl::Status status;
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer.data(), buffer.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      status = absl::DataLossError(absl::StrCat("reading ", path, " failed: ", std::strerror(errno)));
+      break;
+    }
+    if (n == 0) break;
     const absl::string_view data(buffer.data(), static_cast<size_t>(n));
     if (h != nullptr) h->Update(data);
     sums.crc32c = Crc32cExtend(sums.crc32c, data);
     sums.size += n;
   }
-  if (in.bad()) return absl::DataLossError(absl::StrCat("reading ", path, " failed"));
+  if (drop_cache) DropCachedPages(fd);
+  ::close(fd);
+  if (!status.ok()) return status;
   if (h != nullptr) sums.sha256 = h->HexDigest();
   return sums;
 }
@@ -70,7 +82,7 @@ absl::StatusOr<FileSums> SumFile(const std::string& path, bool sha256) {
 // SHA-256 where recorded, else CRC-32C.
 std::string CheckStoredFile(const std::string& path, const v1::CheckpointFile& f) {
   const bool by_sha = !f.sha256().empty();
-  absl::StatusOr<FileSums> sums = SumFile(path, by_sha);
+  absl::StatusOr<FileSums> sums = SumFile(path, by_sha, /*drop_cache=*/false);
   if (!sums.ok()) return std::string(sums.status().message());
   if (sums->size != f.size() || (by_sha ? sums->sha256 != f.sha256() : sums->crc32c != f.crc32c())) {
     return absl::StrCat(f.name(), " does not match its recorded size and ", by_sha ? "SHA-256" : "CRC-32C");
@@ -274,7 +286,8 @@ absl::StatusOr<std::unique_ptr<CheckpointStore::Upload>> CheckpointStore::AdoptS
   std::vector<std::future<absl::StatusOr<FileSums>>> summing(files.size());
   auto start_summing = [&](size_t i) {
     if (i < files.size()) {
-      summing[i] = std::async(std::launch::async, SumFile, staging + "/" + files[i].name(), /*sha256=*/false);
+      summing[i] = std::async(std::launch::async, SumFile, staging + "/" + files[i].name(), /*sha256=*/false,
+                                /*drop_cache=*/true);
     }
   };
   for (size_t i = 0; i < kParallel; ++i) start_summing(i);
@@ -377,6 +390,8 @@ absl::Status CheckpointStore::Upload::FinishFile(const v1::CheckpointChunk& last
     return absl::InternalError(absl::StrCat("checkpoint: fsync ", file_name_, ": ", std::strerror(errno)));
   }
   syncing_ += absl::Now() - t;
+  // Written once, read again only on resume or export.
+  DropCachedPages(fileno(file_));
   std::fclose(file_);
   file_ = nullptr;
   v1::CheckpointFile& f = files_.emplace_back();

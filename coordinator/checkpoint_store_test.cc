@@ -1,11 +1,17 @@
 #include "coordinator/checkpoint_store.h"
 
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -265,6 +271,70 @@ TEST(CheckpointStoreTest, SharedDirCommitChecksFilesAndRecordsTheDirectory) {
   EXPECT_EQ(loadable->step(), 20);
   ASSERT_EQ(skipped.size(), 1u);
   EXPECT_THAT(skipped[0], HasSubstr("model.pt does not match its recorded size and CRC-32C"));
+}
+
+// Pages of `path` in the page cache, or -1 when that cannot be told.
+int ResidentPages(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || st.st_size == 0) {
+    ::close(fd);
+    return -1;
+  }
+  void* map = ::mmap(nullptr, st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (map == MAP_FAILED) return -1;
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> in_core((st.st_size + page - 1) / page);
+  int resident = -1;
+  if (::mincore(map, st.st_size, in_core.data()) == 0) {
+    resident = 0;
+    for (unsigned char c : in_core) resident += c & 1;
+  }
+  ::munmap(map, st.st_size);
+  return resident;
+}
+
+TEST(CheckpointStoreTest, CommittedFilesLeaveThePageCache) {
+  const std::string dir = TempDir("page_cache");
+  struct statfs fs;
+  ASSERT_EQ(::statfs(dir.c_str(), &fs), 0);
+  if (fs.f_type == TMPFS_MAGIC) GTEST_SKIP() << dir << " is on tmpfs, whose pages cannot be dropped";
+  const std::string shared = dir + "/nfs";
+  auto state = StateStore::Open(dir);
+  CheckpointStore store(dir + "/checkpoints", **state);
+  ASSERT_TRUE(store.Recover().ok());
+  const std::string data(4 << 20, 'w');
+
+  // Uploaded: dropped after the fsync.
+  auto upload = store.BeginUpload("job-000003", 10);
+  ASSERT_TRUE(upload.ok()) << upload.status();
+  for (const v1::CheckpointChunk& c : Chunks("model.pt", data, 1 << 20)) ASSERT_TRUE((*upload)->AddChunk(c).ok());
+  v1::CheckpointManifest info;
+  info.set_world_size(1);
+  auto m = (*upload)->Commit(info, 0);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(ResidentPages(store.FilePath(*m, "model.pt")), 0);
+
+  // Shared directory: the rank's file is read back to check it, then dropped.
+  const std::string staging = ".staging-10-r0-1-0";
+  auto files = Stage(shared, "job-000003", staging, {{"model.pt", data}});
+  ASSERT_GT(ResidentPages(shared + "/job-000003/" + staging + "/model.pt"), 0) << "just written";
+  {  // the rank fsyncs before it asks for the commit
+    const int fd = ::open((shared + "/job-000003/" + staging + "/model.pt").c_str(), O_RDONLY | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::fsync(fd), 0);
+    ::close(fd);
+  }
+  auto adopted = store.AdoptStaged(shared, "job-000003", 10, staging, files);
+  ASSERT_TRUE(adopted.ok()) << adopted.status();
+  m = (*adopted)->Commit(info, 0);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(ResidentPages(store.FilePath(*m, "model.pt")), 0);
+  // Still readable, from the disk.
+  std::ifstream in(store.FilePath(*m, "model.pt"), std::ios::binary);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), data);
 }
 
 TEST(CheckpointStoreTest, SharedDirRefusesBadNamesWrongFilesAndDirectoriesItCannotSee) {

@@ -5,7 +5,8 @@
 # uninterrupted run (dropout on, 2 rank processes); the checkpoint also
 # resumes on 1 rank; `chorus export` writes a file Python's torch.load reads
 # (and, for a TorchScript job, a module torch.jit.load reads);
-# a damaged checkpoint is skipped with a warning event.
+# a damaged checkpoint is skipped with a warning event; the same with storage
+# SHARED_DIR, with and without checkpoint.per_rank.
 #
 # Usage (from Bazel): checkpoint_e2e_test.sh CHORUS COORDINATOR
 set -uo pipefail
@@ -227,6 +228,48 @@ shared_spec "${TMP}/not-mounted" "${TMP}/two.textproto" > "${TMP}/shared_missing
 last=$(up --local 2 "${TMP}/shared_missing.textproto")
 [[ "${last}" == *'"state": "FAILED"'* && "${last}" == *"checkpoint.shared_dir ${TMP}/not-mounted is not a directory"* ]] \
   && pass "SHARED_DIR: a missing shared directory fails the job naming it" || fail "SHARED_DIR missing: '${last}'"
+
+# --- per_rank + SHARED_DIR: both ranks write their own files into the shared
+# directory, the coordinator checks both parts and commits them as one
+# checkpoint; SIGKILL and resume; both models as in the uninterrupted run
+per_rank_shared() { sed "s|checkpoint { every_steps: 30 keep_last: 0 per_rank: true }|checkpoint { every_steps: 30 keep_last: 0 per_rank: true storage: SHARED_DIR shared_dir: '${SHARED}' }|" "$1"; }
+per_rank_shared "${TMP}/gossip_killed.textproto" > "${TMP}/gs_killed.textproto"
+per_rank_shared "${TMP}/gossip.textproto" > "${TMP}/gs.textproto"
+grep -q "per_rank: true storage: SHARED_DIR" "${TMP}/gs.textproto" || fail "could not write the per_rank SHARED_DIR spec"
+last=$(up --local 2 "${TMP}/gs_killed.textproto"); gs_killed=$(job_of "${last}")
+files=$(cd "${SHARED}/${gs_killed}/000000000030" 2>/dev/null && ls | tr '\n' ' ')
+[[ "${last}" == *"killed by signal 9"* && "${files}" == *"model.pt "* && "${files}" == *"model.rank1.pt"* \
+   && ! -e "${STATE}/state/checkpoints/${gs_killed}" && -z "$(ls -A "${SHARED}/${gs_killed}" | grep staging)" ]] \
+  && pass "per_rank SHARED_DIR: ${gs_killed}'s step-30 checkpoint holds both ranks' files (${files}), no staging left" \
+  || fail "per_rank SHARED_DIR run: '${last}' $(ls -aR "${SHARED}/${gs_killed}" 2>&1 | head -20) $(tail -3 "${TMP}/up.err")"
+last=$(up --local 2 --resume_from "${gs_killed}" "${TMP}/gs.textproto"); gs_resumed=$(job_of "${last}")
+[[ "${last}" == *'"state": "SUCCEEDED"'* && "${last}" == *'"steps": 90,'* ]] \
+  && pass "per_rank SHARED_DIR: resumed as ${gs_resumed}" || fail "per_rank SHARED_DIR resume: '${last}' $(tail -3 "${TMP}/up.err")"
+coordinator
+listing=$("${CHORUS}" --coordinator "${addr}" checkpoints "${gs_resumed}" --json 2>&1)
+ok=1
+for r in 0 1; do
+  "${CHORUS}" --coordinator "${addr}" export "${gs_resumed}" --step 60 --rank "${r}" -o "${TMP}/gs_resumed_${r}.pt" \
+    2>>"${TMP}/export.err" || ok=0
+done
+"${CHORUS}" --coordinator "${addr}" export "${gs_resumed}" -o "${TMP}/gs_resumed_end.pt" 2>>"${TMP}/export.err" || ok=0
+kill -TERM "${coordinator_pid}"; wait "${coordinator_pid}" 2>/dev/null
+[[ ${ok} -eq 1 && "${listing}" == *"\"directory\": \"${SHARED}/${gs_resumed}/000000000090\""* \
+   && "${listing}" == *'"per_rank": true'* && "${listing}" == *'"name": "model.rank1.pt"'* ]] \
+  && pass "per_rank SHARED_DIR: listed in the shared directory with both ranks' files; exported" \
+  || fail "per_rank SHARED_DIR listing/export: ${listing} $(tail -3 "${TMP}/export.err")"
+cmp=$("${PYTHON}" - "${TMP}" <<'PY' 2>&1
+import sys, torch
+d = sys.argv[1]
+load = lambda n: torch.load("%s/%s.pt" % (d, n))
+same = lambda a, b: all(torch.equal(a[k], b[k]) for k in a) and sorted(a) == sorted(b)
+print("rank0_same", same(load("g_full_0"), load("gs_resumed_0")), "rank1_same", same(load("g_full_1"), load("gs_resumed_1")),
+      "final_same", same(load("g_full_end"), load("gs_resumed_end")))
+PY
+)
+[[ "${cmp}" == *"rank0_same True rank1_same True final_same True"* ]] \
+  && pass "per_rank SHARED_DIR resume after SIGKILL: both ranks' models bit-identical to the uninterrupted run (${cmp})" \
+  || fail "per_rank SHARED_DIR comparison: ${cmp}"
 
 # --- CHECKPOINT_NOW: `chorus checkpoint JOB --wait` on a running job with no
 # periodic checkpoints (DDP: rank 0 at the end of its step; decentralized:

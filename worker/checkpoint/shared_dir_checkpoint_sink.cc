@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -40,12 +41,34 @@ absl::Status Errno(const std::string& what, const std::string& path) {
   return absl::InternalError(absl::StrCat("checkpoint: ", what, " ", path, ": ", std::strerror(errno)));
 }
 
+// Open files of one checkpoint; at destruction their pages leave the page
+// cache (after the commit: the coordinator reads them back to check them)
+// and they are closed.
+class WrittenFiles {
+ public:
+  WrittenFiles() = default;
+  WrittenFiles(const WrittenFiles&) = delete;
+  WrittenFiles& operator=(const WrittenFiles&) = delete;
+  ~WrittenFiles() {
+    for (int fd : fds_) {
+      DropCachedPages(fd);
+      ::close(fd);
+    }
+  }
+  void Add(int fd) { fds_.push_back(fd); }
+
+ private:
+  std::vector<int> fds_;
+};
+
 // Writes `source` to a new file `path` and fsyncs it; its size and CRC-32C
-// in `size` and `crc`. `bounce` is scratch space of kBounceBytes.
+// in `size` and `crc`. The file stays open in `written`. `bounce` is
+// scratch space of kBounceBytes.
 absl::Status WriteFile(const std::string& path, const CheckpointFileSource& source, char* bounce, int64_t* size,
-                       uint32_t* crc, absl::Duration* in_write, absl::Duration* in_fsync) {
+                       uint32_t* crc, absl::Duration* in_write, absl::Duration* in_fsync, WrittenFiles& written) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return Errno("cannot create", path);
+  written.Add(fd);
   *crc = 0;
   *size = 0;
   size_t filled = 0;
@@ -78,7 +101,6 @@ absl::Status WriteFile(const std::string& path, const CheckpointFileSource& sour
   const absl::Time start = absl::Now();
   if (status.ok() && ::fsync(fd) != 0) status = Errno("fsync", path);
   *in_fsync += absl::Now() - start;
-  ::close(fd);
   return status;
 }
 
@@ -136,10 +158,12 @@ absl::Status SharedDirCheckpointSink::Store(int64_t step, const std::vector<Chec
   int64_t bytes = 0;
   absl::Duration in_write, in_fsync;
   if (bounce_ == nullptr) bounce_ = std::make_unique<char[]>(kBounceBytes);
+  WrittenFiles open_files;
   for (const CheckpointFileSource& file : files) {
     int64_t size = 0;
     uint32_t crc = 0;
-    status = WriteFile(absl::StrCat(staging, "/", file.name), file, bounce_.get(), &size, &crc, &in_write, &in_fsync);
+    status = WriteFile(absl::StrCat(staging, "/", file.name), file, bounce_.get(), &size, &crc, &in_write, &in_fsync,
+                       open_files);
     if (!status.ok()) break;
     bytes += size;
     v1::CheckpointFile* f = request.add_files();
