@@ -32,10 +32,18 @@
 #         checks and commits them; same figure.
 #       dd (peer): `dd if=/dev/zero of=TMP/dd.bin bs=1M count=N conv=fsync`,
 #         N = the checkpoint's size in MiB rounded, on the state dir's
-#         filesystem; bytes / wall-clock seconds of dd.
+#         filesystem; bytes / wall-clock seconds of dd. dd runs 4 times per
+#         run, interleaved with the jobs (before the upload job, between the
+#         two jobs, after the SHARED_DIR job, after the PyTorch peer), so that
+#         it meets the disk and the host in the states the jobs met; the peer
+#         figure is the median of them all. (On the development VM, writing
+#         201 MB into the page cache took from 0.03 s to 0.4 s depending on
+#         what the guest's memory had held before, in a plain C loop like
+#         dd's as in Chorus; the fsync after it is steadier, 0.1-0.15 s.)
 #       ratio = ours / peer, HIGHER is better (unlike the time metrics).
 #       Target: ratio >= 0.8.
-#   Order in each run: Chorus job, PyTorch peer, dd (a `sync` before each).
+#   Order in each run: dd, Chorus job, dd, SHARED_DIR job, dd, PyTorch
+#   peer, dd (a `sync` before each).
 #   Every figure is the median over the runs.
 #   Also printed, for information only: the training time Chorus' background
 #   serialization+upload takes from the steps that follow a checkpoint (they
@@ -44,7 +52,7 @@
 #
 # How to run (from any directory; the script changes to the repository root)
 #   tests/bench/checkpoint_bench.sh [--runs N]
-#     --runs N   number of runs (default 1, at most 5); ~30 s each.
+#     --runs N   number of runs (default 1, at most 5); ~35 s each.
 #   Environment:
 #     CHORUS_BIN_DIR  where the binaries are: either bazel-bin's layout
 #                     (coordinator/chorus-coordinator, worker/chorus-worker,
@@ -416,7 +424,7 @@ print("fsyncs=%s" % " ".join("%.4f" % v for v in d["fsync_s"]))
   rm -rf -- "${dir}"
 }
 
-run_dd() {  # $1 = run index, $2 = bytes of the checkpoint
+run_dd() {  # $1 = run index, $2 = bytes of the checkpoint, $3 = when (printed)
   local i=$1 count t0 t1 rc=0 s mb
   count=$(awk -v b="${2:-201326592}" 'BEGIN { printf "%d", b / 1048576 + 0.5 }')
   timeout "${CMD_TIMEOUT_S}" sync || true
@@ -432,17 +440,19 @@ run_dd() {  # $1 = run index, $2 = bytes of the checkpoint
   fi
   s=$(elapsed "${t0}" "${t1}")
   mb=$(mbps "$((count * 1048576))" "${s}")
-  echo "run ${i}/${runs} dd       ${count} MiB conv=fsync: ${s} s wall, ${mb} MB/s (dd says: $(tail -n 1 "${TMP}/dd.err"))"
+  echo "run ${i}/${runs} dd       ${count} MiB conv=fsync, $3: ${s} s wall, ${mb} MB/s (dd says: $(tail -n 1 "${TMP}/dd.err"))"
   D_MBPS+=("${mb}")
 }
 
+last_bytes() { (( ${#C_BYTES[@]} > 0 )) && echo "${C_BYTES[${#C_BYTES[@]} - 1]}" || true; }
 for ((i = 1; i <= runs; i++)); do
+  run_dd "${i}" "$(last_bytes)" "before the upload job"
   run_chorus "${i}" "${TMP}/spec.textproto" C
+  run_dd "${i}" "$(last_bytes)" "between the jobs"
   run_chorus "${i}" "${TMP}/spec_shared.textproto" S
+  run_dd "${i}" "$(last_bytes)" "after the SHARED_DIR job"
   run_peer "${i}"
-  last_bytes=""
-  (( ${#C_BYTES[@]} > 0 )) && last_bytes=${C_BYTES[${#C_BYTES[@]} - 1]}
-  run_dd "${i}" "${last_bytes}"
+  run_dd "${i}" "$(last_bytes)" "after the peer"
 done
 
 # --- teardown and process check
@@ -463,7 +473,7 @@ med_d_mbps=$(median "${D_MBPS[@]}")
 med_s_stall=$(median "${S_STALL[@]}")
 med_s_store=$(median "${S_STORE[@]}")
 med_s_mbps=$(median "${S_MBPS[@]}")
-(( ${#C_STALL[@]} == runs && ${#S_STALL[@]} == runs && ${#T_SAVE[@]} == runs && ${#D_MBPS[@]} == runs )) || failed=1
+(( ${#C_STALL[@]} == runs && ${#S_STALL[@]} == runs && ${#T_SAVE[@]} == runs && ${#D_MBPS[@]} == 4 * runs )) || failed=1
 stall_ratio=$(div "${med_c_stall}" "${med_t_save}")
 tput_ratio=$(div "${med_c_mbps}" "${med_d_mbps}")
 shared_ratio=$(div "${med_s_mbps}" "${med_d_mbps}")
