@@ -1,5 +1,7 @@
 #include "worker/train/checkpoint.h"
 
+#include <cstring>
+#include <functional>
 #include <map>
 
 #include <caffe2/serialize/inline_container.h>
@@ -108,22 +110,14 @@ std::string TrainStateFileName(int rank) {
   return rank == 0 ? kTrainStateFile : absl::StrCat("train_state.rank", rank, ".pt");
 }
 
-Snapshot TakeSnapshot(Model& model, const std::vector<torch::optim::Optimizer*>& optimizers,
-                      const TrainingPosition& position, const Snapshot* reuse, const ExchangeState* exchange) {
+namespace {
+
+// What TakeSnapshot copies, each tensor through `copy_as(key, tensor)`: key
+// "m/<name>" for the model's entries, "t/<name>" for the training state's.
+Snapshot CollectSnapshot(Model& model, const std::vector<torch::optim::Optimizer*>& optimizers,
+                         const TrainingPosition& position, const ExchangeState* exchange,
+                         const std::function<at::Tensor(const std::string&, const at::Tensor&)>& copy_as) {
   torch::NoGradGuard no_grad;
-  std::map<std::string, at::Tensor> spare;
-  if (reuse != nullptr) {
-    for (const auto& [name, t] : reuse->model) spare["m/" + name] = t;
-    for (const auto& [name, t] : reuse->train_state) spare["t/" + name] = t;
-  }
-  auto copy_as = [&spare](const std::string& key, const at::Tensor& t) {
-    auto it = spare.find(key);
-    if (it != spare.end() && it->second.sizes() == t.sizes() && it->second.scalar_type() == t.scalar_type() &&
-        it->second.is_contiguous()) {
-      return it->second.copy_(t.detach());
-    }
-    return Copy(t);
-  };
   Snapshot s;
   s.position = position;
   for (const NamedTensor& p : model.NamedParameters()) s.model.emplace_back(p.name, copy_as("m/" + p.name, p.tensor));
@@ -167,6 +161,49 @@ Snapshot TakeSnapshot(Model& model, const std::vector<torch::optim::Optimizer*>&
     }
     s.train_state.emplace_back("meta.exchange_pair", Scalar(exchange->pair ? 1 : 0));
   }
+  return s;
+}
+
+}  // namespace
+
+Snapshot TakeSnapshot(Model& model, const std::vector<torch::optim::Optimizer*>& optimizers,
+                      const TrainingPosition& position, const Snapshot* reuse, const ExchangeState* exchange) {
+  std::map<std::string, at::Tensor> spare;
+  if (reuse != nullptr) {
+    for (const auto& [name, t] : reuse->model) spare["m/" + name] = t;
+    for (const auto& [name, t] : reuse->train_state) spare["t/" + name] = t;
+  }
+  return CollectSnapshot(model, optimizers, position, exchange, [&spare](const std::string& key, const at::Tensor& t) {
+    auto it = spare.find(key);
+    if (it != spare.end() && it->second.device().is_cpu() && it->second.sizes() == t.sizes() &&
+        it->second.scalar_type() == t.scalar_type() && it->second.is_contiguous()) {
+      return it->second.copy_(t.detach());
+    }
+    return Copy(t);
+  });
+}
+
+Snapshot SnapshotLayout(Model& model, const std::vector<torch::optim::Optimizer*>& optimizers) {
+  return CollectSnapshot(model, optimizers, TrainingPosition{}, nullptr, [](const std::string&, const at::Tensor& t) {
+    return at::empty(t.sizes(), at::TensorOptions().dtype(t.scalar_type()).device(at::kMeta));
+  });
+}
+
+Snapshot AllocateLike(const Snapshot& layout) {
+  auto allocate = [](const std::vector<std::pair<std::string, at::Tensor>>& from,
+                     std::vector<std::pair<std::string, at::Tensor>>& to) {
+    for (const auto& [name, t] : from) {
+      if (!t.device().is_meta()) continue;  // step counters and the like: made afresh by every snapshot
+      at::Tensor memory = at::empty(t.sizes(), at::TensorOptions().dtype(t.scalar_type()));
+      // Written once here, so that its pages are faulted in off the
+      // training thread.
+      std::memset(memory.data_ptr(), 0, memory.nbytes());
+      to.emplace_back(name, std::move(memory));
+    }
+  };
+  Snapshot s;
+  allocate(layout.model, s.model);
+  allocate(layout.train_state, s.train_state);
   return s;
 }
 

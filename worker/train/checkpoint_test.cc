@@ -95,6 +95,65 @@ class SlowSink : public CheckpointSink {
   std::vector<int64_t> steps;
 };
 
+// A linear layer and a buffer, enough for TakeSnapshot.
+class TinyModel : public Model {
+ public:
+  TinyModel() {
+    torch::manual_seed(3);
+    weight_ = torch::randn({300, 200}).requires_grad_();
+    bias_ = torch::randn({300}).requires_grad_();
+    count_ = torch::zeros({4});
+  }
+  absl::StatusOr<at::Tensor> Forward(const at::Tensor& input) override {
+    return torch::addmm(bias_, input, weight_.t());
+  }
+  std::vector<NamedTensor> NamedParameters() override { return {{"fc.weight", weight_}, {"fc.bias", bias_}}; }
+  std::vector<NamedTensor> NamedBuffers() override { return {{"count", count_}}; }
+  void SetTraining(bool) override {}
+
+ private:
+  at::Tensor weight_, bias_, count_;
+};
+
+TEST(SnapshotTest, TheFirstSnapshotIsCopiedIntoMemoryAllocatedBeforehand) {
+  TinyModel model;
+  torch::optim::SGD sgd(model.Parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  (*model.Forward(torch::randn({8, 200}))).sum().backward();
+  sgd.step();  // the momentum buffers exist from here on
+  const std::vector<torch::optim::Optimizer*> optimizers = {&sgd};
+
+  const Snapshot layout = SnapshotLayout(model, optimizers);
+  std::vector<std::string> names;
+  for (const auto& [name, t] : layout.model) {
+    EXPECT_TRUE(t.device().is_meta()) << name;
+    names.push_back(name);
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"fc.weight", "fc.bias", "count"}));
+  const Snapshot spare = AllocateLike(layout);
+  ASSERT_EQ(spare.model.size(), 3u);
+  ASSERT_EQ(spare.train_state.size(), 2u) << "the two momentum buffers; step counters are not set aside";
+  EXPECT_EQ(spare.train_state[0].first, "optim.0.momentum_buffer");
+  EXPECT_EQ(spare.train_state[0].second.sizes(), (std::vector<int64_t>{300, 200}));
+  EXPECT_TRUE(spare.train_state[0].second.device().is_cpu());
+  EXPECT_EQ(spare.train_state[0].second.abs().sum().item<float>(), 0.0f);
+
+  TrainingPosition position;
+  position.step = 1;
+  const Snapshot snapshot = TakeSnapshot(model, optimizers, position, &spare);
+  ASSERT_EQ(snapshot.model.size(), 3u);
+  for (size_t i = 0; i < snapshot.model.size(); ++i) {
+    EXPECT_EQ(snapshot.model[i].second.data_ptr(), spare.model[i].second.data_ptr()) << snapshot.model[i].first;
+    EXPECT_TRUE(torch::equal(snapshot.model[i].second, model.NamedParameters().size() > i
+                                                           ? model.NamedParameters()[i].tensor.detach()
+                                                           : model.NamedBuffers()[0].tensor));
+  }
+  const at::Tensor& momentum =
+      static_cast<torch::optim::SGDParamState&>(*sgd.state().at(c10::guts::to_string(model.Parameters()[0].unsafeGetTensorImpl())))
+          .momentum_buffer();
+  EXPECT_EQ(snapshot.train_state[0].second.data_ptr(), spare.train_state[0].second.data_ptr());
+  EXPECT_TRUE(torch::equal(snapshot.train_state[0].second, momentum));
+}
+
 TEST(CheckpointWriterTest, ReportsSizeAndSplitsTimeBetweenSerializingAndStoring) {
   SlowSink sink;
   {

@@ -2,6 +2,7 @@
 
 #include <csignal>
 #include <cmath>
+#include <future>
 #include <cstdlib>
 #include <iostream>
 #include <memory>
@@ -334,6 +335,14 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
   double checkpoint_stall = 0;
   // The previous snapshot's memory is reused once the writer is done with it.
   Snapshot spare;
+  // Memory for the first snapshot, allocated on another thread after the
+  // first step (with periodic checkpoints): the first one then stalls only
+  // for the copy, as the later ones do.
+  std::future<Snapshot> first_spare;
+  bool first_spare_started = false;
+  auto take_first_spare = [&] {
+    if (first_spare.valid()) spare = first_spare.get();
+  };
   // `force` (the final checkpoint, or one asked for): waits for an upload
   // still running instead of skipping.
   auto checkpoint_own_models = [&](bool final, bool force) -> absl::Status {
@@ -350,6 +359,7 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
     const absl::Time start = absl::Now();
     ASSIGN_OR_RETURN(DecentralizedDataParallel::PendingExchange pending, gossip->TakePendingExchange());
     const ExchangeState exchange{pending.pair, std::move(pending.received)};
+    take_first_spare();
     Snapshot snapshot = TakeSnapshot(*model, optimizers(), position, &spare, &exchange);
     snapshot.rank = comm.rank();
     checkpoint_stall = absl::ToDoubleSeconds(absl::Now() - start);
@@ -368,6 +378,7 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
     p.Enter(v1::CHECKPOINT);
     if (take && (final || force)) RETURN_IF_ERROR(writer->Drain());
     const absl::Time start = absl::Now();
+    if (take) take_first_spare();
     Snapshot snapshot;
     RETURN_IF_ERROR(with_global_average([&] {
       if (take) snapshot = TakeSnapshot(*model, optimizers(), position, &spare);
@@ -486,6 +497,19 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
       p.epoch.store(epoch);
       metrics.set_step(step);
       metrics.set_epoch(epoch);
+      if (writer != nullptr && ckpt.every_steps() > 0 && !first_spare_started) {
+        // The optimizer's state exists now. The layout is read here, on the
+        // training thread; the allocation runs beside the next steps.
+        first_spare_started = true;
+        first_spare = std::async(std::launch::async, [layout = SnapshotLayout(*model, optimizers())] {
+          try {
+            return AllocateLike(layout);
+          } catch (const std::exception& e) {  // out of memory: the first snapshot allocates its own
+            std::cerr << "could not set memory aside for the first checkpoint: " << e.what() << "\n";
+            return Snapshot{};
+          }
+        });
+      }
       const bool periodic = ckpt.every_steps() > 0 && step % ckpt.every_steps() == 0;
       ASSIGN_OR_RETURN(const bool requested, checkpoint_requested());
       if ((periodic || requested) && step < total_steps) {
