@@ -175,7 +175,7 @@ Snapshot TakeSnapshot(Model& model, const std::vector<torch::optim::Optimizer*>&
   }
   return CollectSnapshot(model, optimizers, position, exchange, [&spare](const std::string& key, const at::Tensor& t) {
     auto it = spare.find(key);
-    if (it != spare.end() && it->second.device().is_cpu() && it->second.sizes() == t.sizes() &&
+    if (it != spare.end() && !it->second.device().is_meta() && it->second.sizes() == t.sizes() &&
         it->second.scalar_type() == t.scalar_type() && it->second.is_contiguous()) {
       return it->second.copy_(t.detach());
     }
