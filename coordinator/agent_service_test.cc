@@ -380,13 +380,60 @@ TEST_F(AgentServiceTest, CheckpointUploadsOnlyFromRankZeroOfTheCurrentGeneration
   EXPECT_EQ(response.manifest().files(0).crc32c(), Crc32c("weights"));
   EXPECT_EQ(response.manifest().files(0).size(), 7);
 
+  // Two files in several chunks each, as the rank sends them: only the
+  // first chunk of the stream names the job; each file's last chunk
+  // carries its size and CRC-32C.
+  {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::UploadCheckpointResponse multi;
+    auto writer = checkpoints->Upload(&context, &multi);
+    const std::vector<std::pair<std::string, std::vector<std::string>>> files = {
+        {"model.pt", {"wei", "ghts of", " step 8"}}, {"train_state.pt", {"moment", "um"}}};
+    bool first = true;
+    for (const auto& [name, pieces] : files) {
+      std::string whole;
+      for (size_t i = 0; i < pieces.size(); ++i) {
+        v1::CheckpointChunk c;
+        if (first) {
+          c.set_job_id(job);
+          c.set_step(8);
+          c.set_generation(1);
+          c.set_rank(0);
+          first = false;
+        }
+        c.set_file_name(name);
+        c.set_offset(whole.size());
+        c.set_data(pieces[i]);
+        c.set_chunk_crc32c(Crc32c(pieces[i]));
+        whole += pieces[i];
+        if (i + 1 == pieces.size()) {
+          c.set_last(true);
+          c.set_file_size(whole.size());
+          c.set_file_crc32c(Crc32c(whole));
+        }
+        ASSERT_TRUE(writer->Write(c));
+      }
+    }
+    writer->WritesDone();
+    grpc::Status status = writer->Finish();
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    ASSERT_EQ(multi.manifest().files_size(), 2);
+    EXPECT_EQ(multi.manifest().step(), 8);
+    EXPECT_EQ(multi.manifest().files(0).size(), 17);
+    EXPECT_EQ(multi.manifest().files(0).crc32c(), Crc32c("weights of step 8"));
+    EXPECT_EQ(multi.manifest().files(1).name(), "train_state.pt");
+    EXPECT_EQ(multi.manifest().files(1).crc32c(), Crc32c("momentum"));
+  }
+
   v1::ListCheckpointsRequest list;
   list.set_job_id(job);
   v1::ListCheckpointsResponse listed;
   grpc::ClientContext list_context;
   ASSERT_TRUE(jobs_->ListCheckpoints(&list_context, list, &listed).ok());
-  ASSERT_EQ(listed.checkpoints_size(), 1) << "refused uploads left nothing";
+  ASSERT_EQ(listed.checkpoints_size(), 2) << "refused uploads left nothing";
   EXPECT_EQ(listed.checkpoints(0).step(), 7);
+  EXPECT_EQ(listed.checkpoints(1).step(), 8);
   stream->WritesDone();
 }
 
