@@ -11,6 +11,7 @@
 #include <fstream>
 #include <future>
 #include <set>
+#include <system_error>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -314,6 +315,7 @@ absl::StatusOr<std::unique_ptr<CheckpointStore::Upload>> CheckpointStore::AdoptS
 
 CheckpointStore::Upload::~Upload() {
   if (file_ != nullptr) std::fclose(file_);
+  for (std::future<absl::Status>& f : fsyncs_) f.wait();
   if (!committed_) {
     std::error_code ec;
     fs::remove_all(staging_, ec);
@@ -385,15 +387,28 @@ absl::Status CheckpointStore::Upload::FinishFile(const v1::CheckpointChunk& last
         written_, crc_, last.file_size(), last.file_crc32c()));
   }
   store_.Hit(Stage::kBeforeFsync);
-  const absl::Time t = absl::Now();
-  if (std::fflush(file_) != 0 || ::fsync(fileno(file_)) != 0) {
-    return absl::InternalError(absl::StrCat("checkpoint: fsync ", file_name_, ": ", std::strerror(errno)));
+  if (std::fflush(file_) != 0) {
+    return absl::InternalError(absl::StrCat("checkpoint: writing ", file_name_, ": ", std::strerror(errno)));
   }
-  syncing_ += absl::Now() - t;
-  // Written once, read again only on resume or export.
-  DropCachedPages(fileno(file_));
-  std::fclose(file_);
+  // The fsync runs while the next file arrives (most of the data is on its
+  // way to the disk already: each chunk started its writeback).
+  auto sync = [file = file_, name = file_name_]() -> absl::Status {
+    const bool synced = ::fsync(fileno(file)) == 0;
+    const int err = errno;
+    // Written once, read again only on resume or export.
+    if (synced) DropCachedPages(fileno(file));
+    std::fclose(file);
+    if (!synced) return absl::InternalError(absl::StrCat("checkpoint: fsync ", name, ": ", std::strerror(err)));
+    return absl::OkStatus();
+  };
   file_ = nullptr;
+  try {
+    fsyncs_.push_back(std::async(std::launch::async, sync));
+  } catch (const std::system_error&) {  // no thread to be had: fsync here
+    std::promise<absl::Status> done;
+    done.set_value(sync());
+    fsyncs_.push_back(done.get_future());
+  }
   v1::CheckpointFile& f = files_.emplace_back();
   f.set_name(file_name_);
   f.set_size(written_);
@@ -401,7 +416,20 @@ absl::Status CheckpointStore::Upload::FinishFile(const v1::CheckpointChunk& last
   return absl::OkStatus();
 }
 
+absl::Status CheckpointStore::Upload::WaitForFsyncs() {
+  const absl::Time start = absl::Now();
+  absl::Status status;
+  for (std::future<absl::Status>& f : fsyncs_) {
+    absl::Status s = f.get();
+    if (status.ok()) status = s;
+  }
+  fsyncs_.clear();
+  syncing_ += absl::Now() - start;
+  return status;
+}
+
 absl::Status CheckpointStore::Upload::Absorb(Upload& other) {
+  RETURN_IF_ERROR(other.WaitForFsyncs());
   if (other.job_id_ != job_id_ || other.step_ != step_ || other.root_ != root_) {
     return absl::InvalidArgumentError(absl::StrCat("checkpoint: cannot join a part of ", other.job_id_, " step ",
                                                    other.step_, " to ", job_id_, " step ", step_));
@@ -438,6 +466,7 @@ absl::StatusOr<v1::CheckpointManifest> CheckpointStore::Upload::Commit(v1::Check
     return absl::InvalidArgumentError(absl::StrCat("checkpoint: ", file_name_, " was not finished"));
   }
   if (files_.empty()) return absl::InvalidArgumentError("checkpoint: no files were uploaded");
+  RETURN_IF_ERROR(WaitForFsyncs());
   manifest.set_job_id(job_id_);
   manifest.set_step(step_);
   manifest.clear_files();
@@ -481,7 +510,7 @@ absl::StatusOr<v1::CheckpointManifest> CheckpointStore::Upload::Commit(v1::Check
   int64_t bytes = 0;
   for (const v1::CheckpointFile& f : files_) bytes += f.size();
   LOG(INFO) << "checkpoint " << job_id_ << " step " << step_ << ": " << bytes << " bytes; checksums "
-            << absl::ToDoubleSeconds(checking_) << " s, writing " << absl::ToDoubleSeconds(writing_) << " s, fsync "
+            << absl::ToDoubleSeconds(checking_) << " s, writing " << absl::ToDoubleSeconds(writing_) << " s, waiting for fsync "
             << absl::ToDoubleSeconds(syncing_) << " s, commit " << absl::ToDoubleSeconds(committed - commit_start)
             << " s, retention " << absl::ToDoubleSeconds(absl::Now() - committed) << " s (files removed later)";
   return manifest;

@@ -33,6 +33,7 @@
 #include <cstdio>
 #include <deque>
 #include <functional>
+#include <future>
 #include <memory>
 #include <string>
 #include <thread>
@@ -97,6 +98,8 @@ class CheckpointStore {
           step_(step),
           staging_(std::move(staging)) {}
     absl::Status FinishFile(const v1::CheckpointChunk& last);
+    // Waits for the fsyncs of the finished files; the first error.
+    absl::Status WaitForFsyncs();
 
     CheckpointStore& store_;
     // Where the step directory goes: the store's root, or a shared directory.
@@ -112,10 +115,13 @@ class CheckpointStore {
     std::string file_name_;
     int64_t written_ = 0;
     uint32_t crc_ = 0;  // of the file so far, checked against the sender's; recorded in the manifest
+    // fsync of each finished file, running beside the next file's chunks;
+    // Commit (or Absorb, for the other part) waits for them.
+    std::vector<std::future<absl::Status>> fsyncs_;
     // Where the time went, for the commit's log line.
     absl::Duration checking_;  // checksums of received chunks / reading staged files back
     absl::Duration writing_;   // write() of received data
-    absl::Duration syncing_;   // fsync of the files
+    absl::Duration syncing_;   // waiting for the files' fsyncs
   };
 
   // INVALID_ARGUMENT for a bad job id or negative step; ALREADY_EXISTS if that
