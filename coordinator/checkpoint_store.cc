@@ -510,7 +510,8 @@ absl::StatusOr<v1::CheckpointManifest> CheckpointStore::Upload::Commit(v1::Check
   int64_t bytes = 0;
   for (const v1::CheckpointFile& f : files_) bytes += f.size();
   LOG(INFO) << "checkpoint " << job_id_ << " step " << step_ << ": " << bytes << " bytes; checksums "
-            << absl::ToDoubleSeconds(checking_) << " s, writing " << absl::ToDoubleSeconds(writing_) << " s, waiting for fsync "
+            << absl::ToDoubleSeconds(checking_) << " s, writing " << absl::ToDoubleSeconds(writing_)
+            << " s, waiting for fsync "
             << absl::ToDoubleSeconds(syncing_) << " s, commit " << absl::ToDoubleSeconds(committed - commit_start)
             << " s, retention " << absl::ToDoubleSeconds(absl::Now() - committed) << " s (files removed later)";
   return manifest;

@@ -36,7 +36,8 @@ std::string DefaultStateDir() {
 // reusing its chunk buffers).
 // Blocks up to 32 MB come from the heap, and up to 256 MB of free heap is
 // kept for reuse rather than returned to the system. An environment that
-// sets MALLOC_* or GLIBC_TUNABLES itself is left alone.
+// sets MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_ or GLIBC_TUNABLES
+// itself is left alone.
 void KeepFreedMemoryForReuse() {
   if (std::getenv("MALLOC_MMAP_THRESHOLD_") != nullptr || std::getenv("MALLOC_TRIM_THRESHOLD_") != nullptr ||
       std::getenv("GLIBC_TUNABLES") != nullptr) {

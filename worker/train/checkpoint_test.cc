@@ -140,16 +140,17 @@ TEST(SnapshotTest, TheFirstSnapshotIsCopiedIntoMemoryAllocatedBeforehand) {
   TrainingPosition position;
   position.step = 1;
   const Snapshot snapshot = TakeSnapshot(model, optimizers, position, &spare);
-  ASSERT_EQ(snapshot.model.size(), 3u);
-  for (size_t i = 0; i < snapshot.model.size(); ++i) {
+  std::vector<at::Tensor> live;  // parameters, then buffers, as the snapshot lists them
+  for (const NamedTensor& p : model.NamedParameters()) live.push_back(p.tensor.detach());
+  for (const NamedTensor& b : model.NamedBuffers()) live.push_back(b.tensor);
+  ASSERT_EQ(snapshot.model.size(), live.size());
+  for (size_t i = 0; i < live.size(); ++i) {
     EXPECT_EQ(snapshot.model[i].second.data_ptr(), spare.model[i].second.data_ptr()) << snapshot.model[i].first;
-    EXPECT_TRUE(torch::equal(snapshot.model[i].second, model.NamedParameters().size() > i
-                                                           ? model.NamedParameters()[i].tensor.detach()
-                                                           : model.NamedBuffers()[0].tensor));
+    EXPECT_TRUE(torch::equal(snapshot.model[i].second, live[i])) << snapshot.model[i].first;
   }
+  const std::string weight_key = c10::guts::to_string(model.Parameters()[0].unsafeGetTensorImpl());
   const at::Tensor& momentum =
-      static_cast<torch::optim::SGDParamState&>(*sgd.state().at(c10::guts::to_string(model.Parameters()[0].unsafeGetTensorImpl())))
-          .momentum_buffer();
+      static_cast<torch::optim::SGDParamState&>(*sgd.state().at(weight_key)).momentum_buffer();
   EXPECT_EQ(snapshot.train_state[0].second.data_ptr(), spare.train_state[0].second.data_ptr());
   EXPECT_TRUE(torch::equal(snapshot.train_state[0].second, momentum));
 }

@@ -2,8 +2,8 @@
 
 #include <csignal>
 #include <cmath>
-#include <future>
 #include <cstdlib>
+#include <future>
 #include <iostream>
 #include <memory>
 
