@@ -1,14 +1,22 @@
 // Agents and ranks end to end over gRPC: a simulated node agent connects, a
 // job is placed on it, its ranks join, exit, and the job ends.
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <cstdlib>
+#include <filesystem>
 #include <thread>
 
 #include "chorus/v1/coordinator.grpc.pb.h"
 #include "common/grpc_util.h"
 #include "common/job_spec.h"
+#include "absl/strings/match.h"
+#include "common/checkpoint_wire.h"
 #include "common/crc32c.h"
 #include "coordinator/server.h"
+#include "worker/checkpoint/download.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -24,6 +32,7 @@ class AgentServiceTest : public ::testing::Test {
     options.listen = "127.0.0.1:0";
     options.state_dir = std::string(std::getenv("TEST_TMPDIR")) + "/agents_" +
                         ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    server_dir_ = options.state_dir;
     auto server = CoordinatorServer::Start(options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
@@ -104,6 +113,7 @@ class AgentServiceTest : public ::testing::Test {
   }
 
   std::unique_ptr<CoordinatorServer> server_;
+  std::string server_dir_;  // the coordinator's --state_dir
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::JobService::Stub> jobs_;
   std::unique_ptr<v1::AgentService::Stub> agents_;
@@ -435,6 +445,195 @@ TEST_F(AgentServiceTest, CheckpointUploadsOnlyFromRankZeroOfTheCurrentGeneration
   EXPECT_EQ(listed.checkpoints(0).step(), 7);
   EXPECT_EQ(listed.checkpoints(1).step(), 8);
   stream->WritesDone();
+}
+
+// A raw connection to the checkpoint data port (what a misbehaving or
+// foreign client would send).
+int ConnectTo(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  timeval tv{10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  return fd;
+}
+
+// Staging directories left under the job's checkpoint directory.
+int StagingDirs(const std::string& dir) {
+  int n = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    n += absl::StartsWith(e.path().filename().string(), ".staging-") ? 1 : 0;
+  }
+  return n;
+}
+
+TEST_F(AgentServiceTest, CheckpointUploadsOverTheDataPortAreCheckedCommittedAndSingleUse) {
+  grpc::ClientContext agent_context;
+  auto stream = agents_->Connect(&agent_context);
+  const std::string agent_id = ConnectAgent(*stream, 2);
+  const std::string job = Submit(2);
+  v1::CoordinatorMessage launch;
+  ASSERT_TRUE(stream->Read(&launch));
+  std::vector<grpc::Status> statuses;
+  JoinAll(job, agent_id, 2, &statuses);
+  ASSERT_GT(server_->checkpoint_data_port(), 0);
+  auto checkpoints = v1::CheckpointService::NewStub(channel_);
+  auto open = [&](int64_t step, int64_t generation, int rank, v1::OpenUploadResponse* opened) {
+    v1::OpenUploadRequest request;
+    request.set_job_id(job);
+    request.set_step(step);
+    request.set_generation(generation);
+    request.set_rank(rank);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    return checkpoints->OpenUpload(&context, request, opened);
+  };
+  v1::OpenUploadResponse opened;
+  grpc::Status stale = open(7, 2, 0, &opened);
+  EXPECT_EQ(stale.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(stale.error_message(), HasSubstr("generation 2"));
+  grpc::Status other_rank = open(7, 1, 1, &opened);
+  EXPECT_EQ(other_rank.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(other_rank.error_message(), HasSubstr("only rank 0 uploads"));
+
+  // Two files, one larger than a chunk, written in pieces as the serializer
+  // hands them over.
+  grpc::Status good = open(7, 1, 0, &opened);
+  ASSERT_TRUE(good.ok()) << good.error_message();
+  EXPECT_EQ(opened.port(), server_->checkpoint_data_port());
+  EXPECT_EQ(opened.token().size(), kTokenBytes);
+  std::string model(CheckpointDataUpload::kSendBytes + 12345, '\0');
+  for (size_t i = 0; i < model.size(); ++i) model[i] = static_cast<char>(i % 251);
+  const std::string state = "momentum of step 7";
+  {
+    auto upload = CheckpointDataUpload::Connect("127.0.0.1", opened.port(), opened.token(), absl::Seconds(10));
+    ASSERT_TRUE(upload.ok()) << upload.status();
+    ASSERT_TRUE((*upload)->BeginFile("model.pt").ok());
+    ASSERT_TRUE((*upload)->Write(absl::string_view(model).substr(0, 100)).ok());
+    ASSERT_TRUE((*upload)->Write(absl::string_view(model).substr(100)).ok());
+    ASSERT_TRUE((*upload)->EndFile().ok());
+    ASSERT_TRUE((*upload)->BeginFile("train_state.pt").ok());
+    ASSERT_TRUE((*upload)->Write(state).ok());
+    ASSERT_TRUE((*upload)->EndFile().ok());
+    absl::Status finished = (*upload)->Finish();
+    ASSERT_TRUE(finished.ok()) << finished;
+  }
+  absl::StatusOr<std::string> model_back = DownloadCheckpointFile(*checkpoints, job, 7, "model.pt", absl::Seconds(10));
+  ASSERT_TRUE(model_back.ok()) << model_back.status();
+  EXPECT_TRUE(*model_back == model) << "the stored model.pt differs from what was sent";
+  absl::StatusOr<std::string> state_back =
+      DownloadCheckpointFile(*checkpoints, job, 7, "train_state.pt", absl::Seconds(10));
+  ASSERT_TRUE(state_back.ok()) << state_back.status();
+  EXPECT_EQ(*state_back, state);
+
+  // A token works once.
+  {
+    auto again = CheckpointDataUpload::Connect("127.0.0.1", opened.port(), opened.token(), absl::Seconds(10));
+    ASSERT_TRUE(again.ok()) << again.status();
+    ASSERT_TRUE((*again)->BeginFile("model.pt").ok());
+    absl::Status s = (*again)->Write("x");
+    if (s.ok()) s = (*again)->EndFile();
+    if (s.ok()) s = (*again)->Finish();
+    EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+    EXPECT_THAT(s.message(), HasSubstr("unknown or expired upload token"));
+  }
+
+  // A chunk whose CRC does not match is refused; nothing of it stays.
+  const std::string job_dir = server_dir_ + "/checkpoints/" + job;
+  ASSERT_TRUE(open(8, 1, 0, &opened).ok());
+  {
+    const int fd = ConnectTo(opened.port());
+    ASSERT_GE(fd, 0);
+    ChunkHeader h;
+    h.data_len = 7;
+    h.chunk_crc32c = Crc32c("weights") ^ 1;
+    h.name_len = 8;
+    char header[kChunkHeaderBytes];
+    EncodeChunkHeader(h, header);
+    ASSERT_TRUE(SendAll(fd, {absl::string_view(kHelloMagic, kHelloMagicBytes), opened.token(),
+                             absl::string_view(header, sizeof(header)), "model.pt", "weights"},
+                        "a damaged chunk")
+                    .ok());
+    absl::Status answer;
+    ASSERT_TRUE(ReceiveReply(fd, &answer).ok());
+    EXPECT_EQ(answer.code(), absl::StatusCode::kDataLoss) << answer;
+    EXPECT_THAT(answer.message(), HasSubstr("does not match its CRC-32C"));
+    ::close(fd);
+  }
+  EXPECT_EQ(StagingDirs(job_dir), 0);
+
+  // A rank that goes away mid-file: the upload is dropped, its files deleted.
+  ASSERT_TRUE(open(9, 1, 0, &opened).ok());
+  {
+    auto upload = CheckpointDataUpload::Connect("127.0.0.1", opened.port(), opened.token(), absl::Seconds(10));
+    ASSERT_TRUE(upload.ok()) << upload.status();
+    ASSERT_TRUE((*upload)->BeginFile("model.pt").ok());
+    ASSERT_TRUE((*upload)->Write(model).ok());
+  }  // closed without EndFile/Finish
+  bool cleaned = false;
+  for (int i = 0; i < 100 && !cleaned; ++i) {
+    cleaned = StagingDirs(job_dir) == 0;
+    if (!cleaned) absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_TRUE(cleaned) << "the dropped upload's staging directory is still there";
+
+  // Anything else is told what the port is for.
+  {
+    const int fd = ConnectTo(server_->checkpoint_data_port());
+    ASSERT_GE(fd, 0);
+    const std::string request = "GET / HTTP/1.1\r\nHost: coordinator\r\n\r\n";
+    ASSERT_TRUE(SendAll(fd, {request}, "an HTTP request").ok());
+    absl::Status answer;
+    ASSERT_TRUE(ReceiveReply(fd, &answer).ok());
+    EXPECT_EQ(answer.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(answer.message(), HasSubstr("checkpoint data port"));
+    ::close(fd);
+  }
+
+  v1::ListCheckpointsRequest list;
+  list.set_job_id(job);
+  v1::ListCheckpointsResponse listed;
+  grpc::ClientContext list_context;
+  ASSERT_TRUE(jobs_->ListCheckpoints(&list_context, list, &listed).ok());
+  ASSERT_EQ(listed.checkpoints_size(), 1) << "refused uploads left nothing";
+  EXPECT_EQ(listed.checkpoints(0).step(), 7);
+  EXPECT_EQ(listed.checkpoints(0).files_size(), 2);
+  EXPECT_EQ(listed.checkpoints(0).files(0).crc32c(), Crc32c(model));
+  stream->WritesDone();
+}
+
+TEST(CheckpointDataPortTest, OffOrUnderTlsOpenUploadSaysToUseTheStream) {
+  ServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.state_dir = std::string(std::getenv("TEST_TMPDIR")) + "/no_data_port";
+  options.checkpoint_data_port = -1;
+  auto server = CoordinatorServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_EQ((*server)->checkpoint_data_port(), 0);
+  auto checkpoints = v1::CheckpointService::NewStub(MakeCoordinatorChannel((*server)->address()));
+  v1::OpenUploadRequest request;
+  request.set_job_id("job-000001");
+  request.set_step(1);
+  request.set_generation(1);
+  v1::OpenUploadResponse opened;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  grpc::Status s = checkpoints->OpenUpload(&context, request, &opened);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_THAT(s.error_message(), HasSubstr("CheckpointService.Upload"));
+
+  options.checkpoint_data_port = 70000;
+  options.state_dir += "_bad";
+  auto bad = CoordinatorServer::Start(options);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("--checkpoint_data_port 70000"));
 }
 
 }  // namespace

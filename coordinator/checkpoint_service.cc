@@ -8,6 +8,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_util.h"
 #include "common/status_macros.h"
+#include "common/checkpoint_wire.h"
 #include "common/crc32c.h"
 #include "glog/logging.h"
 
@@ -35,20 +36,9 @@ class UploadReactor : public grpc::ServerReadReactor<v1::CheckpointChunk> {
         FinishLocked(absl::InvalidArgumentError("checkpoint upload with no chunks"));
         return;
       }
-      if (grant_.manifest.per_rank()) {
-        absl::StatusOr<v1::UploadCheckpointResponse> added =
-            service_.AddPart(grant_, step_, rank_, std::move(upload_));
-        if (added.ok()) *response_ = *std::move(added);
-        FinishLocked(added.status());
-        return;
-      }
-      absl::StatusOr<v1::CheckpointManifest> committed = upload_->Commit(grant_.manifest, grant_.keep_last);
-      if (committed.ok()) {
-        LOG(INFO) << "checkpoint " << committed->job_id() << " step " << committed->step() << " committed ("
-                  << committed->files_size() << " file(s))";
-        *response_->mutable_manifest() = *committed;
-      }
-      FinishLocked(committed.status());
+      absl::StatusOr<v1::UploadCheckpointResponse> done = service_.Complete(grant_, step_, rank_, std::move(upload_));
+      if (done.ok()) *response_ = *std::move(done);
+      FinishLocked(done.status());
       return;
     }
     const v1::CheckpointChunk& chunk = chunks_[reading_];
@@ -205,6 +195,88 @@ grpc::ServerReadReactor<v1::CheckpointChunk>* CheckpointServiceImpl::Upload(grpc
   return new UploadReactor(*this, store_, scheduler_, response);
 }
 
+grpc::ServerUnaryReactor* CheckpointServiceImpl::OpenUpload(grpc::CallbackServerContext* context,
+                                                            const v1::OpenUploadRequest* request,
+                                                            v1::OpenUploadResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::Status status = [&]() -> absl::Status {
+    RETURN_IF_ERROR(auth_.Check(context->client_metadata(), Role::kWorker));
+    {
+      absl::MutexLock lock(&opened_mu_);
+      if (data_port_ == 0) {
+        return absl::UnimplementedError(
+            "this coordinator has no checkpoint data port (it serves TLS, or runs with --checkpoint_data_port -1): "
+            "upload with CheckpointService.Upload");
+      }
+    }
+    ASSIGN_OR_RETURN(Scheduler::UploadGrant grant,
+                     scheduler_.GrantUpload(request->job_id(), request->generation(), request->rank()));
+    ASSIGN_OR_RETURN(std::unique_ptr<CheckpointStore::Upload> upload,
+                     store_.BeginUpload(request->job_id(), request->step()));
+    ASSIGN_OR_RETURN(std::string token, NewUploadToken());
+    absl::MutexLock lock(&opened_mu_);
+    ExpireOpenedLocked();
+    if (opened_.size() >= kMaxOpenedUploads) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "checkpoint: ", kMaxOpenedUploads, " uploads are waiting for their data connection; try again later"));
+    }
+    OpenedUpload& opened = opened_[token];
+    opened.grant = std::move(grant);
+    opened.step = request->step();
+    opened.rank = request->rank();
+    opened.upload = std::move(upload);
+    opened.expires = absl::Now() + kOpenedUploadTtl;
+    response->set_port(data_port_);
+    response->set_token(token);
+    return absl::OkStatus();
+  }();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+void CheckpointServiceImpl::set_data_port(int port) {
+  absl::MutexLock lock(&opened_mu_);
+  data_port_ = port;
+}
+
+void CheckpointServiceImpl::ExpireOpenedLocked() {
+  const absl::Time now = absl::Now();
+  for (auto it = opened_.begin(); it != opened_.end();) {
+    if (it->second.expires <= now) {
+      LOG(WARNING) << "checkpoint " << it->second.grant.manifest.job_id() << " step " << it->second.step
+                   << ": rank " << it->second.rank << " opened an upload but never connected to the data port";
+      it = opened_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+absl::StatusOr<CheckpointServiceImpl::OpenedUpload> CheckpointServiceImpl::TakeOpened(absl::string_view token) {
+  absl::MutexLock lock(&opened_mu_);
+  ExpireOpenedLocked();
+  auto it = opened_.find(std::string(token));
+  if (it == opened_.end()) {
+    return absl::PermissionDeniedError(
+        "checkpoint data connection: unknown or expired upload token (open the upload with OpenUpload first; "
+        "a token works once, within a minute)");
+  }
+  OpenedUpload opened = std::move(it->second);
+  opened_.erase(it);
+  return opened;
+}
+
+absl::StatusOr<v1::UploadCheckpointResponse> CheckpointServiceImpl::Complete(
+    const Scheduler::UploadGrant& grant, int64_t step, int rank, std::unique_ptr<CheckpointStore::Upload> upload) {
+  if (grant.manifest.per_rank()) return AddPart(grant, step, rank, std::move(upload));
+  v1::UploadCheckpointResponse response;
+  ASSIGN_OR_RETURN(*response.mutable_manifest(), upload->Commit(grant.manifest, grant.keep_last));
+  LOG(INFO) << "checkpoint " << response.manifest().job_id() << " step " << response.manifest().step()
+            << " committed (" << response.manifest().files_size() << " file(s))"
+            << (response.manifest().directory().empty() ? "" : " in ") << response.manifest().directory();
+  return response;
+}
+
 grpc::ServerUnaryReactor* CheckpointServiceImpl::Commit(grpc::CallbackServerContext* context,
                                                         const v1::CommitCheckpointRequest* request,
                                                         v1::UploadCheckpointResponse* response) {
@@ -231,12 +303,7 @@ absl::StatusOr<v1::UploadCheckpointResponse> CheckpointServiceImpl::CommitStaged
   std::vector<v1::CheckpointFile> files(request.files().begin(), request.files().end());
   ASSIGN_OR_RETURN(std::unique_ptr<CheckpointStore::Upload> upload,
                    store_.AdoptStaged(grant.shared_dir, request.job_id(), request.step(), request.staging_dir(), files));
-  if (grant.manifest.per_rank()) return AddPart(grant, request.step(), request.rank(), std::move(upload));
-  v1::UploadCheckpointResponse response;
-  ASSIGN_OR_RETURN(*response.mutable_manifest(), upload->Commit(grant.manifest, grant.keep_last));
-  LOG(INFO) << "checkpoint " << request.job_id() << " step " << request.step() << " committed in "
-            << response.manifest().directory();
-  return response;
+  return Complete(grant, request.step(), request.rank(), std::move(upload));
 }
 
 absl::StatusOr<v1::UploadCheckpointResponse> CheckpointServiceImpl::AddPart(

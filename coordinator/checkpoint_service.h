@@ -8,6 +8,10 @@
 // a step are dropped (deleted) when a part of a later step or another
 // generation of the job arrives: that checkpoint can no longer complete.
 //
+// OpenUpload starts an upload whose bytes then arrive over the checkpoint
+// data port (CheckpointDataServer, common/checkpoint_wire.h) instead of the
+// Upload stream: the same checks, store and commit, fewer copies.
+//
 // Thread-safety: safe for concurrent calls; the store, scheduler and
 // authorizer must outlive the service.
 #ifndef CHORUS_COORDINATOR_CHECKPOINT_SERVICE_H_
@@ -19,7 +23,9 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "chorus/v1/coordinator.grpc.pb.h"
 #include "coordinator/auth_guard.h"
 #include "coordinator/checkpoint_store.h"
@@ -38,6 +44,8 @@ class CheckpointServiceImpl final : public v1::CheckpointService::CallbackServic
 
   grpc::ServerReadReactor<v1::CheckpointChunk>* Upload(grpc::CallbackServerContext* context,
                                                        v1::UploadCheckpointResponse* response) override;
+  grpc::ServerUnaryReactor* OpenUpload(grpc::CallbackServerContext* context, const v1::OpenUploadRequest* request,
+                                       v1::OpenUploadResponse* response) override;
   grpc::ServerUnaryReactor* Commit(grpc::CallbackServerContext* context, const v1::CommitCheckpointRequest* request,
                                    v1::UploadCheckpointResponse* response) override;
   grpc::ServerWriteReactor<v1::CheckpointChunk>* Download(grpc::CallbackServerContext* context,
@@ -49,6 +57,30 @@ class CheckpointServiceImpl final : public v1::CheckpointService::CallbackServic
   absl::StatusOr<v1::UploadCheckpointResponse> AddPart(const Scheduler::UploadGrant& grant, int64_t step, int rank,
                                                        std::unique_ptr<CheckpointStore::Upload> part);
 
+  // An upload OpenUpload granted, waiting for the data connection that
+  // presents its token.
+  struct OpenedUpload {
+    Scheduler::UploadGrant grant;
+    int64_t step = 0;
+    int rank = 0;
+    std::unique_ptr<CheckpointStore::Upload> upload;
+    absl::Time expires;
+  };
+  // How long a token stays valid unused.
+  static constexpr absl::Duration kOpenedUploadTtl = absl::Minutes(1);
+  // At most this many opened uploads wait at once.
+  static constexpr size_t kMaxOpenedUploads = 64;
+  // The port OpenUpload hands out; 0 (the default) = no data port, OpenUpload
+  // answers UNIMPLEMENTED.
+  void set_data_port(int port);
+  // The upload `token` opened, taken (a token works once). PERMISSION_DENIED
+  // for an unknown or expired token.
+  absl::StatusOr<OpenedUpload> TakeOpened(absl::string_view token);
+  // All files of an upload are in: commits it, or for per-rank checkpoints
+  // adds it as `rank`'s part (AddPart).
+  absl::StatusOr<v1::UploadCheckpointResponse> Complete(const Scheduler::UploadGrant& grant, int64_t step, int rank,
+                                                        std::unique_ptr<CheckpointStore::Upload> upload);
+
  private:
   absl::StatusOr<v1::UploadCheckpointResponse> CommitStaged(const v1::CommitCheckpointRequest& request);
 
@@ -57,6 +89,12 @@ class CheckpointServiceImpl final : public v1::CheckpointService::CallbackServic
     // By rank; null where the part has not arrived.
     std::vector<std::unique_ptr<CheckpointStore::Upload>> by_rank;
   };
+
+  absl::Mutex opened_mu_;
+  int data_port_ ABSL_GUARDED_BY(opened_mu_) = 0;
+  std::map<std::string, OpenedUpload> opened_ ABSL_GUARDED_BY(opened_mu_);  // by token
+  // Drops opened uploads past their expiry (their staging is deleted).
+  void ExpireOpenedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(opened_mu_);
 
   absl::Mutex parts_mu_;
   std::map<std::pair<std::string, int64_t>, Parts> parts_ ABSL_GUARDED_BY(parts_mu_);  // by (job, step)

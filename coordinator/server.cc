@@ -24,6 +24,7 @@
 #include "grpcpp/security/server_credentials.h"
 #include "common/auth.h"
 #include "coordinator/agent_service.h"
+#include "coordinator/checkpoint_data_server.h"
 #include "coordinator/checkpoint_service.h"
 #include "coordinator/checkpoint_store.h"
 #include "coordinator/health_service.h"
@@ -209,6 +210,24 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   scheduler->Recover((*jobs)->List({v1::Job::RUNNING}, 0), options.recovery_grace);
   auto job_service = std::make_unique<JobServiceImpl>(**jobs, *scheduler, *auth, checkpoints.get());
   auto checkpoint_service = std::make_unique<CheckpointServiceImpl>(*checkpoints, *scheduler, *auth);
+  std::unique_ptr<CheckpointDataServer> checkpoint_data;
+  if (options.checkpoint_data_port < -1 || options.checkpoint_data_port > 65535) {
+    ::close(lock_fd);
+    return absl::InvalidArgumentError(absl::StrCat("--checkpoint_data_port ", options.checkpoint_data_port,
+                                                   ": must be a port in [0, 65535], or -1 for none"));
+  }
+  if (options.checkpoint_data_port >= 0 && options.tls_cert.empty()) {
+    absl::StatusOr<std::unique_ptr<CheckpointDataServer>> data =
+        CheckpointDataServer::Start(host, options.checkpoint_data_port, *checkpoint_service);
+    if (!data.ok()) {
+      ::close(lock_fd);
+      return data.status();
+    }
+    checkpoint_data = *std::move(data);
+    checkpoint_service->set_data_port(checkpoint_data->port());
+  } else if (options.checkpoint_data_port >= 0) {
+    LOG(INFO) << "no checkpoint data port with TLS (it is plaintext): checkpoints are uploaded over gRPC";
+  }
   auto agent_service = std::make_unique<AgentServiceImpl>(*scheduler, *auth);
   auto rank_service = std::make_unique<RankServiceImpl>(*scheduler, *auth);
 
@@ -254,7 +273,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   LOG(INFO) << "coordinator listening on " << address << (options.tls_cert.empty() ? "" : " (TLS")
             << (options.tls_client_ca.empty() ? "" : ", client certificates required")
             << (options.tls_cert.empty() ? "" : ")")
-            << (auth->enabled() ? ", tokens required" : "") << ", state in " << options.state_dir;
+            << (auth->enabled() ? ", tokens required" : "") << ", state in " << options.state_dir
+            << (checkpoint_data != nullptr ? absl::StrCat(", checkpoint data port ", checkpoint_data->port()) : "");
   auto coordinator = std::unique_ptr<CoordinatorServer>(new CoordinatorServer(
       std::move(health), std::move(kv), std::move(store_service), std::move(server), bound_port,
       std::move(address), lock_fd));
@@ -262,6 +282,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   coordinator->state_ = std::move(*state);
   coordinator->checkpoints_ = std::move(checkpoints);
   coordinator->checkpoint_service_ = std::move(checkpoint_service);
+  coordinator->checkpoint_data_ = std::move(checkpoint_data);
   coordinator->jobs_ = std::move(*jobs);
   coordinator->scheduler_ = std::move(scheduler);
   coordinator->scheduler_->set_coordinator_address(coordinator->address_);
@@ -309,6 +330,11 @@ void CoordinatorServer::Shutdown(absl::Duration grace) {
   // the server waits for in-flight calls.
   health_->Shutdown();
   server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+  if (checkpoint_data_ != nullptr) checkpoint_data_->Shutdown();
+}
+
+int CoordinatorServer::checkpoint_data_port() const {
+  return checkpoint_data_ != nullptr ? checkpoint_data_->port() : 0;
 }
 
 void CoordinatorServer::Wait() { server_->Wait(); }

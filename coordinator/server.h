@@ -37,6 +37,7 @@ class Server;
 namespace chorus {
 
 class AgentServiceImpl;
+class CheckpointDataServer;
 class CheckpointServiceImpl;
 class CheckpointStore;
 class TokenAuthorizer;
@@ -66,6 +67,11 @@ struct ServerOptions {
   std::string tls_key;
   // PEM CA bundle: require client certificates it signed (mTLS).
   std::string tls_client_ca;
+  // The checkpoint data port (raw TCP beside gRPC for checkpoint uploads,
+  // coordinator/checkpoint_data_server.h) on --listen's host: 0 = any free
+  // port, -1 = none (ranks upload over gRPC). Never with TLS: the data port
+  // is plaintext, so a TLS coordinator takes uploads over gRPC only.
+  int checkpoint_data_port = 0;
   // Serve gRPC server reflection (service and message descriptors).
   bool enable_reflection = false;
   // After a restart, how long jobs that were running wait for their ranks to
@@ -96,6 +102,8 @@ class CoordinatorServer {
   int port() const { return port_; }
   // host:port clients should dial.
   const std::string& address() const { return address_; }
+  // The checkpoint data port; 0 when there is none.
+  int checkpoint_data_port() const;
 
   // Stops accepting calls; in-flight calls get until `grace` to finish and are
   // then cancelled.
@@ -114,6 +122,7 @@ class CoordinatorServer {
   std::unique_ptr<StateStore> state_;
   std::unique_ptr<CheckpointStore> checkpoints_;
   std::unique_ptr<CheckpointServiceImpl> checkpoint_service_;
+  std::unique_ptr<CheckpointDataServer> checkpoint_data_;  // null without a data port
   std::unique_ptr<JobManager> jobs_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<JobServiceImpl> job_service_;

@@ -64,6 +64,11 @@ kill -TERM "${coordinator_pid}"; wait "${coordinator_pid}" 2>/dev/null
 [[ "${full_ckpts}" == *'"step": "30"'* && "${full_ckpts}" == *'"step": "60"'* && "${full_ckpts}" == *'"step": "90"'* \
    && "${full_ckpts}" == *'"name": "model.pt"'* && "${full_ckpts}" == *'"crc32c": '* ]] \
   && pass "the uninterrupted job checkpointed at 30, 60 and at the end (90)" || fail "checkpoints of job-000001: ${full_ckpts}"
+# Rank 0 sent them over the coordinator's checkpoint data port (raw TCP
+# beside gRPC), not the Upload stream.
+n=$(grep -c "job-000001 slot 0.*checkpoint step [0-9]*: sent [0-9]* bytes to the data port" "${STATE}/worker.log")
+[[ "${n}" -eq 3 ]] && pass "rank 0 uploaded its 3 checkpoints over the checkpoint data port" \
+  || fail "uploads over the data port in ${STATE}/worker.log: ${n}, expected 3"
 
 # --- job-000003: resume job-000002 on 2 ranks
 last=$(up --local 2 --resume_from job-000002 "${TMP}/two.textproto")

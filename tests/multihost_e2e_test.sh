@@ -112,6 +112,13 @@ logs=$(c logs job-000001 2>&1)
 [[ "${logs}" == *"training traffic on 10.78.0.1"* && "${logs}" == *"training traffic on 10.78.0.2"* ]] \
   && pass "one rank trained on each host's training address, logs from both" \
   || fail "logs: $(grep -i traffic <<<"${logs}")"
+# The final checkpoint crossed to the coordinator's host over its checkpoint
+# data port (on the control address, like gRPC) and was committed.
+ckpts=$(c checkpoints job-000001 2>&1)
+grep -q "checkpoint step [0-9]*: sent [0-9]* bytes to the data port" "${TMP}/agent_a.log" "${TMP}/agent_b.log" \
+  && [[ "${ckpts}" == *"STEP"*$'\n'"96 "* ]] \
+  && pass "rank 0 uploaded the final checkpoint over the data port: $(grep -ho "checkpoint step [0-9]*: sent [0-9]* bytes to the data port" "${TMP}/agent_a.log" "${TMP}/agent_b.log")" \
+  || fail "checkpoint over the data port: ${ckpts} $(grep -h "checkpoint step" "${TMP}/agent_a.log" "${TMP}/agent_b.log" | tail -2)"
 
 # --- cut the training network under a running job: STUCK_IN_COLLECTIVE
 sed 's/epochs: 3/epochs: 100000/' "${TMP}/job.textproto" > "${TMP}/long.textproto"

@@ -93,6 +93,12 @@ out=$(timeout 120 "${CHORUS}" --coordinator "${addr}" "${tls[@]}" --token_file "
   submit --wait "${TMP}/job.textproto" 2>"${TMP}/submit.err"); rc=$?
 [[ ${rc} -eq 0 && "${out}" == "job-000001" ]] && pass "job trained over mTLS with tokens (ranks inherit the credentials)" \
   || fail "secure job rc=${rc} out='${out}' err=$(tail -3 "${TMP}/submit.err") worker=$(tail -5 "${TMP}/worker.log")"
+# A TLS coordinator has no (plaintext) checkpoint data port: the final
+# checkpoint went over the gRPC Upload stream, encrypted.
+grep -q "the coordinator takes checkpoints over gRPC only" "${TMP}/worker.log" \
+  && grep -q "checkpoint step [0-9]*: sent [0-9]* bytes in" "${TMP}/worker.log" \
+  && pass "under TLS the checkpoint was uploaded over gRPC" \
+  || fail "checkpoint upload under TLS: $(grep -i checkpoint "${TMP}/worker.log" | tail -3)"
 out=$(c "${tls[@]}" --token_file "${TMP}/admin.token" logs job-000001 --rank 0 2>&1); rc=$?
 [[ ${rc} -eq 0 && "${out}" == *"[rank 0]"* ]] && pass "logs with the admin token" || fail "logs rc=${rc} out='${out}'"
 kill -TERM "${worker_pid}"; wait "${worker_pid}" 2>/dev/null

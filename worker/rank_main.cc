@@ -223,7 +223,8 @@ int Run() {
   };
   TrainingProgress progress;
   g_progress.store(&progress);
-  GrpcCheckpointSink to_coordinator(channel, job_id, joined.generation(), joined.rank());
+  GrpcCheckpointSink to_coordinator(channel, job_id, joined.generation(), joined.rank(),
+                                    GrpcCheckpointSink::HostOf(coordinator));
   std::unique_ptr<SharedDirCheckpointSink> to_shared_dir;
   if (joined.spec().checkpoint().storage() == v1::CheckpointSpec::SHARED_DIR) {
     absl::StatusOr<std::unique_ptr<SharedDirCheckpointSink>> sink = SharedDirCheckpointSink::Create(

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/checkpoint_wire.h"
 #include "common/grpc_util.h"
 #include "common/crc32c.h"
 #include "common/status_macros.h"
@@ -13,14 +15,87 @@
 namespace chorus {
 
 GrpcCheckpointSink::GrpcCheckpointSink(std::shared_ptr<grpc::Channel> channel, std::string job_id,
-                                       int64_t generation, int rank, absl::Duration timeout)
+                                       int64_t generation, int rank, std::string coordinator_host,
+                                       absl::Duration timeout)
     : stub_(v1::CheckpointService::NewStub(channel)),
       job_id_(std::move(job_id)),
       generation_(generation),
       rank_(rank),
-      timeout_(timeout) {}
+      timeout_(timeout),
+      coordinator_host_(std::move(coordinator_host)),
+      use_data_port_(!coordinator_host_.empty()) {}
+
+std::string GrpcCheckpointSink::HostOf(const std::string& target) {
+  if (target.find('/') != std::string::npos || absl::StartsWith(target, "unix:")) return "";
+  const size_t colon = target.rfind(':');
+  if (colon == std::string::npos || colon == 0) return "";
+  const std::string host = target.substr(0, colon);
+  // An IPv6 address without brackets has colons but no port after them.
+  if (host.find(':') != std::string::npos && !(host.front() == '[' && host.back() == ']')) return "";
+  return host;
+}
 
 absl::Status GrpcCheckpointSink::Store(int64_t step, const std::vector<CheckpointFileSource>& files) {
+  if (use_data_port_.load()) {
+    bool fell_back = false;
+    absl::Status s = StoreOverDataPort(step, files, &fell_back);
+    if (!fell_back) return s;
+  }
+  return StoreOverStream(step, files);
+}
+
+absl::Status GrpcCheckpointSink::StoreOverDataPort(int64_t step, const std::vector<CheckpointFileSource>& files,
+                                                   bool* fell_back) {
+  v1::OpenUploadRequest request;
+  request.set_job_id(job_id_);
+  request.set_step(step);
+  request.set_generation(generation_);
+  request.set_rank(rank_);
+  v1::OpenUploadResponse opened;
+  {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + std::min(timeout_, absl::Minutes(1))));
+    grpc::Status s = stub_->OpenUpload(&context, request, &opened);
+    if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+      LOG(INFO) << "the coordinator takes checkpoints over gRPC only (" << s.error_message() << ")";
+      use_data_port_ = false;
+      *fell_back = true;
+      return absl::OkStatus();
+    }
+    if (!s.ok()) {
+      return absl::Status(FromGrpcStatus(s).code(),
+                          absl::StrCat("uploading checkpoint step ", step, ": ", s.error_message()));
+    }
+  }
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::unique_ptr<CheckpointDataUpload>> upload = CheckpointDataUpload::Connect(
+      coordinator_host_, opened.port(), opened.token(), std::min(timeout_, absl::Seconds(30)));
+  if (!upload.ok()) {
+    LOG(WARNING) << upload.status().message() << "; checkpoints are uploaded over gRPC from now on";
+    use_data_port_ = false;
+    *fell_back = true;
+    return absl::OkStatus();
+  }
+  absl::Status status;
+  for (const CheckpointFileSource& file : files) {
+    status = (*upload)->BeginFile(file.name);
+    if (status.ok()) status = file.write([&](absl::string_view piece) { return (*upload)->Write(piece); });
+    if (status.ok()) status = (*upload)->EndFile();
+    if (!status.ok()) break;
+  }
+  const absl::Time sent_all = absl::Now();
+  if (status.ok()) status = (*upload)->Finish();
+  LOG(INFO) << "checkpoint step " << step << ": sent " << (*upload)->bytes_sent() << " bytes to the data port in "
+            << absl::ToDoubleSeconds(sent_all - start) << " s (" << absl::ToDoubleSeconds((*upload)->send_time())
+            << " s of it sending), the coordinator's fsync and commit took "
+            << absl::ToDoubleSeconds(absl::Now() - sent_all) << " s";
+  if (!status.ok()) {
+    return absl::Status(status.code(), absl::StrCat("uploading checkpoint step ", step, ": ", status.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GrpcCheckpointSink::StoreOverStream(int64_t step, const std::vector<CheckpointFileSource>& files) {
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
   v1::UploadCheckpointResponse response;

@@ -1,8 +1,13 @@
 // GrpcCheckpointSink: a CheckpointSink over the coordinator's
-// CheckpointService — Store uploads a checkpoint's files in 4 MB chunks as
-// they are serialized, each chunk with its CRC-32C (and each file's size and
-// CRC-32C with its last chunk); Load downloads the files of a committed
-// checkpoint and checks them against the manifest.
+// CheckpointService — Store uploads a checkpoint's files in chunks of up to
+// 4 MB as they are serialized, each chunk with its CRC-32C (and each file's
+// size and CRC-32C with its last chunk); Load downloads the files of a
+// committed checkpoint and checks them against the manifest.
+//
+// Uploads go over the coordinator's checkpoint data port when it has one
+// (OpenUpload, then a TCP connection to that port on `coordinator_host`:
+// common/checkpoint_wire.h), else over the Upload stream. If the data port
+// cannot be reached, this and later uploads use the stream.
 //
 // Thread-safety: calls may come from any thread; the channel is shared.
 //
@@ -13,6 +18,7 @@
 #ifndef CHORUS_WORKER_CHECKPOINT_GRPC_CHECKPOINT_SINK_H_
 #define CHORUS_WORKER_CHECKPOINT_GRPC_CHECKPOINT_SINK_H_
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,8 +33,15 @@ class GrpcCheckpointSink : public CheckpointSink {
  public:
   static constexpr size_t kChunkBytes = 4 << 20;
 
+  // `coordinator_host`: the host of the coordinator's address (as in the
+  // channel's target), where its data port is; empty = upload over the
+  // Upload stream only.
   GrpcCheckpointSink(std::shared_ptr<grpc::Channel> channel, std::string job_id, int64_t generation, int rank,
-                     absl::Duration timeout = absl::Minutes(10));
+                     std::string coordinator_host = "", absl::Duration timeout = absl::Minutes(10));
+
+  // The host of a gRPC target "HOST:PORT" or "[V6]:PORT" (brackets kept);
+  // empty for other forms (unix:, dns:///...), which get no data port.
+  static std::string HostOf(const std::string& target);
 
   absl::Status Store(int64_t step, const std::vector<CheckpointFileSource>& files) override;
   absl::StatusOr<std::vector<CheckpointFileData>> Load(const v1::CheckpointManifest& manifest) override;
@@ -39,6 +52,13 @@ class GrpcCheckpointSink : public CheckpointSink {
   const int64_t generation_;
   const int rank_;
   const absl::Duration timeout_;
+  const std::string coordinator_host_;
+  std::atomic<bool> use_data_port_;
+
+  // Over the data port. Sets *fell_back (and returns OK) when the coordinator
+  // has no data port or it cannot be reached; nothing was uploaded then.
+  absl::Status StoreOverDataPort(int64_t step, const std::vector<CheckpointFileSource>& files, bool* fell_back);
+  absl::Status StoreOverStream(int64_t step, const std::vector<CheckpointFileSource>& files);
 };
 
 }  // namespace chorus

@@ -131,7 +131,7 @@ SharedDirCheckpointSink::SharedDirCheckpointSink(std::shared_ptr<grpc::Channel> 
                                                  std::string job_id, int64_t generation, int rank,
                                                  absl::Duration timeout)
     : stub_(v1::CheckpointService::NewStub(channel)),
-      download_(channel, job_id, generation, rank, timeout),
+      download_(channel, job_id, generation, rank, /*coordinator_host=*/"", timeout),
       job_dir_(std::move(job_dir)),
       job_id_(std::move(job_id)),
       generation_(generation),

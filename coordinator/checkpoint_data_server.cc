@@ -1,0 +1,228 @@
+#include "coordinator/checkpoint_data_server.h"
+
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/checkpoint_wire.h"
+#include "common/status_macros.h"
+#include "coordinator/checkpoint_service.h"
+#include "glog/logging.h"
+
+namespace chorus {
+namespace {
+
+void SetReceiveTimeout(int fd, absl::Duration timeout) {
+  const timeval tv = absl::ToTimeval(timeout);
+  (void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+}
+
+// Reads the chunks of one upload into `upload` until the end marker.
+absl::Status ReceiveFiles(int fd, CheckpointStore::Upload& upload) {
+  // One message, reused: the data buffer keeps its capacity from chunk to
+  // chunk, and the name is set only on a file's first chunk, as in Upload.
+  v1::CheckpointChunk chunk;
+  std::string* data = chunk.mutable_data();
+  for (;;) {
+    char header[kChunkHeaderBytes];
+    RETURN_IF_ERROR(ReceiveAll(fd, header, sizeof(header), "a checkpoint chunk header"));
+    ChunkHeader h;
+    RETURN_IF_ERROR(DecodeChunkHeader(header, &h));
+    if ((h.flags & ChunkHeader::kEndOfUpload) != 0) return absl::OkStatus();
+    std::string* name = chunk.mutable_file_name();
+    name->resize(h.name_len);
+    RETURN_IF_ERROR(ReceiveAll(fd, name->data(), name->size(), "a checkpoint file name"));
+    data->resize(h.data_len);
+    RETURN_IF_ERROR(ReceiveAll(fd, data->data(), data->size(), "checkpoint data"));
+    chunk.set_offset(static_cast<int64_t>(h.offset));
+    chunk.set_chunk_crc32c(h.chunk_crc32c);
+    chunk.set_last((h.flags & ChunkHeader::kLast) != 0);
+    chunk.set_file_size(static_cast<int64_t>(h.file_size));
+    chunk.set_file_crc32c(h.file_crc32c);
+    RETURN_IF_ERROR(upload.AddChunk(chunk));
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CheckpointDataServer>> CheckpointDataServer::Start(const std::string& host, int port,
+                                                                                 CheckpointServiceImpl& service,
+                                                                                 absl::Duration io_timeout) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  const std::string service_name = std::to_string(port);
+  if (int rc = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), service_name.c_str(), &hints, &found); rc != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint data port: cannot resolve host \"", host, "\": ", gai_strerror(rc)));
+  }
+  int fd = -1;
+  int error = 0;
+  for (addrinfo* a = found; a != nullptr && fd < 0; a = a->ai_next) {
+    fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) {
+      error = errno;
+      continue;
+    }
+    const int one = 1;
+    (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd, 64) != 0) {
+      error = errno;
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  ::freeaddrinfo(found);
+  if (fd < 0) {
+    return absl::UnavailableError(absl::StrCat("--checkpoint_data_port ", port, ": cannot listen on ", host, ":",
+                                               port, " (", std::strerror(error),
+                                               "); pick another port, or -1 to upload checkpoints over gRPC"));
+  }
+  sockaddr_storage bound{};
+  socklen_t length = sizeof(bound);
+  (void)::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length);
+  const int bound_port = bound.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
+                                                     : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  std::unique_ptr<CheckpointDataServer> server(new CheckpointDataServer(fd, bound_port, service, io_timeout));
+  server->acceptor_ = std::thread([s = server.get()] { s->AcceptLoop(); });
+  return server;
+}
+
+CheckpointDataServer::~CheckpointDataServer() { Shutdown(); }
+
+void CheckpointDataServer::Shutdown() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!stopping_) {
+      stopping_ = true;
+      ::shutdown(listen_fd_, SHUT_RDWR);  // wakes accept()
+      for (Connection& c : connections_) {
+        if (c.fd >= 0) ::shutdown(c.fd, SHUT_RDWR);
+      }
+    }
+  }
+  if (acceptor_.joinable()) {
+    acceptor_.join();
+    ::close(listen_fd_);
+  }
+  // The acceptor is gone: nobody adds connections any more.
+  std::vector<std::thread*> threads;
+  {
+    absl::MutexLock lock(&mu_);
+    for (Connection& c : connections_) threads.push_back(&c.thread);
+  }
+  for (std::thread* t : threads) {
+    if (t->joinable()) t->join();
+  }
+}
+
+void CheckpointDataServer::AcceptLoop() {
+  for (;;) {
+    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    absl::MutexLock lock(&mu_);
+    if (stopping_) {
+      if (fd >= 0) ::close(fd);
+      return;
+    }
+    if (fd < 0) {
+      if (errno != EINTR && errno != ECONNABORTED) {
+        // Out of descriptors or memory: wait a little rather than spin.
+        LOG(WARNING) << "checkpoint data port: accept: " << std::strerror(errno);
+        mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::Milliseconds(100));
+      }
+      continue;
+    }
+    for (auto it = connections_.begin(); it != connections_.end();) {
+      if (it->done) {
+        it->thread.join();
+        it = connections_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (connections_.size() >= static_cast<size_t>(kMaxConnections)) {
+      const std::string reply = EncodeReply(absl::ResourceExhaustedError(absl::StrCat(
+          "checkpoint data port: ", kMaxConnections, " uploads are running; try again later")));
+      (void)::send(fd, reply.data(), reply.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      ::close(fd);
+      continue;
+    }
+    Connection& c = connections_.emplace_back();
+    c.fd = fd;
+    c.thread = std::thread([this, &c] { Serve(c.fd, &c); });
+  }
+}
+
+void CheckpointDataServer::Serve(int fd, Connection* connection) {
+  const timeval tv = absl::ToTimeval(io_timeout_);
+  (void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  SetReceiveTimeout(fd, io_timeout_);
+  const int one = 1;
+  (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  // The magic first, so that a stray client (an HTTP probe, say) is told
+  // what this port is without waiting for the token's bytes.
+  char hello[kHelloMagicBytes + kTokenBytes];
+  absl::Status status = ReceiveAll(fd, hello, kHelloMagicBytes, "the upload's hello");
+  if (status.ok() && std::memcmp(hello, kHelloMagic, kHelloMagicBytes) != 0) {
+    status = absl::InvalidArgumentError(
+        "this is the coordinator's checkpoint data port; it takes only uploads opened with "
+        "CheckpointService.OpenUpload");
+  }
+  if (status.ok()) status = ReceiveAll(fd, hello + kHelloMagicBytes, kTokenBytes, "the upload token");
+  absl::StatusOr<CheckpointServiceImpl::OpenedUpload> opened =
+      status.ok() ? service_.TakeOpened(absl::string_view(hello + kHelloMagicBytes, kTokenBytes))
+                  : absl::StatusOr<CheckpointServiceImpl::OpenedUpload>(status);
+  if (!opened.ok()) {
+    LOG(WARNING) << "checkpoint data port: connection refused: " << opened.status();
+    AnswerAndClose(fd, connection, opened.status());
+    return;
+  }
+  const std::string what = absl::StrCat("checkpoint ", opened->grant.manifest.job_id(), " step ", opened->step,
+                                        " from rank ", opened->rank);
+  const absl::Time start = absl::Now();
+  status = ReceiveFiles(fd, *opened->upload);
+  const absl::Time received = absl::Now();
+  if (status.ok()) {
+    status = service_.Complete(opened->grant, opened->step, opened->rank, std::move(opened->upload)).status();
+  }
+  if (status.ok()) {
+    VLOG(1) << what << ": received over the data port in " << absl::ToDoubleSeconds(received - start)
+            << " s, stored in " << absl::ToDoubleSeconds(absl::Now() - start) << " s";
+  } else {
+    LOG(WARNING) << what << ": upload failed: " << status;
+  }
+  // A failed upload's staging files go with it (CheckpointStore::Upload).
+  opened->upload.reset();
+  AnswerAndClose(fd, connection, status);
+}
+
+void CheckpointDataServer::AnswerAndClose(int fd, Connection* connection, const absl::Status& status) {
+  const std::string reply = EncodeReply(status);
+  (void)SendAll(fd, {reply}, "the answer to a checkpoint upload");
+  if (!status.ok()) {
+    // The peer may still be sending; closing with unread data would reset
+    // the connection and could destroy the answer before it is read. Let
+    // it see the answer (it checks between chunks) and stop.
+    ::shutdown(fd, SHUT_WR);
+    SetReceiveTimeout(fd, absl::Milliseconds(200));
+    const absl::Time deadline = absl::Now() + absl::Seconds(2);
+    std::vector<char> sink(64 << 10);
+    while (absl::Now() < deadline && ::recv(fd, sink.data(), sink.size(), 0) > 0) {
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  ::close(fd);
+  connection->fd = -1;
+  connection->done = true;
+}
+
+}  // namespace chorus

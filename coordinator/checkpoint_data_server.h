@@ -1,0 +1,79 @@
+// CheckpointDataServer: the coordinator's checkpoint data port, a TCP
+// listener beside gRPC that takes the bytes of checkpoint uploads opened
+// with CheckpointService.OpenUpload (protocol: common/checkpoint_wire.h).
+// Each connection presents an upload's token, streams its files into the
+// upload (CheckpointStore::Upload: per-chunk and per-file CRC-32C checks,
+// fsync) and gets the commit's status back. A connection that sends
+// anything wrong gets the error and is closed; what it sent is deleted.
+//
+// Thread-safety: one thread accepts, one thread serves each connection (at
+// most kMaxConnections at once); Shutdown() may be called from any thread.
+//
+// Example:
+//   ASSIGN_OR_RETURN(auto data, CheckpointDataServer::Start("127.0.0.1", 0, checkpoint_service));
+//   checkpoint_service.set_data_port(data->port());
+#ifndef CHORUS_COORDINATOR_CHECKPOINT_DATA_SERVER_H_
+#define CHORUS_COORDINATOR_CHECKPOINT_DATA_SERVER_H_
+
+#include <list>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace chorus {
+
+class CheckpointServiceImpl;
+
+class CheckpointDataServer {
+ public:
+  static constexpr int kMaxConnections = 32;
+
+  // Listens on host:port (port 0: any free port). `io_timeout` bounds each
+  // send and receive on a connection (a rank that stops sending frees its
+  // connection after it). UNAVAILABLE if the port cannot be bound.
+  static absl::StatusOr<std::unique_ptr<CheckpointDataServer>> Start(const std::string& host, int port,
+                                                                     CheckpointServiceImpl& service,
+                                                                     absl::Duration io_timeout = absl::Minutes(1));
+  ~CheckpointDataServer();  // Shutdown()
+  CheckpointDataServer(const CheckpointDataServer&) = delete;
+  CheckpointDataServer& operator=(const CheckpointDataServer&) = delete;
+
+  int port() const { return port_; }
+  // Stops accepting, cuts the open connections (their uploads are dropped)
+  // and waits for their threads.
+  void Shutdown();
+
+ private:
+  CheckpointDataServer(int listen_fd, int port, CheckpointServiceImpl& service, absl::Duration io_timeout)
+      : listen_fd_(listen_fd), port_(port), service_(service), io_timeout_(io_timeout) {}
+  struct Connection {
+    int fd = -1;  // -1 once closed
+    bool done = false;
+    std::thread thread;
+  };
+
+  void AcceptLoop();
+  // One connection, start to end; closes it.
+  void Serve(int fd, Connection* connection);
+  // Answers `status` and closes `fd`. After an error it first reads (and
+  // drops) what the peer still sends, for a moment, so that the answer is
+  // not lost to a reset.
+  void AnswerAndClose(int fd, Connection* connection, const absl::Status& status);
+
+  const int listen_fd_;
+  const int port_;
+  CheckpointServiceImpl& service_;
+  const absl::Duration io_timeout_;
+  std::thread acceptor_;
+  absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::list<Connection> connections_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace chorus
+
+#endif  // CHORUS_COORDINATOR_CHECKPOINT_DATA_SERVER_H_
