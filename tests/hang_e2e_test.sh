@@ -25,12 +25,20 @@ hang_detection { $2 }
 SPEC
 }
 
+# `chorus up` writes the coordinator's port before it submits the job; a
+# watch started in between would find no job and end at once.
+wait_for_job() {
+  for _ in $(seq 1 300); do "${CHORUS}" --coordinator "$1" status job-000001 >/dev/null 2>&1 && return 0; sleep 0.1; done
+  return 1
+}
+
 # --- REPORT: the hanging rank is named while the job hangs
 spec "kind: HANG rank: 1 at_step: 10 duration_seconds: 25" "action: REPORT stall_after_seconds: 2" > "${TMP}/report.textproto"
 "${CHORUS}" up --local 2 --state_dir "${TMP}/report" "${TMP}/report.textproto" 2>"${TMP}/report.err" &
 up_pid=$!
 for _ in $(seq 1 300); do [[ -s "${TMP}/report/port" ]] && break; sleep 0.1; done
 addr="127.0.0.1:$(cat "${TMP}/report/port" 2>/dev/null)"
+wait_for_job "${addr}"
 # A watcher from the start sees the job's events, the diagnosis among them.
 "${CHORUS}" --coordinator "${addr}" watch job-000001 >"${TMP}/watch.out" 2>"${TMP}/watch.err" &
 watch_pid=$!
@@ -125,6 +133,7 @@ SPEC
 up_pid=$!
 for _ in $(seq 1 300); do [[ -s "${TMP}/healthy/port" ]] && break; sleep 0.1; done
 haddr="127.0.0.1:$(cat "${TMP}/healthy/port" 2>/dev/null)"
+wait_for_job "${haddr}"
 timeout 120 "${CHORUS}" --coordinator "${haddr}" watch job-000001 >"${TMP}/healthy.watch" 2>/dev/null
 wait "${up_pid}"; rc=$?
 [[ ${rc} -eq 0 ]] && pass "healthy job succeeded" || fail "healthy rc=${rc} $(tail -2 "${TMP}/healthy.err")"
@@ -141,6 +150,7 @@ spec "kind: HANG rank: 1 at_step: 10 duration_seconds: 4 } faults { kind: SLOW r
 up_pid=$!
 for _ in $(seq 1 300); do [[ -s "${TMP}/slow/port" ]] && break; sleep 0.1; done
 saddr="127.0.0.1:$(cat "${TMP}/slow/port" 2>/dev/null)"
+wait_for_job "${saddr}"
 "${CHORUS}" --coordinator "${saddr}" watch job-000001 >"${TMP}/slow.watch" 2>/dev/null &
 watch_pid=$!
 for _ in $(seq 1 250); do grep -q "problem STRAGGLER" "${TMP}/slow.watch" && break; sleep 0.1; done
