@@ -23,13 +23,15 @@
 #       ratio = ours / peer, lower is better. Target: ratio <= 0.2.
 #   (b) Upload+commit throughput, MB/s (1 MB = 10^6 bytes).
 #       Chorus (ours): checkpoint_bytes / checkpoint_store_seconds of the last
-#         checkpoint; store = the background upload to the coordinator, which
+#         checkpoint; store = the background upload to the coordinator (over
+#         its checkpoint data port, raw TCP beside gRPC), which
 #         writes the files under its --state_dir, fsyncs, renames and commits
 #         (files are serialized while they are uploaded; the CPU time spent
 #         serializing is checkpoint_serialize_seconds, printed, not counted).
 #         The job is also run with storage SHARED_DIR (a directory in the
 #         temp dir): the rank writes and fsyncs the files, the coordinator
-#         checks and commits them; same figure.
+#         checks and commits them; same figure, held to the same 0.8 bar
+#         (the target names upload+commit; both verdicts are printed).
 #       dd (peer): `dd if=/dev/zero of=TMP/dd.bin bs=1M count=N conv=fsync`,
 #         N = the checkpoint's size in MiB rounded, on the state dir's
 #         filesystem; bytes / wall-clock seconds of dd. dd runs 4 times per
