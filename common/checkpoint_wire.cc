@@ -186,6 +186,7 @@ absl::StatusOr<std::string> NewUploadToken() {
 
 absl::StatusOr<std::unique_ptr<CheckpointDataUpload>> CheckpointDataUpload::Connect(const std::string& host, int port,
                                                                                    absl::string_view token,
+                                                                                   absl::Duration connect_timeout,
                                                                                    absl::Duration timeout) {
   if (token.size() != kTokenBytes) {
     return absl::InvalidArgumentError(absl::StrCat("checkpoint upload token of ", token.size(), " bytes, expected ",
@@ -209,7 +210,7 @@ absl::StatusOr<std::unique_ptr<CheckpointDataUpload>> CheckpointDataUpload::Conn
       error = errno;
       continue;
     }
-    if (!ConnectWithin(fd, a->ai_addr, a->ai_addrlen, timeout, &error)) {
+    if (!ConnectWithin(fd, a->ai_addr, a->ai_addrlen, connect_timeout, &error)) {
       ::close(fd);
       fd = -1;
     }
@@ -223,11 +224,11 @@ absl::StatusOr<std::unique_ptr<CheckpointDataUpload>> CheckpointDataUpload::Conn
   (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   SetTimeouts(fd, timeout);
   std::unique_ptr<CheckpointDataUpload> upload(new CheckpointDataUpload(fd));
-  if (absl::Status s = SendAll(fd, {absl::string_view(kHelloMagic, kHelloMagicBytes), token},
-                               "the checkpoint upload's token");
-      !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(
+      SendAll(fd, {absl::string_view(kHelloMagic, kHelloMagicBytes), token}, "the checkpoint upload's token"));
+  absl::Status accepted;
+  RETURN_IF_ERROR(ReceiveReply(fd, &accepted));
+  RETURN_IF_ERROR(accepted);
   return upload;
 }
 

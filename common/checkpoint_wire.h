@@ -14,14 +14,17 @@
 //             the last chunk of a file has kLast and the file's size and
 //             CRC-32C; a chunk may carry no data
 //     end     a header with kEndOfUpload and nothing else
-//   coordinator -> rank, once: after the commit, or at the first error (then
-//     it closes the connection without reading further)
+//   coordinator -> rank: a reply after the hello: OK (send the files) or why
+//     not (unknown token; RESOURCE_EXHAUSTED: too many uploads running, use
+//     gRPC); then a reply after the commit, or at the first error (after
+//     which it reads no further and closes)
 //     reply   absl::StatusCode (4 bytes), message length (4 bytes), message
 // Integers are little-endian. The coordinator checks every chunk's CRC-32C
 // and each file's size and CRC-32C as for Upload.
 //
 // Example (rank side):
-//   ASSIGN_OR_RETURN(auto upload, CheckpointDataUpload::Connect(host, port, token, absl::Minutes(5)));
+//   ASSIGN_OR_RETURN(auto upload, CheckpointDataUpload::Connect(host, port, token, absl::Seconds(5),
+//                                                               absl::Minutes(5)));
 //   RETURN_IF_ERROR(upload->BeginFile("model.pt"));
 //   RETURN_IF_ERROR(upload->Write(bytes));
 //   RETURN_IF_ERROR(upload->EndFile());
@@ -93,11 +96,15 @@ class CheckpointDataUpload {
   static constexpr size_t kSendBytes = 4 << 20;
 
   // Connects to host:port (host as in a gRPC target: name, IPv4, or IPv6
-  // with or without brackets) and presents `token`. UNAVAILABLE if the port
-  // cannot be reached within `timeout`; each later send or receive may take
-  // up to `timeout` too.
+  // with or without brackets), presents `token` and waits for the
+  // coordinator to accept the upload. UNAVAILABLE if the port cannot be
+  // reached within `connect_timeout` (or the connection breaks); the
+  // coordinator's refusal otherwise (RESOURCE_EXHAUSTED: too many uploads,
+  // PERMISSION_DENIED: unknown or expired token). Each later send or
+  // receive may take up to `timeout`.
   static absl::StatusOr<std::unique_ptr<CheckpointDataUpload>> Connect(const std::string& host, int port,
                                                                        absl::string_view token,
+                                                                       absl::Duration connect_timeout,
                                                                        absl::Duration timeout);
   ~CheckpointDataUpload();
   CheckpointDataUpload(const CheckpointDataUpload&) = delete;

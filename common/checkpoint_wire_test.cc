@@ -127,13 +127,20 @@ struct ReceivedChunk {
   std::string data;
 };
 
-// Accepts one connection and reads the hello and chunks up to the end
-// marker (or `stop_after` chunks); then answers `answer`.
+// Accepts one connection, reads the hello and answers `accept`; if that is
+// OK, reads chunks up to the end marker (or `stop_after` chunks) and
+// answers `answer`.
 void Receive(int listen_fd, std::string* hello, std::vector<ReceivedChunk>* chunks, const absl::Status& answer,
-             int stop_after = 1 << 30) {
+             int stop_after = 1 << 30, const absl::Status& accept = absl::OkStatus()) {
   const int fd = ::accept(listen_fd, nullptr, nullptr);
   hello->assign(kHelloMagicBytes + kTokenBytes, '\0');
   if (!ReceiveAll(fd, hello->data(), hello->size(), "hello").ok()) return;
+  const std::string accepted = EncodeReply(accept);
+  (void)SendAll(fd, {accepted}, "acceptance");
+  if (!accept.ok()) {
+    ::close(fd);
+    return;
+  }
   for (int i = 0; i < stop_after; ++i) {
     char header[kChunkHeaderBytes];
     ReceivedChunk c;
@@ -176,7 +183,7 @@ TEST(CheckpointDataUploadTest, SendsLargeWritesInPlaceAndGathersSmallOnesWithChe
   std::string model;
   std::string state;
   {
-    auto upload = CheckpointDataUpload::Connect("127.0.0.1", port, token, absl::Seconds(10));
+    auto upload = CheckpointDataUpload::Connect("127.0.0.1", port, token, absl::Seconds(5), absl::Seconds(10));
     ASSERT_TRUE(upload.ok()) << upload.status();
     ASSERT_TRUE((*upload)->BeginFile("model.pt").ok());
     for (const std::string& piece : {std::string("PK-header"), big, std::string("tail-1"), std::string("tail-2")}) {
@@ -233,7 +240,8 @@ TEST(CheckpointDataUploadTest, AnEarlyRefusalStopsTheSenderWithTheReceiversReaso
     Receive(listen_fd, &hello, &chunks, absl::DataLossError("model.pt: chunk at offset 0 is corrupt"),
             /*stop_after=*/1);
   });
-  auto upload = CheckpointDataUpload::Connect("127.0.0.1", port, std::string(kTokenBytes, 't'), absl::Seconds(10));
+  auto upload = CheckpointDataUpload::Connect("127.0.0.1", port, std::string(kTokenBytes, 't'), absl::Seconds(5),
+                                              absl::Seconds(10));
   ASSERT_TRUE(upload.ok()) << upload.status();
   ASSERT_TRUE((*upload)->BeginFile("model.pt").ok());
   const std::string block(4 << 20, 'x');
@@ -248,16 +256,35 @@ TEST(CheckpointDataUploadTest, AnEarlyRefusalStopsTheSenderWithTheReceiversReaso
   ::close(listen_fd);
 }
 
+TEST(CheckpointDataUploadTest, ARefusalAtTheHelloIsWhatConnectReturns) {
+  int port = 0;
+  const int listen_fd = Listen(&port);
+  ASSERT_GE(listen_fd, 0);
+  std::string hello;
+  std::vector<ReceivedChunk> chunks;
+  std::thread receiver([&] {
+    Receive(listen_fd, &hello, &chunks, absl::OkStatus(), 0,
+            absl::ResourceExhaustedError("checkpoint data port: 32 uploads are running; upload over gRPC"));
+  });
+  auto upload = CheckpointDataUpload::Connect("127.0.0.1", port, std::string(kTokenBytes, 't'), absl::Seconds(5),
+                                              absl::Seconds(10));
+  receiver.join();
+  ::close(listen_fd);
+  EXPECT_EQ(upload.status().code(), absl::StatusCode::kResourceExhausted) << upload.status();
+  EXPECT_THAT(upload.status().message(), HasSubstr("upload over gRPC"));
+}
+
 TEST(CheckpointDataUploadTest, AnUnreachablePortIsUnavailableAndNamed) {
   int port = 0;
   const int listen_fd = Listen(&port);
   ASSERT_GE(listen_fd, 0);
   ::close(listen_fd);  // nothing listens there now
-  auto upload = CheckpointDataUpload::Connect("127.0.0.1", port, std::string(kTokenBytes, 't'), absl::Seconds(5));
+  auto upload =
+      CheckpointDataUpload::Connect("127.0.0.1", port, std::string(kTokenBytes, 't'), absl::Seconds(5), absl::Seconds(5));
   ASSERT_FALSE(upload.ok());
   EXPECT_EQ(upload.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(upload.status().message(), HasSubstr(absl::StrCat("127.0.0.1:", port)));
-  auto bad_token = CheckpointDataUpload::Connect("127.0.0.1", port, "short", absl::Seconds(5));
+  auto bad_token = CheckpointDataUpload::Connect("127.0.0.1", port, "short", absl::Seconds(5), absl::Seconds(5));
   EXPECT_EQ(bad_token.status().code(), absl::StatusCode::kInvalidArgument);
 }
 

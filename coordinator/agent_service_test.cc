@@ -15,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "common/checkpoint_wire.h"
 #include "common/crc32c.h"
+#include "coordinator/checkpoint_data_server.h"
 #include "coordinator/server.h"
 #include "worker/checkpoint/download.h"
 #include "gmock/gmock.h"
@@ -99,6 +100,23 @@ class AgentServiceTest : public ::testing::Test {
     return joined;
   }
 
+  // A simulated agent with 2 slots and a 2-rank job placed on it whose
+  // ranks joined generation 1; the agent stays connected for the test.
+  std::string JoinedTwoRankJob() {
+    agent_stream_ = agents_->Connect(&agent_context_);
+    const std::string agent_id = ConnectAgent(*agent_stream_, 2);
+    const std::string job = Submit(2);
+    v1::CoordinatorMessage launch;
+    EXPECT_TRUE(agent_stream_->Read(&launch));
+    std::vector<grpc::Status> statuses;
+    JoinAll(job, agent_id, 2, &statuses);
+    return job;
+  }
+
+  void TearDown() override {
+    if (agent_stream_ != nullptr) agent_stream_->WritesDone();
+  }
+
   // Connects a simulated agent with `slots` slots; returns its id.
   std::string ConnectAgent(grpc::ClientReaderWriter<v1::AgentMessage, v1::CoordinatorMessage>& stream,
                            int slots) {
@@ -113,7 +131,9 @@ class AgentServiceTest : public ::testing::Test {
   }
 
   std::unique_ptr<CoordinatorServer> server_;
-  std::string server_dir_;  // the coordinator's --state_dir
+  std::string server_dir_;
+  grpc::ClientContext agent_context_;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::AgentMessage, v1::CoordinatorMessage>> agent_stream_;  // the coordinator's --state_dir
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::JobService::Stub> jobs_;
   std::unique_ptr<v1::AgentService::Stub> agents_;
@@ -354,14 +374,7 @@ v1::CheckpointChunk Chunk(const std::string& job, int64_t generation, int rank, 
 }
 
 TEST_F(AgentServiceTest, CheckpointUploadsOnlyFromRankZeroOfTheCurrentGenerationAndIntact) {
-  grpc::ClientContext agent_context;
-  auto stream = agents_->Connect(&agent_context);
-  const std::string agent_id = ConnectAgent(*stream, 2);
-  const std::string job = Submit(2);
-  v1::CoordinatorMessage launch;
-  ASSERT_TRUE(stream->Read(&launch));
-  std::vector<grpc::Status> statuses;
-  JoinAll(job, agent_id, 2, &statuses);
+  const std::string job = JoinedTwoRankJob();
   auto checkpoints = v1::CheckpointService::NewStub(channel_);
   auto upload = [&](const v1::CheckpointChunk& chunk, v1::UploadCheckpointResponse* response) {
     grpc::ClientContext context;
@@ -444,7 +457,6 @@ TEST_F(AgentServiceTest, CheckpointUploadsOnlyFromRankZeroOfTheCurrentGeneration
   ASSERT_EQ(listed.checkpoints_size(), 2) << "refused uploads left nothing";
   EXPECT_EQ(listed.checkpoints(0).step(), 7);
   EXPECT_EQ(listed.checkpoints(1).step(), 8);
-  stream->WritesDone();
 }
 
 // A raw connection to the checkpoint data port (what a misbehaving or
@@ -475,14 +487,7 @@ int StagingDirs(const std::string& dir) {
 }
 
 TEST_F(AgentServiceTest, CheckpointUploadsOverTheDataPortAreCheckedCommittedAndSingleUse) {
-  grpc::ClientContext agent_context;
-  auto stream = agents_->Connect(&agent_context);
-  const std::string agent_id = ConnectAgent(*stream, 2);
-  const std::string job = Submit(2);
-  v1::CoordinatorMessage launch;
-  ASSERT_TRUE(stream->Read(&launch));
-  std::vector<grpc::Status> statuses;
-  JoinAll(job, agent_id, 2, &statuses);
+  const std::string job = JoinedTwoRankJob();
   ASSERT_GT(server_->checkpoint_data_port(), 0);
   auto checkpoints = v1::CheckpointService::NewStub(channel_);
   auto open = [&](int64_t step, int64_t generation, int rank, v1::OpenUploadResponse* opened) {
@@ -513,7 +518,8 @@ TEST_F(AgentServiceTest, CheckpointUploadsOverTheDataPortAreCheckedCommittedAndS
   for (size_t i = 0; i < model.size(); ++i) model[i] = static_cast<char>(i % 251);
   const std::string state = "momentum of step 7";
   {
-    auto upload = CheckpointDataUpload::Connect("127.0.0.1", opened.port(), opened.token(), absl::Seconds(10));
+    auto upload = CheckpointDataUpload::Connect("127.0.0.1", opened.port(), opened.token(), absl::Seconds(5),
+                                                absl::Seconds(10));
     ASSERT_TRUE(upload.ok()) << upload.status();
     ASSERT_TRUE((*upload)->BeginFile("model.pt").ok());
     ASSERT_TRUE((*upload)->Write(absl::string_view(model).substr(0, 100)).ok());
@@ -534,16 +540,10 @@ TEST_F(AgentServiceTest, CheckpointUploadsOverTheDataPortAreCheckedCommittedAndS
   EXPECT_EQ(*state_back, state);
 
   // A token works once.
-  {
-    auto again = CheckpointDataUpload::Connect("127.0.0.1", opened.port(), opened.token(), absl::Seconds(10));
-    ASSERT_TRUE(again.ok()) << again.status();
-    ASSERT_TRUE((*again)->BeginFile("model.pt").ok());
-    absl::Status s = (*again)->Write("x");
-    if (s.ok()) s = (*again)->EndFile();
-    if (s.ok()) s = (*again)->Finish();
-    EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
-    EXPECT_THAT(s.message(), HasSubstr("unknown or expired upload token"));
-  }
+  auto again = CheckpointDataUpload::Connect("127.0.0.1", opened.port(), opened.token(), absl::Seconds(5),
+                                              absl::Seconds(10));
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kPermissionDenied) << again.status();
+  EXPECT_THAT(again.status().message(), HasSubstr("unknown or expired upload token"));
 
   // A chunk whose CRC does not match is refused; nothing of it stays.
   const std::string job_dir = server_dir_ + "/checkpoints/" + job;
@@ -563,6 +563,8 @@ TEST_F(AgentServiceTest, CheckpointUploadsOverTheDataPortAreCheckedCommittedAndS
                     .ok());
     absl::Status answer;
     ASSERT_TRUE(ReceiveReply(fd, &answer).ok());
+    EXPECT_TRUE(answer.ok()) << "the upload is accepted after the hello: " << answer;
+    ASSERT_TRUE(ReceiveReply(fd, &answer).ok());
     EXPECT_EQ(answer.code(), absl::StatusCode::kDataLoss) << answer;
     EXPECT_THAT(answer.message(), HasSubstr("does not match its CRC-32C"));
     ::close(fd);
@@ -572,7 +574,8 @@ TEST_F(AgentServiceTest, CheckpointUploadsOverTheDataPortAreCheckedCommittedAndS
   // A rank that goes away mid-file: the upload is dropped, its files deleted.
   ASSERT_TRUE(open(9, 1, 0, &opened).ok());
   {
-    auto upload = CheckpointDataUpload::Connect("127.0.0.1", opened.port(), opened.token(), absl::Seconds(10));
+    auto upload = CheckpointDataUpload::Connect("127.0.0.1", opened.port(), opened.token(), absl::Seconds(5),
+                                                absl::Seconds(10));
     ASSERT_TRUE(upload.ok()) << upload.status();
     ASSERT_TRUE((*upload)->BeginFile("model.pt").ok());
     ASSERT_TRUE((*upload)->Write(model).ok());
@@ -597,6 +600,39 @@ TEST_F(AgentServiceTest, CheckpointUploadsOverTheDataPortAreCheckedCommittedAndS
     ::close(fd);
   }
 
+  // As many uploads as may run are accepted; one more is told to use gRPC
+  // before it sends anything, and its token still works once one ends.
+  {
+    std::vector<std::unique_ptr<CheckpointDataUpload>> running;
+    for (int i = 0; i < CheckpointDataServer::kDefaultMaxUploads; ++i) {
+      ASSERT_TRUE(open(100 + i, 1, 0, &opened).ok());
+      auto upload = CheckpointDataUpload::Connect("127.0.0.1", opened.port(), opened.token(), absl::Seconds(5),
+                                                  absl::Seconds(10));
+      ASSERT_TRUE(upload.ok()) << i << ": " << upload.status();
+      running.push_back(*std::move(upload));
+    }
+    ASSERT_TRUE(open(200, 1, 0, &opened).ok());
+    auto one_more = CheckpointDataUpload::Connect("127.0.0.1", opened.port(), opened.token(), absl::Seconds(5),
+                                                  absl::Seconds(10));
+    EXPECT_EQ(one_more.status().code(), absl::StatusCode::kResourceExhausted) << one_more.status();
+    EXPECT_THAT(one_more.status().message(), HasSubstr("upload over gRPC"));
+    running.clear();  // these end without sending a file: dropped
+    absl::StatusOr<std::unique_ptr<CheckpointDataUpload>> later;
+    for (int i = 0; i < 100; ++i) {  // until the coordinator has seen them close
+      later = CheckpointDataUpload::Connect("127.0.0.1", opened.port(), opened.token(), absl::Seconds(5),
+                                            absl::Seconds(10));
+      if (!absl::IsResourceExhausted(later.status())) break;
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    ASSERT_TRUE(later.ok()) << later.status();
+  }
+  bool all_dropped = false;
+  for (int i = 0; i < 100 && !all_dropped; ++i) {
+    all_dropped = StagingDirs(job_dir) == 0;
+    if (!all_dropped) absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_TRUE(all_dropped) << "uploads that ended without their files left staging directories";
+
   v1::ListCheckpointsRequest list;
   list.set_job_id(job);
   v1::ListCheckpointsResponse listed;
@@ -606,7 +642,6 @@ TEST_F(AgentServiceTest, CheckpointUploadsOverTheDataPortAreCheckedCommittedAndS
   EXPECT_EQ(listed.checkpoints(0).step(), 7);
   EXPECT_EQ(listed.checkpoints(0).files_size(), 2);
   EXPECT_EQ(listed.checkpoints(0).files(0).crc32c(), Crc32c(model));
-  stream->WritesDone();
 }
 
 TEST(CheckpointDataPortTest, OffOrUnderTlsOpenUploadSaysToUseTheStream) {

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -54,7 +55,8 @@ absl::Status ReceiveFiles(int fd, CheckpointStore::Upload& upload) {
 
 absl::StatusOr<std::unique_ptr<CheckpointDataServer>> CheckpointDataServer::Start(const std::string& host, int port,
                                                                                  CheckpointServiceImpl& service,
-                                                                                 absl::Duration io_timeout) {
+                                                                                 absl::Duration io_timeout,
+                                                                                 int max_uploads) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -92,7 +94,8 @@ absl::StatusOr<std::unique_ptr<CheckpointDataServer>> CheckpointDataServer::Star
   (void)::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length);
   const int bound_port = bound.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
                                                      : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
-  std::unique_ptr<CheckpointDataServer> server(new CheckpointDataServer(fd, bound_port, service, io_timeout));
+  std::unique_ptr<CheckpointDataServer> server(
+      new CheckpointDataServer(fd, bound_port, service, io_timeout, std::max(1, max_uploads)));
   server->acceptor_ = std::thread([s = server.get()] { s->AcceptLoop(); });
   return server;
 }
@@ -150,9 +153,9 @@ void CheckpointDataServer::AcceptLoop() {
       }
     }
     if (connections_.size() >= static_cast<size_t>(kMaxConnections)) {
-      const std::string reply = EncodeReply(absl::ResourceExhaustedError(absl::StrCat(
-          "checkpoint data port: ", kMaxConnections, " uploads are running; try again later")));
-      (void)::send(fd, reply.data(), reply.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      // Far more than uploads may run: no thread for this one. The rank
+      // sees the connection closed and reports it.
+      LOG(WARNING) << "checkpoint data port: " << kMaxConnections << " connections open; closing a new one";
       ::close(fd);
       continue;
     }
@@ -165,7 +168,9 @@ void CheckpointDataServer::AcceptLoop() {
 void CheckpointDataServer::Serve(int fd, Connection* connection) {
   const timeval tv = absl::ToTimeval(io_timeout_);
   (void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-  SetReceiveTimeout(fd, io_timeout_);
+  // The hello comes at once from a rank; a connection that sends nothing
+  // gives its thread back soon.
+  SetReceiveTimeout(fd, std::min(io_timeout_, kHelloTimeout));
   const int one = 1;
   (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   // The magic first, so that a stray client (an HTTP probe, say) is told
@@ -178,18 +183,44 @@ void CheckpointDataServer::Serve(int fd, Connection* connection) {
         "CheckpointService.OpenUpload");
   }
   if (status.ok()) status = ReceiveAll(fd, hello + kHelloMagicBytes, kTokenBytes, "the upload token");
+  bool slot = false;
+  if (status.ok()) {
+    absl::MutexLock lock(&mu_);
+    if (uploads_ < max_uploads_) {
+      ++uploads_;
+      slot = true;
+    } else {
+      // The token stays valid: the rank uploads over gRPC instead, or
+      // comes back.
+      status = absl::ResourceExhaustedError(
+          absl::StrCat("checkpoint data port: ", max_uploads_, " uploads are running; upload over gRPC"));
+    }
+  }
   absl::StatusOr<CheckpointServiceImpl::OpenedUpload> opened =
       status.ok() ? service_.TakeOpened(absl::string_view(hello + kHelloMagicBytes, kTokenBytes))
                   : absl::StatusOr<CheckpointServiceImpl::OpenedUpload>(status);
+  auto release = [&] {
+    if (!slot) return;
+    absl::MutexLock lock(&mu_);
+    --uploads_;
+    slot = false;
+  };
   if (!opened.ok()) {
-    LOG(WARNING) << "checkpoint data port: connection refused: " << opened.status();
+    if (!absl::IsResourceExhausted(opened.status())) {
+      LOG(WARNING) << "checkpoint data port: connection refused: " << opened.status();
+    }
+    release();
     AnswerAndClose(fd, connection, opened.status());
     return;
   }
+  // Accepted: the rank starts sending (its errors from here on are the
+  // upload's, not the connection's).
+  SetReceiveTimeout(fd, io_timeout_);
+  status = SendAll(fd, {EncodeReply(absl::OkStatus())}, "the acceptance of a checkpoint upload");
   const std::string what = absl::StrCat("checkpoint ", opened->grant.manifest.job_id(), " step ", opened->step,
                                         " from rank ", opened->rank);
   const absl::Time start = absl::Now();
-  status = ReceiveFiles(fd, *opened->upload);
+  if (status.ok()) status = ReceiveFiles(fd, *opened->upload);
   const absl::Time received = absl::Now();
   if (status.ok()) {
     status = service_.Complete(opened->grant, opened->step, opened->rank, std::move(opened->upload)).status();
@@ -202,6 +233,7 @@ void CheckpointDataServer::Serve(int fd, Connection* connection) {
   }
   // A failed upload's staging files go with it (CheckpointStore::Upload).
   opened->upload.reset();
+  release();
   AnswerAndClose(fd, connection, status);
 }
 

@@ -1,10 +1,13 @@
 // CheckpointDataServer: the coordinator's checkpoint data port, a TCP
 // listener beside gRPC that takes the bytes of checkpoint uploads opened
 // with CheckpointService.OpenUpload (protocol: common/checkpoint_wire.h).
-// Each connection presents an upload's token, streams its files into the
-// upload (CheckpointStore::Upload: per-chunk and per-file CRC-32C checks,
-// fsync) and gets the commit's status back. A connection that sends
-// anything wrong gets the error and is closed; what it sent is deleted.
+// Each connection presents an upload's token; if the upload may start, it is
+// told so (an OK answer), streams its files into the upload
+// (CheckpointStore::Upload: per-chunk and per-file CRC-32C checks, fsync)
+// and gets the commit's status back. At most `max_uploads` run at once; one
+// more is answered RESOURCE_EXHAUSTED before it sends data (its token stays
+// valid; ranks then upload over gRPC). A connection that sends anything
+// wrong gets the error and is closed; what it sent is deleted.
 //
 // Thread-safety: one thread accepts, one thread serves each connection (at
 // most kMaxConnections at once); Shutdown() may be called from any thread.
@@ -30,14 +33,20 @@ class CheckpointServiceImpl;
 
 class CheckpointDataServer {
  public:
-  static constexpr int kMaxConnections = 32;
+  // Connections served at once (most wait to be told RESOURCE_EXHAUSTED);
+  // beyond it a new connection is closed at once.
+  static constexpr int kMaxConnections = 256;
+  static constexpr int kDefaultMaxUploads = 32;
+  // How long a new connection may take to send its hello.
+  static constexpr absl::Duration kHelloTimeout = absl::Seconds(10);
 
   // Listens on host:port (port 0: any free port). `io_timeout` bounds each
   // send and receive on a connection (a rank that stops sending frees its
   // connection after it). UNAVAILABLE if the port cannot be bound.
   static absl::StatusOr<std::unique_ptr<CheckpointDataServer>> Start(const std::string& host, int port,
                                                                      CheckpointServiceImpl& service,
-                                                                     absl::Duration io_timeout = absl::Minutes(1));
+                                                                     absl::Duration io_timeout = absl::Minutes(1),
+                                                                     int max_uploads = kDefaultMaxUploads);
   ~CheckpointDataServer();  // Shutdown()
   CheckpointDataServer(const CheckpointDataServer&) = delete;
   CheckpointDataServer& operator=(const CheckpointDataServer&) = delete;
@@ -48,8 +57,9 @@ class CheckpointDataServer {
   void Shutdown();
 
  private:
-  CheckpointDataServer(int listen_fd, int port, CheckpointServiceImpl& service, absl::Duration io_timeout)
-      : listen_fd_(listen_fd), port_(port), service_(service), io_timeout_(io_timeout) {}
+  CheckpointDataServer(int listen_fd, int port, CheckpointServiceImpl& service, absl::Duration io_timeout,
+                       int max_uploads)
+      : listen_fd_(listen_fd), port_(port), service_(service), io_timeout_(io_timeout), max_uploads_(max_uploads) {}
   struct Connection {
     int fd = -1;  // -1 once closed
     bool done = false;
@@ -68,10 +78,12 @@ class CheckpointDataServer {
   const int port_;
   CheckpointServiceImpl& service_;
   const absl::Duration io_timeout_;
+  const int max_uploads_;
   std::thread acceptor_;
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::list<Connection> connections_ ABSL_GUARDED_BY(mu_);
+  int uploads_ ABSL_GUARDED_BY(mu_) = 0;  // connections past their hello, sending
 };
 
 }  // namespace chorus

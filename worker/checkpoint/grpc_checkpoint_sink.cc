@@ -22,8 +22,7 @@ GrpcCheckpointSink::GrpcCheckpointSink(std::shared_ptr<grpc::Channel> channel, s
       generation_(generation),
       rank_(rank),
       timeout_(timeout),
-      coordinator_host_(std::move(coordinator_host)),
-      use_data_port_(!coordinator_host_.empty()) {}
+      coordinator_host_(std::move(coordinator_host)) {}
 
 std::string GrpcCheckpointSink::HostOf(const std::string& target) {
   if (target.find('/') != std::string::npos || absl::StartsWith(target, "unix:")) return "";
@@ -36,7 +35,12 @@ std::string GrpcCheckpointSink::HostOf(const std::string& target) {
 }
 
 absl::Status GrpcCheckpointSink::Store(int64_t step, const std::vector<CheckpointFileSource>& files) {
-  if (use_data_port_.load()) {
+  bool use_data_port = !coordinator_host_.empty();
+  {
+    absl::MutexLock lock(&mu_);
+    use_data_port = use_data_port && absl::Now() >= data_port_off_until_;
+  }
+  if (use_data_port) {
     bool fell_back = false;
     absl::Status s = StoreOverDataPort(step, files, &fell_back);
     if (!fell_back) return s;
@@ -58,7 +62,8 @@ absl::Status GrpcCheckpointSink::StoreOverDataPort(int64_t step, const std::vect
     grpc::Status s = stub_->OpenUpload(&context, request, &opened);
     if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
       LOG(INFO) << "the coordinator takes checkpoints over gRPC only (" << s.error_message() << ")";
-      use_data_port_ = false;
+      absl::MutexLock lock(&mu_);
+      data_port_off_until_ = absl::InfiniteFuture();
       *fell_back = true;
       return absl::OkStatus();
     }
@@ -68,13 +73,26 @@ absl::Status GrpcCheckpointSink::StoreOverDataPort(int64_t step, const std::vect
     }
   }
   const absl::Time start = absl::Now();
-  absl::StatusOr<std::unique_ptr<CheckpointDataUpload>> upload = CheckpointDataUpload::Connect(
-      coordinator_host_, opened.port(), opened.token(), std::min(timeout_, absl::Seconds(30)));
-  if (!upload.ok()) {
-    LOG(WARNING) << upload.status().message() << "; checkpoints are uploaded over gRPC from now on";
-    use_data_port_ = false;
+  absl::StatusOr<std::unique_ptr<CheckpointDataUpload>> upload =
+      CheckpointDataUpload::Connect(coordinator_host_, opened.port(), opened.token(),
+                                    std::min(timeout_, kDataPortConnectTimeout), std::min(timeout_, absl::Seconds(30)));
+  if (absl::IsUnavailable(upload.status())) {
+    // A firewall, say. The coordinator drops the opened upload after a minute.
+    LOG(WARNING) << upload.status().message() << "; uploading checkpoints over gRPC for the next "
+                 << absl::FormatDuration(kDataPortRetryAfter);
+    absl::MutexLock lock(&mu_);
+    data_port_off_until_ = absl::Now() + kDataPortRetryAfter;
     *fell_back = true;
     return absl::OkStatus();
+  }
+  if (absl::IsResourceExhausted(upload.status())) {
+    LOG(INFO) << upload.status().message() << " (checkpoint step " << step << ")";
+    *fell_back = true;
+    return absl::OkStatus();
+  }
+  if (!upload.ok()) {
+    return absl::Status(upload.status().code(),
+                        absl::StrCat("uploading checkpoint step ", step, ": ", upload.status().message()));
   }
   absl::Status status;
   for (const CheckpointFileSource& file : files) {

@@ -6,8 +6,9 @@
 //
 // Uploads go over the coordinator's checkpoint data port when it has one
 // (OpenUpload, then a TCP connection to that port on `coordinator_host`:
-// common/checkpoint_wire.h), else over the Upload stream. If the data port
-// cannot be reached, this and later uploads use the stream.
+// common/checkpoint_wire.h), else over the Upload stream: when it has none
+// (from then on), when it is busy (RESOURCE_EXHAUSTED: this upload), and
+// when the port cannot be reached (for kDataPortRetryAfter).
 //
 // Thread-safety: calls may come from any thread; the channel is shared.
 //
@@ -18,11 +19,11 @@
 #ifndef CHORUS_WORKER_CHECKPOINT_GRPC_CHECKPOINT_SINK_H_
 #define CHORUS_WORKER_CHECKPOINT_GRPC_CHECKPOINT_SINK_H_
 
-#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "chorus/v1/coordinator.grpc.pb.h"
 #include "worker/train/checkpoint.h"
@@ -32,6 +33,8 @@ namespace chorus {
 class GrpcCheckpointSink : public CheckpointSink {
  public:
   static constexpr size_t kChunkBytes = 4 << 20;
+  static constexpr absl::Duration kDataPortConnectTimeout = absl::Seconds(5);
+  static constexpr absl::Duration kDataPortRetryAfter = absl::Minutes(10);
 
   // `coordinator_host`: the host of the coordinator's address (as in the
   // channel's target), where its data port is; empty = upload over the
@@ -53,7 +56,10 @@ class GrpcCheckpointSink : public CheckpointSink {
   const int rank_;
   const absl::Duration timeout_;
   const std::string coordinator_host_;
-  std::atomic<bool> use_data_port_;
+  absl::Mutex mu_;
+  // Uploads use the stream until then (InfiniteFuture: the coordinator has
+  // no data port).
+  absl::Time data_port_off_until_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 
   // Over the data port. Sets *fell_back (and returns OK) when the coordinator
   // has no data port or it cannot be reached; nothing was uploaded then.
