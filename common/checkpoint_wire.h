@@ -49,7 +49,7 @@ inline constexpr size_t kHelloMagicBytes = 8;
 inline constexpr size_t kTokenBytes = 32;
 inline constexpr size_t kChunkHeaderBytes = 32;
 // Limits the receiver enforces (a header beyond them is a protocol error).
-inline constexpr uint32_t kMaxChunkDataBytes = 16u << 20;
+inline constexpr uint32_t kMaxChunkDataBytes = 4u << 20;
 inline constexpr uint16_t kMaxFileNameBytes = 1024;
 inline constexpr size_t kMaxReplyMessageBytes = 64 << 10;
 
@@ -93,7 +93,7 @@ absl::StatusOr<std::string> NewUploadToken();
 class CheckpointDataUpload {
  public:
   static constexpr size_t kGatherBytes = 1 << 20;
-  static constexpr size_t kSendBytes = 4 << 20;
+  static constexpr size_t kSendBytes = kMaxChunkDataBytes;
 
   // Connects to host:port (host as in a gRPC target: name, IPv4, or IPv6
   // with or without brackets), presents `token` and waits for the

@@ -113,6 +113,7 @@ void CheckpointDataServer::Shutdown() {
       }
     }
   }
+  absl::MutexLock joining(&join_mu_);  // a second caller waits for the first
   if (acceptor_.joinable()) {
     acceptor_.join();
     ::close(listen_fd_);
@@ -161,7 +162,7 @@ void CheckpointDataServer::AcceptLoop() {
     }
     Connection& c = connections_.emplace_back();
     c.fd = fd;
-    c.thread = std::thread([this, &c] { Serve(c.fd, &c); });
+    c.thread = std::thread([this, &c, fd] { Serve(fd, &c); });
   }
 }
 

@@ -80,6 +80,7 @@ class CheckpointDataServer {
   const absl::Duration io_timeout_;
   const int max_uploads_;
   std::thread acceptor_;
+  absl::Mutex join_mu_;  // held while Shutdown joins threads
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::list<Connection> connections_ ABSL_GUARDED_BY(mu_);

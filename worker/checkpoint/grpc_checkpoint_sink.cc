@@ -75,7 +75,7 @@ absl::Status GrpcCheckpointSink::StoreOverDataPort(int64_t step, const std::vect
   const absl::Time start = absl::Now();
   absl::StatusOr<std::unique_ptr<CheckpointDataUpload>> upload =
       CheckpointDataUpload::Connect(coordinator_host_, opened.port(), opened.token(),
-                                    std::min(timeout_, kDataPortConnectTimeout), std::min(timeout_, absl::Seconds(30)));
+                                    std::min(timeout_, kDataPortConnectTimeout), timeout_);
   if (absl::IsUnavailable(upload.status())) {
     // A firewall, say. The coordinator drops the opened upload after a minute.
     LOG(WARNING) << upload.status().message() << "; uploading checkpoints over gRPC for the next "
