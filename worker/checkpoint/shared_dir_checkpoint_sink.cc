@@ -28,16 +28,19 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Bytes are copied into a buffer of this size and written from there. The
-// kernel copies a small buffer that was just written (in cache) into the
-// page cache about 4x faster than it copies straight out of a large cold
-// one (201 MB: 0.04 s against 0.17 s of write() time on the development
-// VM), which is what the pieces of a checkpoint are: tensor storages of up
-// to hundreds of MB. dd does the same with its bs=1M.
-constexpr size_t kBounceBytes = 1 << 20;
-// No sync_file_range to start writeback early: in the checkpoint bench it
-// made write() block on the device queue (0.3 s of write() for 201 MB
-// instead of 0.02-0.05 s) for a 0.03 s shorter fsync.
+// Bytes are copied into a buffer of this size and written from there, one
+// write() per buffer. The size matters on the development VM (Linux 6.18,
+// ext4), presumably because a write() of 1 MB or more is given large
+// page-cache folios, which were 5-7x slower to fill than small ones. A C loop writing
+// 201 MB into a new file took 0.027-0.042 s in writes of 64-512 KB and
+// 0.18-0.26 s in writes of 1-2 MB (0.27-0.45 s at 4 MB), the fsync after
+// it 0.12-0.15 s either way; the checkpoint bench's SHARED_DIR write()
+// went from 0.15-0.19 s with 1 MB to 0.028-0.035 s with 256 KB. Writing
+// straight from the tensors in 256 KB slices instead of copying them here
+// first was no faster (2 runs each). No sync_file_range to start writeback
+// early: every 8 MB it made write() 0.01-0.02 s slower and the fsync wait
+// as much shorter.
+constexpr size_t kBounceBytes = 256 << 10;
 
 absl::Status Errno(const std::string& what, const std::string& path) {
   return absl::InternalError(absl::StrCat("checkpoint: ", what, " ", path, ": ", std::strerror(errno)));
