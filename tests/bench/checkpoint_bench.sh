@@ -56,7 +56,7 @@
 #
 # How to run (from any directory; the script changes to the repository root)
 #   tests/bench/checkpoint_bench.sh [--runs N]
-#     --runs N   number of runs (default 1, at most 5); ~35 s each.
+#     --runs N   number of runs (default 1, at most 5); ~60 s each.
 #   Environment:
 #     CHORUS_BIN_DIR  where the binaries are: either bazel-bin's layout
 #                     (coordinator/chorus-coordinator, worker/chorus-worker,
