@@ -176,8 +176,8 @@ TEST(CheckpointDataUploadTest, SendsLargeWritesInPlaceAndGathersSmallOnesWithChe
   std::vector<ReceivedChunk> chunks;
   std::thread receiver([&] { Receive(listen_fd, &hello, &chunks, absl::OkStatus()); });
   const std::string token(kTokenBytes, 'k');
-  // model.pt: a small header, 9 MB in one write (sent as 4 + 4 + 1 MB),
-  // then small pieces; state.pt: small pieces only.
+  // model.pt: a small header, 9 MB in one write, then small pieces;
+  // state.pt: small pieces only.
   std::string big(9 << 20, '\0');
   for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 131 + 7);
   std::string model;
