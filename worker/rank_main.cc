@@ -129,13 +129,25 @@ class Heartbeats {
   std::thread thread_;
 };
 
-// SIGUSR1 (sent by the agent for `chorus checkpoint`) counts a checkpoint
-// request on the training progress, once training has one.
+// SIGUSR1 (sent by the agent for `chorus checkpoint`): the requests so far,
+// and the training progress that counts them once there is one. The handler
+// counts first and then looks for the progress; after publishing the
+// progress the rank raises its count to the requests so far. Both take the
+// maximum, so a request that came during setup is not lost. (Lock-free
+// atomics only: safe in a handler.)
+std::atomic<int64_t> g_checkpoint_requests{0};
 std::atomic<TrainingProgress*> g_progress{nullptr};
 
+void RaiseTo(std::atomic<int64_t>& counter, int64_t value) {
+  int64_t now = counter.load();
+  while (now < value && !counter.compare_exchange_weak(now, value)) {
+  }
+}
+
 void OnCheckpointSignal(int) {
+  const int64_t requests = g_checkpoint_requests.fetch_add(1) + 1;
   TrainingProgress* p = g_progress.load();
-  if (p != nullptr) p->checkpoint_request.fetch_add(1);  // lock-free: safe in a handler
+  if (p != nullptr) RaiseTo(p->checkpoint_request, requests);
 }
 
 int Fail(const std::string& message) {
@@ -223,6 +235,7 @@ int Run() {
   };
   TrainingProgress progress;
   g_progress.store(&progress);
+  RaiseTo(progress.checkpoint_request, g_checkpoint_requests.load());
   GrpcCheckpointSink to_coordinator(channel, job_id, joined.generation(), joined.rank(),
                                     GrpcCheckpointSink::HostOf(coordinator));
   std::unique_ptr<SharedDirCheckpointSink> to_shared_dir;
@@ -271,10 +284,16 @@ int main(int argc, char** argv) {
   // SIGTERM is how the agent stops a rank: a normal exit, not a crash report.
   signal(SIGTERM, SIG_DFL);
   // SIGUSR1 must not kill a rank (its default), even before training starts.
+  // The agent starts ranks with it blocked, so one sent before this point
+  // waits until it is unblocked here.
   struct sigaction checkpoint_now = {};
   checkpoint_now.sa_handler = chorus::OnCheckpointSignal;
   checkpoint_now.sa_flags = SA_RESTART;
   sigemptyset(&checkpoint_now.sa_mask);
   sigaction(SIGUSR1, &checkpoint_now, nullptr);
+  sigset_t usr1;
+  sigemptyset(&usr1);
+  sigaddset(&usr1, SIGUSR1);
+  sigprocmask(SIG_UNBLOCK, &usr1, nullptr);
   return chorus::Run();
 }

@@ -217,14 +217,18 @@ void Agent::Launch(const v1::LaunchRanks& launch) {
     posix_spawn_file_actions_adddup2(&actions, fds[1], STDERR_FILENO);
     posix_spawnattr_t attr;
     posix_spawnattr_init(&attr);
-    // Its own process group, no blocked signals and default dispositions: the
-    // agent blocks SIGINT/SIGTERM for its signal thread, and a rank must not
-    // inherit that or SIGTERM could never stop it.
+    // Its own process group, default dispositions, and only SIGUSR1 blocked:
+    // the agent blocks SIGINT/SIGTERM for its signal thread, and a rank must
+    // not inherit that or SIGTERM could never stop it. SIGUSR1 (`chorus
+    // checkpoint`) would kill a rank that has not yet installed its handler
+    // (loading its libraries takes a while), so it stays pending until
+    // chorus-rank's main has and unblocks it.
     posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
     posix_spawnattr_setpgroup(&attr, 0);
-    sigset_t none, defaults;
-    sigemptyset(&none);
-    posix_spawnattr_setsigmask(&attr, &none);
+    sigset_t blocked, defaults;
+    sigemptyset(&blocked);
+    sigaddset(&blocked, SIGUSR1);
+    posix_spawnattr_setsigmask(&attr, &blocked);
     sigemptyset(&defaults);
     sigaddset(&defaults, SIGTERM);
     sigaddset(&defaults, SIGINT);
