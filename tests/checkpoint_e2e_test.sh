@@ -30,7 +30,12 @@ optimizer { kind: ADAM lr: 0.003 }
 lr_schedule { cosine { warmup_steps: 10 } }
 checkpoint { every_steps: 30 keep_last: 0 }'
 # 1920 / 64 = 30 steps per epoch, 90 in all.
-printf '%s\nresources { min_ranks: 2 max_ranks: 2 }\n' "${base}" > "${TMP}/two.textproto"
+# A checkpoint due while the previous one is still uploading is skipped (by
+# design); 30 steps of this model take ~0.05 s, less than an upload with its
+# fsyncs on a loaded machine. Runs whose checkpoint steps are checked sleep
+# 0.02 s per step (rank 0; the others wait for it), which changes no value.
+paced='fault_injection { faults { kind: SLOW rank: 0 at_step: 1 duration_seconds: 0.02 } }'
+printf '%s\nresources { min_ranks: 2 max_ranks: 2 }\n%s\n' "${base}" "${paced}" > "${TMP}/two.textproto"
 printf '%s\nresources { min_ranks: 1 max_ranks: 1 }\n' "${base}" > "${TMP}/one.textproto"
 # The interrupted run: rank 0 slows down after the checkpoint at step 30 so
 # that it is committed before both ranks are killed at step 50.
@@ -154,7 +159,7 @@ job_of() { echo "$1" | sed -n 's/.*"job_id": "\([^"]*\)".*/\1/p'; }
 gossip="${base/checkpoint \{ every_steps: 30 keep_last: 0 \}/checkpoint { every_steps: 30 keep_last: 0 per_rank: true \}}
 strategy { decentralized { topology: RING } }
 resources { min_ranks: 2 max_ranks: 2 }"
-printf '%s\n' "${gossip}" > "${TMP}/gossip.textproto"
+printf '%s\n%s\n' "${gossip}" "${paced}" > "${TMP}/gossip.textproto"
 printf '%s\nfault_injection {\n  faults { kind: SLOW rank: 0 at_step: 31 duration_seconds: 0.05 }\n  faults { kind: CRASH rank: 0 at_step: 50 }\n  faults { kind: CRASH rank: 1 at_step: 50 }\n}\n' \
   "${gossip}" > "${TMP}/gossip_killed.textproto"
 last=$(up --local 2 "${TMP}/gossip.textproto"); g_full=$(job_of "${last}")
