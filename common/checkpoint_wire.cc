@@ -31,12 +31,6 @@ uint64_t Get(const char* in, int bytes) {
   return v;
 }
 
-void SetTimeouts(int fd, absl::Duration timeout) {
-  const timeval tv = absl::ToTimeval(timeout);
-  (void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-  (void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-}
-
 // Connects `fd` (non-blocking while connecting) to `address` within `timeout`.
 bool ConnectWithin(int fd, const sockaddr* address, socklen_t length, absl::Duration timeout, int* error) {
   const int flags = fcntl(fd, F_GETFL);
@@ -170,6 +164,21 @@ absl::Status ReceiveReply(int fd, absl::Status* answer) {
   return absl::OkStatus();
 }
 
+void SetSendTimeout(int fd, absl::Duration timeout) {
+  const timeval tv = absl::ToTimeval(timeout);
+  (void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+}
+
+void SetReceiveTimeout(int fd, absl::Duration timeout) {
+  const timeval tv = absl::ToTimeval(timeout);
+  (void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+}
+
+void SetNoDelay(int fd) {
+  const int one = 1;
+  (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
 absl::StatusOr<std::string> NewUploadToken() {
   std::string token(kTokenBytes, '\0');
   size_t got = 0;
@@ -220,9 +229,9 @@ absl::StatusOr<std::unique_ptr<CheckpointDataUpload>> CheckpointDataUpload::Conn
     return absl::UnavailableError(absl::StrCat("checkpoint data port ", host, ":", port,
                                                " cannot be reached: ", std::strerror(error)));
   }
-  const int one = 1;
-  (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  SetTimeouts(fd, timeout);
+  SetNoDelay(fd);
+  SetSendTimeout(fd, timeout);
+  SetReceiveTimeout(fd, timeout);
   std::unique_ptr<CheckpointDataUpload> upload(new CheckpointDataUpload(fd));
   RETURN_IF_ERROR(
       SendAll(fd, {absl::string_view(kHelloMagic, kHelloMagicBytes), token}, "the checkpoint upload's token"));

@@ -84,6 +84,13 @@ absl::Status ReceiveAll(int fd, char* out, size_t n, absl::string_view what);
 // could be read.
 absl::Status ReceiveReply(int fd, absl::Status* answer);
 
+// Socket options of a data connection (both ends): bounds on each blocking
+// send and receive (SO_SNDTIMEO / SO_RCVTIMEO), and no Nagle delay for the
+// small headers and answers.
+void SetSendTimeout(int fd, absl::Duration timeout);
+void SetReceiveTimeout(int fd, absl::Duration timeout);
+void SetNoDelay(int fd);
+
 // A random token (kTokenBytes, from the kernel's generator).
 absl::StatusOr<std::string> NewUploadToken();
 

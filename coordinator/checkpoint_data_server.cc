@@ -20,11 +20,6 @@
 namespace chorus {
 namespace {
 
-void SetReceiveTimeout(int fd, absl::Duration timeout) {
-  const timeval tv = absl::ToTimeval(timeout);
-  (void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-}
-
 // Reads the chunks of one upload into `upload` until the end marker.
 absl::Status ReceiveFiles(int fd, CheckpointStore::Upload& upload) {
   // One message, reused: the data buffer keeps its capacity from chunk to
@@ -167,13 +162,11 @@ void CheckpointDataServer::AcceptLoop() {
 }
 
 void CheckpointDataServer::Serve(int fd, Connection* connection) {
-  const timeval tv = absl::ToTimeval(io_timeout_);
-  (void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  SetSendTimeout(fd, io_timeout_);
   // The hello comes at once from a rank; a connection that sends nothing
   // gives its thread back soon.
   SetReceiveTimeout(fd, std::min(io_timeout_, kHelloTimeout));
-  const int one = 1;
-  (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  SetNoDelay(fd);
   // The magic first, so that a stray client (an HTTP probe, say) is told
   // what this port is without waiting for the token's bytes.
   char hello[kHelloMagicBytes + kTokenBytes];
