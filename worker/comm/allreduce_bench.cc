@@ -28,6 +28,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/machine_facts.h"
 #include "gloo/allreduce.h"
 #include "gloo/barrier.h"
 #include "gloo/math.h"
@@ -112,9 +113,12 @@ int RunRank(int rank, const std::string& store_dir, double iters_scale, size_t s
     at::Tensor tcp_buf = at::ones({n});
     const int iters = std::max(3, static_cast<int>(size.iters * iters_scale));
     std::vector<double> raw_ms, our_ms, tcp_ms, raw_cpu, our_cpu;
+    // Minor page faults of this process per op, summed over measured ops.
+    int64_t raw_faults = 0, our_faults = 0, tcp_faults = 0;
     for (int i = -2; i < iters; ++i) {  // 2 warm-up rounds
       barrier();
       double c0 = ProcessCpuMs();
+      int64_t f0 = MinorPageFaults();
       absl::Time t0 = absl::Now();
       {
         gloo::AllreduceOptions opts(raw);
@@ -126,22 +130,27 @@ int RunRank(int rank, const std::string& store_dir, double iters_scale, size_t s
       }
       double raw_t = absl::ToDoubleMilliseconds(absl::Now() - t0);
       double raw_c = ProcessCpuMs() - c0;
+      const int64_t raw_f = MinorPageFaults() - f0;
       barrier();
       c0 = ProcessCpuMs();
+      f0 = MinorPageFaults();
       t0 = absl::Now();
       absl::Status s = (*comm)->AllReduce(our_buf, ReduceOp::kSum, "bench")->Wait(
           absl::Now() + absl::Seconds(120));
       double our_t = absl::ToDoubleMilliseconds(absl::Now() - t0);
       double our_c = ProcessCpuMs() - c0;
+      const int64_t our_f = MinorPageFaults() - f0;
       if (!s.ok()) {
         std::cerr << s << "\n";
         return 1;
       }
       barrier();
+      f0 = MinorPageFaults();
       t0 = absl::Now();
       s = (*tcp_comm)->AllReduce(tcp_buf, ReduceOp::kSum, "bench")->Wait(
           absl::Now() + absl::Seconds(120));
       double tcp_t = absl::ToDoubleMilliseconds(absl::Now() - t0);
+      const int64_t tcp_f = MinorPageFaults() - f0;
       if (!s.ok()) {
         std::cerr << s << "\n";
         return 1;
@@ -152,6 +161,9 @@ int RunRank(int rank, const std::string& store_dir, double iters_scale, size_t s
         tcp_ms.push_back(tcp_t);
         raw_cpu.push_back(raw_c);
         our_cpu.push_back(our_c);
+        raw_faults += raw_f;
+        our_faults += our_f;
+        tcp_faults += tcp_f;
       }
     }
     // Both buffers saw the same number of sums: check they agree.
@@ -166,14 +178,19 @@ int RunRank(int rank, const std::string& store_dir, double iters_scale, size_t s
       std::cerr << absl::StrFormat(
           "allreduce %s: ours %.2f ms (%.2f ms CPU), raw gloo %.2f ms (%.2f ms CPU), %.2f GB/s "
           "algorithm bandwidth for raw gloo, %d iters; ours with shared memory off (TCP ring) "
-          "%.2f ms (ratio %.2f)\n",
+          "%.2f ms (ratio %.2f); page faults per op on rank 0: ours %.1f, raw %.1f, TCP ring "
+          "%.1f\n",
           size.name, ours, Median(our_cpu), peer, Median(raw_cpu), gbps / 2.0, iters,
-          Median(tcp_ms), Median(tcp_ms) / peer);
+          Median(tcp_ms), Median(tcp_ms) / peer, static_cast<double>(our_faults) / iters,
+          static_cast<double>(raw_faults) / iters, static_cast<double>(tcp_faults) / iters);
       std::cout << absl::StrFormat(
                        "{\"bench\": \"allreduce_%s\", \"metric\": \"median_time_per_allreduce\", "
                        "\"unit\": \"ms\", \"ours\": %.3f, \"peer\": %.3f, \"peer_name\": \"raw "
-                       "gloo::allreduce\", \"ratio\": %.4f}",
-                       size.name, ours, peer, ours / peer)
+                       "gloo::allreduce\", \"ratio\": %.4f, \"ours_page_faults_per_op\": %.1f, "
+                       "\"peer_page_faults_per_op\": %.1f}",
+                       size.name, ours, peer, ours / peer,
+                       static_cast<double>(our_faults) / iters,
+                       static_cast<double>(raw_faults) / iters)
                 << std::endl;
     }
   }
@@ -198,6 +215,7 @@ int main(int argc, char** argv) {
   }
   if (rank >= 0) return chorus::RunRank(rank, store_dir, iters_scale, segment_kb);
 
+  std::cerr << "machine: " << chorus::ReadMachineFacts().ToString() << "\n";
   char tmpl[] = "/tmp/chorus-allreduce-bench-XXXXXX";
   if (mkdtemp(tmpl) == nullptr) {
     std::perror("mkdtemp");

@@ -44,14 +44,19 @@ struct alignas(64) Control {
   std::atomic<uint64_t> slot;    // the op of the published segment
   std::atomic<uint64_t> offset;  // where the segment lies in the owner's arena
   std::atomic<uint64_t> bytes;
-  alignas(64) std::atomic<uint32_t> done;  // futex word: segments reduced
+  alignas(64) std::atomic<uint32_t> done;    // futex word: segments reduced
+  alignas(64) std::atomic<uint32_t> copied;  // futex word: segments gathered
 };
 static_assert(sizeof(Control) <= kPage, "control block must fit its page");
 static_assert(std::atomic<uint32_t>::is_always_lock_free &&
                   std::atomic<uint64_t>::is_always_lock_free,
               "shared-memory atomics must be lock-free to work across processes");
 
+// Two staging slots of segment_bytes each, used by segments in turn, so a
+// rank can stage its next segment while its peers still read the last one
+// (Note [Shared-memory all-reduce]).
 constexpr size_t kStagingOffset = kPage;
+constexpr size_t kStagingSlots = 2;
 // Arenas are sparse: only what is reserved takes memory.
 constexpr size_t kMaxArenaBytes = size_t{16} << 30;
 // Spins before sleeping on the futex (a few microseconds), and how long one
@@ -61,7 +66,41 @@ constexpr long kSliceNanos = 5'000'000;
 
 size_t RoundUp(size_t v, size_t to) { return (v + to - 1) / to * to; }
 
-size_t HeapStart(size_t segment_bytes) { return RoundUp(kStagingOffset + segment_bytes, kPage); }
+size_t HeapStart(size_t segment_bytes) {
+  return RoundUp(kStagingOffset + kStagingSlots * segment_bytes, kPage);
+}
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  // Linux 5.14
+#endif
+
+// Maps [p, p + bytes) of a shared mapping whose pages are already reserved,
+// so that using them later takes no page faults in this process. Kernels
+// before 5.14 lack MADV_POPULATE_WRITE: there the first use faults instead.
+void Populate(char* p, size_t bytes) {
+  if (bytes > 0) madvise(p, bytes, MADV_POPULATE_WRITE);
+}
+
+// The slice [lo, hi) of a segment of `elements` that rank `rank` of `size`
+// reduces. Slices are whole cache lines, so no two ranks write the same line.
+std::pair<size_t, size_t> SliceOf(int rank, int size, size_t elements, size_t element_size) {
+  const size_t per_line = std::max<size_t>(1, 64 / element_size);
+  const size_t lines = (elements + per_line - 1) / per_line;
+  const size_t lo = std::min(elements, lines * rank / size * per_line);
+  const size_t hi = std::min(elements, lines * (rank + 1) / size * per_line);
+  return {lo, std::max(lo, hi)};
+}
+
+// acc[i] = (acc[i] + other[i]) * scale. The inner loop has a fixed trip
+// count so the compiler vectorizes it at -O2.
+void AddScaled(float* __restrict acc, const float* __restrict other, float scale, size_t n) {
+  constexpr size_t kBlock = 16;
+  size_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+    for (size_t j = 0; j < kBlock; ++j) acc[i + j] = (acc[i + j] + other[i + j]) * scale;
+  }
+  for (; i < n; ++i) acc[i] = (acc[i] + other[i]) * scale;
+}
 
 void CpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -204,12 +243,17 @@ class ShmArena {
       free_.erase(it);
       if (rest > 0) free_[offset + want] = rest;
       used_[offset] = want;
+      Populate(base_ + offset, want);
       return base_ + offset;
     }
     return nullptr;
   }
 
-  // Returns a block from Allocate; its memory goes back to the system.
+  // Returns a block from Allocate for reuse. Its pages stay reserved and
+  // mapped (in this process and in every peer that touched them) until the
+  // arena is gone: giving them back and taking them again would fault every
+  // page in every mapping, and on a VM that reports free pages to its host a
+  // fault on memory taken anew costs microseconds per page.
   void Free(char* p) {
     absl::MutexLock lock(&mu_);
     auto it = used_.find(static_cast<size_t>(p - base_));
@@ -217,8 +261,6 @@ class ShmArena {
     size_t offset = it->first;
     size_t bytes = it->second;
     used_.erase(it);
-    fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(offset),
-              static_cast<off_t>(bytes));
     auto next = free_.find(offset + bytes);
     if (next != free_.end()) {
       bytes += next->second;
@@ -364,6 +406,7 @@ void ShmAllreduce::Close() {
   c->closed.store(1, std::memory_order_release);
   FutexWake(c->ready);
   FutexWake(c->done);
+  FutexWake(c->copied);
 }
 
 at::Tensor ShmAllreduce::NewBuffer(int64_t numel, const at::TensorOptions& options) {
@@ -435,42 +478,39 @@ void ShmAllreduce::WaitReady(int peer, uint32_t seq, uint64_t slot, absl::Time d
   }
 }
 
-void ShmAllreduce::WaitDone(int peer, uint32_t seq, absl::Time deadline,
-                            const AbortHandle& abort) {
+void ShmAllreduce::WaitCounter(int peer, Counter counter, uint32_t seq, absl::Time deadline,
+                               const AbortHandle& abort) {
   Control* c = peers_[peer]->arena->control();
+  std::atomic<uint32_t>& word = counter == Counter::kDone ? c->done : c->copied;
   for (int i = 0; i < kSpins; ++i) {
-    if (c->done.load(std::memory_order_acquire) == seq) return;
+    if (word.load(std::memory_order_acquire) == seq) return;
     CpuRelax();
   }
   while (true) {
-    const uint32_t seen = c->done.load(std::memory_order_acquire);
+    const uint32_t seen = word.load(std::memory_order_acquire);
     if (seen == seq) return;
     CheckPeers(peer, seq, deadline, abort);
-    FutexWait(c->done, seen);
+    FutexWait(word, seen);
   }
 }
 
-void ShmAllreduce::ReducePartition(const Op& op, const std::vector<char*>& sources,
-                                   size_t elements) {
+void ShmAllreduce::ReduceSlice(const Op& op, const std::vector<char*>& sources,
+                               size_t elements) {
   const int size = options_.size;
   const int rank = options_.rank;
   const size_t esize = op.element_size;
-  // Slices are whole cache lines, so no two ranks write the same line.
-  const size_t per_line = std::max<size_t>(1, 64 / esize);
-  const size_t lines = (elements + per_line - 1) / per_line;
-  const size_t lo = std::min(elements, lines * rank / size * per_line);
-  const size_t hi = std::min(elements, lines * (rank + 1) / size * per_line);
+  const auto [lo, hi] = SliceOf(rank, size, elements, esize);
   if (hi <= lo) return;
   const size_t len = hi - lo;
   char* mine = sources[rank] + lo * esize;
-  if (op.float_sum && size == 2) {
-    float* __restrict a = reinterpret_cast<float*>(mine);
-    float* __restrict b = reinterpret_cast<float*>(sources[1 - rank] + lo * esize);
-    const float scale = op.scale;
-    for (size_t i = 0; i < len; ++i) {
-      const float v = (a[i] + b[i]) * scale;
-      a[i] = v;
-      b[i] = v;
+  if (op.float_sum) {
+    float* acc = reinterpret_cast<float*>(mine);
+    int last = size - 1;
+    if (last == rank) --last;
+    for (int p = 0; p < size; ++p) {
+      if (p == rank) continue;
+      AddScaled(acc, reinterpret_cast<const float*>(sources[p] + lo * esize),
+                p == last ? op.scale : 1.0f, len);
     }
     return;
   }
@@ -478,9 +518,6 @@ void ShmAllreduce::ReducePartition(const Op& op, const std::vector<char*>& sourc
     if (p != rank) op.reduce(mine, mine, sources[p] + lo * esize, len);
   }
   if (op.finalize) op.finalize(mine, len);
-  for (int p = 0; p < size; ++p) {
-    if (p != rank) std::memcpy(sources[p] + lo * esize, mine, len * esize);
-  }
 }
 
 void ShmAllreduce::Run(const Op& op, const AbortHandle& abort) {
@@ -498,30 +535,39 @@ void ShmAllreduce::Run(const Op& op, const AbortHandle& abort) {
 void ShmAllreduce::RunSegments(const Op& op, const AbortHandle& abort) {
   const absl::Time deadline = absl::Now() + absl::FromChrono(op.timeout);
   const size_t esize = op.element_size;
+  const int size = options_.size;
+  const int rank = options_.rank;
   char* data = static_cast<char*>(op.data);
   char* base = self_->base();
   const size_t heap = HeapStart(options_.segment_bytes);
   const bool in_arena =
       data >= base + heap && data + op.count * esize <= base + self_->size();
   if (!in_arena && !staging_reserved_) {
-    if (!self_->Reserve(kStagingOffset, options_.segment_bytes)) {
+    const size_t staging = kStagingSlots * options_.segment_bytes;
+    if (!self_->Reserve(kStagingOffset, staging)) {
       throw gloo::IoException(absl::StrCat(
-          "shared-memory all-reduce: /dev/shm has no room for a ", options_.segment_bytes,
+          "shared-memory all-reduce: /dev/shm has no room for a ", staging,
           "-byte staging area; free space there or set CHORUS_GLOO_SHM=0 to use TCP"));
     }
+    Populate(base + kStagingOffset, staging);
     staging_reserved_ = true;
   }
+  Control* control = self_->control();
   const size_t segment = std::max<size_t>(1, options_.segment_bytes / esize);
-  std::vector<char*> sources(options_.size);
+  std::vector<char*> sources(size);
   for (size_t first = 0; first < op.count; first += segment) {
     const size_t n = std::min(segment, op.count - first);
     const size_t bytes = n * esize;
-    char* mine = in_arena ? data + first * esize : base + kStagingOffset;
-    if (!in_arena) std::memcpy(mine, data + first * esize, bytes);
+    char* out = data + first * esize;
     ++seq_;
+    char* mine = out;
+    if (!in_arena) {
+      mine = base + kStagingOffset + (seq_ % kStagingSlots) * options_.segment_bytes;
+      std::memcpy(mine, out, bytes);
+    }
     Publish(op.slot, static_cast<size_t>(mine - base), bytes);
-    for (int p = 0; p < options_.size; ++p) {
-      if (p == options_.rank) {
+    for (int p = 0; p < size; ++p) {
+      if (p == rank) {
         sources[p] = mine;
         continue;
       }
@@ -537,14 +583,26 @@ void ShmAllreduce::RunSegments(const Op& op, const AbortHandle& abort) {
       }
       sources[p] = peers_[p]->arena->base() + offset;
     }
-    ReducePartition(op, sources, n);
-    Control* c = self_->control();
-    c->done.store(seq_, std::memory_order_release);
-    FutexWake(c->done);
-    for (int p = 0; p < options_.size; ++p) {
-      if (p != options_.rank) WaitDone(p, seq_, deadline, abort);
+    ReduceSlice(op, sources, n);
+    control->done.store(seq_, std::memory_order_release);
+    FutexWake(control->done);
+    // Gather: each rank's reduced slice lies in its own segment.
+    for (int p = 0; p < size; ++p) {
+      const auto [lo, hi] = SliceOf(p, size, n, esize);
+      if (p != rank) WaitCounter(p, Counter::kDone, seq_, deadline, abort);
+      if (hi > lo && sources[p] != out) {
+        std::memcpy(out + lo * esize, sources[p] + lo * esize, (hi - lo) * esize);
+      }
     }
-    if (!in_arena) std::memcpy(data + first * esize, mine, bytes);
+    control->copied.store(seq_, std::memory_order_release);
+    FutexWake(control->copied);
+  }
+  // Peers gathered from the caller's own memory: it is the caller's again
+  // only once they have all finished reading it.
+  if (in_arena) {
+    for (int p = 0; p < size; ++p) {
+      if (p != rank) WaitCounter(p, Counter::kCopied, seq_, deadline, abort);
+    }
   }
 }
 
