@@ -30,6 +30,7 @@
 #include "worker/comm/gloo_store.h"
 #include "worker/comm/op_queue.h"
 #include "worker/comm/shm_allreduce.h"
+#include "worker/comm/transport_tuner.h"
 
 namespace chorus {
 
@@ -61,6 +62,10 @@ uint64_t FingerprintSlotBits(const Fingerprint& fp) {
   return kCollectiveSlotPrefix | (((h ^ (h >> 24) ^ (h >> 48)) & 0xffffff) << 32);
 }
 constexpr uint64_t kP2pSlotPrefix = uint64_t{0x7f} << 56;
+// Messages that agree on an all-reduce's transport timings (TransportTuner)
+// reuse that op's slot under their own prefix.
+constexpr uint64_t kTuningSlotPrefix = uint64_t{0x7d} << 56;
+constexpr uint64_t kSlotPrefixMask = uint64_t{0xff} << 56;
 
 
 // bfloat16 is not a gloo type: reduce through float.
@@ -75,6 +80,11 @@ void Bf16Reduce(void* c, const void* a, const void* b, size_t n, Combine combine
 }
 
 using RawReduceFn = void (*)(void*, const void*, const void*, size_t);
+
+bool EnvironmentForcesSharedMemory() {
+  const char* env = std::getenv("CHORUS_GLOO_SHM");
+  return env != nullptr && std::string(env) == "1";
+}
 
 template <typename T>
 ReduceFn GlooReduceFn(ReduceOp op) {
@@ -145,6 +155,7 @@ class GlooCommunicator : public Communicator {
         send_counts_(options.size, 0),
         recv_counts_(options.size, 0),
         shm_(std::move(shm)),
+        measure_transport_(options.measure_transport && !EnvironmentForcesSharedMemory()),
         queue_(std::make_unique<OpQueue>(recorder_,
                                          [this](QueuedWork& work) { return Execute(work); })) {}
 
@@ -197,24 +208,64 @@ class GlooCommunicator : public Communicator {
       opts.timeout = timeout_;
       opts.segment_bytes = options_.segment_bytes;
       opts.scratch = &scratch_;
-      if (shm_ != nullptr) {
-        ShmAllreduce::Op shm_op;
+      if (shm_ == nullptr) {
+        RingAllreduce(opts);
+      } else if (!measure_transport_) {
+        RunShm(opts, op, dtype);
+      } else {
+        RunMeasured(opts, op, dtype);
+      }
+      // A single rank's average is itself; otherwise the ring divided.
+      if (!buffer.is_same(tensor)) tensor.copy_(buffer);
+    });
+  }
+
+  void RunShm(const AllreduceOptions& opts, ReduceOp op, at::ScalarType dtype) {
+    ShmAllreduce::Op shm_op;
         shm_op.data = opts.data;
         shm_op.count = opts.count;
         shm_op.element_size = opts.element_size;
         shm_op.reduce = opts.reduce;
         shm_op.finalize = opts.finalize;
         shm_op.float_sum = dtype == at::kFloat && (op == ReduceOp::kSum || op == ReduceOp::kAvg);
-        shm_op.scale = op == ReduceOp::kAvg ? 1.0f / static_cast<float>(size) : 1.0f;
+        shm_op.scale =
+            op == ReduceOp::kAvg ? 1.0f / static_cast<float>(options_.size) : 1.0f;
         shm_op.slot = opts.slot;
         shm_op.timeout = timeout_;
         shm_->Run(shm_op, abort_);
-      } else {
-        RingAllreduce(opts);
-      }
-      // A single rank's average is itself; otherwise the ring divided.
-      if (!buffer.is_same(tensor)) tensor.copy_(buffer);
-    });
+  }
+
+  // Runs the all-reduce on the path the tuner picks; once a size class has
+  // its samples, the ranks agree on the slowest rank's timings over TCP and
+  // every rank decides alike.
+  void RunMeasured(const AllreduceOptions& opts, ReduceOp op, at::ScalarType dtype) {
+    const size_t bytes = opts.count * opts.element_size;
+    const TransportTuner::Path path = tuner_.Next(bytes);
+    const absl::Time start = absl::Now();
+    if (path == TransportTuner::Path::kSharedMemory) {
+      RunShm(opts, op, dtype);
+    } else {
+      RingAllreduce(opts);
+    }
+    const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    if (!tuner_.Record(bytes, path, seconds)) return;
+    const TransportTuner::Timings measured = tuner_.Measured(bytes);
+    double timings[2] = {measured.shared_memory, measured.tcp};
+    AllreduceOptions agree;
+    agree.context = context_.get();
+    agree.abort = &abort_;
+    agree.data = timings;
+    agree.count = 2;
+    agree.element_size = sizeof(double);
+    agree.reduce = static_cast<RawReduceFn>(&gloo::max<double>);
+    agree.slot = (opts.slot & ~kSlotPrefixMask) | kTuningSlotPrefix;
+    agree.timeout = timeout_;
+    agree.scratch = &scratch_;
+    RingAllreduce(agree);
+    const std::string line = absl::StrCat(
+        "rank ", options_.rank, ": ", tuner_.Decide(bytes, {timings[0], timings[1]}));
+    LOG(INFO) << line;
+    if (options_.on_transport_decision) options_.on_transport_decision(line);
   }
 
   at::Tensor NewBuffer(int64_t numel, const at::TensorOptions& options) override {
@@ -507,6 +558,8 @@ class GlooCommunicator : public Communicator {
 
   // Null when the ranks are on different hosts or shared memory is off.
   std::unique_ptr<ShmAllreduce> shm_;
+  const bool measure_transport_;
+  TransportTuner tuner_;  // touched only by the op thread
 
   // Last member: its thread stops before anything it uses is destroyed.
   std::unique_ptr<OpQueue> queue_;

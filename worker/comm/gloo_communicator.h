@@ -14,6 +14,7 @@
 #ifndef CHORUS_WORKER_COMM_GLOO_COMMUNICATOR_H_
 #define CHORUS_WORKER_COMM_GLOO_COMMUNICATOR_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -38,11 +39,19 @@ struct GlooOptions {
   // All-reduce messages are cut into segments of this size so that reducing
   // one overlaps receiving the next.
   size_t segment_bytes = size_t{1} << 20;
-  // When every rank runs on this host (SharedMemoryHostKey), all-reduces go
-  // through shared memory instead of TCP (Note [Shared-memory all-reduce]);
-  // other ops always use TCP. The environment variable CHORUS_GLOO_SHM=0
-  // turns it off as well.
+  // When every rank runs on this host (SharedMemoryHostKey), all-reduces may
+  // go through shared memory instead of TCP (Note [Shared-memory
+  // all-reduce]); other ops always use TCP. The environment variable
+  // CHORUS_GLOO_SHM=0 turns it off as well.
   bool shared_memory = true;
+  // With shared memory set up: time both paths on the first all-reduces of
+  // each message size and keep the faster per size (TransportTuner), or, if
+  // false, always use shared memory. CHORUS_GLOO_SHM=1 in the environment
+  // sets it false.
+  bool measure_transport = true;
+  // Called on the op thread with each size class's decision, which is also
+  // logged; may be empty.
+  std::function<void(const std::string&)> on_transport_decision;
   // Shared-memory all-reduces move this many bytes per step.
   size_t shm_segment_bytes = size_t{16} << 20;
   size_t flight_recorder_capacity = FlightRecorder::kDefaultCapacity;

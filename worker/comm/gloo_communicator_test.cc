@@ -1,4 +1,5 @@
 #include "worker/comm/gloo_communicator.h"
+
 #include "worker/comm/rank_threads.h"
 
 #include <dirent.h>
@@ -17,6 +18,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/machine_facts.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/comm/store.h"
@@ -58,6 +61,8 @@ enum class Transport { kTcp, kShm, kShmBuffers };
 GlooOptions WithTransport(Transport transport) {
   GlooOptions options;
   options.shared_memory = transport != Transport::kTcp;
+  // These cases test one path each; MeasuredTransport* test the choice.
+  options.measure_transport = false;
   // Small segments, so that the larger sizes below take several.
   options.shm_segment_bytes = 4096;
   return options;
@@ -159,6 +164,71 @@ TEST(GlooCommunicatorTest, SameHostRanksShareMemoryAndLeaveNoNamesBehind) {
     at::Tensor bucket = comm.NewBuffer(1 << 20, at::kFloat);
     EXPECT_EQ(MappingOf(bucket.data_ptr()).find("/dev/shm"), std::string::npos);
   }, tcp);
+}
+
+TEST(GlooCommunicatorTest, MeasuredTransportIsTheSameOnEveryRankAndExact) {
+  for (int n : {2, 3}) {
+    absl::Mutex mu;
+    std::vector<std::string> decisions;
+    GlooOptions options;
+    options.on_transport_decision = [&](const std::string& line) {
+      absl::MutexLock lock(&mu);
+      decisions.push_back(line);
+    };
+    constexpr int64_t kCount = 64 << 10;  // 256 KiB of float32
+    RunGlooRanks(n, [&](int rank, Communicator& comm) {
+      at::Tensor bucket = comm.NewBuffer(kCount, at::kFloat);
+      for (int i = 0; i < 10; ++i) {
+        // Alternately ordinary memory (staged) and the rank's arena.
+        at::Tensor t = i % 2 == 0 ? at::full({kCount}, static_cast<float>(rank + i))
+                                  : bucket.fill_(static_cast<float>(rank + i));
+        ASSERT_TRUE(comm.AllReduce(t, ReduceOp::kSum, "m")->Wait(In(absl::Seconds(30))).ok());
+        const float want = static_cast<float>(n * (n - 1) / 2 + n * i);
+        ASSERT_TRUE(at::equal(t, at::full({kCount}, want))) << "rank " << rank << " op " << i;
+      }
+    }, options);
+    ASSERT_EQ(decisions.size(), static_cast<size_t>(n)) << "one decision per rank";
+    const bool shm = absl::StrContains(decisions[0], "using shared memory");
+    for (const std::string& line : decisions) {
+      EXPECT_THAT(line, HasSubstr("all-reduces of 256 KiB to 512 KiB"));
+      EXPECT_EQ(absl::StrContains(line, "using shared memory"), shm) << line;
+      // Every rank decided from the same agreed timings.
+      EXPECT_EQ(line.substr(line.find(':')), decisions[0].substr(decisions[0].find(':')));
+    }
+  }
+}
+
+// Steady state: once buffers and connections exist, an all-reduce maps no
+// new memory, through shared memory (staged or in the arena) or TCP.
+TEST(GlooCommunicatorTest, SteadyStateAllReducesTakeNoPageFaults) {
+  for (bool measure : {false, true}) {
+    GlooOptions options;
+    options.measure_transport = measure;
+    options.shm_segment_bytes = 1 << 20;  // 4 MiB ops take several segments
+    constexpr int64_t kCount = 1 << 20;
+    constexpr int kOps = 20;
+    std::atomic<int64_t> faults{-1};
+    RunGlooRanks(2, [&](int rank, Communicator& comm) {
+      at::Tensor staged = at::ones({kCount});
+      at::Tensor bucket = comm.NewBuffer(kCount, at::kFloat).fill_(1.0f);
+      auto step = [&] {
+        for (at::Tensor& t : {std::ref(staged), std::ref(bucket)}) {
+          ASSERT_TRUE(comm.AllReduce(t, ReduceOp::kAvg, "s")->Wait(In(absl::Seconds(30))).ok());
+        }
+      };
+      for (int i = 0; i < 8; ++i) step();  // warm-up, and the tuner's samples
+      ASSERT_TRUE(comm.Barrier("before")->Wait(In(absl::Seconds(30))).ok());
+      const int64_t before = MinorPageFaults();
+      for (int i = 0; i < kOps; ++i) step();
+      ASSERT_TRUE(comm.Barrier("after")->Wait(In(absl::Seconds(30))).ok());
+      if (rank == 0) faults = MinorPageFaults() - before;
+      EXPECT_TRUE(at::equal(staged, at::ones({kCount})));
+      EXPECT_TRUE(at::equal(bucket, at::ones({kCount})));
+    }, options);
+    // This process holds both ranks: 2 x 2 x kOps all-reduces of 4 MiB
+    // (1024 pages each). A few faults may come from allocator bookkeeping.
+    EXPECT_LE(faults.load(), 16) << (measure ? "measured transport" : "shared memory");
+  }
 }
 
 class TransportTest : public ::testing::TestWithParam<Transport> {};
