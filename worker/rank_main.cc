@@ -27,6 +27,7 @@
 #include "common/auth.h"
 #include "common/grpc_util.h"
 #include "common/logging.h"
+#include "common/memory.h"
 #include "glog/logging.h"
 #include "worker/checkpoint/grpc_checkpoint_sink.h"
 #include "worker/checkpoint/shared_dir_checkpoint_sink.h"
@@ -280,6 +281,8 @@ int Run() {
 }  // namespace chorus
 
 int main(int argc, char** argv) {
+  // Every step frees and takes again the same large tensors: keep them.
+  chorus::KeepFreedMemoryForReuse({});
   chorus::InitLogging(argv[0], 0);
   // SIGTERM is how the agent stops a rank: a normal exit, not a crash report.
   signal(SIGTERM, SIG_DFL);
