@@ -27,14 +27,18 @@ bool QueuedWork::Done() const {
 }
 
 void QueuedWork::Finish(absl::Status status) {
+  // The body (and the tensors it captured) goes before the waiter wakes: once
+  // Wait returns, the communicator holds no reference to the caller's
+  // tensors, so memory the caller frees is free (and reused) at once.
   std::function<void()> body;
   {
     absl::MutexLock lock(&mu_);
-    status_ = std::move(status);
-    done_ = true;
     body.swap(body_);
   }
-  // `body` (and the tensors it captured) is released here, outside the lock.
+  body = nullptr;
+  absl::MutexLock lock(&mu_);
+  status_ = std::move(status);
+  done_ = true;
 }
 
 OpQueue::OpQueue(FlightRecorder& recorder, Executor execute)

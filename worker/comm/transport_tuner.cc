@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace chorus {
@@ -56,13 +57,14 @@ std::string TransportTuner::Decide(size_t bytes, const Timings& agreed) {
   Class& c = classes_[k];
   c.decided = true;
   c.path = agreed.shared_memory <= agreed.tcp ? Path::kSharedMemory : Path::kTcp;
-  const double lo = k == 12 ? 0 : static_cast<double>(uint64_t{1} << k);
-  const double hi = static_cast<double>(uint64_t{1} << (k + 1));
+  const std::string hi = Bytes(static_cast<double>(uint64_t{1} << (k + 1)));
+  const std::string sizes = k == 12 ? absl::StrCat("below ", hi)
+                                    : absl::StrCat("of ", Bytes(uint64_t{1} << k), " to ", hi);
   return absl::StrFormat(
-      "all-reduces of %s to %s: shared memory %.3f ms, TCP ring %.3f ms (slowest rank, best "
-      "of %d): using %s",
-      Bytes(lo), Bytes(hi), agreed.shared_memory * 1e3, agreed.tcp * 1e3,
-      options_.samples_per_path, PathName(c.path));
+      "all-reduces %s: shared memory %.3f ms, TCP ring %.3f ms (slowest rank, best of %d): "
+      "using %s",
+      sizes, agreed.shared_memory * 1e3, agreed.tcp * 1e3, options_.samples_per_path,
+      PathName(c.path));
 }
 
 }  // namespace chorus

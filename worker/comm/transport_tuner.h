@@ -37,7 +37,7 @@ class TransportTuner {
     // buffer growth, connection warm-up).
     int warmup_per_path = 1;
     // Timed ops per path; the best of them is the path's time.
-    int samples_per_path = 2;
+    int samples_per_path = 3;
   };
 
   // The best time of each path in one size class, in seconds.

@@ -25,7 +25,7 @@ std::vector<Path> Measure(TransportTuner& tuner, size_t bytes, double shm, doubl
                           bool* complete) {
   std::vector<Path> order;
   *complete = false;
-  for (int i = 0; i < 6 && !*complete; ++i) {
+  for (int i = 0; i < 8 && !*complete; ++i) {
     Path p = tuner.Next(bytes);
     order.push_back(p);
     *complete = tuner.Record(bytes, p, p == Path::kSharedMemory ? shm + i : tcp + i);
@@ -39,9 +39,11 @@ TEST(TransportTunerTest, AlternatesPathsThenKeepsTheFasterOne) {
   std::vector<Path> order = Measure(tuner, 1 << 20, 0.010, 0.030, &complete);
   ASSERT_TRUE(complete);
   EXPECT_EQ(order, (std::vector<Path>{Path::kSharedMemory, Path::kTcp, Path::kSharedMemory,
-                                       Path::kTcp, Path::kSharedMemory, Path::kTcp}));
+                                       Path::kTcp, Path::kSharedMemory, Path::kTcp,
+                                       Path::kSharedMemory, Path::kTcp}));
   // The warm-up round (i = 0, 1) is not counted; the best of the rest is.
   TransportTuner::Timings t = tuner.Measured(1 << 20);
+  EXPECT_EQ(order.size(), 8u) << "one warm-up and three samples per path";
   EXPECT_DOUBLE_EQ(t.shared_memory, 0.010 + 2);
   EXPECT_DOUBLE_EQ(t.tcp, 0.030 + 3);
   std::string line = tuner.Decide(1 << 20, t);
@@ -70,7 +72,9 @@ TEST(TransportTunerTest, TheAgreedTimingsDecideNotTheLocalOnes) {
 
 TEST(TransportTunerTest, TiesGoToSharedMemory) {
   TransportTuner tuner;
-  EXPECT_THAT(tuner.Decide(4096, {0.002, 0.002}), HasSubstr("using shared memory"));
+  std::string line = tuner.Decide(4096, {0.002, 0.002});
+  EXPECT_THAT(line, HasSubstr("all-reduces below 8 KiB"));
+  EXPECT_THAT(line, HasSubstr("using shared memory"));
   EXPECT_EQ(tuner.Next(4096), Path::kSharedMemory);
 }
 
