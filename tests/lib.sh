@@ -56,7 +56,10 @@ _lib_cleanup() {
   # Only processes that are still this shell's children: a pid that exited
   # long ago may belong to someone else by now.
   for _lib_p in "${_lib_pids[@]}"; do
-    [[ "$(ps -o ppid= -p "${_lib_p}" 2>/dev/null | tr -d ' ')" == "$$" ]] && kill -KILL "${_lib_p}" 2>/dev/null
+    if [[ "$(ps -o ppid= -p "${_lib_p}" 2>/dev/null | tr -d ' ')" == "$$" ]]; then
+      disown "${_lib_p}" 2>/dev/null  # no "Killed" line from the shell
+      kill -KILL "${_lib_p}" 2>/dev/null
+    fi
   done
   for _lib_code in "${_lib_exit_code[@]}"; do eval "${_lib_code}"; done
   return 0
