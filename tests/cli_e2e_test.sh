@@ -3,37 +3,20 @@
 # driven by the chorus CLI and chorus-worker as a user would.
 #
 # Usage (from Bazel): cli_e2e_test.sh COORDINATOR CHORUS WORKER
-set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 COORDINATOR=$1
 CHORUS=$2
 WORKER=$3
-TMP=${TEST_TMPDIR:-$(mktemp -d)}
-failures=0
-coordinator_pid=""
-
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
-pass() { echo "ok: $*"; }
-cleanup() { [[ -n "${coordinator_pid}" ]] && kill -KILL "${coordinator_pid}" 2>/dev/null; }
-trap cleanup EXIT
-
-# Waits (bounded) for file $1 to exist.
-wait_for_file() {
-  for _ in $(seq 1 200); do [[ -s "$1" ]] && return 0; sleep 0.1; done
-  return 1
-}
 
 # --- start the coordinator on port 0
-"${COORDINATOR}" --listen 127.0.0.1:0 --state_dir "${TMP}/state" --port_file "${TMP}/port" \
-  2>"${TMP}/coordinator.log" &
-coordinator_pid=$!
-if ! wait_for_file "${TMP}/port"; then
-  cat "${TMP}/coordinator.log" >&2
-  echo "FAIL: coordinator did not write its port within 20 s" >&2
-  exit 1
+if ! start_coordinator -s "${TMP}/state" -p "${TMP}/port"; then
+  fail "coordinator did not write its port within 20 s"
+  finish
 fi
-port=$(cat "${TMP}/port")
-addr="127.0.0.1:${port}"
+coordinator_pid=${COORDINATOR_PID}
+port=${COORDINATOR_PORT}
+addr=${COORDINATOR_ADDR}
 [[ "${port}" =~ ^[0-9]+$ && "${port}" -gt 0 ]] && pass "coordinator bound port ${port}" \
   || fail "port file holds '${port}'"
 
@@ -60,16 +43,11 @@ out=$("${COORDINATOR}" --listen 0.0.0.0:0 --state_dir "${TMP}/state2" 2>&1); rc=
 # --- the worker registers with the coordinator and stops cleanly on SIGTERM
 "${WORKER}" --coordinator "${addr}" --slots 2 2>"${TMP}/worker.log" &
 worker_pid=$!
-connected=0
-for _ in $(seq 1 100); do
-  grep -q "connected to ${addr} as agent-" "${TMP}/worker.log" && { connected=1; break; }
-  sleep 0.1
-done
-[[ ${connected} -eq 1 ]] && pass "worker registers its slots" \
+track_pid "${worker_pid}"
+wait_for 'grep -q "connected to ${addr} as agent-" "${TMP}/worker.log"' 10 && pass "worker registers its slots" \
   || fail "worker did not connect: $(tail -3 "${TMP}/worker.log")"
 kill -TERM "${worker_pid}"
-for _ in $(seq 1 100); do kill -0 "${worker_pid}" 2>/dev/null || break; sleep 0.1; done
-if kill -0 "${worker_pid}" 2>/dev/null; then
+if ! wait_exit "${worker_pid}" 10; then
   fail "worker still running 10 s after SIGTERM"
   kill -KILL "${worker_pid}"
 else
@@ -102,7 +80,7 @@ out=$("${CHORUS}" validate "${TMP}/good.textproto" 2>/dev/null); rc=$?
 [[ ${rc} -eq 0 && "${out}" == *"bucket_cap_mb: 25"* && "${out}" == *"dead_after_seconds: 5"* ]] \
   && pass "validate prints defaults" || fail "validate good rc=${rc} out='${out}'"
 out=$("${CHORUS}" validate --output json "${TMP}/good.textproto" 2>/dev/null); rc=$?
-[[ ${rc} -eq 0 && "${out}" == *'"bucket_cap_mb": 25'* ]] && pass "validate --output json" \
+[[ ${rc} -eq 0 && "$(json_get - strategy.ddp.bucket_cap_mb <<<"${out}")" == 25 ]] && pass "validate --output json" \
   || fail "validate json rc=${rc} out='${out}'"
 
 # --- usage errors exit 2
@@ -135,7 +113,8 @@ out=$("${CHORUS}" --coordinator "${addr}" status job-000002 2>&1); rc=$?
 [[ ${rc} -eq 0 && "${out}" == *"job-000002 (job): PENDING"* && "${out}" == *"Problems: none"* ]] \
   && pass "status" || fail "status rc=${rc} out='${out}'"
 out=$("${CHORUS}" --coordinator "${addr}" status job-000002 --json 2>&1); rc=$?
-[[ ${rc} -eq 0 && "${out}" == *'"job_id": "job-000002"'* && "${out}" == *'"state": "PENDING"'* ]] \
+[[ ${rc} -eq 0 && "$(json_get - job.job_id <<<"${out}")" == job-000002 \
+   && "$(json_get - job.state <<<"${out}")" == PENDING ]] \
   && pass "status --json" || fail "status json rc=${rc} out='${out}'"
 out=$("${CHORUS}" --coordinator "${addr}" status job-424242 2>&1); rc=$?
 [[ ${rc} -eq 1 && "${out}" == *'no job "job-424242"'* ]] && pass "status of an unknown job" \
@@ -144,15 +123,13 @@ out=$("${CHORUS}" --coordinator "${addr}" status job-424242 2>&1); rc=$?
 # --- kill -9 and restart on the same state dir: every acknowledged job is back
 kill -KILL "${coordinator_pid}"
 wait "${coordinator_pid}" 2>/dev/null
-rm -f "${TMP}/port"
-"${COORDINATOR}" --listen 127.0.0.1:0 --state_dir "${TMP}/state" --port_file "${TMP}/port" \
-  2>"${TMP}/coordinator2.log" &
-coordinator_pid=$!
-if wait_for_file "${TMP}/port"; then
-  addr="127.0.0.1:$(cat "${TMP}/port")"
+if start_coordinator -s "${TMP}/state" -p "${TMP}/port" -o "${TMP}/coordinator2.log"; then
+  coordinator_pid=${COORDINATOR_PID}
+  addr=${COORDINATOR_ADDR}
   out=$("${CHORUS}" --coordinator "${addr}" jobs --json 2>&1); rc=$?
-  [[ ${rc} -eq 0 && "${out}" == *'"job_id": "job-000002"'* && "${out}" == *'"state": "CANCELLED"'* \
-     && "${out}" == *"changed my mind"* ]] && pass "jobs survive kill -9" \
+  [[ ${rc} -eq 0 ]] && json_has - 'jobs[*].job_id' job-000002 <<<"${out}" \
+     && json_has - 'jobs[*].state' CANCELLED <<<"${out}" \
+     && [[ "$(json_get - 'jobs[*].reason' <<<"${out}")" == *"changed my mind"* ]] && pass "jobs survive kill -9" \
     || fail "after restart rc=${rc} out='${out}'"
   out=$("${CHORUS}" --coordinator "${addr}" submit "${TMP}/good.textproto" 2>/dev/null)
   [[ "${out}" == "job-000003" ]] && pass "numbering continues after restart" \
@@ -163,12 +140,7 @@ fi
 
 # --- SIGTERM stops the coordinator cleanly and promptly
 kill -TERM "${coordinator_pid}"
-stopped=0
-for _ in $(seq 1 100); do
-  if ! kill -0 "${coordinator_pid}" 2>/dev/null; then stopped=1; break; fi
-  sleep 0.1
-done
-if [[ ${stopped} -eq 1 ]]; then
+if wait_exit "${coordinator_pid}" 10; then
   wait "${coordinator_pid}"; rc=$?
   [[ ${rc} -eq 0 ]] && pass "SIGTERM -> exit 0" || fail "coordinator exit code ${rc} after SIGTERM"
   grep -q "coordinator stopped" "${TMP}/coordinator2.log" && pass "logged clean stop" \
@@ -176,12 +148,10 @@ if [[ ${stopped} -eq 1 ]]; then
 else
   fail "coordinator still running 10 s after SIGTERM"
 fi
-coordinator_pid=""
 
 # --- ping against nothing: exit 1 with a message that says what to do
 out=$("${CHORUS}" ping --coordinator "${addr}" --timeout 1 2>&1); rc=$?
 [[ ${rc} -eq 1 && "${out}" == *"no coordinator answered at ${addr}"* ]] \
   && pass "ping with no coordinator" || fail "dead ping rc=${rc} out='${out}'"
 
-echo "${failures} failure(s)"
-exit $((failures > 0))
+finish

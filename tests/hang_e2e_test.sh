@@ -5,13 +5,11 @@
 # the signal.
 #
 # Usage (from Bazel): hang_e2e_test.sh CHORUS
-set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 CHORUS=$1
-TMP=${TEST_TMPDIR:-$(mktemp -d)}
-failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
-pass() { echo "ok: $*"; }
+# The reason of the job `chorus up --json` printed as its last line ($1).
+reason_of() { json_get - reason <<<"$1"; }
 
 spec() {  # $1 = fault, $2 = hang_detection
   cat <<SPEC
@@ -28,28 +26,23 @@ SPEC
 # `chorus up` writes the coordinator's port before it submits the job; a
 # watch started in between would find no job and end at once.
 wait_for_job() {
-  for _ in $(seq 1 300); do "${CHORUS}" --coordinator "$1" status job-000001 >/dev/null 2>&1 && return 0; sleep 0.1; done
-  return 1
+  local addr=$1
+  wait_for '"${CHORUS}" --coordinator "${addr}" status job-000001 >/dev/null 2>&1' 60
 }
 
 # --- REPORT: the hanging rank is named while the job hangs
 spec "kind: HANG rank: 1 at_step: 10 duration_seconds: 25" "action: REPORT stall_after_seconds: 2" > "${TMP}/report.textproto"
 "${CHORUS}" up --local 2 --state_dir "${TMP}/report" "${TMP}/report.textproto" 2>"${TMP}/report.err" &
 up_pid=$!
-for _ in $(seq 1 300); do [[ -s "${TMP}/report/port" ]] && break; sleep 0.1; done
+wait_for_file "${TMP}/report/port" 30
 addr="127.0.0.1:$(cat "${TMP}/report/port" 2>/dev/null)"
 wait_for_job "${addr}"
 # A watcher from the start sees the job's events, the diagnosis among them.
 "${CHORUS}" --coordinator "${addr}" watch job-000001 >"${TMP}/watch.out" 2>"${TMP}/watch.err" &
 watch_pid=$!
 found=""
-start=$(date +%s)
-for _ in $(seq 1 200); do
-  status=$("${CHORUS}" --coordinator "${addr}" status job-000001 2>/dev/null)
-  found=$(grep "NEVER_JOINED" <<<"${status}")
-  [[ -n "${found}" ]] && break
-  sleep 0.1
-done
+wait_for 'status=$("${CHORUS}" --coordinator "${addr}" status job-000001 2>/dev/null)
+          found=$(grep "NEVER_JOINED" <<<"${status}"); [[ -n "${found}" ]]' 40
 if [[ "${found}" == *"NEVER_JOINED rank 1 has not entered collective #"*"ranks 0 have waited"* || \
       "${found}" == *"NEVER_JOINED rank 1 has not entered collective #"*"rank 0 has waited"* ]] \
    && [[ "${found}" == *"rank 1 is in DATA at step 10"* ]]; then
@@ -58,13 +51,12 @@ else
   fail "no NEVER_JOINED for rank 1 in: ${status}"
 fi
 # Diagnoses become job events on the coordinator's next tick (100 ms).
-for _ in $(seq 1 50); do grep -q "NEVER_JOINED" "${TMP}/watch.out" && break; sleep 0.1; done
+wait_for 'grep -q "NEVER_JOINED" "${TMP}/watch.out"' 5
 out=$("${CHORUS}" --coordinator "${addr}" logs job-000001 --rank 1 2>&1); rc=$?
 [[ ${rc} -eq 0 && "${out}" == *"[rank 1] "*"job-000001: rank 1 of 2"* && "${out}" != *"[rank 0]"* ]] \
   && pass "logs --rank 1 shows rank 1's output only" || fail "logs rc=${rc} out='${out}'"
 kill -INT "${up_pid}"; wait "${up_pid}"
-for _ in $(seq 1 100); do kill -0 "${watch_pid}" 2>/dev/null || break; sleep 0.1; done
-if kill -0 "${watch_pid}" 2>/dev/null; then
+if ! wait_exit "${watch_pid}" 10; then
   fail "watch still running 10 s after the job ended"; kill -KILL "${watch_pid}"
 else
   wait "${watch_pid}"; rc=$?
@@ -82,7 +74,8 @@ t0=$(date +%s)
 out=$(timeout 60 "${CHORUS}" up --local 2 --state_dir "${TMP}/abort" "${TMP}/abort.textproto" --json 2>"${TMP}/abort.err"); rc=$?
 t1=$(date +%s)
 last=$(tail -n 1 <<<"${out}")
-[[ ${rc} -eq 1 && "${last}" == *'"state": "FAILED"'* && "${last}" == *"hang detection: NEVER_JOINED rank 1 has not entered collective"* ]] \
+[[ ${rc} -eq 1 && "$(json_get - state <<<"${last}")" == FAILED \
+   && "$(reason_of "${last}")" == *"hang detection: NEVER_JOINED rank 1 has not entered collective"* ]] \
   && pass "ABORT fails the job with the diagnosis" || fail "abort rc=${rc} out='${out}'"
 (( t1 - t0 < 20 )) && pass "aborted after $((t1 - t0)) s, before the hang ended" || fail "abort took $((t1 - t0)) s"
 
@@ -93,8 +86,9 @@ t0=$(date +%s)
 out=$(timeout 60 "${CHORUS}" up --local 2 --state_dir "${TMP}/mismatch" "${TMP}/mismatch.textproto" --json 2>"${TMP}/mismatch.err"); rc=$?
 t1=$(date +%s)
 last=$(tail -n 1 <<<"${out}")
-[[ ${rc} -eq 1 && "${last}" == *"hang detection: MISMATCH ranks 0 and 1 issued different collectives at #"* \
-   && "${last}" == *"rank 0 allreduce/sum fault/first (16 bytes), rank 1 allreduce/sum fault/second (32 bytes)"* ]] \
+reason=$(reason_of "${last}")
+[[ ${rc} -eq 1 && "${reason}" == *"hang detection: MISMATCH ranks 0 and 1 issued different collectives at #"* \
+   && "${reason}" == *"rank 0 allreduce/sum fault/first (16 bytes), rank 1 allreduce/sum fault/second (32 bytes)"* ]] \
   && pass "MISMATCH names the ranks, the seq and both fingerprints" || fail "mismatch rc=${rc} out='${out}'"
 (( t1 - t0 < 15 )) && pass "MISMATCH aborted the job after $((t1 - t0)) s" || fail "mismatch took $((t1 - t0)) s"
 
@@ -104,7 +98,7 @@ t0=$(date +%s)
 out=$(timeout 60 "${CHORUS}" up --local 2 --state_dir "${TMP}/skip" "${TMP}/skip.textproto" --json 2>"${TMP}/skip.err"); rc=$?
 t1=$(date +%s)
 last=$(tail -n 1 <<<"${out}")
-[[ ${rc} -eq 1 && "${last}" == *"NEVER_JOINED rank 1 has not entered collective #"*"allreduce/sum fault/skipped (4 bytes); rank 0 has waited"* ]] \
+[[ ${rc} -eq 1 && "$(reason_of "${last}")" == *"NEVER_JOINED rank 1 has not entered collective #"*"allreduce/sum fault/skipped (4 bytes); rank 0 has waited"* ]] \
   && pass "a skipped collective is NEVER_JOINED naming it" || fail "skip rc=${rc} out='${out}'"
 (( t1 - t0 < 15 )) && pass "skip aborted after $((t1 - t0)) s" || fail "skip took $((t1 - t0)) s"
 
@@ -115,7 +109,7 @@ t0=$(date +%s)
 out=$(timeout 60 "${CHORUS}" up --local 2 --state_dir "${TMP}/stop" "${TMP}/stop.textproto" --json 2>"${TMP}/stop.err"); rc=$?
 t1=$(date +%s)
 last=$(tail -n 1 <<<"${out}")
-[[ ${rc} -eq 1 && "${last}" == *"hang detection: DEAD rank 1 has sent no heartbeat for"*"its process has not exited"* ]] \
+[[ ${rc} -eq 1 && "$(reason_of "${last}")" == *"hang detection: DEAD rank 1 has sent no heartbeat for"*"its process has not exited"* ]] \
   && pass "SIGSTOP is DEAD with the process named as not responding" || fail "stop rc=${rc} out='${out}'"
 (( t1 - t0 < 25 )) && pass "stopped rank detected and the job torn down in $((t1 - t0)) s" || fail "stop took $((t1 - t0)) s"
 
@@ -131,7 +125,7 @@ hang_detection { action: ABORT }
 SPEC
 "${CHORUS}" up --local 2 --state_dir "${TMP}/healthy" "${TMP}/healthy.textproto" --json >"${TMP}/healthy.out" 2>"${TMP}/healthy.err" &
 up_pid=$!
-for _ in $(seq 1 300); do [[ -s "${TMP}/healthy/port" ]] && break; sleep 0.1; done
+wait_for_file "${TMP}/healthy/port" 30
 haddr="127.0.0.1:$(cat "${TMP}/healthy/port" 2>/dev/null)"
 wait_for_job "${haddr}"
 timeout 120 "${CHORUS}" --coordinator "${haddr}" watch job-000001 >"${TMP}/healthy.watch" 2>/dev/null
@@ -148,12 +142,12 @@ spec "kind: HANG rank: 1 at_step: 10 duration_seconds: 4 } faults { kind: SLOW r
   "action: REPORT stall_after_seconds: 2" > "${TMP}/slow.textproto"
 "${CHORUS}" up --local 2 --state_dir "${TMP}/slow" "${TMP}/slow.textproto" >/dev/null 2>"${TMP}/slow.err" &
 up_pid=$!
-for _ in $(seq 1 300); do [[ -s "${TMP}/slow/port" ]] && break; sleep 0.1; done
+wait_for_file "${TMP}/slow/port" 30
 saddr="127.0.0.1:$(cat "${TMP}/slow/port" 2>/dev/null)"
 wait_for_job "${saddr}"
 "${CHORUS}" --coordinator "${saddr}" watch job-000001 >"${TMP}/slow.watch" 2>/dev/null &
 watch_pid=$!
-for _ in $(seq 1 250); do grep -q "problem STRAGGLER" "${TMP}/slow.watch" && break; sleep 0.1; done
+wait_for 'grep -q "problem STRAGGLER" "${TMP}/slow.watch"' 30
 kill -INT "${up_pid}"; wait "${up_pid}"; wait "${watch_pid}"
 w=$(cat "${TMP}/slow.watch")
 [[ "${w}" == *"problem NEVER_JOINED rank 1 has not entered collective"* && "${w}" == *"cleared: NEVER_JOINED rank 1 at #"* ]] \
@@ -165,11 +159,8 @@ w=$(cat "${TMP}/slow.watch")
 spec "kind: CRASH rank: 1 at_step: 5" "action: REPORT" > "${TMP}/crash.textproto"
 out=$(timeout 60 "${CHORUS}" up --local 2 --state_dir "${TMP}/crash" "${TMP}/crash.textproto" --json 2>"${TMP}/crash.err"); rc=$?
 last=$(tail -n 1 <<<"${out}")
-[[ ${rc} -eq 1 && "${last}" == *"rank 1 ("*"was killed by signal 9"* ]] && pass "crash names rank and signal" \
+[[ ${rc} -eq 1 && "$(reason_of "${last}")" == *"rank 1 ("*"was killed by signal 9"* ]] && pass "crash names rank and signal" \
   || fail "crash rc=${rc} out='${out}'"
 
-left=$(pgrep -f -- "${TMP}" | grep -v "^$$\$" || true)
-[[ -z "${left}" ]] && pass "no processes left" || { fail "left running: ${left}"; pkill -KILL -f -- "${TMP}"; }
-
-echo "${failures} failure(s)"
-exit $((failures > 0))
+assert_no_leftovers "every run"
+finish

@@ -6,16 +6,13 @@
 # decentralized gossip (AccumAdamW) on 4.
 #
 # Usage (from Bazel): models_e2e_test.sh CHORUS EXPORT_SCRIPT
-set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 CHORUS=$(realpath "$1")
 EXPORT=$(realpath "$2")
 PYTHON=/usr/bin/python3  # Debian's python3-torch
-TMP=${TEST_TMPDIR:-$(mktemp -d)}
-failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
-pass() { echo "ok: $*"; }
-value() { echo "$1" | sed -n "s/.*\"$2\": \([0-9.]*\).*/\1/p"; }
+# Reads field $2 of the JSON line $1 (`chorus up --json` ends with one).
+field() { json_get - "$2" <<<"$1"; }
 
 work="${TMP}/user"
 mkdir -p "${work}/models" "${work}/data"
@@ -47,12 +44,12 @@ SPEC
 # Relative paths resolve against the directory chorus runs in, not the agent's.
 out=$(cd "${work}" && timeout 120 "${CHORUS}" up --local 2 --state_dir "${TMP}/script_state" script.textproto --json 2>"${TMP}/script.err"); rc=$?
 last=$(echo "${out}" | tail -n 1)
-if [[ ${rc} -eq 0 && "${last}" == *'"state": "SUCCEEDED"'* && "${last}" == *'"steps": 32,'* ]]; then
+if [[ ${rc} -eq 0 && "$(field "${last}" state)" == SUCCEEDED && "$(field "${last}" final_metrics.steps)" == 32 ]]; then
   pass "TorchScript job succeeded: ${last}"
 else
   fail "TorchScript job rc=${rc} out='${out}' err=$(tail -5 "${TMP}/script.err")"
 fi
-acc=$(value "${last}" test_accuracy)
+acc=$(field "${last}" final_metrics.test_accuracy)
 awk -v a="${acc:-0}" 'BEGIN { exit !(a > 0.9) }' && pass "TorchScript test accuracy ${acc} > 0.9" \
   || fail "TorchScript test accuracy '${acc}' not above 0.9"
 
@@ -61,7 +58,7 @@ echo "not a model" > "${work}/models/broken.pt"
 sed 's|models/fashion_mlp.pt|models/broken.pt|' "${work}/script.textproto" > "${work}/broken.textproto"
 out=$(cd "${work}" && timeout 120 "${CHORUS}" up --local 2 --state_dir "${TMP}/broken_state" broken.textproto --json 2>"${TMP}/broken.err"); rc=$?
 last=$(echo "${out}" | tail -n 1)
-[[ ${rc} -eq 1 && "${last}" == *'"state": "FAILED"'* && "${last}" == *"cannot load ${work}/models/broken.pt"* ]] \
+[[ ${rc} -eq 1 && "$(field "${last}" state)" == FAILED && "$(field "${last}" reason)" == *"cannot load ${work}/models/broken.pt"* ]] \
   && pass "a broken TorchScript file fails the job naming it" \
   || fail "broken model rc=${rc} out='${last}'"
 
@@ -80,7 +77,7 @@ ${extra}
 SPEC
   out=$(timeout 180 "${CHORUS}" up --local "${ranks}" --state_dir "${TMP}/${name}_state" "${TMP}/${name}.textproto" --json 2>"${TMP}/${name}.err"); rc=$?
   last=$(echo "${out}" | tail -n 1)
-  acc=$(value "${last}" test_accuracy)
+  acc=$(field "${last}" final_metrics.test_accuracy)
   [[ ${rc} -eq 0 ]] && awk -v a="${acc:-0}" 'BEGIN { exit !(a > 0.5 && a < 0.8) }' \
     && pass "${name} on ${ranks} ranks: next-token accuracy ${acc}" \
     || fail "${name} rc=${rc} acc='${acc}' out='${last}' err=$(tail -5 "${TMP}/${name}.err")"
@@ -89,8 +86,5 @@ lm_job lm 2 "optimizer { kind: ADAMW lr: 0.01 }"
 # Decentralized gossip with AccumAdamW; evaluation sees the global average.
 lm_job lm-gossip 4 "optimizer { kind: ACCUM_ADAMW lr: 0.01 accum_iter: 2 } strategy { decentralized { topology: ONE_PEER_EXPONENTIAL } }"
 
-left=$(pgrep -f -- "${TMP}" | grep -v "^$$\$" || true)
-[[ -z "${left}" ]] && pass "no processes left" || { fail "left running: ${left}"; pkill -KILL -f -- "${TMP}"; }
-
-echo "${failures} failure(s)"
-[[ ${failures} -eq 0 ]]
+assert_no_leftovers "every job"
+finish

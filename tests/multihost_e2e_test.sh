@@ -12,30 +12,19 @@
 # itself skipped in its XML rather than passing.
 #
 # Usage (from Bazel): multihost_e2e_test.sh COORDINATOR CHORUS WORKER
-set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 COORDINATOR=$(realpath "$1")
 CHORUS=$(realpath "$2")
 WORKER=$(realpath "$3")
-TMP=${TEST_TMPDIR:-$(mktemp -d)}
-failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
-pass() { echo "ok: $*"; }
-wait_for_file() { for _ in $(seq 1 200); do [[ -s "$1" ]] && return 0; sleep 0.1; done; return 1; }
 
 ns_a="chorus-$$-a"
 ns_b="chorus-$$-b"
 veth="chv$$"
 train_veth="chw$$"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -KILL "${p}" 2>/dev/null; done
-  ip netns pids "${ns_a}" 2>/dev/null | xargs -r kill -KILL 2>/dev/null
-  ip netns pids "${ns_b}" 2>/dev/null | xargs -r kill -KILL 2>/dev/null
-  ip netns del "${ns_a}" 2>/dev/null
-  ip netns del "${ns_b}" 2>/dev/null
-}
-trap cleanup EXIT
+for ns in "${ns_a}" "${ns_b}"; do
+  on_exit "ip netns pids '${ns}' 2>/dev/null | xargs -r kill -KILL 2>/dev/null; ip netns del '${ns}' 2>/dev/null"
+done
 
 skip() {
   echo "SKIPPED: $*"
@@ -78,18 +67,16 @@ printf 'admin %s\nworker %s\n' "${admin}" "${worker}" > "${TMP}/tokens"
 echo "${admin}" > "${TMP}/admin.token"
 echo "${worker}" > "${TMP}/worker.token"
 
-ip netns exec "${ns_a}" "${COORDINATOR}" --listen 10.77.0.1:0 --state_dir "${TMP}/state" \
-  --token_file "${TMP}/tokens" --port_file "${TMP}/port" 2>"${TMP}/coordinator.log" &
-pids+=($!)
-wait_for_file "${TMP}/port" || { cat "${TMP}/coordinator.log" >&2; fail "coordinator did not start"; exit 1; }
-addr="10.77.0.1:$(cat "${TMP}/port")"
+start_coordinator -n "${ns_a}" -l 10.77.0.1:0 -s "${TMP}/state" -- --token_file "${TMP}/tokens" \
+  || { fail "coordinator did not start"; finish; }
+addr=${COORDINATOR_ADDR}
 
 ip netns exec "${ns_a}" "${WORKER}" --coordinator "${addr}" --slots 1 --host node-a --rank_host 10.78.0.1 \
   --token_file "${TMP}/worker.token" 2>"${TMP}/agent_a.log" &
-pids+=($!)
+track_pid $!
 ip netns exec "${ns_b}" "${WORKER}" --coordinator "${addr}" --slots 1 --host node-b --rank_host 10.78.0.2 \
   --token_file "${TMP}/worker.token" 2>"${TMP}/agent_b.log" &
-pids+=($!)
+track_pid $!
 
 cat > "${TMP}/job.textproto" <<'SPEC'
 name: "two-hosts"
@@ -104,7 +91,7 @@ out=$(timeout 120 ip netns exec "${ns_a}" "${CHORUS}" --coordinator "${addr}" --
   submit --wait "${TMP}/job.textproto" 2>"${TMP}/submit.err"); rc=$?
 [[ ${rc} -eq 0 && "${out}" == "job-000001" ]] && pass "a 2-rank job trained across the two hosts" \
   || fail "job rc=${rc} out='${out}' err=$(tail -3 "${TMP}/submit.err") a=$(tail -3 "${TMP}/agent_a.log") b=$(tail -3 "${TMP}/agent_b.log")"
-acc=$(c jobs --json 2>/dev/null | sed -n 's/.*"eval_accuracy": \([0-9.]*\).*/\1/p' | head -1)
+acc=$(c jobs --json 2>/dev/null | json_get - 'jobs[0].latest_metrics.eval_accuracy')
 awk -v a="${acc:-0}" 'BEGIN { exit !(a > 0.7) }' && pass "test accuracy ${acc}" || fail "accuracy '${acc}'"
 # Each agent told its rank the address of its own host; the ranks' output
 # reached the coordinator from both.
@@ -123,19 +110,17 @@ grep -q "checkpoint step [0-9]*: sent [0-9]* bytes to the data port" "${TMP}/age
 # --- cut the training network under a running job: STUCK_IN_COLLECTIVE
 sed 's/epochs: 3/epochs: 100000/' "${TMP}/job.textproto" > "${TMP}/long.textproto"
 job=$(c submit "${TMP}/long.textproto" 2>/dev/null)
-for _ in $(seq 1 100); do
-  step=$(c status "${job}" --json 2>/dev/null | sed -n 's/.*"step": "\([0-9]*\)".*/\1/p' | head -1)
-  [[ "${step:-0}" -gt 50 ]] && break
-  sleep 0.1
-done
+# The job's latest reported step (its first rank's while it has reported none).
+steps_of() {
+  local status
+  status=$(c status "$1" --json 2>/dev/null)
+  json_get - job.latest_metrics.step <<<"${status}" 2>/dev/null || json_get - 'ranks[0].step' <<<"${status}" 2>/dev/null
+}
+wait_for 'step=$(steps_of "${job}"); [[ "${step:-0}" -gt 50 ]]' 20
 ip -n "${ns_a}" link set "${train_veth}a" down
 t0=$(date +%s)
 found=""
-for _ in $(seq 1 200); do
-  found=$(c status "${job}" 2>/dev/null | grep "STUCK_IN_COLLECTIVE")
-  [[ -n "${found}" ]] && break
-  sleep 0.1
-done
+wait_for 'found=$(c status "${job}" 2>/dev/null | grep "STUCK_IN_COLLECTIVE"); [[ -n "${found}" ]]' 40
 t1=$(date +%s)
 # Usually every rank waits in the same collective; when the cut lands in the
 # last chunks of a ring all-reduce one rank has finished its side and waits in
@@ -145,5 +130,4 @@ t1=$(date +%s)
   || fail "no STUCK_IN_COLLECTIVE (step before the cut: ${step:-?}): $(c status "${job}" 2>&1 | tail -4)"
 c cancel "${job}" >/dev/null 2>&1
 
-echo "${failures} failure(s)"
-[[ ${failures} -eq 0 ]]
+finish

@@ -9,19 +9,12 @@
 # nothing else).
 #
 # Usage (from Bazel): rank_signal_e2e_test.sh COORDINATOR CHORUS WORKER RANK
-set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 COORDINATOR=$(realpath "$1")
 CHORUS=$(realpath "$2")
 WORKER=$(realpath "$3")
 RANK=$(realpath "$4")
-TMP=${TEST_TMPDIR:-$(mktemp -d)}
-failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
-pass() { echo "ok: $*"; }
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill -KILL "${p}" 2>/dev/null; done; }
-trap cleanup EXIT
 
 # --- chorus-rank: SIGUSR1 the moment it starts (no job environment, so it
 # exits 1 saying what is missing, unless the signal kills it first)
@@ -48,10 +41,8 @@ PY
   || echo "note: without the mask the rank was not killed this time: ${out}"
 
 # --- the agent starts its ranks with SIGUSR1 (and only it) blocked
-"${COORDINATOR}" --listen 127.0.0.1:0 --state_dir "${TMP}/state" --port_file "${TMP}/port" 2>"${TMP}/coordinator.log" &
-pids+=($!)
-for _ in $(seq 1 200); do [[ -s "${TMP}/port" ]] && break; sleep 0.1; done
-addr="127.0.0.1:$(cat "${TMP}/port" 2>/dev/null)"
+start_coordinator -s "${TMP}/state" || fail "no coordinator started"
+addr=${COORDINATOR_ADDR:-}
 # (Python, not sh: a shell resets its signal mask when it starts.)
 cat > "${TMP}/fake_rank.py" <<FAKE
 #!/usr/bin/env python3
@@ -61,20 +52,15 @@ open("${TMP}/sigblk.%d" % os.getpid(), "w").write(blk + "\\n")
 FAKE
 chmod +x "${TMP}/fake_rank.py"
 "${WORKER}" --coordinator "${addr}" --slots 1 --rank_binary "${TMP}/fake_rank.py" 2>"${TMP}/worker.log" &
-pids+=($!)
+track_pid $!
 printf 'model { mlp { hidden_sizes: [8] } }\ndata { synthetic { num_samples: 64 input_shape: [4] num_classes: 2 } }\nresources { min_ranks: 1 max_ranks: 1 }\n' \
   > "${TMP}/job.textproto"
 "${CHORUS}" --coordinator "${addr}" submit "${TMP}/job.textproto" >/dev/null 2>"${TMP}/submit.err" \
   || fail "submit: $(cat "${TMP}/submit.err")"
 blk=""
-for _ in $(seq 1 150); do
-  f=$(ls "${TMP}"/sigblk.* 2>/dev/null | head -n 1)
-  [[ -n "${f}" && -s "${f}" ]] && { blk=$(cat "${f}"); break; }
-  sleep 0.1
-done
+wait_for 'f=$(ls "${TMP}"/sigblk.* 2>/dev/null | head -n 1); [[ -n "${f}" && -s "${f}" ]] && blk=$(cat "${f}")' 15
 # SIGUSR1 is signal 10: bit 9 of the mask, 0x200.
 [[ "${blk}" == "0000000000000200" ]] && pass "the agent started the rank with SigBlk ${blk} (SIGUSR1 only)" \
   || fail "rank's blocked signals: '${blk}' (worker log: $(tail -3 "${TMP}/worker.log"))"
 
-echo "${failures} failure(s)"
-[[ ${failures} -eq 0 ]]
+finish

@@ -5,19 +5,11 @@
 # whose ranks present the worker token and client certificate they inherit.
 #
 # Usage (from Bazel): security_e2e_test.sh COORDINATOR CHORUS WORKER
-set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 COORDINATOR=$1
 CHORUS=$2
 WORKER=$3
-TMP=${TEST_TMPDIR:-$(mktemp -d)}
-failures=0
-pids=()
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
-pass() { echo "ok: $*"; }
-cleanup() { for p in "${pids[@]}"; do kill -KILL "${p}" 2>/dev/null; done; }
-trap cleanup EXIT
-wait_for_file() { for _ in $(seq 1 200); do [[ -s "$1" ]] && return 0; sleep 0.1; done; return 1; }
 
 # --- a throwaway CA, a server certificate for 127.0.0.1 and a client certificate
 pki="${TMP}/pki"
@@ -34,7 +26,7 @@ mkdir -p "${pki}"
   openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 1 -out client.pem
   # A second CA whose certificates the coordinator must not accept.
   openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj "/CN=stranger" -keyout other.key -out other.pem
-) >"${TMP}/openssl.log" 2>&1 || { cat "${TMP}/openssl.log" >&2; echo "FAIL: openssl" >&2; exit 1; }
+) >"${TMP}/openssl.log" 2>&1 || { cat "${TMP}/openssl.log" >&2; fail "openssl"; finish; }
 
 admin_token=$(openssl rand -hex 24)
 worker_token=$(openssl rand -hex 24)
@@ -43,12 +35,10 @@ echo "${admin_token}" > "${TMP}/admin.token"
 echo "worker ${worker_token}" > "${TMP}/worker.token"
 echo "0000000000000000000000000000" > "${TMP}/bogus.token"
 
-"${COORDINATOR}" --listen 127.0.0.1:0 --state_dir "${TMP}/state" --port_file "${TMP}/port" \
+start_coordinator -s "${TMP}/state" -- \
   --token_file "${TMP}/tokens" --tls_cert "${pki}/server.pem" --tls_key "${pki}/server.key" \
-  --tls_client_ca "${pki}/ca.pem" 2>"${TMP}/coordinator.log" &
-pids+=($!)
-wait_for_file "${TMP}/port" || { cat "${TMP}/coordinator.log" >&2; echo "FAIL: no port" >&2; exit 1; }
-addr="127.0.0.1:$(cat "${TMP}/port")"
+  --tls_client_ca "${pki}/ca.pem" || { fail "no port"; finish; }
+addr=${COORDINATOR_ADDR}
 grep -q "TLS, client certificates required), tokens required" "${TMP}/coordinator.log" \
   && pass "coordinator says it requires TLS, client certificates and tokens" \
   || fail "startup line: $(grep listening "${TMP}/coordinator.log")"
@@ -82,13 +72,14 @@ out=$(c "${tls[@]}" --token_file "${TMP}/worker.token" jobs 2>&1); rc=$?
 [[ ${rc} -eq 1 && "${out}" == *"needs an admin token"* ]] && pass "worker token cannot list jobs" \
   || fail "worker jobs rc=${rc} out='${out}'"
 out=$(CHORUS_TOKEN="${admin_token}" c "${tls[@]}" jobs --json 2>&1); rc=$?
-[[ ${rc} -eq 0 && "${out}" != *job-* ]] && pass "refused submits created no job" || fail "jobs rc=${rc} out='${out}'"
+[[ ${rc} -eq 0 ]] && json_get - '' <<<"${out}" >/dev/null && ! json_get - 'jobs[*].job_id' <<<"${out}" >/dev/null \
+  && pass "refused submits created no job" || fail "jobs rc=${rc} out='${out}'"
 
 # --- a worker with the worker token and a client certificate trains a job
 "${WORKER}" --coordinator "${addr}" --slots 2 --token_file "${TMP}/worker.token" "${tls[@]}" \
   2>"${TMP}/worker.log" &
 worker_pid=$!
-pids+=("${worker_pid}")
+track_pid "${worker_pid}"
 out=$(timeout 120 "${CHORUS}" --coordinator "${addr}" "${tls[@]}" --token_file "${TMP}/admin.token" \
   submit --wait "${TMP}/job.textproto" 2>"${TMP}/submit.err"); rc=$?
 [[ ${rc} -eq 0 && "${out}" == "job-000001" ]] && pass "job trained over mTLS with tokens (ranks inherit the credentials)" \
@@ -119,18 +110,15 @@ fi
 out=$("${COORDINATOR}" --listen 0.0.0.0:0 --state_dir "${TMP}/open" 2>&1); rc=$?
 [[ ${rc} -ne 0 && "${out}" == *"Pass --token_file FILE"* ]] && pass "0.0.0.0 without tokens is refused" \
   || fail "open rc=${rc} out='${out}'"
-"${COORDINATOR}" --listen 0.0.0.0:0 --state_dir "${TMP}/open2" --token_file "${TMP}/tokens" \
-  --port_file "${TMP}/port2" 2>"${TMP}/open2.log" &
-open_pid=$!
-pids+=("${open_pid}")
-if wait_for_file "${TMP}/port2"; then
-  out=$("${CHORUS}" --coordinator "127.0.0.1:$(cat "${TMP}/port2")" --token_file "${TMP}/admin.token" jobs 2>&1); rc=$?
+if start_coordinator -l 0.0.0.0:0 -s "${TMP}/open2" -p "${TMP}/port2" -o "${TMP}/open2.log" \
+     -- --token_file "${TMP}/tokens"; then
+  open_pid=${COORDINATOR_PID}
+  out=$("${CHORUS}" --coordinator "127.0.0.1:${COORDINATOR_PORT}" --token_file "${TMP}/admin.token" jobs 2>&1); rc=$?
   [[ ${rc} -eq 0 ]] && grep -q "in plaintext" "${TMP}/open2.log" \
     && pass "0.0.0.0 with tokens serves, warning that there is no TLS" || fail "open2 rc=${rc} out='${out}'"
+  kill -TERM "${open_pid}"; wait "${open_pid}" 2>/dev/null
 else
   fail "0.0.0.0 with tokens did not start: $(cat "${TMP}/open2.log")"
 fi
-kill -TERM "${open_pid}"; wait "${open_pid}" 2>/dev/null
 
-echo "${failures} failure(s)"
-[[ ${failures} -eq 0 ]]
+finish

@@ -4,20 +4,11 @@
 # cancels and leaves nothing running.
 #
 # Usage (from Bazel): up_e2e_test.sh CHORUS
-set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 CHORUS=$1
-TMP=${TEST_TMPDIR:-$(mktemp -d)}
-failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
-pass() { echo "ok: $*"; }
-
-# Nothing this test started may still run (the state dirs are unique to it).
-no_leftovers() {
-  local left
-  left=$(pgrep -f -- "${TMP}" | grep -v "^$$\$" || true)
-  [[ -z "${left}" ]] && pass "no processes left ($1)" || { fail "left running after $1: $(ps -o pid,args -p ${left//$'\n'/,})"; pkill -KILL -f -- "${TMP}"; }
-}
+# Reads field $2 of the JSON line $1 (`chorus up --json` ends with one).
+field() { json_get - "$2" <<<"$1"; }
 
 cat > "${TMP}/job.textproto" <<'SPEC'
 name: "e2e"
@@ -31,57 +22,49 @@ SPEC
 # --- a job that succeeds
 out=$(timeout 120 "${CHORUS}" up --local 2 --state_dir "${TMP}/ok" "${TMP}/job.textproto" --json 2>"${TMP}/ok.err"); rc=$?
 last=$(echo "${out}" | tail -n 1)
-if [[ ${rc} -eq 0 && "${last}" == *'"state": "SUCCEEDED"'* && "${last}" == *'"steps": 96,'* ]]; then
+if [[ ${rc} -eq 0 && "$(field "${last}" state)" == SUCCEEDED && "$(field "${last}" final_metrics.steps)" == 96 ]]; then
   pass "up --local 2 succeeded: ${last}"
 else
   fail "up rc=${rc} out='${out}' err=$(tail -5 "${TMP}/ok.err")"
 fi
-acc=$(echo "${last}" | sed -n 's/.*"test_accuracy": \([0-9.]*\).*/\1/p')
+acc=$(field "${last}" final_metrics.test_accuracy)
 awk -v a="${acc:-0}" 'BEGIN { exit !(a > 0.7) }' && pass "test accuracy ${acc} > 0.7" \
   || fail "test accuracy '${acc}' not above 0.7"
 grep -q "RUNNING step" "${TMP}/ok.err" && pass "progress lines" || fail "no progress lines"
-no_leftovers "a successful job"
+assert_no_leftovers "a successful job"
 
 # --- a job whose ranks fail: the reason names the file and the package
 sed 's|data { synthetic .* }|data { fashion_mnist { dir: "/nonexistent/fashion" } }|' "${TMP}/job.textproto" \
   > "${TMP}/bad.textproto"
 out=$(timeout 120 "${CHORUS}" up --local 2 --state_dir "${TMP}/bad" "${TMP}/bad.textproto" --json 2>"${TMP}/bad.err"); rc=$?
 last=$(echo "${out}" | tail -n 1)
-[[ ${rc} -eq 1 && "${last}" == *'"state": "FAILED"'* && "${last}" == *"/nonexistent/fashion/train-images-idx3-ubyte.gz"* \
-   && "${last}" == *"dataset-fashion-mnist"* ]] && pass "failed job explains itself" \
+reason=$(field "${last}" reason)
+[[ ${rc} -eq 1 && "$(field "${last}" state)" == FAILED && "${reason}" == *"/nonexistent/fashion/train-images-idx3-ubyte.gz"* \
+   && "${reason}" == *"dataset-fashion-mnist"* ]] && pass "failed job explains itself" \
   || fail "bad job rc=${rc} out='${out}'"
-no_leftovers "a failed job"
+assert_no_leftovers "a failed job"
 
 # --- Ctrl-C cancels the job and tears everything down
 sed 's/epochs: 3/epochs: 100000/' "${TMP}/job.textproto" > "${TMP}/long.textproto"
 "${CHORUS}" up --local 2 --state_dir "${TMP}/long" "${TMP}/long.textproto" 2>"${TMP}/long.err" &
 up_pid=$!
-running=0
-for _ in $(seq 1 300); do
-  grep -q "RUNNING step" "${TMP}/long.err" && { running=1; break; }
-  sleep 0.1
-done
-[[ ${running} -eq 1 ]] || fail "long job never reported progress: $(tail -3 "${TMP}/long.err")"
-# Heartbeats: every rank shows its step and phase in `chorus status` within seconds.
+wait_for 'grep -q "RUNNING step" "${TMP}/long.err"' 30 \
+  || fail "long job never reported progress: $(tail -3 "${TMP}/long.err")"
+# Heartbeats: every rank shows its step and phase in `chorus status` within
+# seconds (and rank 0's metrics have a step too).
 long_addr="127.0.0.1:$(cat "${TMP}/long/port")"
-seen=0
-for _ in $(seq 1 50); do
-  status=$("${CHORUS}" --coordinator "${long_addr}" status job-000001 --json 2>/dev/null)
-  if [[ $(grep -c '"phase"' <<<"${status}") -ge 2 && $(grep -c '"step"' <<<"${status}") -ge 3 ]]; then
-    seen=1; break
-  fi
-  sleep 0.1
-done
-[[ ${seen} -eq 1 ]] && pass "both ranks heartbeat their step and phase" || fail "no heartbeats in status: ${status}"
+status=""
+heartbeats_in() {
+  [[ $(json_get - 'ranks[*].phase' <<<"$1" | wc -l) -ge 2 && $(json_get - 'ranks[*].step' <<<"$1" | wc -l) -ge 2 ]] \
+    && json_get - job.latest_metrics.step <<<"$1" >/dev/null
+}
+wait_for 'status=$("${CHORUS}" --coordinator "${long_addr}" status job-000001 --json 2>/dev/null)
+          heartbeats_in "${status}" 2>/dev/null' 10 \
+  && pass "both ranks heartbeat their step and phase" || fail "no heartbeats in status: ${status}"
 "${CHORUS}" --coordinator "${long_addr}" status job-000001 2>&1 | grep -E "^  [01] " | head -2
 interrupt_at=$(date +%s%N)
 kill -INT "${up_pid}"
-stopped=0
-for _ in $(seq 1 300); do
-  kill -0 "${up_pid}" 2>/dev/null || { stopped=1; break; }
-  sleep 0.1
-done
-if [[ ${stopped} -eq 1 ]]; then
+if wait_exit "${up_pid}" 30; then
   wait "${up_pid}"; rc=$?
   took_ms=$(( ($(date +%s%N) - interrupt_at) / 1000000 ))
   [[ ${rc} -eq 130 ]] && pass "Ctrl-C exits 130" || fail "Ctrl-C exit code ${rc}"
@@ -93,32 +76,30 @@ else
   fail "chorus up still running 30 s after Ctrl-C"
   kill -KILL "${up_pid}"
 fi
-no_leftovers "Ctrl-C"
+assert_no_leftovers "Ctrl-C"
 
 # --- submit --wait against a coordinator and an agent started by hand
 COORDINATOR=coordinator/chorus-coordinator
 WORKER=worker/chorus-worker
-"${COORDINATOR}" --listen 127.0.0.1:0 --state_dir "${TMP}/manual" --port_file "${TMP}/manual.port" \
-  2>"${TMP}/manual-coordinator.log" &
-coordinator_pid=$!
-for _ in $(seq 1 200); do [[ -s "${TMP}/manual.port" ]] && break; sleep 0.1; done
-addr="127.0.0.1:$(cat "${TMP}/manual.port")"
+start_coordinator -s "${TMP}/manual" -p "${TMP}/manual.port" -o "${TMP}/manual-coordinator.log" \
+  || fail "no coordinator started"
+coordinator_pid=${COORDINATOR_PID}
+addr=${COORDINATOR_ADDR}
 "${WORKER}" --coordinator "${addr}" --slots 2 2>"${TMP}/manual-worker.log" &
 worker_pid=$!
 out=$(timeout 120 "${CHORUS}" --coordinator "${addr}" submit --wait "${TMP}/job.textproto" 2>"${TMP}/wait.err"); rc=$?
 [[ ${rc} -eq 0 && "${out}" == "job-000001" ]] && grep -q "job-000001 SUCCEEDED" "${TMP}/wait.err" \
   && pass "submit --wait exits 0 on success" || fail "submit --wait rc=${rc} out='${out}' $(tail -2 "${TMP}/wait.err")"
 out=$(timeout 120 "${CHORUS}" --coordinator "${addr}" submit --wait --json "${TMP}/bad.textproto" 2>"${TMP}/wait-bad.err"); rc=$?
-[[ ${rc} -eq 1 && "${out}" == *'"state": "FAILED"'* ]] && grep -q "dataset-fashion-mnist" "${TMP}/wait-bad.err" \
+[[ ${rc} -eq 1 && "$(json_get - state <<<"${out}")" == FAILED ]] && grep -q "dataset-fashion-mnist" "${TMP}/wait-bad.err" \
   && pass "submit --wait exits 1 with the reason" || fail "failing submit --wait rc=${rc} out='${out}'"
 kill -TERM "${worker_pid}"; wait "${worker_pid}"
 kill -TERM "${coordinator_pid}"; wait "${coordinator_pid}"
-no_leftovers "submit --wait"
+assert_no_leftovers "submit --wait"
 
 # --- bad input
 "${CHORUS}" up --local 1 "${TMP}/job.textproto" >/dev/null 2>"${TMP}/small.err"; rc=$?
 [[ ${rc} -eq 2 ]] && grep -q "min_ranks = 2 slots; --local gives 1" "${TMP}/small.err" \
   && pass "too few slots is refused" || fail "too few slots rc=${rc}"
 
-echo "${failures} failure(s)"
-exit $((failures > 0))
+finish

@@ -1,0 +1,201 @@
+# Shared helpers for the shell end-to-end tests in tests/.
+#
+# A test sources this file first thing (it sits beside the test in the
+# runfiles tree), then reports with `pass` / `fail` and ends with `finish`:
+#
+#   source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+#   COORDINATOR=$(realpath "$1")
+#   start_coordinator || exit 1
+#   out=$("${CHORUS}" --coordinator "${COORDINATOR_ADDR}" jobs --json)
+#   [[ "$(json_get - 'jobs[0].state' <<<"${out}")" == PENDING ]] && pass "pending" || fail "${out}"
+#   finish
+#
+# What it provides:
+#   TMP                          the test's scratch directory (TEST_TMPDIR under Bazel)
+#   pass MSG / fail MSG          print "ok: MSG" / "FAIL: MSG" and count them
+#   finish                       print the counts; exit 0 only if nothing failed
+#   wait_for CONDITION TIMEOUT   re-evaluate CONDITION (shell code, run in this
+#                                shell) every 0.1 s until it succeeds (0) or
+#                                TIMEOUT seconds have passed (1)
+#   wait_for_file FILE [TIMEOUT] wait until FILE exists and is not empty (20 s)
+#   wait_exit PID TIMEOUT        wait until process PID has exited (0) or not (1)
+#   track_pid PID                kill PID with SIGKILL when the test exits
+#   on_exit CODE                 run shell CODE when the test exits
+#   start_coordinator [...]      start ${COORDINATOR} on 127.0.0.1 port 0
+#   assert_no_leftovers WHAT     no process whose command line names TMP runs
+#   json_get FILE|- PATH         print one field of a JSON document
+#   json_has FILE|- PATH VALUE   some value at PATH is VALUE (as json_get prints it)
+#
+# Thread-safety: none needed; it is sourced by one shell. Helpers that read
+# JSON run python3 (whichever is first on PATH: only its json module is used).
+# Every variable the helpers keep starts with _lib_, so a CONDITION given to
+# wait_for sees the caller's variables, not the helper's.
+
+set -uo pipefail
+
+TMP=${TEST_TMPDIR:-$(mktemp -d)}
+failures=0
+passes=0
+
+pass() { echo "ok: $*"; passes=$((passes + 1)); }
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+
+# Prints the counts and exits: 0 if every check passed, 1 otherwise.
+finish() {
+  echo "${passes} passed, ${failures} failure(s)"
+  exit $((failures > 0))
+}
+
+# --- processes to clean up when the test exits, however it exits
+_lib_pids=()
+_lib_exit_code=()
+track_pid() { _lib_pids+=("$1"); }
+on_exit() { _lib_exit_code+=("$1"); }
+_lib_cleanup() {
+  local _lib_p _lib_code
+  # Only processes that are still this shell's children: a pid that exited
+  # long ago may belong to someone else by now.
+  for _lib_p in "${_lib_pids[@]}"; do
+    if [[ "$(ps -o ppid= -p "${_lib_p}" 2>/dev/null | tr -d ' ')" == "$$" ]]; then
+      disown "${_lib_p}" 2>/dev/null  # no "Killed" line from the shell
+      kill -KILL "${_lib_p}" 2>/dev/null
+    fi
+  done
+  for _lib_code in "${_lib_exit_code[@]}"; do eval "${_lib_code}"; done
+  return 0
+}
+trap _lib_cleanup EXIT
+
+# Microseconds since the epoch.
+_lib_now_us() { local t=${EPOCHREALTIME}; echo "${t/./}"; }
+
+# wait_for CONDITION TIMEOUT: evaluates CONDITION every 0.1 s until it
+# succeeds or TIMEOUT seconds (may be fractional) have passed. Assignments in
+# CONDITION stay visible to the caller. Returns CONDITION's success.
+wait_for() {
+  local _lib_condition=$1 _lib_deadline
+  _lib_deadline=$(( $(_lib_now_us) + $(awk -v t="$2" 'BEGIN { printf "%d", t * 1000000 }') ))
+  while true; do
+    eval "${_lib_condition}" && return 0
+    (( $(_lib_now_us) >= _lib_deadline )) && return 1
+    sleep 0.1
+  done
+}
+
+# wait_for_file FILE [TIMEOUT]: FILE exists and is not empty (default 20 s).
+wait_for_file() { local _lib_file=$1; wait_for '[[ -s "${_lib_file}" ]]' "${2:-20}"; }
+
+# wait_exit PID TIMEOUT: returns 0 once process PID has exited.
+wait_exit() { local _lib_pid=$1; wait_for '! kill -0 "${_lib_pid}" 2>/dev/null' "$2"; }
+
+# start_coordinator [-l LISTEN] [-s STATE_DIR] [-p PORT_FILE] [-o LOG] [-n NETNS] [--] [FLAG...]
+# Starts ${COORDINATOR} listening on LISTEN (default 127.0.0.1:0) with state
+# in STATE_DIR (default a new directory under TMP), writing its port to
+# PORT_FILE (default TMP/coordinator.port) and appending its stderr to LOG
+# (default TMP/coordinator.log); inside network namespace NETNS if given.
+# Other flags go to the coordinator as they are. Waits up to 20 s for the
+# port and sets COORDINATOR_PID, COORDINATOR_PORT and COORDINATOR_ADDR
+# (HOST:PORT with LISTEN's host); the process is killed when the test exits.
+# Returns 1, after printing the log, if no port came.
+start_coordinator() {
+  local _lib_listen=127.0.0.1:0 _lib_state_dir="" _lib_port_file="${TMP}/coordinator.port"
+  local _lib_log="${TMP}/coordinator.log" _lib_prefix=()
+  while [[ $# -gt 0 ]]; do
+    case "$1" in
+      -l) _lib_listen=$2; shift 2 ;;
+      -s) _lib_state_dir=$2; shift 2 ;;
+      -p) _lib_port_file=$2; shift 2 ;;
+      -o) _lib_log=$2; shift 2 ;;
+      -n) _lib_prefix=(ip netns exec "$2"); shift 2 ;;
+      --) shift; break ;;
+      *) break ;;
+    esac
+  done
+  [[ -n "${_lib_state_dir}" ]] || _lib_state_dir=$(mktemp -d "${TMP}/state.XXXXXX")
+  rm -f "${_lib_port_file}"
+  "${_lib_prefix[@]}" "${COORDINATOR}" --listen "${_lib_listen}" --state_dir "${_lib_state_dir}" \
+    --port_file "${_lib_port_file}" "$@" 2>>"${_lib_log}" &
+  COORDINATOR_PID=$!
+  track_pid "${COORDINATOR_PID}"
+  if ! wait_for_file "${_lib_port_file}" 20; then
+    echo "coordinator (${_lib_listen}, ${_lib_state_dir}) wrote no port within 20 s; its log:" >&2
+    cat "${_lib_log}" >&2
+    return 1
+  fi
+  COORDINATOR_PORT=$(cat "${_lib_port_file}")
+  COORDINATOR_ADDR="${_lib_listen%:*}:${COORDINATOR_PORT}"
+}
+
+# assert_no_leftovers WHAT: passes if no process started by this test (its
+# command line names TMP, which is unique to the test) still runs; otherwise
+# fails naming them and kills them.
+assert_no_leftovers() {
+  local _lib_left
+  _lib_left=$(pgrep -f -- "${TMP}" | grep -v "^$$\$" || true)
+  if [[ -z "${_lib_left}" ]]; then
+    pass "no processes left ($1)"
+  else
+    fail "left running after $1: $(ps -o pid,args -p "${_lib_left//$'\n'/,}")"
+    pkill -KILL -f -- "${TMP}"
+  fi
+}
+
+# json_get FILE|- PATH: parses the JSON document in FILE (or on stdin for -)
+# and prints the value at PATH, e.g. 'final_metrics.steps', 'jobs[0].state',
+# 'checkpoints[-1].files[0].name'. A string prints as itself, a number, true,
+# false or null as in JSON, an object or array as compact JSON. `[*]` takes
+# every element of an array, printing one value per line and skipping
+# elements that lack the rest of the path; an empty PATH is the whole
+# document. Returns 1 (printing nothing) if
+# the path is not in the document, 2 if it is not JSON.
+json_get() { python3 -c "${_lib_json_get_py}" "$1" "$2"; }
+_lib_json_get_py=$(cat <<'PY'
+import json, re, sys
+
+source, path = sys.argv[1], sys.argv[2]
+try:
+    text = sys.stdin.read() if source == "-" else open(source).read()
+    document = json.loads(text)
+except (OSError, ValueError) as e:
+    sys.stderr.write("json_get: %s is not a JSON document: %s\n" % (source, e))
+    sys.exit(2)
+
+steps = []
+for part in path.split("."):
+    m = re.fullmatch(r"([^\[\]]*)((?:\[(?:-?\d+|\*)\])*)", part)
+    if m is None:
+        sys.stderr.write("json_get: bad path %r\n" % path)
+        sys.exit(2)
+    if m.group(1):
+        steps.append(m.group(1))
+    steps.extend(i if i == "*" else int(i) for i in re.findall(r"\[(-?\d+|\*)\]", m.group(2)))
+
+def walk(value, steps):
+    if not steps:
+        yield value
+        return
+    step, rest = steps[0], steps[1:]
+    if step == "*":
+        if isinstance(value, list):
+            for element in value:
+                yield from walk(element, rest)
+    elif isinstance(step, int):
+        if isinstance(value, list) and -len(value) <= step < len(value):
+            yield from walk(value[step], rest)
+    elif isinstance(value, dict) and step in value:
+        yield from walk(value[step], rest)
+
+found = list(walk(document, steps))
+for value in found:
+    print(value if isinstance(value, str) else json.dumps(value, separators=(",", ":")))
+sys.exit(0 if found else 1)
+PY
+)
+
+# json_has FILE|- PATH VALUE: succeeds if one of the values json_get prints
+# for PATH (one per line with `[*]`) is exactly VALUE.
+json_has() {
+  local _lib_values
+  _lib_values=$(json_get "$1" "$2") || return 1
+  grep -qxF -- "$3" <<<"${_lib_values}"
+}
