@@ -44,6 +44,36 @@ std::vector<RankView> RunningJob::HangViews() const {
   return views;
 }
 
+std::map<std::string, v1::CoordinatorMessage> RunningJob::LaunchMessages(
+    const std::string& job_id, const std::string& coordinator_address) const {
+  std::map<std::string, v1::CoordinatorMessage> launches;
+  for (const RankState& r : ranks) {
+    v1::LaunchRanks* launch = launches[r.agent_id].mutable_launch();
+    launch->set_job_id(job_id);
+    launch->set_generation(generation());
+    launch->set_coordinator(coordinator_address);
+    v1::RankLaunch* rank = launch->add_ranks();
+    rank->set_slot(r.slot);
+    rank->set_local_rank(r.local_rank);
+    rank->set_local_world_size(r.local_world_size);
+  }
+  return launches;
+}
+
+std::vector<v1::RankPlacement> RunningJob::Placements(const AgentRegistry& agents) const {
+  std::vector<v1::RankPlacement> placements;
+  for (const RankState& r : ranks) {
+    const v1::AgentHello& hello = agents.Find(r.agent_id)->hello;
+    v1::RankPlacement& recorded = placements.emplace_back();
+    recorded.set_host(hello.host());
+    recorded.set_agent_pid(hello.pid());
+    recorded.set_slot(r.slot);
+    recorded.set_local_rank(r.local_rank);
+    recorded.set_local_world_size(r.local_world_size);
+  }
+  return placements;
+}
+
 v1::JoinResponse RunningJob::JoinResponseFor(const v1::Job& job, int rank) const {
   v1::JoinResponse response;
   response.set_rank(rank);

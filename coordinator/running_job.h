@@ -12,6 +12,7 @@
 #define CHORUS_COORDINATOR_RUNNING_JOB_H_
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -64,6 +65,13 @@ struct RunningJob {
   bool HasRank(int64_t generation, int rank) const;
   // What the hang detector needs: ranks that have sent a heartbeat or exited.
   std::vector<RankView> HangViews() const;
+  // One LaunchRanks message per agent (by agent id) for the ranks of
+  // generation(), told to dial `coordinator_address`.
+  std::map<std::string, v1::CoordinatorMessage> LaunchMessages(const std::string& job_id,
+                                                                const std::string& coordinator_address) const;
+  // Where the ranks run, as recorded for a restart (host and agent pid from
+  // `agents`). REQUIRES: every rank's agent is registered.
+  std::vector<v1::RankPlacement> Placements(const AgentRegistry& agents) const;
   // The job's rendezvous answer for `rank` (spec from `job`).
   v1::JoinResponse JoinResponseFor(const v1::Job& job, int rank) const;
   // Records that the rank on `agent_id`'s `exited.slot()` ended (an agent

@@ -135,31 +135,14 @@ bool Scheduler::StartLocked(const v1::Job& job, const JobPlacement& placement, v
   }
   RunningJob run(job, world, /*generation=*/1);
   run.resume = std::move(resume);
-  std::map<std::string, v1::CoordinatorMessage> launches;
-  std::vector<v1::RankPlacement> placements;
   for (const RankSlot& slot : placement.ranks) {
     agents_.SetBusy(slot.agent_id, slot.slot, true);
     run.ranks.push_back(RankState::At(slot));
-    v1::LaunchRanks* launch = launches[slot.agent_id].mutable_launch();
-    launch->set_job_id(job.job_id());
-    launch->set_generation(1);
-    launch->set_coordinator(coordinator_address_);
-    v1::RankLaunch* rank = launch->add_ranks();
-    rank->set_slot(slot.slot);
-    rank->set_local_rank(slot.local_rank);
-    rank->set_local_world_size(slot.local_world_size);
-    const v1::AgentHello& hello = agents_.Find(slot.agent_id)->hello;
-    v1::RankPlacement& recorded = placements.emplace_back();
-    recorded.set_host(hello.host());
-    recorded.set_agent_pid(hello.pid());
-    recorded.set_slot(slot.slot);
-    recorded.set_local_rank(slot.local_rank);
-    recorded.set_local_world_size(slot.local_world_size);
   }
-  if (absl::Status s = jobs_.SavePlacements(job.job_id(), placements); !s.ok()) {
+  if (absl::Status s = jobs_.SavePlacements(job.job_id(), run.Placements(agents_)); !s.ok()) {
     LOG(ERROR) << job.job_id() << ": could not record placements (a restart would lose the job): " << s;
   }
-  for (auto& [agent_id, message] : launches) {
+  for (auto& [agent_id, message] : run.LaunchMessages(job.job_id(), coordinator_address_)) {
     out.messages.emplace_back(agents_.Find(agent_id)->send, std::move(message));
   }
   LOG(INFO) << "started " << job.job_id() << " with " << world << " rank(s)";
