@@ -25,6 +25,23 @@ int RunningJob::RankOn(const std::string& agent_id, int slot) const {
   return -1;
 }
 
+bool RunningJob::RunsOn(const std::string& agent_id) const {
+  for (const RankState& r : ranks) {
+    if (r.agent_id == agent_id && r.state != v1::RankStatus::EXITED) return true;
+  }
+  return false;
+}
+
+std::map<std::string, std::vector<int>> RunningJob::ReleaseSlots(AgentRegistry& agents) const {
+  std::map<std::string, std::vector<int>> to_stop;
+  for (const RankState& r : ranks) {
+    if (agents.Find(r.agent_id) == nullptr) continue;
+    agents.SetBusy(r.agent_id, r.slot, false);
+    if (r.state != v1::RankStatus::EXITED) to_stop[r.agent_id].push_back(r.slot);
+  }
+  return to_stop;
+}
+
 bool RunningJob::HasRank(int64_t gen, int rank) const {
   return gen == generation() && rank >= 0 && rank < static_cast<int>(ranks.size());
 }

@@ -61,6 +61,11 @@ struct RunningJob {
   int64_t generation() const { return rendezvous.generation(); }
   // The rank running on the agent's slot, or -1.
   int RankOn(const std::string& agent_id, int slot) const;
+  // Whether a rank that has not exited runs on `agent_id`.
+  bool RunsOn(const std::string& agent_id) const;
+  // The job ends: frees its slots on the agents still registered. Returns,
+  // by agent, the slots of ranks that have not exited (to be stopped).
+  std::map<std::string, std::vector<int>> ReleaseSlots(AgentRegistry& agents) const;
   // Whether `rank` of `generation` is a rank of this job now.
   bool HasRank(int64_t generation, int rank) const;
   // What the hang detector needs: ranks that have sent a heartbeat or exited.

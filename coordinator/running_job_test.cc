@@ -53,6 +53,19 @@ TEST_F(RunningJobTest, FindsRanksByAgentSlotAndGeneration) {
   EXPECT_FALSE(run_.HasRank(1, 3));
 }
 
+TEST_F(RunningJobTest, ReleasingFreesSlotsAndListsRanksStillRunning) {
+  for (const RankState& r : run_.ranks) agents_.SetBusy(r.agent_id, r.slot, true);
+  ASSERT_EQ(agents_.free_slots(), 0);
+  run_.ranks[1].state = v1::RankStatus::EXITED;
+  run_.ranks[2].state = v1::RankStatus::EXITED;
+  EXPECT_TRUE(run_.RunsOn("agent-1"));
+  EXPECT_FALSE(run_.RunsOn("agent-2")) << "its only rank exited";
+  const auto to_stop = run_.ReleaseSlots(agents_);
+  ASSERT_EQ(to_stop.size(), 1u);
+  EXPECT_EQ(to_stop.at("agent-1"), std::vector<int>{0});
+  EXPECT_EQ(agents_.free_slots(), 3);
+}
+
 TEST_F(RunningJobTest, LaunchMessagesAndPlacementsDescribeEveryRank) {
   const auto launches = run_.LaunchMessages("job-000001", "10.0.0.1:29650");
   ASSERT_EQ(launches.size(), 2u);

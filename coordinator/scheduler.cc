@@ -62,11 +62,7 @@ void Scheduler::RemoveAgent(const std::string& agent_id) {
     agents_.Remove(agent_id);
     std::vector<std::string> affected;
     for (const auto& [job_id, run] : running_) {
-      if (std::any_of(run.ranks.begin(), run.ranks.end(), [&](const RankState& r) {
-            return r.agent_id == agent_id && r.state != v1::RankStatus::EXITED;
-          })) {
-        affected.push_back(job_id);
-      }
+      if (run.RunsOn(agent_id)) affected.push_back(job_id);
     }
     for (const std::string& job_id : affected) {
       EndLocked(job_id, v1::Job::FAILED,
@@ -154,14 +150,9 @@ void Scheduler::EndLocked(const std::string& job_id, v1::Job::State state, const
                           Outbox& out) {
   auto it = running_.find(job_id);
   if (it == running_.end()) return;
-  std::map<std::string, std::vector<int>> to_stop;
-  for (const RankState& rank : it->second.ranks) {
-    if (agents_.Find(rank.agent_id) == nullptr) continue;
-    agents_.SetBusy(rank.agent_id, rank.slot, false);
-    if (rank.state != v1::RankStatus::EXITED) to_stop[rank.agent_id].push_back(rank.slot);
-  }
+  const std::map<std::string, std::vector<int>> to_stop = it->second.ReleaseSlots(agents_);
   it->second.rendezvous.Abort(absl::AbortedError(absl::StrCat("job ", job_id, " ended: ", reason)), out.joins);
-  for (auto& [agent_id, slots] : to_stop) {
+  for (const auto& [agent_id, slots] : to_stop) {
     out.messages.emplace_back(agents_.Find(agent_id)->send, StopRanksMessage(job_id, slots, reason));
   }
   running_.erase(it);
