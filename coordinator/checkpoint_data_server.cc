@@ -14,7 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint_wire.h"
 #include "common/status_macros.h"
-#include "coordinator/checkpoint_service.h"
+#include "coordinator/checkpoint_uploads.h"
 #include "glog/logging.h"
 
 namespace chorus {
@@ -49,7 +49,7 @@ absl::Status ReceiveFiles(int fd, CheckpointStore::Upload& upload) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CheckpointDataServer>> CheckpointDataServer::Start(const std::string& host, int port,
-                                                                                 CheckpointServiceImpl& service,
+                                                                                 CheckpointUploads& uploads,
                                                                                  absl::Duration io_timeout,
                                                                                  int max_uploads) {
   addrinfo hints{};
@@ -90,7 +90,7 @@ absl::StatusOr<std::unique_ptr<CheckpointDataServer>> CheckpointDataServer::Star
   const int bound_port = bound.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
                                                      : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
   std::unique_ptr<CheckpointDataServer> server(
-      new CheckpointDataServer(fd, bound_port, service, io_timeout, std::max(1, max_uploads)));
+      new CheckpointDataServer(fd, bound_port, uploads, io_timeout, std::max(1, max_uploads)));
   server->acceptor_ = std::thread([s = server.get()] { s->AcceptLoop(); });
   return server;
 }
@@ -190,9 +190,9 @@ void CheckpointDataServer::Serve(int fd, Connection* connection) {
           absl::StrCat("checkpoint data port: ", max_uploads_, " uploads are running; upload over gRPC"));
     }
   }
-  absl::StatusOr<CheckpointServiceImpl::OpenedUpload> opened =
-      status.ok() ? service_.TakeOpened(absl::string_view(hello + kHelloMagicBytes, kTokenBytes))
-                  : absl::StatusOr<CheckpointServiceImpl::OpenedUpload>(status);
+  absl::StatusOr<CheckpointUploads::Started> opened =
+      status.ok() ? checkpoint_uploads_.TakeOpened(absl::string_view(hello + kHelloMagicBytes, kTokenBytes))
+                  : absl::StatusOr<CheckpointUploads::Started>(status);
   auto release = [&] {
     if (!slot) return;
     absl::MutexLock lock(&mu_);
@@ -217,7 +217,7 @@ void CheckpointDataServer::Serve(int fd, Connection* connection) {
   if (status.ok()) status = ReceiveFiles(fd, *opened->upload);
   const absl::Time received = absl::Now();
   if (status.ok()) {
-    status = service_.Complete(opened->grant, opened->step, opened->rank, std::move(opened->upload)).status();
+    status = checkpoint_uploads_.Complete(*std::move(opened)).status();
   }
   if (status.ok()) {
     VLOG(1) << what << ": received over the data port in " << absl::ToDoubleSeconds(received - start)

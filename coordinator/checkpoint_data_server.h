@@ -1,6 +1,7 @@
 // CheckpointDataServer: the coordinator's checkpoint data port, a TCP
 // listener beside gRPC that takes the bytes of checkpoint uploads opened
-// with CheckpointService.OpenUpload (protocol: common/checkpoint_wire.h).
+// with CheckpointService.OpenUpload (protocol: common/checkpoint_wire.h),
+// completed through CheckpointUploads like every other upload.
 // Each connection presents an upload's token; if the upload may start, it is
 // told so (an OK answer), streams its files into the upload
 // (CheckpointStore::Upload: per-chunk and per-file CRC-32C checks, fsync)
@@ -13,8 +14,8 @@
 // most kMaxConnections at once); Shutdown() may be called from any thread.
 //
 // Example:
-//   ASSIGN_OR_RETURN(auto data, CheckpointDataServer::Start("127.0.0.1", 0, checkpoint_service));
-//   checkpoint_service.set_data_port(data->port());
+//   ASSIGN_OR_RETURN(auto data, CheckpointDataServer::Start("127.0.0.1", 0, uploads));
+//   uploads.set_data_port(data->port());
 #ifndef CHORUS_COORDINATOR_CHECKPOINT_DATA_SERVER_H_
 #define CHORUS_COORDINATOR_CHECKPOINT_DATA_SERVER_H_
 
@@ -29,7 +30,7 @@
 
 namespace chorus {
 
-class CheckpointServiceImpl;
+class CheckpointUploads;
 
 class CheckpointDataServer {
  public:
@@ -44,7 +45,7 @@ class CheckpointDataServer {
   // send and receive on a connection (a rank that stops sending frees its
   // connection after it). UNAVAILABLE if the port cannot be bound.
   static absl::StatusOr<std::unique_ptr<CheckpointDataServer>> Start(const std::string& host, int port,
-                                                                     CheckpointServiceImpl& service,
+                                                                     CheckpointUploads& uploads,
                                                                      absl::Duration io_timeout = absl::Minutes(1),
                                                                      int max_uploads = kDefaultMaxUploads);
   ~CheckpointDataServer();  // Shutdown()
@@ -57,9 +58,13 @@ class CheckpointDataServer {
   void Shutdown();
 
  private:
-  CheckpointDataServer(int listen_fd, int port, CheckpointServiceImpl& service, absl::Duration io_timeout,
+  CheckpointDataServer(int listen_fd, int port, CheckpointUploads& uploads, absl::Duration io_timeout,
                        int max_uploads)
-      : listen_fd_(listen_fd), port_(port), service_(service), io_timeout_(io_timeout), max_uploads_(max_uploads) {}
+      : listen_fd_(listen_fd),
+        port_(port),
+        checkpoint_uploads_(uploads),
+        io_timeout_(io_timeout),
+        max_uploads_(max_uploads) {}
   struct Connection {
     int fd = -1;  // -1 once closed
     bool done = false;
@@ -76,7 +81,7 @@ class CheckpointDataServer {
 
   const int listen_fd_;
   const int port_;
-  CheckpointServiceImpl& service_;
+  CheckpointUploads& checkpoint_uploads_;
   const absl::Duration io_timeout_;
   const int max_uploads_;
   std::thread acceptor_;

@@ -7,22 +7,19 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_util.h"
-#include "common/status_macros.h"
-#include "common/checkpoint_wire.h"
 #include "common/crc32c.h"
 #include "glog/logging.h"
 
 namespace chorus {
 namespace {
 
-// One Upload call: the first chunk names job, step, generation and rank;
-// the scheduler must grant it; every chunk goes to the store; the end of the
-// stream commits.
+// One Upload call: the first chunk names job, step, generation and rank and
+// begins the upload (which checks the grant); every chunk goes to the store;
+// the end of the stream completes it.
 class UploadReactor : public grpc::ServerReadReactor<v1::CheckpointChunk> {
  public:
-  UploadReactor(CheckpointServiceImpl& service, CheckpointStore& store, Scheduler& scheduler,
-                v1::UploadCheckpointResponse* response)
-      : service_(service), store_(store), scheduler_(scheduler), response_(response) {
+  UploadReactor(CheckpointUploads& uploads, v1::UploadCheckpointResponse* response)
+      : uploads_(uploads), response_(response) {
     StartRead(&chunks_[0]);
   }
 
@@ -32,48 +29,35 @@ class UploadReactor : public grpc::ServerReadReactor<v1::CheckpointChunk> {
     absl::MutexLock lock(&mu_);
     if (finished_) return;
     if (!ok) {  // the client finished sending
-      if (upload_ == nullptr) {
+      if (started_.upload == nullptr) {
         FinishLocked(absl::InvalidArgumentError("checkpoint upload with no chunks"));
         return;
       }
-      absl::StatusOr<v1::UploadCheckpointResponse> done = service_.Complete(grant_, step_, rank_, std::move(upload_));
+      absl::StatusOr<v1::UploadCheckpointResponse> done = uploads_.Complete(std::move(started_));
       if (done.ok()) *response_ = *std::move(done);
       FinishLocked(done.status());
       return;
     }
     const v1::CheckpointChunk& chunk = chunks_[reading_];
-    if (upload_ == nullptr) {
-      absl::StatusOr<Scheduler::UploadGrant> grant =
-          scheduler_.GrantUpload(chunk.job_id(), chunk.generation(), chunk.rank());
-      if (!grant.ok()) {
-        FinishLocked(grant.status());
+    if (started_.upload == nullptr) {
+      absl::StatusOr<CheckpointUploads::Started> started =
+          uploads_.Begin(chunk.job_id(), chunk.generation(), chunk.rank(), chunk.step());
+      if (!started.ok()) {
+        FinishLocked(started.status());
         return;
       }
-      grant_ = *std::move(grant);
-      absl::StatusOr<std::unique_ptr<CheckpointStore::Upload>> upload =
-          store_.BeginUpload(chunk.job_id(), chunk.step());
-      if (!upload.ok()) {
-        FinishLocked(upload.status());
-        return;
-      }
-      upload_ = *std::move(upload);
-      step_ = chunk.step();
-      rank_ = chunk.rank();
+      started_ = *std::move(started);
     }
     reading_ ^= 1;
     StartRead(&chunks_[reading_]);
-    if (absl::Status s = upload_->AddChunk(chunk); !s.ok()) FinishLocked(s);
+    if (absl::Status s = started_.upload->AddChunk(chunk); !s.ok()) FinishLocked(s);
   }
 
   void OnDone() override { delete this; }
 
  private:
-  CheckpointServiceImpl& service_;
-  CheckpointStore& store_;
-  Scheduler& scheduler_;
+  CheckpointUploads& uploads_;
   v1::UploadCheckpointResponse* response_;
-  int64_t step_ = 0;
-  int rank_ = 0;
   void FinishLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     finished_ = true;
     Finish(ToGrpcStatus(status));
@@ -86,8 +70,7 @@ class UploadReactor : public grpc::ServerReadReactor<v1::CheckpointChunk> {
   // chunk to chunk (a fresh buffer per chunk cost a page fault per 4 KB).
   v1::CheckpointChunk chunks_[2];
   int reading_ ABSL_GUARDED_BY(mu_) = 0;
-  Scheduler::UploadGrant grant_;
-  std::unique_ptr<CheckpointStore::Upload> upload_;
+  CheckpointUploads::Started started_;  // upload null until the first chunk
 };
 
 // One Download call: a committed file, in chunks with their SHA-256; the
@@ -192,161 +175,35 @@ grpc::ServerReadReactor<v1::CheckpointChunk>* CheckpointServiceImpl::Upload(grpc
   if (absl::Status s = auth_.Check(context->client_metadata(), Role::kWorker); !s.ok()) {
     return new RejectedReader<v1::CheckpointChunk>(s);
   }
-  return new UploadReactor(*this, store_, scheduler_, response);
+  return new UploadReactor(uploads_, response);
 }
 
 grpc::ServerUnaryReactor* CheckpointServiceImpl::OpenUpload(grpc::CallbackServerContext* context,
                                                             const v1::OpenUploadRequest* request,
                                                             v1::OpenUploadResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  absl::Status status = [&]() -> absl::Status {
-    RETURN_IF_ERROR(auth_.Check(context->client_metadata(), Role::kWorker));
-    {
-      absl::MutexLock lock(&opened_mu_);
-      if (data_port_ == 0) {
-        return absl::UnimplementedError(
-            "this coordinator has no checkpoint data port (it serves TLS, or runs with --checkpoint_data_port -1): "
-            "upload with CheckpointService.Upload");
-      }
-    }
-    ASSIGN_OR_RETURN(Scheduler::UploadGrant grant,
-                     scheduler_.GrantUpload(request->job_id(), request->generation(), request->rank()));
-    ASSIGN_OR_RETURN(std::unique_ptr<CheckpointStore::Upload> upload,
-                     store_.BeginUpload(request->job_id(), request->step()));
-    ASSIGN_OR_RETURN(std::string token, NewUploadToken());
-    absl::MutexLock lock(&opened_mu_);
-    ExpireOpenedLocked();
-    if (opened_.size() >= kMaxOpenedUploads) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "checkpoint: ", kMaxOpenedUploads, " uploads are waiting for their data connection; try again later"));
-    }
-    OpenedUpload& opened = opened_[token];
-    opened.grant = std::move(grant);
-    opened.step = request->step();
-    opened.rank = request->rank();
-    opened.upload = std::move(upload);
-    opened.expires = absl::Now() + kOpenedUploadTtl;
-    response->set_port(data_port_);
-    response->set_token(token);
-    return absl::OkStatus();
-  }();
+  absl::Status status = auth_.Check(context->client_metadata(), Role::kWorker);
+  if (status.ok()) {
+    absl::StatusOr<v1::OpenUploadResponse> opened = uploads_.Open(*request);
+    if (opened.ok()) *response = *std::move(opened);
+    status = opened.status();
+  }
   reactor->Finish(ToGrpcStatus(status));
   return reactor;
-}
-
-void CheckpointServiceImpl::set_data_port(int port) {
-  absl::MutexLock lock(&opened_mu_);
-  data_port_ = port;
-}
-
-void CheckpointServiceImpl::ExpireOpenedLocked() {
-  const absl::Time now = absl::Now();
-  for (auto it = opened_.begin(); it != opened_.end();) {
-    if (it->second.expires <= now) {
-      LOG(WARNING) << "checkpoint " << it->second.grant.manifest.job_id() << " step " << it->second.step
-                   << ": rank " << it->second.rank << " opened an upload but never connected to the data port";
-      it = opened_.erase(it);
-    } else {
-      ++it;
-    }
-  }
-}
-
-absl::StatusOr<CheckpointServiceImpl::OpenedUpload> CheckpointServiceImpl::TakeOpened(absl::string_view token) {
-  absl::MutexLock lock(&opened_mu_);
-  ExpireOpenedLocked();
-  auto it = opened_.find(std::string(token));
-  if (it == opened_.end()) {
-    return absl::PermissionDeniedError(
-        "checkpoint data connection: unknown or expired upload token (open the upload with OpenUpload first; "
-        "a token works once, within a minute)");
-  }
-  OpenedUpload opened = std::move(it->second);
-  opened_.erase(it);
-  return opened;
-}
-
-absl::StatusOr<v1::UploadCheckpointResponse> CheckpointServiceImpl::Complete(
-    const Scheduler::UploadGrant& grant, int64_t step, int rank, std::unique_ptr<CheckpointStore::Upload> upload) {
-  if (grant.manifest.per_rank()) return AddPart(grant, step, rank, std::move(upload));
-  v1::UploadCheckpointResponse response;
-  ASSIGN_OR_RETURN(*response.mutable_manifest(), upload->Commit(grant.manifest, grant.keep_last));
-  LOG(INFO) << "checkpoint " << response.manifest().job_id() << " step " << response.manifest().step()
-            << " committed (" << response.manifest().files_size() << " file(s))"
-            << (response.manifest().directory().empty() ? "" : " in ") << response.manifest().directory();
-  return response;
 }
 
 grpc::ServerUnaryReactor* CheckpointServiceImpl::Commit(grpc::CallbackServerContext* context,
                                                         const v1::CommitCheckpointRequest* request,
                                                         v1::UploadCheckpointResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (absl::Status s = auth_.Check(context->client_metadata(), Role::kWorker); !s.ok()) {
-    reactor->Finish(ToGrpcStatus(s));
-    return reactor;
+  absl::Status status = auth_.Check(context->client_metadata(), Role::kWorker);
+  if (status.ok()) {
+    absl::StatusOr<v1::UploadCheckpointResponse> done = uploads_.CommitStaged(*request);
+    if (done.ok()) *response = *std::move(done);
+    status = done.status();
   }
-  absl::StatusOr<v1::UploadCheckpointResponse> done = CommitStaged(*request);
-  if (done.ok()) *response = *std::move(done);
-  reactor->Finish(ToGrpcStatus(done.status()));
+  reactor->Finish(ToGrpcStatus(status));
   return reactor;
-}
-
-absl::StatusOr<v1::UploadCheckpointResponse> CheckpointServiceImpl::CommitStaged(
-    const v1::CommitCheckpointRequest& request) {
-  ASSIGN_OR_RETURN(Scheduler::UploadGrant grant,
-                   scheduler_.GrantUpload(request.job_id(), request.generation(), request.rank()));
-  if (grant.shared_dir.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat("job ", request.job_id(),
-                                                      " stores its checkpoints on the coordinator (checkpoint.storage "
-                                                      "COORDINATOR): upload them; Commit is for storage SHARED_DIR"));
-  }
-  std::vector<v1::CheckpointFile> files(request.files().begin(), request.files().end());
-  ASSIGN_OR_RETURN(std::unique_ptr<CheckpointStore::Upload> upload,
-                   store_.AdoptStaged(grant.shared_dir, request.job_id(), request.step(), request.staging_dir(), files));
-  return Complete(grant, request.step(), request.rank(), std::move(upload));
-}
-
-absl::StatusOr<v1::UploadCheckpointResponse> CheckpointServiceImpl::AddPart(
-    const Scheduler::UploadGrant& grant, int64_t step, int rank, std::unique_ptr<CheckpointStore::Upload> part) {
-  const std::string& job = grant.manifest.job_id();
-  const int world = grant.manifest.world_size();
-  std::vector<std::unique_ptr<CheckpointStore::Upload>> complete;
-  v1::UploadCheckpointResponse response;
-  {
-    absl::MutexLock lock(&parts_mu_);
-    // Parts that can no longer be completed: earlier steps, or another
-    // generation (its ranks are gone or renumbered).
-    for (auto it = parts_.lower_bound({job, 0}); it != parts_.end() && it->first.first == job;) {
-      if (it->first.second < step || it->second.generation != grant.manifest.generation()) {
-        LOG(WARNING) << "checkpoint " << job << " step " << it->first.second
-                     << ": dropping the per-rank parts received so far (superseded before every rank uploaded)";
-        it = parts_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-    if (rank < 0 || rank >= world) return absl::InvalidArgumentError(absl::StrCat("checkpoint: bad rank ", rank));
-    Parts& parts = parts_[{job, step}];
-    parts.generation = grant.manifest.generation();
-    parts.by_rank.resize(world);
-    if (parts.by_rank[rank] != nullptr) {
-      return absl::AlreadyExistsError(
-          absl::StrCat("checkpoint ", job, " step ", step, ": rank ", rank, " already uploaded its part"));
-    }
-    parts.by_rank[rank] = std::move(part);
-    int missing = 0;
-    for (const auto& p : parts.by_rank) missing += p == nullptr ? 1 : 0;
-    response.set_ranks_missing(missing);
-    if (missing > 0) return response;
-    complete = std::move(parts.by_rank);
-    parts_.erase({job, step});
-  }
-  // Every part is here: rank 0's upload takes in the others' files and
-  // commits them all.
-  for (size_t r = 1; r < complete.size(); ++r) RETURN_IF_ERROR(complete[0]->Absorb(*complete[r]));
-  ASSIGN_OR_RETURN(*response.mutable_manifest(), complete[0]->Commit(grant.manifest, grant.keep_last));
-  LOG(INFO) << "checkpoint " << job << " step " << step << " committed (" << world << " per-rank parts)";
-  return response;
 }
 
 grpc::ServerWriteReactor<v1::CheckpointChunk>* CheckpointServiceImpl::Download(

@@ -8,12 +8,19 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/job_spec.h"
+#include "common/sha256.h"
 #include "common/status_macros.h"
 
 namespace chorus {
 
 bool JobManager::IsTerminal(v1::Job::State state) {
   return state == v1::Job::SUCCEEDED || state == v1::Job::FAILED || state == v1::Job::CANCELLED;
+}
+
+std::string JobManager::SpecHash(const v1::JobSpec& spec) { return Sha256Hex(spec.SerializeAsString()); }
+
+int JobManager::KeepLast(const v1::JobSpec& spec) {
+  return spec.checkpoint().has_keep_last() ? spec.checkpoint().keep_last() : kDefaultKeepLast;
 }
 
 absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(StateStore& state, Clock* clock) {

@@ -73,6 +73,16 @@ class JobManager {
   void Unsubscribe(int64_t handle);
 
   static bool IsTerminal(v1::Job::State state);
+  // Facts derived from a job's stored spec. They live here, beside the spec
+  // the manager normalizes and keeps, rather than as normalization defaults:
+  // filling keep_last in would change the stored spec and so its hash, and
+  // jobs stored before would still lack it.
+  //
+  // The SHA-256 (hex) of the serialized spec, recorded in its checkpoints.
+  static std::string SpecHash(const v1::JobSpec& spec);
+  // checkpoint.keep_last, or its documented default (3) when unset.
+  static int KeepLast(const v1::JobSpec& spec);
+  static constexpr int kDefaultKeepLast = 3;
 
  private:
   JobManager(StateStore& state, Clock* clock) : state_(state), clock_(clock ? clock : &real_clock_) {}

@@ -1,15 +1,18 @@
-// Scheduler: node agents, placement of queued jobs onto their slots, and
-// generation-based rendezvous of the ranks. gRPC-free; the AgentService and
-// RankService adapters call it.
+// Scheduler: the coordinator's running side. A thin facade that wires, under
+// one lock, the units that each own one concern:
+//   AgentRegistry    agents and their busy slots (agent_registry.h)
+//   PlaceJobs        strict-FIFO placement of queued jobs (placement.h)
+//   Rendezvous       a generation's Join, answered when complete (rendezvous.h)
+//   DiagnosisHistory, HangFailure
+//                    what hang diagnoses become (hang_policy.h)
+//   UploadGrant      who may store a checkpoint (checkpoint_grant.h)
+//   job_recovery     jobs taken back after a restart (job_recovery.h)
+//   LogStore         ranks' output (log_store.h)
+// and records every state change in the JobManager.
 //
-// Placement is strict FIFO: the oldest PENDING job starts as soon as at least
-// its min_ranks slots of its device are free, taking up to max_ranks; later
-// jobs wait behind it (no starvation). Ranks are numbered in a stable order:
-// agents by registration, then slots. A job's ranks join generation 1; Join
-// answers every rank at once when the last one arrives. A rank exiting with a
-// non-zero code, or its agent vanishing, fails the job and stops its other
-// ranks; all ranks exiting 0 is success. Elastic re-formation (generation 2+)
-// comes later: a stale generation is refused with the current one.
+// A rank exiting with a non-zero code, or its agent vanishing, fails the job
+// and stops its other ranks; all ranks exiting 0 is success. Elastic
+// re-formation (generation 2+) comes later.
 //
 // Thread-safety: all methods may be called concurrently. Senders and Join
 // callbacks run without the scheduler's lock held.
@@ -31,15 +34,20 @@
 #include "absl/synchronization/mutex.h"
 #include "chorus/v1/coordinator.pb.h"
 #include "common/clock.h"
+#include "coordinator/agent_registry.h"
+#include "coordinator/checkpoint_grant.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/log_store.h"
+#include "coordinator/placement.h"
+#include "coordinator/rendezvous.h"
+#include "coordinator/running_job.h"
 
 namespace chorus {
 
 class Scheduler {
  public:
-  using Sender = std::function<void(const v1::CoordinatorMessage&)>;
-  using JoinDone = std::function<void(absl::StatusOr<v1::JoinResponse>)>;
+  using Sender = AgentSender;
+  using JoinDone = Rendezvous::Done;
 
   // `jobs` and `clock` (null = real time) must outlive the scheduler.
   // `coordinator_address` is what launched ranks are told to dial.
@@ -87,17 +95,9 @@ class Scheduler {
       const std::string& resume_from, std::vector<std::string>* skipped)>;
   void set_resume_resolver(ResumeResolver resolver);
 
-  // Who may upload a checkpoint of `job_id` now: rank 0 of its current
-  // generation (DDP replicas are identical). Returns the manifest fields the
-  // coordinator fills in (world size, strategy, spec hash, generation) and
-  // the job's keep_last. FAILED_PRECONDITION for a stale generation or
-  // another rank, NOT_FOUND/FAILED_PRECONDITION if the job is not running.
-  struct UploadGrant {
-    v1::CheckpointManifest manifest;
-    int keep_last = 0;
-    // checkpoint.storage SHARED_DIR: the job's shared directory; else empty.
-    std::string shared_dir;
-  };
+  // Who may upload a checkpoint of `job_id` now (CheckUploader): the job's
+  // grant, FAILED_PRECONDITION for a job that is not running, a stale
+  // generation or a rank that does not upload.
   absl::StatusOr<UploadGrant> GrantUpload(const std::string& job_id, int64_t generation, int rank) const;
 
   // After a restart: takes back jobs that were RUNNING (with their recorded
@@ -116,68 +116,29 @@ class Scheduler {
   void set_coordinator_address(std::string address);
 
  private:
-  struct Agent {
-    v1::AgentHello hello;
-    Sender send;
-    std::vector<bool> busy;  // per slot
-    int64_t order = 0;       // registration order
-  };
-  struct Placement {
-    std::string agent_id;
-    int slot = 0;
-    int local_rank = 0;
-    int local_world_size = 0;
-    v1::RankStatus::State state = v1::RankStatus::LAUNCHING;
-    int64_t pid = 0;
-    int exit_code = 0;
-    bool joined = false;
-    // For a job taken back after a restart, until its agent reconnects.
-    std::string recover_host;
-    int64_t recover_agent_pid = 0;
-    JoinDone pending;  // the join waiting for the others
-    absl::Time join_deadline;
-    v1::RankHeartbeat last_heartbeat;
-    absl::Time heartbeat_at = absl::InfinitePast();
-  };
-  struct Running {
-    v1::HangDetectionSpec hang_detection;
-    int64_t generation = 1;
-    std::vector<Placement> ranks;  // index = rank
-    int exited_ok = 0;
-    // When each current diagnosis (by DiagnosisKey) was first seen; a
-    // diagnosis becomes a job event when it first appears.
-    std::map<std::string, int64_t> diagnoses_seen_us;
-    // The checkpoint the job resumes from (empty job_id: none).
-    v1::CheckpointManifest resume;
-    v1::CheckpointManifest upload_template;
-    int keep_last = 0;
-    std::string shared_dir;  // checkpoint.storage SHARED_DIR
-    // Set while a job taken back after a restart waits for its ranks.
-    absl::Time recovering_until = absl::InfinitePast();
-  };
   // Work to do once the lock is released.
   struct Outbox {
     std::vector<std::pair<Sender, v1::CoordinatorMessage>> messages;
-    std::vector<std::pair<JoinDone, absl::StatusOr<v1::JoinResponse>>> joins;
+    Rendezvous::Answers joins;
     void Flush();
   };
 
-  // The bookkeeping of a job starting (or taken back) with `world` ranks in
-  // `generation`; ranks are added by the caller.
-  static Running NewRunning(const v1::Job& job, int world, int64_t generation);
   void ScheduleLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Starts `job` on `placement` (resuming from `resume`); false if the job
+  // could not be marked running.
+  bool StartLocked(const v1::Job& job, const JobPlacement& placement, v1::CheckpointManifest resume, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends a running job: frees its slots, stops its other ranks, fails its
   // pending joins, records the state.
   void EndLocked(const std::string& job_id, v1::Job::State state, const std::string& reason,
                  Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::vector<std::string> AgentsInOrder() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::vector<v1::Diagnosis> DiagnoseLocked(const Running& run) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ExpireJoinsLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
-  // Records new diagnoses of every running job as job events; returns the
-  // current diagnoses per job.
+  // Records new and cleared diagnoses of every running job as job events;
+  // returns the current diagnoses per job.
   std::map<std::string, std::vector<v1::Diagnosis>> TrackDiagnosesLocked()
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The checkpoint `job` resumes from (none: an empty manifest); skipped
+  // unusable checkpoints become warning events.
+  absl::StatusOr<v1::CheckpointManifest> ResumeLocked(const v1::Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   JobManager& jobs_;
   LogStore logs_;
@@ -186,9 +147,8 @@ class Scheduler {
   Clock* const clock_;
   mutable absl::Mutex mu_;
   std::string coordinator_address_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, Agent> agents_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, Running> running_ ABSL_GUARDED_BY(mu_);
-  int64_t next_agent_ ABSL_GUARDED_BY(mu_) = 1;
+  AgentRegistry agents_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, RunningJob> running_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace chorus

@@ -224,5 +224,52 @@ TEST_F(SchedulerTest, DevicesMustMatch) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST_F(SchedulerTest, AJobThatCannotResumeFailsAndTheNextOneTakesItsSlots) {
+  const std::string first = Submit(1, 1);
+  auto spec = ParseJobSpec("model { mlp {} } data { synthetic {} }", SpecFormat::kTextProto, "test");
+  auto resuming = jobs_->Submit(*spec, first);
+  ASSERT_TRUE(resuming.ok()) << resuming.status();
+  const std::string after = Submit(1, 1);
+  FakeAgent a;
+  Add(a, 2, "node-a");
+  EXPECT_EQ(State(first), v1::Job::RUNNING);
+  EXPECT_EQ(State(resuming->job_id()), v1::Job::FAILED);
+  EXPECT_EQ(jobs_->Get(resuming->job_id())->reason(),
+            "cannot resume from job-000001: this coordinator keeps no checkpoints");
+  EXPECT_EQ(State(after), v1::Job::RUNNING) << "the failed job's slot goes to the next one";
+  EXPECT_EQ(scheduler_->free_slots(), 0);
+}
+
+TEST_F(SchedulerTest, ResumedJobsJoinWithTheirCheckpointAndSkippedOnesAreWarnedAbout) {
+  scheduler_->set_resume_resolver([](const std::string& resume_from, std::vector<std::string>* skipped) {
+    EXPECT_EQ(resume_from, "job-000001:30");
+    skipped->push_back("checkpoint job-000001 step 30 is damaged");
+    v1::CheckpointManifest manifest;
+    manifest.set_job_id("job-000001");
+    manifest.set_step(20);
+    return absl::StatusOr<v1::CheckpointManifest>(manifest);
+  });
+  const std::string original = Submit(1, 1);
+  auto spec = ParseJobSpec("model { mlp {} } data { synthetic {} }", SpecFormat::kTextProto, "test");
+  auto resumed = jobs_->Submit(*spec, original + ":30");
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  FakeAgent a;
+  Add(a, 2, "node-a");
+  JoinResult join;
+  scheduler_->Join(JoinOf(resumed->job_id(), a.id, 1), clock_.Now() + absl::Seconds(5), join.Done());
+  ASSERT_TRUE(join.called);
+  ASSERT_TRUE(join.result.ok()) << join.result.status();
+  EXPECT_EQ(join.result->resume().step(), 20);
+  EXPECT_EQ(join.result->local_rank(), 0);
+  EXPECT_EQ(join.result->local_world_size(), 1);
+  auto events = jobs_->Events(resumed->job_id(), 0);
+  ASSERT_TRUE(events.ok());
+  bool warned = false;
+  for (const v1::JobEvent& e : *events) {
+    warned |= e.message() == "warning: checkpoint job-000001 step 30 is damaged; using an older one";
+  }
+  EXPECT_TRUE(warned);
+}
+
 }  // namespace
 }  // namespace chorus

@@ -1,15 +1,10 @@
 #include "coordinator/server.h"
 
 #include <dlfcn.h>
-#include <fcntl.h>
-#include <sys/file.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -27,54 +22,18 @@
 #include "coordinator/checkpoint_data_server.h"
 #include "coordinator/checkpoint_service.h"
 #include "coordinator/checkpoint_store.h"
+#include "coordinator/checkpoint_uploads.h"
 #include "coordinator/health_service.h"
 #include "coordinator/scheduler.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/job_service.h"
 #include "coordinator/key_value_store.h"
+#include "coordinator/state_dir_lock.h"
 #include "coordinator/state_store.h"
 #include "coordinator/store_service.h"
 
 namespace chorus {
 namespace {
-
-// Creates `dir` if needed and takes an exclusive lock on dir/LOCK, writing our
-// pid into it. Returns the lock's file descriptor.
-absl::StatusOr<int> LockStateDir(const std::string& dir) {
-  if (dir.empty()) {
-    return absl::InvalidArgumentError("--state_dir must not be empty");
-  }
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "--state_dir ", dir, ": cannot create: ", ec.message()));
-  }
-  const std::string lock_path = dir + "/LOCK";
-  int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "--state_dir ", dir, ": cannot open ", lock_path, ": ",
-        std::strerror(errno), " (is the directory writable?)"));
-  }
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    char owner[32] = {0};
-    ssize_t n = ::pread(fd, owner, sizeof(owner) - 1, 0);
-    ::close(fd);
-    return absl::FailedPreconditionError(absl::StrCat(
-        "--state_dir ", dir, " is in use by another coordinator",
-        n > 0 ? absl::StrCat(" (pid ", std::string(owner, n), ")") : "",
-        "; stop it or choose another --state_dir"));
-  }
-  const std::string pid = std::to_string(::getpid());
-  if (::ftruncate(fd, 0) != 0 ||
-      ::pwrite(fd, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
-    ::close(fd);
-    return absl::FailedPreconditionError(absl::StrCat(
-        "--state_dir ", dir, ": cannot write ", lock_path, ": ", std::strerror(errno)));
-  }
-  return fd;
-}
 
 absl::StatusOr<std::string> ReadPem(const std::string& path, const std::string& flag) {
   std::ifstream in(path, std::ios::binary);
@@ -165,15 +124,12 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     LOG(WARNING) << "--listen " << options.listen
                  << " without TLS: tokens and training data cross the network in plaintext";
   }
-  ASSIGN_OR_RETURN(int lock_fd, LockStateDir(options.state_dir));
+  ASSIGN_OR_RETURN(std::unique_ptr<StateDirLock> lock, StateDirLock::Acquire(options.state_dir));
   absl::StatusOr<std::unique_ptr<StateStore>> state = StateStore::Open(options.state_dir);
   absl::StatusOr<std::unique_ptr<JobManager>> jobs =
       state.ok() ? JobManager::Create(**state, nullptr)
                  : absl::StatusOr<std::unique_ptr<JobManager>>(state.status());
-  if (!jobs.ok()) {
-    ::close(lock_fd);
-    return jobs.status();
-  }
+  if (!jobs.ok()) return jobs.status();
   // Test aid: CHORUS_TEST_FAILPOINT=checkpoint:STAGE (mid_chunk, before_fsync,
   // before_rename, before_manifest, after_manifest) ends the process there,
   // as abruptly as kill -9, to check that commits are crash-consistent.
@@ -193,10 +149,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
       shared_jobs.push_back({job.spec().checkpoint().shared_dir(), job.job_id()});
     }
   }
-  if (absl::Status s = checkpoints->Recover(shared_jobs); !s.ok()) {
-    ::close(lock_fd);
-    return s;
-  }
+  RETURN_IF_ERROR(checkpoints->Recover(shared_jobs));
   auto scheduler = std::make_unique<Scheduler>(**jobs, nullptr, "");
   scheduler->set_resume_resolver([store = checkpoints.get()](const std::string& resume_from,
                                                               std::vector<std::string>* skipped) {
@@ -209,22 +162,20 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   // agents reconnect with the ranks they kept running.
   scheduler->Recover((*jobs)->List({v1::Job::RUNNING}, 0), options.recovery_grace);
   auto job_service = std::make_unique<JobServiceImpl>(**jobs, *scheduler, *auth, checkpoints.get());
-  auto checkpoint_service = std::make_unique<CheckpointServiceImpl>(*checkpoints, *scheduler, *auth);
+  auto checkpoint_uploads = std::make_unique<CheckpointUploads>(
+      *checkpoints, [scheduler = scheduler.get()](const std::string& job_id, int64_t generation, int rank) {
+        return scheduler->GrantUpload(job_id, generation, rank);
+      });
+  auto checkpoint_service = std::make_unique<CheckpointServiceImpl>(*checkpoints, *checkpoint_uploads, *auth);
   std::unique_ptr<CheckpointDataServer> checkpoint_data;
   if (options.checkpoint_data_port < -1 || options.checkpoint_data_port > 65535) {
-    ::close(lock_fd);
     return absl::InvalidArgumentError(absl::StrCat("--checkpoint_data_port ", options.checkpoint_data_port,
                                                    ": must be a port in [0, 65535], or -1 for none"));
   }
   if (options.checkpoint_data_port >= 0 && options.tls_cert.empty()) {
-    absl::StatusOr<std::unique_ptr<CheckpointDataServer>> data =
-        CheckpointDataServer::Start(host, options.checkpoint_data_port, *checkpoint_service);
-    if (!data.ok()) {
-      ::close(lock_fd);
-      return data.status();
-    }
-    checkpoint_data = *std::move(data);
-    checkpoint_service->set_data_port(checkpoint_data->port());
+    ASSIGN_OR_RETURN(checkpoint_data,
+                     CheckpointDataServer::Start(host, options.checkpoint_data_port, *checkpoint_uploads));
+    checkpoint_uploads->set_data_port(checkpoint_data->port());
   } else if (options.checkpoint_data_port >= 0) {
     LOG(INFO) << "no checkpoint data port with TLS (it is plaintext): checkpoints are uploaded over gRPC";
   }
@@ -240,7 +191,6 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     // it would always be on.
     if (dlopen("libgrpc++_reflection.so", RTLD_NOW | RTLD_GLOBAL) == nullptr &&
         dlopen("libgrpc++_reflection.so.1.51", RTLD_NOW | RTLD_GLOBAL) == nullptr) {
-      ::close(lock_fd);
       return absl::FailedPreconditionError(absl::StrCat(
           "--enable_reflection: cannot load gRPC's reflection library (", dlerror(),
           "); install libgrpc++-dev or run without --enable_reflection"));
@@ -262,7 +212,6 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   builder.RegisterService(checkpoint_service.get());
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || bound_port == 0) {
-    ::close(lock_fd);
     return absl::UnavailableError(absl::StrCat(
         "--listen ", options.listen,
         ": cannot listen (is the port in use by another process?)"));
@@ -277,10 +226,11 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
             << (checkpoint_data != nullptr ? absl::StrCat(", checkpoint data port ", checkpoint_data->port()) : "");
   auto coordinator = std::unique_ptr<CoordinatorServer>(new CoordinatorServer(
       std::move(health), std::move(kv), std::move(store_service), std::move(server), bound_port,
-      std::move(address), lock_fd));
+      std::move(address), std::move(lock)));
   coordinator->auth_ = std::move(auth);
   coordinator->state_ = std::move(*state);
   coordinator->checkpoints_ = std::move(checkpoints);
+  coordinator->checkpoint_uploads_ = std::move(checkpoint_uploads);
   coordinator->checkpoint_service_ = std::move(checkpoint_service);
   coordinator->checkpoint_data_ = std::move(checkpoint_data);
   coordinator->jobs_ = std::move(*jobs);
@@ -297,9 +247,10 @@ CoordinatorServer::CoordinatorServer(std::unique_ptr<HealthService> health,
                                      std::unique_ptr<KeyValueStore> kv,
                                      std::unique_ptr<StoreServiceImpl> store_service,
                                      std::unique_ptr<grpc::Server> server, int port,
-                                     std::string address, int lock_fd)
-    : health_(std::move(health)), kv_(std::move(kv)), store_service_(std::move(store_service)),
-      server_(std::move(server)), port_(port), address_(std::move(address)), lock_fd_(lock_fd) {}
+                                     std::string address,
+                                     std::unique_ptr<StateDirLock> lock)
+    : lock_(std::move(lock)), health_(std::move(health)), kv_(std::move(kv)), store_service_(std::move(store_service)),
+      server_(std::move(server)), port_(port), address_(std::move(address)) {}
 
 void CoordinatorServer::StartTicker() {
   ticker_ = std::thread([this] {
@@ -322,7 +273,6 @@ CoordinatorServer::~CoordinatorServer() {
     ticker_stop_ = true;
   }
   if (ticker_.joinable()) ticker_.join();
-  ::close(lock_fd_);
 }
 
 void CoordinatorServer::Shutdown(absl::Duration grace) {

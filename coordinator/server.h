@@ -40,6 +40,7 @@ class AgentServiceImpl;
 class CheckpointDataServer;
 class CheckpointServiceImpl;
 class CheckpointStore;
+class CheckpointUploads;
 class TokenAuthorizer;
 class HealthService;
 class JobManager;
@@ -47,6 +48,7 @@ class RankServiceImpl;
 class Scheduler;
 class JobServiceImpl;
 class KeyValueStore;
+class StateDirLock;
 class StateStore;
 class StoreServiceImpl;
 
@@ -115,12 +117,15 @@ class CoordinatorServer {
   CoordinatorServer(std::unique_ptr<HealthService> health, std::unique_ptr<KeyValueStore> kv,
                     std::unique_ptr<StoreServiceImpl> store_service,
                     std::unique_ptr<grpc::Server> server, int port, std::string address,
-                    int lock_fd);
+                    std::unique_ptr<StateDirLock> lock);
 
+  // Released last: the state directory is ours until everything using it is gone.
+  std::unique_ptr<StateDirLock> lock_;
   // Services are declared before server_ so that they outlive it.
   std::unique_ptr<TokenAuthorizer> auth_;
   std::unique_ptr<StateStore> state_;
   std::unique_ptr<CheckpointStore> checkpoints_;
+  std::unique_ptr<CheckpointUploads> checkpoint_uploads_;
   std::unique_ptr<CheckpointServiceImpl> checkpoint_service_;
   std::unique_ptr<CheckpointDataServer> checkpoint_data_;  // null without a data port
   std::unique_ptr<JobManager> jobs_;
@@ -134,7 +139,6 @@ class CoordinatorServer {
   std::unique_ptr<grpc::Server> server_;
   int port_;
   std::string address_;
-  int lock_fd_;
 
   // Expires rendezvous joins past their deadline; stopped in the destructor.
   void StartTicker();

@@ -1,0 +1,73 @@
+#include "coordinator/agent_registry.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace chorus {
+
+absl::StatusOr<std::string> AgentRegistry::Add(const v1::AgentHello& hello, AgentSender send) {
+  if (hello.slots() < 1 || hello.slots() > 1024) {
+    return absl::InvalidArgumentError(absl::StrCat("agent hello: slots must be in [1, 1024], got ", hello.slots()));
+  }
+  std::string id = absl::StrCat("agent-", next_agent_);
+  Agent& agent = agents_[id];
+  agent.hello = hello;
+  if (agent.hello.device() == v1::ResourceSpec::DEVICE_UNSPECIFIED) agent.hello.set_device(v1::ResourceSpec::CPU);
+  agent.send = std::move(send);
+  agent.busy.assign(hello.slots(), false);
+  agent.order = next_agent_++;
+  return id;
+}
+
+bool AgentRegistry::Remove(const std::string& agent_id) { return agents_.erase(agent_id) > 0; }
+
+const AgentRegistry::Agent* AgentRegistry::Find(const std::string& agent_id) const {
+  auto it = agents_.find(agent_id);
+  return it == agents_.end() ? nullptr : &it->second;
+}
+
+void AgentRegistry::SetBusy(const std::string& agent_id, int slot, bool busy) {
+  auto it = agents_.find(agent_id);
+  if (it == agents_.end() || slot < 0 || slot >= static_cast<int>(it->second.busy.size())) return;
+  it->second.busy[slot] = busy;
+}
+
+std::vector<AgentSlots> AgentRegistry::FreeSlots() const {
+  std::vector<const std::pair<const std::string, Agent>*> in_order;
+  for (const auto& entry : agents_) in_order.push_back(&entry);
+  std::sort(in_order.begin(), in_order.end(), [](const auto* a, const auto* b) {
+    return a->second.order < b->second.order;
+  });
+  std::vector<AgentSlots> free;
+  for (const auto* entry : in_order) {
+    AgentSlots& slots = free.emplace_back();
+    slots.agent_id = entry->first;
+    slots.device = entry->second.hello.device();
+    for (int s = 0; s < static_cast<int>(entry->second.busy.size()); ++s) {
+      if (!entry->second.busy[s]) slots.free_slots.push_back(s);
+    }
+  }
+  return free;
+}
+
+int AgentRegistry::free_slots() const {
+  int free = 0;
+  for (const auto& [id, agent] : agents_) {
+    free += static_cast<int>(std::count(agent.busy.begin(), agent.busy.end(), false));
+  }
+  return free;
+}
+
+v1::CoordinatorMessage StopRanksMessage(const std::string& job_id, const std::vector<int>& slots,
+                                        const std::string& reason) {
+  v1::CoordinatorMessage m;
+  m.mutable_stop()->set_job_id(job_id);
+  for (int slot : slots) m.mutable_stop()->add_slots(slot);
+  m.mutable_stop()->set_grace_seconds(10);
+  m.mutable_stop()->set_reason(reason);
+  return m;
+}
+
+}  // namespace chorus

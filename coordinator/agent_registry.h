@@ -1,0 +1,64 @@
+// AgentRegistry: the node agents connected to the coordinator and which of
+// their slots are busy.
+//
+// Agents are kept in registration order, which is the order ranks are
+// numbered in (placement.h). An agent's id ("agent-N") is never reused.
+//
+// Thread-safety: none; the Scheduler holds its lock around every call.
+//
+// Example:
+//   AgentRegistry agents;
+//   ASSIGN_OR_RETURN(std::string id, agents.Add(hello, send));
+//   std::vector<PlaceJobs> placed = PlaceJobs(queued, agents.FreeSlots());
+#ifndef CHORUS_COORDINATOR_AGENT_REGISTRY_H_
+#define CHORUS_COORDINATOR_AGENT_REGISTRY_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "chorus/v1/coordinator.pb.h"
+#include "coordinator/placement.h"
+
+namespace chorus {
+
+// Delivers a message to an agent (its stream's writer).
+using AgentSender = std::function<void(const v1::CoordinatorMessage&)>;
+
+class AgentRegistry {
+ public:
+  struct Agent {
+    v1::AgentHello hello;  // device filled in (CPU when unspecified)
+    AgentSender send;
+    std::vector<bool> busy;  // per slot
+    int64_t order = 0;       // registration order
+  };
+
+  // Registers an agent with every slot free; returns its new id.
+  // INVALID_ARGUMENT for a hello with slots outside [1, 1024].
+  absl::StatusOr<std::string> Add(const v1::AgentHello& hello, AgentSender send);
+  // Forgets the agent; false if it is unknown.
+  bool Remove(const std::string& agent_id);
+  // Null if unknown.
+  const Agent* Find(const std::string& agent_id) const;
+  // Marks a slot busy or free; ignored for an unknown agent.
+  void SetBusy(const std::string& agent_id, int slot, bool busy);
+  // Every agent's free slots, in registration order.
+  std::vector<AgentSlots> FreeSlots() const;
+  int free_slots() const;
+
+ private:
+  std::map<std::string, Agent> agents_;
+  int64_t next_agent_ = 1;
+};
+
+// A message telling an agent to stop `slots` of `job_id` (10 s grace).
+v1::CoordinatorMessage StopRanksMessage(const std::string& job_id, const std::vector<int>& slots,
+                                        const std::string& reason);
+
+}  // namespace chorus
+
+#endif  // CHORUS_COORDINATOR_AGENT_REGISTRY_H_

@@ -1,0 +1,68 @@
+#include "coordinator/agent_registry.h"
+
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace chorus {
+namespace {
+
+v1::AgentHello Hello(const std::string& host, int slots,
+                     v1::ResourceSpec::Device device = v1::ResourceSpec::DEVICE_UNSPECIFIED) {
+  v1::AgentHello hello;
+  hello.set_host(host);
+  hello.set_slots(slots);
+  hello.set_device(device);
+  return hello;
+}
+
+TEST(AgentRegistryTest, IdsAreNeverReusedAndDeviceDefaultsToCpu) {
+  AgentRegistry agents;
+  absl::StatusOr<std::string> first = agents.Add(Hello("node-a", 2), nullptr);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(*first, "agent-1");
+  EXPECT_EQ(agents.Find("agent-1")->hello.device(), v1::ResourceSpec::CPU);
+  EXPECT_TRUE(agents.Remove("agent-1"));
+  EXPECT_FALSE(agents.Remove("agent-1"));
+  EXPECT_EQ(agents.Find("agent-1"), nullptr);
+  EXPECT_EQ(*agents.Add(Hello("node-a", 2), nullptr), "agent-2");
+}
+
+TEST(AgentRegistryTest, RejectsHellosWithoutSlots) {
+  AgentRegistry agents;
+  EXPECT_EQ(agents.Add(Hello("node-a", 0), nullptr).status().message(),
+            "agent hello: slots must be in [1, 1024], got 0");
+  EXPECT_EQ(agents.Add(Hello("node-a", 1025), nullptr).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(AgentRegistryTest, FreeSlotsFollowRegistrationOrder) {
+  AgentRegistry agents;
+  // Ten agents, so that "agent-10" sorts before "agent-2" as a string.
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(agents.Add(Hello("node", 2, v1::ResourceSpec::CUDA), nullptr).ok());
+  agents.SetBusy("agent-1", 0, true);
+  agents.SetBusy("agent-unknown", 0, true);  // ignored
+  agents.SetBusy("agent-2", 7, true);        // ignored
+  const std::vector<AgentSlots> free = agents.FreeSlots();
+  ASSERT_EQ(free.size(), 10u);
+  EXPECT_EQ(free[1].agent_id, "agent-2");
+  EXPECT_EQ(free[9].agent_id, "agent-10");
+  EXPECT_EQ(free[0].free_slots, std::vector<int>{1});
+  EXPECT_EQ(free[0].device, v1::ResourceSpec::CUDA);
+  EXPECT_EQ(agents.free_slots(), 19);
+  agents.SetBusy("agent-1", 0, false);
+  EXPECT_EQ(agents.free_slots(), 20);
+}
+
+TEST(AgentRegistryTest, StopMessageNamesJobSlotsAndReason) {
+  const v1::CoordinatorMessage m = StopRanksMessage("job-000002", {0, 3}, "rank 1 failed");
+  ASSERT_TRUE(m.has_stop());
+  EXPECT_EQ(m.stop().job_id(), "job-000002");
+  ASSERT_EQ(m.stop().slots_size(), 2);
+  EXPECT_EQ(m.stop().slots(1), 3);
+  EXPECT_EQ(m.stop().grace_seconds(), 10);
+  EXPECT_EQ(m.stop().reason(), "rank 1 failed");
+}
+
+}  // namespace
+}  // namespace chorus

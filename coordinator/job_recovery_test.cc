@@ -1,0 +1,113 @@
+#include "coordinator/job_recovery.h"
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/clock.h"
+#include "gtest/gtest.h"
+
+namespace chorus {
+namespace {
+
+// A job that ran two ranks on node-a's agent (pid 77), slots 0 and 1, in
+// generation 1.
+v1::Job RunningOnNodeA() {
+  v1::Job job;
+  job.set_job_id("job-000001");
+  job.set_state(v1::Job::RUNNING);
+  job.set_generation(1);
+  for (int slot = 0; slot < 2; ++slot) {
+    v1::RankPlacement* p = job.add_placements();
+    p->set_host("node-a");
+    p->set_agent_pid(77);
+    p->set_slot(slot);
+    p->set_local_rank(slot);
+    p->set_local_world_size(2);
+  }
+  return job;
+}
+
+v1::AgentHello NodeA(std::vector<std::pair<std::string, int>> running) {
+  v1::AgentHello hello;
+  hello.set_host("node-a");
+  hello.set_pid(77);
+  hello.set_slots(2);
+  for (const auto& [job_id, slot] : running) {
+    v1::RunningRank* r = hello.add_running();
+    r->set_job_id(job_id);
+    r->set_generation(1);
+    r->set_slot(slot);
+    r->set_pid(1000 + slot);
+  }
+  return hello;
+}
+
+TEST(JobRecoveryTest, RecoveredJobWaitsWithEveryRankLostAndJoined) {
+  FakeClock clock(absl::FromUnixSeconds(1000));
+  const RunningJob run = RecoveredJob(RunningOnNodeA(), clock.Now() + absl::Seconds(30));
+  ASSERT_EQ(run.ranks.size(), 2u);
+  EXPECT_EQ(run.generation(), 1);
+  EXPECT_EQ(run.recovering_until, clock.Now() + absl::Seconds(30));
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(run.ranks[r].state, v1::RankStatus::LOST);
+    EXPECT_TRUE(run.ranks[r].agent_id.empty());
+    EXPECT_EQ(run.ranks[r].recover_host, "node-a");
+    EXPECT_EQ(run.ranks[r].slot, r);
+    EXPECT_TRUE(run.rendezvous.joined(r));
+  }
+}
+
+TEST(JobRecoveryTest, ReconnectingAgentGetsItsRanksBackAndStopsOrphans) {
+  FakeClock clock(absl::FromUnixSeconds(1000));
+  std::map<std::string, RunningJob> running;
+  running.emplace("job-000001", RecoveredJob(RunningOnNodeA(), clock.Now() + absl::Seconds(30)));
+  std::vector<std::pair<std::string, int>> bound;
+  const std::map<std::string, std::vector<int>> orphans =
+      RebindRanks(running, "agent-3", NodeA({{"job-000001", 1}, {"job-000009", 0}}), &bound);
+  ASSERT_EQ(bound.size(), 1u);
+  EXPECT_EQ(bound[0], std::make_pair(std::string("job-000001"), 1));
+  const RankState& back = running.at("job-000001").ranks[1];
+  EXPECT_EQ(back.agent_id, "agent-3");
+  EXPECT_EQ(back.pid, 1001);
+  EXPECT_EQ(back.state, v1::RankStatus::TRAINING);
+  EXPECT_TRUE(running.at("job-000001").ranks[0].agent_id.empty());
+  ASSERT_EQ(orphans.size(), 1u);
+  EXPECT_EQ(orphans.at("job-000009"), std::vector<int>{0});
+}
+
+TEST(JobRecoveryTest, AnotherAgentOrGenerationDoesNotBind) {
+  std::map<std::string, RunningJob> running;
+  running.emplace("job-000001", RecoveredJob(RunningOnNodeA(), absl::InfiniteFuture()));
+  v1::AgentHello restarted = NodeA({{"job-000001", 0}});
+  restarted.set_pid(78);  // a new agent process on the same host
+  std::vector<std::pair<std::string, int>> bound;
+  EXPECT_EQ(RebindRanks(running, "agent-4", restarted, &bound).at("job-000001"), std::vector<int>{0});
+  v1::AgentHello old_generation = NodeA({{"job-000001", 0}});
+  old_generation.mutable_running(0)->set_generation(2);
+  EXPECT_EQ(RebindRanks(running, "agent-5", old_generation, &bound).size(), 1u);
+  EXPECT_TRUE(bound.empty());
+}
+
+TEST(JobRecoveryTest, CheckRecoveryEndsTheWaitOneWayOrTheOther) {
+  FakeClock clock(absl::FromUnixSeconds(1000));
+  RunningJob run = RecoveredJob(RunningOnNodeA(), clock.Now() + absl::Seconds(30));
+  RecoveryProgress progress = CheckRecovery(run, clock.Now());
+  EXPECT_FALSE(progress.all_back);
+  EXPECT_EQ(progress.failure, "");
+  clock.Advance(absl::Seconds(31));
+  progress = CheckRecovery(run, clock.Now());
+  EXPECT_EQ(progress.failure, "2 of 2 rank(s) did not come back after the coordinator restarted");
+
+  RunningJob back = RecoveredJob(RunningOnNodeA(), clock.Now() + absl::Seconds(30));
+  for (RankState& rank : back.ranks) rank.agent_id = "agent-1";
+  progress = CheckRecovery(back, clock.Now());
+  EXPECT_TRUE(progress.all_back);
+  EXPECT_EQ(back.recovering_until, absl::InfinitePast());
+  progress = CheckRecovery(back, clock.Now());
+  EXPECT_FALSE(progress.all_back) << "all back is reported once";
+}
+
+}  // namespace
+}  // namespace chorus

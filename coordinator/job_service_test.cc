@@ -1,0 +1,189 @@
+// JobService as an adapter, in process (no network): proto requests reach
+// the JobManager and Scheduler, their statuses come back as gRPC codes with
+// the same messages, bad requests are refused naming the field, and tokens
+// are checked.
+#include "coordinator/job_service.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/auth.h"
+#include "common/clock.h"
+#include "common/job_spec.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+
+namespace chorus {
+namespace {
+
+using ::testing::HasSubstr;
+
+class JobServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Serve(AllowAll()); }
+
+  void Serve(const TokenAuthorizer& auth) {
+    const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/job_service_" +
+                            ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    state_ = *StateStore::Open(dir);
+    jobs_ = *JobManager::Create(*state_, &clock_);
+    scheduler_ = std::make_unique<Scheduler>(*jobs_, &clock_, "127.0.0.1:1");
+    service_ = std::make_unique<JobServiceImpl>(*jobs_, *scheduler_, auth, /*checkpoints=*/nullptr);
+    grpc::ServerBuilder builder;
+    builder.RegisterService(service_.get());
+    server_ = builder.BuildAndStart();
+    stub_ = v1::JobService::NewStub(server_->InProcessChannel(grpc::ChannelArguments()));
+  }
+
+  void TearDown() override { Stop(); }
+
+  void Stop() {
+    if (server_ != nullptr) server_->Shutdown();
+    stub_.reset();
+    server_.reset();
+    service_.reset();
+    scheduler_.reset();
+    jobs_.reset();
+    state_.reset();
+  }
+
+  static std::unique_ptr<grpc::ClientContext> Context() {
+    auto context = std::make_unique<grpc::ClientContext>();
+    context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    return context;
+  }
+
+  grpc::Status Submit(const std::string& text, v1::SubmitJobResponse* response,
+                      const std::string& resume_from = "") {
+    v1::SubmitJobRequest request;
+    *request.mutable_spec() = *ParseJobSpec(text, SpecFormat::kTextProto, "test");
+    request.set_resume_from(resume_from);
+    return stub_->SubmitJob(Context().get(), request, response);
+  }
+
+  static constexpr char kSpec[] =
+      "model { mlp {} } data { synthetic {} } resources { min_ranks: 2 max_ranks: 2 }";
+
+  FakeClock clock_{absl::FromUnixSeconds(1000)};
+  TokenAuthorizer auth_;
+  std::unique_ptr<StateStore> state_;
+  std::unique_ptr<JobManager> jobs_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<JobServiceImpl> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<v1::JobService::Stub> stub_;
+};
+
+TEST_F(JobServiceTest, SubmitGetAndListMapTheJob) {
+  v1::SubmitJobResponse submitted;
+  ASSERT_TRUE(Submit(kSpec, &submitted).ok());
+  EXPECT_EQ(submitted.job_id(), "job-000001");
+  v1::GetJobRequest get;
+  get.set_job_id("job-000001");
+  v1::Job job;
+  ASSERT_TRUE(stub_->GetJob(Context().get(), get, &job).ok());
+  EXPECT_EQ(job.state(), v1::Job::PENDING) << "no agent: the job waits";
+  EXPECT_EQ(job.spec().resources().min_ranks(), 2);
+  EXPECT_EQ(job.submit_time_us(), 1000 * 1000000LL);
+
+  ASSERT_TRUE(Submit(kSpec, &submitted).ok());
+  v1::ListJobsRequest list;
+  list.set_limit(1);
+  v1::ListJobsResponse listed;
+  ASSERT_TRUE(stub_->ListJobs(Context().get(), list, &listed).ok());
+  ASSERT_EQ(listed.jobs_size(), 1);
+  EXPECT_EQ(listed.jobs(0).job_id(), "job-000002") << "newest first";
+  list.set_limit(0);
+  list.add_states(v1::Job::SUCCEEDED);
+  listed.Clear();
+  ASSERT_TRUE(stub_->ListJobs(Context().get(), list, &listed).ok());
+  EXPECT_EQ(listed.jobs_size(), 0);
+}
+
+TEST_F(JobServiceTest, ValidationErrorsNameTheFieldAsInvalidArgument) {
+  v1::SubmitJobResponse response;
+  grpc::Status bad = Submit("model { mlp {} } data { synthetic {} } strategy { ddp { bucket_cap_mb: -3 } }", &response);
+  EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(bad.error_message(), HasSubstr("strategy.ddp.bucket_cap_mb: must be > 0, got -3"));
+  grpc::Status resume = Submit(kSpec, &response, "job-000001:soon");
+  EXPECT_EQ(resume.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(resume.error_message(), HasSubstr("resume_from must be JOB or JOB:STEP"));
+
+  v1::ListJobsRequest list;
+  list.set_limit(-1);
+  v1::ListJobsResponse listed;
+  grpc::Status limit = stub_->ListJobs(Context().get(), list, &listed);
+  EXPECT_EQ(limit.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(limit.error_message(), "limit must be >= 0");
+  v1::GetLogsRequest logs;
+  logs.set_job_id("job-000001");
+  logs.set_max_lines(-5);
+  v1::GetLogsResponse got;
+  grpc::Status lines = stub_->GetLogs(Context().get(), logs, &got);
+  EXPECT_EQ(lines.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(lines.error_message(), "max_lines must be >= 0");
+}
+
+TEST_F(JobServiceTest, StatusCodesAndMessagesComeThrough) {
+  v1::GetJobRequest get;
+  get.set_job_id("job-000042");
+  v1::Job job;
+  grpc::Status missing = stub_->GetJob(Context().get(), get, &job);
+  EXPECT_EQ(missing.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(missing.error_message(), "no job \"job-000042\"; `chorus jobs` lists the jobs this coordinator knows");
+
+  v1::SubmitJobResponse submitted;
+  ASSERT_TRUE(Submit(kSpec, &submitted).ok());
+  v1::CheckpointJobRequest checkpoint;
+  checkpoint.set_job_id(submitted.job_id());
+  v1::CheckpointJobResponse requested;
+  grpc::Status pending = stub_->CheckpointJob(Context().get(), checkpoint, &requested);
+  EXPECT_EQ(pending.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(pending.error_message(), "job job-000001 is PENDING; only a running job can be checkpointed");
+
+  v1::CancelJobRequest cancel;
+  cancel.set_job_id(submitted.job_id());
+  cancel.set_reason("not needed");
+  v1::CancelJobResponse cancelled;
+  ASSERT_TRUE(stub_->CancelJob(Context().get(), cancel, &cancelled).ok());
+  EXPECT_EQ(cancelled.job().state(), v1::Job::CANCELLED);
+  EXPECT_THAT(cancelled.job().reason(), HasSubstr("not needed"));
+  EXPECT_EQ(stub_->CancelJob(Context().get(), cancel, &cancelled).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+
+  v1::ListCheckpointsRequest list;
+  list.set_job_id(submitted.job_id());
+  v1::ListCheckpointsResponse listed;
+  grpc::Status none = stub_->ListCheckpoints(Context().get(), list, &listed);
+  EXPECT_EQ(none.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_EQ(none.error_message(), "this coordinator keeps no checkpoints");
+}
+
+TEST_F(JobServiceTest, EveryCallNeedsAnAdminToken) {
+  Stop();
+  absl::StatusOr<TokenAuthorizer> auth =
+      TokenAuthorizer::FromText("admin admin-token-0123456789\nworker worker-token-0123456789\n", "test");
+  ASSERT_TRUE(auth.ok()) << auth.status();
+  auth_ = *std::move(auth);
+  Serve(auth_);
+  v1::GetJobRequest get;
+  get.set_job_id("job-000001");
+  v1::Job job;
+  grpc::Status anonymous = stub_->GetJob(Context().get(), get, &job);
+  EXPECT_EQ(anonymous.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_THAT(anonymous.error_message(), HasSubstr("requires a token"));
+  auto worker = Context();
+  worker->AddMetadata("authorization", "Bearer worker-token-0123456789");
+  EXPECT_EQ(stub_->GetJob(worker.get(), get, &job).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  auto admin = Context();
+  admin->AddMetadata("authorization", "Bearer admin-token-0123456789");
+  EXPECT_EQ(stub_->GetJob(admin.get(), get, &job).error_code(), grpc::StatusCode::NOT_FOUND)
+      << "an admin gets past the check to the (missing) job";
+}
+
+}  // namespace
+}  // namespace chorus

@@ -1,0 +1,58 @@
+// Placement: which free slots the queued jobs get, as a pure function.
+//
+// Strict FIFO: the oldest queued job is placed as soon as at least its
+// min_ranks slots of its device are free, taking up to max_ranks; a job that
+// does not fit stops placement, so later (smaller) jobs wait behind it and
+// no job starves. Ranks are numbered in a stable order: agents in the order
+// given (registration order), then slots. A rank's local_rank and
+// local_world_size count the job's ranks on the same agent.
+//
+// Thread-safety: a pure function.
+//
+// Example:
+//   std::vector<JobPlacement> placed = PlaceJobs(queued_oldest_first, agents_in_order);
+//   for (const JobPlacement& p : placed) Launch(p.job_id, p.ranks);
+#ifndef CHORUS_COORDINATOR_PLACEMENT_H_
+#define CHORUS_COORDINATOR_PLACEMENT_H_
+
+#include <string>
+#include <vector>
+
+#include "chorus/v1/job.pb.h"
+
+namespace chorus {
+
+// A queued job as placement sees it.
+struct QueuedJob {
+  std::string job_id;
+  v1::ResourceSpec resources;
+};
+
+// The free slots of one agent.
+struct AgentSlots {
+  std::string agent_id;
+  v1::ResourceSpec::Device device = v1::ResourceSpec::CPU;
+  std::vector<int> free_slots;  // ascending
+};
+
+// Where one rank of a placed job runs.
+struct RankSlot {
+  std::string agent_id;
+  int slot = 0;
+  int local_rank = 0;
+  int local_world_size = 0;
+};
+
+struct JobPlacement {
+  std::string job_id;
+  std::vector<RankSlot> ranks;  // index = rank
+};
+
+// Places `queued` (oldest first) onto `agents` (in rank order), each job
+// taking the slots the jobs before it left. Returns the placed jobs in queue
+// order: a prefix of `queued`.
+std::vector<JobPlacement> PlaceJobs(const std::vector<QueuedJob>& queued, const std::vector<AgentSlots>& agents);
+
+}  // namespace chorus
+
+#endif  // CHORUS_COORDINATOR_PLACEMENT_H_

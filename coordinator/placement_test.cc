@@ -1,0 +1,81 @@
+#include "coordinator/placement.h"
+
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace chorus {
+namespace {
+
+QueuedJob Job(const std::string& id, int min_ranks, int max_ranks,
+              v1::ResourceSpec::Device device = v1::ResourceSpec::CPU) {
+  QueuedJob job;
+  job.job_id = id;
+  job.resources.set_min_ranks(min_ranks);
+  job.resources.set_max_ranks(max_ranks);
+  job.resources.set_device(device);
+  return job;
+}
+
+AgentSlots Agent(const std::string& id, std::vector<int> free,
+                 v1::ResourceSpec::Device device = v1::ResourceSpec::CPU) {
+  return AgentSlots{id, device, std::move(free)};
+}
+
+TEST(PlacementTest, TakesUpToMaxRanksInAgentThenSlotOrder) {
+  const std::vector<JobPlacement> placed =
+      PlaceJobs({Job("big", 3, 4)}, {Agent("agent-1", {0, 1}), Agent("agent-2", {0, 1, 2})});
+  ASSERT_EQ(placed.size(), 1u);
+  EXPECT_EQ(placed[0].job_id, "big");
+  ASSERT_EQ(placed[0].ranks.size(), 4u);
+  const std::vector<std::pair<std::string, int>> expected = {
+      {"agent-1", 0}, {"agent-1", 1}, {"agent-2", 0}, {"agent-2", 1}};
+  for (size_t r = 0; r < expected.size(); ++r) {
+    EXPECT_EQ(placed[0].ranks[r].agent_id, expected[r].first) << "rank " << r;
+    EXPECT_EQ(placed[0].ranks[r].slot, expected[r].second) << "rank " << r;
+  }
+  // Local ranks count the job's ranks on the same agent.
+  EXPECT_EQ(placed[0].ranks[1].local_rank, 1);
+  EXPECT_EQ(placed[0].ranks[1].local_world_size, 2);
+  EXPECT_EQ(placed[0].ranks[2].local_rank, 0);
+  EXPECT_EQ(placed[0].ranks[2].local_world_size, 2);
+}
+
+TEST(PlacementTest, StrictFifoTheSmallJobWaitsBehindTheBigOne) {
+  const std::vector<JobPlacement> placed =
+      PlaceJobs({Job("big", 3, 4), Job("small", 1, 1)}, {Agent("agent-1", {0, 1})});
+  EXPECT_TRUE(placed.empty()) << "the small job must not overtake the big one";
+}
+
+TEST(PlacementTest, LaterJobsTakeWhatEarlierOnesLeft) {
+  const std::vector<JobPlacement> placed =
+      PlaceJobs({Job("first", 1, 2), Job("second", 1, 2), Job("third", 1, 1)},
+                {Agent("agent-1", {1, 3}), Agent("agent-2", {0})});
+  ASSERT_EQ(placed.size(), 2u) << "the third job finds no slot left";
+  ASSERT_EQ(placed[0].ranks.size(), 2u);
+  EXPECT_EQ(placed[0].ranks[1].slot, 3);
+  ASSERT_EQ(placed[1].ranks.size(), 1u);
+  EXPECT_EQ(placed[1].job_id, "second");
+  EXPECT_EQ(placed[1].ranks[0].agent_id, "agent-2");
+  EXPECT_EQ(placed[1].ranks[0].local_world_size, 1);
+}
+
+TEST(PlacementTest, DevicesMustMatch) {
+  EXPECT_TRUE(PlaceJobs({Job("cpu", 1, 1)}, {Agent("gpu-node", {0, 1}, v1::ResourceSpec::CUDA)}).empty());
+  const std::vector<JobPlacement> placed =
+      PlaceJobs({Job("gpu", 2, 8, v1::ResourceSpec::CUDA)},
+                {Agent("agent-1", {0, 1}), Agent("agent-2", {0, 1, 2}, v1::ResourceSpec::CUDA)});
+  ASSERT_EQ(placed.size(), 1u);
+  ASSERT_EQ(placed[0].ranks.size(), 3u);
+  for (const RankSlot& rank : placed[0].ranks) EXPECT_EQ(rank.agent_id, "agent-2");
+}
+
+TEST(PlacementTest, NothingQueuedOrNothingFree) {
+  EXPECT_TRUE(PlaceJobs({}, {Agent("agent-1", {0})}).empty());
+  EXPECT_TRUE(PlaceJobs({Job("j", 1, 1)}, {}).empty());
+  EXPECT_TRUE(PlaceJobs({Job("j", 1, 1)}, {Agent("agent-1", {})}).empty());
+}
+
+}  // namespace
+}  // namespace chorus

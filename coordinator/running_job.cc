@@ -1,0 +1,159 @@
+#include "coordinator/running_job.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace chorus {
+
+RankState RankState::At(const RankSlot& slot) {
+  RankState rank;
+  rank.agent_id = slot.agent_id;
+  rank.slot = slot.slot;
+  rank.local_rank = slot.local_rank;
+  rank.local_world_size = slot.local_world_size;
+  return rank;
+}
+
+RunningJob::RunningJob(const v1::Job& job, int world_size, int64_t generation)
+    : hang_detection(job.spec().hang_detection()),
+      rendezvous(job.job_id(), generation, world_size),
+      upload_grant(UploadGrantFor(job, world_size, generation)) {}
+
+int RunningJob::RankOn(const std::string& agent_id, int slot) const {
+  for (size_t rank = 0; rank < ranks.size(); ++rank) {
+    if (ranks[rank].agent_id == agent_id && ranks[rank].slot == slot) return static_cast<int>(rank);
+  }
+  return -1;
+}
+
+bool RunningJob::RunsOn(const std::string& agent_id) const {
+  for (const RankState& r : ranks) {
+    if (r.agent_id == agent_id && r.state != v1::RankStatus::EXITED) return true;
+  }
+  return false;
+}
+
+std::map<std::string, std::vector<int>> RunningJob::ReleaseSlots(AgentRegistry& agents) const {
+  std::map<std::string, std::vector<int>> to_stop;
+  for (const RankState& r : ranks) {
+    if (agents.Find(r.agent_id) == nullptr) continue;
+    agents.SetBusy(r.agent_id, r.slot, false);
+    if (r.state != v1::RankStatus::EXITED) to_stop[r.agent_id].push_back(r.slot);
+  }
+  return to_stop;
+}
+
+bool RunningJob::HasRank(int64_t gen, int rank) const {
+  return gen == generation() && rank >= 0 && rank < static_cast<int>(ranks.size());
+}
+
+std::vector<RankView> RunningJob::HangViews() const {
+  std::vector<RankView> views;
+  for (size_t rank = 0; rank < ranks.size(); ++rank) {
+    const RankState& r = ranks[rank];
+    RankView v;
+    v.rank = static_cast<int>(rank);
+    v.exited = r.state == v1::RankStatus::EXITED;
+    v.has_heartbeat = r.heartbeat_at != absl::InfinitePast();
+    v.heartbeat_at = r.heartbeat_at;
+    v.heartbeat = r.last_heartbeat;
+    if (v.has_heartbeat || v.exited) views.push_back(std::move(v));
+  }
+  return views;
+}
+
+std::map<std::string, v1::CoordinatorMessage> RunningJob::LaunchMessages(
+    const std::string& job_id, const std::string& coordinator_address) const {
+  std::map<std::string, v1::CoordinatorMessage> launches;
+  for (const RankState& r : ranks) {
+    v1::LaunchRanks* launch = launches[r.agent_id].mutable_launch();
+    launch->set_job_id(job_id);
+    launch->set_generation(generation());
+    launch->set_coordinator(coordinator_address);
+    v1::RankLaunch* rank = launch->add_ranks();
+    rank->set_slot(r.slot);
+    rank->set_local_rank(r.local_rank);
+    rank->set_local_world_size(r.local_world_size);
+  }
+  return launches;
+}
+
+std::vector<v1::RankPlacement> RunningJob::Placements(const AgentRegistry& agents) const {
+  std::vector<v1::RankPlacement> placements;
+  for (const RankState& r : ranks) {
+    const v1::AgentHello& hello = agents.Find(r.agent_id)->hello;
+    v1::RankPlacement& recorded = placements.emplace_back();
+    recorded.set_host(hello.host());
+    recorded.set_agent_pid(hello.pid());
+    recorded.set_slot(r.slot);
+    recorded.set_local_rank(r.local_rank);
+    recorded.set_local_world_size(r.local_world_size);
+  }
+  return placements;
+}
+
+v1::JoinResponse RunningJob::JoinResponseFor(const v1::Job& job, int rank) const {
+  v1::JoinResponse response;
+  response.set_rank(rank);
+  response.set_world_size(static_cast<int>(ranks.size()));
+  response.set_generation(generation());
+  *response.mutable_spec() = job.spec();
+  response.set_store_namespace(absl::StrCat(job.job_id(), "/gen-", generation()));
+  response.set_local_rank(ranks[rank].local_rank);
+  response.set_local_world_size(ranks[rank].local_world_size);
+  if (!resume.job_id().empty()) *response.mutable_resume() = resume;
+  return response;
+}
+
+std::optional<JobEnd> RunningJob::RecordExit(const std::string& agent_id, const v1::AgentHello& agent,
+                                             const v1::RankExited& exited) {
+  for (size_t rank = 0; rank < ranks.size(); ++rank) {
+    RankState& r = ranks[rank];
+    // A rank that exited while the coordinator was restarting is reported
+    // after its agent reconnects, before it was bound again.
+    const bool unbound_here =
+        r.agent_id.empty() && r.recover_host == agent.host() && r.recover_agent_pid == agent.pid();
+    if ((r.agent_id != agent_id && !unbound_here) || r.slot != exited.slot() || r.state == v1::RankStatus::EXITED) {
+      continue;
+    }
+    if (unbound_here) r.agent_id = agent_id;
+    r.state = v1::RankStatus::EXITED;
+    r.exit_code = exited.exit_code();
+    if (exited.exit_code() != 0) {
+      const std::string how = exited.exit_code() < 0 ? absl::StrCat("was killed by signal ", -exited.exit_code())
+                                                     : absl::StrCat("exited with code ", exited.exit_code());
+      JobEnd end{v1::Job::FAILED, absl::StrCat("rank ", rank, " (", agent.host(), ", pid ", exited.pid(), ") ", how)};
+      if (!exited.stderr_tail().empty()) {
+        absl::StrAppend(&end.reason, "; last stderr: ", exited.stderr_tail(exited.stderr_tail_size() - 1));
+      }
+      return end;
+    }
+    if (++exited_ok == static_cast<int>(ranks.size())) {
+      return JobEnd{v1::Job::SUCCEEDED, "every rank exited with code 0"};
+    }
+    return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+void RunningJob::AddStatusRows(const AgentRegistry& agents, absl::Time now, v1::JobStatus& status) const {
+  for (size_t rank = 0; rank < ranks.size(); ++rank) {
+    const RankState& r = ranks[rank];
+    v1::RankStatus* row = status.add_ranks();
+    row->set_rank(static_cast<int>(rank));
+    const AgentRegistry::Agent* agent = agents.Find(r.agent_id);
+    row->set_host(agent != nullptr ? agent->hello.host() : r.agent_id);
+    row->set_pid(r.pid);
+    row->set_state(r.state);
+    row->set_exit_code(r.exit_code);
+    if (r.heartbeat_at == absl::InfinitePast()) continue;
+    const v1::RankHeartbeat& hb = r.last_heartbeat;
+    row->set_step(hb.step());
+    row->set_phase(hb.phase());
+    row->set_phase_seconds(hb.phase_seconds());
+    row->set_heartbeat_age_seconds(absl::ToDoubleSeconds(now - r.heartbeat_at));
+    row->set_last_completed_seq(hb.flight_recorder().last_completed_seq());
+    row->set_step_time_seconds(hb.timings().step_seconds());
+  }
+}
+
+}  // namespace chorus

@@ -1,0 +1,107 @@
+// RunningJob: the coordinator's bookkeeping of one running job — where each
+// rank runs, what it last reported, its generation's rendezvous, its
+// diagnoses history and its checkpoint grant.
+//
+// Thread-safety: none; the Scheduler holds its lock around every use.
+//
+// Example:
+//   RunningJob run(job, placement.ranks.size(), /*generation=*/1);
+//   for (const RankSlot& slot : placement.ranks) run.ranks.push_back(RankState::At(slot));
+//   int rank = run.RankOn(agent_id, slot);
+#ifndef CHORUS_COORDINATOR_RUNNING_JOB_H_
+#define CHORUS_COORDINATOR_RUNNING_JOB_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "chorus/v1/coordinator.pb.h"
+#include "coordinator/agent_registry.h"
+#include "coordinator/checkpoint_grant.h"
+#include "coordinator/hang_detector.h"
+#include "coordinator/hang_policy.h"
+#include "coordinator/placement.h"
+#include "coordinator/rendezvous.h"
+
+namespace chorus {
+
+// One rank of a running job.
+struct RankState {
+  // Empty while a job taken back after a restart waits for the agent.
+  std::string agent_id;
+  int slot = 0;
+  int local_rank = 0;
+  int local_world_size = 0;
+  v1::RankStatus::State state = v1::RankStatus::LAUNCHING;
+  int64_t pid = 0;
+  int exit_code = 0;
+  // For a job taken back after a restart: the agent that ran the rank.
+  std::string recover_host;
+  int64_t recover_agent_pid = 0;
+  v1::RankHeartbeat last_heartbeat;
+  absl::Time heartbeat_at = absl::InfinitePast();
+
+  static RankState At(const RankSlot& slot);
+};
+
+// How a job ends.
+struct JobEnd {
+  v1::Job::State state = v1::Job::FAILED;
+  std::string reason;
+};
+
+struct RunningJob {
+  // A job starting (or taken back) with `world_size` ranks in
+  // `generation`; the caller adds the ranks.
+  RunningJob(const v1::Job& job, int world_size, int64_t generation);
+
+  int64_t generation() const { return rendezvous.generation(); }
+  // The rank running on the agent's slot, or -1.
+  int RankOn(const std::string& agent_id, int slot) const;
+  // Whether a rank that has not exited runs on `agent_id`.
+  bool RunsOn(const std::string& agent_id) const;
+  // The job ends: frees its slots on the agents still registered. Returns,
+  // by agent, the slots of ranks that have not exited (to be stopped).
+  std::map<std::string, std::vector<int>> ReleaseSlots(AgentRegistry& agents) const;
+  // Whether `rank` of `generation` is a rank of this job now.
+  bool HasRank(int64_t generation, int rank) const;
+  // What the hang detector needs: ranks that have sent a heartbeat or exited.
+  std::vector<RankView> HangViews() const;
+  // One LaunchRanks message per agent (by agent id) for the ranks of
+  // generation(), told to dial `coordinator_address`.
+  std::map<std::string, v1::CoordinatorMessage> LaunchMessages(const std::string& job_id,
+                                                                const std::string& coordinator_address) const;
+  // Where the ranks run, as recorded for a restart (host and agent pid from
+  // `agents`). REQUIRES: every rank's agent is registered.
+  std::vector<v1::RankPlacement> Placements(const AgentRegistry& agents) const;
+  // The job's rendezvous answer for `rank` (spec from `job`).
+  v1::JoinResponse JoinResponseFor(const v1::Job& job, int rank) const;
+  // Records that the rank on `agent_id`'s `exited.slot()` ended (an agent
+  // back after a restart may report a rank not bound to it yet). Returns the
+  // job's end when this exit ends it: FAILED for a non-zero code (naming the
+  // rank, host, pid, code or signal and the last stderr line), SUCCEEDED
+  // once every rank exited 0. An exit of no live rank changes nothing.
+  std::optional<JobEnd> RecordExit(const std::string& agent_id, const v1::AgentHello& agent,
+                                   const v1::RankExited& exited);
+  // Appends one status row per rank (host: the agent's, or its id once the
+  // agent is gone).
+  void AddStatusRows(const AgentRegistry& agents, absl::Time now, v1::JobStatus& status) const;
+
+  v1::HangDetectionSpec hang_detection;
+  Rendezvous rendezvous;
+  std::vector<RankState> ranks;  // index = rank
+  int exited_ok = 0;
+  DiagnosisHistory diagnoses;
+  // The checkpoint the job resumes from (empty job_id: none).
+  v1::CheckpointManifest resume;
+  UploadGrant upload_grant;
+  // Set while a job taken back after a restart waits for its ranks.
+  absl::Time recovering_until = absl::InfinitePast();
+};
+
+}  // namespace chorus
+
+#endif  // CHORUS_COORDINATOR_RUNNING_JOB_H_

@@ -1,0 +1,163 @@
+#include "coordinator/running_job.h"
+
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "gtest/gtest.h"
+
+namespace chorus {
+namespace {
+
+v1::AgentHello Hello(const std::string& host, int64_t pid, int slots) {
+  v1::AgentHello hello;
+  hello.set_host(host);
+  hello.set_pid(pid);
+  hello.set_slots(slots);
+  return hello;
+}
+
+v1::RankExited Exit(int slot, int code, int64_t pid = 4242) {
+  v1::RankExited e;
+  e.set_job_id("job-000001");
+  e.set_slot(slot);
+  e.set_pid(pid);
+  e.set_exit_code(code);
+  return e;
+}
+
+// Three ranks: two on agent-1 (node-a) and one on agent-2 (node-b).
+class RunningJobTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(*agents_.Add(Hello("node-a", 11, 2), nullptr), "agent-1");
+    ASSERT_EQ(*agents_.Add(Hello("node-b", 12, 1), nullptr), "agent-2");
+    job_.set_job_id("job-000001");
+    job_.mutable_spec()->mutable_resources()->set_max_ranks(3);
+    const std::vector<RankSlot> slots = {{"agent-1", 0, 0, 2}, {"agent-1", 1, 1, 2}, {"agent-2", 0, 0, 1}};
+    for (const RankSlot& slot : slots) run_.ranks.push_back(RankState::At(slot));
+  }
+
+  FakeClock clock_{absl::FromUnixSeconds(1000)};
+  AgentRegistry agents_;
+  v1::Job job_;
+  RunningJob run_{job_, 3, /*generation=*/1};
+};
+
+TEST_F(RunningJobTest, FindsRanksByAgentSlotAndGeneration) {
+  EXPECT_EQ(run_.RankOn("agent-1", 1), 1);
+  EXPECT_EQ(run_.RankOn("agent-2", 0), 2);
+  EXPECT_EQ(run_.RankOn("agent-2", 1), -1);
+  EXPECT_TRUE(run_.HasRank(1, 2));
+  EXPECT_FALSE(run_.HasRank(2, 0)) << "another generation";
+  EXPECT_FALSE(run_.HasRank(1, 3));
+}
+
+TEST_F(RunningJobTest, ReleasingFreesSlotsAndListsRanksStillRunning) {
+  for (const RankState& r : run_.ranks) agents_.SetBusy(r.agent_id, r.slot, true);
+  ASSERT_EQ(agents_.free_slots(), 0);
+  run_.ranks[1].state = v1::RankStatus::EXITED;
+  run_.ranks[2].state = v1::RankStatus::EXITED;
+  EXPECT_TRUE(run_.RunsOn("agent-1"));
+  EXPECT_FALSE(run_.RunsOn("agent-2")) << "its only rank exited";
+  const auto to_stop = run_.ReleaseSlots(agents_);
+  ASSERT_EQ(to_stop.size(), 1u);
+  EXPECT_EQ(to_stop.at("agent-1"), std::vector<int>{0});
+  EXPECT_EQ(agents_.free_slots(), 3);
+}
+
+TEST_F(RunningJobTest, LaunchMessagesAndPlacementsDescribeEveryRank) {
+  const auto launches = run_.LaunchMessages("job-000001", "10.0.0.1:29650");
+  ASSERT_EQ(launches.size(), 2u);
+  const v1::LaunchRanks& a = launches.at("agent-1").launch();
+  EXPECT_EQ(a.job_id(), "job-000001");
+  EXPECT_EQ(a.generation(), 1);
+  EXPECT_EQ(a.coordinator(), "10.0.0.1:29650");
+  ASSERT_EQ(a.ranks_size(), 2);
+  EXPECT_EQ(a.ranks(1).slot(), 1);
+  EXPECT_EQ(a.ranks(1).local_rank(), 1);
+  EXPECT_EQ(a.ranks(1).local_world_size(), 2);
+  EXPECT_EQ(launches.at("agent-2").launch().ranks_size(), 1);
+
+  const std::vector<v1::RankPlacement> placements = run_.Placements(agents_);
+  ASSERT_EQ(placements.size(), 3u);
+  EXPECT_EQ(placements[2].host(), "node-b");
+  EXPECT_EQ(placements[2].agent_pid(), 12);
+  EXPECT_EQ(placements[1].slot(), 1);
+}
+
+TEST_F(RunningJobTest, ANonZeroExitFailsTheJobNamingRankHostPidAndStderr) {
+  v1::RankExited killed = Exit(0, -9);
+  killed.add_stderr_tail("loading data");
+  killed.add_stderr_tail("out of memory");
+  std::optional<JobEnd> end = run_.RecordExit("agent-2", agents_.Find("agent-2")->hello, killed);
+  ASSERT_TRUE(end.has_value());
+  EXPECT_EQ(end->state, v1::Job::FAILED);
+  EXPECT_EQ(end->reason, "rank 2 (node-b, pid 4242) was killed by signal 9; last stderr: out of memory");
+  EXPECT_EQ(run_.ranks[2].state, v1::RankStatus::EXITED);
+  EXPECT_EQ(run_.ranks[2].exit_code, -9);
+}
+
+TEST_F(RunningJobTest, EveryRankExitingZeroSucceedsOnce) {
+  const v1::AgentHello& a = agents_.Find("agent-1")->hello;
+  const v1::AgentHello& b = agents_.Find("agent-2")->hello;
+  EXPECT_FALSE(run_.RecordExit("agent-1", a, Exit(0, 0)).has_value());
+  EXPECT_FALSE(run_.RecordExit("agent-1", a, Exit(0, 0)).has_value()) << "a repeated report counts once";
+  EXPECT_FALSE(run_.RecordExit("agent-1", a, Exit(5, 0)).has_value()) << "no rank on slot 5";
+  EXPECT_FALSE(run_.RecordExit("agent-1", a, Exit(1, 0)).has_value());
+  std::optional<JobEnd> end = run_.RecordExit("agent-2", b, Exit(0, 0));
+  ASSERT_TRUE(end.has_value());
+  EXPECT_EQ(end->state, v1::Job::SUCCEEDED);
+  EXPECT_EQ(end->reason, "every rank exited with code 0");
+}
+
+TEST_F(RunningJobTest, AnExitReportedBeforeTheRankIsBoundAgainBindsIt) {
+  run_.ranks[2].agent_id.clear();  // taken back after a restart, not bound yet
+  run_.ranks[2].recover_host = "node-b";
+  run_.ranks[2].recover_agent_pid = 12;
+  ASSERT_EQ(*agents_.Add(Hello("node-b", 12, 1), nullptr), "agent-3");  // the agent reconnected
+  std::optional<JobEnd> end = run_.RecordExit("agent-3", agents_.Find("agent-3")->hello, Exit(0, 1));
+  ASSERT_TRUE(end.has_value());
+  EXPECT_EQ(end->reason, "rank 2 (node-b, pid 4242) exited with code 1");
+  EXPECT_EQ(run_.ranks[2].agent_id, "agent-3");
+}
+
+TEST_F(RunningJobTest, StatusRowsCarryHostsAndTheLastHeartbeat) {
+  v1::RankHeartbeat hb;
+  hb.set_step(40);
+  hb.set_phase_seconds(1.5);
+  hb.mutable_flight_recorder()->set_last_completed_seq(99);
+  hb.mutable_timings()->set_step_seconds(0.25);
+  run_.ranks[0].last_heartbeat = hb;
+  run_.ranks[0].heartbeat_at = clock_.Now();
+  clock_.Advance(absl::Seconds(3));
+  agents_.Remove("agent-2");
+  v1::JobStatus status;
+  run_.AddStatusRows(agents_, clock_.Now(), status);
+  ASSERT_EQ(status.ranks_size(), 3);
+  EXPECT_EQ(status.ranks(0).host(), "node-a");
+  EXPECT_EQ(status.ranks(0).step(), 40);
+  EXPECT_EQ(status.ranks(0).heartbeat_age_seconds(), 3.0);
+  EXPECT_EQ(status.ranks(0).last_completed_seq(), 99);
+  EXPECT_EQ(status.ranks(0).step_time_seconds(), 0.25);
+  EXPECT_EQ(status.ranks(1).step(), 0) << "no heartbeat yet";
+  EXPECT_EQ(status.ranks(2).host(), "agent-2") << "the agent is gone: its id stands in";
+  EXPECT_EQ(run_.HangViews().size(), 1u) << "only ranks that sent a heartbeat or exited";
+}
+
+TEST_F(RunningJobTest, JoinResponseNamesRankGenerationNamespaceAndResume) {
+  run_.resume.set_job_id("job-000000");
+  run_.resume.set_step(300);
+  const v1::JoinResponse response = run_.JoinResponseFor(job_, 1);
+  EXPECT_EQ(response.rank(), 1);
+  EXPECT_EQ(response.world_size(), 3);
+  EXPECT_EQ(response.generation(), 1);
+  EXPECT_EQ(response.store_namespace(), "job-000001/gen-1");
+  EXPECT_EQ(response.local_rank(), 1);
+  EXPECT_EQ(response.local_world_size(), 2);
+  EXPECT_EQ(response.spec().resources().max_ranks(), 3);
+  EXPECT_EQ(response.resume().step(), 300);
+}
+
+}  // namespace
+}  // namespace chorus
