@@ -30,9 +30,10 @@ TEST(MachineFactsTest, CountsTheFaultsOfFreshMemory) {
   for (size_t i = 0; i < kPages; ++i) bytes[i * 4096] = 2;
   const int64_t again = MinorPageFaults() - again_before;
   munmap(p, kPages * 4096);
-  // Transparent huge pages may back the range with fewer faults, never more.
+  // Transparent huge pages may back the range with fewer faults; under
+  // AddressSanitizer its shadow memory (a page per 8) faults too.
   EXPECT_GE(first, 1);
-  EXPECT_LE(first, static_cast<int64_t>(kPages) + 8);
+  EXPECT_LE(first, static_cast<int64_t>(kPages + kPages / 8) + 8);
   EXPECT_LE(again, 2);
 }
 

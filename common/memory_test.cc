@@ -31,6 +31,9 @@ int64_t FaultsOfRepeatedLargeBlocks(size_t bytes, int blocks, int rounds) {
 }
 
 TEST(MemoryTest, RepeatedLargeBlocksAreReusedNotFaultedInAgain) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "sanitizers bring their own allocator, which mallopt does not configure";
+#endif
   ASSERT_TRUE(KeepFreedMemoryForReuse({}));
   // 6 x 16 MiB per round: by default glibc hands the 96 MiB back after every
   // round (its trim threshold follows the largest freed block, here 32 MiB)

@@ -1,6 +1,5 @@
 // chorus-coordinator: the daemon every worker and user talks to.
 
-#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 
@@ -11,6 +10,7 @@
 
 #include "CLI/CLI.hpp"
 #include "common/logging.h"
+#include "common/memory.h"
 #include "common/version.h"
 #include "coordinator/server.h"
 #include "glog/logging.h"
@@ -27,30 +27,17 @@ std::string DefaultStateDir() {
   return "/var/lib/chorus";
 }
 
-// Checkpoint uploads arrive as a stream of 4 MB messages that gRPC and
-// protobuf allocate and free one after another. With glibc's adaptive
-// defaults, freed blocks of that size are often unmapped or trimmed off the
-// heap's top and the next chunk faults fresh memory in, a page at a time
-// (on the development VM the final 201 MB upload of checkpoint_bench's job
-// took 0.39-0.87 s; 0.23-0.28 s with the settings below and the upload
-// reusing its chunk buffers).
-// Blocks up to 32 MB come from the heap, and up to 256 MB of free heap is
-// kept for reuse rather than returned to the system. An environment that
-// sets MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_ or GLIBC_TUNABLES
-// itself is left alone.
-void KeepFreedMemoryForReuse() {
-  if (std::getenv("MALLOC_MMAP_THRESHOLD_") != nullptr || std::getenv("MALLOC_TRIM_THRESHOLD_") != nullptr ||
-      std::getenv("GLIBC_TUNABLES") != nullptr) {
-    return;
-  }
-  mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  mallopt(M_TRIM_THRESHOLD, 256 << 20);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  KeepFreedMemoryForReuse();
+  // Checkpoint uploads arrive as a stream of 4 MB messages that gRPC and
+  // protobuf allocate and free one after another; with glibc's adaptive
+  // defaults the next chunk often faulted fresh memory in, a page at a time
+  // (the final 201 MB upload of checkpoint_bench's job took 0.39-0.87 s;
+  // 0.23-0.28 s with these settings and the upload reusing its buffers).
+  chorus::MemoryReuseOptions reuse;
+  reuse.trim_threshold = size_t{256} << 20;
+  chorus::KeepFreedMemoryForReuse(reuse);
   CLI::App app{
       "chorus-coordinator: rendezvous, job queue, checkpoints and hang detection for Chorus "
       "training jobs. Serves gRPC (with the standard health service) until SIGINT/SIGTERM."};

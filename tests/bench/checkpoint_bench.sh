@@ -124,6 +124,10 @@ for b in "${COORD}" "${WORKER}" "${CHORUS}"; do
   [[ -x "${b}" ]] || { echo "checkpoint_bench: '${b}' not found or not executable (set CHORUS_BIN_DIR)" >&2; exit 1; }
 done
 [[ -r "${PEER_SCRIPT}" ]] || { echo "checkpoint_bench: missing ${PEER_SCRIPT}" >&2; exit 1; }
+# What changes the result on this machine (bazel build //common:machine-facts).
+if [[ -x "${BIN_DIR}/common/machine-facts" ]]; then
+  echo "checkpoint_bench: machine: $("${BIN_DIR}/common/machine-facts")" >&2
+fi
 command -v "${PY}" >/dev/null || { echo "checkpoint_bench: python3 not found" >&2; exit 1; }
 "${TORCH_PYTHON}" -c 'import torch' 2>/dev/null \
   || { echo "checkpoint_bench: ${TORCH_PYTHON} cannot import torch (set TORCH_PYTHON)" >&2; exit 1; }

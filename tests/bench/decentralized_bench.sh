@@ -47,6 +47,9 @@ done
 RANK_BIN=${RANK_BIN:-bazel-bin/worker/decentralized/decentralized_bench_rank}
 [[ -x "${RANK_BIN}" ]] || { echo "build it first: bazel build -c opt //worker/decentralized:decentralized_bench_rank" >&2; exit 2; }
 RANK_BIN=$(realpath "${RANK_BIN}")
+# What changes the result on this machine (bazel build //common:machine-facts).
+FACTS_BIN=${FACTS_BIN:-bazel-bin/common/machine-facts}
+[[ -x "${FACTS_BIN}" ]] && echo "machine: $("${FACTS_BIN}")" >&2
 N=4
 TMP=$(mktemp -d)
 tag="cdb$$"
