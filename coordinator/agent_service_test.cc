@@ -13,11 +13,11 @@
 #include "common/grpc_util.h"
 #include "common/job_spec.h"
 #include "absl/strings/match.h"
-#include "common/checkpoint_wire.h"
+#include "checkpoint/wire.h"
 #include "common/crc32c.h"
 #include "coordinator/checkpoint_data_server.h"
 #include "coordinator/server.h"
-#include "worker/checkpoint/download.h"
+#include "checkpoint/download.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

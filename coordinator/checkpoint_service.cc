@@ -8,7 +8,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_util.h"
 #include "common/status_macros.h"
-#include "common/checkpoint_wire.h"
+#include "checkpoint/wire.h"
 #include "common/crc32c.h"
 #include "glog/logging.h"
 

@@ -9,7 +9,7 @@
 // generation of the job arrives: that checkpoint can no longer complete.
 //
 // OpenUpload starts an upload whose bytes then arrive over the checkpoint
-// data port (CheckpointDataServer, common/checkpoint_wire.h) instead of the
+// data port (CheckpointDataServer, checkpoint/wire.h) instead of the
 // Upload stream: the same checks, store and commit, fewer copies.
 //
 // Thread-safety: safe for concurrent calls; the store, scheduler and
