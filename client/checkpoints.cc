@@ -18,11 +18,12 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "checkpoint/download.h"
+#include "checkpoint/layout.h"
 #include "client/commands.h"
 #include "client/rpc.h"
 #include "common/grpc_util.h"
 #include "common/paths.h"
-#include "worker/checkpoint/download.h"
 
 extern char** environ;
 
@@ -140,7 +141,7 @@ void AddExportCommand(CLI::App& app, const GlobalOptions& global, int& exit_code
     }
     auto stub = v1::CheckpointService::NewStub(MakeCoordinatorChannel(global.coordinator));
     absl::StatusOr<std::string> bytes =
-        DownloadCheckpointFile(*stub, *job_id, *step, *rank == 0 ? "model.pt" : absl::StrCat("model.rank", *rank, ".pt"),
+        DownloadCheckpointFile(*stub, *job_id, *step, ModelFileName(*rank),
                                absl::Seconds(std::max(60.0, global.timeout_seconds)));
     if (!bytes.ok()) {
       exit_code = ReportError("export", bytes.status(), global);

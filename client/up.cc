@@ -17,13 +17,13 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "client/commands.h"
 #include "client/follow.h"
 #include "client/rpc.h"
+#include "client/up_json.h"
 #include "common/grpc_util.h"
 #include "common/paths.h"
 #include "common/job_spec.h"
@@ -196,19 +196,7 @@ void AddUpCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) {
     std::cerr << "\n";
     if (job.state() == v1::Job::FAILED) temporary = false;  // keep the logs for a look
     teardown();
-    if (*json) {
-      auto value = [&](const char* key) {
-        auto it = m.values().find(key);
-        return it == m.values().end() ? 0.0 : it->second;
-      };
-      std::cout << absl::StrFormat(
-          "{\"job_id\": \"%s\", \"state\": \"%s\", \"reason\": \"%s\", \"final_metrics\": "
-          "{\"test_accuracy\": %.6f, \"test_loss\": %.6f, \"train_loss\": %.6f, \"steps\": %d, "
-          "\"samples_per_second\": %.2f, \"wall_seconds\": %.3f}}",
-          job.job_id(), StateName(job.state()), absl::CHexEscape(job.reason()), m.eval_accuracy(),
-          m.eval_loss(), m.loss(), m.step(), m.samples_per_second(), value("wall_seconds"))
-                << std::endl;
-    }
+    if (*json) std::cout << UpJsonLine(job) << std::endl;
     exit_code = ExitCodeFor(*followed);
   });
 }

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/checkpoint_wire.h"
+#include "checkpoint/wire.h"
 #include "common/status_macros.h"
 #include "coordinator/checkpoint_uploads.h"
 #include "glog/logging.h"

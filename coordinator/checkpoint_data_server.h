@@ -1,6 +1,6 @@
 // CheckpointDataServer: the coordinator's checkpoint data port, a TCP
 // listener beside gRPC that takes the bytes of checkpoint uploads opened
-// with CheckpointService.OpenUpload (protocol: common/checkpoint_wire.h),
+// with CheckpointService.OpenUpload (protocol: checkpoint/wire.h),
 // completed through CheckpointUploads like every other upload.
 // Each connection presents an upload's token; if the upload may start, it is
 // told so (an OK answer), streams its files into the upload

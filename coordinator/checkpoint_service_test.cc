@@ -16,7 +16,7 @@
 #include "absl/strings/match.h"
 #include "chorus/v1/coordinator.grpc.pb.h"
 #include "common/auth.h"
-#include "common/checkpoint_wire.h"
+#include "checkpoint/wire.h"
 #include "common/crc32c.h"
 #include "common/grpc_util.h"
 #include "coordinator/checkpoint_data_server.h"
@@ -29,7 +29,7 @@
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
-#include "worker/checkpoint/download.h"
+#include "checkpoint/download.h"
 
 namespace chorus {
 namespace {

@@ -3,7 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/checkpoint_wire.h"
+#include "checkpoint/wire.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 

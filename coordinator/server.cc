@@ -18,6 +18,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/security/server_credentials.h"
 #include "common/auth.h"
+#include "common/host_port.h"
 #include "coordinator/agent_service.h"
 #include "coordinator/checkpoint_data_server.h"
 #include "coordinator/checkpoint_service.h"
@@ -71,41 +72,15 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const
 
 }  // namespace
 
-absl::Status ParseHostPort(const std::string& address, const std::string& flag,
-                           std::string* host, int* port) {
-  size_t colon = address.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == address.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        flag, ": expected HOST:PORT (e.g. 127.0.0.1:29650), got \"", address, "\""));
-  }
-  std::string h = address.substr(0, colon);
-  if (absl::StartsWith(h, "[")) {
-    if (!absl::EndsWith(h, "]")) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          flag, ": unbalanced brackets in \"", address, "\""));
-    }
-    h = h.substr(1, h.size() - 2);
-  }
-  int p = 0;
-  if (!absl::SimpleAtoi(address.substr(colon + 1), &p) || p < 0 || p > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        flag, ": port must be a number in [0, 65535], got \"",
-        address.substr(colon + 1), "\""));
-  }
-  *host = h;
-  *port = p;
-  return absl::OkStatus();
-}
-
 bool IsLoopbackHost(const std::string& host) {
   return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
 }
 
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     const ServerOptions& options) {
-  std::string host;
-  int requested_port = 0;
-  RETURN_IF_ERROR(ParseHostPort(options.listen, "--listen", &host, &requested_port));
+  absl::StatusOr<HostPort> listen = ParseHostPort(options.listen);
+  if (!listen.ok()) return absl::InvalidArgumentError(absl::StrCat("--listen: ", listen.status().message()));
+  const std::string host = listen->host;
   auto auth = std::make_unique<TokenAuthorizer>();
   if (!options.token_file.empty()) {
     ASSIGN_OR_RETURN(TokenAuthorizer loaded, TokenAuthorizer::FromFile(options.token_file));
@@ -216,8 +191,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
         "--listen ", options.listen,
         ": cannot listen (is the port in use by another process?)"));
   }
-  std::string dial_host = host.find(':') != std::string::npos ? "[" + host + "]" : host;
-  std::string address = absl::StrCat(dial_host, ":", bound_port);
+  std::string address = FormatHostPort(host, bound_port);
   health->SetStatus("", grpc::health::v1::HealthCheckResponse::SERVING);
   LOG(INFO) << "coordinator listening on " << address << (options.tls_cert.empty() ? "" : " (TLS")
             << (options.tls_client_ca.empty() ? "" : ", client certificates required")

@@ -81,9 +81,6 @@ struct ServerOptions {
   absl::Duration recovery_grace = absl::Seconds(30);
 };
 
-// Splits "host:port" / "[v6]:port". INVALID_ARGUMENT naming `flag` otherwise.
-absl::Status ParseHostPort(const std::string& address, const std::string& flag,
-                           std::string* host, int* port);
 // True for 127.0.0.0/8, ::1 and localhost.
 bool IsLoopbackHost(const std::string& host);
 

@@ -17,8 +17,10 @@
 #include <utility>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
 #include "common/auth.h"
 #include "common/device.h"
+#include "common/host_port.h"
 #include "common/logging.h"
 #include "common/version.h"
 #include "glog/logging.h"
@@ -45,9 +47,9 @@ struct AgentFlags {
 // The local address the kernel would use to reach the coordinator: a UDP
 // socket is "connected" (no packet is sent) and asked for its own address.
 absl::StatusOr<std::string> LocalAddressTowards(const std::string& coordinator) {
-  const size_t colon = coordinator.rfind(':');
-  std::string host = coordinator.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  absl::StatusOr<chorus::HostPort> address = chorus::ParseHostPort(coordinator);
+  if (!address.ok()) return absl::InvalidArgumentError(absl::StrCat("--coordinator: ", address.status().message()));
+  const std::string& host = address->host;
   if (host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1") return std::string("127.0.0.1");
   addrinfo hints{};
   hints.ai_socktype = SOCK_DGRAM;

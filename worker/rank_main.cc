@@ -18,21 +18,22 @@
 #include <cstdlib>
 #include <iostream>
 #include <string>
-#include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
+#include "checkpoint/coordinator_storage.h"
+#include "checkpoint/shared_dir_storage.h"
 #include "chorus/v1/coordinator.grpc.pb.h"
 #include "common/auth.h"
 #include "common/grpc_util.h"
+#include "common/host_port.h"
 #include "common/logging.h"
 #include "common/memory.h"
+#include "common/retry.h"
 #include "glog/logging.h"
-#include "worker/checkpoint/grpc_checkpoint_sink.h"
-#include "worker/checkpoint/shared_dir_checkpoint_sink.h"
 #include "worker/comm/gloo_communicator.h"
 #include "worker/comm/grpc_store.h"
+#include "worker/runtime/heartbeat_stream.h"
 #include "worker/train/trainer.h"
 
 namespace chorus {
@@ -64,71 +65,33 @@ void ToProto(const FlightRecord& r, v1::CollectiveRecord& out) {
   out.set_completed_us(us(r.finished));
 }
 
-// Sends a heartbeat every second until stopped. If the stream breaks (the
-// coordinator restarted), it opens a new one and goes on: training does not
-// depend on the coordinator once the ranks are connected.
-class Heartbeats {
- public:
-  Heartbeats(v1::RankService::Stub& stub, const v1::JoinResponse& joined, const std::string& job_id,
-             const Communicator& comm, const TrainingProgress& progress) {
-    thread_ = std::thread([this, &stub, joined, job_id, &comm, &progress] {
-      absl::MutexLock lock(&mu_);
-      while (!stop_) {
-        auto context = std::make_unique<grpc::ClientContext>();
-        auto stream = stub.Heartbeat(context.get());
-        while (!stop_) {
-          v1::RankHeartbeat hb;
-          hb.set_job_id(job_id);
-          hb.set_generation(joined.generation());
-          hb.set_rank(joined.rank());
-          hb.set_step(progress.step.load());
-          hb.set_epoch(progress.epoch.load());
-          hb.set_phase(static_cast<v1::Phase>(progress.phase.load()));
-          const int64_t now_us = absl::ToUnixMicros(absl::Now());
-          // Zero until training publishes its first phase.
-          const int64_t since_us = progress.phase_since_us.load();
-          hb.set_phase_seconds(since_us > 0 ? (now_us - since_us) / 1e6 : 0.0);
-          hb.set_time_us(now_us);
-          hb.mutable_timings()->set_step_seconds(progress.step_seconds.load());
-          hb.mutable_timings()->set_compute_seconds(progress.compute_seconds.load());
-          FlightRecorder::Snapshot snap = comm.flight_recorder().TakeSnapshot(/*recent=*/4);
-          v1::FlightRecorderSummary* fr = hb.mutable_flight_recorder();
-          fr->set_last_enqueued_seq(snap.last_enqueued_seq);
-          fr->set_last_started_seq(snap.last_started_seq);
-          fr->set_last_completed_seq(snap.last_completed_seq);
-          for (const FlightRecord& r : snap.in_flight) ToProto(r, *fr->add_records());
-          for (const FlightRecord& r : snap.recent) ToProto(r, *fr->add_records());
-          mu_.Unlock();
-          const bool sent = stream->Write(hb);
-          mu_.Lock();
-          if (!sent) break;
-          mu_.AwaitWithTimeout(absl::Condition(&stop_), absl::Seconds(1));
-        }
-        mu_.Unlock();
-        stream->WritesDone();
-        grpc::Status status = stream->Finish();
-        mu_.Lock();
-        if (!stop_) {
-          LOG(WARNING) << "heartbeat stream to the coordinator ended (" << status.error_message()
-                       << "); reconnecting";
-          mu_.AwaitWithTimeout(absl::Condition(&stop_), absl::Seconds(1));
-        }
-      }
-    });
-  }
-  ~Heartbeats() {
-    {
-      absl::MutexLock lock(&mu_);
-      stop_ = true;
-    }
-    thread_.join();
-  }
-
- private:
-  absl::Mutex mu_;
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread thread_;
-};
+// What the coordinator hears from this rank every second: where training
+// is, and the communicator's recent collectives (the hang detector's input).
+v1::RankHeartbeat ComposeHeartbeat(const v1::JoinResponse& joined, const std::string& job_id, const Communicator& comm,
+                                   const TrainingProgress& progress) {
+  v1::RankHeartbeat hb;
+  hb.set_job_id(job_id);
+  hb.set_generation(joined.generation());
+  hb.set_rank(joined.rank());
+  hb.set_step(progress.step.load());
+  hb.set_epoch(progress.epoch.load());
+  hb.set_phase(static_cast<v1::Phase>(progress.phase.load()));
+  const int64_t now_us = absl::ToUnixMicros(absl::Now());
+  // Zero until training publishes its first phase.
+  const int64_t since_us = progress.phase_since_us.load();
+  hb.set_phase_seconds(since_us > 0 ? (now_us - since_us) / 1e6 : 0.0);
+  hb.set_time_us(now_us);
+  hb.mutable_timings()->set_step_seconds(progress.step_seconds.load());
+  hb.mutable_timings()->set_compute_seconds(progress.compute_seconds.load());
+  FlightRecorder::Snapshot snap = comm.flight_recorder().TakeSnapshot(/*recent=*/4);
+  v1::FlightRecorderSummary* fr = hb.mutable_flight_recorder();
+  fr->set_last_enqueued_seq(snap.last_enqueued_seq);
+  fr->set_last_started_seq(snap.last_started_seq);
+  fr->set_last_completed_seq(snap.last_completed_seq);
+  for (const FlightRecord& r : snap.in_flight) ToProto(r, *fr->add_records());
+  for (const FlightRecord& r : snap.recent) ToProto(r, *fr->add_records());
+  return hb;
+}
 
 // SIGUSR1 (sent by the agent for `chorus checkpoint`): the requests so far,
 // and the training progress that counts them once there is one. The handler
@@ -216,41 +179,40 @@ int Run() {
     request.set_error(std::string(status.message()));
     // Metrics along the way are best effort; the final report is retried
     // while the coordinator is unreachable (e.g. restarting), up to a minute.
-    const absl::Time give_up = absl::Now() + (final ? absl::Minutes(1) : absl::Seconds(10));
-    for (int attempt = 0;; ++attempt) {
+    RetryOptions retry;
+    retry.deadline = final ? absl::Minutes(1) : absl::Seconds(10);
+    retry.attempt_timeout = absl::Seconds(10);
+    retry.max_backoff = absl::Seconds(1);
+    retry.max_attempts = final ? 0 : 1;
+    absl::Status s = Retry(retry, [&](absl::Time attempt_deadline) {
       v1::ReportResponse response;
       grpc::ClientContext context;
-      context.set_deadline(absl::ToChronoTime(std::min(give_up, absl::Now() + absl::Seconds(10))));
+      context.set_deadline(absl::ToChronoTime(attempt_deadline));
       context.set_wait_for_ready(final);
-      grpc::Status s = ranks->Report(&context, request, &response);
-      if (s.ok()) break;
-      const bool retry = final && absl::Now() < give_up &&
-                         (s.error_code() == grpc::StatusCode::UNAVAILABLE ||
-                          s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED);
-      if (!retry) {
-        LOG(WARNING) << "report: " << s.error_message();
-        break;
-      }
-      absl::SleepFor(absl::Milliseconds(200));
-    }
+      return FromGrpcStatus(ranks->Report(&context, request, &response));
+    });
+    if (!s.ok()) LOG(WARNING) << "report: " << s.message();
   };
   TrainingProgress progress;
   g_progress.store(&progress);
   RaiseTo(progress.checkpoint_request, g_checkpoint_requests.load());
-  GrpcCheckpointSink to_coordinator(channel, job_id, joined.generation(), joined.rank(),
-                                    GrpcCheckpointSink::HostOf(coordinator));
-  std::unique_ptr<SharedDirCheckpointSink> to_shared_dir;
+  // The data port is on the coordinator's host; a target that is not
+  // HOST:PORT (unix:, dns:///...) gets none and uploads over gRPC.
+  absl::StatusOr<HostPort> coordinator_address = ParseHostPort(coordinator);
+  CoordinatorCheckpointStorage to_coordinator(channel, job_id, joined.generation(), joined.rank(),
+                                              coordinator_address.ok() ? coordinator_address->host : "");
+  std::unique_ptr<SharedDirCheckpointStorage> to_shared_dir;
   if (joined.spec().checkpoint().storage() == v1::CheckpointSpec::SHARED_DIR) {
-    absl::StatusOr<std::unique_ptr<SharedDirCheckpointSink>> sink = SharedDirCheckpointSink::Create(
+    absl::StatusOr<std::unique_ptr<SharedDirCheckpointStorage>> storage = SharedDirCheckpointStorage::Create(
         channel, joined.spec().checkpoint().shared_dir(), job_id, joined.generation(), joined.rank());
-    if (!sink.ok()) {
-      (*comm)->Abort(sink.status().message());
-      return Fail(std::string(sink.status().message()));
+    if (!storage.ok()) {
+      (*comm)->Abort(storage.status().message());
+      return Fail(std::string(storage.status().message()));
     }
-    to_shared_dir = *std::move(sink);
+    to_shared_dir = *std::move(storage);
   }
   TrainOptions train_options;
-  train_options.checkpoints = to_shared_dir != nullptr ? static_cast<CheckpointSink*>(to_shared_dir.get())
+  train_options.checkpoints = to_shared_dir != nullptr ? static_cast<CheckpointStorage*>(to_shared_dir.get())
                                                        : &to_coordinator;
   train_options.resume = joined.resume();
   if (!joined.resume().job_id().empty() && joined.rank() == 0) {
@@ -259,7 +221,7 @@ int Run() {
   }
   absl::StatusOr<v1::Metrics> result;
   {
-    Heartbeats heartbeats(*ranks, joined, job_id, **comm, progress);
+    HeartbeatStream heartbeats(*ranks, [&] { return ComposeHeartbeat(joined, job_id, **comm, progress); });
     result = Train(
         joined.spec(), **comm, [&](const v1::Metrics& m) { report(m, false, absl::OkStatus()); },
         &progress, train_options);

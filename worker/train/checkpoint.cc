@@ -102,16 +102,6 @@ std::vector<OptimizedParam> OptimizedParams(Model& model, const std::vector<torc
 
 constexpr char kExchangePrefix[] = "exchange.";
 
-}  // namespace
-
-std::string ModelFileName(int rank) { return rank == 0 ? kModelFile : absl::StrCat("model.rank", rank, ".pt"); }
-
-std::string TrainStateFileName(int rank) {
-  return rank == 0 ? kTrainStateFile : absl::StrCat("train_state.rank", rank, ".pt");
-}
-
-namespace {
-
 // What TakeSnapshot copies, each tensor through `copy_as(key, tensor)`: key
 // "m/<name>" for the model's entries, "t/<name>" for the training state's.
 Snapshot CollectSnapshot(Model& model, const std::vector<torch::optim::Optimizer*>& optimizers,
@@ -216,16 +206,6 @@ std::vector<CheckpointFileSource> StreamFiles(const Snapshot& snapshot) {
            }}};
 }
 
-absl::StatusOr<CheckpointFileData> ReadAll(const CheckpointFileSource& source) {
-  CheckpointFileData data;
-  data.name = source.name;
-  RETURN_IF_ERROR(source.write([&data](absl::string_view piece) {
-    data.bytes.append(piece.data(), piece.size());
-    return absl::OkStatus();
-  }));
-  return data;
-}
-
 absl::StatusOr<TrainingPosition> Restore(const std::vector<CheckpointFileData>& files, Model& model,
                                          const std::vector<torch::optim::Optimizer*>& optimizers,
                                          ExchangeState* exchange) {
@@ -315,7 +295,7 @@ absl::StatusOr<TrainingPosition> Restore(const std::vector<CheckpointFileData>& 
   return position;
 }
 
-CheckpointWriter::CheckpointWriter(CheckpointSink& sink) : sink_(sink), thread_([this] { Loop(); }) {}
+CheckpointWriter::CheckpointWriter(CheckpointStorage& storage) : storage_(storage), thread_([this] { Loop(); }) {}
 
 CheckpointWriter::~CheckpointWriter() {
   {
@@ -392,10 +372,10 @@ void CheckpointWriter::Loop() {
       snapshot = std::move(*pending_);
       pending_.reset();
     }
-    // Time inside the sources minus time inside the sink's byte consumers
-    // called from them (writing, uploading) = serializing. Sinks write one
+    // Time inside the sources minus time inside the storage's byte consumers
+    // called from them (writing, uploading) = serializing. Storages write one
     // file at a time.
-    absl::Duration in_sources, in_sink;
+    absl::Duration in_sources, in_storage;
     std::vector<CheckpointFileSource> files = StreamFiles(snapshot);
     std::vector<int64_t> sizes(files.size(), 0);
     for (size_t i = 0; i < files.size(); ++i) {
@@ -405,7 +385,7 @@ void CheckpointWriter::Loop() {
         absl::Status s = write([&](absl::string_view piece) {
           const absl::Time t = absl::Now();
           absl::Status s = out(piece);
-          in_sink += absl::Now() - t;
+          in_storage += absl::Now() - t;
           sizes[i] += static_cast<int64_t>(piece.size());
           return s;
         });
@@ -414,8 +394,8 @@ void CheckpointWriter::Loop() {
       };
     }
     const absl::Time start = absl::Now();
-    absl::Status s = sink_.Store(snapshot.position.step, files);
-    const absl::Duration serializing = in_sources - in_sink;
+    absl::Status s = storage_.Store(snapshot.position.step, files);
+    const absl::Duration serializing = in_sources - in_storage;
     const absl::Duration storing = (absl::Now() - start) - serializing;
     int64_t bytes = 0;
     for (int64_t n : sizes) bytes += n;

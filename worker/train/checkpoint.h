@@ -18,14 +18,15 @@
 // Random state is not saved: the trainer reseeds from (seed, rank, step)
 // every step, so a resumed run draws what an uninterrupted one would.
 //
-// Files are serialized while they are written (CheckpointFileSource): the
-// sink pulls the bytes piece by piece straight out of the snapshot's
-// tensors, so no serialized copy of the checkpoint is ever held in memory
+// The file names are checkpoint/layout.h's; where the files go is a
+// CheckpointStorage (checkpoint/storage.h). Files are serialized while they
+// are written (CheckpointFileSource): the storage pulls the bytes piece by
+// piece straight out of the snapshot's tensors, so no serialized copy of the checkpoint is ever held in memory
 // (fresh memory is expensive: page faults, not copying, dominated when a
 // 200 MB checkpoint was first pickled into a buffer and then written).
 //
 // Thread-safety: CheckpointWriter's methods are called by the training
-// thread; its sink runs on the writer's own thread.
+// thread; its storage runs on the writer's own thread.
 #ifndef CHORUS_WORKER_TRAIN_CHECKPOINT_H_
 #define CHORUS_WORKER_TRAIN_CHECKPOINT_H_
 
@@ -44,6 +45,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "checkpoint/layout.h"
+#include "checkpoint/storage.h"
 #include "chorus/v1/coordinator.pb.h"
 #include "worker/train/model.h"
 
@@ -52,13 +55,6 @@ class Optimizer;
 }
 
 namespace chorus {
-
-inline constexpr char kModelFile[] = "model.pt";
-inline constexpr char kTrainStateFile[] = "train_state.pt";
-// The file names of rank `rank`'s part of a checkpoint (kModelFile and
-// kTrainStateFile for rank 0).
-std::string ModelFileName(int rank);
-std::string TrainStateFileName(int rank);
 
 struct TrainingPosition {
   int64_t step = 0;
@@ -80,24 +76,6 @@ struct Snapshot {
   int rank = 0;  // whose files these become (ModelFileName)
   std::vector<std::pair<std::string, at::Tensor>> model;
   std::vector<std::pair<std::string, at::Tensor>> train_state;
-};
-
-struct CheckpointFileData {
-  std::string name;
-  std::string bytes;
-};
-
-// Receives a file's bytes in order, one piece per call; a piece is valid
-// only during the call. An error stops the file.
-using CheckpointByteSink = std::function<absl::Status(absl::string_view piece)>;
-
-// One file of a checkpoint, produced while it is written: `write` hands
-// the file's bytes to `out` in order and returns out's first error (or a
-// serialization error). It may be called more than once; each call
-// produces the same bytes.
-struct CheckpointFileSource {
-  std::string name;
-  std::function<absl::Status(const CheckpointByteSink& out)> write;
 };
 
 // Copies parameters, buffers and the optimizers' state (SGD, Adam, AdamW,
@@ -123,8 +101,6 @@ Snapshot AllocateLike(const Snapshot& layout);
 // The two files of a snapshot, serialized as they are written; they refer
 // to `snapshot`, which must outlive them.
 std::vector<CheckpointFileSource> StreamFiles(const Snapshot& snapshot);
-// The whole of `source` in memory.
-absl::StatusOr<CheckpointFileData> ReadAll(const CheckpointFileSource& source);
 // Loads `files` (kModelFile and kTrainStateFile) into the model and
 // optimizer; returns the position, and the saved exchange into `exchange`
 // if not null. Errors name the file and the tensor that does not fit.
@@ -132,18 +108,10 @@ absl::StatusOr<TrainingPosition> Restore(const std::vector<CheckpointFileData>& 
                                          const std::vector<torch::optim::Optimizer*>& optimizers,
                                          ExchangeState* exchange = nullptr);
 
-// Where checkpoints go and come from (the coordinator, or memory in tests).
-class CheckpointSink {
- public:
-  virtual ~CheckpointSink() = default;
-  virtual absl::Status Store(int64_t step, const std::vector<CheckpointFileSource>& files) = 0;
-  virtual absl::StatusOr<std::vector<CheckpointFileData>> Load(const v1::CheckpointManifest& manifest) = 0;
-};
-
 // Serializes and stores snapshots on its own thread, one at a time.
 class CheckpointWriter {
  public:
-  explicit CheckpointWriter(CheckpointSink& sink);
+  explicit CheckpointWriter(CheckpointStorage& storage);
   ~CheckpointWriter();  // waits for the checkpoint in flight
 
   // Hands `snapshot` over unless one is still being written: then it is
@@ -159,7 +127,7 @@ class CheckpointWriter {
   int64_t stored() const;
   // The last stored checkpoint: seconds spent serializing it (the CPU time
   // of turning tensors into file bytes), seconds spent storing it (everything
-  // else from handing it to the sink until the sink returned: writing or
+  // else from handing it to the storage until it returned: writing or
   // uploading the bytes, fsync, commit), and its size in bytes. The two run
   // interleaved (files are serialized while they are written); their sum is
   // the checkpoint's background time.
@@ -170,7 +138,7 @@ class CheckpointWriter {
  private:
   void Loop();
 
-  CheckpointSink& sink_;
+  CheckpointStorage& storage_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::optional<Snapshot> pending_;

@@ -72,7 +72,7 @@ TEST(CheckpointFilesTest, AConsumerErrorStopsTheFileAndTheSourceCanBeWrittenAgai
 
 // Stores every file, sleeping in the byte consumer, so the writer's split of
 // the time between serializing and storing can be checked.
-class SlowSink : public CheckpointSink {
+class SlowSink : public CheckpointStorage {
  public:
   absl::Status Store(int64_t step, const std::vector<CheckpointFileSource>& files) override {
     for (const CheckpointFileSource& f : files) {

@@ -54,7 +54,7 @@ inline constexpr int64_t kCheckpointRequestCheckSteps = 10;
 struct TrainOptions {
   // Where rank 0 stores checkpoints (every checkpoint.every_steps and at the
   // end) and where every rank loads `resume` from; null = no checkpoints.
-  CheckpointSink* checkpoints = nullptr;
+  CheckpointStorage* checkpoints = nullptr;
   // The checkpoint to start from; empty job_id = from scratch.
   v1::CheckpointManifest resume;
 };

@@ -31,7 +31,7 @@ v1::JobSpec Spec(const std::string& text) {
 
 // Checkpoints kept in memory, by step (the parts of per-rank checkpoints
 // gathered under their step).
-class MemorySink : public CheckpointSink {
+class MemorySink : public CheckpointStorage {
  public:
   absl::Status Store(int64_t step, const std::vector<CheckpointFileSource>& files) override {
     std::vector<CheckpointFileData> data;

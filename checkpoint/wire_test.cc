@@ -1,4 +1,4 @@
-#include "common/checkpoint_wire.h"
+#include "checkpoint/wire.h"
 
 #include <netinet/in.h>
 #include <sys/socket.h>

@@ -29,8 +29,8 @@
 //   RETURN_IF_ERROR(upload->Write(bytes));
 //   RETURN_IF_ERROR(upload->EndFile());
 //   RETURN_IF_ERROR(upload->Finish());  // the coordinator's commit status
-#ifndef CHORUS_COMMON_CHECKPOINT_WIRE_H_
-#define CHORUS_COMMON_CHECKPOINT_WIRE_H_
+#ifndef CHORUS_CHECKPOINT_WIRE_H_
+#define CHORUS_CHECKPOINT_WIRE_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -154,4 +154,4 @@ class CheckpointDataUpload {
 
 }  // namespace chorus
 
-#endif  // CHORUS_COMMON_CHECKPOINT_WIRE_H_
+#endif  // CHORUS_CHECKPOINT_WIRE_H_

@@ -1,4 +1,4 @@
-// SharedDirCheckpointSink: checkpoint.storage SHARED_DIR. Store writes the
+// SharedDirCheckpointStorage: checkpoint.storage SHARED_DIR. Store writes the
 // checkpoint's files straight into the job's shared directory — into
 // <shared_dir>/<job>/.staging-<step>-r<rank>-<pid>-<n>/, each file fsynced,
 // then the directory — and asks the coordinator to commit them (Commit RPC:
@@ -9,15 +9,15 @@
 // checksums), else downloads it from the coordinator.
 //
 // Thread-safety: Store and Load may be called from any thread, one Store at
-// a time (the CheckpointWriter guarantees that).
+// a time (the rank's CheckpointWriter guarantees that).
 //
 // Example:
-//   ASSIGN_OR_RETURN(auto sink, SharedDirCheckpointSink::Create(
+//   ASSIGN_OR_RETURN(auto storage, SharedDirCheckpointStorage::Create(
 //       channel, "/mnt/ckpt", "job-000001", /*generation=*/1, /*rank=*/0));
 //   TrainOptions options;
-//   options.checkpoints = sink.get();
-#ifndef CHORUS_WORKER_CHECKPOINT_SHARED_DIR_CHECKPOINT_SINK_H_
-#define CHORUS_WORKER_CHECKPOINT_SHARED_DIR_CHECKPOINT_SINK_H_
+//   options.checkpoints = storage.get();
+#ifndef CHORUS_CHECKPOINT_SHARED_DIR_STORAGE_H_
+#define CHORUS_CHECKPOINT_SHARED_DIR_STORAGE_H_
 
 #include <atomic>
 #include <memory>
@@ -26,33 +26,31 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "checkpoint/coordinator_storage.h"
+#include "checkpoint/storage.h"
 #include "chorus/v1/coordinator.grpc.pb.h"
-#include "worker/checkpoint/grpc_checkpoint_sink.h"
-#include "worker/train/checkpoint.h"
 
 namespace chorus {
 
-class SharedDirCheckpointSink : public CheckpointSink {
+class SharedDirCheckpointStorage : public CheckpointStorage {
  public:
   // Creates <shared_dir>/<job_id>/ if needed; FAILED_PRECONDITION naming
   // checkpoint.shared_dir when that is impossible (not mounted here, not
   // writable), so a misconfigured job fails at start, not at its first
   // checkpoint.
-  static absl::StatusOr<std::unique_ptr<SharedDirCheckpointSink>> Create(std::shared_ptr<grpc::Channel> channel,
-                                                                         const std::string& shared_dir,
-                                                                         std::string job_id, int64_t generation,
-                                                                         int rank,
-                                                                         absl::Duration timeout = absl::Minutes(10));
+  static absl::StatusOr<std::unique_ptr<SharedDirCheckpointStorage>> Create(
+      std::shared_ptr<grpc::Channel> channel, const std::string& shared_dir, std::string job_id, int64_t generation,
+      int rank, absl::Duration timeout = absl::Minutes(10));
 
   absl::Status Store(int64_t step, const std::vector<CheckpointFileSource>& files) override;
   absl::StatusOr<std::vector<CheckpointFileData>> Load(const v1::CheckpointManifest& manifest) override;
 
  private:
-  SharedDirCheckpointSink(std::shared_ptr<grpc::Channel> channel, std::string job_dir, std::string job_id,
-                          int64_t generation, int rank, absl::Duration timeout);
+  SharedDirCheckpointStorage(std::shared_ptr<grpc::Channel> channel, std::string job_dir, std::string job_id,
+                             int64_t generation, int rank, absl::Duration timeout);
 
   std::unique_ptr<v1::CheckpointService::Stub> stub_;
-  GrpcCheckpointSink download_;  // Load when the directory is not visible here
+  CoordinatorCheckpointStorage download_;  // Load when the directory is not visible here
   const std::string job_dir_;
   const std::string job_id_;
   const int64_t generation_;
@@ -64,4 +62,4 @@ class SharedDirCheckpointSink : public CheckpointSink {
 
 }  // namespace chorus
 
-#endif  // CHORUS_WORKER_CHECKPOINT_SHARED_DIR_CHECKPOINT_SINK_H_
+#endif  // CHORUS_CHECKPOINT_SHARED_DIR_STORAGE_H_

@@ -1,4 +1,4 @@
-#include "worker/checkpoint/shared_dir_checkpoint_sink.h"
+#include "checkpoint/shared_dir_storage.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -137,7 +137,7 @@ absl::Status WriteFile(const std::string& path, const CheckpointFileSource& sour
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<SharedDirCheckpointSink>> SharedDirCheckpointSink::Create(
+absl::StatusOr<std::unique_ptr<SharedDirCheckpointStorage>> SharedDirCheckpointStorage::Create(
     std::shared_ptr<grpc::Channel> channel, const std::string& shared_dir, std::string job_id, int64_t generation,
     int rank, absl::Duration timeout) {
   std::error_code ec;
@@ -154,13 +154,13 @@ absl::StatusOr<std::unique_ptr<SharedDirCheckpointSink>> SharedDirCheckpointSink
                      ec ? ec.message() : std::strerror(errno),
                      "; the directory must be writable by the user the ranks run as"));
   }
-  return std::unique_ptr<SharedDirCheckpointSink>(
-      new SharedDirCheckpointSink(std::move(channel), job_dir, std::move(job_id), generation, rank, timeout));
+  return std::unique_ptr<SharedDirCheckpointStorage>(
+      new SharedDirCheckpointStorage(std::move(channel), job_dir, std::move(job_id), generation, rank, timeout));
 }
 
-SharedDirCheckpointSink::SharedDirCheckpointSink(std::shared_ptr<grpc::Channel> channel, std::string job_dir,
-                                                 std::string job_id, int64_t generation, int rank,
-                                                 absl::Duration timeout)
+SharedDirCheckpointStorage::SharedDirCheckpointStorage(std::shared_ptr<grpc::Channel> channel, std::string job_dir,
+                                                       std::string job_id, int64_t generation, int rank,
+                                                       absl::Duration timeout)
     : stub_(v1::CheckpointService::NewStub(channel)),
       download_(channel, job_id, generation, rank, /*coordinator_host=*/"", timeout),
       job_dir_(std::move(job_dir)),
@@ -169,7 +169,7 @@ SharedDirCheckpointSink::SharedDirCheckpointSink(std::shared_ptr<grpc::Channel> 
       rank_(rank),
       timeout_(timeout) {}
 
-absl::Status SharedDirCheckpointSink::Store(int64_t step, const std::vector<CheckpointFileSource>& files) {
+absl::Status SharedDirCheckpointStorage::Store(int64_t step, const std::vector<CheckpointFileSource>& files) {
   const std::string staging_name =
       absl::StrCat(".staging-", step, "-r", rank_, "-", ::getpid(), "-", next_staging_.fetch_add(1));
   const std::string staging = absl::StrCat(job_dir_, "/", staging_name);
@@ -228,7 +228,7 @@ absl::Status SharedDirCheckpointSink::Store(int64_t step, const std::vector<Chec
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<CheckpointFileData>> SharedDirCheckpointSink::Load(
+absl::StatusOr<std::vector<CheckpointFileData>> SharedDirCheckpointStorage::Load(
     const v1::CheckpointManifest& manifest) {
   std::error_code ec;
   if (manifest.directory().empty() || !fs::is_directory(manifest.directory(), ec)) return download_.Load(manifest);

@@ -1,22 +1,21 @@
-#include "worker/checkpoint/grpc_checkpoint_sink.h"
+#include "checkpoint/coordinator_storage.h"
 
 #include <algorithm>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/checkpoint_wire.h"
-#include "common/grpc_util.h"
+#include "checkpoint/download.h"
+#include "checkpoint/wire.h"
 #include "common/crc32c.h"
+#include "common/grpc_util.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "grpcpp/client_context.h"
-#include "worker/checkpoint/download.h"
 
 namespace chorus {
 
-GrpcCheckpointSink::GrpcCheckpointSink(std::shared_ptr<grpc::Channel> channel, std::string job_id,
-                                       int64_t generation, int rank, std::string coordinator_host,
-                                       absl::Duration timeout)
+CoordinatorCheckpointStorage::CoordinatorCheckpointStorage(std::shared_ptr<grpc::Channel> channel,
+                                                           std::string job_id, int64_t generation, int rank,
+                                                           std::string coordinator_host, absl::Duration timeout)
     : stub_(v1::CheckpointService::NewStub(channel)),
       job_id_(std::move(job_id)),
       generation_(generation),
@@ -24,17 +23,7 @@ GrpcCheckpointSink::GrpcCheckpointSink(std::shared_ptr<grpc::Channel> channel, s
       timeout_(timeout),
       coordinator_host_(std::move(coordinator_host)) {}
 
-std::string GrpcCheckpointSink::HostOf(const std::string& target) {
-  if (target.find('/') != std::string::npos || absl::StartsWith(target, "unix:")) return "";
-  const size_t colon = target.rfind(':');
-  if (colon == std::string::npos || colon == 0) return "";
-  const std::string host = target.substr(0, colon);
-  // An IPv6 address without brackets has colons but no port after them.
-  if (host.find(':') != std::string::npos && !(host.front() == '[' && host.back() == ']')) return "";
-  return host;
-}
-
-absl::Status GrpcCheckpointSink::Store(int64_t step, const std::vector<CheckpointFileSource>& files) {
+absl::Status CoordinatorCheckpointStorage::Store(int64_t step, const std::vector<CheckpointFileSource>& files) {
   bool use_data_port = !coordinator_host_.empty();
   {
     absl::MutexLock lock(&mu_);
@@ -48,7 +37,7 @@ absl::Status GrpcCheckpointSink::Store(int64_t step, const std::vector<Checkpoin
   return StoreOverStream(step, files);
 }
 
-absl::Status GrpcCheckpointSink::StoreOverDataPort(int64_t step, const std::vector<CheckpointFileSource>& files,
+absl::Status CoordinatorCheckpointStorage::StoreOverDataPort(int64_t step, const std::vector<CheckpointFileSource>& files,
                                                    bool* fell_back) {
   v1::OpenUploadRequest request;
   request.set_job_id(job_id_);
@@ -113,7 +102,7 @@ absl::Status GrpcCheckpointSink::StoreOverDataPort(int64_t step, const std::vect
   return absl::OkStatus();
 }
 
-absl::Status GrpcCheckpointSink::StoreOverStream(int64_t step, const std::vector<CheckpointFileSource>& files) {
+absl::Status CoordinatorCheckpointStorage::StoreOverStream(int64_t step, const std::vector<CheckpointFileSource>& files) {
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
   v1::UploadCheckpointResponse response;
@@ -195,7 +184,7 @@ absl::Status GrpcCheckpointSink::StoreOverStream(int64_t step, const std::vector
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<CheckpointFileData>> GrpcCheckpointSink::Load(const v1::CheckpointManifest& manifest) {
+absl::StatusOr<std::vector<CheckpointFileData>> CoordinatorCheckpointStorage::Load(const v1::CheckpointManifest& manifest) {
   std::vector<CheckpointFileData> files;
   for (const v1::CheckpointFile& f : manifest.files()) {
     absl::StatusOr<std::string> bytes = DownloadCheckpointFile(*stub_, manifest.job_id(), manifest.step(), f.name(), timeout_);

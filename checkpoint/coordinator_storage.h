@@ -1,23 +1,24 @@
-// GrpcCheckpointSink: a CheckpointSink over the coordinator's
-// CheckpointService — Store uploads a checkpoint's files in chunks of up to
+// CoordinatorCheckpointStorage: checkpoint.storage COORDINATOR, a
+// CheckpointStorage over the coordinator's CheckpointService — Store uploads a checkpoint's files in chunks of up to
 // 4 MB as they are serialized, each chunk with its CRC-32C (and each file's
 // size and CRC-32C with its last chunk); Load downloads the files of a
 // committed checkpoint and checks them against the manifest.
 //
 // Uploads go over the coordinator's checkpoint data port when it has one
 // (OpenUpload, then a TCP connection to that port on `coordinator_host`:
-// common/checkpoint_wire.h), else over the Upload stream: when it has none
+// checkpoint/wire.h), else over the Upload stream: when it has none
 // (from then on), when it is busy (RESOURCE_EXHAUSTED: this upload), and
 // when the port cannot be reached (for kDataPortRetryAfter).
 //
 // Thread-safety: calls may come from any thread; the channel is shared.
 //
 // Example:
-//   GrpcCheckpointSink sink(channel, "job-000001", /*generation=*/1, /*rank=*/0);
+//   CoordinatorCheckpointStorage storage(channel, "job-000001", /*generation=*/1, /*rank=*/0,
+//                                        /*coordinator_host=*/"127.0.0.1");
 //   TrainOptions options;
-//   options.checkpoints = &sink;
-#ifndef CHORUS_WORKER_CHECKPOINT_GRPC_CHECKPOINT_SINK_H_
-#define CHORUS_WORKER_CHECKPOINT_GRPC_CHECKPOINT_SINK_H_
+//   options.checkpoints = &storage;
+#ifndef CHORUS_CHECKPOINT_COORDINATOR_STORAGE_H_
+#define CHORUS_CHECKPOINT_COORDINATOR_STORAGE_H_
 
 #include <memory>
 #include <string>
@@ -25,26 +26,23 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "checkpoint/storage.h"
 #include "chorus/v1/coordinator.grpc.pb.h"
-#include "worker/train/checkpoint.h"
 
 namespace chorus {
 
-class GrpcCheckpointSink : public CheckpointSink {
+class CoordinatorCheckpointStorage : public CheckpointStorage {
  public:
   static constexpr size_t kChunkBytes = 4 << 20;
   static constexpr absl::Duration kDataPortConnectTimeout = absl::Seconds(5);
   static constexpr absl::Duration kDataPortRetryAfter = absl::Minutes(10);
 
   // `coordinator_host`: the host of the coordinator's address (as in the
-  // channel's target), where its data port is; empty = upload over the
-  // Upload stream only.
-  GrpcCheckpointSink(std::shared_ptr<grpc::Channel> channel, std::string job_id, int64_t generation, int rank,
-                     std::string coordinator_host = "", absl::Duration timeout = absl::Minutes(10));
-
-  // The host of a gRPC target "HOST:PORT" or "[V6]:PORT" (brackets kept);
-  // empty for other forms (unix:, dns:///...), which get no data port.
-  static std::string HostOf(const std::string& target);
+  // channel's target: ParseHostPort's host), where its data port is; empty =
+  // upload over the Upload stream only.
+  CoordinatorCheckpointStorage(std::shared_ptr<grpc::Channel> channel, std::string job_id, int64_t generation,
+                               int rank, std::string coordinator_host = "",
+                               absl::Duration timeout = absl::Minutes(10));
 
   absl::Status Store(int64_t step, const std::vector<CheckpointFileSource>& files) override;
   absl::StatusOr<std::vector<CheckpointFileData>> Load(const v1::CheckpointManifest& manifest) override;
@@ -69,4 +67,4 @@ class GrpcCheckpointSink : public CheckpointSink {
 
 }  // namespace chorus
 
-#endif  // CHORUS_WORKER_CHECKPOINT_GRPC_CHECKPOINT_SINK_H_
+#endif  // CHORUS_CHECKPOINT_COORDINATOR_STORAGE_H_

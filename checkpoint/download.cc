@@ -1,4 +1,4 @@
-#include "worker/checkpoint/download.h"
+#include "checkpoint/download.h"
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_util.h"

@@ -1,0 +1,180 @@
+#include "checkpoint/coordinator_storage.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "checkpoint/fake_checkpoint_service.h"
+#include "checkpoint/layout.h"
+#include "common/crc32c.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace chorus {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A file whose bytes come in pieces of `piece` bytes.
+CheckpointFileSource Source(std::string name, std::string bytes, size_t piece) {
+  return {std::move(name), [bytes = std::move(bytes), piece](const CheckpointByteSink& out) -> absl::Status {
+            for (size_t offset = 0; offset < bytes.size(); offset += piece) {
+              if (absl::Status s = out(absl::string_view(bytes).substr(offset, piece)); !s.ok()) return s;
+            }
+            return absl::OkStatus();
+          }};
+}
+
+std::string Pattern(size_t n, int seed) {
+  std::string s(n, '\0');
+  for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>(i * 131 + seed);
+  return s;
+}
+
+// 9 MB of model (three 4 MB chunks over the stream) and a small state file.
+struct TwoFiles {
+  std::string model = Pattern(9 << 20, 3);
+  std::string state = Pattern(1000, 5);
+  std::vector<CheckpointFileSource> sources() const {
+    return {Source(kModelFile, model, 300 << 10), Source(kTrainStateFile, state, 7)};
+  }
+};
+
+void ExpectStored(const FakeCheckpointService& coordinator, int64_t step, const TwoFiles& files) {
+  std::map<std::string, FakeCheckpointService::StoredFile> stored = coordinator.Files(step);
+  ASSERT_EQ(stored.size(), 2u);
+  EXPECT_TRUE(stored.at(kModelFile).bytes == files.model) << "model.pt differs";
+  EXPECT_EQ(stored.at(kTrainStateFile).bytes, files.state);
+  EXPECT_EQ(stored.at(kModelFile).record.crc32c(), Crc32c(files.model));
+}
+
+TEST(CoordinatorCheckpointStorageTest, UploadsOverTheStreamWhenTheCoordinatorHasNoDataPort) {
+  FakeCheckpointService coordinator;
+  coordinator.set_data_port(FakeCheckpointService::DataPort::kNone);
+  ASSERT_TRUE(coordinator.Start().ok());
+  CoordinatorCheckpointStorage storage(coordinator.channel(), "job-000001", 1, 0, "127.0.0.1");
+  TwoFiles files;
+  absl::Status s = storage.Store(30, files.sources());
+  ASSERT_TRUE(s.ok()) << s;
+  ExpectStored(coordinator, 30, files);
+  EXPECT_EQ(coordinator.stream_uploads(), 1);
+  // It remembers: the next checkpoint goes straight to the stream.
+  ASSERT_TRUE(storage.Store(60, files.sources()).ok());
+  ExpectStored(coordinator, 60, files);
+  EXPECT_EQ(coordinator.open_upload_calls(), 1);
+  EXPECT_EQ(coordinator.stream_uploads(), 2);
+}
+
+TEST(CoordinatorCheckpointStorageTest, AnEmptyCoordinatorHostMeansTheStreamOnly) {
+  FakeCheckpointService coordinator;
+  coordinator.set_data_port(FakeCheckpointService::DataPort::kServing);
+  ASSERT_TRUE(coordinator.Start().ok());
+  CoordinatorCheckpointStorage storage(coordinator.channel(), "job-000001", 1, 0, /*coordinator_host=*/"");
+  TwoFiles files;
+  ASSERT_TRUE(storage.Store(30, files.sources()).ok());
+  ExpectStored(coordinator, 30, files);
+  EXPECT_EQ(coordinator.open_upload_calls(), 0);
+  EXPECT_EQ(coordinator.stream_uploads(), 1);
+}
+
+TEST(CoordinatorCheckpointStorageTest, UploadsOverTheDataPortWhenOffered) {
+  FakeCheckpointService coordinator;
+  coordinator.set_data_port(FakeCheckpointService::DataPort::kServing);
+  ASSERT_TRUE(coordinator.Start().ok());
+  CoordinatorCheckpointStorage storage(coordinator.channel(), "job-000001", 1, 0, "127.0.0.1");
+  TwoFiles files;
+  absl::Status s = storage.Store(30, files.sources());
+  ASSERT_TRUE(s.ok()) << s;
+  ExpectStored(coordinator, 30, files);
+  EXPECT_EQ(coordinator.data_port_uploads(), 1);
+  EXPECT_EQ(coordinator.stream_uploads(), 0);
+}
+
+TEST(CoordinatorCheckpointStorageTest, ABusyDataPortSendsThisUploadOverTheStreamOnly) {
+  FakeCheckpointService coordinator;
+  coordinator.set_data_port(FakeCheckpointService::DataPort::kBusy);
+  ASSERT_TRUE(coordinator.Start().ok());
+  CoordinatorCheckpointStorage storage(coordinator.channel(), "job-000001", 1, 0, "127.0.0.1");
+  TwoFiles files;
+  ASSERT_TRUE(storage.Store(30, files.sources()).ok());
+  ExpectStored(coordinator, 30, files);
+  EXPECT_EQ(coordinator.stream_uploads(), 1);
+  ASSERT_TRUE(storage.Store(60, files.sources()).ok());
+  EXPECT_EQ(coordinator.open_upload_calls(), 2) << "the data port is tried again for the next checkpoint";
+  EXPECT_EQ(coordinator.stream_uploads(), 2);
+}
+
+TEST(CoordinatorCheckpointStorageTest, AnUnreachableDataPortIsLeftAloneForAWhile) {
+  FakeCheckpointService coordinator;
+  coordinator.set_data_port(FakeCheckpointService::DataPort::kUnreachable);
+  ASSERT_TRUE(coordinator.Start().ok());
+  CoordinatorCheckpointStorage storage(coordinator.channel(), "job-000001", 1, 0, "127.0.0.1");
+  TwoFiles files;
+  ASSERT_TRUE(storage.Store(30, files.sources()).ok());
+  ExpectStored(coordinator, 30, files);
+  ASSERT_TRUE(storage.Store(60, files.sources()).ok());
+  ExpectStored(coordinator, 60, files);
+  EXPECT_EQ(coordinator.open_upload_calls(), 1) << "no second try within kDataPortRetryAfter";
+  EXPECT_EQ(coordinator.stream_uploads(), 2);
+  EXPECT_EQ(coordinator.data_port_uploads(), 0);
+}
+
+TEST(CoordinatorCheckpointStorageTest, TheCoordinatorsRefusalNamesTheStep) {
+  for (FakeCheckpointService::DataPort mode :
+       {FakeCheckpointService::DataPort::kNone, FakeCheckpointService::DataPort::kServing}) {
+    FakeCheckpointService coordinator;
+    coordinator.set_data_port(mode);
+    coordinator.set_store_error(absl::FailedPreconditionError("job-000001 is not running"));
+    ASSERT_TRUE(coordinator.Start().ok());
+    CoordinatorCheckpointStorage storage(coordinator.channel(), "job-000001", 1, 0, "127.0.0.1");
+    TwoFiles files;
+    absl::Status s = storage.Store(30, files.sources());
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+    EXPECT_THAT(s.message(), HasSubstr("uploading checkpoint step 30: "));
+    EXPECT_THAT(s.message(), HasSubstr("job-000001 is not running"));
+    EXPECT_TRUE(coordinator.Files(30).empty());
+  }
+}
+
+TEST(CoordinatorCheckpointStorageTest, ASerializationErrorStopsTheUpload) {
+  for (FakeCheckpointService::DataPort mode :
+       {FakeCheckpointService::DataPort::kNone, FakeCheckpointService::DataPort::kServing}) {
+    FakeCheckpointService coordinator;
+    coordinator.set_data_port(mode);
+    ASSERT_TRUE(coordinator.Start().ok());
+    CoordinatorCheckpointStorage storage(coordinator.channel(), "job-000001", 1, 0, "127.0.0.1");
+    const CheckpointFileSource broken{kModelFile, [](const CheckpointByteSink& out) -> absl::Status {
+                                        (void)out("PK");
+                                        return absl::InternalError("serializing checkpoint file model.pt: bad tensor");
+                                      }};
+    absl::Status s = storage.Store(30, {broken});
+    EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
+    EXPECT_THAT(s.message(), HasSubstr("uploading checkpoint step 30: serializing checkpoint file model.pt"));
+    EXPECT_TRUE(coordinator.Files(30).empty());
+  }
+}
+
+TEST(CoordinatorCheckpointStorageTest, LoadDownloadsWhatTheManifestLists) {
+  FakeCheckpointService coordinator;
+  ASSERT_TRUE(coordinator.Start().ok());
+  CoordinatorCheckpointStorage storage(coordinator.channel(), "job-000001", 1, 0, "127.0.0.1");
+  TwoFiles files;
+  ASSERT_TRUE(storage.Store(30, files.sources()).ok());
+  std::optional<v1::CheckpointManifest> manifest = coordinator.Manifest(30);
+  ASSERT_TRUE(manifest.has_value());
+  manifest->set_job_id("job-000001");
+  absl::StatusOr<std::vector<CheckpointFileData>> loaded = storage.Load(*manifest);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_EQ(loaded->size(), 2u);
+  EXPECT_EQ((*loaded)[0].name, kModelFile);
+  EXPECT_TRUE((*loaded)[0].bytes == files.model);
+  EXPECT_EQ((*loaded)[1].name, kTrainStateFile);
+  EXPECT_EQ((*loaded)[1].bytes, files.state);
+
+  v1::CheckpointManifest missing = *manifest;
+  missing.mutable_files(1)->set_name(TrainStateFileName(3));
+  EXPECT_EQ(storage.Load(missing).status().code(), absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace chorus

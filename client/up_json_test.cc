@@ -1,0 +1,75 @@
+#include "client/up_json.h"
+
+#include <cmath>
+
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
+#include "gtest/gtest.h"
+
+namespace chorus::client {
+namespace {
+
+google::protobuf::Struct Parse(const std::string& line) {
+  google::protobuf::Struct parsed;
+  const auto status = google::protobuf::util::JsonStringToMessage(line, &parsed);
+  EXPECT_TRUE(status.ok()) << line << ": " << status.ToString();
+  return parsed;
+}
+
+v1::Job FinishedJob() {
+  v1::Job job;
+  job.set_job_id("job-000001");
+  job.set_state(v1::Job::SUCCEEDED);
+  job.set_reason("all ranks finished");
+  v1::Metrics* m = job.mutable_latest_metrics();
+  m->set_step(200);
+  m->set_eval_accuracy(0.8123);
+  m->set_eval_loss(0.5);
+  m->set_loss(0.25);
+  m->set_samples_per_second(1234.5);
+  (*m->mutable_values())["wall_seconds"] = 12.25;
+  return job;
+}
+
+TEST(UpJsonLineTest, KeepsItsLayout) {
+  EXPECT_EQ(UpJsonLine(FinishedJob()),
+            "{\"job_id\": \"job-000001\", \"state\": \"SUCCEEDED\", \"reason\": \"all ranks finished\", "
+            "\"final_metrics\": {\"test_accuracy\": 0.812300, \"test_loss\": 0.500000, \"train_loss\": 0.250000, "
+            "\"steps\": 200, \"samples_per_second\": 1234.50, \"wall_seconds\": 12.250}}");
+}
+
+TEST(UpJsonLineTest, AReasonWithQuotesBackslashNewlineApostropheAndUtf8IsValidJson) {
+  v1::Job job = FinishedJob();
+  job.set_state(v1::Job::FAILED);
+  const std::string reason = "rank 1 exited 1: can't load \"C:\\model.pt\"\nRuntimeError: caf\xc3\xa9 \xe2\x9c\x97";
+  job.set_reason(reason);
+  job.mutable_latest_metrics()->set_eval_loss(std::nan(""));
+  const google::protobuf::Struct parsed = Parse(UpJsonLine(job));
+  EXPECT_EQ(parsed.fields().at("job_id").string_value(), "job-000001");
+  EXPECT_EQ(parsed.fields().at("state").string_value(), "FAILED");
+  EXPECT_EQ(parsed.fields().at("reason").string_value(), reason);
+  const auto& metrics = parsed.fields().at("final_metrics").struct_value().fields();
+  EXPECT_EQ(metrics.at("test_loss").kind_case(), google::protobuf::Value::kNullValue);
+  EXPECT_DOUBLE_EQ(metrics.at("test_accuracy").number_value(), 0.8123);
+  EXPECT_DOUBLE_EQ(metrics.at("steps").number_value(), 200);
+  EXPECT_DOUBLE_EQ(metrics.at("wall_seconds").number_value(), 12.25);
+}
+
+TEST(UpJsonLineTest, IllFormedUtf8InTheReasonStillParses) {
+  v1::Job job = FinishedJob();
+  job.set_reason("stderr: \xff\xfe binary");
+  EXPECT_EQ(Parse(UpJsonLine(job)).fields().at("reason").string_value(), "stderr: \xef\xbf\xbd\xef\xbf\xbd binary");
+}
+
+TEST(UpJsonLineTest, MissingMetricsAreZero) {
+  v1::Job job;
+  job.set_job_id("job-000002");
+  job.set_state(v1::Job::CANCELLED);
+  const google::protobuf::Struct parsed = Parse(UpJsonLine(job));
+  const auto& metrics = parsed.fields().at("final_metrics").struct_value().fields();
+  EXPECT_DOUBLE_EQ(metrics.at("wall_seconds").number_value(), 0);
+  EXPECT_DOUBLE_EQ(metrics.at("steps").number_value(), 0);
+}
+
+}  // namespace
+}  // namespace chorus::client

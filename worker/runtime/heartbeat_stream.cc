@@ -1,0 +1,64 @@
+#include "worker/runtime/heartbeat_stream.h"
+
+#include <memory>
+
+#include "glog/logging.h"
+#include "grpcpp/client_context.h"
+
+namespace chorus {
+
+HeartbeatStream::HeartbeatStream(v1::RankService::StubInterface& stub, std::function<v1::RankHeartbeat()> compose,
+                                 Options options)
+    : stub_(stub),
+      compose_(std::move(compose)),
+      options_(options),
+      clock_(options.clock != nullptr ? *options.clock : real_clock_),
+      thread_([this] { Run(); }) {}
+
+HeartbeatStream::~HeartbeatStream() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  thread_.join();
+}
+
+int64_t HeartbeatStream::sent() const {
+  absl::MutexLock lock(&mu_);
+  return sent_;
+}
+
+int64_t HeartbeatStream::streams_opened() const {
+  absl::MutexLock lock(&mu_);
+  return streams_opened_;
+}
+
+void HeartbeatStream::Run() {
+  absl::MutexLock lock(&mu_);
+  while (!stop_) {
+    ++streams_opened_;
+    grpc::ClientContext context;
+    mu_.Unlock();
+    std::unique_ptr<grpc::ClientReaderWriterInterface<v1::RankHeartbeat, v1::Directive>> stream =
+        stub_.Heartbeat(&context);
+    mu_.Lock();
+    while (!stop_) {
+      mu_.Unlock();
+      const bool written = stream->Write(compose_());
+      mu_.Lock();
+      if (!written) break;
+      ++sent_;
+      clock_.AwaitWithDeadline(mu_, absl::Condition(&stop_), clock_.Now() + options_.interval);
+    }
+    mu_.Unlock();
+    stream->WritesDone();
+    const grpc::Status status = stream->Finish();
+    mu_.Lock();
+    if (!stop_) {
+      LOG(WARNING) << "heartbeat stream to the coordinator ended (" << status.error_message() << "); reconnecting";
+      clock_.AwaitWithDeadline(mu_, absl::Condition(&stop_), clock_.Now() + options_.reconnect_delay);
+    }
+  }
+}
+
+}  // namespace chorus

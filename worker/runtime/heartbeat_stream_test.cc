@@ -1,0 +1,165 @@
+#include "worker/runtime/heartbeat_stream.h"
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+
+namespace chorus {
+namespace {
+
+// The coordinator's side of the stream: records every heartbeat and every
+// stream that ended.
+class RecordingRankService : public v1::RankService::Service {
+ public:
+  grpc::Status Heartbeat(grpc::ServerContext*,
+                         grpc::ServerReaderWriter<v1::Directive, v1::RankHeartbeat>* stream) override {
+    v1::RankHeartbeat hb;
+    while (stream->Read(&hb)) {
+      absl::MutexLock lock(&mu_);
+      received_.push_back(hb);
+    }
+    absl::MutexLock lock(&mu_);
+    ++streams_ended_;
+    return grpc::Status::OK;
+  }
+
+  // Waits up to 10 s until `n` heartbeats have arrived.
+  bool AwaitReceived(size_t n) {
+    absl::MutexLock lock(&mu_);
+    auto enough = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return received_.size() >= n; };
+    return mu_.AwaitWithTimeout(absl::Condition(&enough), absl::Seconds(10));
+  }
+  bool AwaitStreamsEnded(int n) {
+    absl::MutexLock lock(&mu_);
+    auto enough = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return streams_ended_ >= n; };
+    return mu_.AwaitWithTimeout(absl::Condition(&enough), absl::Seconds(10));
+  }
+  std::vector<v1::RankHeartbeat> received() {
+    absl::MutexLock lock(&mu_);
+    return received_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<v1::RankHeartbeat> received_ ABSL_GUARDED_BY(mu_);
+  int streams_ended_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// `service` on 127.0.0.1:`port` (0 = a free port, written back).
+std::unique_ptr<grpc::Server> Serve(RecordingRankService& service, int* port) {
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:" + std::to_string(*port), grpc::InsecureServerCredentials(), port);
+  builder.RegisterService(&service);
+  return builder.BuildAndStart();
+}
+
+// A channel that retries connecting quickly (gRPC's default first backoff
+// is a second).
+std::shared_ptr<grpc::Channel> FastReconnectingChannel(int port) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 50);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 200);
+  return grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials(), args);
+}
+
+HeartbeatStream::Options Fast() {
+  HeartbeatStream::Options options;
+  options.interval = absl::Milliseconds(10);
+  options.reconnect_delay = absl::Milliseconds(20);
+  return options;
+}
+
+TEST(HeartbeatStreamTest, SendsWhatComposeReturnsEveryInterval) {
+  RecordingRankService service;
+  int port = 0;
+  std::unique_ptr<grpc::Server> server = Serve(service, &port);
+  ASSERT_NE(server, nullptr);
+  auto stub = v1::RankService::NewStub(FastReconnectingChannel(port));
+  std::atomic<int64_t> step{0};
+  {
+    HeartbeatStream heartbeats(
+        *stub,
+        [&step] {
+          v1::RankHeartbeat hb;
+          hb.set_job_id("job-000001");
+          hb.set_rank(1);
+          hb.set_step(step.fetch_add(1));
+          return hb;
+        },
+        Fast());
+    ASSERT_TRUE(service.AwaitReceived(5));
+    EXPECT_GE(heartbeats.sent(), 5);
+    EXPECT_EQ(heartbeats.streams_opened(), 1);
+  }
+  ASSERT_TRUE(service.AwaitStreamsEnded(1)) << "the stream is closed when the object goes";
+  const std::vector<v1::RankHeartbeat> got = service.received();
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].job_id(), "job-000001");
+    EXPECT_EQ(got[i].rank(), 1);
+    EXPECT_EQ(got[i].step(), static_cast<int64_t>(i)) << "in order, none lost";
+  }
+  server->Shutdown();
+}
+
+TEST(HeartbeatStreamTest, ReconnectsAfterTheCoordinatorGoesAwayAndComesBack) {
+  RecordingRankService first;
+  int port = 0;
+  std::unique_ptr<grpc::Server> server = Serve(first, &port);
+  ASSERT_NE(server, nullptr);
+  auto stub = v1::RankService::NewStub(FastReconnectingChannel(port));
+  std::atomic<int64_t> composed{0};
+  HeartbeatStream heartbeats(
+      *stub,
+      [&composed] {
+        v1::RankHeartbeat hb;
+        hb.set_step(composed.fetch_add(1));
+        return hb;
+      },
+      Fast());
+  ASSERT_TRUE(first.AwaitReceived(3));
+  // The coordinator goes away (its open streams are cancelled) ...
+  server->Shutdown(std::chrono::system_clock::now());
+  server->Wait();
+  server.reset();
+  absl::SleepFor(absl::Milliseconds(100));  // some heartbeats fail meanwhile
+  // ... and comes back on the same address.
+  RecordingRankService second;
+  int same_port = port;
+  server = Serve(second, &same_port);
+  ASSERT_NE(server, nullptr);
+  ASSERT_EQ(same_port, port);
+  ASSERT_TRUE(second.AwaitReceived(3)) << "no heartbeat reached the restarted coordinator";
+  EXPECT_GE(heartbeats.streams_opened(), 2);
+  const std::vector<v1::RankHeartbeat> after = second.received();
+  EXPECT_GT(after.front().step(), first.received().back().step()) << "fresh heartbeats, not a replay";
+  server->Shutdown(std::chrono::system_clock::now());
+}
+
+TEST(HeartbeatStreamTest, StopsPromptlyBetweenHeartbeats) {
+  RecordingRankService service;
+  int port = 0;
+  std::unique_ptr<grpc::Server> server = Serve(service, &port);
+  ASSERT_NE(server, nullptr);
+  auto stub = v1::RankService::NewStub(FastReconnectingChannel(port));
+  HeartbeatStream::Options slow;
+  slow.interval = absl::Hours(1);
+  auto heartbeats = std::make_unique<HeartbeatStream>(
+      *stub, [] { return v1::RankHeartbeat(); }, slow);
+  ASSERT_TRUE(service.AwaitReceived(1));
+  const absl::Time start = absl::Now();
+  heartbeats.reset();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << "the destructor waited for the next heartbeat";
+  EXPECT_TRUE(service.AwaitStreamsEnded(1));
+  EXPECT_EQ(service.received().size(), 1u);
+  server->Shutdown();
+}
+
+}  // namespace
+}  // namespace chorus
