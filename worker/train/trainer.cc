@@ -14,6 +14,7 @@
 #include "common/status_macros.h"
 #include "worker/ddp/distributed_data_parallel.h"
 #include "worker/decentralized/decentralized_data_parallel.h"
+#include "worker/replica/gradient_clipping.h"
 #include "worker/train/accum_adam.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/data.h"
@@ -479,7 +480,7 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
       ++interval_count;
       if (ddp) {
         if (spec.grad_clip_norm() > 0) {
-          torch::nn::utils::clip_grad_norm_(model->Parameters(), spec.grad_clip_norm());
+          ClipGradientNorm(model->Parameters(), spec.grad_clip_norm());
         }
         p.Enter(v1::OPTIMIZER);
         const double lr = LearningRate(spec, step, total_steps);
