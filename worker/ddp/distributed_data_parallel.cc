@@ -5,7 +5,6 @@
 #include <utility>
 
 #include <ATen/ATen.h>
-#include <c10/util/strides.h>
 #include <torch/csrc/autograd/grad_mode.h>
 #include <torch/csrc/jit/api/module.h>
 #include <torch/nn/module.h>
@@ -14,7 +13,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
-#include "worker/ddp/bucket_assignment.h"
+#include "worker/replica/bucket_layout.h"
+#include "worker/replica/gradient_ready_hooks.h"
+#include "worker/replica/replica_sync.h"
 
 namespace chorus {
 namespace {
@@ -64,42 +65,33 @@ class DistributedDataParallel::Impl {
   // current gradients.
   void BuildBuckets(const std::vector<size_t>& order) {
     torch::NoGradGuard no_grad;
-    std::vector<BucketInput> inputs(params_.size());
-    for (size_t i = 0; i < params_.size(); ++i) {
-      inputs[i] = {static_cast<int64_t>(params_[i].tensor.nbytes()),
-                   static_cast<int>(params_[i].tensor.scalar_type())};
-    }
-    const auto mb = [](double v) { return std::max<int64_t>(1, static_cast<int64_t>(v * 1024 * 1024)); };
+    std::vector<at::Tensor> tensors;
+    for (const NamedTensor& p : params_) tensors.push_back(p.tensor);
     std::vector<std::vector<size_t>> assignment =
-        AssignBuckets(inputs, order, mb(options_.first_bucket_mb), mb(options_.bucket_cap_mb));
+        AssignTensorBuckets(tensors, order, BucketCapBytes(options_.first_bucket_mb),
+                            BucketCapBytes(options_.bucket_cap_mb));
     buckets_.clear();
     buckets_.resize(assignment.size());
     locator_.assign(params_.size(), {0, 0});
     for (size_t b = 0; b < assignment.size(); ++b) {
       Bucket& bucket = buckets_[b];
       bucket.members = std::move(assignment[b]);
-      int64_t total = 0;
-      for (size_t i : bucket.members) total += params_[i].tensor.numel();
-      const at::TensorOptions opts = params_[bucket.members[0]].tensor.options().requires_grad(false);
+      std::vector<at::Tensor> members;
+      for (size_t i : bucket.members) members.push_back(params_[i].tensor);
+      const int64_t total = TotalElements(members);
+      const at::TensorOptions opts = members[0].options().requires_grad(false);
       // In shared memory where the communicator has it, so that a same-host
       // all-reduce works on the bucket in place (Note [Shared-memory all-reduce]).
       bucket.flat = comm_.NewBuffer(total, opts).zero_();
-      int64_t offset = 0;
+      // Note [Flat views].
+      bucket.views = FlatViews(bucket.flat, members);
       for (size_t j = 0; j < bucket.members.size(); ++j) {
-        const at::Tensor& p = params_[bucket.members[j]].tensor;
-        // Shares the bucket's storage without being an autograd view, so that
-        // optimizers may detach_() a gradient that is one (LibTorch's
-        // Optimizer::zero_grad does).
-        at::Tensor view = at::empty({0}, opts);
-        view.set_(bucket.flat.storage(), offset, p.sizes(), c10::contiguous_strides(p.sizes()));
-        offset += p.numel();
         locator_[bucket.members[j]] = {b, j};
         if (options_.gradient_as_bucket_view) {
-          at::Tensor& grad = p.mutable_grad();
-          if (grad.defined()) view.copy_(grad);
-          grad = view;
+          at::Tensor& grad = members[j].mutable_grad();
+          if (grad.defined()) bucket.views[j].copy_(grad);
+          grad = bucket.views[j];
         }
-        bucket.views.push_back(view);
       }
       switch (options_.compression) {
         case DdpOptions::Compression::kFp16: bucket.wire = comm_.NewBuffer(total, opts.dtype(at::kHalf)); break;

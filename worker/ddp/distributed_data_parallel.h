@@ -34,7 +34,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "worker/comm/communicator.h"
-#include "worker/ddp/replica_sync.h"
+#include "worker/replica/named_tensor.h"
 
 namespace torch {
 namespace nn {
@@ -148,15 +148,9 @@ class DistributedDataParallel {
 // divided by the full world size too, exactly as one process on the
 // concatenated batch would see it.
 //
-// Note [Gradient hooks]
-// LibTorch 1.13 has no register_post_accumulate_grad_hook. A tensor hook
-// (register_hook) sees the incoming gradient before it is added to .grad, so
-// it cannot observe the accumulated value. Like PyTorch's Reducer we add a
-// post hook to each parameter's gradient accumulator node, which runs after
-// .grad has been written; the accumulator is kept alive by the instance so the
-// hook survives graph rebuilds, and the hook is removed in the destructor. A
-// parameter used several times in one backward is summed by the engine before
-// its accumulator runs, so the hook fires once per backward.
+// Note [Gradient hooks] (worker/replica/gradient_ready_hooks.h) says how
+// "gradient ready" is observed; Note [Flat views]
+// (worker/replica/bucket_layout.h) how gradients live in their bucket.
 
 }  // namespace chorus
 

@@ -1,18 +1,19 @@
 #include "worker/decentralized/decentralized_data_parallel.h"
 
 #include <algorithm>
-#include <cmath>
 #include <map>
 #include <utility>
 
 #include <ATen/ATen.h>
-#include <c10/util/strides.h>
 #include <torch/optim/optimizer.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
-#include "worker/ddp/bucket_assignment.h"
+#include "worker/replica/bucket_layout.h"
+#include "worker/replica/gradient_clipping.h"
+#include "worker/replica/gradient_ready_hooks.h"
+#include "worker/replica/replica_sync.h"
 
 namespace chorus {
 namespace {
@@ -20,20 +21,6 @@ namespace {
 // The key LibTorch optimizers file a parameter's state under.
 std::string StateKey(const at::Tensor& param) {
   return c10::guts::to_string(param.unsafeGetTensorImpl());
-}
-
-// Scales the gradients of `params` so that their joint 2-norm is at most
-// `max_norm` (PyTorch's clip_grad_norm_ rule, including its 1e-6).
-void ClipGradients(const std::vector<at::Tensor>& params, double max_norm) {
-  double squares = 0;
-  for (const at::Tensor& p : params) {
-    if (p.grad().defined()) squares += p.grad().to(at::kDouble).pow(2).sum().item<double>();
-  }
-  const double coefficient = max_norm / (std::sqrt(squares) + 1e-6);
-  if (coefficient >= 1) return;
-  for (const at::Tensor& p : params) {
-    if (p.grad().defined()) p.grad().mul_(coefficient);
-  }
 }
 
 }  // namespace
@@ -83,13 +70,10 @@ class DecentralizedDataParallel::Impl {
     // moves with its parameters.
     bool pair = false;
     const std::vector<at::Tensor> received = ReceivedByParam(&pair);
-    std::vector<BucketInput> inputs(trained_.size());
-    for (size_t k = 0; k < trained_.size(); ++k) {
-      const at::Tensor& p = Param(k);
-      inputs[k] = {static_cast<int64_t>(p.nbytes()), static_cast<int>(p.scalar_type())};
-    }
-    const int64_t cap = std::max<int64_t>(1, static_cast<int64_t>(options_.bucket_cap_mb * 1024 * 1024));
-    std::vector<std::vector<size_t>> assignment = AssignBuckets(inputs, order, cap, cap);
+    std::vector<at::Tensor> tensors;
+    for (size_t k = 0; k < trained_.size(); ++k) tensors.push_back(Param(k));
+    const int64_t cap = BucketCapBytes(options_.bucket_cap_mb);
+    std::vector<std::vector<size_t>> assignment = AssignTensorBuckets(tensors, order, cap, cap);
     std::vector<Bucket> old = std::move(buckets_);
     buckets_.clear();
     buckets_.resize(assignment.size());
@@ -97,24 +81,18 @@ class DecentralizedDataParallel::Impl {
     for (size_t b = 0; b < assignment.size(); ++b) {
       Bucket& bucket = buckets_[b];
       bucket.members = std::move(assignment[b]);
-      int64_t total = 0;
-      for (size_t k : bucket.members) total += Param(k).numel();
-      const at::TensorOptions opts = Param(bucket.members[0]).options().requires_grad(false);
+      std::vector<at::Tensor> members;
+      for (size_t k : bucket.members) members.push_back(Param(k));
+      const int64_t total = TotalElements(members);
+      const at::TensorOptions opts = members[0].options().requires_grad(false);
       bucket.block = at::empty({total}, opts);
       bucket.recv = at::empty({total}, opts);
-      int64_t offset = 0;
-      std::vector<at::Tensor> members;
-      for (size_t k : bucket.members) {
-        at::Tensor& p = Param(k);
-        bucket.block.narrow(0, offset, p.numel()).copy_(p.reshape({-1}));
-        // A plain tensor sharing the block's storage (not an autograd view),
-        // so that the parameter stays a leaf.
-        at::Tensor view = at::empty({0}, opts);
-        view.set_(bucket.block.storage(), offset, p.sizes(), c10::contiguous_strides(p.sizes()));
-        p.set_data(view);
-        offset += p.numel();
-        bucket_of_[k] = b;
-        members.push_back(p);
+      // The parameters move into the block and stay leaves (Note [Flat views]).
+      std::vector<at::Tensor> views = FlatViews(bucket.block, members);
+      for (size_t j = 0; j < members.size(); ++j) {
+        views[j].copy_(members[j]);
+        members[j].set_data(views[j]);
+        bucket_of_[bucket.members[j]] = b;
       }
       bucket.optimizer = make_optimizer_(members);
       bucket.pending = bucket.members.size();
@@ -243,7 +221,7 @@ class DecentralizedDataParallel::Impl {
     std::vector<at::Tensor> members;
     for (size_t k : bucket.members) members.push_back(Param(k));
     if (options_.clip_norm > 0 && options_.clip_mode == DecentralizedOptions::Clip::kPerBucket) {
-      ClipGradients(members, options_.clip_norm);
+      ClipGradientNorm(members, options_.clip_norm);
     }
     if (lr_schedule_) {
       const double lr = lr_schedule_(step_);
@@ -292,7 +270,7 @@ class DecentralizedDataParallel::Impl {
       at::NoGradGuard no_grad;
       std::vector<at::Tensor> all;
       for (size_t k = 0; k < trained_.size(); ++k) all.push_back(Param(k));
-      ClipGradients(all, options_.clip_norm);
+      ClipGradientNorm(all, options_.clip_norm);
     }
     if (status.ok()) {
       // Parameters that got no gradient count as ready: their optimizer
@@ -311,7 +289,7 @@ class DecentralizedDataParallel::Impl {
   }
 
   // Step 0's gradient-ready order of rank 0 becomes every rank's bucket
-  // layout (Note [Bucket order] in distributed_data_parallel.h).
+  // layout (Note [Bucket order] in worker/ddp/distributed_data_parallel.h).
   absl::Status AdoptRankZeroOrder() {
     std::vector<size_t> order = order_;
     for (size_t k = trained_.size(); k-- > 0;) {

@@ -4,7 +4,8 @@
 // step (common/topology.h); the exchange overlaps a whole iteration.
 //
 // Parameters are cut into buckets (bucket_cap_mb) whose parameters become
-// views into one contiguous block per bucket. Each bucket has its own
+// views into one contiguous block per bucket (Note [Flat views] in
+// worker/replica/bucket_layout.h). Each bucket has its own
 // optimizer (from the factory) and follows the same LR schedule. Once every
 // gradient of a bucket is ready (autograd hook), the bucket
 //   1. waits for the exchange it launched in the previous iteration and mixes:
@@ -50,7 +51,7 @@
 #include "absl/time/time.h"
 #include "common/topology.h"
 #include "worker/comm/communicator.h"
-#include "worker/ddp/replica_sync.h"
+#include "worker/replica/named_tensor.h"
 
 namespace torch::optim {
 class Optimizer;
@@ -164,7 +165,7 @@ class DecentralizedDataParallel {
   std::vector<std::string> bucket_parameters(size_t b) const;
   // The buckets' optimizers, in bucket order (for checkpoints). The bucket
   // layout changes once, at the end of the first step (Note [Bucket order] in
-  // distributed_data_parallel.h); optimizer state moves with its parameters.
+  // worker/ddp/distributed_data_parallel.h); optimizer state moves with its parameters.
   std::vector<torch::optim::Optimizer*> optimizers() const;
   // Bytes this rank has put on the wire in exchanges (payload), and seconds
   // the training thread waited for exchanges of the previous step.

@@ -17,7 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "chorus/v1/job.pb.h"
-#include "worker/ddp/distributed_data_parallel.h"
+#include "worker/replica/named_tensor.h"
 #include "worker/train/data.h"
 
 namespace chorus {

@@ -1,55 +1,39 @@
 // The training loop a rank process runs for a job: model and data from the
-// JobSpec, DDP over the job's communicator, optimizer and LR schedule,
-// evaluation on the test split with metrics all-reduced so every rank agrees.
+// JobSpec, a TrainingStrategy over the job's communicator (DDP, or
+// decentralized gossip averaging), optimizer and LR schedule, periodic and
+// requested checkpoints, evaluation on the test split with metrics
+// all-reduced so every rank agrees.
 //
 // Supported today: models mlp, cnn, transformer_lm and torchscript; data
 // fashion_mnist, synthetic (classification, regression, tokens) and
-// tensor_file; optimizers sgd, adam, adamw; schedules
+// tensor_file; optimizers sgd, adam, adamw, accum_adam(w); schedules
 // constant, cosine with warmup, step; losses cross_entropy and mse; gradient
-// accumulation; global-norm clipping; strategy ddp; fault injection EXIT,
-// CRASH, HANG and SLOW. Anything else returns
-// UNIMPLEMENTED naming the field (CheckRuntimeSupport refuses it at submit).
+// accumulation (DDP); global-norm clipping; strategies ddp and decentralized
+// (topologies complete, ring, one-peer exponential, alternating exponential
+// ring, custom; per-rank checkpoints); fault injection EXIT, CRASH, STOP,
+// HANG, SLOW, SKIP_COLLECTIVE and MISMATCH_COLLECTIVE; all on CPU. What is
+// not supported yet (resources.device CUDA) returns UNIMPLEMENTED naming the
+// field (CheckRuntimeSupport refuses it at submit).
+//
+// Thread-safety: Train runs on the calling thread; `progress` may be read
+// by any other thread while it runs.
 //
 // Example:
 //   ASSIGN_OR_RETURN(v1::Metrics final, Train(spec, *comm, [](const v1::Metrics& m) {...}));
 #ifndef CHORUS_WORKER_TRAIN_TRAINER_H_
 #define CHORUS_WORKER_TRAIN_TRAINER_H_
 
-#include <atomic>
 #include <functional>
 
 #include "absl/status/statusor.h"
 #include "chorus/v1/coordinator.pb.h"
 #include "worker/comm/communicator.h"
 #include "worker/train/checkpoint.h"
+#include "worker/train/training_progress.h"
 
 namespace chorus {
 
 using MetricsCallback = std::function<void(const v1::Metrics&)>;
-
-// What the training loop is doing, for heartbeats; updated by the training
-// thread, read by any other.
-struct TrainingProgress {
-  std::atomic<int64_t> step{0};
-  std::atomic<int64_t> epoch{0};
-  std::atomic<int> phase{v1::SETUP};
-  std::atomic<int64_t> phase_since_us{0};
-  std::atomic<double> step_seconds{0};
-  // Step time minus the wait for gradient synchronization.
-  std::atomic<double> compute_seconds{0};
-  // Counted from outside (`chorus checkpoint`: the agent signals the rank):
-  // checkpoint requests so far. The trainer checkpoints once per new
-  // count: DDP at the end of the current step (rank 0 stores);
-  // decentralized at the next step that is a multiple of
-  // kCheckpointRequestCheckSteps, where the ranks agree on it.
-  std::atomic<int64_t> checkpoint_request{0};
-
-  void Enter(v1::Phase p);
-};
-
-// How often decentralized ranks check (with one small all-reduce) whether
-// any of them was asked to checkpoint.
-inline constexpr int64_t kCheckpointRequestCheckSteps = 10;
 
 struct TrainOptions {
   // Where rank 0 stores checkpoints (every checkpoint.every_steps and at the

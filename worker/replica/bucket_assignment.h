@@ -1,8 +1,9 @@
-// Bucket assignment for DDP: a pure function from parameter sizes to buckets.
+// Bucket assignment for the data-parallel engines: a pure function from
+// parameter sizes to buckets.
 //
-// See Note [Bucket order] in distributed_data_parallel.h.
-#ifndef CHORUS_WORKER_DDP_BUCKET_ASSIGNMENT_H_
-#define CHORUS_WORKER_DDP_BUCKET_ASSIGNMENT_H_
+// See Note [Bucket order] in worker/ddp/distributed_data_parallel.h.
+#ifndef CHORUS_WORKER_REPLICA_BUCKET_ASSIGNMENT_H_
+#define CHORUS_WORKER_REPLICA_BUCKET_ASSIGNMENT_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -28,4 +29,4 @@ std::vector<std::vector<size_t>> AssignBuckets(const std::vector<BucketInput>& p
 
 }  // namespace chorus
 
-#endif  // CHORUS_WORKER_DDP_BUCKET_ASSIGNMENT_H_
+#endif  // CHORUS_WORKER_REPLICA_BUCKET_ASSIGNMENT_H_

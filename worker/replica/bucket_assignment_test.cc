@@ -1,4 +1,4 @@
-#include "worker/ddp/bucket_assignment.h"
+#include "worker/replica/bucket_assignment.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

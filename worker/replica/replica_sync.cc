@@ -1,13 +1,10 @@
-#include "worker/ddp/replica_sync.h"
+#include "worker/replica/replica_sync.h"
 
 #include <map>
 #include <utility>
 
 #include <ATen/ATen.h>
-#include <torch/csrc/autograd/function.h>
-#include <torch/csrc/autograd/function_hook.h>
 #include <ATen/core/grad_mode.h>
-#include <torch/csrc/autograd/variable.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -32,20 +29,6 @@ std::string Describe(const NamedTensor& t) {
                       absl::StrJoin(t.tensor.sizes(), ","), "]",
                       t.tensor.requires_grad() ? "" : " (no grad)");
 }
-
-class ReadyHook : public torch::autograd::FunctionPostHook {
- public:
-  ReadyHook(const std::function<void(size_t)>* ready, size_t index) : ready_(ready), index_(index) {}
-  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
-                                            const torch::autograd::variable_list& /*inputs*/) override {
-    (*ready_)(index_);
-    return outputs;
-  }
-
- private:
-  const std::function<void(size_t)>* ready_;
-  size_t index_;
-};
 
 }  // namespace
 
@@ -96,19 +79,6 @@ absl::Status BroadcastCoalesced(const std::vector<at::Tensor>& tensors, int root
     }
   }
   return absl::OkStatus();
-}
-
-GradientReadyHooks::GradientReadyHooks(const std::vector<at::Tensor>& tensors,
-                                       std::function<void(size_t)> ready)
-    : ready_(std::move(ready)) {
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    accumulators_.push_back(torch::autograd::impl::grad_accumulator(tensors[i]));
-    keys_.push_back(accumulators_.back()->add_post_hook(std::make_unique<ReadyHook>(&ready_, i)));
-  }
-}
-
-GradientReadyHooks::~GradientReadyHooks() {
-  for (size_t i = 0; i < accumulators_.size(); ++i) accumulators_[i]->del_post_hook(keys_[i]);
 }
 
 }  // namespace chorus

@@ -1,0 +1,48 @@
+// What the training loop is doing, for heartbeats: its step, epoch and
+// phase, recent step times, and the checkpoint requests counted from
+// outside.
+//
+// Thread-safety: every field is atomic; the training thread writes, any
+// other thread (heartbeats, a signal handler counting requests) reads or
+// counts.
+//
+// Example:
+//   TrainingProgress progress;
+//   progress.Enter(v1::FORWARD);
+//   heartbeat.set_phase(static_cast<v1::Phase>(progress.phase.load()));
+#ifndef CHORUS_WORKER_TRAIN_TRAINING_PROGRESS_H_
+#define CHORUS_WORKER_TRAIN_TRAINING_PROGRESS_H_
+
+#include <atomic>
+#include <cstdint>
+
+#include "chorus/v1/coordinator.pb.h"
+
+namespace chorus {
+
+struct TrainingProgress {
+  std::atomic<int64_t> step{0};
+  std::atomic<int64_t> epoch{0};
+  std::atomic<int> phase{v1::SETUP};
+  std::atomic<int64_t> phase_since_us{0};
+  std::atomic<double> step_seconds{0};
+  // Step time minus the wait for gradient synchronization.
+  std::atomic<double> compute_seconds{0};
+  // Counted from outside (`chorus checkpoint`: the agent signals the rank):
+  // checkpoint requests so far. The trainer checkpoints once per new
+  // count: DDP at the end of the current step (rank 0 stores);
+  // decentralized at the next step that is a multiple of
+  // kCheckpointRequestCheckSteps, where the ranks agree on it.
+  std::atomic<int64_t> checkpoint_request{0};
+
+  // Sets `phase` and stamps when it began (wall clock).
+  void Enter(v1::Phase p);
+};
+
+// How often decentralized ranks check (with one small all-reduce) whether
+// any of them was asked to checkpoint.
+inline constexpr int64_t kCheckpointRequestCheckSteps = 10;
+
+}  // namespace chorus
+
+#endif  // CHORUS_WORKER_TRAIN_TRAINING_PROGRESS_H_
