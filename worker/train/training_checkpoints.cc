@@ -10,13 +10,13 @@
 
 namespace chorus {
 
-TrainingCheckpoints::TrainingCheckpoints(CheckpointSink* sink, const v1::CheckpointSpec& spec, Model& model,
+TrainingCheckpoints::TrainingCheckpoints(CheckpointStorage* storage, const v1::CheckpointSpec& spec, Model& model,
                                          TrainingStrategy& strategy, Communicator& comm,
                                          TrainingProgress& progress)
-    : sink_(sink), schedule_(spec), model_(model), strategy_(strategy), comm_(comm), progress_(progress),
+    : storage_(storage), schedule_(spec), model_(model), strategy_(strategy), comm_(comm), progress_(progress),
       parts_(strategy.checkpoint_parts()) {
-  if (sink_ != nullptr && (comm_.rank() == 0 || parts_.per_rank)) {
-    writer_ = std::make_unique<CheckpointWriter>(*sink_);
+  if (storage_ != nullptr && (comm_.rank() == 0 || parts_.per_rank)) {
+    writer_ = std::make_unique<CheckpointWriter>(*storage_);
   }
 }
 
@@ -36,7 +36,7 @@ absl::Status TrainingCheckpoints::AfterStep(const TrainingPosition& position, in
       }
     });
   }
-  if (sink_ == nullptr) return absl::OkStatus();
+  if (storage_ == nullptr) return absl::OkStatus();
   ASSIGN_OR_RETURN(const std::optional<int64_t> agreed,
                    strategy_.AgreedCheckpointRequests(position.step, progress_.checkpoint_request.load()));
   const bool requested = schedule_.NewRequest(agreed);
@@ -52,7 +52,7 @@ absl::Status TrainingCheckpoints::AtEnd(const TrainingPosition& position) {
 }
 
 absl::Status TrainingCheckpoints::Take(const TrainingPosition& position, bool final, bool force) {
-  if (sink_ == nullptr) return absl::OkStatus();
+  if (storage_ == nullptr) return absl::OkStatus();
   if (parts_.per_rank) return TakeOwnPart(position, final, force);
   // Only rank 0 stores; with every_rank_joins the others join the global
   // average it is taken of.

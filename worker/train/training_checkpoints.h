@@ -3,10 +3,10 @@
 // CheckpointParts), taking the snapshot (the only part that stalls
 // training) and handing it to the background writer.
 //
-// Without a sink every method does nothing, and no collective is issued.
+// Without storage every method does nothing, and no collective is issued.
 //
 // Thread-safety: the training thread calls every method; the writer runs
-// the sink on its own thread. The methods that may issue collectives
+// the storage on its own thread. The methods that may issue collectives
 // (AfterStep, AtEnd) must be called at the same points on every rank.
 //
 // Example:
@@ -35,9 +35,9 @@ namespace chorus {
 
 class TrainingCheckpoints {
  public:
-  // `sink` null: no checkpoints. Everything passed must outlive the
+  // `storage` null: no checkpoints. Everything passed must outlive the
   // instance.
-  TrainingCheckpoints(CheckpointSink* sink, const v1::CheckpointSpec& spec, Model& model,
+  TrainingCheckpoints(CheckpointStorage* storage, const v1::CheckpointSpec& spec, Model& model,
                       TrainingStrategy& strategy, Communicator& comm, TrainingProgress& progress);
   // Waits for the checkpoint being written (its error is lost: call AtEnd
   // to see it).
@@ -69,7 +69,7 @@ class TrainingCheckpoints {
   absl::Status Offer(Snapshot snapshot, absl::Time start, bool final);
   void TakeFirstSpare();
 
-  CheckpointSink* const sink_;
+  CheckpointStorage* const storage_;
   CheckpointSchedule schedule_;
   Model& model_;
   TrainingStrategy& strategy_;
