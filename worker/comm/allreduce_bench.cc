@@ -1,7 +1,8 @@
 // allreduce_bench: Chorus's Communicator::AllReduce + Wait against raw
 // gloo::allreduce on the same library, buffers and process pair.
 //
-//   bazel run -c opt //worker/comm:allreduce_bench [-- --iters_scale 1.0 --segment_kb 1024]
+//   bazel run -c opt //worker/comm:allreduce_bench \
+//       [-- --iters_scale 1.0 --segment_kb 1024 --shm_segment_kb 4096]
 //
 // Starts 2 rank processes of itself on 127.0.0.1 (1 intra-op thread each).
 // For 1, 100 and 25 MB of float32 it alternates raw, ours (shared memory, as
@@ -55,7 +56,8 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-int RunRank(int rank, const std::string& store_dir, double iters_scale, size_t segment_kb) {
+int RunRank(int rank, const std::string& store_dir, double iters_scale, size_t segment_kb,
+            size_t shm_segment_kb) {
   at::set_num_threads(1);
   auto store = FileStore::Open(store_dir);
   if (!store.ok()) {
@@ -78,6 +80,7 @@ int RunRank(int rank, const std::string& store_dir, double iters_scale, size_t s
   options.size = 2;
   options.op_timeout = absl::Seconds(120);
   if (segment_kb > 0) options.segment_bytes = segment_kb * 1024;
+  if (shm_segment_kb > 0) options.shm_segment_bytes = shm_segment_kb * 1024;
   auto comm = CreateGlooCommunicator(options, ours_store);
   if (!comm.ok()) {
     std::cerr << comm.status() << "\n";
@@ -206,14 +209,18 @@ int main(int argc, char** argv) {
   std::string store_dir;
   double iters_scale = 1.0;
   size_t segment_kb = 0;
+  size_t shm_segment_kb = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string flag = argv[i];
     if (flag == "--rank") rank = std::atoi(argv[i + 1]);
     else if (flag == "--store") store_dir = argv[i + 1];
     else if (flag == "--iters_scale") iters_scale = std::atof(argv[i + 1]);
     else if (flag == "--segment_kb") segment_kb = std::strtoul(argv[i + 1], nullptr, 10);
+    else if (flag == "--shm_segment_kb") shm_segment_kb = std::strtoul(argv[i + 1], nullptr, 10);
   }
-  if (rank >= 0) return chorus::RunRank(rank, store_dir, iters_scale, segment_kb);
+  if (rank >= 0) {
+    return chorus::RunRank(rank, store_dir, iters_scale, segment_kb, shm_segment_kb);
+  }
 
   std::cerr << "machine: " << chorus::ReadMachineFacts().ToString() << "\n";
   char tmpl[] = "/tmp/chorus-allreduce-bench-XXXXXX";
@@ -225,7 +232,8 @@ int main(int argc, char** argv) {
   for (int r = 0; r < 2; ++r) {
     std::vector<std::string> args = {"/proc/self/exe", "--rank", std::to_string(r), "--store",
                                      tmpl, "--iters_scale", std::to_string(iters_scale),
-                                     "--segment_kb", std::to_string(segment_kb)};
+                                     "--segment_kb", std::to_string(segment_kb),
+                                     "--shm_segment_kb", std::to_string(shm_segment_kb)};
     std::vector<char*> cargs;
     for (auto& a : args) cargs.push_back(a.data());
     cargs.push_back(nullptr);

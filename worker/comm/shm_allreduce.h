@@ -46,8 +46,9 @@ class ShmAllreduce {
     int size = 1;
     // All-reduces are cut into segments of this many bytes; one segment is
     // published, reduced and handed back before the next. Also the size of
-    // the staging area through which tensors outside the arena travel.
-    size_t segment_bytes = size_t{16} << 20;
+    // each of the two staging slots through which tensors outside the arena
+    // travel.
+    size_t segment_bytes = size_t{1} << 20;
   };
 
   // Sets up shared memory among options.size ranks through `store` (already
