@@ -295,6 +295,9 @@ absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel
         "ddp: bucket_cap_mb and first_bucket_mb must be > 0, got ", options.bucket_cap_mb,
         " and ", options.first_bucket_mb));
   }
+  // A parameter shared by two submodules is synchronized once.
+  parameters = WithoutRepeatedTensors(std::move(parameters));
+  buffers = WithoutRepeatedTensors(std::move(buffers));
   std::vector<NamedTensor> params;
   for (NamedTensor& p : parameters) {
     if (!p.tensor.defined()) {

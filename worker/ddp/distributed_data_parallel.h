@@ -73,7 +73,8 @@ struct DdpOptions {
 
 class DistributedDataParallel {
  public:
-  // Wraps `parameters` (those with requires_grad get hooks) and `buffers`.
+  // Wraps `parameters` (those with requires_grad get hooks) and `buffers`;
+  // a tensor listed twice (tied weights) counts once, under its first name.
   // Every rank must pass the same names, shapes and dtypes in the same order;
   // otherwise every rank gets INVALID_ARGUMENT naming the first difference.
   // `comm` must outlive the instance.

@@ -1,5 +1,6 @@
 #include "worker/ddp/distributed_data_parallel.h"
 
+#include <algorithm>
 #include <functional>
 #include <thread>
 #include <vector>
@@ -404,6 +405,32 @@ TEST(DistributedDataParallelTest, BucketsFollowRankZeroReadyOrderAfterFirstItera
     EXPECT_EQ((*ddp)->bucket_count(), 6u);
     auto first = (*ddp)->bucket_parameters(0)[0];
     EXPECT_TRUE(first == "4.bias" || first == "4.weight") << first;
+  });
+}
+
+TEST(DistributedDataParallelTest, ASharedParameterIsSynchronizedOnce) {
+  // One Linear registered twice: LibTorch lists its parameters twice.
+  RunGlooRanks(2, [&](int rank, Communicator& comm) {
+    torch::manual_seed(3);
+    torch::nn::Linear block(3, 3);
+    torch::nn::Sequential model(block, torch::nn::Tanh(), block);
+    DdpOptions options;
+    options.bucket_cap_mb = 1e-9;  // one parameter per bucket
+    options.first_bucket_mb = 1e-9;
+    auto ddp = DistributedDataParallel::ForModule(*model, comm, options);
+    ASSERT_TRUE(ddp.ok()) << ddp.status();
+    ASSERT_EQ((*ddp)->bucket_count(), 2u);
+    std::vector<std::string> names = {(*ddp)->bucket_parameters(0)[0], (*ddp)->bucket_parameters(1)[0]};
+    std::sort(names.begin(), names.end());
+    EXPECT_EQ(names, (std::vector<std::string>{"0.bias", "0.weight"}));
+    // The averaged gradient is the mean of the ranks' whole gradients.
+    torch::Tensor x = torch::full({1, 3}, 1.0f + rank);
+    model->forward(x).sum().backward();
+    const torch::Tensor own = block->weight.grad().clone();
+    ASSERT_TRUE((*ddp)->FinishGradientSync().ok());
+    torch::Tensor other = own.clone();
+    ASSERT_TRUE(comm.AllReduce(other, ReduceOp::kAvg, "test/mean")->Wait(absl::Now() + absl::Seconds(30)).ok());
+    EXPECT_TRUE(torch::allclose(block->weight.grad(), other, 1e-6, 1e-7));
   });
 }
 

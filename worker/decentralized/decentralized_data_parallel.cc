@@ -460,6 +460,9 @@ absl::StatusOr<std::unique_ptr<DecentralizedDataParallel>> DecentralizedDataPara
   }
   if (!make_optimizer) return absl::InvalidArgumentError("decentralized: an optimizer factory is required");
   ASSIGN_OR_RETURN(Topology topology, Topology::Create(options.topology, comm.size()));
+  // A parameter shared by two submodules lives in one bucket slot.
+  parameters = WithoutRepeatedTensors(std::move(parameters));
+  buffers = WithoutRepeatedTensors(std::move(buffers));
   for (const NamedTensor& p : parameters) {
     if (!p.tensor.defined()) {
       return absl::InvalidArgumentError(absl::StrCat("decentralized: parameter '", p.name, "' is undefined"));

@@ -89,7 +89,8 @@ class DecentralizedDataParallel {
  public:
   // `parameters` with requires_grad are trained and averaged; the others and
   // `buffers` are only broadcast (and buffers averaged by GlobalAverage if
-  // average_buffers). Every rank must pass the same names, shapes and dtypes;
+  // average_buffers); a tensor listed twice (tied weights) counts once.
+  // Every rank must pass the same names, shapes and dtypes;
   // otherwise every rank gets INVALID_ARGUMENT naming the first difference.
   // INVALID_ARGUMENT if the topology cannot serve comm.size() ranks.
   // `comm` must outlive the instance.

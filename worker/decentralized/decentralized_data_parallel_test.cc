@@ -471,5 +471,26 @@ TEST(DecentralizedTest, LrScheduleAndOptimizerStateFollowTheirParameters) {
   ExpectNear(results[0], results[1], 1e-6);
 }
 
+TEST(DecentralizedTest, ASharedParameterIsSteppedOnce) {
+  // `w` is listed under two names (tied weights): one bucket slot, one
+  // update with its whole gradient.
+  RunGlooRanks(1, [&](int rank, Communicator& comm) {
+    torch::Tensor w = torch::zeros({3}).requires_grad_(true);
+    torch::Tensor v = torch::zeros({2}).requires_grad_(true);
+    std::vector<NamedTensor> params = {{"embed.weight", w}, {"v", v}, {"out.weight", w}};
+    auto engine = DecentralizedDataParallel::Create(params, {}, comm, Sgd(1.0), nullptr,
+                                                    TinyBuckets({TopologyKind::kComplete}));
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    EXPECT_EQ((*engine)->bucket_count(), 2u);
+    EXPECT_EQ((*engine)->optimizers().size(), 2u);
+    // Two uses of w: gradient (1, 2, 3) + (4, 5, 6).
+    ((w * torch::tensor({1.0f, 2.0f, 3.0f})).sum() + (w * torch::tensor({4.0f, 5.0f, 6.0f})).sum() + v.sum())
+        .backward();
+    ASSERT_TRUE((*engine)->FinishStep().ok());
+    EXPECT_TRUE(torch::equal(w.detach(), torch::tensor({-5.0f, -7.0f, -9.0f}))) << w;
+    EXPECT_TRUE(torch::equal(v.detach(), torch::tensor({-1.0f, -1.0f}))) << v;
+  });
+}
+
 }  // namespace
 }  // namespace chorus

@@ -6,10 +6,12 @@
 //
 // Example:
 //   std::vector<NamedTensor> params = {{"fc.weight", weight}, {"fc.bias", bias}};
+//   params = WithoutRepeatedTensors(std::move(params));  // tied weights once
 #ifndef CHORUS_WORKER_REPLICA_NAMED_TENSOR_H_
 #define CHORUS_WORKER_REPLICA_NAMED_TENSOR_H_
 
 #include <string>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 
@@ -19,6 +21,15 @@ struct NamedTensor {
   std::string name;
   at::Tensor tensor;
 };
+
+// `tensors` with every tensor that is the same tensor (the same TensorImpl)
+// as an earlier one left out, in order: a parameter two submodules share
+// (tied input/output embeddings, `out.weight = hidden.weight`, or one
+// submodule registered under two names) stays once, under its first name,
+// as PyTorch's named_parameters() lists it. LibTorch's module parameter
+// lists repeat it, and a repeated parameter would be averaged, clipped and
+// stepped twice. Undefined tensors are kept.
+std::vector<NamedTensor> WithoutRepeatedTensors(std::vector<NamedTensor> tensors);
 
 }  // namespace chorus
 

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <functional>
+#include <utility>
 
 #include <torch/script.h>
 #include <torch/torch.h>
@@ -85,10 +86,11 @@ TORCH_MODULE(TransformerLm);
 
 std::string FirstLine(const std::string& s) { return s.substr(0, s.find('\n')); }
 
+// Each tensor once (tied weights): WithoutRepeatedTensors.
 std::vector<NamedTensor> Named(const torch::OrderedDict<std::string, torch::Tensor>& items) {
   std::vector<NamedTensor> out;
   for (const auto& item : items) out.push_back({item.key(), item.value()});
-  return out;
+  return WithoutRepeatedTensors(std::move(out));
 }
 
 // mlp, cnn and transformer_lm: a torch::nn module with a tensor -> tensor
@@ -141,12 +143,12 @@ class ScriptModel : public Model {
   std::vector<NamedTensor> NamedParameters() override {
     std::vector<NamedTensor> out;
     for (const auto& p : module_.named_parameters(/*recurse=*/true)) out.push_back({p.name, p.value});
-    return out;
+    return WithoutRepeatedTensors(std::move(out));
   }
   std::vector<NamedTensor> NamedBuffers() override {
     std::vector<NamedTensor> out;
     for (const auto& b : module_.named_buffers(/*recurse=*/true)) out.push_back({b.name, b.value});
-    return out;
+    return WithoutRepeatedTensors(std::move(out));
   }
   void SetTraining(bool training) override { module_.train(training); }
 

@@ -36,7 +36,9 @@ class Model {
   // Output for a batch: [B, classes] logits, [B, T, vocab] for token models,
   // or whatever a TorchScript module's forward returns (it must be a tensor).
   virtual absl::StatusOr<at::Tensor> Forward(const at::Tensor& input) = 0;
-  // Parameters and buffers with their dotted names, in registration order.
+  // Parameters and buffers with their dotted names, in registration order,
+  // each tensor once: one that submodules share (tied weights) under its
+  // first name, as PyTorch's named_parameters() lists it.
   virtual std::vector<NamedTensor> NamedParameters() = 0;
   virtual std::vector<NamedTensor> NamedBuffers() = 0;
   // Training mode (dropout on) or evaluation mode.

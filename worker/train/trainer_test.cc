@@ -1,6 +1,9 @@
 #include "worker/train/trainer.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -221,6 +224,53 @@ TEST(TrainerTest, TorchScriptModelOnATensorFile) {
   auto no_eval = TrainOnRanks(spec, 1);
   ASSERT_TRUE(no_eval[0].ok()) << no_eval[0].status();
   EXPECT_EQ(no_eval[0]->eval_loss(), 0);
+}
+
+TEST(TrainerTest, TiedWeightsAreSynchronizedAndSteppedOnce) {
+  // A TorchScript model whose `out.weight` is `hidden.weight` and whose
+  // `hidden` Linear is registered a second time as `again`: LibTorch lists
+  // the shared parameters two or three times, PyTorch once. Trained on 2
+  // ranks with DDP, clipping and SGD with momentum, the final checkpoint
+  // must equal PyTorch in one process on the concatenated batches.
+  constexpr int kSteps = 12;
+  constexpr int kBatch = 4;
+  const std::string out = std::string(std::getenv("TEST_TMPDIR")) + "/tied";
+  const std::string command = absl::StrCat("/usr/bin/python3 worker/train/testdata/tied_weights_reference.py ", out,
+                                           " ", kSteps, " ", 2 * kBatch, " 2>&1");
+  ASSERT_EQ(std::system(command.c_str()), 0)
+      << "the PyTorch reference run failed (needs Debian's python3-torch; run deploy/setup.sh)";
+  v1::JobSpec spec = Spec(absl::StrCat(R"pb(
+    model { torchscript { path: ")pb", out, R"pb(/model.pt" } }
+    data { tensor_file { path: ")pb", out, R"pb(/data.pt" } }
+    training { batch_size_per_rank: 4 epochs: 1 seed: 1 shuffle: false log_every_steps: 100 }
+    optimizer { kind: SGD lr: 0.05 momentum: 0.9 }
+    grad_clip_norm: 0.5
+  )pb"));
+  MemorySink sink;
+  TrainOptions options;
+  options.checkpoints = &sink;
+  auto results = TrainOnRanks(spec, 2, nullptr, options);
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(results[r].ok()) << results[r].status();
+  ASSERT_EQ(results[0]->step(), kSteps);
+  ASSERT_EQ(sink.Steps(), (std::vector<int64_t>{kSteps}));
+
+  std::ifstream in(out + "/final.pt", std::ios::binary);
+  ASSERT_TRUE(in) << "no final.pt from the reference run";
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::map<std::string, at::Tensor> want;
+  for (const auto& item : torch::jit::pickle_load(bytes).toGenericDict()) {
+    want[item.key().toStringRef()] = item.value().toTensor();
+  }
+  std::map<std::string, at::Tensor> got = sink.Model(kSteps);
+  std::vector<std::string> got_names, want_names;
+  for (const auto& [name, tensor] : got) got_names.push_back(name);
+  for (const auto& [name, tensor] : want) want_names.push_back(name);
+  EXPECT_EQ(got_names, want_names) << "each shared parameter once, under its first name";
+  for (const auto& [name, reference] : want) {
+    if (!got.count(name)) continue;
+    const double max_diff = (got.at(name) - reference).abs().max().item<double>();
+    EXPECT_TRUE(at::allclose(got.at(name), reference, 1e-5, 1e-6)) << name << " max difference " << max_diff;
+  }
 }
 
 TEST(TrainerTest, ModelAndDataThatDoNotFitAreClearErrors) {
