@@ -15,6 +15,8 @@
 // last; ratio = Chorus step time / PyTorch DDP step time. Overlap efficiency
 // is the share of communication hidden behind compute:
 //   1 - (ddp_step - compute_only) / allreduce_all_gradients_alone.
+// Compute only is timed twice: one process alone, and two processes at once
+// (the floor for two ranks sharing this machine's caches and memory).
 
 #include <spawn.h>
 #include <sys/wait.h>
@@ -242,6 +244,40 @@ int RunBench(const std::string& self, double steps_scale, bool view) {
     const double ours = run.step_ms;
     const double comm_ms = run.comm_ms;
     const double compute = ComputeOnly(c.hidden, c.warmup, steps);
+    // The floor for two ranks on this machine: two processes computing at
+    // once, without any communication (they share cores' caches and memory
+    // bandwidth, as the ranks do).
+    double concurrent = 0;
+    {
+      std::vector<pid_t> pids;
+      for (int r = 0; r < 2; ++r) {
+        std::vector<std::string> args = {self, "--compute_only",
+                                         absl::StrCat(dir, "/", c.name, ".compute", r),
+                                         "--hidden", absl::StrJoin(hidden, ","), "--warmup",
+                                         std::to_string(c.warmup), "--steps",
+                                         std::to_string(steps)};
+        std::vector<char*> argv;
+        for (auto& a : args) argv.push_back(a.data());
+        argv.push_back(nullptr);
+        pid_t pid;
+        if (posix_spawn(&pid, self.c_str(), nullptr, nullptr, argv.data(), environ) != 0) {
+          return 1;
+        }
+        pids.push_back(pid);
+      }
+      for (int r = 0; r < 2; ++r) {
+        int status = 0;
+        waitpid(pids[r], &status, 0);
+        double ms = 0;
+        std::ifstream in(absl::StrCat(dir, "/", c.name, ".compute", r));
+        in >> ms;
+        if (ms <= 0) {
+          std::cerr << "compute-only process " << r << " failed for " << c.name << "\n";
+          return 1;
+        }
+        concurrent = std::max(concurrent, ms);
+      }
+    }
     auto overlap = [&](double step) {
       return std::clamp(1.0 - (step - compute) / comm_ms, 0.0, 1.0);
     };
@@ -249,14 +285,16 @@ int RunBench(const std::string& self, double steps_scale, bool view) {
         "%s: Chorus DDP %.1f ms/step, PyTorch DDP %.1f ms/step, compute only %.1f ms/step, "
         "all-reduce of all gradients alone %.1f ms; overlap efficiency Chorus %.0f%%, "
         "PyTorch %.0f%%; Chorus forward+backward %.1f ms, waiting for buckets %.1f ms\n"
-        "%s: step / compute only %.3f; page faults per step on rank 0: %.1f (shared memory "
+        "%s: step / compute only %.3f; two processes computing at once (no communication) "
+        "%.1f ms/step, step / that %.3f; page faults per step on rank 0: %.1f (shared memory "
         "forced %.1f, TCP %.1f)\n"
         "%s: Chorus DDP with shared memory forced (CHORUS_GLOO_SHM=1) %.1f ms/step (ratio "
         "%.3f), all-reduce of all gradients alone %.1f ms\n"
         "%s: Chorus DDP over TCP (CHORUS_GLOO_SHM=0) %.1f ms/step (ratio %.3f), all-reduce of "
         "all gradients alone %.1f ms\n",
         c.name, ours, peer, compute, comm_ms, 100 * overlap(ours), 100 * overlap(peer),
-        run.fwd_bwd_ms, run.finish_ms, c.name, ours / compute, run.faults_per_step,
+        run.fwd_bwd_ms, run.finish_ms, c.name, ours / compute, concurrent, ours / concurrent,
+        run.faults_per_step,
         shm_run.faults_per_step, tcp_run.faults_per_step, c.name, shm_run.step_ms,
         shm_run.step_ms / peer, shm_run.comm_ms, c.name, tcp_run.step_ms,
         tcp_run.step_ms / peer, tcp_run.comm_ms);
@@ -264,8 +302,10 @@ int RunBench(const std::string& self, double steps_scale, bool view) {
                      "{\"bench\": \"ddp_%s\", \"metric\": \"median_step_time\", \"unit\": \"ms\", "
                      "\"ours\": %.3f, \"peer\": %.3f, \"peer_name\": \"PyTorch DDP 1.13 (gloo)\", "
                      "\"ratio\": %.4f, \"compute_only_ms\": %.3f, "
+                     "\"two_processes_compute_only_ms\": %.3f, "
                      "\"ours_page_faults_per_step\": %.1f}",
-                     c.name, ours, peer, ours / peer, compute, run.faults_per_step)
+                     c.name, ours, peer, ours / peer, compute, concurrent,
+                     run.faults_per_step)
               << std::endl;
   }
   std::string cleanup = "rm -rf " + dir;
@@ -282,6 +322,7 @@ int main(int argc, char** argv) {
   std::string store, hidden_text;
   double steps_scale = 1.0;
   bool view = false;
+  std::string compute_only_file;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string flag = argv[i];
     if (flag == "--rank") rank = std::atoi(argv[i + 1]);
@@ -291,15 +332,18 @@ int main(int argc, char** argv) {
     else if (flag == "--steps") steps = std::atoi(argv[i + 1]);
     else if (flag == "--steps_scale") steps_scale = std::atof(argv[i + 1]);
     else if (flag == "--view") view = std::string(argv[i + 1]) == "1";
+    else if (flag == "--compute_only") compute_only_file = argv[i + 1];
   }
-  if (rank >= 0) {
-    std::vector<int64_t> hidden;
-    for (absl::string_view part : absl::StrSplit(hidden_text, ',')) {
-      int64_t h = 0;
-      if (absl::SimpleAtoi(part, &h)) hidden.push_back(h);
-    }
-    return chorus::RunRank(rank, store, hidden, warmup, steps, view);
+  std::vector<int64_t> hidden;
+  for (absl::string_view part : absl::StrSplit(hidden_text, ',', absl::SkipEmpty())) {
+    int64_t h = 0;
+    if (absl::SimpleAtoi(part, &h)) hidden.push_back(h);
   }
+  if (!compute_only_file.empty()) {
+    std::ofstream(compute_only_file) << chorus::ComputeOnly(hidden, warmup, steps) << "\n";
+    return 0;
+  }
+  if (rank >= 0) return chorus::RunRank(rank, store, hidden, warmup, steps, view);
   char self[4096];
   ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
   if (n <= 0) return 1;
