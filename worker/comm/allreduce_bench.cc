@@ -8,7 +8,7 @@
 // For 1, 100 and 25 MB of float32 it alternates raw, ours (shared memory, as
 // both ranks share this host) and ours over TCP, each started after a barrier,
 // and prints one DESIGN.md §8 JSON line per size (25 MB last) with the median
-// time per all-reduce; ratio = ours (shared memory) / raw. The TCP figure goes
+// time per all-reduce after 8 warm-up rounds; ratio = ours (shared memory) / raw. The TCP figure goes
 // to stderr.
 
 #include <spawn.h>
@@ -118,7 +118,9 @@ int RunRank(int rank, const std::string& store_dir, double iters_scale, size_t s
     std::vector<double> raw_ms, our_ms, tcp_ms, raw_cpu, our_cpu;
     // Minor page faults of this process per op, summed over measured ops.
     int64_t raw_faults = 0, our_faults = 0, tcp_faults = 0;
-    for (int i = -2; i < iters; ++i) {  // 2 warm-up rounds
+    // 8 warm-up rounds on every side: ours measures both transports on its
+    // first 8 all-reduces of a size (TransportTuner) before it settles.
+    for (int i = -8; i < iters; ++i) {
       barrier();
       double c0 = ProcessCpuMs();
       int64_t f0 = MinorPageFaults();
