@@ -20,11 +20,10 @@ readonly PACKAGES=(
   libtorch-dev libopenblas0-openmp
   # CPU collectives.
   libgloo-dev
-  # Tests and micro-benchmarks.
-  libgtest-dev libgmock-dev libbenchmark-dev
-  # Logging, CLI, coordinator state, job specs, status page.
+  # Tests.
+  libgtest-dev libgmock-dev
+  # Logging, CLI, coordinator state, job specs.
   libgoogle-glog-dev libgflags-dev libcli11-dev libsqlite3-dev libyaml-cpp-dev
-  libcpp-httplib-dev
   # A real data set (IDX files under /usr/share/datasets/fashion-mnist).
   dataset-fashion-mnist
   # PyTorch for TorchScript fixtures and reference runs (/usr/bin/python3).
