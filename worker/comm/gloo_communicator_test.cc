@@ -198,6 +198,15 @@ TEST(GlooCommunicatorTest, MeasuredTransportIsTheSameOnEveryRankAndExact) {
   }
 }
 
+// Page faults allowed in a steady-state window: a few from allocator
+// bookkeeping; AddressSanitizer's shadow memory and quarantine add some.
+// Churn would be thousands (a 4 MiB buffer is 1024 pages).
+#if defined(__SANITIZE_ADDRESS__)
+constexpr int64_t kFaultSlack = 128;
+#else
+constexpr int64_t kFaultSlack = 16;
+#endif
+
 // Steady state: once buffers and connections exist, an all-reduce maps no
 // new memory, through shared memory (staged or in the arena) or TCP.
 TEST(GlooCommunicatorTest, SteadyStateAllReducesTakeNoPageFaults) {
@@ -229,7 +238,7 @@ TEST(GlooCommunicatorTest, SteadyStateAllReducesTakeNoPageFaults) {
     }, options);
     // This process holds both ranks: 2 x 2 x kOps all-reduces of 4 MiB
     // (1024 pages each). A few faults may come from allocator bookkeeping.
-    EXPECT_LE(faults.load(), 16) << (measure ? "measured transport" : "shared memory");
+    EXPECT_LE(faults.load(), kFaultSlack) << (measure ? "measured transport" : "shared memory");
   }
 }
 
@@ -254,7 +263,7 @@ TEST(GlooCommunicatorTest, ArenaBuffersAllocatedAgainTakeNoPageFaults) {
     if (rank == 0) faults = MinorPageFaults() - before;
   }, options);
   // Both ranks, 3 rounds of 1024 pages filled and 1024 read by the peer.
-  EXPECT_LE(faults.load(), 16);
+  EXPECT_LE(faults.load(), kFaultSlack);
 }
 
 class TransportTest : public ::testing::TestWithParam<Transport> {};
