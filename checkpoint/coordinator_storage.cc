@@ -14,8 +14,9 @@
 namespace chorus {
 
 CoordinatorCheckpointStorage::CoordinatorCheckpointStorage(std::shared_ptr<grpc::Channel> channel,
-                                                           std::string job_id, int64_t generation, int rank,
-                                                           std::string coordinator_host, absl::Duration timeout)
+                                                           std::string job_id, int64_t generation,
+                                                           int rank, std::string coordinator_host,
+                                                           absl::Duration timeout)
     : stub_(v1::CheckpointService::NewStub(channel)),
       job_id_(std::move(job_id)),
       generation_(generation),
@@ -23,7 +24,8 @@ CoordinatorCheckpointStorage::CoordinatorCheckpointStorage(std::shared_ptr<grpc:
       timeout_(timeout),
       coordinator_host_(std::move(coordinator_host)) {}
 
-absl::Status CoordinatorCheckpointStorage::Store(int64_t step, const std::vector<CheckpointFileSource>& files) {
+absl::Status CoordinatorCheckpointStorage::Store(int64_t step,
+                                                 const std::vector<CheckpointFileSource>& files) {
   bool use_data_port = !coordinator_host_.empty();
   {
     absl::MutexLock lock(&mu_);
@@ -37,8 +39,8 @@ absl::Status CoordinatorCheckpointStorage::Store(int64_t step, const std::vector
   return StoreOverStream(step, files);
 }
 
-absl::Status CoordinatorCheckpointStorage::StoreOverDataPort(int64_t step, const std::vector<CheckpointFileSource>& files,
-                                                   bool* fell_back) {
+absl::Status CoordinatorCheckpointStorage::StoreOverDataPort(
+    int64_t step, const std::vector<CheckpointFileSource>& files, bool* fell_back) {
   v1::OpenUploadRequest request;
   request.set_job_id(job_id_);
   request.set_step(step);
@@ -57,8 +59,8 @@ absl::Status CoordinatorCheckpointStorage::StoreOverDataPort(int64_t step, const
       return absl::OkStatus();
     }
     if (!s.ok()) {
-      return absl::Status(FromGrpcStatus(s).code(),
-                          absl::StrCat("uploading checkpoint step ", step, ": ", s.error_message()));
+      return absl::Status(FromGrpcStatus(s).code(), absl::StrCat("uploading checkpoint step ", step,
+                                                                 ": ", s.error_message()));
     }
   }
   const absl::Time start = absl::Now();
@@ -80,29 +82,33 @@ absl::Status CoordinatorCheckpointStorage::StoreOverDataPort(int64_t step, const
     return absl::OkStatus();
   }
   if (!upload.ok()) {
-    return absl::Status(upload.status().code(),
-                        absl::StrCat("uploading checkpoint step ", step, ": ", upload.status().message()));
+    return absl::Status(upload.status().code(), absl::StrCat("uploading checkpoint step ", step,
+                                                             ": ", upload.status().message()));
   }
   absl::Status status;
   for (const CheckpointFileSource& file : files) {
     status = (*upload)->BeginFile(file.name);
-    if (status.ok()) status = file.write([&](absl::string_view piece) { return (*upload)->Write(piece); });
+    if (status.ok())
+      status = file.write([&](absl::string_view piece) { return (*upload)->Write(piece); });
     if (status.ok()) status = (*upload)->EndFile();
     if (!status.ok()) break;
   }
   const absl::Time sent_all = absl::Now();
   if (status.ok()) status = (*upload)->Finish();
-  LOG(INFO) << "checkpoint step " << step << ": sent " << (*upload)->bytes_sent() << " bytes to the data port in "
-            << absl::ToDoubleSeconds(sent_all - start) << " s (" << absl::ToDoubleSeconds((*upload)->send_time())
+  LOG(INFO) << "checkpoint step " << step << ": sent " << (*upload)->bytes_sent()
+            << " bytes to the data port in " << absl::ToDoubleSeconds(sent_all - start) << " s ("
+            << absl::ToDoubleSeconds((*upload)->send_time())
             << " s of it sending), the coordinator's fsync and commit took "
             << absl::ToDoubleSeconds(absl::Now() - sent_all) << " s";
   if (!status.ok()) {
-    return absl::Status(status.code(), absl::StrCat("uploading checkpoint step ", step, ": ", status.message()));
+    return absl::Status(status.code(),
+                        absl::StrCat("uploading checkpoint step ", step, ": ", status.message()));
   }
   return absl::OkStatus();
 }
 
-absl::Status CoordinatorCheckpointStorage::StoreOverStream(int64_t step, const std::vector<CheckpointFileSource>& files) {
+absl::Status CoordinatorCheckpointStorage::StoreOverStream(
+    int64_t step, const std::vector<CheckpointFileSource>& files) {
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
   v1::UploadCheckpointResponse response;
@@ -169,7 +175,8 @@ absl::Status CoordinatorCheckpointStorage::StoreOverStream(int64_t step, const s
     if (!status.ok()) {
       context.TryCancel();
       (void)writer->Finish();
-      return absl::Status(status.code(), absl::StrCat("uploading checkpoint step ", step, ": ", status.message()));
+      return absl::Status(status.code(),
+                          absl::StrCat("uploading checkpoint step ", step, ": ", status.message()));
     }
     if (!send(/*last=*/true)) break;
   }
@@ -180,14 +187,18 @@ absl::Status CoordinatorCheckpointStorage::StoreOverStream(int64_t step, const s
             << absl::ToDoubleSeconds(sent_all - start) << " s (" << absl::ToDoubleSeconds(in_write)
             << " s of it in Write), the coordinator's fsync and commit took "
             << absl::ToDoubleSeconds(absl::Now() - sent_all) << " s";
-  if (!s.ok()) return absl::Status(s.code(), absl::StrCat("uploading checkpoint step ", step, ": ", s.message()));
+  if (!s.ok())
+    return absl::Status(s.code(),
+                        absl::StrCat("uploading checkpoint step ", step, ": ", s.message()));
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<CheckpointFileData>> CoordinatorCheckpointStorage::Load(const v1::CheckpointManifest& manifest) {
+absl::StatusOr<std::vector<CheckpointFileData>> CoordinatorCheckpointStorage::Load(
+    const v1::CheckpointManifest& manifest) {
   std::vector<CheckpointFileData> files;
   for (const v1::CheckpointFile& f : manifest.files()) {
-    absl::StatusOr<std::string> bytes = DownloadCheckpointFile(*stub_, manifest.job_id(), manifest.step(), f.name(), timeout_);
+    absl::StatusOr<std::string> bytes =
+        DownloadCheckpointFile(*stub_, manifest.job_id(), manifest.step(), f.name(), timeout_);
     if (!bytes.ok()) return bytes.status();
     files.push_back({f.name(), *std::move(bytes)});
   }

@@ -1,8 +1,8 @@
 // CoordinatorCheckpointStorage: checkpoint.storage COORDINATOR, a
-// CheckpointStorage over the coordinator's CheckpointService — Store uploads a checkpoint's files in chunks of up to
-// 4 MB as they are serialized, each chunk with its CRC-32C (and each file's
-// size and CRC-32C with its last chunk); Load downloads the files of a
-// committed checkpoint and checks them against the manifest.
+// CheckpointStorage over the coordinator's CheckpointService — Store uploads a checkpoint's files
+// in chunks of up to 4 MB as they are serialized, each chunk with its CRC-32C (and each file's size
+// and CRC-32C with its last chunk); Load downloads the files of a committed checkpoint and checks
+// them against the manifest.
 //
 // Uploads go over the coordinator's checkpoint data port when it has one
 // (OpenUpload, then a TCP connection to that port on `coordinator_host`:
@@ -40,12 +40,13 @@ class CoordinatorCheckpointStorage : public CheckpointStorage {
   // `coordinator_host`: the host of the coordinator's address (as in the
   // channel's target: ParseHostPort's host), where its data port is; empty =
   // upload over the Upload stream only.
-  CoordinatorCheckpointStorage(std::shared_ptr<grpc::Channel> channel, std::string job_id, int64_t generation,
-                               int rank, std::string coordinator_host = "",
+  CoordinatorCheckpointStorage(std::shared_ptr<grpc::Channel> channel, std::string job_id,
+                               int64_t generation, int rank, std::string coordinator_host = "",
                                absl::Duration timeout = absl::Minutes(10));
 
   absl::Status Store(int64_t step, const std::vector<CheckpointFileSource>& files) override;
-  absl::StatusOr<std::vector<CheckpointFileData>> Load(const v1::CheckpointManifest& manifest) override;
+  absl::StatusOr<std::vector<CheckpointFileData>> Load(
+      const v1::CheckpointManifest& manifest) override;
 
  private:
   std::unique_ptr<v1::CheckpointService::Stub> stub_;
@@ -61,7 +62,8 @@ class CoordinatorCheckpointStorage : public CheckpointStorage {
 
   // Over the data port. Sets *fell_back (and returns OK) when the coordinator
   // has no data port or it cannot be reached; nothing was uploaded then.
-  absl::Status StoreOverDataPort(int64_t step, const std::vector<CheckpointFileSource>& files, bool* fell_back);
+  absl::Status StoreOverDataPort(int64_t step, const std::vector<CheckpointFileSource>& files,
+                                 bool* fell_back);
   absl::Status StoreOverStream(int64_t step, const std::vector<CheckpointFileSource>& files);
 };
 

@@ -17,9 +17,11 @@ using ::testing::HasSubstr;
 
 // A file whose bytes come in pieces of `piece` bytes.
 CheckpointFileSource Source(std::string name, std::string bytes, size_t piece) {
-  return {std::move(name), [bytes = std::move(bytes), piece](const CheckpointByteSink& out) -> absl::Status {
+  return {std::move(name),
+          [bytes = std::move(bytes), piece](const CheckpointByteSink& out) -> absl::Status {
             for (size_t offset = 0; offset < bytes.size(); offset += piece) {
-              if (absl::Status s = out(absl::string_view(bytes).substr(offset, piece)); !s.ok()) return s;
+              if (absl::Status s = out(absl::string_view(bytes).substr(offset, piece)); !s.ok())
+                return s;
             }
             return absl::OkStatus();
           }};
@@ -69,7 +71,8 @@ TEST(CoordinatorCheckpointStorageTest, AnEmptyCoordinatorHostMeansTheStreamOnly)
   FakeCheckpointService coordinator;
   coordinator.set_data_port(FakeCheckpointService::DataPort::kServing);
   ASSERT_TRUE(coordinator.Start().ok());
-  CoordinatorCheckpointStorage storage(coordinator.channel(), "job-000001", 1, 0, /*coordinator_host=*/"");
+  CoordinatorCheckpointStorage storage(coordinator.channel(), "job-000001", 1, 0,
+                                       /*coordinator_host=*/"");
   TwoFiles files;
   ASSERT_TRUE(storage.Store(30, files.sources()).ok());
   ExpectStored(coordinator, 30, files);
@@ -100,7 +103,8 @@ TEST(CoordinatorCheckpointStorageTest, ABusyDataPortSendsThisUploadOverTheStream
   ExpectStored(coordinator, 30, files);
   EXPECT_EQ(coordinator.stream_uploads(), 1);
   ASSERT_TRUE(storage.Store(60, files.sources()).ok());
-  EXPECT_EQ(coordinator.open_upload_calls(), 2) << "the data port is tried again for the next checkpoint";
+  EXPECT_EQ(coordinator.open_upload_calls(), 2)
+      << "the data port is tried again for the next checkpoint";
   EXPECT_EQ(coordinator.stream_uploads(), 2);
 }
 
@@ -143,13 +147,15 @@ TEST(CoordinatorCheckpointStorageTest, ASerializationErrorStopsTheUpload) {
     coordinator.set_data_port(mode);
     ASSERT_TRUE(coordinator.Start().ok());
     CoordinatorCheckpointStorage storage(coordinator.channel(), "job-000001", 1, 0, "127.0.0.1");
-    const CheckpointFileSource broken{kModelFile, [](const CheckpointByteSink& out) -> absl::Status {
-                                        (void)out("PK");
-                                        return absl::InternalError("serializing checkpoint file model.pt: bad tensor");
-                                      }};
+    const CheckpointFileSource broken{
+        kModelFile, [](const CheckpointByteSink& out) -> absl::Status {
+          (void)out("PK");
+          return absl::InternalError("serializing checkpoint file model.pt: bad tensor");
+        }};
     absl::Status s = storage.Store(30, {broken});
     EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
-    EXPECT_THAT(s.message(), HasSubstr("uploading checkpoint step 30: serializing checkpoint file model.pt"));
+    EXPECT_THAT(s.message(),
+                HasSubstr("uploading checkpoint step 30: serializing checkpoint file model.pt"));
     EXPECT_TRUE(coordinator.Files(30).empty());
   }
 }

@@ -1,16 +1,18 @@
 #include "checkpoint/download.h"
 
 #include "absl/strings/str_cat.h"
-#include "common/grpc_util.h"
 #include "common/crc32c.h"
+#include "common/grpc_util.h"
 #include "common/sha256.h"
 #include "common/status_macros.h"
 #include "grpcpp/client_context.h"
 
 namespace chorus {
 
-absl::StatusOr<std::string> DownloadCheckpointFile(v1::CheckpointService::Stub& stub, const std::string& job_id,
-                                                   int64_t step, const std::string& file, absl::Duration timeout) {
+absl::StatusOr<std::string> DownloadCheckpointFile(v1::CheckpointService::Stub& stub,
+                                                   const std::string& job_id, int64_t step,
+                                                   const std::string& file,
+                                                   absl::Duration timeout) {
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   v1::DownloadCheckpointRequest request;
@@ -24,10 +26,12 @@ absl::StatusOr<std::string> DownloadCheckpointFile(v1::CheckpointService::Stub& 
   v1::CheckpointChunk chunk;
   bool complete = false;
   while (reader->Read(&chunk)) {
-    if (chunk.offset() != static_cast<int64_t>(bytes.size()) || Crc32c(chunk.data()) != chunk.chunk_crc32c()) {
+    if (chunk.offset() != static_cast<int64_t>(bytes.size()) ||
+        Crc32c(chunk.data()) != chunk.chunk_crc32c()) {
       context.TryCancel();
       (void)reader->Finish();
-      return absl::DataLossError(absl::StrCat("checkpoint ", job_id, " ", file, ": a chunk arrived damaged"));
+      return absl::DataLossError(
+          absl::StrCat("checkpoint ", job_id, " ", file, ": a chunk arrived damaged"));
     }
     whole.Update(chunk.data());
     crc = Crc32cExtend(crc, chunk.data());
@@ -41,13 +45,15 @@ absl::StatusOr<std::string> DownloadCheckpointFile(v1::CheckpointService::Stub& 
       if (!complete) {
         context.TryCancel();
         (void)reader->Finish();
-        return absl::DataLossError(absl::StrCat("checkpoint ", job_id, " ", file, " does not match its recorded size and ",
+        return absl::DataLossError(absl::StrCat("checkpoint ", job_id, " ", file,
+                                                " does not match its recorded size and ",
                                                 by_sha ? "SHA-256" : "CRC-32C"));
       }
     }
   }
   RETURN_IF_ERROR(FromGrpcStatus(reader->Finish()));
-  if (!complete) return absl::DataLossError(absl::StrCat("checkpoint ", job_id, " ", file, " ended early"));
+  if (!complete)
+    return absl::DataLossError(absl::StrCat("checkpoint ", job_id, " ", file, " ended early"));
   return bytes;
 }
 

@@ -9,7 +9,8 @@
 // Example:
 //   auto stub = v1::CheckpointService::NewStub(channel);
 //   ASSIGN_OR_RETURN(std::string bytes, DownloadCheckpointFile(*stub, "job-000001", /*step=*/0,
-//                                                              ModelFileName(0), absl::Minutes(1)));
+//                                                              ModelFileName(0),
+//                                                              absl::Minutes(1)));
 #ifndef CHORUS_CHECKPOINT_DOWNLOAD_H_
 #define CHORUS_CHECKPOINT_DOWNLOAD_H_
 
@@ -24,8 +25,9 @@ namespace chorus {
 // `file` of checkpoint `step` of `job_id` (step 0 = the newest usable one).
 // DATA_LOSS if it arrives damaged; the coordinator's NOT_FOUND if there is
 // no such checkpoint or file.
-absl::StatusOr<std::string> DownloadCheckpointFile(v1::CheckpointService::Stub& stub, const std::string& job_id,
-                                                   int64_t step, const std::string& file, absl::Duration timeout);
+absl::StatusOr<std::string> DownloadCheckpointFile(v1::CheckpointService::Stub& stub,
+                                                   const std::string& job_id, int64_t step,
+                                                   const std::string& file, absl::Duration timeout);
 
 }  // namespace chorus
 

@@ -24,7 +24,8 @@ v1::CheckpointChunk Chunk(int64_t offset, const std::string& data) {
 
 // `bytes` in chunks of `piece` bytes, the last one carrying the file's size
 // and checksums as the coordinator sends them.
-std::vector<v1::CheckpointChunk> Chunks(const std::string& bytes, size_t piece, bool with_sha256 = true) {
+std::vector<v1::CheckpointChunk> Chunks(const std::string& bytes, size_t piece,
+                                        bool with_sha256 = true) {
   std::vector<v1::CheckpointChunk> out;
   for (size_t offset = 0; offset < bytes.size(); offset += piece) {
     out.push_back(Chunk(static_cast<int64_t>(offset), bytes.substr(offset, piece)));
@@ -59,7 +60,8 @@ TEST_F(DownloadTest, ReassemblesAFileCheckedBySha256) {
 }
 
 TEST_F(DownloadTest, SharedDirectoryFilesAreCheckedByCrc32c) {
-  absl::StatusOr<std::string> got = DownloadWith(Chunks("weights of a shared-dir checkpoint", 10, false));
+  absl::StatusOr<std::string> got =
+      DownloadWith(Chunks("weights of a shared-dir checkpoint", 10, false));
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(*got, "weights of a shared-dir checkpoint");
 }
@@ -69,7 +71,8 @@ TEST_F(DownloadTest, ADamagedChunkIsDataLoss) {
   chunks[1].set_data("EFGH");  // its CRC is still that of "efgh"
   absl::StatusOr<std::string> got = DownloadWith(chunks);
   EXPECT_EQ(got.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_THAT(got.status().message(), HasSubstr("checkpoint job-000001 model.pt: a chunk arrived damaged"));
+  EXPECT_THAT(got.status().message(),
+              HasSubstr("checkpoint job-000001 model.pt: a chunk arrived damaged"));
 }
 
 TEST_F(DownloadTest, AChunkAtTheWrongOffsetIsDataLoss) {
@@ -103,8 +106,8 @@ TEST_F(DownloadTest, AStreamThatEndsWithoutTheLastChunkIsDataLoss) {
 }
 
 TEST_F(DownloadTest, TheCoordinatorsErrorIsReturned) {
-  absl::StatusOr<std::string> got =
-      DownloadWith({}, grpc::Status(grpc::StatusCode::NOT_FOUND, "job-000001 has no checkpoint at step 30"));
+  absl::StatusOr<std::string> got = DownloadWith(
+      {}, grpc::Status(grpc::StatusCode::NOT_FOUND, "job-000001 has no checkpoint at step 30"));
   EXPECT_EQ(got.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(got.status().message(), HasSubstr("no checkpoint at step 30"));
 }

@@ -27,7 +27,8 @@ int ListenOnLoopback(int* port) {
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || ::listen(fd, 8) != 0) {
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+      ::listen(fd, 8) != 0) {
     if (fd >= 0) ::close(fd);
     return -1;
   }
@@ -38,8 +39,8 @@ int ListenOnLoopback(int* port) {
 }
 
 // Appends a chunk of `data` to `file`, checking it as the coordinator does.
-absl::Status AddChunk(const std::string& name, uint64_t offset, absl::string_view data, uint32_t chunk_crc,
-                      FakeCheckpointService::StoredFile& file) {
+absl::Status AddChunk(const std::string& name, uint64_t offset, absl::string_view data,
+                      uint32_t chunk_crc, FakeCheckpointService::StoredFile& file) {
   if (offset != file.bytes.size() || Crc32c(data) != chunk_crc) {
     return absl::DataLossError(absl::StrCat(name, ": chunk at offset ", offset, " is damaged"));
   }
@@ -48,7 +49,8 @@ absl::Status AddChunk(const std::string& name, uint64_t offset, absl::string_vie
 }
 
 // Checks a finished file against the size and CRC-32C its sender claimed.
-absl::Status EndFile(const std::string& name, uint64_t size, uint32_t crc, FakeCheckpointService::StoredFile& file) {
+absl::Status EndFile(const std::string& name, uint64_t size, uint32_t crc,
+                     FakeCheckpointService::StoredFile& file) {
   if (size != file.bytes.size() || crc != Crc32c(file.bytes)) {
     return absl::DataLossError(absl::StrCat(name, " does not match its size and CRC-32C"));
   }
@@ -61,7 +63,8 @@ absl::Status EndFile(const std::string& name, uint64_t size, uint32_t crc, FakeC
 
 }  // namespace
 
-FakeCheckpointService::FakeCheckpointService(std::string shared_root) : shared_root_(std::move(shared_root)) {}
+FakeCheckpointService::FakeCheckpointService(std::string shared_root)
+    : shared_root_(std::move(shared_root)) {}
 
 FakeCheckpointService::~FakeCheckpointService() {
   {
@@ -84,7 +87,8 @@ void FakeCheckpointService::set_store_error(absl::Status status) {
   store_error_ = std::move(status);
 }
 
-void FakeCheckpointService::set_download_script(std::vector<v1::CheckpointChunk> chunks, grpc::Status end) {
+void FakeCheckpointService::set_download_script(std::vector<v1::CheckpointChunk> chunks,
+                                                grpc::Status end) {
   absl::MutexLock lock(&mu_);
   download_script_.emplace(std::move(chunks), std::move(end));
 }
@@ -112,12 +116,15 @@ absl::Status FakeCheckpointService::Start() {
   // As the coordinator: a chunk message is 4 MB of data plus its fields.
   builder.SetMaxReceiveMessageSize(16 << 20);
   server_ = builder.BuildAndStart();
-  if (server_ == nullptr || port == 0) return absl::UnavailableError("fake checkpoint service: cannot listen");
-  channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials());
+  if (server_ == nullptr || port == 0)
+    return absl::UnavailableError("fake checkpoint service: cannot listen");
+  channel_ =
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials());
   return absl::OkStatus();
 }
 
-std::map<std::string, FakeCheckpointService::StoredFile> FakeCheckpointService::Files(int64_t step) const {
+std::map<std::string, FakeCheckpointService::StoredFile> FakeCheckpointService::Files(
+    int64_t step) const {
   absl::MutexLock lock(&mu_);
   auto it = steps_.find(step);
   return it == steps_.end() ? std::map<std::string, StoredFile>() : it->second.files;
@@ -161,7 +168,8 @@ std::vector<std::string> FakeCheckpointService::committed_staging_paths() const 
 }
 
 absl::Status FakeCheckpointService::Record(const std::string& job_id, int64_t step,
-                                           std::map<std::string, StoredFile> files, const std::string& directory) {
+                                           std::map<std::string, StoredFile> files,
+                                           const std::string& directory) {
   absl::MutexLock lock(&mu_);
   if (!store_error_.ok()) return store_error_;
   Step& s = steps_[step];
@@ -188,26 +196,31 @@ grpc::Status FakeCheckpointService::Upload(grpc::ServerContext* context,
       step = chunk.step();
     }
     StoredFile& file = files[chunk.file_name()];
-    absl::Status s =
-        AddChunk(chunk.file_name(), static_cast<uint64_t>(chunk.offset()), chunk.data(), chunk.chunk_crc32c(), file);
+    absl::Status s = AddChunk(chunk.file_name(), static_cast<uint64_t>(chunk.offset()),
+                              chunk.data(), chunk.chunk_crc32c(), file);
     if (s.ok() && chunk.last()) {
-      s = EndFile(chunk.file_name(), static_cast<uint64_t>(chunk.file_size()), chunk.file_crc32c(), file);
+      s = EndFile(chunk.file_name(), static_cast<uint64_t>(chunk.file_size()), chunk.file_crc32c(),
+                  file);
     }
     if (!s.ok()) return ToGrpcStatus(s);
   }
-  if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "the rank cancelled the upload");
+  if (context->IsCancelled())
+    return grpc::Status(grpc::StatusCode::CANCELLED, "the rank cancelled the upload");
   if (step < 0) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "an upload without chunks");
   for (const auto& [name, file] : files) {
-    if (file.record.name().empty()) return grpc::Status(grpc::StatusCode::DATA_LOSS, name + " ended early");
+    if (file.record.name().empty())
+      return grpc::Status(grpc::StatusCode::DATA_LOSS, name + " ended early");
   }
   return ToGrpcStatus(Record(job_id, step, std::move(files), ""));
 }
 
-grpc::Status FakeCheckpointService::OpenUpload(grpc::ServerContext*, const v1::OpenUploadRequest* request,
+grpc::Status FakeCheckpointService::OpenUpload(grpc::ServerContext*,
+                                               const v1::OpenUploadRequest* request,
                                                v1::OpenUploadResponse* response) {
   absl::MutexLock lock(&mu_);
   ++open_upload_calls_;
-  if (mode_ == DataPort::kNone) return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "no checkpoint data port");
+  if (mode_ == DataPort::kNone)
+    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "no checkpoint data port");
   absl::StatusOr<std::string> token = NewUploadToken();
   if (!token.ok()) return ToGrpcStatus(token.status());
   tokens_[*token] = {request->job_id(), request->step()};
@@ -237,8 +250,10 @@ void FakeCheckpointService::ReceiveDataUpload(int fd) {
     absl::MutexLock lock(&mu_);
     auto it = tokens_.find(hello.substr(kHelloMagicBytes));
     if (mode_ == DataPort::kBusy) {
-      accept = absl::ResourceExhaustedError("checkpoint data port: too many uploads are running; upload over gRPC");
-    } else if (hello.compare(0, kHelloMagicBytes, kHelloMagic, kHelloMagicBytes) != 0 || it == tokens_.end()) {
+      accept = absl::ResourceExhaustedError(
+          "checkpoint data port: too many uploads are running; upload over gRPC");
+    } else if (hello.compare(0, kHelloMagicBytes, kHelloMagic, kHelloMagicBytes) != 0 ||
+               it == tokens_.end()) {
       accept = absl::PermissionDeniedError("checkpoint data port: unknown token");
     } else {
       job_id = it->second.first;
@@ -273,13 +288,15 @@ void FakeCheckpointService::ReceiveDataUpload(int fd) {
     }
   }
   for (const auto& [name, file] : files) {
-    if (status.ok() && file.record.name().empty()) status = absl::DataLossError(name + " ended early");
+    if (status.ok() && file.record.name().empty())
+      status = absl::DataLossError(name + " ended early");
   }
   if (status.ok()) status = Record(job_id, step, std::move(files), "");
   (void)SendAll(fd, {EncodeReply(status)}, "reply");
 }
 
-grpc::Status FakeCheckpointService::Commit(grpc::ServerContext*, const v1::CommitCheckpointRequest* request,
+grpc::Status FakeCheckpointService::Commit(grpc::ServerContext*,
+                                           const v1::CommitCheckpointRequest* request,
                                            v1::UploadCheckpointResponse*) {
   namespace fs = std::filesystem;
   const std::string job_dir = absl::StrCat(shared_root_, "/", request->job_id());
@@ -292,8 +309,10 @@ grpc::Status FakeCheckpointService::Commit(grpc::ServerContext*, const v1::Commi
     bytes << in.rdbuf();
     StoredFile& file = files[f.name()];
     file.bytes = bytes.str();
-    if (!in || static_cast<int64_t>(file.bytes.size()) != f.size() || Crc32c(file.bytes) != f.crc32c()) {
-      return grpc::Status(grpc::StatusCode::DATA_LOSS, absl::StrCat(path, " does not match its size and CRC-32C"));
+    if (!in || static_cast<int64_t>(file.bytes.size()) != f.size() ||
+        Crc32c(file.bytes) != f.crc32c()) {
+      return grpc::Status(grpc::StatusCode::DATA_LOSS,
+                          absl::StrCat(path, " does not match its size and CRC-32C"));
     }
     file.record = f;
     absl::MutexLock lock(&mu_);
@@ -307,11 +326,14 @@ grpc::Status FakeCheckpointService::Commit(grpc::ServerContext*, const v1::Commi
   const std::string committed = absl::StrCat(job_dir, "/", request->step());
   std::error_code ec;
   fs::rename(staging, committed, ec);
-  if (ec) return grpc::Status(grpc::StatusCode::INTERNAL, absl::StrCat("rename ", staging, ": ", ec.message()));
+  if (ec)
+    return grpc::Status(grpc::StatusCode::INTERNAL,
+                        absl::StrCat("rename ", staging, ": ", ec.message()));
   return ToGrpcStatus(Record(request->job_id(), request->step(), std::move(files), committed));
 }
 
-grpc::Status FakeCheckpointService::Download(grpc::ServerContext*, const v1::DownloadCheckpointRequest* request,
+grpc::Status FakeCheckpointService::Download(grpc::ServerContext*,
+                                             const v1::DownloadCheckpointRequest* request,
                                              grpc::ServerWriter<v1::CheckpointChunk>* writer) {
   std::string bytes;
   v1::CheckpointFile record;
@@ -321,12 +343,14 @@ grpc::Status FakeCheckpointService::Download(grpc::ServerContext*, const v1::Dow
       for (const v1::CheckpointChunk& chunk : download_script_->first) writer->Write(chunk);
       return download_script_->second;
     }
-    auto step =
-        request->step() == 0 ? (steps_.empty() ? steps_.end() : std::prev(steps_.end())) : steps_.find(request->step());
-    if (step == steps_.end()) return grpc::Status(grpc::StatusCode::NOT_FOUND, "no such checkpoint");
+    auto step = request->step() == 0 ? (steps_.empty() ? steps_.end() : std::prev(steps_.end()))
+                                     : steps_.find(request->step());
+    if (step == steps_.end())
+      return grpc::Status(grpc::StatusCode::NOT_FOUND, "no such checkpoint");
     auto file = step->second.files.find(request->file_name());
     if (file == step->second.files.end()) {
-      return grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("no file ", request->file_name()));
+      return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                          absl::StrCat("no file ", request->file_name()));
     }
     bytes = file->second.bytes;
     record = file->second.record;

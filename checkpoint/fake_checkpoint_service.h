@@ -92,8 +92,8 @@ class FakeCheckpointService : public v1::CheckpointService::Service {
   void ServeDataPort();
   // Reads one data-port upload from `fd` and answers it.
   void ReceiveDataUpload(int fd);
-  absl::Status Record(const std::string& job_id, int64_t step, std::map<std::string, StoredFile> files,
-                      const std::string& directory);
+  absl::Status Record(const std::string& job_id, int64_t step,
+                      std::map<std::string, StoredFile> files, const std::string& directory);
 
   const std::string shared_root_;
   std::unique_ptr<grpc::Server> server_;
@@ -105,8 +105,10 @@ class FakeCheckpointService : public v1::CheckpointService::Service {
   mutable absl::Mutex mu_;
   DataPort mode_ ABSL_GUARDED_BY(mu_) = DataPort::kNone;
   absl::Status store_error_ ABSL_GUARDED_BY(mu_);
-  std::optional<std::pair<std::vector<v1::CheckpointChunk>, grpc::Status>> download_script_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, std::pair<std::string, int64_t>> tokens_ ABSL_GUARDED_BY(mu_);  // token -> job, step
+  std::optional<std::pair<std::vector<v1::CheckpointChunk>, grpc::Status>> download_script_
+      ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::pair<std::string, int64_t>> tokens_
+      ABSL_GUARDED_BY(mu_);  // token -> job, step
   std::map<int64_t, Step> steps_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::CommitCheckpointRequest> commits_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> committed_staging_paths_ ABSL_GUARDED_BY(mu_);

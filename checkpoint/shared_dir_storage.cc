@@ -43,7 +43,8 @@ namespace fs = std::filesystem;
 constexpr size_t kBounceBytes = 256 << 10;
 
 absl::Status Errno(const std::string& what, const std::string& path) {
-  return absl::InternalError(absl::StrCat("checkpoint: ", what, " ", path, ": ", std::strerror(errno)));
+  return absl::InternalError(
+      absl::StrCat("checkpoint: ", what, " ", path, ": ", std::strerror(errno)));
 }
 
 // Open files of one checkpoint and their fsyncs. A file's fsync runs on a
@@ -68,7 +69,9 @@ class WrittenFiles {
   // Starts fsync of `fd` (`path` for the error) in the background, or runs
   // it here if no thread can be started.
   void StartFsync(int fd, const std::string& path) {
-    auto sync = [fd, path]() -> absl::Status { return ::fsync(fd) == 0 ? absl::OkStatus() : Errno("fsync", path); };
+    auto sync = [fd, path]() -> absl::Status {
+      return ::fsync(fd) == 0 ? absl::OkStatus() : Errno("fsync", path);
+    };
     try {
       fsyncs_.push_back(std::async(std::launch::async, sync));
     } catch (const std::system_error&) {
@@ -97,8 +100,9 @@ class WrittenFiles {
 // `written`, which keeps the file open); its size and CRC-32C in `size` and
 // `crc`. `bounce` is
 // scratch space of kBounceBytes.
-absl::Status WriteFile(const std::string& path, const CheckpointFileSource& source, char* bounce, int64_t* size,
-                       uint32_t* crc, absl::Duration* in_write, WrittenFiles& written) {
+absl::Status WriteFile(const std::string& path, const CheckpointFileSource& source, char* bounce,
+                       int64_t* size, uint32_t* crc, absl::Duration* in_write,
+                       WrittenFiles& written) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return Errno("cannot create", path);
   written.Add(fd);
@@ -138,12 +142,13 @@ absl::Status WriteFile(const std::string& path, const CheckpointFileSource& sour
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<SharedDirCheckpointStorage>> SharedDirCheckpointStorage::Create(
-    std::shared_ptr<grpc::Channel> channel, const std::string& shared_dir, std::string job_id, int64_t generation,
-    int rank, absl::Duration timeout) {
+    std::shared_ptr<grpc::Channel> channel, const std::string& shared_dir, std::string job_id,
+    int64_t generation, int rank, absl::Duration timeout) {
   std::error_code ec;
   if (!fs::is_directory(shared_dir, ec)) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "checkpoint.shared_dir ", shared_dir, " is not a directory on this host (", ec ? ec.message() : "missing",
+        "checkpoint.shared_dir ", shared_dir, " is not a directory on this host (",
+        ec ? ec.message() : "missing",
         "); it must be mounted at the same path on every node and on the coordinator's host"));
   }
   const std::string job_dir = absl::StrCat(shared_dir, "/", job_id);
@@ -154,12 +159,13 @@ absl::StatusOr<std::unique_ptr<SharedDirCheckpointStorage>> SharedDirCheckpointS
                      ec ? ec.message() : std::strerror(errno),
                      "; the directory must be writable by the user the ranks run as"));
   }
-  return std::unique_ptr<SharedDirCheckpointStorage>(
-      new SharedDirCheckpointStorage(std::move(channel), job_dir, std::move(job_id), generation, rank, timeout));
+  return std::unique_ptr<SharedDirCheckpointStorage>(new SharedDirCheckpointStorage(
+      std::move(channel), job_dir, std::move(job_id), generation, rank, timeout));
 }
 
-SharedDirCheckpointStorage::SharedDirCheckpointStorage(std::shared_ptr<grpc::Channel> channel, std::string job_dir,
-                                                       std::string job_id, int64_t generation, int rank,
+SharedDirCheckpointStorage::SharedDirCheckpointStorage(std::shared_ptr<grpc::Channel> channel,
+                                                       std::string job_dir, std::string job_id,
+                                                       int64_t generation, int rank,
                                                        absl::Duration timeout)
     : stub_(v1::CheckpointService::NewStub(channel)),
       download_(channel, job_id, generation, rank, /*coordinator_host=*/"", timeout),
@@ -169,9 +175,10 @@ SharedDirCheckpointStorage::SharedDirCheckpointStorage(std::shared_ptr<grpc::Cha
       rank_(rank),
       timeout_(timeout) {}
 
-absl::Status SharedDirCheckpointStorage::Store(int64_t step, const std::vector<CheckpointFileSource>& files) {
-  const std::string staging_name =
-      absl::StrCat(".staging-", step, "-r", rank_, "-", ::getpid(), "-", next_staging_.fetch_add(1));
+absl::Status SharedDirCheckpointStorage::Store(int64_t step,
+                                               const std::vector<CheckpointFileSource>& files) {
+  const std::string staging_name = absl::StrCat(".staging-", step, "-r", rank_, "-", ::getpid(),
+                                                "-", next_staging_.fetch_add(1));
   const std::string staging = absl::StrCat(job_dir_, "/", staging_name);
   std::error_code ec;
   if (!fs::create_directory(staging, ec)) {
@@ -193,7 +200,8 @@ absl::Status SharedDirCheckpointStorage::Store(int64_t step, const std::vector<C
   for (const CheckpointFileSource& file : files) {
     int64_t size = 0;
     uint32_t crc = 0;
-    status = WriteFile(absl::StrCat(staging, "/", file.name), file, bounce_.get(), &size, &crc, &in_write, open_files);
+    status = WriteFile(absl::StrCat(staging, "/", file.name), file, bounce_.get(), &size, &crc,
+                       &in_write, open_files);
     if (!status.ok()) break;
     bytes += size;
     v1::CheckpointFile* f = request.add_files();
@@ -215,15 +223,16 @@ absl::Status SharedDirCheckpointStorage::Store(int64_t step, const std::vector<C
     v1::UploadCheckpointResponse response;
     status = FromGrpcStatus(stub_->Commit(&context, request, &response));
   }
-  LOG(INFO) << "checkpoint step " << step << ": wrote " << bytes << " bytes into " << staging_name << " in "
-            << absl::ToDoubleSeconds(written - start) << " s (write() " << absl::ToDoubleSeconds(in_write)
-            << " s, waiting for fsync " << absl::ToDoubleSeconds(in_fsync) << " s), commit took "
+  LOG(INFO) << "checkpoint step " << step << ": wrote " << bytes << " bytes into " << staging_name
+            << " in " << absl::ToDoubleSeconds(written - start) << " s (write() "
+            << absl::ToDoubleSeconds(in_write) << " s, waiting for fsync "
+            << absl::ToDoubleSeconds(in_fsync) << " s), commit took "
             << absl::ToDoubleSeconds(absl::Now() - written) << " s";
   if (!status.ok()) {
     // Committed or not, the staging name is gone or garbage now.
     fs::remove_all(staging, ec);
-    return absl::Status(status.code(), absl::StrCat("storing checkpoint step ", step, " in ", job_dir_, ": ",
-                                                    status.message()));
+    return absl::Status(status.code(), absl::StrCat("storing checkpoint step ", step, " in ",
+                                                    job_dir_, ": ", status.message()));
   }
   return absl::OkStatus();
 }
@@ -231,14 +240,16 @@ absl::Status SharedDirCheckpointStorage::Store(int64_t step, const std::vector<C
 absl::StatusOr<std::vector<CheckpointFileData>> SharedDirCheckpointStorage::Load(
     const v1::CheckpointManifest& manifest) {
   std::error_code ec;
-  if (manifest.directory().empty() || !fs::is_directory(manifest.directory(), ec)) return download_.Load(manifest);
+  if (manifest.directory().empty() || !fs::is_directory(manifest.directory(), ec))
+    return download_.Load(manifest);
   std::vector<CheckpointFileData> files;
   for (const v1::CheckpointFile& f : manifest.files()) {
     const std::string path = absl::StrCat(manifest.directory(), "/", f.name());
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-      return absl::DataLossError(absl::StrCat("checkpoint ", manifest.job_id(), " step ", manifest.step(), ": ",
-                                              path, ": ", std::strerror(errno)));
+      return absl::DataLossError(absl::StrCat("checkpoint ", manifest.job_id(), " step ",
+                                              manifest.step(), ": ", path, ": ",
+                                              std::strerror(errno)));
     }
     CheckpointFileData& data = files.emplace_back();
     data.name = f.name();
@@ -255,11 +266,13 @@ absl::StatusOr<std::vector<CheckpointFileData>> SharedDirCheckpointStorage::Load
     ::close(fd);
     bool intact = done == data.bytes.size() && !longer;
     if (intact) {
-      intact = f.sha256().empty() ? Crc32c(data.bytes) == f.crc32c() : Sha256Hex(data.bytes) == f.sha256();
+      intact = f.sha256().empty() ? Crc32c(data.bytes) == f.crc32c()
+                                  : Sha256Hex(data.bytes) == f.sha256();
     }
     if (!intact) {
-      return absl::DataLossError(absl::StrCat("checkpoint ", manifest.job_id(), " step ", manifest.step(), ": ",
-                                              path, " does not match its recorded size and checksum"));
+      return absl::DataLossError(absl::StrCat("checkpoint ", manifest.job_id(), " step ",
+                                              manifest.step(), ": ", path,
+                                              " does not match its recorded size and checksum"));
     }
   }
   return files;

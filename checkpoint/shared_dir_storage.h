@@ -39,15 +39,17 @@ class SharedDirCheckpointStorage : public CheckpointStorage {
   // writable), so a misconfigured job fails at start, not at its first
   // checkpoint.
   static absl::StatusOr<std::unique_ptr<SharedDirCheckpointStorage>> Create(
-      std::shared_ptr<grpc::Channel> channel, const std::string& shared_dir, std::string job_id, int64_t generation,
-      int rank, absl::Duration timeout = absl::Minutes(10));
+      std::shared_ptr<grpc::Channel> channel, const std::string& shared_dir, std::string job_id,
+      int64_t generation, int rank, absl::Duration timeout = absl::Minutes(10));
 
   absl::Status Store(int64_t step, const std::vector<CheckpointFileSource>& files) override;
-  absl::StatusOr<std::vector<CheckpointFileData>> Load(const v1::CheckpointManifest& manifest) override;
+  absl::StatusOr<std::vector<CheckpointFileData>> Load(
+      const v1::CheckpointManifest& manifest) override;
 
  private:
-  SharedDirCheckpointStorage(std::shared_ptr<grpc::Channel> channel, std::string job_dir, std::string job_id,
-                             int64_t generation, int rank, absl::Duration timeout);
+  SharedDirCheckpointStorage(std::shared_ptr<grpc::Channel> channel, std::string job_dir,
+                             std::string job_id, int64_t generation, int rank,
+                             absl::Duration timeout);
 
   std::unique_ptr<v1::CheckpointService::Stub> stub_;
   CoordinatorCheckpointStorage download_;  // Load when the directory is not visible here

@@ -25,7 +25,8 @@ using ::testing::StartsWith;
 
 std::string TempDir(const std::string& name) {
   const char* base = std::getenv("TEST_TMPDIR");
-  const std::string dir = absl::StrCat(base != nullptr ? base : "/tmp", "/shared_dir_storage_", name, "_", ::getpid());
+  const std::string dir =
+      absl::StrCat(base != nullptr ? base : "/tmp", "/shared_dir_storage_", name, "_", ::getpid());
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
@@ -39,10 +40,12 @@ std::string ReadFile(const std::string& path) {
 }
 
 CheckpointFileSource Source(std::string name, std::string bytes) {
-  return {std::move(name), [bytes = std::move(bytes)](const CheckpointByteSink& out) -> absl::Status {
+  return {std::move(name),
+          [bytes = std::move(bytes)](const CheckpointByteSink& out) -> absl::Status {
             // Pieces of 100 KB: the storage's 256 KB buffer fills and flushes.
             for (size_t offset = 0; offset < bytes.size(); offset += 100 << 10) {
-              if (absl::Status s = out(absl::string_view(bytes).substr(offset, 100 << 10)); !s.ok()) return s;
+              if (absl::Status s = out(absl::string_view(bytes).substr(offset, 100 << 10)); !s.ok())
+                return s;
             }
             return absl::OkStatus();
           }};
@@ -68,11 +71,13 @@ class SharedDirStorageTest : public ::testing::Test {
 
 TEST_F(SharedDirStorageTest, StoreWritesTheFilesAndAsksTheCoordinatorToCommitThem) {
   absl::StatusOr<std::unique_ptr<SharedDirCheckpointStorage>> storage =
-      SharedDirCheckpointStorage::Create(coordinator_->channel(), shared_, "job-000004", /*generation=*/2, /*rank=*/0);
+      SharedDirCheckpointStorage::Create(coordinator_->channel(), shared_, "job-000004",
+                                         /*generation=*/2, /*rank=*/0);
   ASSERT_TRUE(storage.ok()) << storage.status();
   const std::string model = Pattern(700 << 10, 1);
   const std::string state = Pattern(123, 2);
-  absl::Status s = (*storage)->Store(40, {Source(kModelFile, model), Source(kTrainStateFile, state)});
+  absl::Status s =
+      (*storage)->Store(40, {Source(kModelFile, model), Source(kTrainStateFile, state)});
   ASSERT_TRUE(s.ok()) << s;
 
   // The commit request is the manifest of what was written.
@@ -102,7 +107,8 @@ TEST_F(SharedDirStorageTest, StoreWritesTheFilesAndAsksTheCoordinatorToCommitThe
 }
 
 TEST_F(SharedDirStorageTest, EachStoreStagesInADirectoryOfItsOwn) {
-  auto storage = SharedDirCheckpointStorage::Create(coordinator_->channel(), shared_, "job-000004", 1, 3);
+  auto storage =
+      SharedDirCheckpointStorage::Create(coordinator_->channel(), shared_, "job-000004", 1, 3);
   ASSERT_TRUE(storage.ok()) << storage.status();
   ASSERT_TRUE((*storage)->Store(10, {Source(ModelFileName(3), "a")}).ok());
   ASSERT_TRUE((*storage)->Store(20, {Source(ModelFileName(3), "b")}).ok());
@@ -115,19 +121,23 @@ TEST_F(SharedDirStorageTest, EachStoreStagesInADirectoryOfItsOwn) {
 
 TEST_F(SharedDirStorageTest, ARefusedCommitRemovesTheStagedFilesAndNamesTheDirectory) {
   coordinator_->set_store_error(absl::FailedPreconditionError("generation 1 is over"));
-  auto storage = SharedDirCheckpointStorage::Create(coordinator_->channel(), shared_, "job-000004", 1, 0);
+  auto storage =
+      SharedDirCheckpointStorage::Create(coordinator_->channel(), shared_, "job-000004", 1, 0);
   ASSERT_TRUE(storage.ok()) << storage.status();
   absl::Status s = (*storage)->Store(40, {Source(kModelFile, "weights")});
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
-  EXPECT_THAT(s.message(), HasSubstr(absl::StrCat("storing checkpoint step 40 in ", shared_, "/job-000004: ")));
+  EXPECT_THAT(s.message(),
+              HasSubstr(absl::StrCat("storing checkpoint step 40 in ", shared_, "/job-000004: ")));
   EXPECT_THAT(s.message(), HasSubstr("generation 1 is over"));
   std::vector<std::string> left;
-  for (const auto& entry : fs::directory_iterator(shared_ + "/job-000004")) left.push_back(entry.path().string());
+  for (const auto& entry : fs::directory_iterator(shared_ + "/job-000004"))
+    left.push_back(entry.path().string());
   EXPECT_TRUE(left.empty()) << left.front();
 }
 
 TEST_F(SharedDirStorageTest, AFileThatCannotBeCreatedIsNamedAndNothingIsCommitted) {
-  auto storage = SharedDirCheckpointStorage::Create(coordinator_->channel(), shared_, "job-000004", 1, 0);
+  auto storage =
+      SharedDirCheckpointStorage::Create(coordinator_->channel(), shared_, "job-000004", 1, 0);
   ASSERT_TRUE(storage.ok()) << storage.status();
   absl::Status s = (*storage)->Store(40, {Source("no-such-subdir/model.pt", "weights")});
   EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
@@ -137,23 +147,29 @@ TEST_F(SharedDirStorageTest, AFileThatCannotBeCreatedIsNamedAndNothingIsCommitte
 }
 
 TEST_F(SharedDirStorageTest, CreateRefusesADirectoryThatIsNotThere) {
-  auto missing = SharedDirCheckpointStorage::Create(coordinator_->channel(), shared_ + "/not-mounted", "job-1", 1, 0);
+  auto missing = SharedDirCheckpointStorage::Create(coordinator_->channel(),
+                                                    shared_ + "/not-mounted", "job-1", 1, 0);
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(missing.status().message(), HasSubstr(absl::StrCat("checkpoint.shared_dir ", shared_,
-                                                                 "/not-mounted is not a directory on this host")));
+  EXPECT_THAT(missing.status().message(),
+              HasSubstr(absl::StrCat("checkpoint.shared_dir ", shared_,
+                                     "/not-mounted is not a directory on this host")));
   // The job's directory cannot be made: a file is in the way.
   std::ofstream(shared_ + "/job-2") << "in the way";
-  auto blocked = SharedDirCheckpointStorage::Create(coordinator_->channel(), shared_, "job-2", 1, 0);
+  auto blocked =
+      SharedDirCheckpointStorage::Create(coordinator_->channel(), shared_, "job-2", 1, 0);
   EXPECT_EQ(blocked.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(blocked.status().message(),
-              HasSubstr(absl::StrCat("checkpoint.shared_dir: cannot create or write ", shared_, "/job-2")));
+  EXPECT_THAT(
+      blocked.status().message(),
+      HasSubstr(absl::StrCat("checkpoint.shared_dir: cannot create or write ", shared_, "/job-2")));
 }
 
 TEST_F(SharedDirStorageTest, LoadReadsTheCommittedDirectoryAndChecksIt) {
-  auto storage = SharedDirCheckpointStorage::Create(coordinator_->channel(), shared_, "job-000004", 1, 0);
+  auto storage =
+      SharedDirCheckpointStorage::Create(coordinator_->channel(), shared_, "job-000004", 1, 0);
   ASSERT_TRUE(storage.ok()) << storage.status();
   const std::string model = Pattern(300 << 10, 7);
-  ASSERT_TRUE((*storage)->Store(40, {Source(kModelFile, model), Source(kTrainStateFile, "state")}).ok());
+  ASSERT_TRUE(
+      (*storage)->Store(40, {Source(kModelFile, model), Source(kTrainStateFile, "state")}).ok());
   std::optional<v1::CheckpointManifest> manifest = coordinator_->Manifest(40);
   ASSERT_TRUE(manifest.has_value());
   EXPECT_EQ(manifest->directory(), shared_ + "/job-000004/40");
@@ -168,16 +184,19 @@ TEST_F(SharedDirStorageTest, LoadReadsTheCommittedDirectoryAndChecksIt) {
   absl::StatusOr<std::vector<CheckpointFileData>> damaged = (*storage)->Load(*manifest);
   EXPECT_EQ(damaged.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(damaged.status().message(),
-              HasSubstr(manifest->directory() + "/train_state.pt does not match its recorded size and checksum"));
+              HasSubstr(manifest->directory() +
+                        "/train_state.pt does not match its recorded size and checksum"));
   // So is a missing one.
   fs::remove(manifest->directory() + "/train_state.pt");
   absl::StatusOr<std::vector<CheckpointFileData>> missing = (*storage)->Load(*manifest);
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_THAT(missing.status().message(), HasSubstr(manifest->directory() + "/train_state.pt: No such file"));
+  EXPECT_THAT(missing.status().message(),
+              HasSubstr(manifest->directory() + "/train_state.pt: No such file"));
 }
 
 TEST_F(SharedDirStorageTest, LoadDownloadsWhenTheDirectoryIsNotVisibleHere) {
-  auto storage = SharedDirCheckpointStorage::Create(coordinator_->channel(), shared_, "job-000004", 1, 0);
+  auto storage =
+      SharedDirCheckpointStorage::Create(coordinator_->channel(), shared_, "job-000004", 1, 0);
   ASSERT_TRUE(storage.ok()) << storage.status();
   ASSERT_TRUE((*storage)->Store(40, {Source(kModelFile, "weights")}).ok());
   std::optional<v1::CheckpointManifest> manifest = coordinator_->Manifest(40);

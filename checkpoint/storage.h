@@ -63,7 +63,8 @@ class CheckpointStorage {
   virtual absl::Status Store(int64_t step, const std::vector<CheckpointFileSource>& files) = 0;
   // The files `manifest` lists, checked against its sizes and checksums
   // (DATA_LOSS when they do not match).
-  virtual absl::StatusOr<std::vector<CheckpointFileData>> Load(const v1::CheckpointManifest& manifest) = 0;
+  virtual absl::StatusOr<std::vector<CheckpointFileData>> Load(
+      const v1::CheckpointManifest& manifest) = 0;
 };
 
 }  // namespace chorus

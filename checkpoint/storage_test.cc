@@ -20,10 +20,11 @@ TEST(ReadAllTest, GathersEveryPieceInOrder) {
 }
 
 TEST(ReadAllTest, ReturnsTheSourcesError) {
-  const CheckpointFileSource source{"train_state.pt", [](const CheckpointByteSink& out) -> absl::Status {
-                                      (void)out("partial");
-                                      return absl::InternalError("serializing train_state.pt: out of memory");
-                                    }};
+  const CheckpointFileSource source{
+      "train_state.pt", [](const CheckpointByteSink& out) -> absl::Status {
+        (void)out("partial");
+        return absl::InternalError("serializing train_state.pt: out of memory");
+      }};
   absl::StatusOr<CheckpointFileData> data = ReadAll(source);
   ASSERT_FALSE(data.ok());
   EXPECT_EQ(data.status().code(), absl::StatusCode::kInternal);

@@ -27,12 +27,14 @@ void Put(char* out, uint64_t v, int bytes) {
 
 uint64_t Get(const char* in, int bytes) {
   uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i) v |= static_cast<uint64_t>(static_cast<unsigned char>(in[i])) << (8 * i);
+  for (int i = 0; i < bytes; ++i)
+    v |= static_cast<uint64_t>(static_cast<unsigned char>(in[i])) << (8 * i);
   return v;
 }
 
 // Connects `fd` (non-blocking while connecting) to `address` within `timeout`.
-bool ConnectWithin(int fd, const sockaddr* address, socklen_t length, absl::Duration timeout, int* error) {
+bool ConnectWithin(int fd, const sockaddr* address, socklen_t length, absl::Duration timeout,
+                   int* error) {
   const int flags = fcntl(fd, F_GETFL);
   (void)fcntl(fd, F_SETFL, flags | O_NONBLOCK);
   int rc = ::connect(fd, address, length);
@@ -76,15 +78,18 @@ absl::Status DecodeChunkHeader(const char in[kChunkHeaderBytes], ChunkHeader* h)
   h->name_len = static_cast<uint16_t>(Get(in + 28, 2));
   h->flags = static_cast<uint8_t>(in[30]);
   if (in[31] != 0 || (h->flags & ~(ChunkHeader::kLast | ChunkHeader::kEndOfUpload)) != 0) {
-    return absl::InvalidArgumentError("checkpoint data connection: malformed chunk header (unknown flags)");
+    return absl::InvalidArgumentError(
+        "checkpoint data connection: malformed chunk header (unknown flags)");
   }
   if (h->data_len > kMaxChunkDataBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("checkpoint data connection: chunk of ", h->data_len,
-                                                   " bytes, more than the limit of ", kMaxChunkDataBytes));
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint data connection: chunk of ",
+                                                   h->data_len, " bytes, more than the limit of ",
+                                                   kMaxChunkDataBytes));
   }
   if (h->name_len > kMaxFileNameBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("checkpoint data connection: file name of ", h->name_len,
-                                                   " bytes, more than the limit of ", kMaxFileNameBytes));
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint data connection: file name of ",
+                                                   h->name_len, " bytes, more than the limit of ",
+                                                   kMaxFileNameBytes));
   }
   if ((h->flags & ChunkHeader::kEndOfUpload) != 0 && (h->data_len != 0 || h->name_len != 0)) {
     return absl::InvalidArgumentError("checkpoint data connection: end-of-upload marker with data");
@@ -101,7 +106,8 @@ std::string EncodeReply(const absl::Status& status) {
   return out;
 }
 
-absl::Status SendAll(int fd, std::initializer_list<absl::string_view> parts, absl::string_view what) {
+absl::Status SendAll(int fd, std::initializer_list<absl::string_view> parts,
+                     absl::string_view what) {
   std::vector<iovec> iov;
   for (absl::string_view p : parts) {
     if (!p.empty()) iov.push_back({const_cast<char*>(p.data()), p.size()});
@@ -115,9 +121,9 @@ absl::Status SendAll(int fd, std::initializer_list<absl::string_view> parts, abs
     if (n < 0) {
       if (errno == EINTR) continue;
       const bool timed_out = errno == EAGAIN || errno == EWOULDBLOCK;
-      return absl::UnavailableError(absl::StrCat("sending ", what, ": ",
-                                                 timed_out ? "timed out (the receiver stopped reading)"
-                                                           : std::strerror(errno)));
+      return absl::UnavailableError(absl::StrCat(
+          "sending ", what, ": ",
+          timed_out ? "timed out (the receiver stopped reading)" : std::strerror(errno)));
     }
     size_t left = static_cast<size_t>(n);
     while (next < iov.size() && left >= iov[next].iov_len) left -= iov[next++].iov_len;
@@ -133,7 +139,9 @@ absl::Status ReceiveAll(int fd, char* out, size_t n, absl::string_view what) {
   size_t got = 0;
   while (got < n) {
     const ssize_t r = ::recv(fd, out + got, n - got, 0);
-    if (r == 0) return absl::UnavailableError(absl::StrCat("receiving ", what, ": the connection was closed"));
+    if (r == 0)
+      return absl::UnavailableError(
+          absl::StrCat("receiving ", what, ": the connection was closed"));
     if (r < 0) {
       if (errno == EINTR) continue;
       const bool timed_out = errno == EAGAIN || errno == EWOULDBLOCK;
@@ -150,7 +158,8 @@ absl::Status ReceiveReply(int fd, absl::Status* answer) {
   RETURN_IF_ERROR(ReceiveAll(fd, head, sizeof(head), "the coordinator's answer"));
   const uint32_t code = static_cast<uint32_t>(Get(head, 4));
   const uint32_t length = static_cast<uint32_t>(Get(head + 4, 4));
-  if (code > static_cast<uint32_t>(absl::StatusCode::kUnauthenticated) || length > kMaxReplyMessageBytes) {
+  if (code > static_cast<uint32_t>(absl::StatusCode::kUnauthenticated) ||
+      length > kMaxReplyMessageBytes) {
     return absl::UnavailableError("receiving the coordinator's answer: malformed reply");
   }
   std::string message(length, '\0');
@@ -193,23 +202,24 @@ absl::StatusOr<std::string> NewUploadToken() {
   return token;
 }
 
-absl::StatusOr<std::unique_ptr<CheckpointDataUpload>> CheckpointDataUpload::Connect(const std::string& host, int port,
-                                                                                   absl::string_view token,
-                                                                                   absl::Duration connect_timeout,
-                                                                                   absl::Duration timeout) {
+absl::StatusOr<std::unique_ptr<CheckpointDataUpload>> CheckpointDataUpload::Connect(
+    const std::string& host, int port, absl::string_view token, absl::Duration connect_timeout,
+    absl::Duration timeout) {
   if (token.size() != kTokenBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("checkpoint upload token of ", token.size(), " bytes, expected ",
-                                                   kTokenBytes));
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint upload token of ", token.size(),
+                                                   " bytes, expected ", kTokenBytes));
   }
   std::string name = host;
-  if (name.size() >= 2 && name.front() == '[' && name.back() == ']') name = name.substr(1, name.size() - 2);
+  if (name.size() >= 2 && name.front() == '[' && name.back() == ']')
+    name = name.substr(1, name.size() - 2);
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
   const std::string service = std::to_string(port);
   if (int rc = ::getaddrinfo(name.c_str(), service.c_str(), &hints, &found); rc != 0) {
-    return absl::UnavailableError(absl::StrCat("checkpoint data port: cannot resolve ", host, ": ", gai_strerror(rc)));
+    return absl::UnavailableError(
+        absl::StrCat("checkpoint data port: cannot resolve ", host, ": ", gai_strerror(rc)));
   }
   int fd = -1;
   int error = 0;
@@ -233,8 +243,8 @@ absl::StatusOr<std::unique_ptr<CheckpointDataUpload>> CheckpointDataUpload::Conn
   SetSendTimeout(fd, timeout);
   SetReceiveTimeout(fd, timeout);
   std::unique_ptr<CheckpointDataUpload> upload(new CheckpointDataUpload(fd));
-  RETURN_IF_ERROR(
-      SendAll(fd, {absl::string_view(kHelloMagic, kHelloMagicBytes), token}, "the checkpoint upload's token"));
+  RETURN_IF_ERROR(SendAll(fd, {absl::string_view(kHelloMagic, kHelloMagicBytes), token},
+                          "the checkpoint upload's token"));
   absl::Status accepted;
   RETURN_IF_ERROR(ReceiveReply(fd, &accepted));
   RETURN_IF_ERROR(accepted);
@@ -245,7 +255,8 @@ CheckpointDataUpload::~CheckpointDataUpload() { ::close(fd_); }
 
 absl::Status CheckpointDataUpload::BeginFile(const std::string& name) {
   if (name.empty() || name.size() > kMaxFileNameBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("checkpoint file name \"", name, "\": empty or too long"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint file name \"", name, "\": empty or too long"));
   }
   file_name_ = name;
   first_chunk_ = true;
@@ -281,9 +292,11 @@ absl::Status CheckpointDataUpload::EndFile() {
 }
 
 absl::Status CheckpointDataUpload::SendChunk(absl::string_view data, bool last) {
-  if (failed_) return absl::FailedPreconditionError("checkpoint data connection: an earlier send failed");
+  if (failed_)
+    return absl::FailedPreconditionError("checkpoint data connection: an earlier send failed");
   // The coordinator answers early only to refuse the upload: stop sending.
-  if (Answered()) return ReasonFor(absl::UnavailableError("the coordinator ended the checkpoint upload"));
+  if (Answered())
+    return ReasonFor(absl::UnavailableError("the coordinator ended the checkpoint upload"));
   ChunkHeader h;
   h.data_len = static_cast<uint32_t>(data.size());
   h.chunk_crc32c = Crc32c(data);
@@ -326,12 +339,14 @@ bool CheckpointDataUpload::Answered() const {
 }
 
 absl::Status CheckpointDataUpload::Finish() {
-  if (failed_) return absl::FailedPreconditionError("checkpoint data connection: an earlier send failed");
+  if (failed_)
+    return absl::FailedPreconditionError("checkpoint data connection: an earlier send failed");
   ChunkHeader h;
   h.flags = ChunkHeader::kEndOfUpload;
   char header[kChunkHeaderBytes];
   EncodeChunkHeader(h, header);
-  if (absl::Status s = SendAll(fd_, {absl::string_view(header, sizeof(header))}, "the end of the checkpoint upload");
+  if (absl::Status s = SendAll(fd_, {absl::string_view(header, sizeof(header))},
+                               "the end of the checkpoint upload");
       !s.ok()) {
     return ReasonFor(s);
   }

@@ -23,7 +23,8 @@
 // and each file's size and CRC-32C as for Upload.
 //
 // Example (rank side):
-//   ASSIGN_OR_RETURN(auto upload, CheckpointDataUpload::Connect(host, port, token, absl::Seconds(5),
+//   ASSIGN_OR_RETURN(auto upload, CheckpointDataUpload::Connect(host, port, token,
+//   absl::Seconds(5),
 //                                                               absl::Minutes(5)));
 //   RETURN_IF_ERROR(upload->BeginFile("model.pt"));
 //   RETURN_IF_ERROR(upload->Write(bytes));
@@ -58,8 +59,8 @@ struct ChunkHeader {
   static constexpr uint8_t kEndOfUpload = 2;  // no more files: commit
   uint32_t data_len = 0;
   uint32_t chunk_crc32c = 0;
-  uint64_t offset = 0;     // in the file
-  uint64_t file_size = 0;  // with kLast
+  uint64_t offset = 0;       // in the file
+  uint64_t file_size = 0;    // with kLast
   uint32_t file_crc32c = 0;  // with kLast
   uint16_t name_len = 0;
   uint8_t flags = 0;
@@ -76,7 +77,8 @@ std::string EncodeReply(const absl::Status& status);
 
 // Sends all of `parts` on a blocking socket (MSG_NOSIGNAL); UNAVAILABLE
 // naming `what` when the peer is gone or the send timed out.
-absl::Status SendAll(int fd, std::initializer_list<absl::string_view> parts, absl::string_view what);
+absl::Status SendAll(int fd, std::initializer_list<absl::string_view> parts,
+                     absl::string_view what);
 // Receives exactly `n` bytes; UNAVAILABLE naming `what` on end of stream,
 // timeout or error.
 absl::Status ReceiveAll(int fd, char* out, size_t n, absl::string_view what);
@@ -109,10 +111,9 @@ class CheckpointDataUpload {
   // coordinator's refusal otherwise (RESOURCE_EXHAUSTED: too many uploads,
   // PERMISSION_DENIED: unknown or expired token). Each later send or
   // receive may take up to `timeout`.
-  static absl::StatusOr<std::unique_ptr<CheckpointDataUpload>> Connect(const std::string& host, int port,
-                                                                       absl::string_view token,
-                                                                       absl::Duration connect_timeout,
-                                                                       absl::Duration timeout);
+  static absl::StatusOr<std::unique_ptr<CheckpointDataUpload>> Connect(
+      const std::string& host, int port, absl::string_view token, absl::Duration connect_timeout,
+      absl::Duration timeout);
   ~CheckpointDataUpload();
   CheckpointDataUpload(const CheckpointDataUpload&) = delete;
   CheckpointDataUpload& operator=(const CheckpointDataUpload&) = delete;

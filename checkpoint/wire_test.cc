@@ -114,7 +114,8 @@ int Listen(int* port) {
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || ::listen(fd, 4) != 0) return -1;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || ::listen(fd, 4) != 0)
+    return -1;
   socklen_t len = sizeof(a);
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
   *port = ntohs(a.sin_port);
@@ -130,8 +131,9 @@ struct ReceivedChunk {
 // Accepts one connection, reads the hello and answers `accept`; if that is
 // OK, reads chunks up to the end marker (or `stop_after` chunks) and
 // answers `answer`.
-void Receive(int listen_fd, std::string* hello, std::vector<ReceivedChunk>* chunks, const absl::Status& answer,
-             int stop_after = 1 << 30, const absl::Status& accept = absl::OkStatus()) {
+void Receive(int listen_fd, std::string* hello, std::vector<ReceivedChunk>* chunks,
+             const absl::Status& answer, int stop_after = 1 << 30,
+             const absl::Status& accept = absl::OkStatus()) {
   const int fd = ::accept(listen_fd, nullptr, nullptr);
   hello->assign(kHelloMagicBytes + kTokenBytes, '\0');
   if (!ReceiveAll(fd, hello->data(), hello->size(), "hello").ok()) return;
@@ -144,7 +146,9 @@ void Receive(int listen_fd, std::string* hello, std::vector<ReceivedChunk>* chun
   for (int i = 0; i < stop_after; ++i) {
     char header[kChunkHeaderBytes];
     ReceivedChunk c;
-    if (!ReceiveAll(fd, header, sizeof(header), "header").ok() || !DecodeChunkHeader(header, &c.header).ok()) break;
+    if (!ReceiveAll(fd, header, sizeof(header), "header").ok() ||
+        !DecodeChunkHeader(header, &c.header).ok())
+      break;
     if (c.header.flags & ChunkHeader::kEndOfUpload) break;
     c.name.resize(c.header.name_len);
     c.data.resize(c.header.data_len);
@@ -183,10 +187,12 @@ TEST(CheckpointDataUploadTest, SendsLargeWritesInPlaceAndGathersSmallOnesWithChe
   std::string model;
   std::string state;
   {
-    auto upload = CheckpointDataUpload::Connect("127.0.0.1", port, token, absl::Seconds(5), absl::Seconds(10));
+    auto upload = CheckpointDataUpload::Connect("127.0.0.1", port, token, absl::Seconds(5),
+                                                absl::Seconds(10));
     ASSERT_TRUE(upload.ok()) << upload.status();
     ASSERT_TRUE((*upload)->BeginFile("model.pt").ok());
-    for (const std::string& piece : {std::string("PK-header"), big, std::string("tail-1"), std::string("tail-2")}) {
+    for (const std::string& piece :
+         {std::string("PK-header"), big, std::string("tail-1"), std::string("tail-2")}) {
       ASSERT_TRUE((*upload)->Write(piece).ok());
       model += piece;
     }
@@ -237,11 +243,12 @@ TEST(CheckpointDataUploadTest, AnEarlyRefusalStopsTheSenderWithTheReceiversReaso
   std::string hello;
   std::vector<ReceivedChunk> chunks;
   std::thread receiver([&] {
-    Receive(listen_fd, &hello, &chunks, absl::DataLossError("model.pt: chunk at offset 0 is corrupt"),
+    Receive(listen_fd, &hello, &chunks,
+            absl::DataLossError("model.pt: chunk at offset 0 is corrupt"),
             /*stop_after=*/1);
   });
-  auto upload = CheckpointDataUpload::Connect("127.0.0.1", port, std::string(kTokenBytes, 't'), absl::Seconds(5),
-                                              absl::Seconds(10));
+  auto upload = CheckpointDataUpload::Connect("127.0.0.1", port, std::string(kTokenBytes, 't'),
+                                              absl::Seconds(5), absl::Seconds(10));
   ASSERT_TRUE(upload.ok()) << upload.status();
   ASSERT_TRUE((*upload)->BeginFile("model.pt").ok());
   const std::string block(4 << 20, 'x');
@@ -264,10 +271,11 @@ TEST(CheckpointDataUploadTest, ARefusalAtTheHelloIsWhatConnectReturns) {
   std::vector<ReceivedChunk> chunks;
   std::thread receiver([&] {
     Receive(listen_fd, &hello, &chunks, absl::OkStatus(), 0,
-            absl::ResourceExhaustedError("checkpoint data port: 32 uploads are running; upload over gRPC"));
+            absl::ResourceExhaustedError(
+                "checkpoint data port: 32 uploads are running; upload over gRPC"));
   });
-  auto upload = CheckpointDataUpload::Connect("127.0.0.1", port, std::string(kTokenBytes, 't'), absl::Seconds(5),
-                                              absl::Seconds(10));
+  auto upload = CheckpointDataUpload::Connect("127.0.0.1", port, std::string(kTokenBytes, 't'),
+                                              absl::Seconds(5), absl::Seconds(10));
   receiver.join();
   ::close(listen_fd);
   EXPECT_EQ(upload.status().code(), absl::StatusCode::kResourceExhausted) << upload.status();
@@ -279,12 +287,13 @@ TEST(CheckpointDataUploadTest, AnUnreachablePortIsUnavailableAndNamed) {
   const int listen_fd = Listen(&port);
   ASSERT_GE(listen_fd, 0);
   ::close(listen_fd);  // nothing listens there now
-  auto upload =
-      CheckpointDataUpload::Connect("127.0.0.1", port, std::string(kTokenBytes, 't'), absl::Seconds(5), absl::Seconds(5));
+  auto upload = CheckpointDataUpload::Connect("127.0.0.1", port, std::string(kTokenBytes, 't'),
+                                              absl::Seconds(5), absl::Seconds(5));
   ASSERT_FALSE(upload.ok());
   EXPECT_EQ(upload.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(upload.status().message(), HasSubstr(absl::StrCat("127.0.0.1:", port)));
-  auto bad_token = CheckpointDataUpload::Connect("127.0.0.1", port, "short", absl::Seconds(5), absl::Seconds(5));
+  auto bad_token =
+      CheckpointDataUpload::Connect("127.0.0.1", port, "short", absl::Seconds(5), absl::Seconds(5));
   EXPECT_EQ(bad_token.status().code(), absl::StatusCode::kInvalidArgument);
 }
 

@@ -39,7 +39,8 @@ absl::Status WriteTrainedModule(const std::string& module_path, const std::strin
     return absl::FailedPreconditionError(absl::StrCat(
         exporter, " is missing; build it with `bazel build //worker:chorus-script-export`"));
   }
-  std::vector<std::string> args = {exporter, "--module", module_path, "--state", state_path, "--output", output};
+  std::vector<std::string> args = {exporter,   "--module", module_path, "--state",
+                                   state_path, "--output", output};
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -49,7 +50,8 @@ absl::Status WriteTrainedModule(const std::string& module_path, const std::strin
   }
   int status = 0;
   if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    return absl::FailedPreconditionError("writing the TorchScript module failed (see the message above)");
+    return absl::FailedPreconditionError(
+        "writing the TorchScript module failed (see the message above)");
   }
   return absl::OkStatus();
 }
@@ -57,7 +59,8 @@ absl::Status WriteTrainedModule(const std::string& module_path, const std::strin
 }  // namespace
 
 void AddCheckpointsCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) {
-  CLI::App* cmd = app.add_subcommand("checkpoints", "List a job's committed checkpoints, oldest first.");
+  CLI::App* cmd =
+      app.add_subcommand("checkpoints", "List a job's committed checkpoints, oldest first.");
   auto job_id = std::make_shared<std::string>();
   auto json = std::make_shared<bool>(false);
   cmd->add_option("job", *job_id, "Job id, e.g. job-000001.")->required();
@@ -78,7 +81,8 @@ void AddCheckpointsCommand(CLI::App& app, const GlobalOptions& global, int& exit
     } else if (response.checkpoints().empty()) {
       std::cout << *job_id << " has no checkpoints\n";
     } else {
-      std::cout << absl::StrFormat("%-10s %-20s %-6s %-12s %s\n", "STEP", "COMMITTED", "RANKS", "SIZE", "FILES");
+      std::cout << absl::StrFormat("%-10s %-20s %-6s %-12s %s\n", "STEP", "COMMITTED", "RANKS",
+                                   "SIZE", "FILES");
       for (const v1::CheckpointManifest& m : response.checkpoints()) {
         int64_t bytes = 0;
         std::string files;
@@ -88,8 +92,9 @@ void AddCheckpointsCommand(CLI::App& app, const GlobalOptions& global, int& exit
         }
         // storage SHARED_DIR: where the files are.
         if (!m.directory().empty()) files += "  in " + m.directory();
-        std::cout << absl::StrFormat("%-10d %-20s %-6d %-12s %s\n", m.step(), FormatTime(m.commit_time_us()),
-                                     m.world_size(), absl::StrFormat("%.1f MB", bytes / 1048576.0), files);
+        std::cout << absl::StrFormat("%-10d %-20s %-6d %-12s %s\n", m.step(),
+                                     FormatTime(m.commit_time_us()), m.world_size(),
+                                     absl::StrFormat("%.1f MB", bytes / 1048576.0), files);
       }
     }
     exit_code = kExitOk;
@@ -132,9 +137,13 @@ void AddExportCommand(CLI::App& app, const GlobalOptions& global, int& exit_code
         return;
       }
       if (!job.spec().model().has_torchscript()) {
-        exit_code = ReportError("export", absl::FailedPreconditionError(absl::StrCat(
-            "job ", *job_id, " did not train a TorchScript model (model.torchscript in its spec); "
-            "export without --torchscript writes its state dict")), global);
+        exit_code =
+            ReportError("export",
+                        absl::FailedPreconditionError(absl::StrCat(
+                            "job ", *job_id,
+                            " did not train a TorchScript model (model.torchscript in its spec); "
+                            "export without --torchscript writes its state dict")),
+                        global);
         return;
       }
       module_path = job.spec().model().torchscript().path();
@@ -175,17 +184,19 @@ void AddExportCommand(CLI::App& app, const GlobalOptions& global, int& exit_code
       exit_code = kExitFailure;
       return;
     }
-    std::cerr << "chorus export: wrote " << path << " (" << bytes->size() << " bytes; torch.load reads it)\n";
+    std::cerr << "chorus export: wrote " << path << " (" << bytes->size()
+              << " bytes; torch.load reads it)\n";
     exit_code = kExitOk;
   });
 }
 
 void AddCheckpointCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) {
-  CLI::App* cmd = app.add_subcommand(
-      "checkpoint",
-      "Ask a running job to checkpoint now (besides checkpoint.every_steps): DDP jobs take it at the end "
-      "of the step rank 0 is in, decentralized jobs within 10 steps (their ranks agree on the step). "
-      "An upload still running is waited for, not skipped.");
+  CLI::App* cmd = app.add_subcommand("checkpoint",
+                                     "Ask a running job to checkpoint now (besides "
+                                     "checkpoint.every_steps): DDP jobs take it at the end "
+                                     "of the step rank 0 is in, decentralized jobs within 10 steps "
+                                     "(their ranks agree on the step). "
+                                     "An upload still running is waited for, not skipped.");
   auto job_id = std::make_shared<std::string>();
   auto wait = std::make_shared<bool>(false);
   auto wait_seconds = std::make_shared<double>(120);
@@ -206,9 +217,11 @@ void AddCheckpointCommand(CLI::App& app, const GlobalOptions& global, int& exit_
         return;
       }
     }
-    std::cout << *job_id << ": checkpoint requested (ranks at step " << response.step() << "; newest committed: "
-              << (response.newest_checkpoint_step() > 0 ? absl::StrCat("step ", response.newest_checkpoint_step())
-                                                        : std::string("none"))
+    std::cout << *job_id << ": checkpoint requested (ranks at step " << response.step()
+              << "; newest committed: "
+              << (response.newest_checkpoint_step() > 0
+                      ? absl::StrCat("step ", response.newest_checkpoint_step())
+                      : std::string("none"))
               << ")\n";
     if (!*wait) {
       exit_code = kExitOk;
@@ -222,7 +235,8 @@ void AddCheckpointCommand(CLI::App& app, const GlobalOptions& global, int& exit_
       v1::ListCheckpointsResponse list;
       grpc::ClientContext context;
       SetDeadline(context, global);
-      absl::Status s = FromGrpcStatus(JobStub(global)->ListCheckpoints(&context, list_request, &list));
+      absl::Status s =
+          FromGrpcStatus(JobStub(global)->ListCheckpoints(&context, list_request, &list));
       if (!s.ok()) {
         exit_code = ReportError("checkpoint", s, global);
         return;
@@ -249,8 +263,8 @@ void AddCheckpointCommand(CLI::App& app, const GlobalOptions& global, int& exit_
       }
       absl::SleepFor(absl::Milliseconds(250));
     }
-    std::cerr << "chorus checkpoint: no new checkpoint of " << *job_id << " committed within " << *wait_seconds
-              << " s\n";
+    std::cerr << "chorus checkpoint: no new checkpoint of " << *job_id << " committed within "
+              << *wait_seconds << " s\n";
     exit_code = kExitFailure;
   });
 }

@@ -37,10 +37,12 @@ bool Interrupted() { return interrupted.load(); }
 std::string ProgressLine(const v1::Job& job) {
   const v1::Metrics& m = job.latest_metrics();
   auto total = m.values().find("total_steps");
-  std::string line = absl::StrFormat("%s %s step %d", job.job_id(), StateName(job.state()), m.step());
+  std::string line =
+      absl::StrFormat("%s %s step %d", job.job_id(), StateName(job.state()), m.step());
   if (total != m.values().end()) absl::StrAppend(&line, "/", static_cast<int64_t>(total->second));
   absl::StrAppend(&line, absl::StrFormat(" epoch %d loss %.4f", m.epoch(), m.loss()));
-  if (m.eval_accuracy() > 0) absl::StrAppend(&line, absl::StrFormat(" test acc %.4f", m.eval_accuracy()));
+  if (m.eval_accuracy() > 0)
+    absl::StrAppend(&line, absl::StrFormat(" test acc %.4f", m.eval_accuracy()));
   absl::StrAppend(&line, absl::StrFormat(" %.0f samples/s", m.samples_per_second()));
   return line;
 }
@@ -73,7 +75,8 @@ absl::StatusOr<FollowResult> FollowJob(v1::JobService::Stub& stub, const GlobalO
     if (result.job.latest_metrics().step() != last_step || result.job.state() != last_state) {
       last_step = result.job.latest_metrics().step();
       last_state = result.job.state();
-      std::cerr << (tty ? "\r" : "") << ProgressLine(result.job) << (tty ? "   " : "\n") << std::flush;
+      std::cerr << (tty ? "\r" : "") << ProgressLine(result.job) << (tty ? "   " : "\n")
+                << std::flush;
     }
     if (Ended(result.job.state())) break;
     absl::SleepFor(absl::Milliseconds(250));

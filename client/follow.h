@@ -16,7 +16,7 @@ void CatchInterrupts();
 bool Interrupted();
 
 struct FollowResult {
-  v1::Job job;           // the job as last seen
+  v1::Job job;  // the job as last seen
   bool interrupted = false;
 };
 

@@ -19,7 +19,8 @@ void AddJobsCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) 
   cmd->add_flag("--json", *json, "Print the ListJobsResponse as JSON (proto field names).");
   cmd->add_option("--state", *state, "Only jobs in this state.")
       ->check(CLI::IsMember({"PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"}));
-  cmd->add_option("--limit", *limit, "At most this many jobs (0 = all).")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--limit", *limit, "At most this many jobs (0 = all).")
+      ->check(CLI::NonNegativeNumber);
   cmd->callback([json, state, limit, &global, &exit_code] {
     v1::ListJobsRequest request;
     v1::Job::State wanted;

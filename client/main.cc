@@ -21,8 +21,9 @@ int main(int argc, char** argv) {
                  "CHORUS_TOKEN / CHORUS_TOKEN_FILE).");
   app.add_option("--tls_ca", global.tls_ca,
                  "PEM CA bundle to verify a TLS coordinator with (or CHORUS_TLS_CA).");
-  app.add_option("--tls_cert", global.tls_cert,
-                 "PEM client certificate, for a coordinator that requires one (or CHORUS_TLS_CERT).");
+  app.add_option(
+      "--tls_cert", global.tls_cert,
+      "PEM client certificate, for a coordinator that requires one (or CHORUS_TLS_CERT).");
   app.add_option("--tls_key", global.tls_key, "PEM key of --tls_cert (or CHORUS_TLS_KEY).");
 
   int exit_code = chorus::client::kExitOk;

@@ -29,12 +29,12 @@ void AddPingCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) 
     }
     const std::string name = grpc::health::v1::HealthCheckResponse::ServingStatus_Name(*status);
     if (*json) {
-      std::cout << "{\"coordinator\": \"" << global.coordinator << "\", \"status\": \"" << name << "\"}\n";
+      std::cout << "{\"coordinator\": \"" << global.coordinator << "\", \"status\": \"" << name
+                << "\"}\n";
     } else {
       std::cout << global.coordinator << ": " << name << "\n";
     }
-    exit_code = *status == grpc::health::v1::HealthCheckResponse::SERVING ? kExitOk
-                                                                          : kExitFailure;
+    exit_code = *status == grpc::health::v1::HealthCheckResponse::SERVING ? kExitOk : kExitFailure;
   });
 }
 

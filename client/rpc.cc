@@ -32,8 +32,7 @@ std::unique_ptr<v1::JobService::Stub> JobStub(const GlobalOptions& global) {
 }
 
 void SetDeadline(grpc::ClientContext& context, const GlobalOptions& global) {
-  context.set_deadline(
-      absl::ToChronoTime(absl::Now() + absl::Seconds(global.timeout_seconds)));
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(global.timeout_seconds)));
 }
 
 int ReportError(const std::string& command, const absl::Status& status,
@@ -79,7 +78,8 @@ absl::StatusOr<v1::JobSpec> LoadUserJobSpec(const std::string& path) {
   absl::StatusOr<v1::JobSpec> spec = LoadJobSpec(UserPath(path));
   if (!spec.ok()) return spec;
   auto absolute = [](std::string* p) { *p = UserPath(*p); };
-  if (spec->model().has_torchscript()) absolute(spec->mutable_model()->mutable_torchscript()->mutable_path());
+  if (spec->model().has_torchscript())
+    absolute(spec->mutable_model()->mutable_torchscript()->mutable_path());
   v1::DataSpec& data = *spec->mutable_data();
   if (data.has_fashion_mnist()) absolute(data.mutable_fashion_mnist()->mutable_dir());
   if (data.has_tensor_file()) {

@@ -48,11 +48,10 @@ void AddStatusCommand(CLI::App& app, const GlobalOptions& global, int& exit_code
                                    "HOST", "PID", "STATE", "STEP", "PHASE", "HEARTBEAT",
                                    "LAST_SEQ");
       for (const v1::RankStatus& r : status.ranks()) {
-        std::cout << absl::StrFormat("  %-5d %-16s %-8d %-9s %-8d %-11s %-9s %d\n", r.rank(),
-                                     r.host(), r.pid(), v1::RankStatus::State_Name(r.state()),
-                                     r.step(), v1::Phase_Name(r.phase()),
-                                     absl::StrFormat("%.1fs", r.heartbeat_age_seconds()),
-                                     r.last_completed_seq());
+        std::cout << absl::StrFormat(
+            "  %-5d %-16s %-8d %-9s %-8d %-11s %-9s %d\n", r.rank(), r.host(), r.pid(),
+            v1::RankStatus::State_Name(r.state()), r.step(), v1::Phase_Name(r.phase()),
+            absl::StrFormat("%.1fs", r.heartbeat_age_seconds()), r.last_completed_seq());
       }
     }
     if (status.diagnoses().empty()) {

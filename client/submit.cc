@@ -21,7 +21,8 @@ void AddSubmitCommand(CLI::App& app, const GlobalOptions& global, int& exit_code
   auto json = std::make_shared<bool>(false);
   auto wait = std::make_shared<bool>(false);
   auto cancel_on_interrupt = std::make_shared<bool>(false);
-  cmd->add_option("spec", *path, "Job spec file (.textproto/.pbtxt, .json, .yaml/.yml).")->required();
+  cmd->add_option("spec", *path, "Job spec file (.textproto/.pbtxt, .json, .yaml/.yml).")
+      ->required();
   cmd->add_option("--resume_from", *resume_from,
                   "JOB or JOB:STEP whose checkpoint the new job starts from.");
   cmd->add_flag("--json", *json,
@@ -29,7 +30,8 @@ void AddSubmitCommand(CLI::App& app, const GlobalOptions& global, int& exit_code
   cmd->add_flag("--wait", *wait,
                 "Follow the job with a progress line until it ends; exit 0 if it succeeded, 1 "
                 "if not, 130 on Ctrl-C (the job keeps running unless --cancel_on_interrupt).");
-  cmd->add_flag("--cancel_on_interrupt", *cancel_on_interrupt, "With --wait: Ctrl-C cancels the job.");
+  cmd->add_flag("--cancel_on_interrupt", *cancel_on_interrupt,
+                "With --wait: Ctrl-C cancels the job.");
   cmd->callback([path, resume_from, json, wait, cancel_on_interrupt, &global, &exit_code] {
     absl::StatusOr<v1::JobSpec> spec = LoadUserJobSpec(*path);
     if (!spec.ok()) {

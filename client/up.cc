@@ -25,14 +25,13 @@
 #include "client/rpc.h"
 #include "client/up_json.h"
 #include "common/grpc_util.h"
-#include "common/paths.h"
 #include "common/job_spec.h"
+#include "common/paths.h"
 
 extern char** environ;
 
 namespace chorus::client {
 namespace {
-
 
 pid_t Spawn(const std::vector<std::string>& args, const std::string& log_path) {
   std::vector<char*> argv;
@@ -62,7 +61,6 @@ void Terminate(pid_t pid, absl::Duration grace) {
   waitpid(pid, nullptr, 0);
 }
 
-
 }  // namespace
 
 void AddUpCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) {
@@ -75,14 +73,18 @@ void AddUpCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) {
   auto path = std::make_shared<std::string>();
   auto state_dir = std::make_shared<std::string>();
   auto json = std::make_shared<bool>(false);
-  cmd->add_option("--local", *local, "Rank slots of the local agent.")->required()->check(CLI::Range(1, 256));
+  cmd->add_option("--local", *local, "Rank slots of the local agent.")
+      ->required()
+      ->check(CLI::Range(1, 256));
   cmd->add_option("spec", *path, "Job spec file.")->required();
-  cmd->add_option("--state_dir", *state_dir, "Coordinator state directory (default: a temporary one, removed after).");
+  cmd->add_option("--state_dir", *state_dir,
+                  "Coordinator state directory (default: a temporary one, removed after).");
   cmd->add_flag("--json", *json, "End with the final job as one JSON line.");
   auto resume_from = std::make_shared<std::string>();
-  cmd->add_option("--resume_from", *resume_from,
-                  "JOB or JOB:STEP: start from that job's checkpoint (with --state_dir of the run that "
-                  "wrote it).");
+  cmd->add_option(
+      "--resume_from", *resume_from,
+      "JOB or JOB:STEP: start from that job's checkpoint (with --state_dir of the run that "
+      "wrote it).");
   cmd->callback([local, path, state_dir, json, resume_from, &global, &exit_code] {
     absl::StatusOr<v1::JobSpec> spec = LoadUserJobSpec(*path);
     if (!spec.ok()) {
@@ -96,8 +98,8 @@ void AddUpCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) {
       return;
     }
     if (spec->resources().min_ranks() > *local) {
-      std::cerr << "chorus up: the job needs resources.min_ranks = " << spec->resources().min_ranks()
-                << " slots; --local gives " << *local << "\n";
+      std::cerr << "chorus up: the job needs resources.min_ranks = "
+                << spec->resources().min_ranks() << " slots; --local gives " << *local << "\n";
       exit_code = kExitBadInput;
       return;
     }
@@ -129,8 +131,8 @@ void AddUpCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) {
 
     CatchInterrupts();
 
-    pid_t coordinator = Spawn({coordinator_bin, "--listen", "127.0.0.1:0", "--state_dir", dir + "/state",
-                               "--port_file", port_file},
+    pid_t coordinator = Spawn({coordinator_bin, "--listen", "127.0.0.1:0", "--state_dir",
+                               dir + "/state", "--port_file", port_file},
                               dir + "/coordinator.log");
     std::string port;
     for (int i = 0; i < 300 && port.empty() && !Interrupted(); ++i) {
@@ -158,9 +160,10 @@ void AddUpCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) {
     }
     GlobalOptions local_global = global;
     local_global.coordinator = "127.0.0.1:" + port;
-    worker = Spawn({worker_bin, "--coordinator", local_global.coordinator, "--slots", std::to_string(*local),
-                    "--threads_per_rank", std::to_string(spec->resources().threads_per_rank())},
-                   dir + "/worker.log");
+    worker = Spawn(
+        {worker_bin, "--coordinator", local_global.coordinator, "--slots", std::to_string(*local),
+         "--threads_per_rank", std::to_string(spec->resources().threads_per_rank())},
+        dir + "/worker.log");
 
     stub = JobStub(local_global);
     v1::SubmitJobRequest submit;
@@ -177,8 +180,8 @@ void AddUpCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) {
         return;
       }
     }
-    std::cerr << "chorus up: " << submitted.job_id() << " on " << *local << " local slot(s); logs in "
-              << dir << "\n";
+    std::cerr << "chorus up: " << submitted.job_id() << " on " << *local
+              << " local slot(s); logs in " << dir << "\n";
     absl::StatusOr<FollowResult> followed =
         FollowJob(*stub, local_global, submitted.job_id(), /*cancel_on_interrupt=*/true);
     if (!followed.ok()) {
@@ -188,7 +191,8 @@ void AddUpCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) {
     }
     const v1::Job& job = followed->job;
     const v1::Metrics& m = job.latest_metrics();
-    std::cerr << "chorus up: " << job.job_id() << " " << StateName(job.state()) << ": " << job.reason();
+    std::cerr << "chorus up: " << job.job_id() << " " << StateName(job.state()) << ": "
+              << job.reason();
     if (job.state() == v1::Job::SUCCEEDED) {
       std::cerr << absl::StrFormat("; test accuracy %.4f, test loss %.4f after %d steps",
                                    m.eval_accuracy(), m.eval_loss(), m.step());

@@ -13,8 +13,9 @@ std::string UpJsonLine(const v1::Job& job) {
                       ", \"state\": ", JsonString(v1::Job::State_Name(job.state())),
                       ", \"reason\": ", JsonString(job.reason()),
                       ", \"final_metrics\": {\"test_accuracy\": ", JsonNumber(m.eval_accuracy(), 6),
-                      ", \"test_loss\": ", JsonNumber(m.eval_loss(), 6), ", \"train_loss\": ", JsonNumber(m.loss(), 6),
-                      ", \"steps\": ", m.step(), ", \"samples_per_second\": ", JsonNumber(m.samples_per_second(), 2),
+                      ", \"test_loss\": ", JsonNumber(m.eval_loss(), 6),
+                      ", \"train_loss\": ", JsonNumber(m.loss(), 6), ", \"steps\": ", m.step(),
+                      ", \"samples_per_second\": ", JsonNumber(m.samples_per_second(), 2),
                       ", \"wall_seconds\": ", JsonNumber(wall_seconds, 3), "}}");
 }
 

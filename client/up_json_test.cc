@@ -32,16 +32,19 @@ v1::Job FinishedJob() {
 }
 
 TEST(UpJsonLineTest, KeepsItsLayout) {
-  EXPECT_EQ(UpJsonLine(FinishedJob()),
-            "{\"job_id\": \"job-000001\", \"state\": \"SUCCEEDED\", \"reason\": \"all ranks finished\", "
-            "\"final_metrics\": {\"test_accuracy\": 0.812300, \"test_loss\": 0.500000, \"train_loss\": 0.250000, "
-            "\"steps\": 200, \"samples_per_second\": 1234.50, \"wall_seconds\": 12.250}}");
+  EXPECT_EQ(
+      UpJsonLine(FinishedJob()),
+      "{\"job_id\": \"job-000001\", \"state\": \"SUCCEEDED\", \"reason\": \"all ranks finished\", "
+      "\"final_metrics\": {\"test_accuracy\": 0.812300, \"test_loss\": 0.500000, \"train_loss\": "
+      "0.250000, "
+      "\"steps\": 200, \"samples_per_second\": 1234.50, \"wall_seconds\": 12.250}}");
 }
 
 TEST(UpJsonLineTest, AReasonWithQuotesBackslashNewlineApostropheAndUtf8IsValidJson) {
   v1::Job job = FinishedJob();
   job.set_state(v1::Job::FAILED);
-  const std::string reason = "rank 1 exited 1: can't load \"C:\\model.pt\"\nRuntimeError: caf\xc3\xa9 \xe2\x9c\x97";
+  const std::string reason =
+      "rank 1 exited 1: can't load \"C:\\model.pt\"\nRuntimeError: caf\xc3\xa9 \xe2\x9c\x97";
   job.set_reason(reason);
   job.mutable_latest_metrics()->set_eval_loss(std::nan(""));
   const google::protobuf::Struct parsed = Parse(UpJsonLine(job));
@@ -58,7 +61,8 @@ TEST(UpJsonLineTest, AReasonWithQuotesBackslashNewlineApostropheAndUtf8IsValidJs
 TEST(UpJsonLineTest, IllFormedUtf8InTheReasonStillParses) {
   v1::Job job = FinishedJob();
   job.set_reason("stderr: \xff\xfe binary");
-  EXPECT_EQ(Parse(UpJsonLine(job)).fields().at("reason").string_value(), "stderr: \xef\xbf\xbd\xef\xbf\xbd binary");
+  EXPECT_EQ(Parse(UpJsonLine(job)).fields().at("reason").string_value(),
+            "stderr: \xef\xbf\xbd\xef\xbf\xbd binary");
 }
 
 TEST(UpJsonLineTest, MissingMetricsAreZero) {

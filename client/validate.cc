@@ -22,7 +22,8 @@ void AddValidateCommand(CLI::App& app, int& exit_code) {
   cmd->add_option("-o,--output", *output, "How to print the normalized spec.")
       ->check(CLI::IsMember({"text", "json", "none"}))
       ->capture_default_str();
-  cmd->add_flag_callback("--json", [output] { *output = "json"; }, "Same as --output json.");
+  cmd->add_flag_callback(
+      "--json", [output] { *output = "json"; }, "Same as --output json.");
   cmd->callback([path, output, &exit_code] {
     absl::StatusOr<v1::JobSpec> spec = LoadUserJobSpec(*path);
     if (!spec.ok()) {

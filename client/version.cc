@@ -1,11 +1,12 @@
 // chorus version: what this CLI is and which API it speaks.
 
+#include "common/version.h"
+
 #include <iostream>
 #include <memory>
 
 #include "client/commands.h"
 #include "common/device.h"
-#include "common/version.h"
 
 namespace chorus::client {
 

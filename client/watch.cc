@@ -22,13 +22,15 @@ std::string DescribeEvent(const v1::JobEvent& e) {
   std::string what;
   switch (e.kind_case()) {
     case v1::JobEvent::kState:
-      what = absl::StrCat("state ", StateName(e.state()), e.reason().empty() ? "" : ": ", e.reason());
+      what =
+          absl::StrCat("state ", StateName(e.state()), e.reason().empty() ? "" : ": ", e.reason());
       break;
     case v1::JobEvent::kMetrics: {
       const v1::Metrics& m = e.metrics();
       what = absl::StrFormat("metrics step %d epoch %d loss %.4f", m.step(), m.epoch(), m.loss());
       if (m.eval_loss() > 0) {
-        absl::StrAppend(&what, absl::StrFormat(" test loss %.4f acc %.4f", m.eval_loss(), m.eval_accuracy()));
+        absl::StrAppend(
+            &what, absl::StrFormat(" test loss %.4f acc %.4f", m.eval_loss(), m.eval_accuracy()));
       }
       absl::StrAppend(&what, absl::StrFormat(" %.0f samples/s", m.samples_per_second()));
       break;
@@ -58,7 +60,8 @@ void AddWatchCommand(CLI::App& app, const GlobalOptions& global, int& exit_code)
   auto after = std::make_shared<int64_t>(0);
   auto json = std::make_shared<bool>(false);
   cmd->add_option("job", *job_id, "Job id, e.g. job-000001.")->required();
-  cmd->add_option("--after", *after, "Only events after this sequence number.")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--after", *after, "Only events after this sequence number.")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--json", *json, "One JSON object per event (JobEvent, proto field names).");
   cmd->callback([job_id, after, json, &global, &exit_code] {
     CatchInterrupts();

@@ -62,12 +62,14 @@ absl::StatusOr<TokenAuthorizer> TokenAuthorizer::FromText(absl::string_view text
                                                           const std::string& source) {
   TokenAuthorizer auth;
   for (const auto& [number, line] : ContentLines(text)) {
-    std::vector<std::string> fields = absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
+    std::vector<std::string> fields =
+        absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
     const std::string where = absl::StrCat(source, " line ", number);
     if (fields.size() != 2 || (fields[0] != "admin" && fields[0] != "worker")) {
       return absl::InvalidArgumentError(absl::StrCat(
-          where, ": expected \"admin TOKEN\" or \"worker TOKEN\" (the line is not shown: it may "
-                 "hold a token)"));
+          where,
+          ": expected \"admin TOKEN\" or \"worker TOKEN\" (the line is not shown: it may "
+          "hold a token)"));
     }
     if (fields[1].size() < 16) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -79,8 +81,8 @@ absl::StatusOr<TokenAuthorizer> TokenAuthorizer::FromText(absl::string_view text
     auth.tokens_[fields[1]] = fields[0] == "admin" ? Role::kAdmin : Role::kWorker;
   }
   if (auth.tokens_.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        source, " has no tokens; add lines \"admin TOKEN\" and \"worker TOKEN\""));
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, " has no tokens; add lines \"admin TOKEN\" and \"worker TOKEN\""));
   }
   return auth;
 }
@@ -91,8 +93,8 @@ absl::StatusOr<TokenAuthorizer> TokenAuthorizer::FromFile(const std::string& pat
   return FromText(*text, absl::StrCat("--token_file ", path));
 }
 
-absl::Status TokenAuthorizer::Check(const std::multimap<grpc::string_ref, grpc::string_ref>& metadata,
-                                    Role needed) const {
+absl::Status TokenAuthorizer::Check(
+    const std::multimap<grpc::string_ref, grpc::string_ref>& metadata, Role needed) const {
   if (tokens_.empty()) return absl::OkStatus();
   auto it = metadata.find("authorization");
   if (it == metadata.end()) {
@@ -132,7 +134,8 @@ absl::StatusOr<ClientSecurity> LoadClientSecurity(const std::string& token_file,
     if (!text.ok()) return text.status();
     std::vector<std::pair<int, std::string>> lines = ContentLines(*text);
     if (lines.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(token.what, " ", token.path, " holds no token"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(token.what, " ", token.path, " holds no token"));
     }
     std::vector<std::string> fields =
         absl::StrSplit(lines[0].second, absl::ByAnyChar(" \t"), absl::SkipEmpty());
@@ -144,13 +147,16 @@ absl::StatusOr<ClientSecurity> LoadClientSecurity(const std::string& token_file,
   const Source cert = pick(tls_cert, "--tls_cert", "CHORUS_TLS_CERT");
   const Source key = pick(tls_key, "--tls_key", "CHORUS_TLS_KEY");
   if (cert.path.empty() != key.path.empty()) {
-    return absl::InvalidArgumentError("--tls_cert and --tls_key go together (a client certificate and its key)");
+    return absl::InvalidArgumentError(
+        "--tls_cert and --tls_key go together (a client certificate and its key)");
   }
   if (!cert.path.empty() && ca.path.empty()) {
-    return absl::InvalidArgumentError("--tls_cert needs --tls_ca: client certificates are only sent over TLS");
+    return absl::InvalidArgumentError(
+        "--tls_cert needs --tls_ca: client certificates are only sent over TLS");
   }
-  for (auto [source, out] : {std::pair{&ca, &security.tls_ca_pem}, std::pair{&cert, &security.tls_cert_pem},
-                             std::pair{&key, &security.tls_key_pem}}) {
+  for (auto [source, out] :
+       {std::pair{&ca, &security.tls_ca_pem}, std::pair{&cert, &security.tls_cert_pem},
+        std::pair{&key, &security.tls_key_pem}}) {
     if (source->path.empty()) continue;
     absl::StatusOr<std::string> pem = ReadWholeFile(source->path, source->what);
     if (!pem.ok()) return pem.status();

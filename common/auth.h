@@ -43,7 +43,8 @@ class TokenAuthorizer {
   // INVALID_ARGUMENT naming the file and line for a malformed file (the line's
   // text is not echoed: it may hold a token); NOT_FOUND if unreadable.
   static absl::StatusOr<TokenAuthorizer> FromFile(const std::string& path);
-  static absl::StatusOr<TokenAuthorizer> FromText(absl::string_view text, const std::string& source);
+  static absl::StatusOr<TokenAuthorizer> FromText(absl::string_view text,
+                                                  const std::string& source);
 
   bool enabled() const { return !tokens_.empty(); }
 

@@ -25,7 +25,8 @@ std::multimap<grpc::string_ref, grpc::string_ref> Metadata(const std::string& va
 
 TokenAuthorizer Authorizer() {
   auto auth = TokenAuthorizer::FromText(
-      std::string("# tokens\nadmin ") + kAdmin + "\n\nworker " + kWorker + "  # the agents\n", "tokens");
+      std::string("# tokens\nadmin ") + kAdmin + "\n\nworker " + kWorker + "  # the agents\n",
+      "tokens");
   EXPECT_TRUE(auth.ok()) << auth.status();
   return *auth;
 }
@@ -49,8 +50,10 @@ TEST(TokenAuthorizerTest, RolesAndTheAuthMatrix) {
   EXPECT_EQ(auth.Check(Metadata(kAdmin), Role::kWorker).code(), absl::StatusCode::kUnauthenticated)
       << "the Bearer scheme is required";
   // A prefix of a valid token is not valid.
-  EXPECT_EQ(auth.Check(Metadata(std::string("Bearer ") + std::string(kAdmin).substr(0, 10)), Role::kAdmin).code(),
-            absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(
+      auth.Check(Metadata(std::string("Bearer ") + std::string(kAdmin).substr(0, 10)), Role::kAdmin)
+          .code(),
+      absl::StatusCode::kUnauthenticated);
 
   TokenAuthorizer open;
   EXPECT_FALSE(open.enabled());
@@ -64,10 +67,13 @@ TEST(TokenAuthorizerTest, MalformedFilesNameTheLineButNeverTheToken) {
   EXPECT_THAT(role.status().message(), Not(HasSubstr("secret")));
   auto shorty = TokenAuthorizer::FromText("# c\nadmin short\n", "tokens");
   EXPECT_THAT(shorty.status().message(), HasSubstr("tokens line 2: tokens must be at least 16"));
-  EXPECT_THAT(TokenAuthorizer::FromText("# nothing\n", "tokens").status().message(), HasSubstr("has no tokens"));
-  auto twice = TokenAuthorizer::FromText(std::string("admin ") + kAdmin + "\nworker " + kAdmin + "\n", "tokens");
+  EXPECT_THAT(TokenAuthorizer::FromText("# nothing\n", "tokens").status().message(),
+              HasSubstr("has no tokens"));
+  auto twice = TokenAuthorizer::FromText(
+      std::string("admin ") + kAdmin + "\nworker " + kAdmin + "\n", "tokens");
   EXPECT_THAT(twice.status().message(), HasSubstr("line 2: the same token appears twice"));
-  EXPECT_EQ(TokenAuthorizer::FromFile("/nonexistent/tokens").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(TokenAuthorizer::FromFile("/nonexistent/tokens").status().code(),
+            absl::StatusCode::kNotFound);
 }
 
 TEST(ClientSecurityTest, TokenFromFileOrEnvironmentAndTlsFilesChecked) {
@@ -93,8 +99,9 @@ TEST(ClientSecurityTest, TokenFromFileOrEnvironmentAndTlsFilesChecked) {
   EXPECT_THAT(missing.status().message(), HasSubstr("--tls_ca /nonexistent/ca.pem"));
   EXPECT_THAT(LoadClientSecurity("", "", dir + "/bare.token", "").status().message(),
               HasSubstr("--tls_cert and --tls_key go together"));
-  EXPECT_THAT(LoadClientSecurity("", "", dir + "/bare.token", dir + "/bare.token").status().message(),
-              HasSubstr("--tls_cert needs --tls_ca"));
+  EXPECT_THAT(
+      LoadClientSecurity("", "", dir + "/bare.token", dir + "/bare.token").status().message(),
+      HasSubstr("--tls_cert needs --tls_ca"));
 }
 
 }  // namespace

@@ -29,8 +29,7 @@ class Clock {
   // Waits until `cond` holds (re-checked whenever `mu` is released by a
   // writer) or this clock reaches `deadline`. Returns whether `cond` holds.
   // REQUIRES: `mu` is held.
-  virtual bool AwaitWithDeadline(absl::Mutex& mu, const absl::Condition& cond,
-                                 absl::Time deadline)
+  virtual bool AwaitWithDeadline(absl::Mutex& mu, const absl::Condition& cond, absl::Time deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) = 0;
 };
 
@@ -39,8 +38,7 @@ class RealClock : public Clock {
  public:
   absl::Time Now() override { return absl::Now(); }
   void SleepFor(absl::Duration d) override { absl::SleepFor(d); }
-  bool AwaitWithDeadline(absl::Mutex& mu, const absl::Condition& cond,
-                         absl::Time deadline) override
+  bool AwaitWithDeadline(absl::Mutex& mu, const absl::Condition& cond, absl::Time deadline) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     return mu.AwaitWithDeadline(cond, deadline);
   }
@@ -69,8 +67,7 @@ class FakeClock : public Clock {
     absl::MutexLock lock(&mu_);
     now_ = t;
   }
-  bool AwaitWithDeadline(absl::Mutex& mu, const absl::Condition& cond,
-                         absl::Time deadline) override
+  bool AwaitWithDeadline(absl::Mutex& mu, const absl::Condition& cond, absl::Time deadline) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     while (true) {
       if (cond.Eval()) return true;

@@ -27,8 +27,7 @@ TEST(FakeClockTest, AwaitTimesOutOnFakeTimeNotRealTime) {
   absl::Time real_start = absl::Now();
   {
     absl::MutexLock lock(&mu);
-    EXPECT_FALSE(clock.AwaitWithDeadline(mu, absl::Condition(&ready),
-                                         absl::FromUnixSeconds(60)));
+    EXPECT_FALSE(clock.AwaitWithDeadline(mu, absl::Condition(&ready), absl::FromUnixSeconds(60)));
   }
   advancer.join();
   // An hour of fake time passed in well under the 10 s we allow for a loaded machine.
@@ -46,8 +45,8 @@ TEST(FakeClockTest, AwaitReturnsWhenConditionBecomesTrue) {
   });
   {
     absl::MutexLock lock(&mu);
-    EXPECT_TRUE(clock.AwaitWithDeadline(mu, absl::Condition(&ready),
-                                        clock.Now() + absl::Seconds(1)));
+    EXPECT_TRUE(
+        clock.AwaitWithDeadline(mu, absl::Condition(&ready), clock.Now() + absl::Seconds(1)));
   }
   setter.join();
 }
@@ -58,8 +57,8 @@ TEST(RealClockTest, AwaitHonoursDeadline) {
   bool never = false;
   absl::Time start = clock.Now();
   absl::MutexLock lock(&mu);
-  EXPECT_FALSE(clock.AwaitWithDeadline(mu, absl::Condition(&never),
-                                       start + absl::Milliseconds(30)));
+  EXPECT_FALSE(
+      clock.AwaitWithDeadline(mu, absl::Condition(&never), start + absl::Milliseconds(30)));
   EXPECT_GE(clock.Now() - start, absl::Milliseconds(30));
 }
 

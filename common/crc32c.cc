@@ -30,7 +30,8 @@ uint32_t ExtendPortable(uint32_t state, const unsigned char* p, size_t n) {
 }
 
 #if defined(__x86_64__)
-__attribute__((target("sse4.2"))) uint32_t ExtendSse42(uint32_t state, const unsigned char* p, size_t n) {
+__attribute__((target("sse4.2"))) uint32_t ExtendSse42(uint32_t state, const unsigned char* p,
+                                                       size_t n) {
   uint64_t s = state;
   while (n >= 8) {
     uint64_t word;

@@ -24,20 +24,25 @@ TEST(Crc32cTest, ExtendEqualsWholeAtEverySplit) {
   const uint32_t whole = Crc32c(data);
   for (size_t split : {0, 1, 7, 8, 9, 500, 999, 1000}) {
     const absl::string_view v(data);
-    EXPECT_EQ(Crc32cExtend(Crc32c(v.substr(0, split)), v.substr(split)), whole) << "split at " << split;
+    EXPECT_EQ(Crc32cExtend(Crc32c(v.substr(0, split)), v.substr(split)), whole)
+        << "split at " << split;
   }
 }
 
 TEST(Crc32cTest, CombineEqualsWholeAtEverySplit) {
   std::string data;
-  for (int i = 0; i < (5 << 20) + 3; ++i) data.push_back(static_cast<char>((i * 2654435761u) >> 13));
+  for (int i = 0; i < (5 << 20) + 3; ++i)
+    data.push_back(static_cast<char>((i * 2654435761u) >> 13));
   const absl::string_view v(data);
   for (size_t whole_size : {size_t{0}, size_t{1}, size_t{1000}, data.size()}) {
     const absl::string_view w = v.substr(0, whole_size);
     const uint32_t whole = Crc32c(w);
-    for (size_t split : {size_t{0}, size_t{1}, size_t{7}, size_t{8}, w.size() / 3, size_t{1} << 20, w.size()}) {
+    for (size_t split :
+         {size_t{0}, size_t{1}, size_t{7}, size_t{8}, w.size() / 3, size_t{1} << 20, w.size()}) {
       if (split > w.size()) continue;
-      EXPECT_EQ(Crc32cCombine(Crc32c(w.substr(0, split)), Crc32c(w.substr(split)), w.size() - split), whole)
+      EXPECT_EQ(
+          Crc32cCombine(Crc32c(w.substr(0, split)), Crc32c(w.substr(split)), w.size() - split),
+          whole)
           << "size " << w.size() << " split at " << split;
     }
   }

@@ -36,9 +36,9 @@ absl::Status CheckDevice(v1::ResourceSpec::Device device, int slots) {
   if (device != v1::ResourceSpec::CUDA) return absl::OkStatus();
   ASSIGN_OR_RETURN(int count, CudaDeviceCount());
   if (count < slots) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "--device cuda with --slots ", slots, " needs ", slots,
-        " GPUs, but CUDA sees ", count, " on this machine"));
+    return absl::FailedPreconditionError(absl::StrCat("--device cuda with --slots ", slots,
+                                                      " needs ", slots, " GPUs, but CUDA sees ",
+                                                      count, " on this machine"));
   }
   return absl::OkStatus();
 }

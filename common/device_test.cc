@@ -8,9 +8,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-TEST(DeviceTest, CpuIsAlwaysAvailable) {
-  EXPECT_TRUE(CheckDevice(v1::ResourceSpec::CPU, 64).ok());
-}
+TEST(DeviceTest, CpuIsAlwaysAvailable) { EXPECT_TRUE(CheckDevice(v1::ResourceSpec::CPU, 64).ok()); }
 
 TEST(DeviceTest, CudaNeedsACudaBuildAndEnoughGpus) {
   absl::Status status = CheckDevice(v1::ResourceSpec::CUDA, 1);

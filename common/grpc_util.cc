@@ -5,25 +5,23 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/auth.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/client_interceptor.h"
-#include "common/auth.h"
 
 namespace chorus {
 
 absl::Status FromGrpcStatus(const grpc::Status& status) {
   if (status.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      status.error_message());
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                      std::string(status.message()));
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
 }
 
 namespace {
@@ -47,7 +45,8 @@ class BearerTokenInterceptor : public grpc::experimental::Interceptor {
 class BearerTokenFactory : public grpc::experimental::ClientInterceptorFactoryInterface {
  public:
   explicit BearerTokenFactory(std::string token) : header_("Bearer " + std::move(token)) {}
-  grpc::experimental::Interceptor* CreateClientInterceptor(grpc::experimental::ClientRpcInfo*) override {
+  grpc::experimental::Interceptor* CreateClientInterceptor(
+      grpc::experimental::ClientRpcInfo*) override {
     return new BearerTokenInterceptor(header_);
   }
 
@@ -78,7 +77,8 @@ std::shared_ptr<grpc::Channel> MakeCoordinatorChannel(const std::string& address
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 200);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
   std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> interceptors;
-  if (!security.token.empty()) interceptors.push_back(std::make_unique<BearerTokenFactory>(security.token));
+  if (!security.token.empty())
+    interceptors.push_back(std::make_unique<BearerTokenFactory>(security.token));
   return grpc::experimental::CreateCustomChannelWithInterceptors(address, credentials, args,
                                                                  std::move(interceptors));
 }
@@ -98,8 +98,8 @@ absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> CheckHealth
     absl::Status s = FromGrpcStatus(status);
     if (s.code() == absl::StatusCode::kDeadlineExceeded ||
         s.code() == absl::StatusCode::kUnavailable) {
-      return absl::Status(s.code(), absl::StrCat("no coordinator answered at ", address,
-                                                 " within ", absl::FormatDuration(timeout)));
+      return absl::Status(s.code(), absl::StrCat("no coordinator answered at ", address, " within ",
+                                                 absl::FormatDuration(timeout)));
     }
     return absl::Status(s.code(),
                         absl::StrCat("health check of ", address, " failed: ", s.message()));

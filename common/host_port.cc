@@ -8,8 +8,8 @@ namespace chorus {
 namespace {
 
 absl::Status Invalid(absl::string_view address, absl::string_view why) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("expected HOST:PORT (e.g. 127.0.0.1:29650 or [::1]:29650), got \"", address, "\": ", why));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "expected HOST:PORT (e.g. 127.0.0.1:29650 or [::1]:29650), got \"", address, "\": ", why));
 }
 
 }  // namespace
@@ -19,9 +19,11 @@ absl::StatusOr<HostPort> ParseHostPort(absl::string_view address) {
   if (colon == absl::string_view::npos) return Invalid(address, "no :PORT");
   absl::string_view host = address.substr(0, colon);
   const absl::string_view port = address.substr(colon + 1);
-  if (absl::StrContains(host, '/')) return Invalid(address, "the host is a path or URI, not a name or address");
+  if (absl::StrContains(host, '/'))
+    return Invalid(address, "the host is a path or URI, not a name or address");
   if (absl::StartsWith(host, "[") || absl::EndsWith(host, "]")) {
-    if (host.size() < 2 || host.front() != '[' || host.back() != ']') return Invalid(address, "unbalanced brackets");
+    if (host.size() < 2 || host.front() != '[' || host.back() != ']')
+      return Invalid(address, "unbalanced brackets");
     host = host.substr(1, host.size() - 2);
   } else if (absl::StrContains(host, ':')) {
     return Invalid(address, "an IPv6 address needs brackets, as in [::1]:29650");
@@ -30,7 +32,8 @@ absl::StatusOr<HostPort> ParseHostPort(absl::string_view address) {
   int number = 0;
   if (port.empty() || !absl::SimpleAtoi(port, &number) || number < 0 || number > 65535 ||
       port.find_first_not_of("0123456789") != absl::string_view::npos) {
-    return Invalid(address, absl::StrCat("the port must be a number in [0, 65535], got \"", port, "\""));
+    return Invalid(address,
+                   absl::StrCat("the port must be a number in [0, 65535], got \"", port, "\""));
   }
   return HostPort{std::string(host), number};
 }

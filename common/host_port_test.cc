@@ -28,8 +28,8 @@ TEST(ParseHostPortTest, AcceptsV4V6AndNames) {
 }
 
 TEST(ParseHostPortTest, PortsOutsideTheRangeOrNotNumbersAreRejectedNamingTheInput) {
-  for (const char* bad :
-       {"127.0.0.1:65536", "127.0.0.1:-1", "127.0.0.1:http", "127.0.0.1:", "127.0.0.1:+80", "127.0.0.1:8 0"}) {
+  for (const char* bad : {"127.0.0.1:65536", "127.0.0.1:-1", "127.0.0.1:http",
+                          "127.0.0.1:", "127.0.0.1:+80", "127.0.0.1:8 0"}) {
     absl::StatusOr<HostPort> parsed = ParseHostPort(bad);
     ASSERT_FALSE(parsed.ok()) << bad;
     EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << bad;
@@ -43,10 +43,11 @@ TEST(ParseHostPortTest, MalformedHostsAreRejectedWithTheReason) {
     const char* address;
     const char* why;
   };
-  for (const Case& c : {Case{"29650", "no :PORT"}, Case{":29650", "no host"}, Case{"[]:29650", "no host"},
-                        Case{"[::1:29650", "unbalanced brackets"}, Case{"::1]:29650", "unbalanced brackets"},
-                        Case{"::1:29650", "needs brackets"}, Case{"unix:/tmp/chorus.sock", "the port must be"},
-                        Case{"dns:///node7:29650", "path or URI"}}) {
+  for (const Case& c :
+       {Case{"29650", "no :PORT"}, Case{":29650", "no host"}, Case{"[]:29650", "no host"},
+        Case{"[::1:29650", "unbalanced brackets"}, Case{"::1]:29650", "unbalanced brackets"},
+        Case{"::1:29650", "needs brackets"}, Case{"unix:/tmp/chorus.sock", "the port must be"},
+        Case{"dns:///node7:29650", "path or URI"}}) {
     absl::StatusOr<HostPort> parsed = ParseHostPort(c.address);
     ASSERT_FALSE(parsed.ok()) << c.address;
     EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << c.address;

@@ -43,11 +43,21 @@ std::string JsonQuote(absl::string_view s) {
   std::string out = "\"";
   for (unsigned char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
       default:
         if (c < 0x20) {
           absl::StrAppend(&out, "\\u00", absl::Hex(c, absl::kZeroPad2));
@@ -68,8 +78,7 @@ bool LooksLikeJsonNumber(const std::string& s) {
   size_t i = (s[0] == '-') ? 1 : 0;
   if (i >= s.size() || !absl::ascii_isdigit(s[i])) return false;
   for (char c : s) {
-    if (!(absl::ascii_isdigit(c) || c == '-' || c == '+' || c == '.' ||
-          c == 'e' || c == 'E')) {
+    if (!(absl::ascii_isdigit(c) || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E')) {
       return false;
     }
   }
@@ -80,8 +89,7 @@ bool LooksLikeJsonNumber(const std::string& s) {
 // field names, enums and unknown-field checking) does the rest. Quoted
 // scalars stay strings; plain scalars become numbers, booleans or null when
 // they look like one.
-absl::Status YamlToJson(const YAML::Node& node, absl::string_view path,
-                        std::string& out) {
+absl::Status YamlToJson(const YAML::Node& node, absl::string_view path, std::string& out) {
   switch (node.Type()) {
     case YAML::NodeType::Null:
     case YAML::NodeType::Undefined:
@@ -106,8 +114,7 @@ absl::Status YamlToJson(const YAML::Node& node, absl::string_view path,
       out += "[";
       for (size_t i = 0; i < node.size(); ++i) {
         if (i > 0) out += ",";
-        RETURN_IF_ERROR(
-            YamlToJson(node[i], absl::StrCat(path, "[", i, "]"), out));
+        RETURN_IF_ERROR(YamlToJson(node[i], absl::StrCat(path, "[", i, "]"), out));
       }
       out += "]";
       return absl::OkStatus();
@@ -117,16 +124,16 @@ absl::Status YamlToJson(const YAML::Node& node, absl::string_view path,
       bool first = true;
       for (const auto& kv : node) {
         if (!kv.first.IsScalar()) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              path.empty() ? "top level" : path, ": map keys must be field names"));
+          return absl::InvalidArgumentError(
+              absl::StrCat(path.empty() ? "top level" : path, ": map keys must be field names"));
         }
         const std::string key = kv.first.Scalar();
         if (!first) out += ",";
         first = false;
         out += JsonQuote(key);
         out += ":";
-        RETURN_IF_ERROR(YamlToJson(
-            kv.second, path.empty() ? key : absl::StrCat(path, ".", key), out));
+        RETURN_IF_ERROR(
+            YamlToJson(kv.second, path.empty() ? key : absl::StrCat(path, ".", key), out));
       }
       out += "}";
       return absl::OkStatus();
@@ -135,13 +142,11 @@ absl::Status YamlToJson(const YAML::Node& node, absl::string_view path,
   return absl::InternalError("unknown YAML node type");
 }
 
-absl::StatusOr<JobSpec> ParseJson(absl::string_view json,
-                                  absl::string_view source) {
+absl::StatusOr<JobSpec> ParseJson(absl::string_view json, absl::string_view source) {
   JobSpec spec;
   google::protobuf::util::JsonParseOptions options;
   options.ignore_unknown_fields = false;
-  auto status = google::protobuf::util::JsonStringToMessage(
-      std::string(json), &spec, options);
+  auto status = google::protobuf::util::JsonStringToMessage(std::string(json), &spec, options);
   if (!status.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("job spec ", source, ": ", status.message().as_string()));
@@ -162,8 +167,7 @@ absl::StatusOr<SpecFormat> SpecFormatFromPath(absl::string_view path) {
     return SpecFormat::kYaml;
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      "job spec ", path,
-      ": unknown format; use a .textproto/.pbtxt, .json or .yaml/.yml file"));
+      "job spec ", path, ": unknown format; use a .textproto/.pbtxt, .json or .yaml/.yml file"));
 }
 
 absl::StatusOr<JobSpec> ParseJobSpec(absl::string_view text, SpecFormat format,
@@ -193,14 +197,13 @@ absl::StatusOr<JobSpec> ParseJobSpec(absl::string_view text, SpecFormat format,
       try {
         root = YAML::Load(std::string(text));
       } catch (const YAML::Exception& e) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("job spec ", source, ":", e.mark.line + 1, ":",
-                         e.mark.column + 1, ": ", e.msg));
+        return absl::InvalidArgumentError(absl::StrCat("job spec ", source, ":", e.mark.line + 1,
+                                                       ":", e.mark.column + 1, ": ", e.msg));
       }
       if (root.IsNull()) return JobSpec();
       if (!root.IsMap()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "job spec ", source, ": the top level must be a mapping of fields"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("job spec ", source, ": the top level must be a mapping of fields"));
       }
       std::string json;
       absl::Status converted = YamlToJson(root, "", json);

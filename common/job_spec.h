@@ -33,8 +33,7 @@ absl::StatusOr<SpecFormat> SpecFormatFromPath(absl::string_view path);
 
 // Parses `text` as `format`. `source` names the input in error messages
 // (usually the file path). Does not normalize or validate.
-absl::StatusOr<v1::JobSpec> ParseJobSpec(absl::string_view text,
-                                         SpecFormat format,
+absl::StatusOr<v1::JobSpec> ParseJobSpec(absl::string_view text, SpecFormat format,
                                          absl::string_view source);
 
 // Fills unset fields with their documented defaults. Idempotent; never

@@ -4,8 +4,8 @@
 #include <vector>
 
 #include "absl/strings/str_join.h"
-#include "google/protobuf/util/message_differencer.h"
 #include "gmock/gmock.h"
+#include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 
 namespace chorus {
@@ -23,7 +23,12 @@ bool SameSpec(const JobSpec& a, const JobSpec& b) {
 // The same job written in each of the three formats.
 constexpr char kText[] = R"pb(
   name: "same"
-  model { cnn { channels: [ 8, 16 ] kernel_size: 3 } }
+  model {
+    cnn {
+      channels: [ 8, 16 ]
+      kernel_size: 3
+    }
+  }
   data { fashion_mnist {} }
   training { batch_size_per_rank: 32 epochs: 2 shuffle: false }
   optimizer { kind: ADAMW lr: 0.002 weight_decay: 0.01 }
@@ -129,14 +134,16 @@ TEST(JobSpecTest, TextRoundTripIsExact) {
 }
 
 TEST(JobSpecTest, UnknownFieldsAreErrorsInEveryFormat) {
-  auto text = ParseJobSpec("model { mlp { hiden_sizes: 3 } }", SpecFormat::kTextProto, "a.textproto");
+  auto text =
+      ParseJobSpec("model { mlp { hiden_sizes: 3 } }", SpecFormat::kTextProto, "a.textproto");
   ASSERT_FALSE(text.ok());
   EXPECT_EQ(text.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(text.status().message(), HasSubstr("a.textproto"));
   EXPECT_THAT(text.status().message(), HasSubstr("job spec a.textproto:1:26: "));
   EXPECT_THAT(text.status().message(), HasSubstr("hiden_sizes"));
 
-  auto json = ParseJobSpec(R"({"model": {"mlp": {"hiden_sizes": [3]}}})", SpecFormat::kJson, "a.json");
+  auto json =
+      ParseJobSpec(R"({"model": {"mlp": {"hiden_sizes": [3]}}})", SpecFormat::kJson, "a.json");
   ASSERT_FALSE(json.ok());
   EXPECT_THAT(json.status().message(), HasSubstr("hiden_sizes"));
 
@@ -155,14 +162,15 @@ TEST(JobSpecTest, SyntaxErrorsNameFileAndPosition) {
   ASSERT_FALSE(list.ok());
   EXPECT_THAT(list.status().message(), HasSubstr("top level must be a mapping"));
 
-  auto enum_value = ParseJobSpec("optimizer { kind: LBFGS }", SpecFormat::kTextProto, "e.textproto");
+  auto enum_value =
+      ParseJobSpec("optimizer { kind: LBFGS }", SpecFormat::kTextProto, "e.textproto");
   ASSERT_FALSE(enum_value.ok());
   EXPECT_THAT(enum_value.status().message(), HasSubstr("LBFGS"));
 }
 
 TEST(JobSpecTest, YamlQuotedScalarsStayStrings) {
-  JobSpec spec = MustParse("name: \"123\"\nmodel: {torchscript: {path: '/m/model.pt'}}\n",
-                           SpecFormat::kYaml);
+  JobSpec spec =
+      MustParse("name: \"123\"\nmodel: {torchscript: {path: '/m/model.pt'}}\n", SpecFormat::kYaml);
   EXPECT_EQ(spec.name(), "123");
   EXPECT_EQ(spec.model().torchscript().path(), "/m/model.pt");
 }
@@ -287,18 +295,15 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"training { batch_size_per_rank: -1 }",
              "training.batch_size_per_rank: must be > 0, got -1"},
         Case{"training { epochs: -1 max_steps: 10 }", "training.epochs: must be >= 0, got -1"},
-        Case{"training { max_steps: -10 epochs: 1 }",
-             "training.max_steps: must be >= 0, got -10"},
-        Case{"training { log_every_steps: -1 }",
-             "training.log_every_steps: must be > 0, got -1"},
+        Case{"training { max_steps: -10 epochs: 1 }", "training.max_steps: must be >= 0, got -10"},
+        Case{"training { log_every_steps: -1 }", "training.log_every_steps: must be > 0, got -1"},
         Case{"optimizer { lr: -0.1 }", "optimizer.lr: must be > 0, got -0.1"},
         Case{"optimizer { momentum: 1 }", "optimizer.momentum: must be in [0, 1), got 1"},
         Case{"optimizer { weight_decay: -1 }", "optimizer.weight_decay: must be >= 0, got -1"},
         Case{"optimizer { kind: ADAM beta2: 1 }", "optimizer.beta2: must be in [0, 1), got 1"},
         Case{"optimizer { eps: -1 }", "optimizer.eps: must be > 0, got -1"},
         Case{"optimizer { accum_iter: -1 }", "optimizer.accum_iter: must be >= 1, got -1"},
-        Case{"optimizer { nesterov: true }",
-             "optimizer.nesterov: needs kind SGD and momentum > 0"},
+        Case{"optimizer { nesterov: true }", "optimizer.nesterov: needs kind SGD and momentum > 0"},
         Case{"optimizer { kind: ADAM momentum: 0.9 }",
              "optimizer.momentum: applies to SGD only; the Adam family uses beta1"},
         Case{"lr_schedule { cosine { warmup_steps: 100 total_steps: 50 } }",
@@ -351,10 +356,11 @@ INSTANTIATE_TEST_SUITE_P(
              "strategy.decentralized.topology: one_peer_exponential pairs rank i with i xor 2^k "
              "and needs a power-of-two number of ranks, got 3; nearest world sizes that work: 2 "
              "and 4 (resources allow 3..3 ranks; unservable: 3)"},
-        Case{"strategy { decentralized { topology: RING } } resources { min_ranks: 2 max_ranks: 6 }",
-             "strategy.decentralized.topology: ring pairs neighbours and needs an even number of "
-             "ranks, got 3; nearest world sizes that work: 2 and 4 (resources allow 2..6 ranks; "
-             "unservable: 3,5)"},
+        Case{
+            "strategy { decentralized { topology: RING } } resources { min_ranks: 2 max_ranks: 6 }",
+            "strategy.decentralized.topology: ring pairs neighbours and needs an even number of "
+            "ranks, got 3; nearest world sizes that work: 2 and 4 (resources allow 2..6 ranks; "
+            "unservable: 3,5)"},
         Case{"strategy { decentralized { topology: RING bucket_cap_mb: -1 } }",
              "strategy.decentralized.bucket_cap_mb: must be > 0, got -1"},
         Case{"strategy { decentralized { topology: ALTERNATING_EXPONENTIAL_RING "
@@ -384,14 +390,15 @@ INSTANTIATE_TEST_SUITE_P(
              "strategy.decentralized.custom_steps[0].groups[0].ranks: rank 7 is outside [0, 2)"}));
 
 TEST(JobSpecValidationTest, EveryProblemIsReportedAtOnce) {
-  std::vector<std::string> errors =
-      Errors("training { batch_size_per_rank: -1 } optimizer { lr: -1 } "
-             "strategy { ddp { bucket_cap_mb: -3 } }");
+  std::vector<std::string> errors = Errors(
+      "training { batch_size_per_rank: -1 } optimizer { lr: -1 } "
+      "strategy { ddp { bucket_cap_mb: -3 } }");
   EXPECT_EQ(errors.size(), 3u) << absl::StrJoin(errors, "\n");
 
-  JobSpec spec = MustParse("model { mlp {} } data { synthetic {} } optimizer { lr: -1 } "
-                           "strategy { ddp { bucket_cap_mb: -3 } }",
-                           SpecFormat::kTextProto);
+  JobSpec spec = MustParse(
+      "model { mlp {} } data { synthetic {} } optimizer { lr: -1 } "
+      "strategy { ddp { bucket_cap_mb: -3 } }",
+      SpecFormat::kTextProto);
   NormalizeJobSpec(spec);
   absl::Status status = CheckJobSpec(spec, "job.textproto");
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);

@@ -37,13 +37,11 @@ class Checker {
     }
   }
   // value in [lo, hi) or [lo, hi].
-  void InRange(const std::string& field, double value, double lo, double hi,
-               bool hi_inclusive) {
-    bool ok = std::isfinite(value) && value >= lo &&
-              (hi_inclusive ? value <= hi : value < hi);
+  void InRange(const std::string& field, double value, double lo, double hi, bool hi_inclusive) {
+    bool ok = std::isfinite(value) && value >= lo && (hi_inclusive ? value <= hi : value < hi);
     if (!ok) {
-      Fail(field, absl::StrCat("must be in [", lo, ", ", hi,
-                               hi_inclusive ? "]" : ")", ", got ", value));
+      Fail(field,
+           absl::StrCat("must be in [", lo, ", ", hi, hi_inclusive ? "]" : ")", ", got ", value));
     }
   }
   void Fail(const std::string& field, std::string message) {
@@ -63,16 +61,14 @@ void ValidateModel(const JobSpec& spec, Checker& c) {
       break;
     case v1::ModelSpec::kMlp:
       for (int i = 0; i < m.mlp().hidden_sizes_size(); ++i) {
-        c.Positive(absl::StrCat("model.mlp.hidden_sizes[", i, "]"),
-                   m.mlp().hidden_sizes(i));
+        c.Positive(absl::StrCat("model.mlp.hidden_sizes[", i, "]"), m.mlp().hidden_sizes(i));
       }
       c.InRange("model.mlp.dropout", m.mlp().dropout(), 0, 1, false);
       break;
     case v1::ModelSpec::kCnn:
       if (m.cnn().channels_size() != 2) {
-        c.Fail("model.cnn.channels",
-               absl::StrCat("must list 2 values (one per conv layer), got ",
-                            m.cnn().channels_size()));
+        c.Fail("model.cnn.channels", absl::StrCat("must list 2 values (one per conv layer), got ",
+                                                  m.cnn().channels_size()));
       }
       for (int i = 0; i < m.cnn().channels_size(); ++i) {
         c.Positive(absl::StrCat("model.cnn.channels[", i, "]"), m.cnn().channels(i));
@@ -95,16 +91,14 @@ void ValidateModel(const JobSpec& spec, Checker& c) {
       c.Positive("model.transformer_lm.d_ff", t.d_ff());
       c.InRange("model.transformer_lm.dropout", t.dropout(), 0, 1, false);
       if (t.num_heads() > 0 && t.d_model() > 0 && t.d_model() % t.num_heads() != 0) {
-        c.Fail("model.transformer_lm.d_model",
-               absl::StrCat("must be divisible by num_heads (", t.num_heads(),
-                            "), got ", t.d_model()));
+        c.Fail("model.transformer_lm.d_model", absl::StrCat("must be divisible by num_heads (",
+                                                            t.num_heads(), "), got ", t.d_model()));
       }
       break;
     }
     case v1::ModelSpec::kTorchscript:
       if (m.torchscript().path().empty()) {
-        c.Fail("model.torchscript.path",
-               "is required: the file written by torch.jit.save");
+        c.Fail("model.torchscript.path", "is required: the file written by torch.jit.save");
       }
       break;
   }
@@ -138,8 +132,7 @@ void ValidateData(const JobSpec& spec, Checker& c) {
     }
     case v1::DataSpec::kTensorFile:
       if (d.tensor_file().path().empty()) {
-        c.Fail("data.tensor_file.path",
-               "is required: a .pt file holding tensors x and y");
+        c.Fail("data.tensor_file.path", "is required: a .pt file holding tensors x and y");
       }
       break;
   }
@@ -151,7 +144,9 @@ void ValidateData(const JobSpec& spec, Checker& c) {
   const bool lm = spec.model().has_transformer_lm();
   const bool tokens = d.has_synthetic() && d.synthetic().kind() == v1::SyntheticData::TOKENS;
   if (lm && !tokens && !d.has_tensor_file()) {
-    c.Fail("data", "model.transformer_lm needs token data: use synthetic { kind: TOKENS } or a tensor_file");
+    c.Fail(
+        "data",
+        "model.transformer_lm needs token data: use synthetic { kind: TOKENS } or a tensor_file");
   }
   if (tokens && !lm && !spec.model().has_torchscript()) {
     c.Fail("data.synthetic.kind", "TOKENS data needs model.transformer_lm or a torchscript model");
@@ -181,8 +176,7 @@ void ValidateOptimizer(const JobSpec& spec, Checker& c) {
     c.Fail("optimizer.nesterov", "needs kind SGD and momentum > 0");
   }
   if (o.momentum() != 0 && o.kind() != v1::OptimizerSpec::SGD) {
-    c.Fail("optimizer.momentum",
-           "applies to SGD only; the Adam family uses beta1");
+    c.Fail("optimizer.momentum", "applies to SGD only; the Adam family uses beta1");
   }
 
   const v1::LrScheduleSpec& s = spec.lr_schedule();
@@ -190,11 +184,10 @@ void ValidateOptimizer(const JobSpec& spec, Checker& c) {
     c.AtLeast<int64_t>("lr_schedule.cosine.warmup_steps", s.cosine().warmup_steps(), 0);
     c.AtLeast<int64_t>("lr_schedule.cosine.total_steps", s.cosine().total_steps(), 0);
     c.InRange("lr_schedule.cosine.min_lr_ratio", s.cosine().min_lr_ratio(), 0, 1, true);
-    if (s.cosine().total_steps() > 0 &&
-        s.cosine().warmup_steps() >= s.cosine().total_steps()) {
+    if (s.cosine().total_steps() > 0 && s.cosine().warmup_steps() >= s.cosine().total_steps()) {
       c.Fail("lr_schedule.cosine.warmup_steps",
-             absl::StrCat("must be < total_steps (", s.cosine().total_steps(),
-                          "), got ", s.cosine().warmup_steps()));
+             absl::StrCat("must be < total_steps (", s.cosine().total_steps(), "), got ",
+                          s.cosine().warmup_steps()));
     }
   } else if (s.has_step()) {
     c.Positive("lr_schedule.step.step_size", s.step().step_size());
@@ -209,18 +202,27 @@ void ValidateOptimizer(const JobSpec& spec, Checker& c) {
 TopologyConfig TopologyFromSpec(const v1::DecentralizedStrategy& d) {
   TopologyConfig config;
   switch (d.topology()) {
-    case v1::DecentralizedStrategy::COMPLETE: config.kind = TopologyKind::kComplete; break;
-    case v1::DecentralizedStrategy::RING: config.kind = TopologyKind::kRing; break;
+    case v1::DecentralizedStrategy::COMPLETE:
+      config.kind = TopologyKind::kComplete;
+      break;
+    case v1::DecentralizedStrategy::RING:
+      config.kind = TopologyKind::kRing;
+      break;
     case v1::DecentralizedStrategy::ALTERNATING_EXPONENTIAL_RING:
       config.kind = TopologyKind::kAlternatingExponentialRing;
       break;
-    case v1::DecentralizedStrategy::CUSTOM: config.kind = TopologyKind::kCustom; break;
-    default: config.kind = TopologyKind::kOnePeerExponential; break;
+    case v1::DecentralizedStrategy::CUSTOM:
+      config.kind = TopologyKind::kCustom;
+      break;
+    default:
+      config.kind = TopologyKind::kOnePeerExponential;
+      break;
   }
   config.local_world_size = std::max(1, d.local_world_size());
   for (const v1::TopologyStep& step : d.custom_steps()) {
     TopologyStep groups;
-    for (const v1::TopologyGroup& g : step.groups()) groups.emplace_back(g.ranks().begin(), g.ranks().end());
+    for (const v1::TopologyGroup& g : step.groups())
+      groups.emplace_back(g.ranks().begin(), g.ranks().end());
     config.custom_steps.push_back(std::move(groups));
   }
   return config;
@@ -246,8 +248,8 @@ void ValidateTopology(const JobSpec& spec, Checker& c) {
   if (d.topology() != v1::DecentralizedStrategy::CUSTOM && d.custom_steps_size() > 0) {
     c.Fail(p + ".custom_steps", "is only allowed with topology CUSTOM");
   }
-  if (d.topology() != v1::DecentralizedStrategy::CUSTOM && min_ranks >= 1 && max_ranks >= min_ranks &&
-      d.local_world_size() >= 1) {
+  if (d.topology() != v1::DecentralizedStrategy::CUSTOM && min_ranks >= 1 &&
+      max_ranks >= min_ranks && d.local_world_size() >= 1) {
     // Every world size the job may run at (elastic range included) must be
     // one the topology serves.
     const TopologyConfig config = TopologyFromSpec(d);
@@ -260,13 +262,14 @@ void ValidateTopology(const JobSpec& spec, Checker& c) {
       bad.push_back(n);
     }
     if (!bad.empty()) {
-      c.Fail(d.topology() == v1::DecentralizedStrategy::ALTERNATING_EXPONENTIAL_RING &&
-                     (min_ranks % d.local_world_size() != 0 || max_ranks % d.local_world_size() != 0)
-                 ? p + ".local_world_size"
-                 : p + ".topology",
-             absl::StrCat(first_reason, " (resources allow ", min_ranks, "..", max_ranks,
-                          " ranks; unservable: ", absl::StrJoin(bad, ","), bad.size() == 8 ? ",..." : "",
-                          ")"));
+      c.Fail(
+          d.topology() == v1::DecentralizedStrategy::ALTERNATING_EXPONENTIAL_RING &&
+                  (min_ranks % d.local_world_size() != 0 || max_ranks % d.local_world_size() != 0)
+              ? p + ".local_world_size"
+              : p + ".topology",
+          absl::StrCat(first_reason, " (resources allow ", min_ranks, "..", max_ranks,
+                       " ranks; unservable: ", absl::StrJoin(bad, ","),
+                       bad.size() == 8 ? ",..." : "", ")"));
     }
   }
   switch (d.topology()) {
@@ -335,8 +338,7 @@ void ValidateStrategy(const JobSpec& spec, Checker& c) {
     ValidateTopology(spec, c);
   }
   if (spec.checkpoint().per_rank() && !s.has_decentralized()) {
-    c.Fail("checkpoint.per_rank",
-           "needs strategy.decentralized (DDP replicas are identical)");
+    c.Fail("checkpoint.per_rank", "needs strategy.decentralized (DDP replicas are identical)");
   }
 }
 
@@ -346,10 +348,9 @@ void ValidateRest(const JobSpec& spec, Checker& c) {
     c.Fail("name", absl::StrCat("must be at most 128 characters, got ", name.size()));
   }
   for (char ch : name) {
-    if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' ||
-          ch == '.')) {
-      c.Fail("name", absl::StrCat("may hold letters, digits, '-', '_' and '.', got \"",
-                                  name, "\""));
+    if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.')) {
+      c.Fail("name",
+             absl::StrCat("may hold letters, digits, '-', '_' and '.', got \"", name, "\""));
       break;
     }
   }
@@ -369,8 +370,8 @@ void ValidateRest(const JobSpec& spec, Checker& c) {
   c.AtLeast("resources.min_ranks", r.min_ranks(), 1);
   c.AtMost("resources.max_ranks", r.max_ranks(), 4096);
   if (r.max_ranks() < r.min_ranks()) {
-    c.Fail("resources.max_ranks", absl::StrCat("must be >= min_ranks (", r.min_ranks(),
-                                               "), got ", r.max_ranks()));
+    c.Fail("resources.max_ranks",
+           absl::StrCat("must be >= min_ranks (", r.min_ranks(), "), got ", r.max_ranks()));
   }
   c.AtLeast("resources.threads_per_rank", r.threads_per_rank(), 1);
   c.AtMost("resources.threads_per_rank", r.threads_per_rank(), 256);
@@ -562,7 +563,8 @@ std::vector<SpecError> ValidateJobSpec(const JobSpec& spec) {
 
 absl::Status CheckRuntimeSupport(const JobSpec& spec) {
   std::vector<std::string> missing;
-  if (spec.resources().device() == v1::ResourceSpec::CUDA) missing.push_back("resources.device CUDA");
+  if (spec.resources().device() == v1::ResourceSpec::CUDA)
+    missing.push_back("resources.device CUDA");
   if (missing.empty()) return absl::OkStatus();
   return absl::UnimplementedError(absl::StrCat(
       "this version of Chorus cannot run yet: ", absl::StrJoin(missing, ", "),

@@ -28,10 +28,12 @@ TEST(JsonStringTest, PlainTextIsOnlyQuoted) {
 
 TEST(JsonStringTest, AFailureReasonWithQuotesBackslashNewlineApostropheAndUtf8RoundTrips) {
   const std::string reason =
-      "rank 1: can't open \"C:\\data\\x.pt\"\nnext line\tafter a tab: caf\xc3\xa9 \xe2\x9c\x93 \xf0\x9f\x98\x80";
+      "rank 1: can't open \"C:\\data\\x.pt\"\nnext line\tafter a tab: caf\xc3\xa9 \xe2\x9c\x93 "
+      "\xf0\x9f\x98\x80";
   const std::string literal = JsonString(reason);
   EXPECT_EQ(literal,
-            "\"rank 1: can't open \\\"C:\\\\data\\\\x.pt\\\"\\nnext line\\tafter a tab: caf\xc3\xa9 \xe2\x9c\x93 "
+            "\"rank 1: can't open \\\"C:\\\\data\\\\x.pt\\\"\\nnext line\\tafter a tab: "
+            "caf\xc3\xa9 \xe2\x9c\x93 "
             "\xf0\x9f\x98\x80\"");
   EXPECT_EQ(Parse(literal), reason);
 }
@@ -52,7 +54,8 @@ TEST(JsonStringTest, IllFormedUtf8BecomesReplacementCharacters) {
   EXPECT_EQ(JsonString("\xed\xa0\x80"), "\"\\ufffd\\ufffd\\ufffd\"");
   EXPECT_EQ(JsonString("\xf4\x90\x80\x80"), "\"\\ufffd\\ufffd\\ufffd\\ufffd\"");
   EXPECT_EQ(JsonString("\xff"), "\"\\ufffd\"");
-  EXPECT_EQ(Parse(JsonString("ok \xe2\x82 then \xff")), "ok \xef\xbf\xbd\xef\xbf\xbd then \xef\xbf\xbd");
+  EXPECT_EQ(Parse(JsonString("ok \xe2\x82 then \xff")),
+            "ok \xef\xbf\xbd\xef\xbf\xbd then \xef\xbf\xbd");
 }
 
 TEST(JsonNumberTest, FixedDecimalsAndNullForWhatJsonCannotHold) {

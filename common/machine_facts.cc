@@ -28,8 +28,8 @@ MachineFacts ReadMachineFacts(size_t probe_bytes) {
   const size_t pages = std::max<size_t>(1, probe_bytes / kPage);
   double best = -1;
   for (int round = 0; round < 3; ++round) {
-    void* p = mmap(nullptr, pages * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                   -1, 0);
+    void* p =
+        mmap(nullptr, pages * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) break;
     volatile char* bytes = static_cast<volatile char*>(p);
     const auto start = std::chrono::steady_clock::now();

@@ -19,8 +19,8 @@ TEST(MachineFactsTest, ReadsCoresAndMeasuresFirstTouch) {
 
 TEST(MachineFactsTest, CountsTheFaultsOfFreshMemory) {
   constexpr size_t kPages = 256;
-  void* p = mmap(nullptr, kPages * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
-                 0);
+  void* p =
+      mmap(nullptr, kPages * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(p, MAP_FAILED);
   volatile char* bytes = static_cast<volatile char*>(p);
   const int64_t before = MinorPageFaults();

@@ -4,7 +4,9 @@
 
 namespace chorus {
 
-bool IsTransient(const absl::Status& status) { return absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status); }
+bool IsTransient(const absl::Status& status) {
+  return absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status);
+}
 
 absl::Duration BackoffBefore(const RetryOptions& options, int retry) {
   absl::Duration backoff = options.initial_backoff;
@@ -12,7 +14,8 @@ absl::Duration BackoffBefore(const RetryOptions& options, int retry) {
   return std::min(backoff, options.max_backoff);
 }
 
-absl::Status Retry(const RetryOptions& options, absl::FunctionRef<absl::Status(absl::Time attempt_deadline)> attempt) {
+absl::Status Retry(const RetryOptions& options,
+                   absl::FunctionRef<absl::Status(absl::Time attempt_deadline)> attempt) {
   RealClock real;
   Clock& clock = options.clock != nullptr ? *options.clock : real;
   const absl::Time deadline = clock.Now() + options.deadline;

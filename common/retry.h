@@ -57,7 +57,8 @@ absl::Duration BackoffBefore(const RetryOptions& options, int retry);
 // Calls `attempt(attempt_deadline)` until it returns OK, a status that is
 // not retryable, max_attempts is reached, or the deadline leaves no time for
 // another attempt; returns the last attempt's status.
-absl::Status Retry(const RetryOptions& options, absl::FunctionRef<absl::Status(absl::Time attempt_deadline)> attempt);
+absl::Status Retry(const RetryOptions& options,
+                   absl::FunctionRef<absl::Status(absl::Time attempt_deadline)> attempt);
 
 }  // namespace chorus
 

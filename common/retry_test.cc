@@ -52,8 +52,8 @@ TEST(RetryTest, RetriesTransientFailuresWithBackoffUntilOneSucceeds) {
   });
   EXPECT_TRUE(s.ok()) << s;
   EXPECT_EQ(attempts, 5);
-  EXPECT_THAT(clock.sleeps,
-              ElementsAre(absl::Milliseconds(200), absl::Milliseconds(400), absl::Milliseconds(800), absl::Seconds(1)));
+  EXPECT_THAT(clock.sleeps, ElementsAre(absl::Milliseconds(200), absl::Milliseconds(400),
+                                        absl::Milliseconds(800), absl::Seconds(1)));
 }
 
 TEST(RetryTest, FinalCodesEndAtOnceWithTheirStatus) {
@@ -90,8 +90,10 @@ TEST(RetryTest, TheDeadlineCutsTheLastSleepAndNoAttemptStartsAfterIt) {
   });
   EXPECT_TRUE(absl::IsUnavailable(s));
   EXPECT_EQ(s.message(), "connection refused");
-  EXPECT_THAT(clock.sleeps, ElementsAre(absl::Milliseconds(200), absl::Milliseconds(400), absl::Milliseconds(400)));
-  EXPECT_THAT(started, ElementsAre(kStart, kStart + absl::Milliseconds(200), kStart + absl::Milliseconds(600)));
+  EXPECT_THAT(clock.sleeps, ElementsAre(absl::Milliseconds(200), absl::Milliseconds(400),
+                                        absl::Milliseconds(400)));
+  EXPECT_THAT(started, ElementsAre(kStart, kStart + absl::Milliseconds(200),
+                                   kStart + absl::Milliseconds(600)));
   // attempt_timeout (10 s) is longer than what is left: every attempt ends
   // with the whole deadline.
   for (absl::Time d : attempt_deadlines) EXPECT_EQ(d, kStart + absl::Seconds(1));
@@ -113,7 +115,8 @@ TEST(RetryTest, SlowAttemptsCountAgainstTheDeadline) {
   });
   EXPECT_TRUE(absl::IsDeadlineExceeded(s));
   // 0-0.7 attempt, 0.9-1.6 attempt, then a sleep cut to the 0.4 s left.
-  EXPECT_THAT(attempt_deadlines, ElementsAre(kStart + absl::Milliseconds(700), kStart + absl::Milliseconds(1600)));
+  EXPECT_THAT(attempt_deadlines,
+              ElementsAre(kStart + absl::Milliseconds(700), kStart + absl::Milliseconds(1600)));
   EXPECT_THAT(clock.sleeps, ElementsAre(absl::Milliseconds(200), absl::Milliseconds(400)));
 }
 

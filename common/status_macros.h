@@ -18,12 +18,12 @@
 
 // Evaluates `expr` (an absl::Status) once; returns it from the enclosing
 // function if it is not OK.
-#define RETURN_IF_ERROR(expr)                              \
-  do {                                                     \
-    ::absl::Status chorus_status_macro_status_ = (expr);   \
-    if (!chorus_status_macro_status_.ok()) {               \
-      return chorus_status_macro_status_;                  \
-    }                                                      \
+#define RETURN_IF_ERROR(expr)                            \
+  do {                                                   \
+    ::absl::Status chorus_status_macro_status_ = (expr); \
+    if (!chorus_status_macro_status_.ok()) {             \
+      return chorus_status_macro_status_;                \
+    }                                                    \
   } while (false)
 
 #define CHORUS_STATUS_CONCAT_INNER_(a, b) a##b
@@ -33,8 +33,7 @@
 // the enclosing function, otherwise moves the value into `lhs`, which may be a
 // declaration (`auto x`, `const Foo& y` is not allowed) or an existing lvalue.
 #define ASSIGN_OR_RETURN(lhs, rexpr) \
-  CHORUS_ASSIGN_OR_RETURN_IMPL_(     \
-      CHORUS_STATUS_CONCAT_(chorus_statusor_, __LINE__), lhs, rexpr)
+  CHORUS_ASSIGN_OR_RETURN_IMPL_(CHORUS_STATUS_CONCAT_(chorus_statusor_, __LINE__), lhs, rexpr)
 
 #define CHORUS_ASSIGN_OR_RETURN_IMPL_(statusor, lhs, rexpr) \
   auto statusor = (rexpr);                                  \

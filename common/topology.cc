@@ -35,8 +35,10 @@ std::string Unservable(const TopologyConfig& config, int n) {
       return absl::StrCat("ring pairs neighbours and needs an even number of ranks, got ", n);
     case TopologyKind::kOnePeerExponential:
       if (IsPowerOfTwo(n)) return "";
-      return absl::StrCat("one_peer_exponential pairs rank i with i xor 2^k and needs a "
-                          "power-of-two number of ranks, got ", n);
+      return absl::StrCat(
+          "one_peer_exponential pairs rank i with i xor 2^k and needs a "
+          "power-of-two number of ranks, got ",
+          n);
     case TopologyKind::kAlternatingExponentialRing: {
       const int local = config.local_world_size;
       if (local < 1) return absl::StrCat("local_world_size must be >= 1, got ", local);
@@ -45,9 +47,10 @@ std::string Unservable(const TopologyConfig& config, int n) {
                             " ranks are not a multiple of local_world_size ", local);
       }
       if (!IsPowerOfTwo(n / local)) {
-        return absl::StrCat("alternating_exponential_ring pairs nodes a and a xor 2^k and needs a "
-                            "power-of-two number of nodes, got ", n / local, " (", n,
-                            " ranks / local_world_size ", local, ")");
+        return absl::StrCat(
+            "alternating_exponential_ring pairs nodes a and a xor 2^k and needs a "
+            "power-of-two number of nodes, got ",
+            n / local, " (", n, " ranks / local_world_size ", local, ")");
       }
       return "";
     }
@@ -55,15 +58,18 @@ std::string Unservable(const TopologyConfig& config, int n) {
       const int size = CustomWorldSize(config);
       if (size == 0) return "a custom topology needs at least one step";
       if (n != size) {
-        return absl::StrCat("the custom topology's steps cover ", size, " ranks, the world has ", n);
+        return absl::StrCat("the custom topology's steps cover ", size, " ranks, the world has ",
+                            n);
       }
       for (size_t s = 0; s < config.custom_steps.size(); ++s) {
         std::vector<int> seen(n, 0);
         for (const auto& group : config.custom_steps[s]) {
           if (group.empty()) return absl::StrCat("custom step ", s, " has an empty group");
           for (int r : group) {
-            if (r < 0 || r >= n) return absl::StrCat("custom step ", s, ": rank ", r, " is outside [0, ", n, ")");
-            if (seen[r]++) return absl::StrCat("custom step ", s, ": rank ", r, " is in more than one group");
+            if (r < 0 || r >= n)
+              return absl::StrCat("custom step ", s, ": rank ", r, " is outside [0, ", n, ")");
+            if (seen[r]++)
+              return absl::StrCat("custom step ", s, ": rank ", r, " is in more than one group");
           }
         }
         for (int r = 0; r < n; ++r) {
@@ -80,11 +86,16 @@ std::string Unservable(const TopologyConfig& config, int n) {
 
 const char* TopologyName(TopologyKind kind) {
   switch (kind) {
-    case TopologyKind::kComplete: return "complete";
-    case TopologyKind::kRing: return "ring";
-    case TopologyKind::kOnePeerExponential: return "one_peer_exponential";
-    case TopologyKind::kAlternatingExponentialRing: return "alternating_exponential_ring";
-    case TopologyKind::kCustom: return "custom";
+    case TopologyKind::kComplete:
+      return "complete";
+    case TopologyKind::kRing:
+      return "ring";
+    case TopologyKind::kOnePeerExponential:
+      return "one_peer_exponential";
+    case TopologyKind::kAlternatingExponentialRing:
+      return "alternating_exponential_ring";
+    case TopologyKind::kCustom:
+      return "custom";
   }
   return "unknown";
 }
@@ -105,7 +116,8 @@ absl::Status CheckWorldSize(const TopologyConfig& config, int world_size) {
         break;
       }
     }
-    for (int n = world_size + 1; n <= 2 * world_size + 2 * std::max(1, config.local_world_size); ++n) {
+    for (int n = world_size + 1; n <= 2 * world_size + 2 * std::max(1, config.local_world_size);
+         ++n) {
       if (Unservable(config, n).empty()) {
         nearest.push_back(n);
         break;
@@ -130,7 +142,8 @@ Topology::Topology(int world_size, std::vector<TopologyStep> steps)
 
 absl::StatusOr<Topology> Topology::Create(const TopologyConfig& config, int n) {
   if (absl::Status s = CheckWorldSize(config, n); !s.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("topology ", TopologyName(config.kind), ": ", s.message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("topology ", TopologyName(config.kind), ": ", s.message()));
   }
   // Pairs i with i xor d among `count` slots mapped to ranks by `rank_of`.
   auto xor_pairs = [](int count, int d, auto rank_of) {

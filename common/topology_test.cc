@@ -33,7 +33,8 @@ void ExpectPartitions(const Topology& topo) {
     for (const auto& group : topo.Step(t)) {
       for (int r : group) ++seen[r];
     }
-    for (int r = 0; r < topo.world_size(); ++r) EXPECT_EQ(seen[r], 1) << "step " << t << " rank " << r;
+    for (int r = 0; r < topo.world_size(); ++r)
+      EXPECT_EQ(seen[r], 1) << "step " << t << " rank " << r;
     // Doubly stochastic: rows and columns sum to 1.
     const std::vector<double> w = topo.MixingMatrix(t);
     const int n = topo.world_size();
@@ -101,18 +102,22 @@ TEST(TopologyTest, CustomStepsAreUsedInTurn) {
 TEST(TopologyTest, UnservableSizesNameTheReasonAndTheNearestSizes) {
   EXPECT_THAT(std::string(CheckWorldSize({TopologyKind::kRing}, 5).message()),
               HasSubstr("even number of ranks, got 5; nearest world sizes that work: 4 and 6"));
-  EXPECT_THAT(std::string(CheckWorldSize({TopologyKind::kOnePeerExponential}, 6).message()),
-              HasSubstr("power-of-two number of ranks, got 6; nearest world sizes that work: 4 and 8"));
-  EXPECT_THAT(std::string(CheckWorldSize({TopologyKind::kAlternatingExponentialRing, 4}, 12).message()),
-              HasSubstr("power-of-two number of nodes, got 3 (12 ranks / local_world_size 4); "
-                        "nearest world sizes that work: 8 and 16"));
-  EXPECT_THAT(std::string(CheckWorldSize({TopologyKind::kAlternatingExponentialRing, 4}, 6).message()),
-              HasSubstr("not a multiple of local_world_size 4; nearest world sizes that work: 4 and 8"));
+  EXPECT_THAT(
+      std::string(CheckWorldSize({TopologyKind::kOnePeerExponential}, 6).message()),
+      HasSubstr("power-of-two number of ranks, got 6; nearest world sizes that work: 4 and 8"));
+  EXPECT_THAT(
+      std::string(CheckWorldSize({TopologyKind::kAlternatingExponentialRing, 4}, 12).message()),
+      HasSubstr("power-of-two number of nodes, got 3 (12 ranks / local_world_size 4); "
+                "nearest world sizes that work: 8 and 16"));
+  EXPECT_THAT(
+      std::string(CheckWorldSize({TopologyKind::kAlternatingExponentialRing, 4}, 6).message()),
+      HasSubstr("not a multiple of local_world_size 4; nearest world sizes that work: 4 and 8"));
   TopologyConfig custom{TopologyKind::kCustom, 1, {{{0, 1}, {2, 3}}}};
   EXPECT_THAT(std::string(CheckWorldSize(custom, 3).message()),
               HasSubstr("cover 4 ranks, the world has 3; nearest world sizes that work: 4"));
   TopologyConfig overlapping{TopologyKind::kCustom, 1, {{{0, 1}, {1, 2}}}};
-  EXPECT_EQ(CheckWorldSize(overlapping, 4).message(), "custom step 0: rank 1 is in more than one group");
+  EXPECT_EQ(CheckWorldSize(overlapping, 4).message(),
+            "custom step 0: rank 1 is in more than one group");
   EXPECT_THAT(std::string(Topology::Create({TopologyKind::kRing}, 3).status().message()),
               HasSubstr("topology ring: "));
   EXPECT_TRUE(CheckWorldSize({TopologyKind::kRing}, 1).ok());

@@ -9,12 +9,14 @@ namespace chorus {
 
 absl::StatusOr<std::string> AgentRegistry::Add(const v1::AgentHello& hello, AgentSender send) {
   if (hello.slots() < 1 || hello.slots() > 1024) {
-    return absl::InvalidArgumentError(absl::StrCat("agent hello: slots must be in [1, 1024], got ", hello.slots()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("agent hello: slots must be in [1, 1024], got ", hello.slots()));
   }
   std::string id = absl::StrCat("agent-", next_agent_);
   Agent& agent = agents_[id];
   agent.hello = hello;
-  if (agent.hello.device() == v1::ResourceSpec::DEVICE_UNSPECIFIED) agent.hello.set_device(v1::ResourceSpec::CPU);
+  if (agent.hello.device() == v1::ResourceSpec::DEVICE_UNSPECIFIED)
+    agent.hello.set_device(v1::ResourceSpec::CPU);
   agent.send = std::move(send);
   agent.busy.assign(hello.slots(), false);
   agent.order = next_agent_++;
@@ -37,9 +39,8 @@ void AgentRegistry::SetBusy(const std::string& agent_id, int slot, bool busy) {
 std::vector<AgentSlots> AgentRegistry::FreeSlots() const {
   std::vector<const std::pair<const std::string, Agent>*> in_order;
   for (const auto& entry : agents_) in_order.push_back(&entry);
-  std::sort(in_order.begin(), in_order.end(), [](const auto* a, const auto* b) {
-    return a->second.order < b->second.order;
-  });
+  std::sort(in_order.begin(), in_order.end(),
+            [](const auto* a, const auto* b) { return a->second.order < b->second.order; });
   std::vector<AgentSlots> free;
   for (const auto* entry : in_order) {
     AgentSlots& slots = free.emplace_back();

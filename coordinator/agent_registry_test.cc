@@ -33,13 +33,15 @@ TEST(AgentRegistryTest, RejectsHellosWithoutSlots) {
   AgentRegistry agents;
   EXPECT_EQ(agents.Add(Hello("node-a", 0), nullptr).status().message(),
             "agent hello: slots must be in [1, 1024], got 0");
-  EXPECT_EQ(agents.Add(Hello("node-a", 1025), nullptr).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(agents.Add(Hello("node-a", 1025), nullptr).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(AgentRegistryTest, FreeSlotsFollowRegistrationOrder) {
   AgentRegistry agents;
   // Ten agents, so that "agent-10" sorts before "agent-2" as a string.
-  for (int i = 0; i < 10; ++i) ASSERT_TRUE(agents.Add(Hello("node", 2, v1::ResourceSpec::CUDA), nullptr).ok());
+  for (int i = 0; i < 10; ++i)
+    ASSERT_TRUE(agents.Add(Hello("node", 2, v1::ResourceSpec::CUDA), nullptr).ok());
   agents.SetBusy("agent-1", 0, true);
   agents.SetBusy("agent-unknown", 0, true);  // ignored
   agents.SetBusy("agent-2", 7, true);        // ignored

@@ -177,10 +177,10 @@ TEST_F(AgentServiceTest, WatchStreamsStatesMetricsAndEndsWithTheJobAndLogsAreKep
   EXPECT_TRUE(watch_status.ok()) << watch_status.error_message();
   std::vector<std::string> kinds;
   for (size_t i = 0; i < events.size(); ++i) {
-    EXPECT_EQ(events[i].seq(), static_cast<int64_t>(i + 1)) << "events arrive in order, none missing";
+    EXPECT_EQ(events[i].seq(), static_cast<int64_t>(i + 1))
+        << "events arrive in order, none missing";
     EXPECT_EQ(events[i].job_id(), job);
-    kinds.push_back(events[i].has_metrics() ? "metrics"
-                                            : v1::Job::State_Name(events[i].state()));
+    kinds.push_back(events[i].has_metrics() ? "metrics" : v1::Job::State_Name(events[i].state()));
   }
   EXPECT_EQ(kinds, (std::vector<std::string>{"PENDING", "RUNNING", "metrics", "SUCCEEDED"}));
   ASSERT_EQ(events.size(), 4u);
@@ -232,7 +232,8 @@ TEST_F(AgentServiceTest, WatchStreamsStatesMetricsAndEndsWithTheJobAndLogsAreKep
   EXPECT_EQ(logs.lines(1).text(), "rank 0 line 2");
   logs_request.set_job_id("job-999999");
   grpc::ClientContext unknown_context;
-  EXPECT_EQ(jobs_->GetLogs(&unknown_context, logs_request, &logs).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(jobs_->GetLogs(&unknown_context, logs_request, &logs).error_code(),
+            grpc::StatusCode::NOT_FOUND);
   stream->WritesDone();
   EXPECT_TRUE(stream->Finish().ok());
 }

@@ -23,7 +23,8 @@ inline const TokenAuthorizer& AllowAll() {
   return *allow_all;
 }
 
-inline grpc::ServerUnaryReactor* Reject(grpc::CallbackServerContext* context, const absl::Status& status) {
+inline grpc::ServerUnaryReactor* Reject(grpc::CallbackServerContext* context,
+                                        const absl::Status& status) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(ToGrpcStatus(status));
   return reactor;

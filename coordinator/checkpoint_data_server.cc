@@ -6,8 +6,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <vector>
 
@@ -48,19 +48,20 @@ absl::Status ReceiveFiles(int fd, CheckpointStore::Upload& upload) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<CheckpointDataServer>> CheckpointDataServer::Start(const std::string& host, int port,
-                                                                                 CheckpointUploads& uploads,
-                                                                                 absl::Duration io_timeout,
-                                                                                 int max_uploads) {
+absl::StatusOr<std::unique_ptr<CheckpointDataServer>> CheckpointDataServer::Start(
+    const std::string& host, int port, CheckpointUploads& uploads, absl::Duration io_timeout,
+    int max_uploads) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
   addrinfo* found = nullptr;
   const std::string service_name = std::to_string(port);
-  if (int rc = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), service_name.c_str(), &hints, &found); rc != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("checkpoint data port: cannot resolve host \"", host, "\": ", gai_strerror(rc)));
+  if (int rc = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), service_name.c_str(), &hints,
+                             &found);
+      rc != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint data port: cannot resolve host \"",
+                                                   host, "\": ", gai_strerror(rc)));
   }
   int fd = -1;
   int error = 0;
@@ -80,15 +81,16 @@ absl::StatusOr<std::unique_ptr<CheckpointDataServer>> CheckpointDataServer::Star
   }
   ::freeaddrinfo(found);
   if (fd < 0) {
-    return absl::UnavailableError(absl::StrCat("--checkpoint_data_port ", port, ": cannot listen on ", host, ":",
-                                               port, " (", std::strerror(error),
-                                               "); pick another port, or -1 to upload checkpoints over gRPC"));
+    return absl::UnavailableError(absl::StrCat(
+        "--checkpoint_data_port ", port, ": cannot listen on ", host, ":", port, " (",
+        std::strerror(error), "); pick another port, or -1 to upload checkpoints over gRPC"));
   }
   sockaddr_storage bound{};
   socklen_t length = sizeof(bound);
   (void)::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length);
-  const int bound_port = bound.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
-                                                     : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  const int bound_port = bound.ss_family == AF_INET6
+                             ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
+                             : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
   std::unique_ptr<CheckpointDataServer> server(
       new CheckpointDataServer(fd, bound_port, uploads, io_timeout, std::max(1, max_uploads)));
   server->acceptor_ = std::thread([s = server.get()] { s->AcceptLoop(); });
@@ -151,7 +153,8 @@ void CheckpointDataServer::AcceptLoop() {
     if (connections_.size() >= static_cast<size_t>(kMaxConnections)) {
       // Far more than uploads may run: no thread for this one. The rank
       // sees the connection closed and reports it.
-      LOG(WARNING) << "checkpoint data port: " << kMaxConnections << " connections open; closing a new one";
+      LOG(WARNING) << "checkpoint data port: " << kMaxConnections
+                   << " connections open; closing a new one";
       ::close(fd);
       continue;
     }
@@ -176,7 +179,8 @@ void CheckpointDataServer::Serve(int fd, Connection* connection) {
         "this is the coordinator's checkpoint data port; it takes only uploads opened with "
         "CheckpointService.OpenUpload");
   }
-  if (status.ok()) status = ReceiveAll(fd, hello + kHelloMagicBytes, kTokenBytes, "the upload token");
+  if (status.ok())
+    status = ReceiveAll(fd, hello + kHelloMagicBytes, kTokenBytes, "the upload token");
   bool slot = false;
   if (status.ok()) {
     absl::MutexLock lock(&mu_);
@@ -186,13 +190,14 @@ void CheckpointDataServer::Serve(int fd, Connection* connection) {
     } else {
       // The token stays valid: the rank uploads over gRPC instead, or
       // comes back.
-      status = absl::ResourceExhaustedError(
-          absl::StrCat("checkpoint data port: ", max_uploads_, " uploads are running; upload over gRPC"));
+      status = absl::ResourceExhaustedError(absl::StrCat("checkpoint data port: ", max_uploads_,
+                                                         " uploads are running; upload over gRPC"));
     }
   }
   absl::StatusOr<CheckpointUploads::Started> opened =
-      status.ok() ? checkpoint_uploads_.TakeOpened(absl::string_view(hello + kHelloMagicBytes, kTokenBytes))
-                  : absl::StatusOr<CheckpointUploads::Started>(status);
+      status.ok()
+          ? checkpoint_uploads_.TakeOpened(absl::string_view(hello + kHelloMagicBytes, kTokenBytes))
+          : absl::StatusOr<CheckpointUploads::Started>(status);
   auto release = [&] {
     if (!slot) return;
     absl::MutexLock lock(&mu_);
@@ -211,8 +216,8 @@ void CheckpointDataServer::Serve(int fd, Connection* connection) {
   // upload's, not the connection's).
   SetReceiveTimeout(fd, io_timeout_);
   status = SendAll(fd, {EncodeReply(absl::OkStatus())}, "the acceptance of a checkpoint upload");
-  const std::string what = absl::StrCat("checkpoint ", opened->grant.manifest.job_id(), " step ", opened->step,
-                                        " from rank ", opened->rank);
+  const std::string what = absl::StrCat("checkpoint ", opened->grant.manifest.job_id(), " step ",
+                                        opened->step, " from rank ", opened->rank);
   const absl::Time start = absl::Now();
   if (status.ok()) status = ReceiveFiles(fd, *opened->upload);
   const absl::Time received = absl::Now();
@@ -220,8 +225,9 @@ void CheckpointDataServer::Serve(int fd, Connection* connection) {
     status = checkpoint_uploads_.Complete(*std::move(opened)).status();
   }
   if (status.ok()) {
-    VLOG(1) << what << ": received over the data port in " << absl::ToDoubleSeconds(received - start)
-            << " s, stored in " << absl::ToDoubleSeconds(absl::Now() - start) << " s";
+    VLOG(1) << what << ": received over the data port in "
+            << absl::ToDoubleSeconds(received - start) << " s, stored in "
+            << absl::ToDoubleSeconds(absl::Now() - start) << " s";
   } else {
     LOG(WARNING) << what << ": upload failed: " << status;
   }
@@ -231,7 +237,8 @@ void CheckpointDataServer::Serve(int fd, Connection* connection) {
   AnswerAndClose(fd, connection, status);
 }
 
-void CheckpointDataServer::AnswerAndClose(int fd, Connection* connection, const absl::Status& status) {
+void CheckpointDataServer::AnswerAndClose(int fd, Connection* connection,
+                                          const absl::Status& status) {
   const std::string reply = EncodeReply(status);
   (void)SendAll(fd, {reply}, "the answer to a checkpoint upload");
   if (!status.ok()) {

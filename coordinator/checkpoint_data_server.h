@@ -44,10 +44,9 @@ class CheckpointDataServer {
   // Listens on host:port (port 0: any free port). `io_timeout` bounds each
   // send and receive on a connection (a rank that stops sending frees its
   // connection after it). UNAVAILABLE if the port cannot be bound.
-  static absl::StatusOr<std::unique_ptr<CheckpointDataServer>> Start(const std::string& host, int port,
-                                                                     CheckpointUploads& uploads,
-                                                                     absl::Duration io_timeout = absl::Minutes(1),
-                                                                     int max_uploads = kDefaultMaxUploads);
+  static absl::StatusOr<std::unique_ptr<CheckpointDataServer>> Start(
+      const std::string& host, int port, CheckpointUploads& uploads,
+      absl::Duration io_timeout = absl::Minutes(1), int max_uploads = kDefaultMaxUploads);
   ~CheckpointDataServer();  // Shutdown()
   CheckpointDataServer(const CheckpointDataServer&) = delete;
   CheckpointDataServer& operator=(const CheckpointDataServer&) = delete;
@@ -58,8 +57,8 @@ class CheckpointDataServer {
   void Shutdown();
 
  private:
-  CheckpointDataServer(int listen_fd, int port, CheckpointUploads& uploads, absl::Duration io_timeout,
-                       int max_uploads)
+  CheckpointDataServer(int listen_fd, int port, CheckpointUploads& uploads,
+                       absl::Duration io_timeout, int max_uploads)
       : listen_fd_(listen_fd),
         port_(port),
         checkpoint_uploads_(uploads),

@@ -25,16 +25,16 @@ absl::StatusOr<UploadGrant> CheckUploader(const UploadGrant& grant, int64_t gene
   const v1::CheckpointManifest& manifest = grant.manifest;
   const std::string& job_id = manifest.job_id();
   if (generation != manifest.generation()) {
-    return absl::FailedPreconditionError(absl::StrCat("checkpoint upload from generation ", generation, " of ",
-                                                      job_id, ", whose current generation is ",
-                                                      manifest.generation()));
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint upload from generation ", generation, " of ", job_id,
+                     ", whose current generation is ", manifest.generation()));
   }
   if (manifest.per_rank() ? (rank < 0 || rank >= manifest.world_size()) : rank != 0) {
     return absl::FailedPreconditionError(
-        manifest.per_rank()
-            ? absl::StrCat("checkpoint upload from rank ", rank, " of ", job_id, ", which has ranks 0..",
-                           manifest.world_size() - 1)
-            : absl::StrCat("checkpoint upload from rank ", rank, "; only rank 0 uploads (replicas are identical)"));
+        manifest.per_rank() ? absl::StrCat("checkpoint upload from rank ", rank, " of ", job_id,
+                                           ", which has ranks 0..", manifest.world_size() - 1)
+                            : absl::StrCat("checkpoint upload from rank ", rank,
+                                           "; only rank 0 uploads (replicas are identical)"));
   }
   return grant;
 }

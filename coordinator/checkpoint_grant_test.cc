@@ -53,7 +53,8 @@ TEST(CheckpointGrantTest, OnlyRankZeroOfTheCurrentGenerationUploads) {
   EXPECT_EQ(stale.status().message(),
             "checkpoint upload from generation 1 of job-000004, whose current generation is 2");
   absl::StatusOr<UploadGrant> other = CheckUploader(grant, 2, 1);
-  EXPECT_EQ(other.status().message(), "checkpoint upload from rank 1; only rank 0 uploads (replicas are identical)");
+  EXPECT_EQ(other.status().message(),
+            "checkpoint upload from rank 1; only rank 0 uploads (replicas are identical)");
 }
 
 TEST(CheckpointGrantTest, PerRankAdmitsEveryRankOfTheJob) {

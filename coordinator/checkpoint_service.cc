@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "common/grpc_util.h"
 #include "common/crc32c.h"
+#include "common/grpc_util.h"
 #include "glog/logging.h"
 
 namespace chorus {
@@ -84,9 +84,9 @@ class DownloadReactor : public grpc::ServerWriteReactor<v1::CheckpointChunk> {
       manifest = store.FindLoadable(request.job_id(), 0, &skipped);
     } else {
       absl::StatusOr<std::vector<v1::CheckpointManifest>> all = store.List(request.job_id());
-      manifest = absl::NotFoundError(absl::StrCat("job ", request.job_id(), " has no checkpoint at step ",
-                                                  request.step(), "; `chorus checkpoints ", request.job_id(),
-                                                  "` lists them"));
+      manifest = absl::NotFoundError(
+          absl::StrCat("job ", request.job_id(), " has no checkpoint at step ", request.step(),
+                       "; `chorus checkpoints ", request.job_id(), "` lists them"));
       if (all.ok()) {
         for (const auto& m : *all) {
           if (m.step() == request.step()) manifest = m;
@@ -102,13 +102,14 @@ class DownloadReactor : public grpc::ServerWriteReactor<v1::CheckpointChunk> {
     }
     if (file_.name().empty()) {
       Finish(grpc::Status(grpc::StatusCode::NOT_FOUND,
-                          absl::StrCat("checkpoint ", request.job_id(), " step ", manifest->step(), " has no file \"",
-                                       request.file_name(), "\"")));
+                          absl::StrCat("checkpoint ", request.job_id(), " step ", manifest->step(),
+                                       " has no file \"", request.file_name(), "\"")));
       return;
     }
     in_.open(store.FilePath(*manifest, file_.name()), std::ios::binary);
     if (!in_) {
-      Finish(grpc::Status(grpc::StatusCode::DATA_LOSS, absl::StrCat("checkpoint file ", file_.name(), " is missing")));
+      Finish(grpc::Status(grpc::StatusCode::DATA_LOSS,
+                          absl::StrCat("checkpoint file ", file_.name(), " is missing")));
       return;
     }
     job_id_ = request.job_id();
@@ -118,7 +119,8 @@ class DownloadReactor : public grpc::ServerWriteReactor<v1::CheckpointChunk> {
 
   void OnWriteDone(bool ok) override {
     if (!ok || done_) {
-      Finish(ok ? grpc::Status::OK : grpc::Status(grpc::StatusCode::CANCELLED, "download cancelled"));
+      Finish(ok ? grpc::Status::OK
+                : grpc::Status(grpc::StatusCode::CANCELLED, "download cancelled"));
       return;
     }
     Next();
@@ -144,9 +146,10 @@ class DownloadReactor : public grpc::ServerWriteReactor<v1::CheckpointChunk> {
       // Files of shared directories carry no SHA-256 for the receiver to
       // check: compare what was read with the recorded CRC-32C here.
       if (file_.sha256().empty() && (offset_ != file_.size() || file_crc_ != file_.crc32c())) {
-        Finish(grpc::Status(grpc::StatusCode::DATA_LOSS,
-                            absl::StrCat("checkpoint ", job_id_, " step ", step_, ": stored file ", file_.name(),
-                                         " does not match its recorded size and CRC-32C")));
+        Finish(grpc::Status(
+            grpc::StatusCode::DATA_LOSS,
+            absl::StrCat("checkpoint ", job_id_, " step ", step_, ": stored file ", file_.name(),
+                         " does not match its recorded size and CRC-32C")));
         return;
       }
       chunk_.set_last(true);
@@ -170,8 +173,8 @@ class DownloadReactor : public grpc::ServerWriteReactor<v1::CheckpointChunk> {
 
 }  // namespace
 
-grpc::ServerReadReactor<v1::CheckpointChunk>* CheckpointServiceImpl::Upload(grpc::CallbackServerContext* context,
-                                                                           v1::UploadCheckpointResponse* response) {
+grpc::ServerReadReactor<v1::CheckpointChunk>* CheckpointServiceImpl::Upload(
+    grpc::CallbackServerContext* context, v1::UploadCheckpointResponse* response) {
   if (absl::Status s = auth_.Check(context->client_metadata(), Role::kWorker); !s.ok()) {
     return new RejectedReader<v1::CheckpointChunk>(s);
   }

@@ -31,17 +31,20 @@ class CheckpointServiceImpl final : public v1::CheckpointService::CallbackServic
   static constexpr size_t kChunkBytes = 4 << 20;
 
   // Calls need a worker (or admin) token when `auth` is enabled.
-  CheckpointServiceImpl(CheckpointStore& store, CheckpointUploads& uploads, const TokenAuthorizer& auth = AllowAll())
+  CheckpointServiceImpl(CheckpointStore& store, CheckpointUploads& uploads,
+                        const TokenAuthorizer& auth = AllowAll())
       : store_(store), uploads_(uploads), auth_(auth) {}
 
-  grpc::ServerReadReactor<v1::CheckpointChunk>* Upload(grpc::CallbackServerContext* context,
-                                                       v1::UploadCheckpointResponse* response) override;
-  grpc::ServerUnaryReactor* OpenUpload(grpc::CallbackServerContext* context, const v1::OpenUploadRequest* request,
+  grpc::ServerReadReactor<v1::CheckpointChunk>* Upload(
+      grpc::CallbackServerContext* context, v1::UploadCheckpointResponse* response) override;
+  grpc::ServerUnaryReactor* OpenUpload(grpc::CallbackServerContext* context,
+                                       const v1::OpenUploadRequest* request,
                                        v1::OpenUploadResponse* response) override;
-  grpc::ServerUnaryReactor* Commit(grpc::CallbackServerContext* context, const v1::CommitCheckpointRequest* request,
+  grpc::ServerUnaryReactor* Commit(grpc::CallbackServerContext* context,
+                                   const v1::CommitCheckpointRequest* request,
                                    v1::UploadCheckpointResponse* response) override;
-  grpc::ServerWriteReactor<v1::CheckpointChunk>* Download(grpc::CallbackServerContext* context,
-                                                          const v1::DownloadCheckpointRequest* request) override;
+  grpc::ServerWriteReactor<v1::CheckpointChunk>* Download(
+      grpc::CallbackServerContext* context, const v1::DownloadCheckpointRequest* request) override;
 
  private:
   CheckpointStore& store_;

@@ -14,9 +14,10 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "checkpoint/download.h"
+#include "checkpoint/wire.h"
 #include "chorus/v1/coordinator.grpc.pb.h"
 #include "common/auth.h"
-#include "checkpoint/wire.h"
 #include "common/crc32c.h"
 #include "common/grpc_util.h"
 #include "coordinator/checkpoint_data_server.h"
@@ -29,7 +30,6 @@
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
-#include "checkpoint/download.h"
 
 namespace chorus {
 namespace {
@@ -38,7 +38,8 @@ using ::testing::HasSubstr;
 
 class CheckpointServiceTest : public CoordinatorFixture {};
 
-v1::CheckpointChunk Chunk(const std::string& job, int64_t generation, int rank, const std::string& data) {
+v1::CheckpointChunk Chunk(const std::string& job, int64_t generation, int rank,
+                          const std::string& data) {
   v1::CheckpointChunk c;
   c.set_job_id(job);
   c.set_step(7);
@@ -198,8 +199,8 @@ TEST_F(CheckpointServiceTest, CheckpointUploadsOverTheDataPortAreCheckedCommitte
   for (size_t i = 0; i < model.size(); ++i) model[i] = static_cast<char>(i % 251);
   const std::string state = "momentum of step 7";
   {
-    auto upload = CheckpointDataUpload::Connect("127.0.0.1", opened.port(), opened.token(), absl::Seconds(5),
-                                                absl::Seconds(10));
+    auto upload = CheckpointDataUpload::Connect("127.0.0.1", opened.port(), opened.token(),
+                                                absl::Seconds(5), absl::Seconds(10));
     ASSERT_TRUE(upload.ok()) << upload.status();
     ASSERT_TRUE((*upload)->BeginFile("model.pt").ok());
     ASSERT_TRUE((*upload)->Write(absl::string_view(model).substr(0, 100)).ok());
@@ -211,7 +212,8 @@ TEST_F(CheckpointServiceTest, CheckpointUploadsOverTheDataPortAreCheckedCommitte
     absl::Status finished = (*upload)->Finish();
     ASSERT_TRUE(finished.ok()) << finished;
   }
-  absl::StatusOr<std::string> model_back = DownloadCheckpointFile(*checkpoints, job, 7, "model.pt", absl::Seconds(10));
+  absl::StatusOr<std::string> model_back =
+      DownloadCheckpointFile(*checkpoints, job, 7, "model.pt", absl::Seconds(10));
   ASSERT_TRUE(model_back.ok()) << model_back.status();
   EXPECT_TRUE(*model_back == model) << "the stored model.pt differs from what was sent";
   absl::StatusOr<std::string> state_back =
@@ -220,8 +222,8 @@ TEST_F(CheckpointServiceTest, CheckpointUploadsOverTheDataPortAreCheckedCommitte
   EXPECT_EQ(*state_back, state);
 
   // A token works once.
-  auto again = CheckpointDataUpload::Connect("127.0.0.1", opened.port(), opened.token(), absl::Seconds(5),
-                                              absl::Seconds(10));
+  auto again = CheckpointDataUpload::Connect("127.0.0.1", opened.port(), opened.token(),
+                                             absl::Seconds(5), absl::Seconds(10));
   EXPECT_EQ(again.status().code(), absl::StatusCode::kPermissionDenied) << again.status();
   EXPECT_THAT(again.status().message(), HasSubstr("unknown or expired upload token"));
 
@@ -237,8 +239,9 @@ TEST_F(CheckpointServiceTest, CheckpointUploadsOverTheDataPortAreCheckedCommitte
     h.name_len = 8;
     char header[kChunkHeaderBytes];
     EncodeChunkHeader(h, header);
-    ASSERT_TRUE(SendAll(fd, {absl::string_view(kHelloMagic, kHelloMagicBytes), opened.token(),
-                             absl::string_view(header, sizeof(header)), "model.pt", "weights"},
+    ASSERT_TRUE(SendAll(fd,
+                        {absl::string_view(kHelloMagic, kHelloMagicBytes), opened.token(),
+                         absl::string_view(header, sizeof(header)), "model.pt", "weights"},
                         "a damaged chunk")
                     .ok());
     absl::Status answer;
@@ -254,8 +257,8 @@ TEST_F(CheckpointServiceTest, CheckpointUploadsOverTheDataPortAreCheckedCommitte
   // A rank that goes away mid-file: the upload is dropped, its files deleted.
   ASSERT_TRUE(open(9, 1, 0, &opened).ok());
   {
-    auto upload = CheckpointDataUpload::Connect("127.0.0.1", opened.port(), opened.token(), absl::Seconds(5),
-                                                absl::Seconds(10));
+    auto upload = CheckpointDataUpload::Connect("127.0.0.1", opened.port(), opened.token(),
+                                                absl::Seconds(5), absl::Seconds(10));
     ASSERT_TRUE(upload.ok()) << upload.status();
     ASSERT_TRUE((*upload)->BeginFile("model.pt").ok());
     ASSERT_TRUE((*upload)->Write(model).ok());
@@ -286,21 +289,21 @@ TEST_F(CheckpointServiceTest, CheckpointUploadsOverTheDataPortAreCheckedCommitte
     std::vector<std::unique_ptr<CheckpointDataUpload>> running;
     for (int i = 0; i < CheckpointDataServer::kDefaultMaxUploads; ++i) {
       ASSERT_TRUE(open(100 + i, 1, 0, &opened).ok());
-      auto upload = CheckpointDataUpload::Connect("127.0.0.1", opened.port(), opened.token(), absl::Seconds(5),
-                                                  absl::Seconds(10));
+      auto upload = CheckpointDataUpload::Connect("127.0.0.1", opened.port(), opened.token(),
+                                                  absl::Seconds(5), absl::Seconds(10));
       ASSERT_TRUE(upload.ok()) << i << ": " << upload.status();
       running.push_back(*std::move(upload));
     }
     ASSERT_TRUE(open(200, 1, 0, &opened).ok());
-    auto one_more = CheckpointDataUpload::Connect("127.0.0.1", opened.port(), opened.token(), absl::Seconds(5),
-                                                  absl::Seconds(10));
+    auto one_more = CheckpointDataUpload::Connect("127.0.0.1", opened.port(), opened.token(),
+                                                  absl::Seconds(5), absl::Seconds(10));
     EXPECT_EQ(one_more.status().code(), absl::StatusCode::kResourceExhausted) << one_more.status();
     EXPECT_THAT(one_more.status().message(), HasSubstr("upload over gRPC"));
     running.clear();  // these end without sending a file: dropped
     absl::StatusOr<std::unique_ptr<CheckpointDataUpload>> later;
     for (int i = 0; i < 100; ++i) {  // until the coordinator has seen them close
-      later = CheckpointDataUpload::Connect("127.0.0.1", opened.port(), opened.token(), absl::Seconds(5),
-                                            absl::Seconds(10));
+      later = CheckpointDataUpload::Connect("127.0.0.1", opened.port(), opened.token(),
+                                            absl::Seconds(5), absl::Seconds(10));
       if (!absl::IsResourceExhausted(later.status())) break;
       absl::SleepFor(absl::Milliseconds(20));
     }
@@ -368,8 +371,11 @@ class CheckpointServiceAdapterTest : public ::testing::Test {
     job.set_job_id("job-000001");
     grant_ = UploadGrantFor(job, /*world_size=*/1, /*generation=*/1);
     uploads_ = std::make_unique<CheckpointUploads>(
-        *store_, [this](const std::string& job_id, int64_t generation, int rank) -> absl::StatusOr<UploadGrant> {
-          if (job_id != "job-000001") return absl::FailedPreconditionError(job_id + " is not running");
+        *store_,
+        [this](const std::string& job_id, int64_t generation,
+               int rank) -> absl::StatusOr<UploadGrant> {
+          if (job_id != "job-000001")
+            return absl::FailedPreconditionError(job_id + " is not running");
           return CheckUploader(grant_, generation, rank);
         });
     service_ = std::make_unique<CheckpointServiceImpl>(*store_, *uploads_, auth);
@@ -395,8 +401,8 @@ class CheckpointServiceAdapterTest : public ::testing::Test {
     return context;
   }
 
-  grpc::Status Upload(const std::vector<v1::CheckpointChunk>& chunks, v1::UploadCheckpointResponse* response,
-                      grpc::ClientContext* context) {
+  grpc::Status Upload(const std::vector<v1::CheckpointChunk>& chunks,
+                      v1::UploadCheckpointResponse* response, grpc::ClientContext* context) {
     auto writer = stub_->Upload(context, response);
     for (const v1::CheckpointChunk& chunk : chunks) writer->Write(chunk);
     writer->WritesDone();
@@ -481,8 +487,8 @@ TEST_F(CheckpointServiceAdapterTest, OpenUploadAndCommitRefusalsKeepTheirCodes) 
 
 TEST_F(CheckpointServiceAdapterTest, CallsNeedAWorkerToken) {
   Stop();
-  absl::StatusOr<TokenAuthorizer> auth =
-      TokenAuthorizer::FromText("admin admin-token-0123456789\nworker worker-token-0123456789\n", "test");
+  absl::StatusOr<TokenAuthorizer> auth = TokenAuthorizer::FromText(
+      "admin admin-token-0123456789\nworker worker-token-0123456789\n", "test");
   ASSERT_TRUE(auth.ok()) << auth.status();
   auth_ = *std::move(auth);
   Serve(auth_);
@@ -491,7 +497,8 @@ TEST_F(CheckpointServiceAdapterTest, CallsNeedAWorkerToken) {
   EXPECT_EQ(anonymous.error_code(), grpc::StatusCode::UNAUTHENTICATED);
   v1::OpenUploadRequest open;
   v1::OpenUploadResponse opened;
-  EXPECT_EQ(stub_->OpenUpload(Context().get(), open, &opened).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(stub_->OpenUpload(Context().get(), open, &opened).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
   auto worker = Context();
   worker->AddMetadata("authorization", "Bearer worker-token-0123456789");
   grpc::Status allowed = Upload({Chunk("job-000001", 1, 0, "weights")}, &response, worker.get());

@@ -4,8 +4,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -63,7 +63,8 @@ absl::StatusOr<FileSums> SumFile(const std::string& path, bool sha256, bool drop
     const ssize_t n = ::read(fd, buffer.data(), buffer.size());
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
-      status = absl::DataLossError(absl::StrCat("reading ", path, " failed: ", std::strerror(errno)));
+      status =
+          absl::DataLossError(absl::StrCat("reading ", path, " failed: ", std::strerror(errno)));
       break;
     }
     if (n == 0) break;
@@ -85,15 +86,18 @@ std::string CheckStoredFile(const std::string& path, const v1::CheckpointFile& f
   const bool by_sha = !f.sha256().empty();
   absl::StatusOr<FileSums> sums = SumFile(path, by_sha, /*drop_cache=*/false);
   if (!sums.ok()) return std::string(sums.status().message());
-  if (sums->size != f.size() || (by_sha ? sums->sha256 != f.sha256() : sums->crc32c != f.crc32c())) {
-    return absl::StrCat(f.name(), " does not match its recorded size and ", by_sha ? "SHA-256" : "CRC-32C");
+  if (sums->size != f.size() ||
+      (by_sha ? sums->sha256 != f.sha256() : sums->crc32c != f.crc32c())) {
+    return absl::StrCat(f.name(), " does not match its recorded size and ",
+                        by_sha ? "SHA-256" : "CRC-32C");
   }
   return "";
 }
 
 // A step directory's name: 12 digits.
 bool StepDirName(const std::string& name) {
-  return name.size() == 12 && std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; });
+  return name.size() == 12 &&
+         std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
 // The newest modification time of `dir` and the entries in it.
@@ -111,11 +115,16 @@ fs::file_time_type NewestWrite(const fs::path& dir) {
 
 const char* CheckpointStore::StageName(Stage stage) {
   switch (stage) {
-    case Stage::kMidChunk: return "mid_chunk";
-    case Stage::kBeforeFsync: return "before_fsync";
-    case Stage::kBeforeRename: return "before_rename";
-    case Stage::kBeforeManifest: return "before_manifest";
-    case Stage::kAfterManifest: return "after_manifest";
+    case Stage::kMidChunk:
+      return "mid_chunk";
+    case Stage::kBeforeFsync:
+      return "before_fsync";
+    case Stage::kBeforeRename:
+      return "before_rename";
+    case Stage::kBeforeManifest:
+      return "before_manifest";
+    case Stage::kAfterManifest:
+      return "after_manifest";
   }
   return "unknown";
 }
@@ -141,7 +150,8 @@ void CheckpointStore::RemoveLoop() {
   absl::MutexLock lock(&removal_mu_);
   while (true) {
     removal_mu_.Await(absl::Condition(
-        +[](CheckpointStore* s) ABSL_NO_THREAD_SAFETY_ANALYSIS { return s->stopping_ || !s->removals_.empty(); },
+        +[](CheckpointStore* s)
+             ABSL_NO_THREAD_SAFETY_ANALYSIS { return s->stopping_ || !s->removals_.empty(); },
         this));
     if (removals_.empty()) return;  // stopping, and nothing left
     const std::string dir = std::move(removals_.front());
@@ -159,7 +169,8 @@ void CheckpointStore::RemoveLoop() {
 void CheckpointStore::WaitForRemovals() {
   absl::MutexLock lock(&removal_mu_);
   removal_mu_.Await(absl::Condition(
-      +[](CheckpointStore* s) ABSL_NO_THREAD_SAFETY_ANALYSIS { return s->removals_.empty() && !s->removing_; },
+      +[](CheckpointStore* s)
+           ABSL_NO_THREAD_SAFETY_ANALYSIS { return s->removals_.empty() && !s->removing_; },
       this));
 }
 
@@ -168,14 +179,17 @@ std::string CheckpointStore::StepDir(const std::string& job_id, int64_t step) co
 }
 
 std::string CheckpointStore::DirOf(const v1::CheckpointManifest& manifest) const {
-  return manifest.directory().empty() ? StepDir(manifest.job_id(), manifest.step()) : manifest.directory();
+  return manifest.directory().empty() ? StepDir(manifest.job_id(), manifest.step())
+                                      : manifest.directory();
 }
 
-std::string CheckpointStore::FilePath(const v1::CheckpointManifest& manifest, const std::string& file) const {
+std::string CheckpointStore::FilePath(const v1::CheckpointManifest& manifest,
+                                      const std::string& file) const {
   return DirOf(manifest) + "/" + file;
 }
 
-absl::Status CheckpointStore::Recover(const std::vector<SharedJob>& shared, absl::Duration stale_after) {
+absl::Status CheckpointStore::Recover(const std::vector<SharedJob>& shared,
+                                      absl::Duration stale_after) {
   std::error_code ec;
   fs::create_directories(root_, ec);
   if (ec) return absl::FailedPreconditionError(absl::StrCat(root_, ": ", ec.message()));
@@ -194,89 +208,110 @@ absl::Status CheckpointStore::Recover(const std::vector<SharedJob>& shared, absl
       }
     }
   }
-  if (removed > 0) LOG(WARNING) << "checkpoints: removed " << removed << " incomplete checkpoint(s) under " << root_;
+  if (removed > 0)
+    LOG(WARNING) << "checkpoints: removed " << removed << " incomplete checkpoint(s) under "
+                 << root_;
   // Shared directories hold other things too: only step directories and
   // staging directories of the named jobs are touched. A staging directory
   // may still be being written by a rank that outlived this coordinator, so
   // only one left alone for `stale_after` goes.
   const fs::file_time_type stale_before =
-      fs::file_time_type::clock::now() - std::chrono::microseconds(absl::ToInt64Microseconds(stale_after));
+      fs::file_time_type::clock::now() -
+      std::chrono::microseconds(absl::ToInt64Microseconds(stale_after));
   for (const SharedJob& job : shared) {
     if (!SafeName(job.job_id) || job.root.empty() || job.root[0] != '/') continue;
     const fs::path dir = fs::path(job.root) / job.job_id;
     int cleaned = 0;
     for (const fs::directory_entry& entry : fs::directory_iterator(dir, ec)) {
       const std::string name = entry.path().filename().string();
-      const bool stale_staging = absl::StartsWith(name, kStagingPrefix) && NewestWrite(entry.path()) < stale_before;
+      const bool stale_staging =
+          absl::StartsWith(name, kStagingPrefix) && NewestWrite(entry.path()) < stale_before;
       const bool orphan_step = StepDirName(name) && !committed.count(entry.path().string());
       if (entry.is_directory() && (stale_staging || orphan_step)) {
         fs::remove_all(entry.path(), ec);
         ++cleaned;
       }
     }
-    if (cleaned > 0) LOG(WARNING) << "checkpoints: removed " << cleaned << " incomplete checkpoint(s) under " << dir.string();
+    if (cleaned > 0)
+      LOG(WARNING) << "checkpoints: removed " << cleaned << " incomplete checkpoint(s) under "
+                   << dir.string();
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<CheckpointStore::Upload>> CheckpointStore::BeginUpload(const std::string& job_id,
-                                                                                      int64_t step) {
-  if (!SafeName(job_id)) return absl::InvalidArgumentError(absl::StrCat("checkpoint: bad job id \"", job_id, "\""));
-  if (step < 0) return absl::InvalidArgumentError(absl::StrCat("checkpoint: step must be >= 0, got ", step));
+absl::StatusOr<std::unique_ptr<CheckpointStore::Upload>> CheckpointStore::BeginUpload(
+    const std::string& job_id, int64_t step) {
+  if (!SafeName(job_id))
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint: bad job id \"", job_id, "\""));
+  if (step < 0)
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint: step must be >= 0, got ", step));
   std::error_code ec;
   if (fs::exists(StepDir(job_id, step), ec)) {
-    return absl::AlreadyExistsError(absl::StrCat("checkpoint ", job_id, " step ", step, " is already committed"));
+    return absl::AlreadyExistsError(
+        absl::StrCat("checkpoint ", job_id, " step ", step, " is already committed"));
   }
   int64_t n;
   {
     absl::MutexLock lock(&mu_);
     n = next_staging_++;
   }
-  const std::string staging = absl::StrCat(root_, "/", job_id, "/", kStagingPrefix, step, "-", getpid(), "-", n);
+  const std::string staging =
+      absl::StrCat(root_, "/", job_id, "/", kStagingPrefix, step, "-", getpid(), "-", n);
   fs::create_directories(staging, ec);
-  if (ec) return absl::InternalError(absl::StrCat("checkpoint: cannot create ", staging, ": ", ec.message()));
+  if (ec)
+    return absl::InternalError(
+        absl::StrCat("checkpoint: cannot create ", staging, ": ", ec.message()));
   return std::unique_ptr<Upload>(new Upload(*this, root_, /*shared=*/false, job_id, step, staging));
 }
 
 absl::StatusOr<std::unique_ptr<CheckpointStore::Upload>> CheckpointStore::AdoptStaged(
-    const std::string& shared_root, const std::string& job_id, int64_t step, const std::string& staging_dir,
-    const std::vector<v1::CheckpointFile>& files) {
-  if (!SafeName(job_id)) return absl::InvalidArgumentError(absl::StrCat("checkpoint: bad job id \"", job_id, "\""));
-  if (step < 0) return absl::InvalidArgumentError(absl::StrCat("checkpoint: step must be >= 0, got ", step));
+    const std::string& shared_root, const std::string& job_id, int64_t step,
+    const std::string& staging_dir, const std::vector<v1::CheckpointFile>& files) {
+  if (!SafeName(job_id))
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint: bad job id \"", job_id, "\""));
+  if (step < 0)
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint: step must be >= 0, got ", step));
   if (shared_root.empty() || shared_root[0] != '/') {
-    return absl::InvalidArgumentError(absl::StrCat("checkpoint: shared directory \"", shared_root, "\" is not absolute"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint: shared directory \"", shared_root, "\" is not absolute"));
   }
   // One component: what follows the prefix must be a safe name.
   if (!absl::StartsWith(staging_dir, kStagingPrefix) ||
       !SafeName(staging_dir.substr(std::strlen(kStagingPrefix)))) {
-    return absl::InvalidArgumentError(absl::StrCat("checkpoint: bad staging directory \"", staging_dir,
-                                                   "\" (one path component starting with .staging-)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint: bad staging directory \"", staging_dir,
+                     "\" (one path component starting with .staging-)"));
   }
   if (files.empty()) return absl::InvalidArgumentError("checkpoint: no files were written");
   const std::string job_dir = absl::StrCat(shared_root, "/", job_id);
   const std::string staging = absl::StrCat(job_dir, "/", staging_dir);
   std::error_code ec;
   if (!fs::is_directory(staging, ec)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "checkpoint: the coordinator cannot see ", staging,
-        " (checkpoint.shared_dir must be a directory every node, the coordinator's included, mounts at the same path)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint: the coordinator cannot see ", staging,
+                     " (checkpoint.shared_dir must be a directory every node, the coordinator's "
+                     "included, mounts at the same path)"));
   }
   if (fs::exists(absl::StrFormat("%s/%012d", job_dir, step), ec)) {
-    return absl::AlreadyExistsError(absl::StrCat("checkpoint ", job_id, " step ", step, " is already committed"));
+    return absl::AlreadyExistsError(
+        absl::StrCat("checkpoint ", job_id, " step ", step, " is already committed"));
   }
   std::set<std::string> names;
   for (const v1::CheckpointFile& f : files) {
     if (!SafeName(f.name()) || f.name() == kManifestFile) {
-      return absl::InvalidArgumentError(absl::StrCat("checkpoint: bad file name \"", f.name(), "\""));
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint: bad file name \"", f.name(), "\""));
     }
     if (!names.insert(f.name()).second) {
-      return absl::InvalidArgumentError(absl::StrCat("checkpoint: file ", f.name(), " listed twice"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint: file ", f.name(), " listed twice"));
     }
   }
   for (const fs::directory_entry& e : fs::directory_iterator(staging, ec)) {
     if (!names.count(e.path().filename().string())) {
       return absl::InvalidArgumentError(
-          absl::StrCat("checkpoint: ", e.path().string(), " is in the staging directory but not in the request"));
+          absl::StrCat("checkpoint: ", e.path().string(),
+                       " is in the staging directory but not in the request"));
     }
   }
   std::vector<v1::CheckpointFile> checked;
@@ -287,8 +322,9 @@ absl::StatusOr<std::unique_ptr<CheckpointStore::Upload>> CheckpointStore::AdoptS
   std::vector<std::future<absl::StatusOr<FileSums>>> summing(files.size());
   auto start_summing = [&](size_t i) {
     if (i < files.size()) {
-      summing[i] = std::async(std::launch::async, SumFile, staging + "/" + files[i].name(), /*sha256=*/false,
-                                /*drop_cache=*/true);
+      summing[i] =
+          std::async(std::launch::async, SumFile, staging + "/" + files[i].name(), /*sha256=*/false,
+                     /*drop_cache=*/true);
     }
   };
   for (size_t i = 0; i < kParallel; ++i) start_summing(i);
@@ -296,18 +332,20 @@ absl::StatusOr<std::unique_ptr<CheckpointStore::Upload>> CheckpointStore::AdoptS
     const v1::CheckpointFile& f = files[i];
     absl::StatusOr<FileSums> sums = summing[i].get();
     start_summing(i + kParallel);
-    if (!sums.ok()) return absl::DataLossError(absl::StrCat("checkpoint: ", sums.status().message()));
+    if (!sums.ok())
+      return absl::DataLossError(absl::StrCat("checkpoint: ", sums.status().message()));
     if (sums->size != f.size() || sums->crc32c != f.crc32c()) {
       return absl::DataLossError(absl::StrFormat(
-          "checkpoint: %s/%s holds %d bytes with CRC-32C %08x; the rank wrote %d bytes with %08x", staging, f.name(),
-          sums->size, sums->crc32c, f.size(), f.crc32c()));
+          "checkpoint: %s/%s holds %d bytes with CRC-32C %08x; the rank wrote %d bytes with %08x",
+          staging, f.name(), sums->size, sums->crc32c, f.size(), f.crc32c()));
     }
     v1::CheckpointFile& c = checked.emplace_back();
     c.set_name(f.name());
     c.set_size(sums->size);
     c.set_crc32c(sums->crc32c);
   }
-  auto upload = std::unique_ptr<Upload>(new Upload(*this, shared_root, /*shared=*/true, job_id, step, staging));
+  auto upload = std::unique_ptr<Upload>(
+      new Upload(*this, shared_root, /*shared=*/true, job_id, step, staging));
   upload->files_ = std::move(checked);
   upload->checking_ = absl::Now() - start;
   return upload;
@@ -326,23 +364,26 @@ absl::Status CheckpointStore::Upload::AddChunk(const v1::CheckpointChunk& chunk)
   if (committed_) return absl::FailedPreconditionError("checkpoint: upload already committed");
   if (file_ == nullptr) {
     if (!SafeName(chunk.file_name()) || chunk.file_name() == kManifestFile) {
-      return absl::InvalidArgumentError(absl::StrCat("checkpoint: bad file name \"", chunk.file_name(), "\""));
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint: bad file name \"", chunk.file_name(), "\""));
     }
     for (const v1::CheckpointFile& f : files_) {
       if (f.name() == chunk.file_name()) {
-        return absl::InvalidArgumentError(absl::StrCat("checkpoint: file ", f.name(), " sent twice"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("checkpoint: file ", f.name(), " sent twice"));
       }
     }
     file_name_ = chunk.file_name();
     file_ = std::fopen((staging_ + "/" + file_name_).c_str(), "wb");
     if (file_ == nullptr) {
-      return absl::InternalError(absl::StrCat("checkpoint: cannot create ", file_name_, ": ", std::strerror(errno)));
+      return absl::InternalError(
+          absl::StrCat("checkpoint: cannot create ", file_name_, ": ", std::strerror(errno)));
     }
     written_ = 0;
     crc_ = 0;
   } else if (!chunk.file_name().empty() && chunk.file_name() != file_name_) {
-    return absl::InvalidArgumentError(absl::StrCat("checkpoint: chunk of ", chunk.file_name(), " while ",
-                                                   file_name_, " is not finished"));
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint: chunk of ", chunk.file_name(),
+                                                   " while ", file_name_, " is not finished"));
   }
   if (chunk.offset() != written_) {
     return absl::InvalidArgumentError(absl::StrCat("checkpoint: ", file_name_, ": chunk at offset ",
@@ -351,7 +392,8 @@ absl::Status CheckpointStore::Upload::AddChunk(const v1::CheckpointChunk& chunk)
   absl::Time t = absl::Now();
   const uint32_t chunk_crc = Crc32c(chunk.data());
   if (chunk_crc != chunk.chunk_crc32c()) {
-    return absl::DataLossError(absl::StrCat("checkpoint: ", file_name_, ": the chunk at offset ", chunk.offset(),
+    return absl::DataLossError(absl::StrCat("checkpoint: ", file_name_, ": the chunk at offset ",
+                                            chunk.offset(),
                                             " does not match its CRC-32C (corrupted in transit)"));
   }
   checking_ += absl::Now() - t;
@@ -359,13 +401,15 @@ absl::Status CheckpointStore::Upload::AddChunk(const v1::CheckpointChunk& chunk)
   if (!chunk.data().empty()) {
     const size_t half = chunk.data().size() / 2;
     if (std::fwrite(chunk.data().data(), 1, half, file_) != half) {
-      return absl::InternalError(absl::StrCat("checkpoint: writing ", file_name_, ": ", std::strerror(errno)));
+      return absl::InternalError(
+          absl::StrCat("checkpoint: writing ", file_name_, ": ", std::strerror(errno)));
     }
     std::fflush(file_);
     store_.Hit(Stage::kMidChunk);
     const size_t rest = chunk.data().size() - half;
     if (std::fwrite(chunk.data().data() + half, 1, rest, file_) != rest) {
-      return absl::InternalError(absl::StrCat("checkpoint: writing ", file_name_, ": ", std::strerror(errno)));
+      return absl::InternalError(
+          absl::StrCat("checkpoint: writing ", file_name_, ": ", std::strerror(errno)));
     }
     // Start writing this chunk to disk now (without waiting), so the fsync
     // at the end of the file has little left to do.
@@ -383,12 +427,13 @@ absl::Status CheckpointStore::Upload::AddChunk(const v1::CheckpointChunk& chunk)
 absl::Status CheckpointStore::Upload::FinishFile(const v1::CheckpointChunk& last) {
   if (last.file_size() != written_ || last.file_crc32c() != crc_) {
     return absl::DataLossError(absl::StrFormat(
-        "checkpoint: %s arrived with %d bytes and CRC-32C %08x, the sender says %d bytes and %08x", file_name_,
-        written_, crc_, last.file_size(), last.file_crc32c()));
+        "checkpoint: %s arrived with %d bytes and CRC-32C %08x, the sender says %d bytes and %08x",
+        file_name_, written_, crc_, last.file_size(), last.file_crc32c()));
   }
   store_.Hit(Stage::kBeforeFsync);
   if (std::fflush(file_) != 0) {
-    return absl::InternalError(absl::StrCat("checkpoint: writing ", file_name_, ": ", std::strerror(errno)));
+    return absl::InternalError(
+        absl::StrCat("checkpoint: writing ", file_name_, ": ", std::strerror(errno)));
   }
   // The fsync runs while the next file arrives (most of the data is on its
   // way to the disk already: each chunk started its writeback).
@@ -398,7 +443,9 @@ absl::Status CheckpointStore::Upload::FinishFile(const v1::CheckpointChunk& last
     // Written once, read again only on resume or export.
     if (synced) DropCachedPages(fileno(file));
     std::fclose(file);
-    if (!synced) return absl::InternalError(absl::StrCat("checkpoint: fsync ", name, ": ", std::strerror(err)));
+    if (!synced)
+      return absl::InternalError(
+          absl::StrCat("checkpoint: fsync ", name, ": ", std::strerror(err)));
     return absl::OkStatus();
   };
   file_ = nullptr;
@@ -431,25 +478,29 @@ absl::Status CheckpointStore::Upload::WaitForFsyncs() {
 absl::Status CheckpointStore::Upload::Absorb(Upload& other) {
   RETURN_IF_ERROR(other.WaitForFsyncs());
   if (other.job_id_ != job_id_ || other.step_ != step_ || other.root_ != root_) {
-    return absl::InvalidArgumentError(absl::StrCat("checkpoint: cannot join a part of ", other.job_id_, " step ",
-                                                   other.step_, " to ", job_id_, " step ", step_));
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint: cannot join a part of ",
+                                                   other.job_id_, " step ", other.step_, " to ",
+                                                   job_id_, " step ", step_));
   }
   if (file_ != nullptr || other.file_ != nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("checkpoint: ", file_ != nullptr ? file_name_ : other.file_name_,
-                                                   " was not finished"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint: ", file_ != nullptr ? file_name_ : other.file_name_, " was not finished"));
   }
   for (const v1::CheckpointFile& f : other.files_) {
     for (const v1::CheckpointFile& mine : files_) {
       if (mine.name() == f.name()) {
-        return absl::InvalidArgumentError(absl::StrCat("checkpoint: file ", f.name(), " sent twice"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("checkpoint: file ", f.name(), " sent twice"));
       }
     }
   }
   for (const v1::CheckpointFile& f : other.files_) {
     // Same directory tree, so a rename; the staging directory is fsynced
     // at the commit.
-    if (std::rename((other.staging_ + "/" + f.name()).c_str(), (staging_ + "/" + f.name()).c_str()) != 0) {
-      return absl::InternalError(absl::StrCat("checkpoint: moving ", f.name(), ": ", std::strerror(errno)));
+    if (std::rename((other.staging_ + "/" + f.name()).c_str(),
+                    (staging_ + "/" + f.name()).c_str()) != 0) {
+      return absl::InternalError(
+          absl::StrCat("checkpoint: moving ", f.name(), ": ", std::strerror(errno)));
     }
     files_.push_back(f);
   }
@@ -460,10 +511,11 @@ absl::Status CheckpointStore::Upload::Absorb(Upload& other) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<v1::CheckpointManifest> CheckpointStore::Upload::Commit(v1::CheckpointManifest manifest,
-                                                                       int keep_last) {
+absl::StatusOr<v1::CheckpointManifest> CheckpointStore::Upload::Commit(
+    v1::CheckpointManifest manifest, int keep_last) {
   if (file_ != nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("checkpoint: ", file_name_, " was not finished"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint: ", file_name_, " was not finished"));
   }
   if (files_.empty()) return absl::InvalidArgumentError("checkpoint: no files were uploaded");
   RETURN_IF_ERROR(WaitForFsyncs());
@@ -483,10 +535,13 @@ absl::StatusOr<v1::CheckpointManifest> CheckpointStore::Upload::Commit(v1::Check
   store_.Hit(Stage::kBeforeRename);
   std::error_code ec;
   if (fs::exists(final_dir, ec)) {
-    return absl::AlreadyExistsError(absl::StrCat("checkpoint ", job_id_, " step ", step_, " is already committed"));
+    return absl::AlreadyExistsError(
+        absl::StrCat("checkpoint ", job_id_, " step ", step_, " is already committed"));
   }
   fs::rename(staging_, final_dir, ec);
-  if (ec) return absl::InternalError(absl::StrCat("checkpoint: rename to ", final_dir, ": ", ec.message()));
+  if (ec)
+    return absl::InternalError(
+        absl::StrCat("checkpoint: rename to ", final_dir, ": ", ec.message()));
   committed_ = true;  // the staging directory is gone either way
   RETURN_IF_ERROR(FsyncDirectory(job_dir));
   store_.Hit(Stage::kBeforeManifest);
@@ -509,20 +564,22 @@ absl::StatusOr<v1::CheckpointManifest> CheckpointStore::Upload::Commit(v1::Check
   }
   int64_t bytes = 0;
   for (const v1::CheckpointFile& f : files_) bytes += f.size();
-  LOG(INFO) << "checkpoint " << job_id_ << " step " << step_ << ": " << bytes << " bytes; checksums "
-            << absl::ToDoubleSeconds(checking_) << " s, writing " << absl::ToDoubleSeconds(writing_)
-            << " s, waiting for fsync "
-            << absl::ToDoubleSeconds(syncing_) << " s, commit " << absl::ToDoubleSeconds(committed - commit_start)
-            << " s, retention " << absl::ToDoubleSeconds(absl::Now() - committed) << " s (files removed later)";
+  LOG(INFO) << "checkpoint " << job_id_ << " step " << step_ << ": " << bytes
+            << " bytes; checksums " << absl::ToDoubleSeconds(checking_) << " s, writing "
+            << absl::ToDoubleSeconds(writing_) << " s, waiting for fsync "
+            << absl::ToDoubleSeconds(syncing_) << " s, commit "
+            << absl::ToDoubleSeconds(committed - commit_start) << " s, retention "
+            << absl::ToDoubleSeconds(absl::Now() - committed) << " s (files removed later)";
   return manifest;
 }
 
-absl::StatusOr<std::vector<v1::CheckpointManifest>> CheckpointStore::List(const std::string& job_id) {
+absl::StatusOr<std::vector<v1::CheckpointManifest>> CheckpointStore::List(
+    const std::string& job_id) {
   return state_.LoadManifests(job_id);
 }
 
-absl::StatusOr<v1::CheckpointManifest> CheckpointStore::FindLoadable(const std::string& job_id, int64_t step,
-                                                                     std::vector<std::string>* skipped) {
+absl::StatusOr<v1::CheckpointManifest> CheckpointStore::FindLoadable(
+    const std::string& job_id, int64_t step, std::vector<std::string>* skipped) {
   ASSIGN_OR_RETURN(std::vector<v1::CheckpointManifest> all, state_.LoadManifests(job_id));
   bool tried = false;
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
@@ -535,10 +592,12 @@ absl::StatusOr<v1::CheckpointManifest> CheckpointStore::FindLoadable(const std::
       if (!problem.empty()) break;
     }
     if (problem.empty()) return *it;
-    skipped->push_back(absl::StrCat("checkpoint ", job_id, " step ", it->step(), " is unusable: ", problem));
+    skipped->push_back(
+        absl::StrCat("checkpoint ", job_id, " step ", it->step(), " is unusable: ", problem));
   }
-  return absl::NotFoundError(step > 0 ? absl::StrCat("job ", job_id, " has no usable checkpoint at step ", step)
-                                      : absl::StrCat("job ", job_id, " has no usable checkpoint"));
+  return absl::NotFoundError(
+      step > 0 ? absl::StrCat("job ", job_id, " has no usable checkpoint at step ", step)
+               : absl::StrCat("job ", job_id, " has no usable checkpoint"));
 }
 
 }  // namespace chorus

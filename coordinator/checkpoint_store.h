@@ -114,7 +114,8 @@ class CheckpointStore {
     std::FILE* file_ = nullptr;
     std::string file_name_;
     int64_t written_ = 0;
-    uint32_t crc_ = 0;  // of the file so far, checked against the sender's; recorded in the manifest
+    uint32_t crc_ =
+        0;  // of the file so far, checked against the sender's; recorded in the manifest
     // fsync of each finished file, running beside the next file's chunks;
     // Commit (or Absorb, for the other part) waits for them.
     std::vector<std::future<absl::Status>> fsyncs_;
@@ -135,8 +136,9 @@ class CheckpointStore {
   // INVALID_ARGUMENT a bad name; ALREADY_EXISTS a committed step. Once
   // adopted, the directory belongs to the upload (deleted unless committed);
   // a refused one is left to its writer.
-  absl::StatusOr<std::unique_ptr<Upload>> AdoptStaged(const std::string& shared_root, const std::string& job_id,
-                                                      int64_t step, const std::string& staging_dir,
+  absl::StatusOr<std::unique_ptr<Upload>> AdoptStaged(const std::string& shared_root,
+                                                      const std::string& job_id, int64_t step,
+                                                      const std::string& staging_dir,
                                                       const std::vector<v1::CheckpointFile>& files);
 
   // Committed manifests of `job_id`, oldest first.

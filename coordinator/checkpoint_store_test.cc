@@ -32,7 +32,8 @@ std::string TempDir(const std::string& name) {
 }
 
 // The chunks of one file, split every `chunk` bytes.
-std::vector<v1::CheckpointChunk> Chunks(const std::string& name, const std::string& data, size_t chunk = 7) {
+std::vector<v1::CheckpointChunk> Chunks(const std::string& name, const std::string& data,
+                                        size_t chunk = 7) {
   std::vector<v1::CheckpointChunk> out;
   for (size_t offset = 0; offset < data.size() || out.empty(); offset += chunk) {
     v1::CheckpointChunk& c = out.emplace_back();
@@ -49,12 +50,13 @@ std::vector<v1::CheckpointChunk> Chunks(const std::string& name, const std::stri
   return out;
 }
 
-absl::StatusOr<v1::CheckpointManifest> Put(CheckpointStore& store, const std::string& job, int64_t step,
-                                           int keep_last = 0) {
+absl::StatusOr<v1::CheckpointManifest> Put(CheckpointStore& store, const std::string& job,
+                                           int64_t step, int keep_last = 0) {
   auto upload = store.BeginUpload(job, step);
   if (!upload.ok()) return upload.status();
-  for (const auto& file : {std::pair<std::string, std::string>{"model.pt", "weights of step " + std::to_string(step)},
-                           {"train_state.pt", "optimizer and sampler state"}}) {
+  for (const auto& file :
+       {std::pair<std::string, std::string>{"model.pt", "weights of step " + std::to_string(step)},
+        {"train_state.pt", "optimizer and sampler state"}}) {
     for (const v1::CheckpointChunk& c : Chunks(file.first, file.second)) {
       if (absl::Status s = (*upload)->AddChunk(c); !s.ok()) return s;
     }
@@ -66,7 +68,8 @@ absl::StatusOr<v1::CheckpointManifest> Put(CheckpointStore& store, const std::st
 }
 
 // Path of `file` in the committed checkpoint `job`/`step`.
-std::string FileOf(CheckpointStore& store, const std::string& job, int64_t step, const std::string& file) {
+std::string FileOf(CheckpointStore& store, const std::string& job, int64_t step,
+                   const std::string& file) {
   const auto all = store.List(job);
   for (const auto& m : *all) {
     if (m.step() == step) return store.FilePath(m, file);
@@ -109,7 +112,8 @@ TEST(CheckpointStoreTest, CommitListRetentionAndFindLoadable) {
   std::vector<std::string> skipped;
   EXPECT_EQ(store.FindLoadable("job-000001", 0, &skipped)->step(), 300);
   EXPECT_EQ(store.FindLoadable("job-000001", 200, &skipped)->step(), 200);
-  EXPECT_EQ(store.FindLoadable("job-000001", 250, &skipped).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store.FindLoadable("job-000001", 250, &skipped).status().code(),
+            absl::StatusCode::kNotFound);
   // A damaged newest checkpoint is skipped with a reason; the previous one loads.
   std::ofstream(FileOf(store, "job-000001", 300, "model.pt"), std::ios::app) << "garbage";
   auto loadable = store.FindLoadable("job-000001", 0, &skipped);
@@ -119,7 +123,8 @@ TEST(CheckpointStoreTest, CommitListRetentionAndFindLoadable) {
   EXPECT_THAT(skipped[0], HasSubstr("step 300 is unusable: model.pt does not match"));
   std::filesystem::remove(FileOf(store, "job-000001", 200, "train_state.pt"));
   skipped.clear();
-  EXPECT_EQ(store.FindLoadable("job-000001", 0, &skipped).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store.FindLoadable("job-000001", 0, &skipped).status().code(),
+            absl::StatusCode::kNotFound);
   EXPECT_EQ(skipped.size(), 2u);
 }
 
@@ -135,7 +140,8 @@ TEST(CheckpointStoreTest, CorruptChunksBadNamesAndUnfinishedUploadsAreRefused) {
   ASSERT_TRUE((*upload)->AddChunk(chunks[0]).ok());
   absl::Status bad = (*upload)->AddChunk(chunks[1]);
   EXPECT_EQ(bad.code(), absl::StatusCode::kDataLoss);
-  EXPECT_THAT(bad.message(), HasSubstr("model.pt: the chunk at offset 7 does not match its CRC-32C"));
+  EXPECT_THAT(bad.message(),
+              HasSubstr("model.pt: the chunk at offset 7 does not match its CRC-32C"));
   upload->reset();
   EXPECT_TRUE(Steps(store, "job-000002").empty());
   EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir + "/checkpoints/job-000002"),
@@ -152,7 +158,8 @@ TEST(CheckpointStoreTest, CorruptChunksBadNamesAndUnfinishedUploadsAreRefused) {
   EXPECT_EQ((*names)->AddChunk(Chunks("../x", "a")[0]).code(), absl::StatusCode::kInvalidArgument);
   auto unfinished = store.BeginUpload("job-000002", 8);
   ASSERT_TRUE((*unfinished)->AddChunk(Chunks("model.pt", "0123456789abcdefghij")[0]).ok());
-  EXPECT_THAT((*unfinished)->Commit({}, 0).status().message(), HasSubstr("model.pt was not finished"));
+  EXPECT_THAT((*unfinished)->Commit({}, 0).status().message(),
+              HasSubstr("model.pt was not finished"));
 }
 
 // A process that commits a checkpoint and dies at `stage`; afterwards the
@@ -190,7 +197,8 @@ TEST(CheckpointStoreTest, CrashAtEveryStageOfTheCommitLeavesOnlyCompleteCheckpoi
     CheckpointStore store(dir + "/checkpoints", **state);
     ASSERT_TRUE(store.Recover().ok());
     const bool committed = stage == CheckpointStore::Stage::kAfterManifest;
-    const std::vector<int64_t> expected = committed ? std::vector<int64_t>{10, 20} : std::vector<int64_t>{10};
+    const std::vector<int64_t> expected =
+        committed ? std::vector<int64_t>{10, 20} : std::vector<int64_t>{10};
     EXPECT_EQ(Steps(store, "job-000003"), expected);
     std::vector<std::string> skipped;
     auto newest = store.FindLoadable("job-000003", 0, &skipped);
@@ -208,8 +216,9 @@ TEST(CheckpointStoreTest, CrashAtEveryStageOfTheCommitLeavesOnlyCompleteCheckpoi
 
 // What a rank does for storage SHARED_DIR: its files in a staging directory
 // under <shared>/<job>/; returns the request's file list.
-std::vector<v1::CheckpointFile> Stage(const std::string& shared, const std::string& job, const std::string& staging,
-                                      const std::vector<std::pair<std::string, std::string>>& files) {
+std::vector<v1::CheckpointFile> Stage(
+    const std::string& shared, const std::string& job, const std::string& staging,
+    const std::vector<std::pair<std::string, std::string>>& files) {
   const std::string dir = shared + "/" + job + "/" + staging;
   std::filesystem::create_directories(dir);
   std::vector<v1::CheckpointFile> out;
@@ -224,10 +233,12 @@ std::vector<v1::CheckpointFile> Stage(const std::string& shared, const std::stri
 }
 
 absl::StatusOr<v1::CheckpointManifest> PutShared(CheckpointStore& store, const std::string& shared,
-                                                 const std::string& job, int64_t step, int keep_last = 0) {
+                                                 const std::string& job, int64_t step,
+                                                 int keep_last = 0) {
   const std::string staging = ".staging-" + std::to_string(step) + "-r0-1-0";
   auto files = Stage(shared, job, staging,
-                     {{"model.pt", "weights of step " + std::to_string(step)}, {"train_state.pt", "optimizer state"}});
+                     {{"model.pt", "weights of step " + std::to_string(step)},
+                      {"train_state.pt", "optimizer state"}});
   auto upload = store.AdoptStaged(shared, job, step, staging, files);
   if (!upload.ok()) return upload.status();
   v1::CheckpointManifest info;
@@ -249,9 +260,12 @@ TEST(CheckpointStoreTest, SharedDirCommitChecksFilesAndRecordsTheDirectory) {
   EXPECT_EQ(m->files(0).crc32c(), Crc32c("weights of step 10"));
   EXPECT_TRUE(m->files(0).sha256().empty());
   EXPECT_EQ(store.FilePath(*m, "model.pt"), shared + "/job-000007/000000000010/model.pt");
-  EXPECT_FALSE(std::filesystem::exists(shared + "/job-000007/.staging-10-r0-1-0")) << "renamed into place";
-  EXPECT_FALSE(std::filesystem::exists(dir + "/checkpoints/job-000007")) << "nothing under the coordinator's root";
-  EXPECT_EQ(PutShared(store, shared, "job-000007", 10).status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_FALSE(std::filesystem::exists(shared + "/job-000007/.staging-10-r0-1-0"))
+      << "renamed into place";
+  EXPECT_FALSE(std::filesystem::exists(dir + "/checkpoints/job-000007"))
+      << "nothing under the coordinator's root";
+  EXPECT_EQ(PutShared(store, shared, "job-000007", 10).status().code(),
+            absl::StatusCode::kAlreadyExists);
 
   // Retention deletes in the shared directory; a damaged file is found by its CRC-32C.
   ASSERT_TRUE(PutShared(store, shared, "job-000007", 20, /*keep_last=*/2).ok());
@@ -262,7 +276,8 @@ TEST(CheckpointStoreTest, SharedDirCommitChecksFilesAndRecordsTheDirectory) {
   std::vector<std::string> skipped;
   EXPECT_EQ(store.FindLoadable("job-000007", 0, &skipped)->step(), 30);
   {
-    std::fstream f(FileOf(store, "job-000007", 30, "model.pt"), std::ios::in | std::ios::out | std::ios::binary);
+    std::fstream f(FileOf(store, "job-000007", 30, "model.pt"),
+                   std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(3);
     f.put('X');  // same size, other bytes
   }
@@ -300,7 +315,8 @@ TEST(CheckpointStoreTest, CommittedFilesLeaveThePageCache) {
   const std::string dir = TempDir("page_cache");
   struct statfs fs;
   ASSERT_EQ(::statfs(dir.c_str(), &fs), 0);
-  if (fs.f_type == TMPFS_MAGIC) GTEST_SKIP() << dir << " is on tmpfs, whose pages cannot be dropped";
+  if (fs.f_type == TMPFS_MAGIC)
+    GTEST_SKIP() << dir << " is on tmpfs, whose pages cannot be dropped";
   const std::string shared = dir + "/nfs";
   auto state = StateStore::Open(dir);
   CheckpointStore store(dir + "/checkpoints", **state);
@@ -310,7 +326,8 @@ TEST(CheckpointStoreTest, CommittedFilesLeaveThePageCache) {
   // Uploaded: dropped after the fsync.
   auto upload = store.BeginUpload("job-000003", 10);
   ASSERT_TRUE(upload.ok()) << upload.status();
-  for (const v1::CheckpointChunk& c : Chunks("model.pt", data, 1 << 20)) ASSERT_TRUE((*upload)->AddChunk(c).ok());
+  for (const v1::CheckpointChunk& c : Chunks("model.pt", data, 1 << 20))
+    ASSERT_TRUE((*upload)->AddChunk(c).ok());
   v1::CheckpointManifest info;
   info.set_world_size(1);
   auto m = (*upload)->Commit(info, 0);
@@ -322,7 +339,8 @@ TEST(CheckpointStoreTest, CommittedFilesLeaveThePageCache) {
   auto files = Stage(shared, "job-000003", staging, {{"model.pt", data}});
   ASSERT_GT(ResidentPages(shared + "/job-000003/" + staging + "/model.pt"), 0) << "just written";
   {  // the rank fsyncs before it asks for the commit
-    const int fd = ::open((shared + "/job-000003/" + staging + "/model.pt").c_str(), O_RDONLY | O_CLOEXEC);
+    const int fd =
+        ::open((shared + "/job-000003/" + staging + "/model.pt").c_str(), O_RDONLY | O_CLOEXEC);
     ASSERT_GE(fd, 0);
     ASSERT_EQ(::fsync(fd), 0);
     ::close(fd);
@@ -349,7 +367,9 @@ TEST(CheckpointStoreTest, SharedDirRefusesBadNamesWrongFilesAndDirectoriesItCann
     auto upload = store.AdoptStaged(shared, "job-000008", 5, bad, files);
     EXPECT_EQ(upload.status().code(), absl::StatusCode::kInvalidArgument);
   }
-  EXPECT_EQ(store.AdoptStaged("relative/dir", "job-000008", 5, ".staging-5-r0-1-0", files).status().code(),
+  EXPECT_EQ(store.AdoptStaged("relative/dir", "job-000008", 5, ".staging-5-r0-1-0", files)
+                .status()
+                .code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(store.AdoptStaged(shared, "../x", 5, ".staging-5-r0-1-0", files).status().code(),
             absl::StatusCode::kInvalidArgument);
@@ -366,11 +386,12 @@ TEST(CheckpointStoreTest, SharedDirRefusesBadNamesWrongFilesAndDirectoriesItCann
   EXPECT_TRUE(std::filesystem::exists(shared + "/job-000008/.staging-5-r0-1-0/model.pt"))
       << "a refused directory is left to the rank that wrote it";
 
-  std::vector<v1::CheckpointFile> unlisted = Stage(shared, "job-000008", ".staging-6-r0-1-0",
-                                                   {{"model.pt", "a"}, {"extra.bin", "b"}});
+  std::vector<v1::CheckpointFile> unlisted =
+      Stage(shared, "job-000008", ".staging-6-r0-1-0", {{"model.pt", "a"}, {"extra.bin", "b"}});
   unlisted.pop_back();
-  EXPECT_THAT(store.AdoptStaged(shared, "job-000008", 6, ".staging-6-r0-1-0", unlisted).status().message(),
-              HasSubstr("extra.bin is in the staging directory but not in the request"));
+  EXPECT_THAT(
+      store.AdoptStaged(shared, "job-000008", 6, ".staging-6-r0-1-0", unlisted).status().message(),
+      HasSubstr("extra.bin is in the staging directory but not in the request"));
   std::vector<v1::CheckpointFile> absent = files;
   absent[0].set_name("other.pt");
   EXPECT_EQ(store.AdoptStaged(shared, "job-000008", 5, ".staging-5-r0-1-0", absent).status().code(),
@@ -386,11 +407,12 @@ TEST(CheckpointStoreTest, SharedDirRefusesBadNamesWrongFilesAndDirectoriesItCann
 }
 
 TEST(CheckpointStoreTest, SharedDirCrashAtEveryStageLeavesOnlyCompleteCheckpoints) {
-  for (CheckpointStore::Stage stage : {CheckpointStore::Stage::kBeforeFsync, CheckpointStore::Stage::kBeforeRename,
-                                       CheckpointStore::Stage::kBeforeManifest,
-                                       CheckpointStore::Stage::kAfterManifest}) {
+  for (CheckpointStore::Stage stage :
+       {CheckpointStore::Stage::kBeforeFsync, CheckpointStore::Stage::kBeforeRename,
+        CheckpointStore::Stage::kBeforeManifest, CheckpointStore::Stage::kAfterManifest}) {
     SCOPED_TRACE(CheckpointStore::StageName(stage));
-    const std::string dir = TempDir(std::string("shared_crash_") + CheckpointStore::StageName(stage));
+    const std::string dir =
+        TempDir(std::string("shared_crash_") + CheckpointStore::StageName(stage));
     const std::string shared = dir + "/nfs";
     {
       auto state = StateStore::Open(dir);
@@ -423,7 +445,8 @@ TEST(CheckpointStoreTest, SharedDirCrashAtEveryStageLeavesOnlyCompleteCheckpoint
     CheckpointStore store(dir + "/checkpoints", **state);
     ASSERT_TRUE(store.Recover({{shared, "job-000004"}}).ok());
     const bool committed = stage == CheckpointStore::Stage::kAfterManifest;
-    EXPECT_EQ(Steps(store, "job-000004"), committed ? std::vector<int64_t>({10, 20}) : std::vector<int64_t>({10}));
+    EXPECT_EQ(Steps(store, "job-000004"),
+              committed ? std::vector<int64_t>({10, 20}) : std::vector<int64_t>({10}));
     std::vector<std::string> skipped;
     auto newest = store.FindLoadable("job-000004", 0, &skipped);
     ASSERT_TRUE(newest.ok()) << newest.status();
@@ -434,7 +457,8 @@ TEST(CheckpointStoreTest, SharedDirCrashAtEveryStageLeavesOnlyCompleteCheckpoint
     ASSERT_TRUE(store.Recover({{shared, "job-000004"}}, absl::ZeroDuration()).ok());
     EXPECT_FALSE(std::filesystem::exists(shared + "/job-000004/.staging-30-r1-7-0"));
     EXPECT_FALSE(std::filesystem::exists(shared + "/job-000004/.staging-20-r0-1-0"));
-    EXPECT_EQ(Steps(store, "job-000004").size(), committed ? 2u : 1u) << "recovery keeps committed checkpoints";
+    EXPECT_EQ(Steps(store, "job-000004").size(), committed ? 2u : 1u)
+        << "recovery keeps committed checkpoints";
   }
 }
 

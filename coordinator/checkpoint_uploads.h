@@ -52,8 +52,8 @@ class CheckpointUploads {
  public:
   // Who may upload a checkpoint of `job_id` from `rank` of `generation` now
   // (Scheduler::GrantUpload).
-  using Granter =
-      std::function<absl::StatusOr<UploadGrant>(const std::string& job_id, int64_t generation, int rank)>;
+  using Granter = std::function<absl::StatusOr<UploadGrant>(const std::string& job_id,
+                                                            int64_t generation, int rank)>;
 
   // How long an opened upload waits for its data connection.
   static constexpr absl::Duration kOpenedUploadTtl = absl::Minutes(1);
@@ -74,7 +74,8 @@ class CheckpointUploads {
   };
   // Checks the grant and starts staging `step`: the grant's error, or the
   // store's (ALREADY_EXISTS for a committed step).
-  absl::StatusOr<Started> Begin(const std::string& job_id, int64_t generation, int rank, int64_t step);
+  absl::StatusOr<Started> Begin(const std::string& job_id, int64_t generation, int rank,
+                                int64_t step);
   // All files of `started` are in: commits them, or for per-rank
   // checkpoints keeps them as the rank's part and answers how many ranks are
   // still missing (the last part commits all of them).
@@ -82,7 +83,8 @@ class CheckpointUploads {
   // checkpoint.storage SHARED_DIR: adopts the files the rank wrote into the
   // job's shared directory and completes them. FAILED_PRECONDITION for a job
   // that stores its checkpoints on the coordinator.
-  absl::StatusOr<v1::UploadCheckpointResponse> CommitStaged(const v1::CommitCheckpointRequest& request);
+  absl::StatusOr<v1::UploadCheckpointResponse> CommitStaged(
+      const v1::CommitCheckpointRequest& request);
 
   // The data port Open hands out; 0 (the default) = none.
   void set_data_port(int port);
@@ -119,7 +121,8 @@ class CheckpointUploads {
   std::map<std::string, Opened> opened_ ABSL_GUARDED_BY(opened_mu_);  // by token
 
   absl::Mutex parts_mu_;
-  std::map<std::pair<std::string, int64_t>, Parts> parts_ ABSL_GUARDED_BY(parts_mu_);  // by (job, step)
+  std::map<std::pair<std::string, int64_t>, Parts> parts_
+      ABSL_GUARDED_BY(parts_mu_);  // by (job, step)
 };
 
 }  // namespace chorus

@@ -51,17 +51,20 @@ class CheckpointUploadsTest : public ::testing::Test {
     store_ = std::make_unique<CheckpointStore>(dir + "/checkpoints", *state_);
     uploads_ = std::make_unique<CheckpointUploads>(
         *store_,
-        [this](const std::string& job_id, int64_t generation, int rank) -> absl::StatusOr<UploadGrant> {
+        [this](const std::string& job_id, int64_t generation,
+               int rank) -> absl::StatusOr<UploadGrant> {
           auto it = grants_.find(job_id);
-          if (it == grants_.end()) return absl::FailedPreconditionError(absl::StrCat(job_id, " is not running"));
+          if (it == grants_.end())
+            return absl::FailedPreconditionError(absl::StrCat(job_id, " is not running"));
           return CheckUploader(it->second, generation, rank);
         },
         &clock_);
   }
 
   // Uploads `files` as `rank` of generation 1 and completes the upload.
-  absl::StatusOr<v1::UploadCheckpointResponse> Upload(const std::string& job, int64_t step, int rank,
-                                                      const std::map<std::string, std::string>& files) {
+  absl::StatusOr<v1::UploadCheckpointResponse> Upload(
+      const std::string& job, int64_t step, int rank,
+      const std::map<std::string, std::string>& files) {
     absl::StatusOr<CheckpointUploads::Started> started = uploads_->Begin(job, 1, rank, step);
     if (!started.ok()) return started.status();
     for (const auto& [name, data] : files) {
@@ -85,7 +88,8 @@ class CheckpointUploadsTest : public ::testing::Test {
 };
 
 TEST_F(CheckpointUploadsTest, BeginChecksTheGrant) {
-  EXPECT_EQ(uploads_->Begin("job-000001", 1, 0, 10).status().message(), "job-000001 is not running");
+  EXPECT_EQ(uploads_->Begin("job-000001", 1, 0, 10).status().message(),
+            "job-000001 is not running");
   grants_["job-000001"] = UploadGrantFor(JobOf("job-000001", false, 3), 2, 1);
   absl::StatusOr<CheckpointUploads::Started> rank1 = uploads_->Begin("job-000001", 1, 1, 10);
   EXPECT_EQ(rank1.status().code(), absl::StatusCode::kFailedPrecondition);
@@ -98,7 +102,8 @@ TEST_F(CheckpointUploadsTest, BeginChecksTheGrant) {
 
 TEST_F(CheckpointUploadsTest, CompleteCommitsWithTheGrantsManifestAndKeepLast) {
   grants_["job-000001"] = UploadGrantFor(JobOf("job-000001", false, /*keep_last=*/1), 2, 1);
-  absl::StatusOr<v1::UploadCheckpointResponse> first = Upload("job-000001", 10, 0, {{"model.pt", "w10"}});
+  absl::StatusOr<v1::UploadCheckpointResponse> first =
+      Upload("job-000001", 10, 0, {{"model.pt", "w10"}});
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_EQ(first->manifest().job_id(), "job-000001");
   EXPECT_EQ(first->manifest().step(), 10);
@@ -113,7 +118,8 @@ TEST_F(CheckpointUploadsTest, CompleteCommitsWithTheGrantsManifestAndKeepLast) {
 
 TEST_F(CheckpointUploadsTest, PerRankPartsCommitTogetherWhenTheLastArrives) {
   grants_["job-000002"] = UploadGrantFor(JobOf("job-000002", true, 0), 3, 1);
-  absl::StatusOr<v1::UploadCheckpointResponse> part = Upload("job-000002", 5, 2, {{"model.rank2.pt", "r2"}});
+  absl::StatusOr<v1::UploadCheckpointResponse> part =
+      Upload("job-000002", 5, 2, {{"model.rank2.pt", "r2"}});
   ASSERT_TRUE(part.ok()) << part.status();
   EXPECT_EQ(part->ranks_missing(), 2);
   EXPECT_FALSE(part->has_manifest());
@@ -139,7 +145,8 @@ TEST_F(CheckpointUploadsTest, ALaterStepDropsTheEarlierPartsOfThatJobOnly) {
   EXPECT_EQ(Upload("job-000002", 10, 1, {{"model.rank1.pt", "d"}})->ranks_missing(), 1)
       << "rank 0's step-10 part was dropped";
   // Another job's parts are untouched.
-  absl::StatusOr<v1::UploadCheckpointResponse> other = Upload("job-000003", 10, 1, {{"model.rank1.pt", "e"}});
+  absl::StatusOr<v1::UploadCheckpointResponse> other =
+      Upload("job-000003", 10, 1, {{"model.rank1.pt", "e"}});
   ASSERT_TRUE(other.ok()) << other.status();
   EXPECT_EQ(other->ranks_missing(), 0);
   EXPECT_EQ(Steps("job-000003"), std::vector<int64_t>{10});
@@ -161,7 +168,8 @@ TEST_F(CheckpointUploadsTest, OpenNeedsADataPortAndATokenWorksOnceWithinItsTtl) 
   absl::StatusOr<CheckpointUploads::Started> taken = uploads_->TakeOpened(opened->token());
   ASSERT_TRUE(taken.ok()) << taken.status();
   EXPECT_EQ(taken->step, 7);
-  EXPECT_EQ(uploads_->TakeOpened(opened->token()).status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(uploads_->TakeOpened(opened->token()).status().code(),
+            absl::StatusCode::kPermissionDenied);
 
   request.set_step(8);
   opened = uploads_->Open(request);
@@ -180,7 +188,8 @@ TEST_F(CheckpointUploadsTest, CommitStagedIsForSharedDirectoriesOnly) {
   request.set_step(3);
   absl::StatusOr<v1::UploadCheckpointResponse> done = uploads_->CommitStaged(request);
   EXPECT_EQ(done.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(done.status().message(), HasSubstr("job job-000001 stores its checkpoints on the coordinator"));
+  EXPECT_THAT(done.status().message(),
+              HasSubstr("job job-000001 stores its checkpoints on the coordinator"));
 }
 
 }  // namespace

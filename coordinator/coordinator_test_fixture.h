@@ -46,9 +46,10 @@ class CoordinatorFixture : public ::testing::Test {
   }
 
   std::string Submit(int ranks) {
-    auto spec = ParseJobSpec(absl::StrCat("model { mlp {} } data { synthetic {} } resources { min_ranks: ",
-                                          ranks, " max_ranks: ", ranks, " }"),
-                             SpecFormat::kTextProto, "test");
+    auto spec = ParseJobSpec(
+        absl::StrCat("model { mlp {} } data { synthetic {} } resources { min_ranks: ", ranks,
+                     " max_ranks: ", ranks, " }"),
+        SpecFormat::kTextProto, "test");
     v1::SubmitJobRequest request;
     *request.mutable_spec() = *spec;
     v1::SubmitJobResponse response;
@@ -120,8 +121,8 @@ class CoordinatorFixture : public ::testing::Test {
   }
 
   // Connects a simulated agent with `slots` slots; returns its id.
-  std::string ConnectAgent(grpc::ClientReaderWriter<v1::AgentMessage, v1::CoordinatorMessage>& stream,
-                           int slots) {
+  std::string ConnectAgent(
+      grpc::ClientReaderWriter<v1::AgentMessage, v1::CoordinatorMessage>& stream, int slots) {
     v1::AgentMessage hello;
     hello.mutable_hello()->set_host("sim-node");
     hello.mutable_hello()->set_slots(slots);

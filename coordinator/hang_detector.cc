@@ -19,8 +19,9 @@ constexpr absl::Duration kSilentAfter = absl::Milliseconds(2500);
 std::string Describe(const v1::CollectiveFingerprint& fp) {
   std::string s = absl::StrCat(fp.op(), " ", fp.tag());
   if (fp.bytes() > 0) {
-    absl::StrAppend(&s, fp.bytes() >= (1 << 20) ? absl::StrFormat(" (%.1f MB)", fp.bytes() / 1048576.0)
-                                                 : absl::StrFormat(" (%d bytes)", fp.bytes()));
+    absl::StrAppend(&s, fp.bytes() >= (1 << 20)
+                            ? absl::StrFormat(" (%.1f MB)", fp.bytes() / 1048576.0)
+                            : absl::StrFormat(" (%d bytes)", fp.bytes()));
   }
   return s;
 }
@@ -30,7 +31,8 @@ bool SameFingerprint(const v1::CollectiveFingerprint& a, const v1::CollectiveFin
 }
 
 bool DeclaredPause(const v1::RankHeartbeat& hb, const v1::HangDetectionSpec& spec) {
-  const bool pause = hb.phase() == v1::SETUP || hb.phase() == v1::EVAL || hb.phase() == v1::CHECKPOINT;
+  const bool pause =
+      hb.phase() == v1::SETUP || hb.phase() == v1::EVAL || hb.phase() == v1::CHECKPOINT;
   return pause && hb.phase_seconds() < spec.phase_limit_seconds();
 }
 
@@ -38,7 +40,8 @@ bool DeclaredPause(const v1::RankHeartbeat& hb, const v1::HangDetectionSpec& spe
 const v1::CollectiveRecord* Waiting(const v1::RankHeartbeat& hb) {
   const v1::CollectiveRecord* oldest = nullptr;
   for (const v1::CollectiveRecord& r : hb.flight_recorder().records()) {
-    if (r.state() == v1::CollectiveRecord::STARTED && (oldest == nullptr || r.seq() < oldest->seq())) {
+    if (r.state() == v1::CollectiveRecord::STARTED &&
+        (oldest == nullptr || r.seq() < oldest->seq())) {
       oldest = &r;
     }
   }
@@ -46,11 +49,13 @@ const v1::CollectiveRecord* Waiting(const v1::RankHeartbeat& hb) {
 }
 
 // Median completed duration of collectives tagged `tag` across ranks.
-std::optional<absl::Duration> TypicalDuration(const std::vector<RankView>& ranks, const std::string& tag) {
+std::optional<absl::Duration> TypicalDuration(const std::vector<RankView>& ranks,
+                                              const std::string& tag) {
   std::vector<int64_t> us;
   for (const RankView& v : ranks) {
     for (const v1::CollectiveRecord& r : v.heartbeat.flight_recorder().records()) {
-      if (r.state() == v1::CollectiveRecord::COMPLETED && r.fingerprint().tag() == tag && r.started_us() > 0) {
+      if (r.state() == v1::CollectiveRecord::COMPLETED && r.fingerprint().tag() == tag &&
+          r.started_us() > 0) {
         us.push_back(r.completed_us() - r.started_us());
       }
     }
@@ -85,12 +90,13 @@ std::vector<v1::Diagnosis> DiagnoseHangs(const v1::HangDetectionSpec& spec,
     if (v.exited || !v.has_heartbeat) continue;
     const absl::Duration age = now - v.heartbeat_at;
     if (age > dead_after) {
-      out.push_back(Make(v1::Diagnosis::DEAD, {v.rank}, {}, 0, absl::ToDoubleSeconds(age),
-                         absl::StrFormat("rank %d has sent no heartbeat for %.1f s (last seen in %s at step %d); "
-                                         "its process has not exited (its agent would have reported "
-                                         "that at once), so it is stopped or not responding",
-                                         v.rank, absl::ToDoubleSeconds(age),
-                                         v1::Phase_Name(v.heartbeat.phase()), v.heartbeat.step())));
+      out.push_back(Make(
+          v1::Diagnosis::DEAD, {v.rank}, {}, 0, absl::ToDoubleSeconds(age),
+          absl::StrFormat("rank %d has sent no heartbeat for %.1f s (last seen in %s at step %d); "
+                          "its process has not exited (its agent would have reported "
+                          "that at once), so it is stopped or not responding",
+                          v.rank, absl::ToDoubleSeconds(age), v1::Phase_Name(v.heartbeat.phase()),
+                          v.heartbeat.step())));
     }
   }
 
@@ -104,13 +110,14 @@ std::vector<v1::Diagnosis> DiagnoseHangs(const v1::HangDetectionSpec& spec,
   for (const auto& [seq, seen] : by_seq) {
     for (size_t i = 1; i < seen.size(); ++i) {
       if (!SameFingerprint(seen[0].second->fingerprint(), seen[i].second->fingerprint())) {
-        v1::Diagnosis d = Make(
-            v1::Diagnosis::MISMATCH, {seen[0].first, seen[i].first}, {}, seq, 0,
-            absl::StrFormat("ranks %d and %d issued different collectives at #%d: rank %d %s, rank %d %s "
-                            "(are two models or DDP instances called in a different order?)",
-                            seen[0].first, seen[i].first, seq, seen[0].first,
-                            Describe(seen[0].second->fingerprint()), seen[i].first,
-                            Describe(seen[i].second->fingerprint())));
+        v1::Diagnosis d =
+            Make(v1::Diagnosis::MISMATCH, {seen[0].first, seen[i].first}, {}, seq, 0,
+                 absl::StrFormat(
+                     "ranks %d and %d issued different collectives at #%d: rank %d %s, rank %d %s "
+                     "(are two models or DDP instances called in a different order?)",
+                     seen[0].first, seen[i].first, seq, seen[0].first,
+                     Describe(seen[0].second->fingerprint()), seen[i].first,
+                     Describe(seen[i].second->fingerprint())));
         *d.mutable_fingerprint() = seen[0].second->fingerprint();
         *d.mutable_other_fingerprint() = seen[i].second->fingerprint();
         out.push_back(std::move(d));
@@ -149,14 +156,16 @@ mismatch_done:
       }
       const absl::Duration waited = now - longest_start;
       absl::Duration threshold = stall_after;
-      if (std::optional<absl::Duration> typical = TypicalDuration(ranks, blocked->fingerprint().tag())) {
+      if (std::optional<absl::Duration> typical =
+              TypicalDuration(ranks, blocked->fingerprint().tag())) {
         threshold = std::max(threshold, *typical * 10);
       }
       if (waited > threshold && !absent.empty()) {
         std::vector<int> culprits;
         std::vector<std::string> doing;
         for (int r : absent) {
-          const RankView& v = *std::find_if(ranks.begin(), ranks.end(), [r](const RankView& x) { return x.rank == r; });
+          const RankView& v = *std::find_if(ranks.begin(), ranks.end(),
+                                            [r](const RankView& x) { return x.rank == r; });
           if (DeclaredPause(v.heartbeat, spec)) continue;
           // A rank that has also stopped sending heartbeats is not doing
           // anything we can name: it becomes DEAD once dead_after passes.
@@ -173,36 +182,40 @@ mismatch_done:
         if (!culprits.empty()) {
           v1::Diagnosis d = Make(
               v1::Diagnosis::NEVER_JOINED, culprits, waiting, seq, absl::ToDoubleSeconds(waited),
-              absl::StrFormat("rank%s %s %s not entered collective #%d %s; rank%s %s %s waited %.1f s; %s",
-                              culprits.size() > 1 ? "s" : "", absl::StrJoin(culprits, ","),
-                              culprits.size() > 1 ? "have" : "has", seq, Describe(blocked->fingerprint()),
-                              waiting.size() > 1 ? "s" : "", absl::StrJoin(waiting, ","),
-                              waiting.size() > 1 ? "have" : "has", absl::ToDoubleSeconds(waited),
-                              absl::StrJoin(doing, "; ")));
+              absl::StrFormat(
+                  "rank%s %s %s not entered collective #%d %s; rank%s %s %s waited %.1f s; %s",
+                  culprits.size() > 1 ? "s" : "", absl::StrJoin(culprits, ","),
+                  culprits.size() > 1 ? "have" : "has", seq, Describe(blocked->fingerprint()),
+                  waiting.size() > 1 ? "s" : "", absl::StrJoin(waiting, ","),
+                  waiting.size() > 1 ? "have" : "has", absl::ToDoubleSeconds(waited),
+                  absl::StrJoin(doing, "; ")));
           *d.mutable_fingerprint() = blocked->fingerprint();
           out.push_back(std::move(d));
         }
-      } else if (waited > threshold && absent.empty() && blocked_elsewhere.size() + inside.size() == live) {
+      } else if (waited > threshold && absent.empty() &&
+                 blocked_elsewhere.size() + inside.size() == live) {
         // Every rank is blocked in a collective. Usually the same one; a
         // rank that finished its side of a ring before the network failed
         // waits in the next one (blocked_elsewhere).
         std::string where = absl::StrFormat("every rank has been inside collective #%d %s", seq,
                                             Describe(blocked->fingerprint()));
         if (!blocked_elsewhere.empty()) {
-          where = absl::StrFormat("rank%s %s %s been inside collective #%d %s and rank%s %s, which finished "
-                                  "its side of it, in the next one",
-                                  inside.size() > 1 ? "s" : "", absl::StrJoin(inside, ","),
-                                  inside.size() > 1 ? "have" : "has", seq, Describe(blocked->fingerprint()),
-                                  blocked_elsewhere.size() > 1 ? "s" : "", absl::StrJoin(blocked_elsewhere, ","));
+          where = absl::StrFormat(
+              "rank%s %s %s been inside collective #%d %s and rank%s %s, which finished "
+              "its side of it, in the next one",
+              inside.size() > 1 ? "s" : "", absl::StrJoin(inside, ","),
+              inside.size() > 1 ? "have" : "has", seq, Describe(blocked->fingerprint()),
+              blocked_elsewhere.size() > 1 ? "s" : "", absl::StrJoin(blocked_elsewhere, ","));
         }
         std::vector<int> all = inside;
         all.insert(all.end(), blocked_elsewhere.begin(), blocked_elsewhere.end());
         std::sort(all.begin(), all.end());
         v1::Diagnosis d = Make(
             v1::Diagnosis::STUCK_IN_COLLECTIVE, all, {}, seq, absl::ToDoubleSeconds(waited),
-            absl::StrFormat("%s for %.1f s (threshold %.1f s); all of them issued it, so the transport or a "
-                            "peer's network is suspect",
-                            where, absl::ToDoubleSeconds(waited), absl::ToDoubleSeconds(threshold)));
+            absl::StrFormat(
+                "%s for %.1f s (threshold %.1f s); all of them issued it, so the transport or a "
+                "peer's network is suspect",
+                where, absl::ToDoubleSeconds(waited), absl::ToDoubleSeconds(threshold)));
         *d.mutable_fingerprint() = blocked->fingerprint();
         out.push_back(std::move(d));
       }
@@ -229,7 +242,8 @@ mismatch_done:
       if (median > 0 && seconds > median * spec.straggler_ratio() &&
           seconds - median >= kMinStragglerExcessSeconds) {
         out.push_back(Make(v1::Diagnosis::STRAGGLER, {rank}, {}, 0, seconds,
-                           absl::StrFormat("rank %d computes for %.3f s per step, %.1fx the median %.3f s; the others wait for it",
+                           absl::StrFormat("rank %d computes for %.3f s per step, %.1fx the median "
+                                           "%.3f s; the others wait for it",
                                            rank, seconds, seconds / median, median)));
       }
     }

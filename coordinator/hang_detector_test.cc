@@ -22,7 +22,8 @@ v1::HangDetectionSpec Spec() {
 }
 
 v1::CollectiveRecord Record(int64_t seq, const std::string& tag, v1::CollectiveRecord::State state,
-                            absl::Duration started_ago, absl::Duration took = absl::ZeroDuration()) {
+                            absl::Duration started_ago,
+                            absl::Duration took = absl::ZeroDuration()) {
   v1::CollectiveRecord r;
   r.set_seq(seq);
   r.mutable_fingerprint()->set_op("allreduce/avg");
@@ -60,7 +61,8 @@ std::vector<std::string> Messages(const std::vector<v1::Diagnosis>& ds) {
 }
 
 TEST(HangDetectorTest, NamesTheRankThatNeverJoinedAndWhatItIsDoing) {
-  auto waiting = Record(1234, "ddp:model/bucket2", v1::CollectiveRecord::STARTED, absl::Milliseconds(12300));
+  auto waiting =
+      Record(1234, "ddp:model/bucket2", v1::CollectiveRecord::STARTED, absl::Milliseconds(12300));
   std::vector<RankView> ranks = {
       Rank(0, 1234, v1::COLLECTIVE, 945, 12.3, {waiting}),
       Rank(1, 1233, v1::DATA, 945, 12.9),
@@ -83,7 +85,8 @@ TEST(HangDetectorTest, ASilentCulpritIsDeadNotNeverJoined) {
   auto waiting = Record(50, "ddp:model/bucket0", v1::CollectiveRecord::STARTED, absl::Seconds(4));
   RankView stopped = Rank(1, 49, v1::DATA, 10, 0.1);
   stopped.heartbeat_at = kNow - absl::Seconds(4);
-  EXPECT_THAT(DiagnoseHangs(Spec(), {Rank(0, 50, v1::COLLECTIVE, 10, 4, {waiting}), stopped}, kNow), IsEmpty());
+  EXPECT_THAT(DiagnoseHangs(Spec(), {Rank(0, 50, v1::COLLECTIVE, 10, 4, {waiting}), stopped}, kNow),
+              IsEmpty());
   stopped.heartbeat_at = kNow - absl::Seconds(6);
   auto ds = DiagnoseHangs(Spec(), {Rank(0, 50, v1::COLLECTIVE, 10, 6, {waiting}), stopped}, kNow);
   ASSERT_EQ(ds.size(), 1u) << ::testing::PrintToString(Messages(ds));
@@ -98,10 +101,12 @@ TEST(HangDetectorTest, AHeartbeatFromBeforeTheWaitSaysNothingAboutTheRankNow) {
   // limit but older than rank 0's wait: it cannot tell what rank 1 does now.
   v1::HangDetectionSpec spec = Spec();
   spec.set_stall_after_seconds(2);
-  auto waiting = Record(27, "ddp:model/bucket0", v1::CollectiveRecord::STARTED, absl::Milliseconds(2200));
+  auto waiting =
+      Record(27, "ddp:model/bucket0", v1::CollectiveRecord::STARTED, absl::Milliseconds(2200));
   RankView stopped = Rank(1, 26, v1::DATA, 10, 0.1);
   stopped.heartbeat_at = kNow - absl::Milliseconds(2400);
-  EXPECT_THAT(DiagnoseHangs(spec, {Rank(0, 27, v1::COLLECTIVE, 10, 2.2, {waiting}), stopped}, kNow), IsEmpty());
+  EXPECT_THAT(DiagnoseHangs(spec, {Rank(0, 27, v1::COLLECTIVE, 10, 2.2, {waiting}), stopped}, kNow),
+              IsEmpty());
   // Once it has reported from inside the wait, it is named.
   stopped.heartbeat_at = kNow - absl::Milliseconds(900);
   auto ds = DiagnoseHangs(spec, {Rank(0, 27, v1::COLLECTIVE, 10, 2.2, {waiting}), stopped}, kNow);
@@ -112,44 +117,69 @@ TEST(HangDetectorTest, AHeartbeatFromBeforeTheWaitSaysNothingAboutTheRankNow) {
 
 TEST(HangDetectorTest, NothingBeforeTheStallThresholdOrDuringADeclaredPause) {
   auto waiting = Record(10, "ddp:model/bucket0", v1::CollectiveRecord::STARTED, absl::Seconds(1));
-  EXPECT_THAT(DiagnoseHangs(Spec(), {Rank(0, 10, v1::COLLECTIVE, 5, 1, {waiting}), Rank(1, 9, v1::DATA, 5, 1)}, kNow),
-              IsEmpty());
-  auto long_wait = Record(10, "ddp:model/bucket0", v1::CollectiveRecord::STARTED, absl::Seconds(30));
-  EXPECT_THAT(DiagnoseHangs(Spec(), {Rank(0, 10, v1::COLLECTIVE, 5, 30, {long_wait}), Rank(1, 9, v1::EVAL, 5, 30)}, kNow),
-              IsEmpty())
+  EXPECT_THAT(
+      DiagnoseHangs(
+          Spec(), {Rank(0, 10, v1::COLLECTIVE, 5, 1, {waiting}), Rank(1, 9, v1::DATA, 5, 1)}, kNow),
+      IsEmpty());
+  auto long_wait =
+      Record(10, "ddp:model/bucket0", v1::CollectiveRecord::STARTED, absl::Seconds(30));
+  EXPECT_THAT(
+      DiagnoseHangs(Spec(),
+                    {Rank(0, 10, v1::COLLECTIVE, 5, 30, {long_wait}), Rank(1, 9, v1::EVAL, 5, 30)},
+                    kNow),
+      IsEmpty())
       << "rank 1 declared an evaluation";
   v1::HangDetectionSpec short_limit = Spec();
   short_limit.set_phase_limit_seconds(20);
-  EXPECT_EQ(DiagnoseHangs(short_limit, {Rank(0, 10, v1::COLLECTIVE, 5, 30, {long_wait}), Rank(1, 9, v1::EVAL, 5, 30)}, kNow).size(),
-            1u)
+  EXPECT_EQ(
+      DiagnoseHangs(short_limit,
+                    {Rank(0, 10, v1::COLLECTIVE, 5, 30, {long_wait}), Rank(1, 9, v1::EVAL, 5, 30)},
+                    kNow)
+          .size(),
+      1u)
       << "a pause longer than its limit counts";
 }
 
 TEST(HangDetectorTest, ThresholdAdaptsToHowLongTheCollectiveUsuallyTakes) {
   // This tag usually takes 1 s, so 10 s is the threshold, not 3 s.
-  auto done = Record(9, "slow/tag", v1::CollectiveRecord::COMPLETED, absl::Seconds(20), absl::Seconds(1));
+  auto done =
+      Record(9, "slow/tag", v1::CollectiveRecord::COMPLETED, absl::Seconds(20), absl::Seconds(1));
   auto waiting5 = Record(10, "slow/tag", v1::CollectiveRecord::STARTED, absl::Seconds(5));
-  EXPECT_THAT(DiagnoseHangs(Spec(), {Rank(0, 10, v1::COLLECTIVE, 5, 5, {done, waiting5}), Rank(1, 9, v1::FORWARD, 5, 5, {done})}, kNow),
+  EXPECT_THAT(DiagnoseHangs(Spec(),
+                            {Rank(0, 10, v1::COLLECTIVE, 5, 5, {done, waiting5}),
+                             Rank(1, 9, v1::FORWARD, 5, 5, {done})},
+                            kNow),
               IsEmpty());
   auto waiting11 = Record(10, "slow/tag", v1::CollectiveRecord::STARTED, absl::Seconds(11));
-  auto ds = DiagnoseHangs(Spec(), {Rank(0, 10, v1::COLLECTIVE, 5, 11, {done, waiting11}), Rank(1, 9, v1::FORWARD, 5, 11, {done})}, kNow);
+  auto ds = DiagnoseHangs(Spec(),
+                          {Rank(0, 10, v1::COLLECTIVE, 5, 11, {done, waiting11}),
+                           Rank(1, 9, v1::FORWARD, 5, 11, {done})},
+                          kNow);
   ASSERT_EQ(ds.size(), 1u);
   EXPECT_EQ(ds[0].kind(), v1::Diagnosis::NEVER_JOINED);
 }
 
 TEST(HangDetectorTest, MismatchIsReportedAtOnce) {
-  auto actor = Record(5, "ddp:actor/bucket0", v1::CollectiveRecord::STARTED, absl::Milliseconds(10));
-  auto critic = Record(5, "ddp:critic/bucket0", v1::CollectiveRecord::STARTED, absl::Milliseconds(10));
-  auto ds = DiagnoseHangs(Spec(), {Rank(0, 5, v1::COLLECTIVE, 1, 0, {actor}), Rank(1, 5, v1::COLLECTIVE, 1, 0, {critic})}, kNow);
+  auto actor =
+      Record(5, "ddp:actor/bucket0", v1::CollectiveRecord::STARTED, absl::Milliseconds(10));
+  auto critic =
+      Record(5, "ddp:critic/bucket0", v1::CollectiveRecord::STARTED, absl::Milliseconds(10));
+  auto ds = DiagnoseHangs(
+      Spec(),
+      {Rank(0, 5, v1::COLLECTIVE, 1, 0, {actor}), Rank(1, 5, v1::COLLECTIVE, 1, 0, {critic})},
+      kNow);
   ASSERT_EQ(ds.size(), 1u) << ::testing::PrintToString(Messages(ds));
   EXPECT_EQ(ds[0].kind(), v1::Diagnosis::MISMATCH);
-  EXPECT_THAT(ds[0].message(), HasSubstr("ranks 0 and 1 issued different collectives at #5: rank 0 allreduce/avg ddp:actor/bucket0"));
+  EXPECT_THAT(ds[0].message(), HasSubstr("ranks 0 and 1 issued different collectives at #5: rank 0 "
+                                         "allreduce/avg ddp:actor/bucket0"));
   EXPECT_EQ(ds[0].other_fingerprint().tag(), "ddp:critic/bucket0");
 }
 
 TEST(HangDetectorTest, EveryRankStuckInsideMeansTheTransport) {
   auto in = Record(7, "ddp:model/bucket1", v1::CollectiveRecord::STARTED, absl::Seconds(20));
-  auto ds = DiagnoseHangs(Spec(), {Rank(0, 7, v1::COLLECTIVE, 3, 20, {in}), Rank(1, 7, v1::COLLECTIVE, 3, 20, {in})}, kNow);
+  auto ds = DiagnoseHangs(
+      Spec(), {Rank(0, 7, v1::COLLECTIVE, 3, 20, {in}), Rank(1, 7, v1::COLLECTIVE, 3, 20, {in})},
+      kNow);
   ASSERT_EQ(ds.size(), 1u);
   EXPECT_EQ(ds[0].kind(), v1::Diagnosis::STUCK_IN_COLLECTIVE);
   EXPECT_THAT(ds[0].message(), HasSubstr("every rank has been inside collective #7"));
@@ -161,8 +191,10 @@ TEST(HangDetectorTest, ARankThatFinishedItsSideWaitsInTheNextCollective) {
   auto done = Record(145, "ddp:model/bucket0", v1::CollectiveRecord::COMPLETED, absl::Seconds(20));
   auto next = Record(146, "ddp:model/bucket1", v1::CollectiveRecord::STARTED, absl::Seconds(19));
   auto stuck = Record(145, "ddp:model/bucket0", v1::CollectiveRecord::STARTED, absl::Seconds(20));
-  auto ds = DiagnoseHangs(Spec(), {Rank(0, 146, v1::COLLECTIVE, 70, 19, {done, next}),
-                                   Rank(1, 145, v1::COLLECTIVE, 69, 20, {stuck})}, kNow);
+  auto ds = DiagnoseHangs(Spec(),
+                          {Rank(0, 146, v1::COLLECTIVE, 70, 19, {done, next}),
+                           Rank(1, 145, v1::COLLECTIVE, 69, 20, {stuck})},
+                          kNow);
   ASSERT_EQ(ds.size(), 1u) << ::testing::PrintToString(Messages(ds));
   EXPECT_EQ(ds[0].kind(), v1::Diagnosis::STUCK_IN_COLLECTIVE);
   EXPECT_EQ(ds[0].ranks_size(), 2);
@@ -176,9 +208,11 @@ TEST(HangDetectorTest, DeadRankAndStraggler) {
   auto ds = DiagnoseHangs(Spec(), {Rank(0, 3, v1::FORWARD, 2, 1), dead}, kNow);
   ASSERT_EQ(ds.size(), 1u);
   EXPECT_EQ(ds[0].kind(), v1::Diagnosis::DEAD);
-  EXPECT_THAT(ds[0].message(), HasSubstr("rank 1 has sent no heartbeat for 6.0 s (last seen in FORWARD at step 2)"));
+  EXPECT_THAT(ds[0].message(),
+              HasSubstr("rank 1 has sent no heartbeat for 6.0 s (last seen in FORWARD at step 2)"));
 
-  std::vector<RankView> ranks = {Rank(0, 3, v1::FORWARD, 2, 0), Rank(1, 3, v1::FORWARD, 2, 0), Rank(2, 3, v1::FORWARD, 2, 0)};
+  std::vector<RankView> ranks = {Rank(0, 3, v1::FORWARD, 2, 0), Rank(1, 3, v1::FORWARD, 2, 0),
+                                 Rank(2, 3, v1::FORWARD, 2, 0)};
   ranks[0].heartbeat.mutable_timings()->set_compute_seconds(0.1);
   ranks[1].heartbeat.mutable_timings()->set_compute_seconds(0.11);
   ranks[2].heartbeat.mutable_timings()->set_compute_seconds(0.3);

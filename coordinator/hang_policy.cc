@@ -10,10 +10,12 @@ namespace chorus {
 
 std::string DiagnosisKey(const v1::Diagnosis& d) {
   return absl::StrCat(v1::Diagnosis::Kind_Name(d.kind()), " rank", d.ranks_size() > 1 ? "s " : " ",
-                      absl::StrJoin(d.ranks(), ","), d.seq() > 0 ? absl::StrCat(" at #", d.seq()) : "");
+                      absl::StrJoin(d.ranks(), ","),
+                      d.seq() > 0 ? absl::StrCat(" at #", d.seq()) : "");
 }
 
-std::vector<v1::JobEvent> DiagnosisHistory::Update(std::vector<v1::Diagnosis>& current, absl::Time now) {
+std::vector<v1::JobEvent> DiagnosisHistory::Update(std::vector<v1::Diagnosis>& current,
+                                                   absl::Time now) {
   const int64_t now_us = absl::ToUnixMicros(now);
   std::vector<v1::JobEvent> events;
   std::map<std::string, int64_t> seen;
@@ -29,7 +31,8 @@ std::vector<v1::JobEvent> DiagnosisHistory::Update(std::vector<v1::Diagnosis>& c
   for (const auto& [key, since_us] : seen_us_) {
     if (seen.count(key)) continue;
     events.emplace_back().set_message(
-        absl::StrCat("cleared: ", key, " (seen for ", absl::StrFormat("%.1f", (now_us - since_us) / 1e6), " s)"));
+        absl::StrCat("cleared: ", key, " (seen for ",
+                     absl::StrFormat("%.1f", (now_us - since_us) / 1e6), " s)"));
   }
   seen_us_ = std::move(seen);
   return events;
@@ -44,10 +47,12 @@ void DiagnosisHistory::Annotate(std::vector<v1::Diagnosis>& current, absl::Time 
 
 std::optional<std::string> HangFailure(v1::HangDetectionSpec::Action action,
                                        const std::vector<v1::Diagnosis>& diagnoses) {
-  if (action != v1::HangDetectionSpec::ABORT && action != v1::HangDetectionSpec::RESTART) return std::nullopt;
+  if (action != v1::HangDetectionSpec::ABORT && action != v1::HangDetectionSpec::RESTART)
+    return std::nullopt;
   for (const v1::Diagnosis& d : diagnoses) {
     if (d.kind() == v1::Diagnosis::STRAGGLER) continue;  // a warning only
-    std::string reason = absl::StrCat("hang detection: ", v1::Diagnosis::Kind_Name(d.kind()), " ", d.message());
+    std::string reason =
+        absl::StrCat("hang detection: ", v1::Diagnosis::Kind_Name(d.kind()), " ", d.message());
     if (action == v1::HangDetectionSpec::RESTART) {
       absl::StrAppend(&reason, " (action RESTART acts as ABORT until elastic generations exist)");
     }

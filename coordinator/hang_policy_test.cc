@@ -19,7 +19,8 @@ v1::Diagnosis Diagnosis(v1::Diagnosis::Kind kind, std::vector<int> ranks, int64_
 }
 
 TEST(HangPolicyTest, DiagnosisKeyNamesKindCulpritsAndCollective) {
-  EXPECT_EQ(DiagnosisKey(Diagnosis(v1::Diagnosis::MISMATCH, {0, 1}, 12)), "MISMATCH ranks 0,1 at #12");
+  EXPECT_EQ(DiagnosisKey(Diagnosis(v1::Diagnosis::MISMATCH, {0, 1}, 12)),
+            "MISMATCH ranks 0,1 at #12");
   EXPECT_EQ(DiagnosisKey(Diagnosis(v1::Diagnosis::DEAD, {3}, 0)), "DEAD rank 3");
 }
 
@@ -57,8 +58,9 @@ TEST(HangPolicyTest, AnnotateSetsFirstSeenWithoutRemembering) {
   EXPECT_EQ(status[0].first_seen_us(), 50 * 1000000LL);
   EXPECT_EQ(status[1].first_seen_us(), 60 * 1000000LL);
   std::vector<v1::Diagnosis> again = {Diagnosis(v1::Diagnosis::DEAD, {0}, 0)};
-  EXPECT_EQ(history.Update(again, clock.Now()).size(), 2u) << "DEAD is new (Annotate remembered nothing), "
-                                                              "STRAGGLER cleared";
+  EXPECT_EQ(history.Update(again, clock.Now()).size(), 2u)
+      << "DEAD is new (Annotate remembered nothing), "
+         "STRAGGLER cleared";
 }
 
 TEST(HangPolicyTest, AbortAndRestartFailTheJobReportDoesNot) {
@@ -70,13 +72,15 @@ TEST(HangPolicyTest, AbortAndRestartFailTheJobReportDoesNot) {
   EXPECT_EQ(HangFailure(v1::HangDetectionSpec::ABORT, diagnoses),
             "hang detection: STUCK_IN_COLLECTIVE every rank is inside #7");
   EXPECT_EQ(HangFailure(v1::HangDetectionSpec::RESTART, diagnoses),
-            "hang detection: STUCK_IN_COLLECTIVE every rank is inside #7 (action RESTART acts as ABORT until "
+            "hang detection: STUCK_IN_COLLECTIVE every rank is inside #7 (action RESTART acts as "
+            "ABORT until "
             "elastic generations exist)");
 }
 
 TEST(HangPolicyTest, StragglersAloneAreOnlyAWarning) {
-  EXPECT_EQ(HangFailure(v1::HangDetectionSpec::ABORT, {Diagnosis(v1::Diagnosis::STRAGGLER, {2}, 0)}),
-            std::nullopt);
+  EXPECT_EQ(
+      HangFailure(v1::HangDetectionSpec::ABORT, {Diagnosis(v1::Diagnosis::STRAGGLER, {2}, 0)}),
+      std::nullopt);
   EXPECT_EQ(HangFailure(v1::HangDetectionSpec::ABORT, {}), std::nullopt);
 }
 

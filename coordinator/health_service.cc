@@ -11,8 +11,7 @@ using grpc::health::v1::HealthCheckResponse;
 // newest status not yet sent waits in `pending_`. Deletes itself in OnDone.
 class HealthService::Watcher : public grpc::ServerWriteReactor<HealthCheckResponse> {
  public:
-  Watcher(HealthService* service, std::string name)
-      : service_(service), name_(std::move(name)) {}
+  Watcher(HealthService* service, std::string name) : service_(service), name_(std::move(name)) {}
 
   // Queues `status` for sending unless it is what the client already has.
   void Notify(ServingStatus status) {

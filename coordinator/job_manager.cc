@@ -17,7 +17,9 @@ bool JobManager::IsTerminal(v1::Job::State state) {
   return state == v1::Job::SUCCEEDED || state == v1::Job::FAILED || state == v1::Job::CANCELLED;
 }
 
-std::string JobManager::SpecHash(const v1::JobSpec& spec) { return Sha256Hex(spec.SerializeAsString()); }
+std::string JobManager::SpecHash(const v1::JobSpec& spec) {
+  return Sha256Hex(spec.SerializeAsString());
+}
 
 int JobManager::KeepLast(const v1::JobSpec& spec) {
   return spec.checkpoint().has_keep_last() ? spec.checkpoint().keep_last() : kDefaultKeepLast;
@@ -98,7 +100,8 @@ absl::StatusOr<v1::Job> JobManager::Submit(v1::JobSpec spec, const std::string& 
   if (!resume_from.empty()) {
     std::vector<std::string> parts = absl::StrSplit(resume_from, absl::MaxSplits(':', 1));
     int64_t step = 0;
-    if (parts[0].empty() || (parts.size() == 2 && (!absl::SimpleAtoi(parts[1], &step) || step < 0))) {
+    if (parts[0].empty() ||
+        (parts.size() == 2 && (!absl::SimpleAtoi(parts[1], &step) || step < 0))) {
       return absl::InvalidArgumentError(absl::StrCat(
           "resume_from must be JOB or JOB:STEP (e.g. job-000003:500), got \"", resume_from, "\""));
     }
@@ -128,7 +131,8 @@ std::vector<v1::Job> JobManager::List(const std::vector<v1::Job::State>& states,
   absl::MutexLock lock(&mu_);
   std::vector<v1::Job> out;
   for (auto it = jobs_.rbegin(); it != jobs_.rend(); ++it) {
-    if (!states.empty() && std::find(states.begin(), states.end(), it->second.state()) == states.end()) {
+    if (!states.empty() &&
+        std::find(states.begin(), states.end(), it->second.state()) == states.end()) {
       continue;
     }
     out.push_back(it->second);

@@ -47,7 +47,8 @@ class JobManager {
   absl::StatusOr<v1::Job> MarkRunning(const std::string& job_id, int64_t generation,
                                       int world_size);
   // Records where the running job's ranks are (index = rank), durably.
-  absl::Status SavePlacements(const std::string& job_id, const std::vector<v1::RankPlacement>& placements);
+  absl::Status SavePlacements(const std::string& job_id,
+                              const std::vector<v1::RankPlacement>& placements);
   // Ends a job that has not ended (SUCCEEDED or FAILED) with `reason`.
   absl::StatusOr<v1::Job> Finish(const std::string& job_id, v1::Job::State state,
                                  const std::string& reason);
@@ -85,7 +86,8 @@ class JobManager {
   static constexpr int kDefaultKeepLast = 3;
 
  private:
-  JobManager(StateStore& state, Clock* clock) : state_(state), clock_(clock ? clock : &real_clock_) {}
+  JobManager(StateStore& state, Clock* clock)
+      : state_(state), clock_(clock ? clock : &real_clock_) {}
   // Applies `change` (which returns the event's reason) to a copy of a job
   // that has not ended, persists it, then publishes it. FAILED_PRECONDITION
   // if the job already ended.

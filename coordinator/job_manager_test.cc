@@ -81,7 +81,8 @@ TEST(JobManagerTest, BadInputIsRefusedAndNothingIsStored) {
                                       "strategy { ddp { bucket_cap_mb: -3 } }"),
                                  "");
   EXPECT_EQ(invalid.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(invalid.status().message(), HasSubstr("strategy.ddp.bucket_cap_mb: must be > 0, got -3"));
+  EXPECT_THAT(invalid.status().message(),
+              HasSubstr("strategy.ddp.bucket_cap_mb: must be > 0, got -3"));
   auto unknown = (*jobs)->Submit(Spec("model { mlp {} } data { synthetic {} }"), "job-000099");
   EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound);
   auto malformed = (*jobs)->Submit(Spec("model { mlp {} } data { synthetic {} }"), "x:y");
@@ -110,7 +111,10 @@ TEST(JobManagerTest, RunningJobsFailAfterARestart) {
 
 TEST(StateStoreTest, RefusesAFileThatIsNotADatabase) {
   const std::string dir = Dir("garbage");
-  ASSERT_EQ(std::system(("mkdir -p " + dir + " && head -c 4096 /dev/urandom > " + dir + "/chorus.db").c_str()), 0);
+  ASSERT_EQ(
+      std::system(
+          ("mkdir -p " + dir + " && head -c 4096 /dev/urandom > " + dir + "/chorus.db").c_str()),
+      0);
   auto state = StateStore::Open(dir);
   EXPECT_EQ(state.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(state.status().message(), HasSubstr("chorus.db"));

@@ -23,17 +23,17 @@ RunningJob RecoveredJob(const v1::Job& job, absl::Time until) {
   return run;
 }
 
-std::map<std::string, std::vector<int>> RebindRanks(std::map<std::string, RunningJob>& running,
-                                                    const std::string& agent_id, const v1::AgentHello& hello,
-                                                    std::vector<std::pair<std::string, int>>* bound) {
+std::map<std::string, std::vector<int>> RebindRanks(
+    std::map<std::string, RunningJob>& running, const std::string& agent_id,
+    const v1::AgentHello& hello, std::vector<std::pair<std::string, int>>* bound) {
   std::map<std::string, std::vector<int>> orphans;
   for (const v1::RunningRank& reported : hello.running()) {
     auto run = running.find(reported.job_id());
     RankState* match = nullptr;
     if (run != running.end() && run->second.generation() == reported.generation()) {
       for (RankState& rank : run->second.ranks) {
-        if (rank.agent_id.empty() && rank.recover_host == hello.host() && rank.recover_agent_pid == hello.pid() &&
-            rank.slot == reported.slot()) {
+        if (rank.agent_id.empty() && rank.recover_host == hello.host() &&
+            rank.recover_agent_pid == hello.pid() && rank.slot == reported.slot()) {
           match = &rank;
         }
       }
@@ -53,8 +53,9 @@ std::map<std::string, std::vector<int>> RebindRanks(std::map<std::string, Runnin
 RecoveryProgress CheckRecovery(RunningJob& run, absl::Time now) {
   RecoveryProgress progress;
   if (run.recovering_until == absl::InfinitePast()) return progress;
-  const int missing = static_cast<int>(std::count_if(run.ranks.begin(), run.ranks.end(),
-                                                     [](const RankState& rank) { return rank.agent_id.empty(); }));
+  const int missing =
+      static_cast<int>(std::count_if(run.ranks.begin(), run.ranks.end(),
+                                     [](const RankState& rank) { return rank.agent_id.empty(); }));
   if (missing == 0) {
     run.recovering_until = absl::InfinitePast();
     progress.all_back = true;
@@ -66,4 +67,3 @@ RecoveryProgress CheckRecovery(RunningJob& run, absl::Time now) {
 }
 
 }  // namespace chorus
-

@@ -37,9 +37,9 @@ RunningJob RecoveredJob(const v1::Job& job, absl::Time until);
 // jobs in `running` waiting for them (they become TRAINING). Returns, by job,
 // the reported slots no job waits for; `bound` receives (job, slot) of the
 // ranks bound.
-std::map<std::string, std::vector<int>> RebindRanks(std::map<std::string, RunningJob>& running,
-                                                    const std::string& agent_id, const v1::AgentHello& hello,
-                                                    std::vector<std::pair<std::string, int>>* bound);
+std::map<std::string, std::vector<int>> RebindRanks(
+    std::map<std::string, RunningJob>& running, const std::string& agent_id,
+    const v1::AgentHello& hello, std::vector<std::pair<std::string, int>>* bound);
 
 struct RecoveryProgress {
   bool all_back = false;  // every rank is back: the wait is over

@@ -83,7 +83,8 @@ TEST(JobRecoveryTest, AnotherAgentOrGenerationDoesNotBind) {
   v1::AgentHello restarted = NodeA({{"job-000001", 0}});
   restarted.set_pid(78);  // a new agent process on the same host
   std::vector<std::pair<std::string, int>> bound;
-  EXPECT_EQ(RebindRanks(running, "agent-4", restarted, &bound).at("job-000001"), std::vector<int>{0});
+  EXPECT_EQ(RebindRanks(running, "agent-4", restarted, &bound).at("job-000001"),
+            std::vector<int>{0});
   v1::AgentHello old_generation = NodeA({{"job-000001", 0}});
   old_generation.mutable_running(0)->set_generation(2);
   EXPECT_EQ(RebindRanks(running, "agent-5", old_generation, &bound).size(), 1u);

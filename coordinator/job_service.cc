@@ -105,8 +105,8 @@ class WatchReactor : public grpc::ServerWriteReactor<v1::JobEvent> {
 
 }  // namespace
 
-grpc::ServerWriteReactor<v1::JobEvent>* JobServiceImpl::WatchJob(grpc::CallbackServerContext* context,
-                                                                 const v1::WatchJobRequest* request) {
+grpc::ServerWriteReactor<v1::JobEvent>* JobServiceImpl::WatchJob(
+    grpc::CallbackServerContext* context, const v1::WatchJobRequest* request) {
   if (absl::Status s = auth_.Check(context->client_metadata(), Role::kAdmin); !s.ok()) {
     return new RejectedWriter<v1::JobEvent>(s);
   }
@@ -137,9 +137,9 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetLogs(grpc::CallbackServerContext* c
     return Reject(context, s);
   }
   absl::StatusOr<v1::GetLogsResponse> logs =
-      request->max_lines() < 0
-          ? absl::StatusOr<v1::GetLogsResponse>(absl::InvalidArgumentError("max_lines must be >= 0"))
-          : scheduler_.GetLogs(*request);
+      request->max_lines() < 0 ? absl::StatusOr<v1::GetLogsResponse>(
+                                     absl::InvalidArgumentError("max_lines must be >= 0"))
+                               : scheduler_.GetLogs(*request);
   return Answer(context, logs, [response](const v1::GetLogsResponse& r) { *response = r; });
 }
 
@@ -174,9 +174,9 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* 
   std::vector<v1::Job::State> states;
   for (int s : request->states()) states.push_back(static_cast<v1::Job::State>(s));
   absl::StatusOr<std::vector<v1::Job>> jobs =
-      request->limit() < 0 ? absl::StatusOr<std::vector<v1::Job>>(
-                                 absl::InvalidArgumentError("limit must be >= 0"))
-                           : jobs_.List(states, request->limit());
+      request->limit() < 0
+          ? absl::StatusOr<std::vector<v1::Job>>(absl::InvalidArgumentError("limit must be >= 0"))
+          : jobs_.List(states, request->limit());
   return Answer(context, jobs, [response](const std::vector<v1::Job>& list) {
     for (const v1::Job& job : list) *response->add_jobs() = job;
   });
@@ -200,7 +200,8 @@ grpc::ServerUnaryReactor* JobServiceImpl::CheckpointJob(grpc::CallbackServerCont
   }
   int64_t newest = 0;
   if (checkpoints_ != nullptr) {
-    absl::StatusOr<std::vector<v1::CheckpointManifest>> list = checkpoints_->List(request->job_id());
+    absl::StatusOr<std::vector<v1::CheckpointManifest>> list =
+        checkpoints_->List(request->job_id());
     if (list.ok() && !list->empty()) newest = list->back().step();
   }
   absl::StatusOr<int64_t> step = scheduler_.RequestCheckpoint(request->job_id());

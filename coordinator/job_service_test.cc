@@ -106,7 +106,8 @@ TEST_F(JobServiceTest, SubmitGetAndListMapTheJob) {
 
 TEST_F(JobServiceTest, ValidationErrorsNameTheFieldAsInvalidArgument) {
   v1::SubmitJobResponse response;
-  grpc::Status bad = Submit("model { mlp {} } data { synthetic {} } strategy { ddp { bucket_cap_mb: -3 } }", &response);
+  grpc::Status bad = Submit(
+      "model { mlp {} } data { synthetic {} } strategy { ddp { bucket_cap_mb: -3 } }", &response);
   EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(bad.error_message(), HasSubstr("strategy.ddp.bucket_cap_mb: must be > 0, got -3"));
   grpc::Status resume = Submit(kSpec, &response, "job-000001:soon");
@@ -134,7 +135,8 @@ TEST_F(JobServiceTest, StatusCodesAndMessagesComeThrough) {
   v1::Job job;
   grpc::Status missing = stub_->GetJob(Context().get(), get, &job);
   EXPECT_EQ(missing.error_code(), grpc::StatusCode::NOT_FOUND);
-  EXPECT_EQ(missing.error_message(), "no job \"job-000042\"; `chorus jobs` lists the jobs this coordinator knows");
+  EXPECT_EQ(missing.error_message(),
+            "no job \"job-000042\"; `chorus jobs` lists the jobs this coordinator knows");
 
   v1::SubmitJobResponse submitted;
   ASSERT_TRUE(Submit(kSpec, &submitted).ok());
@@ -143,7 +145,8 @@ TEST_F(JobServiceTest, StatusCodesAndMessagesComeThrough) {
   v1::CheckpointJobResponse requested;
   grpc::Status pending = stub_->CheckpointJob(Context().get(), checkpoint, &requested);
   EXPECT_EQ(pending.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
-  EXPECT_EQ(pending.error_message(), "job job-000001 is PENDING; only a running job can be checkpointed");
+  EXPECT_EQ(pending.error_message(),
+            "job job-000001 is PENDING; only a running job can be checkpointed");
 
   v1::CancelJobRequest cancel;
   cancel.set_job_id(submitted.job_id());
@@ -165,8 +168,8 @@ TEST_F(JobServiceTest, StatusCodesAndMessagesComeThrough) {
 
 TEST_F(JobServiceTest, EveryCallNeedsAnAdminToken) {
   Stop();
-  absl::StatusOr<TokenAuthorizer> auth =
-      TokenAuthorizer::FromText("admin admin-token-0123456789\nworker worker-token-0123456789\n", "test");
+  absl::StatusOr<TokenAuthorizer> auth = TokenAuthorizer::FromText(
+      "admin admin-token-0123456789\nworker worker-token-0123456789\n", "test");
   ASSERT_TRUE(auth.ok()) << auth.status();
   auth_ = *std::move(auth);
   Serve(auth_);
@@ -178,7 +181,8 @@ TEST_F(JobServiceTest, EveryCallNeedsAnAdminToken) {
   EXPECT_THAT(anonymous.error_message(), HasSubstr("requires a token"));
   auto worker = Context();
   worker->AddMetadata("authorization", "Bearer worker-token-0123456789");
-  EXPECT_EQ(stub_->GetJob(worker.get(), get, &job).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(stub_->GetJob(worker.get(), get, &job).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
   auto admin = Context();
   admin->AddMetadata("authorization", "Bearer admin-token-0123456789");
   EXPECT_EQ(stub_->GetJob(admin.get(), get, &job).error_code(), grpc::StatusCode::NOT_FOUND)

@@ -9,8 +9,7 @@
 
 namespace chorus {
 
-KeyValueStore::KeyValueStore(Clock* clock)
-    : clock_(clock != nullptr ? clock : &real_clock_) {
+KeyValueStore::KeyValueStore(Clock* clock) : clock_(clock != nullptr ? clock : &real_clock_) {
   expiry_ = std::thread([this] { ExpireLoop(); });
 }
 
@@ -26,8 +25,9 @@ KeyValueStore::~KeyValueStore() {
 }
 
 bool KeyValueStore::AllSet(const Waiter& w) const {
-  return std::all_of(w.keys.begin(), w.keys.end(),
-                     [&](const std::string& k) { return values_.count({w.ns, k}) > 0; });
+  return std::all_of(w.keys.begin(), w.keys.end(), [&](const std::string& k) {
+    return values_.count({w.ns, k}) > 0;
+  });
 }
 
 std::vector<std::string> KeyValueStore::Missing(const Waiter& w) const {
@@ -96,8 +96,8 @@ absl::StatusOr<int64_t> KeyValueStore::Add(const std::string& ns, const std::str
 uint64_t KeyValueStore::WaitFor(const std::string& ns, std::vector<std::string> keys,
                                 absl::Time deadline, Done done) {
   if (keys.size() > kMaxWaitKeys) {
-    done(absl::InvalidArgumentError(absl::StrCat("store: a wait may name at most ", kMaxWaitKeys,
-                                                 " keys, got ", keys.size())));
+    done(absl::InvalidArgumentError(
+        absl::StrCat("store: a wait may name at most ", kMaxWaitKeys, " keys, got ", keys.size())));
     return 0;
   }
   Waiter w{ns, std::move(keys), deadline, std::move(done)};
@@ -153,9 +153,9 @@ void KeyValueStore::ExpireLoop() {
       }
     }
     for (auto& [w, missing] : expired) {
-      w.done(absl::DeadlineExceededError(absl::StrCat(
-          "coordinator store: namespace \"", w.ns, "\": these keys were never set: ",
-          absl::StrJoin(missing, ", "))));
+      w.done(absl::DeadlineExceededError(
+          absl::StrCat("coordinator store: namespace \"", w.ns,
+                       "\": these keys were never set: ", absl::StrJoin(missing, ", "))));
     }
   }
 }

@@ -22,10 +22,10 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstring>
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -67,8 +67,8 @@ absl::StatusOr<Coordinator> StartCoordinator(const std::string& binary) {
   char tmpl[] = "/tmp/chorus-load-bench-XXXXXX";
   if (mkdtemp(tmpl) == nullptr) return absl::InternalError("mkdtemp failed");
   c.dir = tmpl;
-  std::vector<std::string> args = {binary, "--listen", "127.0.0.1:0", "--state_dir", c.dir + "/state",
-                                   "--port_file", c.dir + "/port"};
+  std::vector<std::string> args = {binary,           "--listen",    "127.0.0.1:0",  "--state_dir",
+                                   c.dir + "/state", "--port_file", c.dir + "/port"};
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -78,7 +78,8 @@ absl::StatusOr<Coordinator> StartCoordinator(const std::string& binary) {
                                    O_WRONLY | O_CREAT | O_TRUNC, 0644);
   int rc = posix_spawn(&c.pid, binary.c_str(), &actions, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) return absl::NotFoundError(absl::StrCat("cannot start ", binary, ": ", std::strerror(rc)));
+  if (rc != 0)
+    return absl::NotFoundError(absl::StrCat("cannot start ", binary, ": ", std::strerror(rc)));
   for (int i = 0; i < 300; ++i) {
     std::ifstream in(c.dir + "/port");
     std::string port;
@@ -89,7 +90,8 @@ absl::StatusOr<Coordinator> StartCoordinator(const std::string& binary) {
     absl::SleepFor(absl::Milliseconds(50));
   }
   kill(c.pid, SIGKILL);
-  return absl::DeadlineExceededError("the coordinator did not start; see " + c.dir + "/coordinator.log");
+  return absl::DeadlineExceededError("the coordinator did not start; see " + c.dir +
+                                     "/coordinator.log");
 }
 
 void StopCoordinator(Coordinator& c) {
@@ -179,8 +181,8 @@ absl::StatusOr<Result> RunOnce(const std::string& binary, int ranks, double hear
 
   // The job, and its launch orders.
   absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(
-      absl::StrCat("name: \"load\" model { mlp {} } data { synthetic {} } resources { min_ranks: ", ranks,
-                   " max_ranks: ", ranks, " } hang_detection { dead_after_seconds: 600 }"),
+      absl::StrCat("name: \"load\" model { mlp {} } data { synthetic {} } resources { min_ranks: ",
+                   ranks, " max_ranks: ", ranks, " } hang_detection { dead_after_seconds: 600 }"),
       SpecFormat::kTextProto, "load_bench");
   if (!spec.ok()) return spec.status();
   auto jobs = v1::JobService::NewStub(pool[0]);
@@ -240,7 +242,8 @@ absl::StatusOr<Result> RunOnce(const std::string& binary, int ranks, double hear
   }
   {
     std::unique_lock<std::mutex> lock(mu);
-    cv.wait_for(lock, std::chrono::seconds(150), [&] { return done == static_cast<int>(calls.size()); });
+    cv.wait_for(lock, std::chrono::seconds(150),
+                [&] { return done == static_cast<int>(calls.size()); });
   }
   Result result;
   result.ranks = ranks;
@@ -319,8 +322,8 @@ absl::StatusOr<Result> RunOnce(const std::string& binary, int ranks, double hear
 
 // Runs the TorchElastic peer; returns its median seconds.
 absl::StatusOr<double> TorchElastic(const std::string& script, int participants) {
-  const std::string command = absl::StrCat("/usr/bin/python3 ", script, " --participants ", participants,
-                                           " --runs 3 2>&1");
+  const std::string command =
+      absl::StrCat("/usr/bin/python3 ", script, " --participants ", participants, " --runs 3 2>&1");
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return absl::InternalError("cannot run " + command);
   std::string output, last;
@@ -334,7 +337,8 @@ absl::StatusOr<double> TorchElastic(const std::string& script, int participants)
   const size_t at = last.find("\"median_seconds\":");
   double seconds = 0;
   if (rc != 0 || at == std::string::npos ||
-      !absl::SimpleAtod(last.substr(at + 17, last.find_first_of(",}", at + 17) - at - 17), &seconds)) {
+      !absl::SimpleAtod(last.substr(at + 17, last.find_first_of(",}", at + 17) - at - 17),
+                        &seconds)) {
     return absl::InternalError("TorchElastic peer failed:\n" + output);
   }
   return seconds;
@@ -361,16 +365,17 @@ int Main(int argc, char** argv) {
       peer = value;
     }
   }
-  if (const char* dir = std::getenv("BUILD_WORKSPACE_DIRECTORY"); dir != nullptr && peer[0] != '/') {
+  if (const char* dir = std::getenv("BUILD_WORKSPACE_DIRECTORY");
+      dir != nullptr && peer[0] != '/') {
     peer = std::string(dir) + "/" + peer;
   }
-  std::cout << absl::StrFormat("%-7s %-15s %-14s %-14s %-12s %-12s\n", "RANKS", "RENDEZVOUS_S", "HEARTBEATS/S",
-                               "COORD_CPU_%", "STATUS_P50", "STATUS_P99");
+  std::cout << absl::StrFormat("%-7s %-15s %-14s %-14s %-12s %-12s\n", "RANKS", "RENDEZVOUS_S",
+                               "HEARTBEATS/S", "COORD_CPU_%", "STATUS_P50", "STATUS_P99");
   auto print = [](const Result& r) {
-    std::cout << absl::StrFormat("%-7d %-15.3f %-14.0f %-14.1f %-12s %-12s\n", r.ranks, r.rendezvous_seconds,
-                                 r.heartbeats_per_second, r.coordinator_cpu_percent,
-                                 absl::StrFormat("%.2f ms", r.status_p50_ms),
-                                 absl::StrFormat("%.2f ms", r.status_p99_ms));
+    std::cout << absl::StrFormat(
+        "%-7d %-15.3f %-14.0f %-14.1f %-12s %-12s\n", r.ranks, r.rendezvous_seconds,
+        r.heartbeats_per_second, r.coordinator_cpu_percent,
+        absl::StrFormat("%.2f ms", r.status_p50_ms), absl::StrFormat("%.2f ms", r.status_p99_ms));
     std::cout.flush();
   };
   for (int n : sizes) {
@@ -381,7 +386,8 @@ int Main(int argc, char** argv) {
     }
     print(*r);
     std::cout << absl::StrFormat(
-        "{\"bench\": \"load_bench\", \"metric\": \"rendezvous_seconds_%d_ranks\", \"unit\": \"s\", \"ours\": %.4f, "
+        "{\"bench\": \"load_bench\", \"metric\": \"rendezvous_seconds_%d_ranks\", \"unit\": \"s\", "
+        "\"ours\": %.4f, "
         "\"peer\": null, \"peer_name\": null, \"ratio\": null, \"status_p99_ms\": %.2f}\n",
         n, r->rendezvous_seconds, r->status_p99_ms);
   }
@@ -401,11 +407,14 @@ int Main(int argc, char** argv) {
     std::cerr << "load_bench: " << theirs.status() << "\n";
     return 1;
   }
-  std::cout << absl::StrFormat("64 ranks: Chorus rendezvous median %.4f s (%.4f %.4f %.4f), TorchElastic %.4f s\n",
-                               ours[1], ours[0], ours[1], ours[2], *theirs);
   std::cout << absl::StrFormat(
-      "{\"bench\": \"load_bench\", \"metric\": \"rendezvous_seconds_64_ranks\", \"unit\": \"s\", \"ours\": %.4f, "
-      "\"peer\": %.4f, \"peer_name\": \"torchelastic DynamicRendezvousHandler+C10dRendezvousBackend+TCPStore\", "
+      "64 ranks: Chorus rendezvous median %.4f s (%.4f %.4f %.4f), TorchElastic %.4f s\n", ours[1],
+      ours[0], ours[1], ours[2], *theirs);
+  std::cout << absl::StrFormat(
+      "{\"bench\": \"load_bench\", \"metric\": \"rendezvous_seconds_64_ranks\", \"unit\": \"s\", "
+      "\"ours\": %.4f, "
+      "\"peer\": %.4f, \"peer_name\": \"torchelastic "
+      "DynamicRendezvousHandler+C10dRendezvousBackend+TCPStore\", "
       "\"ratio\": %.4f}\n",
       ours[1], *theirs, ours[1] / *theirs);
   return 0;

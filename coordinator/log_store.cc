@@ -39,8 +39,9 @@ v1::GetLogsResponse LogStore::Get(const v1::GetLogsRequest& request) const {
   const JobLogs& logs = it->second;
   response.set_dropped(logs.dropped);
   // Lines are in seq order: find the first one after after_seq.
-  auto first = std::upper_bound(logs.lines.begin(), logs.lines.end(), request.after_seq(),
-                                [](int64_t seq, const v1::LogLine& line) { return seq < line.seq(); });
+  auto first =
+      std::upper_bound(logs.lines.begin(), logs.lines.end(), request.after_seq(),
+                       [](int64_t seq, const v1::LogLine& line) { return seq < line.seq(); });
   std::vector<const v1::LogLine*> matches;
   for (auto line = first; line != logs.lines.end(); ++line) {
     if (request.has_rank() && line->rank() != request.rank()) continue;

@@ -76,7 +76,8 @@ TEST(LogStoreTest, PagesTailsAndBoundsMemory) {
   logs.Append("job-1", 0, 0, "a", 1, {std::string(5000, 'x')});
   v1::GetLogsResponse cut = logs.Get(Request("job-1", 7));
   ASSERT_EQ(cut.lines_size(), 1);
-  EXPECT_EQ(cut.lines(0).text().size(), LogStore::kMaxLineBytes + std::string(" [line cut at 4096 bytes]").size());
+  EXPECT_EQ(cut.lines(0).text().size(),
+            LogStore::kMaxLineBytes + std::string(" [line cut at 4096 bytes]").size());
 
   logs.Append("job-2", 0, 0, "a", 1, {"two"});
   logs.Append("job-3", 0, 0, "a", 1, {"three"});

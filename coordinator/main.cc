@@ -56,16 +56,18 @@ int main(int argc, char** argv) {
   app.add_option("--tls_key", options.tls_key, "PEM private key of --tls_cert.");
   app.add_option("--tls_client_ca", options.tls_client_ca,
                  "PEM CA bundle: require client certificates signed by it (mTLS).");
-  app.add_option("--checkpoint_data_port", options.checkpoint_data_port,
-                 "Port on --listen's host for checkpoint uploads (raw TCP beside gRPC, single-use "
-                 "tokens handed out over gRPC): 0 picks a free one, -1 turns it off and ranks upload "
-                 "over gRPC. Not used with --tls_cert (it is plaintext).")
+  app.add_option(
+         "--checkpoint_data_port", options.checkpoint_data_port,
+         "Port on --listen's host for checkpoint uploads (raw TCP beside gRPC, single-use "
+         "tokens handed out over gRPC): 0 picks a free one, -1 turns it off and ranks upload "
+         "over gRPC. Not used with --tls_cert (it is plaintext).")
       ->check(CLI::Range(-1, 65535))
       ->capture_default_str();
   double recovery_grace_seconds = 30;
-  app.add_option("--recovery_grace_seconds", recovery_grace_seconds,
-                 "After a restart, how long jobs that were running wait for their ranks to come back "
-                 "with their agents before they fail.")
+  app.add_option(
+         "--recovery_grace_seconds", recovery_grace_seconds,
+         "After a restart, how long jobs that were running wait for their ranks to come back "
+         "with their agents before they fail.")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_flag("--enable_reflection", options.enable_reflection,

@@ -6,7 +6,8 @@
 
 namespace chorus {
 
-std::vector<JobPlacement> PlaceJobs(const std::vector<QueuedJob>& queued, const std::vector<AgentSlots>& agents) {
+std::vector<JobPlacement> PlaceJobs(const std::vector<QueuedJob>& queued,
+                                    const std::vector<AgentSlots>& agents) {
   // (agent index, slot) still free, in rank order.
   std::vector<std::vector<int>> free;
   for (const AgentSlots& agent : agents) free.push_back(agent.free_slots);

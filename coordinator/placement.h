@@ -51,7 +51,8 @@ struct JobPlacement {
 // Places `queued` (oldest first) onto `agents` (in rank order), each job
 // taking the slots the jobs before it left. Returns the placed jobs in queue
 // order: a prefix of `queued`.
-std::vector<JobPlacement> PlaceJobs(const std::vector<QueuedJob>& queued, const std::vector<AgentSlots>& agents);
+std::vector<JobPlacement> PlaceJobs(const std::vector<QueuedJob>& queued,
+                                    const std::vector<AgentSlots>& agents);
 
 }  // namespace chorus
 

@@ -62,7 +62,8 @@ TEST(PlacementTest, LaterJobsTakeWhatEarlierOnesLeft) {
 }
 
 TEST(PlacementTest, DevicesMustMatch) {
-  EXPECT_TRUE(PlaceJobs({Job("cpu", 1, 1)}, {Agent("gpu-node", {0, 1}, v1::ResourceSpec::CUDA)}).empty());
+  EXPECT_TRUE(
+      PlaceJobs({Job("cpu", 1, 1)}, {Agent("gpu-node", {0, 1}, v1::ResourceSpec::CUDA)}).empty());
   const std::vector<JobPlacement> placed =
       PlaceJobs({Job("gpu", 2, 8, v1::ResourceSpec::CUDA)},
                 {Agent("agent-1", {0, 1}), Agent("agent-2", {0, 1, 2}, v1::ResourceSpec::CUDA)});

@@ -13,23 +13,28 @@ Rendezvous::Rendezvous(std::string job_id, int64_t generation, int world_size)
 absl::Status Rendezvous::CheckGeneration(int64_t generation) const {
   if (generation == generation_) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat("generation ", generation, " of job ", job_id_,
-                                                    " is stale; the current generation is ", generation_));
+                                                    " is stale; the current generation is ",
+                                                    generation_));
 }
 
 void Rendezvous::MarkJoined(int rank) { ranks_.at(rank).joined = true; }
 
-bool Rendezvous::Join(int rank, absl::Time deadline, Done done, const Respond& respond, Answers& out) {
+bool Rendezvous::Join(int rank, absl::Time deadline, Done done, const Respond& respond,
+                      Answers& out) {
   Rank& r = ranks_.at(rank);
   if (r.pending) {  // a retry replaces the earlier call
-    out.emplace_back(std::move(r.pending), absl::AbortedError("superseded by a newer Join of the same rank"));
+    out.emplace_back(std::move(r.pending),
+                     absl::AbortedError("superseded by a newer Join of the same rank"));
   }
   r.joined = true;
   r.pending = std::move(done);
   r.deadline = deadline;
-  if (!std::all_of(ranks_.begin(), ranks_.end(), [](const Rank& each) { return each.joined; })) return false;
+  if (!std::all_of(ranks_.begin(), ranks_.end(), [](const Rank& each) { return each.joined; }))
+    return false;
   for (size_t each = 0; each < ranks_.size(); ++each) {
     v1::JoinResponse response = respond(static_cast<int>(each));
-    if (ranks_[each].pending) out.emplace_back(std::move(ranks_[each].pending), std::move(response));
+    if (ranks_[each].pending)
+      out.emplace_back(std::move(ranks_[each].pending), std::move(response));
     ranks_[each].pending = nullptr;
   }
   return true;
@@ -42,11 +47,11 @@ void Rendezvous::Expire(absl::Time now, Answers& out) {
   }
   for (Rank& r : ranks_) {
     if (!r.pending || r.deadline > now) continue;
-    out.emplace_back(std::move(r.pending),
-                     absl::DeadlineExceededError(absl::StrCat("generation ", generation_, " of job ", job_id_,
-                                                              " did not complete in time; ranks that have not "
-                                                              "joined: ",
-                                                              absl::StrJoin(missing, ","))));
+    out.emplace_back(std::move(r.pending), absl::DeadlineExceededError(absl::StrCat(
+                                               "generation ", generation_, " of job ", job_id_,
+                                               " did not complete in time; ranks that have not "
+                                               "joined: ",
+                                               absl::StrJoin(missing, ","))));
     r.pending = nullptr;
     r.joined = false;
   }

@@ -63,7 +63,8 @@ TEST_F(RendezvousTest, StaleGenerationIsRefusedWithTheCurrentOne) {
   EXPECT_TRUE(rendezvous_.CheckGeneration(1).ok());
   const absl::Status stale = rendezvous_.CheckGeneration(7);
   EXPECT_EQ(stale.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(stale.message(), "generation 7 of job job-000001 is stale; the current generation is 1");
+  EXPECT_EQ(stale.message(),
+            "generation 7 of job job-000001 is stale; the current generation is 1");
 }
 
 TEST_F(RendezvousTest, DeadlineFailsTheWaitingJoinAtExpireNamingMissingRanks) {
@@ -77,7 +78,8 @@ TEST_F(RendezvousTest, DeadlineFailsTheWaitingJoinAtExpireNamingMissingRanks) {
   ASSERT_TRUE(first.called);
   EXPECT_EQ(first.result.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_THAT(first.result.status().message(),
-              HasSubstr("generation 1 of job job-000001 did not complete in time; ranks that have not joined: 1,2"));
+              HasSubstr("generation 1 of job job-000001 did not complete in time; ranks that have "
+                        "not joined: 1,2"));
   EXPECT_FALSE(rendezvous_.joined(0)) << "an expired rank must join again";
 }
 

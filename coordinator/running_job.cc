@@ -104,7 +104,8 @@ v1::JoinResponse RunningJob::JoinResponseFor(const v1::Job& job, int rank) const
   return response;
 }
 
-std::optional<JobEnd> RunningJob::RecordExit(const std::string& agent_id, const v1::AgentHello& agent,
+std::optional<JobEnd> RunningJob::RecordExit(const std::string& agent_id,
+                                             const v1::AgentHello& agent,
                                              const v1::RankExited& exited) {
   for (size_t rank = 0; rank < ranks.size(); ++rank) {
     RankState& r = ranks[rank];
@@ -112,18 +113,22 @@ std::optional<JobEnd> RunningJob::RecordExit(const std::string& agent_id, const 
     // after its agent reconnects, before it was bound again.
     const bool unbound_here =
         r.agent_id.empty() && r.recover_host == agent.host() && r.recover_agent_pid == agent.pid();
-    if ((r.agent_id != agent_id && !unbound_here) || r.slot != exited.slot() || r.state == v1::RankStatus::EXITED) {
+    if ((r.agent_id != agent_id && !unbound_here) || r.slot != exited.slot() ||
+        r.state == v1::RankStatus::EXITED) {
       continue;
     }
     if (unbound_here) r.agent_id = agent_id;
     r.state = v1::RankStatus::EXITED;
     r.exit_code = exited.exit_code();
     if (exited.exit_code() != 0) {
-      const std::string how = exited.exit_code() < 0 ? absl::StrCat("was killed by signal ", -exited.exit_code())
-                                                     : absl::StrCat("exited with code ", exited.exit_code());
-      JobEnd end{v1::Job::FAILED, absl::StrCat("rank ", rank, " (", agent.host(), ", pid ", exited.pid(), ") ", how)};
+      const std::string how = exited.exit_code() < 0
+                                  ? absl::StrCat("was killed by signal ", -exited.exit_code())
+                                  : absl::StrCat("exited with code ", exited.exit_code());
+      JobEnd end{v1::Job::FAILED, absl::StrCat("rank ", rank, " (", agent.host(), ", pid ",
+                                               exited.pid(), ") ", how)};
       if (!exited.stderr_tail().empty()) {
-        absl::StrAppend(&end.reason, "; last stderr: ", exited.stderr_tail(exited.stderr_tail_size() - 1));
+        absl::StrAppend(&end.reason,
+                        "; last stderr: ", exited.stderr_tail(exited.stderr_tail_size() - 1));
       }
       return end;
     }
@@ -135,7 +140,8 @@ std::optional<JobEnd> RunningJob::RecordExit(const std::string& agent_id, const 
   return std::nullopt;
 }
 
-void RunningJob::AddStatusRows(const AgentRegistry& agents, absl::Time now, v1::JobStatus& status) const {
+void RunningJob::AddStatusRows(const AgentRegistry& agents, absl::Time now,
+                               v1::JobStatus& status) const {
   for (size_t rank = 0; rank < ranks.size(); ++rank) {
     const RankState& r = ranks[rank];
     v1::RankStatus* row = status.add_ranks();

@@ -72,8 +72,8 @@ struct RunningJob {
   std::vector<RankView> HangViews() const;
   // One LaunchRanks message per agent (by agent id) for the ranks of
   // generation(), told to dial `coordinator_address`.
-  std::map<std::string, v1::CoordinatorMessage> LaunchMessages(const std::string& job_id,
-                                                                const std::string& coordinator_address) const;
+  std::map<std::string, v1::CoordinatorMessage> LaunchMessages(
+      const std::string& job_id, const std::string& coordinator_address) const;
   // Where the ranks run, as recorded for a restart (host and agent pid from
   // `agents`). REQUIRES: every rank's agent is registered.
   std::vector<v1::RankPlacement> Placements(const AgentRegistry& agents) const;

@@ -34,7 +34,8 @@ class RunningJobTest : public ::testing::Test {
     ASSERT_EQ(*agents_.Add(Hello("node-b", 12, 1), nullptr), "agent-2");
     job_.set_job_id("job-000001");
     job_.mutable_spec()->mutable_resources()->set_max_ranks(3);
-    const std::vector<RankSlot> slots = {{"agent-1", 0, 0, 2}, {"agent-1", 1, 1, 2}, {"agent-2", 0, 0, 1}};
+    const std::vector<RankSlot> slots = {
+        {"agent-1", 0, 0, 2}, {"agent-1", 1, 1, 2}, {"agent-2", 0, 0, 1}};
     for (const RankSlot& slot : slots) run_.ranks.push_back(RankState::At(slot));
   }
 
@@ -93,7 +94,8 @@ TEST_F(RunningJobTest, ANonZeroExitFailsTheJobNamingRankHostPidAndStderr) {
   std::optional<JobEnd> end = run_.RecordExit("agent-2", agents_.Find("agent-2")->hello, killed);
   ASSERT_TRUE(end.has_value());
   EXPECT_EQ(end->state, v1::Job::FAILED);
-  EXPECT_EQ(end->reason, "rank 2 (node-b, pid 4242) was killed by signal 9; last stderr: out of memory");
+  EXPECT_EQ(end->reason,
+            "rank 2 (node-b, pid 4242) was killed by signal 9; last stderr: out of memory");
   EXPECT_EQ(run_.ranks[2].state, v1::RankStatus::EXITED);
   EXPECT_EQ(run_.ranks[2].exit_code, -9);
 }
@@ -102,7 +104,8 @@ TEST_F(RunningJobTest, EveryRankExitingZeroSucceedsOnce) {
   const v1::AgentHello& a = agents_.Find("agent-1")->hello;
   const v1::AgentHello& b = agents_.Find("agent-2")->hello;
   EXPECT_FALSE(run_.RecordExit("agent-1", a, Exit(0, 0)).has_value());
-  EXPECT_FALSE(run_.RecordExit("agent-1", a, Exit(0, 0)).has_value()) << "a repeated report counts once";
+  EXPECT_FALSE(run_.RecordExit("agent-1", a, Exit(0, 0)).has_value())
+      << "a repeated report counts once";
   EXPECT_FALSE(run_.RecordExit("agent-1", a, Exit(5, 0)).has_value()) << "no rank on slot 5";
   EXPECT_FALSE(run_.RecordExit("agent-1", a, Exit(1, 0)).has_value());
   std::optional<JobEnd> end = run_.RecordExit("agent-2", b, Exit(0, 0));
@@ -116,7 +119,8 @@ TEST_F(RunningJobTest, AnExitReportedBeforeTheRankIsBoundAgainBindsIt) {
   run_.ranks[2].recover_host = "node-b";
   run_.ranks[2].recover_agent_pid = 12;
   ASSERT_EQ(*agents_.Add(Hello("node-b", 12, 1), nullptr), "agent-3");  // the agent reconnected
-  std::optional<JobEnd> end = run_.RecordExit("agent-3", agents_.Find("agent-3")->hello, Exit(0, 1));
+  std::optional<JobEnd> end =
+      run_.RecordExit("agent-3", agents_.Find("agent-3")->hello, Exit(0, 1));
   ASSERT_TRUE(end.has_value());
   EXPECT_EQ(end->reason, "rank 2 (node-b, pid 4242) exited with code 1");
   EXPECT_EQ(run_.ranks[2].agent_id, "agent-3");

@@ -21,7 +21,9 @@ void Scheduler::Outbox::Flush() {
 }
 
 Scheduler::Scheduler(JobManager& jobs, Clock* clock, std::string coordinator_address)
-    : jobs_(jobs), clock_(clock ? clock : &real_clock_), coordinator_address_(std::move(coordinator_address)) {}
+    : jobs_(jobs),
+      clock_(clock ? clock : &real_clock_),
+      coordinator_address_(std::move(coordinator_address)) {}
 
 absl::StatusOr<std::string> Scheduler::AddAgent(const v1::AgentHello& hello, Sender send) {
   Outbox out;
@@ -39,8 +41,8 @@ absl::StatusOr<std::string> Scheduler::AddAgent(const v1::AgentHello& hello, Sen
     // restart; stop those whose job is no longer running.
     std::vector<std::pair<std::string, int>> bound;
     for (auto& [job_id, slots] : RebindRanks(running_, id, hello, &bound)) {
-      out.messages.emplace_back(agent.send,
-                                StopRanksMessage(job_id, slots, "the coordinator no longer runs this job"));
+      out.messages.emplace_back(
+          agent.send, StopRanksMessage(job_id, slots, "the coordinator no longer runs this job"));
     }
     for (const auto& [job_id, slot] : bound) {
       agents_.SetBusy(id, slot, true);
@@ -66,7 +68,8 @@ void Scheduler::RemoveAgent(const std::string& agent_id) {
     }
     for (const std::string& job_id : affected) {
       EndLocked(job_id, v1::Job::FAILED,
-                absl::StrCat("lost contact with the agent on ", host, " (", agent_id, "), which ran ranks of this job"),
+                absl::StrCat("lost contact with the agent on ", host, " (", agent_id,
+                             "), which ran ranks of this job"),
                 out);
     }
     ScheduleLocked(out);
@@ -98,7 +101,8 @@ void Scheduler::ScheduleLocked(Outbox& out) {
       absl::StatusOr<v1::CheckpointManifest> resume = ResumeLocked(job);
       if (!resume.ok()) {
         (void)jobs_.Finish(job.job_id(), v1::Job::FAILED,
-                           absl::StrCat("cannot resume from ", job.resume_from(), ": ", resume.status().message()));
+                           absl::StrCat("cannot resume from ", job.resume_from(), ": ",
+                                        resume.status().message()));
         replan = true;
         break;
       }
@@ -121,8 +125,8 @@ absl::StatusOr<v1::CheckpointManifest> Scheduler::ResumeLocked(const v1::Job& jo
   return found;
 }
 
-bool Scheduler::StartLocked(const v1::Job& job, const JobPlacement& placement, v1::CheckpointManifest resume,
-                            Outbox& out) {
+bool Scheduler::StartLocked(const v1::Job& job, const JobPlacement& placement,
+                            v1::CheckpointManifest resume, Outbox& out) {
   const int world = static_cast<int>(placement.ranks.size());
   absl::StatusOr<v1::Job> started = jobs_.MarkRunning(job.job_id(), 1, world);
   if (!started.ok()) {
@@ -136,7 +140,8 @@ bool Scheduler::StartLocked(const v1::Job& job, const JobPlacement& placement, v
     run.ranks.push_back(RankState::At(slot));
   }
   if (absl::Status s = jobs_.SavePlacements(job.job_id(), run.Placements(agents_)); !s.ok()) {
-    LOG(ERROR) << job.job_id() << ": could not record placements (a restart would lose the job): " << s;
+    LOG(ERROR) << job.job_id()
+               << ": could not record placements (a restart would lose the job): " << s;
   }
   for (auto& [agent_id, message] : run.LaunchMessages(job.job_id(), coordinator_address_)) {
     out.messages.emplace_back(agents_.Find(agent_id)->send, std::move(message));
@@ -146,14 +151,16 @@ bool Scheduler::StartLocked(const v1::Job& job, const JobPlacement& placement, v
   return true;
 }
 
-void Scheduler::EndLocked(const std::string& job_id, v1::Job::State state, const std::string& reason,
-                          Outbox& out) {
+void Scheduler::EndLocked(const std::string& job_id, v1::Job::State state,
+                          const std::string& reason, Outbox& out) {
   auto it = running_.find(job_id);
   if (it == running_.end()) return;
   const std::map<std::string, std::vector<int>> to_stop = it->second.ReleaseSlots(agents_);
-  it->second.rendezvous.Abort(absl::AbortedError(absl::StrCat("job ", job_id, " ended: ", reason)), out.joins);
+  it->second.rendezvous.Abort(absl::AbortedError(absl::StrCat("job ", job_id, " ended: ", reason)),
+                              out.joins);
   for (const auto& [agent_id, slots] : to_stop) {
-    out.messages.emplace_back(agents_.Find(agent_id)->send, StopRanksMessage(job_id, slots, reason));
+    out.messages.emplace_back(agents_.Find(agent_id)->send,
+                              StopRanksMessage(job_id, slots, reason));
   }
   running_.erase(it);
   if (state != v1::Job::CANCELLED) {
@@ -209,7 +216,8 @@ void Scheduler::Tick() {
       }
     }
     for (const auto& [job_id, diagnoses] : TrackDiagnosesLocked()) {
-      if (std::optional<std::string> reason = HangFailure(running_.at(job_id).hang_detection.action(), diagnoses)) {
+      if (std::optional<std::string> reason =
+              HangFailure(running_.at(job_id).hang_detection.action(), diagnoses)) {
         to_fail.emplace_back(job_id, *std::move(reason));
       }
     }
@@ -239,15 +247,18 @@ void Scheduler::Recover(const std::vector<v1::Job>& running, absl::Duration grac
   const absl::Time until = clock_->Now() + grace;
   for (const v1::Job& job : running) {
     if (job.placements().empty()) {
-      (void)jobs_.Finish(job.job_id(), v1::Job::FAILED,
-                         "the coordinator restarted and has no record of where this job's ranks ran");
+      (void)jobs_.Finish(
+          job.job_id(), v1::Job::FAILED,
+          "the coordinator restarted and has no record of where this job's ranks ran");
       continue;
     }
     RunningJob run = RecoveredJob(job, until);
-    LOG(INFO) << job.job_id() << ": taken back after a restart; waiting up to " << absl::FormatDuration(grace)
-              << " for its " << run.ranks.size() << " rank(s) to come back";
+    LOG(INFO) << job.job_id() << ": taken back after a restart; waiting up to "
+              << absl::FormatDuration(grace) << " for its " << run.ranks.size()
+              << " rank(s) to come back";
     v1::JobEvent event;
-    event.set_message(absl::StrCat("the coordinator restarted; waiting up to ", absl::FormatDuration(grace),
+    event.set_message(absl::StrCat("the coordinator restarted; waiting up to ",
+                                   absl::FormatDuration(grace),
                                    " for the job's ranks to come back with their agents"));
     (void)jobs_.AddEvent(job.job_id(), std::move(event));
     running_.insert_or_assign(job.job_id(), std::move(run));

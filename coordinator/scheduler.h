@@ -98,7 +98,8 @@ class Scheduler {
   // Who may upload a checkpoint of `job_id` now (CheckUploader): the job's
   // grant, FAILED_PRECONDITION for a job that is not running, a stale
   // generation or a rank that does not upload.
-  absl::StatusOr<UploadGrant> GrantUpload(const std::string& job_id, int64_t generation, int rank) const;
+  absl::StatusOr<UploadGrant> GrantUpload(const std::string& job_id, int64_t generation,
+                                          int rank) const;
 
   // After a restart: takes back jobs that were RUNNING (with their recorded
   // placements). Their ranks are expected to come back with their agents;
@@ -126,8 +127,8 @@ class Scheduler {
   void ScheduleLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Starts `job` on `placement` (resuming from `resume`); false if the job
   // could not be marked running.
-  bool StartLocked(const v1::Job& job, const JobPlacement& placement, v1::CheckpointManifest resume, Outbox& out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool StartLocked(const v1::Job& job, const JobPlacement& placement, v1::CheckpointManifest resume,
+                   Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends a running job: frees its slots, stops its other ranks, fails its
   // pending joins, records the state.
   void EndLocked(const std::string& job_id, v1::Job::State state, const std::string& reason,
@@ -138,7 +139,8 @@ class Scheduler {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The checkpoint `job` resumes from (none: an empty manifest); skipped
   // unusable checkpoints become warning events.
-  absl::StatusOr<v1::CheckpointManifest> ResumeLocked(const v1::Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<v1::CheckpointManifest> ResumeLocked(const v1::Job& job)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   JobManager& jobs_;
   LogStore logs_;

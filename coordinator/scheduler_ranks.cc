@@ -18,16 +18,18 @@ void Scheduler::Join(const v1::JoinRequest& request, absl::Time deadline, JoinDo
     auto it = running_.find(request.job_id());
     if (it == running_.end()) {
       absl::StatusOr<v1::Job> job = jobs_.Get(request.job_id());
-      out.joins.emplace_back(std::move(done), job.ok() ? absl::FailedPreconditionError(absl::StrCat(
-                                                             "job ", request.job_id(), " is ",
-                                                             v1::Job::State_Name(job->state()), ", not running"))
-                                                       : job.status());
-    } else if (absl::Status current = it->second.rendezvous.CheckGeneration(request.generation()); !current.ok()) {
+      out.joins.emplace_back(std::move(done),
+                             job.ok() ? absl::FailedPreconditionError(absl::StrCat(
+                                            "job ", request.job_id(), " is ",
+                                            v1::Job::State_Name(job->state()), ", not running"))
+                                      : job.status());
+    } else if (absl::Status current = it->second.rendezvous.CheckGeneration(request.generation());
+               !current.ok()) {
       out.joins.emplace_back(std::move(done), std::move(current));
     } else if (const int rank = it->second.RankOn(request.agent_id(), request.slot()); rank < 0) {
-      out.joins.emplace_back(std::move(done), absl::NotFoundError(absl::StrCat("job ", request.job_id(),
-                                                                               " has no rank on ", request.agent_id(),
-                                                                               " slot ", request.slot())));
+      out.joins.emplace_back(std::move(done), absl::NotFoundError(absl::StrCat(
+                                                  "job ", request.job_id(), " has no rank on ",
+                                                  request.agent_id(), " slot ", request.slot())));
     } else {
       RunningJob& run = it->second;
       run.ranks[rank].pid = request.pid();
@@ -35,7 +37,8 @@ void Scheduler::Join(const v1::JoinRequest& request, absl::Time deadline, JoinDo
       v1::Job job = jobs_.Get(request.job_id()).value_or(v1::Job());
       job.set_job_id(request.job_id());
       const bool complete = run.rendezvous.Join(
-          rank, deadline, std::move(done), [&](int r) { return run.JoinResponseFor(job, r); }, out.joins);
+          rank, deadline, std::move(done), [&](int r) { return run.JoinResponseFor(job, r); },
+          out.joins);
       if (complete) {
         for (RankState& each : run.ranks) each.state = v1::RankStatus::TRAINING;
       }
@@ -49,12 +52,14 @@ absl::Status Scheduler::Report(const v1::ReportRequest& report) {
   auto it = running_.find(report.job_id());
   if (it == running_.end()) {
     return jobs_.Get(report.job_id()).ok()
-               ? absl::FailedPreconditionError(absl::StrCat("job ", report.job_id(), " is not running"))
+               ? absl::FailedPreconditionError(
+                     absl::StrCat("job ", report.job_id(), " is not running"))
                : absl::NotFoundError(absl::StrCat("no job \"", report.job_id(), "\""));
   }
   if (!it->second.HasRank(report.generation(), report.rank())) {
-    return absl::FailedPreconditionError(absl::StrCat("rank ", report.rank(), " of generation ", report.generation(),
-                                                      " is not part of job ", report.job_id(), " now"));
+    return absl::FailedPreconditionError(absl::StrCat("rank ", report.rank(), " of generation ",
+                                                      report.generation(), " is not part of job ",
+                                                      report.job_id(), " now"));
   }
   if (report.rank() != 0) return absl::OkStatus();
   RETURN_IF_ERROR(jobs_.UpdateMetrics(report.job_id(), report.metrics(), report.final()));
@@ -66,7 +71,8 @@ absl::Status Scheduler::Report(const v1::ReportRequest& report) {
 bool Scheduler::Heartbeat(const v1::RankHeartbeat& heartbeat) {
   absl::MutexLock lock(&mu_);
   auto it = running_.find(heartbeat.job_id());
-  if (it == running_.end() || !it->second.HasRank(heartbeat.generation(), heartbeat.rank())) return false;
+  if (it == running_.end() || !it->second.HasRank(heartbeat.generation(), heartbeat.rank()))
+    return false;
   RankState& rank = it->second.ranks[heartbeat.rank()];
   rank.last_heartbeat = heartbeat;
   rank.heartbeat_at = clock_->Now();
@@ -81,28 +87,34 @@ absl::StatusOr<int64_t> Scheduler::RequestCheckpoint(const std::string& job_id) 
     absl::MutexLock lock(&mu_);
     auto it = running_.find(job_id);
     if (it == running_.end()) {
-      return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " is ", v1::Job::State_Name(job.state()),
-                                                        "; only a running job can be checkpointed"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", job_id, " is ", v1::Job::State_Name(job.state()),
+                       "; only a running job can be checkpointed"));
     }
     std::map<std::string, v1::CoordinatorMessage> by_agent;
     for (const RankState& rank : it->second.ranks) {
       step = std::max(step, rank.last_heartbeat.step());
-      if (rank.agent_id.empty() || rank.state == v1::RankStatus::EXITED || !agents_.Find(rank.agent_id)) continue;
+      if (rank.agent_id.empty() || rank.state == v1::RankStatus::EXITED ||
+          !agents_.Find(rank.agent_id))
+        continue;
       v1::CoordinatorMessage& m = by_agent[rank.agent_id];
       m.mutable_checkpoint()->set_job_id(job_id);
       m.mutable_checkpoint()->add_slots(rank.slot);
     }
-    for (auto& [agent_id, m] : by_agent) out.messages.emplace_back(agents_.Find(agent_id)->send, std::move(m));
+    for (auto& [agent_id, m] : by_agent)
+      out.messages.emplace_back(agents_.Find(agent_id)->send, std::move(m));
   }
   out.Flush();
   return step;
 }
 
-absl::StatusOr<UploadGrant> Scheduler::GrantUpload(const std::string& job_id, int64_t generation, int rank) const {
+absl::StatusOr<UploadGrant> Scheduler::GrantUpload(const std::string& job_id, int64_t generation,
+                                                   int rank) const {
   absl::MutexLock lock(&mu_);
   auto it = running_.find(job_id);
   if (it == running_.end()) {
-    return absl::FailedPreconditionError(absl::StrCat("checkpoint upload for ", job_id, ", which is not running"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint upload for ", job_id, ", which is not running"));
   }
   return CheckUploader(it->second.upload_grant, generation, rank);
 }
@@ -113,7 +125,8 @@ void Scheduler::FillStatus(const std::string& job_id, v1::JobStatus& status) con
   if (it == running_.end()) return;
   const absl::Time now = clock_->Now();
   it->second.AddStatusRows(agents_, now, status);
-  std::vector<v1::Diagnosis> diagnoses = DiagnoseHangs(it->second.hang_detection, it->second.HangViews(), now);
+  std::vector<v1::Diagnosis> diagnoses =
+      DiagnoseHangs(it->second.hang_detection, it->second.HangViews(), now);
   it->second.diagnoses.Annotate(diagnoses, now);
   for (v1::Diagnosis& d : diagnoses) *status.add_diagnoses() = std::move(d);
 }

@@ -84,7 +84,8 @@ struct JoinResult {
   }
 };
 
-v1::JoinRequest JoinOf(const std::string& job, const std::string& agent, int slot, int64_t gen = 1) {
+v1::JoinRequest JoinOf(const std::string& job, const std::string& agent, int slot,
+                       int64_t gen = 1) {
   v1::JoinRequest r;
   r.set_job_id(job);
   r.set_agent_id(agent);
@@ -100,7 +101,8 @@ TEST_F(SchedulerTest, PlacesFifoWithinMinAndMaxAndNumbersRanksStably) {
   const std::string small = Submit(1, 1);
   Add(a, 2, "node-a");
   EXPECT_EQ(State(big), v1::Job::PENDING);
-  EXPECT_EQ(State(small), v1::Job::PENDING) << "strict FIFO: the small job waits behind the big one";
+  EXPECT_EQ(State(small), v1::Job::PENDING)
+      << "strict FIFO: the small job waits behind the big one";
   Add(b, 2, "node-b");
   EXPECT_EQ(State(big), v1::Job::RUNNING);
   EXPECT_EQ(jobs_->Get(big)->world_size(), 4);
@@ -134,7 +136,8 @@ TEST_F(SchedulerTest, PlacesFifoWithinMinAndMaxAndNumbersRanksStably) {
   EXPECT_EQ(status.ranks(2).state(), v1::RankStatus::TRAINING);
 
   // All exit 0: success, slots return, the small job starts.
-  for (const auto& [agent, slot] : std::vector<std::pair<FakeAgent*, int>>{{&a, 0}, {&a, 1}, {&b, 0}, {&b, 1}}) {
+  for (const auto& [agent, slot] :
+       std::vector<std::pair<FakeAgent*, int>>{{&a, 0}, {&a, 1}, {&b, 0}, {&b, 1}}) {
     v1::RankExited e;
     e.set_job_id(big);
     e.set_slot(slot);
@@ -226,7 +229,8 @@ TEST_F(SchedulerTest, DevicesMustMatch) {
 
 TEST_F(SchedulerTest, AJobThatCannotResumeFailsAndTheNextOneTakesItsSlots) {
   const std::string first = Submit(1, 1);
-  auto spec = ParseJobSpec("model { mlp {} } data { synthetic {} }", SpecFormat::kTextProto, "test");
+  auto spec =
+      ParseJobSpec("model { mlp {} } data { synthetic {} }", SpecFormat::kTextProto, "test");
   auto resuming = jobs_->Submit(*spec, first);
   ASSERT_TRUE(resuming.ok()) << resuming.status();
   const std::string after = Submit(1, 1);
@@ -241,22 +245,25 @@ TEST_F(SchedulerTest, AJobThatCannotResumeFailsAndTheNextOneTakesItsSlots) {
 }
 
 TEST_F(SchedulerTest, ResumedJobsJoinWithTheirCheckpointAndSkippedOnesAreWarnedAbout) {
-  scheduler_->set_resume_resolver([](const std::string& resume_from, std::vector<std::string>* skipped) {
-    EXPECT_EQ(resume_from, "job-000001:30");
-    skipped->push_back("checkpoint job-000001 step 30 is damaged");
-    v1::CheckpointManifest manifest;
-    manifest.set_job_id("job-000001");
-    manifest.set_step(20);
-    return absl::StatusOr<v1::CheckpointManifest>(manifest);
-  });
+  scheduler_->set_resume_resolver(
+      [](const std::string& resume_from, std::vector<std::string>* skipped) {
+        EXPECT_EQ(resume_from, "job-000001:30");
+        skipped->push_back("checkpoint job-000001 step 30 is damaged");
+        v1::CheckpointManifest manifest;
+        manifest.set_job_id("job-000001");
+        manifest.set_step(20);
+        return absl::StatusOr<v1::CheckpointManifest>(manifest);
+      });
   const std::string original = Submit(1, 1);
-  auto spec = ParseJobSpec("model { mlp {} } data { synthetic {} }", SpecFormat::kTextProto, "test");
+  auto spec =
+      ParseJobSpec("model { mlp {} } data { synthetic {} }", SpecFormat::kTextProto, "test");
   auto resumed = jobs_->Submit(*spec, original + ":30");
   ASSERT_TRUE(resumed.ok()) << resumed.status();
   FakeAgent a;
   Add(a, 2, "node-a");
   JoinResult join;
-  scheduler_->Join(JoinOf(resumed->job_id(), a.id, 1), clock_.Now() + absl::Seconds(5), join.Done());
+  scheduler_->Join(JoinOf(resumed->job_id(), a.id, 1), clock_.Now() + absl::Seconds(5),
+                   join.Done());
   ASSERT_TRUE(join.called);
   ASSERT_TRUE(join.result.ok()) << join.result.status();
   EXPECT_EQ(join.result->resume().step(), 20);
@@ -266,7 +273,8 @@ TEST_F(SchedulerTest, ResumedJobsJoinWithTheirCheckpointAndSkippedOnesAreWarnedA
   ASSERT_TRUE(events.ok());
   bool warned = false;
   for (const v1::JobEvent& e : *events) {
-    warned |= e.message() == "warning: checkpoint job-000001 step 30 is damaged; using an older one";
+    warned |=
+        e.message() == "warning: checkpoint job-000001 step 30 is damaged; using an older one";
   }
   EXPECT_TRUE(warned);
 }

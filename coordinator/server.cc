@@ -13,25 +13,25 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
-#include "glog/logging.h"
-#include "grpcpp/grpcpp.h"
-#include "grpcpp/security/server_credentials.h"
 #include "common/auth.h"
 #include "common/host_port.h"
+#include "common/status_macros.h"
 #include "coordinator/agent_service.h"
 #include "coordinator/checkpoint_data_server.h"
 #include "coordinator/checkpoint_service.h"
 #include "coordinator/checkpoint_store.h"
 #include "coordinator/checkpoint_uploads.h"
 #include "coordinator/health_service.h"
-#include "coordinator/scheduler.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/job_service.h"
 #include "coordinator/key_value_store.h"
+#include "coordinator/scheduler.h"
 #include "coordinator/state_dir_lock.h"
 #include "coordinator/state_store.h"
 #include "coordinator/store_service.h"
+#include "glog/logging.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/security/server_credentials.h"
 
 namespace chorus {
 namespace {
@@ -48,7 +48,8 @@ absl::StatusOr<std::string> ReadPem(const std::string& path, const std::string& 
 }
 
 // Plaintext, TLS (--tls_cert/--tls_key) or mTLS (plus --tls_client_ca).
-absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const ServerOptions& options) {
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
+    const ServerOptions& options) {
   if (options.tls_cert.empty() != options.tls_key.empty()) {
     return absl::InvalidArgumentError("--tls_cert and --tls_key go together");
   }
@@ -79,7 +80,8 @@ bool IsLoopbackHost(const std::string& host) {
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     const ServerOptions& options) {
   absl::StatusOr<HostPort> listen = ParseHostPort(options.listen);
-  if (!listen.ok()) return absl::InvalidArgumentError(absl::StrCat("--listen: ", listen.status().message()));
+  if (!listen.ok())
+    return absl::InvalidArgumentError(absl::StrCat("--listen: ", listen.status().message()));
   const std::string host = listen->host;
   auto auth = std::make_unique<TokenAuthorizer>();
   if (!options.token_file.empty()) {
@@ -94,7 +96,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
         "\"admin TOKEN\" and \"worker TOKEN\" (and --tls_cert/--tls_key so tokens do not travel "
         "in the clear), or listen on 127.0.0.1"));
   }
-  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials, ServerCredentials(options));
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                   ServerCredentials(options));
   if (!IsLoopbackHost(host) && options.tls_cert.empty()) {
     LOG(WARNING) << "--listen " << options.listen
                  << " without TLS: tokens and training data cross the network in plaintext";
@@ -109,15 +112,16 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   // before_rename, before_manifest, after_manifest) ends the process there,
   // as abruptly as kill -9, to check that commits are crash-consistent.
   CheckpointStore::Failpoint failpoint;
-  if (const char* fp = std::getenv("CHORUS_TEST_FAILPOINT"); fp != nullptr && absl::StartsWith(fp, "checkpoint:")) {
+  if (const char* fp = std::getenv("CHORUS_TEST_FAILPOINT");
+      fp != nullptr && absl::StartsWith(fp, "checkpoint:")) {
     const std::string stage = std::string(fp).substr(std::strlen("checkpoint:"));
     LOG(WARNING) << "test failpoint armed: the coordinator exits at checkpoint stage " << stage;
     failpoint = [stage](CheckpointStore::Stage at) {
       if (stage == CheckpointStore::StageName(at)) _exit(75);
     };
   }
-  auto checkpoints =
-      std::make_unique<CheckpointStore>(options.state_dir + "/checkpoints", **state, std::move(failpoint));
+  auto checkpoints = std::make_unique<CheckpointStore>(options.state_dir + "/checkpoints", **state,
+                                                       std::move(failpoint));
   std::vector<CheckpointStore::SharedJob> shared_jobs;
   for (const v1::Job& job : (*jobs)->List({}, 0)) {
     if (job.spec().checkpoint().storage() == v1::CheckpointSpec::SHARED_DIR) {
@@ -127,7 +131,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   RETURN_IF_ERROR(checkpoints->Recover(shared_jobs));
   auto scheduler = std::make_unique<Scheduler>(**jobs, nullptr, "");
   scheduler->set_resume_resolver([store = checkpoints.get()](const std::string& resume_from,
-                                                              std::vector<std::string>* skipped) {
+                                                             std::vector<std::string>* skipped) {
     const size_t colon = resume_from.find(':');
     int64_t step = 0;
     if (colon != std::string::npos) (void)absl::SimpleAtoi(resume_from.substr(colon + 1), &step);
@@ -138,21 +142,25 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   scheduler->Recover((*jobs)->List({v1::Job::RUNNING}, 0), options.recovery_grace);
   auto job_service = std::make_unique<JobServiceImpl>(**jobs, *scheduler, *auth, checkpoints.get());
   auto checkpoint_uploads = std::make_unique<CheckpointUploads>(
-      *checkpoints, [scheduler = scheduler.get()](const std::string& job_id, int64_t generation, int rank) {
+      *checkpoints,
+      [scheduler = scheduler.get()](const std::string& job_id, int64_t generation, int rank) {
         return scheduler->GrantUpload(job_id, generation, rank);
       });
-  auto checkpoint_service = std::make_unique<CheckpointServiceImpl>(*checkpoints, *checkpoint_uploads, *auth);
+  auto checkpoint_service =
+      std::make_unique<CheckpointServiceImpl>(*checkpoints, *checkpoint_uploads, *auth);
   std::unique_ptr<CheckpointDataServer> checkpoint_data;
   if (options.checkpoint_data_port < -1 || options.checkpoint_data_port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat("--checkpoint_data_port ", options.checkpoint_data_port,
-                                                   ": must be a port in [0, 65535], or -1 for none"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--checkpoint_data_port ", options.checkpoint_data_port,
+                     ": must be a port in [0, 65535], or -1 for none"));
   }
   if (options.checkpoint_data_port >= 0 && options.tls_cert.empty()) {
-    ASSIGN_OR_RETURN(checkpoint_data,
-                     CheckpointDataServer::Start(host, options.checkpoint_data_port, *checkpoint_uploads));
+    ASSIGN_OR_RETURN(checkpoint_data, CheckpointDataServer::Start(
+                                          host, options.checkpoint_data_port, *checkpoint_uploads));
     checkpoint_uploads->set_data_port(checkpoint_data->port());
   } else if (options.checkpoint_data_port >= 0) {
-    LOG(INFO) << "no checkpoint data port with TLS (it is plaintext): checkpoints are uploaded over gRPC";
+    LOG(INFO)
+        << "no checkpoint data port with TLS (it is plaintext): checkpoints are uploaded over gRPC";
   }
   auto agent_service = std::make_unique<AgentServiceImpl>(*scheduler, *auth);
   auto rank_service = std::make_unique<RankServiceImpl>(*scheduler, *auth);
@@ -166,9 +174,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     // it would always be on.
     if (dlopen("libgrpc++_reflection.so", RTLD_NOW | RTLD_GLOBAL) == nullptr &&
         dlopen("libgrpc++_reflection.so.1.51", RTLD_NOW | RTLD_GLOBAL) == nullptr) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "--enable_reflection: cannot load gRPC's reflection library (", dlerror(),
-          "); install libgrpc++-dev or run without --enable_reflection"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("--enable_reflection: cannot load gRPC's reflection library (", dlerror(),
+                       "); install libgrpc++-dev or run without --enable_reflection"));
     }
   }
   grpc::ServerBuilder builder;
@@ -188,19 +196,20 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || bound_port == 0) {
     return absl::UnavailableError(absl::StrCat(
-        "--listen ", options.listen,
-        ": cannot listen (is the port in use by another process?)"));
+        "--listen ", options.listen, ": cannot listen (is the port in use by another process?)"));
   }
   std::string address = FormatHostPort(host, bound_port);
   health->SetStatus("", grpc::health::v1::HealthCheckResponse::SERVING);
   LOG(INFO) << "coordinator listening on " << address << (options.tls_cert.empty() ? "" : " (TLS")
             << (options.tls_client_ca.empty() ? "" : ", client certificates required")
-            << (options.tls_cert.empty() ? "" : ")")
-            << (auth->enabled() ? ", tokens required" : "") << ", state in " << options.state_dir
-            << (checkpoint_data != nullptr ? absl::StrCat(", checkpoint data port ", checkpoint_data->port()) : "");
-  auto coordinator = std::unique_ptr<CoordinatorServer>(new CoordinatorServer(
-      std::move(health), std::move(kv), std::move(store_service), std::move(server), bound_port,
-      std::move(address), std::move(lock)));
+            << (options.tls_cert.empty() ? "" : ")") << (auth->enabled() ? ", tokens required" : "")
+            << ", state in " << options.state_dir
+            << (checkpoint_data != nullptr
+                    ? absl::StrCat(", checkpoint data port ", checkpoint_data->port())
+                    : "");
+  auto coordinator = std::unique_ptr<CoordinatorServer>(
+      new CoordinatorServer(std::move(health), std::move(kv), std::move(store_service),
+                            std::move(server), bound_port, std::move(address), std::move(lock)));
   coordinator->auth_ = std::move(auth);
   coordinator->state_ = std::move(*state);
   coordinator->checkpoints_ = std::move(checkpoints);
@@ -221,10 +230,14 @@ CoordinatorServer::CoordinatorServer(std::unique_ptr<HealthService> health,
                                      std::unique_ptr<KeyValueStore> kv,
                                      std::unique_ptr<StoreServiceImpl> store_service,
                                      std::unique_ptr<grpc::Server> server, int port,
-                                     std::string address,
-                                     std::unique_ptr<StateDirLock> lock)
-    : lock_(std::move(lock)), health_(std::move(health)), kv_(std::move(kv)), store_service_(std::move(store_service)),
-      server_(std::move(server)), port_(port), address_(std::move(address)) {}
+                                     std::string address, std::unique_ptr<StateDirLock> lock)
+    : lock_(std::move(lock)),
+      health_(std::move(health)),
+      kv_(std::move(kv)),
+      store_service_(std::move(store_service)),
+      server_(std::move(server)),
+      port_(port),
+      address_(std::move(address)) {}
 
 void CoordinatorServer::StartTicker() {
   ticker_ = std::thread([this] {

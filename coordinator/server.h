@@ -24,10 +24,9 @@
 #include <string>
 #include <thread>
 
-#include "absl/synchronization/mutex.h"
-
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
 namespace grpc {
@@ -89,8 +88,7 @@ class CoordinatorServer {
   // Validates `options`, locks the state directory and starts listening.
   // INVALID_ARGUMENT for a bad address, FAILED_PRECONDITION for an unusable
   // or locked state directory, UNAVAILABLE if the port cannot be bound.
-  static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(
-      const ServerOptions& options);
+  static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(const ServerOptions& options);
 
   CoordinatorServer(const CoordinatorServer&) = delete;
   CoordinatorServer& operator=(const CoordinatorServer&) = delete;

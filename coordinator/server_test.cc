@@ -21,7 +21,7 @@ std::string TempDir(const std::string& name) {
 }
 
 grpc::health::v1::HealthCheckResponse::ServingStatus Ping(const std::string& address,
-                                                           grpc::Status* status) {
+                                                          grpc::Status* status) {
   auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
   auto stub = grpc::health::v1::Health::NewStub(channel);
   grpc::ClientContext context;
@@ -42,8 +42,7 @@ TEST(CoordinatorServerTest, ServesHealthOnAnEphemeralPort) {
   EXPECT_EQ((*server)->address(), "127.0.0.1:" + std::to_string((*server)->port()));
 
   grpc::Status status;
-  EXPECT_EQ(Ping((*server)->address(), &status),
-            grpc::health::v1::HealthCheckResponse::SERVING);
+  EXPECT_EQ(Ping((*server)->address(), &status), grpc::health::v1::HealthCheckResponse::SERVING);
   EXPECT_TRUE(status.ok()) << status.error_message();
 
   (*server)->Shutdown(absl::Seconds(1));
@@ -195,7 +194,8 @@ absl::StatusOr<std::string> ListServicesByReflection(const std::string& address)
   grpc::CompletionQueue cq;
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  auto call = stub.PrepareCall(&context, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
+  auto call = stub.PrepareCall(
+      &context, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
   auto wait = [&cq](intptr_t want) {
     void* tag = nullptr;
     bool ok = false;
@@ -220,7 +220,8 @@ absl::StatusOr<std::string> ListServicesByReflection(const std::string& address)
     if (wait(3)) {
       std::vector<grpc::Slice> slices;
       (void)in.Dump(&slices);
-      for (const grpc::Slice& piece : slices) response.append(reinterpret_cast<const char*>(piece.begin()), piece.size());
+      for (const grpc::Slice& piece : slices)
+        response.append(reinterpret_cast<const char*>(piece.begin()), piece.size());
     }
   }
   call->WritesDone(reinterpret_cast<void*>(4));
@@ -244,7 +245,8 @@ TEST(CoordinatorServerTest, ReflectionOnlyWhenAskedFor) {
   auto plain = CoordinatorServer::Start(options);
   ASSERT_TRUE(plain.ok()) << plain.status();
   absl::StatusOr<std::string> off = ListServicesByReflection((*plain)->address());
-  EXPECT_EQ(off.status().code(), absl::StatusCode::kUnimplemented) << "reflection is off by default";
+  EXPECT_EQ(off.status().code(), absl::StatusCode::kUnimplemented)
+      << "reflection is off by default";
   (*plain)->Shutdown(absl::ZeroDuration());
   (*plain)->Wait();
 

@@ -21,13 +21,15 @@ absl::StatusOr<std::unique_ptr<StateDirLock>> StateDirLock::Acquire(const std::s
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) {
-    return absl::FailedPreconditionError(absl::StrCat("--state_dir ", dir, ": cannot create: ", ec.message()));
+    return absl::FailedPreconditionError(
+        absl::StrCat("--state_dir ", dir, ": cannot create: ", ec.message()));
   }
   const std::string lock_path = dir + "/LOCK";
   const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) {
-    return absl::FailedPreconditionError(absl::StrCat("--state_dir ", dir, ": cannot open ", lock_path, ": ",
-                                                      std::strerror(errno), " (is the directory writable?)"));
+    return absl::FailedPreconditionError(absl::StrCat("--state_dir ", dir, ": cannot open ",
+                                                      lock_path, ": ", std::strerror(errno),
+                                                      " (is the directory writable?)"));
   }
   // From here on the descriptor belongs to `lock`: every early return closes it.
   std::unique_ptr<StateDirLock> lock(new StateDirLock(dir, fd));
@@ -40,9 +42,10 @@ absl::StatusOr<std::unique_ptr<StateDirLock>> StateDirLock::Acquire(const std::s
                      "; stop it or choose another --state_dir"));
   }
   const std::string pid = std::to_string(::getpid());
-  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("--state_dir ", dir, ": cannot write ", lock_path, ": ", std::strerror(errno)));
+  if (::ftruncate(fd, 0) != 0 ||
+      ::pwrite(fd, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
+    return absl::FailedPreconditionError(absl::StrCat("--state_dir ", dir, ": cannot write ",
+                                                      lock_path, ": ", std::strerror(errno)));
   }
   return lock;
 }

@@ -39,8 +39,8 @@ TEST(StateDirLockTest, SecondLockFailsNamingTheDirectoryAndTheHolder) {
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(second.status().message(),
-              HasSubstr(absl::StrCat("--state_dir ", dir, " is in use by another coordinator (pid ", ::getpid(),
-                                     "); stop it or choose another --state_dir")));
+              HasSubstr(absl::StrCat("--state_dir ", dir, " is in use by another coordinator (pid ",
+                                     ::getpid(), "); stop it or choose another --state_dir")));
 }
 
 TEST(StateDirLockTest, SecondLockWithoutARecordedHolderOmitsThePid) {
@@ -52,7 +52,8 @@ TEST(StateDirLockTest, SecondLockWithoutARecordedHolderOmitsThePid) {
   auto second = StateDirLock::Acquire(dir);
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.status().message(),
-            absl::StrCat("--state_dir ", dir, " is in use by another coordinator; stop it or choose another "
+            absl::StrCat("--state_dir ", dir,
+                         " is in use by another coordinator; stop it or choose another "
                          "--state_dir"));
 }
 
@@ -72,7 +73,8 @@ TEST(StateDirLockTest, EmptyAndUncreatableDirectories) {
   EXPECT_EQ(empty.status().message(), "--state_dir must not be empty");
   auto proc = StateDirLock::Acquire("/proc/chorus-cannot-exist");
   EXPECT_EQ(proc.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(proc.status().message(), HasSubstr("--state_dir /proc/chorus-cannot-exist: cannot create"));
+  EXPECT_THAT(proc.status().message(),
+              HasSubstr("--state_dir /proc/chorus-cannot-exist: cannot create"));
 }
 
 }  // namespace

@@ -46,7 +46,8 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const std::string& 
     return absl::FailedPreconditionError(absl::StrCat("state directory ", dir, ": ", ec.message()));
   }
   sqlite3* db = nullptr;
-  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
+  if (sqlite3_open_v2(path.c_str(), &db,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
                       nullptr) != SQLITE_OK) {
     std::string message = db ? sqlite3_errmsg(db) : "out of memory";
     sqlite3_close(db);
@@ -92,11 +93,13 @@ absl::Status StateStore::SaveJob(const v1::Job& job) {
   const std::string blob = job.SerializeAsString();
   absl::MutexLock lock(&mu_);
   Statement st;
-  if (sqlite3_prepare_v2(db_, "INSERT OR REPLACE INTO jobs (job_id, submit_time_us, job) VALUES (?, ?, ?)",
-                         -1, &st.stmt, nullptr) != SQLITE_OK) {
+  if (sqlite3_prepare_v2(
+          db_, "INSERT OR REPLACE INTO jobs (job_id, submit_time_us, job) VALUES (?, ?, ?)", -1,
+          &st.stmt, nullptr) != SQLITE_OK) {
     return Error("prepare");
   }
-  sqlite3_bind_text(st.stmt, 1, job.job_id().data(), static_cast<int>(job.job_id().size()), SQLITE_TRANSIENT);
+  sqlite3_bind_text(st.stmt, 1, job.job_id().data(), static_cast<int>(job.job_id().size()),
+                    SQLITE_TRANSIENT);
   sqlite3_bind_int64(st.stmt, 2, job.submit_time_us());
   sqlite3_bind_blob(st.stmt, 3, blob.data(), static_cast<int>(blob.size()), SQLITE_TRANSIENT);
   if (sqlite3_step(st.stmt) != SQLITE_DONE) return Error("saving job " + job.job_id());
@@ -107,8 +110,8 @@ absl::Status StateStore::AppendEvent(const v1::JobEvent& event) {
   const std::string blob = event.SerializeAsString();
   absl::MutexLock lock(&mu_);
   Statement st;
-  if (sqlite3_prepare_v2(db_, "INSERT INTO events (job_id, seq, event) VALUES (?, ?, ?)", -1, &st.stmt,
-                         nullptr) != SQLITE_OK) {
+  if (sqlite3_prepare_v2(db_, "INSERT INTO events (job_id, seq, event) VALUES (?, ?, ?)", -1,
+                         &st.stmt, nullptr) != SQLITE_OK) {
     return Error("prepare");
   }
   sqlite3_bind_text(st.stmt, 1, event.job_id().data(), static_cast<int>(event.job_id().size()),
@@ -132,7 +135,8 @@ absl::StatusOr<std::vector<v1::Job>> StateStore::LoadJobs() {
     v1::Job job;
     const void* data = sqlite3_column_blob(st.stmt, 0);
     if (!job.ParseFromArray(data, sqlite3_column_bytes(st.stmt, 0))) {
-      return absl::DataLossError(absl::StrCat("state database ", path_, ": a job record is corrupt"));
+      return absl::DataLossError(
+          absl::StrCat("state database ", path_, ": a job record is corrupt"));
     }
     jobs.push_back(std::move(job));
   }
@@ -144,8 +148,8 @@ absl::StatusOr<std::vector<v1::JobEvent>> StateStore::LoadEvents(const std::stri
                                                                  int64_t after_seq) {
   absl::MutexLock lock(&mu_);
   Statement st;
-  if (sqlite3_prepare_v2(db_, "SELECT event FROM events WHERE job_id = ? AND seq > ? ORDER BY seq", -1,
-                         &st.stmt, nullptr) != SQLITE_OK) {
+  if (sqlite3_prepare_v2(db_, "SELECT event FROM events WHERE job_id = ? AND seq > ? ORDER BY seq",
+                         -1, &st.stmt, nullptr) != SQLITE_OK) {
     return Error("prepare");
   }
   sqlite3_bind_text(st.stmt, 1, job_id.data(), static_cast<int>(job_id.size()), SQLITE_TRANSIENT);
@@ -155,7 +159,8 @@ absl::StatusOr<std::vector<v1::JobEvent>> StateStore::LoadEvents(const std::stri
   while ((rc = sqlite3_step(st.stmt)) == SQLITE_ROW) {
     v1::JobEvent event;
     if (!event.ParseFromArray(sqlite3_column_blob(st.stmt, 0), sqlite3_column_bytes(st.stmt, 0))) {
-      return absl::DataLossError(absl::StrCat("state database ", path_, ": an event record is corrupt"));
+      return absl::DataLossError(
+          absl::StrCat("state database ", path_, ": an event record is corrupt"));
     }
     events.push_back(std::move(event));
   }
@@ -167,36 +172,41 @@ absl::Status StateStore::SaveManifest(const v1::CheckpointManifest& manifest) {
   const std::string blob = manifest.SerializeAsString();
   absl::MutexLock lock(&mu_);
   Statement st;
-  if (sqlite3_prepare_v2(db_, "INSERT OR REPLACE INTO checkpoints (job_id, step, manifest) VALUES (?, ?, ?)", -1,
-                         &st.stmt, nullptr) != SQLITE_OK) {
+  if (sqlite3_prepare_v2(
+          db_, "INSERT OR REPLACE INTO checkpoints (job_id, step, manifest) VALUES (?, ?, ?)", -1,
+          &st.stmt, nullptr) != SQLITE_OK) {
     return Error("prepare");
   }
-  sqlite3_bind_text(st.stmt, 1, manifest.job_id().data(), static_cast<int>(manifest.job_id().size()),
-                    SQLITE_TRANSIENT);
+  sqlite3_bind_text(st.stmt, 1, manifest.job_id().data(),
+                    static_cast<int>(manifest.job_id().size()), SQLITE_TRANSIENT);
   sqlite3_bind_int64(st.stmt, 2, manifest.step());
   sqlite3_bind_blob(st.stmt, 3, blob.data(), static_cast<int>(blob.size()), SQLITE_TRANSIENT);
-  if (sqlite3_step(st.stmt) != SQLITE_DONE) return Error("saving a checkpoint manifest of " + manifest.job_id());
+  if (sqlite3_step(st.stmt) != SQLITE_DONE)
+    return Error("saving a checkpoint manifest of " + manifest.job_id());
   return absl::OkStatus();
 }
 
 absl::Status StateStore::DeleteManifest(const std::string& job_id, int64_t step) {
   absl::MutexLock lock(&mu_);
   Statement st;
-  if (sqlite3_prepare_v2(db_, "DELETE FROM checkpoints WHERE job_id = ? AND step = ?", -1, &st.stmt, nullptr) !=
-      SQLITE_OK) {
+  if (sqlite3_prepare_v2(db_, "DELETE FROM checkpoints WHERE job_id = ? AND step = ?", -1, &st.stmt,
+                         nullptr) != SQLITE_OK) {
     return Error("prepare");
   }
   sqlite3_bind_text(st.stmt, 1, job_id.data(), static_cast<int>(job_id.size()), SQLITE_TRANSIENT);
   sqlite3_bind_int64(st.stmt, 2, step);
-  if (sqlite3_step(st.stmt) != SQLITE_DONE) return Error("deleting a checkpoint manifest of " + job_id);
+  if (sqlite3_step(st.stmt) != SQLITE_DONE)
+    return Error("deleting a checkpoint manifest of " + job_id);
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<v1::CheckpointManifest>> StateStore::LoadManifests(const std::string& job_id) {
+absl::StatusOr<std::vector<v1::CheckpointManifest>> StateStore::LoadManifests(
+    const std::string& job_id) {
   absl::MutexLock lock(&mu_);
   Statement st;
-  const char* sql = job_id.empty() ? "SELECT manifest FROM checkpoints ORDER BY job_id, step"
-                                   : "SELECT manifest FROM checkpoints WHERE job_id = ? ORDER BY step";
+  const char* sql = job_id.empty()
+                        ? "SELECT manifest FROM checkpoints ORDER BY job_id, step"
+                        : "SELECT manifest FROM checkpoints WHERE job_id = ? ORDER BY step";
   if (sqlite3_prepare_v2(db_, sql, -1, &st.stmt, nullptr) != SQLITE_OK) return Error("prepare");
   if (!job_id.empty()) {
     sqlite3_bind_text(st.stmt, 1, job_id.data(), static_cast<int>(job_id.size()), SQLITE_TRANSIENT);
@@ -206,7 +216,8 @@ absl::StatusOr<std::vector<v1::CheckpointManifest>> StateStore::LoadManifests(co
   while ((rc = sqlite3_step(st.stmt)) == SQLITE_ROW) {
     v1::CheckpointManifest m;
     if (!m.ParseFromArray(sqlite3_column_blob(st.stmt, 0), sqlite3_column_bytes(st.stmt, 0))) {
-      return absl::DataLossError(absl::StrCat("state database ", path_, ": a checkpoint manifest is corrupt"));
+      return absl::DataLossError(
+          absl::StrCat("state database ", path_, ": a checkpoint manifest is corrupt"));
     }
     out.push_back(std::move(m));
   }

@@ -42,7 +42,8 @@ class StateStore {
   // Every job, oldest first.
   absl::StatusOr<std::vector<v1::Job>> LoadJobs();
   // Events of `job_id` with seq > after_seq, in order.
-  absl::StatusOr<std::vector<v1::JobEvent>> LoadEvents(const std::string& job_id, int64_t after_seq);
+  absl::StatusOr<std::vector<v1::JobEvent>> LoadEvents(const std::string& job_id,
+                                                       int64_t after_seq);
 
   // Committed checkpoint manifests, one per (job_id, step).
   absl::Status SaveManifest(const v1::CheckpointManifest& manifest);

@@ -1,7 +1,7 @@
 #include "coordinator/store_service.h"
 
-#include <optional>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 

@@ -54,8 +54,8 @@ class StoreServiceTest : public ::testing::Test {
     return stub.Set(&context, request, &response);
   }
 
-  grpc::Status Get(v1::StoreService::Stub& stub, const std::string& ns, const std::string& key, double wait_seconds,
-                   std::string* value) {
+  grpc::Status Get(v1::StoreService::Stub& stub, const std::string& ns, const std::string& key,
+                   double wait_seconds, std::string* value) {
     v1::StoreGetRequest request;
     request.set_ns(ns);
     request.set_key(key);
@@ -68,8 +68,8 @@ class StoreServiceTest : public ::testing::Test {
     return status;
   }
 
-  grpc::Status Add(v1::StoreService::Stub& stub, const std::string& ns, const std::string& key, int64_t delta,
-                   int64_t* value) {
+  grpc::Status Add(v1::StoreService::Stub& stub, const std::string& ns, const std::string& key,
+                   int64_t delta, int64_t* value) {
     v1::StoreAddRequest request;
     request.set_ns(ns);
     request.set_key(key);
@@ -82,8 +82,8 @@ class StoreServiceTest : public ::testing::Test {
     return status;
   }
 
-  grpc::Status Wait(v1::StoreService::Stub& stub, const std::string& ns, const std::vector<std::string>& keys,
-                    double wait_seconds) {
+  grpc::Status Wait(v1::StoreService::Stub& stub, const std::string& ns,
+                    const std::vector<std::string>& keys, double wait_seconds) {
     v1::StoreWaitRequest request;
     request.set_ns(ns);
     for (const std::string& key : keys) request.add_keys(key);
@@ -110,7 +110,8 @@ TEST_F(StoreServiceTest, SetGetAddAcrossClients) {
   EXPECT_EQ(count, 2);
   ASSERT_TRUE(Add(*other, "job-1/gen-0", "count", 5, &count).ok());
   EXPECT_EQ(count, 7);
-  EXPECT_EQ(Add(*stub_, "job-1/gen-0", "addr/0", 1, &count).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Add(*stub_, "job-1/gen-0", "addr/0", 1, &count).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
 }
 
 TEST_F(StoreServiceTest, NamespacesAreIsolated) {

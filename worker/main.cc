@@ -5,8 +5,8 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <pthread.h>
-#include <sys/socket.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -48,9 +48,11 @@ struct AgentFlags {
 // socket is "connected" (no packet is sent) and asked for its own address.
 absl::StatusOr<std::string> LocalAddressTowards(const std::string& coordinator) {
   absl::StatusOr<chorus::HostPort> address = chorus::ParseHostPort(coordinator);
-  if (!address.ok()) return absl::InvalidArgumentError(absl::StrCat("--coordinator: ", address.status().message()));
+  if (!address.ok())
+    return absl::InvalidArgumentError(absl::StrCat("--coordinator: ", address.status().message()));
   const std::string& host = address->host;
-  if (host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1") return std::string("127.0.0.1");
+  if (host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1")
+    return std::string("127.0.0.1");
   addrinfo hints{};
   hints.ai_socktype = SOCK_DGRAM;
   addrinfo* found = nullptr;
@@ -64,15 +66,17 @@ absl::StatusOr<std::string> LocalAddressTowards(const std::string& coordinator) 
     socklen_t len = sizeof(local);
     char text[INET6_ADDRSTRLEN] = {0};
     if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
-      const void* raw = local.ss_family == AF_INET
-                            ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr)
-                            : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr);
+      const void* raw =
+          local.ss_family == AF_INET
+              ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr)
+              : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr);
       if (inet_ntop(local.ss_family, raw, text, sizeof(text)) != nullptr) result = text;
     }
   }
   if (fd >= 0) close(fd);
   freeaddrinfo(found);
-  if (result.empty()) return absl::UnavailableError("no local address routes to the coordinator host " + host);
+  if (result.empty())
+    return absl::UnavailableError("no local address routes to the coordinator host " + host);
   return result;
 }
 
@@ -121,8 +125,10 @@ int main(int argc, char** argv) {
   app.add_option("--token_file", flags.token_file,
                  "File holding a worker (or admin) token, for a coordinator started with "
                  "--token_file (or set CHORUS_TOKEN / CHORUS_TOKEN_FILE). Ranks get it too.");
-  app.add_option("--tls_ca", flags.tls_ca, "PEM CA bundle to verify a TLS coordinator (or CHORUS_TLS_CA).");
-  app.add_option("--tls_cert", flags.tls_cert, "PEM client certificate for mTLS (or CHORUS_TLS_CERT).");
+  app.add_option("--tls_ca", flags.tls_ca,
+                 "PEM CA bundle to verify a TLS coordinator (or CHORUS_TLS_CA).");
+  app.add_option("--tls_cert", flags.tls_cert,
+                 "PEM client certificate for mTLS (or CHORUS_TLS_CERT).");
   app.add_option("--tls_key", flags.tls_key, "PEM key of --tls_cert (or CHORUS_TLS_KEY).");
   app.add_option("-v,--verbosity", flags.verbosity, "glog VLOG level.")->capture_default_str();
   app.set_version_flag("--version", std::string(chorus::kVersion));
@@ -134,8 +140,8 @@ int main(int argc, char** argv) {
   }
   chorus::InitLogging(argv[0], flags.verbosity);
 
-  const auto device = flags.device == "cuda" ? chorus::v1::ResourceSpec::CUDA
-                                             : chorus::v1::ResourceSpec::CPU;
+  const auto device =
+      flags.device == "cuda" ? chorus::v1::ResourceSpec::CUDA : chorus::v1::ResourceSpec::CPU;
   if (absl::Status s = chorus::CheckDevice(device, flags.slots); !s.ok()) {
     std::cerr << "chorus-worker: " << s.message() << "\n";
     return 2;
@@ -150,8 +156,9 @@ int main(int argc, char** argv) {
   // credentials (the token by value, TLS files by absolute path).
   if (!security->token.empty()) setenv("CHORUS_TOKEN", security->token.c_str(), 1);
   unsetenv("CHORUS_TOKEN_FILE");
-  for (const auto& [flag, env] : {std::pair{&flags.tls_ca, "CHORUS_TLS_CA"}, std::pair{&flags.tls_cert, "CHORUS_TLS_CERT"},
-                                  std::pair{&flags.tls_key, "CHORUS_TLS_KEY"}}) {
+  for (const auto& [flag, env] :
+       {std::pair{&flags.tls_ca, "CHORUS_TLS_CA"}, std::pair{&flags.tls_cert, "CHORUS_TLS_CERT"},
+        std::pair{&flags.tls_key, "CHORUS_TLS_KEY"}}) {
     if (!flag->empty()) setenv(env, std::filesystem::absolute(*flag).c_str(), 1);
   }
   chorus::ConfigureClient(*std::move(security));

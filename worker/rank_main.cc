@@ -54,10 +54,18 @@ void ToProto(const FlightRecord& r, v1::CollectiveRecord& out) {
   fp->set_bytes(r.fingerprint.bytes());
   for (int g : r.fingerprint.group) fp->add_group(g);
   switch (r.state) {
-    case OpState::kEnqueued: out.set_state(v1::CollectiveRecord::ENQUEUED); break;
-    case OpState::kStarted: out.set_state(v1::CollectiveRecord::STARTED); break;
-    case OpState::kCompleted: out.set_state(v1::CollectiveRecord::COMPLETED); break;
-    default: out.set_state(v1::CollectiveRecord::FAILED); break;
+    case OpState::kEnqueued:
+      out.set_state(v1::CollectiveRecord::ENQUEUED);
+      break;
+    case OpState::kStarted:
+      out.set_state(v1::CollectiveRecord::STARTED);
+      break;
+    case OpState::kCompleted:
+      out.set_state(v1::CollectiveRecord::COMPLETED);
+      break;
+    default:
+      out.set_state(v1::CollectiveRecord::FAILED);
+      break;
   }
   auto us = [](absl::Time t) { return t == absl::InfinitePast() ? 0 : absl::ToUnixMicros(t); };
   out.set_enqueued_us(us(r.enqueued));
@@ -67,8 +75,8 @@ void ToProto(const FlightRecord& r, v1::CollectiveRecord& out) {
 
 // What the coordinator hears from this rank every second: where training
 // is, and the communicator's recent collectives (the hang detector's input).
-v1::RankHeartbeat ComposeHeartbeat(const v1::JoinResponse& joined, const std::string& job_id, const Communicator& comm,
-                                   const TrainingProgress& progress) {
+v1::RankHeartbeat ComposeHeartbeat(const v1::JoinResponse& joined, const std::string& job_id,
+                                   const Communicator& comm, const TrainingProgress& progress) {
   v1::RankHeartbeat hb;
   hb.set_job_id(job_id);
   hb.set_generation(joined.generation());
@@ -124,10 +132,12 @@ int Run() {
   const std::string job_id = Env("CHORUS_JOB_ID");
   int64_t generation = 0;
   int slot = -1;
-  if (coordinator.empty() || job_id.empty() || !absl::SimpleAtoi(Env("CHORUS_GENERATION"), &generation) ||
+  if (coordinator.empty() || job_id.empty() ||
+      !absl::SimpleAtoi(Env("CHORUS_GENERATION"), &generation) ||
       !absl::SimpleAtoi(Env("CHORUS_SLOT"), &slot)) {
-    return Fail("CHORUS_COORDINATOR, CHORUS_JOB_ID, CHORUS_GENERATION and CHORUS_SLOT must be set; "
-                "chorus-rank is started by chorus-worker, not by hand");
+    return Fail(
+        "CHORUS_COORDINATOR, CHORUS_JOB_ID, CHORUS_GENERATION and CHORUS_SLOT must be set; "
+        "chorus-rank is started by chorus-worker, not by hand");
   }
   // Credentials come from the agent through the environment (CHORUS_TOKEN,
   // CHORUS_TLS_CA, CHORUS_TLS_CERT, CHORUS_TLS_KEY).
@@ -199,12 +209,14 @@ int Run() {
   // The data port is on the coordinator's host; a target that is not
   // HOST:PORT (unix:, dns:///...) gets none and uploads over gRPC.
   absl::StatusOr<HostPort> coordinator_address = ParseHostPort(coordinator);
-  CoordinatorCheckpointStorage to_coordinator(channel, job_id, joined.generation(), joined.rank(),
-                                              coordinator_address.ok() ? coordinator_address->host : "");
+  CoordinatorCheckpointStorage to_coordinator(
+      channel, job_id, joined.generation(), joined.rank(),
+      coordinator_address.ok() ? coordinator_address->host : "");
   std::unique_ptr<SharedDirCheckpointStorage> to_shared_dir;
   if (joined.spec().checkpoint().storage() == v1::CheckpointSpec::SHARED_DIR) {
-    absl::StatusOr<std::unique_ptr<SharedDirCheckpointStorage>> storage = SharedDirCheckpointStorage::Create(
-        channel, joined.spec().checkpoint().shared_dir(), job_id, joined.generation(), joined.rank());
+    absl::StatusOr<std::unique_ptr<SharedDirCheckpointStorage>> storage =
+        SharedDirCheckpointStorage::Create(channel, joined.spec().checkpoint().shared_dir(), job_id,
+                                           joined.generation(), joined.rank());
     if (!storage.ok()) {
       (*comm)->Abort(storage.status().message());
       return Fail(std::string(storage.status().message()));
@@ -212,8 +224,9 @@ int Run() {
     to_shared_dir = *std::move(storage);
   }
   TrainOptions train_options;
-  train_options.checkpoints = to_shared_dir != nullptr ? static_cast<CheckpointStorage*>(to_shared_dir.get())
-                                                       : &to_coordinator;
+  train_options.checkpoints = to_shared_dir != nullptr
+                                  ? static_cast<CheckpointStorage*>(to_shared_dir.get())
+                                  : &to_coordinator;
   train_options.resume = joined.resume();
   if (!joined.resume().job_id().empty() && joined.rank() == 0) {
     LOG(INFO) << job_id << ": resuming from checkpoint " << joined.resume().job_id() << " step "
@@ -221,7 +234,8 @@ int Run() {
   }
   absl::StatusOr<v1::Metrics> result;
   {
-    HeartbeatStream heartbeats(*ranks, [&] { return ComposeHeartbeat(joined, job_id, **comm, progress); });
+    HeartbeatStream heartbeats(*ranks,
+                               [&] { return ComposeHeartbeat(joined, job_id, **comm, progress); });
     result = Train(
         joined.spec(), **comm, [&](const v1::Metrics& m) { report(m, false, absl::OkStatus()); },
         &progress, train_options);

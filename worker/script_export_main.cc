@@ -9,15 +9,15 @@
 // in the state dict with the same shape and dtype. Writes OUT.pt atomically;
 // torch.jit.load reads it. Exit 0 on success, 1 with a message otherwise.
 
+#include <torch/csrc/jit/serialization/pickle.h>
+#include <torch/script.h>
+
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <iterator>
 #include <map>
 #include <string>
-
-#include <torch/csrc/jit/serialization/pickle.h>
-#include <torch/script.h>
 
 namespace {
 
@@ -30,10 +30,14 @@ int Main(int argc, char** argv) {
   std::string module_path, state_path, output;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
-    if (flag == "--module") module_path = argv[i + 1];
-    else if (flag == "--state") state_path = argv[i + 1];
-    else if (flag == "--output") output = argv[i + 1];
-    else return Fail("unknown flag " + flag);
+    if (flag == "--module")
+      module_path = argv[i + 1];
+    else if (flag == "--state")
+      state_path = argv[i + 1];
+    else if (flag == "--output")
+      output = argv[i + 1];
+    else
+      return Fail("unknown flag " + flag);
   }
   if (module_path.empty() || state_path.empty() || output.empty()) {
     return Fail("usage: chorus-script-export --module MODULE.pt --state model.pt --output OUT.pt");
@@ -49,7 +53,8 @@ int Main(int argc, char** argv) {
   std::map<std::string, at::Tensor> state;
   try {
     c10::IValue value = torch::jit::pickle_load(bytes);
-    for (const auto& item : value.toGenericDict()) state[item.key().toStringRef()] = item.value().toTensor();
+    for (const auto& item : value.toGenericDict())
+      state[item.key().toStringRef()] = item.value().toTensor();
   } catch (const std::exception& e) {
     return Fail("cannot read the checkpoint's state dict " + state_path + ": " + e.what());
   }
@@ -57,12 +62,14 @@ int Main(int argc, char** argv) {
   auto load = [&](const std::string& name, at::Tensor target) -> bool {
     auto it = state.find(name);
     if (it == state.end()) {
-      Fail("the checkpoint has no tensor \"" + name + "\" of the module: was it trained from " + module_path + "?");
+      Fail("the checkpoint has no tensor \"" + name + "\" of the module: was it trained from " +
+           module_path + "?");
       return false;
     }
     if (it->second.sizes() != target.sizes() || it->second.scalar_type() != target.scalar_type()) {
-      Fail("checkpoint tensor \"" + name + "\" is " + c10::str(it->second.sizes()) + ", the module's is " +
-           c10::str(target.sizes()) + ": the module file changed since training");
+      Fail("checkpoint tensor \"" + name + "\" is " + c10::str(it->second.sizes()) +
+           ", the module's is " + c10::str(target.sizes()) +
+           ": the module file changed since training");
       return false;
     }
     target.copy_(it->second);

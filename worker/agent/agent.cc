@@ -1,8 +1,8 @@
 #include "worker/agent/agent.h"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <poll.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -28,7 +28,6 @@ namespace {
 constexpr size_t kTailLines = 20;
 constexpr size_t kLogBatchLines = 256;
 constexpr absl::Duration kLogFlushInterval = absl::Milliseconds(250);
-
 
 }  // namespace
 
@@ -71,7 +70,8 @@ void Agent::Send(const v1::AgentMessage& message) {
   // Output lines are best effort (the local log has them too); a rank's
   // exit is kept and sent after reconnecting.
   if ((stream == nullptr || !stream->Write(message)) && !message.has_logs()) {
-    LOG(WARNING) << "coordinator unreachable; will report after reconnecting: " << message.ShortDebugString();
+    LOG(WARNING) << "coordinator unreachable; will report after reconnecting: "
+                 << message.ShortDebugString();
     absl::MutexLock lock(&mu_);
     unsent_.push_back(message);
   }
@@ -119,8 +119,10 @@ absl::Status Agent::Run() {
         stream_ = stream.get();
       }
       LOG(INFO) << "connected to " << options_.coordinator << " as " << message.welcome().agent_id()
-                << " with " << options_.slots << " slot(s)" << (h->running_size() > 0 ? absl::StrCat(
-                       ", ", h->running_size(), " rank(s) still running") : "");
+                << " with " << options_.slots << " slot(s)"
+                << (h->running_size() > 0
+                        ? absl::StrCat(", ", h->running_size(), " rank(s) still running")
+                        : "");
       disconnected_since = absl::InfiniteFuture();
       std::vector<v1::AgentMessage> unsent;
       {
@@ -133,7 +135,8 @@ absl::Status Agent::Run() {
           Launch(message.launch());
         } else if (message.has_checkpoint()) {
           SignalRanks(message.checkpoint().job_id(),
-                      std::vector<int>(message.checkpoint().slots().begin(), message.checkpoint().slots().end()),
+                      std::vector<int>(message.checkpoint().slots().begin(),
+                                       message.checkpoint().slots().end()),
                       SIGUSR1);
         } else if (message.has_stop()) {
           StopRanks(message.stop().job_id(),
@@ -159,7 +162,8 @@ absl::Status Agent::Run() {
           absl::FormatDuration(options_.connect_timeout), ": ", status.error_message()));
     }
     if (welcomed) {
-      LOG(WARNING) << "lost the coordinator (" << status.error_message() << "); reconnecting, ranks keep "
+      LOG(WARNING) << "lost the coordinator (" << status.error_message()
+                   << "); reconnecting, ranks keep "
                    << "running for up to " << absl::FormatDuration(options_.reconnect_window);
       disconnected_since = absl::Now();
     }
@@ -192,7 +196,8 @@ void Agent::Launch(const v1::LaunchRanks& launch) {
                 env.end());
       env.push_back(key + "=" + value);
     };
-    set("CHORUS_COORDINATOR", launch.coordinator().empty() ? options_.coordinator : launch.coordinator());
+    set("CHORUS_COORDINATOR",
+        launch.coordinator().empty() ? options_.coordinator : launch.coordinator());
     set("CHORUS_JOB_ID", launch.job_id());
     set("CHORUS_GENERATION", std::to_string(launch.generation()));
     set("CHORUS_AGENT_ID", agent_id);
@@ -223,7 +228,8 @@ void Agent::Launch(const v1::LaunchRanks& launch) {
     // checkpoint`) would kill a rank that has not yet installed its handler
     // (loading its libraries takes a while), so it stays pending until
     // chorus-rank's main has and unblocks it.
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    posix_spawnattr_setflags(
+        &attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
     posix_spawnattr_setpgroup(&attr, 0);
     sigset_t blocked, defaults;
     sigemptyset(&blocked);
@@ -246,7 +252,8 @@ void Agent::Launch(const v1::LaunchRanks& launch) {
       e->set_job_id(launch.job_id());
       e->set_slot(rank.slot());
       e->set_exit_code(127);
-      e->add_stderr_tail(absl::StrCat("chorus-worker could not start ", binary, ": ", std::strerror(rc)));
+      e->add_stderr_tail(
+          absl::StrCat("chorus-worker could not start ", binary, ": ", std::strerror(rc)));
       Send(exited);
       continue;
     }
@@ -317,7 +324,8 @@ void Agent::Monitor(std::shared_ptr<Child> child, int fd) {
   // Nothing of the rank may outlive it: its process group goes too.
   kill(-child->pid, SIGKILL);
   LOG(INFO) << child->job_id << ": slot " << child->slot << " (pid " << child->pid
-            << ") exited with " << (code < 0 ? absl::StrCat("signal ", -code) : absl::StrCat("code ", code));
+            << ") exited with "
+            << (code < 0 ? absl::StrCat("signal ", -code) : absl::StrCat("code ", code));
   v1::AgentMessage exited;
   v1::RankExited* e = exited.mutable_rank_exited();
   e->set_job_id(child->job_id);
@@ -340,17 +348,20 @@ std::vector<pid_t> Agent::RankPids(const std::string& job_id, const std::vector<
   std::vector<pid_t> pids;
   for (const auto& [pid, child] : children_) {
     if (!job_id.empty() && child->job_id != job_id) continue;
-    if (!slots.empty() && std::find(slots.begin(), slots.end(), child->slot) == slots.end()) continue;
+    if (!slots.empty() && std::find(slots.begin(), slots.end(), child->slot) == slots.end())
+      continue;
     pids.push_back(pid);
   }
   return pids;
 }
 
 void Agent::SignalRanks(const std::string& job_id, const std::vector<int>& slots, int signal) {
-  for (pid_t pid : RankPids(job_id, slots)) kill(pid, signal);  // the rank process only, not its process group
+  for (pid_t pid : RankPids(job_id, slots))
+    kill(pid, signal);  // the rank process only, not its process group
 }
 
-void Agent::StopRanks(const std::string& job_id, const std::vector<int>& slots, absl::Duration grace) {
+void Agent::StopRanks(const std::string& job_id, const std::vector<int>& slots,
+                      absl::Duration grace) {
   const std::vector<pid_t> pids = RankPids(job_id, slots);
   if (pids.empty()) return;
   for (pid_t pid : pids) kill(-pid, SIGTERM);
@@ -361,7 +372,8 @@ void Agent::StopRanks(const std::string& job_id, const std::vector<int>& slots, 
     while (absl::Now() < deadline) {
       {
         absl::MutexLock lock(&mu_);
-        if (std::none_of(pids.begin(), pids.end(), [&](pid_t p) { return children_.count(p) > 0; })) return;
+        if (std::none_of(pids.begin(), pids.end(), [&](pid_t p) { return children_.count(p) > 0; }))
+          return;
       }
       absl::SleepFor(absl::Milliseconds(50));
     }

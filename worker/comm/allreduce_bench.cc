@@ -8,14 +8,15 @@
 // For 1, 100 and 25 MB of float32 it alternates raw, ours (shared memory, as
 // both ranks share this host) and ours over TCP, each started after a barrier,
 // and prints one DESIGN.md §8 JSON line per size (25 MB last) with the median
-// time per all-reduce after 8 warm-up rounds; ratio = ours (shared memory) / raw. The TCP figure goes
-// to stderr.
+// time per all-reduce after 8 warm-up rounds; ratio = ours (shared memory) / raw. The TCP figure
+// goes to stderr.
 
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <spawn.h>
 #include <sys/wait.h>
-#include <unistd.h>
-
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -23,9 +24,6 @@
 #include <iostream>
 #include <string>
 #include <vector>
-
-#include <ATen/ATen.h>
-#include <ATen/Parallel.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -140,8 +138,9 @@ int RunRank(int rank, const std::string& store_dir, double iters_scale, size_t s
       c0 = ProcessCpuMs();
       f0 = MinorPageFaults();
       t0 = absl::Now();
-      absl::Status s = (*comm)->AllReduce(our_buf, ReduceOp::kSum, "bench")->Wait(
-          absl::Now() + absl::Seconds(120));
+      absl::Status s = (*comm)
+                           ->AllReduce(our_buf, ReduceOp::kSum, "bench")
+                           ->Wait(absl::Now() + absl::Seconds(120));
       double our_t = absl::ToDoubleMilliseconds(absl::Now() - t0);
       double our_c = ProcessCpuMs() - c0;
       const int64_t our_f = MinorPageFaults() - f0;
@@ -152,8 +151,9 @@ int RunRank(int rank, const std::string& store_dir, double iters_scale, size_t s
       barrier();
       f0 = MinorPageFaults();
       t0 = absl::Now();
-      s = (*tcp_comm)->AllReduce(tcp_buf, ReduceOp::kSum, "bench")->Wait(
-          absl::Now() + absl::Seconds(120));
+      s = (*tcp_comm)
+              ->AllReduce(tcp_buf, ReduceOp::kSum, "bench")
+              ->Wait(absl::Now() + absl::Seconds(120));
       double tcp_t = absl::ToDoubleMilliseconds(absl::Now() - t0);
       const int64_t tcp_f = MinorPageFaults() - f0;
       if (!s.ok()) {
@@ -193,8 +193,7 @@ int RunRank(int rank, const std::string& store_dir, double iters_scale, size_t s
                        "\"unit\": \"ms\", \"ours\": %.3f, \"peer\": %.3f, \"peer_name\": \"raw "
                        "gloo::allreduce\", \"ratio\": %.4f, \"ours_page_faults_per_op\": %.1f, "
                        "\"peer_page_faults_per_op\": %.1f}",
-                       size.name, ours, peer, ours / peer,
-                       static_cast<double>(our_faults) / iters,
+                       size.name, ours, peer, ours / peer, static_cast<double>(our_faults) / iters,
                        static_cast<double>(raw_faults) / iters)
                 << std::endl;
     }
@@ -214,11 +213,16 @@ int main(int argc, char** argv) {
   size_t shm_segment_kb = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string flag = argv[i];
-    if (flag == "--rank") rank = std::atoi(argv[i + 1]);
-    else if (flag == "--store") store_dir = argv[i + 1];
-    else if (flag == "--iters_scale") iters_scale = std::atof(argv[i + 1]);
-    else if (flag == "--segment_kb") segment_kb = std::strtoul(argv[i + 1], nullptr, 10);
-    else if (flag == "--shm_segment_kb") shm_segment_kb = std::strtoul(argv[i + 1], nullptr, 10);
+    if (flag == "--rank")
+      rank = std::atoi(argv[i + 1]);
+    else if (flag == "--store")
+      store_dir = argv[i + 1];
+    else if (flag == "--iters_scale")
+      iters_scale = std::atof(argv[i + 1]);
+    else if (flag == "--segment_kb")
+      segment_kb = std::strtoul(argv[i + 1], nullptr, 10);
+    else if (flag == "--shm_segment_kb")
+      shm_segment_kb = std::strtoul(argv[i + 1], nullptr, 10);
   }
   if (rank >= 0) {
     return chorus::RunRank(rank, store_dir, iters_scale, segment_kb, shm_segment_kb);
@@ -232,10 +236,17 @@ int main(int argc, char** argv) {
   }
   std::vector<pid_t> pids;
   for (int r = 0; r < 2; ++r) {
-    std::vector<std::string> args = {"/proc/self/exe", "--rank", std::to_string(r), "--store",
-                                     tmpl, "--iters_scale", std::to_string(iters_scale),
-                                     "--segment_kb", std::to_string(segment_kb),
-                                     "--shm_segment_kb", std::to_string(shm_segment_kb)};
+    std::vector<std::string> args = {"/proc/self/exe",
+                                     "--rank",
+                                     std::to_string(r),
+                                     "--store",
+                                     tmpl,
+                                     "--iters_scale",
+                                     std::to_string(iters_scale),
+                                     "--segment_kb",
+                                     std::to_string(segment_kb),
+                                     "--shm_segment_kb",
+                                     std::to_string(shm_segment_kb)};
     std::vector<char*> cargs;
     for (auto& a : args) cargs.push_back(a.data());
     cargs.push_back(nullptr);

@@ -9,13 +9,13 @@
 // "result/R" = "<status code> <ms from failure-visible to error> ok".
 // Exits 0 only if every step behaved.
 
+#include <ATen/ATen.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <string>
 #include <vector>
-
-#include <ATen/ATen.h>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -44,7 +44,8 @@ int SurviveKill(int rank, int size, Store& store) {
   absl::Status failure;
   absl::Time failed_at;
   for (int i = 0; i < 100000; ++i) {
-    absl::Status s = (*comm)->AllReduce(t, ReduceOp::kAvg, "loop")->Wait(absl::Now() + absl::Seconds(20));
+    absl::Status s =
+        (*comm)->AllReduce(t, ReduceOp::kAvg, "loop")->Wait(absl::Now() + absl::Seconds(20));
     if (!s.ok()) {
       failure = s;
       failed_at = absl::Now();
@@ -53,14 +54,16 @@ int SurviveKill(int rank, int size, Store& store) {
     if (i == 0 && !store.Set(absl::StrCat("ready/", rank), "1").ok()) return Fail("store");
   }
   if (failure.ok()) return Fail("the loop never saw a failure");
-  absl::StatusOr<std::string> killed_at = store.Get("killed_at_us", absl::Now() + absl::Seconds(10));
+  absl::StatusOr<std::string> killed_at =
+      store.Get("killed_at_us", absl::Now() + absl::Seconds(10));
   int64_t killed_us = 0;
   if (!killed_at.ok() || !absl::SimpleAtoi(*killed_at, &killed_us)) return Fail("killed_at_us");
   const int64_t detect_ms = (absl::ToUnixMicros(failed_at) - killed_us) / 1000;
   (*comm)->Abort("peer died");
   comm->reset();
 
-  absl::StatusOr<std::string> survivors_text = store.Get("survivors", absl::Now() + absl::Seconds(10));
+  absl::StatusOr<std::string> survivors_text =
+      store.Get("survivors", absl::Now() + absl::Seconds(10));
   if (!survivors_text.ok()) return Fail("no survivors key");
   std::vector<int> survivors;
   for (absl::string_view part : absl::StrSplit(*survivors_text, ',')) {
@@ -79,7 +82,8 @@ int SurviveKill(int rank, int size, Store& store) {
   auto comm2 = CreateGlooCommunicator(next, gen1);
   if (!comm2.ok()) return Fail(std::string(comm2.status().message()));
   at::Tensor u = at::full({1000}, static_cast<float>(rank + 1));
-  absl::Status s = (*comm2)->AllReduce(u, ReduceOp::kSum, "gen1")->Wait(absl::Now() + absl::Seconds(30));
+  absl::Status s =
+      (*comm2)->AllReduce(u, ReduceOp::kSum, "gen1")->Wait(absl::Now() + absl::Seconds(30));
   float want = 0;
   for (int r : survivors) want += static_cast<float>(r + 1);
   const bool ok = s.ok() && at::equal(u, at::full({1000}, want));
@@ -97,10 +101,14 @@ int main(int argc, char** argv) {
   std::string store_dir, mode;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string flag = argv[i];
-    if (flag == "--rank") rank = std::atoi(argv[i + 1]);
-    else if (flag == "--size") size = std::atoi(argv[i + 1]);
-    else if (flag == "--store") store_dir = argv[i + 1];
-    else if (flag == "--mode") mode = argv[i + 1];
+    if (flag == "--rank")
+      rank = std::atoi(argv[i + 1]);
+    else if (flag == "--size")
+      size = std::atoi(argv[i + 1]);
+    else if (flag == "--store")
+      store_dir = argv[i + 1];
+    else if (flag == "--mode")
+      mode = argv[i + 1];
   }
   if (rank < 0 || size < 1 || store_dir.empty() || mode != "survive_kill") {
     std::cerr << "usage: comm_rank_helper --rank R --size N --store DIR --mode survive_kill\n";

@@ -13,26 +13,40 @@ at::Tensor Communicator::NewBuffer(int64_t numel, const at::TensorOptions& optio
 
 const char* ReduceOpName(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return "sum";
-    case ReduceOp::kAvg: return "avg";
-    case ReduceOp::kMin: return "min";
-    case ReduceOp::kMax: return "max";
+    case ReduceOp::kSum:
+      return "sum";
+    case ReduceOp::kAvg:
+      return "avg";
+    case ReduceOp::kMin:
+      return "min";
+    case ReduceOp::kMax:
+      return "max";
   }
   return "unknown";
 }
 
 std::string DtypeName(at::ScalarType dtype) {
   switch (dtype) {
-    case at::kFloat: return "float32";
-    case at::kDouble: return "float64";
-    case at::kHalf: return "float16";
-    case at::kBFloat16: return "bfloat16";
-    case at::kInt: return "int32";
-    case at::kLong: return "int64";
-    case at::kByte: return "uint8";
-    case at::kChar: return "int8";
-    case at::kBool: return "bool";
-    default: return c10::toString(dtype);
+    case at::kFloat:
+      return "float32";
+    case at::kDouble:
+      return "float64";
+    case at::kHalf:
+      return "float16";
+    case at::kBFloat16:
+      return "bfloat16";
+    case at::kInt:
+      return "int32";
+    case at::kLong:
+      return "int64";
+    case at::kByte:
+      return "uint8";
+    case at::kChar:
+      return "int8";
+    case at::kBool:
+      return "bool";
+    default:
+      return c10::toString(dtype);
   }
 }
 
@@ -41,8 +55,9 @@ absl::StatusOr<int> GroupIndexOf(const std::vector<int>& ranks, int size, int ra
   int index = -1;
   for (size_t i = 0; i < ranks.size(); ++i) {
     if (ranks[i] < 0 || ranks[i] >= size || (i > 0 && ranks[i] <= ranks[i - 1])) {
-      return absl::InvalidArgumentError(absl::StrCat("NewGroup: ranks must be sorted, unique and in [0, ",
-                                                     size, "), got [", absl::StrJoin(ranks, ","), "]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("NewGroup: ranks must be sorted, unique and in [0, ", size, "), got [",
+                       absl::StrJoin(ranks, ","), "]"));
     }
     if (ranks[i] == rank) index = static_cast<int>(i);
   }

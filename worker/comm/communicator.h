@@ -29,14 +29,14 @@
 #ifndef CHORUS_WORKER_COMM_COMMUNICATOR_H_
 #define CHORUS_WORKER_COMM_COMMUNICATOR_H_
 
+#include <ATen/core/Tensor.h>
+#include <c10/core/TensorOptions.h>
+
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <ATen/core/Tensor.h>
-#include <c10/core/TensorOptions.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -93,8 +93,7 @@ class Communicator {
   virtual std::shared_ptr<Work> AllReduce(at::Tensor tensor, ReduceOp op,
                                           absl::string_view tag) = 0;
   // Copies `root`'s `tensor` into every rank's `tensor`.
-  virtual std::shared_ptr<Work> Broadcast(at::Tensor tensor, int root,
-                                          absl::string_view tag) = 0;
+  virtual std::shared_ptr<Work> Broadcast(at::Tensor tensor, int root, absl::string_view tag) = 0;
   // Gathers every rank's `input` into `output`, rank r's at the r-th slice of
   // its first dimension. REQUIRES output.numel() == size() * input.numel()
   // and equal dtypes.

@@ -49,17 +49,22 @@ std::string Fingerprint::ToString() const {
 }
 
 bool Fingerprint::operator==(const Fingerprint& other) const {
-  return op == other.op && dtype == other.dtype && count == other.count &&
-         group == other.group && tag == other.tag;
+  return op == other.op && dtype == other.dtype && count == other.count && group == other.group &&
+         tag == other.tag;
 }
 
 const char* OpStateName(OpState state) {
   switch (state) {
-    case OpState::kEnqueued: return "enqueued";
-    case OpState::kStarted: return "started";
-    case OpState::kCompleted: return "completed";
-    case OpState::kFailed: return "failed";
-    case OpState::kTimedOut: return "timed_out";
+    case OpState::kEnqueued:
+      return "enqueued";
+    case OpState::kStarted:
+      return "started";
+    case OpState::kCompleted:
+      return "completed";
+    case OpState::kFailed:
+      return "failed";
+    case OpState::kTimedOut:
+      return "timed_out";
   }
   return "unknown";
 }
@@ -102,8 +107,7 @@ void FlightRecorder::Started(int64_t seq) {
 }
 
 void FlightRecorder::Finished(int64_t seq, OpState state, std::string error) {
-  DCHECK(state == OpState::kCompleted || state == OpState::kFailed ||
-         state == OpState::kTimedOut);
+  DCHECK(state == OpState::kCompleted || state == OpState::kFailed || state == OpState::kTimedOut);
   const absl::Time now = clock_->Now();
   absl::MutexLock lock(&mu_);
   last_finished_ = std::max(last_finished_, seq);
@@ -122,12 +126,12 @@ FlightRecorder::Snapshot FlightRecorder::TakeSnapshot(size_t recent) const {
   s.last_started_seq = last_started_;
   s.last_finished_seq = last_finished_;
   s.last_completed_seq = last_completed_;
-  const int64_t oldest = std::max<int64_t>(1, last_enqueued_ - static_cast<int64_t>(ring_.size()) + 1);
+  const int64_t oldest =
+      std::max<int64_t>(1, last_enqueued_ - static_cast<int64_t>(ring_.size()) + 1);
   for (int64_t seq = std::max(oldest, last_finished_ + 1); seq <= last_enqueued_; ++seq) {
     if (const FlightRecord* r = Find(seq)) s.in_flight.push_back(*r);
   }
-  const int64_t first_recent =
-      std::max(oldest, last_finished_ - static_cast<int64_t>(recent) + 1);
+  const int64_t first_recent = std::max(oldest, last_finished_ - static_cast<int64_t>(recent) + 1);
   for (int64_t seq = first_recent; seq <= last_finished_; ++seq) {
     if (const FlightRecord* r = Find(seq)) s.recent.push_back(*r);
   }
@@ -140,22 +144,22 @@ std::string FlightRecorder::DumpJson() const {
                                  ",\"last_started_seq\":", last_started_,
                                  ",\"last_finished_seq\":", last_finished_,
                                  ",\"last_completed_seq\":", last_completed_, ",\"entries\":[");
-  const int64_t oldest = std::max<int64_t>(1, last_enqueued_ - static_cast<int64_t>(ring_.size()) + 1);
+  const int64_t oldest =
+      std::max<int64_t>(1, last_enqueued_ - static_cast<int64_t>(ring_.size()) + 1);
   bool first = true;
   for (int64_t seq = oldest; seq <= last_enqueued_; ++seq) {
     const FlightRecord* r = Find(seq);
     if (r == nullptr) continue;
     if (!first) out += ",";
     first = false;
-    absl::StrAppend(&out, "{\"seq\":", r->seq, ",\"op\":", JsonString(r->fingerprint.op),
-                    ",\"dtype\":", JsonString(r->fingerprint.dtype),
-                    ",\"count\":", r->fingerprint.count, ",\"group\":[",
-                    absl::StrJoin(r->fingerprint.group, ","), "],\"tag\":",
-                    JsonString(r->fingerprint.tag), ",\"state\":",
-                    JsonString(OpStateName(r->state)), ",\"enqueued_us\":", JsonTime(r->enqueued),
-                    ",\"started_us\":", JsonTime(r->started),
-                    ",\"finished_us\":", JsonTime(r->finished), ",\"error\":",
-                    JsonString(r->error), "}");
+    absl::StrAppend(
+        &out, "{\"seq\":", r->seq, ",\"op\":", JsonString(r->fingerprint.op),
+        ",\"dtype\":", JsonString(r->fingerprint.dtype), ",\"count\":", r->fingerprint.count,
+        ",\"group\":[", absl::StrJoin(r->fingerprint.group, ","),
+        "],\"tag\":", JsonString(r->fingerprint.tag),
+        ",\"state\":", JsonString(OpStateName(r->state)),
+        ",\"enqueued_us\":", JsonTime(r->enqueued), ",\"started_us\":", JsonTime(r->started),
+        ",\"finished_us\":", JsonTime(r->finished), ",\"error\":", JsonString(r->error), "}");
   }
   out += "]}";
   return out;

@@ -32,11 +32,11 @@ namespace chorus {
 
 // What identifies one collective. Two ranks at the same seq must agree.
 struct Fingerprint {
-  std::string op;     // allreduce/sum, broadcast, allgather, barrier, send, recv, sendrecv
-  std::string dtype;  // float32, float64, float16, bfloat16, int32, int64, or "" (barrier)
-  int64_t count = 0;  // elements
+  std::string op;          // allreduce/sum, broadcast, allgather, barrier, send, recv, sendrecv
+  std::string dtype;       // float32, float64, float16, bfloat16, int32, int64, or "" (barrier)
+  int64_t count = 0;       // elements
   std::vector<int> group;  // global ranks of the group; empty = the whole world
-  std::string tag;    // caller tag, e.g. "ddp:model/bucket3"
+  std::string tag;         // caller tag, e.g. "ddp:model/bucket3"
 
   int64_t bytes() const;
   std::string ToString() const;  // "allreduce/sum float32[1024] ddp:model/bucket3"

@@ -1,5 +1,10 @@
 #include "worker/comm/gloo_communicator.h"
 
+#include <ATen/ATen.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Exception.h>
+#include <c10/util/Half.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -9,23 +14,18 @@
 #include <thread>
 #include <utility>
 
-#include <ATen/ATen.h>
-#include <c10/util/BFloat16.h>
-#include <c10/util/Half.h>
-#include <c10/util/Exception.h>
-
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 #include "gloo/common/error.h"
 #include "gloo/math.h"
 #include "gloo/rendezvous/context.h"
 #include "gloo/transport/tcp/device.h"
 #include "gloo/transport/unbound_buffer.h"
 #include "gloo/types.h"
-#include "glog/logging.h"
 #include "worker/comm/gloo_algorithms.h"
 #include "worker/comm/gloo_store.h"
 #include "worker/comm/op_queue.h"
@@ -67,7 +67,6 @@ constexpr uint64_t kP2pSlotPrefix = uint64_t{0x7f} << 56;
 constexpr uint64_t kTuningSlotPrefix = uint64_t{0x7d} << 56;
 constexpr uint64_t kSlotPrefixMask = uint64_t{0xff} << 56;
 
-
 // bfloat16 is not a gloo type: reduce through float.
 template <typename Combine>
 void Bf16Reduce(void* c, const void* a, const void* b, size_t n, Combine combine) {
@@ -89,9 +88,12 @@ bool EnvironmentForcesSharedMemory() {
 template <typename T>
 ReduceFn GlooReduceFn(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kMin: return static_cast<RawReduceFn>(&gloo::min<T>);
-    case ReduceOp::kMax: return static_cast<RawReduceFn>(&gloo::max<T>);
-    default: return static_cast<RawReduceFn>(&gloo::sum<T>);
+    case ReduceOp::kMin:
+      return static_cast<RawReduceFn>(&gloo::min<T>);
+    case ReduceOp::kMax:
+      return static_cast<RawReduceFn>(&gloo::max<T>);
+    default:
+      return static_cast<RawReduceFn>(&gloo::sum<T>);
   }
 }
 
@@ -114,10 +116,14 @@ void DivideInPlace<double>(void* data, size_t count, int size) {
 
 std::function<void(void*, size_t)> AverageFunction(at::ScalarType dtype, int size) {
   switch (dtype) {
-    case at::kFloat: return [size](void* d, size_t n) { DivideInPlace<float>(d, n, size); };
-    case at::kDouble: return [size](void* d, size_t n) { DivideInPlace<double>(d, n, size); };
-    case at::kHalf: return [size](void* d, size_t n) { DivideInPlace<c10::Half>(d, n, size); };
-    default: return [size](void* d, size_t n) { DivideInPlace<c10::BFloat16>(d, n, size); };
+    case at::kFloat:
+      return [size](void* d, size_t n) { DivideInPlace<float>(d, n, size); };
+    case at::kDouble:
+      return [size](void* d, size_t n) { DivideInPlace<double>(d, n, size); };
+    case at::kHalf:
+      return [size](void* d, size_t n) { DivideInPlace<c10::Half>(d, n, size); };
+    default:
+      return [size](void* d, size_t n) { DivideInPlace<c10::BFloat16>(d, n, size); };
   }
 }
 
@@ -166,8 +172,7 @@ class GlooCommunicator : public Communicator {
   const std::vector<int>& group() const override { return group_; }
   const FlightRecorder& flight_recorder() const override { return recorder_; }
 
-  std::shared_ptr<Work> AllReduce(at::Tensor tensor, ReduceOp op,
-                                  absl::string_view tag) override {
+  std::shared_ptr<Work> AllReduce(at::Tensor tensor, ReduceOp op, absl::string_view tag) override {
     if (absl::Status s = CheckTensor(tensor, "AllReduce"); !s.ok()) return QueuedWork::Failed(s);
     const at::ScalarType dtype = tensor.scalar_type();
     const bool floating = at::isFloatingType(dtype);
@@ -182,57 +187,70 @@ class GlooCommunicator : public Communicator {
     }
     ReduceFn fn;
     switch (dtype) {
-      case at::kFloat: fn = GlooReduceFn<float>(op); break;
-      case at::kDouble: fn = GlooReduceFn<double>(op); break;
-      case at::kHalf: fn = GlooReduceFn<gloo::float16>(op); break;
-      case at::kBFloat16: fn = Bf16ReduceFn(op); break;
-      case at::kInt: fn = GlooReduceFn<int32_t>(op); break;
-      default: fn = GlooReduceFn<int64_t>(op); break;
+      case at::kFloat:
+        fn = GlooReduceFn<float>(op);
+        break;
+      case at::kDouble:
+        fn = GlooReduceFn<double>(op);
+        break;
+      case at::kHalf:
+        fn = GlooReduceFn<gloo::float16>(op);
+        break;
+      case at::kBFloat16:
+        fn = Bf16ReduceFn(op);
+        break;
+      case at::kInt:
+        fn = GlooReduceFn<int32_t>(op);
+        break;
+      default:
+        fn = GlooReduceFn<int64_t>(op);
+        break;
     }
-    Fingerprint fp{absl::StrCat("allreduce/", ReduceOpName(op)), DtypeName(dtype),
-                   tensor.numel(), group_, std::string(tag)};
+    Fingerprint fp{absl::StrCat("allreduce/", ReduceOpName(op)), DtypeName(dtype), tensor.numel(),
+                   group_, std::string(tag)};
     const int size = options_.size;
     const uint64_t slot = FingerprintSlotBits(fp);
-    return Issue(std::move(fp), /*collective=*/true, [this, tensor, op, fn, size, dtype, slot](uint32_t gloo_tag) {
-      if (tensor.numel() == 0) return;
-      at::Tensor buffer = tensor.is_contiguous() ? tensor : tensor.contiguous();
-      AllreduceOptions opts;
-      opts.context = context_.get();
-      opts.abort = &abort_;
-      opts.data = buffer.data_ptr();
-      opts.count = static_cast<size_t>(buffer.numel());
-      opts.element_size = buffer.element_size();
-      opts.reduce = fn;
-      if (op == ReduceOp::kAvg && size > 1) opts.finalize = AverageFunction(dtype, size);
-      opts.slot = slot | gloo_tag;
-      opts.timeout = timeout_;
-      opts.segment_bytes = options_.segment_bytes;
-      opts.scratch = &scratch_;
-      if (shm_ == nullptr) {
-        RingAllreduce(opts);
-      } else if (!measure_transport_) {
-        RunShm(opts, op, dtype);
-      } else {
-        RunMeasured(opts, op, dtype);
-      }
-      // A single rank's average is itself; otherwise the ring divided.
-      if (!buffer.is_same(tensor)) tensor.copy_(buffer);
-    });
+    return Issue(std::move(fp), /*collective=*/true,
+                 [this, tensor, op, fn, size, dtype, slot](uint32_t gloo_tag) {
+                   if (tensor.numel() == 0) return;
+                   at::Tensor buffer = tensor.is_contiguous() ? tensor : tensor.contiguous();
+                   AllreduceOptions opts;
+                   opts.context = context_.get();
+                   opts.abort = &abort_;
+                   opts.data = buffer.data_ptr();
+                   opts.count = static_cast<size_t>(buffer.numel());
+                   opts.element_size = buffer.element_size();
+                   opts.reduce = fn;
+                   if (op == ReduceOp::kAvg && size > 1)
+                     opts.finalize = AverageFunction(dtype, size);
+                   opts.slot = slot | gloo_tag;
+                   opts.timeout = timeout_;
+                   opts.segment_bytes = options_.segment_bytes;
+                   opts.scratch = &scratch_;
+                   if (shm_ == nullptr) {
+                     RingAllreduce(opts);
+                   } else if (!measure_transport_) {
+                     RunShm(opts, op, dtype);
+                   } else {
+                     RunMeasured(opts, op, dtype);
+                   }
+                   // A single rank's average is itself; otherwise the ring divided.
+                   if (!buffer.is_same(tensor)) tensor.copy_(buffer);
+                 });
   }
 
   void RunShm(const AllreduceOptions& opts, ReduceOp op, at::ScalarType dtype) {
     ShmAllreduce::Op shm_op;
-        shm_op.data = opts.data;
-        shm_op.count = opts.count;
-        shm_op.element_size = opts.element_size;
-        shm_op.reduce = opts.reduce;
-        shm_op.finalize = opts.finalize;
-        shm_op.float_sum = dtype == at::kFloat && (op == ReduceOp::kSum || op == ReduceOp::kAvg);
-        shm_op.scale =
-            op == ReduceOp::kAvg ? 1.0f / static_cast<float>(options_.size) : 1.0f;
-        shm_op.slot = opts.slot;
-        shm_op.timeout = timeout_;
-        shm_->Run(shm_op, abort_);
+    shm_op.data = opts.data;
+    shm_op.count = opts.count;
+    shm_op.element_size = opts.element_size;
+    shm_op.reduce = opts.reduce;
+    shm_op.finalize = opts.finalize;
+    shm_op.float_sum = dtype == at::kFloat && (op == ReduceOp::kSum || op == ReduceOp::kAvg);
+    shm_op.scale = op == ReduceOp::kAvg ? 1.0f / static_cast<float>(options_.size) : 1.0f;
+    shm_op.slot = opts.slot;
+    shm_op.timeout = timeout_;
+    shm_->Run(shm_op, abort_);
   }
 
   // Runs the all-reduce on the path the tuner picks; once a size class has
@@ -262,8 +280,8 @@ class GlooCommunicator : public Communicator {
     agree.timeout = timeout_;
     agree.scratch = &scratch_;
     RingAllreduce(agree);
-    const std::string line = absl::StrCat(
-        "rank ", options_.rank, ": ", tuner_.Decide(bytes, {timings[0], timings[1]}));
+    const std::string line =
+        absl::StrCat("rank ", options_.rank, ": ", tuner_.Decide(bytes, {timings[0], timings[1]}));
     LOG(INFO) << line;
     if (options_.on_transport_decision) options_.on_transport_decision(line);
   }
@@ -302,16 +320,17 @@ class GlooCommunicator : public Communicator {
 
   std::shared_ptr<Work> AllGather(at::Tensor input, at::Tensor output,
                                   absl::string_view tag) override {
-    if (absl::Status s = CheckTensor(input, "AllGather input"); !s.ok()) return QueuedWork::Failed(s);
+    if (absl::Status s = CheckTensor(input, "AllGather input"); !s.ok())
+      return QueuedWork::Failed(s);
     if (absl::Status s = CheckTensor(output, "AllGather output"); !s.ok()) {
       return QueuedWork::Failed(s);
     }
     if (input.scalar_type() != output.scalar_type() ||
         output.numel() != input.numel() * options_.size) {
-      return QueuedWork::Failed(absl::InvalidArgumentError(absl::StrCat(
-          "AllGather: output must hold size() * input.numel() = ", options_.size, " * ",
-          input.numel(), " elements of ", DtypeName(input.scalar_type()), ", got ",
-          output.numel(), " of ", DtypeName(output.scalar_type()))));
+      return QueuedWork::Failed(absl::InvalidArgumentError(
+          absl::StrCat("AllGather: output must hold size() * input.numel() = ", options_.size,
+                       " * ", input.numel(), " elements of ", DtypeName(input.scalar_type()),
+                       ", got ", output.numel(), " of ", DtypeName(output.scalar_type()))));
     }
     Fingerprint fp{"allgather", DtypeName(input.scalar_type()), input.numel(), group_,
                    std::string(tag)};
@@ -320,7 +339,8 @@ class GlooCommunicator : public Communicator {
       if (input.numel() == 0) return;
       at::Tensor out = output.is_contiguous() ? output : output.contiguous();
       // This rank's block goes in place first; the ring brings the others.
-      out.view({-1}).narrow(0, input.numel() * options_.rank, input.numel())
+      out.view({-1})
+          .narrow(0, input.numel() * options_.rank, input.numel())
           .copy_(input.reshape({-1}));
       AllgatherOptions opts;
       opts.context = context_.get();
@@ -392,8 +412,8 @@ class GlooCommunicator : public Communicator {
       const GlooOptions& options, Store& store, std::shared_ptr<gloo::transport::Device> device,
       std::vector<int> group, std::unique_ptr<Store> owned_store) {
     if (options.size < 1 || options.rank < 0 || options.rank >= options.size) {
-      return absl::InvalidArgumentError(absl::StrCat("gloo: rank ", options.rank,
-                                                     " is outside [0, ", options.size, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("gloo: rank ", options.rank, " is outside [0, ", options.size, ")"));
     }
     if (options.op_timeout <= absl::ZeroDuration() ||
         options.connect_timeout <= absl::ZeroDuration()) {
@@ -411,8 +431,7 @@ class GlooCommunicator : public Communicator {
           std::chrono::milliseconds(absl::ToInt64Milliseconds(options.connect_timeout)));
       GlooStore gloo_store(owned_store ? *owned_store : store, options.connect_timeout);
       context->connectFullMesh(gloo_store, device);
-      context->setTimeout(
-          std::chrono::milliseconds(absl::ToInt64Milliseconds(options.op_timeout)));
+      context->setTimeout(std::chrono::milliseconds(absl::ToInt64Milliseconds(options.op_timeout)));
     } catch (const std::exception& e) {
       const std::string what = e.what();
       const bool timed_out = absl::StrContains(what, "DEADLINE_EXCEEDED") ||
@@ -440,18 +459,19 @@ class GlooCommunicator : public Communicator {
       }
       shm = *std::move(connected);
     }
-    return std::shared_ptr<Communicator>(new GlooCommunicator(
-        options, store, std::move(device), std::move(context), std::move(group),
-        std::move(owned_store), std::move(shm)));
+    return std::shared_ptr<Communicator>(
+        new GlooCommunicator(options, store, std::move(device), std::move(context),
+                             std::move(group), std::move(owned_store), std::move(shm)));
   }
 
  private:
   absl::Status CheckTensor(const at::Tensor& t, absl::string_view what) const {
-    if (!t.defined()) return absl::InvalidArgumentError(absl::StrCat(what, ": tensor is undefined"));
+    if (!t.defined())
+      return absl::InvalidArgumentError(absl::StrCat(what, ": tensor is undefined"));
     if (!t.device().is_cpu()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, ": the gloo backend takes CPU tensors, got one on ", t.device().str(),
-          "; use the NCCL backend for CUDA tensors"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": the gloo backend takes CPU tensors, got one on ", t.device().str(),
+                       "; use the NCCL backend for CUDA tensors"));
     }
     return absl::OkStatus();
   }
@@ -459,10 +479,9 @@ class GlooCommunicator : public Communicator {
   absl::Status CheckPeer(int peer, absl::string_view what, absl::string_view role,
                          bool self_ok) const {
     if (peer < 0 || peer >= options_.size || (!self_ok && peer == options_.rank)) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": ", role, " must be in [0, ",
-                                                     options_.size, ")",
-                                                     self_ok ? "" : " and not this rank",
-                                                     ", got ", peer));
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": ", role, " must be in [0, ", options_.size, ")",
+                       self_ok ? "" : " and not this rank", ", got ", peer));
     }
     return absl::OkStatus();
   }
@@ -472,18 +491,19 @@ class GlooCommunicator : public Communicator {
     const bool has_send = dst >= 0 || op != "recv";
     const bool has_recv = src >= 0 || op != "send";
     if (has_send) {
-      if (absl::Status s = CheckTensor(send, absl::StrCat(op, " send")); !s.ok()) return QueuedWork::Failed(s);
+      if (absl::Status s = CheckTensor(send, absl::StrCat(op, " send")); !s.ok())
+        return QueuedWork::Failed(s);
       if (absl::Status s = CheckPeer(dst, op, "dst", false); !s.ok()) return QueuedWork::Failed(s);
     }
     if (has_recv) {
-      if (absl::Status s = CheckTensor(recv, absl::StrCat(op, " recv")); !s.ok()) return QueuedWork::Failed(s);
+      if (absl::Status s = CheckTensor(recv, absl::StrCat(op, " recv")); !s.ok())
+        return QueuedWork::Failed(s);
       if (absl::Status s = CheckPeer(src, op, "src", false); !s.ok()) return QueuedWork::Failed(s);
     }
     const at::Tensor& described = has_send ? send : recv;
     Fingerprint fp{absl::StrCat(op, has_send ? absl::StrCat("/to", dst) : "",
                                 has_recv ? absl::StrCat("/from", src) : ""),
-                   DtypeName(described.scalar_type()), described.numel(), group_,
-                   std::string(tag)};
+                   DtypeName(described.scalar_type()), described.numel(), group_, std::string(tag)};
     return Issue(std::move(fp), false, [this, send, dst, recv, src, has_send, has_recv](uint32_t) {
       // Slots count per peer pair, so the k-th send a->b meets the k-th recv b<-a.
       uint64_t send_slot = 0;
@@ -499,7 +519,8 @@ class GlooCommunicator : public Communicator {
         in_buf->Recv(src, recv_slot, 0, in.nbytes());
       }
       if (has_send) {
-        out_buf = std::make_unique<AbortableBuffer>(*context_, abort_, out.data_ptr(), out.nbytes());
+        out_buf =
+            std::make_unique<AbortableBuffer>(*context_, abort_, out.data_ptr(), out.nbytes());
         out_buf->Send(dst, send_slot, 0, out.nbytes());
       }
       if (has_send) out_buf->WaitSend(timeout_);
@@ -508,31 +529,30 @@ class GlooCommunicator : public Communicator {
     });
   }
 
-  std::shared_ptr<Work> Issue(Fingerprint fp, bool collective,
-                              std::function<void(uint32_t)> run) {
+  std::shared_ptr<Work> Issue(Fingerprint fp, bool collective, std::function<void(uint32_t)> run) {
     return queue_->Issue(std::move(fp), collective, std::move(run));
   }
 
   absl::Status Execute(QueuedWork& work) {
-    const std::string what =
-        absl::StrCat("op #", work.seq(), " (", work.fingerprint().ToString(), ") on rank ",
-                     options_.rank, "/", options_.size);
+    const std::string what = absl::StrCat("op #", work.seq(), " (", work.fingerprint().ToString(),
+                                          ") on rank ", options_.rank, "/", options_.size);
     try {
       work.RunBody();
       return absl::OkStatus();
     } catch (const gloo::IoException& e) {
       const std::string msg = e.what();
       if (absl::StrContains(msg, "Timed out") || absl::StrContains(msg, "timed out")) {
-        return absl::DeadlineExceededError(absl::StrCat(
-            what, " exceeded the op timeout of ", absl::FormatDuration(options_.op_timeout),
-            ": ", msg));
+        return absl::DeadlineExceededError(absl::StrCat(what, " exceeded the op timeout of ",
+                                                        absl::FormatDuration(options_.op_timeout),
+                                                        ": ", msg));
       }
       return absl::UnavailableError(
           absl::StrCat(what, " failed: a peer is gone or unreachable: ", msg));
     } catch (const gloo::Exception& e) {
       return absl::InternalError(absl::StrCat(what, " failed in gloo: ", e.what()));
     } catch (const c10::Error& e) {
-      return absl::InternalError(absl::StrCat(what, " failed in LibTorch: ", e.what_without_backtrace()));
+      return absl::InternalError(
+          absl::StrCat(what, " failed in LibTorch: ", e.what_without_backtrace()));
     } catch (const std::exception& e) {
       return absl::InternalError(absl::StrCat(what, " failed: ", e.what()));
     }
@@ -568,7 +588,7 @@ class GlooCommunicator : public Communicator {
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<Communicator>> CreateGlooCommunicator(const GlooOptions& options,
-                                                                      Store& store) {
+                                                                     Store& store) {
   return GlooCommunicator::Create(options, store, nullptr, {}, nullptr);
 }
 

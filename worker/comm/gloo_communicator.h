@@ -67,7 +67,7 @@ struct GlooOptions {
 // never published their address). `store` must be namespaced to this group of
 // ranks and outlive the communicator (NewGroup uses it).
 absl::StatusOr<std::shared_ptr<Communicator>> CreateGlooCommunicator(const GlooOptions& options,
-                                                                      Store& store);
+                                                                     Store& store);
 
 }  // namespace chorus
 

@@ -1,7 +1,6 @@
 #include "worker/comm/gloo_communicator.h"
 
-#include "worker/comm/rank_threads.h"
-
+#include <ATen/ATen.h>
 #include <dirent.h>
 #include <unistd.h>
 
@@ -14,14 +13,13 @@
 #include <tuple>
 #include <vector>
 
-#include <ATen/ATen.h>
-
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/machine_facts.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "worker/comm/rank_threads.h"
 #include "worker/comm/store.h"
 
 namespace chorus {
@@ -70,9 +68,12 @@ GlooOptions WithTransport(Transport transport) {
 
 std::string TransportName(Transport t) {
   switch (t) {
-    case Transport::kTcp: return "Tcp";
-    case Transport::kShm: return "Shm";
-    case Transport::kShmBuffers: return "ShmBuffers";
+    case Transport::kTcp:
+      return "Tcp";
+    case Transport::kShm:
+      return "Shm";
+    case Transport::kShmBuffers:
+      return "ShmBuffers";
   }
   return "";
 }
@@ -81,43 +82,47 @@ class AllReduceTest : public ::testing::TestWithParam<std::tuple<int, Transport>
 
 TEST_P(AllReduceTest, EveryOpDtypeAndSizeMatchesReference) {
   const auto [n, transport] = GetParam();
-  const std::vector<at::ScalarType> dtypes = {at::kFloat, at::kDouble, at::kHalf,
-                                              at::kBFloat16, at::kInt, at::kLong};
+  const std::vector<at::ScalarType> dtypes = {at::kFloat,    at::kDouble, at::kHalf,
+                                              at::kBFloat16, at::kInt,    at::kLong};
   const std::vector<ReduceOp> ops = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin,
                                      ReduceOp::kMax};
   const std::vector<int64_t> sizes = {0, 1, 7, 1001, 5000};
-  RunGlooRanks(n, [&](int rank, Communicator& comm) {
-    for (at::ScalarType dtype : dtypes) {
-      for (ReduceOp op : ops) {
-        const bool integral = dtype == at::kInt || dtype == at::kLong;
-        if (integral && op == ReduceOp::kAvg) continue;
-        for (int64_t size : sizes) {
-          at::Tensor t = Input(rank, size, dtype);
-          if (transport == Transport::kShmBuffers && rank % 2 == 0) {
-            t = comm.NewBuffer(size, at::TensorOptions().dtype(dtype)).copy_(t);
+  RunGlooRanks(
+      n,
+      [&](int rank, Communicator& comm) {
+        for (at::ScalarType dtype : dtypes) {
+          for (ReduceOp op : ops) {
+            const bool integral = dtype == at::kInt || dtype == at::kLong;
+            if (integral && op == ReduceOp::kAvg) continue;
+            for (int64_t size : sizes) {
+              at::Tensor t = Input(rank, size, dtype);
+              if (transport == Transport::kShmBuffers && rank % 2 == 0) {
+                t = comm.NewBuffer(size, at::TensorOptions().dtype(dtype)).copy_(t);
+              }
+              absl::Status s = comm.AllReduce(t, op, "test")->Wait(In(absl::Seconds(30)));
+              ASSERT_TRUE(s.ok()) << s;
+              at::Tensor want = Reference(n, size, op);
+              const double tol = (op == ReduceOp::kAvg && dtype == at::kBFloat16) ? 0.1
+                                 : (op == ReduceOp::kAvg && dtype == at::kHalf)   ? 0.02
+                                                                                  : 1e-6;
+              EXPECT_TRUE(at::allclose(t.to(at::kDouble), want, 0, tol))
+                  << "rank " << rank << " of " << n << " " << c10::toString(dtype) << " "
+                  << ReduceOpName(op) << " size " << size;
+            }
           }
-          absl::Status s = comm.AllReduce(t, op, "test")->Wait(In(absl::Seconds(30)));
-          ASSERT_TRUE(s.ok()) << s;
-          at::Tensor want = Reference(n, size, op);
-          const double tol = (op == ReduceOp::kAvg && dtype == at::kBFloat16) ? 0.1
-                             : (op == ReduceOp::kAvg && dtype == at::kHalf)   ? 0.02
-                                                                              : 1e-6;
-          EXPECT_TRUE(at::allclose(t.to(at::kDouble), want, 0, tol))
-              << "rank " << rank << " of " << n << " " << c10::toString(dtype) << " "
-              << ReduceOpName(op) << " size " << size;
         }
-      }
-    }
-  }, WithTransport(transport));
+      },
+      WithTransport(transport));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Ranks, AllReduceTest,
-    ::testing::Combine(::testing::Values(2, 3, 4),
-                       ::testing::Values(Transport::kTcp, Transport::kShm, Transport::kShmBuffers)),
-    [](const ::testing::TestParamInfo<std::tuple<int, Transport>>& info) {
-      return absl::StrCat(std::get<0>(info.param), "Ranks", TransportName(std::get<1>(info.param)));
-    });
+INSTANTIATE_TEST_SUITE_P(Ranks, AllReduceTest,
+                         ::testing::Combine(::testing::Values(2, 3, 4),
+                                            ::testing::Values(Transport::kTcp, Transport::kShm,
+                                                              Transport::kShmBuffers)),
+                         [](const ::testing::TestParamInfo<std::tuple<int, Transport>>& info) {
+                           return absl::StrCat(std::get<0>(info.param), "Ranks",
+                                               TransportName(std::get<1>(info.param)));
+                         });
 
 // Where `p` lies in this process's memory map ("" if in no file mapping).
 std::string MappingOf(const void* p) {
@@ -160,10 +165,13 @@ TEST(GlooCommunicatorTest, SameHostRanksShareMemoryAndLeaveNoNamesBehind) {
   });
   GlooOptions tcp;
   tcp.shared_memory = false;
-  RunGlooRanks(2, [&](int rank, Communicator& comm) {
-    at::Tensor bucket = comm.NewBuffer(1 << 20, at::kFloat);
-    EXPECT_EQ(MappingOf(bucket.data_ptr()).find("/dev/shm"), std::string::npos);
-  }, tcp);
+  RunGlooRanks(
+      2,
+      [&](int rank, Communicator& comm) {
+        at::Tensor bucket = comm.NewBuffer(1 << 20, at::kFloat);
+        EXPECT_EQ(MappingOf(bucket.data_ptr()).find("/dev/shm"), std::string::npos);
+      },
+      tcp);
 }
 
 TEST(GlooCommunicatorTest, MeasuredTransportIsTheSameOnEveryRankAndExact) {
@@ -176,17 +184,20 @@ TEST(GlooCommunicatorTest, MeasuredTransportIsTheSameOnEveryRankAndExact) {
       decisions.push_back(line);
     };
     constexpr int64_t kCount = 64 << 10;  // 256 KiB of float32
-    RunGlooRanks(n, [&](int rank, Communicator& comm) {
-      at::Tensor bucket = comm.NewBuffer(kCount, at::kFloat);
-      for (int i = 0; i < 10; ++i) {
-        // Alternately ordinary memory (staged) and the rank's arena.
-        at::Tensor t = i % 2 == 0 ? at::full({kCount}, static_cast<float>(rank + i))
-                                  : bucket.fill_(static_cast<float>(rank + i));
-        ASSERT_TRUE(comm.AllReduce(t, ReduceOp::kSum, "m")->Wait(In(absl::Seconds(30))).ok());
-        const float want = static_cast<float>(n * (n - 1) / 2 + n * i);
-        ASSERT_TRUE(at::equal(t, at::full({kCount}, want))) << "rank " << rank << " op " << i;
-      }
-    }, options);
+    RunGlooRanks(
+        n,
+        [&](int rank, Communicator& comm) {
+          at::Tensor bucket = comm.NewBuffer(kCount, at::kFloat);
+          for (int i = 0; i < 10; ++i) {
+            // Alternately ordinary memory (staged) and the rank's arena.
+            at::Tensor t = i % 2 == 0 ? at::full({kCount}, static_cast<float>(rank + i))
+                                      : bucket.fill_(static_cast<float>(rank + i));
+            ASSERT_TRUE(comm.AllReduce(t, ReduceOp::kSum, "m")->Wait(In(absl::Seconds(30))).ok());
+            const float want = static_cast<float>(n * (n - 1) / 2 + n * i);
+            ASSERT_TRUE(at::equal(t, at::full({kCount}, want))) << "rank " << rank << " op " << i;
+          }
+        },
+        options);
     ASSERT_EQ(decisions.size(), static_cast<size_t>(n)) << "one decision per rank";
     const bool shm = absl::StrContains(decisions[0], "using shared memory");
     for (const std::string& line : decisions) {
@@ -217,25 +228,28 @@ TEST(GlooCommunicatorTest, SteadyStateAllReducesTakeNoPageFaults) {
     constexpr int64_t kCount = 1 << 20;
     constexpr int kOps = 20;
     std::atomic<int64_t> faults{-1};
-    RunGlooRanks(2, [&](int rank, Communicator& comm) {
-      at::Tensor staged = at::ones({kCount});
-      at::Tensor bucket = comm.NewBuffer(kCount, at::kFloat).fill_(1.0f);
-      auto step = [&] {
-        for (at::Tensor& t : {std::ref(staged), std::ref(bucket)}) {
-          ASSERT_TRUE(comm.AllReduce(t, ReduceOp::kAvg, "s")->Wait(In(absl::Seconds(30))).ok());
-        }
-      };
-      for (int i = 0; i < 8; ++i) step();  // warm-up, and the tuner's samples
-      ASSERT_TRUE(comm.Barrier("before")->Wait(In(absl::Seconds(30))).ok());
-      const int64_t before = MinorPageFaults();
-      for (int i = 0; i < kOps; ++i) step();
-      ASSERT_TRUE(comm.Barrier("after")->Wait(In(absl::Seconds(30))).ok());
-      if (rank == 0) faults = MinorPageFaults() - before;
-      // Checking allocates: only once rank 0 has counted.
-      ASSERT_TRUE(comm.Barrier("counted")->Wait(In(absl::Seconds(30))).ok());
-      EXPECT_TRUE(at::equal(staged, at::ones({kCount})));
-      EXPECT_TRUE(at::equal(bucket, at::ones({kCount})));
-    }, options);
+    RunGlooRanks(
+        2,
+        [&](int rank, Communicator& comm) {
+          at::Tensor staged = at::ones({kCount});
+          at::Tensor bucket = comm.NewBuffer(kCount, at::kFloat).fill_(1.0f);
+          auto step = [&] {
+            for (at::Tensor& t : {std::ref(staged), std::ref(bucket)}) {
+              ASSERT_TRUE(comm.AllReduce(t, ReduceOp::kAvg, "s")->Wait(In(absl::Seconds(30))).ok());
+            }
+          };
+          for (int i = 0; i < 8; ++i) step();  // warm-up, and the tuner's samples
+          ASSERT_TRUE(comm.Barrier("before")->Wait(In(absl::Seconds(30))).ok());
+          const int64_t before = MinorPageFaults();
+          for (int i = 0; i < kOps; ++i) step();
+          ASSERT_TRUE(comm.Barrier("after")->Wait(In(absl::Seconds(30))).ok());
+          if (rank == 0) faults = MinorPageFaults() - before;
+          // Checking allocates: only once rank 0 has counted.
+          ASSERT_TRUE(comm.Barrier("counted")->Wait(In(absl::Seconds(30))).ok());
+          EXPECT_TRUE(at::equal(staged, at::ones({kCount})));
+          EXPECT_TRUE(at::equal(bucket, at::ones({kCount})));
+        },
+        options);
     // This process holds both ranks: 2 x 2 x kOps all-reduces of 4 MiB
     // (1024 pages each). A few faults may come from allocator bookkeeping.
     EXPECT_LE(faults.load(), kFaultSlack) << (measure ? "measured transport" : "shared memory");
@@ -249,19 +263,23 @@ TEST(GlooCommunicatorTest, ArenaBuffersAllocatedAgainTakeNoPageFaults) {
   options.measure_transport = false;
   constexpr int64_t kCount = 1 << 20;
   std::atomic<int64_t> faults{-1};
-  RunGlooRanks(2, [&](int rank, Communicator& comm) {
-    auto round = [&] {
-      at::Tensor bucket = comm.NewBuffer(kCount, at::kFloat).fill_(static_cast<float>(rank));
-      ASSERT_TRUE(comm.AllReduce(bucket, ReduceOp::kSum, "r")->Wait(In(absl::Seconds(30))).ok());
-      ASSERT_EQ(bucket[kCount - 1].item<float>(), 1.0f);
-    };
-    round();  // first use: this rank's pages and the peer's mapping of them
-    ASSERT_TRUE(comm.Barrier("before")->Wait(In(absl::Seconds(30))).ok());
-    const int64_t before = MinorPageFaults();
-    for (int i = 0; i < 3; ++i) round();
-    ASSERT_TRUE(comm.Barrier("after")->Wait(In(absl::Seconds(30))).ok());
-    if (rank == 0) faults = MinorPageFaults() - before;
-  }, options);
+  RunGlooRanks(
+      2,
+      [&](int rank, Communicator& comm) {
+        auto round = [&] {
+          at::Tensor bucket = comm.NewBuffer(kCount, at::kFloat).fill_(static_cast<float>(rank));
+          ASSERT_TRUE(
+              comm.AllReduce(bucket, ReduceOp::kSum, "r")->Wait(In(absl::Seconds(30))).ok());
+          ASSERT_EQ(bucket[kCount - 1].item<float>(), 1.0f);
+        };
+        round();  // first use: this rank's pages and the peer's mapping of them
+        ASSERT_TRUE(comm.Barrier("before")->Wait(In(absl::Seconds(30))).ok());
+        const int64_t before = MinorPageFaults();
+        for (int i = 0; i < 3; ++i) round();
+        ASSERT_TRUE(comm.Barrier("after")->Wait(In(absl::Seconds(30))).ok());
+        if (rank == 0) faults = MinorPageFaults() - before;
+      },
+      options);
   // Both ranks, 3 rounds of 1024 pages filled and 1024 read by the peer.
   EXPECT_LE(faults.load(), kFaultSlack);
 }
@@ -271,32 +289,36 @@ class TransportTest : public ::testing::TestWithParam<Transport> {};
 TEST_P(TransportTest, PeerThatAbortsFailsTheOpAtOnce) {
   GlooOptions options = WithTransport(GetParam());
   options.op_timeout = absl::Seconds(60);
-  RunGlooRanks(2, [&](int rank, Communicator& comm) {
-    if (rank == 1) {
-      absl::SleepFor(absl::Milliseconds(300));
-      comm.Abort("rank 1 leaves");
-      return;
-    }
-    at::Tensor t = at::ones({100000});
-    absl::Time start = absl::Now();
-    absl::Status s = comm.AllReduce(t, ReduceOp::kSum, "left")->Wait(In(absl::Seconds(30)));
-    EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
-    EXPECT_THAT(s.message(), HasSubstr("a peer is gone"));
-    EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << "must not wait for the op timeout";
-  }, options);
+  RunGlooRanks(
+      2,
+      [&](int rank, Communicator& comm) {
+        if (rank == 1) {
+          absl::SleepFor(absl::Milliseconds(300));
+          comm.Abort("rank 1 leaves");
+          return;
+        }
+        at::Tensor t = at::ones({100000});
+        absl::Time start = absl::Now();
+        absl::Status s = comm.AllReduce(t, ReduceOp::kSum, "left")->Wait(In(absl::Seconds(30)));
+        EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+        EXPECT_THAT(s.message(), HasSubstr("a peer is gone"));
+        EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << "must not wait for the op timeout";
+      },
+      options);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Transports, TransportTest,
-    ::testing::Values(Transport::kTcp, Transport::kShm),
-    [](const ::testing::TestParamInfo<Transport>& info) { return TransportName(info.param); });
+INSTANTIATE_TEST_SUITE_P(Transports, TransportTest,
+                         ::testing::Values(Transport::kTcp, Transport::kShm),
+                         [](const ::testing::TestParamInfo<Transport>& info) {
+                           return TransportName(info.param);
+                         });
 
 class DataMovementTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(DataMovementTest, BroadcastAllGatherAndRingForEveryDtypeAndSize) {
   const int n = GetParam();
-  const std::vector<at::ScalarType> dtypes = {at::kFloat, at::kDouble, at::kHalf,
-                                              at::kBFloat16, at::kInt, at::kLong};
+  const std::vector<at::ScalarType> dtypes = {at::kFloat,    at::kDouble, at::kHalf,
+                                              at::kBFloat16, at::kInt,    at::kLong};
   RunGlooRanks(n, [&](int rank, Communicator& comm) {
     for (at::ScalarType dtype : dtypes) {
       for (int64_t size : {0, 1, 7, 1001}) {
@@ -306,16 +328,19 @@ TEST_P(DataMovementTest, BroadcastAllGatherAndRingForEveryDtypeAndSize) {
         EXPECT_TRUE(at::equal(b, Input(root, size, dtype))) << c10::toString(dtype) << " " << size;
 
         at::Tensor out = at::empty({n, size}, dtype);
-        ASSERT_TRUE(comm.AllGather(Input(rank, size, dtype), out, "g")->Wait(In(absl::Seconds(30))).ok());
+        ASSERT_TRUE(
+            comm.AllGather(Input(rank, size, dtype), out, "g")->Wait(In(absl::Seconds(30))).ok());
         for (int r = 0; r < n; ++r) {
-          EXPECT_TRUE(at::equal(out[r], Input(r, size, dtype))) << c10::toString(dtype) << " " << size;
+          EXPECT_TRUE(at::equal(out[r], Input(r, size, dtype)))
+              << c10::toString(dtype) << " " << size;
         }
 
         at::Tensor recv = at::empty({size}, dtype);
         const int next = (rank + 1) % n;
         const int prev = (rank + n - 1) % n;
         ASSERT_TRUE(comm.SendRecv(Input(rank, size, dtype), next, recv, prev, "ring")
-                        ->Wait(In(absl::Seconds(30))).ok());
+                        ->Wait(In(absl::Seconds(30)))
+                        .ok());
         EXPECT_TRUE(at::equal(recv, Input(prev, size, dtype)));
       }
     }
@@ -491,89 +516,102 @@ TEST(GlooCommunicatorTest, RankThatNeverIssuesLeavesOthersStartedUntilAbort) {
   options.op_timeout = absl::Seconds(60);  // Abort, not the timeout, must end the wait
   std::atomic<int> waited{0};
   std::atomic<bool> rank0_done{false};
-  RunGlooRanks(3, [&](int rank, Communicator& comm) {
-    if (rank == 1) {
-      // Never issues the all-reduce; leaves after the others have given up
-      // (they wait 0.8 s; the margin is for a loaded machine).
-      absl::SleepFor(absl::Seconds(4));
-      comm.Abort("test over");
-      return;
-    }
-    at::Tensor t = at::ones({1000});
-    auto work = comm.AllReduce(t, ReduceOp::kSum, "ddp:model/bucket0");
-    absl::Status s = work->Wait(In(absl::Milliseconds(800)));
-    EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
-    EXPECT_THAT(s.message(), HasSubstr("op #1 (allreduce/sum float32[1000] ddp:model/bucket0)"));
-    FlightRecorder::Snapshot snap = comm.flight_recorder().TakeSnapshot();
-    EXPECT_EQ(snap.last_enqueued_seq, 1);
-    EXPECT_EQ(snap.last_started_seq, 1);
-    EXPECT_EQ(snap.last_completed_seq, 0);
-    ASSERT_EQ(snap.in_flight.size(), 1u);
-    EXPECT_EQ(snap.in_flight[0].state, OpState::kStarted);
-    // A peer's abort fails the op at once (UNAVAILABLE, and the
-    // communicator is broken by that): both waiting ranks first see their
-    // own deadline pass, then rank 0 aborts, then rank 2.
-    ++waited;
-    for (int i = 0; i < 10000 && waited.load() < 2; ++i) absl::SleepFor(absl::Milliseconds(1));
-    if (rank == 2) {
-      for (int i = 0; i < 10000 && !rank0_done.load(); ++i) absl::SleepFor(absl::Milliseconds(1));
-    }
+  RunGlooRanks(
+      3,
+      [&](int rank, Communicator& comm) {
+        if (rank == 1) {
+          // Never issues the all-reduce; leaves after the others have given up
+          // (they wait 0.8 s; the margin is for a loaded machine).
+          absl::SleepFor(absl::Seconds(4));
+          comm.Abort("test over");
+          return;
+        }
+        at::Tensor t = at::ones({1000});
+        auto work = comm.AllReduce(t, ReduceOp::kSum, "ddp:model/bucket0");
+        absl::Status s = work->Wait(In(absl::Milliseconds(800)));
+        EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
+        EXPECT_THAT(s.message(),
+                    HasSubstr("op #1 (allreduce/sum float32[1000] ddp:model/bucket0)"));
+        FlightRecorder::Snapshot snap = comm.flight_recorder().TakeSnapshot();
+        EXPECT_EQ(snap.last_enqueued_seq, 1);
+        EXPECT_EQ(snap.last_started_seq, 1);
+        EXPECT_EQ(snap.last_completed_seq, 0);
+        ASSERT_EQ(snap.in_flight.size(), 1u);
+        EXPECT_EQ(snap.in_flight[0].state, OpState::kStarted);
+        // A peer's abort fails the op at once (UNAVAILABLE, and the
+        // communicator is broken by that): both waiting ranks first see their
+        // own deadline pass, then rank 0 aborts, then rank 2.
+        ++waited;
+        for (int i = 0; i < 10000 && waited.load() < 2; ++i) absl::SleepFor(absl::Milliseconds(1));
+        if (rank == 2) {
+          for (int i = 0; i < 10000 && !rank0_done.load(); ++i)
+            absl::SleepFor(absl::Milliseconds(1));
+        }
 
-    absl::Time start = absl::Now();
-    comm.Abort("rank 1 never joined");
-    EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << "Abort must not wait for the op timeout";
-    absl::Status after = work->Wait(In(absl::Seconds(1)));
-    EXPECT_FALSE(after.ok());
-    absl::Status later = comm.AllReduce(t, ReduceOp::kSum, "x")->Wait(In(absl::Seconds(1)));
-    EXPECT_FALSE(later.ok());
-    if (rank == 0) {
-      EXPECT_EQ(later.code(), absl::StatusCode::kAborted);
-      EXPECT_THAT(later.message(), HasSubstr("rank 1 never joined"));
-      rank0_done = true;
-    }
-  }, options);
+        absl::Time start = absl::Now();
+        comm.Abort("rank 1 never joined");
+        EXPECT_LT(absl::Now() - start, absl::Seconds(10))
+            << "Abort must not wait for the op timeout";
+        absl::Status after = work->Wait(In(absl::Seconds(1)));
+        EXPECT_FALSE(after.ok());
+        absl::Status later = comm.AllReduce(t, ReduceOp::kSum, "x")->Wait(In(absl::Seconds(1)));
+        EXPECT_FALSE(later.ok());
+        if (rank == 0) {
+          EXPECT_EQ(later.code(), absl::StatusCode::kAborted);
+          EXPECT_THAT(later.message(), HasSubstr("rank 1 never joined"));
+          rank0_done = true;
+        }
+      },
+      options);
 }
 
 TEST(GlooCommunicatorTest, DifferentCollectivesAtTheSameSeqWaitInsteadOfMixingData) {
   GlooOptions options;
   options.op_timeout = absl::Seconds(60);
   std::atomic<int> gave_up{0};
-  RunGlooRanks(2, [&](int rank, Communicator& comm) {
-    // Same size and dtype, different tags: exchanging would "work" and
-    // silently add one op's data into the other.
-    at::Tensor t = at::full({256}, rank + 1.0);
-    auto work = comm.AllReduce(t, ReduceOp::kSum, rank == 0 ? "model_a/bucket0" : "model_b/bucket0");
-    absl::Status s = work->Wait(In(absl::Milliseconds(1500)));
-    EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
-    EXPECT_TRUE(at::equal(t, at::full({256}, rank + 1.0))) << "no data was exchanged";
-    // Abort only once both ranks have seen their deadline: an abort closes
-    // the connections, which the other rank would see as a lost peer.
-    gave_up.fetch_add(1);
-    for (int i = 0; i < 1000 && gave_up.load() < 2; ++i) absl::SleepFor(absl::Milliseconds(5));
-    comm.Abort("mismatch");
-    EXPECT_FALSE(work->Wait(In(absl::Seconds(5))).ok());
-  }, options);
+  RunGlooRanks(
+      2,
+      [&](int rank, Communicator& comm) {
+        // Same size and dtype, different tags: exchanging would "work" and
+        // silently add one op's data into the other.
+        at::Tensor t = at::full({256}, rank + 1.0);
+        auto work =
+            comm.AllReduce(t, ReduceOp::kSum, rank == 0 ? "model_a/bucket0" : "model_b/bucket0");
+        absl::Status s = work->Wait(In(absl::Milliseconds(1500)));
+        EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+        EXPECT_TRUE(at::equal(t, at::full({256}, rank + 1.0))) << "no data was exchanged";
+        // Abort only once both ranks have seen their deadline: an abort closes
+        // the connections, which the other rank would see as a lost peer.
+        gave_up.fetch_add(1);
+        for (int i = 0; i < 1000 && gave_up.load() < 2; ++i) absl::SleepFor(absl::Milliseconds(5));
+        comm.Abort("mismatch");
+        EXPECT_FALSE(work->Wait(In(absl::Seconds(5))).ok());
+      },
+      options);
 }
 
 TEST(GlooCommunicatorTest, OpTimeoutBreaksTheCommunicator) {
   GlooOptions options;
   options.op_timeout = absl::Seconds(1);
-  RunGlooRanks(2, [&](int rank, Communicator& comm) {
-    if (rank == 1) {
-      absl::SleepFor(absl::Seconds(3));
-      return;
-    }
-    at::Tensor t = at::ones({10});
-    absl::Status s = comm.AllReduce(t, ReduceOp::kSum, "late")->Wait(In(absl::Seconds(20)));
-    EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
-    EXPECT_THAT(s.message(), HasSubstr("op timeout"));
-    FlightRecorder::Snapshot snap = comm.flight_recorder().TakeSnapshot(1);
-    ASSERT_EQ(snap.recent.size(), 1u);
-    EXPECT_EQ(snap.recent[0].state, OpState::kTimedOut);
-    absl::Status next = comm.Barrier("next")->Wait(In(absl::Seconds(5)));
-    EXPECT_EQ(next.code(), absl::StatusCode::kDeadlineExceeded);
-    EXPECT_THAT(next.message(), HasSubstr("communicator broken by an earlier op"));
-  }, options);
+  RunGlooRanks(
+      2,
+      [&](int rank, Communicator& comm) {
+        if (rank == 1) {
+          absl::SleepFor(absl::Seconds(3));
+          return;
+        }
+        at::Tensor t = at::ones({10});
+        absl::Status s = comm.AllReduce(t, ReduceOp::kSum, "late")->Wait(In(absl::Seconds(20)));
+        EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+        EXPECT_THAT(s.message(), HasSubstr("op timeout"));
+        FlightRecorder::Snapshot snap = comm.flight_recorder().TakeSnapshot(1);
+        ASSERT_EQ(snap.recent.size(), 1u);
+        EXPECT_EQ(snap.recent[0].state, OpState::kTimedOut);
+        absl::Status next = comm.Barrier("next")->Wait(In(absl::Seconds(5)));
+        EXPECT_EQ(next.code(), absl::StatusCode::kDeadlineExceeded);
+        EXPECT_THAT(next.message(), HasSubstr("communicator broken by an earlier op"));
+      },
+      options);
 }
 
 TEST(GlooCommunicatorTest, FingerprintsAgreeAcrossRanksForTheSameProgram) {
@@ -583,9 +621,8 @@ TEST(GlooCommunicatorTest, FingerprintsAgreeAcrossRanksForTheSameProgram) {
     at::Tensor a = at::ones({17});
     at::Tensor b = at::ones({4}, at::kDouble);
     std::vector<std::shared_ptr<Work>> works = {
-        comm.AllReduce(a, ReduceOp::kAvg, "ddp:m/bucket0"),
-        comm.Broadcast(b, 2, "ddp:m/buffers"), comm.Barrier("epoch"),
-        comm.AllReduce(b, ReduceOp::kMax, "metrics")};
+        comm.AllReduce(a, ReduceOp::kAvg, "ddp:m/bucket0"), comm.Broadcast(b, 2, "ddp:m/buffers"),
+        comm.Barrier("epoch"), comm.AllReduce(b, ReduceOp::kMax, "metrics")};
     for (auto& w : works) ASSERT_TRUE(w->Wait(In(absl::Seconds(30))).ok());
     snaps[rank] = comm.flight_recorder().TakeSnapshot(10);
   });

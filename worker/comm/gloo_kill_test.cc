@@ -54,8 +54,7 @@ class GlooKillTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GlooKillTest, SurvivorsSeeUnavailableAndRebuild) {
   ASSERT_EQ(setenv("CHORUS_GLOO_SHM", GetParam().c_str(), 1), 0);
-  const std::string dir =
-      absl::StrCat(std::getenv("TEST_TMPDIR"), "/kill_store_shm", GetParam());
+  const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/kill_store_shm", GetParam());
   auto store = FileStore::Open(dir);
   ASSERT_TRUE(store.ok());
   const std::string helper = "worker/comm/comm_rank_helper";

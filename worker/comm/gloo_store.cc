@@ -7,8 +7,8 @@ namespace chorus {
 namespace {
 
 [[noreturn]] void Throw(const absl::Status& status) {
-  throw gloo::IoException(absl::StrCat(absl::StatusCodeToString(status.code()), ": ",
-                                       status.message()));
+  throw gloo::IoException(
+      absl::StrCat(absl::StatusCodeToString(status.code()), ": ", status.message()));
 }
 
 }  // namespace

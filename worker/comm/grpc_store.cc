@@ -25,7 +25,8 @@ double SecondsUntil(absl::Time deadline) {
 
 GrpcStore::GrpcStore(std::shared_ptr<grpc::Channel> channel, std::string ns,
                      absl::Duration rpc_timeout)
-    : stub_(v1::StoreService::NewStub(std::move(channel))), ns_(std::move(ns)),
+    : stub_(v1::StoreService::NewStub(std::move(channel))),
+      ns_(std::move(ns)),
       rpc_timeout_(rpc_timeout) {}
 
 absl::Status GrpcStore::Set(absl::string_view key, absl::string_view value) {

@@ -5,11 +5,11 @@
 
 #include "worker/comm/grpc_store.h"
 
+#include <ATen/ATen.h>
+
 #include <cstdlib>
 #include <thread>
 #include <vector>
-
-#include <ATen/ATen.h>
 
 #include "common/grpc_util.h"
 #include "coordinator/server.h"
@@ -57,7 +57,8 @@ TEST_F(GrpcStoreTest, NamespacesAreIsolated) {
   ASSERT_TRUE(gen0.Set("k", "old").ok());
   auto missing = gen1.Get("k", absl::Now() + absl::Milliseconds(200));
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_THAT(missing.status().message(), HasSubstr("\"job-1/gen-1\": these keys were never set: k"));
+  EXPECT_THAT(missing.status().message(),
+              HasSubstr("\"job-1/gen-1\": these keys were never set: k"));
 }
 
 TEST_F(GrpcStoreTest, WaitIsWokenBySetFromAnotherClient) {
@@ -127,7 +128,8 @@ TEST_F(GrpcStoreTest, GlooCommunicatorOfThreeRanksThroughTheCoordinator) {
       auto comm = CreateGlooCommunicator(options, store);
       ASSERT_TRUE(comm.ok()) << comm.status();
       at::Tensor t = at::full({1000}, static_cast<float>(r + 1));
-      ASSERT_TRUE((*comm)->AllReduce(t, ReduceOp::kSum, "via-coordinator")
+      ASSERT_TRUE((*comm)
+                      ->AllReduce(t, ReduceOp::kSum, "via-coordinator")
                       ->Wait(absl::Now() + absl::Seconds(30))
                       .ok());
       results[r] = t[999].item<float>();

@@ -4,6 +4,8 @@
 
 #ifdef CHORUS_WITH_CUDA
 
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
@@ -13,9 +15,6 @@
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <ATen/ATen.h>
-#include <c10/util/Exception.h>
 
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
@@ -43,26 +42,32 @@ void ThrowIfCuda(cudaError_t err, absl::string_view what) {
 
 absl::StatusOr<ncclDataType_t> NcclType(at::ScalarType t) {
   switch (t) {
-    case at::kFloat: return ncclFloat32;
-    case at::kDouble: return ncclFloat64;
-    case at::kHalf: return ncclFloat16;
-    case at::kBFloat16: return ncclBfloat16;
-    case at::kInt: return ncclInt32;
-    case at::kLong: return ncclInt64;
-    case at::kByte: return ncclUint8;
-    case at::kChar: return ncclInt8;
+    case at::kFloat:
+      return ncclFloat32;
+    case at::kDouble:
+      return ncclFloat64;
+    case at::kHalf:
+      return ncclFloat16;
+    case at::kBFloat16:
+      return ncclBfloat16;
+    case at::kInt:
+      return ncclInt32;
+    case at::kLong:
+      return ncclInt64;
+    case at::kByte:
+      return ncclUint8;
+    case at::kChar:
+      return ncclInt8;
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("NCCL: dtype ", c10::toString(t), " is not supported"));
   }
 }
 
-
 class NcclCommunicator : public Communicator {
  public:
   static absl::StatusOr<std::shared_ptr<Communicator>> Create(const NcclOptions& options,
-                                                              Store& store,
-                                                              std::vector<int> group,
+                                                              Store& store, std::vector<int> group,
                                                               std::unique_ptr<Store> owned) {
     if (options.size < 1 || options.rank < 0 || options.rank >= options.size) {
       return absl::InvalidArgumentError(
@@ -112,9 +117,9 @@ class NcclCommunicator : public Communicator {
                                "NCCL: cudaStreamCreate"));
     void* barrier = nullptr;
     RETURN_IF_ERROR(CudaStatus(cudaMalloc(&barrier, sizeof(float)), "NCCL: cudaMalloc"));
-    return std::shared_ptr<Communicator>(new NcclCommunicator(
-        options, s, comm, stream, static_cast<float*>(barrier), std::move(group),
-        std::move(owned)));
+    return std::shared_ptr<Communicator>(new NcclCommunicator(options, s, comm, stream,
+                                                              static_cast<float*>(barrier),
+                                                              std::move(group), std::move(owned)));
   }
 
   ~NcclCommunicator() override {
@@ -129,13 +134,13 @@ class NcclCommunicator : public Communicator {
   const std::vector<int>& group() const override { return group_; }
   const FlightRecorder& flight_recorder() const override { return recorder_; }
 
-  std::shared_ptr<Work> AllReduce(at::Tensor tensor, ReduceOp op,
-                                  absl::string_view tag) override {
+  std::shared_ptr<Work> AllReduce(at::Tensor tensor, ReduceOp op, absl::string_view tag) override {
     if (absl::Status s = CheckTensor(tensor, "AllReduce"); !s.ok()) return QueuedWork::Failed(s);
     absl::StatusOr<ncclDataType_t> type = NcclType(tensor.scalar_type());
     if (!type.ok()) return QueuedWork::Failed(type.status());
     if (op == ReduceOp::kAvg && !at::isFloatingType(tensor.scalar_type())) {
-      return QueuedWork::Failed(absl::InvalidArgumentError("AllReduce: avg needs a floating dtype"));
+      return QueuedWork::Failed(
+          absl::InvalidArgumentError("AllReduce: avg needs a floating dtype"));
     }
     const ncclRedOp_t nccl_op = op == ReduceOp::kSum   ? ncclSum
                                 : op == ReduceOp::kAvg ? ncclAvg
@@ -145,8 +150,8 @@ class NcclCommunicator : public Communicator {
                    tensor.numel(), group_, std::string(tag)};
     const ncclDataType_t t = *type;
     return Launch(std::move(fp), true, [this, tensor, t, nccl_op] {
-      return ncclAllReduce(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(), t, nccl_op,
-                           comm_, stream_);
+      return ncclAllReduce(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(), t, nccl_op, comm_,
+                           stream_);
     });
   }
 
@@ -169,8 +174,10 @@ class NcclCommunicator : public Communicator {
 
   std::shared_ptr<Work> AllGather(at::Tensor input, at::Tensor output,
                                   absl::string_view tag) override {
-    if (absl::Status s = CheckTensor(input, "AllGather input"); !s.ok()) return QueuedWork::Failed(s);
-    if (absl::Status s = CheckTensor(output, "AllGather output"); !s.ok()) return QueuedWork::Failed(s);
+    if (absl::Status s = CheckTensor(input, "AllGather input"); !s.ok())
+      return QueuedWork::Failed(s);
+    if (absl::Status s = CheckTensor(output, "AllGather output"); !s.ok())
+      return QueuedWork::Failed(s);
     if (input.scalar_type() != output.scalar_type() ||
         output.numel() != input.numel() * options_.size) {
       return QueuedWork::Failed(absl::InvalidArgumentError(
@@ -239,11 +246,12 @@ class NcclCommunicator : public Communicator {
                                          [this](QueuedWork& work) { return Execute(work); })) {}
 
   absl::Status CheckTensor(const at::Tensor& t, absl::string_view what) const {
-    if (!t.defined()) return absl::InvalidArgumentError(absl::StrCat(what, ": tensor is undefined"));
+    if (!t.defined())
+      return absl::InvalidArgumentError(absl::StrCat(what, ": tensor is undefined"));
     if (!t.is_cuda()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, ": the NCCL backend takes CUDA tensors, got one on ", t.device().str(),
-          "; use the gloo backend for CPU tensors"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": the NCCL backend takes CUDA tensors, got one on ", t.device().str(),
+                       "; use the gloo backend for CPU tensors"));
     }
     if (!t.is_contiguous()) {
       return absl::InvalidArgumentError(
@@ -256,7 +264,8 @@ class NcclCommunicator : public Communicator {
                             absl::string_view tag, absl::string_view op) {
     const bool has_send = op != "recv";
     const bool has_recv = op != "send";
-    for (auto [peer, t, role] : {std::make_tuple(dst, &send, "dst"), std::make_tuple(src, &recv, "src")}) {
+    for (auto [peer, t, role] :
+         {std::make_tuple(dst, &send, "dst"), std::make_tuple(src, &recv, "src")}) {
       const bool used = std::string(role) == "dst" ? has_send : has_recv;
       if (!used) continue;
       if (absl::Status s = CheckTensor(*t, op); !s.ok()) return QueuedWork::Failed(s);
@@ -270,8 +279,7 @@ class NcclCommunicator : public Communicator {
     if (!type.ok()) return QueuedWork::Failed(type.status());
     Fingerprint fp{absl::StrCat(op, has_send ? absl::StrCat("/to", dst) : "",
                                 has_recv ? absl::StrCat("/from", src) : ""),
-                   DtypeName(described.scalar_type()), described.numel(), group_,
-                   std::string(tag)};
+                   DtypeName(described.scalar_type()), described.numel(), group_, std::string(tag)};
     const ncclDataType_t t = *type;
     return Launch(std::move(fp), false, [this, send, dst, recv, src, has_send, has_recv, t] {
       ncclResult_t r = ncclGroupStart();
@@ -299,7 +307,8 @@ class NcclCommunicator : public Communicator {
       if (ready != nullptr) cudaEventDestroy(ready);
       return QueuedWork::Failed(CudaStatus(err, "NCCL: recording the caller's stream"));
     }
-    auto ready_event = std::shared_ptr<CUevent_st>(ready, [](cudaEvent_t e) { cudaEventDestroy(e); });
+    auto ready_event =
+        std::shared_ptr<CUevent_st>(ready, [](cudaEvent_t e) { cudaEventDestroy(e); });
     return queue_->Issue(std::move(fp), collective, [this, ready_event, enqueue](uint32_t) {
       ThrowIfCuda(cudaSetDevice(options_.device), "cudaSetDevice");
       ThrowIfCuda(cudaStreamWaitEvent(stream_, ready_event.get(), 0), "cudaStreamWaitEvent");
@@ -331,17 +340,17 @@ class NcclCommunicator : public Communicator {
       }
       if (absl::Now() > deadline) {
         AbortComm();
-        throw OpError{absl::DeadlineExceededError(absl::StrCat(
-            "exceeded the op timeout of ", absl::FormatDuration(options_.op_timeout),
-            "; NCCL communicator aborted"))};
+        throw OpError{absl::DeadlineExceededError(
+            absl::StrCat("exceeded the op timeout of ", absl::FormatDuration(options_.op_timeout),
+                         "; NCCL communicator aborted"))};
       }
       absl::SleepFor(absl::Microseconds(50));
     }
   }
 
   [[noreturn]] void Fail(ncclResult_t r, absl::string_view what) {
-    const std::string message =
-        absl::StrCat("NCCL ", what, ": ", ncclGetErrorString(r), " (", ncclGetLastError(comm_), ")");
+    const std::string message = absl::StrCat("NCCL ", what, ": ", ncclGetErrorString(r), " (",
+                                             ncclGetLastError(comm_), ")");
     AbortComm();
     throw OpError{absl::UnavailableError(message)};
   }
@@ -364,7 +373,8 @@ class NcclCommunicator : public Communicator {
     } catch (const OpError& e) {
       return absl::Status(e.status.code(), absl::StrCat(what, ": ", e.status.message()));
     } catch (const c10::Error& e) {
-      return absl::InternalError(absl::StrCat(what, " failed in LibTorch: ", e.what_without_backtrace()));
+      return absl::InternalError(
+          absl::StrCat(what, " failed in LibTorch: ", e.what_without_backtrace()));
     } catch (const std::exception& e) {
       return absl::InternalError(absl::StrCat(what, " failed: ", e.what()));
     }
@@ -389,7 +399,7 @@ class NcclCommunicator : public Communicator {
 bool NcclAvailable() { return true; }
 
 absl::StatusOr<std::shared_ptr<Communicator>> CreateNcclCommunicator(const NcclOptions& options,
-                                                                      Store& store) {
+                                                                     Store& store) {
   return NcclCommunicator::Create(options, store, {}, nullptr);
 }
 
@@ -402,7 +412,7 @@ namespace chorus {
 bool NcclAvailable() { return false; }
 
 absl::StatusOr<std::shared_ptr<Communicator>> CreateNcclCommunicator(const NcclOptions& options,
-                                                                      Store& store) {
+                                                                     Store& store) {
   return absl::FailedPreconditionError(
       "the NCCL backend is not in this build; rebuild with `bazel build --config=cuda`");
 }

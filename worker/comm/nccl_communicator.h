@@ -55,7 +55,7 @@ bool NcclAvailable();
 // is initialised on every rank or connect_timeout passes. `store` must be
 // namespaced to this group and outlive the communicator.
 absl::StatusOr<std::shared_ptr<Communicator>> CreateNcclCommunicator(const NcclOptions& options,
-                                                                      Store& store);
+                                                                     Store& store);
 
 }  // namespace chorus
 

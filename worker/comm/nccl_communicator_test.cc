@@ -4,11 +4,11 @@
 
 #include "worker/comm/nccl_communicator.h"
 
-#include <thread>
-#include <vector>
-
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
+
+#include <thread>
+#include <vector>
 
 #include "common/device.h"
 #include "gmock/gmock.h"
@@ -23,15 +23,15 @@ using ::testing::HasSubstr;
 absl::Time In(absl::Duration d) { return absl::Now() + d; }
 
 // Skips the test unless 2 GPUs and a CUDA LibTorch are here.
-#define REQUIRE_TWO_GPUS()                                                                   \
-  do {                                                                                       \
-    absl::StatusOr<int> gpus = CudaDeviceCount();                                            \
-    if (!NcclAvailable() || !gpus.ok() || *gpus < 2 || !at::hasCUDA()) {                     \
-      GTEST_SKIP() << "NCCL tests need --config=cuda, a CUDA LibTorch and 2 GPUs; here: "   \
-                   << "nccl=" << NcclAvailable() << " gpus="                                 \
+#define REQUIRE_TWO_GPUS()                                                                       \
+  do {                                                                                           \
+    absl::StatusOr<int> gpus = CudaDeviceCount();                                                \
+    if (!NcclAvailable() || !gpus.ok() || *gpus < 2 || !at::hasCUDA()) {                         \
+      GTEST_SKIP() << "NCCL tests need --config=cuda, a CUDA LibTorch and 2 GPUs; here: "        \
+                   << "nccl=" << NcclAvailable() << " gpus="                                     \
                    << (gpus.ok() ? std::to_string(*gpus) : std::string(gpus.status().message())) \
-                   << " libtorch_cuda=" << at::hasCUDA();                                    \
-    }                                                                                        \
+                   << " libtorch_cuda=" << at::hasCUDA();                                        \
+    }                                                                                            \
   } while (false)
 
 void RunTwoRanks(const std::function<void(int, Communicator&)>& body) {
@@ -76,11 +76,14 @@ TEST(NcclCommunicatorTest, CollectivesMatchReference) {
     EXPECT_TRUE(at::equal(b.cpu(), at::full({7}, 6.0, at::kDouble)));
     at::Tensor out = OnGpu(at::zeros({2, 3}, at::kLong), rank);
     ASSERT_TRUE(comm.AllGather(OnGpu(at::full({3}, int64_t{rank}, at::kLong), rank), out, "g")
-                    ->Wait(In(absl::Seconds(30))).ok());
+                    ->Wait(In(absl::Seconds(30)))
+                    .ok());
     EXPECT_TRUE(at::equal(out.cpu()[1], at::ones({3}, at::kLong)));
     at::Tensor recv = OnGpu(at::zeros({4}), rank);
-    ASSERT_TRUE(comm.SendRecv(OnGpu(at::full({4}, static_cast<float>(rank)), rank), 1 - rank,
-                              recv, 1 - rank, "swap")->Wait(In(absl::Seconds(30))).ok());
+    ASSERT_TRUE(comm.SendRecv(OnGpu(at::full({4}, static_cast<float>(rank)), rank), 1 - rank, recv,
+                              1 - rank, "swap")
+                    ->Wait(In(absl::Seconds(30)))
+                    .ok());
     EXPECT_TRUE(at::equal(recv.cpu(), at::full({4}, static_cast<float>(1 - rank))));
     ASSERT_TRUE(comm.Barrier("end")->Wait(In(absl::Seconds(30))).ok());
     EXPECT_EQ(comm.flight_recorder().TakeSnapshot().last_completed_seq, 6);

@@ -15,8 +15,8 @@ std::shared_ptr<Work> QueuedWork::Failed(absl::Status status) {
 absl::Status QueuedWork::Wait(absl::Time deadline) {
   absl::MutexLock lock(&mu_);
   if (!mu_.AwaitWithDeadline(absl::Condition(&done_), deadline)) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        "op #", seq_, " (", fingerprint_.ToString(), ") has not finished by its deadline"));
+    return absl::DeadlineExceededError(absl::StrCat("op #", seq_, " (", fingerprint_.ToString(),
+                                                    ") has not finished by its deadline"));
   }
   return status_;
 }
@@ -46,7 +46,9 @@ OpQueue::OpQueue(FlightRecorder& recorder, Executor execute)
   thread_ = std::thread([this] { RunLoop(); });
 }
 
-OpQueue::~OpQueue() { Shutdown(absl::AbortedError("communicator destroyed"), [] {}); }
+OpQueue::~OpQueue() {
+  Shutdown(absl::AbortedError("communicator destroyed"), [] {});
+}
 
 std::shared_ptr<Work> OpQueue::Issue(Fingerprint fingerprint, bool collective,
                                      std::function<void(uint32_t)> body) {
@@ -54,8 +56,8 @@ std::shared_ptr<Work> OpQueue::Issue(Fingerprint fingerprint, bool collective,
   if (!broken_.ok()) return QueuedWork::Failed(broken_);
   const uint32_t index = collective ? next_collective_++ : 0;
   const int64_t seq = recorder_.Enqueued(fingerprint);
-  auto work = std::make_shared<QueuedWork>(
-      seq, std::move(fingerprint), [body = std::move(body), index] { body(index); });
+  auto work = std::make_shared<QueuedWork>(seq, std::move(fingerprint),
+                                           [body = std::move(body), index] { body(index); });
   queue_.push_back(work);
   return work;
 }
@@ -86,9 +88,8 @@ void OpQueue::RunLoop() {
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
-          +[](OpQueue* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu_) {
-            return q->stopping_ || !q->queue_.empty();
-          },
+          +[](OpQueue* q)
+               ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu_) { return q->stopping_ || !q->queue_.empty(); },
           this));
       if (queue_.empty()) return;  // stopping
       work = std::move(queue_.front());
@@ -106,9 +107,8 @@ void OpQueue::RunLoop() {
       recorder_.Finished(work->seq(), OpState::kCompleted, "");
     } else {
       recorder_.Finished(work->seq(),
-                         status.code() == absl::StatusCode::kDeadlineExceeded
-                             ? OpState::kTimedOut
-                             : OpState::kFailed,
+                         status.code() == absl::StatusCode::kDeadlineExceeded ? OpState::kTimedOut
+                                                                              : OpState::kFailed,
                          std::string(status.message()));
       absl::MutexLock lock(&mu_);
       if (broken_.ok()) {

@@ -6,12 +6,12 @@
 #ifndef CHORUS_WORKER_COMM_RANK_THREADS_H_
 #define CHORUS_WORKER_COMM_RANK_THREADS_H_
 
+#include <ATen/Parallel.h>
+
 #include <functional>
 #include <memory>
 #include <thread>
 #include <vector>
-
-#include <ATen/Parallel.h>
 
 #include "gtest/gtest.h"
 #include "worker/comm/gloo_communicator.h"

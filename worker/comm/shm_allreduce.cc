@@ -1,5 +1,6 @@
 #include "worker/comm/shm_allreduce.h"
 
+#include <ATen/ATen.h>
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <poll.h>
@@ -21,15 +22,13 @@
 #include <sstream>
 #include <utility>
 
-#include <ATen/ATen.h>
-
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
-#include "gloo/common/error.h"
 #include "glog/logging.h"
+#include "gloo/common/error.h"
 
 namespace chorus {
 
@@ -325,8 +324,8 @@ struct ShmAllreduce::Peer {
 };
 
 absl::StatusOr<std::unique_ptr<ShmAllreduce>> ShmAllreduce::Connect(const Options& options,
-                                                                     Store& store,
-                                                                     absl::Time deadline) {
+                                                                    Store& store,
+                                                                    absl::Time deadline) {
   if (options.size < 2) return nullptr;
   if (options.segment_bytes < kPage) {
     return absl::InvalidArgumentError(
@@ -342,8 +341,8 @@ absl::StatusOr<std::unique_ptr<ShmAllreduce>> ShmAllreduce::Connect(const Option
       self = *std::move(arena);
       mine = absl::StrCat(host, " ", self->name(), " ", getpid());
     } else {
-      LOG(WARNING) << "rank " << options.rank << ": no shared memory, all-reduce uses TCP: "
-                   << arena.status();
+      LOG(WARNING) << "rank " << options.rank
+                   << ": no shared memory, all-reduce uses TCP: " << arena.status();
     }
   }
   RETURN_IF_ERROR(store.Set(absl::StrCat("shm/", options.rank), mine));
@@ -445,14 +444,14 @@ void ShmAllreduce::CheckPeers(int awaited, uint32_t seq, absl::Time deadline,
       throw gloo::IoException(absl::StrCat("rank ", r, " is gone: it closed its communicator"));
     }
     if (p.pid != getpid() && ProcessExited(p.pid, p.pidfd)) {
-      throw gloo::IoException(absl::StrCat("rank ", r, " is gone: its process (pid ", p.pid,
-                                           ") exited"));
+      throw gloo::IoException(
+          absl::StrCat("rank ", r, " is gone: its process (pid ", p.pid, ") exited"));
     }
   }
   const int peer = awaited;
   if (absl::Now() > deadline) {
-    throw gloo::IoException(absl::StrCat("Timed out waiting for rank ", peer,
-                                         " in a shared-memory all-reduce"));
+    throw gloo::IoException(
+        absl::StrCat("Timed out waiting for rank ", peer, " in a shared-memory all-reduce"));
   }
 }
 
@@ -494,8 +493,7 @@ void ShmAllreduce::WaitCounter(int peer, Counter counter, uint32_t seq, absl::Ti
   }
 }
 
-void ShmAllreduce::ReduceSlice(const Op& op, const std::vector<char*>& sources,
-                               size_t elements) {
+void ShmAllreduce::ReduceSlice(const Op& op, const std::vector<char*>& sources, size_t elements) {
   const int size = options_.size;
   const int rank = options_.rank;
   const size_t esize = op.element_size;
@@ -540,14 +538,13 @@ void ShmAllreduce::RunSegments(const Op& op, const AbortHandle& abort) {
   char* data = static_cast<char*>(op.data);
   char* base = self_->base();
   const size_t heap = HeapStart(options_.segment_bytes);
-  const bool in_arena =
-      data >= base + heap && data + op.count * esize <= base + self_->size();
+  const bool in_arena = data >= base + heap && data + op.count * esize <= base + self_->size();
   if (!in_arena && !staging_reserved_) {
     const size_t staging = kStagingSlots * options_.segment_bytes;
     if (!self_->Reserve(kStagingOffset, staging)) {
-      throw gloo::IoException(absl::StrCat(
-          "shared-memory all-reduce: /dev/shm has no room for a ", staging,
-          "-byte staging area; free space there or set CHORUS_GLOO_SHM=0 to use TCP"));
+      throw gloo::IoException(
+          absl::StrCat("shared-memory all-reduce: /dev/shm has no room for a ", staging,
+                       "-byte staging area; free space there or set CHORUS_GLOO_SHM=0 to use TCP"));
     }
     Populate(base + kStagingOffset, staging);
     staging_reserved_ = true;

@@ -14,6 +14,7 @@
 #ifndef CHORUS_WORKER_COMM_SHM_ALLREDUCE_H_
 #define CHORUS_WORKER_COMM_SHM_ALLREDUCE_H_
 
+#include <ATen/core/Tensor.h>
 #include <sys/types.h>
 
 #include <chrono>
@@ -22,8 +23,6 @@
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <ATen/core/Tensor.h>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -55,8 +54,8 @@ class ShmAllreduce {
   // namespaced to this group). Returns nullptr, on every rank alike, when the
   // ranks are not all on one host or one of them cannot map another's memory;
   // an error only when the store fails or `deadline` passes.
-  static absl::StatusOr<std::unique_ptr<ShmAllreduce>> Connect(const Options& options,
-                                                               Store& store, absl::Time deadline);
+  static absl::StatusOr<std::unique_ptr<ShmAllreduce>> Connect(const Options& options, Store& store,
+                                                               absl::Time deadline);
 
   ~ShmAllreduce();
   ShmAllreduce(const ShmAllreduce&) = delete;

@@ -21,9 +21,9 @@ namespace chorus {
 
 absl::Status MissingKeysError(absl::string_view store, absl::Span<const std::string> missing,
                               absl::Duration waited) {
-  return absl::DeadlineExceededError(absl::StrCat(store, ": waited ", absl::FormatDuration(waited),
-                                                  " and these keys were never set: ",
-                                                  absl::StrJoin(missing, ", ")));
+  return absl::DeadlineExceededError(
+      absl::StrCat(store, ": waited ", absl::FormatDuration(waited),
+                   " and these keys were never set: ", absl::StrJoin(missing, ", ")));
 }
 
 namespace {
@@ -118,8 +118,8 @@ absl::Status FileStore::WriteAtomically(absl::string_view key, absl::string_view
     }
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::UnavailableError(absl::StrCat("file store ", dir_, ": cannot rename ", tmp,
-                                               ": ", std::strerror(errno)));
+    return absl::UnavailableError(
+        absl::StrCat("file store ", dir_, ": cannot rename ", tmp, ": ", std::strerror(errno)));
   }
   return absl::OkStatus();
 }
@@ -161,13 +161,13 @@ absl::StatusOr<int64_t> FileStore::Add(absl::string_view key, int64_t delta) {
   const std::string lock_path = dir_ + "/.lock";
   int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) {
-    return absl::UnavailableError(absl::StrCat("file store ", dir_, ": cannot open lock: ",
-                                               std::strerror(errno)));
+    return absl::UnavailableError(
+        absl::StrCat("file store ", dir_, ": cannot open lock: ", std::strerror(errno)));
   }
   if (::flock(fd, LOCK_EX) != 0) {
     ::close(fd);
-    return absl::UnavailableError(absl::StrCat("file store ", dir_, ": cannot lock: ",
-                                               std::strerror(errno)));
+    return absl::UnavailableError(
+        absl::StrCat("file store ", dir_, ": cannot lock: ", std::strerror(errno)));
   }
   int64_t value = delta;
   absl::Status status;

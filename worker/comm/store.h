@@ -99,8 +99,7 @@ class FileStore : public Store {
 // sub-groups in one store. `base` is not owned and must outlive this.
 class PrefixStore : public Store {
  public:
-  PrefixStore(Store& base, std::string prefix)
-      : base_(base), prefix_(std::move(prefix) + "/") {}
+  PrefixStore(Store& base, std::string prefix) : base_(base), prefix_(std::move(prefix) + "/") {}
 
   absl::Status Set(absl::string_view key, absl::string_view value) override;
   absl::StatusOr<std::string> Get(absl::string_view key, absl::Time deadline) override;

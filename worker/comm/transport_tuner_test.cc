@@ -38,9 +38,9 @@ TEST(TransportTunerTest, AlternatesPathsThenKeepsTheFasterOne) {
   bool complete = false;
   std::vector<Path> order = Measure(tuner, 1 << 20, 0.010, 0.030, &complete);
   ASSERT_TRUE(complete);
-  EXPECT_EQ(order, (std::vector<Path>{Path::kSharedMemory, Path::kTcp, Path::kSharedMemory,
-                                       Path::kTcp, Path::kSharedMemory, Path::kTcp,
-                                       Path::kSharedMemory, Path::kTcp}));
+  EXPECT_EQ(order,
+            (std::vector<Path>{Path::kSharedMemory, Path::kTcp, Path::kSharedMemory, Path::kTcp,
+                               Path::kSharedMemory, Path::kTcp, Path::kSharedMemory, Path::kTcp}));
   // The warm-up round (i = 0, 1) is not counted; the best of the rest is.
   TransportTuner::Timings t = tuner.Measured(1 << 20);
   EXPECT_EQ(order.size(), 8u) << "one warm-up and three samples per path";

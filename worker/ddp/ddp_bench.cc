@@ -11,15 +11,16 @@
 // after a barrier; the figure is the median step time after 8 warm-up steps
 // (both sides), which include the transport measurement. The bench's own
 // processes keep freed memory for reuse as chorus-rank does
-// (common/memory.h); the PyTorch peer runs as PyTorch users run it. Prints one DESIGN.md §8 line per model, the big model
-// last; ratio = Chorus step time / PyTorch DDP step time. Overlap efficiency
-// is the share of communication hidden behind compute:
+// (common/memory.h); the PyTorch peer runs as PyTorch users run it. Prints one DESIGN.md §8 line
+// per model, the big model last; ratio = Chorus step time / PyTorch DDP step time. Overlap
+// efficiency is the share of communication hidden behind compute:
 //   1 - (ddp_step - compute_only) / allreduce_all_gradients_alone.
 // Compute only is timed twice: one process alone, and two processes at once
 // (the floor for two ranks sharing this machine's caches and memory).
 
 #include <spawn.h>
 #include <sys/wait.h>
+#include <torch/torch.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -29,8 +30,6 @@
 #include <iostream>
 #include <string>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -145,7 +144,11 @@ int RunRank(int rank, const std::string& store_dir, const std::vector<int64_t>& 
   for (int i = 0; i < 6; ++i) {
     if (!barrier().ok()) return 1;
     absl::Time start = absl::Now();
-    if (!(*comm)->AllReduce(all, ReduceOp::kAvg, "bench/all")->Wait(absl::Now() + absl::Seconds(60)).ok()) return 1;
+    if (!(*comm)
+             ->AllReduce(all, ReduceOp::kAvg, "bench/all")
+             ->Wait(absl::Now() + absl::Seconds(60))
+             .ok())
+      return 1;
     if (i > 0) comm_times.push_back(absl::ToDoubleMilliseconds(absl::Now() - start));
   }
   if (rank == 0) {
@@ -189,8 +192,9 @@ int RunBench(const std::string& self, double steps_scale, bool view) {
 
     // PyTorch DDP.
     const std::string peer_file = dir + "/" + c.name + ".pytorch";
-    std::vector<std::string> py = {"/usr/bin/python3", script, peer_file, std::to_string(c.warmup),
-                                   std::to_string(steps), view ? "1" : "0"};
+    std::vector<std::string> py = {
+        "/usr/bin/python3",    script,          peer_file, std::to_string(c.warmup),
+        std::to_string(steps), view ? "1" : "0"};
     py.insert(py.end(), hidden.begin(), hidden.end());
     if (SpawnAndWait(py) != 0) {
       std::cerr << "PyTorch DDP run failed (needs python3-torch: deploy/setup.sh)\n";
@@ -213,15 +217,25 @@ int RunBench(const std::string& self, double steps_scale, bool view) {
       const std::string store_dir = absl::StrCat(dir, "/", c.name, ".store", shm);
       std::vector<pid_t> pids;
       for (int r = 0; r < 2; ++r) {
-        std::vector<std::string> args = {self, "--rank", std::to_string(r), "--store", store_dir,
-                                         "--hidden", absl::StrJoin(hidden, ","), "--warmup",
-                                         std::to_string(c.warmup), "--steps", std::to_string(steps),
-                                         "--view", view ? "1" : "0"};
+        std::vector<std::string> args = {self,
+                                         "--rank",
+                                         std::to_string(r),
+                                         "--store",
+                                         store_dir,
+                                         "--hidden",
+                                         absl::StrJoin(hidden, ","),
+                                         "--warmup",
+                                         std::to_string(c.warmup),
+                                         "--steps",
+                                         std::to_string(steps),
+                                         "--view",
+                                         view ? "1" : "0"};
         std::vector<char*> argv;
         for (auto& a : args) argv.push_back(a.data());
         argv.push_back(nullptr);
         pid_t pid;
-        if (posix_spawn(&pid, self.c_str(), nullptr, nullptr, argv.data(), environ) != 0) return false;
+        if (posix_spawn(&pid, self.c_str(), nullptr, nullptr, argv.data(), environ) != 0)
+          return false;
         pids.push_back(pid);
       }
       bool ok = true;
@@ -251,10 +265,14 @@ int RunBench(const std::string& self, double steps_scale, bool view) {
     {
       std::vector<pid_t> pids;
       for (int r = 0; r < 2; ++r) {
-        std::vector<std::string> args = {self, "--compute_only",
+        std::vector<std::string> args = {self,
+                                         "--compute_only",
                                          absl::StrCat(dir, "/", c.name, ".compute", r),
-                                         "--hidden", absl::StrJoin(hidden, ","), "--warmup",
-                                         std::to_string(c.warmup), "--steps",
+                                         "--hidden",
+                                         absl::StrJoin(hidden, ","),
+                                         "--warmup",
+                                         std::to_string(c.warmup),
+                                         "--steps",
                                          std::to_string(steps)};
         std::vector<char*> argv;
         for (auto& a : args) argv.push_back(a.data());
@@ -294,9 +312,8 @@ int RunBench(const std::string& self, double steps_scale, bool view) {
         "all gradients alone %.1f ms\n",
         c.name, ours, peer, compute, comm_ms, 100 * overlap(ours), 100 * overlap(peer),
         run.fwd_bwd_ms, run.finish_ms, c.name, ours / compute, concurrent, ours / concurrent,
-        run.faults_per_step,
-        shm_run.faults_per_step, tcp_run.faults_per_step, c.name, shm_run.step_ms,
-        shm_run.step_ms / peer, shm_run.comm_ms, c.name, tcp_run.step_ms,
+        run.faults_per_step, shm_run.faults_per_step, tcp_run.faults_per_step, c.name,
+        shm_run.step_ms, shm_run.step_ms / peer, shm_run.comm_ms, c.name, tcp_run.step_ms,
         tcp_run.step_ms / peer, tcp_run.comm_ms);
     std::cout << absl::StrFormat(
                      "{\"bench\": \"ddp_%s\", \"metric\": \"median_step_time\", \"unit\": \"ms\", "
@@ -304,8 +321,7 @@ int RunBench(const std::string& self, double steps_scale, bool view) {
                      "\"ratio\": %.4f, \"compute_only_ms\": %.3f, "
                      "\"two_processes_compute_only_ms\": %.3f, "
                      "\"ours_page_faults_per_step\": %.1f}",
-                     c.name, ours, peer, ours / peer, compute, concurrent,
-                     run.faults_per_step)
+                     c.name, ours, peer, ours / peer, compute, concurrent, run.faults_per_step)
               << std::endl;
   }
   std::string cleanup = "rm -rf " + dir;
@@ -325,14 +341,22 @@ int main(int argc, char** argv) {
   std::string compute_only_file;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string flag = argv[i];
-    if (flag == "--rank") rank = std::atoi(argv[i + 1]);
-    else if (flag == "--store") store = argv[i + 1];
-    else if (flag == "--hidden") hidden_text = argv[i + 1];
-    else if (flag == "--warmup") warmup = std::atoi(argv[i + 1]);
-    else if (flag == "--steps") steps = std::atoi(argv[i + 1]);
-    else if (flag == "--steps_scale") steps_scale = std::atof(argv[i + 1]);
-    else if (flag == "--view") view = std::string(argv[i + 1]) == "1";
-    else if (flag == "--compute_only") compute_only_file = argv[i + 1];
+    if (flag == "--rank")
+      rank = std::atoi(argv[i + 1]);
+    else if (flag == "--store")
+      store = argv[i + 1];
+    else if (flag == "--hidden")
+      hidden_text = argv[i + 1];
+    else if (flag == "--warmup")
+      warmup = std::atoi(argv[i + 1]);
+    else if (flag == "--steps")
+      steps = std::atoi(argv[i + 1]);
+    else if (flag == "--steps_scale")
+      steps_scale = std::atof(argv[i + 1]);
+    else if (flag == "--view")
+      view = std::string(argv[i + 1]) == "1";
+    else if (flag == "--compute_only")
+      compute_only_file = argv[i + 1];
   }
   std::vector<int64_t> hidden;
   for (absl::string_view part : absl::StrSplit(hidden_text, ',', absl::SkipEmpty())) {

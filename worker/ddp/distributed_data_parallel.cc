@@ -1,13 +1,13 @@
 #include "worker/ddp/distributed_data_parallel.h"
 
-#include <algorithm>
-#include <cstdint>
-#include <utility>
-
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/grad_mode.h>
 #include <torch/csrc/jit/api/module.h>
 #include <torch/nn/module.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -32,7 +32,7 @@ bool IsIgnored(const std::string& name, const std::vector<std::string>& ignored)
 class DistributedDataParallel::Impl {
  public:
   struct Bucket {
-    std::vector<size_t> members;  // indices into params_
+    std::vector<size_t> members;    // indices into params_
     std::vector<at::Tensor> views;  // per member: a view of `flat` shaped like the parameter
     at::Tensor flat;
     at::Tensor wire;  // what goes on the wire: `flat`, or its compressed copy
@@ -42,8 +42,11 @@ class DistributedDataParallel::Impl {
 
   Impl(std::vector<NamedTensor> params, std::vector<NamedTensor> buffers, Communicator& comm,
        DdpOptions options)
-      : params_(std::move(params)), buffers_(std::move(buffers)), comm_(comm),
-        options_(std::move(options)), ready_(params_.size(), 0) {}
+      : params_(std::move(params)),
+        buffers_(std::move(buffers)),
+        comm_(comm),
+        options_(std::move(options)),
+        ready_(params_.size(), 0) {}
 
   std::string Tag(absl::string_view what) const {
     return absl::StrCat("ddp:", options_.name, "/", what);
@@ -94,9 +97,15 @@ class DistributedDataParallel::Impl {
         }
       }
       switch (options_.compression) {
-        case DdpOptions::Compression::kFp16: bucket.wire = comm_.NewBuffer(total, opts.dtype(at::kHalf)); break;
-        case DdpOptions::Compression::kBf16: bucket.wire = comm_.NewBuffer(total, opts.dtype(at::kBFloat16)); break;
-        default: bucket.wire = bucket.flat; break;
+        case DdpOptions::Compression::kFp16:
+          bucket.wire = comm_.NewBuffer(total, opts.dtype(at::kHalf));
+          break;
+        case DdpOptions::Compression::kBf16:
+          bucket.wire = comm_.NewBuffer(total, opts.dtype(at::kBFloat16));
+          break;
+        default:
+          bucket.wire = bucket.flat;
+          break;
       }
       bucket.pending = bucket.members.size();
     }
@@ -232,7 +241,8 @@ class DistributedDataParallel::Impl {
     for (size_t k = 0; k < order.size(); ++k) order_tensor[k] = static_cast<int64_t>(order[k]);
     RETURN_IF_ERROR(comm_.Broadcast(order_tensor, 0, Tag("bucket_order"))->Wait(Deadline()));
     std::vector<size_t> adopted(order.size());
-    for (size_t k = 0; k < order.size(); ++k) adopted[k] = static_cast<size_t>(order_tensor[k].item<int64_t>());
+    for (size_t k = 0; k < order.size(); ++k)
+      adopted[k] = static_cast<size_t>(order_tensor[k].item<int64_t>());
     BuildBuckets(adopted);
     rebuilt_ = true;
     ready_order_.clear();
@@ -248,10 +258,10 @@ class DistributedDataParallel::Impl {
 
   absl::Status Prepare() {
     if (std::any_of(ready_.begin(), ready_.end(), [](char r) { return r != 0; })) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "ddp:", options_.name,
-          ": the previous backward's gradients were never synchronized; call "
-          "FinishGradientSync() after each backward (or wrap it in NoSync())"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("ddp:", options_.name,
+                       ": the previous backward's gradients were never synchronized; call "
+                       "FinishGradientSync() after each backward (or wrap it in NoSync())"));
     }
     if (!options_.broadcast_buffers || comm_.size() == 1) return absl::OkStatus();
     std::vector<at::Tensor> floats;
@@ -284,16 +294,17 @@ class DistributedDataParallel::Impl {
 void DistributedDataParallel::Impl::RegisterHooks() {
   std::vector<at::Tensor> tensors;
   for (size_t i : synced_) tensors.push_back(params_[i].tensor);
-  hooks_ = std::make_unique<GradientReadyHooks>(tensors, [this](size_t k) { MarkReady(synced_[k]); });
+  hooks_ =
+      std::make_unique<GradientReadyHooks>(tensors, [this](size_t k) { MarkReady(synced_[k]); });
 }
 
 absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel::Create(
     std::vector<NamedTensor> parameters, std::vector<NamedTensor> buffers, Communicator& comm,
     DdpOptions options) {
   if (!(options.bucket_cap_mb > 0) || !(options.first_bucket_mb > 0)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ddp: bucket_cap_mb and first_bucket_mb must be > 0, got ", options.bucket_cap_mb,
-        " and ", options.first_bucket_mb));
+    return absl::InvalidArgumentError(
+        absl::StrCat("ddp: bucket_cap_mb and first_bucket_mb must be > 0, got ",
+                     options.bucket_cap_mb, " and ", options.first_bucket_mb));
   }
   // A parameter shared by two submodules is synchronized once.
   parameters = WithoutRepeatedTensors(std::move(parameters));
@@ -307,19 +318,20 @@ absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel
   }
   std::vector<NamedTensor> kept_buffers;
   for (NamedTensor& b : buffers) {
-    if (b.tensor.defined() && !IsIgnored(b.name, options.ignored)) kept_buffers.push_back(std::move(b));
+    if (b.tensor.defined() && !IsIgnored(b.name, options.ignored))
+      kept_buffers.push_back(std::move(b));
   }
   if ((options.compression != DdpOptions::Compression::kNone)) {
     for (const NamedTensor& p : params) {
       if (p.tensor.scalar_type() != at::kFloat && p.tensor.requires_grad()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "ddp: gradient compression needs float32 parameters; '", p.name, "' is ",
-            c10::toString(p.tensor.scalar_type())));
+        return absl::InvalidArgumentError(
+            absl::StrCat("ddp: gradient compression needs float32 parameters; '", p.name, "' is ",
+                         c10::toString(p.tensor.scalar_type())));
       }
     }
   }
-  auto impl = std::make_unique<Impl>(std::move(params), std::move(kept_buffers), comm,
-                                     std::move(options));
+  auto impl =
+      std::make_unique<Impl>(std::move(params), std::move(kept_buffers), comm, std::move(options));
   for (size_t i = 0; i < impl->params_.size(); ++i) {
     if (impl->params_[i].tensor.requires_grad()) impl->synced_.push_back(i);
   }

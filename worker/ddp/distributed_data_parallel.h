@@ -24,11 +24,11 @@
 #ifndef CHORUS_WORKER_DDP_DISTRIBUTED_DATA_PARALLEL_H_
 #define CHORUS_WORKER_DDP_DISTRIBUTED_DATA_PARALLEL_H_
 
+#include <ATen/core/Tensor.h>
+
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <ATen/core/Tensor.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"

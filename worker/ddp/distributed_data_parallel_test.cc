@@ -1,12 +1,12 @@
 #include "worker/ddp/distributed_data_parallel.h"
 
+#include <torch/torch.h>
+
 #include <algorithm>
 #include <atomic>
 #include <functional>
 #include <thread>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "absl/strings/match.h"
 #include "common/machine_facts.h"
@@ -27,10 +27,10 @@ torch::nn::Sequential MakeMlp() {
 }
 
 torch::nn::Sequential MakeCnn() {
-  return torch::nn::Sequential(
-      torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 4, 3)), torch::nn::ReLU(),
-      torch::nn::MaxPool2d(torch::nn::MaxPool2dOptions(2)), torch::nn::Flatten(),
-      torch::nn::Linear(4 * 3 * 3, 4));
+  return torch::nn::Sequential(torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 4, 3)),
+                               torch::nn::ReLU(),
+                               torch::nn::MaxPool2d(torch::nn::MaxPool2dOptions(2)),
+                               torch::nn::Flatten(), torch::nn::Linear(4 * 3 * 3, 4));
 }
 
 // A copy of `src`'s parameters in a freshly built model.
@@ -166,7 +166,8 @@ TEST_P(UnusedParametersTest, AveragesZerosOrFailsClearly) {
     CopyParams(reference, m);
     torch::Tensor loss = m.Loss(x[r], r == 0 ? c.a0 : c.a1, r == 0 ? c.b0 : c.b1);
     loss.backward();
-    for (auto& p : m.parameters()) local[r].push_back(p.grad().defined() ? p.grad().clone() : torch::Tensor());
+    for (auto& p : m.parameters())
+      local[r].push_back(p.grad().defined() ? p.grad().clone() : torch::Tensor());
   }
   std::vector<std::vector<torch::Tensor>> got(2);
   std::vector<absl::Status> statuses(2);
@@ -183,7 +184,8 @@ TEST_P(UnusedParametersTest, AveragesZerosOrFailsClearly) {
       m.Loss(x[rank], rank == 0 ? c.a0 : c.a1, rank == 0 ? c.b0 : c.b1).backward();
       statuses[rank] = (*ddp)->FinishGradientSync();
     }
-    for (auto& p : m.parameters()) got[rank].push_back(p.grad().defined() ? p.grad().clone() : torch::Tensor());
+    for (auto& p : m.parameters())
+      got[rank].push_back(p.grad().defined() ? p.grad().clone() : torch::Tensor());
   });
   if (c.expect_error) {
     for (int r = 0; r < 2; ++r) {
@@ -231,7 +233,8 @@ TEST(DistributedDataParallelTest, NoSyncAccumulationEqualsOneBigBatch) {
   std::vector<torch::Tensor> want;
   for (auto& p : reference->parameters()) want.push_back(p.grad().clone());
 
-  std::vector<torch::nn::Sequential> replicas = {CloneOf(reference, false), CloneOf(reference, false)};
+  std::vector<torch::nn::Sequential> replicas = {CloneOf(reference, false),
+                                                 CloneOf(reference, false)};
   RunGlooRanks(2, [&](int rank, Communicator& comm) {
     torch::nn::Sequential& model = replicas[rank];
     for (auto& p : model->parameters()) p.mutable_grad() = torch::Tensor();
@@ -257,7 +260,8 @@ TEST(DistributedDataParallelTest, NoSyncAccumulationEqualsOneBigBatch) {
   for (int r = 0; r < 2; ++r) {
     auto params = replicas[r]->parameters();
     for (size_t i = 0; i < params.size(); ++i) {
-      EXPECT_TRUE(torch::allclose(params[i].grad(), want[i], 1e-5, 1e-7)) << "rank " << r << " param " << i;
+      EXPECT_TRUE(torch::allclose(params[i].grad(), want[i], 1e-5, 1e-7))
+          << "rank " << r << " param " << i;
     }
   }
 }
@@ -321,7 +325,8 @@ TEST_P(CompressionTest, GradientsWithinFormatToleranceAndHalfTheBytes) {
   torch::nn::functional::cross_entropy(reference->forward(x), y).backward();
   std::vector<torch::Tensor> want;
   for (auto& p : reference->parameters()) want.push_back(p.grad().clone());
-  std::vector<torch::nn::Sequential> replicas = {CloneOf(reference, false), CloneOf(reference, false)};
+  std::vector<torch::nn::Sequential> replicas = {CloneOf(reference, false),
+                                                 CloneOf(reference, false)};
   std::vector<int64_t> wire_bytes(2, 0), wire_count(2, 0);
   RunGlooRanks(2, [&](int rank, Communicator& comm) {
     DdpOptions options;
@@ -381,7 +386,8 @@ TEST(DistributedDataParallelTest, TwoInstancesOnDisjointSubsets) {
     CopyParams(reference, m);
     std::vector<NamedTensor> actor, critic;
     for (auto& item : m.named_parameters()) {
-      (absl::StartsWith(item.key(), "head_b") ? critic : actor).push_back({item.key(), item.value()});
+      (absl::StartsWith(item.key(), "head_b") ? critic : actor)
+          .push_back({item.key(), item.value()});
     }
     DdpOptions a;
     a.name = "actor";
@@ -400,12 +406,14 @@ TEST(DistributedDataParallelTest, TwoInstancesOnDisjointSubsets) {
   });
   for (int r = 0; r < 2; ++r) {
     for (size_t i = 0; i < want.size(); ++i) {
-      EXPECT_TRUE(torch::allclose(got[r][i], want[i], 1e-5, 1e-7)) << "rank " << r << " param " << i;
+      EXPECT_TRUE(torch::allclose(got[r][i], want[i], 1e-5, 1e-7))
+          << "rank " << r << " param " << i;
     }
   }
   EXPECT_EQ(tags0, tags1);
   auto has = [&](const std::string& s) {
-    return std::any_of(tags0.begin(), tags0.end(), [&](const std::string& t) { return absl::StrContains(t, s); });
+    return std::any_of(tags0.begin(), tags0.end(),
+                       [&](const std::string& t) { return absl::StrContains(t, s); });
   };
   EXPECT_TRUE(has("ddp:actor/bucket0"));
   EXPECT_TRUE(has("ddp:critic/bucket0"));
@@ -414,7 +422,8 @@ TEST(DistributedDataParallelTest, TwoInstancesOnDisjointSubsets) {
 TEST(DistributedDataParallelTest, DifferentModelsFailOnEveryRankNamingTheParameter) {
   std::vector<absl::Status> statuses(2);
   RunGlooRanks(2, [&](int rank, Communicator& comm) {
-    torch::nn::Sequential m(torch::nn::Linear(4, rank == 0 ? 3 : 5), torch::nn::Linear(rank == 0 ? 3 : 5, 2));
+    torch::nn::Sequential m(torch::nn::Linear(4, rank == 0 ? 3 : 5),
+                            torch::nn::Linear(rank == 0 ? 3 : 5, 2));
     statuses[rank] = DistributedDataParallel::ForModule(*m, comm, DdpOptions()).status();
   });
   for (int r = 0; r < 2; ++r) {
@@ -471,7 +480,8 @@ TEST(DistributedDataParallelTest, ASharedParameterIsSynchronizedOnce) {
     auto ddp = DistributedDataParallel::ForModule(*model, comm, options);
     ASSERT_TRUE(ddp.ok()) << ddp.status();
     ASSERT_EQ((*ddp)->bucket_count(), 2u);
-    std::vector<std::string> names = {(*ddp)->bucket_parameters(0)[0], (*ddp)->bucket_parameters(1)[0]};
+    std::vector<std::string> names = {(*ddp)->bucket_parameters(0)[0],
+                                      (*ddp)->bucket_parameters(1)[0]};
     std::sort(names.begin(), names.end());
     EXPECT_EQ(names, (std::vector<std::string>{"0.bias", "0.weight"}));
     // The averaged gradient is the mean of the ranks' whole gradients.
@@ -480,7 +490,9 @@ TEST(DistributedDataParallelTest, ASharedParameterIsSynchronizedOnce) {
     const torch::Tensor own = block->weight.grad().clone();
     ASSERT_TRUE((*ddp)->FinishGradientSync().ok());
     torch::Tensor other = own.clone();
-    ASSERT_TRUE(comm.AllReduce(other, ReduceOp::kAvg, "test/mean")->Wait(absl::Now() + absl::Seconds(30)).ok());
+    ASSERT_TRUE(comm.AllReduce(other, ReduceOp::kAvg, "test/mean")
+                    ->Wait(absl::Now() + absl::Seconds(30))
+                    .ok());
     EXPECT_TRUE(torch::allclose(block->weight.grad(), other, 1e-6, 1e-7));
   });
 }

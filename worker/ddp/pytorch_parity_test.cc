@@ -3,13 +3,13 @@
 // K steps; Chorus DDP trains the same TorchScript module from the same start
 // on the same data and must land on the same parameters.
 
+#include <torch/script.h>
+#include <torch/torch.h>
+
 #include <cstdlib>
 #include <fstream>
 #include <thread>
 #include <vector>
-
-#include <torch/script.h>
-#include <torch/torch.h>
 
 #include "gtest/gtest.h"
 #include "worker/comm/gloo_communicator.h"
@@ -29,7 +29,8 @@ std::vector<T> ReadBinary(const std::string& path) {
   EXPECT_TRUE(in) << "cannot read " << path;
   std::vector<T> data(static_cast<size_t>(in.tellg()) / sizeof(T));
   in.seekg(0);
-  in.read(reinterpret_cast<char*>(data.data()), static_cast<std::streamsize>(data.size() * sizeof(T)));
+  in.read(reinterpret_cast<char*>(data.data()),
+          static_cast<std::streamsize>(data.size() * sizeof(T)));
   return data;
 }
 
@@ -71,18 +72,21 @@ TEST(PytorchParityTest, SameParametersAsPytorchDdp) {
         ASSERT_TRUE((*ddp)->PrepareForBackward().ok());
         torch::Tensor input = x[s].narrow(0, rank * kBatch, kBatch);
         torch::Tensor logits = module.forward({input}).toTensor();
-        torch::nn::functional::cross_entropy(logits, y[s].narrow(0, rank * kBatch, kBatch)).backward();
+        torch::nn::functional::cross_entropy(logits, y[s].narrow(0, rank * kBatch, kBatch))
+            .backward();
         absl::Status sync = (*ddp)->FinishGradientSync();
         ASSERT_TRUE(sync.ok()) << sync;
         opt.step();
       }
       std::vector<torch::Tensor> flat;
-      for (const auto& item : module.named_parameters()) flat.push_back(item.value.detach().reshape({-1}));
+      for (const auto& item : module.named_parameters())
+        flat.push_back(item.value.detach().reshape({-1}));
       finals[rank] = torch::cat(flat);
     });
   }
   for (auto& t : threads) t.join();
-  torch::Tensor reference = torch::from_blob(want.data(), {static_cast<int64_t>(want.size())}).clone();
+  torch::Tensor reference =
+      torch::from_blob(want.data(), {static_cast<int64_t>(want.size())}).clone();
   for (int rank = 0; rank < kWorld; ++rank) {
     ASSERT_TRUE(finals[rank].defined());
     ASSERT_EQ(finals[rank].numel(), reference.numel());

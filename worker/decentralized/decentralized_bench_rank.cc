@@ -13,12 +13,12 @@
 // "DIR/result.R" = "<ms per step> <params>". `none` trains without any
 // communication (the compute floor).
 
+#include <torch/torch.h>
+
 #include <fstream>
 #include <iostream>
 #include <string>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -42,16 +42,26 @@ int Main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
     bool ok = true;
-    if (flag == "--strategy") strategy = value;
-    else if (flag == "--store") store_dir = value;
-    else if (flag == "--host") host = value;
-    else if (flag == "--hidden") hidden_arg = value;
-    else if (flag == "--rank") ok = absl::SimpleAtoi(value, &rank);
-    else if (flag == "--size") ok = absl::SimpleAtoi(value, &size);
-    else if (flag == "--steps") ok = absl::SimpleAtoi(value, &steps);
-    else if (flag == "--warmup") ok = absl::SimpleAtoi(value, &warmup);
-    else if (flag == "--batch") ok = absl::SimpleAtoi(value, &batch);
-    else return Fail("unknown flag " + flag);
+    if (flag == "--strategy")
+      strategy = value;
+    else if (flag == "--store")
+      store_dir = value;
+    else if (flag == "--host")
+      host = value;
+    else if (flag == "--hidden")
+      hidden_arg = value;
+    else if (flag == "--rank")
+      ok = absl::SimpleAtoi(value, &rank);
+    else if (flag == "--size")
+      ok = absl::SimpleAtoi(value, &size);
+    else if (flag == "--steps")
+      ok = absl::SimpleAtoi(value, &steps);
+    else if (flag == "--warmup")
+      ok = absl::SimpleAtoi(value, &warmup);
+    else if (flag == "--batch")
+      ok = absl::SimpleAtoi(value, &batch);
+    else
+      return Fail("unknown flag " + flag);
     if (!ok) return Fail("bad value for " + flag + ": " + value);
   }
   if (store_dir.empty()) return Fail("--store DIR is required");

@@ -1,11 +1,11 @@
 #include "worker/decentralized/decentralized_data_parallel.h"
 
+#include <ATen/ATen.h>
+#include <torch/optim/optimizer.h>
+
 #include <algorithm>
 #include <map>
 #include <utility>
-
-#include <ATen/ATen.h>
-#include <torch/optim/optimizer.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -31,21 +31,28 @@ class DecentralizedDataParallel::Impl {
     std::vector<size_t> members;  // indices into trained_
     at::Tensor block;             // the members' storage
     at::Tensor recv;              // the peer's block, or the group mean
-    bool received = false;        // recv holds an exchange not mixed in yet (restored from a checkpoint)
+    bool received = false;  // recv holds an exchange not mixed in yet (restored from a checkpoint)
     std::unique_ptr<torch::optim::Optimizer> optimizer;
-    size_t pending = 0;           // members whose gradient is not ready yet
-    std::shared_ptr<Work> work;   // exchange launched by the previous step
-    bool pair = false;            // work is a SendRecv (else a group mean)
-    at::Tensor backup;            // own block while globally averaged
+    size_t pending = 0;          // members whose gradient is not ready yet
+    std::shared_ptr<Work> work;  // exchange launched by the previous step
+    bool pair = false;           // work is a SendRecv (else a group mean)
+    at::Tensor backup;           // own block while globally averaged
   };
 
   Impl(std::vector<NamedTensor> params, std::vector<NamedTensor> buffers, Communicator& comm,
-       OptimizerFactory make_optimizer, LrSchedule lr_schedule, DecentralizedOptions options, Topology topology)
-      : params_(std::move(params)), buffers_(std::move(buffers)), comm_(comm),
-        make_optimizer_(std::move(make_optimizer)), lr_schedule_(std::move(lr_schedule)),
-        options_(std::move(options)), topology_(std::move(topology)) {}
+       OptimizerFactory make_optimizer, LrSchedule lr_schedule, DecentralizedOptions options,
+       Topology topology)
+      : params_(std::move(params)),
+        buffers_(std::move(buffers)),
+        comm_(comm),
+        make_optimizer_(std::move(make_optimizer)),
+        lr_schedule_(std::move(lr_schedule)),
+        options_(std::move(options)),
+        topology_(std::move(topology)) {}
 
-  std::string Tag(absl::string_view what) const { return absl::StrCat("dec:", options_.name, "/", what); }
+  std::string Tag(absl::string_view what) const {
+    return absl::StrCat("dec:", options_.name, "/", what);
+  }
   absl::Time Deadline() const { return absl::Now() + options_.timeout; }
 
   // Sub-communicators for every group of more than two ranks (but not the
@@ -182,7 +189,8 @@ class DecentralizedDataParallel::Impl {
   // layout is still to be decided, and with global-norm clipping, which
   // needs every gradient.
   bool Deferred() const {
-    return !laid_out_ || (options_.clip_norm > 0 && options_.clip_mode == DecentralizedOptions::Clip::kGlobalNorm);
+    return !laid_out_ || (options_.clip_norm > 0 &&
+                          options_.clip_mode == DecentralizedOptions::Clip::kGlobalNorm);
   }
 
   // Updates, in index order, every bucket whose gradients are all ready.
@@ -230,8 +238,8 @@ class DecentralizedDataParallel::Impl {
     try {
       bucket.optimizer->step();
     } catch (const c10::Error& e) {
-      return absl::InternalError(absl::StrCat("dec:", options_.name, ": optimizer step of bucket ", b,
-                                              " failed: ", e.what_without_backtrace()));
+      return absl::InternalError(absl::StrCat("dec:", options_.name, ": optimizer step of bucket ",
+                                              b, " failed: ", e.what_without_backtrace()));
     }
     bucket.optimizer->zero_grad();
     Launch(b, step_ + 1);
@@ -255,10 +263,12 @@ class DecentralizedDataParallel::Impl {
     bucket.pair = false;
     bucket.recv.copy_(bucket.block);
     Communicator* c = &comm_;
-    if (static_cast<int>(group.size()) != comm_.size()) c = groups_.at(absl::StrJoin(group, ",")).get();
+    if (static_cast<int>(group.size()) != comm_.size())
+      c = groups_.at(absl::StrJoin(group, ",")).get();
     bucket.work = c->AllReduce(bucket.recv, ReduceOp::kAvg, tag);
     // A ring all-reduce sends 2 (k-1)/k of the data.
-    bytes_sent_ += 2 * (static_cast<int64_t>(group.size()) - 1) * bytes / static_cast<int64_t>(group.size());
+    bytes_sent_ +=
+        2 * (static_cast<int64_t>(group.size()) - 1) * bytes / static_cast<int64_t>(group.size());
   }
 
   absl::Status FinishStep() {
@@ -299,7 +309,8 @@ class DecentralizedDataParallel::Impl {
     for (size_t i = 0; i < order.size(); ++i) order_tensor[i] = static_cast<int64_t>(order[i]);
     RETURN_IF_ERROR(comm_.Broadcast(order_tensor, 0, Tag("bucket_order"))->Wait(Deadline()));
     std::vector<size_t> adopted(order.size());
-    for (size_t i = 0; i < order.size(); ++i) adopted[i] = static_cast<size_t>(order_tensor[i].item<int64_t>());
+    for (size_t i = 0; i < order.size(); ++i)
+      adopted[i] = static_cast<size_t>(order_tensor[i].item<int64_t>());
     BuildBuckets(adopted);
     order_.clear();
     laid_out_ = true;
@@ -339,11 +350,14 @@ class DecentralizedDataParallel::Impl {
       for (size_t i = 0; i < buffers.size(); ++i) buffer_backup_[i] = buffers[i].clone();
     }
     for (size_t b = 0; b < buckets_.size(); ++b) {
-      RETURN_IF_ERROR(comm_.AllReduce(buckets_[b].block, ReduceOp::kAvg, Tag(absl::StrCat("global_average/bucket", b)))
+      RETURN_IF_ERROR(comm_
+                          .AllReduce(buckets_[b].block, ReduceOp::kAvg,
+                                     Tag(absl::StrCat("global_average/bucket", b)))
                           ->Wait(Deadline()));
     }
     for (const at::Tensor& buffer : FloatBuffers()) {
-      RETURN_IF_ERROR(comm_.AllReduce(buffer, ReduceOp::kAvg, Tag("global_average/buffers"))->Wait(Deadline()));
+      RETURN_IF_ERROR(
+          comm_.AllReduce(buffer, ReduceOp::kAvg, Tag("global_average/buffers"))->Wait(Deadline()));
     }
     averaged_ = true;
     return absl::OkStatus();
@@ -357,7 +371,8 @@ class DecentralizedDataParallel::Impl {
     at::NoGradGuard no_grad;
     for (Bucket& bucket : buckets_) bucket.block.copy_(bucket.backup);
     const std::vector<at::Tensor> buffers = FloatBuffers();
-    for (size_t i = 0; i < buffers.size() && i < buffer_backup_.size(); ++i) buffers[i].copy_(buffer_backup_[i]);
+    for (size_t i = 0; i < buffers.size() && i < buffer_backup_.size(); ++i)
+      buffers[i].copy_(buffer_backup_[i]);
     averaged_ = false;
     return absl::OkStatus();
   }
@@ -386,8 +401,8 @@ class DecentralizedDataParallel::Impl {
     at::NoGradGuard no_grad;
     for (const Bucket& bucket : buckets_) {
       if (bucket.work) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("dec:", options_.name, ": cannot restore an exchange while one is in flight"));
+        return absl::FailedPreconditionError(absl::StrCat(
+            "dec:", options_.name, ": cannot restore an exchange while one is in flight"));
       }
     }
     std::map<std::string, size_t> index;
@@ -396,14 +411,15 @@ class DecentralizedDataParallel::Impl {
     for (const NamedTensor& r : pending.received) {
       auto it = index.find(r.name);
       if (it == index.end()) {
-        return absl::InvalidArgumentError(absl::StrCat("dec:", options_.name, ": the saved exchange names parameter '",
-                                                       r.name, "', which this model does not train"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("dec:", options_.name, ": the saved exchange names parameter '", r.name,
+                         "', which this model does not train"));
       }
       const at::Tensor& p = Param(it->second);
       if (r.tensor.sizes() != p.sizes() || r.tensor.scalar_type() != p.scalar_type()) {
-        return absl::InvalidArgumentError(absl::StrCat("dec:", options_.name, ": the saved exchange of '", r.name,
-                                                       "' is ", c10::str(r.tensor.sizes()), ", the parameter ",
-                                                       c10::str(p.sizes())));
+        return absl::InvalidArgumentError(
+            absl::StrCat("dec:", options_.name, ": the saved exchange of '", r.name, "' is ",
+                         c10::str(r.tensor.sizes()), ", the parameter ", c10::str(p.sizes())));
       }
       received[it->second] = r.tensor;
     }
@@ -431,7 +447,7 @@ class DecentralizedDataParallel::Impl {
   const DecentralizedOptions options_;
   const Topology topology_;
   std::map<std::string, std::shared_ptr<Communicator>> groups_;  // by "r1,r2,..."
-  std::vector<size_t> trained_;  // params_ with requires_grad
+  std::vector<size_t> trained_;                                  // params_ with requires_grad
   std::vector<Bucket> buckets_;
   std::vector<size_t> bucket_of_;  // trained index -> bucket
   std::unique_ptr<GradientReadyHooks> hooks_;
@@ -458,29 +474,34 @@ absl::StatusOr<std::unique_ptr<DecentralizedDataParallel>> DecentralizedDataPara
     return absl::InvalidArgumentError(
         absl::StrCat("decentralized: bucket_cap_mb must be > 0, got ", options.bucket_cap_mb));
   }
-  if (!make_optimizer) return absl::InvalidArgumentError("decentralized: an optimizer factory is required");
+  if (!make_optimizer)
+    return absl::InvalidArgumentError("decentralized: an optimizer factory is required");
   ASSIGN_OR_RETURN(Topology topology, Topology::Create(options.topology, comm.size()));
   // A parameter shared by two submodules lives in one bucket slot.
   parameters = WithoutRepeatedTensors(std::move(parameters));
   buffers = WithoutRepeatedTensors(std::move(buffers));
   for (const NamedTensor& p : parameters) {
     if (!p.tensor.defined()) {
-      return absl::InvalidArgumentError(absl::StrCat("decentralized: parameter '", p.name, "' is undefined"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("decentralized: parameter '", p.name, "' is undefined"));
     }
     if (p.tensor.requires_grad() && !p.tensor.is_contiguous()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "decentralized: parameter '", p.name, "' is not contiguous (e.g. channels_last); bucket blocks need "
-          "contiguous parameters"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("decentralized: parameter '", p.name,
+                       "' is not contiguous (e.g. channels_last); bucket blocks need "
+                       "contiguous parameters"));
     }
   }
-  auto impl = std::make_unique<Impl>(std::move(parameters), std::move(buffers), comm, std::move(make_optimizer),
-                                     std::move(lr_schedule), std::move(options), std::move(topology));
+  auto impl = std::make_unique<Impl>(std::move(parameters), std::move(buffers), comm,
+                                     std::move(make_optimizer), std::move(lr_schedule),
+                                     std::move(options), std::move(topology));
   for (size_t i = 0; i < impl->params_.size(); ++i) {
     if (impl->params_[i].tensor.requires_grad()) impl->trained_.push_back(i);
   }
   std::vector<NamedTensor> all = impl->params_;
   all.insert(all.end(), impl->buffers_.begin(), impl->buffers_.end());
-  RETURN_IF_ERROR(CheckReplicasAgree(all, comm, absl::StrCat("dec:", impl->options_.name), impl->Deadline()));
+  RETURN_IF_ERROR(
+      CheckReplicasAgree(all, comm, absl::StrCat("dec:", impl->options_.name), impl->Deadline()));
   RETURN_IF_ERROR(impl->MakeGroups());
   // Reverse declaration order until the first step has shown the real one.
   std::vector<size_t> order(impl->trained_.size());
@@ -490,34 +511,44 @@ absl::StatusOr<std::unique_ptr<DecentralizedDataParallel>> DecentralizedDataPara
   std::vector<at::Tensor> tensors;
   for (size_t k = 0; k < impl->trained_.size(); ++k) tensors.push_back(impl->Param(k));
   Impl* raw = impl.get();
-  impl->hooks_ = std::make_unique<GradientReadyHooks>(tensors, [raw](size_t k) { raw->MarkReady(k); });
+  impl->hooks_ =
+      std::make_unique<GradientReadyHooks>(tensors, [raw](size_t k) { raw->MarkReady(k); });
   return std::unique_ptr<DecentralizedDataParallel>(new DecentralizedDataParallel(std::move(impl)));
 }
 
-DecentralizedDataParallel::DecentralizedDataParallel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+DecentralizedDataParallel::DecentralizedDataParallel(std::unique_ptr<Impl> impl)
+    : impl_(std::move(impl)) {}
 
 DecentralizedDataParallel::~DecentralizedDataParallel() {
   // Peers expect the exchanges in flight to complete; a broken communicator
   // fails them at once.
   for (auto& bucket : impl_->buckets_) {
-    if (bucket.work) bucket.work->Wait(absl::Now() + std::min(impl_->options_.timeout, absl::Seconds(30))).IgnoreError();
+    if (bucket.work)
+      bucket.work->Wait(absl::Now() + std::min(impl_->options_.timeout, absl::Seconds(30)))
+          .IgnoreError();
   }
 }
 
-absl::Status DecentralizedDataParallel::BroadcastParameters(int root) { return impl_->BroadcastParameters(root); }
+absl::Status DecentralizedDataParallel::BroadcastParameters(int root) {
+  return impl_->BroadcastParameters(root);
+}
 
 absl::Status DecentralizedDataParallel::FinishStep() { return impl_->FinishStep(); }
 
 absl::Status DecentralizedDataParallel::GlobalAverage() { return impl_->GlobalAverage(); }
 
-absl::Status DecentralizedDataParallel::RevertGlobalAverage() { return impl_->RevertGlobalAverage(); }
+absl::Status DecentralizedDataParallel::RevertGlobalAverage() {
+  return impl_->RevertGlobalAverage();
+}
 
 DecentralizedDataParallel::AccumulateScope::AccumulateScope(DecentralizedDataParallel& engine)
     : engine_(engine), previous_(engine.impl_->accumulating_) {
   engine_.impl_->accumulating_ = true;
 }
 
-DecentralizedDataParallel::AccumulateScope::~AccumulateScope() { engine_.impl_->accumulating_ = previous_; }
+DecentralizedDataParallel::AccumulateScope::~AccumulateScope() {
+  engine_.impl_->accumulating_ = previous_;
+}
 
 int64_t DecentralizedDataParallel::step() const { return impl_->step_; }
 
@@ -527,7 +558,8 @@ size_t DecentralizedDataParallel::bucket_count() const { return impl_->buckets_.
 
 std::vector<std::string> DecentralizedDataParallel::bucket_parameters(size_t b) const {
   std::vector<std::string> names;
-  for (size_t k : impl_->buckets_.at(b).members) names.push_back(impl_->params_[impl_->trained_[k]].name);
+  for (size_t k : impl_->buckets_.at(b).members)
+    names.push_back(impl_->params_[impl_->trained_[k]].name);
   return names;
 }
 
@@ -537,7 +569,8 @@ std::vector<torch::optim::Optimizer*> DecentralizedDataParallel::optimizers() co
   return out;
 }
 
-absl::StatusOr<DecentralizedDataParallel::PendingExchange> DecentralizedDataParallel::TakePendingExchange() {
+absl::StatusOr<DecentralizedDataParallel::PendingExchange>
+DecentralizedDataParallel::TakePendingExchange() {
   return impl_->TakePendingExchange();
 }
 

@@ -38,13 +38,13 @@
 #ifndef CHORUS_WORKER_DECENTRALIZED_DECENTRALIZED_DATA_PARALLEL_H_
 #define CHORUS_WORKER_DECENTRALIZED_DECENTRALIZED_DATA_PARALLEL_H_
 
+#include <ATen/core/Tensor.h>
+
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <ATen/core/Tensor.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -149,7 +149,7 @@ class DecentralizedDataParallel {
   // The exchanges the last step launched, for checkpoints of every rank's
   // own model that resume bit for bit (Note [Exchange in checkpoints]).
   struct PendingExchange {
-    bool pair = false;                // received = the peer's values (else the group's mean)
+    bool pair = false;                  // received = the peer's values (else the group's mean)
     std::vector<NamedTensor> received;  // by parameter name; empty when nothing is pending
   };
   // Waits for the exchanges in flight and returns (copies of) what they

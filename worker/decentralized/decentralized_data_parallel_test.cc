@@ -1,11 +1,11 @@
 #include "worker/decentralized/decentralized_data_parallel.h"
 
+#include <torch/torch.h>
+
 #include <cmath>
 #include <functional>
 #include <mutex>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -102,7 +102,8 @@ std::vector<std::vector<double>> ClosedForm(const Problem& p) {
 
 OptimizerFactory Sgd(double lr, double momentum = 0) {
   return [lr, momentum](const std::vector<at::Tensor>& params) {
-    return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(lr).momentum(momentum));
+    return std::make_unique<torch::optim::SGD>(params,
+                                               torch::optim::SGDOptions(lr).momentum(momentum));
   };
 }
 
@@ -133,13 +134,14 @@ std::vector<std::vector<double>> Train(const Problem& p, DecentralizedOptions op
   return result;
 }
 
-void ExpectNear(const std::vector<std::vector<double>>& got, const std::vector<std::vector<double>>& want,
-                double tol) {
+void ExpectNear(const std::vector<std::vector<double>>& got,
+                const std::vector<std::vector<double>>& want, double tol) {
   ASSERT_EQ(got.size(), want.size());
   for (size_t r = 0; r < got.size(); ++r) {
     ASSERT_EQ(got[r].size(), want[r].size()) << "rank " << r;
     for (size_t k = 0; k < got[r].size(); ++k) {
-      EXPECT_NEAR(got[r][k], want[r][k], tol * std::max(1.0, std::abs(want[r][k]))) << "rank " << r << " element " << k;
+      EXPECT_NEAR(got[r][k], want[r][k], tol * std::max(1.0, std::abs(want[r][k])))
+          << "rank " << r << " element " << k;
     }
   }
 }
@@ -159,7 +161,8 @@ TEST_P(ClosedFormTest, StepsEqualTheMixingMatrixUpdate) {
   p.steps = 5;
   std::vector<int64_t> bytes;
   ExpectNear(Train(p, TinyBuckets(p.topology), &bytes), ClosedForm(p), 1e-5);
-  if (p.topology.kind == TopologyKind::kRing || p.topology.kind == TopologyKind::kOnePeerExponential) {
+  if (p.topology.kind == TopologyKind::kRing ||
+      p.topology.kind == TopologyKind::kOnePeerExponential) {
     // Pairs only: each step sends the whole model once.
     for (int64_t b : bytes) EXPECT_EQ(b, p.steps * kDim * 4);
   }
@@ -172,9 +175,13 @@ INSTANTIATE_TEST_SUITE_P(
         TopologyCase{"ring", 4, {TopologyKind::kRing}},
         TopologyCase{"ring6", 6, {TopologyKind::kRing}},
         TopologyCase{"one_peer_exponential", 4, {TopologyKind::kOnePeerExponential}},
-        TopologyCase{"alternating_exponential_ring", 4, {TopologyKind::kAlternatingExponentialRing, 2}},
-        TopologyCase{"custom", 3, {TopologyKind::kCustom, 1, {{{0, 1}, {2}}, {{0}, {1, 2}}, {{0, 1, 2}}}}}),
-    [](const ::testing::TestParamInfo<TopologyCase>& info) { return std::string(info.param.name); });
+        TopologyCase{
+            "alternating_exponential_ring", 4, {TopologyKind::kAlternatingExponentialRing, 2}},
+        TopologyCase{
+            "custom", 3, {TopologyKind::kCustom, 1, {{{0, 1}, {2}}, {{0}, {1, 2}}, {{0, 1, 2}}}}}),
+    [](const ::testing::TestParamInfo<TopologyCase>& info) {
+      return std::string(info.param.name);
+    });
 
 TEST(DecentralizedTest, UnusedAndReusedParametersFollowTheirGradients) {
   Problem p;
@@ -276,7 +283,8 @@ TEST(DecentralizedTest, GlobalAverageIsExactAndRevertRestoresTheRun) {
   for (bool average : {true, false}) {
     RunGlooRanks(4, [&](int rank, Communicator& comm) {
       std::vector<NamedTensor> params = MakeParams(rank);
-      auto engine = *DecentralizedDataParallel::Create(params, {}, comm, Sgd(0.1, 0.9), nullptr, TinyBuckets(p.topology));
+      auto engine = *DecentralizedDataParallel::Create(params, {}, comm, Sgd(0.1, 0.9), nullptr,
+                                                       TinyBuckets(p.topology));
       for (int t = 0; t < 6; ++t) {
         Loss(params, rank, p).backward();
         ASSERT_TRUE(engine->FinishStep().ok());
@@ -308,7 +316,8 @@ TEST(DecentralizedTest, KeptGlobalAverageDropsTheStaleExchange) {
   std::vector<std::vector<double>> after(2);
   RunGlooRanks(2, [&](int rank, Communicator& comm) {
     std::vector<NamedTensor> params = MakeParams(rank);
-    auto engine = *DecentralizedDataParallel::Create(params, {}, comm, Sgd(0.0), nullptr, TinyBuckets(p.topology));
+    auto engine = *DecentralizedDataParallel::Create(params, {}, comm, Sgd(0.0), nullptr,
+                                                     TinyBuckets(p.topology));
     for (int t = 0; t < 2; ++t) {
       Loss(params, rank, p).backward();
       ASSERT_TRUE(engine->FinishStep().ok());
@@ -336,7 +345,8 @@ TEST(DecentralizedTest, AccumulatedMicroBatchesEqualOneBackwardOfTheirSum) {
   for (bool accumulate : {true, false}) {
     RunGlooRanks(2, [&](int rank, Communicator& comm) {
       std::vector<NamedTensor> params = MakeParams(rank);
-      auto engine = *DecentralizedDataParallel::Create(params, {}, comm, Sgd(0.05, 0.9), nullptr, TinyBuckets(p.topology));
+      auto engine = *DecentralizedDataParallel::Create(params, {}, comm, Sgd(0.05, 0.9), nullptr,
+                                                       TinyBuckets(p.topology));
       for (int t = 0; t < 4; ++t) {
         if (accumulate) {
           {
@@ -360,13 +370,15 @@ TEST(DecentralizedTest, AccumulatedMicroBatchesEqualOneBackwardOfTheirSum) {
 TEST(DecentralizedTest, ClippingByGlobalNormOrPerBucket) {
   // One rank, lr 1, gradient c1 = (3, 4, 0) for w1 (norm 5), c2 = 2 e_4 for
   // w2 (norm 2), nothing for w3.
-  for (auto mode : {DecentralizedOptions::Clip::kGlobalNorm, DecentralizedOptions::Clip::kPerBucket}) {
+  for (auto mode :
+       {DecentralizedOptions::Clip::kGlobalNorm, DecentralizedOptions::Clip::kPerBucket}) {
     RunGlooRanks(1, [&](int rank, Communicator& comm) {
       std::vector<NamedTensor> params = MakeParams(rank);
       DecentralizedOptions options = TinyBuckets({TopologyKind::kComplete});
       options.clip_mode = mode;
       options.clip_norm = 1;
-      auto engine = *DecentralizedDataParallel::Create(params, {}, comm, Sgd(1.0), nullptr, options);
+      auto engine =
+          *DecentralizedDataParallel::Create(params, {}, comm, Sgd(1.0), nullptr, options);
       const std::vector<double> start = Flat(params);
       torch::Tensor c1 = torch::tensor({3.0f, 4.0f, 0.0f});
       torch::Tensor c2 = torch::tensor({0.0f, 0.0f, 0.0f, 2.0f}).view({2, 2});
@@ -377,7 +389,8 @@ TEST(DecentralizedTest, ClippingByGlobalNormOrPerBucket) {
       const double s1 = mode == DecentralizedOptions::Clip::kGlobalNorm ? 1 / global : 1 / 5.0;
       const double s2 = mode == DecentralizedOptions::Clip::kGlobalNorm ? 1 / global : 1 / 2.0;
       const double c[7] = {3, 4, 0, 0, 0, 0, 2};
-      for (int k = 0; k < 7; ++k) EXPECT_NEAR(start[k] - end[k], c[k] * (k < 3 ? s1 : s2), 1e-5) << k;
+      for (int k = 0; k < 7; ++k)
+        EXPECT_NEAR(start[k] - end[k], c[k] * (k < 3 ? s1 : s2), 1e-5) << k;
       for (int k = 7; k < kDim; ++k) EXPECT_EQ(start[k], end[k]);
     });
   }
@@ -389,7 +402,8 @@ TEST(DecentralizedTest, BucketsUpdateInsideBackwardOnceTheLayoutIsKnown) {
   p.topology = {TopologyKind::kRing};
   RunGlooRanks(2, [&](int rank, Communicator& comm) {
     std::vector<NamedTensor> params = MakeParams(rank);
-    auto engine = *DecentralizedDataParallel::Create(params, {}, comm, Sgd(0.1), nullptr, TinyBuckets(p.topology));
+    auto engine = *DecentralizedDataParallel::Create(params, {}, comm, Sgd(0.1), nullptr,
+                                                     TinyBuckets(p.topology));
     Loss(params, rank, p).backward();
     std::vector<double> before = Flat(params);
     EXPECT_EQ(Flat(params), before) << "step 0 updates only in FinishStep";
@@ -413,7 +427,8 @@ TEST(DecentralizedTest, DifferentParameterSetsFailOnEveryRankNamingTheParameter)
     std::vector<NamedTensor> params = MakeParams(rank);
     if (rank == 1) params[1].tensor = torch::zeros({2, 3}).set_requires_grad(true);
     statuses[rank] = DecentralizedDataParallel::Create(params, {}, comm, Sgd(0.1), nullptr,
-                                                       TinyBuckets({TopologyKind::kRing})).status();
+                                                       TinyBuckets({TopologyKind::kRing}))
+                         .status();
   });
   for (const absl::Status& s : statuses) {
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
@@ -426,7 +441,8 @@ TEST(DecentralizedTest, AWorldTheTopologyCannotServeIsRefused) {
     auto engine = DecentralizedDataParallel::Create(MakeParams(rank), {}, comm, Sgd(0.1), nullptr,
                                                     TinyBuckets({TopologyKind::kRing}));
     EXPECT_EQ(engine.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_THAT(std::string(engine.status().message()), HasSubstr("nearest world sizes that work: 2 and 4"));
+    EXPECT_THAT(std::string(engine.status().message()),
+                HasSubstr("nearest world sizes that work: 2 and 4"));
   });
 }
 
@@ -441,7 +457,8 @@ TEST(DecentralizedTest, LrScheduleAndOptimizerStateFollowTheirParameters) {
     results[variant].resize(2);
     RunGlooRanks(2, [&](int rank, Communicator& comm) {
       std::vector<NamedTensor> params = MakeParams(rank);
-      DecentralizedOptions options = variant == 0 ? TinyBuckets(p.topology) : DecentralizedOptions();
+      DecentralizedOptions options =
+          variant == 0 ? TinyBuckets(p.topology) : DecentralizedOptions();
       options.topology = p.topology;
       std::vector<double> lrs;
       auto engine = *DecentralizedDataParallel::Create(
@@ -484,7 +501,8 @@ TEST(DecentralizedTest, ASharedParameterIsSteppedOnce) {
     EXPECT_EQ((*engine)->bucket_count(), 2u);
     EXPECT_EQ((*engine)->optimizers().size(), 2u);
     // Two uses of w: gradient (1, 2, 3) + (4, 5, 6).
-    ((w * torch::tensor({1.0f, 2.0f, 3.0f})).sum() + (w * torch::tensor({4.0f, 5.0f, 6.0f})).sum() + v.sum())
+    ((w * torch::tensor({1.0f, 2.0f, 3.0f})).sum() + (w * torch::tensor({4.0f, 5.0f, 6.0f})).sum() +
+     v.sum())
         .backward();
     ASSERT_TRUE((*engine)->FinishStep().ok());
     EXPECT_TRUE(torch::equal(w.detach(), torch::tensor({-5.0f, -7.0f, -9.0f}))) << w;

@@ -13,7 +13,7 @@ std::vector<std::vector<size_t>> AssignBuckets(const std::vector<BucketInput>& p
     int64_t bytes = 0;
     size_t first_position = 0;
   };
-  std::map<int, Open> open;  // by dtype
+  std::map<int, Open> open;                                    // by dtype
   std::vector<std::pair<size_t, std::vector<size_t>>> closed;  // (first position, members)
   bool first_closed = false;
   for (size_t pos = 0; pos < order.size(); ++pos) {
@@ -30,7 +30,8 @@ std::vector<std::vector<size_t>> AssignBuckets(const std::vector<BucketInput>& p
     }
   }
   for (auto& [dtype, bucket] : open) {
-    if (!bucket.members.empty()) closed.emplace_back(bucket.first_position, std::move(bucket.members));
+    if (!bucket.members.empty())
+      closed.emplace_back(bucket.first_position, std::move(bucket.members));
   }
   std::sort(closed.begin(), closed.end(),
             [](const auto& a, const auto& b) { return a.first < b.first; });

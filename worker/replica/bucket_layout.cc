@@ -1,9 +1,9 @@
 #include "worker/replica/bucket_layout.h"
 
-#include <algorithm>
-
 #include <ATen/ATen.h>
 #include <c10/util/strides.h>
+
+#include <algorithm>
 
 #include "worker/replica/bucket_assignment.h"
 
@@ -18,7 +18,8 @@ std::vector<std::vector<size_t>> AssignTensorBuckets(const std::vector<at::Tenso
                                                      int64_t first_cap_bytes, int64_t cap_bytes) {
   std::vector<BucketInput> inputs(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
-    inputs[i] = {static_cast<int64_t>(tensors[i].nbytes()), static_cast<int>(tensors[i].scalar_type())};
+    inputs[i] = {static_cast<int64_t>(tensors[i].nbytes()),
+                 static_cast<int>(tensors[i].scalar_type())};
   }
   return AssignBuckets(inputs, order, first_cap_bytes, cap_bytes);
 }

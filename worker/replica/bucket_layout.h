@@ -15,11 +15,11 @@
 #ifndef CHORUS_WORKER_REPLICA_BUCKET_LAYOUT_H_
 #define CHORUS_WORKER_REPLICA_BUCKET_LAYOUT_H_
 
+#include <ATen/core/Tensor.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <vector>
-
-#include <ATen/core/Tensor.h>
 
 namespace chorus {
 

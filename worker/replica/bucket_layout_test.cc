@@ -1,8 +1,8 @@
 #include "worker/replica/bucket_layout.h"
 
-#include <vector>
-
 #include <torch/torch.h>
+
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -20,8 +20,8 @@ TEST(BucketLayoutTest, CapBytesFromMegabytes) {
 
 TEST(BucketLayoutTest, AssignsByBytesAndDtype) {
   // 400, 400, 200 and 800 bytes; the third is a double tensor.
-  std::vector<at::Tensor> tensors = {torch::zeros({100}), torch::zeros({10, 10}), torch::zeros({25}, torch::kDouble),
-                                     torch::zeros({200})};
+  std::vector<at::Tensor> tensors = {torch::zeros({100}), torch::zeros({10, 10}),
+                                     torch::zeros({25}, torch::kDouble), torch::zeros({200})};
   EXPECT_THAT(AssignTensorBuckets(tensors, {3, 2, 1, 0}, 800, 800),
               ElementsAre(ElementsAre(3), ElementsAre(2), ElementsAre(1, 0)));
   EXPECT_THAT(AssignTensorBuckets(tensors, {1, 0}, 1000, 1000), ElementsAre(ElementsAre(1, 0)));

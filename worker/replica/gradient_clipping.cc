@@ -1,9 +1,9 @@
 #include "worker/replica/gradient_clipping.h"
 
-#include <cmath>
-
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
+
+#include <cmath>
 
 namespace chorus {
 

@@ -9,9 +9,9 @@
 #ifndef CHORUS_WORKER_REPLICA_GRADIENT_CLIPPING_H_
 #define CHORUS_WORKER_REPLICA_GRADIENT_CLIPPING_H_
 
-#include <vector>
-
 #include <ATen/core/Tensor.h>
+
+#include <vector>
 
 namespace chorus {
 

@@ -1,9 +1,9 @@
 #include "worker/replica/gradient_clipping.h"
 
+#include <torch/torch.h>
+
 #include <cmath>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "gtest/gtest.h"
 
@@ -27,7 +27,8 @@ std::vector<torch::Tensor> Params(double scale, const std::vector<bool>& with_gr
 
 std::vector<torch::Tensor> Grads(const std::vector<torch::Tensor>& params) {
   std::vector<torch::Tensor> out;
-  for (const torch::Tensor& p : params) out.push_back(p.grad().defined() ? p.grad().clone() : torch::Tensor());
+  for (const torch::Tensor& p : params)
+    out.push_back(p.grad().defined() ? p.grad().clone() : torch::Tensor());
   return out;
 }
 
@@ -49,7 +50,8 @@ TEST(ClipGradientNormTest, MatchesClipGradNorm) {
           if (!a[i].defined()) continue;
           EXPECT_TRUE(torch::allclose(a[i], b[i], 1e-6, 1e-7))
               << "parameter " << i << " scale " << scale << " max_norm " << max_norm << "\n"
-              << a[i] << "\n" << b[i];
+              << a[i] << "\n"
+              << b[i];
         }
       }
     }

@@ -1,19 +1,21 @@
 #include "worker/replica/gradient_ready_hooks.h"
 
-#include <utility>
-
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
+
+#include <utility>
 
 namespace chorus {
 namespace {
 
 class ReadyHook : public torch::autograd::FunctionPostHook {
  public:
-  ReadyHook(const std::function<void(size_t)>* ready, size_t index) : ready_(ready), index_(index) {}
-  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
-                                            const torch::autograd::variable_list& /*inputs*/) override {
+  ReadyHook(const std::function<void(size_t)>* ready, size_t index)
+      : ready_(ready), index_(index) {}
+  torch::autograd::variable_list operator()(
+      const torch::autograd::variable_list& outputs,
+      const torch::autograd::variable_list& /*inputs*/) override {
     (*ready_)(index_);
     return outputs;
   }

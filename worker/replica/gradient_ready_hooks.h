@@ -10,13 +10,13 @@
 #ifndef CHORUS_WORKER_REPLICA_GRADIENT_READY_HOOKS_H_
 #define CHORUS_WORKER_REPLICA_GRADIENT_READY_HOOKS_H_
 
+#include <ATen/core/Tensor.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <vector>
-
-#include <ATen/core/Tensor.h>
 
 namespace torch::autograd {
 struct Node;

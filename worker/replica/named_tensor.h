@@ -10,10 +10,10 @@
 #ifndef CHORUS_WORKER_REPLICA_NAMED_TENSOR_H_
 #define CHORUS_WORKER_REPLICA_NAMED_TENSOR_H_
 
+#include <ATen/core/Tensor.h>
+
 #include <string>
 #include <vector>
-
-#include <ATen/core/Tensor.h>
 
 namespace chorus {
 

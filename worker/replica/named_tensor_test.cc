@@ -1,9 +1,9 @@
 #include "worker/replica/named_tensor.h"
 
+#include <torch/torch.h>
+
 #include <string>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "gtest/gtest.h"
 
@@ -20,8 +20,10 @@ TEST(WithoutRepeatedTensorsTest, ATiedTensorStaysOnceUnderItsFirstName) {
   at::Tensor weight = torch::ones({2, 2});
   at::Tensor bias = torch::zeros({2});
   at::Tensor out_bias = torch::zeros({2});
-  std::vector<NamedTensor> kept = WithoutRepeatedTensors(
-      {{"hidden.weight", weight}, {"hidden.bias", bias}, {"out.weight", weight}, {"out.bias", out_bias}});
+  std::vector<NamedTensor> kept = WithoutRepeatedTensors({{"hidden.weight", weight},
+                                                          {"hidden.bias", bias},
+                                                          {"out.weight", weight},
+                                                          {"out.bias", out_bias}});
   EXPECT_EQ(Names(kept), (std::vector<std::string>{"hidden.weight", "hidden.bias", "out.bias"}));
   EXPECT_TRUE(kept[0].tensor.is_same(weight));
 }
@@ -32,7 +34,8 @@ TEST(WithoutRepeatedTensorsTest, EqualValuesOrSharedMemoryAreNotTheSameTensor) {
   at::Tensor a = torch::ones({4});
   at::Tensor copy = a.clone();
   at::Tensor view = a.view({2, 2});
-  std::vector<NamedTensor> kept = WithoutRepeatedTensors({{"a", a}, {"copy", copy}, {"view", view}});
+  std::vector<NamedTensor> kept =
+      WithoutRepeatedTensors({{"a", a}, {"copy", copy}, {"view", view}});
   EXPECT_EQ(Names(kept), (std::vector<std::string>{"a", "copy", "view"}));
 }
 
@@ -46,7 +49,8 @@ TEST(WithoutRepeatedTensorsTest, ASharedSubmoduleIsListedOnce) {
 }
 
 TEST(WithoutRepeatedTensorsTest, UndefinedTensorsAreKept) {
-  std::vector<NamedTensor> kept = WithoutRepeatedTensors({{"a", at::Tensor()}, {"b", at::Tensor()}});
+  std::vector<NamedTensor> kept =
+      WithoutRepeatedTensors({{"a", at::Tensor()}, {"b", at::Tensor()}});
   EXPECT_EQ(Names(kept), (std::vector<std::string>{"a", "b"}));
 }
 

@@ -1,10 +1,10 @@
 #include "worker/replica/replica_sync.h"
 
-#include <map>
-#include <utility>
-
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
+
+#include <map>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -41,9 +41,10 @@ absl::Status CheckReplicasAgree(const std::vector<NamedTensor>& all, Communicato
   RETURN_IF_ERROR(comm.AllReduce(lo, ReduceOp::kMin, tag + "/count")->Wait(deadline));
   RETURN_IF_ERROR(comm.AllReduce(hi, ReduceOp::kMax, tag + "/count")->Wait(deadline));
   if (lo.item<int64_t>() != hi.item<int64_t>()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        who, ": ranks wrap different numbers of parameters and buffers (", lo.item<int64_t>(), " to ",
-        hi.item<int64_t>(), "); this rank has ", count, ". Build the same model on every rank."));
+    return absl::InvalidArgumentError(
+        absl::StrCat(who, ": ranks wrap different numbers of parameters and buffers (",
+                     lo.item<int64_t>(), " to ", hi.item<int64_t>(), "); this rank has ", count,
+                     ". Build the same model on every rank."));
   }
   if (count == 0) return absl::OkStatus();
   at::Tensor hashes = at::empty({count}, at::kLong);
@@ -56,14 +57,15 @@ absl::Status CheckReplicasAgree(const std::vector<NamedTensor>& all, Communicato
   if (differs.numel() > 0) {
     const int64_t i = differs[0][0].item<int64_t>();
     return absl::InvalidArgumentError(absl::StrCat(
-        who, ": parameter/buffer #", i, " differs across ranks (name, dtype, shape or requires_grad); on this rank it is ",
+        who, ": parameter/buffer #", i,
+        " differs across ranks (name, dtype, shape or requires_grad); on this rank it is ",
         Describe(all[i]), ". Build the same model on every rank."));
   }
   return absl::OkStatus();
 }
 
-absl::Status BroadcastCoalesced(const std::vector<at::Tensor>& tensors, int root, Communicator& comm,
-                                const std::string& tag, absl::Time deadline) {
+absl::Status BroadcastCoalesced(const std::vector<at::Tensor>& tensors, int root,
+                                Communicator& comm, const std::string& tag, absl::Time deadline) {
   at::NoGradGuard no_grad;
   std::map<at::ScalarType, std::vector<at::Tensor>> by_dtype;
   for (const at::Tensor& t : tensors) by_dtype[t.scalar_type()].push_back(t);

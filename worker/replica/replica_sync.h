@@ -11,10 +11,10 @@
 #ifndef CHORUS_WORKER_REPLICA_REPLICA_SYNC_H_
 #define CHORUS_WORKER_REPLICA_REPLICA_SYNC_H_
 
+#include <ATen/core/Tensor.h>
+
 #include <string>
 #include <vector>
-
-#include <ATen/core/Tensor.h>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
@@ -31,8 +31,8 @@ absl::Status CheckReplicasAgree(const std::vector<NamedTensor>& tensors, Communi
                                 absl::string_view who, absl::Time deadline);
 
 // Broadcasts `tensors` from `root`, one flat message per dtype.
-absl::Status BroadcastCoalesced(const std::vector<at::Tensor>& tensors, int root, Communicator& comm,
-                                const std::string& tag, absl::Time deadline);
+absl::Status BroadcastCoalesced(const std::vector<at::Tensor>& tensors, int root,
+                                Communicator& comm, const std::string& tag, absl::Time deadline);
 
 }  // namespace chorus
 

@@ -7,8 +7,8 @@
 
 namespace chorus {
 
-HeartbeatStream::HeartbeatStream(v1::RankService::StubInterface& stub, std::function<v1::RankHeartbeat()> compose,
-                                 Options options)
+HeartbeatStream::HeartbeatStream(v1::RankService::StubInterface& stub,
+                                 std::function<v1::RankHeartbeat()> compose, Options options)
     : stub_(stub),
       compose_(std::move(compose)),
       options_(options),
@@ -55,8 +55,10 @@ void HeartbeatStream::Run() {
     const grpc::Status status = stream->Finish();
     mu_.Lock();
     if (!stop_) {
-      LOG(WARNING) << "heartbeat stream to the coordinator ended (" << status.error_message() << "); reconnecting";
-      clock_.AwaitWithDeadline(mu_, absl::Condition(&stop_), clock_.Now() + options_.reconnect_delay);
+      LOG(WARNING) << "heartbeat stream to the coordinator ended (" << status.error_message()
+                   << "); reconnecting";
+      clock_.AwaitWithDeadline(mu_, absl::Condition(&stop_),
+                               clock_.Now() + options_.reconnect_delay);
     }
   }
 }

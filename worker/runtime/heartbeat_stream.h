@@ -41,7 +41,8 @@ class HeartbeatStream {
   };
 
   // Starts sending at once. `stub` must outlive this object.
-  HeartbeatStream(v1::RankService::StubInterface& stub, std::function<v1::RankHeartbeat()> compose, Options options);
+  HeartbeatStream(v1::RankService::StubInterface& stub, std::function<v1::RankHeartbeat()> compose,
+                  Options options);
   HeartbeatStream(v1::RankService::StubInterface& stub, std::function<v1::RankHeartbeat()> compose)
       : HeartbeatStream(stub, std::move(compose), Options()) {}
   ~HeartbeatStream();

@@ -17,8 +17,9 @@ namespace {
 // stream that ended.
 class RecordingRankService : public v1::RankService::Service {
  public:
-  grpc::Status Heartbeat(grpc::ServerContext*,
-                         grpc::ServerReaderWriter<v1::Directive, v1::RankHeartbeat>* stream) override {
+  grpc::Status Heartbeat(
+      grpc::ServerContext*,
+      grpc::ServerReaderWriter<v1::Directive, v1::RankHeartbeat>* stream) override {
     v1::RankHeartbeat hb;
     while (stream->Read(&hb)) {
       absl::MutexLock lock(&mu_);
@@ -54,7 +55,8 @@ class RecordingRankService : public v1::RankService::Service {
 // `service` on 127.0.0.1:`port` (0 = a free port, written back).
 std::unique_ptr<grpc::Server> Serve(RecordingRankService& service, int* port) {
   grpc::ServerBuilder builder;
-  builder.AddListeningPort("127.0.0.1:" + std::to_string(*port), grpc::InsecureServerCredentials(), port);
+  builder.AddListeningPort("127.0.0.1:" + std::to_string(*port), grpc::InsecureServerCredentials(),
+                           port);
   builder.RegisterService(&service);
   return builder.BuildAndStart();
 }
@@ -66,7 +68,8 @@ std::shared_ptr<grpc::Channel> FastReconnectingChannel(int port) {
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 50);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 200);
-  return grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials(), args);
+  return grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(port),
+                                   grpc::InsecureChannelCredentials(), args);
 }
 
 HeartbeatStream::Options Fast() {
@@ -138,7 +141,8 @@ TEST(HeartbeatStreamTest, ReconnectsAfterTheCoordinatorGoesAwayAndComesBack) {
   ASSERT_TRUE(second.AwaitReceived(3)) << "no heartbeat reached the restarted coordinator";
   EXPECT_GE(heartbeats.streams_opened(), 2);
   const std::vector<v1::RankHeartbeat> after = second.received();
-  EXPECT_GT(after.front().step(), first.received().back().step()) << "fresh heartbeats, not a replay";
+  EXPECT_GT(after.front().step(), first.received().back().step())
+      << "fresh heartbeats, not a replay";
   server->Shutdown(std::chrono::system_clock::now());
 }
 
@@ -155,7 +159,8 @@ TEST(HeartbeatStreamTest, StopsPromptlyBetweenHeartbeats) {
   ASSERT_TRUE(service.AwaitReceived(1));
   const absl::Time start = absl::Now();
   heartbeats.reset();
-  EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << "the destructor waited for the next heartbeat";
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5))
+      << "the destructor waited for the next heartbeat";
   EXPECT_TRUE(service.AwaitStreamsEnded(1));
   EXPECT_EQ(service.received().size(), 1u);
   server->Shutdown();

@@ -1,17 +1,19 @@
 #include "worker/train/accum_adam.h"
 
-#include <cmath>
-#include <memory>
-
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
+
+#include <cmath>
+#include <memory>
 
 namespace chorus {
 
 AccumAdam::AccumAdam(const std::vector<at::Tensor>& params, AccumAdamOptions defaults)
-    : Optimizer({torch::optim::OptimizerParamGroup(params)}, std::make_unique<AccumAdamOptions>(defaults)) {
+    : Optimizer({torch::optim::OptimizerParamGroup(params)},
+                std::make_unique<AccumAdamOptions>(defaults)) {
   TORCH_CHECK(defaults.lr() >= 0, "AccumAdam: invalid learning rate ", defaults.lr());
-  TORCH_CHECK(defaults.accum_iter() >= 1, "AccumAdam: accum_iter must be >= 1, got ", defaults.accum_iter());
+  TORCH_CHECK(defaults.accum_iter() >= 1, "AccumAdam: accum_iter must be >= 1, got ",
+              defaults.accum_iter());
   const auto [b1, b2] = defaults.betas();
   TORCH_CHECK(0 <= b1 && b1 < 1 && 0 <= b2 && b2 < 1, "AccumAdam: betas must be in [0, 1)");
 }

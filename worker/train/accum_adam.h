@@ -20,10 +20,10 @@
 #ifndef CHORUS_WORKER_TRAIN_ACCUM_ADAM_H_
 #define CHORUS_WORKER_TRAIN_ACCUM_ADAM_H_
 
+#include <torch/optim/optimizer.h>
+
 #include <tuple>
 #include <vector>
-
-#include <torch/optim/optimizer.h>
 
 namespace chorus {
 
@@ -43,12 +43,13 @@ struct AccumAdamOptions : public torch::optim::OptimizerCloneableOptions<AccumAd
   void set_lr(const double lr) override { this->lr(lr); }
 };
 
-struct AccumAdamParamState : public torch::optim::OptimizerCloneableParamState<AccumAdamParamState> {
+struct AccumAdamParamState
+    : public torch::optim::OptimizerCloneableParamState<AccumAdamParamState> {
   TORCH_ARG(int64_t, step) = 0;   // committed windows
   TORCH_ARG(int64_t, count) = 0;  // steps in the current window
   TORCH_ARG(at::Tensor, exp_avg);
   TORCH_ARG(at::Tensor, exp_avg_sq);
-  TORCH_ARG(at::Tensor, accum);   // sum of the window's gradients
+  TORCH_ARG(at::Tensor, accum);  // sum of the window's gradients
 };
 
 class AccumAdam : public torch::optim::Optimizer {

@@ -1,9 +1,9 @@
 #include "worker/train/accum_adam.h"
 
+#include <torch/torch.h>
+
 #include <cmath>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "gtest/gtest.h"
 
@@ -45,7 +45,10 @@ std::vector<double> Reference(int steps, int accum_iter, double lr, double wd, b
 
 std::vector<double> Train(int steps, int accum_iter, double lr, double wd, bool decoupled) {
   torch::Tensor p = torch::tensor({0.5, -0.25, 1.0}, torch::kDouble).set_requires_grad(true);
-  AccumAdam opt({p}, AccumAdamOptions(lr).accum_iter(accum_iter).weight_decay(wd).decoupled_weight_decay(decoupled));
+  AccumAdam opt({p}, AccumAdamOptions(lr)
+                         .accum_iter(accum_iter)
+                         .weight_decay(wd)
+                         .decoupled_weight_decay(decoupled));
   for (int t = 0; t < steps; ++t) {
     p.mutable_grad() = torch::tensor({Grad(t, 0), Grad(t, 1), Grad(t, 2)}, torch::kDouble);
     opt.step();
@@ -67,12 +70,16 @@ TEST(AccumAdamTest, WithAccumIterOneItIsAdamAndAdamW) {
   for (bool decoupled : {false, true}) {
     torch::Tensor a = torch::tensor({0.5, -0.25, 1.0}, torch::kDouble).set_requires_grad(true);
     torch::Tensor b = a.detach().clone().set_requires_grad(true);
-    AccumAdam ours({a}, AccumAdamOptions(0.01).accum_iter(1).weight_decay(0.1).decoupled_weight_decay(decoupled));
+    AccumAdam ours(
+        {a},
+        AccumAdamOptions(0.01).accum_iter(1).weight_decay(0.1).decoupled_weight_decay(decoupled));
     std::unique_ptr<torch::optim::Optimizer> theirs;
     if (decoupled) {
-      theirs = std::make_unique<torch::optim::AdamW>(std::vector<torch::Tensor>{b}, torch::optim::AdamWOptions(0.01).weight_decay(0.1));
+      theirs = std::make_unique<torch::optim::AdamW>(
+          std::vector<torch::Tensor>{b}, torch::optim::AdamWOptions(0.01).weight_decay(0.1));
     } else {
-      theirs = std::make_unique<torch::optim::Adam>(std::vector<torch::Tensor>{b}, torch::optim::AdamOptions(0.01).weight_decay(0.1));
+      theirs = std::make_unique<torch::optim::Adam>(
+          std::vector<torch::Tensor>{b}, torch::optim::AdamOptions(0.01).weight_decay(0.1));
     }
     for (int t = 0; t < 8; ++t) {
       torch::Tensor g = torch::tensor({Grad(t, 0), Grad(t, 1), Grad(t, 2)}, torch::kDouble);

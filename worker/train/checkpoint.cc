@@ -1,14 +1,14 @@
 #include "worker/train/checkpoint.h"
 
-#include <cstring>
-#include <functional>
-#include <map>
-
 #include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/jit/serialization/export.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/torch.h>
+
+#include <cstring>
+#include <functional>
+#include <map>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -21,7 +21,9 @@
 namespace chorus {
 namespace {
 
-std::string StateKey(const at::Tensor& param) { return c10::guts::to_string(param.unsafeGetTensorImpl()); }
+std::string StateKey(const at::Tensor& param) {
+  return c10::guts::to_string(param.unsafeGetTensorImpl());
+}
 
 at::Tensor Copy(const at::Tensor& t) { return t.detach().clone(); }
 
@@ -30,28 +32,33 @@ at::Tensor Scalar(int64_t v) { return torch::tensor({v}, torch::kLong); }
 // Writes `tensors` as a dict in torch::pickle_save's format (a zip archive:
 // the pickle, then each tensor's storage as its own record) to `out`,
 // straight from the tensors' memory.
-absl::Status WritePickled(const std::vector<std::pair<std::string, at::Tensor>>& tensors, const std::string& name,
-                          const CheckpointByteSink& out) {
+absl::Status WritePickled(const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                          const std::string& name, const CheckpointByteSink& out) {
   absl::Status status;
   try {
     c10::Dict<std::string, at::Tensor> dict;
     for (const auto& [key, t] : tensors) dict.insert(key, t);
     std::vector<char> pickle;  // small: tensors are only referenced in it
-    torch::jit::Pickler pickler([&pickle](const char* p, size_t n) { pickle.insert(pickle.end(), p, p + n); },
-                                /*tensor_table=*/nullptr, /*type_renamer=*/nullptr, /*memoized_class_types=*/nullptr);
+    torch::jit::Pickler pickler(
+        [&pickle](const char* p, size_t n) { pickle.insert(pickle.end(), p, p + n); },
+        /*tensor_table=*/nullptr, /*type_renamer=*/nullptr, /*memoized_class_types=*/nullptr);
     pickler.protocol();
     pickler.pushIValue(c10::IValue(dict));
     pickler.stop();
     // After an error the rest is swallowed: the archive writer must not
     // fail (it throws, also from its destructor).
-    caffe2::serialize::PyTorchStreamWriter archive([&status, &out](const void* data, size_t n) -> size_t {
-      if (status.ok()) status = out(absl::string_view(static_cast<const char*>(data), n));
-      return n;
-    });
-    torch::jit::writeArchiveAndTensors("data", pickle.data(), pickle.size(), pickler.tensorData(), archive);
+    caffe2::serialize::PyTorchStreamWriter archive(
+        [&status, &out](const void* data, size_t n) -> size_t {
+          if (status.ok()) status = out(absl::string_view(static_cast<const char*>(data), n));
+          return n;
+        });
+    torch::jit::writeArchiveAndTensors("data", pickle.data(), pickle.size(), pickler.tensorData(),
+                                       archive);
     archive.writeEndOfFile();
   } catch (const std::exception& e) {
-    if (status.ok()) status = absl::InternalError(absl::StrCat("serializing checkpoint file ", name, ": ", e.what()));
+    if (status.ok())
+      status =
+          absl::InternalError(absl::StrCat("serializing checkpoint file ", name, ": ", e.what()));
   }
   return status;
 }
@@ -61,15 +68,18 @@ absl::StatusOr<std::map<std::string, at::Tensor>> Unpickle(const CheckpointFileD
   try {
     value = torch::jit::pickle_load(std::vector<char>(file.bytes.begin(), file.bytes.end()));
   } catch (const std::exception& e) {
-    return absl::DataLossError(absl::StrCat("checkpoint file ", file.name, " cannot be read: ", e.what()));
+    return absl::DataLossError(
+        absl::StrCat("checkpoint file ", file.name, " cannot be read: ", e.what()));
   }
   if (!value.isGenericDict()) {
-    return absl::DataLossError(absl::StrCat("checkpoint file ", file.name, " is not a dict of tensors"));
+    return absl::DataLossError(
+        absl::StrCat("checkpoint file ", file.name, " is not a dict of tensors"));
   }
   std::map<std::string, at::Tensor> out;
   for (const auto& item : value.toGenericDict()) {
     if (!item.key().isString() || !item.value().isTensor()) {
-      return absl::DataLossError(absl::StrCat("checkpoint file ", file.name, " holds a non-tensor entry"));
+      return absl::DataLossError(
+          absl::StrCat("checkpoint file ", file.name, " holds a non-tensor entry"));
     }
     out[item.key().toStringRef()] = item.value().toTensor();
   }
@@ -84,7 +94,8 @@ struct OptimizedParam {
   torch::optim::Optimizer* optimizer;
 };
 
-std::vector<OptimizedParam> OptimizedParams(Model& model, const std::vector<torch::optim::Optimizer*>& optimizers) {
+std::vector<OptimizedParam> OptimizedParams(
+    Model& model, const std::vector<torch::optim::Optimizer*>& optimizers) {
   std::map<std::string, int> index;
   int i = 0;
   for (const at::Tensor& p : model.Parameters()) index[StateKey(p)] = i++;
@@ -104,14 +115,17 @@ constexpr char kExchangePrefix[] = "exchange.";
 
 // What TakeSnapshot copies, each tensor through `copy_as(key, tensor)`: key
 // "m/<name>" for the model's entries, "t/<name>" for the training state's.
-Snapshot CollectSnapshot(Model& model, const std::vector<torch::optim::Optimizer*>& optimizers,
-                         const TrainingPosition& position, const ExchangeState* exchange,
-                         const std::function<at::Tensor(const std::string&, const at::Tensor&)>& copy_as) {
+Snapshot CollectSnapshot(
+    Model& model, const std::vector<torch::optim::Optimizer*>& optimizers,
+    const TrainingPosition& position, const ExchangeState* exchange,
+    const std::function<at::Tensor(const std::string&, const at::Tensor&)>& copy_as) {
   torch::NoGradGuard no_grad;
   Snapshot s;
   s.position = position;
-  for (const NamedTensor& p : model.NamedParameters()) s.model.emplace_back(p.name, copy_as("m/" + p.name, p.tensor));
-  for (const NamedTensor& b : model.NamedBuffers()) s.model.emplace_back(b.name, copy_as("m/" + b.name, b.tensor));
+  for (const NamedTensor& p : model.NamedParameters())
+    s.model.emplace_back(p.name, copy_as("m/" + p.name, p.tensor));
+  for (const NamedTensor& b : model.NamedBuffers())
+    s.model.emplace_back(b.name, copy_as("m/" + b.name, b.tensor));
   for (const OptimizedParam& op : OptimizedParams(model, optimizers)) {
     {
       auto it = op.optimizer->state().find(StateKey(op.param));
@@ -119,25 +133,39 @@ Snapshot CollectSnapshot(Model& model, const std::vector<torch::optim::Optimizer
       if (it == op.optimizer->state().end()) continue;
       if (auto* sgd = dynamic_cast<torch::optim::SGDParamState*>(it->second.get())) {
         if (sgd->momentum_buffer().defined()) {
-          s.train_state.emplace_back(prefix + "momentum_buffer",
-                                     copy_as("t/" + prefix + "momentum_buffer", sgd->momentum_buffer()));
+          s.train_state.emplace_back(
+              prefix + "momentum_buffer",
+              copy_as("t/" + prefix + "momentum_buffer", sgd->momentum_buffer()));
         }
       } else if (auto* adam = dynamic_cast<torch::optim::AdamParamState*>(it->second.get())) {
         s.train_state.emplace_back(prefix + "step", Scalar(adam->step()));
-        s.train_state.emplace_back(prefix + "exp_avg", copy_as("t/" + prefix + "exp_avg", adam->exp_avg()));
-        s.train_state.emplace_back(prefix + "exp_avg_sq", copy_as("t/" + prefix + "exp_avg_sq", adam->exp_avg_sq()));
-        if (adam->max_exp_avg_sq().defined()) s.train_state.emplace_back(prefix + "max_exp_avg_sq", copy_as("t/" + prefix + "max_exp_avg_sq", adam->max_exp_avg_sq()));
+        s.train_state.emplace_back(prefix + "exp_avg",
+                                   copy_as("t/" + prefix + "exp_avg", adam->exp_avg()));
+        s.train_state.emplace_back(prefix + "exp_avg_sq",
+                                   copy_as("t/" + prefix + "exp_avg_sq", adam->exp_avg_sq()));
+        if (adam->max_exp_avg_sq().defined())
+          s.train_state.emplace_back(
+              prefix + "max_exp_avg_sq",
+              copy_as("t/" + prefix + "max_exp_avg_sq", adam->max_exp_avg_sq()));
       } else if (auto* accum = dynamic_cast<AccumAdamParamState*>(it->second.get())) {
         s.train_state.emplace_back(prefix + "step", Scalar(accum->step()));
         s.train_state.emplace_back(prefix + "count", Scalar(accum->count()));
-        s.train_state.emplace_back(prefix + "exp_avg", copy_as("t/" + prefix + "exp_avg", accum->exp_avg()));
-        s.train_state.emplace_back(prefix + "exp_avg_sq", copy_as("t/" + prefix + "exp_avg_sq", accum->exp_avg_sq()));
-        s.train_state.emplace_back(prefix + "accum", copy_as("t/" + prefix + "accum", accum->accum()));
+        s.train_state.emplace_back(prefix + "exp_avg",
+                                   copy_as("t/" + prefix + "exp_avg", accum->exp_avg()));
+        s.train_state.emplace_back(prefix + "exp_avg_sq",
+                                   copy_as("t/" + prefix + "exp_avg_sq", accum->exp_avg_sq()));
+        s.train_state.emplace_back(prefix + "accum",
+                                   copy_as("t/" + prefix + "accum", accum->accum()));
       } else if (auto* adamw = dynamic_cast<torch::optim::AdamWParamState*>(it->second.get())) {
         s.train_state.emplace_back(prefix + "step", Scalar(adamw->step()));
-        s.train_state.emplace_back(prefix + "exp_avg", copy_as("t/" + prefix + "exp_avg", adamw->exp_avg()));
-        s.train_state.emplace_back(prefix + "exp_avg_sq", copy_as("t/" + prefix + "exp_avg_sq", adamw->exp_avg_sq()));
-        if (adamw->max_exp_avg_sq().defined()) s.train_state.emplace_back(prefix + "max_exp_avg_sq", copy_as("t/" + prefix + "max_exp_avg_sq", adamw->max_exp_avg_sq()));
+        s.train_state.emplace_back(prefix + "exp_avg",
+                                   copy_as("t/" + prefix + "exp_avg", adamw->exp_avg()));
+        s.train_state.emplace_back(prefix + "exp_avg_sq",
+                                   copy_as("t/" + prefix + "exp_avg_sq", adamw->exp_avg_sq()));
+        if (adamw->max_exp_avg_sq().defined())
+          s.train_state.emplace_back(
+              prefix + "max_exp_avg_sq",
+              copy_as("t/" + prefix + "max_exp_avg_sq", adamw->max_exp_avg_sq()));
       }
     }
   }
@@ -147,7 +175,8 @@ Snapshot CollectSnapshot(Model& model, const std::vector<torch::optim::Optimizer
   s.train_state.emplace_back("meta.world_size", Scalar(position.world_size));
   if (exchange != nullptr && !exchange->received.empty()) {
     for (const NamedTensor& r : exchange->received) {
-      s.train_state.emplace_back(kExchangePrefix + r.name, copy_as(std::string("t/") + kExchangePrefix + r.name, r.tensor));
+      s.train_state.emplace_back(kExchangePrefix + r.name,
+                                 copy_as(std::string("t/") + kExchangePrefix + r.name, r.tensor));
     }
     s.train_state.emplace_back("meta.exchange_pair", Scalar(exchange->pair ? 1 : 0));
   }
@@ -157,33 +186,38 @@ Snapshot CollectSnapshot(Model& model, const std::vector<torch::optim::Optimizer
 }  // namespace
 
 Snapshot TakeSnapshot(Model& model, const std::vector<torch::optim::Optimizer*>& optimizers,
-                      const TrainingPosition& position, const Snapshot* reuse, const ExchangeState* exchange) {
+                      const TrainingPosition& position, const Snapshot* reuse,
+                      const ExchangeState* exchange) {
   std::map<std::string, at::Tensor> spare;
   if (reuse != nullptr) {
     for (const auto& [name, t] : reuse->model) spare["m/" + name] = t;
     for (const auto& [name, t] : reuse->train_state) spare["t/" + name] = t;
   }
-  return CollectSnapshot(model, optimizers, position, exchange, [&spare](const std::string& key, const at::Tensor& t) {
-    auto it = spare.find(key);
-    if (it != spare.end() && !it->second.device().is_meta() && it->second.sizes() == t.sizes() &&
-        it->second.scalar_type() == t.scalar_type() && it->second.is_contiguous()) {
-      return it->second.copy_(t.detach());
-    }
-    return Copy(t);
-  });
+  return CollectSnapshot(
+      model, optimizers, position, exchange, [&spare](const std::string& key, const at::Tensor& t) {
+        auto it = spare.find(key);
+        if (it != spare.end() && !it->second.device().is_meta() &&
+            it->second.sizes() == t.sizes() && it->second.scalar_type() == t.scalar_type() &&
+            it->second.is_contiguous()) {
+          return it->second.copy_(t.detach());
+        }
+        return Copy(t);
+      });
 }
 
 Snapshot SnapshotLayout(Model& model, const std::vector<torch::optim::Optimizer*>& optimizers) {
-  return CollectSnapshot(model, optimizers, TrainingPosition{}, nullptr, [](const std::string&, const at::Tensor& t) {
-    return at::empty(t.sizes(), at::TensorOptions().dtype(t.scalar_type()).device(at::kMeta));
-  });
+  return CollectSnapshot(
+      model, optimizers, TrainingPosition{}, nullptr, [](const std::string&, const at::Tensor& t) {
+        return at::empty(t.sizes(), at::TensorOptions().dtype(t.scalar_type()).device(at::kMeta));
+      });
 }
 
 Snapshot AllocateLike(const Snapshot& layout) {
   auto allocate = [](const std::vector<std::pair<std::string, at::Tensor>>& from,
                      std::vector<std::pair<std::string, at::Tensor>>& to) {
     for (const auto& [name, t] : from) {
-      if (!t.device().is_meta()) continue;  // step counters and the like: made afresh by every snapshot
+      if (!t.device().is_meta())
+        continue;  // step counters and the like: made afresh by every snapshot
       at::Tensor memory = at::empty(t.sizes(), at::TensorOptions().dtype(t.scalar_type()));
       // Written once here, so that its pages are faulted in off the
       // training thread.
@@ -200,7 +234,10 @@ Snapshot AllocateLike(const Snapshot& layout) {
 std::vector<CheckpointFileSource> StreamFiles(const Snapshot& snapshot) {
   const std::string model = ModelFileName(snapshot.rank);
   const std::string state = TrainStateFileName(snapshot.rank);
-  return {{model, [&snapshot, model](const CheckpointByteSink& out) { return WritePickled(snapshot.model, model, out); }},
+  return {{model,
+           [&snapshot, model](const CheckpointByteSink& out) {
+             return WritePickled(snapshot.model, model, out);
+           }},
           {state, [&snapshot, state](const CheckpointByteSink& out) {
              return WritePickled(snapshot.train_state, state, out);
            }}};
@@ -216,7 +253,8 @@ absl::StatusOr<TrainingPosition> Restore(const std::vector<CheckpointFileData>& 
     if (f.name == kTrainStateFile) state_file = &f;
   }
   if (model_file == nullptr || state_file == nullptr) {
-    return absl::DataLossError(absl::StrCat("a checkpoint needs ", kModelFile, " and ", kTrainStateFile));
+    return absl::DataLossError(
+        absl::StrCat("a checkpoint needs ", kModelFile, " and ", kTrainStateFile));
   }
   ASSIGN_OR_RETURN(auto weights, Unpickle(*model_file));
   ASSIGN_OR_RETURN(auto state, Unpickle(*state_file));
@@ -226,13 +264,15 @@ absl::StatusOr<TrainingPosition> Restore(const std::vector<CheckpointFileData>& 
   for (NamedTensor& t : targets) {
     auto it = weights.find(t.name);
     if (it == weights.end()) {
-      return absl::InvalidArgumentError(absl::StrCat("checkpoint ", kModelFile, " has no tensor \"", t.name,
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint ", kModelFile, " has no tensor \"",
+                                                     t.name,
                                                      "\": it was written by a different model"));
     }
-    if (it->second.sizes() != t.tensor.sizes() || it->second.scalar_type() != t.tensor.scalar_type()) {
-      return absl::InvalidArgumentError(absl::StrCat("checkpoint tensor \"", t.name, "\" is ",
-                                                     c10::str(it->second.sizes()), ", the model's is ",
-                                                     c10::str(t.tensor.sizes()), ": a different model"));
+    if (it->second.sizes() != t.tensor.sizes() ||
+        it->second.scalar_type() != t.tensor.scalar_type()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint tensor \"", t.name, "\" is ", c10::str(it->second.sizes()),
+                       ", the model's is ", c10::str(t.tensor.sizes()), ": a different model"));
     }
     t.tensor.copy_(it->second);
   }
@@ -241,7 +281,8 @@ absl::StatusOr<TrainingPosition> Restore(const std::vector<CheckpointFileData>& 
     return it == state.end() ? at::Tensor() : it->second;
   };
   for (const char* key : {"meta.step", "meta.epoch", "meta.epoch_offset"}) {
-    if (!get(key).defined()) return absl::DataLossError(absl::StrCat("checkpoint ", kTrainStateFile, " lacks ", key));
+    if (!get(key).defined())
+      return absl::DataLossError(absl::StrCat("checkpoint ", kTrainStateFile, " lacks ", key));
   }
   for (const OptimizedParam& op : OptimizedParams(model, optimizers)) {
     torch::optim::Optimizer& optimizer = *op.optimizer;
@@ -266,7 +307,8 @@ absl::StatusOr<TrainingPosition> Restore(const std::vector<CheckpointFileData>& 
           s->step(get(prefix + "step").item<int64_t>());
           s->exp_avg(get(prefix + "exp_avg").clone());
           s->exp_avg_sq(get(prefix + "exp_avg_sq").clone());
-          if (get(prefix + "max_exp_avg_sq").defined()) s->max_exp_avg_sq(get(prefix + "max_exp_avg_sq").clone());
+          if (get(prefix + "max_exp_avg_sq").defined())
+            s->max_exp_avg_sq(get(prefix + "max_exp_avg_sq").clone());
           optimizer.state()[key] = std::move(s);
         };
         if (adam) fill(std::make_unique<torch::optim::AdamParamState>());
@@ -282,10 +324,12 @@ absl::StatusOr<TrainingPosition> Restore(const std::vector<CheckpointFileData>& 
   position.step = get("meta.step").item<int64_t>();
   position.epoch = get("meta.epoch").item<int64_t>();
   position.epoch_offset = get("meta.epoch_offset").item<int64_t>();
-  if (get("meta.world_size").defined()) position.world_size = get("meta.world_size").item<int64_t>();
+  if (get("meta.world_size").defined())
+    position.world_size = get("meta.world_size").item<int64_t>();
   if (exchange != nullptr) {
     *exchange = ExchangeState();
-    exchange->pair = get("meta.exchange_pair").defined() && get("meta.exchange_pair").item<int64_t>() != 0;
+    exchange->pair =
+        get("meta.exchange_pair").defined() && get("meta.exchange_pair").item<int64_t>() != 0;
     for (const auto& [key, tensor] : state) {
       if (absl::StartsWith(key, kExchangePrefix)) {
         exchange->received.push_back({key.substr(sizeof(kExchangePrefix) - 1), tensor});
@@ -295,7 +339,8 @@ absl::StatusOr<TrainingPosition> Restore(const std::vector<CheckpointFileData>& 
   return position;
 }
 
-CheckpointWriter::CheckpointWriter(CheckpointStorage& storage) : storage_(storage), thread_([this] { Loop(); }) {}
+CheckpointWriter::CheckpointWriter(CheckpointStorage& storage)
+    : storage_(storage), thread_([this] { Loop(); }) {}
 
 CheckpointWriter::~CheckpointWriter() {
   {

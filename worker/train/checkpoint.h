@@ -21,14 +21,16 @@
 // The file names are checkpoint/layout.h's; where the files go is a
 // CheckpointStorage (checkpoint/storage.h). Files are serialized while they
 // are written (CheckpointFileSource): the storage pulls the bytes piece by
-// piece straight out of the snapshot's tensors, so no serialized copy of the checkpoint is ever held in memory
-// (fresh memory is expensive: page faults, not copying, dominated when a
-// 200 MB checkpoint was first pickled into a buffer and then written).
+// piece straight out of the snapshot's tensors, so no serialized copy of the checkpoint is ever
+// held in memory (fresh memory is expensive: page faults, not copying, dominated when a 200 MB
+// checkpoint was first pickled into a buffer and then written).
 //
 // Thread-safety: CheckpointWriter's methods are called by the training
 // thread; its storage runs on the writer's own thread.
 #ifndef CHORUS_WORKER_TRAIN_CHECKPOINT_H_
 #define CHORUS_WORKER_TRAIN_CHECKPOINT_H_
+
+#include <ATen/core/Tensor.h>
 
 #include <condition_variable>
 #include <cstdint>
@@ -40,8 +42,6 @@
 #include <thread>
 #include <utility>
 #include <vector>
-
-#include <ATen/core/Tensor.h>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"

@@ -11,7 +11,8 @@ bool CheckpointSchedule::NewRequest(std::optional<int64_t> agreed) {
   return true;
 }
 
-CheckpointSchedule::Due CheckpointSchedule::AfterStep(int64_t step, int64_t total_steps, bool requested) const {
+CheckpointSchedule::Due CheckpointSchedule::AfterStep(int64_t step, int64_t total_steps,
+                                                      bool requested) const {
   const bool periodic = every_steps_ > 0 && step % every_steps_ == 0;
   Due due;
   due.checkpoint = (periodic || requested) && step < total_steps;

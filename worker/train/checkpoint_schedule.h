@@ -35,7 +35,8 @@ namespace chorus {
 class CheckpointSchedule {
  public:
   // every_steps 0: no periodic checkpoints.
-  CheckpointSchedule(int64_t every_steps, bool at_end) : every_steps_(every_steps), at_end_(at_end) {}
+  CheckpointSchedule(int64_t every_steps, bool at_end)
+      : every_steps_(every_steps), at_end_(at_end) {}
   // checkpoint.every_steps; checkpoint.at_end, true when unset.
   explicit CheckpointSchedule(const v1::CheckpointSpec& spec);
 
@@ -61,7 +62,9 @@ class CheckpointSchedule {
   // Whether a rank that stores takes its snapshot now: the final and forced
   // checkpoints always (they wait for the writer), any other only when the
   // writer is idle.
-  static bool TakeNow(bool final, bool force, bool writer_busy) { return final || force || !writer_busy; }
+  static bool TakeNow(bool final, bool force, bool writer_busy) {
+    return final || force || !writer_busy;
+  }
 
  private:
   const int64_t every_steps_;

@@ -23,7 +23,8 @@ std::vector<int64_t> DueSteps(const CheckpointSchedule& schedule, int64_t total,
 TEST(CheckpointScheduleTest, PeriodicEveryStepsButNotAtTheLastStep) {
   CheckpointSchedule schedule(/*every_steps=*/30, /*at_end=*/true);
   EXPECT_EQ(DueSteps(schedule, 100), (std::vector<int64_t>{30, 60, 90}));
-  EXPECT_EQ(DueSteps(schedule, 90), (std::vector<int64_t>{30, 60})) << "step 90 is the final checkpoint's";
+  EXPECT_EQ(DueSteps(schedule, 90), (std::vector<int64_t>{30, 60}))
+      << "step 90 is the final checkpoint's";
   EXPECT_FALSE(schedule.AfterStep(60, 100, false).force);
   EXPECT_TRUE(schedule.periodic());
 }

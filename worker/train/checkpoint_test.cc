@@ -1,12 +1,12 @@
 #include "worker/train/checkpoint.h"
 
+#include <torch/csrc/jit/serialization/pickle.h>
+#include <torch/torch.h>
+
 #include <chrono>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <torch/csrc/jit/serialization/pickle.h>
-#include <torch/torch.h>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -107,7 +107,9 @@ class TinyModel : public Model {
   absl::StatusOr<at::Tensor> Forward(const at::Tensor& input) override {
     return torch::addmm(bias_, input, weight_.t());
   }
-  std::vector<NamedTensor> NamedParameters() override { return {{"fc.weight", weight_}, {"fc.bias", bias_}}; }
+  std::vector<NamedTensor> NamedParameters() override {
+    return {{"fc.weight", weight_}, {"fc.bias", bias_}};
+  }
   std::vector<NamedTensor> NamedBuffers() override { return {{"count", count_}}; }
   void SetTraining(bool) override {}
 
@@ -131,7 +133,8 @@ TEST(SnapshotTest, TheFirstSnapshotIsCopiedIntoMemoryAllocatedBeforehand) {
   EXPECT_EQ(names, (std::vector<std::string>{"fc.weight", "fc.bias", "count"}));
   const Snapshot spare = AllocateLike(layout);
   ASSERT_EQ(spare.model.size(), 3u);
-  ASSERT_EQ(spare.train_state.size(), 2u) << "the two momentum buffers; step counters are not set aside";
+  ASSERT_EQ(spare.train_state.size(), 2u)
+      << "the two momentum buffers; step counters are not set aside";
   EXPECT_EQ(spare.train_state[0].first, "optim.0.momentum_buffer");
   EXPECT_EQ(spare.train_state[0].second.sizes(), (std::vector<int64_t>{300, 200}));
   EXPECT_TRUE(spare.train_state[0].second.device().is_cpu());
@@ -145,7 +148,8 @@ TEST(SnapshotTest, TheFirstSnapshotIsCopiedIntoMemoryAllocatedBeforehand) {
   for (const NamedTensor& b : model.NamedBuffers()) live.push_back(b.tensor);
   ASSERT_EQ(snapshot.model.size(), live.size());
   for (size_t i = 0; i < live.size(); ++i) {
-    EXPECT_EQ(snapshot.model[i].second.data_ptr(), spare.model[i].second.data_ptr()) << snapshot.model[i].first;
+    EXPECT_EQ(snapshot.model[i].second.data_ptr(), spare.model[i].second.data_ptr())
+        << snapshot.model[i].first;
     EXPECT_TRUE(torch::equal(snapshot.model[i].second, live[i])) << snapshot.model[i].first;
   }
   const std::string weight_key = c10::guts::to_string(model.Parameters()[0].unsafeGetTensorImpl());
@@ -160,13 +164,15 @@ TEST(CheckpointWriterTest, ReportsSizeAndSplitsTimeBetweenSerializingAndStoring)
   {
     CheckpointWriter writer(sink);
     ASSERT_TRUE(writer.Offer(SmallSnapshot()));
-    EXPECT_FALSE(writer.Offer(SmallSnapshot())) << "a second checkpoint while one is in flight is dropped";
+    EXPECT_FALSE(writer.Offer(SmallSnapshot()))
+        << "a second checkpoint while one is in flight is dropped";
     ASSERT_TRUE(writer.Drain().ok());
     EXPECT_EQ(writer.stored(), 1);
     EXPECT_EQ(writer.skipped(), 1);
     EXPECT_EQ(writer.last_bytes(), sink.bytes);
-    EXPECT_EQ(writer.last_bytes(), static_cast<int64_t>(PickleSave(SmallSnapshot().model).size() +
-                                                        PickleSave(SmallSnapshot().train_state).size()));
+    EXPECT_EQ(writer.last_bytes(),
+              static_cast<int64_t>(PickleSave(SmallSnapshot().model).size() +
+                                   PickleSave(SmallSnapshot().train_state).size()));
     // 2 x 150 ms were spent in the sink's consumer: storing, not serializing.
     EXPECT_GE(writer.last_store_seconds(), 0.29);
     EXPECT_LT(writer.last_store_seconds(), 5.0);

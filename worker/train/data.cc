@@ -1,14 +1,13 @@
 #include "worker/train/data.h"
 
+#include <ATen/ATen.h>
+#include <torch/csrc/jit/serialization/pickle.h>
 #include <zlib.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <vector>
-
-#include <ATen/ATen.h>
-#include <torch/csrc/jit/serialization/pickle.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -52,7 +51,8 @@ uint32_t BigEndian32(const uint8_t* p) {
 // task is learnable and identical on every rank for a given seed.
 Dataset Synthetic(const v1::JobSpec& spec, Split split) {
   const v1::SyntheticData& s = spec.data().synthetic();
-  const int64_t n = split == Split::kTrain ? s.num_samples() : std::max<int64_t>(1, s.num_samples() / 5);
+  const int64_t n =
+      split == Split::kTrain ? s.num_samples() : std::max<int64_t>(1, s.num_samples() / 5);
   std::vector<int64_t> shape = {n};
   int64_t features = 1;
   for (int64_t d : s.input_shape()) {
@@ -81,10 +81,12 @@ Dataset Synthetic(const v1::JobSpec& spec, Split split) {
 // of input_shape[0] tokens, y the same sequence shifted by one.
 Dataset SyntheticTokens(const v1::JobSpec& spec, Split split) {
   const v1::SyntheticData& s = spec.data().synthetic();
-  const int64_t n = split == Split::kTrain ? s.num_samples() : std::max<int64_t>(1, s.num_samples() / 5);
+  const int64_t n =
+      split == Split::kTrain ? s.num_samples() : std::max<int64_t>(1, s.num_samples() / 5);
   const int64_t t = s.input_shape(0);
-  const int64_t vocab = spec.model().has_transformer_lm() ? spec.model().transformer_lm().vocab_size()
-                                                          : s.num_classes();
+  const int64_t vocab = spec.model().has_transformer_lm()
+                            ? spec.model().transformer_lm().vocab_size()
+                            : s.num_classes();
   at::Generator teacher_gen = at::detail::createCPUGenerator(s.seed());
   at::Generator data_gen =
       at::detail::createCPUGenerator(s.seed() * 1000003 + (split == Split::kTrain ? 1 : 2));
@@ -112,7 +114,8 @@ absl::StatusOr<std::vector<char>> ReadFile(const std::string& path) {
   std::vector<char> bytes;
   std::vector<char> chunk(1 << 20);
   size_t n;
-  while ((n = std::fread(chunk.data(), 1, chunk.size(), f)) > 0) bytes.insert(bytes.end(), chunk.begin(), chunk.begin() + n);
+  while ((n = std::fread(chunk.data(), 1, chunk.size(), f)) > 0)
+    bytes.insert(bytes.end(), chunk.begin(), chunk.begin() + n);
   const bool failed = std::ferror(f) != 0;
   std::fclose(f);
   if (failed) return absl::DataLossError(absl::StrCat("error reading ", path));
@@ -131,12 +134,12 @@ absl::StatusOr<Dataset> LoadTensorFile(const std::string& path) {
   try {
     value = torch::jit::pickle_load(bytes);
   } catch (const c10::Error& e) {
-    return absl::InvalidArgumentError(absl::StrCat(path, " is not a torch.save file (",
-                                                   e.what_without_backtrace(), ")", help));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " is not a torch.save file (", e.what_without_backtrace(), ")", help));
   }
   if (!value.isGenericDict()) {
-    return absl::InvalidArgumentError(absl::StrCat(path, " holds a ", value.tagKind(),
-                                                   ", not a dict", help));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " holds a ", value.tagKind(), ", not a dict", help));
   }
   c10::Dict<c10::IValue, c10::IValue> dict = value.toGenericDict();
   at::Tensor x, y;
@@ -146,8 +149,8 @@ absl::StatusOr<Dataset> LoadTensorFile(const std::string& path) {
     const std::string key = item.key().toStringRef();
     keys.push_back(key);
     if ((key == "x" || key == "y") && !item.value().isTensor()) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": '", key, "' is a ",
-                                                     item.value().tagKind(), ", not a tensor", help));
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": '", key, "' is a ", item.value().tagKind(), ", not a tensor", help));
     }
     if (key == "x") x = item.value().toTensor();
     if (key == "y") y = item.value().toTensor();
@@ -161,7 +164,8 @@ absl::StatusOr<Dataset> LoadTensorFile(const std::string& path) {
                                                    " and y has shape ", c10::str(y.sizes()), help));
   }
   Dataset d;
-  d.x = at::isFloatingType(x.scalar_type()) ? x.to(at::kFloat).contiguous() : x.to(at::kLong).contiguous();
+  d.x = at::isFloatingType(x.scalar_type()) ? x.to(at::kFloat).contiguous()
+                                            : x.to(at::kLong).contiguous();
   if (at::isFloatingType(y.scalar_type())) {
     d.y = y.to(at::kFloat).contiguous();
   } else {
@@ -194,9 +198,9 @@ absl::StatusOr<at::Tensor> ReadIdx(const std::string& path) {
   }
   const size_t offset = 4 + 4 * dims;
   if (bytes.size() != offset + count) {
-    return absl::InvalidArgumentError(absl::StrCat(path, " is truncated or too long: the header says ",
-                                                   count, " values, the file has ",
-                                                   bytes.size() - offset));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " is truncated or too long: the header says ", count,
+                     " values, the file has ", bytes.size() - offset));
   }
   at::Tensor t = at::empty(shape, at::kByte);
   std::memcpy(t.data_ptr(), bytes.data() + offset, count);
@@ -216,21 +220,21 @@ absl::StatusOr<Dataset> LoadDataset(const v1::JobSpec& spec, Split split) {
     const std::string labels_path = absl::StrCat(dir, "/", prefix, "-labels-idx1-ubyte.gz");
     absl::StatusOr<at::Tensor> images = ReadIdx(images_path);
     if (!images.ok()) {
-      return absl::Status(images.status().code(),
-                          absl::StrCat("Fashion-MNIST: ", images.status().message(),
-                                       "; the files come from the Debian package ",
-                                       kFashionMnistPackage));
+      return absl::Status(
+          images.status().code(),
+          absl::StrCat("Fashion-MNIST: ", images.status().message(),
+                       "; the files come from the Debian package ", kFashionMnistPackage));
     }
     absl::StatusOr<at::Tensor> labels = ReadIdx(labels_path);
     if (!labels.ok()) {
-      return absl::Status(labels.status().code(),
-                          absl::StrCat("Fashion-MNIST: ", labels.status().message(),
-                                       "; the files come from the Debian package ",
-                                       kFashionMnistPackage));
+      return absl::Status(
+          labels.status().code(),
+          absl::StrCat("Fashion-MNIST: ", labels.status().message(),
+                       "; the files come from the Debian package ", kFashionMnistPackage));
     }
     if (images->dim() != 3 || labels->dim() != 1 || images->size(0) != labels->size(0)) {
-      return absl::InvalidArgumentError(absl::StrCat("Fashion-MNIST: ", images_path, " and ",
-                                                     labels_path, " do not match"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("Fashion-MNIST: ", images_path, " and ", labels_path, " do not match"));
     }
     Dataset d;
     d.x = ((images->to(at::kFloat) / 255.0 - kFashionMean) / kFashionStd).unsqueeze(1);
@@ -244,12 +248,14 @@ absl::StatusOr<Dataset> LoadDataset(const v1::JobSpec& spec, Split split) {
     return d;
   }
   if (data.has_tensor_file()) {
-    const std::string& path = split == Split::kTrain ? data.tensor_file().path() : data.tensor_file().eval_path();
+    const std::string& path =
+        split == Split::kTrain ? data.tensor_file().path() : data.tensor_file().eval_path();
     if (path.empty()) return Dataset{};  // no held-out split: evaluation is skipped
     absl::StatusOr<Dataset> d = LoadTensorFile(path);
     if (!d.ok()) {
       return absl::Status(d.status().code(),
-                          absl::StrCat(split == Split::kTrain ? "data.tensor_file.path: " : "data.tensor_file.eval_path: ",
+                          absl::StrCat(split == Split::kTrain ? "data.tensor_file.path: "
+                                                              : "data.tensor_file.eval_path: ",
                                        d.status().message()));
     }
     return d;

@@ -8,9 +8,9 @@
 #ifndef CHORUS_WORKER_TRAIN_DATA_H_
 #define CHORUS_WORKER_TRAIN_DATA_H_
 
-#include <string>
-
 #include <ATen/core/Tensor.h>
+
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "chorus/v1/job.pb.h"
@@ -22,8 +22,8 @@ enum class Split { kTrain, kTest };
 // An empty Dataset (size 0) stands for "no such split": a tensor_file job
 // without eval_path has no test split, and evaluation is skipped.
 struct Dataset {
-  at::Tensor x;  // [N, ...features] float32, or [N, T] int64 token ids
-  at::Tensor y;  // [N] int64 classes, or [N, ...] float32 regression targets
+  at::Tensor x;         // [N, ...features] float32, or [N, T] int64 token ids
+  at::Tensor y;         // [N] int64 classes, or [N, ...] float32 regression targets
   int num_classes = 0;  // 0 for regression; the vocabulary size for tokens
   int64_t size() const { return x.defined() ? x.size(0) : 0; }
 };

@@ -1,9 +1,9 @@
 #include "worker/train/data.h"
 
+#include <ATen/ATen.h>
+
 #include <cstdlib>
 #include <fstream>
-
-#include <ATen/ATen.h>
 
 #include "common/job_spec.h"
 #include "gmock/gmock.h"
@@ -35,7 +35,8 @@ TEST(DataTest, FashionMnistFromTheDebianPackage) {
 }
 
 TEST(DataTest, MissingAndMalformedFilesNameThePathAndThePackage) {
-  auto missing = LoadDataset(Spec("data { fashion_mnist { dir: '/nonexistent/fm' } }"), Split::kTrain);
+  auto missing =
+      LoadDataset(Spec("data { fashion_mnist { dir: '/nonexistent/fm' } }"), Split::kTrain);
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(missing.status().message(), HasSubstr("/nonexistent/fm/train-images-idx3-ubyte.gz"));
   EXPECT_THAT(missing.status().message(), HasSubstr("dataset-fashion-mnist"));
@@ -49,7 +50,8 @@ TEST(DataTest, MissingAndMalformedFilesNameThePathAndThePackage) {
 }
 
 TEST(DataTest, SyntheticIsDeterministicAndLearnable) {
-  v1::JobSpec spec = Spec("data { synthetic { num_samples: 256 input_shape: [6] num_classes: 3 seed: 9 } }");
+  v1::JobSpec spec =
+      Spec("data { synthetic { num_samples: 256 input_shape: [6] num_classes: 3 seed: 9 } }");
   auto a = LoadDataset(spec, Split::kTrain);
   auto b = LoadDataset(spec, Split::kTrain);
   auto test = LoadDataset(spec, Split::kTest);
@@ -104,22 +106,27 @@ TEST(DataTest, TensorFileFromPythonTorchSave) {
 }
 
 TEST(DataTest, BadTensorFilesNameTheFieldThePathAndTheExpectedFormat) {
-  auto missing = LoadDataset(Spec("data { tensor_file { path: '/nonexistent/d.pt' } }"), Split::kTrain);
+  auto missing =
+      LoadDataset(Spec("data { tensor_file { path: '/nonexistent/d.pt' } }"), Split::kTrain);
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(missing.status().message(), HasSubstr("data.tensor_file.path: cannot open /nonexistent/d.pt"));
+  EXPECT_THAT(missing.status().message(),
+              HasSubstr("data.tensor_file.path: cannot open /nonexistent/d.pt"));
 
-  auto keys = LoadDataset(Spec("data { tensor_file { path: 'worker/train/testdata/bad_keys.pt' } }"),
-                          Split::kTrain);
+  auto keys = LoadDataset(
+      Spec("data { tensor_file { path: 'worker/train/testdata/bad_keys.pt' } }"), Split::kTrain);
   EXPECT_EQ(keys.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(keys.status().message(), HasSubstr("has keys [inputs, labels] but needs both 'x' and 'y'"));
+  EXPECT_THAT(keys.status().message(),
+              HasSubstr("has keys [inputs, labels] but needs both 'x' and 'y'"));
 
   const std::string garbage = std::string(std::getenv("TEST_TMPDIR")) + "/garbage.pt";
   std::ofstream(garbage) << "this is not a zip archive";
-  auto bad = LoadDataset(Spec("data { tensor_file { path: 'worker/train/testdata/tiny_data.pt' eval_path: '" +
-                              garbage + "' } }"),
-                         Split::kTest);
+  auto bad = LoadDataset(
+      Spec("data { tensor_file { path: 'worker/train/testdata/tiny_data.pt' eval_path: '" +
+           garbage + "' } }"),
+      Split::kTest);
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(bad.status().message(), HasSubstr("data.tensor_file.eval_path: " + garbage + " is not a torch.save file"));
+  EXPECT_THAT(bad.status().message(),
+              HasSubstr("data.tensor_file.eval_path: " + garbage + " is not a torch.save file"));
 }
 
 }  // namespace

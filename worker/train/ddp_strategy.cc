@@ -1,8 +1,8 @@
 #include "worker/train/ddp_strategy.h"
 
-#include <utility>
-
 #include <torch/torch.h>
+
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -30,14 +30,21 @@ DdpOptions OptionsFromSpec(const v1::DdpStrategy& d) {
 class DdpStrategy final : public TrainingStrategy {
  public:
   DdpStrategy(const v1::JobSpec& spec, Model& model, Communicator& comm, TrainingProgress& progress,
-              std::unique_ptr<DistributedDataParallel> ddp, std::unique_ptr<torch::optim::Optimizer> optimizer)
-      : spec_(spec), model_(model), comm_(comm), progress_(progress), ddp_(std::move(ddp)),
+              std::unique_ptr<DistributedDataParallel> ddp,
+              std::unique_ptr<torch::optim::Optimizer> optimizer)
+      : spec_(spec),
+        model_(model),
+        comm_(comm),
+        progress_(progress),
+        ddp_(std::move(ddp)),
         optimizer_(std::move(optimizer)) {}
 
   int accumulation_steps() const override { return spec_.strategy().ddp().grad_accum_steps(); }
   void set_total_steps(int64_t total_steps) override { total_steps_ = total_steps; }
   std::vector<torch::optim::Optimizer*> optimizers() const override { return {optimizer_.get()}; }
-  absl::Status Resume(int64_t /*step*/, ExchangeState /*exchange*/) override { return absl::OkStatus(); }
+  absl::Status Resume(int64_t /*step*/, ExchangeState /*exchange*/) override {
+    return absl::OkStatus();
+  }
 
   void BeginStep() override { optimizer_->zero_grad(); }
   absl::Status BeforeForward() override { return ddp_->PrepareForBackward(); }
@@ -65,16 +72,20 @@ class DdpStrategy final : public TrainingStrategy {
   }
 
   // Every replica is the same model.
-  absl::Status WithGlobalAverage(const std::function<absl::Status()>& body) override { return body(); }
+  absl::Status WithGlobalAverage(const std::function<absl::Status()>& body) override {
+    return body();
+  }
   absl::Status Finish() override { return absl::OkStatus(); }
 
-  absl::StatusOr<std::optional<int64_t>> AgreedCheckpointRequests(int64_t /*step*/, int64_t seen) override {
+  absl::StatusOr<std::optional<int64_t>> AgreedCheckpointRequests(int64_t /*step*/,
+                                                                  int64_t seen) override {
     if (comm_.rank() != 0) return std::optional<int64_t>();
     return std::optional<int64_t>(seen);
   }
   CheckpointParts checkpoint_parts() const override { return CheckpointParts{}; }
   absl::StatusOr<ExchangeState> TakeExchangeForCheckpoint() override { return ExchangeState{}; }
-  void AddMetrics(const MetricsWindow::Summary& /*window*/, v1::Metrics& /*metrics*/) const override {}
+  void AddMetrics(const MetricsWindow::Summary& /*window*/,
+                  v1::Metrics& /*metrics*/) const override {}
 
  private:
   const v1::JobSpec spec_;
@@ -88,20 +99,23 @@ class DdpStrategy final : public TrainingStrategy {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<TrainingStrategy>> CreateDdpStrategy(const v1::JobSpec& spec, Model& model,
+absl::StatusOr<std::unique_ptr<TrainingStrategy>> CreateDdpStrategy(const v1::JobSpec& spec,
+                                                                    Model& model,
                                                                     Communicator& comm,
                                                                     TrainingProgress& progress) {
   const v1::DdpStrategy& d = spec.strategy().ddp();
   if (d.grad_accum_steps() < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("job spec: strategy.ddp.grad_accum_steps must be >= 1, got ", d.grad_accum_steps()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "job spec: strategy.ddp.grad_accum_steps must be >= 1, got ", d.grad_accum_steps()));
   }
   ASSIGN_OR_RETURN(std::unique_ptr<DistributedDataParallel> ddp,
-                   DistributedDataParallel::Create(model.NamedParameters(), model.NamedBuffers(), comm,
-                                                   OptionsFromSpec(d)));
+                   DistributedDataParallel::Create(model.NamedParameters(), model.NamedBuffers(),
+                                                   comm, OptionsFromSpec(d)));
   RETURN_IF_ERROR(ddp->BroadcastParameters(0));
-  std::unique_ptr<torch::optim::Optimizer> optimizer = BuildOptimizer(spec.optimizer(), model.Parameters());
-  return std::make_unique<DdpStrategy>(spec, model, comm, progress, std::move(ddp), std::move(optimizer));
+  std::unique_ptr<torch::optim::Optimizer> optimizer =
+      BuildOptimizer(spec.optimizer(), model.Parameters());
+  return std::make_unique<DdpStrategy>(spec, model, comm, progress, std::move(ddp),
+                                       std::move(optimizer));
 }
 
 }  // namespace chorus

@@ -19,7 +19,8 @@ namespace chorus {
 
 // From spec.strategy.ddp (defaults apply to an unset strategy).
 // INVALID_ARGUMENT for grad_accum_steps < 1 or what DDP refuses.
-absl::StatusOr<std::unique_ptr<TrainingStrategy>> CreateDdpStrategy(const v1::JobSpec& spec, Model& model,
+absl::StatusOr<std::unique_ptr<TrainingStrategy>> CreateDdpStrategy(const v1::JobSpec& spec,
+                                                                    Model& model,
                                                                     Communicator& comm,
                                                                     TrainingProgress& progress);
 

@@ -1,9 +1,9 @@
 #include "worker/train/decentralized_strategy.h"
 
+#include <torch/torch.h>
+
 #include <algorithm>
 #include <utility>
-
-#include <torch/torch.h>
 
 #include "common/job_spec.h"
 #include "common/status_macros.h"
@@ -25,23 +25,27 @@ class DecentralizedStrategy final : public TrainingStrategy {
     options.topology = TopologyFromSpec(d);
     options.bucket_cap_mb = d.bucket_cap_mb();
     options.clip_norm = spec_.grad_clip_norm();
-    options.clip_mode = d.clip_mode() == v1::DecentralizedStrategy::PER_BUCKET ? DecentralizedOptions::Clip::kPerBucket
-                                                                              : DecentralizedOptions::Clip::kGlobalNorm;
+    options.clip_mode = d.clip_mode() == v1::DecentralizedStrategy::PER_BUCKET
+                            ? DecentralizedOptions::Clip::kPerBucket
+                            : DecentralizedOptions::Clip::kGlobalNorm;
     options.average_buffers = true;
-    ASSIGN_OR_RETURN(engine_, DecentralizedDataParallel::Create(
-                                  model.NamedParameters(), model.NamedBuffers(), comm_,
-                                  [this](const std::vector<at::Tensor>& params) {
-                                    return BuildOptimizer(spec_.optimizer(), params);
-                                  },
-                                  [this](int64_t step) { return LearningRate(spec_, step, total_steps_); },
-                                  options));
+    ASSIGN_OR_RETURN(
+        engine_,
+        DecentralizedDataParallel::Create(
+            model.NamedParameters(), model.NamedBuffers(), comm_,
+            [this](const std::vector<at::Tensor>& params) {
+              return BuildOptimizer(spec_.optimizer(), params);
+            },
+            [this](int64_t step) { return LearningRate(spec_, step, total_steps_); }, options));
     return engine_->BroadcastParameters(0);
   }
 
   int accumulation_steps() const override { return 1; }
   void set_total_steps(int64_t total_steps) override { total_steps_ = total_steps; }
   // The engine replaces its optimizers once, after step 0: ask every time.
-  std::vector<torch::optim::Optimizer*> optimizers() const override { return engine_->optimizers(); }
+  std::vector<torch::optim::Optimizer*> optimizers() const override {
+    return engine_->optimizers();
+  }
 
   absl::Status Resume(int64_t step, ExchangeState exchange) override {
     engine_->SetStep(step);
@@ -89,11 +93,12 @@ class DecentralizedStrategy final : public TrainingStrategy {
     return absl::OkStatus();
   }
 
-  absl::StatusOr<std::optional<int64_t>> AgreedCheckpointRequests(int64_t step, int64_t seen) override {
+  absl::StatusOr<std::optional<int64_t>> AgreedCheckpointRequests(int64_t step,
+                                                                  int64_t seen) override {
     if (step % kCheckpointRequestCheckSteps != 0) return std::optional<int64_t>();
     at::Tensor newest = at::full({1}, seen, at::kLong);
-    RETURN_IF_ERROR(
-        comm_.AllReduce(newest, ReduceOp::kMax, "checkpoint/request")->Wait(absl::Now() + absl::Minutes(5)));
+    RETURN_IF_ERROR(comm_.AllReduce(newest, ReduceOp::kMax, "checkpoint/request")
+                        ->Wait(absl::Now() + absl::Minutes(5)));
     return std::optional<int64_t>(newest.item<int64_t>());
   }
 
@@ -105,13 +110,15 @@ class DecentralizedStrategy final : public TrainingStrategy {
   }
 
   absl::StatusOr<ExchangeState> TakeExchangeForCheckpoint() override {
-    ASSIGN_OR_RETURN(DecentralizedDataParallel::PendingExchange pending, engine_->TakePendingExchange());
+    ASSIGN_OR_RETURN(DecentralizedDataParallel::PendingExchange pending,
+                     engine_->TakePendingExchange());
     return ExchangeState{pending.pair, std::move(pending.received)};
   }
 
   void AddMetrics(const MetricsWindow::Summary& window, v1::Metrics& metrics) const override {
     auto& values = *metrics.mutable_values();
-    values["exchange_bytes_per_step"] = engine_->bytes_sent() / std::max<int64_t>(1, engine_->step());
+    values["exchange_bytes_per_step"] =
+        engine_->bytes_sent() / std::max<int64_t>(1, engine_->step());
     values["exchange_wait_seconds_per_step"] = window.wait_seconds;
   }
 
@@ -127,9 +134,8 @@ class DecentralizedStrategy final : public TrainingStrategy {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<TrainingStrategy>> CreateDecentralizedStrategy(const v1::JobSpec& spec, Model& model,
-                                                                              Communicator& comm,
-                                                                              TrainingProgress& progress) {
+absl::StatusOr<std::unique_ptr<TrainingStrategy>> CreateDecentralizedStrategy(
+    const v1::JobSpec& spec, Model& model, Communicator& comm, TrainingProgress& progress) {
   auto strategy = std::make_unique<DecentralizedStrategy>(spec, comm, progress);
   RETURN_IF_ERROR(strategy->Start(model));
   return std::unique_ptr<TrainingStrategy>(std::move(strategy));

@@ -21,9 +21,8 @@ namespace chorus {
 // From spec.strategy.decentralized. INVALID_ARGUMENT for what the engine
 // refuses (a topology that cannot serve comm.size() ranks, a bucket cap
 // that is not positive).
-absl::StatusOr<std::unique_ptr<TrainingStrategy>> CreateDecentralizedStrategy(const v1::JobSpec& spec, Model& model,
-                                                                              Communicator& comm,
-                                                                              TrainingProgress& progress);
+absl::StatusOr<std::unique_ptr<TrainingStrategy>> CreateDecentralizedStrategy(
+    const v1::JobSpec& spec, Model& model, Communicator& comm, TrainingProgress& progress);
 
 }  // namespace chorus
 

@@ -1,11 +1,11 @@
 #include "worker/train/model.h"
 
+#include <torch/script.h>
+#include <torch/torch.h>
+
 #include <cmath>
 #include <functional>
 #include <utility>
-
-#include <torch/script.h>
-#include <torch/torch.h>
 
 #include "absl/strings/str_cat.h"
 
@@ -18,10 +18,12 @@ class DecoderBlockImpl : public torch::nn::Module {
  public:
   DecoderBlockImpl(const v1::TransformerLmModel& s)
       : heads_(s.num_heads()),
-        norm1_(register_module("norm1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({s.d_model()})))),
+        norm1_(register_module("norm1",
+                               torch::nn::LayerNorm(torch::nn::LayerNormOptions({s.d_model()})))),
         qkv_(register_module("qkv", torch::nn::Linear(s.d_model(), 3 * s.d_model()))),
         proj_(register_module("proj", torch::nn::Linear(s.d_model(), s.d_model()))),
-        norm2_(register_module("norm2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({s.d_model()})))),
+        norm2_(register_module("norm2",
+                               torch::nn::LayerNorm(torch::nn::LayerNormOptions({s.d_model()})))),
         ff1_(register_module("ff1", torch::nn::Linear(s.d_model(), s.d_ff()))),
         ff2_(register_module("ff2", torch::nn::Linear(s.d_ff(), s.d_model()))),
         dropout_(register_module("dropout", torch::nn::Dropout(s.dropout()))) {}
@@ -32,9 +34,11 @@ class DecoderBlockImpl : public torch::nn::Module {
     std::vector<torch::Tensor> qkv = qkv_->forward(norm1_->forward(x)).chunk(3, /*dim=*/2);
     auto split = [&](const torch::Tensor& m) { return m.view({b, t, heads_, dh}).transpose(1, 2); };
     torch::Tensor q = split(qkv[0]), k = split(qkv[1]), v = split(qkv[2]);
-    torch::Tensor scores = q.matmul(k.transpose(-2, -1)) / std::sqrt(static_cast<double>(dh)) + mask;
+    torch::Tensor scores =
+        q.matmul(k.transpose(-2, -1)) / std::sqrt(static_cast<double>(dh)) + mask;
     torch::Tensor attn = dropout_->forward(scores.softmax(-1)).matmul(v);
-    torch::Tensor h = x + dropout_->forward(proj_->forward(attn.transpose(1, 2).reshape({b, t, d})));
+    torch::Tensor h =
+        x + dropout_->forward(proj_->forward(attn.transpose(1, 2).reshape({b, t, d})));
     torch::Tensor ff = ff2_->forward(torch::gelu(ff1_->forward(norm2_->forward(h))));
     return h + dropout_->forward(ff);
   }
@@ -55,9 +59,11 @@ class TransformerLmImpl : public torch::nn::Module {
  public:
   explicit TransformerLmImpl(const v1::TransformerLmModel& s)
       : tokens_(register_module("tokens", torch::nn::Embedding(s.vocab_size(), s.d_model()))),
-        positions_(register_module("positions", torch::nn::Embedding(s.context_length(), s.d_model()))),
+        positions_(
+            register_module("positions", torch::nn::Embedding(s.context_length(), s.d_model()))),
         blocks_(register_module("blocks", torch::nn::ModuleList())),
-        norm_(register_module("norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({s.d_model()})))),
+        norm_(register_module("norm",
+                              torch::nn::LayerNorm(torch::nn::LayerNormOptions({s.d_model()})))),
         head_(register_module("head", torch::nn::Linear(s.d_model(), s.vocab_size()))),
         dropout_(register_module("dropout", torch::nn::Dropout(s.dropout()))),
         context_(s.context_length()) {
@@ -66,8 +72,10 @@ class TransformerLmImpl : public torch::nn::Module {
 
   torch::Tensor forward(const torch::Tensor& input) {
     const int64_t t = input.size(1);
-    TORCH_CHECK(t <= context_, "sequence of ", t, " tokens is longer than context_length ", context_);
-    torch::Tensor pos = torch::arange(t, torch::TensorOptions().dtype(torch::kLong).device(input.device()));
+    TORCH_CHECK(t <= context_, "sequence of ", t, " tokens is longer than context_length ",
+                context_);
+    torch::Tensor pos =
+        torch::arange(t, torch::TensorOptions().dtype(torch::kLong).device(input.device()));
     torch::Tensor h = dropout_->forward(tokens_->forward(input) + positions_->forward(pos));
     torch::Tensor mask = torch::full({t, t}, -INFINITY, h.options()).triu(1);
     for (const auto& block : *blocks_) h = block->as<DecoderBlock>()->forward(h, mask);
@@ -101,9 +109,7 @@ class BuiltinModel : public Model {
                std::function<torch::Tensor(const torch::Tensor&)> forward)
       : module_(std::move(module)), forward_(std::move(forward)) {}
 
-  absl::StatusOr<at::Tensor> Forward(const at::Tensor& input) override {
-    return forward_(input);
-  }
+  absl::StatusOr<at::Tensor> Forward(const at::Tensor& input) override { return forward_(input); }
   std::vector<NamedTensor> NamedParameters() override { return Named(module_->named_parameters()); }
   std::vector<NamedTensor> NamedBuffers() override { return Named(module_->named_buffers()); }
   void SetTraining(bool training) override { module_->train(training); }
@@ -128,21 +134,22 @@ class ScriptModel : public Model {
       std::string what = e.what();
       while (!what.empty() && what.back() == '\n') what.pop_back();
       const size_t last = what.rfind('\n');
-      return absl::InvalidArgumentError(absl::StrCat(
-          "TorchScript model ", path_, ": forward failed on input of shape ",
-          c10::str(input.sizes()), " (", c10::toString(input.scalar_type()), "): ",
-          last == std::string::npos ? what : what.substr(last + 1)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("TorchScript model ", path_, ": forward failed on input of shape ",
+                       c10::str(input.sizes()), " (", c10::toString(input.scalar_type()),
+                       "): ", last == std::string::npos ? what : what.substr(last + 1)));
     }
     if (!out.isTensor()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "TorchScript model ", path_, ": forward must return a tensor, it returned ",
-          out.tagKind()));
+      return absl::InvalidArgumentError(absl::StrCat("TorchScript model ", path_,
+                                                     ": forward must return a tensor, it returned ",
+                                                     out.tagKind()));
     }
     return out.toTensor();
   }
   std::vector<NamedTensor> NamedParameters() override {
     std::vector<NamedTensor> out;
-    for (const auto& p : module_.named_parameters(/*recurse=*/true)) out.push_back({p.name, p.value});
+    for (const auto& p : module_.named_parameters(/*recurse=*/true))
+      out.push_back({p.name, p.value});
     return WithoutRepeatedTensors(std::move(out));
   }
   std::vector<NamedTensor> NamedBuffers() override {
@@ -157,7 +164,8 @@ class ScriptModel : public Model {
   std::string path_;
 };
 
-absl::StatusOr<std::unique_ptr<Model>> BuildSequential(const v1::ModelSpec& m, const Dataset& data) {
+absl::StatusOr<std::unique_ptr<Model>> BuildSequential(const v1::ModelSpec& m,
+                                                       const Dataset& data) {
   const std::vector<int64_t> sample(data.x.sizes().begin() + 1, data.x.sizes().end());
   int64_t features = 1;
   for (int64_t d : sample) features *= d;
@@ -175,26 +183,29 @@ absl::StatusOr<std::unique_ptr<Model>> BuildSequential(const v1::ModelSpec& m, c
     model->push_back(torch::nn::Linear(width, outputs));
   } else {
     if (sample.size() != 3) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "model.cnn needs image inputs [channels, height, width]; the data has ", sample.size(),
-          " dimensions per sample"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("model.cnn needs image inputs [channels, height, width]; the data has ",
+                       sample.size(), " dimensions per sample"));
     }
     const v1::CnnModel& c = m.cnn();
     const int64_t k = c.kernel_size();
-    model->push_back(torch::nn::Conv2d(torch::nn::Conv2dOptions(sample[0], c.channels(0), k).padding(k / 2)));
+    model->push_back(
+        torch::nn::Conv2d(torch::nn::Conv2dOptions(sample[0], c.channels(0), k).padding(k / 2)));
     model->push_back(torch::nn::ReLU());
     model->push_back(torch::nn::MaxPool2d(2));
-    model->push_back(torch::nn::Conv2d(torch::nn::Conv2dOptions(c.channels(0), c.channels(1), k).padding(k / 2)));
+    model->push_back(torch::nn::Conv2d(
+        torch::nn::Conv2dOptions(c.channels(0), c.channels(1), k).padding(k / 2)));
     model->push_back(torch::nn::ReLU());
     model->push_back(torch::nn::MaxPool2d(2));
     model->push_back(torch::nn::Flatten());
-    model->push_back(torch::nn::Linear(c.channels(1) * (sample[1] / 4) * (sample[2] / 4), c.fc_hidden()));
+    model->push_back(
+        torch::nn::Linear(c.channels(1) * (sample[1] / 4) * (sample[2] / 4), c.fc_hidden()));
     model->push_back(torch::nn::ReLU());
     if (c.dropout() > 0) model->push_back(torch::nn::Dropout(c.dropout()));
     model->push_back(torch::nn::Linear(c.fc_hidden(), outputs));
   }
-  return std::make_unique<BuiltinModel>(model.ptr(),
-                                        [model](const torch::Tensor& x) mutable { return model->forward(x); });
+  return std::make_unique<BuiltinModel>(
+      model.ptr(), [model](const torch::Tensor& x) mutable { return model->forward(x); });
 }
 
 }  // namespace
@@ -205,7 +216,8 @@ std::vector<at::Tensor> Model::Parameters() {
   return out;
 }
 
-absl::StatusOr<std::unique_ptr<Model>> Model::Build(const v1::ModelSpec& spec, const Dataset& train) {
+absl::StatusOr<std::unique_ptr<Model>> Model::Build(const v1::ModelSpec& spec,
+                                                    const Dataset& train) {
   if (spec.has_mlp() || spec.has_cnn()) return BuildSequential(spec, train);
   if (spec.has_transformer_lm()) {
     const v1::TransformerLmModel& s = spec.transformer_lm();
@@ -215,18 +227,18 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Build(const v1::ModelSpec& spec, c
           c10::toString(train.x.scalar_type()), " of shape ", c10::str(train.x.sizes())));
     }
     if (train.x.size(1) > s.context_length()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "model.transformer_lm.context_length is ", s.context_length(), " but the data's sequences have ",
-          train.x.size(1), " tokens"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("model.transformer_lm.context_length is ", s.context_length(),
+                       " but the data's sequences have ", train.x.size(1), " tokens"));
     }
     if (train.num_classes > s.vocab_size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "model.transformer_lm.vocab_size is ", s.vocab_size(), " but the data has token ids up to ",
-          train.num_classes - 1));
+      return absl::InvalidArgumentError(
+          absl::StrCat("model.transformer_lm.vocab_size is ", s.vocab_size(),
+                       " but the data has token ids up to ", train.num_classes - 1));
     }
     TransformerLm lm(s);
-    return std::make_unique<BuiltinModel>(lm.ptr(),
-                                          [lm](const torch::Tensor& x) mutable { return lm->forward(x); });
+    return std::make_unique<BuiltinModel>(
+        lm.ptr(), [lm](const torch::Tensor& x) mutable { return lm->forward(x); });
   }
   if (spec.has_torchscript()) {
     const std::string& path = spec.torchscript().path();
@@ -236,7 +248,8 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Build(const v1::ModelSpec& spec, c
       return absl::InvalidArgumentError(absl::StrCat(
           "model.torchscript.path: cannot load ", path,
           " as a TorchScript module (write it with torch.jit.script(model).save(path) or "
-          "torch.jit.trace): ", FirstLine(e.what())));
+          "torch.jit.trace): ",
+          FirstLine(e.what())));
     }
   }
   return absl::InvalidArgumentError("job spec has no model");

@@ -9,11 +9,11 @@
 #ifndef CHORUS_WORKER_TRAIN_MODEL_H_
 #define CHORUS_WORKER_TRAIN_MODEL_H_
 
+#include <ATen/core/Tensor.h>
+
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <ATen/core/Tensor.h>
 
 #include "absl/status/statusor.h"
 #include "chorus/v1/job.pb.h"

@@ -1,9 +1,9 @@
 #include "worker/train/optimizer.h"
 
+#include <torch/optim.h>
+
 #include <algorithm>
 #include <cmath>
-
-#include <torch/optim.h>
 
 #include "worker/train/accum_adam.h"
 
@@ -13,22 +13,29 @@ std::unique_ptr<torch::optim::Optimizer> BuildOptimizer(const v1::OptimizerSpec&
                                                         const std::vector<at::Tensor>& params) {
   switch (o.kind()) {
     case v1::OptimizerSpec::ADAM:
-      return std::make_unique<torch::optim::Adam>(
-          params, torch::optim::AdamOptions(o.lr()).betas({o.beta1(), o.beta2()}).eps(o.eps())
-                      .weight_decay(o.weight_decay()));
+      return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(o.lr())
+                                                              .betas({o.beta1(), o.beta2()})
+                                                              .eps(o.eps())
+                                                              .weight_decay(o.weight_decay()));
     case v1::OptimizerSpec::ACCUM_ADAM:
     case v1::OptimizerSpec::ACCUM_ADAMW:
       return std::make_unique<AccumAdam>(
-          params, AccumAdamOptions(o.lr()).betas({o.beta1(), o.beta2()}).eps(o.eps()).weight_decay(o.weight_decay())
-                      .decoupled_weight_decay(o.kind() == v1::OptimizerSpec::ACCUM_ADAMW).accum_iter(o.accum_iter()));
+          params, AccumAdamOptions(o.lr())
+                      .betas({o.beta1(), o.beta2()})
+                      .eps(o.eps())
+                      .weight_decay(o.weight_decay())
+                      .decoupled_weight_decay(o.kind() == v1::OptimizerSpec::ACCUM_ADAMW)
+                      .accum_iter(o.accum_iter()));
     case v1::OptimizerSpec::ADAMW:
-      return std::make_unique<torch::optim::AdamW>(
-          params, torch::optim::AdamWOptions(o.lr()).betas({o.beta1(), o.beta2()}).eps(o.eps())
-                      .weight_decay(o.weight_decay()));
+      return std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(o.lr())
+                                                               .betas({o.beta1(), o.beta2()})
+                                                               .eps(o.eps())
+                                                               .weight_decay(o.weight_decay()));
     default:
-      return std::make_unique<torch::optim::SGD>(
-          params, torch::optim::SGDOptions(o.lr()).momentum(o.momentum()).nesterov(o.nesterov())
-                      .weight_decay(o.weight_decay()));
+      return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(o.lr())
+                                                             .momentum(o.momentum())
+                                                             .nesterov(o.nesterov())
+                                                             .weight_decay(o.weight_decay()));
   }
 }
 

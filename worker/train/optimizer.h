@@ -9,11 +9,11 @@
 #ifndef CHORUS_WORKER_TRAIN_OPTIMIZER_H_
 #define CHORUS_WORKER_TRAIN_OPTIMIZER_H_
 
+#include <ATen/core/Tensor.h>
+
 #include <cstdint>
 #include <memory>
 #include <vector>
-
-#include <ATen/core/Tensor.h>
 
 #include "chorus/v1/job.pb.h"
 

@@ -24,7 +24,8 @@ TEST(SamplerTest, EverySampleExactlyOncePerEpochAcrossRanks) {
       }
       const int64_t dropped = n % (batch * world);
       EXPECT_EQ(static_cast<int64_t>(seen.size()), n - dropped) << world;
-      for (const auto& [i, count] : seen) EXPECT_EQ(count, 1) << "sample " << i << " world " << world;
+      for (const auto& [i, count] : seen)
+        EXPECT_EQ(count, 1) << "sample " << i << " world " << world;
     }
   }
 }
@@ -38,7 +39,8 @@ TEST(SamplerTest, ResumingMidEpochAtAnotherWorldSizeCoversTheRestExactlyOnce) {
       const int64_t start = 17 * batch * before;
       std::map<int64_t, int> seen;
       for (int rank = 0; rank < before; ++rank) {
-        std::vector<int64_t> idx = EpochIndices(SamplerOptions{n, before, rank, batch, 42, true, false}, 2);
+        std::vector<int64_t> idx =
+            EpochIndices(SamplerOptions{n, before, rank, batch, 42, true, false}, 2);
         for (int64_t b = 0; b < 17 * batch; ++b) ++seen[idx[b]];
       }
       for (int rank = 0; rank < after; ++rank) {
@@ -48,7 +50,8 @@ TEST(SamplerTest, ResumingMidEpochAtAnotherWorldSizeCoversTheRestExactlyOnce) {
       }
       const int64_t dropped = (n - start) % (batch * after);
       EXPECT_EQ(static_cast<int64_t>(seen.size()), n - dropped) << before << " -> " << after;
-      for (const auto& [i, count] : seen) EXPECT_EQ(count, 1) << "sample " << i << ": " << before << " -> " << after;
+      for (const auto& [i, count] : seen)
+        EXPECT_EQ(count, 1) << "sample " << i << ": " << before << " -> " << after;
     }
   }
 }

@@ -1,12 +1,12 @@
 #include "worker/train/trainer.h"
 
+#include <torch/torch.h>
+
 #include <algorithm>
 #include <csignal>
 #include <cstdlib>
 #include <iostream>
 #include <memory>
-
-#include <torch/torch.h>
 
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
@@ -31,7 +31,8 @@ torch::Tensor Loss(const v1::JobSpec& spec, const torch::Tensor& out, const torc
   const bool sequence = out.dim() > 2 && out.dim() == y.dim() + 1;
   return torch::nn::functional::cross_entropy(
       sequence ? out.reshape({-1, out.size(-1)}) : out, sequence ? y.reshape({-1}) : y,
-      torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(spec.loss().label_smoothing()));
+      torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(
+          spec.loss().label_smoothing()));
 }
 
 // Loss and accuracy of the model on `test`, each rank taking a contiguous
@@ -43,7 +44,9 @@ absl::Status Evaluate(const v1::JobSpec& spec, Model& model, const Dataset& test
   const int64_t n = test.size();
   const int64_t begin = n * comm.rank() / comm.size();
   const int64_t end = n * (comm.rank() + 1) / comm.size();
-  int64_t limit = spec.eval().max_batches() > 0 ? spec.eval().max_batches() * spec.training().batch_size_per_rank() : end - begin;
+  int64_t limit = spec.eval().max_batches() > 0
+                      ? spec.eval().max_batches() * spec.training().batch_size_per_rank()
+                      : end - begin;
   at::Tensor sums = at::zeros({3}, at::kDouble);  // loss sum, correct, target elements
   const int64_t batch = std::max<int64_t>(256, spec.training().batch_size_per_rank());
   for (int64_t i = begin; i < std::min(end, begin + limit); i += batch) {
@@ -52,11 +55,13 @@ absl::Status Evaluate(const v1::JobSpec& spec, Model& model, const Dataset& test
     torch::Tensor y = test.y.narrow(0, i, len);
     ASSIGN_OR_RETURN(torch::Tensor out, model.Forward(x));
     sums[0] += Loss(spec, out, y).item<double>() * y.numel();
-    if (test.num_classes > 0) sums[1] += out.argmax(-1).reshape(y.sizes()).eq(y).sum().item<double>();
+    if (test.num_classes > 0)
+      sums[1] += out.argmax(-1).reshape(y.sizes()).eq(y).sum().item<double>();
     sums[2] += y.numel();
   }
   model.SetTraining(true);
-  RETURN_IF_ERROR(comm.AllReduce(sums, ReduceOp::kSum, "eval/metrics")->Wait(absl::Now() + absl::Minutes(5)));
+  RETURN_IF_ERROR(
+      comm.AllReduce(sums, ReduceOp::kSum, "eval/metrics")->Wait(absl::Now() + absl::Minutes(5)));
   const double count = std::max(1.0, sums[2].item<double>());
   metrics.set_eval_loss(sums[0].item<double>() / count);
   metrics.set_eval_accuracy(sums[1].item<double>() / count);
@@ -72,11 +77,12 @@ absl::Status Evaluate(const v1::JobSpec& spec, Model& model, const Dataset& test
 // Every fault announces itself on stderr with the wall-clock time it happens
 // (unix microseconds), so tests and benchmarks can time the detection.
 void Announce(int rank, int64_t step, const std::string& what) {
-  std::cerr << "fault injection: rank " << rank << " " << what << " at step " << step << " (unix_us "
-            << absl::ToUnixMicros(absl::Now()) << ")" << std::endl;
+  std::cerr << "fault injection: rank " << rank << " " << what << " at step " << step
+            << " (unix_us " << absl::ToUnixMicros(absl::Now()) << ")" << std::endl;
 }
 
-absl::Status InjectFaults(const v1::JobSpec& spec, Communicator& comm, int64_t step, TrainingProgress& p) {
+absl::Status InjectFaults(const v1::JobSpec& spec, Communicator& comm, int64_t step,
+                          TrainingProgress& p) {
   const int rank = comm.rank();
   const absl::Time deadline = absl::Now() + absl::Hours(1);
   for (const v1::Fault& f : spec.fault_injection().faults()) {
@@ -105,8 +111,10 @@ absl::Status InjectFaults(const v1::JobSpec& spec, Communicator& comm, int64_t s
       case v1::Fault::HANG:
       case v1::Fault::SLOW:
         if (mine && (now || (f.kind() == v1::Fault::SLOW && step > f.at_step()))) {
-          if (now) Announce(rank, step, absl::StrCat(f.kind() == v1::Fault::HANG ? "hangs" : "slows down", " for ",
-                                                     f.duration_seconds(), " s"));
+          if (now)
+            Announce(rank, step,
+                     absl::StrCat(f.kind() == v1::Fault::HANG ? "hangs" : "slows down", " for ",
+                                  f.duration_seconds(), " s"));
           p.Enter(v1::DATA);
           absl::SleepFor(absl::Seconds(f.duration_seconds()));
         }
@@ -119,7 +127,8 @@ absl::Status InjectFaults(const v1::JobSpec& spec, Communicator& comm, int64_t s
           absl::SleepFor(absl::Seconds(f.duration_seconds()));
         } else {
           p.Enter(v1::COLLECTIVE);
-          RETURN_IF_ERROR(comm.AllReduce(torch::ones({1}), ReduceOp::kSum, "fault/skipped")->Wait(deadline));
+          RETURN_IF_ERROR(
+              comm.AllReduce(torch::ones({1}), ReduceOp::kSum, "fault/skipped")->Wait(deadline));
         }
         break;
       case v1::Fault::MISMATCH_COLLECTIVE: {
@@ -163,12 +172,14 @@ absl::Status LoadSplits(const v1::JobSpec& spec, Dataset& train, Dataset& test) 
 // Where training starts: from scratch, or from a checkpoint (possibly
 // written by another number of ranks: the sampler re-shards the rest of its
 // epoch).
-absl::StatusOr<TrainingPosition> StartingPosition(const TrainOptions& options, Communicator& comm, Model& model,
-                                                  TrainingStrategy& strategy, TrainingProgress& p) {
+absl::StatusOr<TrainingPosition> StartingPosition(const TrainOptions& options, Communicator& comm,
+                                                  Model& model, TrainingStrategy& strategy,
+                                                  TrainingProgress& p) {
   TrainingPosition position;
   position.world_size = comm.size();
   if (options.resume.job_id().empty()) return position;
-  if (options.checkpoints == nullptr) return absl::FailedPreconditionError("resuming needs a checkpoint source");
+  if (options.checkpoints == nullptr)
+    return absl::FailedPreconditionError("resuming needs a checkpoint source");
   p.Enter(v1::CHECKPOINT);
   // A per-rank checkpoint: each rank loads its own part when the world
   // size is the same (with the exchange it had received: an exact
@@ -182,7 +193,8 @@ absl::StatusOr<TrainingPosition> StartingPosition(const TrainOptions& options, C
     own = saved == comm.size();
     part.clear_files();
     for (const v1::CheckpointFile& f : options.resume.files()) {
-      if (f.name() == ModelFileName(source) || f.name() == TrainStateFileName(source)) *part.add_files() = f;
+      if (f.name() == ModelFileName(source) || f.name() == TrainStateFileName(source))
+        *part.add_files() = f;
     }
   }
   ASSIGN_OR_RETURN(std::vector<CheckpointFileData> files, options.checkpoints->Load(part));
@@ -200,25 +212,29 @@ absl::StatusOr<TrainingPosition> StartingPosition(const TrainOptions& options, C
 
 // Steps of the run from `position`: the rest of the current epoch, then
 // whole epochs, capped by training.max_steps.
-int64_t TotalSteps(const v1::JobSpec& spec, const SamplerOptions& sampler, const TrainingPosition& position,
-                   int accum) {
+int64_t TotalSteps(const v1::JobSpec& spec, const SamplerOptions& sampler,
+                   const TrainingPosition& position, int accum) {
   int64_t total_steps = 0;
   SamplerOptions first = sampler;
   first.start = position.epoch_offset;
   if (spec.training().epochs() > 0) {
     const int64_t epochs_left = spec.training().epochs() - position.epoch;
     const int64_t steps_per_epoch = BatchesPerEpoch(sampler) / accum;
-    total_steps = position.step + (epochs_left > 0 ? BatchesPerEpoch(first) / accum + (epochs_left - 1) * steps_per_epoch : 0);
+    total_steps = position.step + (epochs_left > 0 ? BatchesPerEpoch(first) / accum +
+                                                         (epochs_left - 1) * steps_per_epoch
+                                                   : 0);
   }
   if (spec.training().max_steps() > 0) {
-    total_steps = total_steps > 0 ? std::min(total_steps, spec.training().max_steps()) : spec.training().max_steps();
+    total_steps = total_steps > 0 ? std::min(total_steps, spec.training().max_steps())
+                                  : spec.training().max_steps();
   }
   return total_steps;
 }
 
 // The figures of a report window into `metrics` and `p`.
-void AddWindowMetrics(const MetricsWindow::Summary& window, int64_t total_steps, const TrainingCheckpoints& checkpoints,
-                      const TrainingStrategy& strategy, v1::Metrics& metrics, TrainingProgress& p) {
+void AddWindowMetrics(const MetricsWindow::Summary& window, int64_t total_steps,
+                      const TrainingCheckpoints& checkpoints, const TrainingStrategy& strategy,
+                      v1::Metrics& metrics, TrainingProgress& p) {
   metrics.set_loss(window.loss);
   metrics.set_step_time_seconds(window.step_seconds);
   p.step_seconds.store(window.step_seconds);
@@ -231,8 +247,9 @@ void AddWindowMetrics(const MetricsWindow::Summary& window, int64_t total_steps,
 
 }  // namespace
 
-absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm, const MetricsCallback& report,
-                                  TrainingProgress* progress, const TrainOptions& options) {
+absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
+                                  const MetricsCallback& report, TrainingProgress* progress,
+                                  const TrainOptions& options) {
   TrainingProgress unused;
   TrainingProgress& p = progress != nullptr ? *progress : unused;
   p.Enter(v1::SETUP);
@@ -242,9 +259,14 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm, c
   RETURN_IF_ERROR(LoadSplits(spec, train, test));
   torch::manual_seed(spec.training().seed());
   ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Build(spec.model(), train));
-  ASSIGN_OR_RETURN(std::unique_ptr<TrainingStrategy> strategy, CreateTrainingStrategy(spec, *model, comm, p));
-  const SamplerOptions sampler{train.size(), comm.size(), comm.rank(), spec.training().batch_size_per_rank(),
-                               spec.training().seed(), spec.training().shuffle(),
+  ASSIGN_OR_RETURN(std::unique_ptr<TrainingStrategy> strategy,
+                   CreateTrainingStrategy(spec, *model, comm, p));
+  const SamplerOptions sampler{train.size(),
+                               comm.size(),
+                               comm.rank(),
+                               spec.training().batch_size_per_rank(),
+                               spec.training().seed(),
+                               spec.training().shuffle(),
                                spec.data().remainder() == v1::DataSpec::PAD};
   if (BatchesPerEpoch(sampler) == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -253,10 +275,12 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm, c
   }
   const int accum = strategy->accumulation_steps();
   const int64_t global_batch = sampler.batch_size * comm.size();
-  ASSIGN_OR_RETURN(TrainingPosition position, StartingPosition(options, comm, *model, *strategy, p));
+  ASSIGN_OR_RETURN(TrainingPosition position,
+                   StartingPosition(options, comm, *model, *strategy, p));
   const int64_t total_steps = TotalSteps(spec, sampler, position, accum);
   strategy->set_total_steps(total_steps);
-  TrainingCheckpoints checkpoints(options.checkpoints, spec.checkpoint(), *model, *strategy, comm, p);
+  TrainingCheckpoints checkpoints(options.checkpoints, spec.checkpoint(), *model, *strategy, comm,
+                                  p);
 
   v1::Metrics metrics;
   const absl::Time start = absl::Now();
@@ -298,14 +322,15 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm, c
       RETURN_IF_ERROR(checkpoints.AfterStep(position, total_steps));
       const bool log = step % spec.training().log_every_steps() == 0 || step == total_steps;
       if (log) {
-        AddWindowMetrics(window.Close(absl::Now(), accum * global_batch), total_steps, checkpoints, *strategy,
-                         metrics, p);
+        AddWindowMetrics(window.Close(absl::Now(), accum * global_batch), total_steps, checkpoints,
+                         *strategy, metrics, p);
       }
       const bool eval = spec.eval().every_steps() > 0 && step % spec.eval().every_steps() == 0 &&
                         step < total_steps && !spec.eval().disabled() && test.size() > 0;
       if (eval) {
         p.Enter(v1::EVAL);
-        RETURN_IF_ERROR(strategy->WithGlobalAverage([&] { return Evaluate(spec, *model, test, comm, metrics); }));
+        RETURN_IF_ERROR(strategy->WithGlobalAverage(
+            [&] { return Evaluate(spec, *model, test, comm, metrics); }));
       }
       if (log || eval) report(metrics);
     }

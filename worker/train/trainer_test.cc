@@ -1,5 +1,8 @@
 #include "worker/train/trainer.h"
 
+#include <ATen/ATen.h>
+#include <torch/csrc/jit/serialization/pickle.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
@@ -8,9 +11,6 @@
 #include <mutex>
 #include <thread>
 #include <vector>
-
-#include <ATen/ATen.h>
-#include <torch/csrc/jit/serialization/pickle.h>
 
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
@@ -50,7 +50,8 @@ class MemorySink : public CheckpointStorage {
     std::lock_guard<std::mutex> lock(mu_);
     for (const CheckpointFileData& f : files) {
       auto& stored = stored_[step];
-      auto it = std::find_if(stored.begin(), stored.end(), [&f](const CheckpointFileData& s) { return s.name == f.name; });
+      auto it = std::find_if(stored.begin(), stored.end(),
+                             [&f](const CheckpointFileData& s) { return s.name == f.name; });
       if (it != stored.end()) {
         *it = f;
       } else {
@@ -94,7 +95,8 @@ class MemorySink : public CheckpointStorage {
     for (const CheckpointFileData& f : stored_.at(step)) {
       if (f.name != ModelFileName(rank)) continue;
       c10::IValue v = torch::jit::pickle_load(std::vector<char>(f.bytes.begin(), f.bytes.end()));
-      for (const auto& item : v.toGenericDict()) out[item.key().toStringRef()] = item.value().toTensor();
+      for (const auto& item : v.toGenericDict())
+        out[item.key().toStringRef()] = item.value().toTensor();
     }
     return out;
   }
@@ -105,8 +107,8 @@ class MemorySink : public CheckpointStorage {
 };
 
 std::vector<absl::StatusOr<v1::Metrics>> TrainOnRanks(const v1::JobSpec& spec, int n,
-                                                     std::vector<int>* reports = nullptr,
-                                                     const TrainOptions& train_options = {}) {
+                                                      std::vector<int>* reports = nullptr,
+                                                      const TrainOptions& train_options = {}) {
   MemoryStore store;
   std::vector<absl::StatusOr<v1::Metrics>> results(n, absl::UnknownError("not run"));
   std::vector<int> counts(n, 0);
@@ -118,7 +120,8 @@ std::vector<absl::StatusOr<v1::Metrics>> TrainOnRanks(const v1::JobSpec& spec, i
       options.size = n;
       auto comm = CreateGlooCommunicator(options, store);
       ASSERT_TRUE(comm.ok()) << comm.status();
-      results[r] = Train(spec, **comm, [&](const v1::Metrics&) { ++counts[r]; }, nullptr, train_options);
+      results[r] = Train(
+          spec, **comm, [&](const v1::Metrics&) { ++counts[r]; }, nullptr, train_options);
     });
   }
   for (auto& t : threads) t.join();
@@ -128,8 +131,15 @@ std::vector<absl::StatusOr<v1::Metrics>> TrainOnRanks(const v1::JobSpec& spec, i
 
 TEST(TrainerTest, TwoRanksLearnSyntheticClassesAndAgreeOnMetrics) {
   v1::JobSpec spec = Spec(R"pb(
-    model { mlp { hidden_sizes: [32] } }
-    data { synthetic { num_samples: 1024 input_shape: [8] num_classes: 3 seed: 4 } }
+    model { mlp { hidden_sizes: [ 32 ] } }
+    data {
+      synthetic {
+        num_samples: 1024
+        input_shape: [ 8 ]
+        num_classes: 3
+        seed: 4
+      }
+    }
     training { batch_size_per_rank: 32 epochs: 4 seed: 2 log_every_steps: 8 }
     optimizer { kind: SGD lr: 0.1 momentum: 0.9 }
     lr_schedule { cosine { warmup_steps: 4 } }
@@ -147,8 +157,15 @@ TEST(TrainerTest, TwoRanksLearnSyntheticClassesAndAgreeOnMetrics) {
 
 TEST(TrainerTest, DecentralizedRanksLearnAsWellAsDdpAndEvaluateTheGlobalAverage) {
   const std::string common = R"pb(
-    model { mlp { hidden_sizes: [32] } }
-    data { synthetic { num_samples: 1024 input_shape: [8] num_classes: 3 seed: 4 } }
+    model { mlp { hidden_sizes: [ 32 ] } }
+    data {
+      synthetic {
+        num_samples: 1024
+        input_shape: [ 8 ]
+        num_classes: 3
+        seed: 4
+      }
+    }
     training { batch_size_per_rank: 16 epochs: 4 seed: 2 log_every_steps: 8 }
     optimizer { kind: SGD lr: 0.1 momentum: 0.9 }
     eval { every_steps: 20 }
@@ -157,18 +174,22 @@ TEST(TrainerTest, DecentralizedRanksLearnAsWellAsDdpAndEvaluateTheGlobalAverage)
   auto ddp = TrainOnRanks(Spec(common), 4);
   ASSERT_TRUE(ddp[0].ok()) << ddp[0].status();
   for (const char* topology : {"RING", "ONE_PEER_EXPONENTIAL"}) {
-    v1::JobSpec spec = Spec(common + "strategy { decentralized { topology: " + topology + " bucket_cap_mb: 0.001 } }");
+    v1::JobSpec spec = Spec(common + "strategy { decentralized { topology: " + topology +
+                            " bucket_cap_mb: 0.001 } }");
     MemorySink sink;
     TrainOptions options;
     options.checkpoints = &sink;
     auto results = TrainOnRanks(spec, 4, nullptr, options);
-    for (int r = 0; r < 4; ++r) ASSERT_TRUE(results[r].ok()) << topology << ": " << results[r].status();
+    for (int r = 0; r < 4; ++r)
+      ASSERT_TRUE(results[r].ok()) << topology << ": " << results[r].status();
     EXPECT_EQ(results[0]->step(), 4 * (1024 / 64));
     EXPECT_GT(results[0]->eval_accuracy(), ddp[0]->eval_accuracy() - 0.03) << topology;
     // Every rank evaluated the same averaged model.
-    for (int r = 1; r < 4; ++r) EXPECT_DOUBLE_EQ(results[r]->eval_loss(), results[0]->eval_loss()) << topology;
+    for (int r = 1; r < 4; ++r)
+      EXPECT_DOUBLE_EQ(results[r]->eval_loss(), results[0]->eval_loss()) << topology;
     // Pairs: each step sends the model once (8*32+32 + 32*3+3 floats).
-    EXPECT_EQ(results[0]->values().at("exchange_bytes_per_step"), (8 * 32 + 32 + 32 * 3 + 3) * 4) << topology;
+    EXPECT_EQ(results[0]->values().at("exchange_bytes_per_step"), (8 * 32 + 32 + 32 * 3 + 3) * 4)
+        << topology;
     ASSERT_EQ(sink.Steps(), std::vector<int64_t>{64}) << topology;
     EXPECT_EQ(sink.Model(64).size(), 4u) << topology;
   }
@@ -176,7 +197,12 @@ TEST(TrainerTest, DecentralizedRanksLearnAsWellAsDdpAndEvaluateTheGlobalAverage)
 
 TEST(TrainerTest, CnnOnAFashionMnistSubsetRunsAndMaxStepsStops) {
   v1::JobSpec spec = Spec(R"pb(
-    model { cnn { channels: [4, 8] fc_hidden: 16 } }
+    model {
+      cnn {
+        channels: [ 4, 8 ]
+        fc_hidden: 16
+      }
+    }
     data { fashion_mnist { train_limit: 256 } }
     training { batch_size_per_rank: 16 max_steps: 5 }
     optimizer { kind: ADAM lr: 0.001 }
@@ -192,7 +218,9 @@ TEST(TrainerTest, TransformerLmLearnsTheTokenChain) {
   // The chain's best possible next-token accuracy is about 0.7; unigram
   // guessing gets about 1/16.
   v1::JobSpec spec = Spec(R"pb(
-    model { transformer_lm { vocab_size: 16 context_length: 16 d_model: 32 num_heads: 2 num_layers: 1 } }
+    model {
+      transformer_lm { vocab_size: 16 context_length: 16 d_model: 32 num_heads: 2 num_layers: 1 }
+    }
     data { synthetic { kind: TOKENS num_samples: 512 seed: 5 } }
     training { batch_size_per_rank: 16 epochs: 3 seed: 1 }
     optimizer { kind: ADAMW lr: 0.01 }
@@ -208,7 +236,12 @@ TEST(TrainerTest, TransformerLmLearnsTheTokenChain) {
 TEST(TrainerTest, TorchScriptModelOnATensorFile) {
   v1::JobSpec spec = Spec(R"pb(
     model { torchscript { path: "worker/train/testdata/tiny_mlp_script.pt" } }
-    data { tensor_file { path: "worker/train/testdata/tiny_data.pt" eval_path: "worker/train/testdata/tiny_eval.pt" } }
+    data {
+      tensor_file {
+        path: "worker/train/testdata/tiny_data.pt"
+        eval_path: "worker/train/testdata/tiny_eval.pt"
+      }
+    }
     training { batch_size_per_rank: 8 epochs: 20 seed: 1 }
     optimizer { kind: ADAM lr: 0.01 }
   )pb");
@@ -235,17 +268,22 @@ TEST(TrainerTest, TiedWeightsAreSynchronizedAndSteppedOnce) {
   constexpr int kSteps = 12;
   constexpr int kBatch = 4;
   const std::string out = std::string(std::getenv("TEST_TMPDIR")) + "/tied";
-  const std::string command = absl::StrCat("/usr/bin/python3 worker/train/testdata/tied_weights_reference.py ", out,
-                                           " ", kSteps, " ", 2 * kBatch, " 2>&1");
+  const std::string command =
+      absl::StrCat("/usr/bin/python3 worker/train/testdata/tied_weights_reference.py ", out, " ",
+                   kSteps, " ", 2 * kBatch, " 2>&1");
   ASSERT_EQ(std::system(command.c_str()), 0)
       << "the PyTorch reference run failed (needs Debian's python3-torch; run deploy/setup.sh)";
-  v1::JobSpec spec = Spec(absl::StrCat(R"pb(
-    model { torchscript { path: ")pb", out, R"pb(/model.pt" } }
-    data { tensor_file { path: ")pb", out, R"pb(/data.pt" } }
-    training { batch_size_per_rank: 4 epochs: 1 seed: 1 shuffle: false log_every_steps: 100 }
-    optimizer { kind: SGD lr: 0.05 momentum: 0.9 }
-    grad_clip_norm: 0.5
-  )pb"));
+  v1::JobSpec spec = Spec(absl::StrCat(
+      R"pb(
+        model { torchscript { path: ")pb",
+      out, R"pb(/model.pt " } }
+                data { tensor_file { path: ")pb",
+      out,
+      R"pb(/data.pt " } }
+           training { batch_size_per_rank: 4 epochs: 1 seed: 1 shuffle: false log_every_steps: 100 }
+           optimizer { kind: SGD lr: 0.05 momentum: 0.9 }
+           grad_clip_norm: 0.5
+      )pb"));
   MemorySink sink;
   TrainOptions options;
   options.checkpoints = &sink;
@@ -269,29 +307,42 @@ TEST(TrainerTest, TiedWeightsAreSynchronizedAndSteppedOnce) {
   for (const auto& [name, reference] : want) {
     if (!got.count(name)) continue;
     const double max_diff = (got.at(name) - reference).abs().max().item<double>();
-    EXPECT_TRUE(at::allclose(got.at(name), reference, 1e-5, 1e-6)) << name << " max difference " << max_diff;
+    EXPECT_TRUE(at::allclose(got.at(name), reference, 1e-5, 1e-6))
+        << name << " max difference " << max_diff;
   }
 }
 
 TEST(TrainerTest, ModelAndDataThatDoNotFitAreClearErrors) {
   v1::JobSpec missing = Spec(R"pb(
     model { torchscript { path: "/nonexistent/model.pt" } }
-    data { synthetic { num_samples: 64 input_shape: [8] } }
+    data {
+      synthetic {
+        num_samples: 64
+        input_shape: [ 8 ]
+      }
+    }
   )pb");
   auto m = TrainOnRanks(missing, 1);
   EXPECT_EQ(m[0].status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(m[0].status().message(), HasSubstr("model.torchscript.path: cannot load /nonexistent/model.pt"));
+  EXPECT_THAT(m[0].status().message(),
+              HasSubstr("model.torchscript.path: cannot load /nonexistent/model.pt"));
 
   // The script takes 8 features; these samples have 5.
   v1::JobSpec shape = Spec(R"pb(
     model { torchscript { path: "worker/train/testdata/tiny_mlp_script.pt" } }
-    data { synthetic { num_samples: 64 input_shape: [5] } }
+    data {
+      synthetic {
+        num_samples: 64
+        input_shape: [ 5 ]
+      }
+    }
   )pb");
   auto s = TrainOnRanks(shape, 1);
   EXPECT_EQ(s[0].status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s[0].status().message(), HasSubstr("forward failed on input of shape [64, 5]"));
 
-  v1::JobSpec cnn = Spec("model { cnn {} } data { synthetic { num_samples: 64 input_shape: [8] } }");
+  v1::JobSpec cnn =
+      Spec("model { cnn {} } data { synthetic { num_samples: 64 input_shape: [8] } }");
   auto c = TrainOnRanks(cnn, 1);
   EXPECT_EQ(c[0].status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(c[0].status().message(), HasSubstr("model.cnn needs image inputs"));
@@ -313,15 +364,21 @@ TEST(TrainerTest, ResumingFromACheckpointIsBitIdenticalToNotStopping) {
   // AccumAdamW state, restored before step 0's bucket re-layout.
   for (const auto& [world, decentralized] : {std::pair{2, false}, {1, false}, {1, true}}) {
     SCOPED_TRACE(absl::StrCat(world, " rank(s)", decentralized ? ", decentralized" : ""));
-    v1::JobSpec spec = Spec(absl::StrCat(R"pb(
-      model { mlp { hidden_sizes: [32] dropout: )pb", world == 1 ? "0.2" : "0", R"pb( } }
+    v1::JobSpec spec = Spec(absl::StrCat(
+        R"pb(
+          model { mlp { hidden_sizes: [ 32 ]
+                        dropout:)pb",
+        world == 1 ? "0.2" : "0", R"pb(}
+                                       }
       data { synthetic { num_samples: 600 input_shape: [8] num_classes: 3 seed: 4 } }
-      training { batch_size_per_rank: )pb", 32 / world, R"pb( epochs: 3 seed: 2 }
-      lr_schedule { cosine { warmup_steps: 5 } }
+      training { batch_size_per_rank: )pb",
+        32 / world, R"pb(                          epochs: 3 seed: 2 }
+                                                   lr_schedule { cosine { warmup_steps: 5 } }
       checkpoint { every_steps: 25 keep_last: 0 }
-    )pb", decentralized ? "optimizer { kind: ACCUM_ADAMW lr: 0.01 accum_iter: 3 } "
-                          "strategy { decentralized { topology: COMPLETE bucket_cap_mb: 0.0005 } }"
-                        : "optimizer { kind: ADAM lr: 0.01 }"));
+    )pb",
+        decentralized ? "optimizer { kind: ACCUM_ADAMW lr: 0.01 accum_iter: 3 } "
+                        "strategy { decentralized { topology: COMPLETE bucket_cap_mb: 0.0005 } }"
+                      : "optimizer { kind: ADAM lr: 0.01 }"));
     // 600 / 32 = 18 steps per epoch (24 samples dropped), 54 in all.
     MemorySink uninterrupted;
     TrainOptions options;
@@ -345,7 +402,8 @@ TEST(TrainerTest, ResumingFromACheckpointIsBitIdenticalToNotStopping) {
       std::map<std::string, at::Tensor> b = resumed.Model(step);
       ASSERT_EQ(a.size(), b.size());
       for (const auto& [name, tensor] : a) {
-        EXPECT_TRUE(at::equal(tensor, b.at(name))) << name << " differs at step " << step << " after resuming";
+        EXPECT_TRUE(at::equal(tensor, b.at(name)))
+            << name << " differs at step " << step << " after resuming";
       }
     }
     EXPECT_EQ(second[0]->eval_accuracy(), full[0]->eval_accuracy());
@@ -357,8 +415,15 @@ TEST(TrainerTest, PerRankDecentralizedCheckpointsResumeBitIdentically) {
   // received but not mixed in yet (Note [Exchange in checkpoints]): the
   // resumed ranks continue exactly where the uninterrupted ones were.
   v1::JobSpec spec = Spec(R"pb(
-    model { mlp { hidden_sizes: [32] } }
-    data { synthetic { num_samples: 600 input_shape: [8] num_classes: 3 seed: 4 } }
+    model { mlp { hidden_sizes: [ 32 ] } }
+    data {
+      synthetic {
+        num_samples: 600
+        input_shape: [ 8 ]
+        num_classes: 3
+        seed: 4
+      }
+    }
     training { batch_size_per_rank: 16 epochs: 3 seed: 2 }
     lr_schedule { cosine { warmup_steps: 5 } }
     optimizer { kind: SGD lr: 0.05 momentum: 0.9 }
@@ -371,11 +436,13 @@ TEST(TrainerTest, PerRankDecentralizedCheckpointsResumeBitIdentically) {
   auto full = TrainOnRanks(spec, 2, nullptr, options);
   for (int r = 0; r < 2; ++r) ASSERT_TRUE(full[r].ok()) << full[r].status();
   EXPECT_EQ(uninterrupted.Steps(), (std::vector<int64_t>{25, 50, 54}));
-  EXPECT_EQ(uninterrupted.Files(25), (std::vector<std::string>{"model.pt", "model.rank1.pt", "train_state.pt",
-                                                               "train_state.rank1.pt"}));
+  EXPECT_EQ(uninterrupted.Files(25),
+            (std::vector<std::string>{"model.pt", "model.rank1.pt", "train_state.pt",
+                                      "train_state.rank1.pt"}));
   // The ranks' own models differ (gossip has not reached consensus).
   {
-    std::map<std::string, at::Tensor> r0 = uninterrupted.Model(25, 0), r1 = uninterrupted.Model(25, 1);
+    std::map<std::string, at::Tensor> r0 = uninterrupted.Model(25, 0),
+                                      r1 = uninterrupted.Model(25, 1);
     ASSERT_FALSE(r0.empty());
     ASSERT_EQ(r0.size(), r1.size());
     EXPECT_FALSE(at::equal(r0.begin()->second, r1.at(r0.begin()->first)));
@@ -398,7 +465,8 @@ TEST(TrainerTest, PerRankDecentralizedCheckpointsResumeBitIdentically) {
       std::map<std::string, at::Tensor> b = resumed.Model(step, rank);
       ASSERT_EQ(a.size(), b.size());
       for (const auto& [name, tensor] : a) {
-        EXPECT_TRUE(at::equal(tensor, b.at(name))) << name << " of rank " << rank << " differs at step " << step;
+        EXPECT_TRUE(at::equal(tensor, b.at(name)))
+            << name << " of rank " << rank << " differs at step " << step;
       }
     }
   }
@@ -417,8 +485,15 @@ TEST(TrainerTest, PerRankDecentralizedCheckpointsResumeBitIdentically) {
 
 TEST(TrainerTest, ACheckpointResumesOnAnotherNumberOfRanks) {
   v1::JobSpec spec = Spec(R"pb(
-    model { mlp { hidden_sizes: [32] } }
-    data { synthetic { num_samples: 600 input_shape: [8] num_classes: 3 seed: 4 } }
+    model { mlp { hidden_sizes: [ 32 ] } }
+    data {
+      synthetic {
+        num_samples: 600
+        input_shape: [ 8 ]
+        num_classes: 3
+        seed: 4
+      }
+    }
     training { batch_size_per_rank: 16 epochs: 3 seed: 2 }
     optimizer { kind: ADAM lr: 0.01 }
     checkpoint { every_steps: 25 }
@@ -451,7 +526,9 @@ TEST(TrainerTest, UnsupportedFeaturesAndTooLittleDataAreClearErrors) {
   auto r = TrainOnRanks(cuda, 1);
   EXPECT_EQ(r[0].status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(r[0].status().message(), HasSubstr("resources.device CUDA"));
-  v1::JobSpec tiny = Spec("model { mlp {} } data { synthetic { num_samples: 10 } } training { batch_size_per_rank: 8 }");
+  v1::JobSpec tiny = Spec(
+      "model { mlp {} } data { synthetic { num_samples: 10 } } training { batch_size_per_rank: 8 "
+      "}");
   auto t = TrainOnRanks(tiny, 2);
   EXPECT_EQ(t[0].status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(t[0].status().message(), HasSubstr("fewer than one global batch"));

@@ -1,19 +1,24 @@
 #include "worker/train/training_checkpoints.h"
 
+#include <ATen/ATen.h>
+
 #include <exception>
 #include <iostream>
 #include <utility>
-
-#include <ATen/ATen.h>
 
 #include "common/status_macros.h"
 
 namespace chorus {
 
-TrainingCheckpoints::TrainingCheckpoints(CheckpointStorage* storage, const v1::CheckpointSpec& spec, Model& model,
-                                         TrainingStrategy& strategy, Communicator& comm,
-                                         TrainingProgress& progress)
-    : storage_(storage), schedule_(spec), model_(model), strategy_(strategy), comm_(comm), progress_(progress),
+TrainingCheckpoints::TrainingCheckpoints(CheckpointStorage* storage, const v1::CheckpointSpec& spec,
+                                         Model& model, TrainingStrategy& strategy,
+                                         Communicator& comm, TrainingProgress& progress)
+    : storage_(storage),
+      schedule_(spec),
+      model_(model),
+      strategy_(strategy),
+      comm_(comm),
+      progress_(progress),
       parts_(strategy.checkpoint_parts()) {
   if (storage_ != nullptr && (comm_.rank() == 0 || parts_.per_rank)) {
     writer_ = std::make_unique<CheckpointWriter>(*storage_);
@@ -27,7 +32,8 @@ absl::Status TrainingCheckpoints::AfterStep(const TrainingPosition& position, in
     // The optimizer's state exists now. The layout is read here, on the
     // training thread; the allocation runs beside the next steps.
     first_spare_started_ = true;
-    first_spare_ = std::async(std::launch::async, [layout = SnapshotLayout(model_, strategy_.optimizers())] {
+    first_spare_ = std::async(std::launch::async, [layout = SnapshotLayout(
+                                                       model_, strategy_.optimizers())] {
       try {
         return AllocateLike(layout);
       } catch (const std::exception& e) {  // out of memory: the first snapshot allocates its own
@@ -37,8 +43,9 @@ absl::Status TrainingCheckpoints::AfterStep(const TrainingPosition& position, in
     });
   }
   if (storage_ == nullptr) return absl::OkStatus();
-  ASSIGN_OR_RETURN(const std::optional<int64_t> agreed,
-                   strategy_.AgreedCheckpointRequests(position.step, progress_.checkpoint_request.load()));
+  ASSIGN_OR_RETURN(
+      const std::optional<int64_t> agreed,
+      strategy_.AgreedCheckpointRequests(position.step, progress_.checkpoint_request.load()));
   const bool requested = schedule_.NewRequest(agreed);
   const CheckpointSchedule::Due due = schedule_.AfterStep(position.step, total_steps, requested);
   if (!due.checkpoint) return absl::OkStatus();
@@ -56,8 +63,10 @@ absl::Status TrainingCheckpoints::Take(const TrainingPosition& position, bool fi
   if (parts_.per_rank) return TakeOwnPart(position, final, force);
   // Only rank 0 stores; with every_rank_joins the others join the global
   // average it is taken of.
-  const bool take = writer_ != nullptr && CheckpointSchedule::TakeNow(final, force, writer_->busy());
-  if (writer_ != nullptr && !take) writer_->NoteSkipped();  // the previous one is still being written
+  const bool take =
+      writer_ != nullptr && CheckpointSchedule::TakeNow(final, force, writer_->busy());
+  if (writer_ != nullptr && !take)
+    writer_->NoteSkipped();  // the previous one is still being written
   if (!take && !parts_.every_rank_joins) return absl::OkStatus();
   progress_.Enter(v1::CHECKPOINT);
   if (take && (final || force)) RETURN_IF_ERROR(writer_->Drain());
@@ -72,13 +81,15 @@ absl::Status TrainingCheckpoints::Take(const TrainingPosition& position, bool fi
   return Offer(std::move(snapshot), start, final);
 }
 
-absl::Status TrainingCheckpoints::TakeOwnPart(const TrainingPosition& position, bool final, bool force) {
+absl::Status TrainingCheckpoints::TakeOwnPart(const TrainingPosition& position, bool final,
+                                              bool force) {
   progress_.Enter(v1::CHECKPOINT);
   if (final || force) RETURN_IF_ERROR(writer_->Drain());
   // Every rank takes it or none does (a part missing would leave the
   // checkpoint incomplete): skipped if any rank is still uploading.
   at::Tensor busy = at::full({1}, writer_->busy() ? 1 : 0, at::kInt);
-  RETURN_IF_ERROR(comm_.AllReduce(busy, ReduceOp::kMax, "checkpoint/busy")->Wait(absl::Now() + absl::Minutes(5)));
+  RETURN_IF_ERROR(comm_.AllReduce(busy, ReduceOp::kMax, "checkpoint/busy")
+                      ->Wait(absl::Now() + absl::Minutes(5)));
   if (busy.item<int>() != 0) {
     writer_->NoteSkipped();
     return absl::OkStatus();

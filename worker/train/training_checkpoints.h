@@ -10,7 +10,8 @@
 // (AfterStep, AtEnd) must be called at the same points on every rank.
 //
 // Example:
-//   TrainingCheckpoints checkpoints(options.checkpoints, spec.checkpoint(), *model, *strategy, comm, progress);
+//   TrainingCheckpoints checkpoints(options.checkpoints, spec.checkpoint(), *model, *strategy,
+//   comm, progress);
 //   ... after every step:
 //   RETURN_IF_ERROR(checkpoints.AfterStep(position, total_steps));
 //   ... after the last:

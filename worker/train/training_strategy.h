@@ -10,7 +10,8 @@
 //   for (int m = 0; m < strategy->accumulation_steps(); ++m) {
 //     RETURN_IF_ERROR(strategy->BeforeForward());
 //     at::Tensor loss = ...forward... / strategy->accumulation_steps();
-//     ASSIGN_OR_RETURN(double waited, strategy->Backward(loss, m + 1 == strategy->accumulation_steps()));
+//     ASSIGN_OR_RETURN(double waited, strategy->Backward(loss, m + 1 ==
+//     strategy->accumulation_steps()));
 //   }
 //   RETURN_IF_ERROR(strategy->Step(step));
 //
@@ -24,13 +25,13 @@
 #ifndef CHORUS_WORKER_TRAIN_TRAINING_STRATEGY_H_
 #define CHORUS_WORKER_TRAIN_TRAINING_STRATEGY_H_
 
+#include <ATen/core/Tensor.h>
+
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
-
-#include <ATen/core/Tensor.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -101,7 +102,8 @@ class TrainingStrategy {
   // does not check at this step. DDP: rank 0 alone stores, so it checks
   // every step on its own; decentralized ranks must agree, so every
   // kCheckpointRequestCheckSteps steps they all-reduce the highest count.
-  virtual absl::StatusOr<std::optional<int64_t>> AgreedCheckpointRequests(int64_t step, int64_t seen) = 0;
+  virtual absl::StatusOr<std::optional<int64_t>> AgreedCheckpointRequests(int64_t step,
+                                                                          int64_t seen) = 0;
   virtual CheckpointParts checkpoint_parts() const = 0;
   // What this rank's own part of a per-rank checkpoint holds besides the
   // model and the optimizers (Note [Exchange in checkpoints] in
@@ -117,9 +119,8 @@ class TrainingStrategy {
 // parameters are broadcast so that every rank starts from the same model.
 // Errors name the field at fault (INVALID_ARGUMENT) or the failed
 // collective. `model`, `comm` and `progress` must outlive the strategy.
-absl::StatusOr<std::unique_ptr<TrainingStrategy>> CreateTrainingStrategy(const v1::JobSpec& spec, Model& model,
-                                                                         Communicator& comm,
-                                                                         TrainingProgress& progress);
+absl::StatusOr<std::unique_ptr<TrainingStrategy>> CreateTrainingStrategy(
+    const v1::JobSpec& spec, Model& model, Communicator& comm, TrainingProgress& progress);
 
 }  // namespace chorus
 

@@ -1,10 +1,10 @@
 #include "worker/train/training_strategy.h"
 
+#include <torch/torch.h>
+
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -22,8 +22,12 @@ class TinyModel : public Model {
   explicit TinyModel(int rank)
       : weight_(torch::full({1, 3}, 1.0f + rank).requires_grad_(true)),
         bias_(torch::full({1}, -1.0f * rank).requires_grad_(true)) {}
-  absl::StatusOr<at::Tensor> Forward(const at::Tensor& x) override { return torch::addmm(bias_, x, weight_.t()); }
-  std::vector<NamedTensor> NamedParameters() override { return {{"fc.weight", weight_}, {"fc.bias", bias_}}; }
+  absl::StatusOr<at::Tensor> Forward(const at::Tensor& x) override {
+    return torch::addmm(bias_, x, weight_.t());
+  }
+  std::vector<NamedTensor> NamedParameters() override {
+    return {{"fc.weight", weight_}, {"fc.bias", bias_}};
+  }
   std::vector<NamedTensor> NamedBuffers() override { return {}; }
   void SetTraining(bool) override {}
 
@@ -88,13 +92,15 @@ TEST(TrainingStrategyTest, FactoryErrorsNameTheField) {
   cap.mutable_strategy()->mutable_ddp()->set_bucket_cap_mb(-3);
   absl::Status ddp_cap = CreateOn(1, cap);
   EXPECT_EQ(ddp_cap.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(ddp_cap.message()), HasSubstr("bucket_cap_mb and first_bucket_mb must be > 0, got -3"));
+  EXPECT_THAT(std::string(ddp_cap.message()),
+              HasSubstr("bucket_cap_mb and first_bucket_mb must be > 0, got -3"));
 
   v1::JobSpec dec_cap = DecentralizedSpec(v1::DecentralizedStrategy::RING, false);
   dec_cap.mutable_strategy()->mutable_decentralized()->set_bucket_cap_mb(0);
   absl::Status dec = CreateOn(1, dec_cap);
   EXPECT_EQ(dec.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(dec.message()), HasSubstr("decentralized: bucket_cap_mb must be > 0, got 0"));
+  EXPECT_THAT(std::string(dec.message()),
+              HasSubstr("decentralized: bucket_cap_mb must be > 0, got 0"));
 }
 
 TEST(TrainingStrategyTest, FactoryRefusesATopologyThatCannotServeTheWorld) {
@@ -123,7 +129,8 @@ TEST(TrainingStrategyTest, DdpAccumulatesAveragesAndStepsOnce) {
     // rank r the micro-batch inputs are (r+1) * (1, 2, 3) and 0.
     for (int m = 0; m < 2; ++m) {
       ASSERT_TRUE(s.BeforeForward().ok());
-      at::Tensor x = m == 0 ? torch::tensor({{1.0f, 2.0f, 3.0f}}) * (rank + 1) : torch::zeros({1, 3});
+      at::Tensor x =
+          m == 0 ? torch::tensor({{1.0f, 2.0f, 3.0f}}) * (rank + 1) : torch::zeros({1, 3});
       at::Tensor loss = model.Forward(x)->sum();
       absl::StatusOr<double> waited = s.Backward(loss, m == 1);
       ASSERT_TRUE(waited.ok()) << waited.status();
@@ -147,7 +154,8 @@ TEST(TrainingStrategyTest, DdpAccumulatesAveragesAndStepsOnce) {
   const std::vector<float> want = {1 - 0.75f, 1 - 1.5f, 1 - 2.25f, 0 - 1.0f};
   for (int r = 0; r < 2; ++r) {
     ASSERT_EQ(finals[r].size(), want.size());
-    for (size_t i = 0; i < want.size(); ++i) EXPECT_FLOAT_EQ(finals[r][i], want[i]) << "rank " << r << " #" << i;
+    for (size_t i = 0; i < want.size(); ++i)
+      EXPECT_FLOAT_EQ(finals[r][i], want[i]) << "rank " << r << " #" << i;
   }
 }
 
@@ -180,8 +188,8 @@ TEST(TrainingStrategyTest, DecentralizedAgreesOnRequestsEveryTenStepsAndAverages
   RunGlooRanks(2, [&](int rank, Communicator& comm) {
     TinyModel model(rank);
     TrainingProgress progress;
-    auto strategy = CreateTrainingStrategy(DecentralizedSpec(v1::DecentralizedStrategy::RING, true), model, comm,
-                                           progress);
+    auto strategy = CreateTrainingStrategy(DecentralizedSpec(v1::DecentralizedStrategy::RING, true),
+                                           model, comm, progress);
     ASSERT_TRUE(strategy.ok()) << strategy.status();
     TrainingStrategy& s = **strategy;
     EXPECT_EQ(s.accumulation_steps(), 1);
@@ -191,8 +199,8 @@ TEST(TrainingStrategyTest, DecentralizedAgreesOnRequestsEveryTenStepsAndAverages
     absl::StatusOr<std::optional<int64_t>> off = s.AgreedCheckpointRequests(7, 5);
     ASSERT_TRUE(off.ok());
     EXPECT_FALSE(off->has_value()) << "checked only every kCheckpointRequestCheckSteps steps";
-    absl::StatusOr<std::optional<int64_t>> on = s.AgreedCheckpointRequests(2 * kCheckpointRequestCheckSteps,
-                                                                          rank == 0 ? 1 : 4);
+    absl::StatusOr<std::optional<int64_t>> on =
+        s.AgreedCheckpointRequests(2 * kCheckpointRequestCheckSteps, rank == 0 ? 1 : 4);
     ASSERT_TRUE(on.ok()) << on.status();
     EXPECT_EQ(*on, std::optional<int64_t>(4)) << "the highest count any rank has seen";
 
@@ -204,14 +212,16 @@ TEST(TrainingStrategyTest, DecentralizedAgreesOnRequestsEveryTenStepsAndAverages
                    return absl::OkStatus();
                  }).ok());
     EXPECT_EQ(inside, (std::vector<float>{1.5f, 1.5f, 1.5f, 0.5f}));
-    EXPECT_EQ(model.Values(), rank == 0 ? (std::vector<float>{1, 1, 1, 0}) : (std::vector<float>{2, 2, 2, 1}))
+    EXPECT_EQ(model.Values(),
+              rank == 0 ? (std::vector<float>{1, 1, 1, 0}) : (std::vector<float>{2, 2, 2, 1}))
         << "the own model comes back";
     absl::Status failed = s.WithGlobalAverage([] { return absl::DataLossError("body failed"); });
     EXPECT_EQ(failed.code(), absl::StatusCode::kDataLoss);
     EXPECT_EQ(model.Values()[3], rank == 0 ? 0 : 1) << "reverted after a failing body too";
 
     ASSERT_TRUE(s.Finish().ok());
-    EXPECT_EQ(model.Values(), (std::vector<float>{1.5f, 1.5f, 1.5f, 0.5f})) << "the final model is the average";
+    EXPECT_EQ(model.Values(), (std::vector<float>{1.5f, 1.5f, 1.5f, 0.5f}))
+        << "the final model is the average";
     std::vector<float> after_finish;
     ASSERT_TRUE(s.WithGlobalAverage([&] {
                    after_finish = model.Values();
