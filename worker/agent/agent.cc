@@ -183,6 +183,13 @@ absl::Status Agent::Run() {
   return absl::OkStatus();
 }
 
+// Note [Stopping while launching]
+// Stop() marks the agent stopping and then stops the ranks it finds in
+// children_. A rank whose process is being started at that moment is not
+// there yet: Launch records it under the same lock that guards stopping_ and
+// stops it itself if Stop() came first, so either Stop() sees it or Launch
+// sees stopping_, and the destructor never waits on a rank nobody stopped.
+// Ranks not yet started when the agent stops are not started at all.
 void Agent::Launch(const v1::LaunchRanks& launch) {
   std::string agent_id;
   {
@@ -190,6 +197,14 @@ void Agent::Launch(const v1::LaunchRanks& launch) {
     agent_id = agent_id_;
   }
   for (const v1::RankLaunch& rank : launch.ranks()) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) {
+        LOG(INFO) << launch.job_id() << ": not starting slot " << rank.slot()
+                  << ": the agent is stopping";
+        continue;
+      }
+    }
     const RankCommand command = RankCommandFor(launch, rank, agent_id);
     absl::StatusOr<std::unique_ptr<RankProcess>> process = launcher_->Start(command);
     if (!process.ok()) {
@@ -210,9 +225,14 @@ void Agent::Launch(const v1::LaunchRanks& launch) {
     child->generation = launch.generation();
     child->slot = rank.slot();
     LOG(INFO) << launch.job_id() << ": started slot " << rank.slot() << " as pid " << child->pid;
-    absl::MutexLock lock(&mu_);
-    children_[child->pid] = child;
-    threads_.emplace_back([this, child] { Monitor(child); });
+    bool stop_now = false;
+    {
+      absl::MutexLock lock(&mu_);
+      children_[child->pid] = child;
+      threads_.emplace_back([this, child] { Monitor(child); });
+      stop_now = stopping_;  // Note [Stopping while launching]
+    }
+    if (stop_now) StopChildren({child}, options_.stop_grace);
   }
 }
 

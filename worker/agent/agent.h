@@ -67,8 +67,9 @@ class Agent {
   // never succeeds.
   absl::Status Run();
   // Makes Run() return and stops every rank (SIGTERM to its process group,
-  // SIGKILL after stop_grace). Returns without waiting; the destructor
-  // waits.
+  // SIGKILL after stop_grace), including one being started right now
+  // (Note [Stopping while launching] in agent.cc). Returns without waiting;
+  // the destructor waits.
   void Stop();
 
   // Rank processes alive now (for tests).

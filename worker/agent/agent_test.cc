@@ -709,6 +709,31 @@ TEST_F(AgentTest, StopStopsEveryRankAndRunReturns) {
   EXPECT_GE(signals[1].at - signals[0].at, options_.stop_grace);
 }
 
+// Note [Stopping while launching] in agent.cc: Stop() while Launch is
+// inside Start() for one rank of a launch.
+TEST_F(AgentTest, StopWhileARankIsStartingStopsThatRank) {
+  launcher_->HoldStarts();
+  launcher_->IgnoreSigtermInNewRanks();
+  Connect();
+  coordinator_.Send(LaunchMessage("job-1", 1, {0, 1}));
+  ASSERT_TRUE(launcher_->AwaitStarts(1));
+  agent_->Stop();
+  launcher_->ReleaseStarts();
+  ASSERT_TRUE(RunReturns());
+  std::vector<std::shared_ptr<FakeRank>> ranks = launcher_->AwaitRanks(1);
+  ASSERT_GE(ranks.size(), 1u);
+  // The rank that was starting is stopped like any other: SIGTERM, then
+  // SIGKILL after the grace (it ignores SIGTERM)...
+  ASSERT_TRUE(ranks[0]->AwaitSignals(2));
+  const std::vector<SignalSent> signals = ranks[0]->signals();
+  EXPECT_EQ(signals[0].signal, SIGTERM);
+  EXPECT_EQ(signals[1].signal, SIGKILL);
+  EXPECT_GE(signals[1].at - signals[0].at, options_.stop_grace);
+  EXPECT_TRUE(Eventually([&] { return agent_->live_ranks() == 0; }));
+  // ...and the rest of the launch is not started at all.
+  EXPECT_EQ(launcher_->starts(), 1);
+}
+
 TEST_F(AgentTest, FirstConnectionGivesUpAfterTheConnectTimeout) {
   coordinator_.Refuse(true);
   options_.connect_timeout = absl::Milliseconds(300);
