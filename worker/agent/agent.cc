@@ -1,16 +1,11 @@
 #include "worker/agent/agent.h"
 
-#include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <iostream>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -19,6 +14,7 @@
 #include "common/version.h"
 #include "glog/logging.h"
 #include "grpcpp/client_context.h"
+#include "worker/agent/posix_rank_launcher.h"
 
 extern char** environ;
 
@@ -28,21 +24,29 @@ namespace {
 constexpr size_t kTailLines = 20;
 constexpr size_t kLogBatchLines = 256;
 constexpr absl::Duration kLogFlushInterval = absl::Milliseconds(250);
+// Reported when a rank's exit could not be observed (waiting for it failed).
+constexpr int kUnknownExitCode = 255;
 
 }  // namespace
 
 Agent::Agent(AgentOptions options)
     : options_(std::move(options)),
+      launcher_(options_.launcher != nullptr ? options_.launcher
+                                             : std::make_shared<PosixRankLauncher>()),
       stub_(v1::AgentService::NewStub(MakeCoordinatorChannel(options_.coordinator))) {}
 
 Agent::~Agent() {
   Stop();
-  std::vector<std::thread> threads;
-  {
-    absl::MutexLock lock(&mu_);
-    threads.swap(threads_);
+  // A thread being joined may start another (a stop's SIGKILL escalation).
+  while (true) {
+    std::vector<std::thread> threads;
+    {
+      absl::MutexLock lock(&mu_);
+      threads.swap(threads_);
+    }
+    if (threads.empty()) break;
+    for (auto& t : threads) t.join();
   }
-  for (auto& t : threads) t.join();
 }
 
 int Agent::live_ranks() const {
@@ -179,97 +183,85 @@ absl::Status Agent::Run() {
   return absl::OkStatus();
 }
 
+// Note [Stopping while launching]
+// Stop() marks the agent stopping and then stops the ranks it finds in
+// children_. A rank whose process is being started at that moment is not
+// there yet: Launch records it under the same lock that guards stopping_ and
+// stops it itself if Stop() came first, so either Stop() sees it or Launch
+// sees stopping_, and the destructor never waits on a rank nobody stopped.
+// Ranks not yet started when the agent stops are not started at all.
 void Agent::Launch(const v1::LaunchRanks& launch) {
-  const std::string binary =
-      options_.rank_binary.empty() ? ExecutableDir() + "/chorus-rank" : options_.rank_binary;
   std::string agent_id;
   {
     absl::MutexLock lock(&mu_);
     agent_id = agent_id_;
   }
   for (const v1::RankLaunch& rank : launch.ranks()) {
-    std::vector<std::string> env;
-    for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
-    auto set = [&env](const std::string& key, const std::string& value) {
-      env.erase(std::remove_if(env.begin(), env.end(),
-                               [&](const std::string& e) { return e.rfind(key + "=", 0) == 0; }),
-                env.end());
-      env.push_back(key + "=" + value);
-    };
-    set("CHORUS_COORDINATOR",
-        launch.coordinator().empty() ? options_.coordinator : launch.coordinator());
-    set("CHORUS_JOB_ID", launch.job_id());
-    set("CHORUS_GENERATION", std::to_string(launch.generation()));
-    set("CHORUS_AGENT_ID", agent_id);
-    set("CHORUS_SLOT", std::to_string(rank.slot()));
-    set("LOCAL_RANK", std::to_string(rank.local_rank()));
-    set("LOCAL_WORLD_SIZE", std::to_string(rank.local_world_size()));
-    set("OMP_NUM_THREADS", std::to_string(options_.threads_per_rank));
-    std::vector<char*> envp;
-    for (std::string& e : env) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    std::string binary_copy = binary;
-    char* argv[] = {binary_copy.data(), nullptr};
-
-    int fds[2];
-    if (pipe2(fds, O_CLOEXEC) != 0) {
-      LOG(ERROR) << "pipe: " << std::strerror(errno);
-      continue;
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) {
+        LOG(INFO) << launch.job_id() << ": not starting slot " << rank.slot()
+                  << ": the agent is stopping";
+        continue;
+      }
     }
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
-    posix_spawn_file_actions_adddup2(&actions, fds[1], STDERR_FILENO);
-    posix_spawnattr_t attr;
-    posix_spawnattr_init(&attr);
-    // Its own process group, default dispositions, and only SIGUSR1 blocked:
-    // the agent blocks SIGINT/SIGTERM for its signal thread, and a rank must
-    // not inherit that or SIGTERM could never stop it. SIGUSR1 (`chorus
-    // checkpoint`) would kill a rank that has not yet installed its handler
-    // (loading its libraries takes a while), so it stays pending until
-    // chorus-rank's main has and unblocks it.
-    posix_spawnattr_setflags(
-        &attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-    posix_spawnattr_setpgroup(&attr, 0);
-    sigset_t blocked, defaults;
-    sigemptyset(&blocked);
-    sigaddset(&blocked, SIGUSR1);
-    posix_spawnattr_setsigmask(&attr, &blocked);
-    sigemptyset(&defaults);
-    sigaddset(&defaults, SIGTERM);
-    sigaddset(&defaults, SIGINT);
-    sigaddset(&defaults, SIGPIPE);
-    posix_spawnattr_setsigdefault(&attr, &defaults);
-    pid_t pid = 0;
-    int rc = posix_spawn(&pid, binary.c_str(), &actions, &attr, argv, envp.data());
-    posix_spawn_file_actions_destroy(&actions);
-    posix_spawnattr_destroy(&attr);
-    close(fds[1]);
-    if (rc != 0) {
-      close(fds[0]);
+    const RankCommand command = RankCommandFor(launch, rank, agent_id);
+    absl::StatusOr<std::unique_ptr<RankProcess>> process = launcher_->Start(command);
+    if (!process.ok()) {
+      LOG(ERROR) << launch.job_id() << ": slot " << rank.slot() << ": " << process.status();
       v1::AgentMessage exited;
       v1::RankExited* e = exited.mutable_rank_exited();
       e->set_job_id(launch.job_id());
       e->set_slot(rank.slot());
       e->set_exit_code(127);
-      e->add_stderr_tail(
-          absl::StrCat("chorus-worker could not start ", binary, ": ", std::strerror(rc)));
+      e->add_stderr_tail(absl::StrCat("chorus-worker ", process.status().message()));
       Send(exited);
       continue;
     }
     auto child = std::make_shared<Child>();
-    child->pid = pid;
+    child->process = *std::move(process);
+    child->pid = child->process->pid();
     child->job_id = launch.job_id();
     child->generation = launch.generation();
     child->slot = rank.slot();
-    LOG(INFO) << launch.job_id() << ": started slot " << rank.slot() << " as pid " << pid;
-    absl::MutexLock lock(&mu_);
-    children_[pid] = child;
-    threads_.emplace_back([this, child, fd = fds[0]] { Monitor(child, fd); });
+    LOG(INFO) << launch.job_id() << ": started slot " << rank.slot() << " as pid " << child->pid;
+    bool stop_now = false;
+    {
+      absl::MutexLock lock(&mu_);
+      children_[child->pid] = child;
+      threads_.emplace_back([this, child] { Monitor(child); });
+      stop_now = stopping_;  // Note [Stopping while launching]
+    }
+    if (stop_now) StopChildren({child}, options_.stop_grace);
   }
 }
 
-void Agent::Monitor(std::shared_ptr<Child> child, int fd) {
+RankCommand Agent::RankCommandFor(const v1::LaunchRanks& launch, const v1::RankLaunch& rank,
+                                  const std::string& agent_id) const {
+  RankCommand command;
+  command.argv.push_back(options_.rank_binary.empty() ? ExecutableDir() + "/chorus-rank"
+                                                      : options_.rank_binary);
+  std::vector<std::string>& env = command.env;
+  for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
+  auto set = [&env](const std::string& key, const std::string& value) {
+    env.erase(std::remove_if(env.begin(), env.end(),
+                             [&](const std::string& e) { return e.rfind(key + "=", 0) == 0; }),
+              env.end());
+    env.push_back(key + "=" + value);
+  };
+  set("CHORUS_COORDINATOR",
+      launch.coordinator().empty() ? options_.coordinator : launch.coordinator());
+  set("CHORUS_JOB_ID", launch.job_id());
+  set("CHORUS_GENERATION", std::to_string(launch.generation()));
+  set("CHORUS_AGENT_ID", agent_id);
+  set("CHORUS_SLOT", std::to_string(rank.slot()));
+  set("LOCAL_RANK", std::to_string(rank.local_rank()));
+  set("LOCAL_WORLD_SIZE", std::to_string(rank.local_world_size()));
+  set("OMP_NUM_THREADS", std::to_string(options_.threads_per_rank));
+  return command;
+}
+
+void Agent::Monitor(std::shared_ptr<Child> child) {
   // Output goes to the coordinator in batches: when kLogBatchLines are
   // pending, when the process has been quiet for kLogFlushInterval, and
   // before its exit is reported.
@@ -294,35 +286,36 @@ void Agent::Monitor(std::shared_ptr<Child> child, int fd) {
     batch.push_back(std::move(line));
     if (batch.size() >= kLogBatchLines) flush();
   };
-  std::string pending;
-  char buffer[4096];
+  RankProcess& process = *child->process;
   while (true) {
-    pollfd p{fd, POLLIN, 0};
-    const int ready = poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(kLogFlushInterval)));
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready == 0) {
+    absl::StatusOr<std::string> line = process.ReadLine(absl::Now() + kLogFlushInterval);
+    if (line.ok()) {
+      add_line(*std::move(line));
+    } else if (absl::IsDeadlineExceeded(line.status())) {
       flush();
-      continue;
-    }
-    ssize_t n = read(fd, buffer, sizeof(buffer));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    pending.append(buffer, n);
-    size_t newline;
-    while ((newline = pending.find('\n')) != std::string::npos) {
-      add_line(pending.substr(0, newline));
-      pending.erase(0, newline + 1);
+    } else {
+      if (!absl::IsOutOfRange(line.status()))
+        LOG(WARNING) << child->job_id << ": " << line.status();
+      break;
     }
   }
-  close(fd);
-  if (!pending.empty()) add_line(std::move(pending));
   flush();
-  int status = 0;
-  while (waitpid(child->pid, &status, 0) < 0 && errno == EINTR) {
+  // The output has ended; the process normally exits right after. Until it
+  // does, it is still a live rank that StopRanks can reach.
+  int code = 0;
+  while (true) {
+    absl::StatusOr<int> exit = process.Wait(absl::Now() + absl::Seconds(1));
+    if (exit.ok()) {
+      code = *exit;
+      break;
+    }
+    if (!absl::IsDeadlineExceeded(exit.status())) {
+      LOG(ERROR) << child->job_id << ": slot " << child->slot << ": " << exit.status();
+      code = kUnknownExitCode;
+      add_line(absl::StrCat("chorus-worker lost track of this rank: ", exit.status().message()));
+      break;
+    }
   }
-  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
-  // Nothing of the rank may outlive it: its process group goes too.
-  kill(-child->pid, SIGKILL);
   LOG(INFO) << child->job_id << ": slot " << child->slot << " (pid " << child->pid
             << ") exited with "
             << (code < 0 ? absl::StrCat("signal ", -code) : absl::StrCat("code ", code));
@@ -338,48 +331,58 @@ void Agent::Monitor(std::shared_ptr<Child> child, int fd) {
   }
   {
     absl::MutexLock lock(&mu_);
-    children_.erase(child->pid);
+    auto it = children_.find(child->pid);
+    if (it != children_.end() && it->second == child) children_.erase(it);
   }
   Send(exited);
 }
 
-std::vector<pid_t> Agent::RankPids(const std::string& job_id, const std::vector<int>& slots) {
+void Agent::SignalRanks(const std::string& job_id, const std::vector<int>& slots, int signal) {
+  for (const auto& child : Ranks(job_id, slots)) child->process->Signal(signal);
+}
+
+bool Agent::IsLive(const Child& child) const {
+  auto it = children_.find(child.pid);
+  return it != children_.end() && it->second.get() == &child;
+}
+
+std::vector<std::shared_ptr<Agent::Child>> Agent::Ranks(const std::string& job_id,
+                                                        const std::vector<int>& slots) {
   absl::MutexLock lock(&mu_);
-  std::vector<pid_t> pids;
+  std::vector<std::shared_ptr<Child>> ranks;
   for (const auto& [pid, child] : children_) {
     if (!job_id.empty() && child->job_id != job_id) continue;
     if (!slots.empty() && std::find(slots.begin(), slots.end(), child->slot) == slots.end())
       continue;
-    pids.push_back(pid);
+    ranks.push_back(child);
   }
-  return pids;
-}
-
-void Agent::SignalRanks(const std::string& job_id, const std::vector<int>& slots, int signal) {
-  for (pid_t pid : RankPids(job_id, slots))
-    kill(pid, signal);  // the rank process only, not its process group
+  return ranks;
 }
 
 void Agent::StopRanks(const std::string& job_id, const std::vector<int>& slots,
                       absl::Duration grace) {
-  const std::vector<pid_t> pids = RankPids(job_id, slots);
-  if (pids.empty()) return;
-  for (pid_t pid : pids) kill(-pid, SIGTERM);
+  StopChildren(Ranks(job_id, slots), grace);
+}
+
+void Agent::StopChildren(std::vector<std::shared_ptr<Child>> children, absl::Duration grace) {
+  if (children.empty()) return;
+  for (const auto& child : children) child->process->SignalGroup(SIGTERM);
   // Escalate to SIGKILL for whatever is still alive after the grace period.
   absl::MutexLock lock(&mu_);
-  threads_.emplace_back([this, pids, grace] {
-    const absl::Time deadline = absl::Now() + grace;
-    while (absl::Now() < deadline) {
-      {
-        absl::MutexLock lock(&mu_);
-        if (std::none_of(pids.begin(), pids.end(), [&](pid_t p) { return children_.count(p) > 0; }))
-          return;
-      }
-      absl::SleepFor(absl::Milliseconds(50));
-    }
+  threads_.emplace_back([this, children = std::move(children), grace] {
     absl::MutexLock lock(&mu_);
-    for (pid_t p : pids) {
-      if (children_.count(p)) kill(-p, SIGKILL);
+    auto all_exited = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return std::none_of(children.begin(), children.end(),
+                          [&](const std::shared_ptr<Child>& c) { return IsLive(*c); });
+    };
+    if (mu_.AwaitWithTimeout(absl::Condition(&all_exited), grace)) return;
+    for (const auto& child : children) {
+      if (IsLive(*child)) {
+        LOG(WARNING) << child->job_id << ": slot " << child->slot << " (pid " << child->pid
+                     << ") still running " << absl::FormatDuration(grace)
+                     << " after SIGTERM; sending SIGKILL";
+        child->process->SignalGroup(SIGKILL);
+      }
     }
   });
 }

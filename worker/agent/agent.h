@@ -4,6 +4,8 @@
 // each exit with the last lines the process wrote, and stops ranks on order:
 // SIGTERM to the process group, SIGKILL after the grace period. When the
 // coordinator goes away it stops its ranks and reconnects with backoff.
+// Processes are started through a RankLauncher (rank_launcher.h): the real
+// one by default, a scripted one in tests.
 //
 // Thread-safety: Run() on one thread; Stop() from any other (e.g. a signal
 // thread). Every thread the agent starts is joined before Run() returns.
@@ -29,6 +31,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "chorus/v1/coordinator.grpc.pb.h"
+#include "worker/agent/rank_launcher.h"
 
 namespace chorus {
 
@@ -49,6 +52,8 @@ struct AgentOptions {
   // agent reconnects (a restarted coordinator takes their jobs back); after
   // that they are stopped.
   absl::Duration reconnect_window = absl::Seconds(60);
+  // Starts the rank processes; null: PosixRankLauncher.
+  std::shared_ptr<RankLauncher> launcher;
 };
 
 class Agent {
@@ -61,6 +66,10 @@ class Agent {
   // Serves the coordinator until Stop(). UNAVAILABLE if the first connection
   // never succeeds.
   absl::Status Run();
+  // Makes Run() return and stops every rank (SIGTERM to its process group,
+  // SIGKILL after stop_grace), including one being started right now
+  // (Note [Stopping while launching] in agent.cc). Returns without waiting;
+  // the destructor waits.
   void Stop();
 
   // Rank processes alive now (for tests).
@@ -68,27 +77,37 @@ class Agent {
 
  private:
   struct Child {
+    std::unique_ptr<RankProcess> process;
     pid_t pid = 0;
     std::string job_id;
     int64_t generation = 0;
     int slot = 0;
-    int rank_label = 0;
     std::deque<std::string> tail ABSL_GUARDED_BY(mu);
     mutable absl::Mutex mu;
   };
 
   void Launch(const v1::LaunchRanks& launch);
+  // The command that runs slot `rank.slot()` of `launch`.
+  RankCommand RankCommandFor(const v1::LaunchRanks& launch, const v1::RankLaunch& rank,
+                             const std::string& agent_id) const;
   void StopRanks(const std::string& job_id, const std::vector<int>& slots, absl::Duration grace);
+  // SIGTERM to each child's process group now, SIGKILL to those still alive
+  // after `grace` (from a thread the agent joins).
+  void StopChildren(std::vector<std::shared_ptr<Child>> children, absl::Duration grace);
   // The rank processes of `job_id` in `slots` (empty job id / slots: all).
-  std::vector<pid_t> RankPids(const std::string& job_id, const std::vector<int>& slots);
-  // Sends `signal` to the rank processes of `job_id` in `slots`
-  // (SIGUSR1: checkpoint now).
+  std::vector<std::shared_ptr<Child>> Ranks(const std::string& job_id,
+                                            const std::vector<int>& slots);
+  // Sends `signal` to the rank processes of `job_id` in `slots`, not their
+  // groups (SIGUSR1: checkpoint now).
   void SignalRanks(const std::string& job_id, const std::vector<int>& slots, int signal);
-  // Reads the child's output until EOF, reaps it, reports the exit.
-  void Monitor(std::shared_ptr<Child> child, int output_fd);
+  // Whether `child` is still in children_ (it has not exited).
+  bool IsLive(const Child& child) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reads the child's output until it ends, waits for its exit, reports it.
+  void Monitor(std::shared_ptr<Child> child);
   void Send(const v1::AgentMessage& message);
 
   const AgentOptions options_;
+  const std::shared_ptr<RankLauncher> launcher_;
   std::unique_ptr<v1::AgentService::Stub> stub_;
 
   mutable absl::Mutex mu_;

@@ -1,0 +1,749 @@
+// The real Agent against a fake coordinator (an AgentService on an in-process
+// gRPC server on 127.0.0.1:0) and a fake launcher whose rank processes the
+// test scripts: print lines, exit with a code or a signal, ignore SIGTERM.
+// Asserts what users rely on: slots advertised, one process per launched
+// rank with its environment, exits reported with code and last lines, stop
+// = SIGTERM then SIGKILL after the grace, checkpoint = SIGUSR1, reports kept
+// across a reconnect, Stop() stopping everything.
+#include "worker/agent/agent.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "chorus/v1/coordinator.grpc.pb.h"
+#include "common/version.h"
+#include "gmock/gmock.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server.h"
+#include "grpcpp/server_builder.h"
+#include "gtest/gtest.h"
+#include "worker/agent/rank_launcher.h"
+
+namespace chorus {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::ElementsAreArray;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+// How long any wait in these tests may take before it counts as a failure.
+constexpr absl::Duration kPatience = absl::Seconds(10);
+
+// Polls `done` (bounded by kPatience).
+bool Eventually(const std::function<bool()>& done) {
+  const absl::Time deadline = absl::Now() + kPatience;
+  while (!done()) {
+    if (absl::Now() > deadline) return false;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return true;
+}
+
+struct SignalSent {
+  int signal = 0;
+  bool group = false;  // to the process group (else the process alone)
+  absl::Time at;
+};
+
+// One scripted rank process. The agent holds it through FakeRankProcess;
+// the test through the FakeLauncher.
+class FakeRank {
+ public:
+  FakeRank(pid_t pid, RankCommand command) : pid_(pid), command_(std::move(command)) {}
+
+  pid_t pid() const { return pid_; }
+  const RankCommand& command() const { return command_; }
+
+  // The value of `key` in its environment ("" if absent).
+  std::string Env(const std::string& key) const {
+    for (const std::string& e : command_.env) {
+      if (absl::StartsWith(e, key + "=")) return e.substr(key.size() + 1);
+    }
+    return "";
+  }
+  int Slot() const { return std::stoi(Env("CHORUS_SLOT")); }
+
+  void Print(const std::string& line) {
+    absl::MutexLock lock(&mu_);
+    output_.push_back(line);
+  }
+  // Ends the process: its output ends, Wait returns `code` (-N: signal N).
+  void Exit(int code) {
+    absl::MutexLock lock(&mu_);
+    if (!exit_code_.has_value()) exit_code_ = code;
+  }
+  void IgnoreSigterm() {
+    absl::MutexLock lock(&mu_);
+    ignores_sigterm_ = true;
+  }
+  std::vector<SignalSent> signals() const {
+    absl::MutexLock lock(&mu_);
+    return signals_;
+  }
+  // Waits (bounded) until at least `n` signals were sent to it.
+  bool AwaitSignals(size_t n) const {
+    absl::MutexLock lock(&mu_);
+    auto enough = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return signals_.size() >= n; };
+    return mu_.AwaitWithTimeout(absl::Condition(&enough), kPatience);
+  }
+
+  absl::StatusOr<std::string> ReadLine(absl::Time deadline) {
+    absl::MutexLock lock(&mu_);
+    auto ready = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+      return !output_.empty() || exit_code_.has_value();
+    };
+    mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
+    if (!output_.empty()) {
+      std::string line = std::move(output_.front());
+      output_.pop_front();
+      return line;
+    }
+    if (exit_code_.has_value()) return absl::OutOfRangeError("output ended");
+    return absl::DeadlineExceededError("no line yet");
+  }
+  absl::StatusOr<int> Wait(absl::Time deadline) {
+    absl::MutexLock lock(&mu_);
+    auto exited = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return exit_code_.has_value(); };
+    if (!mu_.AwaitWithDeadline(absl::Condition(&exited), deadline))
+      return absl::DeadlineExceededError("still running");
+    return *exit_code_;
+  }
+  // What the kernel would do with the signal to a process that handles
+  // none but (maybe) ignores SIGTERM and has SIGUSR1 handled.
+  void Receive(int signal, bool group) {
+    absl::MutexLock lock(&mu_);
+    signals_.push_back({signal, group, absl::Now()});
+    if (exit_code_.has_value()) return;
+    if (signal == SIGKILL || (signal == SIGTERM && !ignores_sigterm_)) exit_code_ = -signal;
+  }
+
+ private:
+  const pid_t pid_;
+  const RankCommand command_;
+  mutable absl::Mutex mu_;
+  std::deque<std::string> output_ ABSL_GUARDED_BY(mu_);
+  std::optional<int> exit_code_ ABSL_GUARDED_BY(mu_);
+  bool ignores_sigterm_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<SignalSent> signals_ ABSL_GUARDED_BY(mu_);
+};
+
+class FakeRankProcess final : public RankProcess {
+ public:
+  explicit FakeRankProcess(std::shared_ptr<FakeRank> rank) : rank_(std::move(rank)) {}
+  pid_t pid() const override { return rank_->pid(); }
+  absl::StatusOr<std::string> ReadLine(absl::Time deadline) override {
+    return rank_->ReadLine(deadline);
+  }
+  absl::StatusOr<int> Wait(absl::Time deadline) override { return rank_->Wait(deadline); }
+  void Signal(int signal) override { rank_->Receive(signal, /*group=*/false); }
+  void SignalGroup(int signal) override { rank_->Receive(signal, /*group=*/true); }
+
+ private:
+  const std::shared_ptr<FakeRank> rank_;
+};
+
+class FakeLauncher final : public RankLauncher {
+ public:
+  absl::StatusOr<std::unique_ptr<RankProcess>> Start(const RankCommand& command) override {
+    absl::MutexLock lock(&mu_);
+    ++starts_;
+    // A held start waits (bounded) for ReleaseStarts().
+    auto released = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return !holding_; };
+    mu_.AwaitWithTimeout(absl::Condition(&released), kPatience);
+    if (!start_error_.ok()) return start_error_;
+    auto rank = std::make_shared<FakeRank>(next_pid_++, command);
+    if (new_ranks_ignore_sigterm_) rank->IgnoreSigterm();
+    ranks_.push_back(rank);
+    return std::unique_ptr<RankProcess>(std::make_unique<FakeRankProcess>(rank));
+  }
+
+  void FailStarts(absl::Status error) {
+    absl::MutexLock lock(&mu_);
+    start_error_ = std::move(error);
+  }
+  // Ranks started from now on ignore SIGTERM.
+  void IgnoreSigtermInNewRanks() {
+    absl::MutexLock lock(&mu_);
+    new_ranks_ignore_sigterm_ = true;
+  }
+  // Start() blocks from now until ReleaseStarts().
+  void HoldStarts() {
+    absl::MutexLock lock(&mu_);
+    holding_ = true;
+  }
+  void ReleaseStarts() {
+    absl::MutexLock lock(&mu_);
+    holding_ = false;
+  }
+  // Waits (bounded) until Start() was called `n` times in all.
+  bool AwaitStarts(int n) {
+    absl::MutexLock lock(&mu_);
+    auto enough = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return starts_ >= n; };
+    return mu_.AwaitWithTimeout(absl::Condition(&enough), kPatience);
+  }
+  int starts() {
+    absl::MutexLock lock(&mu_);
+    return starts_;
+  }
+  // Waits (bounded) until `n` ranks were started; all ranks started so far.
+  std::vector<std::shared_ptr<FakeRank>> AwaitRanks(size_t n) {
+    absl::MutexLock lock(&mu_);
+    auto enough = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return ranks_.size() >= n; };
+    mu_.AwaitWithTimeout(absl::Condition(&enough), kPatience);
+    return ranks_;
+  }
+  // The started rank of `job_id` in `slot` (null if none).
+  std::shared_ptr<FakeRank> RankOf(const std::string& job_id, int slot) {
+    absl::MutexLock lock(&mu_);
+    for (const auto& rank : ranks_) {
+      if (rank->Env("CHORUS_JOB_ID") == job_id && rank->Slot() == slot) return rank;
+    }
+    return nullptr;
+  }
+  // Ends every rank still running (so that no test can leave the agent
+  // waiting on one).
+  void ExitAll() {
+    absl::MutexLock lock(&mu_);
+    for (const auto& rank : ranks_) rank->Exit(-SIGKILL);
+  }
+
+ private:
+  absl::Mutex mu_;
+  int starts_ ABSL_GUARDED_BY(mu_) = 0;
+  bool holding_ ABSL_GUARDED_BY(mu_) = false;
+  bool new_ranks_ignore_sigterm_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status start_error_ ABSL_GUARDED_BY(mu_);
+  pid_t next_pid_ ABSL_GUARDED_BY(mu_) = 4200;
+  std::vector<std::shared_ptr<FakeRank>> ranks_ ABSL_GUARDED_BY(mu_);
+};
+
+// The coordinator's side of AgentService.Connect, scripted by the test: it
+// welcomes the agent (unless refusing), records what the agent sends, and
+// forwards the messages the test queues.
+class FakeCoordinator final : public v1::AgentService::Service {
+ public:
+  static constexpr char kAgentId[] = "agent-7";
+
+  struct Received {
+    int connection = 0;  // 1 for the first accepted connection, ...
+    v1::AgentMessage message;
+  };
+
+  grpc::Status Connect(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::AgentMessage>* stream) override {
+    v1::AgentMessage hello;
+    if (!stream->Read(&hello) || !hello.has_hello())
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "expected a hello");
+    int connection = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      if (refusing_) {
+        ++refused_;
+        return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the fake coordinator refuses");
+      }
+      hellos_.push_back(hello.hello());
+      connection = static_cast<int>(hellos_.size());
+      dropping_ = false;
+      outgoing_.clear();
+    }
+    v1::CoordinatorMessage welcome;
+    welcome.mutable_welcome()->set_agent_id(kAgentId);
+    if (!stream->Write(welcome)) return grpc::Status(grpc::StatusCode::CANCELLED, "agent left");
+
+    bool agent_done = false;  // guarded by mu_
+    std::thread reader([&] {
+      v1::AgentMessage message;
+      while (stream->Read(&message)) {
+        absl::MutexLock lock(&mu_);
+        received_.push_back({connection, message});
+      }
+      absl::MutexLock lock(&mu_);
+      agent_done = true;
+    });
+    bool dropped = false;
+    while (true) {
+      std::deque<v1::CoordinatorMessage> out;
+      {
+        absl::MutexLock lock(&mu_);
+        auto ready = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+          return !outgoing_.empty() || dropping_ || agent_done;
+        };
+        if (!mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(100))) {
+          if (context->IsCancelled()) break;
+          continue;
+        }
+        if (dropping_ || agent_done) {
+          dropped = dropping_;
+          break;
+        }
+        out.swap(outgoing_);
+      }
+      for (const v1::CoordinatorMessage& m : out) stream->Write(m);
+    }
+    context->TryCancel();  // ends the reader's Read
+    reader.join();
+    return dropped ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "the fake coordinator dropped")
+                   : grpc::Status::OK;
+  }
+
+  // Queues `message` for the agent connected now.
+  void Send(const v1::CoordinatorMessage& message) {
+    absl::MutexLock lock(&mu_);
+    outgoing_.push_back(message);
+  }
+  // Ends the current connection.
+  void Drop() {
+    absl::MutexLock lock(&mu_);
+    dropping_ = true;
+  }
+  // While refusing, connections get UNAVAILABLE instead of a welcome.
+  void Refuse(bool refuse) {
+    absl::MutexLock lock(&mu_);
+    refusing_ = refuse;
+  }
+  int refused() {
+    absl::MutexLock lock(&mu_);
+    return refused_;
+  }
+
+  // The hello of the n-th accepted connection (1-based), waiting (bounded).
+  std::optional<v1::AgentHello> AwaitHello(size_t n) {
+    absl::MutexLock lock(&mu_);
+    auto enough = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return hellos_.size() >= n; };
+    if (!mu_.AwaitWithTimeout(absl::Condition(&enough), kPatience)) return std::nullopt;
+    return hellos_[n - 1];
+  }
+
+  // The first exit report of `job_id` slot `slot`, waiting (bounded).
+  std::optional<Received> AwaitExit(const std::string& job_id, int slot) {
+    absl::MutexLock lock(&mu_);
+    std::optional<Received> found;
+    auto seen = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+      for (const Received& r : received_) {
+        if (r.message.has_rank_exited() && r.message.rank_exited().job_id() == job_id &&
+            r.message.rank_exited().slot() == slot) {
+          found = r;
+          return true;
+        }
+      }
+      return false;
+    };
+    mu_.AwaitWithTimeout(absl::Condition(&seen), kPatience);
+    return found;
+  }
+
+  // Every output line received so far of `job_id` slot `slot`, in order.
+  std::vector<std::string> LogLines(const std::string& job_id, int slot) {
+    absl::MutexLock lock(&mu_);
+    std::vector<std::string> lines;
+    for (const Received& r : received_) {
+      if (r.message.has_logs() && r.message.logs().job_id() == job_id &&
+          r.message.logs().slot() == slot) {
+        lines.insert(lines.end(), r.message.logs().lines().begin(), r.message.logs().lines().end());
+      }
+    }
+    return lines;
+  }
+
+ private:
+  absl::Mutex mu_;
+  bool refusing_ ABSL_GUARDED_BY(mu_) = false;
+  int refused_ ABSL_GUARDED_BY(mu_) = 0;
+  bool dropping_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<v1::AgentHello> hellos_ ABSL_GUARDED_BY(mu_);
+  std::vector<Received> received_ ABSL_GUARDED_BY(mu_);
+  std::deque<v1::CoordinatorMessage> outgoing_ ABSL_GUARDED_BY(mu_);
+};
+
+v1::CoordinatorMessage LaunchMessage(const std::string& job_id, int64_t generation,
+                                     const std::vector<int>& slots,
+                                     const std::string& coordinator = "") {
+  v1::CoordinatorMessage message;
+  v1::LaunchRanks* launch = message.mutable_launch();
+  launch->set_job_id(job_id);
+  launch->set_generation(generation);
+  launch->set_coordinator(coordinator);
+  for (size_t i = 0; i < slots.size(); ++i) {
+    v1::RankLaunch* rank = launch->add_ranks();
+    rank->set_slot(slots[i]);
+    rank->set_local_rank(static_cast<int>(i));
+    rank->set_local_world_size(static_cast<int>(slots.size()));
+  }
+  return message;
+}
+
+v1::CoordinatorMessage StopMessage(const std::string& job_id, const std::vector<int>& slots,
+                                   double grace_seconds) {
+  v1::CoordinatorMessage message;
+  message.mutable_stop()->set_job_id(job_id);
+  for (int slot : slots) message.mutable_stop()->add_slots(slot);
+  message.mutable_stop()->set_grace_seconds(grace_seconds);
+  return message;
+}
+
+v1::CoordinatorMessage CheckpointMessage(const std::string& job_id, const std::vector<int>& slots) {
+  v1::CoordinatorMessage message;
+  message.mutable_checkpoint()->set_job_id(job_id);
+  for (int slot : slots) message.mutable_checkpoint()->add_slots(slot);
+  return message;
+}
+
+class AgentTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(&coordinator_);
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+    ASSERT_GT(port, 0);
+    options_.coordinator = absl::StrCat("127.0.0.1:", port);
+    options_.slots = 2;
+    options_.host = "node-a";
+    options_.rank_binary = "/opt/chorus/chorus-rank";
+    options_.connect_timeout = kPatience;
+    options_.stop_grace = absl::Milliseconds(200);
+    options_.launcher = launcher_;
+  }
+
+  void StartAgent() {
+    agent_ = std::make_unique<Agent>(options_);
+    run_thread_ = std::thread([this] {
+      run_status_ = agent_->Run();
+      run_returned_.Notify();
+    });
+  }
+
+  // Starts the agent and waits for its first connection.
+  void Connect() {
+    StartAgent();
+    ASSERT_TRUE(coordinator_.AwaitHello(1).has_value());
+  }
+
+  bool RunReturns() { return run_returned_.WaitForNotificationWithTimeout(kPatience); }
+
+  void TearDown() override {
+    if (agent_ != nullptr) {
+      agent_->Stop();
+      EXPECT_TRUE(RunReturns());
+      run_thread_.join();
+      launcher_->ExitAll();
+      agent_.reset();
+    }
+    server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  }
+
+  FakeCoordinator coordinator_;
+  std::shared_ptr<FakeLauncher> launcher_ = std::make_shared<FakeLauncher>();
+  std::unique_ptr<grpc::Server> server_;
+  AgentOptions options_;
+  std::unique_ptr<Agent> agent_;
+  std::thread run_thread_;
+  absl::Notification run_returned_;
+  absl::Status run_status_;
+};
+
+TEST_F(AgentTest, AdvertisesItsSlots) {
+  options_.slots = 3;
+  options_.threads_per_rank = 2;
+  StartAgent();
+  std::optional<v1::AgentHello> hello = coordinator_.AwaitHello(1);
+  ASSERT_TRUE(hello.has_value());
+  EXPECT_EQ(hello->host(), "node-a");
+  EXPECT_EQ(hello->slots(), 3);
+  EXPECT_EQ(hello->device(), v1::ResourceSpec::CPU);
+  EXPECT_EQ(hello->threads_per_rank(), 2);
+  EXPECT_EQ(hello->pid(), getpid());
+  EXPECT_EQ(hello->version(), kVersion);
+  EXPECT_EQ(hello->running_size(), 0);
+}
+
+TEST_F(AgentTest, LaunchStartsOneProcessPerRankWithItsEnvironment) {
+  setenv("CHORUS_AGENT_TEST_INHERITED", "kept", 1);
+  setenv("CHORUS_JOB_ID", "stale", 1);
+  options_.threads_per_rank = 3;
+  Connect();
+  coordinator_.Send(LaunchMessage("job-1", 4, {0, 1}, "127.0.0.1:7777"));
+  std::vector<std::shared_ptr<FakeRank>> ranks = launcher_->AwaitRanks(2);
+  ASSERT_EQ(ranks.size(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    SCOPED_TRACE(absl::StrCat("rank ", i));
+    const FakeRank& rank = *ranks[i];
+    EXPECT_THAT(rank.command().argv, ElementsAre("/opt/chorus/chorus-rank"));
+    EXPECT_EQ(rank.Env("CHORUS_COORDINATOR"), "127.0.0.1:7777");
+    EXPECT_EQ(rank.Env("CHORUS_JOB_ID"), "job-1");
+    EXPECT_EQ(rank.Env("CHORUS_GENERATION"), "4");
+    EXPECT_EQ(rank.Env("CHORUS_AGENT_ID"), FakeCoordinator::kAgentId);
+    EXPECT_EQ(rank.Env("CHORUS_SLOT"), std::to_string(i));
+    EXPECT_EQ(rank.Env("LOCAL_RANK"), std::to_string(i));
+    EXPECT_EQ(rank.Env("LOCAL_WORLD_SIZE"), "2");
+    EXPECT_EQ(rank.Env("OMP_NUM_THREADS"), "3");
+    EXPECT_EQ(rank.Env("CHORUS_AGENT_TEST_INHERITED"), "kept");
+    // The agent's own value is replaced, not left beside the new one.
+    EXPECT_EQ(
+        std::count_if(rank.command().env.begin(), rank.command().env.end(),
+                      [](const std::string& e) { return absl::StartsWith(e, "CHORUS_JOB_ID="); }),
+        1);
+  }
+  EXPECT_TRUE(Eventually([&] { return agent_->live_ranks() == 2; }));
+
+  // Without an address in the launch, ranks dial the agent's coordinator.
+  coordinator_.Send(LaunchMessage("job-2", 1, {2}));
+  ranks = launcher_->AwaitRanks(3);
+  ASSERT_EQ(ranks.size(), 3u);
+  EXPECT_EQ(ranks[2]->Env("CHORUS_COORDINATOR"), options_.coordinator);
+  EXPECT_EQ(ranks[2]->Env("CHORUS_JOB_ID"), "job-2");
+  EXPECT_EQ(ranks[2]->Env("LOCAL_WORLD_SIZE"), "1");
+  EXPECT_TRUE(Eventually([&] { return agent_->live_ranks() == 3; }));
+  unsetenv("CHORUS_AGENT_TEST_INHERITED");
+  unsetenv("CHORUS_JOB_ID");
+}
+
+TEST_F(AgentTest, ExitIsReportedWithItsCodeAndLastLines) {
+  Connect();
+  coordinator_.Send(LaunchMessage("job-1", 1, {0}));
+  ASSERT_EQ(launcher_->AwaitRanks(1).size(), 1u);
+  std::shared_ptr<FakeRank> rank = launcher_->RankOf("job-1", 0);
+  std::vector<std::string> printed;
+  for (int i = 0; i < 25; ++i) {
+    printed.push_back(absl::StrCat("line ", i));
+    rank->Print(printed.back());
+  }
+  rank->Exit(3);
+
+  std::optional<FakeCoordinator::Received> exit = coordinator_.AwaitExit("job-1", 0);
+  ASSERT_TRUE(exit.has_value());
+  const v1::RankExited& exited = exit->message.rank_exited();
+  EXPECT_EQ(exited.exit_code(), 3);
+  EXPECT_EQ(exited.pid(), rank->pid());
+  // The last 20 lines, oldest first.
+  EXPECT_THAT(exited.stderr_tail(),
+              ElementsAreArray(std::vector<std::string>(printed.begin() + 5, printed.end())));
+  // Every line went to the coordinator before the exit.
+  EXPECT_EQ(coordinator_.LogLines("job-1", 0), printed);
+  EXPECT_TRUE(Eventually([&] { return agent_->live_ranks() == 0; }));
+}
+
+TEST_F(AgentTest, DeathBySignalIsReportedAsMinusTheSignal) {
+  Connect();
+  coordinator_.Send(LaunchMessage("job-1", 1, {1}));
+  ASSERT_EQ(launcher_->AwaitRanks(1).size(), 1u);
+  std::shared_ptr<FakeRank> rank = launcher_->RankOf("job-1", 1);
+  rank->Print("about to crash");
+  rank->Exit(-SIGSEGV);
+  std::optional<FakeCoordinator::Received> exit = coordinator_.AwaitExit("job-1", 1);
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->message.rank_exited().exit_code(), -SIGSEGV);
+  EXPECT_THAT(exit->message.rank_exited().stderr_tail(), ElementsAre("about to crash"));
+}
+
+TEST_F(AgentTest, RankThatCannotStartIsReportedAsExit127) {
+  launcher_->FailStarts(
+      absl::NotFoundError("could not start /opt/chorus/chorus-rank: No such file or directory"));
+  Connect();
+  coordinator_.Send(LaunchMessage("job-1", 1, {0}));
+  std::optional<FakeCoordinator::Received> exit = coordinator_.AwaitExit("job-1", 0);
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->message.rank_exited().exit_code(), 127);
+  EXPECT_THAT(exit->message.rank_exited().stderr_tail(),
+              ElementsAre("chorus-worker could not start /opt/chorus/chorus-rank: No such file or "
+                          "directory"));
+  EXPECT_EQ(agent_->live_ranks(), 0);
+}
+
+TEST_F(AgentTest, StopSendsSigtermThenSigkillAfterTheGrace) {
+  Connect();
+  coordinator_.Send(LaunchMessage("job-1", 1, {0, 1, 2}));
+  ASSERT_EQ(launcher_->AwaitRanks(3).size(), 3u);
+  std::shared_ptr<FakeRank> stubborn = launcher_->RankOf("job-1", 0);
+  std::shared_ptr<FakeRank> polite = launcher_->RankOf("job-1", 1);
+  std::shared_ptr<FakeRank> spared = launcher_->RankOf("job-1", 2);
+  stubborn->IgnoreSigterm();
+  EXPECT_TRUE(Eventually([&] { return agent_->live_ranks() == 3; }));
+
+  coordinator_.Send(StopMessage("job-1", {0, 1}, 0.3));
+  std::optional<FakeCoordinator::Received> polite_exit = coordinator_.AwaitExit("job-1", 1);
+  ASSERT_TRUE(polite_exit.has_value());
+  EXPECT_EQ(polite_exit->message.rank_exited().exit_code(), -SIGTERM);
+  std::optional<FakeCoordinator::Received> stubborn_exit = coordinator_.AwaitExit("job-1", 0);
+  ASSERT_TRUE(stubborn_exit.has_value());
+  EXPECT_EQ(stubborn_exit->message.rank_exited().exit_code(), -SIGKILL);
+
+  std::vector<SignalSent> signals = stubborn->signals();
+  ASSERT_EQ(signals.size(), 2u);
+  EXPECT_EQ(signals[0].signal, SIGTERM);
+  EXPECT_TRUE(signals[0].group);
+  EXPECT_EQ(signals[1].signal, SIGKILL);
+  EXPECT_TRUE(signals[1].group);
+  EXPECT_GE(signals[1].at - signals[0].at, absl::Milliseconds(300));
+  // The one that left on SIGTERM gets nothing more, even after the grace.
+  absl::SleepFor(absl::Milliseconds(400));
+  signals = polite->signals();
+  ASSERT_EQ(signals.size(), 1u);
+  EXPECT_EQ(signals[0].signal, SIGTERM);
+  EXPECT_TRUE(signals[0].group);
+  EXPECT_THAT(spared->signals(), IsEmpty());
+  EXPECT_EQ(agent_->live_ranks(), 1);
+}
+
+TEST_F(AgentTest, CheckpointSendsSigusr1ToTheRankProcessOnly) {
+  Connect();
+  coordinator_.Send(LaunchMessage("job-1", 1, {0, 1}));
+  coordinator_.Send(LaunchMessage("job-2", 1, {2}));
+  ASSERT_EQ(launcher_->AwaitRanks(3).size(), 3u);
+  // One slot, then (no slots) the whole job.
+  coordinator_.Send(CheckpointMessage("job-1", {1}));
+  coordinator_.Send(CheckpointMessage("job-1", {}));
+  std::shared_ptr<FakeRank> slot0 = launcher_->RankOf("job-1", 0);
+  ASSERT_TRUE(launcher_->RankOf("job-1", 1)->AwaitSignals(2));
+  ASSERT_TRUE(slot0->AwaitSignals(1));
+  // Both checkpoints are handled now: the job-2 rank was never among the
+  // ranks to signal.
+  std::vector<SignalSent> signals = launcher_->RankOf("job-1", 1)->signals();
+  ASSERT_EQ(signals.size(), 2u);
+  for (const SignalSent& s : signals) {
+    EXPECT_EQ(s.signal, SIGUSR1);
+    EXPECT_FALSE(s.group);
+  }
+  signals = slot0->signals();
+  ASSERT_EQ(signals.size(), 1u);
+  EXPECT_EQ(signals[0].signal, SIGUSR1);
+  EXPECT_FALSE(signals[0].group);
+  EXPECT_THAT(launcher_->RankOf("job-2", 2)->signals(), IsEmpty());
+  EXPECT_EQ(agent_->live_ranks(), 3);
+}
+
+TEST_F(AgentTest, ExitWhileDisconnectedIsReportedAfterReconnecting) {
+  Connect();
+  coordinator_.Send(LaunchMessage("job-1", 5, {0, 1}));
+  ASSERT_EQ(launcher_->AwaitRanks(2).size(), 2u);
+  EXPECT_TRUE(Eventually([&] { return agent_->live_ranks() == 2; }));
+
+  coordinator_.Refuse(true);
+  coordinator_.Drop();
+  // The agent has noticed once it has tried again.
+  ASSERT_TRUE(Eventually([&] { return coordinator_.refused() >= 1; }));
+  std::shared_ptr<FakeRank> leaving = launcher_->RankOf("job-1", 0);
+  leaving->Print("lost my data");
+  leaving->Exit(2);
+  ASSERT_TRUE(Eventually([&] { return agent_->live_ranks() == 1; }));
+  coordinator_.Refuse(false);
+
+  std::optional<v1::AgentHello> hello = coordinator_.AwaitHello(2);
+  ASSERT_TRUE(hello.has_value());
+  // The rank still running is announced so the coordinator can take it back.
+  ASSERT_EQ(hello->running_size(), 1);
+  EXPECT_EQ(hello->running(0).job_id(), "job-1");
+  EXPECT_EQ(hello->running(0).generation(), 5);
+  EXPECT_EQ(hello->running(0).slot(), 1);
+  EXPECT_EQ(hello->running(0).pid(), launcher_->RankOf("job-1", 1)->pid());
+  std::optional<FakeCoordinator::Received> exit = coordinator_.AwaitExit("job-1", 0);
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->connection, 2);
+  EXPECT_EQ(exit->message.rank_exited().exit_code(), 2);
+  EXPECT_THAT(exit->message.rank_exited().stderr_tail(), ElementsAre("lost my data"));
+  // The surviving rank was left alone.
+  EXPECT_THAT(launcher_->RankOf("job-1", 1)->signals(), IsEmpty());
+}
+
+TEST_F(AgentTest, RanksStopWhenTheCoordinatorStaysAwayPastTheWindow) {
+  options_.reconnect_window = absl::Milliseconds(300);
+  Connect();
+  coordinator_.Send(LaunchMessage("job-1", 1, {0}));
+  ASSERT_EQ(launcher_->AwaitRanks(1).size(), 1u);
+  std::shared_ptr<FakeRank> rank = launcher_->RankOf("job-1", 0);
+  EXPECT_TRUE(Eventually([&] { return agent_->live_ranks() == 1; }));
+  coordinator_.Refuse(true);
+  const absl::Time dropped = absl::Now();
+  coordinator_.Drop();
+  ASSERT_TRUE(rank->AwaitSignals(1));
+  const std::vector<SignalSent> signals = rank->signals();
+  EXPECT_EQ(signals[0].signal, SIGTERM);
+  EXPECT_TRUE(signals[0].group);
+  EXPECT_GE(signals[0].at - dropped, absl::Milliseconds(300));
+  EXPECT_TRUE(Eventually([&] { return agent_->live_ranks() == 0; }));
+}
+
+TEST_F(AgentTest, StopStopsEveryRankAndRunReturns) {
+  Connect();
+  coordinator_.Send(LaunchMessage("job-1", 1, {0, 1}));
+  ASSERT_EQ(launcher_->AwaitRanks(2).size(), 2u);
+  std::shared_ptr<FakeRank> stubborn = launcher_->RankOf("job-1", 0);
+  std::shared_ptr<FakeRank> polite = launcher_->RankOf("job-1", 1);
+  stubborn->IgnoreSigterm();
+  EXPECT_TRUE(Eventually([&] { return agent_->live_ranks() == 2; }));
+
+  agent_->Stop();
+  ASSERT_TRUE(RunReturns());
+  EXPECT_TRUE(run_status_.ok()) << run_status_;
+  EXPECT_TRUE(Eventually([&] { return agent_->live_ranks() == 0; }));
+  std::vector<SignalSent> signals = polite->signals();
+  ASSERT_EQ(signals.size(), 1u);
+  EXPECT_EQ(signals[0].signal, SIGTERM);
+  signals = stubborn->signals();
+  ASSERT_EQ(signals.size(), 2u);
+  EXPECT_EQ(signals[0].signal, SIGTERM);
+  EXPECT_EQ(signals[1].signal, SIGKILL);
+  EXPECT_GE(signals[1].at - signals[0].at, options_.stop_grace);
+}
+
+// Note [Stopping while launching] in agent.cc: Stop() while Launch is
+// inside Start() for one rank of a launch.
+TEST_F(AgentTest, StopWhileARankIsStartingStopsThatRank) {
+  launcher_->HoldStarts();
+  launcher_->IgnoreSigtermInNewRanks();
+  Connect();
+  coordinator_.Send(LaunchMessage("job-1", 1, {0, 1}));
+  ASSERT_TRUE(launcher_->AwaitStarts(1));
+  agent_->Stop();
+  launcher_->ReleaseStarts();
+  ASSERT_TRUE(RunReturns());
+  std::vector<std::shared_ptr<FakeRank>> ranks = launcher_->AwaitRanks(1);
+  ASSERT_GE(ranks.size(), 1u);
+  // The rank that was starting is stopped like any other: SIGTERM, then
+  // SIGKILL after the grace (it ignores SIGTERM)...
+  ASSERT_TRUE(ranks[0]->AwaitSignals(2));
+  const std::vector<SignalSent> signals = ranks[0]->signals();
+  EXPECT_EQ(signals[0].signal, SIGTERM);
+  EXPECT_EQ(signals[1].signal, SIGKILL);
+  EXPECT_GE(signals[1].at - signals[0].at, options_.stop_grace);
+  EXPECT_TRUE(Eventually([&] { return agent_->live_ranks() == 0; }));
+  // ...and the rest of the launch is not started at all.
+  EXPECT_EQ(launcher_->starts(), 1);
+}
+
+TEST_F(AgentTest, FirstConnectionGivesUpAfterTheConnectTimeout) {
+  coordinator_.Refuse(true);
+  options_.connect_timeout = absl::Milliseconds(300);
+  StartAgent();
+  ASSERT_TRUE(RunReturns());
+  EXPECT_TRUE(absl::IsUnavailable(run_status_)) << run_status_;
+  EXPECT_THAT(run_status_.message(),
+              HasSubstr(absl::StrCat("no coordinator answered at ", options_.coordinator)));
+  EXPECT_GE(coordinator_.refused(), 1);
+}
+
+}  // namespace
+}  // namespace chorus

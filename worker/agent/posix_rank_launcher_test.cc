@@ -1,0 +1,215 @@
+// PosixRankLauncher against real processes (/bin/sh scripts): output lines,
+// exit codes and signals, process groups, start failures.
+#include "worker/agent/posix_rank_launcher.h"
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace chorus {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+constexpr absl::Duration kPatience = absl::Seconds(10);
+
+RankCommand Shell(const std::string& script, std::vector<std::string> env = {}) {
+  return RankCommand{{"/bin/sh", "-c", script}, std::move(env)};
+}
+
+// Whether `pid` has exited (gone, or a zombie its parent has not reaped).
+bool Dead(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  if (!std::getline(stat, text)) return true;
+  const size_t name_end = text.rfind(')');
+  return name_end == std::string::npos || text.substr(name_end + 2, 1) == "Z";
+}
+
+// Polls (bounded by kPatience) until `pid` has exited.
+bool BecomesDead(pid_t pid) {
+  const absl::Time deadline = absl::Now() + kPatience;
+  while (!Dead(pid)) {
+    if (absl::Now() > deadline) return false;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return true;
+}
+
+// Every line until the output ends (bounded by kPatience).
+std::vector<std::string> AllLines(RankProcess& process) {
+  std::vector<std::string> lines;
+  const absl::Time deadline = absl::Now() + kPatience;
+  while (true) {
+    absl::StatusOr<std::string> line = process.ReadLine(deadline);
+    if (!line.ok()) {
+      EXPECT_TRUE(absl::IsOutOfRange(line.status())) << line.status();
+      return lines;
+    }
+    lines.push_back(*line);
+  }
+}
+
+TEST(PosixRankLauncherTest, ReadsStdoutAndStderrAndTheExitCode) {
+  PosixRankLauncher launcher;
+  auto process = launcher.Start(
+      Shell("echo one; echo two >&2; printf \"$CHORUS_JOB_ID\"; exit 3", {"CHORUS_JOB_ID=j-7"}));
+  ASSERT_TRUE(process.ok()) << process.status();
+  EXPECT_GT((*process)->pid(), 0);
+  EXPECT_THAT(AllLines(**process), ElementsAre("one", "two", "j-7"));
+  EXPECT_EQ((*process)->Wait(absl::Now() + kPatience).value_or(-1000), 3);
+  // The exit is remembered; signals after it go nowhere.
+  (*process)->SignalGroup(SIGKILL);
+  EXPECT_EQ((*process)->Wait(absl::Now()).value_or(-1000), 3);
+}
+
+TEST(PosixRankLauncherTest, DeadlinesAreKeptWhileTheProcessIsQuiet) {
+  PosixRankLauncher launcher;
+  auto process = launcher.Start(Shell("exec sleep 30"));
+  ASSERT_TRUE(process.ok()) << process.status();
+  const absl::Time start = absl::Now();
+  EXPECT_TRUE(
+      absl::IsDeadlineExceeded((*process)->ReadLine(start + absl::Milliseconds(100)).status()));
+  EXPECT_TRUE(
+      absl::IsDeadlineExceeded((*process)->Wait(absl::Now() + absl::Milliseconds(100)).status()));
+  const absl::Duration waited = absl::Now() - start;
+  EXPECT_GE(waited, absl::Milliseconds(200));
+  EXPECT_LT(waited, absl::Seconds(5));
+  (*process)->SignalGroup(SIGTERM);
+  EXPECT_EQ((*process)->Wait(absl::Now() + kPatience).value_or(-1000), -SIGTERM);
+}
+
+// Reads the mask of signals `field` ("SigBlk", "SigIgn") of the process
+// that runs it from /proc.
+uint64_t SignalMaskOf(RankProcess& process, const std::string& field) {
+  for (const std::string& line : AllLines(process)) {
+    uint64_t mask = 0;
+    if (absl::StartsWith(line, field + ":") &&
+        absl::SimpleHexAtoi(absl::StripAsciiWhitespace(line.substr(field.size() + 1)), &mask))
+      return mask;
+  }
+  ADD_FAILURE() << "no " << field << " line";
+  return 0;
+}
+
+uint64_t Bit(int signal) { return uint64_t{1} << (signal - 1); }
+
+TEST(PosixRankLauncherTest, RankGetsDefaultSignalsAndSigusr1Blocked) {
+  // As in chorus-worker: the launching thread blocks SIGINT and SIGTERM (for
+  // a signal thread) and the process ignores SIGPIPE.
+  sigset_t agent_mask, old_mask;
+  sigemptyset(&agent_mask);
+  sigaddset(&agent_mask, SIGINT);
+  sigaddset(&agent_mask, SIGTERM);
+  ASSERT_EQ(pthread_sigmask(SIG_BLOCK, &agent_mask, &old_mask), 0);
+  struct sigaction ignore {
+  }, old_pipe{};
+  ignore.sa_handler = SIG_IGN;
+  ASSERT_EQ(sigaction(SIGPIPE, &ignore, &old_pipe), 0);
+
+  // grep itself reads its own status: no shell in between to reset masks.
+  PosixRankLauncher launcher;
+  auto blocked = launcher.Start({{"/bin/grep", "^SigBlk", "/proc/self/status"}, {}});
+  auto ignored = launcher.Start({{"/bin/grep", "^SigIgn", "/proc/self/status"}, {}});
+  pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
+  sigaction(SIGPIPE, &old_pipe, nullptr);
+  ASSERT_TRUE(blocked.ok()) << blocked.status();
+  ASSERT_TRUE(ignored.ok()) << ignored.status();
+
+  EXPECT_EQ(SignalMaskOf(**blocked, "SigBlk"), Bit(SIGUSR1));
+  EXPECT_EQ(SignalMaskOf(**ignored, "SigIgn") & (Bit(SIGTERM) | Bit(SIGINT) | Bit(SIGPIPE)), 0u);
+  EXPECT_EQ((*blocked)->Wait(absl::Now() + kPatience).value_or(-1000), 0);
+  EXPECT_EQ((*ignored)->Wait(absl::Now() + kPatience).value_or(-1000), 0);
+}
+
+TEST(PosixRankLauncherTest, ProcessGroupIsSignalledAndKilledWithTheRank) {
+  // The shell leads the group; a background sleep is a second member that
+  // would outlive the shell if the launcher did not kill the group.
+  PosixRankLauncher launcher;
+  // (The trap comes after the sleep, which keeps SIGTERM's default, and
+  // before the echo, so no SIGTERM can reach the shell before it.)
+  auto process = launcher.Start(Shell("sleep 30 & trap '' TERM; echo $!; wait $!"));
+  ASSERT_TRUE(process.ok()) << process.status();
+  absl::StatusOr<std::string> line = (*process)->ReadLine(absl::Now() + kPatience);
+  ASSERT_TRUE(line.ok()) << line.status();
+  pid_t sleeper = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(*line, &sleeper)) << *line;
+  EXPECT_EQ(getpgid(sleeper), (*process)->pid());
+  // SIGTERM reaches the sleep (the shell ignores it), the shell's wait
+  // returns and the shell exits 143 (128 + SIGTERM) for its child.
+  (*process)->SignalGroup(SIGTERM);
+  EXPECT_EQ((*process)->Wait(absl::Now() + kPatience).value_or(-1000), 128 + SIGTERM);
+  EXPECT_TRUE(BecomesDead(sleeper));
+}
+
+TEST(PosixRankLauncherTest, LeftoversOfTheGroupDieWhenTheRankExits) {
+  PosixRankLauncher launcher;
+  // The background sleep keeps the output pipe open, so read one line only.
+  auto process = launcher.Start(Shell("sleep 30 & echo $!; exit 0"));
+  ASSERT_TRUE(process.ok()) << process.status();
+  absl::StatusOr<std::string> line = (*process)->ReadLine(absl::Now() + kPatience);
+  ASSERT_TRUE(line.ok()) << line.status();
+  pid_t sleeper = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(*line, &sleeper)) << *line;
+  EXPECT_EQ((*process)->Wait(absl::Now() + kPatience).value_or(-1000), 0);
+  // The sleep is no child of ours; it has to die (killed with the group).
+  EXPECT_TRUE(BecomesDead(sleeper)) << "pid " << sleeper << " outlived its rank";
+  EXPECT_TRUE(absl::IsOutOfRange((*process)->ReadLine(absl::Now() + kPatience).status()));
+}
+
+TEST(PosixRankLauncherTest, SignalReachesTheProcessAlone) {
+  PosixRankLauncher launcher;
+  auto process =
+      launcher.Start(Shell("sleep 30 & trap 'echo term; exit 5' TERM; echo $!; wait $!"));
+  ASSERT_TRUE(process.ok()) << process.status();
+  absl::StatusOr<std::string> line = (*process)->ReadLine(absl::Now() + kPatience);
+  ASSERT_TRUE(line.ok()) << line.status();
+  pid_t sleeper = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(*line, &sleeper)) << *line;
+  (*process)->Signal(SIGTERM);
+  line = (*process)->ReadLine(absl::Now() + kPatience);
+  ASSERT_TRUE(line.ok()) << line.status();
+  EXPECT_EQ(*line, "term");
+  // The other member of the group did not get it...
+  EXPECT_FALSE(Dead(sleeper));
+  // ...and is killed once the rank's exit has been seen.
+  EXPECT_EQ((*process)->Wait(absl::Now() + kPatience).value_or(-1000), 5);
+  EXPECT_TRUE(BecomesDead(sleeper)) << "pid " << sleeper << " outlived its rank";
+}
+
+TEST(PosixRankLauncherTest, MissingProgramIsNotFoundAndNamed) {
+  PosixRankLauncher launcher;
+  auto process = launcher.Start(RankCommand{{"/nonexistent/chorus-rank"}, {}});
+  ASSERT_FALSE(process.ok());
+  EXPECT_TRUE(absl::IsNotFound(process.status())) << process.status();
+  EXPECT_THAT(process.status().message(),
+              HasSubstr("could not start /nonexistent/chorus-rank: No such file or directory"));
+  EXPECT_TRUE(absl::IsInvalidArgument(launcher.Start(RankCommand{}).status()));
+}
+
+TEST(PosixRankLauncherTest, DestroyingARunningProcessKillsAndReapsIt) {
+  PosixRankLauncher launcher;
+  pid_t pid = 0;
+  {
+    auto process = launcher.Start(Shell("exec sleep 30"));
+    ASSERT_TRUE(process.ok()) << process.status();
+    pid = (*process)->pid();
+  }
+  // Killed and reaped, not left a zombie: the pid is gone.
+  EXPECT_FALSE(std::ifstream("/proc/" + std::to_string(pid) + "/stat").good());
+}
+
+}  // namespace
+}  // namespace chorus
