@@ -31,10 +31,10 @@ void AddCancelCommand(CLI::App& app, const GlobalOptions& global, int& exit_code
       return;
     }
     if (*json) {
-      std::cout << ToJson(response.job());
+      *global.out << ToJson(response.job());
     } else {
-      std::cout << response.job().job_id() << ": " << StateName(response.job().state()) << " ("
-                << response.job().reason() << ")\n";
+      *global.out << response.job().job_id() << ": " << StateName(response.job().state()) << " ("
+                  << response.job().reason() << ")\n";
     }
     exit_code = kExitOk;
   });

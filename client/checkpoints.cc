@@ -77,12 +77,12 @@ void AddCheckpointsCommand(CLI::App& app, const GlobalOptions& global, int& exit
       return;
     }
     if (*json) {
-      std::cout << ToJson(response);
+      *global.out << ToJson(response);
     } else if (response.checkpoints().empty()) {
-      std::cout << *job_id << " has no checkpoints\n";
+      *global.out << *job_id << " has no checkpoints\n";
     } else {
-      std::cout << absl::StrFormat("%-10s %-20s %-6s %-12s %s\n", "STEP", "COMMITTED", "RANKS",
-                                   "SIZE", "FILES");
+      *global.out << absl::StrFormat("%-10s %-20s %-6s %-12s %s\n", "STEP", "COMMITTED", "RANKS",
+                                     "SIZE", "FILES");
       for (const v1::CheckpointManifest& m : response.checkpoints()) {
         int64_t bytes = 0;
         std::string files;
@@ -92,9 +92,9 @@ void AddCheckpointsCommand(CLI::App& app, const GlobalOptions& global, int& exit
         }
         // storage SHARED_DIR: where the files are.
         if (!m.directory().empty()) files += "  in " + m.directory();
-        std::cout << absl::StrFormat("%-10d %-20s %-6d %-12s %s\n", m.step(),
-                                     FormatTime(m.commit_time_us()), m.world_size(),
-                                     absl::StrFormat("%.1f MB", bytes / 1048576.0), files);
+        *global.out << absl::StrFormat("%-10d %-20s %-6d %-12s %s\n", m.step(),
+                                       FormatTime(m.commit_time_us()), m.world_size(),
+                                       absl::StrFormat("%.1f MB", bytes / 1048576.0), files);
       }
     }
     exit_code = kExitOk;
@@ -123,7 +123,6 @@ void AddExportCommand(CLI::App& app, const GlobalOptions& global, int& exit_code
                 "Write the job's TorchScript module (model.torchscript.path of its spec) with the "
                 "checkpoint's weights; torch.jit.load reads it.");
   cmd->callback([job_id, step, rank, output, script, &global, &exit_code] {
-    ConfigureSecurity(global);
     std::string module_path;
     if (*script) {
       v1::GetJobRequest get;
@@ -148,7 +147,7 @@ void AddExportCommand(CLI::App& app, const GlobalOptions& global, int& exit_code
       }
       module_path = job.spec().model().torchscript().path();
     }
-    auto stub = v1::CheckpointService::NewStub(MakeCoordinatorChannel(global.coordinator));
+    auto stub = v1::CheckpointService::NewStub(CoordinatorChannel(global));
     absl::StatusOr<std::string> bytes =
         DownloadCheckpointFile(*stub, *job_id, *step, ModelFileName(*rank),
                                absl::Seconds(std::max(60.0, global.timeout_seconds)));
@@ -162,7 +161,7 @@ void AddExportCommand(CLI::App& app, const GlobalOptions& global, int& exit_code
       std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
       out << *bytes;
       if (!out) {
-        std::cerr << "chorus export: cannot write " << path << "\n";
+        *global.err << "chorus export: cannot write " << path << "\n";
         exit_code = kExitFailure;
         return;
       }
@@ -174,18 +173,18 @@ void AddExportCommand(CLI::App& app, const GlobalOptions& global, int& exit_code
         exit_code = ReportError("export", s, global);
         return;
       }
-      std::cerr << "chorus export: wrote " << path << " (" << module_path
-                << " with the checkpoint's weights; torch.jit.load reads it)\n";
+      *global.err << "chorus export: wrote " << path << " (" << module_path
+                  << " with the checkpoint's weights; torch.jit.load reads it)\n";
       exit_code = kExitOk;
       return;
     }
     if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-      std::cerr << "chorus export: cannot write " << path << "\n";
+      *global.err << "chorus export: cannot write " << path << "\n";
       exit_code = kExitFailure;
       return;
     }
-    std::cerr << "chorus export: wrote " << path << " (" << bytes->size()
-              << " bytes; torch.load reads it)\n";
+    *global.err << "chorus export: wrote " << path << " (" << bytes->size()
+                << " bytes; torch.load reads it)\n";
     exit_code = kExitOk;
   });
 }
@@ -217,17 +216,17 @@ void AddCheckpointCommand(CLI::App& app, const GlobalOptions& global, int& exit_
         return;
       }
     }
-    std::cout << *job_id << ": checkpoint requested (ranks at step " << response.step()
-              << "; newest committed: "
-              << (response.newest_checkpoint_step() > 0
-                      ? absl::StrCat("step ", response.newest_checkpoint_step())
-                      : std::string("none"))
-              << ")\n";
+    *global.out << *job_id << ": checkpoint requested (ranks at step " << response.step()
+                << "; newest committed: "
+                << (response.newest_checkpoint_step() > 0
+                        ? absl::StrCat("step ", response.newest_checkpoint_step())
+                        : std::string("none"))
+                << ")\n";
     if (!*wait) {
       exit_code = kExitOk;
       return;
     }
-    std::cout.flush();
+    global.out->flush();
     const absl::Time deadline = absl::Now() + absl::Seconds(*wait_seconds);
     while (absl::Now() < deadline) {
       v1::ListCheckpointsRequest list_request;
@@ -243,7 +242,7 @@ void AddCheckpointCommand(CLI::App& app, const GlobalOptions& global, int& exit_
       }
       for (const v1::CheckpointManifest& m : list.checkpoints()) {
         if (m.step() > response.newest_checkpoint_step() && m.step() >= response.step()) {
-          std::cout << *job_id << ": checkpoint at step " << m.step() << " committed\n";
+          *global.out << *job_id << ": checkpoint at step " << m.step() << " committed\n";
           exit_code = kExitOk;
           return;
         }
@@ -256,15 +255,15 @@ void AddCheckpointCommand(CLI::App& app, const GlobalOptions& global, int& exit_
       if (FromGrpcStatus(JobStub(global)->GetJob(&job_context, get, &job)).ok() &&
           (job.state() == v1::Job::SUCCEEDED || job.state() == v1::Job::FAILED ||
            job.state() == v1::Job::CANCELLED)) {
-        std::cerr << "chorus checkpoint: " << *job_id << " ended (" << StateName(job.state())
-                  << ") before a new checkpoint was committed\n";
+        *global.err << "chorus checkpoint: " << *job_id << " ended (" << StateName(job.state())
+                    << ") before a new checkpoint was committed\n";
         exit_code = kExitFailure;
         return;
       }
       absl::SleepFor(absl::Milliseconds(250));
     }
-    std::cerr << "chorus checkpoint: no new checkpoint of " << *job_id << " committed within "
-              << *wait_seconds << " s\n";
+    *global.err << "chorus checkpoint: no new checkpoint of " << *job_id << " committed within "
+                << *wait_seconds << " s\n";
     exit_code = kExitFailure;
   });
 }

@@ -1,16 +1,32 @@
 // The chorus CLI's subcommands, one file each. Each Add*Command registers a
 // CLI11 subcommand on `app`; when it runs it stores the process exit code in
 // `exit_code` (0 success, 1 runtime failure, 2 bad input).
+//
+// Thread-safety: build and run an app on one thread; `global` must outlive
+// the app (the commands keep a reference to it).
+//
+// Example:
+//   CLI::App app;
+//   GlobalOptions global;
+//   global.channel = server->InProcessChannel(grpc::ChannelArguments());  // a test's fake
+//   int exit_code = kExitOk;
+//   AddJobsCommand(app, global, exit_code);
+//   app.parse(argc, argv);
 #ifndef CHORUS_CLIENT_COMMANDS_H_
 #define CHORUS_CLIENT_COMMANDS_H_
 
+#include <iostream>
+#include <memory>
+#include <ostream>
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "grpcpp/channel.h"
 
 namespace chorus::client {
 
-// Options every subcommand that talks to the coordinator shares.
+// Options every subcommand that talks to the coordinator shares, and where
+// the commands print.
 struct GlobalOptions {
   std::string coordinator = "127.0.0.1:29650";
   double timeout_seconds = 5;
@@ -20,14 +36,21 @@ struct GlobalOptions {
   std::string tls_ca;
   std::string tls_cert;
   std::string tls_key;
+  // When set, every call goes over this channel (its own credentials; the
+  // ones above are not loaded) instead of one dialled to `coordinator`, which
+  // then only names the coordinator in messages. Tests inject a fake's here.
+  std::shared_ptr<grpc::Channel> channel;
+  // Results go to `out`, progress and errors to `err`; not owned.
+  std::ostream* out = &std::cout;
+  std::ostream* err = &std::cerr;
 };
 
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;
 inline constexpr int kExitBadInput = 2;
 
-void AddVersionCommand(CLI::App& app, int& exit_code);
-void AddValidateCommand(CLI::App& app, int& exit_code);
+void AddVersionCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);
+void AddValidateCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);
 void AddPingCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);
 void AddSubmitCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);
 void AddJobsCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);

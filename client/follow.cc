@@ -49,7 +49,8 @@ std::string ProgressLine(const v1::Job& job) {
 
 absl::StatusOr<FollowResult> FollowJob(v1::JobService::Stub& stub, const GlobalOptions& global,
                                        const std::string& job_id, bool cancel_on_interrupt) {
-  const bool tty = isatty(STDERR_FILENO);
+  // Rewrite the line in place only on a terminal (never on an injected stream).
+  const bool tty = global.err == &std::cerr && isatty(STDERR_FILENO);
   FollowResult result;
   int64_t last_step = -1;
   v1::Job::State last_state = v1::Job::STATE_UNSPECIFIED;
@@ -64,7 +65,7 @@ absl::StatusOr<FollowResult> FollowJob(v1::JobService::Stub& stub, const GlobalO
       grpc::ClientContext context;
       SetDeadline(context, global);
       absl::Status s = FromGrpcStatus(stub.CancelJob(&context, cancel, &response));
-      if (!s.ok()) std::cerr << "could not cancel " << job_id << ": " << s.message() << "\n";
+      if (!s.ok()) *global.err << "could not cancel " << job_id << ": " << s.message() << "\n";
     }
     v1::GetJobRequest get;
     get.set_job_id(job_id);
@@ -75,13 +76,13 @@ absl::StatusOr<FollowResult> FollowJob(v1::JobService::Stub& stub, const GlobalO
     if (result.job.latest_metrics().step() != last_step || result.job.state() != last_state) {
       last_step = result.job.latest_metrics().step();
       last_state = result.job.state();
-      std::cerr << (tty ? "\r" : "") << ProgressLine(result.job) << (tty ? "   " : "\n")
-                << std::flush;
+      *global.err << (tty ? "\r" : "") << ProgressLine(result.job) << (tty ? "   " : "\n")
+                  << std::flush;
     }
     if (Ended(result.job.state())) break;
     absl::SleepFor(absl::Milliseconds(250));
   }
-  if (tty) std::cerr << "\n";
+  if (tty) *global.err << "\n";
   return result;
 }
 

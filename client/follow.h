@@ -20,7 +20,7 @@ struct FollowResult {
   bool interrupted = false;
 };
 
-// Polls the job every 250 ms, printing a progress line on stderr whenever
+// Polls the job every 250 ms, printing a progress line on global.err whenever
 // the step changes (rewritten in place on a terminal), until it ends or the
 // user interrupts. On interrupt, cancels the job first if `cancel_on_interrupt`
 // and follows it to its end; otherwise returns at once.

@@ -35,20 +35,20 @@ void AddJobsCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) 
       return;
     }
     if (*json) {
-      std::cout << ToJson(response);
+      *global.out << ToJson(response);
     } else if (response.jobs().empty()) {
-      std::cout << "no jobs\n";
+      *global.out << "no jobs\n";
     } else {
-      std::cout << absl::StrFormat("%-12s %-24s %-10s %-7s %-19s %s\n", "JOB", "NAME", "STATE",
-                                   "RANKS", "SUBMITTED", "REASON");
+      *global.out << absl::StrFormat("%-12s %-24s %-10s %-7s %-19s %s\n", "JOB", "NAME", "STATE",
+                                     "RANKS", "SUBMITTED", "REASON");
       for (const v1::Job& job : response.jobs()) {
         const v1::ResourceSpec& r = job.spec().resources();
         std::string ranks = r.min_ranks() == r.max_ranks()
                                 ? std::to_string(r.min_ranks())
                                 : absl::StrFormat("%d-%d", r.min_ranks(), r.max_ranks());
-        std::cout << absl::StrFormat("%-12s %-24s %-10s %-7s %-19s %s\n", job.job_id(),
-                                     job.spec().name(), StateName(job.state()), ranks,
-                                     FormatTime(job.submit_time_us()), job.reason());
+        *global.out << absl::StrFormat("%-12s %-24s %-10s %-7s %-19s %s\n", job.job_id(),
+                                       job.spec().name(), StateName(job.state()), ranks,
+                                       FormatTime(job.submit_time_us()), job.reason());
       }
     }
     exit_code = kExitOk;

@@ -52,19 +52,19 @@ void AddLogsCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) 
         return;
       }
       if (request.after_seq() == 0 && response.dropped() > 0 && !request.tail()) {
-        std::cerr << "chorus logs: " << response.dropped()
-                  << " older line(s) of this job were not kept\n";
+        *global.err << "chorus logs: " << response.dropped()
+                    << " older line(s) of this job were not kept\n";
       }
       for (const v1::LogLine& line : response.lines()) {
         if (*json) {
-          std::cout << ToJson(line, /*one_line=*/true) << "\n";
+          *global.out << ToJson(line, /*one_line=*/true) << "\n";
         } else if (line.rank() >= 0) {
-          std::cout << absl::StrFormat("[rank %d] %s\n", line.rank(), line.text());
+          *global.out << absl::StrFormat("[rank %d] %s\n", line.rank(), line.text());
         } else {
-          std::cout << absl::StrFormat("[slot %d] %s\n", line.slot(), line.text());
+          *global.out << absl::StrFormat("[slot %d] %s\n", line.slot(), line.text());
         }
       }
-      std::cout.flush();
+      global.out->flush();
       request.set_after_seq(response.next_seq());
       request.set_tail(false);
       request.set_max_lines(0);

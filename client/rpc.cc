@@ -19,16 +19,22 @@ void ConfigureSecurity(const GlobalOptions& global) {
   absl::StatusOr<ClientSecurity> security =
       LoadClientSecurity(global.token_file, global.tls_ca, global.tls_cert, global.tls_key);
   if (!security.ok()) {
-    std::cerr << "chorus: " << security.status().message() << "\n";
+    *global.err << "chorus: " << security.status().message() << "\n";
+    global.err->flush();
     std::exit(kExitBadInput);
   }
   ConfigureClient(*std::move(security));
   configured = true;
 }
 
-std::unique_ptr<v1::JobService::Stub> JobStub(const GlobalOptions& global) {
+std::shared_ptr<grpc::Channel> CoordinatorChannel(const GlobalOptions& global) {
+  if (global.channel != nullptr) return global.channel;
   ConfigureSecurity(global);
-  return v1::JobService::NewStub(MakeCoordinatorChannel(global.coordinator));
+  return MakeCoordinatorChannel(global.coordinator);
+}
+
+std::unique_ptr<v1::JobService::Stub> JobStub(const GlobalOptions& global) {
+  return v1::JobService::NewStub(CoordinatorChannel(global));
 }
 
 void SetDeadline(grpc::ClientContext& context, const GlobalOptions& global) {
@@ -37,13 +43,14 @@ void SetDeadline(grpc::ClientContext& context, const GlobalOptions& global) {
 
 int ReportError(const std::string& command, const absl::Status& status,
                 const GlobalOptions& global) {
-  std::cerr << "chorus " << command << ": " << status.message();
+  std::ostream& err = *global.err;
+  err << "chorus " << command << ": " << status.message();
   if (status.code() == absl::StatusCode::kUnavailable ||
       status.code() == absl::StatusCode::kDeadlineExceeded) {
-    std::cerr << " (coordinator " << global.coordinator
-              << "; is it running? `chorus ping` checks, --coordinator picks another)";
+    err << " (coordinator " << global.coordinator
+        << "; is it running? `chorus ping` checks, --coordinator picks another)";
   }
-  std::cerr << "\n";
+  err << "\n";
   return status.code() == absl::StatusCode::kInvalidArgument ? kExitBadInput : kExitFailure;
 }
 

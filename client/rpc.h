@@ -1,5 +1,14 @@
 // What the chorus subcommands share to call the coordinator: stubs, deadlines,
 // turning errors into messages and exit codes, and printing protos.
+//
+// Thread-safety: ConfigureSecurity must run before other threads make
+// channels; the rest keep no state.
+//
+// Example:
+//   grpc::ClientContext context;
+//   SetDeadline(context, global);
+//   absl::Status s = FromGrpcStatus(JobStub(global)->GetJob(&context, request, &job));
+//   if (!s.ok()) exit_code = ReportError("status", s, global);
 #ifndef CHORUS_CLIENT_RPC_H_
 #define CHORUS_CLIENT_RPC_H_
 
@@ -11,6 +20,7 @@
 #include "chorus/v1/coordinator.grpc.pb.h"
 #include "client/commands.h"
 #include "google/protobuf/message.h"
+#include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
 
 namespace chorus::client {
@@ -18,12 +28,15 @@ namespace chorus::client {
 // Loads the credentials `global` names (once per process) for every channel
 // made afterwards. On a bad file it prints the problem and exits with 2.
 void ConfigureSecurity(const GlobalOptions& global);
-// A JobService stub for --coordinator, with the credentials configured.
+// global.channel if set; otherwise a channel to --coordinator with the
+// credentials configured.
+std::shared_ptr<grpc::Channel> CoordinatorChannel(const GlobalOptions& global);
+// A JobService stub over CoordinatorChannel(global).
 std::unique_ptr<v1::JobService::Stub> JobStub(const GlobalOptions& global);
 // Every call carries the --timeout deadline.
 void SetDeadline(grpc::ClientContext& context, const GlobalOptions& global);
-// Prints "chorus CMD: message" (with a hint when nothing answered) and
-// returns the exit code: 2 for bad input, 1 otherwise.
+// Prints "chorus CMD: message" (with a hint when nothing answered) on
+// global.err and returns the exit code: 2 for bad input, 1 otherwise.
 int ReportError(const std::string& command, const absl::Status& status,
                 const GlobalOptions& global);
 // The message as JSON with the proto field names (the stable --json format);

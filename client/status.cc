@@ -30,36 +30,36 @@ void AddStatusCommand(CLI::App& app, const GlobalOptions& global, int& exit_code
       return;
     }
     if (*json) {
-      std::cout << ToJson(status);
+      *global.out << ToJson(status);
       exit_code = kExitOk;
       return;
     }
     const v1::Job& job = status.job();
-    std::cout << job.job_id() << " (" << job.spec().name() << "): " << StateName(job.state());
-    if (!job.reason().empty()) std::cout << " - " << job.reason();
-    std::cout << "\n  submitted " << FormatTime(job.submit_time_us()) << ", started "
-              << FormatTime(job.start_time_us()) << ", ended " << FormatTime(job.end_time_us())
-              << "\n  generation " << job.generation() << ", world size " << job.world_size()
-              << "\n";
+    *global.out << job.job_id() << " (" << job.spec().name() << "): " << StateName(job.state());
+    if (!job.reason().empty()) *global.out << " - " << job.reason();
+    *global.out << "\n  submitted " << FormatTime(job.submit_time_us()) << ", started "
+                << FormatTime(job.start_time_us()) << ", ended " << FormatTime(job.end_time_us())
+                << "\n  generation " << job.generation() << ", world size " << job.world_size()
+                << "\n";
     if (status.ranks().empty()) {
-      std::cout << "Ranks: none yet\n";
+      *global.out << "Ranks: none yet\n";
     } else {
-      std::cout << absl::StrFormat("Ranks:\n  %-5s %-16s %-8s %-9s %-8s %-11s %-9s %s\n", "RANK",
-                                   "HOST", "PID", "STATE", "STEP", "PHASE", "HEARTBEAT",
-                                   "LAST_SEQ");
+      *global.out << absl::StrFormat("Ranks:\n  %-5s %-16s %-8s %-9s %-8s %-11s %-9s %s\n", "RANK",
+                                     "HOST", "PID", "STATE", "STEP", "PHASE", "HEARTBEAT",
+                                     "LAST_SEQ");
       for (const v1::RankStatus& r : status.ranks()) {
-        std::cout << absl::StrFormat(
+        *global.out << absl::StrFormat(
             "  %-5d %-16s %-8d %-9s %-8d %-11s %-9s %d\n", r.rank(), r.host(), r.pid(),
             v1::RankStatus::State_Name(r.state()), r.step(), v1::Phase_Name(r.phase()),
             absl::StrFormat("%.1fs", r.heartbeat_age_seconds()), r.last_completed_seq());
       }
     }
     if (status.diagnoses().empty()) {
-      std::cout << "Problems: none\n";
+      *global.out << "Problems: none\n";
     } else {
-      std::cout << "Problems:\n";
+      *global.out << "Problems:\n";
       for (const v1::Diagnosis& d : status.diagnoses()) {
-        std::cout << "  " << v1::Diagnosis::Kind_Name(d.kind()) << " " << d.message() << "\n";
+        *global.out << "  " << v1::Diagnosis::Kind_Name(d.kind()) << " " << d.message() << "\n";
       }
     }
     exit_code = kExitOk;

@@ -35,7 +35,7 @@ void AddSubmitCommand(CLI::App& app, const GlobalOptions& global, int& exit_code
   cmd->callback([path, resume_from, json, wait, cancel_on_interrupt, &global, &exit_code] {
     absl::StatusOr<v1::JobSpec> spec = LoadUserJobSpec(*path);
     if (!spec.ok()) {
-      std::cerr << "chorus submit: " << spec.status().message() << "\n";
+      *global.err << "chorus submit: " << spec.status().message() << "\n";
       exit_code = kExitBadInput;
       return;
     }
@@ -52,7 +52,7 @@ void AddSubmitCommand(CLI::App& app, const GlobalOptions& global, int& exit_code
     }
     if (*wait) {
       CatchInterrupts();
-      std::cerr << "chorus submit: queued " << response.job_id() << "\n";
+      *global.err << "chorus submit: queued " << response.job_id() << "\n";
       absl::StatusOr<FollowResult> followed =
           FollowJob(*JobStub(global), global, response.job_id(), *cancel_on_interrupt);
       if (!followed.ok()) {
@@ -60,18 +60,18 @@ void AddSubmitCommand(CLI::App& app, const GlobalOptions& global, int& exit_code
         return;
       }
       const v1::Job& job = followed->job;
-      std::cerr << "chorus submit: " << job.job_id() << " " << StateName(job.state())
-                << (job.reason().empty() ? "" : ": " + job.reason()) << "\n";
-      std::cout << (*json ? ToJson(job) : job.job_id() + "\n");
+      *global.err << "chorus submit: " << job.job_id() << " " << StateName(job.state())
+                  << (job.reason().empty() ? "" : ": " + job.reason()) << "\n";
+      *global.out << (*json ? ToJson(job) : job.job_id() + "\n");
       exit_code = ExitCodeFor(*followed);
       return;
     }
     if (*json) {
-      std::cout << ToJson(response);
+      *global.out << ToJson(response);
     } else {
-      std::cout << response.job_id() << "\n";
-      std::cerr << "chorus submit: queued " << response.job_id() << " (" << spec->name()
-                << "); `chorus status " << response.job_id() << "` follows it\n";
+      *global.out << response.job_id() << "\n";
+      *global.err << "chorus submit: queued " << response.job_id() << " (" << spec->name()
+                  << "); `chorus status " << response.job_id() << "` follows it\n";
     }
     exit_code = kExitOk;
   });

@@ -88,18 +88,18 @@ void AddUpCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) {
   cmd->callback([local, path, state_dir, json, resume_from, &global, &exit_code] {
     absl::StatusOr<v1::JobSpec> spec = LoadUserJobSpec(*path);
     if (!spec.ok()) {
-      std::cerr << "chorus up: " << spec.status().message() << "\n";
+      *global.err << "chorus up: " << spec.status().message() << "\n";
       exit_code = kExitBadInput;
       return;
     }
     if (absl::Status s = CheckRuntimeSupport(*spec); !s.ok()) {
-      std::cerr << "chorus up: " << s.message() << "\n";
+      *global.err << "chorus up: " << s.message() << "\n";
       exit_code = kExitBadInput;
       return;
     }
     if (spec->resources().min_ranks() > *local) {
-      std::cerr << "chorus up: the job needs resources.min_ranks = "
-                << spec->resources().min_ranks() << " slots; --local gives " << *local << "\n";
+      *global.err << "chorus up: the job needs resources.min_ranks = "
+                  << spec->resources().min_ranks() << " slots; --local gives " << *local << "\n";
       exit_code = kExitBadInput;
       return;
     }
@@ -108,8 +108,8 @@ void AddUpCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) {
     const std::string worker_bin = bin + "/../worker/chorus-worker";
     for (const std::string& b : {coordinator_bin, worker_bin}) {
       if (access(b.c_str(), X_OK) != 0) {
-        std::cerr << "chorus up: " << b << " is missing; build it with `bazel build "
-                  << "//coordinator:chorus-coordinator //worker:chorus-worker`\n";
+        *global.err << "chorus up: " << b << " is missing; build it with `bazel build "
+                    << "//coordinator:chorus-coordinator //worker:chorus-worker`\n";
         exit_code = kExitFailure;
         return;
       }
@@ -119,7 +119,7 @@ void AddUpCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) {
     if (temporary) {
       char tmpl[] = "/tmp/chorus-up-XXXXXX";
       if (mkdtemp(tmpl) == nullptr) {
-        std::cerr << "chorus up: cannot create a temporary state directory\n";
+        *global.err << "chorus up: cannot create a temporary state directory\n";
         exit_code = kExitFailure;
         return;
       }
@@ -152,7 +152,8 @@ void AddUpCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) {
       if (temporary) std::filesystem::remove_all(dir);
     };
     if (port.empty()) {
-      std::cerr << "chorus up: the coordinator did not start; see " << dir << "/coordinator.log\n";
+      *global.err << "chorus up: the coordinator did not start; see " << dir
+                  << "/coordinator.log\n";
       temporary = false;  // keep the log
       teardown();
       exit_code = kExitFailure;
@@ -160,6 +161,7 @@ void AddUpCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) {
     }
     GlobalOptions local_global = global;
     local_global.coordinator = "127.0.0.1:" + port;
+    local_global.channel = nullptr;  // talk to the coordinator started here
     worker = Spawn(
         {worker_bin, "--coordinator", local_global.coordinator, "--slots", std::to_string(*local),
          "--threads_per_rank", std::to_string(spec->resources().threads_per_rank())},
@@ -180,8 +182,8 @@ void AddUpCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) {
         return;
       }
     }
-    std::cerr << "chorus up: " << submitted.job_id() << " on " << *local
-              << " local slot(s); logs in " << dir << "\n";
+    *global.err << "chorus up: " << submitted.job_id() << " on " << *local
+                << " local slot(s); logs in " << dir << "\n";
     absl::StatusOr<FollowResult> followed =
         FollowJob(*stub, local_global, submitted.job_id(), /*cancel_on_interrupt=*/true);
     if (!followed.ok()) {
@@ -191,16 +193,16 @@ void AddUpCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) {
     }
     const v1::Job& job = followed->job;
     const v1::Metrics& m = job.latest_metrics();
-    std::cerr << "chorus up: " << job.job_id() << " " << StateName(job.state()) << ": "
-              << job.reason();
+    *global.err << "chorus up: " << job.job_id() << " " << StateName(job.state()) << ": "
+                << job.reason();
     if (job.state() == v1::Job::SUCCEEDED) {
-      std::cerr << absl::StrFormat("; test accuracy %.4f, test loss %.4f after %d steps",
-                                   m.eval_accuracy(), m.eval_loss(), m.step());
+      *global.err << absl::StrFormat("; test accuracy %.4f, test loss %.4f after %d steps",
+                                     m.eval_accuracy(), m.eval_loss(), m.step());
     }
-    std::cerr << "\n";
+    *global.err << "\n";
     if (job.state() == v1::Job::FAILED) temporary = false;  // keep the logs for a look
     teardown();
-    if (*json) std::cout << UpJsonLine(job) << std::endl;
+    if (*json) *global.out << UpJsonLine(job) << std::endl;
     exit_code = ExitCodeFor(*followed);
   });
 }

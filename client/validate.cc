@@ -10,7 +10,7 @@
 
 namespace chorus::client {
 
-void AddValidateCommand(CLI::App& app, int& exit_code) {
+void AddValidateCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) {
   CLI::App* cmd = app.add_subcommand(
       "validate",
       "Check a job spec (.textproto/.pbtxt, .json, .yaml/.yml). Prints the normalized spec "
@@ -24,25 +24,25 @@ void AddValidateCommand(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_flag_callback(
       "--json", [output] { *output = "json"; }, "Same as --output json.");
-  cmd->callback([path, output, &exit_code] {
+  cmd->callback([path, output, &global, &exit_code] {
     absl::StatusOr<v1::JobSpec> spec = LoadUserJobSpec(*path);
     if (!spec.ok()) {
-      std::cerr << "chorus validate: " << spec.status().message() << "\n";
+      *global.err << "chorus validate: " << spec.status().message() << "\n";
       exit_code = kExitBadInput;
       return;
     }
     if (*output == "text") {
-      std::cout << JobSpecToText(*spec);
+      *global.out << JobSpecToText(*spec);
     } else if (*output == "json") {
-      std::cout << JobSpecToJson(*spec);
+      *global.out << JobSpecToJson(*spec);
     }
-    std::cerr << "chorus validate: " << *path << " is valid (" << spec->resources().min_ranks()
-              << (spec->resources().max_ranks() != spec->resources().min_ranks()
-                      ? "-" + std::to_string(spec->resources().max_ranks())
-                      : "")
-              << " ranks)\n";
+    *global.err << "chorus validate: " << *path << " is valid (" << spec->resources().min_ranks()
+                << (spec->resources().max_ranks() != spec->resources().min_ranks()
+                        ? "-" + std::to_string(spec->resources().max_ranks())
+                        : "")
+                << " ranks)\n";
     if (absl::Status support = CheckRuntimeSupport(*spec); !support.ok()) {
-      std::cerr << "chorus validate: note: the spec is valid, but " << support.message() << "\n";
+      *global.err << "chorus validate: note: the spec is valid, but " << support.message() << "\n";
     }
     exit_code = kExitOk;
   });

@@ -10,17 +10,17 @@
 
 namespace chorus::client {
 
-void AddVersionCommand(CLI::App& app, int& exit_code) {
+void AddVersionCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) {
   CLI::App* cmd = app.add_subcommand("version", "Print the Chorus version and build features.");
   auto json = std::make_shared<bool>(false);
   cmd->add_flag("--json", *json, "Print {\"version\", \"api\", \"cuda\"}.");
-  cmd->callback([json, &exit_code] {
+  cmd->callback([json, &global, &exit_code] {
     if (*json) {
-      std::cout << "{\"version\": \"" << kVersion << "\", \"api\": \"" << kApiVersion
-                << "\", \"cuda\": " << (BuiltWithCuda() ? "true" : "false") << "}\n";
+      *global.out << "{\"version\": \"" << kVersion << "\", \"api\": \"" << kApiVersion
+                  << "\", \"cuda\": " << (BuiltWithCuda() ? "true" : "false") << "}\n";
     } else {
-      std::cout << "chorus " << kVersion << " (api " << kApiVersion
-                << ", cuda: " << (BuiltWithCuda() ? "yes" : "no") << ")\n";
+      *global.out << "chorus " << kVersion << " (api " << kApiVersion
+                  << ", cuda: " << (BuiltWithCuda() ? "yes" : "no") << ")\n";
     }
     exit_code = kExitOk;
   });

@@ -86,7 +86,7 @@ void AddWatchCommand(CLI::App& app, const GlobalOptions& global, int& exit_code)
     v1::Job::State last_state = v1::Job::STATE_UNSPECIFIED;
     while (reader->Read(&event)) {
       if (event.has_state()) last_state = event.state();
-      std::cout << (*json ? ToJson(event, /*one_line=*/true) : DescribeEvent(event)) << std::endl;
+      *global.out << (*json ? ToJson(event, /*one_line=*/true) : DescribeEvent(event)) << std::endl;
     }
     grpc::Status status = reader->Finish();
     done.store(true);

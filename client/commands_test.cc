@@ -1,0 +1,611 @@
+// The chorus subcommands as a user runs them (the real app, RunChorus), over
+// an injected channel to an in-memory coordinator: exit codes, the requests
+// they send and what they print.
+
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "checkpoint/layout.h"
+#include "client/cli.h"
+#include "client/fake_coordinator.h"
+#include "common/job_spec.h"
+#include "common/version.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/util/json_util.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+
+namespace chorus::client {
+namespace {
+
+using ::google::protobuf::util::JsonStringToMessage;
+using ::google::protobuf::util::MessageDifferencer;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::SizeIs;
+using ::testing::StartsWith;
+
+constexpr char kGoodSpec[] =
+    "name: \"mnist-mlp\"\n"
+    "model { mlp {} }\n"
+    "data { synthetic {} }\n"
+    "resources { min_ranks: 2 max_ranks: 4 }\n";
+
+// One bad value in each of two fields.
+constexpr char kBadSpec[] =
+    "model: {mlp: {}}\n"
+    "data: {synthetic: {}}\n"
+    "strategy: {ddp: {bucket_cap_mb: -3}}\n"
+    "training: {batch_size_per_rank: -1}\n";
+
+v1::Job MakeJob(const std::string& id, const std::string& name, v1::Job::State state, int min_ranks,
+                int max_ranks, const std::string& reason = "") {
+  v1::Job job;
+  job.set_job_id(id);
+  job.mutable_spec()->set_name(name);
+  job.mutable_spec()->mutable_resources()->set_min_ranks(min_ranks);
+  job.mutable_spec()->mutable_resources()->set_max_ranks(max_ranks);
+  job.set_state(state);
+  job.set_reason(reason);
+  return job;
+}
+
+// The lines of `text`, and a line's whitespace-separated words.
+std::vector<std::string> Lines(const std::string& text) {
+  return absl::StrSplit(text, '\n', absl::SkipEmpty());
+}
+std::vector<std::string> Words(const std::string& line) {
+  return absl::StrSplit(line, ' ', absl::SkipEmpty());
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream bytes;
+  bytes << in.rdbuf();
+  return bytes.str();
+}
+
+class CommandsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(coordinator_.Start().ok());
+    dir_ = ::testing::TempDir();
+    if (dir_.empty() || dir_.back() != '/') dir_ += '/';
+    dir_ += ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+
+  // `chorus --coordinator ADDRESS ARGS...` with calls over `channel`; the
+  // exit code, with what it printed in out_ and err_.
+  int RunAt(const std::string& address, std::shared_ptr<grpc::Channel> channel,
+            const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {"chorus", "--coordinator", address};
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::vector<const char*> pointers;
+    for (const std::string& a : argv) pointers.push_back(a.c_str());
+    out_.str("");
+    err_.str("");
+    GlobalOptions global;
+    global.channel = std::move(channel);
+    global.out = &out_;
+    global.err = &err_;
+    return RunChorus(static_cast<int>(pointers.size()), pointers.data(), global);
+  }
+  // The same against the fake coordinator.
+  int Run(const std::vector<std::string>& args) {
+    return RunAt(coordinator_.address(), coordinator_.channel(), args);
+  }
+
+  // An address nothing listens on (a Unix socket that does not exist; short,
+  // as socket paths are limited to 107 bytes), and a channel to it.
+  std::string DeadAddress() const {
+    return absl::StrCat("unix:/tmp/chorus-commands-test-", getpid(), ".sock");
+  }
+  std::shared_ptr<grpc::Channel> DeadChannel() const {
+    return grpc::CreateChannel(DeadAddress(), grpc::InsecureChannelCredentials());
+  }
+
+  std::string WriteFile(const std::string& name, const std::string& contents) {
+    const std::string path = absl::StrCat(dir_, "/", name);
+    std::ofstream(path) << contents;
+    return path;
+  }
+
+  FakeCoordinator coordinator_;
+  std::string dir_;
+  std::ostringstream out_;
+  std::ostringstream err_;
+};
+
+// ---------------------------------------------------------------- jobs
+
+TEST_F(CommandsTest, JobsPrintsATableOfTheCoordinatorsJobs) {
+  coordinator_.AddJob(MakeJob("job-000001", "mnist", v1::Job::SUCCEEDED, 2, 2));
+  coordinator_.AddJob(MakeJob("job-000002", "resnet", v1::Job::CANCELLED, 2, 4, "user asked"));
+
+  EXPECT_EQ(Run({"jobs"}), kExitOk);
+
+  std::vector<std::string> lines = Lines(out_.str());
+  ASSERT_THAT(lines, SizeIs(3)) << out_.str();
+  EXPECT_THAT(Words(lines[0]), ElementsAre("JOB", "NAME", "STATE", "RANKS", "SUBMITTED", "REASON"));
+  EXPECT_THAT(Words(lines[1]), ElementsAre("job-000001", "mnist", "SUCCEEDED", "2", "-"));
+  EXPECT_THAT(Words(lines[2]),
+              ElementsAre("job-000002", "resnet", "CANCELLED", "2-4", "-", "user", "asked"));
+  EXPECT_EQ(err_.str(), "");
+  ASSERT_THAT(coordinator_.list_jobs_requests(), SizeIs(1));
+  EXPECT_THAT(coordinator_.list_jobs_requests()[0].states(), IsEmpty());
+  EXPECT_EQ(coordinator_.list_jobs_requests()[0].limit(), 0);
+}
+
+TEST_F(CommandsTest, JobsAsksForTheStateAndLimitGiven) {
+  coordinator_.AddJob(MakeJob("job-000001", "mnist", v1::Job::SUCCEEDED, 2, 2));
+  coordinator_.AddJob(MakeJob("job-000002", "resnet", v1::Job::RUNNING, 2, 4));
+  coordinator_.AddJob(MakeJob("job-000003", "bert", v1::Job::RUNNING, 1, 1));
+
+  EXPECT_EQ(Run({"jobs", "--state", "RUNNING", "--limit", "1"}), kExitOk);
+
+  ASSERT_THAT(coordinator_.list_jobs_requests(), SizeIs(1));
+  const v1::ListJobsRequest request = coordinator_.list_jobs_requests()[0];
+  EXPECT_THAT(request.states(), ElementsAre(v1::Job::RUNNING));
+  EXPECT_EQ(request.limit(), 1);
+  std::vector<std::string> lines = Lines(out_.str());
+  ASSERT_THAT(lines, SizeIs(2)) << out_.str();
+  EXPECT_THAT(Words(lines[1]), ElementsAre("job-000002", "resnet", "RUNNING", "2-4", "-"));
+}
+
+TEST_F(CommandsTest, JobsJsonIsTheListJobsResponse) {
+  coordinator_.AddJob(MakeJob("job-000001", "mnist", v1::Job::SUCCEEDED, 2, 2));
+  coordinator_.AddJob(MakeJob("job-000002", "resnet", v1::Job::RUNNING, 2, 4));
+
+  EXPECT_EQ(Run({"jobs", "--json"}), kExitOk);
+
+  v1::ListJobsResponse printed;
+  ASSERT_TRUE(JsonStringToMessage(out_.str(), &printed).ok()) << out_.str();
+  ASSERT_THAT(printed.jobs(), SizeIs(2));
+  EXPECT_TRUE(MessageDifferencer::Equals(printed.jobs(1),
+                                         MakeJob("job-000002", "resnet", v1::Job::RUNNING, 2, 4)))
+      << printed.DebugString();
+  // Proto field names, as documented for --json.
+  EXPECT_THAT(out_.str(), HasSubstr("\"job_id\": \"job-000001\""));
+}
+
+TEST_F(CommandsTest, JobsWithNoneSaysSo) {
+  EXPECT_EQ(Run({"jobs"}), kExitOk);
+  EXPECT_EQ(out_.str(), "no jobs\n");
+}
+
+TEST_F(CommandsTest, AnUnreachableCoordinatorIsNamedWithAHint) {
+  EXPECT_EQ(RunAt(DeadAddress(), DeadChannel(), {"jobs", "--timeout", "2"}), kExitFailure);
+  EXPECT_EQ(out_.str(), "");
+  EXPECT_THAT(err_.str(), StartsWith("chorus jobs: "));
+  EXPECT_THAT(err_.str(),
+              HasSubstr(absl::StrCat("(coordinator ", DeadAddress(),
+                                     "; is it running? `chorus ping` checks, --coordinator "
+                                     "picks another)\n")));
+}
+
+// ---------------------------------------------------------------- status
+
+TEST_F(CommandsTest, StatusShowsRanksAndProblems) {
+  v1::JobStatus status;
+  v1::Job& job = *status.mutable_job();
+  job = MakeJob("job-000002", "resnet", v1::Job::RUNNING, 2, 2);
+  job.set_generation(3);
+  job.set_world_size(2);
+  v1::RankStatus& r0 = *status.add_ranks();
+  r0.set_rank(0);
+  r0.set_host("node-a");
+  r0.set_pid(4242);
+  r0.set_state(v1::RankStatus::TRAINING);
+  r0.set_step(120);
+  r0.set_phase(v1::COLLECTIVE);
+  r0.set_heartbeat_age_seconds(0.4);
+  r0.set_last_completed_seq(57);
+  v1::RankStatus& r1 = *status.add_ranks();
+  r1.set_rank(1);
+  r1.set_host("node-b");
+  r1.set_pid(4343);
+  r1.set_state(v1::RankStatus::TRAINING);
+  r1.set_step(98);
+  r1.set_phase(v1::FORWARD);
+  r1.set_heartbeat_age_seconds(2.5);
+  r1.set_last_completed_seq(55);
+  v1::Diagnosis& d = *status.add_diagnoses();
+  d.set_kind(v1::Diagnosis::STRAGGLER);
+  d.add_ranks(1);
+  d.set_message("rank 1 (node-b) is 1.8x slower than the median rank");
+  coordinator_.SetJobStatus(status);
+
+  EXPECT_EQ(Run({"status", "job-000002"}), kExitOk);
+
+  ASSERT_THAT(coordinator_.status_requests(), SizeIs(1));
+  EXPECT_EQ(coordinator_.status_requests()[0].job_id(), "job-000002");
+  std::vector<std::string> lines = Lines(out_.str());
+  ASSERT_THAT(lines, SizeIs(9)) << out_.str();
+  EXPECT_EQ(lines[0], "job-000002 (resnet): RUNNING");
+  EXPECT_EQ(lines[1], "  submitted -, started -, ended -");
+  EXPECT_EQ(lines[2], "  generation 3, world size 2");
+  EXPECT_EQ(lines[3], "Ranks:");
+  EXPECT_THAT(Words(lines[4]), ElementsAre("RANK", "HOST", "PID", "STATE", "STEP", "PHASE",
+                                           "HEARTBEAT", "LAST_SEQ"));
+  EXPECT_THAT(Words(lines[5]),
+              ElementsAre("0", "node-a", "4242", "TRAINING", "120", "COLLECTIVE", "0.4s", "57"));
+  EXPECT_THAT(Words(lines[6]),
+              ElementsAre("1", "node-b", "4343", "TRAINING", "98", "FORWARD", "2.5s", "55"));
+  EXPECT_EQ(lines[7], "Problems:");
+  EXPECT_EQ(lines[8], "  STRAGGLER rank 1 (node-b) is 1.8x slower than the median rank");
+  EXPECT_EQ(err_.str(), "");
+}
+
+TEST_F(CommandsTest, StatusOfAFailedJobShowsItsReasonAndNoProblems) {
+  // Only the header and the problems: what an ended job prints for its
+  // ranks is not pinned here.
+  v1::Job job = MakeJob("job-000004", "bert", v1::Job::FAILED, 1, 1, "rank 0 exited with 3");
+  coordinator_.AddJob(job);
+
+  EXPECT_EQ(Run({"status", "job-000004"}), kExitOk);
+
+  std::vector<std::string> lines = Lines(out_.str());
+  ASSERT_THAT(lines, SizeIs(testing::Ge(3))) << out_.str();
+  EXPECT_EQ(lines[0], "job-000004 (bert): FAILED - rank 0 exited with 3");
+  EXPECT_EQ(lines.back(), "Problems: none");
+}
+
+TEST_F(CommandsTest, StatusOfAPendingJobHasNoRanksYet) {
+  coordinator_.AddJob(MakeJob("job-000001", "mnist", v1::Job::PENDING, 2, 2));
+
+  EXPECT_EQ(Run({"status", "job-000001"}), kExitOk);
+
+  EXPECT_THAT(out_.str(), StartsWith("job-000001 (mnist): PENDING\n"));
+  EXPECT_THAT(out_.str(), HasSubstr("\nRanks: none yet\nProblems: none\n"));
+}
+
+TEST_F(CommandsTest, StatusJsonIsTheJobStatus) {
+  v1::JobStatus status;
+  *status.mutable_job() = MakeJob("job-000002", "resnet", v1::Job::RUNNING, 2, 2);
+  status.add_ranks()->set_host("node-a");
+  status.add_diagnoses()->set_kind(v1::Diagnosis::DEAD);
+  coordinator_.SetJobStatus(status);
+
+  EXPECT_EQ(Run({"status", "job-000002", "--json"}), kExitOk);
+
+  v1::JobStatus printed;
+  ASSERT_TRUE(JsonStringToMessage(out_.str(), &printed).ok()) << out_.str();
+  EXPECT_TRUE(MessageDifferencer::Equals(printed, status)) << printed.DebugString();
+}
+
+TEST_F(CommandsTest, StatusOfAnUnknownJobNamesItAndExits1) {
+  EXPECT_EQ(Run({"status", "job-424242"}), kExitFailure);
+
+  EXPECT_EQ(out_.str(), "");
+  EXPECT_EQ(err_.str(),
+            "chorus status: no job \"job-424242\"; `chorus jobs` lists the jobs this coordinator "
+            "knows\n");
+  ASSERT_THAT(coordinator_.status_requests(), SizeIs(1));
+  EXPECT_EQ(coordinator_.status_requests()[0].job_id(), "job-424242");
+}
+
+// ---------------------------------------------------------------- cancel
+
+TEST_F(CommandsTest, CancelNamesTheJobAndTheReason) {
+  coordinator_.AddJob(MakeJob("job-000001", "mnist", v1::Job::RUNNING, 2, 2));
+
+  EXPECT_EQ(Run({"cancel", "job-000001", "--reason", "changed my mind"}), kExitOk);
+
+  ASSERT_THAT(coordinator_.cancels(), SizeIs(1));
+  EXPECT_EQ(coordinator_.cancels()[0].job_id(), "job-000001");
+  EXPECT_EQ(coordinator_.cancels()[0].reason(), "changed my mind");
+  EXPECT_EQ(out_.str(), "job-000001: CANCELLED (changed my mind)\n");
+  EXPECT_EQ(err_.str(), "");
+}
+
+TEST_F(CommandsTest, CancelJsonIsTheCancelledJob) {
+  coordinator_.AddJob(MakeJob("job-000001", "mnist", v1::Job::PENDING, 2, 2));
+
+  EXPECT_EQ(Run({"cancel", "--json", "job-000001"}), kExitOk);
+
+  v1::Job printed;
+  ASSERT_TRUE(JsonStringToMessage(out_.str(), &printed).ok()) << out_.str();
+  EXPECT_EQ(printed.job_id(), "job-000001");
+  EXPECT_EQ(printed.state(), v1::Job::CANCELLED);
+}
+
+TEST_F(CommandsTest, CancelOfAnUnknownJobSaysSoAndExits1) {
+  EXPECT_EQ(Run({"cancel", "job-000009"}), kExitFailure);
+
+  ASSERT_THAT(coordinator_.cancels(), SizeIs(1));
+  EXPECT_EQ(coordinator_.cancels()[0].job_id(), "job-000009");
+  EXPECT_EQ(out_.str(), "");
+  EXPECT_EQ(err_.str(),
+            "chorus cancel: no job \"job-000009\"; `chorus jobs` lists the jobs this coordinator "
+            "knows\n");
+}
+
+TEST_F(CommandsTest, CancelOfAnEndedJobIsRefused) {
+  coordinator_.AddJob(MakeJob("job-000001", "mnist", v1::Job::SUCCEEDED, 2, 2));
+
+  EXPECT_EQ(Run({"cancel", "job-000001"}), kExitFailure);
+
+  EXPECT_EQ(err_.str(), "chorus cancel: job job-000001 already ended: SUCCEEDED\n");
+}
+
+TEST_F(CommandsTest, CancelWithoutAJobIsAUsageErrorWithoutACall) {
+  EXPECT_EQ(Run({"cancel"}), kExitBadInput);
+
+  EXPECT_THAT(err_.str(), HasSubstr("job is required"));
+  EXPECT_EQ(coordinator_.calls(), 0);
+}
+
+// ---------------------------------------------------------------- submit
+
+TEST_F(CommandsTest, SubmitSendsTheSpecFileAndPrintsTheJobId) {
+  const std::string path = WriteFile("job.textproto", kGoodSpec);
+  absl::StatusOr<v1::JobSpec> expected = LoadJobSpec(path);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+
+  EXPECT_EQ(Run({"submit", path}), kExitOk);
+
+  ASSERT_THAT(coordinator_.submits(), SizeIs(1));
+  const v1::SubmitJobRequest request = coordinator_.submits()[0];
+  EXPECT_TRUE(MessageDifferencer::Equals(request.spec(), *expected)) << request.DebugString();
+  EXPECT_EQ(request.spec().name(), "mnist-mlp");
+  EXPECT_EQ(request.spec().resources().min_ranks(), 2);
+  EXPECT_EQ(request.spec().resources().max_ranks(), 4);
+  EXPECT_EQ(request.resume_from(), "");
+  EXPECT_EQ(out_.str(), "job-000001\n");
+  EXPECT_EQ(err_.str(),
+            "chorus submit: queued job-000001 (mnist-mlp); `chorus status job-000001` follows "
+            "it\n");
+}
+
+TEST_F(CommandsTest, SubmitPassesResumeFromAndPrintsJson) {
+  const std::string path = WriteFile("job.textproto", kGoodSpec);
+
+  EXPECT_EQ(Run({"submit", "--json", "--resume_from", "job-000007:300", path}), kExitOk);
+
+  ASSERT_THAT(coordinator_.submits(), SizeIs(1));
+  EXPECT_EQ(coordinator_.submits()[0].resume_from(), "job-000007:300");
+  v1::SubmitJobResponse printed;
+  ASSERT_TRUE(JsonStringToMessage(out_.str(), &printed).ok()) << out_.str();
+  EXPECT_EQ(printed.job_id(), "job-000001");
+}
+
+TEST_F(CommandsTest, SubmitOfABadSpecNamesTheFileAndFieldsWithoutACall) {
+  const std::string path = WriteFile("bad.yaml", kBadSpec);
+
+  EXPECT_EQ(Run({"submit", path}), kExitBadInput);
+
+  EXPECT_EQ(coordinator_.calls(), 0);
+  EXPECT_EQ(out_.str(), "");
+  EXPECT_THAT(err_.str(), StartsWith("chorus submit: "));
+  EXPECT_THAT(err_.str(), HasSubstr(path));
+  EXPECT_THAT(err_.str(), HasSubstr("strategy.ddp.bucket_cap_mb: must be > 0, got -3"));
+  EXPECT_THAT(err_.str(), HasSubstr("training.batch_size_per_rank: must be > 0, got -1"));
+}
+
+TEST_F(CommandsTest, SubmitOfAMissingFileNamesItWithoutACall) {
+  const std::string path = absl::StrCat(dir_, "/missing.textproto");
+
+  EXPECT_EQ(Run({"submit", path}), kExitBadInput);
+
+  EXPECT_EQ(coordinator_.calls(), 0);
+  EXPECT_THAT(err_.str(), StartsWith("chorus submit: "));
+  EXPECT_THAT(err_.str(), HasSubstr(path));
+  EXPECT_THAT(err_.str(), HasSubstr("cannot open"));
+}
+
+// ---------------------------------------------------------------- checkpoints
+
+TEST_F(CommandsTest, CheckpointsListsTheManifests) {
+  coordinator_.AddJob(MakeJob("job-000001", "mnist", v1::Job::RUNNING, 2, 2));
+  v1::CheckpointManifest first;
+  first.set_job_id("job-000001");
+  first.set_step(100);
+  first.set_world_size(2);
+  v1::CheckpointFile* model = first.add_files();
+  model->set_name("model.pt");
+  model->set_size(1 << 20);
+  v1::CheckpointFile* state = first.add_files();
+  state->set_name("train_state.pt");
+  state->set_size(1 << 19);
+  v1::CheckpointManifest second = first;
+  second.set_step(200);
+  second.set_world_size(4);
+  second.set_directory("/shared/job-000001/200");
+  coordinator_.SetCheckpoints("job-000001", {first, second});
+
+  EXPECT_EQ(Run({"checkpoints", "job-000001"}), kExitOk);
+
+  ASSERT_THAT(coordinator_.list_checkpoints_requests(), SizeIs(1));
+  EXPECT_EQ(coordinator_.list_checkpoints_requests()[0].job_id(), "job-000001");
+  std::vector<std::string> lines = Lines(out_.str());
+  ASSERT_THAT(lines, SizeIs(3)) << out_.str();
+  EXPECT_THAT(Words(lines[0]), ElementsAre("STEP", "COMMITTED", "RANKS", "SIZE", "FILES"));
+  EXPECT_THAT(Words(lines[1]),
+              ElementsAre("100", "-", "2", "1.5", "MB", "model.pt,train_state.pt"));
+  EXPECT_THAT(Words(lines[2]), ElementsAre("200", "-", "4", "1.5", "MB", "model.pt,train_state.pt",
+                                           "in", "/shared/job-000001/200"));
+}
+
+TEST_F(CommandsTest, CheckpointsOfAJobWithoutAnySaysSo) {
+  coordinator_.AddJob(MakeJob("job-000001", "mnist", v1::Job::PENDING, 2, 2));
+
+  EXPECT_EQ(Run({"checkpoints", "job-000001"}), kExitOk);
+
+  EXPECT_EQ(out_.str(), "job-000001 has no checkpoints\n");
+}
+
+TEST_F(CommandsTest, CheckpointsOfAnUnknownJobExits1) {
+  EXPECT_EQ(Run({"checkpoints", "job-000042"}), kExitFailure);
+
+  EXPECT_EQ(out_.str(), "");
+  EXPECT_THAT(err_.str(), StartsWith("chorus checkpoints: no job \"job-000042\""));
+}
+
+// A file of `size` bytes that differ from offset to offset.
+std::string Pattern(size_t size) {
+  std::string bytes(size, '\0');
+  for (size_t i = 0; i < size; ++i) bytes[i] = static_cast<char>((i * 131 + i / 7) & 0xff);
+  return bytes;
+}
+
+TEST_F(CommandsTest, ExportDownloadsTheCheckpointFileToTheOutputPath) {
+  const std::string bytes = Pattern(300 << 10);  // several chunks
+  coordinator_.SetCheckpointFile("job-000001", 200, ModelFileName(0), bytes);
+  const std::string output = absl::StrCat(dir_, "/model.pt");
+
+  EXPECT_EQ(Run({"export", "job-000001", "--step", "200", "-o", output}), kExitOk);
+
+  ASSERT_THAT(coordinator_.downloads(), SizeIs(1));
+  const v1::DownloadCheckpointRequest request = coordinator_.downloads()[0];
+  EXPECT_EQ(request.job_id(), "job-000001");
+  EXPECT_EQ(request.step(), 200);
+  EXPECT_EQ(request.file_name(), ModelFileName(0));
+  EXPECT_EQ(ReadFile(output), bytes);
+  EXPECT_FALSE(std::filesystem::exists(output + ".tmp"));
+  EXPECT_EQ(err_.str(), absl::StrCat("chorus export: wrote ", output, " (", bytes.size(),
+                                     " bytes; torch.load reads it)\n"));
+}
+
+TEST_F(CommandsTest, ExportAsksForTheRanksModelAndTheNewestStepByDefault) {
+  coordinator_.SetCheckpointFile("job-000001", 100, ModelFileName(1), "old");
+  coordinator_.SetCheckpointFile("job-000001", 300, ModelFileName(1), "newest");
+  const std::string output = absl::StrCat(dir_, "/rank1.pt");
+
+  EXPECT_EQ(Run({"export", "job-000001", "--rank", "1", "-o", output}), kExitOk);
+
+  ASSERT_THAT(coordinator_.downloads(), SizeIs(1));
+  EXPECT_EQ(coordinator_.downloads()[0].step(), 0);
+  EXPECT_EQ(coordinator_.downloads()[0].file_name(), ModelFileName(1));
+  EXPECT_EQ(ReadFile(output), "newest");
+}
+
+TEST_F(CommandsTest, ExportOfADamagedDownloadWritesNothing) {
+  coordinator_.SetCheckpointFile("job-000001", 200, ModelFileName(0), Pattern(1000));
+  coordinator_.set_damage_downloads(true);
+  const std::string output = absl::StrCat(dir_, "/model.pt");
+
+  EXPECT_EQ(Run({"export", "job-000001", "-o", output}), kExitFailure);
+
+  EXPECT_EQ(err_.str(), "chorus export: checkpoint job-000001 model.pt: a chunk arrived damaged\n");
+  EXPECT_FALSE(std::filesystem::exists(output));
+  EXPECT_FALSE(std::filesystem::exists(output + ".tmp"));
+}
+
+TEST_F(CommandsTest, ExportOfAMissingCheckpointSaysSo) {
+  const std::string output = absl::StrCat(dir_, "/model.pt");
+
+  EXPECT_EQ(Run({"export", "job-000001", "--step", "5", "-o", output}), kExitFailure);
+
+  EXPECT_EQ(err_.str(),
+            "chorus export: job job-000001 has no checkpoint file model.pt at step 5\n");
+  EXPECT_FALSE(std::filesystem::exists(output));
+}
+
+// ---------------------------------------------------------------- ping
+
+TEST_F(CommandsTest, PingPrintsServing) {
+  EXPECT_EQ(Run({"ping"}), kExitOk);
+
+  EXPECT_EQ(coordinator_.health_checks(), 1);
+  EXPECT_EQ(out_.str(), absl::StrCat(coordinator_.address(), ": SERVING\n"));
+  EXPECT_EQ(err_.str(), "");
+}
+
+TEST_F(CommandsTest, PingJson) {
+  EXPECT_EQ(Run({"ping", "--json"}), kExitOk);
+
+  EXPECT_EQ(out_.str(), absl::StrCat("{\"coordinator\": \"", coordinator_.address(),
+                                     "\", \"status\": \"SERVING\"}\n"));
+}
+
+TEST_F(CommandsTest, PingOfANotServingCoordinatorExits1) {
+  coordinator_.set_health(grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+
+  EXPECT_EQ(Run({"ping"}), kExitFailure);
+
+  EXPECT_EQ(out_.str(), absl::StrCat(coordinator_.address(), ": NOT_SERVING\n"));
+}
+
+TEST_F(CommandsTest, PingOfNothingGivesUpAtTheTimeoutAndSaysWhatToDo) {
+  const auto start = std::chrono::steady_clock::now();
+
+  EXPECT_EQ(RunAt(DeadAddress(), DeadChannel(), {"ping", "--timeout", "0.5"}), kExitFailure);
+
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  // It waits for a connection until the deadline, and no longer.
+  EXPECT_GE(seconds, 0.4);
+  EXPECT_LT(seconds, 5);
+  EXPECT_EQ(out_.str(), "");
+  EXPECT_EQ(err_.str(), absl::StrCat("chorus ping: no coordinator answered at ", DeadAddress(),
+                                     " within 500ms. Start one with `chorus-coordinator`, or "
+                                     "pass --coordinator HOST:PORT.\n"));
+}
+
+// ---------------------------------------------------------------- validate, version
+
+TEST_F(CommandsTest, ValidatePrintsTheNormalizedSpecWithoutACall) {
+  const std::string path = WriteFile("job.textproto", kGoodSpec);
+
+  EXPECT_EQ(Run({"validate", path}), kExitOk);
+
+  EXPECT_EQ(coordinator_.calls(), 0);
+  EXPECT_THAT(out_.str(), HasSubstr("name: \"mnist-mlp\""));
+  EXPECT_THAT(out_.str(), HasSubstr("bucket_cap_mb: 25"));  // a default filled in
+  EXPECT_THAT(err_.str(),
+              StartsWith(absl::StrCat("chorus validate: ", path, " is valid (2-4 ranks)\n")));
+}
+
+TEST_F(CommandsTest, ValidateJsonIsTheNormalizedSpec) {
+  const std::string path = WriteFile("job.textproto", kGoodSpec);
+  absl::StatusOr<v1::JobSpec> expected = LoadJobSpec(path);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+
+  EXPECT_EQ(Run({"validate", "--output", "json", path}), kExitOk);
+
+  v1::JobSpec printed;
+  ASSERT_TRUE(JsonStringToMessage(out_.str(), &printed).ok()) << out_.str();
+  EXPECT_TRUE(MessageDifferencer::Equals(printed, *expected)) << printed.DebugString();
+}
+
+TEST_F(CommandsTest, ValidateOfABadSpecNamesEveryFieldAndExits2) {
+  const std::string path = WriteFile("bad.yaml", kBadSpec);
+
+  EXPECT_EQ(Run({"validate", path}), kExitBadInput);
+
+  EXPECT_EQ(coordinator_.calls(), 0);
+  EXPECT_EQ(out_.str(), "");
+  EXPECT_THAT(err_.str(), StartsWith("chorus validate: "));
+  EXPECT_THAT(err_.str(), HasSubstr(path));
+  EXPECT_THAT(err_.str(), HasSubstr("strategy.ddp.bucket_cap_mb: must be > 0, got -3"));
+  EXPECT_THAT(err_.str(), HasSubstr("training.batch_size_per_rank: must be > 0, got -1"));
+}
+
+TEST_F(CommandsTest, VersionNamesTheVersionAndApi) {
+  EXPECT_EQ(Run({"version"}), kExitOk);
+
+  EXPECT_THAT(out_.str(), StartsWith(absl::StrCat("chorus ", kVersion, " (api ", kApiVersion)));
+}
+
+TEST_F(CommandsTest, NoSubcommandIsAUsageError) {
+  EXPECT_EQ(Run({}), kExitBadInput);
+
+  EXPECT_THAT(err_.str(), HasSubstr("subcommand"));
+  EXPECT_EQ(coordinator_.calls(), 0);
+}
+
+}  // namespace
+}  // namespace chorus::client
