@@ -84,8 +84,9 @@ std::shared_ptr<grpc::Channel> MakeCoordinatorChannel(const std::string& address
 }
 
 absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> CheckHealth(
-    const std::string& address, absl::Duration timeout) {
-  auto stub = grpc::health::v1::Health::NewStub(MakeCoordinatorChannel(address));
+    const std::shared_ptr<grpc::Channel>& channel, const std::string& address,
+    absl::Duration timeout) {
+  auto stub = grpc::health::v1::Health::NewStub(channel);
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   // Wait for the connection within the deadline instead of failing at once

@@ -3,7 +3,7 @@
 // Thread-safe: the functions keep no state.
 //
 // Example:
-//   absl::StatusOr<ServingStatus> s = CheckHealth("127.0.0.1:29650", absl::Seconds(5));
+//   absl::StatusOr<ServingStatus> s = CheckHealth(channel, "127.0.0.1:29650", absl::Seconds(5));
 #ifndef CHORUS_COMMON_GRPC_UTIL_H_
 #define CHORUS_COMMON_GRPC_UTIL_H_
 
@@ -32,11 +32,13 @@ inline constexpr int kMaxCoordinatorMessageBytes = 32 << 20;
 // on every call if one is).
 std::shared_ptr<grpc::Channel> MakeCoordinatorChannel(const std::string& address);
 
-// Asks the coordinator's grpc.health.v1 service for the server's status.
-// UNAVAILABLE / DEADLINE_EXCEEDED with a message naming `address` when
-// nothing answers within `timeout`.
+// Asks the grpc.health.v1 service behind `channel` (the coordinator at
+// `address`, named in messages) for the whole server's status, waiting up to
+// `timeout` for a connection. UNAVAILABLE / DEADLINE_EXCEEDED with a message
+// naming `address` when nothing answers within `timeout`.
 absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> CheckHealth(
-    const std::string& address, absl::Duration timeout);
+    const std::shared_ptr<grpc::Channel>& channel, const std::string& address,
+    absl::Duration timeout);
 
 }  // namespace chorus
 
