@@ -128,6 +128,7 @@ TEST(ServerOptionsTest, TheLimitsDefaultToTheComponentsDefaults) {
   EXPECT_EQ(options.checkpoint_max_upload_bytes, data.max_upload_bytes);
   EXPECT_EQ(options.checkpoint_data_hello_timeout, data.hello_timeout);
   EXPECT_EQ(options.checkpoint_data_io_timeout, data.io_timeout);
+  EXPECT_EQ(options.grpc_handshake_timeout, kHandshakeTimeout);
 }
 
 class OverloadTest : public CoordinatorFixture {
@@ -288,6 +289,42 @@ TEST_F(OverloadTest, ThousandsOfIdleConnectionsLeavePingAndUploadsWorking) {
     open = OpenDescriptors();
   }
   EXPECT_LE(open, baseline + 16) << "descriptors before the idle connections: " << baseline;
+  ExpectServing();
+}
+
+class SilentGrpcPeerTest : public OverloadTest {
+ protected:
+  void Configure(ServerOptions& options) override {
+    options.grpc_handshake_timeout = absl::Seconds(2);
+  }
+};
+
+TEST_F(SilentGrpcPeerTest, PeersThatNeverStartHttp2AreClosedAfterTheHandshakeTimeout) {
+  std::vector<int> silent = IdleConnections(server_->port(), 100);
+  ASSERT_EQ(silent.size(), 100u);
+  const absl::Time start = absl::Now();
+  ExpectServing();  // meanwhile
+  // The server's HTTP/2 settings and GOAWAY may come first; then the end.
+  std::vector<bool> ended(silent.size(), false);
+  int closed = 0;
+  std::vector<char> sink(4096);
+  for (int round = 0; round < 200 && closed < 100; ++round) {  // 10 s at most
+    for (size_t i = 0; i < silent.size(); ++i) {
+      ssize_t r = 1;
+      while (!ended[i] && (r = ::recv(silent[i], sink.data(), sink.size(), MSG_DONTWAIT)) > 0) {
+      }
+      if (!ended[i] && (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK))) {
+        ended[i] = true;
+        ++closed;
+      }
+    }
+    if (closed < 100) absl::SleepFor(absl::Milliseconds(50));
+  }
+  const absl::Duration waited = absl::Now() - start;
+  EXPECT_EQ(closed, 100);
+  EXPECT_GE(waited, absl::Milliseconds(1500));
+  EXPECT_LT(waited, absl::Seconds(8));
+  CloseAll(silent);
   ExpectServing();
 }
 

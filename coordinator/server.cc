@@ -229,8 +229,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   // still reclaimed: a connection with no call for kMaxConnectionIdle gets
   // a GOAWAY (a client reconnects on its next call, unnoticed), one whose
   // peer stops answering HTTP/2 pings (a crashed host, a cut network) is
-  // closed within kKeepaliveTime + kKeepaliveTimeout, and a TLS handshake
-  // must finish within kHandshakeTimeout.
+  // closed within kKeepaliveTime + kKeepaliveTimeout, and a new connection
+  // must finish its TLS handshake and start HTTP/2 within
+  // options.grpc_handshake_timeout (kHandshakeTimeout; gRPC's default is
+  // 120 s), so a peer that connects and sends nothing is closed after it.
   builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
                              static_cast<int>(absl::ToInt64Milliseconds(kMaxConnectionIdle)));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS,
@@ -239,8 +241,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
                              static_cast<int>(absl::ToInt64Milliseconds(kKeepaliveTimeout)));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
-  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
-                             static_cast<int>(absl::ToInt64Milliseconds(kHandshakeTimeout)));
+  builder.AddChannelArgument(
+      GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+      static_cast<int>(absl::ToInt64Milliseconds(options.grpc_handshake_timeout)));
   builder.RegisterService(health.get());
   builder.RegisterService(store_service.get());
   builder.RegisterService(job_service.get());

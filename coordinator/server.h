@@ -102,6 +102,9 @@ struct ServerOptions {
   // send or receive of a running upload.
   absl::Duration checkpoint_data_hello_timeout = absl::Seconds(10);
   absl::Duration checkpoint_data_io_timeout = absl::Minutes(1);
+  // How long a new gRPC connection may take to set up TLS and start HTTP/2
+  // (a peer that connects and sends nothing is closed after it).
+  absl::Duration grpc_handshake_timeout = kHandshakeTimeout;
 };
 
 // Raises this process's soft limit on open files to its hard limit (each
