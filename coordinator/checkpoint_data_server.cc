@@ -11,6 +11,7 @@
 #include <cstring>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "checkpoint/wire.h"
 #include "common/status_macros.h"
@@ -20,12 +21,22 @@
 namespace chorus {
 namespace {
 
-// Reads the chunks of one upload into `upload` until the end marker.
-absl::Status ReceiveFiles(int fd, CheckpointStore::Upload& upload) {
+// Reads the chunks of one upload into `upload` until the end marker; at
+// most `max_bytes` of file data in all (Note [Hostile peers on the data port]).
+absl::Status ReceiveFiles(int fd, CheckpointStore::Upload& upload, int64_t max_bytes) {
   // One message, reused: the data buffer keeps its capacity from chunk to
   // chunk, and the name is set only on a file's first chunk, as in Upload.
   v1::CheckpointChunk chunk;
   std::string* data = chunk.mutable_data();
+  std::string file;             // the file being received
+  uint64_t finished_bytes = 0;  // of the files before it
+  const uint64_t limit = static_cast<uint64_t>(max_bytes);
+  auto too_big = [&](const std::string& what) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("checkpoint file \"", file, "\": ", what, " (after ", finished_bytes,
+                     " bytes of earlier files) is more than the limit of ", max_bytes,
+                     " bytes per checkpoint (coordinator flag --checkpoint_max_upload_bytes)"));
+  };
   for (;;) {
     char header[kChunkHeaderBytes];
     RETURN_IF_ERROR(ReceiveAll(fd, header, sizeof(header), "a checkpoint chunk header"));
@@ -35,6 +46,17 @@ absl::Status ReceiveFiles(int fd, CheckpointStore::Upload& upload) {
     std::string* name = chunk.mutable_file_name();
     name->resize(h.name_len);
     RETURN_IF_ERROR(ReceiveAll(fd, name->data(), name->size(), "a checkpoint file name"));
+    if (!name->empty()) file = *name;
+    // Refused before any of its data is read (offsets other than what has
+    // arrived are refused by the upload itself). No sum below overflows:
+    // each term is checked against the limit (< 2^63) first.
+    if (h.offset > limit || finished_bytes + h.offset + h.data_len > limit) {
+      return too_big(absl::StrCat("a chunk of ", h.data_len, " bytes at offset ", h.offset));
+    }
+    if ((h.flags & ChunkHeader::kLast) != 0 &&
+        (h.file_size > limit || finished_bytes + h.file_size > limit)) {
+      return too_big(absl::StrCat("a file of ", h.file_size, " bytes"));
+    }
     data->resize(h.data_len);
     RETURN_IF_ERROR(ReceiveAll(fd, data->data(), data->size(), "checkpoint data"));
     chunk.set_offset(static_cast<int64_t>(h.offset));
@@ -43,14 +65,25 @@ absl::Status ReceiveFiles(int fd, CheckpointStore::Upload& upload) {
     chunk.set_file_size(static_cast<int64_t>(h.file_size));
     chunk.set_file_crc32c(h.file_crc32c);
     RETURN_IF_ERROR(upload.AddChunk(chunk));
+    if (chunk.last()) finished_bytes += h.file_size;
   }
+}
+
+// A receive that ran into its timeout (ReceiveAll's UNAVAILABLE says so),
+// rather than a peer that closed or reset the connection.
+bool TimedOut(const absl::Status& status) {
+  return absl::IsUnavailable(status) && absl::StrContains(status.message(), "timed out");
 }
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CheckpointDataServer>> CheckpointDataServer::Start(
-    const std::string& host, int port, CheckpointUploads& uploads, absl::Duration io_timeout,
-    int max_uploads) {
+    const std::string& host, int port, CheckpointUploads& uploads) {
+  return Start(host, port, uploads, Options());
+}
+
+absl::StatusOr<std::unique_ptr<CheckpointDataServer>> CheckpointDataServer::Start(
+    const std::string& host, int port, CheckpointUploads& uploads, Options options) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -73,7 +106,7 @@ absl::StatusOr<std::unique_ptr<CheckpointDataServer>> CheckpointDataServer::Star
     }
     const int one = 1;
     (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (::bind(fd, a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd, 64) != 0) {
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd, SOMAXCONN) != 0) {
       error = errno;
       ::close(fd);
       fd = -1;
@@ -91,8 +124,12 @@ absl::StatusOr<std::unique_ptr<CheckpointDataServer>> CheckpointDataServer::Star
   const int bound_port = bound.ss_family == AF_INET6
                              ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
                              : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  options.max_uploads = std::max(1, options.max_uploads);
+  options.max_connections = std::max(options.max_uploads, options.max_connections);
+  // Keeps ReceiveFiles' sums far from overflowing.
+  options.max_upload_bytes = std::clamp<int64_t>(options.max_upload_bytes, 1, int64_t{1} << 62);
   std::unique_ptr<CheckpointDataServer> server(
-      new CheckpointDataServer(fd, bound_port, uploads, io_timeout, std::max(1, max_uploads)));
+      new CheckpointDataServer(fd, bound_port, uploads, options));
   server->acceptor_ = std::thread([s = server.get()] { s->AcceptLoop(); });
   return server;
 }
@@ -150,11 +187,12 @@ void CheckpointDataServer::AcceptLoop() {
         ++it;
       }
     }
-    if (connections_.size() >= static_cast<size_t>(kMaxConnections)) {
-      // Far more than uploads may run: no thread for this one. The rank
-      // sees the connection closed and reports it.
-      LOG(WARNING) << "checkpoint data port: " << kMaxConnections
-                   << " connections open; closing a new one";
+    if (!MakeRoomLocked()) {
+      // Far more than uploads may run, all of them past their hello: no
+      // thread for this one. The rank sees the connection closed and
+      // uploads over gRPC.
+      LOG_EVERY_N(WARNING, 100) << "checkpoint data port: " << options_.max_connections
+                                << " connections sending uploads or waiting to; closing a new one";
       ::close(fd);
       continue;
     }
@@ -164,11 +202,31 @@ void CheckpointDataServer::AcceptLoop() {
   }
 }
 
+bool CheckpointDataServer::MakeRoomLocked() {
+  int open = 0;
+  Connection* oldest_idle = nullptr;
+  for (Connection& c : connections_) {
+    if (c.done || c.evicted) continue;
+    ++open;
+    if (!c.past_hello && oldest_idle == nullptr) oldest_idle = &c;
+  }
+  if (open < options_.max_connections) return true;
+  if (oldest_idle == nullptr) return false;
+  // Its thread sees the connection end and finishes (AnswerAndClose).
+  ::shutdown(oldest_idle->fd, SHUT_RDWR);
+  oldest_idle->evicted = true;
+  ++idle_dropped_;
+  LOG_EVERY_N(WARNING, 100) << "checkpoint data port: " << options_.max_connections
+                            << " connections open; dropped the oldest one that sent no hello ("
+                            << idle_dropped_ << " so far)";
+  return true;
+}
+
 void CheckpointDataServer::Serve(int fd, Connection* connection) {
-  SetSendTimeout(fd, io_timeout_);
+  SetSendTimeout(fd, options_.io_timeout);
   // The hello comes at once from a rank; a connection that sends nothing
   // gives its thread back soon.
-  SetReceiveTimeout(fd, std::min(io_timeout_, kHelloTimeout));
+  SetReceiveTimeout(fd, std::min(options_.io_timeout, options_.hello_timeout));
   SetNoDelay(fd);
   // The magic first, so that a stray client (an HTTP probe, say) is told
   // what this port is without waiting for the token's bytes.
@@ -181,17 +239,31 @@ void CheckpointDataServer::Serve(int fd, Connection* connection) {
   }
   if (status.ok())
     status = ReceiveAll(fd, hello + kHelloMagicBytes, kTokenBytes, "the upload token");
+  if (TimedOut(status)) {
+    status = absl::UnavailableError(absl::StrCat(
+        "checkpoint data port: ", status.message(), " (a connection must send its hello within ",
+        absl::FormatDuration(options_.hello_timeout), ")"));
+  }
   bool slot = false;
   if (status.ok()) {
     absl::MutexLock lock(&mu_);
-    if (uploads_ < max_uploads_) {
+    if (connection->evicted) {
+      status = absl::UnavailableError("checkpoint data port: connection dropped to make room");
+    } else {
+      connection->past_hello = true;
+    }
+  }
+  if (status.ok()) {
+    absl::MutexLock lock(&mu_);
+    if (uploads_ < options_.max_uploads) {
       ++uploads_;
       slot = true;
     } else {
       // The token stays valid: the rank uploads over gRPC instead, or
       // comes back.
-      status = absl::ResourceExhaustedError(absl::StrCat("checkpoint data port: ", max_uploads_,
-                                                         " uploads are running; upload over gRPC"));
+      status =
+          absl::ResourceExhaustedError(absl::StrCat("checkpoint data port: ", options_.max_uploads,
+                                                    " uploads are running; upload over gRPC"));
     }
   }
   absl::StatusOr<CheckpointUploads::Started> opened =
@@ -205,7 +277,11 @@ void CheckpointDataServer::Serve(int fd, Connection* connection) {
     slot = false;
   };
   if (!opened.ok()) {
-    if (!absl::IsResourceExhausted(opened.status())) {
+    if (absl::IsUnavailable(opened.status())) {
+      // Silent or dropped before its hello: a scan, a flood, or a rank
+      // that died; logged in bulk by the acceptor.
+      VLOG(1) << "checkpoint data port: connection without a hello: " << opened.status();
+    } else if (!absl::IsResourceExhausted(opened.status())) {
       LOG(WARNING) << "checkpoint data port: connection refused: " << opened.status();
     }
     release();
@@ -214,12 +290,18 @@ void CheckpointDataServer::Serve(int fd, Connection* connection) {
   }
   // Accepted: the rank starts sending (its errors from here on are the
   // upload's, not the connection's).
-  SetReceiveTimeout(fd, io_timeout_);
+  SetReceiveTimeout(fd, options_.io_timeout);
   status = SendAll(fd, {EncodeReply(absl::OkStatus())}, "the acceptance of a checkpoint upload");
   const std::string what = absl::StrCat("checkpoint ", opened->grant.manifest.job_id(), " step ",
                                         opened->step, " from rank ", opened->rank);
   const absl::Time start = absl::Now();
-  if (status.ok()) status = ReceiveFiles(fd, *opened->upload);
+  if (status.ok()) status = ReceiveFiles(fd, *opened->upload, options_.max_upload_bytes);
+  if (TimedOut(status)) {
+    status = absl::UnavailableError(
+        absl::StrCat(status.message(), " (the checkpoint data port drops an upload after ",
+                     absl::FormatDuration(options_.io_timeout),
+                     " without progress: coordinator flag --checkpoint_data_timeout_seconds)"));
+  }
   const absl::Time received = absl::Now();
   if (status.ok()) {
     status = checkpoint_uploads_.Complete(*std::move(opened)).status();

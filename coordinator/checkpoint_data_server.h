@@ -10,8 +10,23 @@
 // valid; ranks then upload over gRPC). A connection that sends anything
 // wrong gets the error and is closed; what it sent is deleted.
 //
+// Note [Hostile peers on the data port]: the port is plaintext TCP anyone
+// on the host (or network) may reach, so every way a peer can hold
+// resources is bounded:
+//   - a peer that connects and sends nothing is dropped after
+//     hello_timeout; and when max_connections are open, the oldest
+//     connection still waiting for its hello is dropped to make room, so a
+//     flood of idle connections cannot lock real ranks out (a rank sends
+//     its hello at once);
+//   - a header beyond the wire limits (checkpoint/wire.h: a chunk over
+//     4 MB, a name over 1 KB) or promising more than max_upload_bytes in
+//     all is refused at once, before any of its data is read;
+//   - a peer that stops sending mid-upload is dropped after io_timeout;
+//   - every refused or dropped upload's staging files are deleted.
+//
 // Thread-safety: one thread accepts, one thread serves each connection (at
-// most kMaxConnections at once); Shutdown() may be called from any thread.
+// most max_connections at once, plus the dropped ones while they close);
+// Shutdown() may be called from any thread.
 //
 // Example:
 //   ASSIGN_OR_RETURN(auto data, CheckpointDataServer::Start("127.0.0.1", 0, uploads));
@@ -19,6 +34,7 @@
 #ifndef CHORUS_COORDINATOR_CHECKPOINT_DATA_SERVER_H_
 #define CHORUS_COORDINATOR_CHECKPOINT_DATA_SERVER_H_
 
+#include <cstdint>
 #include <list>
 #include <memory>
 #include <string>
@@ -34,19 +50,37 @@ class CheckpointUploads;
 
 class CheckpointDataServer {
  public:
-  // Connections served at once (most wait to be told RESOURCE_EXHAUSTED);
-  // beyond it a new connection is closed at once.
   static constexpr int kMaxConnections = 256;
   static constexpr int kDefaultMaxUploads = 32;
-  // How long a new connection may take to send its hello.
-  static constexpr absl::Duration kHelloTimeout = absl::Seconds(10);
+  static constexpr int64_t kDefaultMaxUploadBytes = int64_t{64} << 30;
 
-  // Listens on host:port (port 0: any free port). `io_timeout` bounds each
-  // send and receive on a connection (a rank that stops sending frees its
-  // connection after it). UNAVAILABLE if the port cannot be bound.
-  static absl::StatusOr<std::unique_ptr<CheckpointDataServer>> Start(
-      const std::string& host, int port, CheckpointUploads& uploads,
-      absl::Duration io_timeout = absl::Minutes(1), int max_uploads = kDefaultMaxUploads);
+  struct Options {
+    // Bounds each send and receive on a connection once its upload runs (a
+    // rank that stops sending frees its connection after it).
+    absl::Duration io_timeout = absl::Minutes(1);
+    // How long a new connection may take to send its hello.
+    absl::Duration hello_timeout = absl::Seconds(10);
+    // Uploads receiving at once; one more is answered RESOURCE_EXHAUSTED.
+    int max_uploads = kDefaultMaxUploads;
+    // Connections served at once (most wait to be told RESOURCE_EXHAUSTED);
+    // beyond it the oldest one still waiting for its hello is dropped, or,
+    // when there is none, the new one is closed at once.
+    int max_connections = kMaxConnections;
+    // Largest checkpoint (all files of one upload) taken, in bytes
+    // (--checkpoint_max_upload_bytes).
+    int64_t max_upload_bytes = kDefaultMaxUploadBytes;
+  };
+
+  // Listens on host:port (port 0: any free port). UNAVAILABLE if the port
+  // cannot be bound.
+  static absl::StatusOr<std::unique_ptr<CheckpointDataServer>> Start(const std::string& host,
+                                                                     int port,
+                                                                     CheckpointUploads& uploads,
+                                                                     Options options);
+  // With the default Options.
+  static absl::StatusOr<std::unique_ptr<CheckpointDataServer>> Start(const std::string& host,
+                                                                     int port,
+                                                                     CheckpointUploads& uploads);
   ~CheckpointDataServer();  // Shutdown()
   CheckpointDataServer(const CheckpointDataServer&) = delete;
   CheckpointDataServer& operator=(const CheckpointDataServer&) = delete;
@@ -57,16 +91,13 @@ class CheckpointDataServer {
   void Shutdown();
 
  private:
-  CheckpointDataServer(int listen_fd, int port, CheckpointUploads& uploads,
-                       absl::Duration io_timeout, int max_uploads)
-      : listen_fd_(listen_fd),
-        port_(port),
-        checkpoint_uploads_(uploads),
-        io_timeout_(io_timeout),
-        max_uploads_(max_uploads) {}
+  CheckpointDataServer(int listen_fd, int port, CheckpointUploads& uploads, Options options)
+      : listen_fd_(listen_fd), port_(port), checkpoint_uploads_(uploads), options_(options) {}
   struct Connection {
     int fd = -1;  // -1 once closed
     bool done = false;
+    bool past_hello = false;  // its hello arrived: no longer dropped to make room
+    bool evicted = false;     // dropped to make room (its fd is shut down)
     std::thread thread;
   };
 
@@ -78,17 +109,21 @@ class CheckpointDataServer {
   // not lost to a reset.
   void AnswerAndClose(int fd, Connection* connection, const absl::Status& status);
 
+  // Makes room for one more connection (a lock holder's part of
+  // Note [Hostile peers on the data port]); false if there is none.
+  bool MakeRoomLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const int listen_fd_;
   const int port_;
   CheckpointUploads& checkpoint_uploads_;
-  const absl::Duration io_timeout_;
-  const int max_uploads_;
+  const Options options_;
   std::thread acceptor_;
   absl::Mutex join_mu_;  // held while Shutdown joins threads
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::list<Connection> connections_ ABSL_GUARDED_BY(mu_);
-  int uploads_ ABSL_GUARDED_BY(mu_) = 0;  // connections past their hello, sending
+  int uploads_ ABSL_GUARDED_BY(mu_) = 0;           // connections past their hello, sending
+  int64_t idle_dropped_ ABSL_GUARDED_BY(mu_) = 0;  // to make room, for the log
 };
 
 }  // namespace chorus

@@ -36,6 +36,7 @@ class CoordinatorFixture : public ::testing::Test {
     options.state_dir = std::string(std::getenv("TEST_TMPDIR")) + "/coordinator_" +
                         ::testing::UnitTest::GetInstance()->current_test_info()->name();
     server_dir_ = options.state_dir;
+    Configure(options);
     auto server = CoordinatorServer::Start(options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
@@ -44,6 +45,9 @@ class CoordinatorFixture : public ::testing::Test {
     agents_ = v1::AgentService::NewStub(channel_);
     ranks_ = v1::RankService::NewStub(channel_);
   }
+
+  // Tests that need other limits or timeouts change `options` here.
+  virtual void Configure(ServerOptions& /*options*/) {}
 
   std::string Submit(int ranks) {
     auto spec = ParseJobSpec(

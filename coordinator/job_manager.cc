@@ -25,8 +25,13 @@ int JobManager::KeepLast(const v1::JobSpec& spec) {
   return spec.checkpoint().has_keep_last() ? spec.checkpoint().keep_last() : kDefaultKeepLast;
 }
 
-absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(StateStore& state, Clock* clock) {
-  std::unique_ptr<JobManager> manager(new JobManager(state, clock));
+absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(StateStore& state, Clock* clock,
+                                                               int max_pending_jobs) {
+  if (max_pending_jobs < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_pending_jobs must be at least 1, got ", max_pending_jobs));
+  }
+  std::unique_ptr<JobManager> manager(new JobManager(state, clock, max_pending_jobs));
   ASSIGN_OR_RETURN(std::vector<v1::Job> jobs, state.LoadJobs());
   absl::MutexLock lock(&manager->mu_);
   for (v1::Job& job : jobs) {
@@ -106,6 +111,18 @@ absl::StatusOr<v1::Job> JobManager::Submit(v1::JobSpec spec, const std::string& 
           "resume_from must be JOB or JOB:STEP (e.g. job-000003:500), got \"", resume_from, "\""));
     }
     if (!jobs_.count(parts[0])) return NotFound(parts[0]);
+  }
+  // The queue limit: every pending job costs the scheduler a look on each
+  // placement round and a row in `chorus jobs`.
+  const auto pending = std::count_if(jobs_.begin(), jobs_.end(), [](const auto& entry) {
+    return entry.second.state() == v1::Job::PENDING;
+  });
+  if (pending >= max_pending_jobs_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the coordinator's queue is full: ", pending, " jobs are pending, the limit is ",
+        max_pending_jobs_,
+        " (coordinator flag --max_pending_jobs). Submit again once some have started or "
+        "ended, or cancel the ones you no longer need (`chorus jobs`, `chorus cancel JOB`)"));
   }
   v1::Job job;
   job.set_job_id(absl::StrFormat("job-%06d", next_number_));

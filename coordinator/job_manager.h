@@ -30,13 +30,20 @@ namespace chorus {
 
 class JobManager {
  public:
+  // Default of the queue limit (--max_pending_jobs).
+  static constexpr int kDefaultMaxPendingJobs = 5000;
+
   // Loads every job in `state`. `state` and `clock` (null = real time) are
-  // not owned and must outlive the manager.
-  static absl::StatusOr<std::unique_ptr<JobManager>> Create(StateStore& state, Clock* clock);
+  // not owned and must outlive the manager. At most `max_pending_jobs` jobs
+  // wait PENDING at once (jobs loaded from `state` may exceed it; then no
+  // new one is taken until enough have started or ended).
+  static absl::StatusOr<std::unique_ptr<JobManager>> Create(
+      StateStore& state, Clock* clock, int max_pending_jobs = kDefaultMaxPendingJobs);
 
   // Normalizes and validates `spec` (INVALID_ARGUMENT listing every problem),
   // checks `resume_from` ("JOB" or "JOB:STEP", NOT_FOUND for an unknown job),
-  // and stores the new job as PENDING.
+  // and stores the new job as PENDING. RESOURCE_EXHAUSTED when the queue
+  // already holds max_pending_jobs PENDING jobs.
   absl::StatusOr<v1::Job> Submit(v1::JobSpec spec, const std::string& resume_from);
   absl::StatusOr<v1::Job> Get(const std::string& job_id) const;
   // Newest first; only `states` if not empty; at most `limit` (0 = all).
@@ -86,8 +93,8 @@ class JobManager {
   static constexpr int kDefaultKeepLast = 3;
 
  private:
-  JobManager(StateStore& state, Clock* clock)
-      : state_(state), clock_(clock ? clock : &real_clock_) {}
+  JobManager(StateStore& state, Clock* clock, int max_pending_jobs)
+      : state_(state), clock_(clock ? clock : &real_clock_), max_pending_jobs_(max_pending_jobs) {}
   // Applies `change` (which returns the event's reason) to a copy of a job
   // that has not ended, persists it, then publishes it. FAILED_PRECONDITION
   // if the job already ended.
@@ -102,6 +109,7 @@ class JobManager {
   StateStore& state_;
   RealClock real_clock_;
   Clock* const clock_;
+  const int max_pending_jobs_;
   mutable absl::Mutex mu_;
   std::map<std::string, v1::Job> jobs_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int64_t> last_event_seq_ ABSL_GUARDED_BY(mu_);

@@ -92,6 +92,48 @@ TEST(JobManagerTest, BadInputIsRefusedAndNothingIsStored) {
   EXPECT_EQ((*jobs)->Cancel("job-1", "").status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST(JobManagerTest, TheQueueTakesThousandsOfJobsUpToItsLimitAndSaysWhatToDo) {
+  constexpr int kLimit = 1000;
+  const v1::JobSpec spec = Spec("model { mlp {} } data { synthetic {} }");
+  std::string first_id;
+  {
+    auto state = StateStore::Open(Dir("queue_limit"));
+    ASSERT_TRUE(state.ok());
+    auto jobs = JobManager::Create(**state, nullptr, kLimit);
+    ASSERT_TRUE(jobs.ok());
+    for (int i = 0; i < kLimit; ++i) {
+      auto job = (*jobs)->Submit(spec, "");
+      ASSERT_TRUE(job.ok()) << i << ": " << job.status();
+      if (i == 0) first_id = job->job_id();
+    }
+    auto full = (*jobs)->Submit(spec, "");
+    EXPECT_EQ(full.status().code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_EQ(full.status().message(),
+              "the coordinator's queue is full: 1000 jobs are pending, the limit is 1000 "
+              "(coordinator flag --max_pending_jobs). Submit again once some have started or "
+              "ended, or cancel the ones you no longer need (`chorus jobs`, `chorus cancel JOB`)");
+    EXPECT_EQ((*jobs)->List({}, 0).size(), static_cast<size_t>(kLimit)) << "nothing was stored";
+    // A job that starts leaves the queue and makes room.
+    ASSERT_TRUE((*jobs)->MarkRunning(first_id, 1, 1).ok());
+    auto room = (*jobs)->Submit(spec, "");
+    ASSERT_TRUE(room.ok()) << room.status();
+    EXPECT_EQ(room->job_id(), "job-001001");
+    EXPECT_EQ((*jobs)->Submit(spec, "").status().code(), absl::StatusCode::kResourceExhausted);
+  }
+  // Restarted with a smaller limit: the stored jobs stay queued, new ones
+  // wait until the queue is below it.
+  auto state = StateStore::Open(Dir("queue_limit"));
+  ASSERT_TRUE(state.ok());
+  auto jobs = JobManager::Create(**state, nullptr, 10);
+  ASSERT_TRUE(jobs.ok());
+  EXPECT_EQ((*jobs)->List({v1::Job::PENDING}, 0).size(), static_cast<size_t>(kLimit));
+  auto refused = (*jobs)->Submit(spec, "");
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(refused.status().message(), HasSubstr("1000 jobs are pending, the limit is 10"));
+  EXPECT_EQ(JobManager::Create(**state, nullptr, 0).status().message(),
+            "--max_pending_jobs must be at least 1, got 0");
+}
+
 TEST(JobManagerTest, RunningJobsFailAfterARestart) {
   auto state = StateStore::Open(Dir("restart_running"));
   ASSERT_TRUE(state.ok());

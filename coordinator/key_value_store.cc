@@ -6,10 +6,21 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 
 namespace chorus {
 
-KeyValueStore::KeyValueStore(Clock* clock) : clock_(clock != nullptr ? clock : &real_clock_) {
+namespace {
+
+// The job a namespace belongs to (Note [Store quotas]).
+std::string JobOf(const std::string& ns) { return ns.substr(0, ns.find('/')); }
+
+}  // namespace
+
+KeyValueStore::KeyValueStore(Clock* clock) : KeyValueStore(clock, Limits()) {}
+
+KeyValueStore::KeyValueStore(Clock* clock, Limits limits)
+    : clock_(clock != nullptr ? clock : &real_clock_), limits_(limits) {
   expiry_ = std::thread([this] { ExpireLoop(); });
 }
 
@@ -51,16 +62,54 @@ std::vector<KeyValueStore::Waiter> KeyValueStore::TakeSatisfied(const std::strin
   return ready;
 }
 
-absl::Status KeyValueStore::Set(const std::string& ns, const std::string& key, std::string value) {
-  if (value.size() > kMaxValueBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("store: value of key \"", key, "\" is ",
-                                                   value.size(), " bytes; the limit is ",
-                                                   kMaxValueBytes));
+absl::Status KeyValueStore::Put(const std::string& ns, const std::string& key, std::string value) {
+  const std::string job = JobOf(ns);
+  if (value.size() > limits_.max_value_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("store: job \"", job, "\": the value of key \"", key, "\" is ", value.size(),
+                     " bytes, more than the limit of ", limits_.max_value_bytes,
+                     " bytes per value (coordinator flag --store_max_value_bytes)"));
   }
+  Usage& usage = usage_[job];
+  auto it = values_.find({ns, key});
+  const bool is_new = it == values_.end();
+  const size_t old_bytes = is_new ? 0 : key.size() + it->second.size();
+  const size_t new_bytes = key.size() + value.size();
+  if (is_new && usage.keys >= limits_.max_keys_per_job) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("store: job \"", job, "\" already holds ", usage.keys, " keys, the limit of ",
+                     limits_.max_keys_per_job,
+                     " per job (coordinator flag --store_max_keys_per_job); key \"", key,
+                     "\" was not set. Rendezvous needs a few keys per rank and generation: a job "
+                     "that reaches this writes keys in a loop"));
+  }
+  if (usage.bytes - old_bytes + new_bytes > limits_.max_bytes_per_job) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "store: job \"", job, "\" would hold ", usage.bytes - old_bytes + new_bytes,
+        " bytes of keys and values, more than the limit of ", limits_.max_bytes_per_job,
+        " per job (coordinator flag --store_max_bytes_per_job); key \"", key, "\" was not set"));
+  }
+  usage.bytes = usage.bytes - old_bytes + new_bytes;
+  if (is_new) {
+    ++usage.keys;
+    values_.emplace(Key{ns, key}, std::move(value));
+  } else {
+    it->second = std::move(value);
+  }
+  return absl::OkStatus();
+}
+
+KeyValueStore::Usage KeyValueStore::UsageOf(const std::string& job) const {
+  absl::MutexLock lock(&mu_);
+  auto it = usage_.find(job);
+  return it == usage_.end() ? Usage() : it->second;
+}
+
+absl::Status KeyValueStore::Set(const std::string& ns, const std::string& key, std::string value) {
   std::vector<Waiter> ready;
   {
     absl::MutexLock lock(&mu_);
-    values_[{ns, key}] = std::move(value);
+    RETURN_IF_ERROR(Put(ns, key, std::move(value)));
     ready = TakeSatisfied(ns);
   }
   for (Waiter& w : ready) w.done(absl::OkStatus());
@@ -86,7 +135,7 @@ absl::StatusOr<int64_t> KeyValueStore::Add(const std::string& ns, const std::str
           absl::StrCat("store: Add on key \"", key, "\", which holds a non-integer value"));
     }
     value += delta;
-    values_[{ns, key}] = std::to_string(value);
+    RETURN_IF_ERROR(Put(ns, key, std::to_string(value)));
     ready = TakeSatisfied(ns);
   }
   for (Waiter& w : ready) w.done(absl::OkStatus());

@@ -6,12 +6,24 @@
 // the missing keys), when the wait is cancelled, or when the store shuts down.
 // gRPC reactors finish their calls from those callbacks.
 //
+// Quotas (Note [Store quotas]): the job is the namespace up to its first '/'
+// ("job-7" for "job-7/gen-2"). Each job may hold at most
+// limits.max_keys_per_job keys and limits.max_bytes_per_job bytes of keys
+// and values over all its namespaces, and no value may exceed
+// limits.max_value_bytes; a Set or Add beyond them is RESOURCE_EXHAUSTED
+// naming the job, the limit and the coordinator flag that sets it, and
+// changes nothing. A job's rendezvous needs a few keys per rank and
+// generation, so the defaults stop only a runaway writer, and one job at
+// its quota leaves the other jobs' stores working.
+//
 // Thread-safety: every method may be called from any thread. Callbacks run
 // without the store's lock held, on the thread that set the last key, on the
 // store's expiry thread, or on the caller of Cancel().
 //
 // Example:
-//   KeyValueStore kv(&clock);
+//   KeyValueStore::Limits limits;
+//   limits.max_keys_per_job = 1000;
+//   KeyValueStore kv(&clock, limits);
 //   kv.WaitFor("job/gen0", {"0", "1"}, clock.Now() + absl::Seconds(30),
 //              [](absl::Status s) { ... });
 //   kv.Set("job/gen0", "0", "addr0");
@@ -37,15 +49,24 @@ namespace chorus {
 
 class KeyValueStore {
  public:
-  // Largest value accepted by Set (bigger ones are INVALID_ARGUMENT).
+  // Default of Limits::max_value_bytes (the coordinator's gRPC messages
+  // are limited to 32 MB).
   static constexpr size_t kMaxValueBytes = 16 << 20;
   // Most keys one wait may name.
   static constexpr size_t kMaxWaitKeys = 4096;
+
+  // Per-job quotas; the flags named are the coordinator's (main.cc).
+  struct Limits {
+    size_t max_keys_per_job = 100000;              // --store_max_keys_per_job
+    size_t max_bytes_per_job = size_t{256} << 20;  // --store_max_bytes_per_job (keys + values)
+    size_t max_value_bytes = kMaxValueBytes;       // --store_max_value_bytes
+  };
 
   using Done = std::function<void(absl::Status)>;
 
   // `clock` (not owned; null = real time) must outlive the store.
   explicit KeyValueStore(Clock* clock = nullptr);
+  KeyValueStore(Clock* clock, Limits limits);
   KeyValueStore(const KeyValueStore&) = delete;
   KeyValueStore& operator=(const KeyValueStore&) = delete;
   // Finishes every pending wait with UNAVAILABLE and joins the expiry thread.
@@ -64,6 +85,13 @@ class KeyValueStore {
   void Cancel(uint64_t id);
 
   size_t pending_waits() const;
+  // Keys and bytes (keys + values) `job` holds over all its namespaces.
+  struct Usage {
+    size_t keys = 0;
+    size_t bytes = 0;
+  };
+  Usage UsageOf(const std::string& job) const;
+  const Limits& limits() const { return limits_; }
 
  private:
   struct Waiter {
@@ -78,12 +106,18 @@ class KeyValueStore {
   std::vector<std::string> Missing(const Waiter& w) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes and returns the waiters of `ns` that are now satisfied.
   std::vector<Waiter> TakeSatisfied(const std::string& ns) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stores `value` at (ns, key) if the job's quota allows it, keeping the
+  // job's usage current; RESOURCE_EXHAUSTED (nothing changed) otherwise.
+  absl::Status Put(const std::string& ns, const std::string& key, std::string value)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ExpireLoop();
 
   RealClock real_clock_;
   Clock* const clock_;
+  const Limits limits_;
   mutable absl::Mutex mu_;
   std::map<Key, std::string> values_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Usage> usage_ ABSL_GUARDED_BY(mu_);  // by job
   std::map<uint64_t, Waiter> waiters_ ABSL_GUARDED_BY(mu_);
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -40,7 +41,68 @@ TEST(KeyValueStoreTest, SetGetAddAndNamespaces) {
   EXPECT_EQ(*kv.Add("a", "n", 3), 5);
   EXPECT_EQ(kv.Add("a", "k", 1).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(kv.Set("a", "big", std::string(KeyValueStore::kMaxValueBytes + 1, 'x')).code(),
-            absl::StatusCode::kInvalidArgument);
+            absl::StatusCode::kResourceExhausted);
+}
+
+TEST(KeyValueStoreTest, AJobsKeysStopAtItsQuotaWhileOtherJobsKeepWorking) {
+  // The default quota, reached by a job that tries to write a million keys.
+  KeyValueStore kv;
+  const size_t limit = kv.limits().max_keys_per_job;
+  ASSERT_EQ(limit, 100000u);
+  absl::Status refused;
+  size_t written = 0;
+  for (size_t i = 0; i < 1000000; ++i) {
+    refused = kv.Set(i % 2 ? "job-9/gen-1" : "job-9/gen-2", absl::StrCat("k", i), "v");
+    if (!refused.ok()) break;
+    ++written;
+  }
+  EXPECT_EQ(written, limit) << "keys of both generations count against the job";
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(refused.message(),
+            "store: job \"job-9\" already holds 100000 keys, the limit of 100000 per job "
+            "(coordinator flag --store_max_keys_per_job); key \"k100000\" was not set. "
+            "Rendezvous needs a few keys per rank and generation: a job that reaches this "
+            "writes keys in a loop");
+  EXPECT_EQ(kv.Get("job-9/gen-2", "k100000"), std::nullopt);
+  EXPECT_EQ(kv.Add("job-9/gen-2", "counter", 1).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  // Keys it holds may still change; other jobs are untouched.
+  EXPECT_TRUE(kv.Set("job-9/gen-2", "k0", "w").ok());
+  EXPECT_EQ(kv.Get("job-9/gen-2", "k0"), "w");
+  EXPECT_TRUE(kv.Set("job-10/gen-1", "0", "addr").ok());
+  EXPECT_EQ(*kv.Add("job-10/gen-1", "n", 5), 5);
+  EXPECT_EQ(kv.UsageOf("job-9").keys, limit);
+  EXPECT_EQ(kv.UsageOf("job-10").keys, 2u);
+}
+
+TEST(KeyValueStoreTest, BytesAndValueSizeQuotasNameTheJobAndTheFlag) {
+  KeyValueStore::Limits limits;
+  limits.max_bytes_per_job = 1000;
+  limits.max_value_bytes = 600;
+  KeyValueStore kv(nullptr, limits);
+  absl::Status huge = kv.Set("job-1/gen-1", "blob", std::string(601, 'x'));
+  EXPECT_EQ(huge.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(huge.message(),
+            "store: job \"job-1\": the value of key \"blob\" is 601 bytes, more than the limit "
+            "of 600 bytes per value (coordinator flag --store_max_value_bytes)");
+  ASSERT_TRUE(kv.Set("job-1/gen-1", "a", std::string(599, 'x')).ok());  // 600 bytes with its key
+  ASSERT_TRUE(kv.Set("job-1/gen-2", "b", std::string(399, 'x')).ok());  // 1000
+  EXPECT_EQ(kv.UsageOf("job-1").bytes, 1000u);
+  absl::Status full = kv.Set("job-1/gen-2", "c", "");
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(full.message(),
+            "store: job \"job-1\" would hold 1001 bytes of keys and values, more than the limit "
+            "of 1000 per job (coordinator flag --store_max_bytes_per_job); key \"c\" was not set");
+  // Overwriting counts the new value instead of the old one.
+  ASSERT_TRUE(kv.Set("job-1/gen-1", "a", "small").ok());
+  EXPECT_EQ(kv.UsageOf("job-1").bytes, 6u + 400u);
+  EXPECT_TRUE(kv.Set("job-1/gen-2", "c", std::string(500, 'y')).ok());
+  EXPECT_EQ(kv.UsageOf("job-1").bytes, 6u + 400u + 501u);
+  // A namespace without '/' is its own job.
+  EXPECT_EQ(kv.Set("solo", "k", std::string(601, 'z')).code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(kv.Set("solo", "k", std::string(500, 'z')).ok());
+  EXPECT_EQ(kv.UsageOf("solo").bytes, 501u);
 }
 
 TEST(KeyValueStoreTest, WaitCompletesWhenTheLastKeyArrives) {

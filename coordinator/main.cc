@@ -70,6 +70,37 @@ int main(int argc, char** argv) {
          "with their agents before they fail.")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_option("--max_pending_jobs", options.max_pending_jobs,
+                 "Most jobs waiting PENDING at once; one more submission is refused "
+                 "(RESOURCE_EXHAUSTED) until some have started, ended or been cancelled.")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--store_max_keys_per_job", options.store_max_keys_per_job,
+                 "Most rendezvous store keys one job may hold (all its generations).")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--store_max_bytes_per_job", options.store_max_bytes_per_job,
+                 "Most bytes of store keys and values one job may hold.")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--store_max_value_bytes", options.store_max_value_bytes, "Largest store value.")
+      ->check(CLI::Range(int64_t{1}, chorus::kMaxValueLimit))
+      ->capture_default_str();
+  app.add_option("--checkpoint_max_upload_bytes", options.checkpoint_max_upload_bytes,
+                 "Largest checkpoint (all files of one upload) the checkpoint data port takes.")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  double data_hello_seconds = absl::ToDoubleSeconds(options.checkpoint_data_hello_timeout);
+  app.add_option("--checkpoint_data_hello_timeout_seconds", data_hello_seconds,
+                 "How long the checkpoint data port waits for a new connection's hello.")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  double data_io_seconds = absl::ToDoubleSeconds(options.checkpoint_data_io_timeout);
+  app.add_option("--checkpoint_data_timeout_seconds", data_io_seconds,
+                 "How long the checkpoint data port waits on each send or receive of a running "
+                 "upload before it drops the upload (and deletes what it sent).")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_flag("--enable_reflection", options.enable_reflection,
                "Serve gRPC server reflection (for grpcurl and similar tools).");
   app.add_option("--state_dir", options.state_dir,
@@ -81,8 +112,17 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string(chorus::kVersion));
   CLI11_PARSE(app, argc, argv);
   options.recovery_grace = absl::Seconds(recovery_grace_seconds);
+  options.checkpoint_data_hello_timeout = absl::Seconds(data_hello_seconds);
+  options.checkpoint_data_io_timeout = absl::Seconds(data_io_seconds);
 
   chorus::InitLogging(argv[0], verbosity);
+  // Every connection holds a descriptor; the usual soft limit (1024) would
+  // cap the coordinator near a thousand clients.
+  if (absl::StatusOr<uint64_t> files = chorus::RaiseOpenFileLimit(); files.ok()) {
+    LOG(INFO) << "open-file limit " << *files;
+  } else {
+    LOG(WARNING) << files.status().message();
+  }
 
   // Signals are taken synchronously by this thread only; gRPC's threads,
   // created after this, inherit the mask.

@@ -1,8 +1,10 @@
 #include "coordinator/server.h"
 
 #include <dlfcn.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -73,6 +75,22 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
 
 }  // namespace
 
+absl::StatusOr<uint64_t> RaiseOpenFileLimit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) {
+    return absl::InternalError(
+        absl::StrCat("cannot read the open-file limit: ", std::strerror(errno)));
+  }
+  if (limit.rlim_cur < limit.rlim_max) {
+    rlimit raised = limit;
+    raised.rlim_cur = limit.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) return raised.rlim_cur;
+    LOG(WARNING) << "cannot raise the open-file limit from " << limit.rlim_cur << " to "
+                 << limit.rlim_max << ": " << std::strerror(errno);
+  }
+  return limit.rlim_cur;
+}
+
 bool IsLoopbackHost(const std::string& host) {
   return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
 }
@@ -105,7 +123,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   ASSIGN_OR_RETURN(std::unique_ptr<StateDirLock> lock, StateDirLock::Acquire(options.state_dir));
   absl::StatusOr<std::unique_ptr<StateStore>> state = StateStore::Open(options.state_dir);
   absl::StatusOr<std::unique_ptr<JobManager>> jobs =
-      state.ok() ? JobManager::Create(**state, nullptr)
+      state.ok() ? JobManager::Create(**state, nullptr, options.max_pending_jobs)
                  : absl::StatusOr<std::unique_ptr<JobManager>>(state.status());
   if (!jobs.ok()) return jobs.status();
   // Test aid: CHORUS_TEST_FAILPOINT=checkpoint:STAGE (mid_chunk, before_fsync,
@@ -155,8 +173,13 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
                      ": must be a port in [0, 65535], or -1 for none"));
   }
   if (options.checkpoint_data_port >= 0 && options.tls_cert.empty()) {
-    ASSIGN_OR_RETURN(checkpoint_data, CheckpointDataServer::Start(
-                                          host, options.checkpoint_data_port, *checkpoint_uploads));
+    CheckpointDataServer::Options data_options;
+    data_options.hello_timeout = options.checkpoint_data_hello_timeout;
+    data_options.io_timeout = options.checkpoint_data_io_timeout;
+    data_options.max_upload_bytes = options.checkpoint_max_upload_bytes;
+    ASSIGN_OR_RETURN(checkpoint_data,
+                     CheckpointDataServer::Start(host, options.checkpoint_data_port,
+                                                 *checkpoint_uploads, data_options));
     checkpoint_uploads->set_data_port(checkpoint_data->port());
   } else if (options.checkpoint_data_port >= 0) {
     LOG(INFO)
@@ -166,7 +189,20 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   auto rank_service = std::make_unique<RankServiceImpl>(*scheduler, *auth);
 
   auto health = std::make_unique<HealthService>();
-  auto kv = std::make_unique<KeyValueStore>();
+  if (options.store_max_keys_per_job < 1 || options.store_max_bytes_per_job < 1 ||
+      options.store_max_value_bytes < 1 || options.store_max_value_bytes > kMaxValueLimit) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--store_max_keys_per_job, --store_max_bytes_per_job and --store_max_value_bytes must "
+        "be positive, and --store_max_value_bytes at most ",
+        kMaxValueLimit, " (gRPC messages are limited to ", kMaxMessageBytes, " bytes); got ",
+        options.store_max_keys_per_job, ", ", options.store_max_bytes_per_job, ", ",
+        options.store_max_value_bytes));
+  }
+  KeyValueStore::Limits store_limits;
+  store_limits.max_keys_per_job = static_cast<size_t>(options.store_max_keys_per_job);
+  store_limits.max_bytes_per_job = static_cast<size_t>(options.store_max_bytes_per_job);
+  store_limits.max_value_bytes = static_cast<size_t>(options.store_max_value_bytes);
+  auto kv = std::make_unique<KeyValueStore>(nullptr, store_limits);
   auto store_service = std::make_unique<StoreServiceImpl>(*kv, *auth);
   if (options.enable_reflection) {
     // gRPC's reflection library registers itself for every server built
@@ -187,6 +223,27 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  // Note [Idle and dead connections]: every service is on the callback API,
+  // so an open connection costs a descriptor and some memory, never a
+  // thread, and idle ones cannot starve real clients of threads. They are
+  // still reclaimed: a connection with no call for kMaxConnectionIdle gets
+  // a GOAWAY (a client reconnects on its next call, unnoticed), one whose
+  // peer stops answering HTTP/2 pings (a crashed host, a cut network) is
+  // closed within kKeepaliveTime + kKeepaliveTimeout, and a new connection
+  // must finish its TLS handshake and start HTTP/2 within
+  // options.grpc_handshake_timeout (kHandshakeTimeout; gRPC's default is
+  // 120 s), so a peer that connects and sends nothing is closed after it.
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+                             static_cast<int>(absl::ToInt64Milliseconds(kMaxConnectionIdle)));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS,
+                             static_cast<int>(absl::ToInt64Milliseconds(kKeepaliveTime)));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+                             static_cast<int>(absl::ToInt64Milliseconds(kKeepaliveTimeout)));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  builder.AddChannelArgument(
+      GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+      static_cast<int>(absl::ToInt64Milliseconds(options.grpc_handshake_timeout)));
   builder.RegisterService(health.get());
   builder.RegisterService(store_service.get());
   builder.RegisterService(job_service.get());

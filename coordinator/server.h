@@ -20,6 +20,7 @@
 #ifndef CHORUS_COORDINATOR_SERVER_H_
 #define CHORUS_COORDINATOR_SERVER_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <thread>
@@ -54,6 +55,14 @@ class StoreServiceImpl;
 // Largest gRPC message the coordinator sends or accepts (store values are
 // limited to 16 MB; checkpoint chunks are far smaller).
 inline constexpr int kMaxMessageBytes = 32 << 20;
+// Largest --store_max_value_bytes: a value with its key and namespace must
+// fit in one message.
+inline constexpr int64_t kMaxValueLimit = kMaxMessageBytes - (1 << 20);
+// gRPC connection upkeep (Note [Idle and dead connections] in server.cc).
+inline constexpr absl::Duration kMaxConnectionIdle = absl::Minutes(10);
+inline constexpr absl::Duration kKeepaliveTime = absl::Minutes(1);
+inline constexpr absl::Duration kKeepaliveTimeout = absl::Seconds(20);
+inline constexpr absl::Duration kHandshakeTimeout = absl::Seconds(20);
 
 struct ServerOptions {
   // host:port; port 0 picks a free port. A non-loopback host needs
@@ -78,7 +87,30 @@ struct ServerOptions {
   // After a restart, how long jobs that were running wait for their ranks to
   // come back with their agents before they are failed.
   absl::Duration recovery_grace = absl::Seconds(30);
+
+  // Limits (docs/reliability.md); each default is the named constant's.
+  // Jobs waiting PENDING at once (JobManager::kDefaultMaxPendingJobs).
+  int max_pending_jobs = 5000;
+  // Per-job store quotas (KeyValueStore::Limits).
+  int64_t store_max_keys_per_job = 100000;
+  int64_t store_max_bytes_per_job = int64_t{256} << 20;
+  int64_t store_max_value_bytes = 16 << 20;
+  // Largest checkpoint the data port takes
+  // (CheckpointDataServer::kDefaultMaxUploadBytes).
+  int64_t checkpoint_max_upload_bytes = int64_t{64} << 30;
+  // How long the data port waits for a new connection's hello, and for each
+  // send or receive of a running upload.
+  absl::Duration checkpoint_data_hello_timeout = absl::Seconds(10);
+  absl::Duration checkpoint_data_io_timeout = absl::Minutes(1);
+  // How long a new gRPC connection may take to set up TLS and start HTTP/2
+  // (a peer that connects and sends nothing is closed after it).
+  absl::Duration grpc_handshake_timeout = kHandshakeTimeout;
 };
+
+// Raises this process's soft limit on open files to its hard limit (each
+// client connection, on the gRPC port or the data port, holds a descriptor)
+// and returns the limit now in force. INTERNAL if it cannot be read.
+absl::StatusOr<uint64_t> RaiseOpenFileLimit();
 
 // True for 127.0.0.0/8, ::1 and localhost.
 bool IsLoopbackHost(const std::string& host);

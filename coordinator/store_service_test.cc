@@ -150,8 +150,9 @@ TEST_F(StoreServiceTest, WaitDeadlineNamesMissingKeys) {
 TEST_F(StoreServiceTest, BadRequestsAreRejected) {
   EXPECT_EQ(Set(*stub_, "", "k", "v").error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(Set(*stub_, "ns", "", "v").error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  // Over the per-value quota (--store_max_value_bytes).
   EXPECT_EQ(Set(*stub_, "ns", "huge", std::string((16 << 20) + 1, 'x')).error_code(),
-            grpc::StatusCode::INVALID_ARGUMENT);
+            grpc::StatusCode::RESOURCE_EXHAUSTED);
 }
 
 TEST_F(StoreServiceTest, ShutdownEndsPendingWaits) {

@@ -95,8 +95,9 @@ TEST_F(GrpcStoreTest, BadRequestsAreRejected) {
   EXPECT_EQ(no_ns.Set("k", "v").code(), absl::StatusCode::kInvalidArgument);
   GrpcStore store(channel_, "ns");
   EXPECT_EQ(store.Set("", "v").code(), absl::StatusCode::kInvalidArgument);
+  // Over the coordinator's per-value quota (--store_max_value_bytes).
   EXPECT_EQ(store.Set("huge", std::string((16 << 20) + 1, 'x')).code(),
-            absl::StatusCode::kInvalidArgument);
+            absl::StatusCode::kResourceExhausted);
 }
 
 TEST_F(GrpcStoreTest, ShutdownEndsPendingWaits) {
