@@ -169,8 +169,10 @@ TEST(MemoryEstimateTest, HugeInputIsBlamedOnTheDataAndDoesNotWrap) {
 }
 
 TEST(MemoryEstimateTest, LargeBatchIsBlamedOnTheBatchSize) {
-  RankMemoryEstimate e = EstimateRankMemory(
-      Spec(std::string(kSmallMlp) + "training { batch_size_per_rank: 1000000000 }"));
+  v1::JobSpec spec = Spec(kSmallMlp);
+  spec.mutable_training()->set_batch_size_per_rank(1000000000);
+  RankMemoryEstimate e = EstimateRankMemory(spec);
+  EXPECT_EQ(e.activations, 1e9 * 13 * 4 * 2);
   EXPECT_EQ(e.field, "training.batch_size_per_rank");
 }
 

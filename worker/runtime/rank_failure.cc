@@ -39,9 +39,11 @@ ExceptionCause DescribeException(std::exception_ptr error) {
     cause.message = OneLine(e.what());
   } catch (const c10::Error& e) {
     cause.message = OneLine(e.what_without_backtrace());
-    // LibTorch's CPU allocator says "not enough memory", CUDA's "out of memory".
+    // LibTorch's CPU allocator says "can't allocate memory" (posix_memalign
+    // failed) or "not enough memory", CUDA's allocator "out of memory".
     const std::string lower = absl::AsciiStrToLower(cause.message);
-    cause.out_of_memory = absl::StrContains(lower, "not enough memory") ||
+    cause.out_of_memory = absl::StrContains(lower, "can't allocate memory") ||
+                          absl::StrContains(lower, "not enough memory") ||
                           absl::StrContains(lower, "out of memory");
     cause.kind = cause.out_of_memory ? "out of memory" : "LibTorch error";
   } catch (const std::exception& e) {

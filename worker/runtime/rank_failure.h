@@ -35,7 +35,8 @@ struct ExceptionCause {
 };
 
 // Classifies `error` (which must not be null). std::bad_alloc and LibTorch's
-// "not enough memory" / "out of memory" errors count as out of memory.
+// allocation failures ("can't allocate memory", "not enough memory", "out of
+// memory") count as out of memory.
 ExceptionCause DescribeException(std::exception_ptr error);
 
 // "rank 1: out of memory while setting up training: std::bad_alloc; <hint>".

@@ -56,6 +56,7 @@ TEST(RankFailureTest, LibTorchAllocationFailureIsOutOfMemory) {
   const ExceptionCause cause = DescribeException(error);
   EXPECT_TRUE(cause.out_of_memory) << cause.message;
   EXPECT_EQ(cause.kind, "out of memory");
+  EXPECT_THAT(cause.message, HasSubstr("you tried to allocate 1152921504606846976 bytes"));
 }
 
 TEST(RankFailureTest, OtherExceptions) {
