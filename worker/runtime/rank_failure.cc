@@ -1,9 +1,13 @@
 #include "worker/runtime/rank_failure.h"
 
 #include <c10/util/Exception.h>
+#include <cxxabi.h>
 
+#include <cstdlib>
+#include <memory>
 #include <new>
 #include <stdexcept>
+#include <typeinfo>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -27,6 +31,14 @@ std::string OneLine(absl::string_view text) {
   return out;
 }
 
+// The demangled name of a type ("std::runtime_error").
+std::string TypeName(const std::type_info& type) {
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> name(
+      abi::__cxa_demangle(type.name(), nullptr, nullptr, &status), std::free);
+  return status == 0 && name != nullptr ? std::string(name.get()) : std::string(type.name());
+}
+
 }  // namespace
 
 ExceptionCause DescribeException(std::exception_ptr error) {
@@ -47,7 +59,7 @@ ExceptionCause DescribeException(std::exception_ptr error) {
                           absl::StrContains(lower, "out of memory");
     cause.kind = cause.out_of_memory ? "out of memory" : "LibTorch error";
   } catch (const std::exception& e) {
-    cause.kind = "error";
+    cause.kind = absl::StrCat("error (", TypeName(typeid(e)), ")");
     cause.message = OneLine(e.what());
   } catch (...) {
     cause.kind = "unknown exception";

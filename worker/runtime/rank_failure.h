@@ -28,7 +28,8 @@ namespace chorus {
 
 struct ExceptionCause {
   bool out_of_memory = false;
-  // "out of memory", "LibTorch error", "error" or "unknown exception".
+  // "out of memory", "LibTorch error", "error (TYPE)" for another
+  // std::exception, or "unknown exception".
   std::string kind;
   // The message on one line: a c10::Error's without its backtrace.
   std::string message;

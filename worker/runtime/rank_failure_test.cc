@@ -50,6 +50,16 @@ TEST(RankFailureTest, LibTorchErrorsLoseTheirBacktraceAndLineBreaks) {
   EXPECT_THAT(line, Not(HasSubstr("Exception raised from")));
 }
 
+TEST(RankFailureTest, OtherLibTorchExceptionsNameTheirType) {
+  // What a loss of the wrong shape does in the trainer: LibTorch 1.13's
+  // shape inference throws std::runtime_error, not c10::Error.
+  std::exception_ptr error = Thrown([] { at::zeros({16, 3}).reshape({16}); });
+  const ExceptionCause cause = DescribeException(error);
+  EXPECT_FALSE(cause.out_of_memory);
+  EXPECT_EQ(cause.kind, "error (std::runtime_error)");
+  EXPECT_EQ(cause.message, "shape '[16]' is invalid for input of size 48");
+}
+
 TEST(RankFailureTest, LibTorchAllocationFailureIsOutOfMemory) {
   // 2^60 bytes: no machine has them, so the CPU allocator refuses at once.
   std::exception_ptr error = Thrown([] { at::empty({int64_t{1} << 58}, at::kFloat); });
@@ -62,7 +72,7 @@ TEST(RankFailureTest, LibTorchAllocationFailureIsOutOfMemory) {
 TEST(RankFailureTest, OtherExceptions) {
   EXPECT_EQ(RankFailureLine(-1, "while joining the job",
                             std::make_exception_ptr(std::runtime_error("first\n  second\n")), ""),
-            "error while joining the job: first | second");
+            "error (std::runtime_error) while joining the job: first | second");
   EXPECT_EQ(RankFailureLine(2, "while training", std::make_exception_ptr(42), ""),
             "rank 2: unknown exception while training: an exception that is not a std::exception");
 }
