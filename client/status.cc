@@ -5,12 +5,49 @@
 #include <memory>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/commands.h"
 #include "client/rpc.h"
 #include "common/grpc_util.h"
 
 namespace chorus::client {
+namespace {
+
+// The Ranks section of a job without rank rows: a pending job says what it
+// waits for; an ended one (the coordinator keeps no rows for it) how it
+// ended, why, and where its ranks ran.
+std::string NoRanksSection(const v1::JobStatus& status) {
+  const v1::Job& job = status.job();
+  switch (job.state()) {
+    case v1::Job::SUCCEEDED:
+    case v1::Job::FAILED:
+    case v1::Job::CANCELLED:
+      break;
+    default:
+      return status.pending_reason().empty()
+                 ? "Ranks: none yet\n"
+                 : absl::StrCat("Ranks: none yet - ", status.pending_reason(), "\n");
+  }
+  std::string out = absl::StrCat("Ranks: none running - the job ended ", StateName(job.state()),
+                                 " at ", FormatTime(job.end_time_us()));
+  if (job.start_time_us() == 0) {
+    absl::StrAppend(&out, " before any rank started");
+  } else if (job.end_time_us() >= job.start_time_us()) {
+    absl::StrAppend(&out, absl::StrFormat(" after %.1f s with %d rank%s",
+                                          (job.end_time_us() - job.start_time_us()) / 1e6,
+                                          job.world_size(), job.world_size() == 1 ? "" : "s"));
+  }
+  absl::StrAppend(&out, "\n");
+  if (!job.reason().empty()) absl::StrAppend(&out, "  reason: ", job.reason(), "\n");
+  for (int r = 0; r < job.placements_size(); ++r) {
+    const v1::RankPlacement& p = job.placements(r);
+    absl::StrAppend(&out, "  rank ", r, " ran on ", p.host(), " slot ", p.slot(), "\n");
+  }
+  return out;
+}
+
+}  // namespace
 
 void AddStatusCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) {
   CLI::App* cmd = app.add_subcommand("status", "Show a job: state, ranks and problems.");
@@ -42,7 +79,7 @@ void AddStatusCommand(CLI::App& app, const GlobalOptions& global, int& exit_code
                 << "\n  generation " << job.generation() << ", world size " << job.world_size()
                 << "\n";
     if (status.ranks().empty()) {
-      *global.out << "Ranks: none yet\n";
+      *global.out << NoRanksSection(status);
     } else {
       *global.out << absl::StrFormat("Ranks:\n  %-5s %-16s %-8s %-9s %-8s %-11s %-9s %s\n", "RANK",
                                      "HOST", "PID", "STATE", "STEP", "PHASE", "HEARTBEAT",

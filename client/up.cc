@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -26,6 +27,7 @@
 #include "client/up_json.h"
 #include "common/grpc_util.h"
 #include "common/job_spec.h"
+#include "common/memory_estimate.h"
 #include "common/paths.h"
 
 extern char** environ;
@@ -102,6 +104,26 @@ void AddUpCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) {
                   << spec->resources().min_ranks() << " slots; --local gives " << *local << "\n";
       exit_code = kExitBadInput;
       return;
+    }
+    // The local agent offers this machine's memory; a job it cannot hold
+    // would wait for ever (the estimate is the one placement uses).
+    if (const int64_t here = MachineMemoryBytes(); here > 0) {
+      const RankMemoryEstimate memory = EstimateRankMemory(*spec);
+      const int64_t fit = here / std::max<int64_t>(1, memory.total_bytes());
+      if (fit < spec->resources().min_ranks()) {
+        *global.err << "chorus up: job spec: "
+                    << (fit == 0
+                            ? absl::StrCat(memory.field, ": ",
+                                           RankMemoryMessage(memory, static_cast<double>(here),
+                                                             "of memory on this machine"))
+                            : absl::StrCat("resources.min_ranks: ", spec->resources().min_ranks(),
+                                           " ranks of ", memory.ToString(), " do not fit in ",
+                                           FormatBytes(static_cast<double>(here)),
+                                           " of memory on this machine (", fit, " do)"))
+                    << "\n";
+        exit_code = kExitBadInput;
+        return;
+      }
     }
     const std::string bin = ExecutableDir();
     const std::string coordinator_bin = bin + "/../coordinator/chorus-coordinator";

@@ -7,6 +7,7 @@
 #include "client/commands.h"
 #include "client/rpc.h"
 #include "common/job_spec.h"
+#include "common/memory_estimate.h"
 
 namespace chorus::client {
 
@@ -41,6 +42,15 @@ void AddValidateCommand(CLI::App& app, const GlobalOptions& global, int& exit_co
                         ? "-" + std::to_string(spec->resources().max_ranks())
                         : "")
                 << " ranks)\n";
+    // Where files can be read here, their sizes count (a lower bound).
+    const RankMemoryEstimate memory = EstimateRankMemory(*spec, LocalFileSize);
+    *global.err << "chorus validate: a rank needs " << memory.ToString() << "\n";
+    if (const int64_t here = MachineMemoryBytes(); here > 0 && memory.total() > here) {
+      *global.err << "chorus validate: note: " << memory.field << ": that is more than this "
+                  << "machine's " << FormatBytes(static_cast<double>(here))
+                  << " of memory; it can only run on agents with more (chorus submit refuses it "
+                     "when no connected agent has enough)\n";
+    }
     if (absl::Status support = CheckRuntimeSupport(*spec); !support.ok()) {
       *global.err << "chorus validate: note: the spec is valid, but " << support.message() << "\n";
     }

@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "chorus/v1/job.pb.h"
+#include "common/memory_estimate.h"
 #include "common/topology.h"
 
 namespace chorus {
@@ -46,8 +47,16 @@ struct SpecError {
   std::string message;  // e.g. "must be > 0, got -3"
 };
 
-// Every problem in a normalized spec; empty when the spec is valid.
+// Every problem in a normalized spec; empty when the spec is valid. A spec
+// whose per-rank memory estimate (common/memory_estimate.h) exceeds what any
+// one machine holds is refused, the error on the field that drives it:
+//   model.mlp.hidden_sizes: a rank needs about 98.0 TB (...), more than ...
 std::vector<SpecError> ValidateJobSpec(const v1::JobSpec& spec);
+
+// "a rank needs about 1.4 TB (parameters ...), more than the 24.0 GB `what`;
+// make the job smaller".
+std::string RankMemoryMessage(const RankMemoryEstimate& memory, double limit_bytes,
+                              absl::string_view what);
 
 // OK, or INVALID_ARGUMENT listing every error, one "field: message" per line,
 // after a header naming `source`.

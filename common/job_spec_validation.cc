@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/job_spec.h"
+#include "common/memory_estimate.h"
 
 namespace chorus {
 namespace {
@@ -558,7 +559,23 @@ std::vector<SpecError> ValidateJobSpec(const JobSpec& spec) {
   ValidateOptimizer(spec, c);
   ValidateStrategy(spec, c);
   ValidateRest(spec, c);
-  return c.Take();
+  std::vector<SpecError> errors = c.Take();
+  // Sizes are only worth estimating once every field is in range. Files are
+  // not read here: a spec is validated where its files may not be.
+  if (errors.empty()) {
+    const RankMemoryEstimate memory = EstimateRankMemory(spec);
+    if (memory.total() > kMaxRankMemoryBytes) {
+      errors.push_back(
+          {memory.field, RankMemoryMessage(memory, kMaxRankMemoryBytes, "any one machine holds")});
+    }
+  }
+  return errors;
+}
+
+std::string RankMemoryMessage(const RankMemoryEstimate& memory, double limit_bytes,
+                              absl::string_view what) {
+  return absl::StrCat("a rank needs ", memory.ToString(), ", more than the ",
+                      FormatBytes(limit_bytes), " ", what, "; make the job smaller");
 }
 
 absl::Status CheckRuntimeSupport(const JobSpec& spec) {

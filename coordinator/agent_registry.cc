@@ -46,6 +46,8 @@ std::vector<AgentSlots> AgentRegistry::FreeSlots() const {
     AgentSlots& slots = free.emplace_back();
     slots.agent_id = entry->first;
     slots.device = entry->second.hello.device();
+    slots.memory_bytes = entry->second.hello.memory_bytes();
+    slots.host = entry->second.hello.host();
     for (int s = 0; s < static_cast<int>(entry->second.busy.size()); ++s) {
       if (!entry->second.busy[s]) slots.free_slots.push_back(s);
     }

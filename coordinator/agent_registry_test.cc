@@ -56,6 +56,19 @@ TEST(AgentRegistryTest, FreeSlotsFollowRegistrationOrder) {
   EXPECT_EQ(agents.free_slots(), 20);
 }
 
+TEST(AgentRegistryTest, FreeSlotsCarryTheAgentsMemoryAndHost) {
+  AgentRegistry agents;
+  v1::AgentHello big = Hello("node-big", 1);
+  big.set_memory_bytes(int64_t{512} << 30);
+  ASSERT_TRUE(agents.Add(big, nullptr).ok());
+  ASSERT_TRUE(agents.Add(Hello("node-old", 1), nullptr).ok());  // reports no memory
+  const std::vector<AgentSlots> free = agents.FreeSlots();
+  ASSERT_EQ(free.size(), 2u);
+  EXPECT_EQ(free[0].memory_bytes, int64_t{512} << 30);
+  EXPECT_EQ(free[0].host, "node-big");
+  EXPECT_EQ(free[1].memory_bytes, 0);
+}
+
 TEST(AgentRegistryTest, StopMessageNamesJobSlotsAndReason) {
   const v1::CoordinatorMessage m = StopRanksMessage("job-000002", {0, 3}, "rank 1 failed");
   ASSERT_TRUE(m.has_stop());

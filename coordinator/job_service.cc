@@ -149,6 +149,11 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
   if (absl::Status s = auth_.Check(context->client_metadata(), Role::kAdmin); !s.ok()) {
     return Reject(context, s);
   }
+  // A job no connected agent could hold is refused now rather than queued
+  // for ever or started to die allocating.
+  if (absl::Status s = scheduler_.CheckAgentsCanHold(request->spec()); !s.ok()) {
+    return Reject(context, s);
+  }
   absl::StatusOr<v1::Job> job = jobs_.Submit(request->spec(), request->resume_from());
   if (job.ok()) scheduler_.Schedule();
   return Answer(context, job,

@@ -129,6 +129,47 @@ TEST_F(JobServiceTest, ValidationErrorsNameTheFieldAsInvalidArgument) {
   EXPECT_EQ(lines.error_message(), "max_lines must be >= 0");
 }
 
+TEST_F(JobServiceTest, JobsNoAgentCanHoldAreRefusedOnceAgentsAreKnown) {
+  constexpr char kHuge[] = "model { mlp { hidden_sizes: [2000000000] } } data { synthetic {} }";
+  // No agent yet: accepted, and status says what it waits for.
+  v1::SubmitJobResponse first;
+  ASSERT_TRUE(Submit(kHuge, &first).ok());
+  v1::GetJobStatusRequest get;
+  get.set_job_id(first.job_id());
+  v1::JobStatus status;
+  ASSERT_TRUE(stub_->GetJobStatus(Context().get(), get, &status).ok());
+  EXPECT_EQ(status.pending_reason(), "waiting for a node agent with CPU slots (none is connected)");
+
+  v1::AgentHello hello;
+  hello.set_host("node-a");
+  hello.set_slots(2);
+  hello.set_memory_bytes(16'000'000'000);
+  ASSERT_TRUE(scheduler_->AddAgent(hello, [](const v1::CoordinatorMessage&) {}).ok());
+  v1::SubmitJobResponse response;
+  grpc::Status refused = Submit(kHuge, &response);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(refused.error_message(),
+            "job spec: model.mlp.hidden_sizes: a rank needs about 3.1 TB (parameters 344.0 GB, "
+            "gradients 344.0 GB, communication buffers 344.0 GB, data 668.4 kB, activations 2.0 "
+            "TB), more than the 16.0 GB of memory on the largest connected agent (node-a); make "
+            "the job smaller");
+  // The job accepted before stays queued, saying why.
+  status.Clear();
+  ASSERT_TRUE(stub_->GetJobStatus(Context().get(), get, &status).ok());
+  EXPECT_EQ(status.job().state(), v1::Job::PENDING);
+  EXPECT_EQ(status.pending_reason(),
+            "waiting for 1 free CPU slot; 1 agent has 2 free, of which 0 can hold a rank of about "
+            "3.1 TB (the largest agent has 16.0 GB)");
+
+  // A job that fits is accepted; so is any job while an agent does not say
+  // how much memory it has.
+  EXPECT_TRUE(Submit("model { mlp {} } data { synthetic {} }", &response).ok());
+  hello.set_host("node-b");
+  hello.set_memory_bytes(0);
+  ASSERT_TRUE(scheduler_->AddAgent(hello, [](const v1::CoordinatorMessage&) {}).ok());
+  EXPECT_TRUE(Submit(kHuge, &response).ok());
+}
+
 TEST_F(JobServiceTest, StatusCodesAndMessagesComeThrough) {
   v1::GetJobRequest get;
   get.set_job_id("job-000042");

@@ -1,8 +1,12 @@
 #include "coordinator/placement.h"
 
 #include <algorithm>
+#include <climits>
 #include <map>
 #include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/memory_estimate.h"
 
 namespace chorus {
 
@@ -17,7 +21,11 @@ std::vector<JobPlacement> PlaceJobs(const std::vector<QueuedJob>& queued,
     std::vector<std::pair<size_t, int>> candidates;
     for (size_t a = 0; a < agents.size(); ++a) {
       if (agents[a].device != r.device()) continue;
-      for (int slot : free[a]) candidates.emplace_back(a, slot);
+      int room = RanksThatFit(job, agents[a]);
+      for (int slot : free[a]) {
+        if (room-- <= 0) break;
+        candidates.emplace_back(a, slot);
+      }
     }
     if (static_cast<int>(candidates.size()) < r.min_ranks()) break;  // strict FIFO
     candidates.resize(std::min<size_t>(candidates.size(), std::max(0, r.max_ranks())));
@@ -36,6 +44,54 @@ std::vector<JobPlacement> PlaceJobs(const std::vector<QueuedJob>& queued,
     }
   }
   return placed;
+}
+
+QueuedJob ToQueuedJob(const std::string& job_id, const v1::JobSpec& spec) {
+  QueuedJob job;
+  job.job_id = job_id;
+  job.resources = spec.resources();
+  job.rank_bytes = EstimateRankMemory(spec).total_bytes();
+  return job;
+}
+
+int RanksThatFit(const QueuedJob& job, const AgentSlots& agent) {
+  if (job.rank_bytes <= 0 || agent.memory_bytes <= 0) return INT_MAX;
+  return static_cast<int>(std::min<int64_t>(INT_MAX, agent.memory_bytes / job.rank_bytes));
+}
+
+std::string PendingReason(const QueuedJob& job, const std::vector<AgentSlots>& agents) {
+  const v1::ResourceSpec& r = job.resources;
+  const std::string device = v1::ResourceSpec::Device_Name(r.device());
+  int agents_of_device = 0, free = 0, usable = 0, too_small = 0;
+  int64_t largest = 0;
+  for (const AgentSlots& agent : agents) {
+    if (agent.device != r.device()) continue;
+    ++agents_of_device;
+    const int n = static_cast<int>(agent.free_slots.size());
+    const int fit = RanksThatFit(job, agent);
+    free += n;
+    usable += std::min(n, fit);
+    if (fit == 0) ++too_small;
+    largest = std::max(largest, agent.memory_bytes);
+  }
+  if (agents_of_device == 0) {
+    return absl::StrCat("waiting for a node agent with ", device, " slots (none is connected)");
+  }
+  if (usable >= r.min_ranks()) {
+    return "waiting for older queued jobs to start first (placement is first in, first out)";
+  }
+  std::string reason = absl::StrCat("waiting for ", r.min_ranks(), " free ", device, " slot",
+                                    r.min_ranks() == 1 ? "" : "s", "; ", agents_of_device, " agent",
+                                    agents_of_device == 1 ? " has " : "s have ", free, " free");
+  if (job.rank_bytes > 0 && usable < free) {
+    absl::StrAppend(&reason, ", of which ", usable, " can hold a rank of about ",
+                    FormatBytes(static_cast<double>(job.rank_bytes)));
+    if (too_small == agents_of_device) {
+      absl::StrAppend(&reason, " (the largest agent has ",
+                      FormatBytes(static_cast<double>(largest)), ")");
+    }
+  }
+  return reason;
 }
 
 }  // namespace chorus

@@ -7,6 +7,13 @@
 // given (registration order), then slots. A rank's local_rank and
 // local_world_size count the job's ranks on the same agent.
 //
+// Memory: a job whose ranks need `rank_bytes` each (common/memory_estimate.h)
+// gets at most memory_bytes / rank_bytes of its ranks on one agent, and none
+// on an agent that cannot hold one; an agent that does not report its memory
+// (0) is not limited. Jobs already running on an agent are not counted: the
+// estimate guards against sizes a machine cannot hold at all, it is no
+// memory scheduler.
+//
 // Thread-safety: a pure function.
 //
 // Example:
@@ -15,6 +22,7 @@
 #ifndef CHORUS_COORDINATOR_PLACEMENT_H_
 #define CHORUS_COORDINATOR_PLACEMENT_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -26,13 +34,21 @@ namespace chorus {
 struct QueuedJob {
   std::string job_id;
   v1::ResourceSpec resources;
+  int64_t rank_bytes = 0;  // estimated memory per rank; 0 = unknown
 };
+
+// `spec` (normalized) as placement sees it; rank_bytes is its memory
+// estimate from the spec alone (files are not read: the coordinator may not
+// see the ranks' files).
+QueuedJob ToQueuedJob(const std::string& job_id, const v1::JobSpec& spec);
 
 // The free slots of one agent.
 struct AgentSlots {
   std::string agent_id;
   v1::ResourceSpec::Device device = v1::ResourceSpec::CPU;
   std::vector<int> free_slots;  // ascending
+  int64_t memory_bytes = 0;     // the machine's memory; 0 = unknown
+  std::string host;
 };
 
 // Where one rank of a placed job runs.
@@ -53,6 +69,15 @@ struct JobPlacement {
 // order: a prefix of `queued`.
 std::vector<JobPlacement> PlaceJobs(const std::vector<QueuedJob>& queued,
                                     const std::vector<AgentSlots>& agents);
+
+// How many ranks of `job` `agent` may hold, by memory alone (INT_MAX when
+// either side is unknown).
+int RanksThatFit(const QueuedJob& job, const AgentSlots& agent);
+
+// Why `job`, placed on its own, would not start on `agents` now, in words for
+// `chorus status` ("waiting for 2 free CPU slots; ..."); if it would, that it
+// waits behind older queued jobs.
+std::string PendingReason(const QueuedJob& job, const std::vector<AgentSlots>& agents);
 
 }  // namespace chorus
 

@@ -1,5 +1,7 @@
 #include "coordinator/placement.h"
 
+#include <climits>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -76,6 +78,54 @@ TEST(PlacementTest, NothingQueuedOrNothingFree) {
   EXPECT_TRUE(PlaceJobs({}, {Agent("agent-1", {0})}).empty());
   EXPECT_TRUE(PlaceJobs({Job("j", 1, 1)}, {}).empty());
   EXPECT_TRUE(PlaceJobs({Job("j", 1, 1)}, {Agent("agent-1", {})}).empty());
+}
+
+AgentSlots AgentWithMemory(const std::string& id, std::vector<int> free, int64_t memory_bytes) {
+  AgentSlots agent = Agent(id, std::move(free));
+  agent.memory_bytes = memory_bytes;
+  agent.host = id + ".example";
+  return agent;
+}
+
+QueuedJob JobNeeding(const std::string& id, int min_ranks, int max_ranks, int64_t rank_bytes) {
+  QueuedJob job = Job(id, min_ranks, max_ranks);
+  job.rank_bytes = rank_bytes;
+  return job;
+}
+
+TEST(PlacementTest, AnAgentTakesOnlyTheRanksItsMemoryHolds) {
+  // 10 GB ranks: agent-1 (16 GB) holds one, agent-2 (4 GB) none, agent-3
+  // (memory unknown) is not limited.
+  const std::vector<JobPlacement> placed =
+      PlaceJobs({JobNeeding("big", 3, 4, 10'000'000'000)},
+                {AgentWithMemory("agent-1", {0, 1, 2}, 16'000'000'000),
+                 AgentWithMemory("agent-2", {0, 1}, 4'000'000'000), Agent("agent-3", {0, 1})});
+  ASSERT_EQ(placed.size(), 1u);
+  ASSERT_EQ(placed[0].ranks.size(), 3u);
+  EXPECT_EQ(placed[0].ranks[0].agent_id, "agent-1");
+  EXPECT_EQ(placed[0].ranks[1].agent_id, "agent-3");
+  EXPECT_EQ(placed[0].ranks[2].agent_id, "agent-3");
+  EXPECT_EQ(placed[0].ranks[0].local_world_size, 1);
+}
+
+TEST(PlacementTest, AJobNoAgentCanHoldWaits) {
+  const std::vector<AgentSlots> agents = {AgentWithMemory("agent-1", {0, 1}, 4'000'000'000)};
+  const QueuedJob job = JobNeeding("big", 1, 1, 10'000'000'000);
+  EXPECT_TRUE(PlaceJobs({job}, agents).empty());
+  EXPECT_EQ(PendingReason(job, agents),
+            "waiting for 1 free CPU slot; 1 agent has 2 free, of which 0 can hold a rank of about "
+            "10.0 GB (the largest agent has 4.0 GB)");
+  EXPECT_EQ(RanksThatFit(job, agents[0]), 0);
+  EXPECT_EQ(RanksThatFit(Job("unknown", 1, 1), agents[0]), INT_MAX);
+}
+
+TEST(PlacementTest, PendingReasons) {
+  EXPECT_EQ(PendingReason(Job("j", 1, 1), {}),
+            "waiting for a node agent with CPU slots (none is connected)");
+  EXPECT_EQ(PendingReason(Job("j", 3, 3), {Agent("agent-1", {0}), Agent("agent-2", {1})}),
+            "waiting for 3 free CPU slots; 2 agents have 2 free");
+  EXPECT_EQ(PendingReason(Job("j", 1, 1), {Agent("agent-1", {0})}),
+            "waiting for older queued jobs to start first (placement is first in, first out)");
 }
 
 }  // namespace

@@ -94,7 +94,7 @@ void Scheduler::ScheduleLocked(Outbox& out) {
     std::vector<v1::Job> pending = jobs_.List({v1::Job::PENDING}, 0);
     std::reverse(pending.begin(), pending.end());
     std::vector<QueuedJob> queued;
-    for (const v1::Job& job : pending) queued.push_back({job.job_id(), job.spec().resources()});
+    for (const v1::Job& job : pending) queued.push_back(ToQueuedJob(job.job_id(), job.spec()));
     const std::vector<JobPlacement> placed = PlaceJobs(queued, agents_.FreeSlots());
     for (size_t i = 0; i < placed.size(); ++i) {
       const v1::Job& job = pending[i];  // `placed` is a prefix of the queue

@@ -87,8 +87,15 @@ class Scheduler {
   absl::StatusOr<v1::Job> Cancel(const std::string& job_id, const std::string& reason);
   // Places queued jobs that fit. Called after every change; public for tests.
   void Schedule();
-  // Adds one row per rank of a running job and its current diagnoses.
+  // Adds one row per rank of a running job and its current diagnoses; for a
+  // PENDING job, why it is not placed yet.
   void FillStatus(const std::string& job_id, v1::JobStatus& status) const;
+  // FAILED_PRECONDITION naming the field and the figures when agents for the
+  // spec's device are connected and none has the memory for one of its ranks
+  // (common/memory_estimate.h). OK when no such agent is connected (placement
+  // then waits for one that fits), when an agent does not report its memory,
+  // and for a spec that does not validate (Submit says why).
+  absl::Status CheckAgentsCanHold(v1::JobSpec spec) const;
   // Resolves a job's resume_from ("JOB" or "JOB:STEP") to the checkpoint it
   // starts from; unusable checkpoints it skipped go to `skipped`.
   using ResumeResolver = std::function<absl::StatusOr<v1::CheckpointManifest>(

@@ -5,6 +5,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
+#include "common/memory_estimate.h"
 #include "common/status_macros.h"
 #include "coordinator/hang_detector.h"
 #include "coordinator/scheduler.h"
@@ -122,7 +124,13 @@ absl::StatusOr<UploadGrant> Scheduler::GrantUpload(const std::string& job_id, in
 void Scheduler::FillStatus(const std::string& job_id, v1::JobStatus& status) const {
   absl::MutexLock lock(&mu_);
   auto it = running_.find(job_id);
-  if (it == running_.end()) return;
+  if (it == running_.end()) {
+    if (status.job().state() == v1::Job::PENDING) {
+      status.set_pending_reason(
+          PendingReason(ToQueuedJob(job_id, status.job().spec()), agents_.FreeSlots()));
+    }
+    return;
+  }
   const absl::Time now = clock_->Now();
   it->second.AddStatusRows(agents_, now, status);
   std::vector<v1::Diagnosis> diagnoses =
@@ -140,6 +148,30 @@ void Scheduler::Logs(const std::string& agent_id, const v1::RankLogs& logs) {
   }
   logs_.Append(logs.job_id(), rank, logs.slot(), agent_id, absl::ToUnixMicros(clock_->Now()),
                {logs.lines().begin(), logs.lines().end()});
+}
+
+absl::Status Scheduler::CheckAgentsCanHold(v1::JobSpec spec) const {
+  NormalizeJobSpec(spec);
+  if (!ValidateJobSpec(spec).empty()) return absl::OkStatus();
+  const RankMemoryEstimate memory = EstimateRankMemory(spec);
+  int64_t largest = 0;
+  std::string host;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const AgentSlots& agent : agents_.FreeSlots()) {
+      if (agent.device != spec.resources().device()) continue;
+      if (agent.memory_bytes <= 0) return absl::OkStatus();  // an agent that does not say
+      if (agent.memory_bytes > largest) {
+        largest = agent.memory_bytes;
+        host = agent.host;
+      }
+    }
+  }
+  if (largest == 0 || memory.total() <= static_cast<double>(largest)) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "job spec: ", memory.field, ": ",
+      RankMemoryMessage(memory, static_cast<double>(largest),
+                        absl::StrCat("of memory on the largest connected agent (", host, ")"))));
 }
 
 absl::StatusOr<v1::GetLogsResponse> Scheduler::GetLogs(const v1::GetLogsRequest& request) const {

@@ -4,6 +4,9 @@
 // communicator through the coordinator's store, trains, reports metrics, and
 // exits 0 on success or 1 with the reason on stderr (the agent relays the
 // last lines to the coordinator, which makes them the job's failure reason).
+// An exception that escapes training (LibTorch's c10::Error, std::bad_alloc)
+// ends it the same way, with one line naming the cause and where it happened
+// (worker/runtime/rank_failure.h).
 //
 // Configuration comes from the environment the agent sets:
 //   CHORUS_COORDINATOR  HOST:PORT of the coordinator
@@ -16,6 +19,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <exception>
 #include <iostream>
 #include <string>
 
@@ -29,11 +33,13 @@
 #include "common/host_port.h"
 #include "common/logging.h"
 #include "common/memory.h"
+#include "common/memory_estimate.h"
 #include "common/retry.h"
 #include "glog/logging.h"
 #include "worker/comm/gloo_communicator.h"
 #include "worker/comm/grpc_store.h"
 #include "worker/runtime/heartbeat_stream.h"
+#include "worker/runtime/rank_failure.h"
 #include "worker/train/trainer.h"
 
 namespace chorus {
@@ -127,7 +133,41 @@ int Fail(const std::string& message) {
   return 1;
 }
 
-int Run() {
+// Where the rank is, kept outside Run so that an exception escaping it can
+// still say where it happened (see FailWithException).
+struct RankWhere {
+  int rank = -1;  // until joined
+  const char* stage = "while starting";
+  bool training = false;
+  TrainingProgress progress;  // Train's, while `training`
+  v1::JobSpec spec;           // once joined
+
+  std::string Describe() const {
+    if (!training) return stage;
+    const int phase = progress.phase.load();
+    if (phase == v1::SETUP) {
+      return "while setting up training (loading data, building the model and optimizer)";
+    }
+    return absl::StrCat("in phase ", v1::Phase_Name(static_cast<v1::Phase>(phase)), " at step ",
+                        progress.step.load());
+  }
+};
+
+// Any exception that escapes Run (a c10::Error LibTorch threw where no
+// component caught it, std::bad_alloc, ...) ends the rank with one line on
+// stderr: the agent relays the last line, which becomes the job's reason.
+int FailWithException(const RankWhere& where, std::exception_ptr error) {
+  std::string hint;
+  if (DescribeException(error).out_of_memory && where.spec.has_model()) {
+    hint = absl::StrCat("the spec's estimate for a rank is ",
+                        EstimateRankMemory(where.spec, LocalFileSize).ToString());
+    if (const int64_t memory = MachineMemoryBytes(); memory > 0)
+      absl::StrAppend(&hint, "; this machine has ", FormatBytes(static_cast<double>(memory)));
+  }
+  return Fail(RankFailureLine(where.rank, where.Describe(), error, hint));
+}
+
+int Run(RankWhere& where) {
   const std::string coordinator = Env("CHORUS_COORDINATOR");
   const std::string job_id = Env("CHORUS_JOB_ID");
   int64_t generation = 0;
@@ -161,9 +201,13 @@ int Run() {
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Minutes(10)));
     context.set_wait_for_ready(true);
+    where.stage = "while joining the job";
     absl::Status s = FromGrpcStatus(ranks->Join(&context, join, &joined));
     if (!s.ok()) return Fail(absl::StrCat("joining ", job_id, ": ", s.message()));
   }
+  where.rank = joined.rank();
+  where.spec = joined.spec();
+  where.stage = "while connecting to the other ranks";
   setenv("RANK", std::to_string(joined.rank()).c_str(), 1);
   setenv("WORLD_SIZE", std::to_string(joined.world_size()).c_str(), 1);
   const std::string rank_host = Env("CHORUS_RANK_HOST", "127.0.0.1");
@@ -203,7 +247,7 @@ int Run() {
     });
     if (!s.ok()) LOG(WARNING) << "report: " << s.message();
   };
-  TrainingProgress progress;
+  TrainingProgress& progress = where.progress;
   g_progress.store(&progress);
   RaiseTo(progress.checkpoint_request, g_checkpoint_requests.load());
   // The data port is on the coordinator's host; a target that is not
@@ -236,11 +280,14 @@ int Run() {
   {
     HeartbeatStream heartbeats(*ranks,
                                [&] { return ComposeHeartbeat(joined, job_id, **comm, progress); });
+    where.training = true;
     result = Train(
         joined.spec(), **comm, [&](const v1::Metrics& m) { report(m, false, absl::OkStatus()); },
         &progress, train_options);
   }
   g_progress.store(nullptr);
+  where.training = false;
+  where.stage = "after training";
   if (!result.ok()) {
     (*comm)->Abort(result.status().message());
     return Fail(std::string(result.status().message()));
@@ -274,5 +321,11 @@ int main(int argc, char** argv) {
   sigemptyset(&usr1);
   sigaddset(&usr1, SIGUSR1);
   sigprocmask(SIG_UNBLOCK, &usr1, nullptr);
-  return chorus::Run();
+  chorus::RankWhere where;
+  try {
+    return chorus::Run(where);
+  } catch (...) {
+    chorus::g_progress.store(nullptr);
+    return chorus::FailWithException(where, std::current_exception());
+  }
 }

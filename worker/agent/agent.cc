@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/grpc_util.h"
+#include "common/memory_estimate.h"
 #include "common/paths.h"
 #include "common/version.h"
 #include "glog/logging.h"
@@ -102,6 +103,7 @@ absl::Status Agent::Run() {
     h->set_pid(::getpid());
     h->set_version(kVersion);
     h->set_threads_per_rank(options_.threads_per_rank);
+    h->set_memory_bytes(MachineMemoryBytes());
     {
       absl::MutexLock lock(&mu_);
       for (const auto& [pid, child] : children_) {
