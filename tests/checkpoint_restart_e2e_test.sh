@@ -115,7 +115,7 @@ events=$(timeout 10 "${CHORUS}" --coordinator "${addr}" watch "${job}" 2>/dev/nu
 
 # --- 2. the final checkpoint cut half way: it waits for the coordinator
 spec final 100 'every_steps: 0 unreachable_retry_seconds: 1' >"${TMP}/final.textproto"
-kill -TERM "${coordinator_pid}"; wait "${coordinator_pid}" 2>/dev/null
+kill -KILL "${coordinator_pid}"; wait "${coordinator_pid}" 2>/dev/null
 coordinator checkpoint:mid_chunk
 job=$(cli submit "${TMP}/final.textproto" 2>/dev/null)
 died_at_failpoint && pass "the coordinator died in the middle of ${job}'s final checkpoint" \
@@ -129,7 +129,7 @@ no_staging_left "${job}"
 
 # --- 3. the coordinator dies after committing, before answering
 spec committed 60 'every_steps: 20' >"${TMP}/committed.textproto"
-kill -TERM "${coordinator_pid}"; wait "${coordinator_pid}" 2>/dev/null
+kill -KILL "${coordinator_pid}"; wait "${coordinator_pid}" 2>/dev/null
 coordinator checkpoint:after_manifest
 job=$(cli submit "${TMP}/committed.textproto" 2>/dev/null)
 died_at_failpoint && pass "the coordinator died right after committing ${job}'s first checkpoint" \
@@ -144,5 +144,5 @@ skipped=$(metric "${job}" checkpoints_skipped_unreachable)
 [[ "${skipped}" == 0 ]] && pass "nothing was skipped: the retry found step 20 committed" \
   || fail "checkpoints_skipped_unreachable: '${skipped}'"
 
-kill -TERM "${coordinator_pid}"; wait "${coordinator_pid}" 2>/dev/null
+kill -KILL "${coordinator_pid}"; wait "${coordinator_pid}" 2>/dev/null
 finish
