@@ -48,8 +48,9 @@ died_at_failpoint() {
 }
 # finished JOB STEPS: the job SUCCEEDED (within 90 s) after STEPS steps.
 finished() {
-  if wait_for '[[ "$(state_of "$1")" == SUCCEEDED || "$(state_of "$1")" == FAILED ]]' 90 \
-    && [[ "$(state_of "$1")" == SUCCEEDED ]]; then
+  finished_job=$1  # seen by wait_for's condition
+  if wait_for 'state=$(state_of "${finished_job}"); [[ "${state}" == SUCCEEDED || "${state}" == FAILED ]]' 90 \
+    && [[ "${state}" == SUCCEEDED ]]; then
     local steps
     steps=$(status_json "$1" | json_get - job.latest_metrics.step)
     [[ "${steps}" == "$2" ]] && pass "$1 SUCCEEDED after all ${steps} steps" \
@@ -138,7 +139,7 @@ sleep 1
 coordinator
 finished "${job}" 60
 after=$(steps_listed "${job}")
-[[ " ${after}" == *" 20 "*" 60 "* ]] && pass "step 20 (committed, never answered) and the final step 60 are listed: ${after}" \
+[[ " ${after}" == *" 20 "* && " ${after}" == *" 60 "* ]] && pass "step 20 (committed, never answered) and the final step 60 are listed: ${after}" \
   || fail "${job} checkpoints: '${after}'"
 skipped=$(metric "${job}" checkpoints_skipped_unreachable)
 [[ "${skipped}" == 0 ]] && pass "nothing was skipped: the retry found step 20 committed" \
