@@ -32,15 +32,23 @@ absl::Status CoordinatorCheckpointStorage::Store(int64_t step,
     use_data_port = use_data_port && absl::Now() >= data_port_off_until_;
   }
   if (use_data_port) {
-    bool fell_back = false;
+    Fallback fell_back = Fallback::kNone;
     absl::Status s = StoreOverDataPort(step, files, &fell_back);
-    if (!fell_back) return s;
+    if (fell_back == Fallback::kNone) return s;
+    s = StoreOverStream(step, files);
+    if (fell_back == Fallback::kUnreachable && absl::IsUnavailable(s)) {
+      // The whole coordinator is away (restarting, say), not just its data
+      // port: try the port again next time.
+      absl::MutexLock lock(&mu_);
+      data_port_off_until_ = absl::InfinitePast();
+    }
+    return s;
   }
   return StoreOverStream(step, files);
 }
 
 absl::Status CoordinatorCheckpointStorage::StoreOverDataPort(
-    int64_t step, const std::vector<CheckpointFileSource>& files, bool* fell_back) {
+    int64_t step, const std::vector<CheckpointFileSource>& files, Fallback* fell_back) {
   v1::OpenUploadRequest request;
   request.set_job_id(job_id_);
   request.set_step(step);
@@ -55,7 +63,7 @@ absl::Status CoordinatorCheckpointStorage::StoreOverDataPort(
       LOG(INFO) << "the coordinator takes checkpoints over gRPC only (" << s.error_message() << ")";
       absl::MutexLock lock(&mu_);
       data_port_off_until_ = absl::InfiniteFuture();
-      *fell_back = true;
+      *fell_back = Fallback::kNoDataPort;
       return absl::OkStatus();
     }
     if (!s.ok()) {
@@ -73,13 +81,20 @@ absl::Status CoordinatorCheckpointStorage::StoreOverDataPort(
                  << absl::FormatDuration(kDataPortRetryAfter);
     absl::MutexLock lock(&mu_);
     data_port_off_until_ = absl::Now() + kDataPortRetryAfter;
-    *fell_back = true;
+    *fell_back = Fallback::kUnreachable;
     return absl::OkStatus();
   }
   if (absl::IsResourceExhausted(upload.status())) {
     LOG(INFO) << upload.status().message() << " (checkpoint step " << step << ")";
-    *fell_back = true;
+    *fell_back = Fallback::kBusy;
     return absl::OkStatus();
+  }
+  if (absl::IsPermissionDenied(upload.status())) {
+    // The token was handed out a moment ago: a coordinator that does not know
+    // it any more has restarted since (opened uploads live in its memory).
+    return absl::UnavailableError(
+        absl::StrCat("uploading checkpoint step ", step, ": ", upload.status().message(),
+                     " (the coordinator restarted after granting the upload?)"));
   }
   if (!upload.ok()) {
     return absl::Status(upload.status().code(), absl::StrCat("uploading checkpoint step ", step,

@@ -8,7 +8,13 @@
 // (OpenUpload, then a TCP connection to that port on `coordinator_host`:
 // checkpoint/wire.h), else over the Upload stream: when it has none
 // (from then on), when it is busy (RESOURCE_EXHAUSTED: this upload), and
-// when the port cannot be reached (for kDataPortRetryAfter).
+// when the port cannot be reached (for kDataPortRetryAfter, unless the
+// stream cannot reach the coordinator either: then it is away altogether).
+//
+// Every failure to reach the coordinator — a refused or cut connection on
+// either path, a data-port token the coordinator no longer knows (it
+// restarted after OpenUpload) — is UNAVAILABLE, so that the caller can tell
+// it from a refusal and try again later (checkpoint/store_retry.h).
 //
 // Thread-safety: calls may come from any thread; the channel is shared.
 //
@@ -60,10 +66,13 @@ class CoordinatorCheckpointStorage : public CheckpointStorage {
   // no data port).
   absl::Time data_port_off_until_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 
+  // Why an upload went over the stream after all.
+  enum class Fallback { kNone, kNoDataPort, kBusy, kUnreachable };
   // Over the data port. Sets *fell_back (and returns OK) when the coordinator
-  // has no data port or it cannot be reached; nothing was uploaded then.
+  // has no data port, it is busy or it cannot be reached; nothing was
+  // uploaded then.
   absl::Status StoreOverDataPort(int64_t step, const std::vector<CheckpointFileSource>& files,
-                                 bool* fell_back);
+                                 Fallback* fell_back);
   absl::Status StoreOverStream(int64_t step, const std::vector<CheckpointFileSource>& files);
 };
 

@@ -6,6 +6,7 @@
 
 #include "checkpoint/fake_checkpoint_service.h"
 #include "checkpoint/layout.h"
+#include "checkpoint/store_retry.h"
 #include "common/crc32c.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -158,6 +159,78 @@ TEST(CoordinatorCheckpointStorageTest, ASerializationErrorStopsTheUpload) {
                 HasSubstr("uploading checkpoint step 30: serializing checkpoint file model.pt"));
     EXPECT_TRUE(coordinator.Files(30).empty());
   }
+}
+
+// A coordinator killed in the middle of an upload (restarting, say): the
+// failure says the coordinator could not be reached, so that the rank tries
+// again instead of failing (checkpoint/store_retry.h); nothing is recorded
+// and the next upload goes through the data port again.
+TEST(CoordinatorCheckpointStorageTest, AnUploadCutHalfWayIsUnreachableAndTheNextOneGoesThrough) {
+  for (FakeCheckpointService::DataPort mode :
+       {FakeCheckpointService::DataPort::kNone, FakeCheckpointService::DataPort::kServing}) {
+    FakeCheckpointService coordinator;
+    coordinator.set_data_port(mode);
+    ASSERT_TRUE(coordinator.Start().ok());
+    CoordinatorCheckpointStorage storage(coordinator.channel(), "job-000001", 1, 0, "127.0.0.1");
+    TwoFiles files;
+    coordinator.CutNextUploadAfter(5 << 20);
+    absl::Status s = storage.Store(1000, files.sources());
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+    EXPECT_THAT(s.message(), HasSubstr("uploading checkpoint step 1000: "));
+    EXPECT_TRUE(IsCoordinatorUnreachable(s)) << s;
+    EXPECT_TRUE(coordinator.Files(1000).empty());
+    s = storage.Store(1000, files.sources());
+    ASSERT_TRUE(s.ok()) << s;
+    ExpectStored(coordinator, 1000, files);
+    if (mode == FakeCheckpointService::DataPort::kServing) {
+      EXPECT_EQ(coordinator.data_port_uploads(), 2);
+      EXPECT_EQ(coordinator.stream_uploads(), 0);
+    }
+  }
+}
+
+TEST(CoordinatorCheckpointStorageTest, ATokenTheCoordinatorForgotIsUnreachable) {
+  FakeCheckpointService coordinator;
+  coordinator.set_data_port(FakeCheckpointService::DataPort::kForgetsUploads);
+  ASSERT_TRUE(coordinator.Start().ok());
+  CoordinatorCheckpointStorage storage(coordinator.channel(), "job-000001", 1, 0, "127.0.0.1");
+  TwoFiles files;
+  absl::Status s = storage.Store(40, files.sources());
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_THAT(s.message(), HasSubstr("unknown token"));
+  EXPECT_THAT(s.message(), HasSubstr("restarted"));
+  EXPECT_EQ(coordinator.stream_uploads(), 0) << "not a reason to leave the data port";
+}
+
+TEST(CoordinatorCheckpointStorageTest, ACoordinatorThatIsGoneIsUnreachable) {
+  std::shared_ptr<grpc::Channel> channel;
+  {
+    FakeCheckpointService coordinator;
+    coordinator.set_data_port(FakeCheckpointService::DataPort::kServing);
+    ASSERT_TRUE(coordinator.Start().ok());
+    channel = coordinator.channel();
+  }
+  CoordinatorCheckpointStorage storage(channel, "job-000001", 1, 0, "127.0.0.1");
+  TwoFiles files;
+  absl::Status s = storage.Store(40, files.sources());
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_THAT(s.message(), HasSubstr("uploading checkpoint step 40: "));
+}
+
+// The data port refuses connections and the stream fails too: the whole
+// coordinator is away, so its data port is tried again for the next upload
+// (rather than left alone for kDataPortRetryAfter).
+TEST(CoordinatorCheckpointStorageTest, ADataPortIsNotBlamedWhenTheWholeCoordinatorIsAway) {
+  FakeCheckpointService coordinator;
+  coordinator.set_data_port(FakeCheckpointService::DataPort::kUnreachable);
+  coordinator.set_store_error(absl::UnavailableError("Socket closed"));
+  ASSERT_TRUE(coordinator.Start().ok());
+  CoordinatorCheckpointStorage storage(coordinator.channel(), "job-000001", 1, 0, "127.0.0.1");
+  TwoFiles files;
+  EXPECT_EQ(storage.Store(30, files.sources()).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(coordinator.stream_uploads(), 1);
+  EXPECT_EQ(storage.Store(60, files.sources()).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(coordinator.open_upload_calls(), 2);
 }
 
 TEST(CoordinatorCheckpointStorageTest, LoadDownloadsWhatTheManifestLists) {

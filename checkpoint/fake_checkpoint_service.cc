@@ -87,6 +87,18 @@ void FakeCheckpointService::set_store_error(absl::Status status) {
   store_error_ = std::move(status);
 }
 
+void FakeCheckpointService::CutNextUploadAfter(int64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  cut_after_bytes_ = bytes;
+}
+
+bool FakeCheckpointService::CutNow(int64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  if (cut_after_bytes_ < 0 || bytes < cut_after_bytes_) return false;
+  cut_after_bytes_ = -1;
+  return true;
+}
+
 void FakeCheckpointService::set_download_script(std::vector<v1::CheckpointChunk> chunks,
                                                 grpc::Status end) {
   absl::MutexLock lock(&mu_);
@@ -99,7 +111,7 @@ absl::Status FakeCheckpointService::Start() {
     absl::MutexLock lock(&mu_);
     mode = mode_;
   }
-  if (mode == DataPort::kServing || mode == DataPort::kBusy || mode == DataPort::kUnreachable) {
+  if (mode != DataPort::kNone) {
     listen_fd_ = ListenOnLoopback(&data_port_);
     if (listen_fd_ < 0) return absl::UnavailableError("fake data port: cannot listen on 127.0.0.1");
     if (mode == DataPort::kUnreachable) {
@@ -190,7 +202,10 @@ grpc::Status FakeCheckpointService::Upload(grpc::ServerContext* context,
   std::string job_id;
   int64_t step = -1;
   std::map<std::string, StoredFile> files;
+  int64_t received = 0;
   while (reader->Read(&chunk)) {
+    received += static_cast<int64_t>(chunk.data().size());
+    if (CutNow(received)) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "Socket closed");
     if (step < 0) {
       job_id = chunk.job_id();
       step = chunk.step();
@@ -223,7 +238,7 @@ grpc::Status FakeCheckpointService::OpenUpload(grpc::ServerContext*,
     return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "no checkpoint data port");
   absl::StatusOr<std::string> token = NewUploadToken();
   if (!token.ok()) return ToGrpcStatus(token.status());
-  tokens_[*token] = {request->job_id(), request->step()};
+  if (mode_ != DataPort::kForgetsUploads) tokens_[*token] = {request->job_id(), request->step()};
   response->set_port(data_port_);
   response->set_token(*token);
   return grpc::Status::OK;
@@ -269,6 +284,7 @@ void FakeCheckpointService::ReceiveDataUpload(int fd) {
   std::map<std::string, StoredFile> files;
   std::string current;
   absl::Status status;
+  int64_t received = 0;
   while (status.ok()) {
     char header_bytes[kChunkHeaderBytes];
     ChunkHeader header;
@@ -280,6 +296,8 @@ void FakeCheckpointService::ReceiveDataUpload(int fd) {
     status = ReceiveAll(fd, name.data(), name.size(), "file name");
     if (status.ok()) status = ReceiveAll(fd, data.data(), data.size(), "chunk data");
     if (!status.ok()) break;
+    received += static_cast<int64_t>(data.size());
+    if (CutNow(received)) return;  // gone, without a word
     if (!name.empty()) current = name;
     StoredFile& file = files[current];
     status = AddChunk(current, header.offset, data, header.chunk_crc32c, file);

@@ -40,6 +40,9 @@ class FakeCheckpointService : public v1::CheckpointService::Service {
     kServing,      // uploads over the data port are taken
     kBusy,         // the data port refuses at the hello (RESOURCE_EXHAUSTED)
     kUnreachable,  // OpenUpload names a port nothing listens on
+    // OpenUpload answers, but the data port does not know the token (as
+    // when the coordinator restarted in between)
+    kForgetsUploads,
   };
 
   // `shared_root`: where shared-directory jobs keep their checkpoints
@@ -50,6 +53,11 @@ class FakeCheckpointService : public v1::CheckpointService::Service {
   void set_data_port(DataPort mode);
   // Every Upload, data-port upload and Commit answers `status` instead.
   void set_store_error(absl::Status status);
+  // The next upload (over either path) is cut after `bytes` bytes of file
+  // data, as by a coordinator killed in the middle of it: the data port
+  // closes the connection without an answer, the stream ends UNAVAILABLE.
+  // Nothing of it is recorded; later uploads go through.
+  void CutNextUploadAfter(int64_t bytes);
   // Download sends these chunks and then `end` instead of a stored file.
   void set_download_script(std::vector<v1::CheckpointChunk> chunks, grpc::Status end);
 
@@ -92,6 +100,9 @@ class FakeCheckpointService : public v1::CheckpointService::Service {
   void ServeDataPort();
   // Reads one data-port upload from `fd` and answers it.
   void ReceiveDataUpload(int fd);
+  // Whether an upload that has received `bytes` of file data is to be cut
+  // now (CutNextUploadAfter); the cut is used up then.
+  bool CutNow(int64_t bytes);
   absl::Status Record(const std::string& job_id, int64_t step,
                       std::map<std::string, StoredFile> files, const std::string& directory);
 
@@ -105,6 +116,7 @@ class FakeCheckpointService : public v1::CheckpointService::Service {
   mutable absl::Mutex mu_;
   DataPort mode_ ABSL_GUARDED_BY(mu_) = DataPort::kNone;
   absl::Status store_error_ ABSL_GUARDED_BY(mu_);
+  int64_t cut_after_bytes_ ABSL_GUARDED_BY(mu_) = -1;  // -1: no cut
   std::optional<std::pair<std::vector<v1::CheckpointChunk>, grpc::Status>> download_script_
       ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::pair<std::string, int64_t>> tokens_

@@ -324,6 +324,8 @@ INSTANTIATE_TEST_SUITE_P(
              "resources.threads_per_rank: must be <= 256, got 1000"},
         Case{"checkpoint { every_steps: -5 }", "checkpoint.every_steps: must be >= 0, got -5"},
         Case{"checkpoint { keep_last: -1 }", "checkpoint.keep_last: must be >= 0, got -1"},
+        Case{"checkpoint { unreachable_retry_seconds: -5 }",
+             "checkpoint.unreachable_retry_seconds: must be >= 0, got -5"},
         Case{"checkpoint { storage: SHARED_DIR shared_dir: 'rel/dir' }",
              "checkpoint.shared_dir: storage SHARED_DIR needs an absolute directory path, got "
              "\"rel/dir\""},

@@ -383,6 +383,7 @@ void ValidateRest(const JobSpec& spec, Checker& c) {
   const v1::CheckpointSpec& k = spec.checkpoint();
   c.AtLeast<int64_t>("checkpoint.every_steps", k.every_steps(), 0);
   c.AtLeast("checkpoint.keep_last", k.keep_last(), 0);
+  c.AtLeast("checkpoint.unreachable_retry_seconds", k.unreachable_retry_seconds(), 0);
   if (!v1::CheckpointSpec::Storage_IsValid(k.storage())) {
     c.Fail("checkpoint.storage", absl::StrCat("unknown value ", k.storage()));
   } else if (k.storage() == v1::CheckpointSpec::SHARED_DIR) {

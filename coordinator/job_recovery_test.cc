@@ -44,6 +44,29 @@ v1::AgentHello NodeA(std::vector<std::pair<std::string, int>> running) {
   return hello;
 }
 
+// Uploads cut by the restart are retried by the ranks: the recovered job
+// must grant them as the job did before (CheckUploader is what OpenUpload,
+// Upload and Commit check), from its first moment, before any rank is back.
+TEST(JobRecoveryTest, RecoveredJobGrantsCheckpointUploadsAsBeforeTheRestart) {
+  v1::Job job = RunningOnNodeA();
+  job.mutable_spec()->mutable_checkpoint()->set_every_steps(20);
+  job.mutable_spec()->mutable_checkpoint()->set_keep_last(5);
+  const UploadGrant before = UploadGrantFor(job, /*world_size=*/2, /*generation=*/1);
+  const RunningJob run = RecoveredJob(job, absl::FromUnixSeconds(1030));
+  absl::StatusOr<UploadGrant> granted = CheckUploader(run.upload_grant, 1, 0);
+  ASSERT_TRUE(granted.ok()) << granted.status();
+  EXPECT_EQ(granted->manifest.SerializeAsString(), before.manifest.SerializeAsString());
+  EXPECT_EQ(granted->manifest.generation(), 1);
+  EXPECT_EQ(granted->manifest.world_size(), 2);
+  EXPECT_EQ(granted->keep_last, 5);
+  EXPECT_EQ(CheckUploader(run.upload_grant, 1, 1).status().code(),
+            absl::StatusCode::kFailedPrecondition)
+      << "still only rank 0 uploads";
+  EXPECT_EQ(CheckUploader(run.upload_grant, 0, 0).status().code(),
+            absl::StatusCode::kFailedPrecondition)
+      << "an older generation still may not";
+}
+
 TEST(JobRecoveryTest, RecoveredJobWaitsWithEveryRankLostAndJoined) {
   FakeClock clock(absl::FromUnixSeconds(1000));
   const RunningJob run = RecoveredJob(RunningOnNodeA(), clock.Now() + absl::Seconds(30));

@@ -2,12 +2,14 @@
 // heartbeats, checkpoint requests and grants, status and logs. Agents,
 // placement, job ends and Tick are in scheduler.cc.
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
 #include "common/memory_estimate.h"
 #include "common/status_macros.h"
+#include "coordinator/checkpoint_skip_warning.h"
 #include "coordinator/hang_detector.h"
 #include "coordinator/scheduler.h"
 
@@ -64,10 +66,16 @@ absl::Status Scheduler::Report(const v1::ReportRequest& report) {
                                                       report.job_id(), " now"));
   }
   if (report.rank() != 0) return absl::OkStatus();
+  absl::StatusOr<v1::Job> job = jobs_.Get(report.job_id());
+  std::optional<v1::JobEvent> skipped =
+      job.ok() ? SkippedCheckpointsWarning(job->latest_metrics(), report.metrics(), report.rank())
+               : std::nullopt;
   RETURN_IF_ERROR(jobs_.UpdateMetrics(report.job_id(), report.metrics(), report.final()));
   v1::JobEvent event;
   *event.mutable_metrics() = report.metrics();
-  return jobs_.AddEvent(report.job_id(), std::move(event));
+  RETURN_IF_ERROR(jobs_.AddEvent(report.job_id(), std::move(event)));
+  if (skipped.has_value()) return jobs_.AddEvent(report.job_id(), *std::move(skipped));
+  return absl::OkStatus();
 }
 
 bool Scheduler::Heartbeat(const v1::RankHeartbeat& heartbeat) {

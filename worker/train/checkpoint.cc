@@ -15,7 +15,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "checkpoint/store_retry.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 #include "worker/train/accum_adam.h"
 
 namespace chorus {
@@ -339,8 +341,8 @@ absl::StatusOr<TrainingPosition> Restore(const std::vector<CheckpointFileData>& 
   return position;
 }
 
-CheckpointWriter::CheckpointWriter(CheckpointStorage& storage)
-    : storage_(storage), thread_([this] { Loop(); }) {}
+CheckpointWriter::CheckpointWriter(CheckpointStorage& storage, CheckpointWriterOptions options)
+    : storage_(storage), options_(options), thread_([this] { Loop(); }) {}
 
 CheckpointWriter::~CheckpointWriter() {
   {
@@ -352,7 +354,7 @@ CheckpointWriter::~CheckpointWriter() {
   thread_.join();
 }
 
-bool CheckpointWriter::Offer(Snapshot snapshot) {
+bool CheckpointWriter::Offer(Snapshot snapshot, bool final) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (busy_) {
@@ -360,6 +362,7 @@ bool CheckpointWriter::Offer(Snapshot snapshot) {
       return false;
     }
     pending_ = std::move(snapshot);
+    pending_final_ = final;
     busy_ = true;
   }
   cv_.notify_all();
@@ -392,6 +395,16 @@ int64_t CheckpointWriter::stored() const {
   return stored_;
 }
 
+int64_t CheckpointWriter::skipped_unreachable() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return skipped_unreachable_;
+}
+
+int64_t CheckpointWriter::store_retries() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return store_retries_;
+}
+
 double CheckpointWriter::last_serialize_seconds() const {
   std::lock_guard<std::mutex> lock(mu_);
   return last_serialize_seconds_;
@@ -410,11 +423,13 @@ int64_t CheckpointWriter::last_bytes() const {
 void CheckpointWriter::Loop() {
   while (true) {
     Snapshot snapshot;
+    bool final = false;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [this] { return stop_ || pending_.has_value(); });
       if (!pending_.has_value()) return;
       snapshot = std::move(*pending_);
+      final = pending_final_;
       pending_.reset();
     }
     // Time inside the sources minus time inside the storage's byte consumers
@@ -439,7 +454,18 @@ void CheckpointWriter::Loop() {
       };
     }
     const absl::Time start = absl::Now();
-    absl::Status s = storage_.Store(snapshot.position.step, files);
+    StoreRetryOptions retry;
+    retry.give_up_after = final ? options_.final_give_up_after : options_.periodic_give_up_after;
+    retry.clock = options_.clock;
+    const StoreRetryResult stored = StoreRetrying(storage_, snapshot.position.step, files, retry);
+    absl::Status s = stored.status;
+    const bool skip = !final && stored.gave_up_unreachable;
+    if (skip) {
+      LOG(WARNING) << "checkpoint step " << snapshot.position.step
+                   << " skipped, training goes on: " << s.message();
+    }
+    // With retries, serializing counts every attempt and storing the waits
+    // between them too.
     const absl::Duration serializing = in_sources - in_storage;
     const absl::Duration storing = (absl::Now() - start) - serializing;
     int64_t bytes = 0;
@@ -452,7 +478,12 @@ void CheckpointWriter::Loop() {
         last_store_seconds_ = absl::ToDoubleSeconds(storing);
         last_bytes_ = bytes;
       }
-      if (!s.ok() && error_.ok()) error_ = s;
+      store_retries_ += stored.attempts - 1;
+      if (skip) {
+        ++skipped_unreachable_;
+      } else if (!s.ok() && error_.ok()) {
+        error_ = s;
+      }
       busy_ = false;
     }
     cv_.notify_all();

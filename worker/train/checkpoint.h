@@ -45,9 +45,11 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "checkpoint/layout.h"
 #include "checkpoint/storage.h"
 #include "chorus/v1/coordinator.pb.h"
+#include "common/clock.h"
 #include "worker/train/model.h"
 
 namespace torch::optim {
@@ -108,16 +110,36 @@ absl::StatusOr<TrainingPosition> Restore(const std::vector<CheckpointFileData>& 
                                          const std::vector<torch::optim::Optimizer*>& optimizers,
                                          ExchangeState* exchange = nullptr);
 
+// How CheckpointWriter stores through a coordinator that cannot be reached
+// for a while (restarting, say): checkpoint/store_retry.h retries the store
+// with backoff. Note [Unreachable coordinator]: a periodic or requested
+// checkpoint that still cannot be stored after periodic_give_up_after is
+// skipped — training goes on, skipped_unreachable() counts it — because
+// losing one checkpoint costs at most every_steps steps of recomputation
+// after a crash, while failing the job costs all of them. The final
+// checkpoint is the run's result: it waits up to final_give_up_after (as the
+// rank's final report waits for the coordinator), and then fails the run.
+// Other errors (a refused grant, damaged data) fail the run as before.
+struct CheckpointWriterOptions {
+  absl::Duration periodic_give_up_after = absl::Minutes(1);
+  absl::Duration final_give_up_after = absl::Minutes(1);
+  // Time and sleeping between retries; null = the real clock.
+  Clock* clock = nullptr;
+};
+
 // Serializes and stores snapshots on its own thread, one at a time.
 class CheckpointWriter {
  public:
-  explicit CheckpointWriter(CheckpointStorage& storage);
+  explicit CheckpointWriter(CheckpointStorage& storage, CheckpointWriterOptions options = {});
   ~CheckpointWriter();  // waits for the checkpoint in flight
 
   // Hands `snapshot` over unless one is still being written: then it is
-  // dropped, counted in skipped(), and false returned.
-  bool Offer(Snapshot snapshot);
-  // Waits until nothing is in flight; the first error of any store so far.
+  // dropped, counted in skipped(), and false returned. `final`: the run's
+  // last checkpoint (Note [Unreachable coordinator]).
+  bool Offer(Snapshot snapshot, bool final = false);
+  // Waits until nothing is in flight; the first error of any store so far
+  // (a periodic checkpoint skipped because the coordinator could not be
+  // reached is no error).
   absl::Status Drain();
   // Whether a checkpoint is being written now (then the next would be
   // skipped: NoteSkipped() counts it without taking a snapshot).
@@ -125,6 +147,10 @@ class CheckpointWriter {
   void NoteSkipped();
   int64_t skipped() const;
   int64_t stored() const;
+  // Periodic checkpoints given up because the coordinator could not be
+  // reached, and store attempts repeated for any checkpoint so far.
+  int64_t skipped_unreachable() const;
+  int64_t store_retries() const;
   // The last stored checkpoint: seconds spent serializing it (the CPU time
   // of turning tensors into file bytes), seconds spent storing it (everything
   // else from handing it to the storage until it returned: writing or
@@ -139,13 +165,17 @@ class CheckpointWriter {
   void Loop();
 
   CheckpointStorage& storage_;
+  const CheckpointWriterOptions options_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::optional<Snapshot> pending_;
+  bool pending_final_ = false;
   bool busy_ = false;
   bool stop_ = false;
   int64_t skipped_ = 0;
   int64_t stored_ = 0;
+  int64_t skipped_unreachable_ = 0;
+  int64_t store_retries_ = 0;
   double last_serialize_seconds_ = 0;
   double last_store_seconds_ = 0;
   int64_t last_bytes_ = 0;

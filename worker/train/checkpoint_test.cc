@@ -8,6 +8,9 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -180,6 +183,129 @@ TEST(CheckpointWriterTest, ReportsSizeAndSplitsTimeBetweenSerializingAndStoring)
     EXPECT_LT(writer.last_serialize_seconds(), 0.25);
   }
   EXPECT_EQ(sink.steps, std::vector<int64_t>{12});
+}
+
+// A coordinator that is away (restarting) until `down_until` on the fake
+// clock: every Store before then fails as a cut upload does; after it,
+// stores succeed. `refusal`, when set, is answered instead of storing.
+class RestartingCoordinator : public CheckpointStorage {
+ public:
+  RestartingCoordinator(FakeClock& clock, absl::Time down_until)
+      : clock_(clock), down_until_(down_until) {}
+  absl::Status Store(int64_t step, const std::vector<CheckpointFileSource>& files) override {
+    absl::MutexLock lock(&mu_);
+    ++attempts_;
+    if (!refusal_.ok()) return refusal_;
+    for (const CheckpointFileSource& f : files) {
+      absl::StatusOr<CheckpointFileData> data = ReadAll(f);
+      if (!data.ok()) return data.status();
+    }
+    if (clock_.Now() < down_until_) {
+      return absl::UnavailableError(
+          absl::StrCat("uploading checkpoint step ", step, ": Socket closed"));
+    }
+    steps_.push_back(step);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::vector<CheckpointFileData>> Load(const v1::CheckpointManifest&) override {
+    return absl::UnimplementedError("not used");
+  }
+  void Refuse(absl::Status refusal) {
+    absl::MutexLock lock(&mu_);
+    refusal_ = std::move(refusal);
+  }
+  std::vector<int64_t> steps() {
+    absl::MutexLock lock(&mu_);
+    return steps_;
+  }
+  int attempts() {
+    absl::MutexLock lock(&mu_);
+    return attempts_;
+  }
+
+ private:
+  FakeClock& clock_;
+  const absl::Time down_until_;
+  absl::Mutex mu_;
+  absl::Status refusal_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> steps_ ABSL_GUARDED_BY(mu_);
+  int attempts_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+Snapshot SnapshotAt(int64_t step) {
+  Snapshot s = SmallSnapshot();
+  s.position.step = step;
+  return s;
+}
+
+CheckpointWriterOptions WithBounds(FakeClock& clock, absl::Duration periodic,
+                                   absl::Duration final) {
+  CheckpointWriterOptions options;
+  options.periodic_give_up_after = periodic;
+  options.final_give_up_after = final;
+  options.clock = &clock;
+  return options;
+}
+
+// The case: the coordinator restarts while a periodic checkpoint is
+// being uploaded, and is back a few seconds later.
+TEST(CheckpointWriterTest, APeriodicCheckpointIsRetriedUntilTheCoordinatorIsBack) {
+  FakeClock clock;
+  RestartingCoordinator coordinator(clock, clock.Now() + absl::Seconds(3));
+  CheckpointWriter writer(coordinator, WithBounds(clock, absl::Minutes(1), absl::Minutes(1)));
+  ASSERT_TRUE(writer.Offer(SnapshotAt(1000)));
+  absl::Status s = writer.Drain();
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(coordinator.steps(), std::vector<int64_t>{1000});
+  EXPECT_EQ(writer.stored(), 1);
+  EXPECT_EQ(writer.skipped_unreachable(), 0);
+  EXPECT_GT(writer.store_retries(), 0);
+  EXPECT_EQ(writer.store_retries(), coordinator.attempts() - 1);
+}
+
+TEST(CheckpointWriterTest, APeriodicCheckpointIsSkippedWhenTheCoordinatorStaysAway) {
+  FakeClock clock;
+  RestartingCoordinator coordinator(clock, clock.Now() + absl::Minutes(5));
+  CheckpointWriter writer(coordinator, WithBounds(clock, absl::Seconds(10), absl::Minutes(10)));
+  ASSERT_TRUE(writer.Offer(SnapshotAt(20)));
+  absl::Status s = writer.Drain();
+  EXPECT_TRUE(s.ok()) << "a skipped periodic checkpoint must not fail training: " << s;
+  EXPECT_EQ(writer.skipped_unreachable(), 1);
+  EXPECT_EQ(writer.stored(), 0);
+  EXPECT_TRUE(coordinator.steps().empty());
+  // The writer takes the next one; the final one waits for the coordinator
+  // (back at 5 min, within its 10 min) and is stored.
+  ASSERT_TRUE(writer.Offer(SnapshotAt(40), /*final=*/true));
+  s = writer.Drain();
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(coordinator.steps(), std::vector<int64_t>{40});
+  EXPECT_EQ(writer.stored(), 1);
+  EXPECT_EQ(writer.skipped_unreachable(), 1);
+}
+
+TEST(CheckpointWriterTest, TheFinalCheckpointFailsWhenTheCoordinatorNeverComesBack) {
+  FakeClock clock;
+  RestartingCoordinator coordinator(clock, absl::InfiniteFuture());
+  CheckpointWriter writer(coordinator, WithBounds(clock, absl::Seconds(10), absl::Minutes(1)));
+  ASSERT_TRUE(writer.Offer(SnapshotAt(90), /*final=*/true));
+  absl::Status s = writer.Drain();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_THAT(s.message(), HasSubstr("uploading checkpoint step 90: Socket closed"));
+  EXPECT_THAT(s.message(), HasSubstr("could not be reached for 1m"));
+  EXPECT_EQ(writer.skipped_unreachable(), 0);
+}
+
+TEST(CheckpointWriterTest, APermanentErrorStillFailsTheRun) {
+  FakeClock clock;
+  RestartingCoordinator coordinator(clock, clock.Now());
+  coordinator.Refuse(absl::FailedPreconditionError(
+      "checkpoint upload from generation 1 of job-000001, whose current generation is 2"));
+  CheckpointWriter writer(coordinator, WithBounds(clock, absl::Minutes(1), absl::Minutes(1)));
+  ASSERT_TRUE(writer.Offer(SnapshotAt(20)));
+  absl::Status s = writer.Drain();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_EQ(coordinator.attempts(), 1);
+  EXPECT_EQ(writer.skipped_unreachable(), 0);
 }
 
 }  // namespace

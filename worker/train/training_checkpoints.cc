@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <exception>
 #include <iostream>
 #include <utility>
@@ -9,6 +10,20 @@
 #include "common/status_macros.h"
 
 namespace chorus {
+
+namespace {
+
+// Note [Unreachable coordinator] in checkpoint.h.
+CheckpointWriterOptions WriterOptions(const v1::CheckpointSpec& spec) {
+  CheckpointWriterOptions options;
+  if (spec.unreachable_retry_seconds() > 0) {
+    options.periodic_give_up_after = absl::Seconds(spec.unreachable_retry_seconds());
+  }
+  options.final_give_up_after = std::max(absl::Minutes(1), options.periodic_give_up_after);
+  return options;
+}
+
+}  // namespace
 
 TrainingCheckpoints::TrainingCheckpoints(CheckpointStorage* storage, const v1::CheckpointSpec& spec,
                                          Model& model, TrainingStrategy& strategy,
@@ -21,7 +36,7 @@ TrainingCheckpoints::TrainingCheckpoints(CheckpointStorage* storage, const v1::C
       progress_(progress),
       parts_(strategy.checkpoint_parts()) {
   if (storage_ != nullptr && (comm_.rank() == 0 || parts_.per_rank)) {
-    writer_ = std::make_unique<CheckpointWriter>(*storage_);
+    writer_ = std::make_unique<CheckpointWriter>(*storage_, WriterOptions(spec));
   }
 }
 
@@ -105,7 +120,7 @@ absl::Status TrainingCheckpoints::TakeOwnPart(const TrainingPosition& position, 
 absl::Status TrainingCheckpoints::Offer(Snapshot snapshot, absl::Time start, bool final) {
   stall_seconds_ = absl::ToDoubleSeconds(absl::Now() - start);
   spare_ = snapshot;  // the same tensors: written again only after the writer is idle
-  writer_->Offer(std::move(snapshot));
+  writer_->Offer(std::move(snapshot), final);
   if (final) return writer_->Drain();
   return absl::OkStatus();
 }
@@ -119,6 +134,8 @@ void TrainingCheckpoints::AddMetrics(v1::Metrics& metrics) const {
   auto& values = *metrics.mutable_values();
   values["checkpoints_stored"] = writer_->stored();
   values["checkpoints_skipped_busy"] = writer_->skipped();
+  values["checkpoints_skipped_unreachable"] = writer_->skipped_unreachable();
+  values["checkpoint_store_retries"] = writer_->store_retries();
   values["checkpoint_stall_seconds"] = stall_seconds_;
   values["checkpoint_serialize_seconds"] = writer_->last_serialize_seconds();
   values["checkpoint_store_seconds"] = writer_->last_store_seconds();

@@ -52,10 +52,13 @@ class TrainingCheckpoints {
   absl::Status AfterStep(const TrainingPosition& position, int64_t total_steps);
   // After the last step: the final checkpoint (unless checkpoint.at_end is
   // false), then waits until every checkpoint is stored. The first error of
-  // any store.
+  // any store (periodic checkpoints skipped while the coordinator could not
+  // be reached are none; the final one waits for it).
   absl::Status AtEnd(const TrainingPosition& position);
 
-  // checkpoints_stored, checkpoints_skipped_busy and the last checkpoint's
+  // checkpoints_stored, checkpoints_skipped_busy,
+  // checkpoints_skipped_unreachable (Note [Unreachable coordinator] in
+  // checkpoint.h), checkpoint_store_retries and the last checkpoint's
   // stall, serialize and store seconds and bytes (nothing on ranks that do
   // not store).
   void AddMetrics(v1::Metrics& metrics) const;
