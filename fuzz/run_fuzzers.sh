@@ -10,8 +10,8 @@
 #   --keep DIR   where crash inputs and each target's new corpus go
 #                (default: a temporary directory, removed unless a target failed)
 #   TARGET       labels (default: every target tagged fuzz_target)
-# Environment: CHORUS_FUZZ_OUTPUT_BASE (default ~/.cache/chorus/fuzz-output-base),
-# CC (default clang-14).
+# Environment: CHORUS_FUZZ_OUTPUT_BASE (default
+# ~/.cache/chorus/fuzz-output-bases/<hash of the checkout's path>), CC (default clang-14).
 #
 # The clang build has an output base of its own: Bazel configures its C++
 # toolchain from CC, and rebuilding that in the gcc build's output base
@@ -31,7 +31,8 @@ while (($# > 0)); do
   esac
 done
 
-output_base=${CHORUS_FUZZ_OUTPUT_BASE:-${HOME}/.cache/chorus/fuzz-output-base}
+# One output base per checkout, as Bazel does for the default one.
+output_base=${CHORUS_FUZZ_OUTPUT_BASE:-${HOME}/.cache/chorus/fuzz-output-bases/$(pwd -P | md5sum | cut -c1-12)}
 export CC=${CC:-clang-14}
 if ! command -v "${CC}" >/dev/null 2>&1; then
   echo "run_fuzzers: ${CC} not found (deploy/setup.sh installs clang-14 and libFuzzer)"
@@ -41,7 +42,9 @@ fi
 fuzz_bazel() { bazel --output_base="${output_base}" "$@"; }
 
 if ((${#targets[@]} == 0)); then
-  mapfile -t targets < <(fuzz_bazel query 'attr(tags, "fuzz_target", tests(//...))' 2>/dev/null)
+  # The default output base's server answers: it skips the checkout's
+  # bazel-* symlinks, which a second output base would walk into.
+  mapfile -t targets < <(bazel query 'attr(tags, "fuzz_target", tests(//...))' 2>/dev/null)
 fi
 if ((${#targets[@]} == 0)); then
   echo "run_fuzzers: no fuzz targets found"

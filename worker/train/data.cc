@@ -222,7 +222,8 @@ absl::StatusOr<at::Tensor> ReadIdx(const std::string& path) {
                      " values, the file has ", bytes.size() - offset));
   }
   at::Tensor t = at::empty(shape, at::kByte);
-  std::memcpy(t.data_ptr(), bytes.data() + offset, count);
+  // An empty tensor has no data pointer, and memcpy must not get null.
+  if (count > 0) std::memcpy(t.data_ptr(), bytes.data() + offset, count);
   return t;
 }
 

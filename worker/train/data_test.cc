@@ -159,6 +159,13 @@ TEST(DataTest, IdxSizesThatOverflowAreRefused) {
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_EQ(ok->sizes(), (std::vector<int64_t>{2, 3}));
   EXPECT_EQ(ok->index({1, 2}).item<uint8_t>(), 'f');
+
+  // Found by //worker/train:idx_fuzzer under UBSan (input zero_dim): an
+  // empty tensor's null data pointer went to memcpy.
+  std::ofstream(path, std::ios::binary) << Idx({0, 3}, "");
+  auto empty = ReadIdx(path);
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  EXPECT_EQ(empty->sizes(), (std::vector<int64_t>{0, 3}));
 }
 
 // Found writing //worker/train:idx_fuzzer (it checks every label is a
