@@ -9,7 +9,8 @@
 #   --seconds S  fuzzing time per target (default 30)
 #   --keep DIR   where crash inputs and each target's new corpus go
 #                (default: a temporary directory, removed unless a target failed)
-#   TARGET       labels (default: every target tagged fuzz_target)
+#   TARGET       labels (default: every target tagged fuzz_target, less those
+#                tagged fuzz_manual)
 # Environment: CHORUS_FUZZ_OUTPUT_BASE (default
 # ~/.cache/chorus/fuzz-output-bases/<hash of the checkout's path>), CC (default clang-14).
 #
@@ -44,7 +45,9 @@ fuzz_bazel() { bazel --output_base="${output_base}" "$@"; }
 if ((${#targets[@]} == 0)); then
   # The default output base's server answers: it skips the checkout's
   # bazel-* symlinks, which a second output base would walk into.
-  mapfile -t targets < <(bazel query 'attr(tags, "fuzz_target", tests(//...))' 2>/dev/null)
+  # Targets tagged fuzz_manual are run by name only (docs/fuzzing.md says why).
+  mapfile -t targets < <(bazel query 'attr(tags, "fuzz_target", tests(//...))
+      except attr(tags, "fuzz_manual", tests(//...))' 2>/dev/null)
 fi
 if ((${#targets[@]} == 0)); then
   echo "run_fuzzers: no fuzz targets found"
