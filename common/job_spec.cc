@@ -1,16 +1,21 @@
 #include "common/job_spec.h"
 
 #include <cmath>
+#include <cstdint>
 #include <fstream>
 #include <sstream>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "google/protobuf/descriptor.h"
 #include "google/protobuf/io/tokenizer.h"
+#include "google/protobuf/message.h"
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/json_util.h"
 #include "yaml-cpp/yaml.h"
@@ -154,7 +159,91 @@ absl::StatusOr<JobSpec> ParseJson(absl::string_view json, absl::string_view sour
   return spec;
 }
 
+// Whether `s` is well-formed UTF-8 (no overlong forms, surrogates or code
+// points past U+10FFFF).
+bool IsUtf8(absl::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const unsigned char c = s[i];
+    size_t n;
+    uint32_t cp;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xE0) == 0xC0) {
+      n = 1;
+      cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      n = 2;
+      cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      n = 3;
+      cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (i + n >= s.size()) return false;
+    for (size_t k = 1; k <= n; ++k) {
+      const unsigned char cc = s[i + k];
+      if ((cc & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    static constexpr uint32_t kMin[] = {0, 0x80, 0x800, 0x10000};
+    if (cp < kMin[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += n + 1;
+  }
+  return true;
+}
+
+// The path of the first string field of `m` (in field order, depth first)
+// that is not UTF-8, such as "strategy.ddp.ignored[1]"; empty if none.
+std::string FirstNonUtf8Field(const google::protobuf::Message& m, const std::string& prefix) {
+  using google::protobuf::FieldDescriptor;
+  const google::protobuf::Reflection* r = m.GetReflection();
+  std::vector<const FieldDescriptor*> fields;
+  r->ListFields(m, &fields);
+  for (const FieldDescriptor* f : fields) {
+    const std::string path = prefix.empty() ? f->name() : absl::StrCat(prefix, ".", f->name());
+    if (f->type() == FieldDescriptor::TYPE_STRING) {
+      if (!f->is_repeated()) {
+        if (!IsUtf8(r->GetString(m, f))) return path;
+        continue;
+      }
+      for (int i = 0; i < r->FieldSize(m, f); ++i) {
+        if (!IsUtf8(r->GetRepeatedString(m, f, i))) return absl::StrCat(path, "[", i, "]");
+      }
+    } else if (f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+      if (!f->is_repeated()) {
+        std::string bad = FirstNonUtf8Field(r->GetMessage(m, f), path);
+        if (!bad.empty()) return bad;
+        continue;
+      }
+      for (int i = 0; i < r->FieldSize(m, f); ++i) {
+        std::string bad =
+            FirstNonUtf8Field(r->GetRepeatedMessage(m, f, i), absl::StrCat(path, "[", i, "]"));
+        if (!bad.empty()) return bad;
+      }
+    }
+  }
+  return "";
+}
+
+absl::StatusOr<JobSpec> ParseFormat(absl::string_view text, SpecFormat format,
+                                    absl::string_view source);
+
 }  // namespace
+
+absl::StatusOr<JobSpec> ParseJobSpec(absl::string_view text, SpecFormat format,
+                                     absl::string_view source) {
+  ASSIGN_OR_RETURN(JobSpec spec, ParseFormat(text, format, source));
+  // Proto3 strings are UTF-8: a spec holding other bytes could not be sent
+  // to the coordinator (serialization refuses it) nor printed as JSON.
+  if (const std::string bad = FirstNonUtf8Field(spec, ""); !bad.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job spec ", source, ": ", bad, ": is not valid UTF-8 text"));
+  }
+  return spec;
+}
 
 absl::StatusOr<SpecFormat> SpecFormatFromPath(absl::string_view path) {
   const std::string lower = absl::AsciiStrToLower(path);
@@ -170,8 +259,10 @@ absl::StatusOr<SpecFormat> SpecFormatFromPath(absl::string_view path) {
       "job spec ", path, ": unknown format; use a .textproto/.pbtxt, .json or .yaml/.yml file"));
 }
 
-absl::StatusOr<JobSpec> ParseJobSpec(absl::string_view text, SpecFormat format,
-                                     absl::string_view source) {
+namespace {
+
+absl::StatusOr<JobSpec> ParseFormat(absl::string_view text, SpecFormat format,
+                                    absl::string_view source) {
   switch (format) {
     case SpecFormat::kTextProto: {
       JobSpec spec;
@@ -216,6 +307,8 @@ absl::StatusOr<JobSpec> ParseJobSpec(absl::string_view text, SpecFormat format,
   }
   return absl::InternalError("unknown spec format");
 }
+
+}  // namespace
 
 absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path) {
   ASSIGN_OR_RETURN(SpecFormat format, SpecFormatFromPath(path));

@@ -4,6 +4,8 @@
 #include <vector>
 
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
@@ -166,6 +168,35 @@ TEST(JobSpecTest, SyntaxErrorsNameFileAndPosition) {
       ParseJobSpec("optimizer { kind: LBFGS }", SpecFormat::kTextProto, "e.textproto");
   ASSERT_FALSE(enum_value.ok());
   EXPECT_THAT(enum_value.status().message(), HasSubstr("LBFGS"));
+}
+
+// Found by //common:job_spec_fuzzer: a spec whose strings are not UTF-8 was
+// accepted, then could not be sent (proto3 strings must be UTF-8) or came
+// back changed from its JSON form.
+TEST(JobSpecTest, StringsMustBeUtf8InEveryFormat) {
+  auto text = ParseJobSpec("data { tensor_file { path: \"/d/\\322x.pt\" } }",
+                           SpecFormat::kTextProto, "t.textproto");
+  ASSERT_FALSE(text.ok());
+  EXPECT_EQ(text.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(text.status().message(), HasSubstr("t.textproto"));
+  EXPECT_THAT(text.status().message(), HasSubstr("data.tensor_file.path"));
+  EXPECT_THAT(text.status().message(), HasSubstr("UTF-8"));
+
+  auto yaml =
+      ParseJobSpec("strategy: {ddp: {ignored: [ok, \"b\xd2\"]}}\n", SpecFormat::kYaml, "y.yaml");
+  ASSERT_FALSE(yaml.ok());  // refused by the JSON parser YAML goes through
+  EXPECT_EQ(yaml.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(yaml.status().message(), HasSubstr("y.yaml"));
+
+  auto repeated = ParseJobSpec("strategy { ddp { ignored: [\"ok\", \"b\\322\"] } }",
+                               SpecFormat::kTextProto, "r.textproto");
+  ASSERT_FALSE(repeated.ok());
+  EXPECT_THAT(repeated.status().message(), HasSubstr("strategy.ddp.ignored[1]"));
+
+  // Multi-byte UTF-8 is text like any other.
+  auto utf8 = ParseJobSpec("name: \"caf\303\251\"", SpecFormat::kTextProto, "u.textproto");
+  ASSERT_TRUE(utf8.ok()) << utf8.status();
+  EXPECT_EQ(utf8->name(), "caf\xc3\xa9");
 }
 
 TEST(JobSpecTest, YamlQuotedScalarsStayStrings) {
@@ -390,6 +421,22 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"strategy { decentralized { topology: CUSTOM custom_steps { groups { ranks: [0, 7] "
              "} groups { ranks: [1] } } } } resources { min_ranks: 2 max_ranks: 2 }",
              "strategy.decentralized.custom_steps[0].groups[0].ranks: rank 7 is outside [0, 2)"}));
+
+// Found writing //common:job_spec_fuzzer (its inputs huge_max_ranks and
+// huge_custom_world time out without the fix): the topology checks walked every world
+// size up to max_ranks (and a CUSTOM topology every rank), so a spec with a
+// max_ranks near 2^31 kept SubmitJob busy for minutes (and overflowed the
+// counter). Beyond the limit only the limit is reported, at once.
+TEST(JobSpecValidationTest, HugeRankCountsAreReportedNotEnumerated) {
+  const absl::Time start = absl::Now();
+  EXPECT_THAT(Errors("strategy { decentralized { topology: COMPLETE } } "
+                     "resources { min_ranks: 1 max_ranks: 2147483647 }"),
+              ElementsAre("resources.max_ranks: must be <= 4096, got 2147483647"));
+  EXPECT_THAT(Errors("strategy { decentralized { topology: CUSTOM custom_steps { groups { ranks: "
+                     "0 } } } } resources { min_ranks: 2000000000 max_ranks: 2000000000 }"),
+              ElementsAre("resources.max_ranks: must be <= 4096, got 2000000000"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+}
 
 TEST(JobSpecValidationTest, EveryProblemIsReportedAtOnce) {
   std::vector<std::string> errors = Errors(

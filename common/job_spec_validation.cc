@@ -17,6 +17,9 @@ namespace {
 using v1::JobSpec;
 
 constexpr char kDefaultFashionMnistDir[] = "/usr/share/datasets/fashion-mnist";
+// resources.max_ranks at most; checks that enumerate ranks or world sizes
+// skip a spec beyond it (the limit is its error).
+constexpr int kMaxRanks = 4096;
 
 // Collects errors with their field paths; every check says what is allowed.
 class Checker {
@@ -250,7 +253,7 @@ void ValidateTopology(const JobSpec& spec, Checker& c) {
     c.Fail(p + ".custom_steps", "is only allowed with topology CUSTOM");
   }
   if (d.topology() != v1::DecentralizedStrategy::CUSTOM && min_ranks >= 1 &&
-      max_ranks >= min_ranks && d.local_world_size() >= 1) {
+      max_ranks >= min_ranks && max_ranks <= kMaxRanks && d.local_world_size() >= 1) {
     // Every world size the job may run at (elastic range included) must be
     // one the topology serves.
     const TopologyConfig config = TopologyFromSpec(d);
@@ -286,6 +289,7 @@ void ValidateTopology(const JobSpec& spec, Checker& c) {
                             min_ranks, " and ", max_ranks));
         break;
       }
+      if (max_ranks > kMaxRanks) break;
       for (int s = 0; s < d.custom_steps_size(); ++s) {
         const std::string sp = absl::StrCat(p, ".custom_steps[", s, "]");
         std::set<int> seen;
@@ -369,7 +373,7 @@ void ValidateRest(const JobSpec& spec, Checker& c) {
 
   const v1::ResourceSpec& r = spec.resources();
   c.AtLeast("resources.min_ranks", r.min_ranks(), 1);
-  c.AtMost("resources.max_ranks", r.max_ranks(), 4096);
+  c.AtMost("resources.max_ranks", r.max_ranks(), kMaxRanks);
   if (r.max_ranks() < r.min_ranks()) {
     c.Fail("resources.max_ranks",
            absl::StrCat("must be >= min_ranks (", r.min_ranks(), "), got ", r.max_ranks()));

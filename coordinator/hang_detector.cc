@@ -54,8 +54,11 @@ std::optional<absl::Duration> TypicalDuration(const std::vector<RankView>& ranks
   std::vector<int64_t> us;
   for (const RankView& v : ranks) {
     for (const v1::CollectiveRecord& r : v.heartbeat.flight_recorder().records()) {
+      // A record that ends before it starts (a clock stepped back, a
+      // damaged heartbeat) says nothing about durations; with both times
+      // positive and ordered the difference cannot overflow.
       if (r.state() == v1::CollectiveRecord::COMPLETED && r.fingerprint().tag() == tag &&
-          r.started_us() > 0) {
+          r.started_us() > 0 && r.completed_us() >= r.started_us()) {
         us.push_back(r.completed_us() - r.started_us());
       }
     }

@@ -1,5 +1,8 @@
 #include "coordinator/hang_detector.h"
 
+#include <cstdint>
+#include <limits>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -183,6 +186,25 @@ TEST(HangDetectorTest, EveryRankStuckInsideMeansTheTransport) {
   ASSERT_EQ(ds.size(), 1u);
   EXPECT_EQ(ds[0].kind(), v1::Diagnosis::STUCK_IN_COLLECTIVE);
   EXPECT_THAT(ds[0].message(), HasSubstr("every rank has been inside collective #7"));
+}
+
+// Found writing //coordinator:heartbeat_fuzzer (its input
+// completed_before_started is UBSan's report without the fix): a record that says it completed
+// before it started (a rank's clock stepped back, or a damaged heartbeat)
+// made the typical duration overflow (undefined behaviour; in practice a
+// huge threshold that hid every stuck collective with that tag).
+TEST(HangDetectorTest, ARecordThatEndsBeforeItStartsIsNotADuration) {
+  auto in = Record(7, "ddp:model/bucket1", v1::CollectiveRecord::STARTED, absl::Seconds(20));
+  auto garbage = Record(6, "ddp:model/bucket1", v1::CollectiveRecord::COMPLETED, absl::Seconds(30));
+  garbage.set_started_us(1);
+  garbage.set_completed_us(std::numeric_limits<int64_t>::min());
+  auto ds = DiagnoseHangs(
+      Spec(),
+      {Rank(0, 7, v1::COLLECTIVE, 3, 20, {garbage, in}), Rank(1, 7, v1::COLLECTIVE, 3, 20, {in})},
+      kNow);
+  ASSERT_EQ(ds.size(), 1u) << ::testing::PrintToString(Messages(ds));
+  EXPECT_EQ(ds[0].kind(), v1::Diagnosis::STUCK_IN_COLLECTIVE);
+  EXPECT_THAT(ds[0].message(), HasSubstr("threshold 3.0 s"));
 }
 
 TEST(HangDetectorTest, ARankThatFinishedItsSideWaitsInTheNextCollective) {

@@ -134,7 +134,10 @@ absl::StatusOr<int64_t> KeyValueStore::Add(const std::string& ns, const std::str
       return absl::InvalidArgumentError(
           absl::StrCat("store: Add on key \"", key, "\", which holds a non-integer value"));
     }
-    value += delta;
+    if (__builtin_add_overflow(value, delta, &value)) {
+      return absl::OutOfRangeError(
+          absl::StrCat("store: Add of ", delta, " on key \"", key, "\" leaves the 64-bit range"));
+    }
     RETURN_IF_ERROR(Put(ns, key, std::to_string(value)));
     ready = TakeSatisfied(ns);
   }

@@ -74,7 +74,9 @@ class KeyValueStore {
 
   absl::Status Set(const std::string& ns, const std::string& key, std::string value);
   std::optional<std::string> Get(const std::string& ns, const std::string& key) const;
-  // Adds `delta` to the decimal integer at key (0 if unset).
+  // Adds `delta` to the decimal integer at key (0 if unset). INVALID_ARGUMENT
+  // if the key holds something else, OUT_OF_RANGE if the sum does not fit in
+  // 64 bits (the value stays as it was).
   absl::StatusOr<int64_t> Add(const std::string& ns, const std::string& key, int64_t delta);
 
   // Calls `done` once all `keys` of `ns` are set (at once if they already

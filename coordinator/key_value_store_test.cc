@@ -1,6 +1,9 @@
 #include "coordinator/key_value_store.h"
 
 #include <atomic>
+#include <cstdint>
+#include <limits>
+#include <string>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -103,6 +106,24 @@ TEST(KeyValueStoreTest, BytesAndValueSizeQuotasNameTheJobAndTheFlag) {
             absl::StatusCode::kResourceExhausted);
   EXPECT_TRUE(kv.Set("solo", "k", std::string(500, 'z')).ok());
   EXPECT_EQ(kv.UsageOf("solo").bytes, 501u);
+}
+
+// Found writing //coordinator:store_service_fuzzer (its seed
+// counter_overflow fails without the fix): a sum past 64 bits wrapped
+// around (undefined behaviour) and was stored.
+TEST(KeyValueStoreTest, AddThatWouldOverflowIsRefusedAndChangesNothing) {
+  KeyValueStore kv;
+  const int64_t max = std::numeric_limits<int64_t>::max();
+  ASSERT_EQ(*kv.Add("a", "n", max - 1), max - 1);
+  absl::StatusOr<int64_t> over = kv.Add("a", "n", 2);
+  ASSERT_FALSE(over.ok());
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(over.status().message(), HasSubstr("\"n\""));
+  EXPECT_EQ(kv.Get("a", "n"), std::to_string(max - 1));
+  EXPECT_EQ(*kv.Add("a", "n", 1), max);
+  ASSERT_EQ(*kv.Add("a", "m", std::numeric_limits<int64_t>::min()),
+            std::numeric_limits<int64_t>::min());
+  EXPECT_EQ(kv.Add("a", "m", -1).status().code(), absl::StatusCode::kOutOfRange);
 }
 
 TEST(KeyValueStoreTest, WaitCompletesWhenTheLastKeyArrives) {

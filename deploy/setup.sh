@@ -28,6 +28,9 @@ readonly PACKAGES=(
   dataset-fashion-mnist
   # PyTorch for TorchScript fixtures and reference runs (/usr/bin/python3).
   python3-torch
+  # Fuzzing (fuzz/run_fuzzers.sh): clang with libFuzzer and the sanitizer
+  # runtimes.
+  clang-14 libfuzzer-14-dev libclang-rt-14-dev
   # Network namespaces for multi-host tests; a throwaway CA for the TLS tests.
   iproute2
   openssl

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -173,7 +174,13 @@ absl::StatusOr<Dataset> LoadTensorFile(const std::string& path) {
     if (d.y.min().item<int64_t>() < 0) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": y holds negative class ids", help));
     }
-    d.num_classes = static_cast<int>(d.y.max().item<int64_t>() + 1);
+    const int64_t top = d.y.max().item<int64_t>();
+    if (top >= std::numeric_limits<int>::max()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": y holds class id ", top,
+                                                     "; class ids must be below ",
+                                                     std::numeric_limits<int>::max(), help));
+    }
+    d.num_classes = static_cast<int>(top + 1);
   }
   return d;
 }
@@ -190,20 +197,33 @@ absl::StatusOr<at::Tensor> ReadIdx(const std::string& path) {
   if (dims < 1 || dims > 4 || bytes.size() < 4 + 4 * static_cast<size_t>(dims)) {
     return absl::InvalidArgumentError(absl::StrCat(path, " has a malformed IDX header"));
   }
+  const size_t offset = 4 + 4 * dims;
   std::vector<int64_t> shape;
+  // The values the header promises; more than the file holds is as wrong
+  // as any other mismatch (and is not multiplied further: the product of
+  // four 32-bit sizes can wrap around 64 bits).
   size_t count = 1;
+  bool too_many = false;
   for (int i = 0; i < dims; ++i) {
     shape.push_back(BigEndian32(bytes.data() + 4 + 4 * i));
-    count *= shape.back();
+    if (!too_many) {
+      count *= static_cast<size_t>(shape.back());
+      too_many = count > bytes.size() - offset;
+    }
   }
-  const size_t offset = 4 + 4 * dims;
+  if (too_many) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " is truncated: the header says ", absl::StrJoin(shape, " x "),
+                     " values, the file has ", bytes.size() - offset));
+  }
   if (bytes.size() != offset + count) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, " is truncated or too long: the header says ", count,
                      " values, the file has ", bytes.size() - offset));
   }
   at::Tensor t = at::empty(shape, at::kByte);
-  std::memcpy(t.data_ptr(), bytes.data() + offset, count);
+  // An empty tensor has no data pointer, and memcpy must not get null.
+  if (count > 0) std::memcpy(t.data_ptr(), bytes.data() + offset, count);
   return t;
 }
 
@@ -236,6 +256,11 @@ absl::StatusOr<Dataset> LoadDataset(const v1::JobSpec& spec, Split split) {
       return absl::InvalidArgumentError(
           absl::StrCat("Fashion-MNIST: ", images_path, " and ", labels_path, " do not match"));
     }
+    if (labels->numel() > 0 && labels->max().item<int>() >= 10) {
+      return absl::InvalidArgumentError(absl::StrCat("Fashion-MNIST: ", labels_path,
+                                                     " holds label ", labels->max().item<int>(),
+                                                     "; the classes are 0..9"));
+    }
     Dataset d;
     d.x = ((images->to(at::kFloat) / 255.0 - kFashionMean) / kFashionStd).unsqueeze(1);
     d.y = labels->to(at::kLong);
@@ -251,7 +276,15 @@ absl::StatusOr<Dataset> LoadDataset(const v1::JobSpec& spec, Split split) {
     const std::string& path =
         split == Split::kTrain ? data.tensor_file().path() : data.tensor_file().eval_path();
     if (path.empty()) return Dataset{};  // no held-out split: evaluation is skipped
-    absl::StatusOr<Dataset> d = LoadTensorFile(path);
+    absl::StatusOr<Dataset> d;
+    try {
+      d = LoadTensorFile(path);
+    } catch (const c10::Error& e) {
+      // Tensors of a kind the conversions above do not take (quantized,
+      // sparse, ...): the file's problem, not the rank's.
+      d = absl::InvalidArgumentError(
+          absl::StrCat(path, ": its tensors cannot be used (", e.what_without_backtrace(), ")"));
+    }
     if (!d.ok()) {
       return absl::Status(d.status().code(),
                           absl::StrCat(split == Split::kTrain ? "data.tensor_file.path: "

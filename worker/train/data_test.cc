@@ -1,9 +1,12 @@
 #include "worker/train/data.h"
 
 #include <ATen/ATen.h>
+#include <torch/csrc/jit/serialization/pickle.h>
 
 #include <cstdlib>
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include "common/job_spec.h"
 #include "gmock/gmock.h"
@@ -127,6 +130,77 @@ TEST(DataTest, BadTensorFilesNameTheFieldThePathAndTheExpectedFormat) {
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(bad.status().message(),
               HasSubstr("data.tensor_file.eval_path: " + garbage + " is not a torch.save file"));
+}
+
+// An IDX file: magic for uint8, the sizes big-endian, then `data`.
+std::string Idx(const std::vector<uint32_t>& sizes, const std::string& data) {
+  std::string out = {0, 0, 0x08, static_cast<char>(sizes.size())};
+  for (uint32_t s : sizes) {
+    for (int shift = 24; shift >= 0; shift -= 8) out += static_cast<char>((s >> shift) & 0xff);
+  }
+  return out + data;
+}
+
+// Found writing //worker/train:idx_fuzzer (its input overflow_dims replays
+// it): sizes whose product wraps around 64
+// bits matched a file with no data, and the tensor allocation then threw
+// (an exception escaping the loader ends the rank).
+TEST(DataTest, IdxSizesThatOverflowAreRefused) {
+  const std::string path = std::string(std::getenv("TEST_TMPDIR")) + "/overflow.idx";
+  std::ofstream(path, std::ios::binary) << Idx({65536, 65536, 65536, 65536}, "");
+  auto t = ReadIdx(path);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(t.status().message(), HasSubstr(path));
+  EXPECT_THAT(t.status().message(), HasSubstr("truncated"));
+
+  std::ofstream(path, std::ios::binary) << Idx({2, 3}, "abcdef");
+  auto ok = ReadIdx(path);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->sizes(), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(ok->index({1, 2}).item<uint8_t>(), 'f');
+
+  // Found by //worker/train:idx_fuzzer under UBSan (input zero_dim): an
+  // empty tensor's null data pointer went to memcpy.
+  std::ofstream(path, std::ios::binary) << Idx({0, 3}, "");
+  auto empty = ReadIdx(path);
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  EXPECT_EQ(empty->sizes(), (std::vector<int64_t>{0, 3}));
+}
+
+// Found writing //worker/train:idx_fuzzer (it checks every label is a
+// class): a labels file with a value past 9 was
+// accepted as Fashion-MNIST; the loss then fails (or reads out of bounds)
+// far from the file.
+TEST(DataTest, FashionMnistLabelsMustBeClasses) {
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/labels_fm";
+  ASSERT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
+  std::ofstream(dir + "/train-images-idx3-ubyte.gz", std::ios::binary)
+      << Idx({2, 2, 2}, std::string(8, 'x'));
+  std::ofstream(dir + "/train-labels-idx1-ubyte.gz", std::ios::binary)
+      << Idx({2}, std::string{3, 10});
+  auto bad = LoadDataset(Spec("data { fashion_mnist { dir: '" + dir + "' } }"), Split::kTrain);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), HasSubstr("train-labels-idx1-ubyte.gz"));
+  EXPECT_THAT(bad.status().message(), HasSubstr("label 10"));
+}
+
+// Found writing //worker/train:tensor_file_fuzzer (it checks labels against
+// num_classes): class ids past the int range
+// made num_classes wrap to a negative number.
+TEST(DataTest, TensorFileClassIdsMustFitTheClassCount) {
+  const std::string path = std::string(std::getenv("TEST_TMPDIR")) + "/big_classes.pt";
+  c10::Dict<std::string, at::Tensor> dict;
+  dict.insert("x", at::zeros({2, 3}));
+  dict.insert("y", at::tensor({int64_t{1}, int64_t{1} << 40}, at::kLong));
+  const std::vector<char> bytes = torch::jit::pickle_save(c10::IValue(dict));
+  std::ofstream(path, std::ios::binary)
+      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  auto bad = LoadDataset(Spec("data { tensor_file { path: '" + path + "' } }"), Split::kTrain);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), HasSubstr("class id 1099511627776"));
 }
 
 }  // namespace
