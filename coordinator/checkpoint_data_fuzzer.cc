@@ -89,9 +89,10 @@ Coordinator& TheCoordinator() {
           if (job_id != kJob) return absl::StatusOr<UploadGrant>(absl::NotFoundError(job_id));
           return CheckUploader(c->grant, generation, rank);
         });
-    c->server = OrDie(CheckpointDataServer::Start("127.0.0.1", 0, *c->uploads,
-                                                  /*io_timeout=*/absl::Seconds(5)),
-                      "data server");
+    CheckpointDataServer::Options options;
+    options.io_timeout = absl::Seconds(5);
+    c->server =
+        OrDie(CheckpointDataServer::Start("127.0.0.1", 0, *c->uploads, options), "data server");
     c->uploads->set_data_port(c->server->port());
     return c;
   }();

@@ -196,8 +196,8 @@ class OverloadTest : public CoordinatorFixture {
   }
 
   void ExpectServing() {
-    absl::StatusOr<HealthCheckResponse::ServingStatus> health =
-        CheckHealth(server_->address(), absl::Seconds(5));
+    absl::StatusOr<HealthCheckResponse::ServingStatus> health = CheckHealth(
+        MakeCoordinatorChannel(server_->address()), server_->address(), absl::Seconds(5));
     ASSERT_TRUE(health.ok()) << health.status();
     EXPECT_EQ(*health, HealthCheckResponse::SERVING);
   }
