@@ -310,8 +310,10 @@ TEST(DistributedDataParallelTest, SteadyStateStepsTakeNoPageFaults) {
     if (rank == 0) faults = MinorPageFaults() - before;
   });
   // Both ranks, 10 steps each: without reuse, every step's gradients and
-  // activations (several MiB) would fault in anew.
-  EXPECT_LE(faults.load(), 64);
+  // activations (several MiB, thousands of pages) would fault in anew. The
+  // bound leaves room for the odd thread stack or allocator arena of the
+  // process (a CI run alongside another test saw 96).
+  EXPECT_LE(faults.load(), 256);
 }
 
 class CompressionTest : public ::testing::TestWithParam<DdpOptions::Compression> {};

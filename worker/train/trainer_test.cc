@@ -273,17 +273,16 @@ TEST(TrainerTest, TiedWeightsAreSynchronizedAndSteppedOnce) {
                    kSteps, " ", 2 * kBatch, " 2>&1");
   ASSERT_EQ(std::system(command.c_str()), 0)
       << "the PyTorch reference run failed (needs Debian's python3-torch; run deploy/setup.sh)";
-  v1::JobSpec spec = Spec(absl::StrCat(
-      R"pb(
-        model { torchscript { path: ")pb",
-      out, R"pb(/model.pt " } }
-                data { tensor_file { path: ")pb",
-      out,
-      R"pb(/data.pt " } }
-           training { batch_size_per_rank: 4 epochs: 1 seed: 1 shuffle: false log_every_steps: 100 }
-           optimizer { kind: SGD lr: 0.05 momentum: 0.9 }
-           grad_clip_norm: 0.5
-      )pb"));
+  // Unformatted: clang-format would put spaces inside the quoted paths.
+  // clang-format off
+  v1::JobSpec spec = Spec(absl::StrCat(R"pb(
+    model { torchscript { path: ")pb", out, R"pb(/model.pt" } }
+    data { tensor_file { path: ")pb", out, R"pb(/data.pt" } }
+    training { batch_size_per_rank: 4 epochs: 1 seed: 1 shuffle: false log_every_steps: 100 }
+    optimizer { kind: SGD lr: 0.05 momentum: 0.9 }
+    grad_clip_norm: 0.5
+  )pb"));
+  // clang-format on
   MemorySink sink;
   TrainOptions options;
   options.checkpoints = &sink;
@@ -364,21 +363,17 @@ TEST(TrainerTest, ResumingFromACheckpointIsBitIdenticalToNotStopping) {
   // AccumAdamW state, restored before step 0's bucket re-layout.
   for (const auto& [world, decentralized] : {std::pair{2, false}, {1, false}, {1, true}}) {
     SCOPED_TRACE(absl::StrCat(world, " rank(s)", decentralized ? ", decentralized" : ""));
-    v1::JobSpec spec = Spec(absl::StrCat(
-        R"pb(
-          model { mlp { hidden_sizes: [ 32 ]
-                        dropout:)pb",
-        world == 1 ? "0.2" : "0", R"pb(}
-                                       }
+    // clang-format off
+    v1::JobSpec spec = Spec(absl::StrCat(R"pb(
+      model { mlp { hidden_sizes: [32] dropout: )pb", world == 1 ? "0.2" : "0", R"pb( } }
       data { synthetic { num_samples: 600 input_shape: [8] num_classes: 3 seed: 4 } }
-      training { batch_size_per_rank: )pb",
-        32 / world, R"pb(                          epochs: 3 seed: 2 }
-                                                   lr_schedule { cosine { warmup_steps: 5 } }
+      training { batch_size_per_rank: )pb", 32 / world, R"pb( epochs: 3 seed: 2 }
+      lr_schedule { cosine { warmup_steps: 5 } }
       checkpoint { every_steps: 25 keep_last: 0 }
-    )pb",
-        decentralized ? "optimizer { kind: ACCUM_ADAMW lr: 0.01 accum_iter: 3 } "
-                        "strategy { decentralized { topology: COMPLETE bucket_cap_mb: 0.0005 } }"
-                      : "optimizer { kind: ADAM lr: 0.01 }"));
+    )pb", decentralized ? "optimizer { kind: ACCUM_ADAMW lr: 0.01 accum_iter: 3 } "
+                          "strategy { decentralized { topology: COMPLETE bucket_cap_mb: 0.0005 } }"
+                        : "optimizer { kind: ADAM lr: 0.01 }"));
+    // clang-format on
     // 600 / 32 = 18 steps per epoch (24 samples dropped), 54 in all.
     MemorySink uninterrupted;
     TrainOptions options;
