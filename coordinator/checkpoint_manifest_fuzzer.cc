@@ -113,10 +113,11 @@ void CheckManifest(const std::string& bytes) {
   }
   absl::StatusOr<std::vector<v1::CheckpointManifest>> all = s.state->LoadManifests(m.job_id());
   if (!all.ok()) Fail("manifests cannot be loaded back: " + all.status().ToString());
+  // An empty job id loads every job's manifests (the sentinel's among them).
   bool found = false;
   for (const v1::CheckpointManifest& back : *all) {
-    if (back.step() == m.step()) {
-      found = google::protobuf::util::MessageDifferencer::Equals(back, m);
+    if (back.job_id() == m.job_id() && back.step() == m.step()) {
+      found = found || google::protobuf::util::MessageDifferencer::Equals(back, m);
     }
   }
   if (!found) Fail("the recorded manifest came back changed or not at all");

@@ -5,8 +5,12 @@
 # target found a crash (or did not build). A crash's input is kept and the
 # line says how to reproduce it and how to make it a regression input.
 #
-# Usage: fuzz/run_fuzzers.sh [--seconds S] [--jobs J] [--keep DIR] [TARGET...]
+# Usage: fuzz/run_fuzzers.sh [--seconds S] [--seed N] [--keep DIR] [TARGET...]
 #   --seconds S  fuzzing time per target (default 30)
+#   --seed N     libFuzzer's random seed (default: a new one each run). CI
+#                passes a fixed seed, so a CI run repeats what a longer run
+#                with that seed already explored instead of finding new
+#                inputs at random; explore with random seeds by hand.
 #   --keep DIR   where crash inputs and each target's new corpus go
 #                (default: a temporary directory, removed unless a target failed)
 #   TARGET       labels (default: every target tagged fuzz_target, less those
@@ -21,13 +25,15 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 seconds=30
+seed=0
 keep=""
 targets=()
 while (($# > 0)); do
   case $1 in
     --seconds) seconds=$2; shift 2 ;;
+    --seed) seed=$2; shift 2 ;;
     --keep) keep=$2; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) targets+=("$1"); shift ;;
   esac
 done
@@ -93,7 +99,7 @@ for label in "${targets[@]}"; do
   # regression inputs are only read.
   TMPDIR="${work}/${name}/tmp" ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:abort_on_error=1} \
     UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
-    "${binary}" -max_total_time="${seconds}" -timeout=20 -rss_limit_mb=4096 -max_len=65536 \
+    "${binary}" -max_total_time="${seconds}" -seed="${seed}" -timeout=20 -rss_limit_mb=4096 -max_len=65536 \
     -print_final_stats=1 -artifact_prefix="${out}/${name}/crashes/" "${inputs[@]}" \
     >"${out}/${name}/log" 2>&1
   rc=$?
