@@ -38,9 +38,16 @@ bool ConnectWithin(int fd, const sockaddr* address, socklen_t length, absl::Dura
   const int flags = fcntl(fd, F_GETFL);
   (void)fcntl(fd, F_SETFL, flags | O_NONBLOCK);
   int rc = ::connect(fd, address, length);
-  if (rc != 0 && errno == EINPROGRESS) {
+  // A signal during connect() leaves the connection in progress (EINTR), as
+  // a non-blocking start does (EINPROGRESS); poll() restarts after a signal
+  // with the time that is left.
+  if (rc != 0 && (errno == EINPROGRESS || errno == EINTR)) {
+    const absl::Time deadline = absl::Now() + timeout;
     pollfd p{fd, POLLOUT, 0};
-    rc = ::poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(timeout)));
+    do {
+      const int64_t left = absl::ToInt64Milliseconds(deadline - absl::Now());
+      rc = ::poll(&p, 1, static_cast<int>(std::max<int64_t>(left, 0)));
+    } while (rc < 0 && errno == EINTR);
     if (rc == 1) {
       socklen_t len = sizeof(*error);
       (void)getsockopt(fd, SOL_SOCKET, SO_ERROR, error, &len);
@@ -202,13 +209,8 @@ absl::StatusOr<std::string> NewUploadToken() {
   return token;
 }
 
-absl::StatusOr<std::unique_ptr<CheckpointDataUpload>> CheckpointDataUpload::Connect(
-    const std::string& host, int port, absl::string_view token, absl::Duration connect_timeout,
-    absl::Duration timeout) {
-  if (token.size() != kTokenBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("checkpoint upload token of ", token.size(),
-                                                   " bytes, expected ", kTokenBytes));
-  }
+absl::StatusOr<int> ConnectTcp(const std::string& host, int port,
+                               absl::Duration connect_timeout) {
   std::string name = host;
   if (name.size() >= 2 && name.front() == '[' && name.back() == ']')
     name = name.substr(1, name.size() - 2);
@@ -239,6 +241,17 @@ absl::StatusOr<std::unique_ptr<CheckpointDataUpload>> CheckpointDataUpload::Conn
     return absl::UnavailableError(absl::StrCat("checkpoint data port ", host, ":", port,
                                                " cannot be reached: ", std::strerror(error)));
   }
+  return fd;
+}
+
+absl::StatusOr<std::unique_ptr<CheckpointDataUpload>> CheckpointDataUpload::Connect(
+    const std::string& host, int port, absl::string_view token, absl::Duration connect_timeout,
+    absl::Duration timeout) {
+  if (token.size() != kTokenBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint upload token of ", token.size(),
+                                                   " bytes, expected ", kTokenBytes));
+  }
+  ASSIGN_OR_RETURN(const int fd, ConnectTcp(host, port, connect_timeout));
   SetNoDelay(fd);
   SetSendTimeout(fd, timeout);
   SetReceiveTimeout(fd, timeout);

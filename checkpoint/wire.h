@@ -96,6 +96,13 @@ void SetNoDelay(int fd);
 // A random token (kTokenBytes, from the kernel's generator).
 absl::StatusOr<std::string> NewUploadToken();
 
+// A connected TCP socket (blocking, close-on-exec) to host:port, host as in
+// a gRPC target (name, IPv4, or IPv6 with or without brackets); UNAVAILABLE
+// naming the address if it cannot be reached within `connect_timeout`.
+// Signals during the connect are ridden out.
+absl::StatusOr<int> ConnectTcp(const std::string& host, int port,
+                               absl::Duration connect_timeout);
+
 // Rank side: one upload over the data connection. Small writes are gathered
 // into chunks of up to kGatherBytes; large ones are sent straight from the
 // caller's memory in chunks of up to kSendBytes.

@@ -1,9 +1,13 @@
 #include "checkpoint/wire.h"
 
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <string>
@@ -295,6 +299,49 @@ TEST(CheckpointDataUploadTest, AnUnreachablePortIsUnavailableAndNamed) {
   auto bad_token =
       CheckpointDataUpload::Connect("127.0.0.1", port, "short", absl::Seconds(5), absl::Seconds(5));
   EXPECT_EQ(bad_token.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A process whose signals interrupt system calls (libFuzzer's timeout alarm,
+// a profiler, an operator's SIGUSR1) must still connect: the connection goes
+// on after the signal, and so must the wait for it.
+TEST(ConnectTcpTest, RidesOutSignalsWhileTheConnectionIsPending) {
+  int port = 0;
+  const int listen_fd = Listen(&port);
+  ASSERT_GE(listen_fd, 0);
+  ASSERT_EQ(::listen(listen_fd, 0), 0);
+  // Fill the accept queue, so the next connection waits for a SYN retry.
+  std::vector<int> fillers;
+  for (int i = 0; i < 3; ++i) {
+    absl::StatusOr<int> fd = ConnectTcp("127.0.0.1", port, absl::Milliseconds(100));
+    if (fd.ok()) fillers.push_back(*fd);
+  }
+  ASSERT_FALSE(fillers.empty());
+
+  struct sigaction action {};
+  action.sa_handler = [](int) {};  // no SA_RESTART: calls return EINTR
+  struct sigaction previous {};
+  ASSERT_EQ(::sigaction(SIGALRM, &action, &previous), 0);
+  itimerval every_10ms{{0, 10000}, {0, 10000}};
+  ASSERT_EQ(::setitimer(ITIMER_REAL, &every_10ms, nullptr), 0);
+  std::atomic<bool> stop{false};
+  std::thread acceptor([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    for (int i = 0; i < 100 && !stop.load(); ++i) {
+      const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK);
+      if (fd >= 0) fillers.push_back(fd);
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
+  absl::StatusOr<int> fd = ConnectTcp("127.0.0.1", port, absl::Seconds(10));
+  itimerval off{};
+  ::setitimer(ITIMER_REAL, &off, nullptr);
+  ::sigaction(SIGALRM, &previous, nullptr);
+  stop = true;
+  acceptor.join();
+  ASSERT_TRUE(fd.ok()) << fd.status();
+  ::close(*fd);
+  for (int f : fillers) ::close(f);
+  ::close(listen_fd);
 }
 
 }  // namespace

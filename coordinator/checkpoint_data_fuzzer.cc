@@ -17,7 +17,6 @@
 //   - an OK result means the step is committed: listed, its files present
 //     with their recorded sizes and checksums (FindLoadable);
 //   - a failed upload leaves no staging directory behind.
-#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -99,15 +98,10 @@ Coordinator& TheCoordinator() {
   return *c;
 }
 
+// libFuzzer's timeout alarm (SIGALRM every second) interrupts system calls:
+// the harness rides them out as a rank must.
 int ConnectTo(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<uint16_t>(port));
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
-    Fail(absl::StrCat("cannot connect to the data port: ", std::strerror(errno)));
-  }
+  const int fd = OrDie(ConnectTcp("127.0.0.1", port, absl::Seconds(20)), "the data port");
   // Generous: the server bounds its own reads by 5 s.
   SetReceiveTimeout(fd, absl::Seconds(20));
   SetSendTimeout(fd, absl::Seconds(20));
@@ -159,7 +153,9 @@ void Session(FuzzInput& in) {
   // The server closes the connection once the upload is dropped or
   // committed: after EOF, the store is as the answer says.
   char sink[4096];
-  while (::recv(fd, sink, sizeof(sink), 0) > 0) {
+  for (;;) {
+    const ssize_t n = ::recv(fd, sink, sizeof(sink), 0);
+    if (n == 0 || (n < 0 && errno != EINTR)) break;
   }
   ::close(fd);
   // An upload nobody connected for is dropped now rather than at its expiry.

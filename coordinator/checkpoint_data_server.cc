@@ -331,7 +331,9 @@ void CheckpointDataServer::AnswerAndClose(int fd, Connection* connection,
     SetReceiveTimeout(fd, absl::Milliseconds(200));
     const absl::Time deadline = absl::Now() + absl::Seconds(2);
     std::vector<char> sink(64 << 10);
-    while (absl::Now() < deadline && ::recv(fd, sink.data(), sink.size(), 0) > 0) {
+    while (absl::Now() < deadline) {
+      const ssize_t n = ::recv(fd, sink.data(), sink.size(), 0);
+      if (n == 0 || (n < 0 && errno != EINTR)) break;
     }
   }
   absl::MutexLock lock(&mu_);
