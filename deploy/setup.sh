@@ -34,6 +34,10 @@ readonly PACKAGES=(
   # Network namespaces for multi-host tests; a throwaway CA for the TLS tests.
   iproute2
   openssl
+  # Deploy checks: systemd-analyze verifies the units (deploy/systemd), a
+  # real Slurm runs deploy/slurm/chorus.sbatch on loopback.
+  systemd
+  slurm-wlm munge
 )
 
 die() { echo "setup.sh: error: $*" >&2; exit 1; }
