@@ -7,7 +7,8 @@
 # kubectl's API types (`kubectl set ... --local`: no field dropped or
 # mistyped), checks the other kinds' fields, the references between the
 # objects, and that every flag and CHORUS_ variable is one the installed
-# programs know. A manifest with an unknown field must be caught.
+# programs know. The Secrets' TLS certificate and tokens serve a real
+# coordinator. A manifest with an unknown field must be caught.
 #
 # Usage (from Bazel): kubernetes_manifests_test.sh INSTALL CHECK_PY
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -42,6 +43,25 @@ sans=$(openssl x509 -in "${TMP}/secrets/tls.crt" -noout -ext subjectAltName 2>&1
 out=$("${K8S}/make-secrets.sh" "${TMP}/secrets" 2>&1); rc=$?
 [[ ${rc} -eq 2 && "${out}" == *"exists"* ]] && pass "existing secrets are not overwritten" \
   || fail "make-secrets.sh over an existing dir rc=${rc}: ${out}"
+
+# The Secrets' material works with Chorus itself: a coordinator with the
+# manifest's TLS and token flags serves the CLI through localhost (what
+# kubectl port-forward gives) with the admin token, and refuses the worker
+# token an admin call.
+COORDINATOR="${PREFIX}/bin/chorus-coordinator"
+sec="${TMP}/secrets"
+if start_coordinator -- --token_file "${sec}/tokens" --tls_cert "${sec}/tls.crt" --tls_key "${sec}/tls.key" \
+     --checkpoint_data_port=-1; then
+  cli=("${PREFIX}/bin/chorus" --coordinator "localhost:${COORDINATOR_PORT}" --tls_ca "${sec}/ca.crt" --timeout 10)
+  out=$("${cli[@]}" --token_file "${sec}/admin.token" jobs 2>&1) && [[ "${out,,}" == "no jobs" ]] \
+    && pass "TLS + admin token from the Secrets: chorus jobs answers" || fail "admin over TLS: ${out}"
+  out=$("${cli[@]}" --token_file "${sec}/worker.token" jobs 2>&1) \
+    && fail "the worker token listed jobs" \
+    || { [[ "${out}" == *"needs an admin token"* ]] && pass "the worker token is refused admin calls" \
+         || fail "worker token: ${out}"; }
+else
+  fail "the coordinator did not start with the Secrets' TLS and tokens"
+fi
 
 "${PREFIX}/bin/chorus-coordinator" --help > "${TMP}/coordinator.help" 2>&1
 "${PREFIX}/bin/chorus-worker" --help > "${TMP}/worker.help" 2>&1

@@ -3,7 +3,8 @@
 #   chorus-tokens           tokens ("admin TOKEN" and "worker TOKEN" lines, for the
 #                           coordinator), worker.token (agents and ranks), admin.token
 #   chorus-coordinator-tls  tls.crt/tls.key (the coordinator, valid for
-#                           chorus-coordinator[.chorus[.svc[.cluster.local]]]) and
+#                           chorus-coordinator[.chorus[.svc[.cluster.local]]] and,
+#                           for kubectl port-forward, localhost and 127.0.0.1) and
 #                           ca.crt (the private CA that signed it, for everyone else)
 # Usage: make-secrets.sh DIR [NAMESPACE]
 #   Writes the material (mode 0600) and DIR/secrets.yaml into DIR, which must
@@ -30,6 +31,8 @@ printf '%s\n' "${worker}" > "${dir}/worker.token"
 service=chorus-coordinator
 names="DNS:${service},DNS:${service}.${namespace},DNS:${service}.${namespace}.svc"
 names+=",DNS:${service}.${namespace}.svc.cluster.local"
+# kubectl port-forward: the CLI dials localhost.
+names+=",DNS:localhost,IP:127.0.0.1"
 openssl req -x509 -newkey rsa:3072 -nodes -days 3650 -subj "/CN=Chorus CA (${namespace})" \
   -keyout "${dir}/ca.key" -out "${dir}/ca.crt" 2>/dev/null || die "openssl could not make the CA"
 openssl req -newkey rsa:3072 -nodes -subj "/CN=${service}.${namespace}.svc" \
