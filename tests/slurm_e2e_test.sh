@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # deploy/slurm/chorus.sbatch against a real Slurm (Debian's slurmctld, slurmd
 # and munge), configured here on loopback: its own munge key and socket, its
-# own ports, config and state under TMP; everything is stopped at the end.
+# own ports, config and state under a temporary directory; everything is
+# stopped at the end. Two Slurm nodes of one CPU each (two slurmd, `-N`, on
+# this machine, both at 127.0.0.1 with their own ports), so every job is a
+# two-node allocation: one agent per node, each offering its node's slot.
 #   1. sbatch the script with a short Fashion-MNIST job: Slurm records the
 #      batch job COMPLETED (`sacct --completion`, which reads the
 #      jobcomp/filetxt log: there is no slurmdbd here, so plain `sacct` has no
@@ -55,26 +58,24 @@ munged --foreground --force --socket="${S}/munge/munge.sock" --key-file="${S}/mu
 munged_pid=$!
 wait_for '[[ -S "${S}/munge/munge.sock" ]]' 20 || { fail "munged: $(cat "${S}/log/munged.out")"; finish; }
 
-# --- Slurm: one node (this machine as 127.0.0.1), one partition
+# --- Slurm: two nodes (this machine twice, as 127.0.0.1), one partition
 host=$(hostname -s)
-cpus=$(nproc)
 export SLURM_CONF="${S}/etc/slurm.conf"
 cat > "${SLURM_CONF}" <<CONF
 ClusterName=choruse2e
 SlurmctldHost=${host}(127.0.0.1)
 SlurmctldPort=$(free_port)
-SlurmdPort=$(free_port)
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 AuthInfo=socket=${S}/munge/munge.sock
 CredType=cred/munge
 StateSaveLocation=${S}/ctld
-SlurmdSpoolDir=${S}/spool
+SlurmdSpoolDir=${S}/spool-%n
 SlurmctldPidFile=${S}/slurmctld.pid
-SlurmdPidFile=${S}/slurmd.pid
+SlurmdPidFile=${S}/slurmd-%n.pid
 SlurmctldLogFile=${S}/log/slurmctld.log
-SlurmdLogFile=${S}/log/slurmd.log
+SlurmdLogFile=${S}/log/slurmd-%n.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
@@ -88,14 +89,17 @@ JobCompType=jobcomp/filetxt
 JobCompLoc=${S}/log/jobcomp.txt
 KillWait=10
 MinJobAge=600
-NodeName=chorusnode NodeHostname=${host} NodeAddr=127.0.0.1 CPUs=${cpus} State=UNKNOWN
-PartitionName=chorus Nodes=chorusnode Default=YES MaxTime=10 State=UP
+NodeName=chorus1 NodeHostname=${host} NodeAddr=127.0.0.1 Port=$(free_port) CPUs=1 State=UNKNOWN
+NodeName=chorus2 NodeHostname=${host} NodeAddr=127.0.0.1 Port=$(free_port) CPUs=1 State=UNKNOWN
+PartitionName=chorus Nodes=chorus1,chorus2 Default=YES MaxTime=10 State=UP
 CONF
 slurmctld -D -f "${SLURM_CONF}" >>"${S}/log/slurmctld.out" 2>&1 &
 daemons+=($!)
-slurmd -D -N chorusnode -f "${SLURM_CONF}" >>"${S}/log/slurmd.out" 2>&1 &
-daemons+=($!)
-if wait_for '[[ "$(sinfo -h -n chorusnode -o %t 2>/dev/null)" == idle ]]' 60; then
+for node in chorus1 chorus2; do
+  slurmd -D -N "${node}" -f "${SLURM_CONF}" >>"${S}/log/slurmd-${node}.out" 2>&1 &
+  daemons+=($!)
+done
+if wait_for '[[ "$(sinfo -h -o "%D %t" 2>/dev/null)" == "2 idle" ]]' 60; then
   pass "slurmctld + slurmd up: $(sinfo -h -o '%P %D %t %c')"
 else
   fail "no idle Slurm node in 60 s: $(sinfo 2>&1) $(tail -5 "${S}"/log/slurm*.log)"
@@ -117,7 +121,7 @@ optimizer { kind: SGD lr: 0.05 momentum: 0.9 }
 resources { min_ranks: 2 max_ranks: 2 }
 SPEC
 started=$(date +%s)
-job=$(cd "${S}/jobs" && sbatch --parsable --exclusive --nodes 1 --time 5 --output "${S}/jobs/%j.out" \
+job=$(cd "${S}/jobs" && sbatch --parsable --exclusive --nodes 2 --time 5 --output "${S}/jobs/%j.out" \
   --export=ALL,CHORUS_PREFIX="${PREFIX}" "${PREFIX}/share/chorus/slurm/chorus.sbatch" fashion.textproto)
 [[ "${job}" =~ ^[0-9]+$ ]] && pass "sbatch: job ${job}" || { fail "sbatch printed '${job}'"; finish; }
 wait_for "ended ${job}" 240 || fail "job ${job} still $(job_state "${job}") after 240 s"
@@ -130,6 +134,10 @@ grep -q "SUCCEEDED" "${S}/jobs/${job}.out" && pass "the Chorus job SUCCEEDED: $(
 acc=$(grep -o 'SUCCEEDED .*test acc [0-9.]*' "${S}/jobs/${job}.out" | awk '{print $NF}')
 awk -v a="${acc:-0}" 'BEGIN { exit !(a > 0.7) }' && pass "Fashion-MNIST test accuracy ${acc} > 0.7" \
   || fail "test accuracy '${acc}' not above 0.7"
+# One agent per node, each offering that node's one CPU.
+offers=$(grep -o 'on chorus[12] offers [0-9]* CPU slot' "${S}/jobs/chorus-${job}/coordinator.log" | sort -u | paste -sd';')
+[[ "${offers}" == "on chorus1 offers 1 CPU slot;on chorus2 offers 1 CPU slot" ]] \
+  && pass "one agent per node with its slots: ${offers}" || fail "agents: '${offers}'"
 [[ -s "${S}/jobs/chorus-${job}/coordinator.log" ]] && pass "coordinator state kept in chorus-${job}/" \
   || fail "no coordinator log under ${S}/jobs/chorus-${job}"
 wait_for '[[ -z "$(chorus_processes)" ]]' 20 && pass "no Chorus process after the job" \
@@ -138,7 +146,7 @@ wait_for '[[ -z "$(chorus_processes)" ]]' 20 && pass "no Chorus process after th
 # --- 2. scancel mid-training leaves nothing behind
 sed -e 's/epochs: 1/epochs: 1000/' -e 's/name: "slurm-fashion"/name: "slurm-cancel"/' \
   "${S}/jobs/fashion.textproto" > "${S}/jobs/long.textproto"
-job=$(cd "${S}/jobs" && sbatch --parsable --exclusive --nodes 1 --time 5 --output "${S}/jobs/%j.out" \
+job=$(cd "${S}/jobs" && sbatch --parsable --exclusive --nodes 2 --time 5 --output "${S}/jobs/%j.out" \
   --export=ALL,CHORUS_PREFIX="${PREFIX}" "${PREFIX}/share/chorus/slurm/chorus.sbatch" long.textproto)
 [[ "${job}" =~ ^[0-9]+$ ]] && pass "sbatch: long job ${job}" || { fail "sbatch printed '${job}'"; finish; }
 if wait_for 'grep -q "RUNNING step [1-9]" "${S}/jobs/${job}.out" 2>/dev/null' 120; then
