@@ -40,6 +40,12 @@ version=$("${PREFIX}/bin/chorus-worker" --version 2>&1)
 [[ -s "${PREFIX}/share/chorus/examples/fashion_mnist_mlp_ddp.textproto" ]] \
   && pass "examples installed" || fail "no examples under ${PREFIX}/share/chorus/examples"
 
+# The files that name the programs name the installed ones.
+left=$(grep -rl '@PREFIX@' "${PREFIX}/share/chorus" 2>/dev/null)
+[[ -z "${left}" ]] && grep -q "^prefix=\${CHORUS_PREFIX:-${PREFIX}}\$" "${PREFIX}/share/chorus/slurm/chorus.sbatch" \
+  && grep -q "^ExecStart=${PREFIX}/bin/chorus-worker " "${PREFIX}/share/chorus/systemd/chorus-worker.service" \
+  && pass "@PREFIX@ replaced by ${PREFIX}" || fail "@PREFIX@ left in: ${left:-(none; but the sbatch or unit names another prefix)}"
+
 # Bad usage says what to do.
 out=$("${INSTALL}" 2>&1); rc=$?
 [[ ${rc} -eq 2 && "${out}" == *"--prefix DIR is required"* ]] && pass "no --prefix explained" \

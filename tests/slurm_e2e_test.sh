@@ -122,7 +122,7 @@ resources { min_ranks: 2 max_ranks: 2 }
 SPEC
 started=$(date +%s)
 job=$(cd "${S}/jobs" && sbatch --parsable --exclusive --nodes 2 --time 5 --output "${S}/jobs/%j.out" \
-  --export=ALL,CHORUS_PREFIX="${PREFIX}" "${PREFIX}/share/chorus/slurm/chorus.sbatch" fashion.textproto)
+  "${PREFIX}/share/chorus/slurm/chorus.sbatch" fashion.textproto)
 [[ "${job}" =~ ^[0-9]+$ ]] && pass "sbatch: job ${job}" || { fail "sbatch printed '${job}'"; finish; }
 wait_for "ended ${job}" 240 || fail "job ${job} still $(job_state "${job}") after 240 s"
 completion=$(sacct --completion -j "${job}" -n -P -o JobID,State,ExitCode 2>&1)
@@ -147,7 +147,7 @@ wait_for '[[ -z "$(chorus_processes)" ]]' 20 && pass "no Chorus process after th
 sed -e 's/epochs: 1/epochs: 1000/' -e 's/name: "slurm-fashion"/name: "slurm-cancel"/' \
   "${S}/jobs/fashion.textproto" > "${S}/jobs/long.textproto"
 job=$(cd "${S}/jobs" && sbatch --parsable --exclusive --nodes 2 --time 5 --output "${S}/jobs/%j.out" \
-  --export=ALL,CHORUS_PREFIX="${PREFIX}" "${PREFIX}/share/chorus/slurm/chorus.sbatch" long.textproto)
+  "${PREFIX}/share/chorus/slurm/chorus.sbatch" long.textproto)
 [[ "${job}" =~ ^[0-9]+$ ]] && pass "sbatch: long job ${job}" || { fail "sbatch printed '${job}'"; finish; }
 if wait_for 'grep -q "RUNNING step [1-9]" "${S}/jobs/${job}.out" 2>/dev/null' 120; then
   pass "long job trains: $(grep -o 'RUNNING step [0-9]*' "${S}/jobs/${job}.out" | tail -1)"
