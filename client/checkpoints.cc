@@ -34,7 +34,7 @@ namespace {
 // `state_path`'s weights into `module_path` and save the result at `output`.
 absl::Status WriteTrainedModule(const std::string& module_path, const std::string& state_path,
                                 const std::string& output) {
-  const std::string exporter = ExecutableDir() + "/../worker/chorus-script-export";
+  const std::string exporter = CompanionBinary(ExecutableDir(), "chorus-script-export", "worker");
   if (access(exporter.c_str(), X_OK) != 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         exporter, " is missing; build it with `bazel build //worker:chorus-script-export`"));

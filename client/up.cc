@@ -126,8 +126,8 @@ void AddUpCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) {
       }
     }
     const std::string bin = ExecutableDir();
-    const std::string coordinator_bin = bin + "/../coordinator/chorus-coordinator";
-    const std::string worker_bin = bin + "/../worker/chorus-worker";
+    const std::string coordinator_bin = CompanionBinary(bin, "chorus-coordinator", "coordinator");
+    const std::string worker_bin = CompanionBinary(bin, "chorus-worker", "worker");
     for (const std::string& b : {coordinator_bin, worker_bin}) {
       if (access(b.c_str(), X_OK) != 0) {
         *global.err << "chorus up: " << b << " is missing; build it with `bazel build "

@@ -19,6 +19,13 @@ std::string ExecutableDir() {
   return s.substr(0, s.rfind('/'));
 }
 
+std::string CompanionBinary(const std::string& dir, const std::string& name,
+                            const std::string& bazel_package) {
+  const std::string installed = absl::StrCat(dir, "/", name);
+  if (access(installed.c_str(), X_OK) == 0) return installed;
+  return absl::StrCat(dir, "/../", bazel_package, "/", name);
+}
+
 absl::Status FsyncDirectory(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return absl::InternalError(absl::StrCat("open ", path, ": ", std::strerror(errno)));

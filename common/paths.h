@@ -15,6 +15,15 @@ namespace chorus {
 // if /proc/self/exe cannot be read.
 std::string ExecutableDir();
 
+// Where a companion program `name` is, for a program in `dir`: `dir/name`
+// when that is executable (an installed tree: every program in one bin/),
+// else `dir/../bazel_package/name` (Bazel's output tree, one directory per
+// package). Returns the second path when neither is executable, so the
+// caller's "missing" message names where a build would put it.
+// Example: CompanionBinary(ExecutableDir(), "chorus-worker", "worker")
+std::string CompanionBinary(const std::string& dir, const std::string& name,
+                            const std::string& bazel_package);
+
 // fsync(2) of the directory `path`, so that entries created, renamed or
 // removed in it survive a crash. INTERNAL naming the path on failure.
 absl::Status FsyncDirectory(const std::string& path);

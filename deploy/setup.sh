@@ -34,6 +34,12 @@ readonly PACKAGES=(
   # Network namespaces for multi-host tests; a throwaway CA for the TLS tests.
   iproute2
   openssl
+  # Deploy checks: systemd-analyze verifies the units (deploy/systemd), a
+  # real Slurm runs deploy/slurm/chorus.sbatch on loopback.
+  systemd
+  slurm-wlm munge
+  # deploy/kubernetes checks: the manifests' YAML (kubectl is below).
+  python3-yaml
 )
 
 die() { echo "setup.sh: error: $*" >&2; exit 1; }
@@ -50,6 +56,11 @@ for pkg in "${PACKAGES[@]}"; do
     missing+=("${pkg}")
   fi
 done
+
+# kubectl renders and decodes the Kubernetes manifests offline (their check
+# in tests/): Debian's kubernetes-client, unless a kubectl is installed
+# already (another package's /usr/bin/kubectl would conflict with it).
+command -v kubectl >/dev/null 2>&1 || missing+=(kubernetes-client)
 
 if ((${#missing[@]} > 0)); then
   echo "setup.sh: installing ${#missing[@]} package(s): ${missing[*]}"

@@ -25,12 +25,14 @@
 #include "common/version.h"
 #include "glog/logging.h"
 #include "worker/agent/agent.h"
+#include "worker/agent/slots.h"
 
 namespace {
 
 struct AgentFlags {
   std::string coordinator = "127.0.0.1:29650";
-  int slots = 1;
+  std::string slots = "1";
+  int threads_per_slot = 1;
   std::string device = "cpu";
   int threads_per_rank = 1;
   std::string host;
@@ -91,7 +93,8 @@ std::string LocalHostName() {
 int main(int argc, char** argv) {
   CLI::App app{
       "chorus-worker: Chorus node agent, one per machine. Connects to the coordinator, offers "
-      "--slots rank slots on --device, starts one chorus-rank process per assigned slot and "
+      "--slots rank slots on --device (a number, or auto: CPUs / --threads_per_slot on cpu, the "
+      "GPU count on cuda), starts one chorus-rank process per assigned slot and "
       "supervises it (own process group, output captured, exit reported). SIGINT/SIGTERM stop "
       "the ranks (SIGTERM, then SIGKILL after 5 s) and the agent. Reconnects if the coordinator "
       "restarts."};
@@ -100,7 +103,16 @@ int main(int argc, char** argv) {
   app.add_option("--coordinator", flags.coordinator, "Coordinator address, HOST:PORT.")
       ->envname("CHORUS_COORDINATOR")
       ->capture_default_str();
-  app.add_option("--slots", flags.slots, "Rank processes this node can run (e.g. GPUs).")
+  app.add_option("--slots", flags.slots,
+                 "Rank processes this node can run: a number in [1, 1024], or auto. auto on "
+                 "--device cpu: the CPUs this process may use (its affinity mask, so cpusets and "
+                 "Slurm bindings count) divided by --threads_per_slot, at least 1; on --device "
+                 "cuda: the GPUs CUDA sees (an error in a build without CUDA).")
+      ->envname("CHORUS_SLOTS")
+      ->capture_default_str();
+  app.add_option("--threads_per_slot", flags.threads_per_slot,
+                 "With --slots auto on cpu: CPUs one slot stands for (set it to the "
+                 "resources.threads_per_rank of the jobs this node runs).")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
   app.add_option("--device", flags.device, "Device the ranks train on.")
@@ -142,7 +154,14 @@ int main(int argc, char** argv) {
 
   const auto device =
       flags.device == "cuda" ? chorus::v1::ResourceSpec::CUDA : chorus::v1::ResourceSpec::CPU;
-  if (absl::Status s = chorus::CheckDevice(device, flags.slots); !s.ok()) {
+  absl::StatusOr<int> slots = chorus::ResolveSlots(flags.slots, device, flags.threads_per_slot,
+                                                   chorus::SlotFacts::OfThisMachine());
+  if (!slots.ok()) {
+    std::cerr << "chorus-worker: " << slots.status().message() << "\n";
+    return 2;
+  }
+  if (flags.slots == "auto") LOG(INFO) << "--slots auto: offering " << *slots << " slot(s)";
+  if (absl::Status s = chorus::CheckDevice(device, *slots); !s.ok()) {
     std::cerr << "chorus-worker: " << s.message() << "\n";
     return 2;
   }
@@ -174,7 +193,7 @@ int main(int argc, char** argv) {
 
   chorus::AgentOptions agent_options;
   agent_options.coordinator = flags.coordinator;
-  agent_options.slots = flags.slots;
+  agent_options.slots = *slots;
   agent_options.device = device;
   agent_options.threads_per_rank = flags.threads_per_rank;
   agent_options.host = flags.host;

@@ -1,0 +1,58 @@
+#include "common/paths.h"
+
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace chorus {
+namespace {
+
+namespace fs = std::filesystem;
+
+void WriteProgram(const fs::path& path, fs::perms perms) {
+  fs::create_directories(path.parent_path());
+  std::ofstream(path) << "#!/bin/sh\n";
+  fs::permissions(path, perms);
+}
+
+class CompanionBinaryTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::path(::testing::TempDir()) /
+            ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+  }
+  fs::path root_;
+};
+
+TEST_F(CompanionBinaryTest, AnInstalledTreeHasItBesideTheProgram) {
+  WriteProgram(root_ / "bin/chorus-worker", fs::perms::owner_all);
+  EXPECT_EQ(CompanionBinary((root_ / "bin").string(), "chorus-worker", "worker"),
+            (root_ / "bin/chorus-worker").string());
+}
+
+TEST_F(CompanionBinaryTest, TheBuildTreeHasItInItsPackage) {
+  WriteProgram(root_ / "worker/chorus-worker", fs::perms::owner_all);
+  fs::create_directories(root_ / "client");
+  EXPECT_EQ(CompanionBinary((root_ / "client").string(), "chorus-worker", "worker"),
+            (root_ / "client/../worker/chorus-worker").string());
+}
+
+TEST_F(CompanionBinaryTest, AFileThatIsNotExecutableIsPassedOver) {
+  WriteProgram(root_ / "bin/chorus-worker", fs::perms::owner_read | fs::perms::owner_write);
+  EXPECT_EQ(CompanionBinary((root_ / "bin").string(), "chorus-worker", "worker"),
+            (root_ / "bin/../worker/chorus-worker").string());
+}
+
+TEST_F(CompanionBinaryTest, NeitherThereNamesWhereABuildPutsIt) {
+  EXPECT_EQ(CompanionBinary((root_ / "bin").string(), "chorus-rank", "worker"),
+            (root_ / "bin/../worker/chorus-rank").string());
+}
+
+}  // namespace
+}  // namespace chorus

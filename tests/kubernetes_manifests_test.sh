@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# deploy/kubernetes, validated without a cluster (kubectl has no API server
+# to ask here): `kubectl kustomize` renders the installed manifests,
+# make-secrets.sh makes the Secrets they mount (a CA-signed certificate for
+# the Service's names, checked with openssl), and
+# kubernetes_manifests_check.py decodes every workload and Service into
+# kubectl's API types (`kubectl set ... --local`: no field dropped or
+# mistyped), checks the other kinds' fields, the references between the
+# objects, and that every flag and CHORUS_ variable is one the installed
+# programs know. The Secrets' TLS certificate and tokens serve a real
+# coordinator. A manifest with an unknown field must be caught.
+#
+# Usage (from Bazel): kubernetes_manifests_test.sh INSTALL CHECK_PY
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+INSTALL=$1
+CHECK=$2
+PREFIX="${TMP}/opt/chorus"
+K8S="${PREFIX}/share/chorus/kubernetes"
+PY=/usr/bin/python3  # Debian's, with python3-yaml
+for tool in kubectl openssl; do
+  command -v "${tool}" >/dev/null || { fail "${tool} missing: run deploy/setup.sh"; finish; }
+done
+"${PY}" -c 'import yaml' 2>/dev/null || { fail "python3-yaml missing: run deploy/setup.sh"; finish; }
+export KUBECONFIG="${TMP}/no-cluster"  # nothing here may reach a cluster
+
+"${INSTALL}" --prefix "${PREFIX}" >"${TMP}/install.log" 2>&1 \
+  || { fail "install: $(cat "${TMP}/install.log")"; finish; }
+
+kubectl kustomize "${K8S}" > "${TMP}/cpu.yaml" 2>"${TMP}/kustomize.err" \
+  && pass "kubectl kustomize: $(grep -c '^kind:' "${TMP}/cpu.yaml") objects" \
+  || fail "kubectl kustomize: $(cat "${TMP}/kustomize.err")"
+
+out=$("${K8S}/make-secrets.sh" "${TMP}/secrets" 2>&1) && [[ -s "${TMP}/secrets/secrets.yaml" ]] \
+  && pass "make-secrets.sh: ${out}" || fail "make-secrets.sh: ${out}"
+out=$(openssl verify -CAfile "${TMP}/secrets/ca.crt" "${TMP}/secrets/tls.crt" 2>&1) \
+  && pass "certificate signed by the CA" || fail "openssl verify: ${out}"
+sans=$(openssl x509 -in "${TMP}/secrets/tls.crt" -noout -ext subjectAltName 2>&1)
+[[ "${sans}" == *"DNS:chorus-coordinator.chorus.svc,"* ]] && pass "certificate names the Service" \
+  || fail "certificate names: ${sans}"
+[[ "$(stat -c %a "${TMP}/secrets/admin.token")" == 600 ]] && pass "secret files are private" \
+  || fail "admin.token mode $(stat -c %a "${TMP}/secrets/admin.token")"
+out=$("${K8S}/make-secrets.sh" "${TMP}/secrets" 2>&1); rc=$?
+[[ ${rc} -eq 2 && "${out}" == *"exists"* ]] && pass "existing secrets are not overwritten" \
+  || fail "make-secrets.sh over an existing dir rc=${rc}: ${out}"
+
+# The Secrets' material works with Chorus itself: a coordinator with the
+# manifest's TLS and token flags serves the CLI through localhost (what
+# kubectl port-forward gives) with the admin token, and refuses the worker
+# token an admin call.
+COORDINATOR="${PREFIX}/bin/chorus-coordinator"
+sec="${TMP}/secrets"
+if start_coordinator -- --token_file "${sec}/tokens" --tls_cert "${sec}/tls.crt" --tls_key "${sec}/tls.key" \
+     --checkpoint_data_port=-1; then
+  cli=("${PREFIX}/bin/chorus" --coordinator "localhost:${COORDINATOR_PORT}" --tls_ca "${sec}/ca.crt" --timeout 10)
+  out=$("${cli[@]}" --token_file "${sec}/admin.token" jobs 2>&1) && [[ "${out,,}" == "no jobs" ]] \
+    && pass "TLS + admin token from the Secrets: chorus jobs answers" || fail "admin over TLS: ${out}"
+  out=$("${cli[@]}" --token_file "${sec}/worker.token" jobs 2>&1) \
+    && fail "the worker token listed jobs" \
+    || { [[ "${out}" == *"needs an admin token"* ]] && pass "the worker token is refused admin calls" \
+         || fail "worker token: ${out}"; }
+else
+  fail "the coordinator did not start with the Secrets' TLS and tokens"
+fi
+
+"${PREFIX}/bin/chorus-coordinator" --help > "${TMP}/coordinator.help" 2>&1
+"${PREFIX}/bin/chorus-worker" --help > "${TMP}/worker.help" 2>&1
+helps=(--help_text "chorus-coordinator=${TMP}/coordinator.help"
+       --help_text "chorus-worker=${TMP}/worker.help"
+       --help_text "chorus-worker-cuda=${TMP}/worker.help")
+manifests=("${TMP}/cpu.yaml" "${K8S}/cuda/worker-cuda-daemonset.yaml" "${TMP}/secrets/secrets.yaml")
+"${PY}" "${CHECK}" "${helps[@]}" "${manifests[@]}" > "${TMP}/check.out" 2>&1; rc=$?
+cat "${TMP}/check.out"
+checks=$(grep -c '^ok:' "${TMP}/check.out")
+[[ ${rc} -eq 0 && ${checks} -ge 20 ]] && pass "manifest checks: ${checks} ok" \
+  || fail "manifest checks rc=${rc}: $(grep -v '^ok:' "${TMP}/check.out")"
+grep -q 'nvidia.com/gpu: ' "${K8S}/cuda/worker-cuda-daemonset.yaml" \
+  && grep -q -- '--device=cuda' "${K8S}/cuda/worker-cuda-daemonset.yaml" \
+  && pass "the CUDA variant asks for GPUs and runs --device=cuda" || fail "CUDA variant"
+grep -q 'prometheus.io/scrape' "${TMP}/cpu.yaml" && pass "Prometheus annotations" \
+  || fail "no Prometheus annotations"
+
+# The check can fail: an unknown field, a mistyped value, a flag the worker lacks.
+sed 's/^      serviceAccountName: chorus$/&\n      serviceAcountName: chorus/' "${TMP}/cpu.yaml" > "${TMP}/bad1.yaml"
+sed 's/readOnlyRootFilesystem: true/readOnlyRootFilesystem: "yes"/' "${TMP}/cpu.yaml" > "${TMP}/bad2.yaml"
+sed 's/--device=cpu/--devices=cpu/' "${TMP}/cpu.yaml" > "${TMP}/bad3.yaml"
+for bad in bad1:serviceAcountName bad2:readOnlyRootFilesystem bad3:--devices; do
+  file=${bad%%:*} what=${bad#*:}
+  out=$("${PY}" "${CHECK}" "${helps[@]}" "${TMP}/${file}.yaml" "${TMP}/secrets/secrets.yaml" 2>&1) \
+    && fail "${what}: passed" \
+    || { grep -q "FAIL: .*${what}" <<<"${out}" && pass "caught ${what}" \
+         || fail "${what}: $(grep FAIL <<<"${out}")"; }
+done
+finish
