@@ -20,6 +20,7 @@ Prints one "ok: ..." or "FAIL: ..." line per check and exits 1 on a failure.
 """
 
 import json
+import re
 import subprocess
 import sys
 
@@ -76,7 +77,9 @@ def kubectl_round_trip(doc):
     result = subprocess.run(command, input=json.dumps(doc), capture_output=True, text=True,
                             timeout=60)
     if result.returncode != 0:
-        return ("error", result.stderr.strip())
+        # One line, without kubectl's own log lines ("W1125 12:00:00.0 ...").
+        lines = [l for l in result.stderr.splitlines() if not re.match(r"[IWE]\d{4} ", l)]
+        return ("error", " ".join(l.strip() for l in lines))
     return ("ok", json.loads(result.stdout))
 
 

@@ -22,7 +22,11 @@ for tool in kubectl openssl; do
   command -v "${tool}" >/dev/null || { fail "${tool} missing: run deploy/setup.sh"; finish; }
 done
 "${PY}" -c 'import yaml' 2>/dev/null || { fail "python3-yaml missing: run deploy/setup.sh"; finish; }
-export KUBECONFIG="${TMP}/no-cluster"  # nothing here may reach a cluster
+# Nothing here may reach a cluster: a configuration that names none (an
+# absent file would do too, but kubectl 1.20, Debian's, warns about it on
+# every call).
+export KUBECONFIG="${TMP}/no-cluster"
+printf 'apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n' > "${KUBECONFIG}"
 
 "${INSTALL}" --prefix "${PREFIX}" >"${TMP}/install.log" 2>&1 \
   || { fail "install: $(cat "${TMP}/install.log")"; finish; }
