@@ -39,6 +39,15 @@ MachineFacts ReadMachineFacts(size_t probe_bytes = size_t{64} << 20);
 // Minor page faults this process (all threads) has taken so far.
 int64_t MinorPageFaults();
 
+// False in a ThreadSanitizer build, whose shadow memory takes page faults of
+// its own on first access: a count of the process' faults then says nothing
+// about Chorus' code, and tests that bound it skip.
+#if defined(__SANITIZE_THREAD__)
+inline constexpr bool kPageFaultCountsAreMeaningful = false;
+#else
+inline constexpr bool kPageFaultCountsAreMeaningful = true;
+#endif
+
 }  // namespace chorus
 
 #endif  // CHORUS_COMMON_MACHINE_FACTS_H_

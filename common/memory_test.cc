@@ -31,6 +31,7 @@ int64_t FaultsOfRepeatedLargeBlocks(size_t bytes, int blocks, int rounds) {
 }
 
 TEST(MemoryTest, RepeatedLargeBlocksAreReusedNotFaultedInAgain) {
+
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   GTEST_SKIP() << "sanitizers bring their own allocator, which mallopt does not configure";
 #endif

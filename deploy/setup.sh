@@ -31,6 +31,8 @@ readonly PACKAGES=(
   # Fuzzing (fuzz/run_fuzzers.sh): clang with libFuzzer and the sanitizer
   # runtimes.
   clang-14 libfuzzer-14-dev libclang-rt-14-dev
+  # ThreadSanitizer builds compile Abseil's source package (below).
+  dpkg-dev
   # Network namespaces for multi-host tests; a throwaway CA for the TLS tests.
   iproute2
   openssl
@@ -86,6 +88,42 @@ for alt in "libblas.so.3-${arch}" "liblapack.so.3-${arch}"; do
     fi
   fi
 done
+
+# ThreadSanitizer (--config=tsan) sees absl::Mutex only in an Abseil built
+# with it (Note [ThreadSanitizer and Abseil], third_party/absl_source.BUILD):
+# fetch the source package of the installed libabsl-dev through apt (checked
+# against the signed archive like the binaries) into /usr/local/src/chorus.
+absl_version=$(dpkg-query -W -f='${source:Version}' libabsl-dev)
+absl_upstream=${absl_version%-*}
+absl_upstream=${absl_upstream#*:}
+absl_dir=/usr/local/src/chorus/abseil-${absl_version}
+if [[ ! -d "${absl_dir}/absl" ]]; then
+  # Source entries beside the binary ones the machine already uses (deb822
+  # .sources files and one-line sources.list entries alike).
+  if ! grep -rqs -e '^Types:.*deb-src' -e '^deb-src ' /etc/apt/sources.list /etc/apt/sources.list.d/; then
+    entries=""
+    for f in /etc/apt/sources.list.d/*.sources; do
+      if [[ -e "${f}" ]] && grep -q 'debian' "${f}"; then
+        entries+="$(sed 's/^Types: deb$/Types: deb-src/' "${f}")"$'\n\n'
+      fi
+    done
+    [[ -n "${entries}" ]] \
+      && printf '%s' "${entries}" | "${SUDO[@]}" tee /etc/apt/sources.list.d/chorus-deb-src.sources >/dev/null
+    lines=$(sed -n 's/^deb \(.*debian.*\)$/deb-src \1/p' /etc/apt/sources.list 2>/dev/null || true)
+    [[ -n "${lines}" ]] \
+      && printf '%s\n' "${lines}" | "${SUDO[@]}" tee /etc/apt/sources.list.d/chorus-deb-src.list >/dev/null
+  fi
+  "${SUDO[@]}" apt-get update -qq || die "apt-get update failed (with Debian source entries added)"
+  fetch=$(mktemp -d)
+  (cd "${fetch}" && apt-get source -qq "abseil=${absl_version}") \
+    || die "cannot fetch Abseil's source package abseil=${absl_version} (needed by --config=tsan)"
+  "${SUDO[@]}" mkdir -p /usr/local/src/chorus
+  "${SUDO[@]}" rm -rf "${absl_dir}"
+  "${SUDO[@]}" mv "${fetch}/abseil-${absl_upstream}" "${absl_dir}"
+  rm -rf "${fetch}"
+  echo "setup.sh: Abseil ${absl_version} source in ${absl_dir}"
+fi
+"${SUDO[@]}" ln -sfn "${absl_dir}" /usr/local/src/chorus/abseil
 
 [[ -d /usr/share/datasets/fashion-mnist ]] \
   || die "dataset-fashion-mnist installed but /usr/share/datasets/fashion-mnist is missing"

@@ -29,6 +29,13 @@ def _pkg_config_repository_impl(ctx):
         build.append("    name = %r," % name)
         build.append("    defines = %r," % defines)
         build.append("    linkopts = %r," % linkopts)
+        if name in ctx.attr.tsan_deps:
+            # Under --config=tsan, the library built from source with
+            # ThreadSanitizer comes first (Note in third_party/absl_source.BUILD).
+            build.append("    deps = select({")
+            build.append("        \"@//:tsan\": %r," % ctx.attr.tsan_deps[name])
+            build.append("        \"//conditions:default\": [],")
+            build.append("    }),")
         build.append(")")
         build.append("")
     ctx.file("WORKSPACE", 'workspace(name = "%s")\n' % ctx.name)
@@ -36,7 +43,11 @@ def _pkg_config_repository_impl(ctx):
 
 pkg_config_repository = repository_rule(
     implementation = _pkg_config_repository_impl,
-    attrs = {"libraries": attr.string_list_dict(mandatory = True)},
+    attrs = {
+        "libraries": attr.string_list_dict(mandatory = True),
+        # library name -> labels linked in with it under --config=tsan.
+        "tsan_deps": attr.string_list_dict(),
+    },
     local = True,
 )
 
@@ -123,5 +134,29 @@ cc_library(
 cuda_repository = repository_rule(
     implementation = _cuda_repository_impl,
     environ = ["CUDA_HOME"],
+    local = True,
+)
+
+def _absl_source_repository_impl(ctx):
+    home = ctx.os.environ.get("CHORUS_ABSL_SOURCE", "/usr/local/src/chorus/abseil")
+    ctx.file("WORKSPACE", 'workspace(name = "%s")\n' % ctx.name)
+    absl = ctx.path(home + "/absl")
+    if not absl.exists:
+        fail(("Abseil's source (Debian's, the installed libabsl-dev's version) is not at %s; " +
+              "--config=tsan builds it with ThreadSanitizer. %s, or set CHORUS_ABSL_SOURCE") %
+             (home, _SETUP_HINT))
+    # A copy without Abseil's own BUILD files, so that one glob() in
+    # absl_source.BUILD sees the whole tree as one package.
+    copied = ctx.execute(["cp", "-R", str(absl), "absl"])
+    if copied.return_code != 0:
+        fail("cannot copy %s: %s" % (absl, copied.stderr))
+    ctx.execute(["find", "absl", "(", "-name", "BUILD", "-o", "-name", "BUILD.bazel", ")", "-delete"])
+    ctx.symlink(ctx.attr.build_file, "BUILD")
+
+# Abseil built from its Debian source package, for --config=tsan only.
+absl_source_repository = repository_rule(
+    implementation = _absl_source_repository_impl,
+    attrs = {"build_file": attr.label(mandatory = True, allow_single_file = True)},
+    environ = ["CHORUS_ABSL_SOURCE"],
     local = True,
 )
