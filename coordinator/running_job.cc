@@ -16,7 +16,29 @@ RankState RankState::At(const RankSlot& slot) {
 RunningJob::RunningJob(const v1::Job& job, int world_size, int64_t generation)
     : hang_detection(job.spec().hang_detection()),
       rendezvous(job.job_id(), generation, world_size),
-      upload_grant(UploadGrantFor(job, world_size, generation)) {}
+      upload_grant(UploadGrantFor(job, world_size, generation)),
+      elastic(job.spec().has_elastic()),
+      elastic_spec(job.spec().elastic()),
+      restarts(job.restarts()) {}
+
+bool RunningJob::Formed() const {
+  for (int rank = 0; rank < rendezvous.world_size(); ++rank) {
+    if (!rendezvous.joined(rank)) return false;
+  }
+  return true;
+}
+
+std::vector<RankSlot> RunningJob::Slots() const {
+  std::vector<RankSlot> slots;
+  for (const RankState& r : ranks) {
+    RankSlot& s = slots.emplace_back();
+    s.agent_id = r.agent_id;
+    s.slot = r.slot;
+    s.local_rank = r.local_rank;
+    s.local_world_size = r.local_world_size;
+  }
+  return slots;
+}
 
 int RunningJob::RankOn(const std::string& agent_id, int slot) const {
   for (size_t rank = 0; rank < ranks.size(); ++rank) {

@@ -11,8 +11,10 @@
 // and records every state change in the JobManager.
 //
 // A rank exiting with a non-zero code, or its agent vanishing, fails the job
-// and stops its other ranks; all ranks exiting 0 is success. Elastic
-// re-formation (generation 2+) comes later.
+// and stops its other ranks; all ranks exiting 0 is success. An elastic job
+// (spec.elastic) instead re-forms after a lost rank: the survivors and a
+// newcomer on a free slot form the next generation (GenerationPlan,
+// scheduler_elastic.cc, docs/elastic.md).
 //
 // Thread-safety: all methods may be called concurrently. Senders and Join
 // callbacks run without the scheduler's lock held.
@@ -26,6 +28,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -140,6 +143,20 @@ class Scheduler {
   // pending joins, records the state.
   void EndLocked(const std::string& job_id, v1::Job::State state, const std::string& reason,
                  Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Elastic jobs (scheduler_elastic.cc). After `cause` (a rank lost),
+  // starts the job's next generation — survivors keep their slots, newcomers
+  // are launched on free slots — or, past elastic.max_restarts or below
+  // resources.min_ranks, ends the job FAILED with the history in its reason.
+  void ReformLocked(const std::string& job_id, const std::string& cause, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The reason an elastic job whose re-formed generation has not formed by
+  // `now` (elastic.wait_seconds) fails with; nullopt while it may still form.
+  std::optional<std::string> ReformOverdueLocked(const RunningJob& run, absl::Time now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The generation of `job_id` has formed: records how long recovery took.
+  void NoteFormedLocked(const std::string& job_id, RunningJob& run)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   // Records new and cleared diagnoses of every running job as job events;
   // returns the current diagnoses per job.
   std::map<std::string, std::vector<v1::Diagnosis>> TrackDiagnosesLocked()

@@ -27,8 +27,19 @@ void Scheduler::Join(const v1::JoinRequest& request, absl::Time deadline, JoinDo
                                             "job ", request.job_id(), " is ",
                                             v1::Job::State_Name(job->state()), ", not running"))
                                       : job.status());
+    } else if (it->second.elastic && request.generation() > it->second.generation()) {
+      // A survivor of the current generation: its communicator failed before
+      // the coordinator heard why (docs/elastic.md).
+      out.joins.emplace_back(
+          std::move(done), absl::UnavailableError(absl::StrCat(
+                               "generation ", request.generation(), " of job ", request.job_id(),
+                               " has not formed yet (the current one is ", it->second.generation(),
+                               "); join again shortly")));
     } else if (absl::Status current = it->second.rendezvous.CheckGeneration(request.generation());
-               !current.ok()) {
+               !current.ok() && !it->second.elastic) {
+      // An elastic job's rank of an older generation whose slot is still the
+      // job's joins the current one (a newcomer launched for a generation
+      // that another failure superseded).
       out.joins.emplace_back(std::move(done), std::move(current));
     } else if (const int rank = it->second.RankOn(request.agent_id(), request.slot()); rank < 0) {
       out.joins.emplace_back(std::move(done), absl::NotFoundError(absl::StrCat(
@@ -45,6 +56,7 @@ void Scheduler::Join(const v1::JoinRequest& request, absl::Time deadline, JoinDo
           out.joins);
       if (complete) {
         for (RankState& each : run.ranks) each.state = v1::RankStatus::TRAINING;
+        NoteFormedLocked(request.job_id(), run);
       }
     }
   }
