@@ -142,6 +142,11 @@ std::optional<JobEnd> RunningJob::RecordExit(const std::string& agent_id,
     if (unbound_here) r.agent_id = agent_id;
     r.state = v1::RankStatus::EXITED;
     r.exit_code = exited.exit_code();
+    if (!r.evicted.empty()) {
+      return JobEnd{v1::Job::FAILED,
+                    absl::StrCat("rank ", rank, " (", agent.host(), ", pid ", exited.pid(),
+                                 ") was evicted by hang_detection.action RESTART: ", r.evicted)};
+    }
     if (exited.exit_code() != 0) {
       const std::string how = exited.exit_code() < 0
                                   ? absl::StrCat("was killed by signal ", -exited.exit_code())

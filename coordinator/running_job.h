@@ -43,6 +43,10 @@ struct RankState {
   int64_t recover_agent_pid = 0;
   v1::RankHeartbeat last_heartbeat;
   absl::Time heartbeat_at = absl::InfinitePast();
+  // Set once hang_detection.action RESTART has had the rank's agent stop it
+  // (an elastic job): the diagnosis, which becomes the cause of the next
+  // generation when the rank's exit is reported.
+  std::string evicted;
 
   static RankState At(const RankSlot& slot);
 };

@@ -224,6 +224,11 @@ void Scheduler::Tick() {
       }
     }
     for (const auto& [job_id, diagnoses] : TrackDiagnosesLocked()) {
+      RunningJob& run = running_.at(job_id);
+      if (run.elastic && run.hang_detection.action() == v1::HangDetectionSpec::RESTART &&
+          EvictLocked(job_id, run, diagnoses, out)) {
+        continue;
+      }
       if (std::optional<std::string> reason =
               HangFailure(running_.at(job_id).hang_detection.action(), diagnoses)) {
         to_fail.emplace_back(job_id, *std::move(reason));

@@ -153,6 +153,14 @@ class Scheduler {
   // `now` (elastic.wait_seconds) fails with; nullopt while it may still form.
   std::optional<std::string> ReformOverdueLocked(const RunningJob& run, absl::Time now) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // hang_detection.action RESTART of an elastic job: has the agents stop the
+  // ranks a DEAD or NEVER_JOINED diagnosis names (once each); their exits
+  // then start the next generation. Returns false when `diagnoses` hold
+  // another problem (MISMATCH, STUCK_IN_COLLECTIVE), which the caller acts on
+  // as ABORT.
+  bool EvictLocked(const std::string& job_id, RunningJob& run,
+                   const std::vector<v1::Diagnosis>& diagnoses, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The generation of `job_id` has formed: records how long recovery took.
   void NoteFormedLocked(const std::string& job_id, RunningJob& run)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -133,6 +133,40 @@ std::optional<std::string> Scheduler::ReformOverdueLocked(const RunningJob& run,
                       History(run));
 }
 
+bool Scheduler::EvictLocked(const std::string& job_id, RunningJob& run,
+                            const std::vector<v1::Diagnosis>& diagnoses, Outbox& out) {
+  for (const v1::Diagnosis& d : diagnoses) {
+    if (d.kind() == v1::Diagnosis::STRAGGLER || d.kind() == v1::Diagnosis::DEAD ||
+        d.kind() == v1::Diagnosis::NEVER_JOINED) {
+      continue;
+    }
+    return false;
+  }
+  for (const v1::Diagnosis& d : diagnoses) {
+    if (d.kind() != v1::Diagnosis::DEAD && d.kind() != v1::Diagnosis::NEVER_JOINED) continue;
+    for (int rank : d.ranks()) {
+      if (rank < 0 || rank >= static_cast<int>(run.ranks.size())) continue;
+      RankState& r = run.ranks[rank];
+      if (!r.evicted.empty() || r.state == v1::RankStatus::EXITED) continue;
+      const AgentRegistry::Agent* agent = agents_.Find(r.agent_id);
+      if (agent == nullptr) continue;
+      r.evicted = absl::StrCat(v1::Diagnosis::Kind_Name(d.kind()), " ", d.message());
+      LOG(INFO) << job_id << ": evicting rank " << rank << ": " << r.evicted;
+      // A stopped (SIGSTOP) process ignores SIGTERM: the agent's SIGKILL
+      // after the grace ends it.
+      v1::CoordinatorMessage stop = StopRanksMessage(
+          job_id, {r.slot}, absl::StrCat("evicted by hang_detection.action RESTART: ", r.evicted));
+      stop.mutable_stop()->set_grace_seconds(1);
+      out.messages.emplace_back(agent->send, std::move(stop));
+      v1::JobEvent event;
+      event.set_message(
+          absl::StrCat("evicting rank ", rank, " (hang_detection.action RESTART): ", r.evicted));
+      (void)jobs_.AddEvent(job_id, std::move(event));
+    }
+  }
+  return true;
+}
+
 void Scheduler::NoteFormedLocked(const std::string& job_id, RunningJob& run) {
   if (run.reform_started == absl::InfinitePast()) return;
   const double seconds = absl::ToDoubleSeconds(clock_->Now() - run.reform_started);

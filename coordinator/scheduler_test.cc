@@ -284,10 +284,10 @@ TEST_F(SchedulerTest, ResumedJobsJoinWithTheirCheckpointAndSkippedOnesAreWarnedA
 class ElasticSchedulerTest : public SchedulerTest {
  protected:
   // A 4-rank elastic job on a 5-slot agent whose ranks joined generation 1.
-  std::string StartElastic(const std::string& elastic) {
+  std::string StartElastic(const std::string& elastic, const std::string& more = "") {
     auto spec = ParseJobSpec(absl::StrCat("model { mlp {} } data { synthetic {} } resources { "
                                           "min_ranks: 4 max_ranks: 4 } elastic { ",
-                                          elastic, " }"),
+                                          elastic, " } ", more),
                              SpecFormat::kTextProto, "test");
     EXPECT_TRUE(spec.ok()) << spec.status();
     auto job = jobs_->Submit(*spec, "");
@@ -411,6 +411,51 @@ TEST_F(ElasticSchedulerTest, AGenerationThatDoesNotFormInWaitSecondsFailsTheJob)
                                   "ranks that have not joined: 3; history: generation 2 after "
                                   "rank 3"));
   EXPECT_EQ(joins[0].result.status().code(), absl::StatusCode::kAborted);
+}
+
+TEST_F(ElasticSchedulerTest, RestartEvictsADeadRankAndItsExitStartsTheNextGeneration) {
+  const std::string job =
+      StartElastic("", "hang_detection { action: RESTART dead_after_seconds: 2 }");
+  auto beat = [&](int rank) {
+    v1::RankHeartbeat hb;
+    hb.set_job_id(job);
+    hb.set_generation(1);
+    hb.set_rank(rank);
+    hb.set_step(40);
+    hb.set_phase(v1::COLLECTIVE);
+    EXPECT_TRUE(scheduler_->Heartbeat(hb));
+  };
+  for (int rank = 0; rank < 4; ++rank) beat(rank);
+  for (int i = 0; i < 3; ++i) {  // rank 1 is frozen; the others go on
+    clock_.Advance(absl::Seconds(1));
+    for (int rank : {0, 2, 3}) beat(rank);
+    scheduler_->Tick();
+  }
+  std::vector<v1::StopRanks> stops;
+  for (const auto& m : agent_.received) {
+    if (m.has_stop()) stops.push_back(m.stop());
+  }
+  ASSERT_EQ(stops.size(), 1u) << "evicted once, not at every tick";
+  EXPECT_EQ(stops[0].job_id(), job);
+  ASSERT_EQ(stops[0].slots_size(), 1);
+  EXPECT_EQ(stops[0].slots(0), 1);
+  EXPECT_EQ(stops[0].grace_seconds(), 1);
+  EXPECT_THAT(stops[0].reason(), testing::StartsWith("evicted by hang_detection.action RESTART: "
+                                                     "DEAD rank 1"));
+  EXPECT_EQ(State(job), v1::Job::RUNNING) << "RESTART does not fail an elastic job for DEAD";
+
+  Exit(job, 1, -9);
+  const v1::Job reformed = *jobs_->Get(job);
+  EXPECT_EQ(reformed.state(), v1::Job::RUNNING);
+  EXPECT_EQ(reformed.generation(), 2);
+  bool cause = false;
+  for (const std::string& r : Reasons(job)) {
+    cause |= r.rfind(
+                 "generation 2 after rank 1 (node-a, pid 101) was evicted by "
+                 "hang_detection.action RESTART: DEAD rank 1",
+                 0) == 0;
+  }
+  EXPECT_TRUE(cause);
 }
 
 TEST_F(SchedulerTest, WithoutElasticAKilledRankStillFailsTheJob) {
