@@ -116,6 +116,8 @@ struct RunningJob {
   // (elastic.wait_seconds later). InfinitePast / InfiniteFuture otherwise.
   absl::Time reform_started = absl::InfinitePast();
   absl::Time form_deadline = absl::InfiniteFuture();
+  // Seconds from the last failure to its generation forming (0: none yet).
+  double recovery_seconds = 0;
   // Whether every rank of the current generation has joined.
   bool Formed() const;
   // Where the current ranks run (index = rank).

@@ -76,7 +76,9 @@ class Scheduler {
   void Tick();
 
   // A rank's metrics: rank 0's become the job's latest (final ones are
-  // persisted). NOT_FOUND / FAILED_PRECONDITION for unknown or stale ranks.
+  // persisted); an elastic job's gain values "restarts" and
+  // "recovery_seconds" (of the last failure). NOT_FOUND / FAILED_PRECONDITION for unknown or stale
+  // ranks.
   absl::Status Report(const v1::ReportRequest& report);
   // Records a rank's heartbeat (progress, phase, flight recorder) for status.
   // Returns false when the rank is not part of a running generation (the

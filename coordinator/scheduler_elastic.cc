@@ -170,6 +170,7 @@ bool Scheduler::EvictLocked(const std::string& job_id, RunningJob& run,
 void Scheduler::NoteFormedLocked(const std::string& job_id, RunningJob& run) {
   if (run.reform_started == absl::InfinitePast()) return;
   const double seconds = absl::ToDoubleSeconds(clock_->Now() - run.reform_started);
+  run.recovery_seconds = seconds;
   run.reform_started = absl::InfinitePast();
   run.form_deadline = absl::InfiniteFuture();
   v1::JobEvent event;

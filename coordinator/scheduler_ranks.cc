@@ -78,13 +78,18 @@ absl::Status Scheduler::Report(const v1::ReportRequest& report) {
                                                       report.job_id(), " now"));
   }
   if (report.rank() != 0) return absl::OkStatus();
+  v1::Metrics metrics = report.metrics();
+  if (it->second.elastic) {  // what only the coordinator knows
+    (*metrics.mutable_values())["restarts"] = it->second.restarts;
+    (*metrics.mutable_values())["recovery_seconds"] = it->second.recovery_seconds;
+  }
   absl::StatusOr<v1::Job> job = jobs_.Get(report.job_id());
   std::optional<v1::JobEvent> skipped =
-      job.ok() ? SkippedCheckpointsWarning(job->latest_metrics(), report.metrics(), report.rank())
+      job.ok() ? SkippedCheckpointsWarning(job->latest_metrics(), metrics, report.rank())
                : std::nullopt;
-  RETURN_IF_ERROR(jobs_.UpdateMetrics(report.job_id(), report.metrics(), report.final()));
+  RETURN_IF_ERROR(jobs_.UpdateMetrics(report.job_id(), metrics, report.final()));
   v1::JobEvent event;
-  *event.mutable_metrics() = report.metrics();
+  *event.mutable_metrics() = metrics;
   RETURN_IF_ERROR(jobs_.AddEvent(report.job_id(), std::move(event)));
   if (skipped.has_value()) return jobs_.AddEvent(report.job_id(), *std::move(skipped));
   return absl::OkStatus();

@@ -373,6 +373,16 @@ TEST_F(ElasticSchedulerTest, AKilledRankIsReplacedAndTheSurvivorsJoinTheNextGene
   old.set_generation(1);
   old.set_rank(0);
   EXPECT_FALSE(scheduler_->Heartbeat(old));
+  v1::ReportRequest report;
+  report.set_job_id(job);
+  report.set_generation(2);
+  report.set_rank(0);
+  report.mutable_metrics()->set_step(120);
+  ASSERT_TRUE(scheduler_->Report(report).ok());
+  const v1::Metrics latest = jobs_->Get(job)->latest_metrics();
+  EXPECT_EQ(latest.step(), 120);
+  EXPECT_EQ(latest.values().at("restarts"), 1);
+  EXPECT_EQ(latest.values().at("recovery_seconds"), 2);
   for (int slot = 0; slot < 4; ++slot) Exit(job, slot, 0);
   EXPECT_EQ(State(job), v1::Job::SUCCEEDED);
 }

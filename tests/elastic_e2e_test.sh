@@ -8,7 +8,8 @@
 # CHORUS_SAMPLE_TRACE) shows that every sample of every epoch, the
 # interrupted one included, was trained exactly once. Then (test 3) a rank
 # frozen with SIGSTOP is diagnosed DEAD and, with hang_detection.action
-# RESTART, evicted and replaced the same way.
+# RESTART, evicted and replaced the same way; and (test 6) a failure beyond
+# elastic.max_restarts fails the job with the history in its reason.
 #
 # Usage (from Bazel): elastic_e2e_test.sh CHORUS COORDINATOR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -16,10 +17,15 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 CHORUS=$1
 COORDINATOR=$(realpath "$2")
 field() { json_get - "$2" <<<"$1"; }
+# All-reduces always through shared memory (no timing of both paths on the
+# first ops of each communicator, which would run some steps over TCP in one
+# run and not in another): the sums add up in the same order in every run and
+# generation, so parameters can be compared bit for bit.
+export CHORUS_GLOO_SHM=1
 
 # 3 epochs of 64 steps (4096 samples, 4 ranks x 16). Rank 0 sleeps 40 ms a
 # step in generation 1 only, so the kill lands mid-epoch on a busy machine.
-spec() {  # $1 = extra fields
+spec() {  # $1 = extra fields, $2 = the elastic block's fields
   cat <<SPEC
 name: "elastic"
 model { mlp { hidden_sizes: [32] } }
@@ -27,7 +33,7 @@ data { synthetic { num_samples: 4096 input_shape: [16] num_classes: 4 } }
 training { batch_size_per_rank: 16 epochs: 3 log_every_steps: 16 }
 optimizer { kind: SGD lr: 0.05 momentum: 0.9 }
 resources { min_ranks: 4 max_ranks: 4 }
-elastic { max_restarts: 2 wait_seconds: 60 }
+elastic { ${2:-max_restarts: 2 wait_seconds: 60} }
 $1
 SPEC
 }
@@ -156,10 +162,11 @@ kill "${COORDINATOR_PID}" 2>/dev/null; wait "${COORDINATOR_PID}" 2>/dev/null
 assert_no_leftovers "an elastic job"
 
 # --- hang_detection RESTART (issue 23, test 3): rank 2 stops itself with
-# SIGSTOP at step 100; diagnosed DEAD, evicted (its agent kills it) and
-# replaced, and the job completes as if nothing had happened.
+# SIGSTOP at step 100; diagnosed DEAD (after the default 5 s without a
+# heartbeat: 2 s gave false DEADs on a loaded machine), evicted (its agent
+# kills it) and replaced, and the job completes as if nothing had happened.
 mkdir -p "${TMP}/stop_trace"
-spec "hang_detection { action: RESTART dead_after_seconds: 2 }
+spec "hang_detection { action: RESTART }
 fault_injection { faults { kind: STOP rank: 2 at_step: 100 } }" > "${TMP}/stop.textproto"
 out=$(CHORUS_SAMPLE_TRACE="${TMP}/stop_trace" timeout 100 "${CHORUS}" up --local 5 \
   --state_dir "${TMP}/stop" "${TMP}/stop.textproto" --json 2>"${TMP}/stop.err"); rc=$?
@@ -183,5 +190,21 @@ else
 fi
 kill "${COORDINATOR_PID}" 2>/dev/null; wait "${COORDINATOR_PID}" 2>/dev/null
 assert_no_leftovers "a job whose stopped rank was evicted"
+
+# --- test 6: a failure beyond elastic.max_restarts fails the job with the
+# history. Rank 1 kills itself at step 30 of generation 1 (survived), rank 2
+# at step 60 of generation 2 (one too many).
+spec "fault_injection { faults { kind: CRASH rank: 1 at_step: 30 }
+                        faults { kind: CRASH rank: 2 at_step: 60 generation: 2 } }" \
+  "max_restarts: 1" > "${TMP}/limit.textproto"
+out=$(timeout 100 "${CHORUS}" up --local 5 --state_dir "${TMP}/limit" "${TMP}/limit.textproto" \
+  --json 2>"${TMP}/limit.err"); rc=$?
+last=$(tail -n 1 <<<"${out}")
+reason=$(field "${last}" reason)
+[[ ${rc} -eq 1 && "$(field "${last}" state)" == FAILED \
+   && "${reason}" == "rank 2 ("*") was killed by signal 9; last stderr: fault injection: rank 2 kills itself (SIGKILL) at step 60 "*"; elastic.max_restarts 1 used up in generation 2; history: generation 2 after rank 1 ("*") was killed by signal 9; last stderr: fault injection: rank 1 kills itself (SIGKILL) at step 30 "*": 4 -> 4 ranks (rank 1 on "*"), restart 1 of 1" ]] \
+  && pass "one failure too many fails the job with the history: ${reason}" \
+  || fail "max_restarts run rc=${rc} last='${last}' err=$(tail -3 "${TMP}/limit.err")"
+assert_no_leftovers "a job past elastic.max_restarts"
 
 finish
