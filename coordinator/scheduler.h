@@ -82,8 +82,10 @@ class Scheduler {
   absl::Status Report(const v1::ReportRequest& report);
   // Records a rank's heartbeat (progress, phase, flight recorder) for status.
   // Returns false when the rank is not part of a running generation (the
-  // stream should end).
-  bool Heartbeat(const v1::RankHeartbeat& heartbeat);
+  // stream should end). A heartbeat of an elastic job's older generation
+  // also fills `directive` (if not null) with RE_RENDEZVOUS to the current
+  // one, for a survivor whose communicator has not failed by itself.
+  bool Heartbeat(const v1::RankHeartbeat& heartbeat, v1::Directive* directive = nullptr);
   // Makes the job's ranks checkpoint soon: their agents signal them (a
   // CheckpointRanks message). Returns the highest step a rank has reported.
   // NOT_FOUND for an unknown job, FAILED_PRECONDITION if it is not running.

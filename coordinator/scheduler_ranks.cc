@@ -95,9 +95,16 @@ absl::Status Scheduler::Report(const v1::ReportRequest& report) {
   return absl::OkStatus();
 }
 
-bool Scheduler::Heartbeat(const v1::RankHeartbeat& heartbeat) {
+bool Scheduler::Heartbeat(const v1::RankHeartbeat& heartbeat, v1::Directive* directive) {
   absl::MutexLock lock(&mu_);
   auto it = running_.find(heartbeat.job_id());
+  if (directive != nullptr && it != running_.end() && it->second.elastic &&
+      heartbeat.generation() < it->second.generation()) {
+    directive->set_kind(v1::Directive::RE_RENDEZVOUS);
+    directive->set_generation(it->second.generation());
+    directive->set_reason(it->second.history.empty() ? "" : it->second.history.back());
+    return false;
+  }
   if (it == running_.end() || !it->second.HasRank(heartbeat.generation(), heartbeat.rank()))
     return false;
   RankState& rank = it->second.ranks[heartbeat.rank()];

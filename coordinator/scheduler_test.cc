@@ -372,7 +372,11 @@ TEST_F(ElasticSchedulerTest, AKilledRankIsReplacedAndTheSurvivorsJoinTheNextGene
   old.set_job_id(job);
   old.set_generation(1);
   old.set_rank(0);
-  EXPECT_FALSE(scheduler_->Heartbeat(old));
+  v1::Directive directive;
+  EXPECT_FALSE(scheduler_->Heartbeat(old, &directive));
+  EXPECT_EQ(directive.kind(), v1::Directive::RE_RENDEZVOUS) << "a survivor that missed it";
+  EXPECT_EQ(directive.generation(), 2);
+  EXPECT_THAT(directive.reason(), testing::StartsWith("generation 2 after rank 1 (node-a"));
   v1::ReportRequest report;
   report.set_job_id(job);
   report.set_generation(2);

@@ -389,10 +389,29 @@ int Run(RankWhere& where) {
   }
   absl::StatusOr<v1::Metrics> result;
   {
-    HeartbeatStream heartbeats(*ranks, [&] {
-      absl::MutexLock lock(&current.mu);
-      return ComposeHeartbeat(current.gen->joined, job_id, *current.gen->comm, progress);
-    });
+    HeartbeatStream::Options heartbeat_options;
+    // A survivor whose communicator has not failed by itself (its peers
+    // were not its ring neighbours, say) learns of the next generation here.
+    heartbeat_options.on_directive = [&](const v1::Directive& directive) {
+      if (directive.kind() != v1::Directive::RE_RENDEZVOUS) return;
+      std::shared_ptr<Communicator> comm;
+      {
+        absl::MutexLock lock(&current.mu);
+        if (current.gen->joined.generation() >= directive.generation()) return;
+        comm = current.gen->comm;
+      }
+      LOG(WARNING) << job_id << ": the coordinator formed generation " << directive.generation()
+                   << " (" << directive.reason() << ")";
+      comm->Abort(absl::StrCat("the coordinator formed generation ", directive.generation(), ": ",
+                               directive.reason()));
+    };
+    HeartbeatStream heartbeats(
+        *ranks,
+        [&] {
+          absl::MutexLock lock(&current.mu);
+          return ComposeHeartbeat(current.gen->joined, job_id, *current.gen->comm, progress);
+        },
+        heartbeat_options);
     where.training = true;
     result = Train(
         spec, *generations.front()->comm,
