@@ -76,8 +76,12 @@ void AddStatusCommand(CLI::App& app, const GlobalOptions& global, int& exit_code
     if (!job.reason().empty()) *global.out << " - " << job.reason();
     *global.out << "\n  submitted " << FormatTime(job.submit_time_us()) << ", started "
                 << FormatTime(job.start_time_us()) << ", ended " << FormatTime(job.end_time_us())
-                << "\n  generation " << job.generation() << ", world size " << job.world_size()
-                << "\n";
+                << "\n  generation " << job.generation() << ", world size " << job.world_size();
+    if (job.spec().has_elastic()) {
+      *global.out << ", restarts " << job.restarts() << " of elastic.max_restarts "
+                  << job.spec().elastic().max_restarts();
+    }
+    *global.out << "\n";
     if (status.ranks().empty()) {
       *global.out << NoRanksSection(status);
     } else {

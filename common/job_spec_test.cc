@@ -113,6 +113,28 @@ TEST(JobSpecTest, NormalizationFillsDocumentedDefaultsOnly) {
   EXPECT_THAT(ValidateJobSpec(spec), IsEmpty());
 }
 
+TEST(JobSpecTest, ElasticDefaultsOnlyWhenTheBlockIsThere) {
+  JobSpec plain = MustParse("model { mlp {} } data { synthetic {} }", SpecFormat::kTextProto);
+  NormalizeJobSpec(plain);
+  EXPECT_FALSE(plain.has_elastic());
+
+  JobSpec elastic =
+      MustParse("model { mlp {} } data { synthetic {} } elastic {}", SpecFormat::kTextProto);
+  NormalizeJobSpec(elastic);
+  ASSERT_TRUE(elastic.has_elastic());
+  EXPECT_EQ(elastic.elastic().max_restarts(), 3);
+  EXPECT_EQ(elastic.elastic().wait_seconds(), 60);
+  EXPECT_EQ(elastic.elastic().scale_up_interval_seconds(), 60);
+  EXPECT_FALSE(elastic.elastic().scale_lr());
+  EXPECT_THAT(ValidateJobSpec(elastic), IsEmpty());
+
+  // max_restarts 0 is kept: the job survives no failure.
+  JobSpec none = MustParse("model { mlp {} } data { synthetic {} } elastic { max_restarts: 0 }",
+                           SpecFormat::kTextProto);
+  NormalizeJobSpec(none);
+  EXPECT_EQ(none.elastic().max_restarts(), 0);
+}
+
 TEST(JobSpecTest, MinimalSpecGetsDdpAndOneRank) {
   JobSpec spec = MustParse("model { mlp {} } data { synthetic {} }", SpecFormat::kTextProto);
   NormalizeJobSpec(spec);
@@ -374,6 +396,13 @@ INSTANTIATE_TEST_SUITE_P(
              "hang_detection.straggler_ratio: must be > 1, got 0.5"},
         Case{"hang_detection { phase_limit_seconds: -1 }",
              "hang_detection.phase_limit_seconds: must be > 0, got -1"},
+        Case{"elastic { max_restarts: -1 }", "elastic.max_restarts: must be >= 0, got -1"},
+        Case{"elastic { wait_seconds: -5 }", "elastic.wait_seconds: must be > 0, got -5"},
+        Case{"elastic { scale_up_interval_seconds: -1 }",
+             "elastic.scale_up_interval_seconds: must be > 0, got -1"},
+        Case{"elastic {} strategy { decentralized { } }",
+             "elastic: only strategy ddp re-forms after a lost rank today; remove the elastic "
+             "block or use strategy { ddp {} }"},
         Case{"fault_injection { faults { rank: 0 } }",
              "fault_injection.faults[0].kind: is required: one of EXIT, CRASH, HANG, SLOW, "
              "SKIP_COLLECTIVE, MISMATCH_COLLECTIVE"},

@@ -415,6 +415,18 @@ void ValidateRest(const JobSpec& spec, Checker& c) {
   }
   c.Positive("hang_detection.phase_limit_seconds", h.phase_limit_seconds());
 
+  if (spec.has_elastic()) {
+    const v1::ElasticSpec& e = spec.elastic();
+    c.AtLeast<int32_t>("elastic.max_restarts", e.max_restarts(), 0);
+    c.Positive("elastic.wait_seconds", e.wait_seconds());
+    c.Positive("elastic.scale_up_interval_seconds", e.scale_up_interval_seconds());
+    if (spec.strategy().has_decentralized()) {
+      c.Fail("elastic",
+             "only strategy ddp re-forms after a lost rank today; remove the elastic "
+             "block or use strategy { ddp {} }");
+    }
+  }
+
   for (int i = 0; i < spec.fault_injection().faults_size(); ++i) {
     const v1::Fault& f = spec.fault_injection().faults(i);
     const std::string p = absl::StrCat("fault_injection.faults[", i, "]");
@@ -555,6 +567,13 @@ void NormalizeJobSpec(JobSpec& spec) {
   if (h.stall_after_seconds() == 0) h.set_stall_after_seconds(3);
   if (h.straggler_ratio() == 0) h.set_straggler_ratio(1.5);
   if (h.phase_limit_seconds() == 0) h.set_phase_limit_seconds(600);
+
+  if (spec.has_elastic()) {
+    v1::ElasticSpec& e = *spec.mutable_elastic();
+    if (!e.has_max_restarts()) e.set_max_restarts(3);
+    if (e.wait_seconds() == 0) e.set_wait_seconds(60);
+    if (e.scale_up_interval_seconds() == 0) e.set_scale_up_interval_seconds(60);
+  }
 }
 
 std::vector<SpecError> ValidateJobSpec(const JobSpec& spec) {

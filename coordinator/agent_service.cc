@@ -121,20 +121,31 @@ class HeartbeatStream : public grpc::ServerBidiReactor<v1::RankHeartbeat, v1::Di
   void OnReadDone(bool ok) override {
     if (!ok) {
       Finish(grpc::Status::OK);
-    } else if (!scheduler_.Heartbeat(in_)) {
-      Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                          "rank " + std::to_string(in_.rank()) + " of generation " +
-                              std::to_string(in_.generation()) + " is not part of running job " +
-                              in_.job_id()));
+    } else if (!scheduler_.Heartbeat(in_, &directive_)) {
+      // A directive (RE_RENDEZVOUS) goes out before the stream ends.
+      if (directive_.kind() != v1::Directive::KIND_UNSPECIFIED) {
+        StartWrite(&directive_);
+      } else {
+        FinishStale();
+      }
     } else {
       StartRead(&in_);
     }
   }
+  void OnWriteDone(bool /*ok*/) override { FinishStale(); }
   void OnDone() override { delete this; }
 
  private:
+  void FinishStale() {
+    Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "rank " + std::to_string(in_.rank()) + " of generation " +
+                            std::to_string(in_.generation()) + " is not part of running job " +
+                            in_.job_id()));
+  }
+
   Scheduler& scheduler_;
   v1::RankHeartbeat in_;
+  v1::Directive directive_;
 };
 
 }  // namespace

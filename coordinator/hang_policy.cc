@@ -54,7 +54,9 @@ std::optional<std::string> HangFailure(v1::HangDetectionSpec::Action action,
     std::string reason =
         absl::StrCat("hang detection: ", v1::Diagnosis::Kind_Name(d.kind()), " ", d.message());
     if (action == v1::HangDetectionSpec::RESTART) {
-      absl::StrAppend(&reason, " (action RESTART acts as ABORT until elastic generations exist)");
+      absl::StrAppend(&reason,
+                      " (action RESTART re-forms only elastic jobs, and only around a DEAD or "
+                      "NEVER_JOINED rank; otherwise it acts as ABORT)");
     }
     return reason;
   }

@@ -5,8 +5,10 @@
 // that a diagnosis becomes a job event once, when it appears, and another
 // ("cleared: ...") when it goes away. HangFailure says whether the job's
 // hang_detection.action fails the job for them: ABORT and RESTART fail it
-// with the first diagnosis that is not a STRAGGLER warning (RESTART says that
-// it acts as ABORT until elastic generations exist); REPORT never does.
+// with the first diagnosis that is not a STRAGGLER warning; REPORT never
+// does. (RESTART of an elastic job evicts DEAD and NEVER_JOINED ranks
+// instead — Scheduler::EvictLocked — and reaches HangFailure only for the
+// other diagnoses, whose reason then says so.)
 //
 // Thread-safety: none; the Scheduler holds its lock around every call.
 //

@@ -72,9 +72,9 @@ TEST(HangPolicyTest, AbortAndRestartFailTheJobReportDoesNot) {
   EXPECT_EQ(HangFailure(v1::HangDetectionSpec::ABORT, diagnoses),
             "hang detection: STUCK_IN_COLLECTIVE every rank is inside #7");
   EXPECT_EQ(HangFailure(v1::HangDetectionSpec::RESTART, diagnoses),
-            "hang detection: STUCK_IN_COLLECTIVE every rank is inside #7 (action RESTART acts as "
-            "ABORT until "
-            "elastic generations exist)");
+            "hang detection: STUCK_IN_COLLECTIVE every rank is inside #7 (action RESTART re-forms "
+            "only elastic jobs, and only around a DEAD or NEVER_JOINED rank; otherwise it acts as "
+            "ABORT)");
 }
 
 TEST(HangPolicyTest, StragglersAloneAreOnlyAWarning) {

@@ -199,6 +199,17 @@ absl::StatusOr<v1::Job> JobManager::MarkRunning(const std::string& job_id, int64
   });
 }
 
+absl::StatusOr<v1::Job> JobManager::MarkReformed(const std::string& job_id, int64_t generation,
+                                                 int world_size, int restarts,
+                                                 const std::string& reason) {
+  return Transition(job_id, [&](v1::Job& job) {
+    job.set_generation(generation);
+    job.set_world_size(world_size);
+    job.set_restarts(restarts);
+    return reason;
+  });
+}
+
 absl::Status JobManager::SavePlacements(const std::string& job_id,
                                         const std::vector<v1::RankPlacement>& placements) {
   absl::MutexLock lock(&mu_);

@@ -53,6 +53,11 @@ class JobManager {
   // PENDING -> RUNNING in `generation` with `world_size` ranks.
   absl::StatusOr<v1::Job> MarkRunning(const std::string& job_id, int64_t generation,
                                       int world_size);
+  // An elastic job's next generation (RUNNING -> RUNNING): its number, world
+  // size and the restarts used so far; `reason` (what happened, which ranks
+  // left and joined) becomes the state event's reason.
+  absl::StatusOr<v1::Job> MarkReformed(const std::string& job_id, int64_t generation,
+                                       int world_size, int restarts, const std::string& reason);
   // Records where the running job's ranks are (index = rank), durably.
   absl::Status SavePlacements(const std::string& job_id,
                               const std::vector<v1::RankPlacement>& placements);

@@ -16,7 +16,29 @@ RankState RankState::At(const RankSlot& slot) {
 RunningJob::RunningJob(const v1::Job& job, int world_size, int64_t generation)
     : hang_detection(job.spec().hang_detection()),
       rendezvous(job.job_id(), generation, world_size),
-      upload_grant(UploadGrantFor(job, world_size, generation)) {}
+      upload_grant(UploadGrantFor(job, world_size, generation)),
+      elastic(job.spec().has_elastic()),
+      elastic_spec(job.spec().elastic()),
+      restarts(job.restarts()) {}
+
+bool RunningJob::Formed() const {
+  for (int rank = 0; rank < rendezvous.world_size(); ++rank) {
+    if (!rendezvous.joined(rank)) return false;
+  }
+  return true;
+}
+
+std::vector<RankSlot> RunningJob::Slots() const {
+  std::vector<RankSlot> slots;
+  for (const RankState& r : ranks) {
+    RankSlot& s = slots.emplace_back();
+    s.agent_id = r.agent_id;
+    s.slot = r.slot;
+    s.local_rank = r.local_rank;
+    s.local_world_size = r.local_world_size;
+  }
+  return slots;
+}
 
 int RunningJob::RankOn(const std::string& agent_id, int slot) const {
   for (size_t rank = 0; rank < ranks.size(); ++rank) {
@@ -120,6 +142,11 @@ std::optional<JobEnd> RunningJob::RecordExit(const std::string& agent_id,
     if (unbound_here) r.agent_id = agent_id;
     r.state = v1::RankStatus::EXITED;
     r.exit_code = exited.exit_code();
+    if (!r.evicted.empty()) {
+      return JobEnd{v1::Job::FAILED,
+                    absl::StrCat("rank ", rank, " (", agent.host(), ", pid ", exited.pid(),
+                                 ") was evicted by hang_detection.action RESTART: ", r.evicted)};
+    }
     if (exited.exit_code() != 0) {
       const std::string how = exited.exit_code() < 0
                                   ? absl::StrCat("was killed by signal ", -exited.exit_code())

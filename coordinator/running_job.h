@@ -43,6 +43,10 @@ struct RankState {
   int64_t recover_agent_pid = 0;
   v1::RankHeartbeat last_heartbeat;
   absl::Time heartbeat_at = absl::InfinitePast();
+  // Set once hang_detection.action RESTART has had the rank's agent stop it
+  // (an elastic job): the diagnosis, which becomes the cause of the next
+  // generation when the rank's exit is reported.
+  std::string evicted;
 
   static RankState At(const RankSlot& slot);
 };
@@ -100,6 +104,24 @@ struct RunningJob {
   UploadGrant upload_grant;
   // Set while a job taken back after a restart waits for its ranks.
   absl::Time recovering_until = absl::InfinitePast();
+
+  // Elastic jobs (spec.elastic present; docs/elastic.md).
+  bool elastic = false;
+  v1::ElasticSpec elastic_spec;
+  // Rank failures survived so far, and one line per generation change.
+  int restarts = 0;
+  std::vector<std::string> history;
+  // While a re-formed generation gathers its ranks: when it started forming
+  // (the failure was heard) and when it must have formed
+  // (elastic.wait_seconds later). InfinitePast / InfiniteFuture otherwise.
+  absl::Time reform_started = absl::InfinitePast();
+  absl::Time form_deadline = absl::InfiniteFuture();
+  // Seconds from the last failure to its generation forming (0: none yet).
+  double recovery_seconds = 0;
+  // Whether every rank of the current generation has joined.
+  bool Formed() const;
+  // Where the current ranks run (index = rank).
+  std::vector<RankSlot> Slots() const;
 };
 
 }  // namespace chorus

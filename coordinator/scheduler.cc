@@ -178,7 +178,11 @@ void Scheduler::RankExited(const std::string& agent_id, const v1::RankExited& ex
     const AgentRegistry::Agent* agent = agents_.Find(agent_id);
     if (agent == nullptr) return;
     if (std::optional<JobEnd> end = it->second.RecordExit(agent_id, agent->hello, exited)) {
-      EndLocked(exited.job_id(), end->state, end->reason, out);
+      if (end->state == v1::Job::FAILED && it->second.elastic) {
+        ReformLocked(exited.job_id(), end->reason, out);
+      } else {
+        EndLocked(exited.job_id(), end->state, end->reason, out);
+      }
     }
     ScheduleLocked(out);
   }
@@ -206,6 +210,10 @@ void Scheduler::Tick() {
     std::vector<std::pair<std::string, std::string>> to_fail;
     for (auto& [job_id, run] : running_) {
       run.rendezvous.Expire(now, out.joins);
+      if (std::optional<std::string> overdue = ReformOverdueLocked(run, now)) {
+        to_fail.emplace_back(job_id, *std::move(overdue));
+        continue;
+      }
       const RecoveryProgress progress = CheckRecovery(run, now);
       if (progress.all_back) {
         v1::JobEvent event;
@@ -216,6 +224,11 @@ void Scheduler::Tick() {
       }
     }
     for (const auto& [job_id, diagnoses] : TrackDiagnosesLocked()) {
+      RunningJob& run = running_.at(job_id);
+      if (run.elastic && run.hang_detection.action() == v1::HangDetectionSpec::RESTART &&
+          EvictLocked(job_id, run, diagnoses, out)) {
+        continue;
+      }
       if (std::optional<std::string> reason =
               HangFailure(running_.at(job_id).hang_detection.action(), diagnoses)) {
         to_fail.emplace_back(job_id, *std::move(reason));

@@ -11,8 +11,10 @@
 // and records every state change in the JobManager.
 //
 // A rank exiting with a non-zero code, or its agent vanishing, fails the job
-// and stops its other ranks; all ranks exiting 0 is success. Elastic
-// re-formation (generation 2+) comes later.
+// and stops its other ranks; all ranks exiting 0 is success. An elastic job
+// (spec.elastic) instead re-forms after a lost rank: the survivors and a
+// newcomer on a free slot form the next generation (GenerationPlan,
+// scheduler_elastic.cc, docs/elastic.md).
 //
 // Thread-safety: all methods may be called concurrently. Senders and Join
 // callbacks run without the scheduler's lock held.
@@ -26,6 +28,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -73,12 +76,16 @@ class Scheduler {
   void Tick();
 
   // A rank's metrics: rank 0's become the job's latest (final ones are
-  // persisted). NOT_FOUND / FAILED_PRECONDITION for unknown or stale ranks.
+  // persisted); an elastic job's gain values "restarts" and
+  // "recovery_seconds" (of the last failure). NOT_FOUND / FAILED_PRECONDITION for unknown or stale
+  // ranks.
   absl::Status Report(const v1::ReportRequest& report);
   // Records a rank's heartbeat (progress, phase, flight recorder) for status.
   // Returns false when the rank is not part of a running generation (the
-  // stream should end).
-  bool Heartbeat(const v1::RankHeartbeat& heartbeat);
+  // stream should end). A heartbeat of an elastic job's older generation
+  // also fills `directive` (if not null) with RE_RENDEZVOUS to the current
+  // one, for a survivor whose communicator has not failed by itself.
+  bool Heartbeat(const v1::RankHeartbeat& heartbeat, v1::Directive* directive = nullptr);
   // Makes the job's ranks checkpoint soon: their agents signal them (a
   // CheckpointRanks message). Returns the highest step a rank has reported.
   // NOT_FOUND for an unknown job, FAILED_PRECONDITION if it is not running.
@@ -140,6 +147,28 @@ class Scheduler {
   // pending joins, records the state.
   void EndLocked(const std::string& job_id, v1::Job::State state, const std::string& reason,
                  Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Elastic jobs (scheduler_elastic.cc). After `cause` (a rank lost),
+  // starts the job's next generation — survivors keep their slots, newcomers
+  // are launched on free slots — or, past elastic.max_restarts or below
+  // resources.min_ranks, ends the job FAILED with the history in its reason.
+  void ReformLocked(const std::string& job_id, const std::string& cause, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The reason an elastic job whose re-formed generation has not formed by
+  // `now` (elastic.wait_seconds) fails with; nullopt while it may still form.
+  std::optional<std::string> ReformOverdueLocked(const RunningJob& run, absl::Time now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // hang_detection.action RESTART of an elastic job: has the agents stop the
+  // ranks a DEAD or NEVER_JOINED diagnosis names (once each); their exits
+  // then start the next generation. Returns false when `diagnoses` hold
+  // another problem (MISMATCH, STUCK_IN_COLLECTIVE), which the caller acts on
+  // as ABORT.
+  bool EvictLocked(const std::string& job_id, RunningJob& run,
+                   const std::vector<v1::Diagnosis>& diagnoses, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The generation of `job_id` has formed: records how long recovery took.
+  void NoteFormedLocked(const std::string& job_id, RunningJob& run)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   // Records new and cleared diagnoses of every running job as job events;
   // returns the current diagnoses per job.
   std::map<std::string, std::vector<v1::Diagnosis>> TrackDiagnosesLocked()

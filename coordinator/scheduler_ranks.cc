@@ -27,8 +27,19 @@ void Scheduler::Join(const v1::JoinRequest& request, absl::Time deadline, JoinDo
                                             "job ", request.job_id(), " is ",
                                             v1::Job::State_Name(job->state()), ", not running"))
                                       : job.status());
+    } else if (it->second.elastic && request.generation() > it->second.generation()) {
+      // A survivor of the current generation: its communicator failed before
+      // the coordinator heard why (docs/elastic.md).
+      out.joins.emplace_back(
+          std::move(done), absl::UnavailableError(absl::StrCat(
+                               "generation ", request.generation(), " of job ", request.job_id(),
+                               " has not formed yet (the current one is ", it->second.generation(),
+                               "); join again shortly")));
     } else if (absl::Status current = it->second.rendezvous.CheckGeneration(request.generation());
-               !current.ok()) {
+               !current.ok() && !it->second.elastic) {
+      // An elastic job's rank of an older generation whose slot is still the
+      // job's joins the current one (a newcomer launched for a generation
+      // that another failure superseded).
       out.joins.emplace_back(std::move(done), std::move(current));
     } else if (const int rank = it->second.RankOn(request.agent_id(), request.slot()); rank < 0) {
       out.joins.emplace_back(std::move(done), absl::NotFoundError(absl::StrCat(
@@ -45,6 +56,7 @@ void Scheduler::Join(const v1::JoinRequest& request, absl::Time deadline, JoinDo
           out.joins);
       if (complete) {
         for (RankState& each : run.ranks) each.state = v1::RankStatus::TRAINING;
+        NoteFormedLocked(request.job_id(), run);
       }
     }
   }
@@ -66,21 +78,33 @@ absl::Status Scheduler::Report(const v1::ReportRequest& report) {
                                                       report.job_id(), " now"));
   }
   if (report.rank() != 0) return absl::OkStatus();
+  v1::Metrics metrics = report.metrics();
+  if (it->second.elastic) {  // what only the coordinator knows
+    (*metrics.mutable_values())["restarts"] = it->second.restarts;
+    (*metrics.mutable_values())["recovery_seconds"] = it->second.recovery_seconds;
+  }
   absl::StatusOr<v1::Job> job = jobs_.Get(report.job_id());
   std::optional<v1::JobEvent> skipped =
-      job.ok() ? SkippedCheckpointsWarning(job->latest_metrics(), report.metrics(), report.rank())
+      job.ok() ? SkippedCheckpointsWarning(job->latest_metrics(), metrics, report.rank())
                : std::nullopt;
-  RETURN_IF_ERROR(jobs_.UpdateMetrics(report.job_id(), report.metrics(), report.final()));
+  RETURN_IF_ERROR(jobs_.UpdateMetrics(report.job_id(), metrics, report.final()));
   v1::JobEvent event;
-  *event.mutable_metrics() = report.metrics();
+  *event.mutable_metrics() = metrics;
   RETURN_IF_ERROR(jobs_.AddEvent(report.job_id(), std::move(event)));
   if (skipped.has_value()) return jobs_.AddEvent(report.job_id(), *std::move(skipped));
   return absl::OkStatus();
 }
 
-bool Scheduler::Heartbeat(const v1::RankHeartbeat& heartbeat) {
+bool Scheduler::Heartbeat(const v1::RankHeartbeat& heartbeat, v1::Directive* directive) {
   absl::MutexLock lock(&mu_);
   auto it = running_.find(heartbeat.job_id());
+  if (directive != nullptr && it != running_.end() && it->second.elastic &&
+      heartbeat.generation() < it->second.generation()) {
+    directive->set_kind(v1::Directive::RE_RENDEZVOUS);
+    directive->set_generation(it->second.generation());
+    directive->set_reason(it->second.history.empty() ? "" : it->second.history.back());
+    return false;
+  }
   if (it == running_.end() || !it->second.HasRank(heartbeat.generation(), heartbeat.rank()))
     return false;
   RankState& rank = it->second.ranks[heartbeat.rank()];

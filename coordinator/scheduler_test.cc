@@ -279,5 +279,212 @@ TEST_F(SchedulerTest, ResumedJobsJoinWithTheirCheckpointAndSkippedOnesAreWarnedA
   EXPECT_TRUE(warned);
 }
 
+// ---------------------------------------------------------------- elastic
+
+class ElasticSchedulerTest : public SchedulerTest {
+ protected:
+  // A 4-rank elastic job on a 5-slot agent whose ranks joined generation 1.
+  std::string StartElastic(const std::string& elastic, const std::string& more = "") {
+    auto spec = ParseJobSpec(absl::StrCat("model { mlp {} } data { synthetic {} } resources { "
+                                          "min_ranks: 4 max_ranks: 4 } elastic { ",
+                                          elastic, " } ", more),
+                             SpecFormat::kTextProto, "test");
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    auto job = jobs_->Submit(*spec, "");
+    EXPECT_TRUE(job.ok()) << job.status();
+    Add(agent_, 5, "node-a");
+    std::vector<JoinResult> joins(4);
+    for (int slot = 0; slot < 4; ++slot) {
+      scheduler_->Join(JoinOf(job->job_id(), agent_.id, slot), clock_.Now() + absl::Seconds(60),
+                       joins[slot].Done());
+    }
+    EXPECT_TRUE(joins[3].result.ok()) << joins[3].result.status();
+    return job->job_id();
+  }
+
+  void Exit(const std::string& job, int slot, int code) {
+    v1::RankExited e;
+    e.set_job_id(job);
+    e.set_slot(slot);
+    e.set_pid(100 + slot);
+    e.set_exit_code(code);
+    scheduler_->RankExited(agent_.id, e);
+  }
+
+  std::vector<std::string> Reasons(const std::string& job) {
+    std::vector<std::string> out;
+    absl::StatusOr<std::vector<v1::JobEvent>> events = jobs_->Events(job, 0);
+    EXPECT_TRUE(events.ok()) << events.status();
+    for (const v1::JobEvent& e : *events) {
+      if (e.has_state()) out.push_back(e.reason());
+      if (e.has_message()) out.push_back(e.message());
+    }
+    return out;
+  }
+
+  FakeAgent agent_;
+};
+
+TEST_F(ElasticSchedulerTest, AKilledRankIsReplacedAndTheSurvivorsJoinTheNextGeneration) {
+  const std::string job = StartElastic("");
+  // A survivor whose communicator failed asks for generation 2 before the
+  // coordinator has heard of the exit: not formed yet.
+  JoinResult early;
+  scheduler_->Join(JoinOf(job, agent_.id, 0, 2), clock_.Now() + absl::Seconds(60), early.Done());
+  EXPECT_EQ(early.result.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(early.result.status().message(),
+              HasSubstr("generation 2 of job " + job + " has not formed yet"));
+
+  Exit(job, 1, -9);
+  v1::Job running = *jobs_->Get(job);
+  EXPECT_EQ(running.state(), v1::Job::RUNNING);
+  EXPECT_EQ(running.generation(), 2);
+  EXPECT_EQ(running.world_size(), 4);
+  EXPECT_EQ(running.restarts(), 1);
+  // Only the newcomer is launched, on the lost rank's slot, for generation 2.
+  ASSERT_EQ(agent_.Launches().size(), 2u);
+  const v1::LaunchRanks launch = agent_.Launches()[1];
+  EXPECT_EQ(launch.generation(), 2);
+  ASSERT_EQ(launch.ranks_size(), 1);
+  EXPECT_EQ(launch.ranks(0).slot(), 1);
+  EXPECT_EQ(agent_.Stops(), 0) << "survivors are not stopped";
+
+  std::vector<JoinResult> joins(4);
+  clock_.Advance(absl::Seconds(2));
+  for (int slot : {0, 2, 3, 1}) {
+    scheduler_->Join(JoinOf(job, agent_.id, slot, 2), clock_.Now() + absl::Seconds(60),
+                     joins[slot].Done());
+  }
+  for (int slot = 0; slot < 4; ++slot) {
+    ASSERT_TRUE(joins[slot].result.ok()) << joins[slot].result.status();
+    EXPECT_EQ(joins[slot].result->rank(), slot);
+    EXPECT_EQ(joins[slot].result->world_size(), 4);
+    EXPECT_EQ(joins[slot].result->generation(), 2);
+    EXPECT_EQ(joins[slot].result->store_namespace(), job + "/gen-2");
+  }
+  EXPECT_THAT(Reasons(job),
+              testing::Contains("generation 2 after rank 1 (node-a, pid 101) was killed by signal "
+                                "9: 4 -> 4 ranks (rank 1 on node-a slot 1), restart 1 of 3"));
+  EXPECT_THAT(Reasons(job), testing::Contains("generation 2 formed with 4 ranks, 2 s after the "
+                                              "failure (recovery_seconds)"));
+  // Generation 1's heartbeats and reports are no longer accepted.
+  v1::RankHeartbeat old;
+  old.set_job_id(job);
+  old.set_generation(1);
+  old.set_rank(0);
+  v1::Directive directive;
+  EXPECT_FALSE(scheduler_->Heartbeat(old, &directive));
+  EXPECT_EQ(directive.kind(), v1::Directive::RE_RENDEZVOUS) << "a survivor that missed it";
+  EXPECT_EQ(directive.generation(), 2);
+  EXPECT_THAT(directive.reason(), testing::StartsWith("generation 2 after rank 1 (node-a"));
+  v1::ReportRequest report;
+  report.set_job_id(job);
+  report.set_generation(2);
+  report.set_rank(0);
+  report.mutable_metrics()->set_step(120);
+  ASSERT_TRUE(scheduler_->Report(report).ok());
+  const v1::Metrics latest = jobs_->Get(job)->latest_metrics();
+  EXPECT_EQ(latest.step(), 120);
+  EXPECT_EQ(latest.values().at("restarts"), 1);
+  EXPECT_EQ(latest.values().at("recovery_seconds"), 2);
+  for (int slot = 0; slot < 4; ++slot) Exit(job, slot, 0);
+  EXPECT_EQ(State(job), v1::Job::SUCCEEDED);
+}
+
+TEST_F(ElasticSchedulerTest, FailuresBeyondMaxRestartsFailTheJobWithTheHistory) {
+  const std::string job = StartElastic("max_restarts: 1");
+  Exit(job, 1, -9);
+  EXPECT_EQ(State(job), v1::Job::RUNNING);
+  Exit(job, 2, 3);
+  const v1::Job failed = *jobs_->Get(job);
+  EXPECT_EQ(failed.state(), v1::Job::FAILED);
+  EXPECT_EQ(failed.reason(),
+            "rank 2 (node-a, pid 102) exited with code 3; elastic.max_restarts 1 used up in "
+            "generation 2; history: generation 2 after rank 1 (node-a, pid 101) was killed by "
+            "signal 9: 4 -> 4 ranks (rank 1 on node-a slot 1), restart 1 of 1");
+  EXPECT_EQ(scheduler_->free_slots(), 5) << "every slot is released";
+}
+
+TEST_F(ElasticSchedulerTest, AGenerationThatDoesNotFormInWaitSecondsFailsTheJob) {
+  const std::string job = StartElastic("wait_seconds: 5");
+  Exit(job, 3, -9);
+  std::vector<JoinResult> joins(3);
+  for (int slot = 0; slot < 3; ++slot) {
+    scheduler_->Join(JoinOf(job, agent_.id, slot, 2), clock_.Now() + absl::Seconds(60),
+                     joins[slot].Done());
+  }
+  clock_.Advance(absl::Seconds(4));
+  scheduler_->Tick();
+  EXPECT_EQ(State(job), v1::Job::RUNNING);
+  clock_.Advance(absl::Seconds(2));
+  scheduler_->Tick();
+  const v1::Job failed = *jobs_->Get(job);
+  EXPECT_EQ(failed.state(), v1::Job::FAILED);
+  EXPECT_THAT(failed.reason(),
+              testing::StartsWith("generation 2 did not form within elastic.wait_seconds 5 s; "
+                                  "ranks that have not joined: 3; history: generation 2 after "
+                                  "rank 3"));
+  EXPECT_EQ(joins[0].result.status().code(), absl::StatusCode::kAborted);
+}
+
+TEST_F(ElasticSchedulerTest, RestartEvictsADeadRankAndItsExitStartsTheNextGeneration) {
+  const std::string job =
+      StartElastic("", "hang_detection { action: RESTART dead_after_seconds: 2 }");
+  auto beat = [&](int rank) {
+    v1::RankHeartbeat hb;
+    hb.set_job_id(job);
+    hb.set_generation(1);
+    hb.set_rank(rank);
+    hb.set_step(40);
+    hb.set_phase(v1::COLLECTIVE);
+    EXPECT_TRUE(scheduler_->Heartbeat(hb));
+  };
+  for (int rank = 0; rank < 4; ++rank) beat(rank);
+  for (int i = 0; i < 3; ++i) {  // rank 1 is frozen; the others go on
+    clock_.Advance(absl::Seconds(1));
+    for (int rank : {0, 2, 3}) beat(rank);
+    scheduler_->Tick();
+  }
+  std::vector<v1::StopRanks> stops;
+  for (const auto& m : agent_.received) {
+    if (m.has_stop()) stops.push_back(m.stop());
+  }
+  ASSERT_EQ(stops.size(), 1u) << "evicted once, not at every tick";
+  EXPECT_EQ(stops[0].job_id(), job);
+  ASSERT_EQ(stops[0].slots_size(), 1);
+  EXPECT_EQ(stops[0].slots(0), 1);
+  EXPECT_EQ(stops[0].grace_seconds(), 1);
+  EXPECT_THAT(stops[0].reason(), testing::StartsWith("evicted by hang_detection.action RESTART: "
+                                                     "DEAD rank 1"));
+  EXPECT_EQ(State(job), v1::Job::RUNNING) << "RESTART does not fail an elastic job for DEAD";
+
+  Exit(job, 1, -9);
+  const v1::Job reformed = *jobs_->Get(job);
+  EXPECT_EQ(reformed.state(), v1::Job::RUNNING);
+  EXPECT_EQ(reformed.generation(), 2);
+  bool cause = false;
+  for (const std::string& r : Reasons(job)) {
+    cause |= r.rfind(
+                 "generation 2 after rank 1 (node-a, pid 101) was evicted by "
+                 "hang_detection.action RESTART: DEAD rank 1",
+                 0) == 0;
+  }
+  EXPECT_TRUE(cause);
+}
+
+TEST_F(SchedulerTest, WithoutElasticAKilledRankStillFailsTheJob) {
+  FakeAgent a;
+  const std::string job = Submit(2, 2);
+  Add(a, 3, "node-a");
+  v1::RankExited e;
+  e.set_job_id(job);
+  e.set_slot(0);
+  e.set_pid(7);
+  e.set_exit_code(-9);
+  scheduler_->RankExited(a.id, e);
+  EXPECT_EQ(State(job), v1::Job::FAILED);
+  EXPECT_EQ(jobs_->Get(job)->reason(), "rank 0 (node-a, pid 7) was killed by signal 9");
+}
+
 }  // namespace
 }  // namespace chorus

@@ -2,6 +2,8 @@
 //
 // It joins the job's generation at the coordinator, bootstraps its Gloo
 // communicator through the coordinator's store, trains, reports metrics, and
+// (an elastic job) joins the next generation in the same process when a peer
+// is lost (docs/elastic.md), and
 // exits 0 on success or 1 with the reason on stderr (the agent relays the
 // last lines to the coordinator, which makes them the job's failure reason).
 // An exception that escapes training (LibTorch's c10::Error, std::bad_alloc)
@@ -13,6 +15,7 @@
 //   CHORUS_JOB_ID, CHORUS_GENERATION, CHORUS_AGENT_ID, CHORUS_SLOT
 //   CHORUS_RANK_HOST    address this rank's Gloo transport binds (default 127.0.0.1)
 //   LOCAL_RANK, LOCAL_WORLD_SIZE (as torchrun sets them)
+//   CHORUS_SAMPLE_TRACE a directory: test mode, worker/train/sample_trace.h
 
 #include <signal.h>
 #include <unistd.h>
@@ -21,10 +24,13 @@
 #include <cstdlib>
 #include <exception>
 #include <iostream>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "checkpoint/coordinator_storage.h"
 #include "checkpoint/shared_dir_storage.h"
 #include "chorus/v1/coordinator.grpc.pb.h"
@@ -35,6 +41,7 @@
 #include "common/memory.h"
 #include "common/memory_estimate.h"
 #include "common/retry.h"
+#include "common/status_macros.h"
 #include "glog/logging.h"
 #include "worker/comm/gloo_communicator.h"
 #include "worker/comm/grpc_store.h"
@@ -167,6 +174,77 @@ int FailWithException(const RankWhere& where, std::exception_ptr error) {
   return Fail(RankFailureLine(where.rank, where.Describe(), error, hint));
 }
 
+// One generation as this rank process joined it: the coordinator's answer,
+// the communicator bootstrapped through the coordinator's store, and where
+// checkpoints go. Old generations are kept (aborted) until the process ends.
+struct JoinedGeneration {
+  v1::JoinResponse joined;
+  std::unique_ptr<GrpcStore> store;  // the communicator's; must outlive it
+  std::shared_ptr<Communicator> comm;
+  std::unique_ptr<CoordinatorCheckpointStorage> to_coordinator;
+  std::unique_ptr<SharedDirCheckpointStorage> to_shared_dir;
+
+  CheckpointStorage* checkpoints() const {
+    return to_shared_dir != nullptr ? static_cast<CheckpointStorage*>(to_shared_dir.get())
+                                    : to_coordinator.get();
+  }
+};
+
+// Joins `request.generation()` (or, for an elastic job, the newest after
+// it) before `deadline`. An elastic job's generation that has not formed yet
+// (UNAVAILABLE) or that another failure superseded (ABORTED) is joined again
+// every 100 ms.
+absl::StatusOr<v1::JoinResponse> JoinGeneration(v1::RankService::Stub& ranks,
+                                                const v1::JoinRequest& request, absl::Time deadline,
+                                                bool elastic) {
+  for (;;) {
+    v1::JoinResponse joined;
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(deadline));
+    context.set_wait_for_ready(true);
+    absl::Status s = FromGrpcStatus(ranks.Join(&context, request, &joined));
+    if (s.ok()) return joined;
+    const bool again = elastic && (s.code() == absl::StatusCode::kUnavailable ||
+                                   s.code() == absl::StatusCode::kAborted);
+    if (!again || absl::Now() + absl::Milliseconds(100) >= deadline) {
+      return absl::Status(s.code(), absl::StrCat("joining generation ", request.generation(),
+                                                 " of ", request.job_id(), ": ", s.message()));
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+}
+
+// Builds the communicator and checkpoint storage of `joined`'s generation.
+absl::StatusOr<std::unique_ptr<JoinedGeneration>> ConnectGeneration(
+    const v1::JoinResponse& joined, const std::shared_ptr<grpc::Channel>& channel,
+    const std::string& job_id, const std::string& coordinator, const std::string& rank_host) {
+  auto gen = std::make_unique<JoinedGeneration>();
+  gen->joined = joined;
+  gen->store = std::make_unique<GrpcStore>(channel, joined.store_namespace());
+  GlooOptions options;
+  options.rank = joined.rank();
+  options.size = joined.world_size();
+  options.hostname = rank_host;
+  ASSIGN_OR_RETURN(gen->comm, CreateGlooCommunicator(options, *gen->store));
+  // The data port is on the coordinator's host; a target that is not
+  // HOST:PORT (unix:, dns:///...) gets none and uploads over gRPC.
+  absl::StatusOr<HostPort> coordinator_address = ParseHostPort(coordinator);
+  gen->to_coordinator = std::make_unique<CoordinatorCheckpointStorage>(
+      channel, job_id, joined.generation(), joined.rank(),
+      coordinator_address.ok() ? coordinator_address->host : "");
+  if (joined.spec().checkpoint().storage() == v1::CheckpointSpec::SHARED_DIR) {
+    absl::StatusOr<std::unique_ptr<SharedDirCheckpointStorage>> storage =
+        SharedDirCheckpointStorage::Create(channel, joined.spec().checkpoint().shared_dir(), job_id,
+                                           joined.generation(), joined.rank());
+    if (!storage.ok()) {
+      gen->comm->Abort(storage.status().message());
+      return storage.status();
+    }
+    gen->to_shared_dir = *std::move(storage);
+  }
+  return gen;
+}
+
 int Run(RankWhere& where) {
   const std::string coordinator = Env("CHORUS_COORDINATOR");
   const std::string job_id = Env("CHORUS_JOB_ID");
@@ -196,33 +274,47 @@ int Run(RankWhere& where) {
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
   join.set_host(host);
-  v1::JoinResponse joined;
-  {
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Minutes(10)));
-    context.set_wait_for_ready(true);
-    where.stage = "while joining the job";
-    absl::Status s = FromGrpcStatus(ranks->Join(&context, join, &joined));
-    if (!s.ok()) return Fail(absl::StrCat("joining ", job_id, ": ", s.message()));
-  }
-  where.rank = joined.rank();
-  where.spec = joined.spec();
+  // A newcomer to an elastic job does not know yet that the job is elastic:
+  // it joins again while its generation forms or is superseded.
+  where.stage = "while joining the job";
+  absl::StatusOr<v1::JoinResponse> first =
+      JoinGeneration(*ranks, join, absl::Now() + absl::Minutes(10), generation > 1);
+  if (!first.ok()) return Fail(std::string(first.status().message()));
+  const v1::JobSpec& spec = first->spec();
+  where.rank = first->rank();
+  where.spec = spec;
   where.stage = "while connecting to the other ranks";
-  setenv("RANK", std::to_string(joined.rank()).c_str(), 1);
-  setenv("WORLD_SIZE", std::to_string(joined.world_size()).c_str(), 1);
   const std::string rank_host = Env("CHORUS_RANK_HOST", "127.0.0.1");
-  LOG(INFO) << job_id << ": rank " << joined.rank() << " of " << joined.world_size()
-            << ", generation " << joined.generation() << ", training traffic on " << rank_host;
-
-  GrpcStore store(channel, joined.store_namespace());
-  GlooOptions options;
-  options.rank = joined.rank();
-  options.size = joined.world_size();
-  options.hostname = rank_host;
-  auto comm = CreateGlooCommunicator(options, store);
-  if (!comm.ok()) return Fail(std::string(comm.status().message()));
+  auto announce = [&](const v1::JoinResponse& joined) {
+    setenv("RANK", std::to_string(joined.rank()).c_str(), 1);
+    setenv("WORLD_SIZE", std::to_string(joined.world_size()).c_str(), 1);
+    LOG(INFO) << job_id << ": rank " << joined.rank() << " of " << joined.world_size()
+              << ", generation " << joined.generation() << ", training traffic on " << rank_host;
+  };
+  announce(*first);
+  std::vector<std::unique_ptr<JoinedGeneration>> generations;
+  {
+    absl::StatusOr<std::unique_ptr<JoinedGeneration>> gen =
+        ConnectGeneration(*first, channel, job_id, coordinator, rank_host);
+    if (!gen.ok()) return Fail(std::string(gen.status().message()));
+    generations.push_back(*std::move(gen));
+  }
+  // The generation training runs in, read by the heartbeat thread.
+  struct {
+    absl::Mutex mu;
+    JoinedGeneration* gen ABSL_GUARDED_BY(mu) = nullptr;
+  } current;
+  {
+    absl::MutexLock lock(&current.mu);
+    current.gen = generations.back().get();
+  }
+  auto current_joined = [&] {
+    absl::MutexLock lock(&current.mu);
+    return current.gen->joined;
+  };
 
   auto report = [&](const v1::Metrics& metrics, bool final, const absl::Status& status) {
+    const v1::JoinResponse joined = current_joined();
     v1::ReportRequest request;
     request.set_job_id(job_id);
     request.set_generation(joined.generation());
@@ -247,53 +339,95 @@ int Run(RankWhere& where) {
     });
     if (!s.ok()) LOG(WARNING) << "report: " << s.message();
   };
+  // Elastic jobs: after a failed collective, abort this generation's
+  // communicator (peers blocked on this rank fail at once), join the next
+  // generation and connect to its members (docs/elastic.md).
+  auto rejoin = [&](const absl::Status& failure) -> absl::StatusOr<Generation> {
+    JoinedGeneration* failed;
+    {
+      absl::MutexLock lock(&current.mu);
+      failed = current.gen;
+    }
+    const int64_t was = failed->joined.generation();
+    LOG(WARNING) << job_id << ": generation " << was << " failed (" << failure.message()
+                 << "); joining the next one";
+    failed->comm->Abort(failure.message());
+    where.stage = "while joining the next generation";
+    v1::JoinRequest next = join;
+    next.set_generation(was + 1);
+    ASSIGN_OR_RETURN(v1::JoinResponse joined,
+                     JoinGeneration(*ranks, next,
+                                    absl::Now() + absl::Seconds(spec.elastic().wait_seconds()) +
+                                        absl::Minutes(1),
+                                    /*elastic=*/true));
+    announce(joined);
+    where.rank = joined.rank();
+    where.stage = "while connecting to the other ranks";
+    ASSIGN_OR_RETURN(std::unique_ptr<JoinedGeneration> gen,
+                     ConnectGeneration(joined, channel, job_id, coordinator, rank_host));
+    generations.push_back(std::move(gen));
+    {
+      absl::MutexLock lock(&current.mu);
+      current.gen = generations.back().get();
+    }
+    return Generation{generations.back()->comm.get(), generations.back()->checkpoints(),
+                      joined.generation()};
+  };
+
   TrainingProgress& progress = where.progress;
   g_progress.store(&progress);
   RaiseTo(progress.checkpoint_request, g_checkpoint_requests.load());
-  // The data port is on the coordinator's host; a target that is not
-  // HOST:PORT (unix:, dns:///...) gets none and uploads over gRPC.
-  absl::StatusOr<HostPort> coordinator_address = ParseHostPort(coordinator);
-  CoordinatorCheckpointStorage to_coordinator(
-      channel, job_id, joined.generation(), joined.rank(),
-      coordinator_address.ok() ? coordinator_address->host : "");
-  std::unique_ptr<SharedDirCheckpointStorage> to_shared_dir;
-  if (joined.spec().checkpoint().storage() == v1::CheckpointSpec::SHARED_DIR) {
-    absl::StatusOr<std::unique_ptr<SharedDirCheckpointStorage>> storage =
-        SharedDirCheckpointStorage::Create(channel, joined.spec().checkpoint().shared_dir(), job_id,
-                                           joined.generation(), joined.rank());
-    if (!storage.ok()) {
-      (*comm)->Abort(storage.status().message());
-      return Fail(std::string(storage.status().message()));
-    }
-    to_shared_dir = *std::move(storage);
-  }
   TrainOptions train_options;
-  train_options.checkpoints = to_shared_dir != nullptr
-                                  ? static_cast<CheckpointStorage*>(to_shared_dir.get())
-                                  : &to_coordinator;
-  train_options.resume = joined.resume();
-  if (!joined.resume().job_id().empty() && joined.rank() == 0) {
-    LOG(INFO) << job_id << ": resuming from checkpoint " << joined.resume().job_id() << " step "
-              << joined.resume().step();
+  train_options.checkpoints = generations.back()->checkpoints();
+  train_options.resume = first->resume();
+  train_options.generation = first->generation();
+  if (spec.has_elastic()) train_options.rejoin = rejoin;
+  train_options.sample_trace_dir = Env("CHORUS_SAMPLE_TRACE");
+  if (!first->resume().job_id().empty() && first->rank() == 0 && first->generation() == 1) {
+    LOG(INFO) << job_id << ": resuming from checkpoint " << first->resume().job_id() << " step "
+              << first->resume().step();
   }
   absl::StatusOr<v1::Metrics> result;
   {
-    HeartbeatStream heartbeats(*ranks,
-                               [&] { return ComposeHeartbeat(joined, job_id, **comm, progress); });
+    HeartbeatStream::Options heartbeat_options;
+    // A survivor whose communicator has not failed by itself (its peers
+    // were not its ring neighbours, say) learns of the next generation here.
+    heartbeat_options.on_directive = [&](const v1::Directive& directive) {
+      if (directive.kind() != v1::Directive::RE_RENDEZVOUS) return;
+      std::shared_ptr<Communicator> comm;
+      {
+        absl::MutexLock lock(&current.mu);
+        if (current.gen->joined.generation() >= directive.generation()) return;
+        comm = current.gen->comm;
+      }
+      LOG(WARNING) << job_id << ": the coordinator formed generation " << directive.generation()
+                   << " (" << directive.reason() << ")";
+      comm->Abort(absl::StrCat("the coordinator formed generation ", directive.generation(), ": ",
+                               directive.reason()));
+    };
+    HeartbeatStream heartbeats(
+        *ranks,
+        [&] {
+          absl::MutexLock lock(&current.mu);
+          return ComposeHeartbeat(current.gen->joined, job_id, *current.gen->comm, progress);
+        },
+        heartbeat_options);
     where.training = true;
     result = Train(
-        joined.spec(), **comm, [&](const v1::Metrics& m) { report(m, false, absl::OkStatus()); },
-        &progress, train_options);
+        spec, *generations.front()->comm,
+        [&](const v1::Metrics& m) { report(m, false, absl::OkStatus()); }, &progress,
+        train_options);
   }
   g_progress.store(nullptr);
   where.training = false;
   where.stage = "after training";
   if (!result.ok()) {
-    (*comm)->Abort(result.status().message());
+    generations.back()->comm->Abort(result.status().message());
     return Fail(std::string(result.status().message()));
   }
   report(*result, true, absl::OkStatus());
-  if (joined.rank() == 0) {
+  const v1::JoinResponse last = current_joined();
+  if (last.rank() == 0) {
     LOG(INFO) << job_id << ": done after " << result->step() << " steps, test accuracy "
               << result->eval_accuracy() << ", test loss " << result->eval_loss();
   }

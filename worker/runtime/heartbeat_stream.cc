@@ -52,6 +52,12 @@ void HeartbeatStream::Run() {
     }
     mu_.Unlock();
     stream->WritesDone();
+    // The coordinator writes a directive only just before it ends the stream,
+    // so these reads end at once.
+    v1::Directive directive;
+    while (stream->Read(&directive)) {
+      if (options_.on_directive) options_.on_directive(directive);
+    }
     const grpc::Status status = stream->Finish();
     mu_.Lock();
     if (!stop_) {

@@ -1,8 +1,9 @@
 // HeartbeatStream: a rank's RankService.Heartbeat stream to the coordinator,
 // kept open for the life of the object. A background thread sends the
 // heartbeat `compose` returns every `interval`; when the stream breaks (the
-// coordinator restarted or is unreachable) it waits `reconnect_delay`, opens
-// a new one and goes on. Training never waits for it: once the ranks are
+// coordinator restarted or is unreachable, or ended it after a directive,
+// which goes to `on_directive`) it waits `reconnect_delay`, opens a new one
+// and goes on. Training never waits for it: once the ranks are
 // connected they do not depend on the coordinator.
 //
 // Thread-safety: `compose` runs on the stream's thread, without the
@@ -38,6 +39,10 @@ class HeartbeatStream {
     absl::Duration reconnect_delay = absl::Seconds(1);
     // For the waits between heartbeats; null = the real clock.
     Clock* clock = nullptr;
+    // Called on the stream's thread with each directive the coordinator
+    // sent (read when the coordinator ends the stream, e.g. RE_RENDEZVOUS
+    // to an elastic job's next generation); may be empty.
+    std::function<void(const v1::Directive&)> on_directive;
   };
 
   // Starts sending at once. `stub` must outlive this object.

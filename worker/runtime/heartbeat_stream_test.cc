@@ -166,5 +166,59 @@ TEST(HeartbeatStreamTest, StopsPromptlyBetweenHeartbeats) {
   server->Shutdown();
 }
 
+// The coordinator's side for an elastic job's survivor of an old generation:
+// the first heartbeat gets RE_RENDEZVOUS, then the stream ends.
+class ReRendezvousService : public v1::RankService::Service {
+ public:
+  grpc::Status Heartbeat(
+      grpc::ServerContext*,
+      grpc::ServerReaderWriter<v1::Directive, v1::RankHeartbeat>* stream) override {
+    v1::RankHeartbeat hb;
+    if (!stream->Read(&hb)) return grpc::Status::OK;
+    v1::Directive directive;
+    directive.set_kind(v1::Directive::RE_RENDEZVOUS);
+    directive.set_generation(hb.generation() + 1);
+    directive.set_reason("rank 3 was lost");
+    stream->Write(directive);
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "stale generation");
+  }
+};
+
+TEST(HeartbeatStreamTest, HandsTheCoordinatorsDirectiveToOnDirective) {
+  ReRendezvousService service;
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  auto stub = v1::RankService::NewStub(FastReconnectingChannel(port));
+  absl::Mutex mu;
+  std::vector<v1::Directive> got;
+  HeartbeatStream::Options options = Fast();
+  options.on_directive = [&](const v1::Directive& d) {
+    absl::MutexLock lock(&mu);
+    got.push_back(d);
+  };
+  {
+    HeartbeatStream heartbeats(
+        *stub,
+        [] {
+          v1::RankHeartbeat hb;
+          hb.set_generation(4);
+          return hb;
+        },
+        options);
+    absl::MutexLock lock(&mu);
+    auto two = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return got.size() >= 2; };
+    ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(&two), absl::Seconds(10)))
+        << "one directive per stream, and the stream is opened again";
+  }
+  EXPECT_EQ(got[0].kind(), v1::Directive::RE_RENDEZVOUS);
+  EXPECT_EQ(got[0].generation(), 5);
+  EXPECT_EQ(got[0].reason(), "rank 3 was lost");
+  server->Shutdown(std::chrono::system_clock::now());
+}
+
 }  // namespace
 }  // namespace chorus

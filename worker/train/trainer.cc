@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
@@ -15,7 +16,9 @@
 #include "worker/train/data.h"
 #include "worker/train/metrics_window.h"
 #include "worker/train/model.h"
+#include "worker/train/sample_trace.h"
 #include "worker/train/sampler.h"
+#include "worker/train/state_sync.h"
 #include "worker/train/training_checkpoints.h"
 #include "worker/train/training_strategy.h"
 
@@ -69,7 +72,7 @@ absl::Status Evaluate(const v1::JobSpec& spec, Model& model, const Dataset& test
 }
 
 // Deliberate failures from spec.fault_injection for this rank at this step
-// (first generation only). HANG and SLOW sleep in the DATA phase, before the
+// (in the fault's generation). HANG and SLOW sleep in the DATA phase, before the
 // step's collectives, so the other ranks wait for this one. SKIP_COLLECTIVE
 // and MISMATCH_COLLECTIVE add collectives at the fault's step on every rank
 // (every rank knows the spec) and make the faulty rank leave one out or swap
@@ -81,12 +84,14 @@ void Announce(int rank, int64_t step, const std::string& what) {
             << " (unix_us " << absl::ToUnixMicros(absl::Now()) << ")" << std::endl;
 }
 
-absl::Status InjectFaults(const v1::JobSpec& spec, Communicator& comm, int64_t step,
-                          TrainingProgress& p) {
+absl::Status InjectFaults(const v1::JobSpec& spec, Communicator& comm, int64_t generation,
+                          int64_t step, TrainingProgress& p) {
   const int rank = comm.rank();
   const absl::Time deadline = absl::Now() + absl::Hours(1);
   for (const v1::Fault& f : spec.fault_injection().faults()) {
-    if (f.generation() != 0) continue;
+    // Generation 0 is the first (1): a rank that redoes the fault's step in
+    // a re-formed generation does not fail again.
+    if (std::max<int64_t>(f.generation(), 1) != generation) continue;
     const bool now = step == f.at_step();
     const bool mine = f.rank() == rank;
     switch (f.kind()) {
@@ -245,6 +250,166 @@ void AddWindowMetrics(const MetricsWindow::Summary& window, int64_t total_steps,
   strategy.AddMetrics(window, metrics);
 }
 
+// A failed collective: a member of the generation was lost or the transport
+// broke (as opposed to a mistake in the spec or the data).
+bool IsMembershipFailure(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kUnavailable || s.code() == absl::StatusCode::kAborted ||
+         s.code() == absl::StatusCode::kDeadlineExceeded;
+}
+
+// What a rank keeps across the generations of its job.
+struct RankRun {
+  const v1::JobSpec& spec;
+  Model& model;
+  const Dataset& train;
+  const Dataset& test;
+  const MetricsCallback& report;
+  TrainingProgress& p;
+  const TrainOptions& options;
+  SampleTrace* trace = nullptr;
+  // The state this rank held when its last generation failed: its newest
+  // complete step's model, optimizer state and position. None for a
+  // newcomer, and until a generation fails.
+  std::optional<Snapshot> held;
+};
+
+// The spec one generation trains with: elastic.scale_lr scales the learning
+// rate with the world size.
+v1::JobSpec GenerationSpec(const v1::JobSpec& spec, int world_size) {
+  v1::JobSpec out = spec;
+  if (spec.has_elastic() && spec.elastic().scale_lr()) {
+    out.mutable_optimizer()->set_lr(spec.optimizer().lr() * world_size /
+                                    std::max(1, spec.resources().max_ranks()));
+  }
+  return out;
+}
+
+// Trains in one generation until the run ends or a collective fails. A
+// generation after the first starts from the newest state any member holds.
+absl::StatusOr<v1::Metrics> TrainGeneration(RankRun& run, const Generation& gen) {
+  Communicator& comm = *gen.comm;
+  TrainingProgress& p = run.p;
+  const v1::JobSpec spec = GenerationSpec(run.spec, comm.size());
+  p.Enter(v1::SETUP);
+  ASSIGN_OR_RETURN(std::unique_ptr<TrainingStrategy> strategy,
+                   CreateTrainingStrategy(spec, run.model, comm, p));
+  const SamplerOptions sampler{run.train.size(),
+                               comm.size(),
+                               comm.rank(),
+                               spec.training().batch_size_per_rank(),
+                               spec.training().seed(),
+                               spec.training().shuffle(),
+                               spec.data().remainder() == v1::DataSpec::PAD};
+  if (BatchesPerEpoch(sampler) == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the training split has ", run.train.size(), " samples, fewer than one global batch (",
+        comm.size(), " ranks x training.batch_size_per_rank ", sampler.batch_size, ")"));
+  }
+  const int accum = strategy->accumulation_steps();
+  const int64_t global_batch = sampler.batch_size * comm.size();
+  TrainingPosition position;
+  if (gen.generation > 1) {
+    const int64_t had = run.held.has_value() ? run.held->position.step : -1;
+    ASSIGN_OR_RETURN(SharedState shared,
+                     ShareNewestState(comm, run.model, strategy->optimizers(),
+                                      run.held.has_value() ? &*run.held : nullptr,
+                                      absl::Now() + absl::Minutes(5)));
+    position = shared.position;
+    RETURN_IF_ERROR(strategy->Resume(position.step, ExchangeState{}));
+    if (run.trace != nullptr)
+      run.trace->State(gen.generation, comm.rank(), shared.source, position.step, had);
+  } else {
+    ASSIGN_OR_RETURN(position, StartingPosition(run.options, comm, run.model, *strategy, p));
+  }
+  const int64_t total_steps = TotalSteps(spec, sampler, position, accum);
+  strategy->set_total_steps(total_steps);
+  TrainingCheckpoints checkpoints(gen.checkpoints, spec.checkpoint(), run.model, *strategy, comm,
+                                  p);
+
+  v1::Metrics metrics;
+  const absl::Time start = absl::Now();
+  absl::Status status = [&]() -> absl::Status {
+    MetricsWindow window(start);
+    int64_t& step = position.step;
+    for (; step < total_steps; ++position.epoch, position.epoch_offset = 0) {
+      const int64_t epoch = position.epoch;
+      SamplerOptions current = sampler;
+      current.start = position.epoch_offset;
+      const torch::Tensor order = torch::tensor(EpochIndices(current, epoch), torch::kLong);
+      const int64_t epoch_batches = BatchesPerEpoch(current);
+      for (int64_t b = 0; b + accum <= epoch_batches && step < total_steps; b += accum) {
+        RETURN_IF_ERROR(InjectFaults(spec, comm, gen.generation, step, p));
+        // Random draws (dropout) are a function of (seed, rank, step), so a
+        // resumed run draws exactly what an uninterrupted one would.
+        torch::manual_seed(spec.training().seed() * 1000003 + comm.rank() * 7919 + step);
+        strategy->BeginStep();
+        for (int m = 0; m < accum; ++m) {
+          p.Enter(v1::DATA);
+          const torch::Tensor idx =
+              order.narrow(0, (b + m) * sampler.batch_size, sampler.batch_size);
+          if (run.trace != nullptr) run.trace->Step(gen.generation, comm.rank(), step, epoch, idx);
+          const torch::Tensor x = run.train.x.index_select(0, idx);
+          const torch::Tensor y = run.train.y.index_select(0, idx);
+          p.Enter(v1::FORWARD);
+          RETURN_IF_ERROR(strategy->BeforeForward());
+          ASSIGN_OR_RETURN(const torch::Tensor out, run.model.Forward(x));
+          const torch::Tensor loss = Loss(spec, out, y) / accum;
+          p.Enter(v1::BACKWARD);
+          ASSIGN_OR_RETURN(const double waited, strategy->Backward(loss, m + 1 == accum));
+          window.AddMicroBatch(loss.item<double>(), waited);
+        }
+        window.EndStep();
+        RETURN_IF_ERROR(strategy->Step(step));
+        ++step;
+        position.epoch_offset += accum * global_batch;
+        p.step.store(step);
+        p.epoch.store(epoch);
+        metrics.set_step(step);
+        metrics.set_epoch(epoch);
+        RETURN_IF_ERROR(checkpoints.AfterStep(position, total_steps));
+        const bool log = step % spec.training().log_every_steps() == 0 || step == total_steps;
+        if (log) {
+          AddWindowMetrics(window.Close(absl::Now(), accum * global_batch), total_steps,
+                           checkpoints, *strategy, metrics, p);
+        }
+        const bool eval = spec.eval().every_steps() > 0 && step % spec.eval().every_steps() == 0 &&
+                          step < total_steps && !spec.eval().disabled() && run.test.size() > 0;
+        if (eval) {
+          p.Enter(v1::EVAL);
+          RETURN_IF_ERROR(strategy->WithGlobalAverage(
+              [&] { return Evaluate(spec, run.model, run.test, comm, metrics); }));
+        }
+        if (log || eval) run.report(metrics);
+      }
+      if (step >= total_steps) break;
+    }
+    RETURN_IF_ERROR(strategy->Finish());
+    RETURN_IF_ERROR(checkpoints.AtEnd(position));
+    p.Enter(v1::EVAL);
+    if (!spec.eval().disabled() && run.test.size() > 0) {
+      RETURN_IF_ERROR(Evaluate(spec, run.model, run.test, comm, metrics));
+    }
+    return absl::OkStatus();
+  }();
+  if (!status.ok()) {
+    // The model and the optimizers hold the last complete step (a failed
+    // step never reaches the optimizer): keep them for the next generation.
+    if (run.options.rejoin && IsMembershipFailure(status)) {
+      run.held = TakeSnapshot(run.model, strategy->optimizers(), position);
+    }
+    return status;
+  }
+  p.Enter(v1::FINISHED);
+  if (run.trace != nullptr) run.trace->Final(gen.generation, comm.rank(), position.step, run.model);
+  const double wall = absl::ToDoubleSeconds(absl::Now() - start);
+  (*metrics.mutable_values())["wall_seconds"] = wall;
+  (*metrics.mutable_values())["total_steps"] = total_steps;
+  checkpoints.AddMetrics(metrics);
+  metrics.set_samples_per_second(position.step * accum * global_batch / std::max(wall, 1e-9));
+  run.report(metrics);
+  return metrics;
+}
+
 }  // namespace
 
 absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
@@ -259,97 +424,14 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
   RETURN_IF_ERROR(LoadSplits(spec, train, test));
   torch::manual_seed(spec.training().seed());
   ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Build(spec.model(), train));
-  ASSIGN_OR_RETURN(std::unique_ptr<TrainingStrategy> strategy,
-                   CreateTrainingStrategy(spec, *model, comm, p));
-  const SamplerOptions sampler{train.size(),
-                               comm.size(),
-                               comm.rank(),
-                               spec.training().batch_size_per_rank(),
-                               spec.training().seed(),
-                               spec.training().shuffle(),
-                               spec.data().remainder() == v1::DataSpec::PAD};
-  if (BatchesPerEpoch(sampler) == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the training split has ", train.size(), " samples, fewer than one global batch (",
-        comm.size(), " ranks x training.batch_size_per_rank ", sampler.batch_size, ")"));
+  ASSIGN_OR_RETURN(std::unique_ptr<SampleTrace> trace, SampleTrace::Open(options.sample_trace_dir));
+  RankRun run{spec, *model, train, test, report, p, options, trace.get(), std::nullopt};
+  Generation generation{&comm, options.checkpoints, options.generation};
+  for (;;) {
+    absl::StatusOr<v1::Metrics> result = TrainGeneration(run, generation);
+    if (result.ok() || !options.rejoin || !IsMembershipFailure(result.status())) return result;
+    ASSIGN_OR_RETURN(generation, options.rejoin(result.status()));
   }
-  const int accum = strategy->accumulation_steps();
-  const int64_t global_batch = sampler.batch_size * comm.size();
-  ASSIGN_OR_RETURN(TrainingPosition position,
-                   StartingPosition(options, comm, *model, *strategy, p));
-  const int64_t total_steps = TotalSteps(spec, sampler, position, accum);
-  strategy->set_total_steps(total_steps);
-  TrainingCheckpoints checkpoints(options.checkpoints, spec.checkpoint(), *model, *strategy, comm,
-                                  p);
-
-  v1::Metrics metrics;
-  const absl::Time start = absl::Now();
-  MetricsWindow window(start);
-  int64_t& step = position.step;
-  for (; step < total_steps; ++position.epoch, position.epoch_offset = 0) {
-    const int64_t epoch = position.epoch;
-    SamplerOptions current = sampler;
-    current.start = position.epoch_offset;
-    const torch::Tensor order = torch::tensor(EpochIndices(current, epoch), torch::kLong);
-    const int64_t epoch_batches = BatchesPerEpoch(current);
-    for (int64_t b = 0; b + accum <= epoch_batches && step < total_steps; b += accum) {
-      RETURN_IF_ERROR(InjectFaults(spec, comm, step, p));
-      // Random draws (dropout) are a function of (seed, rank, step), so a
-      // resumed run draws exactly what an uninterrupted one would.
-      torch::manual_seed(spec.training().seed() * 1000003 + comm.rank() * 7919 + step);
-      strategy->BeginStep();
-      for (int m = 0; m < accum; ++m) {
-        p.Enter(v1::DATA);
-        const torch::Tensor idx = order.narrow(0, (b + m) * sampler.batch_size, sampler.batch_size);
-        const torch::Tensor x = train.x.index_select(0, idx);
-        const torch::Tensor y = train.y.index_select(0, idx);
-        p.Enter(v1::FORWARD);
-        RETURN_IF_ERROR(strategy->BeforeForward());
-        ASSIGN_OR_RETURN(const torch::Tensor out, model->Forward(x));
-        const torch::Tensor loss = Loss(spec, out, y) / accum;
-        p.Enter(v1::BACKWARD);
-        ASSIGN_OR_RETURN(const double waited, strategy->Backward(loss, m + 1 == accum));
-        window.AddMicroBatch(loss.item<double>(), waited);
-      }
-      window.EndStep();
-      RETURN_IF_ERROR(strategy->Step(step));
-      ++step;
-      position.epoch_offset += accum * global_batch;
-      p.step.store(step);
-      p.epoch.store(epoch);
-      metrics.set_step(step);
-      metrics.set_epoch(epoch);
-      RETURN_IF_ERROR(checkpoints.AfterStep(position, total_steps));
-      const bool log = step % spec.training().log_every_steps() == 0 || step == total_steps;
-      if (log) {
-        AddWindowMetrics(window.Close(absl::Now(), accum * global_batch), total_steps, checkpoints,
-                         *strategy, metrics, p);
-      }
-      const bool eval = spec.eval().every_steps() > 0 && step % spec.eval().every_steps() == 0 &&
-                        step < total_steps && !spec.eval().disabled() && test.size() > 0;
-      if (eval) {
-        p.Enter(v1::EVAL);
-        RETURN_IF_ERROR(strategy->WithGlobalAverage(
-            [&] { return Evaluate(spec, *model, test, comm, metrics); }));
-      }
-      if (log || eval) report(metrics);
-    }
-    if (step >= total_steps) break;
-  }
-  RETURN_IF_ERROR(strategy->Finish());
-  RETURN_IF_ERROR(checkpoints.AtEnd(position));
-  p.Enter(v1::EVAL);
-  if (!spec.eval().disabled() && test.size() > 0) {
-    RETURN_IF_ERROR(Evaluate(spec, *model, test, comm, metrics));
-  }
-  p.Enter(v1::FINISHED);
-  const double wall = absl::ToDoubleSeconds(absl::Now() - start);
-  (*metrics.mutable_values())["wall_seconds"] = wall;
-  (*metrics.mutable_values())["total_steps"] = total_steps;
-  checkpoints.AddMetrics(metrics);
-  metrics.set_samples_per_second(step * accum * global_batch / std::max(wall, 1e-9));
-  report(metrics);
-  return metrics;
 }
 
 }  // namespace chorus

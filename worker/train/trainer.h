@@ -23,7 +23,9 @@
 #ifndef CHORUS_WORKER_TRAIN_TRAINER_H_
 #define CHORUS_WORKER_TRAIN_TRAINER_H_
 
+#include <cstdint>
 #include <functional>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "chorus/v1/coordinator.pb.h"
@@ -35,15 +37,41 @@ namespace chorus {
 
 using MetricsCallback = std::function<void(const v1::Metrics&)>;
 
+// A generation of an elastic job as this rank joined it (docs/elastic.md).
+struct Generation {
+  Communicator* comm = nullptr;
+  CheckpointStorage* checkpoints = nullptr;  // null = no checkpoints
+  int64_t generation = 1;
+};
+
+// Called when a collective fails in an elastic job (a member was lost):
+// aborts the failed communicator, joins the next generation and returns it.
+// An error ends training with it.
+using RejoinFunction = std::function<absl::StatusOr<Generation>(const absl::Status& failure)>;
+
 struct TrainOptions {
   // Where rank 0 stores checkpoints (every checkpoint.every_steps and at the
   // end) and where every rank loads `resume` from; null = no checkpoints.
   CheckpointStorage* checkpoints = nullptr;
   // The checkpoint to start from; empty job_id = from scratch.
   v1::CheckpointManifest resume;
+  // The generation `comm` belongs to. A rank that starts in a generation
+  // after the first (a newcomer to an elastic job) receives the training
+  // state from a member that holds it instead of loading `resume`.
+  int64_t generation = 1;
+  // Elastic jobs: how this rank carries on after a lost member; null = a
+  // failed collective ends training.
+  RejoinFunction rejoin;
+  // Test mode: a directory for this rank's SampleTrace (sample_trace.h);
+  // empty = none.
+  std::string sample_trace_dir;
 };
 
-// Trains `spec` (normalized) as rank comm.rank() of comm.size(). Calls
+// Trains `spec` (normalized) as rank comm.rank() of comm.size(). When a
+// collective fails and options.rejoin is set, the model, optimizer state and
+// position stay in memory, the rank joins the next generation, the members
+// agree on the newest state (worker/train/state_sync.h) and training goes
+// on with the rest of the epoch re-sharded among them. Calls
 // `report` every training.log_every_steps steps and after each evaluation.
 // Returns the final metrics (test loss/accuracy of the final model).
 // `progress` may be null.

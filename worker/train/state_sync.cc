@@ -1,0 +1,68 @@
+#include "worker/train/state_sync.h"
+
+#include <torch/torch.h>
+
+#include <cstring>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace chorus {
+
+absl::StatusOr<SharedState> ShareNewestState(
+    Communicator& comm, Model& model, const std::vector<torch::optim::Optimizer*>& optimizers,
+    const Snapshot* held, absl::Time deadline) {
+  const int64_t mine = held != nullptr ? held->position.step : -1;
+  at::Tensor newest = torch::full({1}, mine, torch::kLong);
+  RETURN_IF_ERROR(comm.AllReduce(newest, ReduceOp::kMax, "elastic/newest_step")->Wait(deadline));
+  const int64_t step = newest.item<int64_t>();
+  if (step < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("none of the ", comm.size(),
+                     " ranks of the new generation holds training state (every survivor was "
+                     "lost); resume the job from its newest checkpoint"));
+  }
+  at::Tensor source = torch::full({1}, mine == step ? comm.rank() : comm.size(), torch::kLong);
+  RETURN_IF_ERROR(comm.AllReduce(source, ReduceOp::kMin, "elastic/source")->Wait(deadline));
+  SharedState shared;
+  shared.source = static_cast<int>(source.item<int64_t>());
+
+  // The source's two files, model then training state, back to back.
+  std::vector<CheckpointFileData> files;
+  at::Tensor sizes = torch::zeros({2}, torch::kLong);
+  if (comm.rank() == shared.source) {
+    for (const CheckpointFileSource& f : StreamFiles(*held)) {
+      ASSIGN_OR_RETURN(CheckpointFileData data, ReadAll(f));
+      files.push_back(std::move(data));
+    }
+    if (files.size() != 2) return absl::InternalError("a snapshot must stream two files");
+    sizes[0] = static_cast<int64_t>(files[0].bytes.size());
+    sizes[1] = static_cast<int64_t>(files[1].bytes.size());
+  }
+  RETURN_IF_ERROR(comm.Broadcast(sizes, shared.source, "elastic/state_sizes")->Wait(deadline));
+  const int64_t model_bytes = sizes[0].item<int64_t>();
+  const int64_t state_bytes = sizes[1].item<int64_t>();
+  shared.bytes = model_bytes + state_bytes;
+  at::Tensor bytes = torch::empty({shared.bytes}, torch::kUInt8);
+  char* data = static_cast<char*>(bytes.data_ptr());
+  if (comm.rank() == shared.source) {
+    std::memcpy(data, files[0].bytes.data(), model_bytes);
+    std::memcpy(data + model_bytes, files[1].bytes.data(), state_bytes);
+  }
+  RETURN_IF_ERROR(comm.Broadcast(bytes, shared.source, "elastic/state")->Wait(deadline));
+  if (comm.rank() != shared.source) {
+    files.resize(2);
+    files[0].bytes.assign(data, model_bytes);
+    files[1].bytes.assign(data + model_bytes, state_bytes);
+  }
+  files[0].name = kModelFile;
+  files[1].name = kTrainStateFile;
+  // Every member loads the state, the source too: its optimizers were built
+  // afresh with the new communicator's strategy.
+  ASSIGN_OR_RETURN(shared.position, Restore(files, model, optimizers));
+  shared.position.world_size = comm.size();
+  return shared;
+}
+
+}  // namespace chorus

@@ -1,0 +1,54 @@
+// State sync: how the members of a re-formed generation of an elastic job
+// (docs/elastic.md) come to hold the same training state.
+//
+// Each member says which step its held state completed (-1: none, a
+// newcomer); one small all-reduce finds the newest, a second the lowest rank
+// holding it (the source). The source serializes its state — parameters,
+// buffers, optimizer state, step and epoch position, the two files of a
+// checkpoint (worker/train/checkpoint.h) — and broadcasts the bytes over the
+// new communicator; every member loads them into its model and its freshly
+// built optimizers. Nothing goes through disk or the coordinator.
+//
+// Thread-safety: the training thread calls it; every member of the
+// communicator must call it at the same point (it is a sequence of
+// collectives).
+//
+// Example:
+//   ASSIGN_OR_RETURN(SharedState shared,
+//                    ShareNewestState(comm, *model, strategy->optimizers(),
+//                                     held ? &*held : nullptr, absl::Now() + absl::Minutes(5)));
+//   TrainingPosition position = shared.position;
+#ifndef CHORUS_WORKER_TRAIN_STATE_SYNC_H_
+#define CHORUS_WORKER_TRAIN_STATE_SYNC_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "worker/comm/communicator.h"
+#include "worker/train/checkpoint.h"
+#include "worker/train/model.h"
+
+namespace torch::optim {
+class Optimizer;
+}
+
+namespace chorus {
+
+struct SharedState {
+  TrainingPosition position;  // world_size: the communicator's
+  int source = 0;             // the rank whose state every member now holds
+  int64_t bytes = 0;          // the state's serialized size
+};
+
+// Agrees on the newest state any member holds (`held`, null for none) and
+// loads it into `model` and `optimizers` on every member. FAILED_PRECONDITION
+// when no member holds any state; a failed collective's status otherwise.
+absl::StatusOr<SharedState> ShareNewestState(
+    Communicator& comm, Model& model, const std::vector<torch::optim::Optimizer*>& optimizers,
+    const Snapshot* held, absl::Time deadline);
+
+}  // namespace chorus
+
+#endif  // CHORUS_WORKER_TRAIN_STATE_SYNC_H_

@@ -1,0 +1,114 @@
+#include "worker/train/state_sync.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <memory>
+#include <vector>
+
+#include "worker/comm/rank_threads.h"
+
+namespace chorus {
+namespace {
+
+// One linear layer and a buffer, initialized from `seed`.
+class SmallModel : public Model {
+ public:
+  explicit SmallModel(int seed) {
+    torch::manual_seed(seed);
+    weight_ = torch::randn({6, 4}).requires_grad_();
+    bias_ = torch::randn({6}).requires_grad_();
+    count_ = torch::full({2}, static_cast<float>(seed));
+  }
+  absl::StatusOr<at::Tensor> Forward(const at::Tensor& input) override {
+    return torch::addmm(bias_, input, weight_.t());
+  }
+  std::vector<NamedTensor> NamedParameters() override {
+    return {{"fc.weight", weight_}, {"fc.bias", bias_}};
+  }
+  std::vector<NamedTensor> NamedBuffers() override { return {{"count", count_}}; }
+  void SetTraining(bool) override {}
+
+ private:
+  at::Tensor weight_, bias_, count_;
+};
+
+at::Tensor Momentum(torch::optim::SGD& sgd, const at::Tensor& param) {
+  const std::string key = c10::guts::to_string(param.unsafeGetTensorImpl());
+  return static_cast<torch::optim::SGDParamState&>(*sgd.state().at(key)).momentum_buffer();
+}
+
+// Ranks 0 and 1 survived holding steps 5 and 7 (with momentum); rank 2 is
+// a newcomer holding nothing. Rank 1's state wins and lands on every rank.
+TEST(StateSyncTest, TheNewestStateGoesFromTheLowestRankHoldingItToEveryMember) {
+  std::vector<std::vector<at::Tensor>> params(3);
+  std::vector<at::Tensor> momentum(3);
+  std::vector<absl::StatusOr<SharedState>> shared(3, absl::UnknownError("not run"));
+  at::Tensor expected_weight, expected_momentum;
+  RunGlooRanks(3, [&](int rank, Communicator& comm) {
+    SmallModel model(/*seed=*/10 + rank);
+    auto sgd = std::make_unique<torch::optim::SGD>(model.Parameters(),
+                                                   torch::optim::SGDOptions(0.1).momentum(0.9));
+    std::optional<Snapshot> held;
+    if (rank < 2) {
+      (*model.Forward(torch::ones({3, 4}))).sum().backward();
+      sgd->step();
+      TrainingPosition position;
+      position.step = rank == 0 ? 5 : 7;
+      position.epoch = 1;
+      position.epoch_offset = rank == 0 ? 320 : 448;
+      position.world_size = 3;
+      held = TakeSnapshot(model, {sgd.get()}, position);
+      if (rank == 1) {
+        expected_weight = model.Parameters()[0].detach().clone();
+        expected_momentum = Momentum(*sgd, model.Parameters()[0]).clone();
+      }
+    }
+    // The new generation builds its optimizer afresh (no momentum yet), as
+    // the strategy does.
+    sgd = std::make_unique<torch::optim::SGD>(model.Parameters(),
+                                              torch::optim::SGDOptions(0.1).momentum(0.9));
+    torch::NoGradGuard no_grad;
+    shared[rank] = ShareNewestState(comm, model, {sgd.get()}, held ? &*held : nullptr,
+                                    absl::Now() + absl::Seconds(30));
+    for (const at::Tensor& p : model.Parameters()) params[rank].push_back(p.detach().clone());
+    params[rank].push_back(model.NamedBuffers()[0].tensor.clone());
+    if (shared[rank].ok()) momentum[rank] = Momentum(*sgd, model.Parameters()[0]).clone();
+  });
+  for (int rank = 0; rank < 3; ++rank) {
+    ASSERT_TRUE(shared[rank].ok()) << "rank " << rank << ": " << shared[rank].status();
+    EXPECT_EQ(shared[rank]->source, 1);
+    EXPECT_GT(shared[rank]->bytes, 6 * 4 * 4);
+    EXPECT_EQ(shared[rank]->position.step, 7);
+    EXPECT_EQ(shared[rank]->position.epoch, 1);
+    EXPECT_EQ(shared[rank]->position.epoch_offset, 448);
+    EXPECT_EQ(shared[rank]->position.world_size, 3);
+    EXPECT_TRUE(torch::equal(params[rank][0], expected_weight)) << "rank " << rank;
+    for (size_t i = 0; i < params[rank].size(); ++i) {
+      EXPECT_TRUE(torch::equal(params[rank][i], params[1][i]))
+          << "rank " << rank << " tensor " << i;
+    }
+    EXPECT_EQ(params[rank][2][0].item<float>(), 11.0f) << "rank 1's buffer";
+    EXPECT_TRUE(torch::equal(momentum[rank], expected_momentum)) << "rank " << rank;
+  }
+}
+
+TEST(StateSyncTest, AGenerationOfNewcomersOnlyIsAnError) {
+  std::vector<absl::Status> status(2);
+  RunGlooRanks(2, [&](int rank, Communicator& comm) {
+    SmallModel model(rank);
+    torch::optim::SGD sgd(model.Parameters(), torch::optim::SGDOptions(0.1));
+    status[rank] =
+        ShareNewestState(comm, model, {&sgd}, nullptr, absl::Now() + absl::Seconds(30)).status();
+  });
+  for (const absl::Status& s : status) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(s.message(),
+              "none of the 2 ranks of the new generation holds training state (every survivor was "
+              "lost); resume the job from its newest checkpoint");
+  }
+}
+
+}  // namespace
+}  // namespace chorus
