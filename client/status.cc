@@ -78,6 +78,7 @@ void AddStatusCommand(CLI::App& app, const GlobalOptions& global, int& exit_code
                 << FormatTime(job.start_time_us()) << ", ended " << FormatTime(job.end_time_us())
                 << "\n  generation " << job.generation() << ", world size " << job.world_size()
                 << "\n";
+    if (!status.page_url().empty()) *global.out << "  page " << status.page_url() << "\n";
     if (status.ranks().empty()) {
       *global.out << NoRanksSection(status);
     } else {

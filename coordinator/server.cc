@@ -306,9 +306,18 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     http_options.port = http_address->port;
     http_options.require_token = !IsLoopbackHost(http_address->host);
     http_options.auth = auth.get();
-    absl::StatusOr<std::unique_ptr<HttpServer>> started = HttpServer::Start(
-        http_options,
-        StatusRoutes({jobs->get(), scheduler.get(), metrics.get(), checkpoints.get()}));
+    const StatusSources sources{jobs->get(), scheduler.get(), metrics.get(), checkpoints.get()};
+    absl::StatusOr<std::unique_ptr<HttpServer>> started =
+        HttpServer::Start(http_options, StatusRoutes(sources));
+    if (!started.ok() && absl::IsUnavailable(started.status()) && options.http_listen.empty() &&
+        http_options.port != 0) {
+      // Only the default was asked for: a coordinator restarted on its old
+      // port must not fail because something took the next one meanwhile.
+      LOG(WARNING) << "HTTP port " << http_options.port
+                   << " (the default, after --listen's) is in use; serving HTTP on a free port";
+      http_options.port = 0;
+      started = HttpServer::Start(http_options, StatusRoutes(sources));
+    }
     if (!started.ok()) {
       server->Shutdown();
       return started.status();

@@ -107,7 +107,9 @@ struct ServerOptions {
   // The HTTP port (/metrics, the status page; docs/observability.md):
   // HOST:PORT, "off" for none, or empty for the default: 127.0.0.1 on the
   // port after --listen's (29651 beside the default 29650; a free port when
-  // --listen's port is 0). A non-loopback host needs token_file: every
+  // --listen's port is 0, or when that one is taken: the default never
+  // stops the coordinator from starting). A non-loopback host needs
+  // token_file: every
   // request must then carry an admin token ("Authorization: Bearer").
   std::string http_listen;
   // How long a new gRPC connection may take to set up TLS and start HTTP/2

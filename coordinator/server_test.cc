@@ -165,6 +165,43 @@ TEST(CoordinatorServerTest, ServesMetricsOnItsHttpPortByDefault) {
   EXPECT_EQ((*quiet)->http_url(), "");
 }
 
+TEST(CoordinatorServerTest, ATakenDefaultHttpPortFallsBackToAFreeOneButAnAskedForOneFails) {
+  // Something holds a port P+1; a coordinator on P (as after a restart on
+  // its old port) still starts, with HTTP elsewhere.
+  ServerOptions probe;
+  probe.listen = "127.0.0.1:0";
+  probe.state_dir = TempDir("http_probe");
+  probe.http_listen = "off";
+  int grpc_port = 0;
+  {
+    auto first = CoordinatorServer::Start(probe);
+    ASSERT_TRUE(first.ok()) << first.status();
+    grpc_port = (*first)->port();
+  }
+  ServerOptions holder;
+  holder.listen = "127.0.0.1:0";
+  holder.state_dir = TempDir("http_holder");
+  holder.http_listen = "127.0.0.1:" + std::to_string(grpc_port + 1);
+  auto holding = CoordinatorServer::Start(holder);
+  if (!holding.ok()) GTEST_SKIP() << "port " << grpc_port + 1 << " is busy: " << holding.status();
+
+  ServerOptions options;
+  options.listen = "127.0.0.1:" + std::to_string(grpc_port);
+  options.state_dir = TempDir("http_fallback");
+  auto server = CoordinatorServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_GT((*server)->http_port(), 0);
+  EXPECT_NE((*server)->http_port(), grpc_port + 1);
+
+  options.state_dir = TempDir("http_taken");
+  options.listen = "127.0.0.1:0";
+  options.http_listen = "127.0.0.1:" + std::to_string(grpc_port + 1);
+  auto refused = CoordinatorServer::Start(options);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(refused.status().message(), HasSubstr("--http_listen"));
+}
+
 TEST(CoordinatorServerTest, AnHttpPortOffLoopbackNeedsTokensAndChecksThem) {
   ServerOptions options;
   options.listen = "127.0.0.1:0";
