@@ -30,24 +30,22 @@ std::string DeviceName(v1::ResourceSpec::Device device) {
                                                         : v1::ResourceSpec::Device_Name(device);
 }
 
-void GaugeSeries::Begin() { touched_.clear(); }
-
 void GaugeSeries::Set(const std::map<std::string, std::string>& labels, double value) {
-  auto it = live_.find(labels);
-  if (it == live_.end()) {
-    it = live_.emplace(labels, &family_.Add({labels.begin(), labels.end()})).first;
-  }
-  it->second->Set(value);
-  touched_[labels] = true;
+  std::string key;
+  for (const auto& [name, label] : labels) absl::StrAppend(&key, name, "\x1f", label, "\x1e");
+  Live& live = live_[key];
+  if (live.gauge == nullptr) live.gauge = &family_.Add({labels.begin(), labels.end()});
+  live.gauge->Set(value);
+  live.render = render_;
 }
 
 void GaugeSeries::End() {
   for (auto it = live_.begin(); it != live_.end();) {
-    if (touched_.count(it->first)) {
+    if (it->second.render == render_) {
       ++it;
       continue;
     }
-    family_.Remove(it->second);
+    family_.Remove(it->second.gauge);
     it = live_.erase(it);
   }
 }

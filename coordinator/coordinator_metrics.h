@@ -29,6 +29,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -58,18 +59,24 @@ struct ClusterSnapshot {
 };
 
 // A set of gauge series rebuilt at every render: series set during the
-// render stay, the others are removed at its end.
+// render stay, the others are removed at its end. Series are found by a
+// flat key of their labels and marked with the render they were last set
+// in, so a render of N series costs N hash lookups.
 class GaugeSeries {
  public:
   explicit GaugeSeries(prometheus::Family<prometheus::Gauge>& family) : family_(family) {}
-  void Begin();
+  void Begin() { ++render_; }
   void Set(const std::map<std::string, std::string>& labels, double value);
   void End();
 
  private:
+  struct Live {
+    prometheus::Gauge* gauge = nullptr;
+    uint64_t render = 0;
+  };
   prometheus::Family<prometheus::Gauge>& family_;
-  std::map<std::map<std::string, std::string>, prometheus::Gauge*> live_;
-  std::map<std::map<std::string, std::string>, bool> touched_;
+  std::unordered_map<std::string, Live> live_;
+  uint64_t render_ = 0;
 };
 
 class CoordinatorMetrics {
