@@ -60,7 +60,7 @@
       series: [{ label: 'step' }].concat(series.map(function (s) {
         return { label: s.label, stroke: s.color, width: 2 };
       })),
-      axes: [{ label: 'step' }, {}]
+      axes: [{ label: 'step' }, { size: 64 }]
     };
     charts[id] = new uPlot(opts, data, holder);
   }
