@@ -30,6 +30,7 @@ int RunChorus(int argc, const char* const* argv, GlobalOptions& global) {
   AddSubmitCommand(app, global, exit_code);
   AddJobsCommand(app, global, exit_code);
   AddStatusCommand(app, global, exit_code);
+  AddTopCommand(app, global, exit_code);
   AddCancelCommand(app, global, exit_code);
   AddWatchCommand(app, global, exit_code);
   AddLogsCommand(app, global, exit_code);

@@ -21,6 +21,7 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "chorus/v1/coordinator.pb.h"
 #include "grpcpp/channel.h"
 
 namespace chorus::client {
@@ -62,6 +63,10 @@ void AddLogsCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);
 void AddCheckpointsCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);
 void AddExportCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);
 void AddCheckpointCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);
+void AddTopCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);
+
+// The table `chorus top` draws for `status` (client/top.cc).
+std::string FormatTop(const v1::JobStatus& status);
 
 }  // namespace chorus::client
 

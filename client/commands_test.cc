@@ -33,6 +33,7 @@ using ::google::protobuf::util::MessageDifferencer;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 using ::testing::SizeIs;
 using ::testing::StartsWith;
 
@@ -247,6 +248,68 @@ TEST_F(CommandsTest, StatusShowsRanksAndProblems) {
   EXPECT_EQ(lines[7], "Problems:");
   EXPECT_EQ(lines[8], "  STRAGGLER rank 1 (node-b) is 1.8x slower than the median rank");
   EXPECT_EQ(err_.str(), "");
+}
+
+TEST_F(CommandsTest, StatusNamesTheJobsPageWhenTheCoordinatorHasOne) {
+  v1::JobStatus status;
+  *status.mutable_job() = MakeJob("job-000004", "mnist", v1::Job::RUNNING, 2, 2);
+  status.set_page_url("http://127.0.0.1:29651/jobs/job-000004");
+  coordinator_.SetJobStatus(status);
+  EXPECT_EQ(Run({"status", "job-000004"}), kExitOk);
+  EXPECT_THAT(out_.str(), HasSubstr("\n  page http://127.0.0.1:29651/jobs/job-000004\n"));
+}
+
+TEST_F(CommandsTest, TopOnceDrawsTheRankTableAndMarksTheDiagnosedRank) {
+  v1::JobStatus status;
+  *status.mutable_job() = MakeJob("job-000005", "slow", v1::Job::RUNNING, 2, 2);
+  status.mutable_job()->set_world_size(2);
+  for (int rank = 0; rank < 2; ++rank) {
+    v1::RankStatus& r = *status.add_ranks();
+    r.set_rank(rank);
+    r.set_host(rank == 0 ? "node-a" : "node-b");
+    r.set_state(v1::RankStatus::TRAINING);
+    r.set_step(40 + rank);
+    r.set_phase(rank == 0 ? v1::COLLECTIVE : v1::DATA);
+    r.set_phase_seconds(0.5);
+    r.set_heartbeat_age_seconds(0.3);
+    r.set_compute_seconds(rank == 0 ? 0.01 : 0.11);
+    r.set_comm_wait_seconds(rank == 0 ? 0.1 : 0.0);
+    r.set_caused_wait_seconds(rank == 0 ? 0.0 : 0.1);
+    r.set_samples_per_second(150);
+  }
+  v1::Diagnosis& d = *status.add_diagnoses();
+  d.set_kind(v1::Diagnosis::STRAGGLER);
+  d.add_ranks(1);
+  d.set_message("rank 1 computes for 0.110 s per step");
+  coordinator_.SetJobStatus(status);
+
+  EXPECT_EQ(Run({"top", "job-000005", "--once"}), kExitOk);
+  ASSERT_THAT(coordinator_.status_requests(), SizeIs(1)) << "--once asks once";
+  std::vector<std::string> lines = Lines(out_.str());
+  ASSERT_THAT(lines, SizeIs(6)) << out_.str();
+  EXPECT_EQ(lines[0], "job-000005 (slow): RUNNING, generation 0, world size 2");
+  EXPECT_THAT(Words(lines[1]), ElementsAre("RANK", "HOST", "STATE", "STEP", "PHASE", "IN_PHASE",
+                                           "HEARTBEAT", "COMPUTE", "WAIT", "OTHERS", "SAMPLES/S"));
+  EXPECT_THAT(Words(lines[2]), ElementsAre("0", "node-a", "TRAINING", "40", "COLLECTIVE", "0.5s",
+                                           "0.3s", "0.010s", "0.100s", "0.000s", "150.0"));
+  EXPECT_THAT(Words(lines[3]),
+              ElementsAre("1", "node-b", "TRAINING", "41", "DATA", "0.5s", "0.3s", "0.110s",
+                          "0.000s", "0.100s", "150.0", "<-", "STRAGGLER"));
+  EXPECT_EQ(lines[4], "STRAGGLER rank 1 computes for 0.110 s per step");
+  EXPECT_THAT(out_.str(), Not(HasSubstr("\x1b["))) << "no screen control outside a terminal";
+}
+
+TEST_F(CommandsTest, TopStopsAfterItsIterationsAndAtTheJobsEnd) {
+  v1::JobStatus status;
+  *status.mutable_job() = MakeJob("job-000006", "x", v1::Job::RUNNING, 1, 1);
+  coordinator_.SetJobStatus(status);
+  EXPECT_EQ(Run({"top", "job-000006", "--iterations", "3", "--interval", "0.2"}), kExitOk);
+  EXPECT_THAT(coordinator_.status_requests(), SizeIs(3));
+
+  status.mutable_job()->set_state(v1::Job::SUCCEEDED);
+  coordinator_.SetJobStatus(status);
+  EXPECT_EQ(Run({"top", "job-000006", "--interval", "0.2"}), kExitOk);
+  EXPECT_THAT(coordinator_.status_requests(), SizeIs(4)) << "an ended job is drawn once";
 }
 
 TEST_F(CommandsTest, StatusOfAFailedJobShowsItsReasonAndNoProblems) {

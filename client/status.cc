@@ -82,6 +82,7 @@ void AddStatusCommand(CLI::App& app, const GlobalOptions& global, int& exit_code
                   << job.spec().elastic().max_restarts();
     }
     *global.out << "\n";
+    if (!status.page_url().empty()) *global.out << "  page " << status.page_url() << "\n";
     if (status.ranks().empty()) {
       *global.out << NoRanksSection(status);
     } else {

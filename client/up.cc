@@ -153,9 +153,11 @@ void AddUpCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) {
 
     CatchInterrupts();
 
-    pid_t coordinator = Spawn({coordinator_bin, "--listen", "127.0.0.1:0", "--state_dir",
-                               dir + "/state", "--port_file", port_file},
-                              dir + "/coordinator.log");
+    // The HTTP port (metrics, status page) is written before the gRPC port.
+    pid_t coordinator =
+        Spawn({coordinator_bin, "--listen", "127.0.0.1:0", "--state_dir", dir + "/state",
+               "--port_file", port_file, "--http_port_file", dir + "/http_port"},
+              dir + "/coordinator.log");
     std::string port;
     for (int i = 0; i < 300 && port.empty() && !Interrupted(); ++i) {
       std::ifstream in(port_file);

@@ -95,13 +95,19 @@ absl::StatusOr<TokenAuthorizer> TokenAuthorizer::FromFile(const std::string& pat
 
 absl::Status TokenAuthorizer::Check(
     const std::multimap<grpc::string_ref, grpc::string_ref>& metadata, Role needed) const {
-  if (tokens_.empty()) return absl::OkStatus();
   auto it = metadata.find("authorization");
-  if (it == metadata.end()) {
+  if (it == metadata.end()) return CheckAuthorization(std::nullopt, needed);
+  return CheckAuthorization(absl::string_view(it->second.data(), it->second.size()), needed);
+}
+
+absl::Status TokenAuthorizer::CheckAuthorization(std::optional<absl::string_view> authorization,
+                                                 Role needed) const {
+  if (tokens_.empty()) return absl::OkStatus();
+  if (!authorization.has_value()) {
     return absl::UnauthenticatedError(
         "this coordinator requires a token: pass --token_file (or set CHORUS_TOKEN)");
   }
-  absl::string_view value(it->second.data(), it->second.size());
+  absl::string_view value = *authorization;
   if (!absl::ConsumePrefix(&value, "Bearer ")) {
     return absl::UnauthenticatedError("the authorization header must be \"Bearer TOKEN\"");
   }

@@ -25,6 +25,7 @@
 #define CHORUS_COMMON_AUTH_H_
 
 #include <map>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -53,6 +54,11 @@ class TokenAuthorizer {
   // PERMISSION_DENIED if its role is too weak.
   absl::Status Check(const std::multimap<grpc::string_ref, grpc::string_ref>& metadata,
                      Role needed) const;
+  // The same check for a protocol other than gRPC (the coordinator's HTTP
+  // port): `authorization` is the header's value, nullopt when the request
+  // has none.
+  absl::Status CheckAuthorization(std::optional<absl::string_view> authorization,
+                                  Role needed) const;
 
  private:
   std::map<std::string, Role> tokens_;

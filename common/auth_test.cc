@@ -60,6 +60,21 @@ TEST(TokenAuthorizerTest, RolesAndTheAuthMatrix) {
   EXPECT_TRUE(open.Check({}, Role::kAdmin).ok());
 }
 
+TEST(TokenAuthorizerTest, AnHttpAuthorizationHeaderIsCheckedLikeGrpcMetadata) {
+  TokenAuthorizer auth = Authorizer();
+  EXPECT_TRUE(auth.CheckAuthorization(std::string("Bearer ") + kAdmin, Role::kAdmin).ok());
+  EXPECT_EQ(auth.CheckAuthorization(std::string("Bearer ") + kWorker, Role::kAdmin).code(),
+            absl::StatusCode::kPermissionDenied);
+  absl::Status missing = auth.CheckAuthorization(std::nullopt, Role::kAdmin);
+  EXPECT_EQ(missing.code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_THAT(missing.message(), HasSubstr("--token_file"));
+  EXPECT_EQ(auth.CheckAuthorization(std::string("Basic ") + kAdmin, Role::kAdmin).code(),
+            absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(auth.CheckAuthorization("Bearer ", Role::kAdmin).code(),
+            absl::StatusCode::kUnauthenticated);
+  EXPECT_TRUE(TokenAuthorizer().CheckAuthorization(std::nullopt, Role::kAdmin).ok());
+}
+
 TEST(TokenAuthorizerTest, MalformedFilesNameTheLineButNeverTheToken) {
   auto role = TokenAuthorizer::FromText("root secret-token-1234567890\n", "tokens");
   EXPECT_EQ(role.status().code(), absl::StatusCode::kInvalidArgument);

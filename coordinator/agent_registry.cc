@@ -55,6 +55,15 @@ std::vector<AgentSlots> AgentRegistry::FreeSlots() const {
   return free;
 }
 
+std::map<v1::ResourceSpec::Device, AgentRegistry::SlotCount> AgentRegistry::SlotsByDevice() const {
+  std::map<v1::ResourceSpec::Device, SlotCount> out;
+  for (const auto& [id, agent] : agents_) {
+    SlotCount& count = out[agent.hello.device()];
+    for (bool busy : agent.busy) ++(busy ? count.used : count.free);
+  }
+  return out;
+}
+
 int AgentRegistry::free_slots() const {
   int free = 0;
   for (const auto& [id, agent] : agents_) {

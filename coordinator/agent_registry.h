@@ -49,6 +49,14 @@ class AgentRegistry {
   // Every agent's free slots, in registration order.
   std::vector<AgentSlots> FreeSlots() const;
   int free_slots() const;
+  // How many agents are connected.
+  int size() const { return static_cast<int>(agents_.size()); }
+  // Slots of the connected agents, free and busy, by device.
+  struct SlotCount {
+    int64_t free = 0;
+    int64_t used = 0;
+  };
+  std::map<v1::ResourceSpec::Device, SlotCount> SlotsByDevice() const;
 
  private:
   std::map<std::string, Agent> agents_;

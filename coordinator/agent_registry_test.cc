@@ -56,6 +56,24 @@ TEST(AgentRegistryTest, FreeSlotsFollowRegistrationOrder) {
   EXPECT_EQ(agents.free_slots(), 20);
 }
 
+TEST(AgentRegistryTest, SlotsAreCountedByDeviceFreeAndUsed) {
+  AgentRegistry agents;
+  ASSERT_TRUE(agents.Add(Hello("gpu-node", 4, v1::ResourceSpec::CUDA), nullptr).ok());
+  ASSERT_TRUE(agents.Add(Hello("cpu-node", 3), nullptr).ok());
+  agents.SetBusy("agent-1", 0, true);
+  agents.SetBusy("agent-1", 3, true);
+  agents.SetBusy("agent-2", 2, true);
+  EXPECT_EQ(agents.size(), 2);
+  auto slots = agents.SlotsByDevice();
+  ASSERT_EQ(slots.size(), 2u);
+  EXPECT_EQ(slots[v1::ResourceSpec::CUDA].used, 2);
+  EXPECT_EQ(slots[v1::ResourceSpec::CUDA].free, 2);
+  EXPECT_EQ(slots[v1::ResourceSpec::CPU].used, 1);
+  EXPECT_EQ(slots[v1::ResourceSpec::CPU].free, 2);
+  agents.Remove("agent-1");
+  EXPECT_EQ(agents.SlotsByDevice().count(v1::ResourceSpec::CUDA), 0u);
+}
+
 TEST(AgentRegistryTest, FreeSlotsCarryTheAgentsMemoryAndHost) {
   AgentRegistry agents;
   v1::AgentHello big = Hello("node-big", 1);

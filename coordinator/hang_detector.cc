@@ -237,6 +237,18 @@ mismatch_done:
       step_times.emplace_back(v.heartbeat.timings().compute_seconds(), v.rank);
     }
   }
+  std::map<int, double> caused;
+  {
+    std::vector<double> waits;
+    std::vector<int> who;
+    for (const RankView& v : ranks) {
+      const bool known = !v.exited && v.has_heartbeat && v.heartbeat.has_timings();
+      waits.push_back(known ? v.heartbeat.timings().comm_wait_seconds() : -1);
+      who.push_back(v.rank);
+    }
+    const std::vector<double> by = WaitCausedBy(waits);
+    for (size_t i = 0; i < who.size(); ++i) caused[who[i]] = by[i];
+  }
   if (step_times.size() >= 2) {
     std::vector<std::pair<double, int>> sorted = step_times;
     std::sort(sorted.begin(), sorted.end());
@@ -244,14 +256,30 @@ mismatch_done:
     for (const auto& [seconds, rank] : step_times) {
       if (median > 0 && seconds > median * spec.straggler_ratio() &&
           seconds - median >= kMinStragglerExcessSeconds) {
-        out.push_back(Make(v1::Diagnosis::STRAGGLER, {rank}, {}, 0, seconds,
-                           absl::StrFormat("rank %d computes for %.3f s per step, %.1fx the median "
-                                           "%.3f s; the others wait for it",
-                                           rank, seconds, seconds / median, median)));
+        const double waited = caused[rank];
+        out.push_back(Make(
+            v1::Diagnosis::STRAGGLER, {rank}, {}, 0, seconds,
+            absl::StrFormat(
+                "rank %d computes for %.3f s per step, %.1fx the median %.3f s; the "
+                "others wait for it%s",
+                rank, seconds, seconds / median, median,
+                waited > 0 ? absl::StrFormat(" (%.3f s per step between them)", waited) : "")));
       }
     }
   }
   return out;
+}
+
+std::vector<double> WaitCausedBy(const std::vector<double>& wait_seconds) {
+  std::vector<double> caused(wait_seconds.size(), 0.0);
+  for (size_t r = 0; r < wait_seconds.size(); ++r) {
+    if (wait_seconds[r] < 0) continue;
+    for (size_t o = 0; o < wait_seconds.size(); ++o) {
+      if (o == r || wait_seconds[o] < 0) continue;
+      caused[r] += std::max(0.0, wait_seconds[o] - wait_seconds[r]);
+    }
+  }
+  return caused;
 }
 
 }  // namespace chorus

@@ -9,7 +9,8 @@
 //   MISMATCH             two ranks issued different collectives at the same seq
 //   NEVER_JOINED         ranks wait inside #s; rank r never issued #s
 //   STUCK_IN_COLLECTIVE  every rank is inside #s far longer than usual
-//   STRAGGLER            one rank computes much longer per step than the others
+//   STRAGGLER            one rank computes much longer per step than the others;
+//                        the message says how long the others waited for it
 //
 // "Far longer than usual" is max(stall_after_seconds, 10 x the recent median
 // duration of collectives with the same tag). A rank that declared a pause
@@ -32,6 +33,23 @@ struct RankView {
   v1::RankHeartbeat heartbeat;
   bool exited = false;
 };
+
+// Note [Who the others waited for]: in synchronous training every rank
+// leaves a collective at about the same time, so step times even out and a
+// rank that is slow at computing is invisible in them. What differs is the
+// wait: each rank measures, per step, how long it waited inside gradient
+// synchronization (from its arrival until the collective ended). A rank that
+// arrives late waits little; those that arrived before it wait for it. So
+// rank r's "others waited for me" time per step is the sum over the other
+// ranks o of max(0, wait_o - wait_r): with one slow rank it is the sum of
+// the others' extra wait, and for the ranks that waited it is about 0.
+// Ranks on different hosts are compared by durations each measured on its
+// own clock, so clock offsets between hosts do not matter.
+//
+// `wait_seconds[i]` is rank i's wait per step, negative when unknown (no
+// heartbeat with timings yet, or exited); such ranks get 0 and count for no
+// one.
+std::vector<double> WaitCausedBy(const std::vector<double>& wait_seconds);
 
 // Every diagnosis that holds now, most severe first.
 std::vector<v1::Diagnosis> DiagnoseHangs(const v1::HangDetectionSpec& spec,

@@ -250,5 +250,38 @@ TEST(HangDetectorTest, DeadRankAndStraggler) {
   EXPECT_TRUE(DiagnoseHangs(Spec(), ranks, kNow).empty());
 }
 
+TEST(HangDetectorTest, TheWaitIsAttributedToTheRankEveryoneWaitedFor) {
+  // Rank 2 arrives 0.2 s late: ranks 0 and 1 wait 0.21 s, it waits 0.01 s.
+  std::vector<double> caused = WaitCausedBy({0.21, 0.21, 0.01});
+  ASSERT_EQ(caused.size(), 3u);
+  EXPECT_DOUBLE_EQ(caused[0], 0.0);
+  EXPECT_DOUBLE_EQ(caused[1], 0.0);
+  EXPECT_NEAR(caused[2], 0.4, 1e-12);
+  // Two late ranks: rank 0 waits for both, rank 1 (0.1 s late) waits 0.2 s
+  // for rank 2 (0.3 s late); rank 1 has kept rank 0 waiting 0.1 s of it.
+  caused = WaitCausedBy({0.3, 0.2, 0.0});
+  EXPECT_NEAR(caused[0], 0.0, 1e-12);
+  EXPECT_NEAR(caused[1], 0.1, 1e-12);
+  EXPECT_NEAR(caused[2], 0.5, 1e-12);
+  // Unknown waits (negative) count for no one and get nothing.
+  caused = WaitCausedBy({0.25, -1, 0.05});
+  EXPECT_DOUBLE_EQ(caused[1], 0.0);
+  EXPECT_NEAR(caused[2], 0.2, 1e-12);
+  EXPECT_DOUBLE_EQ(caused[0], 0.0);
+  EXPECT_TRUE(WaitCausedBy({}).empty());
+
+  // The STRAGGLER diagnosis says how long the others waited for the slow rank.
+  std::vector<RankView> ranks = {Rank(0, 3, v1::FORWARD, 2, 0), Rank(1, 3, v1::FORWARD, 2, 0)};
+  ranks[0].heartbeat.mutable_timings()->set_compute_seconds(0.05);
+  ranks[0].heartbeat.mutable_timings()->set_comm_wait_seconds(0.26);
+  ranks[1].heartbeat.mutable_timings()->set_compute_seconds(0.3);
+  ranks[1].heartbeat.mutable_timings()->set_comm_wait_seconds(0.01);
+  std::vector<v1::Diagnosis> ds = DiagnoseHangs(Spec(), ranks, kNow);
+  ASSERT_EQ(ds.size(), 1u);
+  EXPECT_EQ(ds[0].kind(), v1::Diagnosis::STRAGGLER);
+  EXPECT_THAT(ds[0].ranks(), ElementsAre(1));
+  EXPECT_THAT(ds[0].message(), HasSubstr("the others wait for it (0.250 s per step between them)"));
+}
+
 }  // namespace
 }  // namespace chorus

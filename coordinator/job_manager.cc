@@ -158,6 +158,16 @@ std::vector<v1::Job> JobManager::List(const std::vector<v1::Job::State>& states,
   return out;
 }
 
+std::map<v1::Job::State, int64_t> JobManager::CountByState() const {
+  std::map<v1::Job::State, int64_t> out;
+  for (int state = v1::Job::PENDING; state <= v1::Job::CANCELLED; ++state) {
+    out[static_cast<v1::Job::State>(state)] = 0;
+  }
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, job] : jobs_) ++out[job.state()];
+  return out;
+}
+
 absl::StatusOr<v1::Job> JobManager::Transition(const std::string& job_id,
                                                const std::function<std::string(v1::Job&)>& change) {
   v1::Job job;

@@ -48,6 +48,8 @@ class JobManager {
   absl::StatusOr<v1::Job> Get(const std::string& job_id) const;
   // Newest first; only `states` if not empty; at most `limit` (0 = all).
   std::vector<v1::Job> List(const std::vector<v1::Job::State>& states, int limit) const;
+  // How many jobs are in each state (every state present, 0 included).
+  std::map<v1::Job::State, int64_t> CountByState() const;
   // FAILED_PRECONDITION if the job already ended.
   absl::StatusOr<v1::Job> Cancel(const std::string& job_id, const std::string& reason);
   // PENDING -> RUNNING in `generation` with `world_size` ranks.

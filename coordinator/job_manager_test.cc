@@ -61,6 +61,11 @@ TEST(JobManagerTest, SubmitListCancelAndSurviveReopen) {
   EXPECT_EQ(all[1].state(), v1::Job::CANCELLED);
   EXPECT_EQ((*jobs)->List({v1::Job::CANCELLED}, 0).size(), 1u);
   EXPECT_EQ((*jobs)->List({}, 1).size(), 1u);
+  std::map<v1::Job::State, int64_t> counts = (*jobs)->CountByState();
+  EXPECT_EQ(counts.size(), 5u) << "every state, zeros included";
+  EXPECT_EQ(counts[v1::Job::PENDING], 1);
+  EXPECT_EQ(counts[v1::Job::CANCELLED], 1);
+  EXPECT_EQ(counts[v1::Job::RUNNING], 0);
   auto events = (*jobs)->Events(first_id, 0);
   ASSERT_TRUE(events.ok());
   ASSERT_EQ(events->size(), 2u);

@@ -3,6 +3,7 @@
 #include <deque>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_util.h"
 
@@ -223,8 +224,18 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetJobStatus(grpc::CallbackServerConte
     return Reject(context, s);
   }
   absl::StatusOr<v1::JobStatus> status = jobs_.Status(request->job_id());
-  if (status.ok()) scheduler_.FillStatus(request->job_id(), *status);
+  if (status.ok()) {
+    scheduler_.FillStatus(request->job_id(), *status);
+    absl::MutexLock lock(&page_mu_);
+    if (!page_base_.empty())
+      status->set_page_url(absl::StrCat(page_base_, "/jobs/", request->job_id()));
+  }
   return Answer(context, status, [response](const v1::JobStatus& s) { *response = s; });
+}
+
+void JobServiceImpl::set_status_page_base(std::string base) {
+  absl::MutexLock lock(&page_mu_);
+  page_base_ = std::move(base);
 }
 
 }  // namespace chorus

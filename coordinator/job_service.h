@@ -8,6 +8,7 @@
 #ifndef CHORUS_COORDINATOR_JOB_SERVICE_H_
 #define CHORUS_COORDINATOR_JOB_SERVICE_H_
 
+#include "absl/synchronization/mutex.h"
 #include "chorus/v1/coordinator.grpc.pb.h"
 #include "coordinator/auth_guard.h"
 #include "coordinator/checkpoint_store.h"
@@ -50,11 +51,17 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
                                     const v1::GetLogsRequest* request,
                                     v1::GetLogsResponse* response) override;
 
+  // http://HOST:PORT of the status page; GetJobStatus then names the job's
+  // page (page_url). Empty: no page.
+  void set_status_page_base(std::string base);
+
  private:
   JobManager& jobs_;
   Scheduler& scheduler_;
   const TokenAuthorizer& auth_;
   CheckpointStore* checkpoints_;
+  absl::Mutex page_mu_;
+  std::string page_base_ ABSL_GUARDED_BY(page_mu_);
 };
 
 }  // namespace chorus

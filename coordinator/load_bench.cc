@@ -6,8 +6,12 @@
 // arrive every rank calls RankService.Join at once (asynchronous stubs). The
 // rendezvous time is from the first Join sent to the last answer. Then every
 // rank streams a heartbeat each second for --heartbeat_seconds while
-// GetJobStatus is called back to back: heartbeats per second sustained, the
-// coordinator's CPU use (from /proc), and GetJobStatus p50/p99.
+// GetJobStatus and the job page's JSON (GET /api/jobs/JOB on the HTTP port)
+// are called back to back and /metrics is scraped every second: heartbeats
+// per second sustained, the coordinator's CPU use (from /proc), and
+// GetJobStatus, page JSON and scrape p50/p99. Then, for as long again, only
+// heartbeats and the 1 Hz scrape: the coordinator's CPU as a Prometheus
+// server would see it (SCRAPE_CPU_%).
 //
 // Peer, same run: TorchElastic's dynamic rendezvous with 64 participants
 // (tests/bench/torchelastic_rendezvous_peer.py, python3-torch), against
@@ -48,6 +52,7 @@
 #include "common/paths.h"
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
+#include "httplib.h"
 
 extern char** environ;
 
@@ -60,6 +65,7 @@ struct Coordinator {
   pid_t pid = -1;
   std::string address;
   std::string dir;
+  int http_port = 0;
 };
 
 absl::StatusOr<Coordinator> StartCoordinator(const std::string& binary) {
@@ -67,8 +73,9 @@ absl::StatusOr<Coordinator> StartCoordinator(const std::string& binary) {
   char tmpl[] = "/tmp/chorus-load-bench-XXXXXX";
   if (mkdtemp(tmpl) == nullptr) return absl::InternalError("mkdtemp failed");
   c.dir = tmpl;
-  std::vector<std::string> args = {binary,           "--listen",    "127.0.0.1:0",  "--state_dir",
-                                   c.dir + "/state", "--port_file", c.dir + "/port"};
+  std::vector<std::string> args = {binary,          "--listen",         "127.0.0.1:0",
+                                   "--state_dir",   c.dir + "/state",   "--port_file",
+                                   c.dir + "/port", "--http_port_file", c.dir + "/http_port"};
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -85,6 +92,13 @@ absl::StatusOr<Coordinator> StartCoordinator(const std::string& binary) {
     std::string port;
     if (std::getline(in, port) && !port.empty()) {
       c.address = "127.0.0.1:" + port;
+      std::ifstream http(c.dir + "/http_port");  // written before the port file
+      std::string http_port;
+      std::getline(http, http_port);
+      if (!absl::SimpleAtoi(http_port, &c.http_port)) {
+        kill(c.pid, SIGKILL);
+        return absl::InternalError("the coordinator wrote no --http_port_file");
+      }
       return c;
     }
     absl::SleepFor(absl::Milliseconds(50));
@@ -147,7 +161,29 @@ struct Result {
   double status_p50_ms = 0;
   double status_p99_ms = 0;
   int status_calls = 0;
+  double page_p50_ms = 0;
+  double page_p99_ms = 0;
+  double scrape_p50_ms = 0;
+  double scrape_p99_ms = 0;
+  int scrapes = 0;
+  size_t scrape_bytes = 0;
+  double scrape_cpu_percent = 0;
 };
+
+// GET `path` on 127.0.0.1:port; its milliseconds, or an error naming it.
+absl::StatusOr<double> TimedGet(httplib::Client& client, const std::string& path,
+                                size_t* bytes = nullptr) {
+  const absl::Time start = absl::Now();
+  httplib::Result got = client.Get(path.c_str());
+  const double ms = absl::ToDoubleMilliseconds(absl::Now() - start);
+  if (!got || got->status != 200) {
+    return absl::InternalError(
+        absl::StrCat("GET ", path, ": ",
+                     got ? absl::StrCat("HTTP ", got->status) : httplib::to_string(got.error())));
+  }
+  if (bytes != nullptr) *bytes = got->body.size();
+  return ms;
+}
 
 absl::StatusOr<Result> RunOnce(const std::string& binary, int ranks, double heartbeat_seconds) {
   absl::StatusOr<Coordinator> coordinator = StartCoordinator(binary);
@@ -291,9 +327,42 @@ absl::StatusOr<Result> RunOnce(const std::string& binary, int ranks, double hear
       }
     });
   }
+  // /metrics every second, as Prometheus would, for both phases.
+  std::vector<double> scrape_ms;
+  size_t scrape_bytes = 0;
+  std::string scrape_error;
+  std::atomic<bool> stop_scrapes{false};
+  std::thread scraper([&] {
+    httplib::Client client("127.0.0.1", coordinator->http_port);
+    client.set_read_timeout(10);
+    for (int second = 0; !stop_scrapes.load(); ++second) {
+      absl::StatusOr<double> ms = TimedGet(client, "/metrics", &scrape_bytes);
+      if (!ms.ok()) {
+        scrape_error = std::string(ms.status().message());
+        return;
+      }
+      scrape_ms.push_back(*ms);
+      const absl::Time next = hb_start + absl::Seconds(second + 1);
+      while (!stop_scrapes.load() && absl::Now() < next) absl::SleepFor(absl::Milliseconds(10));
+    }
+  });
+  struct JoinScraper {
+    std::atomic<bool>& stop;
+    std::thread& thread;
+    ~JoinScraper() {
+      stop.store(true);
+      if (thread.joinable()) thread.join();
+    }
+  } join_scraper{stop_scrapes, scraper};
+  httplib::Client page_client("127.0.0.1", coordinator->http_port);
+  page_client.set_read_timeout(10);
+  std::vector<double> page_ms;
   std::vector<double> latencies_ms;
   const absl::Time status_end = hb_start + absl::Seconds(heartbeat_seconds);
   while (absl::Now() < status_end) {
+    absl::StatusOr<double> page = TimedGet(page_client, "/api/jobs/" + job_id);
+    if (!page.ok()) return page.status();
+    page_ms.push_back(*page);
     v1::GetJobStatusRequest request;
     request.set_job_id(job_id);
     v1::JobStatus status;
@@ -308,11 +377,27 @@ absl::StatusOr<Result> RunOnce(const std::string& binary, int ranks, double hear
   }
   const double elapsed = absl::ToDoubleSeconds(absl::Now() - hb_start);
   const double cpu = CpuSeconds(coordinator->pid) - cpu_start;
+  // Heartbeats and the scrape only.
+  const absl::Time quiet_start = absl::Now();
+  const double quiet_cpu_start = CpuSeconds(coordinator->pid);
+  absl::SleepFor(absl::Seconds(heartbeat_seconds));
+  result.scrape_cpu_percent = 100.0 * (CpuSeconds(coordinator->pid) - quiet_cpu_start) /
+                              absl::ToDoubleSeconds(absl::Now() - quiet_start);
+  stop_scrapes.store(true);
+  scraper.join();
+  if (!scrape_error.empty()) return absl::InternalError(scrape_error);
+  result.scrape_p50_ms = Percentile(scrape_ms, 0.50);
+  result.scrape_p99_ms = Percentile(scrape_ms, 0.99);
+  result.scrapes = static_cast<int>(scrape_ms.size());
+  result.scrape_bytes = scrape_bytes;
+  result.page_p50_ms = Percentile(page_ms, 0.50);
+  result.page_p99_ms = Percentile(page_ms, 0.99);
   stop_heartbeats.store(true);
   for (std::thread& t : threads) t.join();
   for (Stream& s : streams) s.context->TryCancel();
   for (SimAgent& a : agents) a.context->TryCancel();
-  result.heartbeats_per_second = sent.load() / elapsed;
+  result.heartbeats_per_second =
+      static_cast<double>(sent.load()) / absl::ToDoubleSeconds(absl::Now() - hb_start);
   result.coordinator_cpu_percent = 100.0 * cpu / elapsed;
   result.status_p50_ms = Percentile(latencies_ms, 0.50);
   result.status_p99_ms = Percentile(latencies_ms, 0.99);
@@ -369,13 +454,18 @@ int Main(int argc, char** argv) {
       dir != nullptr && peer[0] != '/') {
     peer = std::string(dir) + "/" + peer;
   }
-  std::cout << absl::StrFormat("%-7s %-15s %-14s %-14s %-12s %-12s\n", "RANKS", "RENDEZVOUS_S",
-                               "HEARTBEATS/S", "COORD_CPU_%", "STATUS_P50", "STATUS_P99");
-  auto print = [](const Result& r) {
+  std::cout << absl::StrFormat("%-7s %-13s %-13s %-12s %-11s %-11s %-11s %-11s %-11s %-11s %-14s\n",
+                               "RANKS", "RENDEZVOUS_S", "HEARTBEATS/S", "COORD_CPU_%", "STATUS_P50",
+                               "STATUS_P99", "PAGE_P50", "PAGE_P99", "SCRAPE_P50", "SCRAPE_P99",
+                               "SCRAPE_CPU_%");
+  auto ms = [](double v) { return absl::StrFormat("%.2f ms", v); };
+  auto print = [&ms](const Result& r) {
     std::cout << absl::StrFormat(
-        "%-7d %-15.3f %-14.0f %-14.1f %-12s %-12s\n", r.ranks, r.rendezvous_seconds,
-        r.heartbeats_per_second, r.coordinator_cpu_percent,
-        absl::StrFormat("%.2f ms", r.status_p50_ms), absl::StrFormat("%.2f ms", r.status_p99_ms));
+        "%-7d %-13.3f %-13.0f %-12.1f %-11s %-11s %-11s %-11s %-11s %-11s %-14.1f\n", r.ranks,
+        r.rendezvous_seconds, r.heartbeats_per_second, r.coordinator_cpu_percent,
+        ms(r.status_p50_ms), ms(r.status_p99_ms), ms(r.page_p50_ms), ms(r.page_p99_ms),
+        ms(r.scrape_p50_ms), ms(r.scrape_p99_ms), r.scrape_cpu_percent);
+    std::cout << absl::StrFormat("        (%d scrapes of %zu bytes)\n", r.scrapes, r.scrape_bytes);
     std::cout.flush();
   };
   for (int n : sizes) {
@@ -388,8 +478,10 @@ int Main(int argc, char** argv) {
     std::cout << absl::StrFormat(
         "{\"bench\": \"load_bench\", \"metric\": \"rendezvous_seconds_%d_ranks\", \"unit\": \"s\", "
         "\"ours\": %.4f, "
-        "\"peer\": null, \"peer_name\": null, \"ratio\": null, \"status_p99_ms\": %.2f}\n",
-        n, r->rendezvous_seconds, r->status_p99_ms);
+        "\"peer\": null, \"peer_name\": null, \"ratio\": null, \"status_p99_ms\": %.2f, "
+        "\"page_p99_ms\": %.2f, \"scrape_p99_ms\": %.2f, \"scrape_cpu_percent\": %.1f}\n",
+        n, r->rendezvous_seconds, r->status_p99_ms, r->page_p99_ms, r->scrape_p99_ms,
+        r->scrape_cpu_percent);
   }
   // Chorus and TorchElastic at 64, median of 3 each.
   std::vector<double> ours;

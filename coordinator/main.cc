@@ -101,6 +101,14 @@ int main(int argc, char** argv) {
                  "upload before it drops the upload (and deletes what it sent).")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_option("--http_listen", options.http_listen,
+                 "HOST:PORT of the HTTP port serving /metrics (Prometheus) and the status page; "
+                 "\"off\" for none. Default: 127.0.0.1 on the port after --listen's (29651), a "
+                 "free port when --listen's port is 0. A non-loopback address needs --token_file, "
+                 "and every request the admin token (\"Authorization: Bearer TOKEN\").");
+  std::string http_port_file;
+  app.add_option("--http_port_file", http_port_file,
+                 "Write the bound HTTP port to this file once listening (for scripts and tests).");
   app.add_flag("--enable_reflection", options.enable_reflection,
                "Serve gRPC server reflection (for grpcurl and similar tools).");
   app.add_option("--state_dir", options.state_dir,
@@ -137,14 +145,27 @@ int main(int argc, char** argv) {
     std::cerr << "chorus-coordinator: " << server.status().message() << "\n";
     return 1;
   }
-  if (!port_file.empty()) {
-    std::ofstream out(port_file + ".tmp");
-    out << (*server)->port() << "\n";
+  // Written whole under a temporary name and renamed, so a reader never
+  // sees a partial file.
+  auto write_port = [](const std::string& path, const char* flag, int port) {
+    if (path.empty()) return true;
+    std::ofstream out(path + ".tmp");
+    out << port << "\n";
     out.close();
-    if (!out || std::rename((port_file + ".tmp").c_str(), port_file.c_str()) != 0) {
-      std::cerr << "chorus-coordinator: --port_file " << port_file << ": cannot write\n";
-      return 1;
+    if (!out || std::rename((path + ".tmp").c_str(), path.c_str()) != 0) {
+      std::cerr << "chorus-coordinator: " << flag << " " << path << ": cannot write\n";
+      return false;
     }
+    return true;
+  };
+  if (options.http_listen == "off" && !http_port_file.empty()) {
+    std::cerr << "chorus-coordinator: --http_port_file needs an HTTP port (--http_listen off)\n";
+    return 1;
+  }
+  // The HTTP port's file first: a script that waits for --port_file finds both.
+  if (!write_port(http_port_file, "--http_port_file", (*server)->http_port()) ||
+      !write_port(port_file, "--port_file", (*server)->port())) {
+    return 1;
   }
 
   int signal_number = 0;

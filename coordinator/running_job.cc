@@ -169,6 +169,14 @@ std::optional<JobEnd> RunningJob::RecordExit(const std::string& agent_id,
 
 void RunningJob::AddStatusRows(const AgentRegistry& agents, absl::Time now,
                                v1::JobStatus& status) const {
+  // Note [Who the others waited for] in hang_detector.h.
+  std::vector<double> waits;
+  for (const RankState& r : ranks) {
+    const bool known = r.heartbeat_at != absl::InfinitePast() &&
+                       r.state != v1::RankStatus::EXITED && r.last_heartbeat.has_timings();
+    waits.push_back(known ? r.last_heartbeat.timings().comm_wait_seconds() : -1);
+  }
+  const std::vector<double> caused = WaitCausedBy(waits);
   for (size_t rank = 0; rank < ranks.size(); ++rank) {
     const RankState& r = ranks[rank];
     v1::RankStatus* row = status.add_ranks();
@@ -186,6 +194,11 @@ void RunningJob::AddStatusRows(const AgentRegistry& agents, absl::Time now,
     row->set_heartbeat_age_seconds(absl::ToDoubleSeconds(now - r.heartbeat_at));
     row->set_last_completed_seq(hb.flight_recorder().last_completed_seq());
     row->set_step_time_seconds(hb.timings().step_seconds());
+    row->set_compute_seconds(hb.timings().compute_seconds());
+    row->set_comm_wait_seconds(hb.timings().comm_wait_seconds());
+    row->set_caused_wait_seconds(caused[rank]);
+    row->set_samples_per_second(hb.samples_per_second());
+    row->set_loss(hb.loss());
   }
 }
 

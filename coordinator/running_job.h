@@ -99,6 +99,11 @@ struct RunningJob {
   std::vector<RankState> ranks;  // index = rank
   int exited_ok = 0;
   DiagnosisHistory diagnoses;
+  // The diagnoses of the last Tick (for status pages and metrics, which
+  // must not run the detector on every request).
+  std::vector<v1::Diagnosis> diagnoses_now;
+  // When the generation's ranks were launched (its rendezvous began).
+  absl::Time generation_started_at = absl::InfinitePast();
   // The checkpoint the job resumes from (empty job_id: none).
   v1::CheckpointManifest resume;
   UploadGrant upload_grant;

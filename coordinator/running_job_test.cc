@@ -149,6 +149,39 @@ TEST_F(RunningJobTest, StatusRowsCarryHostsAndTheLastHeartbeat) {
   EXPECT_EQ(run_.HangViews().size(), 1u) << "only ranks that sent a heartbeat or exited";
 }
 
+TEST_F(RunningJobTest, StatusRowsSplitStepTimeAndNameWhoTheOthersWaitedFor) {
+  // Rank 1 computes slowly: ranks 0 and 2 wait 0.3 s a step for it.
+  const double waits[] = {0.31, 0.01, 0.31};
+  for (int rank = 0; rank < 3; ++rank) {
+    v1::RankHeartbeat hb;
+    hb.set_step(7);
+    hb.set_loss(0.5 + rank);
+    hb.set_samples_per_second(100.0 * (rank + 1));
+    hb.mutable_timings()->set_step_seconds(0.4);
+    hb.mutable_timings()->set_compute_seconds(0.4 - waits[rank]);
+    hb.mutable_timings()->set_comm_wait_seconds(waits[rank]);
+    run_.ranks[rank].last_heartbeat = hb;
+    run_.ranks[rank].heartbeat_at = clock_.Now();
+  }
+  v1::JobStatus status;
+  run_.AddStatusRows(agents_, clock_.Now(), status);
+  ASSERT_EQ(status.ranks_size(), 3);
+  EXPECT_NEAR(status.ranks(1).caused_wait_seconds(), 0.6, 1e-9);
+  EXPECT_EQ(status.ranks(0).caused_wait_seconds(), 0.0);
+  EXPECT_EQ(status.ranks(2).caused_wait_seconds(), 0.0);
+  EXPECT_NEAR(status.ranks(1).compute_seconds(), 0.39, 1e-9);
+  EXPECT_EQ(status.ranks(0).comm_wait_seconds(), 0.31);
+  EXPECT_EQ(status.ranks(2).samples_per_second(), 300.0);
+  EXPECT_EQ(status.ranks(2).loss(), 2.5);
+
+  // An exited rank is no longer blamed nor counted.
+  run_.ranks[1].state = v1::RankStatus::EXITED;
+  v1::JobStatus after;
+  run_.AddStatusRows(agents_, clock_.Now(), after);
+  EXPECT_EQ(after.ranks(1).caused_wait_seconds(), 0.0);
+  EXPECT_EQ(after.ranks(0).caused_wait_seconds(), 0.0);
+}
+
 TEST_F(RunningJobTest, JoinResponseNamesRankGenerationNamespaceAndResume) {
   run_.resume.set_job_id("job-000000");
   run_.resume.set_step(300);

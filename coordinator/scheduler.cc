@@ -147,6 +147,8 @@ bool Scheduler::StartLocked(const v1::Job& job, const JobPlacement& placement,
     out.messages.emplace_back(agents_.Find(agent_id)->send, std::move(message));
   }
   LOG(INFO) << "started " << job.job_id() << " with " << world << " rank(s)";
+  run.generation_started_at = clock_->Now();
+  if (metrics_ != nullptr) metrics_->GenerationStarted("start");
   running_.insert_or_assign(job.job_id(), std::move(run));
   return true;
 }
@@ -246,10 +248,14 @@ std::map<std::string, std::vector<v1::Diagnosis>> Scheduler::TrackDiagnosesLocke
   for (auto& [job_id, run] : running_) {
     std::vector<v1::Diagnosis> diagnoses = DiagnoseHangs(run.hang_detection, run.HangViews(), now);
     for (v1::JobEvent& event : run.diagnoses.Update(diagnoses, now)) {
+      if (event.has_diagnosis() && metrics_ != nullptr) {
+        metrics_->DiagnosisSeen(event.diagnosis().kind());
+      }
       if (absl::Status s = jobs_.AddEvent(job_id, std::move(event)); !s.ok()) {
         LOG(ERROR) << job_id << ": could not record a diagnosis event: " << s;
       }
     }
+    run.diagnoses_now = diagnoses;
     current[job_id] = std::move(diagnoses);
   }
   return current;
@@ -266,6 +272,7 @@ void Scheduler::Recover(const std::vector<v1::Job>& running, absl::Duration grac
       continue;
     }
     RunningJob run = RecoveredJob(job, until);
+    if (metrics_ != nullptr) metrics_->GenerationStarted("recovered");
     LOG(INFO) << job.job_id() << ": taken back after a restart; waiting up to "
               << absl::FormatDuration(grace) << " for its " << run.ranks.size()
               << " rank(s) to come back";

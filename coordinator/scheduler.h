@@ -39,6 +39,7 @@
 #include "common/clock.h"
 #include "coordinator/agent_registry.h"
 #include "coordinator/checkpoint_grant.h"
+#include "coordinator/coordinator_metrics.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/log_store.h"
 #include "coordinator/placement.h"
@@ -127,6 +128,12 @@ class Scheduler {
   absl::StatusOr<v1::GetLogsResponse> GetLogs(const v1::GetLogsRequest& request) const;
 
   int free_slots() const;
+  // Agents, slots and every running job (job, rank rows, the diagnoses of
+  // the last Tick) into `snapshot`, for /metrics and the status page.
+  void Snapshot(ClusterSnapshot& snapshot) const;
+  // Where generations, rendezvous and diagnoses are counted; null (the
+  // default) = nowhere. Must outlive the scheduler.
+  void set_metrics(CoordinatorMetrics* metrics);
   // What launched ranks are told to dial (known once the server has bound).
   void set_coordinator_address(std::string address);
 
@@ -187,6 +194,7 @@ class Scheduler {
   std::string coordinator_address_ ABSL_GUARDED_BY(mu_);
   AgentRegistry agents_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, RunningJob> running_ ABSL_GUARDED_BY(mu_);
+  CoordinatorMetrics* metrics_ ABSL_GUARDED_BY(mu_) = nullptr;
 };
 
 }  // namespace chorus

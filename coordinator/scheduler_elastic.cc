@@ -94,6 +94,8 @@ void Scheduler::ReformLocked(const std::string& job_id, const std::string& cause
   run.upload_grant = UploadGrantFor(*job, world, generation);
   const absl::Time now = clock_->Now();
   run.reform_started = now;
+  run.generation_started_at = now;
+  if (metrics_ != nullptr) metrics_->GenerationStarted("rank_lost");
   run.form_deadline = now + absl::Seconds(run.elastic_spec.wait_seconds());
   LOG(INFO) << job_id << ": " << change;
   if (absl::StatusOr<v1::Job> s =

@@ -57,6 +57,9 @@ void Scheduler::Join(const v1::JoinRequest& request, absl::Time deadline, JoinDo
       if (complete) {
         for (RankState& each : run.ranks) each.state = v1::RankStatus::TRAINING;
         NoteFormedLocked(request.job_id(), run);
+        if (metrics_ != nullptr && run.generation_started_at != absl::InfinitePast()) {
+          metrics_->RendezvousCompleted(clock_->Now() - run.generation_started_at);
+        }
       }
     }
   }
@@ -169,6 +172,29 @@ void Scheduler::FillStatus(const std::string& job_id, v1::JobStatus& status) con
       DiagnoseHangs(it->second.hang_detection, it->second.HangViews(), now);
   it->second.diagnoses.Annotate(diagnoses, now);
   for (v1::Diagnosis& d : diagnoses) *status.add_diagnoses() = std::move(d);
+}
+
+void Scheduler::Snapshot(ClusterSnapshot& snapshot) const {
+  absl::MutexLock lock(&mu_);
+  snapshot.agents = agents_.size();
+  for (const auto& [device, count] : agents_.SlotsByDevice()) {
+    snapshot.slots_by_device[device] = {count.free, count.used};
+  }
+  const absl::Time now = clock_->Now();
+  for (const auto& [job_id, run] : running_) {
+    v1::JobStatus& status = snapshot.running.emplace_back();
+    if (absl::StatusOr<v1::Job> job = jobs_.Get(job_id); job.ok()) {
+      *status.mutable_job() = *std::move(job);
+    }
+    status.mutable_job()->set_job_id(job_id);
+    run.AddStatusRows(agents_, now, status);
+    for (const v1::Diagnosis& d : run.diagnoses_now) *status.add_diagnoses() = d;
+  }
+}
+
+void Scheduler::set_metrics(CoordinatorMetrics* metrics) {
+  absl::MutexLock lock(&mu_);
+  metrics_ = metrics;
 }
 
 void Scheduler::Logs(const std::string& agent_id, const v1::RankLogs& logs) {

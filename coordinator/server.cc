@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -23,13 +24,17 @@
 #include "coordinator/checkpoint_service.h"
 #include "coordinator/checkpoint_store.h"
 #include "coordinator/checkpoint_uploads.h"
+#include "coordinator/coordinator_metrics.h"
 #include "coordinator/health_service.h"
+#include "coordinator/http_server.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/job_service.h"
 #include "coordinator/key_value_store.h"
+#include "coordinator/rpc_metrics.h"
 #include "coordinator/scheduler.h"
 #include "coordinator/state_dir_lock.h"
 #include "coordinator/state_store.h"
+#include "coordinator/status_routes.h"
 #include "coordinator/store_service.h"
 #include "glog/logging.h"
 #include "grpcpp/grpcpp.h"
@@ -73,6 +78,30 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
   return grpc::SslServerCredentials(tls);
 }
 
+// Where the HTTP port listens (ServerOptions::http_listen); nullopt for
+// "off". `grpc_port` is the port --listen asked for.
+absl::StatusOr<std::optional<HostPort>> HttpAddress(const std::string& http_listen, int grpc_port) {
+  if (http_listen == "off") return std::optional<HostPort>();
+  if (http_listen.empty()) {
+    HostPort defaults;
+    defaults.host = "127.0.0.1";
+    defaults.port = grpc_port == 0 ? 0 : grpc_port + 1;
+    if (defaults.port > 65535) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--listen port ", grpc_port,
+                       ": the default --http_listen port (the next one) would be past 65535; "
+                       "pass --http_listen HOST:PORT or --http_listen off"));
+    }
+    return std::optional<HostPort>(defaults);
+  }
+  absl::StatusOr<HostPort> parsed = ParseHostPort(http_listen);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--http_listen: ", parsed.status().message(),
+                                                   " (or \"off\" for no HTTP port)"));
+  }
+  return std::optional<HostPort>(*parsed);
+}
+
 }  // namespace
 
 absl::StatusOr<uint64_t> RaiseOpenFileLimit() {
@@ -114,6 +143,15 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
         "\"admin TOKEN\" and \"worker TOKEN\" (and --tls_cert/--tls_key so tokens do not travel "
         "in the clear), or listen on 127.0.0.1"));
   }
+  ASSIGN_OR_RETURN(std::optional<HostPort> http_address,
+                   HttpAddress(options.http_listen, listen->port));
+  if (http_address.has_value() && !IsLoopbackHost(http_address->host) && !auth->enabled()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--http_listen ", options.http_listen,
+        ": metrics and job status reachable from other machines must be protected; pass "
+        "--token_file FILE (requests then need \"Authorization: Bearer ADMIN_TOKEN\"), or "
+        "listen on 127.0.0.1"));
+  }
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
                    ServerCredentials(options));
   if (!IsLoopbackHost(host) && options.tls_cert.empty()) {
@@ -147,7 +185,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     }
   }
   RETURN_IF_ERROR(checkpoints->Recover(shared_jobs));
+  auto metrics = std::make_unique<CoordinatorMetrics>();
   auto scheduler = std::make_unique<Scheduler>(**jobs, nullptr, "");
+  scheduler->set_metrics(metrics.get());
   scheduler->set_resume_resolver([store = checkpoints.get()](const std::string& resume_from,
                                                              std::vector<std::string>* skipped) {
     const size_t colon = resume_from.find(':');
@@ -244,6 +284,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   builder.AddChannelArgument(
       GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
       static_cast<int>(absl::ToInt64Milliseconds(options.grpc_handshake_timeout)));
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(std::make_unique<RpcMetricsFactory>(*metrics));
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   builder.RegisterService(health.get());
   builder.RegisterService(store_service.get());
   builder.RegisterService(job_service.get());
@@ -256,6 +299,31 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
         "--listen ", options.listen, ": cannot listen (is the port in use by another process?)"));
   }
   std::string address = FormatHostPort(host, bound_port);
+  std::unique_ptr<HttpServer> http;
+  if (http_address.has_value()) {
+    HttpServer::Options http_options;
+    http_options.host = http_address->host;
+    http_options.port = http_address->port;
+    http_options.require_token = !IsLoopbackHost(http_address->host);
+    http_options.auth = auth.get();
+    const StatusSources sources{jobs->get(), scheduler.get(), metrics.get(), checkpoints.get()};
+    absl::StatusOr<std::unique_ptr<HttpServer>> started =
+        HttpServer::Start(http_options, StatusRoutes(sources));
+    if (!started.ok() && absl::IsUnavailable(started.status()) && options.http_listen.empty() &&
+        http_options.port != 0) {
+      // Only the default was asked for: a coordinator restarted on its old
+      // port must not fail because something took the next one meanwhile.
+      LOG(WARNING) << "HTTP port " << http_options.port
+                   << " (the default, after --listen's) is in use; serving HTTP on a free port";
+      http_options.port = 0;
+      started = HttpServer::Start(http_options, StatusRoutes(sources));
+    }
+    if (!started.ok()) {
+      server->Shutdown();
+      return started.status();
+    }
+    http = *std::move(started);
+  }
   health->SetStatus("", grpc::health::v1::HealthCheckResponse::SERVING);
   LOG(INFO) << "coordinator listening on " << address << (options.tls_cert.empty() ? "" : " (TLS")
             << (options.tls_client_ca.empty() ? "" : ", client certificates required")
@@ -263,11 +331,20 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
             << ", state in " << options.state_dir
             << (checkpoint_data != nullptr
                     ? absl::StrCat(", checkpoint data port ", checkpoint_data->port())
-                    : "");
+                    : "")
+            << (http != nullptr ? absl::StrCat(", HTTP (metrics, status page) on ",
+                                               FormatHostPort(http_address->host, http->port()))
+                                : "");
   auto coordinator = std::unique_ptr<CoordinatorServer>(
       new CoordinatorServer(std::move(health), std::move(kv), std::move(store_service),
                             std::move(server), bound_port, std::move(address), std::move(lock)));
   coordinator->auth_ = std::move(auth);
+  coordinator->metrics_ = std::move(metrics);
+  if (http != nullptr) {
+    coordinator->http_url_ =
+        absl::StrCat("http://", FormatHostPort(http_address->host, http->port()));
+    coordinator->http_ = std::move(http);
+  }
   coordinator->state_ = std::move(*state);
   coordinator->checkpoints_ = std::move(checkpoints);
   coordinator->checkpoint_uploads_ = std::move(checkpoint_uploads);
@@ -277,6 +354,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   coordinator->scheduler_ = std::move(scheduler);
   coordinator->scheduler_->set_coordinator_address(coordinator->address_);
   coordinator->job_service_ = std::move(job_service);
+  coordinator->job_service_->set_status_page_base(coordinator->http_url_);
   coordinator->agent_service_ = std::move(agent_service);
   coordinator->rank_service_ = std::move(rank_service);
   coordinator->StartTicker();
@@ -323,9 +401,12 @@ void CoordinatorServer::Shutdown(absl::Duration grace) {
   // Health first, so watchers learn NOT_SERVING and their streams end before
   // the server waits for in-flight calls.
   health_->Shutdown();
+  if (http_ != nullptr) http_->Shutdown();
   server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
   if (checkpoint_data_ != nullptr) checkpoint_data_->Shutdown();
 }
+
+int CoordinatorServer::http_port() const { return http_ != nullptr ? http_->port() : 0; }
 
 int CoordinatorServer::checkpoint_data_port() const {
   return checkpoint_data_ != nullptr ? checkpoint_data_->port() : 0;

@@ -41,6 +41,8 @@ class CheckpointDataServer;
 class CheckpointServiceImpl;
 class CheckpointStore;
 class CheckpointUploads;
+class CoordinatorMetrics;
+class HttpServer;
 class TokenAuthorizer;
 class HealthService;
 class JobManager;
@@ -102,6 +104,14 @@ struct ServerOptions {
   // send or receive of a running upload.
   absl::Duration checkpoint_data_hello_timeout = absl::Seconds(10);
   absl::Duration checkpoint_data_io_timeout = absl::Minutes(1);
+  // The HTTP port (/metrics, the status page; docs/observability.md):
+  // HOST:PORT, "off" for none, or empty for the default: 127.0.0.1 on the
+  // port after --listen's (29651 beside the default 29650; a free port when
+  // --listen's port is 0, or when that one is taken: the default never
+  // stops the coordinator from starting). A non-loopback host needs
+  // token_file: every
+  // request must then carry an admin token ("Authorization: Bearer").
+  std::string http_listen;
   // How long a new gRPC connection may take to set up TLS and start HTTP/2
   // (a peer that connects and sends nothing is closed after it).
   absl::Duration grpc_handshake_timeout = kHandshakeTimeout;
@@ -133,6 +143,10 @@ class CoordinatorServer {
   const std::string& address() const { return address_; }
   // The checkpoint data port; 0 when there is none.
   int checkpoint_data_port() const;
+  // The HTTP port; 0 when there is none.
+  int http_port() const;
+  // http://HOST:PORT of the HTTP port; empty when there is none.
+  const std::string& http_url() const { return http_url_; }
 
   // Stops accepting calls; in-flight calls get until `grace` to finish and are
   // then cancelled.
@@ -148,6 +162,8 @@ class CoordinatorServer {
 
   // Released last: the state directory is ours until everything using it is gone.
   std::unique_ptr<StateDirLock> lock_;
+  // Outlives the scheduler and the gRPC server, which count into it.
+  std::unique_ptr<CoordinatorMetrics> metrics_;
   // Services are declared before server_ so that they outlive it.
   std::unique_ptr<TokenAuthorizer> auth_;
   std::unique_ptr<StateStore> state_;
@@ -166,6 +182,9 @@ class CoordinatorServer {
   std::unique_ptr<grpc::Server> server_;
   int port_;
   std::string address_;
+  // Declared after what its handlers read, so it stops first.
+  std::unique_ptr<HttpServer> http_;
+  std::string http_url_;
 
   // Expires rendezvous joins past their deadline; stopped in the destructor.
   void StartTicker();

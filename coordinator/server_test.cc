@@ -9,6 +9,7 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "httplib.h"
 
 namespace chorus {
 namespace {
@@ -128,6 +129,112 @@ TEST(CoordinatorServerTest, UnwritableStateDirIsAClearError) {
   ASSERT_FALSE(server.ok());
   EXPECT_EQ(server.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(server.status().message(), HasSubstr("--state_dir /proc/chorus-cannot-exist"));
+}
+
+TEST(CoordinatorServerTest, ServesMetricsOnItsHttpPortByDefault) {
+  ServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.state_dir = TempDir("metrics");
+  auto server = CoordinatorServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_GT((*server)->http_port(), 0);
+  EXPECT_NE((*server)->http_port(), (*server)->port());
+  EXPECT_EQ((*server)->http_url(), "http://127.0.0.1:" + std::to_string((*server)->http_port()));
+  grpc::Status status;
+  Ping((*server)->address(), &status);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+
+  httplib::Client client("127.0.0.1", (*server)->http_port());
+  client.set_read_timeout(5);
+  auto metrics = client.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_EQ(metrics->status, 200);
+  EXPECT_THAT(metrics->get_header_value("Content-Type"), HasSubstr("version=0.0.4"));
+  EXPECT_THAT(metrics->body, HasSubstr("chorus_agents_connected 0\n"));
+  EXPECT_THAT(metrics->body, HasSubstr("chorus_jobs{state=\"RUNNING\"} 0\n"));
+  EXPECT_THAT(
+      metrics->body,
+      HasSubstr("chorus_rpcs_total{code=\"OK\",method=\"/grpc.health.v1.Health/Check\"} 1\n"))
+      << "every gRPC call is counted by method and code";
+
+  options.http_listen = "off";
+  options.state_dir = TempDir("metrics_off");
+  auto quiet = CoordinatorServer::Start(options);
+  ASSERT_TRUE(quiet.ok()) << quiet.status();
+  EXPECT_EQ((*quiet)->http_port(), 0);
+  EXPECT_EQ((*quiet)->http_url(), "");
+}
+
+TEST(CoordinatorServerTest, ATakenDefaultHttpPortFallsBackToAFreeOneButAnAskedForOneFails) {
+  // Something holds a port P+1; a coordinator on P (as after a restart on
+  // its old port) still starts, with HTTP elsewhere.
+  ServerOptions probe;
+  probe.listen = "127.0.0.1:0";
+  probe.state_dir = TempDir("http_probe");
+  probe.http_listen = "off";
+  int grpc_port = 0;
+  {
+    auto first = CoordinatorServer::Start(probe);
+    ASSERT_TRUE(first.ok()) << first.status();
+    grpc_port = (*first)->port();
+  }
+  ServerOptions holder;
+  holder.listen = "127.0.0.1:0";
+  holder.state_dir = TempDir("http_holder");
+  holder.http_listen = "127.0.0.1:" + std::to_string(grpc_port + 1);
+  auto holding = CoordinatorServer::Start(holder);
+  if (!holding.ok()) GTEST_SKIP() << "port " << grpc_port + 1 << " is busy: " << holding.status();
+
+  ServerOptions options;
+  options.listen = "127.0.0.1:" + std::to_string(grpc_port);
+  options.state_dir = TempDir("http_fallback");
+  auto server = CoordinatorServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_GT((*server)->http_port(), 0);
+  EXPECT_NE((*server)->http_port(), grpc_port + 1);
+
+  options.state_dir = TempDir("http_taken");
+  options.listen = "127.0.0.1:0";
+  options.http_listen = "127.0.0.1:" + std::to_string(grpc_port + 1);
+  auto refused = CoordinatorServer::Start(options);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(refused.status().message(), HasSubstr("--http_listen"));
+}
+
+TEST(CoordinatorServerTest, AnHttpPortOffLoopbackNeedsTokensAndChecksThem) {
+  ServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.state_dir = TempDir("http_open");
+  options.http_listen = "0.0.0.0:0";
+  auto refused = CoordinatorServer::Start(options);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(), HasSubstr("--http_listen 0.0.0.0:0"));
+  EXPECT_THAT(refused.status().message(), HasSubstr("--token_file"));
+
+  options.http_listen = "nonsense";
+  EXPECT_THAT(CoordinatorServer::Start(options).status().message(), HasSubstr("--http_listen"));
+
+  const std::string tokens = TempDir("http_tokens");
+  std::ofstream(tokens) << "admin admin-token-0123456789\nworker worker-token-0123456789\n";
+  options.token_file = tokens;
+  options.http_listen = "0.0.0.0:0";
+  auto guarded = CoordinatorServer::Start(options);
+  ASSERT_TRUE(guarded.ok()) << guarded.status();
+  // Only loopback traffic is sent; the port is bound on every interface.
+  httplib::Client client("127.0.0.1", (*guarded)->http_port());
+  client.set_read_timeout(5);
+  auto anonymous = client.Get("/metrics");
+  ASSERT_TRUE(anonymous);
+  EXPECT_EQ(anonymous->status, 401);
+  auto worker = client.Get("/metrics", {{"Authorization", "Bearer worker-token-0123456789"}});
+  ASSERT_TRUE(worker);
+  EXPECT_EQ(worker->status, 403);
+  auto admin = client.Get("/metrics", {{"Authorization", "Bearer admin-token-0123456789"}});
+  ASSERT_TRUE(admin);
+  EXPECT_EQ(admin->status, 200);
+  EXPECT_THAT(admin->body, HasSubstr("chorus_agents_connected 0\n"));
 }
 
 TEST(IsLoopbackHostTest, KnowsLoopbackAddresses) {

@@ -24,6 +24,9 @@ readonly PACKAGES=(
   libgtest-dev libgmock-dev
   # Logging, CLI, coordinator state, job specs.
   libgoogle-glog-dev libgflags-dev libcli11-dev libsqlite3-dev libyaml-cpp-dev
+  # The coordinator's HTTP port: an HTTP server and the Prometheus client
+  # registry and text format.
+  libcpp-httplib-dev prometheus-cpp-dev
   # A real data set (IDX files under /usr/share/datasets/fashion-mnist).
   dataset-fashion-mnist
   # PyTorch for TorchScript fixtures and reference runs (/usr/bin/python3).
@@ -33,6 +36,9 @@ readonly PACKAGES=(
   clang-14 libfuzzer-14-dev libclang-rt-14-dev
   # ThreadSanitizer builds compile Abseil's source package (below).
   dpkg-dev
+  # Observability tests: a real Prometheus scraping the coordinator, and a
+  # headless browser loading its status page.
+  prometheus chromium
   # Network namespaces for multi-host tests; a throwaway CA for the TLS tests.
   iproute2
   openssl

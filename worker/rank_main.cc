@@ -104,6 +104,9 @@ v1::RankHeartbeat ComposeHeartbeat(const v1::JoinResponse& joined, const std::st
   hb.set_time_us(now_us);
   hb.mutable_timings()->set_step_seconds(progress.step_seconds.load());
   hb.mutable_timings()->set_compute_seconds(progress.compute_seconds.load());
+  hb.mutable_timings()->set_comm_wait_seconds(progress.comm_wait_seconds.load());
+  hb.set_loss(progress.loss.load());
+  hb.set_samples_per_second(progress.samples_per_second.load());
   FlightRecorder::Snapshot snap = comm.flight_recorder().TakeSnapshot(/*recent=*/4);
   v1::FlightRecorderSummary* fr = hb.mutable_flight_recorder();
   fr->set_last_enqueued_seq(snap.last_enqueued_seq);

@@ -237,13 +237,16 @@ int64_t TotalSteps(const v1::JobSpec& spec, const SamplerOptions& sampler,
 }
 
 // The figures of a report window into `metrics` and `p`.
-void AddWindowMetrics(const MetricsWindow::Summary& window, int64_t total_steps,
+void AddWindowMetrics(const MetricsWindow::Summary& window, int64_t total_steps, int world_size,
                       const TrainingCheckpoints& checkpoints, const TrainingStrategy& strategy,
                       v1::Metrics& metrics, TrainingProgress& p) {
   metrics.set_loss(window.loss);
   metrics.set_step_time_seconds(window.step_seconds);
   p.step_seconds.store(window.step_seconds);
   p.compute_seconds.store(window.compute_seconds);
+  p.comm_wait_seconds.store(window.wait_seconds);
+  p.loss.store(window.loss);
+  p.samples_per_second.store(window.samples_per_second / std::max(1, world_size));
   metrics.set_samples_per_second(window.samples_per_second);
   (*metrics.mutable_values())["total_steps"] = total_steps;
   checkpoints.AddMetrics(metrics);
@@ -370,7 +373,7 @@ absl::StatusOr<v1::Metrics> TrainGeneration(RankRun& run, const Generation& gen)
         const bool log = step % spec.training().log_every_steps() == 0 || step == total_steps;
         if (log) {
           AddWindowMetrics(window.Close(absl::Now(), accum * global_batch), total_steps,
-                           checkpoints, *strategy, metrics, p);
+                           comm.size(), checkpoints, *strategy, metrics, p);
         }
         const bool eval = spec.eval().every_steps() > 0 && step % spec.eval().every_steps() == 0 &&
                           step < total_steps && !spec.eval().disabled() && run.test.size() > 0;

@@ -28,6 +28,13 @@ struct TrainingProgress {
   std::atomic<double> step_seconds{0};
   // Step time minus the wait for gradient synchronization.
   std::atomic<double> compute_seconds{0};
+  // Per step: the wait for the other ranks in gradient synchronization
+  // (from arriving at it to its end), the straggler attribution's input.
+  std::atomic<double> comm_wait_seconds{0};
+  // Over the last report window: mean loss per step and this rank's own
+  // samples per second.
+  std::atomic<double> loss{0};
+  std::atomic<double> samples_per_second{0};
   // Counted from outside (`chorus checkpoint`: the agent signals the rank):
   // checkpoint requests so far. The trainer checkpoints once per new
   // count: DDP at the end of the current step (rank 0 stores);

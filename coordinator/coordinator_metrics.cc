@@ -1,0 +1,233 @@
+#include "coordinator/coordinator_metrics.h"
+
+#include <algorithm>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "prometheus/text_serializer.h"
+
+namespace chorus {
+namespace {
+
+// Seconds: from a fast local rendezvous to one that waits for slow starts.
+const prometheus::Histogram::BucketBoundaries kRendezvousBuckets = {0.1, 0.25, 0.5, 1,  2,
+                                                                    5,   10,   30,  60, 300};
+// Seconds: unary calls take microseconds to milliseconds; streams (heartbeats,
+// agent connections, checkpoint uploads) last as long as the job.
+const prometheus::Histogram::BucketBoundaries kRpcBuckets = {
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10, 60, 600, 3600};
+
+double Value(const v1::Metrics& metrics, const std::string& name, double otherwise) {
+  auto it = metrics.values().find(name);
+  return it != metrics.values().end() ? it->second : otherwise;
+}
+
+}  // namespace
+
+std::string DeviceName(v1::ResourceSpec::Device device) {
+  return device == v1::ResourceSpec::DEVICE_UNSPECIFIED ? "CPU"
+                                                        : v1::ResourceSpec::Device_Name(device);
+}
+
+void GaugeSeries::Set(const std::map<std::string, std::string>& labels, double value) {
+  std::string key;
+  for (const auto& [name, label] : labels) absl::StrAppend(&key, name, "\x1f", label, "\x1e");
+  Live& live = live_[key];
+  if (live.gauge == nullptr) live.gauge = &family_.Add({labels.begin(), labels.end()});
+  live.gauge->Set(value);
+  live.render = render_;
+}
+
+void GaugeSeries::End() {
+  for (auto it = live_.begin(); it != live_.end();) {
+    if (it->second.render == render_) {
+      ++it;
+      continue;
+    }
+    family_.Remove(it->second.gauge);
+    it = live_.erase(it);
+  }
+}
+
+CoordinatorMetrics::CoordinatorMetrics()
+    : registry_(std::make_shared<prometheus::Registry>()),
+      generations_(prometheus::BuildCounter()
+                       .Name("chorus_generations_total")
+                       .Help("Generations begun, by cause: start (a new job placed) or "
+                             "recovered (taken back after a coordinator restart).")
+                       .Register(*registry_)),
+      rendezvous_(prometheus::BuildHistogram()
+                      .Name("chorus_rendezvous_seconds")
+                      .Help("From a generation's start (ranks launched) until every rank joined.")
+                      .Register(*registry_)),
+      diagnoses_(prometheus::BuildCounter()
+                     .Name("chorus_diagnoses_total")
+                     .Help("Hang and straggler diagnoses, counted when first seen, by kind.")
+                     .Register(*registry_)),
+      rpcs_(prometheus::BuildCounter()
+                .Name("chorus_rpcs_total")
+                .Help("gRPC calls served, by full method name and status code.")
+                .Register(*registry_)),
+      rpc_seconds_(prometheus::BuildHistogram()
+                       .Name("chorus_rpc_seconds")
+                       .Help("gRPC call durations by method (a stream: how long it lasted).")
+                       .Register(*registry_)),
+      jobs_finished_(prometheus::BuildCounter()
+                         .Name("chorus_jobs_finished_total")
+                         .Help("Jobs that ended, by final state (all jobs of the state directory).")
+                         .Register(*registry_)) {
+  absl::MutexLock lock(&render_mu_);
+  jobs_ = AddGauge("chorus_jobs", "Jobs by state.");
+  agents_ = AddGauge("chorus_agents_connected", "Node agents connected.");
+  slots_ = AddGauge("chorus_slots", "Slots of the connected agents by device, free or used.");
+  job_step_ = AddGauge("chorus_job_step", "A running job's step (its furthest rank's).");
+  job_progress_ =
+      AddGauge("chorus_job_progress_ratio",
+               "A running job's step over its total steps (0 to 1); absent until rank 0 has "
+               "reported its total.");
+  job_eta_ =
+      AddGauge("chorus_job_eta_seconds",
+               "Estimated seconds until a running job's last step, at its recent step time.");
+  job_samples_ = AddGauge("chorus_job_samples_per_second",
+                          "A running job's throughput, all ranks (rank 0's last report).");
+  job_loss_ = AddGauge("chorus_job_loss", "A running job's training loss (rank 0's last report).");
+  job_diagnoses_ =
+      AddGauge("chorus_job_diagnoses", "Diagnoses that hold now for a running job, by kind.");
+  checkpoint_bytes_ =
+      AddGauge("chorus_checkpoint_bytes", "Size of a running job's last stored checkpoint.");
+  checkpoint_stall_ = AddGauge("chorus_checkpoint_stall_seconds",
+                               "Training time a running job has lost waiting on checkpoints.");
+  checkpoint_store_ = AddGauge("chorus_checkpoint_store_seconds",
+                               "How long a running job's last checkpoint took to store.");
+  rank_step_ = AddGauge("chorus_rank_step", "A rank's step (labels job, rank, host).");
+  rank_samples_ = AddGauge("chorus_rank_samples_per_second", "Samples a rank trains per second.");
+  rank_step_seconds_ = AddGauge("chorus_rank_step_seconds", "A rank's time per step.");
+  rank_compute_ = AddGauge("chorus_rank_compute_seconds",
+                           "Per step: a rank's time computing (step time minus the wait).");
+  rank_wait_ =
+      AddGauge("chorus_rank_comm_wait_seconds",
+               "Per step: how long a rank waited for the others in gradient synchronization.");
+  rank_caused_ = AddGauge("chorus_rank_caused_wait_seconds",
+                          "Per step: how long the other ranks together waited for this rank "
+                          "(straggler attribution; about 0 for ranks that wait).");
+  rank_phase_ = AddGauge("chorus_rank_phase",
+                         "1 for the phase a rank is in (label phase), the others absent.");
+  rank_phase_seconds_ =
+      AddGauge("chorus_rank_phase_seconds", "How long a rank has been in its phase.");
+  rank_heartbeat_age_ =
+      AddGauge("chorus_rank_heartbeat_age_seconds", "Seconds since a rank's last heartbeat.");
+  rank_loss_ = AddGauge("chorus_rank_loss", "A rank's mean training loss over its last window.");
+  rank_diagnosed_ = AddGauge("chorus_rank_diagnosed",
+                             "1 for a rank a diagnosis names as the culprit (label kind).");
+}
+
+GaugeSeries* CoordinatorMetrics::AddGauge(const std::string& name, const std::string& help) {
+  auto& family = prometheus::BuildGauge().Name(name).Help(help).Register(*registry_);
+  all_.push_back(std::make_unique<GaugeSeries>(family));
+  return all_.back().get();
+}
+
+void CoordinatorMetrics::GenerationStarted(const std::string& cause) {
+  generations_.Add({{"cause", cause}}).Increment();
+}
+
+void CoordinatorMetrics::RendezvousCompleted(absl::Duration took) {
+  rendezvous_.Add({}, kRendezvousBuckets).Observe(absl::ToDoubleSeconds(took));
+}
+
+void CoordinatorMetrics::DiagnosisSeen(v1::Diagnosis::Kind kind) {
+  diagnoses_.Add({{"kind", v1::Diagnosis::Kind_Name(kind)}}).Increment();
+}
+
+void CoordinatorMetrics::RpcFinished(const std::string& method, const std::string& code,
+                                     absl::Duration duration) {
+  rpcs_.Add({{"method", method}, {"code", code}}).Increment();
+  rpc_seconds_.Add({{"method", method}}, kRpcBuckets).Observe(absl::ToDoubleSeconds(duration));
+}
+
+std::string CoordinatorMetrics::Render(const ClusterSnapshot& snapshot) {
+  absl::MutexLock lock(&render_mu_);
+  for (auto& series : all_) series->Begin();
+
+  for (const auto& [state, count] : snapshot.jobs_by_state) {
+    jobs_->Set({{"state", v1::Job::State_Name(state)}}, static_cast<double>(count));
+    if (state == v1::Job::SUCCEEDED || state == v1::Job::FAILED || state == v1::Job::CANCELLED) {
+      // A counter: only what is new since the last scrape is added.
+      prometheus::Counter& finished = jobs_finished_.Add({{"state", v1::Job::State_Name(state)}});
+      int64_t& counted = finished_counted_[state];
+      if (count > counted) {
+        finished.Increment(static_cast<double>(count - counted));
+        counted = count;
+      }
+    }
+  }
+  agents_->Set({}, snapshot.agents);
+  for (const auto& [device, slots] : snapshot.slots_by_device) {
+    slots_->Set({{"device", DeviceName(device)}, {"state", "free"}},
+                static_cast<double>(slots.free));
+    slots_->Set({{"device", DeviceName(device)}, {"state", "used"}},
+                static_cast<double>(slots.used));
+  }
+
+  for (const v1::JobStatus& status : snapshot.running) {
+    const std::string& job_id = status.job().job_id();
+    const std::map<std::string, std::string> job = {{"job", job_id}};
+    const v1::Metrics& latest = status.job().latest_metrics();
+    int64_t step = latest.step();
+    for (const v1::RankStatus& rank : status.ranks()) step = std::max(step, rank.step());
+    job_step_->Set(job, static_cast<double>(step));
+    const double total = Value(latest, "total_steps", 0);
+    if (total > 0) {
+      job_progress_->Set(job, std::min(1.0, static_cast<double>(step) / total));
+      if (latest.step_time_seconds() > 0) {
+        job_eta_->Set(
+            job, std::max(0.0, total - static_cast<double>(step)) * latest.step_time_seconds());
+      }
+    }
+    if (latest.samples_per_second() > 0) job_samples_->Set(job, latest.samples_per_second());
+    if (latest.step() > 0) job_loss_->Set(job, latest.loss());
+    if (latest.values().count("checkpoint_bytes")) {
+      checkpoint_bytes_->Set(job, Value(latest, "checkpoint_bytes", 0));
+      checkpoint_stall_->Set(job, Value(latest, "checkpoint_stall_seconds", 0));
+      checkpoint_store_->Set(job, Value(latest, "checkpoint_store_seconds", 0));
+    }
+    std::map<std::string, int> diagnoses_by_kind;
+    std::map<int, std::string> culprit_kind;
+    for (const v1::Diagnosis& d : status.diagnoses()) {
+      ++diagnoses_by_kind[v1::Diagnosis::Kind_Name(d.kind())];
+      for (int rank : d.ranks()) culprit_kind.emplace(rank, v1::Diagnosis::Kind_Name(d.kind()));
+    }
+    for (const auto& [kind, count] : diagnoses_by_kind) {
+      job_diagnoses_->Set({{"job", job_id}, {"kind", kind}}, count);
+    }
+    for (const v1::RankStatus& rank : status.ranks()) {
+      const std::map<std::string, std::string> labels = {
+          {"job", job_id}, {"rank", absl::StrCat(rank.rank())}, {"host", rank.host()}};
+      if (auto it = culprit_kind.find(rank.rank()); it != culprit_kind.end()) {
+        std::map<std::string, std::string> with_kind = labels;
+        with_kind["kind"] = it->second;
+        rank_diagnosed_->Set(with_kind, 1);
+      }
+      rank_step_->Set(labels, static_cast<double>(rank.step()));
+      rank_heartbeat_age_->Set(labels, rank.heartbeat_age_seconds());
+      rank_samples_->Set(labels, rank.samples_per_second());
+      rank_step_seconds_->Set(labels, rank.step_time_seconds());
+      rank_compute_->Set(labels, rank.compute_seconds());
+      rank_wait_->Set(labels, rank.comm_wait_seconds());
+      rank_caused_->Set(labels, rank.caused_wait_seconds());
+      rank_phase_seconds_->Set(labels, rank.phase_seconds());
+      rank_loss_->Set(labels, rank.loss());
+      std::map<std::string, std::string> with_phase = labels;
+      with_phase["phase"] = v1::Phase_Name(rank.phase());
+      rank_phase_->Set(with_phase, 1);
+    }
+  }
+  for (auto& series : all_) series->End();
+
+  std::ostringstream out;
+  prometheus::TextSerializer().Serialize(out, registry_->Collect());
+  return out.str();
+}
+
+}  // namespace chorus

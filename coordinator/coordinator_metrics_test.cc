@@ -1,0 +1,165 @@
+#include "coordinator/coordinator_metrics.h"
+
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace chorus {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+v1::RankStatus Row(int rank, const std::string& host, int64_t step) {
+  v1::RankStatus row;
+  row.set_rank(rank);
+  row.set_host(host);
+  row.set_state(v1::RankStatus::TRAINING);
+  row.set_step(step);
+  row.set_phase(v1::BACKWARD);
+  row.set_phase_seconds(0.5);
+  row.set_heartbeat_age_seconds(0.25);
+  row.set_step_time_seconds(0.4);
+  row.set_compute_seconds(0.1);
+  row.set_comm_wait_seconds(0.3);
+  row.set_samples_per_second(160);
+  row.set_loss(1.25);
+  return row;
+}
+
+ClusterSnapshot TwoRankJob() {
+  ClusterSnapshot snapshot;
+  snapshot.jobs_by_state = {{v1::Job::PENDING, 2},
+                            {v1::Job::RUNNING, 1},
+                            {v1::Job::SUCCEEDED, 3},
+                            {v1::Job::FAILED, 1},
+                            {v1::Job::CANCELLED, 0}};
+  snapshot.agents = 2;
+  snapshot.slots_by_device[v1::ResourceSpec::CPU] = {3, 2};
+  v1::JobStatus& job = snapshot.running.emplace_back();
+  job.mutable_job()->set_job_id("job-000007");
+  v1::Metrics* latest = job.mutable_job()->mutable_latest_metrics();
+  latest->set_step(40);
+  latest->set_loss(1.5);
+  latest->set_samples_per_second(320);
+  latest->set_step_time_seconds(0.5);
+  (*latest->mutable_values())["total_steps"] = 100;
+  (*latest->mutable_values())["checkpoint_bytes"] = 4096;
+  (*latest->mutable_values())["checkpoint_stall_seconds"] = 0.75;
+  (*latest->mutable_values())["checkpoint_store_seconds"] = 0.125;
+  *job.add_ranks() = Row(0, "node-a", 42);
+  v1::RankStatus slow = Row(1, "node-b", 41);
+  slow.set_compute_seconds(0.39);
+  slow.set_comm_wait_seconds(0.01);
+  slow.set_caused_wait_seconds(0.29);
+  slow.set_phase(v1::DATA);
+  *job.add_ranks() = slow;
+  v1::Diagnosis* d = job.add_diagnoses();
+  d->set_kind(v1::Diagnosis::STRAGGLER);
+  d->add_ranks(1);
+  return snapshot;
+}
+
+TEST(CoordinatorMetricsTest, StateGaugesCarryTheSnapshotsValues) {
+  CoordinatorMetrics metrics;
+  const std::string text = metrics.Render(TwoRankJob());
+  EXPECT_THAT(text, HasSubstr("# TYPE chorus_jobs gauge"));
+  EXPECT_THAT(text, HasSubstr("chorus_jobs{state=\"PENDING\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("chorus_jobs{state=\"RUNNING\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("# TYPE chorus_jobs_finished_total counter"));
+  EXPECT_THAT(text, HasSubstr("chorus_jobs_finished_total{state=\"SUCCEEDED\"} 3\n"));
+  EXPECT_THAT(text, HasSubstr("chorus_jobs_finished_total{state=\"FAILED\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("chorus_agents_connected 2\n"));
+  EXPECT_THAT(text, HasSubstr("chorus_slots{device=\"CPU\",state=\"free\"} 3\n"));
+  EXPECT_THAT(text, HasSubstr("chorus_slots{device=\"CPU\",state=\"used\"} 2\n"));
+
+  EXPECT_THAT(text, HasSubstr("chorus_job_step{job=\"job-000007\"} 42\n"));
+  EXPECT_THAT(text, HasSubstr("chorus_job_progress_ratio{job=\"job-000007\"} 0.42\n"));
+  EXPECT_THAT(text, HasSubstr("chorus_job_eta_seconds{job=\"job-000007\"} 29\n"));
+  EXPECT_THAT(text, HasSubstr("chorus_job_samples_per_second{job=\"job-000007\"} 320\n"));
+  EXPECT_THAT(text, HasSubstr("chorus_job_loss{job=\"job-000007\"} 1.5\n"));
+  EXPECT_THAT(text, HasSubstr("chorus_checkpoint_bytes{job=\"job-000007\"} 4096\n"));
+  EXPECT_THAT(text, HasSubstr("chorus_checkpoint_stall_seconds{job=\"job-000007\"} 0.75\n"));
+  EXPECT_THAT(text, HasSubstr("chorus_checkpoint_store_seconds{job=\"job-000007\"} 0.125\n"));
+  EXPECT_THAT(text, HasSubstr("chorus_job_diagnoses{job=\"job-000007\",kind=\"STRAGGLER\"} 1\n"));
+
+  EXPECT_THAT(text,
+              HasSubstr("chorus_rank_step{host=\"node-a\",job=\"job-000007\",rank=\"0\"} 42\n"));
+  EXPECT_THAT(text,
+              HasSubstr("chorus_rank_step{host=\"node-b\",job=\"job-000007\",rank=\"1\"} 41\n"));
+  EXPECT_THAT(text, HasSubstr("chorus_rank_compute_seconds{host=\"node-b\",job=\"job-000007\","
+                              "rank=\"1\"} 0.39\n"));
+  EXPECT_THAT(text, HasSubstr("chorus_rank_comm_wait_seconds{host=\"node-a\",job=\"job-000007\","
+                              "rank=\"0\"} 0.3\n"));
+  EXPECT_THAT(text, HasSubstr("chorus_rank_caused_wait_seconds{host=\"node-b\",job=\"job-000007\","
+                              "rank=\"1\"} 0.29\n"));
+  EXPECT_THAT(text, HasSubstr("chorus_rank_caused_wait_seconds{host=\"node-a\",job=\"job-000007\","
+                              "rank=\"0\"} 0\n"));
+  EXPECT_THAT(text, HasSubstr("chorus_rank_phase{host=\"node-b\",job=\"job-000007\",phase=\"DATA\","
+                              "rank=\"1\"} 1\n"));
+  EXPECT_THAT(text,
+              HasSubstr("chorus_rank_heartbeat_age_seconds{host=\"node-a\",job=\"job-000007\","
+                        "rank=\"0\"} 0.25\n"));
+  EXPECT_THAT(text, HasSubstr("chorus_rank_samples_per_second{host=\"node-a\",job=\"job-000007\","
+                              "rank=\"0\"} 160\n"));
+  EXPECT_THAT(text,
+              HasSubstr("chorus_rank_loss{host=\"node-a\",job=\"job-000007\",rank=\"0\"} 1.25\n"));
+  EXPECT_THAT(text, HasSubstr("chorus_rank_diagnosed{host=\"node-b\",job=\"job-000007\","
+                              "kind=\"STRAGGLER\",rank=\"1\"} 1\n"));
+  EXPECT_THAT(text, Not(HasSubstr("chorus_rank_diagnosed{host=\"node-a\"")));
+}
+
+TEST(CoordinatorMetricsTest, SeriesOfAnEndedJobAndALeftPhaseAreRemoved) {
+  CoordinatorMetrics metrics;
+  ClusterSnapshot snapshot = TwoRankJob();
+  ASSERT_THAT(metrics.Render(snapshot), HasSubstr("phase=\"DATA\""));
+  snapshot.running[0].mutable_ranks(1)->set_phase(v1::COLLECTIVE);
+  std::string text = metrics.Render(snapshot);
+  EXPECT_THAT(text, Not(HasSubstr("phase=\"DATA\""))) << "one phase series per rank at a time";
+  EXPECT_THAT(text, HasSubstr("phase=\"COLLECTIVE\""));
+
+  // The job ends: no series names it any more; counters stay.
+  snapshot.running.clear();
+  snapshot.jobs_by_state[v1::Job::RUNNING] = 0;
+  snapshot.jobs_by_state[v1::Job::SUCCEEDED] = 4;
+  text = metrics.Render(snapshot);
+  EXPECT_THAT(text, Not(HasSubstr("job-000007")));
+  EXPECT_THAT(text, Not(HasSubstr("chorus_rank_step{")));
+  EXPECT_THAT(text, HasSubstr("chorus_jobs{state=\"RUNNING\"} 0\n"));
+  EXPECT_THAT(text, HasSubstr("chorus_jobs_finished_total{state=\"SUCCEEDED\"} 4\n"));
+}
+
+TEST(CoordinatorMetricsTest, EventsAreCountedByLabel) {
+  CoordinatorMetrics metrics;
+  metrics.GenerationStarted("start");
+  metrics.GenerationStarted("start");
+  metrics.GenerationStarted("recovered");
+  metrics.RendezvousCompleted(absl::Milliseconds(300));
+  metrics.RendezvousCompleted(absl::Seconds(3));
+  metrics.DiagnosisSeen(v1::Diagnosis::NEVER_JOINED);
+  metrics.DiagnosisSeen(v1::Diagnosis::NEVER_JOINED);
+  metrics.DiagnosisSeen(v1::Diagnosis::MISMATCH);
+  metrics.RpcFinished("/chorus.v1.JobService/SubmitJob", "OK", absl::Milliseconds(2));
+  metrics.RpcFinished("/chorus.v1.JobService/SubmitJob", "INVALID_ARGUMENT", absl::Milliseconds(1));
+  metrics.RpcFinished("/chorus.v1.JobService/SubmitJob", "OK", absl::Milliseconds(4));
+  const std::string text = metrics.Render({});
+  EXPECT_THAT(text, HasSubstr("chorus_generations_total{cause=\"start\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("chorus_generations_total{cause=\"recovered\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("# TYPE chorus_rendezvous_seconds histogram"));
+  EXPECT_THAT(text, HasSubstr("chorus_rendezvous_seconds_count 2\n"));
+  EXPECT_THAT(text, HasSubstr("chorus_rendezvous_seconds_sum 3.3\n"));
+  EXPECT_THAT(text, HasSubstr("chorus_rendezvous_seconds_bucket{le=\"0.5\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("chorus_rendezvous_seconds_bucket{le=\"5\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("chorus_diagnoses_total{kind=\"NEVER_JOINED\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("chorus_diagnoses_total{kind=\"MISMATCH\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("chorus_rpcs_total{code=\"OK\",method=\"/chorus.v1.JobService/"
+                              "SubmitJob\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("chorus_rpcs_total{code=\"INVALID_ARGUMENT\",method=\"/chorus.v1."
+                              "JobService/SubmitJob\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("chorus_rpc_seconds_count{method=\"/chorus.v1.JobService/"
+                              "SubmitJob\"} 3\n"));
+}
+
+}  // namespace
+}  // namespace chorus

@@ -1,0 +1,132 @@
+#include "coordinator/status_page.h"
+
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include "common/job_spec.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace chorus {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+class StatusPageTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/page_" +
+                            ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    state_ = *StateStore::Open(dir);
+    jobs_ = *JobManager::Create(*state_, &clock_);
+    scheduler_ = std::make_unique<Scheduler>(*jobs_, &clock_, "127.0.0.1:1");
+    scheduler_->set_metrics(&metrics_);
+  }
+
+  // A 2-rank job on one agent, both ranks joined.
+  std::string StartTwoRankJob(const std::string& name) {
+    auto spec = ParseJobSpec(absl::StrCat("name: '", name,
+                                          "' model { mlp {} } data { synthetic {} } resources "
+                                          "{ min_ranks: 2 max_ranks: 2 }"),
+                             SpecFormat::kTextProto, "test");
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    const std::string job = jobs_->Submit(*spec, "")->job_id();
+    v1::AgentHello hello;
+    hello.set_host("node-a");
+    hello.set_slots(2);
+    agent_ = *scheduler_->AddAgent(hello, [](const v1::CoordinatorMessage&) {});
+    clock_.Advance(absl::Milliseconds(1500));
+    for (int slot = 0; slot < 2; ++slot) {
+      v1::JoinRequest join;
+      join.set_job_id(job);
+      join.set_generation(1);
+      join.set_agent_id(agent_);
+      join.set_slot(slot);
+      scheduler_->Join(join, clock_.Now() + absl::Seconds(60), [](auto) {});
+    }
+    return job;
+  }
+
+  void Heartbeat(const std::string& job, int rank, int64_t step, double compute, double wait) {
+    v1::RankHeartbeat hb;
+    hb.set_job_id(job);
+    hb.set_generation(1);
+    hb.set_rank(rank);
+    hb.set_step(step);
+    hb.set_phase(v1::FORWARD);
+    hb.mutable_timings()->set_step_seconds(compute + wait);
+    hb.mutable_timings()->set_compute_seconds(compute);
+    hb.mutable_timings()->set_comm_wait_seconds(wait);
+    ASSERT_TRUE(scheduler_->Heartbeat(hb));
+  }
+
+  StatusPageSources Sources() { return {jobs_.get(), scheduler_.get(), nullptr}; }
+
+  FakeClock clock_{absl::FromUnixSeconds(1000)};
+  CoordinatorMetrics metrics_;
+  std::unique_ptr<StateStore> state_;
+  std::unique_ptr<JobManager> jobs_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::string agent_;
+};
+
+TEST_F(StatusPageTest, JobPageCarriesRanksDiagnosesHistoryAndEvents) {
+  const std::string job = StartTwoRankJob("page");
+  Heartbeat(job, 0, 20, 0.01, 0.2);
+  Heartbeat(job, 1, 20, 0.21, 0.0);
+  for (int step : {5, 10}) {
+    v1::ReportRequest report;
+    report.set_job_id(job);
+    report.set_generation(1);
+    report.set_rank(0);
+    report.mutable_metrics()->set_step(step);
+    report.mutable_metrics()->set_loss(2.5 - step / 10.0);
+    report.mutable_metrics()->set_samples_per_second(640);
+    ASSERT_TRUE(scheduler_->Report(report).ok());
+  }
+  scheduler_->Tick();  // the STRAGGLER diagnosis becomes an event
+
+  absl::StatusOr<std::string> json = JobPageJson(Sources(), job, clock_.Now());
+  ASSERT_TRUE(json.ok()) << json.status();
+  EXPECT_THAT(*json, HasSubstr("\"job_id\":\"" + job + "\""));
+  EXPECT_THAT(*json, HasSubstr("\"state\":\"RUNNING\""));
+  EXPECT_THAT(*json, HasSubstr("\"caused_wait_seconds\":0.2"));
+  EXPECT_THAT(*json, HasSubstr("\"kind\":\"STRAGGLER\""));
+  EXPECT_THAT(*json, HasSubstr("{\"step\":5,"));
+  EXPECT_THAT(*json, HasSubstr("\"loss\":1.500000"));
+  EXPECT_THAT(*json, HasSubstr("\"samples_per_second\":640.00"));
+  EXPECT_THAT(*json, HasSubstr("diagnosis: STRAGGLER rank 1 computes for"));
+  EXPECT_THAT(*json, HasSubstr("state RUNNING"));
+  EXPECT_THAT(*json, Not(HasSubstr("synthetic"))) << "the spec stays out of the page";
+
+  const std::string list = JobListJson(Sources(), clock_.Now());
+  EXPECT_THAT(list,
+              HasSubstr("{\"job_id\":\"" + job + "\",\"name\":\"page\",\"state\":\"RUNNING\""));
+  EXPECT_THAT(list, HasSubstr("\"step\":20,"));
+  EXPECT_THAT(list, HasSubstr("\"diagnoses\":1,"));
+
+  // The scheduler counted the generation, its rendezvous and the diagnosis.
+  const std::string text = metrics_.Render({});
+  EXPECT_THAT(text, HasSubstr("chorus_generations_total{cause=\"start\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("chorus_rendezvous_seconds_count 1\n"));
+  EXPECT_THAT(text, HasSubstr("chorus_rendezvous_seconds_sum 1.5\n"));
+  EXPECT_THAT(text, HasSubstr("chorus_diagnoses_total{kind=\"STRAGGLER\"} 1\n"));
+}
+
+TEST_F(StatusPageTest, UnknownJobIsNotFoundAndInlineJsonCannotEndTheScript) {
+  EXPECT_EQ(JobPageJson(Sources(), "job-999999", clock_.Now()).status().code(),
+            absl::StatusCode::kNotFound);
+  const std::string html = JobPageHtml("job-1", "{\"text\":\"</script><script>alert(1)\"}");
+  EXPECT_THAT(html, Not(HasSubstr("</script><script>alert")));
+  EXPECT_THAT(html, HasSubstr("<\\/script><script>alert(1)"));
+  EXPECT_THAT(html, HasSubstr("data-job=\"job-1\""));
+  EXPECT_THAT(JobPageHtml("a\"<b", "{}"), HasSubstr("data-job=\"a&quot;&lt;b\""));
+  EXPECT_THAT(NotFoundHtml("no job <x>"), HasSubstr("no job &lt;x&gt;"));
+  EXPECT_THAT(kUplotJs, HasSubstr("uPlot")) << "the charting library is embedded";
+  EXPECT_THAT(kStatusPageJs, HasSubstr("renderJob"));
+}
+
+}  // namespace
+}  // namespace chorus
