@@ -59,7 +59,7 @@ class Traces:
     """Reads the per-process sample traces (CHORUS_SAMPLE_TRACE) as they grow.
 
     A line "step G R S ..." says that the process, as rank R of generation G,
-    finished step S.
+    took the batch of step S (0-based): it has finished every step before S.
     """
 
     def __init__(self, directory):
@@ -133,10 +133,13 @@ def chorus_kill_run(args, tmp):
         killed = time.time()
         killed_at = traces.steps_of(victim)
 
+        # The first step of generation 2 is finished when a rank takes the
+        # batch of the next one.
         def recovered():
             traces.poll()
-            return traces.first_seen.get(2)
-        seen, first_new = wait_until(recovered, 300, "Chorus: a step of generation 2")
+            first = traces.first_seen.get(2)
+            return (time.time(), first[1]) if first and (2, first[1] + 1) in traces.done else None
+        seen, first_new = wait_until(recovered, 300, "Chorus: a step finished by generation 2")
         proc.wait(timeout=600)
     finally:
         if proc.poll() is None:
@@ -151,7 +154,9 @@ def chorus_kill_run(args, tmp):
     return {
         "recovery_seconds": seen - killed,
         "killed_at_step": killed_at,
-        "steps_redone": max(0, last_old - first_new + 1),
+        # Steps 0..last_old-1 were finished by every rank of generation 1
+        # (step last_old is the interrupted one).
+        "steps_redone": max(0, last_old - first_new),
         "steps_per_second": rate,
         "test_accuracy": final.get("final_metrics", {}).get("test_accuracy"),
     }

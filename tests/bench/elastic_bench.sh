@@ -17,13 +17,15 @@
 #         every worker when one dies).
 #
 # What it measures
-#   1. Recovery: rank 1 is killed with SIGKILL once it has finished step 230;
-#      seconds from the kill to the first step finished after it (ours: the
-#      first step of generation 2 seen in the ranks' sample traces; peer: the
+#   1. Recovery: rank 1 is killed with SIGKILL once it has taken step 230's
+#      batch; seconds from the kill to the first step finished after it (ours:
+#      the first step of generation 2, finished when a rank takes the next
+#      batch, seen in the ranks' sample traces, polled every 20 ms; peer: the
 #      first step of restart 1 in its progress file). Target ratio <= 0.2.
-#   2. Steps redone: steps every rank had finished before the kill that are
-#      trained again (ours: from the traces; peer: the step reached minus the
-#      step of the checkpoint it resumed from). Target: 0 for Chorus.
+#   2. Steps redone beyond the interrupted one: steps every rank had finished
+#      before the kill that are trained again (ours: from the traces; peer: the
+#      step reached minus the step of the checkpoint it resumed from).
+#      Target: 0 for Chorus.
 #   3. Throughput under chaos: a random rank killed every 10 s for 60 s, new
 #      steps finished per second in that window as a fraction of the side's
 #      own undisturbed rate (measured before the kill in run 1). Target >= 0.8.
