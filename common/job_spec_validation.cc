@@ -452,6 +452,9 @@ void ValidateRest(const JobSpec& spec, Checker& c) {
 
 void NormalizeJobSpec(JobSpec& spec) {
   if (spec.name().empty()) spec.set_name("job");
+  // -0 means no clipping, as 0 does; JSON would print it as "-0" and read it
+  // back as another value (found by job_spec_fuzzer).
+  if (spec.grad_clip_norm() == 0) spec.set_grad_clip_norm(0);
 
   v1::ModelSpec& m = *spec.mutable_model();
   if (m.has_mlp() && m.mlp().hidden_sizes_size() == 0) {

@@ -106,7 +106,11 @@ void Scheduler::ReformLocked(const std::string& job_id, const std::string& cause
   if (absl::Status s = jobs_.SavePlacements(job_id, run.Placements(agents_)); !s.ok()) {
     LOG(ERROR) << job_id << ": could not record placements: " << s;
   }
-  for (auto& [agent_id, message] : run.LaunchMessages(job_id, coordinator_address_)) {
+  for (auto& launch_for : run.LaunchMessages(job_id, coordinator_address_)) {
+    // A named reference, not a structured binding: C++17 lambdas cannot
+    // capture those (clang refuses).
+    const std::string& agent_id = launch_for.first;
+    auto& message = launch_for.second;
     // Only newcomers are launched; survivors join by themselves.
     v1::LaunchRanks* launch = message.mutable_launch();
     auto* list = launch->mutable_ranks();
