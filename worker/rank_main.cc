@@ -45,6 +45,7 @@
 #include "glog/logging.h"
 #include "worker/comm/gloo_communicator.h"
 #include "worker/comm/grpc_store.h"
+#include "worker/runtime/heartbeat_compose.h"
 #include "worker/runtime/heartbeat_stream.h"
 #include "worker/runtime/rank_failure.h"
 #include "worker/train/trainer.h"
@@ -55,66 +56,6 @@ namespace {
 std::string Env(const char* name, const char* fallback = "") {
   const char* v = std::getenv(name);
   return v != nullptr ? v : fallback;
-}
-
-void ToProto(const FlightRecord& r, v1::CollectiveRecord& out) {
-  out.set_seq(r.seq);
-  v1::CollectiveFingerprint* fp = out.mutable_fingerprint();
-  fp->set_op(r.fingerprint.op);
-  fp->set_tag(r.fingerprint.tag);
-  fp->set_dtype(r.fingerprint.dtype);
-  fp->set_count(r.fingerprint.count);
-  fp->set_bytes(r.fingerprint.bytes());
-  for (int g : r.fingerprint.group) fp->add_group(g);
-  switch (r.state) {
-    case OpState::kEnqueued:
-      out.set_state(v1::CollectiveRecord::ENQUEUED);
-      break;
-    case OpState::kStarted:
-      out.set_state(v1::CollectiveRecord::STARTED);
-      break;
-    case OpState::kCompleted:
-      out.set_state(v1::CollectiveRecord::COMPLETED);
-      break;
-    default:
-      out.set_state(v1::CollectiveRecord::FAILED);
-      break;
-  }
-  auto us = [](absl::Time t) { return t == absl::InfinitePast() ? 0 : absl::ToUnixMicros(t); };
-  out.set_enqueued_us(us(r.enqueued));
-  out.set_started_us(us(r.started));
-  out.set_completed_us(us(r.finished));
-}
-
-// What the coordinator hears from this rank every second: where training
-// is, and the communicator's recent collectives (the hang detector's input).
-v1::RankHeartbeat ComposeHeartbeat(const v1::JoinResponse& joined, const std::string& job_id,
-                                   const Communicator& comm, const TrainingProgress& progress) {
-  v1::RankHeartbeat hb;
-  hb.set_job_id(job_id);
-  hb.set_generation(joined.generation());
-  hb.set_rank(joined.rank());
-  hb.set_step(progress.step.load());
-  hb.set_epoch(progress.epoch.load());
-  hb.set_phase(static_cast<v1::Phase>(progress.phase.load()));
-  const int64_t now_us = absl::ToUnixMicros(absl::Now());
-  // Zero until training publishes its first phase.
-  const int64_t since_us = progress.phase_since_us.load();
-  hb.set_phase_seconds(since_us > 0 ? (now_us - since_us) / 1e6 : 0.0);
-  hb.set_time_us(now_us);
-  hb.mutable_timings()->set_step_seconds(progress.step_seconds.load());
-  hb.mutable_timings()->set_compute_seconds(progress.compute_seconds.load());
-  hb.mutable_timings()->set_comm_wait_seconds(progress.comm_wait_seconds.load());
-  hb.set_loss(progress.loss.load());
-  hb.set_samples_per_second(progress.samples_per_second.load());
-  FlightRecorder::Snapshot snap = comm.flight_recorder().TakeSnapshot(/*recent=*/4);
-  v1::FlightRecorderSummary* fr = hb.mutable_flight_recorder();
-  fr->set_last_enqueued_seq(snap.last_enqueued_seq);
-  fr->set_last_started_seq(snap.last_started_seq);
-  fr->set_last_completed_seq(snap.last_completed_seq);
-  for (const FlightRecord& r : snap.in_flight) ToProto(r, *fr->add_records());
-  for (const FlightRecord& r : snap.recent) ToProto(r, *fr->add_records());
-  return hb;
 }
 
 // SIGUSR1 (sent by the agent for `chorus checkpoint`): the requests so far,
@@ -412,7 +353,8 @@ int Run(RankWhere& where) {
         *ranks,
         [&] {
           absl::MutexLock lock(&current.mu);
-          return ComposeHeartbeat(current.gen->joined, job_id, *current.gen->comm, progress);
+          return ComposeHeartbeat(current.gen->joined, job_id, *current.gen->comm, progress,
+                                  absl::Now());
         },
         heartbeat_options);
     where.training = true;

@@ -1,0 +1,66 @@
+#include "worker/runtime/heartbeat_compose.h"
+
+#include "gtest/gtest.h"
+
+namespace chorus {
+namespace {
+
+TEST(HeartbeatComposeTest, ProgressFieldsAndPhaseAge) {
+  TrainingProgress progress;
+  progress.step.store(42);
+  progress.epoch.store(3);
+  progress.phase.store(v1::BACKWARD);
+  const absl::Time since = absl::FromUnixSeconds(1000);
+  progress.phase_since_us.store(absl::ToUnixMicros(since));
+  progress.step_seconds.store(0.5);
+  progress.compute_seconds.store(0.4);
+  progress.comm_wait_seconds.store(0.1);
+  progress.loss.store(1.25);
+  progress.samples_per_second.store(128);
+
+  v1::RankHeartbeat hb = ProgressHeartbeat(progress, nullptr, since + absl::Milliseconds(2500));
+  EXPECT_EQ(hb.step(), 42);
+  EXPECT_EQ(hb.epoch(), 3);
+  EXPECT_EQ(hb.phase(), v1::BACKWARD);
+  EXPECT_DOUBLE_EQ(hb.phase_seconds(), 2.5);
+  EXPECT_DOUBLE_EQ(hb.timings().step_seconds(), 0.5);
+  EXPECT_DOUBLE_EQ(hb.timings().compute_seconds(), 0.4);
+  EXPECT_DOUBLE_EQ(hb.timings().comm_wait_seconds(), 0.1);
+  EXPECT_DOUBLE_EQ(hb.loss(), 1.25);
+  EXPECT_DOUBLE_EQ(hb.samples_per_second(), 128);
+  EXPECT_FALSE(hb.has_flight_recorder());
+  EXPECT_EQ(hb.rank(), 0);  // identity is the sender's business
+}
+
+TEST(HeartbeatComposeTest, PhaseSecondsZeroBeforeFirstPhase) {
+  TrainingProgress progress;
+  EXPECT_EQ(ProgressHeartbeat(progress, nullptr, absl::Now()).phase_seconds(), 0.0);
+}
+
+TEST(HeartbeatComposeTest, FlightRecorderInFlightThenRecent) {
+  FlightRecorder recorder;
+  const int64_t done = recorder.Enqueued({"allreduce/sum", "float32", 8, {}, "ddp:model/bucket0"});
+  recorder.Started(done);
+  recorder.Finished(done, OpState::kCompleted, "");
+  const int64_t open = recorder.Enqueued({"allreduce/sum", "float32", 4, {}, "ddp:model/bucket1"});
+  recorder.Started(open);
+
+  TrainingProgress progress;
+  v1::RankHeartbeat hb = ProgressHeartbeat(progress, &recorder, absl::Now());
+  const v1::FlightRecorderSummary& fr = hb.flight_recorder();
+  EXPECT_EQ(fr.last_enqueued_seq(), open);
+  EXPECT_EQ(fr.last_started_seq(), open);
+  EXPECT_EQ(fr.last_completed_seq(), done);
+  ASSERT_EQ(fr.records_size(), 2);
+  EXPECT_EQ(fr.records(0).seq(), open);
+  EXPECT_EQ(fr.records(0).state(), v1::CollectiveRecord::STARTED);
+  EXPECT_EQ(fr.records(0).fingerprint().tag(), "ddp:model/bucket1");
+  EXPECT_EQ(fr.records(0).fingerprint().bytes(), 16);
+  EXPECT_EQ(fr.records(0).completed_us(), 0);
+  EXPECT_EQ(fr.records(1).seq(), done);
+  EXPECT_EQ(fr.records(1).state(), v1::CollectiveRecord::COMPLETED);
+  EXPECT_GT(fr.records(1).completed_us(), 0);
+}
+
+}  // namespace
+}  // namespace chorus
