@@ -1,0 +1,135 @@
+#include "chorus/checkpoints.h"
+
+#include <torch/csrc/jit/serialization/pickle.h>
+#include <torch/torch.h>
+
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "checkpoint/layout.h"
+#include "common/status_macros.h"
+#include "worker/train/checkpoint.h"
+
+namespace chorus {
+namespace {
+
+absl::StatusOr<c10::impl::GenericDict> Unpickle(const CheckpointFileData& file) {
+  c10::IValue value;
+  try {
+    value = torch::jit::pickle_load(std::vector<char>(file.bytes.begin(), file.bytes.end()));
+  } catch (const std::exception& e) {
+    return absl::DataLossError(
+        absl::StrCat("checkpoint file ", file.name, " cannot be read: ", e.what()));
+  }
+  if (!value.isGenericDict()) {
+    return absl::DataLossError(
+        absl::StrCat("checkpoint file ", file.name, " is not a dict of tensors"));
+  }
+  return value.toGenericDict();
+}
+
+std::string ShapeOf(const at::Tensor& t) {
+  std::string out = "[";
+  for (int64_t i = 0; i < t.dim(); ++i) absl::StrAppend(&out, i > 0 ? "," : "", t.size(i));
+  return absl::StrCat(out, "] ", c10::toString(t.scalar_type()));
+}
+
+}  // namespace
+
+bool HasCheckpoint(const v1::CheckpointManifest& manifest) {
+  return !manifest.job_id().empty() && manifest.files_size() > 0;
+}
+
+TensorCheckpoints::TensorCheckpoints(CheckpointStorage& storage, int rank, int world_size)
+    : storage_(storage), rank_(rank), world_size_(world_size) {}
+
+absl::Status TensorCheckpoints::Save(int64_t step, const std::vector<NamedTensor>& tensors) {
+  std::set<std::string> names;
+  for (const NamedTensor& t : tensors) {
+    if (t.name.empty()) {
+      return absl::InvalidArgumentError("checkpoint tensors need names; one has an empty name");
+    }
+    if (!names.insert(t.name).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint tensor '", t.name, "' is listed twice"));
+    }
+    if (!t.tensor.defined()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint tensor '", t.name, "' is undefined"));
+    }
+  }
+  if (rank_ != 0) return absl::OkStatus();
+  // The snapshot only refers to the tensors: Store serializes them before
+  // it returns, and the program is not running meanwhile.
+  Snapshot snapshot;
+  snapshot.rank = 0;
+  snapshot.position.step = step;
+  snapshot.position.world_size = world_size_;
+  for (const NamedTensor& t : tensors) {
+    snapshot.model.emplace_back(t.name, t.tensor.detach().cpu().contiguous());
+  }
+  snapshot.train_state.emplace_back("meta.step", torch::tensor({step}, torch::kLong));
+  snapshot.train_state.emplace_back("meta.world_size",
+                                    torch::tensor({int64_t{world_size_}}, torch::kLong));
+  absl::Status s = storage_.Store(step, StreamFiles(snapshot));
+  if (!s.ok()) return absl::Status(s.code(), absl::StrCat("checkpoint ", step, ": ", s.message()));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> TensorCheckpoints::Restore(const v1::CheckpointManifest& manifest,
+                                                   const std::vector<NamedTensor>& into) {
+  if (!HasCheckpoint(manifest)) {
+    return absl::NotFoundError(
+        "no checkpoint to resume from: the job was not submitted with --resume_from");
+  }
+  const std::string where = absl::StrCat("checkpoint ", manifest.job_id(), ":", manifest.step());
+  ASSIGN_OR_RETURN(std::vector<CheckpointFileData> files, storage_.Load(manifest));
+  const CheckpointFileData* model_file = nullptr;
+  const CheckpointFileData* state_file = nullptr;
+  for (const CheckpointFileData& f : files) {
+    if (f.name == kModelFile) model_file = &f;
+    if (f.name == kTrainStateFile) state_file = &f;
+  }
+  if (model_file == nullptr || state_file == nullptr) {
+    return absl::DataLossError(
+        absl::StrCat(where, " lacks ", model_file == nullptr ? kModelFile : kTrainStateFile));
+  }
+  ASSIGN_OR_RETURN(c10::impl::GenericDict saved, Unpickle(*model_file));
+  ASSIGN_OR_RETURN(c10::impl::GenericDict state, Unpickle(*state_file));
+  std::map<std::string, at::Tensor> by_name;
+  for (const auto& item : saved) {
+    if (item.key().isString() && item.value().isTensor()) {
+      by_name[item.key().toStringRef()] = item.value().toTensor();
+    }
+  }
+  // Check everything before changing anything.
+  for (const NamedTensor& t : into) {
+    auto it = by_name.find(t.name);
+    if (it == by_name.end()) {
+      return absl::NotFoundError(absl::StrCat(where, " has no tensor '", t.name, "'"));
+    }
+    if (!t.tensor.defined() || it->second.sizes() != t.tensor.sizes() ||
+        it->second.scalar_type() != t.tensor.scalar_type()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": tensor '", t.name, "' is ", ShapeOf(it->second), " there but ",
+                       t.tensor.defined() ? ShapeOf(t.tensor) : std::string("undefined"), " here"));
+    }
+  }
+  {
+    torch::NoGradGuard no_grad;
+    for (const NamedTensor& t : into) t.tensor.copy_(by_name[t.name]);
+  }
+  int64_t step = manifest.step();
+  for (const auto& item : state) {
+    if (item.key().isString() && item.key().toStringRef() == "meta.step" &&
+        item.value().isTensor()) {
+      step = item.value().toTensor().item<int64_t>();
+    }
+  }
+  return step;
+}
+
+}  // namespace chorus

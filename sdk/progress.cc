@@ -1,0 +1,109 @@
+#include "chorus/progress.h"
+
+#include <utility>
+
+#include "glog/logging.h"
+#include "worker/runtime/heartbeat_compose.h"
+
+namespace chorus {
+
+ProgressReporter::ProgressReporter(ProgressSink sink, const FlightRecorder* recorder,
+                                   ProgressOptions options)
+    : sink_(std::move(sink)),
+      recorder_(recorder),
+      options_(options),
+      clock_(options.clock != nullptr ? *options.clock : real_clock_) {
+  const absl::Time now = clock_.Now();
+  progress_.phase.store(v1::SETUP);
+  progress_.phase_since_us.store(absl::ToUnixMicros(now));
+  {
+    absl::MutexLock lock(&send_mu_);
+    last_step_ = now;
+  }
+  if (options_.interval > absl::ZeroDuration()) thread_ = std::thread([this] { Loop(); });
+}
+
+ProgressReporter::~ProgressReporter() {
+  {
+    absl::MutexLock lock(&stop_mu_);
+    stop_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void ProgressReporter::Step(int64_t step, double loss, int64_t samples) {
+  {
+    absl::MutexLock lock(&send_mu_);
+    const absl::Time now = clock_.Now();
+    const double seconds = absl::ToDoubleSeconds(now - last_step_);
+    last_step_ = now;
+    progress_.step.store(step);
+    progress_.loss.store(loss);
+    progress_.step_seconds.store(seconds);
+    const double wait = comm_wait_seconds_ < seconds ? comm_wait_seconds_ : seconds;
+    progress_.comm_wait_seconds.store(wait);
+    progress_.compute_seconds.store(seconds - wait);
+    comm_wait_seconds_ = 0;
+    progress_.samples_per_second.store(seconds > 0 ? samples / seconds : 0.0);
+  }
+  Send();
+}
+
+void ProgressReporter::SetEpoch(int64_t epoch) { progress_.epoch.store(epoch); }
+
+void ProgressReporter::SetCommWait(absl::Duration wait) {
+  absl::MutexLock lock(&send_mu_);
+  comm_wait_seconds_ = absl::ToDoubleSeconds(wait);
+}
+
+v1::Phase ProgressReporter::EnterPhase(v1::Phase phase) {
+  const auto previous = static_cast<v1::Phase>(progress_.phase.exchange(phase));
+  progress_.phase_since_us.store(absl::ToUnixMicros(clock_.Now()));
+  Send();
+  return previous;
+}
+
+v1::RankHeartbeat ProgressReporter::Current() {
+  return ProgressHeartbeat(progress_, recorder_, clock_.Now());
+}
+
+int64_t ProgressReporter::sent() const {
+  absl::MutexLock lock(&send_mu_);
+  return sent_;
+}
+
+int64_t ProgressReporter::refused() const {
+  absl::MutexLock lock(&send_mu_);
+  return refused_;
+}
+
+void ProgressReporter::Send() {
+  absl::MutexLock lock(&send_mu_);
+  const absl::Status s = sink_(Current());
+  if (s.ok()) {
+    ++sent_;
+    return;
+  }
+  ++refused_;
+  // A dropped record is replaced by the next one; anything else (the
+  // supervisor is gone) is worth one line.
+  if (s.code() != absl::StatusCode::kResourceExhausted && !warned_) {
+    warned_ = true;
+    LOG(WARNING) << "chorus: progress records are not getting through: " << s;
+  }
+}
+
+void ProgressReporter::Loop() {
+  for (;;) {
+    {
+      absl::MutexLock lock(&stop_mu_);
+      if (clock_.AwaitWithDeadline(stop_mu_, absl::Condition(&stop_),
+                                   clock_.Now() + options_.interval)) {
+        return;
+      }
+    }
+    Send();
+  }
+}
+
+}  // namespace chorus

@@ -1,0 +1,122 @@
+// ProgressReporter and PhaseScope: how an SDK program tells Chorus where
+// its training is, so that `chorus status` and the coordinator's hang
+// detector see it as they see a built-in rank. The reporter keeps the
+// program's step, epoch, phase, step time, loss and throughput, and sends
+// them — with the communicator's flight-recorder summary, the hang
+// detector's evidence — as one v1::RankHeartbeat to its sink: at once on
+// every Step() and phase change, and every `interval` from its own thread,
+// so that a program blocked in a collective still shows how long it has
+// waited. Under Chorus the sink is the progress channel to the supervising
+// chorus-rank (worker/runtime/progress_channel.h), which forwards the newest
+// record in its heartbeats.
+//
+// Thread-safety: every method may be called from any thread; the sink is
+// called from the caller's thread and from the reporter's own thread (never
+// both at once). PhaseScope belongs to the thread that made it.
+//
+// Example:
+//   ProgressReporter progress(sink, &comm.flight_recorder());
+//   for (int64_t step = 1; step <= steps; ++step) {
+//     { PhaseScope phase(progress, v1::FORWARD); loss = Forward(batch); }
+//     { PhaseScope phase(progress, v1::BACKWARD); loss.backward(); }
+//     progress.Step(step, loss.item<double>(), batch_size);
+//   }
+#ifndef CHORUS_SDK_PROGRESS_H_
+#define CHORUS_SDK_PROGRESS_H_
+
+#include <cstdint>
+#include <functional>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "chorus/v1/coordinator.pb.h"
+#include "common/clock.h"
+#include "worker/comm/flight_recorder.h"
+#include "worker/train/training_progress.h"
+
+namespace chorus {
+
+// Where progress records go. RESOURCE_EXHAUSTED: this record was dropped
+// (the receiver is behind; the next one carries newer state).
+using ProgressSink = std::function<absl::Status(const v1::RankHeartbeat& progress)>;
+
+struct ProgressOptions {
+  // How often the reporter's thread sends the current state; 0 = no thread
+  // (only Step() and phase changes send).
+  absl::Duration interval = absl::Seconds(1);
+  // Time for step durations and phase ages; null = the real clock.
+  Clock* clock = nullptr;
+};
+
+class ProgressReporter {
+ public:
+  // `recorder` (may be null: no flight recorder in the records) must
+  // outlive the reporter. Starts in phase SETUP.
+  ProgressReporter(ProgressSink sink, const FlightRecorder* recorder,
+                   ProgressOptions options = ProgressOptions());
+  // Stops the reporter's thread (after its current send).
+  ~ProgressReporter();
+  ProgressReporter(const ProgressReporter&) = delete;
+  ProgressReporter& operator=(const ProgressReporter&) = delete;
+
+  // Step `step` ended with `loss` over `samples` samples of this rank: the
+  // step time is the time since the previous Step() (or since the reporter
+  // was made), throughput samples / step time. Sends a record.
+  void Step(int64_t step, double loss, int64_t samples);
+  void SetEpoch(int64_t epoch);
+  // Optional, for the straggler attribution: of the last step, how long
+  // this rank waited for the others (gradient synchronization). Without it
+  // the whole step counts as compute.
+  void SetCommWait(absl::Duration wait);
+  // Enters `phase` (and sends a record); returns the phase it left.
+  v1::Phase EnterPhase(v1::Phase phase);
+
+  // The record the sink would get now.
+  v1::RankHeartbeat Current();
+  // Records sent, and records the sink refused (dropped or failed).
+  int64_t sent() const;
+  int64_t refused() const;
+
+ private:
+  void Send();
+  void Loop();
+
+  const ProgressSink sink_;
+  const FlightRecorder* const recorder_;
+  const ProgressOptions options_;
+  RealClock real_clock_;
+  Clock& clock_;
+  TrainingProgress progress_;
+
+  mutable absl::Mutex send_mu_;  // one send at a time, in order
+  absl::Time last_step_ ABSL_GUARDED_BY(send_mu_);
+  double comm_wait_seconds_ ABSL_GUARDED_BY(send_mu_) = 0;
+  int64_t sent_ ABSL_GUARDED_BY(send_mu_) = 0;
+  int64_t refused_ ABSL_GUARDED_BY(send_mu_) = 0;
+  bool warned_ ABSL_GUARDED_BY(send_mu_) = false;
+
+  absl::Mutex stop_mu_;
+  bool stop_ ABSL_GUARDED_BY(stop_mu_) = false;
+  std::thread thread_;
+};
+
+// Enters a phase for its lifetime and returns to the phase before it.
+class PhaseScope {
+ public:
+  PhaseScope(ProgressReporter& reporter, v1::Phase phase)
+      : reporter_(reporter), previous_(reporter.EnterPhase(phase)) {}
+  ~PhaseScope() { reporter_.EnterPhase(previous_); }
+  PhaseScope(const PhaseScope&) = delete;
+  PhaseScope& operator=(const PhaseScope&) = delete;
+
+ private:
+  ProgressReporter& reporter_;
+  const v1::Phase previous_;
+};
+
+}  // namespace chorus
+
+#endif  // CHORUS_SDK_PROGRESS_H_
