@@ -1,0 +1,127 @@
+#include "chorus/session.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <torch/torch.h>
+
+#include <cstring>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "checkpoint/coordinator_storage.h"
+#include "checkpoint/fake_checkpoint_service.h"
+#include "gtest/gtest.h"
+
+namespace chorus {
+namespace {
+
+TEST(SessionTest, OutsideChorusTheMissingVariableIsNamed) {
+  for (const char* name : {"CHORUS_JOB_ID", "CHORUS_COORDINATOR", "RANK", "WORLD_SIZE",
+                           "CHORUS_JOIN_FILE", "CHORUS_PROGRESS_FD"}) {
+    unsetenv(name);
+  }
+  SessionOptions options;
+  options.handle_checkpoint_signal = false;
+  absl::StatusOr<std::unique_ptr<Session>> session = Session::FromEnvironment(options);
+  ASSERT_FALSE(session.ok());
+  EXPECT_EQ(session.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(session.status().message().rfind("CHORUS_JOB_ID is not set: ", 0), 0u)
+      << session.status();
+  EXPECT_NE(session.status().message().find("as a `program` job"), std::string::npos);
+}
+
+Session::Parts PartsFor(int rank, FakeCheckpointService* coordinator) {
+  Session::Parts parts;
+  parts.env.rank = rank;
+  parts.env.world_size = 2;
+  parts.env.generation = 1;
+  parts.env.job_id = "job-000001";
+  if (coordinator != nullptr) {
+    parts.checkpoint_storage = std::make_unique<CoordinatorCheckpointStorage>(
+        coordinator->channel(), "job-000001", 1, rank);
+  }
+  return parts;
+}
+
+SessionOptions Quiet() {
+  SessionOptions options;
+  options.progress_interval = absl::ZeroDuration();
+  return options;
+}
+
+TEST(SessionTest, StepsAndPhasesGoToTheProgressSink) {
+  absl::Mutex mu;
+  std::vector<v1::RankHeartbeat> got;
+  Session::Parts parts = PartsFor(0, nullptr);
+  parts.progress_sink = [&](const v1::RankHeartbeat& hb) {
+    absl::MutexLock lock(&mu);
+    got.push_back(hb);
+    return absl::OkStatus();
+  };
+  {
+    std::unique_ptr<Session> session = Session::FromParts(std::move(parts), Quiet());
+    EXPECT_EQ(session->rank(), 0);
+    EXPECT_EQ(session->world_size(), 2);
+    EXPECT_FALSE(session->resuming());
+    { PhaseScope phase(session->progress(), v1::EVAL); }
+    session->Step(3, 0.5, 10);
+  }
+  absl::MutexLock lock(&mu);
+  ASSERT_EQ(got.size(), 4u);  // EVAL, back to SETUP, the step, FINISHED at the end
+  EXPECT_EQ(got[0].phase(), v1::EVAL);
+  EXPECT_EQ(got[1].phase(), v1::SETUP);
+  EXPECT_EQ(got[2].step(), 3);
+  EXPECT_DOUBLE_EQ(got[2].loss(), 0.5);
+  EXPECT_EQ(got[3].phase(), v1::FINISHED);
+}
+
+TEST(SessionTest, CheckpointRequestedOncePerSignal) {
+  std::unique_ptr<Session> session = Session::FromParts(PartsFor(0, nullptr), Quiet());
+  EXPECT_FALSE(session->CheckpointRequested());
+  ASSERT_EQ(raise(SIGUSR1), 0);
+  EXPECT_TRUE(session->CheckpointRequested());
+  EXPECT_FALSE(session->CheckpointRequested());
+  ASSERT_EQ(raise(SIGUSR1), 0);
+  ASSERT_EQ(raise(SIGUSR1), 0);
+  EXPECT_TRUE(session->CheckpointRequested());  // two requests before a look: one checkpoint
+  EXPECT_FALSE(session->CheckpointRequested());
+}
+
+TEST(SessionTest, SaveThenResumeBitForBit) {
+  FakeCheckpointService coordinator;
+  coordinator.set_data_port(FakeCheckpointService::DataPort::kNone);
+  ASSERT_TRUE(coordinator.Start().ok());
+  torch::manual_seed(3);
+  at::Tensor w = torch::randn({16, 8});
+  at::Tensor steps = torch::tensor({int64_t{777}});
+  {
+    std::unique_ptr<Session> rank0 = Session::FromParts(PartsFor(0, &coordinator), Quiet());
+    ASSERT_TRUE(rank0->SaveCheckpoint(12, {{"w", w}, {"steps", steps}}).ok());
+  }
+  std::optional<v1::CheckpointManifest> manifest = coordinator.Manifest(12);
+  ASSERT_TRUE(manifest.has_value());
+  manifest->set_job_id("job-000001");
+
+  Session::Parts parts = PartsFor(1, &coordinator);
+  *parts.env.joined.mutable_resume() = *manifest;
+  std::unique_ptr<Session> resumed = Session::FromParts(std::move(parts), Quiet());
+  ASSERT_TRUE(resumed->resuming());
+  at::Tensor w2 = torch::zeros({16, 8});
+  at::Tensor steps2 = torch::zeros({1}, torch::kLong);
+  absl::StatusOr<int64_t> step = resumed->RestoreCheckpoint({{"w", w2}, {"steps", steps2}});
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_EQ(*step, 12);
+  EXPECT_EQ(std::memcmp(w.data_ptr(), w2.data_ptr(), w.numel() * sizeof(float)), 0);
+  EXPECT_EQ(steps2.item<int64_t>(), 777);
+  EXPECT_EQ(resumed->progress().Current().phase(), v1::SETUP);  // CHECKPOINT left again
+}
+
+TEST(SessionTest, NoStorageIsAnErrorNotACrash) {
+  std::unique_ptr<Session> session = Session::FromParts(PartsFor(0, nullptr), Quiet());
+  absl::Status s = session->SaveCheckpoint(1, {{"w", torch::ones({1})}});
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.message(), "this session has no checkpoint storage");
+}
+
+}  // namespace
+}  // namespace chorus
