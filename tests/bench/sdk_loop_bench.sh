@@ -9,8 +9,9 @@
 #            prints train_seconds and steps: the loop from its first step to its
 #            last, evaluation excluded)
 #     peer:  the built-in trainer on examples/fashion_mnist_mlp_ddp.textproto
-#            (final_metrics.values.wall_seconds / total_steps: its training
-#            loop, which includes its final evaluation over the 10k test split)
+#            (final_metrics.wall_seconds / steps of `chorus up --json`: its
+#            training loop, which includes its final evaluation over the 10k
+#            test split)
 #   Same model (MLP 784-256-128-10), data, batch 64 per rank, 5 epochs = 2340
 #   steps, SGD momentum 0.9 with warmup + cosine, DDP with 25 MB buckets.
 #   The two sides alternate (ours, peer, ours, peer, ...).
@@ -72,8 +73,8 @@ for ((i = 1; i <= runs; i++)); do
   fi
   if timeout "${BENCH_TIMEOUT}" "${CHORUS}" up --local 2 --state_dir "${work}/peer${i}" \
        examples/fashion_mnist_mlp_ddp.textproto --json >"${work}/peer${i}.json" 2>"${work}/peer${i}.err"; then
-    wall=$(json_field '["final_metrics"]["values"]["wall_seconds"]' <"${work}/peer${i}.json")
-    steps=$(json_field '["final_metrics"]["values"]["total_steps"]' <"${work}/peer${i}.json")
+    wall=$(json_field '["final_metrics"]["wall_seconds"]' <"${work}/peer${i}.json")
+    steps=$(json_field '["final_metrics"]["steps"]' <"${work}/peer${i}.json")
     s=$(awk -v w="${wall}" -v n="${steps}" 'BEGIN { printf "%.6f", w / n }')
     echo "run ${i} peer: ${s} s/step (${wall} s / ${steps} steps)"
     peer+=("${s}")
