@@ -113,7 +113,7 @@ torchrun_case() {
   cat > "${TMP}/torchrun.yaml" <<SPEC
 name: torchrun-script
 program:
-  argv: [${python}, ${script}, ${args[*]}]
+  argv: [${python}, ${script}$(printf ', "%s"' "${args[@]}")]
   env: {GLOO_SOCKET_IFNAME: lo}
 resources: {min_ranks: 2}
 SPEC
