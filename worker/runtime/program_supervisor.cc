@@ -272,7 +272,7 @@ v1::ReportRequest FinalReport(const ProgramRank& rank, const ProgramOutcome& out
   const absl::Status status = outcome.ToStatus(program);
   request.set_success(status.ok());
   request.set_error(std::string(status.message()));
-  (*request.mutable_metrics()->mutable_values())["exit_code"] = outcome.ExitCode();
+  // No metrics: the coordinator keeps what the program reported itself.
   return request;
 }
 
