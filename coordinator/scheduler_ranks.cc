@@ -81,6 +81,12 @@ absl::Status Scheduler::Report(const v1::ReportRequest& report) {
                                                       report.job_id(), " now"));
   }
   if (report.rank() != 0) return absl::OkStatus();
+  // A final report without metrics (a program job's supervisor: the
+  // program reported its own along the way) keeps the latest ones.
+  if (report.final() && report.metrics().ByteSizeLong() == 0) {
+    ASSIGN_OR_RETURN(v1::Job job, jobs_.Get(report.job_id()));
+    return jobs_.UpdateMetrics(report.job_id(), job.latest_metrics(), /*persist=*/true);
+  }
   v1::Metrics metrics = report.metrics();
   if (it->second.elastic) {  // what only the coordinator knows
     (*metrics.mutable_values())["restarts"] = it->second.restarts;

@@ -170,6 +170,31 @@ TEST_F(SchedulerTest, StaleGenerationUnknownSlotAndDeadline) {
   EXPECT_EQ(none.result.status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST_F(SchedulerTest, AFinalReportWithoutMetricsKeepsTheLatest) {
+  FakeAgent a;
+  Add(a, 1, "node-a");
+  const std::string job = Submit(1, 1);
+  ASSERT_EQ(State(job), v1::Job::RUNNING);
+  v1::ReportRequest report;
+  report.set_job_id(job);
+  report.set_generation(1);
+  report.mutable_metrics()->set_step(50);
+  report.mutable_metrics()->set_eval_accuracy(0.9);
+  ASSERT_TRUE(scheduler_->Report(report).ok());
+  v1::ReportRequest final_report;
+  final_report.set_job_id(job);
+  final_report.set_generation(1);
+  final_report.set_final(true);
+  final_report.set_success(true);
+  ASSERT_TRUE(scheduler_->Report(final_report).ok());
+  EXPECT_EQ(jobs_->Get(job)->latest_metrics().step(), 50);
+  EXPECT_DOUBLE_EQ(jobs_->Get(job)->latest_metrics().eval_accuracy(), 0.9);
+  final_report.mutable_metrics()->set_step(60);
+  ASSERT_TRUE(scheduler_->Report(final_report).ok());
+  EXPECT_EQ(jobs_->Get(job)->latest_metrics().step(), 60) << "final metrics still replace";
+  EXPECT_EQ(jobs_->Get(job)->latest_metrics().eval_accuracy(), 0);
+}
+
 TEST_F(SchedulerTest, FailedRankFailsTheJobAndStopsTheOthers) {
   FakeAgent a, b;
   Add(a, 1, "node-a");

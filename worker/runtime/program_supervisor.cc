@@ -13,15 +13,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
-#include <sstream>
 #include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/grpc_util.h"
@@ -272,7 +271,7 @@ v1::ReportRequest FinalReport(const ProgramRank& rank, const ProgramOutcome& out
   const absl::Status status = outcome.ToStatus(program);
   request.set_success(status.ok());
   request.set_error(std::string(status.message()));
-  (*request.mutable_metrics()->mutable_values())["exit_code"] = outcome.ExitCode();
+  // No metrics: the coordinator keeps what the program reported itself.
   return request;
 }
 

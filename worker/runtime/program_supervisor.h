@@ -102,7 +102,8 @@ struct ProgramOutcome {
   int ExitCode() const { return signaled ? 128 + signal : exit_code; }
 };
 
-// The final ReportRequest for `outcome` (final, success iff ok()).
+// The final ReportRequest for `outcome` (final, success iff ok()), without
+// metrics: the coordinator then keeps those the program reported.
 v1::ReportRequest FinalReport(const ProgramRank& rank, const ProgramOutcome& outcome,
                               const std::string& program);
 
