@@ -40,6 +40,7 @@
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
+#include "prometheus/metric_family.h"
 #include "prometheus/registry.h"
 
 namespace chorus {
@@ -58,25 +59,22 @@ struct ClusterSnapshot {
   std::vector<v1::JobStatus> running;
 };
 
-// A set of gauge series rebuilt at every render: series set during the
-// render stay, the others are removed at its end. Series are found by a
-// flat key of their labels and marked with the render they were last set
-// in, so a render of N series costs N hash lookups.
-class GaugeSeries {
+// A gauge family rebuilt from the snapshot at every render: a render writes
+// only the series set during it, so a job that ended or a rank that left a
+// phase is gone from the next scrape with no bookkeeping. The family is
+// built directly in prometheus-cpp's data model (no Gauge objects, no
+// registry lookups), which keeps a scrape of a thousand ranks cheap
+// (Note [Scrape cost] in coordinator_metrics.cc).
+class StateGauge {
  public:
-  explicit GaugeSeries(prometheus::Family<prometheus::Gauge>& family) : family_(family) {}
-  void Begin() { ++render_; }
-  void Set(const std::map<std::string, std::string>& labels, double value);
-  void End();
+  StateGauge(std::string name, std::string help);
+  // Adds one series; `labels` in any order.
+  void Set(std::vector<prometheus::ClientMetric::Label> labels, double value);
+  // This render's family; leaves the gauge empty for the next render.
+  prometheus::MetricFamily Take();
 
  private:
-  struct Live {
-    prometheus::Gauge* gauge = nullptr;
-    uint64_t render = 0;
-  };
-  prometheus::Family<prometheus::Gauge>& family_;
-  std::unordered_map<std::string, Live> live_;
-  uint64_t render_ = 0;
+  prometheus::MetricFamily family_;
 };
 
 class CoordinatorMetrics {
@@ -112,33 +110,33 @@ class CoordinatorMetrics {
   absl::Mutex render_mu_;
   // Terminal-state counts already added to jobs_finished_.
   std::map<v1::Job::State, int64_t> finished_counted_ ABSL_GUARDED_BY(render_mu_);
-  // State gauges.
-  std::vector<std::unique_ptr<GaugeSeries>> all_ ABSL_GUARDED_BY(render_mu_);
-  GaugeSeries* jobs_ ABSL_GUARDED_BY(render_mu_);
-  GaugeSeries* agents_ ABSL_GUARDED_BY(render_mu_);
-  GaugeSeries* slots_ ABSL_GUARDED_BY(render_mu_);
-  GaugeSeries* job_progress_ ABSL_GUARDED_BY(render_mu_);
-  GaugeSeries* job_step_ ABSL_GUARDED_BY(render_mu_);
-  GaugeSeries* job_samples_ ABSL_GUARDED_BY(render_mu_);
-  GaugeSeries* job_eta_ ABSL_GUARDED_BY(render_mu_);
-  GaugeSeries* job_loss_ ABSL_GUARDED_BY(render_mu_);
-  GaugeSeries* job_diagnoses_ ABSL_GUARDED_BY(render_mu_);
-  GaugeSeries* checkpoint_bytes_ ABSL_GUARDED_BY(render_mu_);
-  GaugeSeries* checkpoint_stall_ ABSL_GUARDED_BY(render_mu_);
-  GaugeSeries* checkpoint_store_ ABSL_GUARDED_BY(render_mu_);
-  GaugeSeries* rank_step_ ABSL_GUARDED_BY(render_mu_);
-  GaugeSeries* rank_samples_ ABSL_GUARDED_BY(render_mu_);
-  GaugeSeries* rank_step_seconds_ ABSL_GUARDED_BY(render_mu_);
-  GaugeSeries* rank_compute_ ABSL_GUARDED_BY(render_mu_);
-  GaugeSeries* rank_wait_ ABSL_GUARDED_BY(render_mu_);
-  GaugeSeries* rank_caused_ ABSL_GUARDED_BY(render_mu_);
-  GaugeSeries* rank_phase_ ABSL_GUARDED_BY(render_mu_);
-  GaugeSeries* rank_phase_seconds_ ABSL_GUARDED_BY(render_mu_);
-  GaugeSeries* rank_heartbeat_age_ ABSL_GUARDED_BY(render_mu_);
-  GaugeSeries* rank_loss_ ABSL_GUARDED_BY(render_mu_);
-  GaugeSeries* rank_diagnosed_ ABSL_GUARDED_BY(render_mu_);
+  // State gauges, in the order they are written.
+  std::vector<std::unique_ptr<StateGauge>> all_ ABSL_GUARDED_BY(render_mu_);
+  StateGauge* jobs_ ABSL_GUARDED_BY(render_mu_);
+  StateGauge* agents_ ABSL_GUARDED_BY(render_mu_);
+  StateGauge* slots_ ABSL_GUARDED_BY(render_mu_);
+  StateGauge* job_progress_ ABSL_GUARDED_BY(render_mu_);
+  StateGauge* job_step_ ABSL_GUARDED_BY(render_mu_);
+  StateGauge* job_samples_ ABSL_GUARDED_BY(render_mu_);
+  StateGauge* job_eta_ ABSL_GUARDED_BY(render_mu_);
+  StateGauge* job_loss_ ABSL_GUARDED_BY(render_mu_);
+  StateGauge* job_diagnoses_ ABSL_GUARDED_BY(render_mu_);
+  StateGauge* checkpoint_bytes_ ABSL_GUARDED_BY(render_mu_);
+  StateGauge* checkpoint_stall_ ABSL_GUARDED_BY(render_mu_);
+  StateGauge* checkpoint_store_ ABSL_GUARDED_BY(render_mu_);
+  StateGauge* rank_step_ ABSL_GUARDED_BY(render_mu_);
+  StateGauge* rank_samples_ ABSL_GUARDED_BY(render_mu_);
+  StateGauge* rank_step_seconds_ ABSL_GUARDED_BY(render_mu_);
+  StateGauge* rank_compute_ ABSL_GUARDED_BY(render_mu_);
+  StateGauge* rank_wait_ ABSL_GUARDED_BY(render_mu_);
+  StateGauge* rank_caused_ ABSL_GUARDED_BY(render_mu_);
+  StateGauge* rank_phase_ ABSL_GUARDED_BY(render_mu_);
+  StateGauge* rank_phase_seconds_ ABSL_GUARDED_BY(render_mu_);
+  StateGauge* rank_heartbeat_age_ ABSL_GUARDED_BY(render_mu_);
+  StateGauge* rank_loss_ ABSL_GUARDED_BY(render_mu_);
+  StateGauge* rank_diagnosed_ ABSL_GUARDED_BY(render_mu_);
 
-  GaugeSeries* AddGauge(const std::string& name, const std::string& help)
+  StateGauge* AddGauge(const std::string& name, const std::string& help)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(render_mu_);
 };
 

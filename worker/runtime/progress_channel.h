@@ -1,0 +1,105 @@
+// The progress channel: how a user's program, started by chorus-rank for a
+// `program` job (docs/programs.md), tells its supervising chorus-rank where
+// training is, so that the supervisor's heartbeats carry the program's step,
+// phase and flight recorder and the hang detector sees it like a built-in
+// rank. One SOCK_SEQPACKET socket pair: the supervisor keeps one end, the
+// program inherits the other and finds its number in CHORUS_PROGRESS_FD.
+// Each message is one serialized v1::RankHeartbeat holding what the program
+// knows (step, epoch, phase, phase_seconds, timings, loss,
+// samples_per_second, flight_recorder); the supervisor fills in job_id,
+// generation, rank and time_us itself. Messages keep their boundaries, so no
+// framing is needed, and a sender never blocks: a record the supervisor has
+// no room for is dropped (the next one carries newer state).
+//
+// Thread-safety: a ProgressSender may be used from any thread (each Send is
+// one atomic datagram); a ProgressReceiver by one thread at a time.
+//
+// Example:
+//   // supervisor
+//   absl::StatusOr<ProgressChannelPair> pair = CreateProgressChannel();
+//   // ... start the program with CHORUS_PROGRESS_FD=<pair->program_fd>, then
+//   close(pair->program_fd);
+//   ProgressReceiver receiver(pair->supervisor_fd);
+//   absl::StatusOr<v1::RankHeartbeat> newest = receiver.Receive(absl::Now() + absl::Seconds(1));
+//   // program
+//   absl::StatusOr<std::unique_ptr<ProgressSender>> sender = ProgressSender::FromEnvironment();
+//   v1::RankHeartbeat progress;
+//   progress.set_step(12);
+//   if (sender.ok()) (*sender)->Send(progress).IgnoreError();
+#ifndef CHORUS_WORKER_RUNTIME_PROGRESS_CHANNEL_H_
+#define CHORUS_WORKER_RUNTIME_PROGRESS_CHANNEL_H_
+
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "chorus/v1/coordinator.pb.h"
+
+namespace chorus {
+
+// The environment variable that names the program's end.
+inline constexpr char kProgressFdVariable[] = "CHORUS_PROGRESS_FD";
+
+// The largest record a sender accepts (a heartbeat with a full flight
+// recorder summary is a few KB).
+inline constexpr size_t kMaxProgressRecordBytes = 64 * 1024;
+
+struct ProgressChannelPair {
+  // Close-on-exec: stays with the supervisor.
+  int supervisor_fd = -1;
+  // Inheritable: survives the exec of the program.
+  int program_fd = -1;
+};
+
+// A new socket pair; the caller owns both descriptors.
+absl::StatusOr<ProgressChannelPair> CreateProgressChannel();
+
+// The program's end.
+class ProgressSender {
+ public:
+  // From CHORUS_PROGRESS_FD: NOT_FOUND when it is unset (the program runs
+  // outside Chorus, or under a supervisor without a channel);
+  // INVALID_ARGUMENT, naming the variable, when it is not the number of an
+  // open socket.
+  static absl::StatusOr<std::unique_ptr<ProgressSender>> FromEnvironment();
+
+  // Takes ownership of `fd`.
+  explicit ProgressSender(int fd);
+  ~ProgressSender();
+  ProgressSender(const ProgressSender&) = delete;
+  ProgressSender& operator=(const ProgressSender&) = delete;
+
+  // Sends one record without blocking. RESOURCE_EXHAUSTED: the supervisor
+  // is behind and the record was dropped; UNAVAILABLE: the supervisor's end
+  // is closed; INVALID_ARGUMENT: over kMaxProgressRecordBytes.
+  absl::Status Send(const v1::RankHeartbeat& progress);
+
+ private:
+  const int fd_;
+};
+
+// The supervisor's end.
+class ProgressReceiver {
+ public:
+  // Takes ownership of `fd`.
+  explicit ProgressReceiver(int fd);
+  ~ProgressReceiver();
+  ProgressReceiver(const ProgressReceiver&) = delete;
+  ProgressReceiver& operator=(const ProgressReceiver&) = delete;
+
+  // Waits until `deadline` for at least one record, then drains whatever
+  // is queued and returns the newest. DEADLINE_EXCEEDED: none came by
+  // `deadline`; OUT_OF_RANGE: every copy of the program's end is closed and
+  // nothing is left; DATA_LOSS: a record that does not parse (skipped, the
+  // next call goes on).
+  absl::StatusOr<v1::RankHeartbeat> Receive(absl::Time deadline);
+
+ private:
+  const int fd_;
+  bool closed_ = false;
+};
+
+}  // namespace chorus
+
+#endif  // CHORUS_WORKER_RUNTIME_PROGRESS_CHANNEL_H_

@@ -1,0 +1,187 @@
+#include "worker/runtime/progress_channel.h"
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace chorus {
+namespace {
+
+v1::RankHeartbeat Progress(int64_t step) {
+  v1::RankHeartbeat hb;
+  hb.set_step(step);
+  hb.set_phase(v1::BACKWARD);
+  hb.set_loss(0.25 * step);
+  return hb;
+}
+
+TEST(ProgressChannelTest, TheNewestQueuedRecordComesBack) {
+  absl::StatusOr<ProgressChannelPair> pair = CreateProgressChannel();
+  ASSERT_TRUE(pair.ok()) << pair.status();
+  ProgressSender sender(pair->program_fd);
+  ProgressReceiver receiver(pair->supervisor_fd);
+  for (int step = 1; step <= 3; ++step) ASSERT_TRUE(sender.Send(Progress(step)).ok());
+  absl::StatusOr<v1::RankHeartbeat> got = receiver.Receive(absl::Now() + absl::Seconds(5));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->step(), 3);
+  EXPECT_EQ(got->phase(), v1::BACKWARD);
+  EXPECT_DOUBLE_EQ(got->loss(), 0.75);
+  // Drained: nothing more until the deadline.
+  const absl::Time start = absl::Now();
+  absl::StatusOr<v1::RankHeartbeat> none = receiver.Receive(start + absl::Milliseconds(50));
+  EXPECT_TRUE(absl::IsDeadlineExceeded(none.status())) << none.status();
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(45));
+}
+
+TEST(ProgressChannelTest, AnEmptyRecordIsARecordNotAClose) {
+  absl::StatusOr<ProgressChannelPair> pair = CreateProgressChannel();
+  ASSERT_TRUE(pair.ok()) << pair.status();
+  ProgressSender sender(pair->program_fd);
+  ProgressReceiver receiver(pair->supervisor_fd);
+  ASSERT_TRUE(sender.Send(v1::RankHeartbeat()).ok());
+  absl::StatusOr<v1::RankHeartbeat> got = receiver.Receive(absl::Now() + absl::Seconds(5));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->step(), 0);
+}
+
+TEST(ProgressChannelTest, CloseIsReportedAfterTheLastRecord) {
+  absl::StatusOr<ProgressChannelPair> pair = CreateProgressChannel();
+  ASSERT_TRUE(pair.ok()) << pair.status();
+  ProgressReceiver receiver(pair->supervisor_fd);
+  {
+    ProgressSender sender(pair->program_fd);
+    ASSERT_TRUE(sender.Send(Progress(7)).ok());
+  }
+  absl::StatusOr<v1::RankHeartbeat> got = receiver.Receive(absl::Now() + absl::Seconds(5));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->step(), 7);
+  absl::StatusOr<v1::RankHeartbeat> closed = receiver.Receive(absl::Now() + absl::Seconds(5));
+  EXPECT_TRUE(absl::IsOutOfRange(closed.status())) << closed.status();
+}
+
+TEST(ProgressChannelTest, ASenderNeverBlocksWhenTheSupervisorIsBehind) {
+  absl::StatusOr<ProgressChannelPair> pair = CreateProgressChannel();
+  ASSERT_TRUE(pair.ok()) << pair.status();
+  ProgressSender sender(pair->program_fd);
+  ProgressReceiver receiver(pair->supervisor_fd);
+  v1::RankHeartbeat big = Progress(1);
+  big.set_job_id(std::string(8000, 'j'));
+  int dropped = 0;
+  const absl::Time start = absl::Now();
+  for (int i = 0; i < 10000 && dropped == 0; ++i) {
+    absl::Status status = sender.Send(big);
+    if (absl::IsResourceExhausted(status))
+      ++dropped;
+    else
+      ASSERT_TRUE(status.ok()) << status;
+  }
+  EXPECT_EQ(dropped, 1);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  // The supervisor catches up and the channel works again.
+  ASSERT_TRUE(receiver.Receive(absl::Now() + absl::Seconds(5)).ok());
+  ASSERT_TRUE(sender.Send(Progress(2)).ok());
+  absl::StatusOr<v1::RankHeartbeat> got = receiver.Receive(absl::Now() + absl::Seconds(5));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->step(), 2);
+}
+
+TEST(ProgressChannelTest, SendingToAClosedSupervisorIsUnavailable) {
+  absl::StatusOr<ProgressChannelPair> pair = CreateProgressChannel();
+  ASSERT_TRUE(pair.ok()) << pair.status();
+  ProgressSender sender(pair->program_fd);
+  close(pair->supervisor_fd);
+  absl::Status status = sender.Send(Progress(1));
+  EXPECT_TRUE(absl::IsUnavailable(status)) << status;
+}
+
+TEST(ProgressChannelTest, AnOversizedRecordIsRefused) {
+  absl::StatusOr<ProgressChannelPair> pair = CreateProgressChannel();
+  ASSERT_TRUE(pair.ok()) << pair.status();
+  ProgressSender sender(pair->program_fd);
+  ProgressReceiver receiver(pair->supervisor_fd);
+  v1::RankHeartbeat big;
+  big.set_job_id(std::string(kMaxProgressRecordBytes, 'x'));
+  absl::Status status = sender.Send(big);
+  EXPECT_TRUE(absl::IsInvalidArgument(status)) << status;
+}
+
+TEST(ProgressChannelTest, AGarbledRecordIsSkipped) {
+  absl::StatusOr<ProgressChannelPair> pair = CreateProgressChannel();
+  ASSERT_TRUE(pair.ok()) << pair.status();
+  ProgressReceiver receiver(pair->supervisor_fd);
+  const char junk[] = "not a record";
+  ASSERT_GT(send(pair->program_fd, junk, sizeof(junk), 0), 0);
+  absl::StatusOr<v1::RankHeartbeat> got = receiver.Receive(absl::Now() + absl::Seconds(5));
+  EXPECT_TRUE(absl::IsDataLoss(got.status())) << got.status();
+  ProgressSender sender(pair->program_fd);
+  ASSERT_TRUE(sender.Send(Progress(4)).ok());
+  got = receiver.Receive(absl::Now() + absl::Seconds(5));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->step(), 4);
+}
+
+TEST(ProgressChannelTest, TheProgramEndSurvivesExecAndIsFoundFromTheEnvironment) {
+  absl::StatusOr<ProgressChannelPair> pair = CreateProgressChannel();
+  ASSERT_TRUE(pair.ok()) << pair.status();
+  EXPECT_EQ(fcntl(pair->supervisor_fd, F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
+  EXPECT_EQ(fcntl(pair->program_fd, F_GETFD) & FD_CLOEXEC, 0);
+  ProgressReceiver receiver(pair->supervisor_fd);
+  // A child process that execs /bin/sh, which writes to the inherited end;
+  // garbage, but it proves the descriptor crossed the exec.
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const std::string script = absl::StrCat("printf junk >&", pair->program_fd);
+    execl("/bin/sh", "sh", "-c", script.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(pair->program_fd);
+  int wstatus = 0;
+  ASSERT_EQ(waitpid(child, &wstatus, 0), child);
+  ASSERT_TRUE(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0);
+  absl::StatusOr<v1::RankHeartbeat> got = receiver.Receive(absl::Now() + absl::Seconds(5));
+  EXPECT_TRUE(absl::IsDataLoss(got.status())) << got.status();
+  got = receiver.Receive(absl::Now() + absl::Seconds(5));
+  EXPECT_TRUE(absl::IsOutOfRange(got.status())) << got.status();
+}
+
+TEST(ProgressChannelTest, FromEnvironmentNamesTheVariable) {
+  unsetenv(kProgressFdVariable);
+  absl::StatusOr<std::unique_ptr<ProgressSender>> none = ProgressSender::FromEnvironment();
+  EXPECT_TRUE(absl::IsNotFound(none.status()));
+  EXPECT_NE(none.status().message().find("CHORUS_PROGRESS_FD"), std::string::npos);
+
+  setenv(kProgressFdVariable, "seven", 1);
+  EXPECT_TRUE(absl::IsInvalidArgument(ProgressSender::FromEnvironment().status()));
+  // A descriptor that is open but not a channel: a pipe.
+  int p[2];
+  ASSERT_EQ(pipe(p), 0);
+  setenv(kProgressFdVariable, std::to_string(p[1]).c_str(), 1);
+  absl::StatusOr<std::unique_ptr<ProgressSender>> pipe_end = ProgressSender::FromEnvironment();
+  EXPECT_TRUE(absl::IsInvalidArgument(pipe_end.status()));
+  EXPECT_NE(pipe_end.status().message().find("not an open progress channel"), std::string::npos);
+  close(p[0]);
+  close(p[1]);
+
+  absl::StatusOr<ProgressChannelPair> pair = CreateProgressChannel();
+  ASSERT_TRUE(pair.ok()) << pair.status();
+  setenv(kProgressFdVariable, std::to_string(pair->program_fd).c_str(), 1);
+  absl::StatusOr<std::unique_ptr<ProgressSender>> sender = ProgressSender::FromEnvironment();
+  ASSERT_TRUE(sender.ok()) << sender.status();
+  ProgressReceiver receiver(pair->supervisor_fd);
+  ASSERT_TRUE((*sender)->Send(Progress(9)).ok());
+  absl::StatusOr<v1::RankHeartbeat> got = receiver.Receive(absl::Now() + absl::Seconds(5));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->step(), 9);
+  unsetenv(kProgressFdVariable);
+}
+
+}  // namespace
+}  // namespace chorus
