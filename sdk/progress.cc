@@ -46,7 +46,7 @@ void ProgressReporter::Step(int64_t step, double loss, int64_t samples) {
     comm_wait_seconds_ = 0;
     progress_.samples_per_second.store(seconds > 0 ? samples / seconds : 0.0);
   }
-  Send();
+  if (options_.interval <= absl::ZeroDuration()) Send();
 }
 
 void ProgressReporter::SetEpoch(int64_t epoch) { progress_.epoch.store(epoch); }
@@ -59,7 +59,7 @@ void ProgressReporter::SetCommWait(absl::Duration wait) {
 v1::Phase ProgressReporter::EnterPhase(v1::Phase phase) {
   const auto previous = static_cast<v1::Phase>(progress_.phase.exchange(phase));
   progress_.phase_since_us.store(absl::ToUnixMicros(clock_.Now()));
-  Send();
+  if (options_.interval <= absl::ZeroDuration()) Send();
   return previous;
 }
 

@@ -3,11 +3,13 @@
 // detector see it as they see a built-in rank. The reporter keeps the
 // program's step, epoch, phase, step time, loss and throughput, and sends
 // them — with the communicator's flight-recorder summary, the hang
-// detector's evidence — as one v1::RankHeartbeat to its sink: at once on
-// every Step() and phase change, and every `interval` from its own thread,
-// so that a program blocked in a collective still shows how long it has
-// waited. Under Chorus the sink is the progress channel to the supervising
-// chorus-rank (worker/runtime/progress_channel.h), which forwards the newest
+// detector's evidence — as one v1::RankHeartbeat to its sink every
+// `interval` from its own thread, so that a program blocked in a collective
+// still shows how long it has waited. Steps and phase changes only update
+// atomics (as the built-in trainer's do): a phase costs two stores, not a
+// send, however many steps a second the program runs. Under Chorus the sink
+// is the progress channel to the supervising chorus-rank
+// (worker/runtime/progress_channel.h), which forwards the newest
 // record in its heartbeats.
 //
 // Thread-safety: every method may be called from any thread; the sink is
@@ -44,9 +46,10 @@ namespace chorus {
 using ProgressSink = std::function<absl::Status(const v1::RankHeartbeat& progress)>;
 
 struct ProgressOptions {
-  // How often the reporter's thread sends the current state; 0 = no thread
-  // (only Step() and phase changes send).
-  absl::Duration interval = absl::Seconds(1);
+  // How often the reporter's thread sends the current state (the
+  // supervisor forwards the newest once a second); 0 = no thread, and every
+  // Step() and phase change sends at once instead (tests).
+  absl::Duration interval = absl::Milliseconds(200);
   // Time for step durations and phase ages; null = the real clock.
   Clock* clock = nullptr;
 };
@@ -64,15 +67,17 @@ class ProgressReporter {
 
   // Step `step` ended with `loss` over `samples` samples of this rank: the
   // step time is the time since the previous Step() (or since the reporter
-  // was made), throughput samples / step time. Sends a record.
+  // was made), throughput samples / step time.
   void Step(int64_t step, double loss, int64_t samples);
   void SetEpoch(int64_t epoch);
   // Optional, for the straggler attribution: of the last step, how long
   // this rank waited for the others (gradient synchronization). Without it
   // the whole step counts as compute.
   void SetCommWait(absl::Duration wait);
-  // Enters `phase` (and sends a record); returns the phase it left.
+  // Enters `phase`; returns the phase it left.
   v1::Phase EnterPhase(v1::Phase phase);
+  // Sends the current state now (the last record before the program ends).
+  void Flush() { Send(); }
 
   // The record the sink would get now.
   v1::RankHeartbeat Current();

@@ -110,6 +110,7 @@ Session::Session(Parts parts, SessionOptions options)
   if (!sink) sink = [](const v1::RankHeartbeat&) { return absl::OkStatus(); };
   ProgressOptions progress;
   progress.interval = options.progress_interval;
+  send_on_every_change_ = options.progress_interval <= absl::ZeroDuration();
   progress_ = std::make_unique<ProgressReporter>(
       std::move(sink), comm_ != nullptr ? &comm_->flight_recorder() : nullptr, progress);
   if (options.handle_checkpoint_signal) InstallCheckpointSignalHandler();
@@ -117,6 +118,7 @@ Session::Session(Parts parts, SessionOptions options)
 
 Session::~Session() {
   progress_->EnterPhase(v1::FINISHED);
+  if (!send_on_every_change_) progress_->Flush();
   progress_.reset();  // its thread reads the communicator's flight recorder
   comm_.reset();
 }

@@ -56,8 +56,9 @@ class Store;
 struct SessionOptions {
   // How long building the communicator waits for the other ranks.
   absl::Duration connect_timeout = absl::Minutes(2);
-  // How often progress goes to the supervisor while nothing else sends it.
-  absl::Duration progress_interval = absl::Seconds(1);
+  // How often progress goes to the supervisor (ProgressOptions::interval;
+  // 0: at every step and phase change instead).
+  absl::Duration progress_interval = absl::Milliseconds(200);
   // Count SIGUSR1 (`chorus checkpoint`, forwarded by the supervisor) as a
   // checkpoint request (CheckpointRequested). Installs a process-wide
   // handler.
@@ -145,6 +146,7 @@ class Session {
   std::unique_ptr<MetricsReporter> metrics_;
   std::unique_ptr<ProgressReporter> progress_;
   int64_t checkpoint_requests_seen_ = 0;
+  bool send_on_every_change_ = false;
 };
 
 // SIGUSR1s this process has received since a Session installed its

@@ -9,7 +9,8 @@
 // Flags (--name=value): --data_dir (default /usr/share/datasets/fashion-mnist),
 // --epochs (5), --max_steps (0 = all), --batch (64), --lr (0.05),
 // --checkpoint_every (0 = only when `chorus checkpoint` asks), --seed (1).
-// Rank 0 prints "final: step S test_accuracy A params_digest D"; every
+// Each rank prints "final: rank R step S test_accuracy A params_digest D
+// train_seconds T steps N" (N steps trained by this run in T s); every
 // checkpoint saved or restored prints "checkpoint: ... digest D".
 
 #include <torch/torch.h>
@@ -98,14 +99,15 @@ std::vector<chorus::NamedTensor> TrainingState(Mlp& model, torch::optim::SGD& sg
   std::vector<chorus::NamedTensor> state;
   for (const auto& p : model->named_parameters()) {
     state.push_back({p.key(), p.value()});
-    auto& slot = sgd.state()[p.value().unsafeGetTensorImpl()];
+    // LibTorch keys optimizer state by the parameter's TensorImpl address.
+    auto& slot = sgd.state()[c10::guts::to_string(p.value().unsafeGetTensorImpl())];
     if (slot == nullptr) {
       auto fresh = std::make_unique<torch::optim::SGDParamState>();
       fresh->momentum_buffer(torch::zeros_like(p.value()));
       slot = std::move(fresh);
     }
-    state.push_back({"momentum." + p.key(),
-                     static_cast<torch::optim::SGDParamState&>(*slot).momentum_buffer()});
+    at::Tensor momentum = static_cast<torch::optim::SGDParamState&>(*slot).momentum_buffer();
+    state.push_back({"momentum." + p.key(), momentum});
   }
   return state;
 }
@@ -177,6 +179,8 @@ int Run(int argc, char** argv) {
   int64_t loss_count = 0;
   at::Tensor order;
   int64_t order_epoch = -1;
+  const int64_t first_step = step;
+  const absl::Time train_start = absl::Now();
   while (step < total) {
     const int64_t epoch = step / per_epoch;
     const int64_t in_epoch = step % per_epoch;
@@ -252,6 +256,7 @@ int Run(int argc, char** argv) {
     }
   }
 
+  const double train_seconds = absl::ToDoubleSeconds(absl::Now() - train_start);
   double accuracy = 0;
   {
     chorus::PhaseScope phase(session.progress(), chorus::v1::EVAL);
