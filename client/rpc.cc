@@ -5,10 +5,12 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/auth.h"
 #include "common/grpc_util.h"
 #include "common/job_spec.h"
+#include "common/program_spec.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace chorus::client {
@@ -71,27 +73,51 @@ std::string FormatTime(int64_t unix_us) {
 
 std::string StateName(v1::Job::State state) { return v1::Job::State_Name(state); }
 
-std::string UserPath(const std::string& path) {
-  if (path.empty() || path[0] == '/') return path;
+namespace {
+
+// The directory the user ran the command in (under `bazel run`, theirs,
+// not the runfiles tree); empty if it cannot be found.
+std::string UserDirectory() {
   if (const char* dir = std::getenv("BUILD_WORKING_DIRECTORY"); dir != nullptr && *dir != '\0') {
-    return std::string(dir) + "/" + path;
+    return dir;
   }
   char cwd[4096];
-  if (getcwd(cwd, sizeof(cwd)) == nullptr) return path;
-  return std::string(cwd) + "/" + path;
+  if (getcwd(cwd, sizeof(cwd)) == nullptr) return "";
+  return cwd;
+}
+
+}  // namespace
+
+std::string UserPath(const std::string& path) {
+  if (path.empty() || path[0] == '/') return path;
+  const std::string dir = UserDirectory();
+  return dir.empty() ? path : dir + "/" + path;
 }
 
 absl::StatusOr<v1::JobSpec> LoadUserJobSpec(const std::string& path) {
-  absl::StatusOr<v1::JobSpec> spec = LoadJobSpec(UserPath(path));
+  // A program starts where the user ran the command unless its spec says
+  // otherwise.
+  absl::StatusOr<v1::JobSpec> spec = LoadJobSpec(UserPath(path), UserDirectory());
   if (!spec.ok()) return spec;
   auto absolute = [](std::string* p) { *p = UserPath(*p); };
+  if (spec->has_program()) {
+    // Checked here, on the machine `chorus up --local` runs it on.
+    const std::vector<SpecError> problems = CheckProgramBinary(spec->program());
+    if (problems.empty()) return spec;
+    std::string message = absl::StrCat("job spec ", UserPath(path), " has ", problems.size(),
+                                       problems.size() == 1 ? " problem:" : " problems:");
+    for (const SpecError& e : problems) absl::StrAppend(&message, "\n  ", e.field, ": ", e.message);
+    return absl::InvalidArgumentError(message);
+  }
   if (spec->model().has_torchscript())
     absolute(spec->mutable_model()->mutable_torchscript()->mutable_path());
-  v1::DataSpec& data = *spec->mutable_data();
-  if (data.has_fashion_mnist()) absolute(data.mutable_fashion_mnist()->mutable_dir());
-  if (data.has_tensor_file()) {
-    absolute(data.mutable_tensor_file()->mutable_path());
-    absolute(data.mutable_tensor_file()->mutable_eval_path());
+  if (spec->has_data()) {
+    v1::DataSpec& data = *spec->mutable_data();
+    if (data.has_fashion_mnist()) absolute(data.mutable_fashion_mnist()->mutable_dir());
+    if (data.has_tensor_file()) {
+      absolute(data.mutable_tensor_file()->mutable_path());
+      absolute(data.mutable_tensor_file()->mutable_eval_path());
+    }
   }
   return spec;
 }

@@ -53,7 +53,10 @@ std::string StateName(v1::Job::State state);
 std::string UserPath(const std::string& path);
 // Loads a spec the user named and makes the files it names (model.torchscript
 // .path, data dirs and files) absolute against the user's directory, so rank
-// processes started elsewhere find them.
+// processes started elsewhere find them. A program spec gets the user's
+// directory as program.working_dir when it sets none, and its argv[0] must
+// be an executable file on this machine (INVALID_ARGUMENT naming
+// program.argv[0] otherwise).
 absl::StatusOr<v1::JobSpec> LoadUserJobSpec(const std::string& path);
 
 }  // namespace chorus::client

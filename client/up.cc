@@ -219,7 +219,7 @@ void AddUpCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) {
     const v1::Metrics& m = job.latest_metrics();
     *global.err << "chorus up: " << job.job_id() << " " << StateName(job.state()) << ": "
                 << job.reason();
-    if (job.state() == v1::Job::SUCCEEDED) {
+    if (job.state() == v1::Job::SUCCEEDED && !spec->has_program()) {
       *global.err << absl::StrFormat("; test accuracy %.4f, test loss %.4f after %d steps",
                                      m.eval_accuracy(), m.eval_loss(), m.step());
     }

@@ -42,6 +42,12 @@ void AddValidateCommand(CLI::App& app, const GlobalOptions& global, int& exit_co
                         ? "-" + std::to_string(spec->resources().max_ranks())
                         : "")
                 << " ranks)\n";
+    if (spec->has_program()) {
+      *global.err << "chorus validate: each rank runs " << spec->program().argv(0) << " in "
+                  << spec->program().working_dir() << " (docs/programs.md)\n";
+      exit_code = kExitOk;
+      return;
+    }
     // Where files can be read here, their sizes count (a lower bound).
     const RankMemoryEstimate memory = EstimateRankMemory(*spec, LocalFileSize);
     *global.err << "chorus validate: a rank needs " << memory.ToString() << "\n";

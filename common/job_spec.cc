@@ -310,7 +310,8 @@ absl::StatusOr<JobSpec> ParseFormat(absl::string_view text, SpecFormat format,
 
 }  // namespace
 
-absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path) {
+absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path,
+                                    const std::string& program_working_dir) {
   ASSIGN_OR_RETURN(SpecFormat format, SpecFormatFromPath(path));
   std::ifstream in(path, std::ios::binary);
   if (!in) {
@@ -320,6 +321,9 @@ absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path) {
   std::stringstream buffer;
   buffer << in.rdbuf();
   ASSIGN_OR_RETURN(JobSpec spec, ParseJobSpec(buffer.str(), format, path));
+  if (spec.has_program() && spec.program().working_dir().empty()) {
+    spec.mutable_program()->set_working_dir(program_working_dir);
+  }
   NormalizeJobSpec(spec);
   RETURN_IF_ERROR(CheckJobSpec(spec, path));
   return spec;

@@ -72,7 +72,10 @@ TopologyConfig TopologyFromSpec(const v1::DecentralizedStrategy& decentralized);
 
 // Reads, parses, normalizes and validates the spec at `path`.
 // NOT_FOUND if the file cannot be read; INVALID_ARGUMENT for bad contents.
-absl::StatusOr<v1::JobSpec> LoadJobSpec(const std::string& path);
+// A program spec without program.working_dir gets `program_working_dir`
+// (the client passes the directory the user ran it in) before validation.
+absl::StatusOr<v1::JobSpec> LoadJobSpec(const std::string& path,
+                                        const std::string& program_working_dir = "");
 
 // The spec in text format, fields in declaration order.
 std::string JobSpecToText(const v1::JobSpec& spec);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "common/job_spec.h"
 #include "common/memory_estimate.h"
+#include "common/program_spec.h"
 
 namespace chorus {
 namespace {
@@ -61,7 +63,9 @@ void ValidateModel(const JobSpec& spec, Checker& c) {
   const v1::ModelSpec& m = spec.model();
   switch (m.kind_case()) {
     case v1::ModelSpec::KIND_NOT_SET:
-      c.Fail("model", "is required: set one of mlp, cnn, transformer_lm, torchscript");
+      c.Fail("model",
+             "is required: set one of mlp, cnn, transformer_lm, torchscript (or set program to "
+             "run your own training program, docs/programs.md)");
       break;
     case v1::ModelSpec::kMlp:
       for (int i = 0; i < m.mlp().hidden_sizes_size(); ++i) {
@@ -347,7 +351,9 @@ void ValidateStrategy(const JobSpec& spec, Checker& c) {
   }
 }
 
-void ValidateRest(const JobSpec& spec, Checker& c) {
+// What every job has, built-in trainer or program: its name, resources,
+// checkpoints and hang detection.
+void ValidateCommon(const JobSpec& spec, Checker& c) {
   const std::string& name = spec.name();
   if (name.size() > 128) {
     c.Fail("name", absl::StrCat("must be at most 128 characters, got ", name.size()));
@@ -359,17 +365,6 @@ void ValidateRest(const JobSpec& spec, Checker& c) {
       break;
     }
   }
-
-  if (!v1::LossSpec::Kind_IsValid(spec.loss().kind())) {
-    c.Fail("loss.kind", absl::StrCat("unknown value ", spec.loss().kind()));
-  }
-  c.InRange("loss.label_smoothing", spec.loss().label_smoothing(), 0, 1, false);
-
-  const v1::TrainingSpec& t = spec.training();
-  c.Positive("training.batch_size_per_rank", t.batch_size_per_rank());
-  c.AtLeast("training.epochs", t.epochs(), 0);
-  c.AtLeast<int64_t>("training.max_steps", t.max_steps(), 0);
-  c.Positive("training.log_every_steps", t.log_every_steps());
 
   const v1::ResourceSpec& r = spec.resources();
   c.AtLeast("resources.min_ranks", r.min_ranks(), 1);
@@ -400,9 +395,6 @@ void ValidateRest(const JobSpec& spec, Checker& c) {
     c.Fail("checkpoint.shared_dir", "is only used with storage SHARED_DIR");
   }
 
-  c.AtLeast<int64_t>("eval.every_steps", spec.eval().every_steps(), 0);
-  c.AtLeast<int64_t>("eval.max_batches", spec.eval().max_batches(), 0);
-
   const v1::HangDetectionSpec& h = spec.hang_detection();
   if (!v1::HangDetectionSpec::Action_IsValid(h.action())) {
     c.Fail("hang_detection.action", absl::StrCat("unknown value ", h.action()));
@@ -414,7 +406,25 @@ void ValidateRest(const JobSpec& spec, Checker& c) {
            absl::StrCat("must be > 1, got ", h.straggler_ratio()));
   }
   c.Positive("hang_detection.phase_limit_seconds", h.phase_limit_seconds());
+}
 
+// The built-in trainer's own fields beyond model, data and optimizer.
+void ValidateTraining(const JobSpec& spec, Checker& c) {
+  if (!v1::LossSpec::Kind_IsValid(spec.loss().kind())) {
+    c.Fail("loss.kind", absl::StrCat("unknown value ", spec.loss().kind()));
+  }
+  c.InRange("loss.label_smoothing", spec.loss().label_smoothing(), 0, 1, false);
+
+  const v1::TrainingSpec& t = spec.training();
+  c.Positive("training.batch_size_per_rank", t.batch_size_per_rank());
+  c.AtLeast("training.epochs", t.epochs(), 0);
+  c.AtLeast<int64_t>("training.max_steps", t.max_steps(), 0);
+  c.Positive("training.log_every_steps", t.log_every_steps());
+
+  c.AtLeast<int64_t>("eval.every_steps", spec.eval().every_steps(), 0);
+  c.AtLeast<int64_t>("eval.max_batches", spec.eval().max_batches(), 0);
+
+  const v1::ResourceSpec& r = spec.resources();
   if (spec.has_elastic()) {
     const v1::ElasticSpec& e = spec.elastic();
     c.AtLeast<int32_t>("elastic.max_restarts", e.max_restarts(), 0);
@@ -448,10 +458,100 @@ void ValidateRest(const JobSpec& spec, Checker& c) {
   }
 }
 
+// A program job: its command, and none of the built-in trainer's fields
+// (they would be silently ignored otherwise).
+void ValidateProgram(const JobSpec& spec, Checker& c) {
+  const v1::ProgramSpec& p = spec.program();
+  const std::string why =
+      "is the built-in trainer's; a program job trains in its own code: "
+      "remove it (or remove program to use the built-in trainer)";
+  if (spec.has_model()) c.Fail("model", why);
+  if (spec.has_loss()) c.Fail("loss", why);
+  if (spec.has_data()) c.Fail("data", why);
+  if (spec.has_training()) c.Fail("training", why);
+  if (spec.has_optimizer()) c.Fail("optimizer", why);
+  if (spec.has_lr_schedule()) c.Fail("lr_schedule", why);
+  if (spec.has_strategy()) c.Fail("strategy", why);
+  if (spec.grad_clip_norm() != 0) c.Fail("grad_clip_norm", why);
+  if (spec.has_eval()) c.Fail("eval", why);
+  if (spec.has_fault_injection()) c.Fail("fault_injection", why);
+  if (spec.has_elastic()) {
+    c.Fail("elastic",
+           "program jobs do not re-form after a lost rank yet: remove the elastic block");
+  }
+
+  if (p.argv_size() == 0) {
+    c.Fail("program.argv",
+           "is required: the command each rank runs, e.g. [\"/usr/bin/python3\", \"train.py\"]");
+  } else if (p.argv(0).empty()) {
+    c.Fail("program.argv[0]", "must name the program to run, got an empty string");
+  }
+  const std::string& dir = p.working_dir();
+  if (!dir.empty() && dir[0] != '/') {
+    c.Fail("program.working_dir", absl::StrCat("must be an absolute path, got \"", dir, "\""));
+  }
+  if (p.argv_size() > 0 && !p.argv(0).empty() && p.argv(0)[0] != '/' && dir.empty()) {
+    c.Fail("program.argv[0]",
+           absl::StrCat("relative path ", p.argv(0),
+                        " needs program.working_dir (an absolute directory) to resolve against; "
+                        "or give an absolute path (no PATH lookup: /usr/bin/python3, not "
+                        "python3)"));
+  }
+  // In name order: a map's own order would change from run to run.
+  std::map<std::string, std::string> env(p.env().begin(), p.env().end());
+  for (const auto& [name, value] : env) {
+    const std::string field = absl::StrCat("program.env[", name, "]");
+    if (name.empty()) {
+      c.Fail("program.env", "variable names must not be empty");
+    } else if (name.find('=') != std::string::npos || name.find('\0') != std::string::npos) {
+      c.Fail(field, "variable names must not hold '=' or NUL");
+    } else if (IsChorusSetVariable(name)) {
+      c.Fail(field, "is set by Chorus for each rank (docs/programs.md); choose another name");
+    }
+    if (value.find('\0') != std::string::npos) c.Fail(field, "must not hold a NUL character");
+  }
+  for (int i = 0; i < p.argv_size(); ++i) {
+    if (p.argv(i).find('\0') != std::string::npos) {
+      c.Fail(absl::StrCat("program.argv[", i, "]"), "must not hold a NUL character");
+    }
+  }
+}
+
+// What every job has: resources, checkpoints, hang detection.
+void NormalizeCommon(JobSpec& spec) {
+  v1::ResourceSpec& r = *spec.mutable_resources();
+  if (r.min_ranks() == 0) r.set_min_ranks(1);
+  if (r.max_ranks() == 0) r.set_max_ranks(r.min_ranks());
+  if (r.threads_per_rank() == 0) r.set_threads_per_rank(1);
+  if (r.device() == v1::ResourceSpec::DEVICE_UNSPECIFIED) r.set_device(v1::ResourceSpec::CPU);
+
+  v1::CheckpointSpec& k = *spec.mutable_checkpoint();
+  if (!k.has_keep_last()) k.set_keep_last(3);
+  if (k.storage() == v1::CheckpointSpec::STORAGE_UNSPECIFIED) {
+    k.set_storage(v1::CheckpointSpec::COORDINATOR);
+  }
+  if (!k.has_at_end()) k.set_at_end(true);
+
+  v1::HangDetectionSpec& h = *spec.mutable_hang_detection();
+  if (h.action() == v1::HangDetectionSpec::ACTION_UNSPECIFIED) {
+    h.set_action(v1::HangDetectionSpec::REPORT);
+  }
+  if (h.dead_after_seconds() == 0) h.set_dead_after_seconds(5);
+  if (h.stall_after_seconds() == 0) h.set_stall_after_seconds(3);
+  if (h.straggler_ratio() == 0) h.set_straggler_ratio(1.5);
+  if (h.phase_limit_seconds() == 0) h.set_phase_limit_seconds(600);
+}
+
 }  // namespace
 
 void NormalizeJobSpec(JobSpec& spec) {
   if (spec.name().empty()) spec.set_name("job");
+  if (spec.has_program()) {
+    // A program job has none of the built-in trainer's fields to fill:
+    // only what every job has (validation refuses the trainer's).
+    NormalizeCommon(spec);
+    return;
+  }
   // -0 means no clipping, as 0 does; JSON would print it as "-0" and read it
   // back as another value (found by job_spec_fuzzer).
   if (spec.grad_clip_norm() == 0) spec.set_grad_clip_norm(0);
@@ -549,27 +649,7 @@ void NormalizeJobSpec(JobSpec& spec) {
     }
   }
 
-  v1::ResourceSpec& r = *spec.mutable_resources();
-  if (r.min_ranks() == 0) r.set_min_ranks(1);
-  if (r.max_ranks() == 0) r.set_max_ranks(r.min_ranks());
-  if (r.threads_per_rank() == 0) r.set_threads_per_rank(1);
-  if (r.device() == v1::ResourceSpec::DEVICE_UNSPECIFIED) r.set_device(v1::ResourceSpec::CPU);
-
-  v1::CheckpointSpec& k = *spec.mutable_checkpoint();
-  if (!k.has_keep_last()) k.set_keep_last(3);
-  if (k.storage() == v1::CheckpointSpec::STORAGE_UNSPECIFIED) {
-    k.set_storage(v1::CheckpointSpec::COORDINATOR);
-  }
-  if (!k.has_at_end()) k.set_at_end(true);
-
-  v1::HangDetectionSpec& h = *spec.mutable_hang_detection();
-  if (h.action() == v1::HangDetectionSpec::ACTION_UNSPECIFIED) {
-    h.set_action(v1::HangDetectionSpec::REPORT);
-  }
-  if (h.dead_after_seconds() == 0) h.set_dead_after_seconds(5);
-  if (h.stall_after_seconds() == 0) h.set_stall_after_seconds(3);
-  if (h.straggler_ratio() == 0) h.set_straggler_ratio(1.5);
-  if (h.phase_limit_seconds() == 0) h.set_phase_limit_seconds(600);
+  NormalizeCommon(spec);
 
   if (spec.has_elastic()) {
     v1::ElasticSpec& e = *spec.mutable_elastic();
@@ -581,11 +661,17 @@ void NormalizeJobSpec(JobSpec& spec) {
 
 std::vector<SpecError> ValidateJobSpec(const JobSpec& spec) {
   Checker c;
+  if (spec.has_program()) {
+    ValidateProgram(spec, c);
+    ValidateCommon(spec, c);
+    return c.Take();
+  }
   ValidateModel(spec, c);
   ValidateData(spec, c);
   ValidateOptimizer(spec, c);
   ValidateStrategy(spec, c);
-  ValidateRest(spec, c);
+  ValidateCommon(spec, c);
+  ValidateTraining(spec, c);
   std::vector<SpecError> errors = c.Take();
   // Sizes are only worth estimating once every field is in range. Files are
   // not read here: a spec is validated where its files may not be.
@@ -607,7 +693,8 @@ std::string RankMemoryMessage(const RankMemoryEstimate& memory, double limit_byt
 
 absl::Status CheckRuntimeSupport(const JobSpec& spec) {
   std::vector<std::string> missing;
-  if (spec.resources().device() == v1::ResourceSpec::CUDA)
+  // A program brings its own device code; the device only picks agents.
+  if (spec.resources().device() == v1::ResourceSpec::CUDA && !spec.has_program())
     missing.push_back("resources.device CUDA");
   if (missing.empty()) return absl::OkStatus();
   return absl::UnimplementedError(absl::StrCat(

@@ -166,6 +166,12 @@ ModelFacts DescribeModel(const v1::JobSpec& spec, const DataFacts& data,
 }  // namespace
 
 RankMemoryEstimate EstimateRankMemory(const v1::JobSpec& spec, const FileSizeFn& file_size) {
+  // A program's memory is its own: nothing in the spec says how much.
+  if (spec.has_program()) {
+    RankMemoryEstimate unknown;
+    unknown.field = "program";
+    return unknown;
+  }
   const DataFacts data = DescribeData(spec, file_size);
   const ModelFacts model = DescribeModel(spec, data, file_size);
   RankMemoryEstimate e;

@@ -57,7 +57,8 @@ struct RankMemoryEstimate {
 using FileSizeFn = std::function<int64_t(const std::string& path)>;
 
 // Estimates one rank of the normalized `spec` (NormalizeJobSpec); file sizes
-// come from `file_size` (null: unknown).
+// come from `file_size` (null: unknown). A program job's estimate is zero
+// (unknown), its field "program".
 RankMemoryEstimate EstimateRankMemory(const v1::JobSpec& spec, const FileSizeFn& file_size = {});
 
 // The size of a local file via stat(2); -1 if it cannot be read.

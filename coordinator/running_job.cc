@@ -1,8 +1,17 @@
 #include "coordinator/running_job.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace chorus {
+namespace {
+
+// How many of a failed program rank's last output lines its reason quotes.
+constexpr int kProgramReasonLines = 3;
+
+}  // namespace
 
 RankState RankState::At(const RankSlot& slot) {
   RankState rank;
@@ -17,6 +26,7 @@ RunningJob::RunningJob(const v1::Job& job, int world_size, int64_t generation)
     : hang_detection(job.spec().hang_detection()),
       rendezvous(job.job_id(), generation, world_size),
       upload_grant(UploadGrantFor(job, world_size, generation)),
+      program(job.spec().has_program()),
       elastic(job.spec().has_elastic()),
       elastic_spec(job.spec().elastic()),
       restarts(job.restarts()) {}
@@ -153,7 +163,15 @@ std::optional<JobEnd> RunningJob::RecordExit(const std::string& agent_id,
                                   : absl::StrCat("exited with code ", exited.exit_code());
       JobEnd end{v1::Job::FAILED, absl::StrCat("rank ", rank, " (", agent.host(), ", pid ",
                                                exited.pid(), ") ", how)};
-      if (!exited.stderr_tail().empty()) {
+      if (program && !exited.stderr_tail().empty()) {
+        // A user's program says why in its own words, often over a few
+        // lines (a Python traceback ends with the error, after the frame).
+        const int n = exited.stderr_tail_size();
+        const int first = std::max(0, n - kProgramReasonLines);
+        absl::StrAppend(
+            &end.reason, "; last output: ",
+            absl::StrJoin(exited.stderr_tail().begin() + first, exited.stderr_tail().end(), " | "));
+      } else if (!exited.stderr_tail().empty()) {
         absl::StrAppend(&end.reason,
                         "; last stderr: ", exited.stderr_tail(exited.stderr_tail_size() - 1));
       }

@@ -110,6 +110,9 @@ struct RunningJob {
   // Set while a job taken back after a restart waits for its ranks.
   absl::Time recovering_until = absl::InfinitePast();
 
+  // A program job (spec.program present; docs/programs.md): a failed rank's
+  // reason quotes its last output lines, not only the last one.
+  bool program = false;
   // Elastic jobs (spec.elastic present; docs/elastic.md).
   bool elastic = false;
   v1::ElasticSpec elastic_spec;

@@ -87,6 +87,23 @@ TEST_F(RunningJobTest, LaunchMessagesAndPlacementsDescribeEveryRank) {
   EXPECT_EQ(placements[1].slot(), 1);
 }
 
+TEST_F(RunningJobTest, AFailedProgramRankIsQuotedByItsLastThreeLines) {
+  v1::Job job = job_;
+  job.mutable_spec()->mutable_program()->add_argv("/usr/bin/python3");
+  RunningJob run(job, 3, /*generation=*/1);
+  run.ranks = run_.ranks;
+  v1::RankExited failed = Exit(0, 3);
+  for (const char* line : {"epoch 1", "Traceback (most recent call last):",
+                           "  File \"train.py\", line 9", "ValueError: bad batch"}) {
+    failed.add_stderr_tail(line);
+  }
+  std::optional<JobEnd> end = run.RecordExit("agent-2", agents_.Find("agent-2")->hello, failed);
+  ASSERT_TRUE(end.has_value());
+  EXPECT_EQ(end->reason,
+            "rank 2 (node-b, pid 4242) exited with code 3; last output: Traceback (most recent "
+            "call last): |   File \"train.py\", line 9 | ValueError: bad batch");
+}
+
 TEST_F(RunningJobTest, ANonZeroExitFailsTheJobNamingRankHostPidAndStderr) {
   v1::RankExited killed = Exit(0, -9);
   killed.add_stderr_tail("loading data");

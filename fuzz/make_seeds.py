@@ -71,6 +71,20 @@ fault_injection: {faults: [{kind: EXIT, rank: 1, at_step: 5, exit_code: 3}]}
  "optimizer": {"kind": "ADAMW", "lr": -1, "momentum": 0.5},
  "checkpoint": {"storage": "SHARED_DIR", "shared_dir": "relative"}}
 """)
+    write("job_spec_fuzzer", "program.yaml", b"\x02" + b"""
+name: byo-loop
+program:
+  argv: [/usr/bin/python3, train.py, --epochs, "1"]
+  env: {SEED: "7", RANK: "9"}
+  working_dir: /srv/proj
+resources: {min_ranks: 2}
+hang_detection: {dead_after_seconds: 3}
+""")
+    write("job_spec_fuzzer", "program_with_model.textproto", b"\x00" + b"""
+program { argv: "bin/train" env { key: "A" value: "1" } }
+model { mlp {} }
+optimizer { lr: 0.1 }
+""")
 
 
 # --------------------------------------------------- checkpoint data port

@@ -47,6 +47,7 @@
 #include "worker/comm/grpc_store.h"
 #include "worker/runtime/heartbeat_compose.h"
 #include "worker/runtime/heartbeat_stream.h"
+#include "worker/runtime/program_supervisor.h"
 #include "worker/runtime/rank_failure.h"
 #include "worker/train/trainer.h"
 
@@ -82,6 +83,42 @@ void OnCheckpointSignal(int) {
 int Fail(const std::string& message) {
   std::cerr << "chorus-rank: " << message << std::endl;
   return 1;
+}
+
+// SIGTERM while supervising a program: counted here, passed on to the
+// program by the supervisor (which then reports how it ended).
+std::atomic<int64_t> g_terminate_requests{0};
+
+void OnTerminateSignal(int) { g_terminate_requests.fetch_add(1); }
+
+// A program job (docs/programs.md): instead of training, this process runs
+// the spec's program as its child and supervises it; it exits with the
+// program's exit code (128 + N when signal N killed it).
+int SuperviseProgram(const v1::JoinResponse& joined, const std::shared_ptr<grpc::Channel>& channel,
+                     v1::RankService::Stub& ranks, const std::string& job_id,
+                     const std::string& coordinator) {
+  struct sigaction terminate = {};
+  terminate.sa_handler = OnTerminateSignal;
+  terminate.sa_flags = SA_RESTART;
+  sigemptyset(&terminate.sa_mask);
+  sigaction(SIGTERM, &terminate, nullptr);
+  GrpcStore store(channel, joined.store_namespace());
+  ProgramSupervisor::Options options;
+  options.rank = {joined, job_id, coordinator, Env("CHORUS_RANK_HOST", "127.0.0.1")};
+  options.store = &store;
+  options.ranks = &ranks;
+  options.terminate_requests = &g_terminate_requests;
+  options.checkpoint_requests = &g_checkpoint_requests;
+  ProgramSupervisor supervisor(std::move(options));
+  absl::StatusOr<ProgramOutcome> outcome = supervisor.Run();
+  if (!outcome.ok()) return Fail(std::string(outcome.status().message()));
+  // A program that exited with a code has said why in its own last lines,
+  // which stay the last ones the agent saw; a signal leaves no such line.
+  if (outcome->signaled) {
+    std::cerr << "chorus-rank: " << outcome->ToStatus(joined.spec().program().argv(0)).message()
+              << std::endl;
+  }
+  return outcome->ExitCode();
 }
 
 // Where the rank is, kept outside Run so that an exception escaping it can
@@ -227,6 +264,10 @@ int Run(RankWhere& where) {
   const v1::JobSpec& spec = first->spec();
   where.rank = first->rank();
   where.spec = spec;
+  if (spec.has_program()) {
+    where.stage = "while supervising the program";
+    return SuperviseProgram(*first, channel, *ranks, job_id, coordinator);
+  }
   where.stage = "while connecting to the other ranks";
   const std::string rank_host = Env("CHORUS_RANK_HOST", "127.0.0.1");
   auto announce = [&](const v1::JoinResponse& joined) {

@@ -272,7 +272,8 @@ int Run(int argc, char** argv) {
     session.ReportMetrics(m).IgnoreError();
   }
   std::cout << "final: rank " << rank << " step " << step << " test_accuracy " << std::fixed
-            << std::setprecision(4) << accuracy << " params_digest " << Digest(state) << std::endl;
+            << std::setprecision(4) << accuracy << " params_digest " << Digest(state)
+            << " train_seconds " << train_seconds << " steps " << step - first_step << std::endl;
   return 0;
 }
 

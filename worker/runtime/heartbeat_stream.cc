@@ -44,10 +44,11 @@ void HeartbeatStream::Run() {
     mu_.Lock();
     while (!stop_) {
       mu_.Unlock();
-      const bool written = stream->Write(compose_());
+      const bool paused = options_.paused && options_.paused();
+      const bool written = paused || stream->Write(compose_());
       mu_.Lock();
       if (!written) break;
-      ++sent_;
+      if (!paused) ++sent_;
       clock_.AwaitWithDeadline(mu_, absl::Condition(&stop_), clock_.Now() + options_.interval);
     }
     mu_.Unlock();

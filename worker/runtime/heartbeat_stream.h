@@ -43,6 +43,10 @@ class HeartbeatStream {
     // sent (read when the coordinator ends the stream, e.g. RE_RENDEZVOUS
     // to an elastic job's next generation); may be empty.
     std::function<void(const v1::Directive&)> on_directive;
+    // Asked on the stream's thread before each heartbeat; while it returns
+    // true none is sent (the stream stays open), so the coordinator sees
+    // the rank fall silent. May be empty (never paused).
+    std::function<bool()> paused;
   };
 
   // Starts sending at once. `stub` must outlive this object.

@@ -111,6 +111,40 @@ TEST(HeartbeatStreamTest, SendsWhatComposeReturnsEveryInterval) {
   server->Shutdown();
 }
 
+TEST(HeartbeatStreamTest, SendsNothingWhilePausedAndResumesAfter) {
+  RecordingRankService service;
+  int port = 0;
+  std::unique_ptr<grpc::Server> server = Serve(service, &port);
+  ASSERT_NE(server, nullptr);
+  auto stub = v1::RankService::NewStub(FastReconnectingChannel(port));
+  std::atomic<bool> paused{false};
+  std::atomic<int64_t> composed{0};
+  HeartbeatStream::Options options = Fast();
+  options.paused = [&paused] { return paused.load(); };
+  {
+    HeartbeatStream heartbeats(
+        *stub,
+        [&composed] {
+          v1::RankHeartbeat hb;
+          hb.set_step(composed.fetch_add(1));
+          return hb;
+        },
+        options);
+    ASSERT_TRUE(service.AwaitReceived(2));
+    paused = true;
+    absl::SleepFor(absl::Milliseconds(50));  // a heartbeat in flight lands
+    const size_t before = service.received().size();
+    const int64_t composed_before = composed.load();
+    absl::SleepFor(absl::Milliseconds(200));  // 20 intervals
+    EXPECT_EQ(service.received().size(), before) << "a paused stream sends nothing";
+    EXPECT_EQ(composed.load(), composed_before) << "nor composes";
+    EXPECT_EQ(heartbeats.streams_opened(), 1) << "the stream stays open while paused";
+    paused = false;
+    ASSERT_TRUE(service.AwaitReceived(before + 2)) << "heartbeats resume";
+  }
+  server->Shutdown();
+}
+
 TEST(HeartbeatStreamTest, ReconnectsAfterTheCoordinatorGoesAwayAndComesBack) {
   RecordingRankService first;
   int port = 0;

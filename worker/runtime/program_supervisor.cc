@@ -1,0 +1,500 @@
+#include "worker/runtime/program_supervisor.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "common/grpc_util.h"
+#include "common/program_spec.h"
+#include "common/retry.h"
+#include "common/status_macros.h"
+#include "glog/logging.h"
+#include "grpcpp/client_context.h"
+#include "worker/runtime/heartbeat_stream.h"
+#include "worker/runtime/progress_channel.h"
+
+extern char** environ;
+
+namespace chorus {
+namespace {
+
+std::string Errno(int err) { return std::strerror(err); }
+
+// What a child that could not exec writes to its parent.
+struct ExecFailure {
+  int stage;  // 0: entering the working directory, 1: exec
+  int error;
+};
+
+// Starts `binary` with `argv` and `env` in `dir` (empty: here) as a child
+// in this process group, stdout/stderr inherited, with an empty signal mask
+// and default dispositions for the signals the supervisor handles.
+absl::StatusOr<pid_t> StartChild(const std::string& binary, const std::vector<std::string>& argv,
+                                 const std::vector<std::string>& env, const std::string& dir) {
+  // Everything the child needs is prepared before fork: between fork and
+  // exec only async-signal-safe calls are allowed (other threads may hold
+  // the allocator's locks).
+  std::vector<char*> argv_c, env_c;
+  for (const std::string& a : argv) argv_c.push_back(const_cast<char*>(a.c_str()));
+  argv_c.push_back(nullptr);
+  for (const std::string& e : env) env_c.push_back(const_cast<char*>(e.c_str()));
+  env_c.push_back(nullptr);
+  int report[2];
+  if (::pipe2(report, O_CLOEXEC) != 0) {
+    return absl::InternalError(absl::StrCat("cannot create a pipe: ", Errno(errno)));
+  }
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    const int err = errno;
+    ::close(report[0]);
+    ::close(report[1]);
+    return absl::ResourceExhaustedError(absl::StrCat("cannot fork the program: ", Errno(err)));
+  }
+  if (pid == 0) {
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    struct sigaction dfl = {};
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    for (int sig : {SIGTERM, SIGUSR1, SIGPIPE, SIGINT}) ::sigaction(sig, &dfl, nullptr);
+    ExecFailure failure{0, 0};
+    if (!dir.empty() && ::chdir(dir.c_str()) != 0) {
+      failure.error = errno;
+    } else {
+      ::execve(binary.c_str(), argv_c.data(), env_c.data());
+      failure = {1, errno};
+    }
+    (void)!::write(report[1], &failure, sizeof(failure));
+    ::_exit(127);
+  }
+  ::close(report[1]);
+  ExecFailure failure{0, 0};
+  ssize_t n;
+  do {
+    n = ::read(report[0], &failure, sizeof(failure));
+  } while (n < 0 && errno == EINTR);
+  ::close(report[0]);
+  if (n != static_cast<ssize_t>(sizeof(failure))) return pid;  // exec closed the pipe
+  int status;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (failure.stage == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("program.working_dir: cannot enter ", dir, ": ", Errno(failure.error)));
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat("program.argv[0]: cannot execute ", binary, ": ", Errno(failure.error)));
+}
+
+// Writes `joined` to a new file in `dir`; returns its path.
+absl::StatusOr<std::string> WriteJoinFile(const std::string& dir, const v1::JoinResponse& joined) {
+  std::string path = absl::StrCat(dir, "/chorus-join-XXXXXX");
+  const int fd = ::mkstemp(path.data());
+  if (fd < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot create the join file in ", dir, ": ", Errno(errno)));
+  }
+  const std::string bytes = joined.SerializeAsString();
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = errno;
+      ::close(fd);
+      ::unlink(path.c_str());
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot write the join file ", path, ": ", Errno(err)));
+    }
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  return path;
+}
+
+}  // namespace
+
+absl::StatusOr<int> PickFreePort(const std::string& host) {
+  addrinfo hints = {};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV | AI_PASSIVE;
+  addrinfo* found = nullptr;
+  const int rc = ::getaddrinfo(host.c_str(), "0", &hints, &found);
+  if (rc != 0) {
+    return absl::UnavailableError(absl::StrCat("MASTER_PORT: cannot resolve CHORUS_RANK_HOST ",
+                                               host, ": ", gai_strerror(rc)));
+  }
+  std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> addresses(found, ::freeaddrinfo);
+  std::string last_error = "no address";
+  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) {
+      last_error = Errno(errno);
+      continue;
+    }
+    sockaddr_storage bound = {};
+    socklen_t length = sizeof(bound);
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) != 0 ||
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length) != 0) {
+      last_error = Errno(errno);
+      ::close(fd);
+      continue;
+    }
+    ::close(fd);
+    const int port = bound.ss_family == AF_INET6
+                         ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
+                         : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+    return port;
+  }
+  return absl::UnavailableError(
+      absl::StrCat("MASTER_PORT: cannot bind a port on CHORUS_RANK_HOST ", host, ": ", last_error));
+}
+
+absl::StatusOr<HostPort> AgreeMasterAddress(Store& store, int rank, const std::string& host,
+                                            absl::Time deadline) {
+  if (rank == 0) {
+    ASSIGN_OR_RETURN(const int port, PickFreePort(host));
+    HostPort master{host, port};
+    RETURN_IF_ERROR(store.Set(kMasterAddressKey, FormatHostPort(host, port)));
+    return master;
+  }
+  absl::StatusOr<std::string> published = store.Get(kMasterAddressKey, deadline);
+  if (!published.ok()) {
+    return absl::Status(published.status().code(),
+                        absl::StrCat("MASTER_ADDR/MASTER_PORT: rank 0 has not published them (",
+                                     published.status().message(), ")"));
+  }
+  absl::StatusOr<HostPort> master = ParseHostPort(*published);
+  if (!master.ok()) {
+    return absl::InternalError(
+        absl::StrCat("MASTER_ADDR/MASTER_PORT: rank 0 published \"", *published, "\""));
+  }
+  return master;
+}
+
+std::vector<std::string> ProgramEnvironment(const std::vector<std::string>& base,
+                                            const ProgramRank& rank, const HostPort& master,
+                                            const std::string& join_file, int progress_fd) {
+  // Later entries replace earlier ones of the same name; the order of
+  // first appearance is kept so the environment reads like the base one.
+  std::vector<std::string> names;
+  std::map<std::string, std::string> values;
+  auto set = [&](const std::string& name, const std::string& value) {
+    if (values.emplace(name, value).second) {
+      names.push_back(name);
+    } else {
+      values[name] = value;
+    }
+  };
+  for (const std::string& entry : base) {
+    const size_t eq = entry.find('=');
+    if (eq == std::string::npos || eq == 0) continue;
+    set(entry.substr(0, eq), entry.substr(eq + 1));
+  }
+  const v1::JoinResponse& j = rank.joined;
+  // In name order, so that the result does not depend on the map's.
+  std::map<std::string, std::string> user(j.spec().program().env().begin(),
+                                          j.spec().program().env().end());
+  for (const auto& [name, value] : user) set(name, value);
+  set("RANK", std::to_string(j.rank()));
+  set("WORLD_SIZE", std::to_string(j.world_size()));
+  set("LOCAL_RANK", std::to_string(j.local_rank()));
+  set("LOCAL_WORLD_SIZE", std::to_string(j.local_world_size()));
+  set("MASTER_ADDR", master.host);
+  set("MASTER_PORT", std::to_string(master.port));
+  set("CHORUS_COORDINATOR", rank.coordinator);
+  set("CHORUS_JOB_ID", rank.job_id);
+  set("CHORUS_GENERATION", std::to_string(j.generation()));
+  set("CHORUS_RANK", std::to_string(j.rank()));
+  set("CHORUS_WORLD_SIZE", std::to_string(j.world_size()));
+  set("CHORUS_STORE_NAMESPACE", j.store_namespace());
+  set("CHORUS_RANK_HOST", rank.rank_host);
+  set("CHORUS_JOIN_FILE", join_file);
+  if (progress_fd >= 0) set(kProgressFdVariable, std::to_string(progress_fd));
+  std::vector<std::string> env;
+  env.reserve(names.size());
+  for (const std::string& name : names) env.push_back(absl::StrCat(name, "=", values[name]));
+  return env;
+}
+
+ProgramOutcome ProgramOutcome::FromWaitStatus(pid_t pid, int wait_status) {
+  ProgramOutcome outcome;
+  outcome.pid = pid;
+  if (WIFSIGNALED(wait_status)) {
+    outcome.signaled = true;
+    outcome.signal = WTERMSIG(wait_status);
+  } else {
+    outcome.exit_code = WEXITSTATUS(wait_status);
+  }
+  return outcome;
+}
+
+absl::Status ProgramOutcome::ToStatus(const std::string& program) const {
+  if (ok()) return absl::OkStatus();
+  const std::string who = absl::StrCat("the program ", program, " (pid ", pid, ")");
+  if (signaled) {
+    const char* name = ::strsignal(signal);
+    return absl::UnknownError(absl::StrCat(who, " was killed by signal ", signal,
+                                           name != nullptr ? absl::StrCat(" (", name, ")") : ""));
+  }
+  return absl::UnknownError(absl::StrCat(who, " exited with code ", exit_code));
+}
+
+v1::ReportRequest FinalReport(const ProgramRank& rank, const ProgramOutcome& outcome,
+                              const std::string& program) {
+  v1::ReportRequest request;
+  request.set_job_id(rank.job_id);
+  request.set_generation(rank.joined.generation());
+  request.set_rank(rank.joined.rank());
+  request.set_final(true);
+  const absl::Status status = outcome.ToStatus(program);
+  request.set_success(status.ok());
+  request.set_error(std::string(status.message()));
+  (*request.mutable_metrics()->mutable_values())["exit_code"] = outcome.ExitCode();
+  return request;
+}
+
+bool IsProcessStopped(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // "PID (COMM) STATE ...": COMM may hold spaces and parentheses, so the
+  // state is after the last ')'.
+  const size_t paren = stat.rfind(')');
+  if (paren == std::string::npos || paren + 2 >= stat.size()) return false;
+  const char state = stat[paren + 2];
+  return state == 'T' || state == 't';
+}
+
+bool CatchesSignal(pid_t pid, int signal) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("SigCgt:", 0) != 0) continue;
+    uint64_t mask = 0;
+    if (!absl::SimpleHexAtoi(absl::StripAsciiWhitespace(line.substr(7)), &mask)) return false;
+    return signal >= 1 && signal <= 64 && ((mask >> (signal - 1)) & 1) != 0;
+  }
+  return false;
+}
+
+ProgramSupervisor::ProgramSupervisor(Options options) : options_(std::move(options)) {}
+
+absl::Status ProgramSupervisor::SendFinalReport(const v1::ReportRequest& request,
+                                                absl::Duration deadline) {
+  RetryOptions retry;
+  retry.deadline = deadline;
+  retry.attempt_timeout = std::min(absl::Seconds(10), deadline);
+  retry.max_backoff = absl::Seconds(1);
+  return Retry(retry, [&](absl::Time attempt_deadline) {
+    v1::ReportResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(attempt_deadline));
+    context.set_wait_for_ready(true);
+    return FromGrpcStatus(options_.ranks->Report(&context, request, &response));
+  });
+}
+
+absl::StatusOr<ProgramOutcome> ProgramSupervisor::Run() {
+  const ProgramRank& rank = options_.rank;
+  const v1::ProgramSpec& program = rank.joined.spec().program();
+  const std::string binary = ProgramBinaryPath(program);
+  const std::string shown = program.argv_size() > 0 ? program.argv(0) : "";
+  // Failures before the program runs end the rank with a failed report.
+  auto refuse = [&](const absl::Status& why) -> absl::Status {
+    ProgramOutcome not_started;
+    not_started.exit_code = 1;
+    v1::ReportRequest request = FinalReport(rank, not_started, shown);
+    request.set_error(std::string(why.message()));
+    if (absl::Status s = SendFinalReport(request, options_.report_deadline); !s.ok()) {
+      LOG(WARNING) << "final report: " << s.message();
+    }
+    return why;
+  };
+  if (binary.empty()) {
+    return refuse(absl::InvalidArgumentError(
+        "program.argv[0]: neither an absolute path nor one under an absolute working_dir"));
+  }
+
+  absl::StatusOr<HostPort> master = AgreeMasterAddress(
+      *options_.store, rank.joined.rank(), rank.rank_host, absl::Now() + options_.master_wait);
+  if (!master.ok()) return refuse(master.status());
+
+  std::string dir = options_.join_file_dir;
+  if (dir.empty()) {
+    const char* tmp = std::getenv("TMPDIR");
+    dir = tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
+  }
+  absl::StatusOr<std::string> join_file = WriteJoinFile(dir, rank.joined);
+  if (!join_file.ok()) return refuse(join_file.status());
+  struct RemoveAtExit {
+    std::string path;
+    ~RemoveAtExit() { ::unlink(path.c_str()); }
+  } remove_join_file{*join_file};
+
+  absl::StatusOr<ProgressChannelPair> channel = CreateProgressChannel();
+  if (!channel.ok()) return refuse(channel.status());
+  ProgressReceiver receiver(channel->supervisor_fd);
+
+  std::vector<std::string> base = options_.base_environment;
+  if (base.empty()) {
+    for (char** e = environ; *e != nullptr; ++e) base.emplace_back(*e);
+  }
+  const std::vector<std::string> env =
+      ProgramEnvironment(base, rank, *master, *join_file, channel->program_fd);
+  std::vector<std::string> argv(program.argv().begin(), program.argv().end());
+  absl::StatusOr<pid_t> started = StartChild(binary, argv, env, program.working_dir());
+  ::close(channel->program_fd);
+  if (!started.ok()) return refuse(started.status());
+  const pid_t pid = *started;
+  child_.store(pid);
+  LOG(INFO) << rank.job_id << ": rank " << rank.joined.rank() << " of " << rank.joined.world_size()
+            << " runs " << binary << " as pid " << pid << " (MASTER_ADDR " << master->host
+            << ", MASTER_PORT " << master->port << ")";
+
+  // The newest record the program sent, and when it came.
+  struct {
+    absl::Mutex mu;
+    v1::RankHeartbeat record ABSL_GUARDED_BY(mu);
+    absl::Time received ABSL_GUARDED_BY(mu) = absl::InfinitePast();
+    bool abort ABSL_GUARDED_BY(mu) = false;
+  } progress;
+
+  int wait_status = 0;
+  bool terminating = false;
+  {
+    HeartbeatStream::Options heartbeat_options;
+    heartbeat_options.interval = options_.heartbeat_interval;
+    heartbeat_options.paused = [pid] { return IsProcessStopped(pid); };
+    heartbeat_options.on_directive = [&](const v1::Directive& directive) {
+      if (directive.kind() != v1::Directive::ABORT) return;
+      LOG(WARNING) << rank.job_id << ": the coordinator aborts the rank: " << directive.reason();
+      absl::MutexLock lock(&progress.mu);
+      progress.abort = true;
+    };
+    HeartbeatStream heartbeats(
+        *options_.ranks,
+        [&] {
+          v1::RankHeartbeat hb;
+          const absl::Time now = absl::Now();
+          {
+            absl::MutexLock lock(&progress.mu);
+            hb = progress.record;
+            // The program said how long it had been in its phase when it
+            // sent the record; it has been there since.
+            if (hb.phase() != v1::PHASE_UNSPECIFIED) {
+              hb.set_phase_seconds(hb.phase_seconds() +
+                                   absl::ToDoubleSeconds(now - progress.received));
+            }
+          }
+          hb.set_job_id(rank.job_id);
+          hb.set_generation(rank.joined.generation());
+          hb.set_rank(rank.joined.rank());
+          hb.set_time_us(absl::ToUnixMicros(now));
+          return hb;
+        },
+        heartbeat_options);
+
+    // A stop requested while the program was being started is passed on
+    // as soon as it runs.
+    int64_t terminates_seen = 0;
+    int64_t checkpoints_seen =
+        options_.checkpoint_requests != nullptr ? options_.checkpoint_requests->load() : 0;
+    bool channel_open = true;
+    absl::Time kill_at = absl::InfiniteFuture();
+    for (;;) {
+      const pid_t done = ::waitpid(pid, &wait_status, WNOHANG);
+      if (done == pid) break;
+      if (done < 0 && errno != EINTR) {
+        // Not our child any more (cannot happen unless someone reaped it).
+        LOG(ERROR) << "waitpid " << pid << ": " << Errno(errno);
+        wait_status = 0;
+        break;
+      }
+      if (options_.terminate_requests != nullptr) {
+        const int64_t now = options_.terminate_requests->load();
+        if (now != terminates_seen) {
+          terminates_seen = now;
+          terminating = true;
+          ::kill(pid, SIGTERM);
+        }
+      }
+      if (options_.checkpoint_requests != nullptr) {
+        const int64_t now = options_.checkpoint_requests->load();
+        if (now != checkpoints_seen) {
+          checkpoints_seen = now;
+          if (CatchesSignal(pid, SIGUSR1)) {
+            ::kill(pid, SIGUSR1);
+          } else {
+            LOG(WARNING) << rank.job_id << ": checkpoint request not passed on: the program "
+                         << "has no SIGUSR1 handler (it would die of the signal)";
+          }
+        }
+      }
+      {
+        absl::MutexLock lock(&progress.mu);
+        if (progress.abort && kill_at == absl::InfiniteFuture()) {
+          terminating = true;
+          ::kill(pid, SIGTERM);
+          kill_at = absl::Now() + options_.kill_grace;
+        }
+      }
+      if (absl::Now() >= kill_at) {
+        ::kill(pid, SIGKILL);
+        kill_at = absl::InfiniteFuture() - absl::Seconds(1);  // sent once
+      }
+      const absl::Time tick = absl::Now() + absl::Milliseconds(100);
+      if (!channel_open) {
+        absl::SleepFor(tick - absl::Now());
+        continue;
+      }
+      absl::StatusOr<v1::RankHeartbeat> record = receiver.Receive(tick);
+      if (record.ok()) {
+        absl::MutexLock lock(&progress.mu);
+        progress.record = *std::move(record);
+        progress.received = absl::Now();
+      } else if (absl::IsOutOfRange(record.status())) {
+        channel_open = false;  // the program closed its end (or exec'd away from it)
+      } else if (!absl::IsDeadlineExceeded(record.status())) {
+        LOG(WARNING) << rank.job_id << ": progress channel: " << record.status().message();
+      }
+    }
+  }
+  child_.store(0);
+
+  const ProgramOutcome outcome = ProgramOutcome::FromWaitStatus(pid, wait_status);
+  if (outcome.ok()) {
+    LOG(INFO) << rank.job_id << ": rank " << rank.joined.rank()
+              << ": the program exited with code 0";
+  }
+  v1::ReportRequest request = FinalReport(rank, outcome, shown);
+  // A rank being stopped (cancel, Ctrl-C) has seconds before SIGKILL, and
+  // the coordinator may be going away too.
+  absl::Status reported =
+      SendFinalReport(request, terminating ? absl::Seconds(2) : options_.report_deadline);
+  if (!reported.ok() && !terminating) LOG(WARNING) << "final report: " << reported.message();
+  return outcome;
+}
+
+}  // namespace chorus

@@ -1,0 +1,165 @@
+// ProgramSupervisor: what chorus-rank becomes for a `program` job
+// (JobSpec.program, docs/programs.md). After the rank has joined its
+// generation it starts the user's program as its child and stays beside it
+// as the rank's link to the coordinator:
+//
+//   - rank 0 picks MASTER_PORT (a free TCP port on its CHORUS_RANK_HOST) and
+//     publishes "host:port" in the generation's store; the others wait for it;
+//   - the child gets torchrun's variables, the CHORUS_* ones (ProgramEnvironment),
+//     a file holding the JoinResponse (CHORUS_JOIN_FILE) and its end of the
+//     progress channel (CHORUS_PROGRESS_FD, progress_channel.h);
+//   - heartbeats carry the newest progress record the program sent; while the
+//     child is stopped (SIGSTOP: state 'T' in /proc/PID/stat) none are sent,
+//     so the coordinator diagnoses the rank DEAD;
+//   - SIGTERM and SIGUSR1 that reach the supervisor are passed on (SIGUSR1
+//     only to a program that handles it: by default it would kill it); an
+//     ABORT directive stops the child (SIGTERM, then SIGKILL after a grace);
+//   - when the child ends, the final Report says how (success iff exit 0).
+//
+// The child shares the supervisor's process group (the agent's group
+// signals reach both) and inherits its stdout/stderr (its lines reach
+// `chorus logs` and the failure reason like a built-in rank's).
+//
+// Thread-safety: Run() once, from one thread. The helper functions are pure
+// or touch only their arguments.
+//
+// Example:
+//   ProgramSupervisor::Options options;
+//   options.rank = {joined, job_id, coordinator, rank_host};
+//   options.store = &store;          // the generation's namespace
+//   options.ranks = ranks_stub.get();
+//   options.terminate_requests = &g_terminate_requests;  // bumped by a SIGTERM handler
+//   ProgramSupervisor supervisor(std::move(options));
+//   absl::StatusOr<ProgramOutcome> outcome = supervisor.Run();
+//   return outcome.ok() ? outcome->ExitCode() : 1;
+#ifndef CHORUS_WORKER_RUNTIME_PROGRAM_SUPERVISOR_H_
+#define CHORUS_WORKER_RUNTIME_PROGRAM_SUPERVISOR_H_
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "chorus/v1/coordinator.grpc.pb.h"
+#include "common/host_port.h"
+#include "worker/comm/store.h"
+
+namespace chorus {
+
+// The rank as it joined: what its program's environment is made of.
+struct ProgramRank {
+  v1::JoinResponse joined;
+  std::string job_id;
+  std::string coordinator;  // HOST:PORT, as CHORUS_COORDINATOR
+  std::string rank_host;    // CHORUS_RANK_HOST: this rank's address
+};
+
+// The store key rank 0 publishes MASTER_ADDR:MASTER_PORT under (in the
+// generation's namespace).
+inline constexpr char kMasterAddressKey[] = "program/master_address";
+
+// A TCP port that was free on `host` a moment ago: bound with port 0 and
+// closed again (as torchrun picks MASTER_PORT). UNAVAILABLE naming the host
+// when it cannot bind there.
+absl::StatusOr<int> PickFreePort(const std::string& host);
+
+// Rank 0 picks a free port on `host` and publishes "host:port" in `store`;
+// every other rank waits for it until `deadline` (DEADLINE_EXCEEDED saying
+// rank 0 did not publish it).
+absl::StatusOr<HostPort> AgreeMasterAddress(Store& store, int rank, const std::string& host,
+                                            absl::Time deadline);
+
+// The program's environment: `base` ("NAME=value" entries, e.g. the
+// supervisor's own), then the spec's program.env, then what Chorus sets
+// (each replacing an entry of the same name): RANK, WORLD_SIZE, LOCAL_RANK,
+// LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, CHORUS_COORDINATOR,
+// CHORUS_JOB_ID, CHORUS_GENERATION, CHORUS_RANK, CHORUS_WORLD_SIZE,
+// CHORUS_STORE_NAMESPACE, CHORUS_RANK_HOST, CHORUS_JOIN_FILE and
+// CHORUS_PROGRESS_FD (omitted when `progress_fd` < 0). CHORUS_TOKEN and the
+// TLS variables pass through from `base`.
+std::vector<std::string> ProgramEnvironment(const std::vector<std::string>& base,
+                                            const ProgramRank& rank, const HostPort& master,
+                                            const std::string& join_file, int progress_fd);
+
+// How the program ended.
+struct ProgramOutcome {
+  pid_t pid = 0;          // the program's; 0 if it never started
+  bool signaled = false;  // killed by `signal`; otherwise exited with `exit_code`
+  int exit_code = 0;
+  int signal = 0;
+
+  static ProgramOutcome FromWaitStatus(pid_t pid, int wait_status);
+  bool ok() const { return !signaled && exit_code == 0; }
+  // OK, or UNKNOWN naming the program (argv[0]), its pid and the exit code
+  // or signal: "the program /usr/bin/python3 (pid 412) exited with code 3".
+  absl::Status ToStatus(const std::string& program) const;
+  // What the supervisor exits with: the child's code, 128 + signal.
+  int ExitCode() const { return signaled ? 128 + signal : exit_code; }
+};
+
+// The final ReportRequest for `outcome` (final, success iff ok()).
+v1::ReportRequest FinalReport(const ProgramRank& rank, const ProgramOutcome& outcome,
+                              const std::string& program);
+
+// Whether `pid` is stopped (state 'T' or 't' in /proc/PID/stat); false when
+// it cannot be read (gone).
+bool IsProcessStopped(pid_t pid);
+
+// Whether `pid` has a handler for `signal` (the SigCgt mask in
+// /proc/PID/status); false when it cannot be read.
+bool CatchesSignal(pid_t pid, int signal);
+
+class ProgramSupervisor {
+ public:
+  struct Options {
+    ProgramRank rank;
+    // The generation's store (MASTER_PORT). Not owned; must outlive Run().
+    Store* store = nullptr;
+    // Heartbeats and the final report. Not owned; must outlive Run().
+    v1::RankService::StubInterface* ranks = nullptr;
+    // The supervisor's environment as "NAME=value"; empty: `environ`.
+    std::vector<std::string> base_environment;
+    // Where the join file goes; empty: $TMPDIR or /tmp.
+    std::string join_file_dir;
+    // How long ranks other than 0 wait for MASTER_PORT.
+    absl::Duration master_wait = absl::Minutes(5);
+    absl::Duration heartbeat_interval = absl::Seconds(1);
+    // After an ABORT directive: SIGTERM, then SIGKILL after this.
+    absl::Duration kill_grace = absl::Seconds(5);
+    // How long the final report is retried (the coordinator may restart).
+    absl::Duration report_deadline = absl::Minutes(1);
+    // Counters a signal handler bumps (may be null): each increase is passed
+    // on to the child as SIGTERM / SIGUSR1.
+    std::atomic<int64_t>* terminate_requests = nullptr;
+    std::atomic<int64_t>* checkpoint_requests = nullptr;
+  };
+
+  explicit ProgramSupervisor(Options options);
+  ProgramSupervisor(const ProgramSupervisor&) = delete;
+  ProgramSupervisor& operator=(const ProgramSupervisor&) = delete;
+
+  // Starts the program, supervises it until it ends, sends the final report
+  // and returns how it ended. An error when it could not be started (the
+  // master address was not agreed, the binary could not be executed, ...):
+  // then a failed final report was sent already.
+  absl::StatusOr<ProgramOutcome> Run();
+
+  // The child's pid once Run() has started it; 0 before.
+  pid_t child_pid() const { return child_.load(); }
+
+ private:
+  // Retried while the coordinator is unreachable, for up to `deadline`.
+  absl::Status SendFinalReport(const v1::ReportRequest& request, absl::Duration deadline);
+
+  const Options options_;
+  std::atomic<pid_t> child_{0};
+};
+
+}  // namespace chorus
+
+#endif  // CHORUS_WORKER_RUNTIME_PROGRAM_SUPERVISOR_H_
