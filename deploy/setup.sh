@@ -10,6 +10,8 @@ readonly PACKAGES=(
   # Build: Bazel 4.2 offline and the rules it needs from Debian.
   bazel-bootstrap bazel-rules-java bazel-platforms
   build-essential pkg-config
+  # The C++ SDK's CMake package (CMakeLists.txt, tests/cmake_package_check.sh).
+  cmake
   # RPC.
   libgrpc++-dev libgrpc-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev
   libssl-dev

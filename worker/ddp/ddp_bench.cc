@@ -17,6 +17,13 @@
 //   1 - (ddp_step - compute_only) / allreduce_all_gradients_alone.
 // Compute only is timed twice: one process alone, and two processes at once
 // (the floor for two ranks sharing this machine's caches and memory).
+//
+//   bazel run -c opt //worker/ddp:ddp_bench -- --metrics_overhead 1
+//
+// instead measures what observability costs a rank (Note [Metrics overhead]):
+// the big MLP under Chorus DDP, its steps alternating in blocks between the
+// bare loop and the loop with everything chorus-rank adds for the
+// coordinator's metrics and hang detection; ratio = with / without.
 
 #include <spawn.h>
 #include <sys/wait.h>
@@ -24,11 +31,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -41,6 +50,9 @@
 #include "worker/comm/gloo_communicator.h"
 #include "worker/comm/store.h"
 #include "worker/ddp/distributed_data_parallel.h"
+#include "worker/runtime/heartbeat_compose.h"
+#include "worker/train/metrics_window.h"
+#include "worker/train/training_progress.h"
 
 extern char** environ;
 
@@ -85,10 +97,27 @@ double ComputeOnly(const std::vector<int64_t>& hidden, int warmup, int steps) {
   return Median(times);
 }
 
+// Note [Metrics overhead]
+// What a chorus-rank does for observability around each step, beyond
+// training: it stamps every phase into TrainingProgress (the heartbeat's
+// phase and time in phase), times its wait in gradient synchronization
+// (the straggler attribution's input), reads the loss, folds step time,
+// wait and loss into a MetricsWindow and publishes the window's figures to
+// the progress atomics every report window; and a heartbeat thread composes
+// the rank's heartbeat, flight-recorder summary included, once a second and
+// serializes it. With --observe the rank alternates blocks of
+// kObserveBlock steps without and with all of that (the heartbeat thread
+// composes only during "with" blocks), so both halves see the same machine
+// state; the figure is the ratio of the two medians.
+constexpr int kObserveBlock = 5;
+constexpr int kReportWindowSteps = 10;
+
 // One Chorus rank: trains with DDP, then times an all-reduce of every
-// gradient at once without compute. Rank 0 writes "step_ms comm_ms".
+// gradient at once without compute. Rank 0 writes "step_ms comm_ms
+// forward_backward_ms finish_ms faults_per_step", or with `observe` (Note
+// [Metrics overhead]) "off_ms on_ms".
 int RunRank(int rank, const std::string& store_dir, const std::vector<int64_t>& hidden, int warmup,
-            int steps, bool view) {
+            int steps, bool view, bool observe) {
   at::set_num_threads(1);
   auto store = FileStore::Open(store_dir);
   if (!store.ok()) return 1;
@@ -113,29 +142,93 @@ int RunRank(int rank, const std::string& store_dir, const std::vector<int64_t>& 
   torch::Tensor x = torch::randn({kBatch, 784});
   torch::Tensor y = torch::randint(0, 10, {kBatch});
   auto barrier = [&] { return (*comm)->Barrier("bench")->Wait(absl::Now() + absl::Seconds(60)); };
-  std::vector<double> times, backward_ms, finish_ms;
+  std::vector<double> times, backward_ms, finish_ms, observed_times;
   int64_t faults = 0;
-  for (int i = 0; i < warmup + steps; ++i) {
+  // Observability (Note [Metrics overhead]).
+  TrainingProgress progress;
+  MetricsWindow window(absl::Now());
+  std::atomic<bool> observing{false}, stop{false};
+  std::atomic<int64_t> heartbeat_bytes{0};
+  std::thread heartbeats;
+  if (observe) {
+    heartbeats = std::thread([&] {
+      absl::Time next = absl::Now() + absl::Seconds(1);
+      while (!stop.load()) {
+        absl::SleepFor(absl::Milliseconds(10));
+        if (absl::Now() < next) continue;
+        next += absl::Seconds(1);
+        if (!observing.load()) continue;
+        v1::RankHeartbeat hb =
+            ProgressHeartbeat(progress, &(*comm)->flight_recorder(), absl::Now());
+        hb.set_rank(rank);
+        heartbeat_bytes += hb.SerializeAsString().size();
+      }
+    });
+  }
+  struct JoinHeartbeats {
+    std::atomic<bool>& stop;
+    std::thread& thread;
+    ~JoinHeartbeats() {
+      stop.store(true);
+      if (thread.joinable()) thread.join();
+    }
+  } join_heartbeats{stop, heartbeats};
+  const int total = observe ? warmup + 2 * steps : warmup + steps;
+  for (int i = 0; i < total; ++i) {
+    // Warm-up steps run observed; then blocks alternate, starting without.
+    const bool on = observe && (i < warmup || ((i - warmup) / kObserveBlock) % 2 == 1);
+    observing.store(on);
     if (!barrier().ok()) return 1;
     const int64_t faults_before = MinorPageFaults();
     absl::Time start = absl::Now();
+    if (on) progress.Enter(v1::DATA);
     opt.zero_grad();
     if (!(*ddp)->PrepareForBackward().ok()) return 1;
-    torch::nn::functional::cross_entropy(model->forward(x), y).backward();
+    if (on) progress.Enter(v1::FORWARD);
+    torch::Tensor loss = torch::nn::functional::cross_entropy(model->forward(x), y);
+    if (on) progress.Enter(v1::BACKWARD);
+    loss.backward();
     absl::Time backward_done = absl::Now();
+    if (on) progress.Enter(v1::COLLECTIVE);
     absl::Status s = (*ddp)->FinishGradientSync();
     if (!s.ok()) {
       std::cerr << s << "\n";
       return 1;
     }
     absl::Time synced = absl::Now();
+    if (on) progress.Enter(v1::OPTIMIZER);
     opt.step();
-    if (i >= warmup) {
-      faults += MinorPageFaults() - faults_before;
-      times.push_back(absl::ToDoubleMilliseconds(absl::Now() - start));
-      backward_ms.push_back(absl::ToDoubleMilliseconds(backward_done - start));
-      finish_ms.push_back(absl::ToDoubleMilliseconds(synced - backward_done));
+    if (on) {
+      window.AddMicroBatch(loss.item<double>(), absl::ToDoubleSeconds(synced - backward_done));
+      window.EndStep();
+      progress.step.store(i + 1);
+      if ((i + 1) % kReportWindowSteps == 0) {
+        const MetricsWindow::Summary summary = window.Close(absl::Now(), kBatch * 2);
+        progress.step_seconds.store(summary.step_seconds);
+        progress.compute_seconds.store(summary.compute_seconds);
+        progress.comm_wait_seconds.store(summary.wait_seconds);
+        progress.loss.store(summary.loss);
+        progress.samples_per_second.store(summary.samples_per_second / 2);
+      }
     }
+    if (i < warmup) continue;
+    const double ms = absl::ToDoubleMilliseconds(absl::Now() - start);
+    if (on) {
+      observed_times.push_back(ms);
+      continue;
+    }
+    faults += MinorPageFaults() - faults_before;
+    times.push_back(ms);
+    backward_ms.push_back(absl::ToDoubleMilliseconds(backward_done - start));
+    finish_ms.push_back(absl::ToDoubleMilliseconds(synced - backward_done));
+  }
+  if (observe) {
+    if (rank == 0) {
+      std::ofstream out(store_dir + "/result");
+      out << Median(times) << " " << Median(observed_times) << " " << heartbeat_bytes.load()
+          << "\n";
+    }
+    return barrier().ok() ? 0 : 1;
   }
   int64_t numel = 0;
   for (const auto& p : model->parameters()) numel += p.numel();
@@ -168,6 +261,76 @@ int SpawnAndWait(const std::vector<std::string>& args) {
   int status = 0;
   waitpid(pid, &status, 0);
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// Starts the two rank processes of a Chorus run (this binary with --rank)
+// and waits for them; true if both succeeded.
+bool RunChorusRanks(const std::string& self, const std::string& store_dir,
+                    const std::vector<std::string>& hidden, int warmup, int steps, bool view,
+                    bool observe) {
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 2; ++r) {
+    std::vector<std::string> args = {self,
+                                     "--rank",
+                                     std::to_string(r),
+                                     "--store",
+                                     store_dir,
+                                     "--hidden",
+                                     absl::StrJoin(hidden, ","),
+                                     "--warmup",
+                                     std::to_string(warmup),
+                                     "--steps",
+                                     std::to_string(steps),
+                                     "--view",
+                                     view ? "1" : "0",
+                                     "--observe",
+                                     observe ? "1" : "0"};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_t pid;
+    if (posix_spawn(&pid, self.c_str(), nullptr, nullptr, argv.data(), environ) != 0) break;
+    pids.push_back(pid);
+  }
+  bool ok = pids.size() == 2;
+  for (pid_t pid : pids) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ok = false;
+  }
+  return ok;
+}
+
+// Note [Metrics overhead]: the big MLP, observed and bare steps alternating.
+int RunMetricsOverhead(const std::string& self, double steps_scale) {
+  const std::vector<std::string> hidden = {"2048", "2048", "2048", "2048"};
+  const int steps = std::max(2 * kObserveBlock, static_cast<int>(40 * steps_scale));
+  std::cerr << "machine: " << ReadMachineFacts().ToString() << "\n";
+  char tmpl[] = "/tmp/chorus-ddp-bench-XXXXXX";
+  if (mkdtemp(tmpl) == nullptr) return 1;
+  const std::string dir = tmpl;
+  const std::string store_dir = dir + "/observe.store";
+  const bool ok = RunChorusRanks(self, store_dir, hidden, /*warmup=*/8, steps, /*view=*/false,
+                                 /*observe=*/true);
+  double off = 0, on = 0;
+  int64_t heartbeat_bytes = 0;
+  std::ifstream(store_dir + "/result") >> off >> on >> heartbeat_bytes;
+  std::system(("rm -rf " + dir).c_str());
+  if (!ok || off <= 0 || on <= 0) {
+    std::cerr << "the metrics-overhead run failed\n";
+    return 1;
+  }
+  std::cerr << absl::StrFormat(
+      "mlp_big, %d steps each way in blocks of %d: without observability %.2f ms/step, with it "
+      "%.2f ms/step (rank 0 composed %d bytes of heartbeats)\n",
+      steps, kObserveBlock, off, on, heartbeat_bytes);
+  std::cout << absl::StrFormat(
+                   "{\"bench\": \"ddp_metrics_overhead\", \"metric\": \"median_step_time\", "
+                   "\"unit\": \"ms\", \"ours\": %.3f, \"peer\": %.3f, \"peer_name\": \"the "
+                   "same ranks without observability\", \"ratio\": %.4f}",
+                   on, off, on / off)
+            << std::endl;
+  return 0;
 }
 
 struct ModelCase {
@@ -215,35 +378,8 @@ int RunBench(const std::string& self, double steps_scale, bool view) {
     auto run_chorus = [&](const char* shm, ChorusRun& run) {
       if (*shm != '\0') setenv("CHORUS_GLOO_SHM", shm, 1);
       const std::string store_dir = absl::StrCat(dir, "/", c.name, ".store", shm);
-      std::vector<pid_t> pids;
-      for (int r = 0; r < 2; ++r) {
-        std::vector<std::string> args = {self,
-                                         "--rank",
-                                         std::to_string(r),
-                                         "--store",
-                                         store_dir,
-                                         "--hidden",
-                                         absl::StrJoin(hidden, ","),
-                                         "--warmup",
-                                         std::to_string(c.warmup),
-                                         "--steps",
-                                         std::to_string(steps),
-                                         "--view",
-                                         view ? "1" : "0"};
-        std::vector<char*> argv;
-        for (auto& a : args) argv.push_back(a.data());
-        argv.push_back(nullptr);
-        pid_t pid;
-        if (posix_spawn(&pid, self.c_str(), nullptr, nullptr, argv.data(), environ) != 0)
-          return false;
-        pids.push_back(pid);
-      }
-      bool ok = true;
-      for (pid_t pid : pids) {
-        int status = 0;
-        waitpid(pid, &status, 0);
-        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ok = false;
-      }
+      const bool ok =
+          RunChorusRanks(self, store_dir, hidden, c.warmup, steps, view, /*observe=*/false);
       unsetenv("CHORUS_GLOO_SHM");
       std::ifstream in(store_dir + "/result");
       in >> run.step_ms >> run.comm_ms >> run.fwd_bwd_ms >> run.finish_ms >> run.faults_per_step;
@@ -337,7 +473,7 @@ int main(int argc, char** argv) {
   int rank = -1, warmup = 8, steps = 10;
   std::string store, hidden_text;
   double steps_scale = 1.0;
-  bool view = false;
+  bool view = false, observe = false, metrics_overhead = false;
   std::string compute_only_file;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string flag = argv[i];
@@ -357,6 +493,10 @@ int main(int argc, char** argv) {
       view = std::string(argv[i + 1]) == "1";
     else if (flag == "--compute_only")
       compute_only_file = argv[i + 1];
+    else if (flag == "--observe")
+      observe = std::string(argv[i + 1]) == "1";
+    else if (flag == "--metrics_overhead")
+      metrics_overhead = std::string(argv[i + 1]) == "1";
   }
   std::vector<int64_t> hidden;
   for (absl::string_view part : absl::StrSplit(hidden_text, ',', absl::SkipEmpty())) {
@@ -367,10 +507,11 @@ int main(int argc, char** argv) {
     std::ofstream(compute_only_file) << chorus::ComputeOnly(hidden, warmup, steps) << "\n";
     return 0;
   }
-  if (rank >= 0) return chorus::RunRank(rank, store, hidden, warmup, steps, view);
+  if (rank >= 0) return chorus::RunRank(rank, store, hidden, warmup, steps, view, observe);
   char self[4096];
   ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
   if (n <= 0) return 1;
   self[n] = '\0';
+  if (metrics_overhead) return chorus::RunMetricsOverhead(self, steps_scale);
   return chorus::RunBench(self, steps_scale, view);
 }

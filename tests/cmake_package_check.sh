@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# The CMake package, checked the way a project that does not use Bazel uses
+# it (CI runs this after the Bazel tests; docs/sdk.md "Building with CMake"):
+#   1. cmake/sources.cmake lists exactly what Bazel's //sdk:chorus builds;
+#   2. the SDK configures, builds and installs into a temporary prefix;
+#   3. examples/programs builds against the installed package with
+#      find_package(Chorus), from a copy of the sources outside the tree;
+#   4. those CMake-built programs pass the SDK's end-to-end checks
+#      (tests/sdk_e2e_test.sh: accuracy, identical replicas, the hang
+#      diagnosis, checkpoint and resume), run with the Bazel-built chorus.
+# Needs the Bazel build of //client:chorus and its companions (bazel test
+# //... has built them). Prints 'N passed, M failed' last.
+#
+#   tests/cmake_package_check.sh [--jobs N]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+jobs=2
+[[ "${1:-}" == "--jobs" ]] && jobs=$2
+
+work=$(mktemp -d)
+trap 'rm -rf "${work}"' EXIT
+passed=0
+failed=0
+check() {  # $1 = what, rest = the command; its output goes to ${work}/<n>.log
+  local what=$1
+  shift
+  local log="${work}/step$((passed + failed)).log"
+  local t0=${SECONDS}
+  if "$@" >"${log}" 2>&1; then
+    echo "ok: ${what} ($((SECONDS - t0)) s)"
+    passed=$((passed + 1))
+    return 0
+  fi
+  echo "FAIL: ${what} ($((SECONDS - t0)) s); the last lines of its output:"
+  tail -n 30 "${log}" | sed 's/^/    /'
+  failed=$((failed + 1))
+  return 1
+}
+finish() {
+  echo "${passed} passed, ${failed} failed"
+  exit $((failed > 0))
+}
+
+check "cmake/sources.cmake matches Bazel's //sdk:chorus" cmake/update_sources.sh --check
+check "the SDK configures" cmake -S . -B "${work}/build" -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_INSTALL_PREFIX="${work}/prefix" || finish
+check "the SDK builds (libchorus)" cmake --build "${work}/build" -j "${jobs}" || finish
+check "the SDK installs" cmake --install "${work}/build" || finish
+installed_ok() {
+  [[ -f "${work}/prefix/lib/cmake/Chorus/ChorusConfig.cmake" ]] &&
+    [[ -f "${work}/prefix/include/chorus-sdk/chorus/chorus.h" ]] &&
+    [[ -f "${work}/prefix/include/chorus-sdk/chorus/v1/coordinator.pb.h" ]] &&
+    ls "${work}/prefix/lib/"libchorus.so* >/dev/null
+}
+check "the installed tree has the library, chorus/chorus.h, the API headers and the package file" \
+  installed_ok
+# The examples from a copy elsewhere, so nothing of the source tree is on
+# their include path but what the package provides.
+mkdir -p "${work}/examples"
+cp examples/programs/CMakeLists.txt examples/programs/*.cc "${work}/examples/"
+check "examples/programs builds with find_package(Chorus)" \
+  cmake -S "${work}/examples" -B "${work}/examples-build" -DCMAKE_PREFIX_PATH="${work}/prefix" || finish
+check "the example programs link against the installed libchorus" \
+  cmake --build "${work}/examples-build" -j "${jobs}" || finish
+linked_ok() {
+  ldd "${work}/examples-build/fashion_mnist_loop" | grep -q "${work}/prefix/lib/libchorus.so"
+}
+check "fashion_mnist_loop loads libchorus from the install prefix" linked_ok
+
+bazel build //client:chorus //coordinator:chorus-coordinator //worker:chorus-worker \
+  //worker:chorus-rank >"${work}/bazel.log" 2>&1 || {
+  echo "FAIL: the Bazel build of chorus"
+  tail -n 20 "${work}/bazel.log"
+  failed=$((failed + 1))
+  finish
+}
+echo "=== tests/sdk_e2e_test.sh with the CMake-built programs"
+bash tests/sdk_e2e_test.sh "$(bazel info bazel-bin 2>/dev/null)/client/chorus" \
+  "${work}/examples-build/fashion_mnist_loop" "${work}/examples-build/actor_critic" \
+  2>&1 | tee "${work}/e2e.log"
+e2e=$(tail -n 1 "${work}/e2e.log")
+if [[ ${e2e} =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failure ]]; then
+  passed=$((passed + BASH_REMATCH[1]))
+  failed=$((failed + BASH_REMATCH[2]))
+else
+  echo "FAIL: sdk_e2e_test.sh printed no counts"
+  failed=$((failed + 1))
+fi
+finish
