@@ -260,6 +260,29 @@ bool IsMembershipFailure(const absl::Status& s) {
          s.code() == absl::StatusCode::kDeadlineExceeded;
 }
 
+// Note [Step boundary]
+// A planned change of an elastic job (a drain, a growth) must not cost a
+// step: every rank has to stop after the same step. The coordinator's
+// REFORM_AT_STEP_BOUNDARY reaches the ranks on their heartbeats, at
+// different moments, so a rank does not act on it alone: at the start of
+// every step the ranks all-reduce (max) the generation they were asked to
+// re-form into. Everyone sees the same result, so either every rank trains
+// the step or every rank stops before it, holding the same complete step,
+// and joins the next generation (state_sync.h then finds nothing to send
+// but the newcomers' state). A rank whose all-reduce fails is at that same
+// boundary too: it treats the failure as a lost member, as any.
+absl::Status CheckStepBoundary(Communicator& comm, const TrainingProgress& p, int64_t generation,
+                               int64_t step) {
+  torch::Tensor asked = torch::tensor({p.reform_request.load()}, torch::kLong);
+  RETURN_IF_ERROR(comm.AllReduce(asked, ReduceOp::kMax, "elastic/step_boundary")
+                      ->Wait(absl::Now() + absl::Minutes(5)));
+  const int64_t next = asked.item<int64_t>();
+  if (next <= generation) return absl::OkStatus();
+  return absl::AbortedError(absl::StrCat("generation ", generation,
+                                         " ends at the step boundary before step ", step,
+                                         ": the coordinator asked for generation ", next));
+}
+
 // What a rank keeps across the generations of its job.
 struct RankRun {
   const v1::JobSpec& spec;
@@ -341,6 +364,7 @@ absl::StatusOr<v1::Metrics> TrainGeneration(RankRun& run, const Generation& gen)
       const torch::Tensor order = torch::tensor(EpochIndices(current, epoch), torch::kLong);
       const int64_t epoch_batches = BatchesPerEpoch(current);
       for (int64_t b = 0; b + accum <= epoch_batches && step < total_steps; b += accum) {
+        if (run.options.rejoin) RETURN_IF_ERROR(CheckStepBoundary(comm, p, gen.generation, step));
         RETURN_IF_ERROR(InjectFaults(spec, comm, gen.generation, step, p));
         // Random draws (dropout) are a function of (seed, rank, step), so a
         // resumed run draws exactly what an uninterrupted one would.
