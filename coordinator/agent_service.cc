@@ -126,9 +126,10 @@ class HeartbeatStream : public grpc::ServerBidiReactor<v1::RankHeartbeat, v1::Di
     directive_.Clear();
     live_ = scheduler_.Heartbeat(in_, &directive_);
     if (directive_.kind() != v1::Directive::KIND_UNSPECIFIED) {
-      // RE_RENDEZVOUS goes out before the stream ends; REFORM_AT_STEP_BOUNDARY
-      // (a planned change) and the stream goes on. One write at a time: the
-      // next read starts once it is done.
+      // A directive goes out just before the stream ends (ranks read
+      // directives once their stream ends): RE_RENDEZVOUS ends it as stale,
+      // REFORM_AT_STEP_BOUNDARY (a planned change) with OK, and the rank
+      // opens a new one.
       StartWrite(&directive_);
     } else if (!live_) {
       FinishStale();
@@ -136,9 +137,9 @@ class HeartbeatStream : public grpc::ServerBidiReactor<v1::RankHeartbeat, v1::Di
       StartRead(&in_);
     }
   }
-  void OnWriteDone(bool ok) override {
-    if (live_ && ok) {
-      StartRead(&in_);
+  void OnWriteDone(bool /*ok*/) override {
+    if (live_) {
+      Finish(grpc::Status::OK);
     } else {
       FinishStale();
     }
