@@ -81,10 +81,12 @@ class Scheduler {
   // (checked by Tick), FAILED_PRECONDITION for a stale generation or
   // a job that is not running, NOT_FOUND for an unknown job or slot.
   void Join(const v1::JoinRequest& request, absl::Time deadline, JoinDone done);
-  // Fails joins whose deadline has passed, and applies each running job's
-  // hang_detection.action to its diagnoses (ABORT and RESTART fail the job
-  // with the diagnosis; RESTART says that restarting needs elastic
-  // generations, which are not built yet). The server calls it periodically.
+  // Fails joins whose deadline has passed, applies each running job's
+  // hang_detection.action to its diagnoses (ABORT fails the job, and so does
+  // RESTART except that of an elastic job for a DEAD or NEVER_JOINED rank,
+  // which is evicted), retries elastic jobs
+  // waiting below resources.min_ranks and lets elastic jobs grow onto free
+  // slots (docs/elastic.md). The server calls it periodically.
   void Tick();
 
   // A rank's metrics: rank 0's become the job's latest (final ones are
