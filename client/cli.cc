@@ -38,6 +38,8 @@ int RunChorus(int argc, const char* const* argv, GlobalOptions& global) {
   AddExportCommand(app, global, exit_code);
   AddCheckpointCommand(app, global, exit_code);
   AddUpCommand(app, global, exit_code);
+  AddDrainCommand(app, global, exit_code);
+  AddAgentsCommand(app, global, exit_code);
 
   try {
     app.parse(argc, argv);

@@ -64,6 +64,11 @@ void AddCheckpointsCommand(CLI::App& app, const GlobalOptions& global, int& exit
 void AddExportCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);
 void AddCheckpointCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);
 void AddTopCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);
+void AddDrainCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);
+void AddAgentsCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);
+
+// One line for an agent: id, host, state, busy slots, jobs (client/drain.cc).
+std::string FormatAgent(const v1::AgentInfo& agent);
 
 // The table `chorus top` draws for `status` (client/top.cc).
 std::string FormatTop(const v1::JobStatus& status);

@@ -360,6 +360,60 @@ TEST_F(CommandsTest, StatusOfAnUnknownJobNamesItAndExits1) {
   EXPECT_EQ(coordinator_.status_requests()[0].job_id(), "job-424242");
 }
 
+// ---------------------------------------------------------------- drain, agents
+
+v1::AgentInfo MakeAgent(const std::string& id, const std::string& host, int busy) {
+  v1::AgentInfo agent;
+  agent.set_agent_id(id);
+  agent.set_host(host);
+  agent.set_slots(2);
+  agent.set_busy_slots(busy);
+  agent.set_state(v1::AgentInfo::ACTIVE);
+  if (busy > 0) agent.add_jobs("job-000001");
+  return agent;
+}
+
+TEST_F(CommandsTest, DrainPrintsTheAgentsStateAndAgentsListsThem) {
+  coordinator_.AddAgent(MakeAgent("agent-1", "node-a", 0));
+  coordinator_.AddAgent(MakeAgent("agent-2", "node-b", 2));
+
+  EXPECT_EQ(Run({"drain", "node-b"}), kExitOk);
+  ASSERT_THAT(coordinator_.drains(), SizeIs(1));
+  EXPECT_EQ(coordinator_.drains()[0].agent(), "node-b");
+  EXPECT_EQ(out_.str(), "agent-2 (node-b): DRAINING, 2 of 2 slot(s) busy, jobs job-000001\n");
+  out_.str("");
+  EXPECT_EQ(Run({"drain", "agent-1"}), kExitOk);
+  EXPECT_EQ(out_.str(),
+            "agent-1 (node-a): DRAINED, 0 of 2 slot(s) busy - no rank runs there; the agent can "
+            "be stopped\n");
+  out_.str("");
+  EXPECT_EQ(Run({"agents"}), kExitOk);
+  EXPECT_EQ(out_.str(),
+            "agent-1 (node-a): DRAINED, 0 of 2 slot(s) busy - no rank runs there; the agent can "
+            "be stopped\nagent-2 (node-b): DRAINING, 2 of 2 slot(s) busy, jobs job-000001\n");
+  EXPECT_EQ(err_.str(), "");
+}
+
+TEST_F(CommandsTest, DrainWaitThatTimesOutExits1AndAnUnknownAgentIsNamed) {
+  coordinator_.AddAgent(MakeAgent("agent-2", "node-b", 1));
+  EXPECT_EQ(Run({"drain", "node-b", "--wait", "0.6"}), kExitFailure);
+  EXPECT_THAT(coordinator_.drains(), SizeIs(testing::Ge(2u))) << "it asked again while waiting";
+  EXPECT_EQ(out_.str(), "agent-2 (node-b): DRAINING, 1 of 2 slot(s) busy, jobs job-000001\n");
+  EXPECT_EQ(err_.str(), "chorus drain: agent-2 is not drained after 0.6 s\n");
+  out_.str("");
+  err_.str("");
+  EXPECT_EQ(Run({"drain", "node-z"}), kExitFailure);
+  EXPECT_EQ(out_.str(), "");
+  EXPECT_THAT(err_.str(), testing::StartsWith("chorus drain: no agent \"node-z\""));
+}
+
+TEST_F(CommandsTest, DrainHelpSaysWhatHappensToTheJobs) {
+  EXPECT_EQ(Run({"drain", "--help"}), kExitOk);
+  EXPECT_THAT(out_.str(), HasSubstr("re-forms without them at its next step boundary"));
+  EXPECT_THAT(out_.str(), HasSubstr("other jobs keep their ranks there until they end"));
+  EXPECT_THAT(out_.str(), HasSubstr("--wait"));
+}
+
 // ---------------------------------------------------------------- cancel
 
 TEST_F(CommandsTest, CancelNamesTheJobAndTheReason) {

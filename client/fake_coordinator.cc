@@ -96,6 +96,31 @@ class FakeCoordinator::Jobs final : public v1::JobService::Service {
     return grpc::Status::OK;
   }
 
+  // An agent drains at once if it has no busy slot (DRAINED), else it stays
+  // DRAINING.
+  grpc::Status DrainAgent(grpc::ServerContext*, const v1::DrainAgentRequest* request,
+                          v1::DrainAgentResponse* response) override {
+    absl::MutexLock lock(&owner_.mu_);
+    ++owner_.calls_;
+    owner_.drains_.push_back(*request);
+    for (v1::AgentInfo& agent : owner_.agents_) {
+      if (agent.agent_id() != request->agent() && agent.host() != request->agent()) continue;
+      agent.set_state(agent.busy_slots() > 0 ? v1::AgentInfo::DRAINING : v1::AgentInfo::DRAINED);
+      *response->mutable_agent() = agent;
+      return grpc::Status::OK;
+    }
+    return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                        absl::StrCat("no agent \"", request->agent(), "\""));
+  }
+
+  grpc::Status ListAgents(grpc::ServerContext*, const v1::ListAgentsRequest*,
+                          v1::ListAgentsResponse* response) override {
+    absl::MutexLock lock(&owner_.mu_);
+    ++owner_.calls_;
+    for (const v1::AgentInfo& agent : owner_.agents_) *response->add_agents() = agent;
+    return grpc::Status::OK;
+  }
+
   grpc::Status ListCheckpoints(grpc::ServerContext*, const v1::ListCheckpointsRequest* request,
                                v1::ListCheckpointsResponse* response) override {
     absl::MutexLock lock(&owner_.mu_);
@@ -222,6 +247,16 @@ absl::Status FakeCoordinator::NotFound(const std::string& job_id) const {
 void FakeCoordinator::AddJob(const v1::Job& job) {
   absl::MutexLock lock(&mu_);
   jobs_.push_back(job);
+}
+
+void FakeCoordinator::AddAgent(const v1::AgentInfo& agent) {
+  absl::MutexLock lock(&mu_);
+  agents_.push_back(agent);
+}
+
+std::vector<v1::DrainAgentRequest> FakeCoordinator::drains() const {
+  absl::MutexLock lock(&mu_);
+  return drains_;
 }
 
 void FakeCoordinator::SetJobStatus(const v1::JobStatus& status) {

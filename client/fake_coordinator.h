@@ -53,6 +53,9 @@ class FakeCoordinator {
   // cancelled; its status is `job` and no ranks unless SetJobStatus.
   void AddJob(const v1::Job& job);
   void SetJobStatus(const v1::JobStatus& status);
+  // A connected agent, listed by ListAgents; DrainAgent (by id or host)
+  // makes it DRAINING, or DRAINED when it has no busy slot.
+  void AddAgent(const v1::AgentInfo& agent);
   void SetCheckpoints(const std::string& job_id, std::vector<v1::CheckpointManifest> manifests);
   // The file Download serves for (job_id, step, name); step 0 in a request
   // means the newest step stored for the job.
@@ -67,6 +70,7 @@ class FakeCoordinator {
   std::vector<v1::ListJobsRequest> list_jobs_requests() const;
   std::vector<v1::GetJobStatusRequest> status_requests() const;
   std::vector<v1::CancelJobRequest> cancels() const;
+  std::vector<v1::DrainAgentRequest> drains() const;
   std::vector<v1::ListCheckpointsRequest> list_checkpoints_requests() const;
   std::vector<v1::DownloadCheckpointRequest> downloads() const;
   int health_checks() const;
@@ -98,6 +102,8 @@ class FakeCoordinator {
   std::vector<v1::ListJobsRequest> list_jobs_requests_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::GetJobStatusRequest> status_requests_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::CancelJobRequest> cancels_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::AgentInfo> agents_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::DrainAgentRequest> drains_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::ListCheckpointsRequest> list_checkpoints_requests_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::DownloadCheckpointRequest> downloads_ ABSL_GUARDED_BY(mu_);
   int health_checks_ ABSL_GUARDED_BY(mu_) = 0;

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace chorus {
 
@@ -36,6 +37,41 @@ void AgentRegistry::SetBusy(const std::string& agent_id, int slot, bool busy) {
   it->second.busy[slot] = busy;
 }
 
+bool AgentRegistry::SetDraining(const std::string& agent_id) {
+  auto it = agents_.find(agent_id);
+  if (it == agents_.end()) return false;
+  it->second.draining = true;
+  return true;
+}
+
+std::vector<std::string> AgentRegistry::Ids() const {
+  std::vector<std::pair<int64_t, std::string>> in_order;
+  for (const auto& [id, agent] : agents_) in_order.emplace_back(agent.order, id);
+  std::sort(in_order.begin(), in_order.end());
+  std::vector<std::string> ids;
+  for (auto& [order, id] : in_order) ids.push_back(std::move(id));
+  return ids;
+}
+
+absl::StatusOr<std::string> AgentRegistry::Resolve(const std::string& name) const {
+  if (agents_.count(name) > 0) return name;
+  std::vector<std::string> with_host;
+  std::vector<std::string> known;
+  for (const std::string& id : Ids()) {
+    const std::string& host = agents_.at(id).hello.host();
+    if (host == name) with_host.push_back(id);
+    known.push_back(absl::StrCat(id, " (", host, ")"));
+  }
+  if (with_host.size() == 1) return with_host.front();
+  if (with_host.size() > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(with_host.size(), " agents run on host \"", name,
+                                                   "\": name one by its id (",
+                                                   absl::StrJoin(with_host, ", "), ")"));
+  }
+  return absl::NotFoundError(absl::StrCat("no agent \"", name, "\"; connected agents: ",
+                                          known.empty() ? "none" : absl::StrJoin(known, ", ")));
+}
+
 std::vector<AgentSlots> AgentRegistry::FreeSlots() const {
   std::vector<const std::pair<const std::string, Agent>*> in_order;
   for (const auto& entry : agents_) in_order.push_back(&entry);
@@ -43,6 +79,7 @@ std::vector<AgentSlots> AgentRegistry::FreeSlots() const {
             [](const auto* a, const auto* b) { return a->second.order < b->second.order; });
   std::vector<AgentSlots> free;
   for (const auto* entry : in_order) {
+    if (entry->second.draining) continue;
     AgentSlots& slots = free.emplace_back();
     slots.agent_id = entry->first;
     slots.device = entry->second.hello.device();
@@ -67,6 +104,7 @@ std::map<v1::ResourceSpec::Device, AgentRegistry::SlotCount> AgentRegistry::Slot
 int AgentRegistry::free_slots() const {
   int free = 0;
   for (const auto& [id, agent] : agents_) {
+    if (agent.draining) continue;
     free += static_cast<int>(std::count(agent.busy.begin(), agent.busy.end(), false));
   }
   return free;

@@ -35,6 +35,8 @@ class AgentRegistry {
     AgentSender send;
     std::vector<bool> busy;  // per slot
     int64_t order = 0;       // registration order
+    // `chorus drain`: its free slots are offered to no job.
+    bool draining = false;
   };
 
   // Registers an agent with every slot free; returns its new id.
@@ -46,8 +48,18 @@ class AgentRegistry {
   const Agent* Find(const std::string& agent_id) const;
   // Marks a slot busy or free; ignored for an unknown agent.
   void SetBusy(const std::string& agent_id, int slot, bool busy);
-  // Every agent's free slots, in registration order.
+  // Marks the agent as draining; false if it is unknown.
+  bool SetDraining(const std::string& agent_id);
+  // The id of the agent `name` names: its id, or the host of exactly one
+  // agent. NOT_FOUND listing the agents, or INVALID_ARGUMENT when several
+  // agents have that host.
+  absl::StatusOr<std::string> Resolve(const std::string& name) const;
+  // Every agent's id, in registration order.
+  std::vector<std::string> Ids() const;
+  // Every agent's free slots, in registration order; a draining agent
+  // offers none.
   std::vector<AgentSlots> FreeSlots() const;
+  // Free slots of agents that are not draining.
   int free_slots() const;
   // How many agents are connected.
   int size() const { return static_cast<int>(agents_.size()); }

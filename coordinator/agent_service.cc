@@ -121,18 +121,29 @@ class HeartbeatStream : public grpc::ServerBidiReactor<v1::RankHeartbeat, v1::Di
   void OnReadDone(bool ok) override {
     if (!ok) {
       Finish(grpc::Status::OK);
-    } else if (!scheduler_.Heartbeat(in_, &directive_)) {
-      // A directive (RE_RENDEZVOUS) goes out before the stream ends.
-      if (directive_.kind() != v1::Directive::KIND_UNSPECIFIED) {
-        StartWrite(&directive_);
-      } else {
-        FinishStale();
-      }
+      return;
+    }
+    directive_.Clear();
+    live_ = scheduler_.Heartbeat(in_, &directive_);
+    if (directive_.kind() != v1::Directive::KIND_UNSPECIFIED) {
+      // A directive goes out just before the stream ends (ranks read
+      // directives once their stream ends): RE_RENDEZVOUS ends it as stale,
+      // REFORM_AT_STEP_BOUNDARY (a planned change) with OK, and the rank
+      // opens a new one.
+      StartWrite(&directive_);
+    } else if (!live_) {
+      FinishStale();
     } else {
       StartRead(&in_);
     }
   }
-  void OnWriteDone(bool /*ok*/) override { FinishStale(); }
+  void OnWriteDone(bool /*ok*/) override {
+    if (live_) {
+      Finish(grpc::Status::OK);
+    } else {
+      FinishStale();
+    }
+  }
   void OnDone() override { delete this; }
 
  private:
@@ -146,6 +157,7 @@ class HeartbeatStream : public grpc::ServerBidiReactor<v1::RankHeartbeat, v1::Di
   Scheduler& scheduler_;
   v1::RankHeartbeat in_;
   v1::Directive directive_;
+  bool live_ = true;  // touched only by callbacks, which gRPC serializes
 };
 
 }  // namespace

@@ -83,8 +83,9 @@ class CoordinatorMetrics {
   CoordinatorMetrics(const CoordinatorMetrics&) = delete;
   CoordinatorMetrics& operator=(const CoordinatorMetrics&) = delete;
 
-  // A generation of a job began; `cause`: "start" (a new job placed) or
-  // "recovered" (a running job taken back after a coordinator restart).
+  // A generation of a job began; `cause`: "start" (a new job placed),
+  // "recovered" (a running job taken back after a coordinator restart), or
+  // for an elastic job "rank_lost", "agent_lost", "drain", "scale_up".
   void GenerationStarted(const std::string& cause);
   // Every rank of a generation joined, `took` after its ranks were launched.
   void RendezvousCompleted(absl::Duration took);

@@ -233,6 +233,28 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetJobStatus(grpc::CallbackServerConte
   return Answer(context, status, [response](const v1::JobStatus& s) { *response = s; });
 }
 
+grpc::ServerUnaryReactor* JobServiceImpl::DrainAgent(grpc::CallbackServerContext* context,
+                                                     const v1::DrainAgentRequest* request,
+                                                     v1::DrainAgentResponse* response) {
+  if (absl::Status s = auth_.Check(context->client_metadata(), Role::kAdmin); !s.ok()) {
+    return Reject(context, s);
+  }
+  return Answer(context, scheduler_.DrainAgent(request->agent()),
+                [response](const v1::AgentInfo& agent) { *response->mutable_agent() = agent; });
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::ListAgents(grpc::CallbackServerContext* context,
+                                                     const v1::ListAgentsRequest* /*request*/,
+                                                     v1::ListAgentsResponse* response) {
+  if (absl::Status s = auth_.Check(context->client_metadata(), Role::kAdmin); !s.ok()) {
+    return Reject(context, s);
+  }
+  for (v1::AgentInfo& agent : scheduler_.ListAgents()) *response->add_agents() = std::move(agent);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
 void JobServiceImpl::set_status_page_base(std::string base) {
   absl::MutexLock lock(&page_mu_);
   page_base_ = std::move(base);

@@ -50,6 +50,12 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   grpc::ServerUnaryReactor* GetLogs(grpc::CallbackServerContext* context,
                                     const v1::GetLogsRequest* request,
                                     v1::GetLogsResponse* response) override;
+  grpc::ServerUnaryReactor* DrainAgent(grpc::CallbackServerContext* context,
+                                       const v1::DrainAgentRequest* request,
+                                       v1::DrainAgentResponse* response) override;
+  grpc::ServerUnaryReactor* ListAgents(grpc::CallbackServerContext* context,
+                                       const v1::ListAgentsRequest* request,
+                                       v1::ListAgentsResponse* response) override;
 
   // http://HOST:PORT of the status page; GetJobStatus then names the job's
   // page (page_url). Empty: no page.

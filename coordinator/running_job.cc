@@ -61,6 +61,9 @@ bool RunningJob::RunsOn(const std::string& agent_id) const {
   for (const RankState& r : ranks) {
     if (r.agent_id == agent_id && r.state != v1::RankStatus::EXITED) return true;
   }
+  for (const auto& [id, slot] : departing) {
+    if (id == agent_id) return true;
+  }
   return false;
 }
 
@@ -70,6 +73,11 @@ std::map<std::string, std::vector<int>> RunningJob::ReleaseSlots(AgentRegistry& 
     if (agents.Find(r.agent_id) == nullptr) continue;
     agents.SetBusy(r.agent_id, r.slot, false);
     if (r.state != v1::RankStatus::EXITED) to_stop[r.agent_id].push_back(r.slot);
+  }
+  for (const auto& [agent_id, slot] : departing) {
+    if (agents.Find(agent_id) == nullptr) continue;
+    agents.SetBusy(agent_id, slot, false);
+    to_stop[agent_id].push_back(slot);
   }
   return to_stop;
 }

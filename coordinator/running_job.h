@@ -15,6 +15,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/time/time.h"
@@ -65,10 +66,12 @@ struct RunningJob {
   int64_t generation() const { return rendezvous.generation(); }
   // The rank running on the agent's slot, or -1.
   int RankOn(const std::string& agent_id, int slot) const;
-  // Whether a rank that has not exited runs on `agent_id`.
+  // Whether a rank that has not exited runs on `agent_id` (departing ones
+  // included).
   bool RunsOn(const std::string& agent_id) const;
-  // The job ends: frees its slots on the agents still registered. Returns,
-  // by agent, the slots of ranks that have not exited (to be stopped).
+  // The job ends: frees its slots on the agents still registered (departing
+  // ranks' included). Returns, by agent, the slots of ranks that have not
+  // exited (to be stopped).
   std::map<std::string, std::vector<int>> ReleaseSlots(AgentRegistry& agents) const;
   // Whether `rank` of `generation` is a rank of this job now.
   bool HasRank(int64_t generation, int rank) const;
@@ -126,6 +129,25 @@ struct RunningJob {
   absl::Time form_deadline = absl::InfiniteFuture();
   // Seconds from the last failure to its generation forming (0: none yet).
   double recovery_seconds = 0;
+  // A planned change (a drain, a growth) waiting for the step boundary: the
+  // ranks are told to re-form there (REFORM_AT_STEP_BOUNDARY) and the first
+  // Join of the next generation starts it. Empty `planned_cause`: none.
+  std::string planned_cause;
+  std::string planned_kind;  // "drain" or "scale_up" (the metrics' cause)
+  // The kind of change the forming generation follows (Scheduler::ReformLocked).
+  std::string forming_kind;
+  // Ranks that left at a planned re-formation (their agent is draining) and
+  // whose exit has not been reported: their slots stay busy until then.
+  std::vector<std::pair<std::string, int>> departing;  // agent id, slot
+  // Below resources.min_ranks with no free slot: the job waits for slots
+  // until `waiting_until` (elastic.wait_seconds), then fails. `waiting_cause`
+  // is the change that is waiting (InfiniteFuture / empty: not waiting).
+  absl::Time waiting_until = absl::InfiniteFuture();
+  std::string waiting_cause;
+  std::string waiting_kind;
+  // When the job last started or grew (elastic.scale_up_interval_seconds
+  // counts from it).
+  absl::Time last_growth_at = absl::InfinitePast();
   // Whether every rank of the current generation has joined.
   bool Formed() const;
   // Where the current ranks run (index = rank).

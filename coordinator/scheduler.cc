@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "coordinator/hang_detector.h"
 #include "coordinator/hang_policy.h"
@@ -66,11 +67,26 @@ void Scheduler::RemoveAgent(const std::string& agent_id) {
     for (const auto& [job_id, run] : running_) {
       if (run.RunsOn(agent_id)) affected.push_back(job_id);
     }
+    const std::string lost =
+        absl::StrCat("lost contact with the agent on ", host, " (", agent_id, ")");
     for (const std::string& job_id : affected) {
-      EndLocked(job_id, v1::Job::FAILED,
-                absl::StrCat("lost contact with the agent on ", host, " (", agent_id,
-                             "), which ran ranks of this job"),
-                out);
+      RunningJob& run = running_.at(job_id);
+      // Ranks that had already left with a drain are gone with it.
+      run.departing.erase(std::remove_if(run.departing.begin(), run.departing.end(),
+                                         [&](const auto& d) { return d.first == agent_id; }),
+                          run.departing.end());
+      if (run.elastic) {
+        std::vector<int> there;
+        for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
+          if (run.ranks[rank].agent_id == agent_id) there.push_back(static_cast<int>(rank));
+        }
+        if (there.empty()) continue;
+        ReformLocked(job_id, absl::StrCat(lost, ", which ran rank(s) ", absl::StrJoin(there, ",")),
+                     "agent_lost", out);
+      } else {
+        EndLocked(job_id, v1::Job::FAILED, absl::StrCat(lost, ", which ran ranks of this job"),
+                  out);
+      }
     }
     ScheduleLocked(out);
   }
@@ -87,6 +103,8 @@ void Scheduler::Schedule() {
 }
 
 void Scheduler::ScheduleLocked(Outbox& out) {
+  // Running elastic jobs below resources.min_ranks come before queued jobs.
+  RetryWaitingLocked(out);
   // A job that cannot resume fails without taking its slots: place again.
   for (bool replan = true; replan;) {
     replan = false;
@@ -109,6 +127,8 @@ void Scheduler::ScheduleLocked(Outbox& out) {
       if (!StartLocked(job, placed[i], *std::move(resume), out)) return;
     }
   }
+  // Slots no queued job takes let running elastic jobs grow.
+  GrowLocked();
 }
 
 absl::StatusOr<v1::CheckpointManifest> Scheduler::ResumeLocked(const v1::Job& job) {
@@ -148,6 +168,7 @@ bool Scheduler::StartLocked(const v1::Job& job, const JobPlacement& placement,
   }
   LOG(INFO) << "started " << job.job_id() << " with " << world << " rank(s)";
   run.generation_started_at = clock_->Now();
+  run.last_growth_at = run.generation_started_at;
   if (metrics_ != nullptr) metrics_->GenerationStarted("start");
   running_.insert_or_assign(job.job_id(), std::move(run));
   return true;
@@ -179,9 +200,18 @@ void Scheduler::RankExited(const std::string& agent_id, const v1::RankExited& ex
     if (it == running_.end()) return;  // already ended (e.g. stopped after a failure)
     const AgentRegistry::Agent* agent = agents_.Find(agent_id);
     if (agent == nullptr) return;
-    if (std::optional<JobEnd> end = it->second.RecordExit(agent_id, agent->hello, exited)) {
+    std::vector<std::pair<std::string, int>>& departing = it->second.departing;
+    if (auto left =
+            std::find(departing.begin(), departing.end(), std::make_pair(agent_id, exited.slot()));
+        left != departing.end()) {
+      // A rank that left at a planned re-formation (its agent is draining).
+      departing.erase(left);
+      agents_.SetBusy(agent_id, exited.slot(), false);
+      LOG(INFO) << exited.job_id() << ": the rank that left slot " << exited.slot() << " of "
+                << agent->hello.host() << " exited with code " << exited.exit_code();
+    } else if (std::optional<JobEnd> end = it->second.RecordExit(agent_id, agent->hello, exited)) {
       if (end->state == v1::Job::FAILED && it->second.elastic) {
-        ReformLocked(exited.job_id(), end->reason, out);
+        ReformLocked(exited.job_id(), end->reason, "rank_lost", out);
       } else {
         EndLocked(exited.job_id(), end->state, end->reason, out);
       }
@@ -225,8 +255,12 @@ void Scheduler::Tick() {
         to_fail.emplace_back(job_id, progress.failure);
       }
     }
+    RetryWaitingLocked(out);
+    GrowLocked();
     for (const auto& [job_id, diagnoses] : TrackDiagnosesLocked()) {
       RunningJob& run = running_.at(job_id);
+      // Waiting below resources.min_ranks: the lost ranks are known.
+      if (run.waiting_until != absl::InfiniteFuture()) continue;
       if (run.elastic && run.hang_detection.action() == v1::HangDetectionSpec::RESTART &&
           EvictLocked(job_id, run, diagnoses, out)) {
         continue;

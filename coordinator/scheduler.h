@@ -12,9 +12,11 @@
 //
 // A rank exiting with a non-zero code, or its agent vanishing, fails the job
 // and stops its other ranks; all ranks exiting 0 is success. An elastic job
-// (spec.elastic) instead re-forms after a lost rank: the survivors and a
-// newcomer on a free slot form the next generation (GenerationPlan,
-// scheduler_elastic.cc, docs/elastic.md).
+// (spec.elastic) instead re-forms after a lost rank or agent: the survivors
+// and a newcomer on a free slot form the next generation (GenerationPlan,
+// scheduler_elastic.cc, docs/elastic.md); it also re-forms at a step
+// boundary when an agent it runs on is drained and when free slots let it
+// grow towards resources.max_ranks.
 //
 // Thread-safety: all methods may be called concurrently. Senders and Join
 // callbacks run without the scheduler's lock held.
@@ -60,8 +62,17 @@ class Scheduler {
   // Registers an agent and places whatever now fits. Returns its id.
   // INVALID_ARGUMENT for a hello without slots.
   absl::StatusOr<std::string> AddAgent(const v1::AgentHello& hello, Sender send);
-  // The agent's stream ended: its running jobs fail, its slots are gone.
+  // The agent's stream ended: its slots are gone; its elastic jobs re-form
+  // without its ranks, its other running jobs fail.
   void RemoveAgent(const std::string& agent_id);
+  // `chorus drain`: the agent (its id, or a host only one agent has) takes
+  // no new ranks; every elastic job with ranks on it re-forms without them
+  // at its next step boundary; other jobs keep running there until they end.
+  // Idempotent: returns the agent's state (DRAINED once no rank runs on it).
+  // NOT_FOUND / INVALID_ARGUMENT (an ambiguous host) naming the agents.
+  absl::StatusOr<v1::AgentInfo> DrainAgent(const std::string& agent);
+  // Every connected agent, in registration order.
+  std::vector<v1::AgentInfo> ListAgents() const;
   // An agent reports that a rank process ended.
   void RankExited(const std::string& agent_id, const v1::RankExited& exited);
 
@@ -70,10 +81,12 @@ class Scheduler {
   // (checked by Tick), FAILED_PRECONDITION for a stale generation or
   // a job that is not running, NOT_FOUND for an unknown job or slot.
   void Join(const v1::JoinRequest& request, absl::Time deadline, JoinDone done);
-  // Fails joins whose deadline has passed, and applies each running job's
-  // hang_detection.action to its diagnoses (ABORT and RESTART fail the job
-  // with the diagnosis; RESTART says that restarting needs elastic
-  // generations, which are not built yet). The server calls it periodically.
+  // Fails joins whose deadline has passed, applies each running job's
+  // hang_detection.action to its diagnoses (ABORT fails the job, and so does
+  // RESTART except that of an elastic job for a DEAD or NEVER_JOINED rank,
+  // which is evicted), retries elastic jobs
+  // waiting below resources.min_ranks and lets elastic jobs grow onto free
+  // slots (docs/elastic.md). The server calls it periodically.
   void Tick();
 
   // A rank's metrics: rank 0's become the job's latest (final ones are
@@ -85,7 +98,9 @@ class Scheduler {
   // Returns false when the rank is not part of a running generation (the
   // stream should end). A heartbeat of an elastic job's older generation
   // also fills `directive` (if not null) with RE_RENDEZVOUS to the current
-  // one, for a survivor whose communicator has not failed by itself.
+  // one, for a survivor whose communicator has not failed by itself; one of
+  // the current generation while a planned change waits (a drain, a growth)
+  // fills it with REFORM_AT_STEP_BOUNDARY and returns true.
   bool Heartbeat(const v1::RankHeartbeat& heartbeat, v1::Directive* directive = nullptr);
   // Makes the job's ranks checkpoint soon: their agents signal them (a
   // CheckpointRanks message). Returns the highest step a rank has reported.
@@ -154,11 +169,30 @@ class Scheduler {
   // pending joins, records the state.
   void EndLocked(const std::string& job_id, v1::Job::State state, const std::string& reason,
                  Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Elastic jobs (scheduler_elastic.cc). After `cause` (a rank lost),
-  // starts the job's next generation — survivors keep their slots, newcomers
-  // are launched on free slots — or, past elastic.max_restarts or below
-  // resources.min_ranks, ends the job FAILED with the history in its reason.
-  void ReformLocked(const std::string& job_id, const std::string& cause, Outbox& out)
+  // Elastic jobs (scheduler_elastic.cc). After `cause` of `kind`
+  // ("rank_lost", "agent_lost": failures, which count against
+  // elastic.max_restarts; "drain", "scale_up": planned), starts the job's
+  // next generation: ranks that exited, whose agent is gone or draining
+  // leave; survivors keep their slots; newcomers are launched on free slots
+  // up to resources.max_ranks. Past elastic.max_restarts the job ends FAILED
+  // with the history in its reason. Below resources.min_ranks the job waits
+  // (RunningJob::waiting_until, retried on every change and Tick) and fails
+  // once elastic.wait_seconds have passed.
+  void ReformLocked(const std::string& job_id, const std::string& cause, const std::string& kind,
+                    Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A planned change: the job's ranks are told (on their heartbeats) to
+  // re-form at their next step boundary; the first Join of the next
+  // generation starts it (ReformLocked).
+  void RequestReformLocked(const std::string& job_id, RunningJob& run, const std::string& cause,
+                           const std::string& kind) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Elastic jobs waiting below resources.min_ranks try to form again (or
+  // fail past elastic.wait_seconds).
+  void RetryWaitingLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Elastic jobs below resources.max_ranks for which free slots exist, and
+  // whose last growth is elastic.scale_up_interval_seconds ago, are told to
+  // grow at their next step boundary.
+  void GrowLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::AgentInfo AgentInfoLocked(const std::string& agent_id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The reason an elastic job whose re-formed generation has not formed by
   // `now` (elastic.wait_seconds) fails with; nullopt while it may still form.

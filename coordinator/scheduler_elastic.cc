@@ -2,6 +2,8 @@
 // ranks by forming a new generation (docs/elastic.md). Survivors keep their
 // slots and processes and join the next generation themselves (their
 // communicator fails when a peer dies); newcomers are launched on free slots.
+// Planned changes (a drain, a growth) re-form at a step boundary the ranks
+// agree on; the first Join of the next generation starts it.
 #include <algorithm>
 #include <utility>
 
@@ -19,9 +21,12 @@ std::string History(const RunningJob& run) {
   return absl::StrCat("; history: ", absl::StrJoin(run.history, "; "));
 }
 
+bool IsFailure(const std::string& kind) { return kind == "rank_lost" || kind == "agent_lost"; }
+
 }  // namespace
 
-void Scheduler::ReformLocked(const std::string& job_id, const std::string& cause, Outbox& out) {
+void Scheduler::ReformLocked(const std::string& job_id, const std::string& cause,
+                             const std::string& kind, Outbox& out) {
   auto it = running_.find(job_id);
   if (it == running_.end()) return;
   RunningJob& run = it->second;
@@ -29,28 +34,59 @@ void Scheduler::ReformLocked(const std::string& job_id, const std::string& cause
   if (!job.ok()) return;
   const int64_t old_generation = run.generation();
   const int old_world = static_cast<int>(run.ranks.size());
-  if (run.restarts >= run.elastic_spec.max_restarts()) {
+  const bool failure = IsFailure(kind);
+  if (failure && run.restarts >= run.elastic_spec.max_restarts()) {
     EndLocked(job_id, v1::Job::FAILED,
               absl::StrCat(cause, "; elastic.max_restarts ", run.elastic_spec.max_restarts(),
                            " used up in generation ", old_generation, History(run)),
               out);
     return;
   }
-  // The lost ranks' slots are free for newcomers (the process has exited).
+  // Who leaves: ranks that exited (their slots are free for newcomers),
+  // ranks whose agent is gone, and ranks on a draining agent (they leave at
+  // this step boundary and exit by themselves: their slots stay busy until
+  // their exit is reported).
   std::vector<bool> lost(run.ranks.size(), false);
+  std::vector<std::pair<std::string, int>> leaving;
   for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
     const RankState& r = run.ranks[rank];
-    if (r.state != v1::RankStatus::EXITED) continue;
-    lost[rank] = true;
-    if (agents_.Find(r.agent_id) != nullptr) agents_.SetBusy(r.agent_id, r.slot, false);
+    const AgentRegistry::Agent* agent = agents_.Find(r.agent_id);
+    if (r.state == v1::RankStatus::EXITED) {
+      lost[rank] = true;
+      if (agent != nullptr) agents_.SetBusy(r.agent_id, r.slot, false);
+    } else if (agent == nullptr) {
+      lost[rank] = true;
+    } else if (agent->draining) {
+      lost[rank] = true;
+      leaving.emplace_back(r.agent_id, r.slot);
+    }
   }
+  const absl::Time now = clock_->Now();
   absl::StatusOr<NextGeneration> next =
       PlanNextGeneration(run.Slots(), lost, agents_.FreeSlots(), ToQueuedJob(job_id, job->spec()));
   if (!next.ok()) {
-    EndLocked(job_id, v1::Job::FAILED,
-              absl::StrCat(cause, "; generation ", old_generation + 1,
-                           " cannot form: ", next.status().message(), History(run)),
-              out);
+    if (run.waiting_until == absl::InfiniteFuture()) {
+      // Below resources.min_ranks: wait for slots (an agent that connects,
+      // a job that ends) rather than fail at once.
+      run.waiting_until = now + absl::Seconds(run.elastic_spec.wait_seconds());
+      run.waiting_cause = cause;
+      run.waiting_kind = kind;
+      if (run.reform_started == absl::InfinitePast()) run.reform_started = now;
+      v1::JobEvent event;
+      event.set_message(absl::StrCat(
+          "generation ", old_generation + 1, " after ", cause, " waits up to elastic.wait_seconds ",
+          run.elastic_spec.wait_seconds(), " s for free slots: ", next.status().message()));
+      LOG(INFO) << job_id << ": " << event.message();
+      (void)jobs_.AddEvent(job_id, std::move(event));
+      return;
+    }
+    if (now < run.waiting_until) return;
+    EndLocked(
+        job_id, v1::Job::FAILED,
+        absl::StrCat(cause, "; generation ", old_generation + 1,
+                     " cannot form: waited elastic.wait_seconds ", run.elastic_spec.wait_seconds(),
+                     " s and ", next.status().message(), History(run)),
+        out);
     return;
   }
   const int64_t generation = old_generation + 1;
@@ -81,21 +117,29 @@ void Scheduler::ReformLocked(const std::string& job_id, const std::string& cause
     }
     ranks.push_back(std::move(r));
   }
-  ++run.restarts;
+  if (failure) ++run.restarts;
+  if (world > old_world) run.last_growth_at = now;
   const std::string change = absl::StrCat(
       "generation ", generation, " after ", cause, ": ", old_world, " -> ", world, " ranks",
       newcomers.empty() ? "" : absl::StrCat(" (", absl::StrJoin(newcomers, ", "), ")"),
-      ", restart ", run.restarts, " of ", run.elastic_spec.max_restarts());
+      failure ? absl::StrCat(", restart ", run.restarts, " of ", run.elastic_spec.max_restarts())
+              : ", at a step boundary (not a restart)");
   run.history.push_back(change);
   run.ranks = std::move(ranks);
+  for (auto& departing : leaving) run.departing.push_back(std::move(departing));
   run.rendezvous = Rendezvous(job_id, generation, world);
   run.exited_ok = 0;
   run.diagnoses = DiagnosisHistory();
   run.upload_grant = UploadGrantFor(*job, world, generation);
-  const absl::Time now = clock_->Now();
-  run.reform_started = now;
+  if (run.reform_started == absl::InfinitePast()) run.reform_started = now;
+  run.forming_kind = kind;
+  run.planned_cause.clear();
+  run.planned_kind.clear();
+  run.waiting_until = absl::InfiniteFuture();
+  run.waiting_cause.clear();
+  run.waiting_kind.clear();
   run.generation_started_at = now;
-  if (metrics_ != nullptr) metrics_->GenerationStarted("rank_lost");
+  if (metrics_ != nullptr) metrics_->GenerationStarted(kind);
   run.form_deadline = now + absl::Seconds(run.elastic_spec.wait_seconds());
   LOG(INFO) << job_id << ": " << change;
   if (absl::StatusOr<v1::Job> s =
@@ -124,6 +168,125 @@ void Scheduler::ReformLocked(const std::string& job_id, const std::string& cause
       out.messages.emplace_back(agents_.Find(agent_id)->send, std::move(message));
     }
   }
+}
+
+void Scheduler::RequestReformLocked(const std::string& job_id, RunningJob& run,
+                                    const std::string& cause, const std::string& kind) {
+  if (run.planned_kind == "drain" && kind != "drain") return;  // a drain goes first
+  run.planned_cause = cause;
+  run.planned_kind = kind;
+  v1::JobEvent event;
+  event.set_message(absl::StrCat("generation ", run.generation() + 1, " will form at the next ",
+                                 "step boundary after ", cause));
+  LOG(INFO) << job_id << ": " << event.message();
+  (void)jobs_.AddEvent(job_id, std::move(event));
+}
+
+void Scheduler::RetryWaitingLocked(Outbox& out) {
+  std::vector<std::string> waiting;
+  for (const auto& [job_id, run] : running_) {
+    if (run.waiting_until != absl::InfiniteFuture()) waiting.push_back(job_id);
+  }
+  for (const std::string& job_id : waiting) {
+    const RunningJob& run = running_.at(job_id);
+    const std::string cause = run.waiting_cause;
+    const std::string kind = run.waiting_kind;
+    ReformLocked(job_id, cause, kind, out);
+  }
+}
+
+void Scheduler::GrowLocked() {
+  const absl::Time now = clock_->Now();
+  for (auto& [job_id, run] : running_) {
+    if (!run.elastic || !run.planned_cause.empty() || run.waiting_until != absl::InfiniteFuture() ||
+        !run.Formed() ||
+        now < run.last_growth_at + absl::Seconds(run.elastic_spec.scale_up_interval_seconds())) {
+      continue;
+    }
+    bool healthy = true;
+    for (const RankState& r : run.ranks) healthy = healthy && r.state != v1::RankStatus::EXITED;
+    if (!healthy) continue;
+    absl::StatusOr<v1::Job> job = jobs_.Get(job_id);
+    if (!job.ok() || static_cast<int>(run.ranks.size()) >= job->spec().resources().max_ranks()) {
+      continue;
+    }
+    absl::StatusOr<NextGeneration> next =
+        PlanNextGeneration(run.Slots(), std::vector<bool>(run.ranks.size(), false),
+                           agents_.FreeSlots(), ToQueuedJob(job_id, job->spec()));
+    if (!next.ok() || next->newcomers() == 0) continue;
+    RequestReformLocked(
+        job_id, run,
+        absl::StrCat(next->newcomers(), " free slot(s) let the job grow from ", run.ranks.size(),
+                     " towards resources.max_ranks ", job->spec().resources().max_ranks()),
+        "scale_up");
+  }
+}
+
+v1::AgentInfo Scheduler::AgentInfoLocked(const std::string& agent_id) const {
+  v1::AgentInfo info;
+  const AgentRegistry::Agent* agent = agents_.Find(agent_id);
+  if (agent == nullptr) return info;
+  info.set_agent_id(agent_id);
+  info.set_host(agent->hello.host());
+  info.set_device(agent->hello.device());
+  info.set_slots(static_cast<int>(agent->busy.size()));
+  const int busy = static_cast<int>(std::count(agent->busy.begin(), agent->busy.end(), true));
+  info.set_busy_slots(busy);
+  for (const auto& [job_id, run] : running_) {
+    if (run.RunsOn(agent_id)) info.add_jobs(job_id);
+  }
+  info.set_state(!agent->draining ? v1::AgentInfo::ACTIVE
+                 : busy > 0       ? v1::AgentInfo::DRAINING
+                                  : v1::AgentInfo::DRAINED);
+  return info;
+}
+
+absl::StatusOr<v1::AgentInfo> Scheduler::DrainAgent(const std::string& name) {
+  Outbox out;
+  v1::AgentInfo info;
+  {
+    absl::MutexLock lock(&mu_);
+    absl::StatusOr<std::string> id = agents_.Resolve(name);
+    if (!id.ok()) return id.status();
+    const AgentRegistry::Agent* agent = agents_.Find(*id);
+    if (!agent->draining) {
+      agents_.SetDraining(*id);
+      const std::string who = absl::StrCat("agent ", *id, " (", agent->hello.host(), ")");
+      LOG(INFO) << who << " is draining: it takes no new ranks";
+      for (auto& [job_id, run] : running_) {
+        std::vector<int> here;
+        for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
+          if (run.ranks[rank].agent_id == *id && run.ranks[rank].state != v1::RankStatus::EXITED) {
+            here.push_back(static_cast<int>(rank));
+          }
+        }
+        if (here.empty()) continue;
+        if (run.elastic) {
+          RequestReformLocked(
+              job_id, run,
+              absl::StrCat(who, " was drained: rank(s) ", absl::StrJoin(here, ","), " leave"),
+              "drain");
+        } else {
+          v1::JobEvent event;
+          event.set_message(absl::StrCat(who, " is draining; the job is not elastic: rank(s) ",
+                                         absl::StrJoin(here, ","),
+                                         " keep running there until the job ends"));
+          (void)jobs_.AddEvent(job_id, std::move(event));
+        }
+      }
+    }
+    info = AgentInfoLocked(*id);
+    ScheduleLocked(out);
+  }
+  out.Flush();
+  return info;
+}
+
+std::vector<v1::AgentInfo> Scheduler::ListAgents() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<v1::AgentInfo> list;
+  for (const std::string& id : agents_.Ids()) list.push_back(AgentInfoLocked(id));
+  return list;
 }
 
 std::optional<std::string> Scheduler::ReformOverdueLocked(const RunningJob& run,
@@ -176,13 +339,15 @@ bool Scheduler::EvictLocked(const std::string& job_id, RunningJob& run,
 void Scheduler::NoteFormedLocked(const std::string& job_id, RunningJob& run) {
   if (run.reform_started == absl::InfinitePast()) return;
   const double seconds = absl::ToDoubleSeconds(clock_->Now() - run.reform_started);
-  run.recovery_seconds = seconds;
+  const bool failure = IsFailure(run.forming_kind);
+  if (failure) run.recovery_seconds = seconds;
   run.reform_started = absl::InfinitePast();
   run.form_deadline = absl::InfiniteFuture();
   v1::JobEvent event;
-  event.set_message(absl::StrCat("generation ", run.generation(), " formed with ", run.ranks.size(),
-                                 " ranks, ", absl::SixDigits(seconds),
-                                 " s after the failure (recovery_seconds)"));
+  event.set_message(absl::StrCat(
+      "generation ", run.generation(), " formed with ", run.ranks.size(), " ranks, ",
+      absl::SixDigits(seconds),
+      failure ? " s after the failure (recovery_seconds)" : " s after the step boundary"));
   if (absl::Status s = jobs_.AddEvent(job_id, std::move(event)); !s.ok()) {
     LOG(ERROR) << job_id << ": could not record the formed generation: " << s;
   }

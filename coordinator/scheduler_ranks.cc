@@ -20,7 +20,27 @@ void Scheduler::Join(const v1::JoinRequest& request, absl::Time deadline, JoinDo
   {
     absl::MutexLock lock(&mu_);
     auto it = running_.find(request.job_id());
-    if (it == running_.end()) {
+    if (it != running_.end() && it->second.elastic && !it->second.planned_cause.empty() &&
+        it->second.waiting_until == absl::InfiniteFuture() &&
+        request.generation() == it->second.generation() + 1 && it->second.Formed()) {
+      // The first rank at the step boundary of a planned change.
+      const std::string cause = it->second.planned_cause;
+      const std::string kind = it->second.planned_kind;
+      ReformLocked(request.job_id(), cause, kind, out);
+      it = running_.find(request.job_id());
+    }
+    const auto left = it == running_.end()
+                          ? false
+                          : std::find(it->second.departing.begin(), it->second.departing.end(),
+                                      std::make_pair(request.agent_id(), request.slot())) !=
+                                it->second.departing.end();
+    if (left) {
+      // A rank on a draining agent, at the step boundary: it leaves.
+      v1::JoinResponse leave;
+      leave.set_leave(true);
+      leave.set_generation(it->second.generation());
+      out.joins.emplace_back(std::move(done), std::move(leave));
+    } else if (it == running_.end()) {
       absl::StatusOr<v1::Job> job = jobs_.Get(request.job_id());
       out.joins.emplace_back(std::move(done),
                              job.ok() ? absl::FailedPreconditionError(absl::StrCat(
@@ -119,6 +139,12 @@ bool Scheduler::Heartbeat(const v1::RankHeartbeat& heartbeat, v1::Directive* dir
   RankState& rank = it->second.ranks[heartbeat.rank()];
   rank.last_heartbeat = heartbeat;
   rank.heartbeat_at = clock_->Now();
+  if (directive != nullptr && !it->second.planned_cause.empty() &&
+      it->second.waiting_until == absl::InfiniteFuture() && it->second.Formed()) {
+    directive->set_kind(v1::Directive::REFORM_AT_STEP_BOUNDARY);
+    directive->set_generation(it->second.generation() + 1);
+    directive->set_reason(it->second.planned_cause);
+  }
   return true;
 }
 

@@ -497,6 +497,272 @@ TEST_F(ElasticSchedulerTest, RestartEvictsADeadRankAndItsExitStartsTheNextGenera
   EXPECT_TRUE(cause);
 }
 
+// ---------------------------------------------------------------- drain, wait, grow
+
+class ElasticChangesTest : public ElasticSchedulerTest {
+ protected:
+  // An elastic job of min..max ranks placed on the agents already added;
+  // every placed rank joins generation 1 (pid 100 + slot).
+  std::string Place(int min_ranks, int max_ranks, const std::string& elastic,
+                    const std::vector<FakeAgent*>& on) {
+    auto spec = ParseJobSpec(
+        absl::StrCat("model { mlp {} } data { synthetic {} } resources { min_ranks: ", min_ranks,
+                     " max_ranks: ", max_ranks, " } elastic { ", elastic, " }"),
+        SpecFormat::kTextProto, "test");
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    auto job = jobs_->Submit(*spec, "");
+    EXPECT_TRUE(job.ok()) << job.status();
+    scheduler_->Schedule();
+    JoinAll(job->job_id(), on, 1);
+    return job->job_id();
+  }
+  // Every rank the agents were told to launch for `gen` joins it.
+  std::vector<JoinResult> JoinAll(const std::string& job, const std::vector<FakeAgent*>& on,
+                                  int64_t gen) {
+    std::vector<std::pair<std::string, int>> slots;
+    for (FakeAgent* a : on) {
+      for (const v1::LaunchRanks& l : a->Launches()) {
+        if (l.generation() != gen) continue;
+        for (const v1::RankLaunch& r : l.ranks()) slots.emplace_back(a->id, r.slot());
+      }
+    }
+    std::vector<JoinResult> joins(slots.size());
+    for (size_t i = 0; i < slots.size(); ++i) {
+      scheduler_->Join(JoinOf(job, slots[i].first, slots[i].second, gen),
+                       clock_.Now() + absl::Seconds(60), joins[i].Done());
+    }
+    return joins;
+  }
+  v1::Directive Beat(const std::string& job, int64_t gen, int rank) {
+    v1::RankHeartbeat hb;
+    hb.set_job_id(job);
+    hb.set_generation(gen);
+    hb.set_rank(rank);
+    v1::Directive directive;
+    EXPECT_TRUE(scheduler_->Heartbeat(hb, &directive));
+    return directive;
+  }
+  void ExitOn(const FakeAgent& a, const std::string& job, int slot, int code) {
+    v1::RankExited e;
+    e.set_job_id(job);
+    e.set_slot(slot);
+    e.set_pid(100 + slot);
+    e.set_exit_code(code);
+    scheduler_->RankExited(a.id, e);
+  }
+  v1::AgentInfo Info(const std::string& agent) {
+    for (const v1::AgentInfo& info : scheduler_->ListAgents()) {
+      if (info.agent_id() == agent) return info;
+    }
+    return v1::AgentInfo();
+  }
+};
+
+TEST_F(ElasticChangesTest, ADrainedAgentsRanksLeaveAtTheStepBoundaryAndTheJobGoesOn) {
+  FakeAgent a, b;
+  Add(a, 2, "node-a");
+  Add(b, 2, "node-b");
+  const std::string job = Place(2, 4, "", {&a, &b});
+  ASSERT_EQ(jobs_->Get(job)->world_size(), 4);
+
+  absl::StatusOr<v1::AgentInfo> drained = scheduler_->DrainAgent("node-b");
+  ASSERT_TRUE(drained.ok()) << drained.status();
+  EXPECT_EQ(drained->agent_id(), b.id);
+  EXPECT_EQ(drained->state(), v1::AgentInfo::DRAINING);
+  EXPECT_EQ(drained->busy_slots(), 2);
+  EXPECT_THAT(drained->jobs(), testing::ElementsAre(job));
+  EXPECT_EQ(scheduler_->free_slots(), 0) << "a draining agent offers no slot";
+  EXPECT_EQ(jobs_->Get(job)->generation(), 1) << "nothing changes before the step boundary";
+  EXPECT_EQ(b.Stops(), 0) << "the drained ranks are not killed";
+
+  // Every rank of generation 1 is told, on its heartbeat, to re-form into 2.
+  for (int rank = 0; rank < 4; ++rank) {
+    const v1::Directive d = Beat(job, 1, rank);
+    EXPECT_EQ(d.kind(), v1::Directive::REFORM_AT_STEP_BOUNDARY);
+    EXPECT_EQ(d.generation(), 2);
+    EXPECT_EQ(d.reason(), "agent " + b.id + " (node-b) was drained: rank(s) 2,3 leave");
+  }
+  // At the boundary every rank joins generation 2; the first one starts it.
+  std::vector<JoinResult> joins(4);
+  scheduler_->Join(JoinOf(job, a.id, 0, 2), clock_.Now() + absl::Seconds(60), joins[0].Done());
+  const v1::Job reformed = *jobs_->Get(job);
+  EXPECT_EQ(reformed.generation(), 2);
+  EXPECT_EQ(reformed.world_size(), 2);
+  EXPECT_EQ(reformed.restarts(), 0) << "a drain is not a restart";
+  for (int slot = 0; slot < 2; ++slot) {
+    scheduler_->Join(JoinOf(job, b.id, slot, 2), clock_.Now() + absl::Seconds(60),
+                     joins[2 + slot].Done());
+    ASSERT_TRUE(joins[2 + slot].result.ok()) << joins[2 + slot].result.status();
+    EXPECT_TRUE(joins[2 + slot].result->leave()) << "node-b slot " << slot << " leaves";
+  }
+  clock_.Advance(absl::Milliseconds(300));
+  scheduler_->Join(JoinOf(job, a.id, 1, 2), clock_.Now() + absl::Seconds(60), joins[1].Done());
+  for (int rank = 0; rank < 2; ++rank) {
+    ASSERT_TRUE(joins[rank].result.ok()) << joins[rank].result.status();
+    EXPECT_EQ(joins[rank].result->rank(), rank);
+    EXPECT_EQ(joins[rank].result->world_size(), 2);
+    EXPECT_FALSE(joins[rank].result->leave());
+  }
+  EXPECT_EQ(a.Launches().size(), 1u) << "no newcomer: the only free slots are draining";
+  EXPECT_THAT(Reasons(job), testing::Contains("generation 2 will form at the next step boundary "
+                                              "after agent " +
+                                              b.id + " (node-b) was drained: rank(s) 2,3 leave"));
+  EXPECT_THAT(Reasons(job), testing::Contains("generation 2 after agent " + b.id +
+                                              " (node-b) was drained: rank(s) 2,3 leave: 4 -> 2 "
+                                              "ranks, at a step boundary (not a restart)"));
+  EXPECT_THAT(Reasons(job), testing::Contains("generation 2 formed with 2 ranks, 0.3 s after the "
+                                              "step boundary"));
+  EXPECT_EQ(Beat(job, 2, 0).kind(), v1::Directive::KIND_UNSPECIFIED);
+
+  // The leaving processes exit 0: the agent is drained; the job goes on.
+  EXPECT_EQ(Info(b.id).state(), v1::AgentInfo::DRAINING);
+  ExitOn(b, job, 0, 0);
+  ExitOn(b, job, 1, 0);
+  EXPECT_EQ(Info(b.id).state(), v1::AgentInfo::DRAINED);
+  EXPECT_EQ(Info(b.id).busy_slots(), 0);
+  EXPECT_THAT(Info(b.id).jobs(), testing::IsEmpty());
+  EXPECT_EQ(Info(a.id).state(), v1::AgentInfo::ACTIVE);
+  EXPECT_EQ(State(job), v1::Job::RUNNING);
+  ExitOn(a, job, 0, 0);
+  ExitOn(a, job, 1, 0);
+  EXPECT_EQ(State(job), v1::Job::SUCCEEDED);
+  // Draining again only reports.
+  EXPECT_EQ(scheduler_->DrainAgent(b.id)->state(), v1::AgentInfo::DRAINED);
+}
+
+TEST_F(ElasticChangesTest, ADrainLeavesANonElasticJobRunningAndNamesUnknownAgents) {
+  FakeAgent a;
+  Add(a, 2, "node-a");
+  const std::string job = Submit(2, 2);
+  std::vector<JoinResult> joins(2);
+  for (int slot = 0; slot < 2; ++slot) {
+    scheduler_->Join(JoinOf(job, a.id, slot), clock_.Now() + absl::Seconds(60), joins[slot].Done());
+  }
+  EXPECT_EQ(scheduler_->DrainAgent(a.id)->state(), v1::AgentInfo::DRAINING);
+  EXPECT_EQ(Beat(job, 1, 0).kind(), v1::Directive::KIND_UNSPECIFIED);
+  EXPECT_EQ(State(job), v1::Job::RUNNING);
+  EXPECT_THAT(Reasons(job),
+              testing::Contains("agent " + a.id +
+                                " (node-a) is draining; the job is not elastic: rank(s) 0,1 keep "
+                                "running there until the job ends"));
+  ExitOn(a, job, 0, 0);
+  ExitOn(a, job, 1, 0);
+  EXPECT_EQ(State(job), v1::Job::SUCCEEDED);
+  EXPECT_EQ(Info(a.id).state(), v1::AgentInfo::DRAINED);
+
+  absl::StatusOr<v1::AgentInfo> unknown = scheduler_->DrainAgent("node-z");
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(unknown.status().message(),
+            "no agent \"node-z\"; connected agents: " + a.id + " (node-a)");
+}
+
+TEST_F(ElasticChangesTest, ALostAgentShrinksTheJobAtOnceWhileAtLeastMinRanksRemain) {
+  FakeAgent a, b;
+  Add(a, 2, "node-a");
+  Add(b, 2, "node-b");
+  const std::string job = Place(2, 4, "", {&a, &b});
+  scheduler_->RemoveAgent(b.id);
+  const v1::Job shrunk = *jobs_->Get(job);
+  EXPECT_EQ(shrunk.state(), v1::Job::RUNNING);
+  EXPECT_EQ(shrunk.generation(), 2);
+  EXPECT_EQ(shrunk.world_size(), 2);
+  EXPECT_EQ(shrunk.restarts(), 1);
+  EXPECT_THAT(Reasons(job), testing::Contains("generation 2 after lost contact with the agent on "
+                                              "node-b (" +
+                                              b.id +
+                                              "), which ran rank(s) 2,3: 4 -> 2 ranks, restart "
+                                              "1 of 3"));
+}
+
+TEST_F(ElasticChangesTest, BelowMinRanksTheJobWaitsForSlotsAndFormsWhenAnAgentComes) {
+  FakeAgent a, b, c;
+  Add(a, 2, "node-a");
+  Add(b, 2, "node-b");
+  const std::string job = Place(3, 4, "wait_seconds: 10", {&a, &b});
+  scheduler_->RemoveAgent(b.id);
+  EXPECT_EQ(State(job), v1::Job::RUNNING) << "waits instead of failing at once";
+  EXPECT_EQ(jobs_->Get(job)->generation(), 1);
+  EXPECT_THAT(
+      Reasons(job),
+      testing::Contains("generation 2 after lost contact with the agent on node-b (" + b.id +
+                        "), which ran rank(s) 2,3 waits up to elastic.wait_seconds 10 s "
+                        "for free slots: 2 surviving rank(s) and 0 free CPU slot(s) are "
+                        "fewer than resources.min_ranks 3"));
+  clock_.Advance(absl::Seconds(9));
+  scheduler_->Tick();
+  EXPECT_EQ(State(job), v1::Job::RUNNING);
+  Add(c, 2, "node-c");
+  const v1::Job reformed = *jobs_->Get(job);
+  EXPECT_EQ(reformed.generation(), 2);
+  EXPECT_EQ(reformed.world_size(), 4);
+  EXPECT_EQ(reformed.restarts(), 1);
+  ASSERT_EQ(c.Launches().size(), 1u);
+  EXPECT_EQ(c.Launches()[0].generation(), 2);
+  EXPECT_EQ(c.Launches()[0].ranks_size(), 2);
+  clock_.Advance(absl::Seconds(5));
+  scheduler_->Tick();
+  EXPECT_EQ(State(job), v1::Job::RUNNING) << "formed in time: the wait is over";
+}
+
+TEST_F(ElasticChangesTest, BelowMinRanksPastWaitSecondsTheJobFailsNamingWhatWasLost) {
+  FakeAgent a, b;
+  Add(a, 2, "node-a");
+  Add(b, 2, "node-b");
+  const std::string job = Place(3, 4, "wait_seconds: 10", {&a, &b});
+  scheduler_->RemoveAgent(b.id);
+  clock_.Advance(absl::Seconds(10));
+  scheduler_->Tick();
+  const v1::Job failed = *jobs_->Get(job);
+  EXPECT_EQ(failed.state(), v1::Job::FAILED);
+  EXPECT_EQ(failed.reason(), "lost contact with the agent on node-b (" + b.id +
+                                 "), which ran rank(s) 2,3; generation 2 cannot form: waited "
+                                 "elastic.wait_seconds 10 s and 2 surviving rank(s) and 0 free "
+                                 "CPU slot(s) are fewer than resources.min_ranks 3");
+  EXPECT_EQ(scheduler_->free_slots(), 2);
+}
+
+TEST_F(ElasticChangesTest, FreeSlotsGrowTheJobAtAStepBoundaryAfterTheScaleUpInterval) {
+  FakeAgent a, b;
+  Add(a, 2, "node-a");
+  const std::string job = Place(2, 4, "scale_up_interval_seconds: 30", {&a});
+  ASSERT_EQ(jobs_->Get(job)->world_size(), 2);
+  clock_.Advance(absl::Seconds(10));
+  Add(b, 2, "node-b");
+  EXPECT_EQ(Beat(job, 1, 0).kind(), v1::Directive::KIND_UNSPECIFIED)
+      << "30 s have not passed since the job started";
+  clock_.Advance(absl::Seconds(20));
+  scheduler_->Tick();
+  const v1::Directive d = Beat(job, 1, 1);
+  EXPECT_EQ(d.kind(), v1::Directive::REFORM_AT_STEP_BOUNDARY);
+  EXPECT_EQ(d.generation(), 2);
+  EXPECT_EQ(d.reason(), "2 free slot(s) let the job grow from 2 towards resources.max_ranks 4");
+  EXPECT_TRUE(b.Launches().empty()) << "newcomers start with the new generation";
+
+  std::vector<JoinResult> joins(2);
+  scheduler_->Join(JoinOf(job, a.id, 1, 2), clock_.Now() + absl::Seconds(60), joins[1].Done());
+  const v1::Job grown = *jobs_->Get(job);
+  EXPECT_EQ(grown.generation(), 2);
+  EXPECT_EQ(grown.world_size(), 4);
+  EXPECT_EQ(grown.restarts(), 0);
+  ASSERT_EQ(b.Launches().size(), 1u);
+  EXPECT_EQ(b.Launches()[0].generation(), 2);
+  EXPECT_EQ(b.Launches()[0].ranks_size(), 2);
+  EXPECT_THAT(Reasons(job),
+              testing::Contains("generation 2 after 2 free slot(s) let the job grow from 2 towards "
+                                "resources.max_ranks 4: 2 -> 4 ranks (rank 2 on node-b slot 0, "
+                                "rank 3 on node-b slot 1), at a step boundary (not a restart)"));
+  scheduler_->Join(JoinOf(job, a.id, 0, 2), clock_.Now() + absl::Seconds(60), joins[0].Done());
+  std::vector<JoinResult> newcomers = JoinAll(job, {&b}, 2);
+  ASSERT_TRUE(joins[0].result.ok()) << joins[0].result.status();
+  EXPECT_EQ(joins[0].result->world_size(), 4);
+  ASSERT_TRUE(newcomers[1].result.ok()) << newcomers[1].result.status();
+  EXPECT_EQ(newcomers[1].result->rank(), 3);
+  // At max_ranks: no further growth.
+  clock_.Advance(absl::Seconds(60));
+  scheduler_->Tick();
+  EXPECT_EQ(Beat(job, 2, 0).kind(), v1::Directive::KIND_UNSPECIFIED);
+}
+
 TEST_F(SchedulerTest, WithoutElasticAKilledRankStillFailsTheJob) {
   FakeAgent a;
   const std::string job = Submit(2, 2);

@@ -326,7 +326,9 @@ int Run(RankWhere& where) {
   };
   // Elastic jobs: after a failed collective, abort this generation's
   // communicator (peers blocked on this rank fail at once), join the next
-  // generation and connect to its members (docs/elastic.md).
+  // generation and connect to its members (docs/elastic.md). A rank the
+  // next generation does not include (a drain) leaves: `left`.
+  bool left = false;
   auto rejoin = [&](const absl::Status& failure) -> absl::StatusOr<Generation> {
     JoinedGeneration* failed;
     {
@@ -345,6 +347,13 @@ int Run(RankWhere& where) {
                                     absl::Now() + absl::Seconds(spec.elastic().wait_seconds()) +
                                         absl::Minutes(1),
                                     /*elastic=*/true));
+    if (joined.leave()) {
+      // Not a member of the next generation (its agent is draining).
+      left = true;
+      return absl::CancelledError(absl::StrCat("rank ", where.rank,
+                                               " left the job after generation ", was, " at step ",
+                                               where.progress.step.load()));
+    }
     announce(joined);
     where.rank = joined.rank();
     where.stage = "while connecting to the other ranks";
@@ -378,6 +387,11 @@ int Run(RankWhere& where) {
     // A survivor whose communicator has not failed by itself (its peers
     // were not its ring neighbours, say) learns of the next generation here.
     heartbeat_options.on_directive = [&](const v1::Directive& directive) {
+      if (directive.kind() == v1::Directive::REFORM_AT_STEP_BOUNDARY) {
+        // Acted on at the next step boundary the ranks agree on.
+        RaiseTo(progress.reform_request, directive.generation());
+        return;
+      }
       if (directive.kind() != v1::Directive::RE_RENDEZVOUS) return;
       std::shared_ptr<Communicator> comm;
       {
@@ -409,6 +423,10 @@ int Run(RankWhere& where) {
   where.stage = "after training";
   if (!result.ok()) {
     generations.back()->comm->Abort(result.status().message());
+    if (left) {
+      LOG(INFO) << job_id << ": " << result.status().message() << " (its agent is draining)";
+      return 0;
+    }
     return Fail(std::string(result.status().message()));
   }
   report(*result, true, absl::OkStatus());

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <memory>
+#include <numeric>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -260,6 +261,48 @@ bool IsMembershipFailure(const absl::Status& s) {
          s.code() == absl::StatusCode::kDeadlineExceeded;
 }
 
+// Note [Step boundary]
+// A planned change of an elastic job (a drain, a growth) must not cost a
+// step: every rank has to stop after the same step. The coordinator's
+// REFORM_AT_STEP_BOUNDARY reaches the ranks on their heartbeats, at
+// different moments, so a rank does not act on it alone: at the start of
+// every step the ranks all-reduce (max) the generation they were asked to
+// re-form into. Everyone sees the same result, so either every rank trains
+// the step or every rank stops before it, holding the same complete step,
+// and joins the next generation (state_sync.h then finds nothing to send
+// but the newcomers' state). A rank whose all-reduce fails is at that same
+// boundary too: it treats the failure as a lost member, as any.
+// The next generation re-shards the rest of the epoch among its world size;
+// so that the rest fills whole global batches of whatever size the job
+// takes (data.remainder DROP would lose a partial one), the ranks stop only
+// where the samples of the epoch trained so far are a multiple of the
+// global batch of every world size in [min_ranks, max_ranks]
+// (`boundary_samples`); at the start of an epoch always.
+absl::Status CheckStepBoundary(Communicator& comm, const TrainingProgress& p, int64_t generation,
+                               int64_t step, int64_t epoch_offset, int64_t boundary_samples) {
+  torch::Tensor asked = torch::tensor({p.reform_request.load()}, torch::kLong);
+  RETURN_IF_ERROR(comm.AllReduce(asked, ReduceOp::kMax, "elastic/step_boundary")
+                      ->Wait(absl::Now() + absl::Minutes(5)));
+  const int64_t next = asked.item<int64_t>();
+  if (next <= generation || epoch_offset % boundary_samples != 0) return absl::OkStatus();
+  return absl::AbortedError(absl::StrCat("generation ", generation,
+                                         " ends at the step boundary before step ", step,
+                                         ": the coordinator asked for generation ", next));
+}
+
+// Note [Step boundary]: the least common multiple of the global batches of
+// the world sizes the job may take; past the epoch's size, only the epoch's
+// start qualifies.
+int64_t BoundarySamples(const v1::JobSpec& spec, int64_t per_rank_step, int64_t epoch_samples) {
+  int64_t l = 1;
+  for (int64_t w = std::max(1, spec.resources().min_ranks()); w <= spec.resources().max_ranks();
+       ++w) {
+    l = l / std::gcd(l, w) * w;
+    if (l * per_rank_step > epoch_samples) return epoch_samples + 1;
+  }
+  return l * per_rank_step;
+}
+
 // What a rank keeps across the generations of its job.
 struct RankRun {
   const v1::JobSpec& spec;
@@ -310,6 +353,8 @@ absl::StatusOr<v1::Metrics> TrainGeneration(RankRun& run, const Generation& gen)
   }
   const int accum = strategy->accumulation_steps();
   const int64_t global_batch = sampler.batch_size * comm.size();
+  const int64_t boundary_samples =
+      BoundarySamples(spec, accum * sampler.batch_size, run.train.size());
   TrainingPosition position;
   if (gen.generation > 1) {
     const int64_t had = run.held.has_value() ? run.held->position.step : -1;
@@ -341,6 +386,10 @@ absl::StatusOr<v1::Metrics> TrainGeneration(RankRun& run, const Generation& gen)
       const torch::Tensor order = torch::tensor(EpochIndices(current, epoch), torch::kLong);
       const int64_t epoch_batches = BatchesPerEpoch(current);
       for (int64_t b = 0; b + accum <= epoch_batches && step < total_steps; b += accum) {
+        if (run.options.rejoin) {
+          RETURN_IF_ERROR(CheckStepBoundary(comm, p, gen.generation, step, position.epoch_offset,
+                                            boundary_samples));
+        }
         RETURN_IF_ERROR(InjectFaults(spec, comm, gen.generation, step, p));
         // Random draws (dropout) are a function of (seed, rank, step), so a
         // resumed run draws exactly what an uninterrupted one would.
