@@ -85,7 +85,10 @@ class Scheduler {
   // Returns false when the rank is not part of a running generation (the
   // stream should end). A heartbeat of an elastic job's older generation
   // also fills `directive` (if not null) with RE_RENDEZVOUS to the current
-  // one, for a survivor whose communicator has not failed by itself.
+  // one, for a survivor whose communicator has not failed by itself. A
+  // program job's rank 0 heartbeat moves the job's latest metrics (step,
+  // epoch, and loss and samples/s when it has them) forward: it carries the
+  // program's progress record.
   bool Heartbeat(const v1::RankHeartbeat& heartbeat, v1::Directive* directive = nullptr);
   // Makes the job's ranks checkpoint soon: their agents signal them (a
   // CheckpointRanks message). Returns the highest step a rank has reported.
