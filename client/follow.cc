@@ -36,6 +36,19 @@ bool Interrupted() { return interrupted.load(); }
 
 std::string ProgressLine(const v1::Job& job) {
   const v1::Metrics& m = job.latest_metrics();
+  if (job.spec().has_program()) {
+    // A program says only what it reported through its progress records or
+    // the SDK: no zeros for what it never sent.
+    std::string line = absl::StrCat(job.job_id(), " ", StateName(job.state()));
+    if (m.step() > 0) absl::StrAppend(&line, " step ", m.step());
+    if (m.epoch() > 0) absl::StrAppend(&line, " epoch ", m.epoch());
+    if (m.loss() != 0) absl::StrAppend(&line, absl::StrFormat(" loss %.4f", m.loss()));
+    if (m.eval_accuracy() > 0)
+      absl::StrAppend(&line, absl::StrFormat(" test acc %.4f", m.eval_accuracy()));
+    if (m.samples_per_second() > 0)
+      absl::StrAppend(&line, absl::StrFormat(" %.0f samples/s", m.samples_per_second()));
+    return line;
+  }
   auto total = m.values().find("total_steps");
   std::string line =
       absl::StrFormat("%s %s step %d", job.job_id(), StateName(job.state()), m.step());

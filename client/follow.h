@@ -28,6 +28,9 @@ absl::StatusOr<FollowResult> FollowJob(v1::JobService::Stub& stub, const GlobalO
                                        const std::string& job_id, bool cancel_on_interrupt);
 
 // "job-000001 RUNNING step 120/2340 epoch 0 loss 0.5123 test acc 0.8012 24000 samples/s"
+// A program job's line has only what its program reported ("job-000001
+// RUNNING step 40 loss 0.5000", or "job-000001 RUNNING" for one that
+// reports nothing).
 std::string ProgressLine(const v1::Job& job);
 
 // Exit code for a finished job: 0 SUCCEEDED, 1 otherwise; 130 if interrupted.

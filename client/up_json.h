@@ -18,7 +18,11 @@
 namespace chorus::client {
 
 // `job`'s line, without a newline. Metrics that are not numbers (NaN) are
-// null; a metric the job never reported is 0.
+// null; a metric the job never reported is 0. wall_seconds is the job's own
+// measure, else its start to end time on the coordinator. A program job's
+// final_metrics has only the metrics its program reported (a zero counts as
+// not reported) and wall_seconds when known: {} for a program that reported
+// nothing and never started.
 std::string UpJsonLine(const v1::Job& job);
 
 }  // namespace chorus::client

@@ -75,5 +75,44 @@ TEST(UpJsonLineTest, MissingMetricsAreZero) {
   EXPECT_DOUBLE_EQ(metrics.at("steps").number_value(), 0);
 }
 
+TEST(UpJsonLineTest, WithoutItsOwnWallSecondsAJobHasItsStartToEnd) {
+  v1::Job job = FinishedJob();
+  job.mutable_latest_metrics()->mutable_values()->clear();
+  job.set_start_time_us(1'000'000);
+  job.set_end_time_us(3'500'000);
+  const google::protobuf::Struct parsed = Parse(UpJsonLine(job));
+  const auto& metrics = parsed.fields().at("final_metrics").struct_value().fields();
+  EXPECT_DOUBLE_EQ(metrics.at("wall_seconds").number_value(), 2.5);
+}
+
+TEST(UpJsonLineTest, AProgramThatReportedNothingClaimsNoMetrics) {
+  v1::Job job;
+  job.set_job_id("job-000003");
+  job.set_state(v1::Job::SUCCEEDED);
+  job.mutable_spec()->mutable_program()->add_argv("/bin/true");
+  job.set_start_time_us(1'000'000);
+  job.set_end_time_us(1'250'000);
+  EXPECT_EQ(UpJsonLine(job),
+            "{\"job_id\": \"job-000003\", \"state\": \"SUCCEEDED\", \"reason\": \"\", "
+            "\"final_metrics\": {\"wall_seconds\": 0.250}}");
+  job.set_start_time_us(0);  // cancelled before it started
+  EXPECT_EQ(Parse(UpJsonLine(job)).fields().at("final_metrics").struct_value().fields_size(), 0);
+}
+
+TEST(UpJsonLineTest, AProgramShowsWhatItReported) {
+  v1::Job job;
+  job.set_job_id("job-000004");
+  job.set_state(v1::Job::SUCCEEDED);
+  job.mutable_spec()->mutable_program()->add_argv("/bin/true");
+  job.mutable_latest_metrics()->set_step(40);
+  job.mutable_latest_metrics()->set_eval_accuracy(0.875);
+  job.set_start_time_us(1'000'000);
+  job.set_end_time_us(2'000'000);
+  EXPECT_EQ(UpJsonLine(job),
+            "{\"job_id\": \"job-000004\", \"state\": \"SUCCEEDED\", \"reason\": \"\", "
+            "\"final_metrics\": {\"test_accuracy\": 0.875000, \"steps\": 40, \"wall_seconds\": "
+            "1.000}}");
+}
+
 }  // namespace
 }  // namespace chorus::client

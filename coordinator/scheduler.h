@@ -100,7 +100,10 @@ class Scheduler {
   // also fills `directive` (if not null) with RE_RENDEZVOUS to the current
   // one, for a survivor whose communicator has not failed by itself; one of
   // the current generation while a planned change waits (a drain, a growth)
-  // fills it with REFORM_AT_STEP_BOUNDARY and returns true.
+  // fills it with REFORM_AT_STEP_BOUNDARY and returns true. A program job's
+  // rank 0 heartbeat moves the job's latest metrics (step, epoch, and loss
+  // and samples/s when it has them) forward: it carries the program's
+  // progress record.
   bool Heartbeat(const v1::RankHeartbeat& heartbeat, v1::Directive* directive = nullptr);
   // Makes the job's ranks checkpoint soon: their agents signal them (a
   // CheckpointRanks message). Returns the highest step a rank has reported.

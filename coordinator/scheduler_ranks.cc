@@ -145,6 +145,22 @@ bool Scheduler::Heartbeat(const v1::RankHeartbeat& heartbeat, v1::Directive* dir
     directive->set_generation(it->second.generation() + 1);
     directive->set_reason(it->second.planned_cause);
   }
+  // A program job sends no metrics along the way: rank 0's heartbeats carry
+  // the program's progress records, so they are what the job shows (its
+  // final report without metrics then keeps them).
+  if (it->second.program && heartbeat.rank() == 0 && heartbeat.step() > 0) {
+    absl::StatusOr<v1::Job> job = jobs_.Get(heartbeat.job_id());
+    if (job.ok() && heartbeat.step() >= job->latest_metrics().step()) {
+      v1::Metrics metrics = job->latest_metrics();
+      metrics.set_step(heartbeat.step());
+      metrics.set_epoch(heartbeat.epoch());
+      if (heartbeat.loss() != 0) metrics.set_loss(heartbeat.loss());
+      if (heartbeat.samples_per_second() != 0)
+        metrics.set_samples_per_second(heartbeat.samples_per_second());
+      // Not persisted (the final report persists them); fails only for a job that is gone.
+      jobs_.UpdateMetrics(heartbeat.job_id(), metrics, /*persist=*/false).IgnoreError();
+    }
+  }
   return true;
 }
 

@@ -195,6 +195,55 @@ TEST_F(SchedulerTest, AFinalReportWithoutMetricsKeepsTheLatest) {
   EXPECT_EQ(jobs_->Get(job)->latest_metrics().eval_accuracy(), 0);
 }
 
+TEST_F(SchedulerTest, AProgramJobShowsRankZerosHeartbeatProgress) {
+  FakeAgent a;
+  Add(a, 2, "node-a");
+  auto spec = ParseJobSpec("program { argv: \"/bin/true\" } resources { min_ranks: 2 }",
+                           SpecFormat::kTextProto, "test");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const std::string job = jobs_->Submit(*spec, "")->job_id();
+  scheduler_->Schedule();
+  ASSERT_EQ(State(job), v1::Job::RUNNING);
+  v1::ReportRequest sdk;  // what an SDK program reported itself
+  sdk.set_job_id(job);
+  sdk.set_generation(1);
+  sdk.mutable_metrics()->set_eval_accuracy(0.8);
+  ASSERT_TRUE(scheduler_->Report(sdk).ok());
+  v1::RankHeartbeat hb;
+  hb.set_job_id(job);
+  hb.set_generation(1);
+  hb.set_rank(1);
+  hb.set_step(99);
+  ASSERT_TRUE(scheduler_->Heartbeat(hb));
+  EXPECT_EQ(jobs_->Get(job)->latest_metrics().step(), 0) << "only rank 0 speaks for the job";
+  hb.set_rank(0);
+  hb.set_step(40);
+  hb.set_epoch(2);
+  hb.set_loss(0.5);
+  hb.set_samples_per_second(300);
+  ASSERT_TRUE(scheduler_->Heartbeat(hb));
+  v1::Metrics m = jobs_->Get(job)->latest_metrics();
+  EXPECT_EQ(m.step(), 40);
+  EXPECT_EQ(m.epoch(), 2);
+  EXPECT_DOUBLE_EQ(m.loss(), 0.5);
+  EXPECT_DOUBLE_EQ(m.samples_per_second(), 300);
+  EXPECT_DOUBLE_EQ(m.eval_accuracy(), 0.8) << "what the program reported stays";
+  hb.set_step(30);  // a late, older record does not move the step back
+  hb.set_loss(0);   // a record without a loss keeps the last one
+  ASSERT_TRUE(scheduler_->Heartbeat(hb));
+  EXPECT_EQ(jobs_->Get(job)->latest_metrics().step(), 40);
+  hb.set_step(45);
+  ASSERT_TRUE(scheduler_->Heartbeat(hb));
+  EXPECT_DOUBLE_EQ(jobs_->Get(job)->latest_metrics().loss(), 0.5);
+  v1::ReportRequest final_report;  // the supervisor's: no metrics
+  final_report.set_job_id(job);
+  final_report.set_generation(1);
+  final_report.set_final(true);
+  final_report.set_success(true);
+  ASSERT_TRUE(scheduler_->Report(final_report).ok());
+  EXPECT_EQ(jobs_->Get(job)->latest_metrics().step(), 45);
+}
+
 TEST_F(SchedulerTest, FailedRankFailsTheJobAndStopsTheOthers) {
   FakeAgent a, b;
   Add(a, 1, "node-a");

@@ -52,18 +52,9 @@ grep -q '^ExecStart=/usr/bin/chorus-worker ' "${TMP}/root/lib/systemd/system/cho
   || fail "$(grep ExecStart "${TMP}/root/lib/systemd/system/chorus-worker.service")"
 help=$("${TMP}/root/usr/bin/chorus-worker" --help 2>&1) && [[ "${help}" == *"--slots"* ]] \
   && pass "unpacked chorus-worker --help" || fail "chorus-worker --help: ${help}"
-cat > "${TMP}/job.textproto" <<'SPEC'
-name: "deb"
-model { mlp { hidden_sizes: [16] } }
-data { synthetic { num_samples: 512 input_shape: [8] num_classes: 2 seed: 3 } }
-training { batch_size_per_rank: 32 epochs: 1 seed: 1 }
-optimizer { kind: SGD lr: 0.1 }
-resources { min_ranks: 2 max_ranks: 2 }
-SPEC
-out=$(timeout 120 "${TMP}/root/usr/bin/chorus" up --local 2 --state_dir "${TMP}/up" \
-  "${TMP}/job.textproto" --json 2>"${TMP}/up.err"); rc=$?
-[[ ${rc} -eq 0 && "$(json_get - state <<<"$(tail -n 1 <<<"${out}")")" == SUCCEEDED ]] \
+up_small_job "${TMP}/root/usr/bin/chorus" deb
+[[ ${UP_RC} -eq 0 && "$(json_get - state <<<"${UP_LAST}")" == SUCCEEDED ]] \
   && pass "chorus up --local 2 from the unpacked package" \
-  || fail "chorus up rc=${rc}: ${out} $(tail -3 "${TMP}/up.err")"
+  || fail "chorus up rc=${UP_RC}: ${UP_OUT} $(tail -3 "${TMP}/up.err")"
 assert_no_leftovers "a job from the unpacked package"
 finish

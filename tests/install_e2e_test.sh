@@ -57,22 +57,12 @@ out=$("${INSTALL}" --prefix /opt/chorus --destdir "${STAGE}" 2>&1); rc=$?
   && pass "install --destdir stages under ${STAGE}/opt/chorus" || fail "destdir rc=${rc}: ${out}"
 
 # A job from the installed tree alone.
-cat > "${TMP}/job.textproto" <<'SPEC'
-name: "installed"
-model { mlp { hidden_sizes: [16] } }
-data { synthetic { num_samples: 512 input_shape: [8] num_classes: 2 seed: 3 } }
-training { batch_size_per_rank: 32 epochs: 1 seed: 1 }
-optimizer { kind: SGD lr: 0.1 }
-resources { min_ranks: 2 max_ranks: 2 }
-SPEC
-out=$(cd "${TMP}" && PATH=/usr/bin:/bin timeout 120 "${PREFIX}/bin/chorus" up --local 2 \
-  --state_dir "${TMP}/up" "${TMP}/job.textproto" --json 2>"${TMP}/up.err"); rc=$?
-last=$(tail -n 1 <<<"${out}")
-if [[ ${rc} -eq 0 && "$(json_get - state <<<"${last}")" == SUCCEEDED \
-      && "$(json_get - final_metrics.steps <<<"${last}")" == 8 ]]; then
-  pass "chorus up --local 2 from the installed tree: ${last}"
+PATH=/usr/bin:/bin up_small_job "${PREFIX}/bin/chorus" installed
+if [[ ${UP_RC} -eq 0 && "$(json_get - state <<<"${UP_LAST}")" == SUCCEEDED \
+      && "$(json_get - final_metrics.steps <<<"${UP_LAST}")" == 8 ]]; then
+  pass "chorus up --local 2 from the installed tree: ${UP_LAST}"
 else
-  fail "installed chorus up rc=${rc} out='${out}' err=$(tail -5 "${TMP}/up.err")"
+  fail "installed chorus up rc=${UP_RC} out='${UP_OUT}' err=$(tail -5 "${TMP}/up.err")"
 fi
 assert_no_leftovers "a job from the installed tree"
 finish

@@ -22,6 +22,9 @@
 #   track_pid PID                kill PID with SIGKILL when the test exits
 #   on_exit CODE                 run shell CODE when the test exits
 #   start_coordinator [...]      start ${COORDINATOR} on 127.0.0.1 port 0
+#   start_cluster_with_http SLOTS  that with its HTTP port (HTTP_PORT) and a
+#                                ${WORKER} agent with SLOTS slots
+#   up_small_job CHORUS NAME     `CHORUS up --local 2` of a small 2-rank job
 #   assert_no_leftovers WHAT     no process whose command line names TMP runs
 #   json_get FILE|- PATH         print one field of a JSON document
 #   json_has FILE|- PATH VALUE   some value at PATH is VALUE (as json_get prints it)
@@ -124,6 +127,42 @@ start_coordinator() {
   fi
   COORDINATOR_PORT=$(cat "${_lib_port_file}")
   COORDINATOR_ADDR="${_lib_listen%:*}:${COORDINATOR_PORT}"
+}
+
+# start_cluster_with_http SLOTS: a coordinator (start_coordinator) with its
+# HTTP port (/metrics, the status page) on loopback port 0, and one
+# ${WORKER} agent with SLOTS slots logging to TMP/worker.log (killed when the
+# test exits). Sets HTTP_PORT besides start_coordinator's variables. Returns
+# 1, saying why, if the coordinator wrote no port or no HTTP port.
+start_cluster_with_http() {
+  start_coordinator -- --http_port_file "${TMP}/http.port" || return 1
+  HTTP_PORT=$(cat "${TMP}/http.port" 2>/dev/null)
+  if ! [[ "${HTTP_PORT}" =~ ^[0-9]+$ && "${HTTP_PORT}" -gt 0 ]]; then
+    echo "no HTTP port in ${TMP}/http.port: '${HTTP_PORT}'" >&2
+    return 1
+  fi
+  "${WORKER}" --coordinator "${COORDINATOR_ADDR}" --slots "$1" 2>"${TMP}/worker.log" &
+  track_pid $!
+}
+
+# up_small_job CHORUS NAME: runs a small training job named NAME (an MLP on
+# 512 synthetic samples, 2 ranks, 8 steps) with `CHORUS up --local 2 --json`
+# from TMP, state in TMP/up, stderr in TMP/up.err, at most 120 s; sets UP_RC
+# (its exit code), UP_OUT (its stdout) and UP_LAST (the JSON line). For
+# checking that an installed or unpacked tree runs a job on its own.
+up_small_job() {
+  cat >"${TMP}/job.textproto" <<SPEC
+name: "$2"
+model { mlp { hidden_sizes: [16] } }
+data { synthetic { num_samples: 512 input_shape: [8] num_classes: 2 seed: 3 } }
+training { batch_size_per_rank: 32 epochs: 1 seed: 1 }
+optimizer { kind: SGD lr: 0.1 }
+resources { min_ranks: 2 max_ranks: 2 }
+SPEC
+  UP_OUT=$(cd "${TMP}" && timeout 120 "$1" up --local 2 --state_dir "${TMP}/up" \
+    "${TMP}/job.textproto" --json 2>"${TMP}/up.err")
+  UP_RC=$?
+  UP_LAST=$(tail -n 1 <<<"${UP_OUT}")
 }
 
 # assert_no_leftovers WHAT: passes if no process started by this test (its

@@ -112,6 +112,19 @@ out=$(bash -c "source '${LIB}'; COORDINATOR='${TMP}/broken_coordinator'
   && pass "a coordinator that writes no port: start_coordinator returns 1 and shows its log" \
   || fail "broken coordinator: rc=${rc} out='${out}'"
 
+# --- up_small_job runs the given chorus from TMP and keeps its JSON line
+cat > "${TMP}/fake_chorus" <<FAKE
+#!/usr/bin/env bash
+echo "\$(pwd) \$*" > "${TMP}/fake_chorus_args"
+echo "progress"; echo '{"state": "FAILED"}'; exit 1
+FAKE
+chmod +x "${TMP}/fake_chorus"
+up_small_job "${TMP}/fake_chorus" tiny
+expect "up_small_job: exit code, last line" '1 {"state": "FAILED"}' "${UP_RC} ${UP_LAST}"
+expect "it runs chorus up from TMP with its spec" \
+  "${TMP} up --local 2 --state_dir ${TMP}/up ${TMP}/job.textproto --json" "$(cat "${TMP}/fake_chorus_args")"
+expect "the spec is named" 'name: "tiny"' "$(head -n 1 "${TMP}/job.textproto")"
+
 # --- on_exit code runs when the test exits
 bash -c "source '${LIB}'; on_exit 'echo cleaned > \"${TMP}/on_exit\"'; exit 0"
 expect "on_exit code runs at exit" cleaned "$(cat "${TMP}/on_exit" 2>/dev/null)"

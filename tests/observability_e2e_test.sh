@@ -54,12 +54,9 @@ PY
 metric_value() { grep -F "$2{$3}" <<<"$1" | head -n 1 | awk '{print $2}'; }
 
 # --- the coordinator, its HTTP port and a worker with two slots
-start_coordinator -- --http_port_file "${TMP}/http.port" || finish
-http_port=$(cat "${TMP}/http.port")
-[[ "${http_port}" =~ ^[0-9]+$ && "${http_port}" -gt 0 ]] && pass "HTTP port ${http_port}" \
-  || fail "no HTTP port in ${TMP}/http.port: '${http_port}'"
-"${WORKER}" --coordinator "${COORDINATOR_ADDR}" --slots 2 2>"${TMP}/worker.log" &
-track_pid $!
+start_cluster_with_http 2 || { fail "no coordinator with an HTTP port"; finish; }
+http_port=${HTTP_PORT}
+pass "HTTP port ${http_port}"
 
 # --- Prometheus on loopback, scraping every second into its own storage
 prom_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')

@@ -4,7 +4,9 @@
 #   program_e2e_test.sh CHORUS faults
 #     bad program specs are refused at submit naming program.argv[0]; a
 #     program that prints lines and exits 3 fails the job with its exit code
-#     and last lines; a program rank frozen with SIGSTOP is diagnosed DEAD in
+#     and last lines; `chorus up` claims no step or loss for a program that
+#     reports nothing (wall_seconds > 0) and shows the step and loss of one
+#     that sends a progress record; a program rank frozen with SIGSTOP is diagnosed DEAD in
 #     `chorus status`; `chorus cancel` leaves no process behind.
 #   program_e2e_test.sh CHORUS torchrun SCRIPT
 #     the unmodified torchrun script SCRIPT (tests/bench/torchrun_fashion_mnist.py)
@@ -62,6 +64,48 @@ SPEC
      && "${reason}" == "rank 1 ("*") exited with code 3; last output: loading shard 1 | step 40 loss 0.51 | error: shard 1 is corrupt" ]] \
     && pass "exit 3 fails the job: ${reason}" || fail "exit 3: rc=${rc} reason='${reason}' err=$(tail -3 "${TMP}/exit3.err")"
   assert_no_leftovers "a program that exited 3"
+
+  # --- what `chorus up` says of a program: only what it reported, and its wall time
+  cat > "${TMP}/quiet.textproto" <<'SPEC'
+name: "quiet"
+program { argv: ["/bin/bash", "-c", "sleep 2"] }
+resources { min_ranks: 2 }
+SPEC
+  out=$(timeout 90 "${CHORUS}" up --local 2 --state_dir "${TMP}/quiet" "${TMP}/quiet.textproto" --json 2>"${TMP}/quiet.err"); rc=$?
+  last=$(tail -n 1 <<<"${out}")
+  local wall
+  wall=$(json_get - final_metrics.wall_seconds <<<"${last}")
+  [[ ${rc} -eq 0 && "$(json_get - state <<<"${last}")" == SUCCEEDED ]] \
+    && ! json_get - final_metrics.steps <<<"${last}" >/dev/null \
+    && ! json_get - final_metrics.train_loss <<<"${last}" >/dev/null \
+    && awk -v w="${wall}" 'BEGIN { exit !(w > 0 && w < 90) }' \
+    && grep -q '^job-000001 RUNNING$' "${TMP}/quiet.err" \
+    && ! grep -Eq 'step 0|loss 0\.0000| 0 samples/s' "${TMP}/quiet.err" \
+    && pass "a program that reports nothing: no step or loss claimed, wall_seconds ${wall}" \
+    || fail "quiet program: rc=${rc} last='${last}' err=$(cat "${TMP}/quiet.err")"
+
+  # The record tag byte P, then a RankHeartbeat with step 7 (field 4) and loss
+  # 0.25 (field 11, a double): what rank 0 sends on the progress channel the
+  # way ProgressSender does (worker/runtime/progress_channel.cc).
+  cat > "${TMP}/progress.py" <<'PY'
+import os, socket, struct, time
+if os.environ["RANK"] == "0":
+    channel = socket.socket(fileno=int(os.environ["CHORUS_PROGRESS_FD"]))
+    channel.send(b"P" + bytes([0x20, 7, 0x59]) + struct.pack("<d", 0.25))
+time.sleep(3)
+PY
+  cat > "${TMP}/progress.textproto" <<SPEC
+name: "progress"
+program { argv: ["/usr/bin/python3", "${TMP}/progress.py"] }
+resources { min_ranks: 2 }
+SPEC
+  out=$(timeout 90 "${CHORUS}" up --local 2 --state_dir "${TMP}/progress" "${TMP}/progress.textproto" --json 2>"${TMP}/progress.err"); rc=$?
+  last=$(tail -n 1 <<<"${out}")
+  [[ ${rc} -eq 0 && "$(json_get - final_metrics.steps <<<"${last}")" == 7 \
+     && "$(json_get - final_metrics.train_loss <<<"${last}")" == 0.25 ]] \
+    && grep -q '^job-000001 RUNNING step 7 loss 0.2500$' "${TMP}/progress.err" \
+    && pass "a program's progress record is its job's step and loss in chorus up" \
+    || fail "progress program: rc=${rc} last='${last}' err=$(cat "${TMP}/progress.err")"
 
   # --- a frozen program rank is diagnosed DEAD; cancel then ends every process
   cat > "${TMP}/frozen.textproto" <<SPEC

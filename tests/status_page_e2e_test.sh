@@ -43,10 +43,8 @@ chromium() {
     --virtual-time-budget=3000 "$@" 2>>"${TMP}/chromium.log"
 }
 
-start_coordinator -- --http_port_file "${TMP}/http.port" || finish
-base="http://127.0.0.1:$(cat "${TMP}/http.port")"
-"${WORKER}" --coordinator "${COORDINATOR_ADDR}" --slots 2 2>"${TMP}/worker.log" &
-track_pid $!
+start_cluster_with_http 2 || { fail "no coordinator with an HTTP port"; finish; }
+base="http://127.0.0.1:${HTTP_PORT}"
 
 cat >"${TMP}/skip.textproto" <<'SPEC'
 name: "page-hang"
