@@ -363,14 +363,17 @@ absl::StatusOr<ProgramOutcome> ProgramSupervisor::Run() {
   const std::vector<std::string> env =
       ProgramEnvironment(base, rank, *master, *join_file, channel->program_fd);
   std::vector<std::string> argv(program.argv().begin(), program.argv().end());
+  // Logged before the start: the program's output and this process's log
+  // share the rank's output, and once the program runs, its last lines are
+  // what a failure's reason quotes.
+  LOG(INFO) << rank.job_id << ": rank " << rank.joined.rank() << " of " << rank.joined.world_size()
+            << " starts " << binary << " (MASTER_ADDR " << master->host << ", MASTER_PORT "
+            << master->port << ")";
   absl::StatusOr<pid_t> started = StartChild(binary, argv, env, program.working_dir());
   ::close(channel->program_fd);
   if (!started.ok()) return refuse(started.status());
   const pid_t pid = *started;
   child_.store(pid);
-  LOG(INFO) << rank.job_id << ": rank " << rank.joined.rank() << " of " << rank.joined.world_size()
-            << " runs " << binary << " as pid " << pid << " (MASTER_ADDR " << master->host
-            << ", MASTER_PORT " << master->port << ")";
 
   // The newest record the program sent, and when it came.
   struct {

@@ -4,12 +4,14 @@
 // phase and flight recorder and the hang detector sees it like a built-in
 // rank. One SOCK_SEQPACKET socket pair: the supervisor keeps one end, the
 // program inherits the other and finds its number in CHORUS_PROGRESS_FD.
-// Each message is one serialized v1::RankHeartbeat holding what the program
-// knows (step, epoch, phase, phase_seconds, timings, loss,
-// samples_per_second, flight_recorder); the supervisor fills in job_id,
-// generation, rank and time_us itself. Messages keep their boundaries, so no
-// framing is needed, and a sender never blocks: a record the supervisor has
-// no room for is dropped (the next one carries newer state).
+// Each message is the byte 'P' followed by one serialized v1::RankHeartbeat
+// holding what the program knows (step, epoch, phase, phase_seconds,
+// timings, loss, samples_per_second, flight_recorder); the tag keeps an
+// empty record from reading like the peer's close (a sender in another
+// language must write it too). The supervisor fills in job_id, generation,
+// rank and time_us itself. Messages keep their boundaries, so no framing is
+// needed, and a sender never blocks: a record the supervisor has no room
+// for is dropped (the next one carries newer state).
 //
 // Thread-safety: a ProgressSender may be used from any thread (each Send is
 // one atomic datagram); a ProgressReceiver by one thread at a time.
