@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
 #include "common/machine_facts.h"
 #include "common/memory.h"
 #include "gmock/gmock.h"
@@ -284,7 +285,9 @@ TEST(DistributedDataParallelTest, SteadyStateStepsTakeNoPageFaults) {
                                  torch::nn::Linear(1024, 10));
   };
   std::vector<torch::nn::Sequential> replicas = {make(), make()};
-  std::atomic<int64_t> faults{-1};
+  constexpr int kSteps = 10;
+  // Page faults of the whole process (both ranks) during each step.
+  std::vector<int64_t> faults;
   RunGlooRanks(2, [&](int rank, Communicator& comm) {
     torch::nn::Sequential& model = replicas[rank];
     DdpOptions options;
@@ -305,17 +308,24 @@ TEST(DistributedDataParallelTest, SteadyStateStepsTakeNoPageFaults) {
     // Warm-up: first-iteration bucket order, buffers, and the transport
     // measurement (8 all-reduces per size class).
     for (int i = 0; i < 12; ++i) step();
-    ASSERT_TRUE(comm.Barrier("before")->Wait(absl::Now() + absl::Seconds(30)).ok());
-    const int64_t before = MinorPageFaults();
-    for (int i = 0; i < 10; ++i) step();
-    ASSERT_TRUE(comm.Barrier("after")->Wait(absl::Now() + absl::Seconds(30)).ok());
-    if (rank == 0) faults = MinorPageFaults() - before;
+    for (int i = 0; i < kSteps; ++i) {
+      ASSERT_TRUE(comm.Barrier("before")->Wait(absl::Now() + absl::Seconds(30)).ok());
+      const int64_t before = MinorPageFaults();
+      step();
+      ASSERT_TRUE(comm.Barrier("after")->Wait(absl::Now() + absl::Seconds(30)).ok());
+      if (rank == 0) faults.push_back(MinorPageFaults() - before);
+    }
   });
-  // Both ranks, 10 steps each: without reuse, every step's gradients and
-  // activations (several MiB, thousands of pages) would fault in anew. The
-  // bound leaves room for the odd thread stack or allocator arena of the
-  // process (a CI run alongside another test saw 96).
-  EXPECT_LE(faults.load(), 256);
+  ASSERT_EQ(faults.size(), kSteps);
+  // Without reuse, every step's gradients and activations (several MiB,
+  // thousands of pages) would fault in anew, in every step. A step may
+  // still meet a one-off event of the process (a thread of LibTorch's pool
+  // starting, with its stack and allocator arena: runs here have seen ~900
+  // faults land in one step), so the steady state is what most steps show.
+  std::vector<int64_t> sorted = faults;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_LE(sorted[kSteps - 3], 32) << "faults per step: " << absl::StrJoin(faults, " ");
+  EXPECT_LE(sorted[kSteps - 1], 4096) << "faults per step: " << absl::StrJoin(faults, " ");
 }
 
 class CompressionTest : public ::testing::TestWithParam<DdpOptions::Compression> {};
