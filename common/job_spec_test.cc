@@ -133,6 +133,20 @@ TEST(JobSpecTest, ElasticDefaultsOnlyWhenTheBlockIsThere) {
                            SpecFormat::kTextProto);
   NormalizeJobSpec(none);
   EXPECT_EQ(none.elastic().max_restarts(), 0);
+
+  // Gossip jobs re-form too, over sizes their topology serves.
+  JobSpec gossip = MustParse(
+      "model { mlp {} } data { synthetic {} } elastic {} strategy { decentralized { topology: RING "
+      "} } resources { min_ranks: 2 max_ranks: 4 }",
+      SpecFormat::kTextProto);
+  NormalizeJobSpec(gossip);
+  std::vector<SpecError> errors = ValidateJobSpec(gossip);
+  ASSERT_EQ(errors.size(), 1u) << "ring needs an even size: 3 is in the range";
+  EXPECT_EQ(errors[0].field, "strategy.decentralized.topology");
+  EXPECT_THAT(errors[0].message, HasSubstr("unservable: 3"));
+  gossip.mutable_strategy()->mutable_decentralized()->set_topology(
+      v1::DecentralizedStrategy::COMPLETE);
+  EXPECT_THAT(ValidateJobSpec(gossip), IsEmpty());
 }
 
 TEST(JobSpecTest, MinimalSpecGetsDdpAndOneRank) {
@@ -400,9 +414,12 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"elastic { wait_seconds: -5 }", "elastic.wait_seconds: must be > 0, got -5"},
         Case{"elastic { scale_up_interval_seconds: -1 }",
              "elastic.scale_up_interval_seconds: must be > 0, got -1"},
-        Case{"elastic {} strategy { decentralized { } }",
-             "elastic: only strategy ddp re-forms after a lost rank today; remove the elastic "
-             "block or use strategy { ddp {} }"},
+        // An elastic gossip job re-forms at any size in its range: every one
+        // must be a size the topology serves.
+        Case{"elastic {} strategy { decentralized { } } resources { min_ranks: 2 max_ranks: 4 }",
+             "strategy.decentralized.topology: one_peer_exponential pairs rank i with i xor 2^k "
+             "and needs a power-of-two number of ranks, got 3; nearest world sizes that work: 2 "
+             "and 4 (resources allow 2..4 ranks; unservable: 3)"},
         Case{"fault_injection { faults { rank: 0 } }",
              "fault_injection.faults[0].kind: is required: one of EXIT, CRASH, HANG, SLOW, "
              "SKIP_COLLECTIVE, MISMATCH_COLLECTIVE"},

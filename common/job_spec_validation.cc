@@ -430,11 +430,6 @@ void ValidateTraining(const JobSpec& spec, Checker& c) {
     c.AtLeast<int32_t>("elastic.max_restarts", e.max_restarts(), 0);
     c.Positive("elastic.wait_seconds", e.wait_seconds());
     c.Positive("elastic.scale_up_interval_seconds", e.scale_up_interval_seconds());
-    if (spec.strategy().has_decentralized()) {
-      c.Fail("elastic",
-             "only strategy ddp re-forms after a lost rank today; remove the elastic "
-             "block or use strategy { ddp {} }");
-    }
   }
 
   for (int i = 0; i < spec.fault_injection().faults_size(); ++i) {

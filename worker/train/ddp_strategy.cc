@@ -42,6 +42,7 @@ class DdpStrategy final : public TrainingStrategy {
   int accumulation_steps() const override { return spec_.strategy().ddp().grad_accum_steps(); }
   void set_total_steps(int64_t total_steps) override { total_steps_ = total_steps; }
   std::vector<torch::optim::Optimizer*> optimizers() const override { return {optimizer_.get()}; }
+  bool replicas_identical() const override { return true; }
   absl::Status Resume(int64_t /*step*/, ExchangeState /*exchange*/) override {
     return absl::OkStatus();
   }

@@ -42,6 +42,7 @@ class DecentralizedStrategy final : public TrainingStrategy {
 
   int accumulation_steps() const override { return 1; }
   void set_total_steps(int64_t total_steps) override { total_steps_ = total_steps; }
+  bool replicas_identical() const override { return false; }
   // The engine replaces its optimizers once, after step 0: ask every time.
   std::vector<torch::optim::Optimizer*> optimizers() const override {
     return engine_->optimizers();

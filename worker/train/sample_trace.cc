@@ -41,9 +41,10 @@ void SampleTrace::Step(int64_t generation, int rank, int64_t step, int64_t epoch
   Write(line);
 }
 
-void SampleTrace::State(int64_t generation, int rank, int source, int64_t step, int64_t held) {
-  Write(absl::StrCat("state ", generation, " ", rank, " source ", source, " step ", step, " had ",
-                     held, "\n"));
+void SampleTrace::State(int64_t generation, int rank, int source, int64_t step, int64_t held,
+                        Model& model) {
+  Write(absl::StrFormat("state %d %d source %d step %d had %d model %08x\n", generation, rank,
+                        source, step, held, Fingerprint(model)));
 }
 
 void SampleTrace::Final(int64_t generation, int rank, int64_t step, Model& model) {

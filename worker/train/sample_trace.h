@@ -9,8 +9,10 @@
 // Lines (one write(2) each, so a process killed mid-run leaves whole lines):
 //   step GENERATION RANK STEP EPOCH I1,I2,...   before the step's first
 //       collective: the samples this rank feeds into step STEP (0-based)
-//   state GENERATION RANK source SOURCE step STEP had HELD
-//       after a re-formed generation shared its state (HELD -1: a newcomer)
+//   state GENERATION RANK source SOURCE step STEP had HELD model CRC32C
+//       after a re-formed generation shared its state (HELD -1: a newcomer);
+//       CRC32C as in `final`, of the model this rank starts the generation
+//       with (the same on every member)
 //   final GENERATION RANK STEP CRC32C           the parameters' and buffers'
 //       bytes, in order, after the last step
 //
@@ -43,7 +45,7 @@ class SampleTrace {
   SampleTrace& operator=(const SampleTrace&) = delete;
 
   void Step(int64_t generation, int rank, int64_t step, int64_t epoch, const at::Tensor& indices);
-  void State(int64_t generation, int rank, int source, int64_t step, int64_t held);
+  void State(int64_t generation, int rank, int source, int64_t step, int64_t held, Model& model);
   void Final(int64_t generation, int rank, int64_t step, Model& model);
 
   // CRC-32C of the bytes of the model's parameters, then buffers, in order.

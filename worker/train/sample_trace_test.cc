@@ -30,7 +30,7 @@ TEST(SampleTraceTest, WritesOneLinePerEventIntoThisProcessesFile) {
   ASSERT_NE(*trace, nullptr);
   TwoTensors model(1.5f);
   (*trace)->Step(2, 1, 7, 0, torch::tensor({5, 9, 3}, torch::kLong));
-  (*trace)->State(2, 1, 0, 7, -1);
+  (*trace)->State(2, 1, 0, 7, -1, model);
   (*trace)->Final(2, 1, 12, model);
   trace->reset();
   std::ifstream in(dir + "/" + std::to_string(::getpid()) + ".trace");
@@ -38,8 +38,8 @@ TEST(SampleTraceTest, WritesOneLinePerEventIntoThisProcessesFile) {
   text << in.rdbuf();
   char crc[16];
   std::snprintf(crc, sizeof(crc), "%08x", SampleTrace::Fingerprint(model));
-  EXPECT_EQ(text.str(), std::string("step 2 1 7 0 5,9,3\nstate 2 1 source 0 step 7 had -1\n") +
-                            "final 2 1 12 " + crc + "\n");
+  EXPECT_EQ(text.str(), std::string("step 2 1 7 0 5,9,3\nstate 2 1 source 0 step 7 had -1 model ") +
+                            crc + "\nfinal 2 1 12 " + crc + "\n");
 }
 
 TEST(SampleTraceTest, TheFingerprintSeesEveryByte) {

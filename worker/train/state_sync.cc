@@ -65,4 +65,54 @@ absl::StatusOr<SharedState> ShareNewestState(
   return shared;
 }
 
+absl::StatusOr<int> AverageHeldModels(Communicator& comm, Model& model, const Snapshot* held,
+                                      absl::Time deadline) {
+  torch::NoGradGuard no_grad;
+  // The model's tensors in the order a snapshot files them: parameters,
+  // then buffers (CollectSnapshot).
+  std::vector<NamedTensor> live = model.NamedParameters();
+  for (NamedTensor& b : model.NamedBuffers()) live.push_back(std::move(b));
+  if (held != nullptr && held->model.size() != live.size()) {
+    return absl::InternalError(absl::StrCat("the held model has ", held->model.size(),
+                                            " tensors, the model ", live.size()));
+  }
+  int64_t total = 0;
+  std::vector<size_t> averaged;  // indices into `live`
+  for (size_t i = 0; i < live.size(); ++i) {
+    if (!at::isFloatingType(live[i].tensor.scalar_type())) continue;
+    if (held != nullptr && (held->model[i].first != live[i].name ||
+                            held->model[i].second.numel() != live[i].tensor.numel())) {
+      return absl::InternalError(absl::StrCat("held tensor ", held->model[i].first,
+                                              " does not match the model's ", live[i].name));
+    }
+    averaged.push_back(i);
+    total += live[i].tensor.numel();
+  }
+  // Every averaged tensor back to back, then the count of holders.
+  at::Tensor sums = at::zeros({total + 1}, at::kDouble);
+  if (held != nullptr) {
+    int64_t offset = 0;
+    for (size_t i : averaged) {
+      const at::Tensor& t = held->model[i].second;
+      sums.narrow(0, offset, t.numel()).copy_(t.reshape({-1}));
+      offset += t.numel();
+    }
+    sums[total] = 1.0;
+  }
+  RETURN_IF_ERROR(comm.AllReduce(sums, ReduceOp::kSum, "elastic/average_models")->Wait(deadline));
+  const int holders = static_cast<int>(sums[total].item<double>());
+  if (holders == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("none of the ", comm.size(), " ranks of the new generation holds a model"));
+  }
+  sums = sums.narrow(0, 0, total) / holders;
+  int64_t offset = 0;
+  for (size_t i : averaged) {
+    at::Tensor& t = live[i].tensor;
+    t.copy_(sums.narrow(0, offset, t.numel()).reshape(t.sizes()));
+    offset += t.numel();
+  }
+  return holders;
+}
+
 }  // namespace chorus

@@ -110,5 +110,73 @@ TEST(StateSyncTest, AGenerationOfNewcomersOnlyIsAnError) {
   }
 }
 
+// Note [Re-formed gossip]: ranks 0 and 2 survived with models of their
+// own, rank 1 is a newcomer. Every member ends with the mean of the two
+// survivors' parameters and float buffers, the same bits on every rank; an
+// integer buffer keeps its value.
+class ModelWithStepCounter : public SmallModel {
+ public:
+  explicit ModelWithStepCounter(int seed) : SmallModel(seed) {
+    steps_ = torch::full({1}, seed, torch::kLong);
+  }
+  std::vector<NamedTensor> NamedBuffers() override {
+    std::vector<NamedTensor> buffers = SmallModel::NamedBuffers();
+    buffers.push_back({"steps", steps_});
+    return buffers;
+  }
+
+ private:
+  at::Tensor steps_;
+};
+
+TEST(StateSyncTest, EveryMemberGetsTheMeanOfTheSurvivorsModels) {
+  std::vector<std::vector<at::Tensor>> before(3), after(3);
+  std::vector<absl::StatusOr<int>> averaged(3, absl::UnknownError("not run"));
+  RunGlooRanks(3, [&](int rank, Communicator& comm) {
+    ModelWithStepCounter model(/*seed=*/20 + rank);
+    for (const NamedTensor& t : model.NamedParameters()) before[rank].push_back(t.tensor.clone());
+    for (const NamedTensor& t : model.NamedBuffers()) before[rank].push_back(t.tensor.clone());
+    std::optional<Snapshot> held;
+    if (rank != 1) {
+      TrainingPosition position;
+      position.step = 9;
+      held = TakeSnapshot(model, {}, position);
+      // Training goes on after the snapshot was taken (a step cut short):
+      // the held model, not the live one, is what counts.
+      torch::NoGradGuard no_grad;
+      model.Parameters()[0].add_(100.0);
+    }
+    averaged[rank] =
+        AverageHeldModels(comm, model, held ? &*held : nullptr, absl::Now() + absl::Seconds(30));
+    for (const NamedTensor& t : model.NamedParameters()) after[rank].push_back(t.tensor.clone());
+    for (const NamedTensor& t : model.NamedBuffers()) after[rank].push_back(t.tensor.clone());
+  });
+  for (int rank = 0; rank < 3; ++rank) {
+    ASSERT_TRUE(averaged[rank].ok()) << "rank " << rank << ": " << averaged[rank].status();
+    EXPECT_EQ(*averaged[rank], 2);
+    ASSERT_EQ(after[rank].size(), 4u);
+    for (size_t i = 0; i < 3; ++i) {  // weight, bias, the float buffer
+      const at::Tensor mean =
+          ((before[0][i].to(at::kDouble) + before[2][i].to(at::kDouble)) / 2).to(at::kFloat);
+      EXPECT_TRUE(torch::equal(after[rank][i], mean)) << "rank " << rank << " tensor " << i;
+      EXPECT_TRUE(torch::equal(after[rank][i], after[0][i])) << "rank " << rank << " tensor " << i;
+    }
+    EXPECT_FALSE(torch::equal(after[rank][0], before[0][0])) << "a mean, not rank 0's model";
+    EXPECT_EQ(after[rank][3].item<int64_t>(), 20 + rank) << "integer buffers are left alone";
+  }
+}
+
+TEST(StateSyncTest, AveragingWithNoHeldModelIsAnError) {
+  std::vector<absl::Status> status(2);
+  RunGlooRanks(2, [&](int rank, Communicator& comm) {
+    SmallModel model(rank);
+    status[rank] =
+        AverageHeldModels(comm, model, nullptr, absl::Now() + absl::Seconds(30)).status();
+  });
+  for (const absl::Status& s : status) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  }
+}
+
 }  // namespace
 }  // namespace chorus

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/data.h"
 #include "worker/train/metrics_window.h"
@@ -363,9 +364,18 @@ absl::StatusOr<v1::Metrics> TrainGeneration(RankRun& run, const Generation& gen)
                                       run.held.has_value() ? &*run.held : nullptr,
                                       absl::Now() + absl::Minutes(5)));
     position = shared.position;
+    if (!strategy->replicas_identical()) {
+      ASSIGN_OR_RETURN(const int averaged,
+                       AverageHeldModels(comm, run.model, run.held.has_value() ? &*run.held : nullptr,
+                                         absl::Now() + absl::Minutes(5)));
+      if (comm.rank() == 0) {
+        LOG(INFO) << "generation " << gen.generation << " starts from the mean of " << averaged
+                  << " survivor model(s) at step " << position.step;
+      }
+    }
     RETURN_IF_ERROR(strategy->Resume(position.step, ExchangeState{}));
     if (run.trace != nullptr)
-      run.trace->State(gen.generation, comm.rank(), shared.source, position.step, had);
+      run.trace->State(gen.generation, comm.rank(), shared.source, position.step, had, run.model);
   } else {
     ASSIGN_OR_RETURN(position, StartingPosition(run.options, comm, run.model, *strategy, p));
   }
@@ -448,6 +458,9 @@ absl::StatusOr<v1::Metrics> TrainGeneration(RankRun& run, const Generation& gen)
     // step never reaches the optimizer): keep them for the next generation.
     if (run.options.rejoin && IsMembershipFailure(status)) {
       run.held = TakeSnapshot(run.model, strategy->optimizers(), position);
+      // Fails what is still in flight (a gossip exchange with a live peer)
+      // at once, so that tearing the strategy down does not wait for it.
+      comm.Abort(status.message());
     }
     return status;
   }

@@ -110,6 +110,13 @@ class TrainingStrategy {
   // worker/decentralized/decentralized_data_parallel.h).
   virtual absl::StatusOr<ExchangeState> TakeExchangeForCheckpoint() = 0;
 
+  // Whether the ranks' models are the same after every step (DDP) or each
+  // rank's own (decentralized). After a re-formed generation of an elastic
+  // job shares the newest state, members of a strategy whose replicas
+  // differ start from the mean of the models the survivors held (Note
+  // [Re-formed gossip] in state_sync.h).
+  virtual bool replicas_identical() const = 0;
+
   // Adds the strategy's own figures for a report window to `metrics`.
   virtual void AddMetrics(const MetricsWindow::Summary& window, v1::Metrics& metrics) const = 0;
 };
