@@ -365,9 +365,10 @@ absl::StatusOr<v1::Metrics> TrainGeneration(RankRun& run, const Generation& gen)
                                       absl::Now() + absl::Minutes(5)));
     position = shared.position;
     if (!strategy->replicas_identical()) {
-      ASSIGN_OR_RETURN(const int averaged,
-                       AverageHeldModels(comm, run.model, run.held.has_value() ? &*run.held : nullptr,
-                                         absl::Now() + absl::Minutes(5)));
+      ASSIGN_OR_RETURN(
+          const int averaged,
+          AverageHeldModels(comm, run.model, run.held.has_value() ? &*run.held : nullptr,
+                            absl::Now() + absl::Minutes(5)));
       if (comm.rank() == 0) {
         LOG(INFO) << "generation " << gen.generation << " starts from the mean of " << averaged
                   << " survivor model(s) at step " << position.step;
