@@ -126,10 +126,11 @@ class HeartbeatStream : public grpc::ServerBidiReactor<v1::RankHeartbeat, v1::Di
     directive_.Clear();
     live_ = scheduler_.Heartbeat(in_, &directive_);
     if (directive_.kind() != v1::Directive::KIND_UNSPECIFIED) {
-      // A directive goes out just before the stream ends (ranks read
-      // directives once their stream ends): RE_RENDEZVOUS ends it as stale,
-      // REFORM_AT_STEP_BOUNDARY (a planned change) with OK, and the rank
-      // opens a new one.
+      // A directive goes out just before the stream ends (the rank reads
+      // it as it arrives, Note [Directives are read at once] in
+      // worker/runtime/heartbeat_stream.cc): RE_RENDEZVOUS ends it as
+      // stale, REFORM_AT_STEP_BOUNDARY (a planned change) with OK, and the
+      // rank opens a new one.
       StartWrite(&directive_);
     } else if (!live_) {
       FinishStale();

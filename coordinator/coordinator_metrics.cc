@@ -67,8 +67,10 @@ CoordinatorMetrics::CoordinatorMetrics()
     : registry_(std::make_shared<prometheus::Registry>()),
       generations_(prometheus::BuildCounter()
                        .Name("chorus_generations_total")
-                       .Help("Generations begun, by cause: start (a new job placed) or "
-                             "recovered (taken back after a coordinator restart).")
+                       .Help("Generations begun, by cause: start (a new job placed), "
+                             "recovered (taken back after a coordinator restart), and for "
+                             "elastic jobs rank_lost, agent_lost, hang_restart, drain, "
+                             "scale_up.")
                        .Register(*registry_)),
       rendezvous_(prometheus::BuildHistogram()
                       .Name("chorus_rendezvous_seconds")

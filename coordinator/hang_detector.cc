@@ -12,10 +12,6 @@
 namespace chorus {
 namespace {
 
-// Ranks send a heartbeat every second; one older than this means the rank
-// itself is silent (stopped, wedged, or its host gone), not just busy.
-constexpr absl::Duration kSilentAfter = absl::Milliseconds(2500);
-
 std::string Describe(const v1::CollectiveFingerprint& fp) {
   std::string s = absl::StrCat(fp.op(), " ", fp.tag());
   if (fp.bytes() > 0) {
@@ -172,7 +168,7 @@ mismatch_done:
           if (DeclaredPause(v.heartbeat, spec)) continue;
           // A rank that has also stopped sending heartbeats is not doing
           // anything we can name: it becomes DEAD once dead_after passes.
-          if (now - v.heartbeat_at > kSilentAfter) continue;
+          if (now - v.heartbeat_at > kRankSilentAfter) continue;
           // Its last heartbeat predates the wait: what it said then is not
           // what it is doing now (it may have stopped right after sending
           // it). The next heartbeat, within a second, tells.

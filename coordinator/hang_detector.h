@@ -26,6 +26,10 @@
 
 namespace chorus {
 
+// Ranks send a heartbeat every second; one older than this means the rank
+// itself is silent (stopped, wedged, or its host gone), not just busy.
+inline constexpr absl::Duration kRankSilentAfter = absl::Milliseconds(2500);
+
 struct RankView {
   int rank = 0;
   bool has_heartbeat = false;

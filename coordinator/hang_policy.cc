@@ -55,8 +55,8 @@ std::optional<std::string> HangFailure(v1::HangDetectionSpec::Action action,
         absl::StrCat("hang detection: ", v1::Diagnosis::Kind_Name(d.kind()), " ", d.message());
     if (action == v1::HangDetectionSpec::RESTART) {
       absl::StrAppend(&reason,
-                      " (action RESTART re-forms only elastic jobs, and only around a DEAD or "
-                      "NEVER_JOINED rank; otherwise it acts as ABORT)");
+                      " (hang_detection.action RESTART needs an elastic block in the job spec "
+                      "to re-form the job; without one it fails the job as ABORT does)");
     }
     return reason;
   }

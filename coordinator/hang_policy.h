@@ -4,11 +4,13 @@
 // DiagnosisHistory remembers when each current diagnosis was first seen, so
 // that a diagnosis becomes a job event once, when it appears, and another
 // ("cleared: ...") when it goes away. HangFailure says whether the job's
-// hang_detection.action fails the job for them: ABORT and RESTART fail it
-// with the first diagnosis that is not a STRAGGLER warning; REPORT never
-// does. (RESTART of an elastic job evicts DEAD and NEVER_JOINED ranks
-// instead — Scheduler::EvictLocked — and reaches HangFailure only for the
-// other diagnoses, whose reason then says so.)
+// hang_detection.action fails the job for them: ABORT fails it with the
+// first diagnosis that is not a STRAGGLER warning; REPORT never does.
+// RESTART of an elastic job never comes here: the Scheduler evicts a DEAD
+// or NEVER_JOINED rank and re-forms every rank's transport after a MISMATCH
+// or STUCK_IN_COLLECTIVE (Note [Hang restart] in scheduler_elastic.cc).
+// RESTART of a job without an elastic block fails it as ABORT does, and
+// the reason says that RESTART needs one.
 //
 // Thread-safety: none; the Scheduler holds its lock around every call.
 //
@@ -48,6 +50,7 @@ class DiagnosisHistory {
 };
 
 // The reason to fail the job for under `action`, or nullopt to keep it.
+// REQUIRES: for RESTART, a job without an elastic block.
 std::optional<std::string> HangFailure(v1::HangDetectionSpec::Action action,
                                        const std::vector<v1::Diagnosis>& diagnoses);
 

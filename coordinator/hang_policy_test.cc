@@ -63,7 +63,7 @@ TEST(HangPolicyTest, AnnotateSetsFirstSeenWithoutRemembering) {
          "STRAGGLER cleared";
 }
 
-TEST(HangPolicyTest, AbortAndRestartFailTheJobReportDoesNot) {
+TEST(HangPolicyTest, AbortAndRestartWithoutElasticFailTheJobReportDoesNot) {
   const std::vector<v1::Diagnosis> diagnoses = {
       Diagnosis(v1::Diagnosis::STRAGGLER, {2}, 0, "rank 2 is slow"),
       Diagnosis(v1::Diagnosis::STUCK_IN_COLLECTIVE, {0, 1}, 7, "every rank is inside #7")};
@@ -72,9 +72,9 @@ TEST(HangPolicyTest, AbortAndRestartFailTheJobReportDoesNot) {
   EXPECT_EQ(HangFailure(v1::HangDetectionSpec::ABORT, diagnoses),
             "hang detection: STUCK_IN_COLLECTIVE every rank is inside #7");
   EXPECT_EQ(HangFailure(v1::HangDetectionSpec::RESTART, diagnoses),
-            "hang detection: STUCK_IN_COLLECTIVE every rank is inside #7 (action RESTART re-forms "
-            "only elastic jobs, and only around a DEAD or NEVER_JOINED rank; otherwise it acts as "
-            "ABORT)");
+            "hang detection: STUCK_IN_COLLECTIVE every rank is inside #7 (hang_detection.action "
+            "RESTART needs an elastic block in the job spec to re-form the job; without one it "
+            "fails the job as ABORT does)");
 }
 
 TEST(HangPolicyTest, StragglersAloneAreOnlyAWarning) {

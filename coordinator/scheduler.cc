@@ -261,12 +261,14 @@ void Scheduler::Tick() {
       RunningJob& run = running_.at(job_id);
       // Waiting below resources.min_ranks: the lost ranks are known.
       if (run.waiting_until != absl::InfiniteFuture()) continue;
+      // Note [Hang restart]: a culprit is evicted; without one, every rank
+      // re-forms its transport. Eviction goes first when both hold.
       if (run.elastic && run.hang_detection.action() == v1::HangDetectionSpec::RESTART &&
-          EvictLocked(job_id, run, diagnoses, out)) {
-        continue;
+          (EvictLocked(job_id, run, diagnoses, out) ||
+           RestartHungLocked(job_id, run, diagnoses, out))) {
+        continue;  // `run` may be gone: a restart past elastic.max_restarts ends the job
       }
-      if (std::optional<std::string> reason =
-              HangFailure(running_.at(job_id).hang_detection.action(), diagnoses)) {
+      if (std::optional<std::string> reason = HangFailure(run.hang_detection.action(), diagnoses)) {
         to_fail.emplace_back(job_id, *std::move(reason));
       }
     }

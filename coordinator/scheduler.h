@@ -82,9 +82,10 @@ class Scheduler {
   // a job that is not running, NOT_FOUND for an unknown job or slot.
   void Join(const v1::JoinRequest& request, absl::Time deadline, JoinDone done);
   // Fails joins whose deadline has passed, applies each running job's
-  // hang_detection.action to its diagnoses (ABORT fails the job, and so does
-  // RESTART except that of an elastic job for a DEAD or NEVER_JOINED rank,
-  // which is evicted), retries elastic jobs
+  // hang_detection.action to its diagnoses (ABORT fails the job; RESTART
+  // of an elastic job evicts a DEAD or NEVER_JOINED rank and re-forms every
+  // rank's transport after a MISMATCH or STUCK_IN_COLLECTIVE, Note [Hang
+  // restart]; RESTART of any other job fails it), retries elastic jobs
   // waiting below resources.min_ranks and lets elastic jobs grow onto free
   // slots (docs/elastic.md). The server calls it periodically.
   void Tick();
@@ -173,8 +174,8 @@ class Scheduler {
   void EndLocked(const std::string& job_id, v1::Job::State state, const std::string& reason,
                  Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Elastic jobs (scheduler_elastic.cc). After `cause` of `kind`
-  // ("rank_lost", "agent_lost": failures, which count against
-  // elastic.max_restarts; "drain", "scale_up": planned), starts the job's
+  // ("rank_lost", "agent_lost", "hang_restart": failures, which count
+  // against elastic.max_restarts; "drain", "scale_up": planned), starts the job's
   // next generation: ranks that exited, whose agent is gone or draining
   // leave; survivors keep their slots; newcomers are launched on free slots
   // up to resources.max_ranks. Past elastic.max_restarts the job ends FAILED
@@ -201,13 +202,20 @@ class Scheduler {
   // `now` (elastic.wait_seconds) fails with; nullopt while it may still form.
   std::optional<std::string> ReformOverdueLocked(const RunningJob& run, absl::Time now) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // hang_detection.action RESTART of an elastic job: has the agents stop the
-  // ranks a DEAD or NEVER_JOINED diagnosis names (once each); their exits
-  // then start the next generation. Returns false when `diagnoses` hold
-  // another problem (MISMATCH, STUCK_IN_COLLECTIVE), which the caller acts on
-  // as ABORT.
+  // hang_detection.action RESTART of an elastic job (Note [Hang restart]
+  // in scheduler_elastic.cc). EvictLocked has the agents stop the ranks a
+  // DEAD or NEVER_JOINED diagnosis names (once each); their exits then start
+  // the next generation. Returns false when `diagnoses` hold neither.
   bool EvictLocked(const std::string& job_id, RunningJob& run,
                    const std::vector<v1::Diagnosis>& diagnoses, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // For a MISMATCH or STUCK_IN_COLLECTIVE diagnosis (no rank to evict):
+  // starts the next generation with the same members, so that every rank
+  // re-forms its transport ("hang_restart"; past elastic.max_restarts the
+  // job ends FAILED and `run` is gone). Returns false when `diagnoses` hold
+  // neither; true as well while the restart has to wait.
+  bool RestartHungLocked(const std::string& job_id, RunningJob& run,
+                         const std::vector<v1::Diagnosis>& diagnoses, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The generation of `job_id` has formed: records how long recovery took.
   void NoteFormedLocked(const std::string& job_id, RunningJob& run)

@@ -10,6 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "coordinator/generation_plan.h"
+#include "coordinator/hang_detector.h"
+#include "coordinator/hang_policy.h"
 #include "coordinator/scheduler.h"
 #include "glog/logging.h"
 
@@ -21,7 +23,10 @@ std::string History(const RunningJob& run) {
   return absl::StrCat("; history: ", absl::StrJoin(run.history, "; "));
 }
 
-bool IsFailure(const std::string& kind) { return kind == "rank_lost" || kind == "agent_lost"; }
+// Changes that were not planned: they count against elastic.max_restarts.
+bool IsFailure(const std::string& kind) {
+  return kind == "rank_lost" || kind == "agent_lost" || kind == "hang_restart";
+}
 
 }  // namespace
 
@@ -302,13 +307,45 @@ std::optional<std::string> Scheduler::ReformOverdueLocked(const RunningJob& run,
                       History(run));
 }
 
+// Note [Hang restart]
+// hang_detection.action RESTART of an elastic job acts on a diagnosis by
+// what it says about who is to blame.
+//  - DEAD and NEVER_JOINED name a culprit. EvictLocked has its agent stop it
+//    and its exit starts generation g+1 with a newcomer in its place.
+//  - MISMATCH names two ranks that issued different collectives at one
+//    sequence number, and neither is reliably the wrong one;
+//    STUCK_IN_COLLECTIVE blames no rank (every rank issued the collective:
+//    the transport is suspect). There is no rank to replace, so
+//    RestartHungLocked starts g+1 with the same members ("hang_restart"):
+//    the ranks hear of it on their next heartbeat (RE_RENDEZVOUS), abort
+//    their communicator, which fails the collective they are blocked in, and
+//    join g+1 in the same processes with their last complete step; g+1
+//    builds a new transport (docs/elastic.md).
+// When both kinds hold at once, eviction wins. A rank that is dead or
+// absent from the collective would keep g+1 from forming if it stayed a
+// member (it never joins, and the job fails after elastic.wait_seconds);
+// the others being stuck is most likely its doing; and its eviction
+// re-forms every survivor's transport anyway, for one restart instead of
+// two.
+// A re-formation with the same members needs every member to hear of it
+// and join, so RestartHungLocked waits (does nothing, and the job is not
+// failed) while
+//  - generation g has not formed, or the job is being taken back after a
+//    coordinator restart: g+1 is already forming, or members are missing;
+//  - an evicted rank's exit has not been reported: that exit starts g+1;
+//  - a rank has sent no heartbeat for kRankSilentAfter: a rank stopped
+//    inside a collective looks STUCK_IN_COLLECTIVE to the detector
+//    (stall_after_seconds, default 3) before it is DEAD (dead_after_seconds,
+//    default 5); once DEAD it is evicted.
+// A mismatch that the program's own code makes (two models called in a
+// different order) comes back in every generation: elastic.max_restarts
+// bounds the attempts, and then the job fails with the history.
+
 bool Scheduler::EvictLocked(const std::string& job_id, RunningJob& run,
                             const std::vector<v1::Diagnosis>& diagnoses, Outbox& out) {
-  for (const v1::Diagnosis& d : diagnoses) {
-    if (d.kind() == v1::Diagnosis::STRAGGLER || d.kind() == v1::Diagnosis::DEAD ||
-        d.kind() == v1::Diagnosis::NEVER_JOINED) {
-      continue;
-    }
+  if (std::none_of(diagnoses.begin(), diagnoses.end(), [](const v1::Diagnosis& d) {
+        return d.kind() == v1::Diagnosis::DEAD || d.kind() == v1::Diagnosis::NEVER_JOINED;
+      })) {
     return false;
   }
   for (const v1::Diagnosis& d : diagnoses) {
@@ -333,6 +370,26 @@ bool Scheduler::EvictLocked(const std::string& job_id, RunningJob& run,
       (void)jobs_.AddEvent(job_id, std::move(event));
     }
   }
+  return true;
+}
+
+bool Scheduler::RestartHungLocked(const std::string& job_id, RunningJob& run,
+                                  const std::vector<v1::Diagnosis>& diagnoses, Outbox& out) {
+  auto hung = std::find_if(diagnoses.begin(), diagnoses.end(), [](const v1::Diagnosis& d) {
+    return d.kind() == v1::Diagnosis::MISMATCH || d.kind() == v1::Diagnosis::STUCK_IN_COLLECTIVE;
+  });
+  if (hung == diagnoses.end()) return false;
+  // Note [Hang restart]: when to wait.
+  if (!run.Formed() || run.recovering_until != absl::InfinitePast()) return true;
+  const absl::Time now = clock_->Now();
+  for (const RankState& r : run.ranks) {
+    if (r.state == v1::RankStatus::EXITED) continue;
+    if (!r.evicted.empty() || now - r.heartbeat_at > kRankSilentAfter) return true;
+  }
+  const std::string cause = absl::StrCat("hang_detection.action RESTART for ", DiagnosisKey(*hung),
+                                         " (every rank re-forms its transport): ", hung->message());
+  LOG(INFO) << job_id << ": " << cause;
+  ReformLocked(job_id, cause, "hang_restart", out);
   return true;
 }
 

@@ -1,9 +1,12 @@
 #include "coordinator/scheduler.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -396,8 +399,72 @@ class ElasticSchedulerTest : public SchedulerTest {
     return out;
   }
 
+  // Rank `rank`'s heartbeat of generation `gen` with `records` in its flight
+  // recorder. Returns what Heartbeat returned; the directive goes to
+  // `directive` if not null.
+  bool BeatWith(const std::string& job, int64_t gen, int rank,
+                const std::vector<v1::CollectiveRecord>& records,
+                v1::Directive* directive = nullptr) {
+    v1::RankHeartbeat hb;
+    hb.set_job_id(job);
+    hb.set_generation(gen);
+    hb.set_rank(rank);
+    hb.set_step(40);
+    hb.set_phase(records.empty() ? v1::FORWARD : v1::COLLECTIVE);
+    for (const v1::CollectiveRecord& r : records) {
+      *hb.mutable_flight_recorder()->add_records() = r;
+      hb.mutable_flight_recorder()->set_last_enqueued_seq(
+          std::max(hb.flight_recorder().last_enqueued_seq(), r.seq()));
+    }
+    return scheduler_->Heartbeat(hb, directive);
+  }
+
+  // Every rank joins generation `gen` on its own slot (pid 100 + slot).
+  std::vector<JoinResult> JoinSameSlots(const std::string& job, int64_t gen) {
+    std::vector<JoinResult> joins(4);
+    for (int slot = 0; slot < 4; ++slot) {
+      scheduler_->Join(JoinOf(job, agent_.id, slot, gen), clock_.Now() + absl::Seconds(60),
+                       joins[slot].Done());
+    }
+    return joins;
+  }
+
   FakeAgent agent_;
 };
+
+// An all-reduce of `count` floats tagged `tag`, collective #seq, started at
+// `started`; completed `took` later when `took` is not zero.
+v1::CollectiveRecord AllReduce(int64_t seq, const std::string& tag, int64_t count,
+                               absl::Time started, absl::Duration took = absl::ZeroDuration()) {
+  v1::CollectiveRecord r;
+  r.set_seq(seq);
+  r.mutable_fingerprint()->set_op("allreduce/sum");
+  r.mutable_fingerprint()->set_tag(tag);
+  r.mutable_fingerprint()->set_dtype("float32");
+  r.mutable_fingerprint()->set_count(count);
+  r.mutable_fingerprint()->set_bytes(4 * count);
+  r.set_started_us(absl::ToUnixMicros(started));
+  if (took == absl::ZeroDuration()) {
+    r.set_state(v1::CollectiveRecord::STARTED);
+  } else {
+    r.set_state(v1::CollectiveRecord::COMPLETED);
+    r.set_completed_us(absl::ToUnixMicros(started + took));
+  }
+  return r;
+}
+
+// Rank `rank` of a MISMATCH_COLLECTIVE fault on rank 1: collective #27 is
+// fault/first (4 floats) on every rank but rank 1, which issued fault/second
+// (8 floats) there.
+std::vector<v1::CollectiveRecord> MismatchAt27(int rank, absl::Time started) {
+  return {rank == 1 ? AllReduce(27, "fault/second", 8, started)
+                    : AllReduce(27, "fault/first", 4, started)};
+}
+
+constexpr char kMismatchMessage[] =
+    "ranks 0 and 1 issued different collectives at #27: rank 0 allreduce/sum fault/first (16 "
+    "bytes), rank 1 allreduce/sum fault/second (32 bytes) (are two models or DDP instances "
+    "called in a different order?)";
 
 TEST_F(ElasticSchedulerTest, AKilledRankIsReplacedAndTheSurvivorsJoinTheNextGeneration) {
   const std::string job = StartElastic("");
@@ -544,6 +611,224 @@ TEST_F(ElasticSchedulerTest, RestartEvictsADeadRankAndItsExitStartsTheNextGenera
                  0) == 0;
   }
   EXPECT_TRUE(cause);
+}
+
+// Note [Hang restart]: a MISMATCH has no rank to evict; every rank keeps its
+// process and slot and re-forms its transport in generation 2.
+TEST_F(ElasticSchedulerTest, RestartReformsEveryRankAfterAMismatch) {
+  const std::string job = StartElastic("", "hang_detection { action: RESTART }");
+  const absl::Time started = clock_.Now();
+  for (int rank = 0; rank < 4; ++rank) {
+    ASSERT_TRUE(BeatWith(job, 1, rank, MismatchAt27(rank, started)));
+  }
+  clock_.Advance(absl::Milliseconds(500));
+  scheduler_->Tick();
+
+  const v1::Job reformed = *jobs_->Get(job);
+  EXPECT_EQ(reformed.state(), v1::Job::RUNNING);
+  EXPECT_EQ(reformed.generation(), 2);
+  EXPECT_EQ(reformed.world_size(), 4);
+  EXPECT_EQ(reformed.restarts(), 1) << "a hang restart counts against elastic.max_restarts";
+  EXPECT_EQ(agent_.Stops(), 0) << "no rank is stopped";
+  EXPECT_EQ(agent_.Launches().size(), 1u) << "no rank is launched: the same processes re-form";
+  const std::string change = absl::StrCat(
+      "generation 2 after hang_detection.action RESTART for MISMATCH ranks 0,1 at #27 "
+      "(every rank re-forms its transport): ",
+      kMismatchMessage, ": 4 -> 4 ranks, restart 1 of 3");
+  EXPECT_THAT(Reasons(job), testing::Contains(change));
+
+  // The next tick finds no problem in generation 2 (no heartbeat of it yet),
+  // so nothing more happens.
+  clock_.Advance(absl::Milliseconds(100));
+  scheduler_->Tick();
+  EXPECT_EQ(jobs_->Get(job)->generation(), 2);
+
+  // A rank still blocked in the mismatched collective hears of generation 2
+  // on its next heartbeat and aborts its communicator.
+  v1::Directive directive;
+  EXPECT_FALSE(BeatWith(job, 1, 2, MismatchAt27(2, started), &directive));
+  EXPECT_EQ(directive.kind(), v1::Directive::RE_RENDEZVOUS);
+  EXPECT_EQ(directive.generation(), 2);
+  EXPECT_EQ(directive.reason(), change);
+
+  clock_.Advance(absl::Milliseconds(900));
+  std::vector<JoinResult> joins = JoinSameSlots(job, 2);
+  for (int slot = 0; slot < 4; ++slot) {
+    ASSERT_TRUE(joins[slot].result.ok()) << joins[slot].result.status();
+    EXPECT_EQ(joins[slot].result->rank(), slot) << "every rank keeps its number";
+    EXPECT_EQ(joins[slot].result->world_size(), 4);
+    EXPECT_EQ(joins[slot].result->generation(), 2);
+    EXPECT_EQ(joins[slot].result->store_namespace(), job + "/gen-2");
+  }
+  EXPECT_THAT(Reasons(job), testing::Contains("generation 2 formed with 4 ranks, 1 s after the "
+                                              "failure (recovery_seconds)"));
+  // Healthy heartbeats of generation 2: no diagnosis, no further generation.
+  for (int rank = 0; rank < 4; ++rank) {
+    ASSERT_TRUE(
+        BeatWith(job, 2, rank,
+                 {AllReduce(3, "ddp:model/bucket0", 100, clock_.Now(), absl::Milliseconds(5))}));
+  }
+  clock_.Advance(absl::Seconds(1));
+  scheduler_->Tick();
+  EXPECT_EQ(jobs_->Get(job)->generation(), 2);
+  EXPECT_EQ(jobs_->Get(job)->restarts(), 1);
+  for (int slot = 0; slot < 4; ++slot) Exit(job, slot, 0);
+  EXPECT_EQ(State(job), v1::Job::SUCCEEDED);
+}
+
+TEST_F(ElasticSchedulerTest, RestartReformsEveryRankWhenAllAreStuckInOneCollective) {
+  const std::string job = StartElastic("", "hang_detection { action: RESTART }");
+  // Collective #10 usually takes 10 ms: "far longer than usual" is then the
+  // default stall_after_seconds, 3 s.
+  const absl::Time started = clock_.Now();
+  const std::vector<v1::CollectiveRecord> inside = {
+      AllReduce(9, "ddp:model/bucket0", 100, started - absl::Seconds(1), absl::Milliseconds(10)),
+      AllReduce(10, "ddp:model/bucket0", 100, started)};
+  for (int i = 0; i < 3; ++i) {  // 0, 1.5 and 3 s inside: not yet stuck
+    for (int rank = 0; rank < 4; ++rank) ASSERT_TRUE(BeatWith(job, 1, rank, inside));
+    scheduler_->Tick();
+    EXPECT_EQ(jobs_->Get(job)->generation(), 1) << "after " << i * 1.5 << " s";
+    clock_.Advance(absl::Milliseconds(1500));
+  }
+  for (int rank = 0; rank < 4; ++rank) ASSERT_TRUE(BeatWith(job, 1, rank, inside));
+  scheduler_->Tick();  // 4.5 s
+
+  const v1::Job reformed = *jobs_->Get(job);
+  EXPECT_EQ(reformed.state(), v1::Job::RUNNING);
+  EXPECT_EQ(reformed.generation(), 2);
+  EXPECT_EQ(reformed.world_size(), 4);
+  EXPECT_EQ(reformed.restarts(), 1);
+  EXPECT_EQ(agent_.Stops(), 0);
+  EXPECT_EQ(agent_.Launches().size(), 1u);
+  EXPECT_THAT(Reasons(job),
+              testing::Contains(
+                  "generation 2 after hang_detection.action RESTART for STUCK_IN_COLLECTIVE ranks "
+                  "0,1,2,3 at #10 (every rank re-forms its transport): every rank has been inside "
+                  "collective #10 allreduce/sum ddp:model/bucket0 (400 bytes) for 4.5 s (threshold "
+                  "3.0 s); all of them issued it, so the transport or a peer's network is "
+                  "suspect: 4 -> 4 ranks, restart 1 of 3"));
+  v1::Directive directive;
+  EXPECT_FALSE(BeatWith(job, 1, 0, inside, &directive));
+  EXPECT_EQ(directive.kind(), v1::Directive::RE_RENDEZVOUS);
+  EXPECT_EQ(directive.generation(), 2);
+  std::vector<JoinResult> joins = JoinSameSlots(job, 2);
+  for (int slot = 0; slot < 4; ++slot) {
+    ASSERT_TRUE(joins[slot].result.ok()) << joins[slot].result.status();
+    EXPECT_EQ(joins[slot].result->rank(), slot);
+  }
+}
+
+// Note [Hang restart]: a rank stopped inside the collective looks
+// STUCK_IN_COLLECTIVE before it is DEAD. Re-forming with it would wait for a
+// rank that never joins; the restart waits, and once DEAD the rank is
+// evicted (eviction wins when both diagnoses hold).
+TEST_F(ElasticSchedulerTest, RestartWaitsForASilentRankToBeDeadAndEvictsIt) {
+  const std::string job = StartElastic("", "hang_detection { action: RESTART }");
+  const absl::Time started = clock_.Now();
+  const std::vector<v1::CollectiveRecord> inside = {
+      AllReduce(10, "ddp:model/bucket0", 100, started)};
+  for (int rank = 0; rank < 4; ++rank) ASSERT_TRUE(BeatWith(job, 1, rank, inside));
+  for (int second = 1; second <= 6; ++second) {  // rank 3 is frozen; the others go on
+    clock_.Advance(absl::Seconds(1));
+    for (int rank : {0, 1, 2}) ASSERT_TRUE(BeatWith(job, 1, rank, inside));
+    scheduler_->Tick();
+    if (second == 4) {
+      v1::JobStatus status;
+      scheduler_->FillStatus(job, status);
+      ASSERT_GE(status.diagnoses_size(), 1);
+      EXPECT_EQ(status.diagnoses(0).kind(), v1::Diagnosis::STUCK_IN_COLLECTIVE);
+      EXPECT_EQ(jobs_->Get(job)->generation(), 1) << "rank 3 is silent: the restart waits";
+      EXPECT_EQ(agent_.Stops(), 0);
+    }
+  }
+  std::vector<v1::StopRanks> stops;
+  for (const auto& m : agent_.received) {
+    if (m.has_stop()) stops.push_back(m.stop());
+  }
+  ASSERT_EQ(stops.size(), 1u);
+  ASSERT_EQ(stops[0].slots_size(), 1);
+  EXPECT_EQ(stops[0].slots(0), 3);
+  EXPECT_THAT(stops[0].reason(), testing::StartsWith("evicted by hang_detection.action RESTART: "
+                                                     "DEAD rank 3"));
+  EXPECT_EQ(jobs_->Get(job)->generation(), 1);
+  EXPECT_EQ(State(job), v1::Job::RUNNING);
+  Exit(job, 3, -9);
+  const v1::Job reformed = *jobs_->Get(job);
+  EXPECT_EQ(reformed.generation(), 2);
+  EXPECT_EQ(reformed.restarts(), 1) << "one restart, not two";
+  EXPECT_THAT(Reasons(job), testing::Contains(testing::StartsWith(
+                                "generation 2 after rank 3 (node-a, pid 103) was evicted by "
+                                "hang_detection.action RESTART: DEAD rank 3")));
+  EXPECT_EQ(agent_.Launches().size(), 2u) << "a newcomer replaces rank 3";
+}
+
+TEST_F(ElasticSchedulerTest, AMismatchEveryGenerationFailsTheJobPastMaxRestarts) {
+  const std::string job = StartElastic("max_restarts: 1", "hang_detection { action: RESTART }");
+  for (int rank = 0; rank < 4; ++rank) {
+    ASSERT_TRUE(BeatWith(job, 1, rank, MismatchAt27(rank, clock_.Now())));
+  }
+  scheduler_->Tick();
+  ASSERT_EQ(jobs_->Get(job)->generation(), 2);
+  clock_.Advance(absl::Seconds(1));
+  std::vector<JoinResult> joins = JoinSameSlots(job, 2);
+  ASSERT_TRUE(joins[3].result.ok()) << joins[3].result.status();
+  // The program's own mismatch comes back in generation 2.
+  for (int rank = 0; rank < 4; ++rank) {
+    ASSERT_TRUE(BeatWith(job, 2, rank, MismatchAt27(rank, clock_.Now())));
+  }
+  scheduler_->Tick();
+  const v1::Job failed = *jobs_->Get(job);
+  EXPECT_EQ(failed.state(), v1::Job::FAILED);
+  const std::string cause = absl::StrCat(
+      "hang_detection.action RESTART for MISMATCH ranks 0,1 at #27 (every rank "
+      "re-forms its transport): ",
+      kMismatchMessage);
+  EXPECT_EQ(failed.reason(),
+            absl::StrCat(cause,
+                         "; elastic.max_restarts 1 used up in generation 2; history: "
+                         "generation 2 after ",
+                         cause, ": 4 -> 4 ranks, restart 1 of 1"));
+  EXPECT_EQ(failed.restarts(), 1);
+  EXPECT_EQ(scheduler_->free_slots(), 5) << "every slot is released";
+  EXPECT_EQ(agent_.Stops(), 1) << "the ranks are stopped with the job";
+}
+
+TEST_F(SchedulerTest, RestartWithoutElasticFailsTheJobAndSaysItNeedsAnElasticBlock) {
+  FakeAgent a;
+  Add(a, 2, "node-a");
+  auto spec = ParseJobSpec(
+      "model { mlp {} } data { synthetic {} } resources { min_ranks: 2 max_ranks: 2 } "
+      "hang_detection { action: RESTART }",
+      SpecFormat::kTextProto, "test");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto job = jobs_->Submit(*spec, "");
+  ASSERT_TRUE(job.ok()) << job.status();
+  scheduler_->Schedule();
+  std::vector<JoinResult> joins(2);
+  for (int slot = 0; slot < 2; ++slot) {
+    scheduler_->Join(JoinOf(job->job_id(), a.id, slot), clock_.Now() + absl::Seconds(60),
+                     joins[slot].Done());
+  }
+  ASSERT_TRUE(joins[1].result.ok()) << joins[1].result.status();
+  for (int rank = 0; rank < 2; ++rank) {
+    v1::RankHeartbeat hb;
+    hb.set_job_id(job->job_id());
+    hb.set_generation(1);
+    hb.set_rank(rank);
+    for (const v1::CollectiveRecord& r : MismatchAt27(rank, clock_.Now())) {
+      *hb.mutable_flight_recorder()->add_records() = r;
+    }
+    ASSERT_TRUE(scheduler_->Heartbeat(hb));
+  }
+  scheduler_->Tick();
+  const v1::Job failed = *jobs_->Get(job->job_id());
+  EXPECT_EQ(failed.state(), v1::Job::FAILED);
+  EXPECT_EQ(failed.generation(), 1);
+  EXPECT_EQ(failed.reason(),
+            absl::StrCat("hang detection: MISMATCH ", kMismatchMessage,
+                         " (hang_detection.action RESTART needs an elastic block in the job spec "
+                         "to re-form the job; without one it fails the job as ABORT does)"));
+  EXPECT_EQ(a.Stops(), 1);
 }
 
 // ---------------------------------------------------------------- drain, wait, grow

@@ -38,53 +38,13 @@ $1
 SPEC
 }
 
-# check_trace DIR: every epoch's samples once each, from the generation that
-# completed each step; prints "interrupted EPOCH" and, per pid, its final
-# line as "final PID GEN RANK STEP CRC" and its state line as
-# "state PID GEN RANK SOURCE STEP HAD".
-check_trace() {
-  python3 - "$1" <<'PY'
-import collections, glob, os, sys
-steps = collections.defaultdict(lambda: collections.defaultdict(dict))
-for path in sorted(glob.glob(os.path.join(sys.argv[1], "*.trace"))):
-    pid = os.path.basename(path).split(".")[0]
-    for line in open(path):
-        f = line.split()
-        if f[0] == "step":
-            gen, rank, step, epoch = map(int, f[1:5])
-            steps[step][gen][rank] = (epoch, [int(i) for i in f[5].split(",")])
-        elif f[0] == "final":
-            print("final", pid, *f[1:])
-        elif f[0] == "state":
-            print("state", pid, f[1], f[2], f[4], f[6], f[8])
-by_epoch = collections.defaultdict(list)
-gens_of_epoch = collections.defaultdict(set)
-for step in sorted(steps):
-    gen = max(steps[step])  # the generation that completed the step
-    ranks = steps[step][gen]
-    if sorted(ranks) != [0, 1, 2, 3]:
-        print("error step %d generation %d has ranks %s" % (step, gen, sorted(ranks)))
-    for epoch, idx in ranks.values():
-        by_epoch[epoch].extend(idx)
-        gens_of_epoch[epoch].add(gen)
-for epoch in sorted(by_epoch):
-    idx = sorted(by_epoch[epoch])
-    if idx != list(range(4096)):
-        dup = len(idx) - len(set(idx))
-        print("error epoch %d: %d samples, %d distinct, %d repeated" % (epoch, len(idx), len(set(idx)), dup))
-    if len(gens_of_epoch[epoch]) > 1:
-        print("interrupted", epoch)
-print("epochs", len(by_epoch), "steps", len(steps))
-PY
-}
-
 # --- undisturbed reference run
 mkdir -p "${TMP}/ref_trace" "${TMP}/trace"
 spec "" > "${TMP}/ref.textproto"
 out=$(CHORUS_SAMPLE_TRACE="${TMP}/ref_trace" timeout 100 "${CHORUS}" up --local 4 \
   --state_dir "${TMP}/ref" "${TMP}/ref.textproto" --json 2>"${TMP}/ref.err"); rc=$?
 ref_state=$(field "$(tail -n 1 <<<"${out}")" state)
-ref=$(check_trace "${TMP}/ref_trace")
+ref=$(check_sample_trace "${TMP}/ref_trace" 4 4096)
 ref_crc=$(awk '$1 == "final" {print $6}' <<<"${ref}" | sort -u)
 ref_accuracy=$(field "$(tail -n 1 <<<"${out}")" final_metrics.test_accuracy)
 [[ ${rc} -eq 0 && "${ref_state}" == SUCCEEDED && $(grep -c '^final' <<<"${ref}") -eq 4 \
@@ -122,7 +82,7 @@ accuracy=$(field "${last}" final_metrics.test_accuracy)
   && pass "the job succeeded after 192 steps, test accuracy ${accuracy} (undisturbed ${ref_accuracy})" \
   || fail "elastic run rc=${rc} last='${last}' undisturbed accuracy ${ref_accuracy} err=$(tail -5 "${TMP}/up.err")"
 
-trace=$(check_trace "${TMP}/trace")
+trace=$(check_sample_trace "${TMP}/trace" 4 4096)
 finals=$(grep '^final' <<<"${trace}")
 [[ "${trace}" != *error* && "${trace}" == *"epochs 3 steps 192"* && "${trace}" == *"interrupted 1"* ]] \
   && pass "every sample of each of the 3 epochs, interrupted epoch 1 included, was trained exactly once" \
@@ -173,7 +133,7 @@ out=$(CHORUS_SAMPLE_TRACE="${TMP}/stop_trace" timeout 100 "${CHORUS}" up --local
 [[ ${rc} -eq 0 && "$(field "$(tail -n 1 <<<"${out}")" state)" == SUCCEEDED ]] \
   && pass "the job with a stopped rank succeeded" \
   || fail "stop run rc=${rc} out='$(tail -n 1 <<<"${out}")' err=$(tail -5 "${TMP}/stop.err")"
-trace=$(check_trace "${TMP}/stop_trace")
+trace=$(check_sample_trace "${TMP}/stop_trace" 4 4096)
 crcs=$(awk '$1 == "final" {print $6}' <<<"${trace}" | sort -u)
 [[ "${trace}" != *error* && "${trace}" == *"interrupted 1"* && "${trace}" == *"epochs 3 steps 192"* \
    && $(grep -c '^final' <<<"${trace}") -eq 4 && "${crcs}" == "${ref_crc}" ]] \

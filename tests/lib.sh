@@ -28,6 +28,11 @@
 #   assert_no_leftovers WHAT     no process whose command line names TMP runs
 #   json_get FILE|- PATH         print one field of a JSON document
 #   json_has FILE|- PATH VALUE   some value at PATH is VALUE (as json_get prints it)
+#   check_sample_trace DIR WORLD SAMPLES
+#                                what the sample traces of an elastic job in DIR
+#                                (CHORUS_SAMPLE_TRACE) say: every sample of each
+#                                epoch trained once, who finished with which
+#                                parameters, who received which state
 #
 # Thread-safety: none needed; it is sourced by one shell. Helpers that read
 # JSON run python3 (whichever is first on PATH: only its json module is used).
@@ -237,4 +242,52 @@ json_has() {
   local _lib_values
   _lib_values=$(json_get "$1" "$2") || return 1
   grep -qxF -- "$3" <<<"${_lib_values}"
+}
+
+# check_sample_trace DIR WORLD SAMPLES: reads the sample traces that the rank
+# processes of a job of WORLD ranks wrote into DIR (CHORUS_SAMPLE_TRACE=DIR;
+# worker/train/sample_trace.h), an epoch being SAMPLES samples. For each step
+# the entries of the newest generation that trained it count. Prints, per
+# process (DIR/PID.trace) in the order of its lines,
+#   "state PID GEN RANK SOURCE STEP HAD"  the state it received after a
+#                                         re-formation (HAD -1: a newcomer)
+#   "final PID GEN RANK STEP CRC"         its parameters after the last step
+# then "error ..." for a step whose generation lacks a rank or an epoch whose
+# samples are not each sample once, "interrupted EPOCH" for an epoch that
+# more than one generation trained, and last "epochs E steps S".
+check_sample_trace() {
+  python3 - "$1" "$2" "$3" <<'PY'
+import collections, glob, os, sys
+directory, world, samples = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+steps = collections.defaultdict(lambda: collections.defaultdict(dict))
+for path in sorted(glob.glob(os.path.join(directory, "*.trace"))):
+    pid = os.path.basename(path).split(".")[0]
+    for line in open(path):
+        f = line.split()
+        if f[0] == "step":
+            gen, rank, step, epoch = map(int, f[1:5])
+            steps[step][gen][rank] = (epoch, [int(i) for i in f[5].split(",")])
+        elif f[0] == "final":
+            print("final", pid, *f[1:])
+        elif f[0] == "state":
+            print("state", pid, f[1], f[2], f[4], f[6], f[8])
+by_epoch = collections.defaultdict(list)
+gens_of_epoch = collections.defaultdict(set)
+for step in sorted(steps):
+    gen = max(steps[step])  # the generation that completed the step
+    ranks = steps[step][gen]
+    if sorted(ranks) != list(range(world)):
+        print("error step %d generation %d has ranks %s" % (step, gen, sorted(ranks)))
+    for epoch, idx in ranks.values():
+        by_epoch[epoch].extend(idx)
+        gens_of_epoch[epoch].add(gen)
+for epoch in sorted(by_epoch):
+    idx = sorted(by_epoch[epoch])
+    if idx != list(range(samples)):
+        dup = len(idx) - len(set(idx))
+        print("error epoch %d: %d samples, %d distinct, %d repeated" % (epoch, len(idx), len(set(idx)), dup))
+    if len(gens_of_epoch[epoch]) > 1:
+        print("interrupted", epoch)
+print("epochs", len(by_epoch), "steps", len(steps))
+PY
 }

@@ -125,6 +125,27 @@ expect "it runs chorus up from TMP with its spec" \
   "${TMP} up --local 2 --state_dir ${TMP}/up ${TMP}/job.textproto --json" "$(cat "${TMP}/fake_chorus_args")"
 expect "the spec is named" 'name: "tiny"' "$(head -n 1 "${TMP}/job.textproto")"
 
+# --- check_sample_trace: 2 ranks, an epoch of 8 samples (2 steps of 2 x 2);
+# generation 1 started step 1 on rank 0 only, generation 2 trained it again
+mkdir -p "${TMP}/trace"
+printf '%s\n' "step 1 0 0 0 0,1" "step 1 0 1 0 4,5" "state 2 0 source 0 step 1 had 1" \
+  "step 2 0 1 0 4,5" "final 2 0 2 0badc0de" > "${TMP}/trace/11.trace"
+printf '%s\n' "step 1 1 0 0 2,3" "state 2 1 source 0 step 1 had 1" "step 2 1 1 0 6,7" \
+  "final 2 1 2 0badc0de" > "${TMP}/trace/12.trace"
+expect "check_sample_trace: states, finals, the interrupted epoch, the counts" \
+  "$(printf '%s\n' "state 11 2 0 0 1 1" "final 11 2 0 2 0badc0de" "state 12 2 1 0 1 1" \
+     "final 12 2 1 2 0badc0de" "interrupted 0" "epochs 1 steps 2")" \
+  "$(check_sample_trace "${TMP}/trace" 2 8)"
+# Rank 1 trains samples 2,3 twice, never 6,7.
+printf '%s\n' "step 1 1 0 0 2,3" "step 2 1 1 0 2,3" > "${TMP}/trace/12.trace"
+expect "a sample trained twice is an error" \
+  "$(printf '%s\n' "state 11 2 0 0 1 1" "final 11 2 0 2 0badc0de" \
+     "error epoch 0: 8 samples, 6 distinct, 2 repeated" "interrupted 0" "epochs 1 steps 2")" \
+  "$(check_sample_trace "${TMP}/trace" 2 8)"
+rm "${TMP}/trace/12.trace"
+expect "a step that a rank of its generation did not train is an error" \
+  "error step 0 generation 1 has ranks [0]" "$(check_sample_trace "${TMP}/trace" 2 8 | grep '^error step 0')"
+
 # --- on_exit code runs when the test exits
 bash -c "source '${LIB}'; on_exit 'echo cleaned > \"${TMP}/on_exit\"'; exit 0"
 expect "on_exit code runs at exit" cleaned "$(cat "${TMP}/on_exit" 2>/dev/null)"

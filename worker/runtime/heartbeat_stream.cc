@@ -33,32 +33,48 @@ int64_t HeartbeatStream::streams_opened() const {
   return streams_opened_;
 }
 
+bool HeartbeatStream::StopOrStreamEnded() const { return stop_ || stream_ended_; }
+
 void HeartbeatStream::Run() {
   absl::MutexLock lock(&mu_);
   while (!stop_) {
     ++streams_opened_;
+    stream_ended_ = false;
     grpc::ClientContext context;
     mu_.Unlock();
     std::unique_ptr<grpc::ClientReaderWriterInterface<v1::RankHeartbeat, v1::Directive>> stream =
         stub_.Heartbeat(&context);
+    // Note [Directives are read at once]: the coordinator writes a directive
+    // just before it ends the stream. A Write after the end does not fail
+    // at once (gRPC accepted two more heartbeats, 3 s, against the
+    // coordinator before one failed), so waiting for a failed Write to read
+    // it delays RE_RENDEZVOUS and REFORM_AT_STEP_BOUNDARY by seconds. A
+    // reader blocked in Read gets the directive as soon as it arrives and
+    // ends the writes. (gRPC allows one Read and one Write at a time.)
+    std::thread reader([&] {
+      v1::Directive directive;
+      while (stream->Read(&directive)) {
+        if (options_.on_directive) options_.on_directive(directive);
+      }
+      absl::MutexLock ended(&mu_);
+      stream_ended_ = true;
+    });
     mu_.Lock();
-    while (!stop_) {
+    while (!StopOrStreamEnded()) {
       mu_.Unlock();
       const bool paused = options_.paused && options_.paused();
       const bool written = paused || stream->Write(compose_());
       mu_.Lock();
       if (!written) break;
       if (!paused) ++sent_;
-      clock_.AwaitWithDeadline(mu_, absl::Condition(&stop_), clock_.Now() + options_.interval);
+      clock_.AwaitWithDeadline(mu_, absl::Condition(this, &HeartbeatStream::StopOrStreamEnded),
+                               clock_.Now() + options_.interval);
     }
     mu_.Unlock();
+    // Half-closes the stream: the coordinator then ends it, which ends the
+    // reader's Read.
     stream->WritesDone();
-    // The coordinator writes a directive only just before it ends the stream,
-    // so these reads end at once.
-    v1::Directive directive;
-    while (stream->Read(&directive)) {
-      if (options_.on_directive) options_.on_directive(directive);
-    }
+    reader.join();
     const grpc::Status status = stream->Finish();
     mu_.Lock();
     if (!stop_) {

@@ -2,14 +2,16 @@
 // kept open for the life of the object. A background thread sends the
 // heartbeat `compose` returns every `interval`; when the stream breaks (the
 // coordinator restarted or is unreachable, or ended it after a directive,
-// which goes to `on_directive`) it waits `reconnect_delay`, opens a new one
-// and goes on. Training never waits for it: once the ranks are
-// connected they do not depend on the coordinator.
+// which goes to `on_directive` as soon as it arrives) it waits
+// `reconnect_delay`, opens a new one and goes on. Training never waits for
+// it: once the ranks are connected they do not depend on the coordinator.
 //
-// Thread-safety: `compose` runs on the stream's thread, without the
+// Thread-safety: `compose` and `paused` run on the stream's thread, and
+// `on_directive` on a reader thread of the open stream, without the
 // stream's lock; the accessors may be called from any thread. The
-// destructor stops the thread and joins it: the open stream is closed the
-// ordinary way (half-close, then the coordinator's status), not cancelled.
+// destructor stops both threads and joins them: the open stream is closed
+// the ordinary way (half-close, then the coordinator's status), not
+// cancelled.
 //
 // Example:
 //   HeartbeatStream heartbeats(*stub, [&] { return ComposeHeartbeat(progress); });
@@ -39,9 +41,10 @@ class HeartbeatStream {
     absl::Duration reconnect_delay = absl::Seconds(1);
     // For the waits between heartbeats; null = the real clock.
     Clock* clock = nullptr;
-    // Called on the stream's thread with each directive the coordinator
-    // sent (read when the coordinator ends the stream, e.g. RE_RENDEZVOUS
-    // to an elastic job's next generation); may be empty.
+    // Called with each directive the coordinator sends (it sends one just
+    // before it ends the stream, e.g. RE_RENDEZVOUS to an elastic job's
+    // next generation), on the stream's reader thread as soon as it
+    // arrives (Note [Directives are read at once]); may be empty.
     std::function<void(const v1::Directive&)> on_directive;
     // Asked on the stream's thread before each heartbeat; while it returns
     // true none is sent (the stream stays open), so the coordinator sees
@@ -65,6 +68,7 @@ class HeartbeatStream {
 
  private:
   void Run();
+  bool StopOrStreamEnded() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   v1::RankService::StubInterface& stub_;
   const std::function<v1::RankHeartbeat()> compose_;
@@ -73,6 +77,8 @@ class HeartbeatStream {
   Clock& clock_;
   mutable absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  // The open stream's reader saw it end.
+  bool stream_ended_ ABSL_GUARDED_BY(mu_) = false;
   int64_t sent_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t streams_opened_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread thread_;  // last: starts after everything above is set

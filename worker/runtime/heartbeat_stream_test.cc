@@ -98,6 +98,9 @@ TEST(HeartbeatStreamTest, SendsWhatComposeReturnsEveryInterval) {
         },
         Fast());
     ASSERT_TRUE(service.AwaitReceived(5));
+    // The server may read the fifth heartbeat before the stream's thread,
+    // back from Write, has counted it.
+    for (int i = 0; i < 1000 && heartbeats.sent() < 5; ++i) absl::SleepFor(absl::Milliseconds(5));
     EXPECT_GE(heartbeats.sent(), 5);
     EXPECT_EQ(heartbeats.streams_opened(), 1);
   }
@@ -251,6 +254,44 @@ TEST(HeartbeatStreamTest, HandsTheCoordinatorsDirectiveToOnDirective) {
   EXPECT_EQ(got[0].kind(), v1::Directive::RE_RENDEZVOUS);
   EXPECT_EQ(got[0].generation(), 5);
   EXPECT_EQ(got[0].reason(), "rank 3 was lost");
+  server->Shutdown(std::chrono::system_clock::now());
+}
+
+// Note [Directives are read at once]: the directive reaches on_directive
+// when it arrives, not when a later heartbeat fails to go out (here: an
+// hour later).
+TEST(HeartbeatStreamTest, HandsADirectiveOverAsSoonAsItArrives) {
+  ReRendezvousService service;
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  auto stub = v1::RankService::NewStub(FastReconnectingChannel(port));
+  absl::Mutex mu;
+  std::vector<v1::Directive> got;
+  HeartbeatStream::Options options;
+  options.interval = absl::Hours(1);
+  options.reconnect_delay = absl::Milliseconds(20);
+  options.on_directive = [&](const v1::Directive& d) {
+    absl::MutexLock lock(&mu);
+    got.push_back(d);
+  };
+  {
+    HeartbeatStream heartbeats(
+        *stub, [] { return v1::RankHeartbeat(); }, options);
+    absl::MutexLock lock(&mu);
+    auto one = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return !got.empty(); };
+    ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(&one), absl::Seconds(10)))
+        << "the directive waited for the next heartbeat";
+    // The ended stream is opened again after reconnect_delay, not after
+    // the next heartbeat is due.
+    auto two = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return got.size() >= 2; };
+    ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(&two), absl::Seconds(10)));
+    EXPECT_EQ(heartbeats.streams_opened(), 2);
+  }
+  EXPECT_EQ(got[0].kind(), v1::Directive::RE_RENDEZVOUS);
   server->Shutdown(std::chrono::system_clock::now());
 }
 
