@@ -357,8 +357,12 @@ int Run(RankWhere& where) {
     announce(joined);
     where.rank = joined.rank();
     where.stage = "while connecting to the other ranks";
+    const absl::Time connect_start = absl::Now();
     ASSIGN_OR_RETURN(std::unique_ptr<JoinedGeneration> gen,
                      ConnectGeneration(joined, channel, job_id, coordinator, rank_host));
+    LOG(INFO) << job_id << ": connected to the " << joined.world_size() << " ranks of generation "
+              << joined.generation() << " in "
+              << absl::FormatDuration(absl::Trunc(absl::Now() - connect_start, absl::Milliseconds(1)));
     generations.push_back(std::move(gen));
     {
       absl::MutexLock lock(&current.mu);

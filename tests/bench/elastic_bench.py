@@ -39,14 +39,14 @@ def wait_until(predicate, timeout, what):
 # ----------------------------------------------------------------- Chorus
 
 
-def chorus_spec(steps, max_restarts):
+def chorus_spec(steps, max_restarts, epochs):
     """The peer's job (tests/bench/torchrun_elastic_peer.py) as a Chorus spec."""
     return f"""
 name: "elastic-bench"
 model {{ mlp {{ hidden_sizes: [256, 128] }} }}
 loss {{ kind: CROSS_ENTROPY }}
 data {{ fashion_mnist {{ dir: "/usr/share/datasets/fashion-mnist" }} }}
-training {{ batch_size_per_rank: 64 epochs: 5 max_steps: {steps} seed: 1 log_every_steps: 50 }}
+training {{ batch_size_per_rank: 64 epochs: {epochs} max_steps: {steps} seed: 1 log_every_steps: 50 }}
 optimizer {{ kind: SGD lr: 0.05 momentum: 0.9 }}
 lr_schedule {{ cosine {{ warmup_steps: 100 }} }}
 strategy {{ ddp {{ bucket_cap_mb: 25 }} }}
@@ -67,6 +67,11 @@ class Traces:
         self.offsets = {}
         self.rank_of = {}  # pid -> (generation, rank) of its latest step
         self.done = {}  # (generation, step) -> set of ranks
+        # Steps every rank of some generation took, kept as lines arrive
+        # (recounting on every poll cost the bench's own CPU, growing with
+        # the run, on the machine it measures).
+        self.world = 4
+        self.completed = set()
         self.first_seen = {}  # generation -> (time first seen, first step)
 
     def poll(self):
@@ -84,7 +89,10 @@ class Traces:
                     continue
                 gen, rank, step = int(fields[1]), int(fields[2]), int(fields[3])
                 self.rank_of[pid] = (gen, rank)
-                self.done.setdefault((gen, step), set()).add(rank)
+                ranks = self.done.setdefault((gen, step), set())
+                ranks.add(rank)
+                if len(ranks) == self.world:
+                    self.completed.add(step)
                 seen, lowest = self.first_seen.get(gen, (now, step))
                 self.first_seen[gen] = (seen, min(lowest, step))
 
@@ -101,13 +109,20 @@ class Traces:
 
     def completed_steps(self, world):
         """Steps every rank of some generation finished."""
-        return {s for (g, s), ranks in self.done.items() if len(ranks) == world}
+        assert world == self.world
+        return self.completed
 
 
-def start_chorus(args, tmp, name, steps, max_restarts):
+# The kill runs train 5 epochs, capped at --steps; the chaos runs as many
+# epochs as the chaos window needs (they are stopped when it closes).
+KILL_EPOCHS = 5
+CHAOS_EPOCHS = 1000
+
+
+def start_chorus(args, tmp, name, steps, max_restarts, epochs=KILL_EPOCHS):
     spec = os.path.join(tmp, f"{name}.textproto")
     with open(spec, "w") as f:
-        f.write(chorus_spec(steps, max_restarts))
+        f.write(chorus_spec(steps, max_restarts, epochs))
     trace = os.path.join(tmp, f"{name}.trace")
     os.makedirs(trace)
     env = dict(os.environ, CHORUS_SAMPLE_TRACE=trace)
@@ -163,14 +178,22 @@ def chorus_kill_run(args, tmp):
 
 
 def chorus_chaos_run(args, tmp):
-    proc, traces = start_chorus(args, tmp, "ours-chaos", 1000000, 1000)
+    proc, traces = start_chorus(args, tmp, "ours-chaos", 1000000, 1000, CHAOS_EPOCHS)
     rng = random.Random(1)
     kills = 0
     try:
         wait_until(lambda: traces.poll() or len(traces.completed_steps(4)) >= 50, 300,
                    "Chorus: 50 steps before the chaos")
+        # The undisturbed rate of this very job, just before the chaos.
+        baseline_start = time.time()
+        baseline_before = len(traces.completed_steps(4))
+        while time.time() < baseline_start + args.baseline_seconds:
+            traces.poll()
+            time.sleep(POLL)
+        traces.poll()
         start = time.time()
         before = len(traces.completed_steps(4))
+        baseline = (before - baseline_before) / (start - baseline_start)
         next_kill = start + args.chaos_every
         while time.time() < start + args.chaos_seconds:
             traces.poll()
@@ -191,7 +214,8 @@ def chorus_chaos_run(args, tmp):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGINT)
             proc.wait(timeout=60)
-    return {"steps_per_second": steps / args.chaos_seconds, "kills": kills}
+    return {"steps_per_second": steps / args.chaos_seconds, "kills": kills,
+            "undisturbed_steps_per_second": baseline}
 
 
 # ------------------------------------------------------------------- peer
@@ -226,7 +250,7 @@ def free_port():
         return s.getsockname()[1]
 
 
-def start_peer(args, tmp, name, steps, max_restarts):
+def start_peer(args, tmp, name, steps, max_restarts, epochs=KILL_EPOCHS):
     ckpt = os.path.join(tmp, f"{name}.ckpt")
     os.makedirs(ckpt)
     progress = os.path.join(tmp, f"{name}.jsonl")
@@ -238,7 +262,7 @@ def start_peer(args, tmp, name, steps, max_restarts):
                "--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{free_port()}",
                "--redirects", "1", "--tee", "1", "--log_dir", os.path.join(tmp, f"{name}.logs"),
                os.path.join(HERE, "torchrun_elastic_peer.py"), "--ckpt_dir", ckpt,
-               "--ckpt_every", str(args.ckpt_every), "--steps", str(steps),
+               "--ckpt_every", str(args.ckpt_every), "--steps", str(steps), "--epochs", str(epochs),
                "--progress", progress]
     out = open(os.path.join(tmp, f"{name}.out"), "w")
     proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env,
@@ -284,13 +308,21 @@ def peer_kill_run(args, tmp):
 
 
 def peer_chaos_run(args, tmp):
-    proc, progress = start_peer(args, tmp, "peer-chaos", 1000000, 1000)
+    proc, progress = start_peer(args, tmp, "peer-chaos", 1000000, 1000, CHAOS_EPOCHS)
     rng = random.Random(1)
     kills = 0
     try:
         wait_until(lambda: progress.poll() or len(progress.of("step")) >= 50, 300,
                    "peer: 50 steps before the chaos")
+        baseline_start = time.time()
+        while time.time() < baseline_start + args.baseline_seconds:
+            progress.poll()
+            time.sleep(POLL)
+        progress.poll()
         start = time.time()
+        in_baseline = [e["step"] for e in progress.of("step") if baseline_start <= e["t"] < start]
+        baseline = ((max(in_baseline) - min(in_baseline)) / (start - baseline_start)
+                    if in_baseline else 0.0)
         next_kill = start + args.chaos_every
         while time.time() < start + args.chaos_seconds:
             progress.poll()
@@ -318,7 +350,8 @@ def peer_chaos_run(args, tmp):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(timeout=60)
-    return {"steps_per_second": steps / args.chaos_seconds, "kills": kills}
+    return {"steps_per_second": steps / args.chaos_seconds, "kills": kills,
+            "undisturbed_steps_per_second": baseline}
 
 
 # ------------------------------------------------------------------- main
@@ -332,6 +365,8 @@ def main():
     ap.add_argument("--kill_step", type=int, default=230)
     ap.add_argument("--ckpt_every", type=int, default=50)
     ap.add_argument("--chaos_seconds", type=float, default=60)
+    ap.add_argument("--baseline_seconds", type=float, default=15,
+                    help="undisturbed window of the chaos run, just before the chaos")
     ap.add_argument("--chaos_every", type=float, default=10)
     ap.add_argument("--skip_chaos", action="store_true")
     args = ap.parse_args()
@@ -363,8 +398,8 @@ def main():
                       "peer_name": peer_name, "ratio": None}), flush=True)
     if chaos:
         line("throughput_under_chaos_fraction", "fraction of undisturbed steps/s",
-             chaos["ours"]["steps_per_second"] / ours["steps_per_second"],
-             chaos["peer"]["steps_per_second"] / peer["steps_per_second"],
+             chaos["ours"]["steps_per_second"] / chaos["ours"]["undisturbed_steps_per_second"],
+             chaos["peer"]["steps_per_second"] / chaos["peer"]["undisturbed_steps_per_second"],
              kill_every_seconds=args.chaos_every, window_seconds=args.chaos_seconds)
     line("recovery_seconds", "s", ours["recovery_seconds"], peer["recovery_seconds"],
          kill_step=args.kill_step)

@@ -338,8 +338,14 @@ absl::StatusOr<v1::Metrics> TrainGeneration(RankRun& run, const Generation& gen)
   TrainingProgress& p = run.p;
   const v1::JobSpec spec = GenerationSpec(run.spec, comm.size());
   p.Enter(v1::SETUP);
+  const absl::Time setup_start = absl::Now();
   ASSIGN_OR_RETURN(std::unique_ptr<TrainingStrategy> strategy,
                    CreateTrainingStrategy(spec, run.model, comm, p));
+  if (gen.generation > 1) {
+    LOG(INFO) << "generation " << gen.generation << ": rank " << comm.rank() << " built its "
+              << "strategy in "
+              << absl::FormatDuration(absl::Trunc(absl::Now() - setup_start, absl::Milliseconds(1)));
+  }
   const SamplerOptions sampler{run.train.size(),
                                comm.size(),
                                comm.rank(),
@@ -358,6 +364,7 @@ absl::StatusOr<v1::Metrics> TrainGeneration(RankRun& run, const Generation& gen)
       BoundarySamples(spec, accum * sampler.batch_size, run.train.size());
   TrainingPosition position;
   if (gen.generation > 1) {
+    const absl::Time share_start = absl::Now();
     const int64_t had = run.held.has_value() ? run.held->position.step : -1;
     ASSIGN_OR_RETURN(SharedState shared,
                      ShareNewestState(comm, run.model, strategy->optimizers(),
@@ -375,6 +382,11 @@ absl::StatusOr<v1::Metrics> TrainGeneration(RankRun& run, const Generation& gen)
       }
     }
     RETURN_IF_ERROR(strategy->Resume(position.step, ExchangeState{}));
+    LOG(INFO) << "generation " << gen.generation << ": rank " << comm.rank() << " holds step "
+              << position.step << " (" << shared.bytes << " bytes from rank " << shared.source
+              << ", shared in "
+              << absl::FormatDuration(absl::Trunc(absl::Now() - share_start, absl::Milliseconds(1)))
+              << ")";
     if (run.trace != nullptr)
       run.trace->State(gen.generation, comm.rank(), shared.source, position.step, had, run.model);
   } else {
@@ -486,10 +498,14 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
   p.Enter(v1::SETUP);
   RETURN_IF_ERROR(CheckRuntimeSupport(spec));
   at::set_num_threads(spec.resources().threads_per_rank());
+  const absl::Time load_start = absl::Now();
   Dataset train, test;
   RETURN_IF_ERROR(LoadSplits(spec, train, test));
   torch::manual_seed(spec.training().seed());
   ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Build(spec.model(), train));
+  LOG(INFO) << "rank " << comm.rank() << " loaded " << train.size() << " training samples and built "
+            << "its model in "
+            << absl::FormatDuration(absl::Trunc(absl::Now() - load_start, absl::Milliseconds(1)));
   ASSIGN_OR_RETURN(std::unique_ptr<SampleTrace> trace, SampleTrace::Open(options.sample_trace_dir));
   RankRun run{spec, *model, train, test, report, p, options, trace.get(), std::nullopt};
   Generation generation{&comm, options.checkpoints, options.generation};
