@@ -13,7 +13,7 @@ CHORUS=$2
 WORKER=$3
 
 coordinator() {  # $1 = listen address
-  start_coordinator -l "$1" -s "${TMP}/state" -- --recovery_grace_seconds 4 \
+  start_coordinator -l "$1" -s "${TMP}/state" -- --recovery_grace_seconds 8 \
     || { fail "coordinator did not start"; finish; }
   coordinator_pid=${COORDINATOR_PID}
 }
@@ -64,7 +64,7 @@ fi
 final=$("${CHORUS}" --coordinator "${addr}" jobs --json 2>/dev/null | json_get - 'jobs[0].latest_metrics.step')
 [[ "${final}" == 300 ]] && pass "every step was trained and reported (step ${final})" || fail "final metrics: step '${final}'"
 events=$(timeout 10 "${CHORUS}" --coordinator "${addr}" watch "${job}" 2>/dev/null)
-[[ "${events}" == *"the coordinator restarted; waiting up to 4s"* && "${events}" == *"every rank is back"* ]] \
+[[ "${events}" == *"the coordinator restarted; waiting up to 8s"* && "${events}" == *"every rank is back"* ]] \
   && pass "events say the job was taken back" || fail "events: ${events}"
 
 # --- job-000002: coordinator and ranks gone; the job fails after the grace period

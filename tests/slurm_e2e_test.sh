@@ -163,7 +163,10 @@ wait_for "ended ${job}" 60 || fail "job ${job} still $(job_state "${job}") 60 s 
 wait_for '[[ -z "$(chorus_processes)" ]]' 30 && pass "no Chorus process after scancel" \
   || fail "left after scancel: $(ps -o pid,args -p "$(chorus_processes | paste -sd,)")"
 # The script's own teardown ran (not only Slurm's SIGKILL after KillWait).
-grep -q "chorus.sbatch: cancelled, stopping Chorus" "${S}/jobs/${job}.out" \
+# Slurm sends SIGTERM to the script and to chorus submit at once: either the
+# script's trap runs first ("cancelled") or chorus submit ends first and the
+# script tears down on its way out; both stop Chorus themselves.
+grep -q "chorus.sbatch: stopping Chorus" "${S}/jobs/${job}.out" \
   && grep -q "coordinator stopped" "${S}/jobs/chorus-${job}/coordinator.log" \
   && pass "the script stopped Chorus itself" \
   || fail "no clean teardown: $(tail -3 "${S}/jobs/${job}.out") / $(tail -2 "${S}/jobs/chorus-${job}/coordinator.log")"

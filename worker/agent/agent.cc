@@ -180,7 +180,10 @@ absl::Status Agent::Run() {
       disconnected_since = absl::InfiniteFuture();
     }
     absl::SleepFor(backoff);
-    backoff = std::min(backoff * 2, absl::Seconds(5));
+    // At most a second apart: a restarted coordinator waits only its
+    // recovery grace for the agents to bring their ranks back, and under
+    // load a 5 s cap here left one attempt too late for a 4 s grace.
+    backoff = std::min(backoff * 2, absl::Seconds(1));
   }
   return absl::OkStatus();
 }
