@@ -63,7 +63,11 @@ check "examples/programs builds with find_package(Chorus)" \
 check "the example programs link against the installed libchorus" \
   cmake --build "${work}/examples-build" -j "${jobs}" || finish
 linked_ok() {
-  ldd "${work}/examples-build/fashion_mnist_loop" | grep -q "${work}/prefix/lib/libchorus.so"
+  # Not `ldd | grep -q`: grep exits at the first match, and under pipefail
+  # the SIGPIPE that ldd may then get fails the check.
+  local libs
+  libs=$(ldd "${work}/examples-build/fashion_mnist_loop") || return 1
+  [[ ${libs} == *"${work}/prefix/lib/libchorus.so"* ]]
 }
 check "fashion_mnist_loop loads libchorus from the install prefix" linked_ok
 
