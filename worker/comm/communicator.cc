@@ -11,6 +11,8 @@ at::Tensor Communicator::NewBuffer(int64_t numel, const at::TensorOptions& optio
   return at::empty({numel}, options);
 }
 
+c10::Device Communicator::device() const { return c10::Device(c10::kCPU); }
+
 const char* ReduceOpName(ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:

@@ -124,6 +124,11 @@ class Communicator {
   // (DDP allocates its buckets here). Default: at::empty.
   virtual at::Tensor NewBuffer(int64_t numel, const at::TensorOptions& options);
 
+  // Where this communicator's tensors live: the CPU for the Gloo backend,
+  // this rank's GPU for NCCL. Engines make the small tensors they exchange
+  // (counts, hashes, bucket orders) here. Default: the CPU.
+  virtual c10::Device device() const;
+
   // Fails every pending op with ABORTED (or the status that broke the
   // communicator) and closes the transport. Later ops fail at once. Blocks
   // until the op in progress has returned. Idempotent.

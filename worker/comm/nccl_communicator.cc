@@ -13,6 +13,7 @@
 #include <atomic>
 #include <map>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -133,6 +134,9 @@ class NcclCommunicator : public Communicator {
   int size() const override { return options_.size; }
   const std::vector<int>& group() const override { return group_; }
   const FlightRecorder& flight_recorder() const override { return recorder_; }
+  c10::Device device() const override {
+    return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(options_.device));
+  }
 
   std::shared_ptr<Work> AllReduce(at::Tensor tensor, ReduceOp op, absl::string_view tag) override {
     if (absl::Status s = CheckTensor(tensor, "AllReduce"); !s.ok()) return QueuedWork::Failed(s);
@@ -324,16 +328,19 @@ class NcclCommunicator : public Communicator {
   }
 
   // Polls until `done` fires; aborts NCCL on an asynchronous error, the op
-  // timeout or an Abort() request.
+  // timeout or an Abort() request. Note [Polling NCCL ops].
   void WaitForCompletion(cudaEvent_t done) {
-    const absl::Time deadline = absl::Now() + options_.op_timeout;
-    while (true) {
+    const absl::Time start = absl::Now();
+    const absl::Time deadline = start + options_.op_timeout;
+    for (int64_t poll = 0;; ++poll) {
       cudaError_t q = cudaEventQuery(done);
       if (q == cudaSuccess) return;
       if (q != cudaErrorNotReady) ThrowIfCuda(q, "cudaEventQuery");
-      ncclResult_t async = ncclSuccess;
-      ncclCommGetAsyncError(comm_, &async);
-      if (async != ncclSuccess && async != ncclInProgress) Fail(async, "asynchronous error");
+      if (poll % 64 == 0) {
+        ncclResult_t async = ncclSuccess;
+        ncclCommGetAsyncError(comm_, &async);
+        if (async != ncclSuccess && async != ncclInProgress) Fail(async, "asynchronous error");
+      }
       if (abort_requested_.load()) {
         AbortComm();
         throw OpError{absl::AbortedError("NCCL op aborted")};
@@ -344,7 +351,11 @@ class NcclCommunicator : public Communicator {
             absl::StrCat("exceeded the op timeout of ", absl::FormatDuration(options_.op_timeout),
                          "; NCCL communicator aborted"))};
       }
-      absl::SleepFor(absl::Microseconds(50));
+      if (absl::Now() - start < absl::Milliseconds(20)) {
+        std::this_thread::yield();
+      } else {
+        absl::SleepFor(absl::Microseconds(50));
+      }
     }
   }
 
@@ -395,6 +406,19 @@ class NcclCommunicator : public Communicator {
 };
 
 }  // namespace
+
+// Note [Polling NCCL ops]
+// The op thread watches each op's completion event so that a stuck op can be
+// timed out and aborted, and an op completes (Work::Wait returns) only once
+// the GPU has finished it. For the first 20 ms of an op the thread only
+// yields between queries; then it sleeps 50 us. Measured with ddp_cuda_bench
+// on one H200 (MLP 14.2 M, Chorus DDP / PyTorch DDP): yielding 1.10 against
+// 1.14 when sleeping 15 us (with a 1 ns timer slack) between queries; a CNN
+// whose backward takes 5 ms was 1.06-1.07 either way. What remains is the
+// host wait itself: FinishGradientSync
+// blocks the training thread until the last bucket is done, so the launches
+// of the optimizer step and the next forward are no longer hidden behind the
+// GPU's work (PyTorch DDP makes the stream, not the host, wait).
 
 bool NcclAvailable() { return true; }
 

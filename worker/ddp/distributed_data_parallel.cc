@@ -153,6 +153,24 @@ class DistributedDataParallel::Impl {
       }
       ++next_launch_;
     }
+    if (next_launch_ == buckets_.size() && !used_work_) LaunchUsedCounts();
+  }
+
+  // Note [Used parameters]: every gradient is in its bucket (or was zeroed as
+  // missing), so whether each parameter was used is final; its count over the
+  // ranks follows the last bucket through the communicator.
+  void LaunchUsedCounts() {
+    const int64_t n = static_cast<int64_t>(synced_.size());
+    if (!used_host_.defined()) {
+      const bool gpu = !comm_.device().is_cpu();
+      used_host_ = at::empty({n}, at::TensorOptions(at::kLong).pinned_memory(gpu));
+      used_wire_ =
+          gpu ? at::empty({n}, at::TensorOptions(at::kLong).device(comm_.device())) : used_host_;
+    }
+    int64_t* flags = used_host_.data_ptr<int64_t>();
+    for (int64_t k = 0; k < n; ++k) flags[k] = ready_[synced_[k]];
+    if (!used_wire_.is_same(used_host_)) used_wire_.copy_(used_host_, /*non_blocking=*/true);
+    used_work_ = comm_.AllReduce(used_wire_, ReduceOp::kSum, Tag("used_parameters"));
   }
 
   absl::Status Finish() {
@@ -175,17 +193,20 @@ class DistributedDataParallel::Impl {
                                    : absl::InternalError("bucket was never launched");
       if (status.ok() && !s.ok()) status = s;
     }
-    // How many ranks produced each gradient.
-    at::Tensor used = at::zeros({static_cast<int64_t>(synced_.size())}, at::kInt);
-    for (size_t k = 0; k < synced_.size(); ++k) used[k] = static_cast<int>(ready_[synced_[k]]);
-    absl::Status used_status =
-        comm_.AllReduce(used, ReduceOp::kSum, Tag("used_parameters"))->Wait(Deadline());
+    // How many ranks produced each gradient (Note [Used parameters]).
+    if (!used_work_) LaunchUsedCounts();
+    absl::Status used_status = used_work_->Wait(Deadline());
     if (status.ok() && !used_status.ok()) status = used_status;
+    std::vector<int64_t> used(synced_.size(), 0);
+    if (used_status.ok() && !used.empty()) {
+      const at::Tensor counts = used_wire_.to(at::kCPU);
+      std::copy_n(counts.data_ptr<int64_t>(), used.size(), used.begin());
+    }
 
     if (status.ok() && !options_.find_unused_parameters) {
       std::vector<std::string> names;
       for (size_t k = 0; k < synced_.size(); ++k) {
-        if (used[k].item<int>() < comm_.size()) names.push_back(params_[synced_[k]].name);
+        if (used[k] < comm_.size()) names.push_back(params_[synced_[k]].name);
       }
       if (!names.empty()) {
         status = absl::InvalidArgumentError(absl::StrCat(
@@ -210,7 +231,7 @@ class DistributedDataParallel::Impl {
         at::Tensor& grad = params_[i].tensor.mutable_grad();
         if (options_.gradient_as_bucket_view) {
           if (!grad.is_same(view)) grad = view;
-        } else if (used[k].item<int>() == 0) {
+        } else if (used[k] == 0) {
           grad = at::Tensor();  // unused on every rank: no gradient, as in PyTorch
         } else if (grad.defined()) {
           grad.copy_(view);
@@ -229,6 +250,7 @@ class DistributedDataParallel::Impl {
       bucket.pending = bucket.members.size();
       bucket.work.reset();
     }
+    used_work_.reset();
     ++iterations_;
     return status;
   }
@@ -237,13 +259,8 @@ class DistributedDataParallel::Impl {
   absl::Status RebuildFromRankZeroOrder(const std::vector<size_t>& missing) {
     std::vector<size_t> order = ready_order_;
     order.insert(order.end(), missing.rbegin(), missing.rend());
-    at::Tensor order_tensor = at::empty({static_cast<int64_t>(order.size())}, at::kLong);
-    for (size_t k = 0; k < order.size(); ++k) order_tensor[k] = static_cast<int64_t>(order[k]);
-    RETURN_IF_ERROR(comm_.Broadcast(order_tensor, 0, Tag("bucket_order"))->Wait(Deadline()));
-    std::vector<size_t> adopted(order.size());
-    for (size_t k = 0; k < order.size(); ++k)
-      adopted[k] = static_cast<size_t>(order_tensor[k].item<int64_t>());
-    BuildBuckets(adopted);
+    RETURN_IF_ERROR(BroadcastIndices(order, 0, comm_, Tag("bucket_order"), Deadline()));
+    BuildBuckets(order);
     rebuilt_ = true;
     ready_order_.clear();
     return absl::OkStatus();
@@ -281,7 +298,13 @@ class DistributedDataParallel::Impl {
   std::vector<std::pair<size_t, size_t>> locator_;  // param -> (bucket, slot)
   std::unique_ptr<GradientReadyHooks> hooks_;
 
+  // Per-parameter use flags (Note [Used parameters]): written on the host,
+  // all-reduced on the communicator's device (the same tensor on the CPU).
+  at::Tensor used_host_;
+  at::Tensor used_wire_;
+
   // Per iteration.
+  std::shared_ptr<Work> used_work_;
   std::vector<char> ready_;
   std::vector<size_t> ready_order_;
   size_t next_launch_ = 0;

@@ -149,6 +149,15 @@ class DistributedDataParallel {
 // divided by the full world size too, exactly as one process on the
 // concatenated batch would see it.
 //
+// Note [Used parameters]
+// Every rank must learn which parameters got no gradient on some rank (an
+// error unless find_unused_parameters; no .grad at all when unused on every
+// rank). The flags are all-reduced as one more collective, issued right after
+// the last bucket: at that point every gradient has been copied into its
+// bucket or zeroed as missing, so the flags are final. On a GPU the flags go
+// up from pinned memory without blocking, and the only wait is the one
+// FinishGradientSync() makes for the buckets anyway.
+//
 // Note [Gradient hooks] (worker/replica/gradient_ready_hooks.h) says how
 // "gradient ready" is observed; Note [Flat views]
 // (worker/replica/bucket_layout.h) how gradients live in their bucket.

@@ -305,13 +305,8 @@ class DecentralizedDataParallel::Impl {
     for (size_t k = trained_.size(); k-- > 0;) {
       if (!ready_[k]) order.push_back(k);
     }
-    at::Tensor order_tensor = at::empty({static_cast<int64_t>(order.size())}, at::kLong);
-    for (size_t i = 0; i < order.size(); ++i) order_tensor[i] = static_cast<int64_t>(order[i]);
-    RETURN_IF_ERROR(comm_.Broadcast(order_tensor, 0, Tag("bucket_order"))->Wait(Deadline()));
-    std::vector<size_t> adopted(order.size());
-    for (size_t i = 0; i < order.size(); ++i)
-      adopted[i] = static_cast<size_t>(order_tensor[i].item<int64_t>());
-    BuildBuckets(adopted);
+    RETURN_IF_ERROR(BroadcastIndices(order, 0, comm_, Tag("bucket_order"), Deadline()));
+    BuildBuckets(order);
     order_.clear();
     laid_out_ = true;
     return absl::OkStatus();

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
+#include <algorithm>
 #include <map>
 #include <utility>
 
@@ -30,13 +31,26 @@ std::string Describe(const NamedTensor& t) {
                       t.tensor.requires_grad() ? "" : " (no grad)");
 }
 
+// The host values as a tensor on `comm`'s device, and back.
+at::Tensor ToComm(const std::vector<int64_t>& values, const Communicator& comm) {
+  at::Tensor host = at::empty({static_cast<int64_t>(values.size())}, at::kLong);
+  std::copy(values.begin(), values.end(), host.data_ptr<int64_t>());
+  return host.to(comm.device());
+}
+
+std::vector<int64_t> FromComm(const at::Tensor& t) {
+  at::Tensor host = t.to(at::kCPU).contiguous();
+  const int64_t* p = host.data_ptr<int64_t>();
+  return std::vector<int64_t>(p, p + host.numel());
+}
+
 }  // namespace
 
 absl::Status CheckReplicasAgree(const std::vector<NamedTensor>& all, Communicator& comm,
                                 absl::string_view who, absl::Time deadline) {
   const std::string tag = absl::StrCat(who, "/check");
   const int64_t count = static_cast<int64_t>(all.size());
-  at::Tensor lo = at::full({1}, count, at::kLong);
+  at::Tensor lo = ToComm({count}, comm);
   at::Tensor hi = lo.clone();
   RETURN_IF_ERROR(comm.AllReduce(lo, ReduceOp::kMin, tag + "/count")->Wait(deadline));
   RETURN_IF_ERROR(comm.AllReduce(hi, ReduceOp::kMax, tag + "/count")->Wait(deadline));
@@ -47,15 +61,17 @@ absl::Status CheckReplicasAgree(const std::vector<NamedTensor>& all, Communicato
                      ". Build the same model on every rank."));
   }
   if (count == 0) return absl::OkStatus();
-  at::Tensor hashes = at::empty({count}, at::kLong);
+  std::vector<int64_t> hashes(count);
   for (int64_t i = 0; i < count; ++i) hashes[i] = StableHash(Describe(all[i]));
-  at::Tensor min_h = hashes.clone();
-  at::Tensor max_h = hashes.clone();
+  at::Tensor min_h = ToComm(hashes, comm);
+  at::Tensor max_h = min_h.clone();
   RETURN_IF_ERROR(comm.AllReduce(min_h, ReduceOp::kMin, tag + "/params")->Wait(deadline));
   RETURN_IF_ERROR(comm.AllReduce(max_h, ReduceOp::kMax, tag + "/params")->Wait(deadline));
-  at::Tensor differs = (min_h != max_h).nonzero();
-  if (differs.numel() > 0) {
-    const int64_t i = differs[0][0].item<int64_t>();
+  const std::vector<int64_t> lows = FromComm(min_h);
+  const std::vector<int64_t> highs = FromComm(max_h);
+  const auto differs = std::mismatch(lows.begin(), lows.end(), highs.begin());
+  if (differs.first != lows.end()) {
+    const int64_t i = differs.first - lows.begin();
     return absl::InvalidArgumentError(absl::StrCat(
         who, ": parameter/buffer #", i,
         " differs across ranks (name, dtype, shape or requires_grad); on this rank it is ",
@@ -80,6 +96,15 @@ absl::Status BroadcastCoalesced(const std::vector<at::Tensor>& tensors, int root
       offset += t.numel();
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status BroadcastIndices(std::vector<size_t>& values, int root, Communicator& comm,
+                              const std::string& tag, absl::Time deadline) {
+  at::Tensor t = ToComm(std::vector<int64_t>(values.begin(), values.end()), comm);
+  RETURN_IF_ERROR(comm.Broadcast(t, root, tag)->Wait(deadline));
+  const std::vector<int64_t> got = FromComm(t);
+  values.assign(got.begin(), got.end());
   return absl::OkStatus();
 }
 

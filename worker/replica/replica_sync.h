@@ -34,6 +34,11 @@ absl::Status CheckReplicasAgree(const std::vector<NamedTensor>& tensors, Communi
 absl::Status BroadcastCoalesced(const std::vector<at::Tensor>& tensors, int root,
                                 Communicator& comm, const std::string& tag, absl::Time deadline);
 
+// Replaces `values` by `root`'s (a bucket order, say), moved through `comm`
+// on its device. Every rank must pass the same number of values.
+absl::Status BroadcastIndices(std::vector<size_t>& values, int root, Communicator& comm,
+                              const std::string& tag, absl::Time deadline);
+
 }  // namespace chorus
 
 #endif  // CHORUS_WORKER_REPLICA_REPLICA_SYNC_H_

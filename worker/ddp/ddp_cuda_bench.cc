@@ -1,0 +1,267 @@
+// ddp_cuda_bench: Chorus DDP over NCCL against PyTorch DDP over NCCL, and
+// against the same training loop without DDP, on GPUs.
+//
+//   ddp_cuda_bench [--model mlp|cnn|all] [--gpus N] [--python PYTHON]
+//
+// (tests/gpu/run.sh builds and runs it; with Bazel: --config=cuda and a CUDA
+// LibTorch.) Models: the MLP 784-2048x4-10 of ddp_bench (14.2 M parameters,
+// batch 1024 per GPU) and a VGG-style CNN for 3x32x32 images (9.2 M
+// parameters, batch 256 per GPU); SGD, fixed random data, one rank per GPU
+// (threads of this process; GPUs: all visible, or --gpus). Each figure is the
+// median over 7 blocks of 30 steps of the time per step, the device
+// synchronized around each block, after 20 warm-up steps. The PyTorch side
+// (testdata/pytorch_ddp_cuda_bench.py, one process per GPU) runs in the same
+// invocation with the same model, batch and timing. Prints two DESIGN.md §8
+// lines per model: Chorus DDP / PyTorch DDP, and Chorus DDP / the loop without
+// DDP (the DDP overhead; on one GPU all of it is bookkeeping and the NCCL
+// launch, as there is nothing to exchange).
+
+#include <ATen/Context.h>
+#include <torch/cuda.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "worker/comm/nccl_communicator.h"
+#include "worker/comm/store.h"
+#include "worker/ddp/distributed_data_parallel.h"
+
+namespace chorus {
+namespace {
+
+constexpr int kWarmup = 20;
+constexpr int kBlocks = 7;
+constexpr int kStepsPerBlock = 30;
+
+torch::nn::Sequential MakeModel(const std::string& name) {
+  torch::nn::Sequential model;
+  if (name == "mlp") {
+    int64_t width = 784;
+    for (int i = 0; i < 4; ++i) {
+      model->push_back(torch::nn::Linear(width, 2048));
+      model->push_back(torch::nn::ReLU());
+      width = 2048;
+    }
+    model->push_back(torch::nn::Linear(width, 10));
+    return model;
+  }
+  int64_t width = 3;
+  const std::vector<std::pair<int64_t, bool>> layers = {{64, false},  {128, true},  {256, false},
+                                                        {256, true},  {512, false}, {512, true},
+                                                        {512, false}, {512, false}};
+  for (auto [channels, pool] : layers) {
+    model->push_back(torch::nn::Conv2d(torch::nn::Conv2dOptions(width, channels, 3).padding(1)));
+    model->push_back(torch::nn::ReLU());
+    if (pool) model->push_back(torch::nn::MaxPool2d(2));
+    width = channels;
+  }
+  model->push_back(torch::nn::AdaptiveAvgPool2d(1));
+  model->push_back(torch::nn::Flatten());
+  model->push_back(torch::nn::Linear(512, 10));
+  return model;
+}
+
+int64_t Parameters(torch::nn::Module& model) {
+  int64_t n = 0;
+  for (const auto& p : model.parameters()) n += p.numel();
+  return n;
+}
+
+// Median over blocks of the time per step of `step`, in milliseconds.
+template <typename Step>
+double MedianStepMs(int device, const Step& step) {
+  for (int i = 0; i < kWarmup; ++i) step();
+  std::vector<double> times;
+  for (int b = 0; b < kBlocks; ++b) {
+    torch::cuda::synchronize(device);
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < kStepsPerBlock; ++i) step();
+    torch::cuda::synchronize(device);
+    const std::chrono::duration<double, std::milli> took = std::chrono::steady_clock::now() - start;
+    times.push_back(took.count() / kStepsPerBlock);
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+struct RankResult {
+  double plain_ms = 0;
+  double ddp_ms = 0;
+  std::string error;
+};
+
+RankResult RunRank(const std::string& name, int rank, int gpus, int64_t batch, Store& store) {
+  RankResult result;
+  const torch::Device device(torch::kCUDA, rank);
+  torch::manual_seed(0);
+  const torch::Tensor x =
+      name == "mlp" ? torch::randn({batch, 784}, device) : torch::randn({batch, 3, 32, 32}, device);
+  const torch::Tensor y =
+      torch::randint(0, 10, {batch}, torch::TensorOptions(device).dtype(torch::kLong));
+
+  torch::nn::Sequential plain = MakeModel(name);
+  plain->to(device);
+  torch::optim::SGD plain_opt(plain->parameters(), torch::optim::SGDOptions(0.01));
+  result.plain_ms = MedianStepMs(rank, [&] {
+    plain_opt.zero_grad();
+    torch::nn::functional::cross_entropy(plain->forward(x), y).backward();
+    plain_opt.step();
+  });
+
+  NcclOptions options;
+  options.rank = rank;
+  options.size = gpus;
+  options.device = rank;
+  auto comm = CreateNcclCommunicator(options, store);
+  if (!comm.ok()) {
+    result.error = std::string(comm.status().message());
+    return result;
+  }
+  torch::manual_seed(0);
+  torch::nn::Sequential model = MakeModel(name);
+  model->to(device);
+  auto ddp = DistributedDataParallel::ForModule(*model, **comm, DdpOptions());
+  if (!ddp.ok()) {
+    result.error = std::string(ddp.status().message());
+    return result;
+  }
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.01));
+  absl::Status failed;
+  result.ddp_ms = MedianStepMs(rank, [&] {
+    opt.zero_grad();
+    absl::Status s = (*ddp)->PrepareForBackward();
+    torch::nn::functional::cross_entropy(model->forward(x), y).backward();
+    if (s.ok()) s = (*ddp)->FinishGradientSync();
+    if (failed.ok() && !s.ok()) failed = s;
+    opt.step();
+  });
+  if (!failed.ok()) result.error = std::string(failed.message());
+  return result;
+}
+
+std::map<std::string, std::string> ReadPeer(const std::string& path) {
+  std::map<std::string, std::string> values;
+  std::ifstream in(path);
+  std::string key, value;
+  while (in >> key >> value) values[key] = value;
+  return values;
+}
+
+int Main(int argc, char** argv) {
+  std::string models = "all";
+  int gpus = 0;
+  const char* env_python = std::getenv("CHORUS_TEST_PYTHON");
+  std::string python = env_python != nullptr ? env_python : "python3";
+  std::string script = "worker/ddp/testdata/pytorch_ddp_cuda_bench.py";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag == "--model") {
+      models = argv[i + 1];
+    } else if (flag == "--gpus") {
+      gpus = std::atoi(argv[i + 1]);
+    } else if (flag == "--python") {
+      python = argv[i + 1];
+    } else if (flag == "--script") {
+      script = argv[i + 1];
+    } else {
+      std::cerr << "ddp_cuda_bench: unknown flag " << flag
+                << " (flags: --model mlp|cnn|all, --gpus N, --python PATH, --script PATH)\n";
+      return 2;
+    }
+  }
+  if (!NcclAvailable() || !at::hasCUDA() || torch::cuda::device_count() < 1) {
+    std::cerr << "ddp_cuda_bench: needs an NCCL build (--config=cuda or tests/gpu), a CUDA "
+                 "LibTorch and a GPU; here: nccl="
+              << NcclAvailable() << " libtorch_cuda=" << at::hasCUDA() << "\n";
+    return 2;
+  }
+  const int visible = static_cast<int>(torch::cuda::device_count());
+  if (gpus <= 0 || gpus > visible) gpus = visible;
+  std::vector<std::string> names;
+  if (models == "all" || models == "mlp") names.push_back("mlp");
+  if (models == "all" || models == "cnn") names.push_back("cnn");
+  if (names.empty()) {
+    std::cerr << "ddp_cuda_bench: --model must be mlp, cnn or all, got " << models << "\n";
+    return 2;
+  }
+  char dir_template[] = "/tmp/ddp_cuda_bench.XXXXXX";
+  const char* dir = mkdtemp(dir_template);
+  if (dir == nullptr) {
+    std::perror("ddp_cuda_bench: mkdtemp");
+    return 1;
+  }
+  for (const std::string& name : names) {
+    const int64_t batch = name == "mlp" ? 1024 : 256;
+    const std::string out = std::string(dir) + "/peer_" + name;
+    std::ostringstream command;
+    command << python << " " << script << " " << out << " " << name << " " << gpus << " " << batch
+            << " " << kWarmup << " " << kBlocks << " " << kStepsPerBlock;
+    if (std::system(command.str().c_str()) != 0) {
+      std::cerr << "ddp_cuda_bench: the PyTorch run failed: " << command.str() << "\n";
+      return 1;
+    }
+    std::map<std::string, std::string> peer = ReadPeer(out);
+    if (!peer.count("ddp") || !peer.count("plain")) {
+      std::cerr << "ddp_cuda_bench: the PyTorch run wrote no times to " << out << "\n";
+      return 1;
+    }
+    const double peer_ddp = std::stod(peer["ddp"]);
+    const double peer_plain = std::stod(peer["plain"]);
+
+    MemoryStore store;
+    std::vector<RankResult> results(gpus);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < gpus; ++r) {
+      threads.emplace_back([&, r] { results[r] = RunRank(name, r, gpus, batch, store); });
+    }
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < gpus; ++r) {
+      if (!results[r].error.empty()) {
+        std::cerr << "ddp_cuda_bench: rank " << r << ": " << results[r].error << "\n";
+        return 1;
+      }
+    }
+    const double ours = results[0].ddp_ms;
+    const double plain = results[0].plain_ms;
+    const int64_t params = Parameters(*MakeModel(name));
+    char line[1024];
+    std::fprintf(stderr,
+                 "%s (%.1f M parameters, batch %lld per GPU, %d GPU(s)): Chorus DDP %.3f ms/step, "
+                 "PyTorch DDP %.3f ms/step; without DDP: Chorus's loop %.3f ms, PyTorch's %.3f "
+                 "ms; DDP overhead Chorus %.1f%%, PyTorch %.1f%%\n",
+                 name.c_str(), params / 1e6, static_cast<long long>(batch), gpus, ours, peer_ddp,
+                 plain, peer_plain, 100 * (ours / plain - 1), 100 * (peer_ddp / peer_plain - 1));
+    std::snprintf(line, sizeof(line),
+                  "{\"bench\": \"ddp_cuda_%s\", \"metric\": \"median_step_time\", \"unit\": "
+                  "\"ms\", \"ours\": %.4f, \"peer\": %.4f, \"peer_name\": \"PyTorch DDP %s "
+                  "(NCCL)\", \"ratio\": %.4f, \"gpus\": %d, \"batch_per_gpu\": %lld}",
+                  name.c_str(), ours, peer_ddp, peer["version"].c_str(), ours / peer_ddp, gpus,
+                  static_cast<long long>(batch));
+    std::cout << line << std::endl;
+    std::snprintf(line, sizeof(line),
+                  "{\"bench\": \"ddp_cuda_%s_overhead\", \"metric\": \"median_step_time\", "
+                  "\"unit\": \"ms\", \"ours\": %.4f, \"peer\": %.4f, \"peer_name\": \"the same "
+                  "loop without DDP\", \"ratio\": %.4f, \"gpus\": %d, "
+                  "\"pytorch_ddp_overhead_ratio\": %.4f}",
+                  name.c_str(), ours, plain, ours / plain, gpus, peer_ddp / peer_plain);
+    std::cout << line << std::endl;
+  }
+  std::string cleanup = std::string("rm -rf ") + dir;
+  if (std::system(cleanup.c_str()) != 0) std::cerr << "could not remove " << dir << "\n";
+  return 0;
+}
+
+}  // namespace
+}  // namespace chorus
+
+int main(int argc, char** argv) { return chorus::Main(argc, argv); }
