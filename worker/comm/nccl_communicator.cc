@@ -332,15 +332,13 @@ class NcclCommunicator : public Communicator {
   void WaitForCompletion(cudaEvent_t done) {
     const absl::Time start = absl::Now();
     const absl::Time deadline = start + options_.op_timeout;
-    for (int64_t poll = 0;; ++poll) {
+    while (true) {
       cudaError_t q = cudaEventQuery(done);
       if (q == cudaSuccess) return;
       if (q != cudaErrorNotReady) ThrowIfCuda(q, "cudaEventQuery");
-      if (poll % 64 == 0) {
-        ncclResult_t async = ncclSuccess;
-        ncclCommGetAsyncError(comm_, &async);
-        if (async != ncclSuccess && async != ncclInProgress) Fail(async, "asynchronous error");
-      }
+      ncclResult_t async = ncclSuccess;
+      ncclCommGetAsyncError(comm_, &async);
+      if (async != ncclSuccess && async != ncclInProgress) Fail(async, "asynchronous error");
       if (abort_requested_.load()) {
         AbortComm();
         throw OpError{absl::AbortedError("NCCL op aborted")};
@@ -412,10 +410,10 @@ class NcclCommunicator : public Communicator {
 // timed out and aborted, and an op completes (Work::Wait returns) only once
 // the GPU has finished it. For the first 20 ms of an op the thread only
 // yields between queries; then it sleeps 50 us. Measured with ddp_cuda_bench
-// on one H200 (MLP 14.2 M, Chorus DDP / PyTorch DDP): yielding 1.10 against
-// 1.14 when sleeping 15 us (with a 1 ns timer slack) between queries; a CNN
-// whose backward takes 5 ms was 1.06-1.07 either way. What remains is the
-// host wait itself: FinishGradientSync
+// on one H200 (MLP 14.2 M, Chorus DDP / PyTorch DDP): yielding 1.10 and 1.12
+// in two runs, sleeping 15 us (with a 1 ns timer slack) between queries 1.14
+// in one; a CNN whose backward takes 5 ms was 1.06-1.07 either way. So the
+// polling is not what costs; the host wait itself is: FinishGradientSync
 // blocks the training thread until the last bucket is done, so the launches
 // of the optimizer step and the next forward are no longer hidden behind the
 // GPU's work (PyTorch DDP makes the stream, not the host, wait).
