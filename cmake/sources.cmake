@@ -27,6 +27,7 @@ set(CHORUS_SOURCES
     worker/comm/gloo_communicator.cc
     worker/comm/gloo_store.cc
     worker/comm/grpc_store.cc
+    worker/comm/nccl_communicator.cc
     worker/comm/op_queue.cc
     worker/comm/shm_allreduce.cc
     worker/comm/store.cc
@@ -78,6 +79,7 @@ set(CHORUS_HEADERS
     worker/comm/gloo_communicator.h
     worker/comm/gloo_store.h
     worker/comm/grpc_store.h
+    worker/comm/nccl_communicator.h
     worker/comm/op_queue.h
     worker/comm/shm_allreduce.h
     worker/comm/store.h

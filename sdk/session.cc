@@ -14,6 +14,7 @@
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "worker/comm/gloo_communicator.h"
+#include "worker/comm/nccl_communicator.h"
 #include "worker/comm/grpc_store.h"
 #include "worker/comm/store.h"
 #include "worker/runtime/progress_channel.h"
@@ -39,6 +40,39 @@ void InstallCheckpointSignalHandler() {
 
 int64_t CheckpointSignalsReceived() { return g_checkpoint_signals.load(); }
 
+absl::StatusOr<std::shared_ptr<Communicator>> CreateJobCommunicator(
+    const SessionEnvironment& env, Store& store, absl::Duration connect_timeout) {
+  const std::string who = absl::StrCat("rank ", env.rank, " of ", env.job_id);
+  absl::StatusOr<std::shared_ptr<Communicator>> comm;
+  if (env.joined.spec().resources().device() == v1::ResourceSpec::CUDA) {
+    if (!NcclAvailable()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          who, ": the job's resources.device is CUDA, but this build of the Chorus SDK has no "
+               "NCCL; build it with `bazel build --config=cuda` or CMake's "
+               "-DCHORUS_WITH_CUDA=ON (and a CUDA LibTorch), or run the job with "
+               "resources.device CPU"));
+    }
+    NcclOptions nccl;
+    nccl.rank = env.rank;
+    nccl.size = env.world_size;
+    nccl.device = env.local_rank;
+    nccl.connect_timeout = connect_timeout;
+    comm = CreateNcclCommunicator(nccl, store);
+  } else {
+    GlooOptions gloo;
+    gloo.rank = env.rank;
+    gloo.size = env.world_size;
+    gloo.hostname = env.rank_host;
+    gloo.connect_timeout = connect_timeout;
+    comm = CreateGlooCommunicator(gloo, store);
+  }
+  if (!comm.ok()) {
+    return absl::Status(comm.status().code(), absl::StrCat(who, ": connecting to the other ranks: ",
+                                                           comm.status().message()));
+  }
+  return comm;
+}
+
 absl::StatusOr<std::unique_ptr<Session>> Session::FromEnvironment(SessionOptions options) {
   // Before anything slow: a request that comes during setup is kept.
   if (options.handle_checkpoint_signal) InstallCheckpointSignalHandler();
@@ -60,19 +94,8 @@ absl::StatusOr<std::unique_ptr<Session>> Session::FromEnvironment(SessionOptions
   }
 
   auto store = std::make_unique<GrpcStore>(parts.channel, env.store_namespace);
-  GlooOptions gloo;
-  gloo.rank = env.rank;
-  gloo.size = env.world_size;
-  gloo.hostname = env.rank_host;
-  gloo.connect_timeout = options.connect_timeout;
-  absl::StatusOr<std::shared_ptr<Communicator>> comm = CreateGlooCommunicator(gloo, *store);
-  if (!comm.ok()) {
-    return absl::Status(comm.status().code(),
-                        absl::StrCat("rank ", env.rank, " of ", env.job_id,
-                                     ": connecting to the other ranks: ", comm.status().message()));
-  }
+  ASSIGN_OR_RETURN(parts.comm, CreateJobCommunicator(env, *store, options.connect_timeout));
   parts.store = std::move(store);
-  parts.comm = *std::move(comm);
 
   const v1::CheckpointSpec& checkpoint = env.joined.spec().checkpoint();
   if (checkpoint.storage() == v1::CheckpointSpec::SHARED_DIR) {
@@ -121,6 +144,10 @@ Session::~Session() {
   if (!send_on_every_change_) progress_->Flush();
   progress_.reset();  // its thread reads the communicator's flight recorder
   comm_.reset();
+}
+
+c10::Device Session::device() const {
+  return comm_ != nullptr ? comm_->device() : c10::Device(c10::kCPU);
 }
 
 Communicator& Session::communicator() {

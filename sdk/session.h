@@ -53,6 +53,16 @@ namespace chorus {
 
 class Store;
 
+// The communicator of a rank of `env`'s job, through `store`: NCCL on GPU
+// `env.local_rank` (as CUDA numbers the devices this process sees, so
+// CUDA_VISIBLE_DEVICES is honoured) when the job's resources.device is CUDA,
+// Gloo on the CPU otherwise. Errors name the rank and job; a CUDA job in a
+// build without NCCL gets FAILED_PRECONDITION saying how to build one.
+// Session::FromEnvironment uses it; exposed for programs that build their own
+// parts and for tests.
+absl::StatusOr<std::shared_ptr<Communicator>> CreateJobCommunicator(
+    const SessionEnvironment& env, Store& store, absl::Duration connect_timeout);
+
 struct SessionOptions {
   // How long building the communicator waits for the other ranks.
   absl::Duration connect_timeout = absl::Minutes(2);
@@ -113,6 +123,9 @@ class Session {
   // always does).
   Communicator& communicator();
   std::shared_ptr<Communicator> shared_communicator() const { return comm_; }
+  // Where this rank's tensors go: its GPU for a CUDA job (the communicator is
+  // NCCL), the CPU otherwise. Move the model and batches there.
+  c10::Device device() const;
 
   // Progress (progress.h): a step ended (step time, loss, samples of this
   // rank), or a phase begins — PhaseScope(session.progress(), v1::FORWARD).

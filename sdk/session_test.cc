@@ -11,6 +11,8 @@
 #include "checkpoint/coordinator_storage.h"
 #include "checkpoint/fake_checkpoint_service.h"
 #include "gtest/gtest.h"
+#include "worker/comm/nccl_communicator.h"
+#include "worker/comm/store.h"
 
 namespace chorus {
 namespace {
@@ -121,6 +123,46 @@ TEST(SessionTest, NoStorageIsAnErrorNotACrash) {
   absl::Status s = session->SaveCheckpoint(1, {{"w", torch::ones({1})}});
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(s.message(), "this session has no checkpoint storage");
+}
+
+TEST(SessionTest, CpuJobGetsGloo) {
+  SessionEnvironment env;
+  env.job_id = "job-000007";
+  env.rank_host = "127.0.0.1";
+  env.joined.mutable_spec()->mutable_resources()->set_device(v1::ResourceSpec::CPU);
+  MemoryStore store;
+  absl::StatusOr<std::shared_ptr<Communicator>> comm =
+      CreateJobCommunicator(env, store, absl::Seconds(10));
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  EXPECT_TRUE((*comm)->device().is_cpu());
+  torch::Tensor x = torch::full({4}, 3.0f);
+  ASSERT_TRUE((*comm)->AllReduce(x, ReduceOp::kSum, "x")->Wait(absl::Now() + absl::Seconds(10)).ok());
+  EXPECT_TRUE(torch::equal(x, torch::full({4}, 3.0f)));
+}
+
+// A CUDA job gets NCCL on the rank's GPU; without NCCL in the build, or
+// without a GPU, the error names the rank and says what is missing.
+TEST(SessionTest, CudaJobGetsNcclOrSaysWhatIsMissing) {
+  SessionEnvironment env;
+  env.job_id = "job-000007";
+  env.joined.mutable_spec()->mutable_resources()->set_device(v1::ResourceSpec::CUDA);
+  MemoryStore store;
+  absl::StatusOr<std::shared_ptr<Communicator>> comm =
+      CreateJobCommunicator(env, store, absl::Seconds(10));
+  if (NcclAvailable() && torch::cuda::is_available()) {
+    ASSERT_TRUE(comm.ok()) << comm.status();
+    EXPECT_EQ((*comm)->device(), torch::Device(torch::kCUDA, 0));
+    return;
+  }
+  ASSERT_FALSE(comm.ok());
+  EXPECT_NE(comm.status().message().find("rank 0 of job-000007"), std::string::npos)
+      << comm.status();
+  if (!NcclAvailable()) {
+    EXPECT_EQ(comm.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(comm.status().message().find("resources.device is CUDA"), std::string::npos);
+    EXPECT_NE(comm.status().message().find("--config=cuda"), std::string::npos);
+    EXPECT_NE(comm.status().message().find("-DCHORUS_WITH_CUDA=ON"), std::string::npos);
+  }
 }
 
 }  // namespace
