@@ -72,6 +72,13 @@ class Work {
   // DEADLINE_EXCEEDED naming the op if it is still running at `deadline`
   // (it keeps running; Wait again or Abort the communicator).
   virtual absl::Status Wait(absl::Time deadline) = 0;
+  // Orders the caller's later device work after this op without waiting for
+  // the op itself: for a device backend (NCCL) the caller's CUDA stream waits
+  // for the op on the GPU, and this returns once that is arranged (the op is
+  // enqueued) or with the op's error if it failed before. Work queued on that
+  // stream afterwards (copying the result out, say) sees the result. For host
+  // backends it is Wait(deadline).
+  virtual absl::Status WaitOnDevice(absl::Time deadline) { return Wait(deadline); }
   // True once the op finished (successfully or not).
   virtual bool Done() const = 0;
   // The op's sequence number in this communicator's flight recorder.

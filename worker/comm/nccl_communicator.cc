@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <deque>
 #include <map>
 #include <string>
 #include <thread>
@@ -41,6 +42,26 @@ void ThrowIfCuda(cudaError_t err, absl::string_view what) {
   if (!s.ok()) throw OpError{s};
 }
 
+// Makes `device` the calling thread's current CUDA device for a scope, so
+// that the legacy default stream (a null cudaStream_t) is that device's.
+class CurrentDevice {
+ public:
+  explicit CurrentDevice(int device) {
+    if (cudaGetDevice(&previous_) == cudaSuccess && previous_ != device) {
+      changed_ = cudaSetDevice(device) == cudaSuccess;
+    }
+  }
+  ~CurrentDevice() {
+    if (changed_) cudaSetDevice(previous_);
+  }
+  CurrentDevice(const CurrentDevice&) = delete;
+  CurrentDevice& operator=(const CurrentDevice&) = delete;
+
+ private:
+  int previous_ = 0;
+  bool changed_ = false;
+};
+
 absl::StatusOr<ncclDataType_t> NcclType(at::ScalarType t) {
   switch (t) {
     case at::kFloat:
@@ -64,6 +85,13 @@ absl::StatusOr<ncclDataType_t> NcclType(at::ScalarType t) {
           absl::StrCat("NCCL: dtype ", c10::toString(t), " is not supported"));
   }
 }
+
+// An op enqueued on the GPU and not yet finished.
+struct InFlight {
+  std::shared_ptr<QueuedWork> work;
+  std::shared_ptr<CUevent_st> done;
+  absl::Time enqueued;
+};
 
 class NcclCommunicator : public Communicator {
  public:
@@ -125,7 +153,15 @@ class NcclCommunicator : public Communicator {
 
   ~NcclCommunicator() override {
     Abort("communicator destroyed");
-    if (comm_ != nullptr) ncclCommAbort(comm_);
+    {
+      absl::MutexLock lock(&flight_mu_);
+      stop_watcher_ = true;
+    }
+    if (watcher_.joinable()) watcher_.join();
+    {
+      absl::MutexLock lock(&comm_mu_);
+      AbortCommLocked();
+    }
     cudaStreamDestroy(stream_);
     cudaFree(barrier_);
   }
@@ -229,10 +265,13 @@ class NcclCommunicator : public Communicator {
 
   void Abort(absl::string_view reason) override {
     groups_.AbortAll(reason);
-    // The op thread owns comm_ while an op runs: it sees the flag within a
-    // poll interval and aborts the communicator itself.
+    // The watcher sees the flag within a poll interval, aborts NCCL and fails
+    // every op in flight; nothing new is enqueued once the queue is shut.
     queue_->Shutdown(absl::AbortedError(absl::StrCat("communicator aborted: ", reason)),
                      [this] { abort_requested_.store(true); });
+    absl::MutexLock lock(&flight_mu_);
+    flight_mu_.Await(absl::Condition(
+        +[](std::deque<InFlight>* ops) { return ops->empty(); }, &in_flight_));
   }
 
  private:
@@ -247,7 +286,9 @@ class NcclCommunicator : public Communicator {
         group_(std::move(group)),
         recorder_(options.flight_recorder_capacity, options.clock),
         queue_(std::make_unique<OpQueue>(recorder_,
-                                         [this](QueuedWork& work) { return Execute(work); })) {}
+                                         [this](QueuedWork& work) { return Execute(work); })) {
+    watcher_ = std::thread([this] { WatchLoop(); });
+  }
 
   absl::Status CheckTensor(const at::Tensor& t, absl::string_view what) const {
     if (!t.defined())
@@ -298,14 +339,15 @@ class NcclCommunicator : public Communicator {
   }
 
   // Issues an op whose body enqueues NCCL work on stream_ after the caller's
-  // stream has reached this point, then waits for it to finish.
+  // stream has reached this point; the watcher finishes it when the GPU has
+  // (Note [Deferred completion] in op_queue.h).
   std::shared_ptr<Work> Launch(Fingerprint fp, bool collective,
                                std::function<ncclResult_t()> enqueue) {
     cudaEvent_t ready = nullptr;
     cudaError_t err = cudaEventCreateWithFlags(&ready, cudaEventDisableTiming);
     if (err == cudaSuccess) {
-      void* caller = options_.caller_stream ? options_.caller_stream() : nullptr;
-      err = cudaEventRecord(ready, static_cast<cudaStream_t>(caller));
+      CurrentDevice on(options_.device);
+      err = cudaEventRecord(ready, CallerStream());
     }
     if (err != cudaSuccess) {
       if (ready != nullptr) cudaEventDestroy(ready);
@@ -316,40 +358,76 @@ class NcclCommunicator : public Communicator {
     return queue_->Issue(std::move(fp), collective, [this, ready_event, enqueue](uint32_t) {
       ThrowIfCuda(cudaSetDevice(options_.device), "cudaSetDevice");
       ThrowIfCuda(cudaStreamWaitEvent(stream_, ready_event.get(), 0), "cudaStreamWaitEvent");
-      ncclResult_t r = enqueue();
-      if (r != ncclSuccess && r != ncclInProgress) Fail(r, "enqueue");
+      {
+        absl::MutexLock lock(&comm_mu_);
+        if (comm_ == nullptr) throw OpError{absl::UnavailableError("NCCL communicator was aborted")};
+        ncclResult_t r = enqueue();
+        if (r != ncclSuccess && r != ncclInProgress) FailLocked(r, "enqueue");
+      }
       cudaEvent_t done = nullptr;
       ThrowIfCuda(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreate");
-      std::unique_ptr<CUevent_st, void (*)(cudaEvent_t)> done_guard(
-          done, [](cudaEvent_t e) { cudaEventDestroy(e); });
+      auto done_event =
+          std::shared_ptr<CUevent_st>(done, [](cudaEvent_t e) { cudaEventDestroy(e); });
       ThrowIfCuda(cudaEventRecord(done, stream_), "cudaEventRecord");
-      WaitForCompletion(done);
+      std::shared_ptr<QueuedWork> work = current_->shared_from_this();
+      work->Defer([this, done_event] {
+        CurrentDevice on(options_.device);
+        return CudaStatus(cudaStreamWaitEvent(CallerStream(), done_event.get(), 0),
+                          "NCCL: ordering the caller's stream after the op");
+      });
+      absl::MutexLock lock(&flight_mu_);
+      in_flight_.push_back({std::move(work), std::move(done_event), absl::Now()});
     });
   }
 
-  // Polls until `done` fires; aborts NCCL on an asynchronous error, the op
-  // timeout or an Abort() request. Note [Polling NCCL ops].
-  void WaitForCompletion(cudaEvent_t done) {
-    const absl::Time start = absl::Now();
-    const absl::Time deadline = start + options_.op_timeout;
+  cudaStream_t CallerStream() const {
+    return static_cast<cudaStream_t>(options_.caller_stream ? options_.caller_stream() : nullptr);
+  }
+
+  // Finishes the ops in flight in issue order as their completion events fire
+  // (Note [Polling NCCL ops]). An asynchronous NCCL error, an op older than
+  // the op timeout, or Abort() aborts NCCL and fails every op in flight.
+  void WatchLoop() {
+    cudaSetDevice(options_.device);
     while (true) {
-      cudaError_t q = cudaEventQuery(done);
-      if (q == cudaSuccess) return;
-      if (q != cudaErrorNotReady) ThrowIfCuda(q, "cudaEventQuery");
-      ncclResult_t async = ncclSuccess;
-      ncclCommGetAsyncError(comm_, &async);
-      if (async != ncclSuccess && async != ncclInProgress) Fail(async, "asynchronous error");
-      if (abort_requested_.load()) {
-        AbortComm();
-        throw OpError{absl::AbortedError("NCCL op aborted")};
+      InFlight front;
+      {
+        absl::MutexLock lock(&flight_mu_);
+        flight_mu_.Await(absl::Condition(
+            +[](NcclCommunicator* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->flight_mu_) {
+              return c->stop_watcher_ || !c->in_flight_.empty();
+            },
+            this));
+        if (in_flight_.empty()) return;  // stopping
+        front = in_flight_.front();
       }
-      if (absl::Now() > deadline) {
-        AbortComm();
-        throw OpError{absl::DeadlineExceededError(
-            absl::StrCat("exceeded the op timeout of ", absl::FormatDuration(options_.op_timeout),
-                         "; NCCL communicator aborted"))};
+      absl::Status status = PollUntilDone(front);
+      std::deque<InFlight> finished;
+      {
+        absl::MutexLock lock(&flight_mu_);
+        if (status.ok()) {
+          finished.push_back(std::move(in_flight_.front()));
+          in_flight_.pop_front();
+        } else {
+          finished.swap(in_flight_);
+        }
       }
-      if (absl::Now() - start < absl::Milliseconds(20)) {
+      // The first failure breaks the queue; the later ops report it.
+      for (InFlight& op : finished) {
+        queue_->Complete(*op.work, status.ok() ? status : Described(*op.work, status));
+      }
+    }
+  }
+
+  // OK once `op`'s completion event fired; otherwise the error that aborted
+  // the communicator.
+  absl::Status PollUntilDone(const InFlight& op) {
+    const absl::Time deadline = op.enqueued + options_.op_timeout;
+    while (true) {
+      cudaError_t q = cudaEventQuery(op.done.get());
+      if (q == cudaSuccess) return absl::OkStatus();
+      if (absl::Status s = CheckInFlight(q, deadline); !s.ok()) return s;
+      if (absl::Now() - op.enqueued < absl::Milliseconds(20)) {
         std::this_thread::yield();
       } else {
         absl::SleepFor(absl::Microseconds(50));
@@ -357,48 +435,95 @@ class NcclCommunicator : public Communicator {
     }
   }
 
-  [[noreturn]] void Fail(ncclResult_t r, absl::string_view what) {
+  // While an op is in flight: the error that ends it, after aborting NCCL,
+  // or OK to keep waiting. `query` is its completion event's last answer.
+  absl::Status CheckInFlight(cudaError_t query, absl::Time deadline) {
+    absl::MutexLock lock(&comm_mu_);
+    if (comm_ == nullptr) return absl::UnavailableError("NCCL communicator was aborted");
+    if (query != cudaErrorNotReady) {
+      AbortCommLocked();
+      return CudaStatus(query, "cudaEventQuery");
+    }
+    ncclResult_t async = ncclSuccess;
+    ncclCommGetAsyncError(comm_, &async);
+    if (async != ncclSuccess && async != ncclInProgress) {
+      const std::string message = absl::StrCat("NCCL asynchronous error: ",
+                                               ncclGetErrorString(async), " (",
+                                               ncclGetLastError(comm_), ")");
+      AbortCommLocked();
+      return absl::UnavailableError(message);
+    }
+    if (abort_requested_.load()) {
+      AbortCommLocked();
+      return absl::AbortedError("NCCL op aborted");
+    }
+    if (absl::Now() > deadline) {
+      AbortCommLocked();
+      return absl::DeadlineExceededError(
+          absl::StrCat("exceeded the op timeout of ", absl::FormatDuration(options_.op_timeout),
+                       "; NCCL communicator aborted"));
+    }
+    return absl::OkStatus();
+  }
+
+  std::string Describe(const QueuedWork& work) const {
+    return absl::StrCat("op #", work.seq(), " (", work.fingerprint().ToString(), ") on rank ",
+                        options_.rank, "/", options_.size);
+  }
+
+  absl::Status Described(const QueuedWork& work, const absl::Status& status) const {
+    return absl::Status(status.code(), absl::StrCat(Describe(work), ": ", status.message()));
+  }
+
+  [[noreturn]] void FailLocked(ncclResult_t r, absl::string_view what)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(comm_mu_) {
     const std::string message = absl::StrCat("NCCL ", what, ": ", ncclGetErrorString(r), " (",
                                              ncclGetLastError(comm_), ")");
-    AbortComm();
+    AbortCommLocked();
     throw OpError{absl::UnavailableError(message)};
   }
 
-  // REQUIRES: called on the op thread.
-  void AbortComm() {
+  void AbortCommLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(comm_mu_) {
     if (comm_ != nullptr) {
       ncclCommAbort(comm_);
       comm_ = nullptr;
     }
   }
 
+  // Runs on the op thread: the body enqueues the op (Launch).
   absl::Status Execute(QueuedWork& work) {
-    const std::string what = absl::StrCat("op #", work.seq(), " (", work.fingerprint().ToString(),
-                                          ") on rank ", options_.rank, "/", options_.size);
     try {
-      if (comm_ == nullptr) throw OpError{absl::UnavailableError("NCCL communicator was aborted")};
+      current_ = &work;
       work.RunBody();
       return absl::OkStatus();
     } catch (const OpError& e) {
-      return absl::Status(e.status.code(), absl::StrCat(what, ": ", e.status.message()));
+      return Described(work, e.status);
     } catch (const c10::Error& e) {
       return absl::InternalError(
-          absl::StrCat(what, " failed in LibTorch: ", e.what_without_backtrace()));
+          absl::StrCat(Describe(work), " failed in LibTorch: ", e.what_without_backtrace()));
     } catch (const std::exception& e) {
-      return absl::InternalError(absl::StrCat(what, " failed: ", e.what()));
+      return absl::InternalError(absl::StrCat(Describe(work), " failed: ", e.what()));
     }
   }
 
   const NcclOptions options_;
   std::unique_ptr<Store> owned_store_;
   Store& store_;
-  ncclComm_t comm_;  // owned by the op thread while the queue runs
+  // NCCL calls on comm_ come from the op thread (enqueue) and the watcher
+  // (errors, abort); null once aborted.
+  absl::Mutex comm_mu_;
+  ncclComm_t comm_ ABSL_GUARDED_BY(comm_mu_);
   cudaStream_t stream_;
   float* barrier_;
   const std::vector<int> group_;
   FlightRecorder recorder_;
   std::atomic<bool> abort_requested_{false};
   GroupCache groups_;
+  QueuedWork* current_ = nullptr;  // the op thread's op, while its body runs
+  absl::Mutex flight_mu_;
+  std::deque<InFlight> in_flight_ ABSL_GUARDED_BY(flight_mu_);
+  bool stop_watcher_ ABSL_GUARDED_BY(flight_mu_) = false;
+  std::thread watcher_;
   // Last member: its thread stops before anything it uses is destroyed.
   std::unique_ptr<OpQueue> queue_;
 };
@@ -406,17 +531,16 @@ class NcclCommunicator : public Communicator {
 }  // namespace
 
 // Note [Polling NCCL ops]
-// The op thread watches each op's completion event so that a stuck op can be
-// timed out and aborted, and an op completes (Work::Wait returns) only once
-// the GPU has finished it. For the first 20 ms of an op the thread only
-// yields between queries; then it sleeps 50 us. Measured with ddp_cuda_bench
-// on one H200 (MLP 14.2 M, Chorus DDP / PyTorch DDP): yielding 1.10 and 1.12
-// in two runs, sleeping 15 us (with a 1 ns timer slack) between queries 1.14
-// in one; a CNN whose backward takes 5 ms was 1.06-1.07 either way. So the
-// polling is not what costs; the host wait itself is: FinishGradientSync
-// blocks the training thread until the last bucket is done, so the launches
-// of the optimizer step and the next forward are no longer hidden behind the
-// GPU's work (PyTorch DDP makes the stream, not the host, wait).
+// The watcher queries the oldest op's completion event so that a stuck op can
+// be timed out and aborted, and an op completes (Work::Wait returns) only
+// once the GPU has finished it. For the first 20 ms of an op it only yields
+// between queries; then it sleeps 50 us. How it polls hardly matters for
+// speed: with ddp_cuda_bench on one H200 (Chorus DDP / PyTorch DDP, MLP
+// 14.2 M), when the op thread itself waited for each op, yielding gave 1.10
+// and 1.12 and sleeping 15 us 1.14, a CNN 1.06-1.07 either way. What cost
+// was the host waiting at all: with the op thread only enqueueing and DDP
+// ordering its stream after the buckets (Work::WaitOnDevice), the same runs
+// give 1.025 and 1.003 (docs/gpu.md).
 
 bool NcclAvailable() { return true; }
 

@@ -3,9 +3,12 @@
 // Rank 0 publishes the NCCL unique id through the Store. Each communicator
 // owns a CUDA stream; an op waits (with a CUDA event recorded at issue time)
 // for the caller's stream, runs on its own stream, and finishes when its
-// completion event fires. While it runs, the op thread polls
-// ncclCommGetAsyncError; on an error, the op timeout or Abort() it calls
-// ncclCommAbort, so no op can hang the process.
+// completion event fires. The op thread only enqueues; a watcher thread
+// finishes ops as their events fire and polls ncclCommGetAsyncError; on an
+// error, the op timeout or Abort() it calls ncclCommAbort and fails every op
+// in flight, so no op can hang the process (Note [Deferred completion] in
+// op_queue.h). Work::WaitOnDevice orders the caller's stream after an op
+// without waiting on the host.
 //
 // Built only with --config=cuda; in other builds CreateNcclCommunicator
 // returns FAILED_PRECONDITION saying so.

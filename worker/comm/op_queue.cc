@@ -21,6 +21,32 @@ absl::Status QueuedWork::Wait(absl::Time deadline) {
   return status_;
 }
 
+absl::Status QueuedWork::WaitOnDevice(absl::Time deadline) {
+  std::function<absl::Status()> order_after;
+  {
+    absl::MutexLock lock(&mu_);
+    auto enqueued = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done_ || deferred_; };
+    if (!mu_.AwaitWithDeadline(absl::Condition(&enqueued), deadline)) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "op #", seq_, " (", fingerprint_.ToString(), ") was not enqueued by its deadline"));
+    }
+    if (done_) return status_;
+    order_after = order_after_;
+  }
+  return order_after();
+}
+
+void QueuedWork::Defer(std::function<absl::Status()> order_after) {
+  absl::MutexLock lock(&mu_);
+  order_after_ = std::move(order_after);
+  deferred_ = true;
+}
+
+bool QueuedWork::deferred() const {
+  absl::MutexLock lock(&mu_);
+  return deferred_;
+}
+
 bool QueuedWork::Done() const {
   absl::MutexLock lock(&mu_);
   return done_;
@@ -103,23 +129,31 @@ void OpQueue::RunLoop() {
     }
     recorder_.Started(work->seq());
     absl::Status status = execute_(*work);
-    if (status.ok()) {
-      recorder_.Finished(work->seq(), OpState::kCompleted, "");
-    } else {
-      recorder_.Finished(work->seq(),
-                         status.code() == absl::StatusCode::kDeadlineExceeded ? OpState::kTimedOut
-                                                                              : OpState::kFailed,
-                         std::string(status.message()));
-      absl::MutexLock lock(&mu_);
-      if (broken_.ok()) {
-        broken_ = absl::Status(status.code(), absl::StrCat("communicator broken by an earlier op: ",
-                                                           status.message()));
-      } else {
-        status = broken_;  // shut down while it ran: report why
-      }
-    }
-    work->Finish(status);
+    // Note [Deferred completion]: the backend finishes it.
+    if (status.ok() && work->deferred()) continue;
+    Conclude(*work, std::move(status));
   }
+}
+
+void OpQueue::Complete(QueuedWork& work, absl::Status status) { Conclude(work, std::move(status)); }
+
+void OpQueue::Conclude(QueuedWork& work, absl::Status status) {
+  if (status.ok()) {
+    recorder_.Finished(work.seq(), OpState::kCompleted, "");
+  } else {
+    recorder_.Finished(work.seq(),
+                       status.code() == absl::StatusCode::kDeadlineExceeded ? OpState::kTimedOut
+                                                                            : OpState::kFailed,
+                       std::string(status.message()));
+    absl::MutexLock lock(&mu_);
+    if (broken_.ok()) {
+      broken_ = absl::Status(status.code(), absl::StrCat("communicator broken by an earlier op: ",
+                                                         status.message()));
+    } else {
+      status = broken_;  // shut down while it ran: report why
+    }
+  }
+  work.Finish(std::move(status));
 }
 
 }  // namespace chorus

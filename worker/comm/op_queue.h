@@ -30,7 +30,7 @@
 namespace chorus {
 
 // The Work of one queued op; finished exactly once.
-class QueuedWork : public Work {
+class QueuedWork : public Work, public std::enable_shared_from_this<QueuedWork> {
  public:
   QueuedWork(int64_t seq, Fingerprint fingerprint, std::function<void()> body)
       : seq_(seq), fingerprint_(std::move(fingerprint)), body_(std::move(body)) {}
@@ -39,6 +39,7 @@ class QueuedWork : public Work {
   static std::shared_ptr<Work> Failed(absl::Status status);
 
   absl::Status Wait(absl::Time deadline) override;
+  absl::Status WaitOnDevice(absl::Time deadline) override;
   bool Done() const override;
   int64_t seq() const override { return seq_; }
 
@@ -49,11 +50,21 @@ class QueuedWork : public Work {
   // Publishes the result and drops the body (and the tensors it holds).
   void Finish(absl::Status status);
 
+  // For backends whose ops finish on a device after the body has returned
+  // (Note [Deferred completion]): called by the body once the op is on the
+  // device; `order_after` makes the caller's stream wait for it
+  // (WaitOnDevice). The queue then leaves the op started, and the backend
+  // finishes it with OpQueue::Complete.
+  void Defer(std::function<absl::Status()> order_after);
+  bool deferred() const;
+
  private:
   const int64_t seq_;
   const Fingerprint fingerprint_;
   std::function<void()> body_;
   mutable absl::Mutex mu_;
+  bool deferred_ ABSL_GUARDED_BY(mu_) = false;
+  std::function<absl::Status()> order_after_ ABSL_GUARDED_BY(mu_);
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status status_ ABSL_GUARDED_BY(mu_);
 };
@@ -81,8 +92,14 @@ class OpQueue {
   // flight, and joins the thread. Idempotent.
   void Shutdown(absl::Status reason, const std::function<void()>& wake);
 
+  // Finishes a deferred op (QueuedWork::Defer) with `status`, as the queue
+  // finishes the others: flight recorder, and a failure breaks the queue.
+  // Backends complete their deferred ops in issue order, from any thread.
+  void Complete(QueuedWork& work, absl::Status status);
+
  private:
   void RunLoop();
+  void Conclude(QueuedWork& work, absl::Status status);
 
   FlightRecorder& recorder_;
   const Executor execute_;
@@ -94,6 +111,16 @@ class OpQueue {
   absl::Mutex join_mu_;
   std::thread thread_;
 };
+
+// Note [Deferred completion]
+// A host backend (Gloo) runs an op to its end on the queue's thread. A device
+// backend (NCCL) only enqueues it there: the op runs on the GPU while the
+// queue's thread enqueues the next one, and the backend's own watcher finishes
+// it (OpQueue::Complete) when its completion event fires, or fails it on an
+// error, the op timeout or an abort. Until then the flight recorder shows it
+// started, so hang detection sees what the GPU is doing, and Wait() blocks.
+// WaitOnDevice() lets a caller order its stream after the op instead, so the
+// host never waits for the GPU (DDP's gradient sync, Note [Device buckets]).
 
 }  // namespace chorus
 

@@ -161,15 +161,23 @@ class DistributedDataParallel::Impl {
   // ranks follows the last bucket through the communicator.
   void LaunchUsedCounts() {
     const int64_t n = static_cast<int64_t>(synced_.size());
-    if (!used_host_.defined()) {
-      const bool gpu = !comm_.device().is_cpu();
-      used_host_ = at::empty({n}, at::TensorOptions(at::kLong).pinned_memory(gpu));
-      used_wire_ =
-          gpu ? at::empty({n}, at::TensorOptions(at::kLong).device(comm_.device())) : used_host_;
-    }
-    int64_t* flags = used_host_.data_ptr<int64_t>();
+    const bool gpu = !comm_.device().is_cpu();
+    // On a GPU the flags go up from a new pinned block each time: the host
+    // may be an iteration ahead of the copy (PyTorch's pinned-memory cache
+    // keeps a block until the copies that read it are done).
+    at::Tensor host = gpu || !used_wire_.defined()
+                          ? at::empty({n}, at::TensorOptions(at::kLong).pinned_memory(gpu))
+                          : used_wire_;
+    int64_t* flags = host.data_ptr<int64_t>();
     for (int64_t k = 0; k < n; ++k) flags[k] = ready_[synced_[k]];
-    if (!used_wire_.is_same(used_host_)) used_wire_.copy_(used_host_, /*non_blocking=*/true);
+    if (gpu) {
+      if (!used_wire_.defined()) {
+        used_wire_ = at::empty({n}, at::TensorOptions(at::kLong).device(comm_.device()));
+      }
+      used_wire_.copy_(host, /*non_blocking=*/true);
+    } else {
+      used_wire_ = host;
+    }
     used_work_ = comm_.AllReduce(used_wire_, ReduceOp::kSum, Tag("used_parameters"));
   }
 
@@ -187,18 +195,23 @@ class DistributedDataParallel::Impl {
       --buckets_[b].pending;
     }
     LaunchReady();
+    // Note [Device buckets]: on a GPU the training stream, not the host,
+    // waits for the buckets.
     absl::Status status = hook_error_;
     for (Bucket& bucket : buckets_) {
-      absl::Status s = bucket.work ? bucket.work->Wait(Deadline())
+      absl::Status s = bucket.work ? bucket.work->WaitOnDevice(Deadline())
                                    : absl::InternalError("bucket was never launched");
       if (status.ok() && !s.ok()) status = s;
     }
     // How many ranks produced each gradient (Note [Used parameters]).
     if (!used_work_) LaunchUsedCounts();
-    absl::Status used_status = used_work_->Wait(Deadline());
+    const bool read_used = comm_.device().is_cpu() || !missing.empty();
+    absl::Status used_status =
+        read_used ? used_work_->Wait(Deadline()) : used_work_->WaitOnDevice(Deadline());
     if (status.ok() && !used_status.ok()) status = used_status;
-    std::vector<int64_t> used(synced_.size(), 0);
-    if (used_status.ok() && !used.empty()) {
+    // Not read: this rank produced every gradient, so each was used.
+    std::vector<int64_t> used(synced_.size(), comm_.size());
+    if (read_used && used_status.ok() && !used.empty()) {
       const at::Tensor counts = used_wire_.to(at::kCPU);
       std::copy_n(counts.data_ptr<int64_t>(), used.size(), used.begin());
     }
@@ -298,9 +311,8 @@ class DistributedDataParallel::Impl {
   std::vector<std::pair<size_t, size_t>> locator_;  // param -> (bucket, slot)
   std::unique_ptr<GradientReadyHooks> hooks_;
 
-  // Per-parameter use flags (Note [Used parameters]): written on the host,
-  // all-reduced on the communicator's device (the same tensor on the CPU).
-  at::Tensor used_host_;
+  // Per-parameter use flags (Note [Used parameters]), all-reduced on the
+  // communicator's device.
   at::Tensor used_wire_;
 
   // Per iteration.

@@ -150,13 +150,25 @@ class DistributedDataParallel {
 // concatenated batch would see it.
 //
 // Note [Used parameters]
-// Every rank must learn which parameters got no gradient on some rank (an
-// error unless find_unused_parameters; no .grad at all when unused on every
-// rank). The flags are all-reduced as one more collective, issued right after
-// the last bucket: at that point every gradient has been copied into its
-// bucket or zeroed as missing, so the flags are final. On a GPU the flags go
-// up from pinned memory without blocking, and the only wait is the one
-// FinishGradientSync() makes for the buckets anyway.
+// Ranks must learn which parameters got no gradient on some rank (an error
+// unless find_unused_parameters; no .grad at all when unused on every rank).
+// The flags are all-reduced as one more collective, issued right after the
+// last bucket: at that point every gradient has been copied into its bucket
+// or zeroed as missing, so the flags are final. On the CPU every rank reads
+// the counts, so every rank reports a parameter some rank missed. On a GPU
+// only a rank that missed a gradient itself reads them (reading costs a host
+// wait for the whole step, Note [Device buckets]): that rank's
+// FinishGradientSync() fails naming the parameter, and a rank that produced
+// every gradient carries on (each of its gradients was used).
+//
+// Note [Device buckets]
+// With a device communicator (NCCL), FinishGradientSync() does not wait for
+// the buckets on the host: Work::WaitOnDevice makes the training stream wait
+// for each bucket's all-reduce, and the gradients are copied out of the
+// buckets on that stream. The host goes on to the optimizer step and the
+// next forward while the GPU finishes, as in a loop without DDP; a failed
+// all-reduce fails the next collective that waits on the host. Measured on
+// one GPU: docs/gpu.md.
 //
 // Note [Gradient hooks] (worker/replica/gradient_ready_hooks.h) says how
 // "gradient ready" is observed; Note [Flat views]
