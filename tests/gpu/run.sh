@@ -2,7 +2,8 @@
 # The GPU checks in one command, for a machine with NVIDIA GPUs, CUDA's
 # compiler and a CUDA PyTorch (python3), but no Bazel (docs/gpu.md): builds
 # the GPU-facing engines and their tests with CMake (tests/gpu/CMakeLists.txt)
-# against that PyTorch's LibTorch and NCCL, runs every test tagged cuda, then
+# against that PyTorch's LibTorch and NCCL, runs their tests (those tagged cuda
+# but //common:device_test, which needs the Bazel build), then
 # the GPU benchmark against PyTorch DDP (NCCL) in the same run, whose DESIGN.md
 # §8 lines it prints. Prints 'N passed, M failed, K skipped' last (a skipped
 # case says why: too few GPUs for it).
