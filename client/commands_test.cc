@@ -711,6 +711,48 @@ TEST_F(CommandsTest, ValidateOfABadSpecNamesEveryFieldAndExits2) {
   EXPECT_THAT(err_.str(), HasSubstr("training.batch_size_per_rank: must be > 0, got -1"));
 }
 
+TEST_F(CommandsTest, ValidateAgentsSaysWhichAgentsWouldServeACudaJob) {
+  const std::string path = WriteFile(
+      "gpu.textproto",
+      "model { mlp {} }\ndata { synthetic {} }\n"
+      "resources { min_ranks: 2 max_ranks: 2 device: CUDA }\n");
+  // Without a GPU agent: it says the job would wait, and how to get one.
+  v1::AgentInfo cpu = MakeAgent("agent-1", "node-a", 0);
+  cpu.set_device(v1::ResourceSpec::CPU);
+  coordinator_.AddAgent(cpu);
+  EXPECT_EQ(Run({"validate", "--agents", "-o", "none", path}), kExitOk);
+  EXPECT_THAT(err_.str(), HasSubstr("chorus validate: no connected agent offers CUDA slots; "
+                                    "submitted, the job would wait PENDING until one does (start "
+                                    "chorus-worker --device cuda on such a node)\n"));
+  EXPECT_THAT(err_.str(), Not(HasSubstr("agent-1")));
+
+  // GPU agents: the ones that would serve it, and whether 2 ranks fit now.
+  err_.str("");
+  v1::AgentInfo gpu = MakeAgent("agent-2", "gpu-a", 1);
+  gpu.set_device(v1::ResourceSpec::CUDA);
+  coordinator_.AddAgent(gpu);
+  v1::AgentInfo draining = MakeAgent("agent-3", "gpu-b", 0);
+  draining.set_device(v1::ResourceSpec::CUDA);
+  draining.set_state(v1::AgentInfo::DRAINING);
+  coordinator_.AddAgent(draining);
+  EXPECT_EQ(Run({"validate", "--agents", "-o", "none", path}), kExitOk);
+  EXPECT_THAT(err_.str(),
+              HasSubstr("chorus validate: agent-2 (gpu-a) would serve it: 1 of 2 CUDA slot(s) free\n"));
+  EXPECT_THAT(err_.str(), HasSubstr("chorus validate: agent-3 (gpu-b) has 2 CUDA slot(s) but is "
+                                    "DRAINING: it takes no new ranks\n"));
+  EXPECT_THAT(err_.str(), HasSubstr("chorus validate: 1 free CUDA slot(s) now, fewer than its "
+                                    "min_ranks 2; submitted, it would wait PENDING for slots\n"));
+
+  // Enough free slots.
+  err_.str("");
+  v1::AgentInfo big = MakeAgent("agent-4", "gpu-c", 0);
+  big.set_device(v1::ResourceSpec::CUDA);
+  coordinator_.AddAgent(big);
+  EXPECT_EQ(Run({"validate", "--agents", "-o", "none", path}), kExitOk);
+  EXPECT_THAT(err_.str(),
+              HasSubstr("chorus validate: its 2 rank(s) fit in the 3 free CUDA slot(s) now\n"));
+}
+
 TEST_F(CommandsTest, VersionNamesTheVersionAndApi) {
   EXPECT_EQ(Run({"version"}), kExitOk);
 

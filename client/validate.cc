@@ -1,15 +1,69 @@
 // chorus validate SPEC: parse, normalize and check a job spec without
 // submitting it. Prints the spec as it would run, or every problem.
 
+#include <algorithm>
 #include <iostream>
 #include <string>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+
 #include "client/commands.h"
 #include "client/rpc.h"
+#include "common/grpc_util.h"
 #include "common/job_spec.h"
 #include "common/memory_estimate.h"
 
 namespace chorus::client {
+namespace {
+
+// --agents: which connected agents would serve `spec` (its device, ACTIVE,
+// free slots) and whether its min_ranks fit now. Notes on stderr, like the
+// rest of validate's findings.
+int PrintServingAgents(const v1::JobSpec& spec, const GlobalOptions& global) {
+  v1::ListAgentsResponse response;
+  grpc::ClientContext context;
+  SetDeadline(context, global);
+  absl::Status s =
+      FromGrpcStatus(JobStub(global)->ListAgents(&context, v1::ListAgentsRequest(), &response));
+  if (!s.ok()) return ReportError("validate", s, global);
+  const v1::ResourceSpec::Device device = spec.resources().device();
+  const std::string name = v1::ResourceSpec::Device_Name(device);
+  int serving = 0;
+  int free_slots = 0;
+  for (const v1::AgentInfo& agent : response.agents()) {
+    if (agent.device() != device) continue;
+    const std::string who = absl::StrCat(agent.agent_id(), " (", agent.host(), ")");
+    if (agent.state() != v1::AgentInfo::ACTIVE) {
+      *global.err << "chorus validate: " << who << " has " << agent.slots() << " " << name
+                  << " slot(s) but is " << v1::AgentInfo::State_Name(agent.state())
+                  << ": it takes no new ranks\n";
+      continue;
+    }
+    const int agent_free = std::max(0, agent.slots() - agent.busy_slots());
+    ++serving;
+    free_slots += agent_free;
+    *global.err << "chorus validate: " << who << " would serve it: " << agent_free << " of "
+                << agent.slots() << " " << name << " slot(s) free\n";
+  }
+  const int need = spec.resources().min_ranks();
+  if (serving == 0) {
+    *global.err << "chorus validate: no connected agent offers " << name
+                << " slots; submitted, the job would wait PENDING until one does (start "
+                   "chorus-worker --device "
+                << absl::AsciiStrToLower(name) << " on such a node)\n";
+  } else if (free_slots >= need) {
+    *global.err << "chorus validate: its " << need << " rank(s) fit in the " << free_slots << " free "
+                << name << " slot(s) now\n";
+  } else {
+    *global.err << "chorus validate: " << free_slots << " free " << name
+                << " slot(s) now, fewer than its min_ranks " << need
+                << "; submitted, it would wait PENDING for slots\n";
+  }
+  return kExitOk;
+}
+
+}  // namespace
 
 void AddValidateCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) {
   CLI::App* cmd = app.add_subcommand(
@@ -25,7 +79,12 @@ void AddValidateCommand(CLI::App& app, const GlobalOptions& global, int& exit_co
       ->capture_default_str();
   cmd->add_flag_callback(
       "--json", [output] { *output = "json"; }, "Same as --output json.");
-  cmd->callback([path, output, &global, &exit_code] {
+  auto agents = std::make_shared<bool>(false);
+  cmd->add_flag("--agents", *agents,
+                "Also ask the coordinator (--coordinator) which connected node agents would serve "
+                "the job: those with slots of its resources.device, their free slots, and "
+                "whether its min_ranks fit now.");
+  cmd->callback([path, output, agents, &global, &exit_code] {
     absl::StatusOr<v1::JobSpec> spec = LoadUserJobSpec(*path);
     if (!spec.ok()) {
       *global.err << "chorus validate: " << spec.status().message() << "\n";
@@ -45,7 +104,7 @@ void AddValidateCommand(CLI::App& app, const GlobalOptions& global, int& exit_co
     if (spec->has_program()) {
       *global.err << "chorus validate: each rank runs " << spec->program().argv(0) << " in "
                   << spec->program().working_dir() << " (docs/programs.md)\n";
-      exit_code = kExitOk;
+      exit_code = *agents ? PrintServingAgents(*spec, global) : kExitOk;
       return;
     }
     // Where files can be read here, their sizes count (a lower bound).
@@ -60,7 +119,7 @@ void AddValidateCommand(CLI::App& app, const GlobalOptions& global, int& exit_co
     if (absl::Status support = CheckRuntimeSupport(*spec); !support.ok()) {
       *global.err << "chorus validate: note: the spec is valid, but " << support.message() << "\n";
     }
-    exit_code = kExitOk;
+    exit_code = *agents ? PrintServingAgents(*spec, global) : kExitOk;
   });
 }
 
