@@ -14,7 +14,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,6 +22,7 @@
 #include "worker/comm/nccl_communicator.h"
 #include "worker/comm/store.h"
 #include "worker/ddp/distributed_data_parallel.h"
+#include "worker/ddp/reference_files.h"
 
 namespace chorus {
 namespace {
@@ -42,18 +42,6 @@ int UsableGpus() {
                    << "here: nccl=" << NcclAvailable() << " libtorch_cuda=" << at::hasCUDA(); \
     }                                                                                         \
   } while (false)
-
-template <typename T>
-std::vector<T> ReadBinary(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  EXPECT_TRUE(in) << "cannot read " << path;
-  if (!in) return {};
-  std::vector<T> data(static_cast<size_t>(in.tellg()) / sizeof(T));
-  in.seekg(0);
-  in.read(reinterpret_cast<char*>(data.data()),
-          static_cast<std::streamsize>(data.size() * sizeof(T)));
-  return data;
-}
 
 // The reference script's MLP: 10-32-32-3 with ReLU and Tanh.
 torch::nn::Sequential MakeModel() {
@@ -134,10 +122,10 @@ TEST(DdpCudaTest, SameParametersAsPytorchDdpWithNccl) {
       << "the PyTorch reference run failed: " << command
       << " (needs a python3 with a CUDA PyTorch; set CHORUS_TEST_PYTHON)";
 
-  std::vector<float> init = ReadBinary<float>(out + "/initial.bin");
-  std::vector<float> xs = ReadBinary<float>(out + "/x.bin");
-  std::vector<int64_t> ys = ReadBinary<int64_t>(out + "/y.bin");
-  std::vector<float> want = ReadBinary<float>(out + "/final.bin");
+  std::vector<float> init = ReadReferenceArray<float>(out + "/initial.bin");
+  std::vector<float> xs = ReadReferenceArray<float>(out + "/x.bin");
+  std::vector<int64_t> ys = ReadReferenceArray<int64_t>(out + "/y.bin");
+  std::vector<float> want = ReadReferenceArray<float>(out + "/final.bin");
   ASSERT_EQ(xs.size(), static_cast<size_t>(kSteps * world * kBatch * 10));
   const torch::Tensor initial =
       torch::from_blob(init.data(), {static_cast<int64_t>(init.size())}).clone();

@@ -162,12 +162,10 @@ class DistributedDataParallel::Impl {
   void LaunchUsedCounts() {
     const int64_t n = static_cast<int64_t>(synced_.size());
     const bool gpu = !comm_.device().is_cpu();
-    // On a GPU the flags go up from a new pinned block each time: the host
-    // may be an iteration ahead of the copy (PyTorch's pinned-memory cache
-    // keeps a block until the copies that read it are done).
-    at::Tensor host = gpu || !used_wire_.defined()
-                          ? at::empty({n}, at::TensorOptions(at::kLong).pinned_memory(gpu))
-                          : used_wire_;
+    // A new block each time: on a GPU the host may be an iteration ahead of
+    // the copy (PyTorch's pinned-memory cache keeps a block until the copies
+    // that read it are done).
+    at::Tensor host = at::empty({n}, at::TensorOptions(at::kLong).pinned_memory(gpu));
     int64_t* flags = host.data_ptr<int64_t>();
     for (int64_t k = 0; k < n; ++k) flags[k] = ready_[synced_[k]];
     if (gpu) {

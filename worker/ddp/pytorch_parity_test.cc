@@ -7,7 +7,6 @@
 #include <torch/torch.h>
 
 #include <cstdlib>
-#include <fstream>
 #include <thread>
 #include <vector>
 
@@ -15,6 +14,7 @@
 #include "worker/comm/gloo_communicator.h"
 #include "worker/comm/store.h"
 #include "worker/ddp/distributed_data_parallel.h"
+#include "worker/ddp/reference_files.h"
 
 namespace chorus {
 namespace {
@@ -22,17 +22,6 @@ namespace {
 constexpr int kSteps = 12;
 constexpr int kWorld = 2;
 constexpr int kBatch = 4;
-
-template <typename T>
-std::vector<T> ReadBinary(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  EXPECT_TRUE(in) << "cannot read " << path;
-  std::vector<T> data(static_cast<size_t>(in.tellg()) / sizeof(T));
-  in.seekg(0);
-  in.read(reinterpret_cast<char*>(data.data()),
-          static_cast<std::streamsize>(data.size() * sizeof(T)));
-  return data;
-}
 
 TEST(PytorchParityTest, SameParametersAsPytorchDdp) {
   const std::string out = std::string(std::getenv("TEST_TMPDIR")) + "/parity";
@@ -42,9 +31,9 @@ TEST(PytorchParityTest, SameParametersAsPytorchDdp) {
   ASSERT_EQ(std::system(command.c_str()), 0)
       << "the PyTorch reference run failed (needs Debian's python3-torch; run deploy/setup.sh)";
 
-  std::vector<float> xs = ReadBinary<float>(out + "/x.bin");
-  std::vector<int64_t> ys = ReadBinary<int64_t>(out + "/y.bin");
-  std::vector<float> want = ReadBinary<float>(out + "/final.bin");
+  std::vector<float> xs = ReadReferenceArray<float>(out + "/x.bin");
+  std::vector<int64_t> ys = ReadReferenceArray<int64_t>(out + "/y.bin");
+  std::vector<float> want = ReadReferenceArray<float>(out + "/final.bin");
   ASSERT_EQ(xs.size(), static_cast<size_t>(kSteps * kWorld * kBatch * 10));
   torch::Tensor x = torch::from_blob(xs.data(), {kSteps, kWorld * kBatch, 10}).clone();
   torch::Tensor y = torch::from_blob(ys.data(), {kSteps, kWorld * kBatch}, torch::kLong).clone();
