@@ -104,7 +104,7 @@ int SuperviseProgram(const v1::JoinResponse& joined, const std::shared_ptr<grpc:
   sigaction(SIGTERM, &terminate, nullptr);
   GrpcStore store(channel, joined.store_namespace());
   ProgramSupervisor::Options options;
-  options.rank = {joined, job_id, coordinator, Env("CHORUS_RANK_HOST", "127.0.0.1")};
+  options.rank = {joined, job_id, coordinator, Env("CHORUS_RANK_HOST", "127.0.0.1"), ::getpid()};
   options.store = &store;
   options.ranks = &ranks;
   options.terminate_requests = &g_terminate_requests;

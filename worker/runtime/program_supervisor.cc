@@ -231,6 +231,7 @@ std::vector<std::string> ProgramEnvironment(const std::vector<std::string>& base
   set("CHORUS_STORE_NAMESPACE", j.store_namespace());
   set("CHORUS_RANK_HOST", rank.rank_host);
   set("CHORUS_JOIN_FILE", join_file);
+  if (rank.supervisor_pid > 0) set("CHORUS_RANK_PID", std::to_string(rank.supervisor_pid));
   if (progress_fd >= 0) set(kProgressFdVariable, std::to_string(progress_fd));
   std::vector<std::string> env;
   env.reserve(names.size());
@@ -390,6 +391,14 @@ absl::StatusOr<ProgramOutcome> ProgramSupervisor::Run() {
     heartbeat_options.interval = options_.heartbeat_interval;
     heartbeat_options.paused = [pid] { return IsProcessStopped(pid); };
     heartbeat_options.on_directive = [&](const v1::Directive& directive) {
+      if (directive.kind() == v1::Directive::RE_RENDEZVOUS ||
+          directive.kind() == v1::Directive::REFORM_AT_STEP_BOUNDARY) {
+        // For an elastic program (the SDK acts on them; others ignore them).
+        if (absl::Status s = receiver.SendDirective(directive); !s.ok()) {
+          LOG(WARNING) << rank.job_id << ": passing a directive on: " << s.message();
+        }
+        return;
+      }
       if (directive.kind() != v1::Directive::ABORT) return;
       LOG(WARNING) << rank.job_id << ": the coordinator aborts the rank: " << directive.reason();
       absl::MutexLock lock(&progress.mu);
@@ -411,8 +420,12 @@ absl::StatusOr<ProgramOutcome> ProgramSupervisor::Run() {
             }
           }
           hb.set_job_id(rank.job_id);
-          hb.set_generation(rank.joined.generation());
-          hb.set_rank(rank.joined.rank());
+          // An elastic program that joined a newer generation says so.
+          if (hb.generation() <= rank.joined.generation()) {
+            hb.set_generation(rank.joined.generation());
+            hb.set_rank(rank.joined.rank());
+          }
+          hb.clear_left_job();
           hb.set_time_us(absl::ToUnixMicros(now));
           return hb;
         },
@@ -486,11 +499,28 @@ absl::StatusOr<ProgramOutcome> ProgramSupervisor::Run() {
   child_.store(0);
 
   const ProgramOutcome outcome = ProgramOutcome::FromWaitStatus(pid, wait_status);
+  // The membership the program ended in: a newer generation it joined, or
+  // none when it left the job at a drain.
+  ProgramRank last = rank;
+  bool left = false;
+  {
+    absl::MutexLock lock(&progress.mu);
+    if (progress.record.generation() > rank.joined.generation()) {
+      last.joined.set_generation(progress.record.generation());
+      last.joined.set_rank(progress.record.rank());
+    }
+    left = progress.record.left_job();
+  }
+  if (left && outcome.ok()) {
+    LOG(INFO) << rank.job_id << ": the program left the job (its agent is draining) and exited "
+              << "with code 0";
+    return outcome;
+  }
   if (outcome.ok()) {
-    LOG(INFO) << rank.job_id << ": rank " << rank.joined.rank()
+    LOG(INFO) << rank.job_id << ": rank " << last.joined.rank()
               << ": the program exited with code 0";
   }
-  v1::ReportRequest request = FinalReport(rank, outcome, shown);
+  v1::ReportRequest request = FinalReport(last, outcome, shown);
   // A rank being stopped (cancel, Ctrl-C) has seconds before SIGKILL, and
   // the coordinator may be going away too.
   absl::Status reported =

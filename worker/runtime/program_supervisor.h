@@ -11,6 +11,12 @@
 //   - heartbeats carry the newest progress record the program sent; while the
 //     child is stopped (SIGSTOP: state 'T' in /proc/PID/stat) none are sent,
 //     so the coordinator diagnoses the rank DEAD;
+//   - an elastic program joins later generations itself (the SDK's
+//     Session::JoinNextGeneration): its records then carry a newer
+//     generation and rank, and the heartbeats and final report follow them;
+//     the directives that concern it (RE_RENDEZVOUS, REFORM_AT_STEP_BOUNDARY)
+//     are passed on over the progress channel, and a program that left the
+//     job at a drain (record.left_job) gets no final report;
 //   - SIGTERM and SIGUSR1 that reach the supervisor are passed on (SIGUSR1
 //     only to a program that handles it: by default it would kill it); an
 //     ABORT directive stops the child (SIGTERM, then SIGKILL after a grace);
@@ -57,6 +63,9 @@ struct ProgramRank {
   std::string job_id;
   std::string coordinator;  // HOST:PORT, as CHORUS_COORDINATOR
   std::string rank_host;    // CHORUS_RANK_HOST: this rank's address
+  // The supervising chorus-rank's pid, the one the coordinator knows the
+  // rank by (CHORUS_RANK_PID; 0: not set).
+  pid_t supervisor_pid = 0;
 };
 
 // The store key rank 0 publishes MASTER_ADDR:MASTER_PORT under (in the
@@ -79,9 +88,11 @@ absl::StatusOr<HostPort> AgreeMasterAddress(Store& store, int rank, const std::s
 // (each replacing an entry of the same name): RANK, WORLD_SIZE, LOCAL_RANK,
 // LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, CHORUS_COORDINATOR,
 // CHORUS_JOB_ID, CHORUS_GENERATION, CHORUS_RANK, CHORUS_WORLD_SIZE,
-// CHORUS_STORE_NAMESPACE, CHORUS_RANK_HOST, CHORUS_JOIN_FILE and
-// CHORUS_PROGRESS_FD (omitted when `progress_fd` < 0). CHORUS_TOKEN and the
-// TLS variables pass through from `base`.
+// CHORUS_STORE_NAMESPACE, CHORUS_RANK_HOST, CHORUS_JOIN_FILE,
+// CHORUS_RANK_PID (when rank.supervisor_pid is set) and CHORUS_PROGRESS_FD
+// (omitted when `progress_fd` < 0). CHORUS_TOKEN, the TLS variables and the
+// agent's CHORUS_AGENT_ID and CHORUS_SLOT (an elastic program's Join names
+// them) pass through from `base`.
 std::vector<std::string> ProgramEnvironment(const std::vector<std::string>& base,
                                             const ProgramRank& rank, const HostPort& master,
                                             const std::string& join_file, int progress_fd);

@@ -35,10 +35,22 @@ class FakeRankService : public v1::RankService::Service {
       grpc::ServerReaderWriter<v1::Directive, v1::RankHeartbeat>* stream) override {
     v1::RankHeartbeat hb;
     while (stream->Read(&hb)) {
-      absl::MutexLock lock(&mu_);
-      heartbeats_.push_back(hb);
+      v1::Directive send;
+      {
+        absl::MutexLock lock(&mu_);
+        heartbeats_.push_back(hb);
+        if (directive_.kind() == v1::Directive::KIND_UNSPECIFIED) continue;
+        send = directive_;
+        directive_.Clear();
+      }
+      stream->Write(send);
     }
     return grpc::Status::OK;
+  }
+  // Answered once to the next heartbeat.
+  void SendDirective(const v1::Directive& directive) {
+    absl::MutexLock lock(&mu_);
+    directive_ = directive;
   }
   grpc::Status Report(grpc::ServerContext*, const v1::ReportRequest* request,
                       v1::ReportResponse*) override {
@@ -59,6 +71,7 @@ class FakeRankService : public v1::RankService::Service {
   absl::Mutex mu_;
   std::vector<v1::RankHeartbeat> heartbeats_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::ReportRequest> reports_ ABSL_GUARDED_BY(mu_);
+  v1::Directive directive_ ABSL_GUARDED_BY(mu_);
 };
 
 std::string TestDir(const std::string& name) {
@@ -132,12 +145,20 @@ TEST(ProgramEnvironmentTest, SetsTorchrunAndChorusVariablesOverTheBaseAndTheSpec
   EXPECT_EQ(got["CHORUS_RANK_HOST"], "127.0.0.1");
   EXPECT_EQ(got["CHORUS_JOIN_FILE"], "/tmp/join");
   EXPECT_EQ(got["CHORUS_PROGRESS_FD"], "5");
+  EXPECT_EQ(got.count("CHORUS_RANK_PID"), 0u) << "no supervisor pid given";
   EXPECT_EQ(got.count("NOT_AN_ENTRY"), 0u);
   EXPECT_EQ(env[0], "PATH=/opt/bin") << "base order kept";
 
   const std::vector<std::string> without =
       ProgramEnvironment({}, rank, HostPort{"h", 1}, "/tmp/join", -1);
   for (const std::string& e : without) EXPECT_NE(e.rfind("CHORUS_PROGRESS_FD=", 0), 0u);
+
+  rank.supervisor_pid = 4242;
+  const std::vector<std::string> with_pid = ProgramEnvironment(
+      {"CHORUS_AGENT_ID=agent-3", "CHORUS_SLOT=1"}, rank, HostPort{"h", 1}, "/tmp/join", -1);
+  EXPECT_THAT(with_pid, ::testing::IsSupersetOf(
+                            {"CHORUS_RANK_PID=4242", "CHORUS_AGENT_ID=agent-3", "CHORUS_SLOT=1"}))
+      << "an elastic program joins later generations by its agent, slot and supervisor";
 }
 
 TEST(MasterAddressTest, RankZeroPublishesAFreePortTheOthersRead) {
@@ -390,6 +411,63 @@ TEST_F(SupervisorTest, AProgramThatCannotStartFailsWithAReport) {
   ASSERT_EQ(reports.size(), 1u);
   EXPECT_FALSE(reports[0].success());
   EXPECT_THAT(reports[0].error(), HasSubstr("cannot execute"));
+}
+
+}  // namespace
+}  // namespace chorus
+
+namespace chorus {
+namespace {
+
+TEST_F(SupervisorTest, FollowsTheGenerationAnElasticProgramJoinedAndPassesDirectivesOn) {
+  // The program waits for one directive (dd reads one message), keeps its
+  // bytes, then says it is rank 2 of generation 3 at step 7 and exits 0.
+  ProgramSupervisor::Options options = Options(
+      "dd bs=65536 count=1 <&$CHORUS_PROGRESS_FD > directive.bin 2>/dev/null; "
+      "printf 'P\\020\\003\\030\\002\\040\\007' >&$CHORUS_PROGRESS_FD; sleep 0.3; exit 0");
+  v1::Directive reform;
+  reform.set_kind(v1::Directive::REFORM_AT_STEP_BOUNDARY);
+  reform.set_generation(3);
+  reform.set_reason("agent a-1 was drained");
+  service_.SendDirective(reform);
+  ProgramSupervisor supervisor(options);
+  absl::StatusOr<ProgramOutcome> outcome = supervisor.Run();
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_TRUE(outcome->ok());
+
+  const std::string bytes = ReadFile(dir_ + "/directive.bin");
+  ASSERT_FALSE(bytes.empty()) << "the directive reached the program";
+  EXPECT_EQ(bytes[0], 'D');
+  v1::Directive got;
+  ASSERT_TRUE(got.ParseFromString(bytes.substr(1)));
+  EXPECT_EQ(got.kind(), v1::Directive::REFORM_AT_STEP_BOUNDARY);
+  EXPECT_EQ(got.generation(), 3);
+
+  const std::vector<v1::RankHeartbeat> heartbeats = service_.heartbeats();
+  ASSERT_FALSE(heartbeats.empty());
+  EXPECT_EQ(heartbeats.front().generation(), 1) << "before the program joined another";
+  EXPECT_EQ(heartbeats.back().generation(), 3);
+  EXPECT_EQ(heartbeats.back().rank(), 2);
+  EXPECT_EQ(heartbeats.back().step(), 7);
+  const std::vector<v1::ReportRequest> reports = service_.reports();
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_TRUE(reports[0].success());
+  EXPECT_EQ(reports[0].generation(), 3) << "the final report is the newest membership's";
+  EXPECT_EQ(reports[0].rank(), 2);
+}
+
+TEST_F(SupervisorTest, AProgramThatLeftTheJobGetsNoFinalReport) {
+  // left_job (field 13, varint 1), then exit 0.
+  ProgramSupervisor::Options options =
+      Options("printf 'P\\040\\011\\150\\001' >&$CHORUS_PROGRESS_FD; sleep 0.3; exit 0");
+  ProgramSupervisor supervisor(options);
+  absl::StatusOr<ProgramOutcome> outcome = supervisor.Run();
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_TRUE(outcome->ok());
+  EXPECT_TRUE(service_.reports().empty());
+  for (const v1::RankHeartbeat& hb : service_.heartbeats()) {
+    EXPECT_FALSE(hb.left_job()) << "the marker stays between program and supervisor";
+  }
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "google/protobuf/message_lite.h"
 
 namespace chorus {
 namespace {
@@ -21,9 +22,59 @@ namespace {
 // Every record starts with this byte: a serialized heartbeat may be empty,
 // and a datagram of length zero would read like the peer's close.
 constexpr char kRecordTag = 'P';
+// Directives, supervisor to program.
+constexpr char kDirectiveTag = 'D';
 
 absl::Status Errno(const std::string& what) {
   return absl::ErrnoToStatus(errno, absl::StrCat("progress channel: ", what));
+}
+
+// One tagged message, without blocking. `peer` names the other end.
+absl::Status SendTagged(int fd, char tag, const google::protobuf::MessageLite& message,
+                        const char* peer) {
+  std::string bytes(1, tag);
+  if (!message.AppendToString(&bytes)) {
+    return absl::InvalidArgumentError("progress channel: the message does not serialize");
+  }
+  if (bytes.size() > kMaxProgressRecordBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("progress channel: a message of ", bytes.size(),
+                                                   " bytes is over the limit of ",
+                                                   kMaxProgressRecordBytes));
+  }
+  while (true) {
+    if (send(fd, bytes.data(), bytes.size(), MSG_DONTWAIT | MSG_NOSIGNAL) >= 0) {
+      return absl::OkStatus();
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("progress channel: ", peer, " is behind; this message was dropped"));
+    }
+    if (errno == EPIPE || errno == ECONNRESET || errno == ENOTCONN) {
+      return absl::UnavailableError(absl::StrCat("progress channel: ", peer, " is gone"));
+    }
+    return Errno("send");
+  }
+}
+
+// Waits for `fd` to be readable until `deadline`: true when it is,
+// false at the deadline.
+absl::StatusOr<bool> WaitReadable(int fd, absl::Time deadline) {
+  while (true) {
+    pollfd p{fd, POLLIN, 0};
+    const absl::Duration left = deadline - absl::Now();
+    const int timeout_ms =
+        left <= absl::ZeroDuration()
+            ? 0
+            : static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, 1 << 30));
+    const int ready = poll(&p, 1, timeout_ms);
+    if (ready < 0) {
+      if (errno == EINTR) continue;
+      return Errno("poll");
+    }
+    if (ready > 0) return true;
+    if (absl::Now() >= deadline) return false;
+  }
 }
 
 }  // namespace
@@ -75,34 +126,42 @@ ProgressSender::ProgressSender(int fd) : fd_(fd) {}
 ProgressSender::~ProgressSender() { close(fd_); }
 
 absl::Status ProgressSender::Send(const v1::RankHeartbeat& progress) {
-  std::string record(1, kRecordTag);
-  if (!progress.AppendToString(&record)) {
-    return absl::InvalidArgumentError("progress channel: the record does not serialize");
-  }
-  if (record.size() > kMaxProgressRecordBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("progress channel: a record of ", record.size(),
-                                                   " bytes is over the limit of ",
-                                                   kMaxProgressRecordBytes));
-  }
+  return SendTagged(fd_, kRecordTag, progress, "the supervisor");
+}
+
+absl::StatusOr<v1::Directive> ProgressSender::ReceiveDirective(absl::Time deadline) {
+  std::string buffer(kMaxProgressRecordBytes + 1, '\0');
   while (true) {
-    if (send(fd_, record.data(), record.size(), MSG_DONTWAIT | MSG_NOSIGNAL) >= 0) {
-      return absl::OkStatus();
+    absl::StatusOr<bool> readable = WaitReadable(fd_, deadline);
+    if (!readable.ok()) return readable.status();
+    if (!*readable) {
+      return absl::DeadlineExceededError("progress channel: no directive by the deadline");
     }
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS) {
-      return absl::ResourceExhaustedError(
-          "progress channel: the supervisor is behind; this record was dropped");
+    const ssize_t n = recv(fd_, buffer.data(), buffer.size(), MSG_DONTWAIT | MSG_TRUNC);
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
+      if (errno == ECONNRESET) {
+        return absl::OutOfRangeError("progress channel: the supervisor's end is closed");
+      }
+      return Errno("recv");
     }
-    if (errno == EPIPE || errno == ECONNRESET || errno == ENOTCONN) {
-      return absl::UnavailableError("progress channel: the supervising chorus-rank is gone");
+    if (n == 0) return absl::OutOfRangeError("progress channel: the supervisor's end is closed");
+    v1::Directive directive;
+    if (static_cast<size_t>(n) > buffer.size() || buffer[0] != kDirectiveTag ||
+        !directive.ParseFromArray(buffer.data() + 1, static_cast<int>(n) - 1)) {
+      return absl::DataLossError("progress channel: a directive that does not parse was skipped");
     }
-    return Errno("send");
+    return directive;
   }
 }
 
 ProgressReceiver::ProgressReceiver(int fd) : fd_(fd) {}
 
 ProgressReceiver::~ProgressReceiver() { close(fd_); }
+
+absl::Status ProgressReceiver::SendDirective(const v1::Directive& directive) {
+  return SendTagged(fd_, kDirectiveTag, directive, "the program");
+}
 
 absl::StatusOr<v1::RankHeartbeat> ProgressReceiver::Receive(absl::Time deadline) {
   if (closed_) return absl::OutOfRangeError("progress channel: the program's end is closed");
@@ -114,19 +173,9 @@ absl::StatusOr<v1::RankHeartbeat> ProgressReceiver::Receive(absl::Time deadline)
   bool waited = false;
   while (true) {
     if (!waited) {
-      pollfd p{fd_, POLLIN, 0};
-      const absl::Duration left = deadline - absl::Now();
-      const int timeout_ms =
-          left <= absl::ZeroDuration()
-              ? 0
-              : static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, 1 << 30));
-      const int ready = poll(&p, 1, timeout_ms);
-      if (ready < 0) {
-        if (errno == EINTR) continue;
-        return Errno("poll");
-      }
-      if (ready == 0) {
-        if (absl::Now() < deadline) continue;
+      absl::StatusOr<bool> readable = WaitReadable(fd_, deadline);
+      if (!readable.ok()) return readable.status();
+      if (!*readable) {
         return absl::DeadlineExceededError("progress channel: no record by the deadline");
       }
       waited = true;

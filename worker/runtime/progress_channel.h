@@ -13,6 +13,12 @@
 // needed, and a sender never blocks: a record the supervisor has no room
 // for is dropped (the next one carries newer state).
 //
+// The other way, the supervisor passes on the coordinator's directives that
+// concern an elastic program (RE_RENDEZVOUS, REFORM_AT_STEP_BOUNDARY;
+// docs/elastic.md): the byte 'D' followed by one serialized v1::Directive.
+// A program that does not read them loses nothing; the supervisor's sends
+// never block either.
+//
 // Thread-safety: a ProgressSender may be used from any thread (each Send is
 // one atomic datagram); a ProgressReceiver by one thread at a time.
 //
@@ -77,6 +83,12 @@ class ProgressSender {
   // is closed; INVALID_ARGUMENT: over kMaxProgressRecordBytes.
   absl::Status Send(const v1::RankHeartbeat& progress);
 
+  // Waits until `deadline` for the next directive the supervisor passed on.
+  // DEADLINE_EXCEEDED: none came; OUT_OF_RANGE: the supervisor's end is
+  // closed; DATA_LOSS: a message that does not parse (skipped). One thread
+  // at a time (Send may run beside it).
+  absl::StatusOr<v1::Directive> ReceiveDirective(absl::Time deadline);
+
  private:
   const int fd_;
 };
@@ -96,6 +108,11 @@ class ProgressReceiver {
   // nothing is left; DATA_LOSS: a record that does not parse (skipped, the
   // next call goes on).
   absl::StatusOr<v1::RankHeartbeat> Receive(absl::Time deadline);
+
+  // Passes `directive` on to the program without blocking (any thread).
+  // RESOURCE_EXHAUSTED: the program is not reading them and the queue is
+  // full; UNAVAILABLE: the program's end is closed.
+  absl::Status SendDirective(const v1::Directive& directive);
 
  private:
   const int fd_;

@@ -40,6 +40,64 @@ TEST(ProgressChannelTest, TheNewestQueuedRecordComesBack) {
   EXPECT_GE(absl::Now() - start, absl::Milliseconds(45));
 }
 
+TEST(ProgressChannelTest, DirectivesGoTheOtherWayInOrderBesideRecords) {
+  absl::StatusOr<ProgressChannelPair> pair = CreateProgressChannel();
+  ASSERT_TRUE(pair.ok()) << pair.status();
+  ProgressSender sender(pair->program_fd);
+  ProgressReceiver receiver(pair->supervisor_fd);
+  v1::Directive reform;
+  reform.set_kind(v1::Directive::REFORM_AT_STEP_BOUNDARY);
+  reform.set_generation(3);
+  reform.set_reason("agent a-2 was drained");
+  v1::Directive rendezvous;
+  rendezvous.set_kind(v1::Directive::RE_RENDEZVOUS);
+  rendezvous.set_generation(4);
+  ASSERT_TRUE(receiver.SendDirective(reform).ok());
+  ASSERT_TRUE(receiver.SendDirective(rendezvous).ok());
+  // Records still flow the other way and are not mistaken for directives.
+  ASSERT_TRUE(sender.Send(Progress(5)).ok());
+  absl::StatusOr<v1::RankHeartbeat> record = receiver.Receive(absl::Now() + absl::Seconds(5));
+  ASSERT_TRUE(record.ok()) << record.status();
+  EXPECT_EQ(record->step(), 5);
+  absl::StatusOr<v1::Directive> first = sender.ReceiveDirective(absl::Now() + absl::Seconds(5));
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->kind(), v1::Directive::REFORM_AT_STEP_BOUNDARY);
+  EXPECT_EQ(first->generation(), 3);
+  EXPECT_EQ(first->reason(), "agent a-2 was drained");
+  absl::StatusOr<v1::Directive> second = sender.ReceiveDirective(absl::Now() + absl::Seconds(5));
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->kind(), v1::Directive::RE_RENDEZVOUS);
+  EXPECT_EQ(second->generation(), 4);
+  const absl::Time start = absl::Now();
+  absl::StatusOr<v1::Directive> none = sender.ReceiveDirective(start + absl::Milliseconds(50));
+  EXPECT_TRUE(absl::IsDeadlineExceeded(none.status())) << none.status();
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(45));
+}
+
+TEST(ProgressChannelTest, AProgramThatReadsNoDirectivesNeverBlocksItsSupervisor) {
+  absl::StatusOr<ProgressChannelPair> pair = CreateProgressChannel();
+  ASSERT_TRUE(pair.ok()) << pair.status();
+  ProgressSender sender(pair->program_fd);
+  ProgressReceiver receiver(pair->supervisor_fd);
+  v1::Directive d;
+  d.set_kind(v1::Directive::RE_RENDEZVOUS);
+  d.set_reason(std::string(8000, 'x'));
+  absl::Status last;
+  const absl::Time start = absl::Now();
+  for (int i = 0; i < 10000 && last.ok(); ++i) last = receiver.SendDirective(d);
+  EXPECT_TRUE(absl::IsResourceExhausted(last)) << last;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
+TEST(ProgressChannelTest, ReceivingDirectivesFromAClosedSupervisorIsOutOfRange) {
+  absl::StatusOr<ProgressChannelPair> pair = CreateProgressChannel();
+  ASSERT_TRUE(pair.ok()) << pair.status();
+  ProgressSender sender(pair->program_fd);
+  ::close(pair->supervisor_fd);
+  absl::StatusOr<v1::Directive> got = sender.ReceiveDirective(absl::Now() + absl::Seconds(5));
+  EXPECT_TRUE(absl::IsOutOfRange(got.status())) << got.status();
+}
+
 TEST(ProgressChannelTest, AnEmptyRecordIsARecordNotAClose) {
   absl::StatusOr<ProgressChannelPair> pair = CreateProgressChannel();
   ASSERT_TRUE(pair.ok()) << pair.status();
