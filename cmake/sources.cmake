@@ -17,6 +17,7 @@ set(CHORUS_SOURCES
     common/topology.cc
     sdk/checkpoints.cc
     sdk/data_parallel.cc
+    sdk/elastic.cc
     sdk/environment.cc
     sdk/metrics.cc
     sdk/progress.cc
@@ -41,6 +42,7 @@ set(CHORUS_SOURCES
     worker/replica/named_tensor.cc
     worker/replica/replica_sync.cc
     worker/runtime/heartbeat_compose.cc
+    worker/runtime/master_address.cc
     worker/runtime/progress_channel.cc
     worker/train/accum_adam.cc
     worker/train/checkpoint.cc
@@ -69,6 +71,7 @@ set(CHORUS_HEADERS
     sdk/checkpoints.h
     sdk/chorus.h
     sdk/data_parallel.h
+    sdk/elastic.h
     sdk/environment.h
     sdk/metrics.h
     sdk/progress.h
@@ -93,6 +96,7 @@ set(CHORUS_HEADERS
     worker/replica/named_tensor.h
     worker/replica/replica_sync.h
     worker/runtime/heartbeat_compose.h
+    worker/runtime/master_address.h
     worker/runtime/progress_channel.h
     worker/train/accum_adam.h
     worker/train/checkpoint.h

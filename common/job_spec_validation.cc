@@ -470,10 +470,8 @@ void ValidateProgram(const JobSpec& spec, Checker& c) {
   if (spec.grad_clip_norm() != 0) c.Fail("grad_clip_norm", why);
   if (spec.has_eval()) c.Fail("eval", why);
   if (spec.has_fault_injection()) c.Fail("fault_injection", why);
-  if (spec.has_elastic()) {
-    c.Fail("elastic",
-           "program jobs do not re-form after a lost rank yet: remove the elastic block");
-  }
+  // elastic is allowed: the program re-forms through the SDK's hooks
+  // (docs/sdk.md "Elastic programs").
 
   if (p.argv_size() == 0) {
     c.Fail("program.argv",

@@ -33,6 +33,7 @@ const std::vector<std::string>& ChorusSetVariables() {
       "CHORUS_RANK_HOST",
       "CHORUS_JOIN_FILE",
       "CHORUS_PROGRESS_FD",
+      "CHORUS_RANK_PID",
   };
   return *kNames;
 }

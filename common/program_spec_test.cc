@@ -105,6 +105,16 @@ TEST(ProgramSpecTest, AProgramWithTrainerFieldsIsRefusedNamingEachField) {
                                   "grad_clip_norm: " + why));
 }
 
+TEST(ProgramSpecTest, AnElasticProgramIsAccepted) {
+  // The program re-forms through the SDK (docs/sdk.md "Elastic programs").
+  EXPECT_THAT(Errors(R"pb(
+                program { argv: [ "/bin/true" ] }
+                resources { min_ranks: 2 max_ranks: 3 }
+                elastic { max_restarts: 2 }
+              )pb"),
+              IsEmpty());
+}
+
 TEST(ProgramSpecTest, CommandProblemsNameTheirField) {
   EXPECT_THAT(Errors("program {}"),
               ElementsAre("program.argv: is required: the command each rank runs, e.g. "
@@ -125,9 +135,6 @@ TEST(ProgramSpecTest, CommandProblemsNameTheirField) {
               ElementsAre("program.env[A=B]: variable names must not hold '=' or NUL",
                           "program.env[RANK]: is set by Chorus for each rank (docs/programs.md); "
                           "choose another name"));
-  EXPECT_THAT(Errors(R"pb(program { argv: "/bin/true" }
-                          elastic {})pb"),
-              ElementsAre(HasSubstr("elastic: program jobs do not re-form")));
 }
 
 TEST(ProgramSpecTest, NeitherModelNorProgramSaysBoth) {
@@ -207,7 +214,8 @@ TEST_F(ProgramBinaryTest, ADirectoryIsNotAProgram) {
 
 TEST(ChorusSetVariablesTest, CoversTorchrunAndTheSdkVariables) {
   for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-                           "MASTER_PORT", "CHORUS_JOIN_FILE", "CHORUS_PROGRESS_FD"}) {
+                           "MASTER_PORT", "CHORUS_JOIN_FILE", "CHORUS_PROGRESS_FD",
+                           "CHORUS_RANK_PID", "CHORUS_AGENT_ID", "CHORUS_SLOT"}) {
     EXPECT_TRUE(IsChorusSetVariable(name)) << name;
   }
   EXPECT_FALSE(IsChorusSetVariable("PYTHONPATH"));

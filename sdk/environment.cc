@@ -74,6 +74,14 @@ absl::StatusOr<SessionEnvironment> ReadSessionEnvironment(const EnvironmentLooku
     ASSIGN_OR_RETURN(const int64_t fd, Number(lookup, "CHORUS_PROGRESS_FD", 0));
     env.progress_fd = static_cast<int>(fd);
   }
+  env.agent_id = lookup("CHORUS_AGENT_ID").value_or("");
+  if (lookup("CHORUS_SLOT").has_value()) {
+    ASSIGN_OR_RETURN(const int64_t slot, Number(lookup, "CHORUS_SLOT", 0));
+    env.slot = static_cast<int>(slot);
+  }
+  if (lookup("CHORUS_RANK_PID").has_value()) {
+    ASSIGN_OR_RETURN(env.rank_pid, Number(lookup, "CHORUS_RANK_PID", 1));
+  }
 
   std::ifstream in(join_file, std::ios::binary);
   if (!in) {

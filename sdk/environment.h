@@ -38,6 +38,12 @@ struct SessionEnvironment {
   std::string rank_host;        // where this rank's Gloo transport binds
   int progress_fd = -1;         // -1: no progress channel
   v1::JoinResponse joined;      // spec, resume manifest, ...
+  // Who the coordinator knows this rank as, for joining later generations of
+  // an elastic job (optional: empty / -1 / 0 when unset): CHORUS_AGENT_ID,
+  // CHORUS_SLOT, and CHORUS_RANK_PID, the supervising chorus-rank's pid.
+  std::string agent_id;
+  int slot = -1;
+  int64_t rank_pid = 0;
 };
 
 // Returns the value of an environment variable, or nullopt when unset.

@@ -75,6 +75,24 @@ TEST_F(EnvironmentTest, NoProgressChannelIsAllowed) {
   EXPECT_EQ(env->rank_host, "10.1.2.3");
 }
 
+TEST_F(EnvironmentTest, TheRanksIdentityForLaterGenerationsIsOptional) {
+  absl::StatusOr<SessionEnvironment> without = Read();
+  ASSERT_TRUE(without.ok()) << without.status();
+  EXPECT_EQ(without->agent_id, "");
+  EXPECT_EQ(without->slot, -1);
+  EXPECT_EQ(without->rank_pid, 0);
+  vars_["CHORUS_AGENT_ID"] = "agent-2";
+  vars_["CHORUS_SLOT"] = "3";
+  vars_["CHORUS_RANK_PID"] = "4242";
+  absl::StatusOr<SessionEnvironment> with = Read();
+  ASSERT_TRUE(with.ok()) << with.status();
+  EXPECT_EQ(with->agent_id, "agent-2");
+  EXPECT_EQ(with->slot, 3);
+  EXPECT_EQ(with->rank_pid, 4242);
+  vars_["CHORUS_SLOT"] = "-1";
+  EXPECT_EQ(Read().status().message(), "CHORUS_SLOT must be an integer >= 0, got '-1'");
+}
+
 TEST_F(EnvironmentTest, EachMissingVariableIsNamedWithHowToRun) {
   for (const char* name :
        {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "CHORUS_COORDINATOR",

@@ -64,7 +64,17 @@ v1::Phase ProgressReporter::EnterPhase(v1::Phase phase) {
 }
 
 v1::RankHeartbeat ProgressReporter::Current() {
-  return ProgressHeartbeat(progress_, recorder_, clock_.Now());
+  v1::RankHeartbeat hb = ProgressHeartbeat(progress_, recorder_.load(), clock_.Now());
+  if (const int64_t membership = membership_.load(); membership > 0) {
+    hb.set_generation(membership >> 24);
+    hb.set_rank(static_cast<int>(membership & 0xffffff));
+  }
+  if (left_.load()) hb.set_left_job(true);
+  return hb;
+}
+
+void ProgressReporter::SetMembership(int64_t generation, int rank) {
+  membership_.store(generation << 24 | rank);
 }
 
 int64_t ProgressReporter::sent() const {

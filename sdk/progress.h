@@ -26,6 +26,7 @@
 #ifndef CHORUS_SDK_PROGRESS_H_
 #define CHORUS_SDK_PROGRESS_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <thread>
@@ -79,6 +80,15 @@ class ProgressReporter {
   // Sends the current state now (the last record before the program ends).
   void Flush() { Send(); }
 
+  // Elastic programs (Session::JoinNextGeneration): the generation and rank
+  // the program now belongs to, which its records carry from here on (the
+  // supervisor's heartbeats follow them); the flight recorder of the new
+  // communicator (must outlive the reporter, or be replaced before it goes);
+  // and that the rank left the job at a drain (sticky).
+  void SetMembership(int64_t generation, int rank);
+  void SetFlightRecorder(const FlightRecorder* recorder) { recorder_.store(recorder); }
+  void MarkLeft() { left_.store(true); }
+
   // The record the sink would get now.
   v1::RankHeartbeat Current();
   // Records sent, and records the sink refused (dropped or failed).
@@ -90,7 +100,11 @@ class ProgressReporter {
   void Loop();
 
   const ProgressSink sink_;
-  const FlightRecorder* const recorder_;
+  std::atomic<const FlightRecorder*> recorder_;
+  // generation << 24 | rank, one word so that a record never pairs one
+  // generation with another's rank; 0: not set (the supervisor's own).
+  std::atomic<int64_t> membership_{0};
+  std::atomic<bool> left_{false};
   const ProgressOptions options_;
   RealClock real_clock_;
   Clock& clock_;

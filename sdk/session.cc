@@ -1,6 +1,8 @@
 #include "chorus/session.h"
 
+#include <ATen/ATen.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <utility>
@@ -8,15 +10,17 @@
 #include "absl/strings/str_cat.h"
 #include "checkpoint/coordinator_storage.h"
 #include "checkpoint/shared_dir_storage.h"
+#include "chorus/v1/coordinator.grpc.pb.h"
 #include "common/auth.h"
 #include "common/grpc_util.h"
 #include "common/host_port.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "worker/comm/gloo_communicator.h"
-#include "worker/comm/nccl_communicator.h"
 #include "worker/comm/grpc_store.h"
+#include "worker/comm/nccl_communicator.h"
 #include "worker/comm/store.h"
+#include "worker/runtime/master_address.h"
 #include "worker/runtime/progress_channel.h"
 
 namespace chorus {
@@ -34,6 +38,24 @@ void InstallCheckpointSignalHandler() {
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;
   sigaction(SIGUSR1, &action, nullptr);
+}
+
+// Where `env`'s rank stores checkpoints: the spec's shared directory, or
+// the coordinator.
+absl::StatusOr<std::unique_ptr<CheckpointStorage>> MakeCheckpointStorage(
+    const std::shared_ptr<grpc::Channel>& channel, const SessionEnvironment& env) {
+  const v1::CheckpointSpec& checkpoint = env.joined.spec().checkpoint();
+  if (checkpoint.storage() == v1::CheckpointSpec::SHARED_DIR) {
+    ASSIGN_OR_RETURN(std::unique_ptr<SharedDirCheckpointStorage> storage,
+                     SharedDirCheckpointStorage::Create(channel, checkpoint.shared_dir(),
+                                                        env.job_id, env.generation, env.rank));
+    return std::unique_ptr<CheckpointStorage>(std::move(storage));
+  }
+  // The data port is on the coordinator's host; a target that is not
+  // HOST:PORT gets none and uploads over gRPC.
+  absl::StatusOr<HostPort> address = ParseHostPort(env.coordinator);
+  return std::unique_ptr<CheckpointStorage>(std::make_unique<CoordinatorCheckpointStorage>(
+      channel, env.job_id, env.generation, env.rank, address.ok() ? address->host : ""));
 }
 
 }  // namespace
@@ -88,6 +110,7 @@ absl::StatusOr<std::unique_ptr<Session>> Session::FromEnvironment(SessionOptions
   if (env.progress_fd >= 0) {
     std::shared_ptr<ProgressSender> sender = std::make_shared<ProgressSender>(env.progress_fd);
     parts.progress_sink = [sender](const v1::RankHeartbeat& hb) { return sender->Send(hb); };
+    parts.directives = sender;
   } else {
     LOG(WARNING) << "chorus: CHORUS_PROGRESS_FD is not set; progress is not reported (the hang "
                     "detector sees only this rank's exit and silence)";
@@ -97,18 +120,7 @@ absl::StatusOr<std::unique_ptr<Session>> Session::FromEnvironment(SessionOptions
   ASSIGN_OR_RETURN(parts.comm, CreateJobCommunicator(env, *store, options.connect_timeout));
   parts.store = std::move(store);
 
-  const v1::CheckpointSpec& checkpoint = env.joined.spec().checkpoint();
-  if (checkpoint.storage() == v1::CheckpointSpec::SHARED_DIR) {
-    ASSIGN_OR_RETURN(parts.checkpoint_storage,
-                     SharedDirCheckpointStorage::Create(parts.channel, checkpoint.shared_dir(),
-                                                        env.job_id, env.generation, env.rank));
-  } else {
-    // The data port is on the coordinator's host; a target that is not
-    // HOST:PORT gets none and uploads over gRPC.
-    absl::StatusOr<HostPort> address = ParseHostPort(env.coordinator);
-    parts.checkpoint_storage = std::make_unique<CoordinatorCheckpointStorage>(
-        parts.channel, env.job_id, env.generation, env.rank, address.ok() ? address->host : "");
-  }
+  ASSIGN_OR_RETURN(parts.checkpoint_storage, MakeCheckpointStorage(parts.channel, env));
   parts.metrics =
       std::make_unique<MetricsReporter>(parts.channel, env.job_id, env.generation, env.rank);
   return FromParts(std::move(parts), options);
@@ -119,7 +131,8 @@ std::unique_ptr<Session> Session::FromParts(Parts parts, SessionOptions options)
 }
 
 Session::Session(Parts parts, SessionOptions options)
-    : env_(std::move(parts.env)),
+    : options_(options),
+      env_(std::move(parts.env)),
       channel_(std::move(parts.channel)),
       store_(std::move(parts.store)),
       comm_(std::move(parts.comm)),
@@ -137,13 +150,47 @@ Session::Session(Parts parts, SessionOptions options)
   progress_ = std::make_unique<ProgressReporter>(
       std::move(sink), comm_ != nullptr ? &comm_->flight_recorder() : nullptr, progress);
   if (options.handle_checkpoint_signal) InstallCheckpointSignalHandler();
+  directives_ = std::move(parts.directives);
+  if (directives_ != nullptr) directive_thread_ = std::thread([this] { ReadDirectives(); });
 }
 
 Session::~Session() {
+  stop_directives_.store(true);
+  if (directive_thread_.joinable()) directive_thread_.join();
   progress_->EnterPhase(v1::FINISHED);
   if (!send_on_every_change_) progress_->Flush();
   progress_.reset();  // its thread reads the communicator's flight recorder
   comm_.reset();
+  retired_.clear();
+}
+
+void Session::ReadDirectives() {
+  while (!stop_directives_.load()) {
+    absl::StatusOr<v1::Directive> directive =
+        directives_->ReceiveDirective(absl::Now() + absl::Milliseconds(200));
+    if (absl::IsOutOfRange(directive.status())) return;  // the supervisor is gone
+    if (!directive.ok()) continue;
+    if (directive->kind() == v1::Directive::REFORM_AT_STEP_BOUNDARY) {
+      // Acted on at the step boundary the ranks agree on (ReformRequested).
+      int64_t now = reform_request_.load();
+      while (now < directive->generation() &&
+             !reform_request_.compare_exchange_weak(now, directive->generation())) {
+      }
+    } else if (directive->kind() == v1::Directive::RE_RENDEZVOUS) {
+      // A generation this rank is not in yet formed: whatever the program
+      // waits for on the current communicator fails, and it joins.
+      std::shared_ptr<Communicator> comm;
+      {
+        absl::MutexLock lock(&comm_mu_);
+        if (env_.generation >= directive->generation() || comm_ == nullptr) continue;
+        comm = comm_;
+      }
+      LOG(WARNING) << "chorus: the coordinator formed generation " << directive->generation()
+                   << " (" << directive->reason() << ")";
+      comm->Abort(absl::StrCat("the coordinator formed generation ", directive->generation(), ": ",
+                               directive->reason()));
+    }
+  }
 }
 
 c10::Device Session::device() const {
@@ -173,6 +220,125 @@ absl::Status Session::SaveCheckpoint(int64_t step, const std::vector<NamedTensor
   }
   PhaseScope phase(*progress_, v1::CHECKPOINT);
   return checkpoints_->Save(step, tensors);
+}
+
+absl::Time Session::StateDeadline() const {
+  return absl::Now() +
+         absl::Seconds(std::max<int64_t>(env_.joined.spec().elastic().wait_seconds(), 60));
+}
+
+absl::StatusOr<bool> Session::ReformRequested() {
+  if (!elastic()) return false;
+  at::Tensor asked = at::full({1}, reform_request_.load(), at::kLong);
+  RETURN_IF_ERROR(communicator()
+                      .AllReduce(asked, ReduceOp::kMax, "elastic/step_boundary")
+                      ->Wait(StateDeadline()));
+  return asked.item<int64_t>() > env_.generation;
+}
+
+absl::StatusOr<bool> Session::JoinNextGeneration(const absl::Status& why) {
+  const std::string who = absl::StrCat("rank ", env_.rank, " of ", env_.job_id);
+  if (!elastic()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        who,
+        ": the job has no elastic block, so a lost rank fails it; add elastic { } to the "
+        "spec to re-form instead (docs/elastic.md)"));
+  }
+  if (channel_ == nullptr || env_.agent_id.empty() || env_.slot < 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        who,
+        ": CHORUS_AGENT_ID and CHORUS_SLOT are not set (or this session has no coordinator "
+        "channel); only a program started by chorus-rank can join the next generation"));
+  }
+  const int64_t was = env_.generation;
+  const std::string cause = why.ok() ? "a planned change (drain or growth) at a step boundary"
+                                     : std::string(why.message());
+  LOG(WARNING) << "chorus: " << who << ": generation " << was << " ended (" << cause
+               << "); joining the next one";
+  comm_->Abort(absl::StrCat("generation ", was, " ended: ", cause));
+
+  v1::JoinRequest request;
+  request.set_job_id(env_.job_id);
+  request.set_generation(was + 1);
+  request.set_agent_id(env_.agent_id);
+  request.set_slot(env_.slot);
+  request.set_pid(env_.rank_pid > 0 ? env_.rank_pid : ::getppid());
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  request.set_host(host);
+  auto ranks = v1::RankService::NewStub(channel_);
+  const absl::Time deadline =
+      absl::Now() + absl::Seconds(env_.joined.spec().elastic().wait_seconds()) + absl::Minutes(1);
+  v1::JoinResponse joined;
+  for (;;) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(deadline));
+    context.set_wait_for_ready(true);
+    joined.Clear();
+    absl::Status s = FromGrpcStatus(ranks->Join(&context, request, &joined));
+    if (s.ok()) break;
+    // Not formed yet (UNAVAILABLE), or superseded by another failure
+    // (ABORTED): ask again.
+    const bool again = absl::IsUnavailable(s) || absl::IsAborted(s);
+    if (!again || absl::Now() + absl::Milliseconds(100) >= deadline) {
+      return absl::Status(s.code(),
+                          absl::StrCat(who, ": joining generation ", was + 1, ": ", s.message()));
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  if (joined.leave()) {
+    LOG(INFO) << "chorus: " << who << " leaves the job after generation " << was
+              << " (its agent is draining)";
+    progress_->MarkLeft();
+    progress_->Flush();
+    return false;
+  }
+
+  SessionEnvironment next = env_;
+  next.rank = joined.rank();
+  next.world_size = joined.world_size();
+  next.generation = joined.generation();
+  next.store_namespace = joined.store_namespace();
+  next.joined = joined;
+  auto store = std::make_unique<GrpcStore>(channel_, next.store_namespace);
+  if (next.rank == 0) {
+    // Rank 0 of each generation publishes MASTER_ADDR:MASTER_PORT; the
+    // supervisors of newcomers wait for it before they start their program.
+    absl::StatusOr<HostPort> master =
+        AgreeMasterAddress(*store, 0, next.rank_host, absl::Now() + absl::Minutes(1));
+    if (!master.ok()) return master.status();
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<Communicator> comm,
+                   CreateJobCommunicator(next, *store, options_.connect_timeout));
+  ASSIGN_OR_RETURN(std::unique_ptr<CheckpointStorage> storage,
+                   MakeCheckpointStorage(channel_, next));
+  checkpoints_.reset();
+  checkpoint_storage_ = std::move(storage);
+  checkpoints_ =
+      std::make_unique<TensorCheckpoints>(*checkpoint_storage_, next.rank, next.world_size);
+  metrics_ = std::make_unique<MetricsReporter>(channel_, next.job_id, next.generation, next.rank);
+  {
+    absl::MutexLock lock(&comm_mu_);
+    retired_.emplace_back(std::move(comm_), std::move(store_));
+    comm_ = std::move(comm);
+    store_ = std::move(store);
+    env_ = std::move(next);
+  }
+  progress_->SetFlightRecorder(&comm_->flight_recorder());
+  progress_->SetMembership(env_.generation, env_.rank);
+  progress_->Flush();  // the supervisor's heartbeats follow at once
+  LOG(INFO) << "chorus: " << env_.job_id << ": rank " << env_.rank << " of " << env_.world_size
+            << " in generation " << env_.generation;
+  return true;
+}
+
+absl::StatusOr<SharedTensors> Session::ShareNewestState(int64_t held_step,
+                                                        const std::vector<NamedTensor>& tensors) {
+  return ShareNewestTensors(communicator(), held_step, tensors, StateDeadline());
+}
+
+absl::StatusOr<int> Session::AverageHeldState(bool held, const std::vector<NamedTensor>& tensors) {
+  return AverageHeldTensors(communicator(), held, tensors, StateDeadline());
 }
 
 absl::StatusOr<int64_t> Session::RestoreCheckpoint(const std::vector<NamedTensor>& into) {

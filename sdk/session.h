@@ -28,16 +28,21 @@
 #ifndef CHORUS_SDK_SESSION_H_
 #define CHORUS_SDK_SESSION_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "checkpoint/storage.h"
 #include "chorus/checkpoints.h"
+#include "chorus/elastic.h"
 #include "chorus/environment.h"
 #include "chorus/metrics.h"
 #include "chorus/progress.h"
@@ -51,6 +56,7 @@ class Channel;
 
 namespace chorus {
 
+class ProgressSender;
 class Store;
 
 // The communicator of a rank of `env`'s job, through `store`: NCCL on GPU
@@ -98,11 +104,14 @@ class Session {
     std::unique_ptr<CheckpointStorage> checkpoint_storage;
     std::unique_ptr<MetricsReporter> metrics;
     ProgressSink progress_sink;
+    // The progress channel, read for the directives the supervisor passes
+    // on (elastic jobs); null: none arrive.
+    std::shared_ptr<ProgressSender> directives;
   };
   static std::unique_ptr<Session> FromParts(Parts parts, SessionOptions options = SessionOptions());
 
   // Ends phase reporting with FINISHED (one last record) and closes the
-  // communicator.
+  // communicator (and those of earlier generations).
   ~Session();
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
@@ -111,6 +120,9 @@ class Session {
   int world_size() const { return env_.world_size; }
   int local_rank() const { return env_.local_rank; }
   int local_world_size() const { return env_.local_world_size; }
+  // Membership: rank(), world_size() and generation() change when an
+  // elastic program joins the next generation (JoinNextGeneration); read
+  // them from the thread that calls it.
   int64_t generation() const { return env_.generation; }
   const std::string& job_id() const { return env_.job_id; }
   const v1::JobSpec& spec() const { return env_.joined.spec(); }
@@ -119,8 +131,8 @@ class Session {
   bool resuming() const { return HasCheckpoint(env_.joined.resume()); }
   const SessionEnvironment& environment() const { return env_; }
 
-  // The job's communicator. REQUIRES: the session has one (FromEnvironment
-  // always does).
+  // The job's communicator, the current generation's. REQUIRES: the
+  // session has one (FromEnvironment always does).
   Communicator& communicator();
   std::shared_ptr<Communicator> shared_communicator() const { return comm_; }
   // Where this rank's tensors go: its GPU for a CUDA job (the communicator is
@@ -147,19 +159,73 @@ class Session {
   // step; NOT_FOUND when the job does not resume (resuming() is false).
   absl::StatusOr<int64_t> RestoreCheckpoint(const std::vector<NamedTensor>& into);
 
+  // ---- Elastic jobs (spec.elastic; docs/sdk.md "Elastic programs").
+  //
+  // A member is lost: the program's next collective fails (a status for
+  // which IsMembershipLost is true; a survivor whose collective would not
+  // fail by itself has its communicator aborted when the coordinator forms
+  // the next generation). The program keeps the state of its last complete
+  // step, calls JoinNextGeneration, builds what sat on the old communicator
+  // (its DDP) afresh on communicator(), and calls ShareNewestState; a
+  // newcomer, started for the new generation, calls ShareNewestState with
+  // held_step -1 after FromEnvironment. A planned change (a drain, a
+  // growth) is taken at a step boundary: ReformRequested at the start of
+  // every step, on every rank.
+
+  bool elastic() const { return env_.joined.spec().has_elastic(); }
+
+  // One 8-byte all-reduce (every rank, at the same point, best at the start
+  // of a step): true when the coordinator asked for a planned change and
+  // every rank must call JoinNextGeneration(OkStatus()) now. Always false,
+  // without a collective, for a job that is not elastic. A failed
+  // collective's status otherwise.
+  absl::StatusOr<bool> ReformRequested();
+
+  // Aborts the current communicator (with `why`, the failure that ended the
+  // generation, or OK for a planned change), joins the next generation at
+  // the coordinator (asking again while it forms, up to
+  // elastic.wait_seconds plus a minute) and connects to its members. True:
+  // joined, and rank(), world_size(), generation(), communicator(),
+  // checkpoints and metrics are the new generation's. False: this rank is
+  // not part of it (its agent is draining): the program should exit 0,
+  // without a collective. FAILED_PRECONDITION for a job without an elastic
+  // block or a session not started by chorus-rank (CHORUS_AGENT_ID /
+  // CHORUS_SLOT unset); the Join's or the connection's error otherwise.
+  absl::StatusOr<bool> JoinNextGeneration(const absl::Status& why);
+
+  // ShareNewestTensors / AverageHeldTensors (elastic.h) over communicator().
+  absl::StatusOr<SharedTensors> ShareNewestState(int64_t held_step,
+                                                 const std::vector<NamedTensor>& tensors);
+  absl::StatusOr<int> AverageHeldState(bool held, const std::vector<NamedTensor>& tensors);
+
  private:
   Session(Parts parts, SessionOptions options);
+  // The directives the supervisor passes on, until the session ends.
+  void ReadDirectives();
+  absl::Time StateDeadline() const;
 
-  const SessionEnvironment env_;
+  const SessionOptions options_;
+  SessionEnvironment env_;  // written under comm_mu_ (JoinNextGeneration)
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<Store> store_;  // the communicator's; outlives it
+  // Swapped by JoinNextGeneration; the directive thread aborts it.
+  mutable absl::Mutex comm_mu_;
   std::shared_ptr<Communicator> comm_;
+  // Earlier generations' communicators (aborted) and their stores: the
+  // program may still hold references to them until it has rebuilt.
+  std::vector<std::pair<std::shared_ptr<Communicator>, std::unique_ptr<Store>>> retired_;
   std::unique_ptr<CheckpointStorage> checkpoint_storage_;
   std::unique_ptr<TensorCheckpoints> checkpoints_;
   std::unique_ptr<MetricsReporter> metrics_;
   std::unique_ptr<ProgressReporter> progress_;
   int64_t checkpoint_requests_seen_ = 0;
   bool send_on_every_change_ = false;
+
+  // The newest generation a REFORM_AT_STEP_BOUNDARY directive asked for.
+  std::atomic<int64_t> reform_request_{0};
+  std::shared_ptr<ProgressSender> directives_;
+  std::atomic<bool> stop_directives_{false};
+  std::thread directive_thread_;
 };
 
 // SIGUSR1s this process has received since a Session installed its

@@ -54,6 +54,7 @@
 #include "chorus/v1/coordinator.grpc.pb.h"
 #include "common/host_port.h"
 #include "worker/comm/store.h"
+#include "worker/runtime/master_address.h"
 
 namespace chorus {
 
@@ -67,21 +68,6 @@ struct ProgramRank {
   // rank by (CHORUS_RANK_PID; 0: not set).
   pid_t supervisor_pid = 0;
 };
-
-// The store key rank 0 publishes MASTER_ADDR:MASTER_PORT under (in the
-// generation's namespace).
-inline constexpr char kMasterAddressKey[] = "program/master_address";
-
-// A TCP port that was free on `host` a moment ago: bound with port 0 and
-// closed again (as torchrun picks MASTER_PORT). UNAVAILABLE naming the host
-// when it cannot bind there.
-absl::StatusOr<int> PickFreePort(const std::string& host);
-
-// Rank 0 picks a free port on `host` and publishes "host:port" in `store`;
-// every other rank waits for it until `deadline` (DEADLINE_EXCEEDED saying
-// rank 0 did not publish it).
-absl::StatusOr<HostPort> AgreeMasterAddress(Store& store, int rank, const std::string& host,
-                                            absl::Time deadline);
 
 // The program's environment: `base` ("NAME=value" entries, e.g. the
 // supervisor's own), then the spec's program.env, then what Chorus sets
