@@ -22,7 +22,8 @@
 // a pause per step, for tests that need time to act mid-epoch).
 // Lines it prints: "joined: rank R of W generation G pid P" (at the start
 // and after every re-formation), "state: ..." (what ShareNewestState
-// agreed), "progress: rank R step S" every 50 steps, and at the end
+// agreed), "progress: rank R step S" every 50 steps, "left: ..." when the
+// rank leaves at a drain, and at the end
 // "final: rank R generation G step S test_accuracy A params_digest D".
 
 #include <torch/torch.h>
@@ -180,6 +181,13 @@ int Run(int argc, char** argv) {
     return true;
   };
 
+  // Not a member of the next generation (its agent is draining): done.
+  auto leave = [&] {
+    std::cout << "left: rank " << session.rank() << " of generation " << session.generation()
+              << " at step " << position.step() << std::endl;
+    return 0;
+  };
+
   // A newcomer to a running job holds nothing and takes the newest state; at
   // the job's start every rank takes rank 0's initial model.
   if (absl::Status s = form(-1); !s.ok()) return fail(s);
@@ -200,7 +208,7 @@ int Run(int argc, char** argv) {
     } else if (*planned) {
       absl::StatusOr<bool> still = reform(absl::OkStatus());
       if (!still.ok()) return fail(still.status());
-      if (!*still) return 0;  // left at a drain
+      if (!*still) return leave();
       continue;
     }
     const int64_t world = session.world_size();
@@ -244,7 +252,7 @@ int Run(int argc, char** argv) {
       if (!chorus::IsMembershipLost(failed)) return fail(failed);
       absl::StatusOr<bool> still = reform(failed);
       if (!still.ok()) return fail(still.status());
-      if (!*still) return 0;
+      if (!*still) return leave();
       continue;
     }
     {
