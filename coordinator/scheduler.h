@@ -104,7 +104,9 @@ class Scheduler {
   // fills it with REFORM_AT_STEP_BOUNDARY and returns true. A program job's
   // rank 0 heartbeat moves the job's latest metrics (step, epoch, and loss
   // and samples/s when it has them) forward: it carries the program's
-  // progress record.
+  // progress record. A heartbeat of a job that FAILED or was CANCELLED
+  // fills `directive` with ABORT and the job's reason: a rank its agent has
+  // not stopped (a lost agent) stops itself.
   bool Heartbeat(const v1::RankHeartbeat& heartbeat, v1::Directive* directive = nullptr);
   // Makes the job's ranks checkpoint soon: their agents signal them (a
   // CheckpointRanks message). Returns the highest step a rank has reported.

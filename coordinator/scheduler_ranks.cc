@@ -134,6 +134,17 @@ bool Scheduler::Heartbeat(const v1::RankHeartbeat& heartbeat, v1::Directive* dir
     directive->set_reason(it->second.history.empty() ? "" : it->second.history.back());
     return false;
   }
+  if (it == running_.end() && directive != nullptr) {
+    // A rank of a job that failed or was cancelled is still alive (its agent
+    // was lost, or has not stopped it yet): tell it to stop itself.
+    absl::StatusOr<v1::Job> job = jobs_.Get(heartbeat.job_id());
+    if (job.ok() && (job->state() == v1::Job::FAILED || job->state() == v1::Job::CANCELLED)) {
+      directive->set_kind(v1::Directive::ABORT);
+      directive->set_reason(absl::StrCat("job ", heartbeat.job_id(), " is ",
+                                         v1::Job::State_Name(job->state()), ": ", job->reason()));
+    }
+    return false;
+  }
   if (it == running_.end() || !it->second.HasRank(heartbeat.generation(), heartbeat.rank()))
     return false;
   RankState& rank = it->second.ranks[heartbeat.rank()];

@@ -198,6 +198,29 @@ TEST_F(SchedulerTest, AFinalReportWithoutMetricsKeepsTheLatest) {
   EXPECT_EQ(jobs_->Get(job)->latest_metrics().eval_accuracy(), 0);
 }
 
+TEST_F(SchedulerTest, AHeartbeatOfAnEndedJobIsToldToAbort) {
+  FakeAgent a;
+  Add(a, 1, "node-a");
+  const std::string job = Submit(1, 1);
+  ASSERT_EQ(State(job), v1::Job::RUNNING);
+  v1::RankHeartbeat hb;
+  hb.set_job_id(job);
+  hb.set_generation(1);
+  v1::Directive running;
+  EXPECT_TRUE(scheduler_->Heartbeat(hb, &running));
+  EXPECT_EQ(running.kind(), v1::Directive::KIND_UNSPECIFIED);
+  ASSERT_TRUE(scheduler_->Cancel(job, "user asked").ok());
+  v1::Directive ended;
+  EXPECT_FALSE(scheduler_->Heartbeat(hb, &ended));
+  EXPECT_EQ(ended.kind(), v1::Directive::ABORT);
+  EXPECT_THAT(ended.reason(), HasSubstr(job + " is CANCELLED: "));
+  EXPECT_THAT(ended.reason(), HasSubstr("user asked"));
+  v1::Directive unknown;
+  hb.set_job_id("job-000099");
+  EXPECT_FALSE(scheduler_->Heartbeat(hb, &unknown));
+  EXPECT_EQ(unknown.kind(), v1::Directive::KIND_UNSPECIFIED) << "no such job: nothing to say";
+}
+
 TEST_F(SchedulerTest, AProgramJobShowsRankZerosHeartbeatProgress) {
   FakeAgent a;
   Add(a, 2, "node-a");

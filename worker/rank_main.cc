@@ -396,6 +396,18 @@ int Run(RankWhere& where) {
         RaiseTo(progress.reform_request, directive.generation());
         return;
       }
+      if (directive.kind() == v1::Directive::ABORT) {
+        // The job ended (failed, cancelled) and this rank was not stopped:
+        // its next collective fails, and training with it.
+        std::shared_ptr<Communicator> comm;
+        {
+          absl::MutexLock lock(&current.mu);
+          comm = current.gen->comm;
+        }
+        LOG(WARNING) << job_id << ": the coordinator aborts the rank: " << directive.reason();
+        comm->Abort(absl::StrCat("the coordinator aborts the rank: ", directive.reason()));
+        return;
+      }
       if (directive.kind() != v1::Directive::RE_RENDEZVOUS) return;
       std::shared_ptr<Communicator> comm;
       {
