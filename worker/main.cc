@@ -97,7 +97,8 @@ int main(int argc, char** argv) {
       "GPU count on cuda), starts one chorus-rank process per assigned slot and "
       "supervises it (own process group, output captured, exit reported). SIGINT/SIGTERM stop "
       "the ranks (SIGTERM, then SIGKILL after 5 s) and the agent. Reconnects if the coordinator "
-      "restarts."};
+      "restarts. Ranks keep decoded Fashion-MNIST in CHORUS_DATA_CACHE (default "
+      "$HOME/.cache/chorus/datasets; off: no cache), shared by the ranks of this machine."};
   AgentFlags flags;
   flags.host = LocalHostName();
   app.add_option("--coordinator", flags.coordinator, "Coordinator address, HOST:PORT.")

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <torch/csrc/jit/serialization/pickle.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <fstream>
@@ -35,6 +36,59 @@ TEST(DataTest, FashionMnistFromTheDebianPackage) {
   auto test = LoadDataset(Spec("data { fashion_mnist { } }"), Split::kTest);
   ASSERT_TRUE(test.ok()) << test.status();
   EXPECT_EQ(test->size(), 10000);
+}
+
+// Note [Decoded dataset cache]: the first load writes the decoded split,
+// the next maps it and gives the same bits; a damaged file is ignored and
+// written anew; "off" writes nothing.
+TEST(DataTest, DecodedFashionMnistIsCachedAndMappedBitForBit) {
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/decoded/cache";
+  setenv("CHORUS_DATA_CACHE", dir.c_str(), 1);
+  EXPECT_EQ(DecodedCacheDir(), dir);
+  const v1::JobSpec spec = Spec("data { fashion_mnist { } }");
+  auto decoded = LoadDataset(spec, Split::kTest);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->cache_file, "") << "decoded here, then written";
+  auto mapped = LoadDataset(spec, Split::kTest);
+  ASSERT_TRUE(mapped.ok()) << mapped.status();
+  ASSERT_THAT(mapped->cache_file, HasSubstr(dir + "/fashion-mnist-t10k-"));
+  EXPECT_TRUE(at::equal(mapped->x, decoded->x));
+  EXPECT_TRUE(at::equal(mapped->y, decoded->y));
+  EXPECT_EQ(mapped->x.sizes(), (std::vector<int64_t>{10000, 1, 28, 28}));
+  EXPECT_EQ(mapped->num_classes, 10);
+  // The mapping is private: a write changes this process's copy only.
+  mapped->x.index_put_({0, 0, 0, 0}, 42.0f);
+  auto again = LoadDataset(spec, Split::kTest);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(at::equal(again->x, decoded->x));
+
+  // A cut-short file is not used, and is replaced by a whole one.
+  const std::string file = mapped->cache_file;
+  ASSERT_EQ(truncate(file.c_str(), 1000), 0);
+  auto damaged = LoadDataset(spec, Split::kTest);
+  ASSERT_TRUE(damaged.ok()) << damaged.status();
+  EXPECT_EQ(damaged->cache_file, "");
+  EXPECT_TRUE(at::equal(damaged->x, decoded->x));
+  auto rewritten = LoadDataset(spec, Split::kTest);
+  ASSERT_TRUE(rewritten.ok()) << rewritten.status();
+  EXPECT_EQ(rewritten->cache_file, file);
+
+  // train_limit narrows what was mapped.
+  auto limited = LoadDataset(Spec("data { fashion_mnist { train_limit: 300 } }"), Split::kTrain);
+  ASSERT_TRUE(limited.ok()) << limited.status();
+  auto limited_mapped =
+      LoadDataset(Spec("data { fashion_mnist { train_limit: 300 } }"), Split::kTrain);
+  ASSERT_TRUE(limited_mapped.ok()) << limited_mapped.status();
+  EXPECT_NE(limited_mapped->cache_file, "");
+  EXPECT_EQ(limited_mapped->size(), 300);
+  EXPECT_TRUE(at::equal(limited_mapped->x, limited->x));
+
+  setenv("CHORUS_DATA_CACHE", "off", 1);
+  EXPECT_EQ(DecodedCacheDir(), "");
+  auto uncached = LoadDataset(spec, Split::kTest);
+  ASSERT_TRUE(uncached.ok()) << uncached.status();
+  EXPECT_EQ(uncached->cache_file, "");
+  unsetenv("CHORUS_DATA_CACHE");
 }
 
 TEST(DataTest, MissingAndMalformedFilesNameThePathAndThePackage) {
