@@ -134,6 +134,9 @@ struct RunningJob {
   // Join of the next generation starts it. Empty `planned_cause`: none.
   std::string planned_cause;
   std::string planned_kind;  // "drain" or "scale_up" (the metrics' cause)
+  // The world size the planned change is expected to give (0: not known),
+  // sent with REFORM_AT_STEP_BOUNDARY to pick the step boundary.
+  int planned_world = 0;
   // The kind of change the forming generation follows (Scheduler::ReformLocked).
   std::string forming_kind;
   // Ranks that left at a planned re-formation (their agent is draining) and

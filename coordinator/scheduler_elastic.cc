@@ -140,6 +140,7 @@ void Scheduler::ReformLocked(const std::string& job_id, const std::string& cause
   run.forming_kind = kind;
   run.planned_cause.clear();
   run.planned_kind.clear();
+  run.planned_world = 0;
   run.waiting_until = absl::InfiniteFuture();
   run.waiting_cause.clear();
   run.waiting_kind.clear();
@@ -180,6 +181,20 @@ void Scheduler::RequestReformLocked(const std::string& job_id, RunningJob& run,
   if (run.planned_kind == "drain" && kind != "drain") return;  // a drain goes first
   run.planned_cause = cause;
   run.planned_kind = kind;
+  // What ReformLocked will plan if nothing changes before the boundary:
+  // ranks on draining agents (and any gone) leave, free slots are taken.
+  run.planned_world = 0;
+  if (absl::StatusOr<v1::Job> job = jobs_.Get(job_id); job.ok()) {
+    std::vector<bool> lost(run.ranks.size(), false);
+    for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
+      const AgentRegistry::Agent* agent = agents_.Find(run.ranks[rank].agent_id);
+      lost[rank] = agent == nullptr || agent->draining ||
+                   run.ranks[rank].state == v1::RankStatus::EXITED;
+    }
+    absl::StatusOr<NextGeneration> next = PlanNextGeneration(
+        run.Slots(), lost, agents_.FreeSlots(), ToQueuedJob(job_id, job->spec()));
+    if (next.ok()) run.planned_world = static_cast<int>(next->ranks.size());
+  }
   v1::JobEvent event;
   event.set_message(absl::StrCat("generation ", run.generation() + 1, " will form at the next ",
                                  "step boundary after ", cause));

@@ -155,6 +155,7 @@ bool Scheduler::Heartbeat(const v1::RankHeartbeat& heartbeat, v1::Directive* dir
     directive->set_kind(v1::Directive::REFORM_AT_STEP_BOUNDARY);
     directive->set_generation(it->second.generation() + 1);
     directive->set_reason(it->second.planned_cause);
+    directive->set_world_size(it->second.planned_world);
   }
   // A program job sends no metrics along the way: rank 0's heartbeats carry
   // the program's progress records, so they are what the job shows (its

@@ -938,6 +938,7 @@ TEST_F(ElasticChangesTest, ADrainedAgentsRanksLeaveAtTheStepBoundaryAndTheJobGoe
     EXPECT_EQ(d.kind(), v1::Directive::REFORM_AT_STEP_BOUNDARY);
     EXPECT_EQ(d.generation(), 2);
     EXPECT_EQ(d.reason(), "agent " + b.id + " (node-b) was drained: rank(s) 2,3 leave");
+    EXPECT_EQ(d.world_size(), 2) << "the planned world picks the ranks' step boundary";
   }
   // At the boundary every rank joins generation 2; the first one starts it.
   std::vector<JoinResult> joins(4);
@@ -1093,6 +1094,7 @@ TEST_F(ElasticChangesTest, FreeSlotsGrowTheJobAtAStepBoundaryAfterTheScaleUpInte
   EXPECT_EQ(d.kind(), v1::Directive::REFORM_AT_STEP_BOUNDARY);
   EXPECT_EQ(d.generation(), 2);
   EXPECT_EQ(d.reason(), "2 free slot(s) let the job grow from 2 towards resources.max_ranks 4");
+  EXPECT_EQ(d.world_size(), 4);
   EXPECT_TRUE(b.Launches().empty()) << "newcomers start with the new generation";
 
   std::vector<JoinResult> joins(2);

@@ -49,6 +49,7 @@
 #include "worker/runtime/heartbeat_stream.h"
 #include "worker/runtime/program_supervisor.h"
 #include "worker/runtime/rank_failure.h"
+#include "worker/train/step_boundary.h"
 #include "worker/train/trainer.h"
 
 namespace chorus {
@@ -393,7 +394,8 @@ int Run(RankWhere& where) {
     heartbeat_options.on_directive = [&](const v1::Directive& directive) {
       if (directive.kind() == v1::Directive::REFORM_AT_STEP_BOUNDARY) {
         // Acted on at the next step boundary the ranks agree on.
-        RaiseTo(progress.reform_request, directive.generation());
+        RaiseTo(progress.reform_request,
+                PackReformRequest(directive.generation(), directive.world_size()));
         return;
       }
       if (directive.kind() == v1::Directive::ABORT) {

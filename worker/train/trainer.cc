@@ -21,6 +21,7 @@
 #include "worker/train/sample_trace.h"
 #include "worker/train/sampler.h"
 #include "worker/train/state_sync.h"
+#include "worker/train/step_boundary.h"
 #include "worker/train/training_checkpoints.h"
 #include "worker/train/training_strategy.h"
 
@@ -278,30 +279,30 @@ bool IsMembershipFailure(const absl::Status& s) {
 // takes (data.remainder DROP would lose a partial one), the ranks stop only
 // where the samples of the epoch trained so far are a multiple of the
 // global batch of every world size in [min_ranks, max_ranks]
-// (`boundary_samples`); at the start of an epoch always.
+// (`boundary_samples`); at the start of an epoch always. The coordinator
+// sends the world size it plans for the next generation with the request;
+// when the ranks know it, only that world's global batch must divide the
+// samples trained so far (BoundarySamples in step_boundary.h), so a job
+// with a wide [min_ranks, max_ranks] does not wait up to an epoch. Should
+// the coordinator form another size after all (a slot went away
+// meanwhile), the rest of the epoch may leave a partial batch, dropped as
+// after a failure.
 absl::Status CheckStepBoundary(Communicator& comm, const TrainingProgress& p, int64_t generation,
-                               int64_t step, int64_t epoch_offset, int64_t boundary_samples) {
+                               int64_t step, int64_t epoch_offset, const v1::JobSpec& spec,
+                               int64_t per_rank_step, int64_t epoch_samples) {
   torch::Tensor asked = torch::tensor({p.reform_request.load()}, torch::kLong);
   RETURN_IF_ERROR(comm.AllReduce(asked, ReduceOp::kMax, "elastic/step_boundary")
                       ->Wait(absl::Now() + absl::Minutes(5)));
-  const int64_t next = asked.item<int64_t>();
-  if (next <= generation || epoch_offset % boundary_samples != 0) return absl::OkStatus();
+  const ReformRequest next = UnpackReformRequest(asked.item<int64_t>());
+  if (next.generation <= generation) return absl::OkStatus();
+  const int64_t boundary =
+      BoundarySamples(spec.resources().min_ranks(), spec.resources().max_ranks(),
+                      next.world_size, per_rank_step, epoch_samples);
+  if (epoch_offset % boundary != 0) return absl::OkStatus();
   return absl::AbortedError(absl::StrCat("generation ", generation,
                                          " ends at the step boundary before step ", step,
-                                         ": the coordinator asked for generation ", next));
-}
-
-// Note [Step boundary]: the least common multiple of the global batches of
-// the world sizes the job may take; past the epoch's size, only the epoch's
-// start qualifies.
-int64_t BoundarySamples(const v1::JobSpec& spec, int64_t per_rank_step, int64_t epoch_samples) {
-  int64_t l = 1;
-  for (int64_t w = std::max(1, spec.resources().min_ranks()); w <= spec.resources().max_ranks();
-       ++w) {
-    l = l / std::gcd(l, w) * w;
-    if (l * per_rank_step > epoch_samples) return epoch_samples + 1;
-  }
-  return l * per_rank_step;
+                                         ": the coordinator asked for generation ",
+                                         next.generation));
 }
 
 // What a rank keeps across the generations of its job.
@@ -360,8 +361,6 @@ absl::StatusOr<v1::Metrics> TrainGeneration(RankRun& run, const Generation& gen)
   }
   const int accum = strategy->accumulation_steps();
   const int64_t global_batch = sampler.batch_size * comm.size();
-  const int64_t boundary_samples =
-      BoundarySamples(spec, accum * sampler.batch_size, run.train.size());
   TrainingPosition position;
   if (gen.generation > 1) {
     const absl::Time share_start = absl::Now();
@@ -411,7 +410,7 @@ absl::StatusOr<v1::Metrics> TrainGeneration(RankRun& run, const Generation& gen)
       for (int64_t b = 0; b + accum <= epoch_batches && step < total_steps; b += accum) {
         if (run.options.rejoin) {
           RETURN_IF_ERROR(CheckStepBoundary(comm, p, gen.generation, step, position.epoch_offset,
-                                            boundary_samples));
+                                            spec, accum * sampler.batch_size, run.train.size()));
         }
         RETURN_IF_ERROR(InjectFaults(spec, comm, gen.generation, step, p));
         // Random draws (dropout) are a function of (seed, rank, step), so a

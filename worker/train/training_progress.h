@@ -43,8 +43,10 @@ struct TrainingProgress {
   std::atomic<int64_t> checkpoint_request{0};
   // Elastic jobs: the newest generation the coordinator asked this rank to
   // re-form into at its next step boundary (REFORM_AT_STEP_BOUNDARY; a drain
-  // or a growth). The ranks agree on the boundary with one small all-reduce
-  // at the start of every step (Note [Step boundary] in trainer.cc).
+  // or a growth) and the world size planned for it, packed
+  // (PackReformRequest in step_boundary.h). The ranks agree on the boundary
+  // with one small all-reduce at the start of every step (Note [Step
+  // boundary] in trainer.cc).
   std::atomic<int64_t> reform_request{0};
 
   // Sets `phase` and stamps when it began (wall clock).
