@@ -98,6 +98,9 @@ absl::StatusOr<std::shared_ptr<Communicator>> CreateJobCommunicator(
 absl::StatusOr<std::unique_ptr<Session>> Session::FromEnvironment(SessionOptions options) {
   // Before anything slow: a request that comes during setup is kept.
   if (options.handle_checkpoint_signal) InstallCheckpointSignalHandler();
+  // Gloo writes to its peers' sockets with plain writes: a peer that died
+  // must fail the collective (EPIPE), not kill this process with SIGPIPE.
+  if (options.ignore_sigpipe) signal(SIGPIPE, SIG_IGN);
   Parts parts;
   ASSIGN_OR_RETURN(parts.env, ReadSessionEnvironment(ProcessEnvironment()));
   const SessionEnvironment& env = parts.env;

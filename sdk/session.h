@@ -79,6 +79,10 @@ struct SessionOptions {
   // checkpoint request (CheckpointRequested). Installs a process-wide
   // handler.
   bool handle_checkpoint_signal = true;
+  // Ignore SIGPIPE process-wide (as Python does): the transport writes to
+  // its peers' sockets, and a peer that died must fail the collective with
+  // an error (IsMembershipLost) instead of killing the program.
+  bool ignore_sigpipe = true;
 };
 
 class Session {

@@ -23,17 +23,8 @@ mkdir -p "${CHORUS_SAMPLE_TRACE}"
 
 start_coordinator || { fail "no coordinator"; finish; }
 chorus() { timeout 30 "${CHORUS}" --coordinator "${COORDINATOR_ADDR}" "$@"; }
-agent_pids=()
-start_agent() {  # $1 = host name
-  local agent_log="${TMP}/$1.log"
-  "${WORKER}" --coordinator "${COORDINATOR_ADDR}" --slots 2 --host "$1" 2>"${agent_log}" &
-  track_pid $!
-  agent_pids+=($!)
-  wait_for 'grep -q "connected to ${COORDINATOR_ADDR} as agent-" "${agent_log}"' 20 \
-    || fail "agent $1 did not connect: $(tail -3 "${agent_log}")"
-}
-start_agent node-a
-start_agent node-b
+start_agent node-a 2
+start_agent node-b 2
 
 # 4 epochs of 4096 samples, 16 per rank and step: 64 steps an epoch with 4
 # ranks, 128 with 2. Rank 0 sleeps 30 ms a step in every generation so the
@@ -80,7 +71,7 @@ out=$(grep -c "the rank that left slot [01] of node-b exited with code 0" "${TMP
   || fail "coordinator log: $(grep -i "node-b" "${TMP}/coordinator.log" | tail -5)"
 
 # --- growth: node-c brings two free slots
-start_agent node-c
+start_agent node-c 2
 wait_for '[[ "$(field "$(chorus status "${job}" --json)" job.world_size)" == 4 ]]' 30 \
   && pass "the job grew back to 4 ranks on node-c" \
   || fail "no growth: $(chorus status "${job}")"
@@ -147,7 +138,7 @@ crcs=$(awk '$1 == "final" {print $6}' <<<"${trace}" | sort -u)
 [[ $(grep -c '^final' <<<"${trace}") -eq 4 && $(wc -l <<<"${crcs}") -eq 1 ]] \
   && pass "all 4 ranks end with the same parameters (${crcs})" || fail "finals: $(grep '^final' <<<"${trace}")"
 
-kill "${agent_pids[@]}" "${COORDINATOR_PID}" 2>/dev/null
-wait "${agent_pids[@]}" "${COORDINATOR_PID}" 2>/dev/null
+kill "${AGENT_PIDS[@]}" "${COORDINATOR_PID}" 2>/dev/null
+wait "${AGENT_PIDS[@]}" "${COORDINATOR_PID}" 2>/dev/null
 assert_no_leftovers "a drained and grown job"
 finish

@@ -134,6 +134,21 @@ start_coordinator() {
   COORDINATOR_ADDR="${_lib_listen%:*}:${COORDINATOR_PORT}"
 }
 
+# start_agent HOST SLOTS: a ${WORKER} agent named HOST with SLOTS slots,
+# connected to ${COORDINATOR_ADDR} (start_coordinator), logging to
+# TMP/HOST.log; waits up to 20 s for it to connect (fails the test, saying
+# why, if it does not). Its pid is appended to AGENT_PIDS; it is killed when
+# the test exits.
+AGENT_PIDS=()
+start_agent() {
+  local _lib_agent_log="${TMP}/$1.log"
+  "${WORKER}" --coordinator "${COORDINATOR_ADDR}" --slots "$2" --host "$1" 2>"${_lib_agent_log}" &
+  track_pid $!
+  AGENT_PIDS+=($!)
+  wait_for 'grep -q "connected to ${COORDINATOR_ADDR} as agent-" "${_lib_agent_log}"' 20 \
+    || fail "agent $1 did not connect: $(tail -3 "${_lib_agent_log}")"
+}
+
 # start_cluster_with_http SLOTS: a coordinator (start_coordinator) with its
 # HTTP port (/metrics, the status page) on loopback port 0, and one
 # ${WORKER} agent with SLOTS slots logging to TMP/worker.log (killed when the

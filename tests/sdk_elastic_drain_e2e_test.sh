@@ -24,20 +24,11 @@ fi
 
 start_coordinator || { fail "no coordinator"; finish; }
 chorus() { timeout 30 "${CHORUS}" --coordinator "${COORDINATOR_ADDR}" "$@"; }
-agent_pids=()
-start_agent() {  # $1 = host name
-  local agent_log="${TMP}/$1.log"
-  "${WORKER}" --coordinator "${COORDINATOR_ADDR}" --slots 1 --host "$1" 2>"${agent_log}" &
-  track_pid $!
-  agent_pids+=($!)
-  wait_for 'grep -q "connected to ${COORDINATOR_ADDR} as agent-" "${agent_log}"' 20 \
-    || fail "agent $1 did not connect: $(tail -3 "${agent_log}")"
-}
 # The program's lines (as the agents log them) that start with $1.
 lines() { cat "${TMP}"/node-*.log 2>/dev/null | grep -h -o "$1.*"; }
 
-start_agent node-a
-start_agent node-b
+start_agent node-a 1
+start_agent node-b 1
 # One epoch: 468 steps at 2 ranks of 64 samples; 10 ms a step so that the
 # job lasts long enough to be drained and grown on a busy machine.
 cat > "${TMP}/job.textproto" <<SPEC
@@ -70,7 +61,7 @@ out=$(chorus status "${job}")
   || fail "rank 0 in generation 2: '$(lines "joined: rank 0 of 1 generation 2")' (was ${survivor})"
 
 # --- growth: node-c brings a free slot
-start_agent node-c
+start_agent node-c 1
 wait_for '[[ "$(field "$(chorus status "${job}" --json)" job.world_size)" == 2 ]]' 30 \
   && pass "the job grew back to 2 ranks on node-c" || fail "no growth: $(chorus status "${job}")"
 wait_for '[[ "$(field "$(chorus status "${job}" --json)" job.state)" == SUCCEEDED ]]' 120 \
@@ -92,7 +83,7 @@ events=$(chorus watch "${job}" 2>&1)
    && "${events}" == *"generation 3 after 1 free slot(s) let the job grow"* ]] \
   && pass "watch shows the drain and the growth" || fail "watch: ${events}"
 
-kill "${agent_pids[@]}" "${COORDINATOR_PID}" 2>/dev/null
-wait "${agent_pids[@]}" "${COORDINATOR_PID}" 2>/dev/null
+kill "${AGENT_PIDS[@]}" "${COORDINATOR_PID}" 2>/dev/null
+wait "${AGENT_PIDS[@]}" "${COORDINATOR_PID}" 2>/dev/null
 assert_no_leftovers "an elastic program drained and grown"
 finish

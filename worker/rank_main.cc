@@ -465,6 +465,10 @@ int main(int argc, char** argv) {
   chorus::InitLogging(argv[0], 0);
   // SIGTERM is how the agent stops a rank: a normal exit, not a crash report.
   signal(SIGTERM, SIG_DFL);
+  // Gloo writes to its peers' sockets with plain writes: a peer that died
+  // (a killed rank, a lost node) must fail the collective with EPIPE, not
+  // kill this rank with SIGPIPE — a survivor of an elastic job re-forms.
+  signal(SIGPIPE, SIG_IGN);
   // SIGUSR1 must not kill a rank (its default), even before training starts.
   // The agent starts ranks with it blocked, so one sent before this point
   // waits until it is unblocked here.
