@@ -70,6 +70,18 @@ absl::Status CheckRuntimeSupport(const v1::JobSpec& spec);
 // The topology a decentralized strategy asks for (common/topology.h).
 TopologyConfig TopologyFromSpec(const v1::DecentralizedStrategy& decentralized);
 
+// Whether some world size in [resources.min_ranks, resources.max_ranks] of
+// an elastic decentralized job is one its topology does not serve, so that
+// ranks beyond the largest served size are hot spares (Note [Hot spares] in
+// worker/decentralized/decentralized_data_parallel.h).
+bool MayHaveHotSpares(const v1::JobSpec& spec);
+
+// How many ranks of a world of `world_size` train: all of them but for a
+// job with hot spares, where ranks [0, result) train (the largest size the
+// topology serves) and the others are spares. INVALID_ARGUMENT if the
+// topology serves no size up to `world_size`.
+absl::StatusOr<int> TrainingRanks(const v1::JobSpec& spec, int world_size);
+
 // Reads, parses, normalizes and validates the spec at `path`.
 // NOT_FOUND if the file cannot be read; INVALID_ARGUMENT for bad contents.
 // A program spec without program.working_dir gets `program_working_dir`

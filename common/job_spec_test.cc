@@ -134,16 +134,31 @@ TEST(JobSpecTest, ElasticDefaultsOnlyWhenTheBlockIsThere) {
   NormalizeJobSpec(none);
   EXPECT_EQ(none.elastic().max_restarts(), 0);
 
-  // Gossip jobs re-form too, over sizes their topology serves.
+  // Gossip jobs re-form too. A size the topology does not serve trains
+  // with the largest one it does and keeps the rest as hot spares.
   JobSpec gossip = MustParse(
       "model { mlp {} } data { synthetic {} } elastic {} strategy { decentralized { topology: RING "
-      "} } resources { min_ranks: 2 max_ranks: 4 }",
+      "} } resources { min_ranks: 2 max_ranks: 5 }",
       SpecFormat::kTextProto);
   NormalizeJobSpec(gossip);
+  EXPECT_THAT(ValidateJobSpec(gossip), IsEmpty()) << "3 and 5 ranks: 2 and 4 train, 1 spare";
+  // Without the elastic block the job never re-forms: every size must be served.
+  gossip.clear_elastic();
   std::vector<SpecError> errors = ValidateJobSpec(gossip);
-  ASSERT_EQ(errors.size(), 1u) << "ring needs an even size: 3 is in the range";
+  ASSERT_EQ(errors.size(), 1u);
   EXPECT_EQ(errors[0].field, "strategy.decentralized.topology");
-  EXPECT_THAT(errors[0].message, HasSubstr("unservable: 3"));
+  EXPECT_THAT(errors[0].message, HasSubstr("unservable: 3,5"));
+  // Some sizes serve no ranks at all: one rank of nodes of two.
+  JobSpec nodes = MustParse(
+      "model { mlp {} } data { synthetic {} } elastic {} strategy { decentralized { topology: "
+      "ALTERNATING_EXPONENTIAL_RING local_world_size: 2 } } resources { min_ranks: 1 max_ranks: "
+      "4 }",
+      SpecFormat::kTextProto);
+  NormalizeJobSpec(nodes);
+  errors = ValidateJobSpec(nodes);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0].field, "strategy.decentralized.local_world_size");
+  EXPECT_THAT(errors[0].message, HasSubstr("unservable: 1)"));
   gossip.mutable_strategy()->mutable_decentralized()->set_topology(
       v1::DecentralizedStrategy::COMPLETE);
   EXPECT_THAT(ValidateJobSpec(gossip), IsEmpty());
@@ -414,9 +429,9 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"elastic { wait_seconds: -5 }", "elastic.wait_seconds: must be > 0, got -5"},
         Case{"elastic { scale_up_interval_seconds: -1 }",
              "elastic.scale_up_interval_seconds: must be > 0, got -1"},
-        // An elastic gossip job re-forms at any size in its range: every one
-        // must be a size the topology serves.
-        Case{"elastic {} strategy { decentralized { } } resources { min_ranks: 2 max_ranks: 4 }",
+        // A gossip job that does not re-form runs at any size in its
+        // range: every one must be a size the topology serves.
+        Case{"strategy { decentralized { } } resources { min_ranks: 2 max_ranks: 4 }",
              "strategy.decentralized.topology: one_peer_exponential pairs rank i with i xor 2^k "
              "and needs a power-of-two number of ranks, got 3; nearest world sizes that work: 2 "
              "and 4 (resources allow 2..4 ranks; unservable: 3)"},

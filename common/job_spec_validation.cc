@@ -236,6 +236,21 @@ TopologyConfig TopologyFromSpec(const v1::DecentralizedStrategy& d) {
   return config;
 }
 
+bool MayHaveHotSpares(const v1::JobSpec& spec) {
+  if (!spec.has_elastic() || !spec.strategy().has_decentralized()) return false;
+  const TopologyConfig config = TopologyFromSpec(spec.strategy().decentralized());
+  const int max_ranks = std::min(spec.resources().max_ranks(), kMaxRanks);
+  for (int n = std::max(1, spec.resources().min_ranks()); n <= max_ranks; ++n) {
+    if (!CheckWorldSize(config, n).ok()) return true;
+  }
+  return false;
+}
+
+absl::StatusOr<int> TrainingRanks(const v1::JobSpec& spec, int world_size) {
+  if (!spec.has_elastic() || !spec.strategy().has_decentralized()) return world_size;
+  return ServedWorldSize(TopologyFromSpec(spec.strategy().decentralized()), world_size);
+}
+
 namespace {
 
 void ValidateTopology(const JobSpec& spec, Checker& c) {
@@ -258,13 +273,15 @@ void ValidateTopology(const JobSpec& spec, Checker& c) {
   }
   if (d.topology() != v1::DecentralizedStrategy::CUSTOM && min_ranks >= 1 &&
       max_ranks >= min_ranks && max_ranks <= kMaxRanks && d.local_world_size() >= 1) {
-    // Every world size the job may run at (elastic range included) must be
-    // one the topology serves.
+    // Every world size the job may run at must be one the topology serves;
+    // an elastic job trains with the largest served size up to its world
+    // and keeps the other ranks as hot spares, so it only needs one.
     const TopologyConfig config = TopologyFromSpec(d);
     std::vector<int> bad;
     std::string first_reason;
     for (int n = min_ranks; n <= max_ranks && bad.size() < 8; ++n) {
-      absl::Status s = CheckWorldSize(config, n);
+      absl::Status s =
+          spec.has_elastic() ? ServedWorldSize(config, n).status() : CheckWorldSize(config, n);
       if (s.ok()) continue;
       if (bad.empty()) first_reason = std::string(s.message());
       bad.push_back(n);

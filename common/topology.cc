@@ -129,6 +129,14 @@ absl::Status CheckWorldSize(const TopologyConfig& config, int world_size) {
       absl::StrCat(why, "; nearest world sizes that work: ", absl::StrJoin(nearest, " and ")));
 }
 
+absl::StatusOr<int> ServedWorldSize(const TopologyConfig& config, int world_size) {
+  for (int n = world_size; n >= 1; --n) {
+    if (Unservable(config, n).empty()) return n;
+  }
+  // `world_size` itself is not served here, so this is never OK.
+  return CheckWorldSize(config, world_size);
+}
+
 Topology::Topology(int world_size, std::vector<TopologyStep> steps)
     : world_size_(world_size), steps_(std::move(steps)) {
   group_of_.assign(steps_.size(), std::vector<int>(world_size_, 0));

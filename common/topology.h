@@ -62,6 +62,13 @@ struct TopologyConfig {
 // with the reason and the nearest world sizes it can serve.
 absl::Status CheckWorldSize(const TopologyConfig& config, int world_size);
 
+// The largest world size <= `world_size` that `config` serves. An elastic
+// decentralized job that has `world_size` ranks trains with that many; the
+// others are hot spares (Note [Hot spares] in
+// worker/decentralized/decentralized_data_parallel.h). INVALID_ARGUMENT with
+// CheckWorldSize's reason if no size up to `world_size` is served.
+absl::StatusOr<int> ServedWorldSize(const TopologyConfig& config, int world_size);
+
 class Topology {
  public:
   static absl::StatusOr<Topology> Create(const TopologyConfig& config, int world_size);

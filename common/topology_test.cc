@@ -99,6 +99,25 @@ TEST(TopologyTest, CustomStepsAreUsedInTurn) {
   EXPECT_THAT(topo.GroupOf(2, 2), ElementsAre(0, 1, 2));
 }
 
+TEST(TopologyTest, ServedWorldSizeIsTheLargestServedSizeUpToTheWorld) {
+  EXPECT_EQ(*ServedWorldSize({TopologyKind::kOnePeerExponential}, 3), 2);
+  EXPECT_EQ(*ServedWorldSize({TopologyKind::kOnePeerExponential}, 7), 4);
+  EXPECT_EQ(*ServedWorldSize({TopologyKind::kOnePeerExponential}, 8), 8);
+  EXPECT_EQ(*ServedWorldSize({TopologyKind::kRing}, 5), 4);
+  EXPECT_EQ(*ServedWorldSize({TopologyKind::kRing}, 1), 1);
+  EXPECT_EQ(*ServedWorldSize({TopologyKind::kComplete}, 5), 5);
+  EXPECT_EQ(*ServedWorldSize({TopologyKind::kAlternatingExponentialRing, 2}, 7), 4);
+  TopologyConfig custom{TopologyKind::kCustom, 1, {{{0, 1}, {2, 3}}}};
+  EXPECT_EQ(*ServedWorldSize(custom, 5), 4);
+  EXPECT_THAT(std::string(ServedWorldSize(custom, 3).status().message()),
+              HasSubstr("cover 4 ranks, the world has 3"));
+  EXPECT_THAT(
+      std::string(
+          ServedWorldSize({TopologyKind::kAlternatingExponentialRing, 4}, 3).status().message()),
+      HasSubstr("not a multiple of local_world_size 4"));
+  EXPECT_FALSE(ServedWorldSize({TopologyKind::kComplete}, 0).ok());
+}
+
 TEST(TopologyTest, UnservableSizesNameTheReasonAndTheNearestSizes) {
   EXPECT_THAT(std::string(CheckWorldSize({TopologyKind::kRing}, 5).message()),
               HasSubstr("even number of ranks, got 5; nearest world sizes that work: 4 and 6"));

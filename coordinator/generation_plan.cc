@@ -45,7 +45,7 @@ absl::StatusOr<NextGeneration> PlanNextGeneration(const std::vector<RankSlot>& c
     if (!lost[rank]) {
       next.ranks.push_back(current[rank]);
       next.old_rank.push_back(static_cast<int>(rank));
-    } else if (used < static_cast<size_t>(taken)) {
+    } else if (!job.survivors_first && used < static_cast<size_t>(taken)) {
       next.ranks.push_back(candidates[used++]);
       next.old_rank.push_back(-1);
     }

@@ -4,9 +4,13 @@
 // Survivors keep their slots (and their processes). A lost rank's number goes
 // to a newcomer on a free slot of the job's device when there is one, so a
 // replaced rank keeps its number; without one the rank is dropped and the
-// ranks after it move down. The generation holds at most max_ranks ranks;
-// fewer than min_ranks is an error naming the figures. local_rank and
-// local_world_size are counted again over the new generation.
+// ranks after it move down. A job with hot spares (job.survivors_first)
+// numbers every survivor first, in rank order, and newcomers after them: a
+// spare (a high rank) then takes a lost trainer's place at once, and the
+// newcomer, still starting, becomes the spare (Note [Hot spares] in
+// worker/decentralized/decentralized_data_parallel.h). The generation holds at most max_ranks
+// ranks; fewer than min_ranks is an error naming the figures. local_rank and local_world_size are
+// counted again over the new generation.
 //
 // Thread-safety: a pure function.
 //

@@ -51,6 +51,37 @@ TEST(GenerationPlanTest, ALostRankIsReplacedUnderItsNumber) {
   EXPECT_EQ(next->newcomers(), 1);
 }
 
+TEST(GenerationPlanTest, WithHotSparesSurvivorsComeFirstAndTheNewcomerLast) {
+  // One-peer exponential at 3 ranks: 0 and 1 train, 2 is the spare. Rank 1
+  // is lost: the spare becomes rank 1 and the newcomer the spare.
+  const std::vector<RankSlot> current = {At("a", 0), At("a", 1), At("a", 2)};
+  QueuedJob job = Job(2, 3);
+  job.survivors_first = true;
+  absl::StatusOr<NextGeneration> next =
+      PlanNextGeneration(current, {false, true, false}, {Free("a", {1})}, job);
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_THAT(Where(*next),
+              testing::ElementsAre("a/0 local 0/3", "a/2 local 1/3", "a/1 local 2/3"));
+  EXPECT_THAT(next->old_rank, testing::ElementsAre(0, 2, -1));
+}
+
+TEST(GenerationPlanTest, ToQueuedJobSetsSurvivorsFirstForJobsWithHotSpares) {
+  v1::JobSpec spec;
+  spec.mutable_resources()->set_min_ranks(2);
+  spec.mutable_resources()->set_max_ranks(3);
+  spec.mutable_strategy()->mutable_decentralized()->set_topology(
+      v1::DecentralizedStrategy::ONE_PEER_EXPONENTIAL);
+  EXPECT_FALSE(ToQueuedJob("j", spec).survivors_first) << "not elastic: no re-formation";
+  spec.mutable_elastic();
+  EXPECT_TRUE(ToQueuedJob("j", spec).survivors_first) << "3 ranks: 2 train, 1 spare";
+  spec.mutable_resources()->set_max_ranks(2);
+  EXPECT_FALSE(ToQueuedJob("j", spec).survivors_first) << "2 is served";
+  spec.mutable_resources()->set_max_ranks(4);
+  spec.mutable_strategy()->mutable_decentralized()->set_topology(
+      v1::DecentralizedStrategy::COMPLETE);
+  EXPECT_FALSE(ToQueuedJob("j", spec).survivors_first) << "complete serves every size";
+}
+
 TEST(GenerationPlanTest, WithoutAFreeSlotTheJobShrinksDownToMinRanks) {
   const std::vector<RankSlot> current = {At("a", 0), At("b", 0), At("b", 1)};
   absl::StatusOr<NextGeneration> next =

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
 #include "common/memory_estimate.h"
 
 namespace chorus {
@@ -51,6 +52,7 @@ QueuedJob ToQueuedJob(const std::string& job_id, const v1::JobSpec& spec) {
   job.job_id = job_id;
   job.resources = spec.resources();
   job.rank_bytes = EstimateRankMemory(spec).total_bytes();
+  job.survivors_first = MayHaveHotSpares(spec);
   return job;
 }
 

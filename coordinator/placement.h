@@ -35,6 +35,9 @@ struct QueuedJob {
   std::string job_id;
   v1::ResourceSpec resources;
   int64_t rank_bytes = 0;  // estimated memory per rank; 0 = unknown
+  // A re-formed generation numbers its survivors first (see
+  // generation_plan.h): set for jobs with hot spares.
+  bool survivors_first = false;
 };
 
 // `spec` (normalized) as placement sees it; rank_bytes is its memory

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/job_spec.h"
 #include "coordinator/generation_plan.h"
 #include "coordinator/hang_detector.h"
 #include "coordinator/hang_policy.h"
@@ -124,8 +125,15 @@ void Scheduler::ReformLocked(const std::string& job_id, const std::string& cause
   }
   if (failure) ++run.restarts;
   if (world > old_world) run.last_growth_at = now;
+  // Note [Hot spares] in worker/decentralized/decentralized_data_parallel.h.
+  const absl::StatusOr<int> training = TrainingRanks(job->spec(), world);
+  const std::string spares =
+      training.ok() && *training < world
+          ? absl::StrCat(", ", *training, " training and ", world - *training, " hot spare",
+                         world - *training == 1 ? "" : "s")
+          : "";
   const std::string change = absl::StrCat(
-      "generation ", generation, " after ", cause, ": ", old_world, " -> ", world, " ranks",
+      "generation ", generation, " after ", cause, ": ", old_world, " -> ", world, " ranks", spares,
       newcomers.empty() ? "" : absl::StrCat(" (", absl::StrJoin(newcomers, ", "), ")"),
       failure ? absl::StrCat(", restart ", run.restarts, " of ", run.elastic_spec.max_restarts())
               : ", at a step boundary (not a restart)");

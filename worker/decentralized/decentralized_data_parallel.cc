@@ -48,7 +48,17 @@ class DecentralizedDataParallel::Impl {
         make_optimizer_(std::move(make_optimizer)),
         lr_schedule_(std::move(lr_schedule)),
         options_(std::move(options)),
-        topology_(std::move(topology)) {}
+        topology_(std::move(topology)),
+        training_(topology_.world_size()),
+        self_group_{comm_.rank()} {}
+
+  // Note [Hot spares] in the header.
+  bool spare() const { return comm_.rank() >= training_; }
+
+  // This rank's group at step t: a spare's is itself.
+  const std::vector<int>& Group(int64_t t) const {
+    return spare() ? self_group_ : topology_.GroupOf(t, comm_.rank());
+  }
 
   std::string Tag(absl::string_view what) const {
     return absl::StrCat("dec:", options_.name, "/", what);
@@ -60,7 +70,7 @@ class DecentralizedDataParallel::Impl {
   // member calls NewGroup in the same order.
   absl::Status MakeGroups() {
     for (int t = 0; t < topology_.period(); ++t) {
-      const std::vector<int>& group = topology_.GroupOf(t, comm_.rank());
+      const std::vector<int>& group = Group(t);
       if (group.size() <= 2 || static_cast<int>(group.size()) == comm_.size()) continue;
       const std::string key = absl::StrJoin(group, ",");
       if (groups_.count(key)) continue;
@@ -226,6 +236,7 @@ class DecentralizedDataParallel::Impl {
         }
       }
     }
+    if (spare()) return absl::OkStatus();  // nothing to mix, no gradients, no exchange
     std::vector<at::Tensor> members;
     for (size_t k : bucket.members) members.push_back(Param(k));
     if (options_.clip_norm > 0 && options_.clip_mode == DecentralizedOptions::Clip::kPerBucket) {
@@ -249,7 +260,7 @@ class DecentralizedDataParallel::Impl {
   // Starts bucket b's exchange with its group of step t.
   void Launch(size_t b, int64_t t) {
     Bucket& bucket = buckets_[b];
-    const std::vector<int>& group = topology_.GroupOf(t, comm_.rank());
+    const std::vector<int>& group = Group(t);
     const std::string tag = Tag(absl::StrCat("bucket", b));
     const int64_t bytes = static_cast<int64_t>(bucket.block.nbytes());
     if (group.size() == 1) return;
@@ -345,16 +356,23 @@ class DecentralizedDataParallel::Impl {
       for (size_t i = 0; i < buffers.size(); ++i) buffer_backup_[i] = buffers[i].clone();
     }
     for (size_t b = 0; b < buckets_.size(); ++b) {
-      RETURN_IF_ERROR(comm_
-                          .AllReduce(buckets_[b].block, ReduceOp::kAvg,
-                                     Tag(absl::StrCat("global_average/bucket", b)))
-                          ->Wait(Deadline()));
+      RETURN_IF_ERROR(
+          AverageOfTrainers(buckets_[b].block, Tag(absl::StrCat("global_average/bucket", b))));
     }
     for (const at::Tensor& buffer : FloatBuffers()) {
-      RETURN_IF_ERROR(
-          comm_.AllReduce(buffer, ReduceOp::kAvg, Tag("global_average/buffers"))->Wait(Deadline()));
+      RETURN_IF_ERROR(AverageOfTrainers(buffer, Tag("global_average/buffers")));
     }
     averaged_ = true;
+    return absl::OkStatus();
+  }
+
+  // Replaces `t` by the mean of the training ranks' values, on every rank.
+  absl::Status AverageOfTrainers(const at::Tensor& t, const std::string& tag) {
+    if (training_ == comm_.size()) return comm_.AllReduce(t, ReduceOp::kAvg, tag)->Wait(Deadline());
+    at::Tensor target = t;  // a handle: zero_ and div_ act on the caller's tensor
+    if (spare()) target.zero_();
+    RETURN_IF_ERROR(comm_.AllReduce(target, ReduceOp::kSum, tag)->Wait(Deadline()));
+    target.div_(training_);
     return absl::OkStatus();
   }
 
@@ -364,6 +382,10 @@ class DecentralizedDataParallel::Impl {
           absl::StrCat("dec:", options_.name, ": no global average to revert since the last step"));
     }
     at::NoGradGuard no_grad;
+    if (spare()) {  // keeps the average: the newest model it can hold
+      averaged_ = false;
+      return absl::OkStatus();
+    }
     for (Bucket& bucket : buckets_) bucket.block.copy_(bucket.backup);
     const std::vector<at::Tensor> buffers = FloatBuffers();
     for (size_t i = 0; i < buffers.size() && i < buffer_backup_.size(); ++i)
@@ -441,6 +463,8 @@ class DecentralizedDataParallel::Impl {
   LrSchedule lr_schedule_;
   const DecentralizedOptions options_;
   const Topology topology_;
+  const int training_;  // ranks that train (Note [Hot spares])
+  const std::vector<int> self_group_;
   std::map<std::string, std::shared_ptr<Communicator>> groups_;  // by "r1,r2,..."
   std::vector<size_t> trained_;                                  // params_ with requires_grad
   std::vector<Bucket> buckets_;
@@ -471,7 +495,12 @@ absl::StatusOr<std::unique_ptr<DecentralizedDataParallel>> DecentralizedDataPara
   }
   if (!make_optimizer)
     return absl::InvalidArgumentError("decentralized: an optimizer factory is required");
-  ASSIGN_OR_RETURN(Topology topology, Topology::Create(options.topology, comm.size()));
+  if (options.training_ranks < 0 || options.training_ranks > comm.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("decentralized: training_ranks must be in [0, ",
+                                                   comm.size(), "], got ", options.training_ranks));
+  }
+  const int training = options.training_ranks > 0 ? options.training_ranks : comm.size();
+  ASSIGN_OR_RETURN(Topology topology, Topology::Create(options.topology, training));
   // A parameter shared by two submodules lives in one bucket slot.
   parameters = WithoutRepeatedTensors(std::move(parameters));
   buffers = WithoutRepeatedTensors(std::move(buffers));
@@ -529,6 +558,8 @@ absl::Status DecentralizedDataParallel::BroadcastParameters(int root) {
 }
 
 absl::Status DecentralizedDataParallel::FinishStep() { return impl_->FinishStep(); }
+
+bool DecentralizedDataParallel::spare() const { return impl_->spare(); }
 
 absl::Status DecentralizedDataParallel::GlobalAverage() { return impl_->GlobalAverage(); }
 

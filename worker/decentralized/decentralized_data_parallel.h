@@ -76,6 +76,9 @@ struct DecentralizedOptions {
   std::string name = "model";
   // How long a wait for an exchange or a setup collective may take.
   absl::Duration timeout = absl::Minutes(5);
+  // Ranks [0, training_ranks) train and gossip over the topology; the
+  // others are hot spares (Note [Hot spares]). 0: every rank trains.
+  int training_ranks = 0;
 };
 
 // Makes the optimizer of one bucket over its parameters.
@@ -129,14 +132,19 @@ class DecentralizedDataParallel {
   };
   AccumulateScope Accumulate() { return AccumulateScope(*this); }
 
+  // Whether this rank is a hot spare (rank >= options.training_ranks).
+  bool spare() const;
+
   // Replaces every rank's parameters (and float buffers if average_buffers)
-  // by the exact mean over all ranks, keeping a copy of its own. Waits for
+  // by the exact mean over the training ranks (spares get it too), keeping
+  // a copy of its own. Waits for
   // the exchanges in flight first; their results are kept for the next step
   // if the average is reverted and dropped if it is not (averaged parameters
   // are already in consensus). REQUIRES: between steps.
   absl::Status GlobalAverage();
-  // Restores the parameters (and buffers) GlobalAverage replaced, exactly.
-  // FAILED_PRECONDITION if there is no average to revert.
+  // Restores the parameters (and buffers) GlobalAverage replaced, exactly;
+  // a spare keeps the average. FAILED_PRECONDITION if there is no average
+  // to revert.
   absl::Status RevertGlobalAverage();
 
   // The step the next update takes (0 at creation): it selects the LR and
@@ -191,6 +199,23 @@ class DecentralizedDataParallel {
 // order); mixing is elementwise, so pairs give identical bits, while group
 // means of more than two ranks may round differently (a ring all-reduce
 // sums each element in an order that depends on where it sits in its block).
+
+// Note [Hot spares]
+// An elastic job re-forms at whatever size its ranks allow, and some
+// topologies serve only some sizes (one_peer_exponential: powers of two).
+// With n ranks the job trains with k = ServedWorldSize(topology, n) of them
+// (common/topology.h), ranks 0..k-1, and keeps ranks k..n-1 as hot spares:
+// processes that have loaded the data and built the model, take part in
+// every collective of the whole world, and train on nothing. For the
+// engine a spare is a rank whose group is itself at every step (no
+// exchange) and whose optimizers never step. GlobalAverage() is the mean of
+// the k training ranks' models (spares add zeros; the sum is divided by k)
+// and a spare keeps it when the trainers revert, so a spare holds the model
+// of the last evaluation, checkpoint or global average. When a member is
+// lost, the next generation forms with the survivors: ranks are numbered
+// again, a spare may now be below k and train, and its state comes from the
+// survivors that trained (worker/train/state_sync.h), as a newcomer's does,
+// but without a process to start or data to load.
 
 // Note [Mixing]
 // Every group of a step averages with equal weights, so a pair exchanges

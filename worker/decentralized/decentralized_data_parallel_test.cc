@@ -309,6 +309,62 @@ TEST(DecentralizedTest, GlobalAverageIsExactAndRevertRestoresTheRun) {
   EXPECT_EQ(with, without);  // bit for bit
 }
 
+TEST(DecentralizedTest, HotSparesTrainNothingAndHoldTheTrainersAverage) {
+  // Three ranks, one_peer_exponential serves two: rank 2 is a spare. Ranks
+  // 0 and 1 follow the two-rank closed form exactly as if alone.
+  Problem two;
+  two.ranks = 2;
+  two.topology = {TopologyKind::kOnePeerExponential};
+  two.steps = 4;
+  DecentralizedOptions options = TinyBuckets(two.topology);
+  options.training_ranks = 2;
+  std::vector<std::vector<double>> trained(3), averaged(3), reverted(3);
+  std::vector<int64_t> bytes(3);
+  std::vector<bool> spare(3);
+  RunGlooRanks(3, [&](int rank, Communicator& comm) {
+    std::vector<NamedTensor> params = MakeParams(rank);
+    auto engine =
+        DecentralizedDataParallel::Create(params, {}, comm, Sgd(two.lr), nullptr, options);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    spare[rank] = (*engine)->spare();
+    for (int t = 0; t < two.steps; ++t) {
+      if (!(*engine)->spare()) Loss(params, rank, two).backward();
+      ASSERT_TRUE((*engine)->FinishStep().ok());
+    }
+    trained[rank] = Flat(params);
+    bytes[rank] = (*engine)->bytes_sent();
+    ASSERT_TRUE((*engine)->GlobalAverage().ok());
+    averaged[rank] = Flat(params);
+    ASSERT_TRUE((*engine)->RevertGlobalAverage().ok());
+    reverted[rank] = Flat(params);
+  });
+  EXPECT_EQ(spare, (std::vector<bool>{false, false, true}));
+  const std::vector<std::vector<double>> want = ClosedForm(two);
+  ExpectNear({trained[0], trained[1]}, want, 1e-5);
+  for (int k = 0; k < kDim; ++k) {
+    EXPECT_EQ(trained[2][k], static_cast<float>(Initial(2, k))) << "the spare's model moved";
+    const double mean = (trained[0][k] + trained[1][k]) / 2;  // the spare adds nothing
+    for (int r = 0; r < 3; ++r) EXPECT_NEAR(averaged[r][k], mean, 1e-6) << "rank " << r;
+  }
+  EXPECT_EQ(averaged[0], averaged[2]);  // the same bits everywhere
+  EXPECT_EQ(reverted[0], trained[0]);
+  EXPECT_EQ(reverted[1], trained[1]);
+  EXPECT_EQ(reverted[2], averaged[2]) << "a spare keeps the average";
+  EXPECT_EQ(bytes[2], 0);
+  EXPECT_EQ(bytes[0], two.steps * kDim * 4);
+}
+
+TEST(DecentralizedTest, TrainingRanksOutsideTheWorldAreRefused) {
+  RunGlooRanks(2, [&](int rank, Communicator& comm) {
+    DecentralizedOptions options = TinyBuckets({TopologyKind::kRing});
+    options.training_ranks = 3;
+    auto engine =
+        DecentralizedDataParallel::Create(MakeParams(rank), {}, comm, Sgd(0.1), nullptr, options);
+    EXPECT_THAT(std::string(engine.status().message()),
+                HasSubstr("training_ranks must be in [0, 2], got 3"));
+  });
+}
+
 TEST(DecentralizedTest, KeptGlobalAverageDropsTheStaleExchange) {
   Problem p;
   p.ranks = 2;

@@ -43,6 +43,9 @@ class DdpStrategy final : public TrainingStrategy {
   void set_total_steps(int64_t total_steps) override { total_steps_ = total_steps; }
   std::vector<torch::optim::Optimizer*> optimizers() const override { return {optimizer_.get()}; }
   bool replicas_identical() const override { return true; }
+  absl::Status SpareStep() override {
+    return absl::FailedPreconditionError("DDP has no spare ranks: every rank trains");
+  }
   absl::Status Resume(int64_t /*step*/, ExchangeState /*exchange*/) override {
     return absl::OkStatus();
   }

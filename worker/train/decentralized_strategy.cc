@@ -29,6 +29,7 @@ class DecentralizedStrategy final : public TrainingStrategy {
                             ? DecentralizedOptions::Clip::kPerBucket
                             : DecentralizedOptions::Clip::kGlobalNorm;
     options.average_buffers = true;
+    ASSIGN_OR_RETURN(options.training_ranks, TrainingRanks(spec_, comm_.size()));
     ASSIGN_OR_RETURN(
         engine_,
         DecentralizedDataParallel::Create(
@@ -43,6 +44,12 @@ class DecentralizedStrategy final : public TrainingStrategy {
   int accumulation_steps() const override { return 1; }
   void set_total_steps(int64_t total_steps) override { total_steps_ = total_steps; }
   bool replicas_identical() const override { return false; }
+  // No backward: the engine's step updates nothing and exchanges nothing
+  // for a spare, and takes part in the first step's layout broadcast.
+  absl::Status SpareStep() override {
+    progress_.Enter(v1::OPTIMIZER);
+    return engine_->FinishStep();
+  }
   // The engine replaces its optimizers once, after step 0: ask every time.
   std::vector<torch::optim::Optimizer*> optimizers() const override {
     return engine_->optimizers();

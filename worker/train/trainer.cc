@@ -295,9 +295,12 @@ absl::Status CheckStepBoundary(Communicator& comm, const TrainingProgress& p, in
                       ->Wait(absl::Now() + absl::Minutes(5)));
   const ReformRequest next = UnpackReformRequest(asked.item<int64_t>());
   if (next.generation <= generation) return absl::OkStatus();
+  // The next world's global batch is that of the ranks that will train in it.
+  const absl::StatusOr<int> next_training =
+      next.world_size > 0 ? TrainingRanks(spec, next.world_size) : absl::StatusOr<int>(0);
   const int64_t boundary =
       BoundarySamples(spec.resources().min_ranks(), spec.resources().max_ranks(),
-                      next.world_size, per_rank_step, epoch_samples);
+                      next_training.ok() ? *next_training : 0, per_rank_step, epoch_samples);
   if (epoch_offset % boundary != 0) return absl::OkStatus();
   return absl::AbortedError(absl::StrCat("generation ", generation,
                                          " ends at the step boundary before step ", step,
@@ -317,12 +320,12 @@ struct RankRun {
   SampleTrace* trace = nullptr;
   // The state this rank held when its last generation failed: its newest
   // complete step's model, optimizer state and position. None for a
-  // newcomer, and until a generation fails.
+  // newcomer, a hot spare, and until a generation fails.
   std::optional<Snapshot> held;
 };
 
 // The spec one generation trains with: elastic.scale_lr scales the learning
-// rate with the world size.
+// rate with the ranks that train.
 v1::JobSpec GenerationSpec(const v1::JobSpec& spec, int world_size) {
   v1::JobSpec out = spec;
   if (spec.has_elastic() && spec.elastic().scale_lr()) {
@@ -337,19 +340,29 @@ v1::JobSpec GenerationSpec(const v1::JobSpec& spec, int world_size) {
 absl::StatusOr<v1::Metrics> TrainGeneration(RankRun& run, const Generation& gen) {
   Communicator& comm = *gen.comm;
   TrainingProgress& p = run.p;
-  const v1::JobSpec spec = GenerationSpec(run.spec, comm.size());
   p.Enter(v1::SETUP);
   const absl::Time setup_start = absl::Now();
+  // Hot spares (Note [Hot spares] in decentralized_data_parallel.h) take part
+  // in the collectives of every step and train on nothing; the ranks that
+  // train share the data and set the learning rate's scale.
+  ASSIGN_OR_RETURN(const int training, TrainingRanks(run.spec, comm.size()));
+  const bool spare = comm.rank() >= training;
+  const v1::JobSpec spec = GenerationSpec(run.spec, training);
   ASSIGN_OR_RETURN(std::unique_ptr<TrainingStrategy> strategy,
                    CreateTrainingStrategy(spec, run.model, comm, p));
+  if (training != comm.size()) {
+    LOG(INFO) << "generation " << gen.generation << ": " << training << " of " << comm.size()
+              << " ranks train (the topology serves " << training << "); rank " << comm.rank()
+              << (spare ? " is a hot spare" : " trains");
+  }
   if (gen.generation > 1) {
     LOG(INFO) << "generation " << gen.generation << ": rank " << comm.rank() << " built its "
               << "strategy in "
               << absl::FormatDuration(absl::Trunc(absl::Now() - setup_start, absl::Milliseconds(1)));
   }
   const SamplerOptions sampler{run.train.size(),
-                               comm.size(),
-                               comm.rank(),
+                               training,
+                               spare ? 0 : comm.rank(),
                                spec.training().batch_size_per_rank(),
                                spec.training().seed(),
                                spec.training().shuffle(),
@@ -357,10 +370,10 @@ absl::StatusOr<v1::Metrics> TrainGeneration(RankRun& run, const Generation& gen)
   if (BatchesPerEpoch(sampler) == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the training split has ", run.train.size(), " samples, fewer than one global batch (",
-        comm.size(), " ranks x training.batch_size_per_rank ", sampler.batch_size, ")"));
+        training, " ranks x training.batch_size_per_rank ", sampler.batch_size, ")"));
   }
   const int accum = strategy->accumulation_steps();
-  const int64_t global_batch = sampler.batch_size * comm.size();
+  const int64_t global_batch = sampler.batch_size * training;
   TrainingPosition position;
   if (gen.generation > 1) {
     const absl::Time share_start = absl::Now();
@@ -416,8 +429,9 @@ absl::StatusOr<v1::Metrics> TrainGeneration(RankRun& run, const Generation& gen)
         // Random draws (dropout) are a function of (seed, rank, step), so a
         // resumed run draws exactly what an uninterrupted one would.
         torch::manual_seed(spec.training().seed() * 1000003 + comm.rank() * 7919 + step);
-        strategy->BeginStep();
-        for (int m = 0; m < accum; ++m) {
+        if (spare) RETURN_IF_ERROR(strategy->SpareStep());
+        if (!spare) strategy->BeginStep();
+        for (int m = 0; m < accum && !spare; ++m) {
           p.Enter(v1::DATA);
           const torch::Tensor idx =
               order.narrow(0, (b + m) * sampler.batch_size, sampler.batch_size);
@@ -469,7 +483,10 @@ absl::StatusOr<v1::Metrics> TrainGeneration(RankRun& run, const Generation& gen)
     // The model and the optimizers hold the last complete step (a failed
     // step never reaches the optimizer): keep them for the next generation.
     if (run.options.rejoin && IsMembershipFailure(status)) {
-      run.held = TakeSnapshot(run.model, strategy->optimizers(), position);
+      // A spare's model trained nothing: it joins the next generation as a
+      // newcomer does.
+      run.held.reset();
+      if (!spare) run.held = TakeSnapshot(run.model, strategy->optimizers(), position);
       // Fails what is still in flight (a gossip exchange with a live peer)
       // at once, so that tearing the strategy down does not wait for it.
       comm.Abort(status.message());
@@ -481,6 +498,7 @@ absl::StatusOr<v1::Metrics> TrainGeneration(RankRun& run, const Generation& gen)
   const double wall = absl::ToDoubleSeconds(absl::Now() - start);
   (*metrics.mutable_values())["wall_seconds"] = wall;
   (*metrics.mutable_values())["total_steps"] = total_steps;
+  if (training != comm.size()) (*metrics.mutable_values())["training_ranks"] = training;
   checkpoints.AddMetrics(metrics);
   metrics.set_samples_per_second(position.step * accum * global_batch / std::max(wall, 1e-9));
   run.report(metrics);

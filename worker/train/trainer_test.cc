@@ -195,6 +195,46 @@ TEST(TrainerTest, DecentralizedRanksLearnAsWellAsDdpAndEvaluateTheGlobalAverage)
   }
 }
 
+TEST(TrainerTest, AHotSpareTrainsNothingAndChangesNothing) {
+  // Elastic gossip over one_peer_exponential at 3 ranks: ranks 0 and 1
+  // train, rank 2 is a hot spare. The run is the 2-rank run.
+  const v1::JobSpec spec = Spec(R"pb(
+    model { mlp { hidden_sizes: [ 32 ] } }
+    data {
+      synthetic {
+        num_samples: 1024
+        input_shape: [ 8 ]
+        num_classes: 3
+        seed: 4
+      }
+    }
+    training { batch_size_per_rank: 16 epochs: 2 seed: 2 log_every_steps: 8 }
+    optimizer { kind: SGD lr: 0.1 momentum: 0.9 }
+    eval { every_steps: 20 }
+    resources { min_ranks: 2 max_ranks: 3 }
+    elastic {}
+    strategy { decentralized { bucket_cap_mb: 0.001 } }
+  )pb");
+  auto three = TrainOnRanks(spec, 3);
+  auto two = TrainOnRanks(spec, 2);
+  for (int r = 0; r < 3; ++r)
+    ASSERT_TRUE(three[r].ok()) << "rank " << r << ": " << three[r].status();
+  ASSERT_TRUE(two[0].ok()) << two[0].status();
+  EXPECT_EQ(three[0]->step(), 2 * (1024 / 32)) << "two ranks share the data";
+  EXPECT_EQ(three[0]->values().at("training_ranks"), 2);
+  EXPECT_EQ(two[0]->values().count("training_ranks"), 0u);
+  EXPECT_EQ(three[2]->values().at("exchange_bytes_per_step"), 0) << "the spare exchanges nothing";
+  EXPECT_EQ(three[0]->values().at("exchange_bytes_per_step"),
+            two[0]->values().at("exchange_bytes_per_step"));
+  // Every rank, the spare too, evaluated the trainers' final average: the
+  // 2-rank run's model (the test split is shared another way, so the sums
+  // may round differently).
+  for (int r = 1; r < 3; ++r) EXPECT_NEAR(three[r]->eval_loss(), three[0]->eval_loss(), 1e-9);
+  EXPECT_NEAR(three[0]->eval_loss(), two[0]->eval_loss(), 1e-6);
+  EXPECT_DOUBLE_EQ(three[0]->eval_accuracy(), two[0]->eval_accuracy());
+  EXPECT_GT(three[0]->eval_accuracy(), 0.8);
+}
+
 TEST(TrainerTest, CnnOnAFashionMnistSubsetRunsAndMaxStepsStops) {
   v1::JobSpec spec = Spec(R"pb(
     model {

@@ -117,6 +117,10 @@ class TrainingStrategy {
   // [Re-formed gossip] in state_sync.h).
   virtual bool replicas_identical() const = 0;
 
+  // A hot spare's (TrainingRanks in common/job_spec.h) step in place of BeginStep..Backward: takes
+  // part in what the step does across all ranks, trains nothing. REQUIRES: a spare.
+  virtual absl::Status SpareStep() = 0;
+
   // Adds the strategy's own figures for a report window to `metrics`.
   virtual void AddMetrics(const MetricsWindow::Summary& window, v1::Metrics& metrics) const = 0;
 };
