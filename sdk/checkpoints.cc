@@ -1,7 +1,8 @@
 #include "chorus/checkpoints.h"
 
 #include <torch/csrc/jit/serialization/pickle.h>
-#include <torch/torch.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <map>
 #include <set>

@@ -1,6 +1,7 @@
 #include "chorus/checkpoints.h"
 
-#include <torch/torch.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include "checkpoint/coordinator_storage.h"
 #include "checkpoint/fake_checkpoint_service.h"

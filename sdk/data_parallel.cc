@@ -1,6 +1,6 @@
 #include "chorus/data_parallel.h"
 
-#include <torch/torch.h>
+#include <torch/nn/module.h>
 
 #include <utility>
 

@@ -1,6 +1,10 @@
 #include "chorus/data_parallel.h"
 
-#include <torch/torch.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/optim/sgd.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <mutex>
 #include <vector>

@@ -1,6 +1,7 @@
 #include "chorus/elastic.h"
 
-#include <torch/torch.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <map>
 #include <string>

@@ -1,6 +1,6 @@
 #include "chorus/elastic.h"
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <vector>
 

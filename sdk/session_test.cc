@@ -2,7 +2,9 @@
 
 #include <signal.h>
 #include <stdlib.h>
-#include <torch/torch.h>
+#include <torch/cuda.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <cstring>
 #include <vector>

@@ -22,7 +22,13 @@
 // detector names it).
 // Each rank prints "digest: rank R params P replay B env_steps N updates U".
 
-#include <torch/torch.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/optim/adam.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <cstdint>
 #include <cstdlib>

@@ -26,7 +26,12 @@
 // rank leaves at a drain, and at the end
 // "final: rank R generation G step S test_accuracy A params_digest D".
 
-#include <torch/torch.h>
+#include <torch/nn/functional/loss.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/optim/sgd.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 #include <unistd.h>
 
 #include <cstdint>

@@ -13,7 +13,12 @@
 // train_seconds T steps N" (N steps trained by this run in T s); every
 // checkpoint saved or restored prints "checkpoint: ... digest D".
 
-#include <torch/torch.h>
+#include <torch/nn/functional/loss.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/optim/sgd.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <cmath>
 #include <cstdint>

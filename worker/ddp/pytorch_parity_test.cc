@@ -3,8 +3,11 @@
 // K steps; Chorus DDP trains the same TorchScript module from the same start
 // on the same data and must land on the same parameters.
 
+#include <ATen/Parallel.h>
+#include <torch/nn/functional/loss.h>
+#include <torch/optim/sgd.h>
 #include <torch/script.h>
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cstdlib>
 #include <thread>

@@ -13,7 +13,13 @@
 // "DIR/result.R" = "<ms per step> <params>". `none` trains without any
 // communication (the compute floor).
 
-#include <torch/torch.h>
+#include <torch/nn/functional/loss.h>
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/optim/sgd.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <fstream>
 #include <iostream>

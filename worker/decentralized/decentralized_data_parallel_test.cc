@@ -1,6 +1,8 @@
 #include "worker/decentralized/decentralized_data_parallel.h"
 
-#include <torch/torch.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/sgd.h>
+#include <torch/types.h>
 
 #include <cmath>
 #include <functional>

@@ -1,6 +1,6 @@
 #include "worker/replica/bucket_layout.h"
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <vector>
 

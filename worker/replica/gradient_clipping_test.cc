@@ -1,6 +1,10 @@
 #include "worker/replica/gradient_clipping.h"
 
-#include <torch/torch.h>
+#include <torch/types.h>
+#include <torch/utils.h>
+
+// Not self-contained: needs torch/types.h first.
+#include <torch/nn/utils/clip_grad.h>
 
 #include <cmath>
 #include <vector>

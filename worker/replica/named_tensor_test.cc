@@ -1,6 +1,9 @@
 #include "worker/replica/named_tensor.h"
 
-#include <torch/torch.h>
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/types.h>
 
 #include <string>
 #include <vector>

@@ -1,6 +1,9 @@
 #include "worker/train/accum_adam.h"
 
-#include <torch/torch.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/optimizer.h>
+#include <torch/types.h>
 
 #include <cmath>
 #include <vector>

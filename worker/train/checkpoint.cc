@@ -4,7 +4,13 @@
 #include <torch/csrc/jit/serialization/export.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/csrc/jit/serialization/pickler.h>
-#include <torch/torch.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/optimizer.h>
+#include <torch/optim/sgd.h>
+#include <torch/serialize.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <cstring>
 #include <functional>

@@ -1,7 +1,10 @@
 #include "worker/train/checkpoint.h"
 
 #include <torch/csrc/jit/serialization/pickle.h>
-#include <torch/torch.h>
+#include <torch/optim/optimizer.h>
+#include <torch/optim/sgd.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <chrono>
 #include <string>

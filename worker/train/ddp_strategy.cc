@@ -1,6 +1,6 @@
 #include "worker/train/ddp_strategy.h"
 
-#include <torch/torch.h>
+#include <torch/optim/optimizer.h>
 
 #include <utility>
 

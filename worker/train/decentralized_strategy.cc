@@ -1,6 +1,7 @@
 #include "worker/train/decentralized_strategy.h"
 
-#include <torch/torch.h>
+#include <torch/optim/optimizer.h>
+#include <torch/types.h>
 
 #include <algorithm>
 #include <utility>

@@ -1,7 +1,17 @@
 #include "worker/train/model.h"
 
+#include <torch/nn/module.h>
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/dropout.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+#include <torch/nn/modules/pooling.h>
 #include <torch/script.h>
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cmath>
 #include <functional>

@@ -1,7 +1,7 @@
 #include "worker/train/sample_trace.h"
 
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/types.h>
 #include <unistd.h>
 
 #include <cstdlib>

@@ -1,6 +1,8 @@
 #include "worker/train/state_sync.h"
 
-#include <torch/torch.h>
+#include <torch/optim/optimizer.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <cstring>
 #include <string>

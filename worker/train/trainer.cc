@@ -1,6 +1,8 @@
 #include "worker/train/trainer.h"
 
-#include <torch/torch.h>
+#include <torch/nn/functional/loss.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <algorithm>
 #include <csignal>

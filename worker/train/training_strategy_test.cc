@@ -1,6 +1,7 @@
 #include "worker/train/training_strategy.h"
 
-#include <torch/torch.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <memory>
 #include <string>
