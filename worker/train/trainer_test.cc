@@ -155,20 +155,24 @@ TEST(TrainerTest, TwoRanksLearnSyntheticClassesAndAgreeOnMetrics) {
   EXPECT_EQ(reports[0], 64 / 8 + 1);  // every 8 steps, plus the final report
 }
 
-TEST(TrainerTest, DecentralizedRanksLearnAsWellAsDdpAndEvaluateTheGlobalAverage) {
-  const std::string common = R"pb(
-    model { mlp { hidden_sizes: [ 32 ] } }
-    data {
-      synthetic {
-        num_samples: 1024
-        input_shape: [ 8 ]
-        num_classes: 3
-        seed: 4
-      }
+// An MLP learning 1024 synthetic samples of 3 classes from a linear teacher.
+constexpr char kThreeClasses[] = R"pb(
+  model { mlp { hidden_sizes: [ 32 ] } }
+  data {
+    synthetic {
+      num_samples: 1024
+      input_shape: [ 8 ]
+      num_classes: 3
+      seed: 4
     }
+  }
+  optimizer { kind: SGD lr: 0.1 momentum: 0.9 }
+  eval { every_steps: 20 }
+)pb";
+
+TEST(TrainerTest, DecentralizedRanksLearnAsWellAsDdpAndEvaluateTheGlobalAverage) {
+  const std::string common = std::string(kThreeClasses) + R"pb(
     training { batch_size_per_rank: 16 epochs: 4 seed: 2 log_every_steps: 8 }
-    optimizer { kind: SGD lr: 0.1 momentum: 0.9 }
-    eval { every_steps: 20 }
     resources { min_ranks: 4 max_ranks: 4 }
   )pb";
   auto ddp = TrainOnRanks(Spec(common), 4);
@@ -198,19 +202,8 @@ TEST(TrainerTest, DecentralizedRanksLearnAsWellAsDdpAndEvaluateTheGlobalAverage)
 TEST(TrainerTest, AHotSpareTrainsNothingAndChangesNothing) {
   // Elastic gossip over one_peer_exponential at 3 ranks: ranks 0 and 1
   // train, rank 2 is a hot spare. The run is the 2-rank run.
-  const v1::JobSpec spec = Spec(R"pb(
-    model { mlp { hidden_sizes: [ 32 ] } }
-    data {
-      synthetic {
-        num_samples: 1024
-        input_shape: [ 8 ]
-        num_classes: 3
-        seed: 4
-      }
-    }
+  const v1::JobSpec spec = Spec(std::string(kThreeClasses) + R"pb(
     training { batch_size_per_rank: 16 epochs: 2 seed: 2 log_every_steps: 8 }
-    optimizer { kind: SGD lr: 0.1 momentum: 0.9 }
-    eval { every_steps: 20 }
     resources { min_ranks: 2 max_ranks: 3 }
     elastic {}
     strategy { decentralized { bucket_cap_mb: 0.001 } }
