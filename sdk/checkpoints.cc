@@ -1,6 +1,5 @@
 #include "chorus/checkpoints.h"
 
-#include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/types.h>
 #include <torch/utils.h>
 
@@ -17,20 +16,7 @@
 namespace chorus {
 namespace {
 
-absl::StatusOr<c10::impl::GenericDict> Unpickle(const CheckpointFileData& file) {
-  c10::IValue value;
-  try {
-    value = torch::jit::pickle_load(std::vector<char>(file.bytes.begin(), file.bytes.end()));
-  } catch (const std::exception& e) {
-    return absl::DataLossError(
-        absl::StrCat("checkpoint file ", file.name, " cannot be read: ", e.what()));
-  }
-  if (!value.isGenericDict()) {
-    return absl::DataLossError(
-        absl::StrCat("checkpoint file ", file.name, " is not a dict of tensors"));
-  }
-  return value.toGenericDict();
-}
+using TensorsByName = std::map<std::string, at::Tensor>;
 
 std::string ShapeOf(const at::Tensor& t) {
   std::string out = "[";
@@ -98,14 +84,8 @@ absl::StatusOr<int64_t> TensorCheckpoints::Restore(const v1::CheckpointManifest&
     return absl::DataLossError(
         absl::StrCat(where, " lacks ", model_file == nullptr ? kModelFile : kTrainStateFile));
   }
-  ASSIGN_OR_RETURN(c10::impl::GenericDict saved, Unpickle(*model_file));
-  ASSIGN_OR_RETURN(c10::impl::GenericDict state, Unpickle(*state_file));
-  std::map<std::string, at::Tensor> by_name;
-  for (const auto& item : saved) {
-    if (item.key().isString() && item.value().isTensor()) {
-      by_name[item.key().toStringRef()] = item.value().toTensor();
-    }
-  }
+  ASSIGN_OR_RETURN(TensorsByName by_name, ReadTensorFile(*model_file));
+  ASSIGN_OR_RETURN(const TensorsByName state, ReadTensorFile(*state_file));
   // Check everything before changing anything.
   for (const NamedTensor& t : into) {
     auto it = by_name.find(t.name);
@@ -123,14 +103,8 @@ absl::StatusOr<int64_t> TensorCheckpoints::Restore(const v1::CheckpointManifest&
     torch::NoGradGuard no_grad;
     for (const NamedTensor& t : into) t.tensor.copy_(by_name[t.name]);
   }
-  int64_t step = manifest.step();
-  for (const auto& item : state) {
-    if (item.key().isString() && item.key().toStringRef() == "meta.step" &&
-        item.value().isTensor()) {
-      step = item.value().toTensor().item<int64_t>();
-    }
-  }
-  return step;
+  auto saved_step = state.find("meta.step");
+  return saved_step != state.end() ? saved_step->second.item<int64_t>() : manifest.step();
 }
 
 }  // namespace chorus

@@ -71,29 +71,6 @@ absl::Status WritePickled(const std::vector<std::pair<std::string, at::Tensor>>&
   return status;
 }
 
-absl::StatusOr<std::map<std::string, at::Tensor>> Unpickle(const CheckpointFileData& file) {
-  c10::IValue value;
-  try {
-    value = torch::jit::pickle_load(std::vector<char>(file.bytes.begin(), file.bytes.end()));
-  } catch (const std::exception& e) {
-    return absl::DataLossError(
-        absl::StrCat("checkpoint file ", file.name, " cannot be read: ", e.what()));
-  }
-  if (!value.isGenericDict()) {
-    return absl::DataLossError(
-        absl::StrCat("checkpoint file ", file.name, " is not a dict of tensors"));
-  }
-  std::map<std::string, at::Tensor> out;
-  for (const auto& item : value.toGenericDict()) {
-    if (!item.key().isString() || !item.value().isTensor()) {
-      return absl::DataLossError(
-          absl::StrCat("checkpoint file ", file.name, " holds a non-tensor entry"));
-    }
-    out[item.key().toStringRef()] = item.value().toTensor();
-  }
-  return out;
-}
-
 // Each optimized parameter with its index among the model's parameters
 // (the "optim.<i>." prefix of its state) and the optimizer that holds it.
 struct OptimizedParam {
@@ -193,6 +170,29 @@ Snapshot CollectSnapshot(
 
 }  // namespace
 
+absl::StatusOr<std::map<std::string, at::Tensor>> ReadTensorFile(const CheckpointFileData& file) {
+  c10::IValue value;
+  try {
+    value = torch::jit::pickle_load(std::vector<char>(file.bytes.begin(), file.bytes.end()));
+  } catch (const std::exception& e) {
+    return absl::DataLossError(
+        absl::StrCat("checkpoint file ", file.name, " cannot be read: ", e.what()));
+  }
+  if (!value.isGenericDict()) {
+    return absl::DataLossError(
+        absl::StrCat("checkpoint file ", file.name, " is not a dict of tensors"));
+  }
+  std::map<std::string, at::Tensor> out;
+  for (const auto& item : value.toGenericDict()) {
+    if (!item.key().isString() || !item.value().isTensor()) {
+      return absl::DataLossError(
+          absl::StrCat("checkpoint file ", file.name, " holds a non-tensor entry"));
+    }
+    out[item.key().toStringRef()] = item.value().toTensor();
+  }
+  return out;
+}
+
 Snapshot TakeSnapshot(Model& model, const std::vector<torch::optim::Optimizer*>& optimizers,
                       const TrainingPosition& position, const Snapshot* reuse,
                       const ExchangeState* exchange) {
@@ -264,8 +264,8 @@ absl::StatusOr<TrainingPosition> Restore(const std::vector<CheckpointFileData>& 
     return absl::DataLossError(
         absl::StrCat("a checkpoint needs ", kModelFile, " and ", kTrainStateFile));
   }
-  ASSIGN_OR_RETURN(auto weights, Unpickle(*model_file));
-  ASSIGN_OR_RETURN(auto state, Unpickle(*state_file));
+  ASSIGN_OR_RETURN(auto weights, ReadTensorFile(*model_file));
+  ASSIGN_OR_RETURN(auto state, ReadTensorFile(*state_file));
   torch::NoGradGuard no_grad;
   std::vector<NamedTensor> targets = model.NamedParameters();
   for (NamedTensor& b : model.NamedBuffers()) targets.push_back(b);

@@ -35,6 +35,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -79,6 +80,11 @@ struct Snapshot {
   std::vector<std::pair<std::string, at::Tensor>> model;
   std::vector<std::pair<std::string, at::Tensor>> train_state;
 };
+
+// The named tensors of one checkpoint file (a dict of tensors in
+// torch::pickle_save's format). DATA_LOSS naming the file if it cannot be
+// read or holds anything else.
+absl::StatusOr<std::map<std::string, at::Tensor>> ReadTensorFile(const CheckpointFileData& file);
 
 // Copies parameters, buffers and the optimizers' state (SGD, Adam, AdamW,
 // AccumAdam(W)),
