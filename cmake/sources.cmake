@@ -42,6 +42,7 @@ set(CHORUS_SOURCES
     worker/replica/named_tensor.cc
     worker/replica/replica_sync.cc
     worker/runtime/heartbeat_compose.cc
+    worker/runtime/join_generation.cc
     worker/runtime/master_address.cc
     worker/runtime/progress_channel.cc
     worker/train/accum_adam.cc
@@ -96,6 +97,7 @@ set(CHORUS_HEADERS
     worker/replica/named_tensor.h
     worker/replica/replica_sync.h
     worker/runtime/heartbeat_compose.h
+    worker/runtime/join_generation.h
     worker/runtime/master_address.h
     worker/runtime/progress_channel.h
     worker/train/accum_adam.h

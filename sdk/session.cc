@@ -20,6 +20,7 @@
 #include "worker/comm/grpc_store.h"
 #include "worker/comm/nccl_communicator.h"
 #include "worker/comm/store.h"
+#include "worker/runtime/join_generation.h"
 #include "worker/runtime/master_address.h"
 #include "worker/runtime/progress_channel.h"
 
@@ -272,23 +273,13 @@ absl::StatusOr<bool> Session::JoinNextGeneration(const absl::Status& why) {
   auto ranks = v1::RankService::NewStub(channel_);
   const absl::Time deadline =
       absl::Now() + absl::Seconds(env_.joined.spec().elastic().wait_seconds()) + absl::Minutes(1);
-  v1::JoinResponse joined;
-  for (;;) {
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(deadline));
-    context.set_wait_for_ready(true);
-    joined.Clear();
-    absl::Status s = FromGrpcStatus(ranks->Join(&context, request, &joined));
-    if (s.ok()) break;
-    // Not formed yet (UNAVAILABLE), or superseded by another failure
-    // (ABORTED): ask again.
-    const bool again = absl::IsUnavailable(s) || absl::IsAborted(s);
-    if (!again || absl::Now() + absl::Milliseconds(100) >= deadline) {
-      return absl::Status(s.code(),
-                          absl::StrCat(who, ": joining generation ", was + 1, ": ", s.message()));
-    }
-    absl::SleepFor(absl::Milliseconds(100));
+  absl::StatusOr<v1::JoinResponse> next_joined =
+      JoinGeneration(*ranks, request, deadline, /*until_formed=*/true);
+  if (!next_joined.ok()) {
+    return absl::Status(next_joined.status().code(),
+                        absl::StrCat(who, ": ", next_joined.status().message()));
   }
+  const v1::JoinResponse& joined = *next_joined;
   if (joined.leave()) {
     LOG(INFO) << "chorus: " << who << " leaves the job after generation " << was
               << " (its agent is draining)";

@@ -47,6 +47,7 @@
 #include "worker/comm/grpc_store.h"
 #include "worker/runtime/heartbeat_compose.h"
 #include "worker/runtime/heartbeat_stream.h"
+#include "worker/runtime/join_generation.h"
 #include "worker/runtime/program_supervisor.h"
 #include "worker/runtime/rank_failure.h"
 #include "worker/train/step_boundary.h"
@@ -171,30 +172,6 @@ struct JoinedGeneration {
                                     : to_coordinator.get();
   }
 };
-
-// Joins `request.generation()` (or, for an elastic job, the newest after
-// it) before `deadline`. An elastic job's generation that has not formed yet
-// (UNAVAILABLE) or that another failure superseded (ABORTED) is joined again
-// every 100 ms.
-absl::StatusOr<v1::JoinResponse> JoinGeneration(v1::RankService::Stub& ranks,
-                                                const v1::JoinRequest& request, absl::Time deadline,
-                                                bool elastic) {
-  for (;;) {
-    v1::JoinResponse joined;
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(deadline));
-    context.set_wait_for_ready(true);
-    absl::Status s = FromGrpcStatus(ranks.Join(&context, request, &joined));
-    if (s.ok()) return joined;
-    const bool again = elastic && (s.code() == absl::StatusCode::kUnavailable ||
-                                   s.code() == absl::StatusCode::kAborted);
-    if (!again || absl::Now() + absl::Milliseconds(100) >= deadline) {
-      return absl::Status(s.code(), absl::StrCat("joining generation ", request.generation(),
-                                                 " of ", request.job_id(), ": ", s.message()));
-    }
-    absl::SleepFor(absl::Milliseconds(100));
-  }
-}
 
 // Builds the communicator and checkpoint storage of `joined`'s generation.
 absl::StatusOr<std::unique_ptr<JoinedGeneration>> ConnectGeneration(

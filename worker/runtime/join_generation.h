@@ -1,0 +1,30 @@
+// Joining a generation of a job at the coordinator (RankService.Join), for
+// chorus-rank and for SDK programs that re-form an elastic job
+// (docs/elastic.md).
+//
+// Thread-safety: a free function; the stub may be shared.
+//
+// Example:
+//   ASSIGN_OR_RETURN(v1::JoinResponse joined,
+//                    JoinGeneration(*stub, request, absl::Now() + absl::Minutes(2),
+//                                   /*until_formed=*/true));
+#ifndef CHORUS_WORKER_RUNTIME_JOIN_GENERATION_H_
+#define CHORUS_WORKER_RUNTIME_JOIN_GENERATION_H_
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "chorus/v1/coordinator.grpc.pb.h"
+
+namespace chorus {
+
+// Joins `request.generation()` before `deadline`. With `until_formed` (an
+// elastic job), a generation that has not formed yet (UNAVAILABLE) or that
+// another failure superseded (ABORTED) is asked for again every 100 ms.
+// Errors keep the coordinator's code and name the generation and job.
+absl::StatusOr<v1::JoinResponse> JoinGeneration(v1::RankService::StubInterface& ranks,
+                                                const v1::JoinRequest& request, absl::Time deadline,
+                                                bool until_formed);
+
+}  // namespace chorus
+
+#endif  // CHORUS_WORKER_RUNTIME_JOIN_GENERATION_H_

@@ -1,0 +1,101 @@
+#include "worker/runtime/join_generation.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+
+#include "absl/synchronization/mutex.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace chorus {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Answers the first `not_formed` Joins with UNAVAILABLE, then rank 3.
+class FormingRankService final : public v1::RankService::Service {
+ public:
+  explicit FormingRankService(int not_formed) : not_formed_(not_formed) {}
+  grpc::Status Join(grpc::ServerContext*, const v1::JoinRequest* request,
+                    v1::JoinResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    if (++calls_ <= not_formed_) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "generation 2 is still forming");
+    }
+    response->set_generation(request->generation());
+    response->set_rank(3);
+    return grpc::Status::OK;
+  }
+  int calls() {
+    absl::MutexLock lock(&mu_);
+    return calls_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  const int not_formed_;
+  int calls_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+class JoinGenerationTest : public ::testing::Test {
+ protected:
+  void Start(int not_formed) {
+    service_ = std::make_unique<FormingRankService>(not_formed);
+    int port = 0;
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(service_.get());
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+    stub_ = v1::RankService::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
+                                                         grpc::InsecureChannelCredentials()));
+    request_.set_job_id("job-000007");
+    request_.set_generation(2);
+  }
+  void TearDown() override {
+    if (server_) server_->Shutdown();
+  }
+
+  std::unique_ptr<FormingRankService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<v1::RankService::Stub> stub_;
+  v1::JoinRequest request_;
+};
+
+TEST_F(JoinGenerationTest, AGenerationStillFormingIsAskedForAgainUntilItForms) {
+  Start(/*not_formed=*/3);
+  const absl::Time start = absl::Now();
+  absl::StatusOr<v1::JoinResponse> joined =
+      JoinGeneration(*stub_, request_, absl::Now() + absl::Seconds(30), /*until_formed=*/true);
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  EXPECT_EQ(joined->rank(), 3);
+  EXPECT_EQ(joined->generation(), 2);
+  EXPECT_EQ(service_->calls(), 4);
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(300)) << "100 ms between attempts";
+}
+
+TEST_F(JoinGenerationTest, WithoutUntilFormedTheFirstRefusalIsTheAnswer) {
+  Start(/*not_formed=*/1);
+  absl::StatusOr<v1::JoinResponse> joined =
+      JoinGeneration(*stub_, request_, absl::Now() + absl::Seconds(30), /*until_formed=*/false);
+  EXPECT_EQ(joined.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(joined.status().message(),
+            "joining generation 2 of job-000007: generation 2 is still forming");
+  EXPECT_EQ(service_->calls(), 1);
+}
+
+TEST_F(JoinGenerationTest, AGenerationThatNeverFormsFailsAtTheDeadline) {
+  Start(/*not_formed=*/1000000);
+  const absl::Time start = absl::Now();
+  absl::StatusOr<v1::JoinResponse> joined =
+      JoinGeneration(*stub_, request_, absl::Now() + absl::Milliseconds(500), true);
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_EQ(joined.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(joined.status().message()), HasSubstr("still forming"));
+  EXPECT_GE(took, absl::Milliseconds(400));
+  EXPECT_LT(took, absl::Seconds(5));
+}
+
+}  // namespace
+}  // namespace chorus
