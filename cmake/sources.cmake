@@ -3,6 +3,7 @@ set(CHORUS_SOURCES
     checkpoint/coordinator_storage.cc
     checkpoint/download.cc
     checkpoint/layout.cc
+    checkpoint/rank_storage.cc
     checkpoint/shared_dir_storage.cc
     checkpoint/storage.cc
     checkpoint/store_retry.cc
@@ -55,6 +56,7 @@ set(CHORUS_HEADERS
     checkpoint/coordinator_storage.h
     checkpoint/download.h
     checkpoint/layout.h
+    checkpoint/rank_storage.h
     checkpoint/shared_dir_storage.h
     checkpoint/storage.h
     checkpoint/store_retry.h

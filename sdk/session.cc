@@ -8,8 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "checkpoint/coordinator_storage.h"
-#include "checkpoint/shared_dir_storage.h"
+#include "checkpoint/rank_storage.h"
 #include "chorus/v1/coordinator.grpc.pb.h"
 #include "common/auth.h"
 #include "common/grpc_util.h"
@@ -43,22 +42,6 @@ void InstallCheckpointSignalHandler() {
 
 // Where `env`'s rank stores checkpoints: the spec's shared directory, or
 // the coordinator.
-absl::StatusOr<std::unique_ptr<CheckpointStorage>> MakeCheckpointStorage(
-    const std::shared_ptr<grpc::Channel>& channel, const SessionEnvironment& env) {
-  const v1::CheckpointSpec& checkpoint = env.joined.spec().checkpoint();
-  if (checkpoint.storage() == v1::CheckpointSpec::SHARED_DIR) {
-    ASSIGN_OR_RETURN(std::unique_ptr<SharedDirCheckpointStorage> storage,
-                     SharedDirCheckpointStorage::Create(channel, checkpoint.shared_dir(),
-                                                        env.job_id, env.generation, env.rank));
-    return std::unique_ptr<CheckpointStorage>(std::move(storage));
-  }
-  // The data port is on the coordinator's host; a target that is not
-  // HOST:PORT gets none and uploads over gRPC.
-  absl::StatusOr<HostPort> address = ParseHostPort(env.coordinator);
-  return std::unique_ptr<CheckpointStorage>(std::make_unique<CoordinatorCheckpointStorage>(
-      channel, env.job_id, env.generation, env.rank, address.ok() ? address->host : ""));
-}
-
 }  // namespace
 
 int64_t CheckpointSignalsReceived() { return g_checkpoint_signals.load(); }
@@ -124,7 +107,10 @@ absl::StatusOr<std::unique_ptr<Session>> Session::FromEnvironment(SessionOptions
   ASSIGN_OR_RETURN(parts.comm, CreateJobCommunicator(env, *store, options.connect_timeout));
   parts.store = std::move(store);
 
-  ASSIGN_OR_RETURN(parts.checkpoint_storage, MakeCheckpointStorage(parts.channel, env));
+  ASSIGN_OR_RETURN(
+      parts.checkpoint_storage,
+      MakeRankCheckpointStorage(parts.channel, env.joined.spec().checkpoint(), env.coordinator,
+                                env.job_id, env.generation, env.rank));
   parts.metrics =
       std::make_unique<MetricsReporter>(parts.channel, env.job_id, env.generation, env.rank);
   return FromParts(std::move(parts), options);
@@ -304,8 +290,10 @@ absl::StatusOr<bool> Session::JoinNextGeneration(const absl::Status& why) {
   }
   ASSIGN_OR_RETURN(std::shared_ptr<Communicator> comm,
                    CreateJobCommunicator(next, *store, options_.connect_timeout));
-  ASSIGN_OR_RETURN(std::unique_ptr<CheckpointStorage> storage,
-                   MakeCheckpointStorage(channel_, next));
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<CheckpointStorage> storage,
+      MakeRankCheckpointStorage(channel_, next.joined.spec().checkpoint(), next.coordinator,
+                                next.job_id, next.generation, next.rank));
   checkpoints_.reset();
   checkpoint_storage_ = std::move(storage);
   checkpoints_ =

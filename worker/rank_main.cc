@@ -31,12 +31,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "checkpoint/coordinator_storage.h"
-#include "checkpoint/shared_dir_storage.h"
+#include "checkpoint/rank_storage.h"
 #include "chorus/v1/coordinator.grpc.pb.h"
 #include "common/auth.h"
 #include "common/grpc_util.h"
-#include "common/host_port.h"
 #include "common/logging.h"
 #include "common/memory.h"
 #include "common/memory_estimate.h"
@@ -164,13 +162,9 @@ struct JoinedGeneration {
   v1::JoinResponse joined;
   std::unique_ptr<GrpcStore> store;  // the communicator's; must outlive it
   std::shared_ptr<Communicator> comm;
-  std::unique_ptr<CoordinatorCheckpointStorage> to_coordinator;
-  std::unique_ptr<SharedDirCheckpointStorage> to_shared_dir;
+  std::unique_ptr<CheckpointStorage> checkpoint_storage;
 
-  CheckpointStorage* checkpoints() const {
-    return to_shared_dir != nullptr ? static_cast<CheckpointStorage*>(to_shared_dir.get())
-                                    : to_coordinator.get();
-  }
+  CheckpointStorage* checkpoints() const { return checkpoint_storage.get(); }
 };
 
 // Builds the communicator and checkpoint storage of `joined`'s generation.
@@ -185,22 +179,13 @@ absl::StatusOr<std::unique_ptr<JoinedGeneration>> ConnectGeneration(
   options.size = joined.world_size();
   options.hostname = rank_host;
   ASSIGN_OR_RETURN(gen->comm, CreateGlooCommunicator(options, *gen->store));
-  // The data port is on the coordinator's host; a target that is not
-  // HOST:PORT (unix:, dns:///...) gets none and uploads over gRPC.
-  absl::StatusOr<HostPort> coordinator_address = ParseHostPort(coordinator);
-  gen->to_coordinator = std::make_unique<CoordinatorCheckpointStorage>(
-      channel, job_id, joined.generation(), joined.rank(),
-      coordinator_address.ok() ? coordinator_address->host : "");
-  if (joined.spec().checkpoint().storage() == v1::CheckpointSpec::SHARED_DIR) {
-    absl::StatusOr<std::unique_ptr<SharedDirCheckpointStorage>> storage =
-        SharedDirCheckpointStorage::Create(channel, joined.spec().checkpoint().shared_dir(), job_id,
-                                           joined.generation(), joined.rank());
-    if (!storage.ok()) {
-      gen->comm->Abort(storage.status().message());
-      return storage.status();
-    }
-    gen->to_shared_dir = *std::move(storage);
+  absl::StatusOr<std::unique_ptr<CheckpointStorage>> storage = MakeRankCheckpointStorage(
+      channel, joined.spec().checkpoint(), coordinator, job_id, joined.generation(), joined.rank());
+  if (!storage.ok()) {
+    gen->comm->Abort(storage.status().message());
+    return storage.status();
   }
+  gen->checkpoint_storage = *std::move(storage);
   return gen;
 }
 
