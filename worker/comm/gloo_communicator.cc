@@ -259,6 +259,23 @@ class GlooCommunicator : public Communicator {
   void RunMeasured(const AllreduceOptions& opts, ReduceOp op, at::ScalarType dtype) {
     const size_t bytes = opts.count * opts.element_size;
     const TransportTuner::Path path = tuner_.Next(bytes);
+    if (tuner_.Measuring(bytes)) {
+      // A sample starts when every rank is there: otherwise it times the
+      // wait for the last rank to arrive (in DDP, a rank still in backward),
+      // which drowns the difference between the paths.
+      double nothing = 0;
+      AllreduceOptions align;
+      align.context = context_.get();
+      align.abort = &abort_;
+      align.data = &nothing;
+      align.count = 1;
+      align.element_size = sizeof(double);
+      align.reduce = static_cast<RawReduceFn>(&gloo::max<double>);
+      align.slot = (opts.slot & ~kSlotPrefixMask) | kTuningSlotPrefix;
+      align.timeout = timeout_;
+      align.scratch = &scratch_;
+      RingAllreduce(align);
+    }
     const absl::Time start = absl::Now();
     if (path == TransportTuner::Path::kSharedMemory) {
       RunShm(opts, op, dtype);

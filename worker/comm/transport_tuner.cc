@@ -47,6 +47,11 @@ bool TransportTuner::Record(size_t bytes, Path path, double seconds) {
   return c.ops == 2 * (options_.warmup_per_path + options_.samples_per_path);
 }
 
+bool TransportTuner::Measuring(size_t bytes) const {
+  auto it = classes_.find(SizeClass(bytes));
+  return it == classes_.end() || !it->second.decided;
+}
+
 TransportTuner::Timings TransportTuner::Measured(size_t bytes) const {
   auto it = classes_.find(SizeClass(bytes));
   return it == classes_.end() ? Timings{} : it->second.best;
@@ -56,7 +61,8 @@ std::string TransportTuner::Decide(size_t bytes, const Timings& agreed) {
   const int k = SizeClass(bytes);
   Class& c = classes_[k];
   c.decided = true;
-  c.path = agreed.shared_memory <= agreed.tcp ? Path::kSharedMemory : Path::kTcp;
+  c.path = agreed.tcp < agreed.shared_memory * (1 - options_.tcp_margin) ? Path::kTcp
+                                                                         : Path::kSharedMemory;
   const std::string hi = Bytes(static_cast<double>(uint64_t{1} << (k + 1)));
   const std::string sizes = k == 12 ? absl::StrCat("below ", hi)
                                     : absl::StrCat("of ", Bytes(uint64_t{1} << k), " to ", hi);

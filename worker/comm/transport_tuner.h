@@ -38,6 +38,9 @@ class TransportTuner {
     int warmup_per_path = 1;
     // Timed ops per path; the best of them is the path's time.
     int samples_per_path = 3;
+    // The TCP ring is chosen only when it is faster than shared memory by
+    // more than this fraction (Note [Shared memory on near ties]).
+    double tcp_margin = 0.1;
   };
 
   // The best time of each path in one size class, in seconds.
@@ -60,9 +63,13 @@ class TransportTuner {
 
   Timings Measured(size_t bytes) const;
 
-  // Fixes the class's path from timings every rank agreed on (ties go to
-  // shared memory). Returns a line for the log naming the sizes, both
-  // timings and the choice.
+  // Whether the class of `bytes` is still being measured (its ops are
+  // samples, worth timing from aligned starts).
+  bool Measuring(size_t bytes) const;
+
+  // Fixes the class's path from timings every rank agreed on (shared memory
+  // unless the TCP ring is faster by more than options.tcp_margin). Returns
+  // a line for the log naming the sizes, both timings and the choice.
   std::string Decide(size_t bytes, const Timings& agreed);
 
   // Size classes are powers of two: [2^k, 2^(k+1)) bytes; below 4 KiB one class.
@@ -81,6 +88,16 @@ class TransportTuner {
 };
 
 const char* PathName(TransportTuner::Path path);
+
+// Note [Shared memory on near ties]
+// The samples of a size class are single ops timed during a job's first
+// steps, and even from aligned starts they scatter by some percent.
+// Shared memory also takes a fraction of the TCP ring's CPU (0.23 against
+// 0.89 ms of CPU for 1 MB, 6.3 against 19.1 ms for 25 MB in
+// allreduce_bench), which training on the same cores gets back. So a near
+// tie goes to shared memory: on a 2-core machine a DDP run once picked the
+// TCP ring for 4-8 MiB on 4.506 against 4.536 ms, and its steps took 31 ms
+// instead of 19 (docs/benchmarks.md, DDP step time).
 
 }  // namespace chorus
 
