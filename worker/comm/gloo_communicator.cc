@@ -253,6 +253,22 @@ class GlooCommunicator : public Communicator {
     shm_->Run(shm_op, abort_);
   }
 
+  // The maximum over the ranks of `count` doubles, over the TCP ring, in
+  // the tuner's own slot beside the op's `slot`.
+  void TuningMax(double* values, size_t count, uint64_t slot) {
+    AllreduceOptions max;
+    max.context = context_.get();
+    max.abort = &abort_;
+    max.data = values;
+    max.count = count;
+    max.element_size = sizeof(double);
+    max.reduce = static_cast<RawReduceFn>(&gloo::max<double>);
+    max.slot = (slot & ~kSlotPrefixMask) | kTuningSlotPrefix;
+    max.timeout = timeout_;
+    max.scratch = &scratch_;
+    RingAllreduce(max);
+  }
+
   // Runs the all-reduce on the path the tuner picks; once a size class has
   // its samples, the ranks agree on the slowest rank's timings over TCP and
   // every rank decides alike.
@@ -264,17 +280,7 @@ class GlooCommunicator : public Communicator {
       // wait for the last rank to arrive (in DDP, a rank still in backward),
       // which drowns the difference between the paths.
       double nothing = 0;
-      AllreduceOptions align;
-      align.context = context_.get();
-      align.abort = &abort_;
-      align.data = &nothing;
-      align.count = 1;
-      align.element_size = sizeof(double);
-      align.reduce = static_cast<RawReduceFn>(&gloo::max<double>);
-      align.slot = (opts.slot & ~kSlotPrefixMask) | kTuningSlotPrefix;
-      align.timeout = timeout_;
-      align.scratch = &scratch_;
-      RingAllreduce(align);
+      TuningMax(&nothing, 1, opts.slot);
     }
     const absl::Time start = absl::Now();
     if (path == TransportTuner::Path::kSharedMemory) {
@@ -286,17 +292,7 @@ class GlooCommunicator : public Communicator {
     if (!tuner_.Record(bytes, path, seconds)) return;
     const TransportTuner::Timings measured = tuner_.Measured(bytes);
     double timings[2] = {measured.shared_memory, measured.tcp};
-    AllreduceOptions agree;
-    agree.context = context_.get();
-    agree.abort = &abort_;
-    agree.data = timings;
-    agree.count = 2;
-    agree.element_size = sizeof(double);
-    agree.reduce = static_cast<RawReduceFn>(&gloo::max<double>);
-    agree.slot = (opts.slot & ~kSlotPrefixMask) | kTuningSlotPrefix;
-    agree.timeout = timeout_;
-    agree.scratch = &scratch_;
-    RingAllreduce(agree);
+    TuningMax(timings, 2, opts.slot);
     const std::string line =
         absl::StrCat("rank ", options_.rank, ": ", tuner_.Decide(bytes, {timings[0], timings[1]}));
     LOG(INFO) << line;

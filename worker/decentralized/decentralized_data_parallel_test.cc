@@ -322,7 +322,7 @@ TEST(DecentralizedTest, HotSparesTrainNothingAndHoldTheTrainersAverage) {
   options.training_ranks = 2;
   std::vector<std::vector<double>> trained(3), averaged(3), reverted(3);
   std::vector<int64_t> bytes(3);
-  std::vector<bool> spare(3);
+  std::vector<int> spare(3);  // not vector<bool>: ranks write their own element at once
   RunGlooRanks(3, [&](int rank, Communicator& comm) {
     std::vector<NamedTensor> params = MakeParams(rank);
     auto engine =
@@ -340,7 +340,7 @@ TEST(DecentralizedTest, HotSparesTrainNothingAndHoldTheTrainersAverage) {
     ASSERT_TRUE((*engine)->RevertGlobalAverage().ok());
     reverted[rank] = Flat(params);
   });
-  EXPECT_EQ(spare, (std::vector<bool>{false, false, true}));
+  EXPECT_EQ(spare, (std::vector<int>{0, 0, 1}));
   const std::vector<std::vector<double>> want = ClosedForm(two);
   ExpectNear({trained[0], trained[1]}, want, 1e-5);
   for (int k = 0; k < kDim; ++k) {
