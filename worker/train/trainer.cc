@@ -431,22 +431,26 @@ absl::StatusOr<v1::Metrics> TrainGeneration(RankRun& run, const Generation& gen)
         // Random draws (dropout) are a function of (seed, rank, step), so a
         // resumed run draws exactly what an uninterrupted one would.
         torch::manual_seed(spec.training().seed() * 1000003 + comm.rank() * 7919 + step);
-        if (spare) RETURN_IF_ERROR(strategy->SpareStep());
-        if (!spare) strategy->BeginStep();
-        for (int m = 0; m < accum && !spare; ++m) {
-          p.Enter(v1::DATA);
-          const torch::Tensor idx =
-              order.narrow(0, (b + m) * sampler.batch_size, sampler.batch_size);
-          if (run.trace != nullptr) run.trace->Step(gen.generation, comm.rank(), step, epoch, idx);
-          const torch::Tensor x = run.train.x.index_select(0, idx);
-          const torch::Tensor y = run.train.y.index_select(0, idx);
-          p.Enter(v1::FORWARD);
-          RETURN_IF_ERROR(strategy->BeforeForward());
-          ASSIGN_OR_RETURN(const torch::Tensor out, run.model.Forward(x));
-          const torch::Tensor loss = Loss(spec, out, y) / accum;
-          p.Enter(v1::BACKWARD);
-          ASSIGN_OR_RETURN(const double waited, strategy->Backward(loss, m + 1 == accum));
-          window.AddMicroBatch(loss.item<double>(), waited);
+        if (spare) {
+          RETURN_IF_ERROR(strategy->SpareStep());
+        } else {
+          strategy->BeginStep();
+          for (int m = 0; m < accum; ++m) {
+            p.Enter(v1::DATA);
+            const torch::Tensor idx =
+                order.narrow(0, (b + m) * sampler.batch_size, sampler.batch_size);
+            if (run.trace != nullptr)
+              run.trace->Step(gen.generation, comm.rank(), step, epoch, idx);
+            const torch::Tensor x = run.train.x.index_select(0, idx);
+            const torch::Tensor y = run.train.y.index_select(0, idx);
+            p.Enter(v1::FORWARD);
+            RETURN_IF_ERROR(strategy->BeforeForward());
+            ASSIGN_OR_RETURN(const torch::Tensor out, run.model.Forward(x));
+            const torch::Tensor loss = Loss(spec, out, y) / accum;
+            p.Enter(v1::BACKWARD);
+            ASSIGN_OR_RETURN(const double waited, strategy->Backward(loss, m + 1 == accum));
+            window.AddMicroBatch(loss.item<double>(), waited);
+          }
         }
         window.EndStep();
         RETURN_IF_ERROR(strategy->Step(step));
