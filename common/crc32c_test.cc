@@ -55,6 +55,34 @@ TEST(Crc32cTest, CombineEqualsWholeAtEverySplit) {
   EXPECT_EQ(running, Crc32c(v));
 }
 
+// The SSE4.2 path runs three chains over blocks of 3 x 4096 bytes and joins
+// them; a byte at a time runs none of that. Sizes around the block edges,
+// from a zero and a non-zero starting CRC.
+TEST(Crc32cTest, StripedBlocksEqualByteAtATime) {
+  std::string data;
+  for (int i = 0; i < 5 * 12288 + 100; ++i)
+    data.push_back(static_cast<char>((i * 2246822519u) >> 11));
+  const absl::string_view v(data);
+  for (uint32_t start : {0u, 0xdeadbeefu}) {
+    for (size_t size :
+         {size_t{12287}, size_t{12288}, size_t{12289}, size_t{12288 + 4096}, size_t{2 * 12288 - 1},
+          size_t{2 * 12288}, size_t{3 * 12288 + 7}, data.size()}) {
+      const absl::string_view w = v.substr(0, size);
+      uint32_t bytewise = start;
+      for (size_t i = 0; i < w.size(); ++i) bytewise = Crc32cExtend(bytewise, w.substr(i, 1));
+      EXPECT_EQ(Crc32cExtend(start, w), bytewise) << "size " << size << " from " << start;
+    }
+  }
+  // Every one of the three stripes of a block is covered: a flip in each
+  // changes the sum.
+  const uint32_t whole = Crc32c(v.substr(0, 12288));
+  for (size_t at : {size_t{5}, size_t{4096 + 5}, size_t{8192 + 5}}) {
+    std::string flipped(v.substr(0, 12288));
+    flipped[at] ^= 1;
+    EXPECT_NE(Crc32c(flipped), whole) << "flip at " << at;
+  }
+}
+
 TEST(Crc32cTest, DetectsOneFlippedBit) {
   std::string data(4096, 'x');
   const uint32_t before = Crc32c(data);
