@@ -646,6 +646,7 @@ void NormalizeJobSpec(JobSpec& spec) {
     }
     if (ddp.grad_accum_steps() == 0) ddp.set_grad_accum_steps(1);
     if (!ddp.has_broadcast_buffers()) ddp.set_broadcast_buffers(true);
+    if (!ddp.has_gradient_as_bucket_view()) ddp.set_gradient_as_bucket_view(true);
   }
   if (s.has_decentralized()) {
     v1::DecentralizedStrategy& dec = *s.mutable_decentralized();

@@ -39,16 +39,15 @@ TEST(MemoryEstimateTest, SmallMlpWithSgdAndDdp) {
   EXPECT_EQ(e.parameters, 104);
   EXPECT_EQ(e.gradients, 104);
   EXPECT_EQ(e.optimizer, 0);        // plain SGD keeps no state
-  EXPECT_EQ(e.communication, 104);  // DDP buckets copy the gradients
+  EXPECT_EQ(e.communication, 0);    // gradients are views into the DDP buckets
   // 10 training + 2 test samples of 3 floats and an int64 label.
   EXPECT_EQ(e.data, 12 * (3 * 4 + 8));
   // 2 samples x (3 inputs + 4 linear + 4 ReLU + 2 outputs) floats, and their gradients.
   EXPECT_EQ(e.activations, 2 * 13 * 4 * 2);
-  EXPECT_EQ(e.total_bytes(), 760);
-  EXPECT_EQ(e.field, "model.mlp.hidden_sizes");
+  EXPECT_EQ(e.total_bytes(), 656);
+  EXPECT_EQ(e.field, "data.synthetic.num_samples");
   EXPECT_EQ(e.ToString(),
-            "about 760 B (parameters 104 B, gradients 104 B, communication buffers 104 B, data "
-            "240 B, activations 208 B)");
+            "about 656 B (parameters 104 B, gradients 104 B, data 240 B, activations 208 B)");
 }
 
 TEST(MemoryEstimateTest, OptimizerStateAndStrategyBuffers) {
@@ -56,11 +55,12 @@ TEST(MemoryEstimateTest, OptimizerStateAndStrategyBuffers) {
   EXPECT_EQ(EstimateRankMemory(Spec(base + "optimizer { momentum: 0.9 }")).optimizer, 104);
   EXPECT_EQ(EstimateRankMemory(Spec(base + "optimizer { kind: ADAM }")).optimizer, 208);
   EXPECT_EQ(EstimateRankMemory(Spec(base + "optimizer { kind: ACCUM_ADAMW }")).optimizer, 312);
-  EXPECT_EQ(EstimateRankMemory(Spec(base + "strategy { ddp { gradient_as_bucket_view: true } }"))
+  // Buckets copy the gradients when .grad is not a view into them.
+  EXPECT_EQ(EstimateRankMemory(Spec(base + "strategy { ddp { gradient_as_bucket_view: false } }"))
                 .communication,
-            0);
+            104);
   EXPECT_EQ(EstimateRankMemory(Spec(base + "strategy { ddp { compression: FP16 } }")).communication,
-            156);
+            52);
   EXPECT_EQ(EstimateRankMemory(Spec(base + "strategy { decentralized {} }")).communication, 208);
 }
 
@@ -91,7 +91,7 @@ TEST(MemoryEstimateTest, SmallTransformer) {
   EXPECT_EQ(e.data, 6 * 2 * 3 * 8);
   // 3 tokens x (4 + 24 + 2 + 5) values + 3 x 1 head x 3 x 3 attention values.
   EXPECT_EQ(e.activations, (3 * 35 + 27) * 4 * 2);
-  EXPECT_EQ(e.total_bytes(), 2412);
+  EXPECT_EQ(e.total_bytes(), 2056);  // no DDP bucket copies: gradients are views
   EXPECT_EQ(e.field, "model.transformer_lm");
 }
 
@@ -117,7 +117,7 @@ TEST(MemoryEstimateTest, SmallCnn) {
   EXPECT_EQ(e.parameters, 103 * 4);
   EXPECT_EQ(e.activations, 125 * 4 * 2);
   EXPECT_EQ(e.data, 6 * (16 * 4 + 8));
-  EXPECT_EQ(e.total_bytes(), 2668);
+  EXPECT_EQ(e.total_bytes(), 2256);
   EXPECT_EQ(e.field, "model.cnn.channels");
 }
 
@@ -134,7 +134,7 @@ TEST(MemoryEstimateTest, FilesCountTheirSizeAsALowerBound) {
   });
   EXPECT_EQ(e.parameters, 1000);
   EXPECT_EQ(e.data, 750);
-  EXPECT_EQ(e.total_bytes(), 3750);
+  EXPECT_EQ(e.total_bytes(), 2750);
   EXPECT_EQ(e.field, "model.torchscript.path");
   // Unknown sizes count nothing rather than guessing.
   RankMemoryEstimate unknown = EstimateRankMemory(spec);

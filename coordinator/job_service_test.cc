@@ -149,17 +149,16 @@ TEST_F(JobServiceTest, JobsNoAgentCanHoldAreRefusedOnceAgentsAreKnown) {
   grpc::Status refused = Submit(kHuge, &response);
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_EQ(refused.error_message(),
-            "job spec: model.mlp.hidden_sizes: a rank needs about 3.1 TB (parameters 344.0 GB, "
-            "gradients 344.0 GB, communication buffers 344.0 GB, data 668.4 kB, activations 2.0 "
-            "TB), more than the 16.0 GB of memory on the largest connected agent (node-a); make "
-            "the job smaller");
+            "job spec: model.mlp.hidden_sizes: a rank needs about 2.7 TB (parameters 344.0 GB, "
+            "gradients 344.0 GB, data 668.4 kB, activations 2.0 TB), more than the 16.0 GB of "
+            "memory on the largest connected agent (node-a); make the job smaller");
   // The job accepted before stays queued, saying why.
   status.Clear();
   ASSERT_TRUE(stub_->GetJobStatus(Context().get(), get, &status).ok());
   EXPECT_EQ(status.job().state(), v1::Job::PENDING);
   EXPECT_EQ(status.pending_reason(),
             "waiting for 1 free CPU slot; 1 agent has 2 free, of which 0 can hold a rank of about "
-            "3.1 TB (the largest agent has 16.0 GB)");
+            "2.7 TB (the largest agent has 16.0 GB)");
 
   // A job that fits is accepted; so is any job while an agent does not say
   // how much memory it has.

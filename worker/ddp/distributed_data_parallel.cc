@@ -240,10 +240,10 @@ class DistributedDataParallel::Impl {
         auto [b, j] = locator_[i];
         at::Tensor& view = buckets_[b].views[j];
         at::Tensor& grad = params_[i].tensor.mutable_grad();
-        if (options_.gradient_as_bucket_view) {
-          if (!grad.is_same(view)) grad = view;
-        } else if (used[k] == 0) {
+        if (used[k] == 0) {
           grad = at::Tensor();  // unused on every rank: no gradient, as in PyTorch
+        } else if (options_.gradient_as_bucket_view) {
+          if (!grad.is_same(view)) grad = view;
         } else if (grad.defined()) {
           grad.copy_(view);
         } else {

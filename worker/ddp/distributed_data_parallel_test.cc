@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <functional>
 #include <thread>
 #include <vector>
@@ -130,6 +131,58 @@ INSTANTIATE_TEST_SUITE_P(
                       EquivalenceCase{3, false, true}, EquivalenceCase{1, true, false},
                       EquivalenceCase{2, true, false}, EquivalenceCase{3, true, true}));
 
+// By default .grad is a view into its bucket: after the first rebuild it
+// stays the same memory from iteration to iteration (backward accumulates
+// into it, nothing is copied), parameters of one bucket lie side by side, and
+// a .grad the program replaces is put back in the bucket with the right value.
+TEST(DistributedDataParallelTest, GradientsAreBucketViewsByDefault) {
+  ASSERT_TRUE(DdpOptions().gradient_as_bucket_view);
+  torch::manual_seed(5);
+  torch::nn::Sequential reference = MakeMlp();
+  torch::Tensor x = torch::randn({4, 2, 3, 8});         // step, rank, batch, features
+  std::vector<std::vector<torch::Tensor>> expected(4);  // per step, per parameter
+  for (int s = 0; s < 4; ++s) {
+    torch::nn::Sequential m = CloneOf(reference, false);
+    m->forward(x[s].reshape({6, 8})).pow(2).sum().div(2).backward();
+    for (auto& p : m->parameters()) expected[s].push_back(p.grad().clone());
+  }
+  RunGlooRanks(2, [&](int rank, Communicator& comm) {
+    torch::nn::Sequential m = CloneOf(reference, false);
+    auto ddp = DistributedDataParallel::ForModule(*m, comm, DdpOptions());
+    ASSERT_TRUE(ddp.ok()) << ddp.status();
+    std::vector<const void*> where;
+    for (int s = 0; s < 4; ++s) {
+      m->zero_grad();
+      if (s == 3) m->parameters()[0].mutable_grad() = torch::full({16, 8}, 5.0);
+      ASSERT_TRUE((*ddp)->PrepareForBackward().ok());
+      m->forward(x[s][rank]).pow(2).sum().backward();
+      ASSERT_TRUE((*ddp)->FinishGradientSync().ok());
+      auto params = m->parameters();
+      for (size_t i = 0; i < params.size(); ++i) {
+        // Step 3 accumulated onto the 5.0 every rank put in .grad.
+        torch::Tensor want = expected[s][i] + (s == 3 && i == 0 ? 5.0 : 0.0);
+        EXPECT_TRUE(torch::allclose(params[i].grad(), want, 1e-5, 1e-6))
+            << "rank " << rank << " step " << s << " param " << i;
+      }
+      std::vector<const void*> now;
+      for (auto& p : params) now.push_back(p.grad().data_ptr());
+      if (s >= 2) EXPECT_EQ(now, where) << "rank " << rank << " step " << s;
+      where = now;
+    }
+    // The model is far below the first bucket's 1 MB: its gradients tile one
+    // flat buffer.
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    int64_t bytes = 0;
+    for (auto& p : m->parameters()) {
+      const auto at = reinterpret_cast<uintptr_t>(p.grad().data_ptr());
+      lo = std::min(lo, at);
+      hi = std::max<uintptr_t>(hi, at + p.grad().nbytes());
+      bytes += p.grad().nbytes();
+    }
+    EXPECT_EQ(static_cast<int64_t>(hi - lo), bytes) << "rank " << rank;
+  });
+}
+
 // Two heads on one trunk; `use` says which heads feed the loss on each rank.
 struct TwoHeads : torch::nn::Module {
   TwoHeads() {
@@ -179,46 +232,51 @@ TEST_P(UnusedParametersTest, AveragesZerosOrFailsClearly) {
     for (auto& p : m.parameters())
       local[r].push_back(p.grad().defined() ? p.grad().clone() : torch::Tensor());
   }
-  std::vector<std::vector<torch::Tensor>> got(2);
-  std::vector<absl::Status> statuses(2);
-  RunGlooRanks(2, [&](int rank, Communicator& comm) {
-    TwoHeads m;
-    CopyParams(reference, m);
-    DdpOptions options;
-    options.find_unused_parameters = c.find_unused;
-    auto ddp = DistributedDataParallel::ForModule(m, comm, options);
-    ASSERT_TRUE(ddp.ok()) << ddp.status();
-    for (int iteration = 0; iteration < 2; ++iteration) {  // before and after the bucket rebuild
-      m.zero_grad();
-      ASSERT_TRUE((*ddp)->PrepareForBackward().ok());
-      m.Loss(x[rank], rank == 0 ? c.a0 : c.a1, rank == 0 ? c.b0 : c.b1).backward();
-      statuses[rank] = (*ddp)->FinishGradientSync();
-    }
-    for (auto& p : m.parameters())
-      got[rank].push_back(p.grad().defined() ? p.grad().clone() : torch::Tensor());
-  });
-  if (c.expect_error) {
-    for (int r = 0; r < 2; ++r) {
-      EXPECT_EQ(statuses[r].code(), absl::StatusCode::kInvalidArgument) << statuses[r];
-      EXPECT_THAT(statuses[r].message(), HasSubstr("find_unused_parameters"));
-      EXPECT_THAT(statuses[r].message(), HasSubstr("head_"));
-    }
-    return;
-  }
-  for (int r = 0; r < 2; ++r) ASSERT_TRUE(statuses[r].ok()) << statuses[r];
-  for (size_t i = 0; i < local[0].size(); ++i) {
-    const bool any = local[0][i].defined() || local[1][i].defined();
-    if (!any) {
-      EXPECT_FALSE(got[0][i].defined()) << "param " << i << " unused everywhere keeps no grad";
+  // Gradients as their own tensors and as views into the buckets alike.
+  for (bool view : {false, true}) {
+    SCOPED_TRACE(view ? "gradient_as_bucket_view" : "gradients copied");
+    std::vector<std::vector<torch::Tensor>> got(2);
+    std::vector<absl::Status> statuses(2);
+    RunGlooRanks(2, [&](int rank, Communicator& comm) {
+      TwoHeads m;
+      CopyParams(reference, m);
+      DdpOptions options;
+      options.find_unused_parameters = c.find_unused;
+      options.gradient_as_bucket_view = view;
+      auto ddp = DistributedDataParallel::ForModule(m, comm, options);
+      ASSERT_TRUE(ddp.ok()) << ddp.status();
+      for (int iteration = 0; iteration < 2; ++iteration) {  // before and after the bucket rebuild
+        m.zero_grad();
+        ASSERT_TRUE((*ddp)->PrepareForBackward().ok());
+        m.Loss(x[rank], rank == 0 ? c.a0 : c.a1, rank == 0 ? c.b0 : c.b1).backward();
+        statuses[rank] = (*ddp)->FinishGradientSync();
+      }
+      for (auto& p : m.parameters())
+        got[rank].push_back(p.grad().defined() ? p.grad().clone() : torch::Tensor());
+    });
+    if (c.expect_error) {
+      for (int r = 0; r < 2; ++r) {
+        EXPECT_EQ(statuses[r].code(), absl::StatusCode::kInvalidArgument) << statuses[r];
+        EXPECT_THAT(statuses[r].message(), HasSubstr("find_unused_parameters"));
+        EXPECT_THAT(statuses[r].message(), HasSubstr("head_"));
+      }
       continue;
     }
-    torch::Tensor sum = torch::zeros_like(local[0][i].defined() ? local[0][i] : local[1][i]);
-    for (int r = 0; r < 2; ++r) {
-      if (local[r][i].defined()) sum += local[r][i];
-    }
-    for (int r = 0; r < 2; ++r) {
-      ASSERT_TRUE(got[r][i].defined()) << "param " << i;
-      EXPECT_TRUE(torch::allclose(got[r][i], sum / 2, 1e-5, 1e-7)) << c.name << " param " << i;
+    for (int r = 0; r < 2; ++r) ASSERT_TRUE(statuses[r].ok()) << statuses[r];
+    for (size_t i = 0; i < local[0].size(); ++i) {
+      const bool any = local[0][i].defined() || local[1][i].defined();
+      if (!any) {
+        EXPECT_FALSE(got[0][i].defined()) << "param " << i << " unused everywhere keeps no grad";
+        continue;
+      }
+      torch::Tensor sum = torch::zeros_like(local[0][i].defined() ? local[0][i] : local[1][i]);
+      for (int r = 0; r < 2; ++r) {
+        if (local[r][i].defined()) sum += local[r][i];
+      }
+      for (int r = 0; r < 2; ++r) {
+        ASSERT_TRUE(got[r][i].defined()) << "param " << i;
+        EXPECT_TRUE(torch::allclose(got[r][i], sum / 2, 1e-5, 1e-7)) << c.name << " param " << i;
+      }
     }
   }
 }
