@@ -5,19 +5,20 @@
 //
 // Models: MLP 784-1024-1024-1024-10 (small) and 784-2048-2048-2048-2048-10
 // (big, 14.2 M parameters); batch 64 per rank; SGD; 2 processes x 1 thread on
-// 127.0.0.1 (gloo). Chorus runs four times: as configured by default (the
-// transport measured per message size, gradients as bucket views; the
-// ratio), with shared memory forced (CHORUS_GLOO_SHM=1), over TCP
-// (CHORUS_GLOO_SHM=0), and with gradient_as_bucket_view off (copies into the
-// buckets and back, as PyTorch DDP makes by default: the like-for-like
-// figure). `--view 0|1` runs both sides with views off or on instead (and
-// Chorus three times). Every step starts after a barrier; the figure is the
-// median step time after 30 warm-up steps (both sides), which include the
-// transport measurement and the heap's growth to its steady size (Note
-// [Warm-up] below). The bench's own
-// processes keep freed memory for reuse as chorus-rank does
-// (common/memory.h); the PyTorch peer runs as PyTorch users run it. Prints one DESIGN.md §8 line
-// per model, the big model last; ratio = Chorus step time / PyTorch DDP step time. Overlap
+// 127.0.0.1 (gloo). Chorus runs four times: as the built-in trainer runs DDP
+// by default (the transport measured per message size, gradients as bucket
+// views: Note [Gradients as bucket views]; the ratio), with shared memory
+// forced (CHORUS_GLOO_SHM=1), over TCP (CHORUS_GLOO_SHM=0), and with
+// gradient_as_bucket_view off (copies into the buckets and back, as PyTorch
+// DDP makes by default: the like-for-like figure, also in the JSON line as
+// ours_views_off_ms). `--view 0|1` runs both sides with views off or on
+// instead (and Chorus three times). Every step starts after a barrier; the
+// figure is the median step time after 30 warm-up steps (both sides), which
+// include the transport measurement and the heap's growth to its steady
+// size (Note [Warm-up] below). The bench's own processes keep freed memory
+// for reuse as chorus-rank does (common/memory.h); the PyTorch peer runs as
+// PyTorch users run it. Prints one DESIGN.md §8 line per model, the big
+// model last; ratio = Chorus step time / PyTorch DDP step time. Overlap
 // efficiency is the share of communication hidden behind compute:
 //   1 - (ddp_step - compute_only) / allreduce_all_gradients_alone.
 // Compute only is timed twice: one process alone, and two processes at once
@@ -322,7 +323,7 @@ int RunMetricsOverhead(const std::string& self, double steps_scale) {
   const std::string dir = tmpl;
   const std::string store_dir = dir + "/observe.store";
   const bool ok = RunChorusRanks(self, store_dir, hidden, /*warmup=*/8, steps,
-                                 DdpOptions().gradient_as_bucket_view,
+                                 /*view=*/true,
                                  /*observe=*/true);
   double off = 0, on = 0;
   int64_t heartbeat_bytes = 0;
@@ -359,11 +360,12 @@ struct ModelCase {
   int steps;
 };
 
-// view: -1 runs each side with its own default (Chorus: gradients as bucket
-// views; PyTorch: copied) and Chorus once more with views off, the like for
-// like; 0 or 1 runs both sides that way.
+// view: -1 runs each side as it trains by default (Chorus as its built-in
+// trainer does: gradients as bucket views; PyTorch DDP: copied) and Chorus
+// once more with views off, the like for like; 0 or 1 runs both sides that
+// way.
 int RunBench(const std::string& self, double steps_scale, int view_flag) {
-  const bool view = view_flag < 0 ? DdpOptions().gradient_as_bucket_view : view_flag == 1;
+  const bool view = view_flag != 0;
   const bool peer_view = view_flag == 1;
   const std::string script = "worker/ddp/testdata/pytorch_ddp_bench.py";
   const std::vector<ModelCase> cases = {{"mlp_small", {1024, 1024, 1024}, 30, 40},
@@ -489,8 +491,12 @@ int RunBench(const std::string& self, double steps_scale, int view_flag) {
                      "\"ours\": %.3f, \"peer\": %.3f, \"peer_name\": \"PyTorch DDP 1.13 (gloo)\", "
                      "\"ratio\": %.4f, \"compute_only_ms\": %.3f, "
                      "\"two_processes_compute_only_ms\": %.3f, "
-                     "\"ours_page_faults_per_step\": %.1f}",
-                     c.name, ours, peer, ours / peer, compute, concurrent, run.faults_per_step)
+                     "\"ours_page_faults_per_step\": %.1f%s}",
+                     c.name, ours, peer, ours / peer, compute, concurrent, run.faults_per_step,
+                     view_flag < 0 ? absl::StrFormat(", \"ours_views_off_ms\": %.3f, "
+                                                     "\"views_off_ratio\": %.4f",
+                                                     copied_run.step_ms, copied_run.step_ms / peer)
+                                   : "")
               << std::endl;
   }
   std::string cleanup = "rm -rf " + dir;

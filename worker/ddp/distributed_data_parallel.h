@@ -52,11 +52,11 @@ struct DdpOptions {
   // The first bucket is small so that communication starts early.
   double first_bucket_mb = 1;
   // .grad of each parameter is a view into its bucket (Note [Gradients as
-  // bucket views]): backward accumulates straight into the bucket, and the
-  // averaged gradient is read where the all-reduce left it. Off: each .grad
-  // is its own tensor, copied into the bucket and back every iteration, as
-  // PyTorch DDP does by default.
-  bool gradient_as_bucket_view = true;
+  // bucket views]): no copies in or out, but between backward and
+  // FinishGradientSync() a .grad is being averaged in place. Off (the
+  // default, as in PyTorch DDP): each .grad is its own tensor, copied into
+  // the bucket and back. The built-in trainer turns it on.
+  bool gradient_as_bucket_view = false;
   // Parameters that get no gradient on some ranks contribute zeros; without
   // this, such a parameter makes FinishGradientSync() fail (on every rank).
   bool find_unused_parameters = false;
@@ -173,21 +173,27 @@ class DistributedDataParallel {
 // one GPU: docs/gpu.md.
 //
 // Note [Gradients as bucket views]
-// By default each parameter's .grad is a view into its bucket. Backward then
-// accumulates into the bucket in place, the all-reduce averages it there,
-// and the optimizer reads the result: the copy of every gradient into its
-// bucket and back, which PyTorch DDP makes by default, is gone, and so is a
-// second gradient-sized allocation. On two CPU ranks of the 14.2 M MLP
-// (ddp_bench) those two copies were ~13 ms of a 100 ms step, and with them
-// the step was 1.32-1.35x the compute alone; without them, 1.24.
-// What a program can see is the same as without views: a gradient is
-// undefined when no rank used its parameter; a .grad the program replaces
-// (or that autograd creates after it was reset) is copied into the bucket
-// once and the view put back; zero_grad() zeroes the view in place. The
-// one difference is aliasing: .grad is bucket memory (shared memory on one
-// host), which the next backward overwrites, so a gradient to be kept
-// across iterations must be cloned, as it must be without views once
-// zero_grad() has run.
+// With gradient_as_bucket_view each parameter's .grad is a view into its
+// bucket. Backward accumulates into the bucket in place, the all-reduce
+// averages it there, and the optimizer reads the result: the copy of every
+// gradient into its bucket and back is gone, and so is a second
+// gradient-sized allocation. On two CPU ranks of the 14.2 M MLP (ddp_bench)
+// those two copies were ~10-13 ms of a 90-100 ms step: the step was 1.41x
+// the compute alone with them and 1.26x without.
+// After FinishGradientSync() a program sees what it sees without views: a
+// gradient is undefined when no rank used its parameter; a .grad the
+// program replaced (or that autograd created after a reset) has been copied
+// into the bucket and the view put back; zero_grad() zeroes the view in
+// place. Two things differ. A bucket's all-reduce starts while backward is
+// still running, on the very memory .grad points to, so a .grad read
+// between backward and FinishGradientSync() is partly averaged (without
+// views it is still this rank's own gradient). And .grad is bucket memory
+// (shared memory on one host) that the next backward overwrites. PyTorch
+// hides the first by finishing the all-reduces inside backward(); here they
+// finish in FinishGradientSync(), so the option stays off by default, as in
+// PyTorch. The built-in trainer, which reads gradients only after
+// FinishGradientSync(), turns it on (job spec strategy.ddp.
+// gradient_as_bucket_view, default true).
 //
 // Note [Gradient hooks] (worker/replica/gradient_ready_hooks.h) says how
 // "gradient ready" is observed; Note [Flat views]

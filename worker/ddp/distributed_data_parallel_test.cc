@@ -131,12 +131,14 @@ INSTANTIATE_TEST_SUITE_P(
                       EquivalenceCase{3, false, true}, EquivalenceCase{1, true, false},
                       EquivalenceCase{2, true, false}, EquivalenceCase{3, true, true}));
 
-// By default .grad is a view into its bucket: after the first rebuild it
-// stays the same memory from iteration to iteration (backward accumulates
-// into it, nothing is copied), parameters of one bucket lie side by side, and
-// a .grad the program replaces is put back in the bucket with the right value.
-TEST(DistributedDataParallelTest, GradientsAreBucketViewsByDefault) {
-  ASSERT_TRUE(DdpOptions().gradient_as_bucket_view);
+// With gradient_as_bucket_view, .grad is a view into its bucket: after the
+// first rebuild it stays the same memory from iteration to iteration
+// (backward accumulates into it, nothing is copied), parameters of one
+// bucket lie side by side, and a .grad the program replaces is put back in
+// the bucket with the right value.
+TEST(DistributedDataParallelTest, GradientsAsBucketViewsStayInTheBucket) {
+  DdpOptions options;
+  options.gradient_as_bucket_view = true;
   torch::manual_seed(5);
   torch::nn::Sequential reference = MakeMlp();
   torch::Tensor x = torch::randn({4, 2, 3, 8});         // step, rank, batch, features
@@ -148,7 +150,7 @@ TEST(DistributedDataParallelTest, GradientsAreBucketViewsByDefault) {
   }
   RunGlooRanks(2, [&](int rank, Communicator& comm) {
     torch::nn::Sequential m = CloneOf(reference, false);
-    auto ddp = DistributedDataParallel::ForModule(*m, comm, DdpOptions());
+    auto ddp = DistributedDataParallel::ForModule(*m, comm, options);
     ASSERT_TRUE(ddp.ok()) << ddp.status();
     std::vector<const void*> where;
     for (int s = 0; s < 4; ++s) {
