@@ -168,7 +168,9 @@ TEST(DistributedDataParallelTest, GradientsAsBucketViewsStayInTheBucket) {
       }
       std::vector<const void*> now;
       for (auto& p : params) now.push_back(p.grad().data_ptr());
-      if (s >= 2) EXPECT_EQ(now, where) << "rank " << rank << " step " << s;
+      if (s >= 2) {
+        EXPECT_EQ(now, where) << "rank " << rank << " step " << s;
+      }
       where = now;
     }
     // The model is far below the first bucket's 1 MB: its gradients tile one
