@@ -194,8 +194,7 @@ RankMemoryEstimate EstimateRankMemory(const v1::JobSpec& spec, const FileSizeFn&
     const v1::DdpStrategy& ddp = spec.strategy().ddp();
     // Flat buckets hold a copy of the gradients unless gradients are views
     // into them; compression adds a half-size copy on the wire.
-    const bool views = !ddp.has_gradient_as_bucket_view() || ddp.gradient_as_bucket_view();
-    e.communication = views ? 0 : e.parameters;
+    e.communication = ddp.gradient_as_bucket_view() ? 0 : e.parameters;
     if (ddp.compression() == v1::DdpStrategy::FP16 || ddp.compression() == v1::DdpStrategy::BF16)
       e.communication += e.parameters / 2;
   } else if (spec.strategy().has_decentralized()) {

@@ -17,9 +17,9 @@ DdpOptions OptionsFromSpec(const v1::DdpStrategy& d) {
   DdpOptions options;
   options.bucket_cap_mb = d.bucket_cap_mb();
   options.first_bucket_mb = d.first_bucket_mb();
-  // On unless the spec turns it off: the trainer reads gradients only after
+  // On by default (NormalizeJobSpec): the trainer reads gradients only after
   // FinishGradientSync() (Note [Gradients as bucket views]).
-  options.gradient_as_bucket_view = !d.has_gradient_as_bucket_view() || d.gradient_as_bucket_view();
+  options.gradient_as_bucket_view = d.gradient_as_bucket_view();
   options.find_unused_parameters = d.find_unused_parameters();
   options.broadcast_buffers = d.broadcast_buffers();
   options.ignored.assign(d.ignored().begin(), d.ignored().end());
