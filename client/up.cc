@@ -94,8 +94,11 @@ void AddUpCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) {
       exit_code = kExitBadInput;
       return;
     }
-    if (absl::Status s = CheckRuntimeSupport(*spec); !s.ok()) {
-      *global.err << "chorus up: " << s.message() << "\n";
+    if (spec->resources().device() == v1::ResourceSpec::CUDA) {
+      *global.err << "chorus up: " << *path << ": resources.device is CUDA, but chorus up "
+                  << "--local starts CPU agents; run a coordinator and node agents started "
+                     "with `chorus-worker --device cuda` (docs/gpu.md), or set "
+                     "resources.device: CPU\n";
       exit_code = kExitBadInput;
       return;
     }

@@ -116,9 +116,6 @@ void AddValidateCommand(CLI::App& app, const GlobalOptions& global, int& exit_co
                   << " of memory; it can only run on agents with more (chorus submit refuses it "
                      "when no connected agent has enough)\n";
     }
-    if (absl::Status support = CheckRuntimeSupport(*spec); !support.ok()) {
-      *global.err << "chorus validate: note: the spec is valid, but " << support.message() << "\n";
-    }
     exit_code = *agents ? PrintServingAgents(*spec, global) : kExitOk;
   });
 }

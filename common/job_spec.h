@@ -62,11 +62,6 @@ std::string RankMemoryMessage(const RankMemoryEstimate& memory, double limit_byt
 // after a header naming `source`.
 absl::Status CheckJobSpec(const v1::JobSpec& spec, absl::string_view source);
 
-// OK if this version's workers can run `spec`; otherwise UNIMPLEMENTED naming
-// the unsupported fields (a valid spec may still ask for a feature that is
-// not built yet; it is refused at submit rather than accepted and ignored).
-absl::Status CheckRuntimeSupport(const v1::JobSpec& spec);
-
 // The topology a decentralized strategy asks for (common/topology.h).
 TopologyConfig TopologyFromSpec(const v1::DecentralizedStrategy& decentralized);
 

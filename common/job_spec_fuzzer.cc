@@ -74,7 +74,6 @@ void CheckSpec(const std::string& text, SpecFormat format) {
   const absl::Status checked = CheckJobSpec(spec, "fuzz");
   if (checked.ok() != errors.empty()) Fail("CheckJobSpec disagrees with ValidateJobSpec", spec);
   if (errors.empty()) {
-    (void)CheckRuntimeSupport(spec);
     if (spec.strategy().has_decentralized())
       (void)TopologyFromSpec(spec.strategy().decentralized());
   }

@@ -702,18 +702,6 @@ std::string RankMemoryMessage(const RankMemoryEstimate& memory, double limit_byt
                       FormatBytes(limit_bytes), " ", what, "; make the job smaller");
 }
 
-absl::Status CheckRuntimeSupport(const JobSpec& spec) {
-  std::vector<std::string> missing;
-  // A program brings its own device code; the device only picks agents.
-  if (spec.resources().device() == v1::ResourceSpec::CUDA && !spec.has_program())
-    missing.push_back("resources.device CUDA");
-  if (missing.empty()) return absl::OkStatus();
-  return absl::UnimplementedError(absl::StrCat(
-      "this version of Chorus cannot run yet: ", absl::StrJoin(missing, ", "),
-      ". Supported: models mlp, cnn, transformer_lm and torchscript; data fashion_mnist, "
-      "synthetic and tensor_file; strategies ddp and decentralized on CPU."));
-}
-
 absl::Status CheckJobSpec(const JobSpec& spec, absl::string_view source) {
   std::vector<SpecError> errors = ValidateJobSpec(spec);
   if (errors.empty()) return absl::OkStatus();

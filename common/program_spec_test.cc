@@ -87,7 +87,6 @@ TEST(ProgramSpecTest, NormalizationLeavesTheTrainerFieldsUnset) {
   NormalizeJobSpec(again);
   EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(spec, again));
   EXPECT_THAT(ValidateJobSpec(spec), IsEmpty());
-  EXPECT_TRUE(CheckRuntimeSupport(spec).ok());
 }
 
 TEST(ProgramSpecTest, AProgramWithTrainerFieldsIsRefusedNamingEachField) {

@@ -100,7 +100,6 @@ void JobManager::Publish(const std::string& job_id) {
 absl::StatusOr<v1::Job> JobManager::Submit(v1::JobSpec spec, const std::string& resume_from) {
   NormalizeJobSpec(spec);
   RETURN_IF_ERROR(CheckJobSpec(spec, "submitted"));
-  RETURN_IF_ERROR(CheckRuntimeSupport(spec));
   absl::MutexLock lock(&mu_);
   if (!resume_from.empty()) {
     std::vector<std::string> parts = absl::StrSplit(resume_from, absl::MaxSplits(':', 1));

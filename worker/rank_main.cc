@@ -1,7 +1,10 @@
 // chorus-rank: one rank of a job, started by the node agent (chorus-worker).
 //
-// It joins the job's generation at the coordinator, bootstraps its Gloo
-// communicator through the coordinator's store, trains, reports metrics, and
+// It joins the job's generation at the coordinator, bootstraps its
+// communicator through the coordinator's store (Gloo for a CPU job; NCCL on
+// GPU CHORUS_SLOT for a job with resources.device CUDA: the agent offers one
+// slot per GPU, so slot k is the k-th GPU this process sees, after any
+// CUDA_VISIBLE_DEVICES the operator set), trains, reports metrics, and
 // (an elastic job) joins the next generation in the same process when a peer
 // is lost (docs/elastic.md), and
 // exits 0 on success or 1 with the reason on stderr (the agent relays the
@@ -43,6 +46,7 @@
 #include "glog/logging.h"
 #include "worker/comm/gloo_communicator.h"
 #include "worker/comm/grpc_store.h"
+#include "worker/comm/nccl_communicator.h"
 #include "worker/runtime/heartbeat_compose.h"
 #include "worker/runtime/heartbeat_stream.h"
 #include "worker/runtime/join_generation.h"
@@ -167,18 +171,33 @@ struct JoinedGeneration {
   CheckpointStorage* checkpoints() const { return checkpoint_storage.get(); }
 };
 
-// Builds the communicator and checkpoint storage of `joined`'s generation.
+// Builds the communicator and checkpoint storage of `joined`'s generation;
+// a CUDA job's on GPU `slot`.
 absl::StatusOr<std::unique_ptr<JoinedGeneration>> ConnectGeneration(
     const v1::JoinResponse& joined, const std::shared_ptr<grpc::Channel>& channel,
-    const std::string& job_id, const std::string& coordinator, const std::string& rank_host) {
+    const std::string& job_id, const std::string& coordinator, const std::string& rank_host,
+    int slot) {
   auto gen = std::make_unique<JoinedGeneration>();
   gen->joined = joined;
   gen->store = std::make_unique<GrpcStore>(channel, joined.store_namespace());
-  GlooOptions options;
-  options.rank = joined.rank();
-  options.size = joined.world_size();
-  options.hostname = rank_host;
-  ASSIGN_OR_RETURN(gen->comm, CreateGlooCommunicator(options, *gen->store));
+  if (joined.spec().resources().device() == v1::ResourceSpec::CUDA) {
+    if (!NcclAvailable()) {
+      return absl::FailedPreconditionError(
+          "the job's resources.device is CUDA, but this chorus-rank was built without NCCL; "
+          "build it with `bazel build --config=cuda` against a CUDA LibTorch (docs/gpu.md)");
+    }
+    NcclOptions options;
+    options.rank = joined.rank();
+    options.size = joined.world_size();
+    options.device = slot;
+    ASSIGN_OR_RETURN(gen->comm, CreateNcclCommunicator(options, *gen->store));
+  } else {
+    GlooOptions options;
+    options.rank = joined.rank();
+    options.size = joined.world_size();
+    options.hostname = rank_host;
+    ASSIGN_OR_RETURN(gen->comm, CreateGlooCommunicator(options, *gen->store));
+  }
   absl::StatusOr<std::unique_ptr<CheckpointStorage>> storage = MakeRankCheckpointStorage(
       channel, joined.spec().checkpoint(), coordinator, job_id, joined.generation(), joined.rank());
   if (!storage.ok()) {
@@ -243,7 +262,7 @@ int Run(RankWhere& where) {
   std::vector<std::unique_ptr<JoinedGeneration>> generations;
   {
     absl::StatusOr<std::unique_ptr<JoinedGeneration>> gen =
-        ConnectGeneration(*first, channel, job_id, coordinator, rank_host);
+        ConnectGeneration(*first, channel, job_id, coordinator, rank_host, slot);
     if (!gen.ok()) return Fail(std::string(gen.status().message()));
     generations.push_back(*std::move(gen));
   }
@@ -322,7 +341,7 @@ int Run(RankWhere& where) {
     where.stage = "while connecting to the other ranks";
     const absl::Time connect_start = absl::Now();
     ASSIGN_OR_RETURN(std::unique_ptr<JoinedGeneration> gen,
-                     ConnectGeneration(joined, channel, job_id, coordinator, rank_host));
+                     ConnectGeneration(joined, channel, job_id, coordinator, rank_host, slot));
     LOG(INFO) << job_id << ": connected to the " << joined.world_size() << " ranks of generation "
               << joined.generation() << " in "
               << absl::FormatDuration(absl::Trunc(absl::Now() - connect_start, absl::Milliseconds(1)));

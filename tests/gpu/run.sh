@@ -88,7 +88,7 @@ skipped=0
 export TEST_TMPDIR
 TEST_TMPDIR=$(mktemp -d)
 trap 'rm -rf "${TEST_TMPDIR}"' EXIT
-for test in nccl_communicator_test ddp_cuda_test; do
+for test in nccl_communicator_test ddp_cuda_test trainer_cuda_test; do
   echo "=== ${test}"
   log="${TEST_TMPDIR}/${test}.log"
   timeout 300 "${build}/${test}" 2>&1 | tee "${log}"

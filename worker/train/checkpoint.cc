@@ -45,7 +45,9 @@ absl::Status WritePickled(const std::vector<std::pair<std::string, at::Tensor>>&
   absl::Status status;
   try {
     c10::Dict<std::string, at::Tensor> dict;
-    for (const auto& [key, t] : tensors) dict.insert(key, t);
+    // A GPU tensor (an elastic rank's held state) is written as a CPU one:
+    // the file must load anywhere.
+    for (const auto& [key, t] : tensors) dict.insert(key, t.is_cpu() ? t : t.to(at::kCPU));
     std::vector<char> pickle;  // small: tensors are only referenced in it
     torch::jit::Pickler pickler(
         [&pickle](const char* p, size_t n) { pickle.insert(pickle.end(), p, p + n); },
@@ -201,16 +203,40 @@ Snapshot TakeSnapshot(Model& model, const std::vector<torch::optim::Optimizer*>&
     for (const auto& [name, t] : reuse->model) spare["m/" + name] = t;
     for (const auto& [name, t] : reuse->train_state) spare["t/" + name] = t;
   }
-  return CollectSnapshot(
-      model, optimizers, position, exchange, [&spare](const std::string& key, const at::Tensor& t) {
+  // The GPU whose copies to the host were queued, if any (Note
+  // [Asynchronous device snapshots]).
+  int queued_on = -1;
+  Snapshot s = CollectSnapshot(
+      model, optimizers, position, exchange,
+      [&spare, &queued_on, to_host = reuse != nullptr](const std::string& key,
+                                                       const at::Tensor& t) {
+        if (!to_host) return Copy(t);
+        const bool cuda = t.is_cuda();
+        if (cuda) queued_on = t.get_device();
         auto it = spare.find(key);
-        if (it != spare.end() && !it->second.device().is_meta() &&
-            it->second.sizes() == t.sizes() && it->second.scalar_type() == t.scalar_type() &&
-            it->second.is_contiguous()) {
-          return it->second.copy_(t.detach());
+        if (it != spare.end() && it->second.is_cpu() && it->second.sizes() == t.sizes() &&
+            it->second.scalar_type() == t.scalar_type() && it->second.is_contiguous() &&
+            (!cuda || it->second.is_pinned())) {
+          return it->second.copy_(t.detach(), /*non_blocking=*/cuda);
         }
-        return Copy(t);
+        if (!cuda) return Copy(t);
+        at::Tensor host =
+            at::empty(t.sizes(), at::TensorOptions().dtype(t.scalar_type()).pinned_memory(true));
+        return host.copy_(t.detach(), /*non_blocking=*/true);
       });
+  if (queued_on >= 0) {
+    absl::StatusOr<std::shared_ptr<DeviceFence>> fence = DeviceFence::Record(queued_on);
+    if (fence.ok()) {
+      s.ready = *std::move(fence);
+    } else {
+      // Without a fence nobody could tell when the copies are done: wait
+      // for them here, as a synchronous copy would.
+      LOG(WARNING) << fence.status() << "; the checkpoint's copies are waited for at once";
+      // A synchronous copy on the same stream returns after the queued ones.
+      (void)at::zeros({1}, at::TensorOptions().device(at::kCUDA, queued_on)).item<float>();
+    }
+  }
+  return s;
 }
 
 Snapshot SnapshotLayout(Model& model, const std::vector<torch::optim::Optimizer*>& optimizers) {
@@ -220,13 +246,14 @@ Snapshot SnapshotLayout(Model& model, const std::vector<torch::optim::Optimizer*
       });
 }
 
-Snapshot AllocateLike(const Snapshot& layout) {
-  auto allocate = [](const std::vector<std::pair<std::string, at::Tensor>>& from,
-                     std::vector<std::pair<std::string, at::Tensor>>& to) {
+Snapshot AllocateLike(const Snapshot& layout, bool pinned) {
+  auto allocate = [pinned](const std::vector<std::pair<std::string, at::Tensor>>& from,
+                           std::vector<std::pair<std::string, at::Tensor>>& to) {
     for (const auto& [name, t] : from) {
       if (!t.device().is_meta())
         continue;  // step counters and the like: made afresh by every snapshot
-      at::Tensor memory = at::empty(t.sizes(), at::TensorOptions().dtype(t.scalar_type()));
+      at::Tensor memory =
+          at::empty(t.sizes(), at::TensorOptions().dtype(t.scalar_type()).pinned_memory(pinned));
       // Written once here, so that its pages are faulted in off the
       // training thread.
       std::memset(memory.data_ptr(), 0, memory.nbytes());
@@ -297,6 +324,11 @@ absl::StatusOr<TrainingPosition> Restore(const std::vector<CheckpointFileData>& 
     const bool adam = dynamic_cast<torch::optim::Adam*>(&optimizer) != nullptr;
     const bool adamw = dynamic_cast<torch::optim::AdamW*>(&optimizer) != nullptr;
     const bool accum = dynamic_cast<AccumAdam*>(&optimizer) != nullptr;
+    // The state on its parameter's device (a checkpoint holds CPU tensors).
+    const auto placed = [&op](const at::Tensor& t) {
+      return t.to(at::TensorOptions().device(op.param.device()), /*non_blocking=*/false,
+                  /*copy=*/true);
+    };
     {
       const std::string prefix = absl::StrCat("optim.", op.index, ".");
       const std::string key = StateKey(op.param);
@@ -305,25 +337,25 @@ absl::StatusOr<TrainingPosition> Restore(const std::vector<CheckpointFileData>& 
         auto st = std::make_unique<AccumAdamParamState>();
         st->step(get(prefix + "step").item<int64_t>());
         st->count(get(prefix + "count").item<int64_t>());
-        st->exp_avg(get(prefix + "exp_avg").clone());
-        st->exp_avg_sq(get(prefix + "exp_avg_sq").clone());
-        st->accum(get(prefix + "accum").clone());
+        st->exp_avg(placed(get(prefix + "exp_avg")));
+        st->exp_avg_sq(placed(get(prefix + "exp_avg_sq")));
+        st->accum(placed(get(prefix + "accum")));
         optimizer.state()[key] = std::move(st);
       } else if (adam || adamw) {
         if (!get(prefix + "exp_avg").defined()) continue;
         auto fill = [&](auto s) {
           s->step(get(prefix + "step").item<int64_t>());
-          s->exp_avg(get(prefix + "exp_avg").clone());
-          s->exp_avg_sq(get(prefix + "exp_avg_sq").clone());
+          s->exp_avg(placed(get(prefix + "exp_avg")));
+          s->exp_avg_sq(placed(get(prefix + "exp_avg_sq")));
           if (get(prefix + "max_exp_avg_sq").defined())
-            s->max_exp_avg_sq(get(prefix + "max_exp_avg_sq").clone());
+            s->max_exp_avg_sq(placed(get(prefix + "max_exp_avg_sq")));
           optimizer.state()[key] = std::move(s);
         };
         if (adam) fill(std::make_unique<torch::optim::AdamParamState>());
         if (adamw) fill(std::make_unique<torch::optim::AdamWParamState>());
       } else if (get(prefix + "momentum_buffer").defined()) {
         auto s = std::make_unique<torch::optim::SGDParamState>();
-        s->momentum_buffer(get(prefix + "momentum_buffer").clone());
+        s->momentum_buffer(placed(get(prefix + "momentum_buffer")));
         optimizer.state()[key] = std::move(s);
       }
     }
@@ -438,6 +470,9 @@ void CheckpointWriter::Loop() {
       final = pending_final_;
       pending_.reset();
     }
+    // The copies out of a GPU were only queued (Note [Asynchronous device
+    // snapshots]); a failed device fails this checkpoint.
+    absl::Status ready = snapshot.ready != nullptr ? snapshot.ready->Wait() : absl::OkStatus();
     // Time inside the sources minus time inside the storage's byte consumers
     // called from them (writing, uploading) = serializing. Storages write one
     // file at a time.
@@ -463,7 +498,13 @@ void CheckpointWriter::Loop() {
     StoreRetryOptions retry;
     retry.give_up_after = final ? options_.final_give_up_after : options_.periodic_give_up_after;
     retry.clock = options_.clock;
-    const StoreRetryResult stored = StoreRetrying(storage_, snapshot.position.step, files, retry);
+    StoreRetryResult stored;
+    if (ready.ok()) {
+      stored = StoreRetrying(storage_, snapshot.position.step, files, retry);
+    } else {
+      stored.status = ready;
+      stored.attempts = 1;
+    }
     absl::Status s = stored.status;
     const bool skip = !final && stored.gave_up_unreachable;
     if (skip) {

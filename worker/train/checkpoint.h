@@ -51,6 +51,7 @@
 #include "checkpoint/storage.h"
 #include "chorus/v1/coordinator.pb.h"
 #include "common/clock.h"
+#include "worker/train/device_fence.h"
 #include "worker/train/model.h"
 
 namespace torch::optim {
@@ -79,6 +80,11 @@ struct Snapshot {
   int rank = 0;  // whose files these become (ModelFileName)
   std::vector<std::pair<std::string, at::Tensor>> model;
   std::vector<std::pair<std::string, at::Tensor>> train_state;
+  // Set when the copies into host memory were only queued on a GPU: read
+  // the tensors after ready->Wait() (CheckpointWriter does). Declared last,
+  // so that it is destroyed first: its destructor waits for the copies
+  // before the memory they write can be freed.
+  std::shared_ptr<DeviceFence> ready;
 };
 
 // The named tensors of one checkpoint file (a dict of tensors in
@@ -89,10 +95,14 @@ absl::StatusOr<std::map<std::string, at::Tensor>> ReadTensorFile(const Checkpoin
 // Copies parameters, buffers and the optimizers' state (SGD, Adam, AdamW,
 // AccumAdam(W)),
 // filed under the parameter's index in model.Parameters() (one optimizer
-// for DDP, one per bucket for decentralized training). With
-// `reuse` (an earlier snapshot nobody reads any more), tensors of the same
-// name, shape and dtype are copied into its memory instead of fresh memory:
-// no allocation and no page faults, so the copy runs at memory speed.
+// for DDP, one per bucket for decentralized training). Without `reuse` the
+// copies stay on the tensors' device (the state an elastic rank holds
+// across generations). With `reuse` (an earlier snapshot nobody reads any
+// more; may be empty) they go to host memory, the checkpoint's: tensors of
+// the same name, shape and dtype are copied into its memory instead of
+// fresh memory: no allocation and no page faults, so the copy runs at
+// memory speed. From a GPU the copies go to pinned memory and are only
+// queued (Note [Asynchronous device snapshots]): `ready` is set.
 // `exchange` (may be null) is saved too.
 Snapshot TakeSnapshot(Model& model, const std::vector<torch::optim::Optimizer*>& optimizers,
                       const TrainingPosition& position, const Snapshot* reuse = nullptr,
@@ -105,7 +115,25 @@ Snapshot SnapshotLayout(Model& model, const std::vector<torch::optim::Optimizer*
 // its pages are faulted in: as TakeSnapshot's `reuse`, the first snapshot
 // is then a copy at memory speed too (allocating ~200 MB of fresh memory
 // took ~0.35 s of the first checkpoint's stall on the development VM).
-Snapshot AllocateLike(const Snapshot& layout);
+// `pinned`: page-locked memory, for a model on a GPU (needs a CUDA
+// LibTorch).
+Snapshot AllocateLike(const Snapshot& layout, bool pinned = false);
+
+// Note [Asynchronous device snapshots]
+// A checkpoint of a model on a GPU must not stall training for a
+// synchronous .cpu() per tensor. TakeSnapshot queues each copy on the
+// training stream into pinned host memory (the reused snapshot's, so no
+// allocation in steady state) and records a DeviceFence after them; the
+// training thread goes on at once. The optimizer's next update is queued
+// behind the copies on the same stream, so the copies read the step's
+// state: the stall is the copies' time on the GPU (tens of GB/s), not a
+// host round trip per tensor. The writer's thread waits for the fence
+// before it serializes; a snapshot dropped early waits in its destructor.
+// The copies of an elastic rank's held state stay on the GPU (clones),
+// and serializing any GPU tensor (ShareNewestState) copies it to the host
+// first, so a checkpoint file always holds CPU tensors.
+// Restore copies into the live tensors wherever they are and puts the
+// optimizer's state on its parameter's device.
 // The two files of a snapshot, serialized as they are written; they refer
 // to `snapshot`, which must outlive them.
 std::vector<CheckpointFileSource> StreamFiles(const Snapshot& snapshot);

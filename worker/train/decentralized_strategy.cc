@@ -105,7 +105,8 @@ class DecentralizedStrategy final : public TrainingStrategy {
   absl::StatusOr<std::optional<int64_t>> AgreedCheckpointRequests(int64_t step,
                                                                   int64_t seen) override {
     if (step % kCheckpointRequestCheckSteps != 0) return std::optional<int64_t>();
-    at::Tensor newest = at::full({1}, seen, at::kLong);
+    at::Tensor newest =
+        at::full({1}, seen, at::TensorOptions().dtype(at::kLong).device(comm_.device()));
     RETURN_IF_ERROR(comm_.AllReduce(newest, ReduceOp::kMax, "checkpoint/request")
                         ->Wait(absl::Now() + absl::Minutes(5)));
     return std::optional<int64_t>(newest.item<int64_t>());

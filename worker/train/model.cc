@@ -123,6 +123,7 @@ class BuiltinModel : public Model {
   std::vector<NamedTensor> NamedParameters() override { return Named(module_->named_parameters()); }
   std::vector<NamedTensor> NamedBuffers() override { return Named(module_->named_buffers()); }
   void SetTraining(bool training) override { module_->train(training); }
+  void To(const c10::Device& device) override { module_->to(device); }
 
  private:
   std::shared_ptr<torch::nn::Module> module_;
@@ -168,6 +169,7 @@ class ScriptModel : public Model {
     return WithoutRepeatedTensors(std::move(out));
   }
   void SetTraining(bool training) override { module_.train(training); }
+  void To(const c10::Device& device) override { module_.to(device); }
 
  private:
   torch::jit::Module module_;
@@ -219,6 +221,15 @@ absl::StatusOr<std::unique_ptr<Model>> BuildSequential(const v1::ModelSpec& m,
 }
 
 }  // namespace
+
+void Model::To(const c10::Device& device) {
+  torch::NoGradGuard no_grad;
+  std::vector<NamedTensor> tensors = NamedParameters();
+  for (NamedTensor& b : NamedBuffers()) tensors.push_back(std::move(b));
+  for (NamedTensor& t : tensors) {
+    if (t.tensor.device() != device) t.tensor.set_data(t.tensor.to(device));
+  }
+}
 
 std::vector<at::Tensor> Model::Parameters() {
   std::vector<at::Tensor> out;

@@ -10,6 +10,7 @@
 #define CHORUS_WORKER_TRAIN_MODEL_H_
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include <memory>
 #include <string>
@@ -43,6 +44,11 @@ class Model {
   virtual std::vector<NamedTensor> NamedBuffers() = 0;
   // Training mode (dropout on) or evaluation mode.
   virtual void SetTraining(bool training) = 0;
+  // Moves parameters and buffers to `device` in place: the tensors
+  // NamedParameters() returns keep their identity (tied weights stay tied),
+  // only their memory moves. Call before an optimizer or engine holds them.
+  // The default moves each tensor of NamedParameters() and NamedBuffers().
+  virtual void To(const c10::Device& device);
 
   std::vector<at::Tensor> Parameters();
 };

@@ -16,7 +16,10 @@ absl::StatusOr<SharedState> ShareNewestState(
     Communicator& comm, Model& model, const std::vector<torch::optim::Optimizer*>& optimizers,
     const Snapshot* held, absl::Time deadline) {
   const int64_t mine = held != nullptr ? held->position.step : -1;
-  at::Tensor newest = torch::full({1}, mine, torch::kLong);
+  // What the members exchange lives where the communicator works (a GPU for
+  // NCCL); the bytes are packed and unpacked on the host.
+  const at::TensorOptions longs = at::TensorOptions().dtype(at::kLong).device(comm.device());
+  at::Tensor newest = torch::full({1}, mine, longs);
   RETURN_IF_ERROR(comm.AllReduce(newest, ReduceOp::kMax, "elastic/newest_step")->Wait(deadline));
   const int64_t step = newest.item<int64_t>();
   if (step < 0) {
@@ -25,7 +28,7 @@ absl::StatusOr<SharedState> ShareNewestState(
                      " ranks of the new generation holds training state (every survivor was "
                      "lost); resume the job from its newest checkpoint"));
   }
-  at::Tensor source = torch::full({1}, mine == step ? comm.rank() : comm.size(), torch::kLong);
+  at::Tensor source = torch::full({1}, mine == step ? comm.rank() : comm.size(), longs);
   RETURN_IF_ERROR(comm.AllReduce(source, ReduceOp::kMin, "elastic/source")->Wait(deadline));
   SharedState shared;
   shared.source = static_cast<int>(source.item<int64_t>());
@@ -42,7 +45,9 @@ absl::StatusOr<SharedState> ShareNewestState(
     sizes[0] = static_cast<int64_t>(files[0].bytes.size());
     sizes[1] = static_cast<int64_t>(files[1].bytes.size());
   }
+  sizes = sizes.to(comm.device());
   RETURN_IF_ERROR(comm.Broadcast(sizes, shared.source, "elastic/state_sizes")->Wait(deadline));
+  sizes = sizes.cpu();
   const int64_t model_bytes = sizes[0].item<int64_t>();
   const int64_t state_bytes = sizes[1].item<int64_t>();
   shared.bytes = model_bytes + state_bytes;
@@ -52,7 +57,13 @@ absl::StatusOr<SharedState> ShareNewestState(
     std::memcpy(data, files[0].bytes.data(), model_bytes);
     std::memcpy(data + model_bytes, files[1].bytes.data(), state_bytes);
   }
-  RETURN_IF_ERROR(comm.Broadcast(bytes, shared.source, "elastic/state")->Wait(deadline));
+  if (comm.device().is_cpu()) {
+    RETURN_IF_ERROR(comm.Broadcast(bytes, shared.source, "elastic/state")->Wait(deadline));
+  } else {
+    at::Tensor on_device = bytes.to(comm.device());
+    RETURN_IF_ERROR(comm.Broadcast(on_device, shared.source, "elastic/state")->Wait(deadline));
+    bytes.copy_(on_device);
+  }
   if (comm.rank() != shared.source) {
     files.resize(2);
     files[0].bytes.assign(data, model_bytes);
@@ -91,7 +102,8 @@ absl::StatusOr<int> AverageHeldModels(Communicator& comm, Model& model, const Sn
     total += live[i].tensor.numel();
   }
   // Every averaged tensor back to back, then the count of holders.
-  at::Tensor sums = at::zeros({total + 1}, at::kDouble);
+  at::Tensor sums =
+      at::zeros({total + 1}, at::TensorOptions().dtype(at::kDouble).device(comm.device()));
   if (held != nullptr) {
     int64_t offset = 0;
     for (size_t i : averaged) {

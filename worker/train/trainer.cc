@@ -43,6 +43,31 @@ torch::Tensor Loss(const v1::JobSpec& spec, const torch::Tensor& out, const torc
           spec.loss().label_smoothing()));
 }
 
+// Note [Batches on a GPU]
+// The datasets stay in host memory. A step's rows are gathered into pinned
+// memory and copied to the GPU without blocking the host: LibTorch's caching
+// host allocator keeps a pinned block until the copy that reads it is done,
+// then reuses it, so steady state allocates nothing. The losses add up on the
+// device and are read once per report: reading each one (.item()) would make
+// the host wait for every step and the GPU idle while the next is launched.
+
+// The `len` rows of `data` from `begin` (`idx` undefined) or the rows `idx`,
+// on `device` (Note [Batches on a GPU]).
+torch::Tensor Rows(const torch::Tensor& data, const torch::Tensor& idx, int64_t begin, int64_t len,
+                   const c10::Device& device) {
+  if (device.is_cpu())
+    return idx.defined() ? data.index_select(0, idx) : data.narrow(0, begin, len);
+  std::vector<int64_t> shape(data.sizes().begin(), data.sizes().end());
+  shape[0] = idx.defined() ? idx.numel() : len;
+  torch::Tensor staged = at::empty(shape, data.options().pinned_memory(true));
+  if (idx.defined()) {
+    at::index_select_out(staged, data, 0, idx);
+  } else {
+    staged.copy_(data.narrow(0, begin, len));
+  }
+  return staged.to(device, /*non_blocking=*/true);
+}
+
 // Loss and accuracy of the model on `test`, each rank taking a contiguous
 // share, summed across ranks.
 absl::Status Evaluate(const v1::JobSpec& spec, Model& model, const Dataset& test,
@@ -55,21 +80,22 @@ absl::Status Evaluate(const v1::JobSpec& spec, Model& model, const Dataset& test
   int64_t limit = spec.eval().max_batches() > 0
                       ? spec.eval().max_batches() * spec.training().batch_size_per_rank()
                       : end - begin;
-  at::Tensor sums = at::zeros({3}, at::kDouble);  // loss sum, correct, target elements
+  // Loss sum, correct, target elements; added up where the model is.
+  at::Tensor sums = at::zeros({3}, at::TensorOptions().dtype(at::kDouble).device(comm.device()));
   const int64_t batch = std::max<int64_t>(256, spec.training().batch_size_per_rank());
   for (int64_t i = begin; i < std::min(end, begin + limit); i += batch) {
     const int64_t len = std::min({batch, end - i, begin + limit - i});
-    torch::Tensor x = test.x.narrow(0, i, len);
-    torch::Tensor y = test.y.narrow(0, i, len);
+    torch::Tensor x = Rows(test.x, torch::Tensor(), i, len, comm.device());
+    torch::Tensor y = Rows(test.y, torch::Tensor(), i, len, comm.device());
     ASSIGN_OR_RETURN(torch::Tensor out, model.Forward(x));
-    sums[0] += Loss(spec, out, y).item<double>() * y.numel();
-    if (test.num_classes > 0)
-      sums[1] += out.argmax(-1).reshape(y.sizes()).eq(y).sum().item<double>();
+    sums[0] += Loss(spec, out, y).to(at::kDouble) * y.numel();
+    if (test.num_classes > 0) sums[1] += out.argmax(-1).reshape(y.sizes()).eq(y).sum();
     sums[2] += y.numel();
   }
   model.SetTraining(true);
   RETURN_IF_ERROR(
       comm.AllReduce(sums, ReduceOp::kSum, "eval/metrics")->Wait(absl::Now() + absl::Minutes(5)));
+  sums = sums.cpu();
   const double count = std::max(1.0, sums[2].item<double>());
   metrics.set_eval_loss(sums[0].item<double>() / count);
   metrics.set_eval_accuracy(sums[1].item<double>() / count);
@@ -93,6 +119,7 @@ absl::Status InjectFaults(const v1::JobSpec& spec, Communicator& comm, int64_t g
                           int64_t step, TrainingProgress& p) {
   const int rank = comm.rank();
   const absl::Time deadline = absl::Now() + absl::Hours(1);
+  const at::TensorOptions floats = at::TensorOptions().device(comm.device());
   for (const v1::Fault& f : spec.fault_injection().faults()) {
     // Generation 0 is the first (1): a rank that redoes the fault's step in
     // a re-formed generation does not fail again.
@@ -137,16 +164,16 @@ absl::Status InjectFaults(const v1::JobSpec& spec, Communicator& comm, int64_t g
           absl::SleepFor(absl::Seconds(f.duration_seconds()));
         } else {
           p.Enter(v1::COLLECTIVE);
-          RETURN_IF_ERROR(
-              comm.AllReduce(torch::ones({1}), ReduceOp::kSum, "fault/skipped")->Wait(deadline));
+          RETURN_IF_ERROR(comm.AllReduce(torch::ones({1}, floats), ReduceOp::kSum, "fault/skipped")
+                              ->Wait(deadline));
         }
         break;
       case v1::Fault::MISMATCH_COLLECTIVE: {
         if (!now) break;
         if (mine) Announce(rank, step, "swaps fault/first and fault/second");
         p.Enter(v1::COLLECTIVE);
-        torch::Tensor first = torch::ones({4});
-        torch::Tensor second = torch::ones({8});
+        torch::Tensor first = torch::ones({4}, floats);
+        torch::Tensor second = torch::ones({8}, floats);
         std::shared_ptr<Work> a, b;
         if (mine) {
           b = comm.AllReduce(second, ReduceOp::kSum, "fault/second");
@@ -292,7 +319,7 @@ bool IsMembershipFailure(const absl::Status& s) {
 absl::Status CheckStepBoundary(Communicator& comm, const TrainingProgress& p, int64_t generation,
                                int64_t step, int64_t epoch_offset, const v1::JobSpec& spec,
                                int64_t per_rank_step, int64_t epoch_samples) {
-  torch::Tensor asked = torch::tensor({p.reform_request.load()}, torch::kLong);
+  torch::Tensor asked = torch::tensor({p.reform_request.load()}, torch::kLong).to(comm.device());
   RETURN_IF_ERROR(comm.AllReduce(asked, ReduceOp::kMax, "elastic/step_boundary")
                       ->Wait(absl::Now() + absl::Minutes(5)));
   const ReformRequest next = UnpackReformRequest(asked.item<int64_t>());
@@ -413,8 +440,10 @@ absl::StatusOr<v1::Metrics> TrainGeneration(RankRun& run, const Generation& gen)
 
   v1::Metrics metrics;
   const absl::Time start = absl::Now();
+  const c10::Device device = comm.device();
   absl::Status status = [&]() -> absl::Status {
     MetricsWindow window(start);
+    torch::Tensor device_loss;  // the window's losses on a GPU (Note [Batches on a GPU])
     int64_t& step = position.step;
     for (; step < total_steps; ++position.epoch, position.epoch_offset = 0) {
       const int64_t epoch = position.epoch;
@@ -441,15 +470,21 @@ absl::StatusOr<v1::Metrics> TrainGeneration(RankRun& run, const Generation& gen)
                 order.narrow(0, (b + m) * sampler.batch_size, sampler.batch_size);
             if (run.trace != nullptr)
               run.trace->Step(gen.generation, comm.rank(), step, epoch, idx);
-            const torch::Tensor x = run.train.x.index_select(0, idx);
-            const torch::Tensor y = run.train.y.index_select(0, idx);
+            const torch::Tensor x = Rows(run.train.x, idx, 0, 0, device);
+            const torch::Tensor y = Rows(run.train.y, idx, 0, 0, device);
             p.Enter(v1::FORWARD);
             RETURN_IF_ERROR(strategy->BeforeForward());
             ASSIGN_OR_RETURN(const torch::Tensor out, run.model.Forward(x));
             const torch::Tensor loss = Loss(spec, out, y) / accum;
             p.Enter(v1::BACKWARD);
             ASSIGN_OR_RETURN(const double waited, strategy->Backward(loss, m + 1 == accum));
-            window.AddMicroBatch(loss.item<double>(), waited);
+            if (device.is_cpu()) {
+              window.AddMicroBatch(loss.item<double>(), waited);
+            } else {
+              const torch::Tensor l = loss.detach().to(at::kDouble);
+              device_loss = device_loss.defined() ? device_loss + l : l;
+              window.AddMicroBatch(0, waited);
+            }
           }
         }
         window.EndStep();
@@ -463,6 +498,10 @@ absl::StatusOr<v1::Metrics> TrainGeneration(RankRun& run, const Generation& gen)
         RETURN_IF_ERROR(checkpoints.AfterStep(position, total_steps));
         const bool log = step % spec.training().log_every_steps() == 0 || step == total_steps;
         if (log) {
+          if (device_loss.defined()) {
+            window.AddMicroBatch(device_loss.item<double>(), 0);
+            device_loss = torch::Tensor();
+          }
           AddWindowMetrics(window.Close(absl::Now(), accum * global_batch), total_steps,
                            comm.size(), checkpoints, *strategy, metrics, p);
         }
@@ -519,13 +558,23 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
   TrainingProgress unused;
   TrainingProgress& p = progress != nullptr ? *progress : unused;
   p.Enter(v1::SETUP);
-  RETURN_IF_ERROR(CheckRuntimeSupport(spec));
+  const bool cuda = spec.resources().device() == v1::ResourceSpec::CUDA;
+  if (cuda != comm.device().is_cuda()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("resources.device is ", cuda ? "CUDA" : "CPU", " but rank ", comm.rank(),
+                     "'s communicator works on ", comm.device().str(),
+                     cuda ? ": a CUDA job needs an NCCL communicator (a build with --config=cuda)"
+                          : ": a CPU job needs a Gloo communicator"));
+  }
   at::set_num_threads(spec.resources().threads_per_rank());
   const absl::Time load_start = absl::Now();
   Dataset train, test;
   RETURN_IF_ERROR(LoadSplits(spec, train, test));
   torch::manual_seed(spec.training().seed());
+  // Built on the CPU from the seed, then moved: a GPU run starts from the
+  // same parameters as a CPU run.
   ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Build(spec.model(), train));
+  if (cuda) model->To(comm.device());
   LOG(INFO) << "rank " << comm.rank() << " loaded " << train.size() << " training samples and built "
             << "its model in "
             << absl::FormatDuration(absl::Trunc(absl::Now() - load_start, absl::Milliseconds(1)));

@@ -11,9 +11,12 @@
 // accumulation (DDP); global-norm clipping; strategies ddp and decentralized
 // (topologies complete, ring, one-peer exponential, alternating exponential
 // ring, custom; per-rank checkpoints); fault injection EXIT, CRASH, STOP,
-// HANG, SLOW, SKIP_COLLECTIVE and MISMATCH_COLLECTIVE; all on CPU. What is
-// not supported yet (resources.device CUDA) returns UNIMPLEMENTED naming the
-// field (CheckRuntimeSupport refuses it at submit).
+// HANG, SLOW, SKIP_COLLECTIVE and MISMATCH_COLLECTIVE. On the CPU with a
+// Gloo communicator, or with resources.device CUDA on the communicator's GPU
+// (NCCL): model, optimizer state and batches on the device, checkpoints
+// copied off it asynchronously (Note [Asynchronous device snapshots] in
+// checkpoint.h). A communicator on the other kind of device than the spec's
+// is FAILED_PRECONDITION.
 //
 // Thread-safety: Train runs on the calling thread; `progress` may be read
 // by any other thread while it runs.

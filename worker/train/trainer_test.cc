@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "worker/comm/gloo_communicator.h"
 #include "worker/comm/store.h"
+#include "worker/train/memory_sink.h"
 
 namespace chorus {
 namespace {
@@ -31,80 +32,6 @@ v1::JobSpec Spec(const std::string& text) {
   EXPECT_TRUE(CheckJobSpec(*spec, "test").ok());
   return *spec;
 }
-
-// Checkpoints kept in memory, by step (the parts of per-rank checkpoints
-// gathered under their step).
-class MemorySink : public CheckpointStorage {
- public:
-  absl::Status Store(int64_t step, const std::vector<CheckpointFileSource>& files) override {
-    std::vector<CheckpointFileData> data;
-    for (const CheckpointFileSource& f : files) {
-      absl::StatusOr<CheckpointFileData> d = ReadAll(f);
-      if (!d.ok()) return d.status();
-      data.push_back(*std::move(d));
-    }
-    return Put(step, data);
-  }
-  // Stores files already in memory (copies another sink's checkpoint).
-  absl::Status Put(int64_t step, const std::vector<CheckpointFileData>& files) {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const CheckpointFileData& f : files) {
-      auto& stored = stored_[step];
-      auto it = std::find_if(stored.begin(), stored.end(),
-                             [&f](const CheckpointFileData& s) { return s.name == f.name; });
-      if (it != stored.end()) {
-        *it = f;
-      } else {
-        stored.push_back(f);
-      }
-    }
-    return absl::OkStatus();
-  }
-  // The files the manifest names (all when it names none).
-  absl::StatusOr<std::vector<CheckpointFileData>> Load(const v1::CheckpointManifest& m) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = stored_.find(m.step());
-    if (it == stored_.end()) return absl::NotFoundError("no such step");
-    if (m.files_size() == 0) return it->second;
-    std::vector<CheckpointFileData> out;
-    for (const v1::CheckpointFile& f : m.files()) {
-      for (const CheckpointFileData& s : it->second) {
-        if (s.name == f.name()) out.push_back(s);
-      }
-    }
-    return out;
-  }
-  std::vector<std::string> Files(int64_t step) {
-    std::lock_guard<std::mutex> lock(mu_);
-    std::vector<std::string> out;
-    for (const CheckpointFileData& f : stored_.at(step)) out.push_back(f.name);
-    std::sort(out.begin(), out.end());
-    return out;
-  }
-  std::vector<int64_t> Steps() {
-    std::lock_guard<std::mutex> lock(mu_);
-    std::vector<int64_t> out;
-    for (const auto& [step, files] : stored_) out.push_back(step);
-    return out;
-  }
-  // The model tensors stored at `step` (rank `rank`'s part of a per-rank
-  // checkpoint).
-  std::map<std::string, at::Tensor> Model(int64_t step, int rank = 0) {
-    std::lock_guard<std::mutex> lock(mu_);
-    std::map<std::string, at::Tensor> out;
-    for (const CheckpointFileData& f : stored_.at(step)) {
-      if (f.name != ModelFileName(rank)) continue;
-      c10::IValue v = torch::jit::pickle_load(std::vector<char>(f.bytes.begin(), f.bytes.end()));
-      for (const auto& item : v.toGenericDict())
-        out[item.key().toStringRef()] = item.value().toTensor();
-    }
-    return out;
-  }
-
- private:
-  std::mutex mu_;
-  std::map<int64_t, std::vector<CheckpointFileData>> stored_;
-};
 
 std::vector<absl::StatusOr<v1::Metrics>> TrainOnRanks(const v1::JobSpec& spec, int n,
                                                       std::vector<int>* reports = nullptr,
@@ -380,13 +307,6 @@ TEST(TrainerTest, ModelAndDataThatDoNotFitAreClearErrors) {
   EXPECT_THAT(c[0].status().message(), HasSubstr("model.cnn needs image inputs"));
 }
 
-v1::CheckpointManifest At(int64_t step) {
-  v1::CheckpointManifest m;
-  m.set_job_id("job-1");
-  m.set_step(step);
-  return m;
-}
-
 TEST(TrainerTest, ResumingFromACheckpointIsBitIdenticalToNotStopping) {
   // Adam moments, the LR schedule and the sampler position must all resume.
   // Dropout's random draws too, but the default generator is per process and
@@ -549,11 +469,15 @@ TEST(TrainerTest, ACheckpointResumesOnAnotherNumberOfRanks) {
   }
 }
 
-TEST(TrainerTest, UnsupportedFeaturesAndTooLittleDataAreClearErrors) {
+TEST(TrainerTest, ACommunicatorOnTheWrongDeviceAndTooLittleDataAreClearErrors) {
+  // A CUDA job handed a Gloo (CPU) communicator: refused before any work,
+  // naming the field and what the job needs.
   v1::JobSpec cuda = Spec("model { mlp {} } data { synthetic {} } resources { device: CUDA }");
   auto r = TrainOnRanks(cuda, 1);
-  EXPECT_EQ(r[0].status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(r[0].status().message(), HasSubstr("resources.device CUDA"));
+  EXPECT_EQ(r[0].status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(r[0].status().message(),
+              HasSubstr("resources.device is CUDA but rank 0's communicator works on cpu: a "
+                        "CUDA job needs an NCCL communicator"));
   v1::JobSpec tiny = Spec(
       "model { mlp {} } data { synthetic { num_samples: 10 } } training { batch_size_per_rank: 8 "
       "}");

@@ -47,10 +47,13 @@ absl::Status TrainingCheckpoints::AfterStep(const TrainingPosition& position, in
     // The optimizer's state exists now. The layout is read here, on the
     // training thread; the allocation runs beside the next steps.
     first_spare_started_ = true;
-    first_spare_ = std::async(std::launch::async, [layout = SnapshotLayout(
-                                                       model_, strategy_.optimizers())] {
+    // A model on a GPU is copied into pinned memory (Note [Asynchronous
+    // device snapshots] in checkpoint.h).
+    first_spare_ = std::async(std::launch::async, [layout = SnapshotLayout(model_,
+                                                                           strategy_.optimizers()),
+                                                   pinned = comm_.device().is_cuda()] {
       try {
-        return AllocateLike(layout);
+        return AllocateLike(layout, pinned);
       } catch (const std::exception& e) {  // out of memory: the first snapshot allocates its own
         std::cerr << "could not set memory aside for the first checkpoint: " << e.what() << "\n";
         return Snapshot{};
@@ -102,7 +105,8 @@ absl::Status TrainingCheckpoints::TakeOwnPart(const TrainingPosition& position, 
   if (final || force) RETURN_IF_ERROR(writer_->Drain());
   // Every rank takes it or none does (a part missing would leave the
   // checkpoint incomplete): skipped if any rank is still uploading.
-  at::Tensor busy = at::full({1}, writer_->busy() ? 1 : 0, at::kInt);
+  at::Tensor busy = at::full({1}, writer_->busy() ? 1 : 0,
+                             at::TensorOptions().dtype(at::kInt).device(comm_.device()));
   RETURN_IF_ERROR(comm_.AllReduce(busy, ReduceOp::kMax, "checkpoint/busy")
                       ->Wait(absl::Now() + absl::Minutes(5)));
   if (busy.item<int>() != 0) {
