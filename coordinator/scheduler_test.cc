@@ -327,6 +327,34 @@ TEST_F(SchedulerTest, DevicesMustMatch) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST_F(SchedulerTest, ACudaJobOfTheBuiltInTrainerWaitsForCudaSlotsAndSaysSo) {
+  FakeAgent cpu;
+  Add(cpu, 4, "cpu-node");
+  auto spec = ParseJobSpec("model { mlp {} } data { synthetic {} } resources { device: CUDA }",
+                           SpecFormat::kTextProto, "test");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto job = jobs_->Submit(*spec, "");
+  ASSERT_TRUE(job.ok()) << job.status();  // accepted: the trainer runs on GPUs
+  scheduler_->Schedule();
+  const std::string id = job->job_id();
+  EXPECT_EQ(State(id), v1::Job::PENDING) << "4 free CPU slots must not take a CUDA job";
+  v1::JobStatus status;
+  *status.mutable_job() = *jobs_->Get(id);
+  scheduler_->FillStatus(id, status);
+  EXPECT_EQ(status.pending_reason(),
+            "waiting for a node agent with CUDA slots (none is connected)");
+
+  FakeAgent gpu;
+  v1::AgentHello hello;
+  hello.set_host("gpu-node");
+  hello.set_slots(2);
+  hello.set_device(v1::ResourceSpec::CUDA);
+  ASSERT_TRUE(scheduler_->AddAgent(hello, gpu.Sender()).ok());
+  scheduler_->Schedule();
+  EXPECT_EQ(State(id), v1::Job::RUNNING);
+  EXPECT_EQ(scheduler_->free_slots(), 5) << "the CPU slots stay free";
+}
+
 TEST_F(SchedulerTest, AJobThatCannotResumeFailsAndTheNextOneTakesItsSlots) {
   const std::string first = Submit(1, 1);
   auto spec =
