@@ -70,7 +70,7 @@ for standard in 17 20; do
     -DNCCL_LIBRARY="${nccl_lib}" ${deps:+-DCHORUS_DEPS_PREFIX="${deps}"} \
     >"${build}/configure.log" 2>&1 ||
     { tail -n 40 "${build}/configure.log"; echo "0 passed, 1 failed, 0 skipped"; exit 1; }
-  if cmake --build "${build}" -j "${jobs}" >"${build}/build.log" 2>&1; then
+  if cmake --build "${build}" -j "${jobs}" -- -k 0 >"${build}/build.log" 2>&1; then
     built=1
     break
   fi

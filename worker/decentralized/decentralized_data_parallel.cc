@@ -1,6 +1,7 @@
 #include "worker/decentralized/decentralized_data_parallel.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <torch/optim/optimizer.h>
 
 #include <algorithm>
@@ -13,17 +14,10 @@
 #include "worker/replica/bucket_layout.h"
 #include "worker/replica/gradient_clipping.h"
 #include "worker/replica/gradient_ready_hooks.h"
+#include "worker/replica/optimizer_state_key.h"
 #include "worker/replica/replica_sync.h"
 
 namespace chorus {
-namespace {
-
-// The key LibTorch optimizers file a parameter's state under.
-std::string StateKey(const at::Tensor& param) {
-  return c10::guts::to_string(param.unsafeGetTensorImpl());
-}
-
-}  // namespace
 
 class DecentralizedDataParallel::Impl {
  public:
@@ -115,9 +109,9 @@ class DecentralizedDataParallel::Impl {
       bucket.pending = bucket.members.size();
     }
     // Optimizer state is keyed by the parameter, which kept its identity.
-    std::map<std::string, torch::optim::Optimizer*> owner;
+    std::map<OptimizerStateKey, torch::optim::Optimizer*> owner;
     for (Bucket& bucket : buckets_) {
-      for (size_t k : bucket.members) owner[StateKey(Param(k))] = bucket.optimizer.get();
+      for (size_t k : bucket.members) owner[OptimizerStateKeyOf(Param(k))] = bucket.optimizer.get();
     }
     for (Bucket& bucket : old) {
       for (auto& [key, state] : bucket.optimizer->state()) {

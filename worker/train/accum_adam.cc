@@ -1,10 +1,13 @@
 #include "worker/train/accum_adam.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <c10/util/Exception.h>
 
 #include <cmath>
 #include <memory>
+
+#include "worker/replica/optimizer_state_key.h"
 
 namespace chorus {
 
@@ -31,7 +34,7 @@ at::Tensor AccumAdam::step(LossClosure closure) {
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
       at::Tensor g = p.grad();
-      const std::string key = c10::guts::to_string(p.unsafeGetTensorImpl());
+      const OptimizerStateKey key = OptimizerStateKeyOf(p);
       auto it = state().find(key);
       if (it == state().end()) {
         auto s = std::make_unique<AccumAdamParamState>();

@@ -24,14 +24,11 @@
 #include "checkpoint/store_retry.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
+#include "worker/replica/optimizer_state_key.h"
 #include "worker/train/accum_adam.h"
 
 namespace chorus {
 namespace {
-
-std::string StateKey(const at::Tensor& param) {
-  return c10::guts::to_string(param.unsafeGetTensorImpl());
-}
 
 at::Tensor Copy(const at::Tensor& t) { return t.detach().clone(); }
 
@@ -83,14 +80,14 @@ struct OptimizedParam {
 
 std::vector<OptimizedParam> OptimizedParams(
     Model& model, const std::vector<torch::optim::Optimizer*>& optimizers) {
-  std::map<std::string, int> index;
+  std::map<OptimizerStateKey, int> index;
   int i = 0;
-  for (const at::Tensor& p : model.Parameters()) index[StateKey(p)] = i++;
+  for (const at::Tensor& p : model.Parameters()) index[OptimizerStateKeyOf(p)] = i++;
   std::vector<OptimizedParam> out;
   for (torch::optim::Optimizer* optimizer : optimizers) {
     for (const auto& group : optimizer->param_groups()) {
       for (const at::Tensor& param : group.params()) {
-        auto it = index.find(StateKey(param));
+        auto it = index.find(OptimizerStateKeyOf(param));
         if (it != index.end()) out.push_back({it->second, param, optimizer});
       }
     }
@@ -115,7 +112,7 @@ Snapshot CollectSnapshot(
     s.model.emplace_back(b.name, copy_as("m/" + b.name, b.tensor));
   for (const OptimizedParam& op : OptimizedParams(model, optimizers)) {
     {
-      auto it = op.optimizer->state().find(StateKey(op.param));
+      auto it = op.optimizer->state().find(OptimizerStateKeyOf(op.param));
       const std::string prefix = absl::StrCat("optim.", op.index, ".");
       if (it == op.optimizer->state().end()) continue;
       if (auto* sgd = dynamic_cast<torch::optim::SGDParamState*>(it->second.get())) {
@@ -331,7 +328,7 @@ absl::StatusOr<TrainingPosition> Restore(const std::vector<CheckpointFileData>& 
     };
     {
       const std::string prefix = absl::StrCat("optim.", op.index, ".");
-      const std::string key = StateKey(op.param);
+      const OptimizerStateKey key = OptimizerStateKeyOf(op.param);
       if (accum) {
         if (!get(prefix + "exp_avg").defined()) continue;
         auto st = std::make_unique<AccumAdamParamState>();
