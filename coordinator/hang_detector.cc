@@ -36,7 +36,8 @@ bool DeclaredPause(const v1::RankHeartbeat& hb, const v1::HangDetectionSpec& spe
 const v1::CollectiveRecord* Waiting(const v1::RankHeartbeat& hb) {
   const v1::CollectiveRecord* oldest = nullptr;
   for (const v1::CollectiveRecord& r : hb.flight_recorder().records()) {
-    if (r.state() == v1::CollectiveRecord::STARTED &&
+    if ((r.state() == v1::CollectiveRecord::STARTED ||
+         r.state() == v1::CollectiveRecord::RUNNING) &&
         (oldest == nullptr || r.seq() < oldest->seq())) {
       oldest = &r;
     }
@@ -53,9 +54,12 @@ std::optional<absl::Duration> TypicalDuration(const std::vector<RankView>& ranks
       // A record that ends before it starts (a clock stepped back, a
       // damaged heartbeat) says nothing about durations; with both times
       // positive and ordered the difference cannot overflow.
+      // A device op's time inside the collective starts when the GPU
+      // reached it, not when it was queued behind the rank's earlier work.
+      const int64_t began = r.running_us() > 0 ? r.running_us() : r.started_us();
       if (r.state() == v1::CollectiveRecord::COMPLETED && r.fingerprint().tag() == tag &&
-          r.started_us() > 0 && r.completed_us() >= r.started_us()) {
-        us.push_back(r.completed_us() - r.started_us());
+          began > 0 && r.completed_us() >= began) {
+        us.push_back(r.completed_us() - began);
       }
     }
   }
@@ -137,16 +141,25 @@ mismatch_done:
     if (blocked != nullptr) {
       const int64_t seq = blocked->seq();
       std::vector<int> waiting, absent, inside, blocked_elsewhere;
+      // Ranks whose GPU has the op queued but has not reached it (Note
+      // [Device op states] in worker/comm/flight_recorder.h), with since when.
+      std::vector<std::pair<int, absl::Time>> queued;
       size_t live = 0;
       absl::Time longest_start = absl::InfiniteFuture();
       for (const RankView& v : ranks) {
         if (v.exited) continue;
         ++live;
         const v1::CollectiveRecord* w = Waiting(v.heartbeat);
-        if (w != nullptr && w->seq() == seq) {
+        const bool on_device = !v.heartbeat.flight_recorder().device().empty();
+        if (w != nullptr && w->seq() == seq && on_device &&
+            w->state() == v1::CollectiveRecord::STARTED) {
+          queued.emplace_back(v.rank, absl::FromUnixMicros(w->started_us()));
+        } else if (w != nullptr && w->seq() == seq) {
           inside.push_back(v.rank);
           waiting.push_back(v.rank);
-          longest_start = std::min(longest_start, absl::FromUnixMicros(w->started_us()));
+          longest_start = std::min(
+              longest_start,
+              absl::FromUnixMicros(w->running_us() > 0 ? w->running_us() : w->started_us()));
         } else if (w != nullptr && w->seq() == seq + 1) {
           blocked_elsewhere.push_back(v.rank);
         } else if (v.heartbeat.flight_recorder().last_enqueued_seq() < seq) {
@@ -185,6 +198,34 @@ mismatch_done:
                   "rank%s %s %s not entered collective #%d %s; rank%s %s %s waited %.1f s; %s",
                   culprits.size() > 1 ? "s" : "", absl::StrJoin(culprits, ","),
                   culprits.size() > 1 ? "have" : "has", seq, Describe(blocked->fingerprint()),
+                  waiting.size() > 1 ? "s" : "", absl::StrJoin(waiting, ","),
+                  waiting.size() > 1 ? "have" : "has", absl::ToDoubleSeconds(waited),
+                  absl::StrJoin(doing, "; ")));
+          *d.mutable_fingerprint() = blocked->fingerprint();
+          out.push_back(std::move(d));
+        }
+      } else if (waited > threshold && !queued.empty()) {
+        // The peers are inside the collective; these ranks issued it, but
+        // their GPU is still busy with what they queued before it.
+        std::vector<int> culprits;
+        std::vector<std::string> doing;
+        for (const auto& [r, since] : queued) {
+          const RankView& v = *std::find_if(ranks.begin(), ranks.end(),
+                                            [r = r](const RankView& x) { return x.rank == r; });
+          if (now - v.heartbeat_at > kRankSilentAfter) continue;
+          culprits.push_back(r);
+          doing.push_back(absl::StrFormat("rank %d queued it %.1f s ago, at step %d", r,
+                                          absl::ToDoubleSeconds(now - since), v.heartbeat.step()));
+        }
+        if (!culprits.empty()) {
+          v1::Diagnosis d = Make(
+              v1::Diagnosis::NEVER_JOINED, culprits, waiting, seq, absl::ToDoubleSeconds(waited),
+              absl::StrFormat(
+                  "the GPU of rank%s %s has not reached collective #%d %s: %s still busy with "
+                  "kernels queued before it (a long or hung kernel); rank%s %s %s waited %.1f s "
+                  "inside it; %s",
+                  culprits.size() > 1 ? "s" : "", absl::StrJoin(culprits, ","), seq,
+                  Describe(blocked->fingerprint()), culprits.size() > 1 ? "they are" : "it is",
                   waiting.size() > 1 ? "s" : "", absl::StrJoin(waiting, ","),
                   waiting.size() > 1 ? "have" : "has", absl::ToDoubleSeconds(waited),
                   absl::StrJoin(doing, "; ")));

@@ -82,6 +82,53 @@ TEST(HangDetectorTest, NamesTheRankThatNeverJoinedAndWhatItIsDoing) {
             "ranks 0,2 have waited 12.3 s; rank 1 is in DATA at step 945 for 12.9 s");
 }
 
+// A rank of an NCCL communicator on `device`: its records are device ops.
+RankView GpuRank(int rank, int64_t step, std::vector<v1::CollectiveRecord> records) {
+  RankView v = Rank(rank, records.empty() ? 0 : records.back().seq(), v1::COLLECTIVE, step, 9.0,
+                    std::move(records));
+  v.heartbeat.mutable_flight_recorder()->set_device("cuda:0");
+  return v;
+}
+
+TEST(HangDetectorTest, NamesTheRankWhoseGpuHasNotReachedTheCollective) {
+  // Note [Device op states]: every rank issued #77, so every rank's host is
+  // past it; ranks 0 and 2's GPUs run it (waiting for the peers) while rank
+  // 1's GPU is still busy with the kernels it queued before.
+  auto running = Record(77, "ddp:model/bucket0", v1::CollectiveRecord::RUNNING, absl::Seconds(9));
+  running.set_running_us(absl::ToUnixMicros(kNow - absl::Seconds(8)));
+  auto queued = Record(77, "ddp:model/bucket0", v1::CollectiveRecord::STARTED, absl::Seconds(9));
+  std::vector<RankView> ranks = {GpuRank(0, 40, {running}), GpuRank(1, 40, {queued}),
+                                 GpuRank(2, 40, {running})};
+  auto ds = DiagnoseHangs(Spec(), ranks, kNow);
+  ASSERT_EQ(ds.size(), 1u) << ::testing::PrintToString(Messages(ds));
+  EXPECT_EQ(ds[0].kind(), v1::Diagnosis::NEVER_JOINED);
+  EXPECT_THAT(ds[0].ranks(), ElementsAre(1));
+  EXPECT_THAT(ds[0].waiting_ranks(), ElementsAre(0, 2));
+  EXPECT_EQ(ds[0].seq(), 77);
+  EXPECT_EQ(ds[0].message(),
+            "the GPU of rank 1 has not reached collective #77 allreduce/avg ddp:model/bucket0 "
+            "(4.0 MB): it is still busy with kernels queued before it (a long or hung kernel); "
+            "ranks 0,2 have waited 8.0 s inside it; rank 1 queued it 9.0 s ago, at step 40");
+
+  // Every GPU still busy before #77 (a long backward pass): nobody waits
+  // inside the collective, so nothing is stuck in it.
+  std::vector<RankView> busy = {GpuRank(0, 40, {queued}), GpuRank(1, 40, {queued})};
+  EXPECT_THAT(DiagnoseHangs(Spec(), busy, kNow), IsEmpty());
+
+  // The same records from a host backend (no device): started means inside,
+  // so every rank is inside and the transport is suspect.
+  std::vector<RankView> host = {Rank(0, 77, v1::COLLECTIVE, 40, 9.0, {queued}),
+                                Rank(1, 77, v1::COLLECTIVE, 40, 9.0, {queued})};
+  auto stuck = DiagnoseHangs(Spec(), host, kNow);
+  ASSERT_EQ(stuck.size(), 1u) << ::testing::PrintToString(Messages(stuck));
+  EXPECT_EQ(stuck[0].kind(), v1::Diagnosis::STUCK_IN_COLLECTIVE);
+
+  // Below the threshold (3 s inside): nothing yet.
+  running.set_running_us(absl::ToUnixMicros(kNow - absl::Seconds(2)));
+  std::vector<RankView> early = {GpuRank(0, 40, {running}), GpuRank(1, 40, {queued})};
+  EXPECT_THAT(DiagnoseHangs(Spec(), early, kNow), IsEmpty());
+}
+
 TEST(HangDetectorTest, ASilentCulpritIsDeadNotNeverJoined) {
   // Rank 1 was stopped (SIGSTOP) before collective #50: its last heartbeat
   // is as old as the others' wait. It is not named until it counts as DEAD.

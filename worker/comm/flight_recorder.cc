@@ -59,6 +59,8 @@ const char* OpStateName(OpState state) {
       return "enqueued";
     case OpState::kStarted:
       return "started";
+    case OpState::kRunning:
+      return "running";
     case OpState::kCompleted:
       return "completed";
     case OpState::kFailed:
@@ -69,8 +71,10 @@ const char* OpStateName(OpState state) {
   return "unknown";
 }
 
-FlightRecorder::FlightRecorder(size_t capacity, Clock* clock)
-    : clock_(clock != nullptr ? clock : &real_clock_), ring_(std::max<size_t>(capacity, 1)) {}
+FlightRecorder::FlightRecorder(size_t capacity, Clock* clock, std::string device)
+    : clock_(clock != nullptr ? clock : &real_clock_),
+      device_(std::move(device)),
+      ring_(std::max<size_t>(capacity, 1)) {}
 
 FlightRecord* FlightRecorder::Find(int64_t seq) {
   if (seq <= 0) return nullptr;
@@ -103,6 +107,15 @@ void FlightRecorder::Started(int64_t seq) {
   if (FlightRecord* r = Find(seq)) {
     r->state = OpState::kStarted;
     r->started = now;
+  }
+}
+
+void FlightRecorder::Running(int64_t seq) {
+  const absl::Time now = clock_->Now();
+  absl::MutexLock lock(&mu_);
+  if (FlightRecord* r = Find(seq); r != nullptr && r->state == OpState::kStarted) {
+    r->state = OpState::kRunning;
+    r->running = now;
   }
 }
 
@@ -159,7 +172,8 @@ std::string FlightRecorder::DumpJson() const {
         "],\"tag\":", JsonString(r->fingerprint.tag),
         ",\"state\":", JsonString(OpStateName(r->state)),
         ",\"enqueued_us\":", JsonTime(r->enqueued), ",\"started_us\":", JsonTime(r->started),
-        ",\"finished_us\":", JsonTime(r->finished), ",\"error\":", JsonString(r->error), "}");
+        ",\"running_us\":", JsonTime(r->running), ",\"finished_us\":", JsonTime(r->finished),
+        ",\"error\":", JsonString(r->error), "}");
   }
   out += "]}";
   return out;

@@ -44,7 +44,8 @@ struct Fingerprint {
   bool operator!=(const Fingerprint& other) const { return !(*this == other); }
 };
 
-enum class OpState { kEnqueued, kStarted, kCompleted, kFailed, kTimedOut };
+// kRunning only for a device backend (Note [Device op states]).
+enum class OpState { kEnqueued, kStarted, kRunning, kCompleted, kFailed, kTimedOut };
 const char* OpStateName(OpState state);
 
 struct FlightRecord {
@@ -53,6 +54,7 @@ struct FlightRecord {
   OpState state = OpState::kEnqueued;
   absl::Time enqueued = absl::InfinitePast();
   absl::Time started = absl::InfinitePast();   // InfinitePast until started
+  absl::Time running = absl::InfinitePast();   // a device op: when the device reached it
   absl::Time finished = absl::InfinitePast();  // InfinitePast until finished
   std::string error;                           // set when kFailed / kTimedOut
 };
@@ -62,13 +64,21 @@ class FlightRecorder {
   static constexpr size_t kDefaultCapacity = 2048;
 
   // `clock` (not owned; null = real time) must outlive the recorder.
-  explicit FlightRecorder(size_t capacity = kDefaultCapacity, Clock* clock = nullptr);
+  // `device`: where a device backend runs its ops ("cuda:0"); empty for a
+  // host backend.
+  explicit FlightRecorder(size_t capacity = kDefaultCapacity, Clock* clock = nullptr,
+                          std::string device = "");
   FlightRecorder(const FlightRecorder&) = delete;
   FlightRecorder& operator=(const FlightRecorder&) = delete;
 
   // Records a new op and returns its sequence number.
   int64_t Enqueued(Fingerprint fingerprint);
+  // For a host backend the op runs from here; a device backend's op is
+  // queued on the device's stream behind the work queued there before it.
   void Started(int64_t seq);
+  // A device backend's started op that the device has reached: its kernels
+  // run (for a collective: they wait for the peers). No-op unless started.
+  void Running(int64_t seq);
   // REQUIRES: state is kCompleted, kFailed or kTimedOut.
   void Finished(int64_t seq, OpState state, std::string error);
 
@@ -90,6 +100,7 @@ class FlightRecorder {
   std::string DumpJson() const;
 
   size_t capacity() const { return ring_.size(); }
+  const std::string& device() const { return device_; }
 
  private:
   FlightRecord* Find(int64_t seq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -97,6 +108,7 @@ class FlightRecorder {
 
   RealClock real_clock_;
   Clock* const clock_;
+  const std::string device_;
   mutable absl::Mutex mu_;
   std::vector<FlightRecord> ring_ ABSL_GUARDED_BY(mu_);
   int64_t last_enqueued_ ABSL_GUARDED_BY(mu_) = 0;
@@ -104,6 +116,18 @@ class FlightRecorder {
   int64_t last_finished_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t last_completed_ ABSL_GUARDED_BY(mu_) = 0;
 };
+
+// Note [Device op states]
+// A host backend (Gloo) runs an op on its own thread: once started it is
+// inside the collective. A device backend (NCCL) only queues the op on the
+// GPU's stream, behind whatever the rank queued before it (the backward
+// pass's kernels, say); the op thread goes on at once. So "started" says
+// only that the op is queued on the device, and the op is inside the
+// collective only once the GPU reaches it: the backend records an event in
+// front of the op's kernels and marks the op kRunning when that event has
+// passed. A rank whose op stays started while its peers' copies of it are
+// running has a GPU still busy with earlier work: the hang detector names
+// that rank instead of blaming the collective.
 
 }  // namespace chorus
 

@@ -58,6 +58,34 @@ TEST(FlightRecorderTest, TracksLifecycleAndTimes) {
   EXPECT_EQ(s.recent[0].error, "peer silent");
 }
 
+TEST(FlightRecorderTest, ADeviceOpIsRunningOnceTheDeviceReachedIt) {
+  // Note [Device op states].
+  FakeClock clock(absl::FromUnixSeconds(10));
+  FlightRecorder recorder(16, &clock, "cuda:1");
+  EXPECT_EQ(recorder.device(), "cuda:1");
+  EXPECT_EQ(FlightRecorder().device(), "");
+  const int64_t a = recorder.Enqueued(Fp("a"));
+  recorder.Running(a);  // not started: nothing to mark
+  EXPECT_EQ(recorder.TakeSnapshot().in_flight[0].state, OpState::kEnqueued);
+  recorder.Started(a);  // queued on the GPU
+  clock.Advance(absl::Seconds(3));
+  recorder.Running(a);  // the GPU reached it
+  FlightRecorder::Snapshot s = recorder.TakeSnapshot();
+  ASSERT_EQ(s.in_flight.size(), 1u);
+  EXPECT_EQ(s.in_flight[0].state, OpState::kRunning);
+  EXPECT_EQ(s.in_flight[0].running - s.in_flight[0].started, absl::Seconds(3));
+  EXPECT_STREQ(OpStateName(OpState::kRunning), "running");
+  EXPECT_THAT(recorder.DumpJson(), HasSubstr("\"state\":\"running\",\"enqueued_us\":"));
+  clock.Advance(absl::Seconds(1));
+  recorder.Finished(a, OpState::kCompleted, "");
+  recorder.Running(a);  // late: a finished op stays finished
+  s = recorder.TakeSnapshot(1);
+  EXPECT_TRUE(s.in_flight.empty());
+  ASSERT_EQ(s.recent.size(), 1u);
+  EXPECT_EQ(s.recent[0].state, OpState::kCompleted);
+  EXPECT_EQ(s.recent[0].finished - s.recent[0].running, absl::Seconds(1));
+}
+
 TEST(FlightRecorderTest, RingKeepsTheNewestEntries) {
   FlightRecorder recorder(4);
   for (int i = 0; i < 10; ++i) {

@@ -89,6 +89,9 @@ absl::StatusOr<ncclDataType_t> NcclType(at::ScalarType t) {
 // An op enqueued on the GPU and not yet finished.
 struct InFlight {
   std::shared_ptr<QueuedWork> work;
+  // Recorded in front of the op's kernels and after them (Note [Device op
+  // states] in flight_recorder.h).
+  std::shared_ptr<CUevent_st> reached;
   std::shared_ptr<CUevent_st> done;
   absl::Time enqueued;
 };
@@ -284,7 +287,8 @@ class NcclCommunicator : public Communicator {
         stream_(stream),
         barrier_(barrier),
         group_(std::move(group)),
-        recorder_(options.flight_recorder_capacity, options.clock),
+        recorder_(options.flight_recorder_capacity, options.clock,
+                  absl::StrCat("cuda:", options.device)),
         queue_(std::make_unique<OpQueue>(recorder_,
                                          [this](QueuedWork& work) { return Execute(work); })) {
     watcher_ = std::thread([this] { WatchLoop(); });
@@ -358,17 +362,16 @@ class NcclCommunicator : public Communicator {
     return queue_->Issue(std::move(fp), collective, [this, ready_event, enqueue](uint32_t) {
       ThrowIfCuda(cudaSetDevice(options_.device), "cudaSetDevice");
       ThrowIfCuda(cudaStreamWaitEvent(stream_, ready_event.get(), 0), "cudaStreamWaitEvent");
+      std::shared_ptr<CUevent_st> reached_event = NewEvent();
+      ThrowIfCuda(cudaEventRecord(reached_event.get(), stream_), "cudaEventRecord");
       {
         absl::MutexLock lock(&comm_mu_);
         if (comm_ == nullptr) throw OpError{absl::UnavailableError("NCCL communicator was aborted")};
         ncclResult_t r = enqueue();
         if (r != ncclSuccess && r != ncclInProgress) FailLocked(r, "enqueue");
       }
-      cudaEvent_t done = nullptr;
-      ThrowIfCuda(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreate");
-      auto done_event =
-          std::shared_ptr<CUevent_st>(done, [](cudaEvent_t e) { cudaEventDestroy(e); });
-      ThrowIfCuda(cudaEventRecord(done, stream_), "cudaEventRecord");
+      std::shared_ptr<CUevent_st> done_event = NewEvent();
+      ThrowIfCuda(cudaEventRecord(done_event.get(), stream_), "cudaEventRecord");
       std::shared_ptr<QueuedWork> work = current_->shared_from_this();
       work->Defer([this, done_event] {
         CurrentDevice on(options_.device);
@@ -376,8 +379,16 @@ class NcclCommunicator : public Communicator {
                           "NCCL: ordering the caller's stream after the op");
       });
       absl::MutexLock lock(&flight_mu_);
-      in_flight_.push_back({std::move(work), std::move(done_event), absl::Now()});
+      in_flight_.push_back(
+          {std::move(work), std::move(reached_event), std::move(done_event), absl::Now()});
     });
+  }
+
+  // A CUDA event without timing, destroyed with its last reference.
+  static std::shared_ptr<CUevent_st> NewEvent() {
+    cudaEvent_t event = nullptr;
+    ThrowIfCuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate");
+    return std::shared_ptr<CUevent_st>(event, [](cudaEvent_t e) { cudaEventDestroy(e); });
   }
 
   cudaStream_t CallerStream() const {
@@ -421,11 +432,20 @@ class NcclCommunicator : public Communicator {
 
   // OK once `op`'s completion event fired; otherwise the error that aborted
   // the communicator.
+  // Marks it running in the flight recorder once the GPU has reached it.
   absl::Status PollUntilDone(const InFlight& op) {
     const absl::Time deadline = op.enqueued + options_.op_timeout;
+    bool running = false;
     while (true) {
+      if (!running && cudaEventQuery(op.reached.get()) == cudaSuccess) {
+        recorder_.Running(op.work->seq());
+        running = true;
+      }
       cudaError_t q = cudaEventQuery(op.done.get());
-      if (q == cudaSuccess) return absl::OkStatus();
+      if (q == cudaSuccess) {
+        if (!running) recorder_.Running(op.work->seq());
+        return absl::OkStatus();
+      }
       if (absl::Status s = CheckInFlight(q, deadline); !s.ok()) return s;
       if (absl::Now() - op.enqueued < absl::Milliseconds(20)) {
         std::this_thread::yield();

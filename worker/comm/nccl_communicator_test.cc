@@ -115,8 +115,27 @@ TEST(NcclCommunicatorTest, OpRunsAfterTheCallersStream) {
     BusyDefaultStream(0, 50);
     x.fill_(7.0);
     auto work = comm.AllGather(x, out, "after_fill");
+    // Note [Device op states]: queued on the GPU behind the products, the
+    // op is started but not running.
+    FlightRecord queued;
+    for (const absl::Time until = In(absl::Seconds(5)); absl::Now() < until;) {
+      FlightRecorder::Snapshot s = comm.flight_recorder().TakeSnapshot();
+      if (!s.in_flight.empty() && s.in_flight[0].state != OpState::kEnqueued) {
+        queued = s.in_flight[0];
+        break;
+      }
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    EXPECT_EQ(queued.state, OpState::kStarted) << OpStateName(queued.state);
+    EXPECT_EQ(comm.flight_recorder().device(), "cuda:0");
     ASSERT_TRUE(work->Wait(In(absl::Seconds(60))).ok());
     EXPECT_TRUE(at::equal(out.cpu(), at::full({1 << 20}, 7.0f)));
+    FlightRecorder::Snapshot after = comm.flight_recorder().TakeSnapshot(/*recent=*/1);
+    ASSERT_EQ(after.recent.size(), 1u);
+    const FlightRecord& done = after.recent[0];
+    EXPECT_EQ(done.state, OpState::kCompleted);
+    EXPECT_GT(done.running, done.started) << "the GPU reached it after the products";
+    EXPECT_LE(done.running, done.finished);
   });
 }
 

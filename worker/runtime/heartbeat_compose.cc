@@ -19,6 +19,9 @@ v1::CollectiveRecord ToProto(const FlightRecord& r) {
     case OpState::kStarted:
       out.set_state(v1::CollectiveRecord::STARTED);
       break;
+    case OpState::kRunning:
+      out.set_state(v1::CollectiveRecord::RUNNING);
+      break;
     case OpState::kCompleted:
       out.set_state(v1::CollectiveRecord::COMPLETED);
       break;
@@ -29,6 +32,7 @@ v1::CollectiveRecord ToProto(const FlightRecord& r) {
   auto us = [](absl::Time t) { return t == absl::InfinitePast() ? 0 : absl::ToUnixMicros(t); };
   out.set_enqueued_us(us(r.enqueued));
   out.set_started_us(us(r.started));
+  out.set_running_us(us(r.running));
   out.set_completed_us(us(r.finished));
   return out;
 }
@@ -39,6 +43,7 @@ v1::FlightRecorderSummary SummarizeFlightRecorder(const FlightRecorder& recorder
   fr.set_last_enqueued_seq(snap.last_enqueued_seq);
   fr.set_last_started_seq(snap.last_started_seq);
   fr.set_last_completed_seq(snap.last_completed_seq);
+  fr.set_device(recorder.device());
   for (const FlightRecord& r : snap.in_flight) *fr.add_records() = ToProto(r);
   for (const FlightRecord& r : snap.recent) *fr.add_records() = ToProto(r);
   return fr;

@@ -60,6 +60,26 @@ TEST(HeartbeatComposeTest, FlightRecorderInFlightThenRecent) {
   EXPECT_EQ(fr.records(1).seq(), done);
   EXPECT_EQ(fr.records(1).state(), v1::CollectiveRecord::COMPLETED);
   EXPECT_GT(fr.records(1).completed_us(), 0);
+  EXPECT_EQ(fr.device(), "");
+}
+
+TEST(HeartbeatComposeTest, ADeviceOpSaysWhetherTheGpuReachedIt) {
+  FlightRecorder recorder(16, nullptr, "cuda:0");
+  const int64_t queued = recorder.Enqueued({"allreduce/avg", "float32", 8, {}, "b0"});
+  recorder.Started(queued);
+  const int64_t reached = recorder.Enqueued({"allreduce/avg", "float32", 8, {}, "b1"});
+  recorder.Started(reached);
+  recorder.Running(reached);
+  TrainingProgress progress;
+  const v1::FlightRecorderSummary fr =
+      ProgressHeartbeat(progress, &recorder, absl::Now()).flight_recorder();
+  EXPECT_EQ(fr.device(), "cuda:0");
+  ASSERT_EQ(fr.records_size(), 2);
+  EXPECT_EQ(fr.records(0).state(), v1::CollectiveRecord::STARTED);
+  EXPECT_EQ(fr.records(0).running_us(), 0);
+  EXPECT_EQ(fr.records(1).state(), v1::CollectiveRecord::RUNNING);
+  EXPECT_GE(fr.records(1).running_us(), fr.records(1).started_us());
+  EXPECT_GT(fr.records(1).started_us(), 0);
 }
 
 }  // namespace
