@@ -10,6 +10,11 @@
 #include <ATen/Context.h>
 #include <torch/cuda.h>
 
+#ifdef CHORUS_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+#include <atomic>
 #include <functional>
 #include <string>
 #include <thread>
@@ -115,28 +120,74 @@ TEST(NcclCommunicatorTest, OpRunsAfterTheCallersStream) {
     BusyDefaultStream(0, 50);
     x.fill_(7.0);
     auto work = comm.AllGather(x, out, "after_fill");
-    // Note [Device op states]: queued on the GPU behind the products, the
-    // op is started but not running.
-    FlightRecord queued;
-    for (const absl::Time until = In(absl::Seconds(5)); absl::Now() < until;) {
-      FlightRecorder::Snapshot s = comm.flight_recorder().TakeSnapshot();
-      if (!s.in_flight.empty() && s.in_flight[0].state != OpState::kEnqueued) {
-        queued = s.in_flight[0];
-        break;
-      }
-      absl::SleepFor(absl::Milliseconds(1));
-    }
-    EXPECT_EQ(queued.state, OpState::kStarted) << OpStateName(queued.state);
-    EXPECT_EQ(comm.flight_recorder().device(), "cuda:0");
     ASSERT_TRUE(work->Wait(In(absl::Seconds(60))).ok());
     EXPECT_TRUE(at::equal(out.cpu(), at::full({1 << 20}, 7.0f)));
-    FlightRecorder::Snapshot after = comm.flight_recorder().TakeSnapshot(/*recent=*/1);
-    ASSERT_EQ(after.recent.size(), 1u);
-    const FlightRecord& done = after.recent[0];
-    EXPECT_EQ(done.state, OpState::kCompleted);
-    EXPECT_GT(done.running, done.started) << "the GPU reached it after the products";
-    EXPECT_LE(done.running, done.finished);
   });
+}
+
+#ifdef CHORUS_WITH_CUDA
+// Holds GPU 0's legacy default stream (where LibTorch queues work) until
+// `*open` is set, 20 s at most: a host function queued on the stream that
+// the stream must run before anything queued after it.
+void HoldDefaultStream(std::atomic<bool>* open) {
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  const cudaError_t err = cudaLaunchHostFunc(
+      nullptr,
+      [](void* flag) {
+        const absl::Time until = absl::Now() + absl::Seconds(20);
+        while (!static_cast<std::atomic<bool>*>(flag)->load() && absl::Now() < until)
+          absl::SleepFor(absl::Milliseconds(1));
+      },
+      open);
+  ASSERT_EQ(err, cudaSuccess) << cudaGetErrorString(err);
+}
+#endif
+
+// Note [Device op states]: an op the caller queued behind its own GPU work
+// is started (queued on the GPU) but not running until the GPU reaches it;
+// then running, then completed.
+TEST(NcclCommunicatorTest, AnOpIsRunningOnlyOnceTheGpuReachesIt) {
+  REQUIRE_GPUS(1);
+#ifdef CHORUS_WITH_CUDA
+  RunRanks(1, [](int, Communicator& comm) {
+    EXPECT_EQ(comm.flight_recorder().device(), "cuda:0");
+    at::Tensor x = OnGpu(at::ones({1 << 16}), 0);
+    static std::atomic<bool> open{false};
+    open = false;
+    HoldDefaultStream(&open);
+    auto work = comm.AllReduce(x, ReduceOp::kSum, "held");
+    auto state = [&] {
+      FlightRecorder::Snapshot s = comm.flight_recorder().TakeSnapshot(/*recent=*/1);
+      for (const auto* list : {&s.in_flight, &s.recent}) {
+        for (const FlightRecord& r : *list) {
+          if (r.seq == work->seq()) return r;
+        }
+      }
+      return FlightRecord();
+    };
+    // The op thread queues it on the GPU at once ...
+    FlightRecord r;
+    for (const absl::Time until = In(absl::Seconds(5)); absl::Now() < until;) {
+      r = state();
+      if (r.state != OpState::kEnqueued) break;
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    EXPECT_EQ(r.state, OpState::kStarted) << OpStateName(r.state);
+    // ... where it waits behind the held stream, not running.
+    absl::SleepFor(absl::Milliseconds(300));
+    r = state();
+    EXPECT_EQ(r.state, OpState::kStarted) << OpStateName(r.state);
+    EXPECT_FALSE(work->Done());
+    const absl::Time opened = absl::Now();
+    open = true;
+    ASSERT_TRUE(work->Wait(In(absl::Seconds(30))).ok());
+    r = state();
+    EXPECT_EQ(r.state, OpState::kCompleted) << OpStateName(r.state);
+    EXPECT_GE(r.running, opened) << "running only once the GPU reached it";
+    EXPECT_LE(r.running, r.finished);
+    EXPECT_LT(r.started - r.enqueued, absl::Seconds(1)) << "queued on the GPU at once";
+  });
+#endif
 }
 
 // An op that cannot finish within the op timeout (here: stuck behind the
