@@ -58,6 +58,13 @@ out=$("${WORKER}" --coordinator 127.0.0.1:1 --connect_timeout 1 2>&1); rc=$?
 [[ ${rc} -eq 1 && "${out}" == *"no coordinator answered at 127.0.0.1:1"* ]] \
   && pass "worker without a coordinator says so" || fail "worker rc=${rc} out='${out}'"
 
+# --- an agent asked for CUDA slots where there is no GPU (or no CUDA in the
+# build) exits at once saying which, before it offers anything
+out=$("${WORKER}" --coordinator 127.0.0.1:1 --device cuda --slots 1 2>&1); rc=$?
+[[ ${rc} -eq 2 && ( "${out}" == "chorus-worker: this binary was built without CUDA; rebuild with \`bazel build --config=cuda\`"* \
+    || "${out}" == *"chorus-worker: CUDA reports no usable GPU"* ) ]] \
+  && pass "a CUDA agent without a GPU says why: ${out}" || fail "--device cuda rc=${rc} out='${out}'"
+
 # --- validate: a bad spec exits 2 and names every field
 cat > "${TMP}/bad.yaml" <<'SPEC'
 model: {mlp: {}}

@@ -33,6 +33,16 @@ awk -v a="${acc:-0}" 'BEGIN { exit !(a > 0.7) }' && pass "test accuracy ${acc} >
 grep -q "RUNNING step" "${TMP}/ok.err" && pass "progress lines" || fail "no progress lines"
 assert_no_leftovers "a successful job"
 
+# --- a CUDA job: chorus up starts CPU agents, so it refuses at once and says
+# what to run instead (it would otherwise wait for CUDA slots forever)
+sed 's|resources { min_ranks: 2 max_ranks: 2 }|resources { min_ranks: 1 max_ranks: 1 device: CUDA }|' \
+  "${TMP}/job.textproto" > "${TMP}/cuda.textproto"
+out=$(timeout 60 "${CHORUS}" up --local 1 --state_dir "${TMP}/cuda" "${TMP}/cuda.textproto" 2>&1); rc=$?
+[[ ${rc} -eq 2 && "${out}" == *"resources.device is CUDA, but chorus up --local starts CPU agents"* \
+    && "${out}" == *"chorus-worker --device cuda"* ]] \
+  && pass "up refuses a CUDA job, naming what to run" || fail "CUDA up rc=${rc} out='${out}'"
+assert_no_leftovers "a refused CUDA job"
+
 # --- a job whose ranks fail: the reason names the file and the package
 sed 's|data { synthetic .* }|data { fashion_mnist { dir: "/nonexistent/fashion" } }|' "${TMP}/job.textproto" \
   > "${TMP}/bad.textproto"
