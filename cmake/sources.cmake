@@ -49,6 +49,7 @@ set(CHORUS_SOURCES
     worker/train/accum_adam.cc
     worker/train/checkpoint.cc
     worker/train/data.cc
+    worker/train/device_fence.cc
     worker/train/model.cc
     worker/train/training_progress.cc
 )
@@ -97,6 +98,7 @@ set(CHORUS_HEADERS
     worker/replica/gradient_clipping.h
     worker/replica/gradient_ready_hooks.h
     worker/replica/named_tensor.h
+    worker/replica/optimizer_state_key.h
     worker/replica/replica_sync.h
     worker/runtime/heartbeat_compose.h
     worker/runtime/join_generation.h
@@ -105,6 +107,7 @@ set(CHORUS_HEADERS
     worker/train/accum_adam.h
     worker/train/checkpoint.h
     worker/train/data.h
+    worker/train/device_fence.h
     worker/train/model.h
     worker/train/training_progress.h
 )

@@ -22,6 +22,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "worker/comm/require_gpus.h"
 #include "worker/comm/store.h"
 
 namespace chorus {
@@ -31,18 +32,6 @@ using ::testing::AnyOf;
 using ::testing::HasSubstr;
 
 absl::Time In(absl::Duration d) { return absl::Now() + d; }
-
-// Skips the test unless `n` GPUs and a CUDA LibTorch are here.
-#define REQUIRE_GPUS(n)                                                                       \
-  do {                                                                                        \
-    const int gpus =                                                                          \
-        NcclAvailable() && at::hasCUDA() ? static_cast<int>(torch::cuda::device_count()) : 0; \
-    if (gpus < (n)) {                                                                         \
-      GTEST_SKIP() << "needs an NCCL build (--config=cuda), a CUDA LibTorch and " << (n)      \
-                   << " GPU(s); here: nccl=" << NcclAvailable()                               \
-                   << " libtorch_cuda=" << at::hasCUDA() << " gpus=" << gpus;                 \
-    }                                                                                         \
-  } while (false)
 
 // Runs `body` on `n` ranks, one thread and one GPU each.
 void RunRanks(int n, const std::function<void(int, Communicator&)>& body,

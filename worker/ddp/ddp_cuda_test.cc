@@ -27,6 +27,7 @@
 
 #include "gtest/gtest.h"
 #include "worker/comm/nccl_communicator.h"
+#include "worker/comm/require_gpus.h"
 #include "worker/comm/store.h"
 #include "worker/ddp/distributed_data_parallel.h"
 #include "worker/ddp/reference_files.h"
@@ -36,19 +37,6 @@ namespace {
 
 constexpr int kSteps = 12;
 constexpr int kBatch = 4;
-
-int UsableGpus() {
-  if (!NcclAvailable() || !at::hasCUDA()) return 0;
-  return static_cast<int>(torch::cuda::device_count());
-}
-
-#define REQUIRE_GPU()                                                                         \
-  do {                                                                                        \
-    if (UsableGpus() < 1) {                                                                   \
-      GTEST_SKIP() << "needs an NCCL build (--config=cuda), a CUDA LibTorch and a GPU; "      \
-                   << "here: nccl=" << NcclAvailable() << " libtorch_cuda=" << at::hasCUDA(); \
-    }                                                                                         \
-  } while (false)
 
 // The reference script's MLP: 10-32-32-3 with ReLU and Tanh.
 torch::nn::Sequential MakeModel() {
@@ -116,7 +104,7 @@ std::vector<torch::Tensor> TrainOnGpus(int world, const torch::Tensor& initial,
 }
 
 TEST(DdpCudaTest, SameParametersAsPytorchDdpWithNccl) {
-  REQUIRE_GPU();
+  REQUIRE_GPUS(1);
   const int world = std::min(UsableGpus(), 2);
   const char* python = std::getenv("CHORUS_TEST_PYTHON");
   const char* tmp = std::getenv("TEST_TMPDIR");
@@ -156,7 +144,7 @@ TEST(DdpCudaTest, SameParametersAsPytorchDdpWithNccl) {
 }
 
 TEST(DdpCudaTest, MatchesCpuTrainingWithinFloatTolerance) {
-  REQUIRE_GPU();
+  REQUIRE_GPUS(1);
   const int world = std::min(UsableGpus(), 2);
   torch::manual_seed(7);
   torch::nn::Sequential reference = MakeModel();

@@ -18,6 +18,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/comm/nccl_communicator.h"
+#include "worker/comm/require_gpus.h"
 #include "worker/comm/store.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/memory_sink.h"
@@ -32,19 +33,6 @@ namespace {
   setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
   return true;
 }();
-
-int UsableGpus() {
-  if (!NcclAvailable() || !at::hasCUDA()) return 0;
-  return static_cast<int>(torch::cuda::device_count());
-}
-
-#define REQUIRE_GPU()                                                                         \
-  do {                                                                                        \
-    if (UsableGpus() < 1) {                                                                   \
-      GTEST_SKIP() << "needs an NCCL build (--config=cuda), a CUDA LibTorch and a GPU; "      \
-                   << "here: nccl=" << NcclAvailable() << " libtorch_cuda=" << at::hasCUDA(); \
-    }                                                                                         \
-  } while (false)
 
 v1::JobSpec Spec(const std::string& text) {
   auto spec = ParseJobSpec(text, SpecFormat::kTextProto, "test");
@@ -148,7 +136,7 @@ constexpr char kSgdSpec[] = R"pb(
 )pb";
 
 TEST(TrainerCudaTest, OneGpuTrainsAsTheCpuDoesWithinFloatTolerance) {
-  REQUIRE_GPU();
+  REQUIRE_GPUS(1);
   const v1::JobSpec spec = Spec(kSgdSpec);
   MemorySink cpu_sink, gpu_sink;
   TrainOptions cpu_options, gpu_options;
@@ -178,7 +166,7 @@ TEST(TrainerCudaTest, OneGpuTrainsAsTheCpuDoesWithinFloatTolerance) {
 }
 
 TEST(TrainerCudaTest, ACheckpointOfAGpuJobResumesBitForBit) {
-  REQUIRE_GPU();
+  REQUIRE_GPUS(1);
   // Adam's moments, the schedule and the sampler's place, all through a
   // checkpoint copied off the GPU asynchronously.
   const v1::JobSpec spec = Spec(R"pb(
@@ -236,7 +224,7 @@ class BigParameter : public Model {
 };
 
 TEST(TrainerCudaTest, ASnapshotOffTheGpuIsQueuedAndFencedNotWaitedFor) {
-  REQUIRE_GPU();
+  REQUIRE_GPUS(1);
   BigParameter model;
   const Snapshot layout = SnapshotLayout(model, {});
   const Snapshot spare = AllocateLike(layout, /*pinned=*/true);
