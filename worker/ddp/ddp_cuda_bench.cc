@@ -1,7 +1,7 @@
 // ddp_cuda_bench: Chorus DDP over NCCL against PyTorch DDP over NCCL, and
 // against the same training loop without DDP, on GPUs.
 //
-//   ddp_cuda_bench [--model mlp|cnn|all] [--gpus N] [--python PYTHON]
+//   ddp_cuda_bench [--model mlp|cnn|all] [--gpus N] [--python PYTHON] [--view 0|1]
 //
 // (tests/gpu/run.sh builds and runs it; with Bazel: --config=cuda and a CUDA
 // LibTorch.) Models: the MLP 784-2048x4-10 of ddp_bench (14.2 M parameters,
@@ -14,7 +14,9 @@
 // invocation with the same model, batch and timing. Prints two DESIGN.md §8
 // lines per model: Chorus DDP / PyTorch DDP, and Chorus DDP / the loop without
 // DDP (the DDP overhead; on one GPU all of it is bookkeeping and the NCCL
-// launch, as there is nothing to exchange).
+// launch, as there is nothing to exchange). --view 1 runs both sides with
+// gradients as bucket views (as the built-in trainer runs DDP); default 0,
+// both sides copying gradients into the buckets (PyTorch's default).
 
 #include <ATen/Context.h>
 #include <torch/cuda.h>
@@ -109,7 +111,8 @@ struct RankResult {
   std::string error;
 };
 
-RankResult RunRank(const std::string& name, int rank, int gpus, int64_t batch, Store& store) {
+RankResult RunRank(const std::string& name, int rank, int gpus, int64_t batch, bool view,
+                   Store& store) {
   RankResult result;
   const torch::Device device(torch::kCUDA, rank);
   torch::manual_seed(0);
@@ -139,7 +142,9 @@ RankResult RunRank(const std::string& name, int rank, int gpus, int64_t batch, S
   torch::manual_seed(0);
   torch::nn::Sequential model = MakeModel(name);
   model->to(device);
-  auto ddp = DistributedDataParallel::ForModule(*model, **comm, DdpOptions());
+  DdpOptions ddp_options;
+  ddp_options.gradient_as_bucket_view = view;
+  auto ddp = DistributedDataParallel::ForModule(*model, **comm, ddp_options);
   if (!ddp.ok()) {
     result.error = std::string(ddp.status().message());
     return result;
@@ -172,6 +177,7 @@ int Main(int argc, char** argv) {
   const char* env_python = std::getenv("CHORUS_TEST_PYTHON");
   std::string python = env_python != nullptr ? env_python : "python3";
   std::string script = "worker/ddp/testdata/pytorch_ddp_cuda_bench.py";
+  bool view = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--model") {
@@ -182,9 +188,13 @@ int Main(int argc, char** argv) {
       python = argv[i + 1];
     } else if (flag == "--script") {
       script = argv[i + 1];
+    } else if (flag == "--view" &&
+               (std::string(argv[i + 1]) == "0" || std::string(argv[i + 1]) == "1")) {
+      view = std::string(argv[i + 1]) == "1";
     } else {
-      std::cerr << "ddp_cuda_bench: unknown flag " << flag
-                << " (flags: --model mlp|cnn|all, --gpus N, --python PATH, --script PATH)\n";
+      std::cerr << "ddp_cuda_bench: unknown flag or value " << flag << " " << argv[i + 1]
+                << " (flags: --model mlp|cnn|all, --gpus N, --python PATH, --script PATH, "
+                   "--view 0|1)\n";
       return 2;
     }
   }
@@ -214,7 +224,7 @@ int Main(int argc, char** argv) {
     const std::string out = std::string(dir) + "/peer_" + name;
     std::ostringstream command;
     command << python << " " << script << " " << out << " " << name << " " << gpus << " " << batch
-            << " " << kWarmup << " " << kBlocks << " " << kStepsPerBlock;
+            << " " << kWarmup << " " << kBlocks << " " << kStepsPerBlock << " " << (view ? 1 : 0);
     if (std::system(command.str().c_str()) != 0) {
       std::cerr << "ddp_cuda_bench: the PyTorch run failed: " << command.str() << "\n";
       return 1;
@@ -231,7 +241,7 @@ int Main(int argc, char** argv) {
     std::vector<RankResult> results(gpus);
     std::vector<std::thread> threads;
     for (int r = 0; r < gpus; ++r) {
-      threads.emplace_back([&, r] { results[r] = RunRank(name, r, gpus, batch, store); });
+      threads.emplace_back([&, r] { results[r] = RunRank(name, r, gpus, batch, view, store); });
     }
     for (auto& t : threads) t.join();
     for (int r = 0; r < gpus; ++r) {
@@ -253,9 +263,10 @@ int Main(int argc, char** argv) {
     std::snprintf(line, sizeof(line),
                   "{\"bench\": \"ddp_cuda_%s\", \"metric\": \"median_step_time\", \"unit\": "
                   "\"ms\", \"ours\": %.4f, \"peer\": %.4f, \"peer_name\": \"PyTorch DDP %s "
-                  "(NCCL)\", \"ratio\": %.4f, \"gpus\": %d, \"batch_per_gpu\": %lld}",
+                  "(NCCL)\", \"ratio\": %.4f, \"gpus\": %d, \"batch_per_gpu\": %lld, "
+                  "\"gradient_as_bucket_view\": %s}",
                   name.c_str(), ours, peer_ddp, peer["version"].c_str(), ours / peer_ddp, gpus,
-                  static_cast<long long>(batch));
+                  static_cast<long long>(batch), view ? "true" : "false");
     std::cout << line << std::endl;
     std::snprintf(line, sizeof(line),
                   "{\"bench\": \"ddp_cuda_%s_overhead\", \"metric\": \"median_step_time\", "

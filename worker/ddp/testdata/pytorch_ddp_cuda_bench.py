@@ -1,7 +1,9 @@
 """PyTorch's side of Chorus's ddp_cuda_bench: the step time of a model on one
 GPU per process, with PyTorch DDP over NCCL and without DDP.
 
-Usage: python3 pytorch_ddp_cuda_bench.py OUT_FILE MODEL GPUS BATCH WARMUP BLOCKS STEPS
+Usage: python3 pytorch_ddp_cuda_bench.py OUT_FILE MODEL GPUS BATCH WARMUP BLOCKS STEPS [VIEW]
+
+VIEW 1 runs DDP with gradient_as_bucket_view=True (default 0, PyTorch's default).
 
 MODEL is "mlp" (784-2048x4-10, 14.2 M parameters) or "cnn" (the bench's
 VGG-style network for 3x32x32 images, 9.2 M parameters). Each process trains
@@ -66,7 +68,7 @@ def median_step_ms(model, opt, x, y, warmup, blocks, steps):
     return times[len(times) // 2]
 
 
-def run(rank, rendezvous, out_file, name, gpus, size, warmup, blocks, steps):
+def run(rank, rendezvous, out_file, name, gpus, size, warmup, blocks, steps, view):
     torch.cuda.set_device(rank)
     device = torch.device("cuda", rank)
     torch.manual_seed(0)
@@ -77,7 +79,8 @@ def run(rank, rendezvous, out_file, name, gpus, size, warmup, blocks, steps):
     dist.init_process_group("nccl", init_method="file://" + rendezvous, rank=rank,
                             world_size=gpus)
     torch.manual_seed(0)
-    model = nn.parallel.DistributedDataParallel(make_model(name).to(device), device_ids=[rank])
+    model = nn.parallel.DistributedDataParallel(make_model(name).to(device), device_ids=[rank],
+                                                gradient_as_bucket_view=view)
     ddp_ms = median_step_ms(model, torch.optim.SGD(model.parameters(), lr=0.01), x, y, warmup,
                             blocks, steps)
     if rank == 0:
@@ -89,8 +92,9 @@ def run(rank, rendezvous, out_file, name, gpus, size, warmup, blocks, steps):
 def main():
     out_file, name = sys.argv[1], sys.argv[2]
     gpus, size, warmup, blocks, steps = (int(v) for v in sys.argv[3:8])
+    view = len(sys.argv) > 8 and sys.argv[8] == "1"
     rendezvous = os.path.join(tempfile.mkdtemp(), "rendezvous")
-    mp.spawn(run, args=(rendezvous, out_file, name, gpus, size, warmup, blocks, steps),
+    mp.spawn(run, args=(rendezvous, out_file, name, gpus, size, warmup, blocks, steps, view),
              nprocs=gpus, join=True)
 
 
