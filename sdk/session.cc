@@ -46,6 +46,8 @@ void InstallCheckpointSignalHandler() {
 
 int64_t CheckpointSignalsReceived() { return g_checkpoint_signals.load(); }
 
+int JobGpu(const SessionEnvironment& env) { return env.slot >= 0 ? env.slot : env.local_rank; }
+
 absl::StatusOr<std::shared_ptr<Communicator>> CreateJobCommunicator(
     const SessionEnvironment& env, Store& store, absl::Duration connect_timeout) {
   const std::string who = absl::StrCat("rank ", env.rank, " of ", env.job_id);
@@ -61,7 +63,7 @@ absl::StatusOr<std::shared_ptr<Communicator>> CreateJobCommunicator(
     NcclOptions nccl;
     nccl.rank = env.rank;
     nccl.size = env.world_size;
-    nccl.device = env.local_rank;
+    nccl.device = JobGpu(env);
     nccl.connect_timeout = connect_timeout;
     comm = CreateNcclCommunicator(nccl, store);
   } else {

@@ -59,9 +59,15 @@ namespace chorus {
 class ProgressSender;
 class Store;
 
+// The GPU a rank of a CUDA job trains on, as CUDA numbers the devices this
+// process sees (so CUDA_VISIBLE_DEVICES is honoured): its agent slot
+// (CHORUS_SLOT) under Chorus, where the agent offers one slot per GPU, so two
+// jobs sharing a node never share a GPU (their LOCAL_RANKs both start at 0);
+// LOCAL_RANK outside Chorus (torchrun's environment), as torchrun users expect.
+int JobGpu(const SessionEnvironment& env);
+
 // The communicator of a rank of `env`'s job, through `store`: NCCL on GPU
-// `env.local_rank` (as CUDA numbers the devices this process sees, so
-// CUDA_VISIBLE_DEVICES is honoured) when the job's resources.device is CUDA,
+// JobGpu(env) when the job's resources.device is CUDA,
 // Gloo on the CPU otherwise. Errors name the rank and job; a CUDA job in a
 // build without NCCL gets FAILED_PRECONDITION saying how to build one.
 // Session::FromEnvironment uses it; exposed for programs that build their own

@@ -142,6 +142,20 @@ TEST(SessionTest, CpuJobGetsGloo) {
   EXPECT_TRUE(torch::equal(x, torch::full({4}, 3.0f)));
 }
 
+// Under Chorus a rank's GPU is its agent slot, not its LOCAL_RANK: two
+// two-rank jobs on one four-GPU agent both have LOCAL_RANKs 0 and 1, but the
+// second holds slots 2 and 3. Outside Chorus (torchrun), LOCAL_RANK.
+TEST(SessionTest, TheGpuIsTheAgentSlotUnderChorusAndLocalRankOutside) {
+  SessionEnvironment env;
+  env.local_rank = 1;
+  env.slot = 3;
+  EXPECT_EQ(JobGpu(env), 3);
+  env.slot = 0;
+  EXPECT_EQ(JobGpu(env), 0);
+  env.slot = -1;  // CHORUS_SLOT unset
+  EXPECT_EQ(JobGpu(env), 1);
+}
+
 // A CUDA job gets NCCL on the rank's GPU; without NCCL in the build, or
 // without a GPU, the error names the rank and says what is missing.
 TEST(SessionTest, CudaJobGetsNcclOrSaysWhatIsMissing) {

@@ -8,8 +8,12 @@
 # §8 lines it prints. Prints 'N passed, M failed, K skipped' last (a skipped
 # case says why: too few GPUs for it).
 #
-#   tests/gpu/run.sh [--deps DIR] [--build DIR] [--jobs N] [--no-bench]
+#   tests/gpu/run.sh [--deps DIR] [--build DIR] [--jobs N] [--no-bench] [--no-tests]
+#                    [--bench-args "ARGS"] [--trace DIR]
 #
+# --bench-args: more arguments for ddp_cuda_bench (e.g. "--model mlp --view 1").
+# --trace DIR: the bench also writes profiler traces of both sides to DIR, and
+# tests/gpu/trace_summary.py compares them (ddp_cuda_bench's header).
 # --deps: a prefix from tests/gpu/collect_deps.sh, for machines without
 # Abseil, glog and GoogleTest installed. LIBTORCH_HOME, NCCL_INCLUDE_DIR and
 # NCCL_LIBRARY override what is found next to python3's torch;
@@ -20,12 +24,18 @@ deps=""
 build=build/gpu
 jobs=$(nproc)
 bench=1
+tests=1
+bench_args=()
+trace=""
 while [[ $# -gt 0 ]]; do
   case $1 in
     --deps) deps=$(realpath "$2"); shift 2 ;;
     --build) build=$2; shift 2 ;;
     --jobs) jobs=$2; shift 2 ;;
     --no-bench) bench=0; shift ;;
+    --no-tests) tests=0; shift ;;
+    --bench-args) read -r -a bench_args <<<"$2"; shift 2 ;;
+    --trace) trace=$(realpath -m "$2"); shift 2 ;;
     *) echo "tests/gpu/run.sh: unknown argument $1 (see the header of this script)" >&2; exit 2 ;;
   esac
 done
@@ -88,7 +98,9 @@ skipped=0
 export TEST_TMPDIR
 TEST_TMPDIR=$(mktemp -d)
 trap 'rm -rf "${TEST_TMPDIR}"' EXIT
-for test in nccl_communicator_test ddp_cuda_test trainer_cuda_test; do
+test_names=(nccl_communicator_test ddp_cuda_test trainer_cuda_test)
+[[ ${tests} -eq 1 ]] || test_names=()
+for test in "${test_names[@]}"; do
   echo "=== ${test}"
   log="${TEST_TMPDIR}/${test}.log"
   timeout 300 "${build}/${test}" 2>&1 | tee "${log}"
@@ -107,11 +119,19 @@ done
 
 if [[ ${bench} -eq 1 ]]; then
   echo "=== ddp_cuda_bench"
-  if timeout 400 "${build}/ddp_cuda_bench"; then
+  [[ -n ${trace} ]] && mkdir -p "${trace}" && bench_args+=(--trace "${trace}")
+  if timeout 400 "${build}/ddp_cuda_bench" "${bench_args[@]}"; then
     passed=$((passed + 1))
   else
     echo "ddp_cuda_bench failed"
     failed=$((failed + 1))
+  fi
+  if [[ -n ${trace} ]]; then
+    for model in mlp cnn; do
+      [[ -f ${trace}/chorus_ddp_${model}.json ]] || continue
+      echo "=== profiler traces of ${model} (${trace})"
+      "${py}" tests/gpu/trace_summary.py "${trace}" "${model}"
+    done
   fi
 fi
 echo "${passed} passed, ${failed} failed, ${skipped} skipped"

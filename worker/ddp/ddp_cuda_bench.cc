@@ -2,6 +2,7 @@
 // against the same training loop without DDP, on GPUs.
 //
 //   ddp_cuda_bench [--model mlp|cnn|all] [--gpus N] [--python PYTHON] [--view 0|1]
+//                  [--trace DIR]
 //
 // (tests/gpu/run.sh builds and runs it; with Bazel: --config=cuda and a CUDA
 // LibTorch.) Models: the MLP 784-2048x4-10 of ddp_bench (14.2 M parameters,
@@ -17,8 +18,14 @@
 // launch, as there is nothing to exchange). --view 1 runs both sides with
 // gradients as bucket views (as the built-in trainer runs DDP); default 0,
 // both sides copying gradients into the buckets (PyTorch's default).
+// --trace DIR: after the timed blocks, rank 0 of each side profiles 10 more
+// steps of each loop with PyTorch's profiler (Kineto: host ops, CUDA runtime
+// calls and GPU kernels) and writes Chrome traces to DIR: chorus_ddp_MODEL.json,
+// chorus_plain_MODEL.json, pytorch_ddp_MODEL.json, pytorch_plain_MODEL.json
+// (tests/gpu/trace_summary.py compares them).
 
 #include <ATen/Context.h>
+#include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/cuda.h>
 #include <torch/nn/functional/loss.h>
 #include <torch/nn/module.h>
@@ -36,8 +43,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -53,6 +62,7 @@ namespace {
 constexpr int kWarmup = 20;
 constexpr int kBlocks = 7;
 constexpr int kStepsPerBlock = 30;
+constexpr int kTracedSteps = 10;
 
 torch::nn::Sequential MakeModel(const std::string& name) {
   torch::nn::Sequential model;
@@ -105,6 +115,28 @@ double MedianStepMs(int device, const Step& step) {
   return times[times.size() / 2];
 }
 
+// Runs kTracedSteps steps; with a path, under the Kineto profiler, whose
+// Chrome trace it writes there. Returns an error message, empty if none.
+std::string TraceSteps(const std::string& path, int device, const std::function<void()>& step) {
+  namespace profiler = torch::autograd::profiler;
+  using torch::profiler::impl::ActivityType;
+  const torch::profiler::impl::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO);
+  const std::set<ActivityType> activities = {ActivityType::CPU, ActivityType::CUDA};
+  try {
+    if (!path.empty()) {
+      profiler::prepareProfiler(config, activities);
+      profiler::enableProfiler(config, activities);
+    }
+    torch::cuda::synchronize(device);
+    for (int i = 0; i < kTracedSteps; ++i) step();
+    torch::cuda::synchronize(device);
+    if (!path.empty()) profiler::disableProfiler()->save(path);
+  } catch (const std::exception& e) {
+    return std::string("tracing to ") + path + " failed: " + e.what();
+  }
+  return "";
+}
+
 struct RankResult {
   double plain_ms = 0;
   double ddp_ms = 0;
@@ -112,7 +144,7 @@ struct RankResult {
 };
 
 RankResult RunRank(const std::string& name, int rank, int gpus, int64_t batch, bool view,
-                   Store& store) {
+                   const std::string& trace_dir, Store& store) {
   RankResult result;
   const torch::Device device(torch::kCUDA, rank);
   torch::manual_seed(0);
@@ -124,11 +156,21 @@ RankResult RunRank(const std::string& name, int rank, int gpus, int64_t batch, b
   torch::nn::Sequential plain = MakeModel(name);
   plain->to(device);
   torch::optim::SGD plain_opt(plain->parameters(), torch::optim::SGDOptions(0.01));
-  result.plain_ms = MedianStepMs(rank, [&] {
+  const auto plain_step = [&] {
     plain_opt.zero_grad();
     torch::nn::functional::cross_entropy(plain->forward(x), y).backward();
     plain_opt.step();
-  });
+  };
+  result.plain_ms = MedianStepMs(rank, plain_step);
+  // Rank 0 traces; the others run the same steps untraced.
+  const auto trace_path = [&](const std::string& side) {
+    return rank == 0 && !trace_dir.empty() ? trace_dir + "/chorus_" + side + "_" + name + ".json"
+                                           : std::string();
+  };
+  if (!trace_dir.empty()) {
+    result.error = TraceSteps(trace_path("plain"), rank, plain_step);
+    if (!result.error.empty()) return result;
+  }
 
   NcclOptions options;
   options.rank = rank;
@@ -151,14 +193,16 @@ RankResult RunRank(const std::string& name, int rank, int gpus, int64_t batch, b
   }
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.01));
   absl::Status failed;
-  result.ddp_ms = MedianStepMs(rank, [&] {
+  const auto ddp_step = [&] {
     opt.zero_grad();
     absl::Status s = (*ddp)->PrepareForBackward();
     torch::nn::functional::cross_entropy(model->forward(x), y).backward();
     if (s.ok()) s = (*ddp)->FinishGradientSync();
     if (failed.ok() && !s.ok()) failed = s;
     opt.step();
-  });
+  };
+  result.ddp_ms = MedianStepMs(rank, ddp_step);
+  if (!trace_dir.empty()) result.error = TraceSteps(trace_path("ddp"), rank, ddp_step);
   if (!failed.ok()) result.error = std::string(failed.message());
   return result;
 }
@@ -178,6 +222,7 @@ int Main(int argc, char** argv) {
   std::string python = env_python != nullptr ? env_python : "python3";
   std::string script = "worker/ddp/testdata/pytorch_ddp_cuda_bench.py";
   bool view = false;
+  std::string trace_dir;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--model") {
@@ -191,10 +236,12 @@ int Main(int argc, char** argv) {
     } else if (flag == "--view" &&
                (std::string(argv[i + 1]) == "0" || std::string(argv[i + 1]) == "1")) {
       view = std::string(argv[i + 1]) == "1";
+    } else if (flag == "--trace") {
+      trace_dir = argv[i + 1];
     } else {
       std::cerr << "ddp_cuda_bench: unknown flag or value " << flag << " " << argv[i + 1]
                 << " (flags: --model mlp|cnn|all, --gpus N, --python PATH, --script PATH, "
-                   "--view 0|1)\n";
+                   "--view 0|1, --trace DIR)\n";
       return 2;
     }
   }
@@ -225,6 +272,7 @@ int Main(int argc, char** argv) {
     std::ostringstream command;
     command << python << " " << script << " " << out << " " << name << " " << gpus << " " << batch
             << " " << kWarmup << " " << kBlocks << " " << kStepsPerBlock << " " << (view ? 1 : 0);
+    if (!trace_dir.empty()) command << " " << trace_dir;
     if (std::system(command.str().c_str()) != 0) {
       std::cerr << "ddp_cuda_bench: the PyTorch run failed: " << command.str() << "\n";
       return 1;
@@ -241,7 +289,8 @@ int Main(int argc, char** argv) {
     std::vector<RankResult> results(gpus);
     std::vector<std::thread> threads;
     for (int r = 0; r < gpus; ++r) {
-      threads.emplace_back([&, r] { results[r] = RunRank(name, r, gpus, batch, view, store); });
+      threads.emplace_back(
+          [&, r] { results[r] = RunRank(name, r, gpus, batch, view, trace_dir, store); });
     }
     for (auto& t : threads) t.join();
     for (int r = 0; r < gpus; ++r) {
