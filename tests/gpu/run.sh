@@ -98,7 +98,7 @@ skipped=0
 export TEST_TMPDIR
 TEST_TMPDIR=$(mktemp -d)
 trap 'rm -rf "${TEST_TMPDIR}"' EXIT
-test_names=(nccl_communicator_test ddp_cuda_test trainer_cuda_test)
+test_names=(nccl_communicator_test ddp_cuda_test gossip_cuda_test trainer_cuda_test)
 [[ ${tests} -eq 1 ]] || test_names=()
 for test in "${test_names[@]}"; do
   echo "=== ${test}"
