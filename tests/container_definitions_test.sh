@@ -55,7 +55,11 @@ for role in coordinator worker; do
   for program in "${ctx}"/opt/chorus/bin/*; do
     ldd "${program}" > "${TMP}/ldd" 2>&1
     readelf -d "${program}" | awk '/NEEDED/ {gsub(/[][]/, "", $5); print $5}' | while read -r lib; do
-      path=$(awk -v l="${lib}" '$1 == l {print $3}' "${TMP}/ldd")
+      # "libfoo.so.1 => /path (0x...)", or the dynamic loader's own line
+      # "/lib64/ld-linux-x86-64.so.2 (0x...)" (NEEDED where code calls
+      # __tls_get_addr, as position-independent code does).
+      path=$(awk -v l="${lib}" '$1 == l && $2 == "=>" {print $3; exit}
+        {n = split($1, part, "/"); if (n > 1 && part[n] == l) {print $1; exit}}' "${TMP}/ldd")
       echo "$(basename "${program}") ${lib} $([[ -n "${path}" ]] && realpath "${path}")"
     done >> "${needed}"
   done

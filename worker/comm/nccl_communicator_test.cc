@@ -34,26 +34,6 @@ using ::testing::HasSubstr;
 
 absl::Time In(absl::Duration d) { return absl::Now() + d; }
 
-// Runs `body` on `n` ranks, one thread and one GPU each.
-void RunRanks(int n, const std::function<void(int, Communicator&)>& body,
-              absl::Duration op_timeout = absl::Seconds(30)) {
-  MemoryStore store;
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      NcclOptions options;
-      options.rank = r;
-      options.size = n;
-      options.device = r;
-      options.op_timeout = op_timeout;
-      auto comm = CreateNcclCommunicator(options, store);
-      ASSERT_TRUE(comm.ok()) << comm.status();
-      body(r, **comm);
-    });
-  }
-  for (auto& t : threads) t.join();
-}
-
 at::Tensor OnGpu(const at::Tensor& t, int rank) { return t.to(at::Device(at::kCUDA, rank)); }
 
 // Keeps GPU `device`'s default stream busy for roughly `matmuls` products of
@@ -75,7 +55,7 @@ TEST(NcclCommunicatorTest, WithoutCudaBuildSaysHowToGetIt) {
 
 TEST(NcclCommunicatorTest, OneGpuCollectivesAndDevice) {
   REQUIRE_GPUS(1);
-  RunRanks(1, [](int, Communicator& comm) {
+  RunNcclRanks(1, [](int, Communicator& comm) {
     EXPECT_EQ(comm.device(), at::Device(at::kCUDA, 0));
     at::Tensor x = OnGpu(at::arange(1000, at::kFloat), 0);
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin, ReduceOp::kMax}) {
@@ -104,7 +84,7 @@ TEST(NcclCommunicatorTest, OneGpuCollectivesAndDevice) {
 // the time one pass over it (a multiplication by 1 in place) takes.
 TEST(NcclCommunicatorTest, OneRankAverageIsTheTensorAndTouchesNoMemory) {
   REQUIRE_GPUS(1);
-  RunRanks(1, [](int, Communicator& comm) {
+  RunNcclRanks(1, [](int, Communicator& comm) {
     at::Tensor x = OnGpu(at::randn({256 << 20}, at::kFloat), 0);
     const at::Tensor before = x.clone();
     const auto timed = [&](const std::function<void()>& work) {
@@ -138,7 +118,7 @@ TEST(NcclCommunicatorTest, OneRankAverageIsTheTensorAndTouchesNoMemory) {
 // matrix products, not whatever the buffer held when the op was issued.
 TEST(NcclCommunicatorTest, OpRunsAfterTheCallersStream) {
   REQUIRE_GPUS(1);
-  RunRanks(1, [](int, Communicator& comm) {
+  RunNcclRanks(1, [](int, Communicator& comm) {
     at::Tensor x = OnGpu(at::zeros({1 << 20}), 0);
     at::Tensor out = OnGpu(at::zeros({1 << 20}), 0);
     BusyDefaultStream(0, 50);
@@ -173,7 +153,7 @@ void HoldDefaultStream(std::atomic<bool>* open) {
 TEST(NcclCommunicatorTest, AnOpIsRunningOnlyOnceTheGpuReachesIt) {
   REQUIRE_GPUS(1);
 #ifdef CHORUS_WITH_CUDA
-  RunRanks(1, [](int, Communicator& comm) {
+  RunNcclRanks(1, [](int, Communicator& comm) {
     EXPECT_EQ(comm.flight_recorder().device(), "cuda:0");
     at::Tensor x = OnGpu(at::ones({1 << 16}), 0);
     static std::atomic<bool> open{false};
@@ -219,7 +199,7 @@ TEST(NcclCommunicatorTest, AnOpIsRunningOnlyOnceTheGpuReachesIt) {
 // communicator instead of wedging the rank; later ops fail at once.
 TEST(NcclCommunicatorTest, OpTimeoutAbortsInsteadOfHanging) {
   REQUIRE_GPUS(1);
-  RunRanks(
+  RunNcclRanks(
       1,
       [](int, Communicator& comm) {
         at::Tensor x = OnGpu(at::ones({1 << 20}), 0);
@@ -241,7 +221,7 @@ TEST(NcclCommunicatorTest, OpTimeoutAbortsInsteadOfHanging) {
 // queued products.)
 TEST(NcclCommunicatorTest, AbortEndsAnOpInProgress) {
   REQUIRE_GPUS(1);
-  RunRanks(
+  RunNcclRanks(
       1,
       [](int, Communicator& comm) {
         at::Tensor x = OnGpu(at::ones({1 << 20}), 0);
@@ -261,7 +241,7 @@ TEST(NcclCommunicatorTest, AbortEndsAnOpInProgress) {
 
 TEST(NcclCommunicatorTest, CollectivesMatchReference) {
   REQUIRE_GPUS(2);
-  RunRanks(2, [](int rank, Communicator& comm) {
+  RunNcclRanks(2, [](int rank, Communicator& comm) {
     at::Tensor x = OnGpu(at::arange(1000, at::kFloat) * (rank + 1), rank);
     ASSERT_TRUE(comm.AllReduce(x, ReduceOp::kSum, "sum")->Wait(In(absl::Seconds(30))).ok());
     EXPECT_TRUE(at::allclose(x.cpu(), at::arange(1000, at::kFloat) * 3));
@@ -289,7 +269,7 @@ TEST(NcclCommunicatorTest, CollectivesMatchReference) {
 
 TEST(NcclCommunicatorTest, CpuTensorsAreRefused) {
   REQUIRE_GPUS(1);
-  RunRanks(1, [](int, Communicator& comm) {
+  RunNcclRanks(1, [](int, Communicator& comm) {
     absl::Status s = comm.AllReduce(at::ones({2}), ReduceOp::kSum, "x")->Wait(In(absl::Seconds(1)));
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(s.message(), HasSubstr("takes CUDA tensors"));
@@ -298,7 +278,7 @@ TEST(NcclCommunicatorTest, CpuTensorsAreRefused) {
 
 TEST(NcclCommunicatorTest, AbortEndsAnOpThePeerNeverJoins) {
   REQUIRE_GPUS(2);
-  RunRanks(2, [](int rank, Communicator& comm) {
+  RunNcclRanks(2, [](int rank, Communicator& comm) {
     if (rank == 1) {
       absl::SleepFor(absl::Seconds(2));
       comm.Abort("test over");

@@ -22,13 +22,11 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "worker/comm/nccl_communicator.h"
 #include "worker/comm/require_gpus.h"
-#include "worker/comm/store.h"
 #include "worker/ddp/distributed_data_parallel.h"
 #include "worker/ddp/reference_files.h"
 
@@ -66,40 +64,29 @@ torch::Tensor Flat(torch::nn::Module& model) {
 // returns each rank's final parameters.
 std::vector<torch::Tensor> TrainOnGpus(int world, const torch::Tensor& initial,
                                        const torch::Tensor& x, const torch::Tensor& y) {
-  MemoryStore store;
   std::vector<torch::Tensor> finals(world);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < world; ++rank) {
-    threads.emplace_back([&, rank] {
-      const torch::Device device(torch::kCUDA, rank);
-      NcclOptions options;
-      options.rank = rank;
-      options.size = world;
-      options.device = rank;
-      auto comm = CreateNcclCommunicator(options, store);
-      ASSERT_TRUE(comm.ok()) << comm.status();
-      torch::nn::Sequential model = MakeModel();
-      LoadFlat(*model, initial);
-      model->to(device);
-      auto ddp = DistributedDataParallel::ForModule(*model, **comm, DdpOptions());
-      ASSERT_TRUE(ddp.ok()) << ddp.status();
-      torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
-      const torch::Tensor xs = x.to(device);
-      const torch::Tensor ys = y.to(device);
-      for (int s = 0; s < kSteps; ++s) {
-        opt.zero_grad();
-        ASSERT_TRUE((*ddp)->PrepareForBackward().ok());
-        torch::Tensor logits = model->forward(xs[s].narrow(0, rank * kBatch, kBatch));
-        torch::nn::functional::cross_entropy(logits, ys[s].narrow(0, rank * kBatch, kBatch))
-            .backward();
-        absl::Status sync = (*ddp)->FinishGradientSync();
-        ASSERT_TRUE(sync.ok()) << sync;
-        opt.step();
-      }
-      finals[rank] = Flat(*model);
-    });
-  }
-  for (auto& t : threads) t.join();
+  RunNcclRanks(world, [&](int rank, Communicator& comm) {
+    const torch::Device device(torch::kCUDA, rank);
+    torch::nn::Sequential model = MakeModel();
+    LoadFlat(*model, initial);
+    model->to(device);
+    auto ddp = DistributedDataParallel::ForModule(*model, comm, DdpOptions());
+    ASSERT_TRUE(ddp.ok()) << ddp.status();
+    torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+    const torch::Tensor xs = x.to(device);
+    const torch::Tensor ys = y.to(device);
+    for (int s = 0; s < kSteps; ++s) {
+      opt.zero_grad();
+      ASSERT_TRUE((*ddp)->PrepareForBackward().ok());
+      torch::Tensor logits = model->forward(xs[s].narrow(0, rank * kBatch, kBatch));
+      torch::nn::functional::cross_entropy(logits, ys[s].narrow(0, rank * kBatch, kBatch))
+          .backward();
+      absl::Status sync = (*ddp)->FinishGradientSync();
+      ASSERT_TRUE(sync.ok()) << sync;
+      opt.step();
+    }
+    finals[rank] = Flat(*model);
+  });
   return finals;
 }
 

@@ -15,14 +15,11 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "common/topology.h"
 #include "gtest/gtest.h"
-#include "worker/comm/nccl_communicator.h"
 #include "worker/comm/require_gpus.h"
-#include "worker/comm/store.h"
 #include "worker/decentralized/decentralized_data_parallel.h"
 
 namespace chorus {
@@ -96,54 +93,42 @@ struct RankResult {
 
 // Trains `world` ranks (threads, GPU r for rank r) with gossip over NCCL.
 std::vector<RankResult> TrainOnGpus(int world, const TopologyConfig& topology) {
-  MemoryStore store;
   std::vector<RankResult> results(world);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < world; ++rank) {
-    threads.emplace_back([&, rank] {
-      const torch::Device device(torch::kCUDA, rank);
-      NcclOptions nccl;
-      nccl.rank = rank;
-      nccl.size = world;
-      nccl.device = rank;
-      auto comm = CreateNcclCommunicator(nccl, store);
-      ASSERT_TRUE(comm.ok()) << comm.status();
-      std::vector<NamedTensor> params;
-      std::vector<at::Tensor> initial = Tensors(rank, /*target=*/false, device);
-      for (size_t i = 0; i < initial.size(); ++i) {
-        params.push_back({"w" + std::to_string(i + 1), initial[i].set_requires_grad(true)});
+  RunNcclRanks(world, [&](int rank, Communicator& comm) {
+    const torch::Device device(torch::kCUDA, rank);
+    std::vector<NamedTensor> params;
+    std::vector<at::Tensor> initial = Tensors(rank, /*target=*/false, device);
+    for (size_t i = 0; i < initial.size(); ++i) {
+      params.push_back({"w" + std::to_string(i + 1), initial[i].set_requires_grad(true)});
+    }
+    const std::vector<at::Tensor> targets = Tensors(rank, /*target=*/true, device);
+    DecentralizedOptions options;
+    options.topology = topology;
+    options.bucket_cap_mb = 1e-6;  // one parameter per bucket: several exchanges a step
+    auto engine = DecentralizedDataParallel::Create(
+        params, {}, comm,
+        [](const std::vector<at::Tensor>& p) {
+          return std::make_unique<torch::optim::SGD>(p, torch::optim::SGDOptions(kLr));
+        },
+        nullptr, options);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    for (int t = 0; t < kSteps; ++t) {
+      torch::Tensor loss = torch::zeros({}, torch::TensorOptions(device));
+      for (size_t i = 0; i < params.size(); ++i) {
+        loss = loss + 0.5 * (params[i].tensor - targets[i]).pow(2).sum();
       }
-      const std::vector<at::Tensor> targets = Tensors(rank, /*target=*/true, device);
-      DecentralizedOptions options;
-      options.topology = topology;
-      options.bucket_cap_mb = 1e-6;  // one parameter per bucket: several exchanges a step
-      auto engine = DecentralizedDataParallel::Create(
-          params, {}, **comm,
-          [](const std::vector<at::Tensor>& p) {
-            return std::make_unique<torch::optim::SGD>(p, torch::optim::SGDOptions(kLr));
-          },
-          nullptr, options);
-      ASSERT_TRUE(engine.ok()) << engine.status();
-      for (int t = 0; t < kSteps; ++t) {
-        torch::Tensor loss = torch::zeros({}, torch::TensorOptions(device));
-        for (size_t i = 0; i < params.size(); ++i) {
-          loss = loss + 0.5 * (params[i].tensor - targets[i]).pow(2).sum();
-        }
-        loss.backward();
-        absl::Status s = (*engine)->FinishStep();
-        ASSERT_TRUE(s.ok()) << s;
-      }
-      RankResult& out = results[rank];
-      out.on_device = std::all_of(params.begin(), params.end(), [&](const NamedTensor& p) {
-        return p.tensor.device() == device;
-      });
-      out.trained = Flat(params);
-      absl::Status s = (*engine)->GlobalAverage();
+      loss.backward();
+      absl::Status s = (*engine)->FinishStep();
       ASSERT_TRUE(s.ok()) << s;
-      out.averaged = Flat(params);
-    });
-  }
-  for (auto& t : threads) t.join();
+    }
+    RankResult& out = results[rank];
+    out.on_device = std::all_of(params.begin(), params.end(),
+                                [&](const NamedTensor& p) { return p.tensor.device() == device; });
+    out.trained = Flat(params);
+    absl::Status s = (*engine)->GlobalAverage();
+    ASSERT_TRUE(s.ok()) << s;
+    out.averaged = Flat(params);
+  });
   return results;
 }
 
