@@ -35,6 +35,7 @@ struct AgentFlags {
   int threads_per_slot = 1;
   std::string device = "cpu";
   int threads_per_rank = 1;
+  bool bind_cpus = true;
   std::string host;
   double connect_timeout_seconds = 30;
   std::string rank_binary;
@@ -123,6 +124,13 @@ int main(int argc, char** argv) {
                  "Intra-op threads per rank process (CPU).")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
+  app.add_option("--bind_cpus", flags.bind_cpus,
+                 "Start each rank bound to its slot's share of the CPUs this process may run "
+                 "on (slot i of N gets the i-th of N contiguous shares; its threads and child "
+                 "processes stay there); nothing is bound when there are more slots than CPUs. "
+                 "false: leave placement to the scheduler.")
+      ->envname("CHORUS_BIND_CPUS")
+      ->capture_default_str();
   app.add_option("--host", flags.host, "Name this node reports to the coordinator.")
       ->capture_default_str();
   app.add_option("--rank_host", flags.rank_host,
@@ -197,6 +205,7 @@ int main(int argc, char** argv) {
   agent_options.slots = *slots;
   agent_options.device = device;
   agent_options.threads_per_rank = flags.threads_per_rank;
+  agent_options.bind_cpus = flags.bind_cpus;
   agent_options.host = flags.host;
   agent_options.rank_binary = flags.rank_binary;
   agent_options.connect_timeout = absl::Seconds(flags.connect_timeout_seconds);

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/cpu_binding.h"
 #include "common/grpc_util.h"
 #include "common/memory_estimate.h"
 #include "common/paths.h"
@@ -32,9 +33,20 @@ constexpr int kUnknownExitCode = 255;
 
 Agent::Agent(AgentOptions options)
     : options_(std::move(options)),
+      cpus_(options_.cpus.empty() ? AllowedCpus() : options_.cpus),
       launcher_(options_.launcher != nullptr ? options_.launcher
                                              : std::make_shared<PosixRankLauncher>()),
-      stub_(v1::AgentService::NewStub(MakeCoordinatorChannel(options_.coordinator))) {}
+      stub_(v1::AgentService::NewStub(MakeCoordinatorChannel(options_.coordinator))) {
+  if (!options_.bind_cpus) {
+    LOG(INFO) << "ranks are not bound to CPUs (--bind_cpus=false)";
+  } else if (SlotCpus(cpus_, 0, options_.slots).empty()) {
+    LOG(INFO) << "ranks are not bound to CPUs: " << options_.slots << " slots share "
+              << cpus_.size() << " CPU(s) (" << FormatCpuList(cpus_) << ")";
+  } else {
+    LOG(INFO) << "each slot's rank is bound to its share of CPUs " << FormatCpuList(cpus_)
+              << " (slot 0: " << FormatCpuList(SlotCpus(cpus_, 0, options_.slots)) << ")";
+  }
+}
 
 Agent::~Agent() {
   Stop();
@@ -263,6 +275,16 @@ RankCommand Agent::RankCommandFor(const v1::LaunchRanks& launch, const v1::RankL
   set("LOCAL_RANK", std::to_string(rank.local_rank()));
   set("LOCAL_WORLD_SIZE", std::to_string(rank.local_world_size()));
   set("OMP_NUM_THREADS", std::to_string(options_.threads_per_rank));
+  if (options_.bind_cpus) command.cpus = SlotCpus(cpus_, rank.slot(), options_.slots);
+  // Where the rank may run, for its own log and for programs that size
+  // thread pools (as Slurm's SLURM_CPU_BIND_LIST tells them); unset unbound.
+  if (command.cpus.empty()) {
+    env.erase(std::remove_if(env.begin(), env.end(),
+                             [](const std::string& e) { return e.rfind("CHORUS_CPUS=", 0) == 0; }),
+              env.end());
+  } else {
+    set("CHORUS_CPUS", FormatCpuList(command.cpus));
+  }
   return command;
 }
 

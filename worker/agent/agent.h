@@ -40,6 +40,12 @@ struct AgentOptions {
   int slots = 1;
   v1::ResourceSpec::Device device = v1::ResourceSpec::CPU;
   int threads_per_rank = 1;
+  // Start each rank bound to its slot's share of `cpus` (Note [Binding ranks
+  // to CPUs] in common/cpu_binding.cc); nothing is bound when there are more
+  // slots than CPUs.
+  bool bind_cpus = true;
+  // The CPUs the slots share; empty: those this process may run on.
+  std::vector<int> cpus;
   std::string host;
   // The rank program; default: chorus-rank next to this executable.
   std::string rank_binary;
@@ -107,6 +113,8 @@ class Agent {
   void Send(const v1::AgentMessage& message);
 
   const AgentOptions options_;
+  // The CPUs the slots share (options_.cpus, or this process's).
+  const std::vector<int> cpus_;
   const std::shared_ptr<RankLauncher> launcher_;
   std::unique_ptr<v1::AgentService::Stub> stub_;
 

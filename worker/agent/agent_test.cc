@@ -521,6 +521,49 @@ TEST_F(AgentTest, LaunchStartsOneProcessPerRankWithItsEnvironment) {
   unsetenv("CHORUS_JOB_ID");
 }
 
+TEST_F(AgentTest, EachSlotsRankIsBoundToItsShareOfTheCpus) {
+  // As under taskset -c 4-7: the shares come from the agent's CPUs.
+  options_.cpus = {4, 5, 6, 7};
+  options_.slots = 2;
+  Connect();
+  coordinator_.Send(LaunchMessage("job-1", 1, {1, 0}));
+  std::vector<std::shared_ptr<FakeRank>> ranks = launcher_->AwaitRanks(2);
+  ASSERT_EQ(ranks.size(), 2u);
+  for (const auto& rank : ranks) {
+    SCOPED_TRACE(absl::StrCat("slot ", rank->Slot()));
+    EXPECT_THAT(rank->command().cpus, rank->Slot() == 0 ? ElementsAre(4, 5) : ElementsAre(6, 7));
+    EXPECT_EQ(rank->Env("CHORUS_CPUS"), rank->Slot() == 0 ? "4-5" : "6-7");
+  }
+}
+
+TEST_F(AgentTest, NothingIsBoundWithMoreSlotsThanCpus) {
+  setenv("CHORUS_CPUS", "stale", 1);
+  options_.cpus = {0, 1};
+  options_.slots = 4;
+  Connect();
+  coordinator_.Send(LaunchMessage("job-1", 1, {0, 3}));
+  std::vector<std::shared_ptr<FakeRank>> ranks = launcher_->AwaitRanks(2);
+  ASSERT_EQ(ranks.size(), 2u);
+  for (const auto& rank : ranks) {
+    EXPECT_THAT(rank->command().cpus, IsEmpty());
+    // Not inherited from the agent's own environment either.
+    EXPECT_EQ(rank->Env("CHORUS_CPUS"), "");
+  }
+  unsetenv("CHORUS_CPUS");
+}
+
+TEST_F(AgentTest, NothingIsBoundWhenBindingIsOff) {
+  options_.cpus = {0, 1, 2, 3};
+  options_.slots = 2;
+  options_.bind_cpus = false;
+  Connect();
+  coordinator_.Send(LaunchMessage("job-1", 1, {0}));
+  std::vector<std::shared_ptr<FakeRank>> ranks = launcher_->AwaitRanks(1);
+  ASSERT_EQ(ranks.size(), 1u);
+  EXPECT_THAT(ranks[0]->command().cpus, IsEmpty());
+  EXPECT_EQ(ranks[0]->Env("CHORUS_CPUS"), "");
+}
+
 TEST_F(AgentTest, ExitIsReportedWithItsCodeAndLastLines) {
   Connect();
   coordinator_.Send(LaunchMessage("job-1", 1, {0}));

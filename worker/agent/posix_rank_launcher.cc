@@ -21,6 +21,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/cpu_binding.h"
+#include "glog/logging.h"
 
 namespace chorus {
 namespace {
@@ -200,8 +202,22 @@ absl::StatusOr<std::unique_ptr<RankProcess>> PosixRankLauncher::Start(const Rank
   sigaddset(&defaults, SIGINT);
   sigaddset(&defaults, SIGPIPE);
   posix_spawnattr_setsigdefault(&attr, &defaults);
+  // The child inherits the affinity of the thread that spawns it, so this
+  // thread takes the rank's CPUs for the spawn and then its own back: no
+  // window in which the rank runs, or starts a thread, unbound.
+  const std::vector<int> own_cpus = command.cpus.empty() ? std::vector<int>() : AllowedCpus();
+  if (!command.cpus.empty()) {
+    if (absl::Status bound = BindThisThread(command.cpus); !bound.ok()) {
+      LOG(WARNING) << "starting " << program << " unbound: " << bound.message();
+    }
+  }
   pid_t pid = 0;
   const int rc = posix_spawn(&pid, program.c_str(), &actions, &attr, argv.data(), envp.data());
+  if (!own_cpus.empty()) {
+    if (absl::Status restored = BindThisThread(own_cpus); !restored.ok()) {
+      LOG(ERROR) << "could not take back the launching thread's CPUs: " << restored.message();
+    }
+  }
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   close(fds[1]);

@@ -1,7 +1,8 @@
 // PosixRankLauncher: the real RankLauncher. It starts a rank with
 // posix_spawn in a process group of its own, stdout and stderr sharing one
 // pipe the agent reads, with default signal dispositions and only SIGUSR1
-// blocked (Note [Rank signal mask] in posix_rank_launcher.cc).
+// blocked (Note [Rank signal mask] in posix_rank_launcher.cc), bound to the
+// command's CPUs when it names some.
 //
 // Thread-safety: Start is thread-safe; the processes follow RankProcess's
 // contract (rank_launcher.h).

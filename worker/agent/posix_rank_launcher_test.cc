@@ -13,7 +13,9 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/cpu_binding.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -132,6 +134,44 @@ TEST(PosixRankLauncherTest, RankGetsDefaultSignalsAndSigusr1Blocked) {
   EXPECT_EQ(SignalMaskOf(**ignored, "SigIgn") & (Bit(SIGTERM) | Bit(SIGINT) | Bit(SIGPIPE)), 0u);
   EXPECT_EQ((*blocked)->Wait(absl::Now() + kPatience).value_or(-1000), 0);
   EXPECT_EQ((*ignored)->Wait(absl::Now() + kPatience).value_or(-1000), 0);
+}
+
+TEST(PosixRankLauncherTest, RankAndWhatItStartsRunOnTheCommandsCpusAndTheLauncherKeepsItsOwn) {
+  const std::vector<int> own = AllowedCpus();
+  ASSERT_FALSE(own.empty());
+  const int cpu = own.back();
+  PosixRankLauncher launcher;
+  // The shell's own mask, then that of a process it starts.
+  RankCommand command = Shell(
+      "grep ^Cpus_allowed_list /proc/self/status; "
+      "sh -c 'grep ^Cpus_allowed_list /proc/self/status'");
+  command.cpus = {cpu};
+  auto bound = launcher.Start(command);
+  ASSERT_TRUE(bound.ok()) << bound.status();
+  const std::string expected = absl::StrCat("Cpus_allowed_list:\t", cpu);
+  EXPECT_THAT(AllLines(**bound), ElementsAre(expected, expected));
+  EXPECT_EQ((*bound)->Wait(absl::Now() + kPatience).value_or(-1000), 0);
+  EXPECT_EQ(AllowedCpus(), own);
+
+  // Without CPUs the rank gets the launcher's.
+  auto unbound = launcher.Start(Shell("grep ^Cpus_allowed_list /proc/self/status"));
+  ASSERT_TRUE(unbound.ok()) << unbound.status();
+  EXPECT_THAT(AllLines(**unbound),
+              ElementsAre(absl::StrCat("Cpus_allowed_list:\t", FormatCpuList(own))));
+  EXPECT_EQ((*unbound)->Wait(absl::Now() + kPatience).value_or(-1000), 0);
+}
+
+TEST(PosixRankLauncherTest, ACpuTheMachineLacksStartsTheRankUnbound) {
+  const std::vector<int> own = AllowedCpus();
+  PosixRankLauncher launcher;
+  RankCommand command = Shell("grep ^Cpus_allowed_list /proc/self/status");
+  command.cpus = {1023};
+  auto process = launcher.Start(command);
+  ASSERT_TRUE(process.ok()) << process.status();
+  EXPECT_THAT(AllLines(**process),
+              ElementsAre(absl::StrCat("Cpus_allowed_list:\t", FormatCpuList(own))));
+  EXPECT_EQ((*process)->Wait(absl::Now() + kPatience).value_or(-1000), 0);
+  EXPECT_EQ(AllowedCpus(), own);
 }
 
 TEST(PosixRankLauncherTest, ProcessGroupIsSignalledAndKilledWithTheRank) {

@@ -39,6 +39,10 @@ struct RankCommand {
   std::vector<std::string> argv;
   // The complete environment, "KEY=value" each.
   std::vector<std::string> env;
+  // The CPUs the process (and every thread and process it starts) may run
+  // on; empty: the launcher's own (Note [Binding ranks to CPUs] in
+  // common/cpu_binding.cc).
+  std::vector<int> cpus;
 };
 
 // One started rank process. Destroying it before Wait() has seen the exit

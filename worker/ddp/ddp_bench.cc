@@ -7,7 +7,9 @@
 // (big, 14.2 M parameters); batch 64 per rank; SGD; 2 processes x 1 thread on
 // 127.0.0.1 (gloo). Chorus runs four times: as the built-in trainer runs DDP
 // by default (the transport measured per message size, gradients as bucket
-// views: Note [Gradients as bucket views]; the ratio), with shared memory
+// views: Note [Gradients as bucket views]; each rank bound to its half of
+// the CPUs, as an agent with two slots binds them: Note [Binding ranks to
+// CPUs]; the ratio), with shared memory
 // forced (CHORUS_GLOO_SHM=1), over TCP (CHORUS_GLOO_SHM=0), and with
 // gradient_as_bucket_view off (copies into the buckets and back, as PyTorch
 // DDP makes by default: the like-for-like figure, also in the JSON line as
@@ -57,6 +59,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/cpu_binding.h"
 #include "common/machine_facts.h"
 #include "common/memory.h"
 #include "worker/comm/gloo_communicator.h"
@@ -130,6 +133,14 @@ constexpr int kReportWindowSteps = 10;
 // [Metrics overhead]) "off_ms on_ms".
 int RunRank(int rank, const std::string& store_dir, const std::vector<int64_t>& hidden, int warmup,
             int steps, bool view, bool observe) {
+  // As an agent with two slots starts its ranks (Note [Binding ranks to
+  // CPUs]); first, so every thread the rank starts inherits it.
+  if (const std::vector<int> cpus = SlotCpus(AllowedCpus(), rank, 2); !cpus.empty()) {
+    if (absl::Status bound = BindThisThread(cpus); !bound.ok()) {
+      std::cerr << "rank " << rank << ": " << bound << "\n";
+      return 1;
+    }
+  }
   at::set_num_threads(1);
   auto store = FileStore::Open(store_dir);
   if (!store.ok()) return 1;
