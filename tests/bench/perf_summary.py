@@ -70,9 +70,14 @@ if "ddp" in only:
     for model, bound in (("mlp_small", 0.9), ("mlp_big", 0.75)):
         obj = find(lines, f"ddp_{model}")
         check(f"DDP {model}: ours / PyTorch DDP", field(obj, "ratio"), "<=", bound)
+    # The step over compute timed in the same minutes (ddp_bench's Note
+    # [Interleaved compute]) where the bench gives it; else over one process
+    # computing alone, timed separately.
     for model in ("mlp_small", "mlp_big"):
         obj = find(lines, f"ddp_{model}")
-        step, compute = field(obj, "ours"), field(obj, "compute_only_ms")
+        step, compute = field(obj, "interleaved_step_ms"), field(obj, "interleaved_compute_ms")
+        if not (step and compute):
+            step, compute = field(obj, "ours"), field(obj, "compute_only_ms")
         check(f"DDP {model}: step / compute only", step / compute if step and compute else None,
               "<=", 1.3)
 if "gossip" in only:

@@ -23,8 +23,12 @@
 // model last; ratio = Chorus step time / PyTorch DDP step time. Overlap
 // efficiency is the share of communication hidden behind compute:
 //   1 - (ddp_step - compute_only) / allreduce_all_gradients_alone.
-// Compute only is timed twice: one process alone, and two processes at once
-// (the floor for two ranks sharing this machine's caches and memory).
+// Compute only is timed three times: one process alone, two processes at
+// once (the floor for two ranks sharing this machine's caches and memory),
+// and by the ranks of one more default run, in blocks interleaved with their
+// DDP steps (Note [Interleaved compute]; `interleaved_step_ms` over
+// `interleaved_compute_ms` in the JSON line is the step / compute taken in
+// the same minutes).
 //
 //   bazel run -c opt //worker/ddp:ddp_bench -- --metrics_overhead 1
 //
@@ -127,12 +131,29 @@ double ComputeOnly(const std::vector<int64_t>& hidden, int warmup, int steps) {
 constexpr int kObserveBlock = 5;
 constexpr int kReportWindowSteps = 10;
 
+// Note [Interleaved compute]
+// "Step / compute only" divides a DDP step by a step without any DDP. Timed
+// minutes apart, in separate processes, the two see different machines: on
+// this shared 2-core VM one run timed the big MLP's compute alone at 117 ms
+// and its DDP steps, a minute earlier, at 187 ms while PyTorch's steps had
+// also slowed from 181-220 to 261 ms. So for the default configuration the
+// ranks of one more run interleave: after the warm-up, blocks of kComputeBlock
+// DDP steps alternate with blocks of as many steps of a second, plain copy
+// of the model (no DDP, no hooks, same data), both ranks computing at once
+// after a barrier, as they do in a DDP step. Both medians then come from the
+// same minutes. On a quiet machine the plain steps take what one process
+// alone takes (the separately timed figures are printed too).
+constexpr int kComputeBlock = 5;
+constexpr int kComputeWarmup = 10;
+
 // One Chorus rank: trains with DDP, then times an all-reduce of every
 // gradient at once without compute. Rank 0 writes "step_ms comm_ms
-// forward_backward_ms finish_ms faults_per_step", or with `observe` (Note
-// [Metrics overhead]) "off_ms on_ms".
+// forward_backward_ms finish_ms faults_per_step plain_ms" (plain_ms: the
+// interleaved steps without DDP, Note [Interleaved compute], with
+// `interleave`; else 0), or with `observe` (Note [Metrics overhead])
+// "off_ms on_ms".
 int RunRank(int rank, const std::string& store_dir, const std::vector<int64_t>& hidden, int warmup,
-            int steps, bool view, bool observe) {
+            int steps, bool view, bool observe, bool interleave) {
   // As an agent with two slots starts its ranks (Note [Binding ranks to
   // CPUs]); first, so every thread the rank starts inherits it.
   if (const std::vector<int> cpus = SlotCpus(AllowedCpus(), rank, 2); !cpus.empty()) {
@@ -165,6 +186,19 @@ int RunRank(int rank, const std::string& store_dir, const std::vector<int64_t>& 
   torch::Tensor x = torch::randn({kBatch, 784});
   torch::Tensor y = torch::randint(0, 10, {kBatch});
   auto barrier = [&] { return (*comm)->Barrier("bench")->Wait(absl::Now() + absl::Seconds(60)); };
+  // Note [Interleaved compute]: the plain copy and its steps.
+  interleave = interleave && !observe;
+  torch::nn::Sequential plain = MakeMlp(hidden);
+  torch::optim::SGD plain_opt(plain->parameters(), torch::optim::SGDOptions(0.01));
+  std::vector<double> plain_times;
+  auto plain_step = [&]() -> absl::StatusOr<double> {
+    if (absl::Status s = barrier(); !s.ok()) return s;
+    const absl::Time start = absl::Now();
+    plain_opt.zero_grad();
+    torch::nn::functional::cross_entropy(plain->forward(x), y).backward();
+    plain_opt.step();
+    return absl::ToDoubleMilliseconds(absl::Now() - start);
+  };
   std::vector<double> times, backward_ms, finish_ms, observed_times;
   int64_t faults = 0;
   // Observability (Note [Metrics overhead]).
@@ -196,8 +230,19 @@ int RunRank(int rank, const std::string& store_dir, const std::vector<int64_t>& 
       if (thread.joinable()) thread.join();
     }
   } join_heartbeats{stop, heartbeats};
-  const int total = observe ? warmup + 2 * steps : warmup + steps;
+  const int total = observe || interleave ? warmup + 2 * steps : warmup + steps;
   for (int i = 0; i < total; ++i) {
+    if (interleave && i == warmup) {
+      for (int w = 0; w < kComputeWarmup; ++w) {
+        if (!plain_step().ok()) return 1;
+      }
+    }
+    if (interleave && i >= warmup && ((i - warmup) / kComputeBlock) % 2 == 1) {
+      absl::StatusOr<double> ms = plain_step();
+      if (!ms.ok()) return 1;
+      plain_times.push_back(*ms);
+      continue;
+    }
     // Warm-up steps run observed; then blocks alternate, starting without.
     const bool on = observe && (i < warmup || ((i - warmup) / kObserveBlock) % 2 == 1);
     observing.store(on);
@@ -270,7 +315,8 @@ int RunRank(int rank, const std::string& store_dir, const std::vector<int64_t>& 
   if (rank == 0) {
     std::ofstream out(store_dir + "/result");
     out << Median(times) << " " << Median(comm_times) << " " << Median(backward_ms) << " "
-        << Median(finish_ms) << " " << static_cast<double>(faults) / steps << "\n";
+        << Median(finish_ms) << " " << static_cast<double>(faults) / times.size() << " "
+        << (plain_times.empty() ? 0.0 : Median(plain_times)) << "\n";
   }
   return barrier().ok() ? 0 : 1;
 }
@@ -290,7 +336,7 @@ int SpawnAndWait(const std::vector<std::string>& args) {
 // and waits for them; true if both succeeded.
 bool RunChorusRanks(const std::string& self, const std::string& store_dir,
                     const std::vector<std::string>& hidden, int warmup, int steps, bool view,
-                    bool observe) {
+                    bool observe, bool interleave = false) {
   std::vector<pid_t> pids;
   for (int r = 0; r < 2; ++r) {
     std::vector<std::string> args = {self,
@@ -307,7 +353,9 @@ bool RunChorusRanks(const std::string& self, const std::string& store_dir,
                                      "--view",
                                      view ? "1" : "0",
                                      "--observe",
-                                     observe ? "1" : "0"};
+                                     observe ? "1" : "0",
+                                     "--interleave",
+                                     interleave ? "1" : "0"};
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -409,23 +457,26 @@ int RunBench(const std::string& self, double steps_scale, int view_flag) {
     // Chorus DDP: two rank processes of this binary, all-reducing through
     // shared memory (the default for ranks on one host) and then over TCP.
     struct ChorusRun {
-      double step_ms = 0, comm_ms = 0, fwd_bwd_ms = 0, finish_ms = 0, faults_per_step = 0;
+      double step_ms = 0, comm_ms = 0, fwd_bwd_ms = 0, finish_ms = 0, faults_per_step = 0,
+             plain_ms = 0;
     };
     // shm: the CHORUS_GLOO_SHM value, "" for the default.
-    auto run_chorus = [&](const char* shm, ChorusRun& run, bool views) {
+    auto run_chorus = [&](const char* shm, ChorusRun& run, bool views, bool interleave = false) {
       if (*shm != '\0') setenv("CHORUS_GLOO_SHM", shm, 1);
       const std::string store_dir =
-          absl::StrCat(dir, "/", c.name, ".store", shm, views == view ? "" : ".other");
-      const bool ok =
-          RunChorusRanks(self, store_dir, hidden, c.warmup, steps, views, /*observe=*/false);
+          absl::StrCat(dir, "/", c.name, ".store", shm, views == view ? "" : ".other",
+                       interleave ? ".interleaved" : "");
+      const bool ok = RunChorusRanks(self, store_dir, hidden, c.warmup, steps, views,
+                                     /*observe=*/false, interleave);
       unsetenv("CHORUS_GLOO_SHM");
       std::ifstream in(store_dir + "/result");
-      in >> run.step_ms >> run.comm_ms >> run.fwd_bwd_ms >> run.finish_ms >> run.faults_per_step;
-      return ok && run.step_ms > 0;
+      in >> run.step_ms >> run.comm_ms >> run.fwd_bwd_ms >> run.finish_ms >> run.faults_per_step >>
+          run.plain_ms;
+      return ok && run.step_ms > 0 && (!interleave || run.plain_ms > 0);
     };
-    ChorusRun run, shm_run, tcp_run, copied_run;
-    if (!run_chorus("", run, view) || !run_chorus("1", shm_run, view) ||
-        !run_chorus("0", tcp_run, view) ||
+    ChorusRun run, shm_run, tcp_run, copied_run, interleaved_run;
+    if (!run_chorus("", run, view) || !run_chorus("", interleaved_run, view, /*interleave=*/true) ||
+        !run_chorus("1", shm_run, view) || !run_chorus("0", tcp_run, view) ||
         (view_flag < 0 && !run_chorus("", copied_run, /*views=*/false)) || peer <= 0) {
       std::cerr << "benchmark run failed for " << c.name << "\n";
       return 1;
@@ -479,14 +530,16 @@ int RunBench(const std::string& self, double steps_scale, int view_flag) {
         "all-reduce of all gradients alone %.1f ms; overlap efficiency Chorus %.0f%%, "
         "PyTorch %.0f%%; Chorus forward+backward %.1f ms, waiting for buckets %.1f ms\n"
         "%s: step / compute only %.3f; two processes computing at once (no communication) "
-        "%.1f ms/step, step / that %.3f; page faults per step on rank 0: %.1f (shared memory "
-        "forced %.1f, TCP %.1f)\n"
+        "%.1f ms/step, step / that %.3f; a run whose ranks interleave their DDP steps with steps "
+        "without DDP (Note [Interleaved compute]) %.1f ms/step, their DDP step / that %.3f; page "
+        "faults per step on rank 0: %.1f (shared memory forced %.1f, TCP %.1f)\n"
         "%s: Chorus DDP with shared memory forced (CHORUS_GLOO_SHM=1) %.1f ms/step (ratio "
         "%.3f), all-reduce of all gradients alone %.1f ms\n"
         "%s: Chorus DDP over TCP (CHORUS_GLOO_SHM=0) %.1f ms/step (ratio %.3f), all-reduce of "
         "all gradients alone %.1f ms\n",
         c.name, ours, peer, compute, comm_ms, 100 * overlap(ours), 100 * overlap(peer),
         run.fwd_bwd_ms, run.finish_ms, c.name, ours / compute, concurrent, ours / concurrent,
+        interleaved_run.plain_ms, interleaved_run.step_ms / interleaved_run.plain_ms,
         run.faults_per_step, shm_run.faults_per_step, tcp_run.faults_per_step, c.name,
         shm_run.step_ms, shm_run.step_ms / peer, shm_run.comm_ms, c.name, tcp_run.step_ms,
         tcp_run.step_ms / peer, tcp_run.comm_ms);
@@ -502,8 +555,10 @@ int RunBench(const std::string& self, double steps_scale, int view_flag) {
                      "\"ours\": %.3f, \"peer\": %.3f, \"peer_name\": \"PyTorch DDP 1.13 (gloo)\", "
                      "\"ratio\": %.4f, \"compute_only_ms\": %.3f, "
                      "\"two_processes_compute_only_ms\": %.3f, "
+                     "\"interleaved_step_ms\": %.3f, \"interleaved_compute_ms\": %.3f, "
                      "\"ours_page_faults_per_step\": %.1f%s}",
-                     c.name, ours, peer, ours / peer, compute, concurrent, run.faults_per_step,
+                     c.name, ours, peer, ours / peer, compute, concurrent, interleaved_run.step_ms,
+                     interleaved_run.plain_ms, run.faults_per_step,
                      view_flag < 0 ? absl::StrFormat(", \"ours_views_off_ms\": %.3f, "
                                                      "\"views_off_ratio\": %.4f",
                                                      copied_run.step_ms, copied_run.step_ms / peer)
@@ -524,7 +579,7 @@ int main(int argc, char** argv) {
   std::string store, hidden_text;
   double steps_scale = 1.0;
   int view = -1;  // bench: each side's default; a rank: set by the bench
-  bool observe = false, metrics_overhead = false;
+  bool observe = false, metrics_overhead = false, interleave = false;
   std::string compute_only_file;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string flag = argv[i];
@@ -546,6 +601,8 @@ int main(int argc, char** argv) {
       compute_only_file = argv[i + 1];
     else if (flag == "--observe")
       observe = std::string(argv[i + 1]) == "1";
+    else if (flag == "--interleave")
+      interleave = std::string(argv[i + 1]) == "1";
     else if (flag == "--metrics_overhead")
       metrics_overhead = std::string(argv[i + 1]) == "1";
   }
@@ -558,7 +615,9 @@ int main(int argc, char** argv) {
     std::ofstream(compute_only_file) << chorus::ComputeOnly(hidden, warmup, steps) << "\n";
     return 0;
   }
-  if (rank >= 0) return chorus::RunRank(rank, store, hidden, warmup, steps, view == 1, observe);
+  if (rank >= 0) {
+    return chorus::RunRank(rank, store, hidden, warmup, steps, view == 1, observe, interleave);
+  }
   char self[4096];
   ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
   if (n <= 0) return 1;
