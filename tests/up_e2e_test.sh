@@ -73,6 +73,32 @@ wait_for 'status=$("${CHORUS}" --coordinator "${long_addr}" status job-000001 --
           heartbeats_in "${status}" 2>/dev/null' 60 \
   && pass "both ranks heartbeat their step and phase" || fail "no heartbeats in status: ${status}"
 "${CHORUS}" --coordinator "${long_addr}" status job-000001 2>&1 | grep -E "^  [01] " | head -2
+# Each rank runs on its own share of the agent's CPUs (two slots: Note [Binding
+# ranks to CPUs] in common/cpu_binding.cc), given to it in CHORUS_CPUS.
+if (( $(nproc) >= 2 )); then
+  worker_pid=$(pgrep -P "${up_pid}" -f chorus-worker | head -1)
+  binding=""
+  for p in $(pgrep -P "${worker_pid:-0}"); do
+    binding+="$(grep ^Cpus_allowed_list "/proc/${p}/status" | cut -f2) $(tr '\0' '\n' <"/proc/${p}/environ" | grep ^CHORUS_CPUS=)"$'\n'
+  done
+  python3 - "$(grep ^Cpus_allowed_list "/proc/${worker_pid:-0}/status" | cut -f2)" "${binding}" <<'PY' \
+    && pass "each rank is bound to its own CPUs: $(echo ${binding})" \
+    || fail "ranks' CPUs (agent's: $(grep ^Cpus_allowed_list "/proc/${worker_pid:-0}/status" 2>&1)): '${binding}'"
+import sys
+def cpus(text):
+    out = set()
+    for item in text.split(","):
+        a, _, b = item.partition("-")
+        out |= set(range(int(a), int(b or a) + 1))
+    return out
+agent = cpus(sys.argv[1])
+ranks = [line.split() for line in sys.argv[2].strip().splitlines()]
+sets = [cpus(r[0]) for r in ranks]
+assert len(sets) == 2, ranks
+assert all(r[1] == "CHORUS_CPUS=" + r[0] for r in ranks), ranks
+assert not (sets[0] & sets[1]) and sets[0] | sets[1] == agent, (agent, sets)
+PY
+fi
 interrupt_at=$(date +%s%N)
 kill -INT "${up_pid}"
 if wait_exit "${up_pid}" 30; then

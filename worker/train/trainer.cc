@@ -13,6 +13,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "common/cpu_binding.h"
 #include "common/job_spec.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
@@ -567,6 +568,15 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
                           : ": a CPU job needs a Gloo communicator"));
   }
   at::set_num_threads(spec.resources().threads_per_rank());
+  if (const std::vector<int> cpus = AllowedCpus();
+      !cpus.empty() && static_cast<int>(cpus.size()) < spec.resources().threads_per_rank()) {
+    LOG(WARNING) << "rank " << comm.rank() << ": resources.threads_per_rank is "
+                 << spec.resources().threads_per_rank() << " but this rank may run on "
+                 << cpus.size() << " CPU(s) (" << FormatCpuList(cpus)
+                 << "), its slot's share, so its threads take turns; start the agent with "
+                    "fewer slots (--slots auto --threads_per_slot "
+                 << spec.resources().threads_per_rank() << ") or --bind_cpus=false";
+  }
   const absl::Time load_start = absl::Now();
   Dataset train, test;
   RETURN_IF_ERROR(LoadSplits(spec, train, test));
