@@ -260,10 +260,13 @@ RankCommand Agent::RankCommandFor(const v1::LaunchRanks& launch, const v1::RankL
                                                       : options_.rank_binary);
   std::vector<std::string>& env = command.env;
   for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
-  auto set = [&env](const std::string& key, const std::string& value) {
+  auto unset = [&env](const std::string& key) {
     env.erase(std::remove_if(env.begin(), env.end(),
                              [&](const std::string& e) { return e.rfind(key + "=", 0) == 0; }),
               env.end());
+  };
+  auto set = [&](const std::string& key, const std::string& value) {
+    unset(key);
     env.push_back(key + "=" + value);
   };
   set("CHORUS_COORDINATOR",
@@ -279,9 +282,7 @@ RankCommand Agent::RankCommandFor(const v1::LaunchRanks& launch, const v1::RankL
   // Where the rank may run, for its own log and for programs that size
   // thread pools (as Slurm's SLURM_CPU_BIND_LIST tells them); unset unbound.
   if (command.cpus.empty()) {
-    env.erase(std::remove_if(env.begin(), env.end(),
-                             [](const std::string& e) { return e.rfind("CHORUS_CPUS=", 0) == 0; }),
-              env.end());
+    unset("CHORUS_CPUS");
   } else {
     set("CHORUS_CPUS", FormatCpuList(command.cpus));
   }

@@ -1,12 +1,12 @@
 #include "worker/agent/slots.h"
 
-#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/cpu_binding.h"
 #include "common/device.h"
 
 namespace chorus {
@@ -19,12 +19,7 @@ SlotFacts SlotFacts::OfThisMachine() {
 }
 
 int OnlineCpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
-    int count = CPU_COUNT(&set);
-    if (count > 0) return count;
-  }
+  if (const size_t count = AllowedCpus().size(); count > 0) return static_cast<int>(count);
   long configured = sysconf(_SC_NPROCESSORS_ONLN);
   return configured > 0 ? static_cast<int>(configured) : 1;
 }
