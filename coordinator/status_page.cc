@@ -19,9 +19,12 @@ double Value(const v1::Metrics& metrics, const std::string& name) {
   return it != metrics.values().end() ? it->second : 0;
 }
 
-// JSON inside <script>: "</" would end the element early.
+// JSON inside <script>: "</script" would end the element early and "<!--"
+// would switch the parser into its comment-like script states. '<', '>' and
+// '&' only occur inside JSON strings, where \uXXXX stands for them: the
+// result is still valid JSON that parses back to the same text.
 std::string ForScript(absl::string_view json) {
-  return absl::StrReplaceAll(json, {{"</", "<\\/"}, {"<!--", "<\\!--"}});
+  return absl::StrReplaceAll(json, {{"<", "\\u003c"}, {">", "\\u003e"}, {"&", "\\u0026"}});
 }
 
 std::string HtmlEscape(absl::string_view text) {

@@ -6,6 +6,8 @@
 
 #include "common/job_spec.h"
 #include "gmock/gmock.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 
 namespace chorus {
@@ -13,6 +15,24 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::testing::Not;
+
+// What the page embeds in <script id="initial">, as the browser's parser
+// hands it to JSON.parse (the element ends at the first "</script").
+std::string EmbeddedScript(const std::string& html) {
+  const std::string open = "<script id=\"initial\" type=\"application/json\">";
+  const size_t begin = html.find(open);
+  if (begin == std::string::npos) return "";
+  const size_t from = begin + open.size();
+  return html.substr(from, html.find("</script", from) - from);
+}
+
+// The "text" field of the embedded JSON, or why it does not parse.
+std::string EmbeddedText(const std::string& html) {
+  google::protobuf::Struct parsed;
+  const auto status = google::protobuf::util::JsonStringToMessage(EmbeddedScript(html), &parsed);
+  if (!status.ok()) return "invalid JSON: " + status.ToString();
+  return parsed.fields().at("text").string_value();
+}
 
 class StatusPageTest : public ::testing::Test {
  protected:
@@ -120,12 +140,31 @@ TEST_F(StatusPageTest, UnknownJobIsNotFoundAndInlineJsonCannotEndTheScript) {
             absl::StatusCode::kNotFound);
   const std::string html = JobPageHtml("job-1", "{\"text\":\"</script><script>alert(1)\"}");
   EXPECT_THAT(html, Not(HasSubstr("</script><script>alert")));
-  EXPECT_THAT(html, HasSubstr("<\\/script><script>alert(1)"));
+  EXPECT_EQ(EmbeddedText(html), "</script><script>alert(1)");
   EXPECT_THAT(html, HasSubstr("data-job=\"job-1\""));
   EXPECT_THAT(JobPageHtml("a\"<b", "{}"), HasSubstr("data-job=\"a&quot;&lt;b\""));
   EXPECT_THAT(NotFoundHtml("no job <x>"), HasSubstr("no job &lt;x&gt;"));
   EXPECT_THAT(kUplotJs, HasSubstr("uPlot")) << "the charting library is embedded";
   EXPECT_THAT(kStatusPageJs, HasSubstr("renderJob"));
+}
+
+// A job whose last output line is an HTML comment (or holds "<!--" anywhere)
+// once made the embedded JSON invalid, and the page never rendered.
+TEST_F(StatusPageTest, PageJsonStaysValidJsonWhateverTheJobPrinted) {
+  for (const std::string text :
+       {"<!-- done -->", "a <!--b--> & c", "<\\!-- x", "</SCRIPT >", "<<!--!-->>", "\\<&amp;>"}) {
+    std::string json;
+    google::protobuf::Value value;
+    value.set_string_value(text);
+    google::protobuf::Struct page;
+    (*page.mutable_fields())["text"] = value;
+    ASSERT_TRUE(google::protobuf::util::MessageToJsonString(page, &json).ok());
+    for (const std::string& html : {JobPageHtml("job-1", json), JobListHtml(json)}) {
+      const std::string script = EmbeddedScript(html);
+      EXPECT_THAT(script, Not(HasSubstr("<"))) << text;
+      EXPECT_EQ(EmbeddedText(html), text) << "JSON in the page: " << script;
+    }
+  }
 }
 
 }  // namespace
