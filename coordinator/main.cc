@@ -117,11 +117,24 @@ int main(int argc, char** argv) {
   app.add_option("--port_file", port_file,
                  "Write the bound port to this file once listening (for scripts and tests).");
   app.add_option("-v,--verbosity", verbosity, "glog VLOG level.")->capture_default_str();
+  bool check_flags = false;
+  app.add_flag("--check_flags", check_flags,
+               "Check the flags (addresses, ports that would collide, limits) and exit: 0 if "
+               "they are sound, 1 with what is wrong. Touches no file and opens no port.");
   app.set_version_flag("--version", std::string(chorus::kVersion));
   CLI11_PARSE(app, argc, argv);
   options.recovery_grace = absl::Seconds(recovery_grace_seconds);
   options.checkpoint_data_hello_timeout = absl::Seconds(data_hello_seconds);
   options.checkpoint_data_io_timeout = absl::Seconds(data_io_seconds);
+  if (check_flags) {
+    const absl::Status valid = chorus::ValidateServerOptions(options);
+    if (!valid.ok()) {
+      std::cerr << "chorus-coordinator: " << valid.message() << "\n";
+      return 1;
+    }
+    std::cout << "chorus-coordinator: flags are sound\n";
+    return 0;
+  }
 
   chorus::InitLogging(argv[0], verbosity);
   // Every connection holds a descriptor; the usual soft limit (1024) would

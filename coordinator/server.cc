@@ -124,12 +124,58 @@ bool IsLoopbackHost(const std::string& host) {
   return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
 }
 
-absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
-    const ServerOptions& options) {
+absl::Status ValidateServerOptions(const ServerOptions& options) {
   absl::StatusOr<HostPort> listen = ParseHostPort(options.listen);
   if (!listen.ok())
     return absl::InvalidArgumentError(absl::StrCat("--listen: ", listen.status().message()));
-  const std::string host = listen->host;
+  ASSIGN_OR_RETURN(std::optional<HostPort> http, HttpAddress(options.http_listen, listen->port));
+  const int data_port = options.checkpoint_data_port;
+  if (data_port < -1 || data_port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--checkpoint_data_port ", data_port, ": must be a port in [0, 65535], or -1 for none"));
+  }
+  // Port 0 asks for a free port, so only fixed ports can collide. The data
+  // port binds --listen's host; the HTTP port may bind another, but a
+  // wildcard or loopback address overlaps either way, so equal port numbers
+  // are refused whatever the hosts.
+  if (data_port > 0 && data_port == listen->port) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--checkpoint_data_port ", data_port, " is also --listen's port (",
+                     options.listen, "); give the data port its own, e.g. ", data_port + 2));
+  }
+  if (data_port > 0 && http.has_value() && data_port == http->port) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--checkpoint_data_port ", data_port, " is also the HTTP port (",
+        options.http_listen.empty() ? "--http_listen's default, the port after --listen's"
+                                    : absl::StrCat("--http_listen ", options.http_listen),
+        "); give the data port its own (the shipped configuration uses 29652), or pass "
+        "--http_listen HOST:PORT"));
+  }
+  if (options.store_max_keys_per_job < 1 || options.store_max_bytes_per_job < 1 ||
+      options.store_max_value_bytes < 1 || options.store_max_value_bytes > kMaxValueLimit) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--store_max_keys_per_job, --store_max_bytes_per_job and --store_max_value_bytes must "
+        "be positive, and --store_max_value_bytes at most ",
+        kMaxValueLimit, " (gRPC messages are limited to ", kMaxMessageBytes, " bytes); got ",
+        options.store_max_keys_per_job, ", ", options.store_max_bytes_per_job, ", ",
+        options.store_max_value_bytes));
+  }
+  if (options.tls_cert.empty() != options.tls_key.empty()) {
+    return absl::InvalidArgumentError("--tls_cert and --tls_key go together");
+  }
+  if (options.tls_cert.empty() && !options.tls_client_ca.empty()) {
+    return absl::InvalidArgumentError("--tls_client_ca needs --tls_cert and --tls_key");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
+    const ServerOptions& options) {
+  // Every option is checked before anything touches the state directory:
+  // recovery below removes files.
+  RETURN_IF_ERROR(ValidateServerOptions(options));
+  const HostPort listen = *ParseHostPort(options.listen);
+  const std::string host = listen.host;
   auto auth = std::make_unique<TokenAuthorizer>();
   if (!options.token_file.empty()) {
     ASSIGN_OR_RETURN(TokenAuthorizer loaded, TokenAuthorizer::FromFile(options.token_file));
@@ -144,7 +190,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
         "in the clear), or listen on 127.0.0.1"));
   }
   ASSIGN_OR_RETURN(std::optional<HostPort> http_address,
-                   HttpAddress(options.http_listen, listen->port));
+                   HttpAddress(options.http_listen, listen.port));
   if (http_address.has_value() && !IsLoopbackHost(http_address->host) && !auth->enabled()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--http_listen ", options.http_listen,
@@ -207,11 +253,6 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   auto checkpoint_service =
       std::make_unique<CheckpointServiceImpl>(*checkpoints, *checkpoint_uploads, *auth);
   std::unique_ptr<CheckpointDataServer> checkpoint_data;
-  if (options.checkpoint_data_port < -1 || options.checkpoint_data_port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--checkpoint_data_port ", options.checkpoint_data_port,
-                     ": must be a port in [0, 65535], or -1 for none"));
-  }
   if (options.checkpoint_data_port >= 0 && options.tls_cert.empty()) {
     CheckpointDataServer::Options data_options;
     data_options.hello_timeout = options.checkpoint_data_hello_timeout;
@@ -229,15 +270,6 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   auto rank_service = std::make_unique<RankServiceImpl>(*scheduler, *auth);
 
   auto health = std::make_unique<HealthService>();
-  if (options.store_max_keys_per_job < 1 || options.store_max_bytes_per_job < 1 ||
-      options.store_max_value_bytes < 1 || options.store_max_value_bytes > kMaxValueLimit) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--store_max_keys_per_job, --store_max_bytes_per_job and --store_max_value_bytes must "
-        "be positive, and --store_max_value_bytes at most ",
-        kMaxValueLimit, " (gRPC messages are limited to ", kMaxMessageBytes, " bytes); got ",
-        options.store_max_keys_per_job, ", ", options.store_max_bytes_per_job, ", ",
-        options.store_max_value_bytes));
-  }
   KeyValueStore::Limits store_limits;
   store_limits.max_keys_per_job = static_cast<size_t>(options.store_max_keys_per_job);
   store_limits.max_bytes_per_job = static_cast<size_t>(options.store_max_bytes_per_job);

@@ -117,6 +117,12 @@ struct ServerOptions {
   absl::Duration grpc_handshake_timeout = kHandshakeTimeout;
 };
 
+// Checks every option that needs no file or socket: addresses, ports that
+// would collide (the checkpoint data port on --listen's or the HTTP port),
+// limits, TLS flags that go together. INVALID_ARGUMENT naming the flag.
+// Start() calls it before it touches the state directory.
+absl::Status ValidateServerOptions(const ServerOptions& options);
+
 // Raises this process's soft limit on open files to its hard limit (each
 // client connection, on the gRPC port or the data port, holds a descriptor)
 // and returns the limit now in force. INTERNAL if it cannot be read.

@@ -1,5 +1,7 @@
 #include "coordinator/server.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -105,6 +107,45 @@ TEST(CoordinatorServerTest, RefusesNonLoopbackAndBadAddresses) {
   auto big_port = CoordinatorServer::Start(options);
   ASSERT_FALSE(big_port.ok());
   EXPECT_THAT(big_port.status().message(), HasSubstr("[0, 65535]"));
+}
+
+// The shipped configuration once put the checkpoint data port on 29651, the
+// HTTP port's default; the HTTP port then moved to a random one unannounced.
+TEST(CoordinatorServerTest, CollidingPortsAreRefusedBeforeTheStateDirIsTouched) {
+  ServerOptions options;
+  options.listen = "0.0.0.0:29650";
+  options.checkpoint_data_port = 29651;
+  absl::Status refused = ValidateServerOptions(options);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.message(),
+              HasSubstr("--checkpoint_data_port 29651 is also the HTTP port (--http_listen's "
+                        "default, the port after --listen's)"));
+  options.http_listen = "127.0.0.1:29700";
+  options.checkpoint_data_port = 29700;
+  EXPECT_THAT(ValidateServerOptions(options).message(),
+              HasSubstr("is also the HTTP port (--http_listen 127.0.0.1:29700)"));
+  options.checkpoint_data_port = 29650;
+  EXPECT_THAT(ValidateServerOptions(options).message(),
+              HasSubstr("--checkpoint_data_port 29650 is also --listen's port"));
+  // Free ports (0) never collide, nor does a data port beside "off".
+  options.checkpoint_data_port = 29652;
+  EXPECT_TRUE(ValidateServerOptions(options).ok());
+  options.listen = "127.0.0.1:0";
+  options.http_listen = "";
+  options.checkpoint_data_port = 0;
+  EXPECT_TRUE(ValidateServerOptions(options).ok());
+  options.listen = "127.0.0.1:29650";
+  options.http_listen = "off";
+  options.checkpoint_data_port = 29651;
+  EXPECT_TRUE(ValidateServerOptions(options).ok());
+
+  // Start refuses before it creates, locks or recovers the state directory.
+  options.http_listen = "";
+  options.state_dir = TempDir("never_created");
+  auto server = CoordinatorServer::Start(options);
+  ASSERT_FALSE(server.ok());
+  EXPECT_THAT(server.status().message(), HasSubstr("is also the HTTP port"));
+  EXPECT_NE(access(options.state_dir.c_str(), F_OK), 0) << options.state_dir << " was created";
 }
 
 TEST(CoordinatorServerTest, PortInUseIsUnavailable) {

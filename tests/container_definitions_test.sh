@@ -96,6 +96,15 @@ out=$("${PY}" "${CHECK}" "${TMP}/Containerfile.bad" "${ctx}" 2>&1) && fail "a ba
   || { [[ "${out}" == *"USER root"* && "${out}" == *"missing/"* ]] && pass "a bad Containerfile is caught" \
        || fail "bad Containerfile: ${out}"; }
 
+# The coordinator image's CMD flags are sound together (its checkpoint data
+# port once was the HTTP port's default).
+mapfile -t cmd_flags < <(/usr/bin/python3 -c 'import json, re, sys
+for line in open(sys.argv[1]):
+    if line.startswith("CMD "): print("\n".join(json.loads(line[4:])))' "${TMP}/context-coordinator/Containerfile")
+out=$("${TREE}/opt/chorus/bin/chorus-coordinator" "${cmd_flags[@]}" --check_flags 2>&1) \
+  && [[ ${#cmd_flags[@]} -ge 3 ]] && pass "coordinator CMD flags are sound: ${cmd_flags[*]}" \
+  || fail "coordinator CMD ${cmd_flags[*]}: ${out}"
+
 sh -n "${ctx}/chorus-image/image-setup.sh" && pass "image-setup.sh parses" || fail "image-setup.sh syntax"
 out=$(sh "${ctx}/chorus-image/image-setup.sh" nosuchrole 2>&1); rc=$?
 [[ ${rc} -eq 2 && "${out}" == *usage* ]] && pass "image-setup.sh rejects a bad role" || fail "image-setup.sh rc=${rc}: ${out}"

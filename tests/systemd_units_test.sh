@@ -63,6 +63,18 @@ for conf in coordinator.conf worker.conf; do
   [[ -z "${bad}" ]] && pass "${conf} is an environment file" || fail "${conf}: ${bad}"
 done
 
+# The shipped flags are sound together: once the checkpoint data port was the
+# HTTP port's default, and the HTTP port moved to a random one unannounced.
+flags=$(sed -n 's/^CHORUS_COORDINATOR_FLAGS=//p' "${UNITS}/coordinator.conf")
+# shellcheck disable=SC2086
+out=$("${PREFIX}/bin/chorus-coordinator" --state_dir /var/lib/chorus ${flags} --check_flags 2>&1) \
+  && pass "coordinator.conf's flags are sound: ${out}" || fail "coordinator.conf's flags: ${out}"
+out=$("${PREFIX}/bin/chorus-coordinator" --listen 0.0.0.0:29650 --checkpoint_data_port 29651 \
+      --check_flags 2>&1) \
+  && fail "a data port on the HTTP port passed --check_flags" \
+  || { [[ ${out} == *"--checkpoint_data_port 29651 is also the HTTP port"* ]] \
+       && pass "--check_flags names the collision: ${out}" || fail "collision message: ${out}"; }
+
 # The service user, created by systemd-sysusers in a scratch root.
 mkdir -p "${TMP}/root/etc"
 if systemd-sysusers --root="${TMP}/root" "${UNITS}/chorus.sysusers.conf" >/dev/null 2>&1 \
