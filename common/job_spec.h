@@ -38,8 +38,14 @@ absl::StatusOr<v1::JobSpec> ParseJobSpec(absl::string_view text, SpecFormat form
                                          absl::string_view source);
 
 // Fills unset fields with their documented defaults. Idempotent; never
-// changes a value the user set.
+// changes a value the user set, except that paths are stored in one form
+// ("/mnt/ckpt/" -> "/mnt/ckpt"; Note [Paths in one form]).
 void NormalizeJobSpec(v1::JobSpec& spec);
+
+// The largest job spec, serialized: the coordinator keeps every spec and
+// sends it in each job listing, so program.env and argv are bounded here;
+// large data goes in files.
+inline constexpr size_t kMaxJobSpecBytes = size_t{256} << 10;
 
 // One problem found by validation.
 struct SpecError {
@@ -48,6 +54,7 @@ struct SpecError {
 };
 
 // Every problem in a normalized spec; empty when the spec is valid. A spec
+// over kMaxJobSpecBytes is refused as a whole ("spec"). A spec
 // whose per-rank memory estimate (common/memory_estimate.h) exceeds what any
 // one machine holds is refused, the error on the field that drives it:
 //   model.mlp.hidden_sizes: a rank needs about 98.0 TB (...), more than ...

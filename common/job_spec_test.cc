@@ -113,6 +113,32 @@ TEST(JobSpecTest, NormalizationFillsDocumentedDefaultsOnly) {
   EXPECT_THAT(ValidateJobSpec(spec), IsEmpty());
 }
 
+// Note [Paths in one form]: the coordinator and the ranks build paths from
+// these and compare them byte for byte.
+TEST(JobSpecTest, NormalizationStoresEveryPathInOneForm) {
+  auto spec = ParseJobSpec(
+      "model { torchscript { path: '/m//model.pt' } } "
+      "data { tensor_file { path: '/d/./train.pt' eval_path: '/d/x/../eval.pt' } } "
+      "checkpoint { storage: SHARED_DIR shared_dir: '/mnt/ckpt/' }",
+      SpecFormat::kTextProto, "test");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  NormalizeJobSpec(*spec);
+  EXPECT_EQ(spec->model().torchscript().path(), "/m/model.pt");
+  EXPECT_EQ(spec->data().tensor_file().path(), "/d/train.pt");
+  EXPECT_EQ(spec->data().tensor_file().eval_path(), "/d/eval.pt");
+  EXPECT_EQ(spec->checkpoint().shared_dir(), "/mnt/ckpt");
+  auto program = ParseJobSpec(
+      "program { argv: 'python3' working_dir: '/home/u/run/' } "
+      "checkpoint { storage: SHARED_DIR shared_dir: '/nfs//c/' }",
+      SpecFormat::kTextProto, "test");
+  ASSERT_TRUE(program.ok()) << program.status();
+  NormalizeJobSpec(*program);
+  EXPECT_EQ(program->program().working_dir(), "/home/u/run");
+  EXPECT_EQ(program->checkpoint().shared_dir(), "/nfs/c");
+  EXPECT_FALSE(program->has_data()) << "nothing of the built-in trainer is added";
+  EXPECT_FALSE(program->has_model());
+}
+
 TEST(JobSpecTest, ElasticDefaultsOnlyWhenTheBlockIsThere) {
   JobSpec plain = MustParse("model { mlp {} } data { synthetic {} }", SpecFormat::kTextProto);
   NormalizeJobSpec(plain);

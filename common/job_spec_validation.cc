@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "common/job_spec.h"
 #include "common/memory_estimate.h"
+#include "common/paths.h"
 #include "common/program_spec.h"
 
 namespace chorus {
@@ -528,7 +529,27 @@ void ValidateProgram(const JobSpec& spec, Checker& c) {
 }
 
 // What every job has: resources, checkpoints, hang detection.
+// Note [Paths in one form]: every path a spec names is stored lexically
+// normal and without a trailing slash, so that the coordinator, agents and
+// ranks that build paths from it agree byte for byte. A coordinator restart
+// once deleted committed checkpoints because "/ckpt/" + "/" + job was
+// compared with "/ckpt" / job.
+void NormalizePaths(JobSpec& spec) {
+  auto normal = [](std::string* path) { *path = NormalPath(*path); };
+  normal(spec.mutable_checkpoint()->mutable_shared_dir());
+  if (spec.has_program()) normal(spec.mutable_program()->mutable_working_dir());
+  if (spec.model().has_torchscript()) normal(spec.mutable_model()->mutable_torchscript()->mutable_path());
+  if (!spec.has_data()) return;  // a program job has none: none is made here
+  v1::DataSpec& d = *spec.mutable_data();
+  if (d.has_fashion_mnist()) normal(d.mutable_fashion_mnist()->mutable_dir());
+  if (d.has_tensor_file()) {
+    normal(d.mutable_tensor_file()->mutable_path());
+    normal(d.mutable_tensor_file()->mutable_eval_path());
+  }
+}
+
 void NormalizeCommon(JobSpec& spec) {
+  NormalizePaths(spec);
   v1::ResourceSpec& r = *spec.mutable_resources();
   if (r.min_ranks() == 0) r.set_min_ranks(1);
   if (r.max_ranks() == 0) r.set_max_ranks(r.min_ranks());
@@ -672,6 +693,13 @@ void NormalizeJobSpec(JobSpec& spec) {
 
 std::vector<SpecError> ValidateJobSpec(const JobSpec& spec) {
   Checker c;
+  if (const size_t bytes = spec.ByteSizeLong(); bytes > kMaxJobSpecBytes) {
+    c.Fail("spec", absl::StrCat("is ", FormatBytes(static_cast<double>(bytes)),
+                                " serialized, more than the ",
+                                FormatBytes(static_cast<double>(kMaxJobSpecBytes)),
+                                " a job spec may hold; pass large values (program.env, "
+                                "program.argv) in files"));
+  }
   if (spec.has_program()) {
     ValidateProgram(spec, c);
     ValidateCommon(spec, c);

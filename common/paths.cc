@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 
@@ -24,6 +25,13 @@ std::string CompanionBinary(const std::string& dir, const std::string& name,
   const std::string installed = absl::StrCat(dir, "/", name);
   if (access(installed.c_str(), X_OK) == 0) return installed;
   return absl::StrCat(dir, "/../", bazel_package, "/", name);
+}
+
+std::string NormalPath(absl::string_view path) {
+  if (path.empty()) return "";
+  std::string normal = std::filesystem::path(std::string(path)).lexically_normal().string();
+  while (normal.size() > 1 && normal.back() == '/') normal.pop_back();
+  return normal;
 }
 
 absl::Status FsyncDirectory(const std::string& path) {

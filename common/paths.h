@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 
 namespace chorus {
 
@@ -23,6 +24,13 @@ std::string ExecutableDir();
 // Example: CompanionBinary(ExecutableDir(), "chorus-worker", "worker")
 std::string CompanionBinary(const std::string& dir, const std::string& name,
                             const std::string& bazel_package);
+
+// `path` in the one form Chorus stores and compares paths in: lexically
+// normal ("a/./b/../c" -> "a/c", repeated slashes folded) and without a
+// trailing slash ("/data/" -> "/data"; "/" stays "/"). Touches no file and
+// resolves no link. Empty stays empty.
+// Example: NormalPath("/mnt/ckpt//") == "/mnt/ckpt"
+std::string NormalPath(absl::string_view path);
 
 // fsync(2) of the directory `path`, so that entries created, renamed or
 // removed in it survive a crash. INTERNAL naming the path on failure.

@@ -54,5 +54,19 @@ TEST_F(CompanionBinaryTest, NeitherThereNamesWhereABuildPutsIt) {
             (root_ / "bin/../worker/chorus-rank").string());
 }
 
+TEST(NormalPathTest, OneFormWithoutTrailingSlashes) {
+  EXPECT_EQ(NormalPath("/mnt/ckpt/"), "/mnt/ckpt");
+  EXPECT_EQ(NormalPath("/mnt//ckpt//"), "/mnt/ckpt");
+  EXPECT_EQ(NormalPath("/mnt/./a/../ckpt"), "/mnt/ckpt");
+  EXPECT_EQ(NormalPath("/"), "/");
+  EXPECT_EQ(NormalPath("//"), "/");
+  EXPECT_EQ(NormalPath("data/x.pt"), "data/x.pt");
+  EXPECT_EQ(NormalPath("./x.pt"), "x.pt");
+  EXPECT_EQ(NormalPath(""), "");
+  for (const char* path : {"/mnt/ckpt/", "/a/./b//", "rel/../x/"}) {
+    EXPECT_EQ(NormalPath(NormalPath(path)), NormalPath(path)) << path;
+  }
+}
+
 }  // namespace
 }  // namespace chorus

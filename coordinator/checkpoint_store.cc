@@ -194,15 +194,20 @@ absl::Status CheckpointStore::Recover(const std::vector<SharedJob>& shared,
   fs::create_directories(root_, ec);
   if (ec) return absl::FailedPreconditionError(absl::StrCat(root_, ": ", ec.message()));
   ASSIGN_OR_RETURN(std::vector<v1::CheckpointManifest> manifests, state_.LoadManifests(""));
+  // Both sides in one form (Note [Paths in one form] in
+  // common/job_spec_validation.cc): manifests written before paths were
+  // normalized hold "dir//job/step" for a shared_dir given as "dir/".
   std::set<std::string> committed;
-  for (const v1::CheckpointManifest& m : manifests) committed.insert(DirOf(m));
+  for (const v1::CheckpointManifest& m : manifests) committed.insert(NormalPath(DirOf(m)));
+  auto is_committed = [&committed](const fs::path& path) {
+    return committed.count(NormalPath(path.string())) > 0;
+  };
   int removed = 0;
   for (const fs::directory_entry& job : fs::directory_iterator(root_, ec)) {
     if (!job.is_directory()) continue;
     for (const fs::directory_entry& entry : fs::directory_iterator(job.path(), ec)) {
-      const std::string path = entry.path().string();
       const bool staging = absl::StartsWith(entry.path().filename().string(), kStagingPrefix);
-      if (staging || (entry.is_directory() && !committed.count(path))) {
+      if (staging || (entry.is_directory() && !is_committed(entry.path()))) {
         fs::remove_all(entry.path(), ec);
         ++removed;
       }
@@ -220,13 +225,13 @@ absl::Status CheckpointStore::Recover(const std::vector<SharedJob>& shared,
       std::chrono::microseconds(absl::ToInt64Microseconds(stale_after));
   for (const SharedJob& job : shared) {
     if (!SafeName(job.job_id) || job.root.empty() || job.root[0] != '/') continue;
-    const fs::path dir = fs::path(job.root) / job.job_id;
+    const fs::path dir = fs::path(NormalPath(job.root)) / job.job_id;
     int cleaned = 0;
     for (const fs::directory_entry& entry : fs::directory_iterator(dir, ec)) {
       const std::string name = entry.path().filename().string();
       const bool stale_staging =
           absl::StartsWith(name, kStagingPrefix) && NewestWrite(entry.path()) < stale_before;
-      const bool orphan_step = StepDirName(name) && !committed.count(entry.path().string());
+      const bool orphan_step = StepDirName(name) && !is_committed(entry.path());
       if (entry.is_directory() && (stale_staging || orphan_step)) {
         fs::remove_all(entry.path(), ec);
         ++cleaned;
@@ -283,7 +288,8 @@ absl::StatusOr<std::unique_ptr<CheckpointStore::Upload>> CheckpointStore::AdoptS
                      "\" (one path component starting with .staging-)"));
   }
   if (files.empty()) return absl::InvalidArgumentError("checkpoint: no files were written");
-  const std::string job_dir = absl::StrCat(shared_root, "/", job_id);
+  const std::string root = NormalPath(shared_root);  // Note [Paths in one form]
+  const std::string job_dir = absl::StrCat(root, "/", job_id);
   const std::string staging = absl::StrCat(job_dir, "/", staging_dir);
   std::error_code ec;
   if (!fs::is_directory(staging, ec)) {
@@ -345,7 +351,7 @@ absl::StatusOr<std::unique_ptr<CheckpointStore::Upload>> CheckpointStore::AdoptS
     c.set_crc32c(sums->crc32c);
   }
   auto upload = std::unique_ptr<Upload>(
-      new Upload(*this, shared_root, /*shared=*/true, job_id, step, staging));
+      new Upload(*this, root, /*shared=*/true, job_id, step, staging));
   upload->files_ = std::move(checked);
   upload->checking_ = absl::Now() - start;
   return upload;

@@ -288,6 +288,39 @@ TEST(CheckpointStoreTest, SharedDirCommitChecksFilesAndRecordsTheDirectory) {
   EXPECT_THAT(skipped[0], HasSubstr("model.pt does not match its recorded size and CRC-32C"));
 }
 
+// A shared_dir given with a trailing slash once had its committed steps
+// deleted by the next start: the manifest said "dir//job/step", recovery
+// compared "dir/job/step".
+TEST(CheckpointStoreTest, RestartKeepsSharedCheckpointsWhateverTheirDirectorysSpelling) {
+  const std::string dir = TempDir("shared_slash");
+  const std::string shared = dir + "/nfs";
+  {
+    auto state = StateStore::Open(dir);
+    CheckpointStore store(dir + "/checkpoints", **state);
+    ASSERT_TRUE(store.Recover().ok());
+    auto m = PutShared(store, shared + "/", "job-000001", 30);
+    ASSERT_TRUE(m.ok()) << m.status();
+    EXPECT_EQ(m->directory(), shared + "/job-000001/000000000030") << "stored in one form";
+    ASSERT_TRUE(PutShared(store, shared + "/./", "job-000001", 90).ok());
+    // A manifest recorded before directories were normalized.
+    Stage(shared, "job-000001", "000000000120", {{"model.pt", "w"}});
+    v1::CheckpointManifest legacy = *m;
+    legacy.set_step(120);
+    legacy.set_directory(shared + "//job-000001/000000000120");
+    ASSERT_TRUE((*state)->SaveManifest(legacy).ok());
+  }
+  for (const std::string& root : {shared + "/", shared, shared + "//"}) {
+    SCOPED_TRACE(root);
+    auto state = StateStore::Open(dir);
+    CheckpointStore store(dir + "/checkpoints", **state);
+    ASSERT_TRUE(store.Recover({{root, "job-000001"}}, absl::ZeroDuration()).ok());
+    EXPECT_EQ(Steps(store, "job-000001"), (std::vector<int64_t>{30, 90, 120}));
+    for (const char* step : {"000000000030", "000000000090", "000000000120"}) {
+      EXPECT_TRUE(std::filesystem::exists(shared + "/job-000001/" + step)) << step;
+    }
+  }
+}
+
 // Pages of `path` in the page cache, or -1 when that cannot be told.
 int ResidentPages(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);

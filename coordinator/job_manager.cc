@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -97,9 +98,30 @@ void JobManager::Publish(const std::string& job_id) {
   }
 }
 
+// Note [Shared directories per cluster]: job ids are unique only within one
+// coordinator's state (each counts from job-000001, as every Slurm
+// allocation's does), so two clusters sharing checkpoint.shared_dir would
+// write job-000001's checkpoints into one directory, and each one's restart
+// sweep would delete the other's step directories as uncommitted. A job's
+// shared directory is therefore namespaced at submission by the cluster id
+// (StateStore::cluster_id): checkpoints go to SHARED_DIR/CLUSTER/JOB/STEP.
+// The namespaced path is what the job's spec holds from then on, so ranks,
+// grants, recovery and `chorus status` all read the same one; a spec that
+// already ends in this cluster's id (copied from `chorus status`) keeps it.
+std::string JobManager::SharedDirFor(const std::string& shared_dir,
+                                     const std::string& cluster_id) {
+  if (shared_dir.empty() || cluster_id.empty()) return shared_dir;
+  if (absl::EndsWith(shared_dir, "/" + cluster_id)) return shared_dir;
+  return absl::StrCat(shared_dir == "/" ? "" : shared_dir, "/", cluster_id);
+}
+
 absl::StatusOr<v1::Job> JobManager::Submit(v1::JobSpec spec, const std::string& resume_from) {
   NormalizeJobSpec(spec);
   RETURN_IF_ERROR(CheckJobSpec(spec, "submitted"));
+  if (spec.checkpoint().storage() == v1::CheckpointSpec::SHARED_DIR) {
+    v1::CheckpointSpec& checkpoint = *spec.mutable_checkpoint();
+    checkpoint.set_shared_dir(SharedDirFor(checkpoint.shared_dir(), state_.cluster_id()));
+  }
   absl::MutexLock lock(&mu_);
   if (!resume_from.empty()) {
     std::vector<std::string> parts = absl::StrSplit(resume_from, absl::MaxSplits(':', 1));
@@ -143,10 +165,12 @@ absl::StatusOr<v1::Job> JobManager::Get(const std::string& job_id) const {
   return it->second;
 }
 
-std::vector<v1::Job> JobManager::List(const std::vector<v1::Job::State>& states, int limit) const {
+std::vector<v1::Job> JobManager::List(const std::vector<v1::Job::State>& states, int limit,
+                                      const std::string& older_than) const {
   absl::MutexLock lock(&mu_);
   std::vector<v1::Job> out;
-  for (auto it = jobs_.rbegin(); it != jobs_.rend(); ++it) {
+  auto from = older_than.empty() ? jobs_.rbegin() : std::make_reverse_iterator(jobs_.lower_bound(older_than));
+  for (auto it = from; it != jobs_.rend(); ++it) {
     if (!states.empty() &&
         std::find(states.begin(), states.end(), it->second.state()) == states.end()) {
       continue;

@@ -47,7 +47,9 @@ class JobManager {
   absl::StatusOr<v1::Job> Submit(v1::JobSpec spec, const std::string& resume_from);
   absl::StatusOr<v1::Job> Get(const std::string& job_id) const;
   // Newest first; only `states` if not empty; at most `limit` (0 = all).
-  std::vector<v1::Job> List(const std::vector<v1::Job::State>& states, int limit) const;
+  // With `older_than` set (a job id), only jobs submitted before that one.
+  std::vector<v1::Job> List(const std::vector<v1::Job::State>& states, int limit,
+                            const std::string& older_than = "") const;
   // How many jobs are in each state (every state present, 0 included).
   std::map<v1::Job::State, int64_t> CountByState() const;
   // FAILED_PRECONDITION if the job already ended.
@@ -95,6 +97,9 @@ class JobManager {
   //
   // The SHA-256 (hex) of the serialized spec, recorded in its checkpoints.
   static std::string SpecHash(const v1::JobSpec& spec);
+  // Where a SHARED_DIR job of cluster `cluster_id` keeps its checkpoints:
+  // `shared_dir`/`cluster_id` (Note [Shared directories per cluster]).
+  static std::string SharedDirFor(const std::string& shared_dir, const std::string& cluster_id);
   // checkpoint.keep_last, or its documented default (3) when unset.
   static int KeepLast(const v1::JobSpec& spec);
   static constexpr int kDefaultKeepLast = 3;

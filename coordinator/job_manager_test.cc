@@ -156,6 +156,46 @@ TEST(JobManagerTest, RunningJobsFailAfterARestart) {
             absl::StatusCode::kFailedPrecondition);
 }
 
+// Two clusters sharing one checkpoint directory both number their jobs from
+// job-000001: each one's jobs go under its own cluster id, and a path given
+// with a trailing slash or dots is stored in one form.
+TEST(JobManagerTest, SharedCheckpointDirectoriesAreNamespacedByCluster) {
+  FakeClock clock(absl::FromUnixSeconds(1000));
+  const std::string spec =
+      "name: 's' model { mlp {} } data { synthetic {} } "
+      "checkpoint { storage: SHARED_DIR shared_dir: '/mnt/./ckpt/' }";
+  std::string first_cluster;
+  std::string first_dir;
+  {
+    auto state = StateStore::Open(Dir("cluster_a"));
+    ASSERT_TRUE(state.ok()) << state.status();
+    first_cluster = (*state)->cluster_id();
+    EXPECT_THAT(first_cluster, ::testing::MatchesRegex("[0-9a-f]{12}"));
+    auto jobs = JobManager::Create(**state, &clock);
+    auto job = (*jobs)->Submit(Spec(spec), "");
+    ASSERT_TRUE(job.ok()) << job.status();
+    EXPECT_EQ(job->job_id(), "job-000001");
+    first_dir = job->spec().checkpoint().shared_dir();
+    EXPECT_EQ(first_dir, "/mnt/ckpt/" + first_cluster);
+    // A spec copied from `chorus status` is not namespaced twice.
+    v1::JobSpec again = job->spec();
+    EXPECT_EQ((*jobs)->Submit(again, "")->spec().checkpoint().shared_dir(), first_dir);
+  }
+  auto reopened = StateStore::Open(Dir("cluster_a"));
+  EXPECT_EQ((*reopened)->cluster_id(), first_cluster) << "the id survives a restart";
+  auto other = StateStore::Open(Dir("cluster_b"));
+  ASSERT_NE((*other)->cluster_id(), first_cluster);
+  auto jobs = JobManager::Create(**other, &clock);
+  auto job = (*jobs)->Submit(Spec(spec), "");
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->job_id(), "job-000001");
+  EXPECT_EQ(job->spec().checkpoint().shared_dir(), "/mnt/ckpt/" + (*other)->cluster_id());
+
+  EXPECT_EQ(JobManager::SharedDirFor("/", "abc"), "/abc");
+  EXPECT_EQ(JobManager::SharedDirFor("/d/abc", "abc"), "/d/abc");
+  EXPECT_EQ(JobManager::SharedDirFor("/d/xabc", "abc"), "/d/xabc/abc");
+}
+
 TEST(StateStoreTest, RefusesAFileThatIsNotADatabase) {
   const std::string dir = Dir("garbage");
   ASSERT_EQ(

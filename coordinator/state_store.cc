@@ -2,9 +2,12 @@
 
 #include <sqlite3.h>
 
+#include <cstdint>
 #include <filesystem>
+#include <random>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 
 namespace chorus {
@@ -28,6 +31,9 @@ constexpr char kSchema[] = R"sql(
     manifest BLOB NOT NULL,        -- serialized chorus.v1.CheckpointManifest
     PRIMARY KEY (job_id, step)
   );
+  CREATE TABLE IF NOT EXISTS cluster (
+    id TEXT NOT NULL               -- one row: StateStore::cluster_id()
+  );
 )sql";
 
 // Finalizes a prepared statement when it goes out of scope.
@@ -35,6 +41,14 @@ struct Statement {
   sqlite3_stmt* stmt = nullptr;
   ~Statement() { sqlite3_finalize(stmt); }
 };
+
+// 12 random hex digits: with a few thousand clusters sharing one directory,
+// the chance that two draw the same id is below 1e-7.
+std::string NewClusterId() {
+  std::random_device random;
+  const uint64_t bits = (uint64_t{random()} << 32) ^ random();
+  return absl::StrFormat("%012x", bits & 0xffffffffffffULL);
+}
 
 }  // namespace
 
@@ -65,8 +79,35 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const std::string& 
             absl::StrCat(s.message(), " (is ", path, " a Chorus state database?)"));
       }
     }
+    absl::StatusOr<std::string> id = store->LoadOrCreateClusterId();
+    if (!id.ok()) return absl::FailedPreconditionError(id.status().message());
+    store->cluster_id_ = *std::move(id);
   }
   return store;
+}
+
+absl::StatusOr<std::string> StateStore::LoadOrCreateClusterId() {
+  {
+    Statement st;
+    if (sqlite3_prepare_v2(db_, "SELECT id FROM cluster LIMIT 1", -1, &st.stmt, nullptr) !=
+        SQLITE_OK) {
+      return Error("prepare");
+    }
+    const int rc = sqlite3_step(st.stmt);
+    if (rc == SQLITE_ROW) {
+      return std::string(reinterpret_cast<const char*>(sqlite3_column_text(st.stmt, 0)));
+    }
+    if (rc != SQLITE_DONE) return Error("reading the cluster id");
+  }
+  const std::string id = NewClusterId();
+  Statement st;
+  if (sqlite3_prepare_v2(db_, "INSERT INTO cluster (id) VALUES (?)", -1, &st.stmt, nullptr) !=
+      SQLITE_OK) {
+    return Error("prepare");
+  }
+  sqlite3_bind_text(st.stmt, 1, id.data(), static_cast<int>(id.size()), SQLITE_TRANSIENT);
+  if (sqlite3_step(st.stmt) != SQLITE_DONE) return Error("saving the cluster id");
+  return id;
 }
 
 StateStore::~StateStore() {

@@ -53,14 +53,23 @@ class StateStore {
 
   const std::string& path() const { return path_; }
 
+  // This state's cluster id: 12 hex digits drawn when the database was
+  // created and kept for its life, so it survives restarts. Job ids are
+  // only unique within a cluster (every coordinator counts from
+  // job-000001); directories shared between clusters are namespaced by it
+  // (Note [Shared directories per cluster] in coordinator/job_manager.cc).
+  const std::string& cluster_id() const { return cluster_id_; }
+
  private:
   StateStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
   absl::Status Exec(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Error(absl::string_view what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<std::string> LoadOrCreateClusterId() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::Mutex mu_;
   sqlite3* db_ ABSL_GUARDED_BY(mu_);
   const std::string path_;
+  std::string cluster_id_;  // set once by Open
 };
 
 }  // namespace chorus
