@@ -85,6 +85,7 @@ std::vector<AgentSlots> AgentRegistry::FreeSlots() const {
     slots.device = entry->second.hello.device();
     slots.memory_bytes = entry->second.hello.memory_bytes();
     slots.host = entry->second.hello.host();
+    slots.total_slots = static_cast<int>(entry->second.busy.size());
     for (int s = 0; s < static_cast<int>(entry->second.busy.size()); ++s) {
       if (!entry->second.busy[s]) slots.free_slots.push_back(s);
     }

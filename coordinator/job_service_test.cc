@@ -104,6 +104,61 @@ TEST_F(JobServiceTest, SubmitGetAndListMapTheJob) {
   EXPECT_EQ(listed.jobs_size(), 0);
 }
 
+// Every job's spec travels in a listing: once a long history made ListJobs
+// replies grow without bound, past gRPC's message limit.
+TEST_F(JobServiceTest, ListingPagesThroughTheHistoryAndNoReplyOutgrowsItsLimit) {
+  v1::SubmitJobResponse submitted;
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(Submit(kSpec, &submitted).ok());
+  v1::ListJobsRequest list;
+  list.set_limit(2);
+  std::vector<std::string> seen;
+  for (int page = 0; page < 10; ++page) {
+    v1::ListJobsResponse listed;
+    ASSERT_TRUE(stub_->ListJobs(Context().get(), list, &listed).ok());
+    EXPECT_LE(listed.jobs_size(), 2);
+    for (const v1::Job& job : listed.jobs()) seen.push_back(job.job_id());
+    if (listed.next_page_token().empty()) break;
+    list.set_page_token(listed.next_page_token());
+  }
+  EXPECT_EQ(seen, (std::vector<std::string>{"job-000005", "job-000004", "job-000003",
+                                            "job-000002", "job-000001"}));
+
+  // Specs near the size limit: a page ends at kListJobsPageBytes.
+  const std::string big(200 << 10, 'x');
+  const std::string program = absl::StrCat(
+      "program { argv: '/bin/true' working_dir: '/tmp' env { key: 'BIG' value: '", big, "' } }");
+  for (int i = 0; i < 24; ++i) {
+    grpc::Status s = Submit(program, &submitted);
+    ASSERT_TRUE(s.ok()) << i << ": " << s.error_message();
+  }
+  list.Clear();
+  v1::ListJobsResponse first;
+  ASSERT_TRUE(stub_->ListJobs(Context().get(), list, &first).ok());
+  EXPECT_LT(first.ByteSizeLong(), JobServiceImpl::kListJobsPageBytes + (256 << 10));
+  EXPECT_LT(first.jobs_size(), 24);
+  EXPECT_EQ(first.jobs(0).job_id(), "job-000029");
+  ASSERT_FALSE(first.next_page_token().empty());
+  int total = first.jobs_size();
+  list.set_page_token(first.next_page_token());
+  for (int page = 0; page < 10 && !list.page_token().empty(); ++page) {
+    v1::ListJobsResponse next;
+    ASSERT_TRUE(stub_->ListJobs(Context().get(), list, &next).ok());
+    total += next.jobs_size();
+    list.set_page_token(next.next_page_token());
+  }
+  EXPECT_EQ(total, 29) << "every job once, across pages";
+
+  // A spec over the limit is refused, saying what to do.
+  const std::string huge = absl::StrCat(
+      "program { argv: '/bin/true' working_dir: '/tmp' env { key: 'BIG' value: '",
+      std::string(300 << 10, 'x'), "' } }");
+  grpc::Status refused = Submit(huge, &submitted);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(refused.error_message(), HasSubstr("spec: is 307."));
+  EXPECT_THAT(refused.error_message(),
+              HasSubstr("kB serialized, more than the 262.1 kB a job spec may hold"));
+}
+
 TEST_F(JobServiceTest, ValidationErrorsNameTheFieldAsInvalidArgument) {
   v1::SubmitJobResponse response;
   grpc::Status bad = Submit(
@@ -138,7 +193,9 @@ TEST_F(JobServiceTest, JobsNoAgentCanHoldAreRefusedOnceAgentsAreKnown) {
   get.set_job_id(first.job_id());
   v1::JobStatus status;
   ASSERT_TRUE(stub_->GetJobStatus(Context().get(), get, &status).ok());
-  EXPECT_EQ(status.pending_reason(), "waiting for a node agent with CPU slots (none is connected)");
+  EXPECT_EQ(status.pending_reason(),
+            "waiting for a node agent with CPU slots (none is connected); later jobs start "
+            "meanwhile");
 
   v1::AgentHello hello;
   hello.set_host("node-a");
@@ -157,8 +214,8 @@ TEST_F(JobServiceTest, JobsNoAgentCanHoldAreRefusedOnceAgentsAreKnown) {
   ASSERT_TRUE(stub_->GetJobStatus(Context().get(), get, &status).ok());
   EXPECT_EQ(status.job().state(), v1::Job::PENDING);
   EXPECT_EQ(status.pending_reason(),
-            "waiting for 1 free CPU slot; 1 agent has 2 free, of which 0 can hold a rank of about "
-            "2.7 TB (the largest agent has 16.0 GB)");
+            "waiting for agents that can hold 1 CPU rank: the 1 connected could hold 0 even when "
+            "idle (about 2.7 TB a rank); later jobs start meanwhile");
 
   // A job that fits is accepted; so is any job while an agent does not say
   // how much memory it has.

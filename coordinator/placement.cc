@@ -28,7 +28,10 @@ std::vector<JobPlacement> PlaceJobs(const std::vector<QueuedJob>& queued,
         candidates.emplace_back(a, slot);
       }
     }
-    if (static_cast<int>(candidates.size()) < r.min_ranks()) break;  // strict FIFO
+    if (static_cast<int>(candidates.size()) < r.min_ranks()) {
+      if (!FitsIdleAgents(job, agents)) continue;  // waits without blocking the queue
+      break;                                       // strict FIFO
+    }
     candidates.resize(std::min<size_t>(candidates.size(), std::max(0, r.max_ranks())));
     std::map<size_t, int> per_agent;
     for (const auto& [a, slot] : candidates) ++per_agent[a];
@@ -56,6 +59,23 @@ QueuedJob ToQueuedJob(const std::string& job_id, const v1::JobSpec& spec) {
   return job;
 }
 
+namespace {
+
+int AllSlots(const AgentSlots& agent) {
+  return std::max(agent.total_slots, static_cast<int>(agent.free_slots.size()));
+}
+
+}  // namespace
+
+bool FitsIdleAgents(const QueuedJob& job, const std::vector<AgentSlots>& agents) {
+  int64_t usable = 0;
+  for (const AgentSlots& agent : agents) {
+    if (agent.device != job.resources.device()) continue;
+    usable += std::min(AllSlots(agent), RanksThatFit(job, agent));
+  }
+  return usable >= job.resources.min_ranks();
+}
+
 int RanksThatFit(const QueuedJob& job, const AgentSlots& agent) {
   if (job.rank_bytes <= 0 || agent.memory_bytes <= 0) return INT_MAX;
   return static_cast<int>(std::min<int64_t>(INT_MAX, agent.memory_bytes / job.rank_bytes));
@@ -77,7 +97,23 @@ std::string PendingReason(const QueuedJob& job, const std::vector<AgentSlots>& a
     largest = std::max(largest, agent.memory_bytes);
   }
   if (agents_of_device == 0) {
-    return absl::StrCat("waiting for a node agent with ", device, " slots (none is connected)");
+    return absl::StrCat("waiting for a node agent with ", device,
+                        " slots (none is connected); later jobs start meanwhile");
+  }
+  if (!FitsIdleAgents(job, agents)) {
+    int64_t all = 0;
+    for (const AgentSlots& agent : agents) {
+      if (agent.device == r.device()) all += std::min(AllSlots(agent), RanksThatFit(job, agent));
+    }
+    return absl::StrCat("waiting for agents that can hold ", r.min_ranks(), " ", device,
+                        " rank", r.min_ranks() == 1 ? "" : "s", ": the ", agents_of_device,
+                        " connected could hold ", all, " even when idle",
+                        job.rank_bytes > 0 ? absl::StrCat(" (about ",
+                                                          FormatBytes(static_cast<double>(
+                                                              job.rank_bytes)),
+                                                          " a rank)")
+                                           : "",
+                        "; later jobs start meanwhile");
   }
   if (usable >= r.min_ranks()) {
     return "waiting for older queued jobs to start first (placement is first in, first out)";

@@ -3,7 +3,11 @@
 // Strict FIFO: the oldest queued job is placed as soon as at least its
 // min_ranks slots of its device are free, taking up to max_ranks; a job that
 // does not fit stops placement, so later (smaller) jobs wait behind it and
-// no job starves. Ranks are numbered in a stable order: agents in the order
+// no job starves. Except a job that could not start even if every connected
+// agent were idle (no agent of its device, min_ranks beyond all their slots,
+// ranks larger than any agent's memory): it waits without blocking the jobs
+// behind it, since nothing they do can make room for it; once agents that
+// can hold it connect, it blocks as any other. Ranks are numbered in a stable order: agents in the order
 // given (registration order), then slots. A rank's local_rank and
 // local_world_size count the job's ranks on the same agent.
 //
@@ -52,6 +56,7 @@ struct AgentSlots {
   std::vector<int> free_slots;  // ascending
   int64_t memory_bytes = 0;     // the machine's memory; 0 = unknown
   std::string host;
+  int total_slots = 0;  // busy or free; below free_slots.size() counts as that
 };
 
 // Where one rank of a placed job runs.
@@ -69,9 +74,13 @@ struct JobPlacement {
 
 // Places `queued` (oldest first) onto `agents` (in rank order), each job
 // taking the slots the jobs before it left. Returns the placed jobs in queue
-// order: a prefix of `queued`.
+// order: a prefix of `queued`, less the jobs that FitsIdleAgents refuses.
 std::vector<JobPlacement> PlaceJobs(const std::vector<QueuedJob>& queued,
                                     const std::vector<AgentSlots>& agents);
+
+// Whether `job` would start on `agents` if every one of their slots were
+// free: its min_ranks on agents of its device, by slots and memory.
+bool FitsIdleAgents(const QueuedJob& job, const std::vector<AgentSlots>& agents);
 
 // How many ranks of `job` `agent` may hold, by memory alone (INT_MAX when
 // either side is unknown).

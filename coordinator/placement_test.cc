@@ -45,8 +45,10 @@ TEST(PlacementTest, TakesUpToMaxRanksInAgentThenSlotOrder) {
 }
 
 TEST(PlacementTest, StrictFifoTheSmallJobWaitsBehindTheBigOne) {
+  AgentSlots agent = Agent("agent-1", {0, 1});
+  agent.total_slots = 4;  // two run other jobs
   const std::vector<JobPlacement> placed =
-      PlaceJobs({Job("big", 3, 4), Job("small", 1, 1)}, {Agent("agent-1", {0, 1})});
+      PlaceJobs({Job("big", 3, 4), Job("small", 1, 1)}, {agent});
   EXPECT_TRUE(placed.empty()) << "the small job must not overtake the big one";
 }
 
@@ -113,16 +115,48 @@ TEST(PlacementTest, AJobNoAgentCanHoldWaits) {
   const QueuedJob job = JobNeeding("big", 1, 1, 10'000'000'000);
   EXPECT_TRUE(PlaceJobs({job}, agents).empty());
   EXPECT_EQ(PendingReason(job, agents),
-            "waiting for 1 free CPU slot; 1 agent has 2 free, of which 0 can hold a rank of about "
-            "10.0 GB (the largest agent has 4.0 GB)");
+            "waiting for agents that can hold 1 CPU rank: the 1 connected could hold 0 even when "
+            "idle (about 10.0 GB a rank); later jobs start meanwhile");
   EXPECT_EQ(RanksThatFit(job, agents[0]), 0);
   EXPECT_EQ(RanksThatFit(Job("unknown", 1, 1), agents[0]), INT_MAX);
 }
 
+// A CUDA job on a CPU-only cluster once kept every later job PENDING.
+TEST(PlacementTest, AJobNoConnectedAgentCouldEverHoldDoesNotBlockTheQueue) {
+  AgentSlots cpu = AgentWithMemory("agent-1", {1}, 8'000'000'000);
+  cpu.total_slots = 2;  // slot 0 is busy
+  const std::vector<JobPlacement> placed =
+      PlaceJobs({Job("cuda", 1, 1, v1::ResourceSpec::CUDA), Job("too-wide", 3, 3),
+                 JobNeeding("too-big", 1, 1, 10'000'000'000), Job("cpu", 1, 1)},
+                {AgentWithMemory("agent-0", {}, 4'000'000'000), cpu});
+  ASSERT_EQ(placed.size(), 1u);
+  EXPECT_EQ(placed[0].job_id, "cpu");
+  EXPECT_EQ(placed[0].ranks[0].agent_id, "agent-1");
+  EXPECT_EQ(placed[0].ranks[0].slot, 1);
+
+  // A job that fits the cluster but not its free slots still blocks (FIFO).
+  EXPECT_TRUE(PlaceJobs({Job("two", 2, 2), Job("one", 1, 1)}, {cpu}).empty());
+  EXPECT_FALSE(FitsIdleAgents(Job("three", 3, 3), {cpu}));
+  EXPECT_TRUE(FitsIdleAgents(Job("two", 2, 2), {cpu}));
+  // Once an agent that can hold it connects, it is placed first again.
+  const std::vector<JobPlacement> with_gpu =
+      PlaceJobs({Job("cuda", 1, 1, v1::ResourceSpec::CUDA), Job("cpu", 1, 1)},
+                {cpu, Agent("gpu", {0}, v1::ResourceSpec::CUDA)});
+  ASSERT_EQ(with_gpu.size(), 2u);
+  EXPECT_EQ(with_gpu[0].job_id, "cuda");
+  EXPECT_EQ(with_gpu[1].job_id, "cpu");
+}
+
 TEST(PlacementTest, PendingReasons) {
   EXPECT_EQ(PendingReason(Job("j", 1, 1), {}),
-            "waiting for a node agent with CPU slots (none is connected)");
+            "waiting for a node agent with CPU slots (none is connected); later jobs start "
+            "meanwhile");
   EXPECT_EQ(PendingReason(Job("j", 3, 3), {Agent("agent-1", {0}), Agent("agent-2", {1})}),
+            "waiting for agents that can hold 3 CPU ranks: the 2 connected could hold 2 even "
+            "when idle; later jobs start meanwhile");
+  AgentSlots busy = Agent("agent-1", {0});
+  busy.total_slots = 4;  // three slots run other jobs
+  EXPECT_EQ(PendingReason(Job("j", 3, 3), {busy, Agent("agent-2", {1})}),
             "waiting for 3 free CPU slots; 2 agents have 2 free");
   EXPECT_EQ(PendingReason(Job("j", 1, 1), {Agent("agent-1", {0})}),
             "waiting for older queued jobs to start first (placement is first in, first out)");

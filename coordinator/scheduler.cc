@@ -114,8 +114,10 @@ void Scheduler::ScheduleLocked(Outbox& out) {
     std::vector<QueuedJob> queued;
     for (const v1::Job& job : pending) queued.push_back(ToQueuedJob(job.job_id(), job.spec()));
     const std::vector<JobPlacement> placed = PlaceJobs(queued, agents_.FreeSlots());
+    size_t next = 0;  // `placed` keeps the queue's order, skipping some
     for (size_t i = 0; i < placed.size(); ++i) {
-      const v1::Job& job = pending[i];  // `placed` is a prefix of the queue
+      while (pending[next].job_id() != placed[i].job_id) ++next;
+      const v1::Job& job = pending[next];
       absl::StatusOr<v1::CheckpointManifest> resume = ResumeLocked(job);
       if (!resume.ok()) {
         (void)jobs_.Finish(job.job_id(), v1::Job::FAILED,

@@ -101,19 +101,25 @@ v1::JoinRequest JoinOf(const std::string& job, const std::string& agent, int slo
 TEST_F(SchedulerTest, PlacesFifoWithinMinAndMaxAndNumbersRanksStably) {
   FakeAgent a, b;
   const std::string big = Submit(3, 4);
-  const std::string small = Submit(1, 1);
+  const std::string first = Submit(1, 1);
   Add(a, 2, "node-a");
   EXPECT_EQ(State(big), v1::Job::PENDING);
-  EXPECT_EQ(State(small), v1::Job::PENDING)
-      << "strict FIFO: the small job waits behind the big one";
+  EXPECT_EQ(State(first), v1::Job::RUNNING)
+      << "one 2-slot agent could not hold the big job even idle: it holds up nobody";
+  v1::RankExited done;
+  done.set_job_id(first);
+  done.set_slot(0);
+  scheduler_->RankExited(a.id, done);
+  EXPECT_EQ(State(first), v1::Job::SUCCEEDED);
   Add(b, 2, "node-b");
   EXPECT_EQ(State(big), v1::Job::RUNNING);
   EXPECT_EQ(jobs_->Get(big)->world_size(), 4);
-  ASSERT_EQ(a.Launches().size(), 1u);
-  EXPECT_EQ(a.Launches()[0].ranks_size(), 2);
-  EXPECT_EQ(a.Launches()[0].ranks(1).local_rank(), 1);
-  EXPECT_EQ(a.Launches()[0].ranks(1).local_world_size(), 2);
-  EXPECT_EQ(a.Launches()[0].coordinator(), "127.0.0.1:1");
+  ASSERT_EQ(a.Launches().size(), 2u);
+  EXPECT_EQ(a.Launches()[1].ranks_size(), 2);
+  EXPECT_EQ(a.Launches()[1].ranks(1).local_rank(), 1);
+  EXPECT_EQ(a.Launches()[1].ranks(1).local_world_size(), 2);
+  EXPECT_EQ(a.Launches()[1].coordinator(), "127.0.0.1:1");
+  const std::string small = Submit(1, 1);
   EXPECT_EQ(State(small), v1::Job::PENDING);
   EXPECT_EQ(scheduler_->free_slots(), 0);
 
@@ -342,7 +348,12 @@ TEST_F(SchedulerTest, ACudaJobOfTheBuiltInTrainerWaitsForCudaSlotsAndSaysSo) {
   *status.mutable_job() = *jobs_->Get(id);
   scheduler_->FillStatus(id, status);
   EXPECT_EQ(status.pending_reason(),
-            "waiting for a node agent with CUDA slots (none is connected)");
+            "waiting for a node agent with CUDA slots (none is connected); later jobs start "
+            "meanwhile");
+  // It does not keep the CPU jobs behind it waiting.
+  const std::string cpu_job = Submit(1, 1);
+  EXPECT_EQ(State(cpu_job), v1::Job::RUNNING) << "a CPU job behind it takes a free CPU slot";
+  EXPECT_EQ(State(id), v1::Job::PENDING);
 
   FakeAgent gpu;
   v1::AgentHello hello;
@@ -352,7 +363,7 @@ TEST_F(SchedulerTest, ACudaJobOfTheBuiltInTrainerWaitsForCudaSlotsAndSaysSo) {
   ASSERT_TRUE(scheduler_->AddAgent(hello, gpu.Sender()).ok());
   scheduler_->Schedule();
   EXPECT_EQ(State(id), v1::Job::RUNNING);
-  EXPECT_EQ(scheduler_->free_slots(), 5) << "the CPU slots stay free";
+  EXPECT_EQ(scheduler_->free_slots(), 4) << "the other CPU slots stay free";
 }
 
 TEST_F(SchedulerTest, AJobThatCannotResumeFailsAndTheNextOneTakesItsSlots) {
