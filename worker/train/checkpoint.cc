@@ -15,6 +15,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <set>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -106,10 +107,29 @@ Snapshot CollectSnapshot(
   torch::NoGradGuard no_grad;
   Snapshot s;
   s.position = position;
-  for (const NamedTensor& p : model.NamedParameters())
-    s.model.emplace_back(p.name, copy_as("m/" + p.name, p.tensor));
-  for (const NamedTensor& b : model.NamedBuffers())
-    s.model.emplace_back(b.name, copy_as("m/" + b.name, b.tensor));
+  // Each tensor is copied once; a tied weight's other names (state dict
+  // entries) then refer to that copy, so model.pt lists every name PyTorch's
+  // state_dict() has and stores the tensor once.
+  std::map<const c10::TensorImpl*, at::Tensor> copies;
+  auto copy_once = [&](const NamedTensor& t) {
+    at::Tensor copy = copy_as("m/" + t.name, t.tensor);
+    copies.emplace(t.tensor.unsafeGetTensorImpl(), copy);
+    s.model.emplace_back(t.name, std::move(copy));
+  };
+  for (const NamedTensor& p : model.NamedParameters()) copy_once(p);
+  for (const NamedTensor& b : model.NamedBuffers()) copy_once(b);
+  std::set<std::string> named;
+  for (const auto& [name, copy] : s.model) named.insert(name);
+  for (const NamedTensor& entry : model.StateDictEntries()) {
+    if (named.count(entry.name)) continue;
+    auto it = copies.find(entry.tensor.unsafeGetTensorImpl());
+    if (it == copies.end()) {
+      copy_once(entry);
+    } else {
+      s.model.emplace_back(entry.name, it->second);
+    }
+    named.insert(entry.name);
+  }
   for (const OptimizedParam& op : OptimizedParams(model, optimizers)) {
     {
       auto it = op.optimizer->state().find(OptimizerStateKeyOf(op.param));
@@ -246,14 +266,21 @@ Snapshot SnapshotLayout(Model& model, const std::vector<torch::optim::Optimizer*
 Snapshot AllocateLike(const Snapshot& layout, bool pinned) {
   auto allocate = [pinned](const std::vector<std::pair<std::string, at::Tensor>>& from,
                            std::vector<std::pair<std::string, at::Tensor>>& to) {
+    // A tied weight's names share one copy in the layout, and so here.
+    std::map<const c10::TensorImpl*, at::Tensor> made;
     for (const auto& [name, t] : from) {
       if (!t.device().is_meta())
         continue;  // step counters and the like: made afresh by every snapshot
+      if (auto it = made.find(t.unsafeGetTensorImpl()); it != made.end()) {
+        to.emplace_back(name, it->second);
+        continue;
+      }
       at::Tensor memory =
           at::empty(t.sizes(), at::TensorOptions().dtype(t.scalar_type()).pinned_memory(pinned));
       // Written once here, so that its pages are faulted in off the
       // training thread.
       std::memset(memory.data_ptr(), 0, memory.nbytes());
+      made.emplace(t.unsafeGetTensorImpl(), memory);
       to.emplace_back(name, std::move(memory));
     }
   };

@@ -122,6 +122,12 @@ class BuiltinModel : public Model {
   absl::StatusOr<at::Tensor> Forward(const at::Tensor& input) override { return forward_(input); }
   std::vector<NamedTensor> NamedParameters() override { return Named(module_->named_parameters()); }
   std::vector<NamedTensor> NamedBuffers() override { return Named(module_->named_buffers()); }
+  std::vector<NamedTensor> StateDictEntries() override {
+    std::vector<NamedTensor> out;
+    for (const auto& item : module_->named_parameters()) out.push_back({item.key(), item.value()});
+    for (const auto& item : module_->named_buffers()) out.push_back({item.key(), item.value()});
+    return out;
+  }
   void SetTraining(bool training) override { module_->train(training); }
   void To(const c10::Device& device) override { module_->to(device); }
 
@@ -167,6 +173,13 @@ class ScriptModel : public Model {
     std::vector<NamedTensor> out;
     for (const auto& b : module_.named_buffers(/*recurse=*/true)) out.push_back({b.name, b.value});
     return WithoutRepeatedTensors(std::move(out));
+  }
+  std::vector<NamedTensor> StateDictEntries() override {
+    std::vector<NamedTensor> out;
+    for (const auto& p : module_.named_parameters(/*recurse=*/true))
+      out.push_back({p.name, p.value});
+    for (const auto& b : module_.named_buffers(/*recurse=*/true)) out.push_back({b.name, b.value});
+    return out;
   }
   void SetTraining(bool training) override { module_.train(training); }
   void To(const c10::Device& device) override { module_.to(device); }
@@ -229,6 +242,12 @@ void Model::To(const c10::Device& device) {
   for (NamedTensor& t : tensors) {
     if (t.tensor.device() != device) t.tensor.set_data(t.tensor.to(device));
   }
+}
+
+std::vector<NamedTensor> Model::StateDictEntries() {
+  std::vector<NamedTensor> out = NamedParameters();
+  for (NamedTensor& b : NamedBuffers()) out.push_back(std::move(b));
+  return out;
 }
 
 std::vector<at::Tensor> Model::Parameters() {

@@ -42,6 +42,12 @@ class Model {
   // first name, as PyTorch's named_parameters() lists it.
   virtual std::vector<NamedTensor> NamedParameters() = 0;
   virtual std::vector<NamedTensor> NamedBuffers() = 0;
+  // Every entry of the model's state dict as PyTorch's state_dict() lists
+  // it: a tensor that submodules share (tied weights) under each of its
+  // names, so that load_state_dict() of an exported file finds them all.
+  // Checkpoints store these names (model.pt). The default: NamedParameters()
+  // then NamedBuffers().
+  virtual std::vector<NamedTensor> StateDictEntries();
   // Training mode (dropout on) or evaluation mode.
   virtual void SetTraining(bool training) = 0;
   // Moves parameters and buffers to `device` in place: the tensors

@@ -262,13 +262,32 @@ TEST(TrainerTest, TiedWeightsAreSynchronizedAndSteppedOnce) {
   std::vector<std::string> got_names, want_names;
   for (const auto& [name, tensor] : got) got_names.push_back(name);
   for (const auto& [name, tensor] : want) want_names.push_back(name);
-  EXPECT_EQ(got_names, want_names) << "each shared parameter once, under its first name";
+  EXPECT_EQ(got_names, want_names) << "every name of a shared parameter, as state_dict() has";
   for (const auto& [name, reference] : want) {
     if (!got.count(name)) continue;
     const double max_diff = (got.at(name) - reference).abs().max().item<double>();
     EXPECT_TRUE(at::allclose(got.at(name), reference, 1e-5, 1e-6))
         << name << " max difference " << max_diff;
   }
+  EXPECT_TRUE(got.at("out.weight").is_same(got.at("hidden.weight")) ||
+              got.at("out.weight").data_ptr() == got.at("hidden.weight").data_ptr())
+      << "a tied weight is stored once";
+
+  // What `chorus export` writes (model.pt as stored) loads back into the
+  // PyTorch model with load_state_dict: it once failed with "Missing key(s):
+  // out.weight".
+  v1::CheckpointManifest final_step;
+  final_step.set_step(kSteps);
+  auto files = sink.Load(final_step);
+  ASSERT_TRUE(files.ok()) << files.status();
+  const std::string exported = out + "/exported.pt";
+  for (const CheckpointFileData& f : *files) {
+    if (f.name == "model.pt") std::ofstream(exported, std::ios::binary) << f.bytes;
+  }
+  const std::string load = absl::StrCat(
+      "/usr/bin/python3 worker/train/testdata/tied_weights_reference.py --load ", exported, " ",
+      out, "/final.pt 2>&1");
+  EXPECT_EQ(std::system(load.c_str()), 0) << "load_state_dict of the exported model.pt failed";
 }
 
 TEST(TrainerTest, ModelAndDataThatDoNotFitAreClearErrors) {
