@@ -43,7 +43,7 @@ std::string ProgressLine(const v1::Job& job) {
     if (m.step() > 0) absl::StrAppend(&line, " step ", m.step());
     if (m.epoch() > 0) absl::StrAppend(&line, " epoch ", m.epoch());
     if (m.loss() != 0) absl::StrAppend(&line, absl::StrFormat(" loss %.4f", m.loss()));
-    if (m.eval_accuracy() > 0)
+    if (m.has_eval_accuracy())
       absl::StrAppend(&line, absl::StrFormat(" test acc %.4f", m.eval_accuracy()));
     if (m.samples_per_second() > 0)
       absl::StrAppend(&line, absl::StrFormat(" %.0f samples/s", m.samples_per_second()));
@@ -54,7 +54,7 @@ std::string ProgressLine(const v1::Job& job) {
       absl::StrFormat("%s %s step %d", job.job_id(), StateName(job.state()), m.step());
   if (total != m.values().end()) absl::StrAppend(&line, "/", static_cast<int64_t>(total->second));
   absl::StrAppend(&line, absl::StrFormat(" epoch %d loss %.4f", m.epoch(), m.loss()));
-  if (m.eval_accuracy() > 0)
+  if (m.has_eval_accuracy())
     absl::StrAppend(&line, absl::StrFormat(" test acc %.4f", m.eval_accuracy()));
   absl::StrAppend(&line, absl::StrFormat(" %.0f samples/s", m.samples_per_second()));
   return line;

@@ -28,6 +28,7 @@
 #include "common/grpc_util.h"
 #include "common/job_spec.h"
 #include "common/memory_estimate.h"
+#include "common/metrics_text.h"
 #include "common/paths.h"
 
 extern char** environ;
@@ -223,8 +224,7 @@ void AddUpCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) {
     *global.err << "chorus up: " << job.job_id() << " " << StateName(job.state()) << ": "
                 << job.reason();
     if (job.state() == v1::Job::SUCCEEDED && !spec->has_program()) {
-      *global.err << absl::StrFormat("; test accuracy %.4f, test loss %.4f after %d steps",
-                                     m.eval_accuracy(), m.eval_loss(), m.step());
+      *global.err << "; " << EvaluationText(m) << " after " << m.step() << " steps";
     }
     *global.err << "\n";
     if (job.state() == v1::Job::FAILED) temporary = false;  // keep the logs for a look

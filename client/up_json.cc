@@ -25,8 +25,8 @@ std::string ProgramMetrics(const v1::Job& job) {
   auto add = [&out](absl::string_view name, const std::string& value) {
     absl::StrAppend(&out, out.empty() ? "" : ", ", "\"", name, "\": ", value);
   };
-  if (m.eval_accuracy() != 0) add("test_accuracy", JsonNumber(m.eval_accuracy(), 6));
-  if (m.eval_loss() != 0) add("test_loss", JsonNumber(m.eval_loss(), 6));
+  if (m.has_eval_accuracy()) add("test_accuracy", JsonNumber(m.eval_accuracy(), 6));
+  if (m.has_eval_loss()) add("test_loss", JsonNumber(m.eval_loss(), 6));
   if (m.loss() != 0) add("train_loss", JsonNumber(m.loss(), 6));
   if (m.step() > 0) add("steps", absl::StrCat(m.step()));
   if (m.samples_per_second() != 0) add("samples_per_second", JsonNumber(m.samples_per_second(), 2));
@@ -44,8 +44,10 @@ std::string UpJsonLine(const v1::Job& job) {
                    ", \"state\": ", JsonString(v1::Job::State_Name(job.state())),
                    ", \"reason\": ", JsonString(job.reason()), ", \"final_metrics\": ");
   if (job.spec().has_program()) return absl::StrCat(head, ProgramMetrics(job), "}");
-  return absl::StrCat(head, "{\"test_accuracy\": ", JsonNumber(m.eval_accuracy(), 6),
-                      ", \"test_loss\": ", JsonNumber(m.eval_loss(), 6),
+  // null where the job did not evaluate (eval.disabled, no test split).
+  auto eval = [](bool has, double value) { return has ? JsonNumber(value, 6) : "null"; };
+  return absl::StrCat(head, "{\"test_accuracy\": ", eval(m.has_eval_accuracy(), m.eval_accuracy()),
+                      ", \"test_loss\": ", eval(m.has_eval_loss(), m.eval_loss()),
                       ", \"train_loss\": ", JsonNumber(m.loss(), 6), ", \"steps\": ", m.step(),
                       ", \"samples_per_second\": ", JsonNumber(m.samples_per_second(), 2),
                       ", \"wall_seconds\": ", JsonNumber(WallSeconds(job), 3), "}}");

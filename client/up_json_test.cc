@@ -73,6 +73,10 @@ TEST(UpJsonLineTest, MissingMetricsAreZero) {
   const auto& metrics = parsed.fields().at("final_metrics").struct_value().fields();
   EXPECT_DOUBLE_EQ(metrics.at("wall_seconds").number_value(), 0);
   EXPECT_DOUBLE_EQ(metrics.at("steps").number_value(), 0);
+  // Not evaluated (eval.disabled, no test split): null, not a zero that
+  // reads as a result.
+  EXPECT_EQ(metrics.at("test_accuracy").kind_case(), google::protobuf::Value::kNullValue);
+  EXPECT_EQ(metrics.at("test_loss").kind_case(), google::protobuf::Value::kNullValue);
 }
 
 TEST(UpJsonLineTest, WithoutItsOwnWallSecondsAJobHasItsStartToEnd) {

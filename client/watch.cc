@@ -28,9 +28,9 @@ std::string DescribeEvent(const v1::JobEvent& e) {
     case v1::JobEvent::kMetrics: {
       const v1::Metrics& m = e.metrics();
       what = absl::StrFormat("metrics step %d epoch %d loss %.4f", m.step(), m.epoch(), m.loss());
-      if (m.eval_loss() > 0) {
-        absl::StrAppend(
-            &what, absl::StrFormat(" test loss %.4f acc %.4f", m.eval_loss(), m.eval_accuracy()));
+      if (m.has_eval_loss()) absl::StrAppend(&what, absl::StrFormat(" test loss %.4f", m.eval_loss()));
+      if (m.has_eval_accuracy()) {
+        absl::StrAppend(&what, absl::StrFormat(" acc %.4f", m.eval_accuracy()));
       }
       absl::StrAppend(&what, absl::StrFormat(" %.0f samples/s", m.samples_per_second()));
       break;

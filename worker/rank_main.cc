@@ -41,6 +41,7 @@
 #include "common/logging.h"
 #include "common/memory.h"
 #include "common/memory_estimate.h"
+#include "common/metrics_text.h"
 #include "common/retry.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
@@ -431,8 +432,8 @@ int Run(RankWhere& where) {
   report(*result, true, absl::OkStatus());
   const v1::JoinResponse last = current_joined();
   if (last.rank() == 0) {
-    LOG(INFO) << job_id << ": done after " << result->step() << " steps, test accuracy "
-              << result->eval_accuracy() << ", test loss " << result->eval_loss();
+    LOG(INFO) << job_id << ": done after " << result->step() << " steps, "
+              << EvaluationText(*result);
   }
   return 0;
 }

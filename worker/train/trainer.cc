@@ -99,7 +99,7 @@ absl::Status Evaluate(const v1::JobSpec& spec, Model& model, const Dataset& test
   sums = sums.cpu();
   const double count = std::max(1.0, sums[2].item<double>());
   metrics.set_eval_loss(sums[0].item<double>() / count);
-  metrics.set_eval_accuracy(sums[1].item<double>() / count);
+  if (test.num_classes > 0) metrics.set_eval_accuracy(sums[1].item<double>() / count);
   return absl::OkStatus();
 }
 
