@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "checkpoint/layout.h"
 #include "client/cli.h"
@@ -147,7 +148,7 @@ TEST_F(CommandsTest, JobsPrintsATableOfTheCoordinatorsJobs) {
   EXPECT_EQ(err_.str(), "");
   ASSERT_THAT(coordinator_.list_jobs_requests(), SizeIs(1));
   EXPECT_THAT(coordinator_.list_jobs_requests()[0].states(), IsEmpty());
-  EXPECT_EQ(coordinator_.list_jobs_requests()[0].limit(), 0);
+  EXPECT_EQ(coordinator_.list_jobs_requests()[0].limit(), 50) << "a screenful by default";
 }
 
 TEST_F(CommandsTest, JobsAsksForTheStateAndLimitGiven) {
@@ -180,6 +181,28 @@ TEST_F(CommandsTest, JobsJsonIsTheListJobsResponse) {
       << printed.DebugString();
   // Proto field names, as documented for --json.
   EXPECT_THAT(out_.str(), HasSubstr("\"job_id\": \"job-000001\""));
+}
+
+// With a long history `chorus jobs` shows the newest few and says how to see
+// more; --limit 0 pages through all of them.
+TEST_F(CommandsTest, JobsPagesThroughALongHistory) {
+  for (int i = 1; i <= 7; ++i) {
+    coordinator_.AddJob(MakeJob(absl::StrFormat("job-%06d", i), "j", v1::Job::SUCCEEDED, 1, 1));
+  }
+  EXPECT_EQ(Run({"jobs", "--limit", "3"}), kExitOk);
+  EXPECT_THAT(Lines(out_.str()), SizeIs(4)) << out_.str();
+  EXPECT_EQ(err_.str(), "chorus jobs: the newest 3 shown; --limit N shows more, --limit 0 all\n");
+
+  out_.str("");
+  err_.str("");
+  EXPECT_EQ(Run({"jobs", "--limit", "0", "--json"}), kExitOk);
+  v1::ListJobsResponse printed;
+  ASSERT_TRUE(JsonStringToMessage(out_.str(), &printed).ok()) << out_.str();
+  EXPECT_THAT(printed.jobs(), SizeIs(7));
+  EXPECT_EQ(printed.jobs(6).job_id(), "job-000007");
+  EXPECT_TRUE(printed.next_page_token().empty());
+  EXPECT_THAT(coordinator_.list_jobs_requests(), SizeIs(1 + 3)) << "three pages of at most 3";
+  EXPECT_EQ(err_.str(), "");
 }
 
 TEST_F(CommandsTest, JobsWithNoneSaysSo) {

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/crc32c.h"
@@ -51,12 +52,25 @@ class FakeCoordinator::Jobs final : public v1::JobService::Service {
     absl::MutexLock lock(&owner_.mu_);
     ++owner_.calls_;
     owner_.list_jobs_requests_.push_back(*request);
-    for (const v1::Job& job : owner_.jobs_) {
-      if (request->limit() > 0 && response->jobs_size() == request->limit()) break;
+    // Pages as the coordinator's do, three jobs at most (the coordinator's
+    // page is larger); the token here is an index into jobs_.
+    constexpr int kPage = 3;
+    const int page = request->limit() == 0 ? kPage : std::min(request->limit(), kPage);
+    size_t from = 0;
+    if (!request->page_token().empty() && !absl::SimpleAtoi(request->page_token(), &from)) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "bad page_token");
+    }
+    for (size_t i = from; i < owner_.jobs_.size(); ++i) {
+      const v1::Job& job = owner_.jobs_[i];
       const bool wanted =
           request->states().empty() || std::find(request->states().begin(), request->states().end(),
                                                  job.state()) != request->states().end();
-      if (wanted) *response->add_jobs() = job;
+      if (!wanted) continue;
+      if (response->jobs_size() == page) {
+        response->set_next_page_token(std::to_string(i));
+        break;
+      }
+      *response->add_jobs() = job;
     }
     return grpc::Status::OK;
   }

@@ -8,31 +8,65 @@
 #include "client/commands.h"
 #include "client/rpc.h"
 #include "common/grpc_util.h"
+#include "common/status_macros.h"
 
 namespace chorus::client {
+namespace {
+
+// Jobs a plain `chorus jobs` lists: a screenful, however long the history.
+constexpr int kDefaultJobsLimit = 50;
+
+// Up to `limit` jobs (0 = all) of `request`'s states, newest first, asking
+// page after page; next_page_token is set when older jobs were left out.
+absl::StatusOr<v1::ListJobsResponse> ListJobs(const GlobalOptions& global,
+                                              v1::ListJobsRequest request, int limit) {
+  v1::ListJobsResponse all;
+  // Every page holds at least one job, so a history of N jobs takes at most
+  // N pages; the bound only guards against a coordinator that loops.
+  for (int page = 0; page < 1'000'000; ++page) {
+    request.set_limit(limit == 0 ? 0 : limit - all.jobs_size());
+    v1::ListJobsResponse response;
+    grpc::ClientContext context;
+    SetDeadline(context, global);
+    RETURN_IF_ERROR(FromGrpcStatus(JobStub(global)->ListJobs(&context, request, &response)));
+    for (v1::Job& job : *response.mutable_jobs()) *all.add_jobs() = std::move(job);
+    all.set_next_page_token(response.next_page_token());
+    if (response.next_page_token().empty() || response.jobs_size() == 0 ||
+        (limit > 0 && all.jobs_size() >= limit)) {
+      break;
+    }
+    request.set_page_token(response.next_page_token());
+  }
+  return all;
+}
+
+}  // namespace
 
 void AddJobsCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) {
   CLI::App* cmd = app.add_subcommand("jobs", "List jobs, newest first.");
   auto json = std::make_shared<bool>(false);
   auto state = std::make_shared<std::string>();
-  auto limit = std::make_shared<int>(0);
+  auto limit = std::make_shared<int>(kDefaultJobsLimit);
   cmd->add_flag("--json", *json, "Print the ListJobsResponse as JSON (proto field names).");
   cmd->add_option("--state", *state, "Only jobs in this state.")
       ->check(CLI::IsMember({"PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"}));
-  cmd->add_option("--limit", *limit, "At most this many jobs (0 = all).")
-      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--limit", *limit,
+                  "At most this many jobs, newest first (0 = all, fetched a page at a time).")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->callback([json, state, limit, &global, &exit_code] {
     v1::ListJobsRequest request;
     v1::Job::State wanted;
     if (!state->empty() && v1::Job::State_Parse(*state, &wanted)) request.add_states(wanted);
-    request.set_limit(*limit);
-    v1::ListJobsResponse response;
-    grpc::ClientContext context;
-    SetDeadline(context, global);
-    absl::Status s = FromGrpcStatus(JobStub(global)->ListJobs(&context, request, &response));
-    if (!s.ok()) {
-      exit_code = ReportError("jobs", s, global);
+    absl::StatusOr<v1::ListJobsResponse> listed = ListJobs(global, request, *limit);
+    if (!listed.ok()) {
+      exit_code = ReportError("jobs", listed.status(), global);
       return;
+    }
+    const v1::ListJobsResponse& response = *listed;
+    if (!*json && !response.next_page_token().empty()) {
+      *global.err << "chorus jobs: the newest " << response.jobs_size()
+                  << " shown; --limit N shows more, --limit 0 all\n";
     }
     if (*json) {
       *global.out << ToJson(response);

@@ -179,13 +179,26 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* 
   }
   std::vector<v1::Job::State> states;
   for (int s : request->states()) states.push_back(static_cast<v1::Job::State>(s));
-  absl::StatusOr<std::vector<v1::Job>> jobs =
-      request->limit() < 0
-          ? absl::StatusOr<std::vector<v1::Job>>(absl::InvalidArgumentError("limit must be >= 0"))
-          : jobs_.List(states, request->limit());
-  return Answer(context, jobs, [response](const std::vector<v1::Job>& list) {
-    for (const v1::Job& job : list) *response->add_jobs() = job;
-  });
+  if (request->limit() < 0) {
+    return Reject(context, absl::InvalidArgumentError("limit must be >= 0"));
+  }
+  // One more than the page, to tell whether older jobs remain; a page also
+  // ends once it holds kListJobsPageBytes (every job has its spec).
+  const int page = request->limit() == 0 ? kListJobsPage : std::min(request->limit(), kListJobsPage);
+  std::vector<v1::Job> list = jobs_.List(states, page + 1, request->page_token());
+  size_t bytes = 0;
+  for (size_t i = 0; i < list.size(); ++i) {
+    bytes += list[i].ByteSizeLong();
+    if (static_cast<int>(i) == page || (i > 0 && bytes > kListJobsPageBytes)) {
+      list.resize(i);
+      response->set_next_page_token(list.back().job_id());
+      break;
+    }
+  }
+  for (v1::Job& job : list) *response->add_jobs() = std::move(job);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext* context,

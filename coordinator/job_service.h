@@ -19,6 +19,12 @@ namespace chorus {
 
 class JobServiceImpl final : public v1::JobService::CallbackService {
  public:
+  // The most jobs one ListJobs reply holds (a full spec each): 1000 jobs
+  // of the largest specs stay well inside a reply's limit, and a listing of
+  // a long history costs the coordinator one page, not the whole history.
+  static constexpr int kListJobsPage = 1000;
+  static constexpr size_t kListJobsPageBytes = size_t{4} << 20;
+
   // Every call needs an admin token when `auth` is enabled.
   // `checkpoints` may be null (ListCheckpoints then answers UNIMPLEMENTED).
   JobServiceImpl(JobManager& jobs, Scheduler& scheduler, const TokenAuthorizer& auth = AllowAll(),
