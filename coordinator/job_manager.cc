@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/job_spec.h"
+#include "common/output_limits.h"
 #include "common/sha256.h"
 #include "common/status_macros.h"
 
@@ -204,7 +205,9 @@ absl::StatusOr<v1::Job> JobManager::Transition(const std::string& job_id,
           it->second.reason().empty() ? "" : absl::StrCat(" (", it->second.reason(), ")")));
     }
     job = it->second;
-    const std::string reason = change(job);
+    // Reasons may quote a user's job (Note [Bounded job output]).
+    const std::string reason = BoundReason(change(job));
+    job.set_reason(BoundReason(job.reason()));
     RETURN_IF_ERROR(Record(job, reason));
     it->second = job;
   }

@@ -3,13 +3,16 @@
 #include <cstdlib>
 
 #include "common/job_spec.h"
+#include "common/output_limits.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace chorus {
 namespace {
 
+using ::testing::EndsWith;
 using ::testing::HasSubstr;
+using ::testing::StartsWith;
 
 std::string Dir(const std::string& name) {
   return std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
@@ -194,6 +197,37 @@ TEST(JobManagerTest, SharedCheckpointDirectoriesAreNamespacedByCluster) {
   EXPECT_EQ(JobManager::SharedDirFor("/", "abc"), "/abc");
   EXPECT_EQ(JobManager::SharedDirFor("/d/abc", "abc"), "/d/abc");
   EXPECT_EQ(JobManager::SharedDirFor("/d/xabc", "abc"), "/d/xabc/abc");
+}
+
+// Note [Bounded job output]: a reason may quote whatever a job printed.
+TEST(JobManagerTest, ReasonsAreBoundedInTheJobTheEventsAndTheDatabase) {
+  const std::string reason = "rank 0 exited with code 1; last output: " + std::string(1 << 20, 'x');
+  std::string job_id;
+  {
+    auto state = StateStore::Open(Dir("long_reason"));
+    ASSERT_TRUE(state.ok());
+    auto jobs = JobManager::Create(**state, nullptr);
+    ASSERT_TRUE(jobs.ok());
+    auto job = (*jobs)->Submit(Spec("model { mlp {} } data { synthetic {} }"), "");
+    ASSERT_TRUE(job.ok());
+    job_id = job->job_id();
+    ASSERT_TRUE((*jobs)->MarkRunning(job_id, 1, 1).ok());
+    auto ended = (*jobs)->Finish(job_id, v1::Job::FAILED, reason);
+    ASSERT_TRUE(ended.ok()) << ended.status();
+    EXPECT_LE(ended->reason().size(), kMaxReasonBytes + 64);
+    EXPECT_THAT(ended->reason(), StartsWith("rank 0 exited with code 1; last output: xxx"));
+    EXPECT_THAT(ended->reason(), EndsWith(" bytes cut]"));
+  }
+  auto state = StateStore::Open(Dir("long_reason"));
+  ASSERT_TRUE(state.ok());
+  auto jobs = JobManager::Create(**state, nullptr);
+  ASSERT_TRUE(jobs.ok());
+  EXPECT_LE((*jobs)->Get(job_id)->reason().size(), kMaxReasonBytes + 64);
+  auto events = (*jobs)->Events(job_id, 0);
+  ASSERT_TRUE(events.ok());
+  ASSERT_FALSE(events->empty());
+  for (const v1::JobEvent& event : *events) EXPECT_LE(event.reason().size(), kMaxReasonBytes + 64);
+  EXPECT_THAT(events->back().reason(), EndsWith(" bytes cut]"));
 }
 
 TEST(StateStoreTest, RefusesAFileThatIsNotADatabase) {

@@ -2,26 +2,34 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
+#include "common/output_limits.h"
+
 namespace chorus {
 
 void LogStore::Append(const std::string& job_id, int rank, int slot, const std::string& agent_id,
                       int64_t time_us, const std::vector<std::string>& lines) {
   absl::MutexLock lock(&mu_);
   JobLogs& logs = jobs_[job_id];
-  for (const std::string& text : lines) {
+  auto add = [&](std::string text) {
     v1::LogLine& line = logs.lines.emplace_back();
     line.set_seq(logs.next_seq++);
     line.set_rank(rank);
     line.set_slot(slot);
     line.set_agent_id(agent_id);
     line.set_time_us(time_us);
-    if (text.size() > kMaxLineBytes) {
-      line.set_text(text.substr(0, kMaxLineBytes) + " [line cut at 4096 bytes]");
-    } else {
-      line.set_text(text);
-    }
+    logs.bytes += text.size();
+    line.set_text(std::move(text));
+  };
+  const size_t kept = std::min(lines.size(), kMaxLogBatchLines);
+  for (size_t i = 0; i < kept; ++i) add(BoundReceivedLine(lines[i]));
+  if (kept < lines.size()) {
+    add(absl::StrCat("[", lines.size() - kept, " more lines of this batch dropped: an agent sends ",
+                     "at most ", kMaxLogBatchLines, " at once]"));
   }
-  while (logs.lines.size() > max_lines_per_job_) {
+  while (logs.lines.size() > 1 &&
+         (logs.lines.size() > max_lines_per_job_ || logs.bytes > max_bytes_per_job_)) {
+    logs.bytes -= logs.lines.front().text().size();
     logs.lines.pop_front();
     ++logs.dropped;
   }

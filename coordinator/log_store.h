@@ -1,8 +1,13 @@
 // LogStore: the output lines of each job's rank processes, as the agents
 // relay them, kept in memory for `chorus logs`.
 //
-// Each job keeps its newest `max_lines_per_job` lines (older ones are counted
-// as dropped); only the newest `max_jobs` jobs (by job id) are kept at all.
+// Each job keeps its newest `max_lines_per_job` lines and at most
+// `max_bytes_per_job` bytes of text (older ones are counted as dropped); only
+// the newest `max_jobs` jobs (by job id) are kept at all. What an agent sends
+// is not trusted (Note [Bounded job output] in common/output_limits.h): a
+// line longer than kMaxBoundedLineBytes is cut with a marker, and of one
+// Append only the first kMaxLogBatchLines lines are kept, followed by a line
+// that says how many were dropped.
 // Lines get per-job sequence numbers from 1 so readers can page and follow.
 //
 // Thread-safety: all methods may be called concurrently.
@@ -28,13 +33,14 @@ namespace chorus {
 
 class LogStore {
  public:
-  // Lines longer than this are cut and marked.
-  static constexpr size_t kMaxLineBytes = 4096;
   // Lines one Get returns when the request does not say.
   static constexpr int kDefaultMaxLines = 10000;
 
-  explicit LogStore(size_t max_lines_per_job = 20000, size_t max_jobs = 64)
-      : max_lines_per_job_(max_lines_per_job), max_jobs_(max_jobs) {}
+  explicit LogStore(size_t max_lines_per_job = 20000, size_t max_jobs = 64,
+                    size_t max_bytes_per_job = 8 << 20)
+      : max_lines_per_job_(max_lines_per_job),
+        max_jobs_(max_jobs),
+        max_bytes_per_job_(max_bytes_per_job) {}
 
   void Append(const std::string& job_id, int rank, int slot, const std::string& agent_id,
               int64_t time_us, const std::vector<std::string>& lines);
@@ -48,10 +54,12 @@ class LogStore {
     std::deque<v1::LogLine> lines;
     int64_t next_seq = 1;
     int64_t dropped = 0;
+    size_t bytes = 0;  // of the lines' text
   };
 
   const size_t max_lines_per_job_;
   const size_t max_jobs_;
+  const size_t max_bytes_per_job_;
   mutable absl::Mutex mu_;
   std::map<std::string, JobLogs> jobs_ ABSL_GUARDED_BY(mu_);
 };

@@ -3,10 +3,16 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/output_limits.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace chorus {
 namespace {
+
+using ::testing::EndsWith;
 
 std::vector<std::string> Texts(const v1::GetLogsResponse& r) {
   std::vector<std::string> out;
@@ -52,6 +58,31 @@ TEST(LogStoreTest, LinesComeBackInOrderWithSeqAndRankAndFollowFromNextSeq) {
   EXPECT_TRUE(logs.Get(Request("job-9")).lines().empty());
 }
 
+// Note [Bounded job output]: the agent is not trusted to have bounded them.
+TEST(LogStoreTest, BatchesAndJobsAreBoundedWhateverTheAgentSends) {
+  LogStore logs(/*max_lines_per_job=*/100000, /*max_jobs=*/2, /*max_bytes_per_job=*/1 << 20);
+  std::vector<std::string> batch(kMaxLogBatchLines + 744, "line");
+  batch.front() = "first";
+  logs.Append("job-1", 0, 0, "a", 1, batch);
+  v1::GetLogsResponse got = logs.Get(Request("job-1"));
+  ASSERT_EQ(got.lines_size(), static_cast<int>(kMaxLogBatchLines) + 1);
+  EXPECT_EQ(got.lines(0).text(), "first");
+  EXPECT_EQ(got.lines(got.lines_size() - 1).text(),
+            absl::StrCat("[744 more lines of this batch dropped: an agent sends at most ",
+                         kMaxLogBatchLines, " at once]"));
+
+  // 200 lines of 1 MB each, cut to ~16 KiB: the job keeps at most 1 MB.
+  for (int i = 0; i < 200; ++i) {
+    logs.Append("job-2", 0, 0, "a", 1, {absl::StrCat(i, std::string(1 << 20, 'z'))});
+  }
+  got = logs.Get(Request("job-2"));
+  size_t bytes = 0;
+  for (const v1::LogLine& line : got.lines()) bytes += line.text().size();
+  EXPECT_LE(bytes, size_t{1} << 20);
+  EXPECT_GT(got.dropped(), 0);
+  EXPECT_TRUE(absl::StartsWith(got.lines(got.lines_size() - 1).text(), "199zzz"));
+}
+
 TEST(LogStoreTest, PagesTailsAndBoundsMemory) {
   LogStore logs(/*max_lines_per_job=*/5, /*max_jobs=*/2);
   logs.Append("job-1", 0, 0, "a", 1, {"1", "2", "3", "4", "5", "6", "7"});
@@ -73,11 +104,11 @@ TEST(LogStoreTest, PagesTailsAndBoundsMemory) {
   EXPECT_EQ(Texts(last), (std::vector<std::string>{"6", "7"}));
   EXPECT_EQ(last.next_seq(), 7);
 
-  logs.Append("job-1", 0, 0, "a", 1, {std::string(5000, 'x')});
+  logs.Append("job-1", 0, 0, "a", 1, {std::string(5 << 20, 'x')});
   v1::GetLogsResponse cut = logs.Get(Request("job-1", 7));
   ASSERT_EQ(cut.lines_size(), 1);
-  EXPECT_EQ(cut.lines(0).text().size(),
-            LogStore::kMaxLineBytes + std::string(" [line cut at 4096 bytes]").size());
+  EXPECT_LE(cut.lines(0).text().size(), kMaxBoundedLineBytes + 64);
+  EXPECT_THAT(cut.lines(0).text(), EndsWith(" bytes of this line dropped]"));
 
   logs.Append("job-2", 0, 0, "a", 1, {"two"});
   logs.Append("job-3", 0, 0, "a", 1, {"three"});

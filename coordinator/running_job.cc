@@ -1,15 +1,38 @@
 #include "coordinator/running_job.h"
 
 #include <algorithm>
+#include <deque>
+#include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/logging.h"
+#include "common/output_limits.h"
 
 namespace chorus {
 namespace {
 
 // How many of a failed program rank's last output lines its reason quotes.
 constexpr int kProgramReasonLines = 3;
+// How much of a failed rank's output its reason quotes, at most (the end).
+constexpr size_t kQuotedOutputBytes = 2048;
+
+// The newest lines of an exit report's tail, bounded as an agent should
+// have (Note [Bounded job output] in common/output_limits.h). For a
+// program, without chorus-rank's own log lines (Note [Rank log tag] in
+// common/logging.h): the reason quotes the program.
+std::deque<std::string> ReportedTail(const v1::RankExited& exited, bool program) {
+  std::deque<std::string> tail;
+  const int n = exited.stderr_tail_size();
+  for (int i = std::max(0, n - static_cast<int>(kMaxTailLines)); i < n; ++i) {
+    const std::string& line = exited.stderr_tail(i);
+    if (program && absl::StartsWith(line, kRankLogTag)) continue;
+    tail.push_back(BoundReceivedLine(line));
+  }
+  BoundTail(tail);
+  return tail;
+}
 
 }  // namespace
 
@@ -171,17 +194,16 @@ std::optional<JobEnd> RunningJob::RecordExit(const std::string& agent_id,
                                   : absl::StrCat("exited with code ", exited.exit_code());
       JobEnd end{v1::Job::FAILED, absl::StrCat("rank ", rank, " (", agent.host(), ", pid ",
                                                exited.pid(), ") ", how)};
-      if (program && !exited.stderr_tail().empty()) {
+      const std::deque<std::string> tail = ReportedTail(exited, program);
+      if (program && !tail.empty()) {
         // A user's program says why in its own words, often over a few
         // lines (a Python traceback ends with the error, after the frame).
-        const int n = exited.stderr_tail_size();
-        const int first = std::max(0, n - kProgramReasonLines);
+        const size_t first = tail.size() - std::min<size_t>(tail.size(), kProgramReasonLines);
         absl::StrAppend(
             &end.reason, "; last output: ",
-            absl::StrJoin(exited.stderr_tail().begin() + first, exited.stderr_tail().end(), " | "));
-      } else if (!exited.stderr_tail().empty()) {
-        absl::StrAppend(&end.reason,
-                        "; last stderr: ", exited.stderr_tail(exited.stderr_tail_size() - 1));
+            KeepEnd(absl::StrJoin(tail.begin() + first, tail.end(), " | "), kQuotedOutputBytes));
+      } else if (!tail.empty()) {
+        absl::StrAppend(&end.reason, "; last stderr: ", KeepEnd(tail.back(), kQuotedOutputBytes));
       }
       return end;
     }

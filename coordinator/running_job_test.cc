@@ -3,7 +3,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "common/clock.h"
+#include "common/logging.h"
 #include "gtest/gtest.h"
 
 namespace chorus {
@@ -102,6 +105,57 @@ TEST_F(RunningJobTest, AFailedProgramRankIsQuotedByItsLastThreeLines) {
   EXPECT_EQ(end->reason,
             "rank 2 (node-b, pid 4242) exited with code 3; last output: Traceback (most recent "
             "call last): |   File \"train.py\", line 9 | ValueError: bad batch");
+}
+
+// Note [Rank log tag]: the supervisor's log shares the program's output.
+TEST_F(RunningJobTest, AFailedProgramIsQuotedWithoutItsSupervisorsLogLines) {
+  v1::Job job = job_;
+  job.mutable_spec()->mutable_program()->add_argv("/bin/sh");
+  RunningJob run(job, 3, /*generation=*/1);
+  run.ranks = run_.ranks;
+  const std::string starts =
+      absl::StrCat(kRankLogTag,
+                   "I20240612 10:15:02.123456  4242 program_supervisor.cc:311] job-000001: rank 2 "
+                   "of 3 starts /bin/sh (MASTER_ADDR 127.0.0.1, MASTER_PORT 29500)");
+  v1::RankExited failed = Exit(0, 3);
+  failed.add_stderr_tail(starts);
+  failed.add_stderr_tail("error: disk full");
+  std::optional<JobEnd> end = run.RecordExit("agent-2", agents_.Find("agent-2")->hello, failed);
+  ASSERT_TRUE(end.has_value());
+  EXPECT_EQ(end->reason,
+            "rank 2 (node-b, pid 4242) exited with code 3; last output: error: disk full");
+
+  // A program that printed nothing is not quoted at all.
+  run.ranks = run_.ranks;
+  v1::RankExited silent = Exit(0, 3);
+  silent.add_stderr_tail(starts);
+  end = run.RecordExit("agent-2", agents_.Find("agent-2")->hello, silent);
+  ASSERT_TRUE(end.has_value());
+  EXPECT_EQ(end->reason, "rank 2 (node-b, pid 4242) exited with code 3");
+}
+
+// Note [Bounded job output]: the agent is not trusted to bound its report.
+TEST_F(RunningJobTest, AReasonQuotesABoundedEndOfTheOutput) {
+  v1::Job job = job_;
+  job.mutable_spec()->mutable_program()->add_argv("/usr/bin/python3");
+  RunningJob run(job, 3, /*generation=*/1);
+  run.ranks = run_.ranks;
+  v1::RankExited failed = Exit(0, 1);
+  for (int i = 0; i < 30; ++i) failed.add_stderr_tail(std::string(100000, 'a' + i % 26));
+  failed.add_stderr_tail("ValueError: bad batch");
+  std::optional<JobEnd> end = run.RecordExit("agent-2", agents_.Find("agent-2")->hello, failed);
+  ASSERT_TRUE(end.has_value());
+  EXPECT_LT(end->reason.size(), 2200u);
+  EXPECT_TRUE(absl::EndsWith(end->reason, "bytes of this line dropped] | ValueError: bad batch"))
+      << end->reason.substr(end->reason.size() - 200);
+
+  // A built-in rank's last line the same.
+  v1::RankExited long_line = Exit(0, 1);
+  long_line.add_stderr_tail(std::string(5 << 20, 'x'));
+  end = run_.RecordExit("agent-2", agents_.Find("agent-2")->hello, long_line);
+  ASSERT_TRUE(end.has_value());
+  EXPECT_LT(end->reason.size(), 2200u);
+  EXPECT_TRUE(absl::EndsWith(end->reason, "bytes of this line dropped]")) << end->reason;
 }
 
 TEST_F(RunningJobTest, ANonZeroExitFailsTheJobNamingRankHostPidAndStderr) {

@@ -444,7 +444,7 @@ int Run(RankWhere& where) {
 int main(int argc, char** argv) {
   // Every step frees and takes again the same large tensors: keep them.
   chorus::KeepFreedMemoryForReuse({});
-  chorus::InitLogging(argv[0], 0);
+  chorus::InitRankLogging(argv[0], 0);
   // SIGTERM is how the agent stops a rank: a normal exit, not a crash report.
   signal(SIGTERM, SIG_DFL);
   // Gloo writes to its peers' sockets with plain writes: a peer that died

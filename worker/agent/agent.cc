@@ -12,6 +12,7 @@
 #include "common/cpu_binding.h"
 #include "common/grpc_util.h"
 #include "common/memory_estimate.h"
+#include "common/output_limits.h"
 #include "common/paths.h"
 #include "common/version.h"
 #include "glog/logging.h"
@@ -23,8 +24,6 @@ extern char** environ;
 namespace chorus {
 namespace {
 
-constexpr size_t kTailLines = 20;
-constexpr size_t kLogBatchLines = 256;
 constexpr absl::Duration kLogFlushInterval = absl::Milliseconds(250);
 // Reported when a rank's exit could not be observed (waiting for it failed).
 constexpr int kUnknownExitCode = 255;
@@ -52,19 +51,61 @@ Agent::~Agent() {
   Stop();
   // A thread being joined may start another (a stop's SIGKILL escalation).
   while (true) {
-    std::vector<std::thread> threads;
+    std::map<int64_t, std::thread> threads;
     {
       absl::MutexLock lock(&mu_);
       threads.swap(threads_);
+      finished_.clear();
     }
     if (threads.empty()) break;
-    for (auto& t : threads) t.join();
+    for (auto& [id, t] : threads) t.join();
   }
 }
 
 int Agent::live_ranks() const {
   absl::MutexLock lock(&mu_);
   return static_cast<int>(children_.size());
+}
+
+int Agent::threads_held() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(threads_.size());
+}
+
+// Note [Reaping threads]
+// Each rank gets a monitor thread, each stop a SIGKILL-escalation thread.
+// A thread that has returned but is not joined keeps its stack mapped, so an
+// agent that joined them only in its destructor grew by two memory maps per
+// rank it ever ran (and would in the end fail to start threads at all). So
+// every thread, as its last act, adds its number to finished_ under mu_,
+// and StartThread joins the finished ones before starting another. The
+// threads held are then those running plus at most the ones that finished
+// since the last start: bounded by what runs at once, not by how many ranks
+// the agent has run. A finished thread needs nothing more after it has
+// released mu_, so joining it cannot wait on the caller; it is joined
+// outside mu_ all the same. The destructor still joins whatever is left.
+void Agent::StartThread(std::function<void()> body) {
+  std::vector<std::thread> done;
+  {
+    absl::MutexLock lock(&mu_);
+    for (int64_t id : finished_) {
+      auto it = threads_.find(id);
+      if (it == threads_.end()) continue;
+      done.push_back(std::move(it->second));
+      threads_.erase(it);
+    }
+    finished_.clear();
+    const int64_t id = next_thread_++;
+    // The new thread cannot say it finished before it is in threads_: that
+    // takes mu_, held here until it is.
+    threads_.emplace(id, std::thread([this, id, body = std::move(body)]() mutable {
+                       body();
+                       body = nullptr;  // what it holds (a rank's process) goes before the join
+                       absl::MutexLock lock(&mu_);
+                       finished_.push_back(id);
+                     }));
+  }
+  for (std::thread& t : done) t.join();
 }
 
 void Agent::Stop() {
@@ -246,9 +287,9 @@ void Agent::Launch(const v1::LaunchRanks& launch) {
     {
       absl::MutexLock lock(&mu_);
       children_[child->pid] = child;
-      threads_.emplace_back([this, child] { Monitor(child); });
       stop_now = stopping_;  // Note [Stopping while launching]
     }
+    StartThread([this, child] { Monitor(child); });
     if (stop_now) StopChildren({child}, options_.stop_grace);
   }
 }
@@ -290,10 +331,13 @@ RankCommand Agent::RankCommandFor(const v1::LaunchRanks& launch, const v1::RankL
 }
 
 void Agent::Monitor(std::shared_ptr<Child> child) {
-  // Output goes to the coordinator in batches: when kLogBatchLines are
-  // pending, when the process has been quiet for kLogFlushInterval, and
-  // before its exit is reported.
+  // Output goes to the coordinator in batches: when kMaxLogBatchLines or
+  // kMaxLogBatchBytes are pending, when the process has been quiet for
+  // kLogFlushInterval, and before its exit is reported. Lines come bounded
+  // from the launcher; they are bounded here again all the same, since a
+  // launcher is a seam anyone can implement (Note [Bounded job output]).
   std::vector<std::string> batch;
+  size_t batch_bytes = 0;
   auto flush = [&] {
     if (batch.empty()) return;
     v1::AgentMessage message;
@@ -302,17 +346,21 @@ void Agent::Monitor(std::shared_ptr<Child> child) {
     logs->set_slot(child->slot);
     for (std::string& line : batch) logs->add_lines(std::move(line));
     batch.clear();
+    batch_bytes = 0;
     Send(message);
   };
-  auto add_line = [&](std::string line) {
+  auto add_line = [&](const std::string& text) {
+    std::string line = BoundReceivedLine(text);
     std::cerr << "[" << child->job_id << " slot " << child->slot << "] " << line << "\n";
     {
       absl::MutexLock lock(&child->mu);
       child->tail.push_back(line);
-      if (child->tail.size() > kTailLines) child->tail.pop_front();
+      BoundTail(child->tail);
     }
+    if (batch_bytes + line.size() > kMaxLogBatchBytes) flush();
+    batch_bytes += line.size();
     batch.push_back(std::move(line));
-    if (batch.size() >= kLogBatchLines) flush();
+    if (batch.size() >= kMaxLogBatchLines) flush();
   };
   RankProcess& process = *child->process;
   while (true) {
@@ -396,8 +444,7 @@ void Agent::StopChildren(std::vector<std::shared_ptr<Child>> children, absl::Dur
   if (children.empty()) return;
   for (const auto& child : children) child->process->SignalGroup(SIGTERM);
   // Escalate to SIGKILL for whatever is still alive after the grace period.
-  absl::MutexLock lock(&mu_);
-  threads_.emplace_back([this, children = std::move(children), grace] {
+  StartThread([this, children = std::move(children), grace] {
     absl::MutexLock lock(&mu_);
     auto all_exited = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return std::none_of(children.begin(), children.end(),

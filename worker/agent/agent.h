@@ -8,7 +8,8 @@
 // one by default, a scripted one in tests.
 //
 // Thread-safety: Run() on one thread; Stop() from any other (e.g. a signal
-// thread). Every thread the agent starts is joined before Run() returns.
+// thread). Every thread the agent starts is joined soon after it finishes,
+// and all of them by the destructor.
 //
 // Example:
 //   Agent agent(options);
@@ -19,7 +20,9 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -80,6 +83,10 @@ class Agent {
 
   // Rank processes alive now (for tests).
   int live_ranks() const;
+  // Threads the agent has started and not yet joined (for tests): those
+  // running plus those finished since the last thread was started
+  // (Note [Reaping threads] in agent.cc).
+  int threads_held() const;
 
  private:
   struct Child {
@@ -88,6 +95,7 @@ class Agent {
     std::string job_id;
     int64_t generation = 0;
     int slot = 0;
+    // The newest output lines, within kMaxTailLines and kMaxTailBytes.
     std::deque<std::string> tail ABSL_GUARDED_BY(mu);
     mutable absl::Mutex mu;
   };
@@ -111,6 +119,9 @@ class Agent {
   // Reads the child's output until it ends, waits for its exit, reports it.
   void Monitor(std::shared_ptr<Child> child);
   void Send(const v1::AgentMessage& message);
+  // Runs `body` on a new thread the agent owns, after joining the threads
+  // that have finished (Note [Reaping threads]).
+  void StartThread(std::function<void()> body) ABSL_LOCKS_EXCLUDED(mu_);
 
   const AgentOptions options_;
   // The CPUs the slots share (options_.cpus, or this process's).
@@ -125,7 +136,11 @@ class Agent {
   grpc::ClientReaderWriter<v1::AgentMessage, v1::CoordinatorMessage>* stream_ ABSL_GUARDED_BY(mu_) =
       nullptr;
   std::map<pid_t, std::shared_ptr<Child>> children_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);
+  // Every thread the agent started and has not joined, by a number of its
+  // own; finished_ lists those that have returned (Note [Reaping threads]).
+  std::map<int64_t, std::thread> threads_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> finished_ ABSL_GUARDED_BY(mu_);
+  int64_t next_thread_ ABSL_GUARDED_BY(mu_) = 0;
   // Reports (rank exits) that could not be sent while disconnected; sent
   // first after reconnecting.
   std::vector<v1::AgentMessage> unsent_ ABSL_GUARDED_BY(mu_);

@@ -30,6 +30,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "chorus/v1/coordinator.grpc.pb.h"
+#include "common/output_limits.h"
 #include "common/version.h"
 #include "gmock/gmock.h"
 #include "grpcpp/security/server_credentials.h"
@@ -353,6 +354,19 @@ class FakeCoordinator final : public v1::AgentService::Service {
     return found;
   }
 
+  // Every RankLogs message received so far of `job_id` slot `slot`.
+  std::vector<v1::AgentMessage> LogMessages(const std::string& job_id, int slot) {
+    absl::MutexLock lock(&mu_);
+    std::vector<v1::AgentMessage> messages;
+    for (const Received& r : received_) {
+      if (r.message.has_logs() && r.message.logs().job_id() == job_id &&
+          r.message.logs().slot() == slot) {
+        messages.push_back(r.message);
+      }
+    }
+    return messages;
+  }
+
   // Every output line received so far of `job_id` slot `slot`, in order.
   std::vector<std::string> LogLines(const std::string& job_id, int slot) {
     absl::MutexLock lock(&mu_);
@@ -589,6 +603,52 @@ TEST_F(AgentTest, ExitIsReportedWithItsCodeAndLastLines) {
   EXPECT_TRUE(Eventually([&] { return agent_->live_ranks() == 0; }));
 }
 
+// Note [Bounded job output]: one 40 MB line once broke the agent's stream
+// (gRPC's message limit) and with it every job on the node.
+TEST_F(AgentTest, OutputIsSentInBoundedMessagesWhateverTheRankPrints) {
+  Connect();
+  coordinator_.Send(LaunchMessage("job-1", 1, {0}));
+  ASSERT_EQ(launcher_->AwaitRanks(1).size(), 1u);
+  std::shared_ptr<FakeRank> rank = launcher_->RankOf("job-1", 0);
+  // A launcher that did not bound its lines: one of 8 MB, then 300 of
+  // 10 KB (3 MB in all), then the last word.
+  rank->Print(std::string(8 << 20, 'x'));
+  for (int i = 0; i < 300; ++i) rank->Print(absl::StrCat(i, std::string(10000, 'y')));
+  rank->Print("error: the end");
+  rank->Exit(1);
+
+  std::optional<FakeCoordinator::Received> exit = coordinator_.AwaitExit("job-1", 0);
+  ASSERT_TRUE(exit.has_value());
+  const std::vector<v1::AgentMessage> batches = coordinator_.LogMessages("job-1", 0);
+  size_t lines = 0;
+  for (const v1::AgentMessage& batch : batches) {
+    size_t bytes = 0;
+    for (const std::string& line : batch.logs().lines()) {
+      EXPECT_LE(line.size(), kMaxBoundedLineBytes + 64);
+      bytes += line.size();
+    }
+    EXPECT_LE(static_cast<size_t>(batch.logs().lines_size()), kMaxLogBatchLines);
+    EXPECT_LE(bytes, kMaxLogBatchBytes);
+    lines += batch.logs().lines_size();
+  }
+  // Every line arrives, the long one cut with its marker.
+  EXPECT_EQ(lines, 302u);
+  const std::vector<std::string> all = coordinator_.LogLines("job-1", 0);
+  ASSERT_EQ(all.size(), 302u);
+  EXPECT_TRUE(absl::EndsWith(all[0], " bytes of this line dropped]")) << all[0].substr(0, 100);
+  EXPECT_EQ(all[1].size(), 10001u);
+  EXPECT_EQ(all.back(), "error: the end");
+
+  const v1::RankExited& exited = exit->message.rank_exited();
+  size_t tail_bytes = 0;
+  for (const std::string& line : exited.stderr_tail()) tail_bytes += line.size();
+  EXPECT_LE(static_cast<size_t>(exited.stderr_tail_size()), kMaxTailLines);
+  EXPECT_LE(tail_bytes, kMaxTailBytes);
+  ASSERT_GT(exited.stderr_tail_size(), 0);
+  EXPECT_EQ(exited.stderr_tail(exited.stderr_tail_size() - 1), "error: the end");
+  EXPECT_LT(exit->message.ByteSizeLong(), kMaxTailBytes + 4096);
+}
+
 TEST_F(AgentTest, DeathBySignalIsReportedAsMinusTheSignal) {
   Connect();
   coordinator_.Send(LaunchMessage("job-1", 1, {1}));
@@ -775,6 +835,34 @@ TEST_F(AgentTest, StopWhileARankIsStartingStopsThatRank) {
   EXPECT_TRUE(Eventually([&] { return agent_->live_ranks() == 0; }));
   // ...and the rest of the launch is not started at all.
   EXPECT_EQ(launcher_->starts(), 1);
+}
+
+// Note [Reaping threads] in agent.cc: each rank's monitor and each stop's
+// SIGKILL escalation is a thread; finished ones once stayed unjoined (two
+// memory maps each) until the agent ended.
+TEST_F(AgentTest, ThreadsOfFinishedRanksAndStopsAreJoinedWhileTheAgentRuns) {
+  options_.slots = 1;
+  Connect();
+  constexpr int kJobs = 50;
+  for (int i = 0; i < kJobs; ++i) {
+    const std::string job_id = absl::StrCat("job-", i);
+    coordinator_.Send(LaunchMessage(job_id, 1, {0}));
+    ASSERT_EQ(launcher_->AwaitRanks(i + 1).size(), static_cast<size_t>(i + 1));
+    std::shared_ptr<FakeRank> rank = launcher_->RankOf(job_id, 0);
+    ASSERT_NE(rank, nullptr);
+    if (i % 2 == 0) {
+      rank->Print("done");
+      rank->Exit(0);
+    } else {
+      ASSERT_TRUE(Eventually([&] { return agent_->live_ranks() == 1; }));
+      coordinator_.Send(StopMessage(job_id, {0}, 0.01));  // leaves on SIGTERM
+    }
+    ASSERT_TRUE(coordinator_.AwaitExit(job_id, 0).has_value()) << job_id;
+    EXPECT_LE(agent_->threads_held(), 4) << "after " << job_id;
+  }
+  EXPECT_TRUE(Eventually([&] { return agent_->live_ranks() == 0; }));
+  // Not one per rank or stop the agent has seen (75 here).
+  EXPECT_LE(agent_->threads_held(), 4);
 }
 
 TEST_F(AgentTest, FirstConnectionGivesUpAfterTheConnectTimeout) {

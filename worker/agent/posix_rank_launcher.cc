@@ -22,6 +22,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/cpu_binding.h"
+#include "common/output_limits.h"
 #include "glog/logging.h"
 
 namespace chorus {
@@ -72,18 +73,28 @@ class PosixRankProcess final : public RankProcess {
 
   pid_t pid() const override { return pid_; }
 
+  // Reads in chunks and never holds more of one line than
+  // kMaxOutputLineBytes plus one chunk: the rest of a longer line is
+  // counted and discarded as it arrives (Note [Bounded job output]).
   absl::StatusOr<std::string> ReadLine(absl::Time deadline) override {
     while (true) {
       const size_t newline = pending_.find('\n');
       if (newline != std::string::npos) {
-        std::string line = pending_.substr(0, newline);
+        std::string line = BoundOutputLine(absl::string_view(pending_).substr(0, newline),
+                                           std::exchange(dropped_, 0));
         pending_.erase(0, newline + 1);
         return line;
       }
+      if (pending_.size() > kMaxOutputLineBytes) {
+        dropped_ += pending_.size() - kMaxOutputLineBytes;
+        pending_.resize(kMaxOutputLineBytes);
+      }
       if (output_fd_ < 0) {
-        if (pending_.empty())
+        if (pending_.empty() && dropped_ == 0)
           return absl::OutOfRangeError(absl::StrCat("pid ", pid_, " closed its output"));
-        return std::exchange(pending_, std::string());
+        std::string line = BoundOutputLine(pending_, std::exchange(dropped_, 0));
+        pending_.clear();
+        return line;
       }
       pollfd readable{output_fd_, POLLIN, 0};
       const int ready = poll(&readable, 1, PollTimeoutMs(deadline));
@@ -155,7 +166,11 @@ class PosixRankProcess final : public RankProcess {
   const pid_t pid_;
   // Output: only the reading thread touches these.
   int output_fd_;
+  // Output read but not returned yet: at most kMaxOutputLineBytes of an
+  // unfinished line (plus the chunk just read), and dropped_, the bytes of
+  // that line discarded so far.
   std::string pending_;
+  size_t dropped_ = 0;
 
   absl::Mutex mu_;
   std::optional<int> exit_code_ ABSL_GUARDED_BY(mu_);

@@ -4,6 +4,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <fstream>
 #include <string>
@@ -16,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/cpu_binding.h"
+#include "common/output_limits.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -75,6 +77,43 @@ TEST(PosixRankLauncherTest, ReadsStdoutAndStderrAndTheExitCode) {
   // The exit is remembered; signals after it go nowhere.
   (*process)->SignalGroup(SIGKILL);
   EXPECT_EQ((*process)->Wait(absl::Now()).value_or(-1000), 3);
+}
+
+// Note [Bounded job output]: a 40 MB line once broke the agent's stream.
+TEST(PosixRankLauncherTest, LongLinesAreCutWithoutHoldingThemWhole) {
+  constexpr size_t kLong = 40 << 20;
+  constexpr size_t kUnterminated = 2 << 20;
+  rusage before{};
+  ASSERT_EQ(getrusage(RUSAGE_SELF, &before), 0);
+  PosixRankLauncher launcher;
+  auto process = launcher.Start(Shell(
+      absl::StrCat("echo before; head -c ", kLong, " /dev/zero | tr '\\0' x; echo; echo after; ",
+                   "head -c ", kUnterminated, " /dev/zero | tr '\\0' y")));
+  ASSERT_TRUE(process.ok()) << process.status();
+  const std::vector<std::string> lines = AllLines(**process);
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_EQ(lines[0], "before");
+  EXPECT_EQ(lines[1], absl::StrCat(std::string(kMaxOutputLineBytes, 'x'), " [",
+                                   kLong - kMaxOutputLineBytes, " bytes of this line dropped]"));
+  EXPECT_EQ(lines[2], "after");
+  // An unterminated last line is cut the same way.
+  EXPECT_EQ(lines[3],
+            absl::StrCat(std::string(kMaxOutputLineBytes, 'y'), " [",
+                         kUnterminated - kMaxOutputLineBytes, " bytes of this line dropped]"));
+  for (const std::string& line : lines) EXPECT_LT(line.size(), kMaxOutputLineBytes + 64);
+  EXPECT_EQ((*process)->Wait(absl::Now() + kPatience).value_or(-1000), 0);
+  // The line was never held whole: holding it would have taken this
+  // process's peak memory up by at least 40 MB.
+  rusage after{};
+  ASSERT_EQ(getrusage(RUSAGE_SELF, &after), 0);
+  EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 8 * 1024) << "KB";
+}
+
+TEST(PosixRankLauncherTest, OutputThatIsNotUtf8ArrivesAsUtf8) {
+  PosixRankLauncher launcher;
+  auto process = launcher.Start(Shell("printf 'caf\\351\\n'"));
+  ASSERT_TRUE(process.ok()) << process.status();
+  EXPECT_THAT(AllLines(**process), ElementsAre("caf\xEF\xBF\xBD"));
 }
 
 TEST(PosixRankLauncherTest, DeadlinesAreKeptWhileTheProcessIsQuiet) {
