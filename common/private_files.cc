@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/paths.h"
+#include "glog/logging.h"
 
 namespace chorus {
 namespace {
@@ -38,9 +39,12 @@ absl::Status MakePrivateDirectory(const std::string& dir, absl::string_view what
   if (::stat(dir.c_str(), &st) != 0) return Errno(absl::StrCat(what, ": cannot stat"), dir);
   if ((st.st_mode & kOthersBits) == 0) return absl::OkStatus();
   if (::chmod(dir.c_str(), S_IRWXU) != 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        what, " ", dir, " is accessible by others (mode ", ModeText(st.st_mode),
-        ") and cannot be made private: ", std::strerror(errno), "; chmod 700 ", dir));
+    // A directory another user owns (a Kubernetes volume's root, given to
+    // the pod's group by fsGroup) cannot be changed; the files made in it
+    // are private all the same.
+    LOG(WARNING) << what << " " << dir << " is accessible by others (mode "
+                 << ModeText(st.st_mode) << ") and cannot be made private: "
+                 << std::strerror(errno) << "; chmod 700 " << dir;
   }
   return absl::OkStatus();
 }

@@ -31,7 +31,9 @@
 namespace chorus {
 
 // Creates `dir` (and its parents) if missing and makes `dir` itself mode
-// 0700. FAILED_PRECONDITION naming `what` and the directory on failure.
+// 0700; FAILED_PRECONDITION naming `what` and the directory if it cannot be
+// created. A directory whose mode cannot be changed (another user owns it)
+// is left as it is, with a warning in the log.
 absl::Status MakePrivateDirectory(const std::string& dir, absl::string_view what);
 
 // Creates `path` empty with mode 0600 if missing, or makes an existing file
