@@ -15,7 +15,7 @@ int RunChorus(int argc, const char* const* argv, GlobalOptions& global) {
       ->capture_default_str();
   app.add_option("--token_file", global.token_file,
                  "File holding the bearer token for a coordinator that requires one (or set "
-                 "CHORUS_TOKEN / CHORUS_TOKEN_FILE).");
+                 "CHORUS_TOKEN / CHORUS_TOKEN_FILE); it must not be readable by others.");
   app.add_option("--tls_ca", global.tls_ca,
                  "PEM CA bundle to verify a TLS coordinator with (or CHORUS_TLS_CA).");
   app.add_option(

@@ -11,8 +11,11 @@ set(CHORUS_SOURCES
     common/auth.cc
     common/crc32c.cc
     common/grpc_util.cc
+    common/hmac.cc
     common/host_port.cc
+    common/job_credentials.cc
     common/paths.cc
+    common/private_files.cc
     common/retry.cc
     common/sha256.cc
     common/topology.cc
@@ -66,8 +69,11 @@ set(CHORUS_HEADERS
     common/clock.h
     common/crc32c.h
     common/grpc_util.h
+    common/hmac.h
     common/host_port.h
+    common/job_credentials.h
     common/paths.h
+    common/private_files.h
     common/retry.h
     common/sha256.h
     common/status_macros.h

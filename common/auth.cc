@@ -10,6 +10,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/private_files.h"
+#include "glog/logging.h"
 
 namespace chorus {
 namespace {
@@ -88,21 +90,49 @@ absl::StatusOr<TokenAuthorizer> TokenAuthorizer::FromText(absl::string_view text
 }
 
 absl::StatusOr<TokenAuthorizer> TokenAuthorizer::FromFile(const std::string& path) {
+  if (absl::Status s = CheckTokenFileIsPrivate(path, "--token_file"); !s.ok()) return s;
   absl::StatusOr<std::string> text = ReadWholeFile(path, "--token_file");
   if (!text.ok()) return text.status();
   return FromText(*text, absl::StrCat("--token_file ", path));
 }
 
-absl::Status TokenAuthorizer::Check(
-    const std::multimap<grpc::string_ref, grpc::string_ref>& metadata, Role needed) const {
-  auto it = metadata.find("authorization");
-  if (it == metadata.end()) return CheckAuthorization(std::nullopt, needed);
-  return CheckAuthorization(absl::string_view(it->second.data(), it->second.size()), needed);
+const std::string& Caller::job_id() const {
+  CHECK(role_ == Role::kJob) << "Caller::job_id of a caller that is not a job's";
+  return job_id_;
 }
 
-absl::Status TokenAuthorizer::CheckAuthorization(std::optional<absl::string_view> authorization,
-                                                 Role needed) const {
-  if (tokens_.empty()) return absl::OkStatus();
+absl::Status Caller::CheckRole(Role needed) const {
+  if (static_cast<int>(role_) >= static_cast<int>(needed)) return absl::OkStatus();
+  const char* const needs = needed == Role::kAdmin ? "an admin token" : "a worker token";
+  if (role_ == Role::kJob) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "this call needs ", needs, "; the token given is the credential of job ", job_id_,
+        ", which may only make the calls of that job's ranks"));
+  }
+  return absl::PermissionDeniedError(
+      absl::StrCat("this call needs ", needs, "; the token given has the worker role"));
+}
+
+absl::Status Caller::CheckJob(absl::string_view job_id, absl::string_view action) const {
+  if (role_ != Role::kJob || job_id == job_id_) return absl::OkStatus();
+  return absl::PermissionDeniedError(
+      absl::StrCat("the credential of job ", job_id_, " may not ", action, " for job ", job_id,
+                   ": a job's ranks may reach only their own job"));
+}
+
+void TokenAuthorizer::AcceptJobCredentials(JobCredentials credentials) {
+  job_credentials_.emplace(std::move(credentials));
+}
+
+absl::StatusOr<Caller> TokenAuthorizer::Identify(const Metadata& metadata) const {
+  auto it = metadata.find("authorization");
+  if (it == metadata.end()) return IdentifyAuthorization(std::nullopt);
+  return IdentifyAuthorization(absl::string_view(it->second.data(), it->second.size()));
+}
+
+absl::StatusOr<Caller> TokenAuthorizer::IdentifyAuthorization(
+    std::optional<absl::string_view> authorization) const {
+  if (tokens_.empty()) return Caller::WithRole(Role::kAdmin);
   if (!authorization.has_value()) {
     return absl::UnauthenticatedError(
         "this coordinator requires a token: pass --token_file (or set CHORUS_TOKEN)");
@@ -112,14 +142,34 @@ absl::Status TokenAuthorizer::CheckAuthorization(std::optional<absl::string_view
     return absl::UnauthenticatedError("the authorization header must be \"Bearer TOKEN\"");
   }
   for (const auto& [token, role] : tokens_) {
-    if (!SameToken(token, value)) continue;
-    if (static_cast<int>(role) < static_cast<int>(needed)) {
-      return absl::PermissionDeniedError(
-          "this call needs an admin token; the token given has the worker role");
-    }
-    return absl::OkStatus();
+    if (SameToken(token, value)) return Caller::WithRole(role);
+  }
+  if (JobCredentials::LooksLikeOne(value)) {
+    std::optional<std::string> job =
+        job_credentials_ ? job_credentials_->JobOf(value) : std::nullopt;
+    if (job.has_value()) return Caller::OfJob(*std::move(job));
+    return absl::UnauthenticatedError(
+        "the job credential is not valid for this coordinator (another coordinator made it, "
+        "or its secret under --state_dir was replaced)");
   }
   return absl::UnauthenticatedError("the token is not valid for this coordinator");
+}
+
+absl::Status TokenAuthorizer::Check(const Metadata& metadata, Role needed) const {
+  absl::StatusOr<Caller> caller = Identify(metadata);
+  return caller.ok() ? caller->CheckRole(needed) : caller.status();
+}
+
+absl::Status TokenAuthorizer::CheckAuthorization(std::optional<absl::string_view> authorization,
+                                                 Role needed) const {
+  absl::StatusOr<Caller> caller = IdentifyAuthorization(authorization);
+  return caller.ok() ? caller->CheckRole(needed) : caller.status();
+}
+
+absl::Status TokenAuthorizer::CheckJob(const Metadata& metadata, absl::string_view job_id,
+                                       absl::string_view action) const {
+  absl::StatusOr<Caller> caller = Identify(metadata);
+  return caller.ok() ? caller->CheckJob(job_id, action) : caller.status();
 }
 
 absl::StatusOr<ClientSecurity> LoadClientSecurity(const std::string& token_file,
@@ -136,6 +186,7 @@ absl::StatusOr<ClientSecurity> LoadClientSecurity(const std::string& token_file,
   };
   const Source token = pick(token_file, "--token_file", "CHORUS_TOKEN_FILE");
   if (!token.path.empty()) {
+    if (absl::Status s = CheckTokenFileIsPrivate(token.path, token.what); !s.ok()) return s;
     absl::StatusOr<std::string> text = ReadWholeFile(token.path, token.what);
     if (!text.ok()) return text.status();
     std::vector<std::pair<int, std::string>> lines = ContentLines(*text);

@@ -1,5 +1,7 @@
 #include "common/auth.h"
 
+#include <sys/stat.h>
+
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -95,6 +97,8 @@ TEST(ClientSecurityTest, TokenFromFileOrEnvironmentAndTlsFilesChecked) {
   const std::string dir = std::getenv("TEST_TMPDIR");
   std::ofstream(dir + "/bare.token") << "  " << kAdmin << "\n";
   std::ofstream(dir + "/role.token") << "# mine\nworker " << kWorker << "\n";
+  ASSERT_EQ(::chmod((dir + "/bare.token").c_str(), 0600), 0);
+  ASSERT_EQ(::chmod((dir + "/role.token").c_str(), 0400), 0);
   auto bare = LoadClientSecurity(dir + "/bare.token", "", "", "");
   ASSERT_TRUE(bare.ok()) << bare.status();
   EXPECT_EQ(bare->token, kAdmin);
@@ -117,6 +121,102 @@ TEST(ClientSecurityTest, TokenFromFileOrEnvironmentAndTlsFilesChecked) {
   EXPECT_THAT(
       LoadClientSecurity("", "", dir + "/bare.token", dir + "/bare.token").status().message(),
       HasSubstr("--tls_cert needs --tls_ca"));
+}
+
+TEST(ClientSecurityTest, TokenFileReadableByOthersIsRefusedSayingHowToFixIt) {
+  const std::string dir = std::getenv("TEST_TMPDIR");
+  const std::string path = dir + "/open.token";
+  std::ofstream(path) << kWorker << "\n";
+  ASSERT_EQ(::chmod(path.c_str(), 0644), 0);
+  auto flag = LoadClientSecurity(path, "", "", "");
+  EXPECT_EQ(flag.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(flag.status().message(),
+            "--token_file " + path + " is readable by others (mode 0644); chmod 600 " + path);
+  setenv("CHORUS_TOKEN_FILE", path.c_str(), 1);
+  EXPECT_THAT(LoadClientSecurity("", "", "", "").status().message(),
+              HasSubstr("CHORUS_TOKEN_FILE " + path + " is readable by others"));
+  unsetenv("CHORUS_TOKEN_FILE");
+  ASSERT_EQ(::chmod(path.c_str(), 0600), 0);
+  EXPECT_TRUE(LoadClientSecurity(path, "", "", "").ok());
+}
+
+TEST(TokenAuthorizerTest, ServerTokenFileReadableByOthersIsRefused) {
+  const std::string path = std::string(std::getenv("TEST_TMPDIR")) + "/server.tokens";
+  std::ofstream(path) << "admin " << kAdmin << "\n";
+  ASSERT_EQ(::chmod(path.c_str(), 0640), 0);
+  auto open = TokenAuthorizer::FromFile(path);
+  EXPECT_EQ(open.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(open.status().message(),
+              HasSubstr("--token_file " + path + " is readable by others (mode 0640); chmod 600"));
+  ASSERT_EQ(::chmod(path.c_str(), 0600), 0);
+  EXPECT_TRUE(TokenAuthorizer::FromFile(path).ok());
+}
+
+constexpr char kSecret[] = "0123456789abcdef0123456789abcdef";
+
+// What a program's CHORUS_TOKEN may do (Note [Job credentials]).
+TEST(JobCredentialTest, ACredentialActsForItsOwnJobOnly) {
+  TokenAuthorizer auth = Authorizer();
+  JobCredentials credentials(kSecret);
+  auth.AcceptJobCredentials(credentials);
+  ASSERT_NE(auth.job_credentials(), nullptr);
+  const auto mine = Metadata("Bearer " + credentials.For("job-000001"));
+
+  absl::StatusOr<Caller> caller = auth.Identify(mine);
+  ASSERT_TRUE(caller.ok()) << caller.status();
+  EXPECT_EQ(caller->role(), Role::kJob);
+  EXPECT_EQ(caller->job_id(), "job-000001");
+  EXPECT_TRUE(auth.Check(mine, Role::kJob).ok());
+  EXPECT_TRUE(auth.CheckJob(mine, "job-000001", "join").ok());
+
+  absl::Status other = auth.CheckJob(mine, "job-000002", "write the key-value store");
+  EXPECT_EQ(other.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(other.message(),
+            "the credential of job job-000001 may not write the key-value store for job "
+            "job-000002: a job's ranks may reach only their own job");
+
+  // Agent calls (AgentService) need a worker token, admin calls an admin's.
+  absl::Status agent = auth.Check(mine, Role::kWorker);
+  EXPECT_EQ(agent.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(agent.message(), HasSubstr("needs a worker token"));
+  EXPECT_THAT(agent.message(), HasSubstr("credential of job job-000001"));
+  absl::Status admin = auth.Check(mine, Role::kAdmin);
+  EXPECT_EQ(admin.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(admin.message(), HasSubstr("needs an admin token"));
+  EXPECT_EQ(auth.CheckAuthorization("Bearer " + credentials.For("job-000001"), Role::kAdmin).code(),
+            absl::StatusCode::kPermissionDenied)
+      << "the HTTP port's admin pages too";
+
+  // Worker and admin tokens act for every job.
+  EXPECT_TRUE(auth.CheckJob(Metadata(std::string("Bearer ") + kWorker), "job-000002", "join").ok());
+  EXPECT_TRUE(auth.CheckJob(Metadata(std::string("Bearer ") + kAdmin), "job-000002", "join").ok());
+}
+
+TEST(JobCredentialTest, ForeignOrForgedCredentialsAreUnknownAndNotEchoed) {
+  TokenAuthorizer auth = Authorizer();
+  auth.AcceptJobCredentials(JobCredentials(kSecret));
+  const std::string foreign =
+      JobCredentials("fedcba9876543210fedcba9876543210").For("job-000001");
+  absl::Status s = auth.Check(Metadata("Bearer " + foreign), Role::kJob);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_THAT(s.message(), HasSubstr("job credential is not valid for this coordinator"));
+  EXPECT_THAT(s.message(), Not(HasSubstr(foreign.substr(foreign.rfind(':') + 1))));
+
+  // An authorizer that accepts no job credentials knows none.
+  TokenAuthorizer plain = Authorizer();
+  EXPECT_EQ(plain.job_credentials(), nullptr);
+  EXPECT_EQ(plain.Check(Metadata("Bearer " + JobCredentials(kSecret).For("job-000001")),
+                        Role::kJob)
+                .code(),
+            absl::StatusCode::kUnauthenticated);
+}
+
+TEST(JobCredentialTest, WithoutTokensNothingChanges) {
+  TokenAuthorizer open;
+  absl::StatusOr<Caller> caller = open.Identify({});
+  ASSERT_TRUE(caller.ok());
+  EXPECT_EQ(caller->role(), Role::kAdmin);
+  EXPECT_TRUE(open.CheckJob({}, "job-000002", "join").ok());
 }
 
 }  // namespace

@@ -19,16 +19,23 @@ void Sha256::Update(absl::string_view bytes) {
   EVP_DigestUpdate(state_->ctx, bytes.data(), bytes.size());
 }
 
-std::string Sha256::HexDigest() {
+std::string Sha256::Digest() {
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int length = 0;
   EVP_DigestFinal_ex(state_->ctx, digest, &length);
+  return std::string(reinterpret_cast<const char*>(digest), length);
+}
+
+std::string Sha256::HexDigest() { return HexOf(Digest()); }
+
+std::string HexOf(absl::string_view bytes) {
   static constexpr char kHex[] = "0123456789abcdef";
   std::string hex;
-  hex.reserve(2 * length);
-  for (unsigned int i = 0; i < length; ++i) {
-    hex.push_back(kHex[digest[i] >> 4]);
-    hex.push_back(kHex[digest[i] & 0xf]);
+  hex.reserve(2 * bytes.size());
+  for (const char c : bytes) {
+    const auto byte = static_cast<unsigned char>(c);
+    hex.push_back(kHex[byte >> 4]);
+    hex.push_back(kHex[byte & 0xf]);
   }
   return hex;
 }

@@ -25,7 +25,9 @@ class Sha256 {
   Sha256& operator=(const Sha256&) = delete;
 
   void Update(absl::string_view bytes);
-  // The digest of everything added; the object is spent afterwards.
+  // The digest of everything added, as 32 raw bytes or 64 lowercase hex
+  // digits; the object is spent after either.
+  std::string Digest();
   std::string HexDigest();
 
  private:
@@ -34,6 +36,9 @@ class Sha256 {
 };
 
 std::string Sha256Hex(absl::string_view bytes);
+
+// Lowercase hex of raw bytes ("\x01\xab" -> "01ab").
+std::string HexOf(absl::string_view bytes);
 
 }  // namespace chorus
 

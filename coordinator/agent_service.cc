@@ -3,6 +3,7 @@
 #include <deque>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/synchronization/mutex.h"
 #include "coordinator/deferred_reactor.h"
@@ -15,8 +16,10 @@ namespace {
 // a time; after the stream ends, orders are dropped.
 class AgentStream : public grpc::ServerBidiReactor<v1::AgentMessage, v1::CoordinatorMessage> {
  public:
-  explicit AgentStream(Scheduler& scheduler)
-      : scheduler_(scheduler), outbox_(std::make_shared<Outbox>()) {
+  // `credentials` (may be null: none) mint the credential each launch
+  // carries for its job's ranks (Note [Job credentials]).
+  AgentStream(Scheduler& scheduler, const JobCredentials* credentials)
+      : scheduler_(scheduler), credentials_(credentials), outbox_(std::make_shared<Outbox>()) {
     outbox_->stream = this;
     StartRead(&in_);
   }
@@ -33,8 +36,17 @@ class AgentStream : public grpc::ServerBidiReactor<v1::AgentMessage, v1::Coordin
         return;
       }
       std::shared_ptr<Outbox> outbox = outbox_;
+      const JobCredentials* credentials = credentials_;
       absl::StatusOr<std::string> id = scheduler_.AddAgent(
-          in_.hello(), [outbox](const v1::CoordinatorMessage& m) { outbox->Send(m); });
+          in_.hello(), [outbox, credentials](const v1::CoordinatorMessage& m) {
+            if (credentials == nullptr || !m.has_launch()) {
+              outbox->Send(m);
+              return;
+            }
+            v1::CoordinatorMessage launch = m;
+            launch.mutable_launch()->set_credential(credentials->For(m.launch().job_id()));
+            outbox->Send(launch);
+          });
       if (!id.ok()) {
         outbox_->Close(ToGrpcStatus(id.status()));
         return;
@@ -107,6 +119,7 @@ class AgentStream : public grpc::ServerBidiReactor<v1::AgentMessage, v1::Coordin
   };
 
   Scheduler& scheduler_;
+  const JobCredentials* const credentials_;
   std::shared_ptr<Outbox> outbox_;
   v1::AgentMessage in_;
   std::string agent_id_;  // touched only by read callbacks and OnDone, which gRPC serializes
@@ -116,11 +129,19 @@ class AgentStream : public grpc::ServerBidiReactor<v1::AgentMessage, v1::Coordin
 // stream ends when the rank closes it or stops being part of a running job.
 class HeartbeatStream : public grpc::ServerBidiReactor<v1::RankHeartbeat, v1::Directive> {
  public:
-  explicit HeartbeatStream(Scheduler& scheduler) : scheduler_(scheduler) { StartRead(&in_); }
+  // Every heartbeat must be for a job `caller` may act for.
+  HeartbeatStream(Scheduler& scheduler, Caller caller)
+      : scheduler_(scheduler), caller_(std::move(caller)) {
+    StartRead(&in_);
+  }
 
   void OnReadDone(bool ok) override {
     if (!ok) {
       Finish(grpc::Status::OK);
+      return;
+    }
+    if (absl::Status s = caller_.CheckJob(in_.job_id(), "send heartbeats"); !s.ok()) {
+      Finish(ToGrpcStatus(s));
       return;
     }
     directive_.Clear();
@@ -156,6 +177,7 @@ class HeartbeatStream : public grpc::ServerBidiReactor<v1::RankHeartbeat, v1::Di
   }
 
   Scheduler& scheduler_;
+  const Caller caller_;
   v1::RankHeartbeat in_;
   v1::Directive directive_;
   bool live_ = true;  // touched only by callbacks, which gRPC serializes
@@ -165,10 +187,9 @@ class HeartbeatStream : public grpc::ServerBidiReactor<v1::RankHeartbeat, v1::Di
 
 grpc::ServerBidiReactor<v1::RankHeartbeat, v1::Directive>* RankServiceImpl::Heartbeat(
     grpc::CallbackServerContext* context) {
-  if (absl::Status s = auth_.Check(context->client_metadata(), Role::kWorker); !s.ok()) {
-    return new RejectedStream<v1::RankHeartbeat, v1::Directive>(s);
-  }
-  return new HeartbeatStream(scheduler_);
+  absl::StatusOr<Caller> caller = auth_.Identify(context->client_metadata());
+  if (!caller.ok()) return new RejectedStream<v1::RankHeartbeat, v1::Directive>(caller.status());
+  return new HeartbeatStream(scheduler_, *std::move(caller));
 }
 
 grpc::ServerBidiReactor<v1::AgentMessage, v1::CoordinatorMessage>* AgentServiceImpl::Connect(
@@ -176,13 +197,14 @@ grpc::ServerBidiReactor<v1::AgentMessage, v1::CoordinatorMessage>* AgentServiceI
   if (absl::Status s = auth_.Check(context->client_metadata(), Role::kWorker); !s.ok()) {
     return new RejectedStream<v1::AgentMessage, v1::CoordinatorMessage>(s);
   }
-  return new AgentStream(scheduler_);
+  return new AgentStream(scheduler_, auth_.enabled() ? auth_.job_credentials() : nullptr);
 }
 
 grpc::ServerUnaryReactor* RankServiceImpl::Join(grpc::CallbackServerContext* context,
                                                 const v1::JoinRequest* request,
                                                 v1::JoinResponse* response) {
-  if (absl::Status s = auth_.Check(context->client_metadata(), Role::kWorker); !s.ok()) {
+  if (absl::Status s = auth_.CheckJob(context->client_metadata(), request->job_id(), "join");
+      !s.ok()) {
     return Reject(context, s);
   }
   auto* reactor = new DeferredReactor<v1::JoinResponse>(response);
@@ -195,7 +217,8 @@ grpc::ServerUnaryReactor* RankServiceImpl::Join(grpc::CallbackServerContext* con
 grpc::ServerUnaryReactor* RankServiceImpl::Report(grpc::CallbackServerContext* context,
                                                   const v1::ReportRequest* request,
                                                   v1::ReportResponse* /*response*/) {
-  if (absl::Status s = auth_.Check(context->client_metadata(), Role::kWorker); !s.ok()) {
+  if (absl::Status s = auth_.CheckJob(context->client_metadata(), request->job_id(), "report");
+      !s.ok()) {
     return Reject(context, s);
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();

@@ -10,6 +10,11 @@
 // into the scheduler (shown by `chorus status`); Report records rank 0's
 // metrics on the job.
 //
+// Authorization: AgentService needs a worker (or admin) token. RankService
+// also takes a job's credential, for that job only (Note [Job credentials]
+// in common/job_credentials.h); when `auth` accepts job credentials, every
+// LaunchRanks sent to an agent carries its job's.
+//
 // Thread-safety: safe for concurrent calls; `scheduler` must outlive them.
 #ifndef CHORUS_COORDINATOR_AGENT_SERVICE_H_
 #define CHORUS_COORDINATOR_AGENT_SERVICE_H_
@@ -38,6 +43,8 @@ class RankServiceImpl final : public v1::RankService::CallbackService {
   // Longest a Join may wait for its generation.
   static constexpr absl::Duration kMaxJoinWait = absl::Minutes(30);
 
+  // Calls need a worker or admin token, or the credential of the job they
+  // name, when `auth` is enabled.
   explicit RankServiceImpl(Scheduler& scheduler, const TokenAuthorizer& auth = AllowAll())
       : scheduler_(scheduler), auth_(auth) {}
   grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* context,

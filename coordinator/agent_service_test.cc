@@ -2,12 +2,17 @@
 // job is placed on it, its ranks join, exit, and the job ends.
 #include "coordinator/agent_service.h"
 
+#include <sys/stat.h>
+
+#include <fstream>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "chorus/v1/coordinator.grpc.pb.h"
+#include "common/job_spec.h"
 #include "coordinator/coordinator_test_fixture.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -236,6 +241,130 @@ TEST_F(AgentServiceTest, WatchStreamsStatesMetricsAndEndsWithTheJobAndLogsAreKep
             grpc::StatusCode::NOT_FOUND);
   stream->WritesDone();
   EXPECT_TRUE(stream->Finish().ok());
+}
+
+// A coordinator with tokens: Note [Job credentials] end to end.
+class JobCredentialTest : public CoordinatorFixture {
+ protected:
+  static constexpr char kAdmin[] = "admin-token-0123456789";
+  static constexpr char kWorker[] = "worker-token-0123456789";
+
+  void Configure(ServerOptions& options) override {
+    const std::string tokens = options.state_dir + ".tokens";
+    std::ofstream(tokens) << "admin " << kAdmin << "\nworker " << kWorker << "\n";
+    ASSERT_EQ(::chmod(tokens.c_str(), 0600), 0);
+    options.token_file = tokens;
+  }
+
+  // A context that presents `token`.
+  static std::unique_ptr<grpc::ClientContext> As(const std::string& token) {
+    auto context = std::make_unique<grpc::ClientContext>();
+    context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    context->AddMetadata("authorization", "Bearer " + token);
+    return context;
+  }
+
+  // Submits a one-rank job as the admin; returns its id.
+  std::string SubmitOneRank() {
+    v1::SubmitJobRequest request;
+    *request.mutable_spec() = *ParseJobSpec(
+        "model { mlp {} } data { synthetic {} } resources { min_ranks: 1 max_ranks: 1 }",
+        SpecFormat::kTextProto, "test");
+    v1::SubmitJobResponse response;
+    grpc::Status s = jobs_->SubmitJob(As(kAdmin).get(), request, &response);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return response.job_id();
+  }
+
+  grpc::Status Join(const std::string& token, const std::string& job, const std::string& agent,
+                    const v1::LaunchRanks& launch) {
+    v1::JoinRequest request;
+    request.set_job_id(job);
+    request.set_generation(launch.generation());
+    request.set_agent_id(agent);
+    request.set_slot(launch.ranks(0).slot());
+    request.set_pid(4242);
+    v1::JoinResponse response;
+    return ranks_->Join(As(token).get(), request, &response);
+  }
+};
+
+TEST_F(JobCredentialTest, EachLaunchCarriesItsJobsCredentialWhichReachesThatJobOnly) {
+  agent_context_.AddMetadata("authorization", std::string("Bearer ") + kWorker);
+  agent_stream_ = agents_->Connect(&agent_context_);
+  const std::string agent = ConnectAgent(*agent_stream_, 2);
+  const std::string job1 = SubmitOneRank();
+  v1::CoordinatorMessage launch1;
+  ASSERT_TRUE(agent_stream_->Read(&launch1));
+  const std::string job2 = SubmitOneRank();
+  v1::CoordinatorMessage launch2;
+  ASSERT_TRUE(agent_stream_->Read(&launch2));
+  ASSERT_EQ(launch1.launch().job_id(), job1);
+  const std::string credential = launch1.launch().credential();
+  EXPECT_THAT(credential, HasSubstr(job1));
+  EXPECT_NE(credential, launch2.launch().credential());
+  EXPECT_THAT(credential, ::testing::Not(HasSubstr(kWorker)));
+
+  // RankService: its own job only; the refusal names both jobs.
+  grpc::Status other = Join(credential, job2, agent, launch2.launch());
+  EXPECT_EQ(other.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(other.error_message(),
+            absl::StrCat("the credential of job ", job1, " may not join for job ", job2,
+                         ": a job's ranks may reach only their own job"));
+  grpc::Status own = Join(credential, job1, agent, launch1.launch());
+  EXPECT_TRUE(own.ok()) << own.error_message();
+  v1::ReportRequest report;
+  report.set_job_id(job2);
+  v1::ReportResponse reported;
+  EXPECT_EQ(ranks_->Report(As(credential).get(), report, &reported).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  {
+    auto context = As(credential);
+    auto heartbeats = ranks_->Heartbeat(context.get());
+    v1::RankHeartbeat beat;
+    beat.set_job_id(job2);
+    heartbeats->Write(beat);
+    heartbeats->WritesDone();
+    v1::Directive directive;
+    EXPECT_FALSE(heartbeats->Read(&directive));
+    grpc::Status s = heartbeats->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+    EXPECT_THAT(s.error_message(), HasSubstr("may not send heartbeats for job " + job2));
+  }
+
+  // StoreService: its own job's namespaces only.
+  auto store = v1::StoreService::NewStub(channel_);
+  v1::StoreSetRequest set;
+  set.set_key("k");
+  set.set_value("v");
+  v1::StoreSetResponse set_response;
+  set.set_ns(job2 + "/gen-1");
+  grpc::Status foreign_store = store->Set(As(credential).get(), set, &set_response);
+  EXPECT_EQ(foreign_store.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(foreign_store.error_message(), HasSubstr("may not use the key-value store for job " + job2));
+  set.set_ns(job1 + "/gen-1");
+  grpc::Status own_store = store->Set(As(credential).get(), set, &set_response);
+  EXPECT_TRUE(own_store.ok()) << own_store.error_message();
+
+  // Nothing of AgentService or JobService.
+  {
+    auto context = As(credential);
+    auto fake_agent = agents_->Connect(context.get());
+    v1::AgentMessage hello;
+    hello.mutable_hello()->set_slots(8);
+    fake_agent->Write(hello);
+    fake_agent->WritesDone();
+    v1::CoordinatorMessage message;
+    EXPECT_FALSE(fake_agent->Read(&message));
+    grpc::Status s = fake_agent->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+    EXPECT_THAT(s.error_message(), HasSubstr("needs a worker token"));
+    EXPECT_THAT(s.error_message(), HasSubstr("credential of job " + job1));
+  }
+  v1::ListJobsResponse listed;
+  grpc::Status list = jobs_->ListJobs(As(credential).get(), v1::ListJobsRequest(), &listed);
+  EXPECT_EQ(list.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(list.error_message(), HasSubstr("needs an admin token"));
 }
 
 }  // namespace

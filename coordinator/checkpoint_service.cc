@@ -3,7 +3,9 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/crc32c.h"
@@ -18,8 +20,10 @@ namespace {
 // the end of the stream completes it.
 class UploadReactor : public grpc::ServerReadReactor<v1::CheckpointChunk> {
  public:
-  UploadReactor(CheckpointUploads& uploads, v1::UploadCheckpointResponse* response)
-      : uploads_(uploads), response_(response) {
+  // The upload's job (named by the first chunk) must be one `caller` may act
+  // for.
+  UploadReactor(CheckpointUploads& uploads, Caller caller, v1::UploadCheckpointResponse* response)
+      : uploads_(uploads), caller_(std::move(caller)), response_(response) {
     StartRead(&chunks_[0]);
   }
 
@@ -40,6 +44,10 @@ class UploadReactor : public grpc::ServerReadReactor<v1::CheckpointChunk> {
     }
     const v1::CheckpointChunk& chunk = chunks_[reading_];
     if (started_.upload == nullptr) {
+      if (absl::Status s = caller_.CheckJob(chunk.job_id(), "upload checkpoints"); !s.ok()) {
+        FinishLocked(s);
+        return;
+      }
       absl::StatusOr<CheckpointUploads::Started> started =
           uploads_.Begin(chunk.job_id(), chunk.generation(), chunk.rank(), chunk.step());
       if (!started.ok()) {
@@ -57,6 +65,7 @@ class UploadReactor : public grpc::ServerReadReactor<v1::CheckpointChunk> {
 
  private:
   CheckpointUploads& uploads_;
+  const Caller caller_;
   v1::UploadCheckpointResponse* response_;
   void FinishLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     finished_ = true;
@@ -173,19 +182,42 @@ class DownloadReactor : public grpc::ServerWriteReactor<v1::CheckpointChunk> {
 
 }  // namespace
 
+// Note [Reading the checkpoint a job resumes from]
+// A job submitted with --resume_from SOURCE[:STEP] starts from SOURCE's
+// checkpoint: its ranks download those files with the job's own credential.
+// So a job's credential may also download SOURCE's checkpoints, only at STEP
+// when the submit named one (a request for "the newest", step 0, is then
+// refused: the newest may be another one), and no other job's. The job's
+// resume_from is read from its record (JobManager), which survives a
+// coordinator restart as the credential does.
+absl::Status CheckpointServiceImpl::MayDownload(const Caller& caller,
+                                                const v1::DownloadCheckpointRequest& request) const {
+  absl::Status own = caller.CheckJob(request.job_id(), "download checkpoints");
+  if (own.ok() || !resume_from_of_) return own;
+  const std::string resume_from = resume_from_of_(caller.job_id());
+  const size_t colon = resume_from.find(':');
+  int64_t step = 0;
+  if (colon != std::string::npos && !absl::SimpleAtoi(resume_from.substr(colon + 1), &step)) {
+    return own;
+  }
+  const bool source = !resume_from.empty() && resume_from.substr(0, colon) == request.job_id();
+  if (source && (step == 0 || request.step() == step)) return absl::OkStatus();
+  return own;
+}
+
 grpc::ServerReadReactor<v1::CheckpointChunk>* CheckpointServiceImpl::Upload(
     grpc::CallbackServerContext* context, v1::UploadCheckpointResponse* response) {
-  if (absl::Status s = auth_.Check(context->client_metadata(), Role::kWorker); !s.ok()) {
-    return new RejectedReader<v1::CheckpointChunk>(s);
-  }
-  return new UploadReactor(uploads_, response);
+  absl::StatusOr<Caller> caller = auth_.Identify(context->client_metadata());
+  if (!caller.ok()) return new RejectedReader<v1::CheckpointChunk>(caller.status());
+  return new UploadReactor(uploads_, *std::move(caller), response);
 }
 
 grpc::ServerUnaryReactor* CheckpointServiceImpl::OpenUpload(grpc::CallbackServerContext* context,
                                                             const v1::OpenUploadRequest* request,
                                                             v1::OpenUploadResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  absl::Status status = auth_.Check(context->client_metadata(), Role::kWorker);
+  absl::Status status =
+      auth_.CheckJob(context->client_metadata(), request->job_id(), "upload checkpoints");
   if (status.ok()) {
     absl::StatusOr<v1::OpenUploadResponse> opened = uploads_.Open(*request);
     if (opened.ok()) *response = *std::move(opened);
@@ -199,7 +231,8 @@ grpc::ServerUnaryReactor* CheckpointServiceImpl::Commit(grpc::CallbackServerCont
                                                         const v1::CommitCheckpointRequest* request,
                                                         v1::UploadCheckpointResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  absl::Status status = auth_.Check(context->client_metadata(), Role::kWorker);
+  absl::Status status =
+      auth_.CheckJob(context->client_metadata(), request->job_id(), "commit checkpoints");
   if (status.ok()) {
     absl::StatusOr<v1::UploadCheckpointResponse> done = uploads_.CommitStaged(*request);
     if (done.ok()) *response = *std::move(done);
@@ -211,9 +244,9 @@ grpc::ServerUnaryReactor* CheckpointServiceImpl::Commit(grpc::CallbackServerCont
 
 grpc::ServerWriteReactor<v1::CheckpointChunk>* CheckpointServiceImpl::Download(
     grpc::CallbackServerContext* context, const v1::DownloadCheckpointRequest* request) {
-  if (absl::Status s = auth_.Check(context->client_metadata(), Role::kWorker); !s.ok()) {
-    return new RejectedWriter<v1::CheckpointChunk>(s);
-  }
+  absl::StatusOr<Caller> caller = auth_.Identify(context->client_metadata());
+  absl::Status allowed = caller.ok() ? MayDownload(*caller, *request) : caller.status();
+  if (!allowed.ok()) return new RejectedWriter<v1::CheckpointChunk>(allowed);
   return new DownloadReactor(store_, *request);
 }
 

@@ -7,6 +7,12 @@
 // per-rank parts and commits are CheckpointUploads' (checkpoint_uploads.h);
 // this class maps calls and statuses.
 //
+// Authorization: a worker or admin token may do everything here; a job's
+// credential (Note [Job credentials] in common/job_credentials.h) may upload,
+// commit and download its own job's checkpoints, and download the
+// checkpoint its job resumes from (Note [Reading the checkpoint a job
+// resumes from]).
+//
 // Thread-safety: safe for concurrent calls; the store, uploads and
 // authorizer must outlive the service.
 //
@@ -16,7 +22,9 @@
 #ifndef CHORUS_COORDINATOR_CHECKPOINT_SERVICE_H_
 #define CHORUS_COORDINATOR_CHECKPOINT_SERVICE_H_
 
+#include <functional>
 #include <string>
+#include <utility>
 
 #include "chorus/v1/coordinator.grpc.pb.h"
 #include "coordinator/auth_guard.h"
@@ -30,10 +38,18 @@ class CheckpointServiceImpl final : public v1::CheckpointService::CallbackServic
   // Bytes per Download chunk.
   static constexpr size_t kChunkBytes = 4 << 20;
 
-  // Calls need a worker (or admin) token when `auth` is enabled.
+  // A job's resume_from ("SOURCE" or "SOURCE:STEP"; empty: none, or an
+  // unknown job).
+  using ResumeFromOf = std::function<std::string(const std::string& job_id)>;
+
+  // Calls need a worker or admin token, or the credential of the job they
+  // name, when `auth` is enabled; `resume_from_of` (may be null: job
+  // credentials then read their own job's checkpoints only) tells which
+  // other job's checkpoint a job's credential may read.
   CheckpointServiceImpl(CheckpointStore& store, CheckpointUploads& uploads,
-                        const TokenAuthorizer& auth = AllowAll())
-      : store_(store), uploads_(uploads), auth_(auth) {}
+                        const TokenAuthorizer& auth = AllowAll(),
+                        ResumeFromOf resume_from_of = nullptr)
+      : store_(store), uploads_(uploads), auth_(auth), resume_from_of_(std::move(resume_from_of)) {}
 
   grpc::ServerReadReactor<v1::CheckpointChunk>* Upload(
       grpc::CallbackServerContext* context, v1::UploadCheckpointResponse* response) override;
@@ -47,9 +63,14 @@ class CheckpointServiceImpl final : public v1::CheckpointService::CallbackServic
       grpc::CallbackServerContext* context, const v1::DownloadCheckpointRequest* request) override;
 
  private:
+  // OK if `caller` may download what `request` names.
+  absl::Status MayDownload(const Caller& caller,
+                           const v1::DownloadCheckpointRequest& request) const;
+
   CheckpointStore& store_;
   CheckpointUploads& uploads_;
   const TokenAuthorizer& auth_;
+  const ResumeFromOf resume_from_of_;
 };
 
 }  // namespace chorus

@@ -361,7 +361,8 @@ class CheckpointServiceAdapterTest : public ::testing::Test {
   void SetUp() override { Serve(AllowAll()); }
   void TearDown() override { Stop(); }
 
-  void Serve(const TokenAuthorizer& auth) {
+  void Serve(const TokenAuthorizer& auth,
+             CheckpointServiceImpl::ResumeFromOf resume_from_of = nullptr) {
     const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/checkpoint_adapter_" +
                             ::testing::UnitTest::GetInstance()->current_test_info()->name();
     std::filesystem::remove_all(dir);
@@ -378,7 +379,8 @@ class CheckpointServiceAdapterTest : public ::testing::Test {
             return absl::FailedPreconditionError(job_id + " is not running");
           return CheckUploader(grant_, generation, rank);
         });
-    service_ = std::make_unique<CheckpointServiceImpl>(*store_, *uploads_, auth);
+    service_ = std::make_unique<CheckpointServiceImpl>(*store_, *uploads_, auth,
+                                                       std::move(resume_from_of));
     grpc::ServerBuilder builder;
     builder.RegisterService(service_.get());
     server_ = builder.BuildAndStart();
@@ -407,6 +409,28 @@ class CheckpointServiceAdapterTest : public ::testing::Test {
     for (const v1::CheckpointChunk& chunk : chunks) writer->Write(chunk);
     writer->WritesDone();
     return writer->Finish();
+  }
+
+  // A context that presents `token` (empty: none).
+  static std::unique_ptr<grpc::ClientContext> As(const std::string& token) {
+    std::unique_ptr<grpc::ClientContext> context = Context();
+    if (!token.empty()) context->AddMetadata("authorization", "Bearer " + token);
+    return context;
+  }
+
+  // Downloads model.pt of job's `step`; the status, and the bytes on success.
+  grpc::Status Download(const std::string& token, const std::string& job, int64_t step,
+                        std::string* bytes) {
+    v1::DownloadCheckpointRequest request;
+    request.set_job_id(job);
+    request.set_step(step);
+    request.set_file_name("model.pt");
+    std::unique_ptr<grpc::ClientContext> context = As(token);
+    auto reader = stub_->Download(context.get(), request);
+    v1::CheckpointChunk chunk;
+    bytes->clear();
+    for (int i = 0; i < 100 && reader->Read(&chunk); ++i) *bytes += chunk.data();
+    return reader->Finish();
   }
 
   TokenAuthorizer auth_;
@@ -503,6 +527,78 @@ TEST_F(CheckpointServiceAdapterTest, CallsNeedAWorkerToken) {
   worker->AddMetadata("authorization", "Bearer worker-token-0123456789");
   grpc::Status allowed = Upload({Chunk("job-000001", 1, 0, "weights")}, &response, worker.get());
   EXPECT_TRUE(allowed.ok()) << allowed.error_message();
+}
+
+// Note [Job credentials], Note [Reading the checkpoint a job resumes from].
+TEST_F(CheckpointServiceAdapterTest, AJobsCredentialReachesItsOwnCheckpointsAndItsResumeSource) {
+  Stop();
+  absl::StatusOr<TokenAuthorizer> auth = TokenAuthorizer::FromText(
+      "admin admin-token-0123456789\nworker worker-token-0123456789\n", "test");
+  ASSERT_TRUE(auth.ok()) << auth.status();
+  auth_ = *std::move(auth);
+  const JobCredentials credentials("0123456789abcdef0123456789abcdef");
+  auth_.AcceptJobCredentials(credentials);
+  // job-000002 resumes from step 7 of job-000001, job-000004 from its
+  // step 5, job-000005 from its newest; job-000003 from nothing.
+  Serve(auth_, [](const std::string& job_id) -> std::string {
+    if (job_id == "job-000002") return "job-000001:7";
+    if (job_id == "job-000004") return "job-000001:5";
+    if (job_id == "job-000005") return "job-000001";
+    return "";
+  });
+  const std::string own = credentials.For("job-000001");
+
+  // Uploads, data-port grants and commits: only for the credential's job.
+  v1::UploadCheckpointResponse response;
+  grpc::Status foreign = Upload({Chunk("job-000001", 1, 0, "forged")}, &response,
+                                As(credentials.For("job-000003")).get());
+  EXPECT_EQ(foreign.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(foreign.error_message(),
+            "the credential of job job-000003 may not upload checkpoints for job job-000001: a "
+            "job's ranks may reach only their own job");
+  grpc::Status mine = Upload({Chunk("job-000001", 1, 0, "weights")}, &response, As(own).get());
+  ASSERT_TRUE(mine.ok()) << mine.error_message();
+  uploads_->set_data_port(5000);
+  v1::OpenUploadRequest open;
+  open.set_job_id("job-000001");
+  open.set_generation(1);
+  open.set_step(8);
+  v1::OpenUploadResponse opened;
+  grpc::Status open_foreign =
+      stub_->OpenUpload(As(credentials.For("job-000002")).get(), open, &opened);
+  EXPECT_EQ(open_foreign.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(open_foreign.error_message(), HasSubstr("job job-000002 may not upload"));
+  EXPECT_TRUE(stub_->OpenUpload(As(own).get(), open, &opened).ok());
+  v1::CommitCheckpointRequest commit;
+  commit.set_job_id("job-000001");
+  v1::UploadCheckpointResponse committed;
+  grpc::Status commit_foreign =
+      stub_->Commit(As(credentials.For("job-000003")).get(), commit, &committed);
+  EXPECT_EQ(commit_foreign.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(commit_foreign.error_message(), HasSubstr("may not commit checkpoints"));
+
+  // Downloads: its own job's, and the checkpoint it resumes from.
+  std::string bytes;
+  grpc::Status s = Download(own, "job-000001", 7, &bytes);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(bytes, "weights");
+  s = Download(credentials.For("job-000002"), "job-000001", 7, &bytes);
+  EXPECT_TRUE(s.ok()) << "the resume source at its step: " << s.error_message();
+  EXPECT_EQ(bytes, "weights");
+  s = Download(credentials.For("job-000005"), "job-000001", 7, &bytes);
+  EXPECT_TRUE(s.ok()) << "the resume source, any step: " << s.error_message();
+  s = Download(credentials.For("job-000004"), "job-000001", 7, &bytes);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << "not the step it resumes from";
+  s = Download(credentials.For("job-000002"), "job-000001", 0, &bytes);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << "\"newest\" is not step 7";
+  s = Download(credentials.For("job-000003"), "job-000001", 7, &bytes);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(s.error_message(),
+            "the credential of job job-000003 may not download checkpoints for job job-000001: a "
+            "job's ranks may reach only their own job");
+  EXPECT_TRUE(bytes.empty());
+  s = Download("worker-token-0123456789", "job-000001", 7, &bytes);
+  EXPECT_TRUE(s.ok()) << "the worker token reads every job's: " << s.error_message();
 }
 
 }  // namespace

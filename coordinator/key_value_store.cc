@@ -10,12 +10,9 @@
 
 namespace chorus {
 
-namespace {
-
-// The job a namespace belongs to (Note [Store quotas]).
-std::string JobOf(const std::string& ns) { return ns.substr(0, ns.find('/')); }
-
-}  // namespace
+std::string KeyValueStore::JobOfNamespace(const std::string& ns) {
+  return ns.substr(0, ns.find('/'));
+}
 
 KeyValueStore::KeyValueStore(Clock* clock) : KeyValueStore(clock, Limits()) {}
 
@@ -63,7 +60,7 @@ std::vector<KeyValueStore::Waiter> KeyValueStore::TakeSatisfied(const std::strin
 }
 
 absl::Status KeyValueStore::Put(const std::string& ns, const std::string& key, std::string value) {
-  const std::string job = JobOf(ns);
+  const std::string job = JobOfNamespace(ns);
   if (value.size() > limits_.max_value_bytes) {
     return absl::ResourceExhaustedError(
         absl::StrCat("store: job \"", job, "\": the value of key \"", key, "\" is ", value.size(),

@@ -95,6 +95,10 @@ class KeyValueStore {
   Usage UsageOf(const std::string& job) const;
   const Limits& limits() const { return limits_; }
 
+  // The job namespace `ns` belongs to: `ns` up to its first '/' (Note
+  // [Store quotas]); what quotas count and a job's credential may reach.
+  static std::string JobOfNamespace(const std::string& ns);
+
  private:
   struct Waiter {
     std::string ns;

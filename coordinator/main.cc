@@ -51,7 +51,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--token_file", options.token_file,
                  "Require bearer tokens: a file of lines \"admin TOKEN\" (submit, cancel, "
-                 "status, logs, everything) and \"worker TOKEN\" (agents, ranks, store).");
+                 "status, logs, everything) and \"worker TOKEN\" (node agents); not readable "
+                 "by others. Ranks get a credential of their own job instead.");
   app.add_option("--tls_cert", options.tls_cert, "PEM certificate: serve TLS (with --tls_key).");
   app.add_option("--tls_key", options.tls_key, "PEM private key of --tls_cert.");
   app.add_option("--tls_client_ca", options.tls_client_ca,
@@ -112,7 +113,8 @@ int main(int argc, char** argv) {
   app.add_flag("--enable_reflection", options.enable_reflection,
                "Serve gRPC server reflection (for grpcurl and similar tools).");
   app.add_option("--state_dir", options.state_dir,
-                 "Directory for durable state; created if missing, locked while running.")
+                 "Directory for durable state; created if missing, locked while running, "
+                 "kept private (mode 0700, files 0600).")
       ->capture_default_str();
   app.add_option("--port_file", port_file,
                  "Write the bound port to this file once listening (for scripts and tests).");

@@ -17,6 +17,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/auth.h"
+#include "common/job_credentials.h"
 #include "common/host_port.h"
 #include "common/status_macros.h"
 #include "coordinator/agent_service.h"
@@ -205,6 +206,12 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
                  << " without TLS: tokens and training data cross the network in plaintext";
   }
   ASSIGN_OR_RETURN(std::unique_ptr<StateDirLock> lock, StateDirLock::Acquire(options.state_dir));
+  if (auth->enabled()) {
+    // Note [Job credentials]: ranks get these instead of the worker token.
+    ASSIGN_OR_RETURN(JobCredentials job_credentials,
+                     JobCredentials::LoadOrCreate(options.state_dir + "/job_credentials.key"));
+    auth->AcceptJobCredentials(std::move(job_credentials));
+  }
   absl::StatusOr<std::unique_ptr<StateStore>> state = StateStore::Open(options.state_dir);
   absl::StatusOr<std::unique_ptr<JobManager>> jobs =
       state.ok() ? JobManager::Create(**state, nullptr, options.max_pending_jobs)
@@ -250,8 +257,11 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
       [scheduler = scheduler.get()](const std::string& job_id, int64_t generation, int rank) {
         return scheduler->GrantUpload(job_id, generation, rank);
       });
-  auto checkpoint_service =
-      std::make_unique<CheckpointServiceImpl>(*checkpoints, *checkpoint_uploads, *auth);
+  auto checkpoint_service = std::make_unique<CheckpointServiceImpl>(
+      *checkpoints, *checkpoint_uploads, *auth, [jobs = jobs->get()](const std::string& job_id) {
+        absl::StatusOr<v1::Job> job = jobs->Get(job_id);
+        return job.ok() ? job->resume_from() : std::string();
+      });
   std::unique_ptr<CheckpointDataServer> checkpoint_data;
   if (options.checkpoint_data_port >= 0 && options.tls_cert.empty()) {
     CheckpointDataServer::Options data_options;

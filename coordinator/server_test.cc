@@ -1,8 +1,10 @@
 #include "coordinator/server.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -21,6 +23,20 @@ using ::testing::HasSubstr;
 std::string TempDir(const std::string& name) {
   const char* base = std::getenv("TEST_TMPDIR");
   return std::string(base ? base : "/tmp") + "/" + name;
+}
+
+// A token file as an operator writes one: readable by its owner only.
+std::string TokenFile(const std::string& name) {
+  const std::string path = TempDir(name);
+  std::ofstream(path) << "admin admin-token-0123456789\nworker worker-token-0123456789\n";
+  EXPECT_EQ(::chmod(path.c_str(), 0600), 0);
+  return path;
+}
+
+mode_t ModeOf(const std::string& path) {
+  struct stat st {};
+  EXPECT_EQ(::stat(path.c_str(), &st), 0) << path;
+  return st.st_mode & 07777;
 }
 
 grpc::health::v1::HealthCheckResponse::ServingStatus Ping(const std::string& address,
@@ -80,9 +96,7 @@ TEST(CoordinatorServerTest, RefusesNonLoopbackAndBadAddresses) {
 
   // With tokens, listening on every interface is allowed (only loopback
   // traffic is sent here).
-  const std::string tokens = TempDir("tokens");
-  std::ofstream(tokens) << "admin admin-token-0123456789\nworker worker-token-0123456789\n";
-  options.token_file = tokens;
+  options.token_file = TokenFile("tokens");
   options.state_dir = TempDir("open_with_tokens");
   auto guarded = CoordinatorServer::Start(options);
   ASSERT_TRUE(guarded.ok()) << guarded.status();
@@ -257,9 +271,7 @@ TEST(CoordinatorServerTest, AnHttpPortOffLoopbackNeedsTokensAndChecksThem) {
   options.http_listen = "nonsense";
   EXPECT_THAT(CoordinatorServer::Start(options).status().message(), HasSubstr("--http_listen"));
 
-  const std::string tokens = TempDir("http_tokens");
-  std::ofstream(tokens) << "admin admin-token-0123456789\nworker worker-token-0123456789\n";
-  options.token_file = tokens;
+  options.token_file = TokenFile("http_tokens");
   options.http_listen = "0.0.0.0:0";
   auto guarded = CoordinatorServer::Start(options);
   ASSERT_TRUE(guarded.ok()) << guarded.status();
@@ -276,6 +288,51 @@ TEST(CoordinatorServerTest, AnHttpPortOffLoopbackNeedsTokensAndChecksThem) {
   ASSERT_TRUE(admin);
   EXPECT_EQ(admin->status, 200);
   EXPECT_THAT(admin->body, HasSubstr("chorus_agents_connected 0\n"));
+}
+
+// Note [Private files]: under a login shell's umask the state would be
+// readable by every user of the machine.
+TEST(CoordinatorServerTest, StateIsPrivateWhateverTheUmaskAndOpenTokenFilesAreRefused) {
+  const mode_t old_umask = ::umask(022);
+  ServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.state_dir = TempDir("private_state");
+  std::filesystem::remove_all(options.state_dir);
+  options.token_file = TokenFile("private_tokens");
+  {
+    auto server = CoordinatorServer::Start(options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    EXPECT_EQ(ModeOf(options.state_dir), 0700u);
+    for (const char* file : {"chorus.db", "chorus.db-wal", "chorus.db-shm", "LOCK",
+                             "job_credentials.key"}) {
+      const std::string path = options.state_dir + "/" + file;
+      if (std::string(file).find("db-") != std::string::npos && !std::filesystem::exists(path)) {
+        continue;  // SQLite makes these when it needs them
+      }
+      EXPECT_EQ(ModeOf(path), 0600u) << file;
+    }
+    EXPECT_TRUE(std::filesystem::exists(options.state_dir + "/chorus.db-wal"));
+    (*server)->Shutdown(absl::ZeroDuration());
+    (*server)->Wait();
+  }
+  // A state directory an older coordinator left open is tightened.
+  ASSERT_EQ(::chmod(options.state_dir.c_str(), 0755), 0);
+  ASSERT_EQ(::chmod((options.state_dir + "/chorus.db").c_str(), 0644), 0);
+  {
+    auto server = CoordinatorServer::Start(options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    EXPECT_EQ(ModeOf(options.state_dir), 0700u);
+    EXPECT_EQ(ModeOf(options.state_dir + "/chorus.db"), 0600u);
+    (*server)->Shutdown(absl::ZeroDuration());
+    (*server)->Wait();
+  }
+  ASSERT_EQ(::chmod(options.token_file.c_str(), 0644), 0);
+  auto open_tokens = CoordinatorServer::Start(options);
+  EXPECT_EQ(open_tokens.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(open_tokens.status().message(),
+            "--token_file " + options.token_file +
+                " is readable by others (mode 0644); chmod 600 " + options.token_file);
+  ::umask(old_umask);
 }
 
 TEST(IsLoopbackHostTest, KnowsLoopbackAddresses) {

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/private_files.h"
 
 namespace chorus {
 
@@ -18,14 +19,11 @@ absl::StatusOr<std::unique_ptr<StateDirLock>> StateDirLock::Acquire(const std::s
   if (dir.empty()) {
     return absl::InvalidArgumentError("--state_dir must not be empty");
   }
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("--state_dir ", dir, ": cannot create: ", ec.message()));
-  }
+  // Note [Private files]: the directory holds every job's spec and
+  // checkpoints and the job-credential secret.
+  if (absl::Status s = MakePrivateDirectory(dir, "--state_dir"); !s.ok()) return s;
   const std::string lock_path = dir + "/LOCK";
-  const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0) {
     return absl::FailedPreconditionError(absl::StrCat("--state_dir ", dir, ": cannot open ",
                                                       lock_path, ": ", std::strerror(errno),

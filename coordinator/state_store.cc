@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/private_files.h"
 #include "common/status_macros.h"
 
 namespace chorus {
@@ -54,10 +55,18 @@ std::string NewClusterId() {
 
 absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const std::string& dir) {
   const std::string path = dir + "/chorus.db";
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) {
-    return absl::FailedPreconditionError(absl::StrCat("state directory ", dir, ": ", ec.message()));
+  // Note [Private files]: the database holds every job's spec, program.env
+  // values included. SQLite makes its -wal and -shm files with the mode of
+  // the database file, so a database made 0600 keeps them 0600 too; files
+  // an older coordinator left with a wider mode are tightened.
+  if (absl::Status s = MakePrivateDirectory(dir, "state directory"); !s.ok()) return s;
+  for (const char* suffix : {"", "-wal", "-shm"}) {
+    const std::string file = path + suffix;
+    std::error_code ec;
+    if (*suffix != '\0' && !std::filesystem::exists(file, ec)) continue;
+    if (absl::Status s = MakePrivateFile(file); !s.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat("state database: ", s.message()));
+    }
   }
   sqlite3* db = nullptr;
   if (sqlite3_open_v2(path.c_str(), &db,

@@ -91,12 +91,16 @@ absl::StatusOr<absl::Time> WaitDeadline(double seconds) {
 
 }  // namespace
 
+absl::Status StoreServiceImpl::CheckCaller(const grpc::CallbackServerContext& context,
+                                           const std::string& ns) const {
+  return auth_.CheckJob(context.client_metadata(), KeyValueStore::JobOfNamespace(ns),
+                        "use the key-value store");
+}
+
 grpc::ServerUnaryReactor* StoreServiceImpl::Set(grpc::CallbackServerContext* context,
                                                 const v1::StoreSetRequest* request,
                                                 v1::StoreSetResponse* /*response*/) {
-  if (absl::Status s = auth_.Check(context->client_metadata(), Role::kWorker); !s.ok()) {
-    return Reject(context, s);
-  }
+  if (absl::Status s = CheckCaller(*context, request->ns()); !s.ok()) return Reject(context, s);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   absl::Status s = CheckNames(request->ns(), request->key());
   if (s.ok()) s = store_.Set(request->ns(), request->key(), request->value());
@@ -107,9 +111,7 @@ grpc::ServerUnaryReactor* StoreServiceImpl::Set(grpc::CallbackServerContext* con
 grpc::ServerUnaryReactor* StoreServiceImpl::Add(grpc::CallbackServerContext* context,
                                                 const v1::StoreAddRequest* request,
                                                 v1::StoreAddResponse* response) {
-  if (absl::Status s = auth_.Check(context->client_metadata(), Role::kWorker); !s.ok()) {
-    return Reject(context, s);
-  }
+  if (absl::Status s = CheckCaller(*context, request->ns()); !s.ok()) return Reject(context, s);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   absl::Status s = CheckNames(request->ns(), request->key());
   if (s.ok()) {
@@ -124,9 +126,7 @@ grpc::ServerUnaryReactor* StoreServiceImpl::Add(grpc::CallbackServerContext* con
 grpc::ServerUnaryReactor* StoreServiceImpl::Get(grpc::CallbackServerContext* context,
                                                 const v1::StoreGetRequest* request,
                                                 v1::StoreGetResponse* response) {
-  if (absl::Status s = auth_.Check(context->client_metadata(), Role::kWorker); !s.ok()) {
-    return Reject(context, s);
-  }
+  if (absl::Status s = CheckCaller(*context, request->ns()); !s.ok()) return Reject(context, s);
   absl::Status s = CheckNames(request->ns(), request->key());
   absl::StatusOr<absl::Time> deadline = WaitDeadline(request->wait_seconds());
   if (s.ok()) s = deadline.status();
@@ -155,9 +155,7 @@ grpc::ServerUnaryReactor* StoreServiceImpl::Get(grpc::CallbackServerContext* con
 grpc::ServerUnaryReactor* StoreServiceImpl::Wait(grpc::CallbackServerContext* context,
                                                  const v1::StoreWaitRequest* request,
                                                  v1::StoreWaitResponse* /*response*/) {
-  if (absl::Status s = auth_.Check(context->client_metadata(), Role::kWorker); !s.ok()) {
-    return Reject(context, s);
-  }
+  if (absl::Status s = CheckCaller(*context, request->ns()); !s.ok()) return Reject(context, s);
   absl::Status s = request->ns().empty() ? absl::InvalidArgumentError("store: ns must not be empty")
                                          : absl::OkStatus();
   absl::StatusOr<absl::Time> deadline = WaitDeadline(request->wait_seconds());

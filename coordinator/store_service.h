@@ -18,7 +18,9 @@ class StoreServiceImpl final : public v1::StoreService::CallbackService {
   // Longest wait a client may ask for.
   static constexpr double kMaxWaitSeconds = 3600;
 
-  // Calls need a worker (or admin) token when `auth` is enabled.
+  // Calls need a worker or admin token, or the credential of the job whose
+  // namespace they name (KeyValueStore::JobOfNamespace), when `auth` is
+  // enabled.
   explicit StoreServiceImpl(KeyValueStore& store, const TokenAuthorizer& auth = AllowAll())
       : store_(store), auth_(auth) {}
 
@@ -36,6 +38,10 @@ class StoreServiceImpl final : public v1::StoreService::CallbackService {
                                 v1::StoreAddResponse* response) override;
 
  private:
+  // OK if the call may use namespace `ns`.
+  absl::Status CheckCaller(const grpc::CallbackServerContext& context,
+                           const std::string& ns) const;
+
   KeyValueStore& store_;
   const TokenAuthorizer& auth_;
 };

@@ -66,6 +66,7 @@ worker=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
 printf 'admin %s\nworker %s\n' "${admin}" "${worker}" > "${TMP}/tokens"
 echo "${admin}" > "${TMP}/admin.token"
 echo "${worker}" > "${TMP}/worker.token"
+chmod 600 "${TMP}/tokens" "${TMP}/admin.token" "${TMP}/worker.token"  # token files readable by others are refused
 
 start_coordinator -n "${ns_a}" -l 10.77.0.1:0 -s "${TMP}/state" -- --token_file "${TMP}/tokens" \
   || { fail "coordinator did not start"; finish; }

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Security end to end with real processes: a coordinator with tokens and
 # mutual TLS (a CA, server and client certificates made here with openssl),
-# the auth matrix through the chorus CLI, and a job trained by a chorus-worker
-# whose ranks present the worker token and client certificate they inherit.
+# the auth matrix through the chorus CLI, a job trained by a chorus-worker
+# whose ranks present their job's credential (never the agent's worker
+# token) and the client certificate they inherit, what a program's
+# CHORUS_TOKEN can do, and token files readable by others refused.
 #
 # Usage (from Bazel): security_e2e_test.sh COORDINATOR CHORUS WORKER
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -34,6 +36,8 @@ printf '# roles\nadmin %s\nworker %s\n' "${admin_token}" "${worker_token}" > "${
 echo "${admin_token}" > "${TMP}/admin.token"
 echo "worker ${worker_token}" > "${TMP}/worker.token"
 echo "0000000000000000000000000000" > "${TMP}/bogus.token"
+# Token files are private (a group- or world-readable one is refused).
+chmod 600 "${TMP}/tokens" "${TMP}/admin.token" "${TMP}/worker.token" "${TMP}/bogus.token"
 
 start_coordinator -s "${TMP}/state" -- \
   --token_file "${TMP}/tokens" --tls_cert "${pki}/server.pem" --tls_key "${pki}/server.key" \
@@ -82,7 +86,7 @@ worker_pid=$!
 track_pid "${worker_pid}"
 out=$(timeout 120 "${CHORUS}" --coordinator "${addr}" "${tls[@]}" --token_file "${TMP}/admin.token" \
   submit --wait "${TMP}/job.textproto" 2>"${TMP}/submit.err"); rc=$?
-[[ ${rc} -eq 0 && "${out}" == "job-000001" ]] && pass "job trained over mTLS with tokens (ranks inherit the credentials)" \
+[[ ${rc} -eq 0 && "${out}" == "job-000001" ]] && pass "job trained over mTLS with tokens (ranks hold their job's credential)" \
   || fail "secure job rc=${rc} out='${out}' err=$(tail -3 "${TMP}/submit.err") worker=$(tail -5 "${TMP}/worker.log")"
 # A TLS coordinator has no (plaintext) checkpoint data port: the final
 # checkpoint went over the gRPC Upload stream, encrypted.
@@ -92,7 +96,38 @@ grep -q "the coordinator takes checkpoints over gRPC only" "${TMP}/worker.log" \
   || fail "checkpoint upload under TLS: $(grep -i checkpoint "${TMP}/worker.log" | tail -3)"
 out=$(c "${tls[@]}" --token_file "${TMP}/admin.token" logs job-000001 --rank 0 2>&1); rc=$?
 [[ ${rc} -eq 0 && "${out}" == *"[rank 0]"* ]] && pass "logs with the admin token" || fail "logs rc=${rc} out='${out}'"
+
+# --- a program's CHORUS_TOKEN is its job's credential: it cannot list jobs
+cat > "${TMP}/probe.sh" <<EOF
+#!/bin/sh
+job=\${CHORUS_TOKEN#chorus-job:}
+echo "probe: CHORUS_TOKEN is the credential of \${job%%:*}; CHORUS_TOKEN_FILE='\${CHORUS_TOKEN_FILE}'"
+if "$(realpath "${CHORUS}")" --coordinator "\${CHORUS_COORDINATOR}" --timeout 5 jobs >/dev/null 2>"${TMP}/probe.err"; then
+  echo "probe: listed the jobs"
+else
+  echo "probe: jobs refused: \$(cat "${TMP}/probe.err")"
+fi
+EOF
+chmod +x "${TMP}/probe.sh"
+printf 'program { argv: "%s" }\nresources { min_ranks: 1 max_ranks: 1 }\n' "${TMP}/probe.sh" > "${TMP}/probe.textproto"
+out=$(timeout 60 "${CHORUS}" --coordinator "${addr}" "${tls[@]}" --token_file "${TMP}/admin.token" \
+  submit --wait "${TMP}/probe.textproto" 2>"${TMP}/probe_submit.err"); rc=$?
+logs=$(c "${tls[@]}" --token_file "${TMP}/admin.token" logs job-000002 2>&1)
+[[ ${rc} -eq 0 && "${logs}" == *"probe: CHORUS_TOKEN is the credential of job-000002; CHORUS_TOKEN_FILE=''"* ]] \
+  && pass "a program's CHORUS_TOKEN is its own job's credential, not the worker token" \
+  || fail "program credential rc=${rc} err=$(tail -3 "${TMP}/probe_submit.err") logs=${logs}"
+[[ "${logs}" == *"probe: jobs refused: "*"needs an admin token"*"credential of job job-000002"* ]] \
+  && pass "a program's CHORUS_TOKEN cannot make admin calls" || fail "program admin call: ${logs}"
+[[ "${logs}" != *"${worker_token}"* ]] && pass "the worker token appears nowhere in the program's output" \
+  || fail "the worker token reached the program"
 kill -TERM "${worker_pid}"; wait "${worker_pid}" 2>/dev/null
+
+# --- a token file others can read is refused, saying how to fix it
+cp "${TMP}/admin.token" "${TMP}/open.token" && chmod 644 "${TMP}/open.token"
+out=$(c "${tls[@]}" --token_file "${TMP}/open.token" jobs 2>&1); rc=$?
+[[ ${rc} -ne 0 && "${out}" == *"--token_file ${TMP}/open.token is readable by others (mode 0644); chmod 600 ${TMP}/open.token"* ]] \
+  && pass "a world-readable token file is refused with the chmod that fixes it" \
+  || fail "open token file rc=${rc} out='${out}'"
 
 # An agent without a token is turned away with the reason.
 out=$("${WORKER}" --coordinator "${addr}" --slots 1 "${tls[@]}" --connect_timeout 3 2>&1); rc=$?

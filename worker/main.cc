@@ -145,7 +145,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--token_file", flags.token_file,
                  "File holding a worker (or admin) token, for a coordinator started with "
-                 "--token_file (or set CHORUS_TOKEN / CHORUS_TOKEN_FILE). Ranks get it too.");
+                 "--token_file (or set CHORUS_TOKEN / CHORUS_TOKEN_FILE); readable by its owner only. "
+                 "Ranks get their job's own credential instead.");
   app.add_option("--tls_ca", flags.tls_ca,
                  "PEM CA bundle to verify a TLS coordinator (or CHORUS_TLS_CA).");
   app.add_option("--tls_cert", flags.tls_cert,
@@ -180,9 +181,11 @@ int main(int argc, char** argv) {
     std::cerr << "chorus-worker: " << security.status().message() << "\n";
     return 2;
   }
-  // Rank processes inherit the environment: they present the same
-  // credentials (the token by value, TLS files by absolute path).
-  if (!security->token.empty()) setenv("CHORUS_TOKEN", security->token.c_str(), 1);
+  // Rank processes inherit the environment, but not the agent's token: each
+  // launch carries its job's credential, which the agent gives the job's
+  // ranks as CHORUS_TOKEN (Note [Job credentials] in
+  // common/job_credentials.h). TLS files they share, by absolute path.
+  unsetenv("CHORUS_TOKEN");
   unsetenv("CHORUS_TOKEN_FILE");
   for (const auto& [flag, env] :
        {std::pair{&flags.tls_ca, "CHORUS_TLS_CA"}, std::pair{&flags.tls_cert, "CHORUS_TLS_CERT"},

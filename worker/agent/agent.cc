@@ -313,6 +313,14 @@ RankCommand Agent::RankCommandFor(const v1::LaunchRanks& launch, const v1::RankL
   set("CHORUS_COORDINATOR",
       launch.coordinator().empty() ? options_.coordinator : launch.coordinator());
   set("CHORUS_JOB_ID", launch.job_id());
+  // Note [Job credentials] (common/job_credentials.h): the ranks run user
+  // code, so they get their job's credential, never the agent's token.
+  unset("CHORUS_TOKEN_FILE");
+  if (launch.credential().empty()) {
+    unset("CHORUS_TOKEN");
+  } else {
+    set("CHORUS_TOKEN", launch.credential());
+  }
   set("CHORUS_GENERATION", std::to_string(launch.generation()));
   set("CHORUS_AGENT_ID", agent_id);
   set("CHORUS_SLOT", std::to_string(rank.slot()));

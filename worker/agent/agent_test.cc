@@ -535,6 +535,37 @@ TEST_F(AgentTest, LaunchStartsOneProcessPerRankWithItsEnvironment) {
   unsetenv("CHORUS_JOB_ID");
 }
 
+// Note [Job credentials]: user code in a rank must not hold the agent's
+// token, whether the agent got it from the environment or a file.
+TEST_F(AgentTest, RanksGetTheirJobsCredentialAndNeverTheAgentsToken) {
+  constexpr char kAgentToken[] = "agent-worker-token-0123456789";
+  setenv("CHORUS_TOKEN", kAgentToken, 1);
+  setenv("CHORUS_TOKEN_FILE", "/etc/chorus/worker.token", 1);
+  Connect();
+  v1::CoordinatorMessage launch = LaunchMessage("job-1", 1, {0, 1});
+  launch.mutable_launch()->set_credential("chorus-job:job-1:0123abcd");
+  coordinator_.Send(launch);
+  std::vector<std::shared_ptr<FakeRank>> ranks = launcher_->AwaitRanks(2);
+  ASSERT_EQ(ranks.size(), 2u);
+  auto has = [](const FakeRank& rank, const std::string& text) {
+    return std::any_of(rank.command().env.begin(), rank.command().env.end(),
+                       [&](const std::string& e) { return absl::StrContains(e, text); });
+  };
+  for (const auto& rank : ranks) {
+    EXPECT_EQ(rank->Env("CHORUS_TOKEN"), "chorus-job:job-1:0123abcd");
+    EXPECT_FALSE(has(*rank, kAgentToken)) << "the agent's token reached a rank";
+    EXPECT_FALSE(has(*rank, "CHORUS_TOKEN_FILE=")) << "the agent's token file reached a rank";
+  }
+
+  // A coordinator without tokens sends no credential: the ranks get none.
+  coordinator_.Send(LaunchMessage("job-2", 1, {2}));
+  ranks = launcher_->AwaitRanks(3);
+  ASSERT_EQ(ranks.size(), 3u);
+  EXPECT_FALSE(has(*ranks[2], "CHORUS_TOKEN")) << "a rank of job-2 got a token";
+  unsetenv("CHORUS_TOKEN");
+  unsetenv("CHORUS_TOKEN_FILE");
+}
+
 TEST_F(AgentTest, EachSlotsRankIsBoundToItsShareOfTheCpus) {
   // As under taskset -c 4-7: the shares come from the agent's CPUs.
   options_.cpus = {4, 5, 6, 7};
