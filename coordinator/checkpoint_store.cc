@@ -174,6 +174,28 @@ void CheckpointStore::WaitForRemovals() {
       this));
 }
 
+// Note [Manifest is the commit]
+// A checkpoint exists once its manifest row is in the state database, not
+// when its directory is in place: Commit renames the directory first, and
+// the manifest write after it can fail (the database is UNAVAILABLE, which
+// ranks retry). The directory such a commit leaves is not a checkpoint —
+// List and FindLoadable do not see it, and Recover deletes it at the next
+// start — so a retry of that step must not be told ALREADY_EXISTS (a rank
+// would count the checkpoint as stored): BeginUpload, AdoptStaged and Commit
+// ask the database, and Commit replaces the directory. Only one commit runs
+// at a time (mu_), so a directory without a row seen there is such a
+// leftover, not a commit in progress.
+absl::Status CheckpointStore::CheckNotCommitted(const std::string& job_id, int64_t step) {
+  ASSIGN_OR_RETURN(std::vector<v1::CheckpointManifest> committed, state_.LoadManifests(job_id));
+  for (const v1::CheckpointManifest& m : committed) {
+    if (m.step() == step) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("checkpoint ", job_id, " step ", step, " is already committed"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 std::string CheckpointStore::StepDir(const std::string& job_id, int64_t step) const {
   return absl::StrFormat("%s/%s/%012d", root_, job_id, step);
 }
@@ -250,11 +272,8 @@ absl::StatusOr<std::unique_ptr<CheckpointStore::Upload>> CheckpointStore::BeginU
     return absl::InvalidArgumentError(absl::StrCat("checkpoint: bad job id \"", job_id, "\""));
   if (step < 0)
     return absl::InvalidArgumentError(absl::StrCat("checkpoint: step must be >= 0, got ", step));
+  RETURN_IF_ERROR(CheckNotCommitted(job_id, step));
   std::error_code ec;
-  if (fs::exists(StepDir(job_id, step), ec)) {
-    return absl::AlreadyExistsError(
-        absl::StrCat("checkpoint ", job_id, " step ", step, " is already committed"));
-  }
   int64_t n;
   {
     absl::MutexLock lock(&mu_);
@@ -298,10 +317,7 @@ absl::StatusOr<std::unique_ptr<CheckpointStore::Upload>> CheckpointStore::AdoptS
                      " (checkpoint.shared_dir must be a directory every node, the coordinator's "
                      "included, mounts at the same path)"));
   }
-  if (fs::exists(absl::StrFormat("%s/%012d", job_dir, step), ec)) {
-    return absl::AlreadyExistsError(
-        absl::StrCat("checkpoint ", job_id, " step ", step, " is already committed"));
-  }
+  RETURN_IF_ERROR(CheckNotCommitted(job_id, step));
   std::set<std::string> names;
   for (const v1::CheckpointFile& f : files) {
     if (!SafeName(f.name()) || f.name() == kManifestFile) {
@@ -539,10 +555,19 @@ absl::StatusOr<v1::CheckpointManifest> CheckpointStore::Upload::Commit(
   absl::MutexLock lock(&store_.mu_);
   RETURN_IF_ERROR(FsyncDirectory(staging_));
   store_.Hit(Stage::kBeforeRename);
+  RETURN_IF_ERROR(store_.CheckNotCommitted(job_id_, step_));
   std::error_code ec;
   if (fs::exists(final_dir, ec)) {
-    return absl::AlreadyExistsError(
-        absl::StrCat("checkpoint ", job_id_, " step ", step_, " is already committed"));
+    // Note [Manifest is the commit]: a commit of this step whose manifest
+    // write failed left it (commits hold mu_ from rename to manifest).
+    LOG(WARNING) << "checkpoint " << job_id_ << " step " << step_ << ": replacing " << final_dir
+                 << ", which an earlier commit left without a manifest";
+    fs::remove_all(final_dir, ec);
+    if (ec)
+      return absl::InternalError(absl::StrCat("checkpoint: cannot remove ", final_dir,
+                                              ", which an earlier commit left "
+                                              "without a manifest: ",
+                                              ec.message()));
   }
   fs::rename(staging_, final_dir, ec);
   if (ec)
@@ -551,7 +576,7 @@ absl::StatusOr<v1::CheckpointManifest> CheckpointStore::Upload::Commit(
   committed_ = true;  // the staging directory is gone either way
   RETURN_IF_ERROR(FsyncDirectory(job_dir));
   store_.Hit(Stage::kBeforeManifest);
-  // The manifest row is the commit point: before it, Recover() deletes the
+  // Note [Manifest is the commit]: before the row, Recover() deletes the
   // directory; after it, the checkpoint exists.
   RETURN_IF_ERROR(store_.state_.SaveManifest(manifest));
   store_.Hit(Stage::kAfterManifest);

@@ -7,7 +7,7 @@
 // records each file's SHA-256 (what resumes check the stored file against); Commit
 // fsyncs the files and the directory, renames it into place, fsyncs the
 // parent, and only then records the manifest in SQLite (the source of
-// truth) and writes MANIFEST. Recover() (at start-up) deletes staging
+// truth; the commit point) and writes MANIFEST. Recover() (at start-up) deletes staging
 // directories and step directories that no manifest names, so after a crash
 // at any point readers see only complete checkpoints. Retention (keep_last)
 // deletes old checkpoints only after a newer one is committed.
@@ -155,6 +155,9 @@ class CheckpointStore {
   void WaitForRemovals();
 
  private:
+  // ALREADY_EXISTS when the state database holds a manifest of the step
+  // (Note [Manifest is the commit] in checkpoint_store.cc).
+  absl::Status CheckNotCommitted(const std::string& job_id, int64_t step);
   std::string StepDir(const std::string& job_id, int64_t step) const;
   // Where a committed checkpoint's files are.
   std::string DirOf(const v1::CheckpointManifest& manifest) const;

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <linux/magic.h>
+#include <sqlite3.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -214,6 +215,57 @@ TEST(CheckpointStoreTest, CrashAtEveryStageOfTheCommitLeavesOnlyCompleteCheckpoi
   }
 }
 
+// Runs `sql` on the state database in `dir` through a connection of its own
+// (how a test makes the store's next write fail: a trigger that refuses it).
+void ExecOnDatabase(const std::string& dir, const std::string& sql) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((dir + "/chorus.db").c_str(), &db), SQLITE_OK);
+  char* error = nullptr;
+  const int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &error);
+  EXPECT_EQ(rc, SQLITE_OK) << (error ? error : "");
+  sqlite3_free(error);
+  sqlite3_close(db);
+}
+
+// The manifest row is the commit point. A commit whose manifest write fails
+// has renamed its directory into place already; a retry of that upload (the
+// failure is UNAVAILABLE, which ranks retry) must not be told the step is
+// ALREADY_EXISTS — it would count as stored while no manifest names it, and
+// the next start deletes the directory. The retry commits it for real.
+TEST(CheckpointStoreTest, ARetryAfterAFailedManifestWriteCommitsInsteadOfReportingItExists) {
+  const std::string dir = TempDir("manifest_write_fails");
+  auto state = StateStore::Open(dir);
+  ASSERT_TRUE(state.ok()) << state.status();
+  CheckpointStore store(dir + "/checkpoints", **state);
+  ASSERT_TRUE(store.Recover().ok());
+  ExecOnDatabase(dir,
+                 "CREATE TRIGGER refuse BEFORE INSERT ON checkpoints "
+                 "BEGIN SELECT RAISE(ABORT, 'disk I/O error (injected)'); END;");
+  absl::StatusOr<v1::CheckpointManifest> first = Put(store, "job-000005", 30);
+  ASSERT_FALSE(first.ok());
+  EXPECT_EQ(first.status().code(), absl::StatusCode::kUnavailable) << first.status();
+  EXPECT_THAT(first.status().message(), HasSubstr("disk I/O error (injected)"));
+  EXPECT_TRUE(Steps(store, "job-000005").empty());
+
+  ExecOnDatabase(dir, "DROP TRIGGER refuse;");
+  absl::StatusOr<v1::CheckpointManifest> retry = Put(store, "job-000005", 30);
+  ASSERT_TRUE(retry.ok()) << retry.status() << " (a step without a manifest is not committed)";
+  EXPECT_EQ(Steps(store, "job-000005"), std::vector<int64_t>{30});
+  EXPECT_EQ(Put(store, "job-000005", 30).status().code(), absl::StatusCode::kAlreadyExists)
+      << "once the manifest is durable, the step exists";
+
+  // The next start keeps it, and it loads.
+  CheckpointStore restarted(dir + "/checkpoints", **state);
+  ASSERT_TRUE(restarted.Recover().ok());
+  std::vector<std::string> skipped;
+  absl::StatusOr<v1::CheckpointManifest> loaded =
+      restarted.FindLoadable("job-000005", 30, &skipped);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_TRUE(skipped.empty());
+  std::ifstream in(FileOf(restarted, "job-000005", 30, "model.pt"));
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "weights of step 30");
+}
+
 // What a rank does for storage SHARED_DIR: its files in a staging directory
 // under <shared>/<job>/; returns the request's file list.
 std::vector<v1::CheckpointFile> Stage(
@@ -368,7 +420,8 @@ TEST(CheckpointStoreTest, CommittedFilesLeaveThePageCache) {
   EXPECT_EQ(ResidentPages(store.FilePath(*m, "model.pt")), 0);
 
   // Shared directory: the rank's file is read back to check it, then dropped.
-  const std::string staging = ".staging-10-r0-1-0";
+  // (Another step: a job's step is committed once, whatever its storage.)
+  const std::string staging = ".staging-20-r0-1-0";
   auto files = Stage(shared, "job-000003", staging, {{"model.pt", data}});
   ASSERT_GT(ResidentPages(shared + "/job-000003/" + staging + "/model.pt"), 0) << "just written";
   {  // the rank fsyncs before it asks for the commit
@@ -378,7 +431,7 @@ TEST(CheckpointStoreTest, CommittedFilesLeaveThePageCache) {
     ASSERT_EQ(::fsync(fd), 0);
     ::close(fd);
   }
-  auto adopted = store.AdoptStaged(shared, "job-000003", 10, staging, files);
+  auto adopted = store.AdoptStaged(shared, "job-000003", 20, staging, files);
   ASSERT_TRUE(adopted.ok()) << adopted.status();
   m = (*adopted)->Commit(info, 0);
   ASSERT_TRUE(m.ok()) << m.status();

@@ -259,6 +259,24 @@ absl::Status JobManager::SavePlacements(const std::string& job_id,
   return absl::OkStatus();
 }
 
+absl::Status JobManager::SaveElasticRecord(const std::string& job_id,
+                                           const coordinator::ElasticRecord& record) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!jobs_.count(job_id)) return NotFound(job_id);
+  }
+  return state_.SaveElasticRecord(job_id, record);
+}
+
+absl::StatusOr<coordinator::ElasticRecord> JobManager::LoadElasticRecord(
+    const std::string& job_id) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!jobs_.count(job_id)) return NotFound(job_id);
+  }
+  return state_.LoadElasticRecord(job_id);
+}
+
 absl::StatusOr<v1::Job> JobManager::Finish(const std::string& job_id, v1::Job::State state,
                                            const std::string& reason) {
   return Transition(job_id, [&](v1::Job& job) {

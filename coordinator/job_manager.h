@@ -65,6 +65,11 @@ class JobManager {
   // Records where the running job's ranks are (index = rank), durably.
   absl::Status SavePlacements(const std::string& job_id,
                               const std::vector<v1::RankPlacement>& placements);
+  // An elastic job's change of generation in progress, durably (Note
+  // [Elastic restart] in job_recovery.h); the saved one (empty if none).
+  absl::Status SaveElasticRecord(const std::string& job_id,
+                                 const coordinator::ElasticRecord& record);
+  absl::StatusOr<coordinator::ElasticRecord> LoadElasticRecord(const std::string& job_id);
   // Ends a job that has not ended (SUCCEEDED or FAILED) with `reason`.
   absl::StatusOr<v1::Job> Finish(const std::string& job_id, v1::Job::State state,
                                  const std::string& reason);

@@ -6,7 +6,89 @@
 
 namespace chorus {
 
-RunningJob RecoveredJob(const v1::Job& job, absl::Time until) {
+namespace {
+
+absl::Time TimeOf(int64_t unix_us) { return absl::FromUnixMicros(unix_us); }
+
+// Restores the change of generation `record` saved (Note [Elastic restart]).
+void RestoreElastic(const coordinator::ElasticRecord& record, RunningJob& run) {
+  for (int lost : record.lost_ranks()) {
+    if (lost < 0 || lost >= static_cast<int>(run.ranks.size())) continue;
+    RankState& rank = run.ranks[lost];
+    rank.state = v1::RankStatus::EXITED;
+    rank.recover_host.clear();  // gone: no agent binds it again
+  }
+  if (record.has_waiting()) {
+    run.waiting_until = TimeOf(record.waiting().until_us());
+    run.waiting_cause = record.waiting().cause();
+    run.waiting_kind = record.waiting().kind();
+  }
+  if (record.has_forming()) {
+    run.form_deadline = TimeOf(record.forming().deadline_us());
+    run.forming_kind = record.forming().kind();
+  }
+  if (record.has_planned()) {
+    run.planned_cause = record.planned().cause();
+    run.planned_kind = record.planned().kind();
+    run.planned_world = record.planned().world();
+  }
+  if (record.has_reform_started_us()) run.reform_started = TimeOf(record.reform_started_us());
+  if (record.has_last_growth_us()) run.last_growth_at = TimeOf(record.last_growth_us());
+  for (int finished : record.finished_ranks()) {
+    if (finished < 0 || finished >= static_cast<int>(run.ranks.size())) continue;
+    RankState& rank = run.ranks[finished];
+    rank.state = v1::RankStatus::EXITED;
+    rank.recover_host.clear();
+    ++run.exited_ok;
+  }
+  run.recovery_seconds = record.recovery_seconds();
+  run.history.assign(record.history().begin(), record.history().end());
+  run.saved_record = record.SerializeAsString();
+}
+
+}  // namespace
+
+coordinator::ElasticRecord ElasticRecordOf(const RunningJob& run, const std::vector<bool>& lost) {
+  coordinator::ElasticRecord record;
+  record.set_generation(run.generation());
+  for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
+    const RankState& r = run.ranks[rank];
+    if (r.state == v1::RankStatus::EXITED && r.exit_code == 0 && r.evicted.empty()) {
+      record.add_finished_ranks(static_cast<int>(rank));
+    } else if (rank < lost.size() && lost[rank]) {
+      record.add_lost_ranks(static_cast<int>(rank));
+    }
+  }
+  if (run.waiting_until != absl::InfiniteFuture()) {
+    record.mutable_waiting()->set_until_us(absl::ToUnixMicros(run.waiting_until));
+    record.mutable_waiting()->set_cause(run.waiting_cause);
+    record.mutable_waiting()->set_kind(run.waiting_kind);
+  }
+  if (run.form_deadline != absl::InfiniteFuture() && !run.Formed()) {
+    record.mutable_forming()->set_deadline_us(absl::ToUnixMicros(run.form_deadline));
+    record.mutable_forming()->set_kind(run.forming_kind);
+  }
+  if (!run.planned_cause.empty()) {
+    record.mutable_planned()->set_cause(run.planned_cause);
+    record.mutable_planned()->set_kind(run.planned_kind);
+    record.mutable_planned()->set_world(run.planned_world);
+  }
+  if (run.reform_started != absl::InfinitePast()) {
+    record.set_reform_started_us(absl::ToUnixMicros(run.reform_started));
+  }
+  if (run.last_growth_at != absl::InfinitePast()) {
+    record.set_last_growth_us(absl::ToUnixMicros(run.last_growth_at));
+  }
+  record.set_recovery_seconds(run.recovery_seconds);
+  for (const std::string& line : run.history) record.add_history(line);
+  return record;
+}
+
+RunningJob RecoveredJob(const v1::Job& job, absl::Time until,
+                        const coordinator::ElasticRecord& record) {
+  const bool restore = job.spec().has_elastic() && record.generation() == job.generation();
+  // A generation that had not formed answered no rank: they all join again.
+  const bool forming = restore && record.has_forming();
   RunningJob run(job, job.placements_size(), job.generation());
   run.recovering_until = until;
   for (const v1::RankPlacement& placement : job.placements()) {
@@ -17,9 +99,10 @@ RunningJob RecoveredJob(const v1::Job& job, absl::Time until) {
     rank.state = v1::RankStatus::LOST;
     rank.recover_host = placement.host();
     rank.recover_agent_pid = placement.agent_pid();
-    run.rendezvous.MarkJoined(static_cast<int>(run.ranks.size()));
+    if (!forming) run.rendezvous.MarkJoined(static_cast<int>(run.ranks.size()));
     run.ranks.push_back(std::move(rank));
   }
+  if (restore) RestoreElastic(record, run);
   return run;
 }
 
@@ -30,10 +113,11 @@ std::map<std::string, std::vector<int>> RebindRanks(
   for (const v1::RunningRank& reported : hello.running()) {
     auto run = running.find(reported.job_id());
     RankState* match = nullptr;
-    if (run != running.end() && run->second.generation() == reported.generation()) {
+    if (run != running.end() && reported.generation() <= run->second.generation()) {
       for (RankState& rank : run->second.ranks) {
-        if (rank.agent_id.empty() && rank.recover_host == hello.host() &&
-            rank.recover_agent_pid == hello.pid() && rank.slot == reported.slot()) {
+        if (rank.agent_id.empty() && rank.state != v1::RankStatus::EXITED &&
+            rank.recover_host == hello.host() && rank.recover_agent_pid == hello.pid() &&
+            rank.slot == reported.slot()) {
           match = &rank;
         }
       }
@@ -44,7 +128,7 @@ std::map<std::string, std::vector<int>> RebindRanks(
     }
     match->agent_id = agent_id;
     match->pid = reported.pid();
-    match->state = v1::RankStatus::TRAINING;
+    match->state = run->second.Formed() ? v1::RankStatus::TRAINING : v1::RankStatus::JOINING;
     bound->emplace_back(reported.job_id(), reported.slot());
   }
   return orphans;
@@ -53,14 +137,19 @@ std::map<std::string, std::vector<int>> RebindRanks(
 RecoveryProgress CheckRecovery(RunningJob& run, absl::Time now) {
   RecoveryProgress progress;
   if (run.recovering_until == absl::InfinitePast()) return progress;
-  const int missing =
-      static_cast<int>(std::count_if(run.ranks.begin(), run.ranks.end(),
-                                     [](const RankState& rank) { return rank.agent_id.empty(); }));
+  // Ranks lost before the restart (an elastic job's) are not waited for.
+  int expected = 0;
+  int missing = 0;
+  for (const RankState& rank : run.ranks) {
+    if (rank.state == v1::RankStatus::EXITED && rank.agent_id.empty()) continue;
+    ++expected;
+    if (rank.agent_id.empty()) ++missing;
+  }
   if (missing == 0) {
     run.recovering_until = absl::InfinitePast();
     progress.all_back = true;
   } else if (now > run.recovering_until) {
-    progress.failure = absl::StrCat(missing, " of ", run.ranks.size(),
+    progress.failure = absl::StrCat(missing, " of ", expected,
                                     " rank(s) did not come back after the coordinator restarted");
   }
   return progress;

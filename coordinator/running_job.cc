@@ -80,6 +80,24 @@ int RunningJob::RankOn(const std::string& agent_id, int slot) const {
   return -1;
 }
 
+int RunningJob::RankOfJoin(const std::string& agent_id, int slot, int64_t pid,
+                           const std::string& host) const {
+  for (size_t rank = 0; rank < ranks.size(); ++rank) {
+    const RankState& r = ranks[rank];
+    if (!r.recover_host.empty() && pid != 0 && r.pid == pid && r.slot == slot &&
+        (host.empty() || host == r.recover_host)) {
+      return static_cast<int>(rank);
+    }
+  }
+  return RankOn(agent_id, slot);
+}
+
+bool RunningJob::AwaitingRanks() const {
+  return std::any_of(ranks.begin(), ranks.end(), [](const RankState& r) {
+    return r.agent_id.empty() && r.state != v1::RankStatus::EXITED;
+  });
+}
+
 bool RunningJob::RunsOn(const std::string& agent_id) const {
   for (const RankState& r : ranks) {
     if (r.agent_id == agent_id && r.state != v1::RankStatus::EXITED) return true;

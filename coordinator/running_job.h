@@ -66,6 +66,14 @@ struct RunningJob {
   int64_t generation() const { return rendezvous.generation(); }
   // The rank running on the agent's slot, or -1.
   int RankOn(const std::string& agent_id, int slot) const;
+  // The rank a Join from process `pid` on `host` and the agent's slot is
+  // for, or -1. A rank taken back after a restart joins with the id its
+  // agent had before (its environment's), which may now name another agent:
+  // it is known by its host, pid and slot.
+  int RankOfJoin(const std::string& agent_id, int slot, int64_t pid, const std::string& host) const;
+  // Whether a job taken back after a restart still waits for a rank that
+  // was running when the coordinator stopped.
+  bool AwaitingRanks() const;
   // Whether a rank that has not exited runs on `agent_id` (departing ones
   // included).
   bool RunsOn(const std::string& agent_id) const;
@@ -151,6 +159,9 @@ struct RunningJob {
   // When the job last started or grew (elastic.scale_up_interval_seconds
   // counts from it).
   absl::Time last_growth_at = absl::InfinitePast();
+  // The elastic state last saved to the state database (a serialized
+  // coordinator::ElasticRecord; Scheduler::SaveElasticLocked).
+  std::string saved_record;
   // Whether every rank of the current generation has joined.
   bool Formed() const;
   // Where the current ranks run (index = rank).

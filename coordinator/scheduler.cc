@@ -105,6 +105,12 @@ void Scheduler::Schedule() {
 void Scheduler::ScheduleLocked(Outbox& out) {
   // Running elastic jobs below resources.min_ranks come before queued jobs.
   RetryWaitingLocked(out);
+  // Slots no queued job takes let running elastic jobs grow.
+  if (PlaceQueuedLocked(out)) GrowLocked();
+  SaveElasticLocked();
+}
+
+bool Scheduler::PlaceQueuedLocked(Outbox& out) {
   // A job that cannot resume fails without taking its slots: place again.
   for (bool replan = true; replan;) {
     replan = false;
@@ -126,11 +132,10 @@ void Scheduler::ScheduleLocked(Outbox& out) {
         replan = true;
         break;
       }
-      if (!StartLocked(job, placed[i], *std::move(resume), out)) return;
+      if (!StartLocked(job, placed[i], *std::move(resume), out)) return false;
     }
   }
-  // Slots no queued job takes let running elastic jobs grow.
-  GrowLocked();
+  return true;
 }
 
 absl::StatusOr<v1::CheckpointManifest> Scheduler::ResumeLocked(const v1::Job& job) {
@@ -276,6 +281,7 @@ void Scheduler::Tick() {
     }
     for (const auto& [job_id, reason] : to_fail) EndLocked(job_id, v1::Job::FAILED, reason, out);
     if (!to_fail.empty()) ScheduleLocked(out);
+    SaveElasticLocked();
   }
   out.Flush();
 }
@@ -309,7 +315,17 @@ void Scheduler::Recover(const std::vector<v1::Job>& running, absl::Duration grac
           "the coordinator restarted and has no record of where this job's ranks ran");
       continue;
     }
-    RunningJob run = RecoveredJob(job, until);
+    coordinator::ElasticRecord record;
+    if (job.spec().has_elastic()) {
+      absl::StatusOr<coordinator::ElasticRecord> saved = jobs_.LoadElasticRecord(job.job_id());
+      if (saved.ok()) {
+        record = *std::move(saved);
+      } else {
+        LOG(ERROR) << job.job_id() << ": cannot read its elastic state (taken back as if it "
+                   << "were steady): " << saved.status();
+      }
+    }
+    RunningJob run = RecoveredJob(job, until, record);
     if (metrics_ != nullptr) metrics_->GenerationStarted("recovered");
     LOG(INFO) << job.job_id() << ": taken back after a restart; waiting up to "
               << absl::FormatDuration(grace) << " for its " << run.ranks.size()

@@ -219,6 +219,14 @@ class Scheduler {
   bool RestartHungLocked(const std::string& job_id, RunningJob& run,
                          const std::vector<v1::Diagnosis>& diagnoses, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Saves, for every running elastic job whose change of generation is not
+  // what was saved last, what a restart needs to take it back (Note
+  // [Elastic restart] in job_recovery.h). Every entry point that changes a
+  // job calls it before its answers go out.
+  void SaveElasticLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queued jobs that fit are started; false if one could not be marked
+  // running (nothing more is placed then).
+  bool PlaceQueuedLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The generation of `job_id` has formed: records how long recovery took.
   void NoteFormedLocked(const std::string& job_id, RunningJob& run)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

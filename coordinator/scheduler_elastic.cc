@@ -13,6 +13,7 @@
 #include "coordinator/generation_plan.h"
 #include "coordinator/hang_detector.h"
 #include "coordinator/hang_policy.h"
+#include "coordinator/job_recovery.h"
 #include "coordinator/scheduler.h"
 #include "glog/logging.h"
 
@@ -196,11 +197,11 @@ void Scheduler::RequestReformLocked(const std::string& job_id, RunningJob& run,
     std::vector<bool> lost(run.ranks.size(), false);
     for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
       const AgentRegistry::Agent* agent = agents_.Find(run.ranks[rank].agent_id);
-      lost[rank] = agent == nullptr || agent->draining ||
-                   run.ranks[rank].state == v1::RankStatus::EXITED;
+      lost[rank] =
+          agent == nullptr || agent->draining || run.ranks[rank].state == v1::RankStatus::EXITED;
     }
-    absl::StatusOr<NextGeneration> next = PlanNextGeneration(
-        run.Slots(), lost, agents_.FreeSlots(), ToQueuedJob(job_id, job->spec()));
+    absl::StatusOr<NextGeneration> next = PlanNextGeneration(run.Slots(), lost, agents_.FreeSlots(),
+                                                             ToQueuedJob(job_id, job->spec()));
     if (next.ok()) run.planned_world = static_cast<int>(next->ranks.size());
   }
   v1::JobEvent event;
@@ -211,9 +212,13 @@ void Scheduler::RequestReformLocked(const std::string& job_id, RunningJob& run,
 }
 
 void Scheduler::RetryWaitingLocked(Outbox& out) {
+  const absl::Time now = clock_->Now();
   std::vector<std::string> waiting;
   for (const auto& [job_id, run] : running_) {
-    if (run.waiting_until != absl::InfiniteFuture()) waiting.push_back(job_id);
+    if (run.waiting_until == absl::InfiniteFuture()) continue;
+    // Note [Elastic restart]: a survivor not back yet would count as lost.
+    if (run.AwaitingRanks() && now < run.waiting_until) continue;
+    waiting.push_back(job_id);
   }
   for (const std::string& job_id : waiting) {
     const RunningJob& run = running_.at(job_id);
@@ -227,7 +232,7 @@ void Scheduler::GrowLocked() {
   const absl::Time now = clock_->Now();
   for (auto& [job_id, run] : running_) {
     if (!run.elastic || !run.planned_cause.empty() || run.waiting_until != absl::InfiniteFuture() ||
-        !run.Formed() ||
+        !run.Formed() || run.AwaitingRanks() ||
         now < run.last_growth_at + absl::Seconds(run.elastic_spec.scale_up_interval_seconds())) {
       continue;
     }
@@ -414,6 +419,27 @@ bool Scheduler::RestartHungLocked(const std::string& job_id, RunningJob& run,
   LOG(INFO) << job_id << ": " << cause;
   ReformLocked(job_id, cause, "hang_restart", out);
   return true;
+}
+
+void Scheduler::SaveElasticLocked() {
+  for (auto& [job_id, run] : running_) {
+    if (!run.elastic) continue;
+    std::vector<bool> lost(run.ranks.size(), false);
+    for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
+      const RankState& r = run.ranks[rank];
+      lost[rank] = r.state == v1::RankStatus::EXITED ||
+                   (!r.agent_id.empty() && agents_.Find(r.agent_id) == nullptr);
+    }
+    const coordinator::ElasticRecord record = ElasticRecordOf(run, lost);
+    std::string serialized = record.SerializeAsString();
+    if (serialized == run.saved_record) continue;
+    if (absl::Status s = jobs_.SaveElasticRecord(job_id, record); !s.ok()) {
+      LOG(ERROR) << job_id << ": could not record its elastic state (a restart now would take "
+                 << "it back as it was before): " << s;
+      continue;
+    }
+    run.saved_record = std::move(serialized);
+  }
 }
 
 void Scheduler::NoteFormedLocked(const std::string& job_id, RunningJob& run) {

@@ -21,7 +21,7 @@ void Scheduler::Join(const v1::JoinRequest& request, absl::Time deadline, JoinDo
     absl::MutexLock lock(&mu_);
     auto it = running_.find(request.job_id());
     if (it != running_.end() && it->second.elastic && !it->second.planned_cause.empty() &&
-        it->second.waiting_until == absl::InfiniteFuture() &&
+        it->second.waiting_until == absl::InfiniteFuture() && !it->second.AwaitingRanks() &&
         request.generation() == it->second.generation() + 1 && it->second.Formed()) {
       // The first rank at the step boundary of a planned change.
       const std::string cause = it->second.planned_cause;
@@ -61,7 +61,15 @@ void Scheduler::Join(const v1::JoinRequest& request, absl::Time deadline, JoinDo
       // job's joins the current one (a newcomer launched for a generation
       // that another failure superseded).
       out.joins.emplace_back(std::move(done), std::move(current));
-    } else if (const int rank = it->second.RankOn(request.agent_id(), request.slot()); rank < 0) {
+    } else if (const int rank = it->second.RankOfJoin(request.agent_id(), request.slot(),
+                                                      request.pid(), request.host());
+               rank < 0 && it->second.AwaitingRanks()) {
+      // Note [Elastic restart]: its agent has not reconnected yet.
+      out.joins.emplace_back(std::move(done), absl::UnavailableError(absl::StrCat(
+                                                  "job ", request.job_id(),
+                                                  " is taking back its ranks after a "
+                                                  "coordinator restart; join again shortly")));
+    } else if (rank < 0) {
       out.joins.emplace_back(std::move(done), absl::NotFoundError(absl::StrCat(
                                                   "job ", request.job_id(), " has no rank on ",
                                                   request.agent_id(), " slot ", request.slot())));
@@ -82,6 +90,7 @@ void Scheduler::Join(const v1::JoinRequest& request, absl::Time deadline, JoinDo
         }
       }
     }
+    SaveElasticLocked();
   }
   out.Flush();
 }

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -1159,6 +1160,225 @@ TEST_F(ElasticChangesTest, FreeSlotsGrowTheJobAtAStepBoundaryAfterTheScaleUpInte
   clock_.Advance(absl::Seconds(60));
   scheduler_->Tick();
   EXPECT_EQ(Beat(job, 2, 0).kind(), v1::Directive::KIND_UNSPECIFIED);
+}
+
+// ---------------------------------------------------------------- coordinator restarts
+
+// Note [Elastic restart] in job_recovery.h: an elastic job killed with the
+// coordinator in each of its states ends as it would have without it.
+class ElasticRestartTest : public ElasticChangesTest {
+ protected:
+  // The coordinator restarts: the scheduler and the job manager are built
+  // again over the same state database (the agents' streams ended with the
+  // old process) and take back the running jobs, with 30 s for their ranks.
+  void Restart() {
+    scheduler_.reset();
+    jobs_ = *JobManager::Create(*state_, &clock_);
+    scheduler_ = std::make_unique<Scheduler>(*jobs_, &clock_, "127.0.0.1:1");
+    scheduler_->Recover(jobs_->List({v1::Job::RUNNING}, 0), absl::Seconds(30));
+  }
+  // `a`'s agent process connects again and reports the ranks it runs: (job,
+  // the generation each was launched in, slot), pid 100 + slot.
+  void Reconnect(FakeAgent& a, int slots, const std::string& host,
+                 const std::vector<std::tuple<std::string, int64_t, int>>& running) {
+    v1::AgentHello hello;
+    hello.set_host(host);
+    hello.set_slots(slots);
+    for (const auto& [job, generation, slot] : running) {
+      v1::RunningRank* r = hello.add_running();
+      r->set_job_id(job);
+      r->set_generation(generation);
+      r->set_slot(slot);
+      r->set_pid(100 + slot);
+    }
+    a.received.clear();
+    auto id = scheduler_->AddAgent(hello, a.Sender());
+    ASSERT_TRUE(id.ok()) << id.status();
+    a.id = *id;
+  }
+  // A Join as chorus-rank sends it: with the agent id of its environment.
+  v1::JoinRequest JoinFrom(const std::string& job, const std::string& agent, int slot, int64_t gen,
+                           int64_t pid, const std::string& host) {
+    v1::JoinRequest r = JoinOf(job, agent, slot, gen);
+    r.set_pid(pid);
+    r.set_host(host);
+    return r;
+  }
+};
+
+// Issue #10: waiting below min_ranks, the coordinator restarts, then an agent
+// with a free slot comes: the job forms generation 2 and goes on; the rank
+// lost before the restart is not waited for.
+TEST_F(ElasticRestartTest, AJobWaitingForSlotsFormsAfterARestartWhenASlotComes) {
+  FakeAgent a, b, c;
+  Add(a, 1, "node-a");
+  Add(b, 1, "node-b");
+  const std::string job = Place(2, 2, "wait_seconds: 300", {&a, &b});
+  const std::string a_before = a.id;
+  scheduler_->RemoveAgent(b.id);
+  ASSERT_THAT(Reasons(job), testing::Contains(HasSubstr("waits up to elastic.wait_seconds 300 s")));
+  clock_.Advance(absl::Seconds(10));
+
+  Restart();
+  Add(c, 1, "node-c");  // takes the id node-a's agent had: ranks still name it
+  ASSERT_EQ(c.id, a_before);
+  EXPECT_EQ(jobs_->Get(job)->generation(), 1) << "the survivor is not back yet";
+  Reconnect(a, 1, "node-a", {{job, 1, 0}});
+  const v1::Job reformed = *jobs_->Get(job);
+  EXPECT_EQ(reformed.state(), v1::Job::RUNNING);
+  EXPECT_EQ(reformed.generation(), 2);
+  EXPECT_EQ(reformed.world_size(), 2);
+  EXPECT_EQ(reformed.restarts(), 1);
+  ASSERT_EQ(c.Launches().size(), 1u);
+  EXPECT_EQ(c.Launches()[0].generation(), 2);
+  EXPECT_EQ(a.Stops(), 0) << "the survivor keeps its process";
+
+  std::vector<JoinResult> joins(2);
+  scheduler_->Join(JoinFrom(job, a_before, 0, 2, 100, "node-a"), clock_.Now() + absl::Seconds(60),
+                   joins[0].Done());
+  scheduler_->Join(JoinFrom(job, c.id, 0, 2, 300, "node-c"), clock_.Now() + absl::Seconds(60),
+                   joins[1].Done());
+  for (int rank = 0; rank < 2; ++rank) {
+    ASSERT_TRUE(joins[rank].result.ok()) << joins[rank].result.status();
+    EXPECT_EQ(joins[rank].result->rank(), rank);
+    EXPECT_EQ(joins[rank].result->world_size(), 2);
+  }
+  EXPECT_THAT(Reasons(job), testing::Contains("generation 2 formed with 2 ranks, 10 s after the "
+                                              "failure (recovery_seconds)"));
+  clock_.Advance(absl::Seconds(60));
+  scheduler_->Tick();
+  EXPECT_EQ(State(job), v1::Job::RUNNING);
+  ExitOn(a, job, 0, 0);
+  ExitOn(c, job, 0, 0);
+  EXPECT_EQ(State(job), v1::Job::SUCCEEDED);
+}
+
+// Without a slot the job fails when the wait that began before the restart
+// ends, with the waiting reason, not when the restart's grace ends.
+TEST_F(ElasticRestartTest, AJobWaitingForSlotsFailsAtTheOriginalDeadlineAfterARestart) {
+  FakeAgent a, b;
+  Add(a, 1, "node-a");
+  Add(b, 1, "node-b");
+  const std::string job = Place(2, 2, "wait_seconds: 300", {&a, &b});
+  const std::string b_before = b.id;
+  scheduler_->RemoveAgent(b.id);
+  clock_.Advance(absl::Seconds(10));
+  Restart();
+  Reconnect(a, 1, "node-a", {{job, 1, 0}});
+  clock_.Advance(absl::Seconds(289));
+  scheduler_->Tick();
+  EXPECT_EQ(State(job), v1::Job::RUNNING) << "1 s of elastic.wait_seconds is left";
+  clock_.Advance(absl::Seconds(1));
+  scheduler_->Tick();
+  const v1::Job failed = *jobs_->Get(job);
+  EXPECT_EQ(failed.state(), v1::Job::FAILED);
+  EXPECT_EQ(failed.reason(), "lost contact with the agent on node-b (" + b_before +
+                                 "), which ran rank(s) 1; generation 2 cannot form: waited "
+                                 "elastic.wait_seconds 300 s and 1 surviving rank(s) and 0 free "
+                                 "CPU slot(s) are fewer than resources.min_ranks 2");
+  EXPECT_EQ(a.Stops(), 1) << "the survivor is stopped";
+}
+
+// Steady after a re-formation: the survivor reports the generation it was
+// launched in (1), the newcomer its own (2); both are the job's ranks.
+TEST_F(ElasticRestartTest, ASteadyJobKeepsSurvivorsOfEarlierGenerationsAfterARestart) {
+  FakeAgent a;
+  Add(a, 2, "node-a");
+  const std::string job = Place(1, 2, "", {&a});
+  ExitOn(a, job, 1, -9);
+  ASSERT_EQ(jobs_->Get(job)->generation(), 2);
+  std::vector<JoinResult> joins(2);
+  for (int slot = 0; slot < 2; ++slot) {
+    scheduler_->Join(JoinOf(job, a.id, slot, 2), clock_.Now() + absl::Seconds(60),
+                     joins[slot].Done());
+  }
+  ASSERT_TRUE(joins[0].result.ok()) << joins[0].result.status();
+
+  Restart();
+  Reconnect(a, 2, "node-a", {{job, 1, 0}, {job, 2, 1}});
+  EXPECT_EQ(a.Stops(), 0) << "both ranks are the job's";
+  clock_.Advance(absl::Seconds(40));
+  scheduler_->Tick();
+  EXPECT_EQ(State(job), v1::Job::RUNNING);
+  EXPECT_EQ(jobs_->Get(job)->restarts(), 1);
+  ExitOn(a, job, 0, 0);
+  ExitOn(a, job, 1, 0);
+  EXPECT_EQ(State(job), v1::Job::SUCCEEDED);
+}
+
+// Forming: generation 2 had not formed, so no rank was answered; its ranks
+// join again and are answered together, and the original deadline holds.
+TEST_F(ElasticRestartTest, AFormingGenerationKeepsItsRendezvousAndDeadlineAfterARestart) {
+  FakeAgent a;
+  Add(a, 2, "node-a");
+  const std::string job = Place(2, 2, "wait_seconds: 20", {&a});
+  const std::string a_before = a.id;
+  ExitOn(a, job, 1, -9);
+  ASSERT_EQ(jobs_->Get(job)->generation(), 2);
+  clock_.Advance(absl::Seconds(5));
+
+  Restart();
+  Reconnect(a, 2, "node-a", {{job, 1, 0}, {job, 2, 1}});
+  EXPECT_EQ(a.Stops(), 0);
+  JoinResult survivor;
+  scheduler_->Join(JoinFrom(job, a_before, 0, 2, 100, "node-a"), clock_.Now() + absl::Seconds(60),
+                   survivor.Done());
+  EXPECT_FALSE(survivor.called) << "rank 1 has not joined generation 2";
+  clock_.Advance(absl::Seconds(14));
+  scheduler_->Tick();
+  EXPECT_EQ(State(job), v1::Job::RUNNING);
+  clock_.Advance(absl::Seconds(1));
+  scheduler_->Tick();
+  const v1::Job failed = *jobs_->Get(job);
+  EXPECT_EQ(failed.state(), v1::Job::FAILED);
+  EXPECT_THAT(failed.reason(),
+              testing::StartsWith("generation 2 did not form within elastic.wait_seconds 20 s; "
+                                  "ranks that have not joined: 1; history: generation 2 after "
+                                  "rank 1"));
+  EXPECT_EQ(survivor.result.status().code(), absl::StatusCode::kAborted);
+}
+
+// Planned: a growth the ranks were told to make at their step boundary is
+// still the coordinator's plan after the restart; the first Join of
+// generation 2 starts it, and each rank keeps its number.
+TEST_F(ElasticRestartTest, APlannedGrowthStartsAtTheStepBoundaryAfterARestart) {
+  FakeAgent a, b;
+  Add(a, 2, "node-a");
+  const std::string job = Place(2, 4, "scale_up_interval_seconds: 30", {&a});
+  const std::string a_before = a.id;
+  clock_.Advance(absl::Seconds(10));
+  Add(b, 2, "node-b");
+  clock_.Advance(absl::Seconds(20));
+  scheduler_->Tick();
+  ASSERT_EQ(Beat(job, 1, 0).kind(), v1::Directive::REFORM_AT_STEP_BOUNDARY);
+
+  Restart();
+  Reconnect(b, 2, "node-b", {});  // takes the id node-a's agent had
+  Reconnect(a, 2, "node-a", {{job, 1, 0}, {job, 1, 1}});
+  const v1::Directive d = Beat(job, 1, 1);
+  EXPECT_EQ(d.kind(), v1::Directive::REFORM_AT_STEP_BOUNDARY);
+  EXPECT_EQ(d.generation(), 2);
+  EXPECT_EQ(d.world_size(), 4);
+  std::vector<JoinResult> joins(4);
+  scheduler_->Join(JoinFrom(job, a_before, 1, 2, 101, "node-a"), clock_.Now() + absl::Seconds(60),
+                   joins[1].Done());
+  const v1::Job grown = *jobs_->Get(job);
+  EXPECT_EQ(grown.generation(), 2);
+  EXPECT_EQ(grown.world_size(), 4);
+  EXPECT_EQ(grown.restarts(), 0);
+  ASSERT_EQ(b.Launches().size(), 1u);
+  EXPECT_EQ(b.Launches()[0].ranks_size(), 2);
+  scheduler_->Join(JoinFrom(job, a_before, 0, 2, 100, "node-a"), clock_.Now() + absl::Seconds(60),
+                   joins[0].Done());
+  for (int slot = 0; slot < 2; ++slot) {
+    scheduler_->Join(JoinFrom(job, b.id, slot, 2, 300 + slot, "node-b"),
+                     clock_.Now() + absl::Seconds(60), joins[2 + slot].Done());
+  }
+  for (int rank = 0; rank < 4; ++rank) {
+    ASSERT_TRUE(joins[rank].result.ok()) << joins[rank].result.status();
+    EXPECT_EQ(joins[rank].result->rank(), rank);
+    EXPECT_EQ(joins[rank].result->world_size(), 4);
+  }
 }
 
 TEST_F(SchedulerTest, WithoutElasticAKilledRankStillFailsTheJob) {

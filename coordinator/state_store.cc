@@ -35,6 +35,10 @@ constexpr char kSchema[] = R"sql(
   CREATE TABLE IF NOT EXISTS cluster (
     id TEXT NOT NULL               -- one row: StateStore::cluster_id()
   );
+  CREATE TABLE IF NOT EXISTS elastic_records (
+    job_id TEXT PRIMARY KEY,
+    record BLOB NOT NULL           -- serialized chorus.coordinator.ElasticRecord
+  );
 )sql";
 
 // Finalizes a prepared statement when it goes out of scope.
@@ -273,6 +277,42 @@ absl::StatusOr<std::vector<v1::CheckpointManifest>> StateStore::LoadManifests(
   }
   if (rc != SQLITE_DONE) return Error("loading checkpoint manifests");
   return out;
+}
+
+absl::Status StateStore::SaveElasticRecord(const std::string& job_id,
+                                           const coordinator::ElasticRecord& record) {
+  const std::string blob = record.SerializeAsString();
+  absl::MutexLock lock(&mu_);
+  Statement st;
+  if (sqlite3_prepare_v2(db_,
+                         "INSERT OR REPLACE INTO elastic_records (job_id, record) VALUES (?, ?)",
+                         -1, &st.stmt, nullptr) != SQLITE_OK) {
+    return Error("prepare");
+  }
+  sqlite3_bind_text(st.stmt, 1, job_id.data(), static_cast<int>(job_id.size()), SQLITE_TRANSIENT);
+  sqlite3_bind_blob(st.stmt, 2, blob.data(), static_cast<int>(blob.size()), SQLITE_TRANSIENT);
+  if (sqlite3_step(st.stmt) != SQLITE_DONE) return Error("saving the elastic state of " + job_id);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<coordinator::ElasticRecord> StateStore::LoadElasticRecord(
+    const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  Statement st;
+  if (sqlite3_prepare_v2(db_, "SELECT record FROM elastic_records WHERE job_id = ?", -1, &st.stmt,
+                         nullptr) != SQLITE_OK) {
+    return Error("prepare");
+  }
+  sqlite3_bind_text(st.stmt, 1, job_id.data(), static_cast<int>(job_id.size()), SQLITE_TRANSIENT);
+  coordinator::ElasticRecord record;
+  const int rc = sqlite3_step(st.stmt);
+  if (rc == SQLITE_ROW &&
+      !record.ParseFromArray(sqlite3_column_blob(st.stmt, 0), sqlite3_column_bytes(st.stmt, 0))) {
+    return absl::DataLossError(
+        absl::StrCat("state database ", path_, ": the elastic state of ", job_id, " is corrupt"));
+  }
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE) return Error("loading the elastic state of " + job_id);
+  return record;
 }
 
 }  // namespace chorus

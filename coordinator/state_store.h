@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "chorus/v1/coordinator.pb.h"
+#include "coordinator/elastic_record.pb.h"
 
 struct sqlite3;
 
@@ -50,6 +51,12 @@ class StateStore {
   absl::Status DeleteManifest(const std::string& job_id, int64_t step);
   // Of `job_id` (every job if empty), oldest step first.
   absl::StatusOr<std::vector<v1::CheckpointManifest>> LoadManifests(const std::string& job_id);
+
+  // An elastic job's change of generation in progress (one record per job,
+  // replaced), and the record of `job_id` (an empty one if none was saved).
+  absl::Status SaveElasticRecord(const std::string& job_id,
+                                 const coordinator::ElasticRecord& record);
+  absl::StatusOr<coordinator::ElasticRecord> LoadElasticRecord(const std::string& job_id);
 
   const std::string& path() const { return path_; }
 
