@@ -15,7 +15,8 @@ absl::StatusOr<std::unique_ptr<CheckpointStorage>> MakeRankCheckpointStorage(
   if (spec.storage() == v1::CheckpointSpec::SHARED_DIR) {
     ASSIGN_OR_RETURN(
         std::unique_ptr<SharedDirCheckpointStorage> storage,
-        SharedDirCheckpointStorage::Create(channel, spec.shared_dir(), job_id, generation, rank));
+        SharedDirCheckpointStorage::Create(channel, spec.shared_dir(), spec.shared_dir_namespace(),
+                                           job_id, generation, rank));
     return std::unique_ptr<CheckpointStorage>(std::move(storage));
   }
   absl::StatusOr<HostPort> address = ParseHostPort(coordinator);

@@ -142,8 +142,9 @@ absl::Status WriteFile(const std::string& path, const CheckpointFileSource& sour
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<SharedDirCheckpointStorage>> SharedDirCheckpointStorage::Create(
-    std::shared_ptr<grpc::Channel> channel, const std::string& shared_dir, std::string job_id,
-    int64_t generation, int rank, absl::Duration timeout) {
+    std::shared_ptr<grpc::Channel> channel, const std::string& shared_dir,
+    const std::string& space, std::string job_id, int64_t generation, int rank,
+    absl::Duration timeout) {
   std::error_code ec;
   if (!fs::is_directory(shared_dir, ec)) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -151,7 +152,8 @@ absl::StatusOr<std::unique_ptr<SharedDirCheckpointStorage>> SharedDirCheckpointS
         ec ? ec.message() : "missing",
         "); it must be mounted at the same path on every node and on the coordinator's host"));
   }
-  const std::string job_dir = absl::StrCat(shared_dir, "/", job_id);
+  const std::string job_dir =
+      absl::StrCat(shared_dir, space.empty() ? "" : "/", space, "/", job_id);
   fs::create_directories(job_dir, ec);
   if (ec || ::access(job_dir.c_str(), W_OK) != 0) {
     return absl::FailedPreconditionError(

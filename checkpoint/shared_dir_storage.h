@@ -34,13 +34,15 @@ namespace chorus {
 
 class SharedDirCheckpointStorage : public CheckpointStorage {
  public:
-  // Creates <shared_dir>/<job_id>/ if needed; FAILED_PRECONDITION naming
-  // checkpoint.shared_dir when that is impossible (not mounted here, not
-  // writable), so a misconfigured job fails at start, not at its first
-  // checkpoint.
+  // Creates <shared_dir>/<space>/<job_id>/ if needed (space: the spec's
+  // shared_dir_namespace, the coordinator's cluster id; none when empty);
+  // FAILED_PRECONDITION naming checkpoint.shared_dir when that is impossible
+  // (shared_dir not mounted here, not writable), so a misconfigured job
+  // fails at start, not at its first checkpoint.
   static absl::StatusOr<std::unique_ptr<SharedDirCheckpointStorage>> Create(
-      std::shared_ptr<grpc::Channel> channel, const std::string& shared_dir, std::string job_id,
-      int64_t generation, int rank, absl::Duration timeout = absl::Minutes(10));
+      std::shared_ptr<grpc::Channel> channel, const std::string& shared_dir,
+      const std::string& space, std::string job_id, int64_t generation, int rank,
+      absl::Duration timeout = absl::Minutes(10));
 
   absl::Status Store(int64_t step, const std::vector<CheckpointFileSource>& files) override;
   absl::StatusOr<std::vector<CheckpointFileData>> Load(

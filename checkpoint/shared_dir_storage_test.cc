@@ -71,7 +71,7 @@ class SharedDirStorageTest : public ::testing::Test {
 
 TEST_F(SharedDirStorageTest, StoreWritesTheFilesAndAsksTheCoordinatorToCommitThem) {
   absl::StatusOr<std::unique_ptr<SharedDirCheckpointStorage>> storage =
-      SharedDirCheckpointStorage::Create(coordinator_->channel(), shared_, "job-000004",
+      SharedDirCheckpointStorage::Create(coordinator_->channel(), shared_, "", "job-000004",
                                          /*generation=*/2, /*rank=*/0);
   ASSERT_TRUE(storage.ok()) << storage.status();
   const std::string model = Pattern(700 << 10, 1);
@@ -108,7 +108,7 @@ TEST_F(SharedDirStorageTest, StoreWritesTheFilesAndAsksTheCoordinatorToCommitThe
 
 TEST_F(SharedDirStorageTest, EachStoreStagesInADirectoryOfItsOwn) {
   auto storage =
-      SharedDirCheckpointStorage::Create(coordinator_->channel(), shared_, "job-000004", 1, 3);
+      SharedDirCheckpointStorage::Create(coordinator_->channel(), shared_, "", "job-000004", 1, 3);
   ASSERT_TRUE(storage.ok()) << storage.status();
   ASSERT_TRUE((*storage)->Store(10, {Source(ModelFileName(3), "a")}).ok());
   ASSERT_TRUE((*storage)->Store(20, {Source(ModelFileName(3), "b")}).ok());
@@ -122,7 +122,7 @@ TEST_F(SharedDirStorageTest, EachStoreStagesInADirectoryOfItsOwn) {
 TEST_F(SharedDirStorageTest, ARefusedCommitRemovesTheStagedFilesAndNamesTheDirectory) {
   coordinator_->set_store_error(absl::FailedPreconditionError("generation 1 is over"));
   auto storage =
-      SharedDirCheckpointStorage::Create(coordinator_->channel(), shared_, "job-000004", 1, 0);
+      SharedDirCheckpointStorage::Create(coordinator_->channel(), shared_, "", "job-000004", 1, 0);
   ASSERT_TRUE(storage.ok()) << storage.status();
   absl::Status s = (*storage)->Store(40, {Source(kModelFile, "weights")});
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
@@ -137,7 +137,7 @@ TEST_F(SharedDirStorageTest, ARefusedCommitRemovesTheStagedFilesAndNamesTheDirec
 
 TEST_F(SharedDirStorageTest, AFileThatCannotBeCreatedIsNamedAndNothingIsCommitted) {
   auto storage =
-      SharedDirCheckpointStorage::Create(coordinator_->channel(), shared_, "job-000004", 1, 0);
+      SharedDirCheckpointStorage::Create(coordinator_->channel(), shared_, "", "job-000004", 1, 0);
   ASSERT_TRUE(storage.ok()) << storage.status();
   absl::Status s = (*storage)->Store(40, {Source("no-such-subdir/model.pt", "weights")});
   EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
@@ -147,16 +147,26 @@ TEST_F(SharedDirStorageTest, AFileThatCannotBeCreatedIsNamedAndNothingIsCommitte
 }
 
 TEST_F(SharedDirStorageTest, CreateRefusesADirectoryThatIsNotThere) {
-  auto missing = SharedDirCheckpointStorage::Create(coordinator_->channel(),
-                                                    shared_ + "/not-mounted", "job-1", 1, 0);
-  EXPECT_EQ(missing.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(missing.status().message(),
-              HasSubstr(absl::StrCat("checkpoint.shared_dir ", shared_,
-                                     "/not-mounted is not a directory on this host")));
+  // With the cluster's namespace too: the directory the user named is the
+  // one that must be mounted, and the one the message names.
+  for (const std::string space : {"", "3f9a1c2b4d5e"}) {
+    auto missing = SharedDirCheckpointStorage::Create(
+        coordinator_->channel(), shared_ + "/not-mounted", space, "job-1", 1, 0);
+    EXPECT_EQ(missing.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(missing.status().message(),
+                HasSubstr(absl::StrCat("checkpoint.shared_dir ", shared_,
+                                       "/not-mounted is not a directory on this host")));
+  }
+  EXPECT_FALSE(std::filesystem::exists(shared_ + "/not-mounted")) << "nothing is created there";
+  // A cluster's namespace is made under a mounted directory.
+  auto spaced = SharedDirCheckpointStorage::Create(coordinator_->channel(), shared_,
+                                                   "3f9a1c2b4d5e", "job-3", 1, 0);
+  ASSERT_TRUE(spaced.ok()) << spaced.status();
+  EXPECT_TRUE(std::filesystem::is_directory(shared_ + "/3f9a1c2b4d5e/job-3"));
   // The job's directory cannot be made: a file is in the way.
   std::ofstream(shared_ + "/job-2") << "in the way";
   auto blocked =
-      SharedDirCheckpointStorage::Create(coordinator_->channel(), shared_, "job-2", 1, 0);
+      SharedDirCheckpointStorage::Create(coordinator_->channel(), shared_, "", "job-2", 1, 0);
   EXPECT_EQ(blocked.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(
       blocked.status().message(),
@@ -165,7 +175,7 @@ TEST_F(SharedDirStorageTest, CreateRefusesADirectoryThatIsNotThere) {
 
 TEST_F(SharedDirStorageTest, LoadReadsTheCommittedDirectoryAndChecksIt) {
   auto storage =
-      SharedDirCheckpointStorage::Create(coordinator_->channel(), shared_, "job-000004", 1, 0);
+      SharedDirCheckpointStorage::Create(coordinator_->channel(), shared_, "", "job-000004", 1, 0);
   ASSERT_TRUE(storage.ok()) << storage.status();
   const std::string model = Pattern(300 << 10, 7);
   ASSERT_TRUE(
@@ -196,7 +206,7 @@ TEST_F(SharedDirStorageTest, LoadReadsTheCommittedDirectoryAndChecksIt) {
 
 TEST_F(SharedDirStorageTest, LoadDownloadsWhenTheDirectoryIsNotVisibleHere) {
   auto storage =
-      SharedDirCheckpointStorage::Create(coordinator_->channel(), shared_, "job-000004", 1, 0);
+      SharedDirCheckpointStorage::Create(coordinator_->channel(), shared_, "", "job-000004", 1, 0);
   ASSERT_TRUE(storage.ok()) << storage.status();
   ASSERT_TRUE((*storage)->Store(40, {Source(kModelFile, "weights")}).ok());
   std::optional<v1::CheckpointManifest> manifest = coordinator_->Manifest(40);

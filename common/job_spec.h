@@ -69,6 +69,11 @@ std::string RankMemoryMessage(const RankMemoryEstimate& memory, double limit_byt
 // after a header naming `source`.
 absl::Status CheckJobSpec(const v1::JobSpec& spec, absl::string_view source);
 
+// Where a SHARED_DIR job's checkpoint directories are: shared_dir, then
+// shared_dir_namespace when set ("/mnt/ckpt/3f9a1c2b4d5e"); checkpoints are
+// <that>/<job>/<step>. Ranks, grants and recovery all build paths from it.
+std::string SharedCheckpointRoot(const v1::CheckpointSpec& checkpoint);
+
 // The topology a decentralized strategy asks for (common/topology.h).
 TopologyConfig TopologyFromSpec(const v1::DecentralizedStrategy& decentralized);
 

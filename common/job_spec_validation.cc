@@ -730,6 +730,12 @@ std::string RankMemoryMessage(const RankMemoryEstimate& memory, double limit_byt
                       FormatBytes(limit_bytes), " ", what, "; make the job smaller");
 }
 
+std::string SharedCheckpointRoot(const v1::CheckpointSpec& checkpoint) {
+  if (checkpoint.shared_dir_namespace().empty()) return checkpoint.shared_dir();
+  return absl::StrCat(checkpoint.shared_dir() == "/" ? "" : checkpoint.shared_dir(), "/",
+                      checkpoint.shared_dir_namespace());
+}
+
 absl::Status CheckJobSpec(const JobSpec& spec, absl::string_view source) {
   std::vector<SpecError> errors = ValidateJobSpec(spec);
   if (errors.empty()) return absl::OkStatus();

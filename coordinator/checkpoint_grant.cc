@@ -1,6 +1,7 @@
 #include "coordinator/checkpoint_grant.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
 #include "coordinator/job_manager.h"
 
 namespace chorus {
@@ -16,7 +17,7 @@ UploadGrant UploadGrantFor(const v1::Job& job, int world_size, int64_t generatio
   grant.manifest.set_per_rank(spec.checkpoint().per_rank() && spec.strategy().has_decentralized());
   grant.keep_last = JobManager::KeepLast(spec);
   if (spec.checkpoint().storage() == v1::CheckpointSpec::SHARED_DIR) {
-    grant.shared_dir = spec.checkpoint().shared_dir();
+    grant.shared_dir = SharedCheckpointRoot(spec.checkpoint());
   }
   return grant;
 }

@@ -104,24 +104,17 @@ void JobManager::Publish(const std::string& job_id) {
 // allocation's does), so two clusters sharing checkpoint.shared_dir would
 // write job-000001's checkpoints into one directory, and each one's restart
 // sweep would delete the other's step directories as uncommitted. A job's
-// shared directory is therefore namespaced at submission by the cluster id
-// (StateStore::cluster_id): checkpoints go to SHARED_DIR/CLUSTER/JOB/STEP.
-// The namespaced path is what the job's spec holds from then on, so ranks,
-// grants, recovery and `chorus status` all read the same one; a spec that
-// already ends in this cluster's id (copied from `chorus status`) keeps it.
-std::string JobManager::SharedDirFor(const std::string& shared_dir,
-                                     const std::string& cluster_id) {
-  if (shared_dir.empty() || cluster_id.empty()) return shared_dir;
-  if (absl::EndsWith(shared_dir, "/" + cluster_id)) return shared_dir;
-  return absl::StrCat(shared_dir == "/" ? "" : shared_dir, "/", cluster_id);
-}
-
+// checkpoints are therefore namespaced at submission by the cluster id
+// (StateStore::cluster_id) in checkpoint.shared_dir_namespace: they go to
+// SHARED_DIR/CLUSTER/JOB/STEP (SharedCheckpointRoot), and since the job's
+// spec holds it, ranks, grants and recovery all agree on it, across restarts.
 absl::StatusOr<v1::Job> JobManager::Submit(v1::JobSpec spec, const std::string& resume_from) {
   NormalizeJobSpec(spec);
   RETURN_IF_ERROR(CheckJobSpec(spec, "submitted"));
   if (spec.checkpoint().storage() == v1::CheckpointSpec::SHARED_DIR) {
-    v1::CheckpointSpec& checkpoint = *spec.mutable_checkpoint();
-    checkpoint.set_shared_dir(SharedDirFor(checkpoint.shared_dir(), state_.cluster_id()));
+    spec.mutable_checkpoint()->set_shared_dir_namespace(state_.cluster_id());
+  } else {
+    spec.mutable_checkpoint()->clear_shared_dir_namespace();
   }
   absl::MutexLock lock(&mu_);
   if (!resume_from.empty()) {

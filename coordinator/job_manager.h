@@ -102,9 +102,6 @@ class JobManager {
   //
   // The SHA-256 (hex) of the serialized spec, recorded in its checkpoints.
   static std::string SpecHash(const v1::JobSpec& spec);
-  // Where a SHARED_DIR job of cluster `cluster_id` keeps its checkpoints:
-  // `shared_dir`/`cluster_id` (Note [Shared directories per cluster]).
-  static std::string SharedDirFor(const std::string& shared_dir, const std::string& cluster_id);
   // checkpoint.keep_last, or its documented default (3) when unset.
   static int KeepLast(const v1::JobSpec& spec);
   static constexpr int kDefaultKeepLast = 3;

@@ -166,9 +166,9 @@ TEST(JobManagerTest, SharedCheckpointDirectoriesAreNamespacedByCluster) {
   FakeClock clock(absl::FromUnixSeconds(1000));
   const std::string spec =
       "name: 's' model { mlp {} } data { synthetic {} } "
-      "checkpoint { storage: SHARED_DIR shared_dir: '/mnt/./ckpt/' }";
+      "checkpoint { storage: SHARED_DIR shared_dir: '/mnt/./ckpt/' "
+      "shared_dir_namespace: 'chosen-by-the-user' }";
   std::string first_cluster;
-  std::string first_dir;
   {
     auto state = StateStore::Open(Dir("cluster_a"));
     ASSERT_TRUE(state.ok()) << state.status();
@@ -178,25 +178,30 @@ TEST(JobManagerTest, SharedCheckpointDirectoriesAreNamespacedByCluster) {
     auto job = (*jobs)->Submit(Spec(spec), "");
     ASSERT_TRUE(job.ok()) << job.status();
     EXPECT_EQ(job->job_id(), "job-000001");
-    first_dir = job->spec().checkpoint().shared_dir();
-    EXPECT_EQ(first_dir, "/mnt/ckpt/" + first_cluster);
-    // A spec copied from `chorus status` is not namespaced twice.
-    v1::JobSpec again = job->spec();
-    EXPECT_EQ((*jobs)->Submit(again, "")->spec().checkpoint().shared_dir(), first_dir);
+    EXPECT_EQ(job->spec().checkpoint().shared_dir(), "/mnt/ckpt") << "stored in one form";
+    EXPECT_EQ(job->spec().checkpoint().shared_dir_namespace(), first_cluster)
+        << "the coordinator sets it, whatever was submitted";
+    EXPECT_EQ(SharedCheckpointRoot(job->spec().checkpoint()), "/mnt/ckpt/" + first_cluster);
+    auto plain = (*jobs)->Submit(Spec("model { mlp {} } data { synthetic {} }"), "");
+    EXPECT_TRUE(plain->spec().checkpoint().shared_dir_namespace().empty());
   }
   auto reopened = StateStore::Open(Dir("cluster_a"));
   EXPECT_EQ((*reopened)->cluster_id(), first_cluster) << "the id survives a restart";
+  // Another cluster's job-000001 goes elsewhere.
   auto other = StateStore::Open(Dir("cluster_b"));
   ASSERT_NE((*other)->cluster_id(), first_cluster);
   auto jobs = JobManager::Create(**other, &clock);
   auto job = (*jobs)->Submit(Spec(spec), "");
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->job_id(), "job-000001");
-  EXPECT_EQ(job->spec().checkpoint().shared_dir(), "/mnt/ckpt/" + (*other)->cluster_id());
+  EXPECT_EQ(SharedCheckpointRoot(job->spec().checkpoint()),
+            "/mnt/ckpt/" + (*other)->cluster_id());
 
-  EXPECT_EQ(JobManager::SharedDirFor("/", "abc"), "/abc");
-  EXPECT_EQ(JobManager::SharedDirFor("/d/abc", "abc"), "/d/abc");
-  EXPECT_EQ(JobManager::SharedDirFor("/d/xabc", "abc"), "/d/xabc/abc");
+  v1::CheckpointSpec root;
+  root.set_shared_dir("/");
+  EXPECT_EQ(SharedCheckpointRoot(root), "/");
+  root.set_shared_dir_namespace("abc");
+  EXPECT_EQ(SharedCheckpointRoot(root), "/abc");
 }
 
 // Note [Bounded job output]: a reason may quote whatever a job printed.

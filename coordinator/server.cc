@@ -17,8 +17,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/auth.h"
-#include "common/job_credentials.h"
 #include "common/host_port.h"
+#include "common/job_credentials.h"
+#include "common/job_spec.h"
 #include "common/status_macros.h"
 #include "coordinator/agent_service.h"
 #include "coordinator/checkpoint_data_server.h"
@@ -234,7 +235,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   std::vector<CheckpointStore::SharedJob> shared_jobs;
   for (const v1::Job& job : (*jobs)->List({}, 0)) {
     if (job.spec().checkpoint().storage() == v1::CheckpointSpec::SHARED_DIR) {
-      shared_jobs.push_back({job.spec().checkpoint().shared_dir(), job.job_id()});
+      shared_jobs.push_back({SharedCheckpointRoot(job.spec().checkpoint()), job.job_id()});
     }
   }
   RETURN_IF_ERROR(checkpoints->Recover(shared_jobs));

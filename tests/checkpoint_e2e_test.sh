@@ -205,7 +205,13 @@ shared_spec() { sed "s|checkpoint { every_steps: 30 keep_last: 0 }|checkpoint { 
 shared_spec "${SHARED}" "${TMP}/killed.textproto" > "${TMP}/shared_killed.textproto"
 shared_spec "${SHARED}" "${TMP}/two.textproto" > "${TMP}/shared_two.textproto"
 last=$(up --local 2 "${TMP}/shared_killed.textproto"); s_killed=$(job_of "${last}")
-[[ "$(field "${last}" reason)" == *"killed by signal 9"* && -s "${SHARED}/${s_killed}/000000000030/model.pt" \
+# Checkpoints go under the cluster's id (docs/checkpoints.md): the one
+# directory the shared directory now holds.
+CLUSTER=$(ls "${SHARED}")
+[[ "${CLUSTER}" =~ ^[0-9a-f]{12}$ ]] && pass "SHARED_DIR: checkpoints under the cluster's id ${CLUSTER}" \
+  || fail "SHARED_DIR: expected one cluster directory in ${SHARED}, found '${CLUSTER}'"
+SPACE="${SHARED}/${CLUSTER}"
+[[ "$(field "${last}" reason)" == *"killed by signal 9"* && -s "${SPACE}/${s_killed}/000000000030/model.pt" \
    && ! -e "${STATE}/state/checkpoints/${s_killed}" ]] \
   && pass "SHARED_DIR: ${s_killed}'s step-30 checkpoint is in the shared directory, not the coordinator's" \
   || fail "SHARED_DIR run: '${last}' $(ls -R "${SHARED}" 2>&1 | head -20) $(tail -3 "${TMP}/up.err")"
@@ -216,7 +222,7 @@ coordinator
 listing=$("${CHORUS}" --coordinator "${addr}" checkpoints "${s_resumed}" --json 2>&1)
 "${CHORUS}" --coordinator "${addr}" export "${s_resumed}" -o "${TMP}/shared_end.pt" 2>"${TMP}/export.err"; rc=$?
 kill -TERM "${coordinator_pid}"; wait "${coordinator_pid}" 2>/dev/null
-json_has - 'checkpoints[*].directory' "${SHARED}/${s_resumed}/000000000090" <<<"${listing}" \
+json_has - 'checkpoints[*].directory' "${SPACE}/${s_resumed}/000000000090" <<<"${listing}" \
   && ! json_get - 'checkpoints[*].files[*].sha256' <<<"${listing}" >/dev/null \
   && json_get - 'checkpoints[*].files[*].crc32c' <<<"${listing}" >/dev/null \
   && pass "SHARED_DIR: the manifest names the directory and records CRC-32C" || fail "SHARED_DIR listing: ${listing}"
@@ -230,7 +236,7 @@ PY
   && pass "SHARED_DIR: exported; bit-identical to the uninterrupted run after SIGKILL and resume" \
   || fail "SHARED_DIR export rc=${rc}: ${cmp} $(cat "${TMP}/export.err")"
 # A damaged file in the shared directory is caught by its CRC-32C.
-printf 'X' | dd of="${SHARED}/${s_killed}/000000000030/model.pt" bs=1 seek=100 conv=notrunc status=none
+printf 'X' | dd of="${SPACE}/${s_killed}/000000000030/model.pt" bs=1 seek=100 conv=notrunc status=none
 last=$(up --local 2 --resume_from "${s_killed}" "${TMP}/shared_two.textproto")
 failed_with "${last}" "has no usable checkpoint" \
   && pass "SHARED_DIR: a damaged file is not loaded" || fail "SHARED_DIR damaged: '${last}'"
@@ -256,11 +262,11 @@ per_rank_shared "${TMP}/gossip_killed.textproto" > "${TMP}/gs_killed.textproto"
 per_rank_shared "${TMP}/gossip.textproto" > "${TMP}/gs.textproto"
 grep -q "per_rank: true storage: SHARED_DIR" "${TMP}/gs.textproto" || fail "could not write the per_rank SHARED_DIR spec"
 last=$(up --local 2 "${TMP}/gs_killed.textproto"); gs_killed=$(job_of "${last}")
-files=$(cd "${SHARED}/${gs_killed}/000000000030" 2>/dev/null && ls | tr '\n' ' ')
+files=$(cd "${SPACE}/${gs_killed}/000000000030" 2>/dev/null && ls | tr '\n' ' ')
 [[ "$(field "${last}" reason)" == *"killed by signal 9"* && "${files}" == *"model.pt "* && "${files}" == *"model.rank1.pt"* \
-   && ! -e "${STATE}/state/checkpoints/${gs_killed}" && -z "$(ls -A "${SHARED}/${gs_killed}" | grep staging)" ]] \
+   && ! -e "${STATE}/state/checkpoints/${gs_killed}" && -z "$(ls -A "${SPACE}/${gs_killed}" | grep staging)" ]] \
   && pass "per_rank SHARED_DIR: ${gs_killed}'s step-30 checkpoint holds both ranks' files (${files}), no staging left" \
-  || fail "per_rank SHARED_DIR run: '${last}' $(ls -aR "${SHARED}/${gs_killed}" 2>&1 | head -20) $(tail -3 "${TMP}/up.err")"
+  || fail "per_rank SHARED_DIR run: '${last}' $(ls -aR "${SPACE}/${gs_killed}" 2>&1 | head -20) $(tail -3 "${TMP}/up.err")"
 last=$(up --local 2 --resume_from "${gs_killed}" "${TMP}/gs.textproto"); gs_resumed=$(job_of "${last}")
 succeeded_after "${last}" 90 \
   && pass "per_rank SHARED_DIR: resumed as ${gs_resumed}" || fail "per_rank SHARED_DIR resume: '${last}' $(tail -3 "${TMP}/up.err")"
@@ -273,7 +279,7 @@ for r in 0 1; do
 done
 "${CHORUS}" --coordinator "${addr}" export "${gs_resumed}" -o "${TMP}/gs_resumed_end.pt" 2>>"${TMP}/export.err" || ok=0
 kill -TERM "${coordinator_pid}"; wait "${coordinator_pid}" 2>/dev/null
-[[ ${ok} -eq 1 ]] && json_has - 'checkpoints[*].directory' "${SHARED}/${gs_resumed}/000000000090" <<<"${listing}" \
+[[ ${ok} -eq 1 ]] && json_has - 'checkpoints[*].directory' "${SPACE}/${gs_resumed}/000000000090" <<<"${listing}" \
   && json_has - 'checkpoints[*].per_rank' true <<<"${listing}" \
   && json_has - 'checkpoints[*].files[*].name' model.rank1.pt <<<"${listing}" \
   && pass "per_rank SHARED_DIR: listed in the shared directory with both ranks' files; exported" \
