@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -32,6 +33,25 @@ std::string NormalPath(absl::string_view path) {
   std::string normal = std::filesystem::path(std::string(path)).lexically_normal().string();
   while (normal.size() > 1 && normal.back() == '/') normal.pop_back();
   return normal;
+}
+
+std::optional<std::string> ReadSmallFile(const std::string& path, size_t max_bytes) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  std::string out;
+  char buffer[4096];
+  while (out.size() < max_bytes) {
+    const ssize_t n = ::read(fd, buffer, std::min(sizeof(buffer), max_bytes - out.size()));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      ::close(fd);
+      return std::nullopt;
+    }
+    if (n == 0) break;
+    out.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return out;
 }
 
 absl::Status FsyncDirectory(const std::string& path) {

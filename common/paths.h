@@ -5,6 +5,7 @@
 #ifndef CHORUS_COMMON_PATHS_H_
 #define CHORUS_COMMON_PATHS_H_
 
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -31,6 +32,13 @@ std::string CompanionBinary(const std::string& dir, const std::string& name,
 // resolves no link. Empty stays empty.
 // Example: NormalPath("/mnt/ckpt//") == "/mnt/ckpt"
 std::string NormalPath(absl::string_view path);
+
+// The first `max_bytes` of `path`, read with read(2); nullopt when it cannot
+// be opened or a read fails. For /proc files of other processes, which may
+// go away between open and read: the read then fails (ESRCH), and an
+// istreambuf_iterator over an ifstream turns that into a std::ios_failure
+// nothing catches (a supervisor was aborted so, once in a few hundred jobs).
+std::optional<std::string> ReadSmallFile(const std::string& path, size_t max_bytes = 1 << 20);
 
 // fsync(2) of the directory `path`, so that entries created, renamed or
 // removed in it survive a crash. INTERNAL naming the path on failure.

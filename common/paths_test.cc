@@ -1,7 +1,9 @@
 #include "common/paths.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -66,6 +68,21 @@ TEST(NormalPathTest, OneFormWithoutTrailingSlashes) {
   for (const char* path : {"/mnt/ckpt/", "/a/./b//", "rel/../x/"}) {
     EXPECT_EQ(NormalPath(NormalPath(path)), NormalPath(path)) << path;
   }
+}
+
+// A /proc file of a process reaped between open and read fails the read;
+// an istreambuf_iterator turned that into an uncaught exception that aborted
+// a rank's supervisor. A directory fails read(2) the same way, every time.
+TEST(ReadSmallFileTest, AFailedReadIsNoValueNotAnException) {
+  EXPECT_EQ(ReadSmallFile("/proc/self"), std::nullopt) << "read(2) of a directory fails";
+  EXPECT_EQ(ReadSmallFile("/nonexistent/file"), std::nullopt);
+  const std::string path = std::string(std::getenv("TEST_TMPDIR")) + "/small";
+  std::ofstream(path) << "12345 (a b) S 1";
+  EXPECT_EQ(ReadSmallFile(path), "12345 (a b) S 1");
+  EXPECT_EQ(ReadSmallFile(path, 5), "12345");
+  const std::optional<std::string> stat = ReadSmallFile("/proc/self/stat");
+  ASSERT_TRUE(stat.has_value());
+  EXPECT_EQ(stat->substr(0, stat->find(' ')), std::to_string(::getpid()));
 }
 
 }  // namespace

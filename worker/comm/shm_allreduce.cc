@@ -18,6 +18,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <utility>
@@ -26,6 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "common/paths.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "gloo/common/error.h"
@@ -140,9 +142,10 @@ bool ProcessExited(pid_t pid, int pidfd) {
     pollfd p{pidfd, POLLIN, 0};
     return poll(&p, 1, 0) > 0;
   }
-  std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
-  if (!stat) return true;
-  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  // Gone between open and read (the read fails): it has exited.
+  const std::optional<std::string> stat = ReadSmallFile(absl::StrCat("/proc/", pid, "/stat"));
+  if (!stat.has_value()) return true;
+  const std::string& text = *stat;
   size_t paren = text.rfind(')');
   if (paren == std::string::npos || paren + 2 >= text.size()) return true;
   const char state = text[paren + 2];

@@ -24,6 +24,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/grpc_util.h"
+#include "common/paths.h"
 #include "common/program_spec.h"
 #include "common/retry.h"
 #include "common/status_macros.h"
@@ -218,8 +219,8 @@ v1::ReportRequest FinalReport(const ProgramRank& rank, const ProgramOutcome& out
 }
 
 bool IsProcessStopped(pid_t pid) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
-  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // The process may be reaped between open and read: then it is not stopped.
+  const std::string stat = ReadSmallFile(absl::StrCat("/proc/", pid, "/stat")).value_or("");
   // "PID (COMM) STATE ...": COMM may hold spaces and parentheses, so the
   // state is after the last ')'.
   const size_t paren = stat.rfind(')');
