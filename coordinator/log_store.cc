@@ -18,8 +18,9 @@ void LogStore::Append(const std::string& job_id, int rank, int slot, const std::
     line.set_slot(slot);
     line.set_agent_id(agent_id);
     line.set_time_us(time_us);
-    logs.bytes += text.size();
     line.set_text(std::move(text));
+    logs.bytes += Cost(line);
+    total_bytes_ += Cost(line);
   };
   const size_t kept = std::min(lines.size(), kMaxLogBatchLines);
   for (size_t i = 0; i < kept; ++i) add(BoundReceivedLine(lines[i]));
@@ -29,12 +30,27 @@ void LogStore::Append(const std::string& job_id, int rank, int slot, const std::
   }
   while (logs.lines.size() > 1 &&
          (logs.lines.size() > max_lines_per_job_ || logs.bytes > max_bytes_per_job_)) {
-    logs.bytes -= logs.lines.front().text().size();
-    logs.lines.pop_front();
-    ++logs.dropped;
+    DropOldest(logs);
   }
-  // Job ids grow with submission order, so the first entries are the oldest.
-  while (jobs_.size() > max_jobs_) jobs_.erase(jobs_.begin());
+  // Job ids grow with submission order, so the first entries are the oldest:
+  // they go first, by count and then by the bytes of all jobs together.
+  auto evict_oldest = [this] ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    total_bytes_ -= jobs_.begin()->second.bytes;
+    jobs_.erase(jobs_.begin());
+  };
+  while (jobs_.size() > max_jobs_) evict_oldest();
+  while (total_bytes_ > max_total_bytes_ && jobs_.size() > 1 && jobs_.begin()->first != job_id) {
+    evict_oldest();
+  }
+  while (total_bytes_ > max_total_bytes_ && logs.lines.size() > 1) DropOldest(logs);
+}
+
+void LogStore::DropOldest(JobLogs& logs) {
+  const size_t cost = Cost(logs.lines.front());
+  logs.bytes -= cost;
+  total_bytes_ -= cost;
+  logs.lines.pop_front();
+  ++logs.dropped;
 }
 
 v1::GetLogsResponse LogStore::Get(const v1::GetLogsRequest& request) const {

@@ -83,6 +83,39 @@ TEST(LogStoreTest, BatchesAndJobsAreBoundedWhateverTheAgentSends) {
   EXPECT_TRUE(absl::StartsWith(got.lines(got.lines_size() - 1).text(), "199zzz"));
 }
 
+// A soak run of jobs printing 2 MB each held 340 MB of short lines: lines
+// are counted by what they cost, and all jobs together are bounded.
+TEST(LogStoreTest, AllJobsTogetherStayWithinTheTotalTheOldestGoingFirst) {
+  constexpr size_t kTotal = 1 << 20;
+  LogStore logs(/*max_lines_per_job=*/100000, /*max_jobs=*/64, /*max_bytes_per_job=*/8 << 20,
+                kTotal);
+  const std::vector<std::string> batch(200, std::string(76, 'b'));  // 200 base64 lines
+  for (int job = 1; job <= 20; ++job) {
+    for (int i = 0; i < 10; ++i) logs.Append(absl::StrCat("job-", 100 + job), 0, 0, "a", 1, batch);
+  }
+  size_t cost = 0;
+  int jobs_kept = 0;
+  for (int job = 1; job <= 20; ++job) {
+    const v1::GetLogsResponse got = logs.Get(Request(absl::StrCat("job-", 100 + job)));
+    if (got.lines_size() > 0) ++jobs_kept;
+    for (const v1::LogLine& line : got.lines()) {
+      cost += line.text().size() + LogStore::kLineOverheadBytes;
+    }
+  }
+  EXPECT_LE(cost, kTotal);
+  EXPECT_GE(cost, kTotal / 2);
+  EXPECT_EQ(logs.Get(Request("job-101")).lines_size(), 0) << "the oldest job went first";
+  EXPECT_EQ(logs.Get(Request("job-120")).lines_size(), 2000) << "the newest is whole";
+  EXPECT_GT(jobs_kept, 1);
+  EXPECT_LT(jobs_kept, 20);
+  // One job alone beyond the total keeps its newest lines.
+  LogStore small(100000, 64, 8 << 20, /*max_total_bytes=*/10 * (76 + LogStore::kLineOverheadBytes));
+  small.Append("job-1", 0, 0, "a", 1, batch);
+  const v1::GetLogsResponse got = small.Get(Request("job-1"));
+  EXPECT_EQ(got.lines_size(), 10);
+  EXPECT_EQ(got.dropped(), 190);
+}
+
 TEST(LogStoreTest, PagesTailsAndBoundsMemory) {
   LogStore logs(/*max_lines_per_job=*/5, /*max_jobs=*/2);
   logs.Append("job-1", 0, 0, "a", 1, {"1", "2", "3", "4", "5", "6", "7"});
