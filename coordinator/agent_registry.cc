@@ -13,6 +13,16 @@ absl::StatusOr<std::string> AgentRegistry::Add(const v1::AgentHello& hello, Agen
     return absl::InvalidArgumentError(
         absl::StrCat("agent hello: slots must be in [1, 1024], got ", hello.slots()));
   }
+  // The host names the agent in status rows and labels metrics series: a
+  // host name as DNS allows it (at most 253 characters), printable.
+  const std::string& host = hello.host();
+  if (host.size() > 253 || std::any_of(host.begin(), host.end(), [](char c) {
+        return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+      })) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "agent hello: host must be at most 253 printable characters, got ", host.size(),
+        " bytes; start the agent with --host NAME"));
+  }
   std::string id = absl::StrCat("agent-", next_agent_);
   Agent& agent = agents_[id];
   agent.hello = hello;

@@ -37,6 +37,17 @@ TEST(AgentRegistryTest, RejectsHellosWithoutSlots) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// The host labels metrics series and status rows: bounded and printable.
+TEST(AgentRegistryTest, RejectsHostNamesThatAreNoHostNames) {
+  AgentRegistry agents;
+  EXPECT_EQ(agents.Add(Hello(std::string(254, 'h'), 1), nullptr).status().message(),
+            "agent hello: host must be at most 253 printable characters, got 254 bytes; start "
+            "the agent with --host NAME");
+  EXPECT_EQ(agents.Add(Hello("node\n-a", 1), nullptr).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(agents.Add(Hello(std::string(253, 'h'), 1), nullptr).ok());
+}
+
 TEST(AgentRegistryTest, FreeSlotsFollowRegistrationOrder) {
   AgentRegistry agents;
   // Ten agents, so that "agent-10" sorts before "agent-2" as a string.

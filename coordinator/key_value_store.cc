@@ -102,6 +102,36 @@ KeyValueStore::Usage KeyValueStore::UsageOf(const std::string& job) const {
   return it == usage_.end() ? Usage() : it->second;
 }
 
+std::vector<std::string> KeyValueStore::Jobs() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> jobs;
+  for (const auto& [job, usage] : usage_) jobs.push_back(job);
+  return jobs;
+}
+
+void KeyValueStore::DropJob(const std::string& job) {
+  std::vector<Waiter> aborted;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = values_.begin(); it != values_.end();) {
+      it = JobOfNamespace(it->first.first) == job ? values_.erase(it) : std::next(it);
+    }
+    usage_.erase(job);
+    for (auto it = waiters_.begin(); it != waiters_.end();) {
+      if (JobOfNamespace(it->second.ns) == job) {
+        aborted.push_back(std::move(it->second));
+        it = waiters_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (Waiter& w : aborted) {
+    w.done(absl::AbortedError(absl::StrCat("coordinator store: job ", job,
+                                           " has ended; its keys are gone")));
+  }
+}
+
 absl::Status KeyValueStore::Set(const std::string& ns, const std::string& key, std::string value) {
   std::vector<Waiter> ready;
   {

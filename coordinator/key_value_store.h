@@ -93,6 +93,12 @@ class KeyValueStore {
     size_t bytes = 0;
   };
   Usage UsageOf(const std::string& job) const;
+  // The jobs that hold keys now.
+  std::vector<std::string> Jobs() const;
+  // Forgets every key of `job`'s namespaces and fails their waits with
+  // ABORTED: for jobs that have ended, so that a long-running coordinator's
+  // store holds only live jobs' keys (the server drops ended jobs' keys).
+  void DropJob(const std::string& job);
   const Limits& limits() const { return limits_; }
 
   // The job namespace `ns` belongs to: `ns` up to its first '/' (Note

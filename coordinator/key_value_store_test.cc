@@ -141,6 +141,26 @@ TEST(KeyValueStoreTest, WaitCompletesWhenTheLastKeyArrives) {
   EXPECT_EQ(kv.pending_waits(), 0u);
 }
 
+// A coordinator that ran thousands of jobs kept every ended job's keys.
+TEST(KeyValueStoreTest, AnEndedJobsKeysAndWaitsGoAndOtherJobsKeepTheirs) {
+  KeyValueStore kv;
+  ASSERT_TRUE(kv.Set("job-000001/gen-1", "0", "addr").ok());
+  ASSERT_TRUE(kv.Set("job-000001/gen-2", "0", "addr").ok());
+  ASSERT_TRUE(kv.Set("job-000002/gen-1", "0", "addr").ok());
+  Result r;
+  kv.WaitFor("job-000001/gen-3", {"0"}, absl::Now() + absl::Seconds(30), r.Callback());
+  EXPECT_EQ(kv.Jobs(), (std::vector<std::string>{"job-000001", "job-000002"}));
+  kv.DropJob("job-000001");
+  EXPECT_EQ(kv.Jobs(), (std::vector<std::string>{"job-000002"}));
+  EXPECT_EQ(kv.Get("job-000001/gen-1", "0"), std::nullopt);
+  EXPECT_EQ(kv.UsageOf("job-000001").keys, 0u);
+  EXPECT_EQ(kv.Get("job-000002/gen-1", "0"), "addr");
+  ASSERT_TRUE(r.WaitDone(absl::Seconds(5)));
+  EXPECT_EQ(r.status.code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(r.status.message(), HasSubstr("job job-000001 has ended"));
+  EXPECT_EQ(kv.pending_waits(), 0u);
+}
+
 TEST(KeyValueStoreTest, AlreadySetCompletesAtOnce) {
   KeyValueStore kv;
   ASSERT_TRUE(kv.Set("ns", "x", "1").ok());

@@ -420,14 +420,22 @@ CoordinatorServer::CoordinatorServer(std::unique_ptr<HealthService> health,
 void CoordinatorServer::StartTicker() {
   ticker_ = std::thread([this] {
     absl::MutexLock lock(&ticker_mu_);
-    while (!ticker_stop_) {
+    for (int64_t tick = 1; !ticker_stop_; ++tick) {
       ticker_mu_.AwaitWithTimeout(absl::Condition(&ticker_stop_), absl::Milliseconds(100));
       if (ticker_stop_) break;
       ticker_mu_.Unlock();
       scheduler_->Tick();
+      if (tick % 100 == 0) DropKeysOfEndedJobs();  // every 10 s
       ticker_mu_.Lock();
     }
   });
+}
+
+void CoordinatorServer::DropKeysOfEndedJobs() {
+  for (const std::string& job_id : kv_->Jobs()) {
+    absl::StatusOr<v1::Job> job = jobs_->Get(job_id);
+    if (!job.ok() || JobManager::IsTerminal(job->state())) kv_->DropJob(job_id);
+  }
 }
 
 CoordinatorServer::~CoordinatorServer() {

@@ -194,6 +194,9 @@ class CoordinatorServer {
 
   // Expires rendezvous joins past their deadline; stopped in the destructor.
   void StartTicker();
+  // Forgets the store keys of jobs that have ended (or that this
+  // coordinator never had), so the store holds live jobs' keys only.
+  void DropKeysOfEndedJobs();
   absl::Mutex ticker_mu_;
   bool ticker_stop_ ABSL_GUARDED_BY(ticker_mu_) = false;
   std::thread ticker_;
