@@ -12,8 +12,29 @@
 #include "common/output_limits.h"
 #include "common/sha256.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 
 namespace chorus {
+
+void JobManager::StoredJob::Set(v1::Job job) {
+  state_ = job.state();
+  if (IsTerminal(state_)) {
+    packed_ = job.SerializeAsString();
+    live_ = v1::Job();  // gives its memory back, unlike Clear()
+  } else {
+    live_ = std::move(job);
+    packed_.clear();
+    packed_.shrink_to_fit();
+  }
+}
+
+v1::Job JobManager::StoredJob::Get() const {
+  if (!IsTerminal(state_)) return live_;
+  v1::Job job;
+  // Packed by Set from a valid message, in this process.
+  CHECK(job.ParseFromString(packed_)) << "a packed job record does not parse";
+  return job;
+}
 
 bool JobManager::IsTerminal(v1::Job::State state) {
   return state == v1::Job::SUCCEEDED || state == v1::Job::FAILED || state == v1::Job::CANCELLED;
@@ -43,7 +64,8 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(StateStore& state
     }
     ASSIGN_OR_RETURN(std::vector<v1::JobEvent> events, state.LoadEvents(job.job_id(), 0));
     manager->last_event_seq_[job.job_id()] = events.empty() ? 0 : events.back().seq();
-    manager->jobs_[job.job_id()] = std::move(job);
+    const std::string id = job.job_id();
+    manager->jobs_[id].Set(std::move(job));
   }
   return manager;
 }
@@ -148,7 +170,7 @@ absl::StatusOr<v1::Job> JobManager::Submit(v1::JobSpec spec, const std::string& 
   // Nothing is acknowledged before it is on disk.
   RETURN_IF_ERROR(Record(job, "submitted"));
   ++next_number_;
-  jobs_[job.job_id()] = job;
+  jobs_[job.job_id()].Set(job);
   return job;
 }
 
@@ -156,7 +178,7 @@ absl::StatusOr<v1::Job> JobManager::Get(const std::string& job_id) const {
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return NotFound(job_id);
-  return it->second;
+  return it->second.Get();
 }
 
 std::vector<v1::Job> JobManager::List(const std::vector<v1::Job::State>& states, int limit,
@@ -169,7 +191,7 @@ std::vector<v1::Job> JobManager::List(const std::vector<v1::Job::State>& states,
         std::find(states.begin(), states.end(), it->second.state()) == states.end()) {
       continue;
     }
-    out.push_back(it->second);
+    out.push_back(it->second.Get());
     if (limit > 0 && static_cast<int>(out.size()) >= limit) break;
   }
   return out;
@@ -193,16 +215,17 @@ absl::StatusOr<v1::Job> JobManager::Transition(const std::string& job_id,
     auto it = jobs_.find(job_id);
     if (it == jobs_.end()) return NotFound(job_id);
     if (IsTerminal(it->second.state())) {
+      const v1::Job ended = it->second.Get();
       return absl::FailedPreconditionError(absl::StrCat(
-          "job ", job_id, " already ended: ", v1::Job::State_Name(it->second.state()),
-          it->second.reason().empty() ? "" : absl::StrCat(" (", it->second.reason(), ")")));
+          "job ", job_id, " already ended: ", v1::Job::State_Name(ended.state()),
+          ended.reason().empty() ? "" : absl::StrCat(" (", ended.reason(), ")")));
     }
-    job = it->second;
+    job = it->second.Get();
     // Reasons may quote a user's job (Note [Bounded job output]).
     const std::string reason = BoundReason(change(job));
     job.set_reason(BoundReason(job.reason()));
     RETURN_IF_ERROR(Record(job, reason));
-    it->second = job;
+    it->second.Set(job);
   }
   Publish(job_id);
   return job;
@@ -244,11 +267,11 @@ absl::Status JobManager::SavePlacements(const std::string& job_id,
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return NotFound(job_id);
-  v1::Job job = it->second;
+  v1::Job job = it->second.Get();
   job.clear_placements();
   for (const v1::RankPlacement& p : placements) *job.add_placements() = p;
   RETURN_IF_ERROR(state_.SaveJob(job));
-  it->second = std::move(job);
+  it->second.Set(std::move(job));
   return absl::OkStatus();
 }
 
@@ -298,10 +321,10 @@ absl::Status JobManager::UpdateMetrics(const std::string& job_id, const v1::Metr
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return NotFound(job_id);
-  v1::Job job = it->second;
+  v1::Job job = it->second.Get();
   *job.mutable_latest_metrics() = metrics;
   if (persist) RETURN_IF_ERROR(state_.SaveJob(job));
-  it->second = std::move(job);
+  it->second.Set(std::move(job));
   return absl::OkStatus();
 }
 
@@ -310,7 +333,7 @@ absl::StatusOr<v1::JobStatus> JobManager::Status(const std::string& job_id) cons
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return NotFound(job_id);
   v1::JobStatus status;
-  *status.mutable_job() = it->second;
+  *status.mutable_job() = it->second.Get();
   return status;
 }
 
