@@ -125,8 +125,10 @@ TEST_F(JobServiceTest, ListingPagesThroughTheHistoryAndNoReplyOutgrowsItsLimit) 
 
   // Specs near the size limit: a page ends at kListJobsPageBytes.
   const std::string big(200 << 10, 'x');
-  const std::string program = absl::StrCat(
-      "program { argv: '/bin/true' working_dir: '/tmp' env { key: 'BIG' value: '", big, "' } }");
+  // The bulk in argv, not env: under --config=tsan, parsing a map field
+  // crashes in Debian's shared libprotobuf (see //common:program_spec_test).
+  const std::string program =
+      absl::StrCat("program { argv: ['/bin/true', '", big, "'] working_dir: '/tmp' }");
   for (int i = 0; i < 24; ++i) {
     grpc::Status s = Submit(program, &submitted);
     ASSERT_TRUE(s.ok()) << i << ": " << s.error_message();
@@ -149,9 +151,8 @@ TEST_F(JobServiceTest, ListingPagesThroughTheHistoryAndNoReplyOutgrowsItsLimit) 
   EXPECT_EQ(total, 29) << "every job once, across pages";
 
   // A spec over the limit is refused, saying what to do.
-  const std::string huge = absl::StrCat(
-      "program { argv: '/bin/true' working_dir: '/tmp' env { key: 'BIG' value: '",
-      std::string(300 << 10, 'x'), "' } }");
+  const std::string huge = absl::StrCat("program { argv: ['/bin/true', '",
+                                        std::string(300 << 10, 'x'), "'] working_dir: '/tmp' }");
   grpc::Status refused = Submit(huge, &submitted);
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(refused.error_message(), HasSubstr("spec: is 307."));
