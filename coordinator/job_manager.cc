@@ -20,16 +20,16 @@ void JobManager::StoredJob::Set(v1::Job job) {
   state_ = job.state();
   if (IsTerminal(state_)) {
     packed_ = job.SerializeAsString();
-    live_ = v1::Job();  // gives its memory back, unlike Clear()
+    live_.reset();
   } else {
-    live_ = std::move(job);
+    live_ = std::make_unique<v1::Job>(std::move(job));
     packed_.clear();
     packed_.shrink_to_fit();
   }
 }
 
 v1::Job JobManager::StoredJob::Get() const {
-  if (!IsTerminal(state_)) return live_;
+  if (live_ != nullptr) return *live_;
   v1::Job job;
   // Packed by Set from a valid message, in this process.
   CHECK(job.ParseFromString(packed_)) << "a packed job record does not parse";
@@ -49,12 +49,18 @@ int JobManager::KeepLast(const v1::JobSpec& spec) {
 }
 
 absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(StateStore& state, Clock* clock,
-                                                               int max_pending_jobs) {
+                                                               int max_pending_jobs,
+                                                               int ended_jobs_in_memory) {
   if (max_pending_jobs < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("--max_pending_jobs must be at least 1, got ", max_pending_jobs));
   }
-  std::unique_ptr<JobManager> manager(new JobManager(state, clock, max_pending_jobs));
+  if (ended_jobs_in_memory < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the number of ended jobs kept in memory must be at least 0, got ", ended_jobs_in_memory));
+  }
+  std::unique_ptr<JobManager> manager(
+      new JobManager(state, clock, max_pending_jobs, ended_jobs_in_memory));
   ASSIGN_OR_RETURN(std::vector<v1::Job> jobs, state.LoadJobs());
   absl::MutexLock lock(&manager->mu_);
   for (v1::Job& job : jobs) {
@@ -62,10 +68,8 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(StateStore& state
     if (absl::SimpleAtoi(absl::StripPrefix(job.job_id(), "job-"), &number)) {
       manager->next_number_ = std::max(manager->next_number_, number + 1);
     }
-    ASSIGN_OR_RETURN(std::vector<v1::JobEvent> events, state.LoadEvents(job.job_id(), 0));
-    manager->last_event_seq_[job.job_id()] = events.empty() ? 0 : events.back().seq();
-    const std::string id = job.job_id();
-    manager->jobs_[id].Set(std::move(job));
+    ASSIGN_OR_RETURN(const int64_t last_seq, state.LastEventSeq(job.job_id()));
+    manager->KeepLocked(std::move(job), last_seq);
   }
   return manager;
 }
@@ -75,28 +79,73 @@ absl::Status JobManager::NotFound(const std::string& job_id) const {
       absl::StrCat("no job \"", job_id, "\"; `chorus jobs` lists the jobs this coordinator knows"));
 }
 
-absl::Status JobManager::Record(v1::Job& job, const std::string& reason) {
+void JobManager::KeepLocked(v1::Job job, int64_t last_event_seq) {
+  const std::string id = job.job_id();
+  const v1::Job::State state = job.state();
+  const bool ended = IsTerminal(state);
+  if (ended && ended_in_memory_.size() >= static_cast<size_t>(ended_jobs_in_memory_) &&
+      !jobs_.count(id) && (ended_in_memory_.empty() || id < *ended_in_memory_.begin())) {
+    // Older than every ended job kept: it goes straight to the database's keeping.
+    evicted_max_ = std::max(evicted_max_, id);
+    ++evicted_by_state_[state];
+    return;
+  }
+  StoredJob& stored = jobs_[id];
+  stored.Set(std::move(job));
+  stored.last_event_seq = last_event_seq;
+  if (!ended) return;
+  ended_in_memory_.insert(id);
+  while (ended_in_memory_.size() > static_cast<size_t>(ended_jobs_in_memory_)) {
+    auto oldest = jobs_.find(*ended_in_memory_.begin());
+    evicted_max_ = std::max(evicted_max_, oldest->first);
+    ++evicted_by_state_[oldest->second.state()];
+    jobs_.erase(oldest);
+    ended_in_memory_.erase(ended_in_memory_.begin());
+  }
+}
+
+absl::StatusOr<v1::Job> JobManager::LoadLocked(const std::string& job_id) const {
+  if (auto it = jobs_.find(job_id); it != jobs_.end()) return it->second.Get();
+  // Only ended jobs that left memory are read back (Note [Only the newest
+  // ended jobs in memory]); a job above evicted_max_ is in memory or nowhere.
+  if (evicted_max_.empty() || job_id > evicted_max_) return NotFound(job_id);
+  absl::StatusOr<v1::Job> job = state_.LoadJob(job_id);
+  if (absl::IsNotFound(job.status())) return NotFound(job_id);
+  return job;
+}
+
+absl::Status JobManager::CheckExistsLocked(const std::string& job_id) const {
+  return LoadLocked(job_id).status();
+}
+
+absl::StatusOr<int64_t> JobManager::LastEventSeqLocked(const std::string& job_id) const {
+  if (auto it = jobs_.find(job_id); it != jobs_.end()) return it->second.last_event_seq;
+  return state_.LastEventSeq(job_id);
+}
+
+absl::StatusOr<int64_t> JobManager::Record(const v1::Job& job, int64_t last_event_seq,
+                                           const std::string& reason) {
   v1::JobEvent event;
   event.set_job_id(job.job_id());
-  event.set_seq(last_event_seq_[job.job_id()] + 1);
+  event.set_seq(last_event_seq + 1);
   event.set_time_us(absl::ToUnixMicros(clock_->Now()));
   event.set_state(job.state());
   event.set_reason(reason);
   RETURN_IF_ERROR(state_.SaveJob(job));
   RETURN_IF_ERROR(state_.AppendEvent(event));
-  last_event_seq_[job.job_id()] = event.seq();
-  return absl::OkStatus();
+  return event.seq();
 }
 
 absl::Status JobManager::AddEvent(const std::string& job_id, v1::JobEvent event) {
   {
     absl::MutexLock lock(&mu_);
-    if (!jobs_.count(job_id)) return NotFound(job_id);
+    RETURN_IF_ERROR(CheckExistsLocked(job_id));
+    ASSIGN_OR_RETURN(const int64_t last_seq, LastEventSeqLocked(job_id));
     event.set_job_id(job_id);
-    event.set_seq(last_event_seq_[job_id] + 1);
+    event.set_seq(last_seq + 1);
     event.set_time_us(absl::ToUnixMicros(clock_->Now()));
     RETURN_IF_ERROR(state_.AppendEvent(event));
-    last_event_seq_[job_id] = event.seq();
+    if (auto it = jobs_.find(job_id); it != jobs_.end()) it->second.last_event_seq = event.seq();
   }
   Publish(job_id);
   return absl::OkStatus();
@@ -147,7 +196,7 @@ absl::StatusOr<v1::Job> JobManager::Submit(v1::JobSpec spec, const std::string& 
       return absl::InvalidArgumentError(absl::StrCat(
           "resume_from must be JOB or JOB:STEP (e.g. job-000003:500), got \"", resume_from, "\""));
     }
-    if (!jobs_.count(parts[0])) return NotFound(parts[0]);
+    RETURN_IF_ERROR(CheckExistsLocked(parts[0]));
   }
   // The queue limit: every pending job costs the scheduler a look on each
   // placement round and a row in `chorus jobs`.
@@ -168,33 +217,58 @@ absl::StatusOr<v1::Job> JobManager::Submit(v1::JobSpec spec, const std::string& 
   job.set_submit_time_us(absl::ToUnixMicros(clock_->Now()));
   job.set_resume_from(resume_from);
   // Nothing is acknowledged before it is on disk.
-  RETURN_IF_ERROR(Record(job, "submitted"));
+  ASSIGN_OR_RETURN(const int64_t seq, Record(job, 0, "submitted"));
   ++next_number_;
-  jobs_[job.job_id()].Set(job);
+  KeepLocked(job, seq);
   return job;
 }
 
 absl::StatusOr<v1::Job> JobManager::Get(const std::string& job_id) const {
   absl::MutexLock lock(&mu_);
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) return NotFound(job_id);
-  return it->second.Get();
+  return LoadLocked(job_id);
 }
 
-std::vector<v1::Job> JobManager::List(const std::vector<v1::Job::State>& states, int limit,
-                                      const std::string& older_than) const {
+absl::StatusOr<std::vector<v1::Job>> JobManager::List(const std::vector<v1::Job::State>& states,
+                                                      int limit,
+                                                      const std::string& older_than) const {
+  const auto wanted = [&](v1::Job::State state) {
+    return states.empty() || std::find(states.begin(), states.end(), state) != states.end();
+  };
+  const auto full = [&](const std::vector<v1::Job>& out) {
+    return limit > 0 && static_cast<int>(out.size()) >= limit;
+  };
+  // Only ended jobs leave memory, so memory alone answers for states that
+  // have not ended.
+  const bool any_ended = states.empty() || std::any_of(states.begin(), states.end(), IsTerminal);
   absl::MutexLock lock(&mu_);
+  const bool memory_has_all = evicted_max_.empty() || !any_ended;
   std::vector<v1::Job> out;
-  auto from = older_than.empty() ? jobs_.rbegin() : std::make_reverse_iterator(jobs_.lower_bound(older_than));
-  for (auto it = from; it != jobs_.rend(); ++it) {
-    if (!states.empty() &&
-        std::find(states.begin(), states.end(), it->second.state()) == states.end()) {
-      continue;
-    }
+  std::string next = older_than;  // the database is read below this id ("" = all)
+  for (auto it = older_than.empty() ? jobs_.end() : jobs_.lower_bound(older_than);
+       it != jobs_.begin();) {
+    --it;
+    // Above evicted_max_, memory holds every job (Note [Only the newest
+    // ended jobs in memory]); below it the database is the index.
+    if (!memory_has_all && it->first <= evicted_max_) break;
+    next = it->first;
+    if (!wanted(it->second.state())) continue;
     out.push_back(it->second.Get());
-    if (limit > 0 && static_cast<int>(out.size()) >= limit) break;
+    if (full(out)) return out;
   }
-  return out;
+  if (memory_has_all) return out;
+  constexpr int kPage = 256;
+  for (;;) {
+    ASSIGN_OR_RETURN(std::vector<v1::Job> page, state_.LoadJobsBefore(next, kPage));
+    for (v1::Job& stored : page) {
+      next = stored.job_id();
+      auto in_memory = jobs_.find(next);
+      v1::Job job = in_memory == jobs_.end() ? std::move(stored) : in_memory->second.Get();
+      if (!wanted(job.state())) continue;
+      out.push_back(std::move(job));
+      if (full(out)) return out;
+    }
+    if (static_cast<int>(page.size()) < kPage) return out;
+  }
 }
 
 std::map<v1::Job::State, int64_t> JobManager::CountByState() const {
@@ -204,7 +278,13 @@ std::map<v1::Job::State, int64_t> JobManager::CountByState() const {
   }
   absl::MutexLock lock(&mu_);
   for (const auto& [id, job] : jobs_) ++out[job.state()];
+  for (const auto& [state, count] : evicted_by_state_) out[state] += count;
   return out;
+}
+
+size_t JobManager::JobsInMemory() const {
+  absl::MutexLock lock(&mu_);
+  return jobs_.size();
 }
 
 absl::StatusOr<v1::Job> JobManager::Transition(const std::string& job_id,
@@ -213,9 +293,8 @@ absl::StatusOr<v1::Job> JobManager::Transition(const std::string& job_id,
   {
     absl::MutexLock lock(&mu_);
     auto it = jobs_.find(job_id);
-    if (it == jobs_.end()) return NotFound(job_id);
-    if (IsTerminal(it->second.state())) {
-      const v1::Job ended = it->second.Get();
+    if (it == jobs_.end() || IsTerminal(it->second.state())) {
+      ASSIGN_OR_RETURN(const v1::Job ended, LoadLocked(job_id));
       return absl::FailedPreconditionError(absl::StrCat(
           "job ", job_id, " already ended: ", v1::Job::State_Name(ended.state()),
           ended.reason().empty() ? "" : absl::StrCat(" (", ended.reason(), ")")));
@@ -224,8 +303,8 @@ absl::StatusOr<v1::Job> JobManager::Transition(const std::string& job_id,
     // Reasons may quote a user's job (Note [Bounded job output]).
     const std::string reason = BoundReason(change(job));
     job.set_reason(BoundReason(job.reason()));
-    RETURN_IF_ERROR(Record(job, reason));
-    it->second.Set(job);
+    ASSIGN_OR_RETURN(const int64_t seq, Record(job, it->second.last_event_seq, reason));
+    KeepLocked(job, seq);
   }
   Publish(job_id);
   return job;
@@ -265,13 +344,11 @@ absl::StatusOr<v1::Job> JobManager::MarkReformed(const std::string& job_id, int6
 absl::Status JobManager::SavePlacements(const std::string& job_id,
                                         const std::vector<v1::RankPlacement>& placements) {
   absl::MutexLock lock(&mu_);
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) return NotFound(job_id);
-  v1::Job job = it->second.Get();
+  ASSIGN_OR_RETURN(v1::Job job, LoadLocked(job_id));
   job.clear_placements();
   for (const v1::RankPlacement& p : placements) *job.add_placements() = p;
   RETURN_IF_ERROR(state_.SaveJob(job));
-  it->second.Set(std::move(job));
+  if (auto it = jobs_.find(job_id); it != jobs_.end()) it->second.Set(std::move(job));
   return absl::OkStatus();
 }
 
@@ -279,7 +356,7 @@ absl::Status JobManager::SaveElasticRecord(const std::string& job_id,
                                            const coordinator::ElasticRecord& record) {
   {
     absl::MutexLock lock(&mu_);
-    if (!jobs_.count(job_id)) return NotFound(job_id);
+    RETURN_IF_ERROR(CheckExistsLocked(job_id));
   }
   return state_.SaveElasticRecord(job_id, record);
 }
@@ -288,7 +365,7 @@ absl::StatusOr<coordinator::ElasticRecord> JobManager::LoadElasticRecord(
     const std::string& job_id) {
   {
     absl::MutexLock lock(&mu_);
-    if (!jobs_.count(job_id)) return NotFound(job_id);
+    RETURN_IF_ERROR(CheckExistsLocked(job_id));
   }
   return state_.LoadElasticRecord(job_id);
 }
@@ -319,21 +396,19 @@ int JobManager::FailRunning(const std::string& reason) {
 absl::Status JobManager::UpdateMetrics(const std::string& job_id, const v1::Metrics& metrics,
                                        bool persist) {
   absl::MutexLock lock(&mu_);
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) return NotFound(job_id);
-  v1::Job job = it->second.Get();
+  ASSIGN_OR_RETURN(v1::Job job, LoadLocked(job_id));
   *job.mutable_latest_metrics() = metrics;
-  if (persist) RETURN_IF_ERROR(state_.SaveJob(job));
-  it->second.Set(std::move(job));
+  auto it = jobs_.find(job_id);
+  // A job only the database holds keeps its metrics there.
+  if (persist || it == jobs_.end()) RETURN_IF_ERROR(state_.SaveJob(job));
+  if (it != jobs_.end()) it->second.Set(std::move(job));
   return absl::OkStatus();
 }
 
 absl::StatusOr<v1::JobStatus> JobManager::Status(const std::string& job_id) const {
   absl::MutexLock lock(&mu_);
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) return NotFound(job_id);
   v1::JobStatus status;
-  *status.mutable_job() = it->second.Get();
+  ASSIGN_OR_RETURN(*status.mutable_job(), LoadLocked(job_id));
   return status;
 }
 
@@ -341,7 +416,7 @@ absl::StatusOr<std::vector<v1::JobEvent>> JobManager::Events(const std::string& 
                                                              int64_t after_seq) {
   {
     absl::MutexLock lock(&mu_);
-    if (!jobs_.count(job_id)) return NotFound(job_id);
+    RETURN_IF_ERROR(CheckExistsLocked(job_id));
   }
   return state_.LoadEvents(job_id, after_seq);
 }

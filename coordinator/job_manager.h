@@ -16,6 +16,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -33,12 +34,19 @@ class JobManager {
   // Default of the queue limit (--max_pending_jobs).
   static constexpr int kDefaultMaxPendingJobs = 5000;
 
-  // Loads every job in `state`. `state` and `clock` (null = real time) are
+  // Default of how many ended jobs are kept in memory (Note [Only the
+  // newest ended jobs in memory]).
+  static constexpr int kDefaultEndedJobsInMemory = 256;
+
+  // Loads the jobs in `state`. `state` and `clock` (null = real time) are
   // not owned and must outlive the manager. At most `max_pending_jobs` jobs
   // wait PENDING at once (jobs loaded from `state` may exceed it; then no
-  // new one is taken until enough have started or ended).
+  // new one is taken until enough have started or ended). Of the jobs that
+  // have ended, the newest `ended_jobs_in_memory` are kept in memory and
+  // the others are read from `state` when asked for.
   static absl::StatusOr<std::unique_ptr<JobManager>> Create(
-      StateStore& state, Clock* clock, int max_pending_jobs = kDefaultMaxPendingJobs);
+      StateStore& state, Clock* clock, int max_pending_jobs = kDefaultMaxPendingJobs,
+      int ended_jobs_in_memory = kDefaultEndedJobsInMemory);
 
   // Normalizes and validates `spec` (INVALID_ARGUMENT listing every problem),
   // checks `resume_from` ("JOB" or "JOB:STEP", NOT_FOUND for an unknown job),
@@ -48,10 +56,14 @@ class JobManager {
   absl::StatusOr<v1::Job> Get(const std::string& job_id) const;
   // Newest first; only `states` if not empty; at most `limit` (0 = all).
   // With `older_than` set (a job id), only jobs submitted before that one.
-  std::vector<v1::Job> List(const std::vector<v1::Job::State>& states, int limit,
-                            const std::string& older_than = "") const;
+  // Fails only if the state database cannot be read.
+  absl::StatusOr<std::vector<v1::Job>> List(const std::vector<v1::Job::State>& states, int limit,
+                                            const std::string& older_than = "") const;
   // How many jobs are in each state (every state present, 0 included).
   std::map<v1::Job::State, int64_t> CountByState() const;
+  // How many jobs are held in memory: those that have not ended and at most
+  // ended_jobs_in_memory ended ones.
+  size_t JobsInMemory() const;
   // FAILED_PRECONDITION if the job already ended.
   absl::StatusOr<v1::Job> Cancel(const std::string& job_id, const std::string& reason);
   // PENDING -> RUNNING in `generation` with `world_size` ranks.
@@ -107,15 +119,50 @@ class JobManager {
   static constexpr int kDefaultKeepLast = 3;
 
  private:
-  JobManager(StateStore& state, Clock* clock, int max_pending_jobs)
-      : state_(state), clock_(clock ? clock : &real_clock_), max_pending_jobs_(max_pending_jobs) {}
+  JobManager(StateStore& state, Clock* clock, int max_pending_jobs, int ended_jobs_in_memory)
+      : state_(state),
+        clock_(clock ? clock : &real_clock_),
+        max_pending_jobs_(max_pending_jobs),
+        ended_jobs_in_memory_(ended_jobs_in_memory) {}
+  // Note [Ended jobs are kept packed]: a coordinator keeps the jobs it ran,
+  // and a job that has ended no longer changes, so it is kept serialized (a
+  // few hundred bytes instead of a few kilobytes of message objects: a soak
+  // of 2,000 jobs grew the coordinator by 3 MB per 1,000) and parsed when
+  // it is read.
+  class StoredJob {
+   public:
+    // Keeps `job`, packed when it has ended.
+    void Set(v1::Job job);
+    v1::Job Get() const;
+    v1::Job::State state() const { return state_; }
+    int64_t last_event_seq = 0;
+
+   private:
+    v1::Job::State state_ = v1::Job::STATE_UNSPECIFIED;
+    std::unique_ptr<v1::Job> live_;  // while it has not ended
+    std::string packed_;             // once it has
+  };
+  // The job in memory, or else in the database; NOT_FOUND if neither has it.
+  absl::StatusOr<v1::Job> LoadLocked(const std::string& job_id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether the job exists (NOT_FOUND if not, another error if the
+  // database cannot be read).
+  absl::Status CheckExistsLocked(const std::string& job_id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The seq of the job's newest event.
+  absl::StatusOr<int64_t> LastEventSeqLocked(const std::string& job_id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Keeps `job` in memory (or updates it there); an ended job beyond the
+  // newest ended_jobs_in_memory_ leaves memory.
+  void KeepLocked(v1::Job job, int64_t last_event_seq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies `change` (which returns the event's reason) to a copy of a job
   // that has not ended, persists it, then publishes it. FAILED_PRECONDITION
   // if the job already ended.
   absl::StatusOr<v1::Job> Transition(const std::string& job_id,
                                      const std::function<std::string(v1::Job&)>& change);
-  // Persists a state change of `job` and its event.
-  absl::Status Record(v1::Job& job, const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Persists a state change of `job` and its event; returns the event's seq.
+  absl::StatusOr<int64_t> Record(const v1::Job& job, int64_t last_event_seq,
+                                 const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status NotFound(const std::string& job_id) const;
   // Wakes the subscribers of `job_id`; call without mu_ held.
   void Publish(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
@@ -124,27 +171,23 @@ class JobManager {
   RealClock real_clock_;
   Clock* const clock_;
   const int max_pending_jobs_;
-  // Note [Ended jobs are kept packed]: a coordinator keeps every job it
-  // ran, and a long-running one has tens of thousands. A job that has ended
-  // no longer changes, so it is kept serialized (a few hundred bytes instead
-  // of a few kilobytes of message objects: a soak of 2,000 jobs grew the
-  // coordinator by 3 MB per 1,000) and parsed when it is read.
-  class StoredJob {
-   public:
-    // Keeps `job`, packed when it has ended.
-    void Set(v1::Job job);
-    v1::Job Get() const;
-    v1::Job::State state() const { return state_; }
+  const int ended_jobs_in_memory_;
 
-   private:
-    v1::Job::State state_ = v1::Job::STATE_UNSPECIFIED;
-    v1::Job live_;        // while it has not ended
-    std::string packed_;  // once it has
-  };
-
+  // Note [Only the newest ended jobs in memory]: packing (above) still left
+  // a long-running coordinator growing by ~1 KB per job it ever ran. What
+  // users read of old jobs (`chorus jobs` pages, `chorus status OLD-JOB`) is
+  // rare and can wait for a read of the state database, which holds every
+  // job anyway. So memory holds every job that has not ended and only the
+  // newest ended ones; when more have ended, the one with the smallest id
+  // leaves. Every job whose id is above `evicted_max_` (the greatest id that
+  // left) is therefore in memory, which is what List relies on; below it,
+  // the database is the index and a job still in memory (one that has not
+  // ended) is taken from memory, whose metrics are newer.
   mutable absl::Mutex mu_;
   std::map<std::string, StoredJob> jobs_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, int64_t> last_event_seq_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> ended_in_memory_ ABSL_GUARDED_BY(mu_);
+  std::string evicted_max_ ABSL_GUARDED_BY(mu_);  // empty while none left
+  std::map<v1::Job::State, int64_t> evicted_by_state_ ABSL_GUARDED_BY(mu_);
   int64_t next_number_ ABSL_GUARDED_BY(mu_) = 1;
 
   struct Subscriber {

@@ -1,6 +1,10 @@
 #include "coordinator/job_manager.h"
 
 #include <cstdlib>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 #include "common/job_spec.h"
 #include "common/output_limits.h"
@@ -56,14 +60,14 @@ TEST(JobManagerTest, SubmitListCancelAndSurviveReopen) {
   ASSERT_TRUE(state.ok());
   auto jobs = JobManager::Create(**state, &clock);
   ASSERT_TRUE(jobs.ok());
-  std::vector<v1::Job> all = (*jobs)->List({}, 0);
+  std::vector<v1::Job> all = (*jobs)->List({}, 0).value();
   ASSERT_EQ(all.size(), 2u);
   EXPECT_EQ(all[0].job_id(), "job-000002");  // newest first
   EXPECT_EQ(all[0].state(), v1::Job::PENDING);
   EXPECT_EQ(all[0].resume_from(), first_id);
   EXPECT_EQ(all[1].state(), v1::Job::CANCELLED);
-  EXPECT_EQ((*jobs)->List({v1::Job::CANCELLED}, 0).size(), 1u);
-  EXPECT_EQ((*jobs)->List({}, 1).size(), 1u);
+  EXPECT_EQ((*jobs)->List({v1::Job::CANCELLED}, 0).value().size(), 1u);
+  EXPECT_EQ((*jobs)->List({}, 1).value().size(), 1u);
   std::map<v1::Job::State, int64_t> counts = (*jobs)->CountByState();
   EXPECT_EQ(counts.size(), 5u) << "every state, zeros included";
   EXPECT_EQ(counts[v1::Job::PENDING], 1);
@@ -95,7 +99,7 @@ TEST(JobManagerTest, BadInputIsRefusedAndNothingIsStored) {
   EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound);
   auto malformed = (*jobs)->Submit(Spec("model { mlp {} } data { synthetic {} }"), "x:y");
   EXPECT_EQ(malformed.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE((*jobs)->List({}, 0).empty());
+  EXPECT_TRUE((*jobs)->List({}, 0).value().empty());
   EXPECT_EQ((*jobs)->Get("job-1").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ((*jobs)->Cancel("job-1", "").status().code(), absl::StatusCode::kNotFound);
 }
@@ -120,7 +124,7 @@ TEST(JobManagerTest, TheQueueTakesThousandsOfJobsUpToItsLimitAndSaysWhatToDo) {
               "the coordinator's queue is full: 1000 jobs are pending, the limit is 1000 "
               "(coordinator flag --max_pending_jobs). Submit again once some have started or "
               "ended, or cancel the ones you no longer need (`chorus jobs`, `chorus cancel JOB`)");
-    EXPECT_EQ((*jobs)->List({}, 0).size(), static_cast<size_t>(kLimit)) << "nothing was stored";
+    EXPECT_EQ((*jobs)->List({}, 0).value().size(), static_cast<size_t>(kLimit)) << "nothing was stored";
     // A job that starts leaves the queue and makes room.
     ASSERT_TRUE((*jobs)->MarkRunning(first_id, 1, 1).ok());
     auto room = (*jobs)->Submit(spec, "");
@@ -134,7 +138,7 @@ TEST(JobManagerTest, TheQueueTakesThousandsOfJobsUpToItsLimitAndSaysWhatToDo) {
   ASSERT_TRUE(state.ok());
   auto jobs = JobManager::Create(**state, nullptr, 10);
   ASSERT_TRUE(jobs.ok());
-  EXPECT_EQ((*jobs)->List({v1::Job::PENDING}, 0).size(), static_cast<size_t>(kLimit));
+  EXPECT_EQ((*jobs)->List({v1::Job::PENDING}, 0).value().size(), static_cast<size_t>(kLimit));
   auto refused = (*jobs)->Submit(spec, "");
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(refused.status().message(), HasSubstr("1000 jobs are pending, the limit is 10"));
@@ -233,6 +237,161 @@ TEST(JobManagerTest, ReasonsAreBoundedInTheJobTheEventsAndTheDatabase) {
   ASSERT_FALSE(events->empty());
   for (const v1::JobEvent& event : *events) EXPECT_LE(event.reason().size(), kMaxReasonBytes + 64);
   EXPECT_THAT(events->back().reason(), EndsWith(" bytes cut]"));
+}
+
+// Note [Only the newest ended jobs in memory]: a long-running coordinator
+// keeps the newest ended jobs in memory and reads older ones back from its
+// database; users see every job as before.
+TEST(JobManagerTest, OldEndedJobsLeaveMemoryAndAreReadBackFromTheDatabase) {
+  FakeClock clock(absl::FromUnixSeconds(1000));
+  auto state = StateStore::Open(Dir("ended_in_memory"));
+  ASSERT_TRUE(state.ok());
+  auto jobs = JobManager::Create(**state, &clock, 100, /*ended_jobs_in_memory=*/3);
+  ASSERT_TRUE(jobs.ok());
+  const v1::JobSpec spec = Spec("model { mlp {} } data { synthetic {} }");
+  for (int i = 1; i <= 10; ++i) ASSERT_TRUE((*jobs)->Submit(spec, "").ok());
+  // job-000002 runs on, job-000005 waits; the rest end.
+  ASSERT_TRUE((*jobs)->MarkRunning("job-000002", 1, 1).ok());
+  v1::Metrics metrics;
+  metrics.set_step(42);
+  ASSERT_TRUE((*jobs)->UpdateMetrics("job-000002", metrics, /*persist=*/false).ok());
+  for (int i : {1, 3, 4, 6, 7, 8, 9, 10}) {
+    const std::string id = absl::StrFormat("job-%06d", i);
+    if (i % 3 == 0) {
+      ASSERT_TRUE((*jobs)->Cancel(id, absl::StrCat("cancel ", i)).ok());
+    } else {
+      ASSERT_TRUE((*jobs)->MarkRunning(id, 1, 1).ok());
+      ASSERT_TRUE((*jobs)->Finish(id, v1::Job::SUCCEEDED, absl::StrCat("done ", i)).ok());
+    }
+  }
+  EXPECT_EQ((*jobs)->JobsInMemory(), 5u) << "3 ended jobs and the 2 that have not ended";
+
+  std::vector<v1::Job> all = (*jobs)->List({}, 0).value();
+  ASSERT_EQ(all.size(), 10u);
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(all[i].job_id(), absl::StrFormat("job-%06d", 10 - i));
+  EXPECT_EQ(all[8].state(), v1::Job::RUNNING);
+  EXPECT_EQ(all[8].latest_metrics().step(), 42) << "a job in memory is listed as memory has it";
+  EXPECT_EQ(all[9].reason(), "done 1");
+  EXPECT_EQ((*jobs)->List({v1::Job::CANCELLED}, 0).value().size(), 3u);
+  std::vector<v1::Job> pending = (*jobs)->List({v1::Job::PENDING}, 0).value();
+  ASSERT_EQ(pending.size(), 1u) << "a job below those that left memory is still listed";
+  EXPECT_EQ(pending[0].job_id(), "job-000005");
+  std::vector<v1::Job> page = (*jobs)->List({}, 2, "job-000005").value();
+  ASSERT_EQ(page.size(), 2u);
+  EXPECT_EQ(page[0].job_id(), "job-000004");
+  EXPECT_EQ(page[1].job_id(), "job-000003");
+  std::map<v1::Job::State, int64_t> counts = (*jobs)->CountByState();
+  EXPECT_EQ(counts[v1::Job::SUCCEEDED], 5);
+  EXPECT_EQ(counts[v1::Job::CANCELLED], 3);
+  EXPECT_EQ(counts[v1::Job::RUNNING], 1);
+  EXPECT_EQ(counts[v1::Job::PENDING], 1);
+
+  // An old job reads, refuses changes and takes events as before.
+  absl::StatusOr<v1::Job> old = (*jobs)->Get("job-000001");
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_EQ(old->state(), v1::Job::SUCCEEDED);
+  absl::Status refused = (*jobs)->Cancel("job-000001", "").status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.message(), HasSubstr("already ended: SUCCEEDED (done 1)"));
+  v1::JobEvent note;
+  note.set_message("checkpoint 7 removed");
+  ASSERT_TRUE((*jobs)->AddEvent("job-000001", note).ok());
+  auto events = (*jobs)->Events("job-000001", 0);
+  ASSERT_TRUE(events.ok());
+  ASSERT_EQ(events->size(), 4u);  // submitted, running, succeeded, the note
+  EXPECT_EQ(events->back().seq(), 4);
+  EXPECT_EQ(events->back().message(), "checkpoint 7 removed");
+  EXPECT_TRUE((*jobs)->Submit(spec, "job-000001").ok()) << "resuming from an old job";
+  EXPECT_EQ((*jobs)->Get("job-000099").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ((*jobs)->Events("job-000099", 0).status().code(), absl::StatusCode::kNotFound);
+
+  // The long job ends below the ones in memory: it leaves at once, with the
+  // metrics it had in memory.
+  ASSERT_TRUE((*jobs)->Finish("job-000002", v1::Job::SUCCEEDED, "done 2").ok());
+  EXPECT_EQ((*jobs)->JobsInMemory(), 5u) << "3 ended jobs, job-000005 and job-000011";
+  EXPECT_EQ((*jobs)->Get("job-000002")->latest_metrics().step(), 42);
+  EXPECT_EQ((*jobs)->Get("job-000002")->state(), v1::Job::SUCCEEDED);
+
+  // A restart keeps the same bound and shows the same jobs.
+  const std::vector<v1::Job> before = (*jobs)->List({}, 0).value();
+  const std::map<v1::Job::State, int64_t> counts_before = (*jobs)->CountByState();
+  EXPECT_EQ(counts_before.at(v1::Job::SUCCEEDED), 6);
+  EXPECT_EQ(counts_before.at(v1::Job::PENDING), 2);
+  jobs->reset();
+  auto reopened = JobManager::Create(**state, &clock, 100, 3);
+  ASSERT_TRUE(reopened.ok());
+  EXPECT_EQ((*reopened)->JobsInMemory(), 5u);
+  EXPECT_EQ((*reopened)->CountByState(), counts_before);
+  const std::vector<v1::Job> after = (*reopened)->List({}, 0).value();
+  ASSERT_EQ(after.size(), before.size());
+  for (size_t i = 0; i < after.size(); ++i) {
+    EXPECT_EQ(after[i].SerializeAsString(), before[i].SerializeAsString()) << i;
+  }
+}
+
+// Whatever ended jobs memory keeps, every listing, page, count and read is
+// the same as with all of them in memory.
+TEST(JobManagerTest, ListingsDoNotDependOnHowManyEndedJobsAreInMemory) {
+  FakeClock clock(absl::FromUnixSeconds(1000));
+  const v1::JobSpec spec = Spec("model { mlp {} } data { synthetic {} }");
+  std::vector<std::unique_ptr<StateStore>> states;
+  std::vector<std::unique_ptr<JobManager>> managers;
+  for (int kept : {0, 1, 7, 1000}) {
+    auto state = StateStore::Open(Dir(absl::StrCat("differential_", kept)));
+    ASSERT_TRUE(state.ok());
+    auto jobs = JobManager::Create(**state, &clock, 1000, kept);
+    ASSERT_TRUE(jobs.ok());
+    states.push_back(*std::move(state));
+    managers.push_back(*std::move(jobs));
+  }
+  std::mt19937 random(7);
+  for (int op = 0; op < 300; ++op) {
+    const int choice = static_cast<int>(random() % 4);
+    const std::string id = absl::StrFormat("job-%06d", 1 + random() % 60);
+    for (auto& jobs : managers) {
+      if (choice == 0) {
+        (void)jobs->Submit(spec, "");
+      } else if (choice == 1) {
+        (void)jobs->MarkRunning(id, 1, 1);
+      } else if (choice == 2) {
+        (void)jobs->Finish(id, op % 2 ? v1::Job::SUCCEEDED : v1::Job::FAILED, "r");
+      } else {
+        (void)jobs->Cancel(id, "c");
+      }
+    }
+    clock.Advance(absl::Seconds(1));
+  }
+  const auto ids = [](const std::vector<v1::Job>& jobs) {
+    std::vector<std::string> out;
+    for (const v1::Job& job : jobs) out.push_back(job.job_id() + ":" + v1::Job::State_Name(job.state()));
+    return out;
+  };
+  const std::vector<std::vector<v1::Job::State>> filters = {
+      {}, {v1::Job::PENDING}, {v1::Job::SUCCEEDED}, {v1::Job::RUNNING, v1::Job::FAILED}};
+  for (const auto& states_wanted : filters) {
+    for (int limit : {0, 1, 5, 17}) {
+      for (const std::string older_than : {"", "job-000031", "job-000002", "job-000100"}) {
+        const auto expected = ids(managers.back()->List(states_wanted, limit, older_than).value());
+        for (size_t m = 0; m + 1 < managers.size(); ++m) {
+          EXPECT_EQ(ids(managers[m]->List(states_wanted, limit, older_than).value()), expected)
+              << "manager " << m << " limit " << limit << " older_than " << older_than;
+        }
+      }
+    }
+  }
+  for (size_t m = 0; m + 1 < managers.size(); ++m) {
+    EXPECT_EQ(managers[m]->CountByState(), managers.back()->CountByState()) << m;
+    for (int i = 1; i <= 61; ++i) {
+      const std::string id = absl::StrFormat("job-%06d", i);
+      absl::StatusOr<v1::Job> a = managers[m]->Get(id);
+      absl::StatusOr<v1::Job> b = managers.back()->Get(id);
+      ASSERT_EQ(a.ok(), b.ok()) << id;
+      if (a.ok()) {
+        EXPECT_EQ(a->SerializeAsString(), b->SerializeAsString()) << id;
+      }
+    }
+  }
+  EXPECT_LT(managers[0]->JobsInMemory(), managers.back()->JobsInMemory());
 }
 
 TEST(StateStoreTest, RefusesAFileThatIsNotADatabase) {

@@ -185,7 +185,9 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* 
   // One more than the page, to tell whether older jobs remain; a page also
   // ends once it holds kListJobsPageBytes (every job has its spec).
   const int page = request->limit() == 0 ? kListJobsPage : std::min(request->limit(), kListJobsPage);
-  std::vector<v1::Job> list = jobs_.List(states, page + 1, request->page_token());
+  absl::StatusOr<std::vector<v1::Job>> listed = jobs_.List(states, page + 1, request->page_token());
+  if (!listed.ok()) return Reject(context, listed.status());
+  std::vector<v1::Job>& list = *listed;
   size_t bytes = 0;
   for (size_t i = 0; i < list.size(); ++i) {
     bytes += list[i].ByteSizeLong();

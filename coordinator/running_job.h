@@ -13,6 +13,8 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -162,6 +164,11 @@ struct RunningJob {
   // The elastic state last saved to the state database (a serialized
   // coordinator::ElasticRecord; Scheduler::SaveElasticLocked).
   std::string saved_record;
+  // Held while a report of the job is written to the state database
+  // outside the scheduler's lock (Note [Reports are written outside the
+  // scheduler's lock] in scheduler_ranks.cc). Shared: the writer keeps it
+  // even if the job ends meanwhile.
+  std::shared_ptr<std::mutex> report_writes = std::make_shared<std::mutex>();
   // Whether every rank of the current generation has joined.
   bool Formed() const;
   // Where the current ranks run (index = rank).

@@ -1,6 +1,8 @@
 #include "coordinator/scheduler.h"
 
 #include <algorithm>
+#include <memory>
+#include <mutex>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -115,7 +117,13 @@ bool Scheduler::PlaceQueuedLocked(Outbox& out) {
   for (bool replan = true; replan;) {
     replan = false;
     // Oldest first: List returns newest first.
-    std::vector<v1::Job> pending = jobs_.List({v1::Job::PENDING}, 0);
+    // Jobs that have not ended are all in memory: this reads no database.
+    absl::StatusOr<std::vector<v1::Job>> listed = jobs_.List({v1::Job::PENDING}, 0);
+    if (!listed.ok()) {
+      LOG(ERROR) << "listing the queue: " << listed.status();
+      return false;
+    }
+    std::vector<v1::Job> pending = *std::move(listed);
     std::reverse(pending.begin(), pending.end());
     std::vector<QueuedJob> queued;
     for (const v1::Job& job : pending) queued.push_back(ToQueuedJob(job.job_id(), job.spec()));
@@ -192,8 +200,12 @@ void Scheduler::EndLocked(const std::string& job_id, v1::Job::State state,
     out.messages.emplace_back(agents_.Find(agent_id)->send,
                               StopRanksMessage(job_id, slots, reason));
   }
+  // A report accepted before the end is written before it (Note [Reports
+  // are written outside the scheduler's lock]).
+  const std::shared_ptr<std::mutex> writes = it->second.report_writes;
   running_.erase(it);
   if (state != v1::Job::CANCELLED) {
+    std::lock_guard<std::mutex> reports_written(*writes);
     absl::StatusOr<v1::Job> ended = jobs_.Finish(job_id, state, reason);
     if (!ended.ok()) LOG(ERROR) << "recording the end of " << job_id << ": " << ended.status();
   }
@@ -233,7 +245,14 @@ absl::StatusOr<v1::Job> Scheduler::Cancel(const std::string& job_id, const std::
   absl::StatusOr<v1::Job> job;
   {
     absl::MutexLock lock(&mu_);
-    job = jobs_.Cancel(job_id, reason);
+    {
+      auto running = running_.find(job_id);
+      std::unique_lock<std::mutex> reports_written;
+      if (running != running_.end()) {
+        reports_written = std::unique_lock<std::mutex>(*running->second.report_writes);
+      }
+      job = jobs_.Cancel(job_id, reason);
+    }
     if (job.ok()) EndLocked(job_id, v1::Job::CANCELLED, job->reason(), out);
     ScheduleLocked(out);
   }

@@ -173,6 +173,11 @@ class Scheduler {
                    Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends a running job: frees its slots, stops its other ranks, fails its
   // pending joins, records the state.
+  // Report's checks, under the lock: the rank is one of the running job's
+  // current generation. Returns the metrics to record (an elastic job's
+  // with the values only the coordinator knows).
+  absl::StatusOr<v1::Metrics> CheckReportLocked(const v1::ReportRequest& report)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EndLocked(const std::string& job_id, v1::Job::State state, const std::string& reason,
                  Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Elastic jobs (scheduler_elastic.cc). After `cause` of `kind`

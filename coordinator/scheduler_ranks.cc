@@ -2,6 +2,8 @@
 // heartbeats, checkpoint requests and grants, status and logs. Agents,
 // placement, job ends and Tick are in scheduler.cc.
 #include <algorithm>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <utility>
 
@@ -95,8 +97,44 @@ void Scheduler::Join(const v1::JoinRequest& request, absl::Time deadline, JoinDo
   out.Flush();
 }
 
+// Note [Reports are written outside the scheduler's lock]: a report ends in
+// database writes (the job's metrics, a metrics event, synchronous commits),
+// and every agent's stream, heartbeat and join waits for the scheduler's
+// lock. So Report checks the rank under the lock, takes the job's
+// `report_writes` mutex while still holding it, and writes after letting it
+// go. Whoever records the job's end (EndLocked) takes `report_writes` first,
+// so a report that was accepted is written before the job's final event,
+// and readers of the events see the final metrics before the end.
 absl::Status Scheduler::Report(const v1::ReportRequest& report) {
-  absl::MutexLock lock(&mu_);
+  std::shared_ptr<std::mutex> writes;
+  std::unique_lock<std::mutex> writing;
+  v1::Metrics metrics;
+  {
+    absl::MutexLock lock(&mu_);
+    ASSIGN_OR_RETURN(metrics, CheckReportLocked(report));
+    if (report.rank() != 0) return absl::OkStatus();
+    writes = running_.at(report.job_id()).report_writes;
+    writing = std::unique_lock<std::mutex>(*writes);
+  }
+  // A final report without metrics (a program job's supervisor: the
+  // program reported its own along the way) keeps the latest ones.
+  if (report.final() && report.metrics().ByteSizeLong() == 0) {
+    ASSIGN_OR_RETURN(v1::Job job, jobs_.Get(report.job_id()));
+    return jobs_.UpdateMetrics(report.job_id(), job.latest_metrics(), /*persist=*/true);
+  }
+  absl::StatusOr<v1::Job> job = jobs_.Get(report.job_id());
+  std::optional<v1::JobEvent> skipped =
+      job.ok() ? SkippedCheckpointsWarning(job->latest_metrics(), metrics, report.rank())
+               : std::nullopt;
+  RETURN_IF_ERROR(jobs_.UpdateMetrics(report.job_id(), metrics, report.final()));
+  v1::JobEvent event;
+  *event.mutable_metrics() = metrics;
+  RETURN_IF_ERROR(jobs_.AddEvent(report.job_id(), std::move(event)));
+  if (skipped.has_value()) return jobs_.AddEvent(report.job_id(), *std::move(skipped));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::Metrics> Scheduler::CheckReportLocked(const v1::ReportRequest& report) {
   auto it = running_.find(report.job_id());
   if (it == running_.end()) {
     return jobs_.Get(report.job_id()).ok()
@@ -109,28 +147,12 @@ absl::Status Scheduler::Report(const v1::ReportRequest& report) {
                                                       report.generation(), " is not part of job ",
                                                       report.job_id(), " now"));
   }
-  if (report.rank() != 0) return absl::OkStatus();
-  // A final report without metrics (a program job's supervisor: the
-  // program reported its own along the way) keeps the latest ones.
-  if (report.final() && report.metrics().ByteSizeLong() == 0) {
-    ASSIGN_OR_RETURN(v1::Job job, jobs_.Get(report.job_id()));
-    return jobs_.UpdateMetrics(report.job_id(), job.latest_metrics(), /*persist=*/true);
-  }
   v1::Metrics metrics = report.metrics();
   if (it->second.elastic) {  // what only the coordinator knows
     (*metrics.mutable_values())["restarts"] = it->second.restarts;
     (*metrics.mutable_values())["recovery_seconds"] = it->second.recovery_seconds;
   }
-  absl::StatusOr<v1::Job> job = jobs_.Get(report.job_id());
-  std::optional<v1::JobEvent> skipped =
-      job.ok() ? SkippedCheckpointsWarning(job->latest_metrics(), metrics, report.rank())
-               : std::nullopt;
-  RETURN_IF_ERROR(jobs_.UpdateMetrics(report.job_id(), metrics, report.final()));
-  v1::JobEvent event;
-  *event.mutable_metrics() = metrics;
-  RETURN_IF_ERROR(jobs_.AddEvent(report.job_id(), std::move(event)));
-  if (skipped.has_value()) return jobs_.AddEvent(report.job_id(), *std::move(skipped));
-  return absl::OkStatus();
+  return metrics;
 }
 
 bool Scheduler::Heartbeat(const v1::RankHeartbeat& heartbeat, v1::Directive* directive) {

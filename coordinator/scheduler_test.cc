@@ -1,9 +1,11 @@
 #include "coordinator/scheduler.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -203,6 +205,53 @@ TEST_F(SchedulerTest, AFinalReportWithoutMetricsKeepsTheLatest) {
   ASSERT_TRUE(scheduler_->Report(final_report).ok());
   EXPECT_EQ(jobs_->Get(job)->latest_metrics().step(), 60) << "final metrics still replace";
   EXPECT_EQ(jobs_->Get(job)->latest_metrics().eval_accuracy(), 0);
+}
+
+// Note [Reports are written outside the scheduler's lock]: while a report
+// is being recorded (here: held inside the event's subscriber, which runs
+// as the event is recorded), other calls into the scheduler go on.
+TEST_F(SchedulerTest, ARecordedReportDoesNotHoldTheScheduler) {
+  FakeAgent a;
+  Add(a, 1, "node-a");
+  const std::string job = Submit(1, 1);
+  ASSERT_EQ(State(job), v1::Job::RUNNING);
+  std::atomic<bool> others_went_on{false};
+  bool went_on_while_recording = false;
+  std::thread other;
+  const int64_t handle = jobs_->Subscribe(job, [&] {
+    if (other.joinable()) return;
+    other = std::thread([&] {
+      (void)scheduler_->ListAgents();
+      others_went_on = true;
+    });
+    for (int i = 0; i < 200 && !others_went_on; ++i) absl::SleepFor(absl::Milliseconds(10));
+    went_on_while_recording = others_went_on;
+  });
+  v1::ReportRequest report;
+  report.set_job_id(job);
+  report.set_generation(1);
+  report.mutable_metrics()->set_step(7);
+  ASSERT_TRUE(scheduler_->Report(report).ok());
+  jobs_->Unsubscribe(handle);
+  ASSERT_TRUE(other.joinable());
+  other.join();
+  EXPECT_TRUE(went_on_while_recording) << "the scheduler was locked while the report was recorded";
+  EXPECT_EQ(jobs_->Get(job)->latest_metrics().step(), 7);
+  // The end of the job comes after the report's event.
+  report.set_final(true);
+  report.mutable_metrics()->set_step(9);
+  ASSERT_TRUE(scheduler_->Report(report).ok());
+  v1::RankExited exited;
+  exited.set_job_id(job);
+  exited.set_slot(0);
+  exited.set_exit_code(0);
+  scheduler_->RankExited(a.id, exited);
+  ASSERT_EQ(State(job), v1::Job::SUCCEEDED);
+  auto events = jobs_->Events(job, 0);
+  ASSERT_TRUE(events.ok());
+  ASSERT_GE(events->size(), 2u);
+  EXPECT_EQ(events->back().state(), v1::Job::SUCCEEDED);
+  EXPECT_EQ((*events)[events->size() - 2].metrics().step(), 9);
 }
 
 TEST_F(SchedulerTest, AHeartbeatOfAnEndedJobIsToldToAbort) {
@@ -1175,7 +1224,7 @@ class ElasticRestartTest : public ElasticChangesTest {
     scheduler_.reset();
     jobs_ = *JobManager::Create(*state_, &clock_);
     scheduler_ = std::make_unique<Scheduler>(*jobs_, &clock_, "127.0.0.1:1");
-    scheduler_->Recover(jobs_->List({v1::Job::RUNNING}, 0), absl::Seconds(30));
+    scheduler_->Recover(jobs_->List({v1::Job::RUNNING}, 0).value(), absl::Seconds(30));
   }
   // `a`'s agent process connects again and reports the ranks it runs: (job,
   // the generation each was launched in, slot), pid 100 + slot.

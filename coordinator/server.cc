@@ -233,7 +233,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   auto checkpoints = std::make_unique<CheckpointStore>(options.state_dir + "/checkpoints", **state,
                                                        std::move(failpoint));
   std::vector<CheckpointStore::SharedJob> shared_jobs;
-  for (const v1::Job& job : (*jobs)->List({}, 0)) {
+  ASSIGN_OR_RETURN(const std::vector<v1::Job> all_jobs, (*jobs)->List({}, 0));
+  for (const v1::Job& job : all_jobs) {
     if (job.spec().checkpoint().storage() == v1::CheckpointSpec::SHARED_DIR) {
       shared_jobs.push_back({SharedCheckpointRoot(job.spec().checkpoint()), job.job_id()});
     }
@@ -251,7 +252,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   });
   // Jobs that were running when the coordinator stopped are taken back; their
   // agents reconnect with the ranks they kept running.
-  scheduler->Recover((*jobs)->List({v1::Job::RUNNING}, 0), options.recovery_grace);
+  ASSIGN_OR_RETURN(std::vector<v1::Job> running_jobs, (*jobs)->List({v1::Job::RUNNING}, 0));
+  scheduler->Recover(std::move(running_jobs), options.recovery_grace);
   auto job_service = std::make_unique<JobServiceImpl>(**jobs, *scheduler, *auth, checkpoints.get());
   auto checkpoint_uploads = std::make_unique<CheckpointUploads>(
       *checkpoints,

@@ -227,18 +227,18 @@ TEST(CoordinatorServerTest, ATakenDefaultHttpPortFallsBackToAFreeOneButAnAskedFo
   probe.listen = "127.0.0.1:0";
   probe.state_dir = TempDir("http_probe");
   probe.http_listen = "off";
-  int grpc_port = 0;
-  {
-    auto first = CoordinatorServer::Start(probe);
-    ASSERT_TRUE(first.ok()) << first.status();
-    grpc_port = (*first)->port();
-  }
+  auto first = CoordinatorServer::Start(probe);
+  ASSERT_TRUE(first.ok()) << first.status();
+  const int grpc_port = (*first)->port();
+  // The holder starts while the probe still holds grpc_port, so that its
+  // own ports (drawn from 0) cannot be the one freed next.
   ServerOptions holder;
   holder.listen = "127.0.0.1:0";
   holder.state_dir = TempDir("http_holder");
   holder.http_listen = "127.0.0.1:" + std::to_string(grpc_port + 1);
   auto holding = CoordinatorServer::Start(holder);
   if (!holding.ok()) GTEST_SKIP() << "port " << grpc_port + 1 << " is busy: " << holding.status();
+  first->reset();
 
   ServerOptions options;
   options.listen = "127.0.0.1:" + std::to_string(grpc_port);

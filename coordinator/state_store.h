@@ -24,6 +24,7 @@
 #include "coordinator/elastic_record.pb.h"
 
 struct sqlite3;
+struct sqlite3_stmt;
 
 namespace chorus {
 
@@ -42,6 +43,13 @@ class StateStore {
   absl::Status AppendEvent(const v1::JobEvent& event);
   // Every job, oldest first.
   absl::StatusOr<std::vector<v1::Job>> LoadJobs();
+  // The job `job_id`; NOT_FOUND if there is none.
+  absl::StatusOr<v1::Job> LoadJob(const std::string& job_id);
+  // At most `limit` jobs whose id sorts before `before_id` (bytewise, as
+  // std::string compares; every job if it is empty), the greatest first.
+  absl::StatusOr<std::vector<v1::Job>> LoadJobsBefore(const std::string& before_id, int limit);
+  // The greatest seq of `job_id`'s events, 0 if it has none.
+  absl::StatusOr<int64_t> LastEventSeq(const std::string& job_id);
   // Events of `job_id` with seq > after_seq, in order.
   absl::StatusOr<std::vector<v1::JobEvent>> LoadEvents(const std::string& job_id,
                                                        int64_t after_seq);
@@ -72,6 +80,8 @@ class StateStore {
   absl::Status Exec(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Error(absl::string_view what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<std::string> LoadOrCreateClusterId() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The jobs in the rows `stmt` steps through (column 0).
+  absl::StatusOr<std::vector<v1::Job>> ReadJobs(sqlite3_stmt* stmt) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::Mutex mu_;
   sqlite3* db_ ABSL_GUARDED_BY(mu_);

@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "common/json.h"
+#include "glog/logging.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace chorus {
@@ -62,7 +63,9 @@ std::string JobListJson(const StatusPageSources& sources, absl::Time now) {
   sources.scheduler->Snapshot(running);
   std::map<std::string, const v1::JobStatus*> by_id;
   for (const v1::JobStatus& s : running.running) by_id[s.job().job_id()] = &s;
-  for (const v1::Job& job : sources.jobs->List({}, kPageMaxJobs)) {
+  absl::StatusOr<std::vector<v1::Job>> jobs = sources.jobs->List({}, kPageMaxJobs);
+  if (!jobs.ok()) LOG(ERROR) << "listing jobs for the status page: " << jobs.status();
+  for (const v1::Job& job : jobs.ok() ? *jobs : std::vector<v1::Job>{}) {
     const v1::Metrics& m = job.latest_metrics();
     int64_t step = m.step();
     int diagnoses = 0;
