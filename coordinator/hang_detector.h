@@ -1,4 +1,4 @@
-// Hang and deadlock diagnosis from the ranks' latest heartbeats (DESIGN.md §6).
+// Hang and deadlock diagnosis from the ranks' latest heartbeats (docs/hang-detection.md).
 //
 // A pure function of what the ranks last said and the time now, so it is
 // tested without processes or a network. Collective sequence numbers are per

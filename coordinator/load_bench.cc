@@ -15,7 +15,7 @@
 //
 // Peer, same run: TorchElastic's dynamic rendezvous with 64 participants
 // (tests/bench/torchelastic_rendezvous_peer.py, python3-torch), against
-// Chorus's rendezvous of 64 ranks. The last line is DESIGN.md §8 JSON with
+// Chorus's rendezvous of 64 ranks. The last line is a result line (docs/benchmarks.md) with
 // ratio = Chorus / TorchElastic at 64 (< 1: Chorus faster).
 //
 //   bazel run -c opt //coordinator:load_bench -- [--sizes 256,1024] [--heartbeat_seconds 5]

@@ -68,7 +68,7 @@ inline constexpr absl::Duration kHandshakeTimeout = absl::Seconds(20);
 
 struct ServerOptions {
   // host:port; port 0 picks a free port. A non-loopback host needs
-  // token_file (DESIGN.md §5: secure by default).
+  // token_file (docs/coordinator.md: secure by default).
   std::string listen = "127.0.0.1:29650";
   // Created if missing; must be writable; locked for this process's lifetime.
   std::string state_dir;

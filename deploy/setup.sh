@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs every dependency Chorus needs to build, test and run (DESIGN.md §7),
+# Installs every dependency Chorus needs to build, test and run (docs/building.md),
 # from Debian bookworm packages only. Idempotent: packages already installed are
 # skipped, and apt-get update runs at most once per invocation.
 #

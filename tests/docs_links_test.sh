@@ -2,7 +2,9 @@
 # The documentation stays inside the repository and stays readable: every
 # link in README.md and docs/*.md is relative, resolves to a file or
 # directory of the repository (and an #anchor to a heading of the page it
-# names), and README.md is a front page under 15000 bytes.
+# names), README.md is a front page under 15000 bytes, and no source file,
+# script or page cites a design document that is not in the repository
+# ("DESIGN.md"): what a comment points at, a newcomer can open.
 #
 # Usage: docs_links_test.sh [REPOSITORY_ROOT]
 #   Without an argument (as under Bazel) the root is where README.md, as
@@ -82,5 +84,13 @@ echo "${summary}"
   || fail "bad links:"$'\n'"${bad}"
 [[ "${summary}" =~ ^checked\ ([0-9]+) && ${BASH_REMATCH[1]} -gt 50 ]] \
   && pass "the pages have links to check (${BASH_REMATCH[1]})" || fail "found no links: '${report}'"
+
+# Citations of a document outside the repository (this test excepted: it
+# names the pattern; Bazel's output links and git's own files skipped).
+outside=$(cd "${root}" && grep -rnI --exclude-dir='.git' --exclude-dir='bazel-*' \
+  --exclude='docs_links_test.sh' -e 'DESIGN\.md' . || true)
+[[ -z "${outside}" ]] \
+  && pass "no file cites DESIGN.md, which is not in the repository" \
+  || fail "these cite DESIGN.md, which is not in the repository; point at docs/ instead:"$'\n'"${outside}"
 
 finish

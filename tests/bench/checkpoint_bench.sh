@@ -72,7 +72,7 @@
 #   Per run: Chorus stall / serialize / store seconds, bytes, MB/s, checkpoints
 #   stored / skipped because an upload was still running; torch.save seconds
 #   (+ fsync), bytes; dd MB/s. Then the medians, the target verdicts and two
-#   JSON lines (DESIGN.md section 8), the stall one LAST:
+#   JSON lines (docs/benchmarks.md), the stall one LAST:
 #     {"bench": "checkpoint_bench", "metric": "upload_commit_MBps_vs_dd", "unit": "MB/s",
 #      "ours": X, "peer": Y, "peer_name": "dd conv=fsync (bs=1M or bs=256K, ...)", "ratio": X/Y}
 #     {"bench": "checkpoint_bench", "metric": "training_stall_seconds_per_checkpoint",

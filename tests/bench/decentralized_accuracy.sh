@@ -8,7 +8,7 @@
 # the exact global average of the ranks' models (what evaluation uses).
 #
 # Target: each decentralized accuracy within 1 point (0.01) of DDP's.
-# Last line, DESIGN.md §8: ours = the lower decentralized accuracy, peer =
+# Last line (docs/benchmarks.md): ours = the lower decentralized accuracy, peer =
 # DDP's, ratio = ours / peer.
 #
 # Usage: tests/bench/decentralized_accuracy.sh   (build //client:chorus first)

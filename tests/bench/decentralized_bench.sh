@@ -19,7 +19,7 @@
 # machine, 4 ranks sharing its cores) and bytes sent per rank per step,
 # measured from the veth's tx_bytes counter (TCP/IP overhead included).
 #
-# Last line, DESIGN.md §8: ratio = decentralized step time (the faster of
+# Last line (docs/benchmarks.md): ratio = decentralized step time (the faster of
 # ring and one_peer_exponential) / DDP step time. Target <= 0.75.
 #
 # Usage (root; from any directory):

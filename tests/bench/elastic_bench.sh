@@ -37,7 +37,7 @@
 #   tests/bench/elastic_bench.sh [--kill_step S] [--chaos_seconds N] [--chaos_every N] [--baseline_seconds N]
 #                                [--skip_chaos]
 #   ~5 minutes. Progress and each side's figures go to stderr; stdout ends with
-#   DESIGN.md §8 lines, the recovery figure last:
+#   result lines (docs/benchmarks.md), the recovery figure last:
 #     {"bench": "elastic_bench", "metric": "steps_redone", ...}
 #     {"bench": "elastic_bench", "metric": "throughput_under_chaos_fraction", ...}
 #     {"bench": "elastic_bench", "metric": "recovery_seconds", "unit": "s", "ours": X,

@@ -64,7 +64,7 @@
 # Output
 #   One row per run (class, system, seconds, culprit named, message truncated to
 #   200 chars), medians, the healthy-run false-diagnosis count, then two JSON
-#   lines (DESIGN.md section 8); the MISMATCH one first, the NEVER_JOINED one LAST:
+#   lines (docs/benchmarks.md); the MISMATCH one first, the NEVER_JOINED one LAST:
 #     {"bench": "hang_bench", "metric": "seconds_to_name_mismatch", ...}
 #     {"bench": "hang_bench", "metric": "seconds_to_name_never_joined_rank",
 #      "unit": "s", "ours": X, "peer": Y,

@@ -19,7 +19,7 @@ out, only, failed = sys.argv[1], sys.argv[2].split(","), sys.argv[3].split()
 
 
 def bench_lines(name):
-    """The DESIGN.md section 8 JSON lines of OUT_DIR/NAME.log."""
+    """The JSON result lines (docs/benchmarks.md) of OUT_DIR/NAME.log."""
     try:
         with open(f"{out}/{name}.log") as f:
             text = f.read()

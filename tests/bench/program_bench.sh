@@ -25,7 +25,7 @@
 #     BENCH_TIMEOUT seconds allowed for each command (default 600).
 #
 # Output
-#   One line per run, then as the LAST line one JSON object (DESIGN.md §8):
+#   One line per run, then as the LAST line one JSON object (docs/benchmarks.md):
 #     {"bench": "program_bench", "metric": "wall_seconds_torchrun_fashion_mnist",
 #      "unit": "s", "ours": X, "peer": Y, "peer_name": "torchrun", "ratio": X/Y}
 #   ratio < 1 means the program job is faster. A side that fails is null, and

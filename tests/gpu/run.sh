@@ -4,8 +4,8 @@
 # the GPU-facing engines and their tests with CMake (tests/gpu/CMakeLists.txt)
 # against that PyTorch's LibTorch and NCCL, runs their tests (those tagged cuda
 # but //common:device_test, which needs the Bazel build), then
-# the GPU benchmark against PyTorch DDP (NCCL) in the same run, whose DESIGN.md
-# §8 lines it prints. Prints 'N passed, M failed, K skipped' last (a skipped
+# the GPU benchmark against PyTorch DDP (NCCL) in the same run, whose result
+# lines (docs/benchmarks.md) it prints. Prints 'N passed, M failed, K skipped' last (a skipped
 # case says why: too few GPUs for it).
 #
 #   tests/gpu/run.sh [--deps DIR] [--build DIR] [--jobs N] [--no-bench] [--no-tests]

@@ -7,7 +7,7 @@
 // Starts 2 rank processes of itself on 127.0.0.1 (1 intra-op thread each).
 // For 1, 100 and 25 MB of float32 it alternates raw, ours (shared memory, as
 // both ranks share this host) and ours over TCP, each started after a barrier,
-// and prints one DESIGN.md §8 JSON line per size (25 MB last) with the median
+// and prints one result line (docs/benchmarks.md) per size (25 MB last) with the median
 // time per all-reduce after 8 warm-up rounds; ratio = ours (shared memory) / raw. The TCP figure
 // goes to stderr.
 

@@ -4,7 +4,7 @@
 // asynchronous and returns a Work handle; ops execute in the order they were
 // issued on this rank (one ordered queue), so the same program order on every
 // rank gives the same collective order. Each op gets a sequence number and a
-// fingerprint in the flight recorder (DESIGN.md §6).
+// fingerprint in the flight recorder (docs/hang-detection.md).
 //
 // Failure model (see Note [Communicator failures]):
 //   - a peer that dies makes the running op and every later op fail with

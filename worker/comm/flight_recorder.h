@@ -5,7 +5,7 @@
 // finished and how it ended. Heartbeats carry Snapshot() to the coordinator,
 // whose hang detector compares ranks: the same seq must carry the same
 // fingerprint on every rank, and a rank whose last enqueued seq is behind the
-// others' is the one that never joined. See DESIGN.md §6.
+// others' is the one that never joined. See docs/hang-detection.md.
 //
 // Thread-safety: all methods may be called concurrently; Snapshot() copies
 // only the in-flight entries and the `recent` newest finished ones.

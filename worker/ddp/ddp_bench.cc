@@ -19,7 +19,7 @@
 // include the transport measurement and the heap's growth to its steady
 // size (Note [Warm-up] below). The bench's own processes keep freed memory
 // for reuse as chorus-rank does (common/memory.h); the PyTorch peer runs as
-// PyTorch users run it. Prints one DESIGN.md §8 line per model, the big
+// PyTorch users run it. Prints one result line (docs/benchmarks.md) per model, the big
 // model last; ratio = Chorus step time / PyTorch DDP step time. Overlap
 // efficiency is the share of communication hidden behind compute:
 //   1 - (ddp_step - compute_only) / allreduce_all_gradients_alone.

@@ -12,8 +12,8 @@
 // median over 7 blocks of 30 steps of the time per step, the device
 // synchronized around each block, after 20 warm-up steps. The PyTorch side
 // (testdata/pytorch_ddp_cuda_bench.py, one process per GPU) runs in the same
-// invocation with the same model, batch and timing. Prints two DESIGN.md §8
-// lines per model: Chorus DDP / PyTorch DDP, and Chorus DDP / the loop without
+// invocation with the same model, batch and timing. Prints two result lines
+// (docs/benchmarks.md) per model: Chorus DDP / PyTorch DDP, and Chorus DDP / the loop without
 // DDP (the DDP overhead; on one GPU all of it is bookkeeping and the NCCL
 // launch, as there is nothing to exchange). --view 1 runs both sides with
 // gradients as bucket views (as the built-in trainer runs DDP); default 0,
