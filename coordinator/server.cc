@@ -16,6 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "common/auth.h"
 #include "common/host_port.h"
 #include "common/job_credentials.h"
@@ -171,19 +172,28 @@ absl::Status ValidateServerOptions(const ServerOptions& options) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
-    const ServerOptions& options) {
-  // Every option is checked before anything touches the state directory:
-  // recovery below removes files.
+namespace {
+
+// What Start checks and reads before it touches the state directory.
+struct Prepared {
+  std::unique_ptr<TokenAuthorizer> auth;
+  std::shared_ptr<grpc::ServerCredentials> credentials;
+  std::optional<HostPort> http_address;  // nullopt: no HTTP port
+};
+
+// Every option is checked, and every file it names read, before the state
+// directory is touched: recovery removes files there.
+absl::StatusOr<Prepared> Prepare(const ServerOptions& options) {
   RETURN_IF_ERROR(ValidateServerOptions(options));
   const HostPort listen = *ParseHostPort(options.listen);
-  const std::string host = listen.host;
-  auto auth = std::make_unique<TokenAuthorizer>();
+  Prepared prepared;
+  prepared.auth = std::make_unique<TokenAuthorizer>();
   if (!options.token_file.empty()) {
     ASSIGN_OR_RETURN(TokenAuthorizer loaded, TokenAuthorizer::FromFile(options.token_file));
-    *auth = std::move(loaded);
+    *prepared.auth = std::move(loaded);
   }
-  if (!IsLoopbackHost(host) && !auth->enabled()) {
+  const bool tokens = prepared.auth->enabled();
+  if (!IsLoopbackHost(listen.host) && !tokens) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--listen ", options.listen,
         ": a coordinator reachable from other machines must check who calls it, or anyone on "
@@ -191,104 +201,20 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
         "\"admin TOKEN\" and \"worker TOKEN\" (and --tls_cert/--tls_key so tokens do not travel "
         "in the clear), or listen on 127.0.0.1"));
   }
-  ASSIGN_OR_RETURN(std::optional<HostPort> http_address,
-                   HttpAddress(options.http_listen, listen.port));
-  if (http_address.has_value() && !IsLoopbackHost(http_address->host) && !auth->enabled()) {
+  ASSIGN_OR_RETURN(prepared.http_address, HttpAddress(options.http_listen, listen.port));
+  if (prepared.http_address.has_value() && !IsLoopbackHost(prepared.http_address->host) &&
+      !tokens) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--http_listen ", options.http_listen,
         ": metrics and job status reachable from other machines must be protected; pass "
         "--token_file FILE (requests then need \"Authorization: Bearer ADMIN_TOKEN\"), or "
         "listen on 127.0.0.1"));
   }
-  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
-                   ServerCredentials(options));
-  if (!IsLoopbackHost(host) && options.tls_cert.empty()) {
+  ASSIGN_OR_RETURN(prepared.credentials, ServerCredentials(options));
+  if (!IsLoopbackHost(listen.host) && options.tls_cert.empty()) {
     LOG(WARNING) << "--listen " << options.listen
                  << " without TLS: tokens and training data cross the network in plaintext";
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<StateDirLock> lock, StateDirLock::Acquire(options.state_dir));
-  if (auth->enabled()) {
-    // Note [Job credentials]: ranks get these instead of the worker token.
-    ASSIGN_OR_RETURN(JobCredentials job_credentials,
-                     JobCredentials::LoadOrCreate(options.state_dir + "/job_credentials.key"));
-    auth->AcceptJobCredentials(std::move(job_credentials));
-  }
-  absl::StatusOr<std::unique_ptr<StateStore>> state = StateStore::Open(options.state_dir);
-  absl::StatusOr<std::unique_ptr<JobManager>> jobs =
-      state.ok() ? JobManager::Create(**state, nullptr, options.max_pending_jobs)
-                 : absl::StatusOr<std::unique_ptr<JobManager>>(state.status());
-  if (!jobs.ok()) return jobs.status();
-  // Test aid: CHORUS_TEST_FAILPOINT=checkpoint:STAGE (mid_chunk, before_fsync,
-  // before_rename, before_manifest, after_manifest) ends the process there,
-  // as abruptly as kill -9, to check that commits are crash-consistent.
-  CheckpointStore::Failpoint failpoint;
-  if (const char* fp = std::getenv("CHORUS_TEST_FAILPOINT");
-      fp != nullptr && absl::StartsWith(fp, "checkpoint:")) {
-    const std::string stage = std::string(fp).substr(std::strlen("checkpoint:"));
-    LOG(WARNING) << "test failpoint armed: the coordinator exits at checkpoint stage " << stage;
-    failpoint = [stage](CheckpointStore::Stage at) {
-      if (stage == CheckpointStore::StageName(at)) _exit(75);
-    };
-  }
-  auto checkpoints = std::make_unique<CheckpointStore>(options.state_dir + "/checkpoints", **state,
-                                                       std::move(failpoint));
-  std::vector<CheckpointStore::SharedJob> shared_jobs;
-  ASSIGN_OR_RETURN(const std::vector<v1::Job> all_jobs, (*jobs)->List({}, 0));
-  for (const v1::Job& job : all_jobs) {
-    if (job.spec().checkpoint().storage() == v1::CheckpointSpec::SHARED_DIR) {
-      shared_jobs.push_back({SharedCheckpointRoot(job.spec().checkpoint()), job.job_id()});
-    }
-  }
-  RETURN_IF_ERROR(checkpoints->Recover(shared_jobs));
-  auto metrics = std::make_unique<CoordinatorMetrics>();
-  auto scheduler = std::make_unique<Scheduler>(**jobs, nullptr, "");
-  scheduler->set_metrics(metrics.get());
-  scheduler->set_resume_resolver([store = checkpoints.get()](const std::string& resume_from,
-                                                             std::vector<std::string>* skipped) {
-    const size_t colon = resume_from.find(':');
-    int64_t step = 0;
-    if (colon != std::string::npos) (void)absl::SimpleAtoi(resume_from.substr(colon + 1), &step);
-    return store->FindLoadable(resume_from.substr(0, colon), step, skipped);
-  });
-  // Jobs that were running when the coordinator stopped are taken back; their
-  // agents reconnect with the ranks they kept running.
-  ASSIGN_OR_RETURN(std::vector<v1::Job> running_jobs, (*jobs)->List({v1::Job::RUNNING}, 0));
-  scheduler->Recover(std::move(running_jobs), options.recovery_grace);
-  auto job_service = std::make_unique<JobServiceImpl>(**jobs, *scheduler, *auth, checkpoints.get());
-  auto checkpoint_uploads = std::make_unique<CheckpointUploads>(
-      *checkpoints,
-      [scheduler = scheduler.get()](const std::string& job_id, int64_t generation, int rank) {
-        return scheduler->GrantUpload(job_id, generation, rank);
-      });
-  auto checkpoint_service = std::make_unique<CheckpointServiceImpl>(
-      *checkpoints, *checkpoint_uploads, *auth, [jobs = jobs->get()](const std::string& job_id) {
-        absl::StatusOr<v1::Job> job = jobs->Get(job_id);
-        return job.ok() ? job->resume_from() : std::string();
-      });
-  std::unique_ptr<CheckpointDataServer> checkpoint_data;
-  if (options.checkpoint_data_port >= 0 && options.tls_cert.empty()) {
-    CheckpointDataServer::Options data_options;
-    data_options.hello_timeout = options.checkpoint_data_hello_timeout;
-    data_options.io_timeout = options.checkpoint_data_io_timeout;
-    data_options.max_upload_bytes = options.checkpoint_max_upload_bytes;
-    ASSIGN_OR_RETURN(checkpoint_data,
-                     CheckpointDataServer::Start(host, options.checkpoint_data_port,
-                                                 *checkpoint_uploads, data_options));
-    checkpoint_uploads->set_data_port(checkpoint_data->port());
-  } else if (options.checkpoint_data_port >= 0) {
-    LOG(INFO)
-        << "no checkpoint data port with TLS (it is plaintext): checkpoints are uploaded over gRPC";
-  }
-  auto agent_service = std::make_unique<AgentServiceImpl>(*scheduler, *auth);
-  auto rank_service = std::make_unique<RankServiceImpl>(*scheduler, *auth);
-
-  auto health = std::make_unique<HealthService>();
-  KeyValueStore::Limits store_limits;
-  store_limits.max_keys_per_job = static_cast<size_t>(options.store_max_keys_per_job);
-  store_limits.max_bytes_per_job = static_cast<size_t>(options.store_max_bytes_per_job);
-  store_limits.max_value_bytes = static_cast<size_t>(options.store_max_value_bytes);
-  auto kv = std::make_unique<KeyValueStore>(nullptr, store_limits);
-  auto store_service = std::make_unique<StoreServiceImpl>(*kv, *auth);
   if (options.enable_reflection) {
     // gRPC's reflection library registers itself for every server built
     // after it is loaded, so it is loaded only when asked for: linked in,
@@ -300,9 +226,24 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
                        "); install libgrpc++-dev or run without --enable_reflection"));
     }
   }
-  grpc::ServerBuilder builder;
-  int bound_port = 0;
-  builder.AddListeningPort(options.listen, credentials, &bound_port);
+  return prepared;
+}
+
+// Test aid: CHORUS_TEST_FAILPOINT=checkpoint:STAGE (mid_chunk, before_fsync,
+// before_rename, before_manifest, after_manifest) ends the process there, as
+// abruptly as kill -9, to check that commits are crash-consistent.
+CheckpointStore::Failpoint CheckpointFailpointFromEnvironment() {
+  const char* fp = std::getenv("CHORUS_TEST_FAILPOINT");
+  if (fp == nullptr || !absl::StartsWith(fp, "checkpoint:")) return nullptr;
+  const std::string stage = std::string(fp).substr(std::strlen("checkpoint:"));
+  LOG(WARNING) << "test failpoint armed: the coordinator exits at checkpoint stage " << stage;
+  return [stage](CheckpointStore::Stage at) {
+    if (stage == CheckpointStore::StageName(at)) _exit(75);
+  };
+}
+
+// The gRPC server's settings (Note [Idle and dead connections]).
+void ConfigureGrpc(grpc::ServerBuilder& builder, const ServerOptions& options) {
   // gRPC sets SO_REUSEPORT by default, which would let a second coordinator
   // bind the same port and silently take half the calls.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
@@ -329,95 +270,163 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   builder.AddChannelArgument(
       GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
       static_cast<int>(absl::ToInt64Milliseconds(options.grpc_handshake_timeout)));
-  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
-  interceptors.push_back(std::make_unique<RpcMetricsFactory>(*metrics));
-  builder.experimental().SetInterceptorCreators(std::move(interceptors));
-  builder.RegisterService(health.get());
-  builder.RegisterService(store_service.get());
-  builder.RegisterService(job_service.get());
-  builder.RegisterService(agent_service.get());
-  builder.RegisterService(rank_service.get());
-  builder.RegisterService(checkpoint_service.get());
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || bound_port == 0) {
-    return absl::UnavailableError(absl::StrCat(
-        "--listen ", options.listen, ": cannot listen (is the port in use by another process?)"));
-  }
-  std::string address = FormatHostPort(host, bound_port);
-  std::unique_ptr<HttpServer> http;
-  if (http_address.has_value()) {
-    HttpServer::Options http_options;
-    http_options.host = http_address->host;
-    http_options.port = http_address->port;
-    http_options.require_token = !IsLoopbackHost(http_address->host);
-    http_options.auth = auth.get();
-    const StatusSources sources{jobs->get(), scheduler.get(), metrics.get(), checkpoints.get()};
-    absl::StatusOr<std::unique_ptr<HttpServer>> started =
-        HttpServer::Start(http_options, StatusRoutes(sources));
-    if (!started.ok() && absl::IsUnavailable(started.status()) && options.http_listen.empty() &&
-        http_options.port != 0) {
-      // Only the default was asked for: a coordinator restarted on its old
-      // port must not fail because something took the next one meanwhile.
-      LOG(WARNING) << "HTTP port " << http_options.port
-                   << " (the default, after --listen's) is in use; serving HTTP on a free port";
-      http_options.port = 0;
-      started = HttpServer::Start(http_options, StatusRoutes(sources));
-    }
-    if (!started.ok()) {
-      server->Shutdown();
-      return started.status();
-    }
-    http = *std::move(started);
-  }
-  health->SetStatus("", grpc::health::v1::HealthCheckResponse::SERVING);
-  LOG(INFO) << "coordinator listening on " << address << (options.tls_cert.empty() ? "" : " (TLS")
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
+    const ServerOptions& options) {
+  ASSIGN_OR_RETURN(Prepared prepared, Prepare(options));
+  std::unique_ptr<CoordinatorServer> coordinator(new CoordinatorServer());
+  coordinator->auth_ = std::move(prepared.auth);
+  RETURN_IF_ERROR(coordinator->OpenState(options));
+  RETURN_IF_ERROR(coordinator->BuildServices(options));
+  RETURN_IF_ERROR(coordinator->Serve(options, prepared.credentials));
+  RETURN_IF_ERROR(coordinator->ServeHttp(options, prepared.http_address));
+  coordinator->health_->SetStatus("", grpc::health::v1::HealthCheckResponse::SERVING);
+  LOG(INFO) << "coordinator listening on " << coordinator->address_
+            << (options.tls_cert.empty() ? "" : " (TLS")
             << (options.tls_client_ca.empty() ? "" : ", client certificates required")
-            << (options.tls_cert.empty() ? "" : ")") << (auth->enabled() ? ", tokens required" : "")
-            << ", state in " << options.state_dir
-            << (checkpoint_data != nullptr
-                    ? absl::StrCat(", checkpoint data port ", checkpoint_data->port())
+            << (options.tls_cert.empty() ? "" : ")")
+            << (coordinator->auth_->enabled() ? ", tokens required" : "") << ", state in "
+            << options.state_dir
+            << (coordinator->checkpoint_data_ != nullptr
+                    ? absl::StrCat(", checkpoint data port ", coordinator->checkpoint_data_->port())
                     : "")
-            << (http != nullptr ? absl::StrCat(", HTTP (metrics, status page) on ",
-                                               FormatHostPort(http_address->host, http->port()))
-                                : "");
-  auto coordinator = std::unique_ptr<CoordinatorServer>(
-      new CoordinatorServer(std::move(health), std::move(kv), std::move(store_service),
-                            std::move(server), bound_port, std::move(address), std::move(lock)));
-  coordinator->auth_ = std::move(auth);
-  coordinator->metrics_ = std::move(metrics);
-  if (http != nullptr) {
-    coordinator->http_url_ =
-        absl::StrCat("http://", FormatHostPort(http_address->host, http->port()));
-    coordinator->http_ = std::move(http);
-  }
-  coordinator->state_ = std::move(*state);
-  coordinator->checkpoints_ = std::move(checkpoints);
-  coordinator->checkpoint_uploads_ = std::move(checkpoint_uploads);
-  coordinator->checkpoint_service_ = std::move(checkpoint_service);
-  coordinator->checkpoint_data_ = std::move(checkpoint_data);
-  coordinator->jobs_ = std::move(*jobs);
-  coordinator->scheduler_ = std::move(scheduler);
-  coordinator->scheduler_->set_coordinator_address(coordinator->address_);
-  coordinator->job_service_ = std::move(job_service);
-  coordinator->job_service_->set_status_page_base(coordinator->http_url_);
-  coordinator->agent_service_ = std::move(agent_service);
-  coordinator->rank_service_ = std::move(rank_service);
+            << (coordinator->http_ != nullptr
+                    ? absl::StrCat(", HTTP (metrics, status page) on ",
+                                   absl::StripPrefix(coordinator->http_url_, "http://"))
+                    : "");
   coordinator->StartTicker();
   return coordinator;
 }
 
-CoordinatorServer::CoordinatorServer(std::unique_ptr<HealthService> health,
-                                     std::unique_ptr<KeyValueStore> kv,
-                                     std::unique_ptr<StoreServiceImpl> store_service,
-                                     std::unique_ptr<grpc::Server> server, int port,
-                                     std::string address, std::unique_ptr<StateDirLock> lock)
-    : lock_(std::move(lock)),
-      health_(std::move(health)),
-      kv_(std::move(kv)),
-      store_service_(std::move(store_service)),
-      server_(std::move(server)),
-      port_(port),
-      address_(std::move(address)) {}
+absl::Status CoordinatorServer::OpenState(const ServerOptions& options) {
+  ASSIGN_OR_RETURN(lock_, StateDirLock::Acquire(options.state_dir));
+  if (auth_->enabled()) {
+    // Note [Job credentials]: ranks get these instead of the worker token.
+    ASSIGN_OR_RETURN(JobCredentials job_credentials,
+                     JobCredentials::LoadOrCreate(options.state_dir + "/job_credentials.key"));
+    auth_->AcceptJobCredentials(std::move(job_credentials));
+  }
+  ASSIGN_OR_RETURN(state_, StateStore::Open(options.state_dir));
+  ASSIGN_OR_RETURN(jobs_, JobManager::Create(*state_, nullptr, options.max_pending_jobs));
+  checkpoints_ = std::make_unique<CheckpointStore>(options.state_dir + "/checkpoints", *state_,
+                                                   CheckpointFailpointFromEnvironment());
+  std::vector<CheckpointStore::SharedJob> shared_jobs;
+  ASSIGN_OR_RETURN(const std::vector<v1::Job> all_jobs, jobs_->List({}, 0));
+  for (const v1::Job& job : all_jobs) {
+    if (job.spec().checkpoint().storage() == v1::CheckpointSpec::SHARED_DIR) {
+      shared_jobs.push_back({SharedCheckpointRoot(job.spec().checkpoint()), job.job_id()});
+    }
+  }
+  return checkpoints_->Recover(shared_jobs);
+}
+
+absl::Status CoordinatorServer::BuildServices(const ServerOptions& options) {
+  metrics_ = std::make_unique<CoordinatorMetrics>();
+  scheduler_ = std::make_unique<Scheduler>(*jobs_, nullptr, "");
+  scheduler_->set_metrics(metrics_.get());
+  scheduler_->set_resume_resolver([store = checkpoints_.get()](const std::string& resume_from,
+                                                               std::vector<std::string>* skipped) {
+    const size_t colon = resume_from.find(':');
+    int64_t step = 0;
+    if (colon != std::string::npos) (void)absl::SimpleAtoi(resume_from.substr(colon + 1), &step);
+    return store->FindLoadable(resume_from.substr(0, colon), step, skipped);
+  });
+  // Jobs that were running when the coordinator stopped are taken back; their
+  // agents reconnect with the ranks they kept running.
+  ASSIGN_OR_RETURN(std::vector<v1::Job> running_jobs, jobs_->List({v1::Job::RUNNING}, 0));
+  scheduler_->Recover(std::move(running_jobs), options.recovery_grace);
+  job_service_ = std::make_unique<JobServiceImpl>(*jobs_, *scheduler_, *auth_, checkpoints_.get());
+  checkpoint_uploads_ = std::make_unique<CheckpointUploads>(
+      *checkpoints_,
+      [scheduler = scheduler_.get()](const std::string& job_id, int64_t generation, int rank) {
+        return scheduler->GrantUpload(job_id, generation, rank);
+      });
+  checkpoint_service_ = std::make_unique<CheckpointServiceImpl>(
+      *checkpoints_, *checkpoint_uploads_, *auth_, [jobs = jobs_.get()](const std::string& job_id) {
+        absl::StatusOr<v1::Job> job = jobs->Get(job_id);
+        return job.ok() ? job->resume_from() : std::string();
+      });
+  if (options.checkpoint_data_port >= 0 && options.tls_cert.empty()) {
+    CheckpointDataServer::Options data_options;
+    data_options.hello_timeout = options.checkpoint_data_hello_timeout;
+    data_options.io_timeout = options.checkpoint_data_io_timeout;
+    data_options.max_upload_bytes = options.checkpoint_max_upload_bytes;
+    ASSIGN_OR_RETURN(checkpoint_data_,
+                     CheckpointDataServer::Start(ParseHostPort(options.listen)->host,
+                                                 options.checkpoint_data_port,
+                                                 *checkpoint_uploads_, data_options));
+    checkpoint_uploads_->set_data_port(checkpoint_data_->port());
+  } else if (options.checkpoint_data_port >= 0) {
+    LOG(INFO)
+        << "no checkpoint data port with TLS (it is plaintext): checkpoints are uploaded over gRPC";
+  }
+  agent_service_ = std::make_unique<AgentServiceImpl>(*scheduler_, *auth_);
+  rank_service_ = std::make_unique<RankServiceImpl>(*scheduler_, *auth_);
+  health_ = std::make_unique<HealthService>();
+  KeyValueStore::Limits store_limits;
+  store_limits.max_keys_per_job = static_cast<size_t>(options.store_max_keys_per_job);
+  store_limits.max_bytes_per_job = static_cast<size_t>(options.store_max_bytes_per_job);
+  store_limits.max_value_bytes = static_cast<size_t>(options.store_max_value_bytes);
+  kv_ = std::make_unique<KeyValueStore>(nullptr, store_limits);
+  store_service_ = std::make_unique<StoreServiceImpl>(*kv_, *auth_);
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorServer::Serve(const ServerOptions& options,
+                                      std::shared_ptr<grpc::ServerCredentials> credentials) {
+  grpc::ServerBuilder builder;
+  int bound_port = 0;
+  builder.AddListeningPort(options.listen, std::move(credentials), &bound_port);
+  ConfigureGrpc(builder, options);
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(std::make_unique<RpcMetricsFactory>(*metrics_));
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
+  builder.RegisterService(health_.get());
+  builder.RegisterService(store_service_.get());
+  builder.RegisterService(job_service_.get());
+  builder.RegisterService(agent_service_.get());
+  builder.RegisterService(rank_service_.get());
+  builder.RegisterService(checkpoint_service_.get());
+  server_ = builder.BuildAndStart();
+  if (server_ == nullptr || bound_port == 0) {
+    return absl::UnavailableError(absl::StrCat(
+        "--listen ", options.listen, ": cannot listen (is the port in use by another process?)"));
+  }
+  port_ = bound_port;
+  address_ = FormatHostPort(ParseHostPort(options.listen)->host, bound_port);
+  scheduler_->set_coordinator_address(address_);
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorServer::ServeHttp(const ServerOptions& options,
+                                          const std::optional<HostPort>& http_address) {
+  if (!http_address.has_value()) return absl::OkStatus();
+  HttpServer::Options http_options;
+  http_options.host = http_address->host;
+  http_options.port = http_address->port;
+  http_options.require_token = !IsLoopbackHost(http_address->host);
+  http_options.auth = auth_.get();
+  const StatusSources sources{jobs_.get(), scheduler_.get(), metrics_.get(), checkpoints_.get()};
+  absl::StatusOr<std::unique_ptr<HttpServer>> started =
+      HttpServer::Start(http_options, StatusRoutes(sources));
+  if (!started.ok() && absl::IsUnavailable(started.status()) && options.http_listen.empty() &&
+      http_options.port != 0) {
+    // Only the default was asked for: a coordinator restarted on its old
+    // port must not fail because something took the next one meanwhile.
+    LOG(WARNING) << "HTTP port " << http_options.port
+                 << " (the default, after --listen's) is in use; serving HTTP on a free port";
+    http_options.port = 0;
+    started = HttpServer::Start(http_options, StatusRoutes(sources));
+  }
+  if (!started.ok()) return started.status();
+  http_ = *std::move(started);
+  http_url_ = absl::StrCat("http://", FormatHostPort(http_address->host, http_->port()));
+  job_service_->set_status_page_base(http_url_);
+  return absl::OkStatus();
+}
 
 void CoordinatorServer::StartTicker() {
   ticker_ = std::thread([this] {
@@ -442,7 +451,7 @@ void CoordinatorServer::DropKeysOfEndedJobs() {
 
 CoordinatorServer::~CoordinatorServer() {
   Shutdown(absl::ZeroDuration());
-  server_->Wait();
+  Wait();
   {
     absl::MutexLock lock(&ticker_mu_);
     ticker_stop_ = true;
@@ -453,9 +462,10 @@ CoordinatorServer::~CoordinatorServer() {
 void CoordinatorServer::Shutdown(absl::Duration grace) {
   // Health first, so watchers learn NOT_SERVING and their streams end before
   // the server waits for in-flight calls.
-  health_->Shutdown();
+  // Start may have failed part of the way: only what was built is shut down.
+  if (health_ != nullptr) health_->Shutdown();
   if (http_ != nullptr) http_->Shutdown();
-  server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+  if (server_ != nullptr) server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
   if (checkpoint_data_ != nullptr) checkpoint_data_->Shutdown();
 }
 
@@ -465,6 +475,8 @@ int CoordinatorServer::checkpoint_data_port() const {
   return checkpoint_data_ != nullptr ? checkpoint_data_->port() : 0;
 }
 
-void CoordinatorServer::Wait() { server_->Wait(); }
+void CoordinatorServer::Wait() {
+  if (server_ != nullptr) server_->Wait();
+}
 
 }  // namespace chorus

@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -29,9 +30,11 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/host_port.h"
 
 namespace grpc {
 class Server;
+class ServerCredentials;
 }
 
 namespace chorus {
@@ -161,10 +164,20 @@ class CoordinatorServer {
   void Wait();
 
  private:
-  CoordinatorServer(std::unique_ptr<HealthService> health, std::unique_ptr<KeyValueStore> kv,
-                    std::unique_ptr<StoreServiceImpl> store_service,
-                    std::unique_ptr<grpc::Server> server, int port, std::string address,
-                    std::unique_ptr<StateDirLock> lock);
+  // Start builds it in steps; each fills the members it names.
+  CoordinatorServer() = default;
+  // Locks the state directory, opens the state database and the jobs, and
+  // recovers the checkpoint store (lock_, state_, jobs_, checkpoints_).
+  absl::Status OpenState(const ServerOptions& options);
+  // The scheduler (taking back the jobs that were running), the services
+  // and the checkpoint data port.
+  absl::Status BuildServices(const ServerOptions& options);
+  // Starts the gRPC server (server_, port_, address_).
+  absl::Status Serve(const ServerOptions& options,
+                     std::shared_ptr<grpc::ServerCredentials> credentials);
+  // Starts the HTTP port at `http_address` (none if nullopt).
+  absl::Status ServeHttp(const ServerOptions& options,
+                         const std::optional<HostPort>& http_address);
 
   // Released last: the state directory is ours until everything using it is gone.
   std::unique_ptr<StateDirLock> lock_;
@@ -186,7 +199,7 @@ class CoordinatorServer {
   std::unique_ptr<KeyValueStore> kv_;
   std::unique_ptr<StoreServiceImpl> store_service_;
   std::unique_ptr<grpc::Server> server_;
-  int port_;
+  int port_ = 0;
   std::string address_;
   // Declared after what its handlers read, so it stops first.
   std::unique_ptr<HttpServer> http_;
