@@ -80,30 +80,33 @@ v1::Diagnosis Make(v1::Diagnosis::Kind kind, std::vector<int> ranks, std::vector
   return d;
 }
 
-}  // namespace
+const RankView& ViewOf(const std::vector<RankView>& ranks, int rank) {
+  return *std::find_if(ranks.begin(), ranks.end(),
+                       [rank](const RankView& v) { return v.rank == rank; });
+}
 
-std::vector<v1::Diagnosis> DiagnoseHangs(const v1::HangDetectionSpec& spec,
-                                         const std::vector<RankView>& ranks, absl::Time now) {
-  std::vector<v1::Diagnosis> out;
+std::string Plural(size_t n, const char* one, const char* many) { return n > 1 ? many : one; }
+
+// DEAD: ranks whose heartbeats stopped while their process runs on.
+void DiagnoseDead(const v1::HangDetectionSpec& spec, const std::vector<RankView>& ranks,
+                  absl::Time now, std::vector<v1::Diagnosis>& out) {
   const absl::Duration dead_after = absl::Seconds(spec.dead_after_seconds());
-  const absl::Duration stall_after = absl::Seconds(spec.stall_after_seconds());
-
-  // DEAD.
   for (const RankView& v : ranks) {
     if (v.exited || !v.has_heartbeat) continue;
     const absl::Duration age = now - v.heartbeat_at;
-    if (age > dead_after) {
-      out.push_back(Make(
-          v1::Diagnosis::DEAD, {v.rank}, {}, 0, absl::ToDoubleSeconds(age),
-          absl::StrFormat("rank %d has sent no heartbeat for %.1f s (last seen in %s at step %d); "
-                          "its process has not exited (its agent would have reported "
-                          "that at once), so it is stopped or not responding",
-                          v.rank, absl::ToDoubleSeconds(age), v1::Phase_Name(v.heartbeat.phase()),
-                          v.heartbeat.step())));
-    }
+    if (age <= dead_after) continue;
+    out.push_back(Make(
+        v1::Diagnosis::DEAD, {v.rank}, {}, 0, absl::ToDoubleSeconds(age),
+        absl::StrFormat("rank %d has sent no heartbeat for %.1f s (last seen in %s at step %d); "
+                        "its process has not exited (its agent would have reported "
+                        "that at once), so it is stopped or not responding",
+                        v.rank, absl::ToDoubleSeconds(age), v1::Phase_Name(v.heartbeat.phase()),
+                        v.heartbeat.step())));
   }
+}
 
-  // MISMATCH: the lowest seq at which two ranks disagree.
+// MISMATCH: the lowest seq at which two ranks disagree.
+void DiagnoseMismatch(const std::vector<RankView>& ranks, std::vector<v1::Diagnosis>& out) {
   std::map<int64_t, std::vector<std::pair<int, const v1::CollectiveRecord*>>> by_seq;
   for (const RankView& v : ranks) {
     for (const v1::CollectiveRecord& r : v.heartbeat.flight_recorder().records()) {
@@ -111,199 +114,238 @@ std::vector<v1::Diagnosis> DiagnoseHangs(const v1::HangDetectionSpec& spec,
     }
   }
   for (const auto& [seq, seen] : by_seq) {
+    const auto& [first_rank, first] = seen[0];
     for (size_t i = 1; i < seen.size(); ++i) {
-      if (!SameFingerprint(seen[0].second->fingerprint(), seen[i].second->fingerprint())) {
-        v1::Diagnosis d =
-            Make(v1::Diagnosis::MISMATCH, {seen[0].first, seen[i].first}, {}, seq, 0,
-                 absl::StrFormat(
-                     "ranks %d and %d issued different collectives at #%d: rank %d %s, rank %d %s "
-                     "(are two models or DDP instances called in a different order?)",
-                     seen[0].first, seen[i].first, seq, seen[0].first,
-                     Describe(seen[0].second->fingerprint()), seen[i].first,
-                     Describe(seen[i].second->fingerprint())));
-        *d.mutable_fingerprint() = seen[0].second->fingerprint();
-        *d.mutable_other_fingerprint() = seen[i].second->fingerprint();
-        out.push_back(std::move(d));
-        goto mismatch_done;
-      }
+      const auto& [rank, record] = seen[i];
+      if (SameFingerprint(first->fingerprint(), record->fingerprint())) continue;
+      v1::Diagnosis d = Make(
+          v1::Diagnosis::MISMATCH, {first_rank, rank}, {}, seq, 0,
+          absl::StrFormat(
+              "ranks %d and %d issued different collectives at #%d: rank %d %s, rank %d %s "
+              "(are two models or DDP instances called in a different order?)",
+              first_rank, rank, seq, first_rank, Describe(first->fingerprint()), rank,
+              Describe(record->fingerprint())));
+      *d.mutable_fingerprint() = first->fingerprint();
+      *d.mutable_other_fingerprint() = record->fingerprint();
+      out.push_back(std::move(d));
+      return;
     }
   }
-mismatch_done:
+}
 
-  // Waiting ranks: the lowest collective someone is blocked in.
-  {
-    const v1::CollectiveRecord* blocked = nullptr;
-    for (const RankView& v : ranks) {
-      if (v.exited) continue;
-      const v1::CollectiveRecord* w = Waiting(v.heartbeat);
-      if (w != nullptr && (blocked == nullptr || w->seq() < blocked->seq())) blocked = w;
-    }
-    if (blocked != nullptr) {
-      const int64_t seq = blocked->seq();
-      std::vector<int> waiting, absent, inside, blocked_elsewhere;
-      // Ranks whose GPU has the op queued but has not reached it (Note
-      // [Device op states] in worker/comm/flight_recorder.h), with since when.
-      std::vector<std::pair<int, absl::Time>> queued;
-      size_t live = 0;
-      absl::Time longest_start = absl::InfiniteFuture();
-      for (const RankView& v : ranks) {
-        if (v.exited) continue;
-        ++live;
-        const v1::CollectiveRecord* w = Waiting(v.heartbeat);
-        const bool on_device = !v.heartbeat.flight_recorder().device().empty();
-        if (w != nullptr && w->seq() == seq && on_device &&
-            w->state() == v1::CollectiveRecord::STARTED) {
-          queued.emplace_back(v.rank, absl::FromUnixMicros(w->started_us()));
-        } else if (w != nullptr && w->seq() == seq) {
-          inside.push_back(v.rank);
-          waiting.push_back(v.rank);
-          longest_start = std::min(
-              longest_start,
-              absl::FromUnixMicros(w->running_us() > 0 ? w->running_us() : w->started_us()));
-        } else if (w != nullptr && w->seq() == seq + 1) {
-          blocked_elsewhere.push_back(v.rank);
-        } else if (v.heartbeat.flight_recorder().last_enqueued_seq() < seq) {
-          absent.push_back(v.rank);
-        }
-      }
-      const absl::Duration waited = now - longest_start;
-      absl::Duration threshold = stall_after;
-      if (std::optional<absl::Duration> typical =
-              TypicalDuration(ranks, blocked->fingerprint().tag())) {
-        threshold = std::max(threshold, *typical * 10);
-      }
-      if (waited > threshold && !absent.empty()) {
-        std::vector<int> culprits;
-        std::vector<std::string> doing;
-        for (int r : absent) {
-          const RankView& v = *std::find_if(ranks.begin(), ranks.end(),
-                                            [r](const RankView& x) { return x.rank == r; });
-          if (DeclaredPause(v.heartbeat, spec)) continue;
-          // A rank that has also stopped sending heartbeats is not doing
-          // anything we can name: it becomes DEAD once dead_after passes.
-          if (now - v.heartbeat_at > kRankSilentAfter) continue;
-          // Its last heartbeat predates the wait: what it said then is not
-          // what it is doing now (it may have stopped right after sending
-          // it). The next heartbeat, within a second, tells.
-          if (now - v.heartbeat_at >= waited) continue;
-          culprits.push_back(r);
-          doing.push_back(absl::StrFormat("rank %d is in %s at step %d for %.1f s", r,
-                                          v1::Phase_Name(v.heartbeat.phase()), v.heartbeat.step(),
-                                          v.heartbeat.phase_seconds()));
-        }
-        if (!culprits.empty()) {
-          v1::Diagnosis d = Make(
-              v1::Diagnosis::NEVER_JOINED, culprits, waiting, seq, absl::ToDoubleSeconds(waited),
-              absl::StrFormat(
-                  "rank%s %s %s not entered collective #%d %s; rank%s %s %s waited %.1f s; %s",
-                  culprits.size() > 1 ? "s" : "", absl::StrJoin(culprits, ","),
-                  culprits.size() > 1 ? "have" : "has", seq, Describe(blocked->fingerprint()),
-                  waiting.size() > 1 ? "s" : "", absl::StrJoin(waiting, ","),
-                  waiting.size() > 1 ? "have" : "has", absl::ToDoubleSeconds(waited),
-                  absl::StrJoin(doing, "; ")));
-          *d.mutable_fingerprint() = blocked->fingerprint();
-          out.push_back(std::move(d));
-        }
-      } else if (waited > threshold && !queued.empty()) {
-        // The peers are inside the collective; these ranks issued it, but
-        // their GPU is still busy with what they queued before it.
-        std::vector<int> culprits;
-        std::vector<std::string> doing;
-        for (const auto& [r, since] : queued) {
-          const RankView& v = *std::find_if(ranks.begin(), ranks.end(),
-                                            [r = r](const RankView& x) { return x.rank == r; });
-          if (now - v.heartbeat_at > kRankSilentAfter) continue;
-          culprits.push_back(r);
-          doing.push_back(absl::StrFormat("rank %d queued it %.1f s ago, at step %d", r,
-                                          absl::ToDoubleSeconds(now - since), v.heartbeat.step()));
-        }
-        if (!culprits.empty()) {
-          v1::Diagnosis d = Make(
-              v1::Diagnosis::NEVER_JOINED, culprits, waiting, seq, absl::ToDoubleSeconds(waited),
-              absl::StrFormat(
-                  "the GPU of rank%s %s has not reached collective #%d %s: %s still busy with "
-                  "kernels queued before it (a long or hung kernel); rank%s %s %s waited %.1f s "
-                  "inside it; %s",
-                  culprits.size() > 1 ? "s" : "", absl::StrJoin(culprits, ","), seq,
-                  Describe(blocked->fingerprint()), culprits.size() > 1 ? "they are" : "it is",
-                  waiting.size() > 1 ? "s" : "", absl::StrJoin(waiting, ","),
-                  waiting.size() > 1 ? "have" : "has", absl::ToDoubleSeconds(waited),
-                  absl::StrJoin(doing, "; ")));
-          *d.mutable_fingerprint() = blocked->fingerprint();
-          out.push_back(std::move(d));
-        }
-      } else if (waited > threshold && absent.empty() &&
-                 blocked_elsewhere.size() + inside.size() == live) {
-        // Every rank is blocked in a collective. Usually the same one; a
-        // rank that finished its side of a ring before the network failed
-        // waits in the next one (blocked_elsewhere).
-        std::string where = absl::StrFormat("every rank has been inside collective #%d %s", seq,
-                                            Describe(blocked->fingerprint()));
-        if (!blocked_elsewhere.empty()) {
-          where = absl::StrFormat(
-              "rank%s %s %s been inside collective #%d %s and rank%s %s, which finished "
-              "its side of it, in the next one",
-              inside.size() > 1 ? "s" : "", absl::StrJoin(inside, ","),
-              inside.size() > 1 ? "have" : "has", seq, Describe(blocked->fingerprint()),
-              blocked_elsewhere.size() > 1 ? "s" : "", absl::StrJoin(blocked_elsewhere, ","));
-        }
-        std::vector<int> all = inside;
-        all.insert(all.end(), blocked_elsewhere.begin(), blocked_elsewhere.end());
-        std::sort(all.begin(), all.end());
-        v1::Diagnosis d = Make(
-            v1::Diagnosis::STUCK_IN_COLLECTIVE, all, {}, seq, absl::ToDoubleSeconds(waited),
-            absl::StrFormat(
-                "%s for %.1f s (threshold %.1f s); all of them issued it, so the transport or a "
-                "peer's network is suspect",
-                where, absl::ToDoubleSeconds(waited), absl::ToDoubleSeconds(threshold)));
-        *d.mutable_fingerprint() = blocked->fingerprint();
-        out.push_back(std::move(d));
-      }
+// Where each live rank stands with respect to the lowest collective someone
+// is blocked in.
+struct Blocked {
+  const v1::CollectiveRecord* collective = nullptr;  // null: nobody is blocked
+  int64_t seq = 0;
+  std::vector<int> inside;             // inside it (waiting for the others)
+  std::vector<int> absent;             // have not issued it
+  std::vector<int> blocked_elsewhere;  // finished their side, inside the next one
+  // Ranks whose GPU has the op queued but has not reached it (Note [Device
+  // op states] in worker/comm/flight_recorder.h), with since when.
+  std::vector<std::pair<int, absl::Time>> queued;
+  size_t live = 0;
+  absl::Duration waited;     // by the rank inside it longest
+  absl::Duration threshold;  // "far longer than usual"
+};
+
+Blocked FindBlocked(const v1::HangDetectionSpec& spec, const std::vector<RankView>& ranks,
+                    absl::Time now) {
+  Blocked b;
+  for (const RankView& v : ranks) {
+    if (v.exited) continue;
+    const v1::CollectiveRecord* w = Waiting(v.heartbeat);
+    if (w != nullptr && (b.collective == nullptr || w->seq() < b.collective->seq())) {
+      b.collective = w;
     }
   }
+  if (b.collective == nullptr) return b;
+  b.seq = b.collective->seq();
+  absl::Time longest_start = absl::InfiniteFuture();
+  for (const RankView& v : ranks) {
+    if (v.exited) continue;
+    ++b.live;
+    const v1::CollectiveRecord* w = Waiting(v.heartbeat);
+    const bool on_device = !v.heartbeat.flight_recorder().device().empty();
+    if (w != nullptr && w->seq() == b.seq && on_device &&
+        w->state() == v1::CollectiveRecord::STARTED) {
+      b.queued.emplace_back(v.rank, absl::FromUnixMicros(w->started_us()));
+    } else if (w != nullptr && w->seq() == b.seq) {
+      b.inside.push_back(v.rank);
+      longest_start = std::min(
+          longest_start,
+          absl::FromUnixMicros(w->running_us() > 0 ? w->running_us() : w->started_us()));
+    } else if (w != nullptr && w->seq() == b.seq + 1) {
+      b.blocked_elsewhere.push_back(v.rank);
+    } else if (v.heartbeat.flight_recorder().last_enqueued_seq() < b.seq) {
+      b.absent.push_back(v.rank);
+    }
+  }
+  b.waited = now - longest_start;
+  b.threshold = absl::Seconds(spec.stall_after_seconds());
+  if (std::optional<absl::Duration> typical =
+          TypicalDuration(ranks, b.collective->fingerprint().tag())) {
+    b.threshold = std::max(b.threshold, *typical * 10);
+  }
+  return b;
+}
 
-  // STRAGGLER: in synchronous training every rank's step takes as long as
-  // the slowest, so compare the compute part (step minus waiting for
-  // gradients), averaged over the last reporting interval. A rank must also
-  // cost the others a noticeable time per step: ratios of sub-millisecond
-  // steps are scheduling noise.
+v1::Diagnosis NeverJoined(const Blocked& b, const std::vector<int>& culprits,
+                          std::string message) {
+  v1::Diagnosis d = Make(v1::Diagnosis::NEVER_JOINED, culprits, b.inside, b.seq,
+                         absl::ToDoubleSeconds(b.waited), std::move(message));
+  *d.mutable_fingerprint() = b.collective->fingerprint();
+  return d;
+}
+
+// NEVER_JOINED: ranks that have not issued the collective the others wait in.
+void DiagnoseAbsent(const v1::HangDetectionSpec& spec, const std::vector<RankView>& ranks,
+                    const Blocked& b, absl::Time now, std::vector<v1::Diagnosis>& out) {
+  std::vector<int> culprits;
+  std::vector<std::string> doing;
+  for (int r : b.absent) {
+    const RankView& v = ViewOf(ranks, r);
+    if (DeclaredPause(v.heartbeat, spec)) continue;
+    // A rank that has also stopped sending heartbeats is not doing
+    // anything we can name: it becomes DEAD once dead_after passes.
+    if (now - v.heartbeat_at > kRankSilentAfter) continue;
+    // Its last heartbeat predates the wait: what it said then is not
+    // what it is doing now (it may have stopped right after sending
+    // it). The next heartbeat, within a second, tells.
+    if (now - v.heartbeat_at >= b.waited) continue;
+    culprits.push_back(r);
+    doing.push_back(absl::StrFormat("rank %d is in %s at step %d for %.1f s", r,
+                                    v1::Phase_Name(v.heartbeat.phase()), v.heartbeat.step(),
+                                    v.heartbeat.phase_seconds()));
+  }
+  if (culprits.empty()) return;
+  out.push_back(NeverJoined(
+      b, culprits,
+      absl::StrFormat("rank%s %s %s not entered collective #%d %s; rank%s %s %s waited %.1f s; %s",
+                      Plural(culprits.size(), "", "s"), absl::StrJoin(culprits, ","),
+                      Plural(culprits.size(), "has", "have"), b.seq,
+                      Describe(b.collective->fingerprint()), Plural(b.inside.size(), "", "s"),
+                      absl::StrJoin(b.inside, ","), Plural(b.inside.size(), "has", "have"),
+                      absl::ToDoubleSeconds(b.waited), absl::StrJoin(doing, "; "))));
+}
+
+// NEVER_JOINED on a GPU: the peers are inside the collective; these ranks
+// issued it, but their GPU is still busy with what they queued before it.
+void DiagnoseQueued(const std::vector<RankView>& ranks, const Blocked& b, absl::Time now,
+                    std::vector<v1::Diagnosis>& out) {
+  std::vector<int> culprits;
+  std::vector<std::string> doing;
+  for (const auto& [r, since] : b.queued) {
+    const RankView& v = ViewOf(ranks, r);
+    if (now - v.heartbeat_at > kRankSilentAfter) continue;
+    culprits.push_back(r);
+    doing.push_back(absl::StrFormat("rank %d queued it %.1f s ago, at step %d", r,
+                                    absl::ToDoubleSeconds(now - since), v.heartbeat.step()));
+  }
+  if (culprits.empty()) return;
+  out.push_back(NeverJoined(
+      b, culprits,
+      absl::StrFormat(
+          "the GPU of rank%s %s has not reached collective #%d %s: %s still busy with "
+          "kernels queued before it (a long or hung kernel); rank%s %s %s waited %.1f s "
+          "inside it; %s",
+          Plural(culprits.size(), "", "s"), absl::StrJoin(culprits, ","), b.seq,
+          Describe(b.collective->fingerprint()), Plural(culprits.size(), "it is", "they are"),
+          Plural(b.inside.size(), "", "s"), absl::StrJoin(b.inside, ","),
+          Plural(b.inside.size(), "has", "have"), absl::ToDoubleSeconds(b.waited),
+          absl::StrJoin(doing, "; "))));
+}
+
+// STUCK_IN_COLLECTIVE: every rank is blocked in a collective. Usually the
+// same one; a rank that finished its side of a ring before the network
+// failed waits in the next one (blocked_elsewhere).
+v1::Diagnosis StuckInCollective(const Blocked& b) {
+  const std::string what = Describe(b.collective->fingerprint());
+  std::string where =
+      absl::StrFormat("every rank has been inside collective #%d %s", b.seq, what);
+  if (!b.blocked_elsewhere.empty()) {
+    where = absl::StrFormat(
+        "rank%s %s %s been inside collective #%d %s and rank%s %s, which finished "
+        "its side of it, in the next one",
+        Plural(b.inside.size(), "", "s"), absl::StrJoin(b.inside, ","),
+        Plural(b.inside.size(), "has", "have"), b.seq, what,
+        Plural(b.blocked_elsewhere.size(), "", "s"), absl::StrJoin(b.blocked_elsewhere, ","));
+  }
+  std::vector<int> all = b.inside;
+  all.insert(all.end(), b.blocked_elsewhere.begin(), b.blocked_elsewhere.end());
+  std::sort(all.begin(), all.end());
+  v1::Diagnosis d = Make(
+      v1::Diagnosis::STUCK_IN_COLLECTIVE, all, {}, b.seq, absl::ToDoubleSeconds(b.waited),
+      absl::StrFormat("%s for %.1f s (threshold %.1f s); all of them issued it, so the transport "
+                      "or a peer's network is suspect",
+                      where, absl::ToDoubleSeconds(b.waited), absl::ToDoubleSeconds(b.threshold)));
+  *d.mutable_fingerprint() = b.collective->fingerprint();
+  return d;
+}
+
+// The diagnoses of ranks blocked in a collective for longer than usual.
+void DiagnoseBlocked(const v1::HangDetectionSpec& spec, const std::vector<RankView>& ranks,
+                     absl::Time now, std::vector<v1::Diagnosis>& out) {
+  const Blocked b = FindBlocked(spec, ranks, now);
+  if (b.collective == nullptr || b.waited <= b.threshold) return;
+  if (!b.absent.empty()) {
+    DiagnoseAbsent(spec, ranks, b, now, out);
+  } else if (!b.queued.empty()) {
+    DiagnoseQueued(ranks, b, now, out);
+  } else if (b.blocked_elsewhere.size() + b.inside.size() == b.live) {
+    out.push_back(StuckInCollective(b));
+  }
+}
+
+// STRAGGLER: in synchronous training every rank's step takes as long as the
+// slowest, so compare the compute part (step minus waiting for gradients),
+// averaged over the last reporting interval. A rank must also cost the
+// others a noticeable time per step: ratios of sub-millisecond steps are
+// scheduling noise.
+void DiagnoseStragglers(const v1::HangDetectionSpec& spec, const std::vector<RankView>& ranks,
+                        std::vector<v1::Diagnosis>& out) {
   constexpr double kMinStragglerExcessSeconds = 0.02;
   std::vector<std::pair<double, int>> step_times;
+  std::vector<double> waits;
   for (const RankView& v : ranks) {
     if (!v.exited && v.heartbeat.timings().compute_seconds() > 0) {
       step_times.emplace_back(v.heartbeat.timings().compute_seconds(), v.rank);
     }
+    const bool known = !v.exited && v.has_heartbeat && v.heartbeat.has_timings();
+    waits.push_back(known ? v.heartbeat.timings().comm_wait_seconds() : -1);
   }
+  if (step_times.size() < 2) return;
   std::map<int, double> caused;
-  {
-    std::vector<double> waits;
-    std::vector<int> who;
-    for (const RankView& v : ranks) {
-      const bool known = !v.exited && v.has_heartbeat && v.heartbeat.has_timings();
-      waits.push_back(known ? v.heartbeat.timings().comm_wait_seconds() : -1);
-      who.push_back(v.rank);
+  const std::vector<double> by = WaitCausedBy(waits);
+  for (size_t i = 0; i < ranks.size(); ++i) caused[ranks[i].rank] = by[i];
+  std::vector<std::pair<double, int>> sorted = step_times;
+  std::sort(sorted.begin(), sorted.end());
+  const double median = sorted[(sorted.size() - 1) / 2].first;
+  for (const auto& [seconds, rank] : step_times) {
+    if (median <= 0 || seconds <= median * spec.straggler_ratio() ||
+        seconds - median < kMinStragglerExcessSeconds) {
+      continue;
     }
-    const std::vector<double> by = WaitCausedBy(waits);
-    for (size_t i = 0; i < who.size(); ++i) caused[who[i]] = by[i];
+    const double waited = caused[rank];
+    out.push_back(Make(
+        v1::Diagnosis::STRAGGLER, {rank}, {}, 0, seconds,
+        absl::StrFormat(
+            "rank %d computes for %.3f s per step, %.1fx the median %.3f s; the "
+            "others wait for it%s",
+            rank, seconds, seconds / median, median,
+            waited > 0 ? absl::StrFormat(" (%.3f s per step between them)", waited) : "")));
   }
-  if (step_times.size() >= 2) {
-    std::vector<std::pair<double, int>> sorted = step_times;
-    std::sort(sorted.begin(), sorted.end());
-    const double median = sorted[(sorted.size() - 1) / 2].first;
-    for (const auto& [seconds, rank] : step_times) {
-      if (median > 0 && seconds > median * spec.straggler_ratio() &&
-          seconds - median >= kMinStragglerExcessSeconds) {
-        const double waited = caused[rank];
-        out.push_back(Make(
-            v1::Diagnosis::STRAGGLER, {rank}, {}, 0, seconds,
-            absl::StrFormat(
-                "rank %d computes for %.3f s per step, %.1fx the median %.3f s; the "
-                "others wait for it%s",
-                rank, seconds, seconds / median, median,
-                waited > 0 ? absl::StrFormat(" (%.3f s per step between them)", waited) : "")));
-      }
-    }
-  }
+}
+
+}  // namespace
+
+std::vector<v1::Diagnosis> DiagnoseHangs(const v1::HangDetectionSpec& spec,
+                                         const std::vector<RankView>& ranks, absl::Time now) {
+  std::vector<v1::Diagnosis> out;
+  DiagnoseDead(spec, ranks, now, out);
+  DiagnoseMismatch(ranks, out);
+  DiagnoseBlocked(spec, ranks, now, out);
+  DiagnoseStragglers(spec, ranks, out);
   return out;
 }
 
