@@ -27,24 +27,21 @@ std::string DefaultStateDir() {
   return "/var/lib/chorus";
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  // Checkpoint uploads arrive as a stream of 4 MB messages that gRPC and
-  // protobuf allocate and free one after another; with glibc's adaptive
-  // defaults the next chunk often faulted fresh memory in, a page at a time
-  // (the final 201 MB upload of checkpoint_bench's job took 0.39-0.87 s;
-  // 0.23-0.28 s with these settings and the upload reusing its buffers).
-  chorus::MemoryReuseOptions reuse;
-  reuse.trim_threshold = size_t{256} << 20;
-  chorus::KeepFreedMemoryForReuse(reuse);
-  CLI::App app{
-      "chorus-coordinator: rendezvous, job queue, checkpoints and hang detection for Chorus "
-      "training jobs. Serves gRPC (with the standard health service) until SIGINT/SIGTERM."};
+// What the command line sets besides the server's options.
+struct Flags {
   chorus::ServerOptions options;
-  options.state_dir = DefaultStateDir();
   std::string port_file;
+  std::string http_port_file;
   int verbosity = 0;
+  bool check_flags = false;
+  double recovery_grace_seconds = 30;
+  double data_hello_seconds = 0;
+  double data_io_seconds = 0;
+};
+
+// Where it listens, who may call, where its state is.
+void AddServingFlags(CLI::App& app, Flags& flags) {
+  chorus::ServerOptions& options = flags.options;
   app.add_option("--listen", options.listen,
                  "HOST:PORT to serve on; port 0 picks a free one. A non-loopback address needs "
                  "--token_file.")
@@ -64,9 +61,32 @@ int main(int argc, char** argv) {
          "over gRPC. Not used with --tls_cert (it is plaintext).")
       ->check(CLI::Range(-1, 65535))
       ->capture_default_str();
-  double recovery_grace_seconds = 30;
+  app.add_option("--http_listen", options.http_listen,
+                 "HOST:PORT of the HTTP port serving /metrics (Prometheus) and the status page; "
+                 "\"off\" for none. Default: 127.0.0.1 on the port after --listen's (29651), a "
+                 "free port when --listen's port is 0. A non-loopback address needs --token_file, "
+                 "and every request the admin token (\"Authorization: Bearer TOKEN\").");
+  app.add_option("--http_port_file", flags.http_port_file,
+                 "Write the bound HTTP port to this file once listening (for scripts and tests).");
+  app.add_flag("--enable_reflection", options.enable_reflection,
+               "Serve gRPC server reflection (for grpcurl and similar tools).");
+  app.add_option("--state_dir", options.state_dir,
+                 "Directory for durable state; created if missing, locked while running, "
+                 "kept private (mode 0700, files 0600).")
+      ->capture_default_str();
+  app.add_option("--port_file", flags.port_file,
+                 "Write the bound port to this file once listening (for scripts and tests).");
+  app.add_option("-v,--verbosity", flags.verbosity, "glog VLOG level.")->capture_default_str();
+  app.add_flag("--check_flags", flags.check_flags,
+               "Check the flags (addresses, ports that would collide, limits) and exit: 0 if "
+               "they are sound, 1 with what is wrong. Touches no file and opens no port.");
+}
+
+// Limits and timeouts (docs/reliability.md).
+void AddLimitFlags(CLI::App& app, Flags& flags) {
+  chorus::ServerOptions& options = flags.options;
   app.add_option(
-         "--recovery_grace_seconds", recovery_grace_seconds,
+         "--recovery_grace_seconds", flags.recovery_grace_seconds,
          "After a restart, how long jobs that were running wait for their ranks to come back "
          "with their agents before they fail.")
       ->check(CLI::PositiveNumber)
@@ -91,54 +111,45 @@ int main(int argc, char** argv) {
                  "Largest checkpoint (all files of one upload) the checkpoint data port takes.")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  double data_hello_seconds = absl::ToDoubleSeconds(options.checkpoint_data_hello_timeout);
-  app.add_option("--checkpoint_data_hello_timeout_seconds", data_hello_seconds,
+  flags.data_hello_seconds = absl::ToDoubleSeconds(options.checkpoint_data_hello_timeout);
+  app.add_option("--checkpoint_data_hello_timeout_seconds", flags.data_hello_seconds,
                  "How long the checkpoint data port waits for a new connection's hello.")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  double data_io_seconds = absl::ToDoubleSeconds(options.checkpoint_data_io_timeout);
-  app.add_option("--checkpoint_data_timeout_seconds", data_io_seconds,
+  flags.data_io_seconds = absl::ToDoubleSeconds(options.checkpoint_data_io_timeout);
+  app.add_option("--checkpoint_data_timeout_seconds", flags.data_io_seconds,
                  "How long the checkpoint data port waits on each send or receive of a running "
                  "upload before it drops the upload (and deletes what it sent).")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  app.add_option("--http_listen", options.http_listen,
-                 "HOST:PORT of the HTTP port serving /metrics (Prometheus) and the status page; "
-                 "\"off\" for none. Default: 127.0.0.1 on the port after --listen's (29651), a "
-                 "free port when --listen's port is 0. A non-loopback address needs --token_file, "
-                 "and every request the admin token (\"Authorization: Bearer TOKEN\").");
-  std::string http_port_file;
-  app.add_option("--http_port_file", http_port_file,
-                 "Write the bound HTTP port to this file once listening (for scripts and tests).");
-  app.add_flag("--enable_reflection", options.enable_reflection,
-               "Serve gRPC server reflection (for grpcurl and similar tools).");
-  app.add_option("--state_dir", options.state_dir,
-                 "Directory for durable state; created if missing, locked while running, "
-                 "kept private (mode 0700, files 0600).")
-      ->capture_default_str();
-  app.add_option("--port_file", port_file,
-                 "Write the bound port to this file once listening (for scripts and tests).");
-  app.add_option("-v,--verbosity", verbosity, "glog VLOG level.")->capture_default_str();
-  bool check_flags = false;
-  app.add_flag("--check_flags", check_flags,
-               "Check the flags (addresses, ports that would collide, limits) and exit: 0 if "
-               "they are sound, 1 with what is wrong. Touches no file and opens no port.");
-  app.set_version_flag("--version", std::string(chorus::kVersion));
-  CLI11_PARSE(app, argc, argv);
-  options.recovery_grace = absl::Seconds(recovery_grace_seconds);
-  options.checkpoint_data_hello_timeout = absl::Seconds(data_hello_seconds);
-  options.checkpoint_data_io_timeout = absl::Seconds(data_io_seconds);
-  if (check_flags) {
-    const absl::Status valid = chorus::ValidateServerOptions(options);
-    if (!valid.ok()) {
-      std::cerr << "chorus-coordinator: " << valid.message() << "\n";
-      return 1;
-    }
-    std::cout << "chorus-coordinator: flags are sound\n";
-    return 0;
-  }
+}
 
-  chorus::InitLogging(argv[0], verbosity);
+// Checks what needs no file or socket; empty if the flags are sound.
+std::string CheckFlags(const Flags& flags) {
+  if (flags.options.http_listen == "off" && !flags.http_port_file.empty()) {
+    return "--http_port_file needs an HTTP port (--http_listen off)";
+  }
+  const absl::Status valid = chorus::ValidateServerOptions(flags.options);
+  return valid.ok() ? "" : std::string(valid.message());
+}
+
+// Writes `port` whole under a temporary name and renames it, so a reader
+// never sees a partial file. Nothing to do for an empty path.
+bool WritePortFile(const std::string& path, const char* flag, int port) {
+  if (path.empty()) return true;
+  std::ofstream out(path + ".tmp");
+  out << port << "\n";
+  out.close();
+  if (!out || std::rename((path + ".tmp").c_str(), path.c_str()) != 0) {
+    std::cerr << "chorus-coordinator: " << flag << " " << path << ": cannot write\n";
+    return false;
+  }
+  return true;
+}
+
+// Serves until SIGINT or SIGTERM; the exit status.
+int Serve(const char* argv0, const Flags& flags) {
+  chorus::InitLogging(argv0, flags.verbosity);
   // Every connection holds a descriptor; the usual soft limit (1024) would
   // cap the coordinator near a thousand clients.
   if (absl::StatusOr<uint64_t> files = chorus::RaiseOpenFileLimit(); files.ok()) {
@@ -146,7 +157,6 @@ int main(int argc, char** argv) {
   } else {
     LOG(WARNING) << files.status().message();
   }
-
   // Signals are taken synchronously by this thread only; gRPC's threads,
   // created after this, inherit the mask.
   sigset_t stop_signals;
@@ -155,34 +165,16 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  auto server = chorus::CoordinatorServer::Start(options);
+  auto server = chorus::CoordinatorServer::Start(flags.options);
   if (!server.ok()) {
     std::cerr << "chorus-coordinator: " << server.status().message() << "\n";
     return 1;
   }
-  // Written whole under a temporary name and renamed, so a reader never
-  // sees a partial file.
-  auto write_port = [](const std::string& path, const char* flag, int port) {
-    if (path.empty()) return true;
-    std::ofstream out(path + ".tmp");
-    out << port << "\n";
-    out.close();
-    if (!out || std::rename((path + ".tmp").c_str(), path.c_str()) != 0) {
-      std::cerr << "chorus-coordinator: " << flag << " " << path << ": cannot write\n";
-      return false;
-    }
-    return true;
-  };
-  if (options.http_listen == "off" && !http_port_file.empty()) {
-    std::cerr << "chorus-coordinator: --http_port_file needs an HTTP port (--http_listen off)\n";
-    return 1;
-  }
   // The HTTP port's file first: a script that waits for --port_file finds both.
-  if (!write_port(http_port_file, "--http_port_file", (*server)->http_port()) ||
-      !write_port(port_file, "--port_file", (*server)->port())) {
+  if (!WritePortFile(flags.http_port_file, "--http_port_file", (*server)->http_port()) ||
+      !WritePortFile(flags.port_file, "--port_file", (*server)->port())) {
     return 1;
   }
-
   int signal_number = 0;
   sigwait(&stop_signals, &signal_number);
   LOG(INFO) << "received " << strsignal(signal_number) << ", shutting down";
@@ -190,4 +182,38 @@ int main(int argc, char** argv) {
   (*server)->Wait();
   LOG(INFO) << "coordinator stopped";
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Checkpoint uploads arrive as a stream of 4 MB messages that gRPC and
+  // protobuf allocate and free one after another; with glibc's adaptive
+  // defaults the next chunk often faulted fresh memory in, a page at a time
+  // (the final 201 MB upload of checkpoint_bench's job took 0.39-0.87 s;
+  // 0.23-0.28 s with these settings and the upload reusing its buffers).
+  chorus::MemoryReuseOptions reuse;
+  reuse.trim_threshold = size_t{256} << 20;
+  chorus::KeepFreedMemoryForReuse(reuse);
+  CLI::App app{
+      "chorus-coordinator: rendezvous, job queue, checkpoints and hang detection for Chorus "
+      "training jobs. Serves gRPC (with the standard health service) until SIGINT/SIGTERM."};
+  Flags flags;
+  flags.options.state_dir = DefaultStateDir();
+  AddServingFlags(app, flags);
+  AddLimitFlags(app, flags);
+  app.set_version_flag("--version", std::string(chorus::kVersion));
+  CLI11_PARSE(app, argc, argv);
+  flags.options.recovery_grace = absl::Seconds(flags.recovery_grace_seconds);
+  flags.options.checkpoint_data_hello_timeout = absl::Seconds(flags.data_hello_seconds);
+  flags.options.checkpoint_data_io_timeout = absl::Seconds(flags.data_io_seconds);
+  if (const std::string wrong = CheckFlags(flags); !wrong.empty()) {
+    std::cerr << "chorus-coordinator: " << wrong << "\n";
+    return 1;
+  }
+  if (flags.check_flags) {
+    std::cout << "chorus-coordinator: flags are sound\n";
+    return 0;
+  }
+  return Serve(argv[0], flags);
 }
