@@ -22,8 +22,14 @@ SCRIPT=$(realpath "$4")
 STEPS=40
 field() { json_get - "$2" <<<"$1"; }
 chorus() { timeout 30 "${CHORUS}" --coordinator "${COORDINATOR_ADDR}" "$@"; }
-# Job $1's lines of the script (as the agent logs them) that contain $2.
-lines() { grep -h "\[$1 slot " "${TMP}/node-a.log" 2>/dev/null | grep -o "torchrun-mlp: .*" | grep -- "$2"; }
+# Job $1's lines of the script that contain $2, from the coordinator's log
+# store (one record per line: the agent's own log may interleave two ranks'
+# lines written at the same moment). Complete once the job has ended.
+lines() { chorus logs "$1" 2>/dev/null | grep -o "torchrun-mlp: .*" | grep -- "$2"; }
+# What the script's progress file $1 (JSON lines, each one write) says of
+# its first incarnation's rank $2: the pid, or whether it finished step $3.
+first_pid() { sed -n "s/.*\"event\": \"pid\", \"rank\": $2, \"pid\": \([0-9]*\), \"restart\": 0,.*/\1/p" "$1" 2>/dev/null | head -n 1; }
+stepped() { grep -q "\"event\": \"step\", \"rank\": $2, \"restart\": 0, \"step\": $3," "$1" 2>/dev/null; }
 state() { field "$(chorus status "$1" --json 2>/dev/null)" job.state 2>/dev/null; }
 
 start_coordinator || { fail "no coordinator"; finish; }
@@ -35,7 +41,7 @@ submit() {
 name: "$1"
 program {
   argv: ["/usr/bin/python3", "${SCRIPT}", "--ckpt", "${TMP}/$1.pt", "--steps", "${STEPS}",
-         "--step_sleep", "0.05"]
+         "--step_sleep", "0.05", "--progress", "${TMP}/$1.jsonl"]
   env { key: "GLOO_SOCKET_IFNAME" value: "lo" }
 }
 resources { min_ranks: 2 max_ranks: 2 threads_per_rank: 1 }
@@ -57,12 +63,13 @@ ref_digest=$(lines "${ref}" "final rank " | grep -o "params_digest [0-9a-f]*" | 
 # --- the same job, rank 1's python killed mid-run
 job=$(submit killed)
 [[ "${job}" == job-* ]] || fail "submit: '${job}' $(cat "${TMP}/submit.err")"
-wait_for '[[ -n "$(lines "${job}" "rank 1 restart 0 step 10 ")" ]]' 30 \
+progress="${TMP}/killed.jsonl"
+wait_for 'stepped "${progress}" 1 10' 30 \
   || fail "rank 1 never reached step 10: $(chorus status "${job}") $(tail -5 "${TMP}/node-a.log")"
-victim=$(lines "${job}" "start rank 1 pid " | head -n 1 | awk '{print $6}')
-survivor=$(lines "${job}" "start rank 0 pid " | head -n 1 | awk '{print $6}')
+victim=$(first_pid "${progress}" 1)
+survivor=$(first_pid "${progress}" 0)
 if [[ "${victim}" =~ ^[0-9]+$ ]] && kill -KILL "${victim}"; then
-  pass "SIGKILL to rank 1's python (pid ${victim}) at $(lines "${job}" "rank 1 restart 0 step " | tail -n 1)"
+  pass "SIGKILL to rank 1's python (pid ${victim}) after its step 10"
 else
   fail "no rank 1 python to kill: '${victim}'"
 fi
