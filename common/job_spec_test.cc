@@ -160,6 +160,21 @@ TEST(JobSpecTest, ElasticDefaultsOnlyWhenTheBlockIsThere) {
   NormalizeJobSpec(none);
   EXPECT_EQ(none.elastic().max_restarts(), 0);
 
+  // A program job's block gets the same defaults and checks (it used to get
+  // neither: max_restarts 0 and a generation due within 0 s).
+  JobSpec program = MustParse("program { argv: '/usr/bin/python3' } elastic {}",
+                              SpecFormat::kTextProto);
+  NormalizeJobSpec(program);
+  EXPECT_EQ(program.elastic().max_restarts(), 3);
+  EXPECT_EQ(program.elastic().wait_seconds(), 60);
+  EXPECT_EQ(program.elastic().scale_up_interval_seconds(), 60);
+  EXPECT_THAT(ValidateJobSpec(program), IsEmpty());
+  program.mutable_elastic()->set_wait_seconds(-5);
+  std::vector<SpecError> refused = ValidateJobSpec(program);
+  ASSERT_EQ(refused.size(), 1u);
+  EXPECT_EQ(refused[0].field, "elastic.wait_seconds");
+  EXPECT_EQ(refused[0].message, "must be > 0, got -5");
+
   // Gossip jobs re-form too. A size the topology does not serve trains
   // with the largest one it does and keeps the rest as hot spares.
   JobSpec gossip = MustParse(

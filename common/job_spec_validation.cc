@@ -424,6 +424,13 @@ void ValidateCommon(const JobSpec& spec, Checker& c) {
            absl::StrCat("must be > 1, got ", h.straggler_ratio()));
   }
   c.Positive("hang_detection.phase_limit_seconds", h.phase_limit_seconds());
+
+  if (spec.has_elastic()) {
+    const v1::ElasticSpec& e = spec.elastic();
+    c.AtLeast<int32_t>("elastic.max_restarts", e.max_restarts(), 0);
+    c.Positive("elastic.wait_seconds", e.wait_seconds());
+    c.Positive("elastic.scale_up_interval_seconds", e.scale_up_interval_seconds());
+  }
 }
 
 // The built-in trainer's own fields beyond model, data and optimizer.
@@ -443,12 +450,6 @@ void ValidateTraining(const JobSpec& spec, Checker& c) {
   c.AtLeast<int64_t>("eval.max_batches", spec.eval().max_batches(), 0);
 
   const v1::ResourceSpec& r = spec.resources();
-  if (spec.has_elastic()) {
-    const v1::ElasticSpec& e = spec.elastic();
-    c.AtLeast<int32_t>("elastic.max_restarts", e.max_restarts(), 0);
-    c.Positive("elastic.wait_seconds", e.wait_seconds());
-    c.Positive("elastic.scale_up_interval_seconds", e.scale_up_interval_seconds());
-  }
 
   for (int i = 0; i < spec.fault_injection().faults_size(); ++i) {
     const v1::Fault& f = spec.fault_injection().faults(i);
@@ -571,6 +572,16 @@ void NormalizeCommon(JobSpec& spec) {
   if (h.stall_after_seconds() == 0) h.set_stall_after_seconds(3);
   if (h.straggler_ratio() == 0) h.set_straggler_ratio(1.5);
   if (h.phase_limit_seconds() == 0) h.set_phase_limit_seconds(600);
+
+  // A program job's elastic block too: without these, `elastic {}` on a
+  // program meant no restart at all and a generation that had to form
+  // within 0 s.
+  if (spec.has_elastic()) {
+    v1::ElasticSpec& e = *spec.mutable_elastic();
+    if (!e.has_max_restarts()) e.set_max_restarts(3);
+    if (e.wait_seconds() == 0) e.set_wait_seconds(60);
+    if (e.scale_up_interval_seconds() == 0) e.set_scale_up_interval_seconds(60);
+  }
 }
 
 }  // namespace
@@ -682,13 +693,6 @@ void NormalizeJobSpec(JobSpec& spec) {
   }
 
   NormalizeCommon(spec);
-
-  if (spec.has_elastic()) {
-    v1::ElasticSpec& e = *spec.mutable_elastic();
-    if (!e.has_max_restarts()) e.set_max_restarts(3);
-    if (e.wait_seconds() == 0) e.set_wait_seconds(60);
-    if (e.scale_up_interval_seconds() == 0) e.set_scale_up_interval_seconds(60);
-  }
 }
 
 std::vector<SpecError> ValidateJobSpec(const JobSpec& spec) {

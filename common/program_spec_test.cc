@@ -214,10 +214,15 @@ TEST_F(ProgramBinaryTest, ADirectoryIsNotAProgram) {
 TEST(ChorusSetVariablesTest, CoversTorchrunAndTheSdkVariables) {
   for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
                            "MASTER_PORT", "CHORUS_JOIN_FILE", "CHORUS_PROGRESS_FD",
-                           "CHORUS_RANK_PID", "CHORUS_AGENT_ID", "CHORUS_SLOT"}) {
+                           "CHORUS_RANK_PID", "CHORUS_AGENT_ID", "CHORUS_SLOT", "GROUP_RANK",
+                           "GROUP_WORLD_SIZE", "ROLE_NAME", "ROLE_RANK", "ROLE_WORLD_SIZE",
+                           "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
+                           "TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE"}) {
     EXPECT_TRUE(IsChorusSetVariable(name)) << name;
   }
   EXPECT_FALSE(IsChorusSetVariable("PYTHONPATH"));
+  // A default the program may choose itself, as under torchrun.
+  EXPECT_FALSE(IsChorusSetVariable("NCCL_ASYNC_ERROR_HANDLING"));
 }
 
 }  // namespace

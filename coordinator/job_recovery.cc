@@ -43,6 +43,16 @@ void RestoreElastic(const coordinator::ElasticRecord& record, RunningJob& run) {
   }
   run.recovery_seconds = record.recovery_seconds();
   run.history.assign(record.history().begin(), record.history().end());
+  run.reforms_in_process = record.reforms_in_process();
+  if (record.has_restart_all()) {
+    const coordinator::ElasticRecord::RestartAll& restart = record.restart_all();
+    run.restarting =
+        RunningJob::RestartAll{restart.cause(), restart.kind(), TimeOf(restart.deadline_us())};
+    for (int stopping : restart.stopping_ranks()) {
+      if (stopping < 0 || stopping >= static_cast<int>(run.ranks.size())) continue;
+      run.ranks[stopping].stopping = true;
+    }
+  }
   run.saved_record = record.SerializeAsString();
 }
 
@@ -53,7 +63,8 @@ coordinator::ElasticRecord ElasticRecordOf(const RunningJob& run, const std::vec
   record.set_generation(run.generation());
   for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
     const RankState& r = run.ranks[rank];
-    if (r.state == v1::RankStatus::EXITED && r.exit_code == 0 && r.evicted.empty()) {
+    if (r.state == v1::RankStatus::EXITED && r.exit_code == 0 && r.evicted.empty() &&
+        !r.stopping) {
       record.add_finished_ranks(static_cast<int>(rank));
     } else if (rank < lost.size() && lost[rank]) {
       record.add_lost_ranks(static_cast<int>(rank));
@@ -81,6 +92,16 @@ coordinator::ElasticRecord ElasticRecordOf(const RunningJob& run, const std::vec
   }
   record.set_recovery_seconds(run.recovery_seconds);
   for (const std::string& line : run.history) record.add_history(line);
+  record.set_reforms_in_process(run.reforms_in_process);
+  if (run.restarting.has_value()) {
+    coordinator::ElasticRecord::RestartAll& restart = *record.mutable_restart_all();
+    restart.set_cause(run.restarting->cause);
+    restart.set_kind(run.restarting->kind);
+    restart.set_deadline_us(absl::ToUnixMicros(run.restarting->deadline));
+    for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
+      if (run.ranks[rank].stopping) restart.add_stopping_ranks(static_cast<int>(rank));
+    }
+  }
   return record;
 }
 

@@ -34,7 +34,7 @@
 namespace chorus {
 
 // Note [Elastic restart]
-// An elastic job is always in one of four states, and a coordinator that
+// An elastic job is always in one of five states, and a coordinator that
 // stops and starts again on the same state directory must take each back so
 // that the job ends as it would have without the restart:
 //  - steady: generation g formed. Its ranks come back with their agents; a
@@ -51,6 +51,10 @@ namespace chorus {
 //  - forming: g was started and has not formed. Its rendezvous starts again
 //    empty (no rank was answered: the answers go out together) and its
 //    deadline is the original one; the ranks join g again.
+//  - restarting (a program job that restarts all, Note [Restart-all] in
+//    running_job.h): g's ranks were told to stop. The change, its deadline
+//    and the ranks told to stop are saved; one that comes back still
+//    running is told again, and the exit of the last starts g+1.
 // Job.generation, world size, placements and restarts are in the job record
 // (JobManager::MarkReformed, SavePlacements); the rest is a
 // coordinator::ElasticRecord the Scheduler saves whenever it changes. While

@@ -182,6 +182,20 @@ v1::JoinResponse RunningJob::JoinResponseFor(const v1::Job& job, int rank) const
   response.set_local_rank(ranks[rank].local_rank);
   response.set_local_world_size(ranks[rank].local_world_size);
   if (!resume.job_id().empty()) *response.mutable_resume() = resume;
+  response.set_restarts(restarts);
+  // Agents numbered in the order their first rank comes. A rank taken back
+  // after a restart whose agent has not reconnected is known by its host.
+  std::vector<std::string> groups;
+  int group_rank = 0;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const std::string& group =
+        ranks[r].agent_id.empty() ? ranks[r].recover_host : ranks[r].agent_id;
+    auto at = std::find(groups.begin(), groups.end(), group);
+    if (at == groups.end()) at = groups.insert(groups.end(), group);
+    if (static_cast<int>(r) == rank) group_rank = static_cast<int>(at - groups.begin());
+  }
+  response.set_group_rank(group_rank);
+  response.set_group_world_size(static_cast<int>(groups.size()));
   return response;
 }
 
@@ -201,6 +215,7 @@ std::optional<JobEnd> RunningJob::RecordExit(const std::string& agent_id,
     if (unbound_here) r.agent_id = agent_id;
     r.state = v1::RankStatus::EXITED;
     r.exit_code = exited.exit_code();
+    if (r.stopping) return std::nullopt;  // Note [Restart-all]: expected
     if (!r.evicted.empty()) {
       return JobEnd{v1::Job::FAILED,
                     absl::StrCat("rank ", rank, " (", agent.host(), ", pid ", exited.pid(),

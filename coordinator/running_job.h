@@ -50,9 +50,40 @@ struct RankState {
   // (an elastic job): the diagnosis, which becomes the cause of the next
   // generation when the rank's exit is reported.
   std::string evicted;
+  // Told to stop by a restart-all (Note [Restart-all]): its exit is
+  // expected, neither a failure nor a success.
+  bool stopping = false;
 
   static RankState At(const RankSlot& slot);
 };
+
+// Note [Restart-all]
+// A program job with an elastic block whose program cannot re-form in its
+// own process (an unmodified torchrun script knows nothing of generations:
+// its survivors would crash at their next collective, and a newcomer would
+// start from scratch without a restart count) gets torchrun's contract
+// instead. On a lost rank or agent, a hang restart, a drain or a growth:
+//  1. every live rank is told to stop (StopRanks: SIGTERM, SIGKILL after the
+//     grace) and marked `stopping`; its exit is expected and counts neither
+//     as a failure nor towards success, whatever its code: a survivor that
+//     crashes at its next collective before the stop reaches it included;
+//  2. once the last has exited (or its agent is gone), the next generation
+//     is planned with every rank lost and every rank is launched afresh
+//     (generation + 1), with TORCHELASTIC_RESTART_COUNT = `restarts` so far;
+//  3. the change counts once: one restart against elastic.max_restarts for
+//     a failure, none for a drain or a growth, however many exits it took.
+//     A failure heard while a planned change stops the ranks makes it a
+//     failure; later ones join the restart in progress.
+// Ranks that have not exited elastic.wait_seconds after the stop fail the
+// job. While the ranks stop, the hang policy and growth wait.
+// Who re-forms in process: a program says so in its progress records
+// (v1::RankHeartbeat.reforms_in_process; the C++ SDK's Session sets it once
+// the program calls one of its elastic hooks). One rank saying so is
+// enough, the ranks running one program. Until then, and for a program that
+// never says so, restart-all is the default: a program that restarts whole
+// loses the steps since its last checkpoint, while one wrongly left to
+// re-form loses its survivors to crashes and every restart with them. The
+// built-in trainer always re-forms in process.
 
 // How a job ends.
 struct JobEnd {
@@ -94,13 +125,16 @@ struct RunningJob {
   // Where the ranks run, as recorded for a restart (host and agent pid from
   // `agents`). REQUIRES: every rank's agent is registered.
   std::vector<v1::RankPlacement> Placements(const AgentRegistry& agents) const;
-  // The job's rendezvous answer for `rank` (spec from `job`).
+  // The job's rendezvous answer for `rank` (spec from `job`), with the
+  // restarts so far and the rank's group (its agent's place among the
+  // generation's agents, for torchrun's GROUP_RANK).
   v1::JoinResponse JoinResponseFor(const v1::Job& job, int rank) const;
   // Records that the rank on `agent_id`'s `exited.slot()` ended (an agent
   // back after a restart may report a rank not bound to it yet). Returns the
   // job's end when this exit ends it: FAILED for a non-zero code (naming the
   // rank, host, pid, code or signal and the last stderr line), SUCCEEDED
-  // once every rank exited 0. An exit of no live rank changes nothing.
+  // once every rank exited 0. An exit of no live rank changes nothing, nor
+  // does one of a rank a restart-all stopped (Note [Restart-all]).
   std::optional<JobEnd> RecordExit(const std::string& agent_id, const v1::AgentHello& agent,
                                    const v1::RankExited& exited);
   // Appends one status row per rank (host: the agent's, or its id once the
@@ -129,6 +163,21 @@ struct RunningJob {
   // Elastic jobs (spec.elastic present; docs/elastic.md).
   bool elastic = false;
   v1::ElasticSpec elastic_spec;
+  // A program rank said its program re-forms in its own process (Note
+  // [Restart-all]); sticky.
+  bool reforms_in_process = false;
+  // Whether a change of generation stops every rank and starts them all
+  // again (Note [Restart-all]).
+  bool RestartsAll() const { return program && elastic && !reforms_in_process; }
+  // A restart-all whose ranks are being stopped: the change that started it
+  // (`kind` as in Scheduler::ReformLocked) and when the ranks must have
+  // exited (elastic.wait_seconds after the stop).
+  struct RestartAll {
+    std::string cause;
+    std::string kind;
+    absl::Time deadline;
+  };
+  std::optional<RestartAll> restarting;
   // Rank failures survived so far, and one line per generation change.
   int restarts = 0;
   std::vector<std::string> history;

@@ -1,6 +1,7 @@
 #include "coordinator/running_job.h"
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -265,6 +266,36 @@ TEST_F(RunningJobTest, JoinResponseNamesRankGenerationNamespaceAndResume) {
   EXPECT_EQ(response.local_world_size(), 2);
   EXPECT_EQ(response.spec().resources().max_ranks(), 3);
   EXPECT_EQ(response.resume().step(), 300);
+}
+
+// Note [torchrun's variables] in worker/runtime/program_supervisor.h.
+TEST_F(RunningJobTest, JoinResponseCarriesTheRestartsAndTheRanksGroup) {
+  run_.restarts = 2;
+  // Agents numbered in the order their first rank comes: rank 0's first.
+  std::swap(run_.ranks[0], run_.ranks[2]);  // agent-2, agent-1, agent-1
+  const std::vector<std::pair<int, int>> want = {{0, 2}, {1, 2}, {1, 2}};
+  for (int rank = 0; rank < 3; ++rank) {
+    const v1::JoinResponse response = run_.JoinResponseFor(job_, rank);
+    EXPECT_EQ(response.restarts(), 2) << "TORCHELASTIC_RESTART_COUNT";
+    EXPECT_EQ(response.group_rank(), want[rank].first) << "rank " << rank;
+    EXPECT_EQ(response.group_world_size(), want[rank].second) << "rank " << rank;
+  }
+}
+
+// Note [Restart-all]: a rank told to stop exits as expected, whatever its
+// code; the others' exits count as before.
+TEST_F(RunningJobTest, TheExitOfARankStoppedForARestartAllIsNeitherFailureNorSuccess) {
+  const v1::AgentHello& a = agents_.Find("agent-1")->hello;
+  run_.ranks[0].stopping = true;
+  run_.ranks[1].stopping = true;
+  EXPECT_FALSE(run_.RecordExit("agent-1", a, Exit(0, -15)).has_value());
+  EXPECT_FALSE(run_.RecordExit("agent-1", a, Exit(1, 0)).has_value());
+  EXPECT_EQ(run_.ranks[0].state, v1::RankStatus::EXITED);
+  EXPECT_EQ(run_.ranks[0].exit_code, -15);
+  EXPECT_EQ(run_.exited_ok, 0) << "a stopped rank's 0 does not count towards success";
+  std::optional<JobEnd> end = run_.RecordExit("agent-2", agents_.Find("agent-2")->hello, Exit(0, 3));
+  ASSERT_TRUE(end.has_value()) << "a rank not told to stop still fails the job";
+  EXPECT_EQ(end->reason, "rank 2 (node-b, pid 4242) exited with code 3");
 }
 
 }  // namespace

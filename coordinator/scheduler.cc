@@ -50,6 +50,15 @@ absl::StatusOr<std::string> Scheduler::AddAgent(const v1::AgentHello& hello, Sen
     for (const auto& [job_id, slot] : bound) {
       agents_.SetBusy(id, slot, true);
       LOG(INFO) << job_id << ": slot " << slot << " on " << hello.host() << " is back";
+      // Note [Restart-all]: a rank a restart-all was stopping when the
+      // coordinator restarted is stopped again (its agent may not have
+      // heard of it).
+      const RunningJob& run = running_.at(job_id);
+      const int rank = run.RankOn(id, slot);
+      if (run.restarting.has_value() && rank >= 0 && run.ranks[rank].stopping) {
+        out.messages.emplace_back(
+            agent.send, StopRanksMessage(job_id, {slot}, run.restarting->cause));
+      }
     }
     ScheduleLocked(out);
   }
@@ -108,7 +117,7 @@ void Scheduler::ScheduleLocked(Outbox& out) {
   // Running elastic jobs below resources.min_ranks come before queued jobs.
   RetryWaitingLocked(out);
   // Slots no queued job takes let running elastic jobs grow.
-  if (PlaceQueuedLocked(out)) GrowLocked();
+  if (PlaceQueuedLocked(out)) GrowLocked(out);
   SaveElasticLocked();
 }
 
@@ -234,6 +243,11 @@ void Scheduler::RankExited(const std::string& agent_id, const v1::RankExited& ex
       } else {
         EndLocked(exited.job_id(), end->state, end->reason, out);
       }
+    } else if (it->second.restarting.has_value()) {
+      // Note [Restart-all]: a rank it stopped; the last one's exit starts
+      // the next generation.
+      const RunningJob::RestartAll restarting = *it->second.restarting;
+      ReformLocked(exited.job_id(), restarting.cause, restarting.kind, out);
     }
     ScheduleLocked(out);
   }
@@ -282,11 +296,14 @@ void Scheduler::Tick() {
       }
     }
     RetryWaitingLocked(out);
-    GrowLocked();
+    GrowLocked(out);
     for (const auto& [job_id, diagnoses] : TrackDiagnosesLocked()) {
-      RunningJob& run = running_.at(job_id);
-      // Waiting below resources.min_ranks: the lost ranks are known.
-      if (run.waiting_until != absl::InfiniteFuture()) continue;
+      auto running = running_.find(job_id);
+      if (running == running_.end()) continue;  // ended by a growth's restart-all
+      RunningJob& run = running->second;
+      // Waiting below resources.min_ranks: the lost ranks are known. Every
+      // rank stopping for a restart-all: the next generation starts anew.
+      if (run.waiting_until != absl::InfiniteFuture() || run.restarting.has_value()) continue;
       // Note [Hang restart]: a culprit is evicted; without one, every rank
       // re-forms its transport. Eviction goes first when both hold.
       if (run.elastic && run.hang_detection.action() == v1::HangDetectionSpec::RESTART &&

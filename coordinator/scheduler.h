@@ -188,25 +188,39 @@ class Scheduler {
   // up to resources.max_ranks. Past elastic.max_restarts the job ends FAILED
   // with the history in its reason. Below resources.min_ranks the job waits
   // (RunningJob::waiting_until, retried on every change and Tick) and fails
-  // once elastic.wait_seconds have passed.
+  // once elastic.wait_seconds have passed. A job that restarts all
+  // (RunningJob::RestartsAll, Note [Restart-all] in running_job.h) first has
+  // every rank stopped; the exit of the last one calls this again, and the
+  // next generation launches every rank.
   void ReformLocked(const std::string& job_id, const std::string& cause, const std::string& kind,
                     Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Note [Restart-all]: whether every rank of `run` has stopped, so that the
+  // next generation may start. The first call has the live ranks stopped and
+  // records the change (`cause`, `kind`) in run.restarting; later calls (the
+  // stopped ranks' exits, lost agents, other changes meanwhile) keep it, a
+  // failure replacing a planned change. Once none is live, run.restarting is
+  // cleared and `cause` and `kind` are set to the change to make.
+  bool StopAllForRestartLocked(const std::string& job_id, RunningJob& run, std::string& cause,
+                               std::string& kind, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A planned change: the job's ranks are told (on their heartbeats) to
   // re-form at their next step boundary; the first Join of the next
-  // generation starts it (ReformLocked).
+  // generation starts it (ReformLocked). A job that restarts all has no
+  // step boundary to wait for: its restart starts at once.
   void RequestReformLocked(const std::string& job_id, RunningJob& run, const std::string& cause,
-                           const std::string& kind) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                           const std::string& kind, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Elastic jobs waiting below resources.min_ranks try to form again (or
   // fail past elastic.wait_seconds).
   void RetryWaitingLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Elastic jobs below resources.max_ranks for which free slots exist, and
   // whose last growth is elastic.scale_up_interval_seconds ago, are told to
   // grow at their next step boundary.
-  void GrowLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void GrowLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::AgentInfo AgentInfoLocked(const std::string& agent_id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The reason an elastic job whose re-formed generation has not formed by
-  // `now` (elastic.wait_seconds) fails with; nullopt while it may still form.
+  // `now` (elastic.wait_seconds), or whose ranks a restart-all stopped have
+  // not all exited by then, fails with; nullopt while it may still form.
   std::optional<std::string> ReformOverdueLocked(const RunningJob& run, absl::Time now) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // hang_detection.action RESTART of an elastic job (Note [Hang restart]

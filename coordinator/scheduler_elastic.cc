@@ -5,7 +5,10 @@
 // Planned changes (a drain, a growth) re-form at a step boundary the ranks
 // agree on; the first Join of the next generation starts it.
 #include <algorithm>
+#include <map>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -32,8 +35,8 @@ bool IsFailure(const std::string& kind) {
 
 }  // namespace
 
-void Scheduler::ReformLocked(const std::string& job_id, const std::string& cause,
-                             const std::string& kind, Outbox& out) {
+void Scheduler::ReformLocked(const std::string& job_id, const std::string& cause_heard,
+                             const std::string& kind_heard, Outbox& out) {
   auto it = running_.find(job_id);
   if (it == running_.end()) return;
   RunningJob& run = it->second;
@@ -41,14 +44,21 @@ void Scheduler::ReformLocked(const std::string& job_id, const std::string& cause
   if (!job.ok()) return;
   const int64_t old_generation = run.generation();
   const int old_world = static_cast<int>(run.ranks.size());
-  const bool failure = IsFailure(kind);
-  if (failure && run.restarts >= run.elastic_spec.max_restarts()) {
+  std::string cause = cause_heard;
+  std::string kind = kind_heard;
+  if (IsFailure(kind) && run.restarts >= run.elastic_spec.max_restarts()) {
     EndLocked(job_id, v1::Job::FAILED,
               absl::StrCat(cause, "; elastic.max_restarts ", run.elastic_spec.max_restarts(),
                            " used up in generation ", old_generation, History(run)),
               out);
     return;
   }
+  // Note [Restart-all]: the next generation starts once every rank stopped.
+  if ((run.RestartsAll() || run.restarting.has_value()) &&
+      !StopAllForRestartLocked(job_id, run, cause, kind, out)) {
+    return;
+  }
+  const bool failure = IsFailure(kind);
   // Who leaves: ranks that exited (their slots are free for newcomers),
   // ranks whose agent is gone, and ranks on a draining agent (they leave at
   // this step boundary and exit by themselves: their slots stay busy until
@@ -133,9 +143,13 @@ void Scheduler::ReformLocked(const std::string& job_id, const std::string& cause
           ? absl::StrCat(", ", *training, " training and ", world - *training, " hot spare",
                          world - *training == 1 ? "" : "s")
           : "";
+  const bool all_new = world > 0 && static_cast<int>(newcomers.size()) == world &&
+                       run.RestartsAll();
   const std::string change = absl::StrCat(
       "generation ", generation, " after ", cause, ": ", old_world, " -> ", world, " ranks", spares,
-      newcomers.empty() ? "" : absl::StrCat(" (", absl::StrJoin(newcomers, ", "), ")"),
+      all_new ? " (restart-all: every rank started again)"
+      : newcomers.empty() ? ""
+                          : absl::StrCat(" (", absl::StrJoin(newcomers, ", "), ")"),
       failure ? absl::StrCat(", restart ", run.restarts, " of ", run.elastic_spec.max_restarts())
               : ", at a step boundary (not a restart)");
   run.history.push_back(change);
@@ -185,8 +199,66 @@ void Scheduler::ReformLocked(const std::string& job_id, const std::string& cause
   }
 }
 
+bool Scheduler::StopAllForRestartLocked(const std::string& job_id, RunningJob& run,
+                                        std::string& cause, std::string& kind, Outbox& out) {
+  // Live: not exited, on a connected agent or awaited after a coordinator
+  // restart (it may still run there).
+  std::map<std::string, std::vector<int>> live;  // slots by agent id
+  int awaited = 0;
+  for (RankState& r : run.ranks) {
+    if (r.state == v1::RankStatus::EXITED) continue;
+    if (r.agent_id.empty()) {
+      ++awaited;
+    } else if (agents_.Find(r.agent_id) != nullptr) {
+      live[r.agent_id].push_back(r.slot);
+    }
+  }
+  if (run.restarting.has_value()) {
+    if (IsFailure(kind) && !IsFailure(run.restarting->kind)) {
+      run.restarting->cause = cause;
+      run.restarting->kind = kind;
+    }
+    if (!live.empty() || awaited > 0) return false;
+    cause = run.restarting->cause;
+    kind = run.restarting->kind;
+    run.restarting.reset();
+    return true;
+  }
+  if (live.empty() && awaited == 0) return true;
+  const absl::Time now = clock_->Now();
+  run.restarting = RunningJob::RestartAll{
+      cause, kind, now + absl::Seconds(run.elastic_spec.wait_seconds())};
+  if (run.reform_started == absl::InfinitePast()) run.reform_started = now;
+  const std::string why = absl::StrCat("restart-all for generation ", run.generation() + 1,
+                                       " after ", cause);
+  // Joins waiting for a generation that will not form are answered now.
+  run.rendezvous.Abort(absl::AbortedError(absl::StrCat("job ", job_id, ": ", why)), out.joins);
+  int stopping = 0;
+  for (RankState& r : run.ranks) {
+    if (r.state == v1::RankStatus::EXITED) continue;
+    r.stopping = true;
+    ++stopping;
+  }
+  for (const auto& [agent_id, slots] : live) {
+    out.messages.emplace_back(agents_.Find(agent_id)->send,
+                              StopRanksMessage(job_id, slots, why));
+  }
+  v1::JobEvent event;
+  event.set_message(absl::StrCat(
+      why, ": stopping the ", stopping, " running rank(s) (the program does not re-form in its ",
+      "own process); every rank starts again once they have exited"));
+  LOG(INFO) << job_id << ": " << event.message();
+  (void)jobs_.AddEvent(job_id, std::move(event));
+  return false;
+}
+
 void Scheduler::RequestReformLocked(const std::string& job_id, RunningJob& run,
-                                    const std::string& cause, const std::string& kind) {
+                                    const std::string& cause, const std::string& kind,
+                                    Outbox& out) {
+  if (run.RestartsAll()) {
+    ReformLocked(job_id, cause, kind, out);  // Note [Restart-all]: at once
+    return;
+  }
   if (run.planned_kind == "drain" && kind != "drain") return;  // a drain goes first
   run.planned_cause = cause;
   run.planned_kind = kind;
@@ -228,11 +300,13 @@ void Scheduler::RetryWaitingLocked(Outbox& out) {
   }
 }
 
-void Scheduler::GrowLocked() {
+void Scheduler::GrowLocked(Outbox& out) {
   const absl::Time now = clock_->Now();
+  // Growths are requested after the walk: a restart-all's may end a job.
+  std::vector<std::pair<std::string, std::string>> grow;  // job id, cause
   for (auto& [job_id, run] : running_) {
     if (!run.elastic || !run.planned_cause.empty() || run.waiting_until != absl::InfiniteFuture() ||
-        !run.Formed() || run.AwaitingRanks() ||
+        run.restarting.has_value() || !run.Formed() || run.AwaitingRanks() ||
         now < run.last_growth_at + absl::Seconds(run.elastic_spec.scale_up_interval_seconds())) {
       continue;
     }
@@ -247,11 +321,13 @@ void Scheduler::GrowLocked() {
         PlanNextGeneration(run.Slots(), std::vector<bool>(run.ranks.size(), false),
                            agents_.FreeSlots(), ToQueuedJob(job_id, job->spec()));
     if (!next.ok() || next->newcomers() == 0) continue;
-    RequestReformLocked(
-        job_id, run,
-        absl::StrCat(next->newcomers(), " free slot(s) let the job grow from ", run.ranks.size(),
-                     " towards resources.max_ranks ", job->spec().resources().max_ranks()),
-        "scale_up");
+    grow.emplace_back(job_id, absl::StrCat(next->newcomers(), " free slot(s) let the job grow from ",
+                                           run.ranks.size(), " towards resources.max_ranks ",
+                                           job->spec().resources().max_ranks()));
+  }
+  for (const auto& [job_id, cause] : grow) {
+    auto it = running_.find(job_id);
+    if (it != running_.end()) RequestReformLocked(job_id, it->second, cause, "scale_up", out);
   }
 }
 
@@ -286,6 +362,8 @@ absl::StatusOr<v1::AgentInfo> Scheduler::DrainAgent(const std::string& name) {
       agents_.SetDraining(*id);
       const std::string who = absl::StrCat("agent ", *id, " (", agent->hello.host(), ")");
       LOG(INFO) << who << " is draining: it takes no new ranks";
+      // Requested after the walk: a restart-all's may end a job.
+      std::vector<std::pair<std::string, std::string>> drained;  // job id, cause
       for (auto& [job_id, run] : running_) {
         std::vector<int> here;
         for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
@@ -295,10 +373,8 @@ absl::StatusOr<v1::AgentInfo> Scheduler::DrainAgent(const std::string& name) {
         }
         if (here.empty()) continue;
         if (run.elastic) {
-          RequestReformLocked(
-              job_id, run,
-              absl::StrCat(who, " was drained: rank(s) ", absl::StrJoin(here, ","), " leave"),
-              "drain");
+          drained.emplace_back(job_id, absl::StrCat(who, " was drained: rank(s) ",
+                                                    absl::StrJoin(here, ","), " leave"));
         } else {
           v1::JobEvent event;
           event.set_message(absl::StrCat(who, " is draining; the job is not elastic: rank(s) ",
@@ -306,6 +382,10 @@ absl::StatusOr<v1::AgentInfo> Scheduler::DrainAgent(const std::string& name) {
                                          " keep running there until the job ends"));
           (void)jobs_.AddEvent(job_id, std::move(event));
         }
+      }
+      for (const auto& [job_id, cause] : drained) {
+        auto it = running_.find(job_id);
+        if (it != running_.end()) RequestReformLocked(job_id, it->second, cause, "drain", out);
       }
     }
     info = AgentInfoLocked(*id);
@@ -324,6 +404,17 @@ std::vector<v1::AgentInfo> Scheduler::ListAgents() const {
 
 std::optional<std::string> Scheduler::ReformOverdueLocked(const RunningJob& run,
                                                           absl::Time now) const {
+  if (run.restarting.has_value()) {
+    if (now < run.restarting->deadline) return std::nullopt;
+    std::vector<int> running;
+    for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
+      if (run.ranks[rank].state != v1::RankStatus::EXITED) running.push_back(static_cast<int>(rank));
+    }
+    return absl::StrCat(run.restarting->cause, "; restart-all: rank(s) ",
+                        absl::StrJoin(running, ","), " of generation ", run.generation(),
+                        " did not exit within elastic.wait_seconds ",
+                        run.elastic_spec.wait_seconds(), " s of being stopped", History(run));
+  }
   if (run.form_deadline > now || run.Formed()) return std::nullopt;
   std::vector<int> missing;
   for (int rank = 0; rank < run.rendezvous.world_size(); ++rank) {

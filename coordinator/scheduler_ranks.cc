@@ -181,6 +181,8 @@ bool Scheduler::Heartbeat(const v1::RankHeartbeat& heartbeat, v1::Directive* dir
   RankState& rank = it->second.ranks[heartbeat.rank()];
   rank.last_heartbeat = heartbeat;
   rank.heartbeat_at = clock_->Now();
+  // Note [Restart-all]: the program re-forms in its own process.
+  if (heartbeat.reforms_in_process()) it->second.reforms_in_process = true;
   if (directive != nullptr && !it->second.planned_cause.empty() &&
       it->second.waiting_until == absl::InfiniteFuture() && it->second.Formed()) {
     directive->set_kind(v1::Directive::REFORM_AT_STEP_BOUNDARY);

@@ -1430,6 +1430,207 @@ TEST_F(ElasticRestartTest, APlannedGrowthStartsAtTheStepBoundaryAfterARestart) {
   }
 }
 
+// Note [Restart-all] in running_job.h: a program job with an elastic block
+// whose program does not re-form in its own process (a torchrun script).
+class RestartAllTest : public ElasticRestartTest {
+ protected:
+  // A program job of min..max ranks with `elastic` placed on the agents
+  // already added; every placed rank joins generation 1 (pid 100 + slot).
+  std::string PlaceProgram(int min_ranks, int max_ranks, const std::string& elastic,
+                           const std::vector<FakeAgent*>& on) {
+    auto spec = ParseJobSpec(
+        absl::StrCat("program { argv: '/usr/bin/python3' } resources { min_ranks: ", min_ranks,
+                     " max_ranks: ", max_ranks, " } elastic { ", elastic, " }"),
+        SpecFormat::kTextProto, "test");
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    auto job = jobs_->Submit(*spec, "");
+    EXPECT_TRUE(job.ok()) << job.status();
+    scheduler_->Schedule();
+    for (const JoinResult& join : JoinAll(job->job_id(), on, 1)) {
+      EXPECT_TRUE(join.result.ok()) << join.result.status();
+    }
+    return job->job_id();
+  }
+  // The slots `a` was told to stop for `job`, in the order told.
+  static std::vector<int> Stopped(const FakeAgent& a, const std::string& job) {
+    std::vector<int> slots;
+    for (const v1::CoordinatorMessage& m : a.received) {
+      if (m.has_stop() && m.stop().job_id() == job) {
+        slots.insert(slots.end(), m.stop().slots().begin(), m.stop().slots().end());
+      }
+    }
+    return slots;
+  }
+  // The slots `a` was told to launch for `job`'s generation `gen`.
+  static std::vector<int> Launched(const FakeAgent& a, const std::string& job, int64_t gen) {
+    std::vector<int> slots;
+    for (const v1::LaunchRanks& l : a.Launches()) {
+      if (l.job_id() != job || l.generation() != gen) continue;
+      for (const v1::RankLaunch& r : l.ranks()) slots.push_back(r.slot());
+    }
+    return slots;
+  }
+};
+
+TEST_F(RestartAllTest, ALostRankStopsEveryRankAndTheNextGenerationLaunchesThemAll) {
+  FakeAgent a;
+  Add(a, 5, "node-a");
+  const std::string job = PlaceProgram(4, 4, "max_restarts: 3", {&a});
+  ASSERT_EQ(Launched(a, job, 1), (std::vector<int>{0, 1, 2, 3}));
+
+  ExitOn(a, job, 1, -9);
+  // The survivors are stopped; nothing starts before they have exited.
+  EXPECT_EQ(Stopped(a, job), (std::vector<int>{0, 2, 3}));
+  v1::Job stopping = *jobs_->Get(job);
+  EXPECT_EQ(stopping.state(), v1::Job::RUNNING);
+  EXPECT_EQ(stopping.generation(), 1);
+  EXPECT_EQ(stopping.restarts(), 0);
+  EXPECT_THAT(Reasons(job),
+              testing::Contains("restart-all for generation 2 after rank 1 (node-a, pid 101) was "
+                                "killed by signal 9: stopping the 3 running rank(s) (the program "
+                                "does not re-form in its own process); every rank starts again "
+                                "once they have exited"));
+  // Their exits are expected, whatever their code: a survivor that crashed
+  // at its next collective before the stop reached it included.
+  ExitOn(a, job, 0, 1);
+  ExitOn(a, job, 2, -15);
+  EXPECT_TRUE(Launched(a, job, 2).empty()) << "rank 3 still runs";
+  EXPECT_EQ(jobs_->Get(job)->generation(), 1);
+  clock_.Advance(absl::Milliseconds(400));
+  ExitOn(a, job, 3, -15);
+
+  const v1::Job restarted = *jobs_->Get(job);
+  EXPECT_EQ(restarted.state(), v1::Job::RUNNING);
+  EXPECT_EQ(restarted.generation(), 2);
+  EXPECT_EQ(restarted.world_size(), 4);
+  EXPECT_EQ(restarted.restarts(), 1) << "one failure, one restart";
+  EXPECT_EQ(Launched(a, job, 2), (std::vector<int>{0, 1, 2, 3})) << "every rank is new";
+  EXPECT_EQ(Stopped(a, job).size(), 3u) << "no one else is stopped";
+  EXPECT_THAT(Reasons(job),
+              testing::Contains("generation 2 after rank 1 (node-a, pid 101) was killed by signal "
+                                "9: 4 -> 4 ranks (restart-all: every rank started again), "
+                                "restart 1 of 3"));
+
+  clock_.Advance(absl::Milliseconds(600));
+  std::vector<JoinResult> joins = JoinAll(job, {&a}, 2);
+  ASSERT_EQ(joins.size(), 4u);
+  for (int rank = 0; rank < 4; ++rank) {
+    ASSERT_TRUE(joins[rank].result.ok()) << joins[rank].result.status();
+    EXPECT_EQ(joins[rank].result->generation(), 2);
+    EXPECT_EQ(joins[rank].result->rank(), rank);
+    EXPECT_EQ(joins[rank].result->restarts(), 1) << "TORCHELASTIC_RESTART_COUNT";
+    EXPECT_EQ(joins[rank].result->group_rank(), 0);
+    EXPECT_EQ(joins[rank].result->group_world_size(), 1);
+  }
+  EXPECT_THAT(Reasons(job), testing::Contains("generation 2 formed with 4 ranks, 1 s after the "
+                                              "failure (recovery_seconds)"));
+  for (int slot = 0; slot < 4; ++slot) ExitOn(a, job, slot, 0);
+  EXPECT_EQ(State(job), v1::Job::SUCCEEDED);
+  EXPECT_EQ(scheduler_->free_slots(), 5);
+}
+
+TEST_F(RestartAllTest, EachFailureCountsOneRestartUntilMaxRestartsAreUsedUp) {
+  FakeAgent a;
+  Add(a, 2, "node-a");
+  const std::string job = PlaceProgram(2, 2, "max_restarts: 1", {&a});
+  ExitOn(a, job, 1, -9);
+  ExitOn(a, job, 0, 1);  // the survivor crashes before the stop reaches it
+  EXPECT_EQ(jobs_->Get(job)->restarts(), 1);
+  EXPECT_EQ(jobs_->Get(job)->generation(), 2);
+  ASSERT_EQ(Launched(a, job, 2), (std::vector<int>{0, 1}));
+  for (const JoinResult& join : JoinAll(job, {&a}, 2)) {
+    ASSERT_TRUE(join.result.ok()) << join.result.status();
+  }
+  ExitOn(a, job, 0, -9);
+  const v1::Job failed = *jobs_->Get(job);
+  EXPECT_EQ(failed.state(), v1::Job::FAILED);
+  EXPECT_EQ(failed.reason(),
+            "rank 0 (node-a, pid 100) was killed by signal 9; elastic.max_restarts 1 used up in "
+            "generation 2; history: generation 2 after rank 1 (node-a, pid 101) was killed by "
+            "signal 9: 2 -> 2 ranks (restart-all: every rank started again), restart 1 of 1");
+  EXPECT_EQ(Stopped(a, job), (std::vector<int>{0, 1})) << "the first restart's stop, then the end's";
+  EXPECT_EQ(scheduler_->free_slots(), 2);
+}
+
+TEST_F(RestartAllTest, AProgramThatSaysItReformsInProcessKeepsItsSurvivors) {
+  FakeAgent a;
+  Add(a, 3, "node-a");
+  const std::string job = PlaceProgram(2, 2, "", {&a});
+  v1::RankHeartbeat hb;
+  hb.set_job_id(job);
+  hb.set_generation(1);
+  hb.set_rank(0);
+  hb.set_reforms_in_process(true);
+  ASSERT_TRUE(scheduler_->Heartbeat(hb));
+  ExitOn(a, job, 1, -9);
+  EXPECT_TRUE(Stopped(a, job).empty()) << "the survivor keeps its process";
+  EXPECT_EQ(jobs_->Get(job)->generation(), 2);
+  EXPECT_EQ(jobs_->Get(job)->restarts(), 1);
+  EXPECT_EQ(Launched(a, job, 2), (std::vector<int>{1})) << "only the newcomer";
+}
+
+TEST_F(RestartAllTest, ADrainRestartsEveryRankAtOnceAndIsNotARestart) {
+  FakeAgent a, b;
+  Add(a, 2, "node-a");
+  const std::string job = PlaceProgram(2, 2, "", {&a});
+  Add(b, 2, "node-b");
+  ASSERT_TRUE(scheduler_->DrainAgent(a.id).ok());
+  // No step boundary to wait for: a torchrun script would never reach one.
+  EXPECT_EQ(Stopped(a, job), (std::vector<int>{0, 1}));
+  EXPECT_EQ(Beat(job, 1, 0).kind(), v1::Directive::KIND_UNSPECIFIED);
+  ExitOn(a, job, 0, -15);
+  ExitOn(a, job, 1, -15);
+  const v1::Job moved = *jobs_->Get(job);
+  EXPECT_EQ(moved.generation(), 2);
+  EXPECT_EQ(moved.restarts(), 0) << "a drain is not a restart";
+  EXPECT_EQ(Launched(b, job, 2), (std::vector<int>{0, 1}));
+  EXPECT_TRUE(Launched(a, job, 2).empty());
+  EXPECT_EQ(Info(a.id).state(), v1::AgentInfo::DRAINED);
+  EXPECT_THAT(Reasons(job), testing::Contains(testing::HasSubstr(
+                                "2 -> 2 ranks (restart-all: every rank started again), at a step "
+                                "boundary (not a restart)")));
+  for (const JoinResult& join : JoinAll(job, {&b}, 2)) {
+    ASSERT_TRUE(join.result.ok()) << join.result.status();
+    EXPECT_EQ(join.result->restarts(), 0);
+  }
+}
+
+TEST_F(RestartAllTest, RanksThatDoNotExitWithinWaitSecondsOfTheStopFailTheJob) {
+  FakeAgent a;
+  Add(a, 2, "node-a");
+  const std::string job = PlaceProgram(2, 2, "wait_seconds: 20", {&a});
+  ExitOn(a, job, 1, -9);
+  clock_.Advance(absl::Seconds(19));
+  scheduler_->Tick();
+  EXPECT_EQ(State(job), v1::Job::RUNNING);
+  clock_.Advance(absl::Seconds(2));
+  scheduler_->Tick();
+  const v1::Job failed = *jobs_->Get(job);
+  EXPECT_EQ(failed.state(), v1::Job::FAILED);
+  EXPECT_EQ(failed.reason(),
+            "rank 1 (node-a, pid 101) was killed by signal 9; restart-all: rank(s) 0 of generation "
+            "1 did not exit within elastic.wait_seconds 20 s of being stopped");
+}
+
+TEST_F(RestartAllTest, ARestartAllInProgressGoesOnAfterACoordinatorRestart) {
+  FakeAgent a;
+  Add(a, 3, "node-a");
+  const std::string job = PlaceProgram(3, 3, "", {&a});
+  ExitOn(a, job, 2, -9);
+  ExitOn(a, job, 0, -15);
+  ASSERT_EQ(Stopped(a, job), (std::vector<int>{0, 1}));
+  Restart();
+  // Rank 1 still runs: its agent had not acted on the stop. It is told again.
+  Reconnect(a, 3, "node-a", {{job, 1, 1}});
+  EXPECT_EQ(Stopped(a, job), (std::vector<int>{1}));
+  EXPECT_EQ(jobs_->Get(job)->generation(), 1);
+  ExitOn(a, job, 1, -15);
+  const v1::Job restarted = *jobs_->Get(job);
+  EXPECT_EQ(restarted.generation(), 2);
+  EXPECT_EQ(restarted.restarts(), 1);
+  EXPECT_EQ(Launched(a, job, 2), (std::vector<int>{0, 1, 2}));
+}
+
 TEST_F(SchedulerTest, WithoutElasticAKilledRankStillFailsTheJob) {
   FakeAgent a;
   const std::string job = Submit(2, 2);

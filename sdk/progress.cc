@@ -70,6 +70,7 @@ v1::RankHeartbeat ProgressReporter::Current() {
     hb.set_rank(static_cast<int>(membership & 0xffffff));
   }
   if (left_.load()) hb.set_left_job(true);
+  if (reforms_in_process_.load()) hb.set_reforms_in_process(true);
   return hb;
 }
 

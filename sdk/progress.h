@@ -88,6 +88,12 @@ class ProgressReporter {
   void SetMembership(int64_t generation, int rank);
   void SetFlightRecorder(const FlightRecorder* recorder) { recorder_.store(recorder); }
   void MarkLeft() { left_.store(true); }
+  // The program re-forms in its own process (it uses the Session's elastic
+  // hooks): every record says so from here on (sticky), and the coordinator
+  // re-forms the job around its survivors instead of restarting every rank
+  // (Note [Restart-all] in coordinator/running_job.h). Returns whether this
+  // call was the first.
+  bool MarkReformsInProcess() { return !reforms_in_process_.exchange(true); }
 
   // The record the sink would get now.
   v1::RankHeartbeat Current();
@@ -105,6 +111,7 @@ class ProgressReporter {
   // generation with another's rank; 0: not set (the supervisor's own).
   std::atomic<int64_t> membership_{0};
   std::atomic<bool> left_{false};
+  std::atomic<bool> reforms_in_process_{false};
   const ProgressOptions options_;
   RealClock real_clock_;
   Clock& clock_;

@@ -219,8 +219,15 @@ absl::Time Session::StateDeadline() const {
          absl::Seconds(std::max<int64_t>(env_.joined.spec().elastic().wait_seconds(), 60));
 }
 
+void Session::DeclareReformsInProcess() {
+  // Sent at once: the coordinator picks restart-all for a program job that
+  // has not said so by the time a rank is lost.
+  if (elastic() && progress_->MarkReformsInProcess()) progress_->Flush();
+}
+
 absl::StatusOr<bool> Session::ReformRequested() {
   if (!elastic()) return false;
+  DeclareReformsInProcess();
   at::Tensor asked = at::full({1}, reform_request_.load(), at::kLong);
   RETURN_IF_ERROR(communicator()
                       .AllReduce(asked, ReduceOp::kMax, "elastic/step_boundary")
@@ -242,6 +249,7 @@ absl::StatusOr<bool> Session::JoinNextGeneration(const absl::Status& why) {
         ": CHORUS_AGENT_ID and CHORUS_SLOT are not set (or this session has no coordinator "
         "channel); only a program started by chorus-rank can join the next generation"));
   }
+  DeclareReformsInProcess();
   const int64_t was = env_.generation;
   const std::string cause = why.ok() ? "a planned change (drain or growth) at a step boundary"
                                      : std::string(why.message());
@@ -318,10 +326,12 @@ absl::StatusOr<bool> Session::JoinNextGeneration(const absl::Status& why) {
 
 absl::StatusOr<SharedTensors> Session::ShareNewestState(int64_t held_step,
                                                         const std::vector<NamedTensor>& tensors) {
+  DeclareReformsInProcess();
   return ShareNewestTensors(communicator(), held_step, tensors, StateDeadline());
 }
 
 absl::StatusOr<int> Session::AverageHeldState(bool held, const std::vector<NamedTensor>& tensors) {
+  DeclareReformsInProcess();
   return AverageHeldTensors(communicator(), held, tensors, StateDeadline());
 }
 

@@ -180,7 +180,11 @@ class Session {
   // newcomer, started for the new generation, calls ShareNewestState with
   // held_step -1 after FromEnvironment. A planned change (a drain, a
   // growth) is taken at a step boundary: ReformRequested at the start of
-  // every step, on every rank.
+  // every step, on every rank. The first call of any of the four below in
+  // an elastic job tells the coordinator that the program re-forms in its
+  // own process (v1::RankHeartbeat.reforms_in_process); a program job that
+  // never calls them is restarted whole on every change instead, as
+  // torchrun restarts its workers (docs/programs.md).
 
   bool elastic() const { return env_.joined.spec().has_elastic(); }
 
@@ -212,6 +216,9 @@ class Session {
   Session(Parts parts, SessionOptions options);
   // The directives the supervisor passes on, until the session ends.
   void ReadDirectives();
+  // Marks the progress records reforms_in_process (an elastic job only) and
+  // sends one at once the first time.
+  void DeclareReformsInProcess();
   absl::Time StateDeadline() const;
 
   const SessionOptions options_;

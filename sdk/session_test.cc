@@ -79,6 +79,47 @@ TEST(SessionTest, StepsAndPhasesGoToTheProgressSink) {
   EXPECT_EQ(got[3].phase(), v1::FINISHED);
 }
 
+// Note [Restart-all] (coordinator/running_job.h): the coordinator restarts
+// every rank of a program job unless its records say the program re-forms
+// in process, which an elastic job's Session says once the program uses its
+// elastic hooks.
+TEST(SessionTest, UsingTheElasticHooksDeclaresInProcessReformation) {
+  for (const bool elastic : {false, true}) {
+    SCOPED_TRACE(elastic ? "elastic" : "not elastic");
+    absl::Mutex mu;
+    std::vector<v1::RankHeartbeat> got;
+    Session::Parts parts = PartsFor(0, nullptr);
+    parts.env.world_size = 1;
+    parts.env.rank_host = "127.0.0.1";
+    if (elastic) parts.env.joined.mutable_spec()->mutable_elastic()->set_max_restarts(3);
+    MemoryStore store;
+    absl::StatusOr<std::shared_ptr<Communicator>> comm =
+        CreateJobCommunicator(parts.env, store, absl::Seconds(10));
+    ASSERT_TRUE(comm.ok()) << comm.status();
+    parts.comm = *comm;
+    parts.progress_sink = [&](const v1::RankHeartbeat& hb) {
+      absl::MutexLock lock(&mu);
+      got.push_back(hb);
+      return absl::OkStatus();
+    };
+    std::unique_ptr<Session> session = Session::FromParts(std::move(parts), Quiet());
+    session->Step(1, 0.5, 10);
+    {
+      absl::MutexLock lock(&mu);
+      ASSERT_FALSE(got.empty());
+      EXPECT_FALSE(got.back().reforms_in_process()) << "nothing said before a hook is used";
+    }
+    absl::StatusOr<bool> planned = session->ReformRequested();
+    ASSERT_TRUE(planned.ok()) << planned.status();
+    EXPECT_FALSE(*planned);
+    session->Step(2, 0.5, 10);
+    absl::MutexLock lock(&mu);
+    EXPECT_EQ(got.back().step(), 2);
+    EXPECT_EQ(got.back().reforms_in_process(), elastic)
+        << "said on every record from the first hook on, and only by an elastic job";
+  }
+}
+
 TEST(SessionTest, CheckpointRequestedOncePerSignal) {
   std::unique_ptr<Session> session = Session::FromParts(PartsFor(0, nullptr), Quiet());
   EXPECT_FALSE(session->CheckpointRequested());

@@ -165,6 +165,18 @@ std::vector<std::string> ProgramEnvironment(const std::vector<std::string>& base
   set("LOCAL_WORLD_SIZE", std::to_string(j.local_world_size()));
   set("MASTER_ADDR", master.host);
   set("MASTER_PORT", std::to_string(master.port));
+  // Note [torchrun's variables] in program_supervisor.h.
+  set("GROUP_RANK", std::to_string(j.group_rank()));
+  set("GROUP_WORLD_SIZE", std::to_string(j.group_world_size()));
+  set("ROLE_NAME", kProgramRoleName);
+  set("ROLE_RANK", std::to_string(j.rank()));
+  set("ROLE_WORLD_SIZE", std::to_string(j.world_size()));
+  set("TORCHELASTIC_RESTART_COUNT", std::to_string(j.restarts()));
+  set("TORCHELASTIC_MAX_RESTARTS",
+      std::to_string(j.spec().has_elastic() ? j.spec().elastic().max_restarts() : 0));
+  set("TORCHELASTIC_RUN_ID", rank.job_id);
+  set("TORCHELASTIC_USE_AGENT_STORE", "False");
+  if (values.count("NCCL_ASYNC_ERROR_HANDLING") == 0) set("NCCL_ASYNC_ERROR_HANDLING", "1");
   set("CHORUS_COORDINATOR", rank.coordinator);
   set("CHORUS_JOB_ID", rank.job_id);
   set("CHORUS_GENERATION", std::to_string(j.generation()));

@@ -69,10 +69,41 @@ struct ProgramRank {
   pid_t supervisor_pid = 0;
 };
 
+// Note [torchrun's variables]
+// A program gets every variable torchrun's agent gives its workers, with
+// the values it would give, so that a script written for torchrun runs
+// unchanged, restarts included (Note [Restart-all] in
+// coordinator/running_job.h):
+//  - RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT;
+//  - GROUP_RANK / GROUP_WORLD_SIZE: torchrun runs one worker group (agent)
+//    per node; here the rank's agent among the generation's agents, and
+//    their number (JoinResponse.group_rank, group_world_size);
+//  - ROLE_NAME "default" (torchrun's --role default), ROLE_RANK and
+//    ROLE_WORLD_SIZE: every rank has the one role, so they equal RANK and
+//    WORLD_SIZE;
+//  - TORCHELASTIC_RESTART_COUNT: failures the job has survived so far (0 in
+//    the first generation; a drain or a growth does not count, as torchrun's
+//    membership changes do not); TORCHELASTIC_MAX_RESTARTS: the spec's
+//    elastic.max_restarts (0 without an elastic block);
+//    TORCHELASTIC_RUN_ID: the job id (torchrun's rendezvous run id);
+//  - TORCHELASTIC_USE_AGENT_STORE "False": no agent hosts a store at
+//    MASTER_PORT (torchrun's static rendezvous does), so the program's rank
+//    0 starts its own there, as init_process_group("env://") does by
+//    default;
+//  - NCCL_ASYNC_ERROR_HANDLING "1" unless the agent's environment or
+//    program.env sets it (torchrun's default).
+// torchrun's TORCHELASTIC_ERROR_FILE (where a @record-decorated script
+// writes its exception) is not set: a failure's reason quotes the
+// program's last output lines instead.
+
+// What ROLE_NAME holds: torchrun's default role.
+inline constexpr char kProgramRoleName[] = "default";
+
 // The program's environment: `base` ("NAME=value" entries, e.g. the
 // supervisor's own), then the spec's program.env, then what Chorus sets
 // (each replacing an entry of the same name): RANK, WORLD_SIZE, LOCAL_RANK,
-// LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, CHORUS_COORDINATOR,
+// LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, torchrun's other variables
+// (Note [torchrun's variables]), CHORUS_COORDINATOR,
 // CHORUS_JOB_ID, CHORUS_GENERATION, CHORUS_RANK, CHORUS_WORLD_SIZE,
 // CHORUS_STORE_NAMESPACE, CHORUS_RANK_HOST, CHORUS_JOIN_FILE,
 // CHORUS_RANK_PID (when rank.supervisor_pid is set) and CHORUS_PROGRESS_FD

@@ -117,6 +117,7 @@ TEST(ProgramEnvironmentTest, SetsTorchrunAndChorusVariablesOverTheBaseAndTheSpec
   ProgramRank rank = Rank(1, 4, {"/bin/true"});
   rank.joined.set_local_rank(0);
   rank.joined.set_local_world_size(2);
+  rank.joined.set_group_world_size(1);
   (*rank.joined.mutable_spec()->mutable_program()->mutable_env())["SEED"] = "7";
   (*rank.joined.mutable_spec()->mutable_program()->mutable_env())["PATH"] = "/opt/bin";
   const std::vector<std::string> env =
@@ -145,6 +146,17 @@ TEST(ProgramEnvironmentTest, SetsTorchrunAndChorusVariablesOverTheBaseAndTheSpec
   EXPECT_EQ(got["CHORUS_RANK_HOST"], "127.0.0.1");
   EXPECT_EQ(got["CHORUS_JOIN_FILE"], "/tmp/join");
   EXPECT_EQ(got["CHORUS_PROGRESS_FD"], "5");
+  // torchrun's other variables, for a job without an elastic block.
+  EXPECT_EQ(got["GROUP_RANK"], "0");
+  EXPECT_EQ(got["GROUP_WORLD_SIZE"], "1");
+  EXPECT_EQ(got["ROLE_NAME"], "default");
+  EXPECT_EQ(got["ROLE_RANK"], "1");
+  EXPECT_EQ(got["ROLE_WORLD_SIZE"], "4");
+  EXPECT_EQ(got["TORCHELASTIC_RESTART_COUNT"], "0");
+  EXPECT_EQ(got["TORCHELASTIC_MAX_RESTARTS"], "0");
+  EXPECT_EQ(got["TORCHELASTIC_RUN_ID"], "job-000007");
+  EXPECT_EQ(got["TORCHELASTIC_USE_AGENT_STORE"], "False");
+  EXPECT_EQ(got["NCCL_ASYNC_ERROR_HANDLING"], "1");
   EXPECT_EQ(got.count("CHORUS_RANK_PID"), 0u) << "no supervisor pid given";
   EXPECT_EQ(got.count("NOT_AN_ENTRY"), 0u);
   EXPECT_EQ(env[0], "PATH=/opt/bin") << "base order kept";
@@ -159,6 +171,29 @@ TEST(ProgramEnvironmentTest, SetsTorchrunAndChorusVariablesOverTheBaseAndTheSpec
   EXPECT_THAT(with_pid, ::testing::IsSupersetOf(
                             {"CHORUS_RANK_PID=4242", "CHORUS_AGENT_ID=agent-3", "CHORUS_SLOT=1"}))
       << "an elastic program joins later generations by its agent, slot and supervisor";
+}
+
+// Note [torchrun's variables]: an elastic job's third generation, after two
+// failures, on the second of two agents.
+TEST(ProgramEnvironmentTest, AnElasticRankGetsTorchrunsRestartCountAndGroup) {
+  ProgramRank rank = Rank(3, 4, {"/usr/bin/python3"});
+  rank.joined.set_generation(3);
+  rank.joined.set_restarts(2);
+  rank.joined.set_group_rank(1);
+  rank.joined.set_group_world_size(2);
+  rank.joined.mutable_spec()->mutable_elastic()->set_max_restarts(5);
+  std::map<std::string, std::string> got;
+  for (const std::string& e :
+       ProgramEnvironment({"NCCL_ASYNC_ERROR_HANDLING=0"}, rank, HostPort{"h", 1}, "/j", -1)) {
+    got[e.substr(0, e.find('='))] = e.substr(e.find('=') + 1);
+  }
+  EXPECT_EQ(got["TORCHELASTIC_RESTART_COUNT"], "2");
+  EXPECT_EQ(got["TORCHELASTIC_MAX_RESTARTS"], "5");
+  EXPECT_EQ(got["GROUP_RANK"], "1");
+  EXPECT_EQ(got["GROUP_WORLD_SIZE"], "2");
+  EXPECT_EQ(got["ROLE_RANK"], "3");
+  EXPECT_EQ(got["CHORUS_GENERATION"], "3");
+  EXPECT_EQ(got["NCCL_ASYNC_ERROR_HANDLING"], "0") << "the agent's own choice is kept";
 }
 
 TEST(MasterAddressTest, RankZeroPublishesAFreePortTheOthersRead) {
