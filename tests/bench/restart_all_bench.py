@@ -22,7 +22,7 @@ What it measures
 
 What it prints
     Progress and each run's figures on stderr; on stdout one JSON line per
-    result (DESIGN.md §8): the median recovery against each peer, the last
+    result (docs/benchmarks.md): the median recovery against each peer, the last
     line against torchrun as the brief's command runs it. ratio < 1: Chorus
     recovers faster.
 
