@@ -64,6 +64,187 @@ void Terminate(pid_t pid, absl::Duration grace) {
   waitpid(pid, nullptr, 0);
 }
 
+struct UpOptions {
+  int local = 0;  // slots of the local agent
+  std::string spec_path;
+  std::string state_dir;  // empty: a temporary one
+  std::string resume_from;
+  bool json = false;
+};
+
+// Why `spec` cannot run on `local` slots of this machine; OK if it can.
+absl::Status CheckRunsHere(const v1::JobSpec& spec, const UpOptions& options) {
+  if (spec.resources().device() == v1::ResourceSpec::CUDA) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        options.spec_path,
+        ": resources.device is CUDA, but chorus up --local starts CPU agents; run a coordinator "
+        "and node agents started with `chorus-worker --device cuda` (docs/gpu.md), or set "
+        "resources.device: CPU"));
+  }
+  if (spec.resources().min_ranks() > options.local) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the job needs resources.min_ranks = ", spec.resources().min_ranks(),
+                     " slots; --local gives ", options.local));
+  }
+  // The local agent offers this machine's memory; a job it cannot hold
+  // would wait for ever (the estimate is the one placement uses).
+  const int64_t here = MachineMemoryBytes();
+  if (here <= 0) return absl::OkStatus();
+  const RankMemoryEstimate memory = EstimateRankMemory(spec);
+  const int64_t fit = here / std::max<int64_t>(1, memory.total_bytes());
+  if (fit >= spec.resources().min_ranks()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "job spec: ",
+      fit == 0 ? absl::StrCat(memory.field, ": ",
+                              RankMemoryMessage(memory, static_cast<double>(here),
+                                                "of memory on this machine"))
+               : absl::StrCat("resources.min_ranks: ", spec.resources().min_ranks(), " ranks of ",
+                              memory.ToString(), " do not fit in ",
+                              FormatBytes(static_cast<double>(here)),
+                              " of memory on this machine (", fit, " do)")));
+}
+
+// A coordinator and one node agent on this machine, torn down (SIGTERM,
+// then SIGKILL) when it goes, with its state directory if it was a
+// temporary one and keep_files() was not asked for.
+class LocalCluster {
+ public:
+  // Starts the coordinator in `state_dir` (a temporary directory if empty)
+  // and waits for its port; FAILED_PRECONDITION naming what to do if a
+  // binary is missing or it does not start.
+  static absl::StatusOr<std::unique_ptr<LocalCluster>> Start(const std::string& state_dir);
+  LocalCluster(const LocalCluster&) = delete;
+  LocalCluster& operator=(const LocalCluster&) = delete;
+  ~LocalCluster() {
+    Terminate(worker_, absl::Seconds(15));
+    Terminate(coordinator_, absl::Seconds(10));
+    if (temporary_ && !keep_files_) std::filesystem::remove_all(dir_);
+  }
+
+  // Starts the node agent with `slots` slots of `threads_per_rank` threads.
+  void StartAgent(int slots, int threads_per_rank) {
+    worker_ = Spawn({worker_bin_, "--coordinator", address_, "--slots", std::to_string(slots),
+                     "--threads_per_rank", std::to_string(threads_per_rank)},
+                    dir_ + "/worker.log");
+  }
+  // Keeps the state directory and logs (a failed job's, for a look).
+  void keep_files() { keep_files_ = true; }
+  const std::string& address() const { return address_; }
+  const std::string& dir() const { return dir_; }
+
+ private:
+  LocalCluster() = default;
+
+  std::string dir_;
+  bool temporary_ = false;
+  bool keep_files_ = false;
+  std::string worker_bin_;
+  std::string address_;
+  pid_t coordinator_ = -1;
+  pid_t worker_ = -1;
+};
+
+absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const std::string& state_dir) {
+  const std::string bin = ExecutableDir();
+  const std::string coordinator_bin = CompanionBinary(bin, "chorus-coordinator", "coordinator");
+  std::unique_ptr<LocalCluster> cluster(new LocalCluster());
+  cluster->worker_bin_ = CompanionBinary(bin, "chorus-worker", "worker");
+  for (const std::string& b : {coordinator_bin, cluster->worker_bin_}) {
+    if (access(b.c_str(), X_OK) != 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(b, " is missing; build it with `bazel build "
+                          "//coordinator:chorus-coordinator //worker:chorus-worker`"));
+    }
+  }
+  cluster->temporary_ = state_dir.empty();
+  cluster->dir_ = UserPath(state_dir);
+  if (cluster->temporary_) {
+    char tmpl[] = "/tmp/chorus-up-XXXXXX";
+    if (mkdtemp(tmpl) == nullptr) {
+      return absl::FailedPreconditionError("cannot create a temporary state directory");
+    }
+    cluster->dir_ = tmpl;
+  }
+  const std::string& dir = cluster->dir_;
+  std::filesystem::create_directories(dir);
+  const std::string port_file = dir + "/port";
+  std::remove(port_file.c_str());
+  // The HTTP port (metrics, status page) is written before the gRPC port.
+  cluster->coordinator_ =
+      Spawn({coordinator_bin, "--listen", "127.0.0.1:0", "--state_dir", dir + "/state",
+             "--port_file", port_file, "--http_port_file", dir + "/http_port"},
+            dir + "/coordinator.log");
+  std::string port;
+  for (int i = 0; i < 300 && port.empty() && !Interrupted(); ++i) {
+    std::ifstream in(port_file);
+    std::getline(in, port);
+    if (port.empty()) absl::SleepFor(absl::Milliseconds(50));
+  }
+  if (port.empty()) {
+    cluster->keep_files();  // keep the log
+    return absl::FailedPreconditionError(
+        absl::StrCat("the coordinator did not start; see ", dir, "/coordinator.log"));
+  }
+  cluster->address_ = "127.0.0.1:" + port;
+  return cluster;
+}
+
+// The job's end, on stderr.
+void PrintResult(const v1::Job& job, const v1::JobSpec& spec, const GlobalOptions& global) {
+  const v1::Metrics& m = job.latest_metrics();
+  *global.err << "chorus up: " << job.job_id() << " " << StateName(job.state()) << ": "
+              << job.reason();
+  if (job.state() == v1::Job::SUCCEEDED && !spec.has_program()) {
+    *global.err << "; " << EvaluationText(m) << " after " << m.step() << " steps";
+  }
+  *global.err << "\n";
+}
+
+// `chorus up`: the exit code.
+int RunUp(const UpOptions& options, const GlobalOptions& global) {
+  absl::StatusOr<v1::JobSpec> spec = LoadUserJobSpec(options.spec_path);
+  const absl::Status usable = spec.ok() ? CheckRunsHere(*spec, options) : spec.status();
+  if (!usable.ok()) {
+    *global.err << "chorus up: " << usable.message() << "\n";
+    return kExitBadInput;
+  }
+  CatchInterrupts();
+  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(options.state_dir);
+  if (!cluster.ok()) {
+    *global.err << "chorus up: " << cluster.status().message() << "\n";
+    return kExitFailure;
+  }
+  GlobalOptions local_global = global;
+  local_global.coordinator = (*cluster)->address();
+  local_global.channel = nullptr;  // talk to the coordinator started here
+  (*cluster)->StartAgent(options.local, spec->resources().threads_per_rank());
+  absl::StatusOr<FollowResult> followed;
+  {
+    // Our connection closes before the cluster stops: a stopping coordinator
+    // waits for its clients to close, and an idle channel may not notice
+    // for seconds.
+    std::unique_ptr<v1::JobService::Stub> stub = JobStub(local_global);
+    v1::SubmitJobRequest submit;
+    *submit.mutable_spec() = *spec;
+    submit.set_resume_from(options.resume_from);
+    v1::SubmitJobResponse submitted;
+    grpc::ClientContext context;
+    SetDeadline(context, local_global);
+    if (absl::Status s = FromGrpcStatus(stub->SubmitJob(&context, submit, &submitted)); !s.ok()) {
+      return ReportError("up", s, local_global);
+    }
+    *global.err << "chorus up: " << submitted.job_id() << " on " << options.local
+                << " local slot(s); logs in " << (*cluster)->dir() << "\n";
+    followed = FollowJob(*stub, local_global, submitted.job_id(), /*cancel_on_interrupt=*/true);
+  }
+  if (!followed.ok()) return ReportError("up", followed.status(), local_global);
+  PrintResult(followed->job, *spec, global);
+  if (followed->job.state() == v1::Job::FAILED) (*cluster)->keep_files();  // for a look
+  cluster->reset();
+  if (options.json) *global.out << UpJsonLine(followed->job) << std::endl;
+  return ExitCodeFor(*followed);
+}
+
 }  // namespace
 
 void AddUpCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) {
@@ -72,166 +253,19 @@ void AddUpCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) {
       "Run a job entirely on this machine: a coordinator, one node agent with --local slots, the "
       "job and its progress; then tear everything down. Exits 0 if the job succeeded, 1 if not, "
       "130 on Ctrl-C (which cancels the job).");
-  auto local = std::make_shared<int>(0);
-  auto path = std::make_shared<std::string>();
-  auto state_dir = std::make_shared<std::string>();
-  auto json = std::make_shared<bool>(false);
-  cmd->add_option("--local", *local, "Rank slots of the local agent.")
+  auto options = std::make_shared<UpOptions>();
+  cmd->add_option("--local", options->local, "Rank slots of the local agent.")
       ->required()
       ->check(CLI::Range(1, 256));
-  cmd->add_option("spec", *path, "Job spec file.")->required();
-  cmd->add_option("--state_dir", *state_dir,
+  cmd->add_option("spec", options->spec_path, "Job spec file.")->required();
+  cmd->add_option("--state_dir", options->state_dir,
                   "Coordinator state directory (default: a temporary one, removed after).");
-  cmd->add_flag("--json", *json, "End with the final job as one JSON line.");
-  auto resume_from = std::make_shared<std::string>();
+  cmd->add_flag("--json", options->json, "End with the final job as one JSON line.");
   cmd->add_option(
-      "--resume_from", *resume_from,
+      "--resume_from", options->resume_from,
       "JOB or JOB:STEP: start from that job's checkpoint (with --state_dir of the run that "
       "wrote it).");
-  cmd->callback([local, path, state_dir, json, resume_from, &global, &exit_code] {
-    absl::StatusOr<v1::JobSpec> spec = LoadUserJobSpec(*path);
-    if (!spec.ok()) {
-      *global.err << "chorus up: " << spec.status().message() << "\n";
-      exit_code = kExitBadInput;
-      return;
-    }
-    if (spec->resources().device() == v1::ResourceSpec::CUDA) {
-      *global.err << "chorus up: " << *path << ": resources.device is CUDA, but chorus up "
-                  << "--local starts CPU agents; run a coordinator and node agents started "
-                     "with `chorus-worker --device cuda` (docs/gpu.md), or set "
-                     "resources.device: CPU\n";
-      exit_code = kExitBadInput;
-      return;
-    }
-    if (spec->resources().min_ranks() > *local) {
-      *global.err << "chorus up: the job needs resources.min_ranks = "
-                  << spec->resources().min_ranks() << " slots; --local gives " << *local << "\n";
-      exit_code = kExitBadInput;
-      return;
-    }
-    // The local agent offers this machine's memory; a job it cannot hold
-    // would wait for ever (the estimate is the one placement uses).
-    if (const int64_t here = MachineMemoryBytes(); here > 0) {
-      const RankMemoryEstimate memory = EstimateRankMemory(*spec);
-      const int64_t fit = here / std::max<int64_t>(1, memory.total_bytes());
-      if (fit < spec->resources().min_ranks()) {
-        *global.err << "chorus up: job spec: "
-                    << (fit == 0
-                            ? absl::StrCat(memory.field, ": ",
-                                           RankMemoryMessage(memory, static_cast<double>(here),
-                                                             "of memory on this machine"))
-                            : absl::StrCat("resources.min_ranks: ", spec->resources().min_ranks(),
-                                           " ranks of ", memory.ToString(), " do not fit in ",
-                                           FormatBytes(static_cast<double>(here)),
-                                           " of memory on this machine (", fit, " do)"))
-                    << "\n";
-        exit_code = kExitBadInput;
-        return;
-      }
-    }
-    const std::string bin = ExecutableDir();
-    const std::string coordinator_bin = CompanionBinary(bin, "chorus-coordinator", "coordinator");
-    const std::string worker_bin = CompanionBinary(bin, "chorus-worker", "worker");
-    for (const std::string& b : {coordinator_bin, worker_bin}) {
-      if (access(b.c_str(), X_OK) != 0) {
-        *global.err << "chorus up: " << b << " is missing; build it with `bazel build "
-                    << "//coordinator:chorus-coordinator //worker:chorus-worker`\n";
-        exit_code = kExitFailure;
-        return;
-      }
-    }
-    bool temporary = state_dir->empty();
-    std::string dir = UserPath(*state_dir);
-    if (temporary) {
-      char tmpl[] = "/tmp/chorus-up-XXXXXX";
-      if (mkdtemp(tmpl) == nullptr) {
-        *global.err << "chorus up: cannot create a temporary state directory\n";
-        exit_code = kExitFailure;
-        return;
-      }
-      dir = tmpl;
-    }
-    std::filesystem::create_directories(dir);
-    const std::string port_file = dir + "/port";
-    std::remove(port_file.c_str());
-
-    CatchInterrupts();
-
-    // The HTTP port (metrics, status page) is written before the gRPC port.
-    pid_t coordinator =
-        Spawn({coordinator_bin, "--listen", "127.0.0.1:0", "--state_dir", dir + "/state",
-               "--port_file", port_file, "--http_port_file", dir + "/http_port"},
-              dir + "/coordinator.log");
-    std::string port;
-    for (int i = 0; i < 300 && port.empty() && !Interrupted(); ++i) {
-      std::ifstream in(port_file);
-      std::getline(in, port);
-      if (port.empty()) absl::SleepFor(absl::Milliseconds(50));
-    }
-    pid_t worker = -1;
-    std::unique_ptr<v1::JobService::Stub> stub;
-    auto teardown = [&] {
-      // Our idle connection goes first: a stopping coordinator waits for its
-      // clients to close, and an idle client channel may not notice for
-      // seconds.
-      stub.reset();
-      Terminate(worker, absl::Seconds(15));
-      Terminate(coordinator, absl::Seconds(10));
-      if (temporary) std::filesystem::remove_all(dir);
-    };
-    if (port.empty()) {
-      *global.err << "chorus up: the coordinator did not start; see " << dir
-                  << "/coordinator.log\n";
-      temporary = false;  // keep the log
-      teardown();
-      exit_code = kExitFailure;
-      return;
-    }
-    GlobalOptions local_global = global;
-    local_global.coordinator = "127.0.0.1:" + port;
-    local_global.channel = nullptr;  // talk to the coordinator started here
-    worker = Spawn(
-        {worker_bin, "--coordinator", local_global.coordinator, "--slots", std::to_string(*local),
-         "--threads_per_rank", std::to_string(spec->resources().threads_per_rank())},
-        dir + "/worker.log");
-
-    stub = JobStub(local_global);
-    v1::SubmitJobRequest submit;
-    *submit.mutable_spec() = *spec;
-    submit.set_resume_from(*resume_from);
-    v1::SubmitJobResponse submitted;
-    {
-      grpc::ClientContext context;
-      SetDeadline(context, local_global);
-      absl::Status s = FromGrpcStatus(stub->SubmitJob(&context, submit, &submitted));
-      if (!s.ok()) {
-        exit_code = ReportError("up", s, local_global);
-        teardown();
-        return;
-      }
-    }
-    *global.err << "chorus up: " << submitted.job_id() << " on " << *local
-                << " local slot(s); logs in " << dir << "\n";
-    absl::StatusOr<FollowResult> followed =
-        FollowJob(*stub, local_global, submitted.job_id(), /*cancel_on_interrupt=*/true);
-    if (!followed.ok()) {
-      exit_code = ReportError("up", followed.status(), local_global);
-      teardown();
-      return;
-    }
-    const v1::Job& job = followed->job;
-    const v1::Metrics& m = job.latest_metrics();
-    *global.err << "chorus up: " << job.job_id() << " " << StateName(job.state()) << ": "
-                << job.reason();
-    if (job.state() == v1::Job::SUCCEEDED && !spec->has_program()) {
-      *global.err << "; " << EvaluationText(m) << " after " << m.step() << " steps";
-    }
-    *global.err << "\n";
-    if (job.state() == v1::Job::FAILED) temporary = false;  // keep the logs for a look
-    teardown();
-    if (*json) *global.out << UpJsonLine(job) << std::endl;
-    exit_code = ExitCodeFor(*followed);
-  });
+  cmd->callback([options, &global, &exit_code] { exit_code = RunUp(*options, global); });
 }
 
 }  // namespace chorus::client
