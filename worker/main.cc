@@ -89,19 +89,7 @@ std::string LocalHostName() {
   return name;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{
-      "chorus-worker: Chorus node agent, one per machine. Connects to the coordinator, offers "
-      "--slots rank slots on --device (a number, or auto: CPUs / --threads_per_slot on cpu, the "
-      "GPU count on cuda), starts one chorus-rank process per assigned slot and "
-      "supervises it (own process group, output captured, exit reported). SIGINT/SIGTERM stop "
-      "the ranks (SIGTERM, then SIGKILL after 5 s) and the agent. Reconnects if the coordinator "
-      "restarts. Ranks keep decoded Fashion-MNIST in CHORUS_DATA_CACHE (default "
-      "$HOME/.cache/chorus/datasets; off: no cache), shared by the ranks of this machine."};
-  AgentFlags flags;
-  flags.host = LocalHostName();
+void AddFlags(CLI::App& app, AgentFlags& flags) {
   app.add_option("--coordinator", flags.coordinator, "Coordinator address, HOST:PORT.")
       ->envname("CHORUS_COORDINATOR")
       ->capture_default_str();
@@ -154,33 +142,22 @@ int main(int argc, char** argv) {
   app.add_option("--tls_key", flags.tls_key, "PEM key of --tls_cert (or CHORUS_TLS_KEY).");
   app.add_option("-v,--verbosity", flags.verbosity, "glog VLOG level.")->capture_default_str();
   app.set_version_flag("--version", std::string(chorus::kVersion));
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    int code = app.exit(e);
-    return code == 0 ? 0 : 2;
-  }
-  chorus::InitLogging(argv[0], flags.verbosity);
+}
 
+// The agent's options from its flags: slots resolved, device checked, the
+// client's security configured and the rank processes' environment set.
+// An error says what to fix.
+absl::StatusOr<chorus::AgentOptions> Configure(AgentFlags& flags) {
   const auto device =
       flags.device == "cuda" ? chorus::v1::ResourceSpec::CUDA : chorus::v1::ResourceSpec::CPU;
   absl::StatusOr<int> slots = chorus::ResolveSlots(flags.slots, device, flags.threads_per_slot,
                                                    chorus::SlotFacts::OfThisMachine());
-  if (!slots.ok()) {
-    std::cerr << "chorus-worker: " << slots.status().message() << "\n";
-    return 2;
-  }
+  if (!slots.ok()) return slots.status();
   if (flags.slots == "auto") LOG(INFO) << "--slots auto: offering " << *slots << " slot(s)";
-  if (absl::Status s = chorus::CheckDevice(device, *slots); !s.ok()) {
-    std::cerr << "chorus-worker: " << s.message() << "\n";
-    return 2;
-  }
+  if (absl::Status s = chorus::CheckDevice(device, *slots); !s.ok()) return s;
   absl::StatusOr<chorus::ClientSecurity> security =
       chorus::LoadClientSecurity(flags.token_file, flags.tls_ca, flags.tls_cert, flags.tls_key);
-  if (!security.ok()) {
-    std::cerr << "chorus-worker: " << security.status().message() << "\n";
-    return 2;
-  }
+  if (!security.ok()) return security.status();
   // Rank processes inherit the environment, but not the agent's token: each
   // launch carries its job's credential, which the agent gives the job's
   // ranks as CHORUS_TOKEN (Note [Job credentials] in
@@ -196,31 +173,33 @@ int main(int argc, char** argv) {
   if (flags.rank_host.empty()) {
     absl::StatusOr<std::string> local = LocalAddressTowards(flags.coordinator);
     if (!local.ok()) {
-      std::cerr << "chorus-worker: " << local.status().message() << "; pass --rank_host\n";
-      return 2;
+      return absl::Status(local.status().code(),
+                          absl::StrCat(local.status().message(), "; pass --rank_host"));
     }
     flags.rank_host = *local;
   }
   setenv("CHORUS_RANK_HOST", flags.rank_host.c_str(), 1);
+  chorus::AgentOptions options;
+  options.coordinator = flags.coordinator;
+  options.slots = *slots;
+  options.device = device;
+  options.threads_per_rank = flags.threads_per_rank;
+  options.bind_cpus = flags.bind_cpus;
+  options.host = flags.host;
+  options.rank_binary = flags.rank_binary;
+  options.connect_timeout = absl::Seconds(flags.connect_timeout_seconds);
+  return options;
+}
 
-  chorus::AgentOptions agent_options;
-  agent_options.coordinator = flags.coordinator;
-  agent_options.slots = *slots;
-  agent_options.device = device;
-  agent_options.threads_per_rank = flags.threads_per_rank;
-  agent_options.bind_cpus = flags.bind_cpus;
-  agent_options.host = flags.host;
-  agent_options.rank_binary = flags.rank_binary;
-  agent_options.connect_timeout = absl::Seconds(flags.connect_timeout_seconds);
-
-  // SIGINT/SIGTERM are taken by one thread, which stops the agent: ranks get
-  // SIGTERM, then SIGKILL after the grace period, and nothing is left behind.
+// Runs the agent until it fails or SIGINT/SIGTERM stops it (ranks get
+// SIGTERM, then SIGKILL after the grace period; nothing is left behind).
+absl::Status RunUntilStopped(const chorus::AgentOptions& options) {
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-  chorus::Agent agent(agent_options);
+  chorus::Agent agent(options);
   std::thread signals([&] {
     int signal_number = 0;
     sigwait(&stop_signals, &signal_number);
@@ -230,7 +209,36 @@ int main(int argc, char** argv) {
   agent.Stop();
   pthread_kill(signals.native_handle(), SIGTERM);  // release the signal thread if no signal came
   signals.join();
-  if (!status.ok()) {
+  return status;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "chorus-worker: Chorus node agent, one per machine. Connects to the coordinator, offers "
+      "--slots rank slots on --device (a number, or auto: CPUs / --threads_per_slot on cpu, the "
+      "GPU count on cuda), starts one chorus-rank process per assigned slot and "
+      "supervises it (own process group, output captured, exit reported). SIGINT/SIGTERM stop "
+      "the ranks (SIGTERM, then SIGKILL after 5 s) and the agent. Reconnects if the coordinator "
+      "restarts. Ranks keep decoded Fashion-MNIST in CHORUS_DATA_CACHE (default "
+      "$HOME/.cache/chorus/datasets; off: no cache), shared by the ranks of this machine."};
+  AgentFlags flags;
+  flags.host = LocalHostName();
+  AddFlags(app, flags);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  }
+  chorus::InitLogging(argv[0], flags.verbosity);
+  absl::StatusOr<chorus::AgentOptions> options = Configure(flags);
+  if (!options.ok()) {
+    std::cerr << "chorus-worker: " << options.status().message() << "\n";
+    return 2;
+  }
+  if (absl::Status status = RunUntilStopped(*options); !status.ok()) {
     std::cerr << "chorus-worker: " << status.message()
               << "; start chorus-coordinator first or fix --coordinator\n";
     return 1;
