@@ -584,21 +584,7 @@ void NormalizeCommon(JobSpec& spec) {
   }
 }
 
-}  // namespace
-
-void NormalizeJobSpec(JobSpec& spec) {
-  if (spec.name().empty()) spec.set_name("job");
-  if (spec.has_program()) {
-    // A program job has none of the built-in trainer's fields to fill:
-    // only what every job has (validation refuses the trainer's).
-    NormalizeCommon(spec);
-    return;
-  }
-  // -0 means no clipping, as 0 does; JSON would print it as "-0" and read it
-  // back as another value (found by job_spec_fuzzer).
-  if (spec.grad_clip_norm() == 0) spec.set_grad_clip_norm(0);
-
-  v1::ModelSpec& m = *spec.mutable_model();
+void NormalizeModel(v1::ModelSpec& m) {
   if (m.has_mlp() && m.mlp().hidden_sizes_size() == 0) {
     m.mutable_mlp()->add_hidden_sizes(256);
     m.mutable_mlp()->add_hidden_sizes(128);
@@ -621,11 +607,12 @@ void NormalizeJobSpec(JobSpec& spec) {
     if (t.num_layers() == 0) t.set_num_layers(2);
     if (t.d_ff() == 0) t.set_d_ff(4 * t.d_model());
   }
+}
 
-  if (spec.loss().kind() == v1::LossSpec::KIND_UNSPECIFIED) {
-    spec.mutable_loss()->set_kind(v1::LossSpec::CROSS_ENTROPY);
-  }
-
+// The data's defaults; synthetic data's follow the (normalized) model and
+// the training seed.
+void NormalizeData(JobSpec& spec) {
+  const v1::ModelSpec& m = spec.model();
   v1::DataSpec& d = *spec.mutable_data();
   if (d.remainder() == v1::DataSpec::REMAINDER_UNSPECIFIED) {
     d.set_remainder(v1::DataSpec::DROP);
@@ -633,22 +620,24 @@ void NormalizeJobSpec(JobSpec& spec) {
   if (d.has_fashion_mnist() && d.fashion_mnist().dir().empty()) {
     d.mutable_fashion_mnist()->set_dir(kDefaultFashionMnistDir);
   }
-  if (d.has_synthetic()) {
-    v1::SyntheticData& s = *d.mutable_synthetic();
-    if (s.kind() == v1::SyntheticData::KIND_UNSPECIFIED) {
-      s.set_kind(m.has_transformer_lm() ? v1::SyntheticData::TOKENS
-                                        : v1::SyntheticData::CLASSIFICATION);
-    }
-    if (s.num_samples() == 0) s.set_num_samples(4096);
-    if (s.input_shape_size() == 0) {
-      s.add_input_shape(s.kind() == v1::SyntheticData::TOKENS && m.has_transformer_lm()
-                            ? m.transformer_lm().context_length()
-                            : 32);
-    }
-    if (s.num_classes() == 0) s.set_num_classes(10);
-    if (!s.has_seed()) s.set_seed(spec.training().seed());
+  if (!d.has_synthetic()) return;
+  v1::SyntheticData& s = *d.mutable_synthetic();
+  if (s.kind() == v1::SyntheticData::KIND_UNSPECIFIED) {
+    s.set_kind(m.has_transformer_lm() ? v1::SyntheticData::TOKENS
+                                      : v1::SyntheticData::CLASSIFICATION);
   }
+  if (s.num_samples() == 0) s.set_num_samples(4096);
+  if (s.input_shape_size() == 0) {
+    s.add_input_shape(s.kind() == v1::SyntheticData::TOKENS && m.has_transformer_lm()
+                          ? m.transformer_lm().context_length()
+                          : 32);
+  }
+  if (s.num_classes() == 0) s.set_num_classes(10);
+  if (!s.has_seed()) s.set_seed(spec.training().seed());
+}
 
+// Training, optimizer and learning-rate schedule.
+void NormalizeTraining(JobSpec& spec) {
   v1::TrainingSpec& t = *spec.mutable_training();
   if (t.batch_size_per_rank() == 0) t.set_batch_size_per_rank(64);
   if (t.epochs() == 0 && t.max_steps() == 0) t.set_epochs(1);
@@ -666,8 +655,9 @@ void NormalizeJobSpec(JobSpec& spec) {
   v1::LrScheduleSpec& lr = *spec.mutable_lr_schedule();
   if (lr.kind_case() == v1::LrScheduleSpec::KIND_NOT_SET) lr.mutable_constant();
   if (lr.has_step() && lr.step().gamma() == 0) lr.mutable_step()->set_gamma(0.1);
+}
 
-  v1::StrategySpec& s = *spec.mutable_strategy();
+void NormalizeStrategy(v1::StrategySpec& s) {
   if (s.kind_case() == v1::StrategySpec::KIND_NOT_SET) s.mutable_ddp();
   if (s.has_ddp()) {
     v1::DdpStrategy& ddp = *s.mutable_ddp();
@@ -691,7 +681,28 @@ void NormalizeJobSpec(JobSpec& spec) {
       dec.set_clip_mode(v1::DecentralizedStrategy::GLOBAL_NORM);
     }
   }
+}
 
+}  // namespace
+
+void NormalizeJobSpec(JobSpec& spec) {
+  if (spec.name().empty()) spec.set_name("job");
+  if (spec.has_program()) {
+    // A program job has none of the built-in trainer's fields to fill:
+    // only what every job has (validation refuses the trainer's).
+    NormalizeCommon(spec);
+    return;
+  }
+  // -0 means no clipping, as 0 does; JSON would print it as "-0" and read it
+  // back as another value (found by job_spec_fuzzer).
+  if (spec.grad_clip_norm() == 0) spec.set_grad_clip_norm(0);
+  NormalizeModel(*spec.mutable_model());
+  if (spec.loss().kind() == v1::LossSpec::KIND_UNSPECIFIED) {
+    spec.mutable_loss()->set_kind(v1::LossSpec::CROSS_ENTROPY);
+  }
+  NormalizeData(spec);
+  NormalizeTraining(spec);
+  NormalizeStrategy(*spec.mutable_strategy());
   NormalizeCommon(spec);
 }
 
