@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/status_macros.h"
 #include "glog/logging.h"
 #include "httplib.h"
 
@@ -28,10 +29,7 @@ void Answer(httplib::Response& res, int status, const std::string& body) {
   res.set_content(body, kPlainText);
 }
 
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const Options& options,
-                                                              std::vector<HttpRoute> routes) {
+absl::Status CheckOptions(const HttpServer::Options& options) {
   if (options.require_token && (options.auth == nullptr || !options.auth->enabled())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--http_listen ", options.host,
@@ -46,25 +44,32 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const Options& opt
                      absl::FormatDuration(options.io_timeout), ") positive and the port (",
                      options.port, ") in [0, 65535]"));
   }
-  auto server = std::make_unique<httplib::Server>();
+  return absl::OkStatus();
+}
+
+// Threads, timeouts and limits of the connections, and the socket options.
+void ConfigureConnections(httplib::Server& server, const HttpServer::Options& options) {
   const int threads = options.threads;
-  server->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   const int64_t timeout_us = absl::ToInt64Microseconds(options.io_timeout);
-  server->set_read_timeout(timeout_us / 1000000, timeout_us % 1000000);
-  server->set_write_timeout(timeout_us / 1000000, timeout_us % 1000000);
-  server->set_keep_alive_timeout(std::max<int64_t>(1, timeout_us / 1000000));
-  server->set_keep_alive_max_count(options.max_requests_per_connection);
-  server->set_payload_max_length(options.max_request_bytes);
+  server.set_read_timeout(timeout_us / 1000000, timeout_us % 1000000);
+  server.set_write_timeout(timeout_us / 1000000, timeout_us % 1000000);
+  server.set_keep_alive_timeout(std::max<int64_t>(1, timeout_us / 1000000));
+  server.set_keep_alive_max_count(options.max_requests_per_connection);
+  server.set_payload_max_length(options.max_request_bytes);
   // The library's default adds SO_REUSEPORT, which would let a second
   // coordinator bind the same port and take half the requests.
-  server->set_socket_options([](int sock) {
+  server.set_socket_options([](int sock) {
     int yes = 1;
     ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });
+}
 
+// Before any route: only GET and HEAD, and the admin token when required.
+void GuardRequests(httplib::Server& server, const HttpServer::Options& options) {
   const bool require_token = options.require_token;
   const TokenAuthorizer* auth = options.auth;
-  server->set_pre_routing_handler(
+  server.set_pre_routing_handler(
       [require_token, auth](const httplib::Request& req, httplib::Response& res) {
         if (req.method != "GET" && req.method != "HEAD") {
           res.set_header("Allow", "GET, HEAD");
@@ -86,7 +91,11 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const Options& opt
         }
         return httplib::Server::HandlerResponse::Handled;
       });
-  server->set_exception_handler(
+}
+
+// The routes, and a 500 (details in the log) for a handler that throws.
+void Route(httplib::Server& server, std::vector<HttpRoute> routes) {
+  server.set_exception_handler(
       [](const httplib::Request& req, httplib::Response& res, std::exception_ptr error) {
         std::string what = "unknown exception";
         try {
@@ -99,7 +108,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const Options& opt
         Answer(res, 500, "internal error; the coordinator's log has the details\n");
       });
   auto shared_routes = std::make_shared<const std::vector<HttpRoute>>(std::move(routes));
-  server->Get(".*", [shared_routes](const httplib::Request& req, httplib::Response& res) {
+  server.Get(".*", [shared_routes](const httplib::Request& req, httplib::Response& res) {
     const HttpRoute* route = FindRoute(*shared_routes, req.path);
     if (route == nullptr) {
       Answer(res, 404, absl::StrCat("no page at ", req.path, "\n"));
@@ -114,7 +123,17 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const Options& opt
     res.set_header("X-Content-Type-Options", "nosniff");
     res.set_content(std::move(response.body), response.content_type.c_str());
   });
+}
 
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const Options& options,
+                                                              std::vector<HttpRoute> routes) {
+  RETURN_IF_ERROR(CheckOptions(options));
+  auto server = std::make_unique<httplib::Server>();
+  ConfigureConnections(*server, options);
+  GuardRequests(*server, options);
+  Route(*server, std::move(routes));
   int port = options.port;
   if (port == 0) {
     port = server->bind_to_any_port(options.host);
