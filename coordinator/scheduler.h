@@ -171,13 +171,13 @@ class Scheduler {
   // could not be marked running.
   bool StartLocked(const v1::Job& job, const JobPlacement& placement, v1::CheckpointManifest resume,
                    Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Ends a running job: frees its slots, stops its other ranks, fails its
-  // pending joins, records the state.
   // Report's checks, under the lock: the rank is one of the running job's
   // current generation. Returns the metrics to record (an elastic job's
   // with the values only the coordinator knows).
   absl::StatusOr<v1::Metrics> CheckReportLocked(const v1::ReportRequest& report)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends a running job: frees its slots, stops its other ranks, fails its
+  // pending joins, records the state.
   void EndLocked(const std::string& job_id, v1::Job::State state, const std::string& reason,
                  Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Elastic jobs (scheduler_elastic.cc). After `cause` of `kind`
@@ -194,6 +194,11 @@ class Scheduler {
   // next generation launches every rank.
   void ReformLocked(const std::string& job_id, const std::string& cause, const std::string& kind,
                     Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The next generation cannot form (`why`): the job waits for slots up to
+  // elastic.wait_seconds from the first time, and fails once they passed.
+  void WaitForSlotsLocked(const std::string& job_id, RunningJob& run, const std::string& cause,
+                          const std::string& kind, const absl::Status& why, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Note [Restart-all]: whether every rank of `run` has stopped, so that the
   // next generation may start. The first call has the live ranks stopped and
   // records the change (`cause`, `kind`) in run.restarting; later calls (the

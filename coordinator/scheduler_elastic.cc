@@ -33,6 +33,126 @@ bool IsFailure(const std::string& kind) {
   return kind == "rank_lost" || kind == "agent_lost" || kind == "hang_restart";
 }
 
+// Who leaves at a change: ranks that exited (their slots are free for
+// newcomers), ranks whose agent is gone, and ranks on a draining agent
+// (they leave at this step boundary and exit by themselves: their slots stay
+// busy until their exit is reported, so they go to `leaving`).
+std::vector<bool> LostRanks(const RunningJob& run, AgentRegistry& agents,
+                            std::vector<std::pair<std::string, int>>& leaving) {
+  std::vector<bool> lost(run.ranks.size(), false);
+  for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
+    const RankState& r = run.ranks[rank];
+    const AgentRegistry::Agent* agent = agents.Find(r.agent_id);
+    if (r.state == v1::RankStatus::EXITED) {
+      lost[rank] = true;
+      if (agent != nullptr) agents.SetBusy(r.agent_id, r.slot, false);
+    } else if (agent == nullptr) {
+      lost[rank] = true;
+    } else if (agent->draining) {
+      lost[rank] = true;
+      leaving.emplace_back(r.agent_id, r.slot);
+    }
+  }
+  return lost;
+}
+
+// The ranks of the next generation: survivors keep their state (and join
+// by themselves), newcomers take their slots; `newcomers` describes who is
+// new or renumbered.
+std::vector<RankState> NextRanks(const RunningJob& run, const NextGeneration& next,
+                                 AgentRegistry& agents, std::vector<std::string>& newcomers) {
+  std::vector<RankState> ranks;
+  for (size_t rank = 0; rank < next.ranks.size(); ++rank) {
+    const int old = next.old_rank[rank];
+    RankState r = old >= 0 ? run.ranks[old] : RankState::At(next.ranks[rank]);
+    r.local_rank = next.ranks[rank].local_rank;
+    r.local_world_size = next.ranks[rank].local_world_size;
+    // Heartbeats of the old generation say nothing about the new one.
+    r.heartbeat_at = absl::InfinitePast();
+    r.last_heartbeat.Clear();
+    r.state = old >= 0 ? v1::RankStatus::JOINING : v1::RankStatus::LAUNCHING;
+    if (old < 0) {
+      agents.SetBusy(r.agent_id, r.slot, true);
+      const AgentRegistry::Agent* agent = agents.Find(r.agent_id);
+      newcomers.push_back(absl::StrCat("rank ", rank, " on ",
+                                       agent != nullptr ? agent->hello.host() : r.agent_id,
+                                       " slot ", r.slot));
+    } else if (old != static_cast<int>(rank)) {
+      newcomers.push_back(absl::StrCat("rank ", old, " is now rank ", rank));
+    }
+    ranks.push_back(std::move(r));
+  }
+  return ranks;
+}
+
+// The history line of a change to `world` ranks in `generation`.
+std::string DescribeChange(const RunningJob& run, const v1::JobSpec& spec, int64_t generation,
+                           int old_world, int world, const std::string& cause, bool failure,
+                           const std::vector<std::string>& newcomers) {
+  // Note [Hot spares] in worker/decentralized/decentralized_data_parallel.h.
+  const absl::StatusOr<int> training = TrainingRanks(spec, world);
+  const std::string spares =
+      training.ok() && *training < world
+          ? absl::StrCat(", ", *training, " training and ", world - *training, " hot spare",
+                         world - *training == 1 ? "" : "s")
+          : "";
+  const bool all_new = world > 0 && static_cast<int>(newcomers.size()) == world &&
+                       run.RestartsAll();
+  return absl::StrCat(
+      "generation ", generation, " after ", cause, ": ", old_world, " -> ", world, " ranks", spares,
+      all_new ? " (restart-all: every rank started again)"
+      : newcomers.empty() ? ""
+                          : absl::StrCat(" (", absl::StrJoin(newcomers, ", "), ")"),
+      failure ? absl::StrCat(", restart ", run.restarts, " of ", run.elastic_spec.max_restarts())
+              : ", at a step boundary (not a restart)");
+}
+
+// The job's bookkeeping for its new generation: ranks, rendezvous, grant,
+// and the elastic state back to forming (nothing planned, nothing waiting).
+void BeginGeneration(RunningJob& run, const v1::Job& job, std::vector<RankState> ranks,
+                     int64_t generation, const std::string& kind, absl::Time now) {
+  const int world = static_cast<int>(ranks.size());
+  run.ranks = std::move(ranks);
+  run.rendezvous = Rendezvous(job.job_id(), generation, world);
+  run.exited_ok = 0;
+  run.diagnoses = DiagnosisHistory();
+  run.upload_grant = UploadGrantFor(job, world, generation);
+  if (run.reform_started == absl::InfinitePast()) run.reform_started = now;
+  run.forming_kind = kind;
+  run.planned_cause.clear();
+  run.planned_kind.clear();
+  run.planned_world = 0;
+  run.waiting_until = absl::InfiniteFuture();
+  run.waiting_cause.clear();
+  run.waiting_kind.clear();
+  run.generation_started_at = now;
+  run.form_deadline = now + absl::Seconds(run.elastic_spec.wait_seconds());
+}
+
+// Launch messages for the generation's newcomers; survivors join by
+// themselves.
+void LaunchNewcomers(const std::string& job_id, const RunningJob& run,
+                     const std::string& coordinator_address, AgentRegistry& agents,
+                     std::vector<std::pair<Scheduler::Sender, v1::CoordinatorMessage>>& messages) {
+  for (auto& launch_for : run.LaunchMessages(job_id, coordinator_address)) {
+    // A named reference, not a structured binding: C++17 lambdas cannot
+    // capture those (clang refuses).
+    const std::string& agent_id = launch_for.first;
+    auto& message = launch_for.second;
+    v1::LaunchRanks* launch = message.mutable_launch();
+    auto* list = launch->mutable_ranks();
+    list->erase(std::remove_if(list->begin(), list->end(),
+                               [&](const v1::RankLaunch& l) {
+                                 return run.ranks[run.RankOn(agent_id, l.slot())].state !=
+                                        v1::RankStatus::LAUNCHING;
+                               }),
+                list->end());
+    if (launch->ranks_size() > 0) {
+      messages.emplace_back(agents.Find(agent_id)->send, std::move(message));
+    }
+  }
+}
+
 }  // namespace
 
 void Scheduler::ReformLocked(const std::string& job_id, const std::string& cause_heard,
@@ -59,117 +179,31 @@ void Scheduler::ReformLocked(const std::string& job_id, const std::string& cause
     return;
   }
   const bool failure = IsFailure(kind);
-  // Who leaves: ranks that exited (their slots are free for newcomers),
-  // ranks whose agent is gone, and ranks on a draining agent (they leave at
-  // this step boundary and exit by themselves: their slots stay busy until
-  // their exit is reported).
-  std::vector<bool> lost(run.ranks.size(), false);
   std::vector<std::pair<std::string, int>> leaving;
-  for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
-    const RankState& r = run.ranks[rank];
-    const AgentRegistry::Agent* agent = agents_.Find(r.agent_id);
-    if (r.state == v1::RankStatus::EXITED) {
-      lost[rank] = true;
-      if (agent != nullptr) agents_.SetBusy(r.agent_id, r.slot, false);
-    } else if (agent == nullptr) {
-      lost[rank] = true;
-    } else if (agent->draining) {
-      lost[rank] = true;
-      leaving.emplace_back(r.agent_id, r.slot);
-    }
-  }
-  const absl::Time now = clock_->Now();
+  const std::vector<bool> lost = LostRanks(run, agents_, leaving);
   absl::StatusOr<NextGeneration> next =
       PlanNextGeneration(run.Slots(), lost, agents_.FreeSlots(), ToQueuedJob(job_id, job->spec()));
   if (!next.ok()) {
-    if (run.waiting_until == absl::InfiniteFuture()) {
-      // Below resources.min_ranks: wait for slots (an agent that connects,
-      // a job that ends) rather than fail at once.
-      run.waiting_until = now + absl::Seconds(run.elastic_spec.wait_seconds());
-      run.waiting_cause = cause;
-      run.waiting_kind = kind;
-      if (run.reform_started == absl::InfinitePast()) run.reform_started = now;
-      v1::JobEvent event;
-      event.set_message(absl::StrCat(
-          "generation ", old_generation + 1, " after ", cause, " waits up to elastic.wait_seconds ",
-          run.elastic_spec.wait_seconds(), " s for free slots: ", next.status().message()));
-      LOG(INFO) << job_id << ": " << event.message();
-      (void)jobs_.AddEvent(job_id, std::move(event));
-      return;
-    }
-    if (now < run.waiting_until) return;
-    EndLocked(
-        job_id, v1::Job::FAILED,
-        absl::StrCat(cause, "; generation ", old_generation + 1,
-                     " cannot form: waited elastic.wait_seconds ", run.elastic_spec.wait_seconds(),
-                     " s and ", next.status().message(), History(run)),
-        out);
+    WaitForSlotsLocked(job_id, run, cause, kind, next.status(), out);
     return;
   }
+  const absl::Time now = clock_->Now();
   const int64_t generation = old_generation + 1;
   const int world = static_cast<int>(next->ranks.size());
   run.rendezvous.Abort(
       absl::AbortedError(absl::StrCat("generation ", old_generation, " of job ", job_id,
                                       " was superseded by generation ", generation, ": ", cause)),
       out.joins);
-  std::vector<RankState> ranks;
   std::vector<std::string> newcomers;
-  for (int rank = 0; rank < world; ++rank) {
-    const int old = next->old_rank[rank];
-    RankState r = old >= 0 ? run.ranks[old] : RankState::At(next->ranks[rank]);
-    r.local_rank = next->ranks[rank].local_rank;
-    r.local_world_size = next->ranks[rank].local_world_size;
-    // Heartbeats of the old generation say nothing about the new one.
-    r.heartbeat_at = absl::InfinitePast();
-    r.last_heartbeat.Clear();
-    r.state = old >= 0 ? v1::RankStatus::JOINING : v1::RankStatus::LAUNCHING;
-    if (old < 0) {
-      agents_.SetBusy(r.agent_id, r.slot, true);
-      const AgentRegistry::Agent* agent = agents_.Find(r.agent_id);
-      newcomers.push_back(absl::StrCat("rank ", rank, " on ",
-                                       agent != nullptr ? agent->hello.host() : r.agent_id,
-                                       " slot ", r.slot));
-    } else if (old != rank) {
-      newcomers.push_back(absl::StrCat("rank ", old, " is now rank ", rank));
-    }
-    ranks.push_back(std::move(r));
-  }
+  std::vector<RankState> ranks = NextRanks(run, *next, agents_, newcomers);
   if (failure) ++run.restarts;
   if (world > old_world) run.last_growth_at = now;
-  // Note [Hot spares] in worker/decentralized/decentralized_data_parallel.h.
-  const absl::StatusOr<int> training = TrainingRanks(job->spec(), world);
-  const std::string spares =
-      training.ok() && *training < world
-          ? absl::StrCat(", ", *training, " training and ", world - *training, " hot spare",
-                         world - *training == 1 ? "" : "s")
-          : "";
-  const bool all_new = world > 0 && static_cast<int>(newcomers.size()) == world &&
-                       run.RestartsAll();
-  const std::string change = absl::StrCat(
-      "generation ", generation, " after ", cause, ": ", old_world, " -> ", world, " ranks", spares,
-      all_new ? " (restart-all: every rank started again)"
-      : newcomers.empty() ? ""
-                          : absl::StrCat(" (", absl::StrJoin(newcomers, ", "), ")"),
-      failure ? absl::StrCat(", restart ", run.restarts, " of ", run.elastic_spec.max_restarts())
-              : ", at a step boundary (not a restart)");
+  const std::string change = DescribeChange(run, job->spec(), generation, old_world, world, cause,
+                                            failure, newcomers);
   run.history.push_back(change);
-  run.ranks = std::move(ranks);
   for (auto& departing : leaving) run.departing.push_back(std::move(departing));
-  run.rendezvous = Rendezvous(job_id, generation, world);
-  run.exited_ok = 0;
-  run.diagnoses = DiagnosisHistory();
-  run.upload_grant = UploadGrantFor(*job, world, generation);
-  if (run.reform_started == absl::InfinitePast()) run.reform_started = now;
-  run.forming_kind = kind;
-  run.planned_cause.clear();
-  run.planned_kind.clear();
-  run.planned_world = 0;
-  run.waiting_until = absl::InfiniteFuture();
-  run.waiting_cause.clear();
-  run.waiting_kind.clear();
-  run.generation_started_at = now;
+  BeginGeneration(run, *job, std::move(ranks), generation, kind, now);
   if (metrics_ != nullptr) metrics_->GenerationStarted(kind);
-  run.form_deadline = now + absl::Seconds(run.elastic_spec.wait_seconds());
   LOG(INFO) << job_id << ": " << change;
   if (absl::StatusOr<v1::Job> s =
           jobs_.MarkReformed(job_id, generation, world, run.restarts, change);
@@ -179,24 +213,36 @@ void Scheduler::ReformLocked(const std::string& job_id, const std::string& cause
   if (absl::Status s = jobs_.SavePlacements(job_id, run.Placements(agents_)); !s.ok()) {
     LOG(ERROR) << job_id << ": could not record placements: " << s;
   }
-  for (auto& launch_for : run.LaunchMessages(job_id, coordinator_address_)) {
-    // A named reference, not a structured binding: C++17 lambdas cannot
-    // capture those (clang refuses).
-    const std::string& agent_id = launch_for.first;
-    auto& message = launch_for.second;
-    // Only newcomers are launched; survivors join by themselves.
-    v1::LaunchRanks* launch = message.mutable_launch();
-    auto* list = launch->mutable_ranks();
-    list->erase(std::remove_if(list->begin(), list->end(),
-                               [&](const v1::RankLaunch& l) {
-                                 return run.ranks[run.RankOn(agent_id, l.slot())].state !=
-                                        v1::RankStatus::LAUNCHING;
-                               }),
-                list->end());
-    if (launch->ranks_size() > 0) {
-      out.messages.emplace_back(agents_.Find(agent_id)->send, std::move(message));
-    }
+  LaunchNewcomers(job_id, run, coordinator_address_, agents_, out.messages);
+}
+
+void Scheduler::WaitForSlotsLocked(const std::string& job_id, RunningJob& run,
+                                   const std::string& cause, const std::string& kind,
+                                   const absl::Status& why, Outbox& out) {
+  const absl::Time now = clock_->Now();
+  const int64_t generation = run.generation() + 1;
+  if (run.waiting_until == absl::InfiniteFuture()) {
+    // Below resources.min_ranks: wait for slots (an agent that connects,
+    // a job that ends) rather than fail at once.
+    run.waiting_until = now + absl::Seconds(run.elastic_spec.wait_seconds());
+    run.waiting_cause = cause;
+    run.waiting_kind = kind;
+    if (run.reform_started == absl::InfinitePast()) run.reform_started = now;
+    v1::JobEvent event;
+    event.set_message(absl::StrCat("generation ", generation, " after ", cause,
+                                   " waits up to elastic.wait_seconds ",
+                                   run.elastic_spec.wait_seconds(),
+                                   " s for free slots: ", why.message()));
+    LOG(INFO) << job_id << ": " << event.message();
+    (void)jobs_.AddEvent(job_id, std::move(event));
+    return;
   }
+  if (now < run.waiting_until) return;
+  EndLocked(job_id, v1::Job::FAILED,
+            absl::StrCat(cause, "; generation ", generation,
+                         " cannot form: waited elastic.wait_seconds ",
+                         run.elastic_spec.wait_seconds(), " s and ", why.message(), History(run)),
+            out);
 }
 
 bool Scheduler::StopAllForRestartLocked(const std::string& job_id, RunningJob& run,
