@@ -135,6 +135,64 @@ void Agent::Send(const v1::AgentMessage& message) {
   }
 }
 
+v1::AgentMessage Agent::Hello() {
+  v1::AgentMessage hello;
+  v1::AgentHello* h = hello.mutable_hello();
+  h->set_host(options_.host);
+  h->set_slots(options_.slots);
+  h->set_device(options_.device);
+  h->set_pid(::getpid());
+  h->set_version(kVersion);
+  h->set_threads_per_rank(options_.threads_per_rank);
+  h->set_memory_bytes(MachineMemoryBytes());
+  absl::MutexLock lock(&mu_);
+  for (const auto& [pid, child] : children_) {
+    v1::RunningRank* r = h->add_running();
+    r->set_job_id(child->job_id);
+    r->set_generation(child->generation);
+    r->set_slot(child->slot);
+    r->set_pid(pid);
+  }
+  return hello;
+}
+
+void Agent::Serve(grpc::ClientReaderWriter<v1::AgentMessage, v1::CoordinatorMessage>& stream,
+                  const v1::Welcome& welcome, int still_running) {
+  {
+    absl::MutexLock lock(&mu_);
+    agent_id_ = welcome.agent_id();
+    stream_ = &stream;
+  }
+  LOG(INFO) << "connected to " << options_.coordinator << " as " << welcome.agent_id() << " with "
+            << options_.slots << " slot(s)"
+            << (still_running > 0 ? absl::StrCat(", ", still_running, " rank(s) still running")
+                                  : "");
+  std::vector<v1::AgentMessage> unsent;
+  {
+    absl::MutexLock lock(&mu_);
+    unsent.swap(unsent_);
+  }
+  for (const v1::AgentMessage& m : unsent) Send(m);
+  v1::CoordinatorMessage message;
+  while (stream.Read(&message)) {
+    if (message.has_launch()) {
+      Launch(message.launch());
+    } else if (message.has_checkpoint()) {
+      SignalRanks(message.checkpoint().job_id(),
+                  std::vector<int>(message.checkpoint().slots().begin(),
+                                   message.checkpoint().slots().end()),
+                  SIGUSR1);
+    } else if (message.has_stop()) {
+      StopRanks(message.stop().job_id(),
+                std::vector<int>(message.stop().slots().begin(), message.stop().slots().end()),
+                absl::Seconds(std::max(0.0, message.stop().grace_seconds())));
+    }
+  }
+  absl::MutexLock write_lock(&write_mu_);
+  absl::MutexLock lock(&mu_);
+  stream_ = nullptr;
+}
+
 absl::Status Agent::Run() {
   const absl::Time first_deadline = absl::Now() + options_.connect_timeout;
   absl::Duration backoff = absl::Milliseconds(200);
@@ -148,66 +206,14 @@ absl::Status Agent::Run() {
       context_ = &context;
     }
     auto stream = stub_->Connect(&context);
-    v1::AgentMessage hello;
-    v1::AgentHello* h = hello.mutable_hello();
-    h->set_host(options_.host);
-    h->set_slots(options_.slots);
-    h->set_device(options_.device);
-    h->set_pid(::getpid());
-    h->set_version(kVersion);
-    h->set_threads_per_rank(options_.threads_per_rank);
-    h->set_memory_bytes(MachineMemoryBytes());
-    {
-      absl::MutexLock lock(&mu_);
-      for (const auto& [pid, child] : children_) {
-        v1::RunningRank* r = h->add_running();
-        r->set_job_id(child->job_id);
-        r->set_generation(child->generation);
-        r->set_slot(child->slot);
-        r->set_pid(pid);
-      }
-    }
+    const v1::AgentMessage hello = Hello();
     v1::CoordinatorMessage message;
-    bool welcomed = stream->Write(hello) && stream->Read(&message) && message.has_welcome();
+    const bool welcomed = stream->Write(hello) && stream->Read(&message) && message.has_welcome();
     if (welcomed) {
       ever_connected = true;
       backoff = absl::Milliseconds(200);
-      {
-        absl::MutexLock lock(&mu_);
-        agent_id_ = message.welcome().agent_id();
-        stream_ = stream.get();
-      }
-      LOG(INFO) << "connected to " << options_.coordinator << " as " << message.welcome().agent_id()
-                << " with " << options_.slots << " slot(s)"
-                << (h->running_size() > 0
-                        ? absl::StrCat(", ", h->running_size(), " rank(s) still running")
-                        : "");
       disconnected_since = absl::InfiniteFuture();
-      std::vector<v1::AgentMessage> unsent;
-      {
-        absl::MutexLock lock(&mu_);
-        unsent.swap(unsent_);
-      }
-      for (const v1::AgentMessage& m : unsent) Send(m);
-      while (stream->Read(&message)) {
-        if (message.has_launch()) {
-          Launch(message.launch());
-        } else if (message.has_checkpoint()) {
-          SignalRanks(message.checkpoint().job_id(),
-                      std::vector<int>(message.checkpoint().slots().begin(),
-                                       message.checkpoint().slots().end()),
-                      SIGUSR1);
-        } else if (message.has_stop()) {
-          StopRanks(message.stop().job_id(),
-                    std::vector<int>(message.stop().slots().begin(), message.stop().slots().end()),
-                    absl::Seconds(std::max(0.0, message.stop().grace_seconds())));
-        }
-      }
-      {
-        absl::MutexLock write_lock(&write_mu_);
-        absl::MutexLock lock(&mu_);
-        stream_ = nullptr;
-      }
+      Serve(*stream, message.welcome(), hello.hello().running_size());
     }
     grpc::Status status = stream->Finish();
     {

@@ -100,6 +100,13 @@ class Agent {
     mutable absl::Mutex mu;
   };
 
+  // The hello of a (re)connection: slots, device, and the ranks still
+  // running from before.
+  v1::AgentMessage Hello() ABSL_LOCKS_EXCLUDED(mu_);
+  // One welcomed connection: sends what could not be sent before, then
+  // carries out the coordinator's messages until the stream ends.
+  void Serve(grpc::ClientReaderWriter<v1::AgentMessage, v1::CoordinatorMessage>& stream,
+             const v1::Welcome& welcome, int still_running);
   void Launch(const v1::LaunchRanks& launch);
   // The command that runs slot `rank.slot()` of `launch`.
   RankCommand RankCommandFor(const v1::LaunchRanks& launch, const v1::RankLaunch& rank,
