@@ -162,7 +162,24 @@ void CoordinatorMetrics::RpcFinished(const std::string& method, const std::strin
 
 std::string CoordinatorMetrics::Render(const ClusterSnapshot& snapshot) {
   absl::MutexLock lock(&render_mu_);
+  SetClusterLocked(snapshot);
+  for (const v1::JobStatus& status : snapshot.running) {
+    SetJobLocked(status);
+    SetRanksLocked(status);
+  }
+  std::vector<prometheus::MetricFamily> families = registry_->Collect();
+  families.reserve(families.size() + all_.size());
+  for (auto& gauge : all_) {
+    prometheus::MetricFamily family = gauge->Take();
+    // As the registry does: a family with no series is not written.
+    if (!family.metric.empty()) families.push_back(std::move(family));
+  }
+  std::ostringstream out;
+  prometheus::TextSerializer().Serialize(out, families);
+  return out.str();
+}
 
+void CoordinatorMetrics::SetClusterLocked(const ClusterSnapshot& snapshot) {
   for (const auto& [state, count] : snapshot.jobs_by_state) {
     jobs_->Set({{"state", v1::Job::State_Name(state)}}, static_cast<double>(count));
     if (state == v1::Job::SUCCEEDED || state == v1::Job::FAILED || state == v1::Job::CANCELLED) {
@@ -182,70 +199,66 @@ std::string CoordinatorMetrics::Render(const ClusterSnapshot& snapshot) {
     slots_->Set({{"device", DeviceName(device)}, {"state", "used"}},
                 static_cast<double>(slots.used));
   }
+}
 
-  for (const v1::JobStatus& status : snapshot.running) {
-    const std::string& job_id = status.job().job_id();
-    const std::vector<prometheus::ClientMetric::Label> job = {{"job", job_id}};
-    const v1::Metrics& latest = status.job().latest_metrics();
-    int64_t step = latest.step();
-    for (const v1::RankStatus& rank : status.ranks()) step = std::max(step, rank.step());
-    job_step_->Set(job, static_cast<double>(step));
-    const double total = Value(latest, "total_steps", 0);
-    if (total > 0) {
-      job_progress_->Set(job, std::min(1.0, static_cast<double>(step) / total));
-      if (latest.step_time_seconds() > 0) {
-        job_eta_->Set(
-            job, std::max(0.0, total - static_cast<double>(step)) * latest.step_time_seconds());
-      }
-    }
-    if (latest.samples_per_second() > 0) job_samples_->Set(job, latest.samples_per_second());
-    if (latest.step() > 0) job_loss_->Set(job, latest.loss());
-    if (latest.values().count("checkpoint_bytes")) {
-      checkpoint_bytes_->Set(job, Value(latest, "checkpoint_bytes", 0));
-      checkpoint_stall_->Set(job, Value(latest, "checkpoint_stall_seconds", 0));
-      checkpoint_store_->Set(job, Value(latest, "checkpoint_store_seconds", 0));
-    }
-    std::map<std::string, int> diagnoses_by_kind;
-    std::map<int, std::string> culprit_kind;
-    for (const v1::Diagnosis& d : status.diagnoses()) {
-      ++diagnoses_by_kind[v1::Diagnosis::Kind_Name(d.kind())];
-      for (int rank : d.ranks()) culprit_kind.emplace(rank, v1::Diagnosis::Kind_Name(d.kind()));
-    }
-    for (const auto& [kind, count] : diagnoses_by_kind) {
-      job_diagnoses_->Set({{"job", job_id}, {"kind", kind}}, count);
-    }
-    for (const v1::RankStatus& rank : status.ranks()) {
-      const std::vector<prometheus::ClientMetric::Label> labels = {
-          {"host", rank.host()}, {"job", job_id}, {"rank", absl::StrCat(rank.rank())}};
-      if (auto it = culprit_kind.find(rank.rank()); it != culprit_kind.end()) {
-        std::vector<prometheus::ClientMetric::Label> with_kind = labels;
-        with_kind.push_back({"kind", it->second});
-        rank_diagnosed_->Set(with_kind, 1);
-      }
-      rank_step_->Set(labels, static_cast<double>(rank.step()));
-      rank_heartbeat_age_->Set(labels, rank.heartbeat_age_seconds());
-      rank_samples_->Set(labels, rank.samples_per_second());
-      rank_step_seconds_->Set(labels, rank.step_time_seconds());
-      rank_compute_->Set(labels, rank.compute_seconds());
-      rank_wait_->Set(labels, rank.comm_wait_seconds());
-      rank_caused_->Set(labels, rank.caused_wait_seconds());
-      rank_phase_seconds_->Set(labels, rank.phase_seconds());
-      rank_loss_->Set(labels, rank.loss());
-      std::vector<prometheus::ClientMetric::Label> with_phase = labels;
-      with_phase.push_back({"phase", v1::Phase_Name(rank.phase())});
-      rank_phase_->Set(with_phase, 1);
+void CoordinatorMetrics::SetJobLocked(const v1::JobStatus& status) {
+  const std::string& job_id = status.job().job_id();
+  const std::vector<prometheus::ClientMetric::Label> job = {{"job", job_id}};
+  const v1::Metrics& latest = status.job().latest_metrics();
+  int64_t step = latest.step();
+  for (const v1::RankStatus& rank : status.ranks()) step = std::max(step, rank.step());
+  job_step_->Set(job, static_cast<double>(step));
+  const double total = Value(latest, "total_steps", 0);
+  if (total > 0) {
+    job_progress_->Set(job, std::min(1.0, static_cast<double>(step) / total));
+    if (latest.step_time_seconds() > 0) {
+      job_eta_->Set(job,
+                    std::max(0.0, total - static_cast<double>(step)) * latest.step_time_seconds());
     }
   }
-  std::vector<prometheus::MetricFamily> families = registry_->Collect();
-  families.reserve(families.size() + all_.size());
-  for (auto& gauge : all_) {
-    prometheus::MetricFamily family = gauge->Take();
-    // As the registry does: a family with no series is not written.
-    if (!family.metric.empty()) families.push_back(std::move(family));
+  if (latest.samples_per_second() > 0) job_samples_->Set(job, latest.samples_per_second());
+  if (latest.step() > 0) job_loss_->Set(job, latest.loss());
+  if (latest.values().count("checkpoint_bytes")) {
+    checkpoint_bytes_->Set(job, Value(latest, "checkpoint_bytes", 0));
+    checkpoint_stall_->Set(job, Value(latest, "checkpoint_stall_seconds", 0));
+    checkpoint_store_->Set(job, Value(latest, "checkpoint_store_seconds", 0));
   }
-  std::ostringstream out;
-  prometheus::TextSerializer().Serialize(out, families);
-  return out.str();
+  std::map<std::string, int> diagnoses_by_kind;
+  for (const v1::Diagnosis& d : status.diagnoses()) {
+    ++diagnoses_by_kind[v1::Diagnosis::Kind_Name(d.kind())];
+  }
+  for (const auto& [kind, count] : diagnoses_by_kind) {
+    job_diagnoses_->Set({{"job", job_id}, {"kind", kind}}, count);
+  }
+}
+
+void CoordinatorMetrics::SetRanksLocked(const v1::JobStatus& status) {
+  const std::string& job_id = status.job().job_id();
+  std::map<int, std::string> culprit_kind;  // a rank's first diagnosis
+  for (const v1::Diagnosis& d : status.diagnoses()) {
+    for (int rank : d.ranks()) culprit_kind.emplace(rank, v1::Diagnosis::Kind_Name(d.kind()));
+  }
+  for (const v1::RankStatus& rank : status.ranks()) {
+    const std::vector<prometheus::ClientMetric::Label> labels = {
+        {"host", rank.host()}, {"job", job_id}, {"rank", absl::StrCat(rank.rank())}};
+    if (auto it = culprit_kind.find(rank.rank()); it != culprit_kind.end()) {
+      std::vector<prometheus::ClientMetric::Label> with_kind = labels;
+      with_kind.push_back({"kind", it->second});
+      rank_diagnosed_->Set(with_kind, 1);
+    }
+    rank_step_->Set(labels, static_cast<double>(rank.step()));
+    rank_heartbeat_age_->Set(labels, rank.heartbeat_age_seconds());
+    rank_samples_->Set(labels, rank.samples_per_second());
+    rank_step_seconds_->Set(labels, rank.step_time_seconds());
+    rank_compute_->Set(labels, rank.compute_seconds());
+    rank_wait_->Set(labels, rank.comm_wait_seconds());
+    rank_caused_->Set(labels, rank.caused_wait_seconds());
+    rank_phase_seconds_->Set(labels, rank.phase_seconds());
+    rank_loss_->Set(labels, rank.loss());
+    std::vector<prometheus::ClientMetric::Label> with_phase = labels;
+    with_phase.push_back({"phase", v1::Phase_Name(rank.phase())});
+    rank_phase_->Set(with_phase, 1);
+  }
 }
 
 }  // namespace chorus

@@ -101,6 +101,12 @@ class CoordinatorMetrics {
   std::string Render(const ClusterSnapshot& snapshot);
 
  private:
+  // Render's parts: the cluster's gauges (jobs, agents, slots), one running
+  // job's and its ranks'.
+  void SetClusterLocked(const ClusterSnapshot& snapshot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(render_mu_);
+  void SetJobLocked(const v1::JobStatus& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(render_mu_);
+  void SetRanksLocked(const v1::JobStatus& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(render_mu_);
+
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Family<prometheus::Counter>& generations_;
   prometheus::Family<prometheus::Histogram>& rendezvous_;
