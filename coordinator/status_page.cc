@@ -92,6 +92,75 @@ std::string JobListJson(const StatusPageSources& sources, absl::Time now) {
   return absl::StrCat("{\"jobs\":[", absl::StrJoin(rows, ","), "]}");
 }
 
+namespace {
+
+// The job's metrics events (thinned to kPageMaxHistory points, the last
+// kept) into `history`, and its newest other events into `events`.
+void EventsJson(const std::vector<v1::JobEvent>& all, std::vector<std::string>& history,
+                std::vector<std::string>& events) {
+  std::vector<const v1::JobEvent*> metrics, others;
+  for (const v1::JobEvent& e : all) (e.has_metrics() ? metrics : others).push_back(&e);
+  const size_t stride = metrics.size() / kPageMaxHistory + 1;
+  for (size_t i = 0; i < metrics.size(); ++i) {
+    if (i % stride != 0 && i + 1 != metrics.size()) continue;
+    const v1::Metrics& m = metrics[i]->metrics();
+    history.push_back(absl::StrCat(
+        "{\"step\":", m.step(), ",\"time_s\":", JsonNumber(Seconds(metrics[i]->time_us()), 3),
+        ",\"loss\":", JsonNumber(m.loss(), 6), ",\"eval_loss\":", JsonNumber(m.eval_loss(), 6),
+        ",\"eval_accuracy\":", JsonNumber(m.eval_accuracy(), 6),
+        ",\"samples_per_second\":", JsonNumber(m.samples_per_second(), 2), "}"));
+  }
+  const size_t first = others.size() > kPageMaxEvents ? others.size() - kPageMaxEvents : 0;
+  for (size_t i = first; i < others.size(); ++i) {
+    const v1::JobEvent& e = *others[i];
+    std::string text;
+    if (e.has_diagnosis()) {
+      text = absl::StrCat("diagnosis: ", DiagnosisText(e.diagnosis()));
+    } else if (e.kind_case() == v1::JobEvent::kState) {
+      text = absl::StrCat("state ", v1::Job::State_Name(e.state()),
+                          e.reason().empty() ? "" : absl::StrCat(": ", e.reason()));
+    } else {
+      text = e.message();
+    }
+    events.push_back(absl::StrCat("{\"time_s\":", JsonNumber(Seconds(e.time_us()), 3),
+                                  ",\"text\":", JsonString(text), "}"));
+  }
+}
+
+std::vector<std::string> CheckpointsJson(const StatusPageSources& sources,
+                                         const std::string& job_id) {
+  std::vector<std::string> checkpoints;
+  if (sources.checkpoints == nullptr) return checkpoints;
+  absl::StatusOr<std::vector<v1::CheckpointManifest>> list = sources.checkpoints->List(job_id);
+  if (!list.ok()) return checkpoints;
+  for (const v1::CheckpointManifest& m : *list) {
+    int64_t bytes = 0;
+    for (const v1::CheckpointFile& f : m.files()) bytes += f.size();
+    checkpoints.push_back(absl::StrCat("{\"step\":", m.step(),
+                                       ",\"time_s\":", JsonNumber(Seconds(m.commit_time_us()), 3),
+                                       ",\"bytes\":", bytes, "}"));
+  }
+  return checkpoints;
+}
+
+// The newest kPageMaxLogLines lines of the job's ranks.
+std::vector<std::string> LogsJson(const StatusPageSources& sources, const std::string& job_id) {
+  std::vector<std::string> logs;
+  v1::GetLogsRequest request;
+  request.set_job_id(job_id);
+  request.set_tail(true);
+  request.set_max_lines(kPageMaxLogLines);
+  if (absl::StatusOr<v1::GetLogsResponse> lines = sources.scheduler->GetLogs(request); lines.ok()) {
+    for (const v1::LogLine& line : lines->lines()) {
+      logs.push_back(
+          absl::StrCat("{\"rank\":", line.rank(), ",\"text\":", JsonString(line.text()), "}"));
+    }
+  }
+  return logs;
+}
+
+}  // namespace
+
 absl::StatusOr<std::string> JobPageJson(const StatusPageSources& sources, const std::string& job_id,
                                         absl::Time now) {
   absl::StatusOr<v1::JobStatus> status = sources.jobs->Status(job_id);
@@ -107,71 +176,16 @@ absl::StatusOr<std::string> JobPageJson(const StatusPageSources& sources, const 
   if (!google::protobuf::util::MessageToJsonString(*status, &status_json, options).ok()) {
     return absl::InternalError(absl::StrCat("job ", job_id, ": cannot write its status as JSON"));
   }
-
   std::vector<std::string> history, events;
-  absl::StatusOr<std::vector<v1::JobEvent>> all = sources.jobs->Events(job_id, 0);
-  if (all.ok()) {
-    std::vector<const v1::JobEvent*> metrics, others;
-    for (const v1::JobEvent& e : *all) (e.has_metrics() ? metrics : others).push_back(&e);
-    // Evenly thinned to at most kPageMaxHistory points, the last one kept.
-    const size_t stride = metrics.size() / kPageMaxHistory + 1;
-    for (size_t i = 0; i < metrics.size(); ++i) {
-      if (i % stride != 0 && i + 1 != metrics.size()) continue;
-      const v1::Metrics& m = metrics[i]->metrics();
-      history.push_back(absl::StrCat(
-          "{\"step\":", m.step(), ",\"time_s\":", JsonNumber(Seconds(metrics[i]->time_us()), 3),
-          ",\"loss\":", JsonNumber(m.loss(), 6), ",\"eval_loss\":", JsonNumber(m.eval_loss(), 6),
-          ",\"eval_accuracy\":", JsonNumber(m.eval_accuracy(), 6),
-          ",\"samples_per_second\":", JsonNumber(m.samples_per_second(), 2), "}"));
-    }
-    const size_t first = others.size() > kPageMaxEvents ? others.size() - kPageMaxEvents : 0;
-    for (size_t i = first; i < others.size(); ++i) {
-      const v1::JobEvent& e = *others[i];
-      std::string text;
-      if (e.has_diagnosis()) {
-        text = absl::StrCat("diagnosis: ", DiagnosisText(e.diagnosis()));
-      } else if (e.kind_case() == v1::JobEvent::kState) {
-        text = absl::StrCat("state ", v1::Job::State_Name(e.state()),
-                            e.reason().empty() ? "" : absl::StrCat(": ", e.reason()));
-      } else {
-        text = e.message();
-      }
-      events.push_back(absl::StrCat("{\"time_s\":", JsonNumber(Seconds(e.time_us()), 3),
-                                    ",\"text\":", JsonString(text), "}"));
-    }
-  }
-
-  std::vector<std::string> checkpoints;
-  if (sources.checkpoints != nullptr) {
-    absl::StatusOr<std::vector<v1::CheckpointManifest>> list = sources.checkpoints->List(job_id);
-    if (list.ok()) {
-      for (const v1::CheckpointManifest& m : *list) {
-        int64_t bytes = 0;
-        for (const v1::CheckpointFile& f : m.files()) bytes += f.size();
-        checkpoints.push_back(absl::StrCat(
-            "{\"step\":", m.step(), ",\"time_s\":", JsonNumber(Seconds(m.commit_time_us()), 3),
-            ",\"bytes\":", bytes, "}"));
-      }
-    }
-  }
-
-  std::vector<std::string> logs;
-  v1::GetLogsRequest request;
-  request.set_job_id(job_id);
-  request.set_tail(true);
-  request.set_max_lines(kPageMaxLogLines);
-  if (absl::StatusOr<v1::GetLogsResponse> lines = sources.scheduler->GetLogs(request); lines.ok()) {
-    for (const v1::LogLine& line : lines->lines()) {
-      logs.push_back(
-          absl::StrCat("{\"rank\":", line.rank(), ",\"text\":", JsonString(line.text()), "}"));
-    }
+  if (absl::StatusOr<std::vector<v1::JobEvent>> all = sources.jobs->Events(job_id, 0); all.ok()) {
+    EventsJson(*all, history, events);
   }
   return absl::StrCat("{\"status\":", status_json,
                       ",\"now_s\":", JsonNumber(absl::ToDoubleSeconds(now - absl::UnixEpoch()), 3),
                       ",\"history\":[", absl::StrJoin(history, ","), "],\"events\":[",
                       absl::StrJoin(events, ","), "],\"checkpoints\":[",
-                      absl::StrJoin(checkpoints, ","), "],\"logs\":[", absl::StrJoin(logs, ","),
-                      "]}");
+                      absl::StrJoin(CheckpointsJson(sources, job_id), ","), "],\"logs\":[",
+                      absl::StrJoin(LogsJson(sources, job_id), ","), "]}");
 }
 
 std::string JobListHtml(absl::string_view json) { return Page("Chorus jobs", "jobs", "", json); }
