@@ -222,60 +222,85 @@ bool CheckpointDataServer::MakeRoomLocked() {
   return true;
 }
 
+absl::StatusOr<std::string> CheckpointDataServer::ReadHello(int fd) {
+  // The magic first, so that a stray client (an HTTP probe, say) is told
+  // what this port is without waiting for the token's bytes.
+  char hello[kHelloMagicBytes + kTokenBytes];
+  absl::Status status = ReceiveAll(fd, hello, kHelloMagicBytes, "the upload's hello");
+  if (status.ok() && std::memcmp(hello, kHelloMagic, kHelloMagicBytes) != 0) {
+    return absl::InvalidArgumentError(
+        "this is the coordinator's checkpoint data port; it takes only uploads opened with "
+        "CheckpointService.OpenUpload");
+  }
+  if (status.ok()) {
+    status = ReceiveAll(fd, hello + kHelloMagicBytes, kTokenBytes, "the upload token");
+  }
+  if (TimedOut(status)) {
+    return absl::UnavailableError(absl::StrCat(
+        "checkpoint data port: ", status.message(), " (a connection must send its hello within ",
+        absl::FormatDuration(options_.hello_timeout), ")"));
+  }
+  if (!status.ok()) return status;
+  return std::string(hello + kHelloMagicBytes, kTokenBytes);
+}
+
+absl::Status CheckpointDataServer::Admit(Connection* connection) {
+  absl::MutexLock lock(&mu_);
+  if (connection->evicted) {
+    return absl::UnavailableError("checkpoint data port: connection dropped to make room");
+  }
+  connection->past_hello = true;
+  if (uploads_ >= options_.max_uploads) {
+    // The token stays valid: the rank uploads over gRPC instead, or comes
+    // back.
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "checkpoint data port: ", options_.max_uploads, " uploads are running; upload over gRPC"));
+  }
+  ++uploads_;
+  return absl::OkStatus();
+}
+
+absl::Status CheckpointDataServer::Receive(int fd, CheckpointUploads::Started opened) {
+  // Accepted: the rank starts sending (its errors from here on are the
+  // upload's, not the connection's).
+  SetReceiveTimeout(fd, options_.io_timeout);
+  absl::Status status =
+      SendAll(fd, {EncodeReply(absl::OkStatus())}, "the acceptance of a checkpoint upload");
+  const std::string what = absl::StrCat("checkpoint ", opened.grant.manifest.job_id(), " step ",
+                                        opened.step, " from rank ", opened.rank);
+  const absl::Time start = absl::Now();
+  if (status.ok()) status = ReceiveFiles(fd, *opened.upload, options_.max_upload_bytes);
+  if (TimedOut(status)) {
+    status = absl::UnavailableError(
+        absl::StrCat(status.message(), " (the checkpoint data port drops an upload after ",
+                     absl::FormatDuration(options_.io_timeout),
+                     " without progress: coordinator flag --checkpoint_data_timeout_seconds)"));
+  }
+  const absl::Time received = absl::Now();
+  if (status.ok()) status = checkpoint_uploads_.Complete(std::move(opened)).status();
+  if (status.ok()) {
+    VLOG(1) << what << ": received over the data port in "
+            << absl::ToDoubleSeconds(received - start) << " s, stored in "
+            << absl::ToDoubleSeconds(absl::Now() - start) << " s";
+  } else {
+    LOG(WARNING) << what << ": upload failed: " << status;
+  }
+  // A failed upload's staging files go with `opened` (CheckpointStore::Upload).
+  return status;
+}
+
 void CheckpointDataServer::Serve(int fd, Connection* connection) {
   SetSendTimeout(fd, options_.io_timeout);
   // The hello comes at once from a rank; a connection that sends nothing
   // gives its thread back soon.
   SetReceiveTimeout(fd, std::min(options_.io_timeout, options_.hello_timeout));
   SetNoDelay(fd);
-  // The magic first, so that a stray client (an HTTP probe, say) is told
-  // what this port is without waiting for the token's bytes.
-  char hello[kHelloMagicBytes + kTokenBytes];
-  absl::Status status = ReceiveAll(fd, hello, kHelloMagicBytes, "the upload's hello");
-  if (status.ok() && std::memcmp(hello, kHelloMagic, kHelloMagicBytes) != 0) {
-    status = absl::InvalidArgumentError(
-        "this is the coordinator's checkpoint data port; it takes only uploads opened with "
-        "CheckpointService.OpenUpload");
-  }
-  if (status.ok())
-    status = ReceiveAll(fd, hello + kHelloMagicBytes, kTokenBytes, "the upload token");
-  if (TimedOut(status)) {
-    status = absl::UnavailableError(absl::StrCat(
-        "checkpoint data port: ", status.message(), " (a connection must send its hello within ",
-        absl::FormatDuration(options_.hello_timeout), ")"));
-  }
-  bool slot = false;
-  if (status.ok()) {
-    absl::MutexLock lock(&mu_);
-    if (connection->evicted) {
-      status = absl::UnavailableError("checkpoint data port: connection dropped to make room");
-    } else {
-      connection->past_hello = true;
-    }
-  }
-  if (status.ok()) {
-    absl::MutexLock lock(&mu_);
-    if (uploads_ < options_.max_uploads) {
-      ++uploads_;
-      slot = true;
-    } else {
-      // The token stays valid: the rank uploads over gRPC instead, or
-      // comes back.
-      status =
-          absl::ResourceExhaustedError(absl::StrCat("checkpoint data port: ", options_.max_uploads,
-                                                    " uploads are running; upload over gRPC"));
-    }
-  }
+  absl::StatusOr<std::string> token = ReadHello(fd);
+  absl::Status admitted = token.ok() ? Admit(connection) : token.status();
   absl::StatusOr<CheckpointUploads::Started> opened =
-      status.ok()
-          ? checkpoint_uploads_.TakeOpened(absl::string_view(hello + kHelloMagicBytes, kTokenBytes))
-          : absl::StatusOr<CheckpointUploads::Started>(status);
-  auto release = [&] {
-    if (!slot) return;
-    absl::MutexLock lock(&mu_);
-    --uploads_;
-    slot = false;
-  };
+      admitted.ok() ? checkpoint_uploads_.TakeOpened(*token)
+                    : absl::StatusOr<CheckpointUploads::Started>(admitted);
+  absl::Status status = opened.status();
   if (!opened.ok()) {
     if (absl::IsUnavailable(opened.status())) {
       // Silent or dropped before its hello: a scan, a flood, or a rank
@@ -284,38 +309,13 @@ void CheckpointDataServer::Serve(int fd, Connection* connection) {
     } else if (!absl::IsResourceExhausted(opened.status())) {
       LOG(WARNING) << "checkpoint data port: connection refused: " << opened.status();
     }
-    release();
-    AnswerAndClose(fd, connection, opened.status());
-    return;
-  }
-  // Accepted: the rank starts sending (its errors from here on are the
-  // upload's, not the connection's).
-  SetReceiveTimeout(fd, options_.io_timeout);
-  status = SendAll(fd, {EncodeReply(absl::OkStatus())}, "the acceptance of a checkpoint upload");
-  const std::string what = absl::StrCat("checkpoint ", opened->grant.manifest.job_id(), " step ",
-                                        opened->step, " from rank ", opened->rank);
-  const absl::Time start = absl::Now();
-  if (status.ok()) status = ReceiveFiles(fd, *opened->upload, options_.max_upload_bytes);
-  if (TimedOut(status)) {
-    status = absl::UnavailableError(
-        absl::StrCat(status.message(), " (the checkpoint data port drops an upload after ",
-                     absl::FormatDuration(options_.io_timeout),
-                     " without progress: coordinator flag --checkpoint_data_timeout_seconds)"));
-  }
-  const absl::Time received = absl::Now();
-  if (status.ok()) {
-    status = checkpoint_uploads_.Complete(*std::move(opened)).status();
-  }
-  if (status.ok()) {
-    VLOG(1) << what << ": received over the data port in "
-            << absl::ToDoubleSeconds(received - start) << " s, stored in "
-            << absl::ToDoubleSeconds(absl::Now() - start) << " s";
   } else {
-    LOG(WARNING) << what << ": upload failed: " << status;
+    status = Receive(fd, *std::move(opened));
   }
-  // A failed upload's staging files go with it (CheckpointStore::Upload).
-  opened->upload.reset();
-  release();
+  if (admitted.ok()) {  // the upload slot Admit took
+    absl::MutexLock lock(&mu_);
+    --uploads_;
+  }
   AnswerAndClose(fd, connection, status);
 }
 

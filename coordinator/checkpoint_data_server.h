@@ -43,10 +43,10 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "coordinator/checkpoint_uploads.h"
 
 namespace chorus {
 
-class CheckpointUploads;
 
 class CheckpointDataServer {
  public:
@@ -104,6 +104,13 @@ class CheckpointDataServer {
   void AcceptLoop();
   // One connection, start to end; closes it.
   void Serve(int fd, Connection* connection);
+  // Serve's parts: the hello's upload token; the connection past its hello
+  // with an upload slot taken (UNAVAILABLE if it was dropped,
+  // RESOURCE_EXHAUSTED if no slot is free); an accepted upload received and
+  // completed.
+  absl::StatusOr<std::string> ReadHello(int fd);
+  absl::Status Admit(Connection* connection) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Receive(int fd, CheckpointUploads::Started opened);
   // Answers `status` and closes `fd`. After an error it first reads (and
   // drops) what the peer still sends, for a moment, so that the answer is
   // not lost to a reset.
