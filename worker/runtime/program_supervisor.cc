@@ -270,201 +270,221 @@ absl::Status ProgramSupervisor::SendFinalReport(const v1::ReportRequest& request
   });
 }
 
-absl::StatusOr<ProgramOutcome> ProgramSupervisor::Run() {
-  const ProgramRank& rank = options_.rank;
-  const v1::ProgramSpec& program = rank.joined.spec().program();
-  const std::string binary = ProgramBinaryPath(program);
-  const std::string shown = program.argv_size() > 0 ? program.argv(0) : "";
-  // Failures before the program runs end the rank with a failed report.
-  auto refuse = [&](const absl::Status& why) -> absl::Status {
-    ProgramOutcome not_started;
-    not_started.exit_code = 1;
-    v1::ReportRequest request = FinalReport(rank, not_started, shown);
-    request.set_error(std::string(why.message()));
-    if (absl::Status s = SendFinalReport(request, options_.report_deadline); !s.ok()) {
-      LOG(WARNING) << "final report: " << s.message();
+// The newest record the program sent and when it came, and whether the
+// coordinator aborted the rank: written by the supervising loop and the
+// heartbeat stream's directive callback, read by the heartbeat composer.
+class ProgramSupervisor::Progress {
+ public:
+  void Record(v1::RankHeartbeat record) {
+    absl::MutexLock lock(&mu_);
+    record_ = std::move(record);
+    received_ = absl::Now();
+  }
+  void Abort() {
+    absl::MutexLock lock(&mu_);
+    abort_ = true;
+  }
+  bool aborted() const {
+    absl::MutexLock lock(&mu_);
+    return abort_;
+  }
+  // The heartbeat of `rank` now: the program's newest record, its phase
+  // seconds counted on to now, and the rank's job, generation and rank
+  // unless the program joined a newer generation.
+  v1::RankHeartbeat Heartbeat(const ProgramRank& rank) const {
+    v1::RankHeartbeat hb;
+    const absl::Time now = absl::Now();
+    {
+      absl::MutexLock lock(&mu_);
+      hb = record_;
+      // The program said how long it had been in its phase when it sent
+      // the record; it has been there since.
+      if (hb.phase() != v1::PHASE_UNSPECIFIED) {
+        hb.set_phase_seconds(hb.phase_seconds() + absl::ToDoubleSeconds(now - received_));
+      }
     }
-    return why;
-  };
-  if (binary.empty()) {
-    return refuse(absl::InvalidArgumentError(
-        "program.argv[0]: neither an absolute path nor one under an absolute working_dir"));
+    hb.set_job_id(rank.job_id);
+    // An elastic program that joined a newer generation says so.
+    if (hb.generation() <= rank.joined.generation()) {
+      hb.set_generation(rank.joined.generation());
+      hb.set_rank(rank.joined.rank());
+    }
+    hb.clear_left_job();
+    hb.set_time_us(absl::ToUnixMicros(now));
+    return hb;
+  }
+  // The membership the program ended in (a newer generation it joined),
+  // and whether it left the job at a drain.
+  ProgramRank LastMembership(const ProgramRank& rank, bool* left) const {
+    ProgramRank last = rank;
+    absl::MutexLock lock(&mu_);
+    if (record_.generation() > rank.joined.generation()) {
+      last.joined.set_generation(record_.generation());
+      last.joined.set_rank(record_.rank());
+    }
+    *left = record_.left_job();
+    return last;
   }
 
-  absl::StatusOr<HostPort> master = AgreeMasterAddress(
-      *options_.store, rank.joined.rank(), rank.rank_host, absl::Now() + options_.master_wait);
-  if (!master.ok()) return refuse(master.status());
+ private:
+  mutable absl::Mutex mu_;
+  v1::RankHeartbeat record_ ABSL_GUARDED_BY(mu_);
+  absl::Time received_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  bool abort_ ABSL_GUARDED_BY(mu_) = false;
+};
 
+absl::Status ProgramSupervisor::Refuse(const absl::Status& why, const std::string& shown) {
+  ProgramOutcome not_started;
+  not_started.exit_code = 1;
+  v1::ReportRequest request = FinalReport(options_.rank, not_started, shown);
+  request.set_error(std::string(why.message()));
+  if (absl::Status s = SendFinalReport(request, options_.report_deadline); !s.ok()) {
+    LOG(WARNING) << "final report: " << s.message();
+  }
+  return why;
+}
+
+absl::StatusOr<ProgramSupervisor::Launched> ProgramSupervisor::Launch(const std::string& binary) {
+  const ProgramRank& rank = options_.rank;
+  const v1::ProgramSpec& program = rank.joined.spec().program();
+  if (binary.empty()) {
+    return absl::InvalidArgumentError(
+        "program.argv[0]: neither an absolute path nor one under an absolute working_dir");
+  }
+  ASSIGN_OR_RETURN(const HostPort master,
+                   AgreeMasterAddress(*options_.store, rank.joined.rank(), rank.rank_host,
+                                      absl::Now() + options_.master_wait));
   std::string dir = options_.join_file_dir;
   if (dir.empty()) {
     const char* tmp = std::getenv("TMPDIR");
     dir = tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
   }
-  absl::StatusOr<std::string> join_file = WriteJoinFile(dir, rank.joined);
-  if (!join_file.ok()) return refuse(join_file.status());
-  struct RemoveAtExit {
-    std::string path;
-    ~RemoveAtExit() { ::unlink(path.c_str()); }
-  } remove_join_file{*join_file};
-
-  absl::StatusOr<ProgressChannelPair> channel = CreateProgressChannel();
-  if (!channel.ok()) return refuse(channel.status());
-  ProgressReceiver receiver(channel->supervisor_fd);
-
+  Launched launched;
+  ASSIGN_OR_RETURN(launched.join_file.path, WriteJoinFile(dir, rank.joined));
+  ASSIGN_OR_RETURN(ProgressChannelPair channel, CreateProgressChannel());
+  launched.receiver = std::make_unique<ProgressReceiver>(channel.supervisor_fd);
   std::vector<std::string> base = options_.base_environment;
   if (base.empty()) {
     for (char** e = environ; *e != nullptr; ++e) base.emplace_back(*e);
   }
   const std::vector<std::string> env =
-      ProgramEnvironment(base, rank, *master, *join_file, channel->program_fd);
+      ProgramEnvironment(base, rank, master, launched.join_file.path, channel.program_fd);
   std::vector<std::string> argv(program.argv().begin(), program.argv().end());
   // Logged before the start: the program's output and this process's log
   // share the rank's output, and once the program runs, its last lines are
   // what a failure's reason quotes.
   LOG(INFO) << rank.job_id << ": rank " << rank.joined.rank() << " of " << rank.joined.world_size()
-            << " starts " << binary << " (MASTER_ADDR " << master->host << ", MASTER_PORT "
-            << master->port << ")";
+            << " starts " << binary << " (MASTER_ADDR " << master.host << ", MASTER_PORT "
+            << master.port << ")";
   absl::StatusOr<pid_t> started = StartChild(binary, argv, env, program.working_dir());
-  ::close(channel->program_fd);
-  if (!started.ok()) return refuse(started.status());
-  const pid_t pid = *started;
-  child_.store(pid);
+  ::close(channel.program_fd);
+  if (!started.ok()) return started.status();
+  launched.pid = *started;
+  return launched;
+}
 
-  // The newest record the program sent, and when it came.
-  struct {
-    absl::Mutex mu;
-    v1::RankHeartbeat record ABSL_GUARDED_BY(mu);
-    absl::Time received ABSL_GUARDED_BY(mu) = absl::InfinitePast();
-    bool abort ABSL_GUARDED_BY(mu) = false;
-  } progress;
-
-  int wait_status = 0;
-  bool terminating = false;
-  {
-    HeartbeatStream::Options heartbeat_options;
-    heartbeat_options.interval = options_.heartbeat_interval;
-    heartbeat_options.paused = [pid] { return IsProcessStopped(pid); };
-    heartbeat_options.on_directive = [&](const v1::Directive& directive) {
-      if (directive.kind() == v1::Directive::RE_RENDEZVOUS ||
-          directive.kind() == v1::Directive::REFORM_AT_STEP_BOUNDARY) {
-        // For an elastic program (the SDK acts on them; others ignore them).
-        if (absl::Status s = receiver.SendDirective(directive); !s.ok()) {
-          LOG(WARNING) << rank.job_id << ": passing a directive on: " << s.message();
-        }
-        return;
+void ProgramSupervisor::PassOnRequests(pid_t pid, Requests& seen) {
+  if (options_.terminate_requests != nullptr) {
+    const int64_t now = options_.terminate_requests->load();
+    if (now != seen.terminates) {
+      seen.terminates = now;
+      seen.terminating = true;
+      ::kill(pid, SIGTERM);
+    }
+  }
+  if (options_.checkpoint_requests != nullptr) {
+    const int64_t now = options_.checkpoint_requests->load();
+    if (now != seen.checkpoints) {
+      seen.checkpoints = now;
+      if (CatchesSignal(pid, SIGUSR1)) {
+        ::kill(pid, SIGUSR1);
+      } else {
+        LOG(WARNING) << options_.rank.job_id << ": checkpoint request not passed on: the program "
+                     << "has no SIGUSR1 handler (it would die of the signal)";
       }
-      if (directive.kind() != v1::Directive::ABORT) return;
-      LOG(WARNING) << rank.job_id << ": the coordinator aborts the rank: " << directive.reason();
-      absl::MutexLock lock(&progress.mu);
-      progress.abort = true;
-    };
-    HeartbeatStream heartbeats(
-        *options_.ranks,
-        [&] {
-          v1::RankHeartbeat hb;
-          const absl::Time now = absl::Now();
-          {
-            absl::MutexLock lock(&progress.mu);
-            hb = progress.record;
-            // The program said how long it had been in its phase when it
-            // sent the record; it has been there since.
-            if (hb.phase() != v1::PHASE_UNSPECIFIED) {
-              hb.set_phase_seconds(hb.phase_seconds() +
-                                   absl::ToDoubleSeconds(now - progress.received));
-            }
-          }
-          hb.set_job_id(rank.job_id);
-          // An elastic program that joined a newer generation says so.
-          if (hb.generation() <= rank.joined.generation()) {
-            hb.set_generation(rank.joined.generation());
-            hb.set_rank(rank.joined.rank());
-          }
-          hb.clear_left_job();
-          hb.set_time_us(absl::ToUnixMicros(now));
-          return hb;
-        },
-        heartbeat_options);
+    }
+  }
+}
 
+int ProgramSupervisor::Supervise(Launched& launched, Progress& progress, Requests& seen) {
+  const ProgramRank& rank = options_.rank;
+  const pid_t pid = launched.pid;
+  ProgressReceiver& receiver = *launched.receiver;
+  HeartbeatStream::Options heartbeat_options;
+  heartbeat_options.interval = options_.heartbeat_interval;
+  heartbeat_options.paused = [pid] { return IsProcessStopped(pid); };
+  heartbeat_options.on_directive = [&](const v1::Directive& directive) {
+    if (directive.kind() == v1::Directive::RE_RENDEZVOUS ||
+        directive.kind() == v1::Directive::REFORM_AT_STEP_BOUNDARY) {
+      // For an elastic program (the SDK acts on them; others ignore them).
+      if (absl::Status s = receiver.SendDirective(directive); !s.ok()) {
+        LOG(WARNING) << rank.job_id << ": passing a directive on: " << s.message();
+      }
+      return;
+    }
+    if (directive.kind() != v1::Directive::ABORT) return;
+    LOG(WARNING) << rank.job_id << ": the coordinator aborts the rank: " << directive.reason();
+    progress.Abort();
+  };
+  HeartbeatStream heartbeats(
+      *options_.ranks, [&] { return progress.Heartbeat(rank); }, heartbeat_options);
+  bool channel_open = true;
+  absl::Time kill_at = absl::InfiniteFuture();
+  for (;;) {
+    int wait_status = 0;
+    const pid_t done = ::waitpid(pid, &wait_status, WNOHANG);
+    if (done == pid) return wait_status;
+    if (done < 0 && errno != EINTR) {
+      // Not our child any more (cannot happen unless someone reaped it).
+      LOG(ERROR) << "waitpid " << pid << ": " << Errno(errno);
+      return 0;
+    }
     // A stop requested while the program was being started is passed on
     // as soon as it runs.
-    int64_t terminates_seen = 0;
-    int64_t checkpoints_seen =
-        options_.checkpoint_requests != nullptr ? options_.checkpoint_requests->load() : 0;
-    bool channel_open = true;
-    absl::Time kill_at = absl::InfiniteFuture();
-    for (;;) {
-      const pid_t done = ::waitpid(pid, &wait_status, WNOHANG);
-      if (done == pid) break;
-      if (done < 0 && errno != EINTR) {
-        // Not our child any more (cannot happen unless someone reaped it).
-        LOG(ERROR) << "waitpid " << pid << ": " << Errno(errno);
-        wait_status = 0;
-        break;
-      }
-      if (options_.terminate_requests != nullptr) {
-        const int64_t now = options_.terminate_requests->load();
-        if (now != terminates_seen) {
-          terminates_seen = now;
-          terminating = true;
-          ::kill(pid, SIGTERM);
-        }
-      }
-      if (options_.checkpoint_requests != nullptr) {
-        const int64_t now = options_.checkpoint_requests->load();
-        if (now != checkpoints_seen) {
-          checkpoints_seen = now;
-          if (CatchesSignal(pid, SIGUSR1)) {
-            ::kill(pid, SIGUSR1);
-          } else {
-            LOG(WARNING) << rank.job_id << ": checkpoint request not passed on: the program "
-                         << "has no SIGUSR1 handler (it would die of the signal)";
-          }
-        }
-      }
-      {
-        absl::MutexLock lock(&progress.mu);
-        if (progress.abort && kill_at == absl::InfiniteFuture()) {
-          terminating = true;
-          ::kill(pid, SIGTERM);
-          kill_at = absl::Now() + options_.kill_grace;
-        }
-      }
-      if (absl::Now() >= kill_at) {
-        ::kill(pid, SIGKILL);
-        kill_at = absl::InfiniteFuture() - absl::Seconds(1);  // sent once
-      }
-      const absl::Time tick = absl::Now() + absl::Milliseconds(100);
-      if (!channel_open) {
-        absl::SleepFor(tick - absl::Now());
-        continue;
-      }
-      absl::StatusOr<v1::RankHeartbeat> record = receiver.Receive(tick);
-      if (record.ok()) {
-        absl::MutexLock lock(&progress.mu);
-        progress.record = *std::move(record);
-        progress.received = absl::Now();
-      } else if (absl::IsOutOfRange(record.status())) {
-        channel_open = false;  // the program closed its end (or exec'd away from it)
-      } else if (!absl::IsDeadlineExceeded(record.status())) {
-        LOG(WARNING) << rank.job_id << ": progress channel: " << record.status().message();
-      }
+    PassOnRequests(pid, seen);
+    if (progress.aborted() && kill_at == absl::InfiniteFuture()) {
+      seen.terminating = true;
+      ::kill(pid, SIGTERM);
+      kill_at = absl::Now() + options_.kill_grace;
+    }
+    if (absl::Now() >= kill_at) {
+      ::kill(pid, SIGKILL);
+      kill_at = absl::InfiniteFuture() - absl::Seconds(1);  // sent once
+    }
+    const absl::Time tick = absl::Now() + absl::Milliseconds(100);
+    if (!channel_open) {
+      absl::SleepFor(tick - absl::Now());
+      continue;
+    }
+    absl::StatusOr<v1::RankHeartbeat> record = receiver.Receive(tick);
+    if (record.ok()) {
+      progress.Record(*std::move(record));
+    } else if (absl::IsOutOfRange(record.status())) {
+      channel_open = false;  // the program closed its end (or exec'd away from it)
+    } else if (!absl::IsDeadlineExceeded(record.status())) {
+      LOG(WARNING) << rank.job_id << ": progress channel: " << record.status().message();
     }
   }
+}
+
+absl::StatusOr<ProgramOutcome> ProgramSupervisor::Run() {
+  const ProgramRank& rank = options_.rank;
+  const v1::ProgramSpec& program = rank.joined.spec().program();
+  const std::string shown = program.argv_size() > 0 ? program.argv(0) : "";
+  // Failures before the program runs end the rank with a failed report.
+  absl::StatusOr<Launched> launched = Launch(ProgramBinaryPath(program));
+  if (!launched.ok()) return Refuse(launched.status(), shown);
+  child_.store(launched->pid);
+  Progress progress;
+  Requests seen;
+  seen.checkpoints =
+      options_.checkpoint_requests != nullptr ? options_.checkpoint_requests->load() : 0;
+  const int wait_status = Supervise(*launched, progress, seen);
   child_.store(0);
 
-  const ProgramOutcome outcome = ProgramOutcome::FromWaitStatus(pid, wait_status);
-  // The membership the program ended in: a newer generation it joined, or
-  // none when it left the job at a drain.
-  ProgramRank last = rank;
+  const ProgramOutcome outcome = ProgramOutcome::FromWaitStatus(launched->pid, wait_status);
   bool left = false;
-  {
-    absl::MutexLock lock(&progress.mu);
-    if (progress.record.generation() > rank.joined.generation()) {
-      last.joined.set_generation(progress.record.generation());
-      last.joined.set_rank(progress.record.rank());
-    }
-    left = progress.record.left_job();
-  }
+  const ProgramRank last = progress.LastMembership(rank, &left);
   if (left && outcome.ok()) {
     LOG(INFO) << rank.job_id << ": the program left the job (its agent is draining) and exited "
               << "with code 0";
@@ -478,8 +498,8 @@ absl::StatusOr<ProgramOutcome> ProgramSupervisor::Run() {
   // A rank being stopped (cancel, Ctrl-C) has seconds before SIGKILL, and
   // the coordinator may be going away too.
   absl::Status reported =
-      SendFinalReport(request, terminating ? absl::Seconds(2) : options_.report_deadline);
-  if (!reported.ok() && !terminating) LOG(WARNING) << "final report: " << reported.message();
+      SendFinalReport(request, seen.terminating ? absl::Seconds(2) : options_.report_deadline);
+  if (!reported.ok() && !seen.terminating) LOG(WARNING) << "final report: " << reported.message();
   return outcome;
 }
 

@@ -42,9 +42,11 @@
 #define CHORUS_WORKER_RUNTIME_PROGRAM_SUPERVISOR_H_
 
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -57,6 +59,9 @@
 #include "worker/runtime/master_address.h"
 
 namespace chorus {
+
+class ProgressReceiver;
+
 
 // The rank as it joined: what its program's environment is made of.
 struct ProgramRank {
@@ -182,6 +187,44 @@ class ProgramSupervisor {
   pid_t child_pid() const { return child_.load(); }
 
  private:
+  class Progress;
+  // A started program: its pid, our end of its progress channel, and its
+  // join file (removed when this goes).
+  struct Launched {
+    struct RemovedFile {
+      std::string path;
+      RemovedFile() = default;
+      RemovedFile(RemovedFile&& other) noexcept : path(std::move(other.path)) {
+        other.path.clear();
+      }
+      ~RemovedFile() {
+        if (!path.empty()) ::unlink(path.c_str());
+      }
+    };
+    pid_t pid = 0;
+    std::unique_ptr<ProgressReceiver> receiver;
+    RemovedFile join_file;
+  };
+  // The stop and checkpoint requests passed on so far, and whether the
+  // program is being stopped.
+  struct Requests {
+    int64_t terminates = 0;
+    int64_t checkpoints = 0;
+    bool terminating = false;
+  };
+
+  // Agrees the master address, writes the join file, opens the progress
+  // channel and starts `binary`.
+  absl::StatusOr<Launched> Launch(const std::string& binary);
+  // Heartbeats the program's progress and passes requests and the
+  // coordinator's directives on until it exits; its wait status.
+  int Supervise(Launched& launched, Progress& progress, Requests& seen);
+  // Sends the program the stop (SIGTERM) and checkpoint (SIGUSR1, if it
+  // handles it) requests that came since `seen`.
+  void PassOnRequests(pid_t pid, Requests& seen);
+  // The program could not be started (`why`): a failed final report, and
+  // `why` back.
+  absl::Status Refuse(const absl::Status& why, const std::string& shown);
   // Retried while the coordinator is unreachable, for up to `deadline`.
   absl::Status SendFinalReport(const v1::ReportRequest& request, absl::Duration deadline);
 
