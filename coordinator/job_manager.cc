@@ -131,8 +131,7 @@ absl::StatusOr<int64_t> JobManager::Record(const v1::Job& job, int64_t last_even
   event.set_time_us(absl::ToUnixMicros(clock_->Now()));
   event.set_state(job.state());
   event.set_reason(reason);
-  RETURN_IF_ERROR(state_.SaveJob(job));
-  RETURN_IF_ERROR(state_.AppendEvent(event));
+  RETURN_IF_ERROR(state_.SaveJobAndEvent(job, event));
   return event.seq();
 }
 

@@ -394,6 +394,33 @@ TEST(JobManagerTest, ListingsDoNotDependOnHowManyEndedJobsAreInMemory) {
   EXPECT_LT(managers[0]->JobsInMemory(), managers.back()->JobsInMemory());
 }
 
+// Note [One commit per change]: a job's state and its event are stored
+// together or not at all.
+TEST(StateStoreTest, AJobAndItsEventAreOneCommit) {
+  auto state = StateStore::Open(Dir("one_commit"));
+  ASSERT_TRUE(state.ok());
+  v1::Job job;
+  job.set_job_id("job-000001");
+  job.set_state(v1::Job::PENDING);
+  v1::JobEvent event;
+  event.set_job_id("job-000001");
+  event.set_seq(1);
+  event.set_state(v1::Job::PENDING);
+  ASSERT_TRUE((*state)->SaveJobAndEvent(job, event).ok());
+  // The event's seq is taken: the state change that comes with it is not stored either.
+  job.set_state(v1::Job::RUNNING);
+  event.set_state(v1::Job::RUNNING);
+  EXPECT_FALSE((*state)->SaveJobAndEvent(job, event).ok());
+  EXPECT_EQ((*state)->LoadJob("job-000001")->state(), v1::Job::PENDING);
+  EXPECT_EQ((*state)->LastEventSeq("job-000001").value(), 1);
+  // The store goes on after the failed commit.
+  event.set_seq(2);
+  ASSERT_TRUE((*state)->SaveJobAndEvent(job, event).ok());
+  EXPECT_EQ((*state)->LoadJob("job-000001")->state(), v1::Job::RUNNING);
+  EXPECT_EQ((*state)->LastEventSeq("job-000001").value(), 2);
+  EXPECT_EQ((*state)->LoadJob("job-000002").status().code(), absl::StatusCode::kNotFound);
+}
+
 TEST(StateStoreTest, RefusesAFileThatIsNotADatabase) {
   const std::string dir = Dir("garbage");
   ASSERT_EQ(

@@ -160,8 +160,31 @@ absl::Status StateStore::Exec(const char* sql) {
 }
 
 absl::Status StateStore::SaveJob(const v1::Job& job) {
-  const std::string blob = job.SerializeAsString();
   absl::MutexLock lock(&mu_);
+  return SaveJobLocked(job);
+}
+
+absl::Status StateStore::AppendEvent(const v1::JobEvent& event) {
+  absl::MutexLock lock(&mu_);
+  return AppendEventLocked(event);
+}
+
+// Note [One commit per change]: a job's state change and its event are one
+// transaction: a crash between two commits would leave a job whose state
+// has no event (a watcher would never see it end), and every commit is a
+// synchronous write to the disk, which a loaded machine takes its time over.
+absl::Status StateStore::SaveJobAndEvent(const v1::Job& job, const v1::JobEvent& event) {
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE;"));
+  absl::Status status = SaveJobLocked(job);
+  if (status.ok()) status = AppendEventLocked(event);
+  if (status.ok()) status = Exec("COMMIT;");
+  if (!status.ok()) (void)Exec("ROLLBACK;");
+  return status;
+}
+
+absl::Status StateStore::SaveJobLocked(const v1::Job& job) {
+  const std::string blob = job.SerializeAsString();
   Statement st;
   if (sqlite3_prepare_v2(
           db_, "INSERT OR REPLACE INTO jobs (job_id, submit_time_us, job) VALUES (?, ?, ?)", -1,
@@ -176,9 +199,8 @@ absl::Status StateStore::SaveJob(const v1::Job& job) {
   return absl::OkStatus();
 }
 
-absl::Status StateStore::AppendEvent(const v1::JobEvent& event) {
+absl::Status StateStore::AppendEventLocked(const v1::JobEvent& event) {
   const std::string blob = event.SerializeAsString();
-  absl::MutexLock lock(&mu_);
   Statement st;
   if (sqlite3_prepare_v2(db_, "INSERT INTO events (job_id, seq, event) VALUES (?, ?, ?)", -1,
                          &st.stmt, nullptr) != SQLITE_OK) {

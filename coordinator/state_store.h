@@ -41,6 +41,9 @@ class StateStore {
   absl::Status SaveJob(const v1::Job& job);
   // Appends an event (its job_id and seq set), durably.
   absl::Status AppendEvent(const v1::JobEvent& event);
+  // Both in one commit: either both are stored or neither (Note [One commit
+  // per change] in state_store.cc).
+  absl::Status SaveJobAndEvent(const v1::Job& job, const v1::JobEvent& event);
   // Every job, oldest first.
   absl::StatusOr<std::vector<v1::Job>> LoadJobs();
   // The job `job_id`; NOT_FOUND if there is none.
@@ -78,6 +81,8 @@ class StateStore {
  private:
   StateStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
   absl::Status Exec(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status SaveJobLocked(const v1::Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status AppendEventLocked(const v1::JobEvent& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Error(absl::string_view what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<std::string> LoadOrCreateClusterId() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The jobs in the rows `stmt` steps through (column 0).
