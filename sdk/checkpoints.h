@@ -5,7 +5,7 @@
 // in its format: model.pt holds the tensors by name as a torch::pickle_save
 // dict (Python's torch.load reads it; `chorus export` downloads it),
 // train_state.pt holds "meta.step" and "meta.world_size"
-// (worker/train/checkpoint.h). Restoring copies the saved values into the
+// (docs/checkpoints.md). Restoring copies the saved values into the
 // program's own tensors in place, bit for bit.
 //
 // The tensors are the job's replicated state: rank 0 stores them and the

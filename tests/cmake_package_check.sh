@@ -55,11 +55,15 @@ installed_ok() {
 check "the installed tree has the library, chorus/chorus.h, the API headers and the package file" \
   installed_ok
 # The examples from a copy elsewhere, so nothing of the source tree is on
-# their include path but what the package provides.
-mkdir -p "${work}/examples"
-cp examples/programs/CMakeLists.txt examples/programs/*.cc "${work}/examples/"
+# their include path but what the package provides and what they share
+# (examples/common, beside examples/programs as in the tree).
+mkdir -p "${work}/src/examples/programs" "${work}/src/examples/common"
+cp examples/programs/CMakeLists.txt examples/programs/*.cc "${work}/src/examples/programs/"
+find examples/common \( -name '*.h' -o -name '*.cc' \) ! -name '*_test.cc' \
+  -exec cp {} "${work}/src/examples/common/" \;
 check "examples/programs builds with find_package(Chorus)" \
-  cmake -S "${work}/examples" -B "${work}/examples-build" -DCMAKE_PREFIX_PATH="${work}/prefix" || finish
+  cmake -S "${work}/src/examples/programs" -B "${work}/examples-build" \
+  -DCMAKE_PREFIX_PATH="${work}/prefix" || finish
 check "the example programs link against the installed libchorus" \
   cmake --build "${work}/examples-build" -j "${jobs}" || finish
 linked_ok() {
