@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "checkpoint/layout.h"
+#include "checkpoint/storage.h"
 #include "common/status_macros.h"
 #include "worker/tensor_file/tensor_file.h"
 

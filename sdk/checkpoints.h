@@ -28,11 +28,13 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "checkpoint/storage.h"
 #include "chorus/v1/coordinator.pb.h"
 #include "worker/replica/named_tensor.h"
 
 namespace chorus {
+
+// Where checkpoints go (checkpoint/storage.h); Session makes the job's.
+class CheckpointStorage;
 
 class TensorCheckpoints {
  public:
