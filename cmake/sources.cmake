@@ -6,7 +6,6 @@ set(CHORUS_SOURCES
     checkpoint/rank_storage.cc
     checkpoint/shared_dir_storage.cc
     checkpoint/storage.cc
-    checkpoint/store_retry.cc
     checkpoint/wire.cc
     common/auth.cc
     common/crc32c.cc
@@ -16,7 +15,6 @@ set(CHORUS_SOURCES
     common/job_credentials.cc
     common/paths.cc
     common/private_files.cc
-    common/retry.cc
     common/sha256.cc
     common/topology.cc
     sdk/checkpoints.cc
@@ -49,12 +47,8 @@ set(CHORUS_SOURCES
     worker/runtime/join_generation.cc
     worker/runtime/master_address.cc
     worker/runtime/progress_channel.cc
-    worker/train/accum_adam.cc
-    worker/train/checkpoint.cc
-    worker/train/data.cc
-    worker/train/device_fence.cc
-    worker/train/model.cc
-    worker/train/training_progress.cc
+    worker/runtime/training_progress.cc
+    worker/tensor_file/tensor_file.cc
 )
 set(CHORUS_HEADERS
     checkpoint/coordinator_storage.h
@@ -63,7 +57,6 @@ set(CHORUS_HEADERS
     checkpoint/rank_storage.h
     checkpoint/shared_dir_storage.h
     checkpoint/storage.h
-    checkpoint/store_retry.h
     checkpoint/wire.h
     common/auth.h
     common/clock.h
@@ -74,7 +67,6 @@ set(CHORUS_HEADERS
     common/job_credentials.h
     common/paths.h
     common/private_files.h
-    common/retry.h
     common/sha256.h
     common/status_macros.h
     common/topology.h
@@ -110,12 +102,8 @@ set(CHORUS_HEADERS
     worker/runtime/join_generation.h
     worker/runtime/master_address.h
     worker/runtime/progress_channel.h
-    worker/train/accum_adam.h
-    worker/train/checkpoint.h
-    worker/train/data.h
-    worker/train/device_fence.h
-    worker/train/model.h
-    worker/train/training_progress.h
+    worker/runtime/training_progress.h
+    worker/tensor_file/tensor_file.h
 )
 set(CHORUS_PROTOS
     chorus/v1/coordinator.proto

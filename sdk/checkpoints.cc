@@ -10,8 +10,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "checkpoint/layout.h"
+#include "checkpoint/storage.h"
 #include "common/status_macros.h"
-#include "worker/train/checkpoint.h"
+#include "worker/tensor_file/tensor_file.h"
 
 namespace chorus {
 namespace {
@@ -49,19 +50,17 @@ absl::Status TensorCheckpoints::Save(int64_t step, const std::vector<NamedTensor
     }
   }
   if (rank_ != 0) return absl::OkStatus();
-  // The snapshot only refers to the tensors: Store serializes them before
-  // it returns, and the program is not running meanwhile.
-  Snapshot snapshot;
-  snapshot.rank = 0;
-  snapshot.position.step = step;
-  snapshot.position.world_size = world_size_;
+  // The files only refer to the tensors: Store serializes them before it
+  // returns, and the program is not running meanwhile.
+  std::vector<std::pair<std::string, at::Tensor>> model;
   for (const NamedTensor& t : tensors) {
-    snapshot.model.emplace_back(t.name, t.tensor.detach().cpu().contiguous());
+    model.emplace_back(t.name, t.tensor.detach().cpu().contiguous());
   }
-  snapshot.train_state.emplace_back("meta.step", torch::tensor({step}, torch::kLong));
-  snapshot.train_state.emplace_back("meta.world_size",
-                                    torch::tensor({int64_t{world_size_}}, torch::kLong));
-  absl::Status s = storage_.Store(step, StreamFiles(snapshot));
+  const std::vector<std::pair<std::string, at::Tensor>> train_state = {
+      {"meta.step", torch::tensor({step}, torch::kLong)},
+      {"meta.world_size", torch::tensor({int64_t{world_size_}}, torch::kLong)}};
+  absl::Status s = storage_.Store(
+      step, {TensorFileSource(kModelFile, model), TensorFileSource(kTrainStateFile, train_state)});
   if (!s.ok()) return absl::Status(s.code(), absl::StrCat("checkpoint ", step, ": ", s.message()));
   return absl::OkStatus();
 }

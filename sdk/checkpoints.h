@@ -5,7 +5,7 @@
 // in its format: model.pt holds the tensors by name as a torch::pickle_save
 // dict (Python's torch.load reads it; `chorus export` downloads it),
 // train_state.pt holds "meta.step" and "meta.world_size"
-// (worker/train/checkpoint.h). Restoring copies the saved values into the
+// (docs/checkpoints.md). Restoring copies the saved values into the
 // program's own tensors in place, bit for bit.
 //
 // The tensors are the job's replicated state: rank 0 stores them and the
@@ -28,11 +28,13 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "checkpoint/storage.h"
 #include "chorus/v1/coordinator.pb.h"
 #include "worker/replica/named_tensor.h"
 
 namespace chorus {
+
+// Where checkpoints go (checkpoint/storage.h); Session makes the job's.
+class CheckpointStorage;
 
 class TensorCheckpoints {
  public:

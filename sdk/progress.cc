@@ -2,8 +2,11 @@
 
 #include <utility>
 
+#include "common/clock.h"
 #include "glog/logging.h"
+#include "worker/comm/flight_recorder.h"
 #include "worker/runtime/heartbeat_compose.h"
+#include "worker/runtime/training_progress.h"
 
 namespace chorus {
 
@@ -12,10 +15,12 @@ ProgressReporter::ProgressReporter(ProgressSink sink, const FlightRecorder* reco
     : sink_(std::move(sink)),
       recorder_(recorder),
       options_(options),
-      clock_(options.clock != nullptr ? *options.clock : real_clock_) {
+      real_clock_(options.clock != nullptr ? nullptr : std::make_unique<RealClock>()),
+      clock_(options.clock != nullptr ? *options.clock : *real_clock_),
+      progress_(std::make_unique<TrainingProgress>()) {
   const absl::Time now = clock_.Now();
-  progress_.phase.store(v1::SETUP);
-  progress_.phase_since_us.store(absl::ToUnixMicros(now));
+  progress_->phase.store(v1::SETUP);
+  progress_->phase_since_us.store(absl::ToUnixMicros(now));
   {
     absl::MutexLock lock(&send_mu_);
     last_step_ = now;
@@ -37,19 +42,19 @@ void ProgressReporter::Step(int64_t step, double loss, int64_t samples) {
     const absl::Time now = clock_.Now();
     const double seconds = absl::ToDoubleSeconds(now - last_step_);
     last_step_ = now;
-    progress_.step.store(step);
-    progress_.loss.store(loss);
-    progress_.step_seconds.store(seconds);
+    progress_->step.store(step);
+    progress_->loss.store(loss);
+    progress_->step_seconds.store(seconds);
     const double wait = comm_wait_seconds_ < seconds ? comm_wait_seconds_ : seconds;
-    progress_.comm_wait_seconds.store(wait);
-    progress_.compute_seconds.store(seconds - wait);
+    progress_->comm_wait_seconds.store(wait);
+    progress_->compute_seconds.store(seconds - wait);
     comm_wait_seconds_ = 0;
-    progress_.samples_per_second.store(seconds > 0 ? samples / seconds : 0.0);
+    progress_->samples_per_second.store(seconds > 0 ? samples / seconds : 0.0);
   }
   if (options_.interval <= absl::ZeroDuration()) Send();
 }
 
-void ProgressReporter::SetEpoch(int64_t epoch) { progress_.epoch.store(epoch); }
+void ProgressReporter::SetEpoch(int64_t epoch) { progress_->epoch.store(epoch); }
 
 void ProgressReporter::SetCommWait(absl::Duration wait) {
   absl::MutexLock lock(&send_mu_);
@@ -57,14 +62,14 @@ void ProgressReporter::SetCommWait(absl::Duration wait) {
 }
 
 v1::Phase ProgressReporter::EnterPhase(v1::Phase phase) {
-  const auto previous = static_cast<v1::Phase>(progress_.phase.exchange(phase));
-  progress_.phase_since_us.store(absl::ToUnixMicros(clock_.Now()));
+  const auto previous = static_cast<v1::Phase>(progress_->phase.exchange(phase));
+  progress_->phase_since_us.store(absl::ToUnixMicros(clock_.Now()));
   if (options_.interval <= absl::ZeroDuration()) Send();
   return previous;
 }
 
 v1::RankHeartbeat ProgressReporter::Current() {
-  v1::RankHeartbeat hb = ProgressHeartbeat(progress_, recorder_.load(), clock_.Now());
+  v1::RankHeartbeat hb = ProgressHeartbeat(*progress_, recorder_.load(), clock_.Now());
   if (const int64_t membership = membership_.load(); membership > 0) {
     hb.set_generation(membership >> 24);
     hb.set_rank(static_cast<int>(membership & 0xffffff));

@@ -29,6 +29,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
@@ -36,11 +37,12 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "chorus/v1/coordinator.pb.h"
-#include "common/clock.h"
-#include "worker/comm/flight_recorder.h"
-#include "worker/train/training_progress.h"
 
 namespace chorus {
+
+class Clock;           // common/clock.h
+class FlightRecorder;  // a Communicator's (Communicator::flight_recorder())
+struct TrainingProgress;
 
 // Where progress records go. RESOURCE_EXHAUSTED: this record was dropped
 // (the receiver is behind; the next one carries newer state).
@@ -113,9 +115,11 @@ class ProgressReporter {
   std::atomic<bool> left_{false};
   std::atomic<bool> reforms_in_process_{false};
   const ProgressOptions options_;
-  RealClock real_clock_;
+  // The real clock when options.clock is null.
+  const std::unique_ptr<Clock> real_clock_;
   Clock& clock_;
-  TrainingProgress progress_;
+  // Written here, read by the records (worker/runtime/heartbeat_compose.h).
+  const std::unique_ptr<TrainingProgress> progress_;
 
   mutable absl::Mutex send_mu_;  // one send at a time, in order
   absl::Time last_step_ ABSL_GUARDED_BY(send_mu_);

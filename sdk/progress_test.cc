@@ -3,7 +3,9 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "common/clock.h"
 #include "gtest/gtest.h"
+#include "worker/comm/flight_recorder.h"
 #include "worker/runtime/progress_channel.h"
 
 namespace chorus {

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "checkpoint/rank_storage.h"
+#include "checkpoint/storage.h"
 #include "chorus/v1/coordinator.grpc.pb.h"
 #include "common/auth.h"
 #include "common/grpc_util.h"

@@ -40,7 +40,6 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "checkpoint/storage.h"
 #include "chorus/checkpoints.h"
 #include "chorus/elastic.h"
 #include "chorus/environment.h"
@@ -56,6 +55,7 @@ class Channel;
 
 namespace chorus {
 
+class CheckpointStorage;
 class ProgressSender;
 class Store;
 

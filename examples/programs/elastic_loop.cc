@@ -45,7 +45,7 @@
 #include <vector>
 
 #include "chorus/chorus.h"
-#include "worker/train/data.h"
+#include "examples/common/fashion_mnist.h"
 
 namespace {
 
@@ -132,10 +132,10 @@ int Run(int argc, char** argv) {
     return 1;
   };
 
-  chorus::v1::JobSpec data_spec;
-  data_spec.mutable_data()->mutable_fashion_mnist()->set_dir(flags.at("data_dir"));
-  absl::StatusOr<chorus::Dataset> train = chorus::LoadDataset(data_spec, chorus::Split::kTrain);
-  absl::StatusOr<chorus::Dataset> test = chorus::LoadDataset(data_spec, chorus::Split::kTest);
+  absl::StatusOr<examples::FashionMnist> train =
+      examples::LoadFashionMnist(flags.at("data_dir"), examples::Split::kTrain);
+  absl::StatusOr<examples::FashionMnist> test =
+      examples::LoadFashionMnist(flags.at("data_dir"), examples::Split::kTest);
   if (!train.ok()) return fail(train.status());
   if (!test.ok()) return fail(test.status());
 

@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "chorus/chorus.h"
-#include "worker/train/data.h"
+#include "examples/common/fashion_mnist.h"
 
 namespace {
 
@@ -139,10 +139,10 @@ int Run(int argc, char** argv) {
   const int rank = session.rank();
   const int world = session.world_size();
 
-  chorus::v1::JobSpec data_spec;
-  data_spec.mutable_data()->mutable_fashion_mnist()->set_dir(flags.Str("data_dir"));
-  absl::StatusOr<chorus::Dataset> train = chorus::LoadDataset(data_spec, chorus::Split::kTrain);
-  absl::StatusOr<chorus::Dataset> test = chorus::LoadDataset(data_spec, chorus::Split::kTest);
+  absl::StatusOr<examples::FashionMnist> train =
+      examples::LoadFashionMnist(flags.Str("data_dir"), examples::Split::kTrain);
+  absl::StatusOr<examples::FashionMnist> test =
+      examples::LoadFashionMnist(flags.Str("data_dir"), examples::Split::kTest);
   if (!train.ok() || !test.ok()) {
     std::cerr << "fashion_mnist_loop: " << (train.ok() ? test.status() : train.status()) << "\n";
     return 1;

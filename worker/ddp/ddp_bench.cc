@@ -70,8 +70,8 @@
 #include "worker/comm/store.h"
 #include "worker/ddp/distributed_data_parallel.h"
 #include "worker/runtime/heartbeat_compose.h"
+#include "worker/runtime/training_progress.h"
 #include "worker/train/metrics_window.h"
-#include "worker/train/training_progress.h"
 
 extern char** environ;
 

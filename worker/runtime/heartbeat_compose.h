@@ -21,7 +21,7 @@
 #include "chorus/v1/coordinator.pb.h"
 #include "worker/comm/communicator.h"
 #include "worker/comm/flight_recorder.h"
-#include "worker/train/training_progress.h"
+#include "worker/runtime/training_progress.h"
 
 namespace chorus {
 

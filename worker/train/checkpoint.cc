@@ -1,9 +1,5 @@
 #include "worker/train/checkpoint.h"
 
-#include <caffe2/serialize/inline_container.h>
-#include <torch/csrc/jit/serialization/export.h>
-#include <torch/csrc/jit/serialization/pickle.h>
-#include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
 #include <torch/optim/optimizer.h>
@@ -26,6 +22,7 @@
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "worker/replica/optimizer_state_key.h"
+#include "worker/tensor_file/tensor_file.h"
 #include "worker/train/accum_adam.h"
 
 namespace chorus {
@@ -34,42 +31,6 @@ namespace {
 at::Tensor Copy(const at::Tensor& t) { return t.detach().clone(); }
 
 at::Tensor Scalar(int64_t v) { return torch::tensor({v}, torch::kLong); }
-
-// Writes `tensors` as a dict in torch::pickle_save's format (a zip archive:
-// the pickle, then each tensor's storage as its own record) to `out`,
-// straight from the tensors' memory.
-absl::Status WritePickled(const std::vector<std::pair<std::string, at::Tensor>>& tensors,
-                          const std::string& name, const CheckpointByteSink& out) {
-  absl::Status status;
-  try {
-    c10::Dict<std::string, at::Tensor> dict;
-    // A GPU tensor (an elastic rank's held state) is written as a CPU one:
-    // the file must load anywhere.
-    for (const auto& [key, t] : tensors) dict.insert(key, t.is_cpu() ? t : t.to(at::kCPU));
-    std::vector<char> pickle;  // small: tensors are only referenced in it
-    torch::jit::Pickler pickler(
-        [&pickle](const char* p, size_t n) { pickle.insert(pickle.end(), p, p + n); },
-        /*tensor_table=*/nullptr, /*type_renamer=*/nullptr, /*memoized_class_types=*/nullptr);
-    pickler.protocol();
-    pickler.pushIValue(c10::IValue(dict));
-    pickler.stop();
-    // After an error the rest is swallowed: the archive writer must not
-    // fail (it throws, also from its destructor).
-    caffe2::serialize::PyTorchStreamWriter archive(
-        [&status, &out](const void* data, size_t n) -> size_t {
-          if (status.ok()) status = out(absl::string_view(static_cast<const char*>(data), n));
-          return n;
-        });
-    torch::jit::writeArchiveAndTensors("data", pickle.data(), pickle.size(), pickler.tensorData(),
-                                       archive);
-    archive.writeEndOfFile();
-  } catch (const std::exception& e) {
-    if (status.ok())
-      status =
-          absl::InternalError(absl::StrCat("serializing checkpoint file ", name, ": ", e.what()));
-  }
-  return status;
-}
 
 // Each optimized parameter with its index among the model's parameters
 // (the "optim.<i>." prefix of its state) and the optimizer that holds it.
@@ -189,29 +150,6 @@ Snapshot CollectSnapshot(
 
 }  // namespace
 
-absl::StatusOr<std::map<std::string, at::Tensor>> ReadTensorFile(const CheckpointFileData& file) {
-  c10::IValue value;
-  try {
-    value = torch::jit::pickle_load(std::vector<char>(file.bytes.begin(), file.bytes.end()));
-  } catch (const std::exception& e) {
-    return absl::DataLossError(
-        absl::StrCat("checkpoint file ", file.name, " cannot be read: ", e.what()));
-  }
-  if (!value.isGenericDict()) {
-    return absl::DataLossError(
-        absl::StrCat("checkpoint file ", file.name, " is not a dict of tensors"));
-  }
-  std::map<std::string, at::Tensor> out;
-  for (const auto& item : value.toGenericDict()) {
-    if (!item.key().isString() || !item.value().isTensor()) {
-      return absl::DataLossError(
-          absl::StrCat("checkpoint file ", file.name, " holds a non-tensor entry"));
-    }
-    out[item.key().toStringRef()] = item.value().toTensor();
-  }
-  return out;
-}
-
 Snapshot TakeSnapshot(Model& model, const std::vector<torch::optim::Optimizer*>& optimizers,
                       const TrainingPosition& position, const Snapshot* reuse,
                       const ExchangeState* exchange) {
@@ -291,15 +229,8 @@ Snapshot AllocateLike(const Snapshot& layout, bool pinned) {
 }
 
 std::vector<CheckpointFileSource> StreamFiles(const Snapshot& snapshot) {
-  const std::string model = ModelFileName(snapshot.rank);
-  const std::string state = TrainStateFileName(snapshot.rank);
-  return {{model,
-           [&snapshot, model](const CheckpointByteSink& out) {
-             return WritePickled(snapshot.model, model, out);
-           }},
-          {state, [&snapshot, state](const CheckpointByteSink& out) {
-             return WritePickled(snapshot.train_state, state, out);
-           }}};
+  return {TensorFileSource(ModelFileName(snapshot.rank), snapshot.model),
+          TensorFileSource(TrainStateFileName(snapshot.rank), snapshot.train_state)};
 }
 
 absl::StatusOr<TrainingPosition> Restore(const std::vector<CheckpointFileData>& files, Model& model,

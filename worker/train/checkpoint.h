@@ -3,7 +3,8 @@
 // it out in the background, and restoring from it.
 //
 // A checkpoint is two files, each a dict of named tensors in the format of
-// torch::pickle_save (Python's torch.load reads them):
+// torch::pickle_save (worker/tensor_file/tensor_file.h; Python's torch.load
+// reads them):
 //   model.pt        parameters and buffers by name — the exported state dict
 //   train_state.pt  "optim.<i>.<field>" optimizer state of model parameter i,
 //                   "meta.step", "meta.epoch", "meta.epoch_offset" (samples of
@@ -35,7 +36,6 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -86,11 +86,6 @@ struct Snapshot {
   // before the memory they write can be freed.
   std::shared_ptr<DeviceFence> ready;
 };
-
-// The named tensors of one checkpoint file (a dict of tensors in
-// torch::pickle_save's format). DATA_LOSS naming the file if it cannot be
-// read or holds anything else.
-absl::StatusOr<std::map<std::string, at::Tensor>> ReadTensorFile(const CheckpointFileData& file);
 
 // Copies parameters, buffers and the optimizers' state (SGD, Adam, AdamW,
 // AccumAdam(W)),

@@ -33,8 +33,8 @@
 #include "absl/status/statusor.h"
 #include "chorus/v1/coordinator.pb.h"
 #include "worker/comm/communicator.h"
+#include "worker/runtime/training_progress.h"
 #include "worker/train/checkpoint.h"
-#include "worker/train/training_progress.h"
 
 namespace chorus {
 

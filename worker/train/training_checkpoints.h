@@ -26,10 +26,10 @@
 #include "absl/status/status.h"
 #include "chorus/v1/coordinator.pb.h"
 #include "worker/comm/communicator.h"
+#include "worker/runtime/training_progress.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/checkpoint_schedule.h"
 #include "worker/train/model.h"
-#include "worker/train/training_progress.h"
 #include "worker/train/training_strategy.h"
 
 namespace chorus {

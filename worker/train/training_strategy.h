@@ -38,16 +38,20 @@
 #include "chorus/v1/coordinator.pb.h"
 #include "chorus/v1/job.pb.h"
 #include "worker/comm/communicator.h"
+#include "worker/runtime/training_progress.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/metrics_window.h"
 #include "worker/train/model.h"
-#include "worker/train/training_progress.h"
 
 namespace torch::optim {
 class Optimizer;
 }
 
 namespace chorus {
+
+// How often decentralized ranks check (with one small all-reduce) whether
+// any of them was asked to checkpoint.
+inline constexpr int64_t kCheckpointRequestCheckSteps = 10;
 
 // What each rank contributes to a checkpoint.
 struct CheckpointParts {

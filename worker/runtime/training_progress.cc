@@ -1,4 +1,4 @@
-#include "worker/train/training_progress.h"
+#include "worker/runtime/training_progress.h"
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"

@@ -2,6 +2,11 @@
 // phase, recent step times, and the checkpoint requests counted from
 // outside.
 //
+// It lives in worker/runtime, beside the heartbeat composition that reads
+// it, rather than in worker/train: the built-in trainer keeps one, and so
+// does an SDK program's ProgressReporter (sdk/progress.h), and neither the
+// SDK nor the runtime depends on the trainer.
+//
 // Thread-safety: every field is atomic; the training thread writes, any
 // other thread (heartbeats, a signal handler counting requests) reads or
 // counts.
@@ -10,8 +15,8 @@
 //   TrainingProgress progress;
 //   progress.Enter(v1::FORWARD);
 //   heartbeat.set_phase(static_cast<v1::Phase>(progress.phase.load()));
-#ifndef CHORUS_WORKER_TRAIN_TRAINING_PROGRESS_H_
-#define CHORUS_WORKER_TRAIN_TRAINING_PROGRESS_H_
+#ifndef CHORUS_WORKER_RUNTIME_TRAINING_PROGRESS_H_
+#define CHORUS_WORKER_RUNTIME_TRAINING_PROGRESS_H_
 
 #include <atomic>
 #include <cstdint>
@@ -39,24 +44,21 @@ struct TrainingProgress {
   // checkpoint requests so far. The trainer checkpoints once per new
   // count: DDP at the end of the current step (rank 0 stores);
   // decentralized at the next step that is a multiple of
-  // kCheckpointRequestCheckSteps, where the ranks agree on it.
+  // kCheckpointRequestCheckSteps (worker/train/training_strategy.h), where
+  // the ranks agree on it.
   std::atomic<int64_t> checkpoint_request{0};
   // Elastic jobs: the newest generation the coordinator asked this rank to
   // re-form into at its next step boundary (REFORM_AT_STEP_BOUNDARY; a drain
   // or a growth) and the world size planned for it, packed
-  // (PackReformRequest in step_boundary.h). The ranks agree on the boundary
-  // with one small all-reduce at the start of every step (Note [Step
-  // boundary] in trainer.cc).
+  // (PackReformRequest in worker/train/step_boundary.h). The ranks agree on
+  // the boundary with one small all-reduce at the start of every step (Note
+  // [Step boundary] in worker/train/trainer.cc).
   std::atomic<int64_t> reform_request{0};
 
   // Sets `phase` and stamps when it began (wall clock).
   void Enter(v1::Phase p);
 };
 
-// How often decentralized ranks check (with one small all-reduce) whether
-// any of them was asked to checkpoint.
-inline constexpr int64_t kCheckpointRequestCheckSteps = 10;
-
 }  // namespace chorus
 
-#endif  // CHORUS_WORKER_TRAIN_TRAINING_PROGRESS_H_
+#endif  // CHORUS_WORKER_RUNTIME_TRAINING_PROGRESS_H_
