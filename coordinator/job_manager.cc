@@ -61,16 +61,17 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(StateStore& state
   }
   std::unique_ptr<JobManager> manager(
       new JobManager(state, clock, max_pending_jobs, ended_jobs_in_memory));
-  ASSIGN_OR_RETURN(std::vector<v1::Job> jobs, state.LoadJobs());
   absl::MutexLock lock(&manager->mu_);
-  for (v1::Job& job : jobs) {
+  // One job at a time, so that a long history is never all in memory; its
+  // last event's seq is read when it is next needed.
+  RETURN_IF_ERROR(state.ForEachJob([&](v1::Job job) {
+    manager->mu_.AssertHeld();
     int64_t number = 0;
     if (absl::SimpleAtoi(absl::StripPrefix(job.job_id(), "job-"), &number)) {
       manager->next_number_ = std::max(manager->next_number_, number + 1);
     }
-    ASSIGN_OR_RETURN(const int64_t last_seq, state.LastEventSeq(job.job_id()));
-    manager->KeepLocked(std::move(job), last_seq);
-  }
+    manager->KeepLocked(std::move(job), kUnknownSeq);
+  }));
   return manager;
 }
 
@@ -118,9 +119,13 @@ absl::Status JobManager::CheckExistsLocked(const std::string& job_id) const {
   return LoadLocked(job_id).status();
 }
 
-absl::StatusOr<int64_t> JobManager::LastEventSeqLocked(const std::string& job_id) const {
-  if (auto it = jobs_.find(job_id); it != jobs_.end()) return it->second.last_event_seq;
-  return state_.LastEventSeq(job_id);
+absl::StatusOr<int64_t> JobManager::LastEventSeqLocked(const std::string& job_id) {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return state_.LastEventSeq(job_id);
+  if (it->second.last_event_seq == kUnknownSeq) {
+    ASSIGN_OR_RETURN(it->second.last_event_seq, state_.LastEventSeq(job_id));
+  }
+  return it->second.last_event_seq;
 }
 
 absl::StatusOr<int64_t> JobManager::Record(const v1::Job& job, int64_t last_event_seq,
@@ -302,7 +307,8 @@ absl::StatusOr<v1::Job> JobManager::Transition(const std::string& job_id,
     // Reasons may quote a user's job (Note [Bounded job output]).
     const std::string reason = BoundReason(change(job));
     job.set_reason(BoundReason(job.reason()));
-    ASSIGN_OR_RETURN(const int64_t seq, Record(job, it->second.last_event_seq, reason));
+    ASSIGN_OR_RETURN(const int64_t last_seq, LastEventSeqLocked(job_id));
+    ASSIGN_OR_RETURN(const int64_t seq, Record(job, last_seq, reason));
     KeepLocked(job, seq);
   }
   Publish(job_id);

@@ -135,13 +135,14 @@ class JobManager {
     void Set(v1::Job job);
     v1::Job Get() const;
     v1::Job::State state() const { return state_; }
-    int64_t last_event_seq = 0;
+    int64_t last_event_seq = 0;  // kUnknownSeq: not read from the database yet
 
    private:
     v1::Job::State state_ = v1::Job::STATE_UNSPECIFIED;
     std::unique_ptr<v1::Job> live_;  // while it has not ended
     std::string packed_;             // once it has
   };
+  static constexpr int64_t kUnknownSeq = -1;
   // The job in memory, or else in the database; NOT_FOUND if neither has it.
   absl::StatusOr<v1::Job> LoadLocked(const std::string& job_id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -150,7 +151,7 @@ class JobManager {
   absl::Status CheckExistsLocked(const std::string& job_id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The seq of the job's newest event.
-  absl::StatusOr<int64_t> LastEventSeqLocked(const std::string& job_id) const
+  absl::StatusOr<int64_t> LastEventSeqLocked(const std::string& job_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Keeps `job` in memory (or updates it there); an ended job beyond the
   // newest ended_jobs_in_memory_ leaves memory.

@@ -314,12 +314,11 @@ absl::Status CoordinatorServer::OpenState(const ServerOptions& options) {
   checkpoints_ = std::make_unique<CheckpointStore>(options.state_dir + "/checkpoints", *state_,
                                                    CheckpointFailpointFromEnvironment());
   std::vector<CheckpointStore::SharedJob> shared_jobs;
-  ASSIGN_OR_RETURN(const std::vector<v1::Job> all_jobs, jobs_->List({}, 0));
-  for (const v1::Job& job : all_jobs) {
+  RETURN_IF_ERROR(state_->ForEachJob([&](v1::Job job) {
     if (job.spec().checkpoint().storage() == v1::CheckpointSpec::SHARED_DIR) {
       shared_jobs.push_back({SharedCheckpointRoot(job.spec().checkpoint()), job.job_id()});
     }
-  }
+  }));
   return checkpoints_->Recover(shared_jobs);
 }
 

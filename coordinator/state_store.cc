@@ -215,13 +215,29 @@ absl::Status StateStore::AppendEventLocked(const v1::JobEvent& event) {
 }
 
 absl::StatusOr<std::vector<v1::Job>> StateStore::LoadJobs() {
+  std::vector<v1::Job> jobs;
+  RETURN_IF_ERROR(ForEachJob([&](v1::Job job) { jobs.push_back(std::move(job)); }));
+  return jobs;
+}
+
+absl::Status StateStore::ForEachJob(const std::function<void(v1::Job)>& visit) {
   absl::MutexLock lock(&mu_);
   Statement st;
   if (sqlite3_prepare_v2(db_, "SELECT job FROM jobs ORDER BY submit_time_us, job_id", -1, &st.stmt,
                          nullptr) != SQLITE_OK) {
     return Error("prepare");
   }
-  return ReadJobs(st.stmt);
+  int rc;
+  while ((rc = sqlite3_step(st.stmt)) == SQLITE_ROW) {
+    v1::Job job;
+    if (!ParseColumn(st.stmt, 0, job)) {
+      return absl::DataLossError(
+          absl::StrCat("state database ", path_, ": a job record is corrupt"));
+    }
+    visit(std::move(job));
+  }
+  if (rc != SQLITE_DONE) return Error("loading jobs");
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<v1::Job>> StateStore::ReadJobs(sqlite3_stmt* stmt) {

@@ -12,6 +12,7 @@
 #ifndef CHORUS_COORDINATOR_STATE_STORE_H_
 #define CHORUS_COORDINATOR_STATE_STORE_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,6 +47,10 @@ class StateStore {
   absl::Status SaveJobAndEvent(const v1::Job& job, const v1::JobEvent& event);
   // Every job, oldest first.
   absl::StatusOr<std::vector<v1::Job>> LoadJobs();
+  // Calls `visit` with every job, oldest first, one at a time (a long
+  // history is never all in memory at once). `visit` must not call back
+  // into the store.
+  absl::Status ForEachJob(const std::function<void(v1::Job)>& visit);
   // The job `job_id`; NOT_FOUND if there is none.
   absl::StatusOr<v1::Job> LoadJob(const std::string& job_id);
   // At most `limit` jobs whose id sorts before `before_id` (bytewise, as
