@@ -6,34 +6,26 @@ they write (Chorus' per-rank sample traces, the peer's progress file).
 """
 
 import argparse
+import functools
 import glob
 import json
 import os
 import random
 import signal
-import socket
 import subprocess
-import sys
 import tempfile
 import time
+
+
+import bench_util
+from bench_util import Progress, free_port, log
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 POLL = 0.02  # seconds between looks at the traces and the progress file
+wait_until = functools.partial(bench_util.wait_until, poll=POLL)
 
 
-def log(*args):
-    print(*args, file=sys.stderr, flush=True)
-
-
-def wait_until(predicate, timeout, what):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(POLL)
-    raise TimeoutError(f"{what}: not within {timeout:.0f} s")
 
 
 # ----------------------------------------------------------------- Chorus
@@ -221,33 +213,7 @@ def chorus_chaos_run(args, tmp):
 # ------------------------------------------------------------------- peer
 
 
-class Progress:
-    """Reads the peer's JSON-lines progress file as it grows."""
 
-    def __init__(self, path):
-        self.path = path
-        self.offset = 0
-        self.events = []
-
-    def poll(self):
-        if not os.path.exists(self.path):
-            return
-        with open(self.path) as f:
-            f.seek(self.offset)
-            data = f.read()
-        cut = data.rfind("\n") + 1
-        self.offset += len(data[:cut].encode())
-        self.events += [json.loads(l) for l in data[:cut].splitlines() if l.strip()]
-
-    def of(self, event, **match):
-        return [e for e in self.events
-                if e["event"] == event and all(e.get(k) == v for k, v in match.items())]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_peer(args, tmp, name, steps, max_restarts, epochs=KILL_EPOCHS):

@@ -31,57 +31,28 @@ How to run (from the repository root, after `bazel build //client:chorus`)
 """
 
 import argparse
+import functools
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
+
+import bench_util
+from bench_util import Progress, free_port, log
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 SCRIPT = os.path.join(HERE, "torchrun_checkpointed_mlp.py")
 POLL = 0.01  # seconds between looks at the progress file
+wait_until = functools.partial(bench_util.wait_until, poll=POLL)
 
 
-def log(*args):
-    print(*args, file=sys.stderr, flush=True)
 
-
-def wait_until(predicate, timeout, what):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(POLL)
-    raise TimeoutError(f"{what}: not within {timeout:.0f} s")
-
-
-class Progress:
-    """The script's JSON-lines progress file, read as it grows."""
-
-    def __init__(self, path):
-        self.path = path
-        self.offset = 0
-        self.events = []
-
-    def poll(self):
-        if not os.path.exists(self.path):
-            return
-        with open(self.path, "rb") as f:
-            f.seek(self.offset)
-            data = f.read()
-        cut = data.rfind(b"\n") + 1
-        self.offset += cut
-        self.events += [json.loads(l) for l in data[:cut].decode().splitlines() if l.strip()]
-
-    def of(self, event, **match):
-        return [e for e in self.events
-                if e["event"] == event and all(e.get(k) == v for k, v in match.items())]
 
 
 def script_args(args, ckpt, progress):
@@ -108,10 +79,6 @@ elastic {{ max_restarts: 3 }}
                             stdout=out, stderr=err, cwd=tmp, start_new_session=True)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_peer(args, tmp, name, ckpt, progress, monitor_interval):
