@@ -33,6 +33,9 @@ readonly PACKAGES=(
   dataset-fashion-mnist
   # PyTorch for TorchScript fixtures and reference runs (/usr/bin/python3).
   python3-torch
+  # The Python package (python/): pybind11's headers for its native module,
+  # built against python3-torch's LibTorch.
+  pybind11-dev
   # Fuzzing (fuzz/run_fuzzers.sh): clang with libFuzzer and the sanitizer
   # runtimes.
   clang-14 libfuzzer-14-dev libclang-rt-14-dev

@@ -65,8 +65,8 @@ absl::Status TensorCheckpoints::Save(int64_t step, const std::vector<NamedTensor
   return absl::OkStatus();
 }
 
-absl::StatusOr<int64_t> TensorCheckpoints::Restore(const v1::CheckpointManifest& manifest,
-                                                   const std::vector<NamedTensor>& into) {
+absl::StatusOr<TensorCheckpoints::Loaded> TensorCheckpoints::Load(
+    const v1::CheckpointManifest& manifest) {
   if (!HasCheckpoint(manifest)) {
     return absl::NotFoundError(
         "no checkpoint to resume from: the job was not submitted with --resume_from");
@@ -85,6 +85,19 @@ absl::StatusOr<int64_t> TensorCheckpoints::Restore(const v1::CheckpointManifest&
   }
   ASSIGN_OR_RETURN(TensorsByName by_name, ReadTensorFile(*model_file));
   ASSIGN_OR_RETURN(const TensorsByName state, ReadTensorFile(*state_file));
+  Loaded loaded;
+  auto saved_step = state.find("meta.step");
+  loaded.step = saved_step != state.end() ? saved_step->second.item<int64_t>() : manifest.step();
+  for (auto& [name, tensor] : by_name) loaded.tensors.push_back({name, std::move(tensor)});
+  return loaded;
+}
+
+absl::StatusOr<int64_t> TensorCheckpoints::Restore(const v1::CheckpointManifest& manifest,
+                                                   const std::vector<NamedTensor>& into) {
+  ASSIGN_OR_RETURN(Loaded loaded, Load(manifest));
+  const std::string where = absl::StrCat("checkpoint ", manifest.job_id(), ":", manifest.step());
+  TensorsByName by_name;
+  for (NamedTensor& t : loaded.tensors) by_name.emplace(t.name, std::move(t.tensor));
   // Check everything before changing anything.
   for (const NamedTensor& t : into) {
     auto it = by_name.find(t.name);
@@ -102,8 +115,7 @@ absl::StatusOr<int64_t> TensorCheckpoints::Restore(const v1::CheckpointManifest&
     torch::NoGradGuard no_grad;
     for (const NamedTensor& t : into) t.tensor.copy_(by_name[t.name]);
   }
-  auto saved_step = state.find("meta.step");
-  return saved_step != state.end() ? saved_step->second.item<int64_t>() : manifest.step();
+  return loaded.step;
 }
 
 }  // namespace chorus

@@ -54,6 +54,15 @@ class TensorCheckpoints {
   absl::StatusOr<int64_t> Restore(const v1::CheckpointManifest& manifest,
                                   const std::vector<NamedTensor>& into);
 
+  // Every tensor of checkpoint `manifest` (in name order, on the CPU) and
+  // its step, for a program that rebuilds its state from what was saved
+  // (the Python package's load_checkpoint). Errors as Restore's.
+  struct Loaded {
+    int64_t step = 0;
+    std::vector<NamedTensor> tensors;
+  };
+  absl::StatusOr<Loaded> Load(const v1::CheckpointManifest& manifest);
+
  private:
   CheckpointStorage& storage_;
   const int rank_;

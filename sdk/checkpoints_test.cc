@@ -51,6 +51,17 @@ TEST_F(CheckpointsTest, NamedTensorsRoundTripBitForBit) {
   EXPECT_TRUE(SameBits(weight, weight2));
   EXPECT_TRUE(SameBits(counter, counter2));
   EXPECT_TRUE(SameBits(half, half2));
+
+  // Load gives every tensor by name, without tensors to copy into.
+  absl::StatusOr<TensorCheckpoints::Loaded> loaded = other.Load(*manifest);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->step, 40);
+  ASSERT_EQ(loaded->tensors.size(), 3u);
+  EXPECT_EQ(loaded->tensors[0].name, "actor.weight");
+  EXPECT_TRUE(SameBits(loaded->tensors[0].tensor, weight));
+  EXPECT_EQ(loaded->tensors[1].name, "h");
+  EXPECT_TRUE(SameBits(loaded->tensors[2].tensor, counter));
+  EXPECT_TRUE(absl::IsNotFound(other.Load(v1::CheckpointManifest()).status()));
 }
 
 TEST_F(CheckpointsTest, OnlyRankZeroStores) {

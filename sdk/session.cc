@@ -215,6 +215,13 @@ absl::Status Session::SaveCheckpoint(int64_t step, const std::vector<NamedTensor
   return checkpoints_->Save(step, tensors);
 }
 
+absl::Status Session::StoreCheckpointCopy(int64_t step, const std::vector<NamedTensor>& copies) {
+  if (checkpoints_ == nullptr) {
+    return absl::FailedPreconditionError("this session has no checkpoint storage");
+  }
+  return checkpoints_->Save(step, copies);
+}
+
 absl::Time Session::StateDeadline() const {
   return absl::Now() +
          absl::Seconds(std::max<int64_t>(env_.joined.spec().elastic().wait_seconds(), 60));
@@ -342,6 +349,14 @@ absl::StatusOr<int64_t> Session::RestoreCheckpoint(const std::vector<NamedTensor
   }
   PhaseScope phase(*progress_, v1::CHECKPOINT);
   return checkpoints_->Restore(env_.joined.resume(), into);
+}
+
+absl::StatusOr<TensorCheckpoints::Loaded> Session::LoadCheckpoint() {
+  if (checkpoints_ == nullptr) {
+    return absl::FailedPreconditionError("this session has no checkpoint storage");
+  }
+  PhaseScope phase(*progress_, v1::CHECKPOINT);
+  return checkpoints_->Load(env_.joined.resume());
 }
 
 }  // namespace chorus

@@ -145,6 +145,11 @@ class Session {
   // session has one (FromEnvironment always does).
   Communicator& communicator();
   std::shared_ptr<Communicator> shared_communicator() const { return comm_; }
+  // The current generation's key-value store at the coordinator (where its
+  // communicator met); the program may keep keys of its own there.
+  // JoinNextGeneration replaces it; the old one stays valid until the
+  // session ends.
+  Store& store() { return *store_; }
   // Where this rank's tensors go: its GPU for a CUDA job (the communicator is
   // NCCL), the CPU otherwise. Move the model and batches there.
   c10::Device device() const;
@@ -165,9 +170,16 @@ class Session {
   // Checkpoint `step` of `tensors` (checkpoints.h: rank 0 stores, blocks
   // until committed; other ranks return at once).
   absl::Status SaveCheckpoint(int64_t step, const std::vector<NamedTensor>& tensors);
+  // SaveCheckpoint without entering phase CHECKPOINT: for a copy of the
+  // state stored from another thread while training goes on (the Python
+  // package's save_checkpoint); one at a time.
+  absl::Status StoreCheckpointCopy(int64_t step, const std::vector<NamedTensor>& copies);
   // Copies the resume checkpoint's tensors into `into` and returns its
   // step; NOT_FOUND when the job does not resume (resuming() is false).
   absl::StatusOr<int64_t> RestoreCheckpoint(const std::vector<NamedTensor>& into);
+  // Every tensor of the resume checkpoint and its step (TensorCheckpoints::
+  // Load); NOT_FOUND when the job does not resume.
+  absl::StatusOr<TensorCheckpoints::Loaded> LoadCheckpoint();
 
   // ---- Elastic jobs (spec.elastic; docs/sdk.md "Elastic programs").
   //

@@ -1,0 +1,438 @@
+#include "python/process_group.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/ivalue.h>
+
+#include <algorithm>
+#include <optional>
+#include <stdexcept>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "chorus/progress.h"
+
+namespace chorus {
+namespace {
+
+// c10d reports errors by throwing; its Python binding turns them into
+// RuntimeError with this message.
+[[noreturn]] void Refuse(const std::string& message) {
+  throw std::invalid_argument(absl::StrCat("chorus backend: ", message));
+}
+
+void CheckOne(const std::vector<at::Tensor>& tensors, const char* op) {
+  if (tensors.size() != 1) {
+    Refuse(absl::StrCat(op, " takes one tensor per process (a rank owns one device); got ",
+                        tensors.size()));
+  }
+}
+
+void CheckContiguous(const at::Tensor& t, const char* op) {
+  if (!t.is_contiguous()) {
+    Refuse(absl::StrCat(op, " needs a contiguous tensor (call .contiguous() first)"));
+  }
+}
+
+void CheckList(const std::vector<at::Tensor>& list, const at::Tensor& like, int size,
+               const char* op) {
+  if (static_cast<int>(list.size()) != size) {
+    Refuse(absl::StrCat(op, " needs one tensor per rank (", size, "); got ", list.size()));
+  }
+  for (const at::Tensor& t : list) {
+    if (t.numel() != like.numel() || t.scalar_type() != like.scalar_type()) {
+      Refuse(absl::StrCat(op, ": every tensor of the list must have the size and dtype of the ",
+                          "input (", like.numel(), " elements of ", DtypeName(like.scalar_type()),
+                          ")"));
+    }
+  }
+}
+
+[[noreturn]] void Unsupported(const char* op, const char* instead) {
+  Refuse(absl::StrCat(op, " is not supported; ", instead));
+}
+
+// The flat buffer a list of per-rank tensors is laid out in.
+at::Tensor Flat(const at::Tensor& like, int size) {
+  return at::empty({size * like.numel()}, like.options());
+}
+
+// Copies slice `index` of `flat` (`into`'s size) into `into`.
+void CopySlice(const at::Tensor& flat, int64_t index, at::Tensor& into) {
+  const int64_t n = into.numel();
+  into.copy_(flat.narrow(0, index * n, n).view(into.sizes()));
+}
+
+std::vector<c10::Device> CudaDevices(const std::vector<at::Tensor>& tensors) {
+  std::vector<c10::Device> devices;
+  for (const at::Tensor& t : tensors) {
+    if (t.is_cuda() && std::find(devices.begin(), devices.end(), t.device()) == devices.end()) {
+      devices.push_back(t.device());
+    }
+  }
+  return devices;
+}
+
+}  // namespace
+
+absl::StatusOr<ReduceOp> ToChorusReduceOp(const c10d::ReduceOp& op, const char* collective) {
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM:
+      return ReduceOp::kSum;
+    case c10d::ReduceOp::AVG:
+      return ReduceOp::kAvg;
+    case c10d::ReduceOp::MIN:
+      return ReduceOp::kMin;
+    case c10d::ReduceOp::MAX:
+      return ReduceOp::kMax;
+    case c10d::ReduceOp::PRODUCT:
+      return absl::InvalidArgumentError(
+          absl::StrCat(collective, " with ReduceOp.PRODUCT is not supported; use SUM, AVG, MIN or MAX"));
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          collective, " with ReduceOp ", static_cast<int>(op.op_),
+          " (a bitwise or pre-multiplied reduction) is not supported; use SUM, AVG, MIN or MAX"));
+  }
+}
+
+namespace {
+
+ReduceOp ReduceOrRefuse(const c10d::ReduceOp& op, const char* collective) {
+  absl::StatusOr<ReduceOp> chorus_op = ToChorusReduceOp(op, collective);
+  if (!chorus_op.ok()) Refuse(std::string(chorus_op.status().message()));
+  return *chorus_op;
+}
+
+}  // namespace
+
+CommunicatorWork::CommunicatorWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs,
+                                   ProgressReporter* progress)
+    : c10d::Work(rank, type),
+      outputs_(std::move(outputs)),
+      progress_(progress),
+      future_(c10::make_intrusive<c10::ivalue::Future>(
+          c10::ListType::create(c10::TensorType::get()), CudaDevices(outputs_))) {}
+
+bool CommunicatorWork::wait(std::chrono::milliseconds timeout) {
+  std::optional<PhaseScope> waiting;
+  if (progress_ != nullptr) waiting.emplace(*progress_, v1::COLLECTIVE);
+  return c10d::Work::wait(timeout);
+}
+
+void CommunicatorWork::Complete(const absl::Status& status) {
+  // The Future first: a caller that returns from wait() may read it at once.
+  if (status.ok()) {
+    future_->markCompleted(c10::IValue(outputs_));
+    finish();
+    return;
+  }
+  std::exception_ptr error = std::make_exception_ptr(std::runtime_error(status.ToString()));
+  future_->setError(error);
+  finish(error);
+}
+
+CommunicatorProcessGroup::CommunicatorProcessGroup(std::shared_ptr<Communicator> comm,
+                                                   ProgressReporter* progress,
+                                                   std::shared_ptr<const void> owner)
+    : c10d::ProcessGroup(comm->rank(), comm->size()),
+      comm_(std::move(comm)),
+      progress_(progress),
+      owner_(std::move(owner)),
+      completer_([this] { CompleteInOrder(); }) {}
+
+CommunicatorProcessGroup::~CommunicatorProcessGroup() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  completer_.join();
+}
+
+uint64_t CommunicatorProcessGroup::getSequenceNumberForGroup() {
+  absl::MutexLock lock(&mu_);
+  return issued_;
+}
+
+c10::intrusive_ptr<c10d::Work> CommunicatorProcessGroup::Track(std::shared_ptr<Work> op,
+                                                               c10d::OpType type,
+                                                               std::vector<at::Tensor> outputs,
+                                                               std::function<void()> after) {
+  auto work = c10::make_intrusive<CommunicatorWork>(getRank(), type, std::move(outputs), progress_);
+  absl::MutexLock lock(&mu_);
+  ++issued_;
+  pending_.push_back(Pending{std::move(op), work, std::move(after)});
+  return work;
+}
+
+// The communicator's queue runs ops in issue order, so waiting for them in
+// that order finishes each as soon as it is done.
+void CommunicatorProcessGroup::CompleteInOrder() {
+  for (;;) {
+    Pending next;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](CommunicatorProcessGroup* g) ABSL_EXCLUSIVE_LOCKS_REQUIRED(g->mu_) {
+            return g->stopping_ || !g->pending_.empty();
+          },
+          this));
+      if (pending_.empty()) return;  // stopping, nothing left
+      next = std::move(pending_.front());
+      pending_.pop_front();
+    }
+    absl::Status status = next.op->Wait(absl::InfiniteFuture());
+    if (status.ok() && next.after) {
+      try {
+        next.after();
+      } catch (const std::exception& e) {
+        status = absl::InternalError(absl::StrCat("copying the result out: ", e.what()));
+      }
+    }
+    next.work->Complete(status);
+  }
+}
+
+c10::intrusive_ptr<c10d::Work> CommunicatorProcessGroup::broadcast(
+    std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
+  CheckOne(tensors, "broadcast");
+  CheckContiguous(tensors[0], "broadcast");
+  return Track(comm_->Broadcast(tensors[0], static_cast<int>(opts.rootRank), "torch:broadcast"),
+               c10d::OpType::BROADCAST, tensors);
+}
+
+c10::intrusive_ptr<c10d::Work> CommunicatorProcessGroup::allreduce(
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
+  CheckOne(tensors, "all_reduce");
+  CheckContiguous(tensors[0], "all_reduce");
+  ReduceOp op = ReduceOrRefuse(opts.reduceOp, "all_reduce");
+  return Track(comm_->AllReduce(tensors[0], op, "torch:all_reduce"), c10d::OpType::ALLREDUCE,
+               tensors);
+}
+
+c10::intrusive_ptr<c10d::Work> CommunicatorProcessGroup::allreduce_coalesced(
+    std::vector<at::Tensor>&, const c10d::AllreduceCoalescedOptions&) {
+  Unsupported("all_reduce_coalesced", "all-reduce the tensors one by one or flattened into one");
+}
+
+c10::intrusive_ptr<c10d::Work> CommunicatorProcessGroup::reduce(
+    std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
+  CheckOne(tensors, "reduce");
+  CheckContiguous(tensors[0], "reduce");
+  ReduceOp op = ReduceOrRefuse(opts.reduceOp, "reduce");
+  // The root's tensor takes the result; the others stay as they were.
+  at::Tensor target = opts.rootRank == getRank() ? tensors[0] : tensors[0].clone();
+  return Track(comm_->AllReduce(target, op, "torch:reduce"), c10d::OpType::REDUCE, tensors);
+}
+
+c10::intrusive_ptr<c10d::Work> CommunicatorProcessGroup::allgather(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions&) {
+  CheckOne(inputs, "all_gather");
+  if (outputs.size() != 1) Refuse("all_gather takes one output list per process");
+  at::Tensor input = inputs[0].contiguous();
+  CheckList(outputs[0], input, getSize(), "all_gather");
+  at::Tensor flat = Flat(input, getSize());
+  std::vector<at::Tensor> list = outputs[0];
+  return Track(comm_->AllGather(input, flat, "torch:all_gather"), c10d::OpType::ALLGATHER, list,
+               [flat, list]() mutable {
+                 for (size_t r = 0; r < list.size(); ++r) CopySlice(flat, r, list[r]);
+               });
+}
+
+c10::intrusive_ptr<c10d::Work> CommunicatorProcessGroup::_allgather_base(
+    at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions&) {
+  CheckContiguous(output, "all_gather_into_tensor");
+  if (output.numel() != getSize() * input.numel() ||
+      output.scalar_type() != input.scalar_type()) {
+    Refuse(absl::StrCat("all_gather_into_tensor needs an output of world size x input elements (",
+                        getSize() * input.numel(), ") and the input's dtype"));
+  }
+  return Track(comm_->AllGather(input.contiguous(), output.view({-1}), "torch:all_gather"),
+               c10d::OpType::_ALLGATHER_BASE, {output});
+}
+
+c10::intrusive_ptr<c10d::Work> CommunicatorProcessGroup::allgather_coalesced(
+    std::vector<std::vector<at::Tensor>>&, std::vector<at::Tensor>&,
+    const c10d::AllgatherOptions&) {
+  Unsupported("all_gather_coalesced", "all-gather the tensors one by one");
+}
+
+c10::intrusive_ptr<c10d::Work> CommunicatorProcessGroup::gather(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::GatherOptions& opts) {
+  CheckOne(inputs, "gather");
+  at::Tensor input = inputs[0].contiguous();
+  const bool root = opts.rootRank == getRank();
+  std::vector<at::Tensor> list;
+  if (root) {
+    if (outputs.size() != 1) Refuse("gather: the root takes one output list");
+    list = outputs[0];
+    CheckList(list, input, getSize(), "gather");
+  } else if (!outputs.empty() && !outputs[0].empty()) {
+    Refuse(absl::StrCat("gather: only the root (rank ", opts.rootRank,
+                        ") passes an output list"));
+  }
+  at::Tensor flat = Flat(input, getSize());
+  return Track(comm_->AllGather(input, flat, "torch:gather"), c10d::OpType::GATHER, list,
+               [flat, list]() mutable {
+                 for (size_t r = 0; r < list.size(); ++r) CopySlice(flat, r, list[r]);
+               });
+}
+
+c10::intrusive_ptr<c10d::Work> CommunicatorProcessGroup::scatter(
+    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+    const c10d::ScatterOptions& opts) {
+  CheckOne(outputs, "scatter");
+  at::Tensor output = outputs[0];
+  const bool root = opts.rootRank == getRank();
+  at::Tensor flat = Flat(output, getSize());
+  if (root) {
+    if (inputs.size() != 1) Refuse("scatter: the root takes one input list");
+    CheckList(inputs[0], output, getSize(), "scatter");
+    for (int r = 0; r < getSize(); ++r) {
+      flat.narrow(0, r * output.numel(), output.numel()).copy_(inputs[0][r].reshape({-1}));
+    }
+  } else if (!inputs.empty() && !inputs[0].empty()) {
+    Refuse(absl::StrCat("scatter: only the root (rank ", opts.rootRank, ") passes an input list"));
+  }
+  const int rank = getRank();
+  return Track(comm_->Broadcast(flat, static_cast<int>(opts.rootRank), "torch:scatter"),
+               c10d::OpType::SCATTER, outputs,
+               [flat, output, rank]() mutable { CopySlice(flat, rank, output); });
+}
+
+c10::intrusive_ptr<c10d::Work> CommunicatorProcessGroup::reduce_scatter(
+    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  CheckOne(outputs, "reduce_scatter");
+  if (inputs.size() != 1) Refuse("reduce_scatter takes one input list per process");
+  at::Tensor output = outputs[0];
+  CheckList(inputs[0], output, getSize(), "reduce_scatter");
+  ReduceOp op = ReduceOrRefuse(opts.reduceOp, "reduce_scatter");
+  at::Tensor flat = Flat(output, getSize());
+  for (int r = 0; r < getSize(); ++r) {
+    flat.narrow(0, r * output.numel(), output.numel()).copy_(inputs[0][r].reshape({-1}));
+  }
+  const int rank = getRank();
+  return Track(comm_->AllReduce(flat, op, "torch:reduce_scatter"), c10d::OpType::REDUCE_SCATTER,
+               outputs, [flat, output, rank]() mutable { CopySlice(flat, rank, output); });
+}
+
+c10::intrusive_ptr<c10d::Work> CommunicatorProcessGroup::_reduce_scatter_base(
+    at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
+  if (input.numel() != getSize() * output.numel() ||
+      output.scalar_type() != input.scalar_type()) {
+    Refuse(absl::StrCat("reduce_scatter_tensor needs an input of world size x output elements (",
+                        getSize() * output.numel(), ") and the output's dtype"));
+  }
+  ReduceOp op = ReduceOrRefuse(opts.reduceOp, "reduce_scatter_tensor");
+  at::Tensor flat = input.reshape({-1}).clone();  // the input stays as it was
+  const int rank = getRank();
+  at::Tensor out = output;
+  return Track(comm_->AllReduce(flat, op, "torch:reduce_scatter"),
+               c10d::OpType::_REDUCE_SCATTER_BASE, {output},
+               [flat, out, rank]() mutable { CopySlice(flat, rank, out); });
+}
+
+c10::intrusive_ptr<c10d::Work> CommunicatorProcessGroup::alltoall_base(
+    at::Tensor&, at::Tensor&, std::vector<int64_t>&, std::vector<int64_t>&,
+    const c10d::AllToAllOptions&) {
+  Unsupported("all_to_all_single", "exchange the parts with send/recv (isend/irecv)");
+}
+
+c10::intrusive_ptr<c10d::Work> CommunicatorProcessGroup::alltoall(
+    std::vector<at::Tensor>&, std::vector<at::Tensor>&, const c10d::AllToAllOptions&) {
+  Unsupported("all_to_all", "exchange the parts with send/recv (isend/irecv)");
+}
+
+void CommunicatorProcessGroup::monitoredBarrier(const c10d::BarrierOptions&, bool) {
+  Unsupported("monitored_barrier",
+              "use barrier(): the coordinator names a rank that does not reach it "
+              "(`chorus status`)");
+}
+
+c10::intrusive_ptr<c10d::Work> CommunicatorProcessGroup::send(std::vector<at::Tensor>& tensors,
+                                                              int dst_rank, int) {
+  CheckOne(tensors, "send");
+  CheckContiguous(tensors[0], "send");
+  return Track(comm_->Send(tensors[0], dst_rank, "torch:send"), c10d::OpType::SEND, tensors);
+}
+
+c10::intrusive_ptr<c10d::Work> CommunicatorProcessGroup::recv(std::vector<at::Tensor>& tensors,
+                                                              int src_rank, int) {
+  CheckOne(tensors, "recv");
+  CheckContiguous(tensors[0], "recv");
+  return Track(comm_->Recv(tensors[0], src_rank, "torch:recv"), c10d::OpType::RECV, tensors);
+}
+
+c10::intrusive_ptr<c10d::Work> CommunicatorProcessGroup::recvAnysource(std::vector<at::Tensor>&,
+                                                                       int) {
+  Unsupported("recv without a source rank", "pass src= (matching is per pair of ranks)");
+}
+
+c10::intrusive_ptr<c10d::Work> CommunicatorProcessGroup::barrier(const c10d::BarrierOptions&) {
+  return Track(comm_->Barrier("torch:barrier"), c10d::OpType::BARRIER, {});
+}
+
+TorchStore::TorchStore(chorus::Store& store, std::shared_ptr<const void> owner)
+    : store_(store), owner_(std::move(owner)) {}
+
+namespace {
+
+void ThrowIfError(const absl::Status& status, const char* op, const std::string& key) {
+  if (!status.ok()) {
+    throw std::runtime_error(absl::StrCat("chorus store: ", op, " '", key, "': ", status.ToString()));
+  }
+}
+
+absl::Time DeadlineAfter(std::chrono::milliseconds timeout) {
+  return timeout == c10d::Store::kNoTimeout
+             ? absl::InfiniteFuture()
+             : absl::Now() + absl::FromChrono(std::chrono::milliseconds(timeout));
+}
+
+}  // namespace
+
+void TorchStore::set(const std::string& key, const std::vector<uint8_t>& value) {
+  ThrowIfError(store_.Set(key, std::string(value.begin(), value.end())), "set", key);
+}
+
+std::vector<uint8_t> TorchStore::compareSet(const std::string&, const std::vector<uint8_t>&,
+                                            const std::vector<uint8_t>&) {
+  Unsupported("the store's compare_set", "use set, get, add and wait");
+}
+
+std::vector<uint8_t> TorchStore::get(const std::string& key) {
+  absl::StatusOr<std::string> value = store_.Get(key, DeadlineAfter(timeout_));
+  ThrowIfError(value.status(), "get", key);
+  return std::vector<uint8_t>(value->begin(), value->end());
+}
+
+int64_t TorchStore::add(const std::string& key, int64_t value) {
+  absl::StatusOr<int64_t> sum = store_.Add(key, value);
+  ThrowIfError(sum.status(), "add", key);
+  return *sum;
+}
+
+bool TorchStore::deleteKey(const std::string&) {
+  Unsupported("the store's delete_key", "keys live as long as the generation");
+}
+
+bool TorchStore::check(const std::vector<std::string>& keys) {
+  absl::Status s = store_.Wait(keys, absl::Now());
+  if (absl::IsDeadlineExceeded(s)) return false;
+  ThrowIfError(s, "check", keys.empty() ? "" : keys.front());
+  return true;
+}
+
+int64_t TorchStore::getNumKeys() {
+  Unsupported("the store's num_keys", "count with add on a key of your own");
+}
+
+void TorchStore::wait(const std::vector<std::string>& keys) { wait(keys, timeout_); }
+
+void TorchStore::wait(const std::vector<std::string>& keys,
+                      const std::chrono::milliseconds& timeout) {
+  ThrowIfError(store_.Wait(keys, DeadlineAfter(timeout)), "wait", keys.empty() ? "" : keys.front());
+}
+
+}  // namespace chorus

@@ -1,0 +1,175 @@
+#include "python/process_group.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/ivalue.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "worker/comm/rank_threads.h"
+
+namespace chorus {
+namespace {
+
+// The group over a rank thread's communicator, which RunGlooRanks owns.
+c10::intrusive_ptr<CommunicatorProcessGroup> GroupOver(Communicator& comm) {
+  return c10::make_intrusive<CommunicatorProcessGroup>(
+      std::shared_ptr<Communicator>(&comm, [](Communicator*) {}), nullptr);
+}
+
+std::string ErrorOf(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(CommunicatorProcessGroupTest, AllReduceSumsAndItsFutureHoldsTheResult) {
+  RunGlooRanks(2, [](int rank, Communicator& comm) {
+    auto group = GroupOver(comm);
+    std::vector<at::Tensor> tensors = {at::full({3}, rank + 1.0)};
+    c10d::AllreduceOptions opts;
+    auto work = group->allreduce(tensors, opts);
+    work->wait();
+    EXPECT_TRUE(at::equal(tensors[0], at::full({3}, 3.0)));
+    c10::intrusive_ptr<c10::ivalue::Future> future = work->getFuture();
+    ASSERT_TRUE(future->completed());
+    std::vector<at::Tensor> result = future->value().toTensorVector();
+    ASSERT_EQ(result.size(), 1u);
+    EXPECT_TRUE(result[0].is_same(tensors[0]));
+    opts.reduceOp = c10d::ReduceOp::MAX;
+    std::vector<at::Tensor> max = {at::full({2}, static_cast<double>(rank))};
+    group->allreduce(max, opts)->wait();
+    EXPECT_TRUE(at::equal(max[0], at::full({2}, 1.0)));
+  });
+}
+
+TEST(CommunicatorProcessGroupTest, BroadcastAndBarrier) {
+  RunGlooRanks(2, [](int rank, Communicator& comm) {
+    auto group = GroupOver(comm);
+    std::vector<at::Tensor> tensors = {at::full({4}, rank == 1 ? 7.0 : 0.0)};
+    c10d::BroadcastOptions opts;
+    opts.rootRank = 1;
+    group->broadcast(tensors, opts)->wait();
+    EXPECT_TRUE(at::equal(tensors[0], at::full({4}, 7.0)));
+    EXPECT_TRUE(group->barrier(c10d::BarrierOptions())->wait());
+    EXPECT_EQ(group->getSequenceNumberForGroup(), 2u);
+  });
+}
+
+TEST(CommunicatorProcessGroupTest, AllGatherFillsEveryRanksSlot) {
+  RunGlooRanks(3, [](int rank, Communicator& comm) {
+    auto group = GroupOver(comm);
+    std::vector<at::Tensor> inputs = {at::full({2, 2}, static_cast<double>(rank), at::kDouble)};
+    std::vector<std::vector<at::Tensor>> outputs(1);
+    for (int r = 0; r < 3; ++r) outputs[0].push_back(at::zeros({2, 2}, at::kDouble));
+    group->allgather(outputs, inputs, c10d::AllgatherOptions())->wait();
+    for (int r = 0; r < 3; ++r) {
+      EXPECT_TRUE(at::equal(outputs[0][r], at::full({2, 2}, static_cast<double>(r), at::kDouble)))
+          << r;
+    }
+    at::Tensor flat = at::zeros({6}, at::kFloat);
+    at::Tensor in = at::full({2}, rank + 0.5, at::kFloat);
+    group->_allgather_base(flat, in, c10d::AllgatherOptions())->wait();
+    EXPECT_TRUE(at::equal(flat, at::tensor({0.5f, 0.5f, 1.5f, 1.5f, 2.5f, 2.5f})));
+  });
+}
+
+TEST(CommunicatorProcessGroupTest, ReduceScatterLeavesTheInputAndGivesEachRankItsPart) {
+  RunGlooRanks(2, [](int rank, Communicator& comm) {
+    auto group = GroupOver(comm);
+    at::Tensor input = at::arange(4, at::kFloat) + rank;  // rank 0: 0 1 2 3, rank 1: 1 2 3 4
+    at::Tensor before = input.clone();
+    at::Tensor output = at::zeros({2}, at::kFloat);
+    group->_reduce_scatter_base(output, input, c10d::ReduceScatterOptions())->wait();
+    EXPECT_TRUE(at::equal(input, before));
+    EXPECT_TRUE(at::equal(output, rank == 0 ? at::tensor({1.0f, 3.0f}) : at::tensor({5.0f, 7.0f})));
+    std::vector<at::Tensor> outputs = {at::zeros({2}, at::kFloat)};
+    std::vector<std::vector<at::Tensor>> inputs = {{input.narrow(0, 0, 2), input.narrow(0, 2, 2)}};
+    group->reduce_scatter(outputs, inputs, c10d::ReduceScatterOptions())->wait();
+    EXPECT_TRUE(at::equal(outputs[0], output));
+  });
+}
+
+TEST(CommunicatorProcessGroupTest, GatherScatterAndReduceAtTheRoot) {
+  RunGlooRanks(2, [](int rank, Communicator& comm) {
+    auto group = GroupOver(comm);
+    std::vector<at::Tensor> inputs = {at::full({2}, rank + 1.0, at::kDouble)};
+    std::vector<std::vector<at::Tensor>> outputs(1);
+    if (rank == 0) outputs[0] = {at::zeros({2}, at::kDouble), at::zeros({2}, at::kDouble)};
+    c10d::GatherOptions gather;
+    gather.rootRank = 0;
+    group->gather(outputs, inputs, gather)->wait();
+    if (rank == 0) {
+      EXPECT_TRUE(at::equal(outputs[0][1], at::full({2}, 2.0, at::kDouble)));
+    }
+
+    std::vector<at::Tensor> part = {at::zeros({3}, at::kFloat)};
+    std::vector<std::vector<at::Tensor>> parts(1);
+    if (rank == 1) parts[0] = {at::full({3}, 10.0f), at::full({3}, 11.0f)};
+    c10d::ScatterOptions scatter;
+    scatter.rootRank = 1;
+    group->scatter(part, parts, scatter)->wait();
+    EXPECT_TRUE(at::equal(part[0], at::full({3}, 10.0f + rank)));
+
+    std::vector<at::Tensor> mine = {at::full({2}, rank + 1.0)};
+    c10d::ReduceOptions reduce;
+    reduce.rootRank = 1;
+    group->reduce(mine, reduce)->wait();
+    EXPECT_TRUE(at::equal(mine[0], at::full({2}, rank == 1 ? 3.0 : 1.0)));
+  });
+}
+
+TEST(CommunicatorProcessGroupTest, SendAndRecvPairUp) {
+  RunGlooRanks(2, [](int rank, Communicator& comm) {
+    auto group = GroupOver(comm);
+    std::vector<at::Tensor> t = {rank == 0 ? at::arange(5, at::kLong) : at::zeros({5}, at::kLong)};
+    if (rank == 0) {
+      group->send(t, 1, 0)->wait();
+    } else {
+      group->recv(t, 0, 0)->wait();
+      EXPECT_TRUE(at::equal(t[0], at::arange(5, at::kLong)));
+    }
+  });
+}
+
+TEST(CommunicatorProcessGroupTest, UnsupportedOpsAndReductionsAreRefusedByName) {
+  RunGlooRanks(1, [](int, Communicator& comm) {
+    auto group = GroupOver(comm);
+    std::vector<at::Tensor> t = {at::ones({2})};
+    c10d::AllreduceOptions product;
+    product.reduceOp = c10d::ReduceOp::PRODUCT;
+    EXPECT_EQ(ErrorOf([&] { group->allreduce(t, product); }),
+              "chorus backend: all_reduce with ReduceOp.PRODUCT is not supported; use SUM, AVG, "
+              "MIN or MAX");
+    std::vector<at::Tensor> out = {at::ones({2})};
+    c10d::AllToAllOptions opts;
+    EXPECT_NE(ErrorOf([&] { group->alltoall(out, t, opts); }).find("all_to_all is not supported"),
+              std::string::npos);
+    std::vector<at::Tensor> strided = {at::ones({4, 4}).t()};
+    EXPECT_NE(ErrorOf([&] { group->allreduce(strided, c10d::AllreduceOptions()); })
+                  .find("needs a contiguous tensor"),
+              std::string::npos);
+  });
+}
+
+TEST(CommunicatorProcessGroupTest, AFailedOpRaisesTheChorusStatusAndFailsTheFuture) {
+  RunGlooRanks(1, [](int, Communicator& comm) {
+    auto group = GroupOver(comm);
+    comm.Abort("the generation ended");
+    std::vector<at::Tensor> t = {at::ones({2})};
+    auto work = group->allreduce(t, c10d::AllreduceOptions());
+    std::string error = ErrorOf([&] { work->wait(); });
+    EXPECT_EQ(error.rfind("ABORTED", 0), 0u) << error;
+    EXPECT_NE(error.find("the generation ended"), std::string::npos) << error;
+    EXPECT_TRUE(work->getFuture()->hasError());
+    EXPECT_FALSE(work->isSuccess());
+  });
+}
+
+}  // namespace
+}  // namespace chorus
