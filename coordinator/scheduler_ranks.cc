@@ -109,18 +109,29 @@ absl::Status Scheduler::Report(const v1::ReportRequest& report) {
   std::shared_ptr<std::mutex> writes;
   std::unique_lock<std::mutex> writing;
   v1::Metrics metrics;
+  bool program = false;
   {
     absl::MutexLock lock(&mu_);
     ASSIGN_OR_RETURN(metrics, CheckReportLocked(report));
     if (report.rank() != 0) return absl::OkStatus();
+    program = running_.at(report.job_id()).program;
     writes = running_.at(report.job_id()).report_writes;
     writing = std::unique_lock<std::mutex>(*writes);
   }
-  // A final report without metrics (a program job's supervisor: the
-  // program reported its own along the way) keeps the latest ones.
-  if (report.final() && report.metrics().ByteSizeLong() == 0) {
+  // A final report without metrics keeps the latest ones. A program job's
+  // (its supervisor's) carries at most the progress of the program's newest
+  // record, laid over the metrics the program reported along the way.
+  if (report.final() && (program || report.metrics().ByteSizeLong() == 0)) {
     ASSIGN_OR_RETURN(v1::Job job, jobs_.Get(report.job_id()));
-    return jobs_.UpdateMetrics(report.job_id(), job.latest_metrics(), /*persist=*/true);
+    v1::Metrics kept = job.latest_metrics();
+    const v1::Metrics& last = report.metrics();
+    if (last.step() > 0 && last.step() >= kept.step()) {
+      kept.set_step(last.step());
+      kept.set_epoch(last.epoch());
+      if (last.loss() != 0) kept.set_loss(last.loss());
+      if (last.samples_per_second() != 0) kept.set_samples_per_second(last.samples_per_second());
+    }
+    return jobs_.UpdateMetrics(report.job_id(), kept, /*persist=*/true);
   }
   absl::StatusOr<v1::Job> job = jobs_.Get(report.job_id());
   std::optional<v1::JobEvent> skipped =

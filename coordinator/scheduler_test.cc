@@ -317,13 +317,21 @@ TEST_F(SchedulerTest, AProgramJobShowsRankZerosHeartbeatProgress) {
   hb.set_step(45);
   ASSERT_TRUE(scheduler_->Heartbeat(hb));
   EXPECT_DOUBLE_EQ(jobs_->Get(job)->latest_metrics().loss(), 0.5);
-  v1::ReportRequest final_report;  // the supervisor's: no metrics
+  // The supervisor's final report: the program's newest record, which
+  // came after the last heartbeat.
+  v1::ReportRequest final_report;
   final_report.set_job_id(job);
   final_report.set_generation(1);
   final_report.set_final(true);
   final_report.set_success(true);
+  final_report.mutable_metrics()->set_step(48);
+  final_report.mutable_metrics()->set_loss(0.25);
   ASSERT_TRUE(scheduler_->Report(final_report).ok());
-  EXPECT_EQ(jobs_->Get(job)->latest_metrics().step(), 45);
+  m = jobs_->Get(job)->latest_metrics();
+  EXPECT_EQ(m.step(), 48);
+  EXPECT_DOUBLE_EQ(m.loss(), 0.25);
+  EXPECT_DOUBLE_EQ(m.samples_per_second(), 300) << "a value the record lacks stays";
+  EXPECT_DOUBLE_EQ(m.eval_accuracy(), 0.8) << "what the program reported stays";
 }
 
 TEST_F(SchedulerTest, FailedRankFailsTheJobAndStopsTheOthers) {

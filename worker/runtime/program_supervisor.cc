@@ -217,7 +217,7 @@ absl::Status ProgramOutcome::ToStatus(const std::string& program) const {
 }
 
 v1::ReportRequest FinalReport(const ProgramRank& rank, const ProgramOutcome& outcome,
-                              const std::string& program) {
+                              const std::string& program, const v1::RankHeartbeat& newest) {
   v1::ReportRequest request;
   request.set_job_id(rank.job_id);
   request.set_generation(rank.joined.generation());
@@ -226,7 +226,13 @@ v1::ReportRequest FinalReport(const ProgramRank& rank, const ProgramOutcome& out
   const absl::Status status = outcome.ToStatus(program);
   request.set_success(status.ok());
   request.set_error(std::string(status.message()));
-  // No metrics: the coordinator keeps what the program reported itself.
+  if (newest.step() > 0) {
+    v1::Metrics& m = *request.mutable_metrics();
+    m.set_step(newest.step());
+    m.set_epoch(newest.epoch());
+    m.set_loss(newest.loss());
+    m.set_samples_per_second(newest.samples_per_second());
+  }
   return request;
 }
 
@@ -283,6 +289,10 @@ class ProgramSupervisor::Progress {
   void Abort() {
     absl::MutexLock lock(&mu_);
     abort_ = true;
+  }
+  v1::RankHeartbeat Newest() const {
+    absl::MutexLock lock(&mu_);
+    return record_;
   }
   bool aborted() const {
     absl::MutexLock lock(&mu_);
@@ -433,7 +443,16 @@ int ProgramSupervisor::Supervise(Launched& launched, Progress& progress, Request
   for (;;) {
     int wait_status = 0;
     const pid_t done = ::waitpid(pid, &wait_status, WNOHANG);
-    if (done == pid) return wait_status;
+    if (done == pid) {
+      // What the program sent just before it ended (its last steps) is
+      // still in the channel.
+      while (channel_open) {
+        absl::StatusOr<v1::RankHeartbeat> record = receiver.Receive(absl::Now());
+        if (!record.ok()) break;
+        progress.Record(*std::move(record));
+      }
+      return wait_status;
+    }
     if (done < 0 && errno != EINTR) {
       // Not our child any more (cannot happen unless someone reaped it).
       LOG(ERROR) << "waitpid " << pid << ": " << Errno(errno);
@@ -494,7 +513,7 @@ absl::StatusOr<ProgramOutcome> ProgramSupervisor::Run() {
     LOG(INFO) << rank.job_id << ": rank " << last.joined.rank()
               << ": the program exited with code 0";
   }
-  v1::ReportRequest request = FinalReport(last, outcome, shown);
+  v1::ReportRequest request = FinalReport(last, outcome, shown, progress.Newest());
   // A rank being stopped (cancel, Ctrl-C) has seconds before SIGKILL, and
   // the coordinator may be going away too.
   absl::Status reported =

@@ -135,10 +135,14 @@ struct ProgramOutcome {
   int ExitCode() const { return signaled ? 128 + signal : exit_code; }
 };
 
-// The final ReportRequest for `outcome` (final, success iff ok()), without
-// metrics: the coordinator then keeps those the program reported.
+// The final ReportRequest for `outcome` (final, success iff ok()). Its
+// metrics are the progress of the program's newest record (`newest`: step,
+// epoch, loss, throughput; none when it reported no step), which the
+// coordinator lays over the metrics the program reported along the way: the
+// last steps of a program that ends between two heartbeats still count.
 v1::ReportRequest FinalReport(const ProgramRank& rank, const ProgramOutcome& outcome,
-                              const std::string& program);
+                              const std::string& program,
+                              const v1::RankHeartbeat& newest = v1::RankHeartbeat());
 
 // Whether `pid` is stopped (state 'T' or 't' in /proc/PID/stat); false when
 // it cannot be read (gone).

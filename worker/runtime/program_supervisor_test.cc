@@ -258,7 +258,19 @@ TEST(ProgramOutcomeTest, ExitCodesAndSignalsAreNamed) {
   EXPECT_EQ(report.generation(), 1);
   EXPECT_EQ(report.job_id(), "job-000007");
   EXPECT_THAT(report.error(), HasSubstr("exited with code 3"));
-  EXPECT_EQ(report.metrics().ByteSizeLong(), 0u) << "the program's own metrics stay";
+  EXPECT_EQ(report.metrics().ByteSizeLong(), 0u) << "no record: the program's own metrics stay";
+  v1::RankHeartbeat newest;
+  newest.set_step(12);
+  newest.set_epoch(1);
+  newest.set_loss(0.5);
+  newest.set_samples_per_second(80);
+  newest.set_phase(v1::FINISHED);
+  const v1::ReportRequest with_progress =
+      FinalReport(Rank(0, 4, {"/bin/train"}), ProgramOutcome{}, "/bin/train", newest);
+  EXPECT_EQ(with_progress.metrics().step(), 12);
+  EXPECT_EQ(with_progress.metrics().epoch(), 1);
+  EXPECT_DOUBLE_EQ(with_progress.metrics().loss(), 0.5);
+  EXPECT_DOUBLE_EQ(with_progress.metrics().samples_per_second(), 80);
 
   const v1::ReportRequest good =
       FinalReport(Rank(0, 1, {"/bin/true"}), ProgramOutcome{}, "/bin/true");
