@@ -58,7 +58,8 @@ std::vector<NamedTensor> Named(const TensorList& list) {
 v1::Phase PhaseNamed(const std::string& name) {
   v1::Phase phase;
   const std::string upper = absl::AsciiStrToUpper(name);
-  if (upper == "PHASE_UNSPECIFIED" || !v1::Phase_Parse(upper, &phase)) {
+  // PHASE_UNSPECIFIED too: what a phase() block returns to after setup.
+  if (!v1::Phase_Parse(upper, &phase)) {
     std::vector<std::string> names;
     for (int p = v1::SETUP; p <= v1::FINISHED; ++p) {
       names.push_back(v1::Phase_Name(static_cast<v1::Phase>(p)));
@@ -89,8 +90,15 @@ c10::intrusive_ptr<c10d::ProcessGroup> ProcessGroupOf(const std::shared_ptr<Sess
         session->world_size(), ", generation ", session->generation(),
         "); call chorus.init_process_group(), or pass no rank and world_size"));
   }
-  return c10::make_intrusive<CommunicatorProcessGroup>(session->shared_communicator(),
-                                                       &session->progress(), session);
+  // The rank's setup is over once its process group exists: SETUP is a
+  // declared pause that the hang detector excuses (for up to
+  // hang_detection.phase_limit_seconds), and a script that marks no phases
+  // of its own would stay in it.
+  ProgressReporter& progress = session->progress();
+  const v1::Phase before = progress.EnterPhase(v1::PHASE_UNSPECIFIED);
+  if (before != v1::SETUP) progress.EnterPhase(before);
+  return c10::make_intrusive<CommunicatorProcessGroup>(session->shared_communicator(), &progress,
+                                                       session);
 }
 
 void BindSession(py::module_& m) {

@@ -19,6 +19,7 @@ the chorus package, as the peer that the backend is compared with. The
 
 import argparse
 import hashlib
+import json
 import os
 import signal
 import sys
@@ -41,6 +42,10 @@ def parse_args():
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--checkpoint_every", type=int, default=0, help="0: never")
     p.add_argument("--save_params", default="", help="write the final parameters to PATH.RANK")
+    p.add_argument("--timing", default="",
+                   help="rank 0 writes the median step time after --warmup steps to this "
+                        "file, as JSON (tests/bench/python_bench.py)")
+    p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--skip_rank", type=int, default=-1,
                    help="this rank skips the extra all_reduce at --skip_at_step and waits "
                         "--skip_seconds in phase DATA instead")
@@ -111,7 +116,9 @@ def main():
     batches = SAMPLES // (args.batch * size)
 
     loss = torch.zeros(())
+    step_seconds = []
     for step in range(start + 1, args.steps + 1):
+        began = time.perf_counter()
         with tracker.phase("DATA"):
             b = (step - 1) % batches
             lo = (b * size + rank) * args.batch
@@ -124,6 +131,7 @@ def main():
         with tracker.phase("OPTIMIZER"):
             optimizer.step()
         tracker.step(step, loss=loss.item(), samples=len(xb))
+        step_seconds.append(time.perf_counter() - began)
         if step == args.skip_at_step and args.skip_rank >= 0:
             if rank == args.skip_rank:
                 print(f"skip: rank {rank} leaves out the all_reduce of step {step}", flush=True)
@@ -141,6 +149,11 @@ def main():
                 print(f"checkpoint: saved step {step} digest {digest(net)}", flush=True)
     if args.backend == "chorus" and args.checkpoint_every:
         chorus.wait_for_checkpoints()
+    if args.timing and rank == 0:
+        timed = sorted(step_seconds[args.warmup:])
+        with open(args.timing, "w") as f:
+            json.dump({"backend": args.backend, "hidden": args.hidden, "steps": len(timed),
+                       "median_step_seconds": timed[len(timed) // 2]}, f)
     if args.save_params:
         torch.save({n: p.detach() for n, p in net.named_parameters()},
                    f"{args.save_params}.{rank}")

@@ -22,6 +22,7 @@ share, "progress: rank R step S" every 50 steps and, at the end,
 
 import argparse
 import hashlib
+import json
 import os
 import sys
 import time
@@ -42,7 +43,24 @@ def parse_args():
     p.add_argument("--batch", type=int, default=32, help="samples per rank per step")
     p.add_argument("--step_sleep_ms", type=float, default=0,
                    help="pause after each step (so that a test can act mid-run)")
+    p.add_argument("--progress", default="",
+                   help="append JSON-lines events (pid, start, step, final; restart = "
+                        "generation - 1) to this file, as tests/bench/torchrun_checkpointed_mlp.py "
+                        "does, for tests/bench/python_bench.py")
     return p.parse_args()
+
+
+def emit(path, **fields):
+    if not path:
+        return
+    fields["t"] = time.time()
+    fields["restart"] = chorus.generation() - 1
+    fields["rank"] = chorus.rank()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (json.dumps(fields) + "\n").encode())
+    finally:
+        os.close(fd)
 
 
 def digest(net):
@@ -81,6 +99,7 @@ class Trainer:
             self.position = dict(shared["position"])
         print(f"state: rank {chorus.rank()} generation {chorus.generation()} held {held} now "
               f"step {self.position['step']} digest {digest(self.net)}", flush=True)
+        emit(self.args.progress, event="start", resumed_step=self.position["step"])
         self.ddp = DDP(self.net)
 
     def reform(self, error):
@@ -110,8 +129,10 @@ class Trainer:
         self.position["step"] += 1
         self.position["offset"] += world * batch
         chorus.step(self.position["step"], loss=loss.item(), samples=batch)
+        emit(self.args.progress, event="step", step=self.position["step"])
 
     def run(self):
+        emit(self.args.progress, event="pid", pid=os.getpid())
         self.form(-1)  # a newcomer holds nothing; at the start, rank 0's model
         while self.position["step"] < self.args.steps:
             error = None
@@ -137,6 +158,7 @@ class Trainer:
                 time.sleep(self.args.step_sleep_ms / 1000)
         print(f"final: rank {chorus.rank()} generation {chorus.generation()} step "
               f"{self.position['step']} params_digest {digest(self.net)}", flush=True)
+        emit(self.args.progress, event="final", step=self.position["step"])
         return 0
 
 

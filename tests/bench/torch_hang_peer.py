@@ -13,6 +13,8 @@
 #                         opposite order.
 #   --fault none          no fault (a healthy run of --steps steps).
 #   --timeout_seconds     the process group's timeout (default 60).
+#   --backend chorus      the same job on the chorus package's backend, as a
+#                         Chorus program job (tests/bench/python_bench.py).
 #
 # Output (stdout, flushed, nothing per step):
 #   FAULT unix_us=N                  rank 1, when the fault starts
@@ -40,13 +42,20 @@ def main():
     p.add_argument("--sleep_seconds", type=float, default=150.0)
     p.add_argument("--timeout_seconds", type=float, default=60.0)
     p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--backend", choices=["gloo", "chorus"], default="gloo",
+                   help="chorus: the same job on the chorus package's backend, run as a "
+                        "Chorus program job (tests/bench/python_bench.py)")
     # Not used by the script: the caller passes its own temp dir so that it can
     # find (and end) exactly its own processes by their command line.
     p.add_argument("--run_dir", default="")
     args = p.parse_args()
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout_seconds))
+    if args.backend == "chorus":
+        import chorus
+        chorus.init_process_group()
+    else:
+        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout_seconds))
     rank = dist.get_rank()
     world = dist.get_world_size()
 
