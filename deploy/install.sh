@@ -4,7 +4,8 @@
 # Usage: bazel run //deploy:install -- --prefix /opt/chorus [--destdir ROOT]
 #
 #   PREFIX/bin/                 chorus, chorus-coordinator, chorus-worker, chorus-rank,
-#                               chorus-script-export (each finds the others beside it)
+#                               chorus-trainer, chorus-script-export (each finds the
+#                               others beside it)
 #   PREFIX/share/chorus/        examples/ (job specs), systemd/ (units and /etc/chorus
 #                               environment files), slurm/chorus.sbatch, kubernetes/,
 #                               container/
@@ -54,6 +55,7 @@ readonly PROGRAMS=(
   coordinator/chorus-coordinator
   worker/chorus-worker
   worker/chorus-rank
+  worker/chorus-trainer
   worker/chorus-script-export
 )
 

@@ -24,7 +24,7 @@ TREE="${TMP}/tree"
   || { fail "install: $(cat "${TMP}/install.log")"; finish; }
 
 declare -A expected_programs=([coordinator]="chorus-coordinator chorus" \
-                              [worker]="chorus-worker chorus-rank chorus-script-export chorus")
+                              [worker]="chorus-worker chorus-rank chorus-trainer chorus-script-export chorus")
 for role in coordinator worker; do
   ctx="${TMP}/context-${role}"
   out=$("${BUILD_SH}" "${role}" --tree "${TREE}" --context "${ctx}" --context-only 2>&1); rc=$?
@@ -90,7 +90,7 @@ dropped=$(comm -23 <(grep -v '^#' "${ctx}/chorus-image/worker.packages" | sort) 
 closure=$(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks \
   --no-replaces --no-enhances $(grep -v '^#' "${TMP}/short.packages") 2>/dev/null | awk '/^[a-z0-9]/ {print $1}' | sort -u)
 grep -qx libtorch1.13 <<<"${closure}" && fail "libtorch1.13 still provided without it listed" \
-  || pass "a list without libtorch1.13 would not provide chorus-rank's libtorch"
+  || pass "a list without libtorch1.13 would not provide chorus-trainer's libtorch"
 sed -e 's/^USER 999:999$/USER root/' -e 's|^COPY opt/ /opt/$|COPY missing/ /opt/|' "${ctx}/Containerfile" > "${TMP}/Containerfile.bad"
 out=$("${PY}" "${CHECK}" "${TMP}/Containerfile.bad" "${ctx}" 2>&1) && fail "a bad Containerfile passed" \
   || { [[ "${out}" == *"USER root"* && "${out}" == *"missing/"* ]] && pass "a bad Containerfile is caught" \

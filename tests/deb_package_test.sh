@@ -28,7 +28,7 @@ done
   || fail "Depends '${depends}' / Recommends '$(field Recommends)'"
 
 contents=$(dpkg-deb --contents "${deb}" | awk '{print $1, $2, $NF}')
-for f in ./usr/bin/chorus ./usr/bin/chorus-coordinator ./usr/bin/chorus-worker ./usr/bin/chorus-rank \
+for f in ./usr/bin/chorus ./usr/bin/chorus-coordinator ./usr/bin/chorus-worker ./usr/bin/chorus-rank ./usr/bin/chorus-trainer \
          ./lib/systemd/system/chorus-coordinator.service ./lib/systemd/system/chorus-worker.service \
          ./usr/lib/sysusers.d/chorus.conf ./usr/lib/tmpfiles.d/chorus.conf ./etc/chorus/worker.conf \
          ./usr/share/chorus/slurm/chorus.sbatch ./usr/share/chorus/kubernetes/kustomization.yaml; do

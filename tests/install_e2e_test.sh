@@ -16,7 +16,7 @@ STAGE="${TMP}/stage"
 out=$("${INSTALL}" --prefix "${PREFIX}" 2>&1); rc=$?
 [[ ${rc} -eq 0 ]] && pass "install --prefix: ${out}" || fail "install rc=${rc}: ${out}"
 
-programs=(chorus chorus-coordinator chorus-worker chorus-rank chorus-script-export)
+programs=(chorus chorus-coordinator chorus-worker chorus-rank chorus-trainer chorus-script-export)
 for p in "${programs[@]}"; do
   f="${PREFIX}/bin/${p}"
   if [[ -f "${f}" && ! -L "${f}" && -x "${f}" ]]; then pass "${p} is an executable copy"

@@ -128,6 +128,13 @@ SPEC
   [[ -n "${p1}" && "$(ps -o ppid= -p "${p1}" | tr -d ' ')" == "${s1}" ]] \
     && pass "rank 1's program (pid ${p1}) is its supervisor's (pid ${s1}) child" \
     || fail "program 1 pid '${p1}' parent $(ps -o ppid= -p "${p1}" 2>/dev/null) vs supervisor '${s1}'"
+  # chorus-rank does not load LibTorch (it executes chorus-trainer only for
+  # built-in jobs): a program's supervisor stays small.
+  if [[ -r "/proc/${s1}/maps" ]] && ! grep -q libtorch "/proc/${s1}/maps"; then
+    pass "the supervisor holds no LibTorch ($(awk '/VmRSS/ {print $2, $3}' "/proc/${s1}/status") resident)"
+  else
+    fail "supervisor ${s1} maps LibTorch: $(grep -m1 libtorch "/proc/${s1}/maps")"
+  fi
   kill -STOP "${p1}"
   wait_for 'status=$("${CHORUS}" --coordinator "${ADDR}" status job-000001 2>/dev/null)
             found=$(grep "DEAD" <<<"${status}"); [[ -n "${found}" ]]' 30

@@ -1,31 +1,42 @@
 // chorus-rank: one rank of a job, started by the node agent (chorus-worker).
 //
-// It joins the job's generation at the coordinator, bootstraps its
-// communicator through the coordinator's store (Gloo for a CPU job; NCCL on
-// GPU CHORUS_SLOT for a job with resources.device CUDA: the agent offers one
-// slot per GPU, so slot k is the k-th GPU this process sees, after any
-// CUDA_VISIBLE_DEVICES the operator set), trains, reports metrics, and
-// (an elastic job) joins the next generation in the same process when a peer
-// is lost (docs/elastic.md), and
-// exits 0 on success or 1 with the reason on stderr (the agent relays the
-// last lines to the coordinator, which makes them the job's failure reason).
-// An exception that escapes training (LibTorch's c10::Error, std::bad_alloc)
-// ends it the same way, with one line naming the cause and where it happened
-// (worker/runtime/rank_failure.h).
+// It joins the job's generation at the coordinator and becomes what the job
+// needs:
+//   - for a `program` job, the supervisor of the spec's program
+//     (worker/runtime/program_supervisor.h, docs/programs.md): it starts the
+//     program as its child, heartbeats for it and exits with its exit code;
+//   - for a built-in training job, chorus-trainer (beside this binary,
+//     worker/trainer_main.cc), which it executes in its own place: the same
+//     pid, process group and standard streams, the JoinResponse passed in
+//     the file CHORUS_RANK_JOINED.
+// This binary does not link LibTorch: a program's supervisor starts in a few
+// milliseconds and holds a few megabytes instead of LibTorch's hundreds
+// (Note [Two binaries for a rank]).
 //
 // Configuration comes from the environment the agent sets:
 //   CHORUS_COORDINATOR  HOST:PORT of the coordinator
 //   CHORUS_JOB_ID, CHORUS_GENERATION, CHORUS_AGENT_ID, CHORUS_SLOT
-//   CHORUS_RANK_HOST    address this rank's Gloo transport binds (default 127.0.0.1)
-//   LOCAL_RANK, LOCAL_WORLD_SIZE (as torchrun sets them)
-//   CHORUS_SAMPLE_TRACE a directory: test mode, worker/train/sample_trace.h
-
+//   CHORUS_RANK_HOST    the address this rank's traffic uses (default 127.0.0.1)
+//   CHORUS_TOKEN, CHORUS_TLS_CA, CHORUS_TLS_CERT, CHORUS_TLS_KEY  credentials
+//
+// Note [Two binaries for a rank]
+// The agent cannot tell a program job from a built-in one when it starts a
+// rank (a launch order names the job, not its spec), and a rank learns its
+// job's spec only from its Join. LibTorch costs about 0.35 s of loading and
+// 170 MB resident before main() runs (its operator registry is built by
+// static initializers), which every restart of a program job paid twice:
+// once in the supervisor, once in the program. So the rank joins in a
+// process without LibTorch and, when it has to train, executes the trainer:
+// exec keeps the pid the coordinator knows the rank by and the process group
+// the agent signals, and SIGUSR1 stays blocked across it until the trainer
+// has installed its handler, as it was when the agent started the rank.
 #include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdlib>
-#include <exception>
+#include <cstring>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -33,28 +44,14 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
-#include "checkpoint/rank_storage.h"
 #include "chorus/v1/coordinator.grpc.pb.h"
 #include "common/auth.h"
 #include "common/grpc_util.h"
 #include "common/logging.h"
-#include "common/memory.h"
-#include "common/memory_estimate.h"
-#include "common/metrics_text.h"
-#include "common/retry.h"
-#include "common/status_macros.h"
-#include "glog/logging.h"
-#include "worker/comm/gloo_communicator.h"
+#include "common/paths.h"
 #include "worker/comm/grpc_store.h"
-#include "worker/comm/nccl_communicator.h"
-#include "worker/runtime/heartbeat_compose.h"
-#include "worker/runtime/heartbeat_stream.h"
 #include "worker/runtime/join_generation.h"
 #include "worker/runtime/program_supervisor.h"
-#include "worker/runtime/rank_failure.h"
-#include "worker/train/step_boundary.h"
-#include "worker/train/trainer.h"
 
 namespace chorus {
 namespace {
@@ -64,49 +61,39 @@ std::string Env(const char* name, const char* fallback = "") {
   return v != nullptr ? v : fallback;
 }
 
-// SIGUSR1 (sent by the agent for `chorus checkpoint`): the requests so far,
-// and the training progress that counts them once there is one. The handler
-// counts first and then looks for the progress; after publishing the
-// progress the rank raises its count to the requests so far. Both take the
-// maximum, so a request that came during setup is not lost. (Lock-free
-// atomics only: safe in a handler.)
-std::atomic<int64_t> g_checkpoint_requests{0};
-std::atomic<TrainingProgress*> g_progress{nullptr};
-
-void RaiseTo(std::atomic<int64_t>& counter, int64_t value) {
-  int64_t now = counter.load();
-  while (now < value && !counter.compare_exchange_weak(now, value)) {
-  }
-}
-
-void OnCheckpointSignal(int) {
-  const int64_t requests = g_checkpoint_requests.fetch_add(1) + 1;
-  TrainingProgress* p = g_progress.load();
-  if (p != nullptr) RaiseTo(p->checkpoint_request, requests);
-}
-
 int Fail(const std::string& message) {
   std::cerr << "chorus-rank: " << message << std::endl;
   return 1;
 }
 
-// SIGTERM while supervising a program: counted here, passed on to the
-// program by the supervisor (which then reports how it ended).
+// SIGUSR1 (`chorus checkpoint`) and SIGTERM while supervising a program:
+// counted here, passed on to the program by the supervisor.
+std::atomic<int64_t> g_checkpoint_requests{0};
 std::atomic<int64_t> g_terminate_requests{0};
 
+void OnCheckpointSignal(int) { g_checkpoint_requests.fetch_add(1); }
 void OnTerminateSignal(int) { g_terminate_requests.fetch_add(1); }
 
-// A program job (docs/programs.md): instead of training, this process runs
-// the spec's program as its child and supervises it; it exits with the
-// program's exit code (128 + N when signal N killed it).
+void Handle(int signal, void (*handler)(int)) {
+  struct sigaction action = {};
+  action.sa_handler = handler;
+  action.sa_flags = SA_RESTART;
+  sigemptyset(&action.sa_mask);
+  sigaction(signal, &action, nullptr);
+}
+
+// A program job (docs/programs.md): this process runs the spec's program as
+// its child and supervises it; it exits with the program's exit code (128 +
+// N when signal N killed it).
 int SuperviseProgram(const v1::JoinResponse& joined, const std::shared_ptr<grpc::Channel>& channel,
                      v1::RankService::Stub& ranks, const std::string& job_id,
                      const std::string& coordinator) {
-  struct sigaction terminate = {};
-  terminate.sa_handler = OnTerminateSignal;
-  terminate.sa_flags = SA_RESTART;
-  sigemptyset(&terminate.sa_mask);
-  sigaction(SIGTERM, &terminate, nullptr);
+  Handle(SIGTERM, OnTerminateSignal);
+  Handle(SIGUSR1, OnCheckpointSignal);
+  sigset_t usr1;
+  sigemptyset(&usr1);
+  sigaddset(&usr1, SIGUSR1);
+  sigprocmask(SIG_UNBLOCK, &usr1, nullptr);
   GrpcStore store(channel, joined.store_namespace());
   ProgramSupervisor::Options options;
   options.rank = {joined, job_id, coordinator, Env("CHORUS_RANK_HOST", "127.0.0.1"), ::getpid()};
@@ -126,90 +113,24 @@ int SuperviseProgram(const v1::JoinResponse& joined, const std::shared_ptr<grpc:
   return outcome->ExitCode();
 }
 
-// Where the rank is, kept outside Run so that an exception escaping it can
-// still say where it happened (see FailWithException).
-struct RankWhere {
-  int rank = -1;  // until joined
-  const char* stage = "while starting";
-  bool training = false;
-  TrainingProgress progress;  // Train's, while `training`
-  v1::JobSpec spec;           // once joined
-
-  std::string Describe() const {
-    if (!training) return stage;
-    const int phase = progress.phase.load();
-    if (phase == v1::SETUP) {
-      return "while setting up training (loading data, building the model and optimizer)";
-    }
-    return absl::StrCat("in phase ", v1::Phase_Name(static_cast<v1::Phase>(phase)), " at step ",
-                        progress.step.load());
-  }
-};
-
-// Any exception that escapes Run (a c10::Error LibTorch threw where no
-// component caught it, std::bad_alloc, ...) ends the rank with one line on
-// stderr: the agent relays the last line, which becomes the job's reason.
-int FailWithException(const RankWhere& where, std::exception_ptr error) {
-  std::string hint;
-  if (DescribeException(error).out_of_memory && where.spec.has_model()) {
-    hint = absl::StrCat("the spec's estimate for a rank is ",
-                        EstimateRankMemory(where.spec, LocalFileSize).ToString());
-    if (const int64_t memory = MachineMemoryBytes(); memory > 0)
-      absl::StrAppend(&hint, "; this machine has ", FormatBytes(static_cast<double>(memory)));
-  }
-  return Fail(RankFailureLine(where.rank, where.Describe(), error, hint));
+// A built-in training job: chorus-trainer in this process's place.
+int BecomeTrainer(const v1::JoinResponse& joined, char** argv) {
+  const std::string dir = Env("TMPDIR", "/tmp");
+  absl::StatusOr<std::string> file = WriteJoinFile(dir, joined);
+  if (!file.ok()) return Fail(std::string(file.status().message()));
+  setenv("CHORUS_RANK_JOINED", file->c_str(), 1);
+  const std::string trainer = CompanionBinary(ExecutableDir(), "chorus-trainer", "worker");
+  std::vector<char*> args = {const_cast<char*>(trainer.c_str())};
+  for (char** a = argv + 1; *a != nullptr; ++a) args.push_back(*a);
+  args.push_back(nullptr);
+  ::execv(trainer.c_str(), args.data());
+  const int error = errno;
+  ::unlink(file->c_str());
+  return Fail(absl::StrCat("cannot execute ", trainer, " (the built-in trainer, installed beside ",
+                           "chorus-rank): ", std::strerror(error)));
 }
 
-// One generation as this rank process joined it: the coordinator's answer,
-// the communicator bootstrapped through the coordinator's store, and where
-// checkpoints go. Old generations are kept (aborted) until the process ends.
-struct JoinedGeneration {
-  v1::JoinResponse joined;
-  std::unique_ptr<GrpcStore> store;  // the communicator's; must outlive it
-  std::shared_ptr<Communicator> comm;
-  std::unique_ptr<CheckpointStorage> checkpoint_storage;
-
-  CheckpointStorage* checkpoints() const { return checkpoint_storage.get(); }
-};
-
-// Builds the communicator and checkpoint storage of `joined`'s generation;
-// a CUDA job's on GPU `slot`.
-absl::StatusOr<std::unique_ptr<JoinedGeneration>> ConnectGeneration(
-    const v1::JoinResponse& joined, const std::shared_ptr<grpc::Channel>& channel,
-    const std::string& job_id, const std::string& coordinator, const std::string& rank_host,
-    int slot) {
-  auto gen = std::make_unique<JoinedGeneration>();
-  gen->joined = joined;
-  gen->store = std::make_unique<GrpcStore>(channel, joined.store_namespace());
-  if (joined.spec().resources().device() == v1::ResourceSpec::CUDA) {
-    if (!NcclAvailable()) {
-      return absl::FailedPreconditionError(
-          "the job's resources.device is CUDA, but this chorus-rank was built without NCCL; "
-          "build it with `bazel build --config=cuda` against a CUDA LibTorch (docs/gpu.md)");
-    }
-    NcclOptions options;
-    options.rank = joined.rank();
-    options.size = joined.world_size();
-    options.device = slot;
-    ASSIGN_OR_RETURN(gen->comm, CreateNcclCommunicator(options, *gen->store));
-  } else {
-    GlooOptions options;
-    options.rank = joined.rank();
-    options.size = joined.world_size();
-    options.hostname = rank_host;
-    ASSIGN_OR_RETURN(gen->comm, CreateGlooCommunicator(options, *gen->store));
-  }
-  absl::StatusOr<std::unique_ptr<CheckpointStorage>> storage = MakeRankCheckpointStorage(
-      channel, joined.spec().checkpoint(), coordinator, job_id, joined.generation(), joined.rank());
-  if (!storage.ok()) {
-    gen->comm->Abort(storage.status().message());
-    return storage.status();
-  }
-  gen->checkpoint_storage = *std::move(storage);
-  return gen;
-}
-
-int Run(RankWhere& where) {
+int Run(char** argv) {
   const std::string coordinator = Env("CHORUS_COORDINATOR");
   const std::string job_id = Env("CHORUS_JOB_ID");
   int64_t generation = 0;
@@ -221,8 +142,6 @@ int Run(RankWhere& where) {
         "CHORUS_COORDINATOR, CHORUS_JOB_ID, CHORUS_GENERATION and CHORUS_SLOT must be set; "
         "chorus-rank is started by chorus-worker, not by hand");
   }
-  // Credentials come from the agent through the environment (CHORUS_TOKEN,
-  // CHORUS_TLS_CA, CHORUS_TLS_CERT, CHORUS_TLS_KEY).
   absl::StatusOr<ClientSecurity> security = LoadClientSecurity("", "", "", "");
   if (!security.ok()) return Fail(std::string(security.status().message()));
   ConfigureClient(*std::move(security));
@@ -240,234 +159,22 @@ int Run(RankWhere& where) {
   join.set_host(host);
   // A newcomer to an elastic job does not know yet that the job is elastic:
   // it joins again while its generation forms or is superseded.
-  where.stage = "while joining the job";
-  absl::StatusOr<v1::JoinResponse> first =
+  absl::StatusOr<v1::JoinResponse> joined =
       JoinGeneration(*ranks, join, absl::Now() + absl::Minutes(10), generation > 1);
-  if (!first.ok()) return Fail(std::string(first.status().message()));
-  const v1::JobSpec& spec = first->spec();
-  where.rank = first->rank();
-  where.spec = spec;
-  if (spec.has_program()) {
-    where.stage = "while supervising the program";
-    return SuperviseProgram(*first, channel, *ranks, job_id, coordinator);
+  if (!joined.ok()) return Fail(std::string(joined.status().message()));
+  if (joined->spec().has_program()) {
+    return SuperviseProgram(*joined, channel, *ranks, job_id, coordinator);
   }
-  where.stage = "while connecting to the other ranks";
-  const std::string rank_host = Env("CHORUS_RANK_HOST", "127.0.0.1");
-  auto announce = [&](const v1::JoinResponse& joined) {
-    setenv("RANK", std::to_string(joined.rank()).c_str(), 1);
-    setenv("WORLD_SIZE", std::to_string(joined.world_size()).c_str(), 1);
-    LOG(INFO) << job_id << ": rank " << joined.rank() << " of " << joined.world_size()
-              << ", generation " << joined.generation() << ", training traffic on " << rank_host;
-  };
-  announce(*first);
-  std::vector<std::unique_ptr<JoinedGeneration>> generations;
-  {
-    absl::StatusOr<std::unique_ptr<JoinedGeneration>> gen =
-        ConnectGeneration(*first, channel, job_id, coordinator, rank_host, slot);
-    if (!gen.ok()) return Fail(std::string(gen.status().message()));
-    generations.push_back(*std::move(gen));
-  }
-  // The generation training runs in, read by the heartbeat thread.
-  struct {
-    absl::Mutex mu;
-    JoinedGeneration* gen ABSL_GUARDED_BY(mu) = nullptr;
-  } current;
-  {
-    absl::MutexLock lock(&current.mu);
-    current.gen = generations.back().get();
-  }
-  auto current_joined = [&] {
-    absl::MutexLock lock(&current.mu);
-    return current.gen->joined;
-  };
-
-  auto report = [&](const v1::Metrics& metrics, bool final, const absl::Status& status) {
-    const v1::JoinResponse joined = current_joined();
-    v1::ReportRequest request;
-    request.set_job_id(job_id);
-    request.set_generation(joined.generation());
-    request.set_rank(joined.rank());
-    *request.mutable_metrics() = metrics;
-    request.set_final(final);
-    request.set_success(status.ok());
-    request.set_error(std::string(status.message()));
-    // Metrics along the way are best effort; the final report is retried
-    // while the coordinator is unreachable (e.g. restarting), up to a minute.
-    RetryOptions retry;
-    retry.deadline = final ? absl::Minutes(1) : absl::Seconds(10);
-    retry.attempt_timeout = absl::Seconds(10);
-    retry.max_backoff = absl::Seconds(1);
-    retry.max_attempts = final ? 0 : 1;
-    absl::Status s = Retry(retry, [&](absl::Time attempt_deadline) {
-      v1::ReportResponse response;
-      grpc::ClientContext context;
-      context.set_deadline(absl::ToChronoTime(attempt_deadline));
-      context.set_wait_for_ready(final);
-      return FromGrpcStatus(ranks->Report(&context, request, &response));
-    });
-    if (!s.ok()) LOG(WARNING) << "report: " << s.message();
-  };
-  // Elastic jobs: after a failed collective, abort this generation's
-  // communicator (peers blocked on this rank fail at once), join the next
-  // generation and connect to its members (docs/elastic.md). A rank the
-  // next generation does not include (a drain) leaves: `left`.
-  bool left = false;
-  auto rejoin = [&](const absl::Status& failure) -> absl::StatusOr<Generation> {
-    JoinedGeneration* failed;
-    {
-      absl::MutexLock lock(&current.mu);
-      failed = current.gen;
-    }
-    const int64_t was = failed->joined.generation();
-    LOG(WARNING) << job_id << ": generation " << was << " failed (" << failure.message()
-                 << "); joining the next one";
-    failed->comm->Abort(failure.message());
-    where.stage = "while joining the next generation";
-    v1::JoinRequest next = join;
-    next.set_generation(was + 1);
-    ASSIGN_OR_RETURN(v1::JoinResponse joined,
-                     JoinGeneration(*ranks, next,
-                                    absl::Now() + absl::Seconds(spec.elastic().wait_seconds()) +
-                                        absl::Minutes(1),
-                                    /*elastic=*/true));
-    if (joined.leave()) {
-      // Not a member of the next generation (its agent is draining).
-      left = true;
-      return absl::CancelledError(absl::StrCat("rank ", where.rank,
-                                               " left the job after generation ", was, " at step ",
-                                               where.progress.step.load()));
-    }
-    announce(joined);
-    where.rank = joined.rank();
-    where.stage = "while connecting to the other ranks";
-    const absl::Time connect_start = absl::Now();
-    ASSIGN_OR_RETURN(std::unique_ptr<JoinedGeneration> gen,
-                     ConnectGeneration(joined, channel, job_id, coordinator, rank_host, slot));
-    LOG(INFO) << job_id << ": connected to the " << joined.world_size() << " ranks of generation "
-              << joined.generation() << " in "
-              << absl::FormatDuration(absl::Trunc(absl::Now() - connect_start, absl::Milliseconds(1)));
-    generations.push_back(std::move(gen));
-    {
-      absl::MutexLock lock(&current.mu);
-      current.gen = generations.back().get();
-    }
-    return Generation{generations.back()->comm.get(), generations.back()->checkpoints(),
-                      joined.generation()};
-  };
-
-  TrainingProgress& progress = where.progress;
-  g_progress.store(&progress);
-  RaiseTo(progress.checkpoint_request, g_checkpoint_requests.load());
-  TrainOptions train_options;
-  train_options.checkpoints = generations.back()->checkpoints();
-  train_options.resume = first->resume();
-  train_options.generation = first->generation();
-  if (spec.has_elastic()) train_options.rejoin = rejoin;
-  train_options.sample_trace_dir = Env("CHORUS_SAMPLE_TRACE");
-  if (!first->resume().job_id().empty() && first->rank() == 0 && first->generation() == 1) {
-    LOG(INFO) << job_id << ": resuming from checkpoint " << first->resume().job_id() << " step "
-              << first->resume().step();
-  }
-  absl::StatusOr<v1::Metrics> result;
-  {
-    HeartbeatStream::Options heartbeat_options;
-    // A survivor whose communicator has not failed by itself (its peers
-    // were not its ring neighbours, say) learns of the next generation here.
-    heartbeat_options.on_directive = [&](const v1::Directive& directive) {
-      if (directive.kind() == v1::Directive::REFORM_AT_STEP_BOUNDARY) {
-        // Acted on at the next step boundary the ranks agree on.
-        RaiseTo(progress.reform_request,
-                PackReformRequest(directive.generation(), directive.world_size()));
-        return;
-      }
-      if (directive.kind() == v1::Directive::ABORT) {
-        // The job ended (failed, cancelled) and this rank was not stopped:
-        // its next collective fails, and training with it.
-        std::shared_ptr<Communicator> comm;
-        {
-          absl::MutexLock lock(&current.mu);
-          comm = current.gen->comm;
-        }
-        LOG(WARNING) << job_id << ": the coordinator aborts the rank: " << directive.reason();
-        comm->Abort(absl::StrCat("the coordinator aborts the rank: ", directive.reason()));
-        return;
-      }
-      if (directive.kind() != v1::Directive::RE_RENDEZVOUS) return;
-      std::shared_ptr<Communicator> comm;
-      {
-        absl::MutexLock lock(&current.mu);
-        if (current.gen->joined.generation() >= directive.generation()) return;
-        comm = current.gen->comm;
-      }
-      LOG(WARNING) << job_id << ": the coordinator formed generation " << directive.generation()
-                   << " (" << directive.reason() << ")";
-      comm->Abort(absl::StrCat("the coordinator formed generation ", directive.generation(), ": ",
-                               directive.reason()));
-    };
-    HeartbeatStream heartbeats(
-        *ranks,
-        [&] {
-          absl::MutexLock lock(&current.mu);
-          return ComposeHeartbeat(current.gen->joined, job_id, *current.gen->comm, progress,
-                                  absl::Now());
-        },
-        heartbeat_options);
-    where.training = true;
-    result = Train(
-        spec, *generations.front()->comm,
-        [&](const v1::Metrics& m) { report(m, false, absl::OkStatus()); }, &progress,
-        train_options);
-  }
-  g_progress.store(nullptr);
-  where.training = false;
-  where.stage = "after training";
-  if (!result.ok()) {
-    generations.back()->comm->Abort(result.status().message());
-    if (left) {
-      LOG(INFO) << job_id << ": " << result.status().message() << " (its agent is draining)";
-      return 0;
-    }
-    return Fail(std::string(result.status().message()));
-  }
-  report(*result, true, absl::OkStatus());
-  const v1::JoinResponse last = current_joined();
-  if (last.rank() == 0) {
-    LOG(INFO) << job_id << ": done after " << result->step() << " steps, "
-              << EvaluationText(*result);
-  }
-  return 0;
+  return BecomeTrainer(*joined, argv);
 }
 
 }  // namespace
 }  // namespace chorus
 
 int main(int argc, char** argv) {
-  // Every step frees and takes again the same large tensors: keep them.
-  chorus::KeepFreedMemoryForReuse({});
   chorus::InitRankLogging(argv[0], 0);
   // SIGTERM is how the agent stops a rank: a normal exit, not a crash report.
   signal(SIGTERM, SIG_DFL);
-  // Gloo writes to its peers' sockets with plain writes: a peer that died
-  // (a killed rank, a lost node) must fail the collective with EPIPE, not
-  // kill this rank with SIGPIPE — a survivor of an elastic job re-forms.
   signal(SIGPIPE, SIG_IGN);
-  // SIGUSR1 must not kill a rank (its default), even before training starts.
-  // The agent starts ranks with it blocked, so one sent before this point
-  // waits until it is unblocked here.
-  struct sigaction checkpoint_now = {};
-  checkpoint_now.sa_handler = chorus::OnCheckpointSignal;
-  checkpoint_now.sa_flags = SA_RESTART;
-  sigemptyset(&checkpoint_now.sa_mask);
-  sigaction(SIGUSR1, &checkpoint_now, nullptr);
-  sigset_t usr1;
-  sigemptyset(&usr1);
-  sigaddset(&usr1, SIGUSR1);
-  sigprocmask(SIG_UNBLOCK, &usr1, nullptr);
-  chorus::RankWhere where;
-  try {
-    return chorus::Run(where);
-  } catch (...) {
-    chorus::g_progress.store(nullptr);
-    return chorus::FailWithException(where, std::current_exception());
-  }
+  return chorus::Run(argv);
 }

@@ -23,7 +23,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 role=${1:-}
 case "${role}" in
   coordinator) programs=(chorus-coordinator chorus); examples=0 ;;
-  worker) programs=(chorus-worker chorus-rank chorus-script-export chorus); examples=1 ;;
+  worker) programs=(chorus-worker chorus-rank chorus-trainer chorus-script-export chorus); examples=1 ;;
   *) die "usage: build.sh coordinator|worker [--tree DIR] [--context DIR] [--context-only] [--tag NAME] [--base IMAGE] [--rootfs OUT.tar]" ;;
 esac
 shift

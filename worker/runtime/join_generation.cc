@@ -1,6 +1,12 @@
 #include "worker/runtime/join_generation.h"
 
+#include <fcntl.h>
 #include <grpcpp/client_context.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_util.h"
@@ -24,6 +30,65 @@ absl::StatusOr<v1::JoinResponse> JoinGeneration(v1::RankService::StubInterface& 
     }
     absl::SleepFor(absl::Milliseconds(100));
   }
+}
+
+namespace {
+
+std::string Errno(int error) { return std::strerror(error); }
+
+}  // namespace
+
+absl::StatusOr<std::string> WriteJoinFile(const std::string& dir, const v1::JoinResponse& joined) {
+  std::string path = absl::StrCat(dir, "/chorus-join-XXXXXX");
+  const int fd = ::mkstemp(path.data());
+  if (fd < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot create the join file in ", dir, ": ", Errno(errno)));
+  }
+  const std::string bytes = joined.SerializeAsString();
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = errno;
+      ::close(fd);
+      ::unlink(path.c_str());
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot write the join file ", path, ": ", Errno(err)));
+    }
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  return path;
+}
+
+absl::StatusOr<v1::JoinResponse> ReadJoinFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot open the join file ", path, ": ", Errno(errno)));
+  }
+  std::string bytes;
+  char buffer[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot read the join file ", path, ": ", Errno(err)));
+    }
+    if (n == 0) break;
+    bytes.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  v1::JoinResponse joined;
+  if (!joined.ParseFromString(bytes)) {
+    return absl::DataLossError(absl::StrCat("the join file ", path, " does not hold a JoinResponse"));
+  }
+  return joined;
 }
 
 }  // namespace chorus

@@ -11,6 +11,8 @@
 #ifndef CHORUS_WORKER_RUNTIME_JOIN_GENERATION_H_
 #define CHORUS_WORKER_RUNTIME_JOIN_GENERATION_H_
 
+#include <string>
+
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "chorus/v1/coordinator.grpc.pb.h"
@@ -24,6 +26,14 @@ namespace chorus {
 absl::StatusOr<v1::JoinResponse> JoinGeneration(v1::RankService::StubInterface& ranks,
                                                 const v1::JoinRequest& request, absl::Time deadline,
                                                 bool until_formed);
+
+// The JoinResponse handed from a rank's process to the next one: from
+// chorus-rank to the program it supervises (CHORUS_JOIN_FILE) or to
+// chorus-trainer (CHORUS_RANK_JOINED). WriteJoinFile creates a new file
+// in `dir` (mode 0600) and returns its path; ReadJoinFile parses one, with
+// errors naming the file.
+absl::StatusOr<std::string> WriteJoinFile(const std::string& dir, const v1::JoinResponse& joined);
+absl::StatusOr<v1::JoinResponse> ReadJoinFile(const std::string& path);
 
 }  // namespace chorus
 

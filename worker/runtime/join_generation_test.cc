@@ -1,6 +1,10 @@
 #include "worker/runtime/join_generation.h"
 
 #include <grpcpp/grpcpp.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
 
 #include <memory>
 
@@ -95,6 +99,40 @@ TEST_F(JoinGenerationTest, AGenerationThatNeverFormsFailsAtTheDeadline) {
   EXPECT_THAT(std::string(joined.status().message()), HasSubstr("still forming"));
   EXPECT_GE(took, absl::Milliseconds(400));
   EXPECT_LT(took, absl::Seconds(5));
+}
+
+TEST(JoinFileTest, AJoinResponseGoesThroughAFileIntact) {
+  v1::JoinResponse joined;
+  joined.set_rank(3);
+  joined.set_world_size(4);
+  joined.set_generation(2);
+  joined.set_store_namespace("job-000001/gen-2");
+  joined.mutable_spec()->set_name("a job");
+  const std::string dir = ::testing::TempDir();
+  absl::StatusOr<std::string> path = WriteJoinFile(dir, joined);
+  ASSERT_TRUE(path.ok()) << path.status();
+  struct stat info;
+  ASSERT_EQ(::stat(path->c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0600) << "the spec may hold secrets (program.env)";
+  absl::StatusOr<v1::JoinResponse> back = ReadJoinFile(*path);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->SerializeAsString(), joined.SerializeAsString());
+  ::unlink(path->c_str());
+  absl::StatusOr<v1::JoinResponse> gone = ReadJoinFile(*path);
+  EXPECT_TRUE(absl::IsFailedPrecondition(gone.status()));
+  EXPECT_THAT(gone.status().message(), ::testing::HasSubstr(*path));
+  EXPECT_TRUE(absl::IsFailedPrecondition(WriteJoinFile("/nonexistent-dir", joined).status()));
+}
+
+TEST(JoinFileTest, AFileThatIsNotAJoinResponseIsNamed) {
+  const std::string path = ::testing::TempDir() + "/not-a-join";
+  FILE* f = std::fopen(path.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fputs("\xff\xff\xff garbage", f);
+  std::fclose(f);
+  absl::StatusOr<v1::JoinResponse> read = ReadJoinFile(path);
+  EXPECT_TRUE(absl::IsDataLoss(read.status())) << read.status();
+  EXPECT_THAT(read.status().message(), ::testing::HasSubstr(path));
 }
 
 }  // namespace

@@ -31,6 +31,7 @@
 #include "glog/logging.h"
 #include "grpcpp/client_context.h"
 #include "worker/runtime/heartbeat_stream.h"
+#include "worker/runtime/join_generation.h"
 #include "worker/runtime/progress_channel.h"
 
 extern char** environ;
@@ -107,31 +108,6 @@ absl::StatusOr<pid_t> StartChild(const std::string& binary, const std::vector<st
       absl::StrCat("program.argv[0]: cannot execute ", binary, ": ", Errno(failure.error)));
 }
 
-// Writes `joined` to a new file in `dir`; returns its path.
-absl::StatusOr<std::string> WriteJoinFile(const std::string& dir, const v1::JoinResponse& joined) {
-  std::string path = absl::StrCat(dir, "/chorus-join-XXXXXX");
-  const int fd = ::mkstemp(path.data());
-  if (fd < 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot create the join file in ", dir, ": ", Errno(errno)));
-  }
-  const std::string bytes = joined.SerializeAsString();
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = errno;
-      ::close(fd);
-      ::unlink(path.c_str());
-      return absl::FailedPreconditionError(
-          absl::StrCat("cannot write the join file ", path, ": ", Errno(err)));
-    }
-    done += static_cast<size_t>(n);
-  }
-  ::close(fd);
-  return path;
-}
 
 }  // namespace
 
