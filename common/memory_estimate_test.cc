@@ -38,8 +38,8 @@ TEST(MemoryEstimateTest, SmallMlpWithSgdAndDdp) {
   RankMemoryEstimate e = EstimateRankMemory(Spec(kSmallMlp));
   EXPECT_EQ(e.parameters, 104);
   EXPECT_EQ(e.gradients, 104);
-  EXPECT_EQ(e.optimizer, 0);        // plain SGD keeps no state
-  EXPECT_EQ(e.communication, 0);    // gradients are views into the DDP buckets
+  EXPECT_EQ(e.optimizer, 0);      // plain SGD keeps no state
+  EXPECT_EQ(e.communication, 0);  // gradients are views into the DDP buckets
   // 10 training + 2 test samples of 3 floats and an int64 label.
   EXPECT_EQ(e.data, 12 * (3 * 4 + 8));
   // 2 samples x (3 inputs + 4 linear + 4 ReLU + 2 outputs) floats, and their gradients.
@@ -119,6 +119,17 @@ TEST(MemoryEstimateTest, SmallCnn) {
   EXPECT_EQ(e.data, 6 * (16 * 4 + 8));
   EXPECT_EQ(e.total_bytes(), 2256);
   EXPECT_EQ(e.field, "model.cnn.channels");
+}
+
+TEST(MemoryEstimateTest, ShardsCountTheirReadAheadBufferNotTheFiles) {
+  const v1::JobSpec spec = Spec(R"pb(
+    model { transformer_lm { vocab_size: 256 context_length: 64 } }
+    data { shards { format: TOKENS paths: "/train.bin" read_ahead_bytes: 1000000 } }
+  )pb");
+  RankMemoryEstimate e = EstimateRankMemory(spec, [](const std::string&) -> int64_t {
+    return int64_t{1} << 40;  // a terabyte of tokens is never held
+  });
+  EXPECT_EQ(e.data, 1000000);
 }
 
 TEST(MemoryEstimateTest, FilesCountTheirSizeAsALowerBound) {
