@@ -1,0 +1,280 @@
+#include "worker/train/shard_reader.h"
+
+#include <ATen/ATen.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+
+namespace chorus {
+namespace {
+
+// Shard files a reader keeps open at once; more are opened again as needed
+// (the streamed order reads one or two shards at a time).
+constexpr size_t kMaxOpenFiles = 16;
+
+at::ScalarType OutputType(bool to_float) { return to_float ? at::kFloat : at::kLong; }
+
+std::vector<int64_t> WithBatch(int64_t n, const std::vector<int64_t>& shape) {
+  std::vector<int64_t> out = {n};
+  out.insert(out.end(), shape.begin(), shape.end());
+  return out;
+}
+
+int64_t Count(const std::vector<int64_t>& shape) {
+  return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<int64_t>());
+}
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  return absl::StrCat("(", absl::StrJoin(shape, ", "), ")");
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ShardReader>> ShardReader::Open(const v1::ShardedData& spec,
+                                                               const ShardReaderOptions& options) {
+  ASSIGN_OR_RETURN(ShardIndex index, ShardIndex::Build(spec));
+  std::unique_ptr<ShardReader> r(new ShardReader(std::move(index), options));
+  r->fds_.assign(r->index_.shards().size(), -1);
+  r->read_ahead_bytes_ = spec.read_ahead_bytes();
+  if (spec.format() == v1::ShardedData::TOKENS) {
+    const ElementType t =
+        spec.token_type() == v1::ShardedData::UINT32 ? ElementType::kUInt32 : ElementType::kUInt16;
+    r->layout_ = Layout{t, t, {spec.sequence_length()}, {spec.sequence_length()}};
+  } else {
+    // The first sample's members set the layout every sample must have.
+    const SampleLocation first = r->index_.Locate(0);
+    ASSIGN_OR_RETURN(const int fd, r->File(first.shard));
+    for (const auto& [range, type, shape] :
+         {std::tuple{first.x, &r->layout_.x_type, &r->layout_.x_shape},
+          std::tuple{first.y, &r->layout_.y_type, &r->layout_.y_shape}}) {
+      std::vector<char> bytes(range.size);
+      const std::string& path = r->index_.shards()[first.shard].path;
+      if (::pread(fd, bytes.data(), range.size, range.offset) != range.size) {
+        return absl::DataLossError(
+            absl::StrCat("data.shards: cannot read ", path, " at byte offset ", range.offset));
+      }
+      absl::StatusOr<NpyArray> a = ParseNpy(bytes.data(), range.size);
+      if (!a.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("data.shards: ", path, " at byte offset ",
+                                                       range.offset, ": ", a.status().message()));
+      }
+      *type = a->type;
+      *shape = a->shape;
+    }
+  }
+  ASSIGN_OR_RETURN(ShardBatch first, r->ReadBatch(std::vector<int64_t>{0}.data(), 1));
+  r->probe_.x = first.x;
+  r->probe_.y = first.y;
+  r->probe_.num_classes = spec.format() == v1::ShardedData::TOKENS
+                              ? static_cast<int>(options.vocab_size)
+                              : spec.num_classes();
+  return r;
+}
+
+ShardReader::~ShardReader() {
+  Stop();
+  for (int fd : fds_) {
+    if (fd >= 0) ::close(fd);
+  }
+}
+
+void ShardReader::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void ShardReader::Start(std::vector<int64_t> indices, int64_t batch_size) {
+  Stop();
+  absl::MutexLock lock(&mu_);
+  ready_.clear();
+  ready_bytes_ = 0;
+  error_ = absl::OkStatus();
+  stop_ = false;
+  batches_left_ = (static_cast<int64_t>(indices.size()) + batch_size - 1) / batch_size;
+  thread_ = std::thread(&ShardReader::Run, this, std::move(indices), batch_size);
+}
+
+int64_t ShardReader::BatchBytes(int64_t n) const {
+  const bool tokens = index_.format() == v1::ShardedData::TOKENS;
+  const int64_t x = Count(layout_.x_shape) *
+                    (tokens || !(IsFloating(layout_.x_type) || options_.float_inputs) ? 8 : 4);
+  const int64_t y = Count(layout_.y_shape) * (tokens || !IsFloating(layout_.y_type) ? 8 : 4);
+  return n * (x + y + 8);
+}
+
+void ShardReader::Run(std::vector<int64_t> indices, int64_t batch_size) {
+  const int64_t n = static_cast<int64_t>(indices.size());
+  for (int64_t begin = 0; begin < n; begin += batch_size) {
+    const int64_t size = std::min(batch_size, n - begin);
+    const int64_t bytes = BatchBytes(size);
+    {
+      absl::MutexLock lock(&mu_);
+      // Room for this batch: an empty queue always has room (a batch larger
+      // than the buffer is still read, one at a time).
+      struct Room {
+        ShardReader* reader;
+        int64_t bytes;
+      } room{this, bytes};
+      mu_.Await(absl::Condition(
+          +[](Room* a) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+            ShardReader* r = a->reader;
+            return r->stop_ || r->ready_.empty() ||
+                   r->ready_bytes_ + a->bytes <= r->read_ahead_bytes_;
+          },
+          &room));
+      if (stop_) return;
+    }
+    absl::StatusOr<ShardBatch> batch = ReadBatch(indices.data() + begin, size);
+    absl::MutexLock lock(&mu_);
+    if (!batch.ok()) {
+      error_ = batch.status();
+      return;
+    }
+    ready_.push_back(*std::move(batch));
+    ready_bytes_ += bytes;
+    max_ready_bytes_ = std::max(max_ready_bytes_, ready_bytes_);
+  }
+}
+
+absl::StatusOr<ShardBatch> ShardReader::Next() {
+  const absl::Time start = absl::Now();
+  absl::MutexLock lock(&mu_);
+  if (batches_left_ == 0) {
+    return absl::FailedPreconditionError("the shard reader has no batch left in this epoch");
+  }
+  mu_.Await(absl::Condition(
+      +[](ShardReader* r)
+           ABSL_NO_THREAD_SAFETY_ANALYSIS { return !r->ready_.empty() || !r->error_.ok(); },
+      this));
+  wait_seconds_ += absl::ToDoubleSeconds(absl::Now() - start);
+  if (ready_.empty()) return error_;
+  ShardBatch batch = std::move(ready_.front());
+  ready_.pop_front();
+  ready_bytes_ -= BatchBytes(batch.x.size(0));
+  --batches_left_;
+  return batch;
+}
+
+ShardReader::Stats ShardReader::stats() const {
+  absl::MutexLock lock(&mu_);
+  return Stats{wait_seconds_, bytes_read_.load(), max_ready_bytes_};
+}
+
+absl::StatusOr<int> ShardReader::File(int shard) {
+  if (fds_[shard] >= 0) return fds_[shard];
+  const std::string& path = index_.shards()[shard].path;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::NotFoundError(
+        absl::StrCat("data.shards: cannot open ", path, ": ", std::strerror(errno)));
+  }
+  if (open_order_.size() >= kMaxOpenFiles) {
+    ::close(fds_[open_order_.front()]);
+    fds_[open_order_.front()] = -1;
+    open_order_.pop_front();
+  }
+  fds_[shard] = fd;
+  open_order_.push_back(shard);
+  return fd;
+}
+
+absl::StatusOr<ShardBatch> ShardReader::ReadBatch(const int64_t* indices, int64_t n) {
+  const bool tokens = index_.format() == v1::ShardedData::TOKENS;
+  const bool float_x = !tokens && (IsFloating(layout_.x_type) || options_.float_inputs);
+  const bool float_y = !tokens && IsFloating(layout_.y_type);
+  ShardBatch batch;
+  batch.indices = at::empty({n}, at::kLong);
+  std::memcpy(batch.indices.data_ptr<int64_t>(), indices, n * sizeof(int64_t));
+  batch.x = at::empty(WithBatch(n, layout_.x_shape), OutputType(float_x));
+  batch.y = at::empty(WithBatch(n, layout_.y_shape), OutputType(float_y));
+  // In file order, so that a rank's reads of a block move forward through
+  // the shard; each sample lands in its own row.
+  std::vector<int64_t> rows(n);
+  std::iota(rows.begin(), rows.end(), 0);
+  std::vector<SampleLocation> where(n);
+  for (int64_t i = 0; i < n; ++i) where[i] = index_.Locate(indices[i]);
+  std::sort(rows.begin(), rows.end(), [&](int64_t a, int64_t b) {
+    return std::pair(where[a].shard, where[a].x.offset) <
+           std::pair(where[b].shard, where[b].x.offset);
+  });
+  for (int64_t row : rows) {
+    const SampleLocation& loc = where[row];
+    const ByteRange range{
+        std::min(loc.x.offset, loc.y.offset),
+        std::max(loc.x.end(), loc.y.end()) - std::min(loc.x.offset, loc.y.offset)};
+    ASSIGN_OR_RETURN(const int fd, File(loc.shard));
+    scratch_.resize(range.size);
+    int64_t got = 0;
+    while (got < range.size) {
+      const ssize_t r = ::pread(fd, scratch_.data() + got, range.size - got, range.offset + got);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) {
+        return absl::DataLossError(
+            absl::StrCat("data.shards: cannot read ", index_.shards()[loc.shard].path,
+                         " at byte offset ", range.offset + got,
+                         r == 0 ? ": the file is shorter than when it was indexed"
+                                : absl::StrCat(": ", std::strerror(errno))));
+      }
+      got += r;
+    }
+    bytes_read_.fetch_add(range.size);
+    RETURN_IF_ERROR(Decode(indices[row], scratch_.data(), range, row, batch.x, batch.y));
+  }
+  return batch;
+}
+
+absl::Status ShardReader::Decode(int64_t index, const char* span, const ByteRange& range,
+                                 int64_t row, at::Tensor& x, at::Tensor& y) const {
+  const SampleLocation loc = index_.Locate(index);
+  const std::string& path = index_.shards()[loc.shard].path;
+  char* x_row = static_cast<char*>(x.data_ptr()) + row * x.stride(0) * x.element_size();
+  char* y_row = static_cast<char*>(y.data_ptr()) + row * y.stride(0) * y.element_size();
+  if (index_.format() == v1::ShardedData::TOKENS) {
+    const int64_t length = layout_.x_shape[0];
+    const int w = ElementBytes(layout_.x_type);
+    ConvertElements(span, layout_.x_type, length, false, x_row);
+    ConvertElements(span + w, layout_.y_type, length, false, y_row);
+    if (options_.vocab_size > 0) {
+      const auto* xs = reinterpret_cast<const int64_t*>(x_row);
+      const int64_t top = std::max(*std::max_element(xs, xs + length),
+                                   reinterpret_cast<const int64_t*>(y_row)[length - 1]);
+      if (top >= options_.vocab_size) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "data.shards: ", path, " at byte offset ", range.offset, " holds token id ", top,
+            ", not below model.transformer_lm.vocab_size ", options_.vocab_size));
+      }
+    }
+    return absl::OkStatus();
+  }
+  for (const auto& [member, type, shape, to_float, out] :
+       {std::tuple{loc.x, layout_.x_type, &layout_.x_shape, x.scalar_type() == at::kFloat, x_row},
+        std::tuple{loc.y, layout_.y_type, &layout_.y_shape, y.scalar_type() == at::kFloat,
+                   y_row}}) {
+    const char* bytes = span + (member.offset - range.offset);
+    absl::StatusOr<NpyArray> a = ParseNpy(bytes, member.size);
+    const std::string where = absl::StrCat("data.shards: ", path, " at byte offset ", member.offset,
+                                           " (sample ", index, "): ");
+    if (!a.ok()) return absl::InvalidArgumentError(absl::StrCat(where, a.status().message()));
+    if (a->type != type || a->shape != *shape) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, "this .npy member's shape ", ShapeString(a->shape), " or type differs from the ",
+          "first sample's ", ShapeString(*shape), "; every sample must have the same"));
+    }
+    ConvertElements(bytes + a->data_offset, type, a->count(), to_float, out);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace chorus
