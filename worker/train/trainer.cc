@@ -23,6 +23,7 @@
 #include "worker/train/model.h"
 #include "worker/train/sample_trace.h"
 #include "worker/train/sampler.h"
+#include "worker/train/shard_reader.h"
 #include "worker/train/state_sync.h"
 #include "worker/train/step_boundary.h"
 #include "worker/train/training_checkpoints.h"
@@ -195,12 +196,25 @@ absl::Status InjectFaults(const v1::JobSpec& spec, Communicator& comm, int64_t g
 }
 
 // The training and test splits; integer inputs become floats for the
-// built-in mlp and cnn.
-absl::Status LoadSplits(const v1::JobSpec& spec, Dataset& train, Dataset& test) {
+// built-in mlp and cnn. Sharded data is streamed by `reader` instead:
+// `train` is its first sample (for the model's shapes) and there is no test
+// split.
+absl::Status LoadSplits(const v1::JobSpec& spec, Dataset& train, Dataset& test,
+                        std::unique_ptr<ShardReader>& reader) {
+  const bool float_inputs = !spec.model().has_transformer_lm() && !spec.model().has_torchscript();
+  if (spec.data().has_shards()) {
+    ShardReaderOptions options;
+    options.float_inputs = float_inputs;
+    if (spec.model().has_transformer_lm())
+      options.vocab_size = spec.model().transformer_lm().vocab_size();
+    ASSIGN_OR_RETURN(reader, ShardReader::Open(spec.data().shards(), options));
+    train = reader->probe();
+    test = Dataset{};
+    return absl::OkStatus();
+  }
   ASSIGN_OR_RETURN(train, LoadDataset(spec, Split::kTrain));
   ASSIGN_OR_RETURN(test, LoadDataset(spec, Split::kTest));
-  if (!spec.model().has_transformer_lm() && !spec.model().has_torchscript() &&
-      !at::isFloatingType(train.x.scalar_type())) {
+  if (float_inputs && !at::isFloatingType(train.x.scalar_type())) {
     train.x = train.x.to(at::kFloat);
     if (test.size() > 0) test.x = test.x.to(at::kFloat);
   }
@@ -332,10 +346,9 @@ absl::Status CheckStepBoundary(Communicator& comm, const TrainingProgress& p, in
       BoundarySamples(spec.resources().min_ranks(), spec.resources().max_ranks(),
                       next_training.ok() ? *next_training : 0, per_rank_step, epoch_samples);
   if (epoch_offset % boundary != 0) return absl::OkStatus();
-  return absl::AbortedError(absl::StrCat("generation ", generation,
-                                         " ends at the step boundary before step ", step,
-                                         ": the coordinator asked for generation ",
-                                         next.generation));
+  return absl::AbortedError(
+      absl::StrCat("generation ", generation, " ends at the step boundary before step ", step,
+                   ": the coordinator asked for generation ", next.generation));
 }
 
 // What a rank keeps across the generations of its job.
@@ -344,6 +357,11 @@ struct RankRun {
   Model& model;
   const Dataset& train;
   const Dataset& test;
+  // Sharded data: the stream of this rank's batches (train is then one
+  // sample); null for data in memory.
+  ShardReader* reader = nullptr;
+  // Samples in the training split (in memory or in the shards).
+  int64_t train_size = 0;
   const MetricsCallback& report;
   TrainingProgress& p;
   const TrainOptions& options;
@@ -353,6 +371,40 @@ struct RankRun {
   // newcomer, a hot spare, and until a generation fails.
   std::optional<Snapshot> held;
 };
+
+// This rank's samples of `epoch` from `sampler.start` on, batch after
+// batch. Sharded data: the stream order's share (Note [Streamed order] in
+// sampler.cc), handed to the reader, which reads it ahead; the tensor is
+// then undefined.
+torch::Tensor EpochOrder(RankRun& run, const SamplerOptions& sampler, int64_t epoch, bool spare) {
+  if (run.reader == nullptr) return torch::tensor(EpochIndices(sampler, epoch), torch::kLong);
+  if (spare) return torch::Tensor();  // a hot spare trains on nothing: reads nothing
+  const v1::ShardedData& s = run.spec.data().shards();
+  run.reader->Start(ShareOfOrder(StreamOrder(run.reader->index().ShardSizes(), s.shuffle_buffer(),
+                                             sampler.seed, sampler.shuffle, epoch),
+                                 sampler),
+                    sampler.batch_size);
+  return torch::Tensor();
+}
+
+// The micro-batch of `len` samples from position `begin` of this rank's
+// epoch (`order`), on `device`; from the reader for sharded data.
+absl::StatusOr<ShardBatch> NextBatch(RankRun& run, const torch::Tensor& order, int64_t begin,
+                                     int64_t len, const c10::Device& device) {
+  ShardBatch batch;
+  if (run.reader != nullptr) {
+    ASSIGN_OR_RETURN(batch, run.reader->Next());
+    if (!device.is_cpu()) {
+      batch.x = Rows(batch.x, torch::Tensor(), 0, len, device);
+      batch.y = Rows(batch.y, torch::Tensor(), 0, len, device);
+    }
+    return batch;
+  }
+  batch.indices = order.narrow(0, begin, len);
+  batch.x = Rows(run.train.x, batch.indices, 0, 0, device);
+  batch.y = Rows(run.train.y, batch.indices, 0, 0, device);
+  return batch;
+}
 
 // The spec one generation trains with: elastic.scale_lr scales the learning
 // rate with the ranks that train.
@@ -388,9 +440,10 @@ absl::StatusOr<v1::Metrics> TrainGeneration(RankRun& run, const Generation& gen)
   if (gen.generation > 1) {
     LOG(INFO) << "generation " << gen.generation << ": rank " << comm.rank() << " built its "
               << "strategy in "
-              << absl::FormatDuration(absl::Trunc(absl::Now() - setup_start, absl::Milliseconds(1)));
+              << absl::FormatDuration(
+                     absl::Trunc(absl::Now() - setup_start, absl::Milliseconds(1)));
   }
-  const SamplerOptions sampler{run.train.size(),
+  const SamplerOptions sampler{run.train_size,
                                training,
                                spare ? 0 : comm.rank(),
                                spec.training().batch_size_per_rank(),
@@ -399,7 +452,7 @@ absl::StatusOr<v1::Metrics> TrainGeneration(RankRun& run, const Generation& gen)
                                spec.data().remainder() == v1::DataSpec::PAD};
   if (BatchesPerEpoch(sampler) == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "the training split has ", run.train.size(), " samples, fewer than one global batch (",
+        "the training split has ", run.train_size, " samples, fewer than one global batch (",
         training, " ranks x training.batch_size_per_rank ", sampler.batch_size, ")"));
   }
   const int accum = strategy->accumulation_steps();
@@ -450,12 +503,12 @@ absl::StatusOr<v1::Metrics> TrainGeneration(RankRun& run, const Generation& gen)
       const int64_t epoch = position.epoch;
       SamplerOptions current = sampler;
       current.start = position.epoch_offset;
-      const torch::Tensor order = torch::tensor(EpochIndices(current, epoch), torch::kLong);
+      const torch::Tensor order = EpochOrder(run, current, epoch, spare);
       const int64_t epoch_batches = BatchesPerEpoch(current);
       for (int64_t b = 0; b + accum <= epoch_batches && step < total_steps; b += accum) {
         if (run.options.rejoin) {
           RETURN_IF_ERROR(CheckStepBoundary(comm, p, gen.generation, step, position.epoch_offset,
-                                            spec, accum * sampler.batch_size, run.train.size()));
+                                            spec, accum * sampler.batch_size, run.train_size));
         }
         RETURN_IF_ERROR(InjectFaults(spec, comm, gen.generation, step, p));
         // Random draws (dropout) are a function of (seed, rank, step), so a
@@ -467,12 +520,13 @@ absl::StatusOr<v1::Metrics> TrainGeneration(RankRun& run, const Generation& gen)
           strategy->BeginStep();
           for (int m = 0; m < accum; ++m) {
             p.Enter(v1::DATA);
-            const torch::Tensor idx =
-                order.narrow(0, (b + m) * sampler.batch_size, sampler.batch_size);
+            ASSIGN_OR_RETURN(
+                const ShardBatch batch,
+                NextBatch(run, order, (b + m) * sampler.batch_size, sampler.batch_size, device));
             if (run.trace != nullptr)
-              run.trace->Step(gen.generation, comm.rank(), step, epoch, idx);
-            const torch::Tensor x = Rows(run.train.x, idx, 0, 0, device);
-            const torch::Tensor y = Rows(run.train.y, idx, 0, 0, device);
+              run.trace->Step(gen.generation, comm.rank(), step, epoch, batch.indices);
+            const torch::Tensor& x = batch.x;
+            const torch::Tensor& y = batch.y;
             p.Enter(v1::FORWARD);
             RETURN_IF_ERROR(strategy->BeforeForward());
             ASSIGN_OR_RETURN(const torch::Tensor out, run.model.Forward(x));
@@ -579,17 +633,21 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
   }
   const absl::Time load_start = absl::Now();
   Dataset train, test;
-  RETURN_IF_ERROR(LoadSplits(spec, train, test));
+  std::unique_ptr<ShardReader> reader;
+  RETURN_IF_ERROR(LoadSplits(spec, train, test, reader));
+  const int64_t train_size = reader != nullptr ? reader->index().size() : train.size();
   torch::manual_seed(spec.training().seed());
   // Built on the CPU from the seed, then moved: a GPU run starts from the
   // same parameters as a CPU run.
   ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Build(spec.model(), train));
   if (cuda) model->To(comm.device());
-  LOG(INFO) << "rank " << comm.rank() << " loaded " << train.size() << " training samples and built "
+  LOG(INFO) << "rank " << comm.rank() << (reader != nullptr ? " indexed " : " loaded ")
+            << train_size << " training samples and built "
             << "its model in "
             << absl::FormatDuration(absl::Trunc(absl::Now() - load_start, absl::Milliseconds(1)));
   ASSIGN_OR_RETURN(std::unique_ptr<SampleTrace> trace, SampleTrace::Open(options.sample_trace_dir));
-  RankRun run{spec, *model, train, test, report, p, options, trace.get(), std::nullopt};
+  RankRun run{spec,   *model, train,   test,        reader.get(), train_size,
+              report, p,      options, trace.get(), std::nullopt};
   Generation generation{&comm, options.checkpoints, options.generation};
   for (;;) {
     absl::StatusOr<v1::Metrics> result = TrainGeneration(run, generation);
