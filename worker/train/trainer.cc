@@ -300,6 +300,38 @@ void AddWindowMetrics(const MetricsWindow::Summary& window, int64_t total_steps,
   strategy.AddMetrics(window, metrics);
 }
 
+// The streamed data's figures over a report window: how long a step waited
+// for its batch (the DATA phase's share that is I/O) and how fast the rank
+// read its shards; nothing for data in memory.
+class DataWindow {
+ public:
+  DataWindow(const ShardReader* reader, absl::Time start, int64_t step)
+      : reader_(reader), start_(start), step_(step) {
+    if (reader_ != nullptr) last_ = reader_->stats();
+  }
+
+  // Adds data_wait_seconds (per step) and data_read_bytes_per_second to
+  // `metrics` for the window up to `now` and `step`, and starts the next.
+  void Close(absl::Time now, int64_t step, v1::Metrics& metrics) {
+    if (reader_ == nullptr) return;
+    const ShardReader::Stats stats = reader_->stats();
+    const double seconds = std::max(1e-9, absl::ToDoubleSeconds(now - start_));
+    auto& values = *metrics.mutable_values();
+    values["data_wait_seconds"] =
+        (stats.wait_seconds - last_.wait_seconds) / std::max<int64_t>(1, step - step_);
+    values["data_read_bytes_per_second"] = (stats.bytes_read - last_.bytes_read) / seconds;
+    last_ = stats;
+    start_ = now;
+    step_ = step;
+  }
+
+ private:
+  const ShardReader* reader_;
+  ShardReader::Stats last_;
+  absl::Time start_;
+  int64_t step_;
+};
+
 // A failed collective: a member of the generation was lost or the transport
 // broke (as opposed to a mistake in the spec or the data).
 bool IsMembershipFailure(const absl::Status& s) {
@@ -497,6 +529,7 @@ absl::StatusOr<v1::Metrics> TrainGeneration(RankRun& run, const Generation& gen)
   const c10::Device device = comm.device();
   absl::Status status = [&]() -> absl::Status {
     MetricsWindow window(start);
+    DataWindow data_window(run.reader, start, position.step);
     torch::Tensor device_loss;  // the window's losses on a GPU (Note [Batches on a GPU])
     int64_t& step = position.step;
     for (; step < total_steps; ++position.epoch, position.epoch_offset = 0) {
@@ -559,6 +592,7 @@ absl::StatusOr<v1::Metrics> TrainGeneration(RankRun& run, const Generation& gen)
           }
           AddWindowMetrics(window.Close(absl::Now(), accum * global_batch), total_steps,
                            comm.size(), checkpoints, *strategy, metrics, p);
+          data_window.Close(absl::Now(), step, metrics);
         }
         const bool eval = spec.eval().every_steps() > 0 && step % spec.eval().every_steps() == 0 &&
                           step < total_steps && !spec.eval().disabled() && run.test.size() > 0;

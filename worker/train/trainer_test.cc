@@ -646,6 +646,9 @@ TEST(TrainerTest, TransformerLmTrainsFromAFlatTokenFile) {
   for (int r = 0; r < 2; ++r) ASSERT_TRUE(results[r].ok()) << results[r].status();
   EXPECT_EQ(results[0]->step(), 3 * (512 / 32));
   EXPECT_LT(results[0]->loss(), 0.5) << "chance: ln 16 = 2.8";
+  // Rank 0's last report window read its share of the file.
+  EXPECT_GT(results[0]->values().at("data_read_bytes_per_second"), 0);
+  EXPECT_GE(results[0]->values().at("data_wait_seconds"), 0);
 }
 
 }  // namespace
