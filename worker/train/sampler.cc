@@ -75,6 +75,48 @@ std::vector<int64_t> StreamOrder(const std::vector<int64_t>& shard_sizes, int64_
   return order;
 }
 
+std::vector<int64_t> StreamShare(const std::vector<int64_t>& shard_sizes, int64_t block,
+                                 const SamplerOptions& o, int64_t epoch) {
+  std::vector<int64_t> first(shard_sizes.size() + 1, 0);
+  for (size_t s = 0; s < shard_sizes.size(); ++s) first[s + 1] = first[s] + shard_sizes[s];
+  std::vector<size_t> shards(shard_sizes.size());
+  std::iota(shards.begin(), shards.end(), 0);
+  std::mt19937_64 rng = EpochRng(o.seed, epoch);  // drawn in StreamOrder's order
+  if (o.shuffle) Shuffle(shards.data(), shards.data() + shards.size(), rng);
+  const int64_t n = first.back();
+  const int64_t start = std::clamp<int64_t>(o.start, 0, n);
+  const int64_t remaining = n - start;
+  const int64_t total = BatchesPerEpoch(o) * o.batch_size * o.world_size;
+  std::vector<int64_t> mine(total / std::max(1, o.world_size));
+  // Position i of the rest of the epoch (ShareOfOrder's order after the
+  // trained prefix) serves positions i, i + remaining, ... of the padded
+  // order; this rank takes those congruent to its rank.
+  auto place = [&](int64_t position, int64_t sample) {
+    for (int64_t i = position - start; i < total; i += remaining) {
+      if ((i - o.rank) % o.world_size == 0 && i >= o.rank)
+        mine[(i - o.rank) / o.world_size] = sample;
+    }
+  };
+  std::vector<int64_t> buffer;
+  buffer.reserve(o.shuffle ? block : 1);
+  size_t shard = 0;
+  int64_t next = shards.empty() ? 0 : first[shards[0]];
+  for (int64_t b = 0; b < n; b += o.shuffle ? block : 1) {
+    const int64_t size = o.shuffle ? std::min(block, n - b) : 1;
+    buffer.clear();
+    while (static_cast<int64_t>(buffer.size()) < size) {
+      while (next == first[shards[shard] + 1]) next = first[shards[++shard]];
+      buffer.push_back(next++);
+    }
+    if (o.shuffle) Shuffle(buffer.data(), buffer.data() + size, rng);
+    if (b + size <= start) continue;
+    for (int64_t j = 0; j < size; ++j) {
+      if (b + j >= start) place(b + j, buffer[j]);
+    }
+  }
+  return mine;
+}
+
 std::vector<int64_t> ShareOfOrder(std::vector<int64_t> order, const SamplerOptions& o) {
   // Resuming mid-epoch: the samples already trained are the permutation's
   // prefix; the rest is sharded among the ranks there are now.

@@ -48,6 +48,14 @@ std::vector<int64_t> ShareOfOrder(std::vector<int64_t> order, const SamplerOptio
 std::vector<int64_t> StreamOrder(const std::vector<int64_t>& shard_sizes, int64_t block,
                                  uint64_t seed, bool shuffle, int64_t epoch);
 
+// ShareOfOrder(StreamOrder(shard_sizes, block, options.seed, options.shuffle,
+// epoch), options), computed block by block: it holds the rank's share and
+// one block, never the whole order (a rank of a job over a billion samples
+// would otherwise hold 8 GB for it). REQUIRES: block >= 1, and
+// options.num_samples the sum of shard_sizes.
+std::vector<int64_t> StreamShare(const std::vector<int64_t>& shard_sizes, int64_t block,
+                                 const SamplerOptions& options, int64_t epoch);
+
 // Batches per rank per epoch.
 int64_t BatchesPerEpoch(const SamplerOptions& options);
 

@@ -1,6 +1,7 @@
 #include "worker/train/sampler.h"
 
 #include <map>
+#include <numeric>
 #include <set>
 
 #include "gtest/gtest.h"
@@ -127,6 +128,30 @@ TEST(SamplerTest, StreamOrderResumedAtAnotherWorldSizeCoversTheRestExactlyOnce) 
       const int64_t dropped = (n - start) % (batch * after);
       EXPECT_EQ(static_cast<int64_t>(seen.size()), n - dropped) << before << " -> " << after;
       for (const auto& [i, count] : seen) EXPECT_EQ(count, 1) << "sample " << i;
+    }
+  }
+}
+
+TEST(SamplerTest, StreamShareIsTheShareOfTheStreamOrder) {
+  const std::vector<std::vector<int64_t>> layouts = {{100, 37, 250, 13}, {0, 5, 0, 7, 1}, {9}};
+  for (const std::vector<int64_t>& sizes : layouts) {
+    const int64_t n = std::accumulate(sizes.begin(), sizes.end(), int64_t{0});
+    for (int64_t block : {1, 4, 64}) {
+      for (bool shuffle : {true, false}) {
+        for (bool pad : {false, true}) {
+          for (int world : {1, 3}) {
+            for (int64_t start : {int64_t{0}, n / 3}) {
+              for (int rank = 0; rank < world; ++rank) {
+                SamplerOptions o{n, world, rank, 2, 42, shuffle, pad, start};
+                EXPECT_EQ(StreamShare(sizes, block, o, 5),
+                          ShareOfOrder(StreamOrder(sizes, block, 42, shuffle, 5), o))
+                    << "n " << n << " block " << block << " shuffle " << shuffle << " pad " << pad
+                    << " world " << world << " rank " << rank << " start " << start;
+              }
+            }
+          }
+        }
+      }
     }
   }
 }

@@ -354,7 +354,11 @@ std::optional<ElementType> NpyType(const std::string& descr) {
 }  // namespace
 
 absl::StatusOr<NpyArray> ParseNpy(const char* data, int64_t size) {
-  if (size < 10 || std::memcmp(data, "\x93NUMPY", 6) != 0) {
+  return ParseNpyHeader(data, size, size);
+}
+
+absl::StatusOr<NpyArray> ParseNpyHeader(const char* data, int64_t available, int64_t size) {
+  if (available < 10 || std::memcmp(data, "\x93NUMPY", 6) != 0) {
     return absl::InvalidArgumentError("not a .npy file (no \\x93NUMPY magic)");
   }
   const auto* u = reinterpret_cast<const unsigned char*>(data);
@@ -363,14 +367,16 @@ absl::StatusOr<NpyArray> ParseNpy(const char* data, int64_t size) {
   if (major == 1) {
     header_len = u[8] | (u[9] << 8);
     header_at = 10;
-  } else if ((major == 2 || major == 3) && size >= 12) {
+  } else if ((major == 2 || major == 3) && available >= 12) {
     header_len =
         int64_t{u[8]} | (int64_t{u[9]} << 8) | (int64_t{u[10]} << 16) | (int64_t{u[11]} << 24);
     header_at = 12;
   } else {
     return absl::InvalidArgumentError(absl::StrCat(".npy version ", major, " is not read"));
   }
-  if (header_at + header_len > size) return absl::InvalidArgumentError(".npy header is truncated");
+  if (header_at + header_len > available) {
+    return absl::InvalidArgumentError(".npy header is truncated");
+  }
   const std::string header(data + header_at, static_cast<size_t>(header_len));
   const std::optional<std::string> descr = NpyField(header, "descr");
   const std::optional<std::string> fortran = NpyField(header, "fortran_order");

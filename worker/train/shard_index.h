@@ -119,6 +119,10 @@ struct NpyArray {
 // little-endian types above. INVALID_ARGUMENT saying what is wrong (the
 // caller adds the file and offset); the values must fill the rest exactly.
 absl::StatusOr<NpyArray> ParseNpy(const char* data, int64_t size);
+// The same for a member of `size` bytes of which only the first `available`
+// (its header, at least) are at `data`: nothing past them is read, and the
+// values are not looked at.
+absl::StatusOr<NpyArray> ParseNpyHeader(const char* data, int64_t available, int64_t size);
 
 // Converts `count` values of type `from` at `src` to float32 (`to_float`)
 // or int64 at `dst`.

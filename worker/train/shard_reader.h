@@ -6,8 +6,9 @@
 // so that a step finds its batch ready when the disk keeps up.
 //
 // Only the rank's own samples are read. Memory: the queue (at most
-// read_ahead_bytes, or one batch when a batch is larger), the batch being
-// decoded and the batch being trained, plus the index (ShardIndex).
+// read_ahead_bytes, or one batch when a batch is larger) and up to three
+// batches more (being read, being trained, just released), plus the index
+// (ShardIndex) and the epoch's order.
 //
 // The position in the stream is not the reader's: it is the trainer's
 // (epoch, samples of the epoch trained), which checkpoints and elastic
@@ -98,7 +99,19 @@ class ShardReader {
 
   void Stop();
   void Run(std::vector<int64_t> indices, int64_t batch_size);
+  ShardBatch NewBatch(int64_t n);
   absl::StatusOr<ShardBatch> ReadBatch(const int64_t* indices, int64_t n);
+  absl::Status ReadSample(int64_t index, const SampleLocation& loc, int64_t row, ShardBatch& batch);
+  // INVALID_ARGUMENT naming the file, offset and sample unless `a` parsed
+  // and has the first sample's `type` and `shape`.
+  absl::Status CheckMember(int64_t index, const std::string& path, const ByteRange& member,
+                           const absl::StatusOr<NpyArray>& a, ElementType type,
+                           const std::vector<int64_t>& shape) const;
+  // Parses and checks the .npy `member` at `bytes`, converting its values to
+  // `out`.
+  absl::Status DecodeMember(int64_t index, const std::string& path, const ByteRange& member,
+                            const char* bytes, ElementType type, const std::vector<int64_t>& shape,
+                            bool to_float, char* out) const;
   // Decodes sample `index` (its bytes `span` read from `range` of its
   // shard) into row `row` of `x` and `y`.
   absl::Status Decode(int64_t index, const char* span, const ByteRange& range, int64_t row,
@@ -116,6 +129,9 @@ class ShardReader {
   std::vector<int> fds_;
   std::deque<int> open_order_;
   std::vector<char> scratch_;
+  // Batches to reuse (Note [Batch buffers] in shard_reader.cc).
+  std::vector<ShardBatch> pool_;
+  int64_t pool_limit_ = 0;
   std::atomic<int64_t> bytes_read_{0};
   double wait_seconds_ = 0;  // the trainer's thread only
 

@@ -4,6 +4,7 @@
 
 #include <fstream>
 #include <map>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -185,6 +186,35 @@ TEST(ShardReaderTest, TokenFilesGiveShiftedWindowsAndCheckTheVocabulary) {
               HasSubstr(absl::StrCat(path,
                                      " at byte offset 1800 holds token id 300, not below "
                                      "model.transformer_lm.vocab_size 256")));
+}
+
+// Note [Batch buffers]: a batch the trainer still holds (or a view of it)
+// is never refilled, while released ones are reused.
+TEST(ShardReaderTest, ABatchStillHeldIsNeverReusedForTheNextOnes) {
+  const std::string path = WriteShard("pool.tar", 0, 64, 8);
+  auto reader = ShardReader::Open(TarSpec({path}, 400), {});  // two batches of 192 bytes
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  std::vector<int64_t> order(64);
+  for (int64_t i = 0; i < 64; ++i) order[i] = (i * 37) % 64;
+  (*reader)->Start(order, 4);
+  absl::StatusOr<ShardBatch> held = (*reader)->Next();
+  ASSERT_TRUE(held.ok()) << held.status();
+  // Only a tensor sharing its storage (no reference to the batch tensor
+  // itself) outlives the batch.
+  const at::Tensor view = held->x.detach();
+  const at::Tensor expected = view.clone();
+  const int64_t held_first = held->indices[0].item<int64_t>();
+  held = absl::UnknownError("dropped");
+  std::set<const void*> buffers;
+  for (int b = 1; b < 16; ++b) {
+    absl::StatusOr<ShardBatch> batch = (*reader)->Next();
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    ExpectRowsMatch(*batch);
+    buffers.insert(batch->x.data_ptr());
+    EXPECT_TRUE(at::equal(view, expected)) << "the held batch was overwritten at batch " << b;
+  }
+  EXPECT_EQ(view[0][0].item<float>(), held_first * 1000.0f);
+  EXPECT_LT(buffers.size(), 15u) << "released batches are reused";
 }
 
 }  // namespace

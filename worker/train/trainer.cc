@@ -412,10 +412,9 @@ torch::Tensor EpochOrder(RankRun& run, const SamplerOptions& sampler, int64_t ep
   if (run.reader == nullptr) return torch::tensor(EpochIndices(sampler, epoch), torch::kLong);
   if (spare) return torch::Tensor();  // a hot spare trains on nothing: reads nothing
   const v1::ShardedData& s = run.spec.data().shards();
-  run.reader->Start(ShareOfOrder(StreamOrder(run.reader->index().ShardSizes(), s.shuffle_buffer(),
-                                             sampler.seed, sampler.shuffle, epoch),
-                                 sampler),
-                    sampler.batch_size);
+  run.reader->Start(
+      StreamShare(run.reader->index().ShardSizes(), s.shuffle_buffer(), sampler, epoch),
+      sampler.batch_size);
   return torch::Tensor();
 }
 
