@@ -78,8 +78,9 @@ DataFacts DescribeData(const v1::JobSpec& spec, const FileSizeFn& file_size) {
     f.field = "data.tensor_file.path";
   } else if (d.has_shards()) {
     // Streamed: a rank holds its read-ahead buffer (the step's own batch is
-    // counted with the activations) and 16 bytes of offsets per sample of
-    // the index, which only the files' headers tell.
+    // counted with the activations). The index (24 bytes a sample for TAR)
+    // and the epoch's share of sample numbers (8 bytes a sample / ranks)
+    // depend on a sample count only the files' headers tell: not counted.
     const v1::ShardedData& s = d.shards();
     if (s.format() == v1::ShardedData::TOKENS) {
       f.sample = {static_cast<double>(s.sequence_length())};

@@ -107,9 +107,8 @@ std::string Where(const std::string& path, int64_t offset) {
 
 }  // namespace
 
-absl::Status ScanTar(int fd, const std::string& path, int64_t size, int shard,
-                     const std::string& input_member, const std::string& target_member,
-                     std::vector<SampleLocation>& out) {
+absl::Status ScanTar(int fd, const std::string& path, int64_t size, const std::string& input_member,
+                     const std::string& target_member, std::vector<TarSample>& out) {
   PendingSample pending;
   auto close_sample = [&]() -> absl::Status {
     if (!pending.x && !pending.y) return absl::OkStatus();  // a key with neither: not a sample
@@ -119,7 +118,9 @@ absl::Status ScanTar(int fd, const std::string& path, int64_t size, int shard,
                        "\" has no ", pending.x ? target_member : input_member,
                        " member (a sample's members must be consecutive)"));
     }
-    out.push_back(SampleLocation{shard, *pending.x, *pending.y});
+    out.push_back(TarSample{pending.x->offset, pending.y->offset,
+                            static_cast<int32_t>(pending.x->size),
+                            static_cast<int32_t>(pending.y->size)});
     return absl::OkStatus();
   };
   std::optional<std::string> long_name;
@@ -181,6 +182,11 @@ absl::Status ScanTar(int fd, const std::string& path, int64_t size, int shard,
                                                          ": sample \"", key, "\" has a second ",
                                                          suffix, " member"));
         }
+        if (*member_size > INT32_MAX) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("data.shards: ", Where(path, offset), ": member \"", name, "\" has ",
+                           *member_size, " bytes; members of 2 GiB or more are not read"));
+        }
         *slot = ByteRange{data, *member_size};
       }
     }
@@ -235,8 +241,8 @@ absl::StatusOr<ShardIndex> ShardIndex::Build(const v1::ShardedData& spec) {
     shard.first = index.size_;
     absl::Status scanned;
     if (spec.format() == v1::ShardedData::TAR) {
-      scanned = ScanTar(fd, path, st.st_size, static_cast<int>(index.shards_.size()),
-                        spec.input_member(), spec.target_member(), shard.samples);
+      scanned =
+          ScanTar(fd, path, st.st_size, spec.input_member(), spec.target_member(), shard.samples);
       shard.count = static_cast<int64_t>(shard.samples.size());
     } else if (st.st_size % token_bytes != 0) {
       scanned = absl::InvalidArgumentError(
@@ -277,7 +283,10 @@ SampleLocation ShardIndex::Locate(int64_t index) const {
   const int shard = static_cast<int>(it - shards_.begin()) - 1;
   const Shard& s = shards_[shard];
   const int64_t local = index - s.first;
-  if (spec_.format() == v1::ShardedData::TAR) return s.samples[local];
+  if (spec_.format() == v1::ShardedData::TAR) {
+    const TarSample& t = s.samples[local];
+    return SampleLocation{shard, ByteRange{t.x_offset, t.x_size}, ByteRange{t.y_offset, t.y_size}};
+  }
   const int64_t length = spec_.sequence_length();
   const ByteRange tokens{local * length * token_bytes(), (length + 1) * token_bytes()};
   return SampleLocation{shard, tokens, tokens};

@@ -50,13 +50,22 @@ struct SampleLocation {
   ByteRange y;
 };
 
+// A TAR sample's members as the index keeps them: 24 bytes a sample (its
+// shard is implied by where it is kept).
+struct TarSample {
+  int64_t x_offset = 0;
+  int64_t y_offset = 0;
+  int32_t x_size = 0;
+  int32_t y_size = 0;
+};
+
 class ShardIndex {
  public:
   struct Shard {
     std::string path;
     int64_t first = 0;  // the number of its first sample
     int64_t count = 0;
-    std::vector<SampleLocation> samples;  // TAR only (TOKENS samples are computed)
+    std::vector<TarSample> samples;  // TAR only (TOKENS samples are computed)
   };
 
   // Expands data.shards.paths and reads every file's headers. NOT_FOUND for
@@ -86,10 +95,9 @@ class ShardIndex {
 absl::StatusOr<std::vector<std::string>> ExpandShardPaths(const v1::ShardedData& spec);
 
 // Scans the tar file `path` (`size` bytes, open as `fd`) and appends its
-// samples (SampleLocation.shard = `shard`) to `out`.
-absl::Status ScanTar(int fd, const std::string& path, int64_t size, int shard,
-                     const std::string& input_member, const std::string& target_member,
-                     std::vector<SampleLocation>& out);
+// samples to `out`. Members of 2 GiB or more are refused.
+absl::Status ScanTar(int fd, const std::string& path, int64_t size, const std::string& input_member,
+                     const std::string& target_member, std::vector<TarSample>& out);
 
 // NumPy .npy element types that are read (little-endian).
 enum class ElementType {
