@@ -105,6 +105,67 @@ std::string Where(const std::string& path, int64_t offset) {
   return absl::StrCat(path, " at byte offset ", offset);
 }
 
+// One member of a tar file, its long name (GNU or pax) applied.
+struct TarMember {
+  std::string name;
+  char type = '0';
+  int64_t header = 0;  // offset of its header block
+  ByteRange data;
+  int64_t next = 0;  // offset of the next header block
+};
+
+// Reads the member whose header (or whose long-name headers) start at
+// `offset`; nullopt at the end of the archive. Errors name file and offset.
+absl::StatusOr<std::optional<TarMember>> ReadMember(int fd, const std::string& path, int64_t size,
+                                                    int64_t offset) {
+  std::optional<std::string> long_name;
+  char h[kBlock];
+  for (; offset + kBlock <= size;) {
+    if (!ReadAt(fd, h, kBlock, offset)) {
+      return absl::DataLossError(absl::StrCat("data.shards: cannot read ", Where(path, offset),
+                                              ": ", std::strerror(errno)));
+    }
+    if (std::all_of(h, h + kBlock, [](char c) { return c == '\0'; })) return std::nullopt;
+    if (!ChecksumMatches(h)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data.shards: ", Where(path, offset),
+          ": not a tar header (bad checksum); the shard is damaged or not a tar file"));
+    }
+    const std::optional<int64_t> member_size = TarNumber(h + 124, 12);
+    const int64_t data = offset + kBlock;
+    if (!member_size || *member_size > size - data) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("data.shards: ", Where(path, offset), ": member \"", CString(h, 100),
+                       "\" of ", member_size.value_or(-1), " bytes runs past the end of the file (",
+                       size, " bytes): the shard is truncated"));
+    }
+    const int64_t next = data + (*member_size + kBlock - 1) / kBlock * kBlock;
+    const char type = h[156];
+    if (type != 'L' && type != 'x') {
+      std::string name =
+          long_name.value_or(std::memcmp(h + 257, "ustar", 5) == 0 && h[345] != '\0'
+                                 ? absl::StrCat(CString(h + 345, 155), "/", CString(h, 100))
+                                 : CString(h, 100));
+      return TarMember{std::move(name), type, offset, ByteRange{data, *member_size}, next};
+    }
+    std::string text(static_cast<size_t>(*member_size), '\0');  // the next member's name
+    if (!ReadAt(fd, text.data(), *member_size, data)) {
+      return absl::DataLossError(absl::StrCat("data.shards: cannot read ", Where(path, data)));
+    }
+    if (type == 'L') long_name = CString(text.data(), static_cast<int>(text.size()));
+    if (type == 'x') {
+      if (std::optional<std::string> p = PaxPath(text)) long_name = *p;
+    }
+    offset = next;
+  }
+  if (offset < size) {
+    return absl::InvalidArgumentError(absl::StrCat("data.shards: ", Where(path, offset),
+                                                   ": the file ends inside a tar header: the "
+                                                   "shard is truncated"));
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 absl::Status ScanTar(int fd, const std::string& path, int64_t size, const std::string& input_member,
@@ -123,79 +184,34 @@ absl::Status ScanTar(int fd, const std::string& path, int64_t size, const std::s
                             static_cast<int32_t>(pending.y->size)});
     return absl::OkStatus();
   };
-  std::optional<std::string> long_name;
-  char h[kBlock];
-  int64_t offset = 0;
-  while (offset + kBlock <= size) {
-    if (!ReadAt(fd, h, kBlock, offset)) {
-      return absl::DataLossError(absl::StrCat("data.shards: cannot read ", Where(path, offset),
-                                              ": ", std::strerror(errno)));
+  for (int64_t offset = 0;;) {
+    ASSIGN_OR_RETURN(const std::optional<TarMember> m, ReadMember(fd, path, size, offset));
+    if (!m) break;
+    offset = m->next;
+    if (m->type != '0' && m->type != '\0' && m->type != '7') continue;  // not a regular file
+    const size_t slash = m->name.rfind('/');
+    const size_t dot = m->name.find('.', slash == std::string::npos ? 0 : slash + 1);
+    const std::string key = dot == std::string::npos ? m->name : m->name.substr(0, dot);
+    const std::string suffix = dot == std::string::npos ? "" : m->name.substr(dot + 1);
+    if (key != pending.key) {
+      RETURN_IF_ERROR(close_sample());
+      pending = PendingSample{key, m->header, std::nullopt, std::nullopt};
     }
-    if (std::all_of(h, h + kBlock, [](char c) { return c == '\0'; })) break;  // end of archive
-    if (!ChecksumMatches(h)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "data.shards: ", Where(path, offset),
-          ": not a tar header (bad checksum); the shard is damaged or not a tar file"));
+    std::optional<ByteRange>* slot = suffix == input_member    ? &pending.x
+                                     : suffix == target_member ? &pending.y
+                                                               : nullptr;
+    if (slot == nullptr) continue;
+    if (slot->has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat("data.shards: ", Where(path, m->header),
+                                                     ": sample \"", key, "\" has a second ", suffix,
+                                                     " member"));
     }
-    const std::optional<int64_t> member_size = TarNumber(h + 124, 12);
-    const int64_t data = offset + kBlock;
-    if (!member_size || *member_size > size - data) {
+    if (m->data.size > INT32_MAX) {
       return absl::InvalidArgumentError(
-          absl::StrCat("data.shards: ", Where(path, offset), ": member \"", CString(h, 100),
-                       "\" of ", member_size.value_or(-1), " bytes runs past the end of the file (",
-                       size, " bytes): the shard is truncated"));
+          absl::StrCat("data.shards: ", Where(path, m->header), ": member \"", m->name, "\" has ",
+                       m->data.size, " bytes; members of 2 GiB or more are not read"));
     }
-    const char type = h[156];
-    const int64_t next = data + (*member_size + kBlock - 1) / kBlock * kBlock;
-    if (type == 'L' || type == 'x') {  // the next member's name
-      std::string text(static_cast<size_t>(*member_size), '\0');
-      if (!ReadAt(fd, text.data(), *member_size, data)) {
-        return absl::DataLossError(absl::StrCat("data.shards: cannot read ", Where(path, data)));
-      }
-      if (type == 'L') long_name = CString(text.data(), static_cast<int>(text.size()));
-      if (type == 'x') {
-        if (std::optional<std::string> p = PaxPath(text)) long_name = *p;
-      }
-      offset = next;
-      continue;
-    }
-    std::string name =
-        long_name.value_or(std::memcmp(h + 257, "ustar", 5) == 0 && h[345] != '\0'
-                               ? absl::StrCat(CString(h + 345, 155), "/", CString(h, 100))
-                               : CString(h, 100));
-    long_name.reset();
-    if (type == '0' || type == '\0' || type == '7') {
-      const size_t slash = name.rfind('/');
-      const size_t dot = name.find('.', slash == std::string::npos ? 0 : slash + 1);
-      const std::string key = dot == std::string::npos ? name : name.substr(0, dot);
-      const std::string suffix = dot == std::string::npos ? "" : name.substr(dot + 1);
-      if (key != pending.key) {
-        RETURN_IF_ERROR(close_sample());
-        pending = PendingSample{key, offset, std::nullopt, std::nullopt};
-      }
-      std::optional<ByteRange>* slot = suffix == input_member    ? &pending.x
-                                       : suffix == target_member ? &pending.y
-                                                                 : nullptr;
-      if (slot != nullptr) {
-        if (slot->has_value()) {
-          return absl::InvalidArgumentError(absl::StrCat("data.shards: ", Where(path, offset),
-                                                         ": sample \"", key, "\" has a second ",
-                                                         suffix, " member"));
-        }
-        if (*member_size > INT32_MAX) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("data.shards: ", Where(path, offset), ": member \"", name, "\" has ",
-                           *member_size, " bytes; members of 2 GiB or more are not read"));
-        }
-        *slot = ByteRange{data, *member_size};
-      }
-    }
-    offset = next;
-  }
-  if (offset < size && offset + kBlock > size) {
-    return absl::InvalidArgumentError(absl::StrCat("data.shards: ", Where(path, offset),
-                                                   ": the file ends inside a tar header: the "
-                                                   "shard is truncated"));
+    *slot = m->data;
   }
   return close_sample();
 }
