@@ -280,9 +280,8 @@ absl::Status ShardReader::ReadSample(int64_t index, const SampleLocation& loc, i
     const char* y_bytes = loc.y.offset < loc.x.offset
                               ? scratch_.data() + (loc.y.offset - range.offset)
                               : scratch_.data() + head + (loc.y.offset - loc.x.end());
-    return DecodeMember(
-        index, path, loc.y, y_bytes, layout_.y_type, layout_.y_shape,
-        batch.y.scalar_type() == at::kFloat,
+    return DecodeTarget(
+        index, path, loc.y, y_bytes, batch.y.scalar_type() == at::kFloat,
         static_cast<char*>(batch.y.data_ptr()) + row * batch.y.stride(0) * batch.y.element_size());
   }
   scratch_.resize(range.size);
@@ -308,6 +307,24 @@ absl::Status ShardReader::CheckMember(int64_t index, const std::string& path,
         absl::StrCat(where, "this .npy member's shape ", ShapeString(a->shape),
                      " or type differs from the first sample's ", ShapeString(shape),
                      "; every sample must have the same"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShardReader::DecodeTarget(int64_t index, const std::string& path,
+                                       const ByteRange& member, const char* bytes, bool to_float,
+                                       char* out) const {
+  RETURN_IF_ERROR(
+      DecodeMember(index, path, member, bytes, layout_.y_type, layout_.y_shape, to_float, out));
+  if (to_float || options_.num_classes <= 0) return absl::OkStatus();
+  const auto* classes = reinterpret_cast<const int64_t*>(out);
+  for (int64_t i = 0; i < Count(layout_.y_shape); ++i) {
+    if (classes[i] < 0 || classes[i] >= options_.num_classes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data.shards: ", index_.shards()[index_.Locate(index).shard].path, " at byte offset ",
+          member.offset, " (sample ", index, "): class ", classes[i],
+          " is outside [0, data.shards.num_classes ", options_.num_classes, ")"));
+    }
   }
   return absl::OkStatus();
 }
@@ -348,8 +365,8 @@ absl::Status ShardReader::Decode(int64_t index, const char* span, const ByteRang
   RETURN_IF_ERROR(DecodeMember(index, path, loc.x, span + (loc.x.offset - range.offset),
                                layout_.x_type, layout_.x_shape, x.scalar_type() == at::kFloat,
                                x_row));
-  return DecodeMember(index, path, loc.y, span + (loc.y.offset - range.offset), layout_.y_type,
-                      layout_.y_shape, y.scalar_type() == at::kFloat, y_row);
+  return DecodeTarget(index, path, loc.y, span + (loc.y.offset - range.offset),
+                      y.scalar_type() == at::kFloat, y_row);
 }
 
 }  // namespace chorus

@@ -54,6 +54,9 @@ struct ShardReaderOptions {
   bool float_inputs = true;
   // TOKENS: token ids must be below this (the model's vocabulary); 0: any.
   int64_t vocab_size = 0;
+  // TAR with integer targets: class ids must be in [0, num_classes) (the
+  // model's outputs); 0: any.
+  int64_t num_classes = 0;
 };
 
 class ShardReader {
@@ -107,6 +110,10 @@ class ShardReader {
   absl::Status CheckMember(int64_t index, const std::string& path, const ByteRange& member,
                            const absl::StatusOr<NpyArray>& a, ElementType type,
                            const std::vector<int64_t>& shape) const;
+  // DecodeMember for the target, whose class ids (integer targets) must be
+  // below options_.num_classes.
+  absl::Status DecodeTarget(int64_t index, const std::string& path, const ByteRange& member,
+                            const char* bytes, bool to_float, char* out) const;
   // Parses and checks the .npy `member` at `bytes`, converting its values to
   // `out`.
   absl::Status DecodeMember(int64_t index, const std::string& path, const ByteRange& member,

@@ -217,5 +217,22 @@ TEST(ShardReaderTest, ABatchStillHeldIsNeverReusedForTheNextOnes) {
   EXPECT_LT(buffers.size(), 15u) << "released batches are reused";
 }
 
+TEST(ShardReaderTest, AClassOutsideNumClassesIsAnErrorNamingFileAndOffset) {
+  const std::string path = WriteShard("classes.tar", 0, 12, 3);  // classes key % 10
+  ShardReaderOptions options;
+  options.num_classes = 8;
+  auto reader = ShardReader::Open(TarSpec({path}, 1 << 20), options);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  (*reader)->Start({0, 7, 8}, 3);
+  absl::StatusOr<ShardBatch> bad = (*reader)->Next();
+  ASSERT_FALSE(bad.ok());
+  // Sample 8's y member: 8 samples of 2048 bytes, then its x member's 2
+  // blocks and its y header.
+  EXPECT_THAT(std::string(bad.status().message()),
+              HasSubstr(absl::StrCat(path, " at byte offset ", 8 * 2048 + 1024 + 512,
+                                     " (sample 8): class 8 is outside [0, "
+                                     "data.shards.num_classes 8)")));
+}
+
 }  // namespace
 }  // namespace chorus

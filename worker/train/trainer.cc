@@ -207,6 +207,7 @@ absl::Status LoadSplits(const v1::JobSpec& spec, Dataset& train, Dataset& test,
     options.float_inputs = float_inputs;
     if (spec.model().has_transformer_lm())
       options.vocab_size = spec.model().transformer_lm().vocab_size();
+    options.num_classes = spec.data().shards().num_classes();
     ASSIGN_OR_RETURN(reader, ShardReader::Open(spec.data().shards(), options));
     train = reader->probe();
     test = Dataset{};
