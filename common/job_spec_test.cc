@@ -187,8 +187,8 @@ TEST(JobSpecTest, ElasticDefaultsOnlyWhenTheBlockIsThere) {
 
   // A program job's block gets the same defaults and checks (it used to get
   // neither: max_restarts 0 and a generation due within 0 s).
-  JobSpec program =
-      MustParse("program { argv: '/usr/bin/python3' } elastic {}", SpecFormat::kTextProto);
+  JobSpec program = MustParse("program { argv: '/usr/bin/python3' } elastic {}",
+                              SpecFormat::kTextProto);
   NormalizeJobSpec(program);
   EXPECT_EQ(program.elastic().max_restarts(), 3);
   EXPECT_EQ(program.elastic().wait_seconds(), 60);

@@ -606,8 +606,7 @@ void NormalizePaths(JobSpec& spec) {
   auto normal = [](std::string* path) { *path = NormalPath(*path); };
   normal(spec.mutable_checkpoint()->mutable_shared_dir());
   if (spec.has_program()) normal(spec.mutable_program()->mutable_working_dir());
-  if (spec.model().has_torchscript())
-    normal(spec.mutable_model()->mutable_torchscript()->mutable_path());
+  if (spec.model().has_torchscript()) normal(spec.mutable_model()->mutable_torchscript()->mutable_path());
   if (!spec.has_data()) return;  // a program job has none: none is made here
   v1::DataSpec& d = *spec.mutable_data();
   if (d.has_fashion_mnist()) normal(d.mutable_fashion_mnist()->mutable_dir());

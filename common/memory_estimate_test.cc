@@ -38,8 +38,8 @@ TEST(MemoryEstimateTest, SmallMlpWithSgdAndDdp) {
   RankMemoryEstimate e = EstimateRankMemory(Spec(kSmallMlp));
   EXPECT_EQ(e.parameters, 104);
   EXPECT_EQ(e.gradients, 104);
-  EXPECT_EQ(e.optimizer, 0);      // plain SGD keeps no state
-  EXPECT_EQ(e.communication, 0);  // gradients are views into the DDP buckets
+  EXPECT_EQ(e.optimizer, 0);        // plain SGD keeps no state
+  EXPECT_EQ(e.communication, 0);    // gradients are views into the DDP buckets
   // 10 training + 2 test samples of 3 floats and an int64 label.
   EXPECT_EQ(e.data, 12 * (3 * 4 + 8));
   // 2 samples x (3 inputs + 4 linear + 4 ReLU + 2 outputs) floats, and their gradients.

@@ -379,9 +379,10 @@ absl::Status CheckStepBoundary(Communicator& comm, const TrainingProgress& p, in
       BoundarySamples(spec.resources().min_ranks(), spec.resources().max_ranks(),
                       next_training.ok() ? *next_training : 0, per_rank_step, epoch_samples);
   if (epoch_offset % boundary != 0) return absl::OkStatus();
-  return absl::AbortedError(
-      absl::StrCat("generation ", generation, " ends at the step boundary before step ", step,
-                   ": the coordinator asked for generation ", next.generation));
+  return absl::AbortedError(absl::StrCat("generation ", generation,
+                                         " ends at the step boundary before step ", step,
+                                         ": the coordinator asked for generation ",
+                                         next.generation));
 }
 
 // What a rank keeps across the generations of its job.
@@ -472,8 +473,7 @@ absl::StatusOr<v1::Metrics> TrainGeneration(RankRun& run, const Generation& gen)
   if (gen.generation > 1) {
     LOG(INFO) << "generation " << gen.generation << ": rank " << comm.rank() << " built its "
               << "strategy in "
-              << absl::FormatDuration(
-                     absl::Trunc(absl::Now() - setup_start, absl::Milliseconds(1)));
+              << absl::FormatDuration(absl::Trunc(absl::Now() - setup_start, absl::Milliseconds(1)));
   }
   const SamplerOptions sampler{run.train_size,
                                training,
@@ -680,8 +680,8 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
             << "its model in "
             << absl::FormatDuration(absl::Trunc(absl::Now() - load_start, absl::Milliseconds(1)));
   ASSIGN_OR_RETURN(std::unique_ptr<SampleTrace> trace, SampleTrace::Open(options.sample_trace_dir));
-  RankRun run{spec,   *model, train,   test,        reader.get(), train_size,
-              report, p,      options, trace.get(), std::nullopt};
+  RankRun run{spec, *model, train, test, reader.get(), train_size, report, p, options,
+              trace.get(), std::nullopt};
   Generation generation{&comm, options.checkpoints, options.generation};
   for (;;) {
     absl::StatusOr<v1::Metrics> result = TrainGeneration(run, generation);
