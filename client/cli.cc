@@ -36,6 +36,7 @@ int RunChorus(int argc, const char* const* argv, GlobalOptions& global) {
   AddLogsCommand(app, global, exit_code);
   AddCheckpointsCommand(app, global, exit_code);
   AddExportCommand(app, global, exit_code);
+  AddDatasetCommand(app, global, exit_code);
   AddCheckpointCommand(app, global, exit_code);
   AddUpCommand(app, global, exit_code);
   AddDrainCommand(app, global, exit_code);

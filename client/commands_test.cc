@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -707,6 +708,23 @@ TEST_F(CommandsTest, ValidatePrintsTheNormalizedSpecWithoutACall) {
   EXPECT_THAT(out_.str(), HasSubstr("bucket_cap_mb: 25"));  // a default filled in
   EXPECT_THAT(err_.str(),
               StartsWith(absl::StrCat("chorus validate: ", path, " is valid (2-4 ranks)\n")));
+}
+
+// Ranks start elsewhere: relative shard paths (and globs) are made
+// absolute against the directory the command runs in, as other data files.
+TEST_F(CommandsTest, ValidateMakesRelativeShardPathsAbsolute) {
+  const std::string path = WriteFile(
+      "shards.textproto",
+      "model { mlp {} } data { shards { format: TAR paths: 'data/train-*.tar' num_classes: 10 } "
+      "}");
+  char cwd[4096];
+  ASSERT_NE(getcwd(cwd, sizeof(cwd)), nullptr);
+  const char* user_dir = std::getenv("BUILD_WORKING_DIRECTORY");
+
+  EXPECT_EQ(Run({"validate", path}), kExitOk);
+
+  EXPECT_THAT(out_.str(), HasSubstr(absl::StrCat("paths: \"", user_dir != nullptr ? user_dir : cwd,
+                                                 "/data/train-*.tar\"")));
 }
 
 TEST_F(CommandsTest, ValidateJsonIsTheNormalizedSpec) {

@@ -118,6 +118,9 @@ absl::StatusOr<v1::JobSpec> LoadUserJobSpec(const std::string& path) {
       absolute(data.mutable_tensor_file()->mutable_path());
       absolute(data.mutable_tensor_file()->mutable_eval_path());
     }
+    if (data.has_shards()) {
+      for (std::string& shard : *data.mutable_shards()->mutable_paths()) absolute(&shard);
+    }
   }
   return spec;
 }

@@ -139,6 +139,31 @@ TEST(JobSpecTest, NormalizationStoresEveryPathInOneForm) {
   EXPECT_FALSE(program->has_model());
 }
 
+TEST(JobSpecTest, ShardsGetTheirDefaultsAndNormalPaths) {
+  auto spec = ParseJobSpec(
+      "model { transformer_lm { context_length: 48 } } "
+      "data { shards { format: TOKENS paths: ['/d/./train.bin', '/d/x/../shard-*.bin'] } }",
+      SpecFormat::kTextProto, "test");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  NormalizeJobSpec(*spec);
+  EXPECT_THAT(ValidateJobSpec(*spec), IsEmpty());
+  const v1::ShardedData& s = spec->data().shards();
+  EXPECT_EQ(s.paths(0), "/d/train.bin");
+  EXPECT_EQ(s.paths(1), "/d/shard-*.bin");
+  EXPECT_EQ(s.sequence_length(), 48);
+  EXPECT_EQ(s.token_type(), v1::ShardedData::UINT16);
+  EXPECT_EQ(s.read_ahead_bytes(), 64 << 20);
+  EXPECT_EQ(s.shuffle_buffer(), 4096);
+  auto tar = ParseJobSpec(
+      "model { mlp {} } data { shards { format: TAR paths: '/d/a.tar' num_classes: 10 } }",
+      SpecFormat::kTextProto, "test");
+  ASSERT_TRUE(tar.ok()) << tar.status();
+  NormalizeJobSpec(*tar);
+  EXPECT_THAT(ValidateJobSpec(*tar), IsEmpty());
+  EXPECT_EQ(tar->data().shards().input_member(), "x.npy");
+  EXPECT_EQ(tar->data().shards().target_member(), "y.npy");
+}
+
 TEST(JobSpecTest, ElasticDefaultsOnlyWhenTheBlockIsThere) {
   JobSpec plain = MustParse("model { mlp {} } data { synthetic {} }", SpecFormat::kTextProto);
   NormalizeJobSpec(plain);
@@ -396,8 +421,31 @@ INSTANTIATE_TEST_SUITE_P(
              "TOKENS } }",
              "model.transformer_lm.d_model: must be divisible by num_heads (3), got 100"},
         Case{"model { transformer_lm { } } data { fashion_mnist { } }",
-             "data: model.transformer_lm needs token data: use synthetic { kind: TOKENS } or a "
-             "tensor_file"},
+             "data: model.transformer_lm needs token data: use synthetic { kind: TOKENS }, a "
+             "tensor_file or shards { format: TOKENS }"},
+        Case{"data { shards { paths: '/d/a.tar' num_classes: 10 } }",
+             "data.shards.format: must be TAR or TOKENS, got 0"},
+        Case{"data { shards { format: TAR num_classes: 10 } }",
+             "data.shards.paths: is required: the shard files (paths or globs such as "
+             "/data/train-*.tar)"},
+        Case{"data { shards { format: TAR paths: '/d/a.tar' } }",
+             "data.shards.num_classes: is required with CROSS_ENTROPY loss: the number of classes "
+             "of the targets"},
+        Case{
+            "data { shards { format: TAR paths: '/d/a.tar' num_classes: 3 input_member: 'x.pt' } }",
+            "data.shards.input_member: must name a .npy member (the only member type read), got "
+            "\"x.pt\""},
+        Case{
+            "data { shards { format: TAR paths: '/d/a.tar' num_classes: 3 read_ahead_bytes: -1 } }",
+            "data.shards.read_ahead_bytes: must be > 0, got -1"},
+        Case{"data { shards { format: TAR paths: ['/d/a.tar', ''] num_classes: 3 } }",
+             "data.shards.paths[1]: is empty"},
+        Case{"data { shards { format: TOKENS paths: '/d/train.bin' sequence_length: 8 } }",
+             "data.shards.format: TOKENS shards need model.transformer_lm or a torchscript model"},
+        Case{"model { transformer_lm { context_length: 32 } } data { shards { format: TOKENS "
+             "paths: '/d/train.bin' sequence_length: 64 } }",
+             "data.shards.sequence_length: must be at most model.transformer_lm.context_length "
+             "(32), got 64"},
         Case{"data { synthetic { kind: TOKENS } }",
              "data.synthetic.kind: TOKENS data needs model.transformer_lm or a torchscript model"},
         Case{"data { synthetic { num_samples: -5 } }",

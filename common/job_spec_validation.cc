@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/job_spec.h"
@@ -113,11 +114,70 @@ void ValidateModel(const JobSpec& spec, Checker& c) {
   }
 }
 
+// data.shards (normalized): files named, sizes positive, the fields of the
+// other format left unset.
+void ValidateShards(const JobSpec& spec, Checker& c) {
+  const v1::ShardedData& s = spec.data().shards();
+  if (s.format() == v1::ShardedData::FORMAT_UNSPECIFIED ||
+      !v1::ShardedData::Format_IsValid(s.format())) {
+    c.Fail("data.shards.format", absl::StrCat("must be TAR or TOKENS, got ", s.format()));
+  }
+  if (s.paths_size() == 0) {
+    c.Fail("data.shards.paths",
+           "is required: the shard files (paths or globs such as /data/train-*.tar)");
+  }
+  for (int i = 0; i < s.paths_size(); ++i) {
+    if (s.paths(i).empty()) c.Fail(absl::StrCat("data.shards.paths[", i, "]"), "is empty");
+  }
+  c.Positive("data.shards.read_ahead_bytes", s.read_ahead_bytes());
+  c.Positive("data.shards.shuffle_buffer", s.shuffle_buffer());
+  c.AtLeast("data.shards.num_classes", s.num_classes(), 0);
+  if (s.format() == v1::ShardedData::TAR) {
+    if (s.input_member() == s.target_member()) {
+      c.Fail("data.shards.target_member",
+             absl::StrCat("must differ from input_member, both are \"", s.input_member(), "\""));
+    }
+    for (const auto& [field, member] :
+         {std::pair{"data.shards.input_member", &s.input_member()},
+          std::pair{"data.shards.target_member", &s.target_member()}}) {
+      if (!absl::EndsWith(*member, ".npy")) {
+        c.Fail(field, absl::StrCat("must name a .npy member (the only member type read), got \"",
+                                   *member, "\""));
+      }
+    }
+    if (s.sequence_length() != 0 || s.token_type() != v1::ShardedData::TOKEN_TYPE_UNSPECIFIED) {
+      c.Fail("data.shards.sequence_length", "and token_type are for format TOKENS, not TAR");
+    }
+    if (s.num_classes() == 0 && spec.loss().kind() == v1::LossSpec::CROSS_ENTROPY) {
+      c.Fail("data.shards.num_classes",
+             "is required with CROSS_ENTROPY loss: the number of classes of the targets");
+    }
+  }
+  if (s.format() == v1::ShardedData::TOKENS) {
+    c.Positive("data.shards.sequence_length", s.sequence_length());
+    if (!v1::ShardedData::TokenType_IsValid(s.token_type())) {
+      c.Fail("data.shards.token_type", absl::StrCat("unknown value ", s.token_type()));
+    }
+    if (!s.input_member().empty() || !s.target_member().empty() || s.num_classes() != 0) {
+      c.Fail("data.shards.input_member",
+             "target_member and num_classes are for format TAR, not TOKENS (the vocabulary is "
+             "model.transformer_lm.vocab_size)");
+    }
+    if (spec.model().has_transformer_lm() &&
+        s.sequence_length() > spec.model().transformer_lm().context_length()) {
+      c.Fail("data.shards.sequence_length",
+             absl::StrCat("must be at most model.transformer_lm.context_length (",
+                          spec.model().transformer_lm().context_length(), "), got ",
+                          s.sequence_length()));
+    }
+  }
+}
+
 void ValidateData(const JobSpec& spec, Checker& c) {
   const v1::DataSpec& d = spec.data();
   switch (d.source_case()) {
     case v1::DataSpec::SOURCE_NOT_SET:
-      c.Fail("data", "is required: set one of fashion_mnist, synthetic, tensor_file");
+      c.Fail("data", "is required: set one of fashion_mnist, synthetic, tensor_file, shards");
       break;
     case v1::DataSpec::kFashionMnist:
       c.AtLeast<int64_t>("data.fashion_mnist.train_limit", d.fashion_mnist().train_limit(), 0);
@@ -144,6 +204,9 @@ void ValidateData(const JobSpec& spec, Checker& c) {
         c.Fail("data.tensor_file.path", "is required: a .pt file holding tensors x and y");
       }
       break;
+    case v1::DataSpec::kShards:
+      ValidateShards(spec, c);
+      break;
   }
   if (!v1::DataSpec::Remainder_IsValid(d.remainder())) {
     c.Fail("data.remainder", absl::StrCat("unknown value ", d.remainder()));
@@ -152,10 +215,14 @@ void ValidateData(const JobSpec& spec, Checker& c) {
   // Model and data must fit together.
   const bool lm = spec.model().has_transformer_lm();
   const bool tokens = d.has_synthetic() && d.synthetic().kind() == v1::SyntheticData::TOKENS;
-  if (lm && !tokens && !d.has_tensor_file()) {
-    c.Fail(
-        "data",
-        "model.transformer_lm needs token data: use synthetic { kind: TOKENS } or a tensor_file");
+  const bool token_shards = d.has_shards() && d.shards().format() == v1::ShardedData::TOKENS;
+  if (lm && !tokens && !d.has_tensor_file() && !token_shards) {
+    c.Fail("data",
+           "model.transformer_lm needs token data: use synthetic { kind: TOKENS }, a tensor_file "
+           "or shards { format: TOKENS }");
+  }
+  if (token_shards && !lm && !spec.model().has_torchscript()) {
+    c.Fail("data.shards.format", "TOKENS shards need model.transformer_lm or a torchscript model");
   }
   if (tokens && !lm && !spec.model().has_torchscript()) {
     c.Fail("data.synthetic.kind", "TOKENS data needs model.transformer_lm or a torchscript model");
@@ -547,6 +614,11 @@ void NormalizePaths(JobSpec& spec) {
     normal(d.mutable_tensor_file()->mutable_path());
     normal(d.mutable_tensor_file()->mutable_eval_path());
   }
+  if (d.has_shards()) {
+    for (std::string& path : *d.mutable_shards()->mutable_paths()) {
+      if (!path.empty()) normal(&path);
+    }
+  }
 }
 
 void NormalizeCommon(JobSpec& spec) {
@@ -609,6 +681,24 @@ void NormalizeModel(v1::ModelSpec& m) {
   }
 }
 
+// data.shards' defaults (the proto's comments say them).
+void NormalizeShards(const v1::ModelSpec& m, v1::ShardedData& s) {
+  if (s.read_ahead_bytes() == 0) s.set_read_ahead_bytes(int64_t{64} << 20);
+  if (s.shuffle_buffer() == 0) s.set_shuffle_buffer(4096);
+  if (s.format() == v1::ShardedData::TAR) {
+    if (s.input_member().empty()) s.set_input_member("x.npy");
+    if (s.target_member().empty()) s.set_target_member("y.npy");
+  }
+  if (s.format() == v1::ShardedData::TOKENS) {
+    if (s.token_type() == v1::ShardedData::TOKEN_TYPE_UNSPECIFIED) {
+      s.set_token_type(v1::ShardedData::UINT16);
+    }
+    if (s.sequence_length() == 0 && m.has_transformer_lm()) {
+      s.set_sequence_length(m.transformer_lm().context_length());
+    }
+  }
+}
+
 // The data's defaults; synthetic data's follow the (normalized) model and
 // the training seed.
 void NormalizeData(JobSpec& spec) {
@@ -620,6 +710,7 @@ void NormalizeData(JobSpec& spec) {
   if (d.has_fashion_mnist() && d.fashion_mnist().dir().empty()) {
     d.mutable_fashion_mnist()->set_dir(kDefaultFashionMnistDir);
   }
+  if (d.has_shards()) NormalizeShards(m, *d.mutable_shards());
   if (!d.has_synthetic()) return;
   v1::SyntheticData& s = *d.mutable_synthetic();
   if (s.kind() == v1::SyntheticData::KIND_UNSPECIFIED) {

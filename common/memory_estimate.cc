@@ -76,6 +76,22 @@ DataFacts DescribeData(const v1::JobSpec& spec, const FileSizeFn& file_size) {
       f.bytes += std::max<double>(0, static_cast<double>(file_size(path)));
     }
     f.field = "data.tensor_file.path";
+  } else if (d.has_shards()) {
+    // Streamed: a rank holds its read-ahead buffer (the step's own batch is
+    // counted with the activations). The index (24 bytes a sample for TAR)
+    // and the epoch's share of sample numbers (8 bytes a sample / ranks)
+    // depend on a sample count only the files' headers tell: not counted.
+    const v1::ShardedData& s = d.shards();
+    if (s.format() == v1::ShardedData::TOKENS) {
+      f.sample = {static_cast<double>(s.sequence_length())};
+      f.features = f.sample[0];
+      f.outputs =
+          spec.model().has_transformer_lm() ? spec.model().transformer_lm().vocab_size() : 1;
+    } else {
+      f.outputs = s.num_classes() > 0 ? s.num_classes() : 1;
+    }
+    f.bytes = static_cast<double>(s.read_ahead_bytes());
+    f.field = "data.shards.read_ahead_bytes";
   }
   return f;
 }

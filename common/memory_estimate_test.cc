@@ -121,6 +121,17 @@ TEST(MemoryEstimateTest, SmallCnn) {
   EXPECT_EQ(e.field, "model.cnn.channels");
 }
 
+TEST(MemoryEstimateTest, ShardsCountTheirReadAheadBufferNotTheFiles) {
+  const v1::JobSpec spec = Spec(R"pb(
+    model { transformer_lm { vocab_size: 256 context_length: 64 } }
+    data { shards { format: TOKENS paths: "/train.bin" read_ahead_bytes: 1000000 } }
+  )pb");
+  RankMemoryEstimate e = EstimateRankMemory(spec, [](const std::string&) -> int64_t {
+    return int64_t{1} << 40;  // a terabyte of tokens is never held
+  });
+  EXPECT_EQ(e.data, 1000000);
+}
+
 TEST(MemoryEstimateTest, FilesCountTheirSizeAsALowerBound) {
   const v1::JobSpec spec = Spec(R"pb(
     model { torchscript { path: "/m.pt" } }

@@ -13,17 +13,111 @@ int64_t BatchesPerEpoch(const SamplerOptions& o) {
   return o.pad ? (n + global - 1) / global : n / global;
 }
 
+namespace {
+
+// mt19937_64 is specified by the standard: the same generator everywhere.
+std::mt19937_64 EpochRng(uint64_t seed, int64_t epoch) {
+  return std::mt19937_64(seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(epoch));
+}
+
+// Fisher-Yates over [first, last) with `rng`.
+template <typename T>
+void Shuffle(T* first, T* last, std::mt19937_64& rng) {
+  for (int64_t i = last - first - 1; i > 0; --i) {
+    std::uniform_int_distribution<int64_t> pick(0, i);
+    std::swap(first[i], first[pick(rng)]);
+  }
+}
+
+}  // namespace
+
 std::vector<int64_t> EpochIndices(const SamplerOptions& o, int64_t epoch) {
   std::vector<int64_t> order(o.num_samples);
   std::iota(order.begin(), order.end(), 0);
   if (o.shuffle) {
-    // mt19937_64 is specified by the standard: the same permutation everywhere.
-    std::mt19937_64 rng(o.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(epoch));
-    for (int64_t i = o.num_samples - 1; i > 0; --i) {
-      std::uniform_int_distribution<int64_t> pick(0, i);
-      std::swap(order[i], order[pick(rng)]);
+    std::mt19937_64 rng = EpochRng(o.seed, epoch);
+    Shuffle(order.data(), order.data() + order.size(), rng);
+  }
+  return ShareOfOrder(std::move(order), o);
+}
+
+// Note [Streamed order]
+// A dataset streamed from shards cannot be read in a uniformly random
+// order: every sample would be a seek into any file. Its epoch order is the
+// shards in a seeded random order, their samples in stored order, and then
+// every run of `block` consecutive positions shuffled, as a shuffle buffer
+// of `block` samples would. Ranks take interleaved positions of that order
+// (ShareOfOrder), so at any moment all ranks read within the same block of
+// the same one or two shards, each its own 1/world of it. The order depends
+// on the seed, the epoch and the shard sizes only, never on the world
+// size: the exactly-once reasoning of EpochIndices (a resumed epoch skips
+// the prefix already trained and shards the rest among the ranks there are
+// now) holds for it unchanged.
+std::vector<int64_t> StreamOrder(const std::vector<int64_t>& shard_sizes, int64_t block,
+                                 uint64_t seed, bool shuffle, int64_t epoch) {
+  std::vector<int64_t> first(shard_sizes.size() + 1, 0);
+  for (size_t s = 0; s < shard_sizes.size(); ++s) first[s + 1] = first[s] + shard_sizes[s];
+  std::vector<size_t> shards(shard_sizes.size());
+  std::iota(shards.begin(), shards.end(), 0);
+  std::mt19937_64 rng = EpochRng(seed, epoch);
+  if (shuffle) Shuffle(shards.data(), shards.data() + shards.size(), rng);
+  std::vector<int64_t> order;
+  order.reserve(first.back());
+  for (size_t s : shards) {
+    for (int64_t i = first[s]; i < first[s + 1]; ++i) order.push_back(i);
+  }
+  if (shuffle) {
+    const int64_t n = static_cast<int64_t>(order.size());
+    for (int64_t b = 0; b < n; b += block) {
+      Shuffle(order.data() + b, order.data() + std::min(n, b + block), rng);
     }
   }
+  return order;
+}
+
+std::vector<int64_t> StreamShare(const std::vector<int64_t>& shard_sizes, int64_t block,
+                                 const SamplerOptions& o, int64_t epoch) {
+  std::vector<int64_t> first(shard_sizes.size() + 1, 0);
+  for (size_t s = 0; s < shard_sizes.size(); ++s) first[s + 1] = first[s] + shard_sizes[s];
+  std::vector<size_t> shards(shard_sizes.size());
+  std::iota(shards.begin(), shards.end(), 0);
+  std::mt19937_64 rng = EpochRng(o.seed, epoch);  // drawn in StreamOrder's order
+  if (o.shuffle) Shuffle(shards.data(), shards.data() + shards.size(), rng);
+  const int64_t n = first.back();
+  const int64_t start = std::clamp<int64_t>(o.start, 0, n);
+  const int64_t remaining = n - start;
+  const int64_t total = BatchesPerEpoch(o) * o.batch_size * o.world_size;
+  std::vector<int64_t> mine(total / std::max(1, o.world_size));
+  // Position i of the rest of the epoch (ShareOfOrder's order after the
+  // trained prefix) serves positions i, i + remaining, ... of the padded
+  // order; this rank takes those congruent to its rank.
+  auto place = [&](int64_t position, int64_t sample) {
+    for (int64_t i = position - start; i < total; i += remaining) {
+      if ((i - o.rank) % o.world_size == 0 && i >= o.rank)
+        mine[(i - o.rank) / o.world_size] = sample;
+    }
+  };
+  std::vector<int64_t> buffer;
+  buffer.reserve(o.shuffle ? block : 1);
+  size_t shard = 0;
+  int64_t next = shards.empty() ? 0 : first[shards[0]];
+  for (int64_t b = 0; b < n; b += o.shuffle ? block : 1) {
+    const int64_t size = o.shuffle ? std::min(block, n - b) : 1;
+    buffer.clear();
+    while (static_cast<int64_t>(buffer.size()) < size) {
+      while (next == first[shards[shard] + 1]) next = first[shards[++shard]];
+      buffer.push_back(next++);
+    }
+    if (o.shuffle) Shuffle(buffer.data(), buffer.data() + size, rng);
+    if (b + size <= start) continue;
+    for (int64_t j = 0; j < size; ++j) {
+      if (b + j >= start) place(b + j, buffer[j]);
+    }
+  }
+  return mine;
+}
+
+std::vector<int64_t> ShareOfOrder(std::vector<int64_t> order, const SamplerOptions& o) {
   // Resuming mid-epoch: the samples already trained are the permutation's
   // prefix; the rest is sharded among the ranks there are now.
   const int64_t start = std::clamp<int64_t>(o.start, 0, o.num_samples);

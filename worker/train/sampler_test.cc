@@ -1,6 +1,7 @@
 #include "worker/train/sampler.h"
 
 #include <map>
+#include <numeric>
 #include <set>
 
 #include "gtest/gtest.h"
@@ -76,6 +77,83 @@ TEST(SamplerTest, ShuffleDependsOnEpochAndSeedOnly) {
   SamplerOptions other = o;
   other.seed = 6;
   EXPECT_NE(EpochIndices(o, 4), EpochIndices(other, 4));
+}
+
+TEST(SamplerTest, StreamOrderIsAPermutationThatStaysWithinShardsAndBlocks) {
+  const std::vector<int64_t> sizes = {7, 0, 12, 5, 9};  // 33 samples, one empty shard
+  const std::vector<int64_t> order = StreamOrder(sizes, 4, 11, true, 3);
+  ASSERT_EQ(order.size(), 33u);
+  EXPECT_EQ(std::set<int64_t>(order.begin(), order.end()).size(), 33u);
+  for (int64_t i : order) EXPECT_TRUE(i >= 0 && i < 33) << i;
+  // Shuffling within blocks of 4 moves a sample at most 3 positions from
+  // where the shard order put it: each block holds the same samples as the
+  // unshuffled blocks over the same shard order.
+  const std::vector<int64_t> one = StreamOrder(sizes, 1, 11, true, 3);
+  for (size_t b = 0; b < order.size(); b += 4) {
+    const size_t end = std::min(order.size(), b + 4);
+    EXPECT_EQ(std::set<int64_t>(order.begin() + b, order.begin() + end),
+              std::set<int64_t>(one.begin() + b, one.begin() + end))
+        << "block at " << b;
+  }
+  // With blocks of one, each shard's samples are consecutive and in order.
+  for (size_t i = 1; i < one.size(); ++i) {
+    if (one[i] != one[i - 1] + 1) {
+      const std::set<int64_t> firsts = {0, 7, 19, 24};
+      EXPECT_TRUE(firsts.count(one[i])) << "a shard starts at " << one[i];
+    }
+  }
+  EXPECT_EQ(StreamOrder(sizes, 4, 11, false, 3)[20], 20) << "no shuffle: stored order";
+  EXPECT_NE(StreamOrder(sizes, 4, 11, true, 4), order) << "another epoch, another order";
+}
+
+TEST(SamplerTest, StreamOrderResumedAtAnotherWorldSizeCoversTheRestExactlyOnce) {
+  const std::vector<int64_t> sizes = {100, 37, 250, 13};
+  const int64_t n = 400, batch = 3;
+  const std::vector<int64_t> order = StreamOrder(sizes, 16, 42, true, 1);
+  for (int before : {1, 2, 3}) {
+    for (int after : {1, 2, 4}) {
+      const int64_t start = 11 * batch * before;
+      std::map<int64_t, int> seen;
+      for (int rank = 0; rank < before; ++rank) {
+        std::vector<int64_t> idx =
+            ShareOfOrder(order, SamplerOptions{n, before, rank, batch, 42, true, false});
+        for (int64_t b = 0; b < 11 * batch; ++b) ++seen[idx[b]];
+      }
+      for (int rank = 0; rank < after; ++rank) {
+        for (int64_t i :
+             ShareOfOrder(order, SamplerOptions{n, after, rank, batch, 42, true, false, start})) {
+          ++seen[i];
+        }
+      }
+      const int64_t dropped = (n - start) % (batch * after);
+      EXPECT_EQ(static_cast<int64_t>(seen.size()), n - dropped) << before << " -> " << after;
+      for (const auto& [i, count] : seen) EXPECT_EQ(count, 1) << "sample " << i;
+    }
+  }
+}
+
+TEST(SamplerTest, StreamShareIsTheShareOfTheStreamOrder) {
+  const std::vector<std::vector<int64_t>> layouts = {{100, 37, 250, 13}, {0, 5, 0, 7, 1}, {9}};
+  for (const std::vector<int64_t>& sizes : layouts) {
+    const int64_t n = std::accumulate(sizes.begin(), sizes.end(), int64_t{0});
+    for (int64_t block : {1, 4, 64}) {
+      for (bool shuffle : {true, false}) {
+        for (bool pad : {false, true}) {
+          for (int world : {1, 3}) {
+            for (int64_t start : {int64_t{0}, n / 3}) {
+              for (int rank = 0; rank < world; ++rank) {
+                SamplerOptions o{n, world, rank, 2, 42, shuffle, pad, start};
+                EXPECT_EQ(StreamShare(sizes, block, o, 5),
+                          ShareOfOrder(StreamOrder(sizes, block, 42, shuffle, 5), o))
+                    << "n " << n << " block " << block << " shuffle " << shuffle << " pad " << pad
+                    << " world " << world << " rank " << rank << " start " << start;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

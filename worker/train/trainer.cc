@@ -23,6 +23,7 @@
 #include "worker/train/model.h"
 #include "worker/train/sample_trace.h"
 #include "worker/train/sampler.h"
+#include "worker/train/shard_reader.h"
 #include "worker/train/state_sync.h"
 #include "worker/train/step_boundary.h"
 #include "worker/train/training_checkpoints.h"
@@ -195,12 +196,26 @@ absl::Status InjectFaults(const v1::JobSpec& spec, Communicator& comm, int64_t g
 }
 
 // The training and test splits; integer inputs become floats for the
-// built-in mlp and cnn.
-absl::Status LoadSplits(const v1::JobSpec& spec, Dataset& train, Dataset& test) {
+// built-in mlp and cnn. Sharded data is streamed by `reader` instead:
+// `train` is its first sample (for the model's shapes) and there is no test
+// split.
+absl::Status LoadSplits(const v1::JobSpec& spec, Dataset& train, Dataset& test,
+                        std::unique_ptr<ShardReader>& reader) {
+  const bool float_inputs = !spec.model().has_transformer_lm() && !spec.model().has_torchscript();
+  if (spec.data().has_shards()) {
+    ShardReaderOptions options;
+    options.float_inputs = float_inputs;
+    if (spec.model().has_transformer_lm())
+      options.vocab_size = spec.model().transformer_lm().vocab_size();
+    options.num_classes = spec.data().shards().num_classes();
+    ASSIGN_OR_RETURN(reader, ShardReader::Open(spec.data().shards(), options));
+    train = reader->probe();
+    test = Dataset{};
+    return absl::OkStatus();
+  }
   ASSIGN_OR_RETURN(train, LoadDataset(spec, Split::kTrain));
   ASSIGN_OR_RETURN(test, LoadDataset(spec, Split::kTest));
-  if (!spec.model().has_transformer_lm() && !spec.model().has_torchscript() &&
-      !at::isFloatingType(train.x.scalar_type())) {
+  if (float_inputs && !at::isFloatingType(train.x.scalar_type())) {
     train.x = train.x.to(at::kFloat);
     if (test.size() > 0) test.x = test.x.to(at::kFloat);
   }
@@ -286,6 +301,38 @@ void AddWindowMetrics(const MetricsWindow::Summary& window, int64_t total_steps,
   strategy.AddMetrics(window, metrics);
 }
 
+// The streamed data's figures over a report window: how long a step waited
+// for its batch (the DATA phase's share that is I/O) and how fast the rank
+// read its shards; nothing for data in memory.
+class DataWindow {
+ public:
+  DataWindow(const ShardReader* reader, absl::Time start, int64_t step)
+      : reader_(reader), start_(start), step_(step) {
+    if (reader_ != nullptr) last_ = reader_->stats();
+  }
+
+  // Adds data_wait_seconds (per step) and data_read_bytes_per_second to
+  // `metrics` for the window up to `now` and `step`, and starts the next.
+  void Close(absl::Time now, int64_t step, v1::Metrics& metrics) {
+    if (reader_ == nullptr) return;
+    const ShardReader::Stats stats = reader_->stats();
+    const double seconds = std::max(1e-9, absl::ToDoubleSeconds(now - start_));
+    auto& values = *metrics.mutable_values();
+    values["data_wait_seconds"] =
+        (stats.wait_seconds - last_.wait_seconds) / std::max<int64_t>(1, step - step_);
+    values["data_read_bytes_per_second"] = (stats.bytes_read - last_.bytes_read) / seconds;
+    last_ = stats;
+    start_ = now;
+    step_ = step;
+  }
+
+ private:
+  const ShardReader* reader_;
+  ShardReader::Stats last_;
+  absl::Time start_;
+  int64_t step_;
+};
+
 // A failed collective: a member of the generation was lost or the transport
 // broke (as opposed to a mistake in the spec or the data).
 bool IsMembershipFailure(const absl::Status& s) {
@@ -344,6 +391,11 @@ struct RankRun {
   Model& model;
   const Dataset& train;
   const Dataset& test;
+  // Sharded data: the stream of this rank's batches (train is then one
+  // sample); null for data in memory.
+  ShardReader* reader = nullptr;
+  // Samples in the training split (in memory or in the shards).
+  int64_t train_size = 0;
   const MetricsCallback& report;
   TrainingProgress& p;
   const TrainOptions& options;
@@ -353,6 +405,39 @@ struct RankRun {
   // newcomer, a hot spare, and until a generation fails.
   std::optional<Snapshot> held;
 };
+
+// This rank's samples of `epoch` from `sampler.start` on, batch after
+// batch. Sharded data: the stream order's share (Note [Streamed order] in
+// sampler.cc), handed to the reader, which reads it ahead; the tensor is
+// then undefined.
+torch::Tensor EpochOrder(RankRun& run, const SamplerOptions& sampler, int64_t epoch, bool spare) {
+  if (run.reader == nullptr) return torch::tensor(EpochIndices(sampler, epoch), torch::kLong);
+  if (spare) return torch::Tensor();  // a hot spare trains on nothing: reads nothing
+  const v1::ShardedData& s = run.spec.data().shards();
+  run.reader->Start(
+      StreamShare(run.reader->index().ShardSizes(), s.shuffle_buffer(), sampler, epoch),
+      sampler.batch_size);
+  return torch::Tensor();
+}
+
+// The micro-batch of `len` samples from position `begin` of this rank's
+// epoch (`order`), on `device`; from the reader for sharded data.
+absl::StatusOr<ShardBatch> NextBatch(RankRun& run, const torch::Tensor& order, int64_t begin,
+                                     int64_t len, const c10::Device& device) {
+  ShardBatch batch;
+  if (run.reader != nullptr) {
+    ASSIGN_OR_RETURN(batch, run.reader->Next());
+    if (!device.is_cpu()) {
+      batch.x = Rows(batch.x, torch::Tensor(), 0, len, device);
+      batch.y = Rows(batch.y, torch::Tensor(), 0, len, device);
+    }
+    return batch;
+  }
+  batch.indices = order.narrow(0, begin, len);
+  batch.x = Rows(run.train.x, batch.indices, 0, 0, device);
+  batch.y = Rows(run.train.y, batch.indices, 0, 0, device);
+  return batch;
+}
 
 // The spec one generation trains with: elastic.scale_lr scales the learning
 // rate with the ranks that train.
@@ -367,6 +452,26 @@ v1::JobSpec GenerationSpec(const v1::JobSpec& spec, int world_size) {
 
 // Trains in one generation until the run ends or a collective fails. A
 // generation after the first starts from the newest state any member holds.
+// How `rank` of the `training` ranks of a generation takes its share of a
+// split of `train_size` samples; INVALID_ARGUMENT when the split does not
+// fill one global batch.
+absl::StatusOr<SamplerOptions> GenerationSampler(const v1::JobSpec& spec, int64_t train_size,
+                                                 int training, int rank) {
+  const SamplerOptions sampler{train_size,
+                               training,
+                               rank,
+                               spec.training().batch_size_per_rank(),
+                               spec.training().seed(),
+                               spec.training().shuffle(),
+                               spec.data().remainder() == v1::DataSpec::PAD};
+  if (BatchesPerEpoch(sampler) == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the training split has ", train_size, " samples, fewer than one global batch (",
+        training, " ranks x training.batch_size_per_rank ", sampler.batch_size, ")"));
+  }
+  return sampler;
+}
+
 absl::StatusOr<v1::Metrics> TrainGeneration(RankRun& run, const Generation& gen) {
   Communicator& comm = *gen.comm;
   TrainingProgress& p = run.p;
@@ -390,18 +495,8 @@ absl::StatusOr<v1::Metrics> TrainGeneration(RankRun& run, const Generation& gen)
               << "strategy in "
               << absl::FormatDuration(absl::Trunc(absl::Now() - setup_start, absl::Milliseconds(1)));
   }
-  const SamplerOptions sampler{run.train.size(),
-                               training,
-                               spare ? 0 : comm.rank(),
-                               spec.training().batch_size_per_rank(),
-                               spec.training().seed(),
-                               spec.training().shuffle(),
-                               spec.data().remainder() == v1::DataSpec::PAD};
-  if (BatchesPerEpoch(sampler) == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the training split has ", run.train.size(), " samples, fewer than one global batch (",
-        training, " ranks x training.batch_size_per_rank ", sampler.batch_size, ")"));
-  }
+  ASSIGN_OR_RETURN(const SamplerOptions sampler,
+                   GenerationSampler(spec, run.train_size, training, spare ? 0 : comm.rank()));
   const int accum = strategy->accumulation_steps();
   const int64_t global_batch = sampler.batch_size * training;
   TrainingPosition position;
@@ -444,18 +539,19 @@ absl::StatusOr<v1::Metrics> TrainGeneration(RankRun& run, const Generation& gen)
   const c10::Device device = comm.device();
   absl::Status status = [&]() -> absl::Status {
     MetricsWindow window(start);
+    DataWindow data_window(run.reader, start, position.step);
     torch::Tensor device_loss;  // the window's losses on a GPU (Note [Batches on a GPU])
     int64_t& step = position.step;
     for (; step < total_steps; ++position.epoch, position.epoch_offset = 0) {
       const int64_t epoch = position.epoch;
       SamplerOptions current = sampler;
       current.start = position.epoch_offset;
-      const torch::Tensor order = torch::tensor(EpochIndices(current, epoch), torch::kLong);
+      const torch::Tensor order = EpochOrder(run, current, epoch, spare);
       const int64_t epoch_batches = BatchesPerEpoch(current);
       for (int64_t b = 0; b + accum <= epoch_batches && step < total_steps; b += accum) {
         if (run.options.rejoin) {
           RETURN_IF_ERROR(CheckStepBoundary(comm, p, gen.generation, step, position.epoch_offset,
-                                            spec, accum * sampler.batch_size, run.train.size()));
+                                            spec, accum * sampler.batch_size, run.train_size));
         }
         RETURN_IF_ERROR(InjectFaults(spec, comm, gen.generation, step, p));
         // Random draws (dropout) are a function of (seed, rank, step), so a
@@ -467,12 +563,13 @@ absl::StatusOr<v1::Metrics> TrainGeneration(RankRun& run, const Generation& gen)
           strategy->BeginStep();
           for (int m = 0; m < accum; ++m) {
             p.Enter(v1::DATA);
-            const torch::Tensor idx =
-                order.narrow(0, (b + m) * sampler.batch_size, sampler.batch_size);
+            ASSIGN_OR_RETURN(
+                const ShardBatch batch,
+                NextBatch(run, order, (b + m) * sampler.batch_size, sampler.batch_size, device));
             if (run.trace != nullptr)
-              run.trace->Step(gen.generation, comm.rank(), step, epoch, idx);
-            const torch::Tensor x = Rows(run.train.x, idx, 0, 0, device);
-            const torch::Tensor y = Rows(run.train.y, idx, 0, 0, device);
+              run.trace->Step(gen.generation, comm.rank(), step, epoch, batch.indices);
+            const torch::Tensor& x = batch.x;
+            const torch::Tensor& y = batch.y;
             p.Enter(v1::FORWARD);
             RETURN_IF_ERROR(strategy->BeforeForward());
             ASSIGN_OR_RETURN(const torch::Tensor out, run.model.Forward(x));
@@ -505,6 +602,7 @@ absl::StatusOr<v1::Metrics> TrainGeneration(RankRun& run, const Generation& gen)
           }
           AddWindowMetrics(window.Close(absl::Now(), accum * global_batch), total_steps,
                            comm.size(), checkpoints, *strategy, metrics, p);
+          data_window.Close(absl::Now(), step, metrics);
         }
         const bool eval = spec.eval().every_steps() > 0 && step % spec.eval().every_steps() == 0 &&
                           step < total_steps && !spec.eval().disabled() && run.test.size() > 0;
@@ -579,17 +677,21 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
   }
   const absl::Time load_start = absl::Now();
   Dataset train, test;
-  RETURN_IF_ERROR(LoadSplits(spec, train, test));
+  std::unique_ptr<ShardReader> reader;
+  RETURN_IF_ERROR(LoadSplits(spec, train, test, reader));
+  const int64_t train_size = reader != nullptr ? reader->index().size() : train.size();
   torch::manual_seed(spec.training().seed());
   // Built on the CPU from the seed, then moved: a GPU run starts from the
   // same parameters as a CPU run.
   ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Build(spec.model(), train));
   if (cuda) model->To(comm.device());
-  LOG(INFO) << "rank " << comm.rank() << " loaded " << train.size() << " training samples and built "
+  LOG(INFO) << "rank " << comm.rank() << (reader != nullptr ? " indexed " : " loaded ")
+            << train_size << " training samples and built "
             << "its model in "
             << absl::FormatDuration(absl::Trunc(absl::Now() - load_start, absl::Milliseconds(1)));
   ASSIGN_OR_RETURN(std::unique_ptr<SampleTrace> trace, SampleTrace::Open(options.sample_trace_dir));
-  RankRun run{spec, *model, train, test, report, p, options, trace.get(), std::nullopt};
+  RankRun run{spec, *model, train, test, reader.get(), train_size, report, p, options,
+              trace.get(), std::nullopt};
   Generation generation{&comm, options.checkpoints, options.generation};
   for (;;) {
     absl::StatusOr<v1::Metrics> result = TrainGeneration(run, generation);

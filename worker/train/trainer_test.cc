@@ -1,7 +1,9 @@
 #include "worker/train/trainer.h"
 
 #include <ATen/ATen.h>
+#include <sys/stat.h>
 #include <torch/csrc/jit/serialization/pickle.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -12,13 +14,16 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/job_spec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/comm/gloo_communicator.h"
 #include "worker/comm/store.h"
 #include "worker/train/memory_sink.h"
+#include "worker/train/shard_writer.h"
 
 namespace chorus {
 namespace {
@@ -503,6 +508,147 @@ TEST(TrainerTest, ACommunicatorOnTheWrongDeviceAndTooLittleDataAreClearErrors) {
   auto t = TrainOnRanks(tiny, 2);
   EXPECT_EQ(t[0].status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(t[0].status().message(), HasSubstr("fewer than one global batch"));
+}
+
+std::string TestDir(const std::string& name) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/", name);
+  ::mkdir(dir.c_str(), 0755);
+  return dir;
+}
+
+// `shards` tar shards of `per_shard` samples in `dir`: x float32 [8] from a
+// seeded Gaussian, y int64 the class a fixed linear teacher gives (3).
+void WriteClassShards(const std::string& dir, int shards, int per_shard) {
+  at::Generator gen = at::detail::createCPUGenerator(9);
+  const at::Tensor teacher = at::randn({8, 3}, gen, at::kFloat);
+  for (int s = 0; s < shards; ++s) {
+    auto tar = TarWriter::Create(absl::StrCat(dir, "/train-", s, ".tar"));
+    ASSERT_TRUE(tar.ok()) << tar.status();
+    const at::Tensor x = at::randn({per_shard, 8}, gen, at::kFloat).contiguous();
+    const at::Tensor y = x.matmul(teacher).argmax(1).contiguous();
+    for (int i = 0; i < per_shard; ++i) {
+      const std::string key = absl::StrCat("s", s, "_", i);
+      ASSERT_TRUE(
+          (*tar)
+              ->Add(key + ".x.npy", NpyBytes(ElementType::kFloat32, {8}, x[i].data_ptr<float>()))
+              .ok());
+      ASSERT_TRUE(
+          (*tar)
+              ->Add(key + ".y.npy", NpyBytes(ElementType::kInt64, {}, y.data_ptr<int64_t>() + i))
+              .ok());
+    }
+    ASSERT_TRUE((*tar)->Close().ok());
+  }
+}
+
+// The samples of each epoch in the sample traces of `dir` (every rank's
+// `step` lines), counted, for steps in [from, to).
+std::map<int64_t, std::map<int64_t, int>> TracedSamples(const std::string& dir, int64_t from,
+                                                        int64_t to) {
+  std::map<int64_t, std::map<int64_t, int>> out;
+  std::ifstream in(absl::StrCat(dir, "/", ::getpid(), ".trace"));
+  std::string word;
+  while (in >> word) {
+    if (word != "step") {
+      std::getline(in, word);
+      continue;
+    }
+    int64_t generation, rank, step, epoch;
+    std::string list;
+    in >> generation >> rank >> step >> epoch >> list;
+    if (step < from || step >= to) continue;
+    for (absl::string_view i : absl::StrSplit(list, ',')) {
+      int64_t sample;
+      EXPECT_TRUE(absl::SimpleAtoi(i, &sample)) << list;
+      ++out[epoch][sample];
+    }
+  }
+  return out;
+}
+
+// Note [Streamed order] in sampler.cc: a checkpoint's position (epoch,
+// samples trained) resumes the streamed order on another number of ranks,
+// and every sample of every epoch is trained exactly once.
+TEST(TrainerTest, ShardedDataResumesMidEpochOnAnotherNumberOfRanksTrainingEachSampleOnce) {
+  const std::string data = TestDir("class_shards");
+  WriteClassShards(data, 3, 200);
+  v1::JobSpec spec = Spec(R"pb(
+    model { mlp { hidden_sizes: [ 32 ] } }
+    data {
+      shards {
+        format: TAR
+        paths: "/placeholder"
+        num_classes: 3
+        read_ahead_bytes: 4096
+        shuffle_buffer: 32
+      }
+    }
+    training { batch_size_per_rank: 16 epochs: 3 seed: 2 }
+    optimizer { kind: ADAM lr: 0.01 }
+    checkpoint { every_steps: 25 }
+  )pb");
+  spec.mutable_data()->mutable_shards()->set_paths(0, data + "/train-*.tar");
+  // 600 samples, 2 ranks x 16: 18 steps an epoch (24 samples dropped).
+  MemorySink two_ranks;
+  TrainOptions options;
+  options.checkpoints = &two_ranks;
+  options.sample_trace_dir = TestDir("trace_two");
+  auto full = TrainOnRanks(spec, 2, nullptr, options);
+  ASSERT_TRUE(full[0].ok()) << full[0].status();
+  EXPECT_EQ(full[0]->step(), 54);
+  EXPECT_LT(full[0]->loss(), 0.5) << "it learns the teacher (chance: ln 3 = 1.1)";
+  const std::map<int64_t, std::map<int64_t, int>> epochs =
+      TracedSamples(options.sample_trace_dir, 0, 54);
+  EXPECT_EQ(epochs.size(), 3u);
+  for (const auto& [epoch, seen] : epochs) {
+    EXPECT_EQ(seen.size(), 576u) << "epoch " << epoch;
+    for (const auto& [i, count] : seen) EXPECT_EQ(count, 1) << "sample " << i;
+  }
+  // Resumed at step 25 (epoch 1, 224 samples in) on 3 ranks x 16: the rest
+  // of epoch 1 is (600 - 224) / 48 = 7 steps, then 12 of epoch 2.
+  MemorySink three;
+  ASSERT_TRUE(three.Put(25, *two_ranks.Load(At(25))).ok());
+  TrainOptions resume;
+  resume.checkpoints = &three;
+  resume.resume = At(25);
+  resume.sample_trace_dir = TestDir("trace_three");
+  auto second = TrainOnRanks(spec, 3, nullptr, resume);
+  ASSERT_TRUE(second[0].ok()) << second[0].status();
+  EXPECT_EQ(second[0]->step(), 25 + 7 + 12);
+  std::map<int64_t, int> epoch1 = TracedSamples(options.sample_trace_dir, 0, 25)[1];
+  const std::map<int64_t, std::map<int64_t, int>> after =
+      TracedSamples(resume.sample_trace_dir, 25, 100);
+  for (const auto& [i, count] : after.at(1)) epoch1[i] += count;
+  EXPECT_EQ(epoch1.size(), 224u + 7 * 48) << "the epoch's samples before and after the resume";
+  for (const auto& [i, count] : epoch1) EXPECT_EQ(count, 1) << "sample " << i;
+  EXPECT_EQ(after.at(2).size(), 12u * 48);
+}
+
+TEST(TrainerTest, TransformerLmTrainsFromAFlatTokenFile) {
+  // A uint16 token file (nanoGPT's train.bin layout) of a fixed successor
+  // function: the next token is always predictable.
+  const std::string path = absl::StrCat(TestDir("tokens"), "/train.bin");
+  std::vector<uint16_t> tokens(16 * 512 + 1);
+  for (size_t i = 1; i < tokens.size(); ++i) tokens[i] = (tokens[i - 1] * 5 + 3) % 16;
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 2);
+  v1::JobSpec spec = Spec(R"pb(
+    model {
+      transformer_lm { vocab_size: 16 context_length: 16 d_model: 32 num_heads: 2 num_layers: 1 }
+    }
+    data { shards { format: TOKENS paths: "/placeholder" read_ahead_bytes: 8192 } }
+    training { batch_size_per_rank: 16 epochs: 3 seed: 1 }
+    optimizer { kind: ADAMW lr: 0.01 }
+  )pb");
+  spec.mutable_data()->mutable_shards()->set_paths(0, path);
+  auto results = TrainOnRanks(spec, 2);
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(results[r].ok()) << results[r].status();
+  EXPECT_EQ(results[0]->step(), 3 * (512 / 32));
+  EXPECT_LT(results[0]->loss(), 0.5) << "chance: ln 16 = 2.8";
+  // Rank 0's last report window read its share of the file.
+  EXPECT_GT(results[0]->values().at("data_read_bytes_per_second"), 0);
+  EXPECT_GE(results[0]->values().at("data_wait_seconds"), 0);
 }
 
 }  // namespace

@@ -1,0 +1,291 @@
+// shard_bench: sharded data (data.shards) against its peers, in one
+// invocation, on data it generates (docs/benchmarks.md, "Datasets larger
+// than memory"). One section per run, each printing its JSON result line
+// (docs/benchmarks.md) last:
+//
+//   page_cache  a data-bound job (mlp with one hidden unit on 16 KiB samples,
+//               1 rank) trains one epoch of 512 MB of tar shards already in the
+//               page cache; ours = shard bytes / the time of the whole Train()
+//               call (start-up, index, training loop), peer = the same bytes /
+//               the time of `cat SHARDS > /dev/null`.
+//   cold        the same after `echo 3 > /proc/sys/vm/drop_caches` (root);
+//               peer = `dd if=SHARD of=/dev/null bs=1M` over every shard, also
+//               from dropped caches.
+//   compute     a compute-bound job (mlp 784 -> 1024 -> 1024 -> 10, batch 64,
+//               1 thread) trains one epoch of 20,000 samples from tar shards
+//               (ours) and from the same samples in a tensor_file in memory
+//               (peer); seconds per step (the jobs' wall_seconds / steps), the
+//               best of 3 alternating runs each. ratio = ours / peer.
+//   lm          transformer_lm trains 60 steps from a 1 GiB uint16 token file
+//               the bench writes (read_ahead_bytes 16 MiB); ours = the process's
+//               peak resident memory (VmHWM), peer = the file's size.
+//   lm_in_memory  the same model on 1,024 synthetic sequences in memory: the
+//               process's peak without a dataset to stream (printed only).
+//
+//   bazel run -c opt //worker/train:shard_bench -- SECTION [DIR]
+//
+// DIR (default /tmp/chorus-shard-bench) holds the generated data, which is
+// reused by later runs when present.
+#include <ATen/ATen.h>
+#include <sys/stat.h>
+#include <torch/csrc/jit/serialization/pickle.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/job_spec.h"
+#include "worker/comm/gloo_communicator.h"
+#include "worker/comm/store.h"
+#include "worker/train/dataset_pack.h"
+#include "worker/train/shard_writer.h"
+#include "worker/train/trainer.h"
+
+namespace chorus {
+namespace {
+
+double Seconds(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+}
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+int64_t FileSize(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 ? st.st_size : -1;
+}
+
+void Json(const std::string& bench, const std::string& metric, const std::string& unit, double ours,
+          double peer, const std::string& peer_name) {
+  std::cout << absl::StrFormat(
+                   "{\"bench\": \"%s\", \"metric\": \"%s\", \"unit\": \"%s\", \"ours\": %.6g, "
+                   "\"peer\": %.6g, \"peer_name\": \"%s\", \"ratio\": %.4f}",
+                   bench, metric, unit, ours, peer, peer_name, ours / peer)
+            << std::endl;
+}
+
+// Trains `text` (a job spec) on one rank; the final metrics, or exits.
+v1::Metrics TrainOneRank(const std::string& text) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(text, SpecFormat::kTextProto, "bench");
+  if (!spec.ok()) {
+    std::cerr << spec.status() << "\n";
+    std::exit(1);
+  }
+  NormalizeJobSpec(*spec);
+  MemoryStore store;
+  GlooOptions options;
+  auto comm = CreateGlooCommunicator(options, store);
+  absl::StatusOr<v1::Metrics> m =
+      comm.ok() ? Train(
+                      *spec, **comm, [](const v1::Metrics&) {}, nullptr, TrainOptions{})
+                : absl::StatusOr<v1::Metrics>(comm.status());
+  if (!m.ok()) {
+    std::cerr << "training failed: " << m.status() << "\n";
+    std::exit(1);
+  }
+  return *m;
+}
+
+// `count` shards of `per_shard` samples x float32 [features], y int64 in
+// [0, 10), at DIR/NAME-K.tar; the paths.
+std::vector<std::string> WriteShards(const std::string& dir, const std::string& name, int count,
+                                     int per_shard, int features) {
+  std::vector<std::string> paths;
+  at::Generator gen = at::detail::createCPUGenerator(1);
+  for (int s = 0; s < count; ++s) {
+    const std::string path = absl::StrCat(dir, "/", name, "-", s, ".tar");
+    paths.push_back(path);
+    if (Exists(path)) continue;
+    auto tar = TarWriter::Create(path);
+    const at::Tensor x = at::randn({per_shard, features}, gen, at::kFloat).contiguous();
+    for (int i = 0; i < per_shard; ++i) {
+      const int64_t y = (s * per_shard + i) % 10;
+      const std::string key = absl::StrFormat("%08d", s * per_shard + i);
+      if (!tar.ok() ||
+          !(*tar)
+               ->Add(key + ".x.npy",
+                     NpyBytes(ElementType::kFloat32, {features}, x[i].data_ptr<float>()))
+               .ok() ||
+          !(*tar)->Add(key + ".y.npy", NpyBytes(ElementType::kInt64, {}, &y)).ok()) {
+        std::cerr << "cannot write " << path << "\n";
+        std::exit(1);
+      }
+    }
+    if (!(*tar)->Close().ok()) std::exit(1);
+  }
+  return paths;
+}
+
+std::string DataBoundSpec(const std::string& glob) {
+  return absl::StrCat(R"(model { mlp { hidden_sizes: [1] } }
+    data { shards { format: TAR paths: ")",
+                      glob, R"(" num_classes: 10
+                    read_ahead_bytes: 67108864 } }
+    training { batch_size_per_rank: 256 epochs: 1 log_every_steps: 1000 }
+    optimizer { kind: SGD lr: 0.01 })");
+}
+
+void DropCaches() {
+  ::sync();
+  std::ofstream("/proc/sys/vm/drop_caches") << "3\n";
+}
+
+// page_cache and cold.
+int DataBound(const std::string& dir, bool cold) {
+  // 8 shards x 2048 samples x (16 KiB + headers): 302 MB.
+  const std::vector<std::string> paths = WriteShards(dir, "bound", 8, 2048, 4096);
+  int64_t bytes = 0;
+  for (const std::string& p : paths) bytes += FileSize(p);
+  const std::string files = absl::StrJoin(paths, " ");
+  const std::string spec = DataBoundSpec(dir + "/bound-*.tar");
+  double peer_seconds, ours_seconds;
+  if (cold) {
+    DropCaches();
+    auto start = std::chrono::steady_clock::now();
+    for (const std::string& p : paths) {
+      std::system(absl::StrCat("dd if=", p, " of=/dev/null bs=1M status=none").c_str());
+    }
+    peer_seconds = Seconds(start);
+    DropCaches();
+    auto train_start = std::chrono::steady_clock::now();
+    TrainOneRank(spec);
+    ours_seconds = Seconds(train_start);
+  } else {
+    const std::string cat = absl::StrCat("cat ", files, " > /dev/null");
+    std::system(cat.c_str());  // into the page cache
+    TrainOneRank(spec);        // warm-up run
+    auto start = std::chrono::steady_clock::now();
+    std::system(cat.c_str());
+    peer_seconds = Seconds(start);
+    auto train_start = std::chrono::steady_clock::now();
+    const v1::Metrics m = TrainOneRank(spec);
+    ours_seconds = Seconds(train_start);
+    std::cerr << absl::StrFormat("waited for data %.2f ms a step of %.2f ms\n",
+                                 1e3 * m.values().at("data_wait_seconds"),
+                                 1e3 * m.values().at("wall_seconds") / m.step());
+  }
+  std::cerr << absl::StrFormat("%d bytes: training %.3f s, %s %.3f s\n", bytes, ours_seconds,
+                               cold ? "dd" : "cat", peer_seconds);
+  Json(cold ? "shards_cold" : "shards_page_cache", "shard read throughput of a data-bound job",
+       "MB/s", bytes / ours_seconds / 1e6, bytes / peer_seconds / 1e6, cold ? "dd" : "cat");
+  return 0;
+}
+
+// compute: shards against the same samples in memory.
+int ComputeBound(const std::string& dir) {
+  const std::string tensor_file = dir + "/compute.pt";
+  if (!Exists(tensor_file)) {
+    at::Generator gen = at::detail::createCPUGenerator(2);
+    c10::Dict<std::string, at::Tensor> dict;
+    dict.insert("x", at::randn({20000, 784}, gen, at::kFloat));
+    dict.insert("y", at::randint(10, {20000}, gen, at::kLong));
+    const std::vector<char> bytes = torch::jit::pickle_save(c10::IValue(dict));
+    std::ofstream(tensor_file, std::ios::binary).write(bytes.data(), bytes.size());
+  }
+  if (!Exists(dir + "/compute-000000.tar")) {
+    absl::StatusOr<PackResult> packed = PackDataset({tensor_file, dir + "/compute", 5000});
+    if (!packed.ok()) {
+      std::cerr << packed.status() << "\n";
+      return 1;
+    }
+  }
+  const std::string common = R"(model { mlp { hidden_sizes: [1024, 1024] } }
+    training { batch_size_per_rank: 64 epochs: 1 log_every_steps: 1000 shuffle: true }
+    optimizer { kind: SGD lr: 0.01 } eval { disabled: true }
+    resources { threads_per_rank: 1 })";
+  const std::string in_memory =
+      absl::StrCat(common, "data { tensor_file { path: \"", tensor_file, "\" } }");
+  const std::string shards = absl::StrCat(common, "data { shards { format: TAR paths: \"", dir,
+                                          "/compute-*.tar\" num_classes: 10 } }");
+  double ours = 1e30, peer = 1e30;
+  for (int round = 0; round < 3; ++round) {
+    const v1::Metrics a = TrainOneRank(in_memory);
+    peer = std::min(peer, a.values().at("wall_seconds") / a.step());
+    const v1::Metrics b = TrainOneRank(shards);
+    ours = std::min(ours, b.values().at("wall_seconds") / b.step());
+    std::cerr << absl::StrFormat("round %d: in memory %.5f s/step, shards %.5f s/step\n", round,
+                                 a.values().at("wall_seconds") / a.step(),
+                                 b.values().at("wall_seconds") / b.step());
+  }
+  Json("shards_compute_bound", "seconds per step of the mlp, shards vs in memory", "s", ours, peer,
+       "tensor_file in memory");
+  return 0;
+}
+
+// Peak resident memory of this process (VmHWM), bytes.
+int64_t PeakRss() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    int64_t kb = 0;
+    if (std::sscanf(line.c_str(), "VmHWM: %ld kB", &kb) == 1) return kb * 1024;
+  }
+  return -1;
+}
+
+int LanguageModel(const std::string& dir, bool in_memory) {
+  const std::string path = dir + "/tokens.bin";
+  constexpr int64_t kTokens = int64_t{1} << 29;  // 1 GiB of uint16
+  if (FileSize(path) != kTokens * 2) {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    std::vector<uint16_t> chunk(1 << 22);
+    uint32_t state = 1;
+    for (int64_t written = 0; written < kTokens; written += chunk.size()) {
+      for (uint16_t& t : chunk) {
+        state = state * 1664525u + 1013904223u;
+        t = static_cast<uint16_t>(state >> 24);  // 0..255
+      }
+      out.write(reinterpret_cast<const char*>(chunk.data()), chunk.size() * 2);
+    }
+  }
+  const int64_t before = PeakRss();
+  const std::string data = in_memory ? std::string("synthetic { kind: TOKENS num_samples: 1024 }")
+                                     : absl::StrCat("shards { format: TOKENS paths: '", path,
+                                                    "' read_ahead_bytes: 16777216 }");
+  const std::string spec =
+      "model { transformer_lm { vocab_size: 256 context_length: 128 d_model: 64 num_heads: 2 "
+      "num_layers: 1 } } data { " +
+      data +
+      " } "
+      "training { batch_size_per_rank: 16 max_steps: 60 log_every_steps: 1000 } "
+      "optimizer { kind: ADAMW lr: 0.001 }";
+  const v1::Metrics m = TrainOneRank(spec);
+  const int64_t peak = PeakRss();
+  std::cerr << absl::StrFormat(
+      "%d steps, loss %.3f, peak RSS %d bytes (%d before training), file %d bytes\n", m.step(),
+      m.loss(), peak, before, FileSize(path));
+  if (in_memory) return 0;  // the figure to compare with by hand: see docs/benchmarks.md
+  Json("shards_lm_memory", "peak resident memory of a rank training from a 1 GiB token file",
+       "bytes", peak, FileSize(path), "the token file's size");
+  return 0;
+}
+
+}  // namespace
+}  // namespace chorus
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::cerr << "usage: shard_bench page_cache|cold|compute|lm [DIR]\n";
+    return 2;
+  }
+  const std::string section = argv[1];
+  const std::string dir = argc > 2 ? argv[2] : "/tmp/chorus-shard-bench";
+  ::mkdir(dir.c_str(), 0755);
+  if (section == "page_cache") return chorus::DataBound(dir, false);
+  if (section == "cold") return chorus::DataBound(dir, true);
+  if (section == "compute") return chorus::ComputeBound(dir);
+  if (section == "lm") return chorus::LanguageModel(dir, /*in_memory=*/false);
+  if (section == "lm_in_memory") return chorus::LanguageModel(dir, /*in_memory=*/true);
+  std::cerr << "unknown section " << section << "\n";
+  return 2;
+}

@@ -1,0 +1,141 @@
+// ShardIndex: where every sample of a sharded dataset (data.shards) lies,
+// built from the files' headers alone, so that a sample can be read by its
+// number without reading anything before it. Samples are numbered shard
+// after shard, in the order of data.shards.paths (globs expanded, sorted);
+// every rank builds the same index from the same files.
+//
+// The formats (job.proto, ShardedData):
+// - TAR: ustar archives (also GNU long names and pax `path` records) whose
+//   members KEY.SUFFIX group into samples by KEY; the members named by
+//   input_member and target_member are NumPy .npy files. Only the tar
+//   headers are read here; a .npy header is read with its sample
+//   (ParseNpy).
+// - TOKENS: flat little-endian uint16/uint32 token files; sample i of a file
+//   is tokens [i*L, i*L + L + 1), L = sequence_length.
+// A damaged file is INVALID_ARGUMENT naming the file and the byte offset.
+//
+// This file needs no LibTorch: the reader (shard_reader.h) turns bytes into
+// tensors.
+//
+// Thread-safety: an index is immutable once built; ParseNpy and
+// ConvertElements are pure functions.
+//
+// Example:
+//   ASSIGN_OR_RETURN(ShardIndex index, ShardIndex::Build(spec.data().shards()));
+//   SampleLocation where = index.Locate(12345);  // shard, x and y byte ranges
+#ifndef CHORUS_WORKER_TRAIN_SHARD_INDEX_H_
+#define CHORUS_WORKER_TRAIN_SHARD_INDEX_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "chorus/v1/job.pb.h"
+
+namespace chorus {
+
+// A byte range of a shard file.
+struct ByteRange {
+  int64_t offset = 0;
+  int64_t size = 0;
+  int64_t end() const { return offset + size; }
+};
+
+// Where one sample lies: its shard, and the byte ranges of its input and
+// target (TAR: the whole .npy members; TOKENS: the same L + 1 tokens).
+struct SampleLocation {
+  int shard = 0;
+  ByteRange x;
+  ByteRange y;
+};
+
+// A TAR sample's members as the index keeps them: 24 bytes a sample (its
+// shard is implied by where it is kept).
+struct TarSample {
+  int64_t x_offset = 0;
+  int64_t y_offset = 0;
+  int32_t x_size = 0;
+  int32_t y_size = 0;
+};
+
+class ShardIndex {
+ public:
+  struct Shard {
+    std::string path;
+    int64_t first = 0;  // the number of its first sample
+    int64_t count = 0;
+    std::vector<TarSample> samples;  // TAR only (TOKENS samples are computed)
+  };
+
+  // Expands data.shards.paths and reads every file's headers. NOT_FOUND for
+  // a missing file or a glob that matches none, INVALID_ARGUMENT for a
+  // damaged one, each naming the file (and offset) and the spec field.
+  static absl::StatusOr<ShardIndex> Build(const v1::ShardedData& spec);
+
+  int64_t size() const { return size_; }
+  const std::vector<Shard>& shards() const { return shards_; }
+  std::vector<int64_t> ShardSizes() const;
+  v1::ShardedData::Format format() const { return spec_.format(); }
+  const v1::ShardedData& spec() const { return spec_; }
+  // Bytes per token of a TOKENS index.
+  int token_bytes() const { return spec_.token_type() == v1::ShardedData::UINT32 ? 4 : 2; }
+
+  // Sample `index`'s place. REQUIRES: 0 <= index < size().
+  SampleLocation Locate(int64_t index) const;
+
+ private:
+  v1::ShardedData spec_;
+  std::vector<Shard> shards_;
+  int64_t size_ = 0;
+};
+
+// data.shards.paths with every glob replaced by its matches, sorted by
+// name. NOT_FOUND naming the entry for a glob that matches nothing.
+absl::StatusOr<std::vector<std::string>> ExpandShardPaths(const v1::ShardedData& spec);
+
+// Scans the tar file `path` (`size` bytes, open as `fd`) and appends its
+// samples to `out`. Members of 2 GiB or more are refused.
+absl::Status ScanTar(int fd, const std::string& path, int64_t size, const std::string& input_member,
+                     const std::string& target_member, std::vector<TarSample>& out);
+
+// NumPy .npy element types that are read (little-endian).
+enum class ElementType {
+  kFloat32,
+  kFloat64,
+  kInt8,
+  kUInt8,
+  kInt16,
+  kUInt16,
+  kInt32,
+  kUInt32,
+  kInt64
+};
+
+bool IsFloating(ElementType t);
+int ElementBytes(ElementType t);
+
+// A parsed .npy file: its element type, shape and where the values start.
+struct NpyArray {
+  ElementType type = ElementType::kFloat32;
+  std::vector<int64_t> shape;
+  int64_t data_offset = 0;  // from the start of the file
+  int64_t count() const;
+};
+
+// Parses the .npy bytes `data[0, size)`: version 1, 2 or 3 headers, C order,
+// little-endian types above. INVALID_ARGUMENT saying what is wrong (the
+// caller adds the file and offset); the values must fill the rest exactly.
+absl::StatusOr<NpyArray> ParseNpy(const char* data, int64_t size);
+// The same for a member of `size` bytes of which only the first `available`
+// (its header, at least) are at `data`: nothing past them is read, and the
+// values are not looked at.
+absl::StatusOr<NpyArray> ParseNpyHeader(const char* data, int64_t available, int64_t size);
+
+// Converts `count` values of type `from` at `src` to float32 (`to_float`)
+// or int64 at `dst`.
+void ConvertElements(const char* src, ElementType from, int64_t count, bool to_float, void* dst);
+
+}  // namespace chorus
+
+#endif  // CHORUS_WORKER_TRAIN_SHARD_INDEX_H_

@@ -1,0 +1,372 @@
+#include "worker/train/shard_reader.h"
+
+#include <ATen/ATen.h>
+#include <fcntl.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+
+namespace chorus {
+namespace {
+
+// Shard files a reader keeps open at once; more are opened again as needed
+// (the streamed order reads one or two shards at a time).
+constexpr size_t kMaxOpenFiles = 16;
+
+at::ScalarType OutputType(bool to_float) { return to_float ? at::kFloat : at::kLong; }
+
+std::vector<int64_t> WithBatch(int64_t n, const std::vector<int64_t>& shape) {
+  std::vector<int64_t> out = {n};
+  out.insert(out.end(), shape.begin(), shape.end());
+  return out;
+}
+
+int64_t Count(const std::vector<int64_t>& shape) {
+  return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<int64_t>());
+}
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  return absl::StrCat("(", absl::StrJoin(shape, ", "), ")");
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ShardReader>> ShardReader::Open(const v1::ShardedData& spec,
+                                                               const ShardReaderOptions& options) {
+  ASSIGN_OR_RETURN(ShardIndex index, ShardIndex::Build(spec));
+  std::unique_ptr<ShardReader> r(new ShardReader(std::move(index), options));
+  r->fds_.assign(r->index_.shards().size(), -1);
+  r->read_ahead_bytes_ = spec.read_ahead_bytes();
+  if (spec.format() == v1::ShardedData::TOKENS) {
+    const ElementType t =
+        spec.token_type() == v1::ShardedData::UINT32 ? ElementType::kUInt32 : ElementType::kUInt16;
+    r->layout_ = Layout{t, t, {spec.sequence_length()}, {spec.sequence_length()}};
+  } else {
+    // The first sample's members set the layout every sample must have.
+    const SampleLocation first = r->index_.Locate(0);
+    ASSIGN_OR_RETURN(const int fd, r->File(first.shard));
+    for (const auto& [range, type, shape] :
+         {std::tuple{first.x, &r->layout_.x_type, &r->layout_.x_shape},
+          std::tuple{first.y, &r->layout_.y_type, &r->layout_.y_shape}}) {
+      std::vector<char> bytes(range.size);
+      const std::string& path = r->index_.shards()[first.shard].path;
+      if (::pread(fd, bytes.data(), range.size, range.offset) != range.size) {
+        return absl::DataLossError(
+            absl::StrCat("data.shards: cannot read ", path, " at byte offset ", range.offset));
+      }
+      absl::StatusOr<NpyArray> a = ParseNpy(bytes.data(), range.size);
+      if (!a.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("data.shards: ", path, " at byte offset ",
+                                                       range.offset, ": ", a.status().message()));
+      }
+      *type = a->type;
+      *shape = a->shape;
+    }
+  }
+  ASSIGN_OR_RETURN(ShardBatch first, r->ReadBatch(std::vector<int64_t>{0}.data(), 1));
+  r->probe_.x = first.x;
+  r->probe_.y = first.y;
+  r->probe_.num_classes = spec.format() == v1::ShardedData::TOKENS
+                              ? static_cast<int>(options.vocab_size)
+                              : spec.num_classes();
+  return r;
+}
+
+ShardReader::~ShardReader() {
+  Stop();
+  for (int fd : fds_) {
+    if (fd >= 0) ::close(fd);
+  }
+}
+
+void ShardReader::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void ShardReader::Start(std::vector<int64_t> indices, int64_t batch_size) {
+  Stop();
+  absl::MutexLock lock(&mu_);
+  ready_.clear();
+  ready_bytes_ = 0;
+  error_ = absl::OkStatus();
+  stop_ = false;
+  batches_left_ = (static_cast<int64_t>(indices.size()) + batch_size - 1) / batch_size;
+  pool_.clear();  // the reader's thread is stopped: the pool is this thread's now
+  pool_limit_ = read_ahead_bytes_ / std::max<int64_t>(1, BatchBytes(batch_size)) + 3;
+  thread_ = std::thread(&ShardReader::Run, this, std::move(indices), batch_size);
+}
+
+int64_t ShardReader::BatchBytes(int64_t n) const {
+  const bool tokens = index_.format() == v1::ShardedData::TOKENS;
+  const int64_t x = Count(layout_.x_shape) *
+                    (tokens || !(IsFloating(layout_.x_type) || options_.float_inputs) ? 8 : 4);
+  const int64_t y = Count(layout_.y_shape) * (tokens || !IsFloating(layout_.y_type) ? 8 : 4);
+  return n * (x + y + 8);
+}
+
+void ShardReader::Run(std::vector<int64_t> indices, int64_t batch_size) {
+  const int64_t n = static_cast<int64_t>(indices.size());
+  for (int64_t begin = 0; begin < n; begin += batch_size) {
+    const int64_t size = std::min(batch_size, n - begin);
+    const int64_t bytes = BatchBytes(size);
+    {
+      absl::MutexLock lock(&mu_);
+      // Room for this batch: an empty queue always has room (a batch larger
+      // than the buffer is still read, one at a time).
+      struct Room {
+        ShardReader* reader;
+        int64_t bytes;
+      } room{this, bytes};
+      mu_.Await(absl::Condition(
+          +[](Room* a) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+            ShardReader* r = a->reader;
+            return r->stop_ || r->ready_.empty() ||
+                   r->ready_bytes_ + a->bytes <= r->read_ahead_bytes_;
+          },
+          &room));
+      if (stop_) return;
+    }
+    absl::StatusOr<ShardBatch> batch = ReadBatch(indices.data() + begin, size);
+    absl::MutexLock lock(&mu_);
+    if (!batch.ok()) {
+      error_ = batch.status();
+      return;
+    }
+    ready_.push_back(*std::move(batch));
+    ready_bytes_ += bytes;
+    max_ready_bytes_ = std::max(max_ready_bytes_, ready_bytes_);
+  }
+}
+
+absl::StatusOr<ShardBatch> ShardReader::Next() {
+  const absl::Time start = absl::Now();
+  absl::MutexLock lock(&mu_);
+  if (batches_left_ == 0) {
+    return absl::FailedPreconditionError("the shard reader has no batch left in this epoch");
+  }
+  mu_.Await(absl::Condition(
+      +[](ShardReader* r)
+           ABSL_NO_THREAD_SAFETY_ANALYSIS { return !r->ready_.empty() || !r->error_.ok(); },
+      this));
+  wait_seconds_ += absl::ToDoubleSeconds(absl::Now() - start);
+  if (ready_.empty()) return error_;
+  ShardBatch batch = std::move(ready_.front());
+  ready_.pop_front();
+  ready_bytes_ -= BatchBytes(batch.x.size(0));
+  --batches_left_;
+  return batch;
+}
+
+ShardReader::Stats ShardReader::stats() const {
+  absl::MutexLock lock(&mu_);
+  return Stats{wait_seconds_, bytes_read_.load(), max_ready_bytes_};
+}
+
+absl::StatusOr<int> ShardReader::File(int shard) {
+  if (fds_[shard] >= 0) return fds_[shard];
+  const std::string& path = index_.shards()[shard].path;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::NotFoundError(
+        absl::StrCat("data.shards: cannot open ", path, ": ", std::strerror(errno)));
+  }
+  if (open_order_.size() >= kMaxOpenFiles) {
+    ::close(fds_[open_order_.front()]);
+    fds_[open_order_.front()] = -1;
+    open_order_.pop_front();
+  }
+  fds_[shard] = fd;
+  open_order_.push_back(shard);
+  return fd;
+}
+
+// Note [Batch buffers]
+// A batch's tensors come from a pool the reader's thread owns: a pooled
+// batch is free again once neither the queue nor the trainer holds any view
+// of its tensors (every reference to a TensorImpl or its storage is
+// counted). Fresh 4 MB buffers for every batch cost a page fault per 4 KiB
+// (a third of the reader's time in the data-bound bench); reused ones are
+// already mapped. The pool holds at most what the queue may hold plus
+// three batches, so the memory bound of shard_reader.h stands.
+ShardBatch ShardReader::NewBatch(int64_t n) {
+  auto free = [](const at::Tensor& t) {
+    return t.use_count() == 1 && t.storage().use_count() == 1;
+  };
+  for (const ShardBatch& b : pool_) {
+    if (b.x.size(0) == n && free(b.indices) && free(b.x) && free(b.y)) return b;
+  }
+  const bool tokens = index_.format() == v1::ShardedData::TOKENS;
+  const bool float_x = !tokens && (IsFloating(layout_.x_type) || options_.float_inputs);
+  const bool float_y = !tokens && IsFloating(layout_.y_type);
+  ShardBatch batch;
+  batch.indices = at::empty({n}, at::kLong);
+  batch.x = at::empty(WithBatch(n, layout_.x_shape), OutputType(float_x));
+  batch.y = at::empty(WithBatch(n, layout_.y_shape), OutputType(float_y));
+  if (static_cast<int64_t>(pool_.size()) < pool_limit_) pool_.push_back(batch);
+  return batch;
+}
+
+absl::StatusOr<ShardBatch> ShardReader::ReadBatch(const int64_t* indices, int64_t n) {
+  ShardBatch batch = NewBatch(n);
+  std::memcpy(batch.indices.data_ptr<int64_t>(), indices, n * sizeof(int64_t));
+  // In file order, so that a rank's reads of a block move forward through
+  // the shard; each sample lands in its own row.
+  std::vector<int64_t> rows(n);
+  std::iota(rows.begin(), rows.end(), 0);
+  std::vector<SampleLocation> where(n);
+  for (int64_t i = 0; i < n; ++i) where[i] = index_.Locate(indices[i]);
+  std::sort(rows.begin(), rows.end(), [&](int64_t a, int64_t b) {
+    return std::pair(where[a].shard, where[a].x.offset) <
+           std::pair(where[b].shard, where[b].x.offset);
+  });
+  for (int64_t row : rows) {
+    RETURN_IF_ERROR(ReadSample(indices[row], where[row], row, batch));
+  }
+  return batch;
+}
+
+absl::Status ShardReader::ReadSample(int64_t index, const SampleLocation& loc, int64_t row,
+                                     ShardBatch& batch) {
+  const ByteRange range{std::min(loc.x.offset, loc.y.offset),
+                        std::max(loc.x.end(), loc.y.end()) - std::min(loc.x.offset, loc.y.offset)};
+  ASSIGN_OR_RETURN(const int fd, File(loc.shard));
+  const std::string& path = index_.shards()[loc.shard].path;
+  auto read_error = [&](int64_t at, ssize_t r) {
+    return absl::DataLossError(
+        absl::StrCat("data.shards: cannot read ", path, " at byte offset ", at,
+                     r >= 0 ? ": the file is shorter than when it was indexed"
+                            : absl::StrCat(": ", std::strerror(errno))));
+  };
+  // Note [Batch buffers]: an input stored as it is trained (float32, or
+  // int64 tokens ids) is read straight into its row, around it the headers
+  // and the target into the scratch buffer.
+  const int64_t values = Count(layout_.x_shape) * ElementBytes(layout_.x_type);
+  const bool same_type =
+      (layout_.x_type == ElementType::kFloat32 && batch.x.scalar_type() == at::kFloat) ||
+      (layout_.x_type == ElementType::kInt64 && batch.x.scalar_type() == at::kLong);
+  if (index_.format() == v1::ShardedData::TAR && same_type && loc.x.size > values) {
+    const int64_t header = loc.x.size - values;
+    const int64_t head = loc.x.offset + header - range.offset;
+    const int64_t tail = range.end() - loc.x.end();
+    scratch_.resize(head + tail);
+    char* x_row = static_cast<char*>(batch.x.data_ptr()) + row * values;
+    iovec parts[3] = {{scratch_.data(), static_cast<size_t>(head)},
+                      {x_row, static_cast<size_t>(values)},
+                      {scratch_.data() + head, static_cast<size_t>(tail)}};
+    const ssize_t r = ::preadv(fd, parts, 3, range.offset);
+    if (r != range.size) return read_error(range.offset, r);
+    bytes_read_.fetch_add(range.size);
+    const char* x_header = scratch_.data() + (loc.x.offset - range.offset);
+    absl::StatusOr<NpyArray> a = ParseNpyHeader(x_header, header, loc.x.size);
+    RETURN_IF_ERROR(CheckMember(index, path, loc.x, a, layout_.x_type, layout_.x_shape));
+    if (a->data_offset != header) {  // a longer header than the values leave room for
+      return CheckMember(index, path, loc.x,
+                         absl::InvalidArgumentError("its .npy header is not where its size says"),
+                         layout_.x_type, layout_.x_shape);
+    }
+    const char* y_bytes = loc.y.offset < loc.x.offset
+                              ? scratch_.data() + (loc.y.offset - range.offset)
+                              : scratch_.data() + head + (loc.y.offset - loc.x.end());
+    return DecodeTarget(
+        index, path, loc.y, y_bytes, batch.y.scalar_type() == at::kFloat,
+        static_cast<char*>(batch.y.data_ptr()) + row * batch.y.stride(0) * batch.y.element_size());
+  }
+  scratch_.resize(range.size);
+  int64_t got = 0;
+  while (got < range.size) {
+    const ssize_t r = ::pread(fd, scratch_.data() + got, range.size - got, range.offset + got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return read_error(range.offset + got, r);
+    got += r;
+  }
+  bytes_read_.fetch_add(range.size);
+  return Decode(index, scratch_.data(), range, row, batch.x, batch.y);
+}
+
+absl::Status ShardReader::CheckMember(int64_t index, const std::string& path,
+                                      const ByteRange& member, const absl::StatusOr<NpyArray>& a,
+                                      ElementType type, const std::vector<int64_t>& shape) const {
+  const std::string where = absl::StrCat("data.shards: ", path, " at byte offset ", member.offset,
+                                         " (sample ", index, "): ");
+  if (!a.ok()) return absl::InvalidArgumentError(absl::StrCat(where, a.status().message()));
+  if (a->type != type || a->shape != shape) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, "this .npy member's shape ", ShapeString(a->shape),
+                     " or type differs from the first sample's ", ShapeString(shape),
+                     "; every sample must have the same"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShardReader::DecodeTarget(int64_t index, const std::string& path,
+                                       const ByteRange& member, const char* bytes, bool to_float,
+                                       char* out) const {
+  RETURN_IF_ERROR(
+      DecodeMember(index, path, member, bytes, layout_.y_type, layout_.y_shape, to_float, out));
+  if (to_float || options_.num_classes <= 0) return absl::OkStatus();
+  const auto* classes = reinterpret_cast<const int64_t*>(out);
+  for (int64_t i = 0; i < Count(layout_.y_shape); ++i) {
+    if (classes[i] < 0 || classes[i] >= options_.num_classes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data.shards: ", index_.shards()[index_.Locate(index).shard].path, " at byte offset ",
+          member.offset, " (sample ", index, "): class ", classes[i],
+          " is outside [0, data.shards.num_classes ", options_.num_classes, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShardReader::DecodeMember(int64_t index, const std::string& path,
+                                       const ByteRange& member, const char* bytes, ElementType type,
+                                       const std::vector<int64_t>& shape, bool to_float,
+                                       char* out) const {
+  const absl::StatusOr<NpyArray> a = ParseNpy(bytes, member.size);
+  RETURN_IF_ERROR(CheckMember(index, path, member, a, type, shape));
+  ConvertElements(bytes + a->data_offset, type, a->count(), to_float, out);
+  return absl::OkStatus();
+}
+
+absl::Status ShardReader::Decode(int64_t index, const char* span, const ByteRange& range,
+                                 int64_t row, at::Tensor& x, at::Tensor& y) const {
+  const SampleLocation loc = index_.Locate(index);
+  const std::string& path = index_.shards()[loc.shard].path;
+  char* x_row = static_cast<char*>(x.data_ptr()) + row * x.stride(0) * x.element_size();
+  char* y_row = static_cast<char*>(y.data_ptr()) + row * y.stride(0) * y.element_size();
+  if (index_.format() == v1::ShardedData::TOKENS) {
+    const int64_t length = layout_.x_shape[0];
+    const int w = ElementBytes(layout_.x_type);
+    ConvertElements(span, layout_.x_type, length, false, x_row);
+    ConvertElements(span + w, layout_.y_type, length, false, y_row);
+    if (options_.vocab_size > 0) {
+      const auto* xs = reinterpret_cast<const int64_t*>(x_row);
+      const int64_t top = std::max(*std::max_element(xs, xs + length),
+                                   reinterpret_cast<const int64_t*>(y_row)[length - 1]);
+      if (top >= options_.vocab_size) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "data.shards: ", path, " at byte offset ", range.offset, " holds token id ", top,
+            ", not below model.transformer_lm.vocab_size ", options_.vocab_size));
+      }
+    }
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(DecodeMember(index, path, loc.x, span + (loc.x.offset - range.offset),
+                               layout_.x_type, layout_.x_shape, x.scalar_type() == at::kFloat,
+                               x_row));
+  return DecodeTarget(index, path, loc.y, span + (loc.y.offset - range.offset),
+                      y.scalar_type() == at::kFloat, y_row);
+}
+
+}  // namespace chorus

@@ -1,0 +1,157 @@
+// ShardReader: a rank's stream of batches from a sharded dataset
+// (data.shards). The trainer hands it the rank's sample numbers for the rest
+// of an epoch (the sampler's share of StreamOrder, sampler.h); a background
+// thread reads those samples from the shard files, decodes them into batch
+// tensors and keeps them in a queue bounded by data.shards.read_ahead_bytes,
+// so that a step finds its batch ready when the disk keeps up.
+//
+// Only the rank's own samples are read. Memory: the queue (at most
+// read_ahead_bytes, or one batch when a batch is larger) and up to three
+// batches more (being read, being trained, just released), plus the index
+// (ShardIndex) and the epoch's order.
+//
+// The position in the stream is not the reader's: it is the trainer's
+// (epoch, samples of the epoch trained), which checkpoints and elastic
+// re-formation carry as for in-memory data; Start() is called again with
+// the re-sharded rest of the epoch (Note [Streamed order] in sampler.cc).
+//
+// Thread-safety: Start, Next and stats are called from one thread (the
+// trainer's); the reader's own thread is joined by Start and the destructor.
+//
+// Example:
+//   ASSIGN_OR_RETURN(std::unique_ptr<ShardReader> reader, ShardReader::Open(spec.data().shards(),
+//   {})); reader->Start(ShareOfOrder(StreamOrder(reader->index().ShardSizes(), ...), sampler), 64);
+//   ASSIGN_OR_RETURN(ShardBatch batch, reader->Next());  // batch.x, batch.y, batch.indices
+#ifndef CHORUS_WORKER_TRAIN_SHARD_READER_H_
+#define CHORUS_WORKER_TRAIN_SHARD_READER_H_
+
+#include <ATen/core/Tensor.h>
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "chorus/v1/job.pb.h"
+#include "worker/train/data.h"
+#include "worker/train/shard_index.h"
+
+namespace chorus {
+
+struct ShardBatch {
+  at::Tensor indices;  // [B] int64: the sample numbers (for the sample trace)
+  at::Tensor x;        // [B, ...] float32 or int64
+  at::Tensor y;        // [B] int64 classes, [B, ...] float32 targets, or [B, L] int64 tokens
+};
+
+struct ShardReaderOptions {
+  // Integer inputs as float32 (the built-in mlp and cnn), else as int64.
+  bool float_inputs = true;
+  // TOKENS: token ids must be below this (the model's vocabulary); 0: any.
+  int64_t vocab_size = 0;
+  // TAR with integer targets: class ids must be in [0, num_classes) (the
+  // model's outputs); 0: any.
+  int64_t num_classes = 0;
+};
+
+class ShardReader {
+ public:
+  // Builds the index (ShardIndex::Build) and decodes the first sample, whose
+  // types and shapes every other sample must have. Errors name the file.
+  static absl::StatusOr<std::unique_ptr<ShardReader>> Open(const v1::ShardedData& spec,
+                                                           const ShardReaderOptions& options);
+  ~ShardReader();
+  ShardReader(const ShardReader&) = delete;
+  ShardReader& operator=(const ShardReader&) = delete;
+
+  const ShardIndex& index() const { return index_; }
+  // The first sample as a one-sample Dataset (num_classes from the spec, or
+  // the vocabulary for tokens): what Model::Build needs to know of the data.
+  const Dataset& probe() const { return probe_; }
+
+  // Starts reading `indices` (sample numbers, in the order they are
+  // trained) in batches of `batch_size`; drops whatever was read ahead.
+  // REQUIRES: batch_size >= 1.
+  void Start(std::vector<int64_t> indices, int64_t batch_size);
+  // The next batch of the last Start(), waiting for it to be read. A read
+  // or decode error names the file and byte offset; FAILED_PRECONDITION
+  // past the last batch.
+  absl::StatusOr<ShardBatch> Next();
+
+  struct Stats {
+    double wait_seconds = 0;  // Next() waiting for the reader, in total
+    int64_t bytes_read = 0;   // from the shard files, in total
+    // The most decoded bytes queued ahead at once (the read-ahead buffer's
+    // high-water mark).
+    int64_t max_ready_bytes = 0;
+  };
+  Stats stats() const;
+
+ private:
+  struct Layout {  // a decoded sample
+    ElementType x_type = ElementType::kFloat32, y_type = ElementType::kInt64;
+    std::vector<int64_t> x_shape, y_shape;
+  };
+  ShardReader(ShardIndex index, ShardReaderOptions options)
+      : index_(std::move(index)), options_(options) {}
+
+  void Stop();
+  void Run(std::vector<int64_t> indices, int64_t batch_size);
+  ShardBatch NewBatch(int64_t n);
+  absl::StatusOr<ShardBatch> ReadBatch(const int64_t* indices, int64_t n);
+  absl::Status ReadSample(int64_t index, const SampleLocation& loc, int64_t row, ShardBatch& batch);
+  // INVALID_ARGUMENT naming the file, offset and sample unless `a` parsed
+  // and has the first sample's `type` and `shape`.
+  absl::Status CheckMember(int64_t index, const std::string& path, const ByteRange& member,
+                           const absl::StatusOr<NpyArray>& a, ElementType type,
+                           const std::vector<int64_t>& shape) const;
+  // DecodeMember for the target, whose class ids (integer targets) must be
+  // below options_.num_classes.
+  absl::Status DecodeTarget(int64_t index, const std::string& path, const ByteRange& member,
+                            const char* bytes, bool to_float, char* out) const;
+  // Parses and checks the .npy `member` at `bytes`, converting its values to
+  // `out`.
+  absl::Status DecodeMember(int64_t index, const std::string& path, const ByteRange& member,
+                            const char* bytes, ElementType type, const std::vector<int64_t>& shape,
+                            bool to_float, char* out) const;
+  // Decodes sample `index` (its bytes `span` read from `range` of its
+  // shard) into row `row` of `x` and `y`.
+  absl::Status Decode(int64_t index, const char* span, const ByteRange& range, int64_t row,
+                      at::Tensor& x, at::Tensor& y) const;
+  absl::StatusOr<int> File(int shard);
+  int64_t BatchBytes(int64_t n) const;
+
+  const ShardIndex index_;
+  const ShardReaderOptions options_;
+  Layout layout_;
+  Dataset probe_;
+  int64_t read_ahead_bytes_ = 0;
+  // Open shard files (the reader's thread only; -1: closed) and the order
+  // they were opened in, for closing the oldest past kMaxOpenFiles.
+  std::vector<int> fds_;
+  std::deque<int> open_order_;
+  std::vector<char> scratch_;
+  // Batches to reuse (Note [Batch buffers] in shard_reader.cc).
+  std::vector<ShardBatch> pool_;
+  int64_t pool_limit_ = 0;
+  std::atomic<int64_t> bytes_read_{0};
+  double wait_seconds_ = 0;  // the trainer's thread only
+
+  mutable absl::Mutex mu_;
+  std::deque<ShardBatch> ready_ ABSL_GUARDED_BY(mu_);
+  int64_t ready_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t max_ready_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t batches_left_ ABSL_GUARDED_BY(mu_) = 0;  // not yet taken by Next()
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+}  // namespace chorus
+
+#endif  // CHORUS_WORKER_TRAIN_SHARD_READER_H_
