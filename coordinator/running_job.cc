@@ -54,13 +54,6 @@ RunningJob::RunningJob(const v1::Job& job, int world_size, int64_t generation)
       elastic_spec(job.spec().elastic()),
       restarts(job.restarts()) {}
 
-bool RunningJob::Formed() const {
-  for (int rank = 0; rank < rendezvous.world_size(); ++rank) {
-    if (!rendezvous.joined(rank)) return false;
-  }
-  return true;
-}
-
 std::vector<RankSlot> RunningJob::Slots() const {
   std::vector<RankSlot> slots;
   for (const RankState& r : ranks) {
@@ -73,20 +66,52 @@ std::vector<RankSlot> RunningJob::Slots() const {
   return slots;
 }
 
-int RunningJob::RankOn(const std::string& agent_id, int slot) const {
+// Note [Rank index]
+// Every Join, exit and log line finds its rank by (agent, slot); a scan of
+// `ranks` made a generation's rendezvous O(ranks^2) (0.3 s of string
+// compares at 4,096 ranks, 16,384 would take seconds). `ranks` is a public
+// field that the scheduler rewrites in several places, so the index checks
+// itself instead of being kept up to date: a hit is used only if that rank
+// still runs on that slot, and a miss or a stale hit rebuilds it (O(ranks))
+// and looks again. A lookup for a slot no rank has rebuilds each time, as
+// the scan cost before; those are rare (a departed rank's late exit). The
+// ranks taken back after a restart (recover_host set) are listed at the
+// same time: recover_host is set only when a job is taken back, before
+// any lookup, and survives into later generations with the rank.
+void RunningJob::IndexRanks() const {
+  rank_index_.clear();
+  recovered_ranks_.clear();
+  rank_index_.reserve(ranks.size());
   for (size_t rank = 0; rank < ranks.size(); ++rank) {
-    if (ranks[rank].agent_id == agent_id && ranks[rank].slot == slot) return static_cast<int>(rank);
+    rank_index_.try_emplace(std::make_pair(ranks[rank].agent_id, ranks[rank].slot),
+                            static_cast<int>(rank));
+    if (!ranks[rank].recover_host.empty()) recovered_ranks_.push_back(static_cast<int>(rank));
   }
-  return -1;
+}
+
+int RunningJob::RankOn(const std::string& agent_id, int slot) const {
+  const auto here = [&](int rank) {
+    return rank < static_cast<int>(ranks.size()) && ranks[rank].agent_id == agent_id &&
+           ranks[rank].slot == slot;
+  };
+  auto key = std::make_pair(agent_id, slot);
+  if (auto it = rank_index_.find(key); it != rank_index_.end() && here(it->second)) {
+    return it->second;
+  }
+  IndexRanks();
+  auto it = rank_index_.find(key);
+  return it == rank_index_.end() ? -1 : it->second;
 }
 
 int RunningJob::RankOfJoin(const std::string& agent_id, int slot, int64_t pid,
                            const std::string& host) const {
-  for (size_t rank = 0; rank < ranks.size(); ++rank) {
+  if (rank_index_.empty()) IndexRanks();
+  for (int rank : recovered_ranks_) {
+    if (rank >= static_cast<int>(ranks.size())) continue;
     const RankState& r = ranks[rank];
     if (!r.recover_host.empty() && pid != 0 && r.pid == pid && r.slot == slot &&
         (host.empty() || host == r.recover_host)) {
-      return static_cast<int>(rank);
+      return rank;
     }
   }
   return RankOn(agent_id, slot);
@@ -172,7 +197,21 @@ std::vector<v1::RankPlacement> RunningJob::Placements(const AgentRegistry& agent
   return placements;
 }
 
-v1::JoinResponse RunningJob::JoinResponseFor(const v1::Job& job, int rank) const {
+RunningJob::Groups RunningJob::GroupsOfRanks() const {
+  Groups groups;
+  groups.of_rank.reserve(ranks.size());
+  absl::flat_hash_map<std::string, int> numbers;
+  for (const RankState& r : ranks) {
+    const std::string& group = r.agent_id.empty() ? r.recover_host : r.agent_id;
+    auto [it, added] = numbers.try_emplace(group, groups.count);
+    if (added) ++groups.count;
+    groups.of_rank.push_back(it->second);
+  }
+  return groups;
+}
+
+v1::JoinResponse RunningJob::JoinResponseFor(const v1::Job& job, int rank,
+                                             const Groups& groups) const {
   v1::JoinResponse response;
   response.set_rank(rank);
   response.set_world_size(static_cast<int>(ranks.size()));
@@ -183,19 +222,8 @@ v1::JoinResponse RunningJob::JoinResponseFor(const v1::Job& job, int rank) const
   response.set_local_world_size(ranks[rank].local_world_size);
   if (!resume.job_id().empty()) *response.mutable_resume() = resume;
   response.set_restarts(restarts);
-  // Agents numbered in the order their first rank comes. A rank taken back
-  // after a restart whose agent has not reconnected is known by its host.
-  std::vector<std::string> groups;
-  int group_rank = 0;
-  for (size_t r = 0; r < ranks.size(); ++r) {
-    const std::string& group =
-        ranks[r].agent_id.empty() ? ranks[r].recover_host : ranks[r].agent_id;
-    auto at = std::find(groups.begin(), groups.end(), group);
-    if (at == groups.end()) at = groups.insert(groups.end(), group);
-    if (static_cast<int>(r) == rank) group_rank = static_cast<int>(at - groups.begin());
-  }
-  response.set_group_rank(group_rank);
-  response.set_group_world_size(static_cast<int>(groups.size()));
+  response.set_group_rank(groups.of_rank.at(rank));
+  response.set_group_world_size(groups.count);
   return response;
 }
 

@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/time/time.h"
 #include "chorus/v1/coordinator.pb.h"
 #include "coordinator/agent_registry.h"
@@ -97,7 +98,8 @@ struct RunningJob {
   RunningJob(const v1::Job& job, int world_size, int64_t generation);
 
   int64_t generation() const { return rendezvous.generation(); }
-  // The rank running on the agent's slot, or -1.
+  // The rank running on the agent's slot, or -1. O(1) while `ranks` is
+  // unchanged (Note [Rank index]).
   int RankOn(const std::string& agent_id, int slot) const;
   // The rank a Join from process `pid` on `host` and the agent's slot is
   // for, or -1. A rank taken back after a restart joins with the id its
@@ -125,10 +127,18 @@ struct RunningJob {
   // Where the ranks run, as recorded for a restart (host and agent pid from
   // `agents`). REQUIRES: every rank's agent is registered.
   std::vector<v1::RankPlacement> Placements(const AgentRegistry& agents) const;
+  // Agents numbered in the order their first rank comes (torchrun's
+  // GROUP_RANK): `of_rank[rank]` is the rank's, `count` how many. A rank
+  // taken back after a restart whose agent has not reconnected is known by
+  // its host. O(ranks): compute it once for a whole generation's answers.
+  struct Groups {
+    std::vector<int> of_rank;
+    int count = 0;
+  };
+  Groups GroupsOfRanks() const;
   // The job's rendezvous answer for `rank` (spec from `job`), with the
-  // restarts so far and the rank's group (its agent's place among the
-  // generation's agents, for torchrun's GROUP_RANK).
-  v1::JoinResponse JoinResponseFor(const v1::Job& job, int rank) const;
+  // restarts so far and the rank's group from `groups` (GroupsOfRanks()).
+  v1::JoinResponse JoinResponseFor(const v1::Job& job, int rank, const Groups& groups) const;
   // Records that the rank on `agent_id`'s `exited.slot()` ended (an agent
   // back after a restart may report a rank not bound to it yet). Returns the
   // job's end when this exit ends it: FAILED for a non-zero code (naming the
@@ -219,9 +229,15 @@ struct RunningJob {
   // even if the job ends meanwhile.
   std::shared_ptr<std::mutex> report_writes = std::make_shared<std::mutex>();
   // Whether every rank of the current generation has joined.
-  bool Formed() const;
+  bool Formed() const { return rendezvous.complete(); }
   // Where the current ranks run (index = rank).
   std::vector<RankSlot> Slots() const;
+
+ private:
+  // Note [Rank index] in running_job.cc.
+  void IndexRanks() const;
+  mutable absl::flat_hash_map<std::pair<std::string, int>, int> rank_index_;
+  mutable std::vector<int> recovered_ranks_;  // ranks with a recover_host
 };
 
 }  // namespace chorus

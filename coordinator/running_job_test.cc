@@ -257,7 +257,7 @@ TEST_F(RunningJobTest, StatusRowsSplitStepTimeAndNameWhoTheOthersWaitedFor) {
 TEST_F(RunningJobTest, JoinResponseNamesRankGenerationNamespaceAndResume) {
   run_.resume.set_job_id("job-000000");
   run_.resume.set_step(300);
-  const v1::JoinResponse response = run_.JoinResponseFor(job_, 1);
+  const v1::JoinResponse response = run_.JoinResponseFor(job_, 1, run_.GroupsOfRanks());
   EXPECT_EQ(response.rank(), 1);
   EXPECT_EQ(response.world_size(), 3);
   EXPECT_EQ(response.generation(), 1);
@@ -275,7 +275,7 @@ TEST_F(RunningJobTest, JoinResponseCarriesTheRestartsAndTheRanksGroup) {
   std::swap(run_.ranks[0], run_.ranks[2]);  // agent-2, agent-1, agent-1
   const std::vector<std::pair<int, int>> want = {{0, 2}, {1, 2}, {1, 2}};
   for (int rank = 0; rank < 3; ++rank) {
-    const v1::JoinResponse response = run_.JoinResponseFor(job_, rank);
+    const v1::JoinResponse response = run_.JoinResponseFor(job_, rank, run_.GroupsOfRanks());
     EXPECT_EQ(response.restarts(), 2) << "TORCHELASTIC_RESTART_COUNT";
     EXPECT_EQ(response.group_rank(), want[rank].first) << "rank " << rank;
     EXPECT_EQ(response.group_world_size(), want[rank].second) << "rank " << rank;

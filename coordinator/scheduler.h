@@ -248,6 +248,15 @@ class Scheduler {
   // [Elastic restart] in job_recovery.h). Every entry point that changes a
   // job calls it before its answers go out.
   void SaveElasticLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The same for one job (an entry point that changes only `run`).
+  void SaveElasticLocked(const std::string& job_id, RunningJob& run)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Join's part once the rank is known: `rank` of `run` joins; the join
+  // that completes the generation answers every rank (Note [Rendezvous is
+  // O(ranks)] in scheduler_ranks.cc).
+  void JoinRankLocked(const v1::JoinRequest& request, int rank, absl::Time deadline,
+                      JoinDone done, RunningJob& run, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Queued jobs that fit are started; false if one could not be marked
   // running (nothing more is placed then).
   bool PlaceQueuedLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -29,6 +29,7 @@ void Scheduler::Join(const v1::JoinRequest& request, absl::Time deadline, JoinDo
       const std::string cause = it->second.planned_cause;
       const std::string kind = it->second.planned_kind;
       ReformLocked(request.job_id(), cause, kind, out);
+      SaveElasticLocked();
       it = running_.find(request.job_id());
     }
     const auto left = it == running_.end()
@@ -76,25 +77,40 @@ void Scheduler::Join(const v1::JoinRequest& request, absl::Time deadline, JoinDo
                                                   "job ", request.job_id(), " has no rank on ",
                                                   request.agent_id(), " slot ", request.slot())));
     } else {
-      RunningJob& run = it->second;
-      run.ranks[rank].pid = request.pid();
-      run.ranks[rank].state = v1::RankStatus::JOINING;
-      v1::Job job = jobs_.Get(request.job_id()).value_or(v1::Job());
-      job.set_job_id(request.job_id());
-      const bool complete = run.rendezvous.Join(
-          rank, deadline, std::move(done), [&](int r) { return run.JoinResponseFor(job, r); },
-          out.joins);
-      if (complete) {
-        for (RankState& each : run.ranks) each.state = v1::RankStatus::TRAINING;
-        NoteFormedLocked(request.job_id(), run);
-        if (metrics_ != nullptr && run.generation_started_at != absl::InfinitePast()) {
-          metrics_->RendezvousCompleted(clock_->Now() - run.generation_started_at);
-        }
-      }
+      JoinRankLocked(request, rank, deadline, std::move(done), it->second, out);
     }
-    SaveElasticLocked();
   }
   out.Flush();
+}
+
+// Note [Rendezvous is O(ranks)]: a join that does not complete its
+// generation touches its own rank only. What the answers need (the job's
+// spec, the agents' numbering) is read once, by the join that completes
+// the generation, and the elastic record is written then, in one commit;
+// before, every join copied the job (its placements included: O(ranks))
+// and serialized the elastic record, 4x the 4,096-rank rendezvous.
+void Scheduler::JoinRankLocked(const v1::JoinRequest& request, int rank, absl::Time deadline,
+                               JoinDone done, RunningJob& run, Outbox& out) {
+  run.ranks[rank].pid = request.pid();
+  run.ranks[rank].state = v1::RankStatus::JOINING;
+  std::optional<v1::Job> job;
+  RunningJob::Groups groups;
+  const auto respond = [&](int r) {
+    if (!job.has_value()) {
+      job = jobs_.Get(request.job_id()).value_or(v1::Job());
+      job->set_job_id(request.job_id());
+      job->clear_placements();
+      groups = run.GroupsOfRanks();
+    }
+    return run.JoinResponseFor(*job, r, groups);
+  };
+  if (!run.rendezvous.Join(rank, deadline, std::move(done), respond, out.joins)) return;
+  for (RankState& each : run.ranks) each.state = v1::RankStatus::TRAINING;
+  NoteFormedLocked(request.job_id(), run);
+  if (metrics_ != nullptr && run.generation_started_at != absl::InfinitePast()) {
+    metrics_->RendezvousCompleted(clock_->Now() - run.generation_started_at);
+  }
+  SaveElasticLocked(request.job_id(), run);
 }
 
 // Note [Reports are written outside the scheduler's lock]: a report ends in
