@@ -349,14 +349,30 @@ std::vector<v1::Diagnosis> DiagnoseHangs(const v1::HangDetectionSpec& spec,
   return out;
 }
 
+// Sum over o of max(0, wait_o - wait_r) is, over the known waits sorted,
+// (the sum of the waits above wait_r) - (how many they are) * wait_r: one
+// sort and a running sum, O(n log n) rather than the O(n^2) of the
+// definition (268 million terms per status request at 16,384 ranks).
 std::vector<double> WaitCausedBy(const std::vector<double>& wait_seconds) {
   std::vector<double> caused(wait_seconds.size(), 0.0);
+  std::vector<size_t> known;
   for (size_t r = 0; r < wait_seconds.size(); ++r) {
-    if (wait_seconds[r] < 0) continue;
-    for (size_t o = 0; o < wait_seconds.size(); ++o) {
-      if (o == r || wait_seconds[o] < 0) continue;
-      caused[r] += std::max(0.0, wait_seconds[o] - wait_seconds[r]);
+    if (wait_seconds[r] >= 0) known.push_back(r);
+  }
+  std::sort(known.begin(), known.end(),
+            [&](size_t a, size_t b) { return wait_seconds[a] > wait_seconds[b]; });
+  double above_sum = 0;  // waits strictly greater than the current one
+  size_t above = 0;
+  for (size_t i = 0; i < known.size();) {
+    const double w = wait_seconds[known[i]];
+    size_t j = i;  // ranks with the same wait cause nothing to one another
+    while (j < known.size() && wait_seconds[known[j]] == w) ++j;
+    for (size_t k = i; k < j; ++k) {
+      caused[known[k]] = above_sum - static_cast<double>(above) * w;
     }
+    above_sum += w * static_cast<double>(j - i);
+    above += j - i;
+    i = j;
   }
   return caused;
 }
