@@ -240,7 +240,10 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetJobStatus(grpc::CallbackServerConte
   }
   absl::StatusOr<v1::JobStatus> status = jobs_.Status(request->job_id());
   if (status.ok()) {
-    scheduler_.FillStatus(request->job_id(), *status);
+    StatusRows rows;
+    rows.offset = request->rank_offset();
+    rows.limit = request->rank_limit() > 0 ? request->rank_limit() : kDefaultStatusRankRows;
+    scheduler_.FillStatus(request->job_id(), *status, rows);
     absl::MutexLock lock(&page_mu_);
     if (!page_base_.empty())
       status->set_page_url(absl::StrCat(page_base_, "/jobs/", request->job_id()));

@@ -1,7 +1,8 @@
 // load_bench: the coordinator under many simulated ranks (no training).
 //
-// For each world size (default 256 and 1024) a fresh chorus-coordinator
-// process is started; simulated agents (64 slots each) connect over
+// For each world size (default 256 and 1024; at most 16,384) a fresh
+// chorus-coordinator process is started; simulated agents
+// (--ranks_per_agent slots each, 64 by default) connect over
 // AgentService, a job for every slot is submitted, and when the launch orders
 // arrive every rank calls RankService.Join at once (asynchronous stubs). The
 // rendezvous time is from the first Join sent to the last answer. Then every
@@ -11,7 +12,11 @@
 // per second sustained, the coordinator's CPU use (from /proc), and
 // GetJobStatus, page JSON and scrape p50/p99. Then, for as long again, only
 // heartbeats and the 1 Hz scrape: the coordinator's CPU as a Prometheus
-// server would see it (SCRAPE_CPU_%).
+// server would see it (SCRAPE_CPU_%), and as long with heartbeats alone
+// (HB_CPU_%). With --heartbeats agent the ranks'
+// heartbeats go as one message per agent per second on the agent's stream
+// (Note [Aggregated heartbeats] in scheduler.h) instead of one stream per
+// rank (--heartbeats rank, the default).
 //
 // Peer, same run: TorchElastic's dynamic rendezvous with 64 participants
 // (tests/bench/torchelastic_rendezvous_peer.py, python3-torch), against
@@ -19,6 +24,7 @@
 // ratio = Chorus / TorchElastic at 64 (< 1: Chorus faster).
 //
 //   bazel run -c opt //coordinator:load_bench -- [--sizes 256,1024] [--heartbeat_seconds 5]
+//       [--ranks_per_agent 64] [--heartbeats rank|agent]
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -59,7 +65,37 @@ extern char** environ;
 namespace chorus {
 namespace {
 
-constexpr int kSlotsPerAgent = 64;
+// The largest job one coordinator is shown to hold (the job spec's
+// resources.max_ranks cap).
+constexpr int kMaxRanks = 16384;
+
+struct Options {
+  double heartbeat_seconds = 5;
+  // Ranks per simulated agent (its slots): 64 as before, 8 for the 2,048
+  // agents of a 16,384-rank job.
+  int ranks_per_agent = 64;
+  // Heartbeats on one stream per rank (as a rank sends them on its own), or
+  // collected per agent: one RankHeartbeats message per agent per second
+  // (Note [Aggregated heartbeats] in coordinator/scheduler.h).
+  bool aggregated = false;
+};
+
+v1::RankHeartbeat HeartbeatOf(const std::string& job_id, int rank, int second) {
+  v1::RankHeartbeat hb;
+  hb.set_job_id(job_id);
+  hb.set_generation(1);
+  hb.set_rank(rank);
+  hb.set_step(second);
+  hb.set_phase(v1::FORWARD);
+  hb.set_time_us(absl::ToUnixMicros(absl::Now()));
+  hb.mutable_flight_recorder()->set_last_completed_seq(second * 4);
+  // Per-step timings as a trainer sends them (the status rows' straggler
+  // attribution works on them): every rank's wait differs a little.
+  hb.mutable_timings()->set_step_seconds(0.5);
+  hb.mutable_timings()->set_comm_wait_seconds(0.001 * (rank % 97));
+  hb.mutable_timings()->set_compute_seconds(0.5 - 0.001 * (rank % 97));
+  return hb;
+}
 
 struct Coordinator {
   pid_t pid = -1;
@@ -168,6 +204,8 @@ struct Result {
   int scrapes = 0;
   size_t scrape_bytes = 0;
   double scrape_cpu_percent = 0;
+  // Heartbeats alone (no scrape, no status).
+  double heartbeat_cpu_percent = 0;
 };
 
 // GET `path` on 127.0.0.1:port; its milliseconds, or an error naming it.
@@ -185,7 +223,9 @@ absl::StatusOr<double> TimedGet(httplib::Client& client, const std::string& path
   return ms;
 }
 
-absl::StatusOr<Result> RunOnce(const std::string& binary, int ranks, double heartbeat_seconds) {
+absl::StatusOr<Result> RunOnce(const std::string& binary, int ranks, const Options& options) {
+  const double heartbeat_seconds = options.heartbeat_seconds;
+  const int slots_per_agent = options.ranks_per_agent;
   absl::StatusOr<Coordinator> coordinator = StartCoordinator(binary);
   if (!coordinator.ok()) return coordinator.status();
   struct Stop {
@@ -198,7 +238,7 @@ absl::StatusOr<Result> RunOnce(const std::string& binary, int ranks, double hear
   for (int i = 0; i < channels; ++i) pool.push_back(Channel(address, i));
 
   // Agents.
-  const int agent_count = (ranks + kSlotsPerAgent - 1) / kSlotsPerAgent;
+  const int agent_count = (ranks + slots_per_agent - 1) / slots_per_agent;
   std::vector<SimAgent> agents(agent_count);
   for (int a = 0; a < agent_count; ++a) {
     SimAgent& agent = agents[a];
@@ -206,7 +246,7 @@ absl::StatusOr<Result> RunOnce(const std::string& binary, int ranks, double hear
     agent.stream = v1::AgentService::NewStub(pool[a % channels])->Connect(agent.context.get());
     v1::AgentMessage hello;
     hello.mutable_hello()->set_host(absl::StrCat("sim-", a));
-    hello.mutable_hello()->set_slots(std::min(kSlotsPerAgent, ranks - a * kSlotsPerAgent));
+    hello.mutable_hello()->set_slots(std::min(slots_per_agent, ranks - a * slots_per_agent));
     hello.mutable_hello()->set_pid(100000 + a);
     v1::CoordinatorMessage welcome;
     if (!agent.stream->Write(hello) || !agent.stream->Read(&welcome) || !welcome.has_welcome()) {
@@ -246,8 +286,10 @@ absl::StatusOr<Result> RunOnce(const std::string& binary, int ranks, double hear
     v1::JoinResponse response;
   };
   std::vector<std::unique_ptr<Call>> calls;
+  std::vector<int> agent_of_call;
   for (SimAgent& agent : agents) {
     for (int slot : agent.launched_slots) {
+      agent_of_call.push_back(static_cast<int>(&agent - agents.data()));
       auto call = std::make_unique<Call>();
       call->request.set_job_id(job_id);
       call->request.set_generation(1);
@@ -289,15 +331,16 @@ absl::StatusOr<Result> RunOnce(const std::string& binary, int ranks, double hear
                                             " failed: ", first_error));
   }
 
-  // Heartbeats at 1 Hz from every rank, over 8 sender threads, while
-  // GetJobStatus is timed back to back.
+  // Heartbeats at 1 Hz from every rank, over 8 sender threads (on the
+  // ranks' own streams, or one message per agent), while GetJobStatus is
+  // timed back to back.
   struct Stream {
     std::unique_ptr<grpc::ClientContext> context;
     std::unique_ptr<grpc::ClientReaderWriter<v1::RankHeartbeat, v1::Directive>> stream;
     int rank;
   };
-  std::vector<Stream> streams(calls.size());
-  for (size_t i = 0; i < calls.size(); ++i) {
+  std::vector<Stream> streams(options.aggregated ? 0 : calls.size());
+  for (size_t i = 0; i < streams.size(); ++i) {
     streams[i].context = std::make_unique<grpc::ClientContext>();
     streams[i].stream = rank_stubs[i % channels]->Heartbeat(streams[i].context.get());
     streams[i].rank = calls[i]->response.rank();
@@ -314,15 +357,20 @@ absl::StatusOr<Result> RunOnce(const std::string& binary, int ranks, double hear
         const absl::Time tick = hb_start + absl::Seconds(second);
         absl::SleepFor(tick - absl::Now());
         for (size_t i = t; i < streams.size() && !stop_heartbeats.load(); i += senders) {
-          v1::RankHeartbeat hb;
-          hb.set_job_id(job_id);
-          hb.set_generation(1);
-          hb.set_rank(streams[i].rank);
-          hb.set_step(second);
-          hb.set_phase(v1::FORWARD);
-          hb.set_time_us(absl::ToUnixMicros(absl::Now()));
-          hb.mutable_flight_recorder()->set_last_completed_seq(second * 4);
-          if (streams[i].stream->Write(hb)) sent.fetch_add(1);
+          if (streams[i].stream->Write(HeartbeatOf(job_id, streams[i].rank, second))) {
+            sent.fetch_add(1);
+          }
+        }
+        if (!options.aggregated) continue;
+        std::vector<v1::AgentMessage> batches(agents.size());
+        for (size_t i = 0; i < calls.size(); ++i) {
+          if (agent_of_call[i] % senders != t) continue;
+          *batches[agent_of_call[i]].mutable_heartbeats()->add_heartbeats() =
+              HeartbeatOf(job_id, calls[i]->response.rank(), second);
+        }
+        for (size_t a = t; a < agents.size() && !stop_heartbeats.load(); a += senders) {
+          const int n = batches[a].heartbeats().heartbeats_size();
+          if (n > 0 && agents[a].stream->Write(batches[a])) sent.fetch_add(n);
         }
       }
     });
@@ -372,7 +420,7 @@ absl::StatusOr<Result> RunOnce(const std::string& binary, int ranks, double hear
     grpc::Status s = jobs->GetJobStatus(&context, request, &status);
     if (!s.ok()) return absl::InternalError("GetJobStatus: " + s.error_message());
     latencies_ms.push_back(absl::ToDoubleMilliseconds(absl::Now() - start));
-    if (status.ranks_size() != ranks) return absl::InternalError("status lacks ranks");
+    if (status.rank_summary().ranks() != ranks) return absl::InternalError("status lacks ranks");
     absl::SleepFor(absl::Milliseconds(20));
   }
   const double elapsed = absl::ToDoubleSeconds(absl::Now() - hb_start);
@@ -386,6 +434,12 @@ absl::StatusOr<Result> RunOnce(const std::string& binary, int ranks, double hear
   stop_scrapes.store(true);
   scraper.join();
   if (!scrape_error.empty()) return absl::InternalError(scrape_error);
+  // Heartbeats only.
+  const absl::Time alone_start = absl::Now();
+  const double alone_cpu_start = CpuSeconds(coordinator->pid);
+  absl::SleepFor(absl::Seconds(heartbeat_seconds));
+  result.heartbeat_cpu_percent = 100.0 * (CpuSeconds(coordinator->pid) - alone_cpu_start) /
+                                 absl::ToDoubleSeconds(absl::Now() - alone_start);
   result.scrape_p50_ms = Percentile(scrape_ms, 0.50);
   result.scrape_p99_ms = Percentile(scrape_ms, 0.99);
   result.scrapes = static_cast<int>(scrape_ms.size());
@@ -431,7 +485,7 @@ absl::StatusOr<double> TorchElastic(const std::string& script, int participants)
 
 int Main(int argc, char** argv) {
   std::vector<int> sizes = {256, 1024};
-  double heartbeat_seconds = 5;
+  Options options;
   std::string binary = ExecutableDir() + "/chorus-coordinator";
   std::string peer = "tests/bench/torchelastic_rendezvous_peer.py";
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -440,12 +494,24 @@ int Main(int argc, char** argv) {
       sizes.clear();
       for (absl::string_view v : absl::StrSplit(value, ',')) {
         int n = 0;
-        if (absl::SimpleAtoi(v, &n) && n > 0 && n <= 4096) sizes.push_back(n);
+        if (absl::SimpleAtoi(v, &n) && n > 0 && n <= kMaxRanks) sizes.push_back(n);
       }
     } else if (flag == "--heartbeat_seconds") {
-      (void)absl::SimpleAtod(value, &heartbeat_seconds);
+      (void)absl::SimpleAtod(value, &options.heartbeat_seconds);
+    } else if (flag == "--ranks_per_agent") {
+      if (!absl::SimpleAtoi(value, &options.ranks_per_agent) || options.ranks_per_agent < 1) {
+        std::cerr << "load_bench: --ranks_per_agent must be a positive number, got " << value
+                  << "\n";
+        return 2;
+      }
     } else if (flag == "--coordinator_bin") {
       binary = value;
+    } else if (flag == "--heartbeats") {
+      if (value != "rank" && value != "agent") {
+        std::cerr << "load_bench: --heartbeats must be rank or agent, got " << value << "\n";
+        return 2;
+      }
+      options.aggregated = value == "agent";
     } else if (flag == "--peer") {
       peer = value;
     }
@@ -454,22 +520,22 @@ int Main(int argc, char** argv) {
       dir != nullptr && peer[0] != '/') {
     peer = std::string(dir) + "/" + peer;
   }
-  std::cout << absl::StrFormat("%-7s %-13s %-13s %-12s %-11s %-11s %-11s %-11s %-11s %-11s %-14s\n",
-                               "RANKS", "RENDEZVOUS_S", "HEARTBEATS/S", "COORD_CPU_%", "STATUS_P50",
-                               "STATUS_P99", "PAGE_P50", "PAGE_P99", "SCRAPE_P50", "SCRAPE_P99",
-                               "SCRAPE_CPU_%");
+  std::cout << absl::StrFormat(
+      "%-7s %-13s %-13s %-12s %-11s %-11s %-11s %-11s %-11s %-11s %-13s %-10s\n", "RANKS",
+      "RENDEZVOUS_S", "HEARTBEATS/S", "COORD_CPU_%", "STATUS_P50", "STATUS_P99", "PAGE_P50",
+      "PAGE_P99", "SCRAPE_P50", "SCRAPE_P99", "SCRAPE_CPU_%", "HB_CPU_%");
   auto ms = [](double v) { return absl::StrFormat("%.2f ms", v); };
   auto print = [&ms](const Result& r) {
     std::cout << absl::StrFormat(
-        "%-7d %-13.3f %-13.0f %-12.1f %-11s %-11s %-11s %-11s %-11s %-11s %-14.1f\n", r.ranks,
-        r.rendezvous_seconds, r.heartbeats_per_second, r.coordinator_cpu_percent,
+        "%-7d %-13.3f %-13.0f %-12.1f %-11s %-11s %-11s %-11s %-11s %-11s %-13.1f %-10.1f\n",
+        r.ranks, r.rendezvous_seconds, r.heartbeats_per_second, r.coordinator_cpu_percent,
         ms(r.status_p50_ms), ms(r.status_p99_ms), ms(r.page_p50_ms), ms(r.page_p99_ms),
-        ms(r.scrape_p50_ms), ms(r.scrape_p99_ms), r.scrape_cpu_percent);
+        ms(r.scrape_p50_ms), ms(r.scrape_p99_ms), r.scrape_cpu_percent, r.heartbeat_cpu_percent);
     std::cout << absl::StrFormat("        (%d scrapes of %zu bytes)\n", r.scrapes, r.scrape_bytes);
     std::cout.flush();
   };
   for (int n : sizes) {
-    absl::StatusOr<Result> r = RunOnce(binary, n, heartbeat_seconds);
+    absl::StatusOr<Result> r = RunOnce(binary, n, options);
     if (!r.ok()) {
       std::cerr << "load_bench: " << n << " ranks: " << r.status() << "\n";
       return 1;
@@ -479,14 +545,18 @@ int Main(int argc, char** argv) {
         "{\"bench\": \"load_bench\", \"metric\": \"rendezvous_seconds_%d_ranks\", \"unit\": \"s\", "
         "\"ours\": %.4f, "
         "\"peer\": null, \"peer_name\": null, \"ratio\": null, \"status_p99_ms\": %.2f, "
-        "\"page_p99_ms\": %.2f, \"scrape_p99_ms\": %.2f, \"scrape_cpu_percent\": %.1f}\n",
+        "\"page_p99_ms\": %.2f, \"scrape_p99_ms\": %.2f, \"scrape_cpu_percent\": %.1f, "
+        "\"heartbeat_cpu_percent\": %.1f, \"ranks_per_agent\": %d, \"heartbeats\": \"%s\"}\n",
         n, r->rendezvous_seconds, r->status_p99_ms, r->page_p99_ms, r->scrape_p99_ms,
-        r->scrape_cpu_percent);
+        r->scrape_cpu_percent, r->heartbeat_cpu_percent, options.ranks_per_agent,
+        options.aggregated ? "agent" : "rank");
   }
   // Chorus and TorchElastic at 64, median of 3 each.
   std::vector<double> ours;
   for (int i = 0; i < 3; ++i) {
-    absl::StatusOr<Result> r = RunOnce(binary, 64, 1);
+    Options small = options;
+    small.heartbeat_seconds = 1;
+    absl::StatusOr<Result> r = RunOnce(binary, 64, small);
     if (!r.ok()) {
       std::cerr << "load_bench: 64 ranks: " << r.status() << "\n";
       return 1;

@@ -276,38 +276,87 @@ std::optional<JobEnd> RunningJob::RecordExit(const std::string& agent_id,
   return std::nullopt;
 }
 
+namespace {
+
+void AddStatusRow(const RankState& r, int rank, double caused, const AgentRegistry& agents,
+                  absl::Time now, v1::JobStatus& status) {
+  v1::RankStatus* row = status.add_ranks();
+  row->set_rank(rank);
+  const AgentRegistry::Agent* agent = agents.Find(r.agent_id);
+  row->set_host(agent != nullptr ? agent->hello.host() : r.agent_id);
+  row->set_pid(r.pid);
+  row->set_state(r.state);
+  row->set_exit_code(r.exit_code);
+  if (r.heartbeat_at == absl::InfinitePast()) return;
+  const v1::RankHeartbeat& hb = r.last_heartbeat;
+  row->set_step(hb.step());
+  row->set_phase(hb.phase());
+  row->set_phase_seconds(hb.phase_seconds());
+  row->set_heartbeat_age_seconds(absl::ToDoubleSeconds(now - r.heartbeat_at));
+  row->set_last_completed_seq(hb.flight_recorder().last_completed_seq());
+  row->set_step_time_seconds(hb.timings().step_seconds());
+  row->set_compute_seconds(hb.timings().compute_seconds());
+  row->set_comm_wait_seconds(hb.timings().comm_wait_seconds());
+  row->set_caused_wait_seconds(caused);
+  row->set_samples_per_second(hb.samples_per_second());
+  row->set_loss(hb.loss());
+}
+
+}  // namespace
+
 void RunningJob::AddStatusRows(const AgentRegistry& agents, absl::Time now,
-                               v1::JobStatus& status) const {
+                               v1::JobStatus& status, const StatusRows& rows) const {
   // Note [Who the others waited for] in hang_detector.h.
   std::vector<double> waits;
+  waits.reserve(ranks.size());
   for (const RankState& r : ranks) {
     const bool known = r.heartbeat_at != absl::InfinitePast() &&
                        r.state != v1::RankStatus::EXITED && r.last_heartbeat.has_timings();
     waits.push_back(known ? r.last_heartbeat.timings().comm_wait_seconds() : -1);
   }
   const std::vector<double> caused = WaitCausedBy(waits);
+  v1::RankSummary& summary = *status.mutable_rank_summary();
+  summary.set_ranks(static_cast<int>(ranks.size()));
+  summary.set_oldest_heartbeat_rank(-1);
+  summary.set_most_waited_for_rank(-1);
+  std::map<v1::RankStatus::State, int> by_state;
+  bool any_step = false;
   for (size_t rank = 0; rank < ranks.size(); ++rank) {
     const RankState& r = ranks[rank];
-    v1::RankStatus* row = status.add_ranks();
-    row->set_rank(static_cast<int>(rank));
-    const AgentRegistry::Agent* agent = agents.Find(r.agent_id);
-    row->set_host(agent != nullptr ? agent->hello.host() : r.agent_id);
-    row->set_pid(r.pid);
-    row->set_state(r.state);
-    row->set_exit_code(r.exit_code);
+    ++by_state[r.state];
+    if (waits[rank] >= 0 && (summary.most_waited_for_rank() < 0 ||
+                             caused[rank] > summary.most_waited_for_seconds())) {
+      summary.set_most_waited_for_rank(static_cast<int>(rank));
+      summary.set_most_waited_for_seconds(caused[rank]);
+    }
     if (r.heartbeat_at == absl::InfinitePast()) continue;
-    const v1::RankHeartbeat& hb = r.last_heartbeat;
-    row->set_step(hb.step());
-    row->set_phase(hb.phase());
-    row->set_phase_seconds(hb.phase_seconds());
-    row->set_heartbeat_age_seconds(absl::ToDoubleSeconds(now - r.heartbeat_at));
-    row->set_last_completed_seq(hb.flight_recorder().last_completed_seq());
-    row->set_step_time_seconds(hb.timings().step_seconds());
-    row->set_compute_seconds(hb.timings().compute_seconds());
-    row->set_comm_wait_seconds(hb.timings().comm_wait_seconds());
-    row->set_caused_wait_seconds(caused[rank]);
-    row->set_samples_per_second(hb.samples_per_second());
-    row->set_loss(hb.loss());
+    const int64_t step = r.last_heartbeat.step();
+    summary.set_min_step(any_step ? std::min(summary.min_step(), step) : step);
+    summary.set_max_step(any_step ? std::max(summary.max_step(), step) : step);
+    any_step = true;
+    const double age = absl::ToDoubleSeconds(now - r.heartbeat_at);
+    if (r.state != v1::RankStatus::EXITED &&
+        (summary.oldest_heartbeat_rank() < 0 || age > summary.oldest_heartbeat_age_seconds())) {
+      summary.set_oldest_heartbeat_rank(static_cast<int>(rank));
+      summary.set_oldest_heartbeat_age_seconds(age);
+    }
+  }
+  for (const auto& [state, count] : by_state) {
+    (*summary.mutable_by_state())[v1::RankStatus::State_Name(state)] = count;
+  }
+  const int n = static_cast<int>(ranks.size());
+  const int first = std::clamp(rows.offset, 0, n);
+  const int last = rows.limit >= n - first ? n : first + std::max(0, rows.limit);
+  status.set_rank_offset(first);
+  for (int rank = first; rank < last; ++rank) {
+    AddStatusRow(ranks[rank], rank, caused[rank], agents, now, status);
+  }
+  std::vector<int> also = rows.also;
+  std::sort(also.begin(), also.end());
+  also.erase(std::unique(also.begin(), also.end()), also.end());
+  for (int rank : also) {
+    if (rank < 0 || rank >= n || (rank >= first && rank < last)) continue;
+    AddStatusRow(ranks[rank], rank, caused[rank], agents, now, status);
   }
 }
 

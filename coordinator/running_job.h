@@ -11,6 +11,7 @@
 #ifndef CHORUS_COORDINATOR_RUNNING_JOB_H_
 #define CHORUS_COORDINATOR_RUNNING_JOB_H_
 
+#include <climits>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -86,6 +87,19 @@ struct RankState {
 // re-form loses its survivors to crashes and every restart with them. The
 // built-in trainer always re-forms in process.
 
+// Rows of a job's status (GetJobStatus, the job page) when the request does
+// not say how many: every rank of a job up to this size; a larger job's
+// are paged (docs/observability.md, "Large jobs").
+inline constexpr int kDefaultStatusRankRows = 1024;
+
+// Which rows a job's status gets: ranks [offset, offset + limit), and those
+// in `also` (a diagnosis's culprits) outside it, in rank order after them.
+struct StatusRows {
+  int offset = 0;
+  int limit = INT_MAX;
+  std::vector<int> also;
+};
+
 // How a job ends.
 struct JobEnd {
   v1::Job::State state = v1::Job::FAILED;
@@ -147,9 +161,12 @@ struct RunningJob {
   // does one of a rank a restart-all stopped (Note [Restart-all]).
   std::optional<JobEnd> RecordExit(const std::string& agent_id, const v1::AgentHello& agent,
                                    const v1::RankExited& exited);
-  // Appends one status row per rank (host: the agent's, or its id once the
-  // agent is gone).
-  void AddStatusRows(const AgentRegistry& agents, absl::Time now, v1::JobStatus& status) const;
+  // Fills status.rank_summary over every rank and status.rank_offset, and
+  // appends a row per rank of `rows` (host: the agent's, or its id once the
+  // agent is gone). O(ranks log ranks) for the summary; protos only for the
+  // rows asked for.
+  void AddStatusRows(const AgentRegistry& agents, absl::Time now, v1::JobStatus& status,
+                     const StatusRows& rows = StatusRows()) const;
 
   v1::HangDetectionSpec hang_detection;
   Rendezvous rendezvous;

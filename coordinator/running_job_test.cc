@@ -254,6 +254,46 @@ TEST_F(RunningJobTest, StatusRowsSplitStepTimeAndNameWhoTheOthersWaitedFor) {
   EXPECT_EQ(after.ranks(0).caused_wait_seconds(), 0.0);
 }
 
+// A large job's status is a page of rows and a summary of every rank
+// (docs/observability.md, "Large jobs").
+TEST_F(RunningJobTest, StatusRowsAreAPageWithTheCulpritsAndTheSummaryCountsEveryRank) {
+  for (int rank = 0; rank < 3; ++rank) {
+    run_.ranks[rank].state = v1::RankStatus::TRAINING;
+    run_.ranks[rank].heartbeat_at = clock_.Now() - absl::Seconds(rank);
+    run_.ranks[rank].last_heartbeat.set_step(10 + rank);
+    run_.ranks[rank].last_heartbeat.mutable_timings()->set_comm_wait_seconds(0.3 - 0.1 * rank);
+  }
+  run_.ranks[0].state = v1::RankStatus::EXITED;
+  StatusRows rows;
+  rows.offset = 1;
+  rows.limit = 1;
+  rows.also = {0, 1, 0, 7};  // a culprit outside the page, one in it, twice, one unknown
+  v1::JobStatus status;
+  run_.AddStatusRows(agents_, clock_.Now(), status, rows);
+  ASSERT_EQ(status.ranks_size(), 2);
+  EXPECT_EQ(status.ranks(0).rank(), 1);
+  EXPECT_EQ(status.ranks(1).rank(), 0);
+  EXPECT_EQ(status.rank_offset(), 1);
+  const v1::RankSummary& summary = status.rank_summary();
+  EXPECT_EQ(summary.ranks(), 3);
+  EXPECT_EQ(summary.by_state().at("TRAINING"), 2);
+  EXPECT_EQ(summary.by_state().at("EXITED"), 1);
+  EXPECT_EQ(summary.min_step(), 10);
+  EXPECT_EQ(summary.max_step(), 12);
+  EXPECT_EQ(summary.oldest_heartbeat_rank(), 2) << "an exited rank's heartbeat ages as it may";
+  EXPECT_DOUBLE_EQ(summary.oldest_heartbeat_age_seconds(), 2);
+  EXPECT_EQ(summary.most_waited_for_rank(), 2) << "it waited least: rank 1 waited for it";
+  EXPECT_NEAR(summary.most_waited_for_seconds(), 0.1, 1e-9);
+  v1::JobStatus all;
+  run_.AddStatusRows(agents_, clock_.Now(), all);
+  EXPECT_EQ(all.ranks_size(), 3) << "no range: every row";
+  rows.offset = 5;
+  v1::JobStatus past;
+  run_.AddStatusRows(agents_, clock_.Now(), past, rows);
+  EXPECT_EQ(past.ranks_size(), 2) << "past the end: only the culprits 0 and 1";
+  EXPECT_EQ(past.rank_offset(), 3);
+}
+
 TEST_F(RunningJobTest, JoinResponseNamesRankGenerationNamespaceAndResume) {
   run_.resume.set_job_id("job-000000");
   run_.resume.set_step(300);

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
+#include "coordinator/coordinator_metrics.h"
 #include "coordinator/scheduler.h"
 #include "gtest/gtest.h"
 
@@ -116,6 +117,22 @@ TEST_F(SchedulerScaleTest, SixteenThousandRanksFormInTimeLinearInTheRanks) {
     ASSERT_EQ(r.local_rank(), static_cast<int>(i) % kSlotsPerAgent);
   }
   EXPECT_LT(took, absl::Seconds(20)) << kRanks << " joins took " << took;
+
+  // What a scrape and a status request see (docs/observability.md, "Large
+  // jobs"): a summary of every rank, rows only for a page.
+  ClusterSnapshot snapshot;
+  scheduler_->Snapshot(snapshot, CoordinatorMetrics::kDefaultMaxRankSeries);
+  ASSERT_EQ(snapshot.running.size(), 1u);
+  EXPECT_EQ(snapshot.running[0].ranks_size(), 0);
+  EXPECT_EQ(snapshot.running[0].rank_summary().ranks(), kRanks);
+  EXPECT_EQ(snapshot.running[0].rank_summary().by_state().at("TRAINING"), kRanks);
+  v1::JobStatus status;
+  StatusRows page;
+  page.offset = kRanks - 10;
+  page.limit = kDefaultStatusRankRows;
+  scheduler_->FillStatus(job, status, page);
+  ASSERT_EQ(status.ranks_size(), 10);
+  EXPECT_EQ(status.ranks(9).rank(), kRanks - 1);
 }
 
 }  // namespace
