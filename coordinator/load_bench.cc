@@ -13,10 +13,15 @@
 // GetJobStatus, page JSON and scrape p50/p99. Then, for as long again, only
 // heartbeats and the 1 Hz scrape: the coordinator's CPU as a Prometheus
 // server would see it (SCRAPE_CPU_%), and as long with heartbeats alone
-// (HB_CPU_%). With --heartbeats agent the ranks'
+// (HB_CPU_%). Last, a hang: every rank but one waits in a collective the
+// other never issued, and GetJobStatus is polled until it names that rank
+// NEVER_JOINED (NEVER_JOINED_S, from the hang's start; the job's
+// stall_after_seconds is 5). With --heartbeats agent the ranks'
 // heartbeats go as one message per agent per second on the agent's stream
 // (Note [Aggregated heartbeats] in scheduler.h) instead of one stream per
-// rank (--heartbeats rank, the default).
+// rank (--heartbeats rank, the default). With --reform 1 the job is elastic
+// and, last, one rank exits with an error: the time until every rank of the
+// next generation has joined.
 //
 // Peer, same run: TorchElastic's dynamic rendezvous with 64 participants
 // (tests/bench/torchelastic_rendezvous_peer.py, python3-torch), against
@@ -24,7 +29,7 @@
 // ratio = Chorus / TorchElastic at 64 (< 1: Chorus faster).
 //
 //   bazel run -c opt //coordinator:load_bench -- [--sizes 256,1024] [--heartbeat_seconds 5]
-//       [--ranks_per_agent 64] [--heartbeats rank|agent]
+//       [--ranks_per_agent 64] [--heartbeats rank|agent] [--reform 1]
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -78,9 +83,21 @@ struct Options {
   // collected per agent: one RankHeartbeats message per agent per second
   // (Note [Aggregated heartbeats] in coordinator/scheduler.h).
   bool aggregated = false;
+  // The job is elastic and, at the end, one rank exits with an error: the
+  // time until its next generation has formed (REFORM_S).
+  bool reform = false;
 };
 
-v1::RankHeartbeat HeartbeatOf(const std::string& job_id, int rank, int second) {
+// The collective of the simulated hang, and how long the ranks inside it
+// wait before it is a stall (the job's hang_detection.stall_after_seconds).
+constexpr int64_t kHangSeq = 1000000;
+constexpr int kStallAfterSeconds = 5;
+
+// What `rank` says at `second`. Once a hang began (`hang_since_us` > 0),
+// every rank but `culprit` waits inside collective kHangSeq since then,
+// and `culprit` never issued it (it is loading data).
+v1::RankHeartbeat HeartbeatOf(const std::string& job_id, int rank, int second,
+                              int64_t hang_since_us = 0, int culprit = -1) {
   v1::RankHeartbeat hb;
   hb.set_job_id(job_id);
   hb.set_generation(1);
@@ -94,7 +111,55 @@ v1::RankHeartbeat HeartbeatOf(const std::string& job_id, int rank, int second) {
   hb.mutable_timings()->set_step_seconds(0.5);
   hb.mutable_timings()->set_comm_wait_seconds(0.001 * (rank % 97));
   hb.mutable_timings()->set_compute_seconds(0.5 - 0.001 * (rank % 97));
+  if (hang_since_us <= 0) return hb;
+  v1::FlightRecorderSummary& recorder = *hb.mutable_flight_recorder();
+  recorder.set_last_completed_seq(kHangSeq - 1);
+  if (rank == culprit) {
+    hb.set_phase(v1::DATA);
+    recorder.set_last_enqueued_seq(kHangSeq - 1);
+    return hb;
+  }
+  hb.set_phase(v1::COLLECTIVE);
+  recorder.set_last_enqueued_seq(kHangSeq);
+  recorder.set_last_started_seq(kHangSeq);
+  v1::CollectiveRecord& waiting = *recorder.add_records();
+  waiting.set_seq(kHangSeq);
+  waiting.mutable_fingerprint()->set_op("allreduce/avg");
+  waiting.mutable_fingerprint()->set_tag("ddp:model/bucket0");
+  waiting.mutable_fingerprint()->set_dtype("float32");
+  waiting.mutable_fingerprint()->set_count(1 << 20);
+  waiting.set_state(v1::CollectiveRecord::STARTED);
+  waiting.set_started_us(hang_since_us);
   return hb;
+}
+
+// From the moment a hang begins (`hang_since_us` set here, which the
+// heartbeats then carry) until GetJobStatus names `culprit` NEVER_JOINED;
+// an error after `limit`.
+absl::StatusOr<double> TimeNeverJoined(v1::JobService::Stub& jobs, const std::string& job_id,
+                                       int culprit, std::atomic<int64_t>& hang_since_us,
+                                       absl::Duration limit) {
+  const absl::Time start = absl::Now();
+  hang_since_us.store(absl::ToUnixMicros(start));
+  while (absl::Now() - start < limit) {
+    v1::GetJobStatusRequest request;
+    request.set_job_id(job_id);
+    request.set_rank_limit(1);
+    v1::JobStatus status;
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    RETURN_IF_ERROR(FromGrpcStatus(jobs.GetJobStatus(&context, request, &status)));
+    for (const v1::Diagnosis& d : status.diagnoses()) {
+      if (d.kind() == v1::Diagnosis::NEVER_JOINED &&
+          std::find(d.ranks().begin(), d.ranks().end(), culprit) != d.ranks().end()) {
+        return absl::ToDoubleSeconds(absl::Now() - start);
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return absl::DeadlineExceededError(absl::StrCat("rank ", culprit, " was not named NEVER_JOINED ",
+                                                  absl::FormatDuration(limit),
+                                                  " after the hang began"));
 }
 
 struct Coordinator {
@@ -206,7 +271,87 @@ struct Result {
   double scrape_cpu_percent = 0;
   // Heartbeats alone (no scrape, no status).
   double heartbeat_cpu_percent = 0;
+  // From a hang's start until one rank is named NEVER_JOINED.
+  double never_joined_seconds = 0;
+  // --reform: from one rank's exit until its next generation formed.
+  double reform_seconds = 0;
 };
+
+// From rank `lost`'s exit (its agent reports code 1) until every rank of
+// the next generation has its Join answered. The ranks join once the lost
+// rank's agent has the launch order for the freed slot, which the
+// coordinator sends when it has planned the generation (a survivor that
+// joins earlier is told to join again shortly). `slots`: each rank's
+// (agent index, slot) in generation 1.
+absl::StatusOr<double> TimeReformation(
+    std::vector<SimAgent>& agents,
+    const std::vector<std::unique_ptr<v1::RankService::Stub>>& stubs, const std::string& job_id,
+    const std::vector<std::pair<int, int>>& slots, int lost) {
+  SimAgent& agent = agents[slots[lost].first];
+  const absl::Time start = absl::Now();
+  v1::AgentMessage exited;
+  exited.mutable_rank_exited()->set_job_id(job_id);
+  exited.mutable_rank_exited()->set_slot(slots[lost].second);
+  exited.mutable_rank_exited()->set_pid(300000);
+  exited.mutable_rank_exited()->set_exit_code(1);
+  if (!agent.stream->Write(exited)) return absl::UnavailableError("the agent's stream closed");
+  std::mutex mu;
+  std::condition_variable cv;
+  int done = 0, failed = 0;
+  std::string first_error;
+  struct Call {
+    grpc::ClientContext context;
+    v1::JoinRequest request;
+    v1::JoinResponse response;
+  };
+  std::vector<std::unique_ptr<Call>> calls;
+  auto join = [&](size_t rank) {
+    Call* call = calls.emplace_back(std::make_unique<Call>()).get();
+    call->request.set_job_id(job_id);
+    call->request.set_generation(2);
+    call->request.set_agent_id(agents[slots[rank].first].id);
+    call->request.set_slot(slots[rank].second);
+    call->request.set_pid(400000 + static_cast<int>(rank));
+    call->context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+    stubs[rank % stubs.size()]->async()->Join(
+        &call->context, &call->request, &call->response, [&](grpc::Status s) {
+          std::lock_guard<std::mutex> lock(mu);
+          if (!s.ok() && failed++ == 0) first_error = s.error_message();
+          ++done;
+          cv.notify_all();
+        });
+  };
+  calls.reserve(slots.size());
+  // The launch order (other messages, such as directives, are skipped).
+  std::thread watchdog([&agent, &mu, &cv, &done, n = slots.size()] {
+    std::unique_lock<std::mutex> lock(mu);
+    if (!cv.wait_for(lock, std::chrono::seconds(60), [&] { return done == static_cast<int>(n); }))
+      agent.context->TryCancel();
+  });
+  v1::CoordinatorMessage m;
+  while (agent.stream->Read(&m) && !(m.has_launch() && m.launch().generation() == 2)) {
+  }
+  if (m.has_launch() && m.launch().generation() == 2) {
+    for (size_t rank = 0; rank < slots.size(); ++rank) join(rank);
+  }
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait_for(lock, std::chrono::seconds(60),
+                [&] { return done == static_cast<int>(calls.size()); });
+  }
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    done = static_cast<int>(slots.size());  // the watchdog's wait ends
+    cv.notify_all();
+  }
+  watchdog.join();
+  if (calls.size() != slots.size() || failed > 0) {
+    return absl::InternalError(absl::StrCat("generation 2: ", calls.size(), " of ", slots.size(),
+                                            " ranks joined, ", failed, " failed: ", first_error));
+  }
+  return seconds;
+}
 
 // GET `path` on 127.0.0.1:port; its milliseconds, or an error naming it.
 absl::StatusOr<double> TimedGet(httplib::Client& client, const std::string& path,
@@ -258,7 +403,9 @@ absl::StatusOr<Result> RunOnce(const std::string& binary, int ranks, const Optio
   // The job, and its launch orders.
   absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(
       absl::StrCat("name: \"load\" model { mlp {} } data { synthetic {} } resources { min_ranks: ",
-                   ranks, " max_ranks: ", ranks, " } hang_detection { dead_after_seconds: 600 }"),
+                   options.reform ? std::max(1, ranks - 1) : ranks, " max_ranks: ", ranks,
+                   " } hang_detection { dead_after_seconds: 600 stall_after_seconds: ",
+                   kStallAfterSeconds, " }", options.reform ? " elastic { max_restarts: 3 }" : ""),
       SpecFormat::kTextProto, "load_bench");
   if (!spec.ok()) return spec.status();
   auto jobs = v1::JobService::NewStub(pool[0]);
@@ -347,6 +494,8 @@ absl::StatusOr<Result> RunOnce(const std::string& binary, int ranks, const Optio
   }
   std::atomic<int64_t> sent{0};
   std::atomic<bool> stop_heartbeats{false};
+  std::atomic<int64_t> hang_since_us{0};
+  const int culprit = ranks / 2 + 1 < ranks ? ranks / 2 + 1 : 0;
   const int senders = 8;
   std::vector<std::thread> threads;
   const absl::Time hb_start = absl::Now();
@@ -357,7 +506,8 @@ absl::StatusOr<Result> RunOnce(const std::string& binary, int ranks, const Optio
         const absl::Time tick = hb_start + absl::Seconds(second);
         absl::SleepFor(tick - absl::Now());
         for (size_t i = t; i < streams.size() && !stop_heartbeats.load(); i += senders) {
-          if (streams[i].stream->Write(HeartbeatOf(job_id, streams[i].rank, second))) {
+          if (streams[i].stream->Write(HeartbeatOf(job_id, streams[i].rank, second,
+                                                   hang_since_us.load(), culprit))) {
             sent.fetch_add(1);
           }
         }
@@ -366,7 +516,7 @@ absl::StatusOr<Result> RunOnce(const std::string& binary, int ranks, const Optio
         for (size_t i = 0; i < calls.size(); ++i) {
           if (agent_of_call[i] % senders != t) continue;
           *batches[agent_of_call[i]].mutable_heartbeats()->add_heartbeats() =
-              HeartbeatOf(job_id, calls[i]->response.rank(), second);
+              HeartbeatOf(job_id, calls[i]->response.rank(), second, hang_since_us.load(), culprit);
         }
         for (size_t a = t; a < agents.size() && !stop_heartbeats.load(); a += senders) {
           const int n = batches[a].heartbeats().heartbeats_size();
@@ -420,7 +570,9 @@ absl::StatusOr<Result> RunOnce(const std::string& binary, int ranks, const Optio
     grpc::Status s = jobs->GetJobStatus(&context, request, &status);
     if (!s.ok()) return absl::InternalError("GetJobStatus: " + s.error_message());
     latencies_ms.push_back(absl::ToDoubleMilliseconds(absl::Now() - start));
-    if (status.rank_summary().ranks() != ranks) return absl::InternalError("status lacks ranks");
+    // A coordinator before the rank summary sent every row.
+    if (std::max(status.rank_summary().ranks(), status.ranks_size()) != ranks)
+      return absl::InternalError("status lacks ranks");
     absl::SleepFor(absl::Milliseconds(20));
   }
   const double elapsed = absl::ToDoubleSeconds(absl::Now() - hb_start);
@@ -440,6 +592,10 @@ absl::StatusOr<Result> RunOnce(const std::string& binary, int ranks, const Optio
   absl::SleepFor(absl::Seconds(heartbeat_seconds));
   result.heartbeat_cpu_percent = 100.0 * (CpuSeconds(coordinator->pid) - alone_cpu_start) /
                                  absl::ToDoubleSeconds(absl::Now() - alone_start);
+  absl::StatusOr<double> never_joined = TimeNeverJoined(
+      *jobs, job_id, culprit, hang_since_us, absl::Seconds(kStallAfterSeconds + 20));
+  if (!never_joined.ok()) return never_joined.status();
+  result.never_joined_seconds = *never_joined;
   result.scrape_p50_ms = Percentile(scrape_ms, 0.50);
   result.scrape_p99_ms = Percentile(scrape_ms, 0.99);
   result.scrapes = static_cast<int>(scrape_ms.size());
@@ -448,6 +604,16 @@ absl::StatusOr<Result> RunOnce(const std::string& binary, int ranks, const Optio
   result.page_p99_ms = Percentile(page_ms, 0.99);
   stop_heartbeats.store(true);
   for (std::thread& t : threads) t.join();
+  if (options.reform) {
+    std::vector<std::pair<int, int>> slots;  // (agent, slot) of each rank of generation 1
+    for (size_t i = 0; i < calls.size(); ++i) {
+      slots.emplace_back(agent_of_call[i], calls[i]->request.slot());
+    }
+    absl::StatusOr<double> reform =
+        TimeReformation(agents, rank_stubs, job_id, slots, /*lost=*/culprit);
+    if (!reform.ok()) return reform.status();
+    result.reform_seconds = *reform;
+  }
   for (Stream& s : streams) s.context->TryCancel();
   for (SimAgent& a : agents) a.context->TryCancel();
   result.heartbeats_per_second =
@@ -512,6 +678,8 @@ int Main(int argc, char** argv) {
         return 2;
       }
       options.aggregated = value == "agent";
+    } else if (flag == "--reform") {
+      options.reform = value == "1" || value == "true";
     } else if (flag == "--peer") {
       peer = value;
     }
@@ -521,17 +689,22 @@ int Main(int argc, char** argv) {
     peer = std::string(dir) + "/" + peer;
   }
   std::cout << absl::StrFormat(
-      "%-7s %-13s %-13s %-12s %-11s %-11s %-11s %-11s %-11s %-11s %-13s %-10s\n", "RANKS",
+      "%-7s %-13s %-13s %-12s %-11s %-11s %-11s %-11s %-11s %-11s %-13s %-9s %s\n", "RANKS",
       "RENDEZVOUS_S", "HEARTBEATS/S", "COORD_CPU_%", "STATUS_P50", "STATUS_P99", "PAGE_P50",
-      "PAGE_P99", "SCRAPE_P50", "SCRAPE_P99", "SCRAPE_CPU_%", "HB_CPU_%");
+      "PAGE_P99", "SCRAPE_P50", "SCRAPE_P99", "SCRAPE_CPU_%", "HB_CPU_%", "NEVER_JOINED_S");
   auto ms = [](double v) { return absl::StrFormat("%.2f ms", v); };
   auto print = [&ms](const Result& r) {
     std::cout << absl::StrFormat(
-        "%-7d %-13.3f %-13.0f %-12.1f %-11s %-11s %-11s %-11s %-11s %-11s %-13.1f %-10.1f\n",
+        "%-7d %-13.3f %-13.0f %-12.1f %-11s %-11s %-11s %-11s %-11s %-11s %-13.1f %-9.1f %.2f\n",
         r.ranks, r.rendezvous_seconds, r.heartbeats_per_second, r.coordinator_cpu_percent,
         ms(r.status_p50_ms), ms(r.status_p99_ms), ms(r.page_p50_ms), ms(r.page_p99_ms),
-        ms(r.scrape_p50_ms), ms(r.scrape_p99_ms), r.scrape_cpu_percent, r.heartbeat_cpu_percent);
+        ms(r.scrape_p50_ms), ms(r.scrape_p99_ms), r.scrape_cpu_percent, r.heartbeat_cpu_percent,
+        r.never_joined_seconds);
     std::cout << absl::StrFormat("        (%d scrapes of %zu bytes)\n", r.scrapes, r.scrape_bytes);
+    if (r.reform_seconds > 0) {
+      std::cout << absl::StrFormat("        one rank lost: generation 2 formed in %.3f s\n",
+                                   r.reform_seconds);
+    }
     std::cout.flush();
   };
   for (int n : sizes) {
@@ -546,9 +719,12 @@ int Main(int argc, char** argv) {
         "\"ours\": %.4f, "
         "\"peer\": null, \"peer_name\": null, \"ratio\": null, \"status_p99_ms\": %.2f, "
         "\"page_p99_ms\": %.2f, \"scrape_p99_ms\": %.2f, \"scrape_cpu_percent\": %.1f, "
-        "\"heartbeat_cpu_percent\": %.1f, \"ranks_per_agent\": %d, \"heartbeats\": \"%s\"}\n",
+        "\"heartbeat_cpu_percent\": %.1f, \"never_joined_seconds\": %.2f, "
+        "\"stall_after_seconds\": %d, \"reform_seconds\": %.3f, \"ranks_per_agent\": %d, "
+        "\"heartbeats\": \"%s\"}\n",
         n, r->rendezvous_seconds, r->status_p99_ms, r->page_p99_ms, r->scrape_p99_ms,
-        r->scrape_cpu_percent, r->heartbeat_cpu_percent, options.ranks_per_agent,
+        r->scrape_cpu_percent, r->heartbeat_cpu_percent, r->never_joined_seconds,
+        kStallAfterSeconds, r->reform_seconds, options.ranks_per_agent,
         options.aggregated ? "agent" : "rank");
   }
   // Chorus and TorchElastic at 64, median of 3 each.
