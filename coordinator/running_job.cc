@@ -161,7 +161,7 @@ std::vector<RankView> RunningJob::HangViews() const {
     v.exited = r.state == v1::RankStatus::EXITED;
     v.has_heartbeat = r.heartbeat_at != absl::InfinitePast();
     v.heartbeat_at = r.heartbeat_at;
-    v.heartbeat = r.last_heartbeat;
+    v.recorded = &r.last_heartbeat;
     if (v.has_heartbeat || v.exited) views.push_back(std::move(v));
   }
   return views;

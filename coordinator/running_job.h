@@ -133,6 +133,8 @@ struct RunningJob {
   // Whether `rank` of `generation` is a rank of this job now.
   bool HasRank(int64_t generation, int rank) const;
   // What the hang detector needs: ranks that have sent a heartbeat or exited.
+  // The views point at the ranks' recorded heartbeats: use them before
+  // `ranks` changes.
   std::vector<RankView> HangViews() const;
   // One LaunchRanks message per agent (by agent id) for the ranks of
   // generation(), told to dial `coordinator_address`.
