@@ -275,6 +275,10 @@ struct Result {
   double never_joined_seconds = 0;
   // --reform: from one rank's exit until its next generation formed.
   double reform_seconds = 0;
+  // CPU seconds spent during the rendezvous by the coordinator and by this
+  // bench (its simulated ranks share the machine's cores).
+  double rendezvous_coordinator_cpu = 0;
+  double rendezvous_bench_cpu = 0;
 };
 
 // From rank `lost`'s exit (its agent reports code 1) until every rank of
@@ -453,6 +457,8 @@ absl::StatusOr<Result> RunOnce(const std::string& binary, int ranks, const Optio
   int failed = 0;
   std::string first_error;
   const absl::Time t0 = absl::Now();
+  const double coordinator_cpu0 = CpuSeconds(coordinator->pid);
+  const double bench_cpu0 = CpuSeconds(getpid());
   for (size_t i = 0; i < calls.size(); ++i) {
     Call* call = calls[i].get();
     rank_stubs[i % channels]->async()->Join(&call->context, &call->request, &call->response,
@@ -473,6 +479,8 @@ absl::StatusOr<Result> RunOnce(const std::string& binary, int ranks, const Optio
   Result result;
   result.ranks = ranks;
   result.rendezvous_seconds = absl::ToDoubleSeconds(absl::Now() - t0);
+  result.rendezvous_coordinator_cpu = CpuSeconds(coordinator->pid) - coordinator_cpu0;
+  result.rendezvous_bench_cpu = CpuSeconds(getpid()) - bench_cpu0;
   if (done != static_cast<int>(calls.size()) || failed > 0) {
     return absl::InternalError(absl::StrCat(done, "/", calls.size(), " joins answered, ", failed,
                                             " failed: ", first_error));
@@ -700,7 +708,9 @@ int Main(int argc, char** argv) {
         ms(r.status_p50_ms), ms(r.status_p99_ms), ms(r.page_p50_ms), ms(r.page_p99_ms),
         ms(r.scrape_p50_ms), ms(r.scrape_p99_ms), r.scrape_cpu_percent, r.heartbeat_cpu_percent,
         r.never_joined_seconds);
-    std::cout << absl::StrFormat("        (%d scrapes of %zu bytes)\n", r.scrapes, r.scrape_bytes);
+    std::cout << absl::StrFormat(
+        "        (%d scrapes of %zu bytes; rendezvous CPU: coordinator %.2f s, this bench %.2f s)\n",
+        r.scrapes, r.scrape_bytes, r.rendezvous_coordinator_cpu, r.rendezvous_bench_cpu);
     if (r.reform_seconds > 0) {
       std::cout << absl::StrFormat("        one rank lost: generation 2 formed in %.3f s\n",
                                    r.reform_seconds);
