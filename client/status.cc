@@ -47,6 +47,27 @@ std::string NoRanksSection(const v1::JobStatus& status) {
   return out;
 }
 
+// For a job whose rows are a page of its ranks: which, and how to see more.
+std::string PagedRanksNote(const v1::JobStatus& status) {
+  const v1::RankSummary& summary = status.rank_summary();
+  if (summary.ranks() <= status.ranks_size()) return "";
+  std::string by_state;
+  for (const auto& [state, count] : summary.by_state()) {
+    absl::StrAppend(&by_state, by_state.empty() ? "" : ", ", count, " ", state);
+  }
+  std::string note = absl::StrFormat(
+      "  (%d of %d ranks shown from rank %d, with any a problem names; --rank_offset N for "
+      "others)\n  all ranks: %s; steps %d..%d",
+      status.ranks_size(), summary.ranks(), status.rank_offset(), by_state, summary.min_step(),
+      summary.max_step());
+  if (summary.oldest_heartbeat_rank() >= 0) {
+    absl::StrAppend(&note, absl::StrFormat("; oldest heartbeat %.1fs (rank %d)",
+                                           summary.oldest_heartbeat_age_seconds(),
+                                           summary.oldest_heartbeat_rank()));
+  }
+  return note + "\n";
+}
+
 }  // namespace
 
 void AddStatusCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) {
@@ -55,9 +76,19 @@ void AddStatusCommand(CLI::App& app, const GlobalOptions& global, int& exit_code
   auto json = std::make_shared<bool>(false);
   cmd->add_option("job", *job_id, "Job id, e.g. job-000001.")->required();
   cmd->add_flag("--json", *json, "Print the JobStatus as JSON (proto field names).");
-  cmd->callback([job_id, json, &global, &exit_code] {
+  auto rank_offset = std::make_shared<int>(0);
+  auto rank_limit = std::make_shared<int>(0);
+  cmd->add_option("--rank_offset", *rank_offset,
+                  "Rank rows from this rank on (a large job's rows come in pages).")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--rank_limit", *rank_limit,
+                  "At most this many rank rows (0: the coordinator's default, 1024).")
+      ->check(CLI::NonNegativeNumber);
+  cmd->callback([job_id, json, rank_offset, rank_limit, &global, &exit_code] {
     v1::GetJobStatusRequest request;
     request.set_job_id(*job_id);
+    request.set_rank_offset(*rank_offset);
+    request.set_rank_limit(*rank_limit);
     v1::JobStatus status;
     grpc::ClientContext context;
     SetDeadline(context, global);
@@ -95,6 +126,7 @@ void AddStatusCommand(CLI::App& app, const GlobalOptions& global, int& exit_code
             v1::RankStatus::State_Name(r.state()), r.step(), v1::Phase_Name(r.phase()),
             absl::StrFormat("%.1fs", r.heartbeat_age_seconds()), r.last_completed_seq());
       }
+      *global.out << PagedRanksNote(status);
     }
     if (status.diagnoses().empty()) {
       *global.out << "Problems: none\n";

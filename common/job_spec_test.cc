@@ -489,8 +489,8 @@ INSTANTIATE_TEST_SUITE_P(
              "resources.min_ranks: must be >= 1, got -1"},
         Case{"resources { min_ranks: 4 max_ranks: 2 }",
              "resources.max_ranks: must be >= min_ranks (4), got 2"},
-        Case{"resources { min_ranks: 1 max_ranks: 5000 }",
-             "resources.max_ranks: must be <= 4096, got 5000"},
+        Case{"resources { min_ranks: 1 max_ranks: 20000 }",
+             "resources.max_ranks: must be <= 16384, got 20000"},
         Case{"resources { threads_per_rank: 1000 }",
              "resources.threads_per_rank: must be <= 256, got 1000"},
         Case{"checkpoint { every_steps: -5 }", "checkpoint.every_steps: must be >= 0, got -5"},
@@ -581,10 +581,10 @@ TEST(JobSpecValidationTest, HugeRankCountsAreReportedNotEnumerated) {
   const absl::Time start = absl::Now();
   EXPECT_THAT(Errors("strategy { decentralized { topology: COMPLETE } } "
                      "resources { min_ranks: 1 max_ranks: 2147483647 }"),
-              ElementsAre("resources.max_ranks: must be <= 4096, got 2147483647"));
+              ElementsAre("resources.max_ranks: must be <= 16384, got 2147483647"));
   EXPECT_THAT(Errors("strategy { decentralized { topology: CUSTOM custom_steps { groups { ranks: "
                      "0 } } } } resources { min_ranks: 2000000000 max_ranks: 2000000000 }"),
-              ElementsAre("resources.max_ranks: must be <= 4096, got 2000000000"));
+              ElementsAre("resources.max_ranks: must be <= 16384, got 2000000000"));
   EXPECT_LT(absl::Now() - start, absl::Seconds(1));
 }
 

@@ -56,6 +56,8 @@ class AgentStream : public grpc::ServerBidiReactor<v1::AgentMessage, v1::Coordin
       scheduler_.RankExited(agent_id_, in_.rank_exited());
     } else if (in_.has_logs()) {
       scheduler_.Logs(agent_id_, in_.logs());
+    } else if (in_.has_heartbeats()) {
+      scheduler_.AgentHeartbeats(agent_id_, in_.heartbeats());
     }
     // Pings need no action: receiving them keeps the stream alive.
     StartRead(&in_);

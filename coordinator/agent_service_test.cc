@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "chorus/v1/coordinator.grpc.pb.h"
 #include "common/job_spec.h"
 #include "coordinator/coordinator_test_fixture.h"
@@ -71,6 +72,61 @@ TEST_F(AgentServiceTest, JobIsPlacedJoinedAndSucceeds) {
     ASSERT_TRUE(stream->Write(exited));
   }
   EXPECT_TRUE(WaitForState(job, v1::Job::SUCCEEDED));
+  stream->WritesDone();
+  EXPECT_TRUE(stream->Finish().ok());
+}
+
+// Note [Aggregated heartbeats] over the agent's stream: the ranks' progress
+// in one message, and a directive for them back on the same stream.
+TEST_F(AgentServiceTest, AnAgentSendsItsRanksHeartbeatsInOneMessageAndGetsTheirDirectives) {
+  grpc::ClientContext agent_context;
+  auto stream = agents_->Connect(&agent_context);
+  const std::string agent_id = ConnectAgent(*stream, 2);
+  const std::string job = Submit(2);
+  v1::CoordinatorMessage message;
+  ASSERT_TRUE(stream->Read(&message));
+  ASSERT_TRUE(message.has_launch());
+  std::vector<grpc::Status> statuses;
+  JoinAll(job, agent_id, 2, &statuses);
+  v1::AgentMessage heartbeats;
+  for (int rank = 0; rank < 2; ++rank) {
+    v1::RankHeartbeat& hb = *heartbeats.mutable_heartbeats()->add_heartbeats();
+    hb.set_job_id(job);
+    hb.set_generation(1);
+    hb.set_rank(rank);
+    hb.set_step(30 + rank);
+    hb.set_phase(v1::BACKWARD);
+  }
+  ASSERT_TRUE(stream->Write(heartbeats));
+  v1::JobStatus status;
+  for (int i = 0; i < 100 && (status.ranks_size() < 2 || status.ranks(1).step() != 31); ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+    v1::GetJobStatusRequest request;
+    request.set_job_id(job);
+    grpc::ClientContext context;
+    status.Clear();
+    ASSERT_TRUE(jobs_->GetJobStatus(&context, request, &status).ok());
+  }
+  ASSERT_EQ(status.ranks_size(), 2);
+  EXPECT_EQ(status.ranks(0).step(), 30);
+  EXPECT_EQ(status.ranks(1).step(), 31);
+  EXPECT_EQ(status.ranks(1).phase(), v1::BACKWARD);
+  EXPECT_EQ(status.rank_summary().ranks(), 2);
+  EXPECT_TRUE(status.job().placements().empty()) << "a running job's rows say where ranks run";
+
+  v1::CancelJobRequest cancel;
+  cancel.set_job_id(job);
+  v1::CancelJobResponse cancelled;
+  grpc::ClientContext cancel_context;
+  ASSERT_TRUE(jobs_->CancelJob(&cancel_context, cancel, &cancelled).ok());
+  ASSERT_TRUE(stream->Read(&message));
+  ASSERT_TRUE(message.has_stop()) << message.DebugString();
+  ASSERT_TRUE(stream->Write(heartbeats));  // the ranks have not stopped yet
+  ASSERT_TRUE(stream->Read(&message));
+  ASSERT_TRUE(message.has_directives()) << message.DebugString();
+  ASSERT_EQ(message.directives().entries_size(), 2);
+  EXPECT_EQ(message.directives().entries(1).rank(), 1);
+  EXPECT_EQ(message.directives().entries(1).directive().kind(), v1::Directive::ABORT);
   stream->WritesDone();
   EXPECT_TRUE(stream->Finish().ok());
 }

@@ -79,7 +79,15 @@ class StateGauge {
 
 class CoordinatorMetrics {
  public:
-  CoordinatorMetrics();
+  // Per-rank series of a job with at most this many ranks by default
+  // (Note [Per-rank series at scale] in coordinator_metrics.cc).
+  static constexpr int kDefaultMaxRankSeries = 1024;
+
+  // A running job with more than `max_rank_series` ranks gets its ranks'
+  // summary series instead of one series per rank (the ranks a diagnosis
+  // names keep theirs).
+  explicit CoordinatorMetrics(int max_rank_series = kDefaultMaxRankSeries);
+  int max_rank_series() const { return max_rank_series_; }
   CoordinatorMetrics(const CoordinatorMetrics&) = delete;
   CoordinatorMetrics& operator=(const CoordinatorMetrics&) = delete;
 
@@ -107,6 +115,7 @@ class CoordinatorMetrics {
   void SetJobLocked(const v1::JobStatus& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(render_mu_);
   void SetRanksLocked(const v1::JobStatus& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(render_mu_);
 
+  const int max_rank_series_;
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Family<prometheus::Counter>& generations_;
   prometheus::Family<prometheus::Histogram>& rendezvous_;
@@ -143,6 +152,11 @@ class CoordinatorMetrics {
   StateGauge* rank_heartbeat_age_ ABSL_GUARDED_BY(render_mu_);
   StateGauge* rank_loss_ ABSL_GUARDED_BY(render_mu_);
   StateGauge* rank_diagnosed_ ABSL_GUARDED_BY(render_mu_);
+  StateGauge* job_ranks_ ABSL_GUARDED_BY(render_mu_);
+  StateGauge* job_rank_series_ ABSL_GUARDED_BY(render_mu_);
+  StateGauge* job_min_step_ ABSL_GUARDED_BY(render_mu_);
+  StateGauge* job_heartbeat_age_ ABSL_GUARDED_BY(render_mu_);
+  StateGauge* job_caused_ ABSL_GUARDED_BY(render_mu_);
 
   StateGauge* AddGauge(const std::string& name, const std::string& help)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(render_mu_);

@@ -130,6 +130,34 @@ TEST(CoordinatorMetricsTest, SeriesOfAnEndedJobAndALeftPhaseAreRemoved) {
   EXPECT_THAT(text, HasSubstr("chorus_jobs_finished_total{state=\"SUCCEEDED\"} 4\n"));
 }
 
+// Note [Per-rank series at scale].
+TEST(CoordinatorMetricsTest, AJobAboveTheRankSeriesLimitGetsSummarySeries) {
+  ClusterSnapshot snapshot = TwoRankJob();
+  v1::JobStatus& job = snapshot.running[0];
+  job.mutable_ranks()->DeleteSubrange(0, 1);  // the scheduler keeps only culprits' rows
+  v1::RankSummary& summary = *job.mutable_rank_summary();
+  summary.set_ranks(2);
+  (*summary.mutable_by_state())["TRAINING"] = 2;
+  summary.set_min_step(41);
+  summary.set_oldest_heartbeat_rank(1);
+  summary.set_oldest_heartbeat_age_seconds(0.25);
+  summary.set_most_waited_for_rank(1);
+  summary.set_most_waited_for_seconds(0.29);
+  CoordinatorMetrics small(/*max_rank_series=*/1);
+  const std::string text = small.Render(snapshot);
+  EXPECT_THAT(text, HasSubstr("chorus_job_ranks{job=\"job-000007\",state=\"TRAINING\"} 2"));
+  EXPECT_THAT(text, HasSubstr("chorus_job_rank_series{job=\"job-000007\"} 0"));
+  EXPECT_THAT(text, HasSubstr("chorus_job_rank_step_min{job=\"job-000007\"} 41"));
+  EXPECT_THAT(text, HasSubstr("chorus_job_rank_heartbeat_age_max_seconds{job=\"job-000007\"} 0.25"));
+  EXPECT_THAT(text, HasSubstr("chorus_job_rank_caused_wait_max_seconds{job=\"job-000007\"} 0.29"));
+  EXPECT_THAT(text, HasSubstr("chorus_rank_step{host=\"node-b\",job=\"job-000007\",rank=\"1\"}"))
+      << "a row the snapshot kept (a culprit's) is written";
+  EXPECT_THAT(text, Not(HasSubstr("rank=\"0\"")));
+  CoordinatorMetrics large;
+  EXPECT_EQ(large.max_rank_series(), 1024);
+  EXPECT_THAT(large.Render(snapshot), HasSubstr("chorus_job_rank_series{job=\"job-000007\"} 1"));
+}
+
 TEST(CoordinatorMetricsTest, EventsAreCountedByLabel) {
   CoordinatorMetrics metrics;
   metrics.GenerationStarted("start");

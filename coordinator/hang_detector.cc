@@ -50,7 +50,7 @@ std::optional<absl::Duration> TypicalDuration(const std::vector<RankView>& ranks
                                               const std::string& tag) {
   std::vector<int64_t> us;
   for (const RankView& v : ranks) {
-    for (const v1::CollectiveRecord& r : v.heartbeat.flight_recorder().records()) {
+    for (const v1::CollectiveRecord& r : v.hb().flight_recorder().records()) {
       // A record that ends before it starts (a clock stepped back, a
       // damaged heartbeat) says nothing about durations; with both times
       // positive and ordered the difference cannot overflow.
@@ -100,8 +100,8 @@ void DiagnoseDead(const v1::HangDetectionSpec& spec, const std::vector<RankView>
         absl::StrFormat("rank %d has sent no heartbeat for %.1f s (last seen in %s at step %d); "
                         "its process has not exited (its agent would have reported "
                         "that at once), so it is stopped or not responding",
-                        v.rank, absl::ToDoubleSeconds(age), v1::Phase_Name(v.heartbeat.phase()),
-                        v.heartbeat.step())));
+                        v.rank, absl::ToDoubleSeconds(age), v1::Phase_Name(v.hb().phase()),
+                        v.hb().step())));
   }
 }
 
@@ -109,7 +109,7 @@ void DiagnoseDead(const v1::HangDetectionSpec& spec, const std::vector<RankView>
 void DiagnoseMismatch(const std::vector<RankView>& ranks, std::vector<v1::Diagnosis>& out) {
   std::map<int64_t, std::vector<std::pair<int, const v1::CollectiveRecord*>>> by_seq;
   for (const RankView& v : ranks) {
-    for (const v1::CollectiveRecord& r : v.heartbeat.flight_recorder().records()) {
+    for (const v1::CollectiveRecord& r : v.hb().flight_recorder().records()) {
       by_seq[r.seq()].emplace_back(v.rank, &r);
     }
   }
@@ -154,7 +154,7 @@ Blocked FindBlocked(const v1::HangDetectionSpec& spec, const std::vector<RankVie
   Blocked b;
   for (const RankView& v : ranks) {
     if (v.exited) continue;
-    const v1::CollectiveRecord* w = Waiting(v.heartbeat);
+    const v1::CollectiveRecord* w = Waiting(v.hb());
     if (w != nullptr && (b.collective == nullptr || w->seq() < b.collective->seq())) {
       b.collective = w;
     }
@@ -165,8 +165,8 @@ Blocked FindBlocked(const v1::HangDetectionSpec& spec, const std::vector<RankVie
   for (const RankView& v : ranks) {
     if (v.exited) continue;
     ++b.live;
-    const v1::CollectiveRecord* w = Waiting(v.heartbeat);
-    const bool on_device = !v.heartbeat.flight_recorder().device().empty();
+    const v1::CollectiveRecord* w = Waiting(v.hb());
+    const bool on_device = !v.hb().flight_recorder().device().empty();
     if (w != nullptr && w->seq() == b.seq && on_device &&
         w->state() == v1::CollectiveRecord::STARTED) {
       b.queued.emplace_back(v.rank, absl::FromUnixMicros(w->started_us()));
@@ -177,7 +177,7 @@ Blocked FindBlocked(const v1::HangDetectionSpec& spec, const std::vector<RankVie
           absl::FromUnixMicros(w->running_us() > 0 ? w->running_us() : w->started_us()));
     } else if (w != nullptr && w->seq() == b.seq + 1) {
       b.blocked_elsewhere.push_back(v.rank);
-    } else if (v.heartbeat.flight_recorder().last_enqueued_seq() < b.seq) {
+    } else if (v.hb().flight_recorder().last_enqueued_seq() < b.seq) {
       b.absent.push_back(v.rank);
     }
   }
@@ -205,7 +205,7 @@ void DiagnoseAbsent(const v1::HangDetectionSpec& spec, const std::vector<RankVie
   std::vector<std::string> doing;
   for (int r : b.absent) {
     const RankView& v = ViewOf(ranks, r);
-    if (DeclaredPause(v.heartbeat, spec)) continue;
+    if (DeclaredPause(v.hb(), spec)) continue;
     // A rank that has also stopped sending heartbeats is not doing
     // anything we can name: it becomes DEAD once dead_after passes.
     if (now - v.heartbeat_at > kRankSilentAfter) continue;
@@ -215,8 +215,8 @@ void DiagnoseAbsent(const v1::HangDetectionSpec& spec, const std::vector<RankVie
     if (now - v.heartbeat_at >= b.waited) continue;
     culprits.push_back(r);
     doing.push_back(absl::StrFormat("rank %d is in %s at step %d for %.1f s", r,
-                                    v1::Phase_Name(v.heartbeat.phase()), v.heartbeat.step(),
-                                    v.heartbeat.phase_seconds()));
+                                    v1::Phase_Name(v.hb().phase()), v.hb().step(),
+                                    v.hb().phase_seconds()));
   }
   if (culprits.empty()) return;
   out.push_back(NeverJoined(
@@ -240,7 +240,7 @@ void DiagnoseQueued(const std::vector<RankView>& ranks, const Blocked& b, absl::
     if (now - v.heartbeat_at > kRankSilentAfter) continue;
     culprits.push_back(r);
     doing.push_back(absl::StrFormat("rank %d queued it %.1f s ago, at step %d", r,
-                                    absl::ToDoubleSeconds(now - since), v.heartbeat.step()));
+                                    absl::ToDoubleSeconds(now - since), v.hb().step()));
   }
   if (culprits.empty()) return;
   out.push_back(NeverJoined(
@@ -308,11 +308,11 @@ void DiagnoseStragglers(const v1::HangDetectionSpec& spec, const std::vector<Ran
   std::vector<std::pair<double, int>> step_times;
   std::vector<double> waits;
   for (const RankView& v : ranks) {
-    if (!v.exited && v.heartbeat.timings().compute_seconds() > 0) {
-      step_times.emplace_back(v.heartbeat.timings().compute_seconds(), v.rank);
+    if (!v.exited && v.hb().timings().compute_seconds() > 0) {
+      step_times.emplace_back(v.hb().timings().compute_seconds(), v.rank);
     }
-    const bool known = !v.exited && v.has_heartbeat && v.heartbeat.has_timings();
-    waits.push_back(known ? v.heartbeat.timings().comm_wait_seconds() : -1);
+    const bool known = !v.exited && v.has_heartbeat && v.hb().has_timings();
+    waits.push_back(known ? v.hb().timings().comm_wait_seconds() : -1);
   }
   if (step_times.size() < 2) return;
   std::map<int, double> caused;
@@ -349,14 +349,30 @@ std::vector<v1::Diagnosis> DiagnoseHangs(const v1::HangDetectionSpec& spec,
   return out;
 }
 
+// Sum over o of max(0, wait_o - wait_r) is, over the known waits sorted,
+// (the sum of the waits above wait_r) - (how many they are) * wait_r: one
+// sort and a running sum, O(n log n) rather than the O(n^2) of the
+// definition (268 million terms per status request at 16,384 ranks).
 std::vector<double> WaitCausedBy(const std::vector<double>& wait_seconds) {
   std::vector<double> caused(wait_seconds.size(), 0.0);
+  std::vector<size_t> known;
   for (size_t r = 0; r < wait_seconds.size(); ++r) {
-    if (wait_seconds[r] < 0) continue;
-    for (size_t o = 0; o < wait_seconds.size(); ++o) {
-      if (o == r || wait_seconds[o] < 0) continue;
-      caused[r] += std::max(0.0, wait_seconds[o] - wait_seconds[r]);
+    if (wait_seconds[r] >= 0) known.push_back(r);
+  }
+  std::sort(known.begin(), known.end(),
+            [&](size_t a, size_t b) { return wait_seconds[a] > wait_seconds[b]; });
+  double above_sum = 0;  // waits strictly greater than the current one
+  size_t above = 0;
+  for (size_t i = 0; i < known.size();) {
+    const double w = wait_seconds[known[i]];
+    size_t j = i;  // ranks with the same wait cause nothing to one another
+    while (j < known.size() && wait_seconds[known[j]] == w) ++j;
+    for (size_t k = i; k < j; ++k) {
+      caused[known[k]] = above_sum - static_cast<double>(above) * w;
     }
+    above_sum += w * static_cast<double>(j - i);
+    above += j - i;
+    i = j;
   }
   return caused;
 }

@@ -1,8 +1,10 @@
 #include "coordinator/hang_detector.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -295,6 +297,36 @@ TEST(HangDetectorTest, DeadRankAndStraggler) {
   ranks[1].heartbeat.mutable_timings()->set_compute_seconds(0.001);
   ranks[2].heartbeat.mutable_timings()->set_compute_seconds(0.003);
   EXPECT_TRUE(DiagnoseHangs(Spec(), ranks, kNow).empty());
+}
+
+// WaitCausedBy runs for every status request and scrape: at 16,384 ranks its
+// definition (a sum over every pair) took seconds. It must agree with the
+// definition, and stay well under a second at 65,536 ranks (about 30 s the
+// old way, unoptimized).
+TEST(HangDetectorTest, TheWaitAttributionIsTheSumOverPairsInNLogNTime) {
+  std::vector<double> waits;
+  uint64_t x = 12345;
+  for (int r = 0; r < 300; ++r) {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    // Unknown waits, ties and distinct values.
+    waits.push_back(r % 7 == 0 ? -1 : static_cast<double>((x >> 33) % 50) / 100);
+  }
+  const std::vector<double> caused = WaitCausedBy(waits);
+  for (size_t r = 0; r < waits.size(); ++r) {
+    double want = 0;
+    for (size_t o = 0; o < waits.size() && waits[r] >= 0; ++o) {
+      if (o != r && waits[o] >= 0) want += std::max(0.0, waits[o] - waits[r]);
+    }
+    ASSERT_NEAR(caused[r], want, 1e-9) << "rank " << r;
+  }
+  std::vector<double> many(65536);
+  for (size_t r = 0; r < many.size(); ++r) many[r] = static_cast<double>(r % 1000) / 1000;
+  const absl::Time start = absl::Now();
+  const std::vector<double> big = WaitCausedBy(many);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  double total = 0;
+  for (double w : many) total += w;
+  EXPECT_NEAR(big[0], total, 1e-6 * total) << "rank 0 waited least (0 s): every wait is on it";
 }
 
 TEST(HangDetectorTest, TheWaitIsAttributedToTheRankEveryoneWaitedFor) {

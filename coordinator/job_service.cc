@@ -240,7 +240,13 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetJobStatus(grpc::CallbackServerConte
   }
   absl::StatusOr<v1::JobStatus> status = jobs_.Status(request->job_id());
   if (status.ok()) {
-    scheduler_.FillStatus(request->job_id(), *status);
+    StatusRows rows;
+    rows.offset = request->rank_offset();
+    rows.limit = request->rank_limit() > 0 ? request->rank_limit() : kDefaultStatusRankRows;
+    scheduler_.FillStatus(request->job_id(), *status, rows);
+    // A running job's rows say where its ranks run; the recorded placements
+    // (one per rank, for a restart) would only make the answer O(ranks).
+    if (status->rank_summary().ranks() > 0) status->mutable_job()->clear_placements();
     absl::MutexLock lock(&page_mu_);
     if (!page_base_.empty())
       status->set_page_url(absl::StrCat(page_base_, "/jobs/", request->job_id()));

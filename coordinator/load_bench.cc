@@ -1,7 +1,8 @@
 // load_bench: the coordinator under many simulated ranks (no training).
 //
-// For each world size (default 256 and 1024) a fresh chorus-coordinator
-// process is started; simulated agents (64 slots each) connect over
+// For each world size (default 256 and 1024; at most 16,384) a fresh
+// chorus-coordinator process is started; simulated agents
+// (--ranks_per_agent slots each, 64 by default) connect over
 // AgentService, a job for every slot is submitted, and when the launch orders
 // arrive every rank calls RankService.Join at once (asynchronous stubs). The
 // rendezvous time is from the first Join sent to the last answer. Then every
@@ -11,7 +12,16 @@
 // per second sustained, the coordinator's CPU use (from /proc), and
 // GetJobStatus, page JSON and scrape p50/p99. Then, for as long again, only
 // heartbeats and the 1 Hz scrape: the coordinator's CPU as a Prometheus
-// server would see it (SCRAPE_CPU_%).
+// server would see it (SCRAPE_CPU_%), and as long with heartbeats alone
+// (HB_CPU_%). Last, a hang: every rank but one waits in a collective the
+// other never issued, and GetJobStatus is polled until it names that rank
+// NEVER_JOINED (NEVER_JOINED_S, from the hang's start; the job's
+// stall_after_seconds is 5). With --heartbeats agent the ranks'
+// heartbeats go as one message per agent per second on the agent's stream
+// (Note [Aggregated heartbeats] in scheduler.h) instead of one stream per
+// rank (--heartbeats rank, the default). With --reform 1 the job is elastic
+// and, last, one rank exits with an error: the time until every rank of the
+// next generation has joined.
 //
 // Peer, same run: TorchElastic's dynamic rendezvous with 64 participants
 // (tests/bench/torchelastic_rendezvous_peer.py, python3-torch), against
@@ -19,6 +29,7 @@
 // ratio = Chorus / TorchElastic at 64 (< 1: Chorus faster).
 //
 //   bazel run -c opt //coordinator:load_bench -- [--sizes 256,1024] [--heartbeat_seconds 5]
+//       [--ranks_per_agent 64] [--heartbeats rank|agent] [--reform 1]
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -59,7 +70,97 @@ extern char** environ;
 namespace chorus {
 namespace {
 
-constexpr int kSlotsPerAgent = 64;
+// The largest job one coordinator is shown to hold (the job spec's
+// resources.max_ranks cap).
+constexpr int kMaxRanks = 16384;
+
+struct Options {
+  double heartbeat_seconds = 5;
+  // Ranks per simulated agent (its slots): 64 as before, 8 for the 2,048
+  // agents of a 16,384-rank job.
+  int ranks_per_agent = 64;
+  // Heartbeats on one stream per rank (as a rank sends them on its own), or
+  // collected per agent: one RankHeartbeats message per agent per second
+  // (Note [Aggregated heartbeats] in coordinator/scheduler.h).
+  bool aggregated = false;
+  // The job is elastic and, at the end, one rank exits with an error: the
+  // time until its next generation has formed (REFORM_S).
+  bool reform = false;
+};
+
+// The collective of the simulated hang, and how long the ranks inside it
+// wait before it is a stall (the job's hang_detection.stall_after_seconds).
+constexpr int64_t kHangSeq = 1000000;
+constexpr int kStallAfterSeconds = 5;
+
+// What `rank` says at `second`. Once a hang began (`hang_since_us` > 0),
+// every rank but `culprit` waits inside collective kHangSeq since then,
+// and `culprit` never issued it (it is loading data).
+v1::RankHeartbeat HeartbeatOf(const std::string& job_id, int rank, int second,
+                              int64_t hang_since_us = 0, int culprit = -1) {
+  v1::RankHeartbeat hb;
+  hb.set_job_id(job_id);
+  hb.set_generation(1);
+  hb.set_rank(rank);
+  hb.set_step(second);
+  hb.set_phase(v1::FORWARD);
+  hb.set_time_us(absl::ToUnixMicros(absl::Now()));
+  hb.mutable_flight_recorder()->set_last_completed_seq(second * 4);
+  // Per-step timings as a trainer sends them (the status rows' straggler
+  // attribution works on them): every rank's wait differs a little.
+  hb.mutable_timings()->set_step_seconds(0.5);
+  hb.mutable_timings()->set_comm_wait_seconds(0.001 * (rank % 97));
+  hb.mutable_timings()->set_compute_seconds(0.5 - 0.001 * (rank % 97));
+  if (hang_since_us <= 0) return hb;
+  v1::FlightRecorderSummary& recorder = *hb.mutable_flight_recorder();
+  recorder.set_last_completed_seq(kHangSeq - 1);
+  if (rank == culprit) {
+    hb.set_phase(v1::DATA);
+    recorder.set_last_enqueued_seq(kHangSeq - 1);
+    return hb;
+  }
+  hb.set_phase(v1::COLLECTIVE);
+  recorder.set_last_enqueued_seq(kHangSeq);
+  recorder.set_last_started_seq(kHangSeq);
+  v1::CollectiveRecord& waiting = *recorder.add_records();
+  waiting.set_seq(kHangSeq);
+  waiting.mutable_fingerprint()->set_op("allreduce/avg");
+  waiting.mutable_fingerprint()->set_tag("ddp:model/bucket0");
+  waiting.mutable_fingerprint()->set_dtype("float32");
+  waiting.mutable_fingerprint()->set_count(1 << 20);
+  waiting.set_state(v1::CollectiveRecord::STARTED);
+  waiting.set_started_us(hang_since_us);
+  return hb;
+}
+
+// From the moment a hang begins (`hang_since_us` set here, which the
+// heartbeats then carry) until GetJobStatus names `culprit` NEVER_JOINED;
+// an error after `limit`.
+absl::StatusOr<double> TimeNeverJoined(v1::JobService::Stub& jobs, const std::string& job_id,
+                                       int culprit, std::atomic<int64_t>& hang_since_us,
+                                       absl::Duration limit) {
+  const absl::Time start = absl::Now();
+  hang_since_us.store(absl::ToUnixMicros(start));
+  while (absl::Now() - start < limit) {
+    v1::GetJobStatusRequest request;
+    request.set_job_id(job_id);
+    request.set_rank_limit(1);
+    v1::JobStatus status;
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    RETURN_IF_ERROR(FromGrpcStatus(jobs.GetJobStatus(&context, request, &status)));
+    for (const v1::Diagnosis& d : status.diagnoses()) {
+      if (d.kind() == v1::Diagnosis::NEVER_JOINED &&
+          std::find(d.ranks().begin(), d.ranks().end(), culprit) != d.ranks().end()) {
+        return absl::ToDoubleSeconds(absl::Now() - start);
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return absl::DeadlineExceededError(absl::StrCat("rank ", culprit, " was not named NEVER_JOINED ",
+                                                  absl::FormatDuration(limit),
+                                                  " after the hang began"));
+}
 
 struct Coordinator {
   pid_t pid = -1;
@@ -168,7 +269,93 @@ struct Result {
   int scrapes = 0;
   size_t scrape_bytes = 0;
   double scrape_cpu_percent = 0;
+  // Heartbeats alone (no scrape, no status).
+  double heartbeat_cpu_percent = 0;
+  // From a hang's start until one rank is named NEVER_JOINED.
+  double never_joined_seconds = 0;
+  // --reform: from one rank's exit until its next generation formed.
+  double reform_seconds = 0;
+  // CPU seconds spent during the rendezvous by the coordinator and by this
+  // bench (its simulated ranks share the machine's cores).
+  double rendezvous_coordinator_cpu = 0;
+  double rendezvous_bench_cpu = 0;
 };
+
+// From rank `lost`'s exit (its agent reports code 1) until every rank of
+// the next generation has its Join answered. The ranks join once the lost
+// rank's agent has the launch order for the freed slot, which the
+// coordinator sends when it has planned the generation (a survivor that
+// joins earlier is told to join again shortly). `slots`: each rank's
+// (agent index, slot) in generation 1.
+absl::StatusOr<double> TimeReformation(
+    std::vector<SimAgent>& agents,
+    const std::vector<std::unique_ptr<v1::RankService::Stub>>& stubs, const std::string& job_id,
+    const std::vector<std::pair<int, int>>& slots, int lost) {
+  SimAgent& agent = agents[slots[lost].first];
+  const absl::Time start = absl::Now();
+  v1::AgentMessage exited;
+  exited.mutable_rank_exited()->set_job_id(job_id);
+  exited.mutable_rank_exited()->set_slot(slots[lost].second);
+  exited.mutable_rank_exited()->set_pid(300000);
+  exited.mutable_rank_exited()->set_exit_code(1);
+  if (!agent.stream->Write(exited)) return absl::UnavailableError("the agent's stream closed");
+  std::mutex mu;
+  std::condition_variable cv;
+  int done = 0, failed = 0;
+  std::string first_error;
+  struct Call {
+    grpc::ClientContext context;
+    v1::JoinRequest request;
+    v1::JoinResponse response;
+  };
+  std::vector<std::unique_ptr<Call>> calls;
+  auto join = [&](size_t rank) {
+    Call* call = calls.emplace_back(std::make_unique<Call>()).get();
+    call->request.set_job_id(job_id);
+    call->request.set_generation(2);
+    call->request.set_agent_id(agents[slots[rank].first].id);
+    call->request.set_slot(slots[rank].second);
+    call->request.set_pid(400000 + static_cast<int>(rank));
+    call->context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+    stubs[rank % stubs.size()]->async()->Join(
+        &call->context, &call->request, &call->response, [&](grpc::Status s) {
+          std::lock_guard<std::mutex> lock(mu);
+          if (!s.ok() && failed++ == 0) first_error = s.error_message();
+          ++done;
+          cv.notify_all();
+        });
+  };
+  calls.reserve(slots.size());
+  // The launch order (other messages, such as directives, are skipped).
+  std::thread watchdog([&agent, &mu, &cv, &done, n = slots.size()] {
+    std::unique_lock<std::mutex> lock(mu);
+    if (!cv.wait_for(lock, std::chrono::seconds(60), [&] { return done == static_cast<int>(n); }))
+      agent.context->TryCancel();
+  });
+  v1::CoordinatorMessage m;
+  while (agent.stream->Read(&m) && !(m.has_launch() && m.launch().generation() == 2)) {
+  }
+  if (m.has_launch() && m.launch().generation() == 2) {
+    for (size_t rank = 0; rank < slots.size(); ++rank) join(rank);
+  }
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait_for(lock, std::chrono::seconds(60),
+                [&] { return done == static_cast<int>(calls.size()); });
+  }
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    done = static_cast<int>(slots.size());  // the watchdog's wait ends
+    cv.notify_all();
+  }
+  watchdog.join();
+  if (calls.size() != slots.size() || failed > 0) {
+    return absl::InternalError(absl::StrCat("generation 2: ", calls.size(), " of ", slots.size(),
+                                            " ranks joined, ", failed, " failed: ", first_error));
+  }
+  return seconds;
+}
 
 // GET `path` on 127.0.0.1:port; its milliseconds, or an error naming it.
 absl::StatusOr<double> TimedGet(httplib::Client& client, const std::string& path,
@@ -185,7 +372,9 @@ absl::StatusOr<double> TimedGet(httplib::Client& client, const std::string& path
   return ms;
 }
 
-absl::StatusOr<Result> RunOnce(const std::string& binary, int ranks, double heartbeat_seconds) {
+absl::StatusOr<Result> RunOnce(const std::string& binary, int ranks, const Options& options) {
+  const double heartbeat_seconds = options.heartbeat_seconds;
+  const int slots_per_agent = options.ranks_per_agent;
   absl::StatusOr<Coordinator> coordinator = StartCoordinator(binary);
   if (!coordinator.ok()) return coordinator.status();
   struct Stop {
@@ -198,7 +387,7 @@ absl::StatusOr<Result> RunOnce(const std::string& binary, int ranks, double hear
   for (int i = 0; i < channels; ++i) pool.push_back(Channel(address, i));
 
   // Agents.
-  const int agent_count = (ranks + kSlotsPerAgent - 1) / kSlotsPerAgent;
+  const int agent_count = (ranks + slots_per_agent - 1) / slots_per_agent;
   std::vector<SimAgent> agents(agent_count);
   for (int a = 0; a < agent_count; ++a) {
     SimAgent& agent = agents[a];
@@ -206,7 +395,7 @@ absl::StatusOr<Result> RunOnce(const std::string& binary, int ranks, double hear
     agent.stream = v1::AgentService::NewStub(pool[a % channels])->Connect(agent.context.get());
     v1::AgentMessage hello;
     hello.mutable_hello()->set_host(absl::StrCat("sim-", a));
-    hello.mutable_hello()->set_slots(std::min(kSlotsPerAgent, ranks - a * kSlotsPerAgent));
+    hello.mutable_hello()->set_slots(std::min(slots_per_agent, ranks - a * slots_per_agent));
     hello.mutable_hello()->set_pid(100000 + a);
     v1::CoordinatorMessage welcome;
     if (!agent.stream->Write(hello) || !agent.stream->Read(&welcome) || !welcome.has_welcome()) {
@@ -218,7 +407,9 @@ absl::StatusOr<Result> RunOnce(const std::string& binary, int ranks, double hear
   // The job, and its launch orders.
   absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(
       absl::StrCat("name: \"load\" model { mlp {} } data { synthetic {} } resources { min_ranks: ",
-                   ranks, " max_ranks: ", ranks, " } hang_detection { dead_after_seconds: 600 }"),
+                   options.reform ? std::max(1, ranks - 1) : ranks, " max_ranks: ", ranks,
+                   " } hang_detection { dead_after_seconds: 600 stall_after_seconds: ",
+                   kStallAfterSeconds, " }", options.reform ? " elastic { max_restarts: 3 }" : ""),
       SpecFormat::kTextProto, "load_bench");
   if (!spec.ok()) return spec.status();
   auto jobs = v1::JobService::NewStub(pool[0]);
@@ -246,8 +437,10 @@ absl::StatusOr<Result> RunOnce(const std::string& binary, int ranks, double hear
     v1::JoinResponse response;
   };
   std::vector<std::unique_ptr<Call>> calls;
+  std::vector<int> agent_of_call;
   for (SimAgent& agent : agents) {
     for (int slot : agent.launched_slots) {
+      agent_of_call.push_back(static_cast<int>(&agent - agents.data()));
       auto call = std::make_unique<Call>();
       call->request.set_job_id(job_id);
       call->request.set_generation(1);
@@ -264,6 +457,8 @@ absl::StatusOr<Result> RunOnce(const std::string& binary, int ranks, double hear
   int failed = 0;
   std::string first_error;
   const absl::Time t0 = absl::Now();
+  const double coordinator_cpu0 = CpuSeconds(coordinator->pid);
+  const double bench_cpu0 = CpuSeconds(getpid());
   for (size_t i = 0; i < calls.size(); ++i) {
     Call* call = calls[i].get();
     rank_stubs[i % channels]->async()->Join(&call->context, &call->request, &call->response,
@@ -284,26 +479,31 @@ absl::StatusOr<Result> RunOnce(const std::string& binary, int ranks, double hear
   Result result;
   result.ranks = ranks;
   result.rendezvous_seconds = absl::ToDoubleSeconds(absl::Now() - t0);
+  result.rendezvous_coordinator_cpu = CpuSeconds(coordinator->pid) - coordinator_cpu0;
+  result.rendezvous_bench_cpu = CpuSeconds(getpid()) - bench_cpu0;
   if (done != static_cast<int>(calls.size()) || failed > 0) {
     return absl::InternalError(absl::StrCat(done, "/", calls.size(), " joins answered, ", failed,
                                             " failed: ", first_error));
   }
 
-  // Heartbeats at 1 Hz from every rank, over 8 sender threads, while
-  // GetJobStatus is timed back to back.
+  // Heartbeats at 1 Hz from every rank, over 8 sender threads (on the
+  // ranks' own streams, or one message per agent), while GetJobStatus is
+  // timed back to back.
   struct Stream {
     std::unique_ptr<grpc::ClientContext> context;
     std::unique_ptr<grpc::ClientReaderWriter<v1::RankHeartbeat, v1::Directive>> stream;
     int rank;
   };
-  std::vector<Stream> streams(calls.size());
-  for (size_t i = 0; i < calls.size(); ++i) {
+  std::vector<Stream> streams(options.aggregated ? 0 : calls.size());
+  for (size_t i = 0; i < streams.size(); ++i) {
     streams[i].context = std::make_unique<grpc::ClientContext>();
     streams[i].stream = rank_stubs[i % channels]->Heartbeat(streams[i].context.get());
     streams[i].rank = calls[i]->response.rank();
   }
   std::atomic<int64_t> sent{0};
   std::atomic<bool> stop_heartbeats{false};
+  std::atomic<int64_t> hang_since_us{0};
+  const int culprit = ranks / 2 + 1 < ranks ? ranks / 2 + 1 : 0;
   const int senders = 8;
   std::vector<std::thread> threads;
   const absl::Time hb_start = absl::Now();
@@ -314,15 +514,21 @@ absl::StatusOr<Result> RunOnce(const std::string& binary, int ranks, double hear
         const absl::Time tick = hb_start + absl::Seconds(second);
         absl::SleepFor(tick - absl::Now());
         for (size_t i = t; i < streams.size() && !stop_heartbeats.load(); i += senders) {
-          v1::RankHeartbeat hb;
-          hb.set_job_id(job_id);
-          hb.set_generation(1);
-          hb.set_rank(streams[i].rank);
-          hb.set_step(second);
-          hb.set_phase(v1::FORWARD);
-          hb.set_time_us(absl::ToUnixMicros(absl::Now()));
-          hb.mutable_flight_recorder()->set_last_completed_seq(second * 4);
-          if (streams[i].stream->Write(hb)) sent.fetch_add(1);
+          if (streams[i].stream->Write(HeartbeatOf(job_id, streams[i].rank, second,
+                                                   hang_since_us.load(), culprit))) {
+            sent.fetch_add(1);
+          }
+        }
+        if (!options.aggregated) continue;
+        std::vector<v1::AgentMessage> batches(agents.size());
+        for (size_t i = 0; i < calls.size(); ++i) {
+          if (agent_of_call[i] % senders != t) continue;
+          *batches[agent_of_call[i]].mutable_heartbeats()->add_heartbeats() =
+              HeartbeatOf(job_id, calls[i]->response.rank(), second, hang_since_us.load(), culprit);
+        }
+        for (size_t a = t; a < agents.size() && !stop_heartbeats.load(); a += senders) {
+          const int n = batches[a].heartbeats().heartbeats_size();
+          if (n > 0 && agents[a].stream->Write(batches[a])) sent.fetch_add(n);
         }
       }
     });
@@ -372,7 +578,9 @@ absl::StatusOr<Result> RunOnce(const std::string& binary, int ranks, double hear
     grpc::Status s = jobs->GetJobStatus(&context, request, &status);
     if (!s.ok()) return absl::InternalError("GetJobStatus: " + s.error_message());
     latencies_ms.push_back(absl::ToDoubleMilliseconds(absl::Now() - start));
-    if (status.ranks_size() != ranks) return absl::InternalError("status lacks ranks");
+    // A coordinator before the rank summary sent every row.
+    if (std::max(status.rank_summary().ranks(), status.ranks_size()) != ranks)
+      return absl::InternalError("status lacks ranks");
     absl::SleepFor(absl::Milliseconds(20));
   }
   const double elapsed = absl::ToDoubleSeconds(absl::Now() - hb_start);
@@ -386,6 +594,16 @@ absl::StatusOr<Result> RunOnce(const std::string& binary, int ranks, double hear
   stop_scrapes.store(true);
   scraper.join();
   if (!scrape_error.empty()) return absl::InternalError(scrape_error);
+  // Heartbeats only.
+  const absl::Time alone_start = absl::Now();
+  const double alone_cpu_start = CpuSeconds(coordinator->pid);
+  absl::SleepFor(absl::Seconds(heartbeat_seconds));
+  result.heartbeat_cpu_percent = 100.0 * (CpuSeconds(coordinator->pid) - alone_cpu_start) /
+                                 absl::ToDoubleSeconds(absl::Now() - alone_start);
+  absl::StatusOr<double> never_joined = TimeNeverJoined(
+      *jobs, job_id, culprit, hang_since_us, absl::Seconds(kStallAfterSeconds + 20));
+  if (!never_joined.ok()) return never_joined.status();
+  result.never_joined_seconds = *never_joined;
   result.scrape_p50_ms = Percentile(scrape_ms, 0.50);
   result.scrape_p99_ms = Percentile(scrape_ms, 0.99);
   result.scrapes = static_cast<int>(scrape_ms.size());
@@ -394,6 +612,16 @@ absl::StatusOr<Result> RunOnce(const std::string& binary, int ranks, double hear
   result.page_p99_ms = Percentile(page_ms, 0.99);
   stop_heartbeats.store(true);
   for (std::thread& t : threads) t.join();
+  if (options.reform) {
+    std::vector<std::pair<int, int>> slots;  // (agent, slot) of each rank of generation 1
+    for (size_t i = 0; i < calls.size(); ++i) {
+      slots.emplace_back(agent_of_call[i], calls[i]->request.slot());
+    }
+    absl::StatusOr<double> reform =
+        TimeReformation(agents, rank_stubs, job_id, slots, /*lost=*/culprit);
+    if (!reform.ok()) return reform.status();
+    result.reform_seconds = *reform;
+  }
   for (Stream& s : streams) s.context->TryCancel();
   for (SimAgent& a : agents) a.context->TryCancel();
   result.heartbeats_per_second =
@@ -431,7 +659,7 @@ absl::StatusOr<double> TorchElastic(const std::string& script, int participants)
 
 int Main(int argc, char** argv) {
   std::vector<int> sizes = {256, 1024};
-  double heartbeat_seconds = 5;
+  Options options;
   std::string binary = ExecutableDir() + "/chorus-coordinator";
   std::string peer = "tests/bench/torchelastic_rendezvous_peer.py";
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -440,12 +668,26 @@ int Main(int argc, char** argv) {
       sizes.clear();
       for (absl::string_view v : absl::StrSplit(value, ',')) {
         int n = 0;
-        if (absl::SimpleAtoi(v, &n) && n > 0 && n <= 4096) sizes.push_back(n);
+        if (absl::SimpleAtoi(v, &n) && n > 0 && n <= kMaxRanks) sizes.push_back(n);
       }
     } else if (flag == "--heartbeat_seconds") {
-      (void)absl::SimpleAtod(value, &heartbeat_seconds);
+      (void)absl::SimpleAtod(value, &options.heartbeat_seconds);
+    } else if (flag == "--ranks_per_agent") {
+      if (!absl::SimpleAtoi(value, &options.ranks_per_agent) || options.ranks_per_agent < 1) {
+        std::cerr << "load_bench: --ranks_per_agent must be a positive number, got " << value
+                  << "\n";
+        return 2;
+      }
     } else if (flag == "--coordinator_bin") {
       binary = value;
+    } else if (flag == "--heartbeats") {
+      if (value != "rank" && value != "agent") {
+        std::cerr << "load_bench: --heartbeats must be rank or agent, got " << value << "\n";
+        return 2;
+      }
+      options.aggregated = value == "agent";
+    } else if (flag == "--reform") {
+      options.reform = value == "1" || value == "true";
     } else if (flag == "--peer") {
       peer = value;
     }
@@ -454,22 +696,29 @@ int Main(int argc, char** argv) {
       dir != nullptr && peer[0] != '/') {
     peer = std::string(dir) + "/" + peer;
   }
-  std::cout << absl::StrFormat("%-7s %-13s %-13s %-12s %-11s %-11s %-11s %-11s %-11s %-11s %-14s\n",
-                               "RANKS", "RENDEZVOUS_S", "HEARTBEATS/S", "COORD_CPU_%", "STATUS_P50",
-                               "STATUS_P99", "PAGE_P50", "PAGE_P99", "SCRAPE_P50", "SCRAPE_P99",
-                               "SCRAPE_CPU_%");
+  std::cout << absl::StrFormat(
+      "%-7s %-13s %-13s %-12s %-11s %-11s %-11s %-11s %-11s %-11s %-13s %-9s %s\n", "RANKS",
+      "RENDEZVOUS_S", "HEARTBEATS/S", "COORD_CPU_%", "STATUS_P50", "STATUS_P99", "PAGE_P50",
+      "PAGE_P99", "SCRAPE_P50", "SCRAPE_P99", "SCRAPE_CPU_%", "HB_CPU_%", "NEVER_JOINED_S");
   auto ms = [](double v) { return absl::StrFormat("%.2f ms", v); };
   auto print = [&ms](const Result& r) {
     std::cout << absl::StrFormat(
-        "%-7d %-13.3f %-13.0f %-12.1f %-11s %-11s %-11s %-11s %-11s %-11s %-14.1f\n", r.ranks,
-        r.rendezvous_seconds, r.heartbeats_per_second, r.coordinator_cpu_percent,
+        "%-7d %-13.3f %-13.0f %-12.1f %-11s %-11s %-11s %-11s %-11s %-11s %-13.1f %-9.1f %.2f\n",
+        r.ranks, r.rendezvous_seconds, r.heartbeats_per_second, r.coordinator_cpu_percent,
         ms(r.status_p50_ms), ms(r.status_p99_ms), ms(r.page_p50_ms), ms(r.page_p99_ms),
-        ms(r.scrape_p50_ms), ms(r.scrape_p99_ms), r.scrape_cpu_percent);
-    std::cout << absl::StrFormat("        (%d scrapes of %zu bytes)\n", r.scrapes, r.scrape_bytes);
+        ms(r.scrape_p50_ms), ms(r.scrape_p99_ms), r.scrape_cpu_percent, r.heartbeat_cpu_percent,
+        r.never_joined_seconds);
+    std::cout << absl::StrFormat(
+        "        (%d scrapes of %zu bytes; rendezvous CPU: coordinator %.2f s, this bench %.2f s)\n",
+        r.scrapes, r.scrape_bytes, r.rendezvous_coordinator_cpu, r.rendezvous_bench_cpu);
+    if (r.reform_seconds > 0) {
+      std::cout << absl::StrFormat("        one rank lost: generation 2 formed in %.3f s\n",
+                                   r.reform_seconds);
+    }
     std::cout.flush();
   };
   for (int n : sizes) {
-    absl::StatusOr<Result> r = RunOnce(binary, n, heartbeat_seconds);
+    absl::StatusOr<Result> r = RunOnce(binary, n, options);
     if (!r.ok()) {
       std::cerr << "load_bench: " << n << " ranks: " << r.status() << "\n";
       return 1;
@@ -479,14 +728,21 @@ int Main(int argc, char** argv) {
         "{\"bench\": \"load_bench\", \"metric\": \"rendezvous_seconds_%d_ranks\", \"unit\": \"s\", "
         "\"ours\": %.4f, "
         "\"peer\": null, \"peer_name\": null, \"ratio\": null, \"status_p99_ms\": %.2f, "
-        "\"page_p99_ms\": %.2f, \"scrape_p99_ms\": %.2f, \"scrape_cpu_percent\": %.1f}\n",
+        "\"page_p99_ms\": %.2f, \"scrape_p99_ms\": %.2f, \"scrape_cpu_percent\": %.1f, "
+        "\"heartbeat_cpu_percent\": %.1f, \"never_joined_seconds\": %.2f, "
+        "\"stall_after_seconds\": %d, \"reform_seconds\": %.3f, \"ranks_per_agent\": %d, "
+        "\"heartbeats\": \"%s\"}\n",
         n, r->rendezvous_seconds, r->status_p99_ms, r->page_p99_ms, r->scrape_p99_ms,
-        r->scrape_cpu_percent);
+        r->scrape_cpu_percent, r->heartbeat_cpu_percent, r->never_joined_seconds,
+        kStallAfterSeconds, r->reform_seconds, options.ranks_per_agent,
+        options.aggregated ? "agent" : "rank");
   }
   // Chorus and TorchElastic at 64, median of 3 each.
   std::vector<double> ours;
   for (int i = 0; i < 3; ++i) {
-    absl::StatusOr<Result> r = RunOnce(binary, 64, 1);
+    Options small = options;
+    small.heartbeat_seconds = 1;
+    absl::StatusOr<Result> r = RunOnce(binary, 64, small);
     if (!r.ok()) {
       std::cerr << "load_bench: 64 ranks: " << r.status() << "\n";
       return 1;

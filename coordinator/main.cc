@@ -96,6 +96,12 @@ void AddLimitFlags(CLI::App& app, Flags& flags) {
                  "(RESOURCE_EXHAUSTED) until some have started, ended or been cancelled.")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_option("--metrics_max_rank_series", options.metrics_max_rank_series,
+                 "A running job with more ranks than this gets summary series on /metrics "
+                 "instead of one series per rank (the ranks a diagnosis names keep theirs; "
+                 "docs/observability.md).")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_option("--store_max_keys_per_job", options.store_max_keys_per_job,
                  "Most rendezvous store keys one job may hold (all its generations).")
       ->check(CLI::PositiveNumber)

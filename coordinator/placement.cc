@@ -44,8 +44,9 @@ std::vector<JobPlacement> PlaceJobs(const std::vector<QueuedJob>& queued,
       rank.slot = slot;
       rank.local_rank = next_local[a]++;
       rank.local_world_size = per_agent[a];
-      free[a].erase(std::find(free[a].begin(), free[a].end(), slot));
     }
+    // An agent's candidates are the first of its free slots.
+    for (const auto& [a, taken] : per_agent) free[a].erase(free[a].begin(), free[a].begin() + taken);
   }
   return placed;
 }

@@ -17,7 +17,11 @@ absl::Status Rendezvous::CheckGeneration(int64_t generation) const {
                                                     generation_));
 }
 
-void Rendezvous::MarkJoined(int rank) { ranks_.at(rank).joined = true; }
+void Rendezvous::MarkJoined(int rank) {
+  Rank& r = ranks_.at(rank);
+  if (!r.joined) ++joined_;
+  r.joined = true;
+}
 
 bool Rendezvous::Join(int rank, absl::Time deadline, Done done, const Respond& respond,
                       Answers& out) {
@@ -26,11 +30,11 @@ bool Rendezvous::Join(int rank, absl::Time deadline, Done done, const Respond& r
     out.emplace_back(std::move(r.pending),
                      absl::AbortedError("superseded by a newer Join of the same rank"));
   }
+  if (!r.joined) ++joined_;
   r.joined = true;
   r.pending = std::move(done);
   r.deadline = deadline;
-  if (!std::all_of(ranks_.begin(), ranks_.end(), [](const Rank& each) { return each.joined; }))
-    return false;
+  if (!complete()) return false;
   for (size_t each = 0; each < ranks_.size(); ++each) {
     v1::JoinResponse response = respond(static_cast<int>(each));
     if (ranks_[each].pending)
@@ -41,20 +45,27 @@ bool Rendezvous::Join(int rank, absl::Time deadline, Done done, const Respond& r
 }
 
 void Rendezvous::Expire(absl::Time now, Answers& out) {
-  std::vector<int> missing;
-  for (size_t rank = 0; rank < ranks_.size(); ++rank) {
-    if (!ranks_[rank].joined) missing.push_back(static_cast<int>(rank));
-  }
+  std::string missing;  // computed once, for the first join that expires
   for (Rank& r : ranks_) {
     if (!r.pending || r.deadline > now) continue;
+    if (missing.empty()) missing = MissingRanks();
     out.emplace_back(std::move(r.pending), absl::DeadlineExceededError(absl::StrCat(
                                                "generation ", generation_, " of job ", job_id_,
                                                " did not complete in time; ranks that have not "
                                                "joined: ",
-                                               absl::StrJoin(missing, ","))));
+                                               missing)));
     r.pending = nullptr;
     r.joined = false;
+    --joined_;
   }
+}
+
+std::string Rendezvous::MissingRanks() const {
+  std::vector<int> missing;
+  for (size_t rank = 0; rank < ranks_.size(); ++rank) {
+    if (!ranks_[rank].joined) missing.push_back(static_cast<int>(rank));
+  }
+  return absl::StrJoin(missing, ",");
 }
 
 void Rendezvous::Abort(const absl::Status& status, Answers& out) {

@@ -48,6 +48,8 @@ class Rendezvous {
   int64_t generation() const { return generation_; }
   int world_size() const { return static_cast<int>(ranks_.size()); }
   bool joined(int rank) const { return ranks_.at(rank).joined; }
+  // Whether every rank has joined.
+  bool complete() const { return joined_ == world_size(); }
 
   // OK for the current generation; FAILED_PRECONDITION for any other.
   absl::Status CheckGeneration(int64_t generation) const;
@@ -69,6 +71,9 @@ class Rendezvous {
   void Abort(const absl::Status& status, Answers& out);
 
  private:
+  // The ranks that have not joined, as "3,7".
+  std::string MissingRanks() const;
+
   struct Rank {
     bool joined = false;
     Done pending;  // the join waiting for the others
@@ -78,6 +83,7 @@ class Rendezvous {
   std::string job_id_;
   int64_t generation_;
   std::vector<Rank> ranks_;  // index = rank
+  int joined_ = 0;           // ranks_ with `joined` set: completion is O(1) to check
 };
 
 }  // namespace chorus

@@ -106,9 +106,35 @@ TEST_F(RendezvousTest, AbortFailsEveryWaitingJoin) {
   EXPECT_EQ(b.result.status().code(), absl::StatusCode::kAborted);
 }
 
+// Completion is a count (Note [Rendezvous is O(ranks)] in
+// scheduler_ranks.cc): a retry counts once, an expired join not at all.
+TEST_F(RendezvousTest, CompletionCountsEachRankOnceAndNotAfterItsJoinExpired) {
+  JoinResult joins[3], retry;
+  const absl::Time later = clock_.Now() + absl::Seconds(60);
+  EXPECT_FALSE(rendezvous_.Join(0, later, joins[0].Done(), Respond, answers_));
+  EXPECT_FALSE(rendezvous_.Join(0, later, retry.Done(), Respond, answers_));
+  EXPECT_FALSE(rendezvous_.Join(1, clock_.Now() + absl::Seconds(1), joins[1].Done(), Respond,
+                                answers_));
+  clock_.Advance(absl::Seconds(1));
+  rendezvous_.Expire(clock_.Now(), answers_);
+  EXPECT_FALSE(rendezvous_.complete());
+  EXPECT_FALSE(rendezvous_.Join(2, later, joins[2].Done(), Respond, answers_))
+      << "rank 1's join expired: two of three ranks wait";
+  EXPECT_FALSE(rendezvous_.complete());
+  JoinResult again;
+  EXPECT_TRUE(rendezvous_.Join(1, later, again.Done(), Respond, answers_));
+  EXPECT_TRUE(rendezvous_.complete());
+  Deliver(answers_);
+  ASSERT_TRUE(retry.called && again.called && joins[2].called);
+  EXPECT_EQ(retry.result->rank(), 0);
+  EXPECT_EQ(again.result->rank(), 1);
+}
+
 TEST_F(RendezvousTest, RanksTakenBackAfterARestartCountAsJoined) {
   Rendezvous recovered("job-000002", /*generation=*/3, /*world_size=*/2);
   recovered.MarkJoined(0);
+  recovered.MarkJoined(0);
+  EXPECT_FALSE(recovered.complete());
   JoinResult late;
   EXPECT_TRUE(recovered.Join(1, clock_.Now() + absl::Seconds(1), late.Done(), Respond, answers_));
   Deliver(answers_);

@@ -54,13 +54,6 @@ RunningJob::RunningJob(const v1::Job& job, int world_size, int64_t generation)
       elastic_spec(job.spec().elastic()),
       restarts(job.restarts()) {}
 
-bool RunningJob::Formed() const {
-  for (int rank = 0; rank < rendezvous.world_size(); ++rank) {
-    if (!rendezvous.joined(rank)) return false;
-  }
-  return true;
-}
-
 std::vector<RankSlot> RunningJob::Slots() const {
   std::vector<RankSlot> slots;
   for (const RankState& r : ranks) {
@@ -73,20 +66,52 @@ std::vector<RankSlot> RunningJob::Slots() const {
   return slots;
 }
 
-int RunningJob::RankOn(const std::string& agent_id, int slot) const {
+// Note [Rank index]
+// Every Join, exit and log line finds its rank by (agent, slot); a scan of
+// `ranks` made a generation's rendezvous O(ranks^2) (0.3 s of string
+// compares at 4,096 ranks, 16,384 would take seconds). `ranks` is a public
+// field that the scheduler rewrites in several places, so the index checks
+// itself instead of being kept up to date: a hit is used only if that rank
+// still runs on that slot, and a miss or a stale hit rebuilds it (O(ranks))
+// and looks again. A lookup for a slot no rank has rebuilds each time, as
+// the scan cost before; those are rare (a departed rank's late exit). The
+// ranks taken back after a restart (recover_host set) are listed at the
+// same time: recover_host is set only when a job is taken back, before
+// any lookup, and survives into later generations with the rank.
+void RunningJob::IndexRanks() const {
+  rank_index_.clear();
+  recovered_ranks_.clear();
+  rank_index_.reserve(ranks.size());
   for (size_t rank = 0; rank < ranks.size(); ++rank) {
-    if (ranks[rank].agent_id == agent_id && ranks[rank].slot == slot) return static_cast<int>(rank);
+    rank_index_.try_emplace(std::make_pair(ranks[rank].agent_id, ranks[rank].slot),
+                            static_cast<int>(rank));
+    if (!ranks[rank].recover_host.empty()) recovered_ranks_.push_back(static_cast<int>(rank));
   }
-  return -1;
+}
+
+int RunningJob::RankOn(const std::string& agent_id, int slot) const {
+  const auto here = [&](int rank) {
+    return rank < static_cast<int>(ranks.size()) && ranks[rank].agent_id == agent_id &&
+           ranks[rank].slot == slot;
+  };
+  auto key = std::make_pair(agent_id, slot);
+  if (auto it = rank_index_.find(key); it != rank_index_.end() && here(it->second)) {
+    return it->second;
+  }
+  IndexRanks();
+  auto it = rank_index_.find(key);
+  return it == rank_index_.end() ? -1 : it->second;
 }
 
 int RunningJob::RankOfJoin(const std::string& agent_id, int slot, int64_t pid,
                            const std::string& host) const {
-  for (size_t rank = 0; rank < ranks.size(); ++rank) {
+  if (rank_index_.empty()) IndexRanks();
+  for (int rank : recovered_ranks_) {
+    if (rank >= static_cast<int>(ranks.size())) continue;
     const RankState& r = ranks[rank];
     if (!r.recover_host.empty() && pid != 0 && r.pid == pid && r.slot == slot &&
         (host.empty() || host == r.recover_host)) {
-      return static_cast<int>(rank);
+      return rank;
     }
   }
   return RankOn(agent_id, slot);
@@ -136,7 +161,7 @@ std::vector<RankView> RunningJob::HangViews() const {
     v.exited = r.state == v1::RankStatus::EXITED;
     v.has_heartbeat = r.heartbeat_at != absl::InfinitePast();
     v.heartbeat_at = r.heartbeat_at;
-    v.heartbeat = r.last_heartbeat;
+    v.recorded = &r.last_heartbeat;
     if (v.has_heartbeat || v.exited) views.push_back(std::move(v));
   }
   return views;
@@ -172,7 +197,21 @@ std::vector<v1::RankPlacement> RunningJob::Placements(const AgentRegistry& agent
   return placements;
 }
 
-v1::JoinResponse RunningJob::JoinResponseFor(const v1::Job& job, int rank) const {
+RunningJob::Groups RunningJob::GroupsOfRanks() const {
+  Groups groups;
+  groups.of_rank.reserve(ranks.size());
+  absl::flat_hash_map<std::string, int> numbers;
+  for (const RankState& r : ranks) {
+    const std::string& group = r.agent_id.empty() ? r.recover_host : r.agent_id;
+    auto [it, added] = numbers.try_emplace(group, groups.count);
+    if (added) ++groups.count;
+    groups.of_rank.push_back(it->second);
+  }
+  return groups;
+}
+
+v1::JoinResponse RunningJob::JoinResponseFor(const v1::Job& job, int rank,
+                                             const Groups& groups) const {
   v1::JoinResponse response;
   response.set_rank(rank);
   response.set_world_size(static_cast<int>(ranks.size()));
@@ -183,19 +222,8 @@ v1::JoinResponse RunningJob::JoinResponseFor(const v1::Job& job, int rank) const
   response.set_local_world_size(ranks[rank].local_world_size);
   if (!resume.job_id().empty()) *response.mutable_resume() = resume;
   response.set_restarts(restarts);
-  // Agents numbered in the order their first rank comes. A rank taken back
-  // after a restart whose agent has not reconnected is known by its host.
-  std::vector<std::string> groups;
-  int group_rank = 0;
-  for (size_t r = 0; r < ranks.size(); ++r) {
-    const std::string& group =
-        ranks[r].agent_id.empty() ? ranks[r].recover_host : ranks[r].agent_id;
-    auto at = std::find(groups.begin(), groups.end(), group);
-    if (at == groups.end()) at = groups.insert(groups.end(), group);
-    if (static_cast<int>(r) == rank) group_rank = static_cast<int>(at - groups.begin());
-  }
-  response.set_group_rank(group_rank);
-  response.set_group_world_size(static_cast<int>(groups.size()));
+  response.set_group_rank(groups.of_rank.at(rank));
+  response.set_group_world_size(groups.count);
   return response;
 }
 
@@ -248,38 +276,87 @@ std::optional<JobEnd> RunningJob::RecordExit(const std::string& agent_id,
   return std::nullopt;
 }
 
+namespace {
+
+void AddStatusRow(const RankState& r, int rank, double caused, const AgentRegistry& agents,
+                  absl::Time now, v1::JobStatus& status) {
+  v1::RankStatus* row = status.add_ranks();
+  row->set_rank(rank);
+  const AgentRegistry::Agent* agent = agents.Find(r.agent_id);
+  row->set_host(agent != nullptr ? agent->hello.host() : r.agent_id);
+  row->set_pid(r.pid);
+  row->set_state(r.state);
+  row->set_exit_code(r.exit_code);
+  if (r.heartbeat_at == absl::InfinitePast()) return;
+  const v1::RankHeartbeat& hb = r.last_heartbeat;
+  row->set_step(hb.step());
+  row->set_phase(hb.phase());
+  row->set_phase_seconds(hb.phase_seconds());
+  row->set_heartbeat_age_seconds(absl::ToDoubleSeconds(now - r.heartbeat_at));
+  row->set_last_completed_seq(hb.flight_recorder().last_completed_seq());
+  row->set_step_time_seconds(hb.timings().step_seconds());
+  row->set_compute_seconds(hb.timings().compute_seconds());
+  row->set_comm_wait_seconds(hb.timings().comm_wait_seconds());
+  row->set_caused_wait_seconds(caused);
+  row->set_samples_per_second(hb.samples_per_second());
+  row->set_loss(hb.loss());
+}
+
+}  // namespace
+
 void RunningJob::AddStatusRows(const AgentRegistry& agents, absl::Time now,
-                               v1::JobStatus& status) const {
+                               v1::JobStatus& status, const StatusRows& rows) const {
   // Note [Who the others waited for] in hang_detector.h.
   std::vector<double> waits;
+  waits.reserve(ranks.size());
   for (const RankState& r : ranks) {
     const bool known = r.heartbeat_at != absl::InfinitePast() &&
                        r.state != v1::RankStatus::EXITED && r.last_heartbeat.has_timings();
     waits.push_back(known ? r.last_heartbeat.timings().comm_wait_seconds() : -1);
   }
   const std::vector<double> caused = WaitCausedBy(waits);
+  v1::RankSummary& summary = *status.mutable_rank_summary();
+  summary.set_ranks(static_cast<int>(ranks.size()));
+  summary.set_oldest_heartbeat_rank(-1);
+  summary.set_most_waited_for_rank(-1);
+  std::map<v1::RankStatus::State, int> by_state;
+  bool any_step = false;
   for (size_t rank = 0; rank < ranks.size(); ++rank) {
     const RankState& r = ranks[rank];
-    v1::RankStatus* row = status.add_ranks();
-    row->set_rank(static_cast<int>(rank));
-    const AgentRegistry::Agent* agent = agents.Find(r.agent_id);
-    row->set_host(agent != nullptr ? agent->hello.host() : r.agent_id);
-    row->set_pid(r.pid);
-    row->set_state(r.state);
-    row->set_exit_code(r.exit_code);
+    ++by_state[r.state];
+    if (waits[rank] >= 0 && (summary.most_waited_for_rank() < 0 ||
+                             caused[rank] > summary.most_waited_for_seconds())) {
+      summary.set_most_waited_for_rank(static_cast<int>(rank));
+      summary.set_most_waited_for_seconds(caused[rank]);
+    }
     if (r.heartbeat_at == absl::InfinitePast()) continue;
-    const v1::RankHeartbeat& hb = r.last_heartbeat;
-    row->set_step(hb.step());
-    row->set_phase(hb.phase());
-    row->set_phase_seconds(hb.phase_seconds());
-    row->set_heartbeat_age_seconds(absl::ToDoubleSeconds(now - r.heartbeat_at));
-    row->set_last_completed_seq(hb.flight_recorder().last_completed_seq());
-    row->set_step_time_seconds(hb.timings().step_seconds());
-    row->set_compute_seconds(hb.timings().compute_seconds());
-    row->set_comm_wait_seconds(hb.timings().comm_wait_seconds());
-    row->set_caused_wait_seconds(caused[rank]);
-    row->set_samples_per_second(hb.samples_per_second());
-    row->set_loss(hb.loss());
+    const int64_t step = r.last_heartbeat.step();
+    summary.set_min_step(any_step ? std::min(summary.min_step(), step) : step);
+    summary.set_max_step(any_step ? std::max(summary.max_step(), step) : step);
+    any_step = true;
+    const double age = absl::ToDoubleSeconds(now - r.heartbeat_at);
+    if (r.state != v1::RankStatus::EXITED &&
+        (summary.oldest_heartbeat_rank() < 0 || age > summary.oldest_heartbeat_age_seconds())) {
+      summary.set_oldest_heartbeat_rank(static_cast<int>(rank));
+      summary.set_oldest_heartbeat_age_seconds(age);
+    }
+  }
+  for (const auto& [state, count] : by_state) {
+    (*summary.mutable_by_state())[v1::RankStatus::State_Name(state)] = count;
+  }
+  const int n = static_cast<int>(ranks.size());
+  const int first = std::clamp(rows.offset, 0, n);
+  const int last = rows.limit >= n - first ? n : first + std::max(0, rows.limit);
+  status.set_rank_offset(first);
+  for (int rank = first; rank < last; ++rank) {
+    AddStatusRow(ranks[rank], rank, caused[rank], agents, now, status);
+  }
+  std::vector<int> also = rows.also;
+  std::sort(also.begin(), also.end());
+  also.erase(std::unique(also.begin(), also.end()), also.end());
+  for (int rank : also) {
+    if (rank < 0 || rank >= n || (rank >= first && rank < last)) continue;
+    AddStatusRow(ranks[rank], rank, caused[rank], agents, now, status);
   }
 }
 

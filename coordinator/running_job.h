@@ -11,6 +11,7 @@
 #ifndef CHORUS_COORDINATOR_RUNNING_JOB_H_
 #define CHORUS_COORDINATOR_RUNNING_JOB_H_
 
+#include <climits>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -20,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/time/time.h"
 #include "chorus/v1/coordinator.pb.h"
 #include "coordinator/agent_registry.h"
@@ -85,6 +87,19 @@ struct RankState {
 // re-form loses its survivors to crashes and every restart with them. The
 // built-in trainer always re-forms in process.
 
+// Rows of a job's status (GetJobStatus, the job page) when the request does
+// not say how many: every rank of a job up to this size; a larger job's
+// are paged (docs/observability.md, "Large jobs").
+inline constexpr int kDefaultStatusRankRows = 1024;
+
+// Which rows a job's status gets: ranks [offset, offset + limit), and those
+// in `also` (a diagnosis's culprits) outside it, in rank order after them.
+struct StatusRows {
+  int offset = 0;
+  int limit = INT_MAX;
+  std::vector<int> also;
+};
+
 // How a job ends.
 struct JobEnd {
   v1::Job::State state = v1::Job::FAILED;
@@ -97,7 +112,8 @@ struct RunningJob {
   RunningJob(const v1::Job& job, int world_size, int64_t generation);
 
   int64_t generation() const { return rendezvous.generation(); }
-  // The rank running on the agent's slot, or -1.
+  // The rank running on the agent's slot, or -1. O(1) while `ranks` is
+  // unchanged (Note [Rank index]).
   int RankOn(const std::string& agent_id, int slot) const;
   // The rank a Join from process `pid` on `host` and the agent's slot is
   // for, or -1. A rank taken back after a restart joins with the id its
@@ -117,6 +133,8 @@ struct RunningJob {
   // Whether `rank` of `generation` is a rank of this job now.
   bool HasRank(int64_t generation, int rank) const;
   // What the hang detector needs: ranks that have sent a heartbeat or exited.
+  // The views point at the ranks' recorded heartbeats: use them before
+  // `ranks` changes.
   std::vector<RankView> HangViews() const;
   // One LaunchRanks message per agent (by agent id) for the ranks of
   // generation(), told to dial `coordinator_address`.
@@ -125,10 +143,18 @@ struct RunningJob {
   // Where the ranks run, as recorded for a restart (host and agent pid from
   // `agents`). REQUIRES: every rank's agent is registered.
   std::vector<v1::RankPlacement> Placements(const AgentRegistry& agents) const;
+  // Agents numbered in the order their first rank comes (torchrun's
+  // GROUP_RANK): `of_rank[rank]` is the rank's, `count` how many. A rank
+  // taken back after a restart whose agent has not reconnected is known by
+  // its host. O(ranks): compute it once for a whole generation's answers.
+  struct Groups {
+    std::vector<int> of_rank;
+    int count = 0;
+  };
+  Groups GroupsOfRanks() const;
   // The job's rendezvous answer for `rank` (spec from `job`), with the
-  // restarts so far and the rank's group (its agent's place among the
-  // generation's agents, for torchrun's GROUP_RANK).
-  v1::JoinResponse JoinResponseFor(const v1::Job& job, int rank) const;
+  // restarts so far and the rank's group from `groups` (GroupsOfRanks()).
+  v1::JoinResponse JoinResponseFor(const v1::Job& job, int rank, const Groups& groups) const;
   // Records that the rank on `agent_id`'s `exited.slot()` ended (an agent
   // back after a restart may report a rank not bound to it yet). Returns the
   // job's end when this exit ends it: FAILED for a non-zero code (naming the
@@ -137,9 +163,12 @@ struct RunningJob {
   // does one of a rank a restart-all stopped (Note [Restart-all]).
   std::optional<JobEnd> RecordExit(const std::string& agent_id, const v1::AgentHello& agent,
                                    const v1::RankExited& exited);
-  // Appends one status row per rank (host: the agent's, or its id once the
-  // agent is gone).
-  void AddStatusRows(const AgentRegistry& agents, absl::Time now, v1::JobStatus& status) const;
+  // Fills status.rank_summary over every rank and status.rank_offset, and
+  // appends a row per rank of `rows` (host: the agent's, or its id once the
+  // agent is gone). O(ranks log ranks) for the summary; protos only for the
+  // rows asked for.
+  void AddStatusRows(const AgentRegistry& agents, absl::Time now, v1::JobStatus& status,
+                     const StatusRows& rows = StatusRows()) const;
 
   v1::HangDetectionSpec hang_detection;
   Rendezvous rendezvous;
@@ -219,9 +248,15 @@ struct RunningJob {
   // even if the job ends meanwhile.
   std::shared_ptr<std::mutex> report_writes = std::make_shared<std::mutex>();
   // Whether every rank of the current generation has joined.
-  bool Formed() const;
+  bool Formed() const { return rendezvous.complete(); }
   // Where the current ranks run (index = rank).
   std::vector<RankSlot> Slots() const;
+
+ private:
+  // Note [Rank index] in running_job.cc.
+  void IndexRanks() const;
+  mutable absl::flat_hash_map<std::pair<std::string, int>, int> rank_index_;
+  mutable std::vector<int> recovered_ranks_;  // ranks with a recover_host
 };
 
 }  // namespace chorus

@@ -218,7 +218,11 @@ TEST_F(RunningJobTest, StatusRowsCarryHostsAndTheLastHeartbeat) {
   EXPECT_EQ(status.ranks(0).step_time_seconds(), 0.25);
   EXPECT_EQ(status.ranks(1).step(), 0) << "no heartbeat yet";
   EXPECT_EQ(status.ranks(2).host(), "agent-2") << "the agent is gone: its id stands in";
-  EXPECT_EQ(run_.HangViews().size(), 1u) << "only ranks that sent a heartbeat or exited";
+  const std::vector<RankView> views = run_.HangViews();
+  ASSERT_EQ(views.size(), 1u) << "only ranks that sent a heartbeat or exited";
+  EXPECT_EQ(&views[0].hb(), &run_.ranks[0].last_heartbeat)
+      << "the detector reads the recorded heartbeat, not a copy of every rank's";
+  EXPECT_EQ(views[0].hb().step(), 40);
 }
 
 TEST_F(RunningJobTest, StatusRowsSplitStepTimeAndNameWhoTheOthersWaitedFor) {
@@ -254,10 +258,50 @@ TEST_F(RunningJobTest, StatusRowsSplitStepTimeAndNameWhoTheOthersWaitedFor) {
   EXPECT_EQ(after.ranks(0).caused_wait_seconds(), 0.0);
 }
 
+// A large job's status is a page of rows and a summary of every rank
+// (docs/observability.md, "Large jobs").
+TEST_F(RunningJobTest, StatusRowsAreAPageWithTheCulpritsAndTheSummaryCountsEveryRank) {
+  for (int rank = 0; rank < 3; ++rank) {
+    run_.ranks[rank].state = v1::RankStatus::TRAINING;
+    run_.ranks[rank].heartbeat_at = clock_.Now() - absl::Seconds(rank);
+    run_.ranks[rank].last_heartbeat.set_step(10 + rank);
+    run_.ranks[rank].last_heartbeat.mutable_timings()->set_comm_wait_seconds(0.3 - 0.1 * rank);
+  }
+  run_.ranks[0].state = v1::RankStatus::EXITED;
+  StatusRows rows;
+  rows.offset = 1;
+  rows.limit = 1;
+  rows.also = {0, 1, 0, 7};  // a culprit outside the page, one in it, twice, one unknown
+  v1::JobStatus status;
+  run_.AddStatusRows(agents_, clock_.Now(), status, rows);
+  ASSERT_EQ(status.ranks_size(), 2);
+  EXPECT_EQ(status.ranks(0).rank(), 1);
+  EXPECT_EQ(status.ranks(1).rank(), 0);
+  EXPECT_EQ(status.rank_offset(), 1);
+  const v1::RankSummary& summary = status.rank_summary();
+  EXPECT_EQ(summary.ranks(), 3);
+  EXPECT_EQ(summary.by_state().at("TRAINING"), 2);
+  EXPECT_EQ(summary.by_state().at("EXITED"), 1);
+  EXPECT_EQ(summary.min_step(), 10);
+  EXPECT_EQ(summary.max_step(), 12);
+  EXPECT_EQ(summary.oldest_heartbeat_rank(), 2) << "an exited rank's heartbeat ages as it may";
+  EXPECT_DOUBLE_EQ(summary.oldest_heartbeat_age_seconds(), 2);
+  EXPECT_EQ(summary.most_waited_for_rank(), 2) << "it waited least: rank 1 waited for it";
+  EXPECT_NEAR(summary.most_waited_for_seconds(), 0.1, 1e-9);
+  v1::JobStatus all;
+  run_.AddStatusRows(agents_, clock_.Now(), all);
+  EXPECT_EQ(all.ranks_size(), 3) << "no range: every row";
+  rows.offset = 5;
+  v1::JobStatus past;
+  run_.AddStatusRows(agents_, clock_.Now(), past, rows);
+  EXPECT_EQ(past.ranks_size(), 2) << "past the end: only the culprits 0 and 1";
+  EXPECT_EQ(past.rank_offset(), 3);
+}
+
 TEST_F(RunningJobTest, JoinResponseNamesRankGenerationNamespaceAndResume) {
   run_.resume.set_job_id("job-000000");
   run_.resume.set_step(300);
-  const v1::JoinResponse response = run_.JoinResponseFor(job_, 1);
+  const v1::JoinResponse response = run_.JoinResponseFor(job_, 1, run_.GroupsOfRanks());
   EXPECT_EQ(response.rank(), 1);
   EXPECT_EQ(response.world_size(), 3);
   EXPECT_EQ(response.generation(), 1);
@@ -275,7 +319,7 @@ TEST_F(RunningJobTest, JoinResponseCarriesTheRestartsAndTheRanksGroup) {
   std::swap(run_.ranks[0], run_.ranks[2]);  // agent-2, agent-1, agent-1
   const std::vector<std::pair<int, int>> want = {{0, 2}, {1, 2}, {1, 2}};
   for (int rank = 0; rank < 3; ++rank) {
-    const v1::JoinResponse response = run_.JoinResponseFor(job_, rank);
+    const v1::JoinResponse response = run_.JoinResponseFor(job_, rank, run_.GroupsOfRanks());
     EXPECT_EQ(response.restarts(), 2) << "TORCHELASTIC_RESTART_COUNT";
     EXPECT_EQ(response.group_rank(), want[rank].first) << "rank " << rank;
     EXPECT_EQ(response.group_world_size(), want[rank].second) << "rank " << rank;

@@ -108,6 +108,23 @@ class Scheduler {
   // fills `directive` with ABORT and the job's reason: a rank its agent has
   // not stopped (a lost agent) stops itself.
   bool Heartbeat(const v1::RankHeartbeat& heartbeat, v1::Directive* directive = nullptr);
+
+  // Note [Aggregated heartbeats]
+  // At 16,384 ranks, one stream and one message per rank per second is
+  // most of a coordinator core (docs/benchmarks.md). An agent may instead
+  // collect its ranks' heartbeats and send them as one RankHeartbeats
+  // message per interval on its own stream: the coordinator then takes its
+  // lock and wakes once per agent, not per rank. Each heartbeat in it is
+  // recorded exactly as one on the rank's stream (Heartbeat above), so a
+  // rank's liveness stays its own: the agent forwards only what a rank sent
+  // since the last interval, and a rank that stopped sending is absent and
+  // ages into DEAD after dead_after_seconds while its agent is alive. A
+  // directive for a rank goes back to the agent in one RankDirectives
+  // message, with the slot to hand it to. A heartbeat for a rank that does
+  // not run on the agent is ignored: an agent speaks only for its ranks.
+  // The per-rank Heartbeat stream stays: ranks started by an older agent,
+  // and a rank whose agent does not collect heartbeats, use it unchanged.
+  void AgentHeartbeats(const std::string& agent_id, const v1::RankHeartbeats& batch);
   // Makes the job's ranks checkpoint soon: their agents signal them (a
   // CheckpointRanks message). Returns the highest step a rank has reported.
   // NOT_FOUND for an unknown job, FAILED_PRECONDITION if it is not running.
@@ -116,9 +133,11 @@ class Scheduler {
   absl::StatusOr<v1::Job> Cancel(const std::string& job_id, const std::string& reason);
   // Places queued jobs that fit. Called after every change; public for tests.
   void Schedule();
-  // Adds one row per rank of a running job and its current diagnoses; for a
-  // PENDING job, why it is not placed yet.
-  void FillStatus(const std::string& job_id, v1::JobStatus& status) const;
+  // Adds a running job's rank summary, its rows for `rows` (and for the
+  // ranks its diagnoses name) and its current diagnoses; for a PENDING job,
+  // why it is not placed yet.
+  void FillStatus(const std::string& job_id, v1::JobStatus& status,
+                  const StatusRows& rows = StatusRows()) const;
   // FAILED_PRECONDITION naming the field and the figures when agents for the
   // spec's device are connected and none has the memory for one of its ranks
   // (common/memory_estimate.h). OK when no such agent is connected (placement
@@ -149,9 +168,11 @@ class Scheduler {
   absl::StatusOr<v1::GetLogsResponse> GetLogs(const v1::GetLogsRequest& request) const;
 
   int free_slots() const;
-  // Agents, slots and every running job (job, rank rows, the diagnoses of
-  // the last Tick) into `snapshot`, for /metrics and the status page.
-  void Snapshot(ClusterSnapshot& snapshot) const;
+  // Agents, slots and every running job (job, rank summary, the diagnoses
+  // of the last Tick, and its rank rows if it has at most `max_rank_rows`
+  // ranks, else only the rows of the ranks its diagnoses name) into
+  // `snapshot`, for /metrics and the status page.
+  void Snapshot(ClusterSnapshot& snapshot, int max_rank_rows = INT_MAX) const;
   // Where generations, rendezvous and diagnoses are counted; null (the
   // default) = nowhere. Must outlive the scheduler.
   void set_metrics(CoordinatorMetrics* metrics);
@@ -167,6 +188,9 @@ class Scheduler {
   };
 
   void ScheduleLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Heartbeat's work, under the lock.
+  bool HeartbeatLocked(const v1::RankHeartbeat& heartbeat, v1::Directive* directive)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Starts `job` on `placement` (resuming from `resume`); false if the job
   // could not be marked running.
   bool StartLocked(const v1::Job& job, const JobPlacement& placement, v1::CheckpointManifest resume,
@@ -248,6 +272,15 @@ class Scheduler {
   // [Elastic restart] in job_recovery.h). Every entry point that changes a
   // job calls it before its answers go out.
   void SaveElasticLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The same for one job (an entry point that changes only `run`).
+  void SaveElasticLocked(const std::string& job_id, RunningJob& run)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Join's part once the rank is known: `rank` of `run` joins; the join
+  // that completes the generation answers every rank (Note [Rendezvous is
+  // O(ranks)] in scheduler_ranks.cc).
+  void JoinRankLocked(const v1::JoinRequest& request, int rank, absl::Time deadline,
+                      JoinDone done, RunningJob& run, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Queued jobs that fit are started; false if one could not be marked
   // running (nothing more is placed then).
   bool PlaceQueuedLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

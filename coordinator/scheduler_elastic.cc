@@ -559,24 +559,26 @@ bool Scheduler::RestartHungLocked(const std::string& job_id, RunningJob& run,
 }
 
 void Scheduler::SaveElasticLocked() {
-  for (auto& [job_id, run] : running_) {
-    if (!run.elastic) continue;
-    std::vector<bool> lost(run.ranks.size(), false);
-    for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
-      const RankState& r = run.ranks[rank];
-      lost[rank] = r.state == v1::RankStatus::EXITED ||
-                   (!r.agent_id.empty() && agents_.Find(r.agent_id) == nullptr);
-    }
-    const coordinator::ElasticRecord record = ElasticRecordOf(run, lost);
-    std::string serialized = record.SerializeAsString();
-    if (serialized == run.saved_record) continue;
-    if (absl::Status s = jobs_.SaveElasticRecord(job_id, record); !s.ok()) {
-      LOG(ERROR) << job_id << ": could not record its elastic state (a restart now would take "
-                 << "it back as it was before): " << s;
-      continue;
-    }
-    run.saved_record = std::move(serialized);
+  for (auto& [job_id, run] : running_) SaveElasticLocked(job_id, run);
+}
+
+void Scheduler::SaveElasticLocked(const std::string& job_id, RunningJob& run) {
+  if (!run.elastic) return;
+  std::vector<bool> lost(run.ranks.size(), false);
+  for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
+    const RankState& r = run.ranks[rank];
+    lost[rank] = r.state == v1::RankStatus::EXITED ||
+                 (!r.agent_id.empty() && agents_.Find(r.agent_id) == nullptr);
   }
+  const coordinator::ElasticRecord record = ElasticRecordOf(run, lost);
+  std::string serialized = record.SerializeAsString();
+  if (serialized == run.saved_record) return;
+  if (absl::Status s = jobs_.SaveElasticRecord(job_id, record); !s.ok()) {
+    LOG(ERROR) << job_id << ": could not record its elastic state (a restart now would take "
+               << "it back as it was before): " << s;
+    return;
+  }
+  run.saved_record = std::move(serialized);
 }
 
 void Scheduler::NoteFormedLocked(const std::string& job_id, RunningJob& run) {

@@ -29,6 +29,7 @@ void Scheduler::Join(const v1::JoinRequest& request, absl::Time deadline, JoinDo
       const std::string cause = it->second.planned_cause;
       const std::string kind = it->second.planned_kind;
       ReformLocked(request.job_id(), cause, kind, out);
+      SaveElasticLocked();
       it = running_.find(request.job_id());
     }
     const auto left = it == running_.end()
@@ -76,25 +77,40 @@ void Scheduler::Join(const v1::JoinRequest& request, absl::Time deadline, JoinDo
                                                   "job ", request.job_id(), " has no rank on ",
                                                   request.agent_id(), " slot ", request.slot())));
     } else {
-      RunningJob& run = it->second;
-      run.ranks[rank].pid = request.pid();
-      run.ranks[rank].state = v1::RankStatus::JOINING;
-      v1::Job job = jobs_.Get(request.job_id()).value_or(v1::Job());
-      job.set_job_id(request.job_id());
-      const bool complete = run.rendezvous.Join(
-          rank, deadline, std::move(done), [&](int r) { return run.JoinResponseFor(job, r); },
-          out.joins);
-      if (complete) {
-        for (RankState& each : run.ranks) each.state = v1::RankStatus::TRAINING;
-        NoteFormedLocked(request.job_id(), run);
-        if (metrics_ != nullptr && run.generation_started_at != absl::InfinitePast()) {
-          metrics_->RendezvousCompleted(clock_->Now() - run.generation_started_at);
-        }
-      }
+      JoinRankLocked(request, rank, deadline, std::move(done), it->second, out);
     }
-    SaveElasticLocked();
   }
   out.Flush();
+}
+
+// Note [Rendezvous is O(ranks)]: a join that does not complete its
+// generation touches its own rank only. What the answers need (the job's
+// spec, the agents' numbering) is read once, by the join that completes
+// the generation, and the elastic record is written then, in one commit;
+// before, every join copied the job (its placements included: O(ranks))
+// and serialized the elastic record, 4x the 4,096-rank rendezvous.
+void Scheduler::JoinRankLocked(const v1::JoinRequest& request, int rank, absl::Time deadline,
+                               JoinDone done, RunningJob& run, Outbox& out) {
+  run.ranks[rank].pid = request.pid();
+  run.ranks[rank].state = v1::RankStatus::JOINING;
+  std::optional<v1::Job> job;
+  RunningJob::Groups groups;
+  const auto respond = [&](int r) {
+    if (!job.has_value()) {
+      job = jobs_.Get(request.job_id()).value_or(v1::Job());
+      job->set_job_id(request.job_id());
+      job->clear_placements();
+      groups = run.GroupsOfRanks();
+    }
+    return run.JoinResponseFor(*job, r, groups);
+  };
+  if (!run.rendezvous.Join(rank, deadline, std::move(done), respond, out.joins)) return;
+  for (RankState& each : run.ranks) each.state = v1::RankStatus::TRAINING;
+  NoteFormedLocked(request.job_id(), run);
+  if (metrics_ != nullptr && run.generation_started_at != absl::InfinitePast()) {
+    metrics_->RendezvousCompleted(clock_->Now() - run.generation_started_at);
+  }
+  SaveElasticLocked(request.job_id(), run);
 }
 
 // Note [Reports are written outside the scheduler's lock]: a report ends in
@@ -168,6 +184,41 @@ absl::StatusOr<v1::Metrics> Scheduler::CheckReportLocked(const v1::ReportRequest
 
 bool Scheduler::Heartbeat(const v1::RankHeartbeat& heartbeat, v1::Directive* directive) {
   absl::MutexLock lock(&mu_);
+  return HeartbeatLocked(heartbeat, directive);
+}
+
+void Scheduler::AgentHeartbeats(const std::string& agent_id, const v1::RankHeartbeats& batch) {
+  Outbox out;
+  {
+    absl::MutexLock lock(&mu_);
+    const AgentRegistry::Agent* agent = agents_.Find(agent_id);
+    if (agent == nullptr) return;
+    v1::CoordinatorMessage answer;
+    v1::Directive directive;
+    for (const v1::RankHeartbeat& heartbeat : batch.heartbeats()) {
+      auto it = running_.find(heartbeat.job_id());
+      int slot = -1;  // unknown for a rank of an older generation or an ended job
+      if (it != running_.end() && it->second.HasRank(heartbeat.generation(), heartbeat.rank())) {
+        const RankState& rank = it->second.ranks[heartbeat.rank()];
+        if (rank.agent_id != agent_id) continue;  // not the agent's to speak for
+        slot = rank.slot;
+      }
+      directive.Clear();
+      HeartbeatLocked(heartbeat, &directive);
+      if (directive.kind() == v1::Directive::KIND_UNSPECIFIED) continue;
+      v1::RankDirectives::Entry* entry = answer.mutable_directives()->add_entries();
+      entry->set_job_id(heartbeat.job_id());
+      entry->set_slot(slot);
+      entry->set_rank(heartbeat.rank());
+      entry->set_generation(heartbeat.generation());
+      *entry->mutable_directive() = directive;
+    }
+    if (answer.has_directives()) out.messages.emplace_back(agent->send, std::move(answer));
+  }
+  out.Flush();
+}
+
+bool Scheduler::HeartbeatLocked(const v1::RankHeartbeat& heartbeat, v1::Directive* directive) {
   auto it = running_.find(heartbeat.job_id());
   if (directive != nullptr && it != running_.end() && it->second.elastic &&
       heartbeat.generation() < it->second.generation()) {
@@ -260,7 +311,8 @@ absl::StatusOr<UploadGrant> Scheduler::GrantUpload(const std::string& job_id, in
   return CheckUploader(it->second.upload_grant, generation, rank);
 }
 
-void Scheduler::FillStatus(const std::string& job_id, v1::JobStatus& status) const {
+void Scheduler::FillStatus(const std::string& job_id, v1::JobStatus& status,
+                           const StatusRows& rows) const {
   absl::MutexLock lock(&mu_);
   auto it = running_.find(job_id);
   if (it == running_.end()) {
@@ -271,14 +323,18 @@ void Scheduler::FillStatus(const std::string& job_id, v1::JobStatus& status) con
     return;
   }
   const absl::Time now = clock_->Now();
-  it->second.AddStatusRows(agents_, now, status);
   std::vector<v1::Diagnosis> diagnoses =
       DiagnoseHangs(it->second.hang_detection, it->second.HangViews(), now);
   it->second.diagnoses.Annotate(diagnoses, now);
+  StatusRows with_culprits = rows;
+  for (const v1::Diagnosis& d : diagnoses) {
+    with_culprits.also.insert(with_culprits.also.end(), d.ranks().begin(), d.ranks().end());
+  }
+  it->second.AddStatusRows(agents_, now, status, with_culprits);
   for (v1::Diagnosis& d : diagnoses) *status.add_diagnoses() = std::move(d);
 }
 
-void Scheduler::Snapshot(ClusterSnapshot& snapshot) const {
+void Scheduler::Snapshot(ClusterSnapshot& snapshot, int max_rank_rows) const {
   absl::MutexLock lock(&mu_);
   snapshot.agents = agents_.size();
   for (const auto& [device, count] : agents_.SlotsByDevice()) {
@@ -291,7 +347,14 @@ void Scheduler::Snapshot(ClusterSnapshot& snapshot) const {
       *status.mutable_job() = *std::move(job);
     }
     status.mutable_job()->set_job_id(job_id);
-    run.AddStatusRows(agents_, now, status);
+    StatusRows rows;
+    if (static_cast<int>(run.ranks.size()) > max_rank_rows) {
+      rows.limit = 0;
+      for (const v1::Diagnosis& d : run.diagnoses_now) {
+        rows.also.insert(rows.also.end(), d.ranks().begin(), d.ranks().end());
+      }
+    }
+    run.AddStatusRows(agents_, now, status, rows);
     for (const v1::Diagnosis& d : run.diagnoses_now) *status.add_diagnoses() = d;
   }
 }

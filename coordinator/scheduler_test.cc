@@ -277,6 +277,80 @@ TEST_F(SchedulerTest, AHeartbeatOfAnEndedJobIsToldToAbort) {
   EXPECT_EQ(unknown.kind(), v1::Directive::KIND_UNSPECIFIED) << "no such job: nothing to say";
 }
 
+// Note [Aggregated heartbeats]: one message per agent per interval, each
+// rank's liveness still its own.
+v1::RankHeartbeat HeartbeatOf(const std::string& job, int rank, int64_t step) {
+  v1::RankHeartbeat hb;
+  hb.set_job_id(job);
+  hb.set_generation(1);
+  hb.set_rank(rank);
+  hb.set_step(step);
+  hb.set_phase(v1::FORWARD);
+  return hb;
+}
+
+TEST_F(SchedulerTest, ADeadRankInsideALiveAgentsAggregateIsDead) {
+  FakeAgent a;
+  Add(a, 3, "node-a");
+  auto spec = ParseJobSpec(
+      "model { mlp {} } data { synthetic {} } resources { min_ranks: 3 max_ranks: 3 } "
+      "hang_detection { dead_after_seconds: 5 }",
+      SpecFormat::kTextProto, "test");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const std::string job = jobs_->Submit(*spec, "")->job_id();
+  scheduler_->Schedule();
+  ASSERT_EQ(State(job), v1::Job::RUNNING);
+  // Every rank in the first batch; then rank 1 stops and its agent, which
+  // forwards only what arrived, leaves it out.
+  for (int second = 0; second < 8; ++second) {
+    v1::RankHeartbeats batch;
+    for (int rank = 0; rank < 3; ++rank) {
+      if (rank != 1 || second == 0) *batch.add_heartbeats() = HeartbeatOf(job, rank, second);
+    }
+    scheduler_->AgentHeartbeats(a.id, batch);
+    clock_.Advance(absl::Seconds(1));
+  }
+  v1::JobStatus status;
+  scheduler_->FillStatus(job, status);
+  ASSERT_EQ(status.diagnoses_size(), 1) << status.DebugString();
+  EXPECT_EQ(status.diagnoses(0).kind(), v1::Diagnosis::DEAD);
+  EXPECT_THAT(status.diagnoses(0).ranks(), testing::ElementsAre(1));
+  ASSERT_EQ(status.ranks_size(), 3);
+  EXPECT_EQ(status.ranks(0).step(), 7) << "the aggregate is recorded rank by rank";
+  EXPECT_EQ(status.ranks(1).step(), 0);
+  EXPECT_DOUBLE_EQ(status.ranks(1).heartbeat_age_seconds(), 8);
+  EXPECT_DOUBLE_EQ(status.ranks(2).heartbeat_age_seconds(), 1);
+}
+
+TEST_F(SchedulerTest, AnAgentSpeaksOnlyForItsOwnRanksAndHearsTheirDirectives) {
+  FakeAgent a, b;
+  Add(a, 1, "node-a");
+  Add(b, 1, "node-b");
+  const std::string job = Submit(2, 2);
+  ASSERT_EQ(State(job), v1::Job::RUNNING);
+  v1::RankHeartbeats batch;
+  *batch.add_heartbeats() = HeartbeatOf(job, 0, 5);
+  *batch.add_heartbeats() = HeartbeatOf(job, 1, 5);  // rank 1 runs on b
+  scheduler_->AgentHeartbeats(a.id, batch);
+  v1::JobStatus status;
+  scheduler_->FillStatus(job, status);
+  ASSERT_EQ(status.ranks_size(), 2);
+  EXPECT_EQ(status.ranks(0).step(), 5);
+  EXPECT_EQ(status.ranks(1).step(), 0) << "agent a may not speak for b's rank";
+  EXPECT_EQ(status.ranks(1).heartbeat_age_seconds(), 0) << "no heartbeat recorded";
+  const size_t before = a.received.size();
+  ASSERT_TRUE(scheduler_->Cancel(job, "user asked").ok());
+  scheduler_->AgentHeartbeats(a.id, batch);
+  ASSERT_GT(a.received.size(), before);
+  const v1::CoordinatorMessage& answer = a.received.back();
+  ASSERT_TRUE(answer.has_directives()) << answer.DebugString();
+  ASSERT_EQ(answer.directives().entries_size(), 2) << "an ended job's ranks stop, wherever";
+  EXPECT_EQ(answer.directives().entries(0).rank(), 0);
+  EXPECT_EQ(answer.directives().entries(0).directive().kind(), v1::Directive::ABORT);
+  EXPECT_THAT(answer.directives().entries(0).directive().reason(), HasSubstr("user asked"));
+  EXPECT_EQ(answer.directives().entries(0).slot(), -1) << "the job is gone: the agent finds it";
+}
+
 TEST_F(SchedulerTest, AProgramJobShowsRankZerosHeartbeatProgress) {
   FakeAgent a;
   Add(a, 2, "node-a");

@@ -96,6 +96,9 @@ struct ServerOptions {
   // Limits (docs/reliability.md); each default is the named constant's.
   // Jobs waiting PENDING at once (JobManager::kDefaultMaxPendingJobs).
   int max_pending_jobs = 5000;
+  // A running job with more ranks gets summary series on /metrics, not one
+  // per rank (CoordinatorMetrics::kDefaultMaxRankSeries).
+  int metrics_max_rank_series = 1024;
   // Per-job store quotas (KeyValueStore::Limits).
   int64_t store_max_keys_per_job = 100000;
   int64_t store_max_bytes_per_job = int64_t{256} << 20;

@@ -60,7 +60,7 @@ std::string DiagnosisText(const v1::Diagnosis& d) {
 std::string JobListJson(const StatusPageSources& sources, absl::Time now) {
   std::vector<std::string> rows;
   ClusterSnapshot running;
-  sources.scheduler->Snapshot(running);
+  sources.scheduler->Snapshot(running, /*max_rank_rows=*/0);
   std::map<std::string, const v1::JobStatus*> by_id;
   for (const v1::JobStatus& s : running.running) by_id[s.job().job_id()] = &s;
   absl::StatusOr<std::vector<v1::Job>> jobs = sources.jobs->List({}, kPageMaxJobs);
@@ -70,7 +70,7 @@ std::string JobListJson(const StatusPageSources& sources, absl::Time now) {
     int64_t step = m.step();
     int diagnoses = 0;
     if (auto it = by_id.find(job.job_id()); it != by_id.end()) {
-      for (const v1::RankStatus& r : it->second->ranks()) step = std::max(step, r.step());
+      step = std::max(step, it->second->rank_summary().max_step());
       diagnoses = it->second->diagnoses_size();
     }
     const double total = Value(m, "total_steps");
@@ -162,10 +162,14 @@ std::vector<std::string> LogsJson(const StatusPageSources& sources, const std::s
 }  // namespace
 
 absl::StatusOr<std::string> JobPageJson(const StatusPageSources& sources, const std::string& job_id,
-                                        absl::Time now) {
+                                        absl::Time now, int rank_offset, int rank_limit) {
   absl::StatusOr<v1::JobStatus> status = sources.jobs->Status(job_id);
   if (!status.ok()) return status.status();
-  sources.scheduler->FillStatus(job_id, *status);
+  status->mutable_job()->clear_placements();  // the rows say where ranks run
+  StatusRows rows;
+  rows.offset = rank_offset;
+  rows.limit = rank_limit;
+  sources.scheduler->FillStatus(job_id, *status, rows);
   // The spec is the user's to read with `chorus status`; the page needs its name.
   v1::JobSpec spec = status->job().spec();
   status->mutable_job()->clear_spec();

@@ -47,9 +47,12 @@ std::string JobListJson(const StatusPageSources& sources, absl::Time now);
 //  "history": [{"step", "time_s", "loss", "eval_loss", "eval_accuracy",
 //               "samples_per_second"}...],
 //  "events": [{"time_s", "text"}...], "checkpoints": [{"step", "time_s",
-//  "bytes"}...], "logs": [{"rank", "text"}...]}. NOT_FOUND for an unknown job.
+//  "bytes"}...], "logs": [{"rank", "text"}...]}. The status's rank rows are
+//  `rank_limit` from `rank_offset` (and the ranks a diagnosis names);
+//  status.rank_summary counts them all. NOT_FOUND for an unknown job.
 absl::StatusOr<std::string> JobPageJson(const StatusPageSources& sources, const std::string& job_id,
-                                        absl::Time now);
+                                        absl::Time now, int rank_offset = 0,
+                                        int rank_limit = kDefaultStatusRankRows);
 
 // HTML of the job list and of a job's page, `json` (from the functions above)
 // embedded as their first data.

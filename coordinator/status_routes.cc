@@ -1,9 +1,11 @@
 #include "coordinator/status_routes.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/json.h"
@@ -23,12 +25,25 @@ std::string JobIdAfter(const std::string& path, absl::string_view prefix) {
   return id.find('/') == std::string::npos ? id : "";
 }
 
+// The rank rows a job page asks for: ?rank_offset=N&rank_limit=M (a
+// limit of 0, missing or unreadable: kDefaultStatusRankRows).
+std::pair<int, int> RankRows(const HttpRequest& request) {
+  int offset = 0, limit = 0;
+  if (auto it = request.params.find("rank_offset"); it != request.params.end()) {
+    if (!absl::SimpleAtoi(it->second, &offset)) offset = 0;
+  }
+  if (auto it = request.params.find("rank_limit"); it != request.params.end()) {
+    if (!absl::SimpleAtoi(it->second, &limit)) limit = 0;
+  }
+  return {std::max(0, offset), limit > 0 ? limit : kDefaultStatusRankRows};
+}
+
 }  // namespace
 
 ClusterSnapshot TakeSnapshot(const StatusSources& sources) {
   ClusterSnapshot snapshot;
   snapshot.jobs_by_state = sources.jobs->CountByState();
-  sources.scheduler->Snapshot(snapshot);
+  sources.scheduler->Snapshot(snapshot, sources.metrics->max_rank_series());
   return snapshot;
 }
 
@@ -49,7 +64,9 @@ std::vector<HttpRoute> StatusRoutes(const StatusSources& sources) {
                     }});
   routes.push_back({"/api/jobs/", true, [page](const HttpRequest& request) {
                       const std::string id = JobIdAfter(request.path, "/api/jobs/");
-                      absl::StatusOr<std::string> json = JobPageJson(page, id, absl::Now());
+                      const auto [offset, limit] = RankRows(request);
+                      absl::StatusOr<std::string> json =
+                          JobPageJson(page, id, absl::Now(), offset, limit);
                       if (!json.ok()) {
                         return HttpResponse{
                             404, kJson,
@@ -59,7 +76,9 @@ std::vector<HttpRoute> StatusRoutes(const StatusSources& sources) {
                     }});
   routes.push_back({"/jobs/", true, [page](const HttpRequest& request) {
                       const std::string id = JobIdAfter(request.path, "/jobs/");
-                      absl::StatusOr<std::string> json = JobPageJson(page, id, absl::Now());
+                      const auto [offset, limit] = RankRows(request);
+                      absl::StatusOr<std::string> json =
+                          JobPageJson(page, id, absl::Now(), offset, limit);
                       if (!json.ok()) {
                         return HttpResponse{404, kHtml,
                                             NotFoundHtml(absl::StrCat("There is no job \"", id,

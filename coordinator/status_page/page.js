@@ -94,6 +94,24 @@
       el('span', {}, ['generation ' + num(job.generation)]),
       el('span', {}, ['ranks ' + num(job.world_size)]),
       el('span', {}, [job.reason ? 'reason: ' + job.reason : ''])]);
+    // Rows of a page of ranks (and of the ranks a diagnosis names): say
+    // which, summarize them all, and link the neighbouring pages.
+    var all = st.rank_summary || {};
+    var paged = el('p', { 'class': 'paged' }, []);
+    if (num(all.ranks) > rows.length) {
+      var first = num(st.rank_offset), shown = rows.length;
+      var states = Object.keys(all.by_state || {}).map(function (k) {
+        return num(all.by_state[k]) + ' ' + k;
+      }).join(', ');
+      var link = function (offset, text) {
+        return el('a', { href: '?rank_offset=' + Math.max(0, offset) }, [text]);
+      };
+      var parts = ['ranks from ' + first + ' (' + shown + ' rows) of ' + num(all.ranks) +
+                   ': ' + states + '; steps ' + num(all.min_step) + '..' + num(all.max_step) + ' '];
+      if (first > 0) parts.push(link(first - 1024, 'previous'), ' ');
+      if (first + 1024 < num(all.ranks)) parts.push(link(first + 1024, 'next'));
+      paged = el('p', { 'class': 'paged' }, parts);
+    }
     var diagList = el('ul', { 'class': 'diag-list' }, (st.diagnoses || []).map(function (d) {
       return el('li', {}, [d.kind + ' ' + d.message]);
     }));
@@ -125,7 +143,7 @@
       main.appendChild(el('h2', {}, ['Last log lines']));
       main.appendChild(el('div', { id: 'logs' }));
     }
-    document.getElementById('summary').replaceChildren(summary);
+    document.getElementById('summary').replaceChildren(summary, paged);
     document.getElementById('ranks').replaceChildren(table(
       [['rank'], ['host', 'text'], ['state', 'text'], ['step'], ['phase', 'text'], ['in phase'],
        ['heartbeat age'], ['compute s/step'], ['wait s/step'], ['others waited s/step'],
@@ -146,7 +164,10 @@
 
   var kind = body.getAttribute('data-page');
   var render = kind === 'job' ? renderJob : renderJobs;
-  var url = kind === 'job' ? '/api/jobs/' + encodeURIComponent(body.getAttribute('data-job'))
+  // A large job's rank rows come in pages: the page's own query
+  // (?rank_offset=N&rank_limit=M) picks the same rows on every refresh.
+  var url = kind === 'job' ? '/api/jobs/' + encodeURIComponent(body.getAttribute('data-job')) +
+                             window.location.search
                            : '/api/jobs';
   render(JSON.parse(document.getElementById('initial').textContent));
   function refresh() {
