@@ -105,6 +105,18 @@ void DiagnoseDead(const v1::HangDetectionSpec& spec, const std::vector<RankView>
   }
 }
 
+// What rank `r` said it is doing, for a diagnosis: its phase and step, or,
+// for a program that marks no phases (a script on the Python package's
+// backend alone), only its step.
+std::string Doing(int r, const v1::RankHeartbeat& hb) {
+  if (hb.phase() == v1::PHASE_UNSPECIFIED) {
+    return absl::StrFormat("rank %d is outside any collective (no phase marked) at step %d", r,
+                           hb.step());
+  }
+  return absl::StrFormat("rank %d is in %s at step %d for %.1f s", r, v1::Phase_Name(hb.phase()),
+                         hb.step(), hb.phase_seconds());
+}
+
 // MISMATCH: the lowest seq at which two ranks disagree.
 void DiagnoseMismatch(const std::vector<RankView>& ranks, std::vector<v1::Diagnosis>& out) {
   std::map<int64_t, std::vector<std::pair<int, const v1::CollectiveRecord*>>> by_seq;
@@ -214,9 +226,7 @@ void DiagnoseAbsent(const v1::HangDetectionSpec& spec, const std::vector<RankVie
     // it). The next heartbeat, within a second, tells.
     if (now - v.heartbeat_at >= b.waited) continue;
     culprits.push_back(r);
-    doing.push_back(absl::StrFormat("rank %d is in %s at step %d for %.1f s", r,
-                                    v1::Phase_Name(v.hb().phase()), v.hb().step(),
-                                    v.hb().phase_seconds()));
+    doing.push_back(Doing(r, v.hb()));
   }
   if (culprits.empty()) return;
   out.push_back(NeverJoined(

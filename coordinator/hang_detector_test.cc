@@ -84,6 +84,22 @@ TEST(HangDetectorTest, NamesTheRankThatNeverJoinedAndWhatItIsDoing) {
             "ranks 0,2 have waited 12.3 s; rank 1 is in DATA at step 945 for 12.9 s");
 }
 
+TEST(HangDetectorTest, ARankThatMarksNoPhasesIsNamedByItsStep) {
+  // A script on the Python package's backend alone: its phase is
+  // PHASE_UNSPECIFIED once its process group exists.
+  auto waiting =
+      Record(16, "torch:all_reduce", v1::CollectiveRecord::STARTED, absl::Milliseconds(4000));
+  std::vector<RankView> ranks = {
+      Rank(0, 16, v1::COLLECTIVE, 9, 4.0, {waiting}),
+      Rank(1, 15, v1::PHASE_UNSPECIFIED, 9, 4.1),
+  };
+  auto ds = DiagnoseHangs(Spec(), ranks, kNow);
+  ASSERT_EQ(ds.size(), 1u) << ::testing::PrintToString(Messages(ds));
+  EXPECT_EQ(ds[0].kind(), v1::Diagnosis::NEVER_JOINED);
+  EXPECT_THAT(ds[0].message(),
+              HasSubstr("rank 1 is outside any collective (no phase marked) at step 9"));
+}
+
 // A rank of an NCCL communicator on `device`: its records are device ops.
 RankView GpuRank(int rank, int64_t step, std::vector<v1::CollectiveRecord> records) {
   RankView v = Rank(rank, records.empty() ? 0 : records.back().seq(), v1::COLLECTIVE, step, 9.0,
