@@ -131,39 +131,21 @@ int BecomeTrainer(const v1::JoinResponse& joined, char** argv) {
 }
 
 int Run(char** argv) {
-  const std::string coordinator = Env("CHORUS_COORDINATOR");
-  const std::string job_id = Env("CHORUS_JOB_ID");
-  int64_t generation = 0;
-  int slot = -1;
-  if (coordinator.empty() || job_id.empty() ||
-      !absl::SimpleAtoi(Env("CHORUS_GENERATION"), &generation) ||
-      !absl::SimpleAtoi(Env("CHORUS_SLOT"), &slot)) {
-    return Fail(
-        "CHORUS_COORDINATOR, CHORUS_JOB_ID, CHORUS_GENERATION and CHORUS_SLOT must be set; "
-        "chorus-rank is started by chorus-worker, not by hand");
-  }
+  absl::StatusOr<RankLaunch> launch = RankLaunchFromEnvironment();
+  if (!launch.ok()) return Fail(std::string(launch.status().message()));
   absl::StatusOr<ClientSecurity> security = LoadClientSecurity("", "", "", "");
   if (!security.ok()) return Fail(std::string(security.status().message()));
   ConfigureClient(*std::move(security));
-  auto channel = MakeCoordinatorChannel(coordinator);
+  auto channel = MakeCoordinatorChannel(launch->coordinator);
   auto ranks = v1::RankService::NewStub(channel);
-
-  v1::JoinRequest join;
-  join.set_job_id(job_id);
-  join.set_generation(generation);
-  join.set_agent_id(Env("CHORUS_AGENT_ID"));
-  join.set_slot(slot);
-  join.set_pid(::getpid());
-  char host[256] = {0};
-  gethostname(host, sizeof(host) - 1);
-  join.set_host(host);
+  const v1::JoinRequest& join = launch->join;
   // A newcomer to an elastic job does not know yet that the job is elastic:
   // it joins again while its generation forms or is superseded.
   absl::StatusOr<v1::JoinResponse> joined =
-      JoinGeneration(*ranks, join, absl::Now() + absl::Minutes(10), generation > 1);
+      JoinGeneration(*ranks, join, absl::Now() + absl::Minutes(10), join.generation() > 1);
   if (!joined.ok()) return Fail(std::string(joined.status().message()));
   if (joined->spec().has_program()) {
-    return SuperviseProgram(*joined, channel, *ranks, job_id, coordinator);
+    return SuperviseProgram(*joined, channel, *ranks, join.job_id(), launch->coordinator);
   }
   return BecomeTrainer(*joined, argv);
 }

@@ -177,17 +177,12 @@ absl::StatusOr<std::unique_ptr<JoinedGeneration>> ConnectGeneration(
 }
 
 int Run(RankWhere& where) {
-  const std::string coordinator = Env("CHORUS_COORDINATOR");
-  const std::string job_id = Env("CHORUS_JOB_ID");
-  int64_t generation = 0;
-  int slot = -1;
-  if (coordinator.empty() || job_id.empty() ||
-      !absl::SimpleAtoi(Env("CHORUS_GENERATION"), &generation) ||
-      !absl::SimpleAtoi(Env("CHORUS_SLOT"), &slot)) {
-    return Fail(
-        "CHORUS_COORDINATOR, CHORUS_JOB_ID, CHORUS_GENERATION and CHORUS_SLOT must be set; "
-        "chorus-rank is started by chorus-worker, not by hand");
-  }
+  absl::StatusOr<RankLaunch> launch = RankLaunchFromEnvironment();
+  if (!launch.ok()) return Fail(std::string(launch.status().message()));
+  const std::string& coordinator = launch->coordinator;
+  const std::string job_id = launch->join.job_id();
+  const int slot = launch->join.slot();
+  const v1::JoinRequest& join = launch->join;
   // Credentials come from the agent through the environment (CHORUS_TOKEN,
   // CHORUS_TLS_CA, CHORUS_TLS_CERT, CHORUS_TLS_KEY).
   absl::StatusOr<ClientSecurity> security = LoadClientSecurity("", "", "", "");
@@ -196,15 +191,6 @@ int Run(RankWhere& where) {
   auto channel = MakeCoordinatorChannel(coordinator);
   auto ranks = v1::RankService::NewStub(channel);
 
-  v1::JoinRequest join;
-  join.set_job_id(job_id);
-  join.set_generation(generation);
-  join.set_agent_id(Env("CHORUS_AGENT_ID"));
-  join.set_slot(slot);
-  join.set_pid(::getpid());
-  char host[256] = {0};
-  gethostname(host, sizeof(host) - 1);
-  join.set_host(host);
   // chorus-rank joined (the request above is what later joins build on).
   const std::string join_file = Env("CHORUS_RANK_JOINED");
   if (join_file.empty()) {

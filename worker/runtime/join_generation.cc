@@ -6,8 +6,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/grpc_util.h"
 
@@ -37,6 +40,34 @@ namespace {
 std::string Errno(int error) { return std::strerror(error); }
 
 }  // namespace
+
+absl::StatusOr<RankLaunch> RankLaunchFromEnvironment() {
+  auto env = [](const char* name) {
+    const char* v = std::getenv(name);
+    return std::string(v != nullptr ? v : "");
+  };
+  RankLaunch launch;
+  launch.coordinator = env("CHORUS_COORDINATOR");
+  int64_t generation = 0;
+  int slot = -1;
+  if (launch.coordinator.empty() || env("CHORUS_JOB_ID").empty() ||
+      !absl::SimpleAtoi(env("CHORUS_GENERATION"), &generation) ||
+      !absl::SimpleAtoi(env("CHORUS_SLOT"), &slot)) {
+    return absl::FailedPreconditionError(
+        "CHORUS_COORDINATOR, CHORUS_JOB_ID, CHORUS_GENERATION and CHORUS_SLOT must be set; "
+        "chorus-rank is started by chorus-worker, not by hand");
+  }
+  v1::JoinRequest& join = launch.join;
+  join.set_job_id(env("CHORUS_JOB_ID"));
+  join.set_generation(generation);
+  join.set_agent_id(env("CHORUS_AGENT_ID"));
+  join.set_slot(slot);
+  join.set_pid(::getpid());
+  char host[256] = {0};
+  ::gethostname(host, sizeof(host) - 1);
+  join.set_host(host);
+  return launch;
+}
 
 absl::StatusOr<std::string> WriteJoinFile(const std::string& dir, const v1::JoinResponse& joined) {
   std::string path = absl::StrCat(dir, "/chorus-join-XXXXXX");

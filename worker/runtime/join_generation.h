@@ -27,6 +27,17 @@ absl::StatusOr<v1::JoinResponse> JoinGeneration(v1::RankService::StubInterface& 
                                                 const v1::JoinRequest& request, absl::Time deadline,
                                                 bool until_formed);
 
+// What the agent told the rank it started, from the environment
+// (CHORUS_COORDINATOR, CHORUS_JOB_ID, CHORUS_GENERATION, CHORUS_SLOT,
+// CHORUS_AGENT_ID): the coordinator's address and this process's Join
+// request (pid and host filled in). FAILED_PRECONDITION saying the process
+// is started by chorus-worker when one is missing or malformed.
+struct RankLaunch {
+  std::string coordinator;
+  v1::JoinRequest join;
+};
+absl::StatusOr<RankLaunch> RankLaunchFromEnvironment();
+
 // The JoinResponse handed from a rank's process to the next one: from
 // chorus-rank to the program it supervises (CHORUS_JOIN_FILE) or to
 // chorus-trainer (CHORUS_RANK_JOINED). WriteJoinFile creates a new file

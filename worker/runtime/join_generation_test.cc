@@ -135,5 +135,30 @@ TEST(JoinFileTest, AFileThatIsNotAJoinResponseIsNamed) {
   EXPECT_THAT(read.status().message(), ::testing::HasSubstr(path));
 }
 
+TEST(RankLaunchTest, TheAgentsEnvironmentIsTheJoinRequest) {
+  setenv("CHORUS_COORDINATOR", "10.0.0.1:29650", 1);
+  setenv("CHORUS_JOB_ID", "job-000042", 1);
+  setenv("CHORUS_GENERATION", "3", 1);
+  setenv("CHORUS_SLOT", "5", 1);
+  setenv("CHORUS_AGENT_ID", "agent-7", 1);
+  absl::StatusOr<RankLaunch> launch = RankLaunchFromEnvironment();
+  ASSERT_TRUE(launch.ok()) << launch.status();
+  EXPECT_EQ(launch->coordinator, "10.0.0.1:29650");
+  EXPECT_EQ(launch->join.job_id(), "job-000042");
+  EXPECT_EQ(launch->join.generation(), 3);
+  EXPECT_EQ(launch->join.slot(), 5);
+  EXPECT_EQ(launch->join.agent_id(), "agent-7");
+  EXPECT_EQ(launch->join.pid(), ::getpid());
+  EXPECT_FALSE(launch->join.host().empty());
+  setenv("CHORUS_GENERATION", "three", 1);
+  absl::StatusOr<RankLaunch> bad = RankLaunchFromEnvironment();
+  EXPECT_TRUE(absl::IsFailedPrecondition(bad.status()));
+  EXPECT_THAT(bad.status().message(), ::testing::HasSubstr("started by chorus-worker"));
+  for (const char* name : {"CHORUS_COORDINATOR", "CHORUS_JOB_ID", "CHORUS_GENERATION",
+                           "CHORUS_SLOT", "CHORUS_AGENT_ID"}) {
+    unsetenv(name);
+  }
+}
+
 }  // namespace
 }  // namespace chorus
