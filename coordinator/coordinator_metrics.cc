@@ -104,9 +104,20 @@ CoordinatorMetrics::CoordinatorMetrics(int max_rank_series)
                          .Help("Jobs that ended, by final state (all jobs of the state directory).")
                          .Register(*registry_)) {
   absl::MutexLock lock(&render_mu_);
+  // The order here is the order of the exposition.
+  AddClusterGaugesLocked();
+  AddJobGaugesLocked();
+  AddRankGaugesLocked();
+  AddRankSummaryGaugesLocked();
+}
+
+void CoordinatorMetrics::AddClusterGaugesLocked() {
   jobs_ = AddGauge("chorus_jobs", "Jobs by state.");
   agents_ = AddGauge("chorus_agents_connected", "Node agents connected.");
   slots_ = AddGauge("chorus_slots", "Slots of the connected agents by device, free or used.");
+}
+
+void CoordinatorMetrics::AddJobGaugesLocked() {
   job_step_ = AddGauge("chorus_job_step", "A running job's step (its furthest rank's).");
   job_progress_ =
       AddGauge("chorus_job_progress_ratio",
@@ -126,6 +137,9 @@ CoordinatorMetrics::CoordinatorMetrics(int max_rank_series)
                                "Training time a running job has lost waiting on checkpoints.");
   checkpoint_store_ = AddGauge("chorus_checkpoint_store_seconds",
                                "How long a running job's last checkpoint took to store.");
+}
+
+void CoordinatorMetrics::AddRankGaugesLocked() {
   rank_step_ = AddGauge("chorus_rank_step", "A rank's step (labels job, rank, host).");
   rank_samples_ = AddGauge("chorus_rank_samples_per_second", "Samples a rank trains per second.");
   rank_step_seconds_ = AddGauge("chorus_rank_step_seconds", "A rank's time per step.");
@@ -146,6 +160,9 @@ CoordinatorMetrics::CoordinatorMetrics(int max_rank_series)
   rank_loss_ = AddGauge("chorus_rank_loss", "A rank's mean training loss over its last window.");
   rank_diagnosed_ = AddGauge("chorus_rank_diagnosed",
                              "1 for a rank a diagnosis names as the culprit (label kind).");
+}
+
+void CoordinatorMetrics::AddRankSummaryGaugesLocked() {
   job_ranks_ = AddGauge("chorus_job_ranks", "A running job's ranks by state (label state).");
   job_rank_series_ = AddGauge(
       "chorus_job_rank_series",
