@@ -137,6 +137,12 @@ void CoordinatorMetrics::AddJobGaugesLocked() {
                                "Training time a running job has lost waiting on checkpoints.");
   checkpoint_store_ = AddGauge("chorus_checkpoint_store_seconds",
                                "How long a running job's last checkpoint took to store.");
+  data_wait_ = AddGauge("chorus_data_wait_seconds",
+                        "Per step: how long a running job's step waited for its batch from "
+                        "data.shards (rank 0's last report).");
+  data_read_ = AddGauge("chorus_data_read_bytes_per_second",
+                        "How fast a running job's rank 0 read its data.shards over its last "
+                        "report window.");
 }
 
 void CoordinatorMetrics::AddRankGaugesLocked() {
@@ -261,6 +267,14 @@ void CoordinatorMetrics::SetJobLocked(const v1::JobStatus& status) {
     checkpoint_bytes_->Set(job, Value(latest, "checkpoint_bytes", 0));
     checkpoint_stall_->Set(job, Value(latest, "checkpoint_stall_seconds", 0));
     checkpoint_store_->Set(job, Value(latest, "checkpoint_store_seconds", 0));
+  }
+  // Only a job that streams data.shards reports these (DataWindow in
+  // worker/train/trainer.cc).
+  if (latest.values().count("data_wait_seconds")) {
+    data_wait_->Set(job, Value(latest, "data_wait_seconds", 0));
+  }
+  if (latest.values().count("data_read_bytes_per_second")) {
+    data_read_->Set(job, Value(latest, "data_read_bytes_per_second", 0));
   }
   std::map<std::string, int> diagnoses_by_kind;
   for (const v1::Diagnosis& d : status.diagnoses()) {

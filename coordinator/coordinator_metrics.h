@@ -147,6 +147,8 @@ class CoordinatorMetrics {
   StateGauge* checkpoint_bytes_ ABSL_GUARDED_BY(render_mu_);
   StateGauge* checkpoint_stall_ ABSL_GUARDED_BY(render_mu_);
   StateGauge* checkpoint_store_ ABSL_GUARDED_BY(render_mu_);
+  StateGauge* data_wait_ ABSL_GUARDED_BY(render_mu_);
+  StateGauge* data_read_ ABSL_GUARDED_BY(render_mu_);
   StateGauge* rank_step_ ABSL_GUARDED_BY(render_mu_);
   StateGauge* rank_samples_ ABSL_GUARDED_BY(render_mu_);
   StateGauge* rank_step_seconds_ ABSL_GUARDED_BY(render_mu_);
