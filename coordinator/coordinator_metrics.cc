@@ -104,9 +104,20 @@ CoordinatorMetrics::CoordinatorMetrics(int max_rank_series)
                          .Help("Jobs that ended, by final state (all jobs of the state directory).")
                          .Register(*registry_)) {
   absl::MutexLock lock(&render_mu_);
+  // The order here is the order of the exposition.
+  AddClusterGaugesLocked();
+  AddJobGaugesLocked();
+  AddRankGaugesLocked();
+  AddRankSummaryGaugesLocked();
+}
+
+void CoordinatorMetrics::AddClusterGaugesLocked() {
   jobs_ = AddGauge("chorus_jobs", "Jobs by state.");
   agents_ = AddGauge("chorus_agents_connected", "Node agents connected.");
   slots_ = AddGauge("chorus_slots", "Slots of the connected agents by device, free or used.");
+}
+
+void CoordinatorMetrics::AddJobGaugesLocked() {
   job_step_ = AddGauge("chorus_job_step", "A running job's step (its furthest rank's).");
   job_progress_ =
       AddGauge("chorus_job_progress_ratio",
@@ -126,6 +137,15 @@ CoordinatorMetrics::CoordinatorMetrics(int max_rank_series)
                                "Training time a running job has lost waiting on checkpoints.");
   checkpoint_store_ = AddGauge("chorus_checkpoint_store_seconds",
                                "How long a running job's last checkpoint took to store.");
+  data_wait_ = AddGauge("chorus_data_wait_seconds",
+                        "Per step: how long a running job's step waited for its batch from "
+                        "data.shards (rank 0's last report).");
+  data_read_ = AddGauge("chorus_data_read_bytes_per_second",
+                        "How fast a running job's rank 0 read its data.shards over its last "
+                        "report window.");
+}
+
+void CoordinatorMetrics::AddRankGaugesLocked() {
   rank_step_ = AddGauge("chorus_rank_step", "A rank's step (labels job, rank, host).");
   rank_samples_ = AddGauge("chorus_rank_samples_per_second", "Samples a rank trains per second.");
   rank_step_seconds_ = AddGauge("chorus_rank_step_seconds", "A rank's time per step.");
@@ -146,6 +166,9 @@ CoordinatorMetrics::CoordinatorMetrics(int max_rank_series)
   rank_loss_ = AddGauge("chorus_rank_loss", "A rank's mean training loss over its last window.");
   rank_diagnosed_ = AddGauge("chorus_rank_diagnosed",
                              "1 for a rank a diagnosis names as the culprit (label kind).");
+}
+
+void CoordinatorMetrics::AddRankSummaryGaugesLocked() {
   job_ranks_ = AddGauge("chorus_job_ranks", "A running job's ranks by state (label state).");
   job_rank_series_ = AddGauge(
       "chorus_job_rank_series",
@@ -244,6 +267,14 @@ void CoordinatorMetrics::SetJobLocked(const v1::JobStatus& status) {
     checkpoint_bytes_->Set(job, Value(latest, "checkpoint_bytes", 0));
     checkpoint_stall_->Set(job, Value(latest, "checkpoint_stall_seconds", 0));
     checkpoint_store_->Set(job, Value(latest, "checkpoint_store_seconds", 0));
+  }
+  // Only a job that streams data.shards reports these (DataWindow in
+  // worker/train/trainer.cc).
+  if (latest.values().count("data_wait_seconds")) {
+    data_wait_->Set(job, Value(latest, "data_wait_seconds", 0));
+  }
+  if (latest.values().count("data_read_bytes_per_second")) {
+    data_read_->Set(job, Value(latest, "data_read_bytes_per_second", 0));
   }
   std::map<std::string, int> diagnoses_by_kind;
   for (const v1::Diagnosis& d : status.diagnoses()) {

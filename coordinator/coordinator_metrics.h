@@ -114,6 +114,12 @@ class CoordinatorMetrics {
   void SetClusterLocked(const ClusterSnapshot& snapshot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(render_mu_);
   void SetJobLocked(const v1::JobStatus& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(render_mu_);
   void SetRanksLocked(const v1::JobStatus& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(render_mu_);
+  // The constructor's parts: the state gauges of the cluster, of a running
+  // job, of its ranks, and of its ranks' summary.
+  void AddClusterGaugesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(render_mu_);
+  void AddJobGaugesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(render_mu_);
+  void AddRankGaugesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(render_mu_);
+  void AddRankSummaryGaugesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(render_mu_);
 
   const int max_rank_series_;
   std::shared_ptr<prometheus::Registry> registry_;
@@ -141,6 +147,8 @@ class CoordinatorMetrics {
   StateGauge* checkpoint_bytes_ ABSL_GUARDED_BY(render_mu_);
   StateGauge* checkpoint_stall_ ABSL_GUARDED_BY(render_mu_);
   StateGauge* checkpoint_store_ ABSL_GUARDED_BY(render_mu_);
+  StateGauge* data_wait_ ABSL_GUARDED_BY(render_mu_);
+  StateGauge* data_read_ ABSL_GUARDED_BY(render_mu_);
   StateGauge* rank_step_ ABSL_GUARDED_BY(render_mu_);
   StateGauge* rank_samples_ ABSL_GUARDED_BY(render_mu_);
   StateGauge* rank_step_seconds_ ABSL_GUARDED_BY(render_mu_);

@@ -110,6 +110,32 @@ TEST(CoordinatorMetricsTest, StateGaugesCarryTheSnapshotsValues) {
   EXPECT_THAT(text, Not(HasSubstr("chorus_rank_diagnosed{host=\"node-a\"")));
 }
 
+// Issue 42: a job that streams data.shards reports its data figures (rank
+// 0's, DataWindow in worker/train/trainer.cc); a job that does not, none.
+TEST(CoordinatorMetricsTest, DataFiguresOfAShardedJobAreGauges) {
+  ClusterSnapshot snapshot = TwoRankJob();
+  v1::JobStatus& in_memory = snapshot.running.emplace_back();
+  in_memory.mutable_job()->set_job_id("job-000008");
+  in_memory.mutable_job()->mutable_latest_metrics()->set_step(3);
+  auto& values = *snapshot.running[0].mutable_job()->mutable_latest_metrics()->mutable_values();
+  values["data_wait_seconds"] = 0.0625;
+  values["data_read_bytes_per_second"] = 2.5e6;
+  CoordinatorMetrics metrics;
+  const std::string text = metrics.Render(snapshot);
+  EXPECT_THAT(text, HasSubstr("# TYPE chorus_data_wait_seconds gauge"));
+  EXPECT_THAT(text, HasSubstr("chorus_data_wait_seconds{job=\"job-000007\"} 0.0625\n"));
+  EXPECT_THAT(text, HasSubstr("# TYPE chorus_data_read_bytes_per_second gauge"));
+  EXPECT_THAT(text, HasSubstr("chorus_data_read_bytes_per_second{job=\"job-000007\"} 2500000\n"));
+  EXPECT_THAT(text, HasSubstr("chorus_job_step{job=\"job-000008\"} 3\n"));
+  EXPECT_THAT(text, Not(HasSubstr("chorus_data_wait_seconds{job=\"job-000008\"}")));
+  EXPECT_THAT(text, Not(HasSubstr("chorus_data_read_bytes_per_second{job=\"job-000008\"}")));
+
+  // Without them (data in memory, or none reported yet) no series at all.
+  const std::string none = metrics.Render(TwoRankJob());
+  EXPECT_THAT(none, Not(HasSubstr("chorus_data_wait_seconds")));
+  EXPECT_THAT(none, Not(HasSubstr("chorus_data_read_bytes_per_second")));
+}
+
 TEST(CoordinatorMetricsTest, SeriesOfAnEndedJobAndALeftPhaseAreRemoved) {
   CoordinatorMetrics metrics;
   ClusterSnapshot snapshot = TwoRankJob();

@@ -248,6 +248,42 @@ struct SimAgent {
   std::vector<int> launched_slots;
 };
 
+// One rank's Join, asynchronous: it lives until its callback has run.
+struct JoinCall {
+  grpc::ClientContext context;
+  v1::JoinRequest request;
+  v1::JoinResponse response;
+};
+
+// The simulated side of one run, filled in by RunOnce's phases in order:
+// the connections to the coordinator, the agents, the job, and generation
+// 1's Join of every launched slot.
+struct SimCluster {
+  int ranks = 0;
+  // Separate connections (Channel), at most 32, shared round-robin.
+  std::vector<std::shared_ptr<grpc::Channel>> pool;
+  std::vector<std::unique_ptr<v1::RankService::Stub>> rank_stubs;
+  std::unique_ptr<v1::JobService::Stub> jobs;
+  std::vector<SimAgent> agents;
+  std::string job_id;
+  // One per launched slot, agent by agent; agent_of_call[i] is the index of
+  // calls[i]'s agent.
+  std::vector<std::unique_ptr<JoinCall>> calls;
+  std::vector<int> agent_of_call;
+};
+
+SimCluster NewSimCluster(const std::string& address, int ranks) {
+  SimCluster cluster;
+  cluster.ranks = ranks;
+  const int channels = std::max(1, std::min(32, ranks / 32));
+  for (int i = 0; i < channels; ++i) {
+    cluster.pool.push_back(Channel(address, i));
+    cluster.rank_stubs.push_back(v1::RankService::NewStub(cluster.pool[i]));
+  }
+  cluster.jobs = v1::JobService::NewStub(cluster.pool[0]);
+  return cluster;
+}
+
 double Percentile(std::vector<double> v, double q) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -303,14 +339,9 @@ absl::StatusOr<double> TimeReformation(
   std::condition_variable cv;
   int done = 0, failed = 0;
   std::string first_error;
-  struct Call {
-    grpc::ClientContext context;
-    v1::JoinRequest request;
-    v1::JoinResponse response;
-  };
-  std::vector<std::unique_ptr<Call>> calls;
+  std::vector<std::unique_ptr<JoinCall>> calls;
   auto join = [&](size_t rank) {
-    Call* call = calls.emplace_back(std::make_unique<Call>()).get();
+    JoinCall* call = calls.emplace_back(std::make_unique<JoinCall>()).get();
     call->request.set_job_id(job_id);
     call->request.set_generation(2);
     call->request.set_agent_id(agents[slots[rank].first].id);
@@ -372,27 +403,17 @@ absl::StatusOr<double> TimedGet(httplib::Client& client, const std::string& path
   return ms;
 }
 
-absl::StatusOr<Result> RunOnce(const std::string& binary, int ranks, const Options& options) {
-  const double heartbeat_seconds = options.heartbeat_seconds;
-  const int slots_per_agent = options.ranks_per_agent;
-  absl::StatusOr<Coordinator> coordinator = StartCoordinator(binary);
-  if (!coordinator.ok()) return coordinator.status();
-  struct Stop {
-    Coordinator& c;
-    ~Stop() { StopCoordinator(c); }
-  } stop{*coordinator};
-  const std::string address = coordinator->address;
-  const int channels = std::max(1, std::min(32, ranks / 32));
-  std::vector<std::shared_ptr<grpc::Channel>> pool;
-  for (int i = 0; i < channels; ++i) pool.push_back(Channel(address, i));
-
-  // Agents.
+// Connects an agent per `slots_per_agent` ranks (the last one may have
+// fewer slots) and waits for each one's welcome.
+absl::Status ConnectAgents(SimCluster& cluster, int slots_per_agent) {
+  const int ranks = cluster.ranks;
   const int agent_count = (ranks + slots_per_agent - 1) / slots_per_agent;
-  std::vector<SimAgent> agents(agent_count);
+  cluster.agents.resize(agent_count);
   for (int a = 0; a < agent_count; ++a) {
-    SimAgent& agent = agents[a];
+    SimAgent& agent = cluster.agents[a];
     agent.context = std::make_unique<grpc::ClientContext>();
-    agent.stream = v1::AgentService::NewStub(pool[a % channels])->Connect(agent.context.get());
+    agent.stream = v1::AgentService::NewStub(cluster.pool[a % cluster.pool.size()])
+                       ->Connect(agent.context.get());
     v1::AgentMessage hello;
     hello.mutable_hello()->set_host(absl::StrCat("sim-", a));
     hello.mutable_hello()->set_slots(std::min(slots_per_agent, ranks - a * slots_per_agent));
@@ -403,233 +424,312 @@ absl::StatusOr<Result> RunOnce(const std::string& binary, int ranks, const Optio
     }
     agent.id = welcome.welcome().agent_id();
   }
+  return absl::OkStatus();
+}
 
-  // The job, and its launch orders.
-  absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(
-      absl::StrCat("name: \"load\" model { mlp {} } data { synthetic {} } resources { min_ranks: ",
-                   options.reform ? std::max(1, ranks - 1) : ranks, " max_ranks: ", ranks,
-                   " } hang_detection { dead_after_seconds: 600 stall_after_seconds: ",
-                   kStallAfterSeconds, " }", options.reform ? " elastic { max_restarts: 3 }" : ""),
-      SpecFormat::kTextProto, "load_bench");
-  if (!spec.ok()) return spec.status();
-  auto jobs = v1::JobService::NewStub(pool[0]);
+// Submits the job, one rank per slot (elastic with --reform), and reads
+// every agent's launch order.
+absl::Status SubmitJob(SimCluster& cluster, const Options& options) {
+  const int ranks = cluster.ranks;
   v1::SubmitJobRequest submit;
-  *submit.mutable_spec() = *spec;
+  ASSIGN_OR_RETURN(
+      *submit.mutable_spec(),
+      ParseJobSpec(
+          absl::StrCat(
+              "name: \"load\" model { mlp {} } data { synthetic {} } resources { min_ranks: ",
+              options.reform ? std::max(1, ranks - 1) : ranks, " max_ranks: ", ranks,
+              " } hang_detection { dead_after_seconds: 600 stall_after_seconds: ",
+              kStallAfterSeconds, " }", options.reform ? " elastic { max_restarts: 3 }" : ""),
+          SpecFormat::kTextProto, "load_bench"));
   v1::SubmitJobResponse submitted;
-  {
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
-    RETURN_IF_ERROR(FromGrpcStatus(jobs->SubmitJob(&context, submit, &submitted)));
-  }
-  const std::string job_id = submitted.job_id();
-  for (SimAgent& agent : agents) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+  RETURN_IF_ERROR(FromGrpcStatus(cluster.jobs->SubmitJob(&context, submit, &submitted)));
+  cluster.job_id = submitted.job_id();
+  for (SimAgent& agent : cluster.agents) {
     v1::CoordinatorMessage m;
     if (!agent.stream->Read(&m) || !m.has_launch()) return absl::InternalError("no launch order");
     for (const v1::RankLaunch& r : m.launch().ranks()) agent.launched_slots.push_back(r.slot());
   }
+  return absl::OkStatus();
+}
 
-  // Rendezvous: every rank joins at once.
-  std::vector<std::unique_ptr<v1::RankService::Stub>> rank_stubs;
-  for (int i = 0; i < channels; ++i) rank_stubs.push_back(v1::RankService::NewStub(pool[i]));
-  struct Call {
-    grpc::ClientContext context;
-    v1::JoinRequest request;
-    v1::JoinResponse response;
-  };
-  std::vector<std::unique_ptr<Call>> calls;
-  std::vector<int> agent_of_call;
-  for (SimAgent& agent : agents) {
+// Generation 1's Join of every launched slot, agent by agent (not sent yet).
+void PrepareJoins(SimCluster& cluster) {
+  for (SimAgent& agent : cluster.agents) {
     for (int slot : agent.launched_slots) {
-      agent_of_call.push_back(static_cast<int>(&agent - agents.data()));
-      auto call = std::make_unique<Call>();
-      call->request.set_job_id(job_id);
+      cluster.agent_of_call.push_back(static_cast<int>(&agent - cluster.agents.data()));
+      auto call = std::make_unique<JoinCall>();
+      call->request.set_job_id(cluster.job_id);
       call->request.set_generation(1);
       call->request.set_agent_id(agent.id);
       call->request.set_slot(slot);
-      call->request.set_pid(200000 + static_cast<int>(calls.size()));
+      call->request.set_pid(200000 + static_cast<int>(cluster.calls.size()));
       call->context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(120)));
-      calls.push_back(std::move(call));
+      cluster.calls.push_back(std::move(call));
     }
   }
+}
+
+// Rendezvous: every rank joins at once. Sets the result's rendezvous time
+// (first Join sent to last answer) and the CPU the coordinator and this
+// bench spent meanwhile; an error unless every Join succeeded.
+absl::Status TimeRendezvous(SimCluster& cluster, pid_t coordinator_pid, Result& result) {
+  PrepareJoins(cluster);
   std::mutex mu;
   std::condition_variable cv;
   int done = 0;
   int failed = 0;
   std::string first_error;
   const absl::Time t0 = absl::Now();
-  const double coordinator_cpu0 = CpuSeconds(coordinator->pid);
+  const double coordinator_cpu0 = CpuSeconds(coordinator_pid);
   const double bench_cpu0 = CpuSeconds(getpid());
-  for (size_t i = 0; i < calls.size(); ++i) {
-    Call* call = calls[i].get();
-    rank_stubs[i % channels]->async()->Join(&call->context, &call->request, &call->response,
-                                            [&](grpc::Status s) {
-                                              std::lock_guard<std::mutex> lock(mu);
-                                              if (!s.ok()) {
-                                                if (failed++ == 0) first_error = s.error_message();
-                                              }
-                                              ++done;
-                                              cv.notify_all();
-                                            });
+  for (size_t i = 0; i < cluster.calls.size(); ++i) {
+    JoinCall* call = cluster.calls[i].get();
+    cluster.rank_stubs[i % cluster.rank_stubs.size()]->async()->Join(
+        &call->context, &call->request, &call->response, [&](grpc::Status s) {
+          std::lock_guard<std::mutex> lock(mu);
+          if (!s.ok()) {
+            if (failed++ == 0) first_error = s.error_message();
+          }
+          ++done;
+          cv.notify_all();
+        });
   }
   {
     std::unique_lock<std::mutex> lock(mu);
     cv.wait_for(lock, std::chrono::seconds(150),
-                [&] { return done == static_cast<int>(calls.size()); });
+                [&] { return done == static_cast<int>(cluster.calls.size()); });
   }
-  Result result;
-  result.ranks = ranks;
   result.rendezvous_seconds = absl::ToDoubleSeconds(absl::Now() - t0);
-  result.rendezvous_coordinator_cpu = CpuSeconds(coordinator->pid) - coordinator_cpu0;
+  result.rendezvous_coordinator_cpu = CpuSeconds(coordinator_pid) - coordinator_cpu0;
   result.rendezvous_bench_cpu = CpuSeconds(getpid()) - bench_cpu0;
-  if (done != static_cast<int>(calls.size()) || failed > 0) {
-    return absl::InternalError(absl::StrCat(done, "/", calls.size(), " joins answered, ", failed,
-                                            " failed: ", first_error));
+  if (done != static_cast<int>(cluster.calls.size()) || failed > 0) {
+    return absl::InternalError(absl::StrCat(done, "/", cluster.calls.size(), " joins answered, ",
+                                            failed, " failed: ", first_error));
   }
+  return absl::OkStatus();
+}
 
-  // Heartbeats at 1 Hz from every rank, over 8 sender threads (on the
-  // ranks' own streams, or one message per agent), while GetJobStatus is
-  // timed back to back.
-  struct Stream {
+// Heartbeats at 1 Hz from every rank of generation 1 over kSenders threads,
+// on the ranks' own streams or (aggregated) one message per agent. Once
+// hang_since_us is set they describe a hang that names `culprit`
+// (HeartbeatOf). The threads run from Start() until Stop() or destruction.
+struct HeartbeatSenders {
+  static constexpr int kSenders = 8;
+
+  struct RankStream {
     std::unique_ptr<grpc::ClientContext> context;
     std::unique_ptr<grpc::ClientReaderWriter<v1::RankHeartbeat, v1::Directive>> stream;
-    int rank;
+    int rank = 0;
   };
-  std::vector<Stream> streams(options.aggregated ? 0 : calls.size());
-  for (size_t i = 0; i < streams.size(); ++i) {
-    streams[i].context = std::make_unique<grpc::ClientContext>();
-    streams[i].stream = rank_stubs[i % channels]->Heartbeat(streams[i].context.get());
-    streams[i].rank = calls[i]->response.rank();
+
+  // Opens the ranks' heartbeat streams (none when `aggregated`).
+  HeartbeatSenders(SimCluster& cluster, bool aggregated, int culprit)
+      : cluster(cluster), aggregated(aggregated), culprit(culprit) {
+    streams.resize(aggregated ? 0 : cluster.calls.size());
+    for (size_t i = 0; i < streams.size(); ++i) {
+      streams[i].context = std::make_unique<grpc::ClientContext>();
+      streams[i].stream =
+          cluster.rank_stubs[i % cluster.rank_stubs.size()]->Heartbeat(streams[i].context.get());
+      streams[i].rank = cluster.calls[i]->response.rank();
+    }
   }
-  std::atomic<int64_t> sent{0};
-  std::atomic<bool> stop_heartbeats{false};
-  std::atomic<int64_t> hang_since_us{0};
-  const int culprit = ranks / 2 + 1 < ranks ? ranks / 2 + 1 : 0;
-  const int senders = 8;
-  std::vector<std::thread> threads;
-  const absl::Time hb_start = absl::Now();
-  const double cpu_start = CpuSeconds(coordinator->pid);
-  for (int t = 0; t < senders; ++t) {
-    threads.emplace_back([&, t] {
-      for (int second = 0; !stop_heartbeats.load(); ++second) {
-        const absl::Time tick = hb_start + absl::Seconds(second);
-        absl::SleepFor(tick - absl::Now());
-        for (size_t i = t; i < streams.size() && !stop_heartbeats.load(); i += senders) {
-          if (streams[i].stream->Write(HeartbeatOf(job_id, streams[i].rank, second,
-                                                   hang_since_us.load(), culprit))) {
-            sent.fetch_add(1);
-          }
-        }
-        if (!options.aggregated) continue;
-        std::vector<v1::AgentMessage> batches(agents.size());
-        for (size_t i = 0; i < calls.size(); ++i) {
-          if (agent_of_call[i] % senders != t) continue;
-          *batches[agent_of_call[i]].mutable_heartbeats()->add_heartbeats() =
-              HeartbeatOf(job_id, calls[i]->response.rank(), second, hang_since_us.load(), culprit);
-        }
-        for (size_t a = t; a < agents.size() && !stop_heartbeats.load(); a += senders) {
-          const int n = batches[a].heartbeats().heartbeats_size();
-          if (n > 0 && agents[a].stream->Write(batches[a])) sent.fetch_add(n);
+  ~HeartbeatSenders() { Stop(); }
+
+  // Second 0 of every sender is `at`.
+  void Start(absl::Time at) {
+    start = at;
+    for (int t = 0; t < kSenders; ++t) threads.emplace_back([this, t] { Send(t); });
+  }
+
+  void Stop() {
+    stop.store(true);
+    for (std::thread& t : threads) t.join();
+    threads.clear();
+  }
+
+  // Sender `t`'s share: every kSenders-th stream, and the agents whose index
+  // is t modulo kSenders.
+  void Send(int t) {
+    for (int second = 0; !stop.load(); ++second) {
+      absl::SleepFor(start + absl::Seconds(second) - absl::Now());
+      for (size_t i = t; i < streams.size() && !stop.load(); i += kSenders) {
+        if (streams[i].stream->Write(HeartbeatOf(cluster.job_id, streams[i].rank, second,
+                                                 hang_since_us.load(), culprit))) {
+          sent.fetch_add(1);
         }
       }
-    });
+      if (aggregated) SendAgentBatches(t, second);
+    }
   }
-  // /metrics every second, as Prometheus would, for both phases.
-  std::vector<double> scrape_ms;
-  size_t scrape_bytes = 0;
-  std::string scrape_error;
-  std::atomic<bool> stop_scrapes{false};
-  std::thread scraper([&] {
-    httplib::Client client("127.0.0.1", coordinator->http_port);
+
+  void SendAgentBatches(int t, int second) {
+    std::vector<v1::AgentMessage> batches(cluster.agents.size());
+    for (size_t i = 0; i < cluster.calls.size(); ++i) {
+      const int agent = cluster.agent_of_call[i];
+      if (agent % kSenders != t) continue;
+      *batches[agent].mutable_heartbeats()->add_heartbeats() = HeartbeatOf(
+          cluster.job_id, cluster.calls[i]->response.rank(), second, hang_since_us.load(), culprit);
+    }
+    for (size_t a = t; a < cluster.agents.size() && !stop.load(); a += kSenders) {
+      const int n = batches[a].heartbeats().heartbeats_size();
+      if (n > 0 && cluster.agents[a].stream->Write(batches[a])) sent.fetch_add(n);
+    }
+  }
+
+  SimCluster& cluster;
+  const bool aggregated;
+  const int culprit;
+  std::vector<RankStream> streams;
+  absl::Time start;
+  std::atomic<int64_t> sent{0};
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> hang_since_us{0};
+  std::vector<std::thread> threads;
+};
+
+// GET /metrics once a second from `start`, as Prometheus would, on a thread
+// of its own from Start() until Stop() or destruction.
+struct MetricsScraper {
+  MetricsScraper(int http_port, absl::Time start) : http_port(http_port), start(start) {}
+  ~MetricsScraper() { (void)Stop(); }
+
+  void Start() {
+    thread = std::thread([this] { Scrape(); });
+  }
+
+  // The first failed scrape's error, if one failed.
+  absl::Status Stop() {
+    stop.store(true);
+    if (thread.joinable()) thread.join();
+    return error.empty() ? absl::OkStatus() : absl::InternalError(error);
+  }
+
+  void Scrape() {
+    httplib::Client client("127.0.0.1", http_port);
     client.set_read_timeout(10);
-    for (int second = 0; !stop_scrapes.load(); ++second) {
-      absl::StatusOr<double> ms = TimedGet(client, "/metrics", &scrape_bytes);
+    for (int second = 0; !stop.load(); ++second) {
+      absl::StatusOr<double> ms = TimedGet(client, "/metrics", &bytes);
       if (!ms.ok()) {
-        scrape_error = std::string(ms.status().message());
+        error = std::string(ms.status().message());
         return;
       }
       scrape_ms.push_back(*ms);
-      const absl::Time next = hb_start + absl::Seconds(second + 1);
-      while (!stop_scrapes.load() && absl::Now() < next) absl::SleepFor(absl::Milliseconds(10));
+      const absl::Time next = start + absl::Seconds(second + 1);
+      while (!stop.load() && absl::Now() < next) absl::SleepFor(absl::Milliseconds(10));
     }
-  });
-  struct JoinScraper {
-    std::atomic<bool>& stop;
-    std::thread& thread;
-    ~JoinScraper() {
-      stop.store(true);
-      if (thread.joinable()) thread.join();
-    }
-  } join_scraper{stop_scrapes, scraper};
-  httplib::Client page_client("127.0.0.1", coordinator->http_port);
+  }
+
+  const int http_port;
+  const absl::Time start;
+  // Written by the thread; read after Stop().
+  std::vector<double> scrape_ms;
+  size_t bytes = 0;
+  std::string error;
+  std::atomic<bool> stop{false};
+  std::thread thread;
+};
+
+// GetJobStatus and the job page's JSON, timed back to back until `end`;
+// an error if either fails or the status lacks ranks.
+absl::Status TimeStatusAndPage(SimCluster& cluster, int http_port, absl::Time end,
+                               std::vector<double>& status_ms, std::vector<double>& page_ms) {
+  httplib::Client page_client("127.0.0.1", http_port);
   page_client.set_read_timeout(10);
-  std::vector<double> page_ms;
-  std::vector<double> latencies_ms;
-  const absl::Time status_end = hb_start + absl::Seconds(heartbeat_seconds);
-  while (absl::Now() < status_end) {
-    absl::StatusOr<double> page = TimedGet(page_client, "/api/jobs/" + job_id);
-    if (!page.ok()) return page.status();
-    page_ms.push_back(*page);
+  while (absl::Now() < end) {
+    ASSIGN_OR_RETURN(const double page, TimedGet(page_client, "/api/jobs/" + cluster.job_id));
+    page_ms.push_back(page);
     v1::GetJobStatusRequest request;
-    request.set_job_id(job_id);
+    request.set_job_id(cluster.job_id);
     v1::JobStatus status;
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
     const absl::Time start = absl::Now();
-    grpc::Status s = jobs->GetJobStatus(&context, request, &status);
+    grpc::Status s = cluster.jobs->GetJobStatus(&context, request, &status);
     if (!s.ok()) return absl::InternalError("GetJobStatus: " + s.error_message());
-    latencies_ms.push_back(absl::ToDoubleMilliseconds(absl::Now() - start));
+    status_ms.push_back(absl::ToDoubleMilliseconds(absl::Now() - start));
     // A coordinator before the rank summary sent every row.
-    if (std::max(status.rank_summary().ranks(), status.ranks_size()) != ranks)
+    if (std::max(status.rank_summary().ranks(), status.ranks_size()) != cluster.ranks)
       return absl::InternalError("status lacks ranks");
     absl::SleepFor(absl::Milliseconds(20));
   }
+  return absl::OkStatus();
+}
+
+// The CPU `pid` uses over the next `span` (this thread sleeps), in percent
+// of one core.
+double CpuPercentOver(pid_t pid, absl::Duration span) {
+  const absl::Time start = absl::Now();
+  const double cpu_start = CpuSeconds(pid);
+  absl::SleepFor(span);
+  return 100.0 * (CpuSeconds(pid) - cpu_start) / absl::ToDoubleSeconds(absl::Now() - start);
+}
+
+// (agent index, slot) of each rank of generation 1.
+std::vector<std::pair<int, int>> LaunchedSlots(const SimCluster& cluster) {
+  std::vector<std::pair<int, int>> slots;
+  for (size_t i = 0; i < cluster.calls.size(); ++i) {
+    slots.emplace_back(cluster.agent_of_call[i], cluster.calls[i]->request.slot());
+  }
+  return slots;
+}
+
+// One world size, on a fresh coordinator: the phases in the file comment.
+absl::StatusOr<Result> RunOnce(const std::string& binary, int ranks, const Options& options) {
+  ASSIGN_OR_RETURN(Coordinator coordinator, StartCoordinator(binary));
+  struct Stop {
+    Coordinator& c;
+    ~Stop() { StopCoordinator(c); }
+  } stop{coordinator};
+  SimCluster cluster = NewSimCluster(coordinator.address, ranks);
+  RETURN_IF_ERROR(ConnectAgents(cluster, options.ranks_per_agent));
+  RETURN_IF_ERROR(SubmitJob(cluster, options));
+  Result result;
+  result.ranks = ranks;
+  RETURN_IF_ERROR(TimeRendezvous(cluster, coordinator.pid, result));
+
+  // Heartbeats and the 1 Hz scrape while GetJobStatus and the page are
+  // timed; then heartbeats and the scrape only; then heartbeats only.
+  const absl::Duration phase = absl::Seconds(options.heartbeat_seconds);
+  const int culprit = ranks / 2 + 1 < ranks ? ranks / 2 + 1 : 0;
+  HeartbeatSenders heartbeats(cluster, options.aggregated, culprit);
+  const absl::Time hb_start = absl::Now();
+  const double cpu_start = CpuSeconds(coordinator.pid);
+  heartbeats.Start(hb_start);
+  MetricsScraper scraper(coordinator.http_port, hb_start);
+  scraper.Start();
+  std::vector<double> status_ms, page_ms;
+  RETURN_IF_ERROR(
+      TimeStatusAndPage(cluster, coordinator.http_port, hb_start + phase, status_ms, page_ms));
   const double elapsed = absl::ToDoubleSeconds(absl::Now() - hb_start);
-  const double cpu = CpuSeconds(coordinator->pid) - cpu_start;
-  // Heartbeats and the scrape only.
-  const absl::Time quiet_start = absl::Now();
-  const double quiet_cpu_start = CpuSeconds(coordinator->pid);
-  absl::SleepFor(absl::Seconds(heartbeat_seconds));
-  result.scrape_cpu_percent = 100.0 * (CpuSeconds(coordinator->pid) - quiet_cpu_start) /
-                              absl::ToDoubleSeconds(absl::Now() - quiet_start);
-  stop_scrapes.store(true);
-  scraper.join();
-  if (!scrape_error.empty()) return absl::InternalError(scrape_error);
-  // Heartbeats only.
-  const absl::Time alone_start = absl::Now();
-  const double alone_cpu_start = CpuSeconds(coordinator->pid);
-  absl::SleepFor(absl::Seconds(heartbeat_seconds));
-  result.heartbeat_cpu_percent = 100.0 * (CpuSeconds(coordinator->pid) - alone_cpu_start) /
-                                 absl::ToDoubleSeconds(absl::Now() - alone_start);
-  absl::StatusOr<double> never_joined = TimeNeverJoined(
-      *jobs, job_id, culprit, hang_since_us, absl::Seconds(kStallAfterSeconds + 20));
-  if (!never_joined.ok()) return never_joined.status();
-  result.never_joined_seconds = *never_joined;
-  result.scrape_p50_ms = Percentile(scrape_ms, 0.50);
-  result.scrape_p99_ms = Percentile(scrape_ms, 0.99);
-  result.scrapes = static_cast<int>(scrape_ms.size());
-  result.scrape_bytes = scrape_bytes;
+  const double cpu = CpuSeconds(coordinator.pid) - cpu_start;
+  result.scrape_cpu_percent = CpuPercentOver(coordinator.pid, phase);
+  RETURN_IF_ERROR(scraper.Stop());
+  result.heartbeat_cpu_percent = CpuPercentOver(coordinator.pid, phase);
+  ASSIGN_OR_RETURN(result.never_joined_seconds,
+                   TimeNeverJoined(*cluster.jobs, cluster.job_id, culprit, heartbeats.hang_since_us,
+                                   absl::Seconds(kStallAfterSeconds + 20)));
+  result.scrape_p50_ms = Percentile(scraper.scrape_ms, 0.50);
+  result.scrape_p99_ms = Percentile(scraper.scrape_ms, 0.99);
+  result.scrapes = static_cast<int>(scraper.scrape_ms.size());
+  result.scrape_bytes = scraper.bytes;
   result.page_p50_ms = Percentile(page_ms, 0.50);
   result.page_p99_ms = Percentile(page_ms, 0.99);
-  stop_heartbeats.store(true);
-  for (std::thread& t : threads) t.join();
+  heartbeats.Stop();
   if (options.reform) {
-    std::vector<std::pair<int, int>> slots;  // (agent, slot) of each rank of generation 1
-    for (size_t i = 0; i < calls.size(); ++i) {
-      slots.emplace_back(agent_of_call[i], calls[i]->request.slot());
-    }
-    absl::StatusOr<double> reform =
-        TimeReformation(agents, rank_stubs, job_id, slots, /*lost=*/culprit);
-    if (!reform.ok()) return reform.status();
-    result.reform_seconds = *reform;
+    ASSIGN_OR_RETURN(result.reform_seconds,
+                     TimeReformation(cluster.agents, cluster.rank_stubs, cluster.job_id,
+                                     LaunchedSlots(cluster), /*lost=*/culprit));
   }
-  for (Stream& s : streams) s.context->TryCancel();
-  for (SimAgent& a : agents) a.context->TryCancel();
+  for (HeartbeatSenders::RankStream& s : heartbeats.streams) s.context->TryCancel();
+  for (SimAgent& a : cluster.agents) a.context->TryCancel();
   result.heartbeats_per_second =
-      static_cast<double>(sent.load()) / absl::ToDoubleSeconds(absl::Now() - hb_start);
+      static_cast<double>(heartbeats.sent.load()) / absl::ToDoubleSeconds(absl::Now() - hb_start);
   result.coordinator_cpu_percent = 100.0 * cpu / elapsed;
-  result.status_p50_ms = Percentile(latencies_ms, 0.50);
-  result.status_p99_ms = Percentile(latencies_ms, 0.99);
-  result.status_calls = static_cast<int>(latencies_ms.size());
+  result.status_p50_ms = Percentile(status_ms, 0.50);
+  result.status_p99_ms = Percentile(status_ms, 0.99);
+  result.status_calls = static_cast<int>(status_ms.size());
   return result;
 }
 
@@ -657,114 +757,149 @@ absl::StatusOr<double> TorchElastic(const std::string& script, int participants)
   return seconds;
 }
 
-int Main(int argc, char** argv) {
+struct Flags {
   std::vector<int> sizes = {256, 1024};
   Options options;
   std::string binary = ExecutableDir() + "/chorus-coordinator";
+  // Relative to the workspace under `bazel run`.
   std::string peer = "tests/bench/torchelastic_rendezvous_peer.py";
+};
+
+// The flags in the file comment (and --coordinator_bin, --peer); an error
+// names the flag and the value it got.
+absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
+  Flags flags;
+  Options& options = flags.options;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--sizes") {
-      sizes.clear();
+      flags.sizes.clear();
       for (absl::string_view v : absl::StrSplit(value, ',')) {
         int n = 0;
-        if (absl::SimpleAtoi(v, &n) && n > 0 && n <= kMaxRanks) sizes.push_back(n);
+        if (absl::SimpleAtoi(v, &n) && n > 0 && n <= kMaxRanks) flags.sizes.push_back(n);
       }
     } else if (flag == "--heartbeat_seconds") {
       (void)absl::SimpleAtod(value, &options.heartbeat_seconds);
     } else if (flag == "--ranks_per_agent") {
       if (!absl::SimpleAtoi(value, &options.ranks_per_agent) || options.ranks_per_agent < 1) {
-        std::cerr << "load_bench: --ranks_per_agent must be a positive number, got " << value
-                  << "\n";
-        return 2;
+        return absl::InvalidArgumentError(
+            absl::StrCat("--ranks_per_agent must be a positive number, got ", value));
       }
     } else if (flag == "--coordinator_bin") {
-      binary = value;
+      flags.binary = value;
     } else if (flag == "--heartbeats") {
       if (value != "rank" && value != "agent") {
-        std::cerr << "load_bench: --heartbeats must be rank or agent, got " << value << "\n";
-        return 2;
+        return absl::InvalidArgumentError(
+            absl::StrCat("--heartbeats must be rank or agent, got ", value));
       }
       options.aggregated = value == "agent";
     } else if (flag == "--reform") {
       options.reform = value == "1" || value == "true";
     } else if (flag == "--peer") {
-      peer = value;
+      flags.peer = value;
     }
   }
   if (const char* dir = std::getenv("BUILD_WORKSPACE_DIRECTORY");
-      dir != nullptr && peer[0] != '/') {
-    peer = std::string(dir) + "/" + peer;
+      dir != nullptr && flags.peer[0] != '/') {
+    flags.peer = std::string(dir) + "/" + flags.peer;
   }
+  return flags;
+}
+
+void PrintTableHeader() {
   std::cout << absl::StrFormat(
       "%-7s %-13s %-13s %-12s %-11s %-11s %-11s %-11s %-11s %-11s %-13s %-9s %s\n", "RANKS",
       "RENDEZVOUS_S", "HEARTBEATS/S", "COORD_CPU_%", "STATUS_P50", "STATUS_P99", "PAGE_P50",
       "PAGE_P99", "SCRAPE_P50", "SCRAPE_P99", "SCRAPE_CPU_%", "HB_CPU_%", "NEVER_JOINED_S");
+}
+
+// The table's row for `r` and its notes.
+void PrintTableRow(const Result& r) {
   auto ms = [](double v) { return absl::StrFormat("%.2f ms", v); };
-  auto print = [&ms](const Result& r) {
-    std::cout << absl::StrFormat(
-        "%-7d %-13.3f %-13.0f %-12.1f %-11s %-11s %-11s %-11s %-11s %-11s %-13.1f %-9.1f %.2f\n",
-        r.ranks, r.rendezvous_seconds, r.heartbeats_per_second, r.coordinator_cpu_percent,
-        ms(r.status_p50_ms), ms(r.status_p99_ms), ms(r.page_p50_ms), ms(r.page_p99_ms),
-        ms(r.scrape_p50_ms), ms(r.scrape_p99_ms), r.scrape_cpu_percent, r.heartbeat_cpu_percent,
-        r.never_joined_seconds);
-    std::cout << absl::StrFormat(
-        "        (%d scrapes of %zu bytes; rendezvous CPU: coordinator %.2f s, this bench %.2f s)\n",
-        r.scrapes, r.scrape_bytes, r.rendezvous_coordinator_cpu, r.rendezvous_bench_cpu);
-    if (r.reform_seconds > 0) {
-      std::cout << absl::StrFormat("        one rank lost: generation 2 formed in %.3f s\n",
-                                   r.reform_seconds);
-    }
-    std::cout.flush();
-  };
-  for (int n : sizes) {
-    absl::StatusOr<Result> r = RunOnce(binary, n, options);
-    if (!r.ok()) {
-      std::cerr << "load_bench: " << n << " ranks: " << r.status() << "\n";
-      return 1;
-    }
-    print(*r);
-    std::cout << absl::StrFormat(
-        "{\"bench\": \"load_bench\", \"metric\": \"rendezvous_seconds_%d_ranks\", \"unit\": \"s\", "
-        "\"ours\": %.4f, "
-        "\"peer\": null, \"peer_name\": null, \"ratio\": null, \"status_p99_ms\": %.2f, "
-        "\"page_p99_ms\": %.2f, \"scrape_p99_ms\": %.2f, \"scrape_cpu_percent\": %.1f, "
-        "\"heartbeat_cpu_percent\": %.1f, \"never_joined_seconds\": %.2f, "
-        "\"stall_after_seconds\": %d, \"reform_seconds\": %.3f, \"ranks_per_agent\": %d, "
-        "\"heartbeats\": \"%s\"}\n",
-        n, r->rendezvous_seconds, r->status_p99_ms, r->page_p99_ms, r->scrape_p99_ms,
-        r->scrape_cpu_percent, r->heartbeat_cpu_percent, r->never_joined_seconds,
-        kStallAfterSeconds, r->reform_seconds, options.ranks_per_agent,
-        options.aggregated ? "agent" : "rank");
+  std::cout << absl::StrFormat(
+      "%-7d %-13.3f %-13.0f %-12.1f %-11s %-11s %-11s %-11s %-11s %-11s %-13.1f %-9.1f %.2f\n",
+      r.ranks, r.rendezvous_seconds, r.heartbeats_per_second, r.coordinator_cpu_percent,
+      ms(r.status_p50_ms), ms(r.status_p99_ms), ms(r.page_p50_ms), ms(r.page_p99_ms),
+      ms(r.scrape_p50_ms), ms(r.scrape_p99_ms), r.scrape_cpu_percent, r.heartbeat_cpu_percent,
+      r.never_joined_seconds);
+  std::cout << absl::StrFormat(
+      "        (%d scrapes of %zu bytes; rendezvous CPU: coordinator %.2f s, this bench %.2f s)\n",
+      r.scrapes, r.scrape_bytes, r.rendezvous_coordinator_cpu, r.rendezvous_bench_cpu);
+  if (r.reform_seconds > 0) {
+    std::cout << absl::StrFormat("        one rank lost: generation 2 formed in %.3f s\n",
+                                 r.reform_seconds);
   }
-  // Chorus and TorchElastic at 64, median of 3 each.
+  std::cout.flush();
+}
+
+// A result line (docs/benchmarks.md) for one world size; no peer at that size.
+void PrintSizeResultLine(const Result& r, const Options& options) {
+  std::cout << absl::StrFormat(
+      "{\"bench\": \"load_bench\", \"metric\": \"rendezvous_seconds_%d_ranks\", \"unit\": \"s\", "
+      "\"ours\": %.4f, "
+      "\"peer\": null, \"peer_name\": null, \"ratio\": null, \"status_p99_ms\": %.2f, "
+      "\"page_p99_ms\": %.2f, \"scrape_p99_ms\": %.2f, \"scrape_cpu_percent\": %.1f, "
+      "\"heartbeat_cpu_percent\": %.1f, \"never_joined_seconds\": %.2f, "
+      "\"stall_after_seconds\": %d, \"reform_seconds\": %.3f, \"ranks_per_agent\": %d, "
+      "\"heartbeats\": \"%s\"}\n",
+      r.ranks, r.rendezvous_seconds, r.status_p99_ms, r.page_p99_ms, r.scrape_p99_ms,
+      r.scrape_cpu_percent, r.heartbeat_cpu_percent, r.never_joined_seconds, kStallAfterSeconds,
+      r.reform_seconds, options.ranks_per_agent, options.aggregated ? "agent" : "rank");
+}
+
+// Chorus's rendezvous of 64 ranks, three runs (1 s of heartbeats each):
+// their seconds, sorted.
+absl::StatusOr<std::vector<double>> RendezvousAt64(const std::string& binary,
+                                                   const Options& options) {
   std::vector<double> ours;
   for (int i = 0; i < 3; ++i) {
     Options small = options;
     small.heartbeat_seconds = 1;
-    absl::StatusOr<Result> r = RunOnce(binary, 64, small);
-    if (!r.ok()) {
-      std::cerr << "load_bench: 64 ranks: " << r.status() << "\n";
-      return 1;
-    }
-    ours.push_back(r->rendezvous_seconds);
+    ASSIGN_OR_RETURN(const Result r, RunOnce(binary, 64, small));
+    ours.push_back(r.rendezvous_seconds);
   }
   std::sort(ours.begin(), ours.end());
-  absl::StatusOr<double> theirs = TorchElastic(peer, 64);
+  return ours;
+}
+
+int Main(int argc, char** argv) {
+  absl::StatusOr<Flags> flags = ParseFlags(argc, argv);
+  if (!flags.ok()) {
+    std::cerr << "load_bench: " << flags.status().message() << "\n";
+    return 2;
+  }
+  PrintTableHeader();
+  for (int n : flags->sizes) {
+    absl::StatusOr<Result> r = RunOnce(flags->binary, n, flags->options);
+    if (!r.ok()) {
+      std::cerr << "load_bench: " << n << " ranks: " << r.status() << "\n";
+      return 1;
+    }
+    PrintTableRow(*r);
+    PrintSizeResultLine(*r, flags->options);
+  }
+  // Chorus and TorchElastic at 64, median of 3 each.
+  absl::StatusOr<std::vector<double>> ours = RendezvousAt64(flags->binary, flags->options);
+  if (!ours.ok()) {
+    std::cerr << "load_bench: 64 ranks: " << ours.status() << "\n";
+    return 1;
+  }
+  absl::StatusOr<double> theirs = TorchElastic(flags->peer, 64);
   if (!theirs.ok()) {
     std::cerr << "load_bench: " << theirs.status() << "\n";
     return 1;
   }
+  const std::vector<double>& o = *ours;
   std::cout << absl::StrFormat(
-      "64 ranks: Chorus rendezvous median %.4f s (%.4f %.4f %.4f), TorchElastic %.4f s\n", ours[1],
-      ours[0], ours[1], ours[2], *theirs);
+      "64 ranks: Chorus rendezvous median %.4f s (%.4f %.4f %.4f), TorchElastic %.4f s\n", o[1],
+      o[0], o[1], o[2], *theirs);
   std::cout << absl::StrFormat(
       "{\"bench\": \"load_bench\", \"metric\": \"rendezvous_seconds_64_ranks\", \"unit\": \"s\", "
       "\"ours\": %.4f, "
       "\"peer\": %.4f, \"peer_name\": \"torchelastic "
       "DynamicRendezvousHandler+C10dRendezvousBackend+TCPStore\", "
       "\"ratio\": %.4f}\n",
-      ours[1], *theirs, ours[1] / *theirs);
+      o[1], *theirs, o[1] / *theirs);
   return 0;
 }
 
