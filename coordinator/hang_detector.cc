@@ -97,10 +97,13 @@ void DiagnoseDead(const v1::HangDetectionSpec& spec, const std::vector<RankView>
     if (age <= dead_after) continue;
     out.push_back(Make(
         v1::Diagnosis::DEAD, {v.rank}, {}, 0, absl::ToDoubleSeconds(age),
-        absl::StrFormat("rank %d has sent no heartbeat for %.1f s (last seen in %s at step %d); "
+        absl::StrFormat("rank %d has sent no heartbeat for %.1f s (last seen %s at step %d); "
                         "its process has not exited (its agent would have reported "
                         "that at once), so it is stopped or not responding",
-                        v.rank, absl::ToDoubleSeconds(age), v1::Phase_Name(v.hb().phase()),
+                        v.rank, absl::ToDoubleSeconds(age),
+                        v.hb().phase() == v1::PHASE_UNSPECIFIED
+                            ? "with no phase marked"
+                            : absl::StrCat("in ", v1::Phase_Name(v.hb().phase())),
                         v.hb().step())));
   }
 }
