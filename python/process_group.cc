@@ -132,17 +132,31 @@ void CommunicatorWork::Complete(const absl::Status& status) {
 
 CommunicatorProcessGroup::CommunicatorProcessGroup(std::shared_ptr<Communicator> comm,
                                                    ProgressReporter* progress,
-                                                   std::shared_ptr<const void> owner)
+                                                   std::shared_ptr<const void> owner,
+                                                   absl::Duration exit_grace)
     : c10d::ProcessGroup(comm->rank(), comm->size()),
       comm_(std::move(comm)),
       progress_(progress),
       owner_(std::move(owner)),
+      exit_grace_(exit_grace),
       completer_([this] { CompleteInOrder(); }) {}
 
 CommunicatorProcessGroup::~CommunicatorProcessGroup() {
+  size_t running = 0;
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
+    auto idle = [](CommunicatorProcessGroup* g) ABSL_EXCLUSIVE_LOCKS_REQUIRED(g->mu_) {
+      return g->pending_.empty() && !g->completing_;
+    };
+    if (!mu_.AwaitWithTimeout(absl::Condition(+idle, this), exit_grace_)) {
+      running = pending_.size() + (completing_ ? 1 : 0);
+    }
+  }
+  if (running > 0) {
+    comm_->Abort(absl::StrCat("the chorus process group was destroyed with ", running,
+                              " op(s) still running after ",
+                              absl::FormatDuration(exit_grace_)));
   }
   completer_.join();
 }
@@ -178,6 +192,7 @@ void CommunicatorProcessGroup::CompleteInOrder() {
       if (pending_.empty()) return;  // stopping, nothing left
       next = std::move(pending_.front());
       pending_.pop_front();
+      completing_ = true;
     }
     absl::Status status = next.op->Wait(absl::InfiniteFuture());
     if (status.ok() && next.after) {
@@ -188,6 +203,8 @@ void CommunicatorProcessGroup::CompleteInOrder() {
       }
     }
     next.work->Complete(status);
+    absl::MutexLock lock(&mu_);
+    completing_ = false;
   }
 }
 

@@ -43,6 +43,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "worker/comm/communicator.h"
 
 namespace chorus {
@@ -75,10 +76,14 @@ class CommunicatorProcessGroup : public c10d::ProcessGroup {
   // `comm` is this generation's communicator; `progress` (may be null) is
   // the rank's progress reporter, which `owner` (may be null) keeps alive
   // for as long as the group lives.
+  // `exit_grace`: how long destruction waits for ops still running.
   CommunicatorProcessGroup(std::shared_ptr<Communicator> comm, ProgressReporter* progress,
-                           std::shared_ptr<const void> owner = nullptr);
-  // Waits for the ops issued so far (they finish, fail, or fail at once
-  // once the communicator is aborted).
+                           std::shared_ptr<const void> owner = nullptr,
+                           absl::Duration exit_grace = absl::Seconds(10));
+  // Waits for the ops issued so far, up to `exit_grace`; then aborts the
+  // communicator (failing them) rather than hang: a script that ends, or
+  // drops its group, while a collective waits for a peer that never comes
+  // still exits.
   ~CommunicatorProcessGroup() override;
 
   const std::string getBackendName() const override { return "chorus"; }
@@ -149,8 +154,10 @@ class CommunicatorProcessGroup : public c10d::ProcessGroup {
   const std::shared_ptr<Communicator> comm_;
   ProgressReporter* const progress_;
   const std::shared_ptr<const void> owner_;
+  const absl::Duration exit_grace_;
   absl::Mutex mu_;
   std::deque<Pending> pending_ ABSL_GUARDED_BY(mu_);
+  bool completing_ ABSL_GUARDED_BY(mu_) = false;  // the completer holds an op
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t issued_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread completer_;

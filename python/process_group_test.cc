@@ -171,5 +171,25 @@ TEST(CommunicatorProcessGroupTest, AFailedOpRaisesTheChorusStatusAndFailsTheFutu
   });
 }
 
+TEST(CommunicatorProcessGroupTest, DroppingAGroupWithAnOpStuckOnAPeerEndsWithinItsGrace) {
+  RunGlooRanks(2, [](int rank, Communicator& comm) {
+    if (rank == 1) return;  // never enters the all-reduce
+    c10::intrusive_ptr<c10d::Work> work;
+    const absl::Time start = absl::Now();
+    {
+      auto group = c10::make_intrusive<CommunicatorProcessGroup>(
+          std::shared_ptr<Communicator>(&comm, [](Communicator*) {}), nullptr, nullptr,
+          absl::Milliseconds(300));
+      std::vector<at::Tensor> t = {at::ones({4})};
+      work = group->allreduce(t, c10d::AllreduceOptions());
+    }
+    const absl::Duration took = absl::Now() - start;
+    EXPECT_GE(took, absl::Milliseconds(250));
+    EXPECT_LT(took, absl::Seconds(5));
+    std::string error = ErrorOf([&] { work->wait(); });
+    EXPECT_NE(error.find("destroyed with 1 op(s) still running"), std::string::npos) << error;
+  });
+}
+
 }  // namespace
 }  // namespace chorus
