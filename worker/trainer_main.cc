@@ -337,6 +337,9 @@ int Run(RankWhere& where) {
   absl::StatusOr<v1::Metrics> result;
   {
     HeartbeatStream::Options heartbeat_options;
+    // Through the agent when it collects its ranks' heartbeats (Note
+    // [Heartbeats through the agent] in worker/agent/agent.cc).
+    heartbeat_options.agent = AgentChannelFromEnvironment();
     // A survivor whose communicator has not failed by itself (its peers
     // were not its ring neighbours, say) learns of the next generation here.
     heartbeat_options.on_directive = [&](const v1::Directive& directive) {
