@@ -50,6 +50,7 @@
 #include "common/logging.h"
 #include "common/paths.h"
 #include "worker/comm/grpc_store.h"
+#include "worker/runtime/heartbeat_stream.h"
 #include "worker/runtime/join_generation.h"
 #include "worker/runtime/program_supervisor.h"
 
@@ -99,6 +100,7 @@ int SuperviseProgram(const v1::JoinResponse& joined, const std::shared_ptr<grpc:
   options.rank = {joined, job_id, coordinator, Env("CHORUS_RANK_HOST", "127.0.0.1"), ::getpid()};
   options.store = &store;
   options.ranks = &ranks;
+  options.agent_heartbeats = AgentChannelFromEnvironment();
   options.terminate_requests = &g_terminate_requests;
   options.checkpoint_requests = &g_checkpoint_requests;
   ProgramSupervisor supervisor(std::move(options));

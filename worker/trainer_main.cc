@@ -176,6 +176,20 @@ absl::StatusOr<std::unique_ptr<JoinedGeneration>> ConnectGeneration(
   return gen;
 }
 
+// The JoinResponse chorus-rank got and left in CHORUS_RANK_JOINED's file,
+// which is removed.
+absl::StatusOr<v1::JoinResponse> TakeJoinFromRank() {
+  const std::string join_file = Env("CHORUS_RANK_JOINED");
+  if (join_file.empty()) {
+    return absl::FailedPreconditionError(
+        "CHORUS_RANK_JOINED is not set: chorus-trainer is started by chorus-rank");
+  }
+  absl::StatusOr<v1::JoinResponse> joined = ReadJoinFile(join_file);
+  ::unlink(join_file.c_str());
+  unsetenv("CHORUS_RANK_JOINED");
+  return joined;
+}
+
 int Run(RankWhere& where) {
   absl::StatusOr<RankLaunch> launch = RankLaunchFromEnvironment();
   if (!launch.ok()) return Fail(std::string(launch.status().message()));
@@ -192,13 +206,7 @@ int Run(RankWhere& where) {
   auto ranks = v1::RankService::NewStub(channel);
 
   // chorus-rank joined (the request above is what later joins build on).
-  const std::string join_file = Env("CHORUS_RANK_JOINED");
-  if (join_file.empty()) {
-    return Fail("CHORUS_RANK_JOINED is not set: chorus-trainer is started by chorus-rank");
-  }
-  absl::StatusOr<v1::JoinResponse> first = ReadJoinFile(join_file);
-  ::unlink(join_file.c_str());
-  unsetenv("CHORUS_RANK_JOINED");
+  absl::StatusOr<v1::JoinResponse> first = TakeJoinFromRank();
   if (!first.ok()) return Fail(std::string(first.status().message()));
   const v1::JobSpec& spec = first->spec();
   where.rank = first->rank();
@@ -323,6 +331,9 @@ int Run(RankWhere& where) {
   absl::StatusOr<v1::Metrics> result;
   {
     HeartbeatStream::Options heartbeat_options;
+    // Through the agent when it collects its ranks' heartbeats (Note
+    // [Heartbeats through the agent] in worker/agent/agent.cc).
+    heartbeat_options.agent = AgentChannelFromEnvironment();
     // A survivor whose communicator has not failed by itself (its peers
     // were not its ring neighbours, say) learns of the next generation here.
     heartbeat_options.on_directive = [&](const v1::Directive& directive) {

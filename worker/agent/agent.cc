@@ -35,6 +35,7 @@ Agent::Agent(AgentOptions options)
       cpus_(options_.cpus.empty() ? AllowedCpus() : options_.cpus),
       launcher_(options_.launcher != nullptr ? options_.launcher
                                              : std::make_shared<PosixRankLauncher>()),
+      clock_(options_.clock != nullptr ? *options_.clock : real_clock_),
       stub_(v1::AgentService::NewStub(MakeCoordinatorChannel(options_.coordinator))) {
   if (!options_.bind_cpus) {
     LOG(INFO) << "ranks are not bound to CPUs (--bind_cpus=false)";
@@ -125,9 +126,11 @@ void Agent::Send(const v1::AgentMessage& message) {
     absl::MutexLock lock(&mu_);
     stream = stream_;
   }
-  // Output lines are best effort (the local log has them too); a rank's
-  // exit is kept and sent after reconnecting.
-  if ((stream == nullptr || !stream->Write(message)) && !message.has_logs()) {
+  // Output lines are best effort (the local log has them too), and so are
+  // heartbeats (newer ones follow); a rank's exit is kept and sent after
+  // reconnecting.
+  if ((stream == nullptr || !stream->Write(message)) && !message.has_logs() &&
+      !message.has_heartbeats()) {
     LOG(WARNING) << "coordinator unreachable; will report after reconnecting: "
                  << message.ShortDebugString();
     absl::MutexLock lock(&mu_);
@@ -186,6 +189,8 @@ void Agent::Serve(grpc::ClientReaderWriter<v1::AgentMessage, v1::CoordinatorMess
       StopRanks(message.stop().job_id(),
                 std::vector<int>(message.stop().slots().begin(), message.stop().slots().end()),
                 absl::Seconds(std::max(0.0, message.stop().grace_seconds())));
+    } else if (message.has_directives()) {
+      PassDirectives(message.directives());
     }
   }
   absl::MutexLock write_lock(&write_mu_);
@@ -198,6 +203,8 @@ absl::Status Agent::Run() {
   absl::Duration backoff = absl::Milliseconds(200);
   bool ever_connected = false;
   absl::Time disconnected_since = absl::InfiniteFuture();
+  StartThread([this] { ForwardHeartbeats(); });
+  StartThread([this] { WatchForUrgentHeartbeats(); });
   while (true) {
     grpc::ClientContext context;
     {
@@ -269,8 +276,11 @@ void Agent::Launch(const v1::LaunchRanks& launch) {
         continue;
       }
     }
-    const RankCommand command = RankCommandFor(launch, rank, agent_id);
+    RankCommand command = RankCommandFor(launch, rank, agent_id);
+    int rank_fd = -1;
+    std::unique_ptr<ProgressReceiver> heartbeats = OpenHeartbeatChannel(command, &rank_fd);
     absl::StatusOr<std::unique_ptr<RankProcess>> process = launcher_->Start(command);
+    if (rank_fd >= 0) close(rank_fd);  // the rank has its own copy now
     if (!process.ok()) {
       LOG(ERROR) << launch.job_id() << ": slot " << rank.slot() << ": " << process.status();
       v1::AgentMessage exited;
@@ -288,6 +298,7 @@ void Agent::Launch(const v1::LaunchRanks& launch) {
     child->job_id = launch.job_id();
     child->generation = launch.generation();
     child->slot = rank.slot();
+    child->heartbeats = std::move(heartbeats);
     LOG(INFO) << launch.job_id() << ": started slot " << rank.slot() << " as pid " << child->pid;
     bool stop_now = false;
     {
@@ -330,6 +341,7 @@ RankCommand Agent::RankCommandFor(const v1::LaunchRanks& launch, const v1::RankL
   set("CHORUS_GENERATION", std::to_string(launch.generation()));
   set("CHORUS_AGENT_ID", agent_id);
   set("CHORUS_SLOT", std::to_string(rank.slot()));
+  unset(kAgentHeartbeatsFdVariable);  // OpenHeartbeatChannel sets this rank's own
   set("LOCAL_RANK", std::to_string(rank.local_rank()));
   set("LOCAL_WORLD_SIZE", std::to_string(rank.local_world_size()));
   set("OMP_NUM_THREADS", std::to_string(options_.threads_per_rank));
@@ -342,6 +354,155 @@ RankCommand Agent::RankCommandFor(const v1::LaunchRanks& launch, const v1::RankL
     set("CHORUS_CPUS", FormatCpuList(command.cpus));
   }
   return command;
+}
+
+// Note [Heartbeats through the agent]
+// At 16,384 ranks one heartbeat stream per rank costs the coordinator most
+// of a core (Note [Aggregated heartbeats] in coordinator/scheduler.h), so
+// the agent collects its ranks' heartbeats and sends them in one
+// AgentMessage.heartbeats per heartbeat_interval. Each rank gets one end of
+// a SOCK_SEQPACKET pair (worker/runtime/progress_channel.h) at its start,
+// its number in CHORUS_AGENT_HEARTBEATS_FD: no address to find or guard,
+// only the rank holds it (chorus-rank makes it close-on-exec before it
+// starts a program), and a rank's heartbeat is one datagram. Its
+// HeartbeatStream sends there instead of opening its own stream; a rank
+// without the variable (started by an older agent, or when the pair could
+// not be made) keeps its own stream, and one whose agent's end closes goes
+// back to it.
+// Once per interval ForwardHeartbeats drains every rank's channel without
+// waiting and sends the newest heartbeat of each rank that sent any since
+// the last message. A rank that sent nothing is absent, so a dead, hung or
+// stopped rank (a program's supervisor withholds heartbeats while the
+// program is SIGSTOPped) ages into DEAD at the coordinator while its agent
+// is alive. While the agent is disconnected the heartbeats are dropped, not
+// kept: the next ones after reconnecting are newer. The coordinator answers
+// with RankDirectives naming the slot (or, for a rank it no longer places,
+// the generation and rank of the heartbeat); PassDirectives hands each to
+// the rank of that job, slot or rank, and generation over its channel, and
+// the rank's on_directive gets it as from its own stream.
+std::unique_ptr<ProgressReceiver> Agent::OpenHeartbeatChannel(RankCommand& command, int* rank_fd) {
+  *rank_fd = -1;
+  absl::StatusOr<ProgressChannelPair> pair = CreateProgressChannel();
+  if (!pair.ok()) {
+    LOG(WARNING) << "no heartbeat channel for a rank (it sends its heartbeats to the "
+                 << "coordinator itself): " << pair.status().message();
+    return nullptr;
+  }
+  *rank_fd = pair->program_fd;
+  command.env.push_back(absl::StrCat(kAgentHeartbeatsFdVariable, "=", pair->program_fd));
+  return std::make_unique<ProgressReceiver>(pair->supervisor_fd);
+}
+
+// Note [Urgent heartbeats]
+// A program that re-forms in its own process says so in its heartbeats
+// (reforms_in_process), and until the coordinator has heard it, a lost rank
+// of its job restarts every rank (Note [Restart-all] in
+// coordinator/running_job.h). Through the agent that word could wait a
+// whole interval more than on the rank's own stream, long enough for a rank
+// lost early in the job to restart survivors that would have re-formed. So a
+// watcher reads the channels every kUrgentPoll (real time) and wakes the
+// forwarder as soon as a rank's heartbeat first carries the declaration;
+// every other heartbeat waits for the interval.
+constexpr absl::Duration kUrgentPoll = absl::Milliseconds(50);
+
+std::vector<std::shared_ptr<Agent::Child>> Agent::HeartbeatChildren() const {
+  std::vector<std::shared_ptr<Child>> children;
+  for (const auto& [pid, child] : children_) {
+    if (child->heartbeats != nullptr) children.push_back(child);
+  }
+  return children;
+}
+
+void Agent::ForwardHeartbeats() {
+  absl::MutexLock lock(&mu_);
+  absl::Time next = clock_.Now() + options_.heartbeat_interval;
+  while (true) {
+    auto wake = [](Agent* a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(a->mu_) {
+      return a->stopping_ || a->urgent_heartbeat_;
+    };
+    clock_.AwaitWithDeadline(mu_, absl::Condition(+wake, this), next);
+    if (stopping_) return;
+    if (!urgent_heartbeat_) next = clock_.Now() + options_.heartbeat_interval;
+    urgent_heartbeat_ = false;
+    const std::vector<std::shared_ptr<Child>> children = HeartbeatChildren();
+    mu_.Unlock();
+    const v1::AgentMessage message = CollectHeartbeats(children);
+    if (message.heartbeats().heartbeats_size() > 0) Send(message);
+    mu_.Lock();
+  }
+}
+
+void Agent::WatchForUrgentHeartbeats() {
+  absl::MutexLock lock(&mu_);
+  while (!stopping_) {
+    mu_.AwaitWithTimeout(absl::Condition(&stopping_), kUrgentPoll);
+    if (stopping_) return;
+    const std::vector<std::shared_ptr<Child>> children = HeartbeatChildren();
+    mu_.Unlock();
+    bool urgent = false;
+    for (const std::shared_ptr<Child>& child : children) urgent = ReadHeartbeats(*child) || urgent;
+    mu_.Lock();
+    if (urgent) urgent_heartbeat_ = true;
+  }
+}
+
+bool Agent::ReadHeartbeats(Child& child) {
+  absl::MutexLock lock(&child.mu);
+  absl::StatusOr<v1::RankHeartbeat> newest = child.heartbeats->Receive(absl::InfinitePast());
+  if (!newest.ok()) {
+    if (!absl::IsDeadlineExceeded(newest.status()) && !absl::IsOutOfRange(newest.status())) {
+      LOG(WARNING) << child.job_id << ": slot " << child.slot << ": "
+                   << newest.status().message();
+    }
+    return false;
+  }
+  if (newest->job_id() != child.job_id) {
+    LOG_EVERY_N(WARNING, 60) << child.job_id << ": slot " << child.slot
+                             << " sent a heartbeat of job " << newest->job_id()
+                             << "; not forwarded";
+    return false;
+  }
+  const bool declares = newest->reforms_in_process() && !child.declared_reforms;
+  if (declares) child.declared_reforms = true;
+  child.unsent = *std::move(newest);
+  return declares;
+}
+
+v1::AgentMessage Agent::CollectHeartbeats(const std::vector<std::shared_ptr<Child>>& children) {
+  v1::AgentMessage message;
+  v1::RankHeartbeats& batch = *message.mutable_heartbeats();
+  for (const std::shared_ptr<Child>& child : children) {
+    ReadHeartbeats(*child);
+    absl::MutexLock lock(&child->mu);
+    if (!child->unsent.has_value()) continue;
+    child->forwarded = Child::Forwarded{child->unsent->generation(), child->unsent->rank()};
+    *batch.add_heartbeats() = *std::move(child->unsent);
+    child->unsent.reset();
+  }
+  return message;
+}
+
+void Agent::PassDirectives(const v1::RankDirectives& directives) {
+  for (const v1::RankDirectives::Entry& entry : directives.entries()) {
+    for (const std::shared_ptr<Child>& child : Ranks(entry.job_id(), {})) {
+      if (child->heartbeats == nullptr) continue;
+      {
+        absl::MutexLock lock(&child->mu);
+        const bool same_rank =
+            entry.slot() >= 0 ? child->slot == entry.slot()
+                              : child->forwarded.has_value() && child->forwarded->rank == entry.rank();
+        if (!same_rank || !child->forwarded.has_value() ||
+            child->forwarded->generation != entry.generation()) {
+          continue;
+        }
+      }
+      if (absl::Status sent = child->heartbeats->SendDirective(entry.directive()); !sent.ok()) {
+        LOG(WARNING) << entry.job_id() << ": slot " << child->slot << ": passing on "
+                     << v1::Directive::Kind_Name(entry.directive().kind()) << ": "
+                     << sent.message();
+      }
+    }
+  }
 }
 
 void Agent::Monitor(std::shared_ptr<Child> child) {

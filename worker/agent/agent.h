@@ -5,7 +5,10 @@
 // SIGTERM to the process group, SIGKILL after the grace period. When the
 // coordinator goes away it stops its ranks and reconnects with backoff.
 // Processes are started through a RankLauncher (rank_launcher.h): the real
-// one by default, a scripted one in tests.
+// one by default, a scripted one in tests. Its ranks' heartbeats go to the
+// coordinator through it, one message per interval for all of them, and the
+// coordinator's directives for them come back the same way (Note
+// [Heartbeats through the agent] in agent.cc).
 //
 // Thread-safety: Run() on one thread; Stop() from any other (e.g. a signal
 // thread). Every thread the agent starts is joined soon after it finishes,
@@ -25,6 +28,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -34,7 +38,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "chorus/v1/coordinator.grpc.pb.h"
+#include "common/clock.h"
 #include "worker/agent/rank_launcher.h"
+#include "worker/runtime/progress_channel.h"
 
 namespace chorus {
 
@@ -61,6 +67,11 @@ struct AgentOptions {
   // agent reconnects (a restarted coordinator takes their jobs back); after
   // that they are stopped.
   absl::Duration reconnect_window = absl::Seconds(60);
+  // How often the ranks' heartbeats go to the coordinator (one message with
+  // the newest of each rank heard from since the last).
+  absl::Duration heartbeat_interval = absl::Seconds(1);
+  // Times heartbeat_interval; null: the real clock.
+  Clock* clock = nullptr;
   // Starts the rank processes; null: PosixRankLauncher.
   std::shared_ptr<RankLauncher> launcher;
 };
@@ -95,6 +106,22 @@ class Agent {
     std::string job_id;
     int64_t generation = 0;
     int slot = 0;
+    // The agent's end of the rank's heartbeat channel; null when it could
+    // not be made (the rank then sends its heartbeats to the coordinator).
+    std::unique_ptr<ProgressReceiver> heartbeats;
+    // The generation and rank of the newest heartbeat forwarded, to find
+    // the rank a directive without a slot is for.
+    struct Forwarded {
+      int64_t generation = 0;
+      int rank = 0;
+    };
+    std::optional<Forwarded> forwarded ABSL_GUARDED_BY(mu);
+    // Read from `heartbeats` (one reader at a time, under `mu`) and not
+    // forwarded yet: the newest.
+    std::optional<v1::RankHeartbeat> unsent ABSL_GUARDED_BY(mu);
+    // The rank's program has said that it re-forms in its own process
+    // (forwarded at once: Note [Urgent heartbeats]).
+    bool declared_reforms ABSL_GUARDED_BY(mu) = false;
     // The newest output lines, within kMaxTailLines and kMaxTailBytes.
     std::deque<std::string> tail ABSL_GUARDED_BY(mu);
     mutable absl::Mutex mu;
@@ -126,6 +153,25 @@ class Agent {
   // Reads the child's output until it ends, waits for its exit, reports it.
   void Monitor(std::shared_ptr<Child> child);
   void Send(const v1::AgentMessage& message);
+  // A heartbeat channel for the rank `command` starts: the agent's end, and
+  // the variable naming the rank's end (`*rank_fd`, for the caller to close
+  // once the rank has started) in `command`. Null (and no variable) when no
+  // channel could be made.
+  std::unique_ptr<ProgressReceiver> OpenHeartbeatChannel(RankCommand& command, int* rank_fd);
+  // Every heartbeat_interval until Stop(): one message with the newest
+  // heartbeat of each rank heard from since the last.
+  void ForwardHeartbeats() ABSL_LOCKS_EXCLUDED(mu_);
+  v1::AgentMessage CollectHeartbeats(const std::vector<std::shared_ptr<Child>>& children);
+  // Every kUrgentPoll (real time) until Stop(): reads the ranks' channels
+  // and wakes ForwardHeartbeats when a heartbeat must not wait for the
+  // interval (Note [Urgent heartbeats]).
+  void WatchForUrgentHeartbeats() ABSL_LOCKS_EXCLUDED(mu_);
+  // Moves what `child`'s channel holds into child->unsent; whether it is
+  // urgent.
+  bool ReadHeartbeats(Child& child);
+  std::vector<std::shared_ptr<Child>> HeartbeatChildren() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Hands each directive to the rank it is for.
+  void PassDirectives(const v1::RankDirectives& directives);
   // Runs `body` on a new thread the agent owns, after joining the threads
   // that have finished (Note [Reaping threads]).
   void StartThread(std::function<void()> body) ABSL_LOCKS_EXCLUDED(mu_);
@@ -134,10 +180,14 @@ class Agent {
   // The CPUs the slots share (options_.cpus, or this process's).
   const std::vector<int> cpus_;
   const std::shared_ptr<RankLauncher> launcher_;
+  RealClock real_clock_;
+  Clock& clock_;
   std::unique_ptr<v1::AgentService::Stub> stub_;
 
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // A heartbeat to forward before the interval ends.
+  bool urgent_heartbeat_ ABSL_GUARDED_BY(mu_) = false;
   std::string agent_id_ ABSL_GUARDED_BY(mu_);
   grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;
   grpc::ClientReaderWriter<v1::AgentMessage, v1::CoordinatorMessage>* stream_ ABSL_GUARDED_BY(mu_) =

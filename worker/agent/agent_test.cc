@@ -25,11 +25,13 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "chorus/v1/coordinator.grpc.pb.h"
+#include "common/clock.h"
 #include "common/output_limits.h"
 #include "common/version.h"
 #include "gmock/gmock.h"
@@ -38,6 +40,7 @@
 #include "grpcpp/server_builder.h"
 #include "gtest/gtest.h"
 #include "worker/agent/rank_launcher.h"
+#include "worker/runtime/progress_channel.h"
 
 namespace chorus {
 namespace {
@@ -70,7 +73,28 @@ struct SignalSent {
 // the test through the FakeLauncher.
 class FakeRank {
  public:
-  FakeRank(pid_t pid, RankCommand command) : pid_(pid), command_(std::move(command)) {}
+  // Takes its own copy of the heartbeat channel the agent made for it (the
+  // agent closes the rank's end once Start returns, as a real rank's copy
+  // survives in the process).
+  FakeRank(pid_t pid, RankCommand command) : pid_(pid), command_(std::move(command)) {
+    int fd = -1;
+    if (absl::SimpleAtoi(Env(kAgentHeartbeatsFdVariable), &fd)) {
+      const int copy = dup(fd);
+      if (copy >= 0) heartbeats_ = std::make_unique<ProgressSender>(copy);
+    }
+  }
+
+  // Sends a heartbeat to the agent over its channel (as a rank's
+  // HeartbeatStream does).
+  absl::Status SendHeartbeat(const v1::RankHeartbeat& heartbeat) {
+    if (heartbeats_ == nullptr) return absl::FailedPreconditionError("no heartbeat channel");
+    return heartbeats_->Send(heartbeat);
+  }
+  // The next directive the agent passed on, waiting until `deadline`.
+  absl::StatusOr<v1::Directive> ReceiveDirective(absl::Time deadline) {
+    if (heartbeats_ == nullptr) return absl::FailedPreconditionError("no heartbeat channel");
+    return heartbeats_->ReceiveDirective(deadline);
+  }
 
   pid_t pid() const { return pid_; }
   const RankCommand& command() const { return command_; }
@@ -146,6 +170,7 @@ class FakeRank {
   std::optional<int> exit_code_ ABSL_GUARDED_BY(mu_);
   bool ignores_sigterm_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<SignalSent> signals_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<ProgressSender> heartbeats_;
 };
 
 class FakeRankProcess final : public RankProcess {
@@ -352,6 +377,16 @@ class FakeCoordinator final : public v1::AgentService::Service {
     };
     mu_.AwaitWithTimeout(absl::Condition(&seen), kPatience);
     return found;
+  }
+
+  // Every heartbeats message received so far.
+  std::vector<v1::RankHeartbeats> HeartbeatMessages() {
+    absl::MutexLock lock(&mu_);
+    std::vector<v1::RankHeartbeats> messages;
+    for (const Received& r : received_) {
+      if (r.message.has_heartbeats()) messages.push_back(r.message.heartbeats());
+    }
+    return messages;
   }
 
   // Every RankLogs message received so far of `job_id` slot `slot`.
@@ -889,11 +924,13 @@ TEST_F(AgentTest, ThreadsOfFinishedRanksAndStopsAreJoinedWhileTheAgentRuns) {
       coordinator_.Send(StopMessage(job_id, {0}, 0.01));  // leaves on SIGTERM
     }
     ASSERT_TRUE(coordinator_.AwaitExit(job_id, 0).has_value()) << job_id;
-    EXPECT_LE(agent_->threads_held(), 4) << "after " << job_id;
+    // The heartbeat forwarder and its urgent watcher, plus the few that
+    // have finished since the last reaping.
+    EXPECT_LE(agent_->threads_held(), 5) << "after " << job_id;
   }
   EXPECT_TRUE(Eventually([&] { return agent_->live_ranks() == 0; }));
   // Not one per rank or stop the agent has seen (75 here).
-  EXPECT_LE(agent_->threads_held(), 4);
+  EXPECT_LE(agent_->threads_held(), 5);
 }
 
 TEST_F(AgentTest, FirstConnectionGivesUpAfterTheConnectTimeout) {
@@ -905,6 +942,168 @@ TEST_F(AgentTest, FirstConnectionGivesUpAfterTheConnectTimeout) {
   EXPECT_THAT(run_status_.message(),
               HasSubstr(absl::StrCat("no coordinator answered at ", options_.coordinator)));
   EXPECT_GE(coordinator_.refused(), 1);
+}
+
+}  // namespace
+}  // namespace chorus
+
+namespace chorus {
+namespace {
+
+v1::RankHeartbeat RankHeartbeatOf(const std::string& job_id, int64_t generation, int rank,
+                                  int64_t step) {
+  v1::RankHeartbeat heartbeat;
+  heartbeat.set_job_id(job_id);
+  heartbeat.set_generation(generation);
+  heartbeat.set_rank(rank);
+  heartbeat.set_step(step);
+  return heartbeat;
+}
+
+// The ranks (rank numbers) in `message`, and the step of each.
+std::map<int, int64_t> StepsByRank(const v1::RankHeartbeats& message) {
+  std::map<int, int64_t> steps;
+  for (const v1::RankHeartbeat& heartbeat : message.heartbeats()) {
+    steps[heartbeat.rank()] = heartbeat.step();
+  }
+  return steps;
+}
+
+class AgentHeartbeatsTest : public AgentTest {
+ protected:
+  static constexpr absl::Duration kInterval = absl::Seconds(1);
+
+  void SetUp() override {
+    AgentTest::SetUp();
+    options_.heartbeat_interval = kInterval;
+    options_.clock = &clock_;
+  }
+
+  // Moves the agent's clock on an interval at a time until the coordinator
+  // has `n` heartbeats messages in all (bounded by kPatience); those. The
+  // agent sends nothing for an interval without heartbeats, so extra
+  // intervals add no message.
+  std::vector<v1::RankHeartbeats> AdvanceUntilMessages(size_t n) {
+    const absl::Time deadline = absl::Now() + kPatience;
+    std::vector<v1::RankHeartbeats> messages = coordinator_.HeartbeatMessages();
+    while (messages.size() < n && absl::Now() < deadline) {
+      clock_.Advance(kInterval);
+      absl::SleepFor(absl::Milliseconds(10));
+      messages = coordinator_.HeartbeatMessages();
+    }
+    return messages;
+  }
+
+  FakeClock clock_;
+};
+
+// Note [Heartbeats through the agent]: one message per interval with the
+// newest heartbeat of each rank heard from, and nothing for a rank that fell
+// silent.
+TEST_F(AgentHeartbeatsTest, ForwardsItsRanksNewestHeartbeatsInOneMessageAndLeavesOutASilentRank) {
+  Connect();
+  coordinator_.Send(LaunchMessage("job-1", 3, {0, 1}));
+  std::vector<std::shared_ptr<FakeRank>> ranks = launcher_->AwaitRanks(2);
+  ASSERT_EQ(ranks.size(), 2u);
+  ASSERT_NE(ranks[0]->Env(kAgentHeartbeatsFdVariable), "");
+  // Slot 0 is rank 5, slot 1 rank 6; both send two heartbeats at once: only
+  // the newer goes on.
+  for (int step : {1, 2}) {
+    ASSERT_TRUE(ranks[0]->SendHeartbeat(RankHeartbeatOf("job-1", 3, 5, step)).ok());
+    ASSERT_TRUE(ranks[1]->SendHeartbeat(RankHeartbeatOf("job-1", 3, 6, 10 + step)).ok());
+  }
+  std::vector<v1::RankHeartbeats> messages = AdvanceUntilMessages(1);
+  ASSERT_EQ(messages.size(), 1u);
+  EXPECT_EQ(StepsByRank(messages[0]), (std::map<int, int64_t>{{5, 2}, {6, 12}}));
+
+  // Now only slot 0 sends: slot 1 is absent from every later message.
+  for (int step = 3; step <= 5; ++step) {
+    ASSERT_TRUE(ranks[0]->SendHeartbeat(RankHeartbeatOf("job-1", 3, 5, step)).ok());
+    messages = AdvanceUntilMessages(messages.size() + 1);
+  }
+  ASSERT_EQ(messages.size(), 4u) << "one message per interval, none without heartbeats";
+  for (size_t i = 1; i < messages.size(); ++i) {
+    EXPECT_EQ(StepsByRank(messages[i]), (std::map<int, int64_t>{{5, static_cast<int64_t>(i + 2)}}))
+        << "message " << i;
+  }
+}
+
+// Note [Urgent heartbeats]: a rank's first heartbeat saying its program
+// re-forms in its own process goes on at once; later ones wait for the
+// interval like any other.
+TEST_F(AgentHeartbeatsTest, ForwardsAProgramsFirstWordThatItReformsInProcessAtOnce) {
+  Connect();
+  coordinator_.Send(LaunchMessage("job-1", 1, {0}));
+  std::vector<std::shared_ptr<FakeRank>> ranks = launcher_->AwaitRanks(1);
+  ASSERT_EQ(ranks.size(), 1u);
+  v1::RankHeartbeat declaring = RankHeartbeatOf("job-1", 1, 0, 3);
+  declaring.set_reforms_in_process(true);
+  ASSERT_TRUE(ranks[0]->SendHeartbeat(declaring).ok());
+  // The agent's clock stands still: only the urgent path can send it.
+  const absl::Time deadline = absl::Now() + kPatience;
+  while (coordinator_.HeartbeatMessages().empty() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  std::vector<v1::RankHeartbeats> messages = coordinator_.HeartbeatMessages();
+  ASSERT_EQ(messages.size(), 1u) << "forwarded before the interval ended";
+  EXPECT_TRUE(messages[0].heartbeats(0).reforms_in_process());
+
+  declaring.set_step(4);
+  ASSERT_TRUE(ranks[0]->SendHeartbeat(declaring).ok());
+  absl::SleepFor(absl::Milliseconds(300));  // six of the watcher's looks
+  EXPECT_EQ(coordinator_.HeartbeatMessages().size(), 1u) << "said once, urgent once";
+  messages = AdvanceUntilMessages(2);
+  ASSERT_EQ(messages.size(), 2u);
+  EXPECT_EQ(StepsByRank(messages[1]), (std::map<int, int64_t>{{0, 4}}));
+}
+
+TEST_F(AgentHeartbeatsTest, PassesEachDirectiveToTheRankItIsFor) {
+  Connect();
+  coordinator_.Send(LaunchMessage("job-1", 2, {0, 1}));
+  std::vector<std::shared_ptr<FakeRank>> ranks = launcher_->AwaitRanks(2);
+  ASSERT_EQ(ranks.size(), 2u);
+  ASSERT_TRUE(ranks[0]->SendHeartbeat(RankHeartbeatOf("job-1", 2, 0, 7)).ok());
+  ASSERT_TRUE(ranks[1]->SendHeartbeat(RankHeartbeatOf("job-1", 2, 1, 7)).ok());
+  std::vector<v1::RankHeartbeats> messages = AdvanceUntilMessages(1);
+  ASSERT_EQ(messages.size(), 1u);
+  ASSERT_EQ(messages[0].heartbeats_size(), 2);
+
+  v1::CoordinatorMessage message;
+  // By slot: REFORM for slot 1 only.
+  v1::RankDirectives::Entry* by_slot = message.mutable_directives()->add_entries();
+  by_slot->set_job_id("job-1");
+  by_slot->set_slot(1);
+  by_slot->set_rank(1);
+  by_slot->set_generation(2);
+  by_slot->mutable_directive()->set_kind(v1::Directive::REFORM_AT_STEP_BOUNDARY);
+  by_slot->mutable_directive()->set_generation(3);
+  // Without a slot: found by the generation and rank of its heartbeat.
+  v1::RankDirectives::Entry* by_rank = message.mutable_directives()->add_entries();
+  by_rank->set_job_id("job-1");
+  by_rank->set_slot(-1);
+  by_rank->set_rank(0);
+  by_rank->set_generation(2);
+  by_rank->mutable_directive()->set_kind(v1::Directive::RE_RENDEZVOUS);
+  by_rank->mutable_directive()->set_generation(3);
+  // For another job's slot 1 on this agent: nobody here.
+  v1::RankDirectives::Entry* other = message.mutable_directives()->add_entries();
+  *other = *by_slot;
+  other->set_job_id("job-9");
+  coordinator_.Send(message);
+
+  absl::StatusOr<v1::Directive> to_slot1 = ranks[1]->ReceiveDirective(absl::Now() + kPatience);
+  ASSERT_TRUE(to_slot1.ok()) << to_slot1.status();
+  EXPECT_EQ(to_slot1->kind(), v1::Directive::REFORM_AT_STEP_BOUNDARY);
+  EXPECT_EQ(to_slot1->generation(), 3);
+  absl::StatusOr<v1::Directive> to_slot0 = ranks[0]->ReceiveDirective(absl::Now() + kPatience);
+  ASSERT_TRUE(to_slot0.ok()) << to_slot0.status();
+  EXPECT_EQ(to_slot0->kind(), v1::Directive::RE_RENDEZVOUS);
+  // Each got its own and nothing else.
+  for (int i = 0; i < 2; ++i) {
+    absl::StatusOr<v1::Directive> more =
+        ranks[i]->ReceiveDirective(absl::Now() + absl::Milliseconds(200));
+    EXPECT_TRUE(absl::IsDeadlineExceeded(more.status())) << "slot " << i << ": " << more.status();
+  }
 }
 
 }  // namespace

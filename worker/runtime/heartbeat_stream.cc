@@ -2,17 +2,26 @@
 
 #include <memory>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "glog/logging.h"
 #include "grpcpp/client_context.h"
 
 namespace chorus {
+namespace {
+
+// How long the reader of the agent's channel waits for a directive before it
+// looks whether the stream is stopping.
+constexpr absl::Duration kDirectivePoll = absl::Milliseconds(100);
+
+}  // namespace
 
 HeartbeatStream::HeartbeatStream(v1::RankService::StubInterface& stub,
                                  std::function<v1::RankHeartbeat()> compose, Options options)
     : stub_(stub),
       compose_(std::move(compose)),
-      options_(options),
-      clock_(options.clock != nullptr ? *options.clock : real_clock_),
+      options_(std::move(options)),
+      clock_(options_.clock != nullptr ? *options_.clock : real_clock_),
       thread_([this] { Run(); }) {}
 
 HeartbeatStream::~HeartbeatStream() {
@@ -35,8 +44,74 @@ int64_t HeartbeatStream::streams_opened() const {
 
 bool HeartbeatStream::StopOrStreamEnded() const { return stop_ || stream_ended_; }
 
+bool HeartbeatStream::StopOrAgentGone() const { return stop_ || agent_gone_; }
+
+bool HeartbeatStream::WakeThroughAgent() const { return StopOrAgentGone() || send_now_; }
+
+bool HeartbeatStream::WakeOnStream() const { return StopOrStreamEnded() || send_now_; }
+
+void HeartbeatStream::SendNow() {
+  absl::MutexLock lock(&mu_);
+  send_now_ = true;
+}
+
+void HeartbeatStream::RunThroughAgent() {
+  ProgressSender& agent = *options_.agent;
+  mu_.Unlock();
+  // Directives come back on the channel at any time (Note [Directives are
+  // read at once]); the reader waits for them a little at a time, so that it
+  // sees the stream stop.
+  std::thread reader([&] {
+    while (true) {
+      {
+        absl::MutexLock lock(&mu_);
+        if (StopOrAgentGone()) return;
+      }
+      absl::StatusOr<v1::Directive> directive = agent.ReceiveDirective(absl::Now() + kDirectivePoll);
+      if (directive.ok()) {
+        if (options_.on_directive) options_.on_directive(*directive);
+      } else if (absl::IsOutOfRange(directive.status())) {
+        absl::MutexLock lock(&mu_);
+        agent_gone_ = true;
+        return;
+      } else if (!absl::IsDeadlineExceeded(directive.status())) {
+        LOG(WARNING) << "heartbeats through the agent: " << directive.status().message();
+      }
+    }
+  });
+  mu_.Lock();
+  while (!StopOrAgentGone()) {
+    send_now_ = false;
+    mu_.Unlock();
+    const bool paused = options_.paused && options_.paused();
+    const absl::Status sent = paused ? absl::OkStatus() : agent.Send(compose_());
+    mu_.Lock();
+    if (absl::IsUnavailable(sent)) {
+      agent_gone_ = true;
+      break;
+    }
+    if (!sent.ok()) {
+      // The agent is behind: this one is dropped, the next carries newer
+      // state (and a rank the agent never hears from ages into DEAD).
+      LOG_EVERY_N(WARNING, 60) << "heartbeats through the agent: " << sent.message();
+    } else if (!paused) {
+      ++sent_;
+    }
+    clock_.AwaitWithDeadline(mu_, absl::Condition(this, &HeartbeatStream::WakeThroughAgent),
+                             clock_.Now() + options_.interval);
+  }
+  mu_.Unlock();
+  reader.join();
+  mu_.Lock();
+  if (!stop_) {
+    LOG(WARNING) << "the agent's heartbeat channel closed; sending heartbeats to the coordinator "
+                 << "directly";
+  }
+}
+
 void HeartbeatStream::Run() {
   absl::MutexLock lock(&mu_);
+  if (options_.agent != nullptr) RunThroughAgent();
   while (!stop_) {
     ++streams_opened_;
     stream_ended_ = false;
@@ -61,13 +136,14 @@ void HeartbeatStream::Run() {
     });
     mu_.Lock();
     while (!StopOrStreamEnded()) {
+      send_now_ = false;
       mu_.Unlock();
       const bool paused = options_.paused && options_.paused();
       const bool written = paused || stream->Write(compose_());
       mu_.Lock();
       if (!written) break;
       if (!paused) ++sent_;
-      clock_.AwaitWithDeadline(mu_, absl::Condition(this, &HeartbeatStream::StopOrStreamEnded),
+      clock_.AwaitWithDeadline(mu_, absl::Condition(this, &HeartbeatStream::WakeOnStream),
                                clock_.Now() + options_.interval);
     }
     mu_.Unlock();
@@ -84,6 +160,17 @@ void HeartbeatStream::Run() {
                                clock_.Now() + options_.reconnect_delay);
     }
   }
+}
+
+std::shared_ptr<ProgressSender> AgentChannelFromEnvironment() {
+  absl::StatusOr<std::unique_ptr<ProgressSender>> channel =
+      ProgressSender::FromVariable(kAgentHeartbeatsFdVariable);
+  if (channel.ok()) return std::shared_ptr<ProgressSender>(*std::move(channel));
+  if (!absl::IsNotFound(channel.status())) {
+    LOG(WARNING) << channel.status().message()
+                 << "; sending heartbeats to the coordinator directly";
+  }
+  return nullptr;
 }
 
 }  // namespace chorus

@@ -6,6 +6,14 @@
 // `reconnect_delay`, opens a new one and goes on. Training never waits for
 // it: once the ranks are connected they do not depend on the coordinator.
 //
+// With `Options::agent` (the rank's end of its node agent's heartbeat
+// channel, AgentChannelFromEnvironment()) the heartbeats go to the agent
+// instead, which sends its ranks' heartbeats to the coordinator in one
+// message per interval and passes their directives back (Note [Heartbeats
+// through the agent] in worker/agent/agent.cc); `compose`, `paused` and
+// `on_directive` work the same. When the agent's end closes, the stream
+// goes on directly to the coordinator as without one.
+//
 // Thread-safety: `compose` and `paused` run on the stream's thread, and
 // `on_directive` on a reader thread of the open stream, without the
 // stream's lock; the accessors may be called from any thread. The
@@ -22,6 +30,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <thread>
 #include <utility>
 
@@ -30,6 +39,7 @@
 #include "absl/time/time.h"
 #include "chorus/v1/coordinator.grpc.pb.h"
 #include "common/clock.h"
+#include "worker/runtime/progress_channel.h"
 
 namespace chorus {
 
@@ -50,6 +60,8 @@ class HeartbeatStream {
     // true none is sent (the stream stays open), so the coordinator sees
     // the rank fall silent. May be empty (never paused).
     std::function<bool()> paused;
+    // The agent's heartbeat channel; null: straight to the coordinator.
+    std::shared_ptr<ProgressSender> agent;
   };
 
   // Starts sending at once. `stub` must outlive this object.
@@ -61,13 +73,25 @@ class HeartbeatStream {
   HeartbeatStream(const HeartbeatStream&) = delete;
   HeartbeatStream& operator=(const HeartbeatStream&) = delete;
 
-  // Heartbeats the stream accepted so far (over all streams).
+  // Heartbeats the stream accepted so far (over all streams, and those the
+  // agent's channel took).
   int64_t sent() const;
-  // Streams opened so far (1 + reconnections).
+  // Streams to the coordinator opened so far (1 + reconnections; 0 while
+  // the heartbeats go through the agent).
   int64_t streams_opened() const;
+  // Sends the next heartbeat now instead of at the end of the interval (a
+  // program's first word that it re-forms in its own process: Note [Urgent
+  // heartbeats] in worker/agent/agent.cc). Any thread.
+  void SendNow();
 
  private:
   void Run();
+  // Sends through options_.agent until stop_ or the agent's end closes.
+  void RunThroughAgent() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool StopOrAgentGone() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What ends the wait between two heartbeats.
+  bool WakeThroughAgent() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool WakeOnStream() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool StopOrStreamEnded() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   v1::RankService::StubInterface& stub_;
@@ -79,10 +103,19 @@ class HeartbeatStream {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   // The open stream's reader saw it end.
   bool stream_ended_ ABSL_GUARDED_BY(mu_) = false;
+  // The agent's end of the channel closed.
+  bool agent_gone_ ABSL_GUARDED_BY(mu_) = false;
+  bool send_now_ ABSL_GUARDED_BY(mu_) = false;
   int64_t sent_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t streams_opened_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread thread_;  // last: starts after everything above is set
 };
+
+// The rank's end of its agent's heartbeat channel, from
+// CHORUS_AGENT_HEARTBEATS_FD; null (heartbeats go straight to the
+// coordinator) when it is unset, and, with a warning, when it does not name
+// an open channel.
+std::shared_ptr<ProgressSender> AgentChannelFromEnvironment();
 
 }  // namespace chorus
 

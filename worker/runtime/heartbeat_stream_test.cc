@@ -9,6 +9,7 @@
 #include "absl/time/clock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "worker/runtime/progress_channel.h"
 
 namespace chorus {
 namespace {
@@ -292,6 +293,126 @@ TEST(HeartbeatStreamTest, HandsADirectiveOverAsSoonAsItArrives) {
     EXPECT_EQ(heartbeats.streams_opened(), 2);
   }
   EXPECT_EQ(got[0].kind(), v1::Directive::RE_RENDEZVOUS);
+  server->Shutdown(std::chrono::system_clock::now());
+}
+
+// Note [Heartbeats through the agent] (worker/agent/agent.cc): with the
+// agent's channel the heartbeats go there, none to the coordinator, and the
+// agent's directives reach on_directive.
+TEST(HeartbeatStreamTest, SendNowDoesNotWaitForTheInterval) {
+  RecordingRankService service;
+  int port = 0;
+  std::unique_ptr<grpc::Server> server = Serve(service, &port);
+  ASSERT_NE(server, nullptr);
+  auto stub = v1::RankService::NewStub(FastReconnectingChannel(port));
+  absl::StatusOr<ProgressChannelPair> pair = CreateProgressChannel();
+  ASSERT_TRUE(pair.ok()) << pair.status();
+  ProgressReceiver agent(pair->supervisor_fd);
+  HeartbeatStream::Options options;
+  options.interval = absl::Hours(1);
+  options.agent = std::make_shared<ProgressSender>(pair->program_fd);
+  std::atomic<int64_t> step{0};
+  HeartbeatStream heartbeats(
+      *stub,
+      [&step] {
+        v1::RankHeartbeat hb;
+        hb.set_step(step.fetch_add(1));
+        return hb;
+      },
+      options);
+  absl::StatusOr<v1::RankHeartbeat> first = agent.Receive(absl::Now() + absl::Seconds(10));
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_TRUE(absl::IsDeadlineExceeded(
+      agent.Receive(absl::Now() + absl::Milliseconds(200)).status()))
+      << "the next one waits for the interval";
+  heartbeats.SendNow();
+  absl::StatusOr<v1::RankHeartbeat> now = agent.Receive(absl::Now() + absl::Seconds(10));
+  ASSERT_TRUE(now.ok()) << now.status();
+  EXPECT_EQ(now->step(), first->step() + 1);
+}
+
+TEST(HeartbeatStreamTest, GoesThroughTheAgentsChannelWithDirectivesBack) {
+  RecordingRankService service;
+  int port = 0;
+  std::unique_ptr<grpc::Server> server = Serve(service, &port);
+  ASSERT_NE(server, nullptr);
+  auto stub = v1::RankService::NewStub(FastReconnectingChannel(port));
+  absl::StatusOr<ProgressChannelPair> pair = CreateProgressChannel();
+  ASSERT_TRUE(pair.ok()) << pair.status();
+  ProgressReceiver agent(pair->supervisor_fd);
+  absl::Mutex mu;
+  std::vector<v1::Directive> directives;
+  std::atomic<bool> paused{false};
+  std::atomic<int64_t> step{0};
+  HeartbeatStream::Options options = Fast();
+  options.agent = std::make_shared<ProgressSender>(pair->program_fd);
+  options.paused = [&paused] { return paused.load(); };
+  options.on_directive = [&](const v1::Directive& directive) {
+    absl::MutexLock lock(&mu);
+    directives.push_back(directive);
+  };
+  {
+    HeartbeatStream heartbeats(
+        *stub,
+        [&step] {
+          v1::RankHeartbeat hb;
+          hb.set_job_id("job-000001");
+          hb.set_rank(3);
+          hb.set_step(step.fetch_add(1));
+          return hb;
+        },
+        options);
+    absl::StatusOr<v1::RankHeartbeat> first = agent.Receive(absl::Now() + absl::Seconds(10));
+    ASSERT_TRUE(first.ok()) << first.status();
+    EXPECT_EQ(first->job_id(), "job-000001");
+    EXPECT_EQ(first->rank(), 3);
+    absl::StatusOr<v1::RankHeartbeat> later = agent.Receive(absl::Now() + absl::Seconds(10));
+    ASSERT_TRUE(later.ok()) << later.status();
+    EXPECT_GT(later->step(), first->step()) << "every interval, newer";
+
+    v1::Directive reform;
+    reform.set_kind(v1::Directive::REFORM_AT_STEP_BOUNDARY);
+    reform.set_generation(4);
+    ASSERT_TRUE(agent.SendDirective(reform).ok());
+    {
+      absl::MutexLock lock(&mu);
+      auto arrived = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return !directives.empty(); };
+      ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(&arrived), absl::Seconds(10)));
+      EXPECT_EQ(directives[0].kind(), v1::Directive::REFORM_AT_STEP_BOUNDARY);
+      EXPECT_EQ(directives[0].generation(), 4);
+    }
+
+    // Paused: the agent hears nothing (so the rank ages into DEAD).
+    paused = true;
+    absl::SleepFor(absl::Milliseconds(50));  // a heartbeat in flight lands
+    (void)agent.Receive(absl::InfinitePast());
+    absl::SleepFor(absl::Milliseconds(200));  // 20 intervals
+    EXPECT_TRUE(absl::IsDeadlineExceeded(agent.Receive(absl::InfinitePast()).status()))
+        << "a paused rank sent a heartbeat to its agent";
+    EXPECT_EQ(heartbeats.streams_opened(), 0);
+  }
+  EXPECT_TRUE(service.received().empty()) << "a heartbeat bypassed the agent";
+  server->Shutdown();
+}
+
+TEST(HeartbeatStreamTest, GoesStraightToTheCoordinatorWhenTheAgentsEndCloses) {
+  RecordingRankService service;
+  int port = 0;
+  std::unique_ptr<grpc::Server> server = Serve(service, &port);
+  ASSERT_NE(server, nullptr);
+  auto stub = v1::RankService::NewStub(FastReconnectingChannel(port));
+  absl::StatusOr<ProgressChannelPair> pair = CreateProgressChannel();
+  ASSERT_TRUE(pair.ok()) << pair.status();
+  auto agent = std::make_unique<ProgressReceiver>(pair->supervisor_fd);
+  HeartbeatStream::Options options = Fast();
+  options.agent = std::make_shared<ProgressSender>(pair->program_fd);
+  HeartbeatStream heartbeats(
+      *stub, [] { return v1::RankHeartbeat(); }, options);
+  ASSERT_TRUE(agent->Receive(absl::Now() + absl::Seconds(10)).ok());
+  EXPECT_TRUE(service.received().empty());
+  agent.reset();  // the agent went away
+  ASSERT_TRUE(service.AwaitReceived(2)) << "no heartbeat reached the coordinator";
+  EXPECT_EQ(heartbeats.streams_opened(), 1);
   server->Shutdown(std::chrono::system_clock::now());
 }
 

@@ -128,6 +128,9 @@ std::vector<std::string> ProgramEnvironment(const std::vector<std::string>& base
   for (const std::string& entry : base) {
     const size_t eq = entry.find('=');
     if (eq == std::string::npos || eq == 0) continue;
+    // The supervisor's own channel to its agent, which the program does not
+    // inherit.
+    if (entry.compare(0, eq, kAgentHeartbeatsFdVariable) == 0) continue;
     set(entry.substr(0, eq), entry.substr(eq + 1));
   }
   const v1::JoinResponse& j = rank.joined;
@@ -399,6 +402,7 @@ int ProgramSupervisor::Supervise(Launched& launched, Progress& progress, Request
   HeartbeatStream::Options heartbeat_options;
   heartbeat_options.interval = options_.heartbeat_interval;
   heartbeat_options.paused = [pid] { return IsProcessStopped(pid); };
+  heartbeat_options.agent = options_.agent_heartbeats;
   heartbeat_options.on_directive = [&](const v1::Directive& directive) {
     if (directive.kind() == v1::Directive::RE_RENDEZVOUS ||
         directive.kind() == v1::Directive::REFORM_AT_STEP_BOUNDARY) {
@@ -453,7 +457,10 @@ int ProgramSupervisor::Supervise(Launched& launched, Progress& progress, Request
     }
     absl::StatusOr<v1::RankHeartbeat> record = receiver.Receive(tick);
     if (record.ok()) {
+      // Note [Urgent heartbeats] in worker/agent/agent.cc.
+      const bool declares = record->reforms_in_process() && !progress.Newest().reforms_in_process();
       progress.Record(*std::move(record));
+      if (declares) heartbeats.SendNow();
     } else if (absl::IsOutOfRange(record.status())) {
       channel_open = false;  // the program closed its end (or exec'd away from it)
     } else if (!absl::IsDeadlineExceeded(record.status())) {

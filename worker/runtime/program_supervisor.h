@@ -57,6 +57,7 @@
 #include "common/host_port.h"
 #include "worker/comm/store.h"
 #include "worker/runtime/master_address.h"
+#include "worker/runtime/progress_channel.h"
 
 namespace chorus {
 
@@ -160,6 +161,10 @@ class ProgramSupervisor {
     Store* store = nullptr;
     // Heartbeats and the final report. Not owned; must outlive Run().
     v1::RankService::StubInterface* ranks = nullptr;
+    // This rank's end of its agent's heartbeat channel
+    // (AgentChannelFromEnvironment()); null: heartbeats go straight to the
+    // coordinator through `ranks`.
+    std::shared_ptr<ProgressSender> agent_heartbeats;
     // The supervisor's environment as "NAME=value"; empty: `environ`.
     std::vector<std::string> base_environment;
     // Where the join file goes; empty: $TMPDIR or /tmp.

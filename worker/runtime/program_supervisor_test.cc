@@ -166,11 +166,16 @@ TEST(ProgramEnvironmentTest, SetsTorchrunAndChorusVariablesOverTheBaseAndTheSpec
   for (const std::string& e : without) EXPECT_NE(e.rfind("CHORUS_PROGRESS_FD=", 0), 0u);
 
   rank.supervisor_pid = 4242;
-  const std::vector<std::string> with_pid = ProgramEnvironment(
-      {"CHORUS_AGENT_ID=agent-3", "CHORUS_SLOT=1"}, rank, HostPort{"h", 1}, "/tmp/join", -1);
+  const std::vector<std::string> with_pid =
+      ProgramEnvironment({"CHORUS_AGENT_ID=agent-3", "CHORUS_SLOT=1", "CHORUS_AGENT_HEARTBEATS_FD=9"},
+                         rank, HostPort{"h", 1}, "/tmp/join", -1);
   EXPECT_THAT(with_pid, ::testing::IsSupersetOf(
                             {"CHORUS_RANK_PID=4242", "CHORUS_AGENT_ID=agent-3", "CHORUS_SLOT=1"}))
       << "an elastic program joins later generations by its agent, slot and supervisor";
+  for (const std::string& e : with_pid) {
+    EXPECT_NE(e.rfind("CHORUS_AGENT_HEARTBEATS_FD=", 0), 0u)
+        << "the supervisor's channel to its agent reached the program";
+  }
 }
 
 // Note [torchrun's variables]: an elastic job's third generation, after two

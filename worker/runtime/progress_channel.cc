@@ -101,10 +101,19 @@ absl::StatusOr<std::unique_ptr<ProgressSender>> ProgressSender::FromEnvironment(
     return absl::NotFoundError(absl::StrCat(
         kProgressFdVariable, " is not set: the program is not running as a Chorus program job"));
   }
+  return FromVariable(kProgressFdVariable);
+}
+
+absl::StatusOr<std::unique_ptr<ProgressSender>> ProgressSender::FromVariable(
+    const char* variable) {
+  const char* value = std::getenv(variable);
+  if (value == nullptr || *value == '\0') {
+    return absl::NotFoundError(absl::StrCat(variable, " is not set"));
+  }
   int fd = -1;
   if (!absl::SimpleAtoi(value, &fd) || fd < 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat(kProgressFdVariable, "=", value, " is not a file descriptor number"));
+        absl::StrCat(variable, "=", value, " is not a file descriptor number"));
   }
   struct stat st;
   int type = 0;
@@ -112,10 +121,11 @@ absl::StatusOr<std::unique_ptr<ProgressSender>> ProgressSender::FromEnvironment(
   if (fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode) ||
       getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_SEQPACKET) {
     return absl::InvalidArgumentError(absl::StrCat(
-        kProgressFdVariable, "=", value,
-        " is not an open progress channel (a SOCK_SEQPACKET socket inherited from chorus-rank)"));
+        variable, "=", value,
+        " is not an open progress channel (a SOCK_SEQPACKET socket inherited from the parent "
+        "process)"));
   }
-  // The program's own children do not inherit it.
+  // Our own children do not inherit it.
   int flags = fcntl(fd, F_GETFD);
   if (flags >= 0) fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
   return std::make_unique<ProgressSender>(fd);

@@ -19,6 +19,13 @@
 // A program that does not read them loses nothing; the supervisor's sends
 // never block either.
 //
+// The node agent uses the same channel for its ranks' heartbeats (Note
+// [Heartbeats through the agent] in worker/agent/agent.cc): the agent keeps
+// one end of a pair per rank, the rank process (chorus-rank) inherits the
+// other and finds its number in CHORUS_AGENT_HEARTBEATS_FD; the rank sends
+// its whole heartbeat as the record, and the agent passes the
+// coordinator's directives for it back the same way.
+//
 // Thread-safety: a ProgressSender may be used from any thread (each Send is
 // one atomic datagram); a ProgressReceiver by one thread at a time.
 //
@@ -48,6 +55,9 @@ namespace chorus {
 
 // The environment variable that names the program's end.
 inline constexpr char kProgressFdVariable[] = "CHORUS_PROGRESS_FD";
+// The environment variable that names a rank process's end of its agent's
+// heartbeat channel.
+inline constexpr char kAgentHeartbeatsFdVariable[] = "CHORUS_AGENT_HEARTBEATS_FD";
 
 // The largest record a sender accepts (a heartbeat with a full flight
 // recorder summary is a few KB).
@@ -71,6 +81,12 @@ class ProgressSender {
   // INVALID_ARGUMENT, naming the variable, when it is not the number of an
   // open socket.
   static absl::StatusOr<std::unique_ptr<ProgressSender>> FromEnvironment();
+  // The same from the environment variable `variable` (e.g.
+  // kAgentHeartbeatsFdVariable): NOT_FOUND when it is unset,
+  // INVALID_ARGUMENT naming it when it does not name an open channel. The
+  // descriptor is made close-on-exec, so the caller's children do not
+  // inherit it.
+  static absl::StatusOr<std::unique_ptr<ProgressSender>> FromVariable(const char* variable);
 
   // Takes ownership of `fd`.
   explicit ProgressSender(int fd);
