@@ -8,7 +8,7 @@
 #   python/install.sh --no-build --prefix DIR   # bazel-bin's build as it is
 set -euo pipefail
 
-usage() { sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "python/install.sh: $*" >&2; exit 1; }
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
