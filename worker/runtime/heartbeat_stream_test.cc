@@ -296,24 +296,34 @@ TEST(HeartbeatStreamTest, HandsADirectiveOverAsSoonAsItArrives) {
   server->Shutdown(std::chrono::system_clock::now());
 }
 
-// Note [Heartbeats through the agent] (worker/agent/agent.cc): with the
-// agent's channel the heartbeats go there, none to the coordinator, and the
-// agent's directives reach on_directive.
-TEST(HeartbeatStreamTest, SendNowDoesNotWaitForTheInterval) {
-  RecordingRankService service;
-  int port = 0;
-  std::unique_ptr<grpc::Server> server = Serve(service, &port);
-  ASSERT_NE(server, nullptr);
-  auto stub = v1::RankService::NewStub(FastReconnectingChannel(port));
-  absl::StatusOr<ProgressChannelPair> pair = CreateProgressChannel();
-  ASSERT_TRUE(pair.ok()) << pair.status();
-  ProgressReceiver agent(pair->supervisor_fd);
+// A coordinator (for a stream the rank might open) and the channel between a
+// rank and its agent.
+class ThroughAgentTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = Serve(service_, &port_);
+    ASSERT_NE(server_, nullptr);
+    stub_ = v1::RankService::NewStub(FastReconnectingChannel(port_));
+    absl::StatusOr<ProgressChannelPair> pair = CreateProgressChannel();
+    ASSERT_TRUE(pair.ok()) << pair.status();
+    pair_ = *pair;
+  }
+
+  RecordingRankService service_;
+  int port_ = 0;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<v1::RankService::Stub> stub_;
+  ProgressChannelPair pair_;
+};
+
+TEST_F(ThroughAgentTest, SendNowDoesNotWaitForTheInterval) {
+  ProgressReceiver agent(pair_.supervisor_fd);
   HeartbeatStream::Options options;
   options.interval = absl::Hours(1);
-  options.agent = std::make_shared<ProgressSender>(pair->program_fd);
+  options.agent = std::make_shared<ProgressSender>(pair_.program_fd);
   std::atomic<int64_t> step{0};
   HeartbeatStream heartbeats(
-      *stub,
+      *stub_,
       [&step] {
         v1::RankHeartbeat hb;
         hb.set_step(step.fetch_add(1));
@@ -331,21 +341,17 @@ TEST(HeartbeatStreamTest, SendNowDoesNotWaitForTheInterval) {
   EXPECT_EQ(now->step(), first->step() + 1);
 }
 
-TEST(HeartbeatStreamTest, GoesThroughTheAgentsChannelWithDirectivesBack) {
-  RecordingRankService service;
-  int port = 0;
-  std::unique_ptr<grpc::Server> server = Serve(service, &port);
-  ASSERT_NE(server, nullptr);
-  auto stub = v1::RankService::NewStub(FastReconnectingChannel(port));
-  absl::StatusOr<ProgressChannelPair> pair = CreateProgressChannel();
-  ASSERT_TRUE(pair.ok()) << pair.status();
-  ProgressReceiver agent(pair->supervisor_fd);
+// Note [Heartbeats through the agent] (worker/agent/agent.cc): with the
+// agent's channel the heartbeats go there, none to the coordinator, and the
+// agent's directives reach on_directive.
+TEST_F(ThroughAgentTest, GoesThroughTheAgentsChannelWithDirectivesBack) {
+  ProgressReceiver agent(pair_.supervisor_fd);
   absl::Mutex mu;
   std::vector<v1::Directive> directives;
   std::atomic<bool> paused{false};
   std::atomic<int64_t> step{0};
   HeartbeatStream::Options options = Fast();
-  options.agent = std::make_shared<ProgressSender>(pair->program_fd);
+  options.agent = std::make_shared<ProgressSender>(pair_.program_fd);
   options.paused = [&paused] { return paused.load(); };
   options.on_directive = [&](const v1::Directive& directive) {
     absl::MutexLock lock(&mu);
@@ -353,7 +359,7 @@ TEST(HeartbeatStreamTest, GoesThroughTheAgentsChannelWithDirectivesBack) {
   };
   {
     HeartbeatStream heartbeats(
-        *stub,
+        *stub_,
         [&step] {
           v1::RankHeartbeat hb;
           hb.set_job_id("job-000001");
@@ -391,29 +397,22 @@ TEST(HeartbeatStreamTest, GoesThroughTheAgentsChannelWithDirectivesBack) {
         << "a paused rank sent a heartbeat to its agent";
     EXPECT_EQ(heartbeats.streams_opened(), 0);
   }
-  EXPECT_TRUE(service.received().empty()) << "a heartbeat bypassed the agent";
-  server->Shutdown();
+  EXPECT_TRUE(service_.received().empty()) << "a heartbeat bypassed the agent";
+  server_->Shutdown();
 }
 
-TEST(HeartbeatStreamTest, GoesStraightToTheCoordinatorWhenTheAgentsEndCloses) {
-  RecordingRankService service;
-  int port = 0;
-  std::unique_ptr<grpc::Server> server = Serve(service, &port);
-  ASSERT_NE(server, nullptr);
-  auto stub = v1::RankService::NewStub(FastReconnectingChannel(port));
-  absl::StatusOr<ProgressChannelPair> pair = CreateProgressChannel();
-  ASSERT_TRUE(pair.ok()) << pair.status();
-  auto agent = std::make_unique<ProgressReceiver>(pair->supervisor_fd);
+TEST_F(ThroughAgentTest, GoesStraightToTheCoordinatorWhenTheAgentsEndCloses) {
+  auto agent = std::make_unique<ProgressReceiver>(pair_.supervisor_fd);
   HeartbeatStream::Options options = Fast();
-  options.agent = std::make_shared<ProgressSender>(pair->program_fd);
+  options.agent = std::make_shared<ProgressSender>(pair_.program_fd);
   HeartbeatStream heartbeats(
-      *stub, [] { return v1::RankHeartbeat(); }, options);
+      *stub_, [] { return v1::RankHeartbeat(); }, options);
   ASSERT_TRUE(agent->Receive(absl::Now() + absl::Seconds(10)).ok());
-  EXPECT_TRUE(service.received().empty());
+  EXPECT_TRUE(service_.received().empty());
   agent.reset();  // the agent went away
-  ASSERT_TRUE(service.AwaitReceived(2)) << "no heartbeat reached the coordinator";
+  ASSERT_TRUE(service_.AwaitReceived(2)) << "no heartbeat reached the coordinator";
   EXPECT_EQ(heartbeats.streams_opened(), 1);
-  server->Shutdown(std::chrono::system_clock::now());
+  server_->Shutdown(std::chrono::system_clock::now());
 }
 
 }  // namespace
