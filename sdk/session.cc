@@ -208,11 +208,8 @@ bool Session::CheckpointRequested() {
 }
 
 absl::Status Session::SaveCheckpoint(int64_t step, const std::vector<NamedTensor>& tensors) {
-  if (checkpoints_ == nullptr) {
-    return absl::FailedPreconditionError("this session has no checkpoint storage");
-  }
   PhaseScope phase(*progress_, v1::CHECKPOINT);
-  return checkpoints_->Save(step, tensors);
+  return StoreCheckpointCopy(step, tensors);
 }
 
 absl::Status Session::StoreCheckpointCopy(int64_t step, const std::vector<NamedTensor>& copies) {

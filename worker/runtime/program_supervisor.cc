@@ -273,6 +273,11 @@ class ProgramSupervisor::Progress {
     absl::MutexLock lock(&mu_);
     return record_;
   }
+  // Whether a record so far said the program re-forms in its own process.
+  bool ReformsInProcess() const {
+    absl::MutexLock lock(&mu_);
+    return record_.reforms_in_process();
+  }
   bool aborted() const {
     absl::MutexLock lock(&mu_);
     return abort_;
@@ -458,7 +463,7 @@ int ProgramSupervisor::Supervise(Launched& launched, Progress& progress, Request
     absl::StatusOr<v1::RankHeartbeat> record = receiver.Receive(tick);
     if (record.ok()) {
       // Note [Urgent heartbeats] in worker/agent/agent.cc.
-      const bool declares = record->reforms_in_process() && !progress.Newest().reforms_in_process();
+      const bool declares = record->reforms_in_process() && !progress.ReformsInProcess();
       progress.Record(*std::move(record));
       if (declares) heartbeats.SendNow();
     } else if (absl::IsOutOfRange(record.status())) {
