@@ -36,6 +36,9 @@ readonly PACKAGES=(
   # The Python package (python/): pybind11's headers for its native module,
   # built against python3-torch's LibTorch.
   pybind11-dev
+  # Coordinators sharing one state (--state etcd://...): tests start their own
+  # etcd members on loopback ports.
+  etcd-server etcd-client
   # Fuzzing (fuzz/run_fuzzers.sh): clang with libFuzzer and the sanitizer
   # runtimes.
   clang-14 libfuzzer-14-dev libclang-rt-14-dev
