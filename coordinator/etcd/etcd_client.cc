@@ -205,6 +205,10 @@ absl::Status EtcdClient::Authenticate(absl::Time deadline) {
 // Note [Retried calls]: a call that fails with UNAVAILABLE (the member it
 // went to died, lost its quorum, or its raft leader changed) is sent again,
 // to whichever member the channel picks next, until the call's deadline.
+// Each attempt gets a third of the call's time (at least 0.5 s): a request a
+// member forwarded to a raft leader that then died is dropped by etcd and
+// would otherwise hang until etcd's own request timeout (5 s and more),
+// while a new raft leader is elected within about one election timeout.
 // That is safe because every write Chorus makes is idempotent: a put of a
 // whole value, or a transaction whose compare makes a repeat either a no-op
 // or a failure the caller checks (EtcdLeadership's campaign reads the key
@@ -212,11 +216,12 @@ absl::Status EtcdClient::Authenticate(absl::Time deadline) {
 template <typename Call>
 absl::Status EtcdClient::Run(const char* what, absl::Duration timeout, Call call) {
   const absl::Time deadline = absl::Now() + timeout;
+  const absl::Duration attempt_timeout = std::max(timeout / 3, absl::Milliseconds(500));
   absl::Duration backoff = absl::Milliseconds(50);
   bool renewed_token = false;
   while (true) {
     grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(deadline));
+    context.set_deadline(absl::ToChronoTime(std::min(deadline, absl::Now() + attempt_timeout)));
     context.set_wait_for_ready(true);
     {
       absl::MutexLock lock(&mu_);
@@ -231,7 +236,9 @@ absl::Status EtcdClient::Run(const char* what, absl::Duration timeout, Call call
       RETURN_IF_ERROR(Authenticate(deadline));
       continue;
     }
-    if (status.error_code() != grpc::StatusCode::UNAVAILABLE || absl::Now() + backoff >= deadline) {
+    const bool retry = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                       status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+    if (!retry || absl::Now() + backoff >= deadline) {
       return ToStatus(what, status);
     }
     absl::SleepFor(backoff);

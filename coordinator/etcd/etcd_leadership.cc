@@ -270,6 +270,7 @@ void EtcdLeadership::GiveUp(bool release) {
   txn.add_success()->mutable_request_delete_range()->set_key(fence.key);
   absl::Status deleted = etcd_.Txn(txn).status();
   absl::Status revoked = etcd_.LeaseRevoke(lease_id);
+  if (absl::IsNotFound(revoked)) revoked = absl::OkStatus();  // it had ended already
   if (!deleted.ok() || !revoked.ok()) {
     LOG(WARNING) << "giving up the leadership of " << key_ << ": "
                  << (deleted.ok() ? revoked : deleted).message()

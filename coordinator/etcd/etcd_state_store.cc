@@ -1,6 +1,7 @@
 #include "coordinator/etcd/etcd_state_store.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <optional>
 #include <utility>
 
@@ -8,6 +9,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/paths.h"
+#include "common/private_files.h"
 #include "common/status_macros.h"
 
 namespace chorus {
@@ -335,6 +338,37 @@ absl::StatusOr<coordinator::ElasticRecord> EtcdStateStore::LoadElasticRecord(
     return Corrupt("the elastic state of " + job_id, key);
   }
   return record;
+}
+
+// Note [Shared checkpoint directory]: checkpoint payloads are files, not
+// etcd values, so with the state in etcd they must be on storage that every
+// coordinator mounts at the same --checkpoint_dir; a new leader on a local
+// directory would otherwise list manifests whose files it cannot read, and
+// the next retention pass would count them as lost. The first leader writes
+// a file MARKER with a fresh random token into the directory and then the
+// token into etcd (fenced); every later leader reads the token and requires
+// the same file. (A crash between the two writes leaves a file no key names;
+// the next leader writes a new one.)
+absl::Status EtcdStateStore::ClaimSharedDirectory(const std::string& dir) {
+  const std::string key = prefix_ + "/checkpoint_dir_marker";
+  const std::string marker = dir + "/.chorus-shared-" + cluster_id_;
+  ASSIGN_OR_RETURN(std::optional<std::string> token, Get(key));
+  if (token.has_value()) {
+    std::optional<std::string> found = ReadSmallFile(marker, 4096);
+    if (found.has_value() && *found == *token) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint directory ", dir, " is not the one this cluster's coordinators share: ",
+        found.has_value() ? "its marker " : "it has no marker ", marker,
+        found.has_value() ? " holds another token" : "", " (", key, " in ", path_,
+        "). With --state etcd://, --checkpoint_dir must be shared storage (NFS, a "
+        "cluster file system) mounted at the same path on every coordinator"));
+  }
+  RETURN_IF_ERROR(MakePrivateDirectory(dir, "--checkpoint_dir"));
+  const std::string fresh = NewClusterId() + NewClusterId();
+  std::error_code ec;
+  std::filesystem::remove(marker, ec);  // a marker no key names (see the Note)
+  RETURN_IF_ERROR(WritePrivateFile(marker, fresh));
+  return Write("saving the checkpoint directory's marker", {Put(key, fresh)});
 }
 
 }  // namespace chorus

@@ -9,6 +9,7 @@
 //   PREFIX/events/JOB_ID/SEQ            chorus.v1.JobEvent
 //   PREFIX/manifests/JOB_ID/STEP        chorus.v1.CheckpointManifest
 //   PREFIX/elastic/JOB_ID               chorus.coordinator.ElasticRecord
+//   PREFIX/checkpoint_dir_marker        token of the shared checkpoint directory
 // Numbers in keys are zero-padded to 20 digits so that keys sort as the
 // numbers do; seq and step must be >= 0.
 //
@@ -80,6 +81,14 @@ class EtcdStateStore : public StateStore {
   absl::Status SaveElasticRecord(const std::string& job_id,
                                  const coordinator::ElasticRecord& record) override;
   absl::StatusOr<coordinator::ElasticRecord> LoadElasticRecord(const std::string& job_id) override;
+
+  // Checks that `dir` is the checkpoint directory every coordinator of this
+  // cluster shares (Note [Shared checkpoint directory] in the .cc): the
+  // first leader leaves a marker file there and its token in etcd; a later
+  // leader that does not find the same marker in its `dir` gets
+  // FAILED_PRECONDITION naming the directory, instead of starting without
+  // the checkpoints the cluster committed.
+  absl::Status ClaimSharedDirectory(const std::string& dir);
 
   const std::string& path() const override { return path_; }
   const std::string& cluster_id() const override { return cluster_id_; }
