@@ -234,6 +234,11 @@ bool EtcdLeadership::RenewOnce() {
     MarkLost("etcd says the lease is gone (revoked or expired)");
     return false;
   }
+  if (!Valid()) {
+    // IsLeader() may have answered false already: a term, once over, stays over.
+    MarkLost("the keep-alive was answered after the lease's end");
+    return false;
+  }
   valid_until_ = std::max(valid_until_, sent + absl::Seconds(renewed->ttl()) -
                                             options_.safety_margin);
   if (held.ok() && (held->kvs_size() == 0 ||
