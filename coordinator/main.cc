@@ -2,16 +2,22 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <string>
+#include <thread>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/memory.h"
 #include "common/version.h"
+#include "coordinator/etcd/etcd_coordinator_state.h"
+#include "coordinator/etcd/state_url.h"
 #include "coordinator/server.h"
 #include "glog/logging.h"
 
@@ -37,6 +43,11 @@ struct Flags {
   double recovery_grace_seconds = 30;
   double data_hello_seconds = 0;
   double data_io_seconds = 0;
+  // --state and the etcd flags (docs/ha.md).
+  std::string state;
+  chorus::StateUrl state_url;
+  chorus::EtcdCoordinatorStateOptions etcd;
+  double leader_lease_seconds = 2;
 };
 
 // Where it listens, who may call, where its state is.
@@ -80,6 +91,28 @@ void AddServingFlags(CLI::App& app, Flags& flags) {
   app.add_flag("--check_flags", flags.check_flags,
                "Check the flags (addresses, ports that would collide, limits) and exit: 0 if "
                "they are sound, 1 with what is wrong. Touches no file and opens no port.");
+}
+
+// Where the durable state is when it is not SQLite in --state_dir (docs/ha.md).
+void AddStateFlags(CLI::App& app, Flags& flags) {
+  app.add_option("--state", flags.state,
+                 "Keep the durable state (jobs, events, checkpoint manifests) in etcd instead of "
+                 "SQLite in --state_dir: etcd://HOST:PORT[,HOST:PORT...]/PREFIX. Coordinators "
+                 "with the same --state elect one leader through an etcd lease (docs/ha.md).");
+  app.add_option("--checkpoint_dir", flags.options.checkpoint_dir,
+                 "Where checkpoint files are kept (default: --state_dir/checkpoints). With "
+                 "--state etcd:// it is required and must be storage every coordinator shares.");
+  chorus::EtcdOptions& etcd = flags.etcd.etcd;
+  app.add_option("--etcd_ca", etcd.ca_file, "PEM CA of the etcd members: talk TLS to etcd.");
+  app.add_option("--etcd_cert", etcd.cert_file, "PEM client certificate for etcd (mTLS).");
+  app.add_option("--etcd_key", etcd.key_file, "PEM private key of --etcd_cert.");
+  app.add_option("--etcd_user", etcd.user, "etcd user (etcd authentication).");
+  app.add_option("--etcd_password_file", etcd.password_file,
+                 "File holding --etcd_user's password.");
+  app.add_option("--leader_lease_seconds", flags.leader_lease_seconds,
+                 "Lease of the leader in etcd: a leader that cannot renew it stops within this "
+                 "long, and another takes over about this long after the leader dies.")
+      ->capture_default_str();
 }
 
 // Limits and timeouts (docs/reliability.md).
@@ -135,8 +168,30 @@ std::string CheckFlags(const Flags& flags) {
   if (flags.options.http_listen == "off" && !flags.http_port_file.empty()) {
     return "--http_port_file needs an HTTP port (--http_listen off)";
   }
-  const absl::Status valid = chorus::ValidateServerOptions(flags.options);
+  absl::Status valid = chorus::ValidateServerOptions(flags.options);
+  if (valid.ok() && flags.state_url.kind == chorus::StateUrl::Kind::kEtcd) {
+    valid = chorus::ValidateEtcdCoordinatorStateOptions(flags.etcd);
+  }
   return valid.ok() ? "" : std::string(valid.message());
+}
+
+std::string HostName() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "localhost";
+  return name;
+}
+
+// Parses --state into `flags`; empty if it is sound.
+std::string ParseStateFlags(Flags& flags) {
+  absl::StatusOr<chorus::StateUrl> url = chorus::ParseStateUrl(flags.state);
+  if (!url.ok()) return std::string(url.status().message());
+  flags.state_url = *url;
+  flags.etcd.url = *url;
+  flags.etcd.lease_ttl = absl::Seconds(flags.leader_lease_seconds);
+  flags.etcd.checkpoint_dir = flags.options.checkpoint_dir;
+  flags.etcd.self.id = absl::StrCat(HostName(), ":", getpid());
+  flags.etcd.self.address = flags.options.listen;
+  return "";
 }
 
 // Writes `port` whole under a temporary name and renames it, so a reader
@@ -151,6 +206,67 @@ bool WritePortFile(const std::string& path, const char* flag, int port) {
     return false;
   }
   return true;
+}
+
+// Campaigns, then serves while this coordinator leads; the exit status.
+int RunAsLeader(const Flags& flags, chorus::EtcdCoordinatorState& etcd,
+                const std::atomic<int>& signal_number) {
+  LOG(INFO) << "campaigning for the leadership of " << flags.state;
+  if (absl::Status won = etcd.leadership().Campaign(); !won.ok()) {
+    if (absl::IsCancelled(won)) return 0;
+    std::cerr << "chorus-coordinator: " << won.message() << "\n";
+    return 1;
+  }
+  chorus::ServerOptions options = flags.options;
+  options.open_state = [&etcd] { return etcd.OpenState(); };
+  auto server = chorus::CoordinatorServer::Start(options);
+  if (!server.ok()) {
+    std::cerr << "chorus-coordinator: " << server.status().message() << "\n";
+    etcd.leadership().Resign();
+    return 1;
+  }
+  if (!WritePortFile(flags.http_port_file, "--http_port_file", (*server)->http_port()) ||
+      !WritePortFile(flags.port_file, "--port_file", (*server)->port())) {
+    return 1;
+  }
+  etcd.leadership().WaitUntilLost();
+  (*server)->Shutdown(absl::Seconds(5));
+  (*server)->Wait();
+  etcd.leadership().Resign();
+  if (signal_number != 0) {
+    LOG(INFO) << "received " << strsignal(signal_number) << ", coordinator stopped";
+    return 0;
+  }
+  LOG(ERROR) << "lost the leadership of " << flags.state
+             << "; exiting so that a supervisor starts this coordinator again as a candidate";
+  return 1;
+}
+
+// With --state etcd://: a signal during the campaign or while leading stops
+// the coordinator (exit 0; its writes are fenced from the moment it resigns);
+// losing the leadership shuts the server down (exit 1).
+int ServeFromEtcd(const Flags& flags, const sigset_t& stop_signals) {
+  auto etcd = chorus::EtcdCoordinatorState::Connect(flags.etcd);
+  if (!etcd.ok()) {
+    std::cerr << "chorus-coordinator: " << etcd.status().message() << "\n";
+    return 1;
+  }
+  std::atomic<bool> done{false};
+  std::atomic<int> signal_number{0};
+  std::thread signals([&] {
+    const timespec tick{0, 200'000'000};
+    while (!done) {
+      const int got = sigtimedwait(&stop_signals, nullptr, &tick);
+      if (got <= 0) continue;
+      signal_number = got;
+      (*etcd)->leadership().Stop();
+      return;
+    }
+  });
+  const int code = RunAsLeader(flags, **etcd, signal_number);
+  done = true;
+  signals.join();
+  return code;
 }
 
 // Serves until SIGINT or SIGTERM; the exit status.
@@ -170,6 +286,9 @@ int Serve(const char* argv0, const Flags& flags) {
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  if (flags.state_url.kind == chorus::StateUrl::Kind::kEtcd) {
+    return ServeFromEtcd(flags, stop_signals);
+  }
 
   auto server = chorus::CoordinatorServer::Start(flags.options);
   if (!server.ok()) {
@@ -208,11 +327,16 @@ int main(int argc, char** argv) {
   flags.options.state_dir = DefaultStateDir();
   AddServingFlags(app, flags);
   AddLimitFlags(app, flags);
+  AddStateFlags(app, flags);
   app.set_version_flag("--version", std::string(chorus::kVersion));
   CLI11_PARSE(app, argc, argv);
   flags.options.recovery_grace = absl::Seconds(flags.recovery_grace_seconds);
   flags.options.checkpoint_data_hello_timeout = absl::Seconds(flags.data_hello_seconds);
   flags.options.checkpoint_data_io_timeout = absl::Seconds(flags.data_io_seconds);
+  if (const std::string wrong = ParseStateFlags(flags); !wrong.empty()) {
+    std::cerr << "chorus-coordinator: " << wrong << "\n";
+    return 1;
+  }
   if (const std::string wrong = CheckFlags(flags); !wrong.empty()) {
     std::cerr << "chorus-coordinator: " << wrong << "\n";
     return 1;

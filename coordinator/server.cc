@@ -127,6 +127,11 @@ bool IsLoopbackHost(const std::string& host) {
   return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
 }
 
+std::string CheckpointDir(const ServerOptions& options) {
+  return options.checkpoint_dir.empty() ? options.state_dir + "/checkpoints"
+                                        : options.checkpoint_dir;
+}
+
 absl::Status ValidateServerOptions(const ServerOptions& options) {
   absl::StatusOr<HostPort> listen = ParseHostPort(options.listen);
   if (!listen.ok())
@@ -289,7 +294,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
             << (options.tls_client_ca.empty() ? "" : ", client certificates required")
             << (options.tls_cert.empty() ? "" : ")")
             << (coordinator->auth_->enabled() ? ", tokens required" : "") << ", state in "
-            << options.state_dir
+            << coordinator->state_->path() << ", checkpoints in " << CheckpointDir(options)
             << (coordinator->checkpoint_data_ != nullptr
                     ? absl::StrCat(", checkpoint data port ", coordinator->checkpoint_data_->port())
                     : "")
@@ -309,9 +314,10 @@ absl::Status CoordinatorServer::OpenState(const ServerOptions& options) {
                      JobCredentials::LoadOrCreate(options.state_dir + "/job_credentials.key"));
     auth_->AcceptJobCredentials(std::move(job_credentials));
   }
-  ASSIGN_OR_RETURN(state_, StateStore::Open(options.state_dir));
+  ASSIGN_OR_RETURN(state_, options.open_state ? options.open_state()
+                                               : StateStore::Open(options.state_dir));
   ASSIGN_OR_RETURN(jobs_, JobManager::Create(*state_, nullptr, options.max_pending_jobs));
-  checkpoints_ = std::make_unique<CheckpointStore>(options.state_dir + "/checkpoints", *state_,
+  checkpoints_ = std::make_unique<CheckpointStore>(CheckpointDir(options), *state_,
                                                    CheckpointFailpointFromEnvironment());
   std::vector<CheckpointStore::SharedJob> shared_jobs;
   RETURN_IF_ERROR(state_->ForEachJob([&](v1::Job job) {
