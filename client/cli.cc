@@ -41,6 +41,7 @@ int RunChorus(int argc, const char* const* argv, GlobalOptions& global) {
   AddUpCommand(app, global, exit_code);
   AddDrainCommand(app, global, exit_code);
   AddAgentsCommand(app, global, exit_code);
+  AddWhoamiCommand(app, global, exit_code);
 
   try {
     app.parse(argc, argv);
