@@ -1,5 +1,6 @@
 #include "client/rpc.h"
 
+#include <pwd.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -18,6 +19,12 @@ namespace chorus::client {
 
 std::string LocalTokenPath(const std::string& coordinator) {
   const char* home = std::getenv("HOME");
+  if (home == nullptr || *home == '\0') {
+    // As ssh finds ~/.ssh: the password database knows the home directory
+    // when the environment does not say (a service, a test runner).
+    const struct passwd* entry = getpwuid(getuid());
+    home = entry != nullptr ? entry->pw_dir : nullptr;
+  }
   if (home == nullptr || *home == '\0' || coordinator.empty()) return "";
   std::string name = coordinator;
   for (char& c : name) {

@@ -33,7 +33,8 @@ void ConfigureSecurity(const GlobalOptions& global);
 // Where `chorus up` leaves the admin token of the coordinator it runs at
 // `coordinator` (HOST:PORT) for this user's other commands
 // (Note [chorus up's tokens] in client/up.cc):
-// $HOME/.chorus/tokens/HOST_PORT. Empty without $HOME.
+// $HOME/.chorus/tokens/HOST_PORT (the password database's home directory
+// when $HOME is unset). Empty if there is no home directory.
 std::string LocalTokenPath(const std::string& coordinator);
 // global.channel if set; otherwise a channel to --coordinator with the
 // credentials configured.

@@ -3,6 +3,7 @@
 // the job, its progress, and a clean teardown. Exits with the job's result.
 
 #include <fcntl.h>
+#include <pwd.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -93,7 +94,11 @@ absl::StatusOr<LocalTokens> WriteLocalTokens(const std::string& dir) {
   ASSIGN_OR_RETURN(const std::string admin, NewToken());
   ASSIGN_OR_RETURN(const std::string agent, NewToken());
   const char* login = std::getenv("USER");
-  const std::string user = SafeUserName(login != nullptr ? login : "", "admin");
+  if (login == nullptr || *login == '\0') {
+    const struct passwd* entry = getpwuid(getuid());
+    login = entry != nullptr ? entry->pw_name : "";
+  }
+  const std::string user = SafeUserName(login, "admin");
   const LocalTokens files{dir + "/tokens", dir + "/admin.token", dir + "/agent.token"};
   const std::pair<std::string, std::string> contents[] = {
       {files.coordinator_file, absl::StrCat("admin ", admin, " ", user, "\nagent ", agent, "\n")},
@@ -181,7 +186,7 @@ class LocalCluster {
   // it (LocalTokenPath), until the cluster goes.
   absl::Status PublishToken() {
     const std::string path = LocalTokenPath(address_);
-    if (path.empty()) return absl::FailedPreconditionError("$HOME is not set");
+    if (path.empty()) return absl::FailedPreconditionError("there is no home directory");
     RETURN_IF_ERROR(MakePrivateDirectory(std::filesystem::path(path).parent_path().string(),
                                          "the chorus token directory"));
     std::ifstream in(tokens_.admin_file);

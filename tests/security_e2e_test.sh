@@ -136,13 +136,13 @@ out=$(c "${tls[@]}" --token_file "${TMP}/alice.token" whoami 2>&1); rc=$?
 [[ ${rc} -eq 0 && "${out}" == "alice (user)" ]] && pass "whoami: alice (user)" || fail "whoami rc=${rc} out='${out}'"
 out=$(c "${tls[@]}" --token_file "${TMP}/admin.token" whoami 2>&1)
 [[ "${out}" == "admin (admin)" ]] && pass "whoami: an old admin line is the user admin" || fail "admin whoami '${out}'"
-job=$(c "${tls[@]}" --token_file "${TMP}/alice.token" submit "${TMP}/job.textproto" 2>&1)
+job=$(c "${tls[@]}" --token_file "${TMP}/alice.token" submit "${TMP}/job.textproto" 2>/dev/null)
 [[ "${job}" == "job-000003" ]] && pass "alice submits ${job}" || fail "alice submit: ${job}"
 out=$(c "${tls[@]}" --token_file "${TMP}/bob.token" cancel "${job}" 2>&1); rc=$?
 [[ ${rc} -eq 1 && "${out}" == *"${job} belongs to alice; only alice or an admin may cancel it"* ]] \
   && pass "bob cannot cancel alice's job" || fail "bob cancel rc=${rc} out='${out}'"
 out=$(c "${tls[@]}" --token_file "${TMP}/bob.token" jobs 2>&1)
-[[ $(grep "^${job} " <<<"${out}") =~ ^${job}\ +alice\ +(PENDING|RUNNING) ]] \
+[[ $(grep "^${job} " <<<"${out}") =~ ^${job}\ +[^\ ]+\ +alice\ +(PENDING|RUNNING) ]] \
   && pass "bob's listing shows alice's job, its owner and state" || fail "bob jobs: ${out}"
 out=$(c "${tls[@]}" --token_file "${TMP}/alice.token" cancel "${job}" 2>&1); rc=$?
 [[ ${rc} -eq 0 ]] && pass "alice cancels her job" || fail "alice cancel rc=${rc} out='${out}'"
