@@ -148,8 +148,8 @@ TEST_F(CommandsTest, JobsPrintsATableOfTheCoordinatorsJobs) {
               ElementsAre("JOB", "NAME", "OWNER", "STATE", "RANKS", "SUBMITTED", "REASON"));
   EXPECT_THAT(Words(lines[1]), ElementsAre("job-000001", "mnist", "-", "SUCCEEDED", "2", "-"))
       << "a job of a coordinator without a token file has no owner";
-  EXPECT_THAT(Words(lines[2]), ElementsAre("job-000002", "resnet", "alice", "CANCELLED", "2-4",
-                                           "-", "user", "asked"));
+  EXPECT_THAT(Words(lines[2]), ElementsAre("job-000002", "resnet", "alice", "CANCELLED", "2-4", "-",
+                                           "user", "asked"));
   EXPECT_EQ(err_.str(), "");
   ASSERT_THAT(coordinator_.list_jobs_requests(), SizeIs(1));
   EXPECT_THAT(coordinator_.list_jobs_requests()[0].states(), IsEmpty());

@@ -37,8 +37,7 @@ void AddWhoamiCommand(CLI::App& app, const GlobalOptions& global, int& exit_code
     v1::WhoAmIResponse me;
     grpc::ClientContext context;
     SetDeadline(context, global);
-    absl::Status s =
-        FromGrpcStatus(JobStub(global)->WhoAmI(&context, v1::WhoAmIRequest(), &me));
+    absl::Status s = FromGrpcStatus(JobStub(global)->WhoAmI(&context, v1::WhoAmIRequest(), &me));
     if (!s.ok()) {
       exit_code = ReportError("whoami", s, global);
       return;

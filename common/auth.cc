@@ -92,9 +92,8 @@ absl::StatusOr<TokenAuthorizer> TokenAuthorizer::FromText(absl::string_view text
     std::vector<std::string> fields =
         absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
     const std::string where = absl::StrCat(source, " line ", number);
-    std::optional<Role> role = fields.size() == 2 || fields.size() == 3
-                                   ? ParseTokenRole(fields[0])
-                                   : std::nullopt;
+    std::optional<Role> role =
+        fields.size() == 2 || fields.size() == 3 ? ParseTokenRole(fields[0]) : std::nullopt;
     if (!role.has_value()) {
       return absl::InvalidArgumentError(absl::StrCat(
           where,
@@ -110,22 +109,24 @@ absl::StatusOr<TokenAuthorizer> TokenAuthorizer::FromText(absl::string_view text
     }
     if (fields.size() == 2 && *role == Role::kUser) {
       return absl::InvalidArgumentError(absl::StrCat(
-          where, ": a user token needs the user's name: \"user TOKEN NAME\" (the owner of the "
-                 "jobs it submits)"));
+          where,
+          ": a user token needs the user's name: \"user TOKEN NAME\" (the owner of the "
+          "jobs it submits)"));
     }
     // Old lines ("admin TOKEN", "worker TOKEN") name their role's word.
     std::string user = fields.size() == 3 ? fields[2] : fields[0];
     if (!IsSafeUserName(user)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, ": the user name must be 1 to ", kMaxUserNameLength,
-          " letters, digits, '.', '_' or '-', starting with a letter or digit"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": the user name must be 1 to ", kMaxUserNameLength,
+                       " letters, digits, '.', '_' or '-', starting with a letter or digit"));
     }
     auth.tokens_[fields[1]] = Identity{*role, std::move(user)};
   }
   if (auth.tokens_.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        source, " has no tokens; add lines \"admin TOKEN NAME\", \"user TOKEN NAME\" and "
-                "\"agent TOKEN\""));
+    return absl::InvalidArgumentError(
+        absl::StrCat(source,
+                     " has no tokens; add lines \"admin TOKEN NAME\", \"user TOKEN NAME\" and "
+                     "\"agent TOKEN\""));
   }
   return auth;
 }
@@ -193,15 +194,17 @@ absl::Status Caller::CheckOwner(absl::string_view job_id, absl::string_view owne
       if (!owner.empty() && owner == user_) return absl::OkStatus();
       if (owner.empty()) {
         return absl::PermissionDeniedError(absl::StrCat(
-            job_id, " has no owner (it was submitted while the coordinator had no token file); "
-                    "only an admin may ", action, " it"));
+            job_id,
+            " has no owner (it was submitted while the coordinator had no token file); "
+            "only an admin may ",
+            action, " it"));
       }
       return absl::PermissionDeniedError(absl::StrCat(job_id, " belongs to ", owner, "; only ",
                                                       owner, " or an admin may ", action, " it"));
     case Role::kAgent:
-      return absl::PermissionDeniedError(absl::StrCat(
-          "an agent token may not ", action, " ", job_id,
-          ": agent tokens are for node agents; use a user or admin token"));
+      return absl::PermissionDeniedError(
+          absl::StrCat("an agent token may not ", action, " ", job_id,
+                       ": agent tokens are for node agents; use a user or admin token"));
     case Role::kJob:
       return CheckJob(job_id, action);
   }

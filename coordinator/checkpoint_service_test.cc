@@ -380,9 +380,8 @@ class CheckpointServiceAdapterTest : public ::testing::Test {
             return absl::FailedPreconditionError(job_id + " is not running");
           return CheckUploader(grant_, generation, rank);
         });
-    service_ = std::make_unique<CheckpointServiceImpl>(*store_, *uploads_, auth,
-                                                       std::move(resume_from_of),
-                                                       std::move(owner_of));
+    service_ = std::make_unique<CheckpointServiceImpl>(
+        *store_, *uploads_, auth, std::move(resume_from_of), std::move(owner_of));
     grpc::ServerBuilder builder;
     builder.RegisterService(service_.get());
     server_ = builder.BuildAndStart();
@@ -616,9 +615,9 @@ TEST_F(CheckpointServiceAdapterTest, AUserDownloadsTheCheckpointsOfTheirOwnJobsO
     return absl::NotFoundError("no job " + job_id);
   });
   v1::UploadCheckpointResponse response;
-  ASSERT_TRUE(Upload({Chunk("job-000001", 1, 0, "weights")}, &response,
-                     As("agent-token-0123456789").get())
-                  .ok());
+  ASSERT_TRUE(
+      Upload({Chunk("job-000001", 1, 0, "weights")}, &response, As("agent-token-0123456789").get())
+          .ok());
 
   std::string bytes;
   grpc::Status s = Download("alice-token-0123456789", "job-000001", 7, &bytes);

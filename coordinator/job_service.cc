@@ -191,18 +191,19 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
   // Resuming reads the source's checkpoints: only from a job the caller may
   // read (an unknown source is Submit's NOT_FOUND).
   const std::string source = request->resume_from().substr(0, request->resume_from().find(':'));
-  if (absl::StatusOr<v1::Job> from = source.empty() ? absl::NotFoundError("") : jobs_.Get(source);
-      from.ok()) {
-    if (absl::Status s = caller->CheckOwner(source, from->owner(), "resume from"); !s.ok()) {
-      return Reject(context, s);
-    }
+  if (!source.empty()) {
+    absl::StatusOr<v1::Job> from = jobs_.Get(source);
+    absl::Status s =
+        from.ok() ? caller->CheckOwner(source, from->owner(), "resume from") : absl::OkStatus();
+    if (!s.ok()) return Reject(context, s);
   }
   // A job no connected agent could hold is refused now rather than queued
   // for ever or started to die allocating.
   if (absl::Status s = scheduler_.CheckAgentsCanHold(request->spec()); !s.ok()) {
     return Reject(context, s);
   }
-  absl::StatusOr<v1::Job> job = jobs_.Submit(request->spec(), request->resume_from(), caller->user());
+  absl::StatusOr<v1::Job> job =
+      jobs_.Submit(request->spec(), request->resume_from(), caller->user());
   if (job.ok()) scheduler_.Schedule();
   return Answer(context, job,
                 [response](const v1::Job& job) { response->set_job_id(job.job_id()); });
@@ -290,8 +291,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::CheckpointJob(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* JobServiceImpl::GetJobStatus(grpc::CallbackServerContext* context,
                                                        const v1::GetJobStatusRequest* request,
                                                        v1::JobStatus* response) {
-  if (absl::StatusOr<Caller> caller =
-          Authorize(context, request->job_id(), "read the status of");
+  if (absl::StatusOr<Caller> caller = Authorize(context, request->job_id(), "read the status of");
       !caller.ok()) {
     return Reject(context, caller.status());
   }

@@ -79,9 +79,8 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   // The caller, if it may `action` (e.g. "cancel") job `job_id`: a user or
   // admin token and, for a user, its own job. NOT_FOUND for an unknown job.
   // Fills `job` (may be null) with the job's record.
-  absl::StatusOr<Caller> Authorize(grpc::CallbackServerContext* context,
-                                   const std::string& job_id, absl::string_view action,
-                                   v1::Job* job = nullptr) const;
+  absl::StatusOr<Caller> Authorize(grpc::CallbackServerContext* context, const std::string& job_id,
+                                   absl::string_view action, v1::Job* job = nullptr) const;
 
   JobManager& jobs_;
   Scheduler& scheduler_;

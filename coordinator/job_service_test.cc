@@ -309,14 +309,17 @@ class JobAuthorizationTest : public JobServiceTest {
   }
 
   // Submits a named job as `who`; its id, or the refusal.
-  absl::StatusOr<std::string> SubmitAs(const std::string& who, const std::string& resume_from = "") {
+  absl::StatusOr<std::string> SubmitAs(const std::string& who,
+                                       const std::string& resume_from = "") {
     v1::SubmitJobRequest request;
-    *request.mutable_spec() = *ParseJobSpec(
-        absl::StrCat("name: \"", who, "-job\" ", kSpec), SpecFormat::kTextProto, "test");
+    *request.mutable_spec() = *ParseJobSpec(absl::StrCat("name: \"", who, "-job\" ", kSpec),
+                                            SpecFormat::kTextProto, "test");
     request.set_resume_from(resume_from);
     v1::SubmitJobResponse response;
     grpc::Status s = stub_->SubmitJob(As(who).get(), request, &response);
-    if (!s.ok()) return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+    if (!s.ok()) {
+      return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+    }
     return response.job_id();
   }
 
@@ -364,13 +367,18 @@ TEST_F(JobAuthorizationTest, AUserActsOnTheirOwnJobsOnlyAndAnAdminOnAll) {
   ASSERT_TRUE(jobs_->Get(*alices).ok());
   EXPECT_EQ(jobs_->Get(*alices)->owner(), "alice") << "the submitter is recorded";
 
-  const std::map<std::string, std::string> actions = {
-      {"get", "read"},         {"status", "read the status of"}, {"logs", "read the logs of"},
-      {"checkpoints", "list the checkpoints of"}, {"checkpoint", "checkpoint"}, {"watch", "watch"}};
+  const std::map<std::string, std::string> actions = {{"get", "read"},
+                                                      {"status", "read the status of"},
+                                                      {"logs", "read the logs of"},
+                                                      {"checkpoints", "list the checkpoints of"},
+                                                      {"checkpoint", "checkpoint"},
+                                                      {"watch", "watch"}};
   for (const auto& [call, status] : EveryCall("bob", *alices)) {
     EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED) << call;
-    EXPECT_EQ(status.error_message(), absl::StrCat(*alices, " belongs to alice; only alice or an "
-                                                   "admin may ", actions.at(call), " it"))
+    EXPECT_EQ(status.error_message(), absl::StrCat(*alices,
+                                                   " belongs to alice; only alice or an "
+                                                   "admin may ",
+                                                   actions.at(call), " it"))
         << call;
   }
   for (const auto& [call, status] : EveryCall("agent", *alices)) {

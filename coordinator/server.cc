@@ -344,7 +344,8 @@ absl::Status CoordinatorServer::BuildServices(const ServerOptions& options) {
         return scheduler->GrantUpload(job_id, generation, rank);
       });
   checkpoint_service_ = std::make_unique<CheckpointServiceImpl>(
-      *checkpoints_, *checkpoint_uploads_, *auth_, [jobs = jobs_.get()](const std::string& job_id) {
+      *checkpoints_, *checkpoint_uploads_, *auth_,
+      [jobs = jobs_.get()](const std::string& job_id) {
         absl::StatusOr<v1::Job> job = jobs->Get(job_id);
         return job.ok() ? job->resume_from() : std::string();
       },

@@ -125,9 +125,8 @@ TEST_F(StatusPageTest, JobPageCarriesRanksDiagnosesHistoryAndEvents) {
   EXPECT_THAT(*json, Not(HasSubstr("synthetic"))) << "the spec stays out of the page";
 
   const std::string list = JobListJson(Sources(), clock_.Now());
-  EXPECT_THAT(list,
-              HasSubstr("{\"job_id\":\"" + job +
-                        "\",\"name\":\"page\",\"owner\":\"alice\",\"state\":\"RUNNING\""));
+  EXPECT_THAT(list, HasSubstr("{\"job_id\":\"" + job +
+                              "\",\"name\":\"page\",\"owner\":\"alice\",\"state\":\"RUNNING\""));
   EXPECT_THAT(list, HasSubstr("\"step\":20,"));
   EXPECT_THAT(list, HasSubstr("\"diagnoses\":1,"));
 
