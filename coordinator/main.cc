@@ -58,9 +58,12 @@ void AddServingFlags(CLI::App& app, Flags& flags) {
                  "--token_file.")
       ->capture_default_str();
   app.add_option("--token_file", options.token_file,
-                 "Require bearer tokens: a file of lines \"admin TOKEN\" (submit, cancel, "
-                 "status, logs, everything) and \"worker TOKEN\" (node agents); not readable "
-                 "by others. Ranks get a credential of their own job instead.");
+                 "Require bearer tokens, on loopback too: a file of lines \"ROLE TOKEN "
+                 "[USER]\": \"admin TOKEN NAME\" (everything, every job), \"user TOKEN NAME\" "
+                 "(submit; see, watch, cancel and read the logs and checkpoints of NAME's own "
+                 "jobs) and \"agent TOKEN\" (node agents; \"worker\" is its old name); not "
+                 "readable by others. Ranks get a credential of their own job instead. See "
+                 "docs/security.md.");
   app.add_option("--tls_cert", options.tls_cert, "PEM certificate: serve TLS (with --tls_key).");
   app.add_option("--tls_key", options.tls_key, "PEM private key of --tls_cert.");
   app.add_option("--tls_client_ca", options.tls_client_ca,
@@ -75,8 +78,9 @@ void AddServingFlags(CLI::App& app, Flags& flags) {
   app.add_option("--http_listen", options.http_listen,
                  "HOST:PORT of the HTTP port serving /metrics (Prometheus) and the status page; "
                  "\"off\" for none. Default: 127.0.0.1 on the port after --listen's (29651), a "
-                 "free port when --listen's port is 0. A non-loopback address needs --token_file, "
-                 "and every request the admin token (\"Authorization: Bearer TOKEN\").");
+                 "free port when --listen's port is 0. A non-loopback address needs --token_file; "
+                 "with --token_file every request needs an admin token (\"Authorization: Bearer "
+                 "TOKEN\"), on loopback too.");
   app.add_option("--http_port_file", flags.http_port_file,
                  "Write the bound HTTP port to this file once listening (for scripts and tests).");
   app.add_flag("--enable_reflection", options.enable_reflection,

@@ -350,9 +350,15 @@ absl::Status CoordinatorServer::BuildServices(const ServerOptions& options) {
         return scheduler->GrantUpload(job_id, generation, rank);
       });
   checkpoint_service_ = std::make_unique<CheckpointServiceImpl>(
-      *checkpoints_, *checkpoint_uploads_, *auth_, [jobs = jobs_.get()](const std::string& job_id) {
+      *checkpoints_, *checkpoint_uploads_, *auth_,
+      [jobs = jobs_.get()](const std::string& job_id) {
         absl::StatusOr<v1::Job> job = jobs->Get(job_id);
         return job.ok() ? job->resume_from() : std::string();
+      },
+      [jobs = jobs_.get()](const std::string& job_id) -> absl::StatusOr<std::string> {
+        absl::StatusOr<v1::Job> job = jobs->Get(job_id);
+        if (!job.ok()) return job.status();
+        return job->owner();
       });
   if (options.checkpoint_data_port >= 0 && options.tls_cert.empty()) {
     CheckpointDataServer::Options data_options;
@@ -412,7 +418,9 @@ absl::Status CoordinatorServer::ServeHttp(const ServerOptions& options,
   HttpServer::Options http_options;
   http_options.host = http_address->host;
   http_options.port = http_address->port;
-  http_options.require_token = !IsLoopbackHost(http_address->host);
+  // With a token file every page needs an admin token, on loopback too: the
+  // pages show every job's owner, progress and metrics.
+  http_options.require_token = auth_->enabled() || !IsLoopbackHost(http_address->host);
   http_options.auth = auth_.get();
   const StatusSources sources{jobs_.get(), scheduler_.get(), metrics_.get(), checkpoints_.get()};
   absl::StatusOr<std::unique_ptr<HttpServer>> started =
