@@ -18,7 +18,7 @@ void FairShare::Advance(absl::Time now, const std::map<std::string, int>& slots_
   }
   const double per_slot = h / std::log(2.0) * (1 - decay);
   for (const auto& [owner, slots] : slots_held) {
-    if (slots > 0) usage_[owner] += slots * per_slot;
+    if (slots > 0 && per_slot > 0) usage_[owner] += slots * per_slot;
   }
 }
 

@@ -108,9 +108,14 @@ void Planner::Reserve(const QueueEntry& entry, const std::vector<std::pair<size_
   std::vector<AgentSlots> now = agents_;
   for (size_t a = 0; a < now.size(); ++a) now[a].free_slots = free_[a];
   std::string reason = PendingReason(entry.job, now);
-  absl::StrAppend(&reason, "; first in line for ", v1::ResourceSpec::Device_Name(device),
-                  " slots, it holds the reservation");
-  if (!slots.empty()) absl::StrAppend(&reason, " of those ", slots.size(), " free");
+  const std::string name = v1::ResourceSpec::Device_Name(device);
+  if (slots.empty()) {
+    absl::StrAppend(&reason, "; it is first in line for the ", name,
+                    " slots that free next (reservation)");
+  } else {
+    absl::StrAppend(&reason, "; it is first in line for ", name, " slots and holds the ",
+                    slots.size(), " free that it can use (reservation)");
+  }
   plan.waiting.push_back({entry.job.job_id, std::move(reason)});
   for (const auto& [a, slot] : slots) {
     plan.reserved[agents_[a].agent_id].push_back(slot);
