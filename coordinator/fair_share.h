@@ -37,7 +37,7 @@ class FairShare {
   const std::map<std::string, double>& usage() const { return usage_; }
 
  private:
-  const absl::Duration half_life_;
+  absl::Duration half_life_;
   absl::Time last_;
   std::map<std::string, double> usage_;
 };

@@ -155,10 +155,28 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
   if (absl::Status s = scheduler_.CheckAgentsCanHold(request->spec()); !s.ok()) {
     return Reject(context, s);
   }
+  // The priority ceiling and queued-job limit of the scheduling policy.
+  // Every job is the anonymous user's ("") until submissions carry who
+  // made them (Job.owner).
+  if (absl::Status s = scheduler_.CheckSubmission(request->spec(), ""); !s.ok()) {
+    return Reject(context, s);
+  }
   absl::StatusOr<v1::Job> job = jobs_.Submit(request->spec(), request->resume_from());
   if (job.ok()) scheduler_.Schedule();
   return Answer(context, job,
                 [response](const v1::Job& job) { response->set_job_id(job.job_id()); });
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::GetQueue(grpc::CallbackServerContext* context,
+                                                   const v1::GetQueueRequest* request,
+                                                   v1::GetQueueResponse* response) {
+  if (absl::Status s = auth_.Check(context->client_metadata(), Role::kAdmin); !s.ok()) {
+    return Reject(context, s);
+  }
+  *response = scheduler_.Queue();
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* context,

@@ -186,6 +186,12 @@ struct RunningJob {
   // Set while a job taken back after a restart waits for its ranks.
   absl::Time recovering_until = absl::InfinitePast();
 
+  // Who submitted the job ("" anonymous), its priority and device: the
+  // queue plan's quotas and fair share count its slots (queue_plan.h).
+  std::string owner;
+  v1::JobSpec::Priority priority = v1::JobSpec::NORMAL;
+  v1::ResourceSpec::Device device = v1::ResourceSpec::CPU;
+
   // A program job (spec.program present; docs/programs.md): a failed rank's
   // reason quotes its last output lines, not only the last one.
   bool program = false;

@@ -1,7 +1,8 @@
 // Scheduler: the coordinator's running side. A thin facade that wires, under
 // one lock, the units that each own one concern:
 //   AgentRegistry    agents and their busy slots (agent_registry.h)
-//   PlaceJobs        strict-FIFO placement of queued jobs (placement.h)
+//   PlanQueue        the queue's order (priority, fair share, submit order),
+//                    quotas, backfill and the reservation (queue_plan.h)
 //   Rendezvous       a generation's Join, answered when complete (rendezvous.h)
 //   DiagnosisHistory, HangFailure
 //                    what hang diagnoses become (hang_policy.h)
@@ -44,9 +45,12 @@
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/log_store.h"
+#include "coordinator/fair_share.h"
 #include "coordinator/placement.h"
+#include "coordinator/queue_plan.h"
 #include "coordinator/rendezvous.h"
 #include "coordinator/running_job.h"
+#include "coordinator/scheduling_policy.h"
 
 namespace chorus {
 
@@ -167,6 +171,16 @@ class Scheduler {
   // ranks is still running. NOT_FOUND for an unknown job.
   absl::StatusOr<v1::GetLogsResponse> GetLogs(const v1::GetLogsRequest& request) const;
 
+  // The administrator's limits and the fair-share half-life (default: none
+  // and 1 h); usage recorded so far restarts from zero.
+  void set_scheduling_policy(SchedulingPolicy policy);
+  // Whether `owner` may submit `spec` now (CheckSubmission in
+  // scheduling_policy.h): its priority ceiling and queued-job limit.
+  absl::Status CheckSubmission(const v1::JobSpec& spec, const std::string& owner) const;
+  // The PENDING jobs in the order the last plan placed them, each with its
+  // owner, priority, reason, and whether it holds a reservation.
+  v1::GetQueueResponse Queue() const;
+
   int free_slots() const;
   // Agents, slots and every running job (job, rank summary, the diagnoses
   // of the last Tick, and its rank rows if it has at most `max_rank_rows`
@@ -284,6 +298,17 @@ class Scheduler {
   // Queued jobs that fit are started; false if one could not be marked
   // running (nothing more is placed then).
   bool PlaceQueuedLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The agents' free slots less those the queue's reservations hold (Note
+  // [Reservation] in queue_plan.h): what running elastic jobs may grow onto.
+  std::vector<AgentSlots> UnreservedSlotsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Each owner's slots in use per device (running jobs), and fair share.
+  QueueUsage UsageLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts every running job's slots into the fair share up to now.
+  void AdvanceFairShareLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `job_id` as a re-formation plans it: its max_ranks capped so that its
+  // owner's quota holds (its current `ranks` count as in use).
+  QueuedJob QuotaCappedLocked(const std::string& job_id, const v1::JobSpec& spec,
+                              const RunningJob& run) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The generation of `job_id` has formed: records how long recovery took.
   void NoteFormedLocked(const std::string& job_id, RunningJob& run)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -307,6 +332,9 @@ class Scheduler {
   AgentRegistry agents_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, RunningJob> running_ ABSL_GUARDED_BY(mu_);
   CoordinatorMetrics* metrics_ ABSL_GUARDED_BY(mu_) = nullptr;
+  SchedulingPolicy policy_ ABSL_GUARDED_BY(mu_);
+  FairShare fair_share_ ABSL_GUARDED_BY(mu_);
+  QueuePlan plan_ ABSL_GUARDED_BY(mu_);  // the last one (reasons, reservations)
 };
 
 }  // namespace chorus

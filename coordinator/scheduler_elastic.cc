@@ -182,7 +182,8 @@ void Scheduler::ReformLocked(const std::string& job_id, const std::string& cause
   std::vector<std::pair<std::string, int>> leaving;
   const std::vector<bool> lost = LostRanks(run, agents_, leaving);
   absl::StatusOr<NextGeneration> next =
-      PlanNextGeneration(run.Slots(), lost, agents_.FreeSlots(), ToQueuedJob(job_id, job->spec()));
+      PlanNextGeneration(run.Slots(), lost, UnreservedSlotsLocked(),
+                         QuotaCappedLocked(job_id, job->spec(), run));
   if (!next.ok()) {
     WaitForSlotsLocked(job_id, run, cause, kind, next.status(), out);
     return;
@@ -318,8 +319,9 @@ void Scheduler::RequestReformLocked(const std::string& job_id, RunningJob& run,
       lost[rank] =
           agent == nullptr || agent->draining || run.ranks[rank].state == v1::RankStatus::EXITED;
     }
-    absl::StatusOr<NextGeneration> next = PlanNextGeneration(run.Slots(), lost, agents_.FreeSlots(),
-                                                             ToQueuedJob(job_id, job->spec()));
+    absl::StatusOr<NextGeneration> next =
+        PlanNextGeneration(run.Slots(), lost, UnreservedSlotsLocked(),
+                           QuotaCappedLocked(job_id, job->spec(), run));
     if (next.ok()) run.planned_world = static_cast<int>(next->ranks.size());
   }
   v1::JobEvent event;
@@ -365,7 +367,7 @@ void Scheduler::GrowLocked(Outbox& out) {
     }
     absl::StatusOr<NextGeneration> next =
         PlanNextGeneration(run.Slots(), std::vector<bool>(run.ranks.size(), false),
-                           agents_.FreeSlots(), ToQueuedJob(job_id, job->spec()));
+                           UnreservedSlotsLocked(), QuotaCappedLocked(job_id, job->spec(), run));
     if (!next.ok() || next->newcomers() == 0) continue;
     grow.emplace_back(job_id, absl::StrCat(next->newcomers(), " free slot(s) let the job grow from ",
                                            run.ranks.size(), " towards resources.max_ranks ",
