@@ -128,39 +128,50 @@ bool Scheduler::PlaceQueuedLocked(Outbox& out) {
   // A job that cannot resume fails without taking its slots: place again.
   for (bool replan = true; replan;) {
     replan = false;
-    // Oldest first: List returns newest first.
-    // Jobs that have not ended are all in memory: this reads no database.
-    absl::StatusOr<std::vector<v1::Job>> listed = jobs_.List({v1::Job::PENDING}, 0);
-    if (!listed.ok()) {
-      LOG(ERROR) << "listing the queue: " << listed.status();
-      return false;
-    }
-    std::vector<v1::Job> pending = *std::move(listed);
-    std::reverse(pending.begin(), pending.end());
-    std::vector<QueueEntry> queued;
-    std::map<std::string, const v1::Job*> by_id;
-    for (const v1::Job& job : pending) {
-      QueueEntry& entry = queued.emplace_back();
-      entry.job = ToQueuedJob(job.job_id(), job.spec());
-      entry.owner = job.owner();
-      entry.priority = PriorityOf(job.spec());
-      by_id[job.job_id()] = &job;
-    }
-    plan_ = PlanQueue(queued, agents_.FreeSlots(), UsageLocked(), policy_);
+    plan_ = PlanQueue(QueuedLocked(), agents_.FreeSlots(), UsageLocked(), policy_);
     for (const JobPlacement& placement : plan_.placed) {
-      const v1::Job& job = *by_id.at(placement.job_id);
-      absl::StatusOr<v1::CheckpointManifest> resume = ResumeLocked(job);
+      absl::StatusOr<v1::Job> job = jobs_.Get(placement.job_id);
+      if (!job.ok()) {
+        LOG(ERROR) << "reading queued job " << placement.job_id << ": " << job.status();
+        return false;
+      }
+      absl::StatusOr<v1::CheckpointManifest> resume = ResumeLocked(*job);
       if (!resume.ok()) {
-        (void)jobs_.Finish(job.job_id(), v1::Job::FAILED,
-                           absl::StrCat("cannot resume from ", job.resume_from(), ": ",
+        (void)jobs_.Finish(job->job_id(), v1::Job::FAILED,
+                           absl::StrCat("cannot resume from ", job->resume_from(), ": ",
                                         resume.status().message()));
         replan = true;
         break;
       }
-      if (!StartLocked(job, placement, *std::move(resume), out)) return false;
+      if (!StartLocked(*job, placement, *std::move(resume), out)) return false;
     }
   }
   return true;
+}
+
+std::vector<QueueEntry> Scheduler::QueuedLocked() {
+  const std::vector<std::string> ids = jobs_.PendingJobIds();
+  std::vector<QueueEntry> queued;
+  queued.reserve(ids.size());
+  auto cached = queue_entries_.begin();
+  std::map<std::string, QueueEntry> kept;
+  for (const std::string& id : ids) {
+    // Both are sorted by id: walk the cache alongside.
+    while (cached != queue_entries_.end() && cached->first < id) ++cached;
+    if (cached != queue_entries_.end() && cached->first == id) {
+      queued.push_back(cached->second);
+    } else {
+      absl::StatusOr<v1::Job> job = jobs_.Get(id);
+      if (!job.ok()) continue;  // ended since it was listed
+      QueueEntry& entry = queued.emplace_back();
+      entry.job = ToQueuedJob(id, job->spec());
+      entry.owner = job->owner();
+      entry.priority = PriorityOf(job->spec());
+    }
+    kept.emplace_hint(kept.end(), id, queued.back());
+  }
+  queue_entries_ = std::move(kept);
+  return queued;
 }
 
 QueueUsage Scheduler::UsageLocked() const {

@@ -301,6 +301,9 @@ class Scheduler {
   // The agents' free slots less those the queue's reservations hold (Note
   // [Reservation] in queue_plan.h): what running elastic jobs may grow onto.
   std::vector<AgentSlots> UnreservedSlotsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The PENDING jobs in submit order, as the plan sees them; updates
+  // queue_entries_.
+  std::vector<QueueEntry> QueuedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Each owner's slots in use per device (running jobs), and fair share.
   QueueUsage UsageLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Counts every running job's slots into the fair share up to now.
@@ -335,6 +338,9 @@ class Scheduler {
   SchedulingPolicy policy_ ABSL_GUARDED_BY(mu_);
   FairShare fair_share_ ABSL_GUARDED_BY(mu_);
   QueuePlan plan_ ABSL_GUARDED_BY(mu_);  // the last one (reasons, reservations)
+  // Each PENDING job as the plan sees it, kept between passes: a pass with
+  // 10,000 queued jobs then copies none of them (docs/scheduling.md).
+  std::map<std::string, QueueEntry> queue_entries_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace chorus
