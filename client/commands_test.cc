@@ -225,10 +225,10 @@ TEST_F(CommandsTest, QueuePrintsTheJobsInPlacementOrderWithTheirReasons) {
 
   std::vector<std::string> lines = Lines(out_.str());
   ASSERT_THAT(lines, SizeIs(4)) << out_.str();
-  EXPECT_THAT(Words(lines[0]), ElementsAre("#", "JOB", "NAME", "OWNER", "PRIORITY", "RANKS",
-                                           "SUBMITTED", "REASON"));
-  EXPECT_THAT(Words(lines[1]), testing::IsSupersetOf({"1", "job-000007", "urgent", "alice", "HIGH",
-                                                      "4", "CPU"}));
+  EXPECT_THAT(Words(lines[0]),
+              ElementsAre("#", "JOB", "NAME", "OWNER", "PRIORITY", "RANKS", "SUBMITTED", "REASON"));
+  EXPECT_THAT(Words(lines[1]),
+              testing::IsSupersetOf({"1", "job-000007", "urgent", "alice", "HIGH", "4", "CPU"}));
   EXPECT_THAT(lines[1], HasSubstr("it is first in line"));
   EXPECT_THAT(Words(lines[2]),
               testing::IsSupersetOf({"2", "job-000003", "sweep", "-", "LOW", "1", "CUDA"}));

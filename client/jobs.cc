@@ -98,11 +98,10 @@ void AddJobsCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) 
         std::string ranks = r.min_ranks() == r.max_ranks()
                                 ? std::to_string(r.min_ranks())
                                 : absl::StrFormat("%d-%d", r.min_ranks(), r.max_ranks());
-        *global.out << absl::StrFormat("%-12s %-24s %-10s %-7s %-19s %s\n", job.job_id(),
-                                       job.spec().name(), StateName(job.state()), ranks,
-                                       FormatTime(job.submit_time_us()),
-                                       waiting.count(job.job_id()) ? waiting.at(job.job_id())
-                                                                   : job.reason());
+        *global.out << absl::StrFormat(
+            "%-12s %-24s %-10s %-7s %-19s %s\n", job.job_id(), job.spec().name(),
+            StateName(job.state()), ranks, FormatTime(job.submit_time_us()),
+            waiting.count(job.job_id()) ? waiting.at(job.job_id()) : job.reason());
       }
     }
     exit_code = kExitOk;

@@ -467,7 +467,8 @@ void ValidateCommon(const JobSpec& spec, Checker& c) {
     c.Fail("resources.device", absl::StrCat("unknown value ", r.device()));
   }
   if (!v1::JobSpec::Priority_IsValid(spec.priority())) {
-    c.Fail("priority", absl::StrCat("unknown value ", spec.priority(), "; use LOW, NORMAL or HIGH"));
+    c.Fail("priority",
+           absl::StrCat("unknown value ", spec.priority(), "; use LOW, NORMAL or HIGH"));
   }
 
   const v1::CheckpointSpec& k = spec.checkpoint();

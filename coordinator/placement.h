@@ -26,8 +26,8 @@
 #ifndef CHORUS_COORDINATOR_PLACEMENT_H_
 #define CHORUS_COORDINATOR_PLACEMENT_H_
 
-#include <cstdint>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>

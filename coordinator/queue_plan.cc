@@ -89,13 +89,13 @@ int Planner::QuotaLeft(const QueueEntry& entry, std::string& reason) const {
 }
 
 const std::pair<bool, std::string>& Planner::IdleFit(const QueuedJob& job) {
-  const auto key = std::make_tuple(job.resources.device(), job.resources.min_ranks(),
-                                   job.rank_bytes);
+  const auto key =
+      std::make_tuple(job.resources.device(), job.resources.min_ranks(), job.rank_bytes);
   auto it = idle_fit_.find(key);
   if (it == idle_fit_.end()) {
     const bool fits = FitsIdleAgents(job, agents_);
-    it = idle_fit_.emplace(key, std::make_pair(fits, fits ? "" : PendingReason(job, agents_)))
-             .first;
+    it =
+        idle_fit_.emplace(key, std::make_pair(fits, fits ? "" : PendingReason(job, agents_))).first;
   }
   return it->second;
 }
@@ -158,8 +158,8 @@ void Planner::Plan(const QueueEntry& entry, QueuePlan& plan) {
   }
   plan.waiting.push_back(
       {job.job_id,
-       absl::StrCat("waiting for ", min_ranks, " ", v1::ResourceSpec::Device_Name(device),
-                    " slot", min_ranks == 1 ? "" : "s", " behind ", holder->second,
+       absl::StrCat("waiting for ", min_ranks, " ", v1::ResourceSpec::Device_Name(device), " slot",
+                    min_ranks == 1 ? "" : "s", " behind ", holder->second,
                     ", which comes first and holds the reservation of free ",
                     v1::ResourceSpec::Device_Name(device), " slots")});
 }

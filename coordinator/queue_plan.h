@@ -23,10 +23,10 @@
 // that device), it starts once enough running work ends: it cannot be
 // starved by later or smaller jobs. Every other job that does not fit
 // blocks nobody: later jobs take the slots no holder can use (another
-// device, agents its ranks' memory does not fit) - that is backfill. No job declares how long it runs, so a later job is never
-// started on reserved slots in the hope that it ends in time: no estimated
-// start can be given either. The reservation moves when a job comes before
-// its holder (a higher priority submitted, an owner whose usage decayed).
+// device, agents its ranks' memory does not fit) - that is backfill. No job declares how long it
+// runs, so a later job is never started on reserved slots in the hope that it ends in time: no
+// estimated start can be given either. The reservation moves when a job comes before its holder (a
+// higher priority submitted, an owner whose usage decayed).
 //
 // Thread-safety: a pure function.
 //

@@ -54,10 +54,10 @@ SchedulingPolicy Policy(const std::string& text) {
 }
 
 TEST(QueuePlanTest, HighBeforeNormalBeforeLowThenSubmitOrder) {
-  const QueuePlan plan = PlanQueue(
-      {Job("low", 1, 1, "a", v1::JobSpec::LOW), Job("normal-1", 1, 1, "a"),
-       Job("high", 1, 1, "a", v1::JobSpec::HIGH), Job("normal-2", 1, 1, "a")},
-      {Agent("agent-1", {0, 1}, 2)}, QueueUsage(), SchedulingPolicy());
+  const QueuePlan plan =
+      PlanQueue({Job("low", 1, 1, "a", v1::JobSpec::LOW), Job("normal-1", 1, 1, "a"),
+                 Job("high", 1, 1, "a", v1::JobSpec::HIGH), Job("normal-2", 1, 1, "a")},
+                {Agent("agent-1", {0, 1}, 2)}, QueueUsage(), SchedulingPolicy());
   EXPECT_THAT(plan.order, ElementsAre("high", "normal-1", "normal-2", "low"));
   EXPECT_THAT(Placed(plan), ElementsAre("high", "normal-1"));
   EXPECT_EQ(ReasonOf(plan, "normal-2"),
@@ -83,10 +83,10 @@ TEST(QueuePlanTest, WithinAPriorityTheLeastRecentUsageGoesFirst) {
 TEST(QueuePlanTest, OverQuotaWaitsWithTheReasonAndBlocksNobody) {
   QueueUsage usage;
   usage.slots_in_use["alice"][v1::ResourceSpec::CPU] = 6;
-  const QueuePlan plan = PlanQueue(
-      {Job("alice-big", 4, 4, "alice", v1::JobSpec::HIGH), Job("alice-2", 2, 4, "alice"),
-       Job("bob-1", 1, 1, "bob")},
-      {Agent("agent-1", {0, 1, 2, 3, 4, 5}, 16)}, usage, Policy("default cpu_slots=8"));
+  const QueuePlan plan =
+      PlanQueue({Job("alice-big", 4, 4, "alice", v1::JobSpec::HIGH), Job("alice-2", 2, 4, "alice"),
+                 Job("bob-1", 1, 1, "bob")},
+                {Agent("agent-1", {0, 1, 2, 3, 4, 5}, 16)}, usage, Policy("default cpu_slots=8"));
   EXPECT_EQ(ReasonOf(plan, "alice-big"), "alice uses 6 of 8 CPU slots (quota); the job needs 4");
   // alice-2 takes only the 2 slots her quota leaves (not max_ranks 4).
   ASSERT_THAT(Placed(plan), ElementsAre("alice-2", "bob-1"));
@@ -150,9 +150,8 @@ TEST(QueuePlanTest, BackfillTakesSlotsTheHolderCannotUse) {
 }
 
 TEST(QueuePlanTest, AHigherPriorityJobTakesTheReservation) {
-  const QueuePlan plan =
-      PlanQueue({Job("old", 3, 3), Job("urgent", 2, 2, "", v1::JobSpec::HIGH)},
-                {Agent("agent-1", {0}, 4)}, QueueUsage(), SchedulingPolicy());
+  const QueuePlan plan = PlanQueue({Job("old", 3, 3), Job("urgent", 2, 2, "", v1::JobSpec::HIGH)},
+                                   {Agent("agent-1", {0}, 4)}, QueueUsage(), SchedulingPolicy());
   EXPECT_EQ(plan.reservation_holders.at(v1::ResourceSpec::CPU), "urgent");
   EXPECT_EQ(ReasonOf(plan, "old"),
             "waiting for 3 CPU slots behind urgent, which comes first and holds the reservation "

@@ -56,6 +56,7 @@ RunningJob::RunningJob(const v1::Job& job, int world_size, int64_t generation)
   owner = job.owner();
   if (job.spec().priority() != v1::JobSpec::PRIORITY_UNSPECIFIED) priority = job.spec().priority();
   device = job.spec().resources().device();
+  min_ranks = job.spec().resources().min_ranks();
 }
 
 std::vector<RankSlot> RunningJob::Slots() const {

@@ -118,8 +118,12 @@ void Scheduler::Schedule() {
 void Scheduler::ScheduleLocked(Outbox& out) {
   // Running elastic jobs below resources.min_ranks come before queued jobs.
   RetryWaitingLocked(out);
-  // Slots no queued job takes let running elastic jobs grow.
-  if (PlaceQueuedLocked(out)) GrowLocked(out);
+  // A reservation holder short of slots takes them from lower-priority
+  // elastic jobs; slots no queued job takes let running elastic jobs grow.
+  if (PlaceQueuedLocked(out)) {
+    PreemptLocked(out);
+    GrowLocked(out);
+  }
   SaveElasticLocked();
 }
 
@@ -195,9 +199,8 @@ std::vector<AgentSlots> Scheduler::UnreservedSlotsLocked() const {
     auto reserved = plan_.reserved.find(agent.agent_id);
     if (reserved == plan_.reserved.end()) continue;
     std::vector<int> left;
-    std::set_difference(agent.free_slots.begin(), agent.free_slots.end(),
-                        reserved->second.begin(), reserved->second.end(),
-                        std::back_inserter(left));
+    std::set_difference(agent.free_slots.begin(), agent.free_slots.end(), reserved->second.begin(),
+                        reserved->second.end(), std::back_inserter(left));
     agent.free_slots = std::move(left);
   }
   return free;
@@ -217,8 +220,8 @@ QueuedJob Scheduler::QuotaCappedLocked(const std::string& job_id, const v1::JobS
   }
   // Never below what it runs with now (a quota lowered meanwhile does not
   // shrink it), nor below min_ranks.
-  const int most = std::max({job.resources.min_ranks(), quota->second - others,
-                             static_cast<int>(run.ranks.size())});
+  const int most = std::max(
+      {job.resources.min_ranks(), quota->second - others, static_cast<int>(run.ranks.size())});
   job.resources.set_max_ranks(std::min(job.resources.max_ranks(), most));
   return job;
 }
@@ -232,9 +235,8 @@ void Scheduler::set_scheduling_policy(SchedulingPolicy policy) {
 absl::Status Scheduler::CheckSubmission(const v1::JobSpec& spec, const std::string& owner) const {
   absl::StatusOr<std::vector<v1::Job>> pending = jobs_.List({v1::Job::PENDING}, 0);
   if (!pending.ok()) return pending.status();
-  const int queued = static_cast<int>(
-      std::count_if(pending->begin(), pending->end(),
-                    [&](const v1::Job& job) { return job.owner() == owner; }));
+  const int queued = static_cast<int>(std::count_if(
+      pending->begin(), pending->end(), [&](const v1::Job& job) { return job.owner() == owner; }));
   absl::MutexLock lock(&mu_);
   return chorus::CheckSubmission(policy_, owner, spec, queued);
 }

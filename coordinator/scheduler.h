@@ -43,10 +43,11 @@
 #include "coordinator/agent_registry.h"
 #include "coordinator/checkpoint_grant.h"
 #include "coordinator/coordinator_metrics.h"
+#include "coordinator/fair_share.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/log_store.h"
-#include "coordinator/fair_share.h"
 #include "coordinator/placement.h"
+#include "coordinator/preemption.h"
 #include "coordinator/queue_plan.h"
 #include "coordinator/rendezvous.h"
 #include "coordinator/running_job.h"
@@ -255,6 +256,12 @@ class Scheduler {
   // Elastic jobs waiting below resources.min_ranks try to form again (or
   // fail past elastic.wait_seconds).
   void RetryWaitingLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Note [Preemption by shrinking] in preemption.h: a reservation holder
+  // that lacks slots takes them from running lower-priority elastic jobs,
+  // which give up ranks at their next step boundary.
+  void PreemptLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Running elastic jobs that may give up ranks now.
+  std::vector<ElasticRun> PreemptibleLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Elastic jobs below resources.max_ranks for which free slots exist, and
   // whose last growth is elastic.scale_up_interval_seconds ago, are told to
   // grow at their next step boundary.

@@ -13,6 +13,8 @@
 //
 // Usage: scheduler_bench [--rounds N] [--queued N] [--agents N]
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -20,8 +22,6 @@
 #include <random>
 #include <string>
 #include <vector>
-
-#include <unistd.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -134,10 +134,11 @@ absl::Status ScheduleRounds(const Options& o, std::vector<double>& ms) {
     clock.Advance(absl::Seconds(1));
     scheduler.Schedule();
   });
-  std::printf("Scheduler::Schedule() with %d queued jobs, %d agents (%d free slots): p50 %.2f ms, "
-              "p99 %.2f ms (goal <= 50 ms)\n",
-              static_cast<int>(jobs->List({v1::Job::PENDING}, 0)->size()), o.agents,
-              scheduler.free_slots(), Percentile(ms, 0.5), Percentile(ms, 0.99));
+  std::printf(
+      "Scheduler::Schedule() with %d queued jobs, %d agents (%d free slots): p50 %.2f ms, "
+      "p99 %.2f ms (goal <= 50 ms)\n",
+      static_cast<int>(jobs->List({v1::Job::PENDING}, 0)->size()), o.agents, scheduler.free_slots(),
+      Percentile(ms, 0.5), Percentile(ms, 0.99));
   return absl::OkStatus();
 }
 
@@ -147,9 +148,12 @@ int Main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     const int value = std::atoi(argv[i + 1]);
-    if (flag == "--rounds") o.rounds = value;
-    else if (flag == "--queued") o.queued = value;
-    else if (flag == "--agents") o.agents = value;
+    if (flag == "--rounds")
+      o.rounds = value;
+    else if (flag == "--queued")
+      o.queued = value;
+    else if (flag == "--agents")
+      o.agents = value;
     else {
       std::fprintf(stderr, "usage: scheduler_bench [--rounds N] [--queued N] [--agents N]\n");
       return 2;
@@ -173,10 +177,11 @@ int Main(int argc, char** argv) {
   size_t fifo_placed = 0;
   const std::vector<double> peer =
       Time(o.rounds, [&] { fifo_placed = PlaceJobs(fifo, c.agents).size(); });
-  std::printf("PlanQueue: %zu placed, %zu waiting, p50 %.2f ms, p99 %.2f ms; strict-FIFO "
-              "PlaceJobs: %zu placed, p99 %.3f ms\n",
-              placed, waiting, Percentile(ours, 0.5), Percentile(ours, 0.99), fifo_placed,
-              Percentile(peer, 0.99));
+  std::printf(
+      "PlanQueue: %zu placed, %zu waiting, p50 %.2f ms, p99 %.2f ms; strict-FIFO "
+      "PlaceJobs: %zu placed, p99 %.3f ms\n",
+      placed, waiting, Percentile(ours, 0.5), Percentile(ours, 0.99), fifo_placed,
+      Percentile(peer, 0.99));
   const double x = Percentile(ours, 0.99), y = Percentile(peer, 0.99);
   std::printf(
       "{\"bench\": \"scheduler_decision\", \"metric\": \"p99 placement decision, %d queued jobs, "

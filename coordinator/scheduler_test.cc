@@ -1739,10 +1739,10 @@ class QueueSchedulerTest : public ElasticChangesTest {
   }
   std::string SubmitAs(const std::string& owner, int min_ranks, int max_ranks,
                        const std::string& priority = "NORMAL") {
-    auto spec = ParseJobSpec(absl::StrCat("model { mlp {} } data { synthetic {} } priority: ",
-                                          priority, " resources { min_ranks: ", min_ranks,
-                                          " max_ranks: ", max_ranks, " }"),
-                             SpecFormat::kTextProto, "test");
+    auto spec = ParseJobSpec(
+        absl::StrCat("model { mlp {} } data { synthetic {} } priority: ", priority,
+                     " resources { min_ranks: ", min_ranks, " max_ranks: ", max_ranks, " }"),
+        SpecFormat::kTextProto, "test");
     EXPECT_TRUE(spec.ok()) << spec.status();
     auto job = jobs_->Submit(*spec, "", owner);
     EXPECT_TRUE(job.ok()) << job.status();
@@ -1870,6 +1870,66 @@ TEST_F(QueueSchedulerTest, SubmissionChecksThePriorityCeilingAndQueuedJobs) {
   EXPECT_EQ(scheduler_->CheckSubmission(*spec, "alice").code(),
             absl::StatusCode::kResourceExhausted);
   EXPECT_TRUE(scheduler_->CheckSubmission(*spec, "bob").ok()) << "the limit is per user";
+}
+
+// Note [Preemption by shrinking]: a HIGH job takes the slots it needs from a
+// NORMAL elastic job at its step boundary; the elastic job grows back once
+// the HIGH job has ended.
+TEST_F(QueueSchedulerTest, AHighJobShrinksALowerElasticJobAtItsStepBoundaryThenItGrowsBack) {
+  FakeAgent a;
+  Add(a, 4, "node-a");
+  const std::string elastic = Place(2, 4, "scale_up_interval_seconds: 1", {&a});
+  ASSERT_EQ(jobs_->Get(elastic)->world_size(), 4);
+  const std::string high = SubmitAs("bob", 2, 2, "HIGH");
+  EXPECT_EQ(State(high), v1::Job::PENDING);
+  const v1::Directive d = Beat(elastic, 1, 0);
+  EXPECT_EQ(d.kind(), v1::Directive::REFORM_AT_STEP_BOUNDARY);
+  EXPECT_EQ(d.world_size(), 2);
+  EXPECT_EQ(d.reason(), absl::StrCat(high,
+                                     " (priority HIGH, bob) preempted rank(s) 2,3 of this "
+                                     "NORMAL job: they leave, nothing is lost"));
+  EXPECT_THAT(Reasons(high),
+              testing::Contains(absl::StrCat("preempting rank(s) 2,3 of ", elastic,
+                                             " (priority NORMAL) at its next step boundary to "
+                                             "make room for this job")));
+  scheduler_->Schedule();  // no second preemption while the first is under way
+  EXPECT_EQ(Beat(elastic, 1, 3).world_size(), 2);
+
+  // The step boundary: every rank joins generation 2; ranks 2 and 3 leave.
+  std::vector<JoinResult> joins(4);
+  for (int slot = 0; slot < 4; ++slot) {
+    scheduler_->Join(JoinOf(elastic, a.id, slot, 2), clock_.Now() + absl::Seconds(60),
+                     joins[slot].Done());
+  }
+  ASSERT_TRUE(joins[3].result.ok()) << joins[3].result.status();
+  EXPECT_TRUE(joins[3].result->leave());
+  ASSERT_TRUE(joins[0].result.ok()) << joins[0].result.status();
+  EXPECT_EQ(joins[0].result->world_size(), 2);
+  EXPECT_EQ(State(high), v1::Job::PENDING) << "the leaving ranks still hold their slots";
+  ExitOn(a, elastic, 2, 0);
+  ExitOn(a, elastic, 3, 0);
+  EXPECT_EQ(State(high), v1::Job::RUNNING);
+  const v1::Job shrunk = *jobs_->Get(elastic);
+  EXPECT_EQ(shrunk.world_size(), 2);
+  EXPECT_EQ(shrunk.restarts(), 0) << "a preemption is no failure";
+
+  // The HIGH job ends: the elastic job grows back onto its slots.
+  ASSERT_TRUE(scheduler_->Cancel(high, "done").ok());
+  clock_.Advance(absl::Seconds(5));
+  scheduler_->Tick();
+  const v1::Directive grow = Beat(elastic, 2, 0);
+  EXPECT_EQ(grow.kind(), v1::Directive::REFORM_AT_STEP_BOUNDARY);
+  EXPECT_EQ(grow.world_size(), 4);
+}
+
+TEST_F(QueueSchedulerTest, NoPreemptionWhenTheLowerJobsCannotFreeEnough) {
+  FakeAgent a;
+  Add(a, 4, "node-a");
+  const std::string elastic = Place(3, 4, "", {&a});
+  const std::string high = SubmitAs("", 2, 2, "HIGH");
+  EXPECT_EQ(Beat(elastic, 1, 0).kind(), v1::Directive::KIND_UNSPECIFIED)
+      << "one rank above min_ranks cannot make room for 2";
+  EXPECT_EQ(State(high), v1::Job::PENDING);
 }
 
 }  // namespace

@@ -100,13 +100,14 @@ absl::Status ParseLine(const std::vector<std::string>& words, SchedulingPolicy& 
   } else if (keyword == "user") {
     if (words.size() < 2) return absl::InvalidArgumentError("user needs a name: user NAME ...");
     auto [it, added] = user_lines.try_emplace(words[1]);
-    if (!added) return absl::InvalidArgumentError(absl::StrCat("user ", words[1], " appears twice"));
+    if (!added)
+      return absl::InvalidArgumentError(absl::StrCat("user ", words[1], " appears twice"));
     it->second.max_priority = v1::JobSpec::PRIORITY_UNSPECIFIED;  // not set on this line
     limits = &it->second;
     first = 2;
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unknown statement \"", keyword, "\" (fair_share_half_life, default, user)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown statement \"", keyword, "\" (fair_share_half_life, default, user)"));
   }
   for (size_t i = first; i < words.size(); ++i) RETURN_IF_ERROR(ApplySetting(words[i], *limits));
   return absl::OkStatus();
@@ -123,7 +124,8 @@ absl::StatusOr<SchedulingPolicy> ParseSchedulingPolicy(absl::string_view text,
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     ++line_number;
     line = line.substr(0, line.find('#'));
-    std::vector<std::string> words = absl::StrSplit(line, absl::ByAnyChar(" \t\r"), absl::SkipEmpty());
+    std::vector<std::string> words =
+        absl::StrSplit(line, absl::ByAnyChar(" \t\r"), absl::SkipEmpty());
     if (words.empty()) continue;
     if (words[0] == "default") {
       if (saw_default) {

@@ -46,8 +46,9 @@ TEST(SchedulingPolicyTest, ErrorsNameTheFileAndLine) {
            Case{"default cpu_slots=8\nuser bob gpu_slots=1\n",
                 "scheduling policy p.txt:2: unknown setting \"gpu_slots\" (cpu_slots, "
                 "cuda_slots, queued_jobs, max_priority)"},
-           Case{"default cpu_slots=-1", "scheduling policy p.txt:1: cpu_slots must be a whole "
-                                        "number >= 0, got \"-1\""},
+           Case{"default cpu_slots=-1",
+                "scheduling policy p.txt:1: cpu_slots must be a whole "
+                "number >= 0, got \"-1\""},
            Case{"\n\ndefault max_priority=urgent",
                 "scheduling policy p.txt:3: max_priority must be LOW, NORMAL or HIGH, got "
                 "\"urgent\""},
@@ -57,11 +58,13 @@ TEST(SchedulingPolicyTest, ErrorsNameTheFileAndLine) {
            Case{"user alice\nuser alice cpu_slots=1",
                 "scheduling policy p.txt:2: user alice appears twice"},
            Case{"default\ndefault", "scheduling policy p.txt:2: a second default line"},
-           Case{"quota alice 8", "scheduling policy p.txt:1: unknown statement \"quota\" "
-                                 "(fair_share_half_life, default, user)"},
-           Case{"user alice cpu_slots", "scheduling policy p.txt:1: \"cpu_slots\" is not "
-                                        "NAME=VALUE (cpu_slots, cuda_slots, queued_jobs, "
-                                        "max_priority)"},
+           Case{"quota alice 8",
+                "scheduling policy p.txt:1: unknown statement \"quota\" "
+                "(fair_share_half_life, default, user)"},
+           Case{"user alice cpu_slots",
+                "scheduling policy p.txt:1: \"cpu_slots\" is not "
+                "NAME=VALUE (cpu_slots, cuda_slots, queued_jobs, "
+                "max_priority)"},
        }) {
     absl::StatusOr<SchedulingPolicy> policy = ParseSchedulingPolicy(c.text, "p.txt");
     ASSERT_FALSE(policy.ok()) << c.text;
@@ -78,9 +81,8 @@ TEST(SchedulingPolicyTest, LoadNamesAMissingFile) {
 }
 
 TEST(SchedulingPolicyTest, SubmissionChecksThePriorityCeilingAndTheQueuedJobs) {
-  absl::StatusOr<SchedulingPolicy> policy =
-      ParseSchedulingPolicy("default queued_jobs=2 max_priority=NORMAL\nuser root max_priority=HIGH",
-                            "p");
+  absl::StatusOr<SchedulingPolicy> policy = ParseSchedulingPolicy(
+      "default queued_jobs=2 max_priority=NORMAL\nuser root max_priority=HIGH", "p");
   ASSERT_TRUE(policy.ok());
   v1::JobSpec spec;
   EXPECT_TRUE(CheckSubmission(*policy, "alice", spec, 1).ok());  // unspecified = NORMAL
