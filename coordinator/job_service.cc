@@ -155,9 +155,10 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
   if (absl::Status s = scheduler_.CheckAgentsCanHold(request->spec()); !s.ok()) {
     return Reject(context, s);
   }
-  // The priority ceiling and queued-job limit of the scheduling policy.
-  // Every job is the anonymous user's ("") until submissions carry who
-  // made them (Job.owner).
+  // The priority ceiling and queued-job limit of the scheduling policy
+  // (two submissions at the same instant may both pass the last free place
+  // in a user's queue). Every job is the anonymous user's ("") until
+  // submissions carry who made them (Job.owner).
   if (absl::Status s = scheduler_.CheckSubmission(request->spec(), ""); !s.ok()) {
     return Reject(context, s);
   }

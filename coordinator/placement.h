@@ -1,5 +1,10 @@
 // Placement: which free slots the queued jobs get, as a pure function.
 //
+// The scheduler orders the queue with PlanQueue (queue_plan.h: priorities,
+// fair share, quotas, backfill and reservations), which takes slots with
+// SlotsFor and TakeSlots below. PlaceJobs is the plain order it replaced,
+// kept as the reference its benchmark compares against:
+//
 // Strict FIFO: the oldest queued job is placed as soon as at least its
 // min_ranks slots of its device are free, taking up to max_ranks; a job that
 // does not fit stops placement, so later (smaller) jobs wait behind it and

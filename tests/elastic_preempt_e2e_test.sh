@@ -7,7 +7,9 @@
 # completes. The sample trace (CHORUS_SAMPLE_TRACE) shows that no step was
 # trained twice (none redone, none lost) and every sample of every epoch was
 # trained exactly once. Prints how long the HIGH job waited from submission
-# to its start (the goal: 2 s plus one step of the elastic job).
+# to its start (the goal: 2 s plus one step of the elastic job). The
+# coordinator runs with a --scheduling_policy file (one with a mistake is
+# refused at start).
 #
 # Usage (from Bazel): elastic_preempt_e2e_test.sh COORDINATOR CHORUS WORKER
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -20,7 +22,18 @@ export CHORUS_GLOO_SHM=1
 export CHORUS_SAMPLE_TRACE="${TMP}/trace"
 mkdir -p "${CHORUS_SAMPLE_TRACE}"
 
-start_coordinator || { fail "no coordinator"; finish; }
+# A policy file with a mistake stops the coordinator at start, naming the
+# file and line; the test's coordinator runs with a sound one.
+printf 'default cpu_slots=8\nuser bob cpu_slots=lots\n' > "${TMP}/bad.policy"
+out=$("${COORDINATOR}" --listen 127.0.0.1:0 --state_dir "${TMP}/bad-state" \
+  --scheduling_policy "${TMP}/bad.policy" 2>&1); rc=$?
+[[ ${rc} -eq 1 && "${out}" == *"scheduling policy ${TMP}/bad.policy:2: cpu_slots must be a whole number >= 0, got \"lots\""* ]] \
+  && pass "a bad policy file is refused at start with its file and line" \
+  || fail "bad policy: rc=${rc} out='${out}'"
+printf 'fair_share_half_life 30m\ndefault cpu_slots=8 queued_jobs=4 max_priority=HIGH\n' \
+  > "${TMP}/scheduling.policy"
+start_coordinator -- --scheduling_policy "${TMP}/scheduling.policy" \
+  || { fail "no coordinator"; finish; }
 chorus() { timeout 30 "${CHORUS}" --coordinator "${COORDINATOR_ADDR}" "$@"; }
 start_agent node-a 2
 start_agent node-b 2
