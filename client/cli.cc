@@ -31,6 +31,7 @@ int RunChorus(int argc, const char* const* argv, GlobalOptions& global) {
   AddPingCommand(app, global, exit_code);
   AddSubmitCommand(app, global, exit_code);
   AddJobsCommand(app, global, exit_code);
+  AddQueueCommand(app, global, exit_code);
   AddStatusCommand(app, global, exit_code);
   AddTopCommand(app, global, exit_code);
   AddCancelCommand(app, global, exit_code);

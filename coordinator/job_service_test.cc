@@ -14,6 +14,7 @@
 #include "common/auth.h"
 #include "common/clock.h"
 #include "common/job_spec.h"
+#include "coordinator/scheduling_policy.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -263,6 +264,38 @@ TEST_F(JobServiceTest, StatusCodesAndMessagesComeThrough) {
   grpc::Status none = stub_->ListCheckpoints(Context().get(), list, &listed);
   EXPECT_EQ(none.error_code(), grpc::StatusCode::UNIMPLEMENTED);
   EXPECT_EQ(none.error_message(), "this coordinator keeps no checkpoints");
+}
+
+TEST_F(JobServiceTest, SubmitAppliesTheSchedulingPolicyAndGetQueueListsThePlan) {
+  absl::StatusOr<SchedulingPolicy> policy =
+      ParseSchedulingPolicy("default queued_jobs=2 max_priority=NORMAL", "policy");
+  ASSERT_TRUE(policy.ok()) << policy.status();
+  scheduler_->set_scheduling_policy(*std::move(policy));
+  v1::SubmitJobResponse response;
+  grpc::Status high = Submit(absl::StrCat(kSpec, " priority: HIGH"), &response);
+  EXPECT_EQ(high.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(high.error_message(),
+            "job spec: priority HIGH is above what the scheduling policy allows anonymous "
+            "(NORMAL); ask for at most that, or ask the administrator");
+  v1::SubmitJobResponse low, normal;
+  ASSERT_TRUE(Submit(absl::StrCat(kSpec, " priority: LOW"), &low).ok());
+  ASSERT_TRUE(Submit(kSpec, &normal).ok());
+  grpc::Status third = Submit(kSpec, &response);
+  EXPECT_EQ(third.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(third.error_message(), HasSubstr("anonymous already has 2 queued jobs"));
+
+  // No agent: both wait; the NORMAL job comes first although submitted later.
+  v1::GetQueueResponse queue;
+  ASSERT_TRUE(stub_->GetQueue(Context().get(), v1::GetQueueRequest(), &queue).ok());
+  ASSERT_EQ(queue.jobs_size(), 2);
+  EXPECT_EQ(queue.jobs(0).job_id(), normal.job_id());
+  EXPECT_EQ(queue.jobs(0).priority(), v1::JobSpec::NORMAL);
+  EXPECT_EQ(queue.jobs(0).min_ranks(), 2);
+  EXPECT_EQ(queue.jobs(1).job_id(), low.job_id());
+  EXPECT_EQ(queue.jobs(1).priority(), v1::JobSpec::LOW);
+  EXPECT_EQ(queue.jobs(1).reason(),
+            "waiting for a node agent with CPU slots (none is connected); later jobs start "
+            "meanwhile");
 }
 
 TEST_F(JobServiceTest, EveryCallNeedsAnAdminToken) {
