@@ -517,5 +517,28 @@ TEST_F(JobAuthorizationTest, WhoAmINamesTheUserAndRole) {
             grpc::StatusCode::UNAUTHENTICATED);
 }
 
+TEST_F(JobAuthorizationTest, EachUsersSubmissionsCountAgainstTheirOwnQueueAndQueueIsReadable) {
+  absl::StatusOr<SchedulingPolicy> policy =
+      ParseSchedulingPolicy("default queued_jobs=5\nuser alice queued_jobs=1", "policy");
+  ASSERT_TRUE(policy.ok()) << policy.status();
+  scheduler_->set_scheduling_policy(*std::move(policy));
+  absl::StatusOr<std::string> first = SubmitAs("alice");
+  ASSERT_TRUE(first.ok()) << first.status();
+  absl::StatusOr<std::string> second = SubmitAs("alice");
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(second.status().message(), HasSubstr("alice already has 1 queued job"));
+  // bob's limit is the default's, not alice's.
+  ASSERT_TRUE(SubmitAs("bob").ok());
+  ASSERT_TRUE(SubmitAs("bob").ok());
+
+  v1::GetQueueResponse queue;
+  ASSERT_TRUE(stub_->GetQueue(As("bob").get(), v1::GetQueueRequest(), &queue).ok());
+  ASSERT_EQ(queue.jobs_size(), 3);
+  EXPECT_EQ(queue.jobs(0).owner(), "alice");
+  EXPECT_EQ(queue.jobs(0).job_id(), *first);
+  EXPECT_EQ(stub_->GetQueue(As("agent").get(), v1::GetQueueRequest(), &queue).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+}
+
 }  // namespace
 }  // namespace chorus
