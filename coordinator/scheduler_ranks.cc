@@ -32,9 +32,15 @@ void AddUsers(const QueueUsage& usage, const std::map<std::string, RunningJob>& 
     snapshot.users[owner].fair_share_slot_seconds = share;
   }
   for (const auto& [job_id, run] : running) ++snapshot.users[run.owner].running_jobs;
-  for (const auto& [job_id, entry] : queued) ++snapshot.users[entry.owner].queued_jobs;
+  // The jobs the last plan left waiting (the entries also hold those it
+  // placed until the next plan).
   for (WaitClass wait : kAllWaitClasses) snapshot.queued_by_wait[WaitClassName(wait)] = 0;
-  for (const WaitingJob& w : plan.waiting) ++snapshot.queued_by_wait[WaitClassName(w.wait)];
+  for (const WaitingJob& w : plan.waiting) {
+    ++snapshot.queued_by_wait[WaitClassName(w.wait)];
+    if (auto it = queued.find(w.job_id); it != queued.end()) {
+      ++snapshot.users[it->second.owner].queued_jobs;
+    }
+  }
 }
 
 }  // namespace
