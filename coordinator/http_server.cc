@@ -64,8 +64,9 @@ class Sessions {
     absl::MutexLock lock(&mu_);
     DropExpiredLocked(now);
     if (!expiry_.empty() && static_cast<int>(expiry_.size()) >= max_) {
-      auto first = std::min_element(expiry_.begin(), expiry_.end(),
-                                    [](const auto& a, const auto& b) { return a.second < b.second; });
+      auto first =
+          std::min_element(expiry_.begin(), expiry_.end(),
+                           [](const auto& a, const auto& b) { return a.second < b.second; });
       expiry_.erase(first);
     }
     expiry_.emplace_back(secret, now + lifetime_);

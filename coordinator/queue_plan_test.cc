@@ -177,10 +177,11 @@ TEST(QueuePlanTest, EachWaitingJobHasTheClassOfItsReason) {
       {Agent("agent-1", {0}, 4)}, QueueUsage(), Policy("user alice cpu_slots=0"));
   std::map<std::string, std::string> classes;
   for (const WaitingJob& w : plan.waiting) classes[w.job_id] = WaitClassName(w.wait);
-  EXPECT_THAT(classes, ElementsAre(std::pair<const std::string, std::string>("behind", "reservation"),
-                                   std::pair<const std::string, std::string>("giant", "no_agent"),
-                                   std::pair<const std::string, std::string>("holder", "free_slots"),
-                                   std::pair<const std::string, std::string>("over", "quota")));
+  EXPECT_THAT(classes,
+              ElementsAre(std::pair<const std::string, std::string>("behind", "reservation"),
+                          std::pair<const std::string, std::string>("giant", "no_agent"),
+                          std::pair<const std::string, std::string>("holder", "free_slots"),
+                          std::pair<const std::string, std::string>("over", "quota")));
 }
 
 TEST(FairShareTest, UsageIntegratesSlotsAndHalvesEveryHalfLife) {
