@@ -80,9 +80,12 @@ fi
 (( t1 - t0 < 40 )) && pass "diagnosed and aborted after $((t1 - t0)) s, before the 60 s wait ended" \
   || fail "the skipping job took $((t1 - t0)) s"
 
-# --- job-000004: rank 1 stops itself with SIGSTOP at step 10: DEAD.
+# --- job-000004: rank 1 stops itself with SIGSTOP at step 10: DEAD. Rank 0
+# then waits for it in an all_reduce, so the stall threshold is set well
+# above the dead one: with both at 3 s a loaded machine may report the same
+# rank NEVER_JOINED first.
 spec freeze ', "--steps=1000", "--freeze_rank=1", "--freeze_at_step=10"' \
-  'hang_detection { action: ABORT dead_after_seconds: 3 }' > "${TMP}/freeze.textproto"
+  'hang_detection { action: ABORT dead_after_seconds: 3 stall_after_seconds: 30 }' > "${TMP}/freeze.textproto"
 last=$(up "${TMP}/freeze.textproto")
 reason=$(field "${last}" reason)
 [[ "$(field "${last}" state)" == FAILED && "${reason}" == *"DEAD rank 1"* && "${reason}" != *"rank 0"* ]] \
