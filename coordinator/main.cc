@@ -2,16 +2,21 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <string>
+#include <thread>
 
 #include "CLI/CLI.hpp"
 #include "common/logging.h"
 #include "common/memory.h"
 #include "common/version.h"
+#include "absl/strings/str_cat.h"
+#include "coordinator/coordinator_process.h"
 #include "coordinator/server.h"
 #include "glog/logging.h"
 
@@ -163,29 +168,43 @@ int Serve(const char* argv0, const Flags& flags) {
   } else {
     LOG(WARNING) << files.status().message();
   }
-  // Signals are taken synchronously by this thread only; gRPC's threads,
-  // created after this, inherit the mask.
+  // Signals are taken synchronously by one thread only (below); gRPC's
+  // threads, created after this, inherit the mask.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  auto server = chorus::CoordinatorServer::Start(flags.options);
-  if (!server.ok()) {
-    std::cerr << "chorus-coordinator: " << server.status().message() << "\n";
+  // One coordinator with its own state leads alone, from the start
+  // (coordinator/leadership.h).
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  chorus::SoleLeadership leadership(chorus::LeaderInfo{absl::StrCat(host, ":", getpid()),
+                                                       flags.options.listen, "", {}});
+  std::shared_ptr<chorus::CoordinatorProcess> process;
+  bool port_files_written = true;  // only the loop's thread
+  process = std::make_shared<chorus::CoordinatorProcess>(
+      flags.options, leadership, /*follow=*/false, [&](const chorus::LeaderLoop::Ports& ports) {
+        // The HTTP port's file first: a script that waits for --port_file finds both.
+        port_files_written =
+            WritePortFile(flags.http_port_file, "--http_port_file", ports.http) &&
+            WritePortFile(flags.port_file, "--port_file", ports.grpc);
+        if (!port_files_written) process->Stop();
+      });
+  // SIGINT/SIGTERM gives leadership up and stops the loop. The thread stays
+  // blocked in sigwait when the loop ends by itself (a startup error).
+  std::thread([process, stop_signals] {
+    int signal_number = 0;
+    sigwait(&stop_signals, &signal_number);
+    LOG(INFO) << "received " << strsignal(signal_number) << ", shutting down";
+    process->Stop();
+  }).detach();
+  if (const absl::Status ran = process->Run(); !ran.ok()) {
+    std::cerr << "chorus-coordinator: " << ran.message() << "\n";
     return 1;
   }
-  // The HTTP port's file first: a script that waits for --port_file finds both.
-  if (!WritePortFile(flags.http_port_file, "--http_port_file", (*server)->http_port()) ||
-      !WritePortFile(flags.port_file, "--port_file", (*server)->port())) {
-    return 1;
-  }
-  int signal_number = 0;
-  sigwait(&stop_signals, &signal_number);
-  LOG(INFO) << "received " << strsignal(signal_number) << ", shutting down";
-  (*server)->Shutdown(absl::Seconds(5));
-  (*server)->Wait();
+  if (!port_files_written) return 1;
   LOG(INFO) << "coordinator stopped";
   return 0;
 }

@@ -21,6 +21,7 @@
 #define CHORUS_COORDINATOR_SERVER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -121,6 +122,9 @@ struct ServerOptions {
   // How long a new gRPC connection may take to set up TLS and start HTTP/2
   // (a peer that connects and sends nothing is closed after it).
   absl::Duration grpc_handshake_timeout = kHandshakeTimeout;
+  // Appended to /metrics (Prometheus text): figures of the process around
+  // the server, such as its leadership (coordinator/coordinator_process.h).
+  std::function<std::string()> extra_metrics;
 };
 
 // Checks every option that needs no file or socket: addresses, ports that
@@ -136,6 +140,18 @@ absl::StatusOr<uint64_t> RaiseOpenFileLimit();
 
 // True for 127.0.0.0/8, ::1 and localhost.
 bool IsLoopbackHost(const std::string& host);
+
+// What a server on `options`' ports needs, every option checked and every
+// file it names read (tokens, TLS certificates) before any state is touched.
+struct ListenPlan {
+  ListenPlan();
+  ListenPlan(ListenPlan&&);
+  ~ListenPlan();
+  std::unique_ptr<TokenAuthorizer> auth;
+  std::shared_ptr<grpc::ServerCredentials> credentials;
+  std::optional<HostPort> http_address;  // nullopt: no HTTP port
+};
+absl::StatusOr<ListenPlan> PlanListening(const ServerOptions& options);
 
 class CoordinatorServer {
  public:
