@@ -2,6 +2,9 @@
 // an injected channel to an in-memory coordinator: exit codes, the requests
 // they send and what they print.
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -11,6 +14,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -653,6 +657,55 @@ TEST_F(CommandsTest, ExportOfAMissingCheckpointSaysSo) {
   EXPECT_EQ(err_.str(),
             "chorus export: job job-000001 has no checkpoint file model.pt at step 5\n");
   EXPECT_FALSE(std::filesystem::exists(output));
+}
+
+// ------------------------------------------------- several coordinators
+
+// A port nothing listens on now (bound, read and closed).
+int FreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  int port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
+    port = ntohs(address.sin_port);
+  }
+  ::close(fd);
+  return port;
+}
+
+// During a failover no coordinator of the list may answer for a moment: a
+// call waits (within --timeout) for one that does instead of failing at once.
+TEST_F(CommandsTest, WithSeveralCoordinatorsACallWaitsForALeaderWithinTheTimeout) {
+  const int first = FreePort();
+  const int second = FreePort();
+  ASSERT_NE(first, 0);
+  ASSERT_NE(second, 0);
+  const std::string list = absl::StrCat("127.0.0.1:", first, ",127.0.0.1:", second);
+  FakeCoordinator late;
+  late.AddJob(MakeJob("job-000001", "mnist", v1::Job::RUNNING, 2, 2));
+  std::thread elect([&] {
+    absl::SleepFor(absl::Milliseconds(700));
+    ASSERT_TRUE(late.Start(second).ok());
+  });
+  EXPECT_EQ(RunAt(list, nullptr, {"jobs", "--timeout", "10"}), kExitOk) << err_.str();
+  elect.join();
+  EXPECT_THAT(out_.str(), HasSubstr("job-000001"));
+
+  // None answers at all: the call fails after --timeout, naming the list.
+  const std::string dead = absl::StrCat("127.0.0.1:", first, ",127.0.0.1:", FreePort());
+  const absl::Time start = absl::Now();
+  EXPECT_EQ(RunAt(dead, nullptr, {"jobs", "--timeout", "1"}), kExitFailure);
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(900));
+  EXPECT_THAT(err_.str(), HasSubstr(absl::StrCat("coordinators ", dead, ": none leads")));
+}
+
+TEST_F(CommandsTest, ACoordinatorListWithABadEntryIsRefusedNamingIt) {
+  EXPECT_NE(RunAt("127.0.0.1:1,127.0.0.1:http", nullptr, {"jobs"}), kExitOk);
+  EXPECT_THAT(err_.str(), HasSubstr("entry 2 of \"127.0.0.1:1,127.0.0.1:http\""));
 }
 
 // ---------------------------------------------------------------- ping

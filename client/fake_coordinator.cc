@@ -237,10 +237,11 @@ FakeCoordinator::~FakeCoordinator() {
   }
 }
 
-absl::Status FakeCoordinator::Start() {
+absl::Status FakeCoordinator::Start(int listen_port) {
   int port = 0;
   grpc::ServerBuilder builder;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(absl::StrCat("127.0.0.1:", listen_port),
+                           grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(jobs_service_.get());
   builder.RegisterService(health_service_.get());
   builder.RegisterService(checkpoint_service_.get());

@@ -42,8 +42,8 @@ class FakeCoordinator {
   FakeCoordinator& operator=(const FakeCoordinator&) = delete;
   ~FakeCoordinator();  // stops the server
 
-  // Starts serving on 127.0.0.1 with a free port.
-  absl::Status Start();
+  // Starts serving on 127.0.0.1 at `port`, by default a free one.
+  absl::Status Start(int port = 0);
   // "127.0.0.1:PORT"; REQUIRES: Start() succeeded.
   const std::string& address() const { return address_; }
   // An insecure channel to address().
