@@ -2,11 +2,14 @@
 
 #include <algorithm>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "checkpoint/download.h"
 #include "checkpoint/wire.h"
 #include "common/crc32c.h"
 #include "common/grpc_util.h"
+#include "common/host_port.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "grpcpp/client_context.h"
@@ -55,6 +58,7 @@ absl::Status CoordinatorCheckpointStorage::StoreOverDataPort(
   request.set_generation(generation_);
   request.set_rank(rank_);
   v1::OpenUploadResponse opened;
+  std::string host = coordinator_host_;
   {
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + std::min(timeout_, absl::Minutes(1))));
@@ -70,10 +74,18 @@ absl::Status CoordinatorCheckpointStorage::StoreOverDataPort(
       return absl::Status(FromGrpcStatus(s).code(), absl::StrCat("uploading checkpoint step ", step,
                                                                  ": ", s.error_message()));
     }
+    // The data port is beside the coordinator that granted the upload.
+    if (host == kHostThatAnswers) host = PeerHost(context.peer());
+  }
+  if (host.empty()) {
+    LOG(WARNING) << "checkpoint step " << step << ": no address for the data port of "
+                 << "the coordinator that granted the upload; uploading over gRPC";
+    *fell_back = Fallback::kUnreachable;
+    return absl::OkStatus();
   }
   const absl::Time start = absl::Now();
   absl::StatusOr<std::unique_ptr<CheckpointDataUpload>> upload =
-      CheckpointDataUpload::Connect(coordinator_host_, opened.port(), opened.token(),
+      CheckpointDataUpload::Connect(host, opened.port(), opened.token(),
                                     std::min(timeout_, kDataPortConnectTimeout), timeout_);
   if (absl::IsUnavailable(upload.status())) {
     // A firewall, say. The coordinator drops the opened upload after a minute.
@@ -218,6 +230,19 @@ absl::StatusOr<std::vector<CheckpointFileData>> CoordinatorCheckpointStorage::Lo
     files.push_back({f.name(), *std::move(bytes)});
   }
   return files;
+}
+
+std::string PeerHost(const std::string& peer) {
+  std::string address;
+  if (absl::StartsWith(peer, "ipv4:")) {
+    address = peer.substr(5);
+  } else if (absl::StartsWith(peer, "ipv6:")) {
+    address = absl::StrReplaceAll(peer.substr(5), {{"%5B", "["}, {"%5D", "]"}});
+  } else {
+    return "";
+  }
+  absl::StatusOr<HostPort> parsed = ParseHostPort(address);
+  return parsed.ok() ? parsed->host : "";
 }
 
 }  // namespace chorus
