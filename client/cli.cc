@@ -42,6 +42,7 @@ int RunChorus(int argc, const char* const* argv, GlobalOptions& global) {
   AddVersionCommand(app, global, exit_code);
   AddValidateCommand(app, global, exit_code);
   AddPingCommand(app, global, exit_code);
+  AddCoordinatorsCommand(app, global, exit_code);
   AddSubmitCommand(app, global, exit_code);
   AddJobsCommand(app, global, exit_code);
   AddStatusCommand(app, global, exit_code);

@@ -708,6 +708,42 @@ TEST_F(CommandsTest, ACoordinatorListWithABadEntryIsRefusedNamingIt) {
   EXPECT_THAT(err_.str(), HasSubstr("entry 2 of \"127.0.0.1:1,127.0.0.1:http\""));
 }
 
+TEST_F(CommandsTest, CoordinatorsShowsWhoLeadsWhoFollowsAndWhoIsUnreachable) {
+  // coordinator_ leads; `follower` names it; nothing listens at `gone`.
+  v1::CoordinatorLeader leader;
+  leader.set_id("node-a:42");
+  leader.set_address(coordinator_.address());
+  leader.set_since_unix_us(absl::ToUnixMicros(absl::FromUnixSeconds(1700000000)));
+  coordinator_.set_leader(leader);
+  FakeCoordinator follower;
+  ASSERT_TRUE(follower.Start().ok());
+  follower.set_health(grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  follower.set_follower_of(coordinator_.address());
+  const std::string gone = absl::StrCat("127.0.0.1:", FreePort());
+  const std::string list =
+      absl::StrCat(coordinator_.address(), ",", follower.address(), ",", gone);
+
+  EXPECT_EQ(RunAt(list, nullptr, {"coordinators", "--timeout", "1"}), kExitOk) << err_.str();
+  const std::vector<std::string> lines = Lines(out_.str());
+  ASSERT_EQ(lines.size(), 4u) << out_.str();
+  EXPECT_THAT(Words(lines[1]), ElementsAre(coordinator_.address(), "leader", coordinator_.address(),
+                                           ::testing::_, ::testing::_, "id", "node-a:42"));
+  EXPECT_THAT(Words(lines[2]),
+              ElementsAre(follower.address(), "follower", coordinator_.address(), "-"));
+  EXPECT_THAT(lines[3], StartsWith(gone));
+  EXPECT_EQ(Words(lines[3])[1], "unreachable");
+
+  EXPECT_EQ(RunAt(list, nullptr, {"coordinators", "--json", "--timeout", "1"}), kExitOk);
+  EXPECT_THAT(out_.str(), HasSubstr("\"role\": \"leader\", \"leader\": \"" +
+                                    coordinator_.address() + "\", \"id\": \"node-a:42\""));
+  EXPECT_THAT(out_.str(), HasSubstr("\"since_unix_us\": 1700000000000000"));
+  EXPECT_THAT(out_.str(), HasSubstr("\"role\": \"unreachable\""));
+
+  // No leader: exit 1.
+  const std::string leaderless = absl::StrCat(follower.address(), ",", gone);
+  EXPECT_EQ(RunAt(leaderless, nullptr, {"coordinators", "--timeout", "1"}), kExitFailure);
+}
+
 // ---------------------------------------------------------------- ping
 
 TEST_F(CommandsTest, PingPrintsServing) {

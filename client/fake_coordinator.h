@@ -64,6 +64,10 @@ class FakeCoordinator {
   // Downloads send a chunk whose CRC-32C does not match its data.
   void set_damage_downloads(bool damage);
   void set_health(ServingStatus status);
+  // What GetLeader answers; with set_follower_of, UNAVAILABLE and trailing
+  // metadata "chorus-leader: ADDRESS", as a follower coordinator does.
+  void set_leader(const v1::CoordinatorLeader& leader);
+  void set_follower_of(const std::string& leader_address);
 
   // Requests as received, oldest first.
   std::vector<v1::SubmitJobRequest> submits() const;
@@ -107,6 +111,8 @@ class FakeCoordinator {
   std::vector<v1::ListCheckpointsRequest> list_checkpoints_requests_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::DownloadCheckpointRequest> downloads_ ABSL_GUARDED_BY(mu_);
   int health_checks_ ABSL_GUARDED_BY(mu_) = 0;
+  v1::CoordinatorLeader leader_ ABSL_GUARDED_BY(mu_);
+  std::string follower_of_ ABSL_GUARDED_BY(mu_);
   int calls_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

@@ -90,6 +90,7 @@ absl::StatusOr<std::unique_ptr<LeaderLoop::Serving>> CoordinatorProcess::StartLe
     const LeaderLoop::Ports& ports) {
   ServerOptions options = OnPorts(ports);
   options.extra_metrics = [this] { return MetricsText(); };
+  options.leadership = &leadership_;
   ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorServer> server, CoordinatorServer::Start(options));
   return std::make_unique<LeaderServing>(std::move(server));
 }

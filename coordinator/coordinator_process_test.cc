@@ -230,6 +230,14 @@ TEST(CoordinatorProcessTest, AloneItLeadsAtOnceAndStopEndsRun) {
   grpc::health::v1::HealthCheckResponse response;
   ASSERT_TRUE(health->Check(&context, request, &response).ok());
   EXPECT_EQ(response.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+  // And names itself, with the bound port, as the leader.
+  auto jobs = v1::JobService::NewStub(MakeCoordinatorChannel(absl::StrCat("127.0.0.1:", bound)));
+  grpc::ClientContext leader_context;
+  v1::CoordinatorLeader leader;
+  ASSERT_TRUE(jobs->GetLeader(&leader_context, v1::GetLeaderRequest(), &leader).ok());
+  EXPECT_EQ(leader.address(), absl::StrCat("127.0.0.1:", bound));
+  EXPECT_EQ(leader.id(), "me");
+  EXPECT_GT(leader.since_unix_us(), 0);
   process.Stop();
   loop.join();
   EXPECT_TRUE(ran.ok()) << ran;

@@ -8,6 +8,9 @@
 #ifndef CHORUS_COORDINATOR_JOB_SERVICE_H_
 #define CHORUS_COORDINATOR_JOB_SERVICE_H_
 
+#include <functional>
+#include <string>
+
 #include "absl/synchronization/mutex.h"
 #include "chorus/v1/coordinator.grpc.pb.h"
 #include "coordinator/auth_guard.h"
@@ -63,9 +66,16 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
                                        const v1::ListAgentsRequest* request,
                                        v1::ListAgentsResponse* response) override;
 
+  grpc::ServerUnaryReactor* GetLeader(grpc::CallbackServerContext* context,
+                                      const v1::GetLeaderRequest* request,
+                                      v1::CoordinatorLeader* response) override;
+
   // http://HOST:PORT of the status page; GetJobStatus then names the job's
   // page (page_url). Empty: no page.
   void set_status_page_base(std::string base);
+  // What GetLeader answers (this coordinator, which leads while it serves
+  // the JobService); UNIMPLEMENTED until set.
+  void set_leader(std::function<v1::CoordinatorLeader()> leader);
 
  private:
   JobManager& jobs_;
@@ -74,6 +84,7 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   CheckpointStore* checkpoints_;
   absl::Mutex page_mu_;
   std::string page_base_ ABSL_GUARDED_BY(page_mu_);
+  std::function<v1::CoordinatorLeader()> leader_ ABSL_GUARDED_BY(page_mu_);
 };
 
 }  // namespace chorus

@@ -281,6 +281,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   RETURN_IF_ERROR(coordinator->BuildServices(options));
   RETURN_IF_ERROR(coordinator->Serve(options, prepared.credentials));
   RETURN_IF_ERROR(coordinator->ServeHttp(options, prepared.http_address));
+  coordinator->ReportLeader(options.leadership);
   coordinator->health_->SetStatus("", grpc::health::v1::HealthCheckResponse::SERVING);
   // Note [Following the leader] in common/grpc_util.cc: the full server
   // runs only while this coordinator leads (coordinator/leader_loop.h).
@@ -428,6 +429,23 @@ absl::Status CoordinatorServer::ServeHttp(const ServerOptions& options,
   http_url_ = absl::StrCat("http://", FormatHostPort(http_address->host, http_->port()));
   job_service_->set_status_page_base(http_url_);
   return absl::OkStatus();
+}
+
+void CoordinatorServer::ReportLeader(const Leadership* leadership) {
+  const absl::Time started = absl::Now();
+  job_service_->set_leader([this, leadership, started] {
+    // This server runs only while its coordinator leads: it is the leader.
+    const std::optional<LeaderInfo> info =
+        leadership != nullptr ? leadership->Leader() : std::nullopt;
+    v1::CoordinatorLeader leader;
+    if (info.has_value()) leader.set_id(info->id);
+    leader.set_address(address_);
+    leader.set_http_url(http_url_);
+    const absl::Time since =
+        info.has_value() && info->since != absl::InfinitePast() ? info->since : started;
+    leader.set_since_unix_us(absl::ToUnixMicros(since));
+    return leader;
+  });
 }
 
 void CoordinatorServer::StartTicker() {

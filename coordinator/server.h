@@ -32,6 +32,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/host_port.h"
+#include "coordinator/leadership.h"
 
 namespace grpc {
 class Server;
@@ -125,6 +126,9 @@ struct ServerOptions {
   // Appended to /metrics (Prometheus text): figures of the process around
   // the server, such as its leadership (coordinator/coordinator_process.h).
   std::function<std::string()> extra_metrics;
+  // Whose election this server runs under (JobService.GetLeader reports
+  // its id and since); null: a coordinator alone, leading since it started.
+  const Leadership* leadership = nullptr;
 };
 
 // Checks every option that needs no file or socket: addresses, ports that
@@ -223,6 +227,10 @@ class CoordinatorServer {
   // Declared after what its handlers read, so it stops first.
   std::unique_ptr<HttpServer> http_;
   std::string http_url_;
+
+  // JobService.GetLeader answers with this server (and `leadership`'s id
+  // and since, when there is one).
+  void ReportLeader(const Leadership* leadership);
 
   // Expires rendezvous joins past their deadline; stopped in the destructor.
   void StartTicker();
