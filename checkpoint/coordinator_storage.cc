@@ -50,39 +50,45 @@ absl::Status CoordinatorCheckpointStorage::Store(int64_t step,
   return StoreOverStream(step, files);
 }
 
-absl::Status CoordinatorCheckpointStorage::StoreOverDataPort(
-    int64_t step, const std::vector<CheckpointFileSource>& files, Fallback* fell_back) {
+absl::Status CoordinatorCheckpointStorage::OpenDataUpload(int64_t step,
+                                                          v1::OpenUploadResponse* opened,
+                                                          std::string* host, Fallback* fell_back) {
   v1::OpenUploadRequest request;
   request.set_job_id(job_id_);
   request.set_step(step);
   request.set_generation(generation_);
   request.set_rank(rank_);
-  v1::OpenUploadResponse opened;
-  std::string host = coordinator_host_;
-  {
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + std::min(timeout_, absl::Minutes(1))));
-    grpc::Status s = stub_->OpenUpload(&context, request, &opened);
-    if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
-      LOG(INFO) << "the coordinator takes checkpoints over gRPC only (" << s.error_message() << ")";
-      absl::MutexLock lock(&mu_);
-      data_port_off_until_ = absl::InfiniteFuture();
-      *fell_back = Fallback::kNoDataPort;
-      return absl::OkStatus();
-    }
-    if (!s.ok()) {
-      return absl::Status(FromGrpcStatus(s).code(), absl::StrCat("uploading checkpoint step ", step,
-                                                                 ": ", s.error_message()));
-    }
-    // The data port is beside the coordinator that granted the upload.
-    if (host == kHostThatAnswers) host = PeerHost(context.peer());
-  }
-  if (host.empty()) {
-    LOG(WARNING) << "checkpoint step " << step << ": no address for the data port of "
-                 << "the coordinator that granted the upload; uploading over gRPC";
-    *fell_back = Fallback::kUnreachable;
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + std::min(timeout_, absl::Minutes(1))));
+  grpc::Status s = stub_->OpenUpload(&context, request, opened);
+  if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+    LOG(INFO) << "the coordinator takes checkpoints over gRPC only (" << s.error_message() << ")";
+    absl::MutexLock lock(&mu_);
+    data_port_off_until_ = absl::InfiniteFuture();
+    *fell_back = Fallback::kNoDataPort;
     return absl::OkStatus();
   }
+  if (!s.ok()) {
+    return absl::Status(FromGrpcStatus(s).code(), absl::StrCat("uploading checkpoint step ", step,
+                                                               ": ", s.error_message()));
+  }
+  // The data port is beside the coordinator that granted the upload.
+  *host = coordinator_host_ == kHostThatAnswers ? PeerHost(context.peer()) : coordinator_host_;
+  if (host->empty()) {
+    LOG(WARNING) << "checkpoint step " << step << ": no address for the data port of "
+                 << "the coordinator that granted the upload (" << context.peer()
+                 << "); uploading over gRPC";
+    *fell_back = Fallback::kUnreachable;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorCheckpointStorage::StoreOverDataPort(
+    int64_t step, const std::vector<CheckpointFileSource>& files, Fallback* fell_back) {
+  v1::OpenUploadResponse opened;
+  std::string host;
+  RETURN_IF_ERROR(OpenDataUpload(step, &opened, &host, fell_back));
+  if (*fell_back != Fallback::kNone) return absl::OkStatus();
   const absl::Time start = absl::Now();
   absl::StatusOr<std::unique_ptr<CheckpointDataUpload>> upload =
       CheckpointDataUpload::Connect(host, opened.port(), opened.token(),

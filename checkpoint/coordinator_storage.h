@@ -77,6 +77,10 @@ class CoordinatorCheckpointStorage : public CheckpointStorage {
   absl::Status StoreOverDataPort(int64_t step, const std::vector<CheckpointFileSource>& files,
                                  Fallback* fell_back);
   absl::Status StoreOverStream(int64_t step, const std::vector<CheckpointFileSource>& files);
+  // Asks for a data port upload: `opened` and the `host` to dial, or
+  // *fell_back set (and OK) when the upload must go over the stream.
+  absl::Status OpenDataUpload(int64_t step, v1::OpenUploadResponse* opened, std::string* host,
+                              Fallback* fell_back);
 };
 
 // The host of a gRPC peer as ClientContext::peer() gives it
