@@ -732,6 +732,7 @@ TEST_F(CommandsTest, CoordinatorsShowsWhoLeadsWhoFollowsAndWhoIsUnreachable) {
               ElementsAre(follower.address(), "follower", coordinator_.address(), "-"));
   EXPECT_THAT(lines[3], StartsWith(gone));
   EXPECT_EQ(Words(lines[3])[1], "unreachable");
+  EXPECT_THAT(lines[3], HasSubstr("no answer within 1s"));
 
   EXPECT_EQ(RunAt(list, nullptr, {"coordinators", "--json", "--timeout", "1"}), kExitOk);
   EXPECT_THAT(out_.str(), HasSubstr("\"role\": \"leader\", \"leader\": \"" +

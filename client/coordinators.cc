@@ -59,7 +59,9 @@ Answer Ask(const std::string& address, absl::Duration timeout) {
   }
   if (!checked.ok()) {
     answer.role = "unreachable";
-    answer.detail = checked.error_message();
+    answer.detail = checked.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED
+                        ? absl::StrCat("no answer within ", absl::FormatDuration(timeout))
+                        : checked.error_message();
     return answer;
   }
   answer.role = health.status() == HealthCheckResponse::SERVING ? "leader" : "follower";
