@@ -69,8 +69,8 @@ absl::Status CoordinatorCheckpointStorage::OpenDataUpload(int64_t step,
     return absl::OkStatus();
   }
   if (!s.ok()) {
-    return absl::Status(FromGrpcStatus(s).code(), absl::StrCat("uploading checkpoint step ", step,
-                                                               ": ", s.error_message()));
+    return absl::Status(FromGrpcStatus(s).code(),
+                        absl::StrCat("uploading checkpoint step ", step, ": ", s.error_message()));
   }
   // The data port is beside the coordinator that granted the upload.
   *host = coordinator_host_ == kHostThatAnswers ? PeerHost(context.peer()) : coordinator_host_;
@@ -90,9 +90,8 @@ absl::Status CoordinatorCheckpointStorage::StoreOverDataPort(
   RETURN_IF_ERROR(OpenDataUpload(step, &opened, &host, fell_back));
   if (*fell_back != Fallback::kNone) return absl::OkStatus();
   const absl::Time start = absl::Now();
-  absl::StatusOr<std::unique_ptr<CheckpointDataUpload>> upload =
-      CheckpointDataUpload::Connect(host, opened.port(), opened.token(),
-                                    std::min(timeout_, kDataPortConnectTimeout), timeout_);
+  absl::StatusOr<std::unique_ptr<CheckpointDataUpload>> upload = CheckpointDataUpload::Connect(
+      host, opened.port(), opened.token(), std::min(timeout_, kDataPortConnectTimeout), timeout_);
   if (absl::IsUnavailable(upload.status())) {
     // A firewall, say. The coordinator drops the opened upload after a minute.
     LOG(WARNING) << upload.status().message() << "; uploading checkpoints over gRPC for the next "

@@ -720,8 +720,7 @@ TEST_F(CommandsTest, CoordinatorsShowsWhoLeadsWhoFollowsAndWhoIsUnreachable) {
   follower.set_health(grpc::health::v1::HealthCheckResponse::NOT_SERVING);
   follower.set_follower_of(coordinator_.address());
   const std::string gone = absl::StrCat("127.0.0.1:", FreePort());
-  const std::string list =
-      absl::StrCat(coordinator_.address(), ",", follower.address(), ",", gone);
+  const std::string list = absl::StrCat(coordinator_.address(), ",", follower.address(), ",", gone);
 
   EXPECT_EQ(RunAt(list, nullptr, {"coordinators", "--timeout", "1"}), kExitOk) << err_.str();
   const std::vector<std::string> lines = Lines(out_.str());

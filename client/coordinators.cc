@@ -26,10 +26,10 @@ using grpc::health::v1::HealthCheckResponse;
 // What one coordinator said.
 struct Answer {
   std::string address;
-  std::string role;    // leader, follower, unreachable, unknown
-  std::string leader;  // HOST:PORT of the leader it names; empty if none
+  std::string role;            // leader, follower, unreachable, unknown
+  std::string leader;          // HOST:PORT of the leader it names; empty if none
   v1::CoordinatorLeader info;  // the leader's own report (role leader)
-  std::string detail;  // why unreachable or unknown
+  std::string detail;          // why unreachable or unknown
 };
 
 // The trailing metadata a follower names the leader in ("chorus-leader").
@@ -101,9 +101,9 @@ void PrintTable(const std::vector<Answer>& answers, std::ostream& out) {
   for (const Answer& a : answers) {
     std::string detail = a.detail;
     if (a.role == "leader" && !a.info.id().empty()) detail = absl::StrCat("id ", a.info.id());
-    out << absl::StrFormat(
-        "%-24s %-12s %-24s %-20s %s\n", a.address, a.role, a.leader.empty() ? "-" : a.leader,
-        a.role == "leader" ? FormatTime(a.info.since_unix_us()) : "-", detail);
+    out << absl::StrFormat("%-24s %-12s %-24s %-20s %s\n", a.address, a.role,
+                           a.leader.empty() ? "-" : a.leader,
+                           a.role == "leader" ? FormatTime(a.info.since_unix_us()) : "-", detail);
   }
 }
 

@@ -7,8 +7,8 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/auth.h"
 #include "common/host_port.h"
@@ -90,8 +90,8 @@ absl::Status Resolve(const std::string& host, std::string* v4, std::string* v6) 
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
   if (const int rc = getaddrinfo(host.c_str(), nullptr, &hints, &found); rc != 0) {
-    return absl::UnavailableError(absl::StrCat("coordinator host \"", host,
-                                               "\" does not resolve: ", gai_strerror(rc)));
+    return absl::UnavailableError(
+        absl::StrCat("coordinator host \"", host, "\" does not resolve: ", gai_strerror(rc)));
   }
   for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
     char text[NI_MAXHOST];
@@ -154,6 +154,11 @@ std::shared_ptr<grpc::Channel> MakeCoordinatorChannel(const std::string& address
     if (list.ok()) {
       target = *std::move(list);
       args.SetServiceConfigJSON(kLeaderServiceConfig);
+      // The target names IP addresses; TLS checks every coordinator's
+      // certificate against the first coordinator's name as written.
+      if (!security.tls_ca_pem.empty()) {
+        args.SetSslTargetNameOverride(ParseHostPortList(address)->front().host);
+      }
     } else {
       // Callers check their lists first; the channel over the list as
       // written fails every call, naming it.

@@ -97,8 +97,9 @@ absl::StatusOr<std::unique_ptr<LeaderLoop::Serving>> CoordinatorProcess::StartLe
 
 absl::StatusOr<std::unique_ptr<LeaderLoop::Serving>> CoordinatorProcess::StartFollower(
     const LeaderLoop::Ports& ports) {
-  ASSIGN_OR_RETURN(std::unique_ptr<FollowerServer> server,
-                   FollowerServer::Start(OnPorts(ports), leadership_, [this] { return MetricsText(); }));
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<FollowerServer> server,
+      FollowerServer::Start(OnPorts(ports), leadership_, [this] { return MetricsText(); }));
   return std::make_unique<FollowerServing>(std::move(server));
 }
 

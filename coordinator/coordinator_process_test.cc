@@ -68,7 +68,8 @@ class FakeLeadership : public Leadership {
   }
   void WaitUntilLost() override {
     absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(+[](bool* leading) { return !*leading; }, &leading_));
+    mu_.Await(absl::Condition(
+        +[](bool* leading) { return !*leading; }, &leading_));
   }
   void Resign() override { Lose(); }
   void Stop() override {
@@ -222,8 +223,8 @@ TEST(CoordinatorProcessTest, AloneItLeadsAtOnceAndStopEndsRun) {
   }
   EXPECT_TRUE(ListJobs(bound).ok());
   // It reports itself the leader to clients that follow one.
-  auto health = grpc::health::v1::Health::NewStub(
-      MakeCoordinatorChannel(absl::StrCat("127.0.0.1:", bound)));
+  auto health =
+      grpc::health::v1::Health::NewStub(MakeCoordinatorChannel(absl::StrCat("127.0.0.1:", bound)));
   grpc::ClientContext context;
   grpc::health::v1::HealthCheckRequest request;
   request.set_service(kLeaderHealthService);

@@ -49,9 +49,10 @@ class CatchAll final : public grpc::CallbackGenericService {
 std::vector<HttpRoute> FollowerRoutes(const Leadership& leadership,
                                       std::function<std::string()> metrics_text) {
   std::vector<HttpRoute> routes;
-  routes.push_back({"/metrics", false, [metrics_text = std::move(metrics_text)](const HttpRequest&) {
-                      return HttpResponse{200, kPlainText, metrics_text()};
-                    }});
+  routes.push_back(
+      {"/metrics", false, [metrics_text = std::move(metrics_text)](const HttpRequest&) {
+         return HttpResponse{200, kPlainText, metrics_text()};
+       }});
   routes.push_back({"/", true, [&leadership](const HttpRequest& request) {
                       const std::optional<LeaderInfo> leader = leadership.Leader();
                       HttpResponse response;
@@ -66,8 +67,8 @@ std::vector<HttpRoute> FollowerRoutes(const Leadership& leadership,
                       }
                       response.status = 307;
                       response.location = leader->http_url + request.path;
-                      response.body = absl::StrCat("the leader's status page: ",
-                                                   response.location, "\n");
+                      response.body =
+                          absl::StrCat("the leader's status page: ", response.location, "\n");
                       return response;
                     }});
   return routes;
@@ -76,16 +77,17 @@ std::vector<HttpRoute> FollowerRoutes(const Leadership& leadership,
 }  // namespace
 
 grpc::Status FollowerStatus(const std::optional<LeaderInfo>& leader) {
-  constexpr char kHint[] = "(give clients every coordinator: --coordinator a:29650,b:29650,c:29650)";
+  constexpr char kHint[] =
+      "(give clients every coordinator: --coordinator a:29650,b:29650,c:29650)";
   if (!leader.has_value() || leader->address.empty()) {
     return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                         absl::StrCat("this coordinator is a follower and no leader is elected "
                                      "yet; retry shortly ",
                                      kHint));
   }
-  return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                      absl::StrCat("this coordinator is a follower; the leader is ",
-                                   leader->address, " ", kHint));
+  return grpc::Status(
+      grpc::StatusCode::UNAVAILABLE,
+      absl::StrCat("this coordinator is a follower; the leader is ", leader->address, " ", kHint));
 }
 
 absl::StatusOr<std::unique_ptr<FollowerServer>> FollowerServer::Start(

@@ -93,7 +93,7 @@ class LeaderLoop {
 
   Leadership& leadership_;
   const Options options_;
-  Ports ports_;  // only Run's thread
+  Ports ports_;             // only Run's thread
   bool listening_ = false;  // only Run's thread
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -12,10 +13,10 @@
 #include <thread>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/memory.h"
 #include "common/version.h"
-#include "absl/strings/str_cat.h"
 #include "coordinator/coordinator_process.h"
 #include "coordinator/server.h"
 #include "glog/logging.h"
@@ -180,27 +181,33 @@ int Serve(const char* argv0, const Flags& flags) {
   // (coordinator/leadership.h).
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
-  chorus::SoleLeadership leadership(chorus::LeaderInfo{absl::StrCat(host, ":", getpid()),
-                                                       flags.options.listen, "", {}});
-  std::shared_ptr<chorus::CoordinatorProcess> process;
+  chorus::SoleLeadership leadership(
+      chorus::LeaderInfo{absl::StrCat(host, ":", getpid()), flags.options.listen, "", {}});
   bool port_files_written = true;  // only the loop's thread
-  process = std::make_shared<chorus::CoordinatorProcess>(
+  std::unique_ptr<chorus::CoordinatorProcess> process;
+  process = std::make_unique<chorus::CoordinatorProcess>(
       flags.options, leadership, /*follow=*/false, [&](const chorus::LeaderLoop::Ports& ports) {
         // The HTTP port's file first: a script that waits for --port_file finds both.
-        port_files_written =
-            WritePortFile(flags.http_port_file, "--http_port_file", ports.http) &&
-            WritePortFile(flags.port_file, "--port_file", ports.grpc);
+        port_files_written = WritePortFile(flags.http_port_file, "--http_port_file", ports.http) &&
+                             WritePortFile(flags.port_file, "--port_file", ports.grpc);
         if (!port_files_written) process->Stop();
       });
-  // SIGINT/SIGTERM gives leadership up and stops the loop. The thread stays
-  // blocked in sigwait when the loop ends by itself (a startup error).
-  std::thread([process, stop_signals] {
+  // SIGINT/SIGTERM gives leadership up and stops the loop.
+  std::atomic<bool> ended{false};
+  std::thread signals([&process, &ended, stop_signals] {
     int signal_number = 0;
     sigwait(&stop_signals, &signal_number);
+    if (ended) return;
     LOG(INFO) << "received " << strsignal(signal_number) << ", shutting down";
     process->Stop();
-  }).detach();
-  if (const absl::Status ran = process->Run(); !ran.ok()) {
+  });
+  const absl::Status ran = process->Run();
+  // Releases the signal thread when the loop ended by itself (a startup
+  // error).
+  ended = true;
+  pthread_kill(signals.native_handle(), SIGTERM);
+  signals.join();
+  if (!ran.ok()) {
     std::cerr << "chorus-coordinator: " << ran.message() << "\n";
     return 1;
   }

@@ -332,8 +332,8 @@ RankCommand Agent::RankCommandFor(const v1::LaunchRanks& launch, const v1::RankL
   // follow the leader when it moves (Note [Following the leader] in
   // common/grpc_util.cc).
   const bool several = options_.coordinator.find(',') != std::string::npos;
-  set("CHORUS_COORDINATOR", launch.coordinator().empty() || several ? options_.coordinator
-                                                                     : launch.coordinator());
+  set("CHORUS_COORDINATOR",
+      launch.coordinator().empty() || several ? options_.coordinator : launch.coordinator());
   set("CHORUS_JOB_ID", launch.job_id());
   // Note [Job credentials] (common/job_credentials.h): the ranks run user
   // code, so they get their job's credential, never the agent's token.
