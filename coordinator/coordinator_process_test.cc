@@ -157,6 +157,10 @@ TEST(CoordinatorProcessTest, FollowsLeadsLosesAndLeadsAgainOnTheSamePorts) {
   ASSERT_TRUE(page);
   EXPECT_EQ(page->status, 307);
   EXPECT_EQ(page->get_header_value("Location"), "http://10.0.0.2:29651/jobs/j1");
+  auto more = http.Get("/jobs/j1?rank_offset=10&rank_limit=5");
+  ASSERT_TRUE(more);
+  EXPECT_EQ(more->get_header_value("Location"),
+            "http://10.0.0.2:29651/jobs/j1?rank_limit=5&rank_offset=10");
   auto metrics = http.Get("/metrics");
   ASSERT_TRUE(metrics);
   EXPECT_THAT(metrics->body, HasSubstr("chorus_leader 0\n"));

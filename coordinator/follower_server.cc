@@ -1,8 +1,11 @@
 #include "coordinator/follower_server.h"
 
+#include <map>
+#include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/auth.h"
 #include "common/grpc_util.h"
@@ -45,6 +48,27 @@ class CatchAll final : public grpc::CallbackGenericService {
   const Leadership& leadership_;
 };
 
+// "?k=v&..." of `params`, percent-encoded; empty for none.
+std::string QueryString(const std::map<std::string, std::string>& params) {
+  std::string query;
+  auto encode = [&query](const std::string& text) {
+    for (const unsigned char c : text) {
+      if (absl::ascii_isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+        query += static_cast<char>(c);
+      } else {
+        absl::StrAppend(&query, "%", absl::Hex(c, absl::kZeroPad2));
+      }
+    }
+  };
+  for (const auto& [key, value] : params) {
+    query += query.empty() ? "?" : "&";
+    encode(key);
+    query += "=";
+    encode(value);
+  }
+  return query;
+}
+
 // The HTTP routes of a follower: its own /metrics, a redirect for the rest.
 std::vector<HttpRoute> FollowerRoutes(const Leadership& leadership,
                                       std::function<std::string()> metrics_text) {
@@ -53,24 +77,24 @@ std::vector<HttpRoute> FollowerRoutes(const Leadership& leadership,
       {"/metrics", false, [metrics_text = std::move(metrics_text)](const HttpRequest&) {
          return HttpResponse{200, kPlainText, metrics_text()};
        }});
-  routes.push_back({"/", true, [&leadership](const HttpRequest& request) {
-                      const std::optional<LeaderInfo> leader = leadership.Leader();
-                      HttpResponse response;
-                      if (!leader.has_value() || leader->http_url.empty()) {
-                        response.status = 503;
-                        response.body = absl::StrCat(
-                            "this coordinator is a follower and ",
+  routes.push_back(
+      {"/", true, [&leadership](const HttpRequest& request) {
+         const std::optional<LeaderInfo> leader = leadership.Leader();
+         HttpResponse response;
+         if (!leader.has_value() || leader->http_url.empty()) {
+           response.status = 503;
+           response.body =
+               absl::StrCat("this coordinator is a follower and ",
                             leader.has_value() ? "the leader has no HTTP port"
                                                : "no leader is elected yet; retry shortly",
                             "\n");
-                        return response;
-                      }
-                      response.status = 307;
-                      response.location = leader->http_url + request.path;
-                      response.body =
-                          absl::StrCat("the leader's status page: ", response.location, "\n");
-                      return response;
-                    }});
+           return response;
+         }
+         response.status = 307;
+         response.location = leader->http_url + request.path + QueryString(request.params);
+         response.body = absl::StrCat("the leader's status page: ", response.location, "\n");
+         return response;
+       }});
   return routes;
 }
 
