@@ -69,6 +69,25 @@ std::string QueryString(const std::map<std::string, std::string>& params) {
   return query;
 }
 
+// A follower's answer to every page but /metrics: 307 to the same page on
+// the leader's HTTP port, or 503 when there is none to send the client to.
+HttpResponse RedirectToLeader(const Leadership& leadership, const HttpRequest& request) {
+  const std::optional<LeaderInfo> leader = leadership.Leader();
+  HttpResponse response;
+  if (!leader.has_value() || leader->http_url.empty()) {
+    response.status = 503;
+    response.body = absl::StrCat("this coordinator is a follower and ",
+                                 leader.has_value() ? "the leader has no HTTP port"
+                                                    : "no leader is elected yet; retry shortly",
+                                 "\n");
+    return response;
+  }
+  response.status = 307;
+  response.location = leader->http_url + request.path + QueryString(request.params);
+  response.body = absl::StrCat("the leader's status page: ", response.location, "\n");
+  return response;
+}
+
 // The HTTP routes of a follower: its own /metrics, a redirect for the rest.
 std::vector<HttpRoute> FollowerRoutes(const Leadership& leadership,
                                       std::function<std::string()> metrics_text) {
@@ -77,24 +96,9 @@ std::vector<HttpRoute> FollowerRoutes(const Leadership& leadership,
       {"/metrics", false, [metrics_text = std::move(metrics_text)](const HttpRequest&) {
          return HttpResponse{200, kPlainText, metrics_text()};
        }});
-  routes.push_back(
-      {"/", true, [&leadership](const HttpRequest& request) {
-         const std::optional<LeaderInfo> leader = leadership.Leader();
-         HttpResponse response;
-         if (!leader.has_value() || leader->http_url.empty()) {
-           response.status = 503;
-           response.body =
-               absl::StrCat("this coordinator is a follower and ",
-                            leader.has_value() ? "the leader has no HTTP port"
-                                               : "no leader is elected yet; retry shortly",
-                            "\n");
-           return response;
-         }
-         response.status = 307;
-         response.location = leader->http_url + request.path + QueryString(request.params);
-         response.body = absl::StrCat("the leader's status page: ", response.location, "\n");
-         return response;
-       }});
+  routes.push_back({"/", true, [&leadership](const HttpRequest& request) {
+                      return RedirectToLeader(leadership, request);
+                    }});
   return routes;
 }
 
