@@ -14,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "chorus/v1/coordinator.grpc.pb.h"
 #include "common/grpc_util.h"
+#include "coordinator/fake_leadership.h"
 #include "coordinator/follower_server.h"
 #include "gmock/gmock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -25,67 +26,6 @@ namespace chorus {
 namespace {
 
 using ::testing::HasSubstr;
-
-// Leads when the test says Win, stops leading when it says Lose.
-class FakeLeadership : public Leadership {
- public:
-  void Win() {
-    absl::MutexLock lock(&mu_);
-    won_ = true;
-  }
-  void Lose() {
-    absl::MutexLock lock(&mu_);
-    won_ = false;
-    leading_ = false;
-  }
-  // Who the others lead as: what followers tell clients.
-  void SetOtherLeader(std::optional<LeaderInfo> leader) {
-    absl::MutexLock lock(&mu_);
-    other_ = std::move(leader);
-  }
-  int campaigns() const {
-    absl::MutexLock lock(&mu_);
-    return campaigns_;
-  }
-
-  absl::Status Campaign() override {
-    absl::MutexLock lock(&mu_);
-    ++campaigns_;
-    mu_.Await(absl::Condition(
-        +[](FakeLeadership* self) { return self->won_ || self->stopped_; }, this));
-    if (stopped_) return absl::CancelledError("stopped");
-    leading_ = true;
-    return absl::OkStatus();
-  }
-  bool IsLeader() const override {
-    absl::MutexLock lock(&mu_);
-    return leading_;
-  }
-  std::optional<LeaderInfo> Leader() const override {
-    absl::MutexLock lock(&mu_);
-    if (leading_) return LeaderInfo{"me", "self", "", absl::Now()};
-    return other_;
-  }
-  void WaitUntilLost() override {
-    absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(
-        +[](bool* leading) { return !*leading; }, &leading_));
-  }
-  void Resign() override { Lose(); }
-  void Stop() override {
-    absl::MutexLock lock(&mu_);
-    stopped_ = true;
-    leading_ = false;
-  }
-
- private:
-  mutable absl::Mutex mu_;
-  bool won_ ABSL_GUARDED_BY(mu_) = false;
-  bool leading_ ABSL_GUARDED_BY(mu_) = false;
-  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
-  int campaigns_ ABSL_GUARDED_BY(mu_) = 0;
-  std::optional<LeaderInfo> other_ ABSL_GUARDED_BY(mu_);
-};
 
 std::string TempDir(const std::string& name) {
   const char* base = std::getenv("TEST_TMPDIR");
