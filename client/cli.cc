@@ -29,8 +29,10 @@ int RunChorus(int argc, const char* const* argv, GlobalOptions& global) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--token_file", global.token_file,
-                 "File holding the bearer token for a coordinator that requires one (or set "
-                 "CHORUS_TOKEN / CHORUS_TOKEN_FILE); it must not be readable by others.");
+                 "File holding your (user or admin) token for a coordinator that requires one "
+                 "(or set CHORUS_TOKEN / CHORUS_TOKEN_FILE; the token of a running `chorus up` "
+                 "is found by itself); it must not be readable by others. `chorus whoami` "
+                 "says who it makes you.");
   app.add_option("--tls_ca", global.tls_ca,
                  "PEM CA bundle to verify a TLS coordinator with (or CHORUS_TLS_CA).");
   app.add_option(
@@ -57,6 +59,7 @@ int RunChorus(int argc, const char* const* argv, GlobalOptions& global) {
   AddUpCommand(app, global, exit_code);
   AddDrainCommand(app, global, exit_code);
   AddAgentsCommand(app, global, exit_code);
+  AddWhoamiCommand(app, global, exit_code);
 
   try {
     app.parse(argc, argv);

@@ -68,6 +68,7 @@ void AddTopCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);
 void AddDrainCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);
 void AddAgentsCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);
 void AddDatasetCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);
+void AddWhoamiCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);
 
 // One line for an agent: id, host, state, busy slots, jobs (client/drain.cc).
 std::string FormatAgent(const v1::AgentInfo& agent);

@@ -140,16 +140,20 @@ class CommandsTest : public ::testing::Test {
 
 TEST_F(CommandsTest, JobsPrintsATableOfTheCoordinatorsJobs) {
   coordinator_.AddJob(MakeJob("job-000001", "mnist", v1::Job::SUCCEEDED, 2, 2));
-  coordinator_.AddJob(MakeJob("job-000002", "resnet", v1::Job::CANCELLED, 2, 4, "user asked"));
+  v1::Job owned = MakeJob("job-000002", "resnet", v1::Job::CANCELLED, 2, 4, "user asked");
+  owned.set_owner("alice");
+  coordinator_.AddJob(owned);
 
   EXPECT_EQ(Run({"jobs"}), kExitOk);
 
   std::vector<std::string> lines = Lines(out_.str());
   ASSERT_THAT(lines, SizeIs(3)) << out_.str();
-  EXPECT_THAT(Words(lines[0]), ElementsAre("JOB", "NAME", "STATE", "RANKS", "SUBMITTED", "REASON"));
-  EXPECT_THAT(Words(lines[1]), ElementsAre("job-000001", "mnist", "SUCCEEDED", "2", "-"));
-  EXPECT_THAT(Words(lines[2]),
-              ElementsAre("job-000002", "resnet", "CANCELLED", "2-4", "-", "user", "asked"));
+  EXPECT_THAT(Words(lines[0]),
+              ElementsAre("JOB", "NAME", "OWNER", "STATE", "RANKS", "SUBMITTED", "REASON"));
+  EXPECT_THAT(Words(lines[1]), ElementsAre("job-000001", "mnist", "-", "SUCCEEDED", "2", "-"))
+      << "a job of a coordinator without a token file has no owner";
+  EXPECT_THAT(Words(lines[2]), ElementsAre("job-000002", "resnet", "alice", "CANCELLED", "2-4", "-",
+                                           "user", "asked"));
   EXPECT_EQ(err_.str(), "");
   ASSERT_THAT(coordinator_.list_jobs_requests(), SizeIs(1));
   EXPECT_THAT(coordinator_.list_jobs_requests()[0].states(), IsEmpty());
@@ -169,7 +173,7 @@ TEST_F(CommandsTest, JobsAsksForTheStateAndLimitGiven) {
   EXPECT_EQ(request.limit(), 1);
   std::vector<std::string> lines = Lines(out_.str());
   ASSERT_THAT(lines, SizeIs(2)) << out_.str();
-  EXPECT_THAT(Words(lines[1]), ElementsAre("job-000002", "resnet", "RUNNING", "2-4", "-"));
+  EXPECT_THAT(Words(lines[1]), ElementsAre("job-000002", "resnet", "-", "RUNNING", "2-4", "-"));
 }
 
 TEST_F(CommandsTest, JobsJsonIsTheListJobsResponse) {
@@ -783,6 +787,26 @@ TEST_F(CommandsTest, PingOfNothingGivesUpAtTheTimeoutAndSaysWhatToDo) {
   EXPECT_EQ(err_.str(), absl::StrCat("chorus ping: no coordinator answered at ", DeadAddress(),
                                      " within 500ms. Start one with `chorus-coordinator`, or "
                                      "pass --coordinator HOST:PORT.\n"));
+}
+
+// ---------------------------------------------------------------- whoami
+
+TEST_F(CommandsTest, WhoamiSaysUserAndRoleOrThatThereAreNoTokens) {
+  EXPECT_EQ(Run({"whoami"}), kExitOk);
+  EXPECT_EQ(out_.str(), "anonymous (admin: this coordinator has no token file)\n");
+
+  v1::WhoAmIResponse alice;
+  alice.set_user("alice");
+  alice.set_role("user");
+  alice.set_tokens_required(true);
+  coordinator_.set_whoami(alice);
+  out_.str("");
+  EXPECT_EQ(Run({"whoami"}), kExitOk);
+  EXPECT_EQ(out_.str(), "alice (user)\n");
+  out_.str("");
+  EXPECT_EQ(Run({"whoami", "--json"}), kExitOk);
+  EXPECT_THAT(out_.str(), HasSubstr("\"user\": \"alice\""));
+  EXPECT_EQ(err_.str(), "");
 }
 
 // ---------------------------------------------------------------- validate, version

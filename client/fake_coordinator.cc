@@ -37,6 +37,14 @@ class FakeCoordinator::Jobs final : public v1::JobService::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status WhoAmI(grpc::ServerContext*, const v1::WhoAmIRequest*,
+                      v1::WhoAmIResponse* response) override {
+    absl::MutexLock lock(&owner_.mu_);
+    ++owner_.calls_;
+    *response = owner_.whoami_;
+    return grpc::Status::OK;
+  }
+
   grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest* request,
                       v1::Job* response) override {
     absl::MutexLock lock(&owner_.mu_);
@@ -242,7 +250,9 @@ class FakeCoordinator::Checkpoints final : public v1::CheckpointService::Service
 FakeCoordinator::FakeCoordinator()
     : jobs_service_(std::make_unique<Jobs>(*this)),
       health_service_(std::make_unique<Health>(*this)),
-      checkpoint_service_(std::make_unique<Checkpoints>(*this)) {}
+      checkpoint_service_(std::make_unique<Checkpoints>(*this)) {
+  whoami_.set_role("admin");  // no token file: an anonymous admin
+}
 
 FakeCoordinator::~FakeCoordinator() {
   if (server_ != nullptr) {
@@ -317,6 +327,11 @@ void FakeCoordinator::set_leader(const v1::CoordinatorLeader& leader) {
 void FakeCoordinator::set_follower_of(const std::string& leader_address) {
   absl::MutexLock lock(&mu_);
   follower_of_ = leader_address;
+}
+
+void FakeCoordinator::set_whoami(const v1::WhoAmIResponse& me) {
+  absl::MutexLock lock(&mu_);
+  whoami_ = me;
 }
 
 void FakeCoordinator::set_health(ServingStatus status) {

@@ -1,6 +1,6 @@
 // FakeCoordinator: the coordinator's client-facing services in memory, for
 // the chorus commands' tests: JobService (submit, get, list, cancel, status,
-// checkpoints), grpc.health.v1 Check and CheckpointService.Download, served
+// checkpoints, whoami), grpc.health.v1 Check and CheckpointService.Download, served
 // on 127.0.0.1 with port 0. It answers from what the test put in, as the
 // coordinator would (NOT_FOUND naming an unknown job, ids job-000001, ...),
 // and records every request it received.
@@ -68,6 +68,8 @@ class FakeCoordinator {
   // metadata "chorus-leader: ADDRESS", as a follower coordinator does.
   void set_leader(const v1::CoordinatorLeader& leader);
   void set_follower_of(const std::string& leader_address);
+  // What WhoAmI answers (default: an anonymous admin, no token file).
+  void set_whoami(const v1::WhoAmIResponse& me);
 
   // Requests as received, oldest first.
   std::vector<v1::SubmitJobRequest> submits() const;
@@ -102,6 +104,7 @@ class FakeCoordinator {
   std::map<std::tuple<std::string, int64_t, std::string>, std::string> files_ ABSL_GUARDED_BY(mu_);
   bool damage_downloads_ ABSL_GUARDED_BY(mu_) = false;
   ServingStatus health_ ABSL_GUARDED_BY(mu_) = grpc::health::v1::HealthCheckResponse::SERVING;
+  v1::WhoAmIResponse whoami_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::SubmitJobRequest> submits_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::ListJobsRequest> list_jobs_requests_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::GetJobStatusRequest> status_requests_ ABSL_GUARDED_BY(mu_);

@@ -43,7 +43,10 @@ absl::StatusOr<v1::ListJobsResponse> ListJobs(const GlobalOptions& global,
 }  // namespace
 
 void AddJobsCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) {
-  CLI::App* cmd = app.add_subcommand("jobs", "List jobs, newest first.");
+  CLI::App* cmd = app.add_subcommand(
+      "jobs",
+      "List jobs, newest first, with their owners. With a user token, other users' jobs show "
+      "only id, name, owner, state, ranks and times (docs/security.md).");
   auto json = std::make_shared<bool>(false);
   auto state = std::make_shared<std::string>();
   auto limit = std::make_shared<int>(kDefaultJobsLimit);
@@ -73,15 +76,17 @@ void AddJobsCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) 
     } else if (response.jobs().empty()) {
       *global.out << "no jobs\n";
     } else {
-      *global.out << absl::StrFormat("%-12s %-24s %-10s %-7s %-19s %s\n", "JOB", "NAME", "STATE",
-                                     "RANKS", "SUBMITTED", "REASON");
+      *global.out << absl::StrFormat("%-12s %-24s %-12s %-10s %-7s %-19s %s\n", "JOB", "NAME",
+                                     "OWNER", "STATE", "RANKS", "SUBMITTED", "REASON");
       for (const v1::Job& job : response.jobs()) {
         const v1::ResourceSpec& r = job.spec().resources();
         std::string ranks = r.min_ranks() == r.max_ranks()
                                 ? std::to_string(r.min_ranks())
                                 : absl::StrFormat("%d-%d", r.min_ranks(), r.max_ranks());
-        *global.out << absl::StrFormat("%-12s %-24s %-10s %-7s %-19s %s\n", job.job_id(),
-                                       job.spec().name(), StateName(job.state()), ranks,
+        // Without a token file jobs have no owner.
+        const std::string owner = job.owner().empty() ? "-" : job.owner();
+        *global.out << absl::StrFormat("%-12s %-24s %-12s %-10s %-7s %-19s %s\n", job.job_id(),
+                                       job.spec().name(), owner, StateName(job.state()), ranks,
                                        FormatTime(job.submit_time_us()), job.reason());
       }
     }

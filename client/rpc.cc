@@ -1,10 +1,12 @@
 #include "client/rpc.h"
 
+#include <pwd.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <iostream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/auth.h"
@@ -15,11 +17,36 @@
 
 namespace chorus::client {
 
+std::string LocalTokenPath(const std::string& coordinator) {
+  const char* home = std::getenv("HOME");
+  if (home == nullptr || *home == '\0') {
+    // As ssh finds ~/.ssh: the password database knows the home directory
+    // when the environment does not say (a service, a test runner).
+    const struct passwd* entry = getpwuid(getuid());
+    home = entry != nullptr ? entry->pw_dir : nullptr;
+  }
+  if (home == nullptr || *home == '\0' || coordinator.empty()) return "";
+  std::string name = coordinator;
+  for (char& c : name) {
+    if (!absl::ascii_isalnum(c) && c != '.' && c != '-') c = '_';
+  }
+  return absl::StrCat(home, "/.chorus/tokens/", name);
+}
+
 void ConfigureSecurity(const GlobalOptions& global) {
   static bool configured = false;
   if (configured) return;
+  std::string token_file = global.token_file;
+  const auto unset = [](const char* name) {
+    const char* value = std::getenv(name);
+    return value == nullptr || *value == '\0';
+  };
+  if (token_file.empty() && unset("CHORUS_TOKEN") && unset("CHORUS_TOKEN_FILE")) {
+    const std::string local = LocalTokenPath(global.coordinator);
+    if (!local.empty() && access(local.c_str(), F_OK) == 0) token_file = local;
+  }
   absl::StatusOr<ClientSecurity> security =
-      LoadClientSecurity(global.token_file, global.tls_ca, global.tls_cert, global.tls_key);
+      LoadClientSecurity(token_file, global.tls_ca, global.tls_cert, global.tls_key);
   if (!security.ok()) {
     *global.err << "chorus: " << security.status().message() << "\n";
     global.err->flush();

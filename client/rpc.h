@@ -26,8 +26,16 @@
 namespace chorus::client {
 
 // Loads the credentials `global` names (once per process) for every channel
-// made afterwards. On a bad file it prints the problem and exits with 2.
+// made afterwards: --token_file, else CHORUS_TOKEN or CHORUS_TOKEN_FILE,
+// else the token `chorus up` left for --coordinator (LocalTokenPath), if
+// there is one. On a bad file it prints the problem and exits with 2.
 void ConfigureSecurity(const GlobalOptions& global);
+// Where `chorus up` leaves the admin token of the coordinator it runs at
+// `coordinator` (HOST:PORT) for this user's other commands
+// (Note [chorus up's tokens] in client/up.cc):
+// $HOME/.chorus/tokens/HOST_PORT (the password database's home directory
+// when $HOME is unset). Empty if there is no home directory.
+std::string LocalTokenPath(const std::string& coordinator);
 // global.channel if set; otherwise a channel to --coordinator with the
 // credentials configured.
 std::shared_ptr<grpc::Channel> CoordinatorChannel(const GlobalOptions& global);

@@ -105,7 +105,9 @@ void AddStatusCommand(CLI::App& app, const GlobalOptions& global, int& exit_code
     const v1::Job& job = status.job();
     *global.out << job.job_id() << " (" << job.spec().name() << "): " << StateName(job.state());
     if (!job.reason().empty()) *global.out << " - " << job.reason();
-    *global.out << "\n  submitted " << FormatTime(job.submit_time_us()) << ", started "
+    *global.out << "\n  ";
+    if (!job.owner().empty()) *global.out << "owner " << job.owner() << ", ";
+    *global.out << "submitted " << FormatTime(job.submit_time_us()) << ", started "
                 << FormatTime(job.start_time_us()) << ", ended " << FormatTime(job.end_time_us())
                 << "\n  generation " << job.generation() << ", world size " << job.world_size();
     if (job.spec().has_elastic()) {

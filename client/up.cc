@@ -3,6 +3,7 @@
 // the job, its progress, and a clean teardown. Exits with the job's result.
 
 #include <fcntl.h>
+#include <pwd.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -25,11 +26,14 @@
 #include "client/follow.h"
 #include "client/rpc.h"
 #include "client/up_json.h"
+#include "common/auth.h"
 #include "common/grpc_util.h"
 #include "common/job_spec.h"
 #include "common/memory_estimate.h"
 #include "common/metrics_text.h"
 #include "common/paths.h"
+#include "common/private_files.h"
+#include "common/status_macros.h"
 
 extern char** environ;
 
@@ -62,6 +66,49 @@ void Terminate(pid_t pid, absl::Duration grace) {
   }
   kill(pid, SIGKILL);
   waitpid(pid, nullptr, 0);
+}
+
+// Note [chorus up's tokens]
+// The coordinator `chorus up` starts has a token file of its own, so that
+// other users of the machine cannot reach its jobs through the loopback
+// port (a coordinator with a token file requires tokens on loopback too):
+// "admin TOKEN USER" for the user running it (their login name) and
+// "agent TOKEN" for its node agent, each token also alone in a file for the
+// CLI (admin.token) and the agent (agent.token). All are 0600 in the
+// cluster's directory and new on every run, so nothing is asked of the
+// user. While the cluster runs, the admin token is also in
+// $HOME/.chorus/tokens/127.0.0.1_PORT (LocalTokenPath, dir 0700), where
+// this user's other chorus commands find it when given no token, so that
+// `chorus --coordinator 127.0.0.1:PORT status JOB` from another shell works
+// as before; it is removed at teardown. A token given (flag or variable)
+// wins; a stale file of a killed run holds a token no coordinator knows.
+struct LocalTokens {
+  std::string coordinator_file;  // the coordinator's --token_file
+  std::string admin_file;        // the CLI's
+  std::string agent_file;        // the node agent's
+};
+
+// Writes the token files of Note [chorus up's tokens] into `dir`,
+// replacing those of an earlier run.
+absl::StatusOr<LocalTokens> WriteLocalTokens(const std::string& dir) {
+  ASSIGN_OR_RETURN(const std::string admin, NewToken());
+  ASSIGN_OR_RETURN(const std::string agent, NewToken());
+  const char* login = std::getenv("USER");
+  if (login == nullptr || *login == '\0') {
+    const struct passwd* entry = getpwuid(getuid());
+    login = entry != nullptr ? entry->pw_name : "";
+  }
+  const std::string user = SafeUserName(login, "admin");
+  const LocalTokens files{dir + "/tokens", dir + "/admin.token", dir + "/agent.token"};
+  const std::pair<std::string, std::string> contents[] = {
+      {files.coordinator_file, absl::StrCat("admin ", admin, " ", user, "\nagent ", agent, "\n")},
+      {files.admin_file, admin + "\n"},
+      {files.agent_file, agent + "\n"}};
+  for (const auto& [path, text] : contents) {
+    std::remove(path.c_str());
+    RETURN_IF_ERROR(WritePrivateFile(path, text));
+  }
+  return files;
 }
 
 struct UpOptions {
@@ -116,6 +163,7 @@ class LocalCluster {
   LocalCluster(const LocalCluster&) = delete;
   LocalCluster& operator=(const LocalCluster&) = delete;
   ~LocalCluster() {
+    if (!published_token_.empty()) std::remove(published_token_.c_str());
     Terminate(worker_, absl::Seconds(15));
     Terminate(coordinator_, absl::Seconds(10));
     if (temporary_ && !keep_files_) std::filesystem::remove_all(dir_);
@@ -124,13 +172,31 @@ class LocalCluster {
   // Starts the node agent with `slots` slots of `threads_per_rank` threads.
   void StartAgent(int slots, int threads_per_rank) {
     worker_ = Spawn({worker_bin_, "--coordinator", address_, "--slots", std::to_string(slots),
-                     "--threads_per_rank", std::to_string(threads_per_rank)},
+                     "--threads_per_rank", std::to_string(threads_per_rank), "--token_file",
+                     tokens_.agent_file},
                     dir_ + "/worker.log");
   }
   // Keeps the state directory and logs (a failed job's, for a look).
   void keep_files() { keep_files_ = true; }
   const std::string& address() const { return address_; }
   const std::string& dir() const { return dir_; }
+  // The CLI's token file for this cluster (Note [chorus up's tokens]).
+  const std::string& admin_token_file() const { return tokens_.admin_file; }
+  // Leaves the admin token where this user's other chorus commands look for
+  // it (LocalTokenPath), until the cluster goes.
+  absl::Status PublishToken() {
+    const std::string path = LocalTokenPath(address_);
+    if (path.empty()) return absl::FailedPreconditionError("there is no home directory");
+    RETURN_IF_ERROR(MakePrivateDirectory(std::filesystem::path(path).parent_path().string(),
+                                         "the chorus token directory"));
+    std::ifstream in(tokens_.admin_file);
+    std::string token;
+    std::getline(in, token);
+    std::remove(path.c_str());
+    RETURN_IF_ERROR(WritePrivateFile(path, token + "\n"));
+    published_token_ = path;
+    return absl::OkStatus();
+  }
 
  private:
   LocalCluster() = default;
@@ -140,6 +206,8 @@ class LocalCluster {
   bool keep_files_ = false;
   std::string worker_bin_;
   std::string address_;
+  LocalTokens tokens_;
+  std::string published_token_;  // removed with the cluster
   pid_t coordinator_ = -1;
   pid_t worker_ = -1;
 };
@@ -167,12 +235,14 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const std::str
   }
   const std::string& dir = cluster->dir_;
   std::filesystem::create_directories(dir);
+  ASSIGN_OR_RETURN(cluster->tokens_, WriteLocalTokens(dir));
   const std::string port_file = dir + "/port";
   std::remove(port_file.c_str());
   // The HTTP port (metrics, status page) is written before the gRPC port.
   cluster->coordinator_ =
       Spawn({coordinator_bin, "--listen", "127.0.0.1:0", "--state_dir", dir + "/state",
-             "--port_file", port_file, "--http_port_file", dir + "/http_port"},
+             "--port_file", port_file, "--http_port_file", dir + "/http_port", "--token_file",
+             cluster->tokens_.coordinator_file},
             dir + "/coordinator.log");
   std::string port;
   for (int i = 0; i < 300 && port.empty() && !Interrupted(); ++i) {
@@ -217,6 +287,11 @@ int RunUp(const UpOptions& options, const GlobalOptions& global) {
   GlobalOptions local_global = global;
   local_global.coordinator = (*cluster)->address();
   local_global.channel = nullptr;  // talk to the coordinator started here
+  local_global.token_file = (*cluster)->admin_token_file();
+  if (absl::Status s = (*cluster)->PublishToken(); !s.ok()) {
+    *global.err << "chorus up: other shells reach this cluster with CHORUS_TOKEN_FILE="
+                << (*cluster)->admin_token_file() << " (" << s.message() << ")\n";
+  }
   (*cluster)->StartAgent(options.local, spec->resources().threads_per_rank());
   absl::StatusOr<FollowResult> followed;
   {

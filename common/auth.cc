@@ -1,6 +1,10 @@
 #include "common/auth.h"
 
+#include <sys/random.h>
+
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <utility>
@@ -48,6 +52,27 @@ bool SameToken(absl::string_view a, absl::string_view b) {
   return diff == 0;
 }
 
+constexpr size_t kMaxUserNameLength = 64;
+
+// User names appear in job records, listings and the status page: a small
+// charset that needs no quoting anywhere.
+bool IsSafeUserName(absl::string_view name) {
+  if (name.empty() || name.size() > kMaxUserNameLength || !absl::ascii_isalnum(name[0])) {
+    return false;
+  }
+  for (char c : name) {
+    if (!absl::ascii_isalnum(c) && c != '.' && c != '_' && c != '-') return false;
+  }
+  return true;
+}
+
+std::optional<Role> ParseTokenRole(absl::string_view word) {
+  if (word == "admin") return Role::kAdmin;
+  if (word == "user") return Role::kUser;
+  if (word == "agent" || word == "worker") return Role::kAgent;
+  return std::nullopt;
+}
+
 ClientSecurity& GlobalClientSecurity() {
   static ClientSecurity* security = new ClientSecurity();
   return *security;
@@ -67,11 +92,13 @@ absl::StatusOr<TokenAuthorizer> TokenAuthorizer::FromText(absl::string_view text
     std::vector<std::string> fields =
         absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
     const std::string where = absl::StrCat(source, " line ", number);
-    if (fields.size() != 2 || (fields[0] != "admin" && fields[0] != "worker")) {
+    std::optional<Role> role =
+        fields.size() == 2 || fields.size() == 3 ? ParseTokenRole(fields[0]) : std::nullopt;
+    if (!role.has_value()) {
       return absl::InvalidArgumentError(absl::StrCat(
           where,
-          ": expected \"admin TOKEN\" or \"worker TOKEN\" (the line is not shown: it may "
-          "hold a token)"));
+          ": expected \"ROLE TOKEN [USER]\" with ROLE admin, user or agent (e.g. \"user TOKEN "
+          "alice\"; the line is not shown: it may hold a token)"));
     }
     if (fields[1].size() < 16) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -80,11 +107,26 @@ absl::StatusOr<TokenAuthorizer> TokenAuthorizer::FromText(absl::string_view text
     if (auth.tokens_.count(fields[1])) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": the same token appears twice"));
     }
-    auth.tokens_[fields[1]] = fields[0] == "admin" ? Role::kAdmin : Role::kWorker;
+    if (fields.size() == 2 && *role == Role::kUser) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where,
+          ": a user token needs the user's name: \"user TOKEN NAME\" (the owner of the "
+          "jobs it submits)"));
+    }
+    // Old lines ("admin TOKEN", "worker TOKEN") name their role's word.
+    std::string user = fields.size() == 3 ? fields[2] : fields[0];
+    if (!IsSafeUserName(user)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": the user name must be 1 to ", kMaxUserNameLength,
+                       " letters, digits, '.', '_' or '-', starting with a letter or digit"));
+    }
+    auth.tokens_[fields[1]] = Identity{*role, std::move(user)};
   }
   if (auth.tokens_.empty()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(source, " has no tokens; add lines \"admin TOKEN\" and \"worker TOKEN\""));
+        absl::StrCat(source,
+                     " has no tokens; add lines \"admin TOKEN NAME\", \"user TOKEN NAME\" and "
+                     "\"agent TOKEN\""));
   }
   return auth;
 }
@@ -101,23 +143,72 @@ const std::string& Caller::job_id() const {
   return job_id_;
 }
 
+const char* RoleName(Role role) {
+  switch (role) {
+    case Role::kAdmin:
+      return "admin";
+    case Role::kUser:
+      return "user";
+    case Role::kAgent:
+      return "agent";
+    case Role::kJob:
+      return "job";
+  }
+  return "unknown";
+}
+
 absl::Status Caller::CheckRole(Role needed) const {
-  if (static_cast<int>(role_) >= static_cast<int>(needed)) return absl::OkStatus();
-  const char* const needs = needed == Role::kAdmin ? "an admin token" : "a worker token";
+  if (role_ == Role::kAdmin || role_ == needed) return absl::OkStatus();
+  const char* const needs = needed == Role::kAdmin  ? "an admin token"
+                            : needed == Role::kUser ? "a user or admin token"
+                                                    : "an agent or admin token";
   if (role_ == Role::kJob) {
     return absl::PermissionDeniedError(absl::StrCat(
         "this call needs ", needs, "; the token given is the credential of job ", job_id_,
         ", which may only make the calls of that job's ranks"));
   }
-  return absl::PermissionDeniedError(
-      absl::StrCat("this call needs ", needs, "; the token given has the worker role"));
+  return absl::PermissionDeniedError(absl::StrCat(
+      "this call needs ", needs, "; the token given is ", user_, "'s, with the ", RoleName(role_),
+      " role", role_ == Role::kAgent ? " (agent tokens are for node agents only)" : ""));
 }
 
 absl::Status Caller::CheckJob(absl::string_view job_id, absl::string_view action) const {
-  if (role_ != Role::kJob || job_id == job_id_) return absl::OkStatus();
+  if (role_ == Role::kAdmin || role_ == Role::kAgent) return absl::OkStatus();
+  if (role_ == Role::kUser) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("a user token (", user_, "'s) may not ", action, " for job ", job_id,
+                     ": that is for node agents and the job's ranks"));
+  }
+  if (job_id == job_id_) return absl::OkStatus();
   return absl::PermissionDeniedError(
       absl::StrCat("the credential of job ", job_id_, " may not ", action, " for job ", job_id,
                    ": a job's ranks may reach only their own job"));
+}
+
+absl::Status Caller::CheckOwner(absl::string_view job_id, absl::string_view owner,
+                                absl::string_view action) const {
+  switch (role_) {
+    case Role::kAdmin:
+      return absl::OkStatus();
+    case Role::kUser:
+      if (!owner.empty() && owner == user_) return absl::OkStatus();
+      if (owner.empty()) {
+        return absl::PermissionDeniedError(absl::StrCat(
+            job_id,
+            " has no owner (it was submitted while the coordinator had no token file); "
+            "only an admin may ",
+            action, " it"));
+      }
+      return absl::PermissionDeniedError(absl::StrCat(job_id, " belongs to ", owner, "; only ",
+                                                      owner, " or an admin may ", action, " it"));
+    case Role::kAgent:
+      return absl::PermissionDeniedError(
+          absl::StrCat("an agent token may not ", action, " ", job_id,
+                       ": agent tokens are for node agents; use a user or admin token"));
+    case Role::kJob:
+      return CheckJob(job_id, action);
+  }
+  return absl::PermissionDeniedError("unknown role");
 }
 
 void TokenAuthorizer::AcceptJobCredentials(JobCredentials credentials) {
@@ -141,8 +232,8 @@ absl::StatusOr<Caller> TokenAuthorizer::IdentifyAuthorization(
   if (!absl::ConsumePrefix(&value, "Bearer ")) {
     return absl::UnauthenticatedError("the authorization header must be \"Bearer TOKEN\"");
   }
-  for (const auto& [token, role] : tokens_) {
-    if (SameToken(token, value)) return Caller::WithRole(role);
+  for (const auto& [token, identity] : tokens_) {
+    if (SameToken(token, value)) return Caller::WithRole(identity.role, identity.user);
   }
   if (JobCredentials::LooksLikeOne(value)) {
     std::optional<std::string> job =
@@ -172,6 +263,36 @@ absl::Status TokenAuthorizer::CheckJob(const Metadata& metadata, absl::string_vi
   return caller.ok() ? caller->CheckJob(job_id, action) : caller.status();
 }
 
+absl::StatusOr<std::string> NewToken() {
+  unsigned char bytes[32];
+  size_t filled = 0;
+  while (filled < sizeof(bytes)) {
+    const ssize_t n = ::getrandom(bytes + filled, sizeof(bytes) - filled, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot draw a token: getrandom: ", std::strerror(errno)));
+    }
+    filled += static_cast<size_t>(n);
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string token;
+  for (unsigned char b : bytes) {
+    token.push_back(kHex[b >> 4]);
+    token.push_back(kHex[b & 15]);
+  }
+  return token;
+}
+
+std::string SafeUserName(absl::string_view name, absl::string_view fallback) {
+  std::string safe(name.substr(0, kMaxUserNameLength));
+  for (char& c : safe) {
+    if (!absl::ascii_isalnum(c) && c != '.' && c != '_' && c != '-') c = '_';
+  }
+  if (!safe.empty() && !absl::ascii_isalnum(safe[0])) safe[0] = 'u';
+  return safe.empty() ? std::string(fallback) : safe;
+}
+
 absl::StatusOr<ClientSecurity> LoadClientSecurity(const std::string& token_file,
                                                   const std::string& tls_ca,
                                                   const std::string& tls_cert,
@@ -196,7 +317,8 @@ absl::StatusOr<ClientSecurity> LoadClientSecurity(const std::string& token_file,
     }
     std::vector<std::string> fields =
         absl::StrSplit(lines[0].second, absl::ByAnyChar(" \t"), absl::SkipEmpty());
-    security.token = fields.back();  // "TOKEN" or "ROLE TOKEN"
+    // "TOKEN", or a line of the coordinator's file: "ROLE TOKEN [USER]".
+    security.token = fields.size() == 1 ? fields[0] : fields[1];
   } else {
     security.token = FromEnv("CHORUS_TOKEN");
   }

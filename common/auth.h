@@ -1,26 +1,31 @@
-// Who may call the coordinator: bearer tokens with roles, and the client side
-// that presents a token (and TLS credentials) on every call.
+// Who may call the coordinator: bearer tokens with roles and user names,
+// and the client side that presents a token (and TLS credentials) on every
+// call.
 //
-// Roles: `admin` may call everything (submit, cancel, status, logs, and the
-// worker services); `worker` may call only what agents and ranks need
-// (AgentService, RankService, StoreService, CheckpointService). A job's
-// credential (`job` role, Note [Job credentials] in common/job_credentials.h)
-// is what a job's rank processes hold: it may call only RankService,
-// StoreService and CheckpointService, and only for its own job. The health
-// service is open.
+// Roles (Note [Roles and owners]): `admin` may call everything, for every
+// job; `user` may submit jobs and watch, cancel, read the logs and
+// checkpoints of the jobs it submitted (and list every job, others' without
+// their details); `agent` (old name `worker`) may call only what node agents
+// need (AgentService, RankService, StoreService, CheckpointService uploads).
+// A job's credential (`job` role, Note [Job credentials] in
+// common/job_credentials.h) is what a job's rank processes hold: it may call
+// only RankService, StoreService and CheckpointService, and only for its own
+// job. The health service is open.
 //
 // Server side: a TokenAuthorizer built from the coordinator's --token_file,
-// whose lines are "ROLE TOKEN" (ROLE = admin | worker; '#' starts a comment),
-// and which accepts the credentials of a JobCredentials secret once given
-// one. Without a token file every call is allowed, which the coordinator
-// permits only on loopback addresses.
+// whose lines are "ROLE TOKEN [USER]" (ROLE = admin | user | agent | worker;
+// USER is required for `user` and defaults to the role's word otherwise;
+// '#' starts a comment), and which accepts the credentials of a
+// JobCredentials secret once given one. Without a token file every call is
+// allowed (an anonymous admin), which the coordinator permits only on
+// loopback addresses.
 //
 // Client side: ConfigureClient sets, once per process, the token and TLS
 // files that MakeCoordinatorChannel (common/grpc_util.h) uses for every
 // channel it makes. A client token file holds the token alone (or one
-// "ROLE TOKEN" line). Tokens are never logged or put in error messages.
-// Token files readable by others are refused (Note [Private files] in
-// common/private_files.h).
+// "ROLE TOKEN [USER]" line). Tokens are never logged or put in error
+// messages. Token files readable by others are refused (Note [Private files]
+// in common/private_files.h).
 //
 // Thread-safety: TokenAuthorizer is immutable after construction (and
 // AcceptJobCredentials, called before serving); Caller is a value; call
@@ -28,8 +33,9 @@
 //
 // Example:
 //   ASSIGN_OR_RETURN(TokenAuthorizer auth, TokenAuthorizer::FromFile("/etc/chorus/tokens"));
-//   RETURN_IF_ERROR(auth.Check(context->client_metadata(), Role::kAdmin));
-//   RETURN_IF_ERROR(auth.CheckJob(context->client_metadata(), request.job_id(), "join"));
+//   ASSIGN_OR_RETURN(Caller caller, auth.Identify(context->client_metadata()));
+//   RETURN_IF_ERROR(caller.CheckRole(Role::kUser));
+//   RETURN_IF_ERROR(caller.CheckOwner(job.job_id(), job.owner(), "cancel"));
 #ifndef CHORUS_COMMON_AUTH_H_
 #define CHORUS_COMMON_AUTH_H_
 
@@ -46,35 +52,76 @@
 
 namespace chorus {
 
-// Each role may do what the ones below it may.
-enum class Role { kJob = 0, kWorker = 1, kAdmin = 2 };
+// An admin may do everything; the other roles each have their own calls.
+enum class Role {
+  kJob = 0,
+  kAgent = 1,
+  kWorker = kAgent,  // the old name of kAgent
+  kUser = 2,
+  kAdmin = 3,
+};
+
+// "admin", "user", "agent" or "job".
+const char* RoleName(Role role);
+
+// Note [Roles and owners]
+// A job belongs to the user who submitted it (Job.owner, the USER of the
+// token file line of the submit's token; empty without a token file). What
+// a call may do with a job follows from the caller's role and that owner:
+//   admin  every job, every call (and the agent services);
+//   user   submit; list every job, but others' only as the list view
+//          (JobListView: id, owner, state, ranks, times; no spec but its
+//          name and resources, no reason, metrics, logs or checkpoints);
+//          everything else (get, status, watch, cancel, checkpoint now,
+//          logs, checkpoints, resume from) only for its own jobs;
+//   agent  no JobService call: agent tokens are for node agents;
+//   job    only its own job's rank calls (Caller::CheckJob).
+// Several tokens may name the same user (one per machine, or while one is
+// being replaced): they are one owner. Errors name the job, its owner and
+// who may do what was asked, never a token.
 
 // Who a call comes from, once its token has been checked.
 class Caller {
  public:
-  // A caller with `role`'s rights over every job. Without a token file,
-  // every caller is an admin.
-  static Caller WithRole(Role role) { return Caller(role, ""); }
+  // A caller with `role`'s rights, named `user` (the owner of the jobs it
+  // submits). Without a token file, every caller is an anonymous admin.
+  static Caller WithRole(Role role, std::string user = "") {
+    return Caller(role, std::move(user), "");
+  }
   // A rank process of job `job_id`, holding that job's credential.
-  static Caller OfJob(std::string job_id) { return Caller(Role::kJob, std::move(job_id)); }
+  static Caller OfJob(std::string job_id) { return Caller(Role::kJob, "", std::move(job_id)); }
 
   Role role() const { return role_; }
+  // The token file's user name; empty for a job's credential and on a
+  // coordinator without a token file.
+  const std::string& user() const { return user_; }
   // The job of a kJob caller.
   // REQUIRES: role() == Role::kJob.
   const std::string& job_id() const;
 
-  // OK if the role covers `needed`; PERMISSION_DENIED saying which token the
-  // call needs (and, for a job's credential, naming the job) otherwise.
+  // OK for an admin and for a caller of role `needed`; PERMISSION_DENIED
+  // saying which token the call needs (and, for a job's credential, naming
+  // the job) otherwise.
   absl::Status CheckRole(Role needed) const;
   // OK if the caller may `action` (e.g. "join", "write the key-value store")
-  // for job `job_id`: a worker or admin for any job, a job's credential for
-  // its own. PERMISSION_DENIED naming both jobs otherwise.
+  // for job `job_id` as its ranks and agents do: an agent or admin for any
+  // job, a job's credential for its own. PERMISSION_DENIED naming both jobs
+  // (or the user token's role) otherwise.
   absl::Status CheckJob(absl::string_view job_id, absl::string_view action) const;
+  // OK if the caller may `action` (e.g. "cancel", "read the logs of") job
+  // `job_id` owned by `owner` (Note [Roles and owners]): an admin always, a
+  // user its own jobs, a job's credential its own job. PERMISSION_DENIED
+  // such as "job-000004 belongs to alice; only alice or an admin may cancel
+  // it" otherwise.
+  absl::Status CheckOwner(absl::string_view job_id, absl::string_view owner,
+                          absl::string_view action) const;
 
  private:
-  Caller(Role role, std::string job_id) : role_(role), job_id_(std::move(job_id)) {}
+  Caller(Role role, std::string user, std::string job_id)
+      : role_(role), user_(std::move(user)), job_id_(std::move(job_id)) {}
 
   Role role_;
+  std::string user_;
   std::string job_id_;  // set for Role::kJob only
 };
 
@@ -82,8 +129,10 @@ class TokenAuthorizer {
  public:
   // Lets every call through (no token file).
   TokenAuthorizer() = default;
-  // INVALID_ARGUMENT naming the file and line for a malformed file (the line's
-  // text is not echoed: it may hold a token); NOT_FOUND if unreadable.
+  // INVALID_ARGUMENT naming the file and line for a malformed file (a bad
+  // role, a missing or unsafe user name, a short or repeated token; the
+  // line's text is not echoed: it may hold a token); NOT_FOUND if
+  // unreadable.
   static absl::StatusOr<TokenAuthorizer> FromFile(const std::string& path);
   static absl::StatusOr<TokenAuthorizer> FromText(absl::string_view text,
                                                   const std::string& source);
@@ -101,8 +150,8 @@ class TokenAuthorizer {
     return job_credentials_ ? &*job_credentials_ : nullptr;
   }
 
-  // Who the call's "authorization: Bearer TOKEN" says it is (an admin, when
-  // there are no tokens); UNAUTHENTICATED if there is no token or it is
+  // Who the call's "authorization: Bearer TOKEN" says it is (an anonymous
+  // admin, when there are no tokens); UNAUTHENTICATED if there is no token or it is
   // unknown.
   absl::StatusOr<Caller> Identify(const Metadata& metadata) const;
   // The same for a protocol other than gRPC (the coordinator's HTTP port):
@@ -121,9 +170,20 @@ class TokenAuthorizer {
                         absl::string_view action) const;
 
  private:
-  std::map<std::string, Role> tokens_;
+  struct Identity {
+    Role role;
+    std::string user;
+  };
+  std::map<std::string, Identity> tokens_;
   std::optional<JobCredentials> job_credentials_;
 };
+
+// A fresh random token for a token file: 64 hex digits from the kernel's
+// random source. FAILED_PRECONDITION if it cannot be drawn.
+absl::StatusOr<std::string> NewToken();
+// `name` made a valid token file user name: characters outside letters,
+// digits, '.', '_' and '-' become '_', at most 64; `fallback` if empty.
+std::string SafeUserName(absl::string_view name, absl::string_view fallback);
 
 struct ClientSecurity {
   std::string token;         // sent as "authorization: Bearer TOKEN"; empty = none

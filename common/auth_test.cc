@@ -6,7 +6,10 @@
 #include <fstream>
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -80,7 +83,7 @@ TEST(TokenAuthorizerTest, AnHttpAuthorizationHeaderIsCheckedLikeGrpcMetadata) {
 TEST(TokenAuthorizerTest, MalformedFilesNameTheLineButNeverTheToken) {
   auto role = TokenAuthorizer::FromText("root secret-token-1234567890\n", "tokens");
   EXPECT_EQ(role.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(role.status().message(), HasSubstr("tokens line 1: expected \"admin TOKEN\""));
+  EXPECT_THAT(role.status().message(), HasSubstr("tokens line 1: expected \"ROLE TOKEN [USER]\""));
   EXPECT_THAT(role.status().message(), Not(HasSubstr("secret")));
   auto shorty = TokenAuthorizer::FromText("# c\nadmin short\n", "tokens");
   EXPECT_THAT(shorty.status().message(), HasSubstr("tokens line 2: tokens must be at least 16"));
@@ -91,6 +94,126 @@ TEST(TokenAuthorizerTest, MalformedFilesNameTheLineButNeverTheToken) {
   EXPECT_THAT(twice.status().message(), HasSubstr("line 2: the same token appears twice"));
   EXPECT_EQ(TokenAuthorizer::FromFile("/nonexistent/tokens").status().code(),
             absl::StatusCode::kNotFound);
+}
+
+constexpr char kAlice[] = "alice-0123456789abcdef";
+constexpr char kAlice2[] = "alice-2-0123456789abcdef";
+constexpr char kBob[] = "bob-0123456789abcdef";
+constexpr char kAgent[] = "agent-0123456789abcdef";
+
+TokenAuthorizer Users() {
+  auto auth = TokenAuthorizer::FromText(
+      absl::StrCat("admin ", kAdmin, " root\nuser ", kAlice, " alice\nuser\t", kAlice2,
+                   "\talice  # her laptop\nuser ", kBob, " bob\nagent ", kAgent, "\nworker ",
+                   kWorker, "\n"),
+      "tokens");
+  EXPECT_TRUE(auth.ok()) << auth.status();
+  return *auth;
+}
+
+Caller Identify(const TokenAuthorizer& auth, const std::string& token) {
+  absl::StatusOr<Caller> caller = auth.Identify(Metadata("Bearer " + token));
+  EXPECT_TRUE(caller.ok()) << caller.status();
+  return caller.ok() ? *caller : Caller::OfJob("none");
+}
+
+TEST(TokenAuthorizerTest, LinesNameUsersAndOldLinesNameTheirRole) {
+  TokenAuthorizer auth = Users();
+  const std::map<std::string, std::pair<Role, std::string>> want = {
+      {kAdmin, {Role::kAdmin, "root"}},  {kAlice, {Role::kUser, "alice"}},
+      {kAlice2, {Role::kUser, "alice"}}, {kBob, {Role::kUser, "bob"}},
+      {kAgent, {Role::kAgent, "agent"}}, {kWorker, {Role::kAgent, "worker"}}};
+  for (const auto& [token, identity] : want) {
+    Caller caller = Identify(auth, token);
+    EXPECT_EQ(caller.role(), identity.first) << identity.second;
+    EXPECT_EQ(caller.user(), identity.second);
+  }
+  // The old file format still loads: admin and worker lines name their role.
+  Caller old_admin = Identify(Authorizer(), kAdmin);
+  EXPECT_EQ(old_admin.role(), Role::kAdmin);
+  EXPECT_EQ(old_admin.user(), "admin");
+  EXPECT_EQ(Identify(Authorizer(), kWorker).role(), Role::kAgent);
+  // Without a token file: an anonymous admin.
+  absl::StatusOr<Caller> anonymous = TokenAuthorizer().Identify({});
+  ASSERT_TRUE(anonymous.ok());
+  EXPECT_EQ(anonymous->role(), Role::kAdmin);
+  EXPECT_EQ(anonymous->user(), "");
+}
+
+TEST(TokenAuthorizerTest, EachRoleHasItsOwnCalls) {
+  TokenAuthorizer auth = Users();
+  const Caller admin = Identify(auth, kAdmin);
+  const Caller alice = Identify(auth, kAlice);
+  const Caller agent = Identify(auth, kAgent);
+  for (Role needed : {Role::kAdmin, Role::kUser, Role::kAgent}) {
+    EXPECT_TRUE(admin.CheckRole(needed).ok());
+  }
+  EXPECT_TRUE(alice.CheckRole(Role::kUser).ok());
+  EXPECT_TRUE(agent.CheckRole(Role::kAgent).ok());
+  absl::Status agent_submits = agent.CheckRole(Role::kUser);
+  EXPECT_EQ(agent_submits.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(agent_submits.message(),
+            "this call needs a user or admin token; the token given is agent's, with the agent "
+            "role (agent tokens are for node agents only)");
+  EXPECT_EQ(alice.CheckRole(Role::kAgent).code(), absl::StatusCode::kPermissionDenied)
+      << "a user token does not connect agents";
+  EXPECT_EQ(alice.CheckRole(Role::kAdmin).code(), absl::StatusCode::kPermissionDenied);
+  // Rank and agent calls for a job: agents and admins, never users.
+  EXPECT_TRUE(agent.CheckJob("job-000001", "join").ok());
+  absl::Status user_joins = alice.CheckJob("job-000001", "join");
+  EXPECT_EQ(user_joins.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(user_joins.message(), HasSubstr("alice's"));
+}
+
+TEST(TokenAuthorizerTest, OwnersAndAdminsMayActOnAJobOthersMayNot) {
+  TokenAuthorizer auth = Users();
+  EXPECT_TRUE(Identify(auth, kAlice).CheckOwner("job-000004", "alice", "cancel").ok());
+  EXPECT_TRUE(Identify(auth, kAlice2).CheckOwner("job-000004", "alice", "cancel").ok())
+      << "two tokens of one user are one owner";
+  EXPECT_TRUE(Identify(auth, kAdmin).CheckOwner("job-000004", "alice", "cancel").ok());
+  absl::Status bob = Identify(auth, kBob).CheckOwner("job-000004", "alice", "cancel");
+  EXPECT_EQ(bob.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(bob.message(), "job-000004 belongs to alice; only alice or an admin may cancel it");
+  absl::Status unowned = Identify(auth, kBob).CheckOwner("job-000001", "", "read the logs of");
+  EXPECT_EQ(unowned.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(unowned.message(), HasSubstr("only an admin may read the logs of it"));
+  absl::Status agent = Identify(auth, kAgent).CheckOwner("job-000004", "alice", "watch");
+  EXPECT_EQ(agent.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(agent.message(), HasSubstr("an agent token may not watch job-000004"));
+  EXPECT_TRUE(Caller::OfJob("job-000004").CheckOwner("job-000004", "alice", "read").ok());
+  EXPECT_EQ(Caller::OfJob("job-000005").CheckOwner("job-000004", "alice", "read").code(),
+            absl::StatusCode::kPermissionDenied);
+}
+
+TEST(TokenAuthorizerTest, MalformedUserLinesAreRefusedNamingTheLine) {
+  const std::string ok_line = absl::StrCat("admin ", kAdmin, " root\n");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {absl::StrCat("user ", kAlice, "\n"), "line 2: a user token needs the user's name"},
+      {absl::StrCat("user ", kAlice, " al/ice\n"), "line 2: the user name must be 1 to 64"},
+      {absl::StrCat("user ", kAlice, " -alice\n"), "line 2: the user name must be"},
+      {absl::StrCat("user ", kAlice, " ", std::string(65, 'a'), "\n"), "line 2: the user name"},
+      {absl::StrCat("user ", kAlice, " alice extra\n"), "line 2: expected \"ROLE TOKEN [USER]\""},
+      {absl::StrCat("owner ", kAlice, " alice\n"), "line 2: expected \"ROLE TOKEN [USER]\""},
+      {absl::StrCat("user ", kAdmin, " alice\n"), "line 2: the same token appears twice"},
+  };
+  for (const auto& [line, want] : cases) {
+    auto auth = TokenAuthorizer::FromText(ok_line + line, "/etc/chorus/tokens");
+    EXPECT_EQ(auth.status().code(), absl::StatusCode::kInvalidArgument) << want;
+    EXPECT_THAT(auth.status().message(), HasSubstr("/etc/chorus/tokens " + want));
+    EXPECT_THAT(auth.status().message(), Not(HasSubstr("0123456789abcdef")));
+  }
+}
+
+TEST(ClientSecurityTest, AClientReadsTheTokenOfAUserLine) {
+  const std::string path = std::string(std::getenv("TEST_TMPDIR")) + "/alice.token";
+  {
+    std::ofstream out(path);
+    out << "user " << kAlice << " alice\n";
+  }
+  chmod(path.c_str(), 0600);
+  absl::StatusOr<ClientSecurity> security = LoadClientSecurity(path, "", "", "");
+  ASSERT_TRUE(security.ok()) << security.status();
+  EXPECT_EQ(security->token, kAlice);
 }
 
 TEST(ClientSecurityTest, TokenFromFileOrEnvironmentAndTlsFilesChecked) {
@@ -175,10 +298,10 @@ TEST(JobCredentialTest, ACredentialActsForItsOwnJobOnly) {
             "the credential of job job-000001 may not write the key-value store for job "
             "job-000002: a job's ranks may reach only their own job");
 
-  // Agent calls (AgentService) need a worker token, admin calls an admin's.
-  absl::Status agent = auth.Check(mine, Role::kWorker);
+  // Agent calls (AgentService) need an agent token, admin calls an admin's.
+  absl::Status agent = auth.Check(mine, Role::kAgent);
   EXPECT_EQ(agent.code(), absl::StatusCode::kPermissionDenied);
-  EXPECT_THAT(agent.message(), HasSubstr("needs a worker token"));
+  EXPECT_THAT(agent.message(), HasSubstr("needs an agent or admin token"));
   EXPECT_THAT(agent.message(), HasSubstr("credential of job job-000001"));
   absl::Status admin = auth.Check(mine, Role::kAdmin);
   EXPECT_EQ(admin.code(), absl::StatusCode::kPermissionDenied);

@@ -196,7 +196,7 @@ grpc::ServerBidiReactor<v1::RankHeartbeat, v1::Directive>* RankServiceImpl::Hear
 
 grpc::ServerBidiReactor<v1::AgentMessage, v1::CoordinatorMessage>* AgentServiceImpl::Connect(
     grpc::CallbackServerContext* context) {
-  if (absl::Status s = auth_.Check(context->client_metadata(), Role::kWorker); !s.ok()) {
+  if (absl::Status s = auth_.Check(context->client_metadata(), Role::kAgent); !s.ok()) {
     return new RejectedStream<v1::AgentMessage, v1::CoordinatorMessage>(s);
   }
   return new AgentStream(scheduler_, auth_.enabled() ? auth_.job_credentials() : nullptr);

@@ -414,13 +414,13 @@ TEST_F(JobCredentialTest, EachLaunchCarriesItsJobsCredentialWhichReachesThatJobO
     EXPECT_FALSE(fake_agent->Read(&message));
     grpc::Status s = fake_agent->Finish();
     EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
-    EXPECT_THAT(s.error_message(), HasSubstr("needs a worker token"));
+    EXPECT_THAT(s.error_message(), HasSubstr("needs an agent or admin token"));
     EXPECT_THAT(s.error_message(), HasSubstr("credential of job " + job1));
   }
   v1::ListJobsResponse listed;
   grpc::Status list = jobs_->ListJobs(As(credential).get(), v1::ListJobsRequest(), &listed);
   EXPECT_EQ(list.error_code(), grpc::StatusCode::PERMISSION_DENIED);
-  EXPECT_THAT(list.error_message(), HasSubstr("needs an admin token"));
+  EXPECT_THAT(list.error_message(), HasSubstr("needs a user or admin token"));
 }
 
 }  // namespace

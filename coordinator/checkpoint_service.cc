@@ -192,6 +192,12 @@ class DownloadReactor : public grpc::ServerWriteReactor<v1::CheckpointChunk> {
 // coordinator restart as the credential does.
 absl::Status CheckpointServiceImpl::MayDownload(const Caller& caller,
                                                 const v1::DownloadCheckpointRequest& request) const {
+  if (caller.role() == Role::kUser || caller.role() == Role::kAgent) {
+    absl::StatusOr<std::string> owner =
+        owner_of_ ? owner_of_(request.job_id()) : absl::StatusOr<std::string>("");
+    if (!owner.ok()) return owner.status();
+    return caller.CheckOwner(request.job_id(), *owner, "download the checkpoints of");
+  }
   absl::Status own = caller.CheckJob(request.job_id(), "download checkpoints");
   if (own.ok() || !resume_from_of_) return own;
   const std::string resume_from = resume_from_of_(caller.job_id());

@@ -42,14 +42,24 @@ class CheckpointServiceImpl final : public v1::CheckpointService::CallbackServic
   // unknown job).
   using ResumeFromOf = std::function<std::string(const std::string& job_id)>;
 
-  // Calls need a worker or admin token, or the credential of the job they
-  // name, when `auth` is enabled; `resume_from_of` (may be null: job
-  // credentials then read their own job's checkpoints only) tells which
-  // other job's checkpoint a job's credential may read.
+  // A job's owner (Job.owner); NOT_FOUND for an unknown job.
+  using OwnerOf = std::function<absl::StatusOr<std::string>(const std::string& job_id)>;
+
+  // Calls need an agent or admin token, or the credential of the job they
+  // name, when `auth` is enabled; downloads also take a user token for the
+  // user's own jobs (Note [Roles and owners] in common/auth.h), and not an
+  // agent's. `resume_from_of` (may be null: job credentials then read
+  // their own job's checkpoints only) tells which other job's checkpoint a
+  // job's credential may read; `owner_of` (may be null: users download
+  // nothing) whose jobs a user's are.
   CheckpointServiceImpl(CheckpointStore& store, CheckpointUploads& uploads,
                         const TokenAuthorizer& auth = AllowAll(),
-                        ResumeFromOf resume_from_of = nullptr)
-      : store_(store), uploads_(uploads), auth_(auth), resume_from_of_(std::move(resume_from_of)) {}
+                        ResumeFromOf resume_from_of = nullptr, OwnerOf owner_of = nullptr)
+      : store_(store),
+        uploads_(uploads),
+        auth_(auth),
+        resume_from_of_(std::move(resume_from_of)),
+        owner_of_(std::move(owner_of)) {}
 
   grpc::ServerReadReactor<v1::CheckpointChunk>* Upload(
       grpc::CallbackServerContext* context, v1::UploadCheckpointResponse* response) override;
@@ -71,6 +81,7 @@ class CheckpointServiceImpl final : public v1::CheckpointService::CallbackServic
   CheckpointUploads& uploads_;
   const TokenAuthorizer& auth_;
   const ResumeFromOf resume_from_of_;
+  const OwnerOf owner_of_;
 };
 
 }  // namespace chorus

@@ -362,7 +362,8 @@ class CheckpointServiceAdapterTest : public ::testing::Test {
   void TearDown() override { Stop(); }
 
   void Serve(const TokenAuthorizer& auth,
-             CheckpointServiceImpl::ResumeFromOf resume_from_of = nullptr) {
+             CheckpointServiceImpl::ResumeFromOf resume_from_of = nullptr,
+             CheckpointServiceImpl::OwnerOf owner_of = nullptr) {
     const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/checkpoint_adapter_" +
                             ::testing::UnitTest::GetInstance()->current_test_info()->name();
     std::filesystem::remove_all(dir);
@@ -379,8 +380,8 @@ class CheckpointServiceAdapterTest : public ::testing::Test {
             return absl::FailedPreconditionError(job_id + " is not running");
           return CheckUploader(grant_, generation, rank);
         });
-    service_ = std::make_unique<CheckpointServiceImpl>(*store_, *uploads_, auth,
-                                                       std::move(resume_from_of));
+    service_ = std::make_unique<CheckpointServiceImpl>(
+        *store_, *uploads_, auth, std::move(resume_from_of), std::move(owner_of));
     grpc::ServerBuilder builder;
     builder.RegisterService(service_.get());
     server_ = builder.BuildAndStart();
@@ -597,8 +598,43 @@ TEST_F(CheckpointServiceAdapterTest, AJobsCredentialReachesItsOwnCheckpointsAndI
             "the credential of job job-000003 may not download checkpoints for job job-000001: a "
             "job's ranks may reach only their own job");
   EXPECT_TRUE(bytes.empty());
-  s = Download("worker-token-0123456789", "job-000001", 7, &bytes);
-  EXPECT_TRUE(s.ok()) << "the worker token reads every job's: " << s.error_message();
+  s = Download("admin-token-0123456789", "job-000001", 7, &bytes);
+  EXPECT_TRUE(s.ok()) << "the admin token reads every job's: " << s.error_message();
+}
+
+TEST_F(CheckpointServiceAdapterTest, AUserDownloadsTheCheckpointsOfTheirOwnJobsOnly) {
+  Stop();
+  absl::StatusOr<TokenAuthorizer> auth = TokenAuthorizer::FromText(
+      "admin admin-token-0123456789 root\nuser alice-token-0123456789 alice\n"
+      "user bob-token-0123456789 bob\nagent agent-token-0123456789\n",
+      "test");
+  ASSERT_TRUE(auth.ok()) << auth.status();
+  auth_ = *std::move(auth);
+  Serve(auth_, nullptr, [](const std::string& job_id) -> absl::StatusOr<std::string> {
+    if (job_id == "job-000001") return std::string("alice");
+    return absl::NotFoundError("no job " + job_id);
+  });
+  v1::UploadCheckpointResponse response;
+  ASSERT_TRUE(
+      Upload({Chunk("job-000001", 1, 0, "weights")}, &response, As("agent-token-0123456789").get())
+          .ok());
+
+  std::string bytes;
+  grpc::Status s = Download("alice-token-0123456789", "job-000001", 7, &bytes);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(bytes, "weights");
+  s = Download("bob-token-0123456789", "job-000001", 7, &bytes);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(s.error_message(),
+            "job-000001 belongs to alice; only alice or an admin may download the checkpoints "
+            "of it");
+  EXPECT_TRUE(bytes.empty());
+  s = Download("agent-token-0123456789", "job-000001", 7, &bytes);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << "agents read no job's";
+  s = Download("bob-token-0123456789", "job-000009", 7, &bytes);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  s = Download("admin-token-0123456789", "job-000001", 7, &bytes);
+  EXPECT_TRUE(s.ok()) << s.error_message();
 }
 
 }  // namespace

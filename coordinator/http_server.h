@@ -11,7 +11,8 @@
 //
 // Authorization: when Options::require_token is set every request must
 // carry "Authorization: Bearer TOKEN" with an admin token of Options::auth
-// (the coordinator sets it for a non-loopback address, as on gRPC);
+// (the coordinator sets it whenever it has a token file, and requires one
+// for a non-loopback address, as on gRPC);
 // otherwise 401 (no or unknown token) or 403 (a worker token).
 //
 // Thread-safety: handlers run on the pool's threads, several at once; they

@@ -183,7 +183,8 @@ void JobManager::Publish(const std::string& job_id) {
 // (StateStore::cluster_id) in checkpoint.shared_dir_namespace: they go to
 // SHARED_DIR/CLUSTER/JOB/STEP (SharedCheckpointRoot), and since the job's
 // spec holds it, ranks, grants and recovery all agree on it, across restarts.
-absl::StatusOr<v1::Job> JobManager::Submit(v1::JobSpec spec, const std::string& resume_from) {
+absl::StatusOr<v1::Job> JobManager::Submit(v1::JobSpec spec, const std::string& resume_from,
+                                           const std::string& owner) {
   NormalizeJobSpec(spec);
   RETURN_IF_ERROR(CheckJobSpec(spec, "submitted"));
   if (spec.checkpoint().storage() == v1::CheckpointSpec::SHARED_DIR) {
@@ -220,6 +221,7 @@ absl::StatusOr<v1::Job> JobManager::Submit(v1::JobSpec spec, const std::string& 
   job.set_state(v1::Job::PENDING);
   job.set_submit_time_us(absl::ToUnixMicros(clock_->Now()));
   job.set_resume_from(resume_from);
+  job.set_owner(owner);
   // Nothing is acknowledged before it is on disk.
   ASSIGN_OR_RETURN(const int64_t seq, Record(job, 0, "submitted"));
   ++next_number_;

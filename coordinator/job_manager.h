@@ -50,9 +50,11 @@ class JobManager {
 
   // Normalizes and validates `spec` (INVALID_ARGUMENT listing every problem),
   // checks `resume_from` ("JOB" or "JOB:STEP", NOT_FOUND for an unknown job),
-  // and stores the new job as PENDING. RESOURCE_EXHAUSTED when the queue
-  // already holds max_pending_jobs PENDING jobs.
-  absl::StatusOr<v1::Job> Submit(v1::JobSpec spec, const std::string& resume_from);
+  // and stores the new job as PENDING, owned by `owner` (Job.owner).
+  // RESOURCE_EXHAUSTED when the queue already holds max_pending_jobs
+  // PENDING jobs.
+  absl::StatusOr<v1::Job> Submit(v1::JobSpec spec, const std::string& resume_from,
+                                 const std::string& owner = "");
   absl::StatusOr<v1::Job> Get(const std::string& job_id) const;
   // Newest first; only `states` if not empty; at most `limit` (0 = all).
   // With `older_than` set (a job id), only jobs submitted before that one.

@@ -104,12 +104,50 @@ class WatchReactor : public grpc::ServerWriteReactor<v1::JobEvent> {
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
 };
 
+// What a user sees of another user's job in a listing (Note [Roles and
+// owners] in common/auth.h): who, what state, how many ranks, when; not
+// what it runs, why it ended, its metrics or where it runs.
+v1::Job ListView(const v1::Job& job) {
+  v1::Job view;
+  view.set_job_id(job.job_id());
+  view.set_owner(job.owner());
+  view.set_state(job.state());
+  view.set_generation(job.generation());
+  view.set_world_size(job.world_size());
+  view.set_submit_time_us(job.submit_time_us());
+  view.set_start_time_us(job.start_time_us());
+  view.set_end_time_us(job.end_time_us());
+  view.mutable_spec()->set_name(job.spec().name());
+  *view.mutable_spec()->mutable_resources() = job.spec().resources();
+  return view;
+}
+
 }  // namespace
+
+absl::StatusOr<Caller> JobServiceImpl::UserCaller(grpc::CallbackServerContext* context) const {
+  absl::StatusOr<Caller> caller = auth_.Identify(context->client_metadata());
+  if (!caller.ok()) return caller.status();
+  if (absl::Status s = caller->CheckRole(Role::kUser); !s.ok()) return s;
+  return caller;
+}
+
+absl::StatusOr<Caller> JobServiceImpl::Authorize(grpc::CallbackServerContext* context,
+                                                 const std::string& job_id,
+                                                 absl::string_view action, v1::Job* job) const {
+  absl::StatusOr<Caller> caller = UserCaller(context);
+  if (!caller.ok()) return caller.status();
+  absl::StatusOr<v1::Job> record = jobs_.Get(job_id);
+  if (!record.ok()) return record.status();
+  if (absl::Status s = caller->CheckOwner(job_id, record->owner(), action); !s.ok()) return s;
+  if (job != nullptr) *job = *std::move(record);
+  return caller;
+}
 
 grpc::ServerWriteReactor<v1::JobEvent>* JobServiceImpl::WatchJob(
     grpc::CallbackServerContext* context, const v1::WatchJobRequest* request) {
-  if (absl::Status s = auth_.Check(context->client_metadata(), Role::kAdmin); !s.ok()) {
-    return new RejectedWriter<v1::JobEvent>(s);
+  if (absl::StatusOr<Caller> caller = Authorize(context, request->job_id(), "watch");
+      !caller.ok()) {
+    return new RejectedWriter<v1::JobEvent>(caller.status());
   }
   return new WatchReactor(jobs_, request->job_id(), request->after_seq());
 }
@@ -117,14 +155,14 @@ grpc::ServerWriteReactor<v1::JobEvent>* JobServiceImpl::WatchJob(
 grpc::ServerUnaryReactor* JobServiceImpl::ListCheckpoints(grpc::CallbackServerContext* context,
                                                           const v1::ListCheckpointsRequest* request,
                                                           v1::ListCheckpointsResponse* response) {
-  if (absl::Status s = auth_.Check(context->client_metadata(), Role::kAdmin); !s.ok()) {
-    return Reject(context, s);
+  if (absl::StatusOr<Caller> caller =
+          Authorize(context, request->job_id(), "list the checkpoints of");
+      !caller.ok()) {
+    return Reject(context, caller.status());
   }
   if (checkpoints_ == nullptr) {
     return Reject(context, absl::UnimplementedError("this coordinator keeps no checkpoints"));
   }
-  absl::StatusOr<v1::Job> job = jobs_.Get(request->job_id());
-  if (!job.ok()) return Reject(context, job.status());
   absl::StatusOr<std::vector<v1::CheckpointManifest>> list = checkpoints_->List(request->job_id());
   return Answer(context, list, [response](const std::vector<v1::CheckpointManifest>& all) {
     for (const v1::CheckpointManifest& m : all) *response->add_checkpoints() = m;
@@ -134,28 +172,38 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListCheckpoints(grpc::CallbackServerCo
 grpc::ServerUnaryReactor* JobServiceImpl::GetLogs(grpc::CallbackServerContext* context,
                                                   const v1::GetLogsRequest* request,
                                                   v1::GetLogsResponse* response) {
-  if (absl::Status s = auth_.Check(context->client_metadata(), Role::kAdmin); !s.ok()) {
-    return Reject(context, s);
+  if (request->max_lines() < 0) {
+    return Reject(context, absl::InvalidArgumentError("max_lines must be >= 0"));
   }
-  absl::StatusOr<v1::GetLogsResponse> logs =
-      request->max_lines() < 0 ? absl::StatusOr<v1::GetLogsResponse>(
-                                     absl::InvalidArgumentError("max_lines must be >= 0"))
-                               : scheduler_.GetLogs(*request);
-  return Answer(context, logs, [response](const v1::GetLogsResponse& r) { *response = r; });
+  if (absl::StatusOr<Caller> caller = Authorize(context, request->job_id(), "read the logs of");
+      !caller.ok()) {
+    return Reject(context, caller.status());
+  }
+  return Answer(context, scheduler_.GetLogs(*request),
+                [response](const v1::GetLogsResponse& r) { *response = r; });
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext* context,
                                                     const v1::SubmitJobRequest* request,
                                                     v1::SubmitJobResponse* response) {
-  if (absl::Status s = auth_.Check(context->client_metadata(), Role::kAdmin); !s.ok()) {
-    return Reject(context, s);
+  absl::StatusOr<Caller> caller = UserCaller(context);
+  if (!caller.ok()) return Reject(context, caller.status());
+  // Resuming reads the source's checkpoints: only from a job the caller may
+  // read (an unknown source is Submit's NOT_FOUND).
+  const std::string source = request->resume_from().substr(0, request->resume_from().find(':'));
+  if (!source.empty()) {
+    absl::StatusOr<v1::Job> from = jobs_.Get(source);
+    absl::Status s =
+        from.ok() ? caller->CheckOwner(source, from->owner(), "resume from") : absl::OkStatus();
+    if (!s.ok()) return Reject(context, s);
   }
   // A job no connected agent could hold is refused now rather than queued
   // for ever or started to die allocating.
   if (absl::Status s = scheduler_.CheckAgentsCanHold(request->spec()); !s.ok()) {
     return Reject(context, s);
   }
-  absl::StatusOr<v1::Job> job = jobs_.Submit(request->spec(), request->resume_from());
+  absl::StatusOr<v1::Job> job =
+      jobs_.Submit(request->spec(), request->resume_from(), caller->user());
   if (job.ok()) scheduler_.Schedule();
   return Answer(context, job,
                 [response](const v1::Job& job) { response->set_job_id(job.job_id()); });
@@ -164,19 +212,22 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* context,
                                                  const v1::GetJobRequest* request,
                                                  v1::Job* response) {
-  if (absl::Status s = auth_.Check(context->client_metadata(), Role::kAdmin); !s.ok()) {
-    return Reject(context, s);
+  v1::Job job;
+  if (absl::StatusOr<Caller> caller = Authorize(context, request->job_id(), "read", &job);
+      !caller.ok()) {
+    return Reject(context, caller.status());
   }
-  return Answer(context, jobs_.Get(request->job_id()),
-                [response](const v1::Job& job) { *response = job; });
+  *response = std::move(job);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* context,
                                                    const v1::ListJobsRequest* request,
                                                    v1::ListJobsResponse* response) {
-  if (absl::Status s = auth_.Check(context->client_metadata(), Role::kAdmin); !s.ok()) {
-    return Reject(context, s);
-  }
+  absl::StatusOr<Caller> caller = UserCaller(context);
+  if (!caller.ok()) return Reject(context, caller.status());
   std::vector<v1::Job::State> states;
   for (int s : request->states()) states.push_back(static_cast<v1::Job::State>(s));
   if (request->limit() < 0) {
@@ -197,7 +248,10 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* 
       break;
     }
   }
-  for (v1::Job& job : list) *response->add_jobs() = std::move(job);
+  for (v1::Job& job : list) {
+    const bool readable = caller->CheckOwner(job.job_id(), job.owner(), "read").ok();
+    *response->add_jobs() = readable ? std::move(job) : ListView(job);
+  }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;
@@ -206,8 +260,9 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext* context,
                                                     const v1::CancelJobRequest* request,
                                                     v1::CancelJobResponse* response) {
-  if (absl::Status s = auth_.Check(context->client_metadata(), Role::kAdmin); !s.ok()) {
-    return Reject(context, s);
+  if (absl::StatusOr<Caller> caller = Authorize(context, request->job_id(), "cancel");
+      !caller.ok()) {
+    return Reject(context, caller.status());
   }
   return Answer(context, scheduler_.Cancel(request->job_id(), request->reason()),
                 [response](const v1::Job& job) { *response->mutable_job() = job; });
@@ -216,8 +271,9 @@ grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* JobServiceImpl::CheckpointJob(grpc::CallbackServerContext* context,
                                                         const v1::CheckpointJobRequest* request,
                                                         v1::CheckpointJobResponse* response) {
-  if (absl::Status s = auth_.Check(context->client_metadata(), Role::kAdmin); !s.ok()) {
-    return Reject(context, s);
+  if (absl::StatusOr<Caller> caller = Authorize(context, request->job_id(), "checkpoint");
+      !caller.ok()) {
+    return Reject(context, caller.status());
   }
   int64_t newest = 0;
   if (checkpoints_ != nullptr) {
@@ -235,8 +291,9 @@ grpc::ServerUnaryReactor* JobServiceImpl::CheckpointJob(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* JobServiceImpl::GetJobStatus(grpc::CallbackServerContext* context,
                                                        const v1::GetJobStatusRequest* request,
                                                        v1::JobStatus* response) {
-  if (absl::Status s = auth_.Check(context->client_metadata(), Role::kAdmin); !s.ok()) {
-    return Reject(context, s);
+  if (absl::StatusOr<Caller> caller = Authorize(context, request->job_id(), "read the status of");
+      !caller.ok()) {
+    return Reject(context, caller.status());
   }
   absl::StatusOr<v1::JobStatus> status = jobs_.Status(request->job_id());
   if (status.ok()) {
@@ -267,10 +324,24 @@ grpc::ServerUnaryReactor* JobServiceImpl::DrainAgent(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* JobServiceImpl::ListAgents(grpc::CallbackServerContext* context,
                                                      const v1::ListAgentsRequest* /*request*/,
                                                      v1::ListAgentsResponse* response) {
-  if (absl::Status s = auth_.Check(context->client_metadata(), Role::kAdmin); !s.ok()) {
+  if (absl::Status s = auth_.Check(context->client_metadata(), Role::kUser); !s.ok()) {
     return Reject(context, s);
   }
   for (v1::AgentInfo& agent : scheduler_.ListAgents()) *response->add_agents() = std::move(agent);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::WhoAmI(grpc::CallbackServerContext* context,
+                                                 const v1::WhoAmIRequest* /*request*/,
+                                                 v1::WhoAmIResponse* response) {
+  absl::StatusOr<Caller> caller = auth_.Identify(context->client_metadata());
+  if (!caller.ok()) return Reject(context, caller.status());
+  response->set_user(caller->user());
+  response->set_role(RoleName(caller->role()));
+  response->set_tokens_required(auth_.enabled());
+  if (caller->role() == Role::kJob) response->set_job_id(caller->job_id());
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;

@@ -1,5 +1,6 @@
 // JobService: chorus.v1.JobService over a JobManager and the Scheduler
-// (callback API). Unary handlers answer at once; WatchJob streams a job's
+// (callback API), checking who may see and act on which job (Note [Roles
+// and owners] in common/auth.h). Unary handlers answer at once; WatchJob streams a job's
 // events as they are recorded and ends after its final state. ListCheckpoints
 // lists the committed checkpoints of a job.
 //
@@ -28,7 +29,9 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   static constexpr int kListJobsPage = 1000;
   static constexpr size_t kListJobsPageBytes = size_t{4} << 20;
 
-  // Every call needs an admin token when `auth` is enabled.
+  // When `auth` is enabled, calls need a user or admin token and act only
+  // on jobs the caller may read (Note [Roles and owners] in common/auth.h);
+  // DrainAgent needs an admin token.
   // `checkpoints` may be null (ListCheckpoints then answers UNIMPLEMENTED).
   JobServiceImpl(JobManager& jobs, Scheduler& scheduler, const TokenAuthorizer& auth = AllowAll(),
                  CheckpointStore* checkpoints = nullptr)
@@ -65,6 +68,9 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   grpc::ServerUnaryReactor* ListAgents(grpc::CallbackServerContext* context,
                                        const v1::ListAgentsRequest* request,
                                        v1::ListAgentsResponse* response) override;
+  grpc::ServerUnaryReactor* WhoAmI(grpc::CallbackServerContext* context,
+                                   const v1::WhoAmIRequest* request,
+                                   v1::WhoAmIResponse* response) override;
 
   grpc::ServerUnaryReactor* GetLeader(grpc::CallbackServerContext* context,
                                       const v1::GetLeaderRequest* request,
@@ -78,6 +84,14 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   void set_leader(std::function<v1::CoordinatorLeader()> leader);
 
  private:
+  // The caller, if its token is a user's or an admin's.
+  absl::StatusOr<Caller> UserCaller(grpc::CallbackServerContext* context) const;
+  // The caller, if it may `action` (e.g. "cancel") job `job_id`: a user or
+  // admin token and, for a user, its own job. NOT_FOUND for an unknown job.
+  // Fills `job` (may be null) with the job's record.
+  absl::StatusOr<Caller> Authorize(grpc::CallbackServerContext* context, const std::string& job_id,
+                                   absl::string_view action, v1::Job* job = nullptr) const;
+
   JobManager& jobs_;
   Scheduler& scheduler_;
   const TokenAuthorizer& auth_;

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -285,6 +286,202 @@ TEST_F(JobServiceTest, EveryCallNeedsAnAdminToken) {
   admin->AddMetadata("authorization", "Bearer admin-token-0123456789");
   EXPECT_EQ(stub_->GetJob(admin.get(), get, &job).error_code(), grpc::StatusCode::NOT_FOUND)
       << "an admin gets past the check to the (missing) job";
+}
+
+// Note [Roles and owners] in common/auth.h, through every JobService call.
+class JobAuthorizationTest : public JobServiceTest {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<TokenAuthorizer> auth = TokenAuthorizer::FromText(
+        "admin admin-token-0123456789 root\nuser alice-token-0123456789 alice\n"
+        "user bob-token-0123456789 bob\nagent agent-token-0123456789\n",
+        "test");
+    ASSERT_TRUE(auth.ok()) << auth.status();
+    auth_ = *std::move(auth);
+    Serve(auth_);
+  }
+
+  // A context presenting `who`'s token ("alice", "bob", "admin", "agent").
+  static std::unique_ptr<grpc::ClientContext> As(const std::string& who) {
+    std::unique_ptr<grpc::ClientContext> context = Context();
+    context->AddMetadata("authorization", "Bearer " + who + "-token-0123456789");
+    return context;
+  }
+
+  // Submits a named job as `who`; its id, or the refusal.
+  absl::StatusOr<std::string> SubmitAs(const std::string& who,
+                                       const std::string& resume_from = "") {
+    v1::SubmitJobRequest request;
+    *request.mutable_spec() = *ParseJobSpec(absl::StrCat("name: \"", who, "-job\" ", kSpec),
+                                            SpecFormat::kTextProto, "test");
+    request.set_resume_from(resume_from);
+    v1::SubmitJobResponse response;
+    grpc::Status s = stub_->SubmitJob(As(who).get(), request, &response);
+    if (!s.ok()) {
+      return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+    }
+    return response.job_id();
+  }
+
+  // Every call on one job as `who`, by name: its status code and message.
+  std::map<std::string, grpc::Status> EveryCall(const std::string& who, const std::string& job) {
+    std::map<std::string, grpc::Status> out;
+    v1::GetJobRequest get;
+    get.set_job_id(job);
+    v1::Job got;
+    out["get"] = stub_->GetJob(As(who).get(), get, &got);
+    v1::GetJobStatusRequest status;
+    status.set_job_id(job);
+    v1::JobStatus job_status;
+    out["status"] = stub_->GetJobStatus(As(who).get(), status, &job_status);
+    v1::GetLogsRequest logs;
+    logs.set_job_id(job);
+    v1::GetLogsResponse lines;
+    out["logs"] = stub_->GetLogs(As(who).get(), logs, &lines);
+    v1::ListCheckpointsRequest checkpoints;
+    checkpoints.set_job_id(job);
+    v1::ListCheckpointsResponse listed;
+    out["checkpoints"] = stub_->ListCheckpoints(As(who).get(), checkpoints, &listed);
+    v1::CheckpointJobRequest checkpoint;
+    checkpoint.set_job_id(job);
+    v1::CheckpointJobResponse requested;
+    out["checkpoint"] = stub_->CheckpointJob(As(who).get(), checkpoint, &requested);
+    v1::WatchJobRequest watch;
+    watch.set_job_id(job);
+    std::unique_ptr<grpc::ClientContext> watch_context = As(who);
+    auto reader = stub_->WatchJob(watch_context.get(), watch);
+    v1::JobEvent event;
+    // An allowed watch streams the (PENDING) job's events until the
+    // deadline; one read tells whether it was let through.
+    const bool streamed = reader->Read(&event);
+    if (streamed) watch_context->TryCancel();
+    grpc::Status watched = reader->Finish();
+    out["watch"] = streamed ? grpc::Status::OK : watched;
+    return out;
+  }
+};
+
+TEST_F(JobAuthorizationTest, AUserActsOnTheirOwnJobsOnlyAndAnAdminOnAll) {
+  absl::StatusOr<std::string> alices = SubmitAs("alice");
+  ASSERT_TRUE(alices.ok()) << alices.status();
+  ASSERT_TRUE(jobs_->Get(*alices).ok());
+  EXPECT_EQ(jobs_->Get(*alices)->owner(), "alice") << "the submitter is recorded";
+
+  const std::map<std::string, std::string> actions = {{"get", "read"},
+                                                      {"status", "read the status of"},
+                                                      {"logs", "read the logs of"},
+                                                      {"checkpoints", "list the checkpoints of"},
+                                                      {"checkpoint", "checkpoint"},
+                                                      {"watch", "watch"}};
+  for (const auto& [call, status] : EveryCall("bob", *alices)) {
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED) << call;
+    EXPECT_EQ(status.error_message(), absl::StrCat(*alices,
+                                                   " belongs to alice; only alice or an "
+                                                   "admin may ",
+                                                   actions.at(call), " it"))
+        << call;
+  }
+  for (const auto& [call, status] : EveryCall("agent", *alices)) {
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED) << call;
+    EXPECT_THAT(status.error_message(), HasSubstr("agent")) << call;
+  }
+  // The owner and an admin get past the check (to the job's own answers:
+  // a PENDING job cannot be checkpointed; this service keeps no
+  // checkpoints).
+  for (const std::string who : {"alice", "admin"}) {
+    for (const auto& [call, status] : EveryCall(who, *alices)) {
+      EXPECT_NE(status.error_code(), grpc::StatusCode::PERMISSION_DENIED)
+          << who << " " << call << ": " << status.error_message();
+    }
+  }
+
+  v1::CancelJobRequest cancel;
+  cancel.set_job_id(*alices);
+  v1::CancelJobResponse cancelled;
+  grpc::Status refused = stub_->CancelJob(As("bob").get(), cancel, &cancelled);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(refused.error_message(),
+            "job-000001 belongs to alice; only alice or an admin may cancel it");
+  EXPECT_EQ(jobs_->Get(*alices)->state(), v1::Job::PENDING);
+  EXPECT_TRUE(stub_->CancelJob(As("alice").get(), cancel, &cancelled).ok());
+  absl::StatusOr<std::string> second = SubmitAs("alice");
+  ASSERT_TRUE(second.ok());
+  cancel.set_job_id(*second);
+  EXPECT_TRUE(stub_->CancelJob(As("admin").get(), cancel, &cancelled).ok());
+  EXPECT_EQ(cancelled.job().state(), v1::Job::CANCELLED);
+}
+
+TEST_F(JobAuthorizationTest, OthersJobsAreListedAsTheListViewOnly) {
+  ASSERT_TRUE(SubmitAs("alice").ok());
+  ASSERT_TRUE(SubmitAs("bob").ok());
+  v1::CancelJobRequest cancel;
+  cancel.set_job_id("job-000001");
+  cancel.set_reason("private reason");
+  v1::CancelJobResponse cancelled;
+  ASSERT_TRUE(stub_->CancelJob(As("alice").get(), cancel, &cancelled).ok());
+
+  v1::ListJobsResponse bobs;
+  ASSERT_TRUE(stub_->ListJobs(As("bob").get(), v1::ListJobsRequest(), &bobs).ok());
+  ASSERT_EQ(bobs.jobs_size(), 2);
+  const v1::Job& own = bobs.jobs(0);
+  EXPECT_EQ(own.owner(), "bob");
+  EXPECT_TRUE(own.spec().model().has_mlp()) << "his own job in full";
+  const v1::Job& other = bobs.jobs(1);
+  EXPECT_EQ(other.job_id(), "job-000001");
+  EXPECT_EQ(other.owner(), "alice");
+  EXPECT_EQ(other.state(), v1::Job::CANCELLED);
+  EXPECT_EQ(other.spec().name(), "alice-job");
+  EXPECT_EQ(other.spec().resources().min_ranks(), 2);
+  EXPECT_GT(other.submit_time_us(), 0);
+  EXPECT_FALSE(other.spec().has_model()) << "no spec beyond its name and resources";
+  EXPECT_FALSE(other.spec().has_data());
+  EXPECT_EQ(other.reason(), "") << "no reason";
+  EXPECT_FALSE(other.has_latest_metrics());
+
+  v1::ListJobsResponse all;
+  ASSERT_TRUE(stub_->ListJobs(As("admin").get(), v1::ListJobsRequest(), &all).ok());
+  ASSERT_EQ(all.jobs_size(), 2);
+  EXPECT_TRUE(all.jobs(1).spec().model().has_mlp()) << "an admin sees every job in full";
+  EXPECT_THAT(all.jobs(1).reason(), HasSubstr("private reason"));
+}
+
+TEST_F(JobAuthorizationTest, AnAgentTokenCannotSubmitOrList) {
+  absl::StatusOr<std::string> agent = SubmitAs("agent");
+  EXPECT_EQ(agent.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(agent.status().message(), HasSubstr("needs a user or admin token"));
+  EXPECT_EQ(jobs_->CountByState()[v1::Job::PENDING], 0);
+  v1::ListJobsResponse listed;
+  EXPECT_EQ(stub_->ListJobs(As("agent").get(), v1::ListJobsRequest(), &listed).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  v1::DrainAgentRequest drain;
+  drain.set_agent("agent-1");
+  v1::DrainAgentResponse drained;
+  grpc::Status user_drains = stub_->DrainAgent(As("alice").get(), drain, &drained);
+  EXPECT_EQ(user_drains.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(user_drains.error_message(), HasSubstr("needs an admin token"));
+}
+
+TEST_F(JobAuthorizationTest, AJobResumesOnlyFromAJobTheSubmitterMayRead) {
+  ASSERT_TRUE(SubmitAs("alice").ok());
+  absl::StatusOr<std::string> bobs = SubmitAs("bob", "job-000001:5");
+  EXPECT_EQ(bobs.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(bobs.status().message(),
+            "job-000001 belongs to alice; only alice or an admin may resume from it");
+  EXPECT_TRUE(SubmitAs("alice", "job-000001:5").ok());
+  EXPECT_TRUE(SubmitAs("admin", "job-000001").ok());
+  EXPECT_EQ(SubmitAs("bob", "job-000042").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(JobAuthorizationTest, WhoAmINamesTheUserAndRole) {
+  v1::WhoAmIResponse me;
+  ASSERT_TRUE(stub_->WhoAmI(As("alice").get(), v1::WhoAmIRequest(), &me).ok());
+  EXPECT_EQ(me.user(), "alice");
+  EXPECT_EQ(me.role(), "user");
+  EXPECT_TRUE(me.tokens_required());
+  ASSERT_TRUE(stub_->WhoAmI(As("agent").get(), v1::WhoAmIRequest(), &me).ok());
+  EXPECT_EQ(me.role(), "agent");
+  EXPECT_EQ(stub_->WhoAmI(Context().get(), v1::WhoAmIRequest(), &me).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
 }
 
 }  // namespace

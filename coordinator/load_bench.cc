@@ -28,8 +28,15 @@
 // Chorus's rendezvous of 64 ranks. The last line is a result line (docs/benchmarks.md) with
 // ratio = Chorus / TorchElastic at 64 (< 1: Chorus faster).
 //
+// With --state etcd every size runs twice, on SQLite and then on a one-member
+// etcd this bench starts (--state etcd://.../PREFIX, docs/ha.md), and each
+// run ends with 200 submissions one after another (SUBMITS/S, jobs that
+// wait PENDING: every slot is taken). The result lines compare the two:
+// ratio = etcd / SQLite for the rendezvous time and for the time per
+// submission (the TorchElastic comparison is left out).
+//
 //   bazel run -c opt //coordinator:load_bench -- [--sizes 256,1024] [--heartbeat_seconds 5]
-//       [--ranks_per_agent 64] [--heartbeats rank|agent] [--reform 1]
+//       [--ranks_per_agent 64] [--heartbeats rank|agent] [--reform 1] [--state etcd]
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -54,6 +61,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -62,6 +70,7 @@
 #include "common/job_spec.h"
 #include "common/paths.h"
 #include "common/status_macros.h"
+#include "coordinator/etcd/etcd_test_cluster.h"
 #include "grpcpp/grpcpp.h"
 #include "httplib.h"
 
@@ -86,7 +95,15 @@ struct Options {
   // The job is elastic and, at the end, one rank exits with an error: the
   // time until its next generation has formed (REFORM_S).
   bool reform = false;
+  // Extra chorus-coordinator flags of the state (--state etcd: the etcd URL
+  // and the checkpoint directory); empty = SQLite in its --state_dir.
+  std::vector<std::string> state_flags;
+  // Time kTimedSubmits submissions at the end (--state etcd).
+  bool time_submits = false;
 };
+
+// Submissions timed at the end of each run (--state etcd).
+constexpr int kTimedSubmits = 200;
 
 // The collective of the simulated hang, and how long the ranks inside it
 // wait before it is a stall (the job's hang_detection.stall_after_seconds).
@@ -169,7 +186,8 @@ struct Coordinator {
   int http_port = 0;
 };
 
-absl::StatusOr<Coordinator> StartCoordinator(const std::string& binary) {
+absl::StatusOr<Coordinator> StartCoordinator(const std::string& binary,
+                                             const std::vector<std::string>& state_flags) {
   Coordinator c;
   char tmpl[] = "/tmp/chorus-load-bench-XXXXXX";
   if (mkdtemp(tmpl) == nullptr) return absl::InternalError("mkdtemp failed");
@@ -177,6 +195,9 @@ absl::StatusOr<Coordinator> StartCoordinator(const std::string& binary) {
   std::vector<std::string> args = {binary,          "--listen",         "127.0.0.1:0",
                                    "--state_dir",   c.dir + "/state",   "--port_file",
                                    c.dir + "/port", "--http_port_file", c.dir + "/http_port"};
+  for (const std::string& flag : state_flags) {
+    args.push_back(absl::StrReplaceAll(flag, {{"$DIR", c.dir}}));
+  }
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -311,6 +332,8 @@ struct Result {
   double never_joined_seconds = 0;
   // --reform: from one rank's exit until its next generation formed.
   double reform_seconds = 0;
+  // --state etcd: submissions per second, one after another.
+  double submits_per_second = 0;
   // CPU seconds spent during the rendezvous by the coordinator and by this
   // bench (its simulated ranks share the machine's cores).
   double rendezvous_coordinator_cpu = 0;
@@ -675,9 +698,28 @@ std::vector<std::pair<int, int>> LaunchedSlots(const SimCluster& cluster) {
   return slots;
 }
 
+// Submits `n` two-rank jobs one after another; submissions per second.
+// Every slot is taken, so they wait PENDING (each is a job and its event
+// written to the state before the answer).
+absl::StatusOr<double> TimeSubmits(v1::JobService::Stub& jobs, int n) {
+  v1::SubmitJobRequest submit;
+  ASSIGN_OR_RETURN(*submit.mutable_spec(),
+                   ParseJobSpec("name: \"queued\" model { mlp {} } data { synthetic {} } "
+                                "resources { min_ranks: 2 max_ranks: 2 }",
+                                SpecFormat::kTextProto, "load_bench"));
+  const absl::Time start = absl::Now();
+  for (int i = 0; i < n; ++i) {
+    v1::SubmitJobResponse submitted;
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+    RETURN_IF_ERROR(FromGrpcStatus(jobs.SubmitJob(&context, submit, &submitted)));
+  }
+  return n / absl::ToDoubleSeconds(absl::Now() - start);
+}
+
 // One world size, on a fresh coordinator: the phases in the file comment.
 absl::StatusOr<Result> RunOnce(const std::string& binary, int ranks, const Options& options) {
-  ASSIGN_OR_RETURN(Coordinator coordinator, StartCoordinator(binary));
+  ASSIGN_OR_RETURN(Coordinator coordinator, StartCoordinator(binary, options.state_flags));
   struct Stop {
     Coordinator& c;
     ~Stop() { StopCoordinator(c); }
@@ -722,6 +764,9 @@ absl::StatusOr<Result> RunOnce(const std::string& binary, int ranks, const Optio
                      TimeReformation(cluster.agents, cluster.rank_stubs, cluster.job_id,
                                      LaunchedSlots(cluster), /*lost=*/culprit));
   }
+  if (options.time_submits) {
+    ASSIGN_OR_RETURN(result.submits_per_second, TimeSubmits(*cluster.jobs, kTimedSubmits));
+  }
   for (HeartbeatSenders::RankStream& s : heartbeats.streams) s.context->TryCancel();
   for (SimAgent& a : cluster.agents) a.context->TryCancel();
   result.heartbeats_per_second =
@@ -763,6 +808,8 @@ struct Flags {
   std::string binary = ExecutableDir() + "/chorus-coordinator";
   // Relative to the workspace under `bazel run`.
   std::string peer = "tests/bench/torchelastic_rendezvous_peer.py";
+  // --state etcd: every size on SQLite and on etcd.
+  bool compare_etcd = false;
 };
 
 // The flags in the file comment (and --coordinator_bin, --peer); an error
@@ -797,6 +844,12 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
       options.reform = value == "1" || value == "true";
     } else if (flag == "--peer") {
       flags.peer = value;
+    } else if (flag == "--state") {
+      if (value != "etcd" && value != "sqlite") {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--state must be etcd (compare with SQLite) or sqlite, got ", value));
+      }
+      flags.compare_etcd = value == "etcd";
     }
   }
   if (const char* dir = std::getenv("BUILD_WORKSPACE_DIRECTORY");
@@ -862,12 +915,55 @@ absl::StatusOr<std::vector<double>> RendezvousAt64(const std::string& binary,
   return ours;
 }
 
+// A result line comparing etcd with SQLite at one size.
+void PrintStateResultLine(const char* metric, const char* unit, int ranks, double etcd,
+                          double sqlite) {
+  std::cout << absl::StrFormat(
+      "{\"bench\": \"load_bench\", \"metric\": \"%s_%d_ranks_etcd\", \"unit\": \"%s\", "
+      "\"ours\": %.5f, \"peer\": %.5f, \"peer_name\": \"chorus on SQLite\", \"ratio\": %.4f}\n",
+      metric, ranks, unit, etcd, sqlite, etcd / sqlite);
+}
+
+// --state etcd: every size on SQLite, then on a one-member etcd.
+int CompareStates(const Flags& flags) {
+  absl::StatusOr<std::unique_ptr<EtcdTestCluster>> etcd = EtcdTestCluster::Start(1);
+  if (!etcd.ok()) {
+    std::cerr << "load_bench: " << etcd.status().message() << "\n";
+    return 1;
+  }
+  PrintTableHeader();
+  for (int n : flags.sizes) {
+    Options options = flags.options;
+    options.time_submits = true;
+    absl::StatusOr<Result> sqlite = RunOnce(flags.binary, n, options);
+    options.state_flags = {"--state", absl::StrCat("etcd://", (*etcd)->endpoints(), "/bench/", n),
+                           "--checkpoint_dir", "$DIR/checkpoints"};
+    absl::StatusOr<Result> on_etcd =
+        sqlite.ok() ? RunOnce(flags.binary, n, options) : sqlite.status();
+    if (!on_etcd.ok()) {
+      std::cerr << "load_bench: " << n << " ranks: " << on_etcd.status() << "\n";
+      return 1;
+    }
+    for (const auto& [name, r] : {std::pair{"SQLite", &*sqlite}, std::pair{"etcd", &*on_etcd}}) {
+      std::cout << absl::StrFormat("        on %s: %.1f submissions/s\n", name,
+                                   r->submits_per_second);
+      PrintTableRow(*r);
+    }
+    PrintStateResultLine("seconds_per_submit", "s", n, 1 / on_etcd->submits_per_second,
+                         1 / sqlite->submits_per_second);
+    PrintStateResultLine("rendezvous_seconds", "s", n, on_etcd->rendezvous_seconds,
+                         sqlite->rendezvous_seconds);
+  }
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   absl::StatusOr<Flags> flags = ParseFlags(argc, argv);
   if (!flags.ok()) {
     std::cerr << "load_bench: " << flags.status().message() << "\n";
     return 2;
   }
+  if (flags->compare_etcd) return CompareStates(*flags);
   PrintTableHeader();
   for (int n : flags->sizes) {
     absl::StatusOr<Result> r = RunOnce(flags->binary, n, flags->options);

@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
@@ -18,6 +19,8 @@
 #include "common/memory.h"
 #include "common/version.h"
 #include "coordinator/coordinator_process.h"
+#include "coordinator/etcd/etcd_coordinator_state.h"
+#include "coordinator/etcd/state_url.h"
 #include "coordinator/server.h"
 #include "glog/logging.h"
 
@@ -43,6 +46,11 @@ struct Flags {
   double recovery_grace_seconds = 30;
   double data_hello_seconds = 0;
   double data_io_seconds = 0;
+  // --state and the etcd flags (docs/ha.md).
+  std::string state;
+  chorus::StateUrl state_url;
+  chorus::EtcdCoordinatorStateOptions etcd;
+  double leader_lease_seconds = 2;
 };
 
 // Where it listens, who may call, where its state is.
@@ -53,9 +61,12 @@ void AddServingFlags(CLI::App& app, Flags& flags) {
                  "--token_file.")
       ->capture_default_str();
   app.add_option("--token_file", options.token_file,
-                 "Require bearer tokens: a file of lines \"admin TOKEN\" (submit, cancel, "
-                 "status, logs, everything) and \"worker TOKEN\" (node agents); not readable "
-                 "by others. Ranks get a credential of their own job instead.");
+                 "Require bearer tokens, on loopback too: a file of lines \"ROLE TOKEN "
+                 "[USER]\": \"admin TOKEN NAME\" (everything, every job), \"user TOKEN NAME\" "
+                 "(submit; see, watch, cancel and read the logs and checkpoints of NAME's own "
+                 "jobs) and \"agent TOKEN\" (node agents; \"worker\" is its old name); not "
+                 "readable by others. Ranks get a credential of their own job instead. See "
+                 "docs/security.md.");
   app.add_option("--tls_cert", options.tls_cert, "PEM certificate: serve TLS (with --tls_key).");
   app.add_option("--tls_key", options.tls_key, "PEM private key of --tls_cert.");
   app.add_option("--tls_client_ca", options.tls_client_ca,
@@ -70,8 +81,9 @@ void AddServingFlags(CLI::App& app, Flags& flags) {
   app.add_option("--http_listen", options.http_listen,
                  "HOST:PORT of the HTTP port serving /metrics (Prometheus) and the status page; "
                  "\"off\" for none. Default: 127.0.0.1 on the port after --listen's (29651), a "
-                 "free port when --listen's port is 0. A non-loopback address needs --token_file, "
-                 "and every request the admin token (\"Authorization: Bearer TOKEN\").");
+                 "free port when --listen's port is 0. A non-loopback address needs --token_file; "
+                 "with --token_file every request needs an admin token (\"Authorization: Bearer "
+                 "TOKEN\"), on loopback too.");
   app.add_option("--http_port_file", flags.http_port_file,
                  "Write the bound HTTP port to this file once listening (for scripts and tests).");
   app.add_flag("--enable_reflection", options.enable_reflection,
@@ -86,6 +98,28 @@ void AddServingFlags(CLI::App& app, Flags& flags) {
   app.add_flag("--check_flags", flags.check_flags,
                "Check the flags (addresses, ports that would collide, limits) and exit: 0 if "
                "they are sound, 1 with what is wrong. Touches no file and opens no port.");
+}
+
+// Where the durable state is when it is not SQLite in --state_dir (docs/ha.md).
+void AddStateFlags(CLI::App& app, Flags& flags) {
+  app.add_option("--state", flags.state,
+                 "Keep the durable state (jobs, events, checkpoint manifests) in etcd instead of "
+                 "SQLite in --state_dir: etcd://HOST:PORT[,HOST:PORT...]/PREFIX. Coordinators "
+                 "with the same --state elect one leader through an etcd lease (docs/ha.md).");
+  app.add_option("--checkpoint_dir", flags.options.checkpoint_dir,
+                 "Where checkpoint files are kept (default: --state_dir/checkpoints). With "
+                 "--state etcd:// it is required and must be storage every coordinator shares.");
+  chorus::EtcdOptions& etcd = flags.etcd.etcd;
+  app.add_option("--etcd_ca", etcd.ca_file, "PEM CA of the etcd members: talk TLS to etcd.");
+  app.add_option("--etcd_cert", etcd.cert_file, "PEM client certificate for etcd (mTLS).");
+  app.add_option("--etcd_key", etcd.key_file, "PEM private key of --etcd_cert.");
+  app.add_option("--etcd_user", etcd.user, "etcd user (etcd authentication).");
+  app.add_option("--etcd_password_file", etcd.password_file,
+                 "File holding --etcd_user's password.");
+  app.add_option("--leader_lease_seconds", flags.leader_lease_seconds,
+                 "Lease of the leader in etcd: a leader that cannot renew it stops within this "
+                 "long, and another takes over about this long after the leader dies.")
+      ->capture_default_str();
 }
 
 // Limits and timeouts (docs/reliability.md).
@@ -141,8 +175,30 @@ std::string CheckFlags(const Flags& flags) {
   if (flags.options.http_listen == "off" && !flags.http_port_file.empty()) {
     return "--http_port_file needs an HTTP port (--http_listen off)";
   }
-  const absl::Status valid = chorus::ValidateServerOptions(flags.options);
+  absl::Status valid = chorus::ValidateServerOptions(flags.options);
+  if (valid.ok() && flags.state_url.kind == chorus::StateUrl::Kind::kEtcd) {
+    valid = chorus::ValidateEtcdCoordinatorStateOptions(flags.etcd);
+  }
   return valid.ok() ? "" : std::string(valid.message());
+}
+
+std::string HostName() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "localhost";
+  return name;
+}
+
+// Parses --state into `flags`; empty if it is sound.
+std::string ParseStateFlags(Flags& flags) {
+  absl::StatusOr<chorus::StateUrl> url = chorus::ParseStateUrl(flags.state);
+  if (!url.ok()) return std::string(url.status().message());
+  flags.state_url = *url;
+  flags.etcd.url = *url;
+  flags.etcd.lease_ttl = absl::Seconds(flags.leader_lease_seconds);
+  flags.etcd.checkpoint_dir = flags.options.checkpoint_dir;
+  flags.etcd.self.id = absl::StrCat(HostName(), ":", getpid());
+  flags.etcd.self.address = flags.options.listen;
+  return "";
 }
 
 // Writes `port` whole under a temporary name and renames it, so a reader
@@ -159,40 +215,20 @@ bool WritePortFile(const std::string& path, const char* flag, int port) {
   return true;
 }
 
-// Serves until SIGINT or SIGTERM; the exit status.
-int Serve(const char* argv0, const Flags& flags) {
-  chorus::InitLogging(argv0, flags.verbosity);
-  // Every connection holds a descriptor; the usual soft limit (1024) would
-  // cap the coordinator near a thousand clients.
-  if (absl::StatusOr<uint64_t> files = chorus::RaiseOpenFileLimit(); files.ok()) {
-    LOG(INFO) << "open-file limit " << *files;
-  } else {
-    LOG(WARNING) << files.status().message();
-  }
-  // Signals are taken synchronously by one thread only (below); gRPC's
-  // threads, created after this, inherit the mask.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-
-  // One coordinator with its own state leads alone, from the start
-  // (coordinator/leadership.h).
-  char host[256] = {};
-  gethostname(host, sizeof(host) - 1);
-  chorus::SoleLeadership leadership(
-      chorus::LeaderInfo{absl::StrCat(host, ":", getpid()), flags.options.listen, "", {}});
+// Runs a CoordinatorProcess over `leadership` (with a follower server while
+// another coordinator leads, when `follow`) until SIGINT/SIGTERM, which give
+// leadership up; the exit status.
+int RunProcess(const Flags& flags, const sigset_t& stop_signals, chorus::ServerOptions options,
+               chorus::Leadership& leadership, bool follow) {
   bool port_files_written = true;  // only the loop's thread
   std::unique_ptr<chorus::CoordinatorProcess> process;
   process = std::make_unique<chorus::CoordinatorProcess>(
-      flags.options, leadership, /*follow=*/false, [&](const chorus::LeaderLoop::Ports& ports) {
+      std::move(options), leadership, follow, [&](const chorus::LeaderLoop::Ports& ports) {
         // The HTTP port's file first: a script that waits for --port_file finds both.
         port_files_written = WritePortFile(flags.http_port_file, "--http_port_file", ports.http) &&
                              WritePortFile(flags.port_file, "--port_file", ports.grpc);
         if (!port_files_written) process->Stop();
       });
-  // SIGINT/SIGTERM gives leadership up and stops the loop.
   std::atomic<bool> ended{false};
   std::thread signals([&process, &ended, stop_signals] {
     int signal_number = 0;
@@ -203,7 +239,7 @@ int Serve(const char* argv0, const Flags& flags) {
   });
   const absl::Status ran = process->Run();
   // Releases the signal thread when the loop ended by itself (a startup
-  // error).
+  // error, an election that cannot go on).
   ended = true;
   pthread_kill(signals.native_handle(), SIGTERM);
   signals.join();
@@ -214,6 +250,50 @@ int Serve(const char* argv0, const Flags& flags) {
   if (!port_files_written) return 1;
   LOG(INFO) << "coordinator stopped";
   return 0;
+}
+
+// With --state etcd://: follows (a follower server on the ports) while
+// another coordinator leads, serves while this one leads, and follows again
+// when leadership is lost; its writes are fenced from the moment it is not
+// the leader. A signal stops it (exit 0).
+int ServeFromEtcd(const Flags& flags, const sigset_t& stop_signals) {
+  auto etcd = chorus::EtcdCoordinatorState::Connect(flags.etcd);
+  if (!etcd.ok()) {
+    std::cerr << "chorus-coordinator: " << etcd.status().message() << "\n";
+    return 1;
+  }
+  chorus::ServerOptions options = flags.options;
+  options.open_state = [state = etcd->get()] { return state->OpenState(); };
+  LOG(INFO) << "campaigning for the leadership of " << flags.state;
+  return RunProcess(flags, stop_signals, std::move(options), (*etcd)->leadership(),
+                    /*follow=*/true);
+}
+
+// Serves until SIGINT or SIGTERM; the exit status.
+int Serve(const char* argv0, const Flags& flags) {
+  chorus::InitLogging(argv0, flags.verbosity);
+  // Every connection holds a descriptor; the usual soft limit (1024) would
+  // cap the coordinator near a thousand clients.
+  if (absl::StatusOr<uint64_t> files = chorus::RaiseOpenFileLimit(); files.ok()) {
+    LOG(INFO) << "open-file limit " << *files;
+  } else {
+    LOG(WARNING) << files.status().message();
+  }
+  // Signals are taken synchronously by one thread only (RunProcess);
+  // gRPC's threads, created after this, inherit the mask.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  if (flags.state_url.kind == chorus::StateUrl::Kind::kEtcd) {
+    return ServeFromEtcd(flags, stop_signals);
+  }
+  // One coordinator with its own state leads alone, from the start
+  // (coordinator/leadership.h).
+  chorus::SoleLeadership leadership(
+      chorus::LeaderInfo{absl::StrCat(HostName(), ":", getpid()), flags.options.listen, "", {}});
+  return RunProcess(flags, stop_signals, flags.options, leadership, /*follow=*/false);
 }
 
 }  // namespace
@@ -234,11 +314,16 @@ int main(int argc, char** argv) {
   flags.options.state_dir = DefaultStateDir();
   AddServingFlags(app, flags);
   AddLimitFlags(app, flags);
+  AddStateFlags(app, flags);
   app.set_version_flag("--version", std::string(chorus::kVersion));
   CLI11_PARSE(app, argc, argv);
   flags.options.recovery_grace = absl::Seconds(flags.recovery_grace_seconds);
   flags.options.checkpoint_data_hello_timeout = absl::Seconds(flags.data_hello_seconds);
   flags.options.checkpoint_data_io_timeout = absl::Seconds(flags.data_io_seconds);
+  if (const std::string wrong = ParseStateFlags(flags); !wrong.empty()) {
+    std::cerr << "chorus-coordinator: " << wrong << "\n";
+    return 1;
+  }
   if (const std::string wrong = CheckFlags(flags); !wrong.empty()) {
     std::cerr << "chorus-coordinator: " << wrong << "\n";
     return 1;

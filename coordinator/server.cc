@@ -128,6 +128,11 @@ bool IsLoopbackHost(const std::string& host) {
   return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
 }
 
+std::string CheckpointDir(const ServerOptions& options) {
+  return options.checkpoint_dir.empty() ? options.state_dir + "/checkpoints"
+                                        : options.checkpoint_dir;
+}
+
 absl::Status ValidateServerOptions(const ServerOptions& options) {
   absl::StatusOr<HostPort> listen = ParseHostPort(options.listen);
   if (!listen.ok())
@@ -292,7 +297,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
             << (options.tls_client_ca.empty() ? "" : ", client certificates required")
             << (options.tls_cert.empty() ? "" : ")")
             << (coordinator->auth_->enabled() ? ", tokens required" : "") << ", state in "
-            << options.state_dir
+            << coordinator->state_->path() << ", checkpoints in " << CheckpointDir(options)
             << (coordinator->checkpoint_data_ != nullptr
                     ? absl::StrCat(", checkpoint data port ", coordinator->checkpoint_data_->port())
                     : "")
@@ -312,9 +317,10 @@ absl::Status CoordinatorServer::OpenState(const ServerOptions& options) {
                      JobCredentials::LoadOrCreate(options.state_dir + "/job_credentials.key"));
     auth_->AcceptJobCredentials(std::move(job_credentials));
   }
-  ASSIGN_OR_RETURN(state_, StateStore::Open(options.state_dir));
+  ASSIGN_OR_RETURN(state_, options.open_state ? options.open_state()
+                                               : StateStore::Open(options.state_dir));
   ASSIGN_OR_RETURN(jobs_, JobManager::Create(*state_, nullptr, options.max_pending_jobs));
-  checkpoints_ = std::make_unique<CheckpointStore>(options.state_dir + "/checkpoints", *state_,
+  checkpoints_ = std::make_unique<CheckpointStore>(CheckpointDir(options), *state_,
                                                    CheckpointFailpointFromEnvironment());
   std::vector<CheckpointStore::SharedJob> shared_jobs;
   RETURN_IF_ERROR(state_->ForEachJob([&](v1::Job job) {
@@ -347,9 +353,15 @@ absl::Status CoordinatorServer::BuildServices(const ServerOptions& options) {
         return scheduler->GrantUpload(job_id, generation, rank);
       });
   checkpoint_service_ = std::make_unique<CheckpointServiceImpl>(
-      *checkpoints_, *checkpoint_uploads_, *auth_, [jobs = jobs_.get()](const std::string& job_id) {
+      *checkpoints_, *checkpoint_uploads_, *auth_,
+      [jobs = jobs_.get()](const std::string& job_id) {
         absl::StatusOr<v1::Job> job = jobs->Get(job_id);
         return job.ok() ? job->resume_from() : std::string();
+      },
+      [jobs = jobs_.get()](const std::string& job_id) -> absl::StatusOr<std::string> {
+        absl::StatusOr<v1::Job> job = jobs->Get(job_id);
+        if (!job.ok()) return job.status();
+        return job->owner();
       });
   if (options.checkpoint_data_port >= 0 && options.tls_cert.empty()) {
     CheckpointDataServer::Options data_options;
@@ -409,7 +421,9 @@ absl::Status CoordinatorServer::ServeHttp(const ServerOptions& options,
   HttpServer::Options http_options;
   http_options.host = http_address->host;
   http_options.port = http_address->port;
-  http_options.require_token = !IsLoopbackHost(http_address->host);
+  // With a token file every page needs an admin token, on loopback too: the
+  // pages show every job's owner, progress and metrics.
+  http_options.require_token = auth_->enabled() || !IsLoopbackHost(http_address->host);
   http_options.auth = auth_.get();
   const StatusSources sources{jobs_.get(), scheduler_.get(), metrics_.get(), checkpoints_.get(),
                               options.extra_metrics};

@@ -77,6 +77,14 @@ struct ServerOptions {
   std::string listen = "127.0.0.1:29650";
   // Created if missing; must be writable; locked for this process's lifetime.
   std::string state_dir;
+  // Where checkpoint payloads are kept (CheckpointStore's root); empty =
+  // state_dir/checkpoints. With the state in etcd it must be storage every
+  // coordinator mounts at this same path (docs/ha.md).
+  std::string checkpoint_dir;
+  // Opens the durable state; null = SQLite in state_dir (StateStore::Open).
+  // With --state etcd://, a coordinator that has won the leadership passes
+  // EtcdCoordinatorState::OpenState (coordinator/etcd/etcd_coordinator_state.h).
+  std::function<absl::StatusOr<std::unique_ptr<StateStore>>()> open_state;
   // "ROLE TOKEN" lines (common/auth.h); empty = no authentication.
   std::string token_file;
   // PEM server certificate and key: serve TLS instead of plaintext.
@@ -136,6 +144,9 @@ struct ServerOptions {
 // limits, TLS flags that go together. INVALID_ARGUMENT naming the flag.
 // Start() calls it before it touches the state directory.
 absl::Status ValidateServerOptions(const ServerOptions& options);
+
+// options.checkpoint_dir, or state_dir/checkpoints when it is empty.
+std::string CheckpointDir(const ServerOptions& options);
 
 // Raises this process's soft limit on open files to its hard limit (each
 // client connection, on the gRPC port or the data port, holds a descriptor)

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <string>
 
+#include "chorus/v1/coordinator.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -288,6 +289,68 @@ TEST(CoordinatorServerTest, AnHttpPortOffLoopbackNeedsTokensAndChecksThem) {
   ASSERT_TRUE(admin);
   EXPECT_EQ(admin->status, 200);
   EXPECT_THAT(admin->body, HasSubstr("chorus_agents_connected 0\n"));
+}
+
+// A coordinator with a token file trusts no address: tokenless calls from
+// loopback are refused on gRPC and on the HTTP port alike.
+TEST(CoordinatorServerTest, ATokenFileRequiresTokensOnLoopbackToo) {
+  ServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.state_dir = TempDir("loopback_tokens");
+  options.token_file = TokenFile("loopback.tokens");
+  auto server = CoordinatorServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto jobs = v1::JobService::NewStub(
+      grpc::CreateChannel((*server)->address(), grpc::InsecureChannelCredentials()));
+  const auto call = [&](const std::string& token, v1::WhoAmIResponse* me) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    if (!token.empty()) context.AddMetadata("authorization", "Bearer " + token);
+    return jobs->WhoAmI(&context, v1::WhoAmIRequest(), me);
+  };
+  v1::WhoAmIResponse me;
+  grpc::Status anonymous = call("", &me);
+  EXPECT_EQ(anonymous.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_THAT(anonymous.error_message(), HasSubstr("requires a token"));
+  ASSERT_TRUE(call("admin-token-0123456789", &me).ok());
+  EXPECT_EQ(me.user(), "admin") << "an old \"admin TOKEN\" line names its role";
+  EXPECT_EQ(me.role(), "admin");
+  EXPECT_TRUE(me.tokens_required());
+
+  httplib::Client client("127.0.0.1", (*server)->http_port());
+  client.set_read_timeout(5);
+  for (const char* path : {"/metrics", "/api/jobs", "/"}) {
+    auto page = client.Get(path);
+    ASSERT_TRUE(page) << path;
+    EXPECT_EQ(page->status, 401) << path << " on loopback without a token";
+  }
+  auto admin = client.Get("/api/jobs", {{"Authorization", "Bearer admin-token-0123456789"}});
+  ASSERT_TRUE(admin);
+  EXPECT_EQ(admin->status, 200);
+}
+
+// Without a token file (one person on a laptop) loopback stays open, and
+// the caller is an anonymous admin.
+TEST(CoordinatorServerTest, WithoutATokenFileLoopbackCallersAreAnonymousAdmins) {
+  ServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.state_dir = TempDir("loopback_open");
+  auto server = CoordinatorServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto jobs = v1::JobService::NewStub(
+      grpc::CreateChannel((*server)->address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1::WhoAmIResponse me;
+  ASSERT_TRUE(jobs->WhoAmI(&context, v1::WhoAmIRequest(), &me).ok());
+  EXPECT_EQ(me.user(), "");
+  EXPECT_EQ(me.role(), "admin");
+  EXPECT_FALSE(me.tokens_required());
+  httplib::Client client("127.0.0.1", (*server)->http_port());
+  client.set_read_timeout(5);
+  auto page = client.Get("/api/jobs");
+  ASSERT_TRUE(page);
+  EXPECT_EQ(page->status, 200);
 }
 
 // Note [Private files]: under a login shell's umask the state would be

@@ -56,14 +56,6 @@ struct Statement {
   ~Statement() { sqlite3_finalize(stmt); }
 };
 
-// 12 random hex digits: with a few thousand clusters sharing one directory,
-// the chance that two draw the same id is below 1e-7.
-std::string NewClusterId() {
-  std::random_device random;
-  const uint64_t bits = (uint64_t{random()} << 32) ^ random();
-  return absl::StrFormat("%012x", bits & 0xffffffffffffULL);
-}
-
 // Reads column `column` of the statement's current row as a `Message`.
 template <typename Message>
 bool ParseColumn(sqlite3_stmt* stmt, int column, Message& message) {
@@ -73,7 +65,26 @@ bool ParseColumn(sqlite3_stmt* stmt, int column, Message& message) {
 
 }  // namespace
 
+// 12 random hex digits: with a few thousand clusters sharing one directory,
+// the chance that two draw the same id is below 1e-7.
+std::string NewClusterId() {
+  std::random_device random;
+  const uint64_t bits = (uint64_t{random()} << 32) ^ random();
+  return absl::StrFormat("%012x", bits & 0xffffffffffffULL);
+}
+
 absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const std::string& dir) {
+  ASSIGN_OR_RETURN(std::unique_ptr<SqliteStateStore> store, SqliteStateStore::Open(dir));
+  return std::unique_ptr<StateStore>(std::move(store));
+}
+
+absl::StatusOr<std::vector<v1::Job>> StateStore::LoadJobs() {
+  std::vector<v1::Job> jobs;
+  RETURN_IF_ERROR(ForEachJob([&](v1::Job job) { jobs.push_back(std::move(job)); }));
+  return jobs;
+}
+
+absl::StatusOr<std::unique_ptr<SqliteStateStore>> SqliteStateStore::Open(const std::string& dir) {
   const std::string path = dir + "/chorus.db";
   // Note [Private files]: the database holds every job's spec, program.env
   // values included. SQLite makes its -wal and -shm files with the mode of
@@ -96,7 +107,7 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const std::string& 
     sqlite3_close(db);
     return absl::FailedPreconditionError(absl::StrCat("state database ", path, ": ", message));
   }
-  std::unique_ptr<StateStore> store(new StateStore(db, path));
+  std::unique_ptr<SqliteStateStore> store(new SqliteStateStore(db, path));
   {
     absl::MutexLock lock(&store->mu_);
     // WAL + FULL sync: a commit is on disk before SaveJob returns.
@@ -115,7 +126,7 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const std::string& 
   return store;
 }
 
-absl::StatusOr<std::string> StateStore::LoadOrCreateClusterId() {
+absl::StatusOr<std::string> SqliteStateStore::LoadOrCreateClusterId() {
   {
     Statement st;
     if (sqlite3_prepare_v2(db_, "SELECT id FROM cluster LIMIT 1", -1, &st.stmt, nullptr) !=
@@ -139,17 +150,17 @@ absl::StatusOr<std::string> StateStore::LoadOrCreateClusterId() {
   return id;
 }
 
-StateStore::~StateStore() {
+SqliteStateStore::~SqliteStateStore() {
   absl::MutexLock lock(&mu_);
   sqlite3_close(db_);
 }
 
-absl::Status StateStore::Error(absl::string_view what) {
+absl::Status SqliteStateStore::Error(absl::string_view what) {
   return absl::UnavailableError(
       absl::StrCat("state database ", path_, ": ", what, ": ", sqlite3_errmsg(db_)));
 }
 
-absl::Status StateStore::Exec(const char* sql) {
+absl::Status SqliteStateStore::Exec(const char* sql) {
   char* error = nullptr;
   if (sqlite3_exec(db_, sql, nullptr, nullptr, &error) != SQLITE_OK) {
     std::string message = error ? error : "unknown error";
@@ -159,12 +170,12 @@ absl::Status StateStore::Exec(const char* sql) {
   return absl::OkStatus();
 }
 
-absl::Status StateStore::SaveJob(const v1::Job& job) {
+absl::Status SqliteStateStore::SaveJob(const v1::Job& job) {
   absl::MutexLock lock(&mu_);
   return SaveJobLocked(job);
 }
 
-absl::Status StateStore::AppendEvent(const v1::JobEvent& event) {
+absl::Status SqliteStateStore::AppendEvent(const v1::JobEvent& event) {
   absl::MutexLock lock(&mu_);
   return AppendEventLocked(event);
 }
@@ -173,7 +184,7 @@ absl::Status StateStore::AppendEvent(const v1::JobEvent& event) {
 // transaction: a crash between two commits would leave a job whose state
 // has no event (a watcher would never see it end), and every commit is a
 // synchronous write to the disk, which a loaded machine takes its time over.
-absl::Status StateStore::SaveJobAndEvent(const v1::Job& job, const v1::JobEvent& event) {
+absl::Status SqliteStateStore::SaveJobAndEvent(const v1::Job& job, const v1::JobEvent& event) {
   absl::MutexLock lock(&mu_);
   RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE;"));
   absl::Status status = SaveJobLocked(job);
@@ -183,7 +194,7 @@ absl::Status StateStore::SaveJobAndEvent(const v1::Job& job, const v1::JobEvent&
   return status;
 }
 
-absl::Status StateStore::SaveJobLocked(const v1::Job& job) {
+absl::Status SqliteStateStore::SaveJobLocked(const v1::Job& job) {
   const std::string blob = job.SerializeAsString();
   Statement st;
   if (sqlite3_prepare_v2(
@@ -199,7 +210,7 @@ absl::Status StateStore::SaveJobLocked(const v1::Job& job) {
   return absl::OkStatus();
 }
 
-absl::Status StateStore::AppendEventLocked(const v1::JobEvent& event) {
+absl::Status SqliteStateStore::AppendEventLocked(const v1::JobEvent& event) {
   const std::string blob = event.SerializeAsString();
   Statement st;
   if (sqlite3_prepare_v2(db_, "INSERT INTO events (job_id, seq, event) VALUES (?, ?, ?)", -1,
@@ -214,13 +225,7 @@ absl::Status StateStore::AppendEventLocked(const v1::JobEvent& event) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<v1::Job>> StateStore::LoadJobs() {
-  std::vector<v1::Job> jobs;
-  RETURN_IF_ERROR(ForEachJob([&](v1::Job job) { jobs.push_back(std::move(job)); }));
-  return jobs;
-}
-
-absl::Status StateStore::ForEachJob(const std::function<void(v1::Job)>& visit) {
+absl::Status SqliteStateStore::ForEachJob(const std::function<void(v1::Job)>& visit) {
   absl::MutexLock lock(&mu_);
   Statement st;
   if (sqlite3_prepare_v2(db_, "SELECT job FROM jobs ORDER BY submit_time_us, job_id", -1, &st.stmt,
@@ -240,7 +245,7 @@ absl::Status StateStore::ForEachJob(const std::function<void(v1::Job)>& visit) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<v1::Job>> StateStore::ReadJobs(sqlite3_stmt* stmt) {
+absl::StatusOr<std::vector<v1::Job>> SqliteStateStore::ReadJobs(sqlite3_stmt* stmt) {
   std::vector<v1::Job> jobs;
   int rc;
   while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
@@ -255,7 +260,7 @@ absl::StatusOr<std::vector<v1::Job>> StateStore::ReadJobs(sqlite3_stmt* stmt) {
   return jobs;
 }
 
-absl::StatusOr<v1::Job> StateStore::LoadJob(const std::string& job_id) {
+absl::StatusOr<v1::Job> SqliteStateStore::LoadJob(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
   Statement st;
   if (sqlite3_prepare_v2(db_, "SELECT job FROM jobs WHERE job_id = ?", -1, &st.stmt, nullptr) !=
@@ -268,7 +273,7 @@ absl::StatusOr<v1::Job> StateStore::LoadJob(const std::string& job_id) {
   return std::move(jobs.front());
 }
 
-absl::StatusOr<std::vector<v1::Job>> StateStore::LoadJobsBefore(const std::string& before_id,
+absl::StatusOr<std::vector<v1::Job>> SqliteStateStore::LoadJobsBefore(const std::string& before_id,
                                                                 int limit) {
   absl::MutexLock lock(&mu_);
   Statement st;
@@ -282,7 +287,7 @@ absl::StatusOr<std::vector<v1::Job>> StateStore::LoadJobsBefore(const std::strin
   return ReadJobs(st.stmt);
 }
 
-absl::StatusOr<int64_t> StateStore::LastEventSeq(const std::string& job_id) {
+absl::StatusOr<int64_t> SqliteStateStore::LastEventSeq(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
   Statement st;
   if (sqlite3_prepare_v2(db_, "SELECT MAX(seq) FROM events WHERE job_id = ?", -1, &st.stmt,
@@ -294,7 +299,7 @@ absl::StatusOr<int64_t> StateStore::LastEventSeq(const std::string& job_id) {
   return sqlite3_column_int64(st.stmt, 0);  // NULL (no events) reads as 0
 }
 
-absl::StatusOr<std::vector<v1::JobEvent>> StateStore::LoadEvents(const std::string& job_id,
+absl::StatusOr<std::vector<v1::JobEvent>> SqliteStateStore::LoadEvents(const std::string& job_id,
                                                                  int64_t after_seq) {
   absl::MutexLock lock(&mu_);
   Statement st;
@@ -318,7 +323,7 @@ absl::StatusOr<std::vector<v1::JobEvent>> StateStore::LoadEvents(const std::stri
   return events;
 }
 
-absl::Status StateStore::SaveManifest(const v1::CheckpointManifest& manifest) {
+absl::Status SqliteStateStore::SaveManifest(const v1::CheckpointManifest& manifest) {
   const std::string blob = manifest.SerializeAsString();
   absl::MutexLock lock(&mu_);
   Statement st;
@@ -336,7 +341,7 @@ absl::Status StateStore::SaveManifest(const v1::CheckpointManifest& manifest) {
   return absl::OkStatus();
 }
 
-absl::Status StateStore::DeleteManifest(const std::string& job_id, int64_t step) {
+absl::Status SqliteStateStore::DeleteManifest(const std::string& job_id, int64_t step) {
   absl::MutexLock lock(&mu_);
   Statement st;
   if (sqlite3_prepare_v2(db_, "DELETE FROM checkpoints WHERE job_id = ? AND step = ?", -1, &st.stmt,
@@ -350,7 +355,7 @@ absl::Status StateStore::DeleteManifest(const std::string& job_id, int64_t step)
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<v1::CheckpointManifest>> StateStore::LoadManifests(
+absl::StatusOr<std::vector<v1::CheckpointManifest>> SqliteStateStore::LoadManifests(
     const std::string& job_id) {
   absl::MutexLock lock(&mu_);
   Statement st;
@@ -375,7 +380,7 @@ absl::StatusOr<std::vector<v1::CheckpointManifest>> StateStore::LoadManifests(
   return out;
 }
 
-absl::Status StateStore::SaveElasticRecord(const std::string& job_id,
+absl::Status SqliteStateStore::SaveElasticRecord(const std::string& job_id,
                                            const coordinator::ElasticRecord& record) {
   const std::string blob = record.SerializeAsString();
   absl::MutexLock lock(&mu_);
@@ -391,7 +396,7 @@ absl::Status StateStore::SaveElasticRecord(const std::string& job_id,
   return absl::OkStatus();
 }
 
-absl::StatusOr<coordinator::ElasticRecord> StateStore::LoadElasticRecord(
+absl::StatusOr<coordinator::ElasticRecord> SqliteStateStore::LoadElasticRecord(
     const std::string& job_id) {
   absl::MutexLock lock(&mu_);
   Statement st;

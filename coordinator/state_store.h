@@ -1,9 +1,15 @@
-// StateStore: the coordinator's durable state, one SQLite database in
-// --state_dir (chorus.db). Jobs and their events are written here before the
-// RPC that changed them answers, so a coordinator killed with SIGKILL and
-// restarted on the same directory knows every acknowledged job.
+// StateStore: the coordinator's durable state: jobs and their events,
+// checkpoint manifests, elastic records and the cluster id. Everything is
+// written before the RPC that changed it answers, so a coordinator killed
+// with SIGKILL and restarted (or, with etcd, another coordinator taking
+// over) knows every acknowledged job.
 //
-// Thread-safety: all methods are serialized internally.
+// Two implementations: SqliteStateStore (below), one SQLite database in
+// --state_dir, the default; and EtcdStateStore
+// (coordinator/etcd/etcd_state_store.h), shared by coordinators that elect a
+// leader through etcd, every write fenced on that leadership.
+//
+// Thread-safety: all methods are safe to call from any thread.
 //
 // Example:
 //   ASSIGN_OR_RETURN(auto store, StateStore::Open("/var/lib/chorus"));
@@ -31,60 +37,96 @@ namespace chorus {
 
 class StateStore {
  public:
-  // Opens (creating if needed) `dir`/chorus.db. FAILED_PRECONDITION naming
-  // the file if it cannot be opened or is not a Chorus database.
+  // The SQLite state in `dir` (SqliteStateStore::Open).
   static absl::StatusOr<std::unique_ptr<StateStore>> Open(const std::string& dir);
-  StateStore(const StateStore&) = delete;
-  StateStore& operator=(const StateStore&) = delete;
-  ~StateStore();
+  virtual ~StateStore() = default;
 
   // Inserts or replaces the job (by job_id), durably.
-  absl::Status SaveJob(const v1::Job& job);
+  virtual absl::Status SaveJob(const v1::Job& job) = 0;
   // Appends an event (its job_id and seq set), durably.
-  absl::Status AppendEvent(const v1::JobEvent& event);
+  virtual absl::Status AppendEvent(const v1::JobEvent& event) = 0;
   // Both in one commit: either both are stored or neither (Note [One commit
   // per change] in state_store.cc).
-  absl::Status SaveJobAndEvent(const v1::Job& job, const v1::JobEvent& event);
+  virtual absl::Status SaveJobAndEvent(const v1::Job& job, const v1::JobEvent& event) = 0;
   // Every job, oldest first.
   absl::StatusOr<std::vector<v1::Job>> LoadJobs();
-  // Calls `visit` with every job, oldest first, one at a time (a long
-  // history is never all in memory at once). `visit` must not call back
-  // into the store.
-  absl::Status ForEachJob(const std::function<void(v1::Job)>& visit);
+  // Calls `visit` with every job, oldest first (by submit_time_us, then
+  // job_id), one at a time (a long history is never all in memory at once).
+  // `visit` must not call back into the store.
+  virtual absl::Status ForEachJob(const std::function<void(v1::Job)>& visit) = 0;
   // The job `job_id`; NOT_FOUND if there is none.
-  absl::StatusOr<v1::Job> LoadJob(const std::string& job_id);
+  virtual absl::StatusOr<v1::Job> LoadJob(const std::string& job_id) = 0;
   // At most `limit` jobs whose id sorts before `before_id` (bytewise, as
   // std::string compares; every job if it is empty), the greatest first.
-  absl::StatusOr<std::vector<v1::Job>> LoadJobsBefore(const std::string& before_id, int limit);
+  virtual absl::StatusOr<std::vector<v1::Job>> LoadJobsBefore(const std::string& before_id,
+                                                              int limit) = 0;
   // The greatest seq of `job_id`'s events, 0 if it has none.
-  absl::StatusOr<int64_t> LastEventSeq(const std::string& job_id);
+  virtual absl::StatusOr<int64_t> LastEventSeq(const std::string& job_id) = 0;
   // Events of `job_id` with seq > after_seq, in order.
-  absl::StatusOr<std::vector<v1::JobEvent>> LoadEvents(const std::string& job_id,
-                                                       int64_t after_seq);
+  virtual absl::StatusOr<std::vector<v1::JobEvent>> LoadEvents(const std::string& job_id,
+                                                               int64_t after_seq) = 0;
 
   // Committed checkpoint manifests, one per (job_id, step).
-  absl::Status SaveManifest(const v1::CheckpointManifest& manifest);
-  absl::Status DeleteManifest(const std::string& job_id, int64_t step);
-  // Of `job_id` (every job if empty), oldest step first.
-  absl::StatusOr<std::vector<v1::CheckpointManifest>> LoadManifests(const std::string& job_id);
+  virtual absl::Status SaveManifest(const v1::CheckpointManifest& manifest) = 0;
+  virtual absl::Status DeleteManifest(const std::string& job_id, int64_t step) = 0;
+  // Of `job_id` (every job if empty), by job_id, then oldest step first.
+  virtual absl::StatusOr<std::vector<v1::CheckpointManifest>> LoadManifests(
+      const std::string& job_id) = 0;
 
   // An elastic job's change of generation in progress (one record per job,
   // replaced), and the record of `job_id` (an empty one if none was saved).
-  absl::Status SaveElasticRecord(const std::string& job_id,
-                                 const coordinator::ElasticRecord& record);
-  absl::StatusOr<coordinator::ElasticRecord> LoadElasticRecord(const std::string& job_id);
+  virtual absl::Status SaveElasticRecord(const std::string& job_id,
+                                         const coordinator::ElasticRecord& record) = 0;
+  virtual absl::StatusOr<coordinator::ElasticRecord> LoadElasticRecord(
+      const std::string& job_id) = 0;
 
-  const std::string& path() const { return path_; }
+  // Where the state is, for messages: a file, or etcd's endpoints and prefix.
+  virtual const std::string& path() const = 0;
 
-  // This state's cluster id: 12 hex digits drawn when the database was
+  // This state's cluster id: 12 hex digits drawn when the state was
   // created and kept for its life, so it survives restarts. Job ids are
   // only unique within a cluster (every coordinator counts from
   // job-000001); directories shared between clusters are namespaced by it
   // (Note [Shared directories per cluster] in coordinator/job_manager.cc).
-  const std::string& cluster_id() const { return cluster_id_; }
+  virtual const std::string& cluster_id() const = 0;
+};
+
+// 12 random hex digits, a new cluster id.
+std::string NewClusterId();
+
+// The state in one SQLite database, `dir`/chorus.db.
+class SqliteStateStore : public StateStore {
+ public:
+  // Opens (creating if needed) `dir`/chorus.db. FAILED_PRECONDITION naming
+  // the file if it cannot be opened or is not a Chorus database.
+  static absl::StatusOr<std::unique_ptr<SqliteStateStore>> Open(const std::string& dir);
+  SqliteStateStore(const SqliteStateStore&) = delete;
+  SqliteStateStore& operator=(const SqliteStateStore&) = delete;
+  ~SqliteStateStore() override;
+
+  absl::Status SaveJob(const v1::Job& job) override;
+  absl::Status AppendEvent(const v1::JobEvent& event) override;
+  absl::Status SaveJobAndEvent(const v1::Job& job, const v1::JobEvent& event) override;
+  absl::Status ForEachJob(const std::function<void(v1::Job)>& visit) override;
+  absl::StatusOr<v1::Job> LoadJob(const std::string& job_id) override;
+  absl::StatusOr<std::vector<v1::Job>> LoadJobsBefore(const std::string& before_id,
+                                                      int limit) override;
+  absl::StatusOr<int64_t> LastEventSeq(const std::string& job_id) override;
+  absl::StatusOr<std::vector<v1::JobEvent>> LoadEvents(const std::string& job_id,
+                                                       int64_t after_seq) override;
+  absl::Status SaveManifest(const v1::CheckpointManifest& manifest) override;
+  absl::Status DeleteManifest(const std::string& job_id, int64_t step) override;
+  absl::StatusOr<std::vector<v1::CheckpointManifest>> LoadManifests(
+      const std::string& job_id) override;
+  absl::Status SaveElasticRecord(const std::string& job_id,
+                                 const coordinator::ElasticRecord& record) override;
+  absl::StatusOr<coordinator::ElasticRecord> LoadElasticRecord(const std::string& job_id) override;
+
+  const std::string& path() const override { return path_; }
+  const std::string& cluster_id() const override { return cluster_id_; }
 
  private:
-  StateStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
+  SqliteStateStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
   absl::Status Exec(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status SaveJobLocked(const v1::Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status AppendEventLocked(const v1::JobEvent& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

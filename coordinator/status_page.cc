@@ -82,6 +82,7 @@ std::string JobListJson(const StatusPageSources& sources, absl::Time now) {
     const double age = absl::ToDoubleSeconds(now - absl::FromUnixMicros(job.submit_time_us()));
     rows.push_back(absl::StrCat(
         "{\"job_id\":", JsonString(job.job_id()), ",\"name\":", JsonString(job.spec().name()),
+        ",\"owner\":", JsonString(job.owner()),
         ",\"state\":", JsonString(v1::Job::State_Name(job.state())), ",\"step\":", step,
         ",\"total_steps\":", JsonNumber(total, 0), ",\"progress\":", JsonNumber(progress, 4),
         ",\"eta_seconds\":", JsonNumber(eta, 1), ",\"age_seconds\":", JsonNumber(age, 1),

@@ -55,7 +55,7 @@ class StatusPageTest : public ::testing::Test {
                                           "{ min_ranks: 2 max_ranks: 2 }"),
                              SpecFormat::kTextProto, "test");
     EXPECT_TRUE(spec.ok()) << spec.status();
-    const std::string job = jobs_->Submit(*spec, "")->job_id();
+    const std::string job = jobs_->Submit(*spec, "", "alice")->job_id();
     v1::AgentHello hello;
     hello.set_host("node-a");
     hello.set_slots(2);
@@ -125,8 +125,8 @@ TEST_F(StatusPageTest, JobPageCarriesRanksDiagnosesHistoryAndEvents) {
   EXPECT_THAT(*json, Not(HasSubstr("synthetic"))) << "the spec stays out of the page";
 
   const std::string list = JobListJson(Sources(), clock_.Now());
-  EXPECT_THAT(list,
-              HasSubstr("{\"job_id\":\"" + job + "\",\"name\":\"page\",\"state\":\"RUNNING\""));
+  EXPECT_THAT(list, HasSubstr("{\"job_id\":\"" + job +
+                              "\",\"name\":\"page\",\"owner\":\"alice\",\"state\":\"RUNNING\""));
   EXPECT_THAT(list, HasSubstr("\"step\":20,"));
   EXPECT_THAT(list, HasSubstr("\"diagnoses\":1,"));
 

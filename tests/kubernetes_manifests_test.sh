@@ -61,7 +61,7 @@ if start_coordinator -- --token_file "${sec}/tokens" --tls_cert "${sec}/tls.crt"
     && pass "TLS + admin token from the Secrets: chorus jobs answers" || fail "admin over TLS: ${out}"
   out=$("${cli[@]}" --token_file "${sec}/worker.token" jobs 2>&1) \
     && fail "the worker token listed jobs" \
-    || { [[ "${out}" == *"needs an admin token"* ]] && pass "the worker token is refused admin calls" \
+    || { [[ "${out}" == *"needs a user or admin token"* ]] && pass "the worker token is refused job calls" \
          || fail "worker token: ${out}"; }
 else
   fail "the coordinator did not start with the Secrets' TLS and tokens"

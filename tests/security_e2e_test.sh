@@ -4,7 +4,9 @@
 # the auth matrix through the chorus CLI, a job trained by a chorus-worker
 # whose ranks present their job's credential (never the agent's worker
 # token) and the client certificate they inherit, what a program's
-# CHORUS_TOKEN can do, and token files readable by others refused.
+# CHORUS_TOKEN can do, users who see and cancel only their own jobs
+# (`chorus whoami`, a refused cancel), and token files readable by others
+# refused.
 #
 # Usage (from Bazel): security_e2e_test.sh COORDINATOR CHORUS WORKER
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -32,12 +34,19 @@ mkdir -p "${pki}"
 
 admin_token=$(openssl rand -hex 24)
 worker_token=$(openssl rand -hex 24)
-printf '# roles\nadmin %s\nworker %s\n' "${admin_token}" "${worker_token}" > "${TMP}/tokens"
+alice_token=$(openssl rand -hex 24)
+bob_token=$(openssl rand -hex 24)
+# An old-style admin and worker line, and two users.
+printf '# roles\nadmin %s\nworker %s\nuser %s alice\nuser %s bob\n' "${admin_token}" "${worker_token}" \
+  "${alice_token}" "${bob_token}" > "${TMP}/tokens"
 echo "${admin_token}" > "${TMP}/admin.token"
+echo "${alice_token}" > "${TMP}/alice.token"
+echo "${bob_token}" > "${TMP}/bob.token"
 echo "worker ${worker_token}" > "${TMP}/worker.token"
 echo "0000000000000000000000000000" > "${TMP}/bogus.token"
 # Token files are private (a group- or world-readable one is refused).
-chmod 600 "${TMP}/tokens" "${TMP}/admin.token" "${TMP}/worker.token" "${TMP}/bogus.token"
+chmod 600 "${TMP}/tokens" "${TMP}/admin.token" "${TMP}/worker.token" "${TMP}/bogus.token" \
+  "${TMP}/alice.token" "${TMP}/bob.token"
 
 start_coordinator -s "${TMP}/state" -- \
   --token_file "${TMP}/tokens" --tls_cert "${pki}/server.pem" --tls_key "${pki}/server.key" \
@@ -76,10 +85,10 @@ out=$(c "${tls[@]}" --token_file "${TMP}/bogus.token" submit "${TMP}/job.textpro
 [[ ${rc} -eq 1 && "${out}" == *"not valid for this coordinator"* ]] && pass "unknown token: UNAUTHENTICATED" \
   || fail "bogus token rc=${rc} out='${out}'"
 out=$(c "${tls[@]}" --token_file "${TMP}/worker.token" submit "${TMP}/job.textproto" 2>&1); rc=$?
-[[ ${rc} -eq 1 && "${out}" == *"needs an admin token"* ]] && pass "worker token cannot submit: PERMISSION_DENIED" \
+[[ ${rc} -eq 1 && "${out}" == *"needs a user or admin token"* ]] && pass "worker token cannot submit: PERMISSION_DENIED" \
   || fail "worker submit rc=${rc} out='${out}'"
 out=$(c "${tls[@]}" --token_file "${TMP}/worker.token" jobs 2>&1); rc=$?
-[[ ${rc} -eq 1 && "${out}" == *"needs an admin token"* ]] && pass "worker token cannot list jobs" \
+[[ ${rc} -eq 1 && "${out}" == *"needs a user or admin token"* ]] && pass "worker token cannot list jobs" \
   || fail "worker jobs rc=${rc} out='${out}'"
 out=$(CHORUS_TOKEN="${admin_token}" c "${tls[@]}" jobs --json 2>&1); rc=$?
 [[ ${rc} -eq 0 ]] && json_get - '' <<<"${out}" >/dev/null && ! json_get - 'jobs[*].job_id' <<<"${out}" >/dev/null \
@@ -122,11 +131,27 @@ logs=$(c "${tls[@]}" --token_file "${TMP}/admin.token" logs job-000002 2>&1)
 [[ ${rc} -eq 0 && "${logs}" == *"probe: CHORUS_TOKEN is the credential of job-000002; CHORUS_TOKEN_FILE=''"* ]] \
   && pass "a program's CHORUS_TOKEN is its own job's credential, not the worker token" \
   || fail "program credential rc=${rc} err=$(tail -3 "${TMP}/probe_submit.err") logs=${logs}"
-[[ "${logs}" == *"probe: jobs refused: "*"needs an admin token"*"credential of job job-000002"* ]] \
+[[ "${logs}" == *"probe: jobs refused: "*"needs a user or admin token"*"credential of job job-000002"* ]] \
   && pass "a program's CHORUS_TOKEN cannot make admin calls" || fail "program admin call: ${logs}"
 [[ "${logs}" != *"${worker_token}"* ]] && pass "the worker token appears nowhere in the program's output" \
   || fail "the worker token reached the program"
 kill -TERM "${worker_pid}"; wait "${worker_pid}" 2>/dev/null
+
+# --- users: whoami, and a job only its owner (or an admin) may cancel
+out=$(c "${tls[@]}" --token_file "${TMP}/alice.token" whoami 2>&1); rc=$?
+[[ ${rc} -eq 0 && "${out}" == "alice (user)" ]] && pass "whoami: alice (user)" || fail "whoami rc=${rc} out='${out}'"
+out=$(c "${tls[@]}" --token_file "${TMP}/admin.token" whoami 2>&1)
+[[ "${out}" == "admin (admin)" ]] && pass "whoami: an old admin line is the user admin" || fail "admin whoami '${out}'"
+job=$(c "${tls[@]}" --token_file "${TMP}/alice.token" submit "${TMP}/job.textproto" 2>/dev/null)
+[[ "${job}" == "job-000003" ]] && pass "alice submits ${job}" || fail "alice submit: ${job}"
+out=$(c "${tls[@]}" --token_file "${TMP}/bob.token" cancel "${job}" 2>&1); rc=$?
+[[ ${rc} -eq 1 && "${out}" == *"${job} belongs to alice; only alice or an admin may cancel it"* ]] \
+  && pass "bob cannot cancel alice's job" || fail "bob cancel rc=${rc} out='${out}'"
+out=$(c "${tls[@]}" --token_file "${TMP}/bob.token" jobs 2>&1)
+[[ $(grep "^${job} " <<<"${out}") =~ ^${job}\ +[^\ ]+\ +alice\ +(PENDING|RUNNING) ]] \
+  && pass "bob's listing shows alice's job, its owner and state" || fail "bob jobs: ${out}"
+out=$(c "${tls[@]}" --token_file "${TMP}/alice.token" cancel "${job}" 2>&1); rc=$?
+[[ ${rc} -eq 0 ]] && pass "alice cancels her job" || fail "alice cancel rc=${rc} out='${out}'"
 
 # --- a token file others can read is refused, saying how to fix it
 cp "${TMP}/admin.token" "${TMP}/open.token" && chmod 644 "${TMP}/open.token"

@@ -147,7 +147,7 @@ void AddFlags(CLI::App& app, AgentFlags& flags) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--token_file", flags.token_file,
-                 "File holding a worker (or admin) token, for a coordinator started with "
+                 "File holding an agent (or admin) token, for a coordinator started with "
                  "--token_file (or set CHORUS_TOKEN / CHORUS_TOKEN_FILE); readable by its owner only. "
                  "Ranks get their job's own credential instead.");
   app.add_option("--tls_ca", flags.tls_ca,

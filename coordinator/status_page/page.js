@@ -40,13 +40,15 @@
       var link = el('a', { href: '/jobs/' + encodeURIComponent(j.job_id) }, [j.job_id]);
       var id = el('td', { 'class': 'text' }, [link]);
       return el('tr', { 'data-job': j.job_id }, [
-        id, td(j.name, 'text'), td(j.state, 'text state-' + j.state), td(j.world_size),
+        id, td(j.name, 'text'), td(j.owner || '', 'text'), td(j.state, 'text state-' + j.state),
+        td(j.world_size),
         td(j.step), td(j.progress >= 0 ? (100 * j.progress).toFixed(1) + ' %' : ''),
         td(duration(j.eta_seconds)), td(duration(j.age_seconds)), td(fixed(j.samples_per_second, 1)),
         td(j.diagnoses ? j.diagnoses : ''), td(j.reason, 'text')]);
     });
     main.replaceChildren(el('h2', {}, ['Jobs']), table(
-      [['job', 'text'], ['name', 'text'], ['state', 'text'], ['ranks'], ['step'], ['progress'],
+      [['job', 'text'], ['name', 'text'], ['owner', 'text'], ['state', 'text'], ['ranks'], ['step'],
+       ['progress'],
        ['ETA'], ['age'], ['samples/s'], ['problems'], ['reason', 'text']], rows));
   }
 
@@ -91,6 +93,7 @@
     });
     var summary = el('p', { 'class': 'summary' }, [
       el('span', { 'class': 'state-' + job.state }, ['state ' + (job.state || '')]),
+      el('span', {}, [job.owner ? 'owner ' + job.owner : '']),
       el('span', {}, ['generation ' + num(job.generation)]),
       el('span', {}, ['ranks ' + num(job.world_size)]),
       el('span', {}, [job.reason ? 'reason: ' + job.reason : ''])]);

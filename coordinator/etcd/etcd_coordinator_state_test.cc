@@ -1,0 +1,152 @@
+// Coordinators on etcd state: the checkpoint directory check, and two
+// CoordinatorServers in this process taking over from each other through
+// a real etcd member, the deposed one's RPCs refused by the fence.
+#include "coordinator/etcd/etcd_coordinator_state.h"
+
+#include <memory>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "chorus/v1/coordinator.grpc.pb.h"
+#include "common/job_spec.h"
+#include "coordinator/etcd/etcd_test_cluster.h"
+#include "coordinator/server.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+
+namespace chorus {
+namespace {
+
+std::string TempDir(const std::string& name) {
+  return absl::StrCat(testing::TempDir(), "/", name);
+}
+
+std::unique_ptr<EtcdCoordinatorState> Coordinator(const EtcdTestCluster& etcd,
+                                                  const std::string& id,
+                                                  const std::string& checkpoint_dir) {
+  EtcdCoordinatorStateOptions options;
+  options.url = *ParseStateUrl(absl::StrCat("etcd://", etcd.endpoints(), "/chorus"));
+  options.self.id = id;
+  options.checkpoint_dir = checkpoint_dir;
+  absl::StatusOr<std::unique_ptr<EtcdCoordinatorState>> state =
+      EtcdCoordinatorState::Connect(options);
+  EXPECT_TRUE(state.ok()) << state.status();
+  return state.ok() ? *std::move(state) : nullptr;
+}
+
+TEST(EtcdCoordinatorStateTest, OptionsNameTheFlag) {
+  EtcdCoordinatorStateOptions options;
+  options.url = *ParseStateUrl("etcd://127.0.0.1:2379/chorus");
+  EXPECT_TRUE(absl::StrContains(ValidateEtcdCoordinatorStateOptions(options).message(),
+                                "needs --checkpoint_dir"));
+  options.checkpoint_dir = "/shared/checkpoints";
+  EXPECT_TRUE(ValidateEtcdCoordinatorStateOptions(options).ok());
+  options.lease_ttl = absl::Milliseconds(500);
+  EXPECT_TRUE(absl::StrContains(ValidateEtcdCoordinatorStateOptions(options).message(),
+                                "--leader_lease_seconds"));
+}
+
+TEST(EtcdCoordinatorStateTest, ALeaderWithoutTheSharedCheckpointDirectoryRefusesToStart) {
+  auto etcd = EtcdTestCluster::Start(1);
+  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  const std::string shared = TempDir("shared_checkpoints");
+  auto a = Coordinator(**etcd, "a", shared);
+  auto b = Coordinator(**etcd, "b", TempDir("local_checkpoints"));
+  auto c = Coordinator(**etcd, "c", shared);
+  ASSERT_TRUE(a && b && c);
+
+  ASSERT_TRUE(a->leadership().Campaign().ok());
+  ASSERT_TRUE(a->OpenState().ok());
+  a->leadership().Resign();
+  ASSERT_TRUE(b->leadership().Campaign().ok());
+  absl::StatusOr<std::unique_ptr<StateStore>> refused = b->OpenState();
+  EXPECT_TRUE(absl::IsFailedPrecondition(refused.status())) << refused.status();
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), TempDir("local_checkpoints")))
+      << refused.status();
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "shared storage")) << refused.status();
+  b->leadership().Resign();
+  ASSERT_TRUE(c->leadership().Campaign().ok());
+  absl::StatusOr<std::unique_ptr<StateStore>> opened = c->OpenState();
+  EXPECT_TRUE(opened.ok()) << opened.status();
+}
+
+std::unique_ptr<CoordinatorServer> StartServer(EtcdCoordinatorState& etcd, const std::string& name,
+                                               const std::string& checkpoint_dir) {
+  ServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.http_listen = "off";
+  options.checkpoint_data_port = -1;
+  options.state_dir = TempDir(name);
+  options.checkpoint_dir = checkpoint_dir;
+  options.open_state = [&etcd] { return etcd.OpenState(); };
+  absl::StatusOr<std::unique_ptr<CoordinatorServer>> server = CoordinatorServer::Start(options);
+  EXPECT_TRUE(server.ok()) << server.status();
+  return server.ok() ? *std::move(server) : nullptr;
+}
+
+grpc::Status Submit(const CoordinatorServer& server, v1::SubmitJobResponse* submitted) {
+  auto stub = v1::JobService::NewStub(
+      grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = *ParseJobSpec(
+      "model { mlp {} } data { synthetic {} } resources { min_ranks: 2 max_ranks: 2 }",
+      SpecFormat::kTextProto, "test");
+  return stub->SubmitJob(&context, request, submitted);
+}
+
+std::vector<std::string> ListJobs(const CoordinatorServer& server) {
+  auto stub = v1::JobService::NewStub(
+      grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::ListJobsRequest request;
+  v1::ListJobsResponse listed;
+  EXPECT_TRUE(stub->ListJobs(&context, request, &listed).ok());
+  std::vector<std::string> ids;
+  for (const v1::Job& job : listed.jobs()) ids.push_back(job.job_id());
+  return ids;
+}
+
+// The split brain at the RPC level: coordinator a's lease is revoked behind
+// its back and b takes over with a's jobs; a submission a still accepts is
+// refused by the fence and never reaches b's state.
+TEST(EtcdCoordinatorStateTest, ANewLeaderServesTheJobsAndTheOldOnesWritesAreFenced) {
+  auto etcd = EtcdTestCluster::Start(1);
+  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  const std::string shared = TempDir("server_checkpoints");
+  auto a = Coordinator(**etcd, "a", shared);
+  auto b = Coordinator(**etcd, "b", shared);
+  ASSERT_TRUE(a && b);
+  ASSERT_TRUE(a->leadership().Campaign().ok());
+  auto server_a = StartServer(*a, "server_a", shared);
+  ASSERT_NE(server_a, nullptr);
+  v1::SubmitJobResponse submitted;
+  ASSERT_TRUE(Submit(*server_a, &submitted).ok());
+  EXPECT_EQ(submitted.job_id(), "job-000001");
+
+  etcdserverpb::RangeRequest get;
+  get.set_key(a->leadership().key());
+  auto held = b->client().Range(get);
+  ASSERT_TRUE(held.ok() && held->kvs_size() == 1);
+  ASSERT_TRUE(b->client().LeaseRevoke(held->kvs(0).lease()).ok());
+  ASSERT_TRUE(b->leadership().Campaign().ok());
+  auto server_b = StartServer(*b, "server_b", shared);
+  ASSERT_NE(server_b, nullptr);
+  EXPECT_EQ(ListJobs(*server_b), std::vector<std::string>{"job-000001"});
+
+  const grpc::Status stale = Submit(*server_a, &submitted);
+  EXPECT_EQ(stale.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << stale.error_message();
+  EXPECT_TRUE(absl::StrContains(stale.error_message(), "no longer leads (fenced by etcd)"))
+      << stale.error_message();
+  EXPECT_EQ(ListJobs(*server_b), std::vector<std::string>{"job-000001"});
+  for (auto* server : {server_a.get(), server_b.get()}) {
+    server->Shutdown(absl::Seconds(1));
+    server->Wait();
+  }
+}
+
+}  // namespace
+}  // namespace chorus

@@ -1,0 +1,109 @@
+// EtcdLeadership: leader election among the coordinators sharing one etcd
+// prefix, through a lease-guarded key PREFIX/leader (Note [Leader lease] in
+// etcd_leadership.cc for why IsLeader turns false before anyone else can
+// win, and how the state's writes are fenced on the key's create_revision).
+//
+// Thread-safety: every method may be called from any thread. The object
+// owns one keep-alive thread while it leads, joined by Resign, Stop and the
+// destructor.
+//
+// Example:
+//   EtcdLeadership leadership(*etcd, {.prefix = "/chorus", .self = me});
+//   RETURN_IF_ERROR(leadership.Campaign());
+//   ASSIGN_OR_RETURN(auto state, EtcdStateStore::Open(*etcd, "/chorus",
+//                                                   leadership.fence()));
+#ifndef CHORUS_COORDINATOR_ETCD_ETCD_LEADERSHIP_H_
+#define CHORUS_COORDINATOR_ETCD_ETCD_LEADERSHIP_H_
+
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "coordinator/etcd/etcd_client.h"
+#include "coordinator/leadership.h"
+
+namespace chorus {
+
+// What a leader's writes are fenced on: the leader key and the revision at
+// which this coordinator created it.
+struct LeaderFence {
+  std::string key;
+  int64_t create_revision = 0;
+};
+
+struct EtcdLeadershipOptions {
+  // The state's prefix (no trailing '/'); the leader key is PREFIX/leader.
+  std::string prefix;
+  LeaderInfo self;
+  // The lease's time to live (--leader_lease_seconds); a deposed or dead
+  // leader is replaced within about this long. etcd grants at least its own
+  // minimum (about 2 s with default election settings).
+  absl::Duration lease_ttl = absl::Seconds(2);
+  // How often a coordinator that does not lead looks for the key's absence.
+  absl::Duration poll_interval = absl::Milliseconds(100);
+  // Subtracted from every lease's end for clock rate differences between
+  // this machine and etcd's leader (Note [Leader lease]).
+  absl::Duration safety_margin = absl::Milliseconds(250);
+};
+
+class EtcdLeadership : public Leadership {
+ public:
+  // `etcd` must outlive this object.
+  EtcdLeadership(EtcdClient& etcd, EtcdLeadershipOptions options);
+  EtcdLeadership(const EtcdLeadership&) = delete;
+  EtcdLeadership& operator=(const EtcdLeadership&) = delete;
+  ~EtcdLeadership() override;
+
+  absl::Status Campaign() override;
+  bool IsLeader() const override;
+  std::optional<LeaderInfo> Leader() const override;
+  void WaitUntilLost() override;
+  void Resign() override;
+  void Stop() override;
+
+  // The fence of the leadership this coordinator won last (create_revision
+  // 0 before it first won). Stays set after the leadership is lost, so that
+  // a deposed leader's writes are refused by etcd rather than skipped.
+  LeaderFence fence() const;
+  const std::string& key() const { return key_; }
+
+ private:
+  // One attempt: OK with `*won` set, or an error from etcd.
+  absl::Status TryToWin(bool* won);
+  // The keep-alive thread's body: renews the lease every TTL/3 until the
+  // leadership is lost or given up.
+  void KeepAlive();
+  // Renews once; false when the leadership is gone for good.
+  bool RenewOnce() ABSL_LOCKS_EXCLUDED(mu_);
+  void MarkLost(absl::string_view why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stops the keep-alive thread and, if `release`, deletes the key and
+  // revokes the lease.
+  void GiveUp(bool release) ABSL_LOCKS_EXCLUDED(mu_);
+  bool Valid() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  EtcdClient& etcd_;
+  const EtcdLeadershipOptions options_;
+  const std::string key_;
+
+  mutable absl::Mutex mu_;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  bool leading_ ABSL_GUARDED_BY(mu_) = false;
+  bool keep_alive_exit_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t lease_id_ ABSL_GUARDED_BY(mu_) = 0;
+  // The lease certainly lives until then (Note [Leader lease]).
+  absl::Time valid_until_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  absl::Duration granted_ttl_ ABSL_GUARDED_BY(mu_);
+  LeaderFence fence_ ABSL_GUARDED_BY(mu_);
+  LeaderInfo self_ ABSL_GUARDED_BY(mu_);
+  // Held while the keep-alive thread is started or joined (never with mu_).
+  absl::Mutex thread_mu_;
+  std::thread keep_alive_ ABSL_GUARDED_BY(thread_mu_);
+};
+
+}  // namespace chorus
+
+#endif  // CHORUS_COORDINATOR_ETCD_ETCD_LEADERSHIP_H_
