@@ -52,6 +52,19 @@ std::string LeaderMetricsText(bool leading, int64_t leader_changes) {
       leader_changes, "\n");
 }
 
+AdvertisedAddress AdvertisedAddressOf(const ServerOptions& options,
+                                      const LeaderLoop::Ports& ports) {
+  AdvertisedAddress advertised;
+  absl::StatusOr<HostPort> listen = ParseHostPort(options.listen);
+  if (listen.ok()) advertised.grpc = FormatHostPort(listen->host, ports.grpc);
+  if (ports.http != 0 && options.http_listen != "off") {
+    absl::StatusOr<HostPort> http = ParseHostPort(options.http_listen);
+    const std::string host = options.http_listen.empty() || !http.ok() ? "127.0.0.1" : http->host;
+    advertised.http_url = absl::StrCat("http://", FormatHostPort(host, ports.http));
+  }
+  return advertised;
+}
+
 CoordinatorProcess::CoordinatorProcess(ServerOptions options, Leadership& leadership, bool follow,
                                        std::function<void(const LeaderLoop::Ports&)> on_listening)
     : options_(std::move(options)),

@@ -34,6 +34,15 @@ namespace chorus {
 // chorus_leader and chorus_leader_changes_total in Prometheus text format.
 std::string LeaderMetricsText(bool leading, int64_t leader_changes);
 
+// Where clients reach a coordinator started with `options` once it bound
+// `ports`: its gRPC HOST:PORT and the http://HOST:PORT of its status page
+// (empty without an HTTP port).
+struct AdvertisedAddress {
+  std::string grpc;
+  std::string http_url;
+};
+AdvertisedAddress AdvertisedAddressOf(const ServerOptions& options, const LeaderLoop::Ports& ports);
+
 class CoordinatorProcess {
  public:
   // `follow`: serve a FollowerServer while another coordinator leads.

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -217,13 +218,16 @@ bool WritePortFile(const std::string& path, const char* flag, int port) {
 
 // Runs a CoordinatorProcess over `leadership` (with a follower server while
 // another coordinator leads, when `follow`) until SIGINT/SIGTERM, which give
-// leadership up; the exit status.
+// leadership up; the exit status. `on_listening` (if set) learns the ports
+// once the first server has bound them, before the port files are written.
 int RunProcess(const Flags& flags, const sigset_t& stop_signals, chorus::ServerOptions options,
-               chorus::Leadership& leadership, bool follow) {
+               chorus::Leadership& leadership, bool follow,
+               std::function<void(const chorus::LeaderLoop::Ports&)> on_listening = nullptr) {
   bool port_files_written = true;  // only the loop's thread
   std::unique_ptr<chorus::CoordinatorProcess> process;
   process = std::make_unique<chorus::CoordinatorProcess>(
       std::move(options), leadership, follow, [&](const chorus::LeaderLoop::Ports& ports) {
+        if (on_listening) on_listening(ports);
         // The HTTP port's file first: a script that waits for --port_file finds both.
         port_files_written = WritePortFile(flags.http_port_file, "--http_port_file", ports.http) &&
                              WritePortFile(flags.port_file, "--port_file", ports.grpc);
@@ -265,8 +269,15 @@ int ServeFromEtcd(const Flags& flags, const sigset_t& stop_signals) {
   chorus::ServerOptions options = flags.options;
   options.open_state = [state = etcd->get()] { return state->OpenState(); };
   LOG(INFO) << "campaigning for the leadership of " << flags.state;
-  return RunProcess(flags, stop_signals, std::move(options), (*etcd)->leadership(),
-                    /*follow=*/true);
+  chorus::EtcdLeadership& leadership = (*etcd)->leadership();
+  // The leader record names the ports actually bound (the follower binds
+  // them before the first campaign), not --listen's port 0.
+  auto advertise = [&flags, &leadership](const chorus::LeaderLoop::Ports& ports) {
+    chorus::AdvertisedAddress self = chorus::AdvertisedAddressOf(flags.options, ports);
+    leadership.SetSelfAddress(std::move(self.grpc), std::move(self.http_url));
+  };
+  return RunProcess(flags, stop_signals, std::move(options), leadership, /*follow=*/true,
+                    advertise);
 }
 
 // Serves until SIGINT or SIGTERM; the exit status.
