@@ -4,7 +4,8 @@
 # chorus CLI given both. One leads, the other follows and names the leader;
 # kill -9 of the leader moves the leadership to the follower, and a CLI call
 # made through the list during the failover waits for it and finds the job
-# submitted before; SIGTERM then stops the new leader cleanly.
+# submitted before; a coordinator started again follows the new leader, and
+# SIGTERM stops the new leader cleanly.
 #
 # Usage (from Bazel): failover_e2e_test.sh COORDINATOR CHORUS
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -70,6 +71,14 @@ out=$("${CHORUS}" --coordinator "${both}" --timeout 3 coordinators 2>&1); rc=$?
   && pass "chorus coordinators: a unreachable, b leads" \
   || fail "coordinators after the kill rc=${rc} out='${out}'"
 kill -0 "${b_pid}" 2>/dev/null && pass "b still runs" || fail "b exited"
+
+# --- a started again (on a new port) follows b
+start_one a2 || { fail "coordinator a2 wrote no port"; finish; }
+a2=${COORDINATOR_ADDR}
+out=$("${CHORUS}" --coordinator "${a2},${b}" --timeout 5 coordinators 2>&1); rc=$?
+[[ ${rc} -eq 0 && "${out}" == *"${a2}"*follower*"${b}"*"${b}"*leader*"${b}"* ]] \
+  && pass "a coordinator started again follows the new leader" \
+  || fail "coordinators with a2 rc=${rc} out='${out}'"
 
 # --- SIGTERM ends b cleanly
 kill -TERM "${b_pid}"
