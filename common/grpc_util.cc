@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 
 #include <memory>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -104,6 +105,32 @@ absl::Status Resolve(const std::string& host, std::string* v4, std::string* v6) 
   return absl::OkStatus();
 }
 
+// Note [Driving a list channel]
+// gRPC makes progress on a channel's connections (a TCP connect, the TLS
+// and HTTP/2 handshakes, the health stream) only while some thread polls
+// for it: a call waiting on the channel, or gRPC's backup poller, which
+// runs every 5 s, longer than a connection attempt may take (the attempt is
+// abandoned after the reconnect backoff, 0.2-2 s). With one address a call
+// made while the coordinator restarts waits for the connection and so polls
+// it. On a list channel round_robin fails calls at once while no
+// coordinator is ready, so a client that retries without wait_for_ready
+// (the agent's stream, a rank's Join) polls nothing, and after a failover
+// the new leader's connection never completed (the agent of
+// failover_e2e_test never reconnected). So a list channel gets a thread
+// that waits on its state changes, 0.5 s at a time, which polls its
+// connections. It holds the channel only while it waits, and ends when it
+// is the channel's last holder.
+void DriveConnections(const std::shared_ptr<grpc::Channel>& channel) {
+  std::thread([weak = std::weak_ptr<grpc::Channel>(channel)] {
+    while (true) {
+      std::shared_ptr<grpc::Channel> held = weak.lock();
+      if (held == nullptr || held.use_count() == 1) return;
+      const grpc_connectivity_state state = held->GetState(/*try_to_connect=*/true);
+      held->WaitForStateChange(state, absl::ToChronoTime(absl::Now() + absl::Milliseconds(500)));
+    }
+  }).detach();
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> CoordinatorListTarget(const std::string& addresses) {
@@ -168,8 +195,10 @@ std::shared_ptr<grpc::Channel> MakeCoordinatorChannel(const std::string& address
   std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> interceptors;
   if (!security.token.empty())
     interceptors.push_back(std::make_unique<BearerTokenFactory>(security.token));
-  return grpc::experimental::CreateCustomChannelWithInterceptors(target, credentials, args,
-                                                                 std::move(interceptors));
+  std::shared_ptr<grpc::Channel> channel = grpc::experimental::CreateCustomChannelWithInterceptors(
+      target, credentials, args, std::move(interceptors));
+  if (target != address) DriveConnections(channel);
+  return channel;
 }
 
 absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> CheckHealth(

@@ -2,16 +2,18 @@
 # End to end: two chorus-coordinator processes sharing one etcd member (its
 # own data directory and free loopback ports, stopped at the end), and the
 # chorus CLI given both. One leads, the other follows and names the leader;
-# kill -9 of the leader moves the leadership to the follower, and a CLI call
+# a node agent given both connects to the leader; kill -9 of the leader moves
+# the leadership to the follower, the agent reconnects to it, and a CLI call
 # made through the list during the failover waits for it and finds the job
 # submitted before; a coordinator started again follows the new leader, and
 # SIGTERM stops the new leader cleanly.
 #
-# Usage (from Bazel): failover_e2e_test.sh COORDINATOR CHORUS
+# Usage (from Bazel): failover_e2e_test.sh COORDINATOR CHORUS WORKER
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 COORDINATOR=$1
 CHORUS=$2
+WORKER=$3
 
 read -r client_port peer_port < <(python3 -c '
 import socket
@@ -53,7 +55,13 @@ out=$("${CHORUS}" --coordinator "${b}" --timeout 3 jobs 2>&1); rc=$?
 out=$("${CHORUS}" --coordinator "${both}" --timeout 5 coordinators 2>&1); rc=$?
 [[ ${rc} -eq 0 && "${out}" == *"${a}"*leader*"${a}"*"${b}"*follower*"${a}"* ]] \
   && pass "chorus coordinators: a leads, b follows" || fail "coordinators rc=${rc} out='${out}'"
-printf 'model { mlp {} }\ndata { synthetic {} }\n' > "${TMP}/job.textproto"
+"${WORKER}" --coordinator "${both}" --slots 1 --host node-x 2>"${TMP}/agent.log" &
+track_pid $!
+wait_for "grep -q 'connected to ${both} as agent-' '${TMP}/agent.log'" 20 \
+  && pass "an agent given both connects" || fail "agent: $(tail -3 "${TMP}/agent.log")"
+# Two ranks: it waits PENDING beside the one slot.
+printf 'model { mlp {} }\ndata { synthetic {} }\nresources { min_ranks: 2 max_ranks: 2 }\n' \
+  > "${TMP}/job.textproto"
 job=$("${CHORUS}" --coordinator "${both}" --timeout 5 submit "${TMP}/job.textproto" 2>/dev/null); rc=$?
 [[ ${rc} -eq 0 && "${job}" == job-* ]] && pass "submit through the list: ${job}" \
   || fail "submit rc=${rc} out='${job}'"
@@ -70,6 +78,9 @@ out=$("${CHORUS}" --coordinator "${both}" --timeout 3 coordinators 2>&1); rc=$?
 [[ ${rc} -eq 0 && "${out}" == *"${a}"*unreachable*"${b}"*leader* ]] \
   && pass "chorus coordinators: a unreachable, b leads" \
   || fail "coordinators after the kill rc=${rc} out='${out}'"
+wait_for "\"${CHORUS}\" --coordinator '${both}' --timeout 3 agents 2>/dev/null | grep -q node-x" 20 \
+  && pass "the agent reconnected to the new leader" \
+  || fail "no agent at b: $(tail -3 "${TMP}/agent.log")"
 kill -0 "${b_pid}" 2>/dev/null && pass "b still runs" || fail "b exited"
 
 # --- a started again (on a new port) follows b
