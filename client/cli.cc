@@ -47,6 +47,7 @@ int RunChorus(int argc, const char* const* argv, GlobalOptions& global) {
   AddCoordinatorsCommand(app, global, exit_code);
   AddSubmitCommand(app, global, exit_code);
   AddJobsCommand(app, global, exit_code);
+  AddQueueCommand(app, global, exit_code);
   AddStatusCommand(app, global, exit_code);
   AddTopCommand(app, global, exit_code);
   AddCancelCommand(app, global, exit_code);

@@ -21,6 +21,7 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "absl/status/statusor.h"
 #include "chorus/v1/coordinator.pb.h"
 #include "grpcpp/channel.h"
 
@@ -56,6 +57,7 @@ void AddPingCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);
 void AddCoordinatorsCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);
 void AddSubmitCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);
 void AddJobsCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);
+void AddQueueCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);
 void AddStatusCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);
 void AddCancelCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);
 void AddUpCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);
@@ -69,6 +71,11 @@ void AddDrainCommand(CLI::App& app, const GlobalOptions& global, int& exit_code)
 void AddAgentsCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);
 void AddDatasetCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);
 void AddWhoamiCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);
+
+// The coordinator's queue in placement order (client/queue.cc).
+absl::StatusOr<v1::GetQueueResponse> GetQueue(const GlobalOptions& global);
+// The table `chorus queue` prints for `queue`.
+std::string FormatQueue(const v1::GetQueueResponse& queue);
 
 // One line for an agent: id, host, state, busy slots, jobs (client/drain.cc).
 std::string FormatAgent(const v1::AgentInfo& agent);

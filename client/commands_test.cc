@@ -192,6 +192,70 @@ TEST_F(CommandsTest, JobsJsonIsTheListJobsResponse) {
   EXPECT_THAT(out_.str(), HasSubstr("\"job_id\": \"job-000001\""));
 }
 
+TEST_F(CommandsTest, JobsShowsWhyAPendingJobWaits) {
+  coordinator_.AddJob(MakeJob("job-000001", "mnist", v1::Job::PENDING, 2, 2));
+  v1::GetQueueResponse queue;
+  v1::QueuedJobInfo& info = *queue.add_jobs();
+  info.set_job_id("job-000001");
+  info.set_reason("alice uses 8 of 8 CPU slots (quota); the job needs 2");
+  coordinator_.SetQueue(queue);
+
+  EXPECT_EQ(Run({"jobs"}), kExitOk);
+
+  std::vector<std::string> lines = Lines(out_.str());
+  ASSERT_THAT(lines, SizeIs(2)) << out_.str();
+  EXPECT_THAT(lines[1], HasSubstr("alice uses 8 of 8 CPU slots (quota); the job needs 2"));
+}
+
+// ---------------------------------------------------------------- queue
+
+TEST_F(CommandsTest, QueuePrintsTheJobsInPlacementOrderWithTheirReasons) {
+  v1::GetQueueResponse queue;
+  v1::QueuedJobInfo& high = *queue.add_jobs();
+  high.set_job_id("job-000007");
+  high.set_name("urgent");
+  high.set_owner("alice");
+  high.set_priority(v1::JobSpec::HIGH);
+  high.set_min_ranks(4);
+  high.set_device(v1::ResourceSpec::CPU);
+  high.set_holds_reservation(true);
+  high.set_reason("waiting for 4 free CPU slots; 1 agent has 2 free; it is first in line");
+  v1::QueuedJobInfo& low = *queue.add_jobs();
+  low.set_job_id("job-000003");
+  low.set_name("sweep");
+  low.set_priority(v1::JobSpec::LOW);
+  low.set_min_ranks(1);
+  low.set_device(v1::ResourceSpec::CUDA);
+  low.set_reason("waiting behind job-000007");
+  coordinator_.SetQueue(queue);
+
+  EXPECT_EQ(Run({"queue"}), kExitOk);
+
+  std::vector<std::string> lines = Lines(out_.str());
+  ASSERT_THAT(lines, SizeIs(4)) << out_.str();
+  EXPECT_THAT(Words(lines[0]),
+              ElementsAre("#", "JOB", "NAME", "OWNER", "PRIORITY", "RANKS", "SUBMITTED", "REASON"));
+  EXPECT_THAT(Words(lines[1]),
+              testing::IsSupersetOf({"1", "job-000007", "urgent", "alice", "HIGH", "4", "CPU"}));
+  EXPECT_THAT(lines[1], HasSubstr("it is first in line"));
+  EXPECT_THAT(Words(lines[2]),
+              testing::IsSupersetOf({"2", "job-000003", "sweep", "-", "LOW", "1", "CUDA"}));
+  EXPECT_EQ(lines[3],
+            "No start times are estimated: jobs do not declare how long they run "
+            "(docs/scheduling.md).");
+
+  out_.str("");
+  EXPECT_EQ(Run({"queue", "--json"}), kExitOk);
+  v1::GetQueueResponse printed;
+  ASSERT_TRUE(JsonStringToMessage(out_.str(), &printed).ok()) << out_.str();
+  EXPECT_TRUE(MessageDifferencer::Equals(printed, queue)) << printed.DebugString();
+}
+
+TEST_F(CommandsTest, AnEmptyQueueSaysSo) {
+  EXPECT_EQ(Run({"queue"}), kExitOk);
+  EXPECT_EQ(out_.str(), "no queued jobs\n");
+}
+
 // With a long history `chorus jobs` shows the newest few and says how to see
 // more; --limit 0 pages through all of them.
 TEST_F(CommandsTest, JobsPagesThroughALongHistory) {

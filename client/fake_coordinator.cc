@@ -148,6 +148,14 @@ class FakeCoordinator::Jobs final : public v1::JobService::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status GetQueue(grpc::ServerContext*, const v1::GetQueueRequest*,
+                        v1::GetQueueResponse* response) override {
+    absl::MutexLock lock(&owner_.mu_);
+    ++owner_.calls_;
+    *response = owner_.queue_;
+    return grpc::Status::OK;
+  }
+
   grpc::Status ListAgents(grpc::ServerContext*, const v1::ListAgentsRequest*,
                           v1::ListAgentsResponse* response) override {
     absl::MutexLock lock(&owner_.mu_);
@@ -342,6 +350,11 @@ void FakeCoordinator::set_health(ServingStatus status) {
 std::vector<v1::SubmitJobRequest> FakeCoordinator::submits() const {
   absl::MutexLock lock(&mu_);
   return submits_;
+}
+
+void FakeCoordinator::SetQueue(const v1::GetQueueResponse& queue) {
+  absl::MutexLock lock(&mu_);
+  queue_ = queue;
 }
 
 std::vector<v1::ListJobsRequest> FakeCoordinator::list_jobs_requests() const {

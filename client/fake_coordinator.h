@@ -56,6 +56,8 @@ class FakeCoordinator {
   // A connected agent, listed by ListAgents; DrainAgent (by id or host)
   // makes it DRAINING, or DRAINED when it has no busy slot.
   void AddAgent(const v1::AgentInfo& agent);
+  // What GetQueue answers (default: an empty queue).
+  void SetQueue(const v1::GetQueueResponse& queue);
   void SetCheckpoints(const std::string& job_id, std::vector<v1::CheckpointManifest> manifests);
   // The file Download serves for (job_id, step, name); step 0 in a request
   // means the newest step stored for the job.
@@ -110,6 +112,7 @@ class FakeCoordinator {
   std::vector<v1::GetJobStatusRequest> status_requests_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::CancelJobRequest> cancels_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::AgentInfo> agents_ ABSL_GUARDED_BY(mu_);
+  v1::GetQueueResponse queue_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::DrainAgentRequest> drains_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::ListCheckpointsRequest> list_checkpoints_requests_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::DownloadCheckpointRequest> downloads_ ABSL_GUARDED_BY(mu_);

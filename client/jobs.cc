@@ -1,6 +1,8 @@
 // chorus jobs: the coordinator's jobs, newest first.
 
+#include <algorithm>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -38,6 +40,21 @@ absl::StatusOr<v1::ListJobsResponse> ListJobs(const GlobalOptions& global,
     request.set_page_token(response.next_page_token());
   }
   return all;
+}
+
+// Why each PENDING job of `listed` waits, from the coordinator's queue;
+// empty when none is PENDING or the coordinator does not say (an older one).
+std::map<std::string, std::string> WaitingReasons(const GlobalOptions& global,
+                                                  const v1::ListJobsResponse& listed) {
+  std::map<std::string, std::string> reasons;
+  const bool any_pending =
+      std::any_of(listed.jobs().begin(), listed.jobs().end(),
+                  [](const v1::Job& job) { return job.state() == v1::Job::PENDING; });
+  if (!any_pending) return reasons;
+  absl::StatusOr<v1::GetQueueResponse> queue = GetQueue(global);
+  if (!queue.ok()) return reasons;
+  for (const v1::QueuedJobInfo& job : queue->jobs()) reasons[job.job_id()] = job.reason();
+  return reasons;
 }
 
 }  // namespace
@@ -78,6 +95,7 @@ void AddJobsCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) 
     } else {
       *global.out << absl::StrFormat("%-12s %-24s %-12s %-10s %-7s %-19s %s\n", "JOB", "NAME",
                                      "OWNER", "STATE", "RANKS", "SUBMITTED", "REASON");
+      const std::map<std::string, std::string> waiting = WaitingReasons(global, response);
       for (const v1::Job& job : response.jobs()) {
         const v1::ResourceSpec& r = job.spec().resources();
         std::string ranks = r.min_ranks() == r.max_ranks()
@@ -85,9 +103,10 @@ void AddJobsCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) 
                                 : absl::StrFormat("%d-%d", r.min_ranks(), r.max_ranks());
         // Without a token file jobs have no owner.
         const std::string owner = job.owner().empty() ? "-" : job.owner();
-        *global.out << absl::StrFormat("%-12s %-24s %-12s %-10s %-7s %-19s %s\n", job.job_id(),
-                                       job.spec().name(), owner, StateName(job.state()), ranks,
-                                       FormatTime(job.submit_time_us()), job.reason());
+        *global.out << absl::StrFormat(
+            "%-12s %-24s %-12s %-10s %-7s %-19s %s\n", job.job_id(), job.spec().name(), owner,
+            StateName(job.state()), ranks, FormatTime(job.submit_time_us()),
+            waiting.count(job.job_id()) ? waiting.at(job.job_id()) : job.reason());
       }
     }
     exit_code = kExitOk;

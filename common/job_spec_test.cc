@@ -489,6 +489,7 @@ INSTANTIATE_TEST_SUITE_P(
              "resources.min_ranks: must be >= 1, got -1"},
         Case{"resources { min_ranks: 4 max_ranks: 2 }",
              "resources.max_ranks: must be >= min_ranks (4), got 2"},
+        Case{"priority: 9", "priority: unknown value 9; use LOW, NORMAL or HIGH"},
         Case{"resources { min_ranks: 1 max_ranks: 20000 }",
              "resources.max_ranks: must be <= 16384, got 20000"},
         Case{"resources { threads_per_rank: 1000 }",

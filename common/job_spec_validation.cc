@@ -466,6 +466,10 @@ void ValidateCommon(const JobSpec& spec, Checker& c) {
   if (!v1::ResourceSpec::Device_IsValid(r.device())) {
     c.Fail("resources.device", absl::StrCat("unknown value ", r.device()));
   }
+  if (!v1::JobSpec::Priority_IsValid(spec.priority())) {
+    c.Fail("priority",
+           absl::StrCat("unknown value ", spec.priority(), "; use LOW, NORMAL or HIGH"));
+  }
 
   const v1::CheckpointSpec& k = spec.checkpoint();
   c.AtLeast<int64_t>("checkpoint.every_steps", k.every_steps(), 0);

@@ -234,6 +234,15 @@ absl::StatusOr<v1::Job> JobManager::Get(const std::string& job_id) const {
   return LoadLocked(job_id);
 }
 
+std::vector<std::string> JobManager::PendingJobIds() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> ids;
+  for (const auto& [id, job] : jobs_) {
+    if (job.state() == v1::Job::PENDING) ids.push_back(id);
+  }
+  return ids;
+}
+
 absl::StatusOr<std::vector<v1::Job>> JobManager::List(const std::vector<v1::Job::State>& states,
                                                       int limit,
                                                       const std::string& older_than) const {

@@ -56,6 +56,9 @@ class JobManager {
   absl::StatusOr<v1::Job> Submit(v1::JobSpec spec, const std::string& resume_from,
                                  const std::string& owner = "");
   absl::StatusOr<v1::Job> Get(const std::string& job_id) const;
+  // The ids of the PENDING jobs, oldest first (they are all in memory: no
+  // job is copied and no database read).
+  std::vector<std::string> PendingJobIds() const;
   // Newest first; only `states` if not empty; at most `limit` (0 = all).
   // With `older_than` set (a job id), only jobs submitted before that one.
   // Fails only if the state database cannot be read.

@@ -202,11 +202,31 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
   if (absl::Status s = scheduler_.CheckAgentsCanHold(request->spec()); !s.ok()) {
     return Reject(context, s);
   }
+  // The priority ceiling and queued-job limit of the scheduling policy
+  // (two submissions at the same instant may both pass the last free place
+  // in a user's queue).
+  if (absl::Status s = scheduler_.CheckSubmission(request->spec(), caller->user()); !s.ok()) {
+    return Reject(context, s);
+  }
   absl::StatusOr<v1::Job> job =
       jobs_.Submit(request->spec(), request->resume_from(), caller->user());
   if (job.ok()) scheduler_.Schedule();
   return Answer(context, job,
                 [response](const v1::Job& job) { response->set_job_id(job.job_id()); });
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::GetQueue(grpc::CallbackServerContext* context,
+                                                   const v1::GetQueueRequest* request,
+                                                   v1::GetQueueResponse* response) {
+  // Every user sees the whole queue (ids, names, owners, priorities and
+  // reasons; no specs): where their own jobs stand depends on the others.
+  if (absl::StatusOr<Caller> caller = UserCaller(context); !caller.ok()) {
+    return Reject(context, caller.status());
+  }
+  *response = scheduler_.Queue();
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* context,

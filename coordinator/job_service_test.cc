@@ -14,6 +14,7 @@
 #include "common/auth.h"
 #include "common/clock.h"
 #include "common/job_spec.h"
+#include "coordinator/scheduling_policy.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -265,6 +266,38 @@ TEST_F(JobServiceTest, StatusCodesAndMessagesComeThrough) {
   EXPECT_EQ(none.error_message(), "this coordinator keeps no checkpoints");
 }
 
+TEST_F(JobServiceTest, SubmitAppliesTheSchedulingPolicyAndGetQueueListsThePlan) {
+  absl::StatusOr<SchedulingPolicy> policy =
+      ParseSchedulingPolicy("default queued_jobs=2 max_priority=NORMAL", "policy");
+  ASSERT_TRUE(policy.ok()) << policy.status();
+  scheduler_->set_scheduling_policy(*std::move(policy));
+  v1::SubmitJobResponse response;
+  grpc::Status high = Submit(absl::StrCat(kSpec, " priority: HIGH"), &response);
+  EXPECT_EQ(high.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(high.error_message(),
+            "job spec: priority HIGH is above what the scheduling policy allows anonymous "
+            "(NORMAL); ask for at most that, or ask the administrator");
+  v1::SubmitJobResponse low, normal;
+  ASSERT_TRUE(Submit(absl::StrCat(kSpec, " priority: LOW"), &low).ok());
+  ASSERT_TRUE(Submit(kSpec, &normal).ok());
+  grpc::Status third = Submit(kSpec, &response);
+  EXPECT_EQ(third.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(third.error_message(), HasSubstr("anonymous already has 2 queued jobs"));
+
+  // No agent: both wait; the NORMAL job comes first although submitted later.
+  v1::GetQueueResponse queue;
+  ASSERT_TRUE(stub_->GetQueue(Context().get(), v1::GetQueueRequest(), &queue).ok());
+  ASSERT_EQ(queue.jobs_size(), 2);
+  EXPECT_EQ(queue.jobs(0).job_id(), normal.job_id());
+  EXPECT_EQ(queue.jobs(0).priority(), v1::JobSpec::NORMAL);
+  EXPECT_EQ(queue.jobs(0).min_ranks(), 2);
+  EXPECT_EQ(queue.jobs(1).job_id(), low.job_id());
+  EXPECT_EQ(queue.jobs(1).priority(), v1::JobSpec::LOW);
+  EXPECT_EQ(queue.jobs(1).reason(),
+            "waiting for a node agent with CPU slots (none is connected); later jobs start "
+            "meanwhile");
+}
+
 TEST_F(JobServiceTest, EveryCallNeedsAnAdminToken) {
   Stop();
   absl::StatusOr<TokenAuthorizer> auth = TokenAuthorizer::FromText(
@@ -482,6 +515,29 @@ TEST_F(JobAuthorizationTest, WhoAmINamesTheUserAndRole) {
   EXPECT_EQ(me.role(), "agent");
   EXPECT_EQ(stub_->WhoAmI(Context().get(), v1::WhoAmIRequest(), &me).error_code(),
             grpc::StatusCode::UNAUTHENTICATED);
+}
+
+TEST_F(JobAuthorizationTest, EachUsersSubmissionsCountAgainstTheirOwnQueueAndQueueIsReadable) {
+  absl::StatusOr<SchedulingPolicy> policy =
+      ParseSchedulingPolicy("default queued_jobs=5\nuser alice queued_jobs=1", "policy");
+  ASSERT_TRUE(policy.ok()) << policy.status();
+  scheduler_->set_scheduling_policy(*std::move(policy));
+  absl::StatusOr<std::string> first = SubmitAs("alice");
+  ASSERT_TRUE(first.ok()) << first.status();
+  absl::StatusOr<std::string> second = SubmitAs("alice");
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(second.status().message(), HasSubstr("alice already has 1 queued job"));
+  // bob's limit is the default's, not alice's.
+  ASSERT_TRUE(SubmitAs("bob").ok());
+  ASSERT_TRUE(SubmitAs("bob").ok());
+
+  v1::GetQueueResponse queue;
+  ASSERT_TRUE(stub_->GetQueue(As("bob").get(), v1::GetQueueRequest(), &queue).ok());
+  ASSERT_EQ(queue.jobs_size(), 3);
+  EXPECT_EQ(queue.jobs(0).owner(), "alice");
+  EXPECT_EQ(queue.jobs(0).job_id(), *first);
+  EXPECT_EQ(stub_->GetQueue(As("agent").get(), v1::GetQueueRequest(), &queue).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 #include "coordinator/coordinator_process.h"
 #include "coordinator/etcd/etcd_coordinator_state.h"
 #include "coordinator/etcd/state_url.h"
+#include "coordinator/scheduling_policy.h"
 #include "coordinator/server.h"
 #include "glog/logging.h"
 
@@ -45,6 +46,7 @@ struct Flags {
   int verbosity = 0;
   bool check_flags = false;
   double recovery_grace_seconds = 30;
+  std::string scheduling_policy;
   double data_hello_seconds = 0;
   double data_io_seconds = 0;
   // --state and the etcd flags (docs/ha.md).
@@ -137,6 +139,10 @@ void AddLimitFlags(CLI::App& app, Flags& flags) {
                  "(RESOURCE_EXHAUSTED) until some have started, ended or been cancelled.")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_option("--scheduling_policy", flags.scheduling_policy,
+                 "A file of per-user scheduling limits: slots in use per device, queued jobs, "
+                 "highest priority, and the fair-share half-life (docs/scheduling.md). Read at "
+                 "start; an error names the file and line. Default: no limits, half-life 1h.");
   app.add_option("--metrics_max_rank_series", options.metrics_max_rank_series,
                  "A running job with more ranks than this gets summary series on /metrics "
                  "instead of one series per rank (the ranks a diagnosis names keep theirs; "
@@ -338,6 +344,15 @@ int main(int argc, char** argv) {
   if (const std::string wrong = CheckFlags(flags); !wrong.empty()) {
     std::cerr << "chorus-coordinator: " << wrong << "\n";
     return 1;
+  }
+  if (!flags.scheduling_policy.empty()) {
+    absl::StatusOr<chorus::SchedulingPolicy> policy =
+        chorus::LoadSchedulingPolicy(flags.scheduling_policy);
+    if (!policy.ok()) {
+      std::cerr << "chorus-coordinator: " << policy.status().message() << "\n";
+      return 1;
+    }
+    flags.options.scheduling_policy = *std::move(policy);
   }
   if (flags.check_flags) {
     std::cout << "chorus-coordinator: flags are sound\n";

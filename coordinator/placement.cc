@@ -11,6 +11,43 @@
 
 namespace chorus {
 
+std::vector<std::pair<size_t, int>> SlotsFor(const QueuedJob& job,
+                                             const std::vector<AgentSlots>& agents,
+                                             const std::vector<std::vector<int>>& free,
+                                             size_t limit) {
+  std::vector<std::pair<size_t, int>> candidates;
+  for (size_t a = 0; a < agents.size() && candidates.size() < limit; ++a) {
+    if (agents[a].device != job.resources.device() || free[a].empty()) continue;
+    int room = RanksThatFit(job, agents[a]);
+    for (int slot : free[a]) {
+      if (room-- <= 0 || candidates.size() >= limit) break;
+      candidates.emplace_back(a, slot);
+    }
+  }
+  return candidates;
+}
+
+JobPlacement TakeSlots(const std::string& job_id, const std::vector<AgentSlots>& agents,
+                       const std::vector<std::pair<size_t, int>>& slots,
+                       std::vector<std::vector<int>>& free) {
+  std::map<size_t, int> per_agent;
+  for (const auto& [a, slot] : slots) ++per_agent[a];
+  JobPlacement placement;
+  placement.job_id = job_id;
+  std::map<size_t, int> next_local;
+  for (const auto& [a, slot] : slots) {
+    RankSlot& rank = placement.ranks.emplace_back();
+    rank.agent_id = agents[a].agent_id;
+    rank.slot = slot;
+    rank.local_rank = next_local[a]++;
+    rank.local_world_size = per_agent[a];
+  }
+  for (const auto& [a, slot] : slots) {
+    free[a].erase(std::find(free[a].begin(), free[a].end(), slot));
+  }
+  return placement;
+}
+
 std::vector<JobPlacement> PlaceJobs(const std::vector<QueuedJob>& queued,
                                     const std::vector<AgentSlots>& agents) {
   // (agent index, slot) still free, in rank order.
@@ -19,34 +56,13 @@ std::vector<JobPlacement> PlaceJobs(const std::vector<QueuedJob>& queued,
   std::vector<JobPlacement> placed;
   for (const QueuedJob& job : queued) {
     const v1::ResourceSpec& r = job.resources;
-    std::vector<std::pair<size_t, int>> candidates;
-    for (size_t a = 0; a < agents.size(); ++a) {
-      if (agents[a].device != r.device()) continue;
-      int room = RanksThatFit(job, agents[a]);
-      for (int slot : free[a]) {
-        if (room-- <= 0) break;
-        candidates.emplace_back(a, slot);
-      }
-    }
+    std::vector<std::pair<size_t, int>> candidates = SlotsFor(job, agents, free);
     if (static_cast<int>(candidates.size()) < r.min_ranks()) {
       if (!FitsIdleAgents(job, agents)) continue;  // waits without blocking the queue
       break;                                       // strict FIFO
     }
     candidates.resize(std::min<size_t>(candidates.size(), std::max(0, r.max_ranks())));
-    std::map<size_t, int> per_agent;
-    for (const auto& [a, slot] : candidates) ++per_agent[a];
-    JobPlacement& job_placement = placed.emplace_back();
-    job_placement.job_id = job.job_id;
-    std::map<size_t, int> next_local;
-    for (const auto& [a, slot] : candidates) {
-      RankSlot& rank = job_placement.ranks.emplace_back();
-      rank.agent_id = agents[a].agent_id;
-      rank.slot = slot;
-      rank.local_rank = next_local[a]++;
-      rank.local_world_size = per_agent[a];
-    }
-    // An agent's candidates are the first of its free slots.
-    for (const auto& [a, taken] : per_agent) free[a].erase(free[a].begin(), free[a].begin() + taken);
+    placed.push_back(TakeSlots(job.job_id, agents, candidates, free));
   }
   return placed;
 }

@@ -1,5 +1,10 @@
 // Placement: which free slots the queued jobs get, as a pure function.
 //
+// The scheduler orders the queue with PlanQueue (queue_plan.h: priorities,
+// fair share, quotas, backfill and reservations), which takes slots with
+// SlotsFor and TakeSlots below. PlaceJobs is the plain order it replaced,
+// kept as the reference its benchmark compares against:
+//
 // Strict FIFO: the oldest queued job is placed as soon as at least its
 // min_ranks slots of its device are free, taking up to max_ranks; a job that
 // does not fit stops placement, so later (smaller) jobs wait behind it and
@@ -26,8 +31,10 @@
 #ifndef CHORUS_COORDINATOR_PLACEMENT_H_
 #define CHORUS_COORDINATOR_PLACEMENT_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "chorus/v1/job.pb.h"
@@ -77,6 +84,18 @@ struct JobPlacement {
 // order: a prefix of `queued`, less the jobs that FitsIdleAgents refuses.
 std::vector<JobPlacement> PlaceJobs(const std::vector<QueuedJob>& queued,
                                     const std::vector<AgentSlots>& agents);
+
+// The slots `job` could take of `free` (per agent of `agents`, ascending),
+// as (agent index, slot) in rank order: agents of its device, on each at
+// most RanksThatFit; at most `limit` of them.
+std::vector<std::pair<size_t, int>> SlotsFor(const QueuedJob& job,
+                                             const std::vector<AgentSlots>& agents,
+                                             const std::vector<std::vector<int>>& free,
+                                             size_t limit = SIZE_MAX);
+// The placement of `job_id` on `slots` (from SlotsFor), which leave `free`.
+JobPlacement TakeSlots(const std::string& job_id, const std::vector<AgentSlots>& agents,
+                       const std::vector<std::pair<size_t, int>>& slots,
+                       std::vector<std::vector<int>>& free);
 
 // Whether `job` would start on `agents` if every one of their slots were
 // free: its min_ranks on agents of its device, by slots and memory.

@@ -52,7 +52,12 @@ RunningJob::RunningJob(const v1::Job& job, int world_size, int64_t generation)
       program(job.spec().has_program()),
       elastic(job.spec().has_elastic()),
       elastic_spec(job.spec().elastic()),
-      restarts(job.restarts()) {}
+      restarts(job.restarts()) {
+  owner = job.owner();
+  if (job.spec().priority() != v1::JobSpec::PRIORITY_UNSPECIFIED) priority = job.spec().priority();
+  device = job.spec().resources().device();
+  min_ranks = job.spec().resources().min_ranks();
+}
 
 std::vector<RankSlot> RunningJob::Slots() const {
   std::vector<RankSlot> slots;

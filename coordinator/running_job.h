@@ -186,6 +186,14 @@ struct RunningJob {
   // Set while a job taken back after a restart waits for its ranks.
   absl::Time recovering_until = absl::InfinitePast();
 
+  // Who submitted the job ("" anonymous), its priority and device: the
+  // queue plan's quotas and fair share count its slots (queue_plan.h), and
+  // preemption picks by priority (preemption.h).
+  std::string owner;
+  v1::JobSpec::Priority priority = v1::JobSpec::NORMAL;
+  v1::ResourceSpec::Device device = v1::ResourceSpec::CPU;
+  int min_ranks = 1;  // resources.min_ranks: preemption shrinks no further
+
   // A program job (spec.program present; docs/programs.md): a failed rank's
   // reason quotes its last output lines, not only the last one.
   bool program = false;
@@ -230,6 +238,10 @@ struct RunningJob {
   // Ranks that left at a planned re-formation (their agent is draining) and
   // whose exit has not been reported: their slots stay busy until then.
   std::vector<std::pair<std::string, int>> departing;  // agent id, slot
+  // Ranks (agent id, slot) a higher-priority job preempted: they leave at
+  // the next change of generation, planned at once (Note [Preemption by
+  // shrinking] in preemption.h), and then go to `departing`.
+  std::vector<std::pair<std::string, int>> yielding;
   // Below resources.min_ranks with no free slot: the job waits for slots
   // until `waiting_until` (elastic.wait_seconds), then fails. `waiting_cause`
   // is the change that is waiting (InfiniteFuture / empty: not waiting).

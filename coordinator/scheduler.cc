@@ -1,6 +1,7 @@
 #include "coordinator/scheduler.h"
 
 #include <algorithm>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <utility>
@@ -26,7 +27,8 @@ void Scheduler::Outbox::Flush() {
 Scheduler::Scheduler(JobManager& jobs, Clock* clock, std::string coordinator_address)
     : jobs_(jobs),
       clock_(clock ? clock : &real_clock_),
-      coordinator_address_(std::move(coordinator_address)) {}
+      coordinator_address_(std::move(coordinator_address)),
+      fair_share_(policy_.fair_share_half_life, clock_->Now()) {}
 
 absl::StatusOr<std::string> Scheduler::AddAgent(const v1::AgentHello& hello, Sender send) {
   Outbox out;
@@ -116,43 +118,127 @@ void Scheduler::Schedule() {
 void Scheduler::ScheduleLocked(Outbox& out) {
   // Running elastic jobs below resources.min_ranks come before queued jobs.
   RetryWaitingLocked(out);
-  // Slots no queued job takes let running elastic jobs grow.
-  if (PlaceQueuedLocked(out)) GrowLocked(out);
+  // A reservation holder short of slots takes them from lower-priority
+  // elastic jobs; slots no queued job takes let running elastic jobs grow.
+  if (PlaceQueuedLocked(out)) {
+    PreemptLocked(out);
+    GrowLocked(out);
+  }
   SaveElasticLocked();
 }
 
 bool Scheduler::PlaceQueuedLocked(Outbox& out) {
+  AdvanceFairShareLocked();
   // A job that cannot resume fails without taking its slots: place again.
   for (bool replan = true; replan;) {
     replan = false;
-    // Oldest first: List returns newest first.
-    // Jobs that have not ended are all in memory: this reads no database.
-    absl::StatusOr<std::vector<v1::Job>> listed = jobs_.List({v1::Job::PENDING}, 0);
-    if (!listed.ok()) {
-      LOG(ERROR) << "listing the queue: " << listed.status();
-      return false;
-    }
-    std::vector<v1::Job> pending = *std::move(listed);
-    std::reverse(pending.begin(), pending.end());
-    std::vector<QueuedJob> queued;
-    for (const v1::Job& job : pending) queued.push_back(ToQueuedJob(job.job_id(), job.spec()));
-    const std::vector<JobPlacement> placed = PlaceJobs(queued, agents_.FreeSlots());
-    size_t next = 0;  // `placed` keeps the queue's order, skipping some
-    for (size_t i = 0; i < placed.size(); ++i) {
-      while (pending[next].job_id() != placed[i].job_id) ++next;
-      const v1::Job& job = pending[next];
-      absl::StatusOr<v1::CheckpointManifest> resume = ResumeLocked(job);
+    plan_ = PlanQueue(QueuedLocked(), agents_.FreeSlots(), UsageLocked(), policy_);
+    for (const JobPlacement& placement : plan_.placed) {
+      absl::StatusOr<v1::Job> job = jobs_.Get(placement.job_id);
+      if (!job.ok()) {
+        LOG(ERROR) << "reading queued job " << placement.job_id << ": " << job.status();
+        return false;
+      }
+      absl::StatusOr<v1::CheckpointManifest> resume = ResumeLocked(*job);
       if (!resume.ok()) {
-        (void)jobs_.Finish(job.job_id(), v1::Job::FAILED,
-                           absl::StrCat("cannot resume from ", job.resume_from(), ": ",
+        (void)jobs_.Finish(job->job_id(), v1::Job::FAILED,
+                           absl::StrCat("cannot resume from ", job->resume_from(), ": ",
                                         resume.status().message()));
         replan = true;
         break;
       }
-      if (!StartLocked(job, placed[i], *std::move(resume), out)) return false;
+      if (!StartLocked(*job, placement, *std::move(resume), out)) return false;
     }
   }
   return true;
+}
+
+std::vector<QueueEntry> Scheduler::QueuedLocked() {
+  const std::vector<std::string> ids = jobs_.PendingJobIds();
+  std::vector<QueueEntry> queued;
+  queued.reserve(ids.size());
+  auto cached = queue_entries_.begin();
+  std::map<std::string, QueueEntry> kept;
+  for (const std::string& id : ids) {
+    // Both are sorted by id: walk the cache alongside.
+    while (cached != queue_entries_.end() && cached->first < id) ++cached;
+    if (cached != queue_entries_.end() && cached->first == id) {
+      queued.push_back(cached->second);
+    } else {
+      absl::StatusOr<v1::Job> job = jobs_.Get(id);
+      if (!job.ok()) continue;  // ended since it was listed
+      QueueEntry& entry = queued.emplace_back();
+      entry.job = ToQueuedJob(id, job->spec());
+      entry.owner = job->owner();
+      entry.priority = PriorityOf(job->spec());
+    }
+    kept.emplace_hint(kept.end(), id, queued.back());
+  }
+  queue_entries_ = std::move(kept);
+  return queued;
+}
+
+QueueUsage Scheduler::UsageLocked() const {
+  QueueUsage usage;
+  for (const auto& [job_id, run] : running_) {
+    usage.slots_in_use[run.owner][run.device] += static_cast<int>(run.ranks.size());
+  }
+  usage.fair_share = fair_share_.usage();
+  return usage;
+}
+
+void Scheduler::AdvanceFairShareLocked() {
+  std::map<std::string, int> held;
+  for (const auto& [job_id, run] : running_) held[run.owner] += static_cast<int>(run.ranks.size());
+  fair_share_.Advance(clock_->Now(), held);
+}
+
+std::vector<AgentSlots> Scheduler::UnreservedSlotsLocked() const {
+  std::vector<AgentSlots> free = agents_.FreeSlots();
+  for (AgentSlots& agent : free) {
+    auto reserved = plan_.reserved.find(agent.agent_id);
+    if (reserved == plan_.reserved.end()) continue;
+    std::vector<int> left;
+    std::set_difference(agent.free_slots.begin(), agent.free_slots.end(), reserved->second.begin(),
+                        reserved->second.end(), std::back_inserter(left));
+    agent.free_slots = std::move(left);
+  }
+  return free;
+}
+
+QueuedJob Scheduler::QuotaCappedLocked(const std::string& job_id, const v1::JobSpec& spec,
+                                       const RunningJob& run) const {
+  QueuedJob job = ToQueuedJob(job_id, spec);
+  const UserLimits& limits = policy_.For(run.owner);
+  auto quota = limits.max_slots.find(run.device);
+  if (quota == limits.max_slots.end()) return job;
+  int others = 0;  // the owner's slots in other jobs
+  for (const auto& [id, other] : running_) {
+    if (id != job_id && other.owner == run.owner && other.device == run.device) {
+      others += static_cast<int>(other.ranks.size());
+    }
+  }
+  // Never below what it runs with now (a quota lowered meanwhile does not
+  // shrink it), nor below min_ranks.
+  const int most = std::max(
+      {job.resources.min_ranks(), quota->second - others, static_cast<int>(run.ranks.size())});
+  job.resources.set_max_ranks(std::min(job.resources.max_ranks(), most));
+  return job;
+}
+
+void Scheduler::set_scheduling_policy(SchedulingPolicy policy) {
+  absl::MutexLock lock(&mu_);
+  fair_share_ = FairShare(policy.fair_share_half_life, clock_->Now());
+  policy_ = std::move(policy);
+}
+
+absl::Status Scheduler::CheckSubmission(const v1::JobSpec& spec, const std::string& owner) const {
+  absl::StatusOr<std::vector<v1::Job>> pending = jobs_.List({v1::Job::PENDING}, 0);
+  if (!pending.ok()) return pending.status();
+  const int queued = static_cast<int>(std::count_if(
+      pending->begin(), pending->end(), [&](const v1::Job& job) { return job.owner() == owner; }));
+  absl::MutexLock lock(&mu_);
+  return chorus::CheckSubmission(policy_, owner, spec, queued);
 }
 
 absl::StatusOr<v1::CheckpointManifest> Scheduler::ResumeLocked(const v1::Job& job) {
@@ -279,6 +365,7 @@ void Scheduler::Tick() {
   {
     absl::MutexLock lock(&mu_);
     const absl::Time now = clock_->Now();
+    AdvanceFairShareLocked();
     std::vector<std::pair<std::string, std::string>> to_fail;
     for (auto& [job_id, run] : running_) {
       run.rendezvous.Expire(now, out.joins);

@@ -1,7 +1,8 @@
 // Scheduler: the coordinator's running side. A thin facade that wires, under
 // one lock, the units that each own one concern:
 //   AgentRegistry    agents and their busy slots (agent_registry.h)
-//   PlaceJobs        strict-FIFO placement of queued jobs (placement.h)
+//   PlanQueue        the queue's order (priority, fair share, submit order),
+//                    quotas, backfill and the reservation (queue_plan.h)
 //   Rendezvous       a generation's Join, answered when complete (rendezvous.h)
 //   DiagnosisHistory, HangFailure
 //                    what hang diagnoses become (hang_policy.h)
@@ -42,11 +43,15 @@
 #include "coordinator/agent_registry.h"
 #include "coordinator/checkpoint_grant.h"
 #include "coordinator/coordinator_metrics.h"
+#include "coordinator/fair_share.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/log_store.h"
 #include "coordinator/placement.h"
+#include "coordinator/preemption.h"
+#include "coordinator/queue_plan.h"
 #include "coordinator/rendezvous.h"
 #include "coordinator/running_job.h"
+#include "coordinator/scheduling_policy.h"
 
 namespace chorus {
 
@@ -167,6 +172,16 @@ class Scheduler {
   // ranks is still running. NOT_FOUND for an unknown job.
   absl::StatusOr<v1::GetLogsResponse> GetLogs(const v1::GetLogsRequest& request) const;
 
+  // The administrator's limits and the fair-share half-life (default: none
+  // and 1 h); usage recorded so far restarts from zero.
+  void set_scheduling_policy(SchedulingPolicy policy);
+  // Whether `owner` may submit `spec` now (CheckSubmission in
+  // scheduling_policy.h): its priority ceiling and queued-job limit.
+  absl::Status CheckSubmission(const v1::JobSpec& spec, const std::string& owner) const;
+  // The PENDING jobs in the order the last plan placed them, each with its
+  // owner, priority, reason, and whether it holds a reservation.
+  v1::GetQueueResponse Queue() const;
+
   int free_slots() const;
   // Agents, slots and every running job (job, rank summary, the diagnoses
   // of the last Tick, and its rank rows if it has at most `max_rank_rows`
@@ -241,6 +256,12 @@ class Scheduler {
   // Elastic jobs waiting below resources.min_ranks try to form again (or
   // fail past elastic.wait_seconds).
   void RetryWaitingLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Note [Preemption by shrinking] in preemption.h: a reservation holder
+  // that lacks slots takes them from running lower-priority elastic jobs,
+  // which give up ranks at their next step boundary.
+  void PreemptLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Running elastic jobs that may give up ranks now.
+  std::vector<ElasticRun> PreemptibleLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Elastic jobs below resources.max_ranks for which free slots exist, and
   // whose last growth is elastic.scale_up_interval_seconds ago, are told to
   // grow at their next step boundary.
@@ -284,6 +305,20 @@ class Scheduler {
   // Queued jobs that fit are started; false if one could not be marked
   // running (nothing more is placed then).
   bool PlaceQueuedLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The agents' free slots less those the queue's reservations hold (Note
+  // [Reservation] in queue_plan.h): what running elastic jobs may grow onto.
+  std::vector<AgentSlots> UnreservedSlotsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The PENDING jobs in submit order, as the plan sees them; updates
+  // queue_entries_.
+  std::vector<QueueEntry> QueuedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Each owner's slots in use per device (running jobs), and fair share.
+  QueueUsage UsageLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts every running job's slots into the fair share up to now.
+  void AdvanceFairShareLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `job_id` as a re-formation plans it: its max_ranks capped so that its
+  // owner's quota holds (its current `ranks` count as in use).
+  QueuedJob QuotaCappedLocked(const std::string& job_id, const v1::JobSpec& spec,
+                              const RunningJob& run) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The generation of `job_id` has formed: records how long recovery took.
   void NoteFormedLocked(const std::string& job_id, RunningJob& run)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -307,6 +342,12 @@ class Scheduler {
   AgentRegistry agents_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, RunningJob> running_ ABSL_GUARDED_BY(mu_);
   CoordinatorMetrics* metrics_ ABSL_GUARDED_BY(mu_) = nullptr;
+  SchedulingPolicy policy_ ABSL_GUARDED_BY(mu_);
+  FairShare fair_share_ ABSL_GUARDED_BY(mu_);
+  QueuePlan plan_ ABSL_GUARDED_BY(mu_);  // the last one (reasons, reservations)
+  // Each PENDING job as the plan sees it, kept between passes: a pass with
+  // 10,000 queued jobs then copies none of them (docs/scheduling.md).
+  std::map<std::string, QueueEntry> queue_entries_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace chorus

@@ -17,6 +17,7 @@
 #include "coordinator/hang_detector.h"
 #include "coordinator/hang_policy.h"
 #include "coordinator/job_recovery.h"
+#include "coordinator/preemption.h"
 #include "coordinator/scheduler.h"
 #include "glog/logging.h"
 
@@ -34,9 +35,9 @@ bool IsFailure(const std::string& kind) {
 }
 
 // Who leaves at a change: ranks that exited (their slots are free for
-// newcomers), ranks whose agent is gone, and ranks on a draining agent
-// (they leave at this step boundary and exit by themselves: their slots stay
-// busy until their exit is reported, so they go to `leaving`).
+// newcomers), ranks whose agent is gone, and ranks on a draining agent or
+// preempted (they leave at this step boundary and exit by themselves: their
+// slots stay busy until their exit is reported, so they go to `leaving`).
 std::vector<bool> LostRanks(const RunningJob& run, AgentRegistry& agents,
                             std::vector<std::pair<std::string, int>>& leaving) {
   std::vector<bool> lost(run.ranks.size(), false);
@@ -48,7 +49,9 @@ std::vector<bool> LostRanks(const RunningJob& run, AgentRegistry& agents,
       if (agent != nullptr) agents.SetBusy(r.agent_id, r.slot, false);
     } else if (agent == nullptr) {
       lost[rank] = true;
-    } else if (agent->draining) {
+    } else if (agent->draining ||
+               std::find(run.yielding.begin(), run.yielding.end(),
+                         std::make_pair(r.agent_id, r.slot)) != run.yielding.end()) {
       lost[rank] = true;
       leaving.emplace_back(r.agent_id, r.slot);
     }
@@ -122,6 +125,7 @@ void BeginGeneration(RunningJob& run, const v1::Job& job, std::vector<RankState>
   run.planned_cause.clear();
   run.planned_kind.clear();
   run.planned_world = 0;
+  run.yielding.clear();  // they are `departing` now
   run.waiting_until = absl::InfiniteFuture();
   run.waiting_cause.clear();
   run.waiting_kind.clear();
@@ -181,8 +185,8 @@ void Scheduler::ReformLocked(const std::string& job_id, const std::string& cause
   const bool failure = IsFailure(kind);
   std::vector<std::pair<std::string, int>> leaving;
   const std::vector<bool> lost = LostRanks(run, agents_, leaving);
-  absl::StatusOr<NextGeneration> next =
-      PlanNextGeneration(run.Slots(), lost, agents_.FreeSlots(), ToQueuedJob(job_id, job->spec()));
+  absl::StatusOr<NextGeneration> next = PlanNextGeneration(
+      run.Slots(), lost, UnreservedSlotsLocked(), QuotaCappedLocked(job_id, job->spec(), run));
   if (!next.ok()) {
     WaitForSlotsLocked(job_id, run, cause, kind, next.status(), out);
     return;
@@ -315,11 +319,14 @@ void Scheduler::RequestReformLocked(const std::string& job_id, RunningJob& run,
     std::vector<bool> lost(run.ranks.size(), false);
     for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
       const AgentRegistry::Agent* agent = agents_.Find(run.ranks[rank].agent_id);
-      lost[rank] =
-          agent == nullptr || agent->draining || run.ranks[rank].state == v1::RankStatus::EXITED;
+      lost[rank] = agent == nullptr || agent->draining ||
+                   run.ranks[rank].state == v1::RankStatus::EXITED ||
+                   std::find(run.yielding.begin(), run.yielding.end(),
+                             std::make_pair(run.ranks[rank].agent_id, run.ranks[rank].slot)) !=
+                       run.yielding.end();
     }
-    absl::StatusOr<NextGeneration> next = PlanNextGeneration(run.Slots(), lost, agents_.FreeSlots(),
-                                                             ToQueuedJob(job_id, job->spec()));
+    absl::StatusOr<NextGeneration> next = PlanNextGeneration(
+        run.Slots(), lost, UnreservedSlotsLocked(), QuotaCappedLocked(job_id, job->spec(), run));
     if (next.ok()) run.planned_world = static_cast<int>(next->ranks.size());
   }
   v1::JobEvent event;
@@ -365,7 +372,7 @@ void Scheduler::GrowLocked(Outbox& out) {
     }
     absl::StatusOr<NextGeneration> next =
         PlanNextGeneration(run.Slots(), std::vector<bool>(run.ranks.size(), false),
-                           agents_.FreeSlots(), ToQueuedJob(job_id, job->spec()));
+                           UnreservedSlotsLocked(), QuotaCappedLocked(job_id, job->spec(), run));
     if (!next.ok() || next->newcomers() == 0) continue;
     grow.emplace_back(job_id, absl::StrCat(next->newcomers(), " free slot(s) let the job grow from ",
                                            run.ranks.size(), " towards resources.max_ranks ",
@@ -595,6 +602,64 @@ void Scheduler::NoteFormedLocked(const std::string& job_id, RunningJob& run) {
       failure ? " s after the failure (recovery_seconds)" : " s after the step boundary"));
   if (absl::Status s = jobs_.AddEvent(job_id, std::move(event)); !s.ok()) {
     LOG(ERROR) << job_id << ": could not record the formed generation: " << s;
+  }
+}
+
+std::vector<ElasticRun> Scheduler::PreemptibleLocked() const {
+  std::vector<ElasticRun> runs;
+  for (const auto& [job_id, run] : running_) {
+    if (!run.elastic || run.RestartsAll() || !run.planned_cause.empty() ||
+        run.waiting_until != absl::InfiniteFuture() || run.restarting.has_value() ||
+        !run.Formed() || run.AwaitingRanks() || !run.yielding.empty() || !run.departing.empty()) {
+      continue;
+    }
+    const bool healthy = std::none_of(run.ranks.begin(), run.ranks.end(), [](const RankState& r) {
+      return r.state == v1::RankStatus::EXITED;
+    });
+    if (!healthy) continue;
+    ElasticRun& e = runs.emplace_back();
+    e.job_id = job_id;
+    e.priority = run.priority;
+    e.device = run.device;
+    e.min_ranks = run.min_ranks;
+    e.ranks = run.Slots();
+  }
+  return runs;
+}
+
+void Scheduler::PreemptLocked(Outbox& out) {
+  for (const auto& [device, holder_id] : plan_.reservation_holders) {
+    auto holder = queue_entries_.find(holder_id);
+    if (holder == queue_entries_.end()) continue;
+    // Slots it holds, and slots already on their way to it: ranks that
+    // were preempted or drained and have not exited yet.
+    int needed = holder->second.job.resources.min_ranks();
+    for (const auto& [agent_id, slots] : plan_.reserved) {
+      const AgentRegistry::Agent* agent = agents_.Find(agent_id);
+      if (agent != nullptr && agent->hello.device() == device) needed -= slots.size();
+    }
+    for (const auto& [job_id, run] : running_) {
+      if (run.device == device) needed -= run.yielding.size() + run.departing.size();
+    }
+    for (const Preemption& p :
+         PlanPreemption(holder->second, needed, PreemptibleLocked(), agents_.FreeSlots())) {
+      RunningJob& run = running_.at(p.job_id);
+      for (int rank : p.ranks)
+        run.yielding.emplace_back(run.ranks[rank].agent_id, run.ranks[rank].slot);
+      const std::string ranks = absl::StrJoin(p.ranks, ",");
+      RequestReformLocked(
+          p.job_id, run,
+          absl::StrCat(holder_id, " (priority ", PriorityName(holder->second.priority), ", ",
+                       OwnerName(holder->second.owner), ") preempted rank(s) ", ranks, " of this ",
+                       PriorityName(run.priority), " job: they leave, nothing is lost"),
+          "preempt", out);
+      v1::JobEvent event;
+      event.set_message(absl::StrCat("preempting rank(s) ", ranks, " of ", p.job_id, " (priority ",
+                                     PriorityName(run.priority),
+                                     ") at its next step boundary to make room for this job"));
+      LOG(INFO) << holder_id << ": " << event.message();
+      (void)jobs_.AddEvent(holder_id, std::move(event));
+    }
   }
 }
 

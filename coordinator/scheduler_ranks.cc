@@ -2,9 +2,11 @@
 // heartbeats, checkpoint requests and grants, status and logs. Agents,
 // placement, job ends and Tick are in scheduler.cc.
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -317,8 +319,13 @@ void Scheduler::FillStatus(const std::string& job_id, v1::JobStatus& status,
   auto it = running_.find(job_id);
   if (it == running_.end()) {
     if (status.job().state() == v1::Job::PENDING) {
+      auto waiting = std::find_if(plan_.waiting.begin(), plan_.waiting.end(),
+                                  [&](const WaitingJob& w) { return w.job_id == job_id; });
+      // A job submitted since the last plan has no reason there yet.
       status.set_pending_reason(
-          PendingReason(ToQueuedJob(job_id, status.job().spec()), agents_.FreeSlots()));
+          waiting != plan_.waiting.end()
+              ? waiting->reason
+              : PendingReason(ToQueuedJob(job_id, status.job().spec()), agents_.FreeSlots()));
     }
     return;
   }
@@ -405,6 +412,44 @@ absl::StatusOr<v1::GetLogsResponse> Scheduler::GetLogs(const v1::GetLogsRequest&
   absl::MutexLock lock(&mu_);
   response.set_complete(JobManager::IsTerminal(job.state()) && !running_.count(request.job_id()));
   return response;
+}
+
+v1::GetQueueResponse Scheduler::Queue() const {
+  absl::StatusOr<std::vector<v1::Job>> listed = jobs_.List({v1::Job::PENDING}, 0);
+  absl::MutexLock lock(&mu_);
+  v1::GetQueueResponse queue;
+  if (!listed.ok()) return queue;
+  std::map<std::string, const v1::Job*> pending;
+  for (const v1::Job& job : *listed) pending[job.job_id()] = &job;
+  std::map<std::string, const std::string*> reasons;
+  for (const WaitingJob& w : plan_.waiting) reasons[w.job_id] = &w.reason;
+  std::set<std::string> holders;
+  for (const auto& [device, holder] : plan_.reservation_holders) holders.insert(holder);
+  // The plan's order; jobs submitted since it was made go last.
+  std::vector<std::string> order = plan_.order;
+  for (auto it = listed->rbegin(); it != listed->rend(); ++it) {
+    if (!reasons.count(it->job_id())) order.push_back(it->job_id());
+  }
+  for (const std::string& job_id : order) {
+    auto job = pending.find(job_id);
+    if (job == pending.end()) continue;  // started or ended since
+    const v1::Job& j = *job->second;
+    v1::QueuedJobInfo& info = *queue.add_jobs();
+    info.set_job_id(job_id);
+    info.set_name(j.spec().name());
+    info.set_owner(j.owner());
+    info.set_priority(PriorityOf(j.spec()));
+    auto reason = reasons.find(job_id);
+    info.set_reason(reason != reasons.end()
+                        ? *reason->second
+                        : PendingReason(ToQueuedJob(job_id, j.spec()), agents_.FreeSlots()));
+    info.set_holds_reservation(holders.count(job_id) > 0);
+    info.set_min_ranks(j.spec().resources().min_ranks());
+    info.set_device(j.spec().resources().device());
+    info.set_submit_time_us(j.submit_time_us());
+    pending.erase(job);
+  }
+  return queue;
 }
 
 }  // namespace chorus

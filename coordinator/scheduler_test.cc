@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
+#include "coordinator/scheduling_policy.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -1725,6 +1726,210 @@ TEST_F(SchedulerTest, WithoutElasticAKilledRankStillFailsTheJob) {
   scheduler_->RankExited(a.id, e);
   EXPECT_EQ(State(job), v1::Job::FAILED);
   EXPECT_EQ(jobs_->Get(job)->reason(), "rank 0 (node-a, pid 7) was killed by signal 9");
+}
+
+// ---------------------------------------------------------------- priorities, quotas, fair share
+
+class QueueSchedulerTest : public ElasticChangesTest {
+ protected:
+  void UsePolicy(const std::string& text) {
+    absl::StatusOr<SchedulingPolicy> policy = ParseSchedulingPolicy(text, "policy");
+    ASSERT_TRUE(policy.ok()) << policy.status();
+    scheduler_->set_scheduling_policy(*std::move(policy));
+  }
+  std::string SubmitAs(const std::string& owner, int min_ranks, int max_ranks,
+                       const std::string& priority = "NORMAL") {
+    auto spec = ParseJobSpec(
+        absl::StrCat("model { mlp {} } data { synthetic {} } priority: ", priority,
+                     " resources { min_ranks: ", min_ranks, " max_ranks: ", max_ranks, " }"),
+        SpecFormat::kTextProto, "test");
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    auto job = jobs_->Submit(*spec, "", owner);
+    EXPECT_TRUE(job.ok()) << job.status();
+    scheduler_->Schedule();
+    return job->job_id();
+  }
+  std::string Why(const std::string& job) {
+    v1::JobStatus status;
+    *status.mutable_job() = *jobs_->Get(job);
+    scheduler_->FillStatus(job, status);
+    return status.pending_reason();
+  }
+  std::vector<std::string> QueueOrder() {
+    std::vector<std::string> ids;
+    const v1::GetQueueResponse queue = scheduler_->Queue();
+    for (const v1::QueuedJobInfo& info : queue.jobs()) ids.push_back(info.job_id());
+    return ids;
+  }
+};
+
+TEST_F(QueueSchedulerTest, OverQuotaAJobWaitsWithTheReasonAndBlocksNobody) {
+  UsePolicy("default cpu_slots=2");
+  FakeAgent a;
+  Add(a, 4, "node-a");
+  const std::string alice_1 = SubmitAs("alice", 2, 2);
+  const std::string alice_2 = SubmitAs("alice", 1, 1);
+  const std::string bob_1 = SubmitAs("bob", 2, 2);
+  EXPECT_EQ(State(alice_1), v1::Job::RUNNING);
+  EXPECT_EQ(State(alice_2), v1::Job::PENDING);
+  EXPECT_EQ(State(bob_1), v1::Job::RUNNING) << "a job over quota blocks nobody";
+  EXPECT_EQ(Why(alice_2), "alice uses 2 of 2 CPU slots (quota); the job needs 1");
+  const v1::GetQueueResponse queue = scheduler_->Queue();
+  ASSERT_EQ(queue.jobs_size(), 1);
+  EXPECT_EQ(queue.jobs(0).owner(), "alice");
+  EXPECT_EQ(queue.jobs(0).reason(), "alice uses 2 of 2 CPU slots (quota); the job needs 1");
+  EXPECT_FALSE(queue.jobs(0).holds_reservation());
+  ASSERT_TRUE(scheduler_->Cancel(alice_1, "done").ok());
+  EXPECT_EQ(State(alice_2), v1::Job::RUNNING);
+}
+
+TEST_F(QueueSchedulerTest, AHighJobGoesFirstAndHoldsTheReservation) {
+  FakeAgent a;
+  Add(a, 2, "node-a");
+  const std::string running = SubmitAs("", 2, 2);
+  const std::string normal = SubmitAs("", 1, 1);
+  const std::string high = SubmitAs("", 2, 2, "HIGH");
+  EXPECT_THAT(QueueOrder(), testing::ElementsAre(high, normal));
+  const v1::GetQueueResponse queue = scheduler_->Queue();
+  ASSERT_EQ(queue.jobs_size(), 2);
+  EXPECT_TRUE(queue.jobs(0).holds_reservation());
+  EXPECT_EQ(queue.jobs(0).priority(), v1::JobSpec::HIGH);
+  EXPECT_EQ(Why(normal), absl::StrCat("waiting for 1 CPU slot behind ", high,
+                                      ", which comes first and holds the reservation of free "
+                                      "CPU slots"));
+  ASSERT_TRUE(scheduler_->Cancel(running, "done").ok());
+  EXPECT_EQ(State(high), v1::Job::RUNNING) << "the older NORMAL job does not go first";
+  EXPECT_EQ(State(normal), v1::Job::PENDING);
+}
+
+TEST_F(QueueSchedulerTest, WithinAPriorityTheUserWithLessRecentUsageGoesFirst) {
+  FakeAgent a;
+  Add(a, 1, "node-a");
+  const std::string alice_1 = SubmitAs("alice", 1, 1);
+  const std::string alice_2 = SubmitAs("alice", 1, 1);
+  clock_.Advance(absl::Seconds(1));
+  const std::string bob_1 = SubmitAs("bob", 1, 1);
+  clock_.Advance(absl::Seconds(600));
+  scheduler_->Tick();  // alice's 600 slot-seconds are counted
+  EXPECT_THAT(QueueOrder(), testing::ElementsAre(bob_1, alice_2));
+  ASSERT_TRUE(scheduler_->Cancel(alice_1, "done").ok());
+  EXPECT_EQ(State(bob_1), v1::Job::RUNNING) << "submitted later, but bob has used nothing";
+  EXPECT_EQ(State(alice_2), v1::Job::PENDING);
+}
+
+TEST_F(QueueSchedulerTest, TheReservationKeepsElasticJobsFromGrowingOntoItsSlots) {
+  FakeAgent a;
+  Add(a, 4, "node-a");
+  const std::string other = SubmitAs("", 2, 2);
+  const std::string elastic = Place(1, 4, "scale_up_interval_seconds: 1", {&a});
+  ASSERT_EQ(jobs_->Get(elastic)->world_size(), 2);
+  const std::string big = SubmitAs("", 3, 3);
+  ASSERT_TRUE(scheduler_->Cancel(other, "done").ok());
+  EXPECT_EQ(State(big), v1::Job::PENDING);
+  EXPECT_EQ(Why(big),
+            "waiting for 3 free CPU slots; 1 agent has 2 free; it is first in line for CPU slots "
+            "and holds the 2 free that it can use (reservation)");
+  clock_.Advance(absl::Seconds(60));
+  scheduler_->Tick();
+  EXPECT_EQ(Beat(elastic, 1, 0).kind(), v1::Directive::KIND_UNSPECIFIED)
+      << "the free slots are reserved for " << big;
+  EXPECT_EQ(scheduler_->free_slots(), 2);
+}
+
+TEST_F(QueueSchedulerTest, AnElasticJobGrowsNoFurtherThanItsOwnersQuota) {
+  UsePolicy("user alice cpu_slots=3");
+  FakeAgent a;
+  Add(a, 2, "node-a");
+  auto spec = ParseJobSpec(
+      "model { mlp {} } data { synthetic {} } resources { min_ranks: 1 max_ranks: 4 } elastic { "
+      "scale_up_interval_seconds: 1 }",
+      SpecFormat::kTextProto, "test");
+  ASSERT_TRUE(spec.ok());
+  const std::string job = jobs_->Submit(*spec, "", "alice")->job_id();
+  scheduler_->Schedule();
+  JoinAll(job, {&a}, 1);
+  FakeAgent b;
+  Add(b, 2, "node-b");
+  clock_.Advance(absl::Seconds(60));
+  scheduler_->Tick();
+  const v1::Directive d = Beat(job, 1, 0);
+  EXPECT_EQ(d.kind(), v1::Directive::REFORM_AT_STEP_BOUNDARY);
+  EXPECT_EQ(d.world_size(), 3) << "alice may hold 3 CPU slots";
+}
+
+TEST_F(QueueSchedulerTest, SubmissionChecksThePriorityCeilingAndQueuedJobs) {
+  UsePolicy("default queued_jobs=1 max_priority=NORMAL");
+  auto spec = ParseJobSpec("model { mlp {} } data { synthetic {} } priority: HIGH",
+                           SpecFormat::kTextProto, "test");
+  ASSERT_TRUE(spec.ok());
+  EXPECT_EQ(scheduler_->CheckSubmission(*spec, "alice").code(),
+            absl::StatusCode::kPermissionDenied);
+  spec->set_priority(v1::JobSpec::NORMAL);
+  EXPECT_TRUE(scheduler_->CheckSubmission(*spec, "alice").ok());
+  SubmitAs("alice", 1, 1);  // no agent: it stays queued
+  EXPECT_EQ(scheduler_->CheckSubmission(*spec, "alice").code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(scheduler_->CheckSubmission(*spec, "bob").ok()) << "the limit is per user";
+}
+
+// Note [Preemption by shrinking]: a HIGH job takes the slots it needs from a
+// NORMAL elastic job at its step boundary; the elastic job grows back once
+// the HIGH job has ended.
+TEST_F(QueueSchedulerTest, AHighJobShrinksALowerElasticJobAtItsStepBoundaryThenItGrowsBack) {
+  FakeAgent a;
+  Add(a, 4, "node-a");
+  const std::string elastic = Place(2, 4, "scale_up_interval_seconds: 1", {&a});
+  ASSERT_EQ(jobs_->Get(elastic)->world_size(), 4);
+  const std::string high = SubmitAs("bob", 2, 2, "HIGH");
+  EXPECT_EQ(State(high), v1::Job::PENDING);
+  const v1::Directive d = Beat(elastic, 1, 0);
+  EXPECT_EQ(d.kind(), v1::Directive::REFORM_AT_STEP_BOUNDARY);
+  EXPECT_EQ(d.world_size(), 2);
+  EXPECT_EQ(d.reason(), absl::StrCat(high,
+                                     " (priority HIGH, bob) preempted rank(s) 2,3 of this "
+                                     "NORMAL job: they leave, nothing is lost"));
+  EXPECT_THAT(Reasons(high),
+              testing::Contains(absl::StrCat("preempting rank(s) 2,3 of ", elastic,
+                                             " (priority NORMAL) at its next step boundary to "
+                                             "make room for this job")));
+  scheduler_->Schedule();  // no second preemption while the first is under way
+  EXPECT_EQ(Beat(elastic, 1, 3).world_size(), 2);
+
+  // The step boundary: every rank joins generation 2; ranks 2 and 3 leave.
+  std::vector<JoinResult> joins(4);
+  for (int slot = 0; slot < 4; ++slot) {
+    scheduler_->Join(JoinOf(elastic, a.id, slot, 2), clock_.Now() + absl::Seconds(60),
+                     joins[slot].Done());
+  }
+  ASSERT_TRUE(joins[3].result.ok()) << joins[3].result.status();
+  EXPECT_TRUE(joins[3].result->leave());
+  ASSERT_TRUE(joins[0].result.ok()) << joins[0].result.status();
+  EXPECT_EQ(joins[0].result->world_size(), 2);
+  EXPECT_EQ(State(high), v1::Job::PENDING) << "the leaving ranks still hold their slots";
+  ExitOn(a, elastic, 2, 0);
+  ExitOn(a, elastic, 3, 0);
+  EXPECT_EQ(State(high), v1::Job::RUNNING);
+  const v1::Job shrunk = *jobs_->Get(elastic);
+  EXPECT_EQ(shrunk.world_size(), 2);
+  EXPECT_EQ(shrunk.restarts(), 0) << "a preemption is no failure";
+
+  // The HIGH job ends: the elastic job grows back onto its slots.
+  ASSERT_TRUE(scheduler_->Cancel(high, "done").ok());
+  clock_.Advance(absl::Seconds(5));
+  scheduler_->Tick();
+  const v1::Directive grow = Beat(elastic, 2, 0);
+  EXPECT_EQ(grow.kind(), v1::Directive::REFORM_AT_STEP_BOUNDARY);
+  EXPECT_EQ(grow.world_size(), 4);
+}
+
+TEST_F(QueueSchedulerTest, NoPreemptionWhenTheLowerJobsCannotFreeEnough) {
+  FakeAgent a;
+  Add(a, 4, "node-a");
+  const std::string elastic = Place(3, 4, "", {&a});
+  const std::string high = SubmitAs("", 2, 2, "HIGH");
+  EXPECT_EQ(Beat(elastic, 1, 0).kind(), v1::Directive::KIND_UNSPECIFIED)
+      << "one rank above min_ranks cannot make room for 2";
+  EXPECT_EQ(State(high), v1::Job::PENDING);
 }
 
 }  // namespace

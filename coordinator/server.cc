@@ -335,6 +335,7 @@ absl::Status CoordinatorServer::BuildServices(const ServerOptions& options) {
   metrics_ = std::make_unique<CoordinatorMetrics>(options.metrics_max_rank_series);
   scheduler_ = std::make_unique<Scheduler>(*jobs_, nullptr, "");
   scheduler_->set_metrics(metrics_.get());
+  scheduler_->set_scheduling_policy(options.scheduling_policy);
   scheduler_->set_resume_resolver([store = checkpoints_.get()](const std::string& resume_from,
                                                                std::vector<std::string>* skipped) {
     const size_t colon = resume_from.find(':');

@@ -33,6 +33,7 @@
 #include "absl/time/time.h"
 #include "common/host_port.h"
 #include "coordinator/leadership.h"
+#include "coordinator/scheduling_policy.h"
 
 namespace grpc {
 class Server;
@@ -106,6 +107,9 @@ struct ServerOptions {
   // Limits (docs/reliability.md); each default is the named constant's.
   // Jobs waiting PENDING at once (JobManager::kDefaultMaxPendingJobs).
   int max_pending_jobs = 5000;
+  // The administrator's scheduling limits (--scheduling_policy;
+  // docs/scheduling.md); default: none.
+  SchedulingPolicy scheduling_policy;
   // A running job with more ranks gets summary series on /metrics, not one
   // per rank (CoordinatorMetrics::kDefaultMaxRankSeries).
   int metrics_max_rank_series = 1024;

@@ -1,0 +1,57 @@
+#include "coordinator/preemption.h"
+
+#include <algorithm>
+#include <map>
+
+namespace chorus {
+namespace {
+
+// The ranks `run` gives up towards `needed` (which it lowers): its highest
+// ones, above min_ranks, on agents that can hold one of `holder`'s ranks.
+std::vector<int> RanksToGive(const QueueEntry& holder, const ElasticRun& run,
+                             const std::map<std::string, const AgentSlots*>& agents, int& needed) {
+  std::vector<int> ranks;
+  int spare = static_cast<int>(run.ranks.size()) - run.min_ranks;
+  for (int rank = static_cast<int>(run.ranks.size()) - 1; rank > 0 && spare > 0 && needed > 0;
+       --rank) {
+    auto agent = agents.find(run.ranks[rank].agent_id);
+    if (agent == agents.end() || RanksThatFit(holder.job, *agent->second) == 0) continue;
+    ranks.insert(ranks.begin(), rank);
+    --spare;
+    --needed;
+  }
+  return ranks;
+}
+
+}  // namespace
+
+std::vector<Preemption> PlanPreemption(const QueueEntry& holder, int needed,
+                                       const std::vector<ElasticRun>& runs,
+                                       const std::vector<AgentSlots>& agents) {
+  if (needed <= 0) return {};
+  std::map<std::string, const AgentSlots*> by_id;
+  for (const AgentSlots& agent : agents) by_id[agent.agent_id] = &agent;
+  std::vector<size_t> order;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const ElasticRun& run = runs[i];
+    if (run.priority < holder.priority && run.device == holder.job.resources.device() &&
+        static_cast<int>(run.ranks.size()) > run.min_ranks) {
+      order.push_back(i);
+    }
+  }
+  // The lowest priority first; within one, the newest (`runs` is in submit order).
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    if (runs[a].priority != runs[b].priority) return runs[a].priority < runs[b].priority;
+    return a > b;
+  });
+  std::vector<Preemption> plan;
+  for (size_t i : order) {
+    if (needed <= 0) break;
+    std::vector<int> ranks = RanksToGive(holder, runs[i], by_id, needed);
+    if (!ranks.empty()) plan.push_back({runs[i].job_id, std::move(ranks)});
+  }
+  if (needed > 0) return {};
+  return plan;
+}
+
+}  // namespace chorus

@@ -1,0 +1,193 @@
+#include "coordinator/queue_plan.h"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "coordinator/fair_share.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace chorus {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+
+QueueEntry Job(const std::string& id, int min_ranks, int max_ranks, const std::string& owner = "",
+               v1::JobSpec::Priority priority = v1::JobSpec::NORMAL,
+               v1::ResourceSpec::Device device = v1::ResourceSpec::CPU) {
+  QueueEntry entry;
+  entry.job.job_id = id;
+  entry.job.resources.set_min_ranks(min_ranks);
+  entry.job.resources.set_max_ranks(max_ranks);
+  entry.job.resources.set_device(device);
+  entry.owner = owner;
+  entry.priority = priority;
+  return entry;
+}
+
+AgentSlots Agent(const std::string& id, std::vector<int> free, int total,
+                 v1::ResourceSpec::Device device = v1::ResourceSpec::CPU) {
+  AgentSlots agent{id, device, std::move(free)};
+  agent.total_slots = total;
+  return agent;
+}
+
+std::vector<std::string> Placed(const QueuePlan& plan) {
+  std::vector<std::string> ids;
+  for (const JobPlacement& p : plan.placed) ids.push_back(p.job_id);
+  return ids;
+}
+
+std::string ReasonOf(const QueuePlan& plan, const std::string& id) {
+  for (const WaitingJob& w : plan.waiting) {
+    if (w.job_id == id) return w.reason;
+  }
+  return "(not waiting)";
+}
+
+SchedulingPolicy Policy(const std::string& text) {
+  absl::StatusOr<SchedulingPolicy> policy = ParseSchedulingPolicy(text, "test");
+  EXPECT_TRUE(policy.ok()) << policy.status();
+  return policy.ok() ? *policy : SchedulingPolicy();
+}
+
+TEST(QueuePlanTest, HighBeforeNormalBeforeLowThenSubmitOrder) {
+  const QueuePlan plan =
+      PlanQueue({Job("low", 1, 1, "a", v1::JobSpec::LOW), Job("normal-1", 1, 1, "a"),
+                 Job("high", 1, 1, "a", v1::JobSpec::HIGH), Job("normal-2", 1, 1, "a")},
+                {Agent("agent-1", {0, 1}, 2)}, QueueUsage(), SchedulingPolicy());
+  EXPECT_THAT(plan.order, ElementsAre("high", "normal-1", "normal-2", "low"));
+  EXPECT_THAT(Placed(plan), ElementsAre("high", "normal-1"));
+  EXPECT_EQ(ReasonOf(plan, "normal-2"),
+            "waiting for 1 free CPU slot; 1 agent has 0 free; it is first in line for the CPU "
+            "slots that free next (reservation)");
+  EXPECT_EQ(ReasonOf(plan, "low"),
+            "waiting for 1 CPU slot behind normal-2, which comes first and holds the "
+            "reservation of free CPU slots");
+}
+
+TEST(QueuePlanTest, WithinAPriorityTheLeastRecentUsageGoesFirst) {
+  QueueUsage usage;
+  usage.fair_share = {{"alice", 5000}, {"bob", 10}};
+  const QueuePlan plan =
+      PlanQueue({Job("alice-1", 1, 1, "alice"), Job("carol-1", 1, 1, "carol"),
+                 Job("bob-1", 1, 1, "bob"), Job("alice-high", 1, 1, "alice", v1::JobSpec::HIGH)},
+                {Agent("agent-1", {0, 1, 2}, 3)}, usage, SchedulingPolicy());
+  // carol has no usage at all; alice's HIGH job still beats every NORMAL one.
+  EXPECT_THAT(plan.order, ElementsAre("alice-high", "carol-1", "bob-1", "alice-1"));
+  EXPECT_THAT(Placed(plan), ElementsAre("alice-high", "carol-1", "bob-1"));
+}
+
+TEST(QueuePlanTest, OverQuotaWaitsWithTheReasonAndBlocksNobody) {
+  QueueUsage usage;
+  usage.slots_in_use["alice"][v1::ResourceSpec::CPU] = 6;
+  const QueuePlan plan =
+      PlanQueue({Job("alice-big", 4, 4, "alice", v1::JobSpec::HIGH), Job("alice-2", 2, 4, "alice"),
+                 Job("bob-1", 1, 1, "bob")},
+                {Agent("agent-1", {0, 1, 2, 3, 4, 5}, 16)}, usage, Policy("default cpu_slots=8"));
+  EXPECT_EQ(ReasonOf(plan, "alice-big"), "alice uses 6 of 8 CPU slots (quota); the job needs 4");
+  // alice-2 takes only the 2 slots her quota leaves (not max_ranks 4).
+  ASSERT_THAT(Placed(plan), ElementsAre("alice-2", "bob-1"));
+  EXPECT_EQ(plan.placed[0].ranks.size(), 2u);
+  EXPECT_THAT(plan.reservation_holders, IsEmpty());
+}
+
+TEST(QueuePlanTest, QuotaCountsJobsPlacedBeforeInThePlan) {
+  const QueuePlan plan = PlanQueue({Job("a-1", 2, 2, "alice"), Job("a-2", 1, 1, "alice")},
+                                   {Agent("agent-1", {0, 1, 2, 3}, 4)}, QueueUsage(),
+                                   Policy("user alice cpu_slots=2"));
+  EXPECT_THAT(Placed(plan), ElementsAre("a-1"));
+  EXPECT_EQ(ReasonOf(plan, "a-2"), "alice uses 2 of 2 CPU slots (quota); the job needs 1");
+}
+
+TEST(QueuePlanTest, AJobBeyondItsOwnersQuotaSaysSo) {
+  const QueuePlan plan = PlanQueue({Job("huge", 4, 4, "")}, {Agent("agent-1", {0, 1, 2, 3}, 4)},
+                                   QueueUsage(), Policy("default cpu_slots=2"));
+  EXPECT_THAT(Placed(plan), IsEmpty());
+  EXPECT_EQ(ReasonOf(plan, "huge"),
+            "the job needs 4 CPU slots, more than anonymous's quota of 2 (scheduling policy); "
+            "it starts only if the quota is raised");
+}
+
+TEST(QueuePlanTest, TheFirstBlockedJobReservesTheFreeSlotsItCanUse) {
+  // 3 free CPU slots: "big" needs 4, so it reserves the 3; "small" waits
+  // behind it although it would fit; the CUDA job is not held up.
+  const QueuePlan plan =
+      PlanQueue({Job("big", 4, 4), Job("small", 1, 1),
+                 Job("gpu", 1, 1, "", v1::JobSpec::NORMAL, v1::ResourceSpec::CUDA)},
+                {Agent("agent-1", {1, 2}, 4), Agent("agent-2", {3}, 4),
+                 Agent("gpu-1", {0}, 1, v1::ResourceSpec::CUDA)},
+                QueueUsage(), SchedulingPolicy());
+  EXPECT_THAT(Placed(plan), ElementsAre("gpu"));
+  EXPECT_EQ(plan.reservation_holders.at(v1::ResourceSpec::CPU), "big");
+  EXPECT_THAT(plan.reserved.at("agent-1"), ElementsAre(1, 2));
+  EXPECT_THAT(plan.reserved.at("agent-2"), ElementsAre(3));
+  EXPECT_EQ(ReasonOf(plan, "big"),
+            "waiting for 4 free CPU slots; 2 agents have 3 free; it is first in line for CPU "
+            "slots and holds the 3 free that it can use (reservation)");
+  EXPECT_EQ(ReasonOf(plan, "small"),
+            "waiting for 1 CPU slot behind big, which comes first and holds the reservation of "
+            "free CPU slots");
+}
+
+TEST(QueuePlanTest, BackfillTakesSlotsTheHolderCannotUse) {
+  // "fat" ranks fit only on the large agent; the small agent's free slot
+  // is no use to it, so a later job takes it.
+  QueueEntry fat = Job("fat", 2, 2);
+  fat.job.rank_bytes = 6'000'000'000;
+  AgentSlots large = Agent("large", {0}, 2);
+  large.memory_bytes = 16'000'000'000;
+  AgentSlots small = Agent("small", {0}, 1);
+  small.memory_bytes = 4'000'000'000;
+  const QueuePlan plan =
+      PlanQueue({fat, Job("later", 1, 1)}, {large, small}, QueueUsage(), SchedulingPolicy());
+  EXPECT_THAT(Placed(plan), ElementsAre("later"));
+  EXPECT_EQ(plan.placed[0].ranks[0].agent_id, "small");
+  EXPECT_THAT(plan.reserved.at("large"), ElementsAre(0));
+  EXPECT_FALSE(plan.reserved.count("small") > 0);
+}
+
+TEST(QueuePlanTest, AHigherPriorityJobTakesTheReservation) {
+  const QueuePlan plan = PlanQueue({Job("old", 3, 3), Job("urgent", 2, 2, "", v1::JobSpec::HIGH)},
+                                   {Agent("agent-1", {0}, 4)}, QueueUsage(), SchedulingPolicy());
+  EXPECT_EQ(plan.reservation_holders.at(v1::ResourceSpec::CPU), "urgent");
+  EXPECT_EQ(ReasonOf(plan, "old"),
+            "waiting for 3 CPU slots behind urgent, which comes first and holds the reservation "
+            "of free CPU slots");
+}
+
+TEST(QueuePlanTest, AJobNoAgentCouldHoldBlocksNobody) {
+  const QueuePlan plan = PlanQueue({Job("giant", 9, 9, "", v1::JobSpec::HIGH), Job("small", 1, 1)},
+                                   {Agent("agent-1", {0, 1}, 4)}, QueueUsage(), SchedulingPolicy());
+  EXPECT_THAT(Placed(plan), ElementsAre("small"));
+  EXPECT_THAT(plan.reservation_holders, IsEmpty());
+  EXPECT_EQ(ReasonOf(plan, "giant"),
+            "waiting for agents that can hold 9 CPU ranks: the 1 connected could hold 4 even "
+            "when idle; later jobs start meanwhile");
+}
+
+TEST(FairShareTest, UsageIntegratesSlotsAndHalvesEveryHalfLife) {
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  FairShare share(absl::Hours(1), t0);
+  share.Advance(t0 + absl::Seconds(10), {{"alice", 8}});
+  // 8 slots for 10 s: just under 80 slot-seconds (a little decayed).
+  EXPECT_NEAR(share.usage().at("alice"), 80.0, 0.1);
+  share.Advance(t0 + absl::Seconds(10) + absl::Hours(1), {});
+  EXPECT_NEAR(share.usage().at("alice"), 40.0, 0.05);
+  share.Advance(t0 + absl::Hours(40), {});
+  EXPECT_FALSE(share.usage().count("alice") > 0);  // decayed to nothing
+  share.Advance(t0, {{"bob", 1}});                 // time going back counts as none
+  EXPECT_FALSE(share.usage().count("bob") > 0);
+}
+
+TEST(FairShareTest, LongRunsConvergeToSlotsTimesHalfLifeOverLn2) {
+  const absl::Time t0 = absl::FromUnixSeconds(0);
+  FairShare share(absl::Minutes(1), t0);
+  for (int i = 1; i <= 600; ++i) share.Advance(t0 + absl::Seconds(i), {{"alice", 2}});
+  EXPECT_NEAR(share.usage().at("alice"), 2 * 60 / std::log(2.0), 0.5);
+}
+
+}  // namespace
+}  // namespace chorus

@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# End to end, preemption by shrinking (docs/scheduling.md): a 4-rank NORMAL
+# elastic DDP job fills two agents, node-a and node-b, two slots each. A
+# 2-rank HIGH job is submitted: the elastic job gives up ranks 2 and 3 at its
+# next step boundary (restarts stay 0), the HIGH job starts on their slots,
+# runs and succeeds; the elastic job then grows back to 4 ranks and
+# completes. The sample trace (CHORUS_SAMPLE_TRACE) shows that no step was
+# trained twice (none redone, none lost) and every sample of every epoch was
+# trained exactly once. Prints how long the HIGH job waited from submission
+# to its start (the goal: 2 s plus one step of the elastic job). The
+# coordinator runs with a --scheduling_policy file (one with a mistake is
+# refused at start).
+#
+# Usage (from Bazel): elastic_preempt_e2e_test.sh COORDINATOR CHORUS WORKER
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+COORDINATOR=$(realpath "$1")
+CHORUS=$(realpath "$2")
+WORKER=$(realpath "$3")
+field() { json_get - "$2" <<<"$1"; }
+export CHORUS_GLOO_SHM=1
+export CHORUS_SAMPLE_TRACE="${TMP}/trace"
+mkdir -p "${CHORUS_SAMPLE_TRACE}"
+
+# A policy file with a mistake stops the coordinator at start, naming the
+# file and line; the test's coordinator runs with a sound one.
+printf 'default cpu_slots=8\nuser bob cpu_slots=lots\n' > "${TMP}/bad.policy"
+out=$("${COORDINATOR}" --listen 127.0.0.1:0 --state_dir "${TMP}/bad-state" \
+  --scheduling_policy "${TMP}/bad.policy" 2>&1); rc=$?
+[[ ${rc} -eq 1 && "${out}" == *"scheduling policy ${TMP}/bad.policy:2: cpu_slots must be a whole number >= 0, got \"lots\""* ]] \
+  && pass "a bad policy file is refused at start with its file and line" \
+  || fail "bad policy: rc=${rc} out='${out}'"
+printf 'fair_share_half_life 30m\ndefault cpu_slots=8 queued_jobs=4 max_priority=HIGH\n' \
+  > "${TMP}/scheduling.policy"
+start_coordinator -- --scheduling_policy "${TMP}/scheduling.policy" \
+  || { fail "no coordinator"; finish; }
+chorus() { timeout 30 "${CHORUS}" --coordinator "${COORDINATOR_ADDR}" "$@"; }
+start_agent node-a 2
+start_agent node-b 2
+
+# 4 epochs of 4096 samples, 16 per rank and step: 64 steps an epoch with 4
+# ranks, 128 with 2. Rank 0 sleeps 30 ms a step in every generation so the
+# job lasts long enough to be preempted and grow back on a busy machine.
+slow=""
+for gen in 1 2 3 4; do
+  slow+="faults { kind: SLOW rank: 0 at_step: 0 duration_seconds: 0.03 generation: ${gen} } "
+done
+cat > "${TMP}/elastic.textproto" <<SPEC
+name: "elastic"
+model { mlp { hidden_sizes: [32] } }
+data { synthetic { num_samples: 4096 input_shape: [16] num_classes: 4 } }
+training { batch_size_per_rank: 16 epochs: 4 log_every_steps: 16 }
+optimizer { kind: SGD lr: 0.05 momentum: 0.9 }
+resources { min_ranks: 2 max_ranks: 4 threads_per_rank: 1 }
+elastic { max_restarts: 0 wait_seconds: 60 scale_up_interval_seconds: 2 }
+fault_injection { ${slow} }
+SPEC
+# A program writes no sample trace, so the trace is the elastic job's alone.
+cat > "${TMP}/high.textproto" <<'SPEC'
+name: "urgent"
+priority: HIGH
+program { argv: ["/bin/bash", "-c", "sleep 3"] }
+resources { min_ranks: 2 max_ranks: 2 }
+SPEC
+job=$(chorus submit "${TMP}/elastic.textproto" 2>"${TMP}/submit.err")
+[[ "${job}" == job-* ]] || fail "submit: ${job} $(cat "${TMP}/submit.err")"
+
+# Ranks 2 and 3 (on node-b: agents number ranks in the order they connected)
+# past step 40.
+wait_for '[[ -n "$(grep -l "^step 1 3 4[0-9] " "${TMP}"/trace/*.trace 2>/dev/null)" ]]' 60 \
+  || fail "rank 3 never reached step 40: $(chorus status "${job}")"
+pid_of() { basename "$(grep -l "^step 1 $1 " "${TMP}"/trace/*.trace | head -n 1)" .trace; }
+b_pids="$(pid_of 2) $(pid_of 3)"
+
+high=$(chorus submit "${TMP}/high.textproto" 2>"${TMP}/submit-high.err")
+[[ "${high}" == job-* ]] || fail "submit HIGH: ${high} $(cat "${TMP}/submit-high.err")"
+wait_for '[[ "$(field "$(chorus status "${high}" --json)" job.state)" != PENDING ]]' 30 \
+  || fail "the HIGH job never started: $(chorus queue) $(chorus status "${job}")"
+status=$(chorus status "${high}" --json)
+waited=$(python3 -c 'import sys; print("%.2f" % ((int(sys.argv[2]) - int(sys.argv[1])) / 1e6))' \
+  "$(field "${status}" job.submit_time_us)" "$(field "${status}" job.start_time_us)")
+pass "the HIGH job started ${waited} s after its submission (goal: 2 s + one step)"
+out=$(chorus status "${job}")
+[[ "${out}" == *"generation 2, world size 2, restarts 0 of elastic.max_restarts 0"* ]] \
+  && pass "the elastic job runs on with 2 ranks and no restart counted" || fail "status: ${out}"
+for pid in ${b_pids}; do
+  wait_for '! kill -0 "${pid}" 2>/dev/null' 10 || fail "preempted rank pid ${pid} still runs"
+done
+wait_for '[[ "$(field "$(chorus status "${high}" --json)" job.state)" == SUCCEEDED ]]' 30 \
+  && pass "the HIGH job succeeded" || fail "HIGH job: $(chorus status "${high}")"
+
+wait_for '[[ "$(field "$(chorus status "${job}" --json)" job.world_size)" == 4 ]]' 30 \
+  && pass "the elastic job grew back to 4 ranks" || fail "no growth: $(chorus status "${job}")"
+wait_for '[[ "$(field "$(chorus status "${job}" --json)" job.state)" == SUCCEEDED ]]' 90 \
+  && pass "the elastic job succeeded" || fail "job: $(chorus status "${job}")"
+events=$(chorus watch "${job}" 2>&1)
+[[ "${events}" == *"generation 2 after ${high} (priority HIGH, anonymous) preempted rank(s) 2,3 of this NORMAL job: they leave, nothing is lost: 4 -> 2 ranks, at a step boundary (not a restart)"* \
+   && "${events}" == *"generation 3 after 2 free slot(s) let the job grow from 2 towards resources.max_ranks 4"* ]] \
+  && pass "watch names who preempted whom, and the growth" || fail "watch: ${events}"
+events=$(chorus watch "${high}" 2>&1)
+[[ "${events}" == *"preempting rank(s) 2,3 of ${job} (priority NORMAL) at its next step boundary to make room for this job"* ]] \
+  && pass "the HIGH job's events name the job it preempted" || fail "watch HIGH: ${events}"
+
+# --- the trace: steps by generation, samples per epoch
+trace=$(python3 - "${TMP}/trace" <<'PY'
+import collections, glob, os, sys
+steps = collections.defaultdict(lambda: collections.defaultdict(dict))
+world = collections.defaultdict(int)
+for path in sorted(glob.glob(os.path.join(sys.argv[1], "*.trace"))):
+    for line in open(path):
+        f = line.split()
+        if f[0] == "step":
+            gen, rank, step, epoch = map(int, f[1:5])
+            steps[step][gen][rank] = (epoch, [int(i) for i in f[5].split(",")])
+            world[gen] = max(world[gen], rank + 1)
+by_epoch = collections.defaultdict(list)
+for step in sorted(steps):
+    if len(steps[step]) != 1:
+        print("error step %d trained by generations %s" % (step, sorted(steps[step])))
+    gen = max(steps[step])
+    ranks = steps[step][gen]
+    if sorted(ranks) != list(range(world[gen])):
+        print("error step %d generation %d has ranks %s" % (step, gen, sorted(ranks)))
+    for epoch, idx in ranks.values():
+        by_epoch[epoch].extend(idx)
+for epoch in sorted(by_epoch):
+    idx = sorted(by_epoch[epoch])
+    if idx != list(range(4096)):
+        print("error epoch %d: %d samples, %d distinct" % (epoch, len(idx), len(set(idx))))
+print("epochs", len(by_epoch), "worlds", " ".join("%d:%d" % (g, world[g]) for g in sorted(world)))
+PY
+)
+[[ "${trace}" != *error* && "${trace}" == *"epochs 4 worlds 1:4 2:2 3:4"* ]] \
+  && pass "no step trained twice or skipped; every sample of the 4 epochs once (${trace##*epochs})" \
+  || fail "trace: ${trace}"
+
+kill "${AGENT_PIDS[@]}" "${COORDINATOR_PID}" 2>/dev/null
+wait "${AGENT_PIDS[@]}" "${COORDINATOR_PID}" 2>/dev/null
+assert_no_leftovers "a preempted and grown job"
+finish
