@@ -5,8 +5,9 @@
 # a node agent given both connects to the leader; kill -9 of the leader moves
 # the leadership to the follower, the agent reconnects to it, and a CLI call
 # made through the list during the failover waits for it and finds the job
-# submitted before; a coordinator started again follows the new leader, and
-# SIGTERM stops the new leader cleanly.
+# submitted before; a coordinator started again follows the new leader; a
+# leader whose lease is revoked follows again without exiting; SIGTERM stops
+# a coordinator cleanly.
 #
 # Usage (from Bazel): failover_e2e_test.sh COORDINATOR CHORUS WORKER
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -91,7 +92,19 @@ out=$("${CHORUS}" --coordinator "${a2},${b}" --timeout 5 coordinators 2>&1); rc=
   && pass "a coordinator started again follows the new leader" \
   || fail "coordinators with a2 rc=${rc} out='${out}'"
 
-# --- SIGTERM ends b cleanly
+# --- b loses its lease (revoked in etcd): it stops serving, follows without
+# exiting, and the two elect a leader again
+etcdctl() { /usr/bin/etcdctl --endpoints "127.0.0.1:${client_port}" "$@"; }
+for lease in $(etcdctl lease list 2>/dev/null | tail -n +2); do etcdctl lease revoke "${lease}" >/dev/null; done
+wait_for "grep -q 'leadership lost' '${TMP}/b.log'" 10 \
+  && pass "b saw its leadership lost" || fail "b never lost: $(tail -3 "${TMP}/b.log")"
+wait_for "\"${CHORUS}\" --coordinator '${a2},${b}' --timeout 3 coordinators >/dev/null 2>&1" 15 \
+  && pass "a leader again after the revocation" \
+  || fail "no leader after the revocation: $("${CHORUS}" --coordinator "${a2},${b}" coordinators 2>&1)"
+kill -0 "${b_pid}" 2>/dev/null && pass "b kept running after losing the leadership" \
+  || fail "b exited on losing the leadership"
+
+# --- SIGTERM stops b (leading or following) cleanly
 kill -TERM "${b_pid}"
-wait_exit "${b_pid}" 15 && pass "SIGTERM stops the leader" || fail "b did not exit on SIGTERM"
+wait_exit "${b_pid}" 15 && pass "SIGTERM stops b" || fail "b did not exit on SIGTERM"
 finish
