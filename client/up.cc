@@ -182,6 +182,18 @@ class LocalCluster {
   const std::string& dir() const { return dir_; }
   // The CLI's token file for this cluster (Note [chorus up's tokens]).
   const std::string& admin_token_file() const { return tokens_.admin_file; }
+  // The status page's login URL: one visit logs a browser in (Note [Browser
+  // login] in coordinator/http_server.cc); empty if the HTTP port or the
+  // admin token cannot be read.
+  std::string LoginUrl() const {
+    std::string port, token;
+    std::ifstream port_in(dir_ + "/http_port");
+    std::getline(port_in, port);
+    std::ifstream token_in(tokens_.admin_file);
+    std::getline(token_in, token);
+    if (port.empty() || token.empty()) return "";
+    return absl::StrCat("http://127.0.0.1:", port, "/login?token=", token);
+  }
   // Leaves the admin token where this user's other chorus commands look for
   // it (LocalTokenPath), until the cluster goes.
   absl::Status PublishToken() {
@@ -310,6 +322,11 @@ int RunUp(const UpOptions& options, const GlobalOptions& global) {
     }
     *global.err << "chorus up: " << submitted.job_id() << " on " << options.local
                 << " local slot(s); logs in " << (*cluster)->dir() << "\n";
+    // The URL holds the admin token: it goes to this terminal only, never
+    // to a log (Note [Browser login] in coordinator/http_server.cc).
+    if (const std::string url = (*cluster)->LoginUrl(); !url.empty()) {
+      *global.err << "chorus up: status page " << url << "\n";
+    }
     followed = FollowJob(*stub, local_global, submitted.job_id(), /*cancel_on_interrupt=*/true);
   }
   if (!followed.ok()) return ReportError("up", followed.status(), local_global);

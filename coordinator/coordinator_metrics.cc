@@ -25,6 +25,8 @@ double Value(const v1::Metrics& metrics, const std::string& name, double otherwi
 
 }  // namespace
 
+std::string UserLabel(const std::string& owner) { return owner.empty() ? "anonymous" : owner; }
+
 std::string DeviceName(v1::ResourceSpec::Device device) {
   return device == v1::ResourceSpec::DEVICE_UNSPECIFIED ? "CPU"
                                                         : v1::ResourceSpec::Device_Name(device);
@@ -73,8 +75,21 @@ prometheus::MetricFamily StateGauge::Take() {
 // keep their per-rank series, so an alert can still say which rank. Every
 // rank stays in the job page and `chorus status`, paged.
 
-CoordinatorMetrics::CoordinatorMetrics(int max_rank_series)
+// Note [User series]
+// Four series per user (slots per device, running and queued jobs, fair-share
+// usage) would let a coordinator with thousands of token-file users, or of
+// anonymous-but-named submitters, grow a scrape without bound. At most
+// --metrics_max_user_series users (100 by default) get their own series:
+// those holding the most slots, then those with the most fair-share usage,
+// then the most queued jobs, then by name. The rest are summed into the
+// series of user "(others)" (parentheses cannot be in a user name), so the
+// totals over `user` stay right; chorus_user_series says how many users
+// there are and how many have series. The status page and `chorus queue`
+// list every user.
+
+CoordinatorMetrics::CoordinatorMetrics(int max_rank_series, int max_user_series)
     : max_rank_series_(max_rank_series),
+      max_user_series_(max_user_series),
       registry_(std::make_shared<prometheus::Registry>()),
       generations_(prometheus::BuildCounter()
                        .Name("chorus_generations_total")
@@ -115,6 +130,20 @@ void CoordinatorMetrics::AddClusterGaugesLocked() {
   jobs_ = AddGauge("chorus_jobs", "Jobs by state.");
   agents_ = AddGauge("chorus_agents_connected", "Node agents connected.");
   slots_ = AddGauge("chorus_slots", "Slots of the connected agents by device, free or used.");
+  queued_by_wait_ =
+      AddGauge("chorus_queued_jobs",
+               "Queued jobs by why they wait (label reason: quota, free_slots (first in line, "
+               "holding the reservation), reservation (behind the holder), no_agent).");
+  user_slots_ = AddGauge("chorus_user_slots",
+                         "Slots a user's running jobs hold, by device (label user; \"anonymous\" "
+                         "for no user, \"(others)\" past --metrics_max_user_series).");
+  user_jobs_ = AddGauge("chorus_user_jobs", "A user's jobs by state (running, queued).");
+  user_fair_share_ =
+      AddGauge("chorus_user_fair_share_slot_seconds",
+               "A user's decayed usage in slot-seconds, which orders the queue within a priority.");
+  user_series_ = AddGauge("chorus_user_series",
+                          "Users known now (state=\"all\") and those with their own series "
+                          "(state=\"own\"; at most --metrics_max_user_series).");
 }
 
 void CoordinatorMetrics::AddJobGaugesLocked() {
@@ -208,6 +237,7 @@ void CoordinatorMetrics::RpcFinished(const std::string& method, const std::strin
 std::string CoordinatorMetrics::Render(const ClusterSnapshot& snapshot) {
   absl::MutexLock lock(&render_mu_);
   SetClusterLocked(snapshot);
+  SetUsersLocked(snapshot);
   for (const v1::JobStatus& status : snapshot.running) {
     SetJobLocked(status);
     SetRanksLocked(status);
@@ -244,6 +274,55 @@ void CoordinatorMetrics::SetClusterLocked(const ClusterSnapshot& snapshot) {
     slots_->Set({{"device", DeviceName(device)}, {"state", "used"}},
                 static_cast<double>(slots.used));
   }
+}
+
+void CoordinatorMetrics::SetUsersLocked(const ClusterSnapshot& snapshot) {
+  for (const auto& [wait, count] : snapshot.queued_by_wait) {
+    queued_by_wait_->Set({{"reason", wait}}, static_cast<double>(count));
+  }
+  using User = ClusterSnapshot::User;
+  std::vector<std::pair<std::string, const User*>> users;
+  std::map<std::string, int64_t> slots_held;
+  for (const auto& [owner, user] : snapshot.users) {
+    users.emplace_back(owner, &user);
+    for (const auto& [device, slots] : user.slots_in_use) slots_held[owner] += slots;
+  }
+  // Note [User series]: who keeps a series of their own.
+  std::sort(users.begin(), users.end(), [&](const auto& a, const auto& b) {
+    const int64_t slots_a = slots_held[a.first], slots_b = slots_held[b.first];
+    if (slots_a != slots_b) return slots_a > slots_b;
+    if (a.second->fair_share_slot_seconds != b.second->fair_share_slot_seconds) {
+      return a.second->fair_share_slot_seconds > b.second->fair_share_slot_seconds;
+    }
+    if (a.second->queued_jobs != b.second->queued_jobs) {
+      return a.second->queued_jobs > b.second->queued_jobs;
+    }
+    return a.first < b.first;
+  });
+  const size_t own = std::min(users.size(), static_cast<size_t>(std::max(0, max_user_series_)));
+  User others;
+  for (size_t i = own; i < users.size(); ++i) {
+    const User& user = *users[i].second;
+    for (const auto& [device, slots] : user.slots_in_use) others.slots_in_use[device] += slots;
+    others.running_jobs += user.running_jobs;
+    others.queued_jobs += user.queued_jobs;
+    others.fair_share_slot_seconds += user.fair_share_slot_seconds;
+  }
+  users.resize(own);
+  if (own < snapshot.users.size()) users.emplace_back(kOtherUsersLabel, &others);
+  for (const auto& [owner, user] : users) {
+    const std::string label = owner == kOtherUsersLabel ? owner : UserLabel(owner);
+    for (const auto& [device, slots] : user->slots_in_use) {
+      user_slots_->Set({{"user", label}, {"device", DeviceName(device)}},
+                       static_cast<double>(slots));
+    }
+    user_jobs_->Set({{"user", label}, {"state", "running"}},
+                    static_cast<double>(user->running_jobs));
+    user_jobs_->Set({{"user", label}, {"state", "queued"}}, static_cast<double>(user->queued_jobs));
+    user_fair_share_->Set({{"user", label}}, user->fair_share_slot_seconds);
+  }
+  user_series_->Set({{"state", "all"}}, static_cast<double>(snapshot.users.size()));
+  user_series_->Set({{"state", "own"}}, static_cast<double>(own));
 }
 
 void CoordinatorMetrics::SetJobLocked(const v1::JobStatus& status) {

@@ -57,6 +57,18 @@ struct ClusterSnapshot {
   // One per running job: job (id, spec name, latest metrics), a row per
   // rank, the diagnoses that hold now.
   std::vector<v1::JobStatus> running;
+  // What each user ("" the anonymous user) has: every owner of a running
+  // or queued job, and every owner with fair-share usage left.
+  struct User {
+    std::map<v1::ResourceSpec::Device, int64_t> slots_in_use;
+    int64_t running_jobs = 0;
+    int64_t queued_jobs = 0;
+    double fair_share_slot_seconds = 0;  // decayed (FairShare::usage)
+  };
+  std::map<std::string, User> users;
+  // Queued jobs by why they wait (WaitClassName in queue_plan.h: quota,
+  // free_slots, reservation, no_agent; each present, 0 included).
+  std::map<std::string, int64_t> queued_by_wait;
 };
 
 // A gauge family rebuilt from the snapshot at every render: a render writes
@@ -82,11 +94,16 @@ class CoordinatorMetrics {
   // Per-rank series of a job with at most this many ranks by default
   // (Note [Per-rank series at scale] in coordinator_metrics.cc).
   static constexpr int kDefaultMaxRankSeries = 1024;
+  // Users with their own series by default (Note [User series]).
+  static constexpr int kDefaultMaxUserSeries = 100;
 
   // A running job with more than `max_rank_series` ranks gets its ranks'
   // summary series instead of one series per rank (the ranks a diagnosis
   // names keep theirs).
-  explicit CoordinatorMetrics(int max_rank_series = kDefaultMaxRankSeries);
+  // Beyond `max_user_series` users, the users who hold the fewest slots are
+  // summed into the series of user "(others)".
+  explicit CoordinatorMetrics(int max_rank_series = kDefaultMaxRankSeries,
+                              int max_user_series = kDefaultMaxUserSeries);
   int max_rank_series() const { return max_rank_series_; }
   CoordinatorMetrics(const CoordinatorMetrics&) = delete;
   CoordinatorMetrics& operator=(const CoordinatorMetrics&) = delete;
@@ -114,6 +131,8 @@ class CoordinatorMetrics {
   void SetClusterLocked(const ClusterSnapshot& snapshot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(render_mu_);
   void SetJobLocked(const v1::JobStatus& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(render_mu_);
   void SetRanksLocked(const v1::JobStatus& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(render_mu_);
+  // The users' gauges and the queue's by wait class.
+  void SetUsersLocked(const ClusterSnapshot& snapshot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(render_mu_);
   // The constructor's parts: the state gauges of the cluster, of a running
   // job, of its ranks, and of its ranks' summary.
   void AddClusterGaugesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(render_mu_);
@@ -122,6 +141,7 @@ class CoordinatorMetrics {
   void AddRankSummaryGaugesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(render_mu_);
 
   const int max_rank_series_;
+  const int max_user_series_;
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Family<prometheus::Counter>& generations_;
   prometheus::Family<prometheus::Histogram>& rendezvous_;
@@ -138,6 +158,11 @@ class CoordinatorMetrics {
   StateGauge* jobs_ ABSL_GUARDED_BY(render_mu_);
   StateGauge* agents_ ABSL_GUARDED_BY(render_mu_);
   StateGauge* slots_ ABSL_GUARDED_BY(render_mu_);
+  StateGauge* queued_by_wait_ ABSL_GUARDED_BY(render_mu_);
+  StateGauge* user_slots_ ABSL_GUARDED_BY(render_mu_);
+  StateGauge* user_jobs_ ABSL_GUARDED_BY(render_mu_);
+  StateGauge* user_fair_share_ ABSL_GUARDED_BY(render_mu_);
+  StateGauge* user_series_ ABSL_GUARDED_BY(render_mu_);
   StateGauge* job_progress_ ABSL_GUARDED_BY(render_mu_);
   StateGauge* job_step_ ABSL_GUARDED_BY(render_mu_);
   StateGauge* job_samples_ ABSL_GUARDED_BY(render_mu_);
@@ -169,6 +194,11 @@ class CoordinatorMetrics {
   StateGauge* AddGauge(const std::string& name, const std::string& help)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(render_mu_);
 };
+
+// The user's name as labels show it: "anonymous" for "".
+std::string UserLabel(const std::string& owner);
+// The label value of the users beyond the cap (not a valid user name).
+inline constexpr char kOtherUsersLabel[] = "(others)";
 
 // The device's name as labels show it ("CPU", "CUDA").
 std::string DeviceName(v1::ResourceSpec::Device device);

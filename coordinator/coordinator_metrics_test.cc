@@ -215,5 +215,64 @@ TEST(CoordinatorMetricsTest, EventsAreCountedByLabel) {
                               "SubmitJob\"} 3\n"));
 }
 
+ClusterSnapshot::User UserWith(int64_t cpu_slots, int64_t running, int64_t queued,
+                               double fair_share) {
+  ClusterSnapshot::User user;
+  if (cpu_slots > 0) user.slots_in_use[v1::ResourceSpec::CPU] = cpu_slots;
+  user.running_jobs = running;
+  user.queued_jobs = queued;
+  user.fair_share_slot_seconds = fair_share;
+  return user;
+}
+
+TEST(CoordinatorMetricsTest, UsersAndTheQueueByReasonHaveSeries) {
+  CoordinatorMetrics metrics;
+  ClusterSnapshot snapshot;
+  snapshot.users["alice"] = UserWith(6, 2, 1, 7200.5);
+  snapshot.users["alice"].slots_in_use[v1::ResourceSpec::CUDA] = 1;
+  snapshot.users[""] = UserWith(0, 0, 3, 0);
+  snapshot.queued_by_wait = {{"quota", 1}, {"free_slots", 1}, {"reservation", 2}, {"no_agent", 0}};
+  const std::string text = metrics.Render(snapshot);
+  EXPECT_THAT(text, HasSubstr("chorus_user_slots{device=\"CPU\",user=\"alice\"} 6\n"));
+  EXPECT_THAT(text, HasSubstr("chorus_user_slots{device=\"CUDA\",user=\"alice\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("chorus_user_jobs{state=\"running\",user=\"alice\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("chorus_user_jobs{state=\"queued\",user=\"alice\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("chorus_user_fair_share_slot_seconds{user=\"alice\"} 7200.5\n"));
+  // The anonymous user is named; holding no slots, it has no slot series.
+  EXPECT_THAT(text, HasSubstr("chorus_user_jobs{state=\"queued\",user=\"anonymous\"} 3\n"));
+  EXPECT_THAT(text, Not(HasSubstr("chorus_user_slots{device=\"CPU\",user=\"anonymous\"}")));
+  EXPECT_THAT(text, HasSubstr("chorus_queued_jobs{reason=\"reservation\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("chorus_queued_jobs{reason=\"no_agent\"} 0\n"));
+  EXPECT_THAT(text, HasSubstr("chorus_user_series{state=\"all\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("chorus_user_series{state=\"own\"} 2\n"));
+  EXPECT_THAT(text, Not(HasSubstr("user=\"(others)\"")));
+
+  // A user with nothing left is gone from the next scrape.
+  snapshot.users.erase("alice");
+  EXPECT_THAT(metrics.Render(snapshot), Not(HasSubstr("user=\"alice\"")));
+}
+
+TEST(CoordinatorMetricsTest, UsersBeyondTheCapAreSummedIntoOthers) {
+  CoordinatorMetrics metrics(CoordinatorMetrics::kDefaultMaxRankSeries, /*max_user_series=*/2);
+  ClusterSnapshot snapshot;
+  snapshot.users["big"] = UserWith(8, 1, 0, 100);
+  snapshot.users["mid"] = UserWith(0, 0, 2, 50);  // no slots, more usage than the two below
+  snapshot.users["small-1"] = UserWith(1, 1, 1, 10);
+  snapshot.users["small-2"] = UserWith(2, 1, 0, 20);
+  const std::string text = metrics.Render(snapshot);
+  // The most slots keep their series: big (8), small-2 (2).
+  EXPECT_THAT(text, HasSubstr("chorus_user_slots{device=\"CPU\",user=\"big\"} 8\n"));
+  EXPECT_THAT(text, HasSubstr("chorus_user_slots{device=\"CPU\",user=\"small-2\"} 2\n"));
+  EXPECT_THAT(text, Not(HasSubstr("user=\"mid\"")));
+  EXPECT_THAT(text, Not(HasSubstr("user=\"small-1\"")));
+  // mid and small-1 summed.
+  EXPECT_THAT(text, HasSubstr("chorus_user_slots{device=\"CPU\",user=\"(others)\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("chorus_user_jobs{state=\"queued\",user=\"(others)\"} 3\n"));
+  EXPECT_THAT(text, HasSubstr("chorus_user_jobs{state=\"running\",user=\"(others)\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("chorus_user_fair_share_slot_seconds{user=\"(others)\"} 60\n"));
+  EXPECT_THAT(text, HasSubstr("chorus_user_series{state=\"all\"} 4\n"));
+  EXPECT_THAT(text, HasSubstr("chorus_user_series{state=\"own\"} 2\n"));
+}
+
 }  // namespace
 }  // namespace chorus

@@ -12,8 +12,9 @@
 // Authorization: when Options::require_token is set every request must
 // carry "Authorization: Bearer TOKEN" with an admin token of Options::auth
 // (the coordinator sets it whenever it has a token file, and requires one
-// for a non-loopback address, as on gRPC);
-// otherwise 401 (no or unknown token) or 403 (a worker token).
+// for a non-loopback address, as on gRPC), or the session cookie a browser
+// got from /login (Note [Browser login] in http_server.cc); otherwise 401
+// (no or unknown token or session) or 403 (a worker token).
 //
 // Thread-safety: handlers run on the pool's threads, several at once; they
 // must be thread-safe. Shutdown() may be called from any thread, more than
@@ -49,6 +50,8 @@ namespace chorus {
 inline constexpr char kPlainText[] = "text/plain; charset=utf-8";
 inline constexpr char kJson[] = "application/json";
 inline constexpr char kHtml[] = "text/html; charset=utf-8";
+// The cookie of a browser session (Note [Browser login] in http_server.cc).
+inline constexpr char kSessionCookie[] = "chorus_session";
 
 struct HttpRequest {
   std::string path;
@@ -92,6 +95,10 @@ class HttpServer {
     size_t max_request_bytes = 64 << 10;
     // Requests one keep-alive connection may make before it is closed.
     int max_requests_per_connection = 100;
+    // Browser sessions opened by /login: how long each lasts, and how many
+    // are kept (a new one beyond that ends the one that expires first).
+    absl::Duration session_lifetime = absl::Hours(12);
+    int max_sessions = 64;
   };
 
   // Binds host:port and starts serving `routes` (a path not routed is 404).

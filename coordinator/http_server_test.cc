@@ -168,6 +168,85 @@ TEST(HttpServerTest, WithTokensRequiredOnlyAnAdminTokenGetsIn) {
   EXPECT_EQ(probe->status, 401) << "without a token not even which pages exist is told";
 }
 
+// The "chorus_session=..." part of a login answer's Set-Cookie, or "".
+std::string SessionCookie(const httplib::Result& login) {
+  const std::string set = login->get_header_value("Set-Cookie");
+  return set.substr(0, set.find(';'));
+}
+
+TEST(HttpServerTest, ABrowserLogsInOnceAndItsSessionCookieLetsItIn) {
+  auto auth = TokenAuthorizer::FromText(
+      std::string("admin ") + kAdmin + "\nworker " + kWorker + "\n", "tokens");
+  ASSERT_TRUE(auth.ok()) << auth.status();
+  HttpServer::Options options;
+  options.require_token = true;
+  options.auth = &*auth;
+  auto server = HttpServer::Start(options, Routes());
+  ASSERT_TRUE(server.ok()) << server.status();
+  httplib::Client client = Client(**server);
+
+  auto login = client.Get(std::string("/login?token=") + kAdmin);
+  ASSERT_TRUE(login);
+  EXPECT_EQ(login->status, 303);
+  EXPECT_EQ(login->get_header_value("Location"), "/");
+  EXPECT_EQ(login->get_header_value("Referrer-Policy"), "no-referrer");
+  const std::string set = login->get_header_value("Set-Cookie");
+  EXPECT_THAT(set, HasSubstr("; HttpOnly"));
+  EXPECT_THAT(set, HasSubstr("; SameSite=Strict"));
+  EXPECT_THAT(set, HasSubstr("; Path=/"));
+  const std::string cookie = SessionCookie(login);
+  ASSERT_THAT(cookie, testing::StartsWith("chorus_session="));
+  EXPECT_EQ(cookie.size(), std::string("chorus_session=").size() + 64);
+  EXPECT_THAT(set, Not(HasSubstr(kAdmin))) << "the cookie is not the token";
+
+  auto with_cookie = client.Get("/hello", {{"Cookie", "theme=dark; " + cookie}});
+  ASSERT_TRUE(with_cookie);
+  EXPECT_EQ(with_cookie->status, 200);
+  EXPECT_EQ(with_cookie->body, "hello there");
+
+  auto without = client.Get("/hello");
+  ASSERT_TRUE(without);
+  EXPECT_EQ(without->status, 401);
+  EXPECT_THAT(without->body, HasSubstr("/login?token=ADMIN_TOKEN"));
+  auto made_up = client.Get("/hello", {{"Cookie", std::string("chorus_session=") + kAdmin}});
+  ASSERT_TRUE(made_up);
+  EXPECT_EQ(made_up->status, 401) << "the token itself is not a session";
+
+  auto wrong = client.Get("/login?token=not-a-token-of-this-one");
+  ASSERT_TRUE(wrong);
+  EXPECT_EQ(wrong->status, 401);
+  EXPECT_FALSE(wrong->has_header("Set-Cookie"));
+  EXPECT_THAT(wrong->body, Not(HasSubstr("not-a-token"))) << "tokens are never echoed";
+  auto no_token = client.Get("/login");
+  ASSERT_TRUE(no_token);
+  EXPECT_EQ(no_token->status, 401);
+  auto worker = client.Get(std::string("/login?token=") + kWorker);
+  ASSERT_TRUE(worker);
+  EXPECT_EQ(worker->status, 403);
+  EXPECT_FALSE(worker->has_header("Set-Cookie"));
+}
+
+TEST(HttpServerTest, SessionsBeyondTheLimitEndTheOldest) {
+  auto auth = TokenAuthorizer::FromText(std::string("admin ") + kAdmin + "\n", "tokens");
+  ASSERT_TRUE(auth.ok()) << auth.status();
+  HttpServer::Options options;
+  options.require_token = true;
+  options.auth = &*auth;
+  options.max_sessions = 1;
+  auto server = HttpServer::Start(options, Routes());
+  ASSERT_TRUE(server.ok()) << server.status();
+  httplib::Client client = Client(**server);
+  auto first = client.Get(std::string("/login?token=") + kAdmin);
+  auto second = client.Get(std::string("/login?token=") + kAdmin);
+  ASSERT_TRUE(first && second);
+  ASSERT_NE(SessionCookie(first), SessionCookie(second)) << "each login opens its own session";
+  auto old = client.Get("/hello", {{"Cookie", SessionCookie(first)}});
+  auto current = client.Get("/hello", {{"Cookie", SessionCookie(second)}});
+  ASSERT_TRUE(old && current);
+  EXPECT_EQ(old->status, 401);
+  EXPECT_EQ(current->status, 200);
+}
+
 TEST(HttpServerTest, RefusesTokensRequiredWithoutTokensAndAPortInUse) {
   HttpServer::Options options;
   options.require_token = true;

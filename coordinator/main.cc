@@ -143,6 +143,11 @@ void AddLimitFlags(CLI::App& app, Flags& flags) {
                  "A file of per-user scheduling limits: slots in use per device, queued jobs, "
                  "highest priority, and the fair-share half-life (docs/scheduling.md). Read at "
                  "start; an error names the file and line. Default: no limits, half-life 1h.");
+  app.add_option("--metrics_max_user_series", options.metrics_max_user_series,
+                 "At most this many users get series of their own on /metrics (those holding "
+                 "the most slots); the others are summed into user \"(others)\" "
+                 "(docs/observability.md).")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--metrics_max_rank_series", options.metrics_max_rank_series,
                  "A running job with more ranks than this gets summary series on /metrics "
                  "instead of one series per rank (the ranks a diagnosis names keep theirs; "

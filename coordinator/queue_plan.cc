@@ -116,7 +116,7 @@ void Planner::Reserve(const QueueEntry& entry, const std::vector<std::pair<size_
     absl::StrAppend(&reason, "; it is first in line for ", name, " slots and holds the ",
                     slots.size(), " free that it can use (reservation)");
   }
-  plan.waiting.push_back({entry.job.job_id, std::move(reason)});
+  plan.waiting.push_back({entry.job.job_id, std::move(reason), WaitClass::kFreeSlots});
   for (const auto& [a, slot] : slots) {
     plan.reserved[agents_[a].agent_id].push_back(slot);
     free_[a].erase(std::find(free_[a].begin(), free_[a].end(), slot));
@@ -131,7 +131,7 @@ void Planner::Plan(const QueueEntry& entry, QueuePlan& plan) {
   std::string quota_reason;
   const int quota_left = QuotaLeft(entry, quota_reason);
   if (!quota_reason.empty()) {
-    plan.waiting.push_back({job.job_id, std::move(quota_reason)});
+    plan.waiting.push_back({job.job_id, std::move(quota_reason), WaitClass::kQuota});
     return;
   }
   std::vector<std::pair<size_t, int>> slots;
@@ -147,7 +147,7 @@ void Planner::Plan(const QueueEntry& entry, QueuePlan& plan) {
   }
   const std::pair<bool, std::string>& idle = IdleFit(job);
   if (!idle.first) {
-    plan.waiting.push_back({job.job_id, idle.second});
+    plan.waiting.push_back({job.job_id, idle.second, WaitClass::kNoAgent});
     return;
   }
   auto holder = plan.reservation_holders.find(device);
@@ -161,10 +161,25 @@ void Planner::Plan(const QueueEntry& entry, QueuePlan& plan) {
        absl::StrCat("waiting for ", min_ranks, " ", v1::ResourceSpec::Device_Name(device), " slot",
                     min_ranks == 1 ? "" : "s", " behind ", holder->second,
                     ", which comes first and holds the reservation of free ",
-                    v1::ResourceSpec::Device_Name(device), " slots")});
+                    v1::ResourceSpec::Device_Name(device), " slots"),
+       WaitClass::kReservation});
 }
 
 }  // namespace
+
+const char* WaitClassName(WaitClass wait) {
+  switch (wait) {
+    case WaitClass::kQuota:
+      return "quota";
+    case WaitClass::kFreeSlots:
+      return "free_slots";
+    case WaitClass::kReservation:
+      return "reservation";
+    case WaitClass::kNoAgent:
+      return "no_agent";
+  }
+  return "free_slots";
+}
 
 QueuePlan PlanQueue(const std::vector<QueueEntry>& queued, const std::vector<AgentSlots>& agents,
                     const QueueUsage& usage, const SchedulingPolicy& policy) {

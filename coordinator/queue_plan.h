@@ -61,10 +61,24 @@ struct QueueUsage {
   std::map<std::string, double> fair_share;
 };
 
+// Why a job waits, as a small fixed set (the reason's text says more); for
+// /metrics, whose labels cannot carry the free text.
+enum class WaitClass {
+  kQuota,        // its owner's quota (or a quota below its min_ranks)
+  kFreeSlots,    // too few free slots; it is first in line (holds the reservation)
+  kReservation,  // behind the job that holds its device's reservation
+  kNoAgent,      // no connected agent could hold it, even idle
+};
+inline constexpr WaitClass kAllWaitClasses[] = {WaitClass::kQuota, WaitClass::kFreeSlots,
+                                                WaitClass::kReservation, WaitClass::kNoAgent};
+// "quota", "free_slots", "reservation", "no_agent".
+const char* WaitClassName(WaitClass wait);
+
 // A job the plan does not start, and why.
 struct WaitingJob {
   std::string job_id;
   std::string reason;  // for `chorus queue` and `chorus status`
+  WaitClass wait = WaitClass::kFreeSlots;
 };
 
 struct QueuePlan {

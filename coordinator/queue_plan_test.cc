@@ -1,6 +1,7 @@
 #include "coordinator/queue_plan.h"
 
 #include <cmath>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -166,6 +167,21 @@ TEST(QueuePlanTest, AJobNoAgentCouldHoldBlocksNobody) {
   EXPECT_EQ(ReasonOf(plan, "giant"),
             "waiting for agents that can hold 9 CPU ranks: the 1 connected could hold 4 even "
             "when idle; later jobs start meanwhile");
+}
+
+TEST(QueuePlanTest, EachWaitingJobHasTheClassOfItsReason) {
+  // One waiting job of each class: over quota, the reservation holder
+  // (free slots), one behind it, one no agent could hold.
+  const QueuePlan plan = PlanQueue(
+      {Job("over", 1, 1, "alice"), Job("holder", 3, 3), Job("behind", 2, 2), Job("giant", 9, 9)},
+      {Agent("agent-1", {0}, 4)}, QueueUsage(), Policy("user alice cpu_slots=0"));
+  std::map<std::string, std::string> classes;
+  for (const WaitingJob& w : plan.waiting) classes[w.job_id] = WaitClassName(w.wait);
+  EXPECT_THAT(classes,
+              ElementsAre(std::pair<const std::string, std::string>("behind", "reservation"),
+                          std::pair<const std::string, std::string>("giant", "no_agent"),
+                          std::pair<const std::string, std::string>("holder", "free_slots"),
+                          std::pair<const std::string, std::string>("over", "quota")));
 }
 
 TEST(FairShareTest, UsageIntegratesSlotsAndHalvesEveryHalfLife) {

@@ -183,9 +183,10 @@ class Scheduler {
   v1::GetQueueResponse Queue() const;
 
   int free_slots() const;
-  // Agents, slots and every running job (job, rank summary, the diagnoses
+  // Agents, slots, every running job (job, rank summary, the diagnoses
   // of the last Tick, and its rank rows if it has at most `max_rank_rows`
-  // ranks, else only the rows of the ranks its diagnoses name) into
+  // ranks, else only the rows of the ranks its diagnoses name), each user's
+  // slots, jobs and fair share, and the queue by wait class into
   // `snapshot`, for /metrics and the status page.
   void Snapshot(ClusterSnapshot& snapshot, int max_rank_rows = INT_MAX) const;
   // Where generations, rendezvous and diagnoses are counted; null (the

@@ -18,6 +18,32 @@
 #include "coordinator/scheduler.h"
 
 namespace chorus {
+namespace {
+
+// Each user's slots, jobs and fair share, and the queue by wait class, from
+// the running jobs and the last queue plan (its entries and waiting jobs).
+void AddUsers(const QueueUsage& usage, const std::map<std::string, RunningJob>& running,
+              const std::map<std::string, QueueEntry>& queued, const QueuePlan& plan,
+              ClusterSnapshot& snapshot) {
+  for (const auto& [owner, slots] : usage.slots_in_use) {
+    for (const auto& [device, count] : slots) snapshot.users[owner].slots_in_use[device] = count;
+  }
+  for (const auto& [owner, share] : usage.fair_share) {
+    snapshot.users[owner].fair_share_slot_seconds = share;
+  }
+  for (const auto& [job_id, run] : running) ++snapshot.users[run.owner].running_jobs;
+  // The jobs the last plan left waiting (the entries also hold those it
+  // placed until the next plan).
+  for (WaitClass wait : kAllWaitClasses) snapshot.queued_by_wait[WaitClassName(wait)] = 0;
+  for (const WaitingJob& w : plan.waiting) {
+    ++snapshot.queued_by_wait[WaitClassName(w.wait)];
+    if (auto it = queued.find(w.job_id); it != queued.end()) {
+      ++snapshot.users[it->second.owner].queued_jobs;
+    }
+  }
+}
+
+}  // namespace
 
 void Scheduler::Join(const v1::JoinRequest& request, absl::Time deadline, JoinDone done) {
   Outbox out;
@@ -364,6 +390,7 @@ void Scheduler::Snapshot(ClusterSnapshot& snapshot, int max_rank_rows) const {
     run.AddStatusRows(agents_, now, status, rows);
     for (const v1::Diagnosis& d : run.diagnoses_now) *status.add_diagnoses() = d;
   }
+  AddUsers(UsageLocked(), running_, queue_entries_, plan_, snapshot);
 }
 
 void Scheduler::set_metrics(CoordinatorMetrics* metrics) {

@@ -332,7 +332,8 @@ absl::Status CoordinatorServer::OpenState(const ServerOptions& options) {
 }
 
 absl::Status CoordinatorServer::BuildServices(const ServerOptions& options) {
-  metrics_ = std::make_unique<CoordinatorMetrics>(options.metrics_max_rank_series);
+  metrics_ = std::make_unique<CoordinatorMetrics>(options.metrics_max_rank_series,
+                                                  options.metrics_max_user_series);
   scheduler_ = std::make_unique<Scheduler>(*jobs_, nullptr, "");
   scheduler_->set_metrics(metrics_.get());
   scheduler_->set_scheduling_policy(options.scheduling_policy);

@@ -113,6 +113,9 @@ struct ServerOptions {
   // A running job with more ranks gets summary series on /metrics, not one
   // per rank (CoordinatorMetrics::kDefaultMaxRankSeries).
   int metrics_max_rank_series = 1024;
+  // Users with series of their own on /metrics; the rest are summed
+  // (CoordinatorMetrics::kDefaultMaxUserSeries).
+  int metrics_max_user_series = 100;
   // Per-job store quotas (KeyValueStore::Limits).
   int64_t store_max_keys_per_job = 100000;
   int64_t store_max_bytes_per_job = int64_t{256} << 20;

@@ -55,6 +55,38 @@ std::string DiagnosisText(const v1::Diagnosis& d) {
   return absl::StrCat(v1::Diagnosis::Kind_Name(d.kind()), " ", d.message());
 }
 
+// The queue in placement order (at most kPageMaxJobs rows).
+std::string QueueJson(const v1::GetQueueResponse& queue) {
+  std::vector<std::string> rows;
+  for (const v1::QueuedJobInfo& job : queue.jobs()) {
+    if (static_cast<int>(rows.size()) == kPageMaxJobs) break;
+    rows.push_back(absl::StrCat(
+        "{\"position\":", rows.size() + 1, ",\"job_id\":", JsonString(job.job_id()),
+        ",\"name\":", JsonString(job.name()), ",\"owner\":", JsonString(job.owner()),
+        ",\"priority\":", JsonString(v1::JobSpec::Priority_Name(job.priority())),
+        ",\"min_ranks\":", job.min_ranks(), ",\"device\":", JsonString(DeviceName(job.device())),
+        ",\"reason\":", JsonString(job.reason()),
+        ",\"holds_reservation\":", job.holds_reservation() ? "true" : "false", "}"));
+  }
+  return absl::StrCat("[", absl::StrJoin(rows, ","), "]");
+}
+
+// Every user of the snapshot: slots per device, jobs, fair-share usage.
+std::string UsersJson(const ClusterSnapshot& snapshot) {
+  std::vector<std::string> rows;
+  for (const auto& [owner, user] : snapshot.users) {
+    std::vector<std::string> slots;
+    for (const auto& [device, count] : user.slots_in_use) {
+      slots.push_back(absl::StrCat(JsonString(DeviceName(device)), ":", count));
+    }
+    rows.push_back(absl::StrCat(
+        "{\"user\":", JsonString(owner), ",\"slots\":{", absl::StrJoin(slots, ","),
+        "},\"running_jobs\":", user.running_jobs, ",\"queued_jobs\":", user.queued_jobs,
+        ",\"fair_share_slot_seconds\":", JsonNumber(user.fair_share_slot_seconds, 1), "}"));
+  }
+  return absl::StrCat("[", absl::StrJoin(rows, ","), "]");
+}
+
 }  // namespace
 
 std::string JobListJson(const StatusPageSources& sources, absl::Time now) {
@@ -90,7 +122,9 @@ std::string JobListJson(const StatusPageSources& sources, absl::Time now) {
         ",\"world_size\":", job.world_size(), ",\"diagnoses\":", diagnoses,
         ",\"reason\":", JsonString(job.reason()), "}"));
   }
-  return absl::StrCat("{\"jobs\":[", absl::StrJoin(rows, ","), "]}");
+  return absl::StrCat("{\"jobs\":[", absl::StrJoin(rows, ","),
+                      "],\"queue\":", QueueJson(sources.scheduler->Queue()),
+                      ",\"users\":", UsersJson(running), "}");
 }
 
 namespace {

@@ -38,9 +38,14 @@ inline constexpr int kPageMaxHistory = 500;
 inline constexpr int kPageMaxEvents = 100;
 inline constexpr int kPageMaxLogLines = 30;
 
-// {"jobs": [{"job_id", "name", "state", "step", "total_steps", "progress",
-// "eta_seconds", "age_seconds", "samples_per_second", "world_size",
-// "diagnoses"}...]}
+// {"jobs": [{"job_id", "name", "owner", "state", "step", "total_steps",
+// "progress", "eta_seconds", "age_seconds", "samples_per_second",
+// "world_size", "diagnoses", "reason"}...],
+//  "queue": [{"position", "job_id", "name", "owner", "priority", "min_ranks",
+//  "device", "reason", "holds_reservation"}...] (placement order, at most
+//  kPageMaxJobs),
+//  "users": [{"user", "slots": {DEVICE: n}, "running_jobs", "queued_jobs",
+//  "fair_share_slot_seconds"}...] (every user; "" the anonymous one)}
 std::string JobListJson(const StatusPageSources& sources, absl::Time now);
 
 // {"status": JobStatus (proto JSON, field names as in the proto),

@@ -138,6 +138,47 @@ TEST_F(StatusPageTest, JobPageCarriesRanksDiagnosesHistoryAndEvents) {
   EXPECT_THAT(text, HasSubstr("chorus_diagnoses_total{kind=\"STRAGGLER\"} 1\n"));
 }
 
+TEST_F(StatusPageTest, JobListCarriesTheQueueAndTheUsers) {
+  StartTwoRankJob("page");
+  // Both slots are held: bob's job waits and holds the CPU reservation, the
+  // anonymous one waits behind it.
+  auto spec =
+      ParseJobSpec("name: 'next' model { mlp {} } data { synthetic {} } resources { min_ranks: 2 }",
+                   SpecFormat::kTextProto, "test");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const std::string bobs = jobs_->Submit(*spec, "", "bob")->job_id();
+  const std::string anonymous = jobs_->Submit(*spec, "", "")->job_id();
+  clock_.Advance(absl::Seconds(10));
+  scheduler_->Schedule();
+
+  const std::string list = JobListJson(Sources(), clock_.Now());
+  EXPECT_THAT(list,
+              HasSubstr("\"queue\":[{\"position\":1,\"job_id\":\"" + bobs +
+                        "\",\"name\":\"next\",\"owner\":\"bob\",\"priority\":\"NORMAL\","
+                        "\"min_ranks\":2,\"device\":\"CPU\",\"reason\":\"waiting for 2 free"));
+  EXPECT_THAT(list, HasSubstr("(reservation)\",\"holds_reservation\":true}"));
+  EXPECT_THAT(list, HasSubstr("{\"position\":2,\"job_id\":\"" + anonymous + "\""));
+  EXPECT_THAT(list, HasSubstr("behind " + bobs));
+  EXPECT_THAT(list, HasSubstr("\"holds_reservation\":false}]"));
+  EXPECT_THAT(list, HasSubstr("\"users\":[{\"user\":\"\",\"slots\":{},\"running_jobs\":0,"
+                              "\"queued_jobs\":1,"));
+  // alice's 2 slots for 10 s count into her fair share.
+  EXPECT_THAT(list, HasSubstr("{\"user\":\"alice\",\"slots\":{\"CPU\":2},\"running_jobs\":1,"
+                              "\"queued_jobs\":0,\"fair_share_slot_seconds\":"));
+  EXPECT_THAT(list, HasSubstr("{\"user\":\"bob\",\"slots\":{},\"running_jobs\":0,"
+                              "\"queued_jobs\":1,\"fair_share_slot_seconds\":0.0}"));
+
+  // /metrics reads the same snapshot.
+  ClusterSnapshot snapshot;
+  scheduler_->Snapshot(snapshot);
+  const std::string text = metrics_.Render(snapshot);
+  EXPECT_THAT(text, HasSubstr("chorus_user_slots{device=\"CPU\",user=\"alice\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("chorus_user_jobs{state=\"queued\",user=\"anonymous\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("chorus_queued_jobs{reason=\"free_slots\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("chorus_queued_jobs{reason=\"reservation\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("chorus_queued_jobs{reason=\"quota\"} 0\n"));
+}
+
 TEST_F(StatusPageTest, UnknownJobIsNotFoundAndInlineJsonCannotEndTheScript) {
   EXPECT_EQ(JobPageJson(Sources(), "job-999999", clock_.Now()).status().code(),
             absl::StatusCode::kNotFound);

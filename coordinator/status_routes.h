@@ -1,11 +1,13 @@
 // The coordinator's HTTP routes (served by HttpServer on --http_listen):
 //   /metrics          every CoordinatorMetrics figure, Prometheus text format
-//   /                 the job list (HTML); /api/jobs its JSON
+//   /                 the job list, the queue and the users (HTML); /api/jobs
+//                     its JSON
 //   /jobs/ID          a job's page (HTML); /api/jobs/ID its JSON; 404 for an
 //                     unknown job
 //   /assets/...       the page's script and style and the charting library,
 //                     embedded in the binary
-// (docs/observability.md).
+// (docs/observability.md). With a token file, /login is answered by the
+// HttpServer itself (Note [Browser login] in http_server.cc).
 //
 // Thread-safety: the handlers may run concurrently; they read the job
 // manager, the scheduler and the checkpoint store under their own locks.

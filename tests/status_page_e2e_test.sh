@@ -90,9 +90,25 @@ PY
 chromium --screenshot="${SHOTS}/job_page.png" "${base}/jobs/${job}" >/dev/null
 [[ -s "${SHOTS}/job_page.png" ]] && pass "screenshot kept: ${SHOTS}/job_page.png ($(wc -c <"${SHOTS}/job_page.png") bytes)" \
   || fail "no screenshot: $(tail -3 "${TMP}/chromium.log")"
+# A second job waits for the slots the first holds: the Queue section shows
+# it with its reason, the Users section the slots and jobs of the user.
+queued=$("${CHORUS}" --coordinator "${COORDINATOR_ADDR}" submit "${TMP}/skip.textproto" 2>"${TMP}/submit2.err")
 chromium --dump-dom "${base}/" >"${TMP}/jobs.html"
 grep -q "href=\"/jobs/${job}\"" "${TMP}/jobs.html" && pass "the job list links the job" \
   || fail "job list: $(head -c 2000 "${TMP}/jobs.html")"
+python3 - "${TMP}/jobs.html" "${queued}" <<'PY' && pass "the Queue and Users sections show the waiting job and the user's slots" || fail "queue/users: $(grep -o '<h2>Queue.*' "${TMP}/jobs.html" | head -c 3000)"
+import re, sys
+dom, queued = open(sys.argv[1]).read(), sys.argv[2]
+row = re.search(r'<tr data-queued="%s">(.*?)</tr>' % re.escape(queued), dom, re.S)
+if not row:
+    sys.exit("no queue row for " + queued)
+if 'CPU reservation' not in row.group(1) or 'waiting for 2 free CPU slots' not in row.group(1):
+    sys.exit("the queue row lacks the reservation or the reason: " + row.group(1))
+user = re.search(r'<tr data-user="">(.*?)</tr>', dom, re.S)
+if not user or '>anonymous<' not in user.group(1) or '>2 CPU<' not in user.group(1):
+    sys.exit("no Users row for the anonymous user with 2 CPU slots")
+PY
+"${CHORUS}" --coordinator "${COORDINATOR_ADDR}" cancel "${queued}" >/dev/null 2>&1
 
 # --- the JSON behind the live refresh, and a clean 404
 api=$(http_get "${base}/api/jobs/${job}")

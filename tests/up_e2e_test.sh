@@ -73,6 +73,33 @@ wait_for 'status=$("${CHORUS}" --coordinator "${long_addr}" status job-000001 --
           heartbeats_in "${status}" 2>/dev/null' 60 \
   && pass "both ranks heartbeat their step and phase" || fail "no heartbeats in status: ${status}"
 "${CHORUS}" --coordinator "${long_addr}" status job-000001 2>&1 | grep -E "^  [01] " | head -2
+# The status page's login URL opens the page in a browser: the login sets a
+# session cookie and redirects to the job list; without it the page is 401.
+login_url=$(grep -o 'status page http://[^ ]*' "${TMP}/long.err" | cut -d' ' -f3)
+python3 - "${login_url}" <<'PY' && pass "the printed login URL opens the status page" \
+  || fail "login URL '${login_url:0:40}...' did not open the page"
+import http.cookiejar, sys, urllib.error, urllib.request
+url = sys.argv[1]
+assert "/login?token=" in url, "no login URL printed"
+page = url.split("/login")[0] + "/"
+try:
+    urllib.request.urlopen(page, timeout=5)
+    sys.exit("the page opened without a login")
+except urllib.error.HTTPError as e:
+    assert e.code == 401, e.code
+jar = http.cookiejar.CookieJar()
+opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+with opener.open(url, timeout=5) as r:
+    body = r.read().decode()
+    assert r.status == 200 and r.geturl() == page, (r.status, r.geturl())
+    assert 'data-page="jobs"' in body, body[:200]
+assert [c.name for c in jar] == ["chorus_session"], [c.name for c in jar]
+with opener.open(page.rstrip("/") + "/api/jobs", timeout=5) as r:
+    assert '"users":[' in r.read().decode()
+PY
+token=${login_url##*token=}
+[[ -n "${token}" ]] && ! grep -qF "${token}" "${TMP}/long/coordinator.log" "${TMP}/long/worker.log" \
+  && pass "the token is in no log" || fail "the admin token is in a log of ${TMP}/long"
 # Each rank runs on its own share of the agent's CPUs (two slots: Note [Binding
 # ranks to CPUs] in common/cpu_binding.cc), given to it in CHORUS_CPUS.
 if (( $(nproc) >= 2 )); then

@@ -1,4 +1,5 @@
-// The coordinator's status page: renders the job list or one job's page
+// The coordinator's status page: renders the job list (with the queue and
+// the users) or one job's page
 // from the JSON embedded in the page (so it is whole on load), then
 // refreshes it from /api/jobs[/ID] every 2 s. Charts use uPlot
 // (third_party/uplot), served from the coordinator like this file.
@@ -49,7 +50,40 @@
     main.replaceChildren(el('h2', {}, ['Jobs']), table(
       [['job', 'text'], ['name', 'text'], ['owner', 'text'], ['state', 'text'], ['ranks'], ['step'],
        ['progress'],
-       ['ETA'], ['age'], ['samples/s'], ['problems'], ['reason', 'text']], rows));
+       ['ETA'], ['age'], ['samples/s'], ['problems'], ['reason', 'text']], rows),
+      el('h2', {}, ['Queue']), queueTable(data.queue || []),
+      el('h2', {}, ['Users']), usersTable(data.users || []));
+  }
+
+  // Queued jobs in the order they will be placed, each with why it waits.
+  function queueTable(queue) {
+    if (!queue.length) return el('p', { id: 'queue', 'class': 'empty' }, ['No job is waiting.']);
+    var rows = queue.map(function (q) {
+      var link = el('a', { href: '/jobs/' + encodeURIComponent(q.job_id) }, [q.job_id]);
+      return el('tr', { 'data-queued': q.job_id }, [
+        td(q.position), el('td', { 'class': 'text' }, [link]), td(q.owner || 'anonymous', 'text'),
+        td(q.priority, 'text'), td(q.min_ranks + ' ' + q.device, 'text'),
+        td(q.holds_reservation ? q.device + ' reservation' : '', 'text'), td(q.reason, 'text')]);
+    });
+    var t = table([['#'], ['job', 'text'], ['owner', 'text'], ['priority', 'text'],
+                   ['min ranks', 'text'], ['holds', 'text'], ['reason', 'text']], rows);
+    t.id = 'queue';
+    return t;
+  }
+
+  // Each user's slots in use, jobs and decayed fair-share usage.
+  function usersTable(users) {
+    if (!users.length) return el('p', { id: 'users', 'class': 'empty' }, ['No user has jobs.']);
+    var rows = users.map(function (u) {
+      var slots = Object.keys(u.slots || {}).map(function (d) { return u.slots[d] + ' ' + d; });
+      return el('tr', { 'data-user': u.user }, [
+        td(u.user || 'anonymous', 'text'), td(slots.join(', ') || '0', 'text'),
+        td(u.running_jobs), td(u.queued_jobs), td(fixed(u.fair_share_slot_seconds, 0))]);
+    });
+    var t = table([['user', 'text'], ['slots in use', 'text'], ['running'], ['queued'],
+                   ['fair-share usage (slot-s)']], rows);
+    t.id = 'users';
+    return t;
   }
 
   function chart(id, title, xs, series) {
