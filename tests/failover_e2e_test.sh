@@ -29,8 +29,8 @@ print(*[x.getsockname()[1] for x in s])')
   --initial-cluster "failover=http://127.0.0.1:${peer_port}" \
   --heartbeat-interval 50 --election-timeout 500 >"${TMP}/etcd.log" 2>&1 &
 track_pid $!
-wait_for "/usr/bin/etcdctl --endpoints 127.0.0.1:${client_port} endpoint health >/dev/null 2>&1" 20 \
-  && pass "etcd is up" || { fail "etcd did not start: $(tail -5 "${TMP}/etcd.log")"; finish; }
+wait_for "/usr/bin/etcdctl --endpoints 127.0.0.1:${client_port} endpoint health >/dev/null 2>&1" 60 \
+  && pass "etcd is up" || { fail "etcd did not start within 60 s: $(tail -20 "${TMP}/etcd.log")"; finish; }
 
 state="etcd://127.0.0.1:${client_port}/chorus-failover"
 mkdir -p "${TMP}/checkpoints"
