@@ -2,11 +2,14 @@
 
 #include <algorithm>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "checkpoint/download.h"
 #include "checkpoint/wire.h"
 #include "common/crc32c.h"
 #include "common/grpc_util.h"
+#include "common/host_port.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "grpcpp/client_context.h"
@@ -47,34 +50,48 @@ absl::Status CoordinatorCheckpointStorage::Store(int64_t step,
   return StoreOverStream(step, files);
 }
 
-absl::Status CoordinatorCheckpointStorage::StoreOverDataPort(
-    int64_t step, const std::vector<CheckpointFileSource>& files, Fallback* fell_back) {
+absl::Status CoordinatorCheckpointStorage::OpenDataUpload(int64_t step,
+                                                          v1::OpenUploadResponse* opened,
+                                                          std::string* host, Fallback* fell_back) {
   v1::OpenUploadRequest request;
   request.set_job_id(job_id_);
   request.set_step(step);
   request.set_generation(generation_);
   request.set_rank(rank_);
-  v1::OpenUploadResponse opened;
-  {
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + std::min(timeout_, absl::Minutes(1))));
-    grpc::Status s = stub_->OpenUpload(&context, request, &opened);
-    if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
-      LOG(INFO) << "the coordinator takes checkpoints over gRPC only (" << s.error_message() << ")";
-      absl::MutexLock lock(&mu_);
-      data_port_off_until_ = absl::InfiniteFuture();
-      *fell_back = Fallback::kNoDataPort;
-      return absl::OkStatus();
-    }
-    if (!s.ok()) {
-      return absl::Status(FromGrpcStatus(s).code(), absl::StrCat("uploading checkpoint step ", step,
-                                                                 ": ", s.error_message()));
-    }
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + std::min(timeout_, absl::Minutes(1))));
+  grpc::Status s = stub_->OpenUpload(&context, request, opened);
+  if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+    LOG(INFO) << "the coordinator takes checkpoints over gRPC only (" << s.error_message() << ")";
+    absl::MutexLock lock(&mu_);
+    data_port_off_until_ = absl::InfiniteFuture();
+    *fell_back = Fallback::kNoDataPort;
+    return absl::OkStatus();
   }
+  if (!s.ok()) {
+    return absl::Status(FromGrpcStatus(s).code(),
+                        absl::StrCat("uploading checkpoint step ", step, ": ", s.error_message()));
+  }
+  // The data port is beside the coordinator that granted the upload.
+  *host = coordinator_host_ == kHostThatAnswers ? PeerHost(context.peer()) : coordinator_host_;
+  if (host->empty()) {
+    LOG(WARNING) << "checkpoint step " << step << ": no address for the data port of "
+                 << "the coordinator that granted the upload (" << context.peer()
+                 << "); uploading over gRPC";
+    *fell_back = Fallback::kUnreachable;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorCheckpointStorage::StoreOverDataPort(
+    int64_t step, const std::vector<CheckpointFileSource>& files, Fallback* fell_back) {
+  v1::OpenUploadResponse opened;
+  std::string host;
+  RETURN_IF_ERROR(OpenDataUpload(step, &opened, &host, fell_back));
+  if (*fell_back != Fallback::kNone) return absl::OkStatus();
   const absl::Time start = absl::Now();
-  absl::StatusOr<std::unique_ptr<CheckpointDataUpload>> upload =
-      CheckpointDataUpload::Connect(coordinator_host_, opened.port(), opened.token(),
-                                    std::min(timeout_, kDataPortConnectTimeout), timeout_);
+  absl::StatusOr<std::unique_ptr<CheckpointDataUpload>> upload = CheckpointDataUpload::Connect(
+      host, opened.port(), opened.token(), std::min(timeout_, kDataPortConnectTimeout), timeout_);
   if (absl::IsUnavailable(upload.status())) {
     // A firewall, say. The coordinator drops the opened upload after a minute.
     LOG(WARNING) << upload.status().message() << "; uploading checkpoints over gRPC for the next "
@@ -218,6 +235,19 @@ absl::StatusOr<std::vector<CheckpointFileData>> CoordinatorCheckpointStorage::Lo
     files.push_back({f.name(), *std::move(bytes)});
   }
   return files;
+}
+
+std::string PeerHost(const std::string& peer) {
+  std::string address;
+  if (absl::StartsWith(peer, "ipv4:")) {
+    address = peer.substr(5);
+  } else if (absl::StartsWith(peer, "ipv6:")) {
+    address = absl::StrReplaceAll(peer.substr(5), {{"%5B", "["}, {"%5D", "]"}});
+  } else {
+    return "";
+  }
+  absl::StatusOr<HostPort> parsed = ParseHostPort(address);
+  return parsed.ok() ? parsed->host : "";
 }
 
 }  // namespace chorus

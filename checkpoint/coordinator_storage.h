@@ -45,7 +45,10 @@ class CoordinatorCheckpointStorage : public CheckpointStorage {
 
   // `coordinator_host`: the host of the coordinator's address (as in the
   // channel's target: ParseHostPort's host), where its data port is; empty =
-  // upload over the Upload stream only.
+  // upload over the Upload stream only; kHostThatAnswers = the host of
+  // whichever coordinator answered OpenUpload (the leader, on a channel over
+  // several coordinators).
+  static constexpr char kHostThatAnswers[] = "*";
   CoordinatorCheckpointStorage(std::shared_ptr<grpc::Channel> channel, std::string job_id,
                                int64_t generation, int rank, std::string coordinator_host = "",
                                absl::Duration timeout = absl::Minutes(10));
@@ -74,7 +77,16 @@ class CoordinatorCheckpointStorage : public CheckpointStorage {
   absl::Status StoreOverDataPort(int64_t step, const std::vector<CheckpointFileSource>& files,
                                  Fallback* fell_back);
   absl::Status StoreOverStream(int64_t step, const std::vector<CheckpointFileSource>& files);
+  // Asks for a data port upload: `opened` and the `host` to dial, or
+  // *fell_back set (and OK) when the upload must go over the stream.
+  absl::Status OpenDataUpload(int64_t step, v1::OpenUploadResponse* opened, std::string* host,
+                              Fallback* fell_back);
 };
+
+// The host of a gRPC peer as ClientContext::peer() gives it
+// ("ipv4:10.0.0.1:29650", "ipv6:[::1]:29650", "ipv6:%5B::1%5D:29650");
+// empty when it is not an IP peer.
+std::string PeerHost(const std::string& peer);
 
 }  // namespace chorus
 

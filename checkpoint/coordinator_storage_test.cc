@@ -94,6 +94,30 @@ TEST(CoordinatorCheckpointStorageTest, UploadsOverTheDataPortWhenOffered) {
   EXPECT_EQ(coordinator.stream_uploads(), 0);
 }
 
+// With several coordinators the rank does not know which one leads: the
+// data port is dialled on the host of the one that granted the upload.
+TEST(CoordinatorCheckpointStorageTest, TheHostThatAnswersIsTheOneThatGrantedTheUpload) {
+  FakeCheckpointService coordinator;
+  coordinator.set_data_port(FakeCheckpointService::DataPort::kServing);
+  ASSERT_TRUE(coordinator.Start().ok());
+  CoordinatorCheckpointStorage storage(coordinator.channel(), "job-000001", 1, 0,
+                                       CoordinatorCheckpointStorage::kHostThatAnswers);
+  TwoFiles files;
+  absl::Status s = storage.Store(30, files.sources());
+  ASSERT_TRUE(s.ok()) << s;
+  ExpectStored(coordinator, 30, files);
+  EXPECT_EQ(coordinator.data_port_uploads(), 1);
+  EXPECT_EQ(coordinator.stream_uploads(), 0);
+}
+
+TEST(CoordinatorCheckpointStorageTest, PeerHostReadsGrpcPeers) {
+  EXPECT_EQ(PeerHost("ipv4:10.0.0.1:29650"), "10.0.0.1");
+  EXPECT_EQ(PeerHost("ipv6:[::1]:29650"), "::1");
+  EXPECT_EQ(PeerHost("ipv6:%5B::1%5D:29650"), "::1");
+  EXPECT_EQ(PeerHost("unix:/tmp/socket"), "");
+  EXPECT_EQ(PeerHost(""), "");
+}
+
 TEST(CoordinatorCheckpointStorageTest, ABusyDataPortSendsThisUploadOverTheStreamOnly) {
   FakeCheckpointService coordinator;
   coordinator.set_data_port(FakeCheckpointService::DataPort::kBusy);

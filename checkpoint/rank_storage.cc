@@ -19,9 +19,15 @@ absl::StatusOr<std::unique_ptr<CheckpointStorage>> MakeRankCheckpointStorage(
                                            job_id, generation, rank));
     return std::unique_ptr<CheckpointStorage>(std::move(storage));
   }
-  absl::StatusOr<HostPort> address = ParseHostPort(coordinator);
-  return std::unique_ptr<CheckpointStorage>(std::make_unique<CoordinatorCheckpointStorage>(
-      channel, job_id, generation, rank, address.ok() ? address->host : ""));
+  // Several coordinators: the data port of the one that leads, found when
+  // it grants each upload.
+  std::string host = CoordinatorCheckpointStorage::kHostThatAnswers;
+  if (coordinator.find(',') == std::string::npos) {
+    absl::StatusOr<HostPort> address = ParseHostPort(coordinator);
+    host = address.ok() ? address->host : "";
+  }
+  return std::unique_ptr<CheckpointStorage>(
+      std::make_unique<CoordinatorCheckpointStorage>(channel, job_id, generation, rank, host));
 }
 
 }  // namespace chorus

@@ -1,13 +1,28 @@
 #include "client/cli.h"
 
+#include <string>
+#include <vector>
+
+#include "client/rpc.h"
+#include "common/host_port.h"
+
 namespace chorus::client {
 
 int RunChorus(int argc, const char* const* argv, GlobalOptions& global) {
   CLI::App app{"chorus: submit and watch data-parallel training jobs on a Chorus coordinator."};
   app.require_subcommand(1);
   app.fallthrough();  // global options may follow the subcommand
-  app.add_option("--coordinator", global.coordinator, "Coordinator address, HOST:PORT.")
+  app.add_option("--coordinator", global.coordinator,
+                 "Coordinator address, HOST:PORT, or every coordinator of a cluster that has "
+                 "several, \"a:29650,b:29650,c:29650\": calls go to the leader and wait for a "
+                 "new one (within --timeout) while leadership moves.")
       ->envname("CHORUS_COORDINATOR")
+      ->check([](const std::string& value) -> std::string {
+        // One address is checked by the channel (any gRPC target works).
+        if (!IsCoordinatorList(value)) return "";
+        absl::StatusOr<std::vector<HostPort>> list = ParseHostPortList(value);
+        return list.ok() ? "" : std::string(list.status().message());
+      })
       ->capture_default_str();
   app.add_option("--timeout", global.timeout_seconds,
                  "Seconds to wait for the coordinator on each call.")
@@ -29,6 +44,7 @@ int RunChorus(int argc, const char* const* argv, GlobalOptions& global) {
   AddVersionCommand(app, global, exit_code);
   AddValidateCommand(app, global, exit_code);
   AddPingCommand(app, global, exit_code);
+  AddCoordinatorsCommand(app, global, exit_code);
   AddSubmitCommand(app, global, exit_code);
   AddJobsCommand(app, global, exit_code);
   AddQueueCommand(app, global, exit_code);

@@ -54,6 +54,7 @@ inline constexpr int kExitBadInput = 2;
 void AddVersionCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);
 void AddValidateCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);
 void AddPingCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);
+void AddCoordinatorsCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);
 void AddSubmitCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);
 void AddJobsCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);
 void AddQueueCommand(CLI::App& app, const GlobalOptions& global, int& exit_code);

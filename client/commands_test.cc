@@ -2,6 +2,9 @@
 // an injected channel to an in-memory coordinator: exit codes, the requests
 // they send and what they print.
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -11,6 +14,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -721,6 +725,91 @@ TEST_F(CommandsTest, ExportOfAMissingCheckpointSaysSo) {
   EXPECT_EQ(err_.str(),
             "chorus export: job job-000001 has no checkpoint file model.pt at step 5\n");
   EXPECT_FALSE(std::filesystem::exists(output));
+}
+
+// ------------------------------------------------- several coordinators
+
+// A port nothing listens on now (bound, read and closed).
+int FreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  int port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
+    port = ntohs(address.sin_port);
+  }
+  ::close(fd);
+  return port;
+}
+
+// During a failover no coordinator of the list may answer for a moment: a
+// call waits (within --timeout) for one that does instead of failing at once.
+TEST_F(CommandsTest, WithSeveralCoordinatorsACallWaitsForALeaderWithinTheTimeout) {
+  const int first = FreePort();
+  const int second = FreePort();
+  ASSERT_NE(first, 0);
+  ASSERT_NE(second, 0);
+  const std::string list = absl::StrCat("127.0.0.1:", first, ",127.0.0.1:", second);
+  FakeCoordinator late;
+  late.AddJob(MakeJob("job-000001", "mnist", v1::Job::RUNNING, 2, 2));
+  std::thread elect([&] {
+    absl::SleepFor(absl::Milliseconds(700));
+    ASSERT_TRUE(late.Start(second).ok());
+  });
+  EXPECT_EQ(RunAt(list, nullptr, {"jobs", "--timeout", "10"}), kExitOk) << err_.str();
+  elect.join();
+  EXPECT_THAT(out_.str(), HasSubstr("job-000001"));
+
+  // None answers at all: the call fails after --timeout, naming the list.
+  const std::string dead = absl::StrCat("127.0.0.1:", first, ",127.0.0.1:", FreePort());
+  const absl::Time start = absl::Now();
+  EXPECT_EQ(RunAt(dead, nullptr, {"jobs", "--timeout", "1"}), kExitFailure);
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(900));
+  EXPECT_THAT(err_.str(), HasSubstr(absl::StrCat("coordinators ", dead, ": none leads")));
+}
+
+TEST_F(CommandsTest, ACoordinatorListWithABadEntryIsRefusedNamingIt) {
+  EXPECT_NE(RunAt("127.0.0.1:1,127.0.0.1:http", nullptr, {"jobs"}), kExitOk);
+  EXPECT_THAT(err_.str(), HasSubstr("entry 2 of \"127.0.0.1:1,127.0.0.1:http\""));
+}
+
+TEST_F(CommandsTest, CoordinatorsShowsWhoLeadsWhoFollowsAndWhoIsUnreachable) {
+  // coordinator_ leads; `follower` names it; nothing listens at `gone`.
+  v1::CoordinatorLeader leader;
+  leader.set_id("node-a:42");
+  leader.set_address(coordinator_.address());
+  leader.set_since_unix_us(absl::ToUnixMicros(absl::FromUnixSeconds(1700000000)));
+  coordinator_.set_leader(leader);
+  FakeCoordinator follower;
+  ASSERT_TRUE(follower.Start().ok());
+  follower.set_health(grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  follower.set_follower_of(coordinator_.address());
+  const std::string gone = absl::StrCat("127.0.0.1:", FreePort());
+  const std::string list = absl::StrCat(coordinator_.address(), ",", follower.address(), ",", gone);
+
+  EXPECT_EQ(RunAt(list, nullptr, {"coordinators", "--timeout", "1"}), kExitOk) << err_.str();
+  const std::vector<std::string> lines = Lines(out_.str());
+  ASSERT_EQ(lines.size(), 4u) << out_.str();
+  EXPECT_THAT(Words(lines[1]), ElementsAre(coordinator_.address(), "leader", coordinator_.address(),
+                                           ::testing::_, ::testing::_, "id", "node-a:42"));
+  EXPECT_THAT(Words(lines[2]),
+              ElementsAre(follower.address(), "follower", coordinator_.address(), "-"));
+  EXPECT_THAT(lines[3], StartsWith(gone));
+  EXPECT_EQ(Words(lines[3])[1], "unreachable");
+  EXPECT_THAT(lines[3], HasSubstr("no answer within 1s"));
+
+  EXPECT_EQ(RunAt(list, nullptr, {"coordinators", "--json", "--timeout", "1"}), kExitOk);
+  EXPECT_THAT(out_.str(), HasSubstr("\"role\": \"leader\", \"leader\": \"" +
+                                    coordinator_.address() + "\", \"id\": \"node-a:42\""));
+  EXPECT_THAT(out_.str(), HasSubstr("\"since_unix_us\": 1700000000000000"));
+  EXPECT_THAT(out_.str(), HasSubstr("\"role\": \"unreachable\""));
+
+  // No leader: exit 1.
+  const std::string leaderless = absl::StrCat(follower.address(), ",", gone);
+  EXPECT_EQ(RunAt(leaderless, nullptr, {"coordinators", "--timeout", "1"}), kExitFailure);
 }
 
 // ---------------------------------------------------------------- ping

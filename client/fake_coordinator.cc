@@ -135,6 +135,19 @@ class FakeCoordinator::Jobs final : public v1::JobService::Service {
                         absl::StrCat("no agent \"", request->agent(), "\""));
   }
 
+  grpc::Status GetLeader(grpc::ServerContext* context, const v1::GetLeaderRequest*,
+                         v1::CoordinatorLeader* response) override {
+    absl::MutexLock lock(&owner_.mu_);
+    ++owner_.calls_;
+    if (!owner_.follower_of_.empty()) {
+      context->AddTrailingMetadata("chorus-leader", owner_.follower_of_);
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          "this coordinator is a follower; the leader is " + owner_.follower_of_);
+    }
+    *response = owner_.leader_;
+    return grpc::Status::OK;
+  }
+
   grpc::Status GetQueue(grpc::ServerContext*, const v1::GetQueueRequest*,
                         v1::GetQueueResponse* response) override {
     absl::MutexLock lock(&owner_.mu_);
@@ -255,10 +268,11 @@ FakeCoordinator::~FakeCoordinator() {
   }
 }
 
-absl::Status FakeCoordinator::Start() {
+absl::Status FakeCoordinator::Start(int listen_port) {
   int port = 0;
   grpc::ServerBuilder builder;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(absl::StrCat("127.0.0.1:", listen_port),
+                           grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(jobs_service_.get());
   builder.RegisterService(health_service_.get());
   builder.RegisterService(checkpoint_service_.get());
@@ -311,6 +325,16 @@ void FakeCoordinator::SetCheckpointFile(const std::string& job_id, int64_t step,
 void FakeCoordinator::set_damage_downloads(bool damage) {
   absl::MutexLock lock(&mu_);
   damage_downloads_ = damage;
+}
+
+void FakeCoordinator::set_leader(const v1::CoordinatorLeader& leader) {
+  absl::MutexLock lock(&mu_);
+  leader_ = leader;
+}
+
+void FakeCoordinator::set_follower_of(const std::string& leader_address) {
+  absl::MutexLock lock(&mu_);
+  follower_of_ = leader_address;
 }
 
 void FakeCoordinator::set_whoami(const v1::WhoAmIResponse& me) {

@@ -42,8 +42,8 @@ class FakeCoordinator {
   FakeCoordinator& operator=(const FakeCoordinator&) = delete;
   ~FakeCoordinator();  // stops the server
 
-  // Starts serving on 127.0.0.1 with a free port.
-  absl::Status Start();
+  // Starts serving on 127.0.0.1 at `port`, by default a free one.
+  absl::Status Start(int port = 0);
   // "127.0.0.1:PORT"; REQUIRES: Start() succeeded.
   const std::string& address() const { return address_; }
   // An insecure channel to address().
@@ -66,6 +66,10 @@ class FakeCoordinator {
   // Downloads send a chunk whose CRC-32C does not match its data.
   void set_damage_downloads(bool damage);
   void set_health(ServingStatus status);
+  // What GetLeader answers; with set_follower_of, UNAVAILABLE and trailing
+  // metadata "chorus-leader: ADDRESS", as a follower coordinator does.
+  void set_leader(const v1::CoordinatorLeader& leader);
+  void set_follower_of(const std::string& leader_address);
   // What WhoAmI answers (default: an anonymous admin, no token file).
   void set_whoami(const v1::WhoAmIResponse& me);
 
@@ -113,6 +117,8 @@ class FakeCoordinator {
   std::vector<v1::ListCheckpointsRequest> list_checkpoints_requests_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::DownloadCheckpointRequest> downloads_ ABSL_GUARDED_BY(mu_);
   int health_checks_ ABSL_GUARDED_BY(mu_) = 0;
+  v1::CoordinatorLeader leader_ ABSL_GUARDED_BY(mu_);
+  std::string follower_of_ ABSL_GUARDED_BY(mu_);
   int calls_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

@@ -68,6 +68,10 @@ std::unique_ptr<v1::JobService::Stub> JobStub(const GlobalOptions& global) {
 
 void SetDeadline(grpc::ClientContext& context, const GlobalOptions& global) {
   context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(global.timeout_seconds)));
+  // Several coordinators: while leadership moves none may lead for a
+  // moment; the call waits for the new leader within its deadline instead
+  // of failing at once (Note [Following the leader] in common/grpc_util.cc).
+  if (IsCoordinatorList(global.coordinator)) context.set_wait_for_ready(true);
 }
 
 int ReportError(const std::string& command, const absl::Status& status,
@@ -76,8 +80,13 @@ int ReportError(const std::string& command, const absl::Status& status,
   err << "chorus " << command << ": " << status.message();
   if (status.code() == absl::StatusCode::kUnavailable ||
       status.code() == absl::StatusCode::kDeadlineExceeded) {
-    err << " (coordinator " << global.coordinator
-        << "; is it running? `chorus ping` checks, --coordinator picks another)";
+    if (IsCoordinatorList(global.coordinator)) {
+      err << " (coordinators " << global.coordinator
+          << ": none leads or answers within --timeout; `chorus coordinators` shows each one)";
+    } else {
+      err << " (coordinator " << global.coordinator
+          << "; is it running? `chorus ping` checks, --coordinator picks another)";
+    }
   }
   err << "\n";
   return status.code() == absl::StatusCode::kInvalidArgument ? kExitBadInput : kExitFailure;

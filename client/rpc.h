@@ -41,7 +41,12 @@ std::string LocalTokenPath(const std::string& coordinator);
 std::shared_ptr<grpc::Channel> CoordinatorChannel(const GlobalOptions& global);
 // A JobService stub over CoordinatorChannel(global).
 std::unique_ptr<v1::JobService::Stub> JobStub(const GlobalOptions& global);
-// Every call carries the --timeout deadline.
+// Whether --coordinator names several coordinators ("a:29650,b:29650").
+inline bool IsCoordinatorList(const std::string& coordinator) {
+  return coordinator.find(',') != std::string::npos;
+}
+// Every call carries the --timeout deadline; with several coordinators it
+// waits for a leader until then (wait_for_ready) instead of failing at once.
 void SetDeadline(grpc::ClientContext& context, const GlobalOptions& global);
 // Prints "chorus CMD: message" (with a hint when nothing answered) on
 // global.err and returns the exit code: 2 for bad input, 1 otherwise.

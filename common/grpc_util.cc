@@ -1,11 +1,19 @@
 #include "common/grpc_util.h"
 
+#include <netdb.h>
+#include <sys/socket.h>
+
 #include <memory>
+#include <thread>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/auth.h"
+#include "common/host_port.h"
+#include "glog/logging.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
@@ -54,7 +62,97 @@ class BearerTokenFactory : public grpc::experimental::ClientInterceptorFactoryIn
   std::string header_;
 };
 
+// Note [Following the leader]
+// Several coordinators share one state and one of them leads
+// (coordinator/leadership.h); the others answer every call with UNAVAILABLE
+// and the leader's address. Clients find the leader through gRPC itself: a
+// list of coordinators becomes one channel with round_robin over all of
+// them and client-side health checking on kLeaderHealthService, so a
+// subchannel counts as ready only while its coordinator's health service
+// says SERVING for it, which only the leader does. Every call therefore
+// goes to the leader; when leadership moves, the old leader's Watch stream
+// reports NOT_SERVING (or its connection drops) and the new one's SERVING,
+// and calls follow within the time the health streams take to tell
+// (well under a second on a LAN). The paths that already survive a
+// coordinator restart on one address (retries on UNAVAILABLE,
+// wait_for_ready with a deadline, the recovery grace) then cover a
+// "restart" at another address of the list as well. round_robin needs
+// every address up front: host names are resolved once, when the channel
+// is made, with getaddrinfo (one address per host; a coordinator moved to
+// a new IP needs a new channel, i.e. a client restart).
+constexpr char kLeaderServiceConfig[] =
+    R"({"loadBalancingConfig":[{"round_robin":{}}],)"
+    R"("healthCheckConfig":{"serviceName":"chorus.v1.Leader"}})";
+
+// The first IPv4 and IPv6 address `host` resolves to ("" where none).
+absl::Status Resolve(const std::string& host, std::string* v4, std::string* v6) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (const int rc = getaddrinfo(host.c_str(), nullptr, &hints, &found); rc != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("coordinator host \"", host, "\" does not resolve: ", gai_strerror(rc)));
+  }
+  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    char text[NI_MAXHOST];
+    if (getnameinfo(a->ai_addr, a->ai_addrlen, text, sizeof(text), nullptr, 0, NI_NUMERICHOST) != 0)
+      continue;
+    if (a->ai_family == AF_INET && v4->empty()) *v4 = text;
+    if (a->ai_family == AF_INET6 && v6->empty()) *v6 = text;
+  }
+  freeaddrinfo(found);
+  return absl::OkStatus();
+}
+
+// Note [Driving a list channel]
+// gRPC makes progress on a channel's connections (a TCP connect, the TLS
+// and HTTP/2 handshakes, the health stream) only while some thread polls
+// for it: a call waiting on the channel, or gRPC's backup poller, which
+// runs every 5 s, longer than a connection attempt may take (the attempt is
+// abandoned after the reconnect backoff, 0.2-2 s). With one address a call
+// made while the coordinator restarts waits for the connection and so polls
+// it. On a list channel round_robin fails calls at once while no
+// coordinator is ready, so a client that retries without wait_for_ready
+// (the agent's stream, a rank's Join) polls nothing, and after a failover
+// the new leader's connection never completed (the agent of
+// failover_e2e_test never reconnected). So a list channel gets a thread
+// that waits on its state changes, 0.5 s at a time, which polls its
+// connections. It holds the channel only while it waits, and ends when it
+// is the channel's last holder.
+void DriveConnections(const std::shared_ptr<grpc::Channel>& channel) {
+  std::thread([weak = std::weak_ptr<grpc::Channel>(channel)] {
+    while (true) {
+      std::shared_ptr<grpc::Channel> held = weak.lock();
+      if (held == nullptr || held.use_count() == 1) return;
+      const grpc_connectivity_state state = held->GetState(/*try_to_connect=*/true);
+      held->WaitForStateChange(state, absl::ToChronoTime(absl::Now() + absl::Milliseconds(500)));
+    }
+  }).detach();
+}
+
 }  // namespace
+
+absl::StatusOr<std::string> CoordinatorListTarget(const std::string& addresses) {
+  absl::StatusOr<std::vector<HostPort>> list = ParseHostPortList(addresses);
+  if (!list.ok()) return list.status();
+  std::vector<std::string> v4;
+  std::vector<std::string> v6;
+  for (const HostPort& entry : *list) {
+    std::string four;
+    std::string six;
+    if (absl::Status s = Resolve(entry.host, &four, &six); !s.ok()) return s;
+    if (!four.empty()) v4.push_back(FormatHostPort(four, entry.port));
+    if (!six.empty()) v6.push_back(FormatHostPort(six, entry.port));
+  }
+  // One scheme per target: IPv4 when every host has an IPv4 address.
+  if (v4.size() == list->size()) return absl::StrCat("ipv4:", absl::StrJoin(v4, ","));
+  if (v6.size() == list->size()) return absl::StrCat("ipv6:", absl::StrJoin(v6, ","));
+  return absl::UnavailableError(
+      absl::StrCat("coordinators \"", addresses,
+                   "\": some resolve to IPv4 addresses only and others to IPv6 only; list "
+                   "coordinators that all have an address of one family"));
+}
 
 std::shared_ptr<grpc::Channel> MakeCoordinatorChannel(const std::string& address) {
   const ClientSecurity& security = ClientSecurityConfig();
@@ -76,11 +174,31 @@ std::shared_ptr<grpc::Channel> MakeCoordinatorChannel(const std::string& address
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 200);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  std::string target = address;
+  if (absl::StrContains(address, ',')) {
+    // Note [Following the leader].
+    absl::StatusOr<std::string> list = CoordinatorListTarget(address);
+    if (list.ok()) {
+      target = *std::move(list);
+      args.SetServiceConfigJSON(kLeaderServiceConfig);
+      // The target names IP addresses; TLS checks every coordinator's
+      // certificate against the first coordinator's name as written.
+      if (!security.tls_ca_pem.empty()) {
+        args.SetSslTargetNameOverride(ParseHostPortList(address)->front().host);
+      }
+    } else {
+      // Callers check their lists first; the channel over the list as
+      // written fails every call, naming it.
+      LOG(ERROR) << list.status().message();
+    }
+  }
   std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> interceptors;
   if (!security.token.empty())
     interceptors.push_back(std::make_unique<BearerTokenFactory>(security.token));
-  return grpc::experimental::CreateCustomChannelWithInterceptors(address, credentials, args,
-                                                                 std::move(interceptors));
+  std::shared_ptr<grpc::Channel> channel = grpc::experimental::CreateCustomChannelWithInterceptors(
+      target, credentials, args, std::move(interceptors));
+  if (target != address) DriveConnections(channel);
+  return channel;
 }
 
 absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> CheckHealth(

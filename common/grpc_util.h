@@ -27,10 +27,26 @@ grpc::Status ToGrpcStatus(const absl::Status& status);
 // are limited to 16 MB; checkpoint chunks are far smaller).
 inline constexpr int kMaxCoordinatorMessageBytes = 32 << 20;
 
+// The grpc.health.v1 service name a coordinator reports SERVING only while
+// it leads its cluster (coordinator/leadership.h); clients given several
+// coordinators send their calls to whichever one says SERVING for it.
+inline constexpr char kLeaderHealthService[] = "chorus.v1.Leader";
+
 // A channel to the coordinator at `address` (HOST:PORT) with this process's
 // client security (common/auth.h: TLS if a CA is configured, a bearer token
-// on every call if one is).
+// on every call if one is). `address` may list several coordinators,
+// "a:29650,b:29650,c:29650": the channel then connects to all of them and
+// sends every call to the leader (Note [Following the leader] in
+// grpc_util.cc); while none leads, calls fail UNAVAILABLE at once, or wait
+// for a leader until their deadline when they are wait_for_ready.
 std::shared_ptr<grpc::Channel> MakeCoordinatorChannel(const std::string& address);
+
+// The gRPC target of a channel over every coordinator in `addresses` (a
+// list as ParseHostPortList reads it): "ipv4:IP:PORT,IP:PORT" or
+// "ipv6:[IP]:PORT,...", host names resolved once, now. INVALID_ARGUMENT
+// naming the bad entry, UNAVAILABLE naming a host that does not resolve,
+// or hosts that resolve to IPv4 only and IPv6 only in one list.
+absl::StatusOr<std::string> CoordinatorListTarget(const std::string& addresses);
 
 // Asks the grpc.health.v1 service behind `channel` (the coordinator at
 // `address`, named in messages) for the whole server's status, waiting up to

@@ -3,6 +3,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 
 namespace chorus {
 namespace {
@@ -36,6 +38,32 @@ absl::StatusOr<HostPort> ParseHostPort(absl::string_view address) {
                    absl::StrCat("the port must be a number in [0, 65535], got \"", port, "\""));
   }
   return HostPort{std::string(host), number};
+}
+
+absl::StatusOr<std::vector<HostPort>> ParseHostPortList(absl::string_view addresses) {
+  const std::vector<absl::string_view> entries = absl::StrSplit(addresses, ',');
+  std::vector<HostPort> parsed;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const absl::string_view entry = absl::StripAsciiWhitespace(entries[i]);
+    const std::string where =
+        entries.size() == 1 ? "" : absl::StrCat("entry ", i + 1, " of \"", addresses, "\": ");
+    if (entry.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where,
+          "an empty address; write HOST:PORT or a list \"a:29650,b:29650\" without empty "
+          "entries"));
+    }
+    absl::StatusOr<HostPort> one = ParseHostPort(entry);
+    if (!one.ok()) return absl::InvalidArgumentError(absl::StrCat(where, one.status().message()));
+    for (const HostPort& earlier : parsed) {
+      if (earlier.host == one->host && earlier.port == one->port) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, "\"", entry, "\" is listed twice; name each coordinator once"));
+      }
+    }
+    parsed.push_back(*std::move(one));
+  }
+  return parsed;
 }
 
 std::string FormatHostPort(absl::string_view host, int port) {

@@ -1,7 +1,8 @@
 // HOST:PORT addresses as users write them on the command line and as gRPC
 // targets are written: "127.0.0.1:29650", "node7:29650", "[::1]:29650".
 // One parser for every flag, environment variable and target that holds
-// such an address.
+// such an address, and lists of them ("a:29650,b:29650") where several
+// coordinators may lead.
 //
 // Thread-safety: plain functions of their arguments.
 //
@@ -13,6 +14,7 @@
 #define CHORUS_COMMON_HOST_PORT_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -29,6 +31,12 @@ struct HostPort {
 // brackets, a host that is a URI or path (it contains '/'), or a port that
 // is not a number in [0, 65535].
 absl::StatusOr<HostPort> ParseHostPort(absl::string_view address);
+
+// Splits a comma-separated list of coordinator addresses, "HOST:PORT" or
+// "a:29650,b:29650,c:29650" (spaces around entries are ignored). At least
+// one entry; INVALID_ARGUMENT naming the bad entry and its position when
+// one does not parse or is empty, or when an address is listed twice.
+absl::StatusOr<std::vector<HostPort>> ParseHostPortList(absl::string_view addresses);
 
 // "host:port", with brackets around an IPv6 host.
 std::string FormatHostPort(absl::string_view host, int port);

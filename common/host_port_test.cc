@@ -66,5 +66,41 @@ TEST(FormatHostPortTest, BracketsIpv6HostsOnlyAndRoundTrips) {
   EXPECT_EQ(back->port, 1234);
 }
 
+TEST(ParseHostPortListTest, OneAddressOrACommaSeparatedList) {
+  absl::StatusOr<std::vector<HostPort>> one = ParseHostPortList("127.0.0.1:29650");
+  ASSERT_TRUE(one.ok()) << one.status();
+  ASSERT_EQ(one->size(), 1u);
+  EXPECT_EQ((*one)[0].host, "127.0.0.1");
+  absl::StatusOr<std::vector<HostPort>> three = ParseHostPortList("a:1, [::1]:2 ,c.example:3");
+  ASSERT_TRUE(three.ok()) << three.status();
+  ASSERT_EQ(three->size(), 3u);
+  EXPECT_EQ((*three)[0].host, "a");
+  EXPECT_EQ((*three)[1].host, "::1");
+  EXPECT_EQ((*three)[1].port, 2);
+  EXPECT_EQ((*three)[2].host, "c.example");
+  EXPECT_EQ((*three)[2].port, 3);
+}
+
+TEST(ParseHostPortListTest, ErrorsNameTheBadEntry) {
+  absl::StatusOr<std::vector<HostPort>> bad_port = ParseHostPortList("a:1,b:http,c:3");
+  ASSERT_FALSE(bad_port.ok());
+  EXPECT_EQ(bad_port.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad_port.status().message(), HasSubstr("entry 2 of \"a:1,b:http,c:3\""));
+  EXPECT_THAT(bad_port.status().message(), HasSubstr("\"b:http\""));
+  absl::StatusOr<std::vector<HostPort>> empty = ParseHostPortList("a:1,,c:3");
+  ASSERT_FALSE(empty.ok());
+  EXPECT_THAT(empty.status().message(), HasSubstr("entry 2"));
+  EXPECT_THAT(empty.status().message(), HasSubstr("empty"));
+  absl::StatusOr<std::vector<HostPort>> twice = ParseHostPortList("a:1,b:2,a:1");
+  ASSERT_FALSE(twice.ok());
+  EXPECT_THAT(twice.status().message(), HasSubstr("entry 3"));
+  EXPECT_THAT(twice.status().message(), HasSubstr("twice"));
+  EXPECT_FALSE(ParseHostPortList("").ok());
+  // A single bad address reads as before: no "entry 1 of".
+  absl::StatusOr<std::vector<HostPort>> single = ParseHostPortList("nohost");
+  ASSERT_FALSE(single.ok());
+  EXPECT_THAT(single.status().message(), ::testing::Not(HasSubstr("entry")));
+}
+
 }  // namespace
 }  // namespace chorus

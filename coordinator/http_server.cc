@@ -245,6 +245,7 @@ void Route(httplib::Server& server, std::vector<HttpRoute> routes) {
     res.status = response.status;
     res.set_header("Cache-Control", "no-store");
     res.set_header("X-Content-Type-Options", "nosniff");
+    if (!response.location.empty()) res.set_header("Location", response.location);
     res.set_content(std::move(response.body), response.content_type.c_str());
   });
 }

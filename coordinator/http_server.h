@@ -63,6 +63,8 @@ struct HttpResponse {
   int status = 200;
   std::string content_type = kPlainText;
   std::string body;
+  // Sent as the Location header when not empty (redirects).
+  std::string location;
 };
 
 using HttpHandler = std::function<HttpResponse(const HttpRequest&)>;

@@ -372,4 +372,27 @@ void JobServiceImpl::set_status_page_base(std::string base) {
   page_base_ = std::move(base);
 }
 
+void JobServiceImpl::set_leader(std::function<v1::CoordinatorLeader()> leader) {
+  absl::MutexLock lock(&page_mu_);
+  leader_ = std::move(leader);
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::GetLeader(grpc::CallbackServerContext* context,
+                                                    const v1::GetLeaderRequest* /*request*/,
+                                                    v1::CoordinatorLeader* response) {
+  if (absl::Status s = auth_.Check(context->client_metadata(), Role::kAdmin); !s.ok()) {
+    return Reject(context, s);
+  }
+  std::function<v1::CoordinatorLeader()> leader;
+  {
+    absl::MutexLock lock(&page_mu_);
+    leader = leader_;
+  }
+  if (!leader) return Reject(context, absl::UnimplementedError("this coordinator names no leader"));
+  *response = leader();
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
 }  // namespace chorus

@@ -9,6 +9,9 @@
 #ifndef CHORUS_COORDINATOR_JOB_SERVICE_H_
 #define CHORUS_COORDINATOR_JOB_SERVICE_H_
 
+#include <functional>
+#include <string>
+
 #include "absl/synchronization/mutex.h"
 #include "chorus/v1/coordinator.grpc.pb.h"
 #include "coordinator/auth_guard.h"
@@ -72,9 +75,16 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
                                    const v1::WhoAmIRequest* request,
                                    v1::WhoAmIResponse* response) override;
 
+  grpc::ServerUnaryReactor* GetLeader(grpc::CallbackServerContext* context,
+                                      const v1::GetLeaderRequest* request,
+                                      v1::CoordinatorLeader* response) override;
+
   // http://HOST:PORT of the status page; GetJobStatus then names the job's
   // page (page_url). Empty: no page.
   void set_status_page_base(std::string base);
+  // What GetLeader answers (this coordinator, which leads while it serves
+  // the JobService); UNIMPLEMENTED until set.
+  void set_leader(std::function<v1::CoordinatorLeader()> leader);
 
  private:
   // The caller, if its token is a user's or an admin's.
@@ -91,6 +101,7 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   CheckpointStore* checkpoints_;
   absl::Mutex page_mu_;
   std::string page_base_ ABSL_GUARDED_BY(page_mu_);
+  std::function<v1::CoordinatorLeader()> leader_ ABSL_GUARDED_BY(page_mu_);
 };
 
 }  // namespace chorus

@@ -7,15 +7,19 @@
 #include <atomic>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/memory.h"
 #include "common/version.h"
+#include "coordinator/coordinator_process.h"
 #include "coordinator/etcd/etcd_coordinator_state.h"
 #include "coordinator/etcd/state_url.h"
 #include "coordinator/scheduling_policy.h"
@@ -223,65 +227,68 @@ bool WritePortFile(const std::string& path, const char* flag, int port) {
   return true;
 }
 
-// Campaigns, then serves while this coordinator leads; the exit status.
-int RunAsLeader(const Flags& flags, chorus::EtcdCoordinatorState& etcd,
-                const std::atomic<int>& signal_number) {
-  LOG(INFO) << "campaigning for the leadership of " << flags.state;
-  if (absl::Status won = etcd.leadership().Campaign(); !won.ok()) {
-    if (absl::IsCancelled(won)) return 0;
-    std::cerr << "chorus-coordinator: " << won.message() << "\n";
+// Runs a CoordinatorProcess over `leadership` (with a follower server while
+// another coordinator leads, when `follow`) until SIGINT/SIGTERM, which give
+// leadership up; the exit status. `on_listening` (if set) learns the ports
+// once the first server has bound them, before the port files are written.
+int RunProcess(const Flags& flags, const sigset_t& stop_signals, chorus::ServerOptions options,
+               chorus::Leadership& leadership, bool follow,
+               std::function<void(const chorus::LeaderLoop::Ports&)> on_listening = nullptr) {
+  bool port_files_written = true;  // only the loop's thread
+  std::unique_ptr<chorus::CoordinatorProcess> process;
+  process = std::make_unique<chorus::CoordinatorProcess>(
+      std::move(options), leadership, follow, [&](const chorus::LeaderLoop::Ports& ports) {
+        if (on_listening) on_listening(ports);
+        // The HTTP port's file first: a script that waits for --port_file finds both.
+        port_files_written = WritePortFile(flags.http_port_file, "--http_port_file", ports.http) &&
+                             WritePortFile(flags.port_file, "--port_file", ports.grpc);
+        if (!port_files_written) process->Stop();
+      });
+  std::atomic<bool> ended{false};
+  std::thread signals([&process, &ended, stop_signals] {
+    int signal_number = 0;
+    sigwait(&stop_signals, &signal_number);
+    if (ended) return;
+    LOG(INFO) << "received " << strsignal(signal_number) << ", shutting down";
+    process->Stop();
+  });
+  const absl::Status ran = process->Run();
+  // Releases the signal thread when the loop ended by itself (a startup
+  // error, an election that cannot go on).
+  ended = true;
+  pthread_kill(signals.native_handle(), SIGTERM);
+  signals.join();
+  if (!ran.ok()) {
+    std::cerr << "chorus-coordinator: " << ran.message() << "\n";
     return 1;
   }
-  chorus::ServerOptions options = flags.options;
-  options.open_state = [&etcd] { return etcd.OpenState(); };
-  auto server = chorus::CoordinatorServer::Start(options);
-  if (!server.ok()) {
-    std::cerr << "chorus-coordinator: " << server.status().message() << "\n";
-    etcd.leadership().Resign();
-    return 1;
-  }
-  if (!WritePortFile(flags.http_port_file, "--http_port_file", (*server)->http_port()) ||
-      !WritePortFile(flags.port_file, "--port_file", (*server)->port())) {
-    return 1;
-  }
-  etcd.leadership().WaitUntilLost();
-  (*server)->Shutdown(absl::Seconds(5));
-  (*server)->Wait();
-  etcd.leadership().Resign();
-  if (signal_number != 0) {
-    LOG(INFO) << "received " << strsignal(signal_number) << ", coordinator stopped";
-    return 0;
-  }
-  LOG(ERROR) << "lost the leadership of " << flags.state
-             << "; exiting so that a supervisor starts this coordinator again as a candidate";
-  return 1;
+  if (!port_files_written) return 1;
+  LOG(INFO) << "coordinator stopped";
+  return 0;
 }
 
-// With --state etcd://: a signal during the campaign or while leading stops
-// the coordinator (exit 0; its writes are fenced from the moment it resigns);
-// losing the leadership shuts the server down (exit 1).
+// With --state etcd://: follows (a follower server on the ports) while
+// another coordinator leads, serves while this one leads, and follows again
+// when leadership is lost; its writes are fenced from the moment it is not
+// the leader. A signal stops it (exit 0).
 int ServeFromEtcd(const Flags& flags, const sigset_t& stop_signals) {
   auto etcd = chorus::EtcdCoordinatorState::Connect(flags.etcd);
   if (!etcd.ok()) {
     std::cerr << "chorus-coordinator: " << etcd.status().message() << "\n";
     return 1;
   }
-  std::atomic<bool> done{false};
-  std::atomic<int> signal_number{0};
-  std::thread signals([&] {
-    const timespec tick{0, 200'000'000};
-    while (!done) {
-      const int got = sigtimedwait(&stop_signals, nullptr, &tick);
-      if (got <= 0) continue;
-      signal_number = got;
-      (*etcd)->leadership().Stop();
-      return;
-    }
-  });
-  const int code = RunAsLeader(flags, **etcd, signal_number);
-  done = true;
-  signals.join();
-  return code;
+  chorus::ServerOptions options = flags.options;
+  options.open_state = [state = etcd->get()] { return state->OpenState(); };
+  LOG(INFO) << "campaigning for the leadership of " << flags.state;
+  chorus::EtcdLeadership& leadership = (*etcd)->leadership();
+  // The leader record names the ports actually bound (the follower binds
+  // them before the first campaign), not --listen's port 0.
+  auto advertise = [&flags, &leadership](const chorus::LeaderLoop::Ports& ports) {
+    chorus::AdvertisedAddress self = chorus::AdvertisedAddressOf(flags.options, ports);
+    leadership.SetSelfAddress(std::move(self.grpc), std::move(self.http_url));
+  };
+  return RunProcess(flags, stop_signals, std::move(options), leadership, /*follow=*/true,
+                    advertise);
 }
 
 // Serves until SIGINT or SIGTERM; the exit status.
@@ -294,8 +301,8 @@ int Serve(const char* argv0, const Flags& flags) {
   } else {
     LOG(WARNING) << files.status().message();
   }
-  // Signals are taken synchronously by this thread only; gRPC's threads,
-  // created after this, inherit the mask.
+  // Signals are taken synchronously by one thread only (RunProcess);
+  // gRPC's threads, created after this, inherit the mask.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
@@ -304,24 +311,11 @@ int Serve(const char* argv0, const Flags& flags) {
   if (flags.state_url.kind == chorus::StateUrl::Kind::kEtcd) {
     return ServeFromEtcd(flags, stop_signals);
   }
-
-  auto server = chorus::CoordinatorServer::Start(flags.options);
-  if (!server.ok()) {
-    std::cerr << "chorus-coordinator: " << server.status().message() << "\n";
-    return 1;
-  }
-  // The HTTP port's file first: a script that waits for --port_file finds both.
-  if (!WritePortFile(flags.http_port_file, "--http_port_file", (*server)->http_port()) ||
-      !WritePortFile(flags.port_file, "--port_file", (*server)->port())) {
-    return 1;
-  }
-  int signal_number = 0;
-  sigwait(&stop_signals, &signal_number);
-  LOG(INFO) << "received " << strsignal(signal_number) << ", shutting down";
-  (*server)->Shutdown(absl::Seconds(5));
-  (*server)->Wait();
-  LOG(INFO) << "coordinator stopped";
-  return 0;
+  // One coordinator with its own state leads alone, from the start
+  // (coordinator/leadership.h).
+  chorus::SoleLeadership leadership(
+      chorus::LeaderInfo{absl::StrCat(HostName(), ":", getpid()), flags.options.listen, "", {}});
+  return RunProcess(flags, stop_signals, flags.options, leadership, /*follow=*/false);
 }
 
 }  // namespace

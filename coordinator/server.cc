@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/auth.h"
+#include "common/grpc_util.h"
 #include "common/host_port.h"
 #include "common/job_credentials.h"
 #include "common/job_spec.h"
@@ -177,21 +178,16 @@ absl::Status ValidateServerOptions(const ServerOptions& options) {
   return absl::OkStatus();
 }
 
-namespace {
-
-// What Start checks and reads before it touches the state directory.
-struct Prepared {
-  std::unique_ptr<TokenAuthorizer> auth;
-  std::shared_ptr<grpc::ServerCredentials> credentials;
-  std::optional<HostPort> http_address;  // nullopt: no HTTP port
-};
+ListenPlan::ListenPlan() = default;
+ListenPlan::ListenPlan(ListenPlan&&) = default;
+ListenPlan::~ListenPlan() = default;
 
 // Every option is checked, and every file it names read, before the state
 // directory is touched: recovery removes files there.
-absl::StatusOr<Prepared> Prepare(const ServerOptions& options) {
+absl::StatusOr<ListenPlan> PlanListening(const ServerOptions& options) {
   RETURN_IF_ERROR(ValidateServerOptions(options));
   const HostPort listen = *ParseHostPort(options.listen);
-  Prepared prepared;
+  ListenPlan prepared;
   prepared.auth = std::make_unique<TokenAuthorizer>();
   if (!options.token_file.empty()) {
     ASSIGN_OR_RETURN(TokenAuthorizer loaded, TokenAuthorizer::FromFile(options.token_file));
@@ -233,6 +229,8 @@ absl::StatusOr<Prepared> Prepare(const ServerOptions& options) {
   }
   return prepared;
 }
+
+namespace {
 
 // Test aid: CHORUS_TEST_FAILPOINT=checkpoint:STAGE (mid_chunk, before_fsync,
 // before_rename, before_manifest, after_manifest) ends the process there, as
@@ -281,14 +279,19 @@ void ConfigureGrpc(grpc::ServerBuilder& builder, const ServerOptions& options) {
 
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     const ServerOptions& options) {
-  ASSIGN_OR_RETURN(Prepared prepared, Prepare(options));
+  ASSIGN_OR_RETURN(ListenPlan prepared, PlanListening(options));
   std::unique_ptr<CoordinatorServer> coordinator(new CoordinatorServer());
   coordinator->auth_ = std::move(prepared.auth);
   RETURN_IF_ERROR(coordinator->OpenState(options));
   RETURN_IF_ERROR(coordinator->BuildServices(options));
   RETURN_IF_ERROR(coordinator->Serve(options, prepared.credentials));
   RETURN_IF_ERROR(coordinator->ServeHttp(options, prepared.http_address));
+  coordinator->ReportLeader(options.leadership);
   coordinator->health_->SetStatus("", grpc::health::v1::HealthCheckResponse::SERVING);
+  // Note [Following the leader] in common/grpc_util.cc: the full server
+  // runs only while this coordinator leads (coordinator/leader_loop.h).
+  coordinator->health_->SetStatus(kLeaderHealthService,
+                                  grpc::health::v1::HealthCheckResponse::SERVING);
   LOG(INFO) << "coordinator listening on " << coordinator->address_
             << (options.tls_cert.empty() ? "" : " (TLS")
             << (options.tls_client_ca.empty() ? "" : ", client certificates required")
@@ -424,7 +427,8 @@ absl::Status CoordinatorServer::ServeHttp(const ServerOptions& options,
   // pages show every job's owner, progress and metrics.
   http_options.require_token = auth_->enabled() || !IsLoopbackHost(http_address->host);
   http_options.auth = auth_.get();
-  const StatusSources sources{jobs_.get(), scheduler_.get(), metrics_.get(), checkpoints_.get()};
+  const StatusSources sources{jobs_.get(), scheduler_.get(), metrics_.get(), checkpoints_.get(),
+                              options.extra_metrics};
   absl::StatusOr<std::unique_ptr<HttpServer>> started =
       HttpServer::Start(http_options, StatusRoutes(sources));
   if (!started.ok() && absl::IsUnavailable(started.status()) && options.http_listen.empty() &&
@@ -441,6 +445,23 @@ absl::Status CoordinatorServer::ServeHttp(const ServerOptions& options,
   http_url_ = absl::StrCat("http://", FormatHostPort(http_address->host, http_->port()));
   job_service_->set_status_page_base(http_url_);
   return absl::OkStatus();
+}
+
+void CoordinatorServer::ReportLeader(const Leadership* leadership) {
+  const absl::Time started = absl::Now();
+  job_service_->set_leader([this, leadership, started] {
+    // This server runs only while its coordinator leads: it is the leader.
+    const std::optional<LeaderInfo> info =
+        leadership != nullptr ? leadership->Leader() : std::nullopt;
+    v1::CoordinatorLeader leader;
+    if (info.has_value()) leader.set_id(info->id);
+    leader.set_address(address_);
+    leader.set_http_url(http_url_);
+    const absl::Time since =
+        info.has_value() && info->since != absl::InfinitePast() ? info->since : started;
+    leader.set_since_unix_us(absl::ToUnixMicros(since));
+    return leader;
+  });
 }
 
 void CoordinatorServer::StartTicker() {

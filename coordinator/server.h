@@ -32,6 +32,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/host_port.h"
+#include "coordinator/leadership.h"
 #include "coordinator/scheduling_policy.h"
 
 namespace grpc {
@@ -137,6 +138,12 @@ struct ServerOptions {
   // How long a new gRPC connection may take to set up TLS and start HTTP/2
   // (a peer that connects and sends nothing is closed after it).
   absl::Duration grpc_handshake_timeout = kHandshakeTimeout;
+  // Appended to /metrics (Prometheus text): figures of the process around
+  // the server, such as its leadership (coordinator/coordinator_process.h).
+  std::function<std::string()> extra_metrics;
+  // Whose election this server runs under (JobService.GetLeader reports
+  // its id and since); null: a coordinator alone, leading since it started.
+  const Leadership* leadership = nullptr;
 };
 
 // Checks every option that needs no file or socket: addresses, ports that
@@ -155,6 +162,18 @@ absl::StatusOr<uint64_t> RaiseOpenFileLimit();
 
 // True for 127.0.0.0/8, ::1 and localhost.
 bool IsLoopbackHost(const std::string& host);
+
+// What a server on `options`' ports needs, every option checked and every
+// file it names read (tokens, TLS certificates) before any state is touched.
+struct ListenPlan {
+  ListenPlan();
+  ListenPlan(ListenPlan&&);
+  ~ListenPlan();
+  std::unique_ptr<TokenAuthorizer> auth;
+  std::shared_ptr<grpc::ServerCredentials> credentials;
+  std::optional<HostPort> http_address;  // nullopt: no HTTP port
+};
+absl::StatusOr<ListenPlan> PlanListening(const ServerOptions& options);
 
 class CoordinatorServer {
  public:
@@ -226,6 +245,10 @@ class CoordinatorServer {
   // Declared after what its handlers read, so it stops first.
   std::unique_ptr<HttpServer> http_;
   std::string http_url_;
+
+  // JobService.GetLeader answers with this server (and `leadership`'s id
+  // and since, when there is one).
+  void ReportLeader(const Leadership* leadership);
 
   // Expires rendezvous joins past their deadline; stopped in the destructor.
   void StartTicker();

@@ -54,6 +54,7 @@ std::vector<HttpRoute> StatusRoutes(const StatusSources& sources) {
                       HttpResponse response;
                       response.content_type = "text/plain; version=0.0.4; charset=utf-8";
                       response.body = sources.metrics->Render(TakeSnapshot(sources));
+                      if (sources.extra_metrics) response.body += sources.extra_metrics();
                       return response;
                     }});
   routes.push_back({"/", false, [page](const HttpRequest&) {

@@ -17,6 +17,8 @@
 #ifndef CHORUS_COORDINATOR_STATUS_ROUTES_H_
 #define CHORUS_COORDINATOR_STATUS_ROUTES_H_
 
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "coordinator/checkpoint_store.h"
@@ -33,6 +35,8 @@ struct StatusSources {
   const Scheduler* scheduler = nullptr;
   CoordinatorMetrics* metrics = nullptr;
   CheckpointStore* checkpoints = nullptr;  // may be null: no checkpoint history
+  // Appended to /metrics when set (Prometheus text).
+  std::function<std::string()> extra_metrics;
 };
 
 // The coordinator's state now, as /metrics sees it.

@@ -3,9 +3,12 @@
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/host_port.h"
 #include "common/status_macros.h"
 
 namespace chorus {
@@ -49,6 +52,14 @@ absl::StatusOr<SessionEnvironment> ReadSessionEnvironment(const EnvironmentLooku
   SessionEnvironment env;
   ASSIGN_OR_RETURN(env.job_id, Required(lookup, "CHORUS_JOB_ID"));
   ASSIGN_OR_RETURN(env.coordinator, Required(lookup, "CHORUS_COORDINATOR"));
+  if (env.coordinator.find(',') != std::string::npos) {
+    // Several coordinators; the session follows the leader among them.
+    if (absl::StatusOr<std::vector<HostPort>> list = ParseHostPortList(env.coordinator);
+        !list.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("CHORUS_COORDINATOR: ", list.status().message()));
+    }
+  }
   ASSIGN_OR_RETURN(const int64_t rank, Number(lookup, "RANK", 0));
   ASSIGN_OR_RETURN(const int64_t world_size, Number(lookup, "WORLD_SIZE", 1));
   ASSIGN_OR_RETURN(const int64_t local_rank, Number(lookup, "LOCAL_RANK", 0));

@@ -66,6 +66,19 @@ TEST_F(EnvironmentTest, ReadsEveryVariableAndTheJoinFile) {
   EXPECT_EQ(env->joined.resume().step(), 30);
 }
 
+TEST_F(EnvironmentTest, SeveralCoordinatorsAreKeptAndABadEntryIsNamed) {
+  vars_["CHORUS_COORDINATOR"] = "10.0.0.1:29650,10.0.0.2:29650";
+  absl::StatusOr<SessionEnvironment> env = Read();
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_EQ(env->coordinator, "10.0.0.1:29650,10.0.0.2:29650");
+  vars_["CHORUS_COORDINATOR"] = "10.0.0.1:29650,10.0.0.2";
+  env = Read();
+  ASSERT_FALSE(env.ok());
+  EXPECT_EQ(env.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(env.status().message().find("CHORUS_COORDINATOR: entry 2"), std::string::npos)
+      << env.status();
+}
+
 TEST_F(EnvironmentTest, NoProgressChannelIsAllowed) {
   vars_.erase("CHORUS_PROGRESS_FD");
   vars_["CHORUS_RANK_HOST"] = "10.1.2.3";

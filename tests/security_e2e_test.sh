@@ -67,6 +67,12 @@ out=$(c --tls_ca "${pki}/other.pem" --tls_cert "${pki}/client.pem" --tls_key "${
 [[ ${rc} -eq 1 ]] && pass "a server the CA did not sign is not trusted" || fail "foreign CA ping rc=${rc} out='${out}'"
 out=$(c "${tls[@]}" ping 2>&1); rc=$?
 [[ ${rc} -eq 0 && "${out}" == *SERVING ]] && pass "mTLS ping (health needs no token)" || fail "mTLS ping rc=${rc} out='${out}'"
+# A list of coordinators (only this one up; nothing listens on port 1): the channel dials IP
+# addresses and checks each certificate against the first coordinator's name.
+out=$("${CHORUS}" --coordinator "${addr},127.0.0.1:1" --timeout 3 "${tls[@]}" \
+  --token_file "${TMP}/admin.token" coordinators 2>&1); rc=$?
+[[ ${rc} -eq 0 && "${out}" == *"${addr}"*leader* ]] && pass "mTLS over a coordinator list finds the leader" \
+  || fail "mTLS coordinators rc=${rc} out='${out}'"
 out=$(c --tls_ca /nonexistent/ca.pem ping 2>&1); rc=$?
 [[ ${rc} -eq 2 && "${out}" == *"--tls_ca /nonexistent/ca.pem: cannot read it"* ]] \
   && pass "a missing CA file is a clear error" || fail "missing CA rc=${rc} out='${out}'"

@@ -15,6 +15,7 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
@@ -47,13 +48,9 @@ struct AgentFlags {
   int verbosity = 0;
 };
 
-// The local address the kernel would use to reach the coordinator: a UDP
-// socket is "connected" (no packet is sent) and asked for its own address.
-absl::StatusOr<std::string> LocalAddressTowards(const std::string& coordinator) {
-  absl::StatusOr<chorus::HostPort> address = chorus::ParseHostPort(coordinator);
-  if (!address.ok())
-    return absl::InvalidArgumentError(absl::StrCat("--coordinator: ", address.status().message()));
-  const std::string& host = address->host;
+// The local address the kernel would use to reach `host`: a UDP socket is
+// "connected" (no packet is sent) and asked for its own address.
+absl::StatusOr<std::string> LocalAddressTowardsHost(const std::string& host) {
   if (host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1")
     return std::string("127.0.0.1");
   addrinfo hints{};
@@ -83,6 +80,21 @@ absl::StatusOr<std::string> LocalAddressTowards(const std::string& coordinator) 
   return result;
 }
 
+// The local address that reaches the first coordinator of the list
+// --coordinator that one routes to (they share a network, usually).
+absl::StatusOr<std::string> LocalAddressTowards(const std::string& coordinator) {
+  absl::StatusOr<std::vector<chorus::HostPort>> list = chorus::ParseHostPortList(coordinator);
+  if (!list.ok())
+    return absl::InvalidArgumentError(absl::StrCat("--coordinator: ", list.status().message()));
+  absl::Status last;
+  for (const chorus::HostPort& address : *list) {
+    absl::StatusOr<std::string> local = LocalAddressTowardsHost(address.host);
+    if (local.ok()) return local;
+    last = local.status();
+  }
+  return last;
+}
+
 std::string LocalHostName() {
   char name[256] = {0};
   if (gethostname(name, sizeof(name) - 1) != 0) return "localhost";
@@ -90,7 +102,10 @@ std::string LocalHostName() {
 }
 
 void AddFlags(CLI::App& app, AgentFlags& flags) {
-  app.add_option("--coordinator", flags.coordinator, "Coordinator address, HOST:PORT.")
+  app.add_option("--coordinator", flags.coordinator,
+                 "Coordinator address, HOST:PORT, or every coordinator of a cluster that has "
+                 "several, \"a:29650,b:29650,c:29650\": the agent and its ranks follow the "
+                 "leader.")
       ->envname("CHORUS_COORDINATOR")
       ->capture_default_str();
   app.add_option("--slots", flags.slots,
@@ -170,6 +185,11 @@ absl::StatusOr<chorus::AgentOptions> Configure(AgentFlags& flags) {
     if (!flag->empty()) setenv(env, std::filesystem::absolute(*flag).c_str(), 1);
   }
   chorus::ConfigureClient(*std::move(security));
+  if (absl::StatusOr<std::vector<chorus::HostPort>> list =
+          chorus::ParseHostPortList(flags.coordinator);
+      !list.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--coordinator: ", list.status().message()));
+  }
   if (flags.rank_host.empty()) {
     absl::StatusOr<std::string> local = LocalAddressTowards(flags.coordinator);
     if (!local.ok()) {

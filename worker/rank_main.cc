@@ -14,7 +14,7 @@
 // (Note [Two binaries for a rank]).
 //
 // Configuration comes from the environment the agent sets:
-//   CHORUS_COORDINATOR  HOST:PORT of the coordinator
+//   CHORUS_COORDINATOR  HOST:PORT of the coordinator, or a list a:p,b:p (follow the leader)
 //   CHORUS_JOB_ID, CHORUS_GENERATION, CHORUS_AGENT_ID, CHORUS_SLOT
 //   CHORUS_RANK_HOST    the address this rank's traffic uses (default 127.0.0.1)
 //   CHORUS_TOKEN, CHORUS_TLS_CA, CHORUS_TLS_CERT, CHORUS_TLS_KEY  credentials

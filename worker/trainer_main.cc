@@ -17,7 +17,7 @@
 // (worker/runtime/rank_failure.h).
 //
 // Configuration comes from the environment the agent sets:
-//   CHORUS_COORDINATOR  HOST:PORT of the coordinator
+//   CHORUS_COORDINATOR  HOST:PORT of the coordinator, or a list a:p,b:p (follow the leader)
 //   CHORUS_JOB_ID, CHORUS_GENERATION, CHORUS_AGENT_ID, CHORUS_SLOT
 //   CHORUS_RANK_HOST    address this rank's Gloo transport binds (default 127.0.0.1)
 //   LOCAL_RANK, LOCAL_WORLD_SIZE (as torchrun sets them)

@@ -65,6 +65,12 @@ EtcdLeadership::EtcdLeadership(EtcdClient& etcd, EtcdLeadershipOptions options)
 
 EtcdLeadership::~EtcdLeadership() { Stop(); }
 
+void EtcdLeadership::SetSelfAddress(std::string address, std::string http_url) {
+  absl::MutexLock lock(&mu_);
+  self_.address = std::move(address);
+  self_.http_url = std::move(http_url);
+}
+
 absl::Status EtcdLeadership::Campaign() {
   while (true) {
     {

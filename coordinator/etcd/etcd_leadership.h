@@ -58,6 +58,11 @@ class EtcdLeadership : public Leadership {
   EtcdLeadership& operator=(const EtcdLeadership&) = delete;
   ~EtcdLeadership() override;
 
+  // Where clients reach this coordinator, as its leader record will say
+  // once it wins: the address and status page it actually bound (a
+  // --listen port of 0 is known only then). Takes effect at the next win.
+  void SetSelfAddress(std::string address, std::string http_url);
+
   absl::Status Campaign() override;
   bool IsLeader() const override;
   std::optional<LeaderInfo> Leader() const override;

@@ -327,8 +327,13 @@ RankCommand Agent::RankCommandFor(const v1::LaunchRanks& launch, const v1::RankL
     unset(key);
     env.push_back(key + "=" + value);
   };
+  // The launch names the coordinator that sent it; an agent given several
+  // coordinators hands its ranks the whole list instead, so that they too
+  // follow the leader when it moves (Note [Following the leader] in
+  // common/grpc_util.cc).
+  const bool several = options_.coordinator.find(',') != std::string::npos;
   set("CHORUS_COORDINATOR",
-      launch.coordinator().empty() ? options_.coordinator : launch.coordinator());
+      launch.coordinator().empty() || several ? options_.coordinator : launch.coordinator());
   set("CHORUS_JOB_ID", launch.job_id());
   // Note [Job credentials] (common/job_credentials.h): the ranks run user
   // code, so they get their job's credential, never the agent's token.

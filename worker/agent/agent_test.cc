@@ -570,6 +570,20 @@ TEST_F(AgentTest, LaunchStartsOneProcessPerRankWithItsEnvironment) {
   unsetenv("CHORUS_JOB_ID");
 }
 
+// An agent given several coordinators reaches the one that leads through
+// the list, and hands its ranks the whole list rather than the address the
+// leader put in the launch: the leader may move while they run.
+TEST_F(AgentTest, AnAgentGivenSeveralCoordinatorsHandsItsRanksTheList) {
+  // Nothing listens on port 1; the fake coordinator (no health service,
+  // which gRPC's health checking counts as serving) is the only one up.
+  options_.coordinator = absl::StrCat("127.0.0.1:1,", options_.coordinator);
+  Connect();
+  coordinator_.Send(LaunchMessage("job-1", 1, {0}, "127.0.0.1:7777"));
+  std::vector<std::shared_ptr<FakeRank>> ranks = launcher_->AwaitRanks(1);
+  ASSERT_EQ(ranks.size(), 1u);
+  EXPECT_EQ(ranks[0]->Env("CHORUS_COORDINATOR"), options_.coordinator);
+}
+
 // Note [Job credentials]: user code in a rank must not hold the agent's
 // token, whether the agent got it from the environment or a file.
 TEST_F(AgentTest, RanksGetTheirJobsCredentialAndNeverTheAgentsToken) {

@@ -1,0 +1,193 @@
+// A coordinator process between leading and following (LeaderLoop with the
+// full CoordinatorServer and the FollowerServer), driven by a Leadership
+// the test makes win and lose.
+#include "coordinator/coordinator_process.h"
+
+#include <cstdlib>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "chorus/v1/coordinator.grpc.pb.h"
+#include "common/grpc_util.h"
+#include "coordinator/fake_leadership.h"
+#include "coordinator/follower_server.h"
+#include "gmock/gmock.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "httplib.h"
+
+namespace chorus {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string TempDir(const std::string& name) {
+  const char* base = std::getenv("TEST_TMPDIR");
+  return std::string(base ? base : "/tmp") + "/" + name;
+}
+
+// One ListJobs call on a fresh channel to 127.0.0.1:port.
+grpc::Status ListJobs(int port, std::string* leader_metadata = nullptr) {
+  auto stub = v1::JobService::NewStub(MakeCoordinatorChannel(absl::StrCat("127.0.0.1:", port)));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(3)));
+  context.set_wait_for_ready(true);
+  v1::ListJobsRequest request;
+  v1::ListJobsResponse response;
+  grpc::Status status = stub->ListJobs(&context, request, &response);
+  if (leader_metadata != nullptr) {
+    auto found = context.GetServerTrailingMetadata().find(kLeaderMetadataKey);
+    *leader_metadata = found == context.GetServerTrailingMetadata().end()
+                           ? ""
+                           : std::string(found->second.data(), found->second.size());
+  }
+  return status;
+}
+
+// Waits (bounded) until `done`.
+bool Eventually(const std::function<bool()>& done) {
+  for (int i = 0; i < 100; ++i) {
+    if (done()) return true;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return false;
+}
+
+TEST(CoordinatorProcessTest, FollowsLeadsLosesAndLeadsAgainOnTheSamePorts) {
+  ServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.state_dir = TempDir("follow_lead_lose");
+  options.checkpoint_data_port = -1;
+  FakeLeadership leadership;
+  leadership.SetOtherLeader(LeaderInfo{"b", "10.0.0.2:29650", "http://10.0.0.2:29651", {}});
+  absl::Mutex mu;
+  std::optional<LeaderLoop::Ports> ports;
+  CoordinatorProcess process(options, leadership, /*follow=*/true,
+                             [&](const LeaderLoop::Ports& bound) {
+                               absl::MutexLock lock(&mu);
+                               ports = bound;
+                             });
+  absl::Status ran = absl::UnknownError("not run");
+  std::thread loop([&] { ran = process.Run(); });
+  auto bound = [&] {
+    absl::MutexLock lock(&mu);
+    return ports;
+  };
+  ASSERT_TRUE(Eventually([&] { return bound().has_value(); }));
+  const int port = bound()->grpc;
+  const int http_port = bound()->http;
+  ASSERT_NE(port, 0);
+  ASSERT_NE(http_port, 0);
+
+  // Follower: every call names the leader, in the message and the metadata.
+  std::string metadata;
+  grpc::Status follower = ListJobs(port, &metadata);
+  EXPECT_EQ(follower.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(follower.error_message(), HasSubstr("follower; the leader is 10.0.0.2:29650"));
+  EXPECT_THAT(follower.error_message(), HasSubstr("--coordinator a:29650,b:29650"));
+  EXPECT_EQ(metadata, "10.0.0.2:29650");
+  httplib::Client http("127.0.0.1", http_port);
+  auto page = http.Get("/jobs/j1");
+  ASSERT_TRUE(page);
+  EXPECT_EQ(page->status, 307);
+  EXPECT_EQ(page->get_header_value("Location"), "http://10.0.0.2:29651/jobs/j1");
+  auto more = http.Get("/jobs/j1?rank_offset=10&rank_limit=5");
+  ASSERT_TRUE(more);
+  EXPECT_EQ(more->get_header_value("Location"),
+            "http://10.0.0.2:29651/jobs/j1?rank_limit=5&rank_offset=10");
+  auto metrics = http.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_THAT(metrics->body, HasSubstr("chorus_leader 0\n"));
+  EXPECT_FALSE(process.loop().leading());
+
+  // Elected: the full coordinator answers on the same port.
+  leadership.Win();
+  ASSERT_TRUE(Eventually([&] { return ListJobs(port).ok(); }));
+  EXPECT_TRUE(process.loop().leading());
+  auto leader_metrics = http.Get("/metrics");
+  ASSERT_TRUE(leader_metrics);
+  EXPECT_THAT(leader_metrics->body, HasSubstr("chorus_leader 1\n"));
+  EXPECT_THAT(leader_metrics->body, HasSubstr("chorus_leader_changes_total 1\n"));
+
+  // Lost: the full coordinator is gone and the follower answers again.
+  leadership.Lose();
+  ASSERT_TRUE(Eventually([&] {
+    return ListJobs(port).error_code() == grpc::StatusCode::UNAVAILABLE &&
+           leadership.campaigns() == 2;
+  }));
+  EXPECT_THAT(ListJobs(port).error_message(), HasSubstr("follower"));
+  EXPECT_FALSE(process.loop().leading());
+
+  // Elected again.
+  leadership.Win();
+  ASSERT_TRUE(Eventually([&] { return ListJobs(port).ok(); }));
+  EXPECT_EQ(process.loop().leader_changes(), 3);
+
+  process.Stop();
+  loop.join();
+  EXPECT_TRUE(ran.ok()) << ran;
+}
+
+TEST(CoordinatorProcessTest, AFollowerWithoutALeaderSaysNoneIsElected) {
+  const grpc::Status none = FollowerStatus(std::nullopt);
+  EXPECT_EQ(none.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(none.error_message(), HasSubstr("no leader is elected yet"));
+}
+
+TEST(CoordinatorProcessTest, AloneItLeadsAtOnceAndStopEndsRun) {
+  ServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.state_dir = TempDir("alone");
+  options.checkpoint_data_port = -1;
+  options.http_listen = "off";
+  SoleLeadership leadership(LeaderInfo{"me", options.listen, "", {}});
+  absl::Mutex mu;
+  int port = 0;
+  CoordinatorProcess process(options, leadership, /*follow=*/false,
+                             [&](const LeaderLoop::Ports& bound) {
+                               absl::MutexLock lock(&mu);
+                               port = bound.grpc;
+                             });
+  absl::Status ran = absl::UnknownError("not run");
+  std::thread loop([&] { ran = process.Run(); });
+  ASSERT_TRUE(Eventually([&] {
+    absl::MutexLock lock(&mu);
+    return port != 0;
+  }));
+  int bound = 0;
+  {
+    absl::MutexLock lock(&mu);
+    bound = port;
+  }
+  EXPECT_TRUE(ListJobs(bound).ok());
+  // It reports itself the leader to clients that follow one.
+  auto health =
+      grpc::health::v1::Health::NewStub(MakeCoordinatorChannel(absl::StrCat("127.0.0.1:", bound)));
+  grpc::ClientContext context;
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service(kLeaderHealthService);
+  grpc::health::v1::HealthCheckResponse response;
+  ASSERT_TRUE(health->Check(&context, request, &response).ok());
+  EXPECT_EQ(response.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+  // And names itself, with the bound port, as the leader.
+  auto jobs = v1::JobService::NewStub(MakeCoordinatorChannel(absl::StrCat("127.0.0.1:", bound)));
+  grpc::ClientContext leader_context;
+  v1::CoordinatorLeader leader;
+  ASSERT_TRUE(jobs->GetLeader(&leader_context, v1::GetLeaderRequest(), &leader).ok());
+  EXPECT_EQ(leader.address(), absl::StrCat("127.0.0.1:", bound));
+  EXPECT_EQ(leader.id(), "me");
+  EXPECT_GT(leader.since_unix_us(), 0);
+  process.Stop();
+  loop.join();
+  EXPECT_TRUE(ran.ok()) << ran;
+  EXPECT_NE(ListJobs(bound).error_code(), grpc::StatusCode::OK);
+}
+
+}  // namespace
+}  // namespace chorus

@@ -1,0 +1,85 @@
+// FollowerServer: what a coordinator serves on its ports while another one
+// leads (or while none is elected yet), so that a client given only this
+// coordinator's address learns where to go instead of timing out.
+//
+// gRPC: the standard health service ("" SERVING, kLeaderHealthService
+// NOT_SERVING, so clients that follow the leader never send calls here) and
+// a catch-all answering every other method UNAVAILABLE with the leader's
+// address in the message and in the trailing metadata kLeaderMetadataKey.
+// HTTP (when there is a port): /metrics for this coordinator, and every
+// other path a 307 redirect to the same path on the leader's status page.
+//
+// Thread-safety: Start returns a running server; Shutdown may be called
+// from any thread, more than once; the destructor calls it.
+//
+// Example:
+//   ASSIGN_OR_RETURN(auto follower, FollowerServer::Start(options, leadership, metrics));
+//   leadership.Campaign();
+//   follower->Shutdown();
+#ifndef CHORUS_COORDINATOR_FOLLOWER_SERVER_H_
+#define CHORUS_COORDINATOR_FOLLOWER_SERVER_H_
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "coordinator/leadership.h"
+#include "coordinator/server.h"
+#include "grpcpp/support/status.h"
+
+namespace grpc {
+class CallbackGenericService;
+class Server;
+}  // namespace grpc
+
+namespace chorus {
+
+class HealthService;
+class HttpServer;
+
+// Trailing metadata of a follower's answers: the leader's HOST:PORT.
+inline constexpr char kLeaderMetadataKey[] = "chorus-leader";
+
+// The status a follower answers every coordinator call with: UNAVAILABLE
+// naming the leader (or saying none is elected yet), and what to give
+// clients so that they follow it by themselves.
+grpc::Status FollowerStatus(const std::optional<LeaderInfo>& leader);
+
+class FollowerServer {
+ public:
+  // Serves on `options.listen` and its HTTP port (ServerOptions's meaning;
+  // tokens and TLS as the full coordinator would). `metrics_text` renders
+  // this coordinator's /metrics. INVALID_ARGUMENT for bad options,
+  // UNAVAILABLE when a port cannot be bound.
+  static absl::StatusOr<std::unique_ptr<FollowerServer>> Start(
+      const ServerOptions& options, const Leadership& leadership,
+      std::function<std::string()> metrics_text);
+
+  FollowerServer(const FollowerServer&) = delete;
+  FollowerServer& operator=(const FollowerServer&) = delete;
+  ~FollowerServer();
+
+  int port() const { return port_; }
+  // 0 when there is no HTTP port.
+  int http_port() const;
+  // Stops serving at once (no call here takes time) and waits until the
+  // ports are free to bind again.
+  void Shutdown();
+
+ private:
+  FollowerServer() = default;
+
+  std::unique_ptr<TokenAuthorizer> auth_;
+  std::unique_ptr<HealthService> health_;
+  std::unique_ptr<grpc::CallbackGenericService> catch_all_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<HttpServer> http_;
+  int port_ = 0;
+  bool shut_down_ = false;
+};
+
+}  // namespace chorus
+
+#endif  // CHORUS_COORDINATOR_FOLLOWER_SERVER_H_
