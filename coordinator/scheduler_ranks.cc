@@ -322,10 +322,14 @@ void Scheduler::FillStatus(const std::string& job_id, v1::JobStatus& status,
       auto waiting = std::find_if(plan_.waiting.begin(), plan_.waiting.end(),
                                   [&](const WaitingJob& w) { return w.job_id == job_id; });
       // A job submitted since the last plan has no reason there yet.
-      status.set_pending_reason(
+      const std::string reason =
           waiting != plan_.waiting.end()
               ? waiting->reason
-              : PendingReason(ToQueuedJob(job_id, status.job().spec()), agents_.FreeSlots()));
+              : PendingReason(ToQueuedJob(job_id, status.job().spec()), agents_.FreeSlots());
+      // A job sent back to the queue (Note [Re-queue]) says by whom first.
+      status.set_pending_reason(status.job().reason().empty()
+                                    ? reason
+                                    : absl::StrCat(status.job().reason(), "; ", reason));
     }
     return;
   }
