@@ -1933,6 +1933,68 @@ TEST_F(QueueSchedulerTest, NoPreemptionWhenTheLowerJobsCannotFreeEnough) {
 }
 
 
+// Note [Re-queue]: the coordinator restarts while a preempted job is
+// checkpointing: the job is taken back as RUNNING, the plan preempts it
+// again and asks for a new checkpoint; after it, the job waits PENDING.
+class RequeueRestartTest : public ElasticRestartTest {
+ protected:
+  void UseCommitted() {
+    scheduler_->set_resume_resolver(
+        [this](const std::string& resume_from,
+               std::vector<std::string>*) -> absl::StatusOr<v1::CheckpointManifest> {
+          auto it = committed_.find(resume_from);
+          if (it == committed_.end()) return absl::NotFoundError("no checkpoint");
+          v1::CheckpointManifest manifest;
+          manifest.set_job_id(resume_from);
+          manifest.set_step(it->second);
+          return manifest;
+        });
+  }
+  std::map<std::string, int64_t> committed_;
+};
+
+TEST_F(RequeueRestartTest, APreemptionUnderWayIsAskedForAgainAfterACoordinatorRestart) {
+  UseCommitted();
+  FakeAgent a;
+  Add(a, 2, "node-a");
+  auto low_spec = ParseJobSpec(
+      "model { mlp {} } data { synthetic {} } priority: LOW resources { min_ranks: 2 }",
+      SpecFormat::kTextProto, "test");
+  const std::string low = jobs_->Submit(*low_spec, "", "carol")->job_id();
+  scheduler_->Schedule();
+  JoinAll(low, {&a}, 1);
+  auto high_spec = ParseJobSpec(
+      "model { mlp {} } data { synthetic {} } priority: HIGH resources { min_ranks: 2 }",
+      SpecFormat::kTextProto, "test");
+  const std::string high = jobs_->Submit(*high_spec, "", "bob")->job_id();
+  scheduler_->Schedule();
+  ASSERT_EQ(State(low), v1::Job::RUNNING);
+  const std::string a_before = a.id;
+
+  Restart();
+  UseCommitted();
+  Reconnect(a, 2, "node-a", {{low, 1, 0}, {low, 1, 1}});
+  std::vector<JoinResult> joins(2);
+  for (int slot = 0; slot < 2; ++slot) {
+    scheduler_->Join(JoinFrom(low, a_before, slot, 1, 100 + slot, "node-a"),
+                     clock_.Now() + absl::Seconds(60), joins[slot].Done());
+  }
+  scheduler_->Schedule();
+  int requests = 0;
+  for (const auto& m : a.received) requests += m.has_checkpoint() && m.checkpoint().job_id() == low;
+  EXPECT_EQ(requests, 1) << "the restarted coordinator asks for the checkpoint again";
+  committed_[low] = 1;
+  scheduler_->Tick();
+  EXPECT_EQ(State(low), v1::Job::PENDING);
+  ExitOn(a, low, 0, -15);
+  ExitOn(a, low, 1, -15);
+  EXPECT_EQ(State(high), v1::Job::RUNNING);
+
+  Restart();  // PENDING with its resume_from: nothing else to take back
+  EXPECT_EQ(jobs_->Get(low)->resume_from(), low);
+  EXPECT_EQ(jobs_->Get(low)->preemptions(), 1);
+}
+
 // Note [Re-queue]: preemption of jobs that are not elastic.
 class RequeueSchedulerTest : public QueueSchedulerTest {
  protected:
