@@ -272,8 +272,8 @@ class Scheduler {
   // Note [Re-queue] (scheduler_requeue.cc). Running jobs that are not
   // elastic and may go back to the queue now (formed, none on its way).
   std::vector<RequeueRun> RequeueableLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // `holder` preempted `job_id`: a checkpointable job is asked to
-  // checkpoint at its next step boundary (RequeueDueLocked ends the wait);
+  // `holder` preempted `job_id`: a checkpointable job's ranks are told to
+  // checkpoint and hold (on their heartbeats; RequeueDueLocked ends the wait);
   // a preemptible one goes back to the queue at once.
   void StartRequeueLocked(const std::string& job_id, RunningJob& run, const std::string& holder_id,
                           const QueueEntry& holder, Outbox& out)
@@ -288,10 +288,6 @@ class Scheduler {
                      Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The step of the job's newest committed checkpoint; 0 if none.
   int64_t NewestCheckpointLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Sends every live rank of `run` a checkpoint request (its agent signals
-  // it); returns the highest step a rank has reported.
-  int64_t AskCheckpointLocked(const std::string& job_id, const RunningJob& run, Outbox& out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A rank a re-queue stopped has exited: its slot is free. False if the
   // slot is not one of those.
   bool StoppedRankExitedLocked(const std::string& agent_id, const v1::RankExited& exited)

@@ -254,6 +254,11 @@ bool Scheduler::HeartbeatLocked(const v1::RankHeartbeat& heartbeat, v1::Directiv
     directive->set_reason(it->second.planned_cause);
     directive->set_world_size(it->second.planned_world);
   }
+  // Note [Re-queue]: a job preempted to go back to the queue.
+  if (directive != nullptr && it->second.requeue.has_value()) {
+    directive->set_kind(v1::Directive::CHECKPOINT_AND_HOLD);
+    directive->set_reason(it->second.requeue->cause);
+  }
   // A program job sends no metrics along the way: rank 0's heartbeats carry
   // the program's progress records, so they are what the job shows (its
   // final report without metrics then keeps them).

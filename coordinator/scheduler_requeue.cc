@@ -10,10 +10,15 @@
 // program job is not (nothing says it saves one), unless
 // resources.preemptible lets it be stopped and started again from scratch.
 //
-// 1. The checkpointable job's ranks are asked to checkpoint; the step they
-//    had reported and the newest committed checkpoint give `target_step`
-//    (the next one after both). Its slots count as on their way to the
-//    waiting job, so nothing else is preempted for it meanwhile.
+// 1. The checkpointable job's ranks are answered, on their heartbeats, with
+//    CHECKPOINT_AND_HOLD: they checkpoint at the end of the current step,
+//    as for `chorus checkpoint`, and then train no further (a rank that
+//    trained on would train steps the resumed run trains again). The step
+//    they had reported and the newest committed checkpoint give
+//    `target_step` (the next one after both). Its slots count as on their
+//    way to the waiting job, so nothing else is preempted for it meanwhile.
+//    A worker that does not know the directive trains on; the wait then
+//    times out (step 2).
 // 2. Every Tick (RequeueDueLocked) reads the job's newest committed
 //    checkpoint. Once it reaches target_step, or after
 //    requeue_checkpoint_timeout (then from the newest one there is, with
@@ -75,24 +80,6 @@ std::vector<RequeueRun> Scheduler::RequeueableLocked() const {
   return runs;
 }
 
-int64_t Scheduler::AskCheckpointLocked(const std::string& job_id, const RunningJob& run,
-                                       Outbox& out) {
-  int64_t step = 0;
-  std::map<std::string, v1::CoordinatorMessage> by_agent;
-  for (const RankState& rank : run.ranks) {
-    step = std::max(step, rank.last_heartbeat.step());
-    if (rank.agent_id.empty() || rank.state == v1::RankStatus::EXITED ||
-        !agents_.Find(rank.agent_id))
-      continue;
-    v1::CoordinatorMessage& m = by_agent[rank.agent_id];
-    m.mutable_checkpoint()->set_job_id(job_id);
-    m.mutable_checkpoint()->add_slots(rank.slot);
-  }
-  for (auto& [agent_id, m] : by_agent)
-    out.messages.emplace_back(agents_.Find(agent_id)->send, std::move(m));
-  return step;
-}
-
 int64_t Scheduler::NewestCheckpointLocked(const std::string& job_id) {
   if (!resolve_resume_) return 0;
   std::vector<std::string> skipped;  // placement warns about them, once
@@ -118,7 +105,9 @@ void Scheduler::StartRequeueLocked(const std::string& job_id, RunningJob& run,
   }
   RunningJob::Requeue& requeue = run.requeue.emplace();
   requeue.cause = cause;
-  requeue.reported_step = AskCheckpointLocked(job_id, run, out);
+  // Its ranks' heartbeats are answered with CHECKPOINT_AND_HOLD from now on.
+  for (const RankState& rank : run.ranks)
+    requeue.reported_step = std::max(requeue.reported_step, rank.last_heartbeat.step());
   requeue.target_step = std::max(requeue.reported_step, NewestCheckpointLocked(job_id) + 1);
   requeue.deadline = clock_->Now() + requeue_timeout_;
   v1::JobEvent event;

@@ -1980,9 +1980,13 @@ TEST_F(RequeueRestartTest, APreemptionUnderWayIsAskedForAgainAfterACoordinatorRe
                      clock_.Now() + absl::Seconds(60), joins[slot].Done());
   }
   scheduler_->Schedule();
-  int requests = 0;
-  for (const auto& m : a.received) requests += m.has_checkpoint() && m.checkpoint().job_id() == low;
-  EXPECT_EQ(requests, 1) << "the restarted coordinator asks for the checkpoint again";
+  v1::RankHeartbeat hb;
+  hb.set_job_id(low);
+  hb.set_generation(1);
+  v1::Directive directive;
+  EXPECT_TRUE(scheduler_->Heartbeat(hb, &directive));
+  EXPECT_EQ(directive.kind(), v1::Directive::CHECKPOINT_AND_HOLD)
+      << "the restarted coordinator asks for the checkpoint again";
   committed_[low] = 1;
   scheduler_->Tick();
   EXPECT_EQ(State(low), v1::Job::PENDING);
@@ -2034,11 +2038,8 @@ class RequeueSchedulerTest : public QueueSchedulerTest {
     }
     return job;
   }
-  static int CheckpointRequests(const FakeAgent& a, const std::string& job) {
-    int n = 0;
-    for (const auto& m : a.received) n += m.has_checkpoint() && m.checkpoint().job_id() == job;
-    return n;
-  }
+  // What rank `rank` of the job's first run is told on its heartbeat.
+  v1::Directive::Kind Told(const std::string& job, int rank) { return Beat(job, 1, rank).kind(); }
   std::map<std::string, int64_t> committed_;
 };
 
@@ -2048,7 +2049,9 @@ TEST_F(RequeueSchedulerTest, ACheckpointedJobGoesBackToTheQueueAndResumesFromIts
   const std::string low = RunLow(a, 120);
   committed_[low] = 100;
   const std::string high = SubmitAs("bob", 2, 2, "HIGH");
-  EXPECT_EQ(CheckpointRequests(a, low), 1);
+  const v1::Directive hold = Beat(low, 1, 1);
+  EXPECT_EQ(hold.kind(), v1::Directive::CHECKPOINT_AND_HOLD);
+  EXPECT_EQ(hold.reason(), absl::StrCat("preempted by ", high, " (HIGH, bob)"));
   EXPECT_EQ(State(low), v1::Job::RUNNING) << "it checkpoints first";
   EXPECT_THAT(Reasons(low), testing::Contains(absl::StrCat(
                                 "preempted by ", high,
@@ -2060,7 +2063,7 @@ TEST_F(RequeueSchedulerTest, ACheckpointedJobGoesBackToTheQueueAndResumesFromIts
                                  "this job")));
   scheduler_->Schedule();
   scheduler_->Tick();
-  EXPECT_EQ(CheckpointRequests(a, low), 1) << "asked once";
+  EXPECT_EQ(Told(low, 0), v1::Directive::CHECKPOINT_AND_HOLD) << "until it is stopped";
   EXPECT_EQ(State(low), v1::Job::RUNNING) << "step 100 is older than the request";
 
   committed_[low] = 121;
@@ -2119,6 +2122,7 @@ TEST_F(RequeueSchedulerTest, AProgramJobIsRequeuedOnlyWhenPreemptibleAndThenFrom
   const std::string high = SubmitAs("bob", 2, 2, "HIGH");
   scheduler_->Tick();
   EXPECT_EQ(State(program), v1::Job::RUNNING) << "nothing says it can be checkpointed";
+  EXPECT_EQ(Told(program, 0), v1::Directive::KIND_UNSPECIFIED);
   EXPECT_EQ(a.Stops(), 0);
   ASSERT_TRUE(scheduler_->Cancel(program, "done").ok());
   ExitOn(a, program, 0, -15);
@@ -2129,8 +2133,7 @@ TEST_F(RequeueSchedulerTest, AProgramJobIsRequeuedOnlyWhenPreemptibleAndThenFrom
   const std::string preemptible =
       RunLow(a, 5, "program { argv: \"/bin/true\" }", "preemptible: true");
   const std::string high2 = SubmitAs("bob", 2, 2, "HIGH");
-  EXPECT_EQ(CheckpointRequests(a, preemptible), 0);
-  EXPECT_EQ(State(preemptible), v1::Job::PENDING);
+  EXPECT_EQ(State(preemptible), v1::Job::PENDING) << "at once, without a checkpoint";
   EXPECT_EQ(jobs_->Get(preemptible)->reason(),
             absl::StrCat("preempted by ", high2,
                          " (HIGH, bob); starts again from scratch (resources.preemptible)"));

@@ -343,6 +343,15 @@ int Run(RankWhere& where) {
                 PackReformRequest(directive.generation(), directive.world_size()));
         return;
       }
+      if (directive.kind() == v1::Directive::CHECKPOINT_AND_HOLD) {
+        // Sent on every heartbeat until the rank is stopped: acted on once.
+        if (!progress.hold_after_checkpoint.exchange(true)) {
+          LOG(WARNING) << job_id << ": " << directive.reason()
+                       << "; checkpointing at the end of this step, then holding";
+          progress.checkpoint_request.fetch_add(1);
+        }
+        return;
+      }
       if (directive.kind() == v1::Directive::ABORT) {
         // The job ended (failed, cancelled) and this rank was not stopped:
         // its next collective fails, and training with it.
