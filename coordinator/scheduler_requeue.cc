@@ -42,8 +42,10 @@
 //
 // A coordinator restart during step 2 takes the job back as RUNNING (its
 // wait was in memory only); the next plan preempts it again and asks for a
-// new checkpoint. After step 2 the job is PENDING with its resume_from in
-// the state database.
+// new checkpoint. Ranks that were already holding take no second one: the
+// wait then times out and the job resumes from the checkpoint they held
+// at, losing nothing but the wait. After step 2 the job is PENDING with its
+// resume_from in the state database.
 #include <algorithm>
 #include <map>
 #include <string>
