@@ -57,6 +57,14 @@ std::map<std::string, std::string> WaitingReasons(const GlobalOptions& global,
   return reasons;
 }
 
+// The REASON column: why a job ended, or why a PENDING one waits (a job a
+// higher-priority one sent back to the queue says by whom first).
+std::string Reason(const v1::Job& job, const std::map<std::string, std::string>& waiting) {
+  auto it = waiting.find(job.job_id());
+  if (it == waiting.end()) return job.reason();
+  return job.reason().empty() ? it->second : absl::StrCat(job.reason(), "; ", it->second);
+}
+
 }  // namespace
 
 void AddJobsCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) {
@@ -106,7 +114,7 @@ void AddJobsCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) 
         *global.out << absl::StrFormat(
             "%-12s %-24s %-12s %-10s %-7s %-19s %s\n", job.job_id(), job.spec().name(), owner,
             StateName(job.state()), ranks, FormatTime(job.submit_time_us()),
-            waiting.count(job.job_id()) ? waiting.at(job.job_id()) : job.reason());
+            Reason(job, waiting));
       }
     }
     exit_code = kExitOk;

@@ -519,6 +519,9 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"elastic { wait_seconds: -5 }", "elastic.wait_seconds: must be > 0, got -5"},
         Case{"elastic { scale_up_interval_seconds: -1 }",
              "elastic.scale_up_interval_seconds: must be > 0, got -1"},
+        Case{"elastic { } resources { preemptible: true }",
+             "resources.preemptible: an elastic job is preempted by giving up ranks at a step "
+             "boundary, never sent back to the queue; remove preemptible or the elastic block"},
         // A gossip job that does not re-form runs at any size in its
         // range: every one must be a size the topology serves.
         Case{"strategy { decentralized { } } resources { min_ranks: 2 max_ranks: 4 }",

@@ -504,6 +504,11 @@ void ValidateCommon(const JobSpec& spec, Checker& c) {
     c.AtLeast<int32_t>("elastic.max_restarts", e.max_restarts(), 0);
     c.Positive("elastic.wait_seconds", e.wait_seconds());
     c.Positive("elastic.scale_up_interval_seconds", e.scale_up_interval_seconds());
+    if (r.preemptible()) {
+      c.Fail("resources.preemptible",
+             "an elastic job is preempted by giving up ranks at a step boundary, never sent "
+             "back to the queue; remove preemptible or the elastic block");
+    }
   }
 }
 

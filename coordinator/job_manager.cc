@@ -339,10 +339,34 @@ absl::StatusOr<v1::Job> JobManager::MarkRunning(const std::string& job_id, int64
                                                 int world_size) {
   return Transition(job_id, [&](v1::Job& job) {
     job.set_state(v1::Job::RUNNING);
+    job.clear_reason();  // why it waited after a preemption
     job.set_generation(generation);
     job.set_world_size(world_size);
     if (job.start_time_us() == 0) job.set_start_time_us(absl::ToUnixMicros(clock_->Now()));
     return absl::StrCat("generation ", generation, " placed with ", world_size, " ranks");
+  });
+}
+
+absl::StatusOr<v1::Job> JobManager::Requeue(const std::string& job_id,
+                                            const std::string& resume_from,
+                                            const std::string& reason) {
+  // Only the scheduler moves a job out of RUNNING, under its own lock: the
+  // state read here still holds when Transition runs.
+  ASSIGN_OR_RETURN(const v1::Job current, Get(job_id));
+  if (current.state() != v1::Job::RUNNING) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", job_id, " is ", v1::Job::State_Name(current.state()),
+                     "; only a running job can be sent back to the queue"));
+  }
+  return Transition(job_id, [&](v1::Job& job) {
+    job.set_state(v1::Job::PENDING);
+    job.set_generation(0);
+    job.set_world_size(0);
+    job.clear_placements();
+    job.set_preemptions(job.preemptions() + 1);
+    if (!resume_from.empty()) job.set_resume_from(resume_from);
+    job.set_reason(reason);
+    return reason;
   });
 }
 

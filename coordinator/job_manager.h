@@ -79,6 +79,14 @@ class JobManager {
   // left and joined) becomes the state event's reason.
   absl::StatusOr<v1::Job> MarkReformed(const std::string& job_id, int64_t generation,
                                        int world_size, int restarts, const std::string& reason);
+  // RUNNING -> PENDING: a higher-priority job preempted it (Note [Re-queue]
+  // in scheduler_requeue.cc). `reason` becomes Job.reason (shown while it
+  // waits) and the event's; a non-empty `resume_from` replaces the job's
+  // (its own newest checkpoint); preemptions counts one more. Keeps its
+  // submit time, and so its place among jobs of its priority.
+  // FAILED_PRECONDITION if the job is not running.
+  absl::StatusOr<v1::Job> Requeue(const std::string& job_id, const std::string& resume_from,
+                                  const std::string& reason);
   // Records where the running job's ranks are (index = rank), durably.
   absl::Status SavePlacements(const std::string& job_id,
                               const std::vector<v1::RankPlacement>& placements);

@@ -84,6 +84,38 @@ TEST(JobManagerTest, SubmitListCancelAndSurviveReopen) {
   EXPECT_EQ(c->job_id(), "job-000003");  // numbering continues
 }
 
+TEST(JobManagerTest, ARequeuedJobIsPendingAgainWithItsReasonAndResumeFromAfterAReopen) {
+  FakeClock clock(absl::FromUnixSeconds(1000));
+  std::string id;
+  {
+    auto state = StateStore::Open(Dir("requeue"));
+    ASSERT_TRUE(state.ok()) << state.status();
+    auto jobs = *JobManager::Create(**state, &clock);
+    id = jobs->Submit(Spec("model { mlp {} } data { synthetic {} }"), "")->job_id();
+    EXPECT_EQ(jobs->Requeue(id, id, "too early").status().code(),
+              absl::StatusCode::kFailedPrecondition)
+        << "a PENDING job is not running";
+    ASSERT_TRUE(jobs->MarkRunning(id, 1, 2).ok());
+    absl::StatusOr<v1::Job> queued =
+        jobs->Requeue(id, id, "preempted by job-000009 (HIGH, bob); resumes from step 120");
+    ASSERT_TRUE(queued.ok()) << queued.status();
+    EXPECT_EQ(queued->state(), v1::Job::PENDING);
+    EXPECT_EQ(queued->generation(), 0);
+    EXPECT_EQ(queued->submit_time_us(), 1000 * 1000000LL) << "it keeps its place";
+    EXPECT_THAT(jobs->PendingJobIds(), testing::ElementsAre(id));
+  }
+  auto state = StateStore::Open(Dir("requeue"));
+  ASSERT_TRUE(state.ok());
+  auto jobs = *JobManager::Create(**state, &clock);
+  v1::Job job = *jobs->Get(id);
+  EXPECT_EQ(job.state(), v1::Job::PENDING);
+  EXPECT_EQ(job.resume_from(), id);
+  EXPECT_EQ(job.preemptions(), 1);
+  EXPECT_EQ(job.reason(), "preempted by job-000009 (HIGH, bob); resumes from step 120");
+  ASSERT_TRUE(jobs->MarkRunning(id, 1, 2).ok());
+  EXPECT_EQ(jobs->Get(id)->reason(), "") << "running again, it no longer waits";
+}
+
 TEST(JobManagerTest, BadInputIsRefusedAndNothingIsStored) {
   auto state = StateStore::Open(Dir("bad"));
   ASSERT_TRUE(state.ok());

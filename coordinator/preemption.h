@@ -18,6 +18,19 @@
 // The shrunk jobs grow back, by the usual growth, onto slots no reservation
 // holds.
 //
+// Note [Preemption by re-queueing]
+// When shrinking elastic jobs cannot free `needed` slots, whole running
+// jobs that are not elastic give theirs: those of a lower priority that can
+// be checkpointed (RequeueRun::checkpointable) or that their spec declares
+// resources.preemptible, the lowest priority first, then the newest. A job
+// is counted with its ranks on agents that can hold one of the waiting
+// job's ranks. Still all or none: when the elastic ranks and these jobs
+// together do not cover `needed`, nothing is taken. Such a job is
+// checkpointed at its next step boundary, stopped and sent back to the
+// queue, where it resumes from that checkpoint when placed again (Note
+// [Re-queue] in scheduler_requeue.cc); a preemptible one without
+// checkpoints starts again from scratch.
+//
 // Thread-safety: a pure function.
 //
 // Example:
@@ -45,17 +58,34 @@ struct ElasticRun {
   std::vector<RankSlot> ranks;  // index = rank
 };
 
-// Ranks of one job that leave at its next step boundary.
+// A running job that is not elastic, with no re-queue under way.
+struct RequeueRun {
+  std::string job_id;
+  v1::JobSpec::Priority priority = v1::JobSpec::NORMAL;
+  v1::ResourceSpec::Device device = v1::ResourceSpec::CPU;
+  // It honours a checkpoint request at its next step boundary and resumes
+  // from a checkpoint (the built-in trainer).
+  bool checkpointable = false;
+  // resources.preemptible: it may be stopped and started again from scratch.
+  bool preemptible = false;
+  std::vector<RankSlot> ranks;  // index = rank
+};
+
+// Ranks of one job that leave at its next step boundary, or (requeue) a
+// whole job that goes back to the queue.
 struct Preemption {
   std::string job_id;
-  std::vector<int> ranks;  // ascending
+  std::vector<int> ranks;  // ascending; every rank when `requeue`
+  bool requeue = false;
 };
 
 // Ranks of `runs` (job ids in submit order) whose slots, `needed` of them,
-// `holder` could use; empty when they do not add up to `needed`.
+// `holder` could use, then whole jobs of `requeueable` (submit order) when
+// those are not enough; empty when they do not add up to `needed`.
 std::vector<Preemption> PlanPreemption(const QueueEntry& holder, int needed,
                                        const std::vector<ElasticRun>& runs,
-                                       const std::vector<AgentSlots>& agents);
+                                       const std::vector<AgentSlots>& agents,
+                                       const std::vector<RequeueRun>& requeueable = {});
 
 }  // namespace chorus
 

@@ -89,5 +89,72 @@ TEST(PreemptionTest, SkipsRanksOnAgentsThatCannotHoldTheWaitingJobsRanks) {
   EXPECT_THAT(plan[0].ranks, ElementsAre(1)) << "ranks 2 and 3 run where it would not fit";
 }
 
+// A job that is not elastic, of `world` ranks on `agent` slots 0...
+RequeueRun Whole(const std::string& id, v1::JobSpec::Priority priority, int world,
+                 bool checkpointable, bool preemptible = false,
+                 const std::string& agent = "agent-1") {
+  RequeueRun run;
+  run.job_id = id;
+  run.priority = priority;
+  run.checkpointable = checkpointable;
+  run.preemptible = preemptible;
+  for (int r = 0; r < world; ++r) run.ranks.push_back(RankSlot{agent, r, r, world});
+  return run;
+}
+
+TEST(PreemptionTest, ElasticRanksGiveFirstThenWholeCheckpointableJobs) {
+  const std::vector<Preemption> plan =
+      PlanPreemption(Holder(3), 3, {Elastic("elastic", v1::JobSpec::NORMAL, 1, 2)}, Agents(),
+                     {Whole("low-ckpt", v1::JobSpec::LOW, 2, /*checkpointable=*/true)});
+  ASSERT_EQ(plan.size(), 2u);
+  EXPECT_EQ(plan[0].job_id, "elastic");
+  EXPECT_FALSE(plan[0].requeue);
+  EXPECT_THAT(plan[0].ranks, ElementsAre(1));
+  EXPECT_EQ(plan[1].job_id, "low-ckpt");
+  EXPECT_TRUE(plan[1].requeue);
+  EXPECT_THAT(plan[1].ranks, ElementsAre(0, 1));
+}
+
+TEST(PreemptionTest, NoJobIsRequeuedWhenShrinkingIsEnough) {
+  const std::vector<Preemption> plan =
+      PlanPreemption(Holder(2), 2, {Elastic("elastic", v1::JobSpec::LOW, 1, 4)}, Agents(),
+                     {Whole("low-ckpt", v1::JobSpec::LOW, 2, true)});
+  ASSERT_EQ(plan.size(), 1u);
+  EXPECT_EQ(plan[0].job_id, "elastic");
+  EXPECT_FALSE(plan[0].requeue);
+}
+
+TEST(PreemptionTest, RequeuesTheLowestPriorityThenNewestWholeJob) {
+  const std::vector<Preemption> plan = PlanPreemption(
+      Holder(2), 2, {}, Agents(),
+      {Whole("low-old", v1::JobSpec::LOW, 2, true), Whole("normal", v1::JobSpec::NORMAL, 2, true),
+       Whole("low-new", v1::JobSpec::LOW, 2, true, false, "agent-2")});
+  ASSERT_EQ(plan.size(), 1u);
+  EXPECT_EQ(plan[0].job_id, "low-new");
+  EXPECT_TRUE(plan[0].requeue);
+}
+
+TEST(PreemptionTest, NeverRequeuesAJobThatIsNeitherCheckpointableNorPreemptible) {
+  EXPECT_THAT(PlanPreemption(Holder(2), 2, {}, Agents(),
+                             {Whole("program", v1::JobSpec::LOW, 2, /*checkpointable=*/false)}),
+              IsEmpty());
+  const std::vector<Preemption> plan = PlanPreemption(
+      Holder(2), 2, {}, Agents(),
+      {Whole("program", v1::JobSpec::LOW, 2, false, /*preemptible=*/true)});
+  ASSERT_EQ(plan.size(), 1u);
+  EXPECT_EQ(plan[0].job_id, "program");
+  EXPECT_THAT(PlanPreemption(Holder(2), 2, {}, Agents(),
+                             {Whole("peer", v1::JobSpec::HIGH, 2, true, true)}),
+              IsEmpty())
+      << "never an equal priority";
+}
+
+TEST(PreemptionTest, AllOrNoneAcrossElasticAndRequeuedJobs) {
+  EXPECT_THAT(PlanPreemption(Holder(6), 6, {Elastic("elastic", v1::JobSpec::LOW, 1, 3)}, Agents(),
+                             {Whole("low-ckpt", v1::JobSpec::LOW, 2, true)}),
+              IsEmpty())
+      << "2 elastic ranks and 2 ranks of a whole job do not make 6: nothing is taken";
+}
+
 }  // namespace
 }  // namespace chorus

@@ -57,6 +57,7 @@ RunningJob::RunningJob(const v1::Job& job, int world_size, int64_t generation)
   if (job.spec().priority() != v1::JobSpec::PRIORITY_UNSPECIFIED) priority = job.spec().priority();
   device = job.spec().resources().device();
   min_ranks = job.spec().resources().min_ranks();
+  preemptible = job.spec().resources().preemptible();
 }
 
 std::vector<RankSlot> RunningJob::Slots() const {
@@ -222,7 +223,13 @@ v1::JoinResponse RunningJob::JoinResponseFor(const v1::Job& job, int rank,
   response.set_world_size(static_cast<int>(ranks.size()));
   response.set_generation(generation());
   *response.mutable_spec() = job.spec();
-  response.set_store_namespace(absl::StrCat(job.job_id(), "/gen-", generation()));
+  // Note [Re-queue]: each start after a preemption is a new run of the job
+  // whose generations count from 1 again; its keys must not meet the last
+  // run's.
+  response.set_store_namespace(
+      job.preemptions() == 0
+          ? absl::StrCat(job.job_id(), "/gen-", generation())
+          : absl::StrCat(job.job_id(), "/run-", job.preemptions() + 1, "/gen-", generation()));
   response.set_local_rank(ranks[rank].local_rank);
   response.set_local_world_size(ranks[rank].local_world_size);
   if (!resume.job_id().empty()) *response.mutable_resume() = resume;

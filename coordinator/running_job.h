@@ -215,6 +215,20 @@ struct RunningJob {
     absl::Time deadline;
   };
   std::optional<RestartAll> restarting;
+  // resources.preemptible (preemption.h): may go back to the queue without
+  // a checkpoint.
+  bool preemptible = false;
+  // Note [Re-queue] in scheduler_requeue.cc: a higher-priority job preempted
+  // this one, which checkpoints before it goes back to the queue. `cause`
+  // names who ("preempted by job-000007 (HIGH, alice)"); the wait ends once
+  // a checkpoint of `target_step` or later has committed, or at `deadline`.
+  struct Requeue {
+    std::string cause;
+    int64_t target_step = 0;
+    int64_t reported_step = 0;  // the highest step a rank had reported
+    absl::Time deadline;
+  };
+  std::optional<Requeue> requeue;
   // Rank failures survived so far, and one line per generation change.
   int restarts = 0;
   std::vector<std::string> history;

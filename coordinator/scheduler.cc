@@ -76,6 +76,9 @@ void Scheduler::RemoveAgent(const std::string& agent_id) {
     if (agent == nullptr) return;
     const std::string host = agent->hello.host();
     agents_.Remove(agent_id);
+    for (auto it = stopping_slots_.begin(); it != stopping_slots_.end();) {
+      it = it->first.first == agent_id ? stopping_slots_.erase(it) : std::next(it);
+    }
     std::vector<std::string> affected;
     for (const auto& [job_id, run] : running_) {
       if (run.RunsOn(agent_id)) affected.push_back(job_id);
@@ -308,6 +311,17 @@ void Scheduler::EndLocked(const std::string& job_id, v1::Job::State state,
 
 void Scheduler::RankExited(const std::string& agent_id, const v1::RankExited& exited) {
   Outbox out;
+  bool stopped = false;
+  {
+    absl::MutexLock lock(&mu_);
+    // Note [Re-queue]: a rank of a re-queued job's last run; its slot is free.
+    stopped = StoppedRankExitedLocked(agent_id, exited);
+    if (stopped) ScheduleLocked(out);
+  }
+  if (stopped) {
+    out.Flush();
+    return;
+  }
   {
     absl::MutexLock lock(&mu_);
     auto it = running_.find(exited.job_id());
@@ -384,6 +398,7 @@ void Scheduler::Tick() {
     }
     RetryWaitingLocked(out);
     GrowLocked(out);
+    if (RequeueDueLocked(now, out)) ScheduleLocked(out);
     for (const auto& [job_id, diagnoses] : TrackDiagnosesLocked()) {
       auto running = running_.find(job_id);
       if (running == running_.end()) continue;  // ended by a growth's restart-all

@@ -38,6 +38,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "chorus/v1/coordinator.pb.h"
 #include "common/clock.h"
 #include "coordinator/agent_registry.h"
@@ -182,6 +183,12 @@ class Scheduler {
   // owner, priority, reason, and whether it holds a reservation.
   v1::GetQueueResponse Queue() const;
 
+  // How long a job preempted by re-queueing waits for its checkpoint to
+  // commit before it goes back to the queue anyway (Note [Re-queue] in
+  // scheduler_requeue.cc); default kRequeueCheckpointTimeout.
+  void set_requeue_checkpoint_timeout(absl::Duration timeout);
+  static constexpr absl::Duration kRequeueCheckpointTimeout = absl::Seconds(60);
+
   int free_slots() const;
   // Agents, slots, every running job (job, rank summary, the diagnoses
   // of the last Tick, and its rank rows if it has at most `max_rank_rows`
@@ -263,6 +270,29 @@ class Scheduler {
   void PreemptLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Running elastic jobs that may give up ranks now.
   std::vector<ElasticRun> PreemptibleLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Note [Re-queue] (scheduler_requeue.cc). Running jobs that are not
+  // elastic and may go back to the queue now (formed, none on its way).
+  std::vector<RequeueRun> RequeueableLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `holder` preempted `job_id`: a checkpointable job's ranks are told to
+  // checkpoint and hold (on their heartbeats; RequeueDueLocked ends the wait);
+  // a preemptible one goes back to the queue at once.
+  void StartRequeueLocked(const std::string& job_id, RunningJob& run, const std::string& holder_id,
+                          const QueueEntry& holder, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Jobs whose requested checkpoint has committed, or whose wait has timed
+  // out at `now`, go back to the queue; true if one did.
+  bool RequeueDueLocked(absl::Time now, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stops `job_id`'s ranks and makes it PENDING with `reason`, resuming from
+  // its own newest checkpoint when `resume_step` > 0. Its slots stay busy
+  // until its ranks have exited (stopping_slots_).
+  void RequeueLocked(const std::string& job_id, int64_t resume_step, const std::string& reason,
+                     Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The step of the job's newest committed checkpoint; 0 if none.
+  int64_t NewestCheckpointLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A rank a re-queue stopped has exited: its slot is free. False if the
+  // slot is not one of those.
+  bool StoppedRankExitedLocked(const std::string& agent_id, const v1::RankExited& exited)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Elastic jobs below resources.max_ranks for which free slots exist, and
   // whose last growth is elastic.scale_up_interval_seconds ago, are told to
   // grow at their next step boundary.
@@ -349,6 +379,11 @@ class Scheduler {
   // Each PENDING job as the plan sees it, kept between passes: a pass with
   // 10,000 queued jobs then copies none of them (docs/scheduling.md).
   std::map<std::string, QueueEntry> queue_entries_ ABSL_GUARDED_BY(mu_);
+  absl::Duration requeue_timeout_ ABSL_GUARDED_BY(mu_) = kRequeueCheckpointTimeout;
+  // (agent, slot) -> job: ranks of re-queued jobs that were told to stop and
+  // have not exited yet. Their slots stay busy, and their exits are not
+  // taken for the exits of the job's next run.
+  std::map<std::pair<std::string, int>, std::string> stopping_slots_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace chorus

@@ -639,11 +639,22 @@ void Scheduler::PreemptLocked(Outbox& out) {
       if (agent != nullptr && agent->hello.device() == device) needed -= slots.size();
     }
     for (const auto& [job_id, run] : running_) {
-      if (run.device == device) needed -= run.yielding.size() + run.departing.size();
+      if (run.device != device) continue;
+      needed -= run.yielding.size() + run.departing.size();
+      // Note [Re-queue]: a job checkpointing before it goes back to the queue.
+      if (run.requeue.has_value()) needed -= run.ranks.size();
     }
-    for (const Preemption& p :
-         PlanPreemption(holder->second, needed, PreemptibleLocked(), agents_.FreeSlots())) {
+    for (const auto& [slot, job_id] : stopping_slots_) {
+      const AgentRegistry::Agent* agent = agents_.Find(slot.first);
+      if (agent != nullptr && agent->hello.device() == device) --needed;
+    }
+    for (const Preemption& p : PlanPreemption(holder->second, needed, PreemptibleLocked(),
+                                              agents_.FreeSlots(), RequeueableLocked())) {
       RunningJob& run = running_.at(p.job_id);
+      if (p.requeue) {
+        StartRequeueLocked(p.job_id, run, holder_id, holder->second, out);
+        continue;
+      }
       for (int rank : p.ranks)
         run.yielding.emplace_back(run.ranks[rank].agent_id, run.ranks[rank].slot);
       const std::string ranks = absl::StrJoin(p.ranks, ",");

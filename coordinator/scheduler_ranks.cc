@@ -280,6 +280,11 @@ bool Scheduler::HeartbeatLocked(const v1::RankHeartbeat& heartbeat, v1::Directiv
     directive->set_reason(it->second.planned_cause);
     directive->set_world_size(it->second.planned_world);
   }
+  // Note [Re-queue]: a job preempted to go back to the queue.
+  if (directive != nullptr && it->second.requeue.has_value()) {
+    directive->set_kind(v1::Directive::CHECKPOINT_AND_HOLD);
+    directive->set_reason(it->second.requeue->cause);
+  }
   // A program job sends no metrics along the way: rank 0's heartbeats carry
   // the program's progress records, so they are what the job shows (its
   // final report without metrics then keeps them).
@@ -348,10 +353,14 @@ void Scheduler::FillStatus(const std::string& job_id, v1::JobStatus& status,
       auto waiting = std::find_if(plan_.waiting.begin(), plan_.waiting.end(),
                                   [&](const WaitingJob& w) { return w.job_id == job_id; });
       // A job submitted since the last plan has no reason there yet.
-      status.set_pending_reason(
+      const std::string reason =
           waiting != plan_.waiting.end()
               ? waiting->reason
-              : PendingReason(ToQueuedJob(job_id, status.job().spec()), agents_.FreeSlots()));
+              : PendingReason(ToQueuedJob(job_id, status.job().spec()), agents_.FreeSlots());
+      // A job sent back to the queue (Note [Re-queue]) says by whom first.
+      status.set_pending_reason(status.job().reason().empty()
+                                    ? reason
+                                    : absl::StrCat(status.job().reason(), "; ", reason));
     }
     return;
   }

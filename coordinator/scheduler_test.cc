@@ -1932,5 +1932,213 @@ TEST_F(QueueSchedulerTest, NoPreemptionWhenTheLowerJobsCannotFreeEnough) {
   EXPECT_EQ(State(high), v1::Job::PENDING);
 }
 
+
+// Note [Re-queue]: the coordinator restarts while a preempted job is
+// checkpointing: the job is taken back as RUNNING, the plan preempts it
+// again and asks for a new checkpoint; after it, the job waits PENDING.
+class RequeueRestartTest : public ElasticRestartTest {
+ protected:
+  void UseCommitted() {
+    scheduler_->set_resume_resolver(
+        [this](const std::string& resume_from,
+               std::vector<std::string>*) -> absl::StatusOr<v1::CheckpointManifest> {
+          auto it = committed_.find(resume_from);
+          if (it == committed_.end()) return absl::NotFoundError("no checkpoint");
+          v1::CheckpointManifest manifest;
+          manifest.set_job_id(resume_from);
+          manifest.set_step(it->second);
+          return manifest;
+        });
+  }
+  std::map<std::string, int64_t> committed_;
+};
+
+TEST_F(RequeueRestartTest, APreemptionUnderWayIsAskedForAgainAfterACoordinatorRestart) {
+  UseCommitted();
+  FakeAgent a;
+  Add(a, 2, "node-a");
+  auto low_spec = ParseJobSpec(
+      "model { mlp {} } data { synthetic {} } priority: LOW resources { min_ranks: 2 }",
+      SpecFormat::kTextProto, "test");
+  const std::string low = jobs_->Submit(*low_spec, "", "carol")->job_id();
+  scheduler_->Schedule();
+  JoinAll(low, {&a}, 1);
+  auto high_spec = ParseJobSpec(
+      "model { mlp {} } data { synthetic {} } priority: HIGH resources { min_ranks: 2 }",
+      SpecFormat::kTextProto, "test");
+  const std::string high = jobs_->Submit(*high_spec, "", "bob")->job_id();
+  scheduler_->Schedule();
+  ASSERT_EQ(State(low), v1::Job::RUNNING);
+  const std::string a_before = a.id;
+
+  Restart();
+  UseCommitted();
+  Reconnect(a, 2, "node-a", {{low, 1, 0}, {low, 1, 1}});
+  std::vector<JoinResult> joins(2);
+  for (int slot = 0; slot < 2; ++slot) {
+    scheduler_->Join(JoinFrom(low, a_before, slot, 1, 100 + slot, "node-a"),
+                     clock_.Now() + absl::Seconds(60), joins[slot].Done());
+  }
+  scheduler_->Schedule();
+  v1::RankHeartbeat hb;
+  hb.set_job_id(low);
+  hb.set_generation(1);
+  v1::Directive directive;
+  EXPECT_TRUE(scheduler_->Heartbeat(hb, &directive));
+  EXPECT_EQ(directive.kind(), v1::Directive::CHECKPOINT_AND_HOLD)
+      << "the restarted coordinator asks for the checkpoint again";
+  committed_[low] = 1;
+  scheduler_->Tick();
+  EXPECT_EQ(State(low), v1::Job::PENDING);
+  ExitOn(a, low, 0, -15);
+  ExitOn(a, low, 1, -15);
+  EXPECT_EQ(State(high), v1::Job::RUNNING);
+
+  Restart();  // PENDING with its resume_from: nothing else to take back
+  EXPECT_EQ(jobs_->Get(low)->resume_from(), low);
+  EXPECT_EQ(jobs_->Get(low)->preemptions(), 1);
+}
+
+// Note [Re-queue]: preemption of jobs that are not elastic.
+class RequeueSchedulerTest : public QueueSchedulerTest {
+ protected:
+  void SetUp() override {
+    QueueSchedulerTest::SetUp();
+    scheduler_->set_resume_resolver(
+        [this](const std::string& resume_from,
+               std::vector<std::string>*) -> absl::StatusOr<v1::CheckpointManifest> {
+          auto it = committed_.find(resume_from);
+          if (it == committed_.end()) return absl::NotFoundError("no checkpoint");
+          v1::CheckpointManifest manifest;
+          manifest.set_job_id(resume_from);
+          manifest.set_step(it->second);
+          return manifest;
+        });
+  }
+  // A LOW job of 2 ranks owned by carol (`what` it runs, `resources` added
+  // to its resources block), running on `a` and at `step`.
+  std::string RunLow(FakeAgent& a, int64_t step,
+                     const std::string& what = "model { mlp {} } data { synthetic {} }",
+                     const std::string& resources = "") {
+    auto spec = ParseJobSpec(
+        absl::StrCat(what, " priority: LOW resources { min_ranks: 2 max_ranks: 2 ", resources,
+                     " }"),
+        SpecFormat::kTextProto, "test");
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    const std::string job = jobs_->Submit(*spec, "", "carol")->job_id();
+    scheduler_->Schedule();
+    for (const JoinResult& j : JoinAll(job, {&a}, 1)) EXPECT_TRUE(j.result.ok()) << j.result.status();
+    for (int rank = 0; rank < 2; ++rank) {
+      v1::RankHeartbeat hb;
+      hb.set_job_id(job);
+      hb.set_generation(1);
+      hb.set_rank(rank);
+      hb.set_step(step);
+      EXPECT_TRUE(scheduler_->Heartbeat(hb));
+    }
+    return job;
+  }
+  // What rank `rank` of the job's first run is told on its heartbeat.
+  v1::Directive::Kind Told(const std::string& job, int rank) { return Beat(job, 1, rank).kind(); }
+  std::map<std::string, int64_t> committed_;
+};
+
+TEST_F(RequeueSchedulerTest, ACheckpointedJobGoesBackToTheQueueAndResumesFromItsCheckpoint) {
+  FakeAgent a;
+  Add(a, 2, "node-a");
+  const std::string low = RunLow(a, 120);
+  committed_[low] = 100;
+  const std::string high = SubmitAs("bob", 2, 2, "HIGH");
+  const v1::Directive hold = Beat(low, 1, 1);
+  EXPECT_EQ(hold.kind(), v1::Directive::CHECKPOINT_AND_HOLD);
+  EXPECT_EQ(hold.reason(), absl::StrCat("preempted by ", high, " (HIGH, bob)"));
+  EXPECT_EQ(State(low), v1::Job::RUNNING) << "it checkpoints first";
+  EXPECT_THAT(Reasons(low), testing::Contains(absl::StrCat(
+                                "preempted by ", high,
+                                " (HIGH, bob): checkpointing at the next step boundary (step 120 "
+                                "or later), then back to the queue")));
+  EXPECT_THAT(Reasons(high), testing::Contains(absl::StrCat(
+                                 "preempting ", low,
+                                 " (priority LOW): it goes back to the queue to make room for "
+                                 "this job")));
+  scheduler_->Schedule();
+  scheduler_->Tick();
+  EXPECT_EQ(Told(low, 0), v1::Directive::CHECKPOINT_AND_HOLD) << "until it is stopped";
+  EXPECT_EQ(State(low), v1::Job::RUNNING) << "step 100 is older than the request";
+
+  committed_[low] = 121;
+  scheduler_->Tick();
+  v1::Job queued = *jobs_->Get(low);
+  EXPECT_EQ(queued.state(), v1::Job::PENDING);
+  const std::string reason = absl::StrCat("preempted by ", high, " (HIGH, bob); resumes from step 121");
+  EXPECT_EQ(queued.reason(), reason);
+  EXPECT_EQ(queued.resume_from(), low);
+  EXPECT_EQ(queued.preemptions(), 1);
+  EXPECT_EQ(a.Stops(), 1);
+  EXPECT_EQ(State(high), v1::Job::PENDING) << "the stopped ranks still hold their slots";
+  ExitOn(a, low, 0, -15);
+  ExitOn(a, low, 1, -15);
+  EXPECT_EQ(State(high), v1::Job::RUNNING);
+  EXPECT_EQ(State(low), v1::Job::PENDING) << "the old run's exits fail nothing";
+  EXPECT_THAT(Why(low), testing::StartsWith(reason));
+
+  a.received.clear();
+  ASSERT_TRUE(scheduler_->Cancel(high, "done").ok());
+  ASSERT_EQ(State(low), v1::Job::RUNNING);
+  EXPECT_EQ(jobs_->Get(low)->reason(), "");
+  std::vector<JoinResult> joins = JoinAll(low, {&a}, 1);
+  ASSERT_EQ(joins.size(), 2u);
+  ASSERT_TRUE(joins[0].result.ok()) << joins[0].result.status();
+  EXPECT_EQ(joins[0].result->generation(), 1) << "a new run, not an elastic re-formation";
+  EXPECT_EQ(joins[0].result->resume().step(), 121);
+  EXPECT_EQ(joins[0].result->store_namespace(), absl::StrCat(low, "/run-2/gen-1"));
+}
+
+TEST_F(RequeueSchedulerTest, ACheckpointThatDoesNotCommitInTimeLosesTheStepsSinceTheLastOne) {
+  scheduler_->set_requeue_checkpoint_timeout(absl::Seconds(30));
+  FakeAgent a;
+  Add(a, 2, "node-a");
+  const std::string low = RunLow(a, 120);
+  committed_[low] = 100;
+  const std::string high = SubmitAs("bob", 2, 2, "HIGH");
+  clock_.Advance(absl::Seconds(29));
+  scheduler_->Tick();
+  EXPECT_EQ(State(low), v1::Job::RUNNING);
+  clock_.Advance(absl::Seconds(2));
+  scheduler_->Tick();
+  EXPECT_EQ(State(low), v1::Job::PENDING);
+  EXPECT_THAT(Reasons(low),
+              testing::Contains("warning: the checkpoint asked for (step 120 or later) did not "
+                                "commit within 30s; the job goes back to the queue anyway and "
+                                "resumes from step 100, losing 20 step(s)"));
+  EXPECT_EQ(jobs_->Get(low)->reason(),
+            absl::StrCat("preempted by ", high, " (HIGH, bob); resumes from step 100"));
+}
+
+TEST_F(RequeueSchedulerTest, AProgramJobIsRequeuedOnlyWhenPreemptibleAndThenFromScratch) {
+  FakeAgent a;
+  Add(a, 2, "node-a");
+  const std::string program = RunLow(a, 5, "program { argv: \"/bin/true\" }");
+  const std::string high = SubmitAs("bob", 2, 2, "HIGH");
+  scheduler_->Tick();
+  EXPECT_EQ(State(program), v1::Job::RUNNING) << "nothing says it can be checkpointed";
+  EXPECT_EQ(Told(program, 0), v1::Directive::KIND_UNSPECIFIED);
+  EXPECT_EQ(a.Stops(), 0);
+  ASSERT_TRUE(scheduler_->Cancel(program, "done").ok());
+  ExitOn(a, program, 0, -15);
+  ExitOn(a, program, 1, -15);
+  ASSERT_EQ(State(high), v1::Job::RUNNING);
+  ASSERT_TRUE(scheduler_->Cancel(high, "done").ok());
+
+  const std::string preemptible =
+      RunLow(a, 5, "program { argv: \"/bin/true\" }", "preemptible: true");
+  const std::string high2 = SubmitAs("bob", 2, 2, "HIGH");
+  EXPECT_EQ(State(preemptible), v1::Job::PENDING) << "at once, without a checkpoint";
+  EXPECT_EQ(jobs_->Get(preemptible)->reason(),
+            absl::StrCat("preempted by ", high2,
+                         " (HIGH, bob); starts again from scratch (resources.preemptible)"));
+  EXPECT_EQ(jobs_->Get(preemptible)->resume_from(), "");
+}
+
 }  // namespace
 }  // namespace chorus

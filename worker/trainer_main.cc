@@ -190,6 +190,27 @@ absl::StatusOr<v1::JoinResponse> TakeJoinFromRank() {
   return joined;
 }
 
+// Directives the training loop acts on at a step's end; false for others.
+bool TakeStepDirective(const std::string& job_id, const v1::Directive& directive,
+                       TrainingProgress& progress) {
+  if (directive.kind() == v1::Directive::REFORM_AT_STEP_BOUNDARY) {
+    // Acted on at the next step boundary the ranks agree on.
+    RaiseTo(progress.reform_request,
+            PackReformRequest(directive.generation(), directive.world_size()));
+    return true;
+  }
+  if (directive.kind() != v1::Directive::CHECKPOINT_AND_HOLD) return false;
+  // A preemption that re-queues the job (TrainingProgress::
+  // hold_after_checkpoint); sent on every heartbeat until the rank is
+  // stopped, acted on once.
+  if (!progress.hold_after_checkpoint.exchange(true)) {
+    LOG(WARNING) << job_id << ": " << directive.reason()
+                 << "; checkpointing at the end of this step, then holding";
+    progress.checkpoint_request.fetch_add(1);
+  }
+  return true;
+}
+
 int Run(RankWhere& where) {
   absl::StatusOr<RankLaunch> launch = RankLaunchFromEnvironment();
   if (!launch.ok()) return Fail(std::string(launch.status().message()));
@@ -337,12 +358,7 @@ int Run(RankWhere& where) {
     // A survivor whose communicator has not failed by itself (its peers
     // were not its ring neighbours, say) learns of the next generation here.
     heartbeat_options.on_directive = [&](const v1::Directive& directive) {
-      if (directive.kind() == v1::Directive::REFORM_AT_STEP_BOUNDARY) {
-        // Acted on at the next step boundary the ranks agree on.
-        RaiseTo(progress.reform_request,
-                PackReformRequest(directive.generation(), directive.world_size()));
-        return;
-      }
+      if (TakeStepDirective(job_id, directive, progress)) return;
       if (directive.kind() == v1::Directive::ABORT) {
         // The job ended (failed, cancelled) and this rank was not stopped:
         // its next collective fails, and training with it.

@@ -47,6 +47,10 @@ struct TrainingProgress {
   // kCheckpointRequestCheckSteps (worker/train/training_strategy.h), where
   // the ranks agree on it.
   std::atomic<int64_t> checkpoint_request{0};
+  // The coordinator's CHECKPOINT_AND_HOLD (a preemption that re-queues the
+  // job): set before checkpoint_request is raised, so the step that takes
+  // the requested checkpoint sees it and the rank trains no further.
+  std::atomic<bool> hold_after_checkpoint{false};
   // Elastic jobs: the newest generation the coordinator asked this rank to
   // re-form into at its next step boundary (REFORM_AT_STEP_BOUNDARY; a drain
   // or a growth) and the world size planned for it, packed

@@ -7,6 +7,8 @@
 #include <iostream>
 #include <utility>
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/status_macros.h"
 
 namespace chorus {
@@ -67,7 +69,21 @@ absl::Status TrainingCheckpoints::AfterStep(const TrainingPosition& position, in
   const bool requested = schedule_.NewRequest(agreed);
   const CheckpointSchedule::Due due = schedule_.AfterStep(position.step, total_steps, requested);
   if (!due.checkpoint) return absl::OkStatus();
-  return Take(position, /*final=*/false, due.force);
+  RETURN_IF_ERROR(Take(position, /*final=*/false, due.force));
+  if (requested && progress_.hold_after_checkpoint.load()) HoldUntilStopped(position.step);
+  return absl::OkStatus();
+}
+
+void TrainingCheckpoints::HoldUntilStopped(int64_t step) {
+  // Note [Re-queue] in coordinator/scheduler_requeue.cc: the checkpoint
+  // uploads in the background; the coordinator stops the rank once it has
+  // committed. Training on would only train steps the resumed run trains
+  // again. A rank that does not take the checkpoint (DDP's others) waits
+  // in the next step's gradient all-reduce and applies nothing either.
+  std::cerr << "preempted: checkpoint of step " << step
+            << " taken; holding until the coordinator stops this rank\n";
+  progress_.Enter(v1::CHECKPOINT);
+  for (;;) absl::SleepFor(absl::Seconds(1));
 }
 
 absl::Status TrainingCheckpoints::AtEnd(const TrainingPosition& position) {

@@ -64,6 +64,9 @@ class TrainingCheckpoints {
   void AddMetrics(v1::Metrics& metrics) const;
 
  private:
+  // CHECKPOINT_AND_HOLD: after the requested checkpoint of `step`, trains
+  // no further; the coordinator stops the process.
+  [[noreturn]] void HoldUntilStopped(int64_t step);
   // `final`: the run's last checkpoint; `force`: one asked for. Both wait
   // for an upload still running instead of skipping.
   absl::Status Take(const TrainingPosition& position, bool final, bool force);
