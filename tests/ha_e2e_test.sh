@@ -95,15 +95,15 @@ kill_leader() {
   kill -KILL "${pid_of[${KILLED}]}"
   KILL_US=$(_lib_now_us)
 }
-# restart_killed: starts a coordinator again in place of KILLED (a new port),
-# so that each scenario has three.
+# restart_killed: starts a coordinator again on KILLED's address, so that
+# every scenario has three and the lists the agent and its ranks hold stay
+# right.
 restart_killed() {
-  local old=${KILLED}
-  start_coordinator -s "${TMP}/again$(date +%s%N)" -p "${TMP}/again.port" -o "${TMP}/again.log" -- \
+  start_coordinator -l "${KILLED}" -s "${TMP}/again-${KILLED##*:}" -p "${TMP}/again.port" \
+    -o "${TMP}/again-${KILLED##*:}.log" -- \
     --state "${state}" --checkpoint_dir "${TMP}/checkpoints" --http_listen off \
-    || { fail "the restarted coordinator wrote no port"; return 1; }
-  pid_of[${COORDINATOR_ADDR}]=${COORDINATOR_PID}
-  list=${list/${old}/${COORDINATOR_ADDR}}
+    || { fail "the coordinator started again on ${KILLED} wrote no port"; return 1; }
+  pid_of[${KILLED}]=${COORDINATOR_PID}
 }
 # wait_done JOB SECONDS: waits for JOB to end; prints its status JSON.
 wait_done() {
@@ -150,7 +150,7 @@ takeover_ms=$(( (answer_us - KILL_US) / 1000 ))
   || fail "(a) the ranks' step stayed at ${KILL_STEP} during the failover"
 out=$(wait_done "${job}" 60)
 [[ "$(field "${out}" job.state)" == SUCCEEDED ]] \
-  && pass "(a) ${job} SUCCEEDED under the new leader" || fail "(a) ${job} did not succeed: ${out}"
+  && pass "(a) ${job} SUCCEEDED under the new leader" || fail "(a) ${job} did not succeed: $(field "${out}" job.state)"
 trace=$(check_sample_trace "${TMP}/trace" 2 2560)
 [[ "${trace}" != *error* && "${trace}" == *"steps 160"* && $(grep -c '^final' <<<"${trace}") -eq 2 ]] \
   && pass "(a) the sample trace shows steps 0..159 each trained once by both ranks" \
@@ -163,4 +163,81 @@ if [[ "${HA_FIGURES:-0}" == 1 ]]; then
     "$(awk -v m="${takeover_ms}" 'BEGIN {printf "%.2f", m / 1000}')" "${steady}" "${during}" "${ratio}"
 fi
 restart_killed
+
+# --- (c) kill -9 of the leader while a job checkpoints every 10 steps
+cat >"${TMP}/ckpt.textproto" <<'SPEC'
+name: "ha-checkpoints"
+model { mlp { hidden_sizes: [64, 64] } }
+data { synthetic { num_samples: 2048 input_shape: [32] num_classes: 4 } }
+training { batch_size_per_rank: 16 max_steps: 120 }
+optimizer { kind: SGD lr: 0.05 }
+resources { min_ranks: 2 max_ranks: 2 }
+checkpoint { every_steps: 10 keep_last: 0 }
+fault_injection { faults { kind: SLOW rank: 0 at_step: 0 duration_seconds: 0.03 } }
+SPEC
+job=$(cli --timeout 5 submit "${TMP}/ckpt.textproto" 2>"${TMP}/submit.err")
+[[ "${job}" == job-* ]] && pass "(c) submitted ${job}" || fail "(c) submit: $(cat "${TMP}/submit.err")"
+# Kill once the first checkpoint committed: the next uploads start about
+# every 0.3 s, so one is in flight at the kill or during the failover.
+wait_for 'cli --timeout 3 checkpoints "${job}" 2>/dev/null | grep -q "^10 "' 40 \
+  || fail "(c) no checkpoint at step 10: $(cli checkpoints "${job}" 2>&1)"
+kill_leader && pass "(c) killed the leader ${KILLED}"
+out=$(wait_done "${job}" 60)
+[[ "$(field "${out}" job.state)" == SUCCEEDED ]] \
+  && pass "(c) ${job} SUCCEEDED under the new leader" || fail "(c) ${job} did not succeed: $(field "${out}" job.state)"
+steps=$(cli --timeout 5 checkpoints "${job}" --json 2>&1 | json_get - 'checkpoints[*].step' | tr '\n' ' ')
+# While an upload waits for a leader the ranks train on and skip the
+# checkpoints that fall due meanwhile; the one in flight must commit.
+[[ "${steps}" == "10 "*" 120 " ]] && grep -q "stored at attempt [0-9]*, after the coordinator was unreachable" \
+    <(grep "^\[${job} slot 0\]" "${TMP}/agent.log") \
+  && pass "(c) the upload in flight at the kill was retried and committed; listed: ${steps}" \
+  || fail "(c) checkpoints listed: '${steps}'; rank 0: $(grep "^\[${job} slot 0\].*checkpoint" "${TMP}/agent.log" | tail -3)"
+exported=0
+for step in ${steps}; do
+  if cli --timeout 10 export "${job}" --step "${step}" -o "${TMP}/ckpt-${step}.pt" 2>>"${TMP}/export.err" \
+     && [[ -s "${TMP}/ckpt-${step}.pt" ]]; then
+    exported=$((exported + 1))
+  else
+    fail "(c) the checkpoint at step ${step} does not export: $(tail -1 "${TMP}/export.err")"
+  fi
+done
+[[ -n "${steps}" && ${exported} -eq $(wc -w <<<"${steps}") ]] \
+  && pass "(c) all ${exported} listed checkpoints export under the new leader"
+restart_killed
+
+# --- (e) kill -9 of the leader with jobs queued beyond the free slots
+# One 2-rank HIGH job fills the agent's 2 slots (nothing preempts it); three
+# more wait, LOW, NORMAL and HIGH in submit order, so the scheduler's order
+# (HIGH, NORMAL, LOW) is not the submit order.
+queued=()
+for priority in HIGH LOW NORMAL HIGH; do
+  sed -e 's/^name: .*/name: "ha-queue"/' -e 's/max_steps: 120/max_steps: 60/' \
+    -e '/^checkpoint/d' "${TMP}/ckpt.textproto" >"${TMP}/queue.textproto"
+  echo "priority: ${priority}" >>"${TMP}/queue.textproto"
+  job=$(cli --timeout 5 submit "${TMP}/queue.textproto" 2>"${TMP}/submit.err")
+  [[ "${job}" == job-* ]] && queued+=("${job}") || fail "(e) submit: $(cat "${TMP}/submit.err")"
+done
+# The first one past its rendezvous: it trains.
+wait_for '(( $(field "$(cli --timeout 3 status "${queued[0]}" --json 2>/dev/null)" job.latest_metrics.step 2>/dev/null || echo 0) > 5 ))' 30 \
+  || fail "(e) ${queued[0]} never trained: $(cli --timeout 3 status "${queued[0]}" 2>&1 | head -3)"
+queue_order() { cli --timeout 15 queue --json 2>/dev/null | json_get - 'jobs[*].job_id' 2>/dev/null | tr '\n' ' '; }
+expected="${queued[3]} ${queued[2]} ${queued[1]} "
+before=""
+wait_for 'before=$(queue_order); [[ "${before}" == "${expected}" ]]' 10 \
+  && pass "(e) queued before the kill: ${before}" || fail "(e) queue before the kill: '${before}'"
+kill_leader && pass "(e) killed the leader ${KILLED}"
+after=$(queue_order)
+[[ "${after}" == "${expected}" ]] \
+  && pass "(e) the new leader keeps the queue order: ${after}" \
+  || fail "(e) queue after the kill: '${after}' (before: '${expected}')"
+starts=()
+for job in "${queued[@]}"; do
+  out=$(wait_done "${job}" 60)
+  [[ "$(field "${out}" job.state)" == SUCCEEDED ]] \
+    && pass "(e) ${job} SUCCEEDED" || fail "(e) ${job} did not succeed: $(field "${out}" job.state)"
+  starts+=("$(field "${out}" job.start_time_us)")
+done
+(( starts[3] < starts[2] && starts[2] < starts[1] )) \
+  && pass "(e) the queued jobs started in the queue's order (HIGH, NORMAL, LOW)" \
+  || fail "(e) start times (submit order): ${starts[*]}"
 finish
