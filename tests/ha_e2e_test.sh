@@ -10,6 +10,8 @@
 #      the ranks' step advanced while no coordinator led;
 #  (c) while a job checkpoints every few steps: every checkpoint that
 #      `chorus checkpoints` lists afterwards exports (is restorable);
+#  (d) as a new job's ranks start and rendezvous: it forms under the new
+#      leader and ends SUCCEEDED;
 #  (e) with jobs queued beyond the free slots: the queue order is the same
 #      under the new leader and every job ends SUCCEEDED.
 # With HA_FIGURES=1 it also prints the failover figures as one JSON line
@@ -203,6 +205,22 @@ for step in ${steps}; do
 done
 [[ -n "${steps}" && ${exported} -eq $(wc -w <<<"${steps}") ]] \
   && pass "(c) all ${exported} listed checkpoints export under the new leader"
+restart_killed
+
+# --- (d) kill -9 of the leader while a new job's ranks rendezvous: as soon
+# as the agent has started them (they join and exchange addresses through the
+# store, which a new leader starts empty)
+sed -e 's/^name: .*/name: "ha-rendezvous"/' -e 's/max_steps: 120/max_steps: 40/' \
+  -e '/^checkpoint/d' "${TMP}/ckpt.textproto" >"${TMP}/rendezvous.textproto"
+job=$(cli --timeout 5 submit "${TMP}/rendezvous.textproto" 2>"${TMP}/submit.err")
+[[ "${job}" == job-* ]] && pass "(d) submitted ${job}" || fail "(d) submit: $(cat "${TMP}/submit.err")"
+wait_for "grep -q '${job}: started slot 1 ' '${TMP}/agent.log'" 20 \
+  || fail "(d) the agent did not start ${job}: $(tail -3 "${TMP}/agent.log")"
+kill_leader && pass "(d) killed the leader ${KILLED} as ${job}'s ranks started"
+out=$(wait_done "${job}" 60)
+[[ "$(field "${out}" job.state)" == SUCCEEDED && "$(field "${out}" job.latest_metrics.step)" == 40 ]] \
+  && pass "(d) ${job} formed under the new leader and SUCCEEDED after 40 steps" \
+  || fail "(d) ${job}: $(field "${out}" job.state) $(field "${out}" job.reason); ranks: $(grep "^\[${job} slot" "${TMP}/agent.log" | grep -i "error\|could not\|fail" | head -3)"
 restart_killed
 
 # --- (e) kill -9 of the leader with jobs queued beyond the free slots
