@@ -8,6 +8,7 @@
 #  (a) mid-training of an elastic DDP job: it ends SUCCEEDED after exactly
 #      max_steps steps, the sample trace shows every step trained once, and
 #      the ranks' step advanced while no coordinator led;
+#  (b) while an elastic job re-forms after a killed rank: the same;
 #  (c) while a job checkpoints every few steps: every checkpoint that
 #      `chorus checkpoints` lists afterwards exports (is restorable);
 #  (d) as a new job's ranks start and rendezvous: it forms under the new
@@ -168,6 +169,32 @@ if [[ "${HA_FIGURES:-0}" == 1 ]]; then
   printf '{"bench": "ha_failover_takeover", "metric": "kill -9 of the leader to the first call answered through the list", "unit": "s", "ours": %s, "peer": 120, "peer_name": "Slurm backup controller takeover, SlurmctldTimeout default 120 s (documented default, not measured)", "ratio": %s}\n' \
     "${takeover}" "$(awk -v t="${takeover}" 'BEGIN {printf "%.4f", t / 120}')"
 fi
+restart_killed
+
+# --- (b) kill -9 of the leader while an elastic job re-forms: rank 1 of a
+# fresh run of (a)'s job is killed, then at once the leader
+mkdir -p "${TMP}/trace-a"
+mv "${TMP}"/trace/*.trace "${TMP}/trace-a/" 2>/dev/null
+sed 's/^name: .*/name: "ha-reform"/' "${TMP}/elastic.textproto" >"${TMP}/reform.textproto"
+job=$(cli --timeout 5 submit "${TMP}/reform.textproto" 2>"${TMP}/submit.err")
+[[ "${job}" == job-* ]] && pass "(b) submitted ${job}" || fail "(b) submit: $(cat "${TMP}/submit.err")"
+wait_for '(( $(traced_step) >= 40 ))' 40 || fail "(b) no rank reached step 40"
+victim=$(grep -l "^step 1 1 " "${TMP}"/trace/*.trace 2>/dev/null | head -n 1)
+victim=$(basename "${victim:-none}" .trace)
+if [[ "${victim}" =~ ^[0-9]+$ ]] && kill -KILL "${victim}"; then
+  kill_leader && pass "(b) killed rank 1 (pid ${victim}) and then the leader ${KILLED}"
+else
+  fail "(b) no rank 1 to kill"
+fi
+out=$(wait_done "${job}" 60)
+[[ "$(field "${out}" job.state)" == SUCCEEDED && "$(field "${out}" job.restarts)" == 1 ]] \
+  && pass "(b) ${job} re-formed under the new leader and SUCCEEDED" \
+  || fail "(b) ${job}: $(field "${out}" job.state) restarts $(field "${out}" job.restarts) $(field "${out}" job.reason)"
+trace=$(check_sample_trace "${TMP}/trace" 2 2560)
+[[ "${trace}" != *error* && "${trace}" == *"steps 160"* && "${trace}" == *interrupted* \
+   && $(grep -c '^final' <<<"${trace}") -eq 2 ]] \
+  && pass "(b) the sample trace shows steps 0..159 each trained once across the two generations" \
+  || fail "(b) sample trace: ${trace}"
 restart_killed
 
 # --- (c) kill -9 of the leader while a job checkpoints every 10 steps
