@@ -475,6 +475,10 @@ void Scheduler::Recover(const std::vector<v1::Job>& running, absl::Duration grac
     (void)jobs_.AddEvent(job.job_id(), std::move(event));
     running_.insert_or_assign(job.job_id(), std::move(run));
   }
+  // `chorus queue` lists plan_'s order, and jobs missing from it in submit
+  // order: plan the queue taken back now, not at the first placement pass
+  // (an agent coming back), which may be seconds away after a takeover.
+  plan_ = PlanQueue(QueuedLocked(), agents_.FreeSlots(), UsageLocked(), policy_);
 }
 
 void Scheduler::set_resume_resolver(ResumeResolver resolver) {

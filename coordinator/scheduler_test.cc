@@ -1783,6 +1783,21 @@ TEST_F(QueueSchedulerTest, OverQuotaAJobWaitsWithTheReasonAndBlocksNobody) {
   EXPECT_EQ(State(alice_2), v1::Job::RUNNING);
 }
 
+// A coordinator that takes over (a restart, or a new leader on etcd) lists
+// the queue it took back in placement order before any agent comes back: a
+// new leader once listed it in submit order until its first placement pass.
+TEST_F(QueueSchedulerTest, AQueueTakenBackIsListedInPlacementOrderBeforeAnyAgentReturns) {
+  const std::string low = SubmitAs("", 1, 1, "LOW");
+  const std::string normal = SubmitAs("", 1, 1);
+  const std::string high = SubmitAs("", 1, 1, "HIGH");
+  ASSERT_THAT(QueueOrder(), testing::ElementsAre(high, normal, low));
+  scheduler_.reset();
+  jobs_ = *JobManager::Create(*state_, &clock_);
+  scheduler_ = std::make_unique<Scheduler>(*jobs_, &clock_, "127.0.0.1:1");
+  scheduler_->Recover(jobs_->List({v1::Job::RUNNING}, 0).value(), absl::Seconds(30));
+  EXPECT_THAT(QueueOrder(), testing::ElementsAre(high, normal, low));
+}
+
 TEST_F(QueueSchedulerTest, AHighJobGoesFirstAndHoldsTheReservation) {
   FakeAgent a;
   Add(a, 2, "node-a");

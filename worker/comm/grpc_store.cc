@@ -29,40 +29,80 @@ GrpcStore::GrpcStore(std::shared_ptr<grpc::Channel> channel, std::string ns,
       ns_(std::move(ns)),
       rpc_timeout_(rpc_timeout) {}
 
-absl::Status GrpcStore::Set(absl::string_view key, absl::string_view value) {
+// Note [Store after a takeover]
+// The rendezvous store lives in the coordinator's memory (docs/ha.md): a new
+// leader, or a coordinator restarted on the same address, starts with an
+// empty one, and a call in flight when the old one died fails UNAVAILABLE
+// ("Socket closed"). Ranks in a rendezvous then would fail their generation.
+// Instead each client remembers the keys it set and, on UNAVAILABLE, sets
+// them again (the new coordinator now has them) and retries the call with
+// wait_for_ready until the call's own deadline: every rank still waiting
+// re-publishes its keys, so the rendezvous completes on the new coordinator.
+// Values are the same on every retry, so setting one again is harmless.
+absl::Status GrpcStore::Retrying(absl::Time deadline,
+                                 const std::function<absl::Status()>& attempt) {
+  for (;;) {
+    absl::Status s = attempt();
+    if (s.code() != absl::StatusCode::kUnavailable || absl::Now() >= deadline) return s;
+    absl::SleepFor(absl::Milliseconds(100));
+    std::map<std::string, std::string> mine;
+    {
+      absl::MutexLock lock(&mu_);
+      mine = mine_;
+    }
+    // A failed one is set again before the next retry.
+    for (const auto& [key, value] : mine) (void)SetOnce(key, value, deadline);
+  }
+}
+
+absl::Status GrpcStore::SetOnce(const std::string& key, const std::string& value,
+                                absl::Time deadline) {
   grpc::ClientContext context;
-  SetDeadline(context, absl::Now() + rpc_timeout_);
+  SetDeadline(context, deadline);
   v1::StoreSetRequest request;
   request.set_ns(ns_);
-  request.set_key(std::string(key));
-  request.set_value(std::string(value));
+  request.set_key(key);
+  request.set_value(value);
   v1::StoreSetResponse response;
   return FromGrpcStatus(stub_->Set(&context, request, &response));
 }
 
+absl::Status GrpcStore::Set(absl::string_view key, absl::string_view value) {
+  {
+    absl::MutexLock lock(&mu_);
+    mine_[std::string(key)] = std::string(value);
+  }
+  const absl::Time deadline = absl::Now() + rpc_timeout_;
+  return Retrying(deadline, [&] { return SetOnce(std::string(key), std::string(value), deadline); });
+}
+
 absl::StatusOr<std::string> GrpcStore::Get(absl::string_view key, absl::Time deadline) {
-  grpc::ClientContext context;
-  SetDeadline(context, deadline + kNetworkGrace);
-  v1::StoreGetRequest request;
-  request.set_ns(ns_);
-  request.set_key(std::string(key));
-  // Never 0 ("do not wait"): an expired deadline still gets one look.
-  request.set_wait_seconds(std::max(1e-3, SecondsUntil(deadline)));
   v1::StoreGetResponse response;
-  absl::Status s = FromGrpcStatus(stub_->Get(&context, request, &response));
+  absl::Status s = Retrying(deadline + kNetworkGrace, [&] {
+    grpc::ClientContext context;
+    SetDeadline(context, deadline + kNetworkGrace);
+    v1::StoreGetRequest request;
+    request.set_ns(ns_);
+    request.set_key(std::string(key));
+    // Never 0 ("do not wait"): an expired deadline still gets one look.
+    request.set_wait_seconds(std::max(1e-3, SecondsUntil(deadline)));
+    return FromGrpcStatus(stub_->Get(&context, request, &response));
+  });
   if (!s.ok()) return s;
   return std::move(*response.mutable_value());
 }
 
 absl::Status GrpcStore::Wait(absl::Span<const std::string> keys, absl::Time deadline) {
-  grpc::ClientContext context;
-  SetDeadline(context, deadline + kNetworkGrace);
-  v1::StoreWaitRequest request;
-  request.set_ns(ns_);
-  for (const std::string& k : keys) request.add_keys(k);
-  request.set_wait_seconds(std::max(1e-3, SecondsUntil(deadline)));
-  v1::StoreWaitResponse response;
-  return FromGrpcStatus(stub_->Wait(&context, request, &response));
+  return Retrying(deadline + kNetworkGrace, [&] {
+    grpc::ClientContext context;
+    SetDeadline(context, deadline + kNetworkGrace);
+    v1::StoreWaitRequest request;
+    request.set_ns(ns_);
+    for (const std::string& k : keys) request.add_keys(k);
+    request.set_wait_seconds(std::max(1e-3, SecondsUntil(deadline)));
+    v1::StoreWaitResponse response;
+    return FromGrpcStatus(stub_->Wait(&context, request, &response));
+  });
 }
 
 absl::StatusOr<int64_t> GrpcStore::Add(absl::string_view key, int64_t delta) {
