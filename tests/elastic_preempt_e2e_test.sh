@@ -9,7 +9,8 @@
 # trained exactly once. Prints how long the HIGH job waited from submission
 # to its start (the goal: 2 s plus one step of the elastic job). The
 # coordinator runs with a --scheduling_policy file (one with a mistake is
-# refused at start).
+# refused at start). A CUDA job submitted first, on this CPU-only cluster,
+# waits for a CUDA agent all along without holding up any of it.
 #
 # Usage (from Bazel): elastic_preempt_e2e_test.sh COORDINATOR CHORUS WORKER
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -62,6 +63,15 @@ priority: HIGH
 program { argv: ["/bin/bash", "-c", "sleep 3"] }
 resources { min_ranks: 2 max_ranks: 2 }
 SPEC
+# A CUDA job on this CPU-only cluster waits for a CUDA agent and blocks
+# nobody: every job below is submitted after it and runs.
+cat > "${TMP}/cuda.textproto" <<'SPEC'
+name: "gpu-only"
+program { argv: ["/bin/true"] }
+resources { device: CUDA min_ranks: 1 max_ranks: 1 }
+SPEC
+cuda_job=$(chorus submit "${TMP}/cuda.textproto" 2>"${TMP}/submit-cuda.err")
+[[ "${cuda_job}" == job-* ]] || fail "submit CUDA: ${cuda_job} $(cat "${TMP}/submit-cuda.err")"
 job=$(chorus submit "${TMP}/elastic.textproto" 2>"${TMP}/submit.err")
 [[ "${job}" == job-* ]] || fail "submit: ${job} $(cat "${TMP}/submit.err")"
 
@@ -133,6 +143,13 @@ PY
 [[ "${trace}" != *error* && "${trace}" == *"epochs 4 worlds 1:4 2:2 3:4"* ]] \
   && pass "no step trained twice or skipped; every sample of the 4 epochs once (${trace##*epochs})" \
   || fail "trace: ${trace}"
+
+queue=$(chorus queue)
+[[ "$(field "$(chorus status "${cuda_job}" --json)" job.state)" == PENDING \
+   && "${queue}" == *"${cuda_job}"*"waiting for a node agent with CUDA slots (none is connected); later jobs start meanwhile"* ]] \
+  && pass "the CUDA job still waits for a CUDA agent, and the jobs after it ran" \
+  || fail "CUDA job: $(chorus status "${cuda_job}") queue: ${queue}"
+chorus cancel "${cuda_job}" >/dev/null || fail "cancel ${cuda_job}"
 
 kill "${AGENT_PIDS[@]}" "${COORDINATOR_PID}" 2>/dev/null
 wait "${AGENT_PIDS[@]}" "${COORDINATOR_PID}" 2>/dev/null
