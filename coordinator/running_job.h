@@ -106,6 +106,15 @@ struct JobEnd {
   std::string reason;
 };
 
+// A running job's preemption by re-queue, while it waits for its checkpoint
+// (RunningJob::requeue).
+struct RunningJobRequeue {
+  std::string cause;
+  int64_t target_step = 0;
+  int64_t reported_step = 0;  // the highest step a rank had reported
+  absl::Time deadline;
+};
+
 struct RunningJob {
   // A job starting (or taken back) with `world_size` ranks in
   // `generation`; the caller adds the ranks.
@@ -222,12 +231,9 @@ struct RunningJob {
   // this one, which checkpoints before it goes back to the queue. `cause`
   // names who ("preempted by job-000007 (HIGH, alice)"); the wait ends once
   // a checkpoint of `target_step` or later has committed, or at `deadline`.
-  struct Requeue {
-    std::string cause;
-    int64_t target_step = 0;
-    int64_t reported_step = 0;  // the highest step a rank had reported
-    absl::Time deadline;
-  };
+  // (Defined outside: clang cannot default-construct a nested struct with
+  // member initializers through std::optional::emplace.)
+  using Requeue = RunningJobRequeue;
   std::optional<Requeue> requeue;
   // Rank failures survived so far, and one line per generation change.
   int restarts = 0;
