@@ -45,12 +45,12 @@ for i in 0 1 2; do
     --listen-peer-urls "http://127.0.0.1:${ports[$((i + 3))]}" \
     --initial-advertise-peer-urls "http://127.0.0.1:${ports[$((i + 3))]}" \
     --initial-cluster "${cluster}" --initial-cluster-state new \
-    --heartbeat-interval 50 --election-timeout 500 >"${TMP}/etcd${i}.log" 2>&1 &
+    --heartbeat-interval 100 --election-timeout 1000 >"${TMP}/etcd${i}.log" 2>&1 &
   track_pid $!
 done
-wait_for "/usr/bin/etcdctl --endpoints '${endpoints}' endpoint health >/dev/null 2>&1" 60 \
+wait_for "/usr/bin/etcdctl --endpoints '${endpoints}' endpoint health >/dev/null 2>&1" 120 \
   && pass "a 3-member etcd cluster is up" \
-  || { fail "etcd did not start within 60 s: $(tail -5 "${TMP}/etcd0.log")"; finish; }
+  || { fail "etcd did not start within 120 s: $(tail -5 "${TMP}"/etcd*.log)"; finish; }
 
 # --- three coordinators, one shared checkpoint directory
 state="etcd://${endpoints}/chorus-ha"
