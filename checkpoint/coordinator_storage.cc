@@ -15,6 +15,97 @@
 #include "grpcpp/client_context.h"
 
 namespace chorus {
+namespace {
+
+// Cuts checkpoint files into chunks of at most `chunk_bytes` on one Upload
+// stream. Each chunk carries its CRC-32C and a file's last chunk the file's
+// size and CRC-32C (the receiver checks both and records the file's
+// checksum itself); only the first chunk of the stream names the job. One
+// chunk message is reused: its data buffer keeps its capacity, so it is not
+// faulted in afresh for every chunk.
+class ChunkUploader {
+ public:
+  // `writer` must outlive this.
+  ChunkUploader(grpc::ClientWriterInterface<v1::CheckpointChunk>& writer, size_t chunk_bytes,
+                const std::string& job_id, int64_t step, int64_t generation, int rank)
+      : writer_(writer), chunk_bytes_(chunk_bytes), data_(chunk_.mutable_data()) {
+    chunk_.set_job_id(job_id);
+    chunk_.set_step(step);
+    chunk_.set_generation(generation);
+    chunk_.set_rank(rank);
+    data_->reserve(chunk_bytes_);
+  }
+
+  void BeginFile(const std::string& name) {
+    file_crc_ = 0;
+    offset_ = 0;
+    chunk_.set_file_name(name);
+    chunk_.set_offset(0);
+    data_->clear();
+  }
+
+  // Appends `piece` to the file, sending each chunk as it fills; UNAVAILABLE
+  // if the stream broke.
+  absl::Status Append(absl::string_view piece) {
+    while (!piece.empty()) {
+      if (data_->size() == chunk_bytes_ && !Send(/*last=*/false)) {
+        return absl::UnavailableError("the upload stream broke");
+      }
+      const size_t n = std::min(piece.size(), chunk_bytes_ - data_->size());
+      data_->append(piece.data(), n);
+      piece.remove_prefix(n);
+    }
+    return absl::OkStatus();
+  }
+
+  // Sends the file's last chunk; false if the stream broke.
+  bool EndFile() { return Send(/*last=*/true); }
+
+  // False once the stream broke.
+  bool sent() const { return sent_; }
+  int64_t bytes() const { return bytes_; }
+  // Time blocked in sending chunks.
+  absl::Duration in_write() const { return in_write_; }
+
+ private:
+  bool Send(bool last) {
+    const uint32_t crc = Crc32c(*data_);
+    chunk_.set_chunk_crc32c(crc);
+    file_crc_ = Crc32cCombine(file_crc_, crc, data_->size());
+    offset_ += static_cast<int64_t>(data_->size());
+    bytes_ += static_cast<int64_t>(data_->size());
+    if (last) {
+      chunk_.set_last(true);
+      chunk_.set_file_size(offset_);
+      chunk_.set_file_crc32c(file_crc_);
+    }
+    const absl::Time t = absl::Now();
+    sent_ = writer_.Write(chunk_);
+    in_write_ += absl::Now() - t;
+    chunk_.clear_job_id();
+    chunk_.clear_step();
+    chunk_.clear_generation();
+    chunk_.clear_rank();
+    chunk_.clear_last();
+    chunk_.clear_file_size();
+    chunk_.clear_file_crc32c();
+    chunk_.set_offset(offset_);
+    data_->clear();
+    return sent_;
+  }
+
+  grpc::ClientWriterInterface<v1::CheckpointChunk>& writer_;
+  const size_t chunk_bytes_;
+  v1::CheckpointChunk chunk_;
+  std::string* const data_;  // chunk_'s
+  uint32_t file_crc_ = 0;
+  int64_t offset_ = 0;  // in the current file
+  bool sent_ = true;
+  int64_t bytes_ = 0;
+  absl::Duration in_write_;
+};
+
+}  // namespace
 
 CoordinatorCheckpointStorage::CoordinatorCheckpointStorage(std::shared_ptr<grpc::Channel> channel,
                                                            std::string job_id, int64_t generation,
@@ -145,78 +236,27 @@ absl::Status CoordinatorCheckpointStorage::StoreOverStream(
   context.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
   v1::UploadCheckpointResponse response;
   auto writer = stub_->Upload(&context, &response);
-  // One chunk message, reused: its data buffer keeps its capacity, so it is
-  // not faulted in afresh for every chunk.
-  v1::CheckpointChunk chunk;
-  chunk.set_job_id(job_id_);
-  chunk.set_step(step);
-  chunk.set_generation(generation_);
-  chunk.set_rank(rank_);
-  std::string* data = chunk.mutable_data();
-  data->reserve(kChunkBytes);
-  bool sent = true;  // false once the stream broke
+  ChunkUploader uploader(*writer, kChunkBytes, job_id_, step, generation_, rank_);
   const absl::Time start = absl::Now();
-  absl::Duration in_write;  // blocked sending chunks
-  int64_t bytes = 0;
   for (const CheckpointFileSource& file : files) {
-    // The receiver checks each chunk's and the whole file's CRC-32C, and
-    // records the file's checksum itself.
-    uint32_t file_crc = 0;
-    int64_t offset = 0;
-    chunk.set_file_name(file.name);
-    chunk.set_offset(0);
-    data->clear();
-    auto send = [&](bool last) {
-      const uint32_t crc = Crc32c(*data);
-      chunk.set_chunk_crc32c(crc);
-      file_crc = Crc32cCombine(file_crc, crc, data->size());
-      offset += static_cast<int64_t>(data->size());
-      bytes += static_cast<int64_t>(data->size());
-      if (last) {
-        chunk.set_last(true);
-        chunk.set_file_size(offset);
-        chunk.set_file_crc32c(file_crc);
-      }
-      const absl::Time t = absl::Now();
-      sent = writer->Write(chunk);
-      in_write += absl::Now() - t;
-      // Only the first chunk of the stream names the job.
-      chunk.clear_job_id();
-      chunk.clear_step();
-      chunk.clear_generation();
-      chunk.clear_rank();
-      chunk.clear_last();
-      chunk.clear_file_size();
-      chunk.clear_file_crc32c();
-      chunk.set_offset(offset);
-      data->clear();
-      return sent;
-    };
-    absl::Status status = file.write([&](absl::string_view piece) -> absl::Status {
-      while (!piece.empty()) {
-        if (data->size() == kChunkBytes && !send(/*last=*/false)) {
-          return absl::UnavailableError("the upload stream broke");
-        }
-        const size_t n = std::min(piece.size(), kChunkBytes - data->size());
-        data->append(piece.data(), n);
-        piece.remove_prefix(n);
-      }
-      return absl::OkStatus();
-    });
-    if (!sent) break;
+    uploader.BeginFile(file.name);
+    absl::Status status =
+        file.write([&](absl::string_view piece) { return uploader.Append(piece); });
+    if (!uploader.sent()) break;
     if (!status.ok()) {
       context.TryCancel();
       (void)writer->Finish();
       return absl::Status(status.code(),
                           absl::StrCat("uploading checkpoint step ", step, ": ", status.message()));
     }
-    if (!send(/*last=*/true)) break;
+    if (!uploader.EndFile()) break;
   }
   const absl::Time sent_all = absl::Now();
-  if (sent) writer->WritesDone();
+  if (uploader.sent()) writer->WritesDone();
   absl::Status s = FromGrpcStatus(writer->Finish());
-  LOG(INFO) << "checkpoint step " << step << ": sent " << bytes << " bytes in "
-            << absl::ToDoubleSeconds(sent_all - start) << " s (" << absl::ToDoubleSeconds(in_write)
+  LOG(INFO) << "checkpoint step " << step << ": sent " << uploader.bytes() << " bytes in "
+            << absl::ToDoubleSeconds(sent_all - start) << " s ("
+            << absl::ToDoubleSeconds(uploader.in_write())
             << " s of it in Write), the coordinator's fsync and commit took "
             << absl::ToDoubleSeconds(absl::Now() - sent_all) << " s";
   if (!s.ok())

@@ -56,6 +56,76 @@ absl::Status WriteTrainedModule(const std::string& module_path, const std::strin
   return absl::OkStatus();
 }
 
+struct ExportOptions {
+  std::string job_id;
+  int64_t step = 0;  // 0: the newest usable checkpoint
+  int rank = 0;
+  std::string output;
+  bool torchscript = false;
+};
+
+// The TorchScript module job `job_id` trained (model.torchscript.path of its
+// spec); FAILED_PRECONDITION if it trained another kind of model.
+absl::StatusOr<std::string> TorchScriptModulePath(const std::string& job_id,
+                                                  const GlobalOptions& global) {
+  v1::GetJobRequest get;
+  get.set_job_id(job_id);
+  v1::Job job;
+  grpc::ClientContext context;
+  SetDeadline(context, global);
+  absl::Status s = FromGrpcStatus(JobStub(global)->GetJob(&context, get, &job));
+  if (!s.ok()) return s;
+  if (!job.spec().model().has_torchscript()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", job_id,
+                     " did not train a TorchScript model (model.torchscript in its spec); "
+                     "export without --torchscript writes its state dict"));
+  }
+  return job.spec().model().torchscript().path();
+}
+
+// chorus export: downloads the checkpoint's model file and writes it (or,
+// with --torchscript, the module with its weights) to the output through a
+// temporary file. Returns the exit code.
+int RunExport(const ExportOptions& options, const GlobalOptions& global) {
+  std::string module_path;
+  if (options.torchscript) {
+    absl::StatusOr<std::string> found = TorchScriptModulePath(options.job_id, global);
+    if (!found.ok()) return ReportError("export", found.status(), global);
+    module_path = *found;
+  }
+  auto stub = v1::CheckpointService::NewStub(CoordinatorChannel(global));
+  absl::StatusOr<std::string> bytes =
+      DownloadCheckpointFile(*stub, options.job_id, options.step, ModelFileName(options.rank),
+                             absl::Seconds(std::max(60.0, global.timeout_seconds)));
+  if (!bytes.ok()) return ReportError("export", bytes.status(), global);
+  const std::string path = UserPath(options.output);
+  const std::string tmp = path + (options.torchscript ? ".state.tmp" : ".tmp");
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << *bytes;
+    if (!out) {
+      *global.err << "chorus export: cannot write " << path << "\n";
+      return kExitFailure;
+    }
+  }
+  if (options.torchscript) {
+    absl::Status s = WriteTrainedModule(module_path, tmp, path);
+    std::remove(tmp.c_str());
+    if (!s.ok()) return ReportError("export", s, global);
+    *global.err << "chorus export: wrote " << path << " (" << module_path
+                << " with the checkpoint's weights; torch.jit.load reads it)\n";
+    return kExitOk;
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    *global.err << "chorus export: cannot write " << path << "\n";
+    return kExitFailure;
+  }
+  *global.err << "chorus export: wrote " << path << " (" << bytes->size()
+              << " bytes; torch.load reads it)\n";
+  return kExitOk;
+}
+
 }  // namespace
 
 void AddCheckpointsCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) {
@@ -107,86 +177,18 @@ void AddExportCommand(CLI::App& app, const GlobalOptions& global, int& exit_code
       "Write a checkpoint's model (parameters and buffers by name) to FILE; in Python, "
       "torch.load(FILE) returns the state dict. With --torchscript (TorchScript jobs), FILE is "
       "the trained module instead: torch.jit.load(FILE).");
-  auto job_id = std::make_shared<std::string>();
-  auto step = std::make_shared<int64_t>(0);
-  auto rank = std::make_shared<int>(0);
-  auto output = std::make_shared<std::string>();
-  cmd->add_option("job", *job_id, "Job id, e.g. job-000001.")->required();
-  cmd->add_option("--step", *step, "Checkpoint step (default: the newest usable one).")
+  auto options = std::make_shared<ExportOptions>();
+  cmd->add_option("job", options->job_id, "Job id, e.g. job-000001.")->required();
+  cmd->add_option("--step", options->step, "Checkpoint step (default: the newest usable one).")
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--rank", *rank,
+  cmd->add_option("--rank", options->rank,
                   "Per-rank checkpoints (checkpoint.per_rank): whose model to write (default 0).")
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("-o,--output", *output, "File to write.")->required();
-  auto script = std::make_shared<bool>(false);
-  cmd->add_flag("--torchscript", *script,
+  cmd->add_option("-o,--output", options->output, "File to write.")->required();
+  cmd->add_flag("--torchscript", options->torchscript,
                 "Write the job's TorchScript module (model.torchscript.path of its spec) with the "
                 "checkpoint's weights; torch.jit.load reads it.");
-  cmd->callback([job_id, step, rank, output, script, &global, &exit_code] {
-    std::string module_path;
-    if (*script) {
-      v1::GetJobRequest get;
-      get.set_job_id(*job_id);
-      v1::Job job;
-      grpc::ClientContext context;
-      SetDeadline(context, global);
-      absl::Status s = FromGrpcStatus(JobStub(global)->GetJob(&context, get, &job));
-      if (!s.ok()) {
-        exit_code = ReportError("export", s, global);
-        return;
-      }
-      if (!job.spec().model().has_torchscript()) {
-        exit_code =
-            ReportError("export",
-                        absl::FailedPreconditionError(absl::StrCat(
-                            "job ", *job_id,
-                            " did not train a TorchScript model (model.torchscript in its spec); "
-                            "export without --torchscript writes its state dict")),
-                        global);
-        return;
-      }
-      module_path = job.spec().model().torchscript().path();
-    }
-    auto stub = v1::CheckpointService::NewStub(CoordinatorChannel(global));
-    absl::StatusOr<std::string> bytes =
-        DownloadCheckpointFile(*stub, *job_id, *step, ModelFileName(*rank),
-                               absl::Seconds(std::max(60.0, global.timeout_seconds)));
-    if (!bytes.ok()) {
-      exit_code = ReportError("export", bytes.status(), global);
-      return;
-    }
-    const std::string path = UserPath(*output);
-    const std::string tmp = path + (*script ? ".state.tmp" : ".tmp");
-    {
-      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-      out << *bytes;
-      if (!out) {
-        *global.err << "chorus export: cannot write " << path << "\n";
-        exit_code = kExitFailure;
-        return;
-      }
-    }
-    if (*script) {
-      absl::Status s = WriteTrainedModule(module_path, tmp, path);
-      std::remove(tmp.c_str());
-      if (!s.ok()) {
-        exit_code = ReportError("export", s, global);
-        return;
-      }
-      *global.err << "chorus export: wrote " << path << " (" << module_path
-                  << " with the checkpoint's weights; torch.jit.load reads it)\n";
-      exit_code = kExitOk;
-      return;
-    }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-      *global.err << "chorus export: cannot write " << path << "\n";
-      exit_code = kExitFailure;
-      return;
-    }
-    *global.err << "chorus export: wrote " << path << " (" << bytes->size()
-                << " bytes; torch.load reads it)\n";
-    exit_code = kExitOk;
-  });
+  cmd->callback([options, &global, &exit_code] { exit_code = RunExport(*options, global); });
 }
 
 void AddCheckpointCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) {

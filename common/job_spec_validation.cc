@@ -324,6 +324,87 @@ absl::StatusOr<int> TrainingRanks(const v1::JobSpec& spec, int world_size) {
 
 namespace {
 
+// Every world size the job may run at must be one the topology serves; an
+// elastic job trains with the largest served size up to its world and keeps
+// the other ranks as hot spares, so it only needs one. Reports the first 8
+// sizes that fail. REQUIRES: a valid, non-CUSTOM topology.
+void ValidateServedWorldSizes(const JobSpec& spec, Checker& c) {
+  const v1::DecentralizedStrategy& d = spec.strategy().decentralized();
+  const std::string p = "strategy.decentralized";
+  const int min_ranks = spec.resources().min_ranks();
+  const int max_ranks = spec.resources().max_ranks();
+  const TopologyConfig config = TopologyFromSpec(d);
+  std::vector<int> bad;
+  std::string first_reason;
+  for (int n = min_ranks; n <= max_ranks && bad.size() < 8; ++n) {
+    absl::Status s =
+        spec.has_elastic() ? ServedWorldSize(config, n).status() : CheckWorldSize(config, n);
+    if (s.ok()) continue;
+    if (bad.empty()) first_reason = std::string(s.message());
+    bad.push_back(n);
+  }
+  if (bad.empty()) return;
+  c.Fail(d.topology() == v1::DecentralizedStrategy::ALTERNATING_EXPONENTIAL_RING &&
+                 (min_ranks % d.local_world_size() != 0 || max_ranks % d.local_world_size() != 0)
+             ? p + ".local_world_size"
+             : p + ".topology",
+         absl::StrCat(first_reason, " (resources allow ", min_ranks, "..", max_ranks,
+                      " ranks; unservable: ", absl::StrJoin(bad, ","),
+                      bad.size() == 8 ? ",..." : "", ")"));
+}
+
+// One step of a CUSTOM topology (field path `sp`) over `world_size` ranks:
+// its groups are non-empty and together hold every rank exactly once.
+void ValidateCustomStep(const v1::TopologyStep& step, const std::string& sp, int world_size,
+                        Checker& c) {
+  std::set<int> seen;
+  for (int g = 0; g < step.groups_size(); ++g) {
+    const v1::TopologyGroup& group = step.groups(g);
+    const std::string gp = absl::StrCat(sp, ".groups[", g, "].ranks");
+    if (group.ranks_size() == 0) c.Fail(gp, "must not be empty");
+    for (int r : group.ranks()) {
+      if (r < 0 || r >= world_size) {
+        c.Fail(gp, absl::StrCat("rank ", r, " is outside [0, ", world_size, ")"));
+      } else if (!seen.insert(r).second) {
+        c.Fail(gp, absl::StrCat("rank ", r, " appears in more than one group of this step"));
+      }
+    }
+  }
+  if (static_cast<int>(seen.size()) == world_size) return;
+  std::vector<int> missing;
+  for (int r = 0; r < world_size; ++r) {
+    if (!seen.count(r)) missing.push_back(r);
+  }
+  if (!missing.empty()) {
+    c.Fail(sp, absl::StrCat("every rank must be in exactly one group; missing ranks ",
+                            absl::StrJoin(missing, ",")));
+  }
+}
+
+// A CUSTOM topology: at least one step, a fixed world size, and every step
+// valid (ValidateCustomStep).
+void ValidateCustomSteps(const JobSpec& spec, Checker& c) {
+  const v1::DecentralizedStrategy& d = spec.strategy().decentralized();
+  const std::string p = "strategy.decentralized";
+  const int min_ranks = spec.resources().min_ranks();
+  const int max_ranks = spec.resources().max_ranks();
+  if (d.custom_steps_size() == 0) {
+    c.Fail(p + ".custom_steps", "topology CUSTOM needs at least one step");
+    return;
+  }
+  if (min_ranks != max_ranks) {
+    c.Fail(p + ".custom_steps",
+           absl::StrCat("a CUSTOM topology fixes the world size: set resources.min_ranks == "
+                        "max_ranks, got ",
+                        min_ranks, " and ", max_ranks));
+    return;
+  }
+  if (max_ranks > kMaxRanks) return;
+  for (int s = 0; s < d.custom_steps_size(); ++s) {
+    ValidateCustomStep(d.custom_steps(s), absl::StrCat(p, ".custom_steps[", s, "]"), max_ranks, c);
+  }
+}
+
 void ValidateTopology(const JobSpec& spec, Checker& c) {
   const v1::DecentralizedStrategy& d = spec.strategy().decentralized();
   const std::string p = "strategy.decentralized";
@@ -344,75 +425,9 @@ void ValidateTopology(const JobSpec& spec, Checker& c) {
   }
   if (d.topology() != v1::DecentralizedStrategy::CUSTOM && min_ranks >= 1 &&
       max_ranks >= min_ranks && max_ranks <= kMaxRanks && d.local_world_size() >= 1) {
-    // Every world size the job may run at must be one the topology serves;
-    // an elastic job trains with the largest served size up to its world
-    // and keeps the other ranks as hot spares, so it only needs one.
-    const TopologyConfig config = TopologyFromSpec(d);
-    std::vector<int> bad;
-    std::string first_reason;
-    for (int n = min_ranks; n <= max_ranks && bad.size() < 8; ++n) {
-      absl::Status s =
-          spec.has_elastic() ? ServedWorldSize(config, n).status() : CheckWorldSize(config, n);
-      if (s.ok()) continue;
-      if (bad.empty()) first_reason = std::string(s.message());
-      bad.push_back(n);
-    }
-    if (!bad.empty()) {
-      c.Fail(
-          d.topology() == v1::DecentralizedStrategy::ALTERNATING_EXPONENTIAL_RING &&
-                  (min_ranks % d.local_world_size() != 0 || max_ranks % d.local_world_size() != 0)
-              ? p + ".local_world_size"
-              : p + ".topology",
-          absl::StrCat(first_reason, " (resources allow ", min_ranks, "..", max_ranks,
-                       " ranks; unservable: ", absl::StrJoin(bad, ","),
-                       bad.size() == 8 ? ",..." : "", ")"));
-    }
+    ValidateServedWorldSizes(spec, c);
   }
-  switch (d.topology()) {
-    case v1::DecentralizedStrategy::CUSTOM: {
-      if (d.custom_steps_size() == 0) {
-        c.Fail(p + ".custom_steps", "topology CUSTOM needs at least one step");
-        break;
-      }
-      if (min_ranks != max_ranks) {
-        c.Fail(p + ".custom_steps",
-               absl::StrCat("a CUSTOM topology fixes the world size: set resources.min_ranks == "
-                            "max_ranks, got ",
-                            min_ranks, " and ", max_ranks));
-        break;
-      }
-      if (max_ranks > kMaxRanks) break;
-      for (int s = 0; s < d.custom_steps_size(); ++s) {
-        const std::string sp = absl::StrCat(p, ".custom_steps[", s, "]");
-        std::set<int> seen;
-        for (int g = 0; g < d.custom_steps(s).groups_size(); ++g) {
-          const v1::TopologyGroup& group = d.custom_steps(s).groups(g);
-          const std::string gp = absl::StrCat(sp, ".groups[", g, "].ranks");
-          if (group.ranks_size() == 0) c.Fail(gp, "must not be empty");
-          for (int r : group.ranks()) {
-            if (r < 0 || r >= max_ranks) {
-              c.Fail(gp, absl::StrCat("rank ", r, " is outside [0, ", max_ranks, ")"));
-            } else if (!seen.insert(r).second) {
-              c.Fail(gp, absl::StrCat("rank ", r, " appears in more than one group of this step"));
-            }
-          }
-        }
-        if (static_cast<int>(seen.size()) != max_ranks) {
-          std::vector<int> missing;
-          for (int r = 0; r < max_ranks; ++r) {
-            if (!seen.count(r)) missing.push_back(r);
-          }
-          if (!missing.empty()) {
-            c.Fail(sp, absl::StrCat("every rank must be in exactly one group; missing ranks ",
-                                    absl::StrJoin(missing, ",")));
-          }
-        }
-      }
-      break;
-    }
-    default:
-      break;
-  }
+  if (d.topology() == v1::DecentralizedStrategy::CUSTOM) ValidateCustomSteps(spec, c);
 }
 
 void ValidateStrategy(const JobSpec& spec, Checker& c) {
@@ -618,7 +633,8 @@ void NormalizePaths(JobSpec& spec) {
   auto normal = [](std::string* path) { *path = NormalPath(*path); };
   normal(spec.mutable_checkpoint()->mutable_shared_dir());
   if (spec.has_program()) normal(spec.mutable_program()->mutable_working_dir());
-  if (spec.model().has_torchscript()) normal(spec.mutable_model()->mutable_torchscript()->mutable_path());
+  if (spec.model().has_torchscript())
+    normal(spec.mutable_model()->mutable_torchscript()->mutable_path());
   if (!spec.has_data()) return;  // a program job has none: none is made here
   v1::DataSpec& d = *spec.mutable_data();
   if (d.has_fashion_mnist()) normal(d.mutable_fashion_mnist()->mutable_dir());

@@ -111,6 +111,91 @@ fs::file_time_type NewestWrite(const fs::path& dir) {
   return newest;
 }
 
+// AdoptStaged's arguments, before it looks at the disk.
+absl::Status CheckAdoptRequest(const std::string& shared_root, const std::string& job_id,
+                               int64_t step, const std::string& staging_dir,
+                               const std::vector<v1::CheckpointFile>& files) {
+  if (!SafeName(job_id))
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint: bad job id \"", job_id, "\""));
+  if (step < 0)
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint: step must be >= 0, got ", step));
+  if (shared_root.empty() || shared_root[0] != '/') {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint: shared directory \"", shared_root, "\" is not absolute"));
+  }
+  // One component: what follows the prefix must be a safe name.
+  if (!absl::StartsWith(staging_dir, kStagingPrefix) ||
+      !SafeName(staging_dir.substr(std::strlen(kStagingPrefix)))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint: bad staging directory \"", staging_dir,
+                     "\" (one path component starting with .staging-)"));
+  }
+  if (files.empty()) return absl::InvalidArgumentError("checkpoint: no files were written");
+  return absl::OkStatus();
+}
+
+// The request lists each file once, under a safe name, and the staging
+// directory holds nothing else.
+absl::Status CheckStagedNames(const std::string& staging,
+                              const std::vector<v1::CheckpointFile>& files) {
+  std::set<std::string> names;
+  for (const v1::CheckpointFile& f : files) {
+    if (!SafeName(f.name()) || f.name() == kManifestFile) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint: bad file name \"", f.name(), "\""));
+    }
+    if (!names.insert(f.name()).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint: file ", f.name(), " listed twice"));
+    }
+  }
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(staging, ec)) {
+    if (!names.count(e.path().filename().string())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint: ", e.path().string(),
+                       " is in the staging directory but not in the request"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Reads back every staged file and checks its size and CRC-32C against what
+// the rank wrote; the files as the coordinator found them. DATA_LOSS names
+// the first file that differs or could not be read. Up to 4 files are read
+// at a time (page cache reads plus CRC-32C run at one core's speed each).
+absl::StatusOr<std::vector<v1::CheckpointFile>> ChecksumStaged(
+    const std::string& staging, const std::vector<v1::CheckpointFile>& files) {
+  constexpr size_t kParallel = 4;
+  std::vector<std::future<absl::StatusOr<FileSums>>> summing(files.size());
+  auto start_summing = [&](size_t i) {
+    if (i < files.size()) {
+      summing[i] =
+          std::async(std::launch::async, SumFile, staging + "/" + files[i].name(), /*sha256=*/false,
+                     /*drop_cache=*/true);
+    }
+  };
+  for (size_t i = 0; i < kParallel; ++i) start_summing(i);
+  std::vector<v1::CheckpointFile> checked;
+  for (size_t i = 0; i < files.size(); ++i) {
+    const v1::CheckpointFile& f = files[i];
+    absl::StatusOr<FileSums> sums = summing[i].get();
+    start_summing(i + kParallel);
+    if (!sums.ok())
+      return absl::DataLossError(absl::StrCat("checkpoint: ", sums.status().message()));
+    if (sums->size != f.size() || sums->crc32c != f.crc32c()) {
+      return absl::DataLossError(absl::StrFormat(
+          "checkpoint: %s/%s holds %d bytes with CRC-32C %08x; the rank wrote %d bytes with %08x",
+          staging, f.name(), sums->size, sums->crc32c, f.size(), f.crc32c()));
+    }
+    v1::CheckpointFile& c = checked.emplace_back();
+    c.set_name(f.name());
+    c.set_size(sums->size);
+    c.set_crc32c(sums->crc32c);
+  }
+  return checked;
+}
+
 }  // namespace
 
 const char* CheckpointStore::StageName(Stage stage) {
@@ -291,22 +376,7 @@ absl::StatusOr<std::unique_ptr<CheckpointStore::Upload>> CheckpointStore::BeginU
 absl::StatusOr<std::unique_ptr<CheckpointStore::Upload>> CheckpointStore::AdoptStaged(
     const std::string& shared_root, const std::string& job_id, int64_t step,
     const std::string& staging_dir, const std::vector<v1::CheckpointFile>& files) {
-  if (!SafeName(job_id))
-    return absl::InvalidArgumentError(absl::StrCat("checkpoint: bad job id \"", job_id, "\""));
-  if (step < 0)
-    return absl::InvalidArgumentError(absl::StrCat("checkpoint: step must be >= 0, got ", step));
-  if (shared_root.empty() || shared_root[0] != '/') {
-    return absl::InvalidArgumentError(
-        absl::StrCat("checkpoint: shared directory \"", shared_root, "\" is not absolute"));
-  }
-  // One component: what follows the prefix must be a safe name.
-  if (!absl::StartsWith(staging_dir, kStagingPrefix) ||
-      !SafeName(staging_dir.substr(std::strlen(kStagingPrefix)))) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("checkpoint: bad staging directory \"", staging_dir,
-                     "\" (one path component starting with .staging-)"));
-  }
-  if (files.empty()) return absl::InvalidArgumentError("checkpoint: no files were written");
+  RETURN_IF_ERROR(CheckAdoptRequest(shared_root, job_id, step, staging_dir, files));
   const std::string root = NormalPath(shared_root);  // Note [Paths in one form]
   const std::string job_dir = absl::StrCat(root, "/", job_id);
   const std::string staging = absl::StrCat(job_dir, "/", staging_dir);
@@ -318,56 +388,11 @@ absl::StatusOr<std::unique_ptr<CheckpointStore::Upload>> CheckpointStore::AdoptS
                      "included, mounts at the same path)"));
   }
   RETURN_IF_ERROR(CheckNotCommitted(job_id, step));
-  std::set<std::string> names;
-  for (const v1::CheckpointFile& f : files) {
-    if (!SafeName(f.name()) || f.name() == kManifestFile) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("checkpoint: bad file name \"", f.name(), "\""));
-    }
-    if (!names.insert(f.name()).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("checkpoint: file ", f.name(), " listed twice"));
-    }
-  }
-  for (const fs::directory_entry& e : fs::directory_iterator(staging, ec)) {
-    if (!names.count(e.path().filename().string())) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("checkpoint: ", e.path().string(),
-                       " is in the staging directory but not in the request"));
-    }
-  }
-  std::vector<v1::CheckpointFile> checked;
+  RETURN_IF_ERROR(CheckStagedNames(staging, files));
   const absl::Time start = absl::Now();
-  // Read back and checksum up to 4 files at a time (page cache reads plus
-  // CRC-32C run at one core's speed each).
-  constexpr size_t kParallel = 4;
-  std::vector<std::future<absl::StatusOr<FileSums>>> summing(files.size());
-  auto start_summing = [&](size_t i) {
-    if (i < files.size()) {
-      summing[i] =
-          std::async(std::launch::async, SumFile, staging + "/" + files[i].name(), /*sha256=*/false,
-                     /*drop_cache=*/true);
-    }
-  };
-  for (size_t i = 0; i < kParallel; ++i) start_summing(i);
-  for (size_t i = 0; i < files.size(); ++i) {
-    const v1::CheckpointFile& f = files[i];
-    absl::StatusOr<FileSums> sums = summing[i].get();
-    start_summing(i + kParallel);
-    if (!sums.ok())
-      return absl::DataLossError(absl::StrCat("checkpoint: ", sums.status().message()));
-    if (sums->size != f.size() || sums->crc32c != f.crc32c()) {
-      return absl::DataLossError(absl::StrFormat(
-          "checkpoint: %s/%s holds %d bytes with CRC-32C %08x; the rank wrote %d bytes with %08x",
-          staging, f.name(), sums->size, sums->crc32c, f.size(), f.crc32c()));
-    }
-    v1::CheckpointFile& c = checked.emplace_back();
-    c.set_name(f.name());
-    c.set_size(sums->size);
-    c.set_crc32c(sums->crc32c);
-  }
-  auto upload = std::unique_ptr<Upload>(
-      new Upload(*this, root, /*shared=*/true, job_id, step, staging));
+  ASSIGN_OR_RETURN(std::vector<v1::CheckpointFile> checked, ChecksumStaged(staging, files));
+  auto upload =
+      std::unique_ptr<Upload>(new Upload(*this, root, /*shared=*/true, job_id, step, staging));
   upload->files_ = std::move(checked);
   upload->checking_ = absl::Now() - start;
   return upload;

@@ -100,128 +100,167 @@ std::string Latest(const Model& model, const std::string& ns, const std::string&
   return it == model.end() ? std::string() : it->second.back();
 }
 
-void Run(FuzzInput& in) {
-  Service& s = TheService();
-  const std::string prefix = absl::StrCat("in", s.inputs++, ":");
-  auto scoped = [&](const std::string& ns) { return ns.empty() ? ns : prefix + ns; };
-  Model model;  // every value set per (ns, key), in order
-  std::vector<std::unique_ptr<PendingWait>> pending;
+// One input's records against the service, each answer checked against a
+// model of the store (the header says what is checked).
+class InputRun {
+ public:
+  explicit InputRun(Service& service)
+      : s_(service), prefix_(absl::StrCat("in", s_.inputs++, ":")) {}
 
-  while (!in.empty()) {
-    const uint8_t op = in.Byte() % 4;
-    const std::string bytes = in.Bytes(in.U16());
+  void Run(FuzzInput& in) {
+    while (!in.empty()) {
+      const uint8_t op = in.Byte() % 4;
+      const std::string bytes = in.Bytes(in.U16());
+      if (op == 0) {
+        Set(bytes);
+      } else if (op == 3) {
+        Add(bytes);
+      } else if (op == 1) {
+        Get(bytes);
+      } else {
+        StartWait(bytes);
+      }
+    }
+    CheckPendingWaits();
+  }
+
+ private:
+  // This input's own namespace for `ns` (empty stays empty).
+  std::string Scoped(const std::string& ns) const { return ns.empty() ? ns : prefix_ + ns; }
+
+  void Set(const std::string& bytes) {
+    v1::StoreSetRequest request;
+    if (!request.ParseFromString(bytes)) return;
+    request.set_ns(Scoped(request.ns()));
     grpc::ClientContext context;
     Bound(context, 20);
-    if (op == 0) {
-      v1::StoreSetRequest request;
-      if (!request.ParseFromString(bytes)) continue;
-      request.set_ns(scoped(request.ns()));
-      v1::StoreSetResponse response;
-      const grpc::Status status = s.stub->Set(&context, request, &response);
-      const bool valid = !request.ns().empty() && !request.key().empty();
-      if (status.ok() != valid) Fail("Set answered " + status.error_message());
-      if (valid) model[{request.ns(), request.key()}].push_back(request.value());
-    } else if (op == 3) {
-      v1::StoreAddRequest request;
-      if (!request.ParseFromString(bytes)) continue;
-      request.set_ns(scoped(request.ns()));
-      v1::StoreAddResponse response;
-      const grpc::Status status = s.stub->Add(&context, request, &response);
-      if (request.ns().empty() || request.key().empty()) {
-        if (status.error_code() != grpc::StatusCode::INVALID_ARGUMENT) {
-          Fail("Add without ns or key answered " + status.error_message());
-        }
-        continue;
+    v1::StoreSetResponse response;
+    const grpc::Status status = s_.stub->Set(&context, request, &response);
+    const bool valid = !request.ns().empty() && !request.key().empty();
+    if (status.ok() != valid) Fail("Set answered " + status.error_message());
+    if (valid) model_[{request.ns(), request.key()}].push_back(request.value());
+  }
+
+  void Add(const std::string& bytes) {
+    v1::StoreAddRequest request;
+    if (!request.ParseFromString(bytes)) return;
+    request.set_ns(Scoped(request.ns()));
+    grpc::ClientContext context;
+    Bound(context, 20);
+    v1::StoreAddResponse response;
+    const grpc::Status status = s_.stub->Add(&context, request, &response);
+    if (request.ns().empty() || request.key().empty()) {
+      if (status.error_code() != grpc::StatusCode::INVALID_ARGUMENT) {
+        Fail("Add without ns or key answered " + status.error_message());
       }
-      const auto key = std::make_pair(request.ns(), request.key());
-      int64_t before = 0;
-      if (model.count(key) && !absl::SimpleAtoi(Latest(model, key.first, key.second), &before)) {
-        if (status.error_code() != grpc::StatusCode::INVALID_ARGUMENT) {
-          Fail("Add on a non-integer answered " + status.error_message());
-        }
-        continue;
+      return;
+    }
+    const auto key = std::make_pair(request.ns(), request.key());
+    int64_t before = 0;
+    if (model_.count(key) && !absl::SimpleAtoi(Latest(model_, key.first, key.second), &before)) {
+      if (status.error_code() != grpc::StatusCode::INVALID_ARGUMENT) {
+        Fail("Add on a non-integer answered " + status.error_message());
       }
-      int64_t sum = 0;
-      if (__builtin_add_overflow(before, request.delta(), &sum)) {
-        if (status.error_code() != grpc::StatusCode::OUT_OF_RANGE) {
-          Fail(absl::StrCat(
-              "Add of ", request.delta(), " to ", before, " answered ",
-              status.ok() ? absl::StrCat("OK ", response.value()) : status.error_message()));
-        }
-        continue;
+      return;
+    }
+    const auto answered = [&] {
+      return absl::StrCat(
+          "Add of ", request.delta(), " to ", before, " answered ",
+          status.ok() ? absl::StrCat("OK ", response.value()) : status.error_message());
+    };
+    int64_t sum = 0;
+    if (__builtin_add_overflow(before, request.delta(), &sum)) {
+      if (status.error_code() != grpc::StatusCode::OUT_OF_RANGE) Fail(answered());
+      return;
+    }
+    if (!status.ok() || response.value() != sum) Fail(answered());
+    model_[key].push_back(std::to_string(sum));
+  }
+
+  // A Get without a wait is answered now; with one it is left pending.
+  void Get(const std::string& bytes) {
+    auto w = std::make_unique<PendingWait>();
+    if (!w->get.ParseFromString(bytes)) return;
+    w->get.set_ns(Scoped(w->get.ns()));
+    w->is_get = true;
+    w->ns = w->get.ns();
+    w->keys = {w->get.key()};
+    // wait_seconds != wait_seconds: NaN, which the service must refuse.
+    if (w->get.wait_seconds() == 0 || w->get.wait_seconds() != w->get.wait_seconds()) {
+      CheckGetNow(w->get);
+      return;
+    }
+    Bound(w->context, 20);
+    PendingWait* p = w.get();
+    s_.stub->async()->Get(&p->context, &p->get, &p->get_response,
+                          [p](grpc::Status st) { p->Finish(std::move(st)); });
+    pending_.push_back(std::move(w));
+  }
+
+  void CheckGetNow(const v1::StoreGetRequest& get) {
+    grpc::ClientContext context;
+    Bound(context, 20);
+    v1::StoreGetResponse response;
+    const grpc::Status status = s_.stub->Get(&context, get, &response);
+    if (get.ns().empty() || get.key().empty() || get.wait_seconds() != 0) {
+      if (status.error_code() != grpc::StatusCode::INVALID_ARGUMENT) {
+        Fail("a bad Get answered " + status.error_message());
       }
-      if (!status.ok() || response.value() != sum) {
-        Fail(absl::StrCat(
-            "Add of ", request.delta(), " to ", before, " answered ",
-            status.ok() ? absl::StrCat("OK ", response.value()) : status.error_message()));
+    } else if (model_.count({get.ns(), get.key()})) {
+      if (!status.ok() || response.value() != Latest(model_, get.ns(), get.key())) {
+        Fail("Get of a set key answered " + status.error_message());
       }
-      model[key].push_back(std::to_string(sum));
-    } else {
-      auto w = std::make_unique<PendingWait>();
-      if (op == 1) {
-        if (!w->get.ParseFromString(bytes)) continue;
-        w->get.set_ns(scoped(w->get.ns()));
-        w->is_get = true;
-        w->ns = w->get.ns();
-        w->keys = {w->get.key()};
-        if (w->get.wait_seconds() == 0 || w->get.wait_seconds() != w->get.wait_seconds()) {
-          v1::StoreGetResponse response;
-          const grpc::Status status = s.stub->Get(&context, w->get, &response);
-          if (w->ns.empty() || w->get.key().empty() || w->get.wait_seconds() != 0) {
-            if (status.error_code() != grpc::StatusCode::INVALID_ARGUMENT) {
-              Fail("a bad Get answered " + status.error_message());
-            }
-          } else if (model.count({w->ns, w->get.key()})) {
-            if (!status.ok() || response.value() != Latest(model, w->ns, w->get.key())) {
-              Fail("Get of a set key answered " + status.error_message());
-            }
-          } else if (status.error_code() != grpc::StatusCode::NOT_FOUND) {
-            Fail("Get of an unset key answered " + status.error_message());
-          }
-          continue;
-        }
-        Bound(w->context, 20);
-        PendingWait* p = w.get();
-        s.stub->async()->Get(&p->context, &p->get, &p->get_response,
-                             [p](grpc::Status st) { p->Finish(std::move(st)); });
-      } else {
-        if (!w->wait.ParseFromString(bytes)) continue;
-        w->wait.set_ns(scoped(w->wait.ns()));
-        w->ns = w->wait.ns();
-        w->keys.assign(w->wait.keys().begin(), w->wait.keys().end());
-        Bound(w->context, 20);
-        PendingWait* p = w.get();
-        s.stub->async()->Wait(&p->context, &p->wait, &p->wait_response,
-                              [p](grpc::Status st) { p->Finish(std::move(st)); });
-      }
-      pending.push_back(std::move(w));
+    } else if (status.error_code() != grpc::StatusCode::NOT_FOUND) {
+      Fail("Get of an unset key answered " + status.error_message());
     }
   }
 
-  for (auto& w : pending) w->context.TryCancel();
-  for (auto& w : pending) {
-    absl::MutexLock lock(&w->mu);
-    if (!w->mu.AwaitWithTimeout(absl::Condition(&w->done), absl::Seconds(30))) {
-      Fail("a cancelled wait never ended");
-    }
-    if (!w->status.ok()) continue;
-    for (const std::string& key : w->keys) {
-      if (!model.count({w->ns, key})) Fail("a wait ended OK on a key nobody set: " + key);
-    }
-    if (w->is_get) {
-      const std::vector<std::string>& values = model[{w->ns, w->get.key()}];
-      if (std::find(values.begin(), values.end(), w->get_response.value()) == values.end()) {
-        Fail("a waiting Get answered a value nobody set");
+  void StartWait(const std::string& bytes) {
+    auto w = std::make_unique<PendingWait>();
+    if (!w->wait.ParseFromString(bytes)) return;
+    w->wait.set_ns(Scoped(w->wait.ns()));
+    w->ns = w->wait.ns();
+    w->keys.assign(w->wait.keys().begin(), w->wait.keys().end());
+    Bound(w->context, 20);
+    PendingWait* p = w.get();
+    s_.stub->async()->Wait(&p->context, &p->wait, &p->wait_response,
+                           [p](grpc::Status st) { p->Finish(std::move(st)); });
+    pending_.push_back(std::move(w));
+  }
+
+  // Cancels every pending call; each must end, and one that ended OK must
+  // have seen what was set.
+  void CheckPendingWaits() {
+    for (auto& w : pending_) w->context.TryCancel();
+    for (auto& w : pending_) {
+      absl::MutexLock lock(&w->mu);
+      if (!w->mu.AwaitWithTimeout(absl::Condition(&w->done), absl::Seconds(30))) {
+        Fail("a cancelled wait never ended");
+      }
+      if (!w->status.ok()) continue;
+      for (const std::string& key : w->keys) {
+        if (!model_.count({w->ns, key})) Fail("a wait ended OK on a key nobody set: " + key);
+      }
+      if (w->is_get) {
+        const std::vector<std::string>& values = model_[{w->ns, w->get.key()}];
+        if (std::find(values.begin(), values.end(), w->get_response.value()) == values.end()) {
+          Fail("a waiting Get answered a value nobody set");
+        }
       }
     }
   }
-}
+
+  Service& s_;
+  const std::string prefix_;
+  Model model_;  // every value set per (ns, key), in order
+  std::vector<std::unique_ptr<PendingWait>> pending_;
+};
 
 }  // namespace
 }  // namespace chorus
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   chorus::FuzzInput in(data, size);
-  chorus::Run(in);
+  chorus::InputRun(chorus::TheService()).Run(in);
   return 0;
 }

@@ -211,69 +211,133 @@ bool TakeStepDirective(const std::string& job_id, const v1::Directive& directive
   return true;
 }
 
-int Run(RankWhere& where) {
-  absl::StatusOr<RankLaunch> launch = RankLaunchFromEnvironment();
-  if (!launch.ok()) return Fail(std::string(launch.status().message()));
-  const std::string& coordinator = launch->coordinator;
-  const std::string job_id = launch->join.job_id();
-  const int slot = launch->join.slot();
-  const v1::JoinRequest& join = launch->join;
-  // Credentials come from the agent through the environment (CHORUS_TOKEN,
-  // CHORUS_TLS_CA, CHORUS_TLS_CERT, CHORUS_TLS_KEY).
-  absl::StatusOr<ClientSecurity> security = LoadClientSecurity("", "", "", "");
-  if (!security.ok()) return Fail(std::string(security.status().message()));
-  ConfigureClient(*std::move(security));
-  auto channel = MakeCoordinatorChannel(coordinator);
-  auto ranks = v1::RankService::NewStub(channel);
+// One chorus-trainer process: the generations it joined (old ones kept,
+// aborted, until the process ends), the one training runs in (read by the
+// heartbeat thread), its reports to the coordinator and, for an elastic
+// job, its moves to the next generation.
+class TrainerRank {
+ public:
+  // Reads the launch environment and the join chorus-rank left, then
+  // connects to the first generation's ranks. An error's message is the
+  // rank's failure line.
+  static absl::StatusOr<std::unique_ptr<TrainerRank>> Start(RankWhere& where) {
+    ASSIGN_OR_RETURN(RankLaunch launch, RankLaunchFromEnvironment());
+    // Credentials come from the agent through the environment (CHORUS_TOKEN,
+    // CHORUS_TLS_CA, CHORUS_TLS_CERT, CHORUS_TLS_KEY).
+    ASSIGN_OR_RETURN(ClientSecurity security, LoadClientSecurity("", "", "", ""));
+    ConfigureClient(std::move(security));
+    std::shared_ptr<grpc::Channel> channel = MakeCoordinatorChannel(launch.coordinator);
+    // chorus-rank joined (launch.join is what later joins build on).
+    ASSIGN_OR_RETURN(v1::JoinResponse first, TakeJoinFromRank());
+    std::unique_ptr<TrainerRank> rank(
+        new TrainerRank(where, std::move(launch), std::move(channel), std::move(first)));
+    where.rank = rank->first_.rank();
+    where.spec = rank->spec();
+    where.stage = "while connecting to the other ranks";
+    rank->Announce(rank->first_);
+    RETURN_IF_ERROR(rank->Connect(rank->first_).status());
+    return rank;
+  }
 
-  // chorus-rank joined (the request above is what later joins build on).
-  absl::StatusOr<v1::JoinResponse> first = TakeJoinFromRank();
-  if (!first.ok()) return Fail(std::string(first.status().message()));
-  const v1::JobSpec& spec = first->spec();
-  where.rank = first->rank();
-  where.spec = spec;
-  where.stage = "while connecting to the other ranks";
-  const std::string rank_host = Env("CHORUS_RANK_HOST", "127.0.0.1");
-  auto announce = [&](const v1::JoinResponse& joined) {
+  // Trains to the end, sending heartbeats meanwhile; the process's exit
+  // code.
+  int Train() {
+    TrainingProgress& progress = where_.progress;
+    g_progress.store(&progress);
+    RaiseTo(progress.checkpoint_request, g_checkpoint_requests.load());
+    const TrainOptions train_options = MakeTrainOptions();
+    absl::StatusOr<v1::Metrics> result;
+    {
+      HeartbeatStream::Options heartbeat_options;
+      // Through the agent when it collects its ranks' heartbeats (Note
+      // [Heartbeats through the agent] in worker/agent/agent.cc).
+      heartbeat_options.agent = AgentChannelFromEnvironment();
+      heartbeat_options.on_directive = [this](const v1::Directive& d) { OnDirective(d); };
+      HeartbeatStream heartbeats(
+          *ranks_,
+          [this] {
+            absl::MutexLock lock(&mu_);
+            return ComposeHeartbeat(current_->joined, job_id_, *current_->comm, where_.progress,
+                                    absl::Now());
+          },
+          heartbeat_options);
+      where_.training = true;
+      result = chorus::Train(
+          spec(), *generations_.front()->comm,
+          [this](const v1::Metrics& m) { Report(m, false, absl::OkStatus()); }, &progress,
+          train_options);
+    }
+    g_progress.store(nullptr);
+    where_.training = false;
+    where_.stage = "after training";
+    return Finish(result);
+  }
+
+ private:
+  TrainerRank(RankWhere& where, RankLaunch launch, std::shared_ptr<grpc::Channel> channel,
+              v1::JoinResponse first)
+      : where_(where),
+        launch_(std::move(launch)),
+        job_id_(launch_.join.job_id()),
+        rank_host_(Env("CHORUS_RANK_HOST", "127.0.0.1")),
+        channel_(std::move(channel)),
+        ranks_(v1::RankService::NewStub(channel_)),
+        first_(std::move(first)) {}
+
+  const v1::JobSpec& spec() const { return first_.spec(); }
+
+  void Announce(const v1::JoinResponse& joined) const {
     setenv("RANK", std::to_string(joined.rank()).c_str(), 1);
     setenv("WORLD_SIZE", std::to_string(joined.world_size()).c_str(), 1);
-    LOG(INFO) << job_id << ": rank " << joined.rank() << " of " << joined.world_size()
-              << ", generation " << joined.generation() << ", training traffic on " << rank_host;
-  };
-  announce(*first);
-  std::vector<std::unique_ptr<JoinedGeneration>> generations;
-  {
-    absl::StatusOr<std::unique_ptr<JoinedGeneration>> gen =
-        ConnectGeneration(*first, channel, job_id, coordinator, rank_host, slot);
-    if (!gen.ok()) return Fail(std::string(gen.status().message()));
-    generations.push_back(*std::move(gen));
+    LOG(INFO) << job_id_ << ": rank " << joined.rank() << " of " << joined.world_size()
+              << ", generation " << joined.generation() << ", training traffic on " << rank_host_;
   }
-  // The generation training runs in, read by the heartbeat thread.
-  struct {
-    absl::Mutex mu;
-    JoinedGeneration* gen ABSL_GUARDED_BY(mu) = nullptr;
-  } current;
-  {
-    absl::MutexLock lock(&current.mu);
-    current.gen = generations.back().get();
-  }
-  auto current_joined = [&] {
-    absl::MutexLock lock(&current.mu);
-    return current.gen->joined;
-  };
 
-  auto report = [&](const v1::Metrics& metrics, bool final, const absl::Status& status) {
-    const v1::JoinResponse joined = current_joined();
+  // Connects to `joined`'s ranks and makes it the generation training runs
+  // in (a CUDA job's communicator on GPU CHORUS_SLOT).
+  absl::StatusOr<JoinedGeneration*> Connect(const v1::JoinResponse& joined) {
+    ASSIGN_OR_RETURN(std::unique_ptr<JoinedGeneration> gen,
+                     ConnectGeneration(joined, channel_, job_id_, launch_.coordinator, rank_host_,
+                                       launch_.join.slot()));
+    generations_.push_back(std::move(gen));
+    absl::MutexLock lock(&mu_);
+    current_ = generations_.back().get();
+    return current_;
+  }
+
+  TrainOptions MakeTrainOptions() {
+    TrainOptions options;
+    options.checkpoints = generations_.back()->checkpoints();
+    options.resume = first_.resume();
+    options.generation = first_.generation();
+    if (spec().has_elastic()) {
+      options.rejoin = [this](const absl::Status& failure) { return Rejoin(failure); };
+    }
+    options.sample_trace_dir = Env("CHORUS_SAMPLE_TRACE");
+    if (!first_.resume().job_id().empty() && first_.rank() == 0 && first_.generation() == 1) {
+      LOG(INFO) << job_id_ << ": resuming from checkpoint " << first_.resume().job_id() << " step "
+                << first_.resume().step();
+    }
+    return options;
+  }
+
+  v1::JoinResponse CurrentJoined() {
+    absl::MutexLock lock(&mu_);
+    return current_->joined;
+  }
+
+  // Metrics along the way are best effort; the final report is retried
+  // while the coordinator is unreachable (e.g. restarting), up to a minute.
+  void Report(const v1::Metrics& metrics, bool final, const absl::Status& status) {
+    const v1::JoinResponse joined = CurrentJoined();
     v1::ReportRequest request;
-    request.set_job_id(job_id);
+    request.set_job_id(job_id_);
     request.set_generation(joined.generation());
     request.set_rank(joined.rank());
     *request.mutable_metrics() = metrics;
     request.set_final(final);
     request.set_success(status.ok());
     request.set_error(std::string(status.message()));
-    // Metrics along the way are best effort; the final report is retried
-    // while the coordinator is unreachable (e.g. restarting), up to a minute.
     RetryOptions retry;
     retry.deadline = final ? absl::Minutes(1) : absl::Seconds(10);
     retry.attempt_timeout = absl::Seconds(10);
@@ -284,137 +348,120 @@ int Run(RankWhere& where) {
       grpc::ClientContext context;
       context.set_deadline(absl::ToChronoTime(attempt_deadline));
       context.set_wait_for_ready(final);
-      return FromGrpcStatus(ranks->Report(&context, request, &response));
+      return FromGrpcStatus(ranks_->Report(&context, request, &response));
     });
     if (!s.ok()) LOG(WARNING) << "report: " << s.message();
-  };
+  }
+
   // Elastic jobs: after a failed collective, abort this generation's
   // communicator (peers blocked on this rank fail at once), join the next
   // generation and connect to its members (docs/elastic.md). A rank the
-  // next generation does not include (a drain) leaves: `left`.
-  bool left = false;
-  auto rejoin = [&](const absl::Status& failure) -> absl::StatusOr<Generation> {
+  // next generation does not include (a drain) leaves: left_.
+  absl::StatusOr<Generation> Rejoin(const absl::Status& failure) {
     JoinedGeneration* failed;
     {
-      absl::MutexLock lock(&current.mu);
-      failed = current.gen;
+      absl::MutexLock lock(&mu_);
+      failed = current_;
     }
     const int64_t was = failed->joined.generation();
-    LOG(WARNING) << job_id << ": generation " << was << " failed (" << failure.message()
+    LOG(WARNING) << job_id_ << ": generation " << was << " failed (" << failure.message()
                  << "); joining the next one";
     failed->comm->Abort(failure.message());
-    where.stage = "while joining the next generation";
-    v1::JoinRequest next = join;
+    where_.stage = "while joining the next generation";
+    v1::JoinRequest next = launch_.join;
     next.set_generation(was + 1);
     ASSIGN_OR_RETURN(v1::JoinResponse joined,
-                     JoinGeneration(*ranks, next,
-                                    absl::Now() + absl::Seconds(spec.elastic().wait_seconds()) +
+                     JoinGeneration(*ranks_, next,
+                                    absl::Now() + absl::Seconds(spec().elastic().wait_seconds()) +
                                         absl::Minutes(1),
                                     /*elastic=*/true));
     if (joined.leave()) {
       // Not a member of the next generation (its agent is draining).
-      left = true;
-      return absl::CancelledError(absl::StrCat("rank ", where.rank,
+      left_ = true;
+      return absl::CancelledError(absl::StrCat("rank ", where_.rank,
                                                " left the job after generation ", was, " at step ",
-                                               where.progress.step.load()));
+                                               where_.progress.step.load()));
     }
-    announce(joined);
-    where.rank = joined.rank();
-    where.stage = "while connecting to the other ranks";
+    Announce(joined);
+    where_.rank = joined.rank();
+    where_.stage = "while connecting to the other ranks";
     const absl::Time connect_start = absl::Now();
-    ASSIGN_OR_RETURN(std::unique_ptr<JoinedGeneration> gen,
-                     ConnectGeneration(joined, channel, job_id, coordinator, rank_host, slot));
-    LOG(INFO) << job_id << ": connected to the " << joined.world_size() << " ranks of generation "
+    ASSIGN_OR_RETURN(JoinedGeneration * gen, Connect(joined));
+    LOG(INFO) << job_id_ << ": connected to the " << joined.world_size() << " ranks of generation "
               << joined.generation() << " in "
-              << absl::FormatDuration(absl::Trunc(absl::Now() - connect_start, absl::Milliseconds(1)));
-    generations.push_back(std::move(gen));
-    {
-      absl::MutexLock lock(&current.mu);
-      current.gen = generations.back().get();
-    }
-    return Generation{generations.back()->comm.get(), generations.back()->checkpoints(),
-                      joined.generation()};
-  };
-
-  TrainingProgress& progress = where.progress;
-  g_progress.store(&progress);
-  RaiseTo(progress.checkpoint_request, g_checkpoint_requests.load());
-  TrainOptions train_options;
-  train_options.checkpoints = generations.back()->checkpoints();
-  train_options.resume = first->resume();
-  train_options.generation = first->generation();
-  if (spec.has_elastic()) train_options.rejoin = rejoin;
-  train_options.sample_trace_dir = Env("CHORUS_SAMPLE_TRACE");
-  if (!first->resume().job_id().empty() && first->rank() == 0 && first->generation() == 1) {
-    LOG(INFO) << job_id << ": resuming from checkpoint " << first->resume().job_id() << " step "
-              << first->resume().step();
+              << absl::FormatDuration(
+                     absl::Trunc(absl::Now() - connect_start, absl::Milliseconds(1)));
+    return Generation{gen->comm.get(), gen->checkpoints(), joined.generation()};
   }
-  absl::StatusOr<v1::Metrics> result;
-  {
-    HeartbeatStream::Options heartbeat_options;
-    // Through the agent when it collects its ranks' heartbeats (Note
-    // [Heartbeats through the agent] in worker/agent/agent.cc).
-    heartbeat_options.agent = AgentChannelFromEnvironment();
-    // A survivor whose communicator has not failed by itself (its peers
-    // were not its ring neighbours, say) learns of the next generation here.
-    heartbeat_options.on_directive = [&](const v1::Directive& directive) {
-      if (TakeStepDirective(job_id, directive, progress)) return;
-      if (directive.kind() == v1::Directive::ABORT) {
-        // The job ended (failed, cancelled) and this rank was not stopped:
-        // its next collective fails, and training with it.
-        std::shared_ptr<Communicator> comm;
-        {
-          absl::MutexLock lock(&current.mu);
-          comm = current.gen->comm;
-        }
-        LOG(WARNING) << job_id << ": the coordinator aborts the rank: " << directive.reason();
-        comm->Abort(absl::StrCat("the coordinator aborts the rank: ", directive.reason()));
-        return;
-      }
-      if (directive.kind() != v1::Directive::RE_RENDEZVOUS) return;
+
+  // The heartbeat stream's directives: step directives for the training
+  // loop, or the end of the current generation's communicator. A survivor
+  // whose communicator has not failed by itself (its peers were not its
+  // ring neighbours, say) learns of the next generation here.
+  void OnDirective(const v1::Directive& directive) {
+    if (TakeStepDirective(job_id_, directive, where_.progress)) return;
+    if (directive.kind() == v1::Directive::ABORT) {
+      // The job ended (failed, cancelled) and this rank was not stopped:
+      // its next collective fails, and training with it.
       std::shared_ptr<Communicator> comm;
       {
-        absl::MutexLock lock(&current.mu);
-        if (current.gen->joined.generation() >= directive.generation()) return;
-        comm = current.gen->comm;
+        absl::MutexLock lock(&mu_);
+        comm = current_->comm;
       }
-      LOG(WARNING) << job_id << ": the coordinator formed generation " << directive.generation()
-                   << " (" << directive.reason() << ")";
-      comm->Abort(absl::StrCat("the coordinator formed generation ", directive.generation(), ": ",
-                               directive.reason()));
-    };
-    HeartbeatStream heartbeats(
-        *ranks,
-        [&] {
-          absl::MutexLock lock(&current.mu);
-          return ComposeHeartbeat(current.gen->joined, job_id, *current.gen->comm, progress,
-                                  absl::Now());
-        },
-        heartbeat_options);
-    where.training = true;
-    result = Train(
-        spec, *generations.front()->comm,
-        [&](const v1::Metrics& m) { report(m, false, absl::OkStatus()); }, &progress,
-        train_options);
-  }
-  g_progress.store(nullptr);
-  where.training = false;
-  where.stage = "after training";
-  if (!result.ok()) {
-    generations.back()->comm->Abort(result.status().message());
-    if (left) {
-      LOG(INFO) << job_id << ": " << result.status().message() << " (its agent is draining)";
-      return 0;
+      LOG(WARNING) << job_id_ << ": the coordinator aborts the rank: " << directive.reason();
+      comm->Abort(absl::StrCat("the coordinator aborts the rank: ", directive.reason()));
+      return;
     }
-    return Fail(std::string(result.status().message()));
+    if (directive.kind() != v1::Directive::RE_RENDEZVOUS) return;
+    std::shared_ptr<Communicator> comm;
+    {
+      absl::MutexLock lock(&mu_);
+      if (current_->joined.generation() >= directive.generation()) return;
+      comm = current_->comm;
+    }
+    LOG(WARNING) << job_id_ << ": the coordinator formed generation " << directive.generation()
+                 << " (" << directive.reason() << ")";
+    comm->Abort(absl::StrCat("the coordinator formed generation ", directive.generation(), ": ",
+                             directive.reason()));
   }
-  report(*result, true, absl::OkStatus());
-  const v1::JoinResponse last = current_joined();
-  if (last.rank() == 0) {
-    LOG(INFO) << job_id << ": done after " << result->step() << " steps, "
-              << EvaluationText(*result);
+
+  // After training: the final report, or the failure (a rank that left
+  // ends well).
+  int Finish(const absl::StatusOr<v1::Metrics>& result) {
+    if (!result.ok()) {
+      generations_.back()->comm->Abort(result.status().message());
+      if (left_) {
+        LOG(INFO) << job_id_ << ": " << result.status().message() << " (its agent is draining)";
+        return 0;
+      }
+      return Fail(std::string(result.status().message()));
+    }
+    Report(*result, true, absl::OkStatus());
+    const v1::JoinResponse last = CurrentJoined();
+    if (last.rank() == 0) {
+      LOG(INFO) << job_id_ << ": done after " << result->step() << " steps, "
+                << EvaluationText(*result);
+    }
+    return 0;
   }
-  return 0;
+
+  RankWhere& where_;
+  const RankLaunch launch_;
+  const std::string job_id_;
+  const std::string rank_host_;  // where this rank's Gloo transport binds
+  const std::shared_ptr<grpc::Channel> channel_;
+  const std::unique_ptr<v1::RankService::Stub> ranks_;
+  const v1::JoinResponse first_;  // chorus-rank's join
+  std::vector<std::unique_ptr<JoinedGeneration>> generations_;
+  absl::Mutex mu_;
+  JoinedGeneration* current_ ABSL_GUARDED_BY(mu_) = nullptr;
+  bool left_ = false;
+};
+
+int Run(RankWhere& where) {
+  absl::StatusOr<std::unique_ptr<TrainerRank>> rank = TrainerRank::Start(where);
+  if (!rank.ok()) return Fail(std::string(rank.status().message()));
+  return (*rank)->Train();
 }
 
 }  // namespace

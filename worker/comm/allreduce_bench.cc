@@ -22,9 +22,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/machine_facts.h"
@@ -54,6 +58,177 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// The three all-reduces a rank compares, each connected to the other rank:
+// raw gloo on a context of its own, ours (shared memory, as both ranks share
+// this host) and ours again with shared memory off (the TCP ring).
+class AllreduceSides {
+ public:
+  static absl::StatusOr<std::unique_ptr<AllreduceSides>> Connect(int rank, Store& store,
+                                                                 size_t segment_kb,
+                                                                 size_t shm_segment_kb) {
+    std::unique_ptr<AllreduceSides> sides(new AllreduceSides(store));
+    // Raw gloo: its own context over the same kind of TCP device.
+    GlooStore raw_gloo_store(sides->raw_store_, absl::Seconds(60));
+    gloo::transport::tcp::attr attr;
+    attr.hostname = "127.0.0.1";
+    auto device = gloo::transport::tcp::CreateDevice(attr);
+    sides->raw_ = std::make_shared<gloo::rendezvous::Context>(rank, 2);
+    sides->raw_->setTimeout(std::chrono::seconds(120));
+    sides->raw_->connectFullMesh(raw_gloo_store, device);
+
+    GlooOptions options;
+    options.rank = rank;
+    options.size = 2;
+    options.op_timeout = absl::Seconds(120);
+    if (segment_kb > 0) options.segment_bytes = segment_kb * 1024;
+    if (shm_segment_kb > 0) options.shm_segment_bytes = shm_segment_kb * 1024;
+    auto ours = CreateGlooCommunicator(options, sides->ours_store_);
+    if (!ours.ok()) return ours.status();
+    sides->ours_ = *ours;
+    GlooOptions tcp_options = options;
+    tcp_options.shared_memory = false;
+    auto tcp = CreateGlooCommunicator(tcp_options, sides->tcp_store_);
+    if (!tcp.ok()) return tcp.status();
+    sides->tcp_ = *tcp;
+    return sides;
+  }
+
+  // A barrier on the raw context, which every side's op starts after.
+  void Barrier() {
+    gloo::BarrierOptions opts(raw_);
+    opts.setTag(raw_tag_++);
+    gloo::barrier(opts);
+  }
+
+  void RawAllReduce(at::Tensor& buf) {
+    gloo::AllreduceOptions opts(raw_);
+    opts.setOutput(buf.data_ptr<float>(), static_cast<size_t>(buf.numel()));
+    opts.setReduceFunction(
+        static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+    opts.setTag(raw_tag_++);
+    gloo::allreduce(opts);
+  }
+
+  absl::Status OurAllReduce(at::Tensor& buf) { return AllReduceWith(*ours_, buf); }
+  absl::Status TcpAllReduce(at::Tensor& buf) { return AllReduceWith(*tcp_, buf); }
+
+ private:
+  explicit AllreduceSides(Store& store)
+      : raw_store_(store, "raw"), ours_store_(store, "ours"), tcp_store_(store, "tcp") {}
+
+  static absl::Status AllReduceWith(Communicator& comm, at::Tensor& buf) {
+    return comm.AllReduce(buf, ReduceOp::kSum, "bench")->Wait(absl::Now() + absl::Seconds(120));
+  }
+
+  PrefixStore raw_store_;
+  PrefixStore ours_store_;
+  PrefixStore tcp_store_;
+  std::shared_ptr<gloo::rendezvous::Context> raw_;
+  uint32_t raw_tag_ = 1;
+  std::shared_ptr<Communicator> ours_;
+  std::shared_ptr<Communicator> tcp_;
+};
+
+// One timed op: wall time, CPU time of this process and its minor page
+// faults.
+struct OpSample {
+  double ms = 0;
+  double cpu_ms = 0;
+  int64_t faults = 0;
+};
+
+absl::StatusOr<OpSample> TimeOp(absl::FunctionRef<absl::Status()> op) {
+  const double c0 = ProcessCpuMs();
+  const int64_t f0 = MinorPageFaults();
+  const absl::Time t0 = absl::Now();
+  const absl::Status s = op();
+  OpSample sample;
+  sample.ms = absl::ToDoubleMilliseconds(absl::Now() - t0);
+  sample.cpu_ms = ProcessCpuMs() - c0;
+  sample.faults = MinorPageFaults() - f0;
+  if (!s.ok()) return s;
+  return sample;
+}
+
+// One side's measured ops of one size.
+struct SideTimes {
+  std::vector<double> ms;
+  std::vector<double> cpu_ms;
+  int64_t faults = 0;  // summed over the measured ops
+
+  void Add(const OpSample& op) {
+    ms.push_back(op.ms);
+    cpu_ms.push_back(op.cpu_ms);
+    faults += op.faults;
+  }
+};
+
+struct Size {
+  const char* name;
+  int64_t mb;
+  int iters;
+};
+
+// One size's buffers (each side sums into its own) and measured ops.
+struct SizeRun {
+  explicit SizeRun(int64_t n)
+      : raw_buf(at::ones({n})), our_buf(at::ones({n})), tcp_buf(at::ones({n})) {}
+
+  at::Tensor raw_buf, our_buf, tcp_buf;
+  SideTimes raw, ours, tcp;
+};
+
+// 8 warm-up rounds on every side, then `iters` measured ones; in each round
+// raw, ours and ours over TCP run one after another, each after a barrier.
+// Ours measures both transports on its first 8 all-reduces of a size
+// (TransportTuner) before it settles.
+absl::Status RunRounds(AllreduceSides& sides, int iters, SizeRun& run) {
+  for (int i = -8; i < iters; ++i) {
+    sides.Barrier();
+    absl::StatusOr<OpSample> raw = TimeOp([&] {
+      sides.RawAllReduce(run.raw_buf);
+      return absl::OkStatus();
+    });
+    sides.Barrier();
+    absl::StatusOr<OpSample> ours = TimeOp([&] { return sides.OurAllReduce(run.our_buf); });
+    if (!ours.ok()) return ours.status();
+    sides.Barrier();
+    absl::StatusOr<OpSample> tcp = TimeOp([&] { return sides.TcpAllReduce(run.tcp_buf); });
+    if (!tcp.ok()) return tcp.status();
+    if (i >= 0) {
+      run.raw.Add(*raw);
+      run.ours.Add(*ours);
+      run.tcp.Add(*tcp);
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Rank 0's report of one size: the details on stderr, the result line on
+// stdout.
+void PrintResult(const Size& size, int iters, const SizeRun& run) {
+  const double ours = Median(run.ours.ms);
+  const double peer = Median(run.raw.ms);
+  const double tcp = Median(run.tcp.ms);
+  const double gbps = 2.0 * (size.mb / 1024.0) / (peer / 1000.0);
+  const double our_faults = static_cast<double>(run.ours.faults) / iters;
+  const double raw_faults = static_cast<double>(run.raw.faults) / iters;
+  std::cerr << absl::StrFormat(
+      "allreduce %s: ours %.2f ms (%.2f ms CPU), raw gloo %.2f ms (%.2f ms CPU), %.2f GB/s "
+      "algorithm bandwidth for raw gloo, %d iters; ours with shared memory off (TCP ring) "
+      "%.2f ms (ratio %.2f); page faults per op on rank 0: ours %.1f, raw %.1f, TCP ring "
+      "%.1f\n",
+      size.name, ours, Median(run.ours.cpu_ms), peer, Median(run.raw.cpu_ms), gbps / 2.0, iters,
+      tcp, tcp / peer, our_faults, raw_faults, static_cast<double>(run.tcp.faults) / iters);
+  std::cout << absl::StrFormat(
+                   "{\"bench\": \"allreduce_%s\", \"metric\": \"median_time_per_allreduce\", "
+                   "\"unit\": \"ms\", \"ours\": %.3f, \"peer\": %.3f, \"peer_name\": \"raw "
+                   "gloo::allreduce\", \"ratio\": %.4f, \"ours_page_faults_per_op\": %.1f, "
+                   "\"peer_page_faults_per_op\": %.1f}",
+                   size.name, ours, peer, ours / peer, our_faults, raw_faults)
+            << std::endl;
+}
+
 int RunRank(int rank, const std::string& store_dir, double iters_scale, size_t segment_kb,
             size_t shm_segment_kb) {
   at::set_num_threads(1);
@@ -62,143 +237,27 @@ int RunRank(int rank, const std::string& store_dir, double iters_scale, size_t s
     std::cerr << store.status() << "\n";
     return 1;
   }
-  // Raw gloo: its own context over the same kind of TCP device.
-  PrefixStore raw_store(**store, "raw");
-  GlooStore raw_gloo_store(raw_store, absl::Seconds(60));
-  gloo::transport::tcp::attr attr;
-  attr.hostname = "127.0.0.1";
-  auto device = gloo::transport::tcp::CreateDevice(attr);
-  auto raw = std::make_shared<gloo::rendezvous::Context>(rank, 2);
-  raw->setTimeout(std::chrono::seconds(120));
-  raw->connectFullMesh(raw_gloo_store, device);
-
-  PrefixStore ours_store(**store, "ours");
-  GlooOptions options;
-  options.rank = rank;
-  options.size = 2;
-  options.op_timeout = absl::Seconds(120);
-  if (segment_kb > 0) options.segment_bytes = segment_kb * 1024;
-  if (shm_segment_kb > 0) options.shm_segment_bytes = shm_segment_kb * 1024;
-  auto comm = CreateGlooCommunicator(options, ours_store);
-  if (!comm.ok()) {
-    std::cerr << comm.status() << "\n";
+  auto sides = AllreduceSides::Connect(rank, **store, segment_kb, shm_segment_kb);
+  if (!sides.ok()) {
+    std::cerr << sides.status() << "\n";
     return 1;
   }
-  // Ours again with shared memory off: the TCP ring, for comparison (the
-  // default above uses shared memory since both ranks share this host).
-  PrefixStore tcp_store(**store, "tcp");
-  GlooOptions tcp_options = options;
-  tcp_options.shared_memory = false;
-  auto tcp_comm = CreateGlooCommunicator(tcp_options, tcp_store);
-  if (!tcp_comm.ok()) {
-    std::cerr << tcp_comm.status() << "\n";
-    return 1;
-  }
-
-  uint32_t raw_tag = 1;
-  auto barrier = [&] {
-    gloo::BarrierOptions opts(raw);
-    opts.setTag(raw_tag++);
-    gloo::barrier(opts);
-  };
-  struct Size {
-    const char* name;
-    int64_t mb;
-    int iters;
-  };
   const std::vector<Size> sizes = {{"1MB", 1, 60}, {"100MB", 100, 6}, {"25MB", 25, 16}};
   for (const Size& size : sizes) {
-    const int64_t n = size.mb * 1024 * 1024 / 4;
-    at::Tensor raw_buf = at::ones({n});
-    at::Tensor our_buf = at::ones({n});
-    at::Tensor tcp_buf = at::ones({n});
+    SizeRun run(size.mb * 1024 * 1024 / 4);
     const int iters = std::max(3, static_cast<int>(size.iters * iters_scale));
-    std::vector<double> raw_ms, our_ms, tcp_ms, raw_cpu, our_cpu;
-    // Minor page faults of this process per op, summed over measured ops.
-    int64_t raw_faults = 0, our_faults = 0, tcp_faults = 0;
-    // 8 warm-up rounds on every side: ours measures both transports on its
-    // first 8 all-reduces of a size (TransportTuner) before it settles.
-    for (int i = -8; i < iters; ++i) {
-      barrier();
-      double c0 = ProcessCpuMs();
-      int64_t f0 = MinorPageFaults();
-      absl::Time t0 = absl::Now();
-      {
-        gloo::AllreduceOptions opts(raw);
-        opts.setOutput(raw_buf.data_ptr<float>(), static_cast<size_t>(n));
-        opts.setReduceFunction(
-            static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
-        opts.setTag(raw_tag++);
-        gloo::allreduce(opts);
-      }
-      double raw_t = absl::ToDoubleMilliseconds(absl::Now() - t0);
-      double raw_c = ProcessCpuMs() - c0;
-      const int64_t raw_f = MinorPageFaults() - f0;
-      barrier();
-      c0 = ProcessCpuMs();
-      f0 = MinorPageFaults();
-      t0 = absl::Now();
-      absl::Status s = (*comm)
-                           ->AllReduce(our_buf, ReduceOp::kSum, "bench")
-                           ->Wait(absl::Now() + absl::Seconds(120));
-      double our_t = absl::ToDoubleMilliseconds(absl::Now() - t0);
-      double our_c = ProcessCpuMs() - c0;
-      const int64_t our_f = MinorPageFaults() - f0;
-      if (!s.ok()) {
-        std::cerr << s << "\n";
-        return 1;
-      }
-      barrier();
-      f0 = MinorPageFaults();
-      t0 = absl::Now();
-      s = (*tcp_comm)
-              ->AllReduce(tcp_buf, ReduceOp::kSum, "bench")
-              ->Wait(absl::Now() + absl::Seconds(120));
-      double tcp_t = absl::ToDoubleMilliseconds(absl::Now() - t0);
-      const int64_t tcp_f = MinorPageFaults() - f0;
-      if (!s.ok()) {
-        std::cerr << s << "\n";
-        return 1;
-      }
-      if (i >= 0) {
-        raw_ms.push_back(raw_t);
-        our_ms.push_back(our_t);
-        tcp_ms.push_back(tcp_t);
-        raw_cpu.push_back(raw_c);
-        our_cpu.push_back(our_c);
-        raw_faults += raw_f;
-        our_faults += our_f;
-        tcp_faults += tcp_f;
-      }
+    if (absl::Status s = RunRounds(**sides, iters, run); !s.ok()) {
+      std::cerr << s << "\n";
+      return 1;
     }
-    // Both buffers saw the same number of sums: check they agree.
-    if (!at::equal(raw_buf, our_buf) || !at::equal(raw_buf, tcp_buf)) {
+    // Every buffer saw the same number of sums: check they agree.
+    if (!at::equal(run.raw_buf, run.our_buf) || !at::equal(run.raw_buf, run.tcp_buf)) {
       std::cerr << "results differ between raw gloo and Chorus\n";
       return 1;
     }
-    if (rank == 0) {
-      const double ours = Median(our_ms);
-      const double peer = Median(raw_ms);
-      const double gbps = 2.0 * (size.mb / 1024.0) / (peer / 1000.0);
-      std::cerr << absl::StrFormat(
-          "allreduce %s: ours %.2f ms (%.2f ms CPU), raw gloo %.2f ms (%.2f ms CPU), %.2f GB/s "
-          "algorithm bandwidth for raw gloo, %d iters; ours with shared memory off (TCP ring) "
-          "%.2f ms (ratio %.2f); page faults per op on rank 0: ours %.1f, raw %.1f, TCP ring "
-          "%.1f\n",
-          size.name, ours, Median(our_cpu), peer, Median(raw_cpu), gbps / 2.0, iters,
-          Median(tcp_ms), Median(tcp_ms) / peer, static_cast<double>(our_faults) / iters,
-          static_cast<double>(raw_faults) / iters, static_cast<double>(tcp_faults) / iters);
-      std::cout << absl::StrFormat(
-                       "{\"bench\": \"allreduce_%s\", \"metric\": \"median_time_per_allreduce\", "
-                       "\"unit\": \"ms\", \"ours\": %.3f, \"peer\": %.3f, \"peer_name\": \"raw "
-                       "gloo::allreduce\", \"ratio\": %.4f, \"ours_page_faults_per_op\": %.1f, "
-                       "\"peer_page_faults_per_op\": %.1f}",
-                       size.name, ours, peer, ours / peer, static_cast<double>(our_faults) / iters,
-                       static_cast<double>(raw_faults) / iters)
-                << std::endl;
-    }
+    if (rank == 0) PrintResult(size, iters, run);
   }
-  barrier();
+  (*sides)->Barrier();
   return 0;
 }
 

@@ -46,6 +46,7 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -215,36 +216,130 @@ std::map<std::string, std::string> ReadPeer(const std::string& path) {
   return values;
 }
 
-int Main(int argc, char** argv) {
+struct BenchFlags {
   std::string models = "all";
-  int gpus = 0;
-  const char* env_python = std::getenv("CHORUS_TEST_PYTHON");
-  std::string python = env_python != nullptr ? env_python : "python3";
+  int gpus = 0;  // 0: all visible
+  std::string python;
   std::string script = "worker/ddp/testdata/pytorch_ddp_cuda_bench.py";
   bool view = false;
   std::string trace_dir;
+};
+
+// The flags of the usage above (and --script, the PyTorch side's path);
+// false after saying what is wrong.
+bool ParseFlags(int argc, char** argv, BenchFlags& flags) {
+  const char* env_python = std::getenv("CHORUS_TEST_PYTHON");
+  flags.python = env_python != nullptr ? env_python : "python3";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--model") {
-      models = argv[i + 1];
+      flags.models = argv[i + 1];
     } else if (flag == "--gpus") {
-      gpus = std::atoi(argv[i + 1]);
+      flags.gpus = std::atoi(argv[i + 1]);
     } else if (flag == "--python") {
-      python = argv[i + 1];
+      flags.python = argv[i + 1];
     } else if (flag == "--script") {
-      script = argv[i + 1];
+      flags.script = argv[i + 1];
     } else if (flag == "--view" &&
                (std::string(argv[i + 1]) == "0" || std::string(argv[i + 1]) == "1")) {
-      view = std::string(argv[i + 1]) == "1";
+      flags.view = std::string(argv[i + 1]) == "1";
     } else if (flag == "--trace") {
-      trace_dir = argv[i + 1];
+      flags.trace_dir = argv[i + 1];
     } else {
       std::cerr << "ddp_cuda_bench: unknown flag or value " << flag << " " << argv[i + 1]
                 << " (flags: --model mlp|cnn|all, --gpus N, --python PATH, --script PATH, "
                    "--view 0|1, --trace DIR)\n";
-      return 2;
+      return false;
     }
   }
+  return true;
+}
+
+// The PyTorch side's figures for one model.
+struct PeerTimes {
+  double ddp_ms = 0;
+  double plain_ms = 0;
+  std::string version;  // PyTorch's
+};
+
+// Runs the PyTorch side (one process per GPU) for model `name`, writing to
+// `out`; nullopt after saying why it failed.
+std::optional<PeerTimes> RunPeer(const BenchFlags& flags, const std::string& name, int64_t batch,
+                                 const std::string& out) {
+  std::ostringstream command;
+  command << flags.python << " " << flags.script << " " << out << " " << name << " " << flags.gpus
+          << " " << batch << " " << kWarmup << " " << kBlocks << " " << kStepsPerBlock << " "
+          << (flags.view ? 1 : 0);
+  if (!flags.trace_dir.empty()) command << " " << flags.trace_dir;
+  if (std::system(command.str().c_str()) != 0) {
+    std::cerr << "ddp_cuda_bench: the PyTorch run failed: " << command.str() << "\n";
+    return std::nullopt;
+  }
+  std::map<std::string, std::string> peer = ReadPeer(out);
+  if (!peer.count("ddp") || !peer.count("plain")) {
+    std::cerr << "ddp_cuda_bench: the PyTorch run wrote no times to " << out << "\n";
+    return std::nullopt;
+  }
+  return PeerTimes{std::stod(peer["ddp"]), std::stod(peer["plain"]), peer["version"]};
+}
+
+// Runs Chorus's side for model `name`: one rank per GPU, as threads of this
+// process. Rank 0's result; nullopt after saying which rank failed and why.
+std::optional<RankResult> RunChorusRanks(const BenchFlags& flags, const std::string& name,
+                                         int64_t batch) {
+  MemoryStore store;
+  std::vector<RankResult> results(flags.gpus);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < flags.gpus; ++r) {
+    threads.emplace_back([&, r] {
+      results[r] = RunRank(name, r, flags.gpus, batch, flags.view, flags.trace_dir, store);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < flags.gpus; ++r) {
+    if (!results[r].error.empty()) {
+      std::cerr << "ddp_cuda_bench: rank " << r << ": " << results[r].error << "\n";
+      return std::nullopt;
+    }
+  }
+  return results[0];
+}
+
+// One model's figures: the details on stderr, the two result lines on
+// stdout.
+void PrintResult(const BenchFlags& flags, const std::string& name, int64_t batch,
+                 const RankResult& ours, const PeerTimes& peer) {
+  const int64_t params = Parameters(*MakeModel(name));
+  const double ddp = ours.ddp_ms;
+  const double plain = ours.plain_ms;
+  char line[1024];
+  std::fprintf(stderr,
+               "%s (%.1f M parameters, batch %lld per GPU, %d GPU(s)): Chorus DDP %.3f ms/step, "
+               "PyTorch DDP %.3f ms/step; without DDP: Chorus's loop %.3f ms, PyTorch's %.3f "
+               "ms; DDP overhead Chorus %.1f%%, PyTorch %.1f%%\n",
+               name.c_str(), params / 1e6, static_cast<long long>(batch), flags.gpus, ddp,
+               peer.ddp_ms, plain, peer.plain_ms, 100 * (ddp / plain - 1),
+               100 * (peer.ddp_ms / peer.plain_ms - 1));
+  std::snprintf(line, sizeof(line),
+                "{\"bench\": \"ddp_cuda_%s\", \"metric\": \"median_step_time\", \"unit\": "
+                "\"ms\", \"ours\": %.4f, \"peer\": %.4f, \"peer_name\": \"PyTorch DDP %s "
+                "(NCCL)\", \"ratio\": %.4f, \"gpus\": %d, \"batch_per_gpu\": %lld, "
+                "\"gradient_as_bucket_view\": %s}",
+                name.c_str(), ddp, peer.ddp_ms, peer.version.c_str(), ddp / peer.ddp_ms, flags.gpus,
+                static_cast<long long>(batch), flags.view ? "true" : "false");
+  std::cout << line << std::endl;
+  std::snprintf(line, sizeof(line),
+                "{\"bench\": \"ddp_cuda_%s_overhead\", \"metric\": \"median_step_time\", "
+                "\"unit\": \"ms\", \"ours\": %.4f, \"peer\": %.4f, \"peer_name\": \"the same "
+                "loop without DDP\", \"ratio\": %.4f, \"gpus\": %d, "
+                "\"pytorch_ddp_overhead_ratio\": %.4f}",
+                name.c_str(), ddp, plain, ddp / plain, flags.gpus, peer.ddp_ms / peer.plain_ms);
+  std::cout << line << std::endl;
+}
+
+int Main(int argc, char** argv) {
+  BenchFlags flags;
+  if (!ParseFlags(argc, argv, flags)) return 2;
   if (!NcclAvailable() || !at::hasCUDA() || torch::cuda::device_count() < 1) {
     std::cerr << "ddp_cuda_bench: needs an NCCL build (--config=cuda or tests/gpu), a CUDA "
                  "LibTorch and a GPU; here: nccl="
@@ -252,12 +347,12 @@ int Main(int argc, char** argv) {
     return 2;
   }
   const int visible = static_cast<int>(torch::cuda::device_count());
-  if (gpus <= 0 || gpus > visible) gpus = visible;
+  if (flags.gpus <= 0 || flags.gpus > visible) flags.gpus = visible;
   std::vector<std::string> names;
-  if (models == "all" || models == "mlp") names.push_back("mlp");
-  if (models == "all" || models == "cnn") names.push_back("cnn");
+  if (flags.models == "all" || flags.models == "mlp") names.push_back("mlp");
+  if (flags.models == "all" || flags.models == "cnn") names.push_back("cnn");
   if (names.empty()) {
-    std::cerr << "ddp_cuda_bench: --model must be mlp, cnn or all, got " << models << "\n";
+    std::cerr << "ddp_cuda_bench: --model must be mlp, cnn or all, got " << flags.models << "\n";
     return 2;
   }
   char dir_template[] = "/tmp/ddp_cuda_bench.XXXXXX";
@@ -268,62 +363,12 @@ int Main(int argc, char** argv) {
   }
   for (const std::string& name : names) {
     const int64_t batch = name == "mlp" ? 1024 : 256;
-    const std::string out = std::string(dir) + "/peer_" + name;
-    std::ostringstream command;
-    command << python << " " << script << " " << out << " " << name << " " << gpus << " " << batch
-            << " " << kWarmup << " " << kBlocks << " " << kStepsPerBlock << " " << (view ? 1 : 0);
-    if (!trace_dir.empty()) command << " " << trace_dir;
-    if (std::system(command.str().c_str()) != 0) {
-      std::cerr << "ddp_cuda_bench: the PyTorch run failed: " << command.str() << "\n";
-      return 1;
-    }
-    std::map<std::string, std::string> peer = ReadPeer(out);
-    if (!peer.count("ddp") || !peer.count("plain")) {
-      std::cerr << "ddp_cuda_bench: the PyTorch run wrote no times to " << out << "\n";
-      return 1;
-    }
-    const double peer_ddp = std::stod(peer["ddp"]);
-    const double peer_plain = std::stod(peer["plain"]);
-
-    MemoryStore store;
-    std::vector<RankResult> results(gpus);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < gpus; ++r) {
-      threads.emplace_back(
-          [&, r] { results[r] = RunRank(name, r, gpus, batch, view, trace_dir, store); });
-    }
-    for (auto& t : threads) t.join();
-    for (int r = 0; r < gpus; ++r) {
-      if (!results[r].error.empty()) {
-        std::cerr << "ddp_cuda_bench: rank " << r << ": " << results[r].error << "\n";
-        return 1;
-      }
-    }
-    const double ours = results[0].ddp_ms;
-    const double plain = results[0].plain_ms;
-    const int64_t params = Parameters(*MakeModel(name));
-    char line[1024];
-    std::fprintf(stderr,
-                 "%s (%.1f M parameters, batch %lld per GPU, %d GPU(s)): Chorus DDP %.3f ms/step, "
-                 "PyTorch DDP %.3f ms/step; without DDP: Chorus's loop %.3f ms, PyTorch's %.3f "
-                 "ms; DDP overhead Chorus %.1f%%, PyTorch %.1f%%\n",
-                 name.c_str(), params / 1e6, static_cast<long long>(batch), gpus, ours, peer_ddp,
-                 plain, peer_plain, 100 * (ours / plain - 1), 100 * (peer_ddp / peer_plain - 1));
-    std::snprintf(line, sizeof(line),
-                  "{\"bench\": \"ddp_cuda_%s\", \"metric\": \"median_step_time\", \"unit\": "
-                  "\"ms\", \"ours\": %.4f, \"peer\": %.4f, \"peer_name\": \"PyTorch DDP %s "
-                  "(NCCL)\", \"ratio\": %.4f, \"gpus\": %d, \"batch_per_gpu\": %lld, "
-                  "\"gradient_as_bucket_view\": %s}",
-                  name.c_str(), ours, peer_ddp, peer["version"].c_str(), ours / peer_ddp, gpus,
-                  static_cast<long long>(batch), view ? "true" : "false");
-    std::cout << line << std::endl;
-    std::snprintf(line, sizeof(line),
-                  "{\"bench\": \"ddp_cuda_%s_overhead\", \"metric\": \"median_step_time\", "
-                  "\"unit\": \"ms\", \"ours\": %.4f, \"peer\": %.4f, \"peer_name\": \"the same "
-                  "loop without DDP\", \"ratio\": %.4f, \"gpus\": %d, "
-                  "\"pytorch_ddp_overhead_ratio\": %.4f}",
-                  name.c_str(), ours, plain, ours / plain, gpus, peer_ddp / peer_plain);
-    std::cout << line << std::endl;
+    const std::optional<PeerTimes> peer =
+        RunPeer(flags, name, batch, std::string(dir) + "/peer_" + name);
+    if (!peer) return 1;
+    const std::optional<RankResult> ours = RunChorusRanks(flags, name, batch);
+    if (!ours) return 1;
+    PrintResult(flags, name, batch, *ours, *peer);
   }
   std::string cleanup = std::string("rm -rf ") + dir;
   if (std::system(cleanup.c_str()) != 0) std::cerr << "could not remove " << dir << "\n";

@@ -23,9 +23,12 @@
 
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -42,114 +45,177 @@ int Fail(const std::string& why) {
   return 1;
 }
 
-int Main(int argc, char** argv) {
-  std::string strategy = "ddp", store_dir, host = "127.0.0.1", hidden_arg = "2048,2048,2048";
-  int rank = 0, size = 1, steps = 30, warmup = 3, batch = 64;
+struct BenchFlags {
+  std::string strategy = "ddp";
+  std::string store_dir;
+  std::string host = "127.0.0.1";
+  std::string hidden = "2048,2048,2048";
+  int rank = 0;
+  int size = 1;
+  int steps = 30;
+  int warmup = 3;
+  int batch = 64;
+};
+
+// The flags as the usage above gives them; an error's message says which
+// flag is wrong.
+absl::StatusOr<BenchFlags> ParseFlags(int argc, char** argv) {
+  BenchFlags flags;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
     bool ok = true;
     if (flag == "--strategy")
-      strategy = value;
+      flags.strategy = value;
     else if (flag == "--store")
-      store_dir = value;
+      flags.store_dir = value;
     else if (flag == "--host")
-      host = value;
+      flags.host = value;
     else if (flag == "--hidden")
-      hidden_arg = value;
+      flags.hidden = value;
     else if (flag == "--rank")
-      ok = absl::SimpleAtoi(value, &rank);
+      ok = absl::SimpleAtoi(value, &flags.rank);
     else if (flag == "--size")
-      ok = absl::SimpleAtoi(value, &size);
+      ok = absl::SimpleAtoi(value, &flags.size);
     else if (flag == "--steps")
-      ok = absl::SimpleAtoi(value, &steps);
+      ok = absl::SimpleAtoi(value, &flags.steps);
     else if (flag == "--warmup")
-      ok = absl::SimpleAtoi(value, &warmup);
+      ok = absl::SimpleAtoi(value, &flags.warmup);
     else if (flag == "--batch")
-      ok = absl::SimpleAtoi(value, &batch);
+      ok = absl::SimpleAtoi(value, &flags.batch);
     else
-      return Fail("unknown flag " + flag);
-    if (!ok) return Fail("bad value for " + flag + ": " + value);
+      return absl::InvalidArgumentError("unknown flag " + flag);
+    if (!ok) return absl::InvalidArgumentError("bad value for " + flag + ": " + value);
   }
-  if (store_dir.empty()) return Fail("--store DIR is required");
-  at::set_num_threads(1);
-  torch::manual_seed(rank);
+  if (flags.store_dir.empty()) return absl::InvalidArgumentError("--store DIR is required");
+  return flags;
+}
+
+// MLP 784-H-...-10 for `hidden` = "H,...".
+absl::StatusOr<torch::nn::Sequential> MakeMlp(const std::string& hidden) {
   torch::nn::Sequential model;
   int64_t width = 784;
-  for (absl::string_view h : absl::StrSplit(hidden_arg, ',')) {
+  for (absl::string_view h : absl::StrSplit(hidden, ',')) {
     int64_t out = 0;
-    if (!absl::SimpleAtoi(h, &out)) return Fail("bad --hidden");
+    if (!absl::SimpleAtoi(h, &out)) return absl::InvalidArgumentError("bad --hidden");
     model->push_back(torch::nn::Linear(width, out));
     model->push_back(torch::nn::ReLU());
     width = out;
   }
   model->push_back(torch::nn::Linear(width, 10));
-  int64_t params = 0;
-  for (const auto& p : model->parameters()) params += p.numel();
-  torch::Tensor x = torch::randn({batch, 784});
-  torch::Tensor y = torch::randint(0, 10, {batch});
+  return model;
+}
 
-  auto store = FileStore::Open(store_dir);
-  if (!store.ok()) return Fail(std::string(store.status().message()));
-  GlooOptions options;
-  options.rank = rank;
-  options.size = size;
-  options.hostname = host;
-  std::shared_ptr<Communicator> comm;
-  if (strategy != "none") {
-    auto c = CreateGlooCommunicator(options, **store);
-    if (!c.ok()) return Fail(std::string(c.status().message()));
-    comm = *c;
+// One rank's training step under --strategy: plain SGD (`none`), SGD on
+// all-reduced gradients (`ddp`) or gossip averaging with a fused optimizer
+// (`ring`, `one_peer_exponential`).
+class StrategyTrainer {
+ public:
+  // Opens the store and, for every strategy but `none`, rendezvouses with
+  // the other ranks. An error's message is what the rank prints.
+  static absl::StatusOr<std::unique_ptr<StrategyTrainer>> Create(const BenchFlags& flags,
+                                                                 torch::nn::Sequential model) {
+    auto store = FileStore::Open(flags.store_dir);
+    if (!store.ok()) return store.status();
+    std::unique_ptr<StrategyTrainer> trainer(new StrategyTrainer(std::move(model)));
+    trainer->store_ = std::move(*store);
+    GlooOptions options;
+    options.rank = flags.rank;
+    options.size = flags.size;
+    options.hostname = flags.host;
+    if (flags.strategy != "none") {
+      auto c = CreateGlooCommunicator(options, *trainer->store_);
+      if (!c.ok()) return c.status();
+      trainer->comm_ = *c;
+    }
+    if (absl::Status s = trainer->CreateEngine(flags.strategy); !s.ok()) return s;
+    return trainer;
   }
-  std::vector<NamedTensor> named;
-  for (const auto& item : model->named_parameters()) named.push_back({item.key(), item.value()});
-  std::unique_ptr<DistributedDataParallel> ddp;
-  std::unique_ptr<DecentralizedDataParallel> gossip;
-  torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.01));
-  if (strategy == "ddp") {
-    auto d = DistributedDataParallel::Create(named, {}, *comm, DdpOptions());
-    if (!d.ok()) return Fail(std::string(d.status().message()));
-    ddp = std::move(*d);
-  } else if (strategy == "ring" || strategy == "one_peer_exponential") {
-    DecentralizedOptions o;
-    o.topology.kind = strategy == "ring" ? TopologyKind::kRing : TopologyKind::kOnePeerExponential;
-    auto g = DecentralizedDataParallel::Create(
-        named, {}, *comm,
-        [](const std::vector<at::Tensor>& p) {
-          return std::make_unique<torch::optim::SGD>(p, torch::optim::SGDOptions(0.01));
-        },
-        nullptr, o);
-    if (!g.ok()) return Fail(std::string(g.status().message()));
-    gossip = std::move(*g);
-  } else if (strategy != "none") {
-    return Fail("unknown --strategy " + strategy);
+
+  // Waits for every rank and every exchange in flight; a no-op for `none`.
+  absl::Status Barrier() {
+    if (!comm_) return absl::OkStatus();
+    return comm_->Barrier("bench")->Wait(absl::Now() + absl::Minutes(5));
   }
-  auto barrier = [&]() -> absl::Status {
-    if (!comm) return absl::OkStatus();
-    return comm->Barrier("bench")->Wait(absl::Now() + absl::Minutes(5));
-  };
+
+  absl::Status Step(const torch::Tensor& x, const torch::Tensor& y) {
+    if (!gossip_) sgd_.zero_grad();
+    if (ddp_) {
+      if (absl::Status s = ddp_->PrepareForBackward(); !s.ok()) return s;
+    }
+    torch::nn::functional::cross_entropy(model_->forward(x), y).backward();
+    if (ddp_) {
+      if (absl::Status s = ddp_->FinishGradientSync(); !s.ok()) return s;
+    }
+    if (gossip_) return gossip_->FinishStep();
+    sgd_.step();
+    return absl::OkStatus();
+  }
+
+ private:
+  explicit StrategyTrainer(torch::nn::Sequential model)
+      : model_(std::move(model)), sgd_(model_->parameters(), torch::optim::SGDOptions(0.01)) {}
+
+  absl::Status CreateEngine(const std::string& strategy) {
+    std::vector<NamedTensor> named;
+    for (const auto& item : model_->named_parameters()) {
+      named.push_back({item.key(), item.value()});
+    }
+    if (strategy == "ddp") {
+      auto d = DistributedDataParallel::Create(named, {}, *comm_, DdpOptions());
+      if (!d.ok()) return d.status();
+      ddp_ = std::move(*d);
+    } else if (strategy == "ring" || strategy == "one_peer_exponential") {
+      DecentralizedOptions o;
+      o.topology.kind =
+          strategy == "ring" ? TopologyKind::kRing : TopologyKind::kOnePeerExponential;
+      auto g = DecentralizedDataParallel::Create(
+          named, {}, *comm_,
+          [](const std::vector<at::Tensor>& p) {
+            return std::make_unique<torch::optim::SGD>(p, torch::optim::SGDOptions(0.01));
+          },
+          nullptr, o);
+      if (!g.ok()) return g.status();
+      gossip_ = std::move(*g);
+    } else if (strategy != "none") {
+      return absl::InvalidArgumentError("unknown --strategy " + strategy);
+    }
+    return absl::OkStatus();
+  }
+
+  torch::nn::Sequential model_;
+  std::unique_ptr<FileStore> store_;
+  std::shared_ptr<Communicator> comm_;
+  std::unique_ptr<DistributedDataParallel> ddp_;
+  std::unique_ptr<DecentralizedDataParallel> gossip_;
+  torch::optim::SGD sgd_;
+};
+
+int Main(int argc, char** argv) {
+  absl::StatusOr<BenchFlags> flags = ParseFlags(argc, argv);
+  if (!flags.ok()) return Fail(std::string(flags.status().message()));
+  at::set_num_threads(1);
+  torch::manual_seed(flags->rank);
+  absl::StatusOr<torch::nn::Sequential> model = MakeMlp(flags->hidden);
+  if (!model.ok()) return Fail(std::string(model.status().message()));
+  int64_t params = 0;
+  for (const auto& p : (*model)->parameters()) params += p.numel();
+  torch::Tensor x = torch::randn({flags->batch, 784});
+  torch::Tensor y = torch::randint(0, 10, {flags->batch});
+  auto trainer = StrategyTrainer::Create(*flags, *model);
+  if (!trainer.ok()) return Fail(std::string(trainer.status().message()));
+
   absl::Time start;
-  for (int i = 0; i < warmup + steps; ++i) {
-    if (i == warmup) {
-      if (absl::Status s = barrier(); !s.ok()) return Fail(s.ToString());
+  for (int i = 0; i < flags->warmup + flags->steps; ++i) {
+    if (i == flags->warmup) {
+      if (absl::Status s = (*trainer)->Barrier(); !s.ok()) return Fail(s.ToString());
       start = absl::Now();
     }
-    if (!gossip) sgd.zero_grad();
-    if (ddp) {
-      if (absl::Status s = ddp->PrepareForBackward(); !s.ok()) return Fail(s.ToString());
-    }
-    torch::nn::functional::cross_entropy(model->forward(x), y).backward();
-    if (ddp) {
-      if (absl::Status s = ddp->FinishGradientSync(); !s.ok()) return Fail(s.ToString());
-    }
-    if (gossip) {
-      if (absl::Status s = gossip->FinishStep(); !s.ok()) return Fail(s.ToString());
-    } else {
-      sgd.step();
-    }
+    if (absl::Status s = (*trainer)->Step(x, y); !s.ok()) return Fail(s.ToString());
   }
-  if (absl::Status s = barrier(); !s.ok()) return Fail(s.ToString());
-  const double ms = absl::ToDoubleMilliseconds(absl::Now() - start) / steps;
-  std::ofstream(absl::StrCat(store_dir, "/result.", rank)) << ms << " " << params << "\n";
+  if (absl::Status s = (*trainer)->Barrier(); !s.ok()) return Fail(s.ToString());
+  const double ms = absl::ToDoubleMilliseconds(absl::Now() - start) / flags->steps;
+  std::ofstream(absl::StrCat(flags->store_dir, "/result.", flags->rank))
+      << ms << " " << params << "\n";
   return 0;
 }
 
