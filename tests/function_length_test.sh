@@ -13,6 +13,34 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 root=${1:-$(dirname "$(realpath README.md)")}
 [[ -x "${root}/tools/function_lengths.py" ]] || { fail "no tools/function_lengths.py under '${root}'"; finish; }
 
+# The measuring tool itself: a method written in a class body of a header
+# and a function of a .cc are both measured, tests are not.
+fixture=$(mktemp -d)
+on_exit "rm -rf '${fixture}'"
+{
+  echo 'namespace x {'
+  echo 'class Widget {'
+  echo ' public:'
+  echo '  int Long(int a,'
+  echo '           int b) {'
+  for ((i = 0; i < 85; ++i)); do echo "    a += b;  // {"; done
+  echo '    return a;'
+  echo '  }'
+  echo '  int Short() { return 1; }'
+  echo '};'
+  echo '}  // namespace x'
+} > "${fixture}/widget.h"
+{
+  echo 'int Free() {'
+  for ((i = 0; i < 90; ++i)); do echo '  call("}");'; done
+  echo '}'
+} > "${fixture}/free.cc"
+cp "${fixture}/free.cc" "${fixture}/free_test.cc"
+measured=$("${root}/tools/function_lengths.py" --over 80 "${fixture}" | awk '{print $1, $3}' | sort | tr '\n' ' ')
+[[ "${measured}" == "89 Long 92 Free " ]] \
+  && pass "the tool measures class-body methods in headers and .cc functions, not tests" \
+  || fail "the tool measured '${measured}', expected '89 Long 92 Free '"
+
 report=$(python3 - "${root}" <<'PY'
 import subprocess, sys
 root = sys.argv[1]

@@ -3,14 +3,15 @@
 
 Usage: tools/function_lengths.py [--over N] [ROOT]
 
-Reads every .cc file under ROOT (default: the repository this script is in)
-except tests (*_test.cc), examples/ and Bazel's output links, and prints one
-line per function longer than N lines (default 0: all of them):
+Reads every .cc and .h file under ROOT (default: the repository this script
+is in) except tests (*_test.cc, *_test.h), examples/ and Bazel's output
+links, and prints one line per function longer than N lines (default 0: all
+of them):
 
   LINES PATH:LINE NAME
 
-A function is a brace block opened at namespace level whose head is not a
-class, struct, enum, union or initializer; its lines run from the first line
+A function is a brace block opened at namespace level or in a class body
+whose head is not a class, struct, enum, union or initializer; its lines run from the first line
 of its signature to its closing brace. String and character literals, raw
 strings and comments are skipped when braces are counted. Good enough for
 code formatted as this repository's is (clang-format, Google style), which is
@@ -22,6 +23,7 @@ import sys
 
 SKIP_DIRS = (".git", "bazel-", "third_party", "examples")
 TYPE_HEAD = re.compile(r"^(template\s*<.*>\s*)?(class|struct|enum|union)\b")
+ACCESS = re.compile(r"^(public|protected|private)\s*:\s*")
 NAME = re.compile(r"([A-Za-z_~][\w:~]*(?:operator\S+)?)\s*\(")
 
 
@@ -68,11 +70,26 @@ def code_of(line, state):
     return "".join(out)
 
 
+def signature_start(lines, i):
+    """The first line of the signature whose body opens on line i."""
+    s = i
+    while s > 0:
+        prev = lines[s - 1].strip()
+        if (not prev or prev.startswith(("//", "#", "/*", "*")) or ACCESS.match(prev)
+                or code_of(lines[s - 1], {}).rstrip().endswith((";", "}", "{"))):
+            break
+        s -= 1
+    return s
+
+
 def functions(path):
     lines = open(path, encoding="utf-8", errors="replace").read().split("\n")
     state = {}
     depth = 0
-    start = None
+    # Open blocks a function may be written in (class bodies) or that are
+    # not functions (initializers, enums), and the function being read:
+    # (kind, depth before the block opened, first line).
+    blocks = []
     found = []
     for i, raw in enumerate(lines):
         code = code_of(raw, state)
@@ -84,23 +101,22 @@ def functions(path):
         if re.match(r"^\}\s*$", stripped) and re.search(r"//\s*namespace", raw):
             continue
         opens, closes = code.count("{"), code.count("}")
-        if depth == 0 and start is None and opens > closes:
+        inside = blocks[-1][0] if blocks else "namespace"
+        if inside in ("namespace", "type") and opens > closes:
             head = stripped
-            if not TYPE_HEAD.match(head) and not re.search(r"=\s*\{?\s*$", head.split("{")[0]):
-                s = i
-                while s > 0:
-                    prev = lines[s - 1].strip()
-                    if (not prev or prev.startswith(("//", "#", "/*", "*"))
-                            or code_of(lines[s - 1], {}).rstrip().endswith((";", "}", "{"))):
-                        break
-                    s -= 1
-                start = s
+            if TYPE_HEAD.match(ACCESS.sub("", head)):
+                blocks.append(("type", depth, i))
+            elif re.search(r"=\s*\{?\s*$", head.split("{")[0]):
+                blocks.append(("other", depth, i))
+            else:
+                blocks.append(("function", depth, signature_start(lines, i)))
         depth = max(0, depth + opens - closes)
-        if depth == 0 and start is not None:
-            signature = " ".join(lines[start:i + 1][:4])
-            name = NAME.search(signature)
-            found.append((i - start + 1, start + 1, name.group(1) if name else "?"))
-            start = None
+        while blocks and depth <= blocks[-1][1]:
+            kind, _, start = blocks.pop()
+            if kind == "function":
+                signature = " ".join(lines[start:i + 1][:4])
+                name = NAME.search(signature)
+                found.append((i - start + 1, start + 1, name.group(1) if name else "?"))
     return found
 
 
@@ -115,7 +131,7 @@ def main(argv):
     for d, dirs, files in os.walk(root):
         dirs[:] = sorted(x for x in dirs if not x.startswith(SKIP_DIRS))
         for f in sorted(files):
-            if f.endswith(".cc") and not f.endswith("_test.cc"):
+            if f.endswith((".cc", ".h")) and not f.endswith(("_test.cc", "_test.h")):
                 path = os.path.join(d, f)
                 rel = os.path.relpath(path, root)
                 rows += [(n, rel, line, name) for n, line, name in functions(path) if n > over]

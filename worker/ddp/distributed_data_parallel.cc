@@ -182,8 +182,23 @@ class DistributedDataParallel::Impl {
   absl::Status Finish() {
     if (no_sync_) return absl::OkStatus();
     torch::NoGradGuard no_grad;
-    // Parameters without a gradient this iteration contribute zeros, so that
-    // every rank still launches every bucket (no rank is left waiting).
+    const std::vector<size_t> missing = ZeroMissingGradients();
+    LaunchReady();
+    absl::Status status = WaitForBuckets();
+    std::vector<int64_t> used = ReadUsedCounts(missing, status);
+    if (status.ok() && !options_.find_unused_parameters) status = CheckEveryParameterUsed(used);
+    if (status.ok()) {
+      InstallGradients(used);
+      if (!rebuilt_) status = RebuildFromRankZeroOrder(missing);
+    }
+    ResetForNextIteration();
+    return status;
+  }
+
+  // Parameters without a gradient this iteration contribute zeros, so that
+  // every rank still launches every bucket (no rank is left waiting). Returns
+  // their indices.
+  std::vector<size_t> ZeroMissingGradients() {
     std::vector<size_t> missing;
     for (size_t i : synced_) {
       if (ready_[i]) continue;
@@ -192,16 +207,24 @@ class DistributedDataParallel::Impl {
       buckets_[b].views[j].zero_();
       --buckets_[b].pending;
     }
-    LaunchReady();
-    // Note [Device buckets]: on a GPU the training stream, not the host,
-    // waits for the buckets.
+    return missing;
+  }
+
+  // Note [Device buckets]: on a GPU the training stream, not the host, waits
+  // for the buckets. The first error of the hooks or of a bucket.
+  absl::Status WaitForBuckets() {
     absl::Status status = hook_error_;
     for (Bucket& bucket : buckets_) {
       absl::Status s = bucket.work ? bucket.work->WaitOnDevice(Deadline())
                                    : absl::InternalError("bucket was never launched");
       if (status.ok() && !s.ok()) status = s;
     }
-    // How many ranks produced each gradient (Note [Used parameters]).
+    return status;
+  }
+
+  // How many ranks produced each gradient (Note [Used parameters]); an error
+  // of that all-reduce goes into `status` unless it holds one already.
+  std::vector<int64_t> ReadUsedCounts(const std::vector<size_t>& missing, absl::Status& status) {
     if (!used_work_) LaunchUsedCounts();
     const bool read_used = comm_.device().is_cpu() || !missing.empty();
     absl::Status used_status =
@@ -213,47 +236,51 @@ class DistributedDataParallel::Impl {
       const at::Tensor counts = used_wire_.to(at::kCPU);
       std::copy_n(counts.data_ptr<int64_t>(), used.size(), used.begin());
     }
+    return used;
+  }
 
-    if (status.ok() && !options_.find_unused_parameters) {
-      std::vector<std::string> names;
-      for (size_t k = 0; k < synced_.size(); ++k) {
-        if (used[k] < comm_.size()) names.push_back(params_[synced_[k]].name);
-      }
-      if (!names.empty()) {
-        status = absl::InvalidArgumentError(absl::StrCat(
-            "ddp:", options_.name, ": ", names.size(),
-            " parameter(s) got no gradient on at least one rank in this iteration: ",
-            absl::StrJoin(names.begin(), names.begin() + std::min<size_t>(names.size(), 10), ", "),
-            names.size() > 10 ? ", ..." : "",
-            ". If parts of the model are legitimately unused, enable find_unused_parameters "
-            "(strategy.ddp.find_unused_parameters: true); otherwise make every parameter "
-            "contribute to the loss."));
+  // Without find_unused_parameters, a parameter some rank gave no gradient is
+  // an error naming it.
+  absl::Status CheckEveryParameterUsed(const std::vector<int64_t>& used) const {
+    std::vector<std::string> names;
+    for (size_t k = 0; k < synced_.size(); ++k) {
+      if (used[k] < comm_.size()) names.push_back(params_[synced_[k]].name);
+    }
+    if (names.empty()) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ddp:", options_.name, ": ", names.size(),
+        " parameter(s) got no gradient on at least one rank in this iteration: ",
+        absl::StrJoin(names.begin(), names.begin() + std::min<size_t>(names.size(), 10), ", "),
+        names.size() > 10 ? ", ..." : "",
+        ". If parts of the model are legitimately unused, enable find_unused_parameters "
+        "(strategy.ddp.find_unused_parameters: true); otherwise make every parameter "
+        "contribute to the loss."));
+  }
+
+  // The averaged buckets become the parameters' gradients.
+  void InstallGradients(const std::vector<int64_t>& used) {
+    for (Bucket& bucket : buckets_) {
+      if (options_.compression != DdpOptions::Compression::kNone) bucket.flat.copy_(bucket.wire);
+    }
+    for (size_t k = 0; k < synced_.size(); ++k) {
+      const size_t i = synced_[k];
+      auto [b, j] = locator_[i];
+      at::Tensor& view = buckets_[b].views[j];
+      at::Tensor& grad = params_[i].tensor.mutable_grad();
+      if (used[k] == 0) {
+        grad = at::Tensor();  // unused on every rank: no gradient, as in PyTorch
+      } else if (options_.gradient_as_bucket_view) {
+        if (!grad.is_same(view)) grad = view;
+      } else if (grad.defined()) {
+        grad.copy_(view);
+      } else {
+        grad = view.clone();
       }
     }
+  }
 
-    if (status.ok()) {
-      for (Bucket& bucket : buckets_) {
-        if (options_.compression != DdpOptions::Compression::kNone) bucket.flat.copy_(bucket.wire);
-      }
-      for (size_t k = 0; k < synced_.size(); ++k) {
-        const size_t i = synced_[k];
-        auto [b, j] = locator_[i];
-        at::Tensor& view = buckets_[b].views[j];
-        at::Tensor& grad = params_[i].tensor.mutable_grad();
-        if (used[k] == 0) {
-          grad = at::Tensor();  // unused on every rank: no gradient, as in PyTorch
-        } else if (options_.gradient_as_bucket_view) {
-          if (!grad.is_same(view)) grad = view;
-        } else if (grad.defined()) {
-          grad.copy_(view);
-        } else {
-          grad = view.clone();
-        }
-      }
-      if (!rebuilt_) status = RebuildFromRankZeroOrder(missing);
-    }
-
-    // Ready for the next iteration, whatever happened.
+  // Ready for the next iteration, whatever happened.
+  void ResetForNextIteration() {
     std::fill(ready_.begin(), ready_.end(), 0);
     next_launch_ = 0;
     hook_error_ = absl::OkStatus();
@@ -263,7 +290,6 @@ class DistributedDataParallel::Impl {
     }
     used_work_.reset();
     ++iterations_;
-    return status;
   }
 
   // Note [Bucket order]: adopt rank 0's gradient-ready order.
