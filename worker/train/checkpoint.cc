@@ -138,6 +138,10 @@ Snapshot CollectSnapshot(
   s.train_state.emplace_back("meta.epoch", Scalar(position.epoch));
   s.train_state.emplace_back("meta.epoch_offset", Scalar(position.epoch_offset));
   s.train_state.emplace_back("meta.world_size", Scalar(position.world_size));
+  if (!position.shard_fingerprints.empty()) {
+    s.train_state.emplace_back("meta.shard_fingerprints",
+                               torch::tensor(position.shard_fingerprints, torch::kLong));
+  }
   if (exchange != nullptr && !exchange->received.empty()) {
     for (const NamedTensor& r : exchange->received) {
       s.train_state.emplace_back(kExchangePrefix + r.name,
@@ -321,6 +325,11 @@ absl::StatusOr<TrainingPosition> Restore(const std::vector<CheckpointFileData>& 
   position.epoch_offset = get("meta.epoch_offset").item<int64_t>();
   if (get("meta.world_size").defined())
     position.world_size = get("meta.world_size").item<int64_t>();
+  if (const at::Tensor f = get("meta.shard_fingerprints"); f.defined()) {
+    const at::Tensor flat = f.to(at::kLong).contiguous().view(-1);
+    position.shard_fingerprints.assign(flat.data_ptr<int64_t>(),
+                                       flat.data_ptr<int64_t>() + flat.numel());
+  }
   if (exchange != nullptr) {
     *exchange = ExchangeState();
     exchange->pair =

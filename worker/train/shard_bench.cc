@@ -123,6 +123,12 @@ std::vector<std::string> WriteShards(const std::string& dir, const std::string& 
     }
     if (!(*tar)->Close().ok()) std::exit(1);
   }
+  for (const std::string& path : paths) {  // as `chorus dataset pack` writes them
+    if (!Exists(IndexFilePath(path)) && !WriteIndexFile(path, "x.npy", "y.npy").ok()) {
+      std::cerr << "cannot write the index of " << path << "\n";
+      std::exit(1);
+    }
+  }
   return paths;
 }
 

@@ -5,7 +5,10 @@
 // tensors and keeps them in a queue bounded by data.shards.read_ahead_bytes,
 // so that a step finds its batch ready when the disk keeps up.
 //
-// Only the rank's own samples are read. Memory: the queue (at most
+// Only the rank's own samples are read; a second thread reads the bytes of
+// the next read_ahead_bytes of them into the page cache in large forward
+// reads, so that a cold disk streams (Note [Cold reads] in shard_reader.cc).
+// Memory: the queue (at most
 // read_ahead_bytes, or one batch when a batch is larger) and up to three
 // batches more (being read, being trained, just released), plus the index
 // (ShardIndex) and the epoch's order.
@@ -16,7 +19,8 @@
 // the re-sharded rest of the epoch (Note [Streamed order] in sampler.cc).
 //
 // Thread-safety: Start, Next and stats are called from one thread (the
-// trainer's); the reader's own thread is joined by Start and the destructor.
+// trainer's); the reader's own threads (reading, and advising the kernel of
+// what is read next) are joined by Start and the destructor.
 //
 // Example:
 //   ASSIGN_OR_RETURN(std::unique_ptr<ShardReader> reader, ShardReader::Open(spec.data().shards(),
@@ -101,7 +105,10 @@ class ShardReader {
       : index_(std::move(index)), options_(options) {}
 
   void Stop();
-  void Run(std::vector<int64_t> indices, int64_t batch_size);
+  void Run(std::shared_ptr<const std::vector<int64_t>> indices, int64_t batch_size);
+  // The advisor's thread: tells the kernel which bytes the reader reads
+  // next, `window` samples ahead of it (Note [Cold reads] in shard_reader.cc).
+  void Advise(std::shared_ptr<const std::vector<int64_t>> indices, int64_t window);
   ShardBatch NewBatch(int64_t n);
   absl::StatusOr<ShardBatch> ReadBatch(const int64_t* indices, int64_t n);
   absl::Status ReadSample(int64_t index, const SampleLocation& loc, int64_t row, ShardBatch& batch);
@@ -131,6 +138,7 @@ class ShardReader {
   Layout layout_;
   Dataset probe_;
   int64_t read_ahead_bytes_ = 0;
+  int64_t sample_span_ = 0;  // the bytes of the first sample's members in its file
   // Open shard files (the reader's thread only; -1: closed) and the order
   // they were opened in, for closing the oldest past kMaxOpenFiles.
   std::vector<int> fds_;
@@ -149,7 +157,10 @@ class ShardReader {
   int64_t batches_left_ ABSL_GUARDED_BY(mu_) = 0;  // not yet taken by Next()
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t reading_at_ ABSL_GUARDED_BY(mu_) = 0;  // the position Run() reads at
+  int64_t advised_ ABSL_GUARDED_BY(mu_) = 0;     // positions the advisor has advised
   std::thread thread_;
+  std::thread advisor_;
 };
 
 }  // namespace chorus

@@ -529,6 +529,10 @@ absl::StatusOr<v1::Metrics> TrainGeneration(RankRun& run, const Generation& gen)
   } else {
     ASSIGN_OR_RETURN(position, StartingPosition(run.options, comm, run.model, *strategy, p));
   }
+  if (run.reader != nullptr) {  // Note [Shard fingerprints] in shard_index.cc
+    RETURN_IF_ERROR(CheckFingerprints(run.reader->index(), position.shard_fingerprints));
+    position.shard_fingerprints = run.reader->index().Fingerprints();
+  }
   const int64_t total_steps = TotalSteps(spec, sampler, position, accum);
   strategy->set_total_steps(total_steps);
   TrainingCheckpoints checkpoints(gen.checkpoints, spec.checkpoint(), run.model, *strategy, comm,
