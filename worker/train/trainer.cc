@@ -414,9 +414,10 @@ torch::Tensor EpochOrder(RankRun& run, const SamplerOptions& sampler, int64_t ep
   if (run.reader == nullptr) return torch::tensor(EpochIndices(sampler, epoch), torch::kLong);
   if (spare) return torch::Tensor();  // a hot spare trains on nothing: reads nothing
   const v1::ShardedData& s = run.spec.data().shards();
-  run.reader->Start(
-      StreamShare(run.reader->index().ShardSizes(), s.shuffle_buffer(), sampler, epoch),
-      sampler.batch_size);
+  // Drawn as read: the rank's share of the epoch is never held whole.
+  StreamCursor cursor(run.reader->index().ShardSizes(), s.shuffle_buffer(), sampler, epoch);
+  const int64_t count = cursor.size();
+  run.reader->Start({count, [cursor]() mutable { return cursor.Next(); }}, sampler.batch_size);
   return torch::Tensor();
 }
 
