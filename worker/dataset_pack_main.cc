@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::cout << "wrote " << r->samples << " samples in " << r->shards << " shard(s), " << r->bytes
-            << " bytes (and an index file SHARD.idx beside each)\n"
+            << " bytes, each shard with its index file (.tar.idx) beside it\n"
             << "data { shards { format: TAR paths: \"" << r->paths_glob
             << "\" } }  (add num_classes for class targets)\n";
   return 0;
