@@ -310,8 +310,9 @@ absl::StatusOr<bool> LoadIndexFile(const std::string& path, const struct stat& s
   std::memcpy(fields, bytes.data() + 8, sizeof(fields));
   std::memcpy(lengths, bytes.data() + 32, sizeof(lengths));
   const int64_t records = kIndexFixed + int64_t{lengths[0]} + lengths[1];
-  if (fields[2] < 0 || records > static_cast<int64_t>(bytes.size()) ||
-      static_cast<int64_t>(bytes.size()) - records != fields[2] * int64_t{sizeof(TarSample)}) {
+  const int64_t body = static_cast<int64_t>(bytes.size()) - records;
+  constexpr int64_t kRecord = sizeof(TarSample);
+  if (fields[2] < 0 || body < 0 || fields[2] > body / kRecord || body != fields[2] * kRecord) {
     return damaged(absl::StrCat(bytes.size(), " bytes do not hold its ", fields[2], " samples"));
   }
   const std::string input(bytes.data() + kIndexFixed, lengths[0]);

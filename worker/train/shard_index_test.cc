@@ -222,6 +222,12 @@ TEST(ShardIndexTest, ADamagedIndexFileIsAnErrorNamingIt) {
   index = ShardIndex::Build(TarSpec({path}));
   ASSERT_FALSE(index.ok());
   EXPECT_THAT(std::string(index.status().message()), HasSubstr("sample 2 lies outside"));
+  std::string huge = good;  // a sample count whose bytes overflow 64 bits
+  const int64_t count = int64_t{1} << 62;
+  std::memcpy(huge.data() + 24, &count, sizeof(count));
+  WriteAll(idx, huge.substr(0, 40 + 10));  // the header and the members' names, no samples
+  EXPECT_THAT(std::string(ShardIndex::Build(TarSpec({path})).status().message()),
+              HasSubstr("50 bytes do not hold its 4611686018427387904 samples"));
   WriteAll(idx, "not an index");
   EXPECT_THAT(std::string(ShardIndex::Build(TarSpec({path})).status().message()),
               HasSubstr("no CHORUSI1 header"));
