@@ -4,7 +4,8 @@
 //
 //   chorus-dataset-pack --from train.pt --out /data/train --samples_per_shard 10000
 //
-// Writes /data/train-000000.tar, ... and prints what it wrote and the glob
+// Writes /data/train-000000.tar, ... (each with its index file, .tar.idx)
+// and prints what it wrote and the glob
 // for data.shards.paths. Exit 0 on success, 1 with a message otherwise.
 
 #include <cstdlib>
@@ -35,7 +36,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::cout << "wrote " << r->samples << " samples in " << r->shards << " shard(s), " << r->bytes
-            << " bytes\n"
+            << " bytes, each shard with its index file (.tar.idx) beside it\n"
             << "data { shards { format: TAR paths: \"" << r->paths_glob
             << "\" } }  (add num_classes for class targets)\n";
   return 0;

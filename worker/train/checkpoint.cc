@@ -59,6 +59,37 @@ std::vector<OptimizedParam> OptimizedParams(
 
 constexpr char kExchangePrefix[] = "exchange.";
 
+// The position's "meta.*" entries of train_state.pt (checkpoint.h).
+void AddPosition(const TrainingPosition& position,
+                 std::vector<std::pair<std::string, at::Tensor>>& train_state) {
+  train_state.emplace_back("meta.step", Scalar(position.step));
+  train_state.emplace_back("meta.epoch", Scalar(position.epoch));
+  train_state.emplace_back("meta.epoch_offset", Scalar(position.epoch_offset));
+  train_state.emplace_back("meta.world_size", Scalar(position.world_size));
+  if (!position.shard_fingerprints.empty()) {
+    train_state.emplace_back("meta.shard_fingerprints",
+                             torch::tensor(position.shard_fingerprints, torch::kLong));
+  }
+}
+
+// The position AddPosition wrote; `get(key)` is train_state.pt's tensor
+// `key`, undefined if it has none. REQUIRES: meta.step, meta.epoch and
+// meta.epoch_offset defined.
+TrainingPosition ReadPosition(const std::function<at::Tensor(const std::string&)>& get) {
+  TrainingPosition position;
+  position.step = get("meta.step").item<int64_t>();
+  position.epoch = get("meta.epoch").item<int64_t>();
+  position.epoch_offset = get("meta.epoch_offset").item<int64_t>();
+  if (get("meta.world_size").defined())
+    position.world_size = get("meta.world_size").item<int64_t>();
+  if (const at::Tensor f = get("meta.shard_fingerprints"); f.defined()) {
+    const at::Tensor flat = f.to(at::kLong).contiguous().view(-1);
+    position.shard_fingerprints.assign(flat.data_ptr<int64_t>(),
+                                       flat.data_ptr<int64_t>() + flat.numel());
+  }
+  return position;
+}
+
 // What TakeSnapshot copies, each tensor through `copy_as(key, tensor)`: key
 // "m/<name>" for the model's entries, "t/<name>" for the training state's.
 Snapshot CollectSnapshot(
@@ -134,10 +165,7 @@ Snapshot CollectSnapshot(
       }
     }
   }
-  s.train_state.emplace_back("meta.step", Scalar(position.step));
-  s.train_state.emplace_back("meta.epoch", Scalar(position.epoch));
-  s.train_state.emplace_back("meta.epoch_offset", Scalar(position.epoch_offset));
-  s.train_state.emplace_back("meta.world_size", Scalar(position.world_size));
+  AddPosition(position, s.train_state);
   if (exchange != nullptr && !exchange->received.empty()) {
     for (const NamedTensor& r : exchange->received) {
       s.train_state.emplace_back(kExchangePrefix + r.name,
@@ -315,12 +343,7 @@ absl::StatusOr<TrainingPosition> Restore(const std::vector<CheckpointFileData>& 
       }
     }
   }
-  TrainingPosition position;
-  position.step = get("meta.step").item<int64_t>();
-  position.epoch = get("meta.epoch").item<int64_t>();
-  position.epoch_offset = get("meta.epoch_offset").item<int64_t>();
-  if (get("meta.world_size").defined())
-    position.world_size = get("meta.world_size").item<int64_t>();
+  const TrainingPosition position = ReadPosition(get);
   if (exchange != nullptr) {
     *exchange = ExchangeState();
     exchange->pair =

@@ -9,7 +9,9 @@
 //   train_state.pt  "optim.<i>.<field>" optimizer state of model parameter i,
 //                   "meta.step", "meta.epoch", "meta.epoch_offset" (samples of
 //                   that epoch already trained, across all ranks),
-//                   "meta.world_size"; with checkpoint.per_rank also
+//                   "meta.world_size", for sharded data
+//                   "meta.shard_fingerprints" (int64, one per shard); with
+//                   checkpoint.per_rank also
 //                   "exchange.<parameter>" and "meta.exchange_pair" (the
 //                   decentralized exchange received and not yet mixed in;
 //                   Note [Exchange in checkpoints] in
@@ -65,6 +67,10 @@ struct TrainingPosition {
   int64_t epoch = 0;
   int64_t epoch_offset = 0;  // samples of `epoch` trained so far, all ranks together
   int64_t world_size = 1;
+  // Sharded data: the shards' fingerprints (ShardIndex::Fingerprints), so
+  // that a resume over other shards fails (Note [Shard fingerprints] in
+  // shard_index.cc); empty for data in memory.
+  std::vector<int64_t> shard_fingerprints;
 };
 
 // What a decentralized rank received in the last exchange and has not mixed

@@ -27,8 +27,8 @@ class ShardSequence {
 
   absl::Status Add(const std::string& key, const std::string& x, const std::string& y) {
     if (tar_ == nullptr) {
-      ASSIGN_OR_RETURN(
-          tar_, TarWriter::Create(absl::StrFormat("%s-%06d.tar", options_.out, result_.shards)));
+      path_ = absl::StrFormat("%s-%06d.tar", options_.out, result_.shards);
+      ASSIGN_OR_RETURN(tar_, TarWriter::Create(path_));
     }
     RETURN_IF_ERROR(tar_->Add(key + ".x.npy", x));
     RETURN_IF_ERROR(tar_->Add(key + ".y.npy", y));
@@ -50,6 +50,8 @@ class ShardSequence {
   absl::Status CloseShard() {
     if (tar_ == nullptr) return absl::OkStatus();
     RETURN_IF_ERROR(tar_->Close());
+    // Note [Index files] in shard_index.cc: readers skip the header scan.
+    RETURN_IF_ERROR(WriteIndexFile(path_, "x.npy", "y.npy"));
     result_.bytes += tar_->bytes();
     ++result_.shards;
     tar_.reset();
@@ -58,6 +60,7 @@ class ShardSequence {
 
   const PackOptions& options_;
   std::unique_ptr<TarWriter> tar_;
+  std::string path_;  // of the shard being written
   PackResult result_;
 };
 

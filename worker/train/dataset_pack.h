@@ -21,7 +21,8 @@ namespace chorus {
 struct PackOptions {
   // A tensor_file, or a folder of KEY.x.npy and KEY.y.npy files.
   std::string from;
-  // Shards are written to OUT-000000.tar, OUT-000001.tar, ...
+  // Shards are written to OUT-000000.tar, OUT-000001.tar, ..., each with
+  // its index file beside it (OUT-000000.tar.idx, WriteIndexFile).
   std::string out;
   int64_t samples_per_shard = 10000;
 };

@@ -2,10 +2,12 @@
 
 #include <ATen/ATen.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/train/data.h"
@@ -47,6 +49,10 @@ TEST(DatasetPackTest, ATensorFilePacksIntoShardsThatReadBackAsTheSameSamples) {
   EXPECT_EQ(packed->samples, n);
   EXPECT_EQ(packed->shards, (n + 6) / 7);
   EXPECT_EQ(packed->paths_glob, TempPath("tiny") + "-*.tar");
+  for (int64_t s = 0; s < packed->shards; ++s) {  // Note [Index files]: one beside each shard
+    const std::string idx = absl::StrFormat("%s-%06d.tar.idx", TempPath("tiny"), s);
+    EXPECT_EQ(::access(idx.c_str(), R_OK), 0) << idx;
+  }
 
   auto reader = ShardReader::Open(Shards(packed->paths_glob, original->num_classes), {});
   ASSERT_TRUE(reader.ok()) << reader.status();

@@ -53,6 +53,9 @@ std::vector<int64_t> EpochIndices(const SamplerOptions& o, int64_t epoch) {
 // size: the exactly-once reasoning of EpochIndices (a resumed epoch skips
 // the prefix already trained and shards the rest among the ranks there are
 // now) holds for it unchanged.
+// A rank draws its share of it as it reads (StreamCursor): the order is a
+// walk through the shards, block by block, with one generator, so only the
+// current block need be held; StreamShare is that walk collected.
 std::vector<int64_t> StreamOrder(const std::vector<int64_t>& shard_sizes, int64_t block,
                                  uint64_t seed, bool shuffle, int64_t epoch) {
   std::vector<int64_t> first(shard_sizes.size() + 1, 0);
@@ -77,44 +80,58 @@ std::vector<int64_t> StreamOrder(const std::vector<int64_t>& shard_sizes, int64_
 
 std::vector<int64_t> StreamShare(const std::vector<int64_t>& shard_sizes, int64_t block,
                                  const SamplerOptions& o, int64_t epoch) {
-  std::vector<int64_t> first(shard_sizes.size() + 1, 0);
-  for (size_t s = 0; s < shard_sizes.size(); ++s) first[s + 1] = first[s] + shard_sizes[s];
-  std::vector<size_t> shards(shard_sizes.size());
-  std::iota(shards.begin(), shards.end(), 0);
-  std::mt19937_64 rng = EpochRng(o.seed, epoch);  // drawn in StreamOrder's order
-  if (o.shuffle) Shuffle(shards.data(), shards.data() + shards.size(), rng);
-  const int64_t n = first.back();
-  const int64_t start = std::clamp<int64_t>(o.start, 0, n);
-  const int64_t remaining = n - start;
-  const int64_t total = BatchesPerEpoch(o) * o.batch_size * o.world_size;
-  std::vector<int64_t> mine(total / std::max(1, o.world_size));
-  // Position i of the rest of the epoch (ShareOfOrder's order after the
-  // trained prefix) serves positions i, i + remaining, ... of the padded
-  // order; this rank takes those congruent to its rank.
-  auto place = [&](int64_t position, int64_t sample) {
-    for (int64_t i = position - start; i < total; i += remaining) {
-      if ((i - o.rank) % o.world_size == 0 && i >= o.rank)
-        mine[(i - o.rank) / o.world_size] = sample;
-    }
-  };
-  std::vector<int64_t> buffer;
-  buffer.reserve(o.shuffle ? block : 1);
-  size_t shard = 0;
-  int64_t next = shards.empty() ? 0 : first[shards[0]];
-  for (int64_t b = 0; b < n; b += o.shuffle ? block : 1) {
-    const int64_t size = o.shuffle ? std::min(block, n - b) : 1;
-    buffer.clear();
-    while (static_cast<int64_t>(buffer.size()) < size) {
-      while (next == first[shards[shard] + 1]) next = first[shards[++shard]];
-      buffer.push_back(next++);
-    }
-    if (o.shuffle) Shuffle(buffer.data(), buffer.data() + size, rng);
-    if (b + size <= start) continue;
-    for (int64_t j = 0; j < size; ++j) {
-      if (b + j >= start) place(b + j, buffer[j]);
-    }
-  }
+  StreamCursor cursor(shard_sizes, block, o, epoch);
+  std::vector<int64_t> mine(cursor.size());
+  for (int64_t& sample : mine) sample = cursor.Next();
   return mine;
+}
+
+StreamCursor::StreamCursor(const std::vector<int64_t>& shard_sizes, int64_t block,
+                           const SamplerOptions& options, int64_t epoch)
+    : o_(options), epoch_(epoch), step_(options.shuffle ? block : 1) {
+  first_.assign(shard_sizes.size() + 1, 0);
+  for (size_t s = 0; s < shard_sizes.size(); ++s) first_[s + 1] = first_[s] + shard_sizes[s];
+  const int64_t n = first_.back();
+  start_ = std::clamp<int64_t>(o_.start, 0, n);
+  remaining_ = n - start_;
+  size_ = BatchesPerEpoch(o_) * o_.batch_size;
+  Restart();
+}
+
+void StreamCursor::Restart() {
+  rng_ = EpochRng(o_.seed, epoch_);  // drawn in StreamOrder's order
+  shards_.resize(first_.size() - 1);
+  std::iota(shards_.begin(), shards_.end(), 0);
+  if (o_.shuffle) Shuffle(shards_.data(), shards_.data() + shards_.size(), rng_);
+  shard_ = 0;
+  next_ = shards_.empty() ? 0 : first_[shards_[0]];
+  block_begin_ = 0;
+  block_.clear();
+}
+
+void StreamCursor::NextBlock() {
+  block_begin_ += static_cast<int64_t>(block_.size());
+  const int64_t size = std::min(step_, first_.back() - block_begin_);
+  block_.clear();
+  while (static_cast<int64_t>(block_.size()) < size) {
+    while (next_ == first_[shards_[shard_] + 1]) next_ = first_[shards_[++shard_]];
+    block_.push_back(next_++);
+  }
+  if (o_.shuffle) Shuffle(block_.data(), block_.data() + size, rng_);
+}
+
+int64_t StreamCursor::At(int64_t q) {
+  if (q < block_begin_) Restart();
+  while (q >= block_begin_ + static_cast<int64_t>(block_.size())) NextBlock();
+  return block_[q - block_begin_];
+}
+
+int64_t StreamCursor::Next() {
+  // Position i of the rest of the epoch (ShareOfOrder's order after the
+  // trained prefix, padded by wrapping around it) is the stream order's
+  // position start + i mod remaining; this rank takes i = rank + k * world.
+  const int64_t i = o_.rank + taken_++ * o_.world_size;
+  return At(start_ + i % remaining_);
 }
 
 std::vector<int64_t> ShareOfOrder(std::vector<int64_t> order, const SamplerOptions& o) {

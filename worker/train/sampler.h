@@ -17,6 +17,7 @@
 #define CHORUS_WORKER_TRAIN_SAMPLER_H_
 
 #include <cstdint>
+#include <random>
 #include <vector>
 
 namespace chorus {
@@ -49,12 +50,54 @@ std::vector<int64_t> StreamOrder(const std::vector<int64_t>& shard_sizes, int64_
                                  uint64_t seed, bool shuffle, int64_t epoch);
 
 // ShareOfOrder(StreamOrder(shard_sizes, block, options.seed, options.shuffle,
-// epoch), options), computed block by block: it holds the rank's share and
-// one block, never the whole order (a rank of a job over a billion samples
-// would otherwise hold 8 GB for it). REQUIRES: block >= 1, and
-// options.num_samples the sum of shard_sizes.
+// epoch), options), computed block by block (StreamCursor): it holds the
+// rank's share and one block, never the whole order. REQUIRES: block >= 1,
+// and options.num_samples the sum of shard_sizes.
 std::vector<int64_t> StreamShare(const std::vector<int64_t>& shard_sizes, int64_t block,
                                  const SamplerOptions& options, int64_t epoch);
+
+// StreamShare's samples one at a time, holding one shuffle block and the
+// shards' order instead of the rank's whole share: a rank streaming a token
+// file of 4 G samples would otherwise hold 32 GB of sample numbers (8 bytes
+// a sample). A copy continues from where the original is.
+//
+// Example:
+//   StreamCursor cursor(index.ShardSizes(), spec.shuffle_buffer(), sampler, epoch);
+//   for (int64_t k = 0; k < cursor.size(); ++k) Read(cursor.Next());
+class StreamCursor {
+ public:
+  // REQUIRES: as StreamShare's.
+  StreamCursor(const std::vector<int64_t>& shard_sizes, int64_t block,
+               const SamplerOptions& options, int64_t epoch);
+
+  // The rank's samples in the epoch (from options.start on): StreamShare's size.
+  int64_t size() const { return size_; }
+  // The next of them. REQUIRES: fewer than size() taken.
+  int64_t Next();
+
+ private:
+  // The stream order's sample at position `q`: blocks are drawn forward
+  // from the current one, or from the epoch's first again (the padding
+  // wraps around to the start).
+  int64_t At(int64_t q);
+  void Restart();
+  void NextBlock();
+
+  SamplerOptions o_;
+  int64_t epoch_;
+  int64_t step_;                // positions per block: `block` with shuffle, else 1
+  std::vector<int64_t> first_;  // shard s holds samples [first_[s], first_[s + 1])
+  int64_t start_ = 0, remaining_ = 0, size_ = 0, taken_ = 0;
+  // The walk through the order: the shards in their order, the next sample
+  // to draw into a block, and the current block of positions
+  // [block_begin_, block_begin_ + block_.size()).
+  std::mt19937_64 rng_;
+  std::vector<size_t> shards_;
+  size_t shard_ = 0;
+  int64_t next_ = 0;
+  int64_t block_begin_ = 0;
+  std::vector<int64_t> block_;
+};
 
 // Batches per rank per epoch.
 int64_t BatchesPerEpoch(const SamplerOptions& options);

@@ -156,5 +156,20 @@ TEST(SamplerTest, StreamShareIsTheShareOfTheStreamOrder) {
   }
 }
 
+TEST(SamplerTest, AStreamCursorCopyContinuesWhereTheOriginalIs) {
+  const std::vector<int64_t> sizes = {100, 37, 250, 13};
+  // 400 samples, 3 ranks x 16, padded: the share wraps around to the start.
+  const SamplerOptions o{400, 3, 1, 16, 7, true, true, 50};
+  const std::vector<int64_t> share = StreamShare(sizes, 64, o, 2);
+  StreamCursor cursor(sizes, 64, o, 2);
+  ASSERT_EQ(cursor.size(), static_cast<int64_t>(share.size()));
+  for (int64_t k = 0; k < 40; ++k) ASSERT_EQ(cursor.Next(), share[k]) << k;
+  StreamCursor copy = cursor;
+  for (int64_t k = 40; k < cursor.size(); ++k) {
+    ASSERT_EQ(copy.Next(), share[k]) << k;
+    ASSERT_EQ(cursor.Next(), share[k]) << k;
+  }
+}
+
 }  // namespace
 }  // namespace chorus

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <optional>
 
@@ -16,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 
 namespace chorus {
 namespace {
@@ -227,7 +229,10 @@ absl::StatusOr<std::vector<std::string>> ExpandShardPaths(const v1::ShardedData&
     glob_t g;
     const int rc = ::glob(entry.c_str(), GLOB_ERR, nullptr, &g);  // sorted by name
     if (rc == 0) {
-      for (size_t m = 0; m < g.gl_pathc; ++m) out.push_back(g.gl_pathv[m]);
+      for (size_t m = 0; m < g.gl_pathc; ++m) {
+        // Index files beside the shards (Note [Index files]) are no shards.
+        if (!absl::EndsWith(g.gl_pathv[m], ".idx")) out.push_back(g.gl_pathv[m]);
+      }
     }
     ::globfree(&g);
     if (rc != 0) {
@@ -237,6 +242,153 @@ absl::StatusOr<std::vector<std::string>> ExpandShardPaths(const v1::ShardedData&
   }
   return out;
 }
+
+namespace {
+
+// Note [Index files]
+// Indexing a TAR shard by its headers reads a 512-byte block per member
+// spread over the whole file: on a cold disk, kernel read-ahead pulls in
+// most of the file to do it, before a sample is trained. `chorus dataset
+// pack` therefore writes SHARD.idx beside each shard, and ShardIndex::Build
+// reads that instead (a few hundred KB against GB). Layout (little-endian):
+//   "CHORUSI1"  8 bytes
+//   int64       the shard's size in bytes
+//   int64       the shard's mtime, whole seconds
+//   int64       the number of samples N
+//   uint32 A, uint32 B, then A + B bytes: input_member, target_member
+//   N x 24 bytes: TarSample (x_offset, y_offset int64; x_size, y_size int32)
+// An index whose size or mtime differ from the shard's, or that was written
+// for other members, is stale: the shard is scanned instead (a warning
+// names the file; a copy that keeps mtimes, `cp -p` or `rsync -t`, keeps
+// the index valid). An index file that does not parse, or whose samples lie
+// outside the shard, is an error naming it. Either way a sample's .npy
+// header is still checked when it is read, so a shard rewritten within the
+// same second to the same size is an error naming the file and offset, not
+// wrong data.
+constexpr char kIndexMagic[8] = {'C', 'H', 'O', 'R', 'U', 'S', 'I', '1'};
+constexpr int64_t kIndexFixed = 40;  // magic, size, mtime, count, A, B
+static_assert(sizeof(TarSample) == 24, "TarSample is stored as it is laid out");
+
+std::string IndexHeader(int64_t shard_size, int64_t mtime, int64_t count,
+                        const std::string& input_member, const std::string& target_member) {
+  std::string out(kIndexFixed, '\0');
+  const int64_t fields[3] = {shard_size, mtime, count};
+  const uint32_t lengths[2] = {static_cast<uint32_t>(input_member.size()),
+                               static_cast<uint32_t>(target_member.size())};
+  std::memcpy(out.data(), kIndexMagic, 8);
+  std::memcpy(out.data() + 8, fields, sizeof(fields));
+  std::memcpy(out.data() + 32, lengths, sizeof(lengths));
+  return absl::StrCat(out, input_member, target_member);
+}
+
+// Loads `path`'s index file into `out`: true if it was read, false if there
+// is none or it is stale (Note [Index files]); an error if it is damaged.
+absl::StatusOr<bool> LoadIndexFile(const std::string& path, const struct stat& shard,
+                                   const v1::ShardedData& spec, std::vector<TarSample>& out) {
+  const std::string idx = IndexFilePath(path);
+  const int fd = ::open(idx.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  struct stat st;
+  std::string bytes;
+  bool read = ::fstat(fd, &st) == 0;
+  if (read) {
+    bytes.resize(static_cast<size_t>(st.st_size));
+    read = ReadAt(fd, bytes.data(), st.st_size, 0);
+  }
+  ::close(fd);
+  auto damaged = [&](const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.shards: the index file ", idx, " is damaged (", why,
+        "): delete it (the shard is then scanned) or write it again with `chorus dataset pack`"));
+  };
+  if (!read) return damaged(absl::StrCat("cannot read it: ", std::strerror(errno)));
+  int64_t fields[3];
+  uint32_t lengths[2];
+  if (bytes.size() < kIndexFixed || std::memcmp(bytes.data(), kIndexMagic, 8) != 0) {
+    return damaged("no CHORUSI1 header");
+  }
+  std::memcpy(fields, bytes.data() + 8, sizeof(fields));
+  std::memcpy(lengths, bytes.data() + 32, sizeof(lengths));
+  const int64_t records = kIndexFixed + int64_t{lengths[0]} + lengths[1];
+  const int64_t body = static_cast<int64_t>(bytes.size()) - records;
+  constexpr int64_t kRecord = sizeof(TarSample);
+  if (fields[2] < 0 || body < 0 || fields[2] > body / kRecord || body != fields[2] * kRecord) {
+    return damaged(absl::StrCat(bytes.size(), " bytes do not hold its ", fields[2], " samples"));
+  }
+  const std::string input(bytes.data() + kIndexFixed, lengths[0]);
+  const std::string target(bytes.data() + kIndexFixed + lengths[0], lengths[1]);
+  if (fields[0] != shard.st_size || fields[1] != shard.st_mtime || input != spec.input_member() ||
+      target != spec.target_member()) {
+    LOG(WARNING) << "data.shards: ignoring the stale index file " << idx << " (written for "
+                 << fields[0] << " bytes, mtime " << fields[1] << ", members " << input << "/"
+                 << target << "; the shard has " << shard.st_size << " bytes, mtime "
+                 << shard.st_mtime << ", the spec asks for " << spec.input_member() << "/"
+                 << spec.target_member() << "): scanning " << path
+                 << "; `chorus dataset pack` writes a fresh one";
+    return false;
+  }
+  out.resize(static_cast<size_t>(fields[2]));
+  std::memcpy(out.data(), bytes.data() + records, out.size() * sizeof(TarSample));
+  for (size_t i = 0; i < out.size(); ++i) {
+    const TarSample& t = out[i];
+    if (t.x_offset < kBlock || t.y_offset < kBlock || t.x_size < 0 || t.y_size < 0 ||
+        t.x_offset + t.x_size > shard.st_size || t.y_offset + t.y_size > shard.st_size) {
+      out.clear();
+      return damaged(
+          absl::StrCat("sample ", i, " lies outside the shard's ", shard.st_size, " bytes"));
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string IndexFilePath(const std::string& shard_path) { return shard_path + ".idx"; }
+
+absl::Status WriteIndexFile(const std::string& shard_path, const std::string& input_member,
+                            const std::string& target_member) {
+  const int fd = ::open(shard_path.c_str(), O_RDONLY | O_CLOEXEC);
+  struct stat st;
+  if (fd < 0 || ::fstat(fd, &st) != 0) {
+    const int err = errno;
+    if (fd >= 0) ::close(fd);
+    return absl::NotFoundError(absl::StrCat("cannot open ", shard_path, ": ", std::strerror(err)));
+  }
+  std::vector<TarSample> samples;
+  const absl::Status scanned =
+      ScanTar(fd, shard_path, st.st_size, input_member, target_member, samples);
+  ::close(fd);
+  RETURN_IF_ERROR(scanned);
+  const std::string idx = IndexFilePath(shard_path);
+  const std::string partial = absl::StrCat(idx, ".partial-", ::getpid());
+  const std::string header = IndexHeader(
+      st.st_size, st.st_mtime, static_cast<int64_t>(samples.size()), input_member, target_member);
+  const size_t body = samples.size() * sizeof(TarSample);
+  std::FILE* f = std::fopen(partial.c_str(), "wb");
+  bool ok = f != nullptr && std::fwrite(header.data(), 1, header.size(), f) == header.size() &&
+            std::fwrite(samples.data(), 1, body, f) == body;
+  const int err = errno;
+  ok = f != nullptr && std::fclose(f) == 0 && ok && std::rename(partial.c_str(), idx.c_str()) == 0;
+  if (!ok) {
+    std::remove(partial.c_str());
+    return absl::DataLossError(
+        absl::StrCat("cannot write the index file ", idx, ": ", std::strerror(err ? err : errno)));
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// The samples of the TAR shard `path` (open as `fd`): from its index file,
+// or by scanning it.
+absl::Status IndexTarShard(int fd, const std::string& path, const struct stat& st,
+                           const v1::ShardedData& spec, std::vector<TarSample>& samples) {
+  ASSIGN_OR_RETURN(const bool loaded, LoadIndexFile(path, st, spec, samples));
+  if (loaded) return absl::OkStatus();
+  return ScanTar(fd, path, st.st_size, spec.input_member(), spec.target_member(), samples);
+}
+
+}  // namespace
 
 absl::StatusOr<ShardIndex> ShardIndex::Build(const v1::ShardedData& spec) {
   ShardIndex index;
@@ -257,8 +409,7 @@ absl::StatusOr<ShardIndex> ShardIndex::Build(const v1::ShardedData& spec) {
     shard.first = index.size_;
     absl::Status scanned;
     if (spec.format() == v1::ShardedData::TAR) {
-      scanned =
-          ScanTar(fd, path, st.st_size, spec.input_member(), spec.target_member(), shard.samples);
+      scanned = IndexTarShard(fd, path, st, spec, shard.samples);
       shard.count = static_cast<int64_t>(shard.samples.size());
     } else if (st.st_size % token_bytes != 0) {
       scanned = absl::InvalidArgumentError(
@@ -306,6 +457,92 @@ SampleLocation ShardIndex::Locate(int64_t index) const {
   const int64_t length = spec_.sequence_length();
   const ByteRange tokens{local * length * token_bytes(), (length + 1) * token_bytes()};
   return SampleLocation{shard, tokens, tokens};
+}
+
+// Note [Shard fingerprints]
+// The position a checkpoint holds is (epoch, samples of the epoch trained),
+// and the epoch's order is a function of the shards' sample counts
+// (Note [Streamed order] in sampler.cc): resumed over shards that were
+// added, removed, renamed or rewritten with other samples, the same
+// position names other samples, and some of the epoch would be trained
+// twice and some never, silently. So checkpoints carry a fingerprint of
+// each shard (FNV-1a, 64 bits, of its base name, sample count and TAR
+// member places; stable across processes and machines, unlike absl::Hash),
+// and a resume over shards whose fingerprints differ fails naming the first
+// such shard. Moving the shards to another directory keeps them; a shard
+// rewritten with other values in the same places is not seen (values are
+// not read to index a shard).
+namespace {
+
+class Fnv1a {
+ public:
+  void Add(const void* data, size_t size) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    for (size_t i = 0; i < size; ++i) hash_ = (hash_ ^ p[i]) * 0x100000001b3ull;
+  }
+  template <typename T>
+  void AddValue(T v) {
+    Add(&v, sizeof(v));
+  }
+  int64_t value() const { return static_cast<int64_t>(hash_); }
+
+ private:
+  uint64_t hash_ = 0xcbf29ce484222325ull;
+};
+
+std::string BaseName(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+}  // namespace
+
+std::vector<int64_t> ShardIndex::Fingerprints() const {
+  std::vector<int64_t> out;
+  out.reserve(shards_.size());
+  for (const Shard& s : shards_) {
+    Fnv1a h;
+    const std::string name = BaseName(s.path);
+    h.Add(name.data(), name.size());
+    h.AddValue(s.count);
+    for (const TarSample& t : s.samples) {
+      h.AddValue(t.x_offset);
+      h.AddValue(t.y_offset);
+      h.AddValue(t.x_size);
+      h.AddValue(t.y_size);
+    }
+    out.push_back(h.value());
+  }
+  return out;
+}
+
+absl::Status CheckFingerprints(const ShardIndex& index, const std::vector<int64_t>& saved) {
+  if (saved.empty()) return absl::OkStatus();
+  const std::vector<int64_t> now = index.Fingerprints();
+  const std::string fix =
+      ": resuming over other shards would train some samples of the epoch twice and others "
+      "never; restore the shards the checkpoint was trained on, or start the job afresh "
+      "(Note [Shard fingerprints])";
+  for (size_t i = 0; i < std::min(now.size(), saved.size()); ++i) {
+    if (now[i] != saved[i]) {
+      const ShardIndex::Shard& s = index.shards()[i];
+      return absl::FailedPreconditionError(absl::StrCat(
+          "data.shards: shard ", i, " (", s.path, ", ", s.count,
+          " samples) is not the shard the checkpoint was trained on (its name, sample count or "
+          "member places differ)",
+          fix));
+    }
+  }
+  if (now.size() != saved.size()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("data.shards.paths gives ", now.size(),
+                     " shard files, the checkpoint was trained on ", saved.size(),
+                     now.size() > saved.size()
+                         ? absl::StrCat(" (", index.shards()[saved.size()].path, " is new)")
+                         : absl::StrCat(" (its shard ", now.size(), " and after are missing)"),
+                     fix));
+  }
+  return absl::OkStatus();
 }
 
 bool IsFloating(ElementType t) { return t == ElementType::kFloat32 || t == ElementType::kFloat64; }

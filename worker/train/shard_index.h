@@ -8,8 +8,9 @@
 // - TAR: ustar archives (also GNU long names and pax `path` records) whose
 //   members KEY.SUFFIX group into samples by KEY; the members named by
 //   input_member and target_member are NumPy .npy files. Only the tar
-//   headers are read here; a .npy header is read with its sample
-//   (ParseNpy).
+//   headers are read here, or nothing at all when the shard has an index
+//   file SHARD.idx beside it (WriteIndexFile, Note [Index files] in
+//   shard_index.cc); a .npy header is read with its sample (ParseNpy).
 // - TOKENS: flat little-endian uint16/uint32 token files; sample i of a file
 //   is tokens [i*L, i*L + L + 1), L = sequence_length.
 // A damaged file is INVALID_ARGUMENT naming the file and the byte offset.
@@ -68,9 +69,10 @@ class ShardIndex {
     std::vector<TarSample> samples;  // TAR only (TOKENS samples are computed)
   };
 
-  // Expands data.shards.paths and reads every file's headers. NOT_FOUND for
-  // a missing file or a glob that matches none, INVALID_ARGUMENT for a
-  // damaged one, each naming the file (and offset) and the spec field.
+  // Expands data.shards.paths and reads every TAR file's index file, or its
+  // headers where it has none or a stale one. NOT_FOUND for a missing file
+  // or a glob that matches none, INVALID_ARGUMENT for a damaged one (shard
+  // or index file), each naming the file (and offset) and the spec field.
   static absl::StatusOr<ShardIndex> Build(const v1::ShardedData& spec);
 
   int64_t size() const { return size_; }
@@ -84,11 +86,21 @@ class ShardIndex {
   // Sample `index`'s place. REQUIRES: 0 <= index < size().
   SampleLocation Locate(int64_t index) const;
 
+  // One fingerprint per shard, of what numbers its samples: the file's name
+  // (without its directory), its sample count and, for TAR, where each
+  // sample's members lie. Checkpoints carry them (Note [Shard fingerprints]
+  // in shard_index.cc); the same on every machine and in every process.
+  std::vector<int64_t> Fingerprints() const;
+
  private:
   v1::ShardedData spec_;
   std::vector<Shard> shards_;
   int64_t size_ = 0;
 };
+
+// OK if `saved` (the Fingerprints() a checkpoint carries; empty: none) are
+// `index`'s; else FAILED_PRECONDITION naming the first shard that differs.
+absl::Status CheckFingerprints(const ShardIndex& index, const std::vector<int64_t>& saved);
 
 // data.shards.paths with every glob replaced by its matches, sorted by
 // name. NOT_FOUND naming the entry for a glob that matches nothing.
@@ -98,6 +110,16 @@ absl::StatusOr<std::vector<std::string>> ExpandShardPaths(const v1::ShardedData&
 // samples to `out`. Members of 2 GiB or more are refused.
 absl::Status ScanTar(int fd, const std::string& path, int64_t size, const std::string& input_member,
                      const std::string& target_member, std::vector<TarSample>& out);
+
+// The index file of the TAR shard `shard_path`: SHARD.idx beside it.
+std::string IndexFilePath(const std::string& shard_path);
+
+// Scans the TAR shard `shard_path` for samples of `input_member` and
+// `target_member` and writes its index file (to a temporary name renamed
+// into place). The shard's errors as ScanTar's; DATA_LOSS naming the index
+// file if it cannot be written.
+absl::Status WriteIndexFile(const std::string& shard_path, const std::string& input_member,
+                            const std::string& target_member);
 
 // NumPy .npy element types that are read (little-endian).
 enum class ElementType {

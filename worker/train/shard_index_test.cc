@@ -1,6 +1,8 @@
 #include "worker/train/shard_index.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -139,6 +141,139 @@ TEST(ShardIndexTest, ADamagedShardIsAnErrorNamingTheFileAndOffset) {
   EXPECT_THAT(std::string(index.status().message()), HasSubstr("ends inside a tar header"));
 }
 
+// Overwrites `path` with `bytes` and gives it back the mtime it had.
+void RewriteKeepingMtime(const std::string& path, const std::string& bytes) {
+  struct stat st;
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  WriteAll(path, bytes);
+  const timeval times[2] = {{st.st_atime, 0}, {st.st_mtime, 0}};
+  ASSERT_EQ(::utimes(path.c_str(), times), 0);
+}
+
+TEST(ShardIndexTest, AnIndexFileIsReadInsteadOfTheTarHeaders) {
+  const std::string path = WriteShard("indexed.tar", 0, 4);
+  const absl::StatusOr<ShardIndex> scanned = ShardIndex::Build(TarSpec({path}));
+  ASSERT_TRUE(scanned.ok()) << scanned.status();
+  ASSERT_TRUE(WriteIndexFile(path, "x.npy", "y.npy").ok());
+  EXPECT_EQ(IndexFilePath(path), path + ".idx");
+  // Headers no scan could read, same size and mtime: only the index can
+  // say where the samples are.
+  std::string headless = ReadAll(path);
+  for (int64_t at = 0; at < static_cast<int64_t>(headless.size()); at += 1024) {
+    headless[at + 148] ^= 0x01;  // every header's checksum (and some data)
+  }
+  RewriteKeepingMtime(path, headless);
+  const absl::StatusOr<ShardIndex> indexed = ShardIndex::Build(TarSpec({path}));
+  ASSERT_TRUE(indexed.ok()) << indexed.status();
+  ASSERT_EQ(indexed->size(), 4);
+  for (int64_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(indexed->Locate(i).x.offset, scanned->Locate(i).x.offset);
+    EXPECT_EQ(indexed->Locate(i).x.size, scanned->Locate(i).x.size);
+    EXPECT_EQ(indexed->Locate(i).y.offset, scanned->Locate(i).y.offset);
+    EXPECT_EQ(indexed->Locate(i).y.size, scanned->Locate(i).y.size);
+  }
+  // Without the index file the same shard is scanned, and is damaged.
+  ASSERT_EQ(std::remove(IndexFilePath(path).c_str()), 0);
+  EXPECT_FALSE(ShardIndex::Build(TarSpec({path})).ok());
+}
+
+TEST(ShardIndexTest, AStaleIndexFileIsIgnoredAndTheShardScanned) {
+  const std::string path = WriteShard("stale.tar", 0, 4);
+  ASSERT_TRUE(WriteIndexFile(path, "x.npy", "y.npy").ok());
+  // Rewritten with 6 samples: another size.
+  const std::string six = ReadAll(WriteShard("six.tar", 0, 6));
+  RewriteKeepingMtime(path, six);
+  absl::StatusOr<ShardIndex> index = ShardIndex::Build(TarSpec({path}));
+  ASSERT_TRUE(index.ok()) << index.status();
+  EXPECT_EQ(index->size(), 6);
+  // The same size, another mtime.
+  ASSERT_TRUE(WriteIndexFile(path, "x.npy", "y.npy").ok());
+  const timeval later[2] = {{1, 0}, {2, 0}};
+  ASSERT_EQ(::utimes(path.c_str(), later), 0);
+  std::string shifted = six;
+  shifted.replace(0, 3072, six.substr(3072, 3072));  // sample 1's members first, twice
+  WriteAll(path, shifted);
+  ASSERT_EQ(::utimes(path.c_str(), later), 0);
+  index = ShardIndex::Build(TarSpec({path}));
+  ASSERT_FALSE(index.ok());  // scanned: sample1 has its members twice
+  EXPECT_THAT(std::string(index.status().message()), HasSubstr("has a second x.npy member"));
+  // An index written for other members does not apply to this spec.
+  WriteAll(path, six);
+  ASSERT_TRUE(WriteIndexFile(path, "json", "y.npy").ok());
+  index = ShardIndex::Build(TarSpec({path}));
+  ASSERT_TRUE(index.ok()) << index.status();
+  EXPECT_EQ(index->Locate(5).x.size, 140);  // the .x.npy member, not the .json one
+}
+
+TEST(ShardIndexTest, ADamagedIndexFileIsAnErrorNamingIt) {
+  const std::string path = WriteShard("badindex.tar", 0, 3);
+  ASSERT_TRUE(WriteIndexFile(path, "x.npy", "y.npy").ok());
+  const std::string idx = IndexFilePath(path);
+  const std::string good = ReadAll(idx);
+  WriteAll(idx, good.substr(0, good.size() - 5));
+  absl::StatusOr<ShardIndex> index = ShardIndex::Build(TarSpec({path}));
+  ASSERT_FALSE(index.ok());
+  EXPECT_THAT(std::string(index.status().message()),
+              HasSubstr(absl::StrCat("the index file ", idx, " is damaged")));
+  std::string outside = good;
+  outside[good.size() - 24] = '\x7f';  // the last sample's x_offset, past the end
+  outside[good.size() - 20] = '\x7f';
+  WriteAll(idx, outside);
+  index = ShardIndex::Build(TarSpec({path}));
+  ASSERT_FALSE(index.ok());
+  EXPECT_THAT(std::string(index.status().message()), HasSubstr("sample 2 lies outside"));
+  std::string huge = good;  // a sample count whose bytes overflow 64 bits
+  const int64_t count = int64_t{1} << 62;
+  std::memcpy(huge.data() + 24, &count, sizeof(count));
+  WriteAll(idx, huge.substr(0, 40 + 10));  // the header and the members' names, no samples
+  EXPECT_THAT(std::string(ShardIndex::Build(TarSpec({path})).status().message()),
+              HasSubstr("50 bytes do not hold its 4611686018427387904 samples"));
+  WriteAll(idx, "not an index");
+  EXPECT_THAT(std::string(ShardIndex::Build(TarSpec({path})).status().message()),
+              HasSubstr("no CHORUSI1 header"));
+}
+
+TEST(ShardIndexTest, FingerprintsChangeWithAShardsNameCountOrLayoutAndNameTheShard) {
+  const std::string a = WriteShard("fp-a.tar", 0, 4);
+  const std::string b = WriteShard("fp-b.tar", 4, 3);
+  const absl::StatusOr<ShardIndex> index = ShardIndex::Build(TarSpec({a, b}));
+  ASSERT_TRUE(index.ok()) << index.status();
+  const std::vector<int64_t> saved = index->Fingerprints();
+  ASSERT_EQ(saved.size(), 2u);
+  EXPECT_NE(saved[0], saved[1]);
+  EXPECT_TRUE(CheckFingerprints(*index, saved).ok());
+  EXPECT_TRUE(CheckFingerprints(*index, {}).ok()) << "a checkpoint without fingerprints";
+  // The same files in another directory: the same fingerprints.
+  const std::string moved = absl::StrCat(TempDir(), "/fp-moved");
+  ::mkdir(moved.c_str(), 0755);
+  WriteAll(moved + "/fp-a.tar", ReadAll(a));
+  WriteAll(moved + "/fp-b.tar", ReadAll(b));
+  const absl::StatusOr<ShardIndex> there =
+      ShardIndex::Build(TarSpec({moved + "/fp-a.tar", moved + "/fp-b.tar"}));
+  ASSERT_TRUE(there.ok()) << there.status();
+  EXPECT_EQ(there->Fingerprints(), saved);
+  // fp-b.tar with another sample: named.
+  WriteShard("fp-b.tar", 4, 4);
+  const absl::StatusOr<ShardIndex> changed = ShardIndex::Build(TarSpec({a, b}));
+  ASSERT_TRUE(changed.ok()) << changed.status();
+  absl::Status check = CheckFingerprints(*changed, saved);
+  EXPECT_EQ(check.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(check.message()),
+              HasSubstr(absl::StrCat("shard 1 (", b, ", 4 samples) is not the shard")));
+  // A shard more, and a shard fewer.
+  const std::string c = WriteShard("fp-c.tar", 0, 2);
+  WriteShard("fp-b.tar", 4, 3);
+  const absl::StatusOr<ShardIndex> more = ShardIndex::Build(TarSpec({a, b, c}));
+  ASSERT_TRUE(more.ok()) << more.status();
+  EXPECT_THAT(std::string(CheckFingerprints(*more, saved).message()),
+              HasSubstr(absl::StrCat("gives 3 shard files, the checkpoint was trained on 2 (", c,
+                                     " is new)")));
+  const absl::StatusOr<ShardIndex> fewer = ShardIndex::Build(TarSpec({a}));
+  ASSERT_TRUE(fewer.ok()) << fewer.status();
+  EXPECT_THAT(std::string(CheckFingerprints(*fewer, saved).message()),
+              HasSubstr("its shard 1 and after are missing"));
+}
+
 TEST(ShardIndexTest, ASampleWithoutItsTargetIsAnError) {
   const std::string path = absl::StrCat(TempDir(), "/lonely.tar");
   auto tar = TarWriter::Create(path);
@@ -180,11 +315,12 @@ TEST(ShardIndexTest, TokenFilesHoldOverlappingWindowsOfSequenceLengthPlusOne) {
 TEST(ShardIndexTest, GlobsExpandSortedAndAGlobMatchingNothingIsNotFound) {
   const std::string dir = absl::StrCat(TempDir(), "/glob");
   ::mkdir(dir.c_str(), 0755);
-  for (const char* name : {"part-2.bin", "part-0.bin", "part-1.bin", "other.bin"}) {
+  for (const char* name :
+       {"part-2.bin", "part-0.bin", "part-1.bin", "part-1.bin.idx", "other.bin"}) {
     WriteAll(absl::StrCat(dir, "/", name), "");
   }
   v1::ShardedData s;
-  s.add_paths(dir + "/part-*.bin");
+  s.add_paths(dir + "/part-*");  // not the index file part-1.bin.idx
   absl::StatusOr<std::vector<std::string>> paths = ExpandShardPaths(s);
   ASSERT_TRUE(paths.ok()) << paths.status();
   EXPECT_EQ(*paths, (std::vector<std::string>{dir + "/part-0.bin", dir + "/part-1.bin",

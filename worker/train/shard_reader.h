@@ -5,10 +5,14 @@
 // tensors and keeps them in a queue bounded by data.shards.read_ahead_bytes,
 // so that a step finds its batch ready when the disk keeps up.
 //
-// Only the rank's own samples are read. Memory: the queue (at most
+// Only the rank's own samples are read; a second thread reads the bytes of
+// the next read_ahead_bytes of them into the page cache in large forward
+// reads, so that a cold disk streams (Note [Cold reads] in shard_reader.cc).
+// Memory: the queue (at most
 // read_ahead_bytes, or one batch when a batch is larger) and up to three
 // batches more (being read, being trained, just released), plus the index
-// (ShardIndex) and the epoch's order.
+// (ShardIndex), whatever `Samples::next` holds (the trainer's StreamCursor:
+// one shuffle block) and the places of the advisor's window of samples.
 //
 // The position in the stream is not the reader's: it is the trainer's
 // (epoch, samples of the epoch trained), which checkpoints and elastic
@@ -16,11 +20,13 @@
 // the re-sharded rest of the epoch (Note [Streamed order] in sampler.cc).
 //
 // Thread-safety: Start, Next and stats are called from one thread (the
-// trainer's); the reader's own thread is joined by Start and the destructor.
+// trainer's); the reader's own threads (reading, and reading ahead into the
+// page cache) are joined by Start and the destructor.
 //
 // Example:
 //   ASSIGN_OR_RETURN(std::unique_ptr<ShardReader> reader, ShardReader::Open(spec.data().shards(),
-//   {})); reader->Start(ShareOfOrder(StreamOrder(reader->index().ShardSizes(), ...), sampler), 64);
+//   {})); StreamCursor cursor(reader->index().ShardSizes(), block, sampler, epoch);
+//   reader->Start({cursor.size(), [cursor]() mutable { return cursor.Next(); }}, 64);
 //   ASSIGN_OR_RETURN(ShardBatch batch, reader->Next());  // batch.x, batch.y, batch.indices
 #ifndef CHORUS_WORKER_TRAIN_SHARD_READER_H_
 #define CHORUS_WORKER_TRAIN_SHARD_READER_H_
@@ -30,6 +36,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -74,9 +81,18 @@ class ShardReader {
   // the vocabulary for tokens): what Model::Build needs to know of the data.
   const Dataset& probe() const { return probe_; }
 
-  // Starts reading `indices` (sample numbers, in the order they are
-  // trained) in batches of `batch_size`; drops whatever was read ahead.
-  // REQUIRES: batch_size >= 1.
+  // The sample numbers a Start() reads, in the order they are trained:
+  // `count` of them, drawn one by one by `next`. The reader draws from a
+  // copy of `next` to look ahead (Note [Cold reads] in shard_reader.cc): a
+  // copy continues from where the original is.
+  struct Samples {
+    int64_t count = 0;
+    std::function<int64_t()> next;
+  };
+  // Starts reading `samples` in batches of `batch_size`; drops whatever was
+  // read ahead. REQUIRES: batch_size >= 1.
+  void Start(Samples samples, int64_t batch_size);
+  // The same for a list of sample numbers.
   void Start(std::vector<int64_t> indices, int64_t batch_size);
   // The next batch of the last Start(), waiting for it to be read. A read
   // or decode error names the file and byte offset; FAILED_PRECONDITION
@@ -101,7 +117,11 @@ class ShardReader {
       : index_(std::move(index)), options_(options) {}
 
   void Stop();
-  void Run(std::vector<int64_t> indices, int64_t batch_size);
+  void Run(Samples samples, int64_t batch_size);
+  // The advisor's thread: reads the bytes the reader reads next into the
+  // page cache, up to `window` samples ahead of it (Note [Cold reads] in
+  // shard_reader.cc).
+  void Advise(Samples samples, int64_t window);
   ShardBatch NewBatch(int64_t n);
   absl::StatusOr<ShardBatch> ReadBatch(const int64_t* indices, int64_t n);
   absl::Status ReadSample(int64_t index, const SampleLocation& loc, int64_t row, ShardBatch& batch);
@@ -131,6 +151,7 @@ class ShardReader {
   Layout layout_;
   Dataset probe_;
   int64_t read_ahead_bytes_ = 0;
+  int64_t sample_span_ = 0;  // the bytes of the first sample's members in its file
   // Open shard files (the reader's thread only; -1: closed) and the order
   // they were opened in, for closing the oldest past kMaxOpenFiles.
   std::vector<int> fds_;
@@ -149,7 +170,10 @@ class ShardReader {
   int64_t batches_left_ ABSL_GUARDED_BY(mu_) = 0;  // not yet taken by Next()
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t reading_at_ ABSL_GUARDED_BY(mu_) = 0;  // the position Run() reads at
+  int64_t advised_ ABSL_GUARDED_BY(mu_) = 0;     // positions the advisor has advised
   std::thread thread_;
+  std::thread advisor_;
 };
 
 }  // namespace chorus

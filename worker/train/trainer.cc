@@ -406,6 +406,22 @@ struct RankRun {
   std::optional<Snapshot> held;
 };
 
+// StartingPosition for the first generation; with sharded data the
+// checkpoint's shard fingerprints are checked against the shards' and the
+// position carries theirs from here on, through every checkpoint and every
+// later generation's shared state (Note [Shard fingerprints] in
+// shard_index.cc).
+absl::StatusOr<TrainingPosition> FirstPosition(RankRun& run, Communicator& comm,
+                                               TrainingStrategy& strategy) {
+  ASSIGN_OR_RETURN(TrainingPosition position,
+                   StartingPosition(run.options, comm, run.model, strategy, run.p));
+  if (run.reader != nullptr) {
+    RETURN_IF_ERROR(CheckFingerprints(run.reader->index(), position.shard_fingerprints));
+    position.shard_fingerprints = run.reader->index().Fingerprints();
+  }
+  return position;
+}
+
 // This rank's samples of `epoch` from `sampler.start` on, batch after
 // batch. Sharded data: the stream order's share (Note [Streamed order] in
 // sampler.cc), handed to the reader, which reads it ahead; the tensor is
@@ -414,9 +430,10 @@ torch::Tensor EpochOrder(RankRun& run, const SamplerOptions& sampler, int64_t ep
   if (run.reader == nullptr) return torch::tensor(EpochIndices(sampler, epoch), torch::kLong);
   if (spare) return torch::Tensor();  // a hot spare trains on nothing: reads nothing
   const v1::ShardedData& s = run.spec.data().shards();
-  run.reader->Start(
-      StreamShare(run.reader->index().ShardSizes(), s.shuffle_buffer(), sampler, epoch),
-      sampler.batch_size);
+  // Drawn as read: the rank's share of the epoch is never held whole.
+  StreamCursor cursor(run.reader->index().ShardSizes(), s.shuffle_buffer(), sampler, epoch);
+  const int64_t count = cursor.size();
+  run.reader->Start({count, [cursor]() mutable { return cursor.Next(); }}, sampler.batch_size);
   return torch::Tensor();
 }
 
@@ -527,7 +544,7 @@ absl::StatusOr<v1::Metrics> TrainGeneration(RankRun& run, const Generation& gen)
     if (run.trace != nullptr)
       run.trace->State(gen.generation, comm.rank(), shared.source, position.step, had, run.model);
   } else {
-    ASSIGN_OR_RETURN(position, StartingPosition(run.options, comm, run.model, *strategy, p));
+    ASSIGN_OR_RETURN(position, FirstPosition(run, comm, *strategy));
   }
   const int64_t total_steps = TotalSteps(spec, sampler, position, accum);
   strategy->set_total_steps(total_steps);

@@ -631,6 +631,43 @@ TEST(TrainerTest, ShardedDataResumesMidEpochOnAnotherNumberOfRanksTrainingEachSa
   EXPECT_EQ(after.at(2).size(), 12u * 48);
 }
 
+// Note [Shard fingerprints] in shard_index.cc: checkpoints carry the
+// shards' fingerprints, and a resume over a shard that changed fails naming
+// it instead of training some samples of the epoch twice and others never.
+TEST(TrainerTest, ShardedDataResumeOverAShardThatChangedFailsNamingIt) {
+  const std::string data = TestDir("changing_shards");
+  WriteClassShards(data, 2, 64);
+  v1::JobSpec spec = Spec(R"pb(
+    model { mlp { hidden_sizes: [ 4 ] } }
+    data { shards { format: TAR paths: "/placeholder" num_classes: 3 } }
+    training { batch_size_per_rank: 16 epochs: 1 seed: 2 }
+    optimizer { kind: SGD lr: 0.01 }
+    checkpoint { every_steps: 2 }
+  )pb");
+  spec.mutable_data()->mutable_shards()->set_paths(0, data + "/train-*.tar");
+  MemorySink sink;
+  TrainOptions options;
+  options.checkpoints = &sink;
+  auto first = TrainOnRanks(spec, 1, nullptr, options);
+  ASSERT_TRUE(first[0].ok()) << first[0].status();
+  TrainOptions resume;
+  resume.checkpoints = &sink;
+  resume.resume = At(2);
+  auto same = TrainOnRanks(spec, 1, nullptr, resume);
+  ASSERT_TRUE(same[0].ok()) << "the same shards resume: " << same[0].status();
+  // train-1.tar rewritten with 48 samples instead of 64.
+  const std::string other = TestDir("changing_shards_other");
+  WriteClassShards(other, 2, 48);
+  ASSERT_EQ(std::rename((other + "/train-1.tar").c_str(), (data + "/train-1.tar").c_str()), 0);
+  auto changed = TrainOnRanks(spec, 1, nullptr, resume);
+  ASSERT_FALSE(changed[0].ok());
+  EXPECT_EQ(changed[0].status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(changed[0].status().message()),
+              HasSubstr(absl::StrCat("shard 1 (", data,
+                                     "/train-1.tar, 48 samples) is not the "
+                                     "shard the checkpoint was trained on")));
+}
+
 TEST(TrainerTest, TransformerLmTrainsFromAFlatTokenFile) {
   // A uint16 token file (nanoGPT's train.bin layout) of a fixed successor
   // function: the next token is always predictable.
