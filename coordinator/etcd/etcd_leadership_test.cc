@@ -176,6 +176,33 @@ TEST(EtcdLeadershipTest, ALeaderCutOffFromEtcdStepsDownBeforeAnotherWins) {
   EXPECT_TRUE(absl::IsFailedPrecondition(stale)) << stale;
 }
 
+// A coordinator that campaigns while etcd cannot answer says why
+// (ElectionError, what its follower server tells clients) and clears it
+// once etcd answers again.
+TEST(EtcdLeadershipTest, ACampaignWithoutQuorumReportsWhyUntilEtcdAnswersAgain) {
+  auto etcd = StartEtcd(1);
+  ASSERT_NE(etcd, nullptr);
+  auto client = Connect(etcd->endpoints(), absl::Seconds(1));
+  EtcdLeadership follower(*client, Options("f"));
+  EXPECT_TRUE(follower.ElectionError().ok());
+  etcd->Kill(0);
+  Campaigner campaigning(follower);
+  absl::Status error;
+  for (int i = 0; i < 100 && error.ok(); ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+    error = follower.ElectionError();
+  }
+  EXPECT_TRUE(absl::IsUnavailable(error)) << error;
+  EXPECT_TRUE(absl::StrContains(error.message(), "etcd at " + etcd->endpoints())) << error;
+  EXPECT_TRUE(absl::StrContains(error.message(), "no quorum")) << error;
+  EXPECT_FALSE(campaigning.done());
+
+  EXPECT_TRUE(etcd->Restart(0).ok());
+  EXPECT_TRUE(campaigning.WaitForWin(absl::Seconds(10)));
+  EXPECT_TRUE(follower.ElectionError().ok()) << follower.ElectionError();
+  follower.Stop();
+}
+
 TEST(EtcdStateQuorumTest, WritesGoOnWithoutAMinorityAndFailClearlyWithoutAMajority) {
   auto etcd = StartEtcd(3);
   ASSERT_NE(etcd, nullptr);
