@@ -3,13 +3,11 @@
 #include <pwd.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "common/auth.h"
 #include "common/grpc_util.h"
@@ -78,36 +76,16 @@ void SetDeadline(grpc::ClientContext& context, const GlobalOptions& global) {
 
 namespace {
 
-// Note [Why none leads]
-// With a list of coordinators a call goes only to the leader (Note
-// [Following the leader] in common/grpc_util.cc), so while none leads it
-// fails after --timeout with nothing but "Deadline Exceeded". When the
-// coordinators are up but none can be elected (etcd unreachable or without
-// quorum) every follower says why, in its refusal's trailing metadata
-// chorus-no-leader (coordinator/follower_server.h). So a call that failed
-// that way asks the coordinators one at a time, each for at most a second
-// and all within 3 s, and quotes the first reason given: the user reads
-// "no coordinator can lead: etcd at ...: no quorum" instead of a timeout.
+// Why none of the coordinators leads, if one says (Note [Why none leads] in
+// common/grpc_util.cc); empty otherwise.
 std::string WhyNoneLeads(const std::string& list) {
-  const absl::Time deadline = absl::Now() + absl::Seconds(3);
-  for (absl::string_view entry : absl::StrSplit(list, ',', absl::SkipWhitespace())) {
-    const std::string address(absl::StripAsciiWhitespace(entry));
-    const absl::Time now = absl::Now();
-    if (address.empty() || now >= deadline) continue;
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(std::min(deadline, now + absl::Seconds(1))));
-    v1::CoordinatorLeader leader;
-    const grpc::Status asked = v1::JobService::NewStub(MakeCoordinatorChannel(address))
-                                   ->GetLeader(&context, v1::GetLeaderRequest(), &leader);
-    if (asked.ok()) continue;
-    const auto& trailers = context.GetServerTrailingMetadata();
-    auto why = trailers.find("chorus-no-leader");
-    if (why != trailers.end()) {
-      return absl::StrCat(address, " says: ", absl::string_view(why->second.data(),
-                                                                why->second.size()));
-    }
-  }
-  return "";
+  return NoLeaderReason(list, absl::Seconds(3),
+                        [](const std::shared_ptr<grpc::Channel>& channel,
+                           grpc::ClientContext* context) {
+                          v1::CoordinatorLeader leader;
+                          return v1::JobService::NewStub(channel)->GetLeader(
+                              context, v1::GetLeaderRequest(), &leader);
+                        });
 }
 
 }  // namespace

@@ -41,10 +41,9 @@ class HttpServer;
 
 // Trailing metadata of a follower's answers: the leader's HOST:PORT.
 inline constexpr char kLeaderMetadataKey[] = "chorus-leader";
-// Trailing metadata of a follower's answers while no coordinator can lead
-// (Leadership::ElectionError, e.g. etcd without quorum): why. Clients given
-// a list of coordinators quote it when none leads (client/rpc.cc).
-inline constexpr char kNoLeaderMetadataKey[] = "chorus-no-leader";
+// A follower's answers while no coordinator can lead
+// (Leadership::ElectionError, e.g. etcd without quorum) say why in the
+// trailing metadata kNoLeaderMetadataKey (common/grpc_util.h).
 
 // The status a follower answers every coordinator call with: UNAVAILABLE
 // naming the leader (or saying none is elected yet, or, with a non-OK
