@@ -92,6 +92,17 @@ absl::StatusOr<std::string> EtcdStateStore::LoadOrCreateClusterId() {
 // to allow it). Reads go a page at a time, so no response is near the limit.
 absl::Status EtcdStateStore::Write(const std::string& what,
                                    std::vector<etcdserverpb::RequestOp> ops) {
+  // A coordinator stops leading (IsLeader false) a little before etcd ends
+  // its lease and deletes the key (Note [Leader lease]): in between, the
+  // fence below would still pass. That is when a coordinator that lost its
+  // lease shuts its services down, and their streams ending must not be
+  // written as the cluster's news (agents "lost", jobs re-formed): the next
+  // leader finds the agents connected and the jobs as they were.
+  if (options_.still_leading && !options_.still_leading()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "this coordinator no longer leads (its lease ended or was given up): ", what,
+        " refused (", etcd_.name(), ")"));
+  }
   etcdserverpb::TxnRequest txn;
   etcdserverpb::Compare* fence = txn.add_compare();
   fence->set_key(fence_.key);

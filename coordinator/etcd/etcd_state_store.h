@@ -50,6 +50,11 @@ struct EtcdStateStoreOptions {
   int64_t max_request_bytes = 3 << 19;
   // Keys per page of a range read.
   int page_size = 500;
+  // Whether this coordinator still believes it leads (Leadership::IsLeader);
+  // a write asked for once it does not is refused here, before etcd's fence
+  // could still let it through (Note [Fenced writes] in the .cc). Null: the
+  // fence alone.
+  std::function<bool()> still_leading;
 };
 
 class EtcdStateStore : public StateStore {
