@@ -771,6 +771,31 @@ TEST_F(CommandsTest, WithSeveralCoordinatorsACallWaitsForALeaderWithinTheTimeout
   EXPECT_THAT(err_.str(), HasSubstr(absl::StrCat("coordinators ", dead, ": none leads")));
 }
 
+// Note [Why none leads]: while no coordinator can be elected (etcd without
+// quorum) a call through the list fails quoting a follower's reason.
+TEST_F(CommandsTest, WhenNoneCanLeadTheErrorQuotesAFollowersReason) {
+  FakeCoordinator follower;
+  ASSERT_TRUE(follower.Start().ok());
+  follower.set_health(grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  follower.set_no_leader("no coordinator can lead: etcd at 127.0.0.1:1: range: unreachable or "
+                         "no quorum (Deadline Exceeded)");
+  const std::string gone = absl::StrCat("127.0.0.1:", FreePort());
+  const std::string list = absl::StrCat(gone, ",", follower.address());
+
+  EXPECT_EQ(RunAt(list, nullptr, {"jobs", "--timeout", "1"}), kExitFailure);
+  EXPECT_THAT(err_.str(), HasSubstr(absl::StrCat("coordinators ", list, ": none leads")));
+  EXPECT_THAT(err_.str(), HasSubstr(absl::StrCat(
+                              follower.address(), " says: no coordinator can lead: etcd at "
+                              "127.0.0.1:1: range: unreachable or no quorum")));
+
+  // Coordinators that give no reason (none answers here): none is quoted.
+  err_.str("");
+  const std::string dead = absl::StrCat(gone, ",127.0.0.1:", FreePort());
+  EXPECT_EQ(RunAt(dead, nullptr, {"jobs", "--timeout", "1"}), kExitFailure);
+  EXPECT_THAT(err_.str(), HasSubstr("none leads"));
+  EXPECT_THAT(err_.str(), Not(HasSubstr("says:")));
+}
+
 TEST_F(CommandsTest, ACoordinatorListWithABadEntryIsRefusedNamingIt) {
   EXPECT_NE(RunAt("127.0.0.1:1,127.0.0.1:http", nullptr, {"jobs"}), kExitOk);
   EXPECT_THAT(err_.str(), HasSubstr("entry 2 of \"127.0.0.1:1,127.0.0.1:http\""));

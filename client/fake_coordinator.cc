@@ -55,10 +55,14 @@ class FakeCoordinator::Jobs final : public v1::JobService::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest* request,
+  grpc::Status ListJobs(grpc::ServerContext* context, const v1::ListJobsRequest* request,
                         v1::ListJobsResponse* response) override {
     absl::MutexLock lock(&owner_.mu_);
     ++owner_.calls_;
+    if (!owner_.no_leader_.empty()) {
+      context->AddTrailingMetadata("chorus-no-leader", owner_.no_leader_);
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, owner_.no_leader_);
+    }
     owner_.list_jobs_requests_.push_back(*request);
     // Pages as the coordinator's do, three jobs at most (the coordinator's
     // page is larger); the token here is an index into jobs_.
@@ -139,6 +143,10 @@ class FakeCoordinator::Jobs final : public v1::JobService::Service {
                          v1::CoordinatorLeader* response) override {
     absl::MutexLock lock(&owner_.mu_);
     ++owner_.calls_;
+    if (!owner_.no_leader_.empty()) {
+      context->AddTrailingMetadata("chorus-no-leader", owner_.no_leader_);
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, owner_.no_leader_);
+    }
     if (!owner_.follower_of_.empty()) {
       context->AddTrailingMetadata("chorus-leader", owner_.follower_of_);
       return grpc::Status(grpc::StatusCode::UNAVAILABLE,
@@ -335,6 +343,11 @@ void FakeCoordinator::set_leader(const v1::CoordinatorLeader& leader) {
 void FakeCoordinator::set_follower_of(const std::string& leader_address) {
   absl::MutexLock lock(&mu_);
   follower_of_ = leader_address;
+}
+
+void FakeCoordinator::set_no_leader(const std::string& why) {
+  absl::MutexLock lock(&mu_);
+  no_leader_ = why;
 }
 
 void FakeCoordinator::set_whoami(const v1::WhoAmIResponse& me) {

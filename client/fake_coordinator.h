@@ -70,6 +70,10 @@ class FakeCoordinator {
   // metadata "chorus-leader: ADDRESS", as a follower coordinator does.
   void set_leader(const v1::CoordinatorLeader& leader);
   void set_follower_of(const std::string& leader_address);
+  // With a non-empty `why`, GetLeader and ListJobs answer UNAVAILABLE `why`
+  // with trailing metadata "chorus-no-leader: WHY", as a follower does to
+  // every call while no coordinator can lead (etcd without quorum).
+  void set_no_leader(const std::string& why);
   // What WhoAmI answers (default: an anonymous admin, no token file).
   void set_whoami(const v1::WhoAmIResponse& me);
 
@@ -119,6 +123,7 @@ class FakeCoordinator {
   int health_checks_ ABSL_GUARDED_BY(mu_) = 0;
   v1::CoordinatorLeader leader_ ABSL_GUARDED_BY(mu_);
   std::string follower_of_ ABSL_GUARDED_BY(mu_);
+  std::string no_leader_ ABSL_GUARDED_BY(mu_);
   int calls_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

@@ -74,6 +74,22 @@ void SetDeadline(grpc::ClientContext& context, const GlobalOptions& global) {
   if (IsCoordinatorList(global.coordinator)) context.set_wait_for_ready(true);
 }
 
+namespace {
+
+// Why none of the coordinators leads, if one says (Note [Why none leads] in
+// common/grpc_util.cc); empty otherwise.
+std::string WhyNoneLeads(const std::string& list) {
+  return NoLeaderReason(list, absl::Seconds(3),
+                        [](const std::shared_ptr<grpc::Channel>& channel,
+                           grpc::ClientContext* context) {
+                          v1::CoordinatorLeader leader;
+                          return v1::JobService::NewStub(channel)->GetLeader(
+                              context, v1::GetLeaderRequest(), &leader);
+                        });
+}
+
+}  // namespace
+
 int ReportError(const std::string& command, const absl::Status& status,
                 const GlobalOptions& global) {
   std::ostream& err = *global.err;
@@ -83,6 +99,11 @@ int ReportError(const std::string& command, const absl::Status& status,
     if (IsCoordinatorList(global.coordinator)) {
       err << " (coordinators " << global.coordinator
           << ": none leads or answers within --timeout; `chorus coordinators` shows each one)";
+      if (global.channel == nullptr) {
+        if (const std::string why = WhyNoneLeads(global.coordinator); !why.empty()) {
+          err << "; " << why;
+        }
+      }
     } else {
       err << " (coordinator " << global.coordinator
           << "; is it running? `chorus ping` checks, --coordinator picks another)";

@@ -3,6 +3,7 @@
 #include <netdb.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <memory>
 #include <thread>
 #include <utility>
@@ -224,6 +225,38 @@ absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> CheckHealth
                         absl::StrCat("health check of ", address, " failed: ", s.message()));
   }
   return response.status();
+}
+
+// Note [Why none leads]
+// With a list of coordinators a call goes only to the leader (Note
+// [Following the leader]), so while none leads it fails after its deadline
+// with nothing but "Deadline Exceeded", and an agent cannot tell a cluster
+// that is gone from one waiting for its state store. When the coordinators
+// are up but none can be elected (etcd unreachable or without quorum) every
+// follower says why in its refusals' trailing metadata chorus-no-leader.
+// So the CLI quotes the first reason given after a call that no leader
+// answered, and an agent keeps its ranks past its reconnect window while
+// one is given (worker/agent/agent.cc).
+std::string NoLeaderReason(const std::string& addresses, absl::Duration budget,
+                           const LeaderProbe& probe) {
+  absl::StatusOr<std::vector<HostPort>> list = ParseHostPortList(addresses);
+  if (!list.ok()) return "";
+  const absl::Time deadline = absl::Now() + budget;
+  for (const HostPort& entry : *list) {
+    const absl::Time now = absl::Now();
+    if (now >= deadline) break;
+    const std::string address = FormatHostPort(entry.host, entry.port);
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(std::min(deadline, now + absl::Seconds(1))));
+    if (probe(MakeCoordinatorChannel(address), &context).ok()) continue;
+    const auto& trailers = context.GetServerTrailingMetadata();
+    auto why = trailers.find(kNoLeaderMetadataKey);
+    if (why != trailers.end()) {
+      return absl::StrCat(address, " says: ",
+                          absl::string_view(why->second.data(), why->second.size()));
+    }
+  }
+  return "";
 }
 
 }  // namespace chorus

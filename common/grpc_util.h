@@ -7,6 +7,7 @@
 #ifndef CHORUS_COMMON_GRPC_UTIL_H_
 #define CHORUS_COMMON_GRPC_UTIL_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -15,6 +16,7 @@
 #include "absl/time/time.h"
 #include "grpc/health/v1/health.pb.h"
 #include "grpcpp/channel.h"
+#include "grpcpp/client_context.h"
 #include "grpcpp/support/status.h"
 
 namespace chorus {
@@ -47,6 +49,25 @@ std::shared_ptr<grpc::Channel> MakeCoordinatorChannel(const std::string& address
 // naming the bad entry, UNAVAILABLE naming a host that does not resolve,
 // or hosts that resolve to IPv4 only and IPv6 only in one list.
 absl::StatusOr<std::string> CoordinatorListTarget(const std::string& addresses);
+
+// Trailing metadata of a follower coordinator's refusals while no
+// coordinator can lead (etcd unreachable or without quorum): why
+// (coordinator/follower_server.h).
+inline constexpr char kNoLeaderMetadataKey[] = "chorus-no-leader";
+
+// One call to the coordinator behind `channel` with `context`; any method a
+// follower refuses will do (all but health).
+using LeaderProbe =
+    std::function<grpc::Status(const std::shared_ptr<grpc::Channel>&, grpc::ClientContext*)>;
+
+// Why no coordinator of `addresses` (one HOST:PORT or a list) leads, as the
+// first follower that knows says (kNoLeaderMetadataKey, quoted after
+// "HOST:PORT says: "); empty when none says (unreachable, or the followers
+// name a leader). Asks with `probe` one coordinator at a time, each for at
+// most a second, all within `budget` (Note [Why none leads] in
+// grpc_util.cc).
+std::string NoLeaderReason(const std::string& addresses, absl::Duration budget,
+                           const LeaderProbe& probe);
 
 // Asks the grpc.health.v1 service behind `channel` (the coordinator at
 // `address`, named in messages) for the whole server's status, waiting up to

@@ -1,6 +1,7 @@
 #include "common/job_credentials.h"
 
 #include <sys/random.h>
+#include <sys/stat.h>
 
 #include <cerrno>
 #include <cstring>
@@ -52,23 +53,20 @@ JobCredentials::JobCredentials(std::string secret) : secret_(std::move(secret)) 
   CHECK_GE(secret_.size(), kMinSecretChars) << "job-credential secret too short";
 }
 
-absl::StatusOr<JobCredentials> JobCredentials::LoadOrCreate(const std::string& path) {
+absl::StatusOr<JobCredentials> JobCredentials::Create() {
+  absl::StatusOr<std::string> secret = NewSecret();
+  if (!secret.ok()) return secret.status();
+  return JobCredentials(*std::move(secret));
+}
+
+absl::StatusOr<std::optional<JobCredentials>> JobCredentials::LoadIfPresent(
+    const std::string& path) {
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0 && errno == ENOENT) return std::nullopt;
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    absl::StatusOr<std::string> secret = NewSecret();
-    if (!secret.ok()) return secret.status();
-    absl::Status written = WritePrivateFile(path, *secret + "\n");
-    // ALREADY_EXISTS: the file appeared between the two looks; read it.
-    if (written.ok()) return JobCredentials(*std::move(secret));
-    if (written.code() != absl::StatusCode::kAlreadyExists) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("job-credential secret: ", written.message()));
-    }
-    in.open(path, std::ios::binary);
-    if (!in) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("job-credential secret ", path, ": cannot read it"));
-    }
+    return absl::FailedPreconditionError(
+        absl::StrCat("job-credential secret ", path, ": cannot read it"));
   }
   if (absl::Status s = CheckTokenFileIsPrivate(path, "job-credential secret"); !s.ok()) return s;
   std::stringstream text;
@@ -81,6 +79,32 @@ absl::StatusOr<JobCredentials> JobCredentials::LoadOrCreate(const std::string& p
         "credentials of running jobs then stop working)"));
   }
   return JobCredentials(std::move(secret));
+}
+
+absl::StatusOr<JobCredentials> JobCredentials::LoadOrCreate(const std::string& path) {
+  absl::StatusOr<std::optional<JobCredentials>> kept = LoadIfPresent(path);
+  if (!kept.ok()) return kept.status();
+  if (kept->has_value()) return **std::move(kept);
+  absl::StatusOr<JobCredentials> created = Create();
+  if (!created.ok()) return created.status();
+  absl::Status written = WritePrivateFile(path, created->secret_ + "\n");
+  if (written.ok()) return created;
+  // ALREADY_EXISTS: the file appeared between the two looks; read it.
+  if (written.code() != absl::StatusCode::kAlreadyExists) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job-credential secret: ", written.message()));
+  }
+  kept = LoadIfPresent(path);
+  if (!kept.ok()) return kept.status();
+  if (!kept->has_value()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job-credential secret ", path, ": cannot read it"));
+  }
+  return **std::move(kept);
+}
+
+bool JobCredentials::SameSecretAs(const JobCredentials& other) const {
+  return SameBytes(secret_, other.secret_);
 }
 
 std::string JobCredentials::Tag(absl::string_view job_id) const {

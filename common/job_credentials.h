@@ -53,6 +53,17 @@ class JobCredentials {
   // FAILED_PRECONDITION naming the file if it is readable by others (with
   // the chmod that fixes it), too short, or cannot be read or written.
   static absl::StatusOr<JobCredentials> LoadOrCreate(const std::string& path);
+  // The secret kept in `path`; nullopt when there is no such file. Errors as
+  // LoadOrCreate's.
+  static absl::StatusOr<std::optional<JobCredentials>> LoadIfPresent(const std::string& path);
+  // A new secret from getrandom; FAILED_PRECONDITION if none can be drawn.
+  static absl::StatusOr<JobCredentials> Create();
+
+  // The secret, for a store that shares it between coordinators
+  // (EtcdStateStore::LoadJobCredentials).
+  const std::string& secret() const { return secret_; }
+  // Whether `other` has the same secret (in constant time).
+  bool SameSecretAs(const JobCredentials& other) const;
 
   // The credential of job `job_id`.
   std::string For(absl::string_view job_id) const;

@@ -1,5 +1,8 @@
 #include "coordinator/coordinator_process.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -52,17 +55,63 @@ std::string LeaderMetricsText(bool leading, int64_t leader_changes) {
       leader_changes, "\n");
 }
 
-AdvertisedAddress AdvertisedAddressOf(const ServerOptions& options,
+namespace {
+
+// 0.0.0.0, ::, and the other spellings of the unspecified address.
+bool IsWildcardHost(const std::string& host) {
+  in6_addr v6{};
+  if (inet_pton(AF_INET6, host.c_str(), &v6) == 1) return IN6_IS_ADDR_UNSPECIFIED(&v6);
+  in_addr v4{};
+  return inet_pton(AF_INET, host.c_str(), &v4) == 1 && v4.s_addr == INADDR_ANY;
+}
+
+}  // namespace
+
+AdvertisedAddress AdvertisedAddressOf(const ServerOptions& options, const std::string& advertise,
                                       const LeaderLoop::Ports& ports) {
   AdvertisedAddress advertised;
-  absl::StatusOr<HostPort> listen = ParseHostPort(options.listen);
-  if (listen.ok()) advertised.grpc = FormatHostPort(listen->host, ports.grpc);
+  absl::StatusOr<HostPort> grpc = ParseHostPort(advertise.empty() ? options.listen : advertise);
+  if (grpc.ok()) {
+    const int port = advertise.empty() || grpc->port == 0 ? ports.grpc : grpc->port;
+    advertised.grpc = FormatHostPort(grpc->host, port);
+  }
   if (ports.http != 0 && options.http_listen != "off") {
     absl::StatusOr<HostPort> http = ParseHostPort(options.http_listen);
-    const std::string host = options.http_listen.empty() || !http.ok() ? "127.0.0.1" : http->host;
+    std::string host = options.http_listen.empty() || !http.ok() ? "127.0.0.1" : http->host;
+    if (IsWildcardHost(host) && grpc.ok()) host = grpc->host;
     advertised.http_url = absl::StrCat("http://", FormatHostPort(host, ports.http));
   }
   return advertised;
+}
+
+absl::Status ValidateAdvertisedAddress(const std::string& listen, const std::string& advertise) {
+  constexpr char kWanted[] =
+      "HOST:PORT of this coordinator as the other coordinators' clients reach it, e.g. "
+      "--advertise_address node1.example:29650; port 0: the port --listen bound";
+  if (!advertise.empty()) {
+    absl::StatusOr<HostPort> address = ParseHostPort(advertise);
+    if (!address.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--advertise_address: ",
+                                                     address.status().message(), " (want ",
+                                                     kWanted, ")"));
+    }
+    if (IsWildcardHost(address->host)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--advertise_address ", advertise,
+          ": a wildcard address cannot be dialled; clients would be sent to themselves (want ",
+          kWanted, ")"));
+    }
+    return absl::OkStatus();
+  }
+  absl::StatusOr<HostPort> address = ParseHostPort(listen);
+  if (address.ok() && IsWildcardHost(address->host)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--listen ", listen,
+        " listens on every interface, and with --state etcd:// a coordinator publishes its "
+        "address for clients to follow the leader: give --advertise_address (",
+        kWanted, ")"));
+  }
+  return absl::OkStatus();
 }
 
 CoordinatorProcess::CoordinatorProcess(ServerOptions options, Leadership& leadership, bool follow,

@@ -36,12 +36,22 @@ std::string LeaderMetricsText(bool leading, int64_t leader_changes);
 
 // Where clients reach a coordinator started with `options` once it bound
 // `ports`: its gRPC HOST:PORT and the http://HOST:PORT of its status page
-// (empty without an HTTP port).
+// (empty without an HTTP port). The gRPC address is `advertise`
+// (--advertise_address; its port 0 stands for the bound one) when set, else
+// --listen's host with the bound port. The status page's host is
+// --http_listen's, or the advertised host when that is a wildcard.
 struct AdvertisedAddress {
   std::string grpc;
   std::string http_url;
 };
-AdvertisedAddress AdvertisedAddressOf(const ServerOptions& options, const LeaderLoop::Ports& ports);
+AdvertisedAddress AdvertisedAddressOf(const ServerOptions& options, const std::string& advertise,
+                                      const LeaderLoop::Ports& ports);
+
+// Whether a coordinator that publishes its address (--state etcd://) has one
+// that clients can dial: --advertise_address when set, else --listen.
+// INVALID_ARGUMENT naming the flag when that address does not parse or its
+// host is a wildcard (0.0.0.0, ::), which would send every client to itself.
+absl::Status ValidateAdvertisedAddress(const std::string& listen, const std::string& advertise);
 
 class CoordinatorProcess {
  public:

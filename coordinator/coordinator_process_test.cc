@@ -32,8 +32,10 @@ std::string TempDir(const std::string& name) {
   return std::string(base ? base : "/tmp") + "/" + name;
 }
 
-// One ListJobs call on a fresh channel to 127.0.0.1:port.
-grpc::Status ListJobs(int port, std::string* leader_metadata = nullptr) {
+// One ListJobs call on a fresh channel to 127.0.0.1:port; `leader_metadata`
+// and `no_leader_metadata` (if set) get the trailing metadata of those keys.
+grpc::Status ListJobs(int port, std::string* leader_metadata = nullptr,
+                      std::string* no_leader_metadata = nullptr) {
   auto stub = v1::JobService::NewStub(MakeCoordinatorChannel(absl::StrCat("127.0.0.1:", port)));
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(3)));
@@ -41,12 +43,14 @@ grpc::Status ListJobs(int port, std::string* leader_metadata = nullptr) {
   v1::ListJobsRequest request;
   v1::ListJobsResponse response;
   grpc::Status status = stub->ListJobs(&context, request, &response);
-  if (leader_metadata != nullptr) {
-    auto found = context.GetServerTrailingMetadata().find(kLeaderMetadataKey);
-    *leader_metadata = found == context.GetServerTrailingMetadata().end()
-                           ? ""
-                           : std::string(found->second.data(), found->second.size());
-  }
+  const auto& trailers = context.GetServerTrailingMetadata();
+  auto value_of = [&trailers](const char* key) {
+    auto found = trailers.find(key);
+    return found == trailers.end() ? std::string()
+                                   : std::string(found->second.data(), found->second.size());
+  };
+  if (leader_metadata != nullptr) *leader_metadata = value_of(kLeaderMetadataKey);
+  if (no_leader_metadata != nullptr) *no_leader_metadata = value_of(kNoLeaderMetadataKey);
   return status;
 }
 
@@ -105,6 +109,24 @@ TEST(CoordinatorProcessTest, FollowsLeadsLosesAndLeadsAgainOnTheSamePorts) {
   ASSERT_TRUE(metrics);
   EXPECT_THAT(metrics->body, HasSubstr("chorus_leader 0\n"));
   EXPECT_FALSE(process.loop().leading());
+
+  // No coordinator can lead (etcd without quorum): every call says why, in
+  // the message and the metadata, and names no leader.
+  leadership.SetElectionError(absl::UnavailableError(
+      "etcd at 127.0.0.1:1: range: unreachable or no quorum (Deadline Exceeded)"));
+  std::string no_leader;
+  grpc::Status no_quorum = ListJobs(port, &metadata, &no_leader);
+  EXPECT_EQ(no_quorum.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(no_quorum.error_message(),
+              HasSubstr("no coordinator can lead: etcd at 127.0.0.1:1: range: unreachable or no "
+                        "quorum"));
+  EXPECT_THAT(no_quorum.error_message(), HasSubstr("submissions and every other change are "
+                                                   "refused"));
+  EXPECT_EQ(no_leader, no_quorum.error_message());
+  EXPECT_EQ(metadata, "");
+  leadership.SetElectionError(absl::OkStatus());
+  ASSERT_THAT(ListJobs(port, &metadata, &no_leader).error_message(), HasSubstr("the leader is"));
+  EXPECT_EQ(no_leader, "");
 
   // Elected: the full coordinator answers on the same port.
   leadership.Win();
@@ -187,6 +209,45 @@ TEST(CoordinatorProcessTest, AloneItLeadsAtOnceAndStopEndsRun) {
   loop.join();
   EXPECT_TRUE(ran.ok()) << ran;
   EXPECT_NE(ListJobs(bound).error_code(), grpc::StatusCode::OK);
+}
+
+TEST(CoordinatorProcessTest, TheAdvertisedAddressIsTheFlagsOrTheListenAddressWithTheBoundPort) {
+  ServerOptions options;
+  options.listen = "0.0.0.0:0";
+  options.http_listen = "0.0.0.0:0";
+  const LeaderLoop::Ports ports{29650, 29651};
+  AdvertisedAddress flag = AdvertisedAddressOf(options, "node1.example:39650", ports);
+  EXPECT_EQ(flag.grpc, "node1.example:39650");
+  EXPECT_EQ(flag.http_url, "http://node1.example:29651");
+  EXPECT_EQ(AdvertisedAddressOf(options, "node1.example:0", ports).grpc, "node1.example:29650");
+  EXPECT_EQ(AdvertisedAddressOf(options, "[fd00::1]:0", ports).grpc, "[fd00::1]:29650");
+
+  options.listen = "10.0.0.1:0";
+  options.http_listen = "127.0.0.1:0";
+  AdvertisedAddress listen = AdvertisedAddressOf(options, "", ports);
+  EXPECT_EQ(listen.grpc, "10.0.0.1:29650");
+  EXPECT_EQ(listen.http_url, "http://127.0.0.1:29651");
+}
+
+TEST(CoordinatorProcessTest, AWildcardAddressIsNeverAdvertised) {
+  EXPECT_TRUE(ValidateAdvertisedAddress("10.0.0.1:29650", "").ok());
+  EXPECT_TRUE(ValidateAdvertisedAddress("0.0.0.0:29650", "node1.example:29650").ok());
+  EXPECT_TRUE(ValidateAdvertisedAddress("[::]:29650", "[fd00::1]:0").ok());
+  for (const char* listen : {"0.0.0.0:29650", "[::]:29650", "[0:0:0:0:0:0:0:0]:29650"}) {
+    absl::Status wildcard = ValidateAdvertisedAddress(listen, "");
+    EXPECT_TRUE(absl::IsInvalidArgument(wildcard)) << listen;
+    EXPECT_THAT(wildcard.message(), HasSubstr(absl::StrCat("--listen ", listen)));
+    EXPECT_THAT(wildcard.message(), HasSubstr("give --advertise_address"));
+  }
+  for (const char* advertise : {"0.0.0.0:29650", "[::]:0"}) {
+    absl::Status wildcard = ValidateAdvertisedAddress("10.0.0.1:29650", advertise);
+    EXPECT_TRUE(absl::IsInvalidArgument(wildcard)) << advertise;
+    EXPECT_THAT(wildcard.message(), HasSubstr(absl::StrCat("--advertise_address ", advertise,
+                                                           ": a wildcard address")));
+  }
+  absl::Status bad = ValidateAdvertisedAddress("10.0.0.1:29650", "node1.example");
+  EXPECT_TRUE(absl::IsInvalidArgument(bad));
+  EXPECT_THAT(bad.message(), HasSubstr("--advertise_address: "));
 }
 
 }  // namespace

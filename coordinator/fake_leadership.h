@@ -36,6 +36,11 @@ class FakeLeadership : public Leadership {
     absl::MutexLock lock(&mu_);
     other_ = std::move(leader);
   }
+  // What ElectionError answers (as EtcdLeadership while etcd has no quorum).
+  void SetElectionError(absl::Status error) {
+    absl::MutexLock lock(&mu_);
+    election_error_ = std::move(error);
+  }
   int campaigns() const {
     absl::MutexLock lock(&mu_);
     return campaigns_;
@@ -79,6 +84,10 @@ class FakeLeadership : public Leadership {
     stopped_ = true;
     leading_ = false;
   }
+  absl::Status ElectionError() const override {
+    absl::MutexLock lock(&mu_);
+    return election_error_;
+  }
 
  private:
   mutable absl::Mutex mu_;
@@ -88,6 +97,7 @@ class FakeLeadership : public Leadership {
   int campaigns_ ABSL_GUARDED_BY(mu_) = 0;
   int resigns_ ABSL_GUARDED_BY(mu_) = 0;
   std::optional<LeaderInfo> other_ ABSL_GUARDED_BY(mu_);
+  absl::Status election_error_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace chorus

@@ -30,17 +30,26 @@ class CatchAll final : public grpc::CallbackGenericService {
 
   grpc::ServerGenericBidiReactor* CreateReactor(
       grpc::GenericCallbackServerContext* context) override {
-    return new Refusal(context, leadership_.Leader());
+    // While the election fails (etcd unreachable or without quorum) asking
+    // etcd for the leader would only wait out the same error.
+    absl::Status election_error = leadership_.ElectionError();
+    if (!election_error.ok()) return new Refusal(context, std::nullopt, election_error);
+    return new Refusal(context, leadership_.Leader(), absl::OkStatus());
   }
 
  private:
   class Refusal final : public grpc::ServerGenericBidiReactor {
    public:
-    Refusal(grpc::GenericCallbackServerContext* context, const std::optional<LeaderInfo>& leader) {
+    Refusal(grpc::GenericCallbackServerContext* context, const std::optional<LeaderInfo>& leader,
+            const absl::Status& election_error) {
       if (leader.has_value() && !leader->address.empty()) {
         context->AddTrailingMetadata(kLeaderMetadataKey, leader->address);
       }
-      Finish(FollowerStatus(leader));
+      const grpc::Status refusal = FollowerStatus(leader, election_error);
+      if (!election_error.ok()) {
+        context->AddTrailingMetadata(kNoLeaderMetadataKey, refusal.error_message());
+      }
+      Finish(refusal);
     }
     void OnDone() override { delete this; }
   };
@@ -104,9 +113,17 @@ std::vector<HttpRoute> FollowerRoutes(const Leadership& leadership,
 
 }  // namespace
 
-grpc::Status FollowerStatus(const std::optional<LeaderInfo>& leader) {
+grpc::Status FollowerStatus(const std::optional<LeaderInfo>& leader,
+                            const absl::Status& election_error) {
   constexpr char kHint[] =
       "(give clients every coordinator: --coordinator a:29650,b:29650,c:29650)";
+  if (!election_error.ok()) {
+    return grpc::Status(
+        grpc::StatusCode::UNAVAILABLE,
+        absl::StrCat("no coordinator can lead: ", election_error.message(),
+                     "; submissions and every other change are refused until the state store "
+                     "answers again (running jobs keep training)"));
+  }
   if (!leader.has_value() || leader->address.empty()) {
     return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                         absl::StrCat("this coordinator is a follower and no leader is elected "

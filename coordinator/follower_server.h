@@ -41,11 +41,16 @@ class HttpServer;
 
 // Trailing metadata of a follower's answers: the leader's HOST:PORT.
 inline constexpr char kLeaderMetadataKey[] = "chorus-leader";
+// A follower's answers while no coordinator can lead
+// (Leadership::ElectionError, e.g. etcd without quorum) say why in the
+// trailing metadata kNoLeaderMetadataKey (common/grpc_util.h).
 
 // The status a follower answers every coordinator call with: UNAVAILABLE
-// naming the leader (or saying none is elected yet), and what to give
-// clients so that they follow it by themselves.
-grpc::Status FollowerStatus(const std::optional<LeaderInfo>& leader);
+// naming the leader (or saying none is elected yet, or, with a non-OK
+// `election_error`, why none can be), and what to give clients so that
+// they follow it by themselves.
+grpc::Status FollowerStatus(const std::optional<LeaderInfo>& leader,
+                            const absl::Status& election_error = absl::OkStatus());
 
 class FollowerServer {
  public:

@@ -53,6 +53,11 @@ class Leadership {
   virtual void Resign() = 0;
   // Makes Campaign and WaitUntilLost return; leadership, if held, is given up.
   virtual void Stop() = 0;
+  // Why no coordinator can lead now: the error of the last attempt to
+  // campaign while it lasts (etcd unreachable or without quorum), OK once an
+  // attempt gets an answer again. Answers at once, without asking the
+  // backend. A coordinator alone never has one.
+  virtual absl::Status ElectionError() const { return absl::OkStatus(); }
 };
 
 // The leadership of a coordinator that is alone: it leads from its first

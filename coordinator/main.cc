@@ -54,6 +54,7 @@ struct Flags {
   chorus::StateUrl state_url;
   chorus::EtcdCoordinatorStateOptions etcd;
   double leader_lease_seconds = 2;
+  std::string advertise_address;
 };
 
 // Where it listens, who may call, where its state is.
@@ -119,6 +120,11 @@ void AddStateFlags(CLI::App& app, Flags& flags) {
   app.add_option("--etcd_user", etcd.user, "etcd user (etcd authentication).");
   app.add_option("--etcd_password_file", etcd.password_file,
                  "File holding --etcd_user's password.");
+  app.add_option("--advertise_address", flags.advertise_address,
+                 "With --state etcd://: HOST:PORT this coordinator publishes as the leader's "
+                 "address, for followers to name and clients to dial (port 0: the port --listen "
+                 "bound). Default: --listen's address, which must then not be a wildcard "
+                 "(0.0.0.0, [::]).");
   app.add_option("--leader_lease_seconds", flags.leader_lease_seconds,
                  "Lease of the leader in etcd: a leader that cannot renew it stops within this "
                  "long, and another takes over about this long after the leader dies.")
@@ -190,6 +196,12 @@ std::string CheckFlags(const Flags& flags) {
   absl::Status valid = chorus::ValidateServerOptions(flags.options);
   if (valid.ok() && flags.state_url.kind == chorus::StateUrl::Kind::kEtcd) {
     valid = chorus::ValidateEtcdCoordinatorStateOptions(flags.etcd);
+    if (valid.ok()) {
+      valid = chorus::ValidateAdvertisedAddress(flags.options.listen, flags.advertise_address);
+    }
+  } else if (valid.ok() && !flags.advertise_address.empty()) {
+    return "--advertise_address is for coordinators sharing --state etcd://...: a coordinator "
+           "alone publishes no address";
   }
   return valid.ok() ? "" : std::string(valid.message());
 }
@@ -209,7 +221,8 @@ std::string ParseStateFlags(Flags& flags) {
   flags.etcd.lease_ttl = absl::Seconds(flags.leader_lease_seconds);
   flags.etcd.checkpoint_dir = flags.options.checkpoint_dir;
   flags.etcd.self.id = absl::StrCat(HostName(), ":", getpid());
-  flags.etcd.self.address = flags.options.listen;
+  flags.etcd.self.address =
+      flags.advertise_address.empty() ? flags.options.listen : flags.advertise_address;
   return "";
 }
 
@@ -284,7 +297,8 @@ int ServeFromEtcd(const Flags& flags, const sigset_t& stop_signals) {
   // The leader record names the ports actually bound (the follower binds
   // them before the first campaign), not --listen's port 0.
   auto advertise = [&flags, &leadership](const chorus::LeaderLoop::Ports& ports) {
-    chorus::AdvertisedAddress self = chorus::AdvertisedAddressOf(flags.options, ports);
+    chorus::AdvertisedAddress self =
+        chorus::AdvertisedAddressOf(flags.options, flags.advertise_address, ports);
     leadership.SetSelfAddress(std::move(self.grpc), std::move(self.http_url));
   };
   return RunProcess(flags, stop_signals, std::move(options), leadership, /*follow=*/true,

@@ -311,14 +311,16 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
 
 absl::Status CoordinatorServer::OpenState(const ServerOptions& options) {
   ASSIGN_OR_RETURN(lock_, StateDirLock::Acquire(options.state_dir));
-  if (auth_->enabled()) {
-    // Note [Job credentials]: ranks get these instead of the worker token.
-    ASSIGN_OR_RETURN(JobCredentials job_credentials,
-                     JobCredentials::LoadOrCreate(options.state_dir + "/job_credentials.key"));
-    auth_->AcceptJobCredentials(std::move(job_credentials));
-  }
   ASSIGN_OR_RETURN(state_, options.open_state ? options.open_state()
                                                : StateStore::Open(options.state_dir));
+  if (auth_->enabled()) {
+    // Note [Job credentials]: ranks get these instead of the worker token;
+    // coordinators sharing a state share the secret (Note [Shared job
+    // credentials] in coordinator/etcd/etcd_state_store.cc).
+    ASSIGN_OR_RETURN(JobCredentials job_credentials,
+                     state_->LoadJobCredentials(options.state_dir + "/job_credentials.key"));
+    auth_->AcceptJobCredentials(std::move(job_credentials));
+  }
   ASSIGN_OR_RETURN(jobs_, JobManager::Create(*state_, nullptr, options.max_pending_jobs));
   checkpoints_ = std::make_unique<CheckpointStore>(CheckpointDir(options), *state_,
                                                    CheckpointFailpointFromEnvironment());

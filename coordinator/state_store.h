@@ -28,6 +28,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "chorus/v1/coordinator.pb.h"
+#include "common/job_credentials.h"
 #include "coordinator/elastic_record.pb.h"
 
 struct sqlite3;
@@ -89,6 +90,15 @@ class StateStore {
   // job-000001); directories shared between clusters are namespaced by it
   // (Note [Shared directories per cluster] in coordinator/job_manager.cc).
   virtual const std::string& cluster_id() const = 0;
+
+  // The secret this cluster's job credentials are made with (Note [Job
+  // credentials] in common/job_credentials.h). `local_path` is this
+  // coordinator's own file, --state_dir/job_credentials.key. Here: that file,
+  // created on first use. A state that several coordinators share shares the
+  // secret too (EtcdStateStore).
+  virtual absl::StatusOr<JobCredentials> LoadJobCredentials(const std::string& local_path) {
+    return JobCredentials::LoadOrCreate(local_path);
+  }
 };
 
 // 12 random hex digits, a new cluster id.

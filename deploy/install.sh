@@ -7,7 +7,7 @@
 #                               chorus-trainer, chorus-script-export (each finds the
 #                               others beside it)
 #   PREFIX/share/chorus/        examples/ (job specs), systemd/ (units and /etc/chorus
-#                               environment files), slurm/chorus.sbatch, kubernetes/,
+#                               environment files), slurm/chorus.sbatch, kubernetes/, kubernetes-ha/,
 #                               container/
 #
 # --destdir ROOT writes everything under ROOT/PREFIX (a staging tree for a
@@ -74,7 +74,7 @@ shopt -s nullglob
 for file in "${src}"/examples/*.textproto "${src}"/examples/*.json "${src}"/examples/*.yaml; do
   install -D -m 0644 "${file}" "${root}/share/chorus/examples/$(basename "${file}")"
 done
-for dir in systemd slurm kubernetes container; do
+for dir in systemd slurm kubernetes kubernetes-ha container; do
   [[ -d "${src}/deploy/${dir}" ]] || continue
   while IFS= read -r -d '' file; do
     rel=${file#"${src}/deploy/"}

@@ -9,11 +9,13 @@ Usage: kubernetes_manifests_check.py --help_text IMAGE=FILE... MANIFEST.yaml...
    decode; a field the API does not have is dropped, so every field of the
    manifest must come back unchanged.
 2. Kinds kubectl cannot decode offline (NetworkPolicy, Namespace,
-   ServiceAccount, Secret) get a structural check of their known fields.
+   ServiceAccount, Secret, PersistentVolumeClaim) get a structural check of
+   their known fields.
 3. Cross references: Service selectors and NetworkPolicy selectors match
    pods; target ports are container ports; a StatefulSet's serviceName is
    a headless Service; mounts name volumes; Secret volumes name Secrets
-   that exist, and their items name keys that exist.
+   that exist, and their items name keys that exist; claim volumes name
+   PersistentVolumeClaims that exist.
 4. Every --flag in a container's args, and every CHORUS_* variable in its
    env, appears in the --help of the program its image runs.
 Prints one "ok: ..." or "FAIL: ..." line per check and exits 1 on a failure.
@@ -173,6 +175,18 @@ def main(argv):
                 fail(f"{label}: a TLS Secret needs tls.crt and tls.key")
             else:
                 ok(f"{label}: keys {sorted(doc.get('data', {}))}")
+        elif kind == "PersistentVolumeClaim":
+            known = {"accessModes", "resources", "storageClassName", "volumeMode", "selector",
+                     "dataSource", "volumeName"}
+            spec = doc.get("spec", {})
+            modes = {"ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany", "ReadWriteOncePod"}
+            problems = [f"spec.{k}" for k in spec if k not in known]
+            problems += [f"spec.accessModes: {m}" for m in spec.get("accessModes", [])
+                         if m not in modes]
+            if "storage" not in spec.get("resources", {}).get("requests", {}):
+                problems.append("spec.resources.requests.storage missing")
+            (fail if problems else ok)(f"{label}: PersistentVolumeClaim fields "
+                                       f"{', '.join(problems) or 'known'}")
         elif kind in ("Namespace", "ServiceAccount"):
             extra = set(doc) - {"apiVersion", "kind", "metadata", "automountServiceAccountToken"}
             (fail if extra else ok)(f"{label}: fields {sorted(doc)}")
@@ -195,6 +209,10 @@ def main(argv):
                 if mount["name"] not in volumes and mount["name"] not in claims:
                     fail(f"{label}: mount {mount['name']} names no volume")
         for volume in volumes.values():
+            if "persistentVolumeClaim" in volume:
+                claim = volume["persistentVolumeClaim"]["claimName"]
+                if ("PersistentVolumeClaim", claim) not in named:
+                    fail(f"{label}: volume {volume['name']} names no PersistentVolumeClaim {claim}")
             if "secret" not in volume:
                 continue
             secret = named.get(("Secret", volume["secret"]["secretName"]))

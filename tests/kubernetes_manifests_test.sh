@@ -84,11 +84,50 @@ grep -q 'nvidia.com/gpu: ' "${K8S}/cuda/worker-cuda-daemonset.yaml" \
 grep -q 'prometheus.io/scrape' "${TMP}/cpu.yaml" && pass "Prometheus annotations" \
   || fail "no Prometheus annotations"
 
+# deploy/kubernetes-ha: the same objects with three coordinators on a
+# 3-member etcd StatefulSet (its flags checked against the installed
+# etcd's --help) and a shared checkpoint claim.
+K8S_HA="${PREFIX}/share/chorus/kubernetes-ha"
+kubectl kustomize "${K8S_HA}" > "${TMP}/ha.yaml" 2>"${TMP}/kustomize-ha.err" \
+  && pass "kubectl kustomize kubernetes-ha: $(grep -c '^kind:' "${TMP}/ha.yaml") objects" \
+  || fail "kubectl kustomize kubernetes-ha: $(cat "${TMP}/kustomize-ha.err")"
+/usr/bin/etcd --help > "${TMP}/etcd.help" 2>&1
+ha_helps=("${helps[@]}" --help_text "quay.io/coreos/etcd=${TMP}/etcd.help")
+"${PY}" "${CHECK}" "${ha_helps[@]}" "${TMP}/ha.yaml" "${TMP}/secrets/secrets.yaml" > "${TMP}/check-ha.out" 2>&1; rc=$?
+cat "${TMP}/check-ha.out"
+[[ ${rc} -eq 0 ]] && grep -q '^ok: StatefulSet/chorus-etcd (quay.io/coreos/etcd): every flag' "${TMP}/check-ha.out" \
+  && grep -q '^ok: StatefulSet/chorus-coordinator (chorus-coordinator): every flag' "${TMP}/check-ha.out" \
+  && pass "kubernetes-ha checks: $(grep -c '^ok:' "${TMP}/check-ha.out") ok" \
+  || fail "kubernetes-ha checks rc=${rc}: $(grep -v '^ok:' "${TMP}/check-ha.out")"
+python3 - "${TMP}/ha.yaml" <<'PY' && pass "kubernetes-ha: 3 coordinators on etcd, agents given all three" || fail "kubernetes-ha shape"
+import sys, yaml
+docs = {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(open(sys.argv[1])) if d}
+coordinator = docs[("StatefulSet", "chorus-coordinator")]["spec"]
+etcd = docs[("StatefulSet", "chorus-etcd")]["spec"]
+args = coordinator["template"]["spec"]["containers"][0]["args"]
+env = {e["name"]: e.get("value") for e in
+       docs[("DaemonSet", "chorus-worker")]["spec"]["template"]["spec"]["containers"][0]["env"]}
+names = [f"chorus-coordinator-{i}.chorus-coordinator-headless.chorus.svc:29650" for i in range(3)]
+assert coordinator["replicas"] == 3 and etcd["replicas"] == 3, "replicas"
+assert docs[("Service", "chorus-etcd")]["spec"]["clusterIP"] == "None", "etcd headless"
+assert any(a.startswith("--state=etcd://chorus-etcd-0.chorus-etcd.chorus.svc:2379,") for a in args), args
+assert any(a.startswith("--advertise_address=$(POD_NAME).") for a in args), args
+assert env["CHORUS_COORDINATOR"] == ",".join(names), env
+PY
+sans=$(openssl x509 -in "${TMP}/secrets/tls.crt" -noout -ext subjectAltName 2>&1)
+[[ "${sans}" == *"DNS:*.chorus-coordinator-headless.chorus.svc"* ]] \
+  && pass "the certificate names every coordinator pod" || fail "certificate names: ${sans}"
+
 # The check can fail: an unknown field, a mistyped value, a flag the worker lacks.
 sed 's/^      serviceAccountName: chorus$/&\n      serviceAcountName: chorus/' "${TMP}/cpu.yaml" > "${TMP}/bad1.yaml"
 sed 's/readOnlyRootFilesystem: true/readOnlyRootFilesystem: "yes"/' "${TMP}/cpu.yaml" > "${TMP}/bad2.yaml"
 sed 's/--device=cpu/--devices=cpu/' "${TMP}/cpu.yaml" > "${TMP}/bad3.yaml"
-for bad in bad1:serviceAcountName bad2:readOnlyRootFilesystem bad3:--devices; do
+sed 's/--advertise_address=/--advertize_address=/' "${TMP}/ha.yaml" > "${TMP}/bad4.yaml"
+sed 's/--initial-cluster-state=new/--initial-cluster-status=new/' "${TMP}/ha.yaml" > "${TMP}/bad5.yaml"
+sed 's/claimName: chorus-checkpoints/claimName: chorus-checkpoint/' "${TMP}/ha.yaml" > "${TMP}/bad6.yaml"
+helps=("${ha_helps[@]}")
+for bad in bad1:serviceAcountName bad2:readOnlyRootFilesystem bad3:--devices bad4:--advertize_address \
+           bad5:--initial-cluster-status bad6:chorus-checkpoint; do
   file=${bad%%:*} what=${bad#*:}
   out=$("${PY}" "${CHECK}" "${helps[@]}" "${TMP}/${file}.yaml" "${TMP}/secrets/secrets.yaml" 2>&1) \
     && fail "${what}: passed" \

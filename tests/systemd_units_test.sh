@@ -57,8 +57,47 @@ for pair in chorus-coordinator:20 chorus-worker:40; do
   fi
 done
 
+# Three machines with etcd (docs/ha.md): the etcd unit, and the coordinator
+# unit with its HA drop-in (systemd-analyze reads UNIT.d/ beside the unit).
+out=$(verify_quietly "${UNITS}/chorus-etcd.service" "${units[0]}") \
+  && pass "systemd-analyze verify: chorus-etcd.service and the coordinator with its HA drop-in clean" \
+  || fail "systemd-analyze verify (HA): ${out}"
+[[ -f "${UNITS}/chorus-coordinator.service.d/ha.conf" ]] \
+  && grep -q '^ReadWritePaths=/srv/chorus-checkpoints$' "${UNITS}/chorus-coordinator.service.d/ha.conf" \
+  && grep -q -- '--checkpoint_dir /srv/chorus-checkpoints' "${UNITS}/coordinator-ha.conf" \
+  && pass "the HA drop-in lets the coordinator write coordinator-ha.conf's --checkpoint_dir" \
+  || fail "HA drop-in: $(cat "${UNITS}/chorus-coordinator.service.d/ha.conf" 2>&1)"
+if systemd-analyze security --offline=true --threshold=20 "${UNITS}/chorus-etcd.service" >/dev/null 2>&1; then
+  pass "chorus-etcd exposure <= 2.0"
+else
+  fail "chorus-etcd exposure: $(systemd-analyze security --offline=true "${UNITS}/chorus-etcd.service" 2>&1 | tail -1)"
+fi
+cp -r "${UNITS}" "${TMP}/units-bad"
+sed -i 's/^ReadWritePaths=/ReadWritePath=/' "${TMP}/units-bad/chorus-coordinator.service.d/ha.conf"
+out=$(verify_quietly "${TMP}/units-bad/chorus-coordinator.service") \
+  && fail "a drop-in with a bad key passed" || pass "a bad drop-in key is caught: ${out}"
+# Every ETCD_ variable is a flag of the installed etcd (ETCD_INITIAL_CLUSTER
+# is --initial-cluster).
+etcd_help=$(/usr/bin/etcd --help 2>&1)
+unknown=""
+for name in $(sed -n 's/^\(ETCD_[A-Z_]*\)=.*/\1/p' "${UNITS}/etcd.conf"); do
+  flag=$(tr 'A-Z_' 'a-z-' <<<"${name#ETCD_}")
+  grep -q -- "--${flag}\b" <<<"${etcd_help}" || unknown+=" ${name}"
+done
+[[ -z "${unknown}" ]] && pass "etcd.conf: every variable is an etcd flag" || fail "etcd.conf: not etcd's:${unknown}"
+flags=$(sed -n 's/^CHORUS_COORDINATOR_FLAGS=//p' "${UNITS}/coordinator-ha.conf")
+# shellcheck disable=SC2086
+out=$("${PREFIX}/bin/chorus-coordinator" --state_dir /var/lib/chorus ${flags} --check_flags 2>&1) \
+  && pass "coordinator-ha.conf's flags are sound: ${out}" || fail "coordinator-ha.conf's flags: ${out}"
+# shellcheck disable=SC2086
+out=$("${PREFIX}/bin/chorus-coordinator" --state_dir /var/lib/chorus ${flags/--advertise_address 10.0.0.1:29650/} \
+      --check_flags 2>&1) \
+  && fail "--listen 0.0.0.0 without --advertise_address passed" \
+  || { [[ ${out} == *"give --advertise_address"* ]] && pass "a wildcard address to publish is refused: ${out}" \
+       || fail "wildcard message: ${out}"; }
+
 # Environment files: comments, blank lines and NAME=VALUE only.
-for conf in coordinator.conf worker.conf; do
+for conf in coordinator.conf worker.conf coordinator-ha.conf etcd.conf; do
   bad=$(grep -vnE '^(#.*|[[:space:]]*|[A-Z_][A-Z0-9_]*=.*)$' "${UNITS}/${conf}")
   [[ -z "${bad}" ]] && pass "${conf} is an environment file" || fail "${conf}: ${bad}"
 done

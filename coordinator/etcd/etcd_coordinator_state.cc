@@ -49,8 +49,11 @@ EtcdCoordinatorState::EtcdCoordinatorState(EtcdCoordinatorStateOptions options,
 }
 
 absl::StatusOr<std::unique_ptr<StateStore>> EtcdCoordinatorState::OpenState() {
+  EtcdStateStoreOptions store;
+  store.still_leading = [leadership = leadership_.get()] { return leadership->IsLeader(); };
   ASSIGN_OR_RETURN(std::unique_ptr<EtcdStateStore> state,
-                   EtcdStateStore::Open(*client_, options_.url.prefix, leadership_->fence()));
+                   EtcdStateStore::Open(*client_, options_.url.prefix, leadership_->fence(),
+                                        std::move(store)));
   RETURN_IF_ERROR(state->ClaimSharedDirectory(options_.checkpoint_dir));
   return std::unique_ptr<StateStore>(std::move(state));
 }

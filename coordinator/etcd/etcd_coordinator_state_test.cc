@@ -3,13 +3,16 @@
 // a real etcd member, the deposed one's RPCs refused by the fence.
 #include "coordinator/etcd/etcd_coordinator_state.h"
 
+#include <fstream>
 #include <memory>
 #include <string>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "chorus/v1/coordinator.grpc.pb.h"
+#include "common/job_credentials.h"
 #include "common/job_spec.h"
+#include "common/private_files.h"
 #include "coordinator/etcd/etcd_test_cluster.h"
 #include "coordinator/server.h"
 #include "grpcpp/grpcpp.h"
@@ -69,6 +72,53 @@ TEST(EtcdCoordinatorStateTest, ALeaderWithoutTheSharedCheckpointDirectoryRefuses
   ASSERT_TRUE(c->leadership().Campaign().ok());
   absl::StatusOr<std::unique_ptr<StateStore>> opened = c->OpenState();
   EXPECT_TRUE(opened.ok()) << opened.status();
+}
+
+// Note [Shared job credentials]: the first leader puts its own secret into
+// etcd; a later one without a file uses it, one whose file differs refuses.
+TEST(EtcdCoordinatorStateTest, TheJobCredentialSecretIsSharedThroughEtcd) {
+  auto etcd = EtcdTestCluster::Start(1);
+  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  const std::string shared = TempDir("credentials_checkpoints");
+  auto a = Coordinator(**etcd, "a", shared);
+  auto b = Coordinator(**etcd, "b", shared);
+  auto c = Coordinator(**etcd, "c", shared);
+  ASSERT_TRUE(a && b && c);
+  const std::string a_key = TempDir("a_job_credentials.key");
+  const std::string b_key = TempDir("b_job_credentials.key");
+  const std::string c_key = TempDir("c_job_credentials.key");
+  const std::string a_secret(64, 'a');
+  ASSERT_TRUE(WritePrivateFile(a_key, a_secret + "\n").ok());
+  ASSERT_TRUE(WritePrivateFile(b_key, std::string(64, 'b') + "\n").ok());
+
+  ASSERT_TRUE(a->leadership().Campaign().ok());
+  absl::StatusOr<std::unique_ptr<StateStore>> a_state = a->OpenState();
+  ASSERT_TRUE(a_state.ok()) << a_state.status();
+  absl::StatusOr<JobCredentials> first = (*a_state)->LoadJobCredentials(a_key);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->For("job-000001"), JobCredentials(a_secret).For("job-000001"));
+  a->leadership().Resign();
+
+  ASSERT_TRUE(c->leadership().Campaign().ok());
+  absl::StatusOr<std::unique_ptr<StateStore>> c_state = c->OpenState();
+  ASSERT_TRUE(c_state.ok()) << c_state.status();
+  absl::StatusOr<JobCredentials> later = (*c_state)->LoadJobCredentials(c_key);
+  ASSERT_TRUE(later.ok()) << later.status();
+  EXPECT_EQ(later->For("job-000001"), first->For("job-000001"));
+  EXPECT_EQ(later->JobOf(first->For("job-000002")), "job-000002");
+  EXPECT_FALSE(std::ifstream(c_key).good()) << "the shared secret was copied into a file";
+  c->leadership().Resign();
+
+  ASSERT_TRUE(b->leadership().Campaign().ok());
+  absl::StatusOr<std::unique_ptr<StateStore>> b_state = b->OpenState();
+  ASSERT_TRUE(b_state.ok()) << b_state.status();
+  absl::StatusOr<JobCredentials> refused = (*b_state)->LoadJobCredentials(b_key);
+  EXPECT_TRUE(absl::IsFailedPrecondition(refused.status())) << refused.status();
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), b_key)) << refused.status();
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "/chorus/job_credentials_secret"))
+      << refused.status();
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "Remove " + b_key))
+      << refused.status();
 }
 
 std::unique_ptr<CoordinatorServer> StartServer(EtcdCoordinatorState& etcd, const std::string& name,

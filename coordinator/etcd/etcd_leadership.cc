@@ -80,6 +80,10 @@ absl::Status EtcdLeadership::Campaign() {
     }
     bool won = false;
     absl::Status status = TryToWin(&won);
+    {
+      absl::MutexLock lock(&mu_);
+      election_error_ = status;
+    }
     if (status.ok() && won) return absl::OkStatus();
     if (!status.ok()) {
       if (!absl::IsUnavailable(status)) {
@@ -168,6 +172,11 @@ std::optional<LeaderInfo> EtcdLeadership::Leader() const {
   coordinator::LeaderRecord record;
   if (!record.ParseFromString(held->kvs(0).value())) return std::nullopt;
   return ToLeaderInfo(record);
+}
+
+absl::Status EtcdLeadership::ElectionError() const {
+  absl::MutexLock lock(&mu_);
+  return election_error_;
 }
 
 LeaderFence EtcdLeadership::fence() const {

@@ -69,6 +69,7 @@ class EtcdLeadership : public Leadership {
   void WaitUntilLost() override;
   void Resign() override;
   void Stop() override;
+  absl::Status ElectionError() const override;
 
   // The fence of the leadership this coordinator won last (create_revision
   // 0 before it first won). Stays set after the leadership is lost, so that
@@ -104,6 +105,8 @@ class EtcdLeadership : public Leadership {
   absl::Duration granted_ttl_ ABSL_GUARDED_BY(mu_);
   LeaderFence fence_ ABSL_GUARDED_BY(mu_);
   LeaderInfo self_ ABSL_GUARDED_BY(mu_);
+  // The last campaign attempt's error; OK after one that etcd answered.
+  absl::Status election_error_ ABSL_GUARDED_BY(mu_);
   // Held while the keep-alive thread is started or joined (never with mu_).
   absl::Mutex thread_mu_;
   std::thread keep_alive_ ABSL_GUARDED_BY(thread_mu_);

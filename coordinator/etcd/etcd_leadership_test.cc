@@ -176,6 +176,60 @@ TEST(EtcdLeadershipTest, ALeaderCutOffFromEtcdStepsDownBeforeAnotherWins) {
   EXPECT_TRUE(absl::IsFailedPrecondition(stale)) << stale;
 }
 
+// A coordinator that campaigns while etcd cannot answer says why
+// (ElectionError, what its follower server tells clients) and clears it
+// once etcd answers again.
+TEST(EtcdLeadershipTest, ACampaignWithoutQuorumReportsWhyUntilEtcdAnswersAgain) {
+  auto etcd = StartEtcd(1);
+  ASSERT_NE(etcd, nullptr);
+  auto client = Connect(etcd->endpoints(), absl::Seconds(1));
+  EtcdLeadership follower(*client, Options("f"));
+  EXPECT_TRUE(follower.ElectionError().ok());
+  etcd->Kill(0);
+  Campaigner campaigning(follower);
+  absl::Status error;
+  for (int i = 0; i < 100 && error.ok(); ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+    error = follower.ElectionError();
+  }
+  EXPECT_TRUE(absl::IsUnavailable(error)) << error;
+  EXPECT_TRUE(absl::StrContains(error.message(), "etcd at " + etcd->endpoints())) << error;
+  EXPECT_TRUE(absl::StrContains(error.message(), "no quorum")) << error;
+  EXPECT_FALSE(campaigning.done());
+
+  EXPECT_TRUE(etcd->Restart(0).ok());
+  EXPECT_TRUE(campaigning.WaitForWin(absl::Seconds(10)));
+  EXPECT_TRUE(follower.ElectionError().ok()) << follower.ElectionError();
+  follower.Stop();
+}
+
+// Between the moment a coordinator stops believing it leads and the moment
+// etcd deletes its key, the fence alone would let a write through: that is
+// when a deposed leader shuts its services down, and their ending must not
+// be written.
+TEST(EtcdStateStoreTest, AWriteOnceThisCoordinatorNoLongerLeadsIsRefusedBeforeTheFence) {
+  auto etcd = StartEtcd(1);
+  ASSERT_NE(etcd, nullptr);
+  auto client = Connect(etcd->endpoints());
+  auto fence = PermanentTestFence(*client, "/chorus");
+  ASSERT_TRUE(fence.ok()) << fence.status();
+  std::atomic<bool> leading{true};
+  EtcdStateStoreOptions options;
+  options.still_leading = [&leading] { return leading.load(); };
+  auto state = EtcdStateStore::Open(*client, "/chorus", *fence, options);
+  ASSERT_TRUE(state.ok()) << state.status();
+  ASSERT_TRUE((*state)->SaveJob(MakeJob("job-000001", v1::Job::RUNNING)).ok());
+
+  leading = false;
+  absl::Status refused = (*state)->SaveJob(MakeJob("job-000001", v1::Job::FAILED));
+  EXPECT_TRUE(absl::IsFailedPrecondition(refused)) << refused;
+  EXPECT_TRUE(absl::StrContains(refused.message(), "no longer leads (its lease ended"))
+      << refused;
+  absl::StatusOr<v1::Job> kept = (*state)->LoadJob("job-000001");
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_EQ(kept->state(), v1::Job::RUNNING);
+}
+
 TEST(EtcdStateQuorumTest, WritesGoOnWithoutAMinorityAndFailClearlyWithoutAMajority) {
   auto etcd = StartEtcd(3);
   ASSERT_NE(etcd, nullptr);

@@ -92,6 +92,17 @@ absl::StatusOr<std::string> EtcdStateStore::LoadOrCreateClusterId() {
 // to allow it). Reads go a page at a time, so no response is near the limit.
 absl::Status EtcdStateStore::Write(const std::string& what,
                                    std::vector<etcdserverpb::RequestOp> ops) {
+  // A coordinator stops leading (IsLeader false) a little before etcd ends
+  // its lease and deletes the key (Note [Leader lease]): in between, the
+  // fence below would still pass. That is when a coordinator that lost its
+  // lease shuts its services down, and their streams ending must not be
+  // written as the cluster's news (agents "lost", jobs re-formed): the next
+  // leader finds the agents connected and the jobs as they were.
+  if (options_.still_leading && !options_.still_leading()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "this coordinator no longer leads (its lease ended or was given up): ", what,
+        " refused (", etcd_.name(), ")"));
+  }
   etcdserverpb::TxnRequest txn;
   etcdserverpb::Compare* fence = txn.add_compare();
   fence->set_key(fence_.key);
@@ -369,6 +380,46 @@ absl::Status EtcdStateStore::ClaimSharedDirectory(const std::string& dir) {
   std::filesystem::remove(marker, ec);  // a marker no key names (see the Note)
   RETURN_IF_ERROR(WritePrivateFile(marker, fresh));
   return Write("saving the checkpoint directory's marker", {Put(key, fresh)});
+}
+
+// Note [Shared job credentials]
+// A job's ranks hold a credential made by the leader that launched them
+// (Note [Job credentials] in common/job_credentials.h) and present it to
+// whichever coordinator leads later, so every coordinator must check it with
+// the same secret. The secret lives in etcd, PREFIX/job_credentials_secret,
+// written (fenced) by the first leader that needs it: its own
+// --state_dir/job_credentials.key if it has one (a coordinator moving from
+// SQLite to etcd keeps its running jobs' credentials valid), else a new one.
+// Later leaders use etcd's and need no file. A leader whose file holds
+// another secret refuses to start: it has been given a file on purpose, and
+// silently preferring either secret would reject credentials someone relies
+// on. Whoever can read PREFIX can mint job credentials, so etcd's access
+// control (--etcd_user, TLS) must keep it to the coordinators.
+absl::StatusOr<JobCredentials> EtcdStateStore::LoadJobCredentials(const std::string& local_path) {
+  const std::string key = prefix_ + "/job_credentials_secret";
+  ASSIGN_OR_RETURN(std::optional<JobCredentials> local,
+                   JobCredentials::LoadIfPresent(local_path));
+  ASSIGN_OR_RETURN(std::optional<std::string> shared, Get(key));
+  if (shared.has_value()) {
+    if (shared->size() < JobCredentials::kMinSecretChars) {
+      return Corrupt("the job-credential secret", key);
+    }
+    JobCredentials credentials(*std::move(shared));
+    if (local.has_value() && !local->SameSecretAs(credentials)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job-credential secret ", local_path, " differs from the one this cluster's "
+          "coordinators share (", key, " in ", path_, "), so the credentials of jobs the "
+          "others launched would be refused here. Remove ", local_path,
+          " (this coordinator then uses the shared secret), or give it the shared one"));
+    }
+    return credentials;
+  }
+  std::optional<JobCredentials> chosen = std::move(local);
+  if (!chosen.has_value()) {
+    ASSIGN_OR_RETURN(chosen, JobCredentials::Create());
+  }
+  RETURN_IF_ERROR(Write("saving the job-credential secret", {Put(key, chosen->secret())}));
+  return *std::move(chosen);
 }
 
 }  // namespace chorus

@@ -10,6 +10,7 @@
 //   PREFIX/manifests/JOB_ID/STEP        chorus.v1.CheckpointManifest
 //   PREFIX/elastic/JOB_ID               chorus.coordinator.ElasticRecord
 //   PREFIX/checkpoint_dir_marker        token of the shared checkpoint directory
+//   PREFIX/job_credentials_secret       the job-credential secret (text)
 // Numbers in keys are zero-padded to 20 digits so that keys sort as the
 // numbers do; seq and step must be >= 0.
 //
@@ -49,6 +50,11 @@ struct EtcdStateStoreOptions {
   int64_t max_request_bytes = 3 << 19;
   // Keys per page of a range read.
   int page_size = 500;
+  // Whether this coordinator still believes it leads (Leadership::IsLeader);
+  // a write asked for once it does not is refused here, before etcd's fence
+  // could still let it through (Note [Fenced writes] in the .cc). Null: the
+  // fence alone.
+  std::function<bool()> still_leading;
 };
 
 class EtcdStateStore : public StateStore {
@@ -89,6 +95,13 @@ class EtcdStateStore : public StateStore {
   // FAILED_PRECONDITION naming the directory, instead of starting without
   // the checkpoints the cluster committed.
   absl::Status ClaimSharedDirectory(const std::string& dir);
+
+  // The job-credential secret every coordinator of this cluster uses (Note
+  // [Shared job credentials] in the .cc): the one in etcd; the first leader
+  // that needs one stores its `local_path` file's, or a new one. A
+  // `local_path` file that differs from etcd's is refused
+  // (FAILED_PRECONDITION naming both and what to do).
+  absl::StatusOr<JobCredentials> LoadJobCredentials(const std::string& local_path) override;
 
   const std::string& path() const override { return path_; }
   const std::string& cluster_id() const override { return cluster_id_; }

@@ -31,6 +31,8 @@ printf '%s\n' "${worker}" > "${dir}/worker.token"
 service=chorus-coordinator
 names="DNS:${service},DNS:${service}.${namespace},DNS:${service}.${namespace}.svc"
 names+=",DNS:${service}.${namespace}.svc.cluster.local"
+# Each coordinator pod of deploy/kubernetes-ha by name, as agents list them.
+names+=",DNS:*.${service}-headless.${namespace}.svc"
 # kubectl port-forward: the CLI dials localhost.
 names+=",DNS:localhost,IP:127.0.0.1"
 openssl req -x509 -newkey rsa:3072 -nodes -days 3650 -subj "/CN=Chorus CA (${namespace})" \

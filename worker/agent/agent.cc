@@ -240,10 +240,18 @@ absl::Status Agent::Run() {
       disconnected_since = absl::Now();
     }
     if (absl::Now() - disconnected_since > options_.reconnect_window && live_ranks() > 0) {
-      LOG(WARNING) << "no coordinator for " << absl::FormatDuration(options_.reconnect_window)
-                   << "; stopping the ranks";
-      StopRanks("", {}, options_.stop_grace);
-      disconnected_since = absl::InfiniteFuture();
+      // Note [Ranks outlive a leaderless cluster]
+      if (const std::string why = WhyNoCoordinatorLeads(); !why.empty()) {
+        LOG(WARNING) << "no coordinator for " << absl::FormatDuration(options_.reconnect_window)
+                     << ", but they are up and wait for their state (" << why
+                     << "); the ranks keep training";
+        disconnected_since = absl::Now();  // asked again after another window
+      } else {
+        LOG(WARNING) << "no coordinator for " << absl::FormatDuration(options_.reconnect_window)
+                     << "; stopping the ranks";
+        StopRanks("", {}, options_.stop_grace);
+        disconnected_since = absl::InfiniteFuture();
+      }
     }
     absl::SleepFor(backoff);
     // At most a second apart: a restarted coordinator waits only its
@@ -252,6 +260,26 @@ absl::Status Agent::Run() {
     backoff = std::min(backoff * 2, absl::Seconds(1));
   }
   return absl::OkStatus();
+}
+
+// Note [Ranks outlive a leaderless cluster]
+// Ranks keep training for reconnect_window after the coordinator went away,
+// then the agent stops them: a coordinator that is gone for good must not
+// leave ranks running forever. But coordinators sharing their state in etcd
+// are all up and leaderless while etcd has no quorum, for as long as that
+// lasts; their state is intact and a leader takes the running jobs back
+// once etcd answers. So at the end of the window the agent asks its
+// coordinators why none leads (Note [Why none leads] in
+// common/grpc_util.cc), and while one says so the ranks train on and the
+// window starts again.
+std::string Agent::WhyNoCoordinatorLeads() {
+  return NoLeaderReason(
+      options_.coordinator, absl::Seconds(3),
+      [](const std::shared_ptr<grpc::Channel>& channel, grpc::ClientContext* context) {
+        v1::CoordinatorLeader leader;
+        return v1::JobService::NewStub(channel)->GetLeader(context, v1::GetLeaderRequest(),
+                                                           &leader);
+      });
 }
 
 // Note [Stopping while launching]

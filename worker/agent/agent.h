@@ -65,7 +65,8 @@ struct AgentOptions {
   absl::Duration stop_grace = absl::Seconds(5);
   // When the coordinator goes away, ranks keep training this long while the
   // agent reconnects (a restarted coordinator takes their jobs back); after
-  // that they are stopped.
+  // that they are stopped, unless the coordinators say they are up and wait
+  // for their state store (etcd without quorum): then another window starts.
   absl::Duration reconnect_window = absl::Seconds(60);
   // How often the ranks' heartbeats go to the coordinator (one message with
   // the newest of each rank heard from since the last).
@@ -139,6 +140,9 @@ class Agent {
   RankCommand RankCommandFor(const v1::LaunchRanks& launch, const v1::RankLaunch& rank,
                              const std::string& agent_id) const;
   void StopRanks(const std::string& job_id, const std::vector<int>& slots, absl::Duration grace);
+  // What a follower coordinator says about why none leads; empty when none
+  // says (Note [Ranks outlive a leaderless cluster] in agent.cc).
+  std::string WhyNoCoordinatorLeads();
   // SIGTERM to each child's process group now, SIGKILL to those still alive
   // after `grace` (from a thread the agent joins).
   void StopChildren(std::vector<std::shared_ptr<Child>> children, absl::Duration grace);

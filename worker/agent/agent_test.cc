@@ -458,6 +458,26 @@ v1::CoordinatorMessage CheckpointMessage(const std::string& job_id, const std::v
   return message;
 }
 
+// JobService.GetLeader as a follower answers it: UNAVAILABLE, and while the
+// test says no coordinator can lead, why, in the metadata chorus-no-leader.
+class FakeFollower final : public v1::JobService::Service {
+ public:
+  void SetNoLeader(std::string why) {
+    absl::MutexLock lock(&mu_);
+    why_ = std::move(why);
+  }
+  grpc::Status GetLeader(grpc::ServerContext* context, const v1::GetLeaderRequest*,
+                         v1::CoordinatorLeader*) override {
+    absl::MutexLock lock(&mu_);
+    if (!why_.empty()) context->AddTrailingMetadata("chorus-no-leader", why_);
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, why_.empty() ? "follower" : why_);
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::string why_ ABSL_GUARDED_BY(mu_);
+};
+
 class AgentTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -465,6 +485,7 @@ class AgentTest : public ::testing::Test {
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
     builder.RegisterService(&coordinator_);
+    builder.RegisterService(&follower_);
     server_ = builder.BuildAndStart();
     ASSERT_NE(server_, nullptr);
     ASSERT_GT(port, 0);
@@ -505,6 +526,7 @@ class AgentTest : public ::testing::Test {
   }
 
   FakeCoordinator coordinator_;
+  FakeFollower follower_;
   std::shared_ptr<FakeLauncher> launcher_ = std::make_shared<FakeLauncher>();
   std::unique_ptr<grpc::Server> server_;
   AgentOptions options_;
@@ -867,6 +889,32 @@ TEST_F(AgentTest, RanksStopWhenTheCoordinatorStaysAwayPastTheWindow) {
   EXPECT_TRUE(signals[0].group);
   EXPECT_GE(signals[0].at - dropped, absl::Milliseconds(300));
   EXPECT_TRUE(Eventually([&] { return agent_->live_ranks() == 0; }));
+}
+
+// Note [Ranks outlive a leaderless cluster]: while the coordinators say none
+// can lead (etcd without quorum) the ranks outlive the window; once they no
+// longer say so, the window stops them.
+TEST_F(AgentTest, RanksKeepTrainingPastTheWindowWhileTheCoordinatorsWaitForTheirState) {
+  options_.reconnect_window = absl::Milliseconds(300);
+  Connect();
+  coordinator_.Send(LaunchMessage("job-1", 1, {0}));
+  ASSERT_EQ(launcher_->AwaitRanks(1).size(), 1u);
+  std::shared_ptr<FakeRank> rank = launcher_->RankOf("job-1", 0);
+  EXPECT_TRUE(Eventually([&] { return agent_->live_ranks() == 1; }));
+  follower_.SetNoLeader("no coordinator can lead: etcd at 127.0.0.1:1: range: no quorum");
+  coordinator_.Refuse(true);
+  coordinator_.Drop();
+
+  // Four windows and more: the rank is left alone.
+  absl::SleepFor(absl::Milliseconds(1500));
+  EXPECT_THAT(rank->signals(), IsEmpty());
+  EXPECT_EQ(agent_->live_ranks(), 1);
+
+  const absl::Time answered = absl::Now();
+  follower_.SetNoLeader("");
+  ASSERT_TRUE(rank->AwaitSignals(1));
+  EXPECT_EQ(rank->signals()[0].signal, SIGTERM);
+  EXPECT_LE(rank->signals()[0].at - answered, absl::Seconds(3));
 }
 
 TEST_F(AgentTest, StopStopsEveryRankAndRunReturns) {
