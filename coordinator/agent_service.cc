@@ -18,8 +18,12 @@ class AgentStream : public grpc::ServerBidiReactor<v1::AgentMessage, v1::Coordin
  public:
   // `credentials` (may be null: none) mint the credential each launch
   // carries for its job's ranks (Note [Job credentials]).
-  AgentStream(Scheduler& scheduler, const JobCredentials* credentials)
-      : scheduler_(scheduler), credentials_(credentials), outbox_(std::make_shared<Outbox>()) {
+  AgentStream(Scheduler& scheduler, const JobCredentials* credentials,
+              std::shared_ptr<const std::atomic<bool>> coordinator_stopping)
+      : scheduler_(scheduler),
+        credentials_(credentials),
+        coordinator_stopping_(std::move(coordinator_stopping)),
+        outbox_(std::make_shared<Outbox>()) {
     outbox_->stream = this;
     StartRead(&in_);
   }
@@ -65,8 +69,15 @@ class AgentStream : public grpc::ServerBidiReactor<v1::AgentMessage, v1::Coordin
 
   void OnWriteDone(bool ok) override { outbox_->WriteDone(ok); }
 
+  // Note [A stopping coordinator keeps its agents]: a coordinator that stops
+  // (SIGTERM, or a leader that lost its lease) ends every agent's stream
+  // itself. Taken as the agents' loss, that would fail every job that is not
+  // elastic and re-form every elastic one, and write it to the state store,
+  // so that the restarted coordinator (or the next leader) finds the jobs
+  // ended. The agents keep their ranks and reconnect to whichever coordinator
+  // serves next, which takes the jobs back as after a SIGKILL.
   void OnDone() override {
-    if (!agent_id_.empty()) scheduler_.RemoveAgent(agent_id_);
+    if (!agent_id_.empty() && !coordinator_stopping_->load()) scheduler_.RemoveAgent(agent_id_);
     outbox_->Detach();
     delete this;
   }
@@ -122,6 +133,7 @@ class AgentStream : public grpc::ServerBidiReactor<v1::AgentMessage, v1::Coordin
 
   Scheduler& scheduler_;
   const JobCredentials* const credentials_;
+  const std::shared_ptr<const std::atomic<bool>> coordinator_stopping_;
   std::shared_ptr<Outbox> outbox_;
   v1::AgentMessage in_;
   std::string agent_id_;  // touched only by read callbacks and OnDone, which gRPC serializes
@@ -199,7 +211,8 @@ grpc::ServerBidiReactor<v1::AgentMessage, v1::CoordinatorMessage>* AgentServiceI
   if (absl::Status s = auth_.Check(context->client_metadata(), Role::kAgent); !s.ok()) {
     return new RejectedStream<v1::AgentMessage, v1::CoordinatorMessage>(s);
   }
-  return new AgentStream(scheduler_, auth_.enabled() ? auth_.job_credentials() : nullptr);
+  return new AgentStream(scheduler_, auth_.enabled() ? auth_.job_credentials() : nullptr,
+                         stopping_);
 }
 
 grpc::ServerUnaryReactor* RankServiceImpl::Join(grpc::CallbackServerContext* context,

@@ -3,7 +3,9 @@
 // AgentService.Connect is one bidirectional stream per node agent: the first
 // message must be a hello; the coordinator answers with a welcome (the agent
 // id) and later sends launch and stop orders; the agent reports rank exits.
-// When the stream ends, the agent is gone (Scheduler::RemoveAgent).
+// When the stream ends, the agent is gone (Scheduler::RemoveAgent), unless
+// the coordinator itself is stopping (Note [A stopping coordinator keeps its
+// agents]).
 //
 // RankService.Join parks until the generation completes (DeferredReactor).
 // Heartbeat streams each rank's progress, phase and flight-recorder summary
@@ -19,6 +21,9 @@
 #ifndef CHORUS_COORDINATOR_AGENT_SERVICE_H_
 #define CHORUS_COORDINATOR_AGENT_SERVICE_H_
 
+#include <atomic>
+#include <memory>
+
 #include "chorus/v1/coordinator.grpc.pb.h"
 #include "coordinator/auth_guard.h"
 #include "coordinator/scheduler.h"
@@ -33,9 +38,15 @@ class AgentServiceImpl final : public v1::AgentService::CallbackService {
   grpc::ServerBidiReactor<v1::AgentMessage, v1::CoordinatorMessage>* Connect(
       grpc::CallbackServerContext* context) override;
 
+  // Called before the server shuts down: from then on a stream that ends is
+  // the coordinator stopping, not its agent going, and changes no job.
+  void Stop() { stopping_->store(true); }
+
  private:
   Scheduler& scheduler_;
   const TokenAuthorizer& auth_;
+  // Shared with the streams, which may end after this service is gone.
+  std::shared_ptr<std::atomic<bool>> stopping_ = std::make_shared<std::atomic<bool>>(false);
 };
 
 class RankServiceImpl final : public v1::RankService::CallbackService {

@@ -22,6 +22,7 @@ namespace chorus {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 class AgentServiceTest : public CoordinatorFixture {};
 
@@ -149,6 +150,42 @@ TEST_F(AgentServiceTest, LosingTheAgentFailsItsJob) {
   v1::Job failed;
   StateOf(job, &failed);
   EXPECT_THAT(failed.reason(), HasSubstr("lost contact with the agent on doomed-node"));
+}
+
+// Note [A stopping coordinator keeps its agents]: a coordinator stopped with
+// SIGTERM ends its agents' streams itself; that is no loss of the agents, and
+// the coordinator started again on the same state finds the job running.
+TEST_F(AgentServiceTest, AStoppingCoordinatorLeavesTheJobsOfItsAgentsRunning) {
+  auto context = std::make_unique<grpc::ClientContext>();
+  auto stream = agents_->Connect(context.get());
+  v1::AgentMessage hello;
+  hello.mutable_hello()->set_host("steady-node");
+  hello.mutable_hello()->set_slots(1);
+  ASSERT_TRUE(stream->Write(hello));
+  v1::CoordinatorMessage message;
+  ASSERT_TRUE(stream->Read(&message));
+  const std::string job = Submit(1);
+  ASSERT_TRUE(stream->Read(&message));
+  ASSERT_TRUE(message.has_launch());
+  ASSERT_EQ(StateOf(job), v1::Job::RUNNING);
+
+  server_->Shutdown(absl::ZeroDuration());
+  server_->Wait();
+  EXPECT_FALSE(stream->Read(&message));  // the coordinator ended the stream
+  stream->Finish();
+  server_.reset();
+
+  ServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.state_dir = server_dir_;
+  auto restarted = CoordinatorServer::Start(options);
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  server_ = std::move(*restarted);
+  channel_ = MakeCoordinatorChannel(server_->address());
+  jobs_ = v1::JobService::NewStub(channel_);
+  v1::Job taken_back;
+  EXPECT_EQ(StateOf(job, &taken_back), v1::Job::RUNNING) << taken_back.reason();
+  EXPECT_THAT(taken_back.reason(), Not(HasSubstr("lost contact")));
 }
 
 TEST_F(AgentServiceTest, FirstMessageMustBeAHello) {

@@ -503,6 +503,8 @@ void CoordinatorServer::Shutdown(absl::Duration grace) {
   // Start may have failed part of the way: only what was built is shut down.
   if (health_ != nullptr) health_->Shutdown();
   if (http_ != nullptr) http_->Shutdown();
+  // Note [A stopping coordinator keeps its agents] (agent_service.cc).
+  if (agent_service_ != nullptr) agent_service_->Stop();
   if (server_ != nullptr) server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
   if (checkpoint_data_ != nullptr) checkpoint_data_->Shutdown();
 }
