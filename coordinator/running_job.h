@@ -271,6 +271,10 @@ struct RunningJob {
   // When the job last started or grew (elastic.scale_up_interval_seconds
   // counts from it).
   absl::Time last_growth_at = absl::InfinitePast();
+  // The generation formed without the replacements of ranks lost in a
+  // failure: free slots are taken at once (Note [Staged growth] in
+  // scheduler_elastic.cc).
+  bool replacements_owed = false;
   // The elastic state last saved to the state database (a serialized
   // coordinator::ElasticRecord; Scheduler::SaveElasticLocked).
   std::string saved_record;

@@ -45,6 +45,7 @@
 #include "coordinator/checkpoint_grant.h"
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/fair_share.h"
+#include "coordinator/generation_plan.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/log_store.h"
 #include "coordinator/placement.h"
@@ -241,6 +242,16 @@ class Scheduler {
   // next generation launches every rank.
   void ReformLocked(const std::string& job_id, const std::string& cause, const std::string& kind,
                     Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The plan of `run`'s next generation after `kind` with `lost` ranks:
+  // free slots up to resources.max_ranks, or, after a failure of a program
+  // that re-forms in process, the survivors alone while they are at least
+  // resources.min_ranks, with `*replacements_owed` set (Note [Staged
+  // growth] in scheduler_elastic.cc).
+  absl::StatusOr<NextGeneration> PlanReformLocked(const std::string& job_id,
+                                                  const v1::JobSpec& spec, const RunningJob& run,
+                                                  const std::vector<bool>& lost,
+                                                  const std::string& kind, bool* replacements_owed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The next generation cannot form (`why`): the job waits for slots up to
   // elastic.wait_seconds from the first time, and fails once they passed.
   void WaitForSlotsLocked(const std::string& job_id, RunningJob& run, const std::string& cause,
@@ -294,8 +305,9 @@ class Scheduler {
   bool StoppedRankExitedLocked(const std::string& agent_id, const v1::RankExited& exited)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Elastic jobs below resources.max_ranks for which free slots exist, and
-  // whose last growth is elastic.scale_up_interval_seconds ago, are told to
-  // grow at their next step boundary.
+  // whose last growth is elastic.scale_up_interval_seconds ago or that owe
+  // replacements (Note [Staged growth]), are told to grow at their next
+  // step boundary.
   void GrowLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::AgentInfo AgentInfoLocked(const std::string& agent_id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

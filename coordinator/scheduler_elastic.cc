@@ -185,8 +185,9 @@ void Scheduler::ReformLocked(const std::string& job_id, const std::string& cause
   const bool failure = IsFailure(kind);
   std::vector<std::pair<std::string, int>> leaving;
   const std::vector<bool> lost = LostRanks(run, agents_, leaving);
-  absl::StatusOr<NextGeneration> next = PlanNextGeneration(
-      run.Slots(), lost, UnreservedSlotsLocked(), QuotaCappedLocked(job_id, job->spec(), run));
+  bool replacements_owed = false;
+  absl::StatusOr<NextGeneration> next =
+      PlanReformLocked(job_id, job->spec(), run, lost, kind, &replacements_owed);
   if (!next.ok()) {
     WaitForSlotsLocked(job_id, run, cause, kind, next.status(), out);
     return;
@@ -202,6 +203,8 @@ void Scheduler::ReformLocked(const std::string& job_id, const std::string& cause
   std::vector<RankState> ranks = NextRanks(run, *next, agents_, newcomers);
   if (failure) ++run.restarts;
   if (world > old_world) run.last_growth_at = now;
+  // Note [Staged growth]: a survivors-only generation owes its replacements.
+  run.replacements_owed = replacements_owed;
   const std::string change = DescribeChange(run, job->spec(), generation, old_world, world, cause,
                                             failure, newcomers);
   run.history.push_back(change);
@@ -218,6 +221,45 @@ void Scheduler::ReformLocked(const std::string& job_id, const std::string& cause
     LOG(ERROR) << job_id << ": could not record placements: " << s;
   }
   LaunchNewcomers(job_id, run, coordinator_address_, agents_, out.messages);
+}
+
+// Note [Staged growth]
+// A rank lost from a program that re-forms in its own process (the Python
+// package, the C++ SDK) is replaced in two steps, so that the survivors do
+// not wait for the replacement's program to start (a Python newcomer
+// imports torch and chorus for most of a second before it can connect):
+//  1. the failure's generation (g+1) forms at once with the survivors alone
+//     when they are at least resources.min_ranks: the free slots the full
+//     plan would have taken are left free, and the generation owes its
+//     replacements (RunningJob::replacements_owed);
+//  2. once g+1 has formed, GrowLocked takes the free slots at once (not
+//     after elastic.scale_up_interval_seconds, which paces growth onto new
+//     slots, not the return to the size the job had): an ordinary planned
+//     growth, g+2 at the survivors' next step boundary, not a restart.
+// Below min_ranks, or for the built-in trainer (its newcomers load LibTorch
+// while the survivors rebuild their transport anyway) and a program that
+// restarts all (Note [Restart-all]), g+1 takes its newcomers at once, as
+// before. "The next generation" of a failure is thus g+1 with the
+// survivors alone; the newcomers come in g+2 (docs/python.md, "figures").
+// A coordinator restart forgets the debt: the job then grows after the
+// scale-up interval.
+absl::StatusOr<NextGeneration> Scheduler::PlanReformLocked(const std::string& job_id,
+                                                           const v1::JobSpec& spec,
+                                                           const RunningJob& run,
+                                                           const std::vector<bool>& lost,
+                                                           const std::string& kind,
+                                                           bool* replacements_owed) {
+  const QueuedJob capped = QuotaCappedLocked(job_id, spec, run);
+  const std::vector<AgentSlots> free = UnreservedSlotsLocked();
+  absl::StatusOr<NextGeneration> full = PlanNextGeneration(run.Slots(), lost, free, capped);
+  if (!full.ok() || full->newcomers() == 0 || !IsFailure(kind) || !run.program ||
+      run.RestartsAll()) {
+    return full;
+  }
+  absl::StatusOr<NextGeneration> survivors = PlanNextGeneration(run.Slots(), lost, {}, capped);
+  if (!survivors.ok()) return full;  // below min_ranks without the newcomers
+  *replacements_owed = true;
+  return survivors;
 }
 
 void Scheduler::WaitForSlotsLocked(const std::string& job_id, RunningJob& run,
@@ -358,9 +400,11 @@ void Scheduler::GrowLocked(Outbox& out) {
   // Growths are requested after the walk: a restart-all's may end a job.
   std::vector<std::pair<std::string, std::string>> grow;  // job id, cause
   for (auto& [job_id, run] : running_) {
+    // Note [Staged growth]: replacements owed are taken without waiting.
     if (!run.elastic || !run.planned_cause.empty() || run.waiting_until != absl::InfiniteFuture() ||
         run.restarting.has_value() || !run.Formed() || run.AwaitingRanks() ||
-        now < run.last_growth_at + absl::Seconds(run.elastic_spec.scale_up_interval_seconds())) {
+        (!run.replacements_owed &&
+         now < run.last_growth_at + absl::Seconds(run.elastic_spec.scale_up_interval_seconds()))) {
       continue;
     }
     bool healthy = true;
@@ -374,9 +418,14 @@ void Scheduler::GrowLocked(Outbox& out) {
         PlanNextGeneration(run.Slots(), std::vector<bool>(run.ranks.size(), false),
                            UnreservedSlotsLocked(), QuotaCappedLocked(job_id, job->spec(), run));
     if (!next.ok() || next->newcomers() == 0) continue;
-    grow.emplace_back(job_id, absl::StrCat(next->newcomers(), " free slot(s) let the job grow from ",
-                                           run.ranks.size(), " towards resources.max_ranks ",
-                                           job->spec().resources().max_ranks()));
+    grow.emplace_back(
+        job_id, run.replacements_owed
+                    ? absl::StrCat(next->newcomers(), " newcomer(s) replace the rank(s) lost in ",
+                                   "generation ", run.generation() - 1, ": ", run.ranks.size(),
+                                   " -> ", run.ranks.size() + next->newcomers(), " ranks")
+                    : absl::StrCat(next->newcomers(), " free slot(s) let the job grow from ",
+                                   run.ranks.size(), " towards resources.max_ranks ",
+                                   job->spec().resources().max_ranks()));
   }
   for (const auto& [job_id, cause] : grow) {
     auto it = running_.find(job_id);

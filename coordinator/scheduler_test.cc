@@ -1652,6 +1652,70 @@ TEST_F(RestartAllTest, AProgramThatSaysItReformsInProcessKeepsItsSurvivors) {
   EXPECT_EQ(Launched(a, job, 2), (std::vector<int>{1})) << "only the newcomer";
 }
 
+// Note [Staged growth] in scheduler_elastic.cc: min_ranks 1 lets the
+// survivor form the failure's generation alone; its replacement comes in a
+// growth at the next step boundary, without the scale-up interval.
+TEST_F(RestartAllTest, AFailureFormsWithTheSurvivorsThenTheyTakeTheirReplacementAtOnce) {
+  FakeAgent a;
+  Add(a, 3, "node-a");
+  const std::string job = PlaceProgram(1, 2, "", {&a});
+  v1::RankHeartbeat hb;
+  hb.set_job_id(job);
+  hb.set_generation(1);
+  hb.set_rank(0);
+  hb.set_reforms_in_process(true);
+  ASSERT_TRUE(scheduler_->Heartbeat(hb));
+  ExitOn(a, job, 1, -9);
+  EXPECT_EQ(jobs_->Get(job)->generation(), 2);
+  EXPECT_EQ(jobs_->Get(job)->world_size(), 1) << "the survivor alone";
+  EXPECT_EQ(jobs_->Get(job)->restarts(), 1);
+  EXPECT_TRUE(Launched(a, job, 2).empty()) << "no newcomer for generation 2";
+  JoinResult survivor;
+  scheduler_->Join(JoinOf(job, a.id, 0, 2), clock_.Now() + absl::Seconds(60), survivor.Done());
+  ASSERT_TRUE(survivor.result.ok()) << survivor.result.status() << ": formed by the survivor";
+  EXPECT_EQ(survivor.result->world_size(), 1);
+
+  // The default scale-up interval (60 s) has not passed: the replacement
+  // is owed, so it is taken at the next Tick.
+  scheduler_->Tick();
+  const v1::Directive grow = Beat(job, 2, 0);
+  EXPECT_EQ(grow.kind(), v1::Directive::REFORM_AT_STEP_BOUNDARY);
+  EXPECT_EQ(grow.generation(), 3);
+  EXPECT_EQ(grow.world_size(), 2);
+  EXPECT_EQ(grow.reason(),
+            "1 newcomer(s) replace the rank(s) lost in generation 1: 1 -> 2 ranks");
+  std::vector<JoinResult> joins(2);
+  scheduler_->Join(JoinOf(job, a.id, 0, 3), clock_.Now() + absl::Seconds(60), joins[0].Done());
+  ASSERT_EQ(Launched(a, job, 3).size(), 1u) << "the newcomer starts with generation 3";
+  scheduler_->Join(JoinOf(job, a.id, Launched(a, job, 3)[0], 3), clock_.Now() + absl::Seconds(60),
+                   joins[1].Done());
+  for (const JoinResult& j : joins) {
+    ASSERT_TRUE(j.result.ok()) << j.result.status();
+    EXPECT_EQ(j.result->world_size(), 2);
+  }
+  EXPECT_EQ(jobs_->Get(job)->restarts(), 1) << "the growth is no restart";
+  // Grown back: the next growth waits for the scale-up interval again.
+  scheduler_->Tick();
+  EXPECT_EQ(Beat(job, 3, 0).kind(), v1::Directive::KIND_UNSPECIFIED);
+}
+
+// The survivors alone would be below min_ranks: the failure's generation
+// takes its newcomer at once, as the built-in trainer's always does.
+TEST_F(RestartAllTest, BelowMinRanksAFailuresGenerationTakesItsNewcomerAtOnce) {
+  FakeAgent a;
+  Add(a, 3, "node-a");
+  const std::string job = PlaceProgram(2, 2, "", {&a});
+  v1::RankHeartbeat hb;
+  hb.set_job_id(job);
+  hb.set_generation(1);
+  hb.set_rank(0);
+  hb.set_reforms_in_process(true);
+  ASSERT_TRUE(scheduler_->Heartbeat(hb));
+  ExitOn(a, job, 1, -9);
+  EXPECT_EQ(jobs_->Get(job)->world_size(), 2);
+  EXPECT_EQ(Launched(a, job, 2).size(), 1u);
+}
+
 TEST_F(RestartAllTest, ADrainRestartsEveryRankAtOnceAndIsNotARestart) {
   FakeAgent a, b;
   Add(a, 2, "node-a");
