@@ -25,8 +25,9 @@ What it measures (--parts, all by default; each side run in this invocation)
              examples/programs/python_elastic.py (in-process re-formation, a
              spare slot: `chorus up --local 3`, resources min_ranks 1
              max_ranks 2): the survivor forms the failure's generation alone
-             and steps in it; the newcomer joins in the generation after it, a
-             growth at a step boundary (Note [Staged growth] in
+             and steps in it; the newcomer's python starts at once and joins
+             the generation after it, which the survivor forms at its next step
+             boundary once the newcomer waits (Note [Staged growth] in
              coordinator/scheduler_elastic.cc). So ours is also timed from the
              kill to the newcomer's first step ("newcomer" in the JSON line,
              against the same peer figure). Peer: torchrun --max_restarts 3
