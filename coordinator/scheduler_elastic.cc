@@ -424,7 +424,7 @@ std::vector<AgentSlots> Scheduler::FreeSlotsForLocked(const RunningJob& run) con
   std::vector<AgentSlots> staged;
   for (const StagedNewcomer& n : run.staged->newcomers) {
     const AgentRegistry::Agent* agent = agents_.Find(n.slot.agent_id);
-    if (agent == nullptr) continue;
+    if (agent == nullptr || agent->draining) continue;  // not taken: stopped
     auto same = std::find_if(staged.begin(), staged.end(), [&](const AgentSlots& a) {
       return a.agent_id == n.slot.agent_id;
     });
