@@ -242,7 +242,8 @@ void Scheduler::ReformLocked(const std::string& job_id, const std::string& cause
 // while the survivors rebuild their transport anyway) and a program that
 // restarts all (Note [Restart-all]), g+1 takes its newcomers at once, as
 // before. "The next generation" of a failure is thus g+1 with the
-// survivors alone; the newcomers come in g+2 (docs/python.md, "figures").
+// survivors alone; the newcomers come in g+2 (docs/python.md, "Elastic
+// scripts"; tests/bench/python_bench.py times both).
 // A growth of such a program (a replacement owed, or free slots after the
 // scale-up interval) is staged too, so that the survivors are told to
 // re-form only once the newcomers' programs are up and waiting:
