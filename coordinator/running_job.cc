@@ -151,7 +151,23 @@ std::map<std::string, std::vector<int>> RunningJob::ReleaseSlots(AgentRegistry& 
     agents.SetBusy(agent_id, slot, false);
     to_stop[agent_id].push_back(slot);
   }
+  if (staged.has_value()) {
+    for (const StagedNewcomer& n : staged->newcomers) {
+      if (agents.Find(n.slot.agent_id) == nullptr) continue;
+      agents.SetBusy(n.slot.agent_id, n.slot.slot, false);
+      to_stop[n.slot.agent_id].push_back(n.slot.slot);
+    }
+  }
   return to_stop;
+}
+
+std::string RunningJob::StoreNamespace(const v1::Job& job, int64_t gen) {
+  // Note [Re-queue]: each start after a preemption is a new run of the job
+  // whose generations count from 1 again; its keys must not meet the last
+  // run's.
+  return job.preemptions() == 0
+             ? absl::StrCat(job.job_id(), "/gen-", gen)
+             : absl::StrCat(job.job_id(), "/run-", job.preemptions() + 1, "/gen-", gen);
 }
 
 bool RunningJob::HasRank(int64_t gen, int rank) const {
@@ -223,13 +239,7 @@ v1::JoinResponse RunningJob::JoinResponseFor(const v1::Job& job, int rank,
   response.set_world_size(static_cast<int>(ranks.size()));
   response.set_generation(generation());
   *response.mutable_spec() = job.spec();
-  // Note [Re-queue]: each start after a preemption is a new run of the job
-  // whose generations count from 1 again; its keys must not meet the last
-  // run's.
-  response.set_store_namespace(
-      job.preemptions() == 0
-          ? absl::StrCat(job.job_id(), "/gen-", generation())
-          : absl::StrCat(job.job_id(), "/run-", job.preemptions() + 1, "/gen-", generation()));
+  response.set_store_namespace(StoreNamespace(job, generation()));
   response.set_local_rank(ranks[rank].local_rank);
   response.set_local_world_size(ranks[rank].local_world_size);
   if (!resume.job_id().empty()) *response.mutable_resume() = resume;

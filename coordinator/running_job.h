@@ -115,6 +115,25 @@ struct RunningJobRequeue {
   absl::Time deadline;
 };
 
+// A newcomer of a staged growth (Note [Staged growth] in
+// scheduler_elastic.cc): launched for the next generation before it forms.
+struct StagedNewcomer {
+  RankSlot slot;      // where it runs (local_rank and local_world_size planned)
+  int rank = 0;       // its planned rank
+  bool up = false;    // its program has asked to join (it is waiting)
+};
+
+// A staged growth under way (RunningJob::staged): the generation it plans,
+// why, its newcomers, and when they must all be up (elastic.wait_seconds
+// after their launch; past it they are stopped and the job stays as it is).
+struct RunningJobStagedGrowth {
+  int64_t generation = 0;
+  int world_size = 0;
+  std::string cause;
+  std::vector<StagedNewcomer> newcomers;
+  absl::Time deadline;
+};
+
 struct RunningJob {
   // A job starting (or taken back) with `world_size` ranks in
   // `generation`; the caller adds the ranks.
@@ -135,8 +154,10 @@ struct RunningJob {
   // Whether a rank that has not exited runs on `agent_id` (departing ones
   // included).
   bool RunsOn(const std::string& agent_id) const;
+  // The store namespace of `job`'s generation `gen` (JoinResponse).
+  static std::string StoreNamespace(const v1::Job& job, int64_t gen);
   // The job ends: frees its slots on the agents still registered (departing
-  // ranks' included). Returns, by agent, the slots of ranks that have not
+  // ranks' and staged newcomers' included). Returns, by agent, the slots of ranks that have not
   // exited (to be stopped).
   std::map<std::string, std::vector<int>> ReleaseSlots(AgentRegistry& agents) const;
   // Whether `rank` of `generation` is a rank of this job now.
@@ -271,6 +292,14 @@ struct RunningJob {
   // When the job last started or grew (elastic.scale_up_interval_seconds
   // counts from it).
   absl::Time last_growth_at = absl::InfinitePast();
+  // The generation formed without the replacements of ranks lost in a
+  // failure: free slots are taken at once (Note [Staged growth] in
+  // scheduler_elastic.cc).
+  bool replacements_owed = false;
+  // Note [Staged growth]: newcomers started before their generation forms;
+  // not ranks of the job until it does. (Defined outside, as Requeue.)
+  using StagedGrowth = RunningJobStagedGrowth;
+  std::optional<StagedGrowth> staged;
   // The elastic state last saved to the state database (a serialized
   // coordinator::ElasticRecord; Scheduler::SaveElasticLocked).
   std::string saved_record;

@@ -329,7 +329,9 @@ void Scheduler::RankExited(const std::string& agent_id, const v1::RankExited& ex
     const AgentRegistry::Agent* agent = agents_.Find(agent_id);
     if (agent == nullptr) return;
     std::vector<std::pair<std::string, int>>& departing = it->second.departing;
-    if (auto left =
+    if (StagedNewcomerExitedLocked(exited.job_id(), it->second, agent_id, exited.slot(), out)) {
+      // Note [Staged growth]: it was not a rank yet.
+    } else if (auto left =
             std::find(departing.begin(), departing.end(), std::make_pair(agent_id, exited.slot()));
         left != departing.end()) {
       // A rank that left at a planned re-formation (its agent is draining).

@@ -45,6 +45,7 @@
 #include "coordinator/checkpoint_grant.h"
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/fair_share.h"
+#include "coordinator/generation_plan.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/log_store.h"
 #include "coordinator/placement.h"
@@ -241,6 +242,47 @@ class Scheduler {
   // next generation launches every rank.
   void ReformLocked(const std::string& job_id, const std::string& cause, const std::string& kind,
                     Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The plan of `run`'s next generation after `kind` with `lost` ranks:
+  // free slots up to resources.max_ranks, or, after a failure of a program
+  // that re-forms in process, the survivors alone while they are at least
+  // resources.min_ranks, with `*replacements_owed` set (Note [Staged
+  // growth] in scheduler_elastic.cc).
+  absl::StatusOr<NextGeneration> PlanReformLocked(const std::string& job_id,
+                                                  const v1::JobSpec& spec, const RunningJob& run,
+                                                  const std::vector<bool>& lost,
+                                                  const std::string& kind, bool* replacements_owed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Note [Staged growth] in scheduler_elastic.cc. The free slots for
+  // `run`'s next generation: its staged newcomers' first, then the
+  // unreserved ones.
+  std::vector<AgentSlots> FreeSlotsForLocked(const RunningJob& run) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Launches `next`'s newcomers for run's next generation before it forms
+  // and records them in run.staged.
+  void StageGrowthLocked(const std::string& job_id, RunningJob& run, const NextGeneration& next,
+                         const std::string& cause, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Answers a Join from a staged newcomer's slot (moving `done`) and returns
+  // true; false for any other Join (`done` untouched). Its chorus-rank
+  // (starts_program_first) gets the planned membership at once; its
+  // program's Join marks it up (once all are, the change is requested) and
+  // is answered UNAVAILABLE until the generation forms.
+  bool StagedJoinLocked(const v1::JoinRequest& request, JoinDone& done, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The next generation's `ranks` take the staged newcomers on their slots
+  // (running already: JOINING, not launched again); those not taken are
+  // stopped (DropStagedLocked). Clears run.staged.
+  void AdoptStagedLocked(const std::string& job_id, RunningJob& run, std::vector<RankState>& ranks,
+                         Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stops run's staged newcomers (their slots stay busy until they exit:
+  // `departing`) and clears run.staged.
+  void DropStagedLocked(const std::string& job_id, RunningJob& run, const std::string& why,
+                        Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A staged newcomer on the agent's slot exited before it joined: its slot
+  // is free, and the growth is given up unless already requested. False if
+  // the slot is not one of them.
+  bool StagedNewcomerExitedLocked(const std::string& job_id, RunningJob& run,
+                                  const std::string& agent_id, int slot, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The next generation cannot form (`why`): the job waits for slots up to
   // elastic.wait_seconds from the first time, and fails once they passed.
   void WaitForSlotsLocked(const std::string& job_id, RunningJob& run, const std::string& cause,
@@ -294,8 +336,9 @@ class Scheduler {
   bool StoppedRankExitedLocked(const std::string& agent_id, const v1::RankExited& exited)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Elastic jobs below resources.max_ranks for which free slots exist, and
-  // whose last growth is elastic.scale_up_interval_seconds ago, are told to
-  // grow at their next step boundary.
+  // whose last growth is elastic.scale_up_interval_seconds ago or that owe
+  // replacements (Note [Staged growth]), are told to grow at their next
+  // step boundary.
   void GrowLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::AgentInfo AgentInfoLocked(const std::string& agent_id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

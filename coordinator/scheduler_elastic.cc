@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <map>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -185,8 +186,9 @@ void Scheduler::ReformLocked(const std::string& job_id, const std::string& cause
   const bool failure = IsFailure(kind);
   std::vector<std::pair<std::string, int>> leaving;
   const std::vector<bool> lost = LostRanks(run, agents_, leaving);
-  absl::StatusOr<NextGeneration> next = PlanNextGeneration(
-      run.Slots(), lost, UnreservedSlotsLocked(), QuotaCappedLocked(job_id, job->spec(), run));
+  bool replacements_owed = false;
+  absl::StatusOr<NextGeneration> next =
+      PlanReformLocked(job_id, job->spec(), run, lost, kind, &replacements_owed);
   if (!next.ok()) {
     WaitForSlotsLocked(job_id, run, cause, kind, next.status(), out);
     return;
@@ -200,8 +202,11 @@ void Scheduler::ReformLocked(const std::string& job_id, const std::string& cause
       out.joins);
   std::vector<std::string> newcomers;
   std::vector<RankState> ranks = NextRanks(run, *next, agents_, newcomers);
+  AdoptStagedLocked(job_id, run, ranks, out);
   if (failure) ++run.restarts;
   if (world > old_world) run.last_growth_at = now;
+  // Note [Staged growth]: a survivors-only generation owes its replacements.
+  run.replacements_owed = replacements_owed;
   const std::string change = DescribeChange(run, job->spec(), generation, old_world, world, cause,
                                             failure, newcomers);
   run.history.push_back(change);
@@ -218,6 +223,65 @@ void Scheduler::ReformLocked(const std::string& job_id, const std::string& cause
     LOG(ERROR) << job_id << ": could not record placements: " << s;
   }
   LaunchNewcomers(job_id, run, coordinator_address_, agents_, out.messages);
+}
+
+// Note [Staged growth]
+// A rank lost from a program that re-forms in its own process (the Python
+// package, the C++ SDK) is replaced in two steps, so that the survivors do
+// not wait for the replacement's program to start (a Python newcomer
+// imports torch and chorus for most of a second before it can connect):
+//  1. the failure's generation (g+1) forms at once with the survivors alone
+//     when they are at least resources.min_ranks: the free slots the full
+//     plan would have taken are left free, and the generation owes its
+//     replacements (RunningJob::replacements_owed);
+//  2. once g+1 has formed, GrowLocked takes the free slots at once (not
+//     after elastic.scale_up_interval_seconds, which paces growth onto new
+//     slots, not the return to the size the job had): an ordinary planned
+//     growth, g+2 at the survivors' next step boundary, not a restart.
+// Below min_ranks, or for the built-in trainer (its newcomers load LibTorch
+// while the survivors rebuild their transport anyway) and a program that
+// restarts all (Note [Restart-all]), g+1 takes its newcomers at once, as
+// before. "The next generation" of a failure is thus g+1 with the
+// survivors alone; the newcomers come in g+2 (docs/python.md, "Elastic
+// scripts"; tests/bench/python_bench.py times both).
+// A growth of such a program (a replacement owed, or free slots after the
+// scale-up interval) is staged too, so that the survivors are told to
+// re-form only once the newcomers' programs are up and waiting:
+//  3. GrowLocked plans the growth's generation and launches its newcomers
+//     at once, for that generation, before it forms (RunningJob::staged);
+//     the survivors go on training;
+//  4. the newcomer's chorus-rank joins with starts_program_first and is
+//     answered at once (StagedJoinLocked: JoinResponse.staged, the planned
+//     rank), so it starts the program without waiting for anyone;
+//  5. the program (the SDK's Session::FromEnvironment) joins the
+//     generation itself; that Join, answered UNAVAILABLE (join again) until
+//     the generation forms, marks the newcomer up. Once all are up, the
+//     change is requested (RequestReformLocked): the survivors re-form at
+//     their next step boundary, and ReformLocked takes the staged newcomers
+//     (their slots come first among the free ones) without launching them
+//     again; their next Join completes the generation.
+// Newcomers not up within elastic.wait_seconds, or that a failure's
+// generation does not take (with the survivors alone), are stopped and the
+// growth is tried again; one that exits first frees its slot. A coordinator
+// restart forgets the debt and the staged growth: the job then grows after
+// the scale-up interval, and a staged newcomer's Join finds no rank.
+absl::StatusOr<NextGeneration> Scheduler::PlanReformLocked(const std::string& job_id,
+                                                           const v1::JobSpec& spec,
+                                                           const RunningJob& run,
+                                                           const std::vector<bool>& lost,
+                                                           const std::string& kind,
+                                                           bool* replacements_owed) {
+  const QueuedJob capped = QuotaCappedLocked(job_id, spec, run);
+  const std::vector<AgentSlots> free = FreeSlotsForLocked(run);
+  absl::StatusOr<NextGeneration> full = PlanNextGeneration(run.Slots(), lost, free, capped);
+  if (!full.ok() || full->newcomers() == 0 || !IsFailure(kind) || !run.program ||
+      run.RestartsAll()) {
+    return full;
+  }
+  absl::StatusOr<NextGeneration> survivors = PlanNextGeneration(run.Slots(), lost, {}, capped);
+  if (!survivors.ok()) return full;  // below min_ranks without the newcomers
+  *replacements_owed = true;
+  return survivors;
 }
 
 void Scheduler::WaitForSlotsLocked(const std::string& job_id, RunningJob& run,
@@ -326,7 +390,7 @@ void Scheduler::RequestReformLocked(const std::string& job_id, RunningJob& run,
                        run.yielding.end();
     }
     absl::StatusOr<NextGeneration> next = PlanNextGeneration(
-        run.Slots(), lost, UnreservedSlotsLocked(), QuotaCappedLocked(job_id, job->spec(), run));
+        run.Slots(), lost, FreeSlotsForLocked(run), QuotaCappedLocked(job_id, job->spec(), run));
     if (next.ok()) run.planned_world = static_cast<int>(next->ranks.size());
   }
   v1::JobEvent event;
@@ -353,14 +417,190 @@ void Scheduler::RetryWaitingLocked(Outbox& out) {
   }
 }
 
+std::vector<AgentSlots> Scheduler::FreeSlotsForLocked(const RunningJob& run) const {
+  std::vector<AgentSlots> free = UnreservedSlotsLocked();
+  if (!run.staged.has_value()) return free;
+  // Note [Staged growth]: the staged newcomers' slots first, so that the
+  // plan takes them before any other.
+  std::vector<AgentSlots> staged;
+  for (const StagedNewcomer& n : run.staged->newcomers) {
+    const AgentRegistry::Agent* agent = agents_.Find(n.slot.agent_id);
+    if (agent == nullptr || agent->draining) continue;  // not taken: stopped
+    auto same = std::find_if(staged.begin(), staged.end(), [&](const AgentSlots& a) {
+      return a.agent_id == n.slot.agent_id;
+    });
+    if (same == staged.end()) {
+      same = staged.insert(staged.end(), AgentSlots{});
+      same->agent_id = n.slot.agent_id;
+      same->device = agent->hello.device();
+      same->memory_bytes = agent->hello.memory_bytes();
+      same->host = agent->hello.host();
+      same->total_slots = static_cast<int>(agent->busy.size());
+    }
+    same->free_slots.push_back(n.slot.slot);
+  }
+  for (AgentSlots& a : staged) std::sort(a.free_slots.begin(), a.free_slots.end());
+  staged.insert(staged.end(), free.begin(), free.end());
+  return staged;
+}
+
+void Scheduler::StageGrowthLocked(const std::string& job_id, RunningJob& run,
+                                  const NextGeneration& next, const std::string& cause,
+                                  Outbox& out) {
+  RunningJob::StagedGrowth staged;
+  staged.generation = run.generation() + 1;
+  staged.world_size = static_cast<int>(next.ranks.size());
+  staged.cause = cause;
+  staged.deadline = clock_->Now() + absl::Seconds(run.elastic_spec.wait_seconds());
+  std::map<std::string, v1::CoordinatorMessage> launches;
+  std::vector<std::string> where;
+  for (size_t rank = 0; rank < next.ranks.size(); ++rank) {
+    if (next.old_rank[rank] >= 0) continue;
+    const RankSlot& slot = next.ranks[rank];
+    agents_.SetBusy(slot.agent_id, slot.slot, true);
+    staged.newcomers.push_back(StagedNewcomer{slot, static_cast<int>(rank), false});
+    v1::LaunchRanks* launch = launches[slot.agent_id].mutable_launch();
+    launch->set_job_id(job_id);
+    launch->set_generation(staged.generation);
+    launch->set_coordinator(coordinator_address_);
+    v1::RankLaunch* r = launch->add_ranks();
+    r->set_slot(slot.slot);
+    r->set_local_rank(slot.local_rank);
+    r->set_local_world_size(slot.local_world_size);
+    where.push_back(absl::StrCat("rank ", rank, " on ", agents_.Find(slot.agent_id)->hello.host(),
+                                 " slot ", slot.slot));
+  }
+  for (auto& [agent_id, message] : launches) {
+    out.messages.emplace_back(agents_.Find(agent_id)->send, std::move(message));
+  }
+  run.staged = std::move(staged);
+  v1::JobEvent event;
+  event.set_message(absl::StrCat("generation ", run.generation() + 1, " after ", cause,
+                                 ": starting ", absl::StrJoin(where, ", "),
+                                 "; the job re-forms at a step boundary once they are up"));
+  LOG(INFO) << job_id << ": " << event.message();
+  (void)jobs_.AddEvent(job_id, std::move(event));
+}
+
+bool Scheduler::StagedJoinLocked(const v1::JoinRequest& request, JoinDone& done, Outbox& out) {
+  auto it = running_.find(request.job_id());
+  if (it == running_.end() || !it->second.staged.has_value()) return false;
+  RunningJob& run = it->second;
+  RunningJob::StagedGrowth& staged = *run.staged;
+  auto newcomer = std::find_if(staged.newcomers.begin(), staged.newcomers.end(),
+                               [&](const StagedNewcomer& n) {
+                                 return n.slot.agent_id == request.agent_id() &&
+                                        n.slot.slot == request.slot();
+                               });
+  if (newcomer == staged.newcomers.end() || request.generation() != staged.generation) {
+    return false;
+  }
+  if (request.starts_program_first()) {
+    // Its chorus-rank: the planned membership, so that it starts the program.
+    absl::StatusOr<v1::Job> job = jobs_.Get(request.job_id());
+    if (!job.ok()) return false;
+    v1::JoinResponse response;
+    response.set_rank(newcomer->rank);
+    response.set_world_size(staged.world_size);
+    response.set_generation(staged.generation);
+    *response.mutable_spec() = job->spec();
+    response.set_store_namespace(RunningJob::StoreNamespace(*job, staged.generation));
+    response.set_local_rank(newcomer->slot.local_rank);
+    response.set_local_world_size(newcomer->slot.local_world_size);
+    if (!run.resume.job_id().empty()) *response.mutable_resume() = run.resume;
+    response.set_restarts(run.restarts);
+    response.set_staged(true);
+    out.joins.emplace_back(std::move(done), std::move(response));
+    return true;
+  }
+  // Its program: up and waiting.
+  newcomer->up = true;
+  const bool all_up = std::all_of(staged.newcomers.begin(), staged.newcomers.end(),
+                                  [](const StagedNewcomer& n) { return n.up; });
+  if (all_up && run.planned_cause.empty()) {
+    RequestReformLocked(request.job_id(), run, staged.cause, "scale_up", out);
+  }
+  out.joins.emplace_back(
+      std::move(done),
+      absl::UnavailableError(absl::StrCat("generation ", staged.generation, " of job ",
+                                          request.job_id(), " forms at its members' next step ",
+                                          "boundary; join again shortly")));
+  return true;
+}
+
+void Scheduler::AdoptStagedLocked(const std::string& job_id, RunningJob& run,
+                                  std::vector<RankState>& ranks, Outbox& out) {
+  if (!run.staged.has_value()) return;
+  std::vector<StagedNewcomer> left;
+  for (const StagedNewcomer& n : run.staged->newcomers) {
+    auto taken = std::find_if(ranks.begin(), ranks.end(), [&](const RankState& r) {
+      return r.agent_id == n.slot.agent_id && r.slot == n.slot.slot;
+    });
+    if (taken != ranks.end()) {
+      taken->state = v1::RankStatus::JOINING;  // running already: not launched again
+    } else {
+      left.push_back(n);
+    }
+  }
+  run.staged->newcomers = std::move(left);
+  DropStagedLocked(job_id, run, "the next generation does not take them", out);
+}
+
+void Scheduler::DropStagedLocked(const std::string& job_id, RunningJob& run,
+                                 const std::string& why, Outbox& out) {
+  if (!run.staged.has_value()) return;
+  std::map<std::string, std::vector<int>> stop;
+  for (const StagedNewcomer& n : run.staged->newcomers) {
+    if (agents_.Find(n.slot.agent_id) == nullptr) continue;
+    stop[n.slot.agent_id].push_back(n.slot.slot);
+    run.departing.emplace_back(n.slot.agent_id, n.slot.slot);  // busy until they exit
+  }
+  run.staged.reset();
+  if (stop.empty()) return;
+  const std::string reason = absl::StrCat("staged newcomer(s) stopped: ", why);
+  for (const auto& [agent_id, slots] : stop) {
+    out.messages.emplace_back(agents_.Find(agent_id)->send,
+                              StopRanksMessage(job_id, slots, reason));
+  }
+  LOG(INFO) << job_id << ": " << reason;
+}
+
+bool Scheduler::StagedNewcomerExitedLocked(const std::string& job_id, RunningJob& run,
+                                           const std::string& agent_id, int slot, Outbox& out) {
+  if (!run.staged.has_value()) return false;
+  std::vector<StagedNewcomer>& newcomers = run.staged->newcomers;
+  auto gone = std::find_if(newcomers.begin(), newcomers.end(), [&](const StagedNewcomer& n) {
+    return n.slot.agent_id == agent_id && n.slot.slot == slot;
+  });
+  if (gone == newcomers.end()) return false;
+  agents_.SetBusy(agent_id, slot, false);
+  newcomers.erase(gone);
+  LOG(INFO) << job_id << ": staged newcomer on slot " << slot << " exited before it joined";
+  // Before the change is requested, the others are stopped and the growth
+  // is tried again; after, the change plans without it.
+  if (run.planned_cause.empty() || newcomers.empty()) {
+    DropStagedLocked(job_id, run, "another newcomer of the growth exited", out);
+  }
+  return true;
+}
+
 void Scheduler::GrowLocked(Outbox& out) {
   const absl::Time now = clock_->Now();
   // Growths are requested after the walk: a restart-all's may end a job.
   std::vector<std::pair<std::string, std::string>> grow;  // job id, cause
+  std::vector<std::tuple<std::string, NextGeneration, std::string>> stage;
   for (auto& [job_id, run] : running_) {
+    if (run.staged.has_value() && run.planned_cause.empty() && now >= run.staged->deadline) {
+      DropStagedLocked(job_id, run, absl::StrCat("not up within elastic.wait_seconds ",
+                                                 run.elastic_spec.wait_seconds(), " s"),
+                       out);
+    }
+    // Note [Staged growth]: replacements owed are taken without waiting.
     if (!run.elastic || !run.planned_cause.empty() || run.waiting_until != absl::InfiniteFuture() ||
+        run.staged.has_value() ||
         run.restarting.has_value() || !run.Formed() || run.AwaitingRanks() ||
-        now < run.last_growth_at + absl::Seconds(run.elastic_spec.scale_up_interval_seconds())) {
+        (!run.replacements_owed &&
+         now < run.last_growth_at + absl::Seconds(run.elastic_spec.scale_up_interval_seconds()))) {
       continue;
     }
     bool healthy = true;
@@ -374,9 +614,21 @@ void Scheduler::GrowLocked(Outbox& out) {
         PlanNextGeneration(run.Slots(), std::vector<bool>(run.ranks.size(), false),
                            UnreservedSlotsLocked(), QuotaCappedLocked(job_id, job->spec(), run));
     if (!next.ok() || next->newcomers() == 0) continue;
-    grow.emplace_back(job_id, absl::StrCat(next->newcomers(), " free slot(s) let the job grow from ",
-                                           run.ranks.size(), " towards resources.max_ranks ",
-                                           job->spec().resources().max_ranks()));
+    std::string cause =
+        run.replacements_owed
+            ? absl::StrCat(next->newcomers(), " newcomer(s) replace the rank(s) lost in generation ",
+                           run.generation() - 1)
+            : absl::StrCat(next->newcomers(), " free slot(s) let the job grow from ",
+                           run.ranks.size(), " towards resources.max_ranks ",
+                           job->spec().resources().max_ranks());
+    if (run.program && !run.RestartsAll()) {
+      stage.emplace_back(job_id, *std::move(next), std::move(cause));
+    } else {
+      grow.emplace_back(job_id, std::move(cause));
+    }
+  }
+  for (auto& [job_id, next, cause] : stage) {
+    StageGrowthLocked(job_id, running_.at(job_id), next, cause, out);
   }
   for (const auto& [job_id, cause] : grow) {
     auto it = running_.find(job_id);

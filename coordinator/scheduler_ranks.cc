@@ -47,6 +47,17 @@ void AddUsers(const QueueUsage& usage, const std::map<std::string, RunningJob>& 
 
 void Scheduler::Join(const v1::JoinRequest& request, absl::Time deadline, JoinDone done) {
   Outbox out;
+  bool staged = false;
+  {
+    // Note [Staged growth] in scheduler_elastic.cc: a newcomer started
+    // before its generation forms.
+    absl::MutexLock lock(&mu_);
+    staged = StagedJoinLocked(request, done, out);
+  }
+  if (staged) {
+    out.Flush();
+    return;
+  }
   {
     absl::MutexLock lock(&mu_);
     auto it = running_.find(request.job_id());

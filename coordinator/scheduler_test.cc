@@ -1652,6 +1652,128 @@ TEST_F(RestartAllTest, AProgramThatSaysItReformsInProcessKeepsItsSurvivors) {
   EXPECT_EQ(Launched(a, job, 2), (std::vector<int>{1})) << "only the newcomer";
 }
 
+// Note [Staged growth] in scheduler_elastic.cc: min_ranks 1 lets the
+// survivor form the failure's generation alone; its replacement is started
+// at once, before its generation forms, and the survivor is told to re-form
+// only once the replacement's program waits to join.
+TEST_F(RestartAllTest, AFailureFormsWithTheSurvivorsAndTheirReplacementJoinsOnceItIsUp) {
+  FakeAgent a;
+  Add(a, 3, "node-a");
+  const std::string job = PlaceProgram(1, 2, "", {&a});
+  v1::RankHeartbeat hb;
+  hb.set_job_id(job);
+  hb.set_generation(1);
+  hb.set_rank(0);
+  hb.set_reforms_in_process(true);
+  ASSERT_TRUE(scheduler_->Heartbeat(hb));
+  ExitOn(a, job, 1, -9);
+  EXPECT_EQ(jobs_->Get(job)->generation(), 2);
+  EXPECT_EQ(jobs_->Get(job)->world_size(), 1) << "the survivor alone";
+  EXPECT_EQ(jobs_->Get(job)->restarts(), 1);
+  EXPECT_TRUE(Launched(a, job, 2).empty()) << "no newcomer for generation 2";
+  JoinResult survivor;
+  scheduler_->Join(JoinOf(job, a.id, 0, 2), clock_.Now() + absl::Seconds(60), survivor.Done());
+  ASSERT_TRUE(survivor.result.ok()) << survivor.result.status() << ": formed by the survivor";
+  EXPECT_EQ(survivor.result->world_size(), 1);
+
+  // The default scale-up interval (60 s) has not passed, but the
+  // replacement is owed: at the next Tick it is started for generation 3,
+  // which has not formed; the survivor is not told anything yet.
+  scheduler_->Tick();
+  const std::vector<int> started = Launched(a, job, 3);
+  ASSERT_EQ(started.size(), 1u);
+  EXPECT_EQ(jobs_->Get(job)->generation(), 2);
+  EXPECT_EQ(Beat(job, 2, 0).kind(), v1::Directive::KIND_UNSPECIFIED);
+  // Its chorus-rank is answered at once with the planned membership.
+  v1::JoinRequest first = JoinOf(job, a.id, started[0], 3);
+  first.set_starts_program_first(true);
+  JoinResult supervisor;
+  scheduler_->Join(first, clock_.Now() + absl::Seconds(60), supervisor.Done());
+  ASSERT_TRUE(supervisor.result.ok()) << supervisor.result.status();
+  EXPECT_TRUE(supervisor.result->staged());
+  EXPECT_EQ(supervisor.result->generation(), 3);
+  EXPECT_EQ(supervisor.result->rank(), 1);
+  EXPECT_EQ(supervisor.result->world_size(), 2);
+  EXPECT_EQ(supervisor.result->store_namespace(), job + "/gen-3");
+  EXPECT_EQ(Beat(job, 2, 0).kind(), v1::Directive::KIND_UNSPECIFIED)
+      << "the program is not up yet";
+  // Its program asks to join: now the survivor re-forms at its boundary.
+  JoinResult waiting;
+  scheduler_->Join(JoinOf(job, a.id, started[0], 3), clock_.Now() + absl::Seconds(60),
+                   waiting.Done());
+  EXPECT_EQ(waiting.result.status().code(), absl::StatusCode::kUnavailable);
+  const v1::Directive grow = Beat(job, 2, 0);
+  EXPECT_EQ(grow.kind(), v1::Directive::REFORM_AT_STEP_BOUNDARY);
+  EXPECT_EQ(grow.generation(), 3);
+  EXPECT_EQ(grow.world_size(), 2);
+  EXPECT_EQ(grow.reason(), "1 newcomer(s) replace the rank(s) lost in generation 1");
+
+  std::vector<JoinResult> joins(2);
+  scheduler_->Join(JoinOf(job, a.id, 0, 3), clock_.Now() + absl::Seconds(60), joins[0].Done());
+  EXPECT_EQ(jobs_->Get(job)->generation(), 3);
+  EXPECT_EQ(Launched(a, job, 3).size(), 1u) << "the newcomer is not launched again";
+  scheduler_->Join(JoinOf(job, a.id, started[0], 3), clock_.Now() + absl::Seconds(60),
+                   joins[1].Done());
+  for (int rank = 0; rank < 2; ++rank) {
+    ASSERT_TRUE(joins[rank].result.ok()) << joins[rank].result.status();
+    EXPECT_EQ(joins[rank].result->rank(), rank);
+    EXPECT_EQ(joins[rank].result->world_size(), 2);
+    EXPECT_FALSE(joins[rank].result->staged());
+  }
+  EXPECT_EQ(jobs_->Get(job)->restarts(), 1) << "the growth is no restart";
+  // Grown back: the next growth waits for the scale-up interval again.
+  scheduler_->Tick();
+  EXPECT_EQ(Beat(job, 3, 0).kind(), v1::Directive::KIND_UNSPECIFIED);
+  for (int slot : {0, started[0]}) ExitOn(a, job, slot, 0);
+  EXPECT_EQ(State(job), v1::Job::SUCCEEDED);
+}
+
+// A staged newcomer whose program is not up within elastic.wait_seconds is
+// stopped and the growth tried again; the survivors were never stalled.
+TEST_F(RestartAllTest, AStagedNewcomerNotUpWithinWaitSecondsIsStoppedAndStartedAgain) {
+  FakeAgent a;
+  Add(a, 2, "node-a");
+  const std::string job = PlaceProgram(1, 2, "wait_seconds: 30", {&a});
+  v1::RankHeartbeat hb;
+  hb.set_job_id(job);
+  hb.set_generation(1);
+  hb.set_rank(0);
+  hb.set_reforms_in_process(true);
+  ASSERT_TRUE(scheduler_->Heartbeat(hb));
+  ExitOn(a, job, 1, -9);
+  JoinResult survivor;
+  scheduler_->Join(JoinOf(job, a.id, 0, 2), clock_.Now() + absl::Seconds(60), survivor.Done());
+  scheduler_->Tick();
+  ASSERT_EQ(Launched(a, job, 3).size(), 1u);
+  const int slot = Launched(a, job, 3)[0];
+  clock_.Advance(absl::Seconds(31));
+  scheduler_->Tick();
+  EXPECT_EQ(Stopped(a, job), (std::vector<int>{slot}));
+  EXPECT_EQ(Beat(job, 2, 0).kind(), v1::Directive::KIND_UNSPECIFIED);
+  EXPECT_EQ(Launched(a, job, 3).size(), 1u) << "its slot is busy until it has exited";
+  ExitOn(a, job, slot, 143);
+  EXPECT_EQ(State(job), v1::Job::RUNNING) << "a stopped newcomer is no failure";
+  scheduler_->Tick();
+  EXPECT_EQ(Launched(a, job, 3).size(), 2u) << "started again";
+}
+
+// The survivors alone would be below min_ranks: the failure's generation
+// takes its newcomer at once, as the built-in trainer's always does.
+TEST_F(RestartAllTest, BelowMinRanksAFailuresGenerationTakesItsNewcomerAtOnce) {
+  FakeAgent a;
+  Add(a, 3, "node-a");
+  const std::string job = PlaceProgram(2, 2, "", {&a});
+  v1::RankHeartbeat hb;
+  hb.set_job_id(job);
+  hb.set_generation(1);
+  hb.set_rank(0);
+  hb.set_reforms_in_process(true);
+  ASSERT_TRUE(scheduler_->Heartbeat(hb));
+  ExitOn(a, job, 1, -9);
+  EXPECT_EQ(jobs_->Get(job)->world_size(), 2);
+  EXPECT_EQ(Launched(a, job, 2).size(), 1u);
+}
+
 TEST_F(RestartAllTest, ADrainRestartsEveryRankAtOnceAndIsNotARestart) {
   FakeAgent a, b;
   Add(a, 2, "node-a");

@@ -43,6 +43,61 @@ void InstallCheckpointSignalHandler() {
 
 // Where `env`'s rank stores checkpoints: the spec's shared directory, or
 // the coordinator.
+// The Join of `generation` this program's rank sends itself (it names its
+// agent's slot and its supervisor's pid, as chorus-rank's did).
+v1::JoinRequest JoinRequestOf(const SessionEnvironment& env, int64_t generation) {
+  v1::JoinRequest request;
+  request.set_job_id(env.job_id);
+  request.set_generation(generation);
+  request.set_agent_id(env.agent_id);
+  request.set_slot(env.slot);
+  request.set_pid(env.rank_pid > 0 ? env.rank_pid : ::getppid());
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  request.set_host(host);
+  return request;
+}
+
+// `env` as a member of the generation `joined` answers for.
+SessionEnvironment Rejoined(SessionEnvironment env, const v1::JoinResponse& joined) {
+  env.rank = joined.rank();
+  env.world_size = joined.world_size();
+  env.local_rank = joined.local_rank();
+  env.local_world_size = joined.local_world_size();
+  env.generation = joined.generation();
+  env.store_namespace = joined.store_namespace();
+  env.joined = joined;
+  return env;
+}
+
+// Note [Staged growth] in coordinator/scheduler_elastic.cc: a newcomer's
+// program started before its generation formed joins it now; the
+// coordinator has the members re-form at their next step boundary once it
+// asks, and answers when the generation is complete.
+absl::StatusOr<SessionEnvironment> JoinStagedGeneration(const SessionEnvironment& env,
+                                                        const std::shared_ptr<grpc::Channel>& channel) {
+  if (env.agent_id.empty() || env.slot < 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rank ", env.rank, " of ", env.job_id, ": CHORUS_JOIN_FILE holds a staged membership of "
+        "generation ", env.generation, " but CHORUS_AGENT_ID and CHORUS_SLOT are not set; only a "
+        "program started by chorus-rank can join it"));
+  }
+  auto ranks = v1::RankService::NewStub(channel);
+  const absl::Time deadline =
+      absl::Now() + absl::Seconds(env.joined.spec().elastic().wait_seconds()) + absl::Minutes(1);
+  absl::StatusOr<v1::JoinResponse> joined =
+      JoinGeneration(*ranks, JoinRequestOf(env, env.generation), deadline, /*until_formed=*/true);
+  if (!joined.ok()) {
+    return absl::Status(joined.status().code(), absl::StrCat("rank ", env.rank, " of ", env.job_id,
+                                                             " (staged newcomer): ",
+                                                             joined.status().message()));
+  }
+  LOG(INFO) << "chorus: " << env.job_id << ": a staged newcomer joined generation "
+            << joined->generation() << " as rank " << joined->rank() << " of "
+            << joined->world_size();
+  return Rejoined(env, *joined);
+}
+
 }  // namespace
 
 int64_t CheckpointSignalsReceived() { return g_checkpoint_signals.load(); }
@@ -96,6 +151,9 @@ absl::StatusOr<std::unique_ptr<Session>> Session::FromEnvironment(SessionOptions
   ASSIGN_OR_RETURN(ClientSecurity security, LoadClientSecurity("", "", "", ""));
   ConfigureClient(std::move(security));
   parts.channel = MakeCoordinatorChannel(env.coordinator);
+  if (env.joined.staged()) {
+    ASSIGN_OR_RETURN(parts.env, JoinStagedGeneration(env, parts.channel));
+  }
 
   if (env.progress_fd >= 0) {
     std::shared_ptr<ProgressSender> sender = std::make_shared<ProgressSender>(env.progress_fd);
@@ -262,15 +320,7 @@ absl::StatusOr<bool> Session::JoinNextGeneration(const absl::Status& why) {
                << "); joining the next one";
   comm_->Abort(absl::StrCat("generation ", was, " ended: ", cause));
 
-  v1::JoinRequest request;
-  request.set_job_id(env_.job_id);
-  request.set_generation(was + 1);
-  request.set_agent_id(env_.agent_id);
-  request.set_slot(env_.slot);
-  request.set_pid(env_.rank_pid > 0 ? env_.rank_pid : ::getppid());
-  char host[256] = {0};
-  gethostname(host, sizeof(host) - 1);
-  request.set_host(host);
+  const v1::JoinRequest request = JoinRequestOf(env_, was + 1);
   auto ranks = v1::RankService::NewStub(channel_);
   const absl::Time deadline =
       absl::Now() + absl::Seconds(env_.joined.spec().elastic().wait_seconds()) + absl::Minutes(1);

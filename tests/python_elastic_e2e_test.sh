@@ -9,6 +9,11 @@
 # all-reduce adds the same two numbers, and the newcomer trains the lost
 # rank's shard).
 #
+# With min_ranks 1 (Note [Staged growth] in coordinator/scheduler_elastic.cc)
+# the survivor forms generation 2 alone, in the same process and without a
+# step redone; the newcomer's program starts before generation 3 forms and
+# joins it itself; both end together.
+#
 # Usage (from Bazel): python_elastic_e2e_test.sh CHORUS INIT_PY NATIVE_SO SCRIPT
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -31,7 +36,7 @@ program {
   argv: ["/usr/bin/python3", "${SCRIPT}", "--steps=400", "--step_sleep_ms=10"]
   env { key: "PYTHONPATH" value: "${TMP}/site" }
 }
-resources { min_ranks: 2 max_ranks: 2 threads_per_rank: 1 }
+resources { min_ranks: ${2:-2} max_ranks: 2 threads_per_rank: 1 }
 elastic { max_restarts: 2 wait_seconds: 60 }
 hang_detection { action: RESTART dead_after_seconds: 4 stall_after_seconds: 3 }
 SPEC
@@ -91,6 +96,44 @@ d=$(digest_of <<<"${finals}")
 [[ -n "${d}" && "${d}" == "${ref_digest}" ]] \
   && pass "both ranks end bit for bit with the undisturbed run's parameters (${d})" \
   || fail "digests '${d}' vs undisturbed '${ref_digest}'"
+
+# --- the same with min_ranks 1: staged growth
+state="${TMP}/staged"
+spec staged 1 > "${TMP}/staged.textproto"
+timeout 150 "${CHORUS}" up --local 3 --state_dir "${state}" "${TMP}/staged.textproto" --json \
+  >"${TMP}/staged.out" 2>"${TMP}/staged.err" &
+up_pid=$!
+track_pid "${up_pid}"
+wait_for '[[ -n "$(lines "${state}" "progress: rank 1 step 150")" ]]' 90
+victim=$(lines "${state}" "joined: rank 1 of 2 generation 1 pid " | head -n 1 | awk '{print $NF}')
+survivor=$(lines "${state}" "joined: rank 0 of 2 generation 1 pid " | head -n 1 | awk '{print $NF}')
+[[ "${victim}" =~ ^[0-9]+$ ]] && kill -KILL "${victim}" \
+  && pass "staged: SIGKILL to rank 1's python (pid ${victim})" || fail "staged: no victim '${victim}'"
+wait_exit "${up_pid}" 120 || fail "staged: chorus up still running 120 s after the kill"
+wait "${up_pid}"; rc=$?
+last=$(tail -n 1 "${TMP}/staged.out")
+[[ ${rc} -eq 0 && "$(field "${last}" state)" == SUCCEEDED ]] \
+  && pass "staged: the job succeeded" || fail "staged: rc=${rc} '${last}' $(tail -3 "${TMP}/staged.err")"
+alone=$(lines "${state}" "joined: rank 0 of 1 generation 2 pid " | awk '{print $NF}')
+grown=$(lines "${state}" "joined: rank 0 of 2 generation 3 pid " | awk '{print $NF}')
+[[ -n "${survivor}" && "${alone}" == "${survivor}" && "${grown}" == "${survivor}" ]] \
+  && pass "staged: rank 0 formed generation 2 alone and joined generation 3, in its own process" \
+  || fail "staged: rank 0 pids: generation 1 '${survivor}', 2 '${alone}', 3 '${grown}'"
+lost=$(lines "${state}" "lost: rank 0 at step " | head -n 1)
+held=$(lines "${state}" "state: rank 0 generation 2 held ")
+if [[ "${lost}" =~ at\ step\ ([0-9]+): && "${held}" == "state: rank 0 generation 2 held ${BASH_REMATCH[1]} now step ${BASH_REMATCH[1]} "* ]]; then
+  pass "staged: the survivor kept step ${BASH_REMATCH[1]}: no step redone"
+else
+  fail "staged: lost '${lost}' state '${held}'"
+fi
+[[ -n "$(lines "${state}" "joined: rank 1 of 2 generation 3 pid ")" && \
+   -n "$(lines "${state}" "state: rank 1 generation 3 held -1 now step ")" ]] \
+  && pass "staged: the newcomer joined generation 3 and took the newest state" \
+  || fail "staged: newcomer '$(lines "${state}" "rank 1 of 2 generation 3")'"
+finals=$(lines "${state}" "final: rank ")
+[[ $(grep -c "generation 3 step 400 " <<<"${finals}") -eq 2 && $(digest_of <<<"${finals}" | grep -c .) -eq 1 ]] \
+  && pass "staged: both ranks of generation 3 end at step 400 with the same parameters" \
+  || fail "staged: finals '${finals}'"
 
 assert_no_leftovers "elastic Python programs"
 finish

@@ -140,7 +140,10 @@ int Run(char** argv) {
   ConfigureClient(*std::move(security));
   auto channel = MakeCoordinatorChannel(launch->coordinator);
   auto ranks = v1::RankService::NewStub(channel);
-  const v1::JoinRequest& join = launch->join;
+  v1::JoinRequest join = launch->join;
+  // A program's supervisor can start it before its generation forms (Note
+  // [Staged growth] in coordinator/scheduler_elastic.cc).
+  join.set_starts_program_first(true);
   // A newcomer to an elastic job does not know yet that the job is elastic:
   // it joins again while its generation forms or is superseded.
   absl::StatusOr<v1::JoinResponse> joined =

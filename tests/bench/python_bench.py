@@ -21,13 +21,21 @@ What it measures (--parts, all by default; each side run in this invocation)
              process-group timeout (PyTorch's default is 1800 s for Gloo): the
              time from the fault to the first rank's exception.
     elastic  recovery from kill -9 of rank 1's python: the time from the kill
-             to the first step of the next generation. Ours:
+             to the first step any rank completes in a later generation. Ours:
              examples/programs/python_elastic.py (in-process re-formation, a
-             spare slot: `chorus up --local 3`). Peer: torchrun --max_restarts 3
+             spare slot: `chorus up --local 3`, resources min_ranks 1
+             max_ranks 2): the survivor forms the failure's generation alone
+             and steps in it; the newcomer's python starts at once and joins
+             the generation after it, which the survivor forms at its next step
+             boundary once the newcomer waits (Note [Staged growth] in
+             coordinator/scheduler_elastic.cc). So ours is also timed from the
+             kill to the newcomer's first step ("newcomer" in the JSON line,
+             against the same peer figure). Peer: torchrun --max_restarts 3
              (static rendezvous, --monitor_interval 5, its default) on
              tests/bench/torchrun_checkpointed_mlp.py, the same MLP trained the
-             torchrun way (checkpoint every step, resume on restart). 60 steps,
-             the kill at step 20, 50 ms a step, --reps runs a side.
+             torchrun way (checkpoint every step, resume on restart): its
+             first step after the kill is both ranks' (all restart). 100
+             steps, the kill at step 20, 50 ms a step, --reps runs a side.
     churn    throughput of python_elastic.py with rank 1's python killed every
              10 s (6 kills over about 70 s), against the same job undisturbed:
              steps per second over the whole run.
@@ -74,12 +82,12 @@ def package(tmp):
     return site
 
 
-def spec_text(name, argv, site, extra=""):
+def spec_text(name, argv, site, extra="", min_ranks=2):
     args = ", ".join(json.dumps(a) for a in argv)
     return (f'name: "{name}"\nprogram {{\n  argv: [{args}]\n'
             f'  env {{ key: "PYTHONPATH" value: "{site}" }}\n'
             f'  env {{ key: "GLOO_SOCKET_IFNAME" value: "lo" }}\n}}\n'
-            f"resources {{ min_ranks: 2 max_ranks: 2 threads_per_rank: 1 }}\n{extra}")
+            f"resources {{ min_ranks: {min_ranks} max_ranks: 2 threads_per_rank: 1 }}\n{extra}")
 
 
 def start_up(args, tmp, name, text, slots=2):
@@ -216,21 +224,67 @@ def start_elastic(args, tmp, site, name, steps, progress, sleep_ms, max_restarts
             f"--step_sleep_ms={sleep_ms}", f"--progress={progress}"]
     extra = (f"elastic {{ max_restarts: {max_restarts} wait_seconds: 60 }}\n"
              "hang_detection { action: RESTART dead_after_seconds: 5 stall_after_seconds: 3 }\n")
-    proc, _ = start_up(args, tmp, name, spec_text(name, argv, site, extra), slots=3)
+    # min_ranks 1: the survivor goes on alone until its replacement is up.
+    proc, _ = start_up(args, tmp, name, spec_text(name, argv, site, extra, min_ranks=1), slots=3)
     return proc
+
+
+def elastic_kill_run(args, tmp, site, name, knobs):
+    """Ours: kill -9 of rank 1's python; the survivor's first step in a later
+    generation and the newcomer's first step, both from the kill."""
+    progress = Progress(os.path.join(tmp, f"{name}.jsonl"))
+    proc = start_elastic(args, tmp, site, name, knobs.steps, progress.path, 50)
+    try:
+        def ready():
+            progress.poll()
+            return len(progress.of("step", restart=0, rank=1)) >= knobs.kill_step
+        wait_until(ready, 120, f"{name}: rank 1 reaching step {knobs.kill_step}")
+        victim = progress.of("pid", restart=0, rank=1)[0]["pid"]
+        os.kill(victim, signal.SIGKILL)
+        killed = time.time()
+
+        def later(event):
+            progress.poll()
+            return [e for e in progress.of(event) if e["restart"] >= 1]
+        first = min(e["t"] for e in wait_until(lambda: later("step"), 120,
+                                                 f"{name}: a step after the kill"))
+        newcomer = wait_until(lambda: later("pid"), 120, f"{name}: the newcomer's start")[0]
+
+        def newcomer_steps():
+            progress.poll()
+            return progress.of("step", restart=newcomer["restart"], rank=newcomer["rank"])
+        newcomer_first = min(e["t"] for e in wait_until(newcomer_steps, 120,
+                                                          f"{name}: the newcomer's first step"))
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=60)
+    progress.poll()
+    finals = progress.of("final")
+    if (proc.returncode != 0 or len(finals) != 2 or any(f["step"] != knobs.steps for f in finals)
+            or len({f["restart"] for f in finals}) != 1):
+        raise RuntimeError(f"{name}: exited {proc.returncode} with finals {finals} "
+                           f"(scratch in {tmp})")
+    if len(progress.of("pid")) != 3:
+        raise RuntimeError(f"{name}: {len(progress.of('pid'))} python processes started, not 3 "
+                           f"(2 and the newcomer; scratch in {tmp})")
+    last_old = max(e["step"] for e in progress.of("step", restart=0))
+    resumed = min(later("start"), key=lambda e: e["t"])["resumed_step"]
+    return {"recovery_seconds": first - killed, "newcomer_seconds": newcomer_first - killed,
+            "killed_at_step": last_old, "resumed_step": resumed,
+            "steps_redone": max(0, last_old - resumed), "generations": 1 + finals[0]["restart"]}
 
 
 def elastic_part(args, tmp, site):
     class Knobs:  # what restart_all_bench's runs read
-        steps, kill_step, step_sleep = 60, 20, 0.05
+        steps, kill_step, step_sleep = 100, 20, 0.05
         torch_python = args.torch_python
     knobs = Knobs()
     runs = {"ours": [], "peer": []}
     for rep in range(args.reps):
         name = f"elastic-ours-{rep}"
-        runs["ours"].append(restart_all_bench.kill_run(
-            knobs, tmp, name,
-            lambda c, p, n=name: start_elastic(args, tmp, site, n, knobs.steps, p, 50)))
+        runs["ours"].append(elastic_kill_run(args, tmp, site, name, knobs))
         log(name, json.dumps(runs["ours"][-1]))
         name = f"elastic-peer-{rep}"
         runs["peer"].append(restart_all_bench.kill_run(
@@ -238,6 +292,7 @@ def elastic_part(args, tmp, site):
             lambda c, p, n=name: restart_all_bench.start_peer(knobs, tmp, n, c, p, None)))
         log(name, json.dumps(runs["peer"][-1]))
     o = statistics.median(r["recovery_seconds"] for r in runs["ours"])
+    n = statistics.median(r["newcomer_seconds"] for r in runs["ours"])
     p = statistics.median(r["recovery_seconds"] for r in runs["peer"])
     return {"bench": "python_bench", "metric": "elastic_recovery_seconds", "unit": "s",
             "ours": round(o, 3), "peer": round(p, 3),
@@ -246,6 +301,9 @@ def elastic_part(args, tmp, site):
             "ratio": round(o / p, 4),
             "ours_runs": [round(r["recovery_seconds"], 3) for r in runs["ours"]],
             "peer_runs": [round(r["recovery_seconds"], 3) for r in runs["peer"]],
+            "newcomer": {"seconds": round(n, 3), "ratio": round(n / p, 4),
+                         "runs": [round(r["newcomer_seconds"], 3) for r in runs["ours"]]},
+            "generations": [r["generations"] for r in runs["ours"]],
             "steps_redone": {"ours": max(r["steps_redone"] for r in runs["ours"]),
                              "peer": max(r["steps_redone"] for r in runs["peer"])}}
 

@@ -142,8 +142,12 @@ std::vector<std::string> ProgramEnvironment(const std::vector<std::string>& base
   set("WORLD_SIZE", std::to_string(j.world_size()));
   set("LOCAL_RANK", std::to_string(j.local_rank()));
   set("LOCAL_WORLD_SIZE", std::to_string(j.local_world_size()));
-  set("MASTER_ADDR", master.host);
-  set("MASTER_PORT", std::to_string(master.port));
+  // A staged newcomer starts before its generation has a master address
+  // (Note [Staged growth] in coordinator/scheduler_elastic.cc).
+  if (!j.staged()) {
+    set("MASTER_ADDR", master.host);
+    set("MASTER_PORT", std::to_string(master.port));
+  }
   // Note [torchrun's variables] in program_supervisor.h.
   set("GROUP_RANK", std::to_string(j.group_rank()));
   set("GROUP_WORLD_SIZE", std::to_string(j.group_world_size()));
@@ -298,8 +302,10 @@ class ProgramSupervisor::Progress {
       }
     }
     hb.set_job_id(rank.job_id);
-    // An elastic program that joined a newer generation says so.
-    if (hb.generation() <= rank.joined.generation()) {
+    // An elastic program that joined a newer generation says so, and so
+    // does a staged newcomer's program once it has joined its own (its
+    // rank is the coordinator's answer, not the planned one).
+    if (hb.generation() < rank.joined.generation()) {
       hb.set_generation(rank.joined.generation());
       hb.set_rank(rank.joined.rank());
     }
@@ -312,7 +318,7 @@ class ProgramSupervisor::Progress {
   ProgramRank LastMembership(const ProgramRank& rank, bool* left) const {
     ProgramRank last = rank;
     absl::MutexLock lock(&mu_);
-    if (record_.generation() > rank.joined.generation()) {
+    if (record_.generation() >= rank.joined.generation()) {
       last.joined.set_generation(record_.generation());
       last.joined.set_rank(record_.rank());
     }
@@ -345,9 +351,11 @@ absl::StatusOr<ProgramSupervisor::Launched> ProgramSupervisor::Launch(const std:
     return absl::InvalidArgumentError(
         "program.argv[0]: neither an absolute path nor one under an absolute working_dir");
   }
-  ASSIGN_OR_RETURN(const HostPort master,
-                   AgreeMasterAddress(*options_.store, rank.joined.rank(), rank.rank_host,
-                                      absl::Now() + options_.master_wait));
+  HostPort master;
+  if (!rank.joined.staged()) {
+    ASSIGN_OR_RETURN(master, AgreeMasterAddress(*options_.store, rank.joined.rank(),
+                                                rank.rank_host, absl::Now() + options_.master_wait));
+  }
   std::string dir = options_.join_file_dir;
   if (dir.empty()) {
     const char* tmp = std::getenv("TMPDIR");

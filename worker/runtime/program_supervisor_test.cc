@@ -508,6 +508,38 @@ TEST_F(SupervisorTest, FollowsTheGenerationAnElasticProgramJoinedAndPassesDirect
   EXPECT_EQ(reports[0].rank(), 2);
 }
 
+// Note [Staged growth] in coordinator/scheduler_elastic.cc: a newcomer
+// answered before its generation formed starts its program at once (no rank
+// 0 publishes a master address for it), and its heartbeats and final report
+// follow the rank its program joined as, not the planned one.
+TEST_F(SupervisorTest, AStagedNewcomerStartsItsProgramAtOnceAndFollowsTheRankItJoinedAs) {
+  ProgramSupervisor::Options options = Options(
+      "env > env.txt; printf 'P\\020\\001\\030\\003\\040\\005' >&$CHORUS_PROGRESS_FD; "
+      "sleep 0.3; exit 0");
+  options.rank.joined.set_rank(1);
+  options.rank.joined.set_world_size(2);
+  options.rank.joined.set_staged(true);
+  options.master_wait = absl::Seconds(30);
+  const absl::Time start = absl::Now();
+  ProgramSupervisor supervisor(options);
+  absl::StatusOr<ProgramOutcome> outcome = supervisor.Run();
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_TRUE(outcome->ok());
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << "it waited for a master address";
+  const std::map<std::string, std::string> env = ParseEnv(ReadFile(dir_ + "/env.txt"));
+  EXPECT_EQ(env.at("RANK"), "1") << "the planned rank";
+  EXPECT_EQ(env.count("MASTER_ADDR"), 0u);
+  EXPECT_EQ(env.count("MASTER_PORT"), 0u);
+  const std::vector<v1::RankHeartbeat> heartbeats = service_.heartbeats();
+  ASSERT_FALSE(heartbeats.empty());
+  EXPECT_EQ(heartbeats.back().generation(), 1);
+  EXPECT_EQ(heartbeats.back().rank(), 3) << "the program's own rank";
+  EXPECT_EQ(heartbeats.back().step(), 5);
+  const std::vector<v1::ReportRequest> reports = service_.reports();
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_EQ(reports[0].rank(), 3);
+}
+
 TEST_F(SupervisorTest, AProgramThatLeftTheJobGetsNoFinalReport) {
   // left_job (field 13, varint 1), then exit 0.
   ProgramSupervisor::Options options =
