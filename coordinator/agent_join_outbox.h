@@ -14,14 +14,16 @@
 //
 // Example:
 //   AgentJoinOutbox outbox;
-//   Rendezvous::Done done = outbox.DoneFor("agent-1", send, request);
+//   Rendezvous::Done done = outbox.DoneFor("agent-1", /*connection=*/1, send, request);
 //   done(response);   // recorded
 //   outbox.Send();    // one RankJoinAnswers message to agent-1
 #ifndef CHORUS_COORDINATOR_AGENT_JOIN_OUTBOX_H_
 #define CHORUS_COORDINATOR_AGENT_JOIN_OUTBOX_H_
 
+#include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -37,10 +39,12 @@ class AgentJoinOutbox {
   AgentJoinOutbox(const AgentJoinOutbox&) = delete;
   AgentJoinOutbox& operator=(const AgentJoinOutbox&) = delete;
 
-  // The callback the join `request` of agent `agent_id` waits with: it
-  // records the answer, to go out through `send` at the next Send(). The
-  // outbox must outlive it.
-  Rendezvous::Done DoneFor(const std::string& agent_id, AgentSender send,
+  // The callback the join `request` of agent `agent_id`'s connection
+  // `connection` (AgentRegistry::Agent::order: an agent that reconnects
+  // keeps its id, not its stream) waits with: it records the answer, to go
+  // out through `send` at the next Send(), beside the other answers to the
+  // same connection only. The outbox must outlive it.
+  Rendezvous::Done DoneFor(const std::string& agent_id, int64_t connection, AgentSender send,
                            const v1::JoinRequest& request);
 
   // Sends each agent one message with the answers recorded for it since
@@ -54,7 +58,8 @@ class AgentJoinOutbox {
   };
 
   absl::Mutex mu_;
-  std::map<std::string, Pending> pending_ ABSL_GUARDED_BY(mu_);
+  // By agent id and connection.
+  std::map<std::pair<std::string, int64_t>, Pending> pending_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace chorus

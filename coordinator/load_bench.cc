@@ -349,6 +349,10 @@ struct Result {
   // bench (its simulated ranks share the machine's cores).
   double rendezvous_coordinator_cpu = 0;
   double rendezvous_bench_cpu = 0;
+  // The same during the re-formation (--reform), and how its joins went.
+  double reform_coordinator_cpu = 0;
+  double reform_bench_cpu = 0;
+  std::string reform_joins;
 };
 
 // Generation `generation`'s Join of every rank in `slots`, one RankService
@@ -841,9 +845,14 @@ absl::StatusOr<Result> RunOnce(const std::string& binary, int ranks, const Optio
   result.page_p99_ms = Percentile(page_ms, 0.99);
   heartbeats.Stop();
   if (options.reform) {
+    const double coordinator_cpu0 = CpuSeconds(coordinator.pid);
+    const double bench_cpu0 = CpuSeconds(getpid());
     ASSIGN_OR_RETURN(result.reform_seconds,
                      TimeReformation(cluster, LaunchedSlots(cluster), /*lost=*/culprit,
                                      options.joins_through_agents));
+    result.reform_coordinator_cpu = CpuSeconds(coordinator.pid) - coordinator_cpu0;
+    result.reform_bench_cpu = CpuSeconds(getpid()) - bench_cpu0;
+    result.reform_joins = options.joins_through_agents ? "through the agents" : "one per rank";
   }
   if (options.time_submits) {
     ASSIGN_OR_RETURN(result.submits_per_second, TimeSubmits(*cluster.jobs, kTimedSubmits));
@@ -966,8 +975,10 @@ void PrintTableRow(const Result& r) {
       "        (%d scrapes of %zu bytes; rendezvous CPU: coordinator %.2f s, this bench %.2f s)\n",
       r.scrapes, r.scrape_bytes, r.rendezvous_coordinator_cpu, r.rendezvous_bench_cpu);
   if (r.reform_seconds > 0) {
-    std::cout << absl::StrFormat("        one rank lost: generation 2 formed in %.3f s\n",
-                                 r.reform_seconds);
+    std::cout << absl::StrFormat(
+        "        one rank lost: generation 2 formed in %.3f s (joins %s; CPU: coordinator %.2f "
+        "s, this bench %.2f s)\n",
+        r.reform_seconds, r.reform_joins, r.reform_coordinator_cpu, r.reform_bench_cpu);
   }
   std::cout.flush();
 }
@@ -981,11 +992,11 @@ void PrintSizeResultLine(const Result& r, const Options& options) {
       "\"page_p99_ms\": %.2f, \"scrape_p99_ms\": %.2f, \"scrape_cpu_percent\": %.1f, "
       "\"heartbeat_cpu_percent\": %.1f, \"never_joined_seconds\": %.2f, "
       "\"stall_after_seconds\": %d, \"reform_seconds\": %.3f, \"ranks_per_agent\": %d, "
-      "\"heartbeats\": \"%s\", \"joins\": \"%s\"}\n",
+      "\"heartbeats\": \"%s\", \"joins\": \"%s\", \"reform_coordinator_cpu_seconds\": %.3f}\n",
       r.ranks, r.rendezvous_seconds, r.status_p99_ms, r.page_p99_ms, r.scrape_p99_ms,
       r.scrape_cpu_percent, r.heartbeat_cpu_percent, r.never_joined_seconds, kStallAfterSeconds,
       r.reform_seconds, options.ranks_per_agent, options.aggregated ? "agent" : "rank",
-      options.joins_through_agents ? "agent" : "rank");
+      options.joins_through_agents ? "agent" : "rank", r.reform_coordinator_cpu);
 }
 
 // Chorus's rendezvous of 64 ranks, three runs (1 s of heartbeats each):

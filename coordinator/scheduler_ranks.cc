@@ -62,12 +62,13 @@ void Scheduler::AgentJoins(const std::string& agent_id, const v1::RankJoins& bat
     const AgentRegistry::Agent* agent = agents_.Find(agent_id);
     if (agent == nullptr) return;
     const AgentSender send = agent->send;
+    const int64_t connection = agent->order;
     const std::string host = agent->hello.host();
     for (const v1::JoinRequest& each : batch.joins()) {
       v1::JoinRequest request = each;
       request.set_agent_id(agent_id);  // an agent speaks for its own slots only
       request.set_host(host);
-      JoinDone done = agent_joins_.DoneFor(agent_id, send, request);
+      JoinDone done = agent_joins_.DoneFor(agent_id, connection, send, request);
       JoinLocked(request, deadline, std::move(done), out);
     }
   }
