@@ -62,6 +62,10 @@ class AgentStream : public grpc::ServerBidiReactor<v1::AgentMessage, v1::Coordin
       scheduler_.Logs(agent_id_, in_.logs());
     } else if (in_.has_heartbeats()) {
       scheduler_.AgentHeartbeats(agent_id_, in_.heartbeats());
+    } else if (in_.has_joins()) {
+      // Note [Joins through the agent]: each waits as long as a rank's own
+      // Join may.
+      scheduler_.AgentJoins(agent_id_, in_.joins(), absl::Now() + RankServiceImpl::kMaxJoinWait);
     }
     // Pings need no action: receiving them keeps the stream alive.
     StartRead(&in_);

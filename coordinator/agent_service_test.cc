@@ -14,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "chorus/v1/coordinator.grpc.pb.h"
 #include "common/job_spec.h"
+#include "common/join_answers.h"
 #include "coordinator/coordinator_test_fixture.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -128,6 +129,49 @@ TEST_F(AgentServiceTest, AnAgentSendsItsRanksHeartbeatsInOneMessageAndGetsTheirD
   ASSERT_EQ(message.directives().entries_size(), 2);
   EXPECT_EQ(message.directives().entries(1).rank(), 1);
   EXPECT_EQ(message.directives().entries(1).directive().kind(), v1::Directive::ABORT);
+  stream->WritesDone();
+  EXPECT_TRUE(stream->Finish().ok());
+}
+
+// Note [Joins through the agent] over the agent's stream: its ranks' joins
+// in one message, every answer back in one.
+TEST_F(AgentServiceTest, AnAgentSendsItsRanksJoinsInOneMessageAndGetsTheAnswersInOne) {
+  grpc::ClientContext agent_context;
+  auto stream = agents_->Connect(&agent_context);
+  const std::string agent_id = ConnectAgent(*stream, 2);
+  const std::string job = Submit(2);
+  v1::CoordinatorMessage message;
+  ASSERT_TRUE(stream->Read(&message));
+  ASSERT_TRUE(message.has_launch());
+  v1::AgentMessage joins;
+  for (int slot = 0; slot < 2; ++slot) {
+    v1::JoinRequest& join = *joins.mutable_joins()->add_joins();
+    join.set_job_id(job);
+    join.set_generation(1);
+    join.set_slot(slot);
+    join.set_pid(2000 + slot);
+  }
+  ASSERT_TRUE(stream->Write(joins));
+  ASSERT_TRUE(stream->Read(&message));
+  ASSERT_TRUE(message.has_joined()) << message.DebugString();
+  const v1::RankJoinAnswers& answers = message.joined();
+  ASSERT_EQ(answers.entries_size(), 2);
+  EXPECT_EQ(answers.shared_size(), 1);
+  for (const v1::RankJoinAnswers::Entry& entry : answers.entries()) {
+    absl::StatusOr<v1::JoinResponse> joined = JoinAnswerFor(answers, entry);
+    ASSERT_TRUE(joined.ok()) << joined.status();
+    EXPECT_EQ(joined->rank(), entry.slot());
+    EXPECT_EQ(joined->world_size(), 2);
+    EXPECT_EQ(joined->store_namespace(), job + "/gen-1");
+  }
+  v1::GetJobStatusRequest request;
+  request.set_job_id(job);
+  v1::JobStatus status;
+  grpc::ClientContext status_context;
+  ASSERT_TRUE(jobs_->GetJobStatus(&status_context, request, &status).ok());
+  ASSERT_EQ(status.ranks_size(), 2);
+  EXPECT_EQ(status.ranks(1).pid(), 2001);
+  EXPECT_EQ(status.ranks(1).state(), v1::RankStatus::TRAINING);
   stream->WritesDone();
   EXPECT_TRUE(stream->Finish().ok());
 }

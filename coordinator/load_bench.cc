@@ -21,7 +21,10 @@
 // (Note [Aggregated heartbeats] in scheduler.h) instead of one stream per
 // rank (--heartbeats rank, the default). With --reform 1 the job is elastic
 // and, last, one rank exits with an error: the time until every rank of the
-// next generation has joined.
+// next generation has joined, the joins going through the agents, one
+// RankJoins message per agent (Note [Joins through the agent] in
+// scheduler.h; --joins agent, the default), or one RankService.Join per
+// rank (--joins rank).
 //
 // Peer, same run: TorchElastic's dynamic rendezvous with 64 participants
 // (tests/bench/torchelastic_rendezvous_peer.py, python3-torch), against
@@ -36,7 +39,8 @@
 // submission (the TorchElastic comparison is left out).
 //
 //   bazel run -c opt //coordinator:load_bench -- [--sizes 256,1024] [--heartbeat_seconds 5]
-//       [--ranks_per_agent 64] [--heartbeats rank|agent] [--reform 1] [--state etcd]
+//       [--ranks_per_agent 64] [--heartbeats rank|agent] [--reform 1] [--joins agent|rank]
+//       [--state etcd]
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -68,6 +72,7 @@
 #include "chorus/v1/coordinator.grpc.pb.h"
 #include "common/grpc_util.h"
 #include "common/job_spec.h"
+#include "common/join_answers.h"
 #include "common/paths.h"
 #include "common/status_macros.h"
 #include "coordinator/etcd/etcd_test_cluster.h"
@@ -95,6 +100,12 @@ struct Options {
   // The job is elastic and, at the end, one rank exits with an error: the
   // time until its next generation has formed (REFORM_S).
   bool reform = false;
+  // The survivors and the newcomer join the next generation through their
+  // agents (one RankJoins message per agent, as chorus-worker sends them:
+  // Note [Joins through the agent] in coordinator/scheduler.h), or each
+  // with its own RankService.Join (--joins rank, as ranks without an agent
+  // channel do).
+  bool joins_through_agents = true;
   // Extra chorus-coordinator flags of the state (--state etcd: the etcd URL
   // and the checkpoint directory); empty = SQLite in its --state_dir.
   std::vector<std::string> state_flags;
@@ -338,35 +349,29 @@ struct Result {
   // bench (its simulated ranks share the machine's cores).
   double rendezvous_coordinator_cpu = 0;
   double rendezvous_bench_cpu = 0;
+  // The same during the re-formation (--reform), and how its joins went.
+  double reform_coordinator_cpu = 0;
+  double reform_bench_cpu = 0;
+  std::string reform_joins;
 };
 
-// From rank `lost`'s exit (its agent reports code 1) until every rank of
-// the next generation has its Join answered. The ranks join once the lost
-// rank's agent has the launch order for the freed slot, which the
-// coordinator sends when it has planned the generation (a survivor that
-// joins earlier is told to join again shortly). `slots`: each rank's
-// (agent index, slot) in generation 1.
-absl::StatusOr<double> TimeReformation(
-    std::vector<SimAgent>& agents,
-    const std::vector<std::unique_ptr<v1::RankService::Stub>>& stubs, const std::string& job_id,
-    const std::vector<std::pair<int, int>>& slots, int lost) {
-  SimAgent& agent = agents[slots[lost].first];
-  const absl::Time start = absl::Now();
-  v1::AgentMessage exited;
-  exited.mutable_rank_exited()->set_job_id(job_id);
-  exited.mutable_rank_exited()->set_slot(slots[lost].second);
-  exited.mutable_rank_exited()->set_pid(300000);
-  exited.mutable_rank_exited()->set_exit_code(1);
-  if (!agent.stream->Write(exited)) return absl::UnavailableError("the agent's stream closed");
+// Generation `generation`'s Join of every rank in `slots`, one RankService
+// call per rank (asynchronous stubs), as ranks without an agent channel
+// join; OK once all are answered, an error naming how many failed.
+absl::Status JoinEachRank(std::vector<SimAgent>& agents,
+                          const std::vector<std::unique_ptr<v1::RankService::Stub>>& stubs,
+                          const std::string& job_id, const std::vector<std::pair<int, int>>& slots,
+                          int64_t generation) {
   std::mutex mu;
   std::condition_variable cv;
   int done = 0, failed = 0;
   std::string first_error;
   std::vector<std::unique_ptr<JoinCall>> calls;
-  auto join = [&](size_t rank) {
+  calls.reserve(slots.size());
+  for (size_t rank = 0; rank < slots.size(); ++rank) {
     JoinCall* call = calls.emplace_back(std::make_unique<JoinCall>()).get();
     call->request.set_job_id(job_id);
-    call->request.set_generation(2);
+    call->request.set_generation(generation);
     call->request.set_agent_id(agents[slots[rank].first].id);
     call->request.set_slot(slots[rank].second);
     call->request.set_pid(400000 + static_cast<int>(rank));
@@ -378,36 +383,116 @@ absl::StatusOr<double> TimeReformation(
           ++done;
           cv.notify_all();
         });
+  }
+  std::unique_lock<std::mutex> lock(mu);
+  // Every call has a deadline, so every callback runs; wait for all of them.
+  cv.wait(lock, [&] { return done == static_cast<int>(calls.size()); });
+  if (failed > 0) {
+    return absl::InternalError(absl::StrCat("generation ", generation, ": ", failed, " of ",
+                                            slots.size(), " joins failed: ", first_error));
+  }
+  return absl::OkStatus();
+}
+
+// Generation `generation`'s joins through the agents, as chorus-worker
+// sends them (Note [Joins through the agent] in coordinator/scheduler.h):
+// each agent writes one RankJoins message with its ranks' joins and reads
+// its stream until every one is answered (RankJoinAnswers; other messages
+// are skipped). kSenders threads share the agents. OK once all are
+// answered, an error naming the first failure.
+absl::Status JoinThroughAgents(std::vector<SimAgent>& agents, const std::string& job_id,
+                               const std::vector<std::pair<int, int>>& slots, int64_t generation) {
+  constexpr int kSenders = 8;
+  std::vector<std::vector<int>> slots_of(agents.size());
+  for (const auto& [agent, slot] : slots) slots_of[agent].push_back(slot);
+  std::mutex mu;
+  std::string first_error;
+  int failed = 0;
+  auto fail = [&](const std::string& error) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (failed++ == 0) first_error = error;
   };
-  calls.reserve(slots.size());
-  // The launch order (other messages, such as directives, are skipped).
-  std::thread watchdog([&agent, &mu, &cv, &done, n = slots.size()] {
+  auto serve = [&](int t) {
+    for (size_t a = t; a < agents.size(); a += kSenders) {
+      v1::AgentMessage joins;
+      for (int slot : slots_of[a]) {
+        v1::JoinRequest& join = *joins.mutable_joins()->add_joins();
+        join.set_job_id(job_id);
+        join.set_generation(generation);
+        join.set_slot(slot);
+        join.set_pid(400000 + static_cast<int>(a) * 1000 + slot);
+      }
+      if (!slots_of[a].empty() && !agents[a].stream->Write(joins)) fail("an agent's stream closed");
+    }
+    for (size_t a = t; a < agents.size(); a += kSenders) {
+      size_t answered = 0;
+      v1::CoordinatorMessage m;
+      while (answered < slots_of[a].size() && agents[a].stream->Read(&m)) {
+        if (!m.has_joined()) continue;
+        for (const v1::RankJoinAnswers::Entry& entry : m.joined().entries()) {
+          ++answered;
+          absl::StatusOr<v1::JoinResponse> joined = JoinAnswerFor(m.joined(), entry);
+          if (!joined.ok()) fail(std::string(joined.status().message()));
+        }
+      }
+      if (answered < slots_of[a].size()) fail("an agent's stream ended before its answers");
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kSenders; ++t) threads.emplace_back(serve, t);
+  for (std::thread& t : threads) t.join();
+  if (failed > 0) {
+    return absl::InternalError(absl::StrCat("generation ", generation, ": ", failed,
+                                            " failures joining through the agents: ", first_error));
+  }
+  return absl::OkStatus();
+}
+
+// From rank `lost`'s exit (its agent reports code 1) until every rank of
+// the next generation has its Join answered, through the agents or (not
+// `through_agents`) each rank on its own. The ranks join once the lost
+// rank's agent has the launch order for the freed slot, which the
+// coordinator sends when it has planned the generation (a survivor that
+// joins earlier is told to join again shortly). `slots`: each rank's
+// (agent index, slot) in generation 1. Past 60 s every agent's stream is
+// cancelled, which ends the waits with an error.
+absl::StatusOr<double> TimeReformation(SimCluster& cluster,
+                                       const std::vector<std::pair<int, int>>& slots, int lost,
+                                       bool through_agents) {
+  std::vector<SimAgent>& agents = cluster.agents;
+  SimAgent& agent = agents[slots[lost].first];
+  const absl::Time start = absl::Now();
+  v1::AgentMessage exited;
+  exited.mutable_rank_exited()->set_job_id(cluster.job_id);
+  exited.mutable_rank_exited()->set_slot(slots[lost].second);
+  exited.mutable_rank_exited()->set_pid(300000);
+  exited.mutable_rank_exited()->set_exit_code(1);
+  if (!agent.stream->Write(exited)) return absl::UnavailableError("the agent's stream closed");
+  std::mutex mu;
+  std::condition_variable cv;
+  bool finished = false;
+  std::thread watchdog([&] {
     std::unique_lock<std::mutex> lock(mu);
-    if (!cv.wait_for(lock, std::chrono::seconds(60), [&] { return done == static_cast<int>(n); }))
-      agent.context->TryCancel();
+    if (cv.wait_for(lock, std::chrono::seconds(60), [&] { return finished; })) return;
+    for (SimAgent& a : agents) a.context->TryCancel();
   });
+  // The launch order (other messages, such as directives, are skipped).
   v1::CoordinatorMessage m;
   while (agent.stream->Read(&m) && !(m.has_launch() && m.launch().generation() == 2)) {
   }
+  absl::Status joined = absl::UnavailableError("no launch order for generation 2");
   if (m.has_launch() && m.launch().generation() == 2) {
-    for (size_t rank = 0; rank < slots.size(); ++rank) join(rank);
-  }
-  {
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait_for(lock, std::chrono::seconds(60),
-                [&] { return done == static_cast<int>(calls.size()); });
+    joined = through_agents ? JoinThroughAgents(agents, cluster.job_id, slots, 2)
+                            : JoinEachRank(agents, cluster.rank_stubs, cluster.job_id, slots, 2);
   }
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
   {
     std::lock_guard<std::mutex> lock(mu);
-    done = static_cast<int>(slots.size());  // the watchdog's wait ends
+    finished = true;
     cv.notify_all();
   }
   watchdog.join();
-  if (calls.size() != slots.size() || failed > 0) {
-    return absl::InternalError(absl::StrCat("generation 2: ", calls.size(), " of ", slots.size(),
-                                            " ranks joined, ", failed, " failed: ", first_error));
-  }
+  RETURN_IF_ERROR(joined);
   return seconds;
 }
 
@@ -760,9 +845,14 @@ absl::StatusOr<Result> RunOnce(const std::string& binary, int ranks, const Optio
   result.page_p99_ms = Percentile(page_ms, 0.99);
   heartbeats.Stop();
   if (options.reform) {
+    const double coordinator_cpu0 = CpuSeconds(coordinator.pid);
+    const double bench_cpu0 = CpuSeconds(getpid());
     ASSIGN_OR_RETURN(result.reform_seconds,
-                     TimeReformation(cluster.agents, cluster.rank_stubs, cluster.job_id,
-                                     LaunchedSlots(cluster), /*lost=*/culprit));
+                     TimeReformation(cluster, LaunchedSlots(cluster), /*lost=*/culprit,
+                                     options.joins_through_agents));
+    result.reform_coordinator_cpu = CpuSeconds(coordinator.pid) - coordinator_cpu0;
+    result.reform_bench_cpu = CpuSeconds(getpid()) - bench_cpu0;
+    result.reform_joins = options.joins_through_agents ? "through the agents" : "one per rank";
   }
   if (options.time_submits) {
     ASSIGN_OR_RETURN(result.submits_per_second, TimeSubmits(*cluster.jobs, kTimedSubmits));
@@ -840,6 +930,12 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
             absl::StrCat("--heartbeats must be rank or agent, got ", value));
       }
       options.aggregated = value == "agent";
+    } else if (flag == "--joins") {
+      if (value != "rank" && value != "agent") {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--joins must be rank or agent, got ", value));
+      }
+      options.joins_through_agents = value == "agent";
     } else if (flag == "--reform") {
       options.reform = value == "1" || value == "true";
     } else if (flag == "--peer") {
@@ -879,8 +975,10 @@ void PrintTableRow(const Result& r) {
       "        (%d scrapes of %zu bytes; rendezvous CPU: coordinator %.2f s, this bench %.2f s)\n",
       r.scrapes, r.scrape_bytes, r.rendezvous_coordinator_cpu, r.rendezvous_bench_cpu);
   if (r.reform_seconds > 0) {
-    std::cout << absl::StrFormat("        one rank lost: generation 2 formed in %.3f s\n",
-                                 r.reform_seconds);
+    std::cout << absl::StrFormat(
+        "        one rank lost: generation 2 formed in %.3f s (joins %s; CPU: coordinator %.2f "
+        "s, this bench %.2f s)\n",
+        r.reform_seconds, r.reform_joins, r.reform_coordinator_cpu, r.reform_bench_cpu);
   }
   std::cout.flush();
 }
@@ -894,10 +992,11 @@ void PrintSizeResultLine(const Result& r, const Options& options) {
       "\"page_p99_ms\": %.2f, \"scrape_p99_ms\": %.2f, \"scrape_cpu_percent\": %.1f, "
       "\"heartbeat_cpu_percent\": %.1f, \"never_joined_seconds\": %.2f, "
       "\"stall_after_seconds\": %d, \"reform_seconds\": %.3f, \"ranks_per_agent\": %d, "
-      "\"heartbeats\": \"%s\"}\n",
+      "\"heartbeats\": \"%s\", \"joins\": \"%s\", \"reform_coordinator_cpu_seconds\": %.3f}\n",
       r.ranks, r.rendezvous_seconds, r.status_p99_ms, r.page_p99_ms, r.scrape_p99_ms,
       r.scrape_cpu_percent, r.heartbeat_cpu_percent, r.never_joined_seconds, kStallAfterSeconds,
-      r.reform_seconds, options.ranks_per_agent, options.aggregated ? "agent" : "rank");
+      r.reform_seconds, options.ranks_per_agent, options.aggregated ? "agent" : "rank",
+      options.joins_through_agents ? "agent" : "rank", r.reform_coordinator_cpu);
 }
 
 // Chorus's rendezvous of 64 ranks, three runs (1 s of heartbeats each):

@@ -22,6 +22,7 @@ void Scheduler::Outbox::Flush() {
   for (auto& [done, result] : joins) done(std::move(result));
   messages.clear();
   joins.clear();
+  agent_joins.Send();  // what the joins above recorded for agents
 }
 
 Scheduler::Scheduler(JobManager& jobs, Clock* clock, std::string coordinator_address)
@@ -31,7 +32,7 @@ Scheduler::Scheduler(JobManager& jobs, Clock* clock, std::string coordinator_add
       fair_share_(policy_.fair_share_half_life, clock_->Now()) {}
 
 absl::StatusOr<std::string> Scheduler::AddAgent(const v1::AgentHello& hello, Sender send) {
-  Outbox out;
+  Outbox out(agent_joins_);
   std::string id;
   {
     absl::MutexLock lock(&mu_);
@@ -69,7 +70,7 @@ absl::StatusOr<std::string> Scheduler::AddAgent(const v1::AgentHello& hello, Sen
 }
 
 void Scheduler::RemoveAgent(const std::string& agent_id) {
-  Outbox out;
+  Outbox out(agent_joins_);
   {
     absl::MutexLock lock(&mu_);
     const AgentRegistry::Agent* agent = agents_.Find(agent_id);
@@ -110,7 +111,7 @@ void Scheduler::RemoveAgent(const std::string& agent_id) {
 }
 
 void Scheduler::Schedule() {
-  Outbox out;
+  Outbox out(agent_joins_);
   {
     absl::MutexLock lock(&mu_);
     ScheduleLocked(out);
@@ -310,7 +311,7 @@ void Scheduler::EndLocked(const std::string& job_id, v1::Job::State state,
 }
 
 void Scheduler::RankExited(const std::string& agent_id, const v1::RankExited& exited) {
-  Outbox out;
+  Outbox out(agent_joins_);
   bool stopped = false;
   {
     absl::MutexLock lock(&mu_);
@@ -357,7 +358,7 @@ void Scheduler::RankExited(const std::string& agent_id, const v1::RankExited& ex
 }
 
 absl::StatusOr<v1::Job> Scheduler::Cancel(const std::string& job_id, const std::string& reason) {
-  Outbox out;
+  Outbox out(agent_joins_);
   absl::StatusOr<v1::Job> job;
   {
     absl::MutexLock lock(&mu_);
@@ -377,7 +378,7 @@ absl::StatusOr<v1::Job> Scheduler::Cancel(const std::string& job_id, const std::
 }
 
 void Scheduler::Tick() {
-  Outbox out;
+  Outbox out(agent_joins_);
   {
     absl::MutexLock lock(&mu_);
     const absl::Time now = clock_->Now();

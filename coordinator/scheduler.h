@@ -41,6 +41,7 @@
 #include "absl/time/time.h"
 #include "chorus/v1/coordinator.pb.h"
 #include "common/clock.h"
+#include "coordinator/agent_join_outbox.h"
 #include "coordinator/agent_registry.h"
 #include "coordinator/checkpoint_grant.h"
 #include "coordinator/coordinator_metrics.h"
@@ -88,6 +89,34 @@ class Scheduler {
   // (checked by Tick), FAILED_PRECONDITION for a stale generation or
   // a job that is not running, NOT_FOUND for an unknown job or slot.
   void Join(const v1::JoinRequest& request, absl::Time deadline, JoinDone done);
+
+  // Note [Joins through the agent]
+  // When one rank of a 16,384-rank elastic job is lost, every survivor
+  // joins the next generation. One RankService.Join per rank cost the
+  // coordinator ~75 us of gRPC work each (a call, its metadata, its
+  // reactor, its answer), 16k of them more than a second on the critical
+  // path, growing with the job (docs/benchmarks.md, "Coordinator load").
+  // So an agent may send its ranks' joins as one RankJoins message on its
+  // own stream, and gets the answers back in RankJoinAnswers messages: the
+  // coordinator's per-message work is then per agent, and per rank only the
+  // rendezvous bookkeeping remains (O(1) each, Note [Rendezvous is
+  // O(ranks)] in scheduler_ranks.cc). The parts of an answer every rank
+  // shares (the spec, the checkpoint to resume from, the store namespace,
+  // the world size: most of its bytes) go once per agent, not once per rank
+  // (common/join_answers.h), so the bytes sent grow with ranks + agents,
+  // not ranks x spec.
+  // Each join in the batch is exactly the Join above: the same generation
+  // checks, UNAVAILABLE for a generation not formed yet, leave for a
+  // draining rank, expiry after `deadline` naming the missing ranks, a
+  // retry superseding the pending join (ABORTED), completion counted once
+  // per rank whichever way it joined. Only two things differ: the agent
+  // speaks for its own slots only (agent_id and host are the stream's, not
+  // the request's), and the answers wait for the end of the call that made
+  // them, so that every answer of one completion reaches an agent in one
+  // message. A rank without an agent channel (an older agent, a program's
+  // supervisor) keeps its own Join; both kinds mix freely in a generation.
+  // Joins from an unknown agent are ignored (its stream is ending).
+  void AgentJoins(const std::string& agent_id, const v1::RankJoins& batch, absl::Time deadline);
   // Fails joins whose deadline has passed, applies each running job's
   // hang_detection.action to its diagnoses (ABORT fails the job; RESTART
   // of an elastic job evicts a DEAD or NEVER_JOINED rank and re-forms every
@@ -206,8 +235,12 @@ class Scheduler {
  private:
   // Work to do once the lock is released.
   struct Outbox {
+    explicit Outbox(AgentJoinOutbox& agent_joins) : agent_joins(agent_joins) {}
     std::vector<std::pair<Sender, v1::CoordinatorMessage>> messages;
     Rendezvous::Answers joins;
+    // Where answers to joins through agents gather (Note [Joins through
+    // the agent]): sent, one message per agent, after `joins`.
+    AgentJoinOutbox& agent_joins;
     void Flush();
   };
 
@@ -370,6 +403,9 @@ class Scheduler {
   // The same for one job (an entry point that changes only `run`).
   void SaveElasticLocked(const std::string& job_id, RunningJob& run)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Join's work under the lock: answers go to `out`.
+  void JoinLocked(const v1::JoinRequest& request, absl::Time deadline, JoinDone done, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Join's part once the rank is known: `rank` of `run` joins; the join
   // that completes the generation answers every rank (Note [Rendezvous is
   // O(ranks)] in scheduler_ranks.cc).
@@ -408,6 +444,7 @@ class Scheduler {
 
   JobManager& jobs_;
   LogStore logs_;
+  AgentJoinOutbox agent_joins_;  // has its own lock
   ResumeResolver resolve_resume_ ABSL_GUARDED_BY(mu_);
   RealClock real_clock_;
   Clock* const clock_;

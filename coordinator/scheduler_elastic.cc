@@ -656,7 +656,7 @@ v1::AgentInfo Scheduler::AgentInfoLocked(const std::string& agent_id) const {
 }
 
 absl::StatusOr<v1::AgentInfo> Scheduler::DrainAgent(const std::string& name) {
-  Outbox out;
+  Outbox out(agent_joins_);
   v1::AgentInfo info;
   {
     absl::MutexLock lock(&mu_);

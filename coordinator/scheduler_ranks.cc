@@ -46,80 +46,98 @@ void AddUsers(const QueueUsage& usage, const std::map<std::string, RunningJob>& 
 }  // namespace
 
 void Scheduler::Join(const v1::JoinRequest& request, absl::Time deadline, JoinDone done) {
-  Outbox out;
-  bool staged = false;
-  {
-    // Note [Staged growth] in scheduler_elastic.cc: a newcomer started
-    // before its generation forms.
-    absl::MutexLock lock(&mu_);
-    staged = StagedJoinLocked(request, done, out);
-  }
-  if (staged) {
-    out.Flush();
-    return;
-  }
+  Outbox out(agent_joins_);
   {
     absl::MutexLock lock(&mu_);
-    auto it = running_.find(request.job_id());
-    if (it != running_.end() && it->second.elastic && !it->second.planned_cause.empty() &&
-        it->second.waiting_until == absl::InfiniteFuture() && !it->second.AwaitingRanks() &&
-        request.generation() == it->second.generation() + 1 && it->second.Formed()) {
-      // The first rank at the step boundary of a planned change.
-      const std::string cause = it->second.planned_cause;
-      const std::string kind = it->second.planned_kind;
-      ReformLocked(request.job_id(), cause, kind, out);
-      SaveElasticLocked();
-      it = running_.find(request.job_id());
-    }
-    const auto left = it == running_.end()
-                          ? false
-                          : std::find(it->second.departing.begin(), it->second.departing.end(),
-                                      std::make_pair(request.agent_id(), request.slot())) !=
-                                it->second.departing.end();
-    if (left) {
-      // A rank on a draining agent, at the step boundary: it leaves.
-      v1::JoinResponse leave;
-      leave.set_leave(true);
-      leave.set_generation(it->second.generation());
-      out.joins.emplace_back(std::move(done), std::move(leave));
-    } else if (it == running_.end()) {
-      absl::StatusOr<v1::Job> job = jobs_.Get(request.job_id());
-      out.joins.emplace_back(std::move(done),
-                             job.ok() ? absl::FailedPreconditionError(absl::StrCat(
-                                            "job ", request.job_id(), " is ",
-                                            v1::Job::State_Name(job->state()), ", not running"))
-                                      : job.status());
-    } else if (it->second.elastic && request.generation() > it->second.generation()) {
-      // A survivor of the current generation: its communicator failed before
-      // the coordinator heard why (docs/elastic.md).
-      out.joins.emplace_back(
-          std::move(done), absl::UnavailableError(absl::StrCat(
-                               "generation ", request.generation(), " of job ", request.job_id(),
-                               " has not formed yet (the current one is ", it->second.generation(),
-                               "); join again shortly")));
-    } else if (absl::Status current = it->second.rendezvous.CheckGeneration(request.generation());
-               !current.ok() && !it->second.elastic) {
-      // An elastic job's rank of an older generation whose slot is still the
-      // job's joins the current one (a newcomer launched for a generation
-      // that another failure superseded).
-      out.joins.emplace_back(std::move(done), std::move(current));
-    } else if (const int rank = it->second.RankOfJoin(request.agent_id(), request.slot(),
-                                                      request.pid(), request.host());
-               rank < 0 && it->second.AwaitingRanks()) {
-      // Note [Elastic restart]: its agent has not reconnected yet.
-      out.joins.emplace_back(std::move(done), absl::UnavailableError(absl::StrCat(
-                                                  "job ", request.job_id(),
-                                                  " is taking back its ranks after a "
-                                                  "coordinator restart; join again shortly")));
-    } else if (rank < 0) {
-      out.joins.emplace_back(std::move(done), absl::NotFoundError(absl::StrCat(
-                                                  "job ", request.job_id(), " has no rank on ",
-                                                  request.agent_id(), " slot ", request.slot())));
-    } else {
-      JoinRankLocked(request, rank, deadline, std::move(done), it->second, out);
+    JoinLocked(request, deadline, std::move(done), out);
+  }
+  out.Flush();
+}
+
+void Scheduler::AgentJoins(const std::string& agent_id, const v1::RankJoins& batch,
+                           absl::Time deadline) {
+  Outbox out(agent_joins_);
+  {
+    absl::MutexLock lock(&mu_);
+    const AgentRegistry::Agent* agent = agents_.Find(agent_id);
+    if (agent == nullptr) return;
+    const AgentSender send = agent->send;
+    const int64_t connection = agent->order;
+    const std::string host = agent->hello.host();
+    for (const v1::JoinRequest& each : batch.joins()) {
+      v1::JoinRequest request = each;
+      request.set_agent_id(agent_id);  // an agent speaks for its own slots only
+      request.set_host(host);
+      JoinDone done = agent_joins_.DoneFor(agent_id, connection, send, request);
+      JoinLocked(request, deadline, std::move(done), out);
     }
   }
   out.Flush();
+}
+
+void Scheduler::JoinLocked(const v1::JoinRequest& request, absl::Time deadline, JoinDone done,
+                           Outbox& out) {
+  // Note [Staged growth] in scheduler_elastic.cc: a newcomer started before
+  // its generation forms.
+  if (StagedJoinLocked(request, done, out)) return;
+  auto it = running_.find(request.job_id());
+  if (it != running_.end() && it->second.elastic && !it->second.planned_cause.empty() &&
+      it->second.waiting_until == absl::InfiniteFuture() && !it->second.AwaitingRanks() &&
+      request.generation() == it->second.generation() + 1 && it->second.Formed()) {
+    // The first rank at the step boundary of a planned change.
+    const std::string cause = it->second.planned_cause;
+    const std::string kind = it->second.planned_kind;
+    ReformLocked(request.job_id(), cause, kind, out);
+    SaveElasticLocked();
+    it = running_.find(request.job_id());
+  }
+  const auto left = it == running_.end()
+                        ? false
+                        : std::find(it->second.departing.begin(), it->second.departing.end(),
+                                    std::make_pair(request.agent_id(), request.slot())) !=
+                              it->second.departing.end();
+  if (left) {
+    // A rank on a draining agent, at the step boundary: it leaves.
+    v1::JoinResponse leave;
+    leave.set_leave(true);
+    leave.set_generation(it->second.generation());
+    out.joins.emplace_back(std::move(done), std::move(leave));
+  } else if (it == running_.end()) {
+    absl::StatusOr<v1::Job> job = jobs_.Get(request.job_id());
+    out.joins.emplace_back(std::move(done),
+                           job.ok() ? absl::FailedPreconditionError(absl::StrCat(
+                                          "job ", request.job_id(), " is ",
+                                          v1::Job::State_Name(job->state()), ", not running"))
+                                    : job.status());
+  } else if (it->second.elastic && request.generation() > it->second.generation()) {
+    // A survivor of the current generation: its communicator failed before
+    // the coordinator heard why (docs/elastic.md).
+    out.joins.emplace_back(
+        std::move(done), absl::UnavailableError(absl::StrCat(
+                             "generation ", request.generation(), " of job ", request.job_id(),
+                             " has not formed yet (the current one is ", it->second.generation(),
+                             "); join again shortly")));
+  } else if (absl::Status current = it->second.rendezvous.CheckGeneration(request.generation());
+             !current.ok() && !it->second.elastic) {
+    // An elastic job's rank of an older generation whose slot is still the
+    // job's joins the current one (a newcomer launched for a generation
+    // that another failure superseded).
+    out.joins.emplace_back(std::move(done), std::move(current));
+  } else if (const int rank = it->second.RankOfJoin(request.agent_id(), request.slot(),
+                                                    request.pid(), request.host());
+             rank < 0 && it->second.AwaitingRanks()) {
+    // Note [Elastic restart]: its agent has not reconnected yet.
+    out.joins.emplace_back(std::move(done), absl::UnavailableError(absl::StrCat(
+                                                "job ", request.job_id(),
+                                                " is taking back its ranks after a "
+                                                "coordinator restart; join again shortly")));
+  } else if (rank < 0) {
+    out.joins.emplace_back(std::move(done), absl::NotFoundError(absl::StrCat(
+                                                "job ", request.job_id(), " has no rank on ",
+                                                request.agent_id(), " slot ", request.slot())));
+  } else {
+    JoinRankLocked(request, rank, deadline, std::move(done), it->second, out);
+  }
 }
 
 // Note [Rendezvous is O(ranks)]: a join that does not complete its
@@ -227,7 +245,7 @@ bool Scheduler::Heartbeat(const v1::RankHeartbeat& heartbeat, v1::Directive* dir
 }
 
 void Scheduler::AgentHeartbeats(const std::string& agent_id, const v1::RankHeartbeats& batch) {
-  Outbox out;
+  Outbox out(agent_joins_);
   {
     absl::MutexLock lock(&mu_);
     const AgentRegistry::Agent* agent = agents_.Find(agent_id);
@@ -317,7 +335,7 @@ bool Scheduler::HeartbeatLocked(const v1::RankHeartbeat& heartbeat, v1::Directiv
 
 absl::StatusOr<int64_t> Scheduler::RequestCheckpoint(const std::string& job_id) {
   ASSIGN_OR_RETURN(v1::Job job, jobs_.Get(job_id));
-  Outbox out;
+  Outbox out(agent_joins_);
   int64_t step = 0;
   {
     absl::MutexLock lock(&mu_);

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
+#include "common/join_answers.h"
 #include "coordinator/scheduling_policy.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -38,6 +39,14 @@ struct FakeAgent {
     int n = 0;
     for (const auto& m : received) n += m.has_stop();
     return n;
+  }
+  // The answers to joins sent through the agent, one per message.
+  std::vector<v1::RankJoinAnswers> Answers() const {
+    std::vector<v1::RankJoinAnswers> out;
+    for (const auto& m : received) {
+      if (m.has_joined()) out.push_back(m.joined());
+    }
+    return out;
   }
 };
 
@@ -725,6 +734,139 @@ TEST_F(ElasticSchedulerTest, AKilledRankIsReplacedAndTheSurvivorsJoinTheNextGene
   EXPECT_EQ(latest.values().at("recovery_seconds"), 2);
   for (int slot = 0; slot < 4; ++slot) Exit(job, slot, 0);
   EXPECT_EQ(State(job), v1::Job::SUCCEEDED);
+}
+
+// Note [Joins through the agent]: the joins of `slots` of generation `gen`
+// as one message from the agent.
+v1::RankJoins JoinsOf(const std::string& job, const std::vector<int>& slots, int64_t gen = 1) {
+  v1::RankJoins batch;
+  for (int slot : slots) {
+    // What a rank writes: the agent's stream, not the request, says whose.
+    *batch.add_joins() = JoinOf(job, "agent-that-lies", slot, gen);
+  }
+  return batch;
+}
+
+TEST_F(ElasticSchedulerTest, SurvivorsJoinTheNextGenerationThroughTheirAgentInOneAnswer) {
+  const std::string job = StartElastic("");
+  const absl::Time deadline = clock_.Now() + absl::Seconds(60);
+  // Before the coordinator heard of the failure: answered at once, as a
+  // rank's own Join would be.
+  scheduler_->AgentJoins(agent_.id, JoinsOf(job, {0}, 2), deadline);
+  ASSERT_EQ(agent_.Answers().size(), 1u);
+  ASSERT_EQ(agent_.Answers()[0].entries_size(), 1);
+  const v1::RankJoinAnswers::Entry early = agent_.Answers()[0].entries(0);
+  EXPECT_EQ(early.slot(), 0);
+  EXPECT_EQ(early.asked_generation(), 2);
+  EXPECT_EQ(early.code(), static_cast<int>(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(early.message(), HasSubstr("generation 2 of job " + job + " has not formed yet"));
+
+  Exit(job, 1, -9);
+  clock_.Advance(absl::Seconds(2));
+  scheduler_->AgentJoins(agent_.id, JoinsOf(job, {0, 2}, 2), deadline);
+  EXPECT_EQ(agent_.Answers().size(), 1u) << "they wait for the generation";
+  JoinResult own;  // a rank without an agent channel joins on its own
+  scheduler_->Join(JoinOf(job, agent_.id, 3, 2), deadline, own.Done());
+  EXPECT_FALSE(own.called);
+  scheduler_->AgentJoins(agent_.id, JoinsOf(job, {1}, 2), deadline);  // the newcomer
+
+  ASSERT_TRUE(own.result.ok()) << own.result.status();
+  EXPECT_EQ(own.result->rank(), 3);
+  EXPECT_EQ(own.result->generation(), 2);
+  ASSERT_EQ(agent_.Answers().size(), 2u) << "every answer of the completion in one message";
+  const v1::RankJoinAnswers answers = agent_.Answers()[1];
+  ASSERT_EQ(answers.entries_size(), 3);
+  ASSERT_EQ(answers.shared_size(), 1) << "the spec and the rest go once";
+  EXPECT_TRUE(answers.shared(0).response().has_spec());
+  for (const v1::RankJoinAnswers::Entry& entry : answers.entries()) {
+    EXPECT_FALSE(entry.response().has_spec()) << "not per rank";
+    absl::StatusOr<v1::JoinResponse> joined = JoinAnswerFor(answers, entry);
+    ASSERT_TRUE(joined.ok()) << joined.status();
+    EXPECT_EQ(joined->rank(), entry.slot());
+    EXPECT_EQ(joined->world_size(), 4);
+    EXPECT_EQ(joined->generation(), 2);
+    EXPECT_EQ(joined->store_namespace(), job + "/gen-2");
+    EXPECT_EQ(joined->restarts(), 1);
+    EXPECT_EQ(joined->spec().resources().max_ranks(), 4);
+    EXPECT_EQ(joined->local_world_size(), 4);
+    EXPECT_EQ(joined->local_rank(), entry.slot());
+    // The rank's whole answer is what its own Join would have got.
+    v1::JoinResponse same = *own.result;
+    same.set_rank(entry.slot());
+    same.set_local_rank(entry.slot());
+    EXPECT_EQ(joined->SerializeAsString(), same.SerializeAsString());
+  }
+  // Completion counted once, whichever way the ranks joined.
+  const std::vector<std::string> reasons = Reasons(job);
+  EXPECT_EQ(std::count(reasons.begin(), reasons.end(),
+                       "generation 2 formed with 4 ranks, 2 s after the failure "
+                       "(recovery_seconds)"),
+            1);
+  EXPECT_EQ(jobs_->Get(job)->generation(), 2);
+}
+
+TEST_F(SchedulerTest, AnAgentJoinsOnlyForItsOwnSlots) {
+  FakeAgent a, b;
+  Add(a, 1, "node-a");
+  Add(b, 1, "node-b");
+  const std::string job = Submit(2, 2);
+  const absl::Time deadline = clock_.Now() + absl::Seconds(60);
+  // b sends a join naming a's slot 0: the stream says it is b's, so it is
+  // b's own slot 0 (rank 1) that joins, and a's rank 0 has not.
+  v1::RankJoins claim;
+  *claim.add_joins() = JoinOf(job, a.id, 0);
+  scheduler_->AgentJoins(b.id, claim, deadline);
+  EXPECT_TRUE(b.Answers().empty()) << "waits for rank 0";
+  // A slot b does not have is no rank of the job.
+  scheduler_->AgentJoins(b.id, JoinsOf(job, {3}), deadline);
+  ASSERT_EQ(b.Answers().size(), 1u);
+  EXPECT_EQ(b.Answers()[0].entries(0).code(), static_cast<int>(absl::StatusCode::kNotFound));
+  EXPECT_THAT(b.Answers()[0].entries(0).message(), HasSubstr(b.id + " slot 3"));
+  scheduler_->AgentJoins(a.id, JoinsOf(job, {0}), deadline);
+  ASSERT_EQ(a.Answers().size(), 1u);
+  ASSERT_EQ(b.Answers().size(), 2u) << "each agent hears its own ranks' answers";
+  const v1::RankJoinAnswers to_a = a.Answers()[0];
+  const v1::RankJoinAnswers to_b = b.Answers()[1];
+  EXPECT_EQ(JoinAnswerFor(to_a, to_a.entries(0))->rank(), 0);
+  EXPECT_EQ(JoinAnswerFor(to_b, to_b.entries(0))->rank(), 1);
+  EXPECT_EQ(JoinAnswerFor(to_b, to_b.entries(0))->group_rank(), 1);
+  EXPECT_EQ(JoinAnswerFor(to_b, to_b.entries(0))->group_world_size(), 2);
+  // Joins from an agent that is gone are not answered (its stream ended).
+  scheduler_->RemoveAgent(a.id);
+  const size_t before = a.received.size();
+  scheduler_->AgentJoins(a.id, JoinsOf(job, {0}), deadline);
+  EXPECT_EQ(a.received.size(), before);
+}
+
+TEST_F(SchedulerTest, AJoinThroughTheAgentExpiresAndARetrySupersedesIt) {
+  FakeAgent a;
+  Add(a, 2, "node-a");
+  const std::string job = Submit(2, 2);
+  scheduler_->AgentJoins(a.id, JoinsOf(job, {0}), clock_.Now() + absl::Seconds(5));
+  // A retry of the same rank replaces the first: it is answered ABORTED.
+  scheduler_->AgentJoins(a.id, JoinsOf(job, {0}), clock_.Now() + absl::Seconds(5));
+  ASSERT_EQ(a.Answers().size(), 1u);
+  EXPECT_EQ(a.Answers()[0].entries(0).code(), static_cast<int>(absl::StatusCode::kAborted));
+  scheduler_->Tick();
+  EXPECT_EQ(a.Answers().size(), 1u);
+  clock_.Advance(absl::Seconds(6));
+  scheduler_->Tick();
+  ASSERT_EQ(a.Answers().size(), 2u) << "the expiry reaches the agent from Tick";
+  const v1::RankJoinAnswers::Entry expired = a.Answers()[1].entries(0);
+  EXPECT_EQ(expired.slot(), 0);
+  EXPECT_EQ(expired.code(), static_cast<int>(absl::StatusCode::kDeadlineExceeded));
+  EXPECT_THAT(expired.message(), HasSubstr("ranks that have not joined: 1"));
+  // The expired rank no longer counts as joined: rank 1 alone completes
+  // nothing, and rank 0's next join completes the generation.
+  scheduler_->AgentJoins(a.id, JoinsOf(job, {1}), clock_.Now() + absl::Seconds(5));
+  EXPECT_EQ(a.Answers().size(), 2u);
+  scheduler_->AgentJoins(a.id, JoinsOf(job, {0}), clock_.Now() + absl::Seconds(5));
+  ASSERT_EQ(a.Answers().size(), 3u);
+  const v1::RankJoinAnswers formed = a.Answers()[2];
+  EXPECT_EQ(formed.entries_size(), 2);
+  for (const v1::RankJoinAnswers::Entry& entry : formed.entries()) {
+    EXPECT_TRUE(JoinAnswerFor(formed, entry).ok()) << entry.message();
+  }
 }
 
 TEST_F(ElasticSchedulerTest, FailuresBeyondMaxRestartsFailTheJobWithTheHistory) {
