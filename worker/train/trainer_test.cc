@@ -185,14 +185,14 @@ TEST(TrainerTest, RanksOnThreadsOfOneProcessStartFromTheSeedsModel) {
   // Ranks that are threads of one process share LibTorch's default
   // generator (Note [Seeded draws] in worker/train/model.h); rank 0's
   // initial model, which every rank starts from, must be the seed's however
-  // the others' seeding and drawing interleave with its own. Six ranks
+  // the others' seeding and drawing interleave with its own. Eight ranks
   // build a wide model at the same moment; one step later every run holds
   // the same model, bit for bit.
   const v1::JobSpec spec = Spec(R"pb(
-    model { mlp { hidden_sizes: [ 384, 384 ] } }
+    model { mlp { hidden_sizes: [ 1024, 1024 ] } }
     data {
       synthetic {
-        num_samples: 192
+        num_samples: 256
         input_shape: [ 8 ]
         num_classes: 3
         seed: 4
@@ -203,12 +203,12 @@ TEST(TrainerTest, RanksOnThreadsOfOneProcessStartFromTheSeedsModel) {
     eval { disabled: true }
   )pb");
   std::map<std::string, at::Tensor> first;
-  for (int run = 0; run < 4; ++run) {
+  for (int run = 0; run < 5; ++run) {
     MemorySink sink;
     TrainOptions options;
     options.checkpoints = &sink;
-    auto results = TrainOnRanks(spec, 6, nullptr, options);
-    for (int r = 0; r < 6; ++r) ASSERT_TRUE(results[r].ok()) << results[r].status();
+    auto results = TrainOnRanks(spec, 8, nullptr, options);
+    for (int r = 0; r < 8; ++r) ASSERT_TRUE(results[r].ok()) << results[r].status();
     ASSERT_EQ(sink.Steps(), std::vector<int64_t>{1});
     const std::map<std::string, at::Tensor> model = sink.Model(1);
     ASSERT_FALSE(model.empty());
