@@ -12,15 +12,21 @@
 #include <torch/nn/modules/pooling.h>
 #include <torch/script.h>
 #include <torch/types.h>
+#include <torch/utils.h>
 
 #include <cmath>
 #include <functional>
 #include <utility>
 
+#include "absl/base/attributes.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 
 namespace chorus {
 namespace {
+
+// Guards the process's default generators (Note [Seeded draws] in model.h).
+ABSL_CONST_INIT absl::Mutex seeded_draws_mu(absl::kConstInit);
 
 // One pre-norm decoder block: causal multi-head self-attention and a GELU
 // feed-forward layer, each wrapped in a residual connection.
@@ -293,6 +299,12 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Build(const v1::ModelSpec& spec,
     }
   }
   return absl::InvalidArgumentError("job spec has no model");
+}
+
+void WithSeed(uint64_t seed, absl::FunctionRef<void()> draws) {
+  absl::MutexLock lock(&seeded_draws_mu);
+  torch::manual_seed(seed);
+  draws();
 }
 
 }  // namespace chorus

@@ -489,6 +489,19 @@ absl::StatusOr<SamplerOptions> GenerationSampler(const v1::JobSpec& spec, int64_
   return sampler;
 }
 
+// The model's output for micro-batch `m` of `step`. Its random draws
+// (dropout) are a function of (seed, rank, step, m), so a resumed run draws
+// exactly what an uninterrupted one would, and ranks that share a process
+// do not draw from each other's seeds (Note [Seeded draws] in model.h).
+absl::StatusOr<torch::Tensor> SeededForward(RankRun& run, int rank, int64_t step, int m,
+                                            const torch::Tensor& x) {
+  uint64_t seed = run.spec.training().seed() * 1000003 + rank * 7919 + step;
+  if (m > 0) seed ^= static_cast<uint64_t>(m) << 40;
+  absl::StatusOr<torch::Tensor> out;
+  WithSeed(seed, [&] { out = run.model.Forward(x); });
+  return out;
+}
+
 absl::StatusOr<v1::Metrics> TrainGeneration(RankRun& run, const Generation& gen) {
   Communicator& comm = *gen.comm;
   TrainingProgress& p = run.p;
@@ -571,9 +584,6 @@ absl::StatusOr<v1::Metrics> TrainGeneration(RankRun& run, const Generation& gen)
                                             spec, accum * sampler.batch_size, run.train_size));
         }
         RETURN_IF_ERROR(InjectFaults(spec, comm, gen.generation, step, p));
-        // Random draws (dropout) are a function of (seed, rank, step), so a
-        // resumed run draws exactly what an uninterrupted one would.
-        torch::manual_seed(spec.training().seed() * 1000003 + comm.rank() * 7919 + step);
         if (spare) {
           RETURN_IF_ERROR(strategy->SpareStep());
         } else {
@@ -589,7 +599,7 @@ absl::StatusOr<v1::Metrics> TrainGeneration(RankRun& run, const Generation& gen)
             const torch::Tensor& y = batch.y;
             p.Enter(v1::FORWARD);
             RETURN_IF_ERROR(strategy->BeforeForward());
-            ASSIGN_OR_RETURN(const torch::Tensor out, run.model.Forward(x));
+            ASSIGN_OR_RETURN(const torch::Tensor out, SeededForward(run, comm.rank(), step, m, x));
             const torch::Tensor loss = Loss(spec, out, y) / accum;
             p.Enter(v1::BACKWARD);
             ASSIGN_OR_RETURN(const double waited, strategy->Backward(loss, m + 1 == accum));
@@ -697,10 +707,11 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
   std::unique_ptr<ShardReader> reader;
   RETURN_IF_ERROR(LoadSplits(spec, train, test, reader));
   const int64_t train_size = reader != nullptr ? reader->index().size() : train.size();
-  torch::manual_seed(spec.training().seed());
   // Built on the CPU from the seed, then moved: a GPU run starts from the
-  // same parameters as a CPU run.
-  ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Build(spec.model(), train));
+  // same parameters as a CPU run (Note [Seeded draws] in model.h).
+  absl::StatusOr<std::unique_ptr<Model>> built;
+  WithSeed(spec.training().seed(), [&] { built = Model::Build(spec.model(), train); });
+  ASSIGN_OR_RETURN(std::unique_ptr<Model> model, std::move(built));
   if (cuda) model->To(comm.device());
   LOG(INFO) << "rank " << comm.rank() << (reader != nullptr ? " indexed " : " loaded ")
             << train_size << " training samples and built "
