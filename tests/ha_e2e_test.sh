@@ -16,7 +16,8 @@
 #  (e) with jobs queued beyond the free slots: the queue order is the same
 #      under the new leader and every job ends SUCCEEDED.
 # and then, without killing a coordinator:
-#  (f) 2 of the 3 etcd members stopped while an elastic DDP job trains: the
+#  (f) 1, then 2 of the 3 etcd members stopped while an elastic DDP job
+#      trains: with one down nothing shows; with two down the
 #      leader stops leading, a `chorus submit` fails naming etcd's lost
 #      quorum, the ranks' step advances; once the members are back a
 #      coordinator leads again, the job ends SUCCEEDED with every step
@@ -314,10 +315,22 @@ job=$(cli --timeout 5 submit "${TMP}/quorum.textproto" 2>"${TMP}/submit.err")
 [[ "${job}" == job-* ]] && pass "(f) submitted ${job}" || fail "(f) submit: $(cat "${TMP}/submit.err")"
 wait_for '(( $(traced_step) >= 40 ))' 40 || fail "(f) no rank reached step 40"
 f_traces=("${TMP}"/trace/*.trace)
-for i in 1 2; do
-  disown "${etcd_pid[${i}]}" 2>/dev/null
-  kill -KILL "${etcd_pid[${i}]}"
-done
+# A minority down first: one member stopped is invisible. The leader keeps
+# its lease past one lease time (2 s), writes go on (a submission and its
+# cancellation), and the ranks train on.
+minority_leader=$(leader)
+disown "${etcd_pid[1]}" 2>/dev/null
+kill -KILL "${etcd_pid[1]}"
+minority_step=$(traced_step)
+sleep 3
+probe=$(cli --timeout 5 submit "${TMP}/quorum.textproto" 2>"${TMP}/minority.err")
+[[ "${probe}" == job-* ]] && cli --timeout 5 cancel "${probe}" >/dev/null 2>>"${TMP}/minority.err"
+[[ -n "${minority_leader}" && "$(leader)" == "${minority_leader}" && "${probe}" == job-* ]] \
+  && (( $(traced_step) > minority_step )) \
+  && pass "(f) with 1 of 3 etcd members stopped nothing shows: ${minority_leader} still leads, a submission and its cancellation are taken, the ranks train on" \
+  || fail "(f) one etcd member down: leader '${minority_leader}' -> '$(leader)', probe '${probe}' ($(cat "${TMP}/minority.err")), step ${minority_step} -> $(traced_step)"
+disown "${etcd_pid[2]}" 2>/dev/null
+kill -KILL "${etcd_pid[2]}"
 stop_us=$(_lib_now_us)
 stop_step=$(traced_step)
 # The leader cannot renew its 2 s lease: it stops leading within it
