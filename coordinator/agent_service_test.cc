@@ -200,15 +200,11 @@ TEST_F(AgentServiceTest, LosingTheAgentFailsItsJob) {
 // SIGTERM ends its agents' streams itself; that is no loss of the agents, and
 // the coordinator started again on the same state finds the job running.
 TEST_F(AgentServiceTest, AStoppingCoordinatorLeavesTheJobsOfItsAgentsRunning) {
-  auto context = std::make_unique<grpc::ClientContext>();
-  auto stream = agents_->Connect(context.get());
-  v1::AgentMessage hello;
-  hello.mutable_hello()->set_host("steady-node");
-  hello.mutable_hello()->set_slots(1);
-  ASSERT_TRUE(stream->Write(hello));
-  v1::CoordinatorMessage message;
-  ASSERT_TRUE(stream->Read(&message));
+  grpc::ClientContext context;
+  auto stream = agents_->Connect(&context);
+  ConnectAgent(*stream, 1);
   const std::string job = Submit(1);
+  v1::CoordinatorMessage message;
   ASSERT_TRUE(stream->Read(&message));
   ASSERT_TRUE(message.has_launch());
   ASSERT_EQ(StateOf(job), v1::Job::RUNNING);
