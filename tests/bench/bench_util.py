@@ -2,6 +2,7 @@
 JSON-lines progress files and free loopback ports."""
 import json
 import os
+import signal
 import socket
 import sys
 import time
@@ -45,6 +46,16 @@ class Progress:
     def of(self, event, **match):
         return [e for e in self.events
                 if e["event"] == event and all(e.get(k) == v for k, v in match.items())]
+
+    def kill_rank_at(self, rank, step, what):
+        """Waits (up to 120 s) until `rank` of the first run has logged `step`
+        steps, kills its process with SIGKILL and returns the time of the kill."""
+        def ready():
+            self.poll()
+            return len(self.of("step", restart=0, rank=rank)) >= step
+        wait_until(ready, 120, f"{what}: rank {rank} reaching step {step}")
+        os.kill(self.of("pid", restart=0, rank=rank)[0]["pid"], signal.SIGKILL)
+        return time.time()
 
 
 def free_port():

@@ -235,13 +235,7 @@ def elastic_kill_run(args, tmp, site, name, knobs):
     progress = Progress(os.path.join(tmp, f"{name}.jsonl"))
     proc = start_elastic(args, tmp, site, name, knobs.steps, progress.path, 50)
     try:
-        def ready():
-            progress.poll()
-            return len(progress.of("step", restart=0, rank=1)) >= knobs.kill_step
-        wait_until(ready, 120, f"{name}: rank 1 reaching step {knobs.kill_step}")
-        victim = progress.of("pid", restart=0, rank=1)[0]["pid"]
-        os.kill(victim, signal.SIGKILL)
-        killed = time.time()
+        killed = progress.kill_rank_at(1, knobs.kill_step, name)
 
         def later(event):
             progress.poll()

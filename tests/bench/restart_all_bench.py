@@ -103,13 +103,7 @@ def kill_run(args, tmp, name, start):
     progress = Progress(os.path.join(tmp, f"{name}.jsonl"))
     proc = start(ckpt, progress.path)
     try:
-        def ready():
-            progress.poll()
-            return len(progress.of("step", restart=0, rank=1)) >= args.kill_step
-        wait_until(ready, 120, f"{name}: rank 1 reaching step {args.kill_step}")
-        victim = progress.of("pid", restart=0, rank=1)[0]["pid"]
-        os.kill(victim, signal.SIGKILL)
-        killed = time.time()
+        killed = progress.kill_rank_at(1, args.kill_step, name)
 
         def recovered():
             progress.poll()
