@@ -16,6 +16,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/logging.h"
 #include "common/memory.h"
 #include "common/version.h"
@@ -55,6 +56,7 @@ struct Flags {
   chorus::EtcdCoordinatorStateOptions etcd;
   double leader_lease_seconds = 2;
   std::string advertise_address;
+  bool mutex_deadlock_detection = false;
 };
 
 // Where it listens, who may call, where its state is.
@@ -99,6 +101,10 @@ void AddServingFlags(CLI::App& app, Flags& flags) {
   app.add_option("--port_file", flags.port_file,
                  "Write the bound port to this file once listening (for scripts and tests).");
   app.add_option("-v,--verbosity", flags.verbosity, "glog VLOG level.")->capture_default_str();
+  app.add_flag("--mutex_deadlock_detection", flags.mutex_deadlock_detection,
+               "Check the lock order at every mutex acquisition and abort on a cycle "
+               "(abseil's debug-build check; about a tenth of a core at 16,384 ranks).")
+      ->capture_default_str();
   app.add_flag("--check_flags", flags.check_flags,
                "Check the flags (addresses, ports that would collide, limits) and exit: 0 if "
                "they are sound, 1 with what is wrong. Touches no file and opens no port.");
@@ -308,6 +314,17 @@ int ServeFromEtcd(const Flags& flags, const sigset_t& stop_signals) {
 // Serves until SIGINT or SIGTERM; the exit status.
 int Serve(const char* argv0, const Flags& flags) {
   chorus::InitLogging(argv0, flags.verbosity);
+  // Note [Lock-order checks]
+  // Debian's abseil is built without NDEBUG, so every absl::Mutex
+  // acquisition in the process (gRPC's per-call mutexes included) updates a
+  // global lock-order graph, and a mutex's destruction removes it again:
+  // 10 % of the coordinator's CPU in a 16,384-rank re-formation
+  // (docs/benchmarks.md). A release build of abseil skips this; the
+  // coordinator does too unless asked. The unit tests keep the library's
+  // default (abort on a cycle), and the tsan pass checks lock order as well.
+  absl::SetMutexDeadlockDetectionMode(flags.mutex_deadlock_detection
+                                          ? absl::OnDeadlockCycle::kAbort
+                                          : absl::OnDeadlockCycle::kIgnore);
   // Every connection holds a descriptor; the usual soft limit (1024) would
   // cap the coordinator near a thousand clients.
   if (absl::StatusOr<uint64_t> files = chorus::RaiseOpenFileLimit(); files.ok()) {
