@@ -10,6 +10,12 @@ namespace {
 
 absl::Time TimeOf(int64_t unix_us) { return absl::FromUnixMicros(unix_us); }
 
+// A saved kind this coordinator does not know (a record of a newer one) is
+// taken for a planned change: it does not count as a restart.
+ReformKind KindOf(const std::string& name) {
+  return ParseReformKind(name).value_or(ReformKind::kScaleUp);
+}
+
 // Restores the change of generation `record` saved (Note [Elastic restart]).
 void RestoreElastic(const coordinator::ElasticRecord& record, RunningJob& run) {
   for (int lost : record.lost_ranks()) {
@@ -21,15 +27,15 @@ void RestoreElastic(const coordinator::ElasticRecord& record, RunningJob& run) {
   if (record.has_waiting()) {
     run.waiting_until = TimeOf(record.waiting().until_us());
     run.waiting_cause = record.waiting().cause();
-    run.waiting_kind = record.waiting().kind();
+    run.waiting_kind = KindOf(record.waiting().kind());
   }
   if (record.has_forming()) {
     run.form_deadline = TimeOf(record.forming().deadline_us());
-    run.forming_kind = record.forming().kind();
+    run.forming_kind = KindOf(record.forming().kind());
   }
   if (record.has_planned()) {
     run.planned_cause = record.planned().cause();
-    run.planned_kind = record.planned().kind();
+    run.planned_kind = KindOf(record.planned().kind());
     run.planned_world = record.planned().world();
   }
   if (record.has_reform_started_us()) run.reform_started = TimeOf(record.reform_started_us());
@@ -47,7 +53,7 @@ void RestoreElastic(const coordinator::ElasticRecord& record, RunningJob& run) {
   if (record.has_restart_all()) {
     const coordinator::ElasticRecord::RestartAll& restart = record.restart_all();
     run.restarting =
-        RunningJob::RestartAll{restart.cause(), restart.kind(), TimeOf(restart.deadline_us())};
+        RunningJob::RestartAll{restart.cause(), KindOf(restart.kind()), TimeOf(restart.deadline_us())};
     for (int stopping : restart.stopping_ranks()) {
       if (stopping < 0 || stopping >= static_cast<int>(run.ranks.size())) continue;
       run.ranks[stopping].stopping = true;
@@ -73,15 +79,15 @@ coordinator::ElasticRecord ElasticRecordOf(const RunningJob& run, const std::vec
   if (run.waiting_until != absl::InfiniteFuture()) {
     record.mutable_waiting()->set_until_us(absl::ToUnixMicros(run.waiting_until));
     record.mutable_waiting()->set_cause(run.waiting_cause);
-    record.mutable_waiting()->set_kind(run.waiting_kind);
+    record.mutable_waiting()->set_kind(std::string(ReformKindName(run.waiting_kind)));
   }
   if (run.form_deadline != absl::InfiniteFuture() && !run.Formed()) {
     record.mutable_forming()->set_deadline_us(absl::ToUnixMicros(run.form_deadline));
-    record.mutable_forming()->set_kind(run.forming_kind);
+    record.mutable_forming()->set_kind(std::string(ReformKindName(run.forming_kind)));
   }
   if (!run.planned_cause.empty()) {
     record.mutable_planned()->set_cause(run.planned_cause);
-    record.mutable_planned()->set_kind(run.planned_kind);
+    record.mutable_planned()->set_kind(std::string(ReformKindName(run.planned_kind)));
     record.mutable_planned()->set_world(run.planned_world);
   }
   if (run.reform_started != absl::InfinitePast()) {
@@ -96,7 +102,7 @@ coordinator::ElasticRecord ElasticRecordOf(const RunningJob& run, const std::vec
   if (run.restarting.has_value()) {
     coordinator::ElasticRecord::RestartAll& restart = *record.mutable_restart_all();
     restart.set_cause(run.restarting->cause);
-    restart.set_kind(run.restarting->kind);
+    restart.set_kind(std::string(ReformKindName(run.restarting->kind)));
     restart.set_deadline_us(absl::ToUnixMicros(run.restarting->deadline));
     for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
       if (run.ranks[rank].stopping) restart.add_stopping_ranks(static_cast<int>(rank));

@@ -26,6 +26,7 @@
 #include "chorus/v1/coordinator.pb.h"
 #include "coordinator/agent_registry.h"
 #include "coordinator/checkpoint_grant.h"
+#include "coordinator/elastic_state.h"
 #include "coordinator/hang_detector.h"
 #include "coordinator/hang_policy.h"
 #include "coordinator/placement.h"
@@ -237,11 +238,11 @@ struct RunningJob {
   // again (Note [Restart-all]).
   bool RestartsAll() const { return program && elastic && !reforms_in_process; }
   // A restart-all whose ranks are being stopped: the change that started it
-  // (`kind` as in Scheduler::ReformLocked) and when the ranks must have
-  // exited (elastic.wait_seconds after the stop).
+  // and when the ranks must have exited (elastic.wait_seconds after the
+  // stop).
   struct RestartAll {
     std::string cause;
-    std::string kind;
+    ReformKind kind;
     absl::Time deadline;
   };
   std::optional<RestartAll> restarting;
@@ -270,12 +271,12 @@ struct RunningJob {
   // ranks are told to re-form there (REFORM_AT_STEP_BOUNDARY) and the first
   // Join of the next generation starts it. Empty `planned_cause`: none.
   std::string planned_cause;
-  std::string planned_kind;  // "drain" or "scale_up" (the metrics' cause)
+  ReformKind planned_kind = ReformKind::kScaleUp;  // a drain, a growth, a preemption
   // The world size the planned change is expected to give (0: not known),
   // sent with REFORM_AT_STEP_BOUNDARY to pick the step boundary.
   int planned_world = 0;
   // The kind of change the forming generation follows (Scheduler::ReformLocked).
-  std::string forming_kind;
+  ReformKind forming_kind = ReformKind::kScaleUp;
   // Ranks that left at a planned re-formation (their agent is draining) and
   // whose exit has not been reported: their slots stay busy until then.
   std::vector<std::pair<std::string, int>> departing;  // agent id, slot
@@ -288,7 +289,7 @@ struct RunningJob {
   // is the change that is waiting (InfiniteFuture / empty: not waiting).
   absl::Time waiting_until = absl::InfiniteFuture();
   std::string waiting_cause;
-  std::string waiting_kind;
+  ReformKind waiting_kind = ReformKind::kScaleUp;
   // When the job last started or grew (elastic.scale_up_interval_seconds
   // counts from it).
   absl::Time last_growth_at = absl::InfinitePast();

@@ -99,7 +99,7 @@ void Scheduler::RemoveAgent(const std::string& agent_id) {
         }
         if (there.empty()) continue;
         ReformLocked(job_id, absl::StrCat(lost, ", which ran rank(s) ", absl::StrJoin(there, ",")),
-                     "agent_lost", out);
+                     ReformKind::kAgentLost, out);
       } else {
         EndLocked(job_id, v1::Job::FAILED, absl::StrCat(lost, ", which ran ranks of this job"),
                   out);
@@ -342,7 +342,7 @@ void Scheduler::RankExited(const std::string& agent_id, const v1::RankExited& ex
                 << agent->hello.host() << " exited with code " << exited.exit_code();
     } else if (std::optional<JobEnd> end = it->second.RecordExit(agent_id, agent->hello, exited)) {
       if (end->state == v1::Job::FAILED && it->second.elastic) {
-        ReformLocked(exited.job_id(), end->reason, "rank_lost", out);
+        ReformLocked(exited.job_id(), end->reason, ReformKind::kRankLost, out);
       } else {
         EndLocked(exited.job_id(), end->state, end->reason, out);
       }

@@ -261,9 +261,8 @@ class Scheduler {
   // pending joins, records the state.
   void EndLocked(const std::string& job_id, v1::Job::State state, const std::string& reason,
                  Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Elastic jobs (scheduler_elastic.cc). After `cause` of `kind`
-  // ("rank_lost", "agent_lost", "hang_restart": failures, which count
-  // against elastic.max_restarts; "drain", "scale_up": planned), starts the job's
+  // Elastic jobs (scheduler_elastic.cc). After `cause` of `kind` (a
+  // failure, IsFailure, counts against elastic.max_restarts), starts the job's
   // next generation: ranks that exited, whose agent is gone or draining
   // leave; survivors keep their slots; newcomers are launched on free slots
   // up to resources.max_ranks. Past elastic.max_restarts the job ends FAILED
@@ -273,7 +272,7 @@ class Scheduler {
   // (RunningJob::RestartsAll, Note [Restart-all] in running_job.h) first has
   // every rank stopped; the exit of the last one calls this again, and the
   // next generation launches every rank.
-  void ReformLocked(const std::string& job_id, const std::string& cause, const std::string& kind,
+  void ReformLocked(const std::string& job_id, const std::string& cause, ReformKind kind,
                     Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The plan of `run`'s next generation after `kind` with `lost` ranks:
   // free slots up to resources.max_ranks, or, after a failure of a program
@@ -283,7 +282,7 @@ class Scheduler {
   absl::StatusOr<NextGeneration> PlanReformLocked(const std::string& job_id,
                                                   const v1::JobSpec& spec, const RunningJob& run,
                                                   const std::vector<bool>& lost,
-                                                  const std::string& kind, bool* replacements_owed)
+                                                  ReformKind kind, bool* replacements_owed)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Note [Staged growth] in scheduler_elastic.cc. The free slots for
   // `run`'s next generation: its staged newcomers' first, then the
@@ -319,7 +318,7 @@ class Scheduler {
   // The next generation cannot form (`why`): the job waits for slots up to
   // elastic.wait_seconds from the first time, and fails once they passed.
   void WaitForSlotsLocked(const std::string& job_id, RunningJob& run, const std::string& cause,
-                          const std::string& kind, const absl::Status& why, Outbox& out)
+                          ReformKind kind, const absl::Status& why, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Note [Restart-all]: whether every rank of `run` has stopped, so that the
   // next generation may start. The first call has the live ranks stopped and
@@ -328,13 +327,13 @@ class Scheduler {
   // failure replacing a planned change. Once none is live, run.restarting is
   // cleared and `cause` and `kind` are set to the change to make.
   bool StopAllForRestartLocked(const std::string& job_id, RunningJob& run, std::string& cause,
-                               std::string& kind, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                               ReformKind& kind, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A planned change: the job's ranks are told (on their heartbeats) to
   // re-form at their next step boundary; the first Join of the next
   // generation starts it (ReformLocked). A job that restarts all has no
   // step boundary to wait for: its restart starts at once.
   void RequestReformLocked(const std::string& job_id, RunningJob& run, const std::string& cause,
-                           const std::string& kind, Outbox& out)
+                           ReformKind kind, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Elastic jobs waiting below resources.min_ranks try to form again (or
   // fail past elastic.wait_seconds).
@@ -389,7 +388,7 @@ class Scheduler {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // For a MISMATCH or STUCK_IN_COLLECTIVE diagnosis (no rank to evict):
   // starts the next generation with the same members, so that every rank
-  // re-forms its transport ("hang_restart"; past elastic.max_restarts the
+  // re-forms its transport (ReformKind::kHangRestart; past elastic.max_restarts the
   // job ends FAILED and `run` is gone). Returns false when `diagnoses` hold
   // neither; true as well while the restart has to wait.
   bool RestartHungLocked(const std::string& job_id, RunningJob& run,

@@ -30,11 +30,6 @@ std::string History(const RunningJob& run) {
   return absl::StrCat("; history: ", absl::StrJoin(run.history, "; "));
 }
 
-// Changes that were not planned: they count against elastic.max_restarts.
-bool IsFailure(const std::string& kind) {
-  return kind == "rank_lost" || kind == "agent_lost" || kind == "hang_restart";
-}
-
 // Who leaves at a change: ranks that exited (their slots are free for
 // newcomers), ranks whose agent is gone, and ranks on a draining agent or
 // preempted (they leave at this step boundary and exit by themselves: their
@@ -114,7 +109,7 @@ std::string DescribeChange(const RunningJob& run, const v1::JobSpec& spec, int64
 // The job's bookkeeping for its new generation: ranks, rendezvous, grant,
 // and the elastic state back to forming (nothing planned, nothing waiting).
 void BeginGeneration(RunningJob& run, const v1::Job& job, std::vector<RankState> ranks,
-                     int64_t generation, const std::string& kind, absl::Time now) {
+                     int64_t generation, ReformKind kind, absl::Time now) {
   const int world = static_cast<int>(ranks.size());
   run.ranks = std::move(ranks);
   run.rendezvous = Rendezvous(job.job_id(), generation, world);
@@ -124,12 +119,10 @@ void BeginGeneration(RunningJob& run, const v1::Job& job, std::vector<RankState>
   if (run.reform_started == absl::InfinitePast()) run.reform_started = now;
   run.forming_kind = kind;
   run.planned_cause.clear();
-  run.planned_kind.clear();
   run.planned_world = 0;
   run.yielding.clear();  // they are `departing` now
   run.waiting_until = absl::InfiniteFuture();
   run.waiting_cause.clear();
-  run.waiting_kind.clear();
   run.generation_started_at = now;
   run.form_deadline = now + absl::Seconds(run.elastic_spec.wait_seconds());
 }
@@ -161,7 +154,7 @@ void LaunchNewcomers(const std::string& job_id, const RunningJob& run,
 }  // namespace
 
 void Scheduler::ReformLocked(const std::string& job_id, const std::string& cause_heard,
-                             const std::string& kind_heard, Outbox& out) {
+                             ReformKind kind_heard, Outbox& out) {
   auto it = running_.find(job_id);
   if (it == running_.end()) return;
   RunningJob& run = it->second;
@@ -170,7 +163,7 @@ void Scheduler::ReformLocked(const std::string& job_id, const std::string& cause
   const int64_t old_generation = run.generation();
   const int old_world = static_cast<int>(run.ranks.size());
   std::string cause = cause_heard;
-  std::string kind = kind_heard;
+  ReformKind kind = kind_heard;
   if (IsFailure(kind) && run.restarts >= run.elastic_spec.max_restarts()) {
     EndLocked(job_id, v1::Job::FAILED,
               absl::StrCat(cause, "; elastic.max_restarts ", run.elastic_spec.max_restarts(),
@@ -212,7 +205,7 @@ void Scheduler::ReformLocked(const std::string& job_id, const std::string& cause
   run.history.push_back(change);
   for (auto& departing : leaving) run.departing.push_back(std::move(departing));
   BeginGeneration(run, *job, std::move(ranks), generation, kind, now);
-  if (metrics_ != nullptr) metrics_->GenerationStarted(kind);
+  if (metrics_ != nullptr) metrics_->GenerationStarted(std::string(ReformKindName(kind)));
   LOG(INFO) << job_id << ": " << change;
   if (absl::StatusOr<v1::Job> s =
           jobs_.MarkReformed(job_id, generation, world, run.restarts, change);
@@ -269,7 +262,7 @@ absl::StatusOr<NextGeneration> Scheduler::PlanReformLocked(const std::string& jo
                                                            const v1::JobSpec& spec,
                                                            const RunningJob& run,
                                                            const std::vector<bool>& lost,
-                                                           const std::string& kind,
+                                                           ReformKind kind,
                                                            bool* replacements_owed) {
   const QueuedJob capped = QuotaCappedLocked(job_id, spec, run);
   const std::vector<AgentSlots> free = FreeSlotsForLocked(run);
@@ -285,7 +278,7 @@ absl::StatusOr<NextGeneration> Scheduler::PlanReformLocked(const std::string& jo
 }
 
 void Scheduler::WaitForSlotsLocked(const std::string& job_id, RunningJob& run,
-                                   const std::string& cause, const std::string& kind,
+                                   const std::string& cause, ReformKind kind,
                                    const absl::Status& why, Outbox& out) {
   const absl::Time now = clock_->Now();
   const int64_t generation = run.generation() + 1;
@@ -314,7 +307,7 @@ void Scheduler::WaitForSlotsLocked(const std::string& job_id, RunningJob& run,
 }
 
 bool Scheduler::StopAllForRestartLocked(const std::string& job_id, RunningJob& run,
-                                        std::string& cause, std::string& kind, Outbox& out) {
+                                        std::string& cause, ReformKind& kind, Outbox& out) {
   // Live: not exited, on a connected agent or awaited after a coordinator
   // restart (it may still run there).
   std::map<std::string, std::vector<int>> live;  // slots by agent id
@@ -367,13 +360,17 @@ bool Scheduler::StopAllForRestartLocked(const std::string& job_id, RunningJob& r
 }
 
 void Scheduler::RequestReformLocked(const std::string& job_id, RunningJob& run,
-                                    const std::string& cause, const std::string& kind,
+                                    const std::string& cause, ReformKind kind,
                                     Outbox& out) {
   if (run.RestartsAll()) {
     ReformLocked(job_id, cause, kind, out);  // Note [Restart-all]: at once
     return;
   }
-  if (run.planned_kind == "drain" && kind != "drain") return;  // a drain goes first
+  // A drain goes first.
+  if (!run.planned_cause.empty() && run.planned_kind == ReformKind::kDrain &&
+      kind != ReformKind::kDrain) {
+    return;
+  }
   run.planned_cause = cause;
   run.planned_kind = kind;
   // What ReformLocked will plan if nothing changes before the boundary:
@@ -412,7 +409,7 @@ void Scheduler::RetryWaitingLocked(Outbox& out) {
   for (const std::string& job_id : waiting) {
     const RunningJob& run = running_.at(job_id);
     const std::string cause = run.waiting_cause;
-    const std::string kind = run.waiting_kind;
+    const ReformKind kind = run.waiting_kind;
     ReformLocked(job_id, cause, kind, out);
   }
 }
@@ -518,7 +515,7 @@ bool Scheduler::StagedJoinLocked(const v1::JoinRequest& request, JoinDone& done,
   const bool all_up = std::all_of(staged.newcomers.begin(), staged.newcomers.end(),
                                   [](const StagedNewcomer& n) { return n.up; });
   if (all_up && run.planned_cause.empty()) {
-    RequestReformLocked(request.job_id(), run, staged.cause, "scale_up", out);
+    RequestReformLocked(request.job_id(), run, staged.cause, ReformKind::kScaleUp, out);
   }
   out.joins.emplace_back(
       std::move(done),
@@ -632,7 +629,7 @@ void Scheduler::GrowLocked(Outbox& out) {
   }
   for (const auto& [job_id, cause] : grow) {
     auto it = running_.find(job_id);
-    if (it != running_.end()) RequestReformLocked(job_id, it->second, cause, "scale_up", out);
+    if (it != running_.end()) RequestReformLocked(job_id, it->second, cause, ReformKind::kScaleUp, out);
   }
 }
 
@@ -690,7 +687,7 @@ absl::StatusOr<v1::AgentInfo> Scheduler::DrainAgent(const std::string& name) {
       }
       for (const auto& [job_id, cause] : drained) {
         auto it = running_.find(job_id);
-        if (it != running_.end()) RequestReformLocked(job_id, it->second, cause, "drain", out);
+        if (it != running_.end()) RequestReformLocked(job_id, it->second, cause, ReformKind::kDrain, out);
       }
     }
     info = AgentInfoLocked(*id);
@@ -740,7 +737,7 @@ std::optional<std::string> Scheduler::ReformOverdueLocked(const RunningJob& run,
 //    sequence number, and neither is reliably the wrong one;
 //    STUCK_IN_COLLECTIVE blames no rank (every rank issued the collective:
 //    the transport is suspect). There is no rank to replace, so
-//    RestartHungLocked starts g+1 with the same members ("hang_restart"):
+//    RestartHungLocked starts g+1 with the same members (kHangRestart):
 //    the ranks hear of it on their next heartbeat (RE_RENDEZVOUS), abort
 //    their communicator, which fails the collective they are blocked in, and
 //    join g+1 in the same processes with their last complete step; g+1
@@ -813,7 +810,7 @@ bool Scheduler::RestartHungLocked(const std::string& job_id, RunningJob& run,
   const std::string cause = absl::StrCat("hang_detection.action RESTART for ", DiagnosisKey(*hung),
                                          " (every rank re-forms its transport): ", hung->message());
   LOG(INFO) << job_id << ": " << cause;
-  ReformLocked(job_id, cause, "hang_restart", out);
+  ReformLocked(job_id, cause, ReformKind::kHangRestart, out);
   return true;
 }
 
@@ -915,7 +912,7 @@ void Scheduler::PreemptLocked(Outbox& out) {
           absl::StrCat(holder_id, " (priority ", PriorityName(holder->second.priority), ", ",
                        OwnerName(holder->second.owner), ") preempted rank(s) ", ranks, " of this ",
                        PriorityName(run.priority), " job: they leave, nothing is lost"),
-          "preempt", out);
+          ReformKind::kPreempt, out);
       v1::JobEvent event;
       event.set_message(absl::StrCat("preempting rank(s) ", ranks, " of ", p.job_id, " (priority ",
                                      PriorityName(run.priority),

@@ -86,7 +86,7 @@ void Scheduler::JoinLocked(const v1::JoinRequest& request, absl::Time deadline, 
       request.generation() == it->second.generation() + 1 && it->second.Formed()) {
     // The first rank at the step boundary of a planned change.
     const std::string cause = it->second.planned_cause;
-    const std::string kind = it->second.planned_kind;
+    const ReformKind kind = it->second.planned_kind;
     ReformLocked(request.job_id(), cause, kind, out);
     SaveElasticLocked();
     it = running_.find(request.job_id());
