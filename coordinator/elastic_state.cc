@@ -1,5 +1,9 @@
 #include "coordinator/elastic_state.h"
 
+#include <utility>
+
+#include "glog/logging.h"
+
 namespace chorus {
 
 namespace {
@@ -47,6 +51,55 @@ std::optional<ReformKind> ParseReformKind(std::string_view name) {
     if (ReformKindName(kind) == name) return kind;
   }
   return std::nullopt;
+}
+
+std::optional<absl::Time> ElasticPhase::started() const {
+  if (const Forming* f = forming()) return f->started;
+  if (const Waiting* w = waiting()) return w->started;
+  if (const Restarting* r = restarting()) return r->started;
+  return std::nullopt;
+}
+
+void ElasticPhase::BeginForming(ReformKind kind, absl::Time now, absl::Time deadline) {
+  phase_ = Forming{kind, started().value_or(now), deadline};
+  planned_.reset();
+}
+
+void ElasticPhase::BeginWaiting(std::string cause, ReformKind kind, absl::Time now,
+                                absl::Time until) {
+  CHECK(waiting() == nullptr) << "BeginWaiting while waiting";
+  std::optional<Forming> unformed;
+  if (const Forming* f = forming()) unformed = *f;
+  phase_ = Waiting{std::move(cause), kind, started().value_or(now), until, std::move(unformed)};
+}
+
+void ElasticPhase::BeginRestarting(std::string cause, ReformKind kind, absl::Time now,
+                                   absl::Time deadline) {
+  CHECK(restarting() == nullptr) << "BeginRestarting while restarting";
+  phase_ = Restarting{std::move(cause), kind, started().value_or(now), deadline};
+}
+
+std::optional<ElasticPhase::Forming> ElasticPhase::GenerationFormed() {
+  if (const Forming* f = forming()) {
+    Forming formed = *f;
+    phase_ = Steady{};
+    return formed;
+  }
+  if (Waiting* w = std::get_if<Waiting>(&phase_); w != nullptr && w->unformed.has_value()) {
+    std::optional<Forming> formed = std::move(w->unformed);
+    w->unformed.reset();
+    return formed;
+  }
+  return std::nullopt;
+}
+
+bool ElasticPhase::Plan(Planned planned) {
+  if (planned_.has_value() && planned_->kind == ReformKind::kDrain &&
+      planned.kind != ReformKind::kDrain) {
+    return false;
+  }
+  planned_ = std::move(planned);
+  return true;
 }
 
 }  // namespace chorus

@@ -58,9 +58,10 @@ absl::StatusOr<std::string> Scheduler::AddAgent(const v1::AgentHello& hello, Sen
       // heard of it).
       const RunningJob& run = running_.at(job_id);
       const int rank = run.RankOn(id, slot);
-      if (run.restarting.has_value() && rank >= 0 && run.ranks[rank].stopping) {
-        out.messages.emplace_back(
-            agent.send, StopRanksMessage(job_id, {slot}, run.restarting->cause));
+      const ElasticPhase::Restarting* restarting = run.phase.restarting();
+      if (restarting != nullptr && rank >= 0 && run.ranks[rank].stopping) {
+        out.messages.emplace_back(agent.send,
+                                  StopRanksMessage(job_id, {slot}, restarting->cause));
       }
     }
     ScheduleLocked(out);
@@ -346,10 +347,10 @@ void Scheduler::RankExited(const std::string& agent_id, const v1::RankExited& ex
       } else {
         EndLocked(exited.job_id(), end->state, end->reason, out);
       }
-    } else if (it->second.restarting.has_value()) {
+    } else if (it->second.phase.restarting() != nullptr) {
       // Note [Restart-all]: a rank it stopped; the last one's exit starts
       // the next generation.
-      const RunningJob::RestartAll restarting = *it->second.restarting;
+      const ElasticPhase::Restarting restarting = *it->second.phase.restarting();
       ReformLocked(exited.job_id(), restarting.cause, restarting.kind, out);
     }
     ScheduleLocked(out);
@@ -408,7 +409,7 @@ void Scheduler::Tick() {
       RunningJob& run = running->second;
       // Waiting below resources.min_ranks: the lost ranks are known. Every
       // rank stopping for a restart-all: the next generation starts anew.
-      if (run.waiting_until != absl::InfiniteFuture() || run.restarting.has_value()) continue;
+      if (run.phase.waiting() != nullptr || run.phase.restarting() != nullptr) continue;
       // Note [Hang restart]: a culprit is evicted; without one, every rank
       // re-forms its transport. Eviction goes first when both hold.
       if (run.elastic && run.hang_detection.action() == v1::HangDetectionSpec::RESTART &&

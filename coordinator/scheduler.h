@@ -267,7 +267,7 @@ class Scheduler {
   // leave; survivors keep their slots; newcomers are launched on free slots
   // up to resources.max_ranks. Past elastic.max_restarts the job ends FAILED
   // with the history in its reason. Below resources.min_ranks the job waits
-  // (RunningJob::waiting_until, retried on every change and Tick) and fails
+  // (ElasticPhase::Waiting, retried on every change and Tick) and fails
   // once elastic.wait_seconds have passed. A job that restarts all
   // (RunningJob::RestartsAll, Note [Restart-all] in running_job.h) first has
   // every rank stopped; the exit of the last one calls this again, and the
@@ -322,10 +322,11 @@ class Scheduler {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Note [Restart-all]: whether every rank of `run` has stopped, so that the
   // next generation may start. The first call has the live ranks stopped and
-  // records the change (`cause`, `kind`) in run.restarting; later calls (the
-  // stopped ranks' exits, lost agents, other changes meanwhile) keep it, a
-  // failure replacing a planned change. Once none is live, run.restarting is
-  // cleared and `cause` and `kind` are set to the change to make.
+  // puts run.phase in Restarting with the change (`cause`, `kind`); later
+  // calls (the stopped ranks' exits, lost agents, other changes meanwhile)
+  // keep it, a failure replacing a planned change. Once none is live,
+  // `cause` and `kind` are set to the change to make (the phase stays
+  // Restarting until the caller forms the next generation or waits).
   bool StopAllForRestartLocked(const std::string& job_id, RunningJob& run, std::string& cause,
                                ReformKind& kind, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A planned change: the job's ranks are told (on their heartbeats) to

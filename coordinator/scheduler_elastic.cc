@@ -107,7 +107,7 @@ std::string DescribeChange(const RunningJob& run, const v1::JobSpec& spec, int64
 }
 
 // The job's bookkeeping for its new generation: ranks, rendezvous, grant,
-// and the elastic state back to forming (nothing planned, nothing waiting).
+// and the elastic phase to Forming (the planned change, if any, made).
 void BeginGeneration(RunningJob& run, const v1::Job& job, std::vector<RankState> ranks,
                      int64_t generation, ReformKind kind, absl::Time now) {
   const int world = static_cast<int>(ranks.size());
@@ -116,15 +116,9 @@ void BeginGeneration(RunningJob& run, const v1::Job& job, std::vector<RankState>
   run.exited_ok = 0;
   run.diagnoses = DiagnosisHistory();
   run.upload_grant = UploadGrantFor(job, world, generation);
-  if (run.reform_started == absl::InfinitePast()) run.reform_started = now;
-  run.forming_kind = kind;
-  run.planned_cause.clear();
-  run.planned_world = 0;
   run.yielding.clear();  // they are `departing` now
-  run.waiting_until = absl::InfiniteFuture();
-  run.waiting_cause.clear();
   run.generation_started_at = now;
-  run.form_deadline = now + absl::Seconds(run.elastic_spec.wait_seconds());
+  run.phase.BeginForming(kind, now, now + absl::Seconds(run.elastic_spec.wait_seconds()));
 }
 
 // Launch messages for the generation's newcomers; survivors join by
@@ -172,7 +166,7 @@ void Scheduler::ReformLocked(const std::string& job_id, const std::string& cause
     return;
   }
   // Note [Restart-all]: the next generation starts once every rank stopped.
-  if ((run.RestartsAll() || run.restarting.has_value()) &&
+  if ((run.RestartsAll() || run.phase.restarting() != nullptr) &&
       !StopAllForRestartLocked(job_id, run, cause, kind, out)) {
     return;
   }
@@ -282,13 +276,10 @@ void Scheduler::WaitForSlotsLocked(const std::string& job_id, RunningJob& run,
                                    const absl::Status& why, Outbox& out) {
   const absl::Time now = clock_->Now();
   const int64_t generation = run.generation() + 1;
-  if (run.waiting_until == absl::InfiniteFuture()) {
+  if (run.phase.waiting() == nullptr) {
     // Below resources.min_ranks: wait for slots (an agent that connects,
     // a job that ends) rather than fail at once.
-    run.waiting_until = now + absl::Seconds(run.elastic_spec.wait_seconds());
-    run.waiting_cause = cause;
-    run.waiting_kind = kind;
-    if (run.reform_started == absl::InfinitePast()) run.reform_started = now;
+    run.phase.BeginWaiting(cause, kind, now, now + absl::Seconds(run.elastic_spec.wait_seconds()));
     v1::JobEvent event;
     event.set_message(absl::StrCat("generation ", generation, " after ", cause,
                                    " waits up to elastic.wait_seconds ",
@@ -298,7 +289,7 @@ void Scheduler::WaitForSlotsLocked(const std::string& job_id, RunningJob& run,
     (void)jobs_.AddEvent(job_id, std::move(event));
     return;
   }
-  if (now < run.waiting_until) return;
+  if (now < run.phase.waiting()->until) return;
   EndLocked(job_id, v1::Job::FAILED,
             absl::StrCat(cause, "; generation ", generation,
                          " cannot form: waited elastic.wait_seconds ",
@@ -320,22 +311,21 @@ bool Scheduler::StopAllForRestartLocked(const std::string& job_id, RunningJob& r
       live[r.agent_id].push_back(r.slot);
     }
   }
-  if (run.restarting.has_value()) {
-    if (IsFailure(kind) && !IsFailure(run.restarting->kind)) {
-      run.restarting->cause = cause;
-      run.restarting->kind = kind;
+  if (ElasticPhase::Restarting* restarting = run.phase.restarting()) {
+    if (IsFailure(kind) && !IsFailure(restarting->kind)) {
+      restarting->cause = cause;
+      restarting->kind = kind;
     }
     if (!live.empty() || awaited > 0) return false;
-    cause = run.restarting->cause;
-    kind = run.restarting->kind;
-    run.restarting.reset();
+    // The phase stays Restarting until the caller forms the next
+    // generation or waits for slots (Note [Elastic phase]).
+    cause = restarting->cause;
+    kind = restarting->kind;
     return true;
   }
   if (live.empty() && awaited == 0) return true;
   const absl::Time now = clock_->Now();
-  run.restarting = RunningJob::RestartAll{
-      cause, kind, now + absl::Seconds(run.elastic_spec.wait_seconds())};
-  if (run.reform_started == absl::InfinitePast()) run.reform_started = now;
+  run.phase.BeginRestarting(cause, kind, now, now + absl::Seconds(run.elastic_spec.wait_seconds()));
   const std::string why = absl::StrCat("restart-all for generation ", run.generation() + 1,
                                        " after ", cause);
   // Joins waiting for a generation that will not form are answered now.
@@ -367,15 +357,9 @@ void Scheduler::RequestReformLocked(const std::string& job_id, RunningJob& run,
     return;
   }
   // A drain goes first.
-  if (!run.planned_cause.empty() && run.planned_kind == ReformKind::kDrain &&
-      kind != ReformKind::kDrain) {
-    return;
-  }
-  run.planned_cause = cause;
-  run.planned_kind = kind;
+  ElasticPhase::Planned planned{cause, kind, std::nullopt};
   // What ReformLocked will plan if nothing changes before the boundary:
   // ranks on draining agents (and any gone) leave, free slots are taken.
-  run.planned_world = 0;
   if (absl::StatusOr<v1::Job> job = jobs_.Get(job_id); job.ok()) {
     std::vector<bool> lost(run.ranks.size(), false);
     for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
@@ -388,8 +372,9 @@ void Scheduler::RequestReformLocked(const std::string& job_id, RunningJob& run,
     }
     absl::StatusOr<NextGeneration> next = PlanNextGeneration(
         run.Slots(), lost, FreeSlotsForLocked(run), QuotaCappedLocked(job_id, job->spec(), run));
-    if (next.ok()) run.planned_world = static_cast<int>(next->ranks.size());
+    if (next.ok()) planned.world = static_cast<int>(next->ranks.size());
   }
+  if (!run.phase.Plan(std::move(planned))) return;  // a drain goes first
   v1::JobEvent event;
   event.set_message(absl::StrCat("generation ", run.generation() + 1, " will form at the next ",
                                  "step boundary after ", cause));
@@ -401,15 +386,16 @@ void Scheduler::RetryWaitingLocked(Outbox& out) {
   const absl::Time now = clock_->Now();
   std::vector<std::string> waiting;
   for (const auto& [job_id, run] : running_) {
-    if (run.waiting_until == absl::InfiniteFuture()) continue;
+    const ElasticPhase::Waiting* wait = run.phase.waiting();
+    if (wait == nullptr) continue;
     // Note [Elastic restart]: a survivor not back yet would count as lost.
-    if (run.AwaitingRanks() && now < run.waiting_until) continue;
+    if (run.AwaitingRanks() && now < wait->until) continue;
     waiting.push_back(job_id);
   }
   for (const std::string& job_id : waiting) {
     const RunningJob& run = running_.at(job_id);
-    const std::string cause = run.waiting_cause;
-    const ReformKind kind = run.waiting_kind;
+    const std::string cause = run.phase.waiting()->cause;
+    const ReformKind kind = run.phase.waiting()->kind;
     ReformLocked(job_id, cause, kind, out);
   }
 }
@@ -514,7 +500,7 @@ bool Scheduler::StagedJoinLocked(const v1::JoinRequest& request, JoinDone& done,
   newcomer->up = true;
   const bool all_up = std::all_of(staged.newcomers.begin(), staged.newcomers.end(),
                                   [](const StagedNewcomer& n) { return n.up; });
-  if (all_up && run.planned_cause.empty()) {
+  if (all_up && !run.phase.planned().has_value()) {
     RequestReformLocked(request.job_id(), run, staged.cause, ReformKind::kScaleUp, out);
   }
   out.joins.emplace_back(
@@ -575,7 +561,7 @@ bool Scheduler::StagedNewcomerExitedLocked(const std::string& job_id, RunningJob
   LOG(INFO) << job_id << ": staged newcomer on slot " << slot << " exited before it joined";
   // Before the change is requested, the others are stopped and the growth
   // is tried again; after, the change plans without it.
-  if (run.planned_cause.empty() || newcomers.empty()) {
+  if (!run.phase.planned().has_value() || newcomers.empty()) {
     DropStagedLocked(job_id, run, "another newcomer of the growth exited", out);
   }
   return true;
@@ -587,15 +573,16 @@ void Scheduler::GrowLocked(Outbox& out) {
   std::vector<std::pair<std::string, std::string>> grow;  // job id, cause
   std::vector<std::tuple<std::string, NextGeneration, std::string>> stage;
   for (auto& [job_id, run] : running_) {
-    if (run.staged.has_value() && run.planned_cause.empty() && now >= run.staged->deadline) {
+    if (run.staged.has_value() && !run.phase.planned().has_value() &&
+        now >= run.staged->deadline) {
       DropStagedLocked(job_id, run, absl::StrCat("not up within elastic.wait_seconds ",
                                                  run.elastic_spec.wait_seconds(), " s"),
                        out);
     }
     // Note [Staged growth]: replacements owed are taken without waiting.
-    if (!run.elastic || !run.planned_cause.empty() || run.waiting_until != absl::InfiniteFuture() ||
-        run.staged.has_value() ||
-        run.restarting.has_value() || !run.Formed() || run.AwaitingRanks() ||
+    if (!run.elastic || run.phase.planned().has_value() || run.phase.waiting() != nullptr ||
+        run.staged.has_value() || run.phase.restarting() != nullptr || !run.Formed() ||
+        run.AwaitingRanks() ||
         (!run.replacements_owed &&
          now < run.last_growth_at + absl::Seconds(run.elastic_spec.scale_up_interval_seconds()))) {
       continue;
@@ -706,18 +693,24 @@ std::vector<v1::AgentInfo> Scheduler::ListAgents() const {
 
 std::optional<std::string> Scheduler::ReformOverdueLocked(const RunningJob& run,
                                                           absl::Time now) const {
-  if (run.restarting.has_value()) {
-    if (now < run.restarting->deadline) return std::nullopt;
+  if (const ElasticPhase::Restarting* restarting = run.phase.restarting()) {
+    if (now < restarting->deadline) return std::nullopt;
     std::vector<int> running;
     for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
       if (run.ranks[rank].state != v1::RankStatus::EXITED) running.push_back(static_cast<int>(rank));
     }
-    return absl::StrCat(run.restarting->cause, "; restart-all: rank(s) ",
+    return absl::StrCat(restarting->cause, "; restart-all: rank(s) ",
                         absl::StrJoin(running, ","), " of generation ", run.generation(),
                         " did not exit within elastic.wait_seconds ",
                         run.elastic_spec.wait_seconds(), " s of being stopped", History(run));
   }
-  if (run.form_deadline > now || run.Formed()) return std::nullopt;
+  // The generation forming, or the one still forming while the job waits
+  // for slots (Note [Elastic phase]).
+  const ElasticPhase::Forming* forming = run.phase.forming();
+  if (const ElasticPhase::Waiting* wait = run.phase.waiting(); wait != nullptr) {
+    forming = wait->unformed.has_value() ? &*wait->unformed : nullptr;
+  }
+  if (forming == nullptr || forming->deadline > now || run.Formed()) return std::nullopt;
   std::vector<int> missing;
   for (int rank = 0; rank < run.rendezvous.world_size(); ++rank) {
     if (!run.rendezvous.joined(rank)) missing.push_back(rank);
@@ -838,12 +831,11 @@ void Scheduler::SaveElasticLocked(const std::string& job_id, RunningJob& run) {
 }
 
 void Scheduler::NoteFormedLocked(const std::string& job_id, RunningJob& run) {
-  if (run.reform_started == absl::InfinitePast()) return;
-  const double seconds = absl::ToDoubleSeconds(clock_->Now() - run.reform_started);
-  const bool failure = IsFailure(run.forming_kind);
+  const std::optional<ElasticPhase::Forming> formed = run.phase.GenerationFormed();
+  if (!formed.has_value()) return;
+  const double seconds = absl::ToDoubleSeconds(clock_->Now() - formed->started);
+  const bool failure = IsFailure(formed->kind);
   if (failure) run.recovery_seconds = seconds;
-  run.reform_started = absl::InfinitePast();
-  run.form_deadline = absl::InfiniteFuture();
   v1::JobEvent event;
   event.set_message(absl::StrCat(
       "generation ", run.generation(), " formed with ", run.ranks.size(), " ranks, ",
@@ -857,9 +849,8 @@ void Scheduler::NoteFormedLocked(const std::string& job_id, RunningJob& run) {
 std::vector<ElasticRun> Scheduler::PreemptibleLocked() const {
   std::vector<ElasticRun> runs;
   for (const auto& [job_id, run] : running_) {
-    if (!run.elastic || run.RestartsAll() || !run.planned_cause.empty() ||
-        run.waiting_until != absl::InfiniteFuture() || run.restarting.has_value() ||
-        !run.Formed() || run.AwaitingRanks() || !run.yielding.empty() || !run.departing.empty()) {
+    if (!run.elastic || run.RestartsAll() || run.phase.planned().has_value() ||
+        run.phase.waiting() != nullptr || run.phase.restarting() != nullptr || !run.Formed() || run.AwaitingRanks() || !run.yielding.empty() || !run.departing.empty()) {
       continue;
     }
     const bool healthy = std::none_of(run.ranks.begin(), run.ranks.end(), [](const RankState& r) {
