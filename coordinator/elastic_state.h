@@ -64,7 +64,7 @@ std::optional<ReformKind> ParseReformKind(std::string_view name);
 // reached, the restart-all begun); it carries over from phase to phase
 // until the generation forms, so that recovery_seconds counts the whole
 // change. Each deadline is elastic.wait_seconds from its phase's start;
-// past it the job fails (Scheduler::ReformOverdueLocked, WaitForSlotsLocked).
+// past it the job fails (Scheduler::ReformOverdueLocked; PlanReform in reform_plan.h).
 // Steady holds no deadline: the first generation (or one taken back after a
 // coordinator restart) gathers its ranks under the Join deadlines.
 //

@@ -52,6 +52,7 @@
 #include "coordinator/placement.h"
 #include "coordinator/preemption.h"
 #include "coordinator/queue_plan.h"
+#include "coordinator/reform_plan.h"
 #include "coordinator/rendezvous.h"
 #include "coordinator/running_job.h"
 #include "coordinator/scheduling_policy.h"
@@ -274,15 +275,12 @@ class Scheduler {
   // next generation launches every rank.
   void ReformLocked(const std::string& job_id, const std::string& cause, ReformKind kind,
                     Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The plan of `run`'s next generation after `kind` with `lost` ranks:
-  // free slots up to resources.max_ranks, or, after a failure of a program
-  // that re-forms in process, the survivors alone while they are at least
-  // resources.min_ranks, with `*replacements_owed` set (Note [Staged
-  // growth] in scheduler_elastic.cc).
-  absl::StatusOr<NextGeneration> PlanReformLocked(const std::string& job_id,
-                                                  const v1::JobSpec& spec, const RunningJob& run,
-                                                  const std::vector<bool>& lost,
-                                                  ReformKind kind, bool* replacements_owed)
+  // ReformLocked's Form (PlanReform in reform_plan.h): starts run's next
+  // generation with form.next; `leaving` (agent id, slot) are the ranks that
+  // leave at a step boundary and exit by themselves (to `departing`).
+  void FormLocked(const std::string& job_id, RunningJob& run, const v1::Job& job,
+                  const std::string& cause, ReformKind kind, const ReformDecision::Form& form,
+                  std::vector<std::pair<std::string, int>> leaving, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Note [Staged growth] in scheduler_elastic.cc. The free slots for
   // `run`'s next generation: its staged newcomers' first, then the
@@ -315,10 +313,10 @@ class Scheduler {
   bool StagedNewcomerExitedLocked(const std::string& job_id, RunningJob& run,
                                   const std::string& agent_id, int slot, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The next generation cannot form (`why`): the job waits for slots up to
-  // elastic.wait_seconds from the first time, and fails once they passed.
-  void WaitForSlotsLocked(const std::string& job_id, RunningJob& run, const std::string& cause,
-                          ReformKind kind, const absl::Status& why, Outbox& out)
+  // ReformLocked's first Wait: the next generation cannot form (wait.why);
+  // the job waits for slots until wait.until (Note [Elastic phase]).
+  void BeginWaitLocked(const std::string& job_id, RunningJob& run, const std::string& cause,
+                       ReformKind kind, const ReformDecision::Wait& wait, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Note [Restart-all]: whether every rank of `run` has stopped, so that the
   // next generation may start. The first call has the live ranks stopped and

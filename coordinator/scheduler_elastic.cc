@@ -19,6 +19,7 @@
 #include "coordinator/hang_policy.h"
 #include "coordinator/job_recovery.h"
 #include "coordinator/preemption.h"
+#include "coordinator/reform_plan.h"
 #include "coordinator/scheduler.h"
 #include "glog/logging.h"
 
@@ -28,6 +29,25 @@ namespace {
 std::string History(const RunningJob& run) {
   if (run.history.empty()) return "";
   return absl::StrCat("; history: ", absl::StrJoin(run.history, "; "));
+}
+
+// `run` as PlanReform sees it after `cause` of `kind`, with `lost` (index =
+// rank) the ranks that leave.
+ReformJob ReformJobOf(const RunningJob& run, const std::string& cause, ReformKind kind,
+                      std::vector<bool> lost) {
+  ReformJob job;
+  job.cause = cause;
+  job.kind = kind;
+  job.generation = run.generation();
+  job.restarts = run.restarts;
+  job.max_restarts = run.elastic_spec.max_restarts();
+  job.wait_seconds = run.elastic_spec.wait_seconds();
+  job.stages_replacements = run.program && !run.RestartsAll();
+  job.ranks = run.Slots();
+  job.lost = std::move(lost);
+  if (const ElasticPhase::Waiting* wait = run.phase.waiting()) job.waiting_until = wait->until;
+  job.history = History(run);
+  return job;
 }
 
 // Who leaves at a change: ranks that exited (their slots are free for
@@ -154,15 +174,12 @@ void Scheduler::ReformLocked(const std::string& job_id, const std::string& cause
   RunningJob& run = it->second;
   absl::StatusOr<v1::Job> job = jobs_.Get(job_id);
   if (!job.ok()) return;
-  const int64_t old_generation = run.generation();
-  const int old_world = static_cast<int>(run.ranks.size());
   std::string cause = cause_heard;
   ReformKind kind = kind_heard;
-  if (IsFailure(kind) && run.restarts >= run.elastic_spec.max_restarts()) {
-    EndLocked(job_id, v1::Job::FAILED,
-              absl::StrCat(cause, "; elastic.max_restarts ", run.elastic_spec.max_restarts(),
-                           " used up in generation ", old_generation, History(run)),
-              out);
+  // Before a restart-all stops any rank: a failure past max_restarts fails
+  // the job at once.
+  if (std::optional<std::string> reason = RestartsUsedUp(ReformJobOf(run, cause, kind, {}))) {
+    EndLocked(job_id, v1::Job::FAILED, *reason, out);
     return;
   }
   // Note [Restart-all]: the next generation starts once every rank stopped.
@@ -170,35 +187,49 @@ void Scheduler::ReformLocked(const std::string& job_id, const std::string& cause
       !StopAllForRestartLocked(job_id, run, cause, kind, out)) {
     return;
   }
-  const bool failure = IsFailure(kind);
   std::vector<std::pair<std::string, int>> leaving;
   const std::vector<bool> lost = LostRanks(run, agents_, leaving);
-  bool replacements_owed = false;
-  absl::StatusOr<NextGeneration> next =
-      PlanReformLocked(job_id, job->spec(), run, lost, kind, &replacements_owed);
-  if (!next.ok()) {
-    WaitForSlotsLocked(job_id, run, cause, kind, next.status(), out);
-    return;
-  }
   const absl::Time now = clock_->Now();
+  ReformDecision decision =
+      PlanReform(ReformJobOf(run, cause, kind, lost), FreeSlotsForLocked(run),
+                 QuotaCappedLocked(job_id, job->spec(), run), now);
+  if (auto* fail = std::get_if<ReformDecision::Fail>(&decision.verdict)) {
+    EndLocked(job_id, v1::Job::FAILED, fail->reason, out);
+  } else if (auto* wait = std::get_if<ReformDecision::Wait>(&decision.verdict)) {
+    if (wait->begins) BeginWaitLocked(job_id, run, cause, kind, *wait, now);
+  } else {
+    auto& form = std::get<ReformDecision::Form>(decision.verdict);
+    FormLocked(job_id, run, *job, cause, kind, form, std::move(leaving), out);
+  }
+}
+
+void Scheduler::FormLocked(const std::string& job_id, RunningJob& run, const v1::Job& job,
+                           const std::string& cause, ReformKind kind,
+                           const ReformDecision::Form& form,
+                           std::vector<std::pair<std::string, int>> leaving, Outbox& out) {
+  const NextGeneration& next = form.next;
+  const absl::Time now = clock_->Now();
+  const bool failure = IsFailure(kind);
+  const int64_t old_generation = run.generation();
+  const int old_world = static_cast<int>(run.ranks.size());
   const int64_t generation = old_generation + 1;
-  const int world = static_cast<int>(next->ranks.size());
+  const int world = static_cast<int>(next.ranks.size());
   run.rendezvous.Abort(
       absl::AbortedError(absl::StrCat("generation ", old_generation, " of job ", job_id,
                                       " was superseded by generation ", generation, ": ", cause)),
       out.joins);
   std::vector<std::string> newcomers;
-  std::vector<RankState> ranks = NextRanks(run, *next, agents_, newcomers);
+  std::vector<RankState> ranks = NextRanks(run, next, agents_, newcomers);
   AdoptStagedLocked(job_id, run, ranks, out);
   if (failure) ++run.restarts;
   if (world > old_world) run.last_growth_at = now;
   // Note [Staged growth]: a survivors-only generation owes its replacements.
-  run.replacements_owed = replacements_owed;
-  const std::string change = DescribeChange(run, job->spec(), generation, old_world, world, cause,
+  run.replacements_owed = form.replacements_owed;
+  const std::string change = DescribeChange(run, job.spec(), generation, old_world, world, cause,
                                             failure, newcomers);
   run.history.push_back(change);
   for (auto& departing : leaving) run.departing.push_back(std::move(departing));
-  BeginGeneration(run, *job, std::move(ranks), generation, kind, now);
+  BeginGeneration(run, job, std::move(ranks), generation, kind, now);
   if (metrics_ != nullptr) metrics_->GenerationStarted(std::string(ReformKindName(kind)));
   LOG(INFO) << job_id << ": " << change;
   if (absl::StatusOr<v1::Job> s =
@@ -212,89 +243,18 @@ void Scheduler::ReformLocked(const std::string& job_id, const std::string& cause
   LaunchNewcomers(job_id, run, coordinator_address_, agents_, out.messages);
 }
 
-// Note [Staged growth]
-// A rank lost from a program that re-forms in its own process (the Python
-// package, the C++ SDK) is replaced in two steps, so that the survivors do
-// not wait for the replacement's program to start (a Python newcomer
-// imports torch and chorus for most of a second before it can connect):
-//  1. the failure's generation (g+1) forms at once with the survivors alone
-//     when they are at least resources.min_ranks: the free slots the full
-//     plan would have taken are left free, and the generation owes its
-//     replacements (RunningJob::replacements_owed);
-//  2. once g+1 has formed, GrowLocked takes the free slots at once (not
-//     after elastic.scale_up_interval_seconds, which paces growth onto new
-//     slots, not the return to the size the job had): an ordinary planned
-//     growth, g+2 at the survivors' next step boundary, not a restart.
-// Below min_ranks, or for the built-in trainer (its newcomers load LibTorch
-// while the survivors rebuild their transport anyway) and a program that
-// restarts all (Note [Restart-all]), g+1 takes its newcomers at once, as
-// before. "The next generation" of a failure is thus g+1 with the
-// survivors alone; the newcomers come in g+2 (docs/python.md, "Elastic
-// scripts"; tests/bench/python_bench.py times both).
-// A growth of such a program (a replacement owed, or free slots after the
-// scale-up interval) is staged too, so that the survivors are told to
-// re-form only once the newcomers' programs are up and waiting:
-//  3. GrowLocked plans the growth's generation and launches its newcomers
-//     at once, for that generation, before it forms (RunningJob::staged);
-//     the survivors go on training;
-//  4. the newcomer's chorus-rank joins with starts_program_first and is
-//     answered at once (StagedJoinLocked: JoinResponse.staged, the planned
-//     rank), so it starts the program without waiting for anyone;
-//  5. the program (the SDK's Session::FromEnvironment) joins the
-//     generation itself; that Join, answered UNAVAILABLE (join again) until
-//     the generation forms, marks the newcomer up. Once all are up, the
-//     change is requested (RequestReformLocked): the survivors re-form at
-//     their next step boundary, and ReformLocked takes the staged newcomers
-//     (their slots come first among the free ones) without launching them
-//     again; their next Join completes the generation.
-// Newcomers not up within elastic.wait_seconds, or that a failure's
-// generation does not take (with the survivors alone), are stopped and the
-// growth is tried again; one that exits first frees its slot. A coordinator
-// restart forgets the debt and the staged growth: the job then grows after
-// the scale-up interval, and a staged newcomer's Join finds no rank.
-absl::StatusOr<NextGeneration> Scheduler::PlanReformLocked(const std::string& job_id,
-                                                           const v1::JobSpec& spec,
-                                                           const RunningJob& run,
-                                                           const std::vector<bool>& lost,
-                                                           ReformKind kind,
-                                                           bool* replacements_owed) {
-  const QueuedJob capped = QuotaCappedLocked(job_id, spec, run);
-  const std::vector<AgentSlots> free = FreeSlotsForLocked(run);
-  absl::StatusOr<NextGeneration> full = PlanNextGeneration(run.Slots(), lost, free, capped);
-  if (!full.ok() || full->newcomers() == 0 || !IsFailure(kind) || !run.program ||
-      run.RestartsAll()) {
-    return full;
-  }
-  absl::StatusOr<NextGeneration> survivors = PlanNextGeneration(run.Slots(), lost, {}, capped);
-  if (!survivors.ok()) return full;  // below min_ranks without the newcomers
-  *replacements_owed = true;
-  return survivors;
-}
-
-void Scheduler::WaitForSlotsLocked(const std::string& job_id, RunningJob& run,
-                                   const std::string& cause, ReformKind kind,
-                                   const absl::Status& why, Outbox& out) {
-  const absl::Time now = clock_->Now();
-  const int64_t generation = run.generation() + 1;
-  if (run.phase.waiting() == nullptr) {
-    // Below resources.min_ranks: wait for slots (an agent that connects,
-    // a job that ends) rather than fail at once.
-    run.phase.BeginWaiting(cause, kind, now, now + absl::Seconds(run.elastic_spec.wait_seconds()));
-    v1::JobEvent event;
-    event.set_message(absl::StrCat("generation ", generation, " after ", cause,
-                                   " waits up to elastic.wait_seconds ",
-                                   run.elastic_spec.wait_seconds(),
-                                   " s for free slots: ", why.message()));
-    LOG(INFO) << job_id << ": " << event.message();
-    (void)jobs_.AddEvent(job_id, std::move(event));
-    return;
-  }
-  if (now < run.phase.waiting()->until) return;
-  EndLocked(job_id, v1::Job::FAILED,
-            absl::StrCat(cause, "; generation ", generation,
-                         " cannot form: waited elastic.wait_seconds ",
-                         run.elastic_spec.wait_seconds(), " s and ", why.message(), History(run)),
-            out);
+void Scheduler::BeginWaitLocked(const std::string& job_id, RunningJob& run,
+                                const std::string& cause, ReformKind kind,
+                                const ReformDecision::Wait& wait, absl::Time now) {
+  // Below resources.min_ranks: wait for slots (an agent that connects, a
+  // job that ends) rather than fail at once.
+  run.phase.BeginWaiting(cause, kind, now, wait.until);
+  v1::JobEvent event;
+  event.set_message(absl::StrCat("generation ", run.generation() + 1, " after ", cause,
+                                 " waits up to elastic.wait_seconds ",
+                                 run.elastic_spec.wait_seconds(), " s for free slots: ", wait.why));
+  LOG(INFO) << job_id << ": " << event.message();
+  (void)jobs_.AddEvent(job_id, std::move(event));
 }
 
 bool Scheduler::StopAllForRestartLocked(const std::string& job_id, RunningJob& run,
@@ -400,6 +360,46 @@ void Scheduler::RetryWaitingLocked(Outbox& out) {
   }
 }
 
+// Note [Staged growth]
+// A rank lost from a program that re-forms in its own process (the Python
+// package, the C++ SDK) is replaced in two steps, so that the survivors do
+// not wait for the replacement's program to start (a Python newcomer
+// imports torch and chorus for most of a second before it can connect):
+//  1. the failure's generation (g+1) forms at once with the survivors alone
+//     when they are at least resources.min_ranks: the free slots the full
+//     plan would have taken are left free, and the generation owes its
+//     replacements (RunningJob::replacements_owed);
+//  2. once g+1 has formed, GrowLocked takes the free slots at once (not
+//     after elastic.scale_up_interval_seconds, which paces growth onto new
+//     slots, not the return to the size the job had): an ordinary planned
+//     growth, g+2 at the survivors' next step boundary, not a restart.
+// Below min_ranks, or for the built-in trainer (its newcomers load LibTorch
+// while the survivors rebuild their transport anyway) and a program that
+// restarts all (Note [Restart-all]), g+1 takes its newcomers at once, as
+// before. "The next generation" of a failure is thus g+1 with the
+// survivors alone; the newcomers come in g+2 (docs/python.md, "Elastic
+// scripts"; tests/bench/python_bench.py times both).
+// A growth of such a program (a replacement owed, or free slots after the
+// scale-up interval) is staged too, so that the survivors are told to
+// re-form only once the newcomers' programs are up and waiting:
+//  3. GrowLocked plans the growth's generation and launches its newcomers
+//     at once, for that generation, before it forms (RunningJob::staged);
+//     the survivors go on training;
+//  4. the newcomer's chorus-rank joins with starts_program_first and is
+//     answered at once (StagedJoinLocked: JoinResponse.staged, the planned
+//     rank), so it starts the program without waiting for anyone;
+//  5. the program (the SDK's Session::FromEnvironment) joins the
+//     generation itself; that Join, answered UNAVAILABLE (join again) until
+//     the generation forms, marks the newcomer up. Once all are up, the
+//     change is requested (RequestReformLocked): the survivors re-form at
+//     their next step boundary, and ReformLocked takes the staged newcomers
+//     (their slots come first among the free ones) without launching them
+//     again; their next Join completes the generation.
+// Newcomers not up within elastic.wait_seconds, or that a failure's
+// generation does not take (with the survivors alone), are stopped and the
+// growth is tried again; one that exits first frees its slot. A coordinator
+// restart forgets the debt and the staged growth: the job then grows after
+// the scale-up interval, and a staged newcomer's Join finds no rank.
 std::vector<AgentSlots> Scheduler::FreeSlotsForLocked(const RunningJob& run) const {
   std::vector<AgentSlots> free = UnreservedSlotsLocked();
   if (!run.staged.has_value()) return free;
