@@ -25,11 +25,25 @@ void Scheduler::Outbox::Flush() {
   agent_joins.Send();  // what the joins above recorded for agents
 }
 
-Scheduler::Scheduler(JobManager& jobs, Clock* clock, std::string coordinator_address)
+Scheduler::Scheduler(JobManager& jobs, Clock* clock, SchedulerOptions options)
     : jobs_(jobs),
+      resolve_resume_(std::move(options.resume_resolver)),
       clock_(clock ? clock : &real_clock_),
-      coordinator_address_(std::move(coordinator_address)),
-      fair_share_(policy_.fair_share_half_life, clock_->Now()) {}
+      coordinator_address_(std::move(options.coordinator_address)),
+      metrics_(options.metrics),
+      policy_(std::move(options.scheduling_policy)),
+      fair_share_(policy_.fair_share_half_life, clock_->Now()),
+      requeue_timeout_(options.requeue_checkpoint_timeout) {}
+
+void Scheduler::Configure(SchedulerOptions options) {
+  absl::MutexLock lock(&mu_);
+  resolve_resume_ = std::move(options.resume_resolver);
+  coordinator_address_ = std::move(options.coordinator_address);
+  metrics_ = options.metrics;
+  fair_share_ = FairShare(options.scheduling_policy.fair_share_half_life, clock_->Now());
+  policy_ = std::move(options.scheduling_policy);
+  requeue_timeout_ = options.requeue_checkpoint_timeout;
+}
 
 absl::StatusOr<std::string> Scheduler::AddAgent(const v1::AgentHello& hello, Sender send) {
   Outbox out(agent_joins_);
@@ -229,12 +243,6 @@ QueuedJob Scheduler::QuotaCappedLocked(const std::string& job_id, const v1::JobS
       {job.resources.min_ranks(), quota->second - others, static_cast<int>(run.ranks.size())});
   job.resources.set_max_ranks(std::min(job.resources.max_ranks(), most));
   return job;
-}
-
-void Scheduler::set_scheduling_policy(SchedulingPolicy policy) {
-  absl::MutexLock lock(&mu_);
-  fair_share_ = FairShare(policy.fair_share_half_life, clock_->Now());
-  policy_ = std::move(policy);
 }
 
 absl::Status Scheduler::CheckSubmission(const v1::JobSpec& spec, const std::string& owner) const {
@@ -483,11 +491,6 @@ void Scheduler::Recover(const std::vector<v1::Job>& running, absl::Duration grac
   // order: plan the queue taken back now, not at the first placement pass
   // (an agent coming back), which may be seconds away after a takeover.
   plan_ = PlanQueue(QueuedLocked(), agents_.FreeSlots(), UsageLocked(), policy_);
-}
-
-void Scheduler::set_resume_resolver(ResumeResolver resolver) {
-  absl::MutexLock lock(&mu_);
-  resolve_resume_ = std::move(resolver);
 }
 
 void Scheduler::set_coordinator_address(std::string address) {

@@ -431,11 +431,6 @@ void Scheduler::Snapshot(ClusterSnapshot& snapshot, int max_rank_rows) const {
   AddUsers(UsageLocked(), running_, queue_entries_, plan_, snapshot);
 }
 
-void Scheduler::set_metrics(CoordinatorMetrics* metrics) {
-  absl::MutexLock lock(&mu_);
-  metrics_ = metrics;
-}
-
 void Scheduler::Logs(const std::string& agent_id, const v1::RankLogs& logs) {
   int rank = -1;
   {
