@@ -4,13 +4,22 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace chorus {
+namespace {
+
+std::string History(const ReformJob& job) {
+  if (job.history == nullptr || job.history->empty()) return "";
+  return absl::StrCat("; history: ", absl::StrJoin(*job.history, "; "));
+}
+
+}  // namespace
 
 std::optional<std::string> RestartsUsedUp(const ReformJob& job) {
   if (!IsFailure(job.kind) || job.restarts < job.max_restarts) return std::nullopt;
   return absl::StrCat(job.cause, "; elastic.max_restarts ", job.max_restarts,
-                      " used up in generation ", job.generation, job.history);
+                      " used up in generation ", job.generation, History(job));
 }
 
 ReformDecision PlanReform(const ReformJob& job, const std::vector<AgentSlots>& free,
@@ -36,7 +45,7 @@ ReformDecision PlanReform(const ReformJob& job, const std::vector<AgentSlots>& f
   if (now < *job.waiting_until) return {ReformDecision::Wait{*job.waiting_until, false, why}};
   return {ReformDecision::Fail{absl::StrCat(
       job.cause, "; generation ", job.generation + 1, " cannot form: waited elastic.wait_seconds ",
-      job.wait_seconds, " s and ", why, job.history)}};
+      job.wait_seconds, " s and ", why, History(job))}};
 }
 
 }  // namespace chorus

@@ -45,8 +45,9 @@ struct ReformJob {
   std::vector<bool> lost;       // same size: the ranks that leave
   // The wait for slots under way (ElasticPhase::Waiting::until), if any.
   std::optional<absl::Time> waiting_until;
-  // The job's history, appended to a failure's reason ("; history: ...").
-  std::string history;
+  // The job's history, one line per change (RunningJob::history), quoted at
+  // the end of a failure's reason; null: none. Not owned.
+  const std::vector<std::string>* history = nullptr;
 };
 
 struct ReformDecision {

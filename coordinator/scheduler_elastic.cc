@@ -31,10 +31,9 @@ std::string History(const RunningJob& run) {
   return absl::StrCat("; history: ", absl::StrJoin(run.history, "; "));
 }
 
-// `run` as PlanReform sees it after `cause` of `kind`, with `lost` (index =
-// rank) the ranks that leave.
-ReformJob ReformJobOf(const RunningJob& run, const std::string& cause, ReformKind kind,
-                      std::vector<bool> lost) {
+// `run` as PlanReform sees it after `cause` of `kind`, without its ranks:
+// the caller that plans adds them (O(ranks)).
+ReformJob ReformJobOf(const RunningJob& run, const std::string& cause, ReformKind kind) {
   ReformJob job;
   job.cause = cause;
   job.kind = kind;
@@ -43,10 +42,8 @@ ReformJob ReformJobOf(const RunningJob& run, const std::string& cause, ReformKin
   job.max_restarts = run.elastic_spec.max_restarts();
   job.wait_seconds = run.elastic_spec.wait_seconds();
   job.stages_replacements = run.program && !run.RestartsAll();
-  job.ranks = run.Slots();
-  job.lost = std::move(lost);
   if (const ElasticPhase::Waiting* wait = run.phase.waiting()) job.waiting_until = wait->until;
-  job.history = History(run);
+  job.history = &run.history;
   return job;
 }
 
@@ -178,7 +175,7 @@ void Scheduler::ReformLocked(const std::string& job_id, const std::string& cause
   ReformKind kind = kind_heard;
   // Before a restart-all stops any rank: a failure past max_restarts fails
   // the job at once.
-  if (std::optional<std::string> reason = RestartsUsedUp(ReformJobOf(run, cause, kind, {}))) {
+  if (std::optional<std::string> reason = RestartsUsedUp(ReformJobOf(run, cause, kind))) {
     EndLocked(job_id, v1::Job::FAILED, *reason, out);
     return;
   }
@@ -188,11 +185,12 @@ void Scheduler::ReformLocked(const std::string& job_id, const std::string& cause
     return;
   }
   std::vector<std::pair<std::string, int>> leaving;
-  const std::vector<bool> lost = LostRanks(run, agents_, leaving);
+  ReformJob planned = ReformJobOf(run, cause, kind);
+  planned.ranks = run.Slots();
+  planned.lost = LostRanks(run, agents_, leaving);
   const absl::Time now = clock_->Now();
-  ReformDecision decision =
-      PlanReform(ReformJobOf(run, cause, kind, lost), FreeSlotsForLocked(run),
-                 QuotaCappedLocked(job_id, job->spec(), run), now);
+  ReformDecision decision = PlanReform(planned, FreeSlotsForLocked(run),
+                                       QuotaCappedLocked(job_id, job->spec(), run), now);
   if (auto* fail = std::get_if<ReformDecision::Fail>(&decision.verdict)) {
     EndLocked(job_id, v1::Job::FAILED, fail->reason, out);
   } else if (auto* wait = std::get_if<ReformDecision::Wait>(&decision.verdict)) {
