@@ -51,20 +51,22 @@ std::optional<ReformKind> ParseReformKind(std::string_view name);
 // Note [Elastic phase]
 // Where an elastic job is in its change of generation. One phase at a time:
 //
-//   phase       what it holds                 entered by            left by
-//   Steady      nothing                       start, GenerationFormed  a change
-//   Forming     kind, started, deadline       BeginForming          GenerationFormed,
-//                                             (g+1 started)         another change
-//   Waiting     cause, kind, started, until   BeginWaiting (below   BeginForming (slots
-//                                             resources.min_ranks)  came), or the job fails
-//   Restarting  cause, kind, started,         BeginRestarting       BeginForming /
-//               deadline                      (Note [Restart-all])  BeginWaiting
+//   phase       holds                        entered by           left by
+//   Steady      nothing                      the job's start,     a change
+//                                            GenerationFormed
+//   Forming     kind, started, deadline      BeginForming         GenerationFormed,
+//                                            (g+1 started)        another change
+//   Waiting     cause, kind, started, until  BeginWaiting (below  BeginForming (slots
+//                                            min_ranks)           came), or the job fails
+//   Restarting  cause, kind, started,        BeginRestarting      BeginForming,
+//               deadline                     (Note [Restart-all]) BeginWaiting
 //
 // `started` is when the change began (the failure heard, the step boundary
 // reached, the restart-all begun); it carries over from phase to phase
 // until the generation forms, so that recovery_seconds counts the whole
 // change. Each deadline is elastic.wait_seconds from its phase's start;
-// past it the job fails (Scheduler::ReformOverdueLocked; PlanReform in reform_plan.h).
+// past it the job fails (Scheduler::ReformOverdueLocked, and PlanReform in
+// reform_plan.h for a wait).
 // Steady holds no deadline: the first generation (or one taken back after a
 // coordinator restart) gathers its ranks under the Join deadlines.
 //
