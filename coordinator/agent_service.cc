@@ -65,7 +65,8 @@ class AgentStream : public grpc::ServerBidiReactor<v1::AgentMessage, v1::Coordin
     } else if (in_.has_joins()) {
       // Note [Joins through the agent]: each waits as long as a rank's own
       // Join may.
-      scheduler_.ranks().AgentJoins(agent_id_, in_.joins(), absl::Now() + RankServiceImpl::kMaxJoinWait);
+      scheduler_.ranks().AgentJoins(agent_id_, in_.joins(),
+                                    absl::Now() + RankServiceImpl::kMaxJoinWait);
     }
     // Pings need no action: receiving them keeps the stream alive.
     StartRead(&in_);
@@ -81,7 +82,8 @@ class AgentStream : public grpc::ServerBidiReactor<v1::AgentMessage, v1::Coordin
   // ended. The agents keep their ranks and reconnect to whichever coordinator
   // serves next, which takes the jobs back as after a SIGKILL.
   void OnDone() override {
-    if (!agent_id_.empty() && !coordinator_stopping_->load()) scheduler_.agents().RemoveAgent(agent_id_);
+    if (!agent_id_.empty() && !coordinator_stopping_->load())
+      scheduler_.agents().RemoveAgent(agent_id_);
     outbox_->Detach();
     delete this;
   }

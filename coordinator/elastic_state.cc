@@ -8,9 +8,9 @@ namespace chorus {
 
 namespace {
 
-constexpr ReformKind kAllKinds[] = {ReformKind::kRankLost, ReformKind::kAgentLost,
+constexpr ReformKind kAllKinds[] = {ReformKind::kRankLost,    ReformKind::kAgentLost,
                                     ReformKind::kHangRestart, ReformKind::kDrain,
-                                    ReformKind::kScaleUp, ReformKind::kPreempt};
+                                    ReformKind::kScaleUp,     ReformKind::kPreempt};
 
 }  // namespace
 

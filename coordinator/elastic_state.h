@@ -31,9 +31,9 @@ enum class ReformKind {
   kAgentLost,    // the agent of a rank is gone
   kHangRestart,  // hang_detection.action RESTART with no rank to evict
   // Planned changes, at a step boundary: not restarts.
-  kDrain,        // an agent the job runs on is drained
-  kScaleUp,      // free slots let the job grow (or take replacements owed)
-  kPreempt,      // a higher-priority job takes some of its ranks
+  kDrain,    // an agent the job runs on is drained
+  kScaleUp,  // free slots let the job grow (or take replacements owed)
+  kPreempt,  // a higher-priority job takes some of its ranks
 };
 
 // Whether a change of `kind` was not planned (counts as a restart).

@@ -17,9 +17,9 @@ struct KindCase {
 // The names are part of chorus_generations_total and of the state database:
 // this table pins them.
 constexpr KindCase kKinds[] = {
-    {ReformKind::kRankLost, "rank_lost", true},   {ReformKind::kAgentLost, "agent_lost", true},
+    {ReformKind::kRankLost, "rank_lost", true},       {ReformKind::kAgentLost, "agent_lost", true},
     {ReformKind::kHangRestart, "hang_restart", true}, {ReformKind::kDrain, "drain", false},
-    {ReformKind::kScaleUp, "scale_up", false},     {ReformKind::kPreempt, "preempt", false},
+    {ReformKind::kScaleUp, "scale_up", false},        {ReformKind::kPreempt, "preempt", false},
 };
 
 TEST(ReformKindTest, NamesFailuresAndParsingAgree) {

@@ -98,7 +98,7 @@ void Run(FuzzInput& in) {
       join.set_generation(1);
       join.set_pid(100 + slot);
       scheduler.ranks().Join(join, clock.Now() + absl::Seconds(60),
-                     [&joined](absl::StatusOr<v1::JoinResponse> r) { joined += r.ok(); });
+                             [&joined](absl::StatusOr<v1::JoinResponse> r) { joined += r.ok(); });
     }
     if (joined != world) Fail("the ranks could not join");
 

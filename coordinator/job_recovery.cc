@@ -41,8 +41,7 @@ ElasticPhase RestoredPhase(const coordinator::ElasticRecord& record) {
   if (record.has_restart_all()) {
     const coordinator::ElasticRecord::RestartAll& r = record.restart_all();
     return ElasticPhase(ElasticPhase::Restarting{r.cause(), KindOf(r.kind()),
-                                                 started(r.deadline_us()),
-                                                 TimeOf(r.deadline_us())},
+                                                 started(r.deadline_us()), TimeOf(r.deadline_us())},
                         std::move(planned));
   }
   if (record.has_waiting()) {

@@ -149,8 +149,8 @@ TEST(JobRecoveryTest, ElasticPhaseComesBackFromItsRecord) {
       ElasticPhase(ElasticPhase::Waiting{"hang", ReformKind::kHangRestart, t0,
                                          t0 + absl::Seconds(90), std::nullopt},
                    ElasticPhase::Planned{"grow", ReformKind::kScaleUp, std::nullopt}),
-      ElasticPhase(ElasticPhase::Restarting{"preempted", ReformKind::kPreempt, t0,
-                                            t0 + absl::Seconds(30)}),
+      ElasticPhase(
+          ElasticPhase::Restarting{"preempted", ReformKind::kPreempt, t0, t0 + absl::Seconds(30)}),
   };
   for (size_t i = 0; i < phases.size(); ++i) {
     SCOPED_TRACE(i);

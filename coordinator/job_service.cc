@@ -205,7 +205,8 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
   // The priority ceiling and queued-job limit of the scheduling policy
   // (two submissions at the same instant may both pass the last free place
   // in a user's queue).
-  if (absl::Status s = scheduler_.jobs().CheckSubmission(request->spec(), caller->user()); !s.ok()) {
+  if (absl::Status s = scheduler_.jobs().CheckSubmission(request->spec(), caller->user());
+      !s.ok()) {
     return Reject(context, s);
   }
   absl::StatusOr<v1::Job> job =
@@ -347,7 +348,8 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListAgents(grpc::CallbackServerContext
   if (absl::Status s = auth_.Check(context->client_metadata(), Role::kUser); !s.ok()) {
     return Reject(context, s);
   }
-  for (v1::AgentInfo& agent : scheduler_.agents().ListAgents()) *response->add_agents() = std::move(agent);
+  for (v1::AgentInfo& agent : scheduler_.agents().ListAgents())
+    *response->add_agents() = std::move(agent);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;

@@ -32,8 +32,7 @@ ReformDecision PlanReform(const ReformJob& job, const std::vector<AgentSlots>& f
     // Note [Staged growth]: after a failure, the survivors alone while they
     // are at least resources.min_ranks; the newcomers come in a growth.
     if (full->newcomers() > 0 && IsFailure(job.kind) && job.stages_replacements) {
-      absl::StatusOr<NextGeneration> survivors =
-          PlanNextGeneration(job.ranks, job.lost, {}, spec);
+      absl::StatusOr<NextGeneration> survivors = PlanNextGeneration(job.ranks, job.lost, {}, spec);
       if (survivors.ok()) return {ReformDecision::Form{*std::move(survivors), true}};
     }
     return {ReformDecision::Form{*std::move(full), false}};
@@ -43,9 +42,9 @@ ReformDecision PlanReform(const ReformJob& job, const std::vector<AgentSlots>& f
     return {ReformDecision::Wait{now + absl::Seconds(job.wait_seconds), true, why}};
   }
   if (now < *job.waiting_until) return {ReformDecision::Wait{*job.waiting_until, false, why}};
-  return {ReformDecision::Fail{absl::StrCat(
-      job.cause, "; generation ", job.generation + 1, " cannot form: waited elastic.wait_seconds ",
-      job.wait_seconds, " s and ", why, History(job))}};
+  return {ReformDecision::Fail{absl::StrCat(job.cause, "; generation ", job.generation + 1,
+                                            " cannot form: waited elastic.wait_seconds ",
+                                            job.wait_seconds, " s and ", why, History(job))}};
 }
 
 }  // namespace chorus

@@ -122,8 +122,8 @@ struct Case {
 
 TEST(ReformPlanTest, FailsWaitsOrForms) {
   const Case cases[] = {
-      {"a lost rank is replaced on a free slot",
-       With([](Inputs& in) { in.free_on_b = {0}; }), Forms(4, 1)},
+      {"a lost rank is replaced on a free slot", With([](Inputs& in) { in.free_on_b = {0}; }),
+       Forms(4, 1)},
       {"no free slot: the survivors form alone above min_ranks", Inputs(), Forms(3, 0)},
       {"a program that re-forms in process forms its survivors and owes the newcomer",
        With([](Inputs& in) {
@@ -138,8 +138,7 @@ TEST(ReformPlanTest, FailsWaitsOrForms) {
          in.min_ranks = 4;
        }),
        Forms(4, 1)},
-      {"a planned change is never staged: the growth takes its slots at once",
-       With([](Inputs& in) {
+      {"a planned change is never staged: the growth takes its slots at once", With([](Inputs& in) {
          in.kind = ReformKind::kScaleUp;
          in.stages_replacements = true;
          in.lost = {false, false, false, false};

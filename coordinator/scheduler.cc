@@ -74,8 +74,7 @@ absl::StatusOr<std::string> Scheduler::AddAgent(const v1::AgentHello& hello, Sen
       const int rank = run.RankOn(id, slot);
       const ElasticPhase::Restarting* restarting = run.phase.restarting();
       if (restarting != nullptr && rank >= 0 && run.ranks[rank].stopping) {
-        out.messages.emplace_back(agent.send,
-                                  StopRanksMessage(job_id, {slot}, restarting->cause));
+        out.messages.emplace_back(agent.send, StopRanksMessage(job_id, {slot}, restarting->cause));
       }
     }
     ScheduleLocked(out);

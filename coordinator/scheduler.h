@@ -327,8 +327,7 @@ class Scheduler {
   absl::StatusOr<v1::Job> Cancel(const std::string& job_id, const std::string& reason);
   void Recover(const std::vector<v1::Job>& running, absl::Duration grace);
   absl::Status CheckSubmission(const v1::JobSpec& spec, const std::string& owner) const;
-  void FillStatus(const std::string& job_id, v1::JobStatus& status,
-                  const StatusRows& rows) const;
+  void FillStatus(const std::string& job_id, v1::JobStatus& status, const StatusRows& rows) const;
   absl::StatusOr<v1::GetLogsResponse> GetLogs(const v1::GetLogsRequest& request) const;
   v1::GetQueueResponse Queue() const;
   void Snapshot(ClusterSnapshot& snapshot, int max_rank_rows) const;
@@ -431,8 +430,7 @@ class Scheduler {
   // generation starts it (ReformLocked). A job that restarts all has no
   // step boundary to wait for: its restart starts at once.
   void RequestReformLocked(const std::string& job_id, RunningJob& run, const std::string& cause,
-                           ReformKind kind, Outbox& out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                           ReformKind kind, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Elastic jobs waiting below resources.min_ranks try to form again (or
   // fail past elastic.wait_seconds).
   void RetryWaitingLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -585,8 +583,7 @@ inline absl::Status SchedulerAgents::CheckAgentsCanHold(v1::JobSpec spec) const 
   return scheduler_.CheckAgentsCanHold(std::move(spec));
 }
 
-inline void SchedulerRanks::RankExited(const std::string& agent_id,
-                                       const v1::RankExited& exited) {
+inline void SchedulerRanks::RankExited(const std::string& agent_id, const v1::RankExited& exited) {
   scheduler_.RankExited(agent_id, exited);
 }
 inline void SchedulerRanks::Join(const v1::JoinRequest& request, absl::Time deadline,
@@ -609,8 +606,7 @@ inline void SchedulerRanks::AgentHeartbeats(const std::string& agent_id,
   scheduler_.AgentHeartbeats(agent_id, batch);
 }
 inline absl::StatusOr<UploadGrant> SchedulerRanks::GrantUpload(const std::string& job_id,
-                                                               int64_t generation,
-                                                               int rank) const {
+                                                               int64_t generation, int rank) const {
   return scheduler_.GrantUpload(job_id, generation, rank);
 }
 inline void SchedulerRanks::Logs(const std::string& agent_id, const v1::RankLogs& logs) {

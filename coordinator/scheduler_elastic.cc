@@ -223,8 +223,8 @@ void Scheduler::FormLocked(const std::string& job_id, RunningJob& run, const v1:
   if (world > old_world) run.last_growth_at = now;
   // Note [Staged growth]: a survivors-only generation owes its replacements.
   run.replacements_owed = form.replacements_owed;
-  const std::string change = DescribeChange(run, job.spec(), generation, old_world, world, cause,
-                                            failure, newcomers);
+  const std::string change =
+      DescribeChange(run, job.spec(), generation, old_world, world, cause, failure, newcomers);
   run.history.push_back(change);
   for (auto& departing : leaving) run.departing.push_back(std::move(departing));
   BeginGeneration(run, job, std::move(ranks), generation, kind, now);
@@ -308,8 +308,7 @@ bool Scheduler::StopAllForRestartLocked(const std::string& job_id, RunningJob& r
 }
 
 void Scheduler::RequestReformLocked(const std::string& job_id, RunningJob& run,
-                                    const std::string& cause, ReformKind kind,
-                                    Outbox& out) {
+                                    const std::string& cause, ReformKind kind, Outbox& out) {
   if (run.RestartsAll()) {
     ReformLocked(job_id, cause, kind, out);  // Note [Restart-all]: at once
     return;
@@ -571,8 +570,7 @@ void Scheduler::GrowLocked(Outbox& out) {
   std::vector<std::pair<std::string, std::string>> grow;  // job id, cause
   std::vector<std::tuple<std::string, NextGeneration, std::string>> stage;
   for (auto& [job_id, run] : running_) {
-    if (run.staged.has_value() && !run.phase.planned().has_value() &&
-        now >= run.staged->deadline) {
+    if (run.staged.has_value() && !run.phase.planned().has_value() && now >= run.staged->deadline) {
       DropStagedLocked(job_id, run, absl::StrCat("not up within elastic.wait_seconds ",
                                                  run.elastic_spec.wait_seconds(), " s"),
                        out);
@@ -614,7 +612,8 @@ void Scheduler::GrowLocked(Outbox& out) {
   }
   for (const auto& [job_id, cause] : grow) {
     auto it = running_.find(job_id);
-    if (it != running_.end()) RequestReformLocked(job_id, it->second, cause, ReformKind::kScaleUp, out);
+    if (it != running_.end())
+      RequestReformLocked(job_id, it->second, cause, ReformKind::kScaleUp, out);
   }
 }
 
@@ -672,7 +671,8 @@ absl::StatusOr<v1::AgentInfo> Scheduler::DrainAgent(const std::string& name) {
       }
       for (const auto& [job_id, cause] : drained) {
         auto it = running_.find(job_id);
-        if (it != running_.end()) RequestReformLocked(job_id, it->second, cause, ReformKind::kDrain, out);
+        if (it != running_.end())
+          RequestReformLocked(job_id, it->second, cause, ReformKind::kDrain, out);
       }
     }
     info = AgentInfoLocked(*id);
@@ -697,8 +697,8 @@ std::optional<std::string> Scheduler::ReformOverdueLocked(const RunningJob& run,
     for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
       if (run.ranks[rank].state != v1::RankStatus::EXITED) running.push_back(static_cast<int>(rank));
     }
-    return absl::StrCat(restarting->cause, "; restart-all: rank(s) ",
-                        absl::StrJoin(running, ","), " of generation ", run.generation(),
+    return absl::StrCat(restarting->cause, "; restart-all: rank(s) ", absl::StrJoin(running, ","),
+                        " of generation ", run.generation(),
                         " did not exit within elastic.wait_seconds ",
                         run.elastic_spec.wait_seconds(), " s of being stopped", History(run));
   }
@@ -848,7 +848,8 @@ std::vector<ElasticRun> Scheduler::PreemptibleLocked() const {
   std::vector<ElasticRun> runs;
   for (const auto& [job_id, run] : running_) {
     if (!run.elastic || run.RestartsAll() || run.phase.planned().has_value() ||
-        run.phase.waiting() != nullptr || run.phase.restarting() != nullptr || !run.Formed() || run.AwaitingRanks() || !run.yielding.empty() || !run.departing.empty()) {
+        run.phase.waiting() != nullptr || run.phase.restarting() != nullptr || !run.Formed() ||
+        run.AwaitingRanks() || !run.yielding.empty() || !run.departing.empty()) {
       continue;
     }
     const bool healthy = std::none_of(run.ranks.begin(), run.ranks.end(), [](const RankState& r) {

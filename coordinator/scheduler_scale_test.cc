@@ -79,10 +79,10 @@ class SchedulerScaleTest : public ::testing::Test {
           request.set_pid(1000 + static_cast<int64_t>(joins.size()));
           JoinResult* result = &joins.emplace_back();
           scheduler_->ranks().Join(request, clock_.Now() + absl::Minutes(5),
-                           [result](absl::StatusOr<v1::JoinResponse> r) {
-                             result->called = true;
-                             result->result = std::move(r);
-                           });
+                                   [result](absl::StatusOr<v1::JoinResponse> r) {
+                                     result->called = true;
+                                     result->result = std::move(r);
+                                   });
         }
       }
     }

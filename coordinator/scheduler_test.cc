@@ -177,7 +177,8 @@ TEST_F(SchedulerTest, StaleGenerationUnknownSlotAndDeadline) {
   Add(a, 2, "node-a");
   const std::string job = Submit(2, 2);
   JoinResult stale, unknown, first;
-  scheduler_->ranks().Join(JoinOf(job, a.id, 0, /*gen=*/7), clock_.Now() + absl::Seconds(5), stale.Done());
+  scheduler_->ranks().Join(JoinOf(job, a.id, 0, /*gen=*/7), clock_.Now() + absl::Seconds(5),
+                           stale.Done());
   EXPECT_EQ(stale.result.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(stale.result.status().message(), HasSubstr("the current generation is 1"));
   scheduler_->ranks().Join(JoinOf(job, a.id, 9), clock_.Now() + absl::Seconds(5), unknown.Done());
@@ -529,15 +530,14 @@ TEST_F(SchedulerTest, AJobThatCannotResumeFailsAndTheNextOneTakesItsSlots) {
 }
 
 TEST_F(SchedulerTest, ResumedJobsJoinWithTheirCheckpointAndSkippedOnesAreWarnedAbout) {
-  options_.resume_resolver =
-      [](const std::string& resume_from, std::vector<std::string>* skipped) {
-        EXPECT_EQ(resume_from, "job-000001:30");
-        skipped->push_back("checkpoint job-000001 step 30 is damaged");
-        v1::CheckpointManifest manifest;
-        manifest.set_job_id("job-000001");
-        manifest.set_step(20);
-        return absl::StatusOr<v1::CheckpointManifest>(manifest);
-      };
+  options_.resume_resolver = [](const std::string& resume_from, std::vector<std::string>* skipped) {
+    EXPECT_EQ(resume_from, "job-000001:30");
+    skipped->push_back("checkpoint job-000001 step 30 is damaged");
+    v1::CheckpointManifest manifest;
+    manifest.set_job_id("job-000001");
+    manifest.set_step(20);
+    return absl::StatusOr<v1::CheckpointManifest>(manifest);
+  };
   scheduler_->Configure(options_);
   const std::string original = Submit(1, 1);
   auto spec =
@@ -548,7 +548,7 @@ TEST_F(SchedulerTest, ResumedJobsJoinWithTheirCheckpointAndSkippedOnesAreWarnedA
   Add(a, 2, "node-a");
   JoinResult join;
   scheduler_->ranks().Join(JoinOf(resumed->job_id(), a.id, 1), clock_.Now() + absl::Seconds(5),
-                   join.Done());
+                           join.Done());
   ASSERT_TRUE(join.called);
   ASSERT_TRUE(join.result.ok()) << join.result.status();
   EXPECT_EQ(join.result->resume().step(), 20);
@@ -580,8 +580,8 @@ class ElasticSchedulerTest : public SchedulerTest {
     Add(agent_, 5, "node-a");
     std::vector<JoinResult> joins(4);
     for (int slot = 0; slot < 4; ++slot) {
-      scheduler_->ranks().Join(JoinOf(job->job_id(), agent_.id, slot), clock_.Now() + absl::Seconds(60),
-                       joins[slot].Done());
+      scheduler_->ranks().Join(JoinOf(job->job_id(), agent_.id, slot),
+                               clock_.Now() + absl::Seconds(60), joins[slot].Done());
     }
     EXPECT_TRUE(joins[3].result.ok()) << joins[3].result.status();
     return job->job_id();
@@ -632,7 +632,7 @@ class ElasticSchedulerTest : public SchedulerTest {
     std::vector<JoinResult> joins(4);
     for (int slot = 0; slot < 4; ++slot) {
       scheduler_->ranks().Join(JoinOf(job, agent_.id, slot, gen), clock_.Now() + absl::Seconds(60),
-                       joins[slot].Done());
+                               joins[slot].Done());
     }
     return joins;
   }
@@ -679,7 +679,8 @@ TEST_F(ElasticSchedulerTest, AKilledRankIsReplacedAndTheSurvivorsJoinTheNextGene
   // A survivor whose communicator failed asks for generation 2 before the
   // coordinator has heard of the exit: not formed yet.
   JoinResult early;
-  scheduler_->ranks().Join(JoinOf(job, agent_.id, 0, 2), clock_.Now() + absl::Seconds(60), early.Done());
+  scheduler_->ranks().Join(JoinOf(job, agent_.id, 0, 2), clock_.Now() + absl::Seconds(60),
+                           early.Done());
   EXPECT_EQ(early.result.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(early.result.status().message(),
               HasSubstr("generation 2 of job " + job + " has not formed yet"));
@@ -702,7 +703,7 @@ TEST_F(ElasticSchedulerTest, AKilledRankIsReplacedAndTheSurvivorsJoinTheNextGene
   clock_.Advance(absl::Seconds(2));
   for (int slot : {0, 2, 3, 1}) {
     scheduler_->ranks().Join(JoinOf(job, agent_.id, slot, 2), clock_.Now() + absl::Seconds(60),
-                     joins[slot].Done());
+                             joins[slot].Done());
   }
   for (int slot = 0; slot < 4; ++slot) {
     ASSERT_TRUE(joins[slot].result.ok()) << joins[slot].result.status();
@@ -893,7 +894,7 @@ TEST_F(ElasticSchedulerTest, AGenerationThatDoesNotFormInWaitSecondsFailsTheJob)
   std::vector<JoinResult> joins(3);
   for (int slot = 0; slot < 3; ++slot) {
     scheduler_->ranks().Join(JoinOf(job, agent_.id, slot, 2), clock_.Now() + absl::Seconds(60),
-                     joins[slot].Done());
+                             joins[slot].Done());
   }
   clock_.Advance(absl::Seconds(4));
   scheduler_->Tick();
@@ -1148,7 +1149,7 @@ TEST_F(SchedulerTest, RestartWithoutElasticFailsTheJobAndSaysItNeedsAnElasticBlo
   std::vector<JoinResult> joins(2);
   for (int slot = 0; slot < 2; ++slot) {
     scheduler_->ranks().Join(JoinOf(job->job_id(), a.id, slot), clock_.Now() + absl::Seconds(60),
-                     joins[slot].Done());
+                             joins[slot].Done());
   }
   ASSERT_TRUE(joins[1].result.ok()) << joins[1].result.status();
   for (int rank = 0; rank < 2; ++rank) {
@@ -1204,7 +1205,7 @@ class ElasticChangesTest : public ElasticSchedulerTest {
     std::vector<JoinResult> joins(slots.size());
     for (size_t i = 0; i < slots.size(); ++i) {
       scheduler_->ranks().Join(JoinOf(job, slots[i].first, slots[i].second, gen),
-                       clock_.Now() + absl::Seconds(60), joins[i].Done());
+                               clock_.Now() + absl::Seconds(60), joins[i].Done());
     }
     return joins;
   }
@@ -1260,19 +1261,21 @@ TEST_F(ElasticChangesTest, ADrainedAgentsRanksLeaveAtTheStepBoundaryAndTheJobGoe
   }
   // At the boundary every rank joins generation 2; the first one starts it.
   std::vector<JoinResult> joins(4);
-  scheduler_->ranks().Join(JoinOf(job, a.id, 0, 2), clock_.Now() + absl::Seconds(60), joins[0].Done());
+  scheduler_->ranks().Join(JoinOf(job, a.id, 0, 2), clock_.Now() + absl::Seconds(60),
+                           joins[0].Done());
   const v1::Job reformed = *jobs_->Get(job);
   EXPECT_EQ(reformed.generation(), 2);
   EXPECT_EQ(reformed.world_size(), 2);
   EXPECT_EQ(reformed.restarts(), 0) << "a drain is not a restart";
   for (int slot = 0; slot < 2; ++slot) {
     scheduler_->ranks().Join(JoinOf(job, b.id, slot, 2), clock_.Now() + absl::Seconds(60),
-                     joins[2 + slot].Done());
+                             joins[2 + slot].Done());
     ASSERT_TRUE(joins[2 + slot].result.ok()) << joins[2 + slot].result.status();
     EXPECT_TRUE(joins[2 + slot].result->leave()) << "node-b slot " << slot << " leaves";
   }
   clock_.Advance(absl::Milliseconds(300));
-  scheduler_->ranks().Join(JoinOf(job, a.id, 1, 2), clock_.Now() + absl::Seconds(60), joins[1].Done());
+  scheduler_->ranks().Join(JoinOf(job, a.id, 1, 2), clock_.Now() + absl::Seconds(60),
+                           joins[1].Done());
   for (int rank = 0; rank < 2; ++rank) {
     ASSERT_TRUE(joins[rank].result.ok()) << joins[rank].result.status();
     EXPECT_EQ(joins[rank].result->rank(), rank);
@@ -1312,7 +1315,8 @@ TEST_F(ElasticChangesTest, ADrainLeavesANonElasticJobRunningAndNamesUnknownAgent
   const std::string job = Submit(2, 2);
   std::vector<JoinResult> joins(2);
   for (int slot = 0; slot < 2; ++slot) {
-    scheduler_->ranks().Join(JoinOf(job, a.id, slot), clock_.Now() + absl::Seconds(60), joins[slot].Done());
+    scheduler_->ranks().Join(JoinOf(job, a.id, slot), clock_.Now() + absl::Seconds(60),
+                             joins[slot].Done());
   }
   EXPECT_EQ(scheduler_->agents().DrainAgent(a.id)->state(), v1::AgentInfo::DRAINING);
   EXPECT_EQ(Beat(job, 1, 0).kind(), v1::Directive::KIND_UNSPECIFIED);
@@ -1416,7 +1420,8 @@ TEST_F(ElasticChangesTest, FreeSlotsGrowTheJobAtAStepBoundaryAfterTheScaleUpInte
   EXPECT_TRUE(b.Launches().empty()) << "newcomers start with the new generation";
 
   std::vector<JoinResult> joins(2);
-  scheduler_->ranks().Join(JoinOf(job, a.id, 1, 2), clock_.Now() + absl::Seconds(60), joins[1].Done());
+  scheduler_->ranks().Join(JoinOf(job, a.id, 1, 2), clock_.Now() + absl::Seconds(60),
+                           joins[1].Done());
   const v1::Job grown = *jobs_->Get(job);
   EXPECT_EQ(grown.generation(), 2);
   EXPECT_EQ(grown.world_size(), 4);
@@ -1428,7 +1433,8 @@ TEST_F(ElasticChangesTest, FreeSlotsGrowTheJobAtAStepBoundaryAfterTheScaleUpInte
               testing::Contains("generation 2 after 2 free slot(s) let the job grow from 2 towards "
                                 "resources.max_ranks 4: 2 -> 4 ranks (rank 2 on node-b slot 0, "
                                 "rank 3 on node-b slot 1), at a step boundary (not a restart)"));
-  scheduler_->ranks().Join(JoinOf(job, a.id, 0, 2), clock_.Now() + absl::Seconds(60), joins[0].Done());
+  scheduler_->ranks().Join(JoinOf(job, a.id, 0, 2), clock_.Now() + absl::Seconds(60),
+                           joins[0].Done());
   std::vector<JoinResult> newcomers = JoinAll(job, {&b}, 2);
   ASSERT_TRUE(joins[0].result.ok()) << joins[0].result.status();
   EXPECT_EQ(joins[0].result->world_size(), 4);
@@ -1513,10 +1519,10 @@ TEST_F(ElasticRestartTest, AJobWaitingForSlotsFormsAfterARestartWhenASlotComes) 
   EXPECT_EQ(a.Stops(), 0) << "the survivor keeps its process";
 
   std::vector<JoinResult> joins(2);
-  scheduler_->ranks().Join(JoinFrom(job, a_before, 0, 2, 100, "node-a"), clock_.Now() + absl::Seconds(60),
-                   joins[0].Done());
-  scheduler_->ranks().Join(JoinFrom(job, c.id, 0, 2, 300, "node-c"), clock_.Now() + absl::Seconds(60),
-                   joins[1].Done());
+  scheduler_->ranks().Join(JoinFrom(job, a_before, 0, 2, 100, "node-a"),
+                           clock_.Now() + absl::Seconds(60), joins[0].Done());
+  scheduler_->ranks().Join(JoinFrom(job, c.id, 0, 2, 300, "node-c"),
+                           clock_.Now() + absl::Seconds(60), joins[1].Done());
   for (int rank = 0; rank < 2; ++rank) {
     ASSERT_TRUE(joins[rank].result.ok()) << joins[rank].result.status();
     EXPECT_EQ(joins[rank].result->rank(), rank);
@@ -1569,7 +1575,7 @@ TEST_F(ElasticRestartTest, ASteadyJobKeepsSurvivorsOfEarlierGenerationsAfterARes
   std::vector<JoinResult> joins(2);
   for (int slot = 0; slot < 2; ++slot) {
     scheduler_->ranks().Join(JoinOf(job, a.id, slot, 2), clock_.Now() + absl::Seconds(60),
-                     joins[slot].Done());
+                             joins[slot].Done());
   }
   ASSERT_TRUE(joins[0].result.ok()) << joins[0].result.status();
 
@@ -1600,8 +1606,8 @@ TEST_F(ElasticRestartTest, AFormingGenerationKeepsItsRendezvousAndDeadlineAfterA
   Reconnect(a, 2, "node-a", {{job, 1, 0}, {job, 2, 1}});
   EXPECT_EQ(a.Stops(), 0);
   JoinResult survivor;
-  scheduler_->ranks().Join(JoinFrom(job, a_before, 0, 2, 100, "node-a"), clock_.Now() + absl::Seconds(60),
-                   survivor.Done());
+  scheduler_->ranks().Join(JoinFrom(job, a_before, 0, 2, 100, "node-a"),
+                           clock_.Now() + absl::Seconds(60), survivor.Done());
   EXPECT_FALSE(survivor.called) << "rank 1 has not joined generation 2";
   clock_.Advance(absl::Seconds(14));
   scheduler_->Tick();
@@ -1639,19 +1645,19 @@ TEST_F(ElasticRestartTest, APlannedGrowthStartsAtTheStepBoundaryAfterARestart) {
   EXPECT_EQ(d.generation(), 2);
   EXPECT_EQ(d.world_size(), 4);
   std::vector<JoinResult> joins(4);
-  scheduler_->ranks().Join(JoinFrom(job, a_before, 1, 2, 101, "node-a"), clock_.Now() + absl::Seconds(60),
-                   joins[1].Done());
+  scheduler_->ranks().Join(JoinFrom(job, a_before, 1, 2, 101, "node-a"),
+                           clock_.Now() + absl::Seconds(60), joins[1].Done());
   const v1::Job grown = *jobs_->Get(job);
   EXPECT_EQ(grown.generation(), 2);
   EXPECT_EQ(grown.world_size(), 4);
   EXPECT_EQ(grown.restarts(), 0);
   ASSERT_EQ(b.Launches().size(), 1u);
   EXPECT_EQ(b.Launches()[0].ranks_size(), 2);
-  scheduler_->ranks().Join(JoinFrom(job, a_before, 0, 2, 100, "node-a"), clock_.Now() + absl::Seconds(60),
-                   joins[0].Done());
+  scheduler_->ranks().Join(JoinFrom(job, a_before, 0, 2, 100, "node-a"),
+                           clock_.Now() + absl::Seconds(60), joins[0].Done());
   for (int slot = 0; slot < 2; ++slot) {
     scheduler_->ranks().Join(JoinFrom(job, b.id, slot, 2, 300 + slot, "node-b"),
-                     clock_.Now() + absl::Seconds(60), joins[2 + slot].Done());
+                             clock_.Now() + absl::Seconds(60), joins[2 + slot].Done());
   }
   for (int rank = 0; rank < 4; ++rank) {
     ASSERT_TRUE(joins[rank].result.ok()) << joins[rank].result.status();
@@ -1819,7 +1825,8 @@ TEST_F(RestartAllTest, AFailureFormsWithTheSurvivorsAndTheirReplacementJoinsOnce
   EXPECT_EQ(jobs_->Get(job)->restarts(), 1);
   EXPECT_TRUE(Launched(a, job, 2).empty()) << "no newcomer for generation 2";
   JoinResult survivor;
-  scheduler_->ranks().Join(JoinOf(job, a.id, 0, 2), clock_.Now() + absl::Seconds(60), survivor.Done());
+  scheduler_->ranks().Join(JoinOf(job, a.id, 0, 2), clock_.Now() + absl::Seconds(60),
+                           survivor.Done());
   ASSERT_TRUE(survivor.result.ok()) << survivor.result.status() << ": formed by the survivor";
   EXPECT_EQ(survivor.result->world_size(), 1);
 
@@ -1847,7 +1854,7 @@ TEST_F(RestartAllTest, AFailureFormsWithTheSurvivorsAndTheirReplacementJoinsOnce
   // Its program asks to join: now the survivor re-forms at its boundary.
   JoinResult waiting;
   scheduler_->ranks().Join(JoinOf(job, a.id, started[0], 3), clock_.Now() + absl::Seconds(60),
-                   waiting.Done());
+                           waiting.Done());
   EXPECT_EQ(waiting.result.status().code(), absl::StatusCode::kUnavailable);
   const v1::Directive grow = Beat(job, 2, 0);
   EXPECT_EQ(grow.kind(), v1::Directive::REFORM_AT_STEP_BOUNDARY);
@@ -1856,11 +1863,12 @@ TEST_F(RestartAllTest, AFailureFormsWithTheSurvivorsAndTheirReplacementJoinsOnce
   EXPECT_EQ(grow.reason(), "1 newcomer(s) replace the rank(s) lost in generation 1");
 
   std::vector<JoinResult> joins(2);
-  scheduler_->ranks().Join(JoinOf(job, a.id, 0, 3), clock_.Now() + absl::Seconds(60), joins[0].Done());
+  scheduler_->ranks().Join(JoinOf(job, a.id, 0, 3), clock_.Now() + absl::Seconds(60),
+                           joins[0].Done());
   EXPECT_EQ(jobs_->Get(job)->generation(), 3);
   EXPECT_EQ(Launched(a, job, 3).size(), 1u) << "the newcomer is not launched again";
   scheduler_->ranks().Join(JoinOf(job, a.id, started[0], 3), clock_.Now() + absl::Seconds(60),
-                   joins[1].Done());
+                           joins[1].Done());
   for (int rank = 0; rank < 2; ++rank) {
     ASSERT_TRUE(joins[rank].result.ok()) << joins[rank].result.status();
     EXPECT_EQ(joins[rank].result->rank(), rank);
@@ -1889,7 +1897,8 @@ TEST_F(RestartAllTest, AStagedNewcomerNotUpWithinWaitSecondsIsStoppedAndStartedA
   ASSERT_TRUE(scheduler_->ranks().Heartbeat(hb));
   ExitOn(a, job, 1, -9);
   JoinResult survivor;
-  scheduler_->ranks().Join(JoinOf(job, a.id, 0, 2), clock_.Now() + absl::Seconds(60), survivor.Done());
+  scheduler_->ranks().Join(JoinOf(job, a.id, 0, 2), clock_.Now() + absl::Seconds(60),
+                           survivor.Done());
   scheduler_->Tick();
   ASSERT_EQ(Launched(a, job, 3).size(), 1u);
   const int slot = Launched(a, job, 3)[0];
@@ -2185,7 +2194,7 @@ TEST_F(QueueSchedulerTest, AHighJobShrinksALowerElasticJobAtItsStepBoundaryThenI
   std::vector<JoinResult> joins(4);
   for (int slot = 0; slot < 4; ++slot) {
     scheduler_->ranks().Join(JoinOf(elastic, a.id, slot, 2), clock_.Now() + absl::Seconds(60),
-                     joins[slot].Done());
+                             joins[slot].Done());
   }
   ASSERT_TRUE(joins[3].result.ok()) << joins[3].result.status();
   EXPECT_TRUE(joins[3].result->leave());
@@ -2228,13 +2237,13 @@ class RequeueRestartTest : public ElasticRestartTest {
     options_.resume_resolver =
         [this](const std::string& resume_from,
                std::vector<std::string>*) -> absl::StatusOr<v1::CheckpointManifest> {
-          auto it = committed_.find(resume_from);
-          if (it == committed_.end()) return absl::NotFoundError("no checkpoint");
-          v1::CheckpointManifest manifest;
-          manifest.set_job_id(resume_from);
-          manifest.set_step(it->second);
-          return manifest;
-        };
+      auto it = committed_.find(resume_from);
+      if (it == committed_.end()) return absl::NotFoundError("no checkpoint");
+      v1::CheckpointManifest manifest;
+      manifest.set_job_id(resume_from);
+      manifest.set_step(it->second);
+      return manifest;
+    };
     scheduler_->Configure(options_);
   }
   std::map<std::string, int64_t> committed_;
@@ -2264,7 +2273,7 @@ TEST_F(RequeueRestartTest, APreemptionUnderWayIsAskedForAgainAfterACoordinatorRe
   std::vector<JoinResult> joins(2);
   for (int slot = 0; slot < 2; ++slot) {
     scheduler_->ranks().Join(JoinFrom(low, a_before, slot, 1, 100 + slot, "node-a"),
-                     clock_.Now() + absl::Seconds(60), joins[slot].Done());
+                             clock_.Now() + absl::Seconds(60), joins[slot].Done());
   }
   scheduler_->Schedule();
   v1::RankHeartbeat hb;
@@ -2294,13 +2303,13 @@ class RequeueSchedulerTest : public QueueSchedulerTest {
     options_.resume_resolver =
         [this](const std::string& resume_from,
                std::vector<std::string>*) -> absl::StatusOr<v1::CheckpointManifest> {
-          auto it = committed_.find(resume_from);
-          if (it == committed_.end()) return absl::NotFoundError("no checkpoint");
-          v1::CheckpointManifest manifest;
-          manifest.set_job_id(resume_from);
-          manifest.set_step(it->second);
-          return manifest;
-        };
+      auto it = committed_.find(resume_from);
+      if (it == committed_.end()) return absl::NotFoundError("no checkpoint");
+      v1::CheckpointManifest manifest;
+      manifest.set_job_id(resume_from);
+      manifest.set_step(it->second);
+      return manifest;
+    };
     scheduler_->Configure(options_);
   }
   // A LOW job of 2 ranks owned by carol (`what` it runs, `resources` added

@@ -185,7 +185,8 @@ std::vector<std::string> LogsJson(const StatusPageSources& sources, const std::s
   request.set_job_id(job_id);
   request.set_tail(true);
   request.set_max_lines(kPageMaxLogLines);
-  if (absl::StatusOr<v1::GetLogsResponse> lines = sources.scheduler->jobs().GetLogs(request); lines.ok()) {
+  if (absl::StatusOr<v1::GetLogsResponse> lines = sources.scheduler->jobs().GetLogs(request);
+      lines.ok()) {
     for (const v1::LogLine& line : lines->lines()) {
       logs.push_back(
           absl::StrCat("{\"rank\":", line.rank(), ",\"text\":", JsonString(line.text()), "}"));
