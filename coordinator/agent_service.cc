@@ -41,7 +41,7 @@ class AgentStream : public grpc::ServerBidiReactor<v1::AgentMessage, v1::Coordin
       }
       std::shared_ptr<Outbox> outbox = outbox_;
       const JobCredentials* credentials = credentials_;
-      absl::StatusOr<std::string> id = scheduler_.AddAgent(
+      absl::StatusOr<std::string> id = scheduler_.agents().AddAgent(
           in_.hello(), [outbox, credentials](const v1::CoordinatorMessage& m) {
             if (credentials == nullptr || !m.has_launch()) {
               outbox->Send(m);
@@ -57,15 +57,16 @@ class AgentStream : public grpc::ServerBidiReactor<v1::AgentMessage, v1::Coordin
       }
       agent_id_ = *id;
     } else if (in_.has_rank_exited()) {
-      scheduler_.RankExited(agent_id_, in_.rank_exited());
+      scheduler_.ranks().RankExited(agent_id_, in_.rank_exited());
     } else if (in_.has_logs()) {
-      scheduler_.Logs(agent_id_, in_.logs());
+      scheduler_.ranks().Logs(agent_id_, in_.logs());
     } else if (in_.has_heartbeats()) {
-      scheduler_.AgentHeartbeats(agent_id_, in_.heartbeats());
+      scheduler_.ranks().AgentHeartbeats(agent_id_, in_.heartbeats());
     } else if (in_.has_joins()) {
       // Note [Joins through the agent]: each waits as long as a rank's own
       // Join may.
-      scheduler_.AgentJoins(agent_id_, in_.joins(), absl::Now() + RankServiceImpl::kMaxJoinWait);
+      scheduler_.ranks().AgentJoins(agent_id_, in_.joins(),
+                                    absl::Now() + RankServiceImpl::kMaxJoinWait);
     }
     // Pings need no action: receiving them keeps the stream alive.
     StartRead(&in_);
@@ -81,7 +82,8 @@ class AgentStream : public grpc::ServerBidiReactor<v1::AgentMessage, v1::Coordin
   // ended. The agents keep their ranks and reconnect to whichever coordinator
   // serves next, which takes the jobs back as after a SIGKILL.
   void OnDone() override {
-    if (!agent_id_.empty() && !coordinator_stopping_->load()) scheduler_.RemoveAgent(agent_id_);
+    if (!agent_id_.empty() && !coordinator_stopping_->load())
+      scheduler_.agents().RemoveAgent(agent_id_);
     outbox_->Detach();
     delete this;
   }
@@ -163,7 +165,7 @@ class HeartbeatStream : public grpc::ServerBidiReactor<v1::RankHeartbeat, v1::Di
       return;
     }
     directive_.Clear();
-    live_ = scheduler_.Heartbeat(in_, &directive_);
+    live_ = scheduler_.ranks().Heartbeat(in_, &directive_);
     if (directive_.kind() != v1::Directive::KIND_UNSPECIFIED) {
       // A directive goes out just before the stream ends (the rank reads
       // it as it arrives, Note [Directives are read at once] in
@@ -229,7 +231,7 @@ grpc::ServerUnaryReactor* RankServiceImpl::Join(grpc::CallbackServerContext* con
   auto* reactor = new DeferredReactor<v1::JoinResponse>(response);
   const absl::Time client_deadline = absl::FromChrono(context->deadline());
   const absl::Time deadline = std::min(client_deadline, absl::Now() + kMaxJoinWait);
-  scheduler_.Join(*request, deadline, reactor->Completion());
+  scheduler_.ranks().Join(*request, deadline, reactor->Completion());
   return reactor;
 }
 
@@ -241,7 +243,7 @@ grpc::ServerUnaryReactor* RankServiceImpl::Report(grpc::CallbackServerContext* c
     return Reject(context, s);
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(scheduler_.Report(*request)));
+  reactor->Finish(ToGrpcStatus(scheduler_.ranks().Report(*request)));
   return reactor;
 }
 

@@ -20,7 +20,7 @@
 //   metrics.RendezvousCompleted(absl::Seconds(2));
 //   ClusterSnapshot snapshot;
 //   snapshot.jobs_by_state = jobs.CountByState();
-//   scheduler.Snapshot(snapshot);
+//   scheduler.jobs().Snapshot(snapshot);
 //   std::string text = metrics.Render(snapshot);  // GET /metrics
 #ifndef CHORUS_COORDINATOR_COORDINATOR_METRICS_H_
 #define CHORUS_COORDINATOR_COORDINATOR_METRICS_H_
@@ -110,8 +110,7 @@ class CoordinatorMetrics {
 
   // A generation of a job began; `cause`: "start" (a new job placed),
   // "recovered" (a running job taken back after a coordinator restart), or
-  // for an elastic job "rank_lost", "agent_lost", "hang_restart", "drain",
-  // "scale_up".
+  // for an elastic job the ReformKindName of its change (elastic_state.h).
   void GenerationStarted(const std::string& cause);
   // Every rank of a generation joined, `took` after its ranks were launched.
   void RendezvousCompleted(absl::Duration took);

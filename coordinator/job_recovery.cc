@@ -1,6 +1,9 @@
 #include "coordinator/job_recovery.h"
 
 #include <algorithm>
+#include <optional>
+#include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -10,6 +13,47 @@ namespace {
 
 absl::Time TimeOf(int64_t unix_us) { return absl::FromUnixMicros(unix_us); }
 
+// A saved kind this coordinator does not know (a record of a newer one) is
+// taken for a planned change: it does not count as a restart.
+ReformKind KindOf(const std::string& name) {
+  return ParseReformKind(name).value_or(ReformKind::kScaleUp);
+}
+
+// The phase `record` saved (Note [Elastic phase] in elastic_state.h). A
+// record always has reform_started_us beside a forming, waiting or
+// restart-all part; without one, the change counts from its deadline.
+ElasticPhase RestoredPhase(const coordinator::ElasticRecord& record) {
+  std::optional<ElasticPhase::Planned> planned;
+  if (record.has_planned()) {
+    planned = ElasticPhase::Planned{record.planned().cause(), KindOf(record.planned().kind()),
+                                    std::nullopt};
+    if (record.planned().world() > 0) planned->world = record.planned().world();
+  }
+  const auto started = [&](int64_t deadline_us) {
+    return TimeOf(record.has_reform_started_us() ? record.reform_started_us() : deadline_us);
+  };
+  std::optional<ElasticPhase::Forming> forming;
+  if (record.has_forming()) {
+    forming = ElasticPhase::Forming{KindOf(record.forming().kind()),
+                                    started(record.forming().deadline_us()),
+                                    TimeOf(record.forming().deadline_us())};
+  }
+  if (record.has_restart_all()) {
+    const coordinator::ElasticRecord::RestartAll& r = record.restart_all();
+    return ElasticPhase(ElasticPhase::Restarting{r.cause(), KindOf(r.kind()),
+                                                 started(r.deadline_us()), TimeOf(r.deadline_us())},
+                        std::move(planned));
+  }
+  if (record.has_waiting()) {
+    const coordinator::ElasticRecord::Waiting& w = record.waiting();
+    return ElasticPhase(ElasticPhase::Waiting{w.cause(), KindOf(w.kind()), started(w.until_us()),
+                                              TimeOf(w.until_us()), std::move(forming)},
+                        std::move(planned));
+  }
+  if (forming.has_value()) return ElasticPhase(*std::move(forming), std::move(planned));
+  return ElasticPhase(ElasticPhase::Steady{}, std::move(planned));
+}
+
 // Restores the change of generation `record` saved (Note [Elastic restart]).
 void RestoreElastic(const coordinator::ElasticRecord& record, RunningJob& run) {
   for (int lost : record.lost_ranks()) {
@@ -18,21 +62,7 @@ void RestoreElastic(const coordinator::ElasticRecord& record, RunningJob& run) {
     rank.state = v1::RankStatus::EXITED;
     rank.recover_host.clear();  // gone: no agent binds it again
   }
-  if (record.has_waiting()) {
-    run.waiting_until = TimeOf(record.waiting().until_us());
-    run.waiting_cause = record.waiting().cause();
-    run.waiting_kind = record.waiting().kind();
-  }
-  if (record.has_forming()) {
-    run.form_deadline = TimeOf(record.forming().deadline_us());
-    run.forming_kind = record.forming().kind();
-  }
-  if (record.has_planned()) {
-    run.planned_cause = record.planned().cause();
-    run.planned_kind = record.planned().kind();
-    run.planned_world = record.planned().world();
-  }
-  if (record.has_reform_started_us()) run.reform_started = TimeOf(record.reform_started_us());
+  run.phase = RestoredPhase(record);
   if (record.has_last_growth_us()) run.last_growth_at = TimeOf(record.last_growth_us());
   for (int finished : record.finished_ranks()) {
     if (finished < 0 || finished >= static_cast<int>(run.ranks.size())) continue;
@@ -45,15 +75,43 @@ void RestoreElastic(const coordinator::ElasticRecord& record, RunningJob& run) {
   run.history.assign(record.history().begin(), record.history().end());
   run.reforms_in_process = record.reforms_in_process();
   if (record.has_restart_all()) {
-    const coordinator::ElasticRecord::RestartAll& restart = record.restart_all();
-    run.restarting =
-        RunningJob::RestartAll{restart.cause(), restart.kind(), TimeOf(restart.deadline_us())};
-    for (int stopping : restart.stopping_ranks()) {
+    for (int stopping : record.restart_all().stopping_ranks()) {
       if (stopping < 0 || stopping >= static_cast<int>(run.ranks.size())) continue;
       run.ranks[stopping].stopping = true;
     }
   }
   run.saved_record = record.SerializeAsString();
+}
+
+// The phase's part of the record: what RestoredPhase reads back.
+void SavePhase(const RunningJob& run, coordinator::ElasticRecord& record) {
+  const ElasticPhase& phase = run.phase;
+  const auto save_forming = [&](const ElasticPhase::Forming& f) {
+    if (run.Formed()) return;
+    record.mutable_forming()->set_deadline_us(absl::ToUnixMicros(f.deadline));
+    record.mutable_forming()->set_kind(std::string(ReformKindName(f.kind)));
+  };
+  if (const ElasticPhase::Forming* f = phase.forming()) save_forming(*f);
+  if (const ElasticPhase::Waiting* w = phase.waiting()) {
+    record.mutable_waiting()->set_until_us(absl::ToUnixMicros(w->until));
+    record.mutable_waiting()->set_cause(w->cause);
+    record.mutable_waiting()->set_kind(std::string(ReformKindName(w->kind)));
+    if (w->unformed.has_value()) save_forming(*w->unformed);
+  }
+  if (const ElasticPhase::Restarting* r = phase.restarting()) {
+    coordinator::ElasticRecord::RestartAll& restart = *record.mutable_restart_all();
+    restart.set_cause(r->cause);
+    restart.set_kind(std::string(ReformKindName(r->kind)));
+    restart.set_deadline_us(absl::ToUnixMicros(r->deadline));
+  }
+  if (const std::optional<ElasticPhase::Planned>& p = phase.planned()) {
+    record.mutable_planned()->set_cause(p->cause);
+    record.mutable_planned()->set_kind(std::string(ReformKindName(p->kind)));
+    record.mutable_planned()->set_world(p->world.value_or(0));
+  }
+  if (std::optional<absl::Time> started = phase.started()) {
+    record.set_reform_started_us(absl::ToUnixMicros(*started));
+  }
 }
 
 }  // namespace
@@ -70,34 +128,15 @@ coordinator::ElasticRecord ElasticRecordOf(const RunningJob& run, const std::vec
       record.add_lost_ranks(static_cast<int>(rank));
     }
   }
-  if (run.waiting_until != absl::InfiniteFuture()) {
-    record.mutable_waiting()->set_until_us(absl::ToUnixMicros(run.waiting_until));
-    record.mutable_waiting()->set_cause(run.waiting_cause);
-    record.mutable_waiting()->set_kind(run.waiting_kind);
-  }
-  if (run.form_deadline != absl::InfiniteFuture() && !run.Formed()) {
-    record.mutable_forming()->set_deadline_us(absl::ToUnixMicros(run.form_deadline));
-    record.mutable_forming()->set_kind(run.forming_kind);
-  }
-  if (!run.planned_cause.empty()) {
-    record.mutable_planned()->set_cause(run.planned_cause);
-    record.mutable_planned()->set_kind(run.planned_kind);
-    record.mutable_planned()->set_world(run.planned_world);
-  }
-  if (run.reform_started != absl::InfinitePast()) {
-    record.set_reform_started_us(absl::ToUnixMicros(run.reform_started));
-  }
+  SavePhase(run, record);
   if (run.last_growth_at != absl::InfinitePast()) {
     record.set_last_growth_us(absl::ToUnixMicros(run.last_growth_at));
   }
   record.set_recovery_seconds(run.recovery_seconds);
   for (const std::string& line : run.history) record.add_history(line);
   record.set_reforms_in_process(run.reforms_in_process);
-  if (run.restarting.has_value()) {
+  if (run.phase.restarting() != nullptr) {
     coordinator::ElasticRecord::RestartAll& restart = *record.mutable_restart_all();
-    restart.set_cause(run.restarting->cause);
-    restart.set_kind(run.restarting->kind);
-    restart.set_deadline_us(absl::ToUnixMicros(run.restarting->deadline));
     for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
       if (run.ranks[rank].stopping) restart.add_stopping_ranks(static_cast<int>(rank));
     }

@@ -133,5 +133,63 @@ TEST(JobRecoveryTest, CheckRecoveryEndsTheWaitOneWayOrTheOther) {
   EXPECT_FALSE(progress.all_back) << "all back is reported once";
 }
 
+// Note [Elastic phase]: every phase, and a planned change beside it, comes
+// back from the saved record as it was, its kinds saved by their names.
+TEST(JobRecoveryTest, ElasticPhaseComesBackFromItsRecord) {
+  v1::Job job = RunningOnNodeA();
+  job.mutable_spec()->mutable_elastic()->set_wait_seconds(60);
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  const ElasticPhase::Forming forming{ReformKind::kAgentLost, t0, t0 + absl::Seconds(60)};
+  const ElasticPhase::Planned planned{"agent a2 was drained", ReformKind::kDrain, 1};
+  const std::vector<ElasticPhase> phases = {
+      ElasticPhase(ElasticPhase::Steady{}, planned),
+      ElasticPhase(forming, planned),
+      ElasticPhase(ElasticPhase::Waiting{"rank 1 exited", ReformKind::kRankLost, t0,
+                                         t0 + absl::Seconds(90), forming}),
+      ElasticPhase(ElasticPhase::Waiting{"hang", ReformKind::kHangRestart, t0,
+                                         t0 + absl::Seconds(90), std::nullopt},
+                   ElasticPhase::Planned{"grow", ReformKind::kScaleUp, std::nullopt}),
+      ElasticPhase(
+          ElasticPhase::Restarting{"preempted", ReformKind::kPreempt, t0, t0 + absl::Seconds(30)}),
+  };
+  for (size_t i = 0; i < phases.size(); ++i) {
+    SCOPED_TRACE(i);
+    RunningJob run(job, /*world_size=*/2, /*generation=*/1);  // not formed
+    for (int slot = 0; slot < 2; ++slot) {
+      run.ranks.push_back(RankState::At(RankSlot{"agent-1", slot, slot, 2}));
+    }
+    run.phase = phases[i];
+    const coordinator::ElasticRecord record = ElasticRecordOf(run, {false, false});
+    const ElasticPhase back = RecoveredJob(job, t0, record).phase;
+    EXPECT_EQ(back.phase().index(), phases[i].phase().index());
+    EXPECT_EQ(back.started(), phases[i].started());
+    ASSERT_EQ(back.planned().has_value(), phases[i].planned().has_value());
+    if (back.planned().has_value()) {
+      EXPECT_EQ(back.planned()->cause, phases[i].planned()->cause);
+      EXPECT_EQ(back.planned()->kind, phases[i].planned()->kind);
+      EXPECT_EQ(back.planned()->world, phases[i].planned()->world);
+    }
+    if (const ElasticPhase::Forming* f = back.forming()) {
+      EXPECT_EQ(f->kind, forming.kind);
+      EXPECT_EQ(f->deadline, forming.deadline);
+      EXPECT_EQ(record.forming().kind(), "agent_lost");
+    }
+    if (const ElasticPhase::Waiting* w = back.waiting()) {
+      const ElasticPhase::Waiting& was = *phases[i].waiting();
+      EXPECT_EQ(w->cause, was.cause);
+      EXPECT_EQ(w->kind, was.kind);
+      EXPECT_EQ(w->until, was.until);
+      EXPECT_EQ(w->unformed.has_value(), was.unformed.has_value());
+      EXPECT_EQ(record.waiting().kind(), ReformKindName(was.kind));
+    }
+    if (const ElasticPhase::Restarting* r = back.restarting()) {
+      EXPECT_EQ(r->cause, "preempted");
+      EXPECT_EQ(r->kind, ReformKind::kPreempt);
+      EXPECT_EQ(r->deadline, t0 + absl::Seconds(30));
+      EXPECT_EQ(record.restart_all().kind(), "preempt");
+    }
+  }
+}
+
 }  // namespace
 }  // namespace chorus

@@ -179,7 +179,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetLogs(grpc::CallbackServerContext* c
       !caller.ok()) {
     return Reject(context, caller.status());
   }
-  return Answer(context, scheduler_.GetLogs(*request),
+  return Answer(context, scheduler_.jobs().GetLogs(*request),
                 [response](const v1::GetLogsResponse& r) { *response = r; });
 }
 
@@ -199,13 +199,14 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
   }
   // A job no connected agent could hold is refused now rather than queued
   // for ever or started to die allocating.
-  if (absl::Status s = scheduler_.CheckAgentsCanHold(request->spec()); !s.ok()) {
+  if (absl::Status s = scheduler_.agents().CheckAgentsCanHold(request->spec()); !s.ok()) {
     return Reject(context, s);
   }
   // The priority ceiling and queued-job limit of the scheduling policy
   // (two submissions at the same instant may both pass the last free place
   // in a user's queue).
-  if (absl::Status s = scheduler_.CheckSubmission(request->spec(), caller->user()); !s.ok()) {
+  if (absl::Status s = scheduler_.jobs().CheckSubmission(request->spec(), caller->user());
+      !s.ok()) {
     return Reject(context, s);
   }
   absl::StatusOr<v1::Job> job =
@@ -223,7 +224,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetQueue(grpc::CallbackServerContext* 
   if (absl::StatusOr<Caller> caller = UserCaller(context); !caller.ok()) {
     return Reject(context, caller.status());
   }
-  *response = scheduler_.Queue();
+  *response = scheduler_.jobs().Queue();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;
@@ -284,7 +285,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext*
       !caller.ok()) {
     return Reject(context, caller.status());
   }
-  return Answer(context, scheduler_.Cancel(request->job_id(), request->reason()),
+  return Answer(context, scheduler_.jobs().Cancel(request->job_id(), request->reason()),
                 [response](const v1::Job& job) { *response->mutable_job() = job; });
 }
 
@@ -301,7 +302,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::CheckpointJob(grpc::CallbackServerCont
         checkpoints_->List(request->job_id());
     if (list.ok() && !list->empty()) newest = list->back().step();
   }
-  absl::StatusOr<int64_t> step = scheduler_.RequestCheckpoint(request->job_id());
+  absl::StatusOr<int64_t> step = scheduler_.jobs().RequestCheckpoint(request->job_id());
   return Answer(context, step, [response, newest](int64_t s) {
     response->set_step(s);
     response->set_newest_checkpoint_step(newest);
@@ -320,7 +321,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetJobStatus(grpc::CallbackServerConte
     StatusRows rows;
     rows.offset = request->rank_offset();
     rows.limit = request->rank_limit() > 0 ? request->rank_limit() : kDefaultStatusRankRows;
-    scheduler_.FillStatus(request->job_id(), *status, rows);
+    scheduler_.jobs().FillStatus(request->job_id(), *status, rows);
     // A running job's rows say where its ranks run; the recorded placements
     // (one per rank, for a restart) would only make the answer O(ranks).
     if (status->rank_summary().ranks() > 0) status->mutable_job()->clear_placements();
@@ -337,7 +338,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::DrainAgent(grpc::CallbackServerContext
   if (absl::Status s = auth_.Check(context->client_metadata(), Role::kAdmin); !s.ok()) {
     return Reject(context, s);
   }
-  return Answer(context, scheduler_.DrainAgent(request->agent()),
+  return Answer(context, scheduler_.agents().DrainAgent(request->agent()),
                 [response](const v1::AgentInfo& agent) { *response->mutable_agent() = agent; });
 }
 
@@ -347,7 +348,8 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListAgents(grpc::CallbackServerContext
   if (absl::Status s = auth_.Check(context->client_metadata(), Role::kUser); !s.ok()) {
     return Reject(context, s);
   }
-  for (v1::AgentInfo& agent : scheduler_.ListAgents()) *response->add_agents() = std::move(agent);
+  for (v1::AgentInfo& agent : scheduler_.agents().ListAgents())
+    *response->add_agents() = std::move(agent);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;

@@ -33,7 +33,7 @@ class JobServiceTest : public ::testing::Test {
                             ::testing::UnitTest::GetInstance()->current_test_info()->name();
     state_ = *StateStore::Open(dir);
     jobs_ = *JobManager::Create(*state_, &clock_);
-    scheduler_ = std::make_unique<Scheduler>(*jobs_, &clock_, "127.0.0.1:1");
+    scheduler_ = std::make_unique<Scheduler>(*jobs_, &clock_, SchedulerOptions{"127.0.0.1:1"});
     service_ = std::make_unique<JobServiceImpl>(*jobs_, *scheduler_, auth, /*checkpoints=*/nullptr);
     grpc::ServerBuilder builder;
     builder.RegisterService(service_.get());
@@ -204,7 +204,7 @@ TEST_F(JobServiceTest, JobsNoAgentCanHoldAreRefusedOnceAgentsAreKnown) {
   hello.set_host("node-a");
   hello.set_slots(2);
   hello.set_memory_bytes(16'000'000'000);
-  ASSERT_TRUE(scheduler_->AddAgent(hello, [](const v1::CoordinatorMessage&) {}).ok());
+  ASSERT_TRUE(scheduler_->agents().AddAgent(hello, [](const v1::CoordinatorMessage&) {}).ok());
   v1::SubmitJobResponse response;
   grpc::Status refused = Submit(kHuge, &response);
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
@@ -225,7 +225,7 @@ TEST_F(JobServiceTest, JobsNoAgentCanHoldAreRefusedOnceAgentsAreKnown) {
   EXPECT_TRUE(Submit("model { mlp {} } data { synthetic {} }", &response).ok());
   hello.set_host("node-b");
   hello.set_memory_bytes(0);
-  ASSERT_TRUE(scheduler_->AddAgent(hello, [](const v1::CoordinatorMessage&) {}).ok());
+  ASSERT_TRUE(scheduler_->agents().AddAgent(hello, [](const v1::CoordinatorMessage&) {}).ok());
   EXPECT_TRUE(Submit(kHuge, &response).ok());
 }
 
@@ -270,7 +270,9 @@ TEST_F(JobServiceTest, SubmitAppliesTheSchedulingPolicyAndGetQueueListsThePlan) 
   absl::StatusOr<SchedulingPolicy> policy =
       ParseSchedulingPolicy("default queued_jobs=2 max_priority=NORMAL", "policy");
   ASSERT_TRUE(policy.ok()) << policy.status();
-  scheduler_->set_scheduling_policy(*std::move(policy));
+  SchedulerOptions options{"127.0.0.1:1"};
+  options.scheduling_policy = *std::move(policy);
+  scheduler_->Configure(std::move(options));
   v1::SubmitJobResponse response;
   grpc::Status high = Submit(absl::StrCat(kSpec, " priority: HIGH"), &response);
   EXPECT_EQ(high.error_code(), grpc::StatusCode::PERMISSION_DENIED);
@@ -521,7 +523,9 @@ TEST_F(JobAuthorizationTest, EachUsersSubmissionsCountAgainstTheirOwnQueueAndQue
   absl::StatusOr<SchedulingPolicy> policy =
       ParseSchedulingPolicy("default queued_jobs=5\nuser alice queued_jobs=1", "policy");
   ASSERT_TRUE(policy.ok()) << policy.status();
-  scheduler_->set_scheduling_policy(*std::move(policy));
+  SchedulerOptions options{"127.0.0.1:1"};
+  options.scheduling_policy = *std::move(policy);
+  scheduler_->Configure(std::move(options));
   absl::StatusOr<std::string> first = SubmitAs("alice");
   ASSERT_TRUE(first.ok()) << first.status();
   absl::StatusOr<std::string> second = SubmitAs("alice");

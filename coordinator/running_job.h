@@ -26,6 +26,7 @@
 #include "chorus/v1/coordinator.pb.h"
 #include "coordinator/agent_registry.h"
 #include "coordinator/checkpoint_grant.h"
+#include "coordinator/elastic_state.h"
 #include "coordinator/hang_detector.h"
 #include "coordinator/hang_policy.h"
 #include "coordinator/placement.h"
@@ -236,15 +237,10 @@ struct RunningJob {
   // Whether a change of generation stops every rank and starts them all
   // again (Note [Restart-all]).
   bool RestartsAll() const { return program && elastic && !reforms_in_process; }
-  // A restart-all whose ranks are being stopped: the change that started it
-  // (`kind` as in Scheduler::ReformLocked) and when the ranks must have
-  // exited (elastic.wait_seconds after the stop).
-  struct RestartAll {
-    std::string cause;
-    std::string kind;
-    absl::Time deadline;
-  };
-  std::optional<RestartAll> restarting;
+  // Where the job is in a change of generation, and the planned change it
+  // waits to make (Note [Elastic phase] in elastic_state.h). A restart-all
+  // whose ranks are being stopped is its Restarting phase.
+  ElasticPhase phase;
   // resources.preemptible (preemption.h): may go back to the queue without
   // a checkpoint.
   bool preemptible = false;
@@ -259,23 +255,8 @@ struct RunningJob {
   // Rank failures survived so far, and one line per generation change.
   int restarts = 0;
   std::vector<std::string> history;
-  // While a re-formed generation gathers its ranks: when it started forming
-  // (the failure was heard) and when it must have formed
-  // (elastic.wait_seconds later). InfinitePast / InfiniteFuture otherwise.
-  absl::Time reform_started = absl::InfinitePast();
-  absl::Time form_deadline = absl::InfiniteFuture();
   // Seconds from the last failure to its generation forming (0: none yet).
   double recovery_seconds = 0;
-  // A planned change (a drain, a growth) waiting for the step boundary: the
-  // ranks are told to re-form there (REFORM_AT_STEP_BOUNDARY) and the first
-  // Join of the next generation starts it. Empty `planned_cause`: none.
-  std::string planned_cause;
-  std::string planned_kind;  // "drain" or "scale_up" (the metrics' cause)
-  // The world size the planned change is expected to give (0: not known),
-  // sent with REFORM_AT_STEP_BOUNDARY to pick the step boundary.
-  int planned_world = 0;
-  // The kind of change the forming generation follows (Scheduler::ReformLocked).
-  std::string forming_kind;
   // Ranks that left at a planned re-formation (their agent is draining) and
   // whose exit has not been reported: their slots stay busy until then.
   std::vector<std::pair<std::string, int>> departing;  // agent id, slot
@@ -283,12 +264,6 @@ struct RunningJob {
   // the next change of generation, planned at once (Note [Preemption by
   // shrinking] in preemption.h), and then go to `departing`.
   std::vector<std::pair<std::string, int>> yielding;
-  // Below resources.min_ranks with no free slot: the job waits for slots
-  // until `waiting_until` (elastic.wait_seconds), then fails. `waiting_cause`
-  // is the change that is waiting (InfiniteFuture / empty: not waiting).
-  absl::Time waiting_until = absl::InfiniteFuture();
-  std::string waiting_cause;
-  std::string waiting_kind;
   // When the job last started or grew (elastic.scale_up_interval_seconds
   // counts from it).
   absl::Time last_growth_at = absl::InfinitePast();

@@ -25,11 +25,25 @@ void Scheduler::Outbox::Flush() {
   agent_joins.Send();  // what the joins above recorded for agents
 }
 
-Scheduler::Scheduler(JobManager& jobs, Clock* clock, std::string coordinator_address)
+Scheduler::Scheduler(JobManager& jobs, Clock* clock, SchedulerOptions options)
     : jobs_(jobs),
+      resolve_resume_(std::move(options.resume_resolver)),
       clock_(clock ? clock : &real_clock_),
-      coordinator_address_(std::move(coordinator_address)),
-      fair_share_(policy_.fair_share_half_life, clock_->Now()) {}
+      coordinator_address_(std::move(options.coordinator_address)),
+      metrics_(options.metrics),
+      policy_(std::move(options.scheduling_policy)),
+      fair_share_(policy_.fair_share_half_life, clock_->Now()),
+      requeue_timeout_(options.requeue_checkpoint_timeout) {}
+
+void Scheduler::Configure(SchedulerOptions options) {
+  absl::MutexLock lock(&mu_);
+  resolve_resume_ = std::move(options.resume_resolver);
+  coordinator_address_ = std::move(options.coordinator_address);
+  metrics_ = options.metrics;
+  fair_share_ = FairShare(options.scheduling_policy.fair_share_half_life, clock_->Now());
+  policy_ = std::move(options.scheduling_policy);
+  requeue_timeout_ = options.requeue_checkpoint_timeout;
+}
 
 absl::StatusOr<std::string> Scheduler::AddAgent(const v1::AgentHello& hello, Sender send) {
   Outbox out(agent_joins_);
@@ -58,9 +72,9 @@ absl::StatusOr<std::string> Scheduler::AddAgent(const v1::AgentHello& hello, Sen
       // heard of it).
       const RunningJob& run = running_.at(job_id);
       const int rank = run.RankOn(id, slot);
-      if (run.restarting.has_value() && rank >= 0 && run.ranks[rank].stopping) {
-        out.messages.emplace_back(
-            agent.send, StopRanksMessage(job_id, {slot}, run.restarting->cause));
+      const ElasticPhase::Restarting* restarting = run.phase.restarting();
+      if (restarting != nullptr && rank >= 0 && run.ranks[rank].stopping) {
+        out.messages.emplace_back(agent.send, StopRanksMessage(job_id, {slot}, restarting->cause));
       }
     }
     ScheduleLocked(out);
@@ -99,7 +113,7 @@ void Scheduler::RemoveAgent(const std::string& agent_id) {
         }
         if (there.empty()) continue;
         ReformLocked(job_id, absl::StrCat(lost, ", which ran rank(s) ", absl::StrJoin(there, ",")),
-                     "agent_lost", out);
+                     ReformKind::kAgentLost, out);
       } else {
         EndLocked(job_id, v1::Job::FAILED, absl::StrCat(lost, ", which ran ranks of this job"),
                   out);
@@ -230,12 +244,6 @@ QueuedJob Scheduler::QuotaCappedLocked(const std::string& job_id, const v1::JobS
   return job;
 }
 
-void Scheduler::set_scheduling_policy(SchedulingPolicy policy) {
-  absl::MutexLock lock(&mu_);
-  fair_share_ = FairShare(policy.fair_share_half_life, clock_->Now());
-  policy_ = std::move(policy);
-}
-
 absl::Status Scheduler::CheckSubmission(const v1::JobSpec& spec, const std::string& owner) const {
   absl::StatusOr<std::vector<v1::Job>> pending = jobs_.List({v1::Job::PENDING}, 0);
   if (!pending.ok()) return pending.status();
@@ -342,14 +350,14 @@ void Scheduler::RankExited(const std::string& agent_id, const v1::RankExited& ex
                 << agent->hello.host() << " exited with code " << exited.exit_code();
     } else if (std::optional<JobEnd> end = it->second.RecordExit(agent_id, agent->hello, exited)) {
       if (end->state == v1::Job::FAILED && it->second.elastic) {
-        ReformLocked(exited.job_id(), end->reason, "rank_lost", out);
+        ReformLocked(exited.job_id(), end->reason, ReformKind::kRankLost, out);
       } else {
         EndLocked(exited.job_id(), end->state, end->reason, out);
       }
-    } else if (it->second.restarting.has_value()) {
+    } else if (it->second.phase.restarting() != nullptr) {
       // Note [Restart-all]: a rank it stopped; the last one's exit starts
       // the next generation.
-      const RunningJob::RestartAll restarting = *it->second.restarting;
+      const ElasticPhase::Restarting restarting = *it->second.phase.restarting();
       ReformLocked(exited.job_id(), restarting.cause, restarting.kind, out);
     }
     ScheduleLocked(out);
@@ -408,7 +416,7 @@ void Scheduler::Tick() {
       RunningJob& run = running->second;
       // Waiting below resources.min_ranks: the lost ranks are known. Every
       // rank stopping for a restart-all: the next generation starts anew.
-      if (run.waiting_until != absl::InfiniteFuture() || run.restarting.has_value()) continue;
+      if (run.phase.waiting() != nullptr || run.phase.restarting() != nullptr) continue;
       // Note [Hang restart]: a culprit is evicted; without one, every rank
       // re-forms its transport. Eviction goes first when both hold.
       if (run.elastic && run.hang_detection.action() == v1::HangDetectionSpec::RESTART &&
@@ -482,11 +490,6 @@ void Scheduler::Recover(const std::vector<v1::Job>& running, absl::Duration grac
   // order: plan the queue taken back now, not at the first placement pass
   // (an agent coming back), which may be seconds away after a takeover.
   plan_ = PlanQueue(QueuedLocked(), agents_.FreeSlots(), UsageLocked(), policy_);
-}
-
-void Scheduler::set_resume_resolver(ResumeResolver resolver) {
-  absl::MutexLock lock(&mu_);
-  resolve_resume_ = std::move(resolver);
 }
 
 void Scheduler::set_coordinator_address(std::string address) {

@@ -22,10 +22,17 @@
 // Thread-safety: all methods may be called concurrently. Senders and Join
 // callbacks run without the scheduler's lock held.
 //
+// Its entry points are grouped by concept into views that share its lock
+// and state: agents() (agents come, go, drain), ranks() (joins, heartbeats,
+// reports, exits, logs) and jobs() (cancel, checkpoint, status, queue,
+// recovery); Tick and Schedule drive it.
+//
 // Example:
-//   Scheduler scheduler(jobs, &clock, "127.0.0.1:29650");
-//   std::string agent = scheduler.AddAgent(hello, [&](const v1::CoordinatorMessage& m) {...});
-//   scheduler.Join(request, deadline, [](absl::StatusOr<v1::JoinResponse> r) {...});
+//   SchedulerOptions options;
+//   options.coordinator_address = "127.0.0.1:29650";
+//   Scheduler scheduler(jobs, &clock, std::move(options));
+//   absl::StatusOr<std::string> agent = scheduler.agents().AddAgent(hello, send);
+//   scheduler.ranks().Join(request, deadline, [](absl::StatusOr<v1::JoinResponse> r) {...});
 #ifndef CHORUS_COORDINATOR_SCHEDULER_H_
 #define CHORUS_COORDINATOR_SCHEDULER_H_
 
@@ -33,6 +40,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -52,24 +60,48 @@
 #include "coordinator/placement.h"
 #include "coordinator/preemption.h"
 #include "coordinator/queue_plan.h"
+#include "coordinator/reform_plan.h"
 #include "coordinator/rendezvous.h"
 #include "coordinator/running_job.h"
 #include "coordinator/scheduling_policy.h"
 
 namespace chorus {
 
-class Scheduler {
- public:
-  using Sender = AgentSender;
-  using JoinDone = Rendezvous::Done;
+class Scheduler;
 
-  // `jobs` and `clock` (null = real time) must outlive the scheduler.
-  // `coordinator_address` is what launched ranks are told to dial.
-  Scheduler(JobManager& jobs, Clock* clock, std::string coordinator_address);
+// What a Scheduler is built with (Scheduler::Configure replaces it).
+struct SchedulerOptions {
+  // What launched ranks are told to dial (set_coordinator_address once the
+  // server has bound).
+  std::string coordinator_address;
+  // Where generations, rendezvous and diagnoses are counted; null =
+  // nowhere. Must outlive the scheduler.
+  CoordinatorMetrics* metrics = nullptr;
+  // The administrator's limits and the fair-share half-life (default: none
+  // and 1 h).
+  SchedulingPolicy scheduling_policy;
+  // Resolves a job's resume_from ("JOB" or "JOB:STEP") to the checkpoint it
+  // starts from; unusable checkpoints it skipped go to `skipped`. Empty: no
+  // checkpoints are kept (a job with resume_from fails).
+  using ResumeResolver = std::function<absl::StatusOr<v1::CheckpointManifest>(
+      const std::string& resume_from, std::vector<std::string>* skipped)>;
+  ResumeResolver resume_resolver;
+  // How long a job preempted by re-queueing waits for its checkpoint to
+  // commit before it goes back to the queue anyway (Note [Re-queue] in
+  // scheduler_requeue.cc).
+  absl::Duration requeue_checkpoint_timeout = absl::Seconds(60);
+};
+
+// scheduler.agents(): node agents come, go and are drained. A view of the
+// Scheduler: it shares the Scheduler's lock and state, and lives as long.
+class SchedulerAgents {
+ public:
+  SchedulerAgents(const SchedulerAgents&) = delete;
+  SchedulerAgents& operator=(const SchedulerAgents&) = delete;
 
   // Registers an agent and places whatever now fits. Returns its id.
   // INVALID_ARGUMENT for a hello without slots.
-  absl::StatusOr<std::string> AddAgent(const v1::AgentHello& hello, Sender send);
+  absl::StatusOr<std::string> AddAgent(const v1::AgentHello& hello, AgentSender send);
   // The agent's stream ended: its slots are gone; its elastic jobs re-form
   // without its ranks, its other running jobs fail.
   void RemoveAgent(const std::string& agent_id);
@@ -81,6 +113,29 @@ class Scheduler {
   absl::StatusOr<v1::AgentInfo> DrainAgent(const std::string& agent);
   // Every connected agent, in registration order.
   std::vector<v1::AgentInfo> ListAgents() const;
+  // Free slots of every agent.
+  int free_slots() const;
+  // FAILED_PRECONDITION naming the field and the figures when agents for the
+  // spec's device are connected and none has the memory for one of its ranks
+  // (common/memory_estimate.h). OK when no such agent is connected (placement
+  // then waits for one that fits), when an agent does not report its memory,
+  // and for a spec that does not validate (Submit says why).
+  absl::Status CheckAgentsCanHold(v1::JobSpec spec) const;
+
+ private:
+  friend class Scheduler;
+  explicit SchedulerAgents(Scheduler& scheduler) : scheduler_(scheduler) {}
+  Scheduler& scheduler_;
+};
+
+// scheduler.ranks(): what rank processes (and agents on their behalf)
+// report: joins, heartbeats, metrics, exits, output. A view, as above.
+class SchedulerRanks {
+ public:
+  using JoinDone = Rendezvous::Done;
+  SchedulerRanks(const SchedulerRanks&) = delete;
+  SchedulerRanks& operator=(const SchedulerRanks&) = delete;
+
   // An agent reports that a rank process ended.
   void RankExited(const std::string& agent_id, const v1::RankExited& exited);
 
@@ -117,14 +172,6 @@ class Scheduler {
   // supervisor) keeps its own Join; both kinds mix freely in a generation.
   // Joins from an unknown agent are ignored (its stream is ending).
   void AgentJoins(const std::string& agent_id, const v1::RankJoins& batch, absl::Time deadline);
-  // Fails joins whose deadline has passed, applies each running job's
-  // hang_detection.action to its diagnoses (ABORT fails the job; RESTART
-  // of an elastic job evicts a DEAD or NEVER_JOINED rank and re-forms every
-  // rank's transport after a MISMATCH or STUCK_IN_COLLECTIVE, Note [Hang
-  // restart]; RESTART of any other job fails it), retries elastic jobs
-  // waiting below resources.min_ranks and lets elastic jobs grow onto free
-  // slots (docs/elastic.md). The server calls it periodically.
-  void Tick();
 
   // A rank's metrics: rank 0's become the job's latest (final ones are
   // persisted); an elastic job's gain values "restarts" and
@@ -161,78 +208,130 @@ class Scheduler {
   // The per-rank Heartbeat stream stays: ranks started by an older agent,
   // and a rank whose agent does not collect heartbeats, use it unchanged.
   void AgentHeartbeats(const std::string& agent_id, const v1::RankHeartbeats& batch);
+  // Who may upload a checkpoint of `job_id` now (CheckUploader): the job's
+  // grant, FAILED_PRECONDITION for a job that is not running, a stale
+  // generation or a rank that does not upload.
+  absl::StatusOr<UploadGrant> GrantUpload(const std::string& job_id, int64_t generation,
+                                          int rank) const;
+  // Output lines of a rank process, relayed by its agent.
+  void Logs(const std::string& agent_id, const v1::RankLogs& logs);
+
+ private:
+  friend class Scheduler;
+  explicit SchedulerRanks(Scheduler& scheduler) : scheduler_(scheduler) {}
+  Scheduler& scheduler_;
+};
+
+// scheduler.jobs(): what users ask of jobs (cancel, checkpoint, status,
+// logs, the queue), and the jobs taken back after a restart. A view, as
+// above; a const Scheduler gives its reads.
+class SchedulerJobs {
+ public:
+  SchedulerJobs(const SchedulerJobs&) = delete;
+  SchedulerJobs& operator=(const SchedulerJobs&) = delete;
+
   // Makes the job's ranks checkpoint soon: their agents signal them (a
   // CheckpointRanks message). Returns the highest step a rank has reported.
   // NOT_FOUND for an unknown job, FAILED_PRECONDITION if it is not running.
   absl::StatusOr<int64_t> RequestCheckpoint(const std::string& job_id);
   // Cancels a job (through JobManager) and stops its running ranks.
   absl::StatusOr<v1::Job> Cancel(const std::string& job_id, const std::string& reason);
-  // Places queued jobs that fit. Called after every change; public for tests.
-  void Schedule();
+  // After a restart: takes back jobs that were RUNNING (with their recorded
+  // placements). Their ranks are expected to come back with their agents;
+  // a job whose ranks are not all back within `grace` fails with the reason.
+  void Recover(const std::vector<v1::Job>& running, absl::Duration grace);
+  // Whether `owner` may submit `spec` now (CheckSubmission in
+  // scheduling_policy.h): its priority ceiling and queued-job limit.
+  absl::Status CheckSubmission(const v1::JobSpec& spec, const std::string& owner) const;
+
+  // Reads (the status pages, /metrics: also through a const Scheduler).
   // Adds a running job's rank summary, its rows for `rows` (and for the
   // ranks its diagnoses name) and its current diagnoses; for a PENDING job,
   // why it is not placed yet.
   void FillStatus(const std::string& job_id, v1::JobStatus& status,
                   const StatusRows& rows = StatusRows()) const;
-  // FAILED_PRECONDITION naming the field and the figures when agents for the
-  // spec's device are connected and none has the memory for one of its ranks
-  // (common/memory_estimate.h). OK when no such agent is connected (placement
-  // then waits for one that fits), when an agent does not report its memory,
-  // and for a spec that does not validate (Submit says why).
-  absl::Status CheckAgentsCanHold(v1::JobSpec spec) const;
-  // Resolves a job's resume_from ("JOB" or "JOB:STEP") to the checkpoint it
-  // starts from; unusable checkpoints it skipped go to `skipped`.
-  using ResumeResolver = std::function<absl::StatusOr<v1::CheckpointManifest>(
-      const std::string& resume_from, std::vector<std::string>* skipped)>;
-  void set_resume_resolver(ResumeResolver resolver);
-
-  // Who may upload a checkpoint of `job_id` now (CheckUploader): the job's
-  // grant, FAILED_PRECONDITION for a job that is not running, a stale
-  // generation or a rank that does not upload.
-  absl::StatusOr<UploadGrant> GrantUpload(const std::string& job_id, int64_t generation,
-                                          int rank) const;
-
-  // After a restart: takes back jobs that were RUNNING (with their recorded
-  // placements). Their ranks are expected to come back with their agents;
-  // a job whose ranks are not all back within `grace` fails with the reason.
-  void Recover(const std::vector<v1::Job>& running, absl::Duration grace);
-
-  // Output lines of a rank process, relayed by its agent.
-  void Logs(const std::string& agent_id, const v1::RankLogs& logs);
   // The job's logs per `request`; `complete` once it has ended and none of its
   // ranks is still running. NOT_FOUND for an unknown job.
   absl::StatusOr<v1::GetLogsResponse> GetLogs(const v1::GetLogsRequest& request) const;
-
-  // The administrator's limits and the fair-share half-life (default: none
-  // and 1 h); usage recorded so far restarts from zero.
-  void set_scheduling_policy(SchedulingPolicy policy);
-  // Whether `owner` may submit `spec` now (CheckSubmission in
-  // scheduling_policy.h): its priority ceiling and queued-job limit.
-  absl::Status CheckSubmission(const v1::JobSpec& spec, const std::string& owner) const;
   // The PENDING jobs in the order the last plan placed them, each with its
   // owner, priority, reason, and whether it holds a reservation.
   v1::GetQueueResponse Queue() const;
-
-  // How long a job preempted by re-queueing waits for its checkpoint to
-  // commit before it goes back to the queue anyway (Note [Re-queue] in
-  // scheduler_requeue.cc); default kRequeueCheckpointTimeout.
-  void set_requeue_checkpoint_timeout(absl::Duration timeout);
-  static constexpr absl::Duration kRequeueCheckpointTimeout = absl::Seconds(60);
-
-  int free_slots() const;
   // Agents, slots, every running job (job, rank summary, the diagnoses
   // of the last Tick, and its rank rows if it has at most `max_rank_rows`
   // ranks, else only the rows of the ranks its diagnoses name), each user's
   // slots, jobs and fair share, and the queue by wait class into
   // `snapshot`, for /metrics and the status page.
   void Snapshot(ClusterSnapshot& snapshot, int max_rank_rows = INT_MAX) const;
-  // Where generations, rendezvous and diagnoses are counted; null (the
-  // default) = nowhere. Must outlive the scheduler.
-  void set_metrics(CoordinatorMetrics* metrics);
-  // What launched ranks are told to dial (known once the server has bound).
+
+ private:
+  friend class Scheduler;
+  explicit SchedulerJobs(Scheduler& scheduler) : scheduler_(scheduler) {}
+  Scheduler& scheduler_;
+};
+
+class Scheduler {
+ public:
+  using Sender = AgentSender;
+  using JoinDone = Rendezvous::Done;
+  using ResumeResolver = SchedulerOptions::ResumeResolver;
+
+  // `jobs` and `clock` (null = real time) must outlive the scheduler.
+  Scheduler(JobManager& jobs, Clock* clock, SchedulerOptions options);
+
+  // The views, by concept (each holds all of its concept's entry points).
+  SchedulerAgents& agents() { return agents_view_; }
+  SchedulerRanks& ranks() { return ranks_view_; }
+  SchedulerJobs& jobs() { return jobs_view_; }
+  const SchedulerJobs& jobs() const { return jobs_view_; }
+
+  // Fails joins whose deadline has passed, applies each running job's
+  // hang_detection.action to its diagnoses (ABORT fails the job; RESTART
+  // of an elastic job evicts a DEAD or NEVER_JOINED rank and re-forms every
+  // rank's transport after a MISMATCH or STUCK_IN_COLLECTIVE, Note [Hang
+  // restart]; RESTART of any other job fails it), retries elastic jobs
+  // waiting below resources.min_ranks and lets elastic jobs grow onto free
+  // slots (docs/elastic.md). The server calls it periodically.
+  void Tick();
+  // Places queued jobs that fit. Called after every change; public for tests.
+  void Schedule();
+  // Replaces the options; fair-share usage recorded so far restarts from
+  // zero.
+  void Configure(SchedulerOptions options);
+  // What launched ranks are told to dial: known once the server has bound,
+  // after the services that hold the scheduler were built.
   void set_coordinator_address(std::string address);
 
  private:
+  friend class SchedulerAgents;
+  friend class SchedulerRanks;
+  friend class SchedulerJobs;
+
+  // The views' entry points (documented in their classes); each takes the
+  // lock itself.
+  absl::StatusOr<std::string> AddAgent(const v1::AgentHello& hello, Sender send);
+  void RemoveAgent(const std::string& agent_id);
+  absl::StatusOr<v1::AgentInfo> DrainAgent(const std::string& agent);
+  std::vector<v1::AgentInfo> ListAgents() const;
+  int free_slots() const;
+  absl::Status CheckAgentsCanHold(v1::JobSpec spec) const;
+  void RankExited(const std::string& agent_id, const v1::RankExited& exited);
+  void Join(const v1::JoinRequest& request, absl::Time deadline, JoinDone done);
+  void AgentJoins(const std::string& agent_id, const v1::RankJoins& batch, absl::Time deadline);
+  absl::Status Report(const v1::ReportRequest& report);
+  bool Heartbeat(const v1::RankHeartbeat& heartbeat, v1::Directive* directive);
+  void AgentHeartbeats(const std::string& agent_id, const v1::RankHeartbeats& batch);
+  absl::StatusOr<UploadGrant> GrantUpload(const std::string& job_id, int64_t generation,
+                                          int rank) const;
+  void Logs(const std::string& agent_id, const v1::RankLogs& logs);
+  absl::StatusOr<int64_t> RequestCheckpoint(const std::string& job_id);
+  absl::StatusOr<v1::Job> Cancel(const std::string& job_id, const std::string& reason);
+  void Recover(const std::vector<v1::Job>& running, absl::Duration grace);
+  absl::Status CheckSubmission(const v1::JobSpec& spec, const std::string& owner) const;
+  void FillStatus(const std::string& job_id, v1::JobStatus& status, const StatusRows& rows) const;
+  absl::StatusOr<v1::GetLogsResponse> GetLogs(const v1::GetLogsRequest& request) const;
+  v1::GetQueueResponse Queue() const;
+  void Snapshot(ClusterSnapshot& snapshot, int max_rank_rows) const;
+
   // Work to do once the lock is released.
   struct Outbox {
     explicit Outbox(AgentJoinOutbox& agent_joins) : agent_joins(agent_joins) {}
@@ -261,29 +360,25 @@ class Scheduler {
   // pending joins, records the state.
   void EndLocked(const std::string& job_id, v1::Job::State state, const std::string& reason,
                  Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Elastic jobs (scheduler_elastic.cc). After `cause` of `kind`
-  // ("rank_lost", "agent_lost", "hang_restart": failures, which count
-  // against elastic.max_restarts; "drain", "scale_up": planned), starts the job's
+  // Elastic jobs (scheduler_elastic.cc). After `cause` of `kind` (a
+  // failure, IsFailure, counts against elastic.max_restarts), starts the job's
   // next generation: ranks that exited, whose agent is gone or draining
   // leave; survivors keep their slots; newcomers are launched on free slots
   // up to resources.max_ranks. Past elastic.max_restarts the job ends FAILED
   // with the history in its reason. Below resources.min_ranks the job waits
-  // (RunningJob::waiting_until, retried on every change and Tick) and fails
+  // (ElasticPhase::Waiting, retried on every change and Tick) and fails
   // once elastic.wait_seconds have passed. A job that restarts all
   // (RunningJob::RestartsAll, Note [Restart-all] in running_job.h) first has
   // every rank stopped; the exit of the last one calls this again, and the
   // next generation launches every rank.
-  void ReformLocked(const std::string& job_id, const std::string& cause, const std::string& kind,
+  void ReformLocked(const std::string& job_id, const std::string& cause, ReformKind kind,
                     Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The plan of `run`'s next generation after `kind` with `lost` ranks:
-  // free slots up to resources.max_ranks, or, after a failure of a program
-  // that re-forms in process, the survivors alone while they are at least
-  // resources.min_ranks, with `*replacements_owed` set (Note [Staged
-  // growth] in scheduler_elastic.cc).
-  absl::StatusOr<NextGeneration> PlanReformLocked(const std::string& job_id,
-                                                  const v1::JobSpec& spec, const RunningJob& run,
-                                                  const std::vector<bool>& lost,
-                                                  const std::string& kind, bool* replacements_owed)
+  // ReformLocked's Form (PlanReform in reform_plan.h): starts run's next
+  // generation with form.next; `leaving` (agent id, slot) are the ranks that
+  // leave at a step boundary and exit by themselves (to `departing`).
+  void FormLocked(const std::string& job_id, RunningJob& run, const v1::Job& job,
+                  const std::string& cause, ReformKind kind, const ReformDecision::Form& form,
+                  std::vector<std::pair<std::string, int>> leaving, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Note [Staged growth] in scheduler_elastic.cc. The free slots for
   // `run`'s next generation: its staged newcomers' first, then the
@@ -316,26 +411,26 @@ class Scheduler {
   bool StagedNewcomerExitedLocked(const std::string& job_id, RunningJob& run,
                                   const std::string& agent_id, int slot, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The next generation cannot form (`why`): the job waits for slots up to
-  // elastic.wait_seconds from the first time, and fails once they passed.
-  void WaitForSlotsLocked(const std::string& job_id, RunningJob& run, const std::string& cause,
-                          const std::string& kind, const absl::Status& why, Outbox& out)
+  // ReformLocked's first Wait: the next generation cannot form (wait.why);
+  // the job waits for slots until wait.until (Note [Elastic phase]).
+  void BeginWaitLocked(const std::string& job_id, RunningJob& run, const std::string& cause,
+                       ReformKind kind, const ReformDecision::Wait& wait, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Note [Restart-all]: whether every rank of `run` has stopped, so that the
   // next generation may start. The first call has the live ranks stopped and
-  // records the change (`cause`, `kind`) in run.restarting; later calls (the
-  // stopped ranks' exits, lost agents, other changes meanwhile) keep it, a
-  // failure replacing a planned change. Once none is live, run.restarting is
-  // cleared and `cause` and `kind` are set to the change to make.
+  // puts run.phase in Restarting with the change (`cause`, `kind`); later
+  // calls (the stopped ranks' exits, lost agents, other changes meanwhile)
+  // keep it, a failure replacing a planned change. Once none is live,
+  // `cause` and `kind` are set to the change to make (the phase stays
+  // Restarting until the caller forms the next generation or waits).
   bool StopAllForRestartLocked(const std::string& job_id, RunningJob& run, std::string& cause,
-                               std::string& kind, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                               ReformKind& kind, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A planned change: the job's ranks are told (on their heartbeats) to
   // re-form at their next step boundary; the first Join of the next
   // generation starts it (ReformLocked). A job that restarts all has no
   // step boundary to wait for: its restart starts at once.
   void RequestReformLocked(const std::string& job_id, RunningJob& run, const std::string& cause,
-                           const std::string& kind, Outbox& out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                           ReformKind kind, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Elastic jobs waiting below resources.min_ranks try to form again (or
   // fail past elastic.wait_seconds).
   void RetryWaitingLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -389,7 +484,7 @@ class Scheduler {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // For a MISMATCH or STUCK_IN_COLLECTIVE diagnosis (no rank to evict):
   // starts the next generation with the same members, so that every rank
-  // re-forms its transport ("hang_restart"; past elastic.max_restarts the
+  // re-forms its transport (ReformKind::kHangRestart; past elastic.max_restarts the
   // job ends FAILED and `run` is gone). Returns false when `diagnoses` hold
   // neither; true as well while the restart has to wait.
   bool RestartHungLocked(const std::string& job_id, RunningJob& run,
@@ -443,6 +538,9 @@ class Scheduler {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   JobManager& jobs_;
+  SchedulerAgents agents_view_{*this};
+  SchedulerRanks ranks_view_{*this};
+  SchedulerJobs jobs_view_{*this};
   LogStore logs_;
   AgentJoinOutbox agent_joins_;  // has its own lock
   ResumeResolver resolve_resume_ ABSL_GUARDED_BY(mu_);
@@ -459,12 +557,88 @@ class Scheduler {
   // Each PENDING job as the plan sees it, kept between passes: a pass with
   // 10,000 queued jobs then copies none of them (docs/scheduling.md).
   std::map<std::string, QueueEntry> queue_entries_ ABSL_GUARDED_BY(mu_);
-  absl::Duration requeue_timeout_ ABSL_GUARDED_BY(mu_) = kRequeueCheckpointTimeout;
+  absl::Duration requeue_timeout_ ABSL_GUARDED_BY(mu_);
   // (agent, slot) -> job: ranks of re-queued jobs that were told to stop and
   // have not exited yet. Their slots stay busy, and their exits are not
   // taken for the exits of the job's next run.
   std::map<std::pair<std::string, int>, std::string> stopping_slots_ ABSL_GUARDED_BY(mu_);
 };
+
+// The views forward to the Scheduler, which takes its lock.
+inline absl::StatusOr<std::string> SchedulerAgents::AddAgent(const v1::AgentHello& hello,
+                                                             AgentSender send) {
+  return scheduler_.AddAgent(hello, std::move(send));
+}
+inline void SchedulerAgents::RemoveAgent(const std::string& agent_id) {
+  scheduler_.RemoveAgent(agent_id);
+}
+inline absl::StatusOr<v1::AgentInfo> SchedulerAgents::DrainAgent(const std::string& agent) {
+  return scheduler_.DrainAgent(agent);
+}
+inline std::vector<v1::AgentInfo> SchedulerAgents::ListAgents() const {
+  return scheduler_.ListAgents();
+}
+inline int SchedulerAgents::free_slots() const { return scheduler_.free_slots(); }
+inline absl::Status SchedulerAgents::CheckAgentsCanHold(v1::JobSpec spec) const {
+  return scheduler_.CheckAgentsCanHold(std::move(spec));
+}
+
+inline void SchedulerRanks::RankExited(const std::string& agent_id, const v1::RankExited& exited) {
+  scheduler_.RankExited(agent_id, exited);
+}
+inline void SchedulerRanks::Join(const v1::JoinRequest& request, absl::Time deadline,
+                                 JoinDone done) {
+  scheduler_.Join(request, deadline, std::move(done));
+}
+inline void SchedulerRanks::AgentJoins(const std::string& agent_id, const v1::RankJoins& batch,
+                                       absl::Time deadline) {
+  scheduler_.AgentJoins(agent_id, batch, deadline);
+}
+inline absl::Status SchedulerRanks::Report(const v1::ReportRequest& report) {
+  return scheduler_.Report(report);
+}
+inline bool SchedulerRanks::Heartbeat(const v1::RankHeartbeat& heartbeat,
+                                      v1::Directive* directive) {
+  return scheduler_.Heartbeat(heartbeat, directive);
+}
+inline void SchedulerRanks::AgentHeartbeats(const std::string& agent_id,
+                                            const v1::RankHeartbeats& batch) {
+  scheduler_.AgentHeartbeats(agent_id, batch);
+}
+inline absl::StatusOr<UploadGrant> SchedulerRanks::GrantUpload(const std::string& job_id,
+                                                               int64_t generation, int rank) const {
+  return scheduler_.GrantUpload(job_id, generation, rank);
+}
+inline void SchedulerRanks::Logs(const std::string& agent_id, const v1::RankLogs& logs) {
+  scheduler_.Logs(agent_id, logs);
+}
+
+inline absl::StatusOr<int64_t> SchedulerJobs::RequestCheckpoint(const std::string& job_id) {
+  return scheduler_.RequestCheckpoint(job_id);
+}
+inline absl::StatusOr<v1::Job> SchedulerJobs::Cancel(const std::string& job_id,
+                                                     const std::string& reason) {
+  return scheduler_.Cancel(job_id, reason);
+}
+inline void SchedulerJobs::Recover(const std::vector<v1::Job>& running, absl::Duration grace) {
+  scheduler_.Recover(running, grace);
+}
+inline absl::Status SchedulerJobs::CheckSubmission(const v1::JobSpec& spec,
+                                                   const std::string& owner) const {
+  return scheduler_.CheckSubmission(spec, owner);
+}
+inline void SchedulerJobs::FillStatus(const std::string& job_id, v1::JobStatus& status,
+                                      const StatusRows& rows) const {
+  scheduler_.FillStatus(job_id, status, rows);
+}
+inline absl::StatusOr<v1::GetLogsResponse> SchedulerJobs::GetLogs(
+    const v1::GetLogsRequest& request) const {
+  return scheduler_.GetLogs(request);
+}
+inline v1::GetQueueResponse SchedulerJobs::Queue() const { return scheduler_.Queue(); }
+inline void SchedulerJobs::Snapshot(ClusterSnapshot& snapshot, int max_rank_rows) const {
+  scheduler_.Snapshot(snapshot, max_rank_rows);
+}
 
 }  // namespace chorus
 

@@ -110,12 +110,13 @@ absl::Status ScheduleRounds(const Options& o, std::vector<double>& ms) {
   FakeClock clock(absl::FromUnixSeconds(1000));
   ASSIGN_OR_RETURN(std::unique_ptr<JobManager> jobs,
                    JobManager::Create(*state, &clock, o.queued + o.agents * o.slots_per_agent));
-  Scheduler scheduler(*jobs, &clock, "127.0.0.1:1");
+  Scheduler scheduler(*jobs, &clock, SchedulerOptions{"127.0.0.1:1"});
   for (int a = 0; a < o.agents; ++a) {
     v1::AgentHello hello;
     hello.set_host(absl::StrCat("node-", a));
     hello.set_slots(o.slots_per_agent);
-    RETURN_IF_ERROR(scheduler.AddAgent(hello, [](const v1::CoordinatorMessage&) {}).status());
+    RETURN_IF_ERROR(
+        scheduler.agents().AddAgent(hello, [](const v1::CoordinatorMessage&) {}).status());
   }
   std::mt19937 rng(7);
   std::uniform_int_distribution<int> ranks(1, 16), priority(1, 3);
@@ -137,8 +138,8 @@ absl::Status ScheduleRounds(const Options& o, std::vector<double>& ms) {
   std::printf(
       "Scheduler::Schedule() with %d queued jobs, %d agents (%d free slots): p50 %.2f ms, "
       "p99 %.2f ms (goal <= 50 ms)\n",
-      static_cast<int>(jobs->List({v1::Job::PENDING}, 0)->size()), o.agents, scheduler.free_slots(),
-      Percentile(ms, 0.5), Percentile(ms, 0.99));
+      static_cast<int>(jobs->List({v1::Job::PENDING}, 0)->size()), o.agents,
+      scheduler.agents().free_slots(), Percentile(ms, 0.5), Percentile(ms, 0.99));
   return absl::OkStatus();
 }
 

@@ -19,6 +19,7 @@
 #include "coordinator/hang_policy.h"
 #include "coordinator/job_recovery.h"
 #include "coordinator/preemption.h"
+#include "coordinator/reform_plan.h"
 #include "coordinator/scheduler.h"
 #include "glog/logging.h"
 
@@ -30,9 +31,20 @@ std::string History(const RunningJob& run) {
   return absl::StrCat("; history: ", absl::StrJoin(run.history, "; "));
 }
 
-// Changes that were not planned: they count against elastic.max_restarts.
-bool IsFailure(const std::string& kind) {
-  return kind == "rank_lost" || kind == "agent_lost" || kind == "hang_restart";
+// `run` as PlanReform sees it after `cause` of `kind`, without its ranks:
+// the caller that plans adds them (O(ranks)).
+ReformJob ReformJobOf(const RunningJob& run, const std::string& cause, ReformKind kind) {
+  ReformJob job;
+  job.cause = cause;
+  job.kind = kind;
+  job.generation = run.generation();
+  job.restarts = run.restarts;
+  job.max_restarts = run.elastic_spec.max_restarts();
+  job.wait_seconds = run.elastic_spec.wait_seconds();
+  job.stages_replacements = run.program && !run.RestartsAll();
+  if (const ElasticPhase::Waiting* wait = run.phase.waiting()) job.waiting_until = wait->until;
+  job.history = &run.history;
+  return job;
 }
 
 // Who leaves at a change: ranks that exited (their slots are free for
@@ -112,26 +124,18 @@ std::string DescribeChange(const RunningJob& run, const v1::JobSpec& spec, int64
 }
 
 // The job's bookkeeping for its new generation: ranks, rendezvous, grant,
-// and the elastic state back to forming (nothing planned, nothing waiting).
+// and the elastic phase to Forming (the planned change, if any, made).
 void BeginGeneration(RunningJob& run, const v1::Job& job, std::vector<RankState> ranks,
-                     int64_t generation, const std::string& kind, absl::Time now) {
+                     int64_t generation, ReformKind kind, absl::Time now) {
   const int world = static_cast<int>(ranks.size());
   run.ranks = std::move(ranks);
   run.rendezvous = Rendezvous(job.job_id(), generation, world);
   run.exited_ok = 0;
   run.diagnoses = DiagnosisHistory();
   run.upload_grant = UploadGrantFor(job, world, generation);
-  if (run.reform_started == absl::InfinitePast()) run.reform_started = now;
-  run.forming_kind = kind;
-  run.planned_cause.clear();
-  run.planned_kind.clear();
-  run.planned_world = 0;
   run.yielding.clear();  // they are `departing` now
-  run.waiting_until = absl::InfiniteFuture();
-  run.waiting_cause.clear();
-  run.waiting_kind.clear();
   run.generation_started_at = now;
-  run.form_deadline = now + absl::Seconds(run.elastic_spec.wait_seconds());
+  run.phase.BeginForming(kind, now, now + absl::Seconds(run.elastic_spec.wait_seconds()));
 }
 
 // Launch messages for the generation's newcomers; survivors join by
@@ -161,58 +165,70 @@ void LaunchNewcomers(const std::string& job_id, const RunningJob& run,
 }  // namespace
 
 void Scheduler::ReformLocked(const std::string& job_id, const std::string& cause_heard,
-                             const std::string& kind_heard, Outbox& out) {
+                             ReformKind kind_heard, Outbox& out) {
   auto it = running_.find(job_id);
   if (it == running_.end()) return;
   RunningJob& run = it->second;
   absl::StatusOr<v1::Job> job = jobs_.Get(job_id);
   if (!job.ok()) return;
-  const int64_t old_generation = run.generation();
-  const int old_world = static_cast<int>(run.ranks.size());
   std::string cause = cause_heard;
-  std::string kind = kind_heard;
-  if (IsFailure(kind) && run.restarts >= run.elastic_spec.max_restarts()) {
-    EndLocked(job_id, v1::Job::FAILED,
-              absl::StrCat(cause, "; elastic.max_restarts ", run.elastic_spec.max_restarts(),
-                           " used up in generation ", old_generation, History(run)),
-              out);
+  ReformKind kind = kind_heard;
+  // Before a restart-all stops any rank: a failure past max_restarts fails
+  // the job at once.
+  if (std::optional<std::string> reason = RestartsUsedUp(ReformJobOf(run, cause, kind))) {
+    EndLocked(job_id, v1::Job::FAILED, *reason, out);
     return;
   }
   // Note [Restart-all]: the next generation starts once every rank stopped.
-  if ((run.RestartsAll() || run.restarting.has_value()) &&
+  if ((run.RestartsAll() || run.phase.restarting() != nullptr) &&
       !StopAllForRestartLocked(job_id, run, cause, kind, out)) {
     return;
   }
-  const bool failure = IsFailure(kind);
   std::vector<std::pair<std::string, int>> leaving;
-  const std::vector<bool> lost = LostRanks(run, agents_, leaving);
-  bool replacements_owed = false;
-  absl::StatusOr<NextGeneration> next =
-      PlanReformLocked(job_id, job->spec(), run, lost, kind, &replacements_owed);
-  if (!next.ok()) {
-    WaitForSlotsLocked(job_id, run, cause, kind, next.status(), out);
-    return;
-  }
+  ReformJob planned = ReformJobOf(run, cause, kind);
+  planned.ranks = run.Slots();
+  planned.lost = LostRanks(run, agents_, leaving);
   const absl::Time now = clock_->Now();
+  ReformDecision decision = PlanReform(planned, FreeSlotsForLocked(run),
+                                       QuotaCappedLocked(job_id, job->spec(), run), now);
+  if (auto* fail = std::get_if<ReformDecision::Fail>(&decision.verdict)) {
+    EndLocked(job_id, v1::Job::FAILED, fail->reason, out);
+  } else if (auto* wait = std::get_if<ReformDecision::Wait>(&decision.verdict)) {
+    if (wait->begins) BeginWaitLocked(job_id, run, cause, kind, *wait, now);
+  } else {
+    auto& form = std::get<ReformDecision::Form>(decision.verdict);
+    FormLocked(job_id, run, *job, cause, kind, form, std::move(leaving), out);
+  }
+}
+
+void Scheduler::FormLocked(const std::string& job_id, RunningJob& run, const v1::Job& job,
+                           const std::string& cause, ReformKind kind,
+                           const ReformDecision::Form& form,
+                           std::vector<std::pair<std::string, int>> leaving, Outbox& out) {
+  const NextGeneration& next = form.next;
+  const absl::Time now = clock_->Now();
+  const bool failure = IsFailure(kind);
+  const int64_t old_generation = run.generation();
+  const int old_world = static_cast<int>(run.ranks.size());
   const int64_t generation = old_generation + 1;
-  const int world = static_cast<int>(next->ranks.size());
+  const int world = static_cast<int>(next.ranks.size());
   run.rendezvous.Abort(
       absl::AbortedError(absl::StrCat("generation ", old_generation, " of job ", job_id,
                                       " was superseded by generation ", generation, ": ", cause)),
       out.joins);
   std::vector<std::string> newcomers;
-  std::vector<RankState> ranks = NextRanks(run, *next, agents_, newcomers);
+  std::vector<RankState> ranks = NextRanks(run, next, agents_, newcomers);
   AdoptStagedLocked(job_id, run, ranks, out);
   if (failure) ++run.restarts;
   if (world > old_world) run.last_growth_at = now;
   // Note [Staged growth]: a survivors-only generation owes its replacements.
-  run.replacements_owed = replacements_owed;
-  const std::string change = DescribeChange(run, job->spec(), generation, old_world, world, cause,
-                                            failure, newcomers);
+  run.replacements_owed = form.replacements_owed;
+  const std::string change =
+      DescribeChange(run, job.spec(), generation, old_world, world, cause, failure, newcomers);
   run.history.push_back(change);
   for (auto& departing : leaving) run.departing.push_back(std::move(departing));
-  BeginGeneration(run, *job, std::move(ranks), generation, kind, now);
-  if (metrics_ != nullptr) metrics_->GenerationStarted(kind);
+  BeginGeneration(run, job, std::move(ranks), generation, kind, now);
+  if (metrics_ != nullptr) metrics_->GenerationStarted(std::string(ReformKindName(kind)));
   LOG(INFO) << job_id << ": " << change;
   if (absl::StatusOr<v1::Job> s =
           jobs_.MarkReformed(job_id, generation, world, run.restarts, change);
@@ -223,6 +239,122 @@ void Scheduler::ReformLocked(const std::string& job_id, const std::string& cause
     LOG(ERROR) << job_id << ": could not record placements: " << s;
   }
   LaunchNewcomers(job_id, run, coordinator_address_, agents_, out.messages);
+}
+
+void Scheduler::BeginWaitLocked(const std::string& job_id, RunningJob& run,
+                                const std::string& cause, ReformKind kind,
+                                const ReformDecision::Wait& wait, absl::Time now) {
+  // Below resources.min_ranks: wait for slots (an agent that connects, a
+  // job that ends) rather than fail at once.
+  run.phase.BeginWaiting(cause, kind, now, wait.until);
+  v1::JobEvent event;
+  event.set_message(absl::StrCat("generation ", run.generation() + 1, " after ", cause,
+                                 " waits up to elastic.wait_seconds ",
+                                 run.elastic_spec.wait_seconds(), " s for free slots: ", wait.why));
+  LOG(INFO) << job_id << ": " << event.message();
+  (void)jobs_.AddEvent(job_id, std::move(event));
+}
+
+bool Scheduler::StopAllForRestartLocked(const std::string& job_id, RunningJob& run,
+                                        std::string& cause, ReformKind& kind, Outbox& out) {
+  // Live: not exited, on a connected agent or awaited after a coordinator
+  // restart (it may still run there).
+  std::map<std::string, std::vector<int>> live;  // slots by agent id
+  int awaited = 0;
+  for (RankState& r : run.ranks) {
+    if (r.state == v1::RankStatus::EXITED) continue;
+    if (r.agent_id.empty()) {
+      ++awaited;
+    } else if (agents_.Find(r.agent_id) != nullptr) {
+      live[r.agent_id].push_back(r.slot);
+    }
+  }
+  if (ElasticPhase::Restarting* restarting = run.phase.restarting()) {
+    if (IsFailure(kind) && !IsFailure(restarting->kind)) {
+      restarting->cause = cause;
+      restarting->kind = kind;
+    }
+    if (!live.empty() || awaited > 0) return false;
+    // The phase stays Restarting until the caller forms the next
+    // generation or waits for slots (Note [Elastic phase]).
+    cause = restarting->cause;
+    kind = restarting->kind;
+    return true;
+  }
+  if (live.empty() && awaited == 0) return true;
+  const absl::Time now = clock_->Now();
+  run.phase.BeginRestarting(cause, kind, now, now + absl::Seconds(run.elastic_spec.wait_seconds()));
+  const std::string why = absl::StrCat("restart-all for generation ", run.generation() + 1,
+                                       " after ", cause);
+  // Joins waiting for a generation that will not form are answered now.
+  run.rendezvous.Abort(absl::AbortedError(absl::StrCat("job ", job_id, ": ", why)), out.joins);
+  int stopping = 0;
+  for (RankState& r : run.ranks) {
+    if (r.state == v1::RankStatus::EXITED) continue;
+    r.stopping = true;
+    ++stopping;
+  }
+  for (const auto& [agent_id, slots] : live) {
+    out.messages.emplace_back(agents_.Find(agent_id)->send,
+                              StopRanksMessage(job_id, slots, why));
+  }
+  v1::JobEvent event;
+  event.set_message(absl::StrCat(
+      why, ": stopping the ", stopping, " running rank(s) (the program does not re-form in its ",
+      "own process); every rank starts again once they have exited"));
+  LOG(INFO) << job_id << ": " << event.message();
+  (void)jobs_.AddEvent(job_id, std::move(event));
+  return false;
+}
+
+void Scheduler::RequestReformLocked(const std::string& job_id, RunningJob& run,
+                                    const std::string& cause, ReformKind kind, Outbox& out) {
+  if (run.RestartsAll()) {
+    ReformLocked(job_id, cause, kind, out);  // Note [Restart-all]: at once
+    return;
+  }
+  // A drain goes first.
+  ElasticPhase::Planned planned{cause, kind, std::nullopt};
+  // What ReformLocked will plan if nothing changes before the boundary:
+  // ranks on draining agents (and any gone) leave, free slots are taken.
+  if (absl::StatusOr<v1::Job> job = jobs_.Get(job_id); job.ok()) {
+    std::vector<bool> lost(run.ranks.size(), false);
+    for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
+      const AgentRegistry::Agent* agent = agents_.Find(run.ranks[rank].agent_id);
+      lost[rank] = agent == nullptr || agent->draining ||
+                   run.ranks[rank].state == v1::RankStatus::EXITED ||
+                   std::find(run.yielding.begin(), run.yielding.end(),
+                             std::make_pair(run.ranks[rank].agent_id, run.ranks[rank].slot)) !=
+                       run.yielding.end();
+    }
+    absl::StatusOr<NextGeneration> next = PlanNextGeneration(
+        run.Slots(), lost, FreeSlotsForLocked(run), QuotaCappedLocked(job_id, job->spec(), run));
+    if (next.ok()) planned.world = static_cast<int>(next->ranks.size());
+  }
+  if (!run.phase.Plan(std::move(planned))) return;  // a drain goes first
+  v1::JobEvent event;
+  event.set_message(absl::StrCat("generation ", run.generation() + 1, " will form at the next ",
+                                 "step boundary after ", cause));
+  LOG(INFO) << job_id << ": " << event.message();
+  (void)jobs_.AddEvent(job_id, std::move(event));
+}
+
+void Scheduler::RetryWaitingLocked(Outbox& out) {
+  const absl::Time now = clock_->Now();
+  std::vector<std::string> waiting;
+  for (const auto& [job_id, run] : running_) {
+    const ElasticPhase::Waiting* wait = run.phase.waiting();
+    if (wait == nullptr) continue;
+    // Note [Elastic restart]: a survivor not back yet would count as lost.
+    if (run.AwaitingRanks() && now < wait->until) continue;
+    waiting.push_back(job_id);
+  }
+  for (const std::string& job_id : waiting) {
+    const RunningJob& run = running_.at(job_id);
+    const std::string cause = run.phase.waiting()->cause;
+    const ReformKind kind = run.phase.waiting()->kind;
+    ReformLocked(job_id, cause, kind, out);
+  }
 }
 
 // Note [Staged growth]
@@ -265,158 +397,6 @@ void Scheduler::ReformLocked(const std::string& job_id, const std::string& cause
 // growth is tried again; one that exits first frees its slot. A coordinator
 // restart forgets the debt and the staged growth: the job then grows after
 // the scale-up interval, and a staged newcomer's Join finds no rank.
-absl::StatusOr<NextGeneration> Scheduler::PlanReformLocked(const std::string& job_id,
-                                                           const v1::JobSpec& spec,
-                                                           const RunningJob& run,
-                                                           const std::vector<bool>& lost,
-                                                           const std::string& kind,
-                                                           bool* replacements_owed) {
-  const QueuedJob capped = QuotaCappedLocked(job_id, spec, run);
-  const std::vector<AgentSlots> free = FreeSlotsForLocked(run);
-  absl::StatusOr<NextGeneration> full = PlanNextGeneration(run.Slots(), lost, free, capped);
-  if (!full.ok() || full->newcomers() == 0 || !IsFailure(kind) || !run.program ||
-      run.RestartsAll()) {
-    return full;
-  }
-  absl::StatusOr<NextGeneration> survivors = PlanNextGeneration(run.Slots(), lost, {}, capped);
-  if (!survivors.ok()) return full;  // below min_ranks without the newcomers
-  *replacements_owed = true;
-  return survivors;
-}
-
-void Scheduler::WaitForSlotsLocked(const std::string& job_id, RunningJob& run,
-                                   const std::string& cause, const std::string& kind,
-                                   const absl::Status& why, Outbox& out) {
-  const absl::Time now = clock_->Now();
-  const int64_t generation = run.generation() + 1;
-  if (run.waiting_until == absl::InfiniteFuture()) {
-    // Below resources.min_ranks: wait for slots (an agent that connects,
-    // a job that ends) rather than fail at once.
-    run.waiting_until = now + absl::Seconds(run.elastic_spec.wait_seconds());
-    run.waiting_cause = cause;
-    run.waiting_kind = kind;
-    if (run.reform_started == absl::InfinitePast()) run.reform_started = now;
-    v1::JobEvent event;
-    event.set_message(absl::StrCat("generation ", generation, " after ", cause,
-                                   " waits up to elastic.wait_seconds ",
-                                   run.elastic_spec.wait_seconds(),
-                                   " s for free slots: ", why.message()));
-    LOG(INFO) << job_id << ": " << event.message();
-    (void)jobs_.AddEvent(job_id, std::move(event));
-    return;
-  }
-  if (now < run.waiting_until) return;
-  EndLocked(job_id, v1::Job::FAILED,
-            absl::StrCat(cause, "; generation ", generation,
-                         " cannot form: waited elastic.wait_seconds ",
-                         run.elastic_spec.wait_seconds(), " s and ", why.message(), History(run)),
-            out);
-}
-
-bool Scheduler::StopAllForRestartLocked(const std::string& job_id, RunningJob& run,
-                                        std::string& cause, std::string& kind, Outbox& out) {
-  // Live: not exited, on a connected agent or awaited after a coordinator
-  // restart (it may still run there).
-  std::map<std::string, std::vector<int>> live;  // slots by agent id
-  int awaited = 0;
-  for (RankState& r : run.ranks) {
-    if (r.state == v1::RankStatus::EXITED) continue;
-    if (r.agent_id.empty()) {
-      ++awaited;
-    } else if (agents_.Find(r.agent_id) != nullptr) {
-      live[r.agent_id].push_back(r.slot);
-    }
-  }
-  if (run.restarting.has_value()) {
-    if (IsFailure(kind) && !IsFailure(run.restarting->kind)) {
-      run.restarting->cause = cause;
-      run.restarting->kind = kind;
-    }
-    if (!live.empty() || awaited > 0) return false;
-    cause = run.restarting->cause;
-    kind = run.restarting->kind;
-    run.restarting.reset();
-    return true;
-  }
-  if (live.empty() && awaited == 0) return true;
-  const absl::Time now = clock_->Now();
-  run.restarting = RunningJob::RestartAll{
-      cause, kind, now + absl::Seconds(run.elastic_spec.wait_seconds())};
-  if (run.reform_started == absl::InfinitePast()) run.reform_started = now;
-  const std::string why = absl::StrCat("restart-all for generation ", run.generation() + 1,
-                                       " after ", cause);
-  // Joins waiting for a generation that will not form are answered now.
-  run.rendezvous.Abort(absl::AbortedError(absl::StrCat("job ", job_id, ": ", why)), out.joins);
-  int stopping = 0;
-  for (RankState& r : run.ranks) {
-    if (r.state == v1::RankStatus::EXITED) continue;
-    r.stopping = true;
-    ++stopping;
-  }
-  for (const auto& [agent_id, slots] : live) {
-    out.messages.emplace_back(agents_.Find(agent_id)->send,
-                              StopRanksMessage(job_id, slots, why));
-  }
-  v1::JobEvent event;
-  event.set_message(absl::StrCat(
-      why, ": stopping the ", stopping, " running rank(s) (the program does not re-form in its ",
-      "own process); every rank starts again once they have exited"));
-  LOG(INFO) << job_id << ": " << event.message();
-  (void)jobs_.AddEvent(job_id, std::move(event));
-  return false;
-}
-
-void Scheduler::RequestReformLocked(const std::string& job_id, RunningJob& run,
-                                    const std::string& cause, const std::string& kind,
-                                    Outbox& out) {
-  if (run.RestartsAll()) {
-    ReformLocked(job_id, cause, kind, out);  // Note [Restart-all]: at once
-    return;
-  }
-  if (run.planned_kind == "drain" && kind != "drain") return;  // a drain goes first
-  run.planned_cause = cause;
-  run.planned_kind = kind;
-  // What ReformLocked will plan if nothing changes before the boundary:
-  // ranks on draining agents (and any gone) leave, free slots are taken.
-  run.planned_world = 0;
-  if (absl::StatusOr<v1::Job> job = jobs_.Get(job_id); job.ok()) {
-    std::vector<bool> lost(run.ranks.size(), false);
-    for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
-      const AgentRegistry::Agent* agent = agents_.Find(run.ranks[rank].agent_id);
-      lost[rank] = agent == nullptr || agent->draining ||
-                   run.ranks[rank].state == v1::RankStatus::EXITED ||
-                   std::find(run.yielding.begin(), run.yielding.end(),
-                             std::make_pair(run.ranks[rank].agent_id, run.ranks[rank].slot)) !=
-                       run.yielding.end();
-    }
-    absl::StatusOr<NextGeneration> next = PlanNextGeneration(
-        run.Slots(), lost, FreeSlotsForLocked(run), QuotaCappedLocked(job_id, job->spec(), run));
-    if (next.ok()) run.planned_world = static_cast<int>(next->ranks.size());
-  }
-  v1::JobEvent event;
-  event.set_message(absl::StrCat("generation ", run.generation() + 1, " will form at the next ",
-                                 "step boundary after ", cause));
-  LOG(INFO) << job_id << ": " << event.message();
-  (void)jobs_.AddEvent(job_id, std::move(event));
-}
-
-void Scheduler::RetryWaitingLocked(Outbox& out) {
-  const absl::Time now = clock_->Now();
-  std::vector<std::string> waiting;
-  for (const auto& [job_id, run] : running_) {
-    if (run.waiting_until == absl::InfiniteFuture()) continue;
-    // Note [Elastic restart]: a survivor not back yet would count as lost.
-    if (run.AwaitingRanks() && now < run.waiting_until) continue;
-    waiting.push_back(job_id);
-  }
-  for (const std::string& job_id : waiting) {
-    const RunningJob& run = running_.at(job_id);
-    const std::string cause = run.waiting_cause;
-    const std::string kind = run.waiting_kind;
-    ReformLocked(job_id, cause, kind, out);
-  }
-}
-
 std::vector<AgentSlots> Scheduler::FreeSlotsForLocked(const RunningJob& run) const {
   std::vector<AgentSlots> free = UnreservedSlotsLocked();
   if (!run.staged.has_value()) return free;
@@ -517,8 +497,8 @@ bool Scheduler::StagedJoinLocked(const v1::JoinRequest& request, JoinDone& done,
   newcomer->up = true;
   const bool all_up = std::all_of(staged.newcomers.begin(), staged.newcomers.end(),
                                   [](const StagedNewcomer& n) { return n.up; });
-  if (all_up && run.planned_cause.empty()) {
-    RequestReformLocked(request.job_id(), run, staged.cause, "scale_up", out);
+  if (all_up && !run.phase.planned().has_value()) {
+    RequestReformLocked(request.job_id(), run, staged.cause, ReformKind::kScaleUp, out);
   }
   out.joins.emplace_back(
       std::move(done),
@@ -578,7 +558,7 @@ bool Scheduler::StagedNewcomerExitedLocked(const std::string& job_id, RunningJob
   LOG(INFO) << job_id << ": staged newcomer on slot " << slot << " exited before it joined";
   // Before the change is requested, the others are stopped and the growth
   // is tried again; after, the change plans without it.
-  if (run.planned_cause.empty() || newcomers.empty()) {
+  if (!run.phase.planned().has_value() || newcomers.empty()) {
     DropStagedLocked(job_id, run, "another newcomer of the growth exited", out);
   }
   return true;
@@ -590,15 +570,15 @@ void Scheduler::GrowLocked(Outbox& out) {
   std::vector<std::pair<std::string, std::string>> grow;  // job id, cause
   std::vector<std::tuple<std::string, NextGeneration, std::string>> stage;
   for (auto& [job_id, run] : running_) {
-    if (run.staged.has_value() && run.planned_cause.empty() && now >= run.staged->deadline) {
+    if (run.staged.has_value() && !run.phase.planned().has_value() && now >= run.staged->deadline) {
       DropStagedLocked(job_id, run, absl::StrCat("not up within elastic.wait_seconds ",
                                                  run.elastic_spec.wait_seconds(), " s"),
                        out);
     }
     // Note [Staged growth]: replacements owed are taken without waiting.
-    if (!run.elastic || !run.planned_cause.empty() || run.waiting_until != absl::InfiniteFuture() ||
-        run.staged.has_value() ||
-        run.restarting.has_value() || !run.Formed() || run.AwaitingRanks() ||
+    if (!run.elastic || run.phase.planned().has_value() || run.phase.waiting() != nullptr ||
+        run.staged.has_value() || run.phase.restarting() != nullptr || !run.Formed() ||
+        run.AwaitingRanks() ||
         (!run.replacements_owed &&
          now < run.last_growth_at + absl::Seconds(run.elastic_spec.scale_up_interval_seconds()))) {
       continue;
@@ -632,7 +612,8 @@ void Scheduler::GrowLocked(Outbox& out) {
   }
   for (const auto& [job_id, cause] : grow) {
     auto it = running_.find(job_id);
-    if (it != running_.end()) RequestReformLocked(job_id, it->second, cause, "scale_up", out);
+    if (it != running_.end())
+      RequestReformLocked(job_id, it->second, cause, ReformKind::kScaleUp, out);
   }
 }
 
@@ -690,7 +671,8 @@ absl::StatusOr<v1::AgentInfo> Scheduler::DrainAgent(const std::string& name) {
       }
       for (const auto& [job_id, cause] : drained) {
         auto it = running_.find(job_id);
-        if (it != running_.end()) RequestReformLocked(job_id, it->second, cause, "drain", out);
+        if (it != running_.end())
+          RequestReformLocked(job_id, it->second, cause, ReformKind::kDrain, out);
       }
     }
     info = AgentInfoLocked(*id);
@@ -709,18 +691,24 @@ std::vector<v1::AgentInfo> Scheduler::ListAgents() const {
 
 std::optional<std::string> Scheduler::ReformOverdueLocked(const RunningJob& run,
                                                           absl::Time now) const {
-  if (run.restarting.has_value()) {
-    if (now < run.restarting->deadline) return std::nullopt;
+  if (const ElasticPhase::Restarting* restarting = run.phase.restarting()) {
+    if (now < restarting->deadline) return std::nullopt;
     std::vector<int> running;
     for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
       if (run.ranks[rank].state != v1::RankStatus::EXITED) running.push_back(static_cast<int>(rank));
     }
-    return absl::StrCat(run.restarting->cause, "; restart-all: rank(s) ",
-                        absl::StrJoin(running, ","), " of generation ", run.generation(),
+    return absl::StrCat(restarting->cause, "; restart-all: rank(s) ", absl::StrJoin(running, ","),
+                        " of generation ", run.generation(),
                         " did not exit within elastic.wait_seconds ",
                         run.elastic_spec.wait_seconds(), " s of being stopped", History(run));
   }
-  if (run.form_deadline > now || run.Formed()) return std::nullopt;
+  // The generation forming, or the one still forming while the job waits
+  // for slots (Note [Elastic phase]).
+  const ElasticPhase::Forming* forming = run.phase.forming();
+  if (const ElasticPhase::Waiting* wait = run.phase.waiting(); wait != nullptr) {
+    forming = wait->unformed.has_value() ? &*wait->unformed : nullptr;
+  }
+  if (forming == nullptr || forming->deadline > now || run.Formed()) return std::nullopt;
   std::vector<int> missing;
   for (int rank = 0; rank < run.rendezvous.world_size(); ++rank) {
     if (!run.rendezvous.joined(rank)) missing.push_back(rank);
@@ -740,7 +728,7 @@ std::optional<std::string> Scheduler::ReformOverdueLocked(const RunningJob& run,
 //    sequence number, and neither is reliably the wrong one;
 //    STUCK_IN_COLLECTIVE blames no rank (every rank issued the collective:
 //    the transport is suspect). There is no rank to replace, so
-//    RestartHungLocked starts g+1 with the same members ("hang_restart"):
+//    RestartHungLocked starts g+1 with the same members (kHangRestart):
 //    the ranks hear of it on their next heartbeat (RE_RENDEZVOUS), abort
 //    their communicator, which fails the collective they are blocked in, and
 //    join g+1 in the same processes with their last complete step; g+1
@@ -813,7 +801,7 @@ bool Scheduler::RestartHungLocked(const std::string& job_id, RunningJob& run,
   const std::string cause = absl::StrCat("hang_detection.action RESTART for ", DiagnosisKey(*hung),
                                          " (every rank re-forms its transport): ", hung->message());
   LOG(INFO) << job_id << ": " << cause;
-  ReformLocked(job_id, cause, "hang_restart", out);
+  ReformLocked(job_id, cause, ReformKind::kHangRestart, out);
   return true;
 }
 
@@ -841,12 +829,11 @@ void Scheduler::SaveElasticLocked(const std::string& job_id, RunningJob& run) {
 }
 
 void Scheduler::NoteFormedLocked(const std::string& job_id, RunningJob& run) {
-  if (run.reform_started == absl::InfinitePast()) return;
-  const double seconds = absl::ToDoubleSeconds(clock_->Now() - run.reform_started);
-  const bool failure = IsFailure(run.forming_kind);
+  const std::optional<ElasticPhase::Forming> formed = run.phase.GenerationFormed();
+  if (!formed.has_value()) return;
+  const double seconds = absl::ToDoubleSeconds(clock_->Now() - formed->started);
+  const bool failure = IsFailure(formed->kind);
   if (failure) run.recovery_seconds = seconds;
-  run.reform_started = absl::InfinitePast();
-  run.form_deadline = absl::InfiniteFuture();
   v1::JobEvent event;
   event.set_message(absl::StrCat(
       "generation ", run.generation(), " formed with ", run.ranks.size(), " ranks, ",
@@ -860,9 +847,9 @@ void Scheduler::NoteFormedLocked(const std::string& job_id, RunningJob& run) {
 std::vector<ElasticRun> Scheduler::PreemptibleLocked() const {
   std::vector<ElasticRun> runs;
   for (const auto& [job_id, run] : running_) {
-    if (!run.elastic || run.RestartsAll() || !run.planned_cause.empty() ||
-        run.waiting_until != absl::InfiniteFuture() || run.restarting.has_value() ||
-        !run.Formed() || run.AwaitingRanks() || !run.yielding.empty() || !run.departing.empty()) {
+    if (!run.elastic || run.RestartsAll() || run.phase.planned().has_value() ||
+        run.phase.waiting() != nullptr || run.phase.restarting() != nullptr || !run.Formed() ||
+        run.AwaitingRanks() || !run.yielding.empty() || !run.departing.empty()) {
       continue;
     }
     const bool healthy = std::none_of(run.ranks.begin(), run.ranks.end(), [](const RankState& r) {
@@ -915,7 +902,7 @@ void Scheduler::PreemptLocked(Outbox& out) {
           absl::StrCat(holder_id, " (priority ", PriorityName(holder->second.priority), ", ",
                        OwnerName(holder->second.owner), ") preempted rank(s) ", ranks, " of this ",
                        PriorityName(run.priority), " job: they leave, nothing is lost"),
-          "preempt", out);
+          ReformKind::kPreempt, out);
       v1::JobEvent event;
       event.set_message(absl::StrCat("preempting rank(s) ", ranks, " of ", p.job_id, " (priority ",
                                      PriorityName(run.priority),

@@ -81,12 +81,12 @@ void Scheduler::JoinLocked(const v1::JoinRequest& request, absl::Time deadline, 
   // its generation forms.
   if (StagedJoinLocked(request, done, out)) return;
   auto it = running_.find(request.job_id());
-  if (it != running_.end() && it->second.elastic && !it->second.planned_cause.empty() &&
-      it->second.waiting_until == absl::InfiniteFuture() && !it->second.AwaitingRanks() &&
+  if (it != running_.end() && it->second.elastic && it->second.phase.planned().has_value() &&
+      it->second.phase.waiting() == nullptr && !it->second.AwaitingRanks() &&
       request.generation() == it->second.generation() + 1 && it->second.Formed()) {
     // The first rank at the step boundary of a planned change.
-    const std::string cause = it->second.planned_cause;
-    const std::string kind = it->second.planned_kind;
+    const std::string cause = it->second.phase.planned()->cause;
+    const ReformKind kind = it->second.phase.planned()->kind;
     ReformLocked(request.job_id(), cause, kind, out);
     SaveElasticLocked();
     it = running_.find(request.job_id());
@@ -302,12 +302,12 @@ bool Scheduler::HeartbeatLocked(const v1::RankHeartbeat& heartbeat, v1::Directiv
   rank.heartbeat_at = clock_->Now();
   // Note [Restart-all]: the program re-forms in its own process.
   if (heartbeat.reforms_in_process()) it->second.reforms_in_process = true;
-  if (directive != nullptr && !it->second.planned_cause.empty() &&
-      it->second.waiting_until == absl::InfiniteFuture() && it->second.Formed()) {
+  if (directive != nullptr && it->second.phase.planned().has_value() &&
+      it->second.phase.waiting() == nullptr && it->second.Formed()) {
     directive->set_kind(v1::Directive::REFORM_AT_STEP_BOUNDARY);
     directive->set_generation(it->second.generation() + 1);
-    directive->set_reason(it->second.planned_cause);
-    directive->set_world_size(it->second.planned_world);
+    directive->set_reason(it->second.phase.planned()->cause);
+    directive->set_world_size(it->second.phase.planned()->world.value_or(0));
   }
   // Note [Re-queue]: a job preempted to go back to the queue.
   if (directive != nullptr && it->second.requeue.has_value()) {
@@ -429,11 +429,6 @@ void Scheduler::Snapshot(ClusterSnapshot& snapshot, int max_rank_rows) const {
     for (const v1::Diagnosis& d : run.diagnoses_now) *status.add_diagnoses() = d;
   }
   AddUsers(UsageLocked(), running_, queue_entries_, plan_, snapshot);
-}
-
-void Scheduler::set_metrics(CoordinatorMetrics* metrics) {
-  absl::MutexLock lock(&mu_);
-  metrics_ = metrics;
 }
 
 void Scheduler::Logs(const std::string& agent_id, const v1::RankLogs& logs) {

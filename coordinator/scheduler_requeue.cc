@@ -58,11 +58,6 @@
 
 namespace chorus {
 
-void Scheduler::set_requeue_checkpoint_timeout(absl::Duration timeout) {
-  absl::MutexLock lock(&mu_);
-  requeue_timeout_ = timeout;
-}
-
 std::vector<RequeueRun> Scheduler::RequeueableLocked() const {
   std::vector<RequeueRun> runs;
   for (const auto& [job_id, run] : running_) {

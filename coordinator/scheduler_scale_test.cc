@@ -36,14 +36,14 @@ class SchedulerScaleTest : public ::testing::Test {
                             ::testing::UnitTest::GetInstance()->current_test_info()->name();
     state_ = *StateStore::Open(dir);
     jobs_ = *JobManager::Create(*state_, &clock_);
-    scheduler_ = std::make_unique<Scheduler>(*jobs_, &clock_, "127.0.0.1:1");
+    scheduler_ = std::make_unique<Scheduler>(*jobs_, &clock_, SchedulerOptions{"127.0.0.1:1"});
     agents_.resize(kAgents);
     for (int a = 0; a < kAgents; ++a) {
       v1::AgentHello hello;
       hello.set_host(absl::StrCat("node-", a));
       hello.set_slots(kSlotsPerAgent);
       FakeAgent* agent = &agents_[a];
-      absl::StatusOr<std::string> id = scheduler_->AddAgent(
+      absl::StatusOr<std::string> id = scheduler_->agents().AddAgent(
           hello, [agent](const v1::CoordinatorMessage& m) { agent->received.push_back(m); });
       ASSERT_TRUE(id.ok()) << id.status();
       agent->id = *id;
@@ -78,11 +78,11 @@ class SchedulerScaleTest : public ::testing::Test {
           request.set_generation(generation);
           request.set_pid(1000 + static_cast<int64_t>(joins.size()));
           JoinResult* result = &joins.emplace_back();
-          scheduler_->Join(request, clock_.Now() + absl::Minutes(5),
-                           [result](absl::StatusOr<v1::JoinResponse> r) {
-                             result->called = true;
-                             result->result = std::move(r);
-                           });
+          scheduler_->ranks().Join(request, clock_.Now() + absl::Minutes(5),
+                                   [result](absl::StatusOr<v1::JoinResponse> r) {
+                                     result->called = true;
+                                     result->result = std::move(r);
+                                   });
         }
       }
     }
@@ -121,7 +121,7 @@ TEST_F(SchedulerScaleTest, SixteenThousandRanksFormInTimeLinearInTheRanks) {
   // What a scrape and a status request see (docs/observability.md, "Large
   // jobs"): a summary of every rank, rows only for a page.
   ClusterSnapshot snapshot;
-  scheduler_->Snapshot(snapshot, CoordinatorMetrics::kDefaultMaxRankSeries);
+  scheduler_->jobs().Snapshot(snapshot, CoordinatorMetrics::kDefaultMaxRankSeries);
   ASSERT_EQ(snapshot.running.size(), 1u);
   EXPECT_EQ(snapshot.running[0].ranks_size(), 0);
   EXPECT_EQ(snapshot.running[0].rank_summary().ranks(), kRanks);
@@ -130,7 +130,7 @@ TEST_F(SchedulerScaleTest, SixteenThousandRanksFormInTimeLinearInTheRanks) {
   StatusRows page;
   page.offset = kRanks - 10;
   page.limit = kDefaultStatusRankRows;
-  scheduler_->FillStatus(job, status, page);
+  scheduler_->jobs().FillStatus(job, status, page);
   ASSERT_EQ(status.ranks_size(), 10);
   EXPECT_EQ(status.ranks(9).rank(), kRanks - 1);
 }

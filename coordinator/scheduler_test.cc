@@ -57,8 +57,11 @@ class SchedulerTest : public ::testing::Test {
                             ::testing::UnitTest::GetInstance()->current_test_info()->name();
     state_ = *StateStore::Open(dir);
     jobs_ = *JobManager::Create(*state_, &clock_);
-    scheduler_ = std::make_unique<Scheduler>(*jobs_, &clock_, "127.0.0.1:1");
+    scheduler_ = std::make_unique<Scheduler>(*jobs_, &clock_, options_);
   }
+  // What the scheduler is built with; a test that changes it calls
+  // scheduler_->Configure(options_).
+  SchedulerOptions options_{"127.0.0.1:1"};
 
   std::string Submit(int min_ranks, int max_ranks) {
     auto spec = ParseJobSpec(absl::StrCat("model { mlp {} } data { synthetic {} } resources { "
@@ -75,7 +78,7 @@ class SchedulerTest : public ::testing::Test {
     v1::AgentHello hello;
     hello.set_host(host);
     hello.set_slots(slots);
-    auto id = scheduler_->AddAgent(hello, agent.Sender());
+    auto id = scheduler_->agents().AddAgent(hello, agent.Sender());
     EXPECT_TRUE(id.ok());
     agent.id = *id;
     return *id;
@@ -122,7 +125,7 @@ TEST_F(SchedulerTest, PlacesFifoWithinMinAndMaxAndNumbersRanksStably) {
   v1::RankExited done;
   done.set_job_id(first);
   done.set_slot(0);
-  scheduler_->RankExited(a.id, done);
+  scheduler_->ranks().RankExited(a.id, done);
   EXPECT_EQ(State(first), v1::Job::SUCCEEDED);
   Add(b, 2, "node-b");
   EXPECT_EQ(State(big), v1::Job::RUNNING);
@@ -134,15 +137,15 @@ TEST_F(SchedulerTest, PlacesFifoWithinMinAndMaxAndNumbersRanksStably) {
   EXPECT_EQ(a.Launches()[1].coordinator(), "127.0.0.1:1");
   const std::string small = Submit(1, 1);
   EXPECT_EQ(State(small), v1::Job::PENDING);
-  EXPECT_EQ(scheduler_->free_slots(), 0);
+  EXPECT_EQ(scheduler_->agents().free_slots(), 0);
 
   // All four join; ranks follow agent then slot order.
   std::vector<JoinResult> joins(4);
-  scheduler_->Join(JoinOf(big, a.id, 0), clock_.Now() + absl::Seconds(60), joins[0].Done());
-  scheduler_->Join(JoinOf(big, b.id, 1), clock_.Now() + absl::Seconds(60), joins[3].Done());
-  scheduler_->Join(JoinOf(big, a.id, 1), clock_.Now() + absl::Seconds(60), joins[1].Done());
+  scheduler_->ranks().Join(JoinOf(big, a.id, 0), clock_.Now() + absl::Seconds(60), joins[0].Done());
+  scheduler_->ranks().Join(JoinOf(big, b.id, 1), clock_.Now() + absl::Seconds(60), joins[3].Done());
+  scheduler_->ranks().Join(JoinOf(big, a.id, 1), clock_.Now() + absl::Seconds(60), joins[1].Done());
   EXPECT_FALSE(joins[0].called) << "Join waits for the whole generation";
-  scheduler_->Join(JoinOf(big, b.id, 0), clock_.Now() + absl::Seconds(60), joins[2].Done());
+  scheduler_->ranks().Join(JoinOf(big, b.id, 0), clock_.Now() + absl::Seconds(60), joins[2].Done());
   for (int r = 0; r < 4; ++r) {
     ASSERT_TRUE(joins[r].called);
     ASSERT_TRUE(joins[r].result.ok()) << joins[r].result.status();
@@ -152,7 +155,7 @@ TEST_F(SchedulerTest, PlacesFifoWithinMinAndMaxAndNumbersRanksStably) {
     EXPECT_EQ(joins[r].result->spec().resources().max_ranks(), 4);
   }
   v1::JobStatus status;
-  scheduler_->FillStatus(big, status);
+  scheduler_->jobs().FillStatus(big, status);
   ASSERT_EQ(status.ranks_size(), 4);
   EXPECT_EQ(status.ranks(2).host(), "node-b");
   EXPECT_EQ(status.ranks(2).state(), v1::RankStatus::TRAINING);
@@ -163,7 +166,7 @@ TEST_F(SchedulerTest, PlacesFifoWithinMinAndMaxAndNumbersRanksStably) {
     v1::RankExited e;
     e.set_job_id(big);
     e.set_slot(slot);
-    scheduler_->RankExited(agent->id, e);
+    scheduler_->ranks().RankExited(agent->id, e);
   }
   EXPECT_EQ(State(big), v1::Job::SUCCEEDED);
   EXPECT_EQ(State(small), v1::Job::RUNNING);
@@ -174,12 +177,13 @@ TEST_F(SchedulerTest, StaleGenerationUnknownSlotAndDeadline) {
   Add(a, 2, "node-a");
   const std::string job = Submit(2, 2);
   JoinResult stale, unknown, first;
-  scheduler_->Join(JoinOf(job, a.id, 0, /*gen=*/7), clock_.Now() + absl::Seconds(5), stale.Done());
+  scheduler_->ranks().Join(JoinOf(job, a.id, 0, /*gen=*/7), clock_.Now() + absl::Seconds(5),
+                           stale.Done());
   EXPECT_EQ(stale.result.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(stale.result.status().message(), HasSubstr("the current generation is 1"));
-  scheduler_->Join(JoinOf(job, a.id, 9), clock_.Now() + absl::Seconds(5), unknown.Done());
+  scheduler_->ranks().Join(JoinOf(job, a.id, 9), clock_.Now() + absl::Seconds(5), unknown.Done());
   EXPECT_EQ(unknown.result.status().code(), absl::StatusCode::kNotFound);
-  scheduler_->Join(JoinOf(job, a.id, 0), clock_.Now() + absl::Seconds(5), first.Done());
+  scheduler_->ranks().Join(JoinOf(job, a.id, 0), clock_.Now() + absl::Seconds(5), first.Done());
   scheduler_->Tick();
   EXPECT_FALSE(first.called);
   clock_.Advance(absl::Seconds(6));
@@ -188,7 +192,7 @@ TEST_F(SchedulerTest, StaleGenerationUnknownSlotAndDeadline) {
   EXPECT_EQ(first.result.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_THAT(first.result.status().message(), HasSubstr("ranks that have not joined: 1"));
   JoinResult none;
-  scheduler_->Join(JoinOf("job-000099", a.id, 0), clock_.Now(), none.Done());
+  scheduler_->ranks().Join(JoinOf("job-000099", a.id, 0), clock_.Now(), none.Done());
   EXPECT_EQ(none.result.status().code(), absl::StatusCode::kNotFound);
 }
 
@@ -202,17 +206,17 @@ TEST_F(SchedulerTest, AFinalReportWithoutMetricsKeepsTheLatest) {
   report.set_generation(1);
   report.mutable_metrics()->set_step(50);
   report.mutable_metrics()->set_eval_accuracy(0.9);
-  ASSERT_TRUE(scheduler_->Report(report).ok());
+  ASSERT_TRUE(scheduler_->ranks().Report(report).ok());
   v1::ReportRequest final_report;
   final_report.set_job_id(job);
   final_report.set_generation(1);
   final_report.set_final(true);
   final_report.set_success(true);
-  ASSERT_TRUE(scheduler_->Report(final_report).ok());
+  ASSERT_TRUE(scheduler_->ranks().Report(final_report).ok());
   EXPECT_EQ(jobs_->Get(job)->latest_metrics().step(), 50);
   EXPECT_DOUBLE_EQ(jobs_->Get(job)->latest_metrics().eval_accuracy(), 0.9);
   final_report.mutable_metrics()->set_step(60);
-  ASSERT_TRUE(scheduler_->Report(final_report).ok());
+  ASSERT_TRUE(scheduler_->ranks().Report(final_report).ok());
   EXPECT_EQ(jobs_->Get(job)->latest_metrics().step(), 60) << "final metrics still replace";
   EXPECT_EQ(jobs_->Get(job)->latest_metrics().eval_accuracy(), 0);
 }
@@ -231,7 +235,7 @@ TEST_F(SchedulerTest, ARecordedReportDoesNotHoldTheScheduler) {
   const int64_t handle = jobs_->Subscribe(job, [&] {
     if (other.joinable()) return;
     other = std::thread([&] {
-      (void)scheduler_->ListAgents();
+      (void)scheduler_->agents().ListAgents();
       others_went_on = true;
     });
     for (int i = 0; i < 200 && !others_went_on; ++i) absl::SleepFor(absl::Milliseconds(10));
@@ -241,7 +245,7 @@ TEST_F(SchedulerTest, ARecordedReportDoesNotHoldTheScheduler) {
   report.set_job_id(job);
   report.set_generation(1);
   report.mutable_metrics()->set_step(7);
-  ASSERT_TRUE(scheduler_->Report(report).ok());
+  ASSERT_TRUE(scheduler_->ranks().Report(report).ok());
   jobs_->Unsubscribe(handle);
   ASSERT_TRUE(other.joinable());
   other.join();
@@ -250,12 +254,12 @@ TEST_F(SchedulerTest, ARecordedReportDoesNotHoldTheScheduler) {
   // The end of the job comes after the report's event.
   report.set_final(true);
   report.mutable_metrics()->set_step(9);
-  ASSERT_TRUE(scheduler_->Report(report).ok());
+  ASSERT_TRUE(scheduler_->ranks().Report(report).ok());
   v1::RankExited exited;
   exited.set_job_id(job);
   exited.set_slot(0);
   exited.set_exit_code(0);
-  scheduler_->RankExited(a.id, exited);
+  scheduler_->ranks().RankExited(a.id, exited);
   ASSERT_EQ(State(job), v1::Job::SUCCEEDED);
   auto events = jobs_->Events(job, 0);
   ASSERT_TRUE(events.ok());
@@ -273,17 +277,17 @@ TEST_F(SchedulerTest, AHeartbeatOfAnEndedJobIsToldToAbort) {
   hb.set_job_id(job);
   hb.set_generation(1);
   v1::Directive running;
-  EXPECT_TRUE(scheduler_->Heartbeat(hb, &running));
+  EXPECT_TRUE(scheduler_->ranks().Heartbeat(hb, &running));
   EXPECT_EQ(running.kind(), v1::Directive::KIND_UNSPECIFIED);
-  ASSERT_TRUE(scheduler_->Cancel(job, "user asked").ok());
+  ASSERT_TRUE(scheduler_->jobs().Cancel(job, "user asked").ok());
   v1::Directive ended;
-  EXPECT_FALSE(scheduler_->Heartbeat(hb, &ended));
+  EXPECT_FALSE(scheduler_->ranks().Heartbeat(hb, &ended));
   EXPECT_EQ(ended.kind(), v1::Directive::ABORT);
   EXPECT_THAT(ended.reason(), HasSubstr(job + " is CANCELLED: "));
   EXPECT_THAT(ended.reason(), HasSubstr("user asked"));
   v1::Directive unknown;
   hb.set_job_id("job-000099");
-  EXPECT_FALSE(scheduler_->Heartbeat(hb, &unknown));
+  EXPECT_FALSE(scheduler_->ranks().Heartbeat(hb, &unknown));
   EXPECT_EQ(unknown.kind(), v1::Directive::KIND_UNSPECIFIED) << "no such job: nothing to say";
 }
 
@@ -317,11 +321,11 @@ TEST_F(SchedulerTest, ADeadRankInsideALiveAgentsAggregateIsDead) {
     for (int rank = 0; rank < 3; ++rank) {
       if (rank != 1 || second == 0) *batch.add_heartbeats() = HeartbeatOf(job, rank, second);
     }
-    scheduler_->AgentHeartbeats(a.id, batch);
+    scheduler_->ranks().AgentHeartbeats(a.id, batch);
     clock_.Advance(absl::Seconds(1));
   }
   v1::JobStatus status;
-  scheduler_->FillStatus(job, status);
+  scheduler_->jobs().FillStatus(job, status);
   ASSERT_EQ(status.diagnoses_size(), 1) << status.DebugString();
   EXPECT_EQ(status.diagnoses(0).kind(), v1::Diagnosis::DEAD);
   EXPECT_THAT(status.diagnoses(0).ranks(), testing::ElementsAre(1));
@@ -341,16 +345,16 @@ TEST_F(SchedulerTest, AnAgentSpeaksOnlyForItsOwnRanksAndHearsTheirDirectives) {
   v1::RankHeartbeats batch;
   *batch.add_heartbeats() = HeartbeatOf(job, 0, 5);
   *batch.add_heartbeats() = HeartbeatOf(job, 1, 5);  // rank 1 runs on b
-  scheduler_->AgentHeartbeats(a.id, batch);
+  scheduler_->ranks().AgentHeartbeats(a.id, batch);
   v1::JobStatus status;
-  scheduler_->FillStatus(job, status);
+  scheduler_->jobs().FillStatus(job, status);
   ASSERT_EQ(status.ranks_size(), 2);
   EXPECT_EQ(status.ranks(0).step(), 5);
   EXPECT_EQ(status.ranks(1).step(), 0) << "agent a may not speak for b's rank";
   EXPECT_EQ(status.ranks(1).heartbeat_age_seconds(), 0) << "no heartbeat recorded";
   const size_t before = a.received.size();
-  ASSERT_TRUE(scheduler_->Cancel(job, "user asked").ok());
-  scheduler_->AgentHeartbeats(a.id, batch);
+  ASSERT_TRUE(scheduler_->jobs().Cancel(job, "user asked").ok());
+  scheduler_->ranks().AgentHeartbeats(a.id, batch);
   ASSERT_GT(a.received.size(), before);
   const v1::CoordinatorMessage& answer = a.received.back();
   ASSERT_TRUE(answer.has_directives()) << answer.DebugString();
@@ -374,20 +378,20 @@ TEST_F(SchedulerTest, AProgramJobShowsRankZerosHeartbeatProgress) {
   sdk.set_job_id(job);
   sdk.set_generation(1);
   sdk.mutable_metrics()->set_eval_accuracy(0.8);
-  ASSERT_TRUE(scheduler_->Report(sdk).ok());
+  ASSERT_TRUE(scheduler_->ranks().Report(sdk).ok());
   v1::RankHeartbeat hb;
   hb.set_job_id(job);
   hb.set_generation(1);
   hb.set_rank(1);
   hb.set_step(99);
-  ASSERT_TRUE(scheduler_->Heartbeat(hb));
+  ASSERT_TRUE(scheduler_->ranks().Heartbeat(hb));
   EXPECT_EQ(jobs_->Get(job)->latest_metrics().step(), 0) << "only rank 0 speaks for the job";
   hb.set_rank(0);
   hb.set_step(40);
   hb.set_epoch(2);
   hb.set_loss(0.5);
   hb.set_samples_per_second(300);
-  ASSERT_TRUE(scheduler_->Heartbeat(hb));
+  ASSERT_TRUE(scheduler_->ranks().Heartbeat(hb));
   v1::Metrics m = jobs_->Get(job)->latest_metrics();
   EXPECT_EQ(m.step(), 40);
   EXPECT_EQ(m.epoch(), 2);
@@ -396,10 +400,10 @@ TEST_F(SchedulerTest, AProgramJobShowsRankZerosHeartbeatProgress) {
   EXPECT_DOUBLE_EQ(m.eval_accuracy(), 0.8) << "what the program reported stays";
   hb.set_step(30);  // a late, older record does not move the step back
   hb.set_loss(0);   // a record without a loss keeps the last one
-  ASSERT_TRUE(scheduler_->Heartbeat(hb));
+  ASSERT_TRUE(scheduler_->ranks().Heartbeat(hb));
   EXPECT_EQ(jobs_->Get(job)->latest_metrics().step(), 40);
   hb.set_step(45);
-  ASSERT_TRUE(scheduler_->Heartbeat(hb));
+  ASSERT_TRUE(scheduler_->ranks().Heartbeat(hb));
   EXPECT_DOUBLE_EQ(jobs_->Get(job)->latest_metrics().loss(), 0.5);
   // The supervisor's final report: the program's newest record, which
   // came after the last heartbeat.
@@ -410,7 +414,7 @@ TEST_F(SchedulerTest, AProgramJobShowsRankZerosHeartbeatProgress) {
   final_report.set_success(true);
   final_report.mutable_metrics()->set_step(48);
   final_report.mutable_metrics()->set_loss(0.25);
-  ASSERT_TRUE(scheduler_->Report(final_report).ok());
+  ASSERT_TRUE(scheduler_->ranks().Report(final_report).ok());
   m = jobs_->Get(job)->latest_metrics();
   EXPECT_EQ(m.step(), 48);
   EXPECT_DOUBLE_EQ(m.loss(), 0.25);
@@ -430,13 +434,13 @@ TEST_F(SchedulerTest, FailedRankFailsTheJobAndStopsTheOthers) {
   e.set_exit_code(3);
   e.add_stderr_tail("Traceback...");
   e.add_stderr_tail("RuntimeError: out of data");
-  scheduler_->RankExited(b.id, e);
+  scheduler_->ranks().RankExited(b.id, e);
   EXPECT_EQ(State(job), v1::Job::FAILED);
   EXPECT_THAT(jobs_->Get(job)->reason(),
               HasSubstr("rank 1 (node-b, pid 4242) exited with code 3; last stderr: RuntimeError"));
   EXPECT_EQ(a.Stops(), 1);
   EXPECT_EQ(b.Stops(), 0) << "the rank that exited needs no stop";
-  EXPECT_EQ(scheduler_->free_slots(), 2);
+  EXPECT_EQ(scheduler_->agents().free_slots(), 2);
 }
 
 TEST_F(SchedulerTest, LostAgentFailsItsJobsAndCancelStopsRanks) {
@@ -445,8 +449,8 @@ TEST_F(SchedulerTest, LostAgentFailsItsJobsAndCancelStopsRanks) {
   Add(b, 1, "node-b");
   const std::string lost = Submit(2, 2);
   JoinResult waiting;
-  scheduler_->Join(JoinOf(lost, a.id, 0), clock_.Now() + absl::Seconds(60), waiting.Done());
-  scheduler_->RemoveAgent(b.id);
+  scheduler_->ranks().Join(JoinOf(lost, a.id, 0), clock_.Now() + absl::Seconds(60), waiting.Done());
+  scheduler_->agents().RemoveAgent(b.id);
   EXPECT_EQ(State(lost), v1::Job::FAILED);
   EXPECT_THAT(jobs_->Get(lost)->reason(), HasSubstr("lost contact with the agent on node-b"));
   ASSERT_TRUE(waiting.called);
@@ -454,11 +458,11 @@ TEST_F(SchedulerTest, LostAgentFailsItsJobsAndCancelStopsRanks) {
 
   const std::string cancelled = Submit(1, 1);
   EXPECT_EQ(State(cancelled), v1::Job::RUNNING);
-  auto job = scheduler_->Cancel(cancelled, "enough");
+  auto job = scheduler_->jobs().Cancel(cancelled, "enough");
   ASSERT_TRUE(job.ok());
   EXPECT_EQ(State(cancelled), v1::Job::CANCELLED);
   EXPECT_EQ(a.Stops(), 2);  // one for the lost job, one for the cancelled one
-  EXPECT_EQ(scheduler_->free_slots(), 1);
+  EXPECT_EQ(scheduler_->agents().free_slots(), 1);
 }
 
 TEST_F(SchedulerTest, DevicesMustMatch) {
@@ -467,11 +471,11 @@ TEST_F(SchedulerTest, DevicesMustMatch) {
   hello.set_host("gpu-node");
   hello.set_slots(8);
   hello.set_device(v1::ResourceSpec::CUDA);
-  ASSERT_TRUE(scheduler_->AddAgent(hello, gpu.Sender()).ok());
+  ASSERT_TRUE(scheduler_->agents().AddAgent(hello, gpu.Sender()).ok());
   const std::string cpu_job = Submit(1, 1);
   EXPECT_EQ(State(cpu_job), v1::Job::PENDING);
   hello.set_slots(0);
-  EXPECT_EQ(scheduler_->AddAgent(hello, gpu.Sender()).status().code(),
+  EXPECT_EQ(scheduler_->agents().AddAgent(hello, gpu.Sender()).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 
@@ -488,7 +492,7 @@ TEST_F(SchedulerTest, ACudaJobOfTheBuiltInTrainerWaitsForCudaSlotsAndSaysSo) {
   EXPECT_EQ(State(id), v1::Job::PENDING) << "4 free CPU slots must not take a CUDA job";
   v1::JobStatus status;
   *status.mutable_job() = *jobs_->Get(id);
-  scheduler_->FillStatus(id, status);
+  scheduler_->jobs().FillStatus(id, status);
   EXPECT_EQ(status.pending_reason(),
             "waiting for a node agent with CUDA slots (none is connected); later jobs start "
             "meanwhile");
@@ -502,10 +506,10 @@ TEST_F(SchedulerTest, ACudaJobOfTheBuiltInTrainerWaitsForCudaSlotsAndSaysSo) {
   hello.set_host("gpu-node");
   hello.set_slots(2);
   hello.set_device(v1::ResourceSpec::CUDA);
-  ASSERT_TRUE(scheduler_->AddAgent(hello, gpu.Sender()).ok());
+  ASSERT_TRUE(scheduler_->agents().AddAgent(hello, gpu.Sender()).ok());
   scheduler_->Schedule();
   EXPECT_EQ(State(id), v1::Job::RUNNING);
-  EXPECT_EQ(scheduler_->free_slots(), 4) << "the other CPU slots stay free";
+  EXPECT_EQ(scheduler_->agents().free_slots(), 4) << "the other CPU slots stay free";
 }
 
 TEST_F(SchedulerTest, AJobThatCannotResumeFailsAndTheNextOneTakesItsSlots) {
@@ -522,19 +526,19 @@ TEST_F(SchedulerTest, AJobThatCannotResumeFailsAndTheNextOneTakesItsSlots) {
   EXPECT_EQ(jobs_->Get(resuming->job_id())->reason(),
             "cannot resume from job-000001: this coordinator keeps no checkpoints");
   EXPECT_EQ(State(after), v1::Job::RUNNING) << "the failed job's slot goes to the next one";
-  EXPECT_EQ(scheduler_->free_slots(), 0);
+  EXPECT_EQ(scheduler_->agents().free_slots(), 0);
 }
 
 TEST_F(SchedulerTest, ResumedJobsJoinWithTheirCheckpointAndSkippedOnesAreWarnedAbout) {
-  scheduler_->set_resume_resolver(
-      [](const std::string& resume_from, std::vector<std::string>* skipped) {
-        EXPECT_EQ(resume_from, "job-000001:30");
-        skipped->push_back("checkpoint job-000001 step 30 is damaged");
-        v1::CheckpointManifest manifest;
-        manifest.set_job_id("job-000001");
-        manifest.set_step(20);
-        return absl::StatusOr<v1::CheckpointManifest>(manifest);
-      });
+  options_.resume_resolver = [](const std::string& resume_from, std::vector<std::string>* skipped) {
+    EXPECT_EQ(resume_from, "job-000001:30");
+    skipped->push_back("checkpoint job-000001 step 30 is damaged");
+    v1::CheckpointManifest manifest;
+    manifest.set_job_id("job-000001");
+    manifest.set_step(20);
+    return absl::StatusOr<v1::CheckpointManifest>(manifest);
+  };
+  scheduler_->Configure(options_);
   const std::string original = Submit(1, 1);
   auto spec =
       ParseJobSpec("model { mlp {} } data { synthetic {} }", SpecFormat::kTextProto, "test");
@@ -543,8 +547,8 @@ TEST_F(SchedulerTest, ResumedJobsJoinWithTheirCheckpointAndSkippedOnesAreWarnedA
   FakeAgent a;
   Add(a, 2, "node-a");
   JoinResult join;
-  scheduler_->Join(JoinOf(resumed->job_id(), a.id, 1), clock_.Now() + absl::Seconds(5),
-                   join.Done());
+  scheduler_->ranks().Join(JoinOf(resumed->job_id(), a.id, 1), clock_.Now() + absl::Seconds(5),
+                           join.Done());
   ASSERT_TRUE(join.called);
   ASSERT_TRUE(join.result.ok()) << join.result.status();
   EXPECT_EQ(join.result->resume().step(), 20);
@@ -576,8 +580,8 @@ class ElasticSchedulerTest : public SchedulerTest {
     Add(agent_, 5, "node-a");
     std::vector<JoinResult> joins(4);
     for (int slot = 0; slot < 4; ++slot) {
-      scheduler_->Join(JoinOf(job->job_id(), agent_.id, slot), clock_.Now() + absl::Seconds(60),
-                       joins[slot].Done());
+      scheduler_->ranks().Join(JoinOf(job->job_id(), agent_.id, slot),
+                               clock_.Now() + absl::Seconds(60), joins[slot].Done());
     }
     EXPECT_TRUE(joins[3].result.ok()) << joins[3].result.status();
     return job->job_id();
@@ -589,7 +593,7 @@ class ElasticSchedulerTest : public SchedulerTest {
     e.set_slot(slot);
     e.set_pid(100 + slot);
     e.set_exit_code(code);
-    scheduler_->RankExited(agent_.id, e);
+    scheduler_->ranks().RankExited(agent_.id, e);
   }
 
   std::vector<std::string> Reasons(const std::string& job) {
@@ -620,15 +624,15 @@ class ElasticSchedulerTest : public SchedulerTest {
       hb.mutable_flight_recorder()->set_last_enqueued_seq(
           std::max(hb.flight_recorder().last_enqueued_seq(), r.seq()));
     }
-    return scheduler_->Heartbeat(hb, directive);
+    return scheduler_->ranks().Heartbeat(hb, directive);
   }
 
   // Every rank joins generation `gen` on its own slot (pid 100 + slot).
   std::vector<JoinResult> JoinSameSlots(const std::string& job, int64_t gen) {
     std::vector<JoinResult> joins(4);
     for (int slot = 0; slot < 4; ++slot) {
-      scheduler_->Join(JoinOf(job, agent_.id, slot, gen), clock_.Now() + absl::Seconds(60),
-                       joins[slot].Done());
+      scheduler_->ranks().Join(JoinOf(job, agent_.id, slot, gen), clock_.Now() + absl::Seconds(60),
+                               joins[slot].Done());
     }
     return joins;
   }
@@ -675,7 +679,8 @@ TEST_F(ElasticSchedulerTest, AKilledRankIsReplacedAndTheSurvivorsJoinTheNextGene
   // A survivor whose communicator failed asks for generation 2 before the
   // coordinator has heard of the exit: not formed yet.
   JoinResult early;
-  scheduler_->Join(JoinOf(job, agent_.id, 0, 2), clock_.Now() + absl::Seconds(60), early.Done());
+  scheduler_->ranks().Join(JoinOf(job, agent_.id, 0, 2), clock_.Now() + absl::Seconds(60),
+                           early.Done());
   EXPECT_EQ(early.result.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(early.result.status().message(),
               HasSubstr("generation 2 of job " + job + " has not formed yet"));
@@ -697,8 +702,8 @@ TEST_F(ElasticSchedulerTest, AKilledRankIsReplacedAndTheSurvivorsJoinTheNextGene
   std::vector<JoinResult> joins(4);
   clock_.Advance(absl::Seconds(2));
   for (int slot : {0, 2, 3, 1}) {
-    scheduler_->Join(JoinOf(job, agent_.id, slot, 2), clock_.Now() + absl::Seconds(60),
-                     joins[slot].Done());
+    scheduler_->ranks().Join(JoinOf(job, agent_.id, slot, 2), clock_.Now() + absl::Seconds(60),
+                             joins[slot].Done());
   }
   for (int slot = 0; slot < 4; ++slot) {
     ASSERT_TRUE(joins[slot].result.ok()) << joins[slot].result.status();
@@ -718,7 +723,7 @@ TEST_F(ElasticSchedulerTest, AKilledRankIsReplacedAndTheSurvivorsJoinTheNextGene
   old.set_generation(1);
   old.set_rank(0);
   v1::Directive directive;
-  EXPECT_FALSE(scheduler_->Heartbeat(old, &directive));
+  EXPECT_FALSE(scheduler_->ranks().Heartbeat(old, &directive));
   EXPECT_EQ(directive.kind(), v1::Directive::RE_RENDEZVOUS) << "a survivor that missed it";
   EXPECT_EQ(directive.generation(), 2);
   EXPECT_THAT(directive.reason(), testing::StartsWith("generation 2 after rank 1 (node-a"));
@@ -727,7 +732,7 @@ TEST_F(ElasticSchedulerTest, AKilledRankIsReplacedAndTheSurvivorsJoinTheNextGene
   report.set_generation(2);
   report.set_rank(0);
   report.mutable_metrics()->set_step(120);
-  ASSERT_TRUE(scheduler_->Report(report).ok());
+  ASSERT_TRUE(scheduler_->ranks().Report(report).ok());
   const v1::Metrics latest = jobs_->Get(job)->latest_metrics();
   EXPECT_EQ(latest.step(), 120);
   EXPECT_EQ(latest.values().at("restarts"), 1);
@@ -752,7 +757,7 @@ TEST_F(ElasticSchedulerTest, SurvivorsJoinTheNextGenerationThroughTheirAgentInOn
   const absl::Time deadline = clock_.Now() + absl::Seconds(60);
   // Before the coordinator heard of the failure: answered at once, as a
   // rank's own Join would be.
-  scheduler_->AgentJoins(agent_.id, JoinsOf(job, {0}, 2), deadline);
+  scheduler_->ranks().AgentJoins(agent_.id, JoinsOf(job, {0}, 2), deadline);
   ASSERT_EQ(agent_.Answers().size(), 1u);
   ASSERT_EQ(agent_.Answers()[0].entries_size(), 1);
   const v1::RankJoinAnswers::Entry early = agent_.Answers()[0].entries(0);
@@ -763,12 +768,12 @@ TEST_F(ElasticSchedulerTest, SurvivorsJoinTheNextGenerationThroughTheirAgentInOn
 
   Exit(job, 1, -9);
   clock_.Advance(absl::Seconds(2));
-  scheduler_->AgentJoins(agent_.id, JoinsOf(job, {0, 2}, 2), deadline);
+  scheduler_->ranks().AgentJoins(agent_.id, JoinsOf(job, {0, 2}, 2), deadline);
   EXPECT_EQ(agent_.Answers().size(), 1u) << "they wait for the generation";
   JoinResult own;  // a rank without an agent channel joins on its own
-  scheduler_->Join(JoinOf(job, agent_.id, 3, 2), deadline, own.Done());
+  scheduler_->ranks().Join(JoinOf(job, agent_.id, 3, 2), deadline, own.Done());
   EXPECT_FALSE(own.called);
-  scheduler_->AgentJoins(agent_.id, JoinsOf(job, {1}, 2), deadline);  // the newcomer
+  scheduler_->ranks().AgentJoins(agent_.id, JoinsOf(job, {1}, 2), deadline);  // the newcomer
 
   ASSERT_TRUE(own.result.ok()) << own.result.status();
   EXPECT_EQ(own.result->rank(), 3);
@@ -815,14 +820,14 @@ TEST_F(SchedulerTest, AnAgentJoinsOnlyForItsOwnSlots) {
   // b's own slot 0 (rank 1) that joins, and a's rank 0 has not.
   v1::RankJoins claim;
   *claim.add_joins() = JoinOf(job, a.id, 0);
-  scheduler_->AgentJoins(b.id, claim, deadline);
+  scheduler_->ranks().AgentJoins(b.id, claim, deadline);
   EXPECT_TRUE(b.Answers().empty()) << "waits for rank 0";
   // A slot b does not have is no rank of the job.
-  scheduler_->AgentJoins(b.id, JoinsOf(job, {3}), deadline);
+  scheduler_->ranks().AgentJoins(b.id, JoinsOf(job, {3}), deadline);
   ASSERT_EQ(b.Answers().size(), 1u);
   EXPECT_EQ(b.Answers()[0].entries(0).code(), static_cast<int>(absl::StatusCode::kNotFound));
   EXPECT_THAT(b.Answers()[0].entries(0).message(), HasSubstr(b.id + " slot 3"));
-  scheduler_->AgentJoins(a.id, JoinsOf(job, {0}), deadline);
+  scheduler_->ranks().AgentJoins(a.id, JoinsOf(job, {0}), deadline);
   ASSERT_EQ(a.Answers().size(), 1u);
   ASSERT_EQ(b.Answers().size(), 2u) << "each agent hears its own ranks' answers";
   const v1::RankJoinAnswers to_a = a.Answers()[0];
@@ -832,9 +837,9 @@ TEST_F(SchedulerTest, AnAgentJoinsOnlyForItsOwnSlots) {
   EXPECT_EQ(JoinAnswerFor(to_b, to_b.entries(0))->group_rank(), 1);
   EXPECT_EQ(JoinAnswerFor(to_b, to_b.entries(0))->group_world_size(), 2);
   // Joins from an agent that is gone are not answered (its stream ended).
-  scheduler_->RemoveAgent(a.id);
+  scheduler_->agents().RemoveAgent(a.id);
   const size_t before = a.received.size();
-  scheduler_->AgentJoins(a.id, JoinsOf(job, {0}), deadline);
+  scheduler_->ranks().AgentJoins(a.id, JoinsOf(job, {0}), deadline);
   EXPECT_EQ(a.received.size(), before);
 }
 
@@ -842,9 +847,9 @@ TEST_F(SchedulerTest, AJoinThroughTheAgentExpiresAndARetrySupersedesIt) {
   FakeAgent a;
   Add(a, 2, "node-a");
   const std::string job = Submit(2, 2);
-  scheduler_->AgentJoins(a.id, JoinsOf(job, {0}), clock_.Now() + absl::Seconds(5));
+  scheduler_->ranks().AgentJoins(a.id, JoinsOf(job, {0}), clock_.Now() + absl::Seconds(5));
   // A retry of the same rank replaces the first: it is answered ABORTED.
-  scheduler_->AgentJoins(a.id, JoinsOf(job, {0}), clock_.Now() + absl::Seconds(5));
+  scheduler_->ranks().AgentJoins(a.id, JoinsOf(job, {0}), clock_.Now() + absl::Seconds(5));
   ASSERT_EQ(a.Answers().size(), 1u);
   EXPECT_EQ(a.Answers()[0].entries(0).code(), static_cast<int>(absl::StatusCode::kAborted));
   scheduler_->Tick();
@@ -858,9 +863,9 @@ TEST_F(SchedulerTest, AJoinThroughTheAgentExpiresAndARetrySupersedesIt) {
   EXPECT_THAT(expired.message(), HasSubstr("ranks that have not joined: 1"));
   // The expired rank no longer counts as joined: rank 1 alone completes
   // nothing, and rank 0's next join completes the generation.
-  scheduler_->AgentJoins(a.id, JoinsOf(job, {1}), clock_.Now() + absl::Seconds(5));
+  scheduler_->ranks().AgentJoins(a.id, JoinsOf(job, {1}), clock_.Now() + absl::Seconds(5));
   EXPECT_EQ(a.Answers().size(), 2u);
-  scheduler_->AgentJoins(a.id, JoinsOf(job, {0}), clock_.Now() + absl::Seconds(5));
+  scheduler_->ranks().AgentJoins(a.id, JoinsOf(job, {0}), clock_.Now() + absl::Seconds(5));
   ASSERT_EQ(a.Answers().size(), 3u);
   const v1::RankJoinAnswers formed = a.Answers()[2];
   EXPECT_EQ(formed.entries_size(), 2);
@@ -880,7 +885,7 @@ TEST_F(ElasticSchedulerTest, FailuresBeyondMaxRestartsFailTheJobWithTheHistory) 
             "rank 2 (node-a, pid 102) exited with code 3; elastic.max_restarts 1 used up in "
             "generation 2; history: generation 2 after rank 1 (node-a, pid 101) was killed by "
             "signal 9: 4 -> 4 ranks (rank 1 on node-a slot 1), restart 1 of 1");
-  EXPECT_EQ(scheduler_->free_slots(), 5) << "every slot is released";
+  EXPECT_EQ(scheduler_->agents().free_slots(), 5) << "every slot is released";
 }
 
 TEST_F(ElasticSchedulerTest, AGenerationThatDoesNotFormInWaitSecondsFailsTheJob) {
@@ -888,8 +893,8 @@ TEST_F(ElasticSchedulerTest, AGenerationThatDoesNotFormInWaitSecondsFailsTheJob)
   Exit(job, 3, -9);
   std::vector<JoinResult> joins(3);
   for (int slot = 0; slot < 3; ++slot) {
-    scheduler_->Join(JoinOf(job, agent_.id, slot, 2), clock_.Now() + absl::Seconds(60),
-                     joins[slot].Done());
+    scheduler_->ranks().Join(JoinOf(job, agent_.id, slot, 2), clock_.Now() + absl::Seconds(60),
+                             joins[slot].Done());
   }
   clock_.Advance(absl::Seconds(4));
   scheduler_->Tick();
@@ -915,7 +920,7 @@ TEST_F(ElasticSchedulerTest, RestartEvictsADeadRankAndItsExitStartsTheNextGenera
     hb.set_rank(rank);
     hb.set_step(40);
     hb.set_phase(v1::COLLECTIVE);
-    EXPECT_TRUE(scheduler_->Heartbeat(hb));
+    EXPECT_TRUE(scheduler_->ranks().Heartbeat(hb));
   };
   for (int rank = 0; rank < 4; ++rank) beat(rank);
   for (int i = 0; i < 3; ++i) {  // rank 1 is frozen; the others go on
@@ -1071,7 +1076,7 @@ TEST_F(ElasticSchedulerTest, RestartWaitsForASilentRankToBeDeadAndEvictsIt) {
     scheduler_->Tick();
     if (second == 4) {
       v1::JobStatus status;
-      scheduler_->FillStatus(job, status);
+      scheduler_->jobs().FillStatus(job, status);
       ASSERT_GE(status.diagnoses_size(), 1);
       EXPECT_EQ(status.diagnoses(0).kind(), v1::Diagnosis::STUCK_IN_COLLECTIVE);
       EXPECT_EQ(jobs_->Get(job)->generation(), 1) << "rank 3 is silent: the restart waits";
@@ -1126,7 +1131,7 @@ TEST_F(ElasticSchedulerTest, AMismatchEveryGenerationFailsTheJobPastMaxRestarts)
                          "generation 2 after ",
                          cause, ": 4 -> 4 ranks, restart 1 of 1"));
   EXPECT_EQ(failed.restarts(), 1);
-  EXPECT_EQ(scheduler_->free_slots(), 5) << "every slot is released";
+  EXPECT_EQ(scheduler_->agents().free_slots(), 5) << "every slot is released";
   EXPECT_EQ(agent_.Stops(), 1) << "the ranks are stopped with the job";
 }
 
@@ -1143,8 +1148,8 @@ TEST_F(SchedulerTest, RestartWithoutElasticFailsTheJobAndSaysItNeedsAnElasticBlo
   scheduler_->Schedule();
   std::vector<JoinResult> joins(2);
   for (int slot = 0; slot < 2; ++slot) {
-    scheduler_->Join(JoinOf(job->job_id(), a.id, slot), clock_.Now() + absl::Seconds(60),
-                     joins[slot].Done());
+    scheduler_->ranks().Join(JoinOf(job->job_id(), a.id, slot), clock_.Now() + absl::Seconds(60),
+                             joins[slot].Done());
   }
   ASSERT_TRUE(joins[1].result.ok()) << joins[1].result.status();
   for (int rank = 0; rank < 2; ++rank) {
@@ -1155,7 +1160,7 @@ TEST_F(SchedulerTest, RestartWithoutElasticFailsTheJobAndSaysItNeedsAnElasticBlo
     for (const v1::CollectiveRecord& r : MismatchAt27(rank, clock_.Now())) {
       *hb.mutable_flight_recorder()->add_records() = r;
     }
-    ASSERT_TRUE(scheduler_->Heartbeat(hb));
+    ASSERT_TRUE(scheduler_->ranks().Heartbeat(hb));
   }
   scheduler_->Tick();
   const v1::Job failed = *jobs_->Get(job->job_id());
@@ -1199,8 +1204,8 @@ class ElasticChangesTest : public ElasticSchedulerTest {
     }
     std::vector<JoinResult> joins(slots.size());
     for (size_t i = 0; i < slots.size(); ++i) {
-      scheduler_->Join(JoinOf(job, slots[i].first, slots[i].second, gen),
-                       clock_.Now() + absl::Seconds(60), joins[i].Done());
+      scheduler_->ranks().Join(JoinOf(job, slots[i].first, slots[i].second, gen),
+                               clock_.Now() + absl::Seconds(60), joins[i].Done());
     }
     return joins;
   }
@@ -1210,7 +1215,7 @@ class ElasticChangesTest : public ElasticSchedulerTest {
     hb.set_generation(gen);
     hb.set_rank(rank);
     v1::Directive directive;
-    EXPECT_TRUE(scheduler_->Heartbeat(hb, &directive));
+    EXPECT_TRUE(scheduler_->ranks().Heartbeat(hb, &directive));
     return directive;
   }
   void ExitOn(const FakeAgent& a, const std::string& job, int slot, int code) {
@@ -1219,10 +1224,10 @@ class ElasticChangesTest : public ElasticSchedulerTest {
     e.set_slot(slot);
     e.set_pid(100 + slot);
     e.set_exit_code(code);
-    scheduler_->RankExited(a.id, e);
+    scheduler_->ranks().RankExited(a.id, e);
   }
   v1::AgentInfo Info(const std::string& agent) {
-    for (const v1::AgentInfo& info : scheduler_->ListAgents()) {
+    for (const v1::AgentInfo& info : scheduler_->agents().ListAgents()) {
       if (info.agent_id() == agent) return info;
     }
     return v1::AgentInfo();
@@ -1236,13 +1241,13 @@ TEST_F(ElasticChangesTest, ADrainedAgentsRanksLeaveAtTheStepBoundaryAndTheJobGoe
   const std::string job = Place(2, 4, "", {&a, &b});
   ASSERT_EQ(jobs_->Get(job)->world_size(), 4);
 
-  absl::StatusOr<v1::AgentInfo> drained = scheduler_->DrainAgent("node-b");
+  absl::StatusOr<v1::AgentInfo> drained = scheduler_->agents().DrainAgent("node-b");
   ASSERT_TRUE(drained.ok()) << drained.status();
   EXPECT_EQ(drained->agent_id(), b.id);
   EXPECT_EQ(drained->state(), v1::AgentInfo::DRAINING);
   EXPECT_EQ(drained->busy_slots(), 2);
   EXPECT_THAT(drained->jobs(), testing::ElementsAre(job));
-  EXPECT_EQ(scheduler_->free_slots(), 0) << "a draining agent offers no slot";
+  EXPECT_EQ(scheduler_->agents().free_slots(), 0) << "a draining agent offers no slot";
   EXPECT_EQ(jobs_->Get(job)->generation(), 1) << "nothing changes before the step boundary";
   EXPECT_EQ(b.Stops(), 0) << "the drained ranks are not killed";
 
@@ -1256,19 +1261,21 @@ TEST_F(ElasticChangesTest, ADrainedAgentsRanksLeaveAtTheStepBoundaryAndTheJobGoe
   }
   // At the boundary every rank joins generation 2; the first one starts it.
   std::vector<JoinResult> joins(4);
-  scheduler_->Join(JoinOf(job, a.id, 0, 2), clock_.Now() + absl::Seconds(60), joins[0].Done());
+  scheduler_->ranks().Join(JoinOf(job, a.id, 0, 2), clock_.Now() + absl::Seconds(60),
+                           joins[0].Done());
   const v1::Job reformed = *jobs_->Get(job);
   EXPECT_EQ(reformed.generation(), 2);
   EXPECT_EQ(reformed.world_size(), 2);
   EXPECT_EQ(reformed.restarts(), 0) << "a drain is not a restart";
   for (int slot = 0; slot < 2; ++slot) {
-    scheduler_->Join(JoinOf(job, b.id, slot, 2), clock_.Now() + absl::Seconds(60),
-                     joins[2 + slot].Done());
+    scheduler_->ranks().Join(JoinOf(job, b.id, slot, 2), clock_.Now() + absl::Seconds(60),
+                             joins[2 + slot].Done());
     ASSERT_TRUE(joins[2 + slot].result.ok()) << joins[2 + slot].result.status();
     EXPECT_TRUE(joins[2 + slot].result->leave()) << "node-b slot " << slot << " leaves";
   }
   clock_.Advance(absl::Milliseconds(300));
-  scheduler_->Join(JoinOf(job, a.id, 1, 2), clock_.Now() + absl::Seconds(60), joins[1].Done());
+  scheduler_->ranks().Join(JoinOf(job, a.id, 1, 2), clock_.Now() + absl::Seconds(60),
+                           joins[1].Done());
   for (int rank = 0; rank < 2; ++rank) {
     ASSERT_TRUE(joins[rank].result.ok()) << joins[rank].result.status();
     EXPECT_EQ(joins[rank].result->rank(), rank);
@@ -1299,7 +1306,7 @@ TEST_F(ElasticChangesTest, ADrainedAgentsRanksLeaveAtTheStepBoundaryAndTheJobGoe
   ExitOn(a, job, 1, 0);
   EXPECT_EQ(State(job), v1::Job::SUCCEEDED);
   // Draining again only reports.
-  EXPECT_EQ(scheduler_->DrainAgent(b.id)->state(), v1::AgentInfo::DRAINED);
+  EXPECT_EQ(scheduler_->agents().DrainAgent(b.id)->state(), v1::AgentInfo::DRAINED);
 }
 
 TEST_F(ElasticChangesTest, ADrainLeavesANonElasticJobRunningAndNamesUnknownAgents) {
@@ -1308,9 +1315,10 @@ TEST_F(ElasticChangesTest, ADrainLeavesANonElasticJobRunningAndNamesUnknownAgent
   const std::string job = Submit(2, 2);
   std::vector<JoinResult> joins(2);
   for (int slot = 0; slot < 2; ++slot) {
-    scheduler_->Join(JoinOf(job, a.id, slot), clock_.Now() + absl::Seconds(60), joins[slot].Done());
+    scheduler_->ranks().Join(JoinOf(job, a.id, slot), clock_.Now() + absl::Seconds(60),
+                             joins[slot].Done());
   }
-  EXPECT_EQ(scheduler_->DrainAgent(a.id)->state(), v1::AgentInfo::DRAINING);
+  EXPECT_EQ(scheduler_->agents().DrainAgent(a.id)->state(), v1::AgentInfo::DRAINING);
   EXPECT_EQ(Beat(job, 1, 0).kind(), v1::Directive::KIND_UNSPECIFIED);
   EXPECT_EQ(State(job), v1::Job::RUNNING);
   EXPECT_THAT(Reasons(job),
@@ -1322,7 +1330,7 @@ TEST_F(ElasticChangesTest, ADrainLeavesANonElasticJobRunningAndNamesUnknownAgent
   EXPECT_EQ(State(job), v1::Job::SUCCEEDED);
   EXPECT_EQ(Info(a.id).state(), v1::AgentInfo::DRAINED);
 
-  absl::StatusOr<v1::AgentInfo> unknown = scheduler_->DrainAgent("node-z");
+  absl::StatusOr<v1::AgentInfo> unknown = scheduler_->agents().DrainAgent("node-z");
   EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(unknown.status().message(),
             "no agent \"node-z\"; connected agents: " + a.id + " (node-a)");
@@ -1333,7 +1341,7 @@ TEST_F(ElasticChangesTest, ALostAgentShrinksTheJobAtOnceWhileAtLeastMinRanksRema
   Add(a, 2, "node-a");
   Add(b, 2, "node-b");
   const std::string job = Place(2, 4, "", {&a, &b});
-  scheduler_->RemoveAgent(b.id);
+  scheduler_->agents().RemoveAgent(b.id);
   const v1::Job shrunk = *jobs_->Get(job);
   EXPECT_EQ(shrunk.state(), v1::Job::RUNNING);
   EXPECT_EQ(shrunk.generation(), 2);
@@ -1351,7 +1359,7 @@ TEST_F(ElasticChangesTest, BelowMinRanksTheJobWaitsForSlotsAndFormsWhenAnAgentCo
   Add(a, 2, "node-a");
   Add(b, 2, "node-b");
   const std::string job = Place(3, 4, "wait_seconds: 10", {&a, &b});
-  scheduler_->RemoveAgent(b.id);
+  scheduler_->agents().RemoveAgent(b.id);
   EXPECT_EQ(State(job), v1::Job::RUNNING) << "waits instead of failing at once";
   EXPECT_EQ(jobs_->Get(job)->generation(), 1);
   EXPECT_THAT(
@@ -1381,7 +1389,7 @@ TEST_F(ElasticChangesTest, BelowMinRanksPastWaitSecondsTheJobFailsNamingWhatWasL
   Add(a, 2, "node-a");
   Add(b, 2, "node-b");
   const std::string job = Place(3, 4, "wait_seconds: 10", {&a, &b});
-  scheduler_->RemoveAgent(b.id);
+  scheduler_->agents().RemoveAgent(b.id);
   clock_.Advance(absl::Seconds(10));
   scheduler_->Tick();
   const v1::Job failed = *jobs_->Get(job);
@@ -1390,7 +1398,7 @@ TEST_F(ElasticChangesTest, BelowMinRanksPastWaitSecondsTheJobFailsNamingWhatWasL
                                  "), which ran rank(s) 2,3; generation 2 cannot form: waited "
                                  "elastic.wait_seconds 10 s and 2 surviving rank(s) and 0 free "
                                  "CPU slot(s) are fewer than resources.min_ranks 3");
-  EXPECT_EQ(scheduler_->free_slots(), 2);
+  EXPECT_EQ(scheduler_->agents().free_slots(), 2);
 }
 
 TEST_F(ElasticChangesTest, FreeSlotsGrowTheJobAtAStepBoundaryAfterTheScaleUpInterval) {
@@ -1412,7 +1420,8 @@ TEST_F(ElasticChangesTest, FreeSlotsGrowTheJobAtAStepBoundaryAfterTheScaleUpInte
   EXPECT_TRUE(b.Launches().empty()) << "newcomers start with the new generation";
 
   std::vector<JoinResult> joins(2);
-  scheduler_->Join(JoinOf(job, a.id, 1, 2), clock_.Now() + absl::Seconds(60), joins[1].Done());
+  scheduler_->ranks().Join(JoinOf(job, a.id, 1, 2), clock_.Now() + absl::Seconds(60),
+                           joins[1].Done());
   const v1::Job grown = *jobs_->Get(job);
   EXPECT_EQ(grown.generation(), 2);
   EXPECT_EQ(grown.world_size(), 4);
@@ -1424,7 +1433,8 @@ TEST_F(ElasticChangesTest, FreeSlotsGrowTheJobAtAStepBoundaryAfterTheScaleUpInte
               testing::Contains("generation 2 after 2 free slot(s) let the job grow from 2 towards "
                                 "resources.max_ranks 4: 2 -> 4 ranks (rank 2 on node-b slot 0, "
                                 "rank 3 on node-b slot 1), at a step boundary (not a restart)"));
-  scheduler_->Join(JoinOf(job, a.id, 0, 2), clock_.Now() + absl::Seconds(60), joins[0].Done());
+  scheduler_->ranks().Join(JoinOf(job, a.id, 0, 2), clock_.Now() + absl::Seconds(60),
+                           joins[0].Done());
   std::vector<JoinResult> newcomers = JoinAll(job, {&b}, 2);
   ASSERT_TRUE(joins[0].result.ok()) << joins[0].result.status();
   EXPECT_EQ(joins[0].result->world_size(), 4);
@@ -1448,8 +1458,9 @@ class ElasticRestartTest : public ElasticChangesTest {
   void Restart() {
     scheduler_.reset();
     jobs_ = *JobManager::Create(*state_, &clock_);
-    scheduler_ = std::make_unique<Scheduler>(*jobs_, &clock_, "127.0.0.1:1");
-    scheduler_->Recover(jobs_->List({v1::Job::RUNNING}, 0).value(), absl::Seconds(30));
+    options_ = SchedulerOptions{"127.0.0.1:1"};  // a new process: set up afresh
+    scheduler_ = std::make_unique<Scheduler>(*jobs_, &clock_, options_);
+    scheduler_->jobs().Recover(jobs_->List({v1::Job::RUNNING}, 0).value(), absl::Seconds(30));
   }
   // `a`'s agent process connects again and reports the ranks it runs: (job,
   // the generation each was launched in, slot), pid 100 + slot.
@@ -1466,7 +1477,7 @@ class ElasticRestartTest : public ElasticChangesTest {
       r->set_pid(100 + slot);
     }
     a.received.clear();
-    auto id = scheduler_->AddAgent(hello, a.Sender());
+    auto id = scheduler_->agents().AddAgent(hello, a.Sender());
     ASSERT_TRUE(id.ok()) << id.status();
     a.id = *id;
   }
@@ -1489,7 +1500,7 @@ TEST_F(ElasticRestartTest, AJobWaitingForSlotsFormsAfterARestartWhenASlotComes) 
   Add(b, 1, "node-b");
   const std::string job = Place(2, 2, "wait_seconds: 300", {&a, &b});
   const std::string a_before = a.id;
-  scheduler_->RemoveAgent(b.id);
+  scheduler_->agents().RemoveAgent(b.id);
   ASSERT_THAT(Reasons(job), testing::Contains(HasSubstr("waits up to elastic.wait_seconds 300 s")));
   clock_.Advance(absl::Seconds(10));
 
@@ -1508,10 +1519,10 @@ TEST_F(ElasticRestartTest, AJobWaitingForSlotsFormsAfterARestartWhenASlotComes) 
   EXPECT_EQ(a.Stops(), 0) << "the survivor keeps its process";
 
   std::vector<JoinResult> joins(2);
-  scheduler_->Join(JoinFrom(job, a_before, 0, 2, 100, "node-a"), clock_.Now() + absl::Seconds(60),
-                   joins[0].Done());
-  scheduler_->Join(JoinFrom(job, c.id, 0, 2, 300, "node-c"), clock_.Now() + absl::Seconds(60),
-                   joins[1].Done());
+  scheduler_->ranks().Join(JoinFrom(job, a_before, 0, 2, 100, "node-a"),
+                           clock_.Now() + absl::Seconds(60), joins[0].Done());
+  scheduler_->ranks().Join(JoinFrom(job, c.id, 0, 2, 300, "node-c"),
+                           clock_.Now() + absl::Seconds(60), joins[1].Done());
   for (int rank = 0; rank < 2; ++rank) {
     ASSERT_TRUE(joins[rank].result.ok()) << joins[rank].result.status();
     EXPECT_EQ(joins[rank].result->rank(), rank);
@@ -1535,7 +1546,7 @@ TEST_F(ElasticRestartTest, AJobWaitingForSlotsFailsAtTheOriginalDeadlineAfterARe
   Add(b, 1, "node-b");
   const std::string job = Place(2, 2, "wait_seconds: 300", {&a, &b});
   const std::string b_before = b.id;
-  scheduler_->RemoveAgent(b.id);
+  scheduler_->agents().RemoveAgent(b.id);
   clock_.Advance(absl::Seconds(10));
   Restart();
   Reconnect(a, 1, "node-a", {{job, 1, 0}});
@@ -1563,8 +1574,8 @@ TEST_F(ElasticRestartTest, ASteadyJobKeepsSurvivorsOfEarlierGenerationsAfterARes
   ASSERT_EQ(jobs_->Get(job)->generation(), 2);
   std::vector<JoinResult> joins(2);
   for (int slot = 0; slot < 2; ++slot) {
-    scheduler_->Join(JoinOf(job, a.id, slot, 2), clock_.Now() + absl::Seconds(60),
-                     joins[slot].Done());
+    scheduler_->ranks().Join(JoinOf(job, a.id, slot, 2), clock_.Now() + absl::Seconds(60),
+                             joins[slot].Done());
   }
   ASSERT_TRUE(joins[0].result.ok()) << joins[0].result.status();
 
@@ -1595,8 +1606,8 @@ TEST_F(ElasticRestartTest, AFormingGenerationKeepsItsRendezvousAndDeadlineAfterA
   Reconnect(a, 2, "node-a", {{job, 1, 0}, {job, 2, 1}});
   EXPECT_EQ(a.Stops(), 0);
   JoinResult survivor;
-  scheduler_->Join(JoinFrom(job, a_before, 0, 2, 100, "node-a"), clock_.Now() + absl::Seconds(60),
-                   survivor.Done());
+  scheduler_->ranks().Join(JoinFrom(job, a_before, 0, 2, 100, "node-a"),
+                           clock_.Now() + absl::Seconds(60), survivor.Done());
   EXPECT_FALSE(survivor.called) << "rank 1 has not joined generation 2";
   clock_.Advance(absl::Seconds(14));
   scheduler_->Tick();
@@ -1634,19 +1645,19 @@ TEST_F(ElasticRestartTest, APlannedGrowthStartsAtTheStepBoundaryAfterARestart) {
   EXPECT_EQ(d.generation(), 2);
   EXPECT_EQ(d.world_size(), 4);
   std::vector<JoinResult> joins(4);
-  scheduler_->Join(JoinFrom(job, a_before, 1, 2, 101, "node-a"), clock_.Now() + absl::Seconds(60),
-                   joins[1].Done());
+  scheduler_->ranks().Join(JoinFrom(job, a_before, 1, 2, 101, "node-a"),
+                           clock_.Now() + absl::Seconds(60), joins[1].Done());
   const v1::Job grown = *jobs_->Get(job);
   EXPECT_EQ(grown.generation(), 2);
   EXPECT_EQ(grown.world_size(), 4);
   EXPECT_EQ(grown.restarts(), 0);
   ASSERT_EQ(b.Launches().size(), 1u);
   EXPECT_EQ(b.Launches()[0].ranks_size(), 2);
-  scheduler_->Join(JoinFrom(job, a_before, 0, 2, 100, "node-a"), clock_.Now() + absl::Seconds(60),
-                   joins[0].Done());
+  scheduler_->ranks().Join(JoinFrom(job, a_before, 0, 2, 100, "node-a"),
+                           clock_.Now() + absl::Seconds(60), joins[0].Done());
   for (int slot = 0; slot < 2; ++slot) {
-    scheduler_->Join(JoinFrom(job, b.id, slot, 2, 300 + slot, "node-b"),
-                     clock_.Now() + absl::Seconds(60), joins[2 + slot].Done());
+    scheduler_->ranks().Join(JoinFrom(job, b.id, slot, 2, 300 + slot, "node-b"),
+                             clock_.Now() + absl::Seconds(60), joins[2 + slot].Done());
   }
   for (int rank = 0; rank < 4; ++rank) {
     ASSERT_TRUE(joins[rank].result.ok()) << joins[rank].result.status();
@@ -1751,7 +1762,7 @@ TEST_F(RestartAllTest, ALostRankStopsEveryRankAndTheNextGenerationLaunchesThemAl
                                               "failure (recovery_seconds)"));
   for (int slot = 0; slot < 4; ++slot) ExitOn(a, job, slot, 0);
   EXPECT_EQ(State(job), v1::Job::SUCCEEDED);
-  EXPECT_EQ(scheduler_->free_slots(), 5);
+  EXPECT_EQ(scheduler_->agents().free_slots(), 5);
 }
 
 TEST_F(RestartAllTest, EachFailureCountsOneRestartUntilMaxRestartsAreUsedUp) {
@@ -1774,7 +1785,7 @@ TEST_F(RestartAllTest, EachFailureCountsOneRestartUntilMaxRestartsAreUsedUp) {
             "generation 2; history: generation 2 after rank 1 (node-a, pid 101) was killed by "
             "signal 9: 2 -> 2 ranks (restart-all: every rank started again), restart 1 of 1");
   EXPECT_EQ(Stopped(a, job), (std::vector<int>{0, 1})) << "the first restart's stop, then the end's";
-  EXPECT_EQ(scheduler_->free_slots(), 2);
+  EXPECT_EQ(scheduler_->agents().free_slots(), 2);
 }
 
 TEST_F(RestartAllTest, AProgramThatSaysItReformsInProcessKeepsItsSurvivors) {
@@ -1786,7 +1797,7 @@ TEST_F(RestartAllTest, AProgramThatSaysItReformsInProcessKeepsItsSurvivors) {
   hb.set_generation(1);
   hb.set_rank(0);
   hb.set_reforms_in_process(true);
-  ASSERT_TRUE(scheduler_->Heartbeat(hb));
+  ASSERT_TRUE(scheduler_->ranks().Heartbeat(hb));
   ExitOn(a, job, 1, -9);
   EXPECT_TRUE(Stopped(a, job).empty()) << "the survivor keeps its process";
   EXPECT_EQ(jobs_->Get(job)->generation(), 2);
@@ -1807,14 +1818,15 @@ TEST_F(RestartAllTest, AFailureFormsWithTheSurvivorsAndTheirReplacementJoinsOnce
   hb.set_generation(1);
   hb.set_rank(0);
   hb.set_reforms_in_process(true);
-  ASSERT_TRUE(scheduler_->Heartbeat(hb));
+  ASSERT_TRUE(scheduler_->ranks().Heartbeat(hb));
   ExitOn(a, job, 1, -9);
   EXPECT_EQ(jobs_->Get(job)->generation(), 2);
   EXPECT_EQ(jobs_->Get(job)->world_size(), 1) << "the survivor alone";
   EXPECT_EQ(jobs_->Get(job)->restarts(), 1);
   EXPECT_TRUE(Launched(a, job, 2).empty()) << "no newcomer for generation 2";
   JoinResult survivor;
-  scheduler_->Join(JoinOf(job, a.id, 0, 2), clock_.Now() + absl::Seconds(60), survivor.Done());
+  scheduler_->ranks().Join(JoinOf(job, a.id, 0, 2), clock_.Now() + absl::Seconds(60),
+                           survivor.Done());
   ASSERT_TRUE(survivor.result.ok()) << survivor.result.status() << ": formed by the survivor";
   EXPECT_EQ(survivor.result->world_size(), 1);
 
@@ -1830,7 +1842,7 @@ TEST_F(RestartAllTest, AFailureFormsWithTheSurvivorsAndTheirReplacementJoinsOnce
   v1::JoinRequest first = JoinOf(job, a.id, started[0], 3);
   first.set_starts_program_first(true);
   JoinResult supervisor;
-  scheduler_->Join(first, clock_.Now() + absl::Seconds(60), supervisor.Done());
+  scheduler_->ranks().Join(first, clock_.Now() + absl::Seconds(60), supervisor.Done());
   ASSERT_TRUE(supervisor.result.ok()) << supervisor.result.status();
   EXPECT_TRUE(supervisor.result->staged());
   EXPECT_EQ(supervisor.result->generation(), 3);
@@ -1841,8 +1853,8 @@ TEST_F(RestartAllTest, AFailureFormsWithTheSurvivorsAndTheirReplacementJoinsOnce
       << "the program is not up yet";
   // Its program asks to join: now the survivor re-forms at its boundary.
   JoinResult waiting;
-  scheduler_->Join(JoinOf(job, a.id, started[0], 3), clock_.Now() + absl::Seconds(60),
-                   waiting.Done());
+  scheduler_->ranks().Join(JoinOf(job, a.id, started[0], 3), clock_.Now() + absl::Seconds(60),
+                           waiting.Done());
   EXPECT_EQ(waiting.result.status().code(), absl::StatusCode::kUnavailable);
   const v1::Directive grow = Beat(job, 2, 0);
   EXPECT_EQ(grow.kind(), v1::Directive::REFORM_AT_STEP_BOUNDARY);
@@ -1851,11 +1863,12 @@ TEST_F(RestartAllTest, AFailureFormsWithTheSurvivorsAndTheirReplacementJoinsOnce
   EXPECT_EQ(grow.reason(), "1 newcomer(s) replace the rank(s) lost in generation 1");
 
   std::vector<JoinResult> joins(2);
-  scheduler_->Join(JoinOf(job, a.id, 0, 3), clock_.Now() + absl::Seconds(60), joins[0].Done());
+  scheduler_->ranks().Join(JoinOf(job, a.id, 0, 3), clock_.Now() + absl::Seconds(60),
+                           joins[0].Done());
   EXPECT_EQ(jobs_->Get(job)->generation(), 3);
   EXPECT_EQ(Launched(a, job, 3).size(), 1u) << "the newcomer is not launched again";
-  scheduler_->Join(JoinOf(job, a.id, started[0], 3), clock_.Now() + absl::Seconds(60),
-                   joins[1].Done());
+  scheduler_->ranks().Join(JoinOf(job, a.id, started[0], 3), clock_.Now() + absl::Seconds(60),
+                           joins[1].Done());
   for (int rank = 0; rank < 2; ++rank) {
     ASSERT_TRUE(joins[rank].result.ok()) << joins[rank].result.status();
     EXPECT_EQ(joins[rank].result->rank(), rank);
@@ -1881,10 +1894,11 @@ TEST_F(RestartAllTest, AStagedNewcomerNotUpWithinWaitSecondsIsStoppedAndStartedA
   hb.set_generation(1);
   hb.set_rank(0);
   hb.set_reforms_in_process(true);
-  ASSERT_TRUE(scheduler_->Heartbeat(hb));
+  ASSERT_TRUE(scheduler_->ranks().Heartbeat(hb));
   ExitOn(a, job, 1, -9);
   JoinResult survivor;
-  scheduler_->Join(JoinOf(job, a.id, 0, 2), clock_.Now() + absl::Seconds(60), survivor.Done());
+  scheduler_->ranks().Join(JoinOf(job, a.id, 0, 2), clock_.Now() + absl::Seconds(60),
+                           survivor.Done());
   scheduler_->Tick();
   ASSERT_EQ(Launched(a, job, 3).size(), 1u);
   const int slot = Launched(a, job, 3)[0];
@@ -1910,7 +1924,7 @@ TEST_F(RestartAllTest, BelowMinRanksAFailuresGenerationTakesItsNewcomerAtOnce) {
   hb.set_generation(1);
   hb.set_rank(0);
   hb.set_reforms_in_process(true);
-  ASSERT_TRUE(scheduler_->Heartbeat(hb));
+  ASSERT_TRUE(scheduler_->ranks().Heartbeat(hb));
   ExitOn(a, job, 1, -9);
   EXPECT_EQ(jobs_->Get(job)->world_size(), 2);
   EXPECT_EQ(Launched(a, job, 2).size(), 1u);
@@ -1921,7 +1935,7 @@ TEST_F(RestartAllTest, ADrainRestartsEveryRankAtOnceAndIsNotARestart) {
   Add(a, 2, "node-a");
   const std::string job = PlaceProgram(2, 2, "", {&a});
   Add(b, 2, "node-b");
-  ASSERT_TRUE(scheduler_->DrainAgent(a.id).ok());
+  ASSERT_TRUE(scheduler_->agents().DrainAgent(a.id).ok());
   // No step boundary to wait for: a torchrun script would never reach one.
   EXPECT_EQ(Stopped(a, job), (std::vector<int>{0, 1}));
   EXPECT_EQ(Beat(job, 1, 0).kind(), v1::Directive::KIND_UNSPECIFIED);
@@ -1987,7 +2001,7 @@ TEST_F(SchedulerTest, WithoutElasticAKilledRankStillFailsTheJob) {
   e.set_slot(0);
   e.set_pid(7);
   e.set_exit_code(-9);
-  scheduler_->RankExited(a.id, e);
+  scheduler_->ranks().RankExited(a.id, e);
   EXPECT_EQ(State(job), v1::Job::FAILED);
   EXPECT_EQ(jobs_->Get(job)->reason(), "rank 0 (node-a, pid 7) was killed by signal 9");
 }
@@ -1999,7 +2013,8 @@ class QueueSchedulerTest : public ElasticChangesTest {
   void UsePolicy(const std::string& text) {
     absl::StatusOr<SchedulingPolicy> policy = ParseSchedulingPolicy(text, "policy");
     ASSERT_TRUE(policy.ok()) << policy.status();
-    scheduler_->set_scheduling_policy(*std::move(policy));
+    options_.scheduling_policy = *std::move(policy);
+    scheduler_->Configure(options_);
   }
   std::string SubmitAs(const std::string& owner, int min_ranks, int max_ranks,
                        const std::string& priority = "NORMAL") {
@@ -2016,12 +2031,12 @@ class QueueSchedulerTest : public ElasticChangesTest {
   std::string Why(const std::string& job) {
     v1::JobStatus status;
     *status.mutable_job() = *jobs_->Get(job);
-    scheduler_->FillStatus(job, status);
+    scheduler_->jobs().FillStatus(job, status);
     return status.pending_reason();
   }
   std::vector<std::string> QueueOrder() {
     std::vector<std::string> ids;
-    const v1::GetQueueResponse queue = scheduler_->Queue();
+    const v1::GetQueueResponse queue = scheduler_->jobs().Queue();
     for (const v1::QueuedJobInfo& info : queue.jobs()) ids.push_back(info.job_id());
     return ids;
   }
@@ -2038,12 +2053,12 @@ TEST_F(QueueSchedulerTest, OverQuotaAJobWaitsWithTheReasonAndBlocksNobody) {
   EXPECT_EQ(State(alice_2), v1::Job::PENDING);
   EXPECT_EQ(State(bob_1), v1::Job::RUNNING) << "a job over quota blocks nobody";
   EXPECT_EQ(Why(alice_2), "alice uses 2 of 2 CPU slots (quota); the job needs 1");
-  const v1::GetQueueResponse queue = scheduler_->Queue();
+  const v1::GetQueueResponse queue = scheduler_->jobs().Queue();
   ASSERT_EQ(queue.jobs_size(), 1);
   EXPECT_EQ(queue.jobs(0).owner(), "alice");
   EXPECT_EQ(queue.jobs(0).reason(), "alice uses 2 of 2 CPU slots (quota); the job needs 1");
   EXPECT_FALSE(queue.jobs(0).holds_reservation());
-  ASSERT_TRUE(scheduler_->Cancel(alice_1, "done").ok());
+  ASSERT_TRUE(scheduler_->jobs().Cancel(alice_1, "done").ok());
   EXPECT_EQ(State(alice_2), v1::Job::RUNNING);
 }
 
@@ -2057,8 +2072,9 @@ TEST_F(QueueSchedulerTest, AQueueTakenBackIsListedInPlacementOrderBeforeAnyAgent
   ASSERT_THAT(QueueOrder(), testing::ElementsAre(high, normal, low));
   scheduler_.reset();
   jobs_ = *JobManager::Create(*state_, &clock_);
-  scheduler_ = std::make_unique<Scheduler>(*jobs_, &clock_, "127.0.0.1:1");
-  scheduler_->Recover(jobs_->List({v1::Job::RUNNING}, 0).value(), absl::Seconds(30));
+  options_ = SchedulerOptions{"127.0.0.1:1"};  // a new process: set up afresh
+  scheduler_ = std::make_unique<Scheduler>(*jobs_, &clock_, options_);
+  scheduler_->jobs().Recover(jobs_->List({v1::Job::RUNNING}, 0).value(), absl::Seconds(30));
   EXPECT_THAT(QueueOrder(), testing::ElementsAre(high, normal, low));
 }
 
@@ -2069,14 +2085,14 @@ TEST_F(QueueSchedulerTest, AHighJobGoesFirstAndHoldsTheReservation) {
   const std::string normal = SubmitAs("", 1, 1);
   const std::string high = SubmitAs("", 2, 2, "HIGH");
   EXPECT_THAT(QueueOrder(), testing::ElementsAre(high, normal));
-  const v1::GetQueueResponse queue = scheduler_->Queue();
+  const v1::GetQueueResponse queue = scheduler_->jobs().Queue();
   ASSERT_EQ(queue.jobs_size(), 2);
   EXPECT_TRUE(queue.jobs(0).holds_reservation());
   EXPECT_EQ(queue.jobs(0).priority(), v1::JobSpec::HIGH);
   EXPECT_EQ(Why(normal), absl::StrCat("waiting for 1 CPU slot behind ", high,
                                       ", which comes first and holds the reservation of free "
                                       "CPU slots"));
-  ASSERT_TRUE(scheduler_->Cancel(running, "done").ok());
+  ASSERT_TRUE(scheduler_->jobs().Cancel(running, "done").ok());
   EXPECT_EQ(State(high), v1::Job::RUNNING) << "the older NORMAL job does not go first";
   EXPECT_EQ(State(normal), v1::Job::PENDING);
 }
@@ -2091,7 +2107,7 @@ TEST_F(QueueSchedulerTest, WithinAPriorityTheUserWithLessRecentUsageGoesFirst) {
   clock_.Advance(absl::Seconds(600));
   scheduler_->Tick();  // alice's 600 slot-seconds are counted
   EXPECT_THAT(QueueOrder(), testing::ElementsAre(bob_1, alice_2));
-  ASSERT_TRUE(scheduler_->Cancel(alice_1, "done").ok());
+  ASSERT_TRUE(scheduler_->jobs().Cancel(alice_1, "done").ok());
   EXPECT_EQ(State(bob_1), v1::Job::RUNNING) << "submitted later, but bob has used nothing";
   EXPECT_EQ(State(alice_2), v1::Job::PENDING);
 }
@@ -2103,7 +2119,7 @@ TEST_F(QueueSchedulerTest, TheReservationKeepsElasticJobsFromGrowingOntoItsSlots
   const std::string elastic = Place(1, 4, "scale_up_interval_seconds: 1", {&a});
   ASSERT_EQ(jobs_->Get(elastic)->world_size(), 2);
   const std::string big = SubmitAs("", 3, 3);
-  ASSERT_TRUE(scheduler_->Cancel(other, "done").ok());
+  ASSERT_TRUE(scheduler_->jobs().Cancel(other, "done").ok());
   EXPECT_EQ(State(big), v1::Job::PENDING);
   EXPECT_EQ(Why(big),
             "waiting for 3 free CPU slots; 1 agent has 2 free; it is first in line for CPU slots "
@@ -2112,7 +2128,7 @@ TEST_F(QueueSchedulerTest, TheReservationKeepsElasticJobsFromGrowingOntoItsSlots
   scheduler_->Tick();
   EXPECT_EQ(Beat(elastic, 1, 0).kind(), v1::Directive::KIND_UNSPECIFIED)
       << "the free slots are reserved for " << big;
-  EXPECT_EQ(scheduler_->free_slots(), 2);
+  EXPECT_EQ(scheduler_->agents().free_slots(), 2);
 }
 
 TEST_F(QueueSchedulerTest, AnElasticJobGrowsNoFurtherThanItsOwnersQuota) {
@@ -2141,14 +2157,14 @@ TEST_F(QueueSchedulerTest, SubmissionChecksThePriorityCeilingAndQueuedJobs) {
   auto spec = ParseJobSpec("model { mlp {} } data { synthetic {} } priority: HIGH",
                            SpecFormat::kTextProto, "test");
   ASSERT_TRUE(spec.ok());
-  EXPECT_EQ(scheduler_->CheckSubmission(*spec, "alice").code(),
+  EXPECT_EQ(scheduler_->jobs().CheckSubmission(*spec, "alice").code(),
             absl::StatusCode::kPermissionDenied);
   spec->set_priority(v1::JobSpec::NORMAL);
-  EXPECT_TRUE(scheduler_->CheckSubmission(*spec, "alice").ok());
+  EXPECT_TRUE(scheduler_->jobs().CheckSubmission(*spec, "alice").ok());
   SubmitAs("alice", 1, 1);  // no agent: it stays queued
-  EXPECT_EQ(scheduler_->CheckSubmission(*spec, "alice").code(),
+  EXPECT_EQ(scheduler_->jobs().CheckSubmission(*spec, "alice").code(),
             absl::StatusCode::kResourceExhausted);
-  EXPECT_TRUE(scheduler_->CheckSubmission(*spec, "bob").ok()) << "the limit is per user";
+  EXPECT_TRUE(scheduler_->jobs().CheckSubmission(*spec, "bob").ok()) << "the limit is per user";
 }
 
 // Note [Preemption by shrinking]: a HIGH job takes the slots it needs from a
@@ -2177,8 +2193,8 @@ TEST_F(QueueSchedulerTest, AHighJobShrinksALowerElasticJobAtItsStepBoundaryThenI
   // The step boundary: every rank joins generation 2; ranks 2 and 3 leave.
   std::vector<JoinResult> joins(4);
   for (int slot = 0; slot < 4; ++slot) {
-    scheduler_->Join(JoinOf(elastic, a.id, slot, 2), clock_.Now() + absl::Seconds(60),
-                     joins[slot].Done());
+    scheduler_->ranks().Join(JoinOf(elastic, a.id, slot, 2), clock_.Now() + absl::Seconds(60),
+                             joins[slot].Done());
   }
   ASSERT_TRUE(joins[3].result.ok()) << joins[3].result.status();
   EXPECT_TRUE(joins[3].result->leave());
@@ -2193,7 +2209,7 @@ TEST_F(QueueSchedulerTest, AHighJobShrinksALowerElasticJobAtItsStepBoundaryThenI
   EXPECT_EQ(shrunk.restarts(), 0) << "a preemption is no failure";
 
   // The HIGH job ends: the elastic job grows back onto its slots.
-  ASSERT_TRUE(scheduler_->Cancel(high, "done").ok());
+  ASSERT_TRUE(scheduler_->jobs().Cancel(high, "done").ok());
   clock_.Advance(absl::Seconds(5));
   scheduler_->Tick();
   const v1::Directive grow = Beat(elastic, 2, 0);
@@ -2218,16 +2234,17 @@ TEST_F(QueueSchedulerTest, NoPreemptionWhenTheLowerJobsCannotFreeEnough) {
 class RequeueRestartTest : public ElasticRestartTest {
  protected:
   void UseCommitted() {
-    scheduler_->set_resume_resolver(
+    options_.resume_resolver =
         [this](const std::string& resume_from,
                std::vector<std::string>*) -> absl::StatusOr<v1::CheckpointManifest> {
-          auto it = committed_.find(resume_from);
-          if (it == committed_.end()) return absl::NotFoundError("no checkpoint");
-          v1::CheckpointManifest manifest;
-          manifest.set_job_id(resume_from);
-          manifest.set_step(it->second);
-          return manifest;
-        });
+      auto it = committed_.find(resume_from);
+      if (it == committed_.end()) return absl::NotFoundError("no checkpoint");
+      v1::CheckpointManifest manifest;
+      manifest.set_job_id(resume_from);
+      manifest.set_step(it->second);
+      return manifest;
+    };
+    scheduler_->Configure(options_);
   }
   std::map<std::string, int64_t> committed_;
 };
@@ -2255,15 +2272,15 @@ TEST_F(RequeueRestartTest, APreemptionUnderWayIsAskedForAgainAfterACoordinatorRe
   Reconnect(a, 2, "node-a", {{low, 1, 0}, {low, 1, 1}});
   std::vector<JoinResult> joins(2);
   for (int slot = 0; slot < 2; ++slot) {
-    scheduler_->Join(JoinFrom(low, a_before, slot, 1, 100 + slot, "node-a"),
-                     clock_.Now() + absl::Seconds(60), joins[slot].Done());
+    scheduler_->ranks().Join(JoinFrom(low, a_before, slot, 1, 100 + slot, "node-a"),
+                             clock_.Now() + absl::Seconds(60), joins[slot].Done());
   }
   scheduler_->Schedule();
   v1::RankHeartbeat hb;
   hb.set_job_id(low);
   hb.set_generation(1);
   v1::Directive directive;
-  EXPECT_TRUE(scheduler_->Heartbeat(hb, &directive));
+  EXPECT_TRUE(scheduler_->ranks().Heartbeat(hb, &directive));
   EXPECT_EQ(directive.kind(), v1::Directive::CHECKPOINT_AND_HOLD)
       << "the restarted coordinator asks for the checkpoint again";
   committed_[low] = 1;
@@ -2283,16 +2300,17 @@ class RequeueSchedulerTest : public QueueSchedulerTest {
  protected:
   void SetUp() override {
     QueueSchedulerTest::SetUp();
-    scheduler_->set_resume_resolver(
+    options_.resume_resolver =
         [this](const std::string& resume_from,
                std::vector<std::string>*) -> absl::StatusOr<v1::CheckpointManifest> {
-          auto it = committed_.find(resume_from);
-          if (it == committed_.end()) return absl::NotFoundError("no checkpoint");
-          v1::CheckpointManifest manifest;
-          manifest.set_job_id(resume_from);
-          manifest.set_step(it->second);
-          return manifest;
-        });
+      auto it = committed_.find(resume_from);
+      if (it == committed_.end()) return absl::NotFoundError("no checkpoint");
+      v1::CheckpointManifest manifest;
+      manifest.set_job_id(resume_from);
+      manifest.set_step(it->second);
+      return manifest;
+    };
+    scheduler_->Configure(options_);
   }
   // A LOW job of 2 ranks owned by carol (`what` it runs, `resources` added
   // to its resources block), running on `a` and at `step`.
@@ -2313,7 +2331,7 @@ class RequeueSchedulerTest : public QueueSchedulerTest {
       hb.set_generation(1);
       hb.set_rank(rank);
       hb.set_step(step);
-      EXPECT_TRUE(scheduler_->Heartbeat(hb));
+      EXPECT_TRUE(scheduler_->ranks().Heartbeat(hb));
     }
     return job;
   }
@@ -2362,7 +2380,7 @@ TEST_F(RequeueSchedulerTest, ACheckpointedJobGoesBackToTheQueueAndResumesFromIts
   EXPECT_THAT(Why(low), testing::StartsWith(reason));
 
   a.received.clear();
-  ASSERT_TRUE(scheduler_->Cancel(high, "done").ok());
+  ASSERT_TRUE(scheduler_->jobs().Cancel(high, "done").ok());
   ASSERT_EQ(State(low), v1::Job::RUNNING);
   EXPECT_EQ(jobs_->Get(low)->reason(), "");
   std::vector<JoinResult> joins = JoinAll(low, {&a}, 1);
@@ -2374,7 +2392,8 @@ TEST_F(RequeueSchedulerTest, ACheckpointedJobGoesBackToTheQueueAndResumesFromIts
 }
 
 TEST_F(RequeueSchedulerTest, ACheckpointThatDoesNotCommitInTimeLosesTheStepsSinceTheLastOne) {
-  scheduler_->set_requeue_checkpoint_timeout(absl::Seconds(30));
+  options_.requeue_checkpoint_timeout = absl::Seconds(30);
+  scheduler_->Configure(options_);
   FakeAgent a;
   Add(a, 2, "node-a");
   const std::string low = RunLow(a, 120);
@@ -2403,11 +2422,11 @@ TEST_F(RequeueSchedulerTest, AProgramJobIsRequeuedOnlyWhenPreemptibleAndThenFrom
   EXPECT_EQ(State(program), v1::Job::RUNNING) << "nothing says it can be checkpointed";
   EXPECT_EQ(Told(program, 0), v1::Directive::KIND_UNSPECIFIED);
   EXPECT_EQ(a.Stops(), 0);
-  ASSERT_TRUE(scheduler_->Cancel(program, "done").ok());
+  ASSERT_TRUE(scheduler_->jobs().Cancel(program, "done").ok());
   ExitOn(a, program, 0, -15);
   ExitOn(a, program, 1, -15);
   ASSERT_EQ(State(high), v1::Job::RUNNING);
-  ASSERT_TRUE(scheduler_->Cancel(high, "done").ok());
+  ASSERT_TRUE(scheduler_->jobs().Cancel(high, "done").ok());
 
   const std::string preemptible =
       RunLow(a, 5, "program { argv: \"/bin/true\" }", "preemptible: true");

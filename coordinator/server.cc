@@ -336,25 +336,27 @@ absl::Status CoordinatorServer::OpenState(const ServerOptions& options) {
 absl::Status CoordinatorServer::BuildServices(const ServerOptions& options) {
   metrics_ = std::make_unique<CoordinatorMetrics>(options.metrics_max_rank_series,
                                                   options.metrics_max_user_series);
-  scheduler_ = std::make_unique<Scheduler>(*jobs_, nullptr, "");
-  scheduler_->set_metrics(metrics_.get());
-  scheduler_->set_scheduling_policy(options.scheduling_policy);
-  scheduler_->set_resume_resolver([store = checkpoints_.get()](const std::string& resume_from,
-                                                               std::vector<std::string>* skipped) {
+  SchedulerOptions scheduler_options;  // the address is set once the server has bound
+  scheduler_options.metrics = metrics_.get();
+  scheduler_options.scheduling_policy = options.scheduling_policy;
+  scheduler_options.resume_resolver = [store = checkpoints_.get()](
+                                          const std::string& resume_from,
+                                          std::vector<std::string>* skipped) {
     const size_t colon = resume_from.find(':');
     int64_t step = 0;
     if (colon != std::string::npos) (void)absl::SimpleAtoi(resume_from.substr(colon + 1), &step);
     return store->FindLoadable(resume_from.substr(0, colon), step, skipped);
-  });
+  };
+  scheduler_ = std::make_unique<Scheduler>(*jobs_, nullptr, std::move(scheduler_options));
   // Jobs that were running when the coordinator stopped are taken back; their
   // agents reconnect with the ranks they kept running.
   ASSIGN_OR_RETURN(std::vector<v1::Job> running_jobs, jobs_->List({v1::Job::RUNNING}, 0));
-  scheduler_->Recover(std::move(running_jobs), options.recovery_grace);
+  scheduler_->jobs().Recover(std::move(running_jobs), options.recovery_grace);
   job_service_ = std::make_unique<JobServiceImpl>(*jobs_, *scheduler_, *auth_, checkpoints_.get());
   checkpoint_uploads_ = std::make_unique<CheckpointUploads>(
       *checkpoints_,
       [scheduler = scheduler_.get()](const std::string& job_id, int64_t generation, int rank) {
-        return scheduler->GrantUpload(job_id, generation, rank);
+        return scheduler->ranks().GrantUpload(job_id, generation, rank);
       });
   checkpoint_service_ = std::make_unique<CheckpointServiceImpl>(
       *checkpoints_, *checkpoint_uploads_, *auth_,

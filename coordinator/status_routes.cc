@@ -43,7 +43,7 @@ std::pair<int, int> RankRows(const HttpRequest& request) {
 ClusterSnapshot TakeSnapshot(const StatusSources& sources) {
   ClusterSnapshot snapshot;
   snapshot.jobs_by_state = sources.jobs->CountByState();
-  sources.scheduler->Snapshot(snapshot, sources.metrics->max_rank_series());
+  sources.scheduler->jobs().Snapshot(snapshot, sources.metrics->max_rank_series());
   return snapshot;
 }
 
