@@ -29,6 +29,7 @@ set(CHORUS_SOURCES
     worker/comm/gloo_algorithms.cc
     worker/comm/gloo_communicator.cc
     worker/comm/gloo_store.cc
+    worker/comm/group_cache.cc
     worker/comm/grpc_store.cc
     worker/comm/nccl_communicator.cc
     worker/comm/op_queue.cc
@@ -69,33 +70,34 @@ set(CHORUS_HEADERS
     common/private_files.h
     common/sha256.h
     common/status_macros.h
-    common/topology.h
     sdk/checkpoints.h
     sdk/chorus.h
+    sdk/communicator.h
     sdk/data_parallel.h
+    sdk/decentralized_data_parallel.h
+    sdk/distributed_data_parallel.h
     sdk/elastic.h
     sdk/environment.h
     sdk/metrics.h
+    sdk/named_tensor.h
     sdk/progress.h
     sdk/session.h
-    worker/comm/communicator.h
+    sdk/topology.h
     worker/comm/flight_recorder.h
     worker/comm/gloo_algorithms.h
     worker/comm/gloo_communicator.h
     worker/comm/gloo_store.h
+    worker/comm/group_cache.h
     worker/comm/grpc_store.h
     worker/comm/nccl_communicator.h
     worker/comm/op_queue.h
     worker/comm/shm_allreduce.h
     worker/comm/store.h
     worker/comm/transport_tuner.h
-    worker/ddp/distributed_data_parallel.h
-    worker/decentralized/decentralized_data_parallel.h
     worker/replica/bucket_assignment.h
     worker/replica/bucket_layout.h
     worker/replica/gradient_clipping.h
     worker/replica/gradient_ready_hooks.h
-    worker/replica/named_tensor.h
     worker/replica/optimizer_state_key.h
     worker/replica/replica_sync.h
     worker/runtime/heartbeat_compose.h

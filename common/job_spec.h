@@ -20,9 +20,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "chorus/topology.h"
 #include "chorus/v1/job.pb.h"
 #include "common/memory_estimate.h"
-#include "common/topology.h"
 
 namespace chorus {
 
@@ -74,13 +74,13 @@ absl::Status CheckJobSpec(const v1::JobSpec& spec, absl::string_view source);
 // <that>/<job>/<step>. Ranks, grants and recovery all build paths from it.
 std::string SharedCheckpointRoot(const v1::CheckpointSpec& checkpoint);
 
-// The topology a decentralized strategy asks for (common/topology.h).
+// The topology a decentralized strategy asks for (sdk/topology.h).
 TopologyConfig TopologyFromSpec(const v1::DecentralizedStrategy& decentralized);
 
 // Whether some world size in [resources.min_ranks, resources.max_ranks] of
 // an elastic decentralized job is one its topology does not serve, so that
 // ranks beyond the largest served size are hot spares (Note [Hot spares] in
-// worker/decentralized/decentralized_data_parallel.h).
+// sdk/decentralized_data_parallel.h).
 bool MayHaveHotSpares(const v1::JobSpec& spec);
 
 // How many ranks of a world of `world_size` train: all of them but for a

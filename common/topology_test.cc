@@ -1,4 +1,4 @@
-#include "common/topology.h"
+#include "chorus/topology.h"
 
 #include <cmath>
 

@@ -8,7 +8,7 @@
 // numbers every survivor first, in rank order, and newcomers after them: a
 // spare (a high rank) then takes a lost trainer's place at once, and the
 // newcomer, still starting, becomes the spare (Note [Hot spares] in
-// worker/decentralized/decentralized_data_parallel.h). The generation holds at most max_ranks
+// sdk/decentralized_data_parallel.h). The generation holds at most max_ranks
 // ranks; fewer than min_ranks is an error naming the figures. local_rank and local_world_size are
 // counted again over the new generation.
 //

@@ -44,7 +44,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "worker/comm/communicator.h"
+#include "chorus/communicator.h"
+#include "worker/comm/store.h"
 
 namespace chorus {
 

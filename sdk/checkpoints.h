@@ -28,8 +28,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "chorus/named_tensor.h"
 #include "chorus/v1/coordinator.pb.h"
-#include "worker/replica/named_tensor.h"
 
 namespace chorus {
 

@@ -1,6 +1,6 @@
 // Data parallelism for a program's own modules: Chorus's synchronous DDP
-// (worker/ddp/distributed_data_parallel.h) and decentralized gossip
-// training (worker/decentralized/decentralized_data_parallel.h) over any
+// (sdk/distributed_data_parallel.h) and decentralized gossip
+// training (sdk/decentralized_data_parallel.h) over any
 // torch::nn::Module, or over a named subset of its parameters — DDP on the
 // networks one method updates, everything else left local (an RL agent's
 // target networks, a replay buffer, counters).
@@ -29,10 +29,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "worker/comm/communicator.h"
-#include "worker/ddp/distributed_data_parallel.h"
-#include "worker/decentralized/decentralized_data_parallel.h"
-#include "worker/replica/named_tensor.h"
+#include "chorus/communicator.h"
+#include "chorus/decentralized_data_parallel.h"
+#include "chorus/distributed_data_parallel.h"
+#include "chorus/named_tensor.h"
 
 namespace torch::nn {
 class Module;

@@ -40,6 +40,8 @@
 
 namespace chorus {
 
+// Internal to Chorus and not installed with the SDK: a program passes the
+// recorder its communicator has and no clock (tests inject one).
 class Clock;           // common/clock.h
 class FlightRecorder;  // a Communicator's (Communicator::flight_recorder())
 struct TrainingProgress;

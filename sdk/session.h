@@ -41,13 +41,13 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "chorus/checkpoints.h"
+#include "chorus/communicator.h"
 #include "chorus/elastic.h"
 #include "chorus/environment.h"
 #include "chorus/metrics.h"
+#include "chorus/named_tensor.h"
 #include "chorus/progress.h"
 #include "chorus/v1/coordinator.pb.h"
-#include "worker/comm/communicator.h"
-#include "worker/replica/named_tensor.h"
 
 namespace grpc {
 class Channel;
@@ -55,6 +55,9 @@ class Channel;
 
 namespace chorus {
 
+// Internal to Chorus and not installed with the SDK (only the session's
+// implementation uses them), so they are only named here: the checkpoint
+// transport, the progress channel and the communicator's rendezvous store.
 class CheckpointStorage;
 class ProgressSender;
 class Store;

@@ -3,8 +3,9 @@
 # it (CI runs this after the Bazel tests; docs/building.md "The CMake package"):
 #   1. cmake/sources.cmake lists exactly what Bazel's //sdk:chorus builds;
 #   2. the SDK configures, builds and installs into a temporary prefix,
-#      whose include tree holds the SDK's headers and the API's, and of
-#      Chorus's internal headers only those the SDK's headers still include;
+#      whose include tree holds the SDK's headers and the API's under
+#      chorus/ and nothing else, and whose headers include no header of
+#      Chorus that is not installed;
 #   3. examples/programs builds against the installed package with
 #      find_package(Chorus), from a copy of the sources outside the tree;
 #   4. those CMake-built programs pass the SDK's end-to-end checks
@@ -57,33 +58,43 @@ installed_ok() {
 check "the installed tree has the library, chorus/chorus.h, the API headers and the package file" \
   installed_ok
 # The package ships the SDK's interface, not Chorus's internals: the
-# installed include tree holds the SDK's headers (chorus/*.h), the API's
-# generated ones (chorus/v1/*.pb.h) and, until they move into sdk/ or behind
-# it, only the internal headers listed here, which the SDK's headers still
-# include (CMakeLists.txt's CHORUS_INTERNAL_HEADERS_INSTALLED).
-still_included=(
-  common/clock.h
-  common/topology.h
-  worker/comm/communicator.h
-  worker/comm/flight_recorder.h
-  worker/comm/store.h
-  worker/ddp/distributed_data_parallel.h
-  worker/decentralized/decentralized_data_parallel.h
-  worker/replica/named_tensor.h
-)
-only_sdk_headers() {
-  local include="${work}/prefix/include/chorus-sdk" header others=0
-  while IFS= read -r header; do
-    header=${header#"${include}/"}
+# installed include tree holds the SDK's headers (chorus/*.h) and the API's
+# generated ones (chorus/v1/*.pb.h), and nothing outside chorus/. The SDK's
+# headers only declare the internal types they mention (sdk/session.h's
+# Store, sdk/progress.h's Clock), so none of them is installed.
+only_chorus_headers() {
+  local include="${work}/prefix/include/chorus-sdk" file header others=0 count=0
+  while IFS= read -r file; do
+    header=${file#"${include}/"}
+    count=$((count + 1))
     [[ ${header} =~ ^chorus/[^/]+\.h$ || ${header} =~ ^chorus/v1/[^/]+\.pb\.h$ ]] && continue
-    [[ " ${still_included[*]} " == *" ${header} "* ]] && continue
-    echo "installed but not the SDK's: ${header}"
+    echo "installed but not the SDK's (outside chorus/ or not a header): ${header}"
     others=$((others + 1))
-  done < <(find "${include}" -type f)
-  return $((others > 0))
+  done < <(find "${include}" -mindepth 1 ! -type d)
+  echo "${count} files installed under include/chorus-sdk"
+  ((count > 0 && others == 0))
 }
-check "the installed include tree holds only chorus/*.h, chorus/v1/*.pb.h and the ${#still_included[@]} internal headers the SDK's headers still include" \
-  only_sdk_headers
+check "the installed include tree holds only chorus/*.h and chorus/v1/*.pb.h" only_chorus_headers
+# A quoted include in an installed SDK header names a dependency's header
+# (absl/, grpcpp/) or one of the package's own, which must then be installed:
+# "common/clock.h", say, would compile in the source tree and fail in a
+# user's project.
+includes_installed() {
+  local include="${work}/prefix/include/chorus-sdk" file line path missing=0
+  for file in "${include}"/chorus/*.h; do
+    while IFS= read -r line; do
+      [[ ${line} =~ ^[[:space:]]*#[[:space:]]*include[[:space:]]*\"([^\"]+)\" ]] || continue
+      path=${BASH_REMATCH[1]}
+      [[ ${path} == absl/* || ${path} == grpcpp/* ]] && continue
+      [[ ${path} == chorus/* && -f "${include}/${path}" ]] && continue
+      echo "${file#"${include}/"} includes \"${path}\", which the package does not install"
+      missing=$((missing + 1))
+    done <"${file}"
+  done
+  ((missing == 0))
+}
+check "the installed SDK headers include only installed headers (or Abseil's and gRPC's)" \
+  includes_installed
 # The examples from a copy elsewhere, so nothing of the source tree is on
 # their include path but what the package provides and what they share
 # (examples/common, beside examples/programs as in the tree).

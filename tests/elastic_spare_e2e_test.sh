@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # End to end, hot spares (docs/elastic.md "Hot spares"; Note [Hot spares] in
-# worker/decentralized/decentralized_data_parallel.h): an elastic gossip job
+# sdk/decentralized_data_parallel.h): an elastic gossip job
 # over one_peer_exponential, which serves powers of two, runs on 3 slots.
 # Ranks 0 and 1 train; rank 2 is a hot spare that trains on nothing. Rank 1
 # kills itself at step 150. The spare takes its place in generation 2 in the

@@ -1,4 +1,4 @@
-#include "worker/comm/communicator.h"
+#include "chorus/communicator.h"
 
 #include <ATen/ops/empty.h>
 
@@ -74,26 +74,6 @@ std::vector<int> WorldRanks(const std::vector<int>& ranks, const std::vector<int
   std::vector<int> world;
   for (int r : ranks) world.push_back(parent_group.empty() ? r : parent_group[r]);
   return world;
-}
-
-absl::StatusOr<std::shared_ptr<Communicator>> GroupCache::GetOrCreate(
-    const std::vector<int>& ranks, int size, int rank, const std::vector<int>& parent_group,
-    Store& parent_store, const Factory& make) {
-  absl::StatusOr<int> index = GroupIndexOf(ranks, size, rank);
-  if (!index.ok()) return index.status();
-  const std::string key = absl::StrJoin(ranks, ",");
-  absl::MutexLock lock(&mu_);
-  if (auto it = groups_.find(key); it != groups_.end()) return it->second;
-  absl::StatusOr<std::shared_ptr<Communicator>> comm =
-      make(*index, WorldRanks(ranks, parent_group),
-           std::make_unique<PrefixStore>(parent_store, "group/" + key));
-  if (comm.ok()) groups_[key] = *comm;
-  return comm;
-}
-
-void GroupCache::AbortAll(absl::string_view reason) {
-  absl::MutexLock lock(&mu_);
-  for (auto& [key, group] : groups_) group->Abort(reason);
 }
 
 }  // namespace chorus

@@ -28,6 +28,7 @@
 #include "gloo/types.h"
 #include "worker/comm/gloo_algorithms.h"
 #include "worker/comm/gloo_store.h"
+#include "worker/comm/group_cache.h"
 #include "worker/comm/op_queue.h"
 #include "worker/comm/shm_allreduce.h"
 #include "worker/comm/transport_tuner.h"

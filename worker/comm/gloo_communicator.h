@@ -20,8 +20,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "chorus/communicator.h"
 #include "common/clock.h"
-#include "worker/comm/communicator.h"
+#include "worker/comm/flight_recorder.h"
 #include "worker/comm/store.h"
 
 namespace chorus {

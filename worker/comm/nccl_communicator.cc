@@ -22,6 +22,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
+#include "worker/comm/group_cache.h"
 #include "worker/comm/op_queue.h"
 
 namespace chorus {

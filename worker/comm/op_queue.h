@@ -24,7 +24,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
-#include "worker/comm/communicator.h"
+#include "chorus/communicator.h"
 #include "worker/comm/flight_recorder.h"
 
 namespace chorus {

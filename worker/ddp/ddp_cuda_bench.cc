@@ -53,9 +53,9 @@
 #include <thread>
 #include <vector>
 
+#include "chorus/distributed_data_parallel.h"
 #include "worker/comm/nccl_communicator.h"
 #include "worker/comm/store.h"
-#include "worker/ddp/distributed_data_parallel.h"
 
 namespace chorus {
 namespace {

@@ -24,10 +24,10 @@
 #include <string>
 #include <vector>
 
+#include "chorus/distributed_data_parallel.h"
 #include "gtest/gtest.h"
 #include "worker/comm/nccl_communicator.h"
 #include "worker/comm/require_gpus.h"
-#include "worker/ddp/distributed_data_parallel.h"
 #include "worker/ddp/reference_files.h"
 
 namespace chorus {

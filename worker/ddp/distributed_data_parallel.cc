@@ -1,4 +1,4 @@
-#include "worker/ddp/distributed_data_parallel.h"
+#include "chorus/distributed_data_parallel.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/grad_mode.h>

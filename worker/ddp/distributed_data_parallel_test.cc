@@ -1,4 +1,4 @@
-#include "worker/ddp/distributed_data_parallel.h"
+#include "chorus/distributed_data_parallel.h"
 
 #include <torch/nn/functional/loss.h>
 #include <torch/nn/module.h>

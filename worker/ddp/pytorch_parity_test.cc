@@ -13,10 +13,10 @@
 #include <thread>
 #include <vector>
 
+#include "chorus/distributed_data_parallel.h"
 #include "gtest/gtest.h"
 #include "worker/comm/gloo_communicator.h"
 #include "worker/comm/store.h"
-#include "worker/ddp/distributed_data_parallel.h"
 #include "worker/ddp/reference_files.h"
 
 namespace chorus {

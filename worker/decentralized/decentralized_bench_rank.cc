@@ -32,10 +32,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "chorus/decentralized_data_parallel.h"
+#include "chorus/distributed_data_parallel.h"
 #include "worker/comm/gloo_communicator.h"
 #include "worker/comm/store.h"
-#include "worker/ddp/distributed_data_parallel.h"
-#include "worker/decentralized/decentralized_data_parallel.h"
 
 namespace chorus {
 namespace {

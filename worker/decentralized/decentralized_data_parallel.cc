@@ -1,4 +1,4 @@
-#include "worker/decentralized/decentralized_data_parallel.h"
+#include "chorus/decentralized_data_parallel.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
@@ -304,7 +304,7 @@ class DecentralizedDataParallel::Impl {
   }
 
   // Step 0's gradient-ready order of rank 0 becomes every rank's bucket
-  // layout (Note [Bucket order] in worker/ddp/distributed_data_parallel.h).
+  // layout (Note [Bucket order] in sdk/distributed_data_parallel.h).
   absl::Status AdoptRankZeroOrder() {
     std::vector<size_t> order = order_;
     for (size_t k = trained_.size(); k-- > 0;) {

@@ -1,4 +1,4 @@
-#include "worker/decentralized/decentralized_data_parallel.h"
+#include "chorus/decentralized_data_parallel.h"
 
 #include <torch/optim/adam.h>
 #include <torch/optim/sgd.h>

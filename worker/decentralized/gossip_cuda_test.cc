@@ -17,10 +17,10 @@
 #include <string>
 #include <vector>
 
-#include "common/topology.h"
+#include "chorus/decentralized_data_parallel.h"
+#include "chorus/topology.h"
 #include "gtest/gtest.h"
 #include "worker/comm/require_gpus.h"
-#include "worker/decentralized/decentralized_data_parallel.h"
 
 namespace chorus {
 namespace {

@@ -1,7 +1,7 @@
 // Bucket assignment for the data-parallel engines: a pure function from
 // parameter sizes to buckets.
 //
-// See Note [Bucket order] in worker/ddp/distributed_data_parallel.h.
+// See Note [Bucket order] in sdk/distributed_data_parallel.h.
 #ifndef CHORUS_WORKER_REPLICA_BUCKET_ASSIGNMENT_H_
 #define CHORUS_WORKER_REPLICA_BUCKET_ASSIGNMENT_H_
 

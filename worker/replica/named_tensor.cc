@@ -1,4 +1,4 @@
-#include "worker/replica/named_tensor.h"
+#include "chorus/named_tensor.h"
 
 #include <unordered_set>
 #include <utility>

@@ -1,4 +1,4 @@
-#include "worker/replica/named_tensor.h"
+#include "chorus/named_tensor.h"
 
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/container/sequential.h>

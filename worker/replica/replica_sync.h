@@ -19,8 +19,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "worker/comm/communicator.h"
-#include "worker/replica/named_tensor.h"
+#include "chorus/communicator.h"
+#include "chorus/named_tensor.h"
 
 namespace chorus {
 

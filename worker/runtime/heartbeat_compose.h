@@ -18,8 +18,8 @@
 #include <string>
 
 #include "absl/time/time.h"
+#include "chorus/communicator.h"
 #include "chorus/v1/coordinator.pb.h"
-#include "worker/comm/communicator.h"
 #include "worker/comm/flight_recorder.h"
 #include "worker/runtime/training_progress.h"
 

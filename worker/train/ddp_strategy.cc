@@ -5,8 +5,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "chorus/distributed_data_parallel.h"
 #include "common/status_macros.h"
-#include "worker/ddp/distributed_data_parallel.h"
 #include "worker/replica/gradient_clipping.h"
 #include "worker/train/optimizer.h"
 

@@ -1,5 +1,5 @@
 // The TrainingStrategy of synchronous data parallelism: DDP
-// (worker/ddp/distributed_data_parallel.h) averages the gradients, one
+// (sdk/distributed_data_parallel.h) averages the gradients, one
 // optimizer steps every rank's replica identically, rank 0 stores
 // checkpoints.
 //

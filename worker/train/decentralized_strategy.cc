@@ -6,9 +6,9 @@
 #include <algorithm>
 #include <utility>
 
+#include "chorus/decentralized_data_parallel.h"
 #include "common/job_spec.h"
 #include "common/status_macros.h"
-#include "worker/decentralized/decentralized_data_parallel.h"
 #include "worker/train/optimizer.h"
 
 namespace chorus {

@@ -1,5 +1,5 @@
 // The TrainingStrategy of decentralized training: the gossip engine
-// (worker/decentralized/decentralized_data_parallel.h) owns one optimizer
+// (sdk/decentralized_data_parallel.h) owns one optimizer
 // per bucket and steps it inside backward, each rank mixes its parameters
 // with its peers', and evaluation and checkpoints see the exact global
 // average (or, with checkpoint.per_rank, every rank stores its own model).

@@ -21,8 +21,8 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
+#include "chorus/named_tensor.h"
 #include "chorus/v1/job.pb.h"
-#include "worker/replica/named_tensor.h"
 #include "worker/train/data.h"
 
 namespace chorus {

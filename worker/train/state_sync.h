@@ -34,7 +34,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "worker/comm/communicator.h"
+#include "chorus/communicator.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/model.h"
 

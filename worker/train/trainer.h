@@ -31,8 +31,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "chorus/communicator.h"
 #include "chorus/v1/coordinator.pb.h"
-#include "worker/comm/communicator.h"
 #include "worker/runtime/training_progress.h"
 #include "worker/train/checkpoint.h"
 

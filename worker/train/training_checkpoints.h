@@ -24,8 +24,8 @@
 #include <memory>
 
 #include "absl/status/status.h"
+#include "chorus/communicator.h"
 #include "chorus/v1/coordinator.pb.h"
-#include "worker/comm/communicator.h"
 #include "worker/runtime/training_progress.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/checkpoint_schedule.h"

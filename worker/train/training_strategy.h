@@ -35,9 +35,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "chorus/communicator.h"
 #include "chorus/v1/coordinator.pb.h"
 #include "chorus/v1/job.pb.h"
-#include "worker/comm/communicator.h"
 #include "worker/runtime/training_progress.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/metrics_window.h"
@@ -111,7 +111,7 @@ class TrainingStrategy {
   virtual CheckpointParts checkpoint_parts() const = 0;
   // What this rank's own part of a per-rank checkpoint holds besides the
   // model and the optimizers (Note [Exchange in checkpoints] in
-  // worker/decentralized/decentralized_data_parallel.h).
+  // sdk/decentralized_data_parallel.h).
   virtual absl::StatusOr<ExchangeState> TakeExchangeForCheckpoint() = 0;
 
   // Whether the ranks' models are the same after every step (DDP) or each

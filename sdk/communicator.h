@@ -26,14 +26,18 @@
 //   at::Tensor grad = ...;
 //   auto work = comm->AllReduce(grad, ReduceOp::kAvg, "ddp:model/bucket0");
 //   RETURN_IF_ERROR(work->Wait(absl::Now() + absl::Seconds(30)));
-#ifndef CHORUS_WORKER_COMM_COMMUNICATOR_H_
-#define CHORUS_WORKER_COMM_COMMUNICATOR_H_
+//
+// Part of the SDK's interface ("chorus/communicator.h"): a program calls its
+// collectives itself (Session::communicator()). The backends (gloo, NCCL),
+// the store they rendezvous through and the flight recorder stay internal
+// to Chorus: this header only names FlightRecorder, and the sub-group cache
+// the backends share is in worker/comm/group_cache.h.
+#ifndef CHORUS_SDK_COMMUNICATOR_H_
+#define CHORUS_SDK_COMMUNICATOR_H_
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/TensorOptions.h>
 
-#include <functional>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -41,12 +45,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "worker/comm/flight_recorder.h"
-#include "worker/comm/store.h"
 
 namespace chorus {
+
+// Internal to Chorus and not installed with the SDK: a program reads the
+// recorder only through the SDK (ProgressReporter, chorus/progress.h).
+class FlightRecorder;
 
 enum class ReduceOp { kSum, kAvg, kMin, kMax };
 const char* ReduceOpName(ReduceOp op);
@@ -144,30 +149,6 @@ class Communicator {
   virtual const FlightRecorder& flight_recorder() const = 0;
 };
 
-// The sub-groups a communicator has made (NewGroup), cached by rank list, so
-// the two backends share validation, naming and caching. Thread-safe.
-class GroupCache {
- public:
-  // Builds the group's communicator: `index` is this rank's rank in it,
-  // `world_ranks` its members as world ranks, `store` its own namespace.
-  using Factory = std::function<absl::StatusOr<std::shared_ptr<Communicator>>(
-      int index, std::vector<int> world_ranks, std::unique_ptr<Store> store)>;
-
-  // The cached group for `ranks` (of a communicator of `size` ranks whose own
-  // ranks map to `parent_group`), or a new one from `make`, namespaced under
-  // `parent_store`.
-  absl::StatusOr<std::shared_ptr<Communicator>> GetOrCreate(const std::vector<int>& ranks, int size,
-                                                            int rank,
-                                                            const std::vector<int>& parent_group,
-                                                            Store& parent_store,
-                                                            const Factory& make);
-  void AbortAll(absl::string_view reason);
-
- private:
-  absl::Mutex mu_;
-  std::map<std::string, std::shared_ptr<Communicator>> groups_ ABSL_GUARDED_BY(mu_);
-};
-
 // Note [Communicator failures]
 // A transport error (peer closed the connection, process killed) fails the
 // op that saw it with UNAVAILABLE and marks the communicator broken: the
@@ -179,4 +160,4 @@ class GroupCache {
 
 }  // namespace chorus
 
-#endif  // CHORUS_WORKER_COMM_COMMUNICATOR_H_
+#endif  // CHORUS_SDK_COMMUNICATOR_H_

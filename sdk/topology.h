@@ -26,8 +26,13 @@
 // Example:
 //   ASSIGN_OR_RETURN(Topology ring, Topology::Create({TopologyKind::kRing}, 4));
 //   const std::vector<int>& peers = ring.GroupOf(step, rank);
-#ifndef CHORUS_COMMON_TOPOLOGY_H_
-#define CHORUS_COMMON_TOPOLOGY_H_
+//
+// Part of the SDK's interface ("chorus/topology.h"): a gossip program picks
+// its topology in DecentralizedOptions::topology (chorus/
+// decentralized_data_parallel.h). The schedule itself is a few pure
+// functions with no dependency beyond Abseil, so it is public with it.
+#ifndef CHORUS_SDK_TOPOLOGY_H_
+#define CHORUS_SDK_TOPOLOGY_H_
 
 #include <cstdint>
 #include <string>
@@ -65,7 +70,7 @@ absl::Status CheckWorldSize(const TopologyConfig& config, int world_size);
 // The largest world size <= `world_size` that `config` serves. An elastic
 // decentralized job that has `world_size` ranks trains with that many; the
 // others are hot spares (Note [Hot spares] in
-// worker/decentralized/decentralized_data_parallel.h). INVALID_ARGUMENT with
+// sdk/decentralized_data_parallel.h). INVALID_ARGUMENT with
 // CheckWorldSize's reason if no size up to `world_size` is served.
 absl::StatusOr<int> ServedWorldSize(const TopologyConfig& config, int world_size);
 
@@ -97,4 +102,4 @@ class Topology {
 
 }  // namespace chorus
 
-#endif  // CHORUS_COMMON_TOPOLOGY_H_
+#endif  // CHORUS_SDK_TOPOLOGY_H_

@@ -7,8 +7,11 @@
 // Example:
 //   std::vector<NamedTensor> params = {{"fc.weight", weight}, {"fc.bias", bias}};
 //   params = WithoutRepeatedTensors(std::move(params));  // tied weights once
-#ifndef CHORUS_WORKER_REPLICA_NAMED_TENSOR_H_
-#define CHORUS_WORKER_REPLICA_NAMED_TENSOR_H_
+//
+// Part of the SDK's interface ("chorus/named_tensor.h"): programs pass and
+// get named tensors (NamedParameters, checkpoints, the elastic helpers).
+#ifndef CHORUS_SDK_NAMED_TENSOR_H_
+#define CHORUS_SDK_NAMED_TENSOR_H_
 
 #include <ATen/core/Tensor.h>
 
@@ -33,4 +36,4 @@ std::vector<NamedTensor> WithoutRepeatedTensors(std::vector<NamedTensor> tensors
 
 }  // namespace chorus
 
-#endif  // CHORUS_WORKER_REPLICA_NAMED_TENSOR_H_
+#endif  // CHORUS_SDK_NAMED_TENSOR_H_

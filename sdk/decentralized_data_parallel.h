@@ -1,7 +1,7 @@
 // DecentralizedDataParallel: gossip averaging. Instead of all-reducing
 // gradients, each rank keeps its own model, takes local optimizer steps, and
 // averages its parameters with the few peers the topology names for that
-// step (common/topology.h); the exchange overlaps a whole iteration.
+// step (sdk/topology.h); the exchange overlaps a whole iteration.
 //
 // Parameters are cut into buckets (bucket_cap_mb) whose parameters become
 // views into one contiguous block per bucket (Note [Flat views] in
@@ -35,8 +35,15 @@
 //         return std::make_unique<torch::optim::SGD>(p, torch::optim::SGDOptions(0.1)); },
 //       nullptr, options));
 //   RETURN_IF_ERROR(engine->BroadcastParameters(0));
-#ifndef CHORUS_WORKER_DECENTRALIZED_DECENTRALIZED_DATA_PARALLEL_H_
-#define CHORUS_WORKER_DECENTRALIZED_DECENTRALIZED_DATA_PARALLEL_H_
+//
+// Part of the SDK's interface ("chorus/decentralized_data_parallel.h"): a
+// program drives the engine itself (chorus/data_parallel.h makes one for a
+// module) and sets its DecentralizedOptions. The class is already a pimpl,
+// so this header names only Communicator, NamedTensor and the topology
+// config; its buckets, hooks and exchanges stay in worker/decentralized and
+// worker/replica, not installed.
+#ifndef CHORUS_SDK_DECENTRALIZED_DATA_PARALLEL_H_
+#define CHORUS_SDK_DECENTRALIZED_DATA_PARALLEL_H_
 
 #include <ATen/core/Tensor.h>
 
@@ -49,9 +56,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/topology.h"
-#include "worker/comm/communicator.h"
-#include "worker/replica/named_tensor.h"
+#include "chorus/communicator.h"
+#include "chorus/named_tensor.h"
+#include "chorus/topology.h"
 
 namespace torch::optim {
 class Optimizer;
@@ -174,7 +181,7 @@ class DecentralizedDataParallel {
   std::vector<std::string> bucket_parameters(size_t b) const;
   // The buckets' optimizers, in bucket order (for checkpoints). The bucket
   // layout changes once, at the end of the first step (Note [Bucket order] in
-  // worker/ddp/distributed_data_parallel.h); optimizer state moves with its parameters.
+  // sdk/distributed_data_parallel.h); optimizer state moves with its parameters.
   std::vector<torch::optim::Optimizer*> optimizers() const;
   // Bytes this rank has put on the wire in exchanges (payload), and seconds
   // the training thread waited for exchanges of the previous step.
@@ -204,7 +211,7 @@ class DecentralizedDataParallel {
 // An elastic job re-forms at whatever size its ranks allow, and some
 // topologies serve only some sizes (one_peer_exponential: powers of two).
 // With n ranks the job trains with k = ServedWorldSize(topology, n) of them
-// (common/topology.h), ranks 0..k-1, and keeps ranks k..n-1 as hot spares:
+// (sdk/topology.h), ranks 0..k-1, and keeps ranks k..n-1 as hot spares:
 // processes that have loaded the data and built the model, take part in
 // every collective of the whole world, and train on nothing. For the
 // engine a spare is a rank whose group is itself at every step (no
@@ -229,4 +236,4 @@ class DecentralizedDataParallel {
 
 }  // namespace chorus
 
-#endif  // CHORUS_WORKER_DECENTRALIZED_DECENTRALIZED_DATA_PARALLEL_H_
+#endif  // CHORUS_SDK_DECENTRALIZED_DATA_PARALLEL_H_

@@ -21,8 +21,14 @@
 // Example:
 //   ASSIGN_OR_RETURN(auto ddp, DistributedDataParallel::ForModule(*model, *comm, {}));
 //   RETURN_IF_ERROR(ddp->BroadcastParameters(0));
-#ifndef CHORUS_WORKER_DDP_DISTRIBUTED_DATA_PARALLEL_H_
-#define CHORUS_WORKER_DDP_DISTRIBUTED_DATA_PARALLEL_H_
+//
+// Part of the SDK's interface ("chorus/distributed_data_parallel.h"): a
+// program drives the engine itself (chorus/data_parallel.h makes one for a
+// module) and sets its DdpOptions. The class is already a pimpl, so this
+// header names only Communicator and NamedTensor; its buckets, hooks and
+// replica checks stay in worker/ddp and worker/replica, not installed.
+#ifndef CHORUS_SDK_DISTRIBUTED_DATA_PARALLEL_H_
+#define CHORUS_SDK_DISTRIBUTED_DATA_PARALLEL_H_
 
 #include <ATen/core/Tensor.h>
 
@@ -33,8 +39,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "worker/comm/communicator.h"
-#include "worker/replica/named_tensor.h"
+#include "chorus/communicator.h"
+#include "chorus/named_tensor.h"
 
 namespace torch {
 namespace nn {
@@ -201,4 +207,4 @@ class DistributedDataParallel {
 
 }  // namespace chorus
 
-#endif  // CHORUS_WORKER_DDP_DISTRIBUTED_DATA_PARALLEL_H_
+#endif  // CHORUS_SDK_DISTRIBUTED_DATA_PARALLEL_H_
