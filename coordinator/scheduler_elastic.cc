@@ -105,7 +105,7 @@ std::vector<RankState> NextRanks(const RunningJob& run, const NextGeneration& ne
 std::string DescribeChange(const RunningJob& run, const v1::JobSpec& spec, int64_t generation,
                            int old_world, int world, const std::string& cause, bool failure,
                            const std::vector<std::string>& newcomers) {
-  // Note [Hot spares] in worker/decentralized/decentralized_data_parallel.h.
+  // Note [Hot spares] in sdk/decentralized_data_parallel.h.
   const absl::StatusOr<int> training = TrainingRanks(spec, world);
   const std::string spares =
       training.ok() && *training < world
