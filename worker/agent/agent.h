@@ -8,7 +8,8 @@
 // one by default, a scripted one in tests. Its ranks' heartbeats go to the
 // coordinator through it, one message per interval for all of them, and the
 // coordinator's directives for them come back the same way (Note
-// [Heartbeats through the agent] in agent.cc).
+// [Heartbeats through the agent] in agent.cc), and so do their joins of a
+// generation and the answers (Note [Joins through the agent] in agent.cc).
 //
 // Thread-safety: Run() on one thread; Stop() from any other (e.g. a signal
 // thread). Every thread the agent starts is joined soon after it finishes,
@@ -31,6 +32,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -127,6 +129,13 @@ class Agent {
     std::deque<std::string> tail ABSL_GUARDED_BY(mu);
     mutable absl::Mutex mu;
   };
+  // A rank's join (Note [Joins through the agent] in agent.cc), and what
+  // its answer is found by: job, slot and the generation asked for.
+  struct PendingJoin {
+    std::shared_ptr<Child> child;
+    v1::JoinRequest request;
+  };
+  using JoinKey = std::tuple<std::string, int, int64_t>;
 
   // The hello of a (re)connection: slots, device, and the ranks still
   // running from before.
@@ -156,7 +165,13 @@ class Agent {
   bool IsLive(const Child& child) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reads the child's output until it ends, waits for its exit, reports it.
   void Monitor(std::shared_ptr<Child> child);
-  void Send(const v1::AgentMessage& message);
+  // Monitor's parts: passes the child's output on until it ends; waits for
+  // its exit and returns the code.
+  void ForwardOutput(Child& child);
+  int AwaitExit(Child& child);
+  // Whether the message was written on a stream. A rank's exit that was not
+  // is kept and sent after reconnecting.
+  bool Send(const v1::AgentMessage& message);
   // A heartbeat channel for the rank `command` starts: the agent's end, and
   // the variable naming the rank's end (`*rank_fd`, for the caller to close
   // once the rank has started) in `command`. Null (and no variable) when no
@@ -170,9 +185,22 @@ class Agent {
   // and wakes ForwardHeartbeats when a heartbeat must not wait for the
   // interval (Note [Urgent heartbeats]).
   void WatchForUrgentHeartbeats() ABSL_LOCKS_EXCLUDED(mu_);
-  // Moves what `child`'s channel holds into child->unsent; whether it is
-  // urgent.
-  bool ReadHeartbeats(Child& child);
+  // Moves what `child`'s channel holds into child->unsent, and the joins it
+  // sent into pending_joins_; whether a heartbeat is urgent.
+  bool ReadHeartbeats(const std::shared_ptr<Child>& child) ABSL_LOCKS_EXCLUDED(mu_);
+  bool ReadHeartbeatsLocked(Child& child) ABSL_EXCLUSIVE_LOCKS_REQUIRED(child.mu);
+  // Until Stop(): sends the joins pending as one RankJoins message as soon
+  // as there are any, and those that come meanwhile in the next (Note
+  // [Joins through the agent]).
+  void ForwardJoins() ABSL_LOCKS_EXCLUDED(mu_);
+  // Sends `joins` as one message, to be answered in awaiting_joins_; tells
+  // the ranks to join directly when there is no stream to send it on.
+  void SendJoins(std::vector<PendingJoin> joins) ABSL_LOCKS_EXCLUDED(mu_);
+  // Hands each answer to the rank waiting for it (JoinAnswerFor).
+  void PassJoinAnswers(const v1::RankJoinAnswers& answers) ABSL_LOCKS_EXCLUDED(mu_);
+  // Tells every rank whose join awaits an answer to join directly (the
+  // stream ended), with `why`.
+  void AnswerAwaitingDirectly(const std::string& why) ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<std::shared_ptr<Child>> HeartbeatChildren() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Hands each directive to the rank it is for.
   void PassDirectives(const v1::RankDirectives& directives);
@@ -202,6 +230,10 @@ class Agent {
   std::map<int64_t, std::thread> threads_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> finished_ ABSL_GUARDED_BY(mu_);
   int64_t next_thread_ ABSL_GUARDED_BY(mu_) = 0;
+  // Note [Joins through the agent]: joins read from the ranks' channels and
+  // not sent yet, and those sent and not answered.
+  std::vector<PendingJoin> pending_joins_ ABSL_GUARDED_BY(mu_);
+  std::map<JoinKey, std::shared_ptr<Child>> awaiting_joins_ ABSL_GUARDED_BY(mu_);
   // Reports (rank exits) that could not be sent while disconnected; sent
   // first after reconnecting.
   std::vector<v1::AgentMessage> unsent_ ABSL_GUARDED_BY(mu_);
