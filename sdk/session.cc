@@ -324,8 +324,11 @@ absl::StatusOr<bool> Session::JoinNextGeneration(const absl::Status& why) {
   auto ranks = v1::RankService::NewStub(channel_);
   const absl::Time deadline =
       absl::Now() + absl::Seconds(env_.joined.spec().elastic().wait_seconds()) + absl::Minutes(1);
+  // Through the supervisor to the node agent when they take joins (Note
+  // [Joins through the agent] in worker/agent/agent.cc), else directly.
+  GenerationJoiner joiner(*ranks, AgentJoinChannel(directives_));
   absl::StatusOr<v1::JoinResponse> next_joined =
-      JoinGeneration(*ranks, request, deadline, /*until_formed=*/true);
+      joiner.Join(request, deadline, /*until_formed=*/true);
   if (!next_joined.ok()) {
     return absl::Status(next_joined.status().code(),
                         absl::StrCat(who, ": ", next_joined.status().message()));

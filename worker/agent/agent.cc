@@ -12,8 +12,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/cpu_binding.h"
-#include "common/join_answers.h"
 #include "common/grpc_util.h"
+#include "common/join_answers.h"
 #include "common/memory_estimate.h"
 #include "common/output_limits.h"
 #include "common/paths.h"
@@ -446,10 +446,9 @@ std::unique_ptr<ProgressReceiver> Agent::OpenHeartbeatChannel(RankCommand& comma
 // coordinator/running_job.h). Through the agent that word could wait a
 // whole interval more than on the rank's own stream, long enough for a rank
 // lost early in the job to restart survivors that would have re-formed. So a
-// watcher reads the channels every kUrgentPoll (real time) and wakes the
-// forwarder as soon as a rank's heartbeat first carries the declaration;
-// every other heartbeat waits for the interval.
-constexpr absl::Duration kUrgentPoll = absl::Milliseconds(50);
+// watcher reads the channels every channel_poll (real time, 50 ms) and
+// wakes the forwarder as soon as a rank's heartbeat first carries the
+// declaration; every other heartbeat waits for the interval.
 
 std::vector<std::shared_ptr<Agent::Child>> Agent::HeartbeatChildren() const {
   std::vector<std::shared_ptr<Child>> children;
@@ -481,30 +480,32 @@ void Agent::ForwardHeartbeats() {
 void Agent::WatchForUrgentHeartbeats() {
   absl::MutexLock lock(&mu_);
   while (!stopping_) {
-    mu_.AwaitWithTimeout(absl::Condition(&stopping_), kUrgentPoll);
+    mu_.AwaitWithTimeout(absl::Condition(&stopping_), options_.channel_poll);
     if (stopping_) return;
     const std::vector<std::shared_ptr<Child>> children = HeartbeatChildren();
     mu_.Unlock();
     bool urgent = false;
-    for (const std::shared_ptr<Child>& child : children) urgent = ReadHeartbeats(child) || urgent;
+    std::vector<PendingJoin> joins;
+    for (const std::shared_ptr<Child>& child : children) {
+      urgent = ReadHeartbeats(child, joins) || urgent;
+    }
     mu_.Lock();
     if (urgent) urgent_heartbeat_ = true;
+    QueueJoinsLocked(std::move(joins));
   }
 }
 
-bool Agent::ReadHeartbeats(const std::shared_ptr<Child>& child) {
-  bool urgent = false;
-  std::vector<v1::JoinRequest> joins;
-  {
-    absl::MutexLock lock(&child->mu);
-    urgent = ReadHeartbeatsLocked(*child);
-    joins = child->heartbeats->TakeJoins();
-  }
-  if (!joins.empty()) {
-    absl::MutexLock lock(&mu_);
-    for (v1::JoinRequest& join : joins) pending_joins_.push_back({child, std::move(join)});
+bool Agent::ReadHeartbeats(const std::shared_ptr<Child>& child, std::vector<PendingJoin>& joins) {
+  absl::MutexLock lock(&child->mu);
+  const bool urgent = ReadHeartbeatsLocked(*child);
+  for (v1::JoinRequest& join : child->heartbeats->TakeJoins()) {
+    joins.push_back({child, std::move(join)});
   }
   return urgent;
+}
+
+void Agent::QueueJoinsLocked(std::vector<PendingJoin> joins) {
+  for (PendingJoin& join : joins) pending_joins_.push_back(std::move(join));
 }
 
 bool Agent::ReadHeartbeatsLocked(Child& child) {
@@ -531,14 +532,18 @@ bool Agent::ReadHeartbeatsLocked(Child& child) {
 v1::AgentMessage Agent::CollectHeartbeats(const std::vector<std::shared_ptr<Child>>& children) {
   v1::AgentMessage message;
   v1::RankHeartbeats& batch = *message.mutable_heartbeats();
+  std::vector<PendingJoin> joins;
   for (const std::shared_ptr<Child>& child : children) {
-    ReadHeartbeats(child);
+    ReadHeartbeats(child, joins);
     absl::MutexLock lock(&child->mu);
     if (!child->unsent.has_value()) continue;
     child->forwarded = Child::Forwarded{child->unsent->generation(), child->unsent->rank()};
     *batch.add_heartbeats() = *std::move(child->unsent);
     child->unsent.reset();
   }
+  // All of this pass's joins at once, so that they go in one message.
+  absl::MutexLock lock(&mu_);
+  QueueJoinsLocked(std::move(joins));
   return message;
 }
 
@@ -573,12 +578,13 @@ void Agent::PassDirectives(const v1::RankDirectives& directives) {
 // whose agent sets CHORUS_AGENT_JOINS=1 sends its JoinRequest over its
 // heartbeat channel (GenerationJoiner in worker/runtime/join_generation.h)
 // and waits there for the answer. The watcher that reads the channels for
-// urgent heartbeats every kUrgentPoll also takes the joins they hold into
-// pending_joins_, and ForwardJoins sends what is pending as one message at
-// once; the joins that come while that message is being written go in the
-// next. No wait is added to gather more: the survivors of one failure fail
-// their collectives within milliseconds of each other, and what one write
-// takes is the window that batches them. The agent speaks for the rank it
+// urgent heartbeats every channel_poll (50 ms) also takes the joins they
+// hold, those of all channels at once, into pending_joins_, and
+// ForwardJoins sends what is pending as one message at once; the joins that
+// come while that message is being written go in the next. No wait is
+// added to gather more: the survivors of one failure fail their
+// collectives within milliseconds of each other, and the poll and the
+// write are the window that batches them. The agent speaks for the rank it
 // started: job and slot are the child's, whatever the request says. Each
 // join awaits its answer in awaiting_joins_, found by job, slot and asked
 // generation; PassJoinAnswers gives the rank its whole JoinResponse

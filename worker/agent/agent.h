@@ -73,6 +73,10 @@ struct AgentOptions {
   // How often the ranks' heartbeats go to the coordinator (one message with
   // the newest of each rank heard from since the last).
   absl::Duration heartbeat_interval = absl::Seconds(1);
+  // How often the ranks' channels are read for heartbeats that must not wait
+  // for the interval and for joins (Note [Urgent heartbeats], Note [Joins
+  // through the agent] in agent.cc); real time.
+  absl::Duration channel_poll = absl::Milliseconds(50);
   // Times heartbeat_interval; null: the real clock.
   Clock* clock = nullptr;
   // Starts the rank processes; null: PosixRankLauncher.
@@ -181,13 +185,16 @@ class Agent {
   // heartbeat of each rank heard from since the last.
   void ForwardHeartbeats() ABSL_LOCKS_EXCLUDED(mu_);
   v1::AgentMessage CollectHeartbeats(const std::vector<std::shared_ptr<Child>>& children);
-  // Every kUrgentPoll (real time) until Stop(): reads the ranks' channels
+  // Every channel_poll (real time) until Stop(): reads the ranks' channels
   // and wakes ForwardHeartbeats when a heartbeat must not wait for the
   // interval (Note [Urgent heartbeats]).
   void WatchForUrgentHeartbeats() ABSL_LOCKS_EXCLUDED(mu_);
   // Moves what `child`'s channel holds into child->unsent, and the joins it
-  // sent into pending_joins_; whether a heartbeat is urgent.
-  bool ReadHeartbeats(const std::shared_ptr<Child>& child) ABSL_LOCKS_EXCLUDED(mu_);
+  // sent to `joins`; whether a heartbeat is urgent.
+  bool ReadHeartbeats(const std::shared_ptr<Child>& child, std::vector<PendingJoin>& joins)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Hands `joins` to ForwardJoins.
+  void QueueJoinsLocked(std::vector<PendingJoin> joins) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool ReadHeartbeatsLocked(Child& child) ABSL_EXCLUSIVE_LOCKS_REQUIRED(child.mu);
   // Until Stop(): sends the joins pending as one RankJoins message as soon
   // as there are any, and those that come meanwhile in the next (Note

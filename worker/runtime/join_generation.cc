@@ -66,8 +66,8 @@ std::optional<absl::StatusOr<v1::JoinResponse>> GenerationJoiner::JoinThroughAge
           "the node agent passed on no answer from the coordinator by the deadline");
     }
     if (!answer.ok()) {
-      LOG(WARNING) << "joining generation " << request.generation() << " of "
-                   << request.job_id() << " directly: " << answer.status().message();
+      LOG(WARNING) << "joining generation " << request.generation() << " of " << request.job_id()
+                   << " directly: " << answer.status().message();
       if (absl::IsOutOfRange(answer.status())) agent_ = nullptr;
       return std::nullopt;
     }
