@@ -58,8 +58,8 @@ void JoinRelay::Run() {
     const std::optional<v1::AgentJoinAnswer> answer = Carry(join);
     if (answer.has_value()) {
       if (absl::Status sent = program_.SendJoinAnswer(*answer); !sent.ok()) {
-        LOG(WARNING) << join.job_id() << ": passing the program its join's answer: "
-                     << sent.message();
+        LOG(WARNING) << join.job_id()
+                     << ": passing the program its join's answer: " << sent.message();
       }
     }
     mu_.Lock();
@@ -68,16 +68,16 @@ void JoinRelay::Run() {
 
 std::optional<v1::AgentJoinAnswer> JoinRelay::Carry(const v1::JoinRequest& join) {
   if (absl::Status sent = agent_->SendJoin(join); !sent.ok()) {
-    return JoinDirectly(join, absl::StrCat("the node agent did not take the join: ",
-                                           sent.message()));
+    return JoinDirectly(join,
+                        absl::StrCat("the node agent did not take the join: ", sent.message()));
   }
   while (!Stopping()) {
     absl::StatusOr<v1::AgentJoinAnswer> answer =
         agent_->ReceiveJoinAnswer(absl::Now() + kAnswerPoll);
     if (absl::IsDeadlineExceeded(answer.status())) continue;
     if (!answer.ok()) {
-      return JoinDirectly(join, absl::StrCat("the node agent's channel: ",
-                                             answer.status().message()));
+      return JoinDirectly(join,
+                          absl::StrCat("the node agent's channel: ", answer.status().message()));
     }
     // An answer to an earlier join the program gave up waiting for.
     if (answer->job_id() != join.job_id() || answer->asked_generation() != join.generation()) {

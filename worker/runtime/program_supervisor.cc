@@ -16,7 +16,6 @@
 #include <iterator>
 #include <map>
 #include <memory>
-#include <optional>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -110,6 +109,13 @@ absl::StatusOr<pid_t> StartChild(const std::string& binary, const std::vector<st
       absl::StrCat("program.argv[0]: cannot execute ", binary, ": ", Errno(failure.error)));
 }
 
+// The joins the program sent, to `relay`; dropped without one (the program
+// was not told that joins may go this way).
+void RelayJoins(ProgressReceiver& program, JoinRelay* relay) {
+  for (v1::JoinRequest& join : program.TakeJoins()) {
+    if (relay != nullptr) relay->Relay(std::move(join));
+  }
+}
 
 }  // namespace
 
@@ -439,16 +445,10 @@ int ProgramSupervisor::Supervise(Launched& launched, Progress& progress, Request
   };
   HeartbeatStream heartbeats(
       *options_.ranks, [&] { return progress.Heartbeat(rank); }, heartbeat_options);
-  // An SDK program's joins of a next generation, on to the agent.
-  std::optional<JoinRelay> relay;
-  if (std::shared_ptr<ProgressSender> agent = AgentJoinChannel(options_.agent_heartbeats)) {
-    relay.emplace(receiver, std::move(agent));
-  }
-  auto relay_joins = [&] {
-    for (v1::JoinRequest& join : receiver.TakeJoins()) {
-      if (relay.has_value()) relay->Relay(std::move(join));
-    }
-  };
+  // An SDK program's joins of a next generation go on to the agent.
+  std::shared_ptr<ProgressSender> agent_joins = AgentJoinChannel(options_.agent_heartbeats);
+  std::unique_ptr<JoinRelay> relay =
+      agent_joins != nullptr ? std::make_unique<JoinRelay>(receiver, agent_joins) : nullptr;
   bool channel_open = true;
   absl::Time kill_at = absl::InfiniteFuture();
   for (;;) {
@@ -487,7 +487,7 @@ int ProgramSupervisor::Supervise(Launched& launched, Progress& progress, Request
       continue;
     }
     absl::StatusOr<v1::RankHeartbeat> record = receiver.Receive(tick);
-    relay_joins();
+    RelayJoins(receiver, relay.get());
     if (record.ok()) {
       // Note [Urgent heartbeats] in worker/agent/agent.cc.
       const bool declares = record->reforms_in_process() && !progress.ReformsInProcess();
