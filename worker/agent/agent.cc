@@ -122,7 +122,7 @@ void Agent::Stop() {
   StopRanks("", {}, options_.stop_grace);
 }
 
-bool Agent::Send(const v1::AgentMessage& message) {
+void Agent::Send(const v1::AgentMessage& message) {
   absl::MutexLock write_lock(&write_mu_);
   grpc::ClientReaderWriter<v1::AgentMessage, v1::CoordinatorMessage>* stream;
   {
@@ -132,14 +132,13 @@ bool Agent::Send(const v1::AgentMessage& message) {
   // Output lines are best effort (the local log has them too), and so are
   // heartbeats (newer ones follow); a rank's exit is kept and sent after
   // reconnecting.
-  const bool written = stream != nullptr && stream->Write(message);
-  if (!written && !message.has_logs() && !message.has_heartbeats()) {
+  if ((stream == nullptr || !stream->Write(message)) && !message.has_logs() &&
+      !message.has_heartbeats()) {
     LOG(WARNING) << "coordinator unreachable; will report after reconnecting: "
                  << message.ShortDebugString();
     absl::MutexLock lock(&mu_);
     unsent_.push_back(message);
   }
-  return written;
 }
 
 v1::AgentMessage Agent::Hello() {

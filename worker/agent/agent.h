@@ -173,9 +173,7 @@ class Agent {
   // its exit and returns the code.
   void ForwardOutput(Child& child);
   int AwaitExit(Child& child);
-  // Whether the message was written on a stream. A rank's exit that was not
-  // is kept and sent after reconnecting.
-  bool Send(const v1::AgentMessage& message);
+  void Send(const v1::AgentMessage& message);
   // A heartbeat channel for the rank `command` starts: the agent's end, and
   // the variable naming the rank's end (`*rank_fd`, for the caller to close
   // once the rank has started) in `command`. Null (and no variable) when no
@@ -193,9 +191,9 @@ class Agent {
   // sent to `joins`; whether a heartbeat is urgent.
   bool ReadHeartbeats(const std::shared_ptr<Child>& child, std::vector<PendingJoin>& joins)
       ABSL_LOCKS_EXCLUDED(mu_);
+  bool ReadHeartbeatsLocked(Child& child) ABSL_EXCLUSIVE_LOCKS_REQUIRED(child.mu);
   // Hands `joins` to ForwardJoins.
   void QueueJoinsLocked(std::vector<PendingJoin> joins) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool ReadHeartbeatsLocked(Child& child) ABSL_EXCLUSIVE_LOCKS_REQUIRED(child.mu);
   // Until Stop(): sends the joins pending as one RankJoins message as soon
   // as there are any, and those that come meanwhile in the next (Note
   // [Joins through the agent]).
