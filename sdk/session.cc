@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <memory>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -96,6 +97,17 @@ absl::StatusOr<SessionEnvironment> JoinStagedGeneration(const SessionEnvironment
             << joined->generation() << " as rank " << joined->rank() << " of "
             << joined->world_size();
   return Rejoined(env, *joined);
+}
+
+// Joins the generation `request` asks for: through the supervisor to the
+// node agent when they take joins (Note [Joins through the agent] in
+// worker/agent/agent.cc), else directly.
+absl::StatusOr<v1::JoinResponse> JoinNext(const std::shared_ptr<grpc::Channel>& channel,
+                                          const std::shared_ptr<ProgressSender>& progress,
+                                          const v1::JoinRequest& request, absl::Time deadline) {
+  auto ranks = v1::RankService::NewStub(channel);
+  return GenerationJoiner(*ranks, AgentJoinChannel(progress))
+      .Join(request, deadline, /*until_formed=*/true);
 }
 
 }  // namespace
@@ -321,11 +333,10 @@ absl::StatusOr<bool> Session::JoinNextGeneration(const absl::Status& why) {
   comm_->Abort(absl::StrCat("generation ", was, " ended: ", cause));
 
   const v1::JoinRequest request = JoinRequestOf(env_, was + 1);
-  auto ranks = v1::RankService::NewStub(channel_);
   const absl::Time deadline =
       absl::Now() + absl::Seconds(env_.joined.spec().elastic().wait_seconds()) + absl::Minutes(1);
   absl::StatusOr<v1::JoinResponse> next_joined =
-      JoinGeneration(*ranks, request, deadline, /*until_formed=*/true);
+      JoinNext(channel_, directives_, request, deadline);
   if (!next_joined.ok()) {
     return absl::Status(next_joined.status().code(),
                         absl::StrCat(who, ": ", next_joined.status().message()));

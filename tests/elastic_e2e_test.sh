@@ -6,7 +6,8 @@
 # broadcast; every rank ends with the same parameters, bit for bit the ones
 # of an undisturbed run of the same spec; and the sample trace (test mode
 # CHORUS_SAMPLE_TRACE) shows that every sample of every epoch, the
-# interrupted one included, was trained exactly once. Then (test 3) a rank
+# interrupted one included, was trained exactly once; the survivors join
+# the new generation through their node agent. Then (test 3) a rank
 # frozen with SIGSTOP is diagnosed DEAD and, with hang_detection.action
 # RESTART, evicted and replaced the same way; and (test 6) a failure beyond
 # elastic.max_restarts fails the job with the history in its reason.
@@ -81,6 +82,15 @@ accuracy=$(field "${last}" final_metrics.test_accuracy)
   && awk -v a="${accuracy}" -v b="${ref_accuracy}" 'BEGIN { d = a - b; exit !(d <= 0.005 && d >= -0.005) }' \
   && pass "the job succeeded after 192 steps, test accuracy ${accuracy} (undisturbed ${ref_accuracy})" \
   || fail "elastic run rc=${rc} last='${last}' undisturbed accuracy ${ref_accuracy} err=$(tail -5 "${TMP}/up.err")"
+
+# The 3 survivors joined generation 2 through their node agent (Note [Joins
+# through the agent] in worker/agent/agent.cc), none with its own Join.
+through_agent=$(sed -n 's/.*job-000001: sent \([0-9]*\) rank join(s) to the coordinator in one message (generation 2).*/\1/p' \
+  "${TMP}/elastic/worker.log" | awk '{ n += $1 } END { print n + 0 }')
+direct=$(grep -c "joining generation 2 of job-000001 directly" "${TMP}/elastic/worker.log")
+[[ "${through_agent}" -ge 3 && "${direct}" -eq 0 ]] \
+  && pass "the survivors joined generation 2 through the agent (${through_agent} joins sent)" \
+  || fail "joins through the agent: ${through_agent}, direct fallbacks: ${direct}; $(grep -E 'rank join|directly' "${TMP}/elastic/worker.log" | tail -5)"
 
 trace=$(check_sample_trace "${TMP}/trace" 4 4096)
 finals=$(grep '^final' <<<"${trace}")

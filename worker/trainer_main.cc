@@ -251,7 +251,7 @@ class TrainerRank {
       HeartbeatStream::Options heartbeat_options;
       // Through the agent when it collects its ranks' heartbeats (Note
       // [Heartbeats through the agent] in worker/agent/agent.cc).
-      heartbeat_options.agent = AgentChannelFromEnvironment();
+      heartbeat_options.agent = agent_;
       heartbeat_options.on_directive = [this](const v1::Directive& d) { OnDirective(d); };
       HeartbeatStream heartbeats(
           *ranks_,
@@ -282,6 +282,8 @@ class TrainerRank {
         rank_host_(Env("CHORUS_RANK_HOST", "127.0.0.1")),
         channel_(std::move(channel)),
         ranks_(v1::RankService::NewStub(channel_)),
+        agent_(AgentChannelFromEnvironment()),
+        joiner_(*ranks_, AgentJoinChannel(agent_)),
         first_(std::move(first)) {}
 
   const v1::JobSpec& spec() const { return first_.spec(); }
@@ -370,11 +372,13 @@ class TrainerRank {
     where_.stage = "while joining the next generation";
     v1::JoinRequest next = launch_.join;
     next.set_generation(was + 1);
-    ASSIGN_OR_RETURN(v1::JoinResponse joined,
-                     JoinGeneration(*ranks_, next,
-                                    absl::Now() + absl::Seconds(spec().elastic().wait_seconds()) +
-                                        absl::Minutes(1),
-                                    /*elastic=*/true));
+    // Through the agent when it takes its ranks' joins (Note [Joins through
+    // the agent] in worker/agent/agent.cc).
+    ASSIGN_OR_RETURN(
+        v1::JoinResponse joined,
+        joiner_.Join(
+            next, absl::Now() + absl::Seconds(spec().elastic().wait_seconds()) + absl::Minutes(1),
+            /*until_formed=*/true));
     if (joined.leave()) {
       // Not a member of the next generation (its agent is draining).
       left_ = true;
@@ -451,6 +455,10 @@ class TrainerRank {
   const std::string rank_host_;  // where this rank's Gloo transport binds
   const std::shared_ptr<grpc::Channel> channel_;
   const std::unique_ptr<v1::RankService::Stub> ranks_;
+  // This process's end of its agent's channel (null: none), shared by the
+  // heartbeats and the joins of later generations.
+  const std::shared_ptr<ProgressSender> agent_;
+  GenerationJoiner joiner_;       // used by Rejoin, on the training thread
   const v1::JoinResponse first_;  // chorus-rank's join
   std::vector<std::unique_ptr<JoinedGeneration>> generations_;
   absl::Mutex mu_;

@@ -5,12 +5,15 @@
 
 #include <algorithm>
 #include <iostream>
+#include <iterator>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/cpu_binding.h"
 #include "common/grpc_util.h"
+#include "common/join_answers.h"
 #include "common/memory_estimate.h"
 #include "common/output_limits.h"
 #include "common/paths.h"
@@ -191,11 +194,16 @@ void Agent::Serve(grpc::ClientReaderWriter<v1::AgentMessage, v1::CoordinatorMess
                 absl::Seconds(std::max(0.0, message.stop().grace_seconds())));
     } else if (message.has_directives()) {
       PassDirectives(message.directives());
+    } else if (message.has_joined()) {
+      PassJoinAnswers(message.joined());
     }
   }
-  absl::MutexLock write_lock(&write_mu_);
-  absl::MutexLock lock(&mu_);
-  stream_ = nullptr;
+  {
+    absl::MutexLock write_lock(&write_mu_);
+    absl::MutexLock lock(&mu_);
+    stream_ = nullptr;
+  }
+  AnswerAwaitingDirectly("the agent's stream to the coordinator ended before the answer came");
 }
 
 absl::Status Agent::Run() {
@@ -205,6 +213,7 @@ absl::Status Agent::Run() {
   absl::Time disconnected_since = absl::InfiniteFuture();
   StartThread([this] { ForwardHeartbeats(); });
   StartThread([this] { WatchForUrgentHeartbeats(); });
+  StartThread([this] { ForwardJoins(); });
   while (true) {
     grpc::ClientContext context;
     {
@@ -375,6 +384,7 @@ RankCommand Agent::RankCommandFor(const v1::LaunchRanks& launch, const v1::RankL
   set("CHORUS_AGENT_ID", agent_id);
   set("CHORUS_SLOT", std::to_string(rank.slot()));
   unset(kAgentHeartbeatsFdVariable);  // OpenHeartbeatChannel sets this rank's own
+  unset(kAgentJoinsVariable);
   set("LOCAL_RANK", std::to_string(rank.local_rank()));
   set("LOCAL_WORLD_SIZE", std::to_string(rank.local_world_size()));
   set("OMP_NUM_THREADS", std::to_string(options_.threads_per_rank));
@@ -423,6 +433,8 @@ std::unique_ptr<ProgressReceiver> Agent::OpenHeartbeatChannel(RankCommand& comma
   }
   *rank_fd = pair->program_fd;
   command.env.push_back(absl::StrCat(kAgentHeartbeatsFdVariable, "=", pair->program_fd));
+  // Note [Joins through the agent]: the rank may send its joins here too.
+  command.env.push_back(absl::StrCat(kAgentJoinsVariable, "=1"));
   return std::make_unique<ProgressReceiver>(pair->supervisor_fd);
 }
 
@@ -433,10 +445,9 @@ std::unique_ptr<ProgressReceiver> Agent::OpenHeartbeatChannel(RankCommand& comma
 // coordinator/running_job.h). Through the agent that word could wait a
 // whole interval more than on the rank's own stream, long enough for a rank
 // lost early in the job to restart survivors that would have re-formed. So a
-// watcher reads the channels every kUrgentPoll (real time) and wakes the
-// forwarder as soon as a rank's heartbeat first carries the declaration;
-// every other heartbeat waits for the interval.
-constexpr absl::Duration kUrgentPoll = absl::Milliseconds(50);
+// watcher reads the channels every channel_poll (real time, 50 ms) and
+// wakes the forwarder as soon as a rank's heartbeat first carries the
+// declaration; every other heartbeat waits for the interval.
 
 std::vector<std::shared_ptr<Agent::Child>> Agent::HeartbeatChildren() const {
   std::vector<std::shared_ptr<Child>> children;
@@ -468,19 +479,35 @@ void Agent::ForwardHeartbeats() {
 void Agent::WatchForUrgentHeartbeats() {
   absl::MutexLock lock(&mu_);
   while (!stopping_) {
-    mu_.AwaitWithTimeout(absl::Condition(&stopping_), kUrgentPoll);
+    mu_.AwaitWithTimeout(absl::Condition(&stopping_), options_.channel_poll);
     if (stopping_) return;
     const std::vector<std::shared_ptr<Child>> children = HeartbeatChildren();
     mu_.Unlock();
     bool urgent = false;
-    for (const std::shared_ptr<Child>& child : children) urgent = ReadHeartbeats(*child) || urgent;
+    std::vector<PendingJoin> joins;
+    for (const std::shared_ptr<Child>& child : children) {
+      urgent = ReadHeartbeats(child, joins) || urgent;
+    }
     mu_.Lock();
     if (urgent) urgent_heartbeat_ = true;
+    QueueJoinsLocked(std::move(joins));
   }
 }
 
-bool Agent::ReadHeartbeats(Child& child) {
-  absl::MutexLock lock(&child.mu);
+bool Agent::ReadHeartbeats(const std::shared_ptr<Child>& child, std::vector<PendingJoin>& joins) {
+  absl::MutexLock lock(&child->mu);
+  const bool urgent = ReadHeartbeatsLocked(*child);
+  for (v1::JoinRequest& join : child->heartbeats->TakeJoins()) {
+    joins.push_back({child, std::move(join)});
+  }
+  return urgent;
+}
+
+void Agent::QueueJoinsLocked(std::vector<PendingJoin> joins) {
+  for (PendingJoin& join : joins) pending_joins_.push_back(std::move(join));
+}
+
+bool Agent::ReadHeartbeatsLocked(Child& child) {
   absl::StatusOr<v1::RankHeartbeat> newest = child.heartbeats->Receive(absl::InfinitePast());
   if (!newest.ok()) {
     if (!absl::IsDeadlineExceeded(newest.status()) && !absl::IsOutOfRange(newest.status())) {
@@ -504,14 +531,18 @@ bool Agent::ReadHeartbeats(Child& child) {
 v1::AgentMessage Agent::CollectHeartbeats(const std::vector<std::shared_ptr<Child>>& children) {
   v1::AgentMessage message;
   v1::RankHeartbeats& batch = *message.mutable_heartbeats();
+  std::vector<PendingJoin> joins;
   for (const std::shared_ptr<Child>& child : children) {
-    ReadHeartbeats(*child);
+    ReadHeartbeats(child, joins);
     absl::MutexLock lock(&child->mu);
     if (!child->unsent.has_value()) continue;
     child->forwarded = Child::Forwarded{child->unsent->generation(), child->unsent->rank()};
     *batch.add_heartbeats() = *std::move(child->unsent);
     child->unsent.reset();
   }
+  // All of this pass's joins at once, so that they go in one message.
+  absl::MutexLock lock(&mu_);
+  QueueJoinsLocked(std::move(joins));
   return message;
 }
 
@@ -538,7 +569,153 @@ void Agent::PassDirectives(const v1::RankDirectives& directives) {
   }
 }
 
-void Agent::Monitor(std::shared_ptr<Child> child) {
+// Note [Joins through the agent]
+// When one rank of a 16,384-rank elastic job is lost, every survivor joins
+// the next generation; one RankService.Join per rank took the coordinator
+// 1.6-4.8 s, one RankJoins message per agent 0.2-0.5 s (Note [Joins through
+// the agent] in coordinator/scheduler.h, docs/benchmarks.md). So a rank
+// whose agent sets CHORUS_AGENT_JOINS=1 sends its JoinRequest over its
+// heartbeat channel (GenerationJoiner in worker/runtime/join_generation.h)
+// and waits there for the answer. The watcher that reads the channels for
+// urgent heartbeats every channel_poll (50 ms) also takes the joins they
+// hold, those of all channels at once, into pending_joins_, and
+// ForwardJoins sends what is pending as one message at once; the joins that
+// come while that message is being written go in the next. No wait is
+// added to gather more: the survivors of one failure fail their
+// collectives within milliseconds of each other, and the poll and the
+// write are the window that batches them. The agent speaks for the rank it
+// started: job and slot are the child's, whatever the request says. Each
+// join awaits its answer in awaiting_joins_, found by job, slot and asked
+// generation; PassJoinAnswers gives the rank its whole JoinResponse
+// (JoinAnswerFor) or the coordinator's error, which the rank treats as its
+// own Join's (retries included). The answer of a rank that exited is
+// dropped. A join with no stream to go on, or whose stream ends before the
+// answer, is answered join_directly, and the rank calls RankService.Join
+// itself at once rather than wait out its deadline; the coordinator counts
+// a rank's completion once whichever way it joined. A rank started by an
+// older agent (no variable), or whose agent's end is closed, joins directly.
+void Agent::ForwardJoins() {
+  absl::MutexLock lock(&mu_);
+  while (true) {
+    auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stopping_ || !pending_joins_.empty();
+    };
+    mu_.Await(absl::Condition(&wake));
+    if (stopping_) return;
+    std::vector<PendingJoin> joins;
+    joins.swap(pending_joins_);
+    mu_.Unlock();
+    SendJoins(std::move(joins));
+    mu_.Lock();
+  }
+}
+
+namespace {
+
+void AnswerJoinDirectly(ProgressReceiver& channel, const std::string& job_id, int slot,
+                        int64_t generation, const std::string& why) {
+  v1::AgentJoinAnswer answer;
+  answer.set_job_id(job_id);
+  answer.set_asked_generation(generation);
+  answer.set_join_directly(true);
+  answer.set_message(why);
+  if (absl::Status sent = channel.SendJoinAnswer(answer); !sent.ok()) {
+    LOG(WARNING) << job_id << ": slot " << slot << ": telling the rank to join directly: "
+                 << sent.message();
+  }
+}
+
+}  // namespace
+
+void Agent::SendJoins(std::vector<PendingJoin> joins) {
+  v1::AgentMessage message;
+  std::vector<JoinKey> keys;
+  for (PendingJoin& join : joins) {
+    v1::JoinRequest& request = *message.mutable_joins()->add_joins();
+    request = std::move(join.request);
+    request.set_job_id(join.child->job_id);
+    request.set_slot(join.child->slot);
+    keys.emplace_back(request.job_id(), request.slot(), request.generation());
+  }
+  std::vector<size_t> unsent;
+  bool written = false;
+  {
+    absl::MutexLock write_lock(&write_mu_);
+    grpc::ClientReaderWriter<v1::AgentMessage, v1::CoordinatorMessage>* stream;
+    {
+      absl::MutexLock lock(&mu_);
+      stream = stream_;
+      // Awaiting before the write: the answer may come before it returns.
+      for (size_t i = 0; stream != nullptr && i < joins.size(); ++i) {
+        awaiting_joins_[keys[i]] = joins[i].child;
+      }
+    }
+    written = stream != nullptr && stream->Write(message);
+    if (!written) {
+      absl::MutexLock lock(&mu_);
+      for (size_t i = 0; i < joins.size(); ++i) {
+        if (stream != nullptr) {
+          auto it = awaiting_joins_.find(keys[i]);
+          // Answered meanwhile, or told by the ended stream's cleanup.
+          if (it == awaiting_joins_.end() || it->second != joins[i].child) continue;
+          awaiting_joins_.erase(it);
+        }
+        unsent.push_back(i);
+      }
+    }
+  }
+  for (size_t i : unsent) {
+    AnswerJoinDirectly(*joins[i].child->heartbeats, std::get<0>(keys[i]), std::get<1>(keys[i]),
+                       std::get<2>(keys[i]), "the node agent is not connected to the coordinator");
+  }
+  if (!written) return;
+  const v1::JoinRequest& first = message.joins().joins(0);
+  LOG(INFO) << first.job_id() << ": sent " << joins.size()
+            << " rank join(s) to the coordinator in one message (generation "
+            << first.generation() << ")";
+}
+
+void Agent::PassJoinAnswers(const v1::RankJoinAnswers& answers) {
+  for (const v1::RankJoinAnswers::Entry& entry : answers.entries()) {
+    std::shared_ptr<Child> child;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = awaiting_joins_.find({entry.job_id(), entry.slot(), entry.asked_generation()});
+      if (it == awaiting_joins_.end()) continue;  // its rank exited, or it went directly
+      child = std::move(it->second);
+      awaiting_joins_.erase(it);
+      if (!IsLive(*child)) continue;
+    }
+    v1::AgentJoinAnswer answer;
+    answer.set_job_id(entry.job_id());
+    answer.set_asked_generation(entry.asked_generation());
+    absl::StatusOr<v1::JoinResponse> joined = JoinAnswerFor(answers, entry);
+    if (joined.ok()) {
+      *answer.mutable_response() = *std::move(joined);
+    } else {
+      answer.set_code(static_cast<int>(joined.status().code()));
+      answer.set_message(std::string(joined.status().message()));
+    }
+    if (absl::Status sent = child->heartbeats->SendJoinAnswer(answer); !sent.ok()) {
+      LOG(WARNING) << entry.job_id() << ": slot " << entry.slot()
+                   << ": passing on its join's answer: " << sent.message();
+    }
+  }
+}
+
+void Agent::AnswerAwaitingDirectly(const std::string& why) {
+  std::map<JoinKey, std::shared_ptr<Child>> awaiting;
+  {
+    absl::MutexLock lock(&mu_);
+    awaiting.swap(awaiting_joins_);
+  }
+  for (const auto& [key, child] : awaiting) {
+    AnswerJoinDirectly(*child->heartbeats, std::get<0>(key), std::get<1>(key), std::get<2>(key),
+                       why);
+  }
+}
+
+void Agent::ForwardOutput(Child& child) {
   // Output goes to the coordinator in batches: when kMaxLogBatchLines or
   // kMaxLogBatchBytes are pending, when the process has been quiet for
   // kLogFlushInterval, and before its exit is reported. Lines come bounded
@@ -550,8 +727,8 @@ void Agent::Monitor(std::shared_ptr<Child> child) {
     if (batch.empty()) return;
     v1::AgentMessage message;
     v1::RankLogs* logs = message.mutable_logs();
-    logs->set_job_id(child->job_id);
-    logs->set_slot(child->slot);
+    logs->set_job_id(child.job_id);
+    logs->set_slot(child.slot);
     for (std::string& line : batch) logs->add_lines(std::move(line));
     batch.clear();
     batch_bytes = 0;
@@ -559,47 +736,54 @@ void Agent::Monitor(std::shared_ptr<Child> child) {
   };
   auto add_line = [&](const std::string& text) {
     std::string line = BoundReceivedLine(text);
-    std::cerr << "[" << child->job_id << " slot " << child->slot << "] " << line << "\n";
+    std::cerr << "[" << child.job_id << " slot " << child.slot << "] " << line << "\n";
     {
-      absl::MutexLock lock(&child->mu);
-      child->tail.push_back(line);
-      BoundTail(child->tail);
+      absl::MutexLock lock(&child.mu);
+      child.tail.push_back(line);
+      BoundTail(child.tail);
     }
     if (batch_bytes + line.size() > kMaxLogBatchBytes) flush();
     batch_bytes += line.size();
     batch.push_back(std::move(line));
     if (batch.size() >= kMaxLogBatchLines) flush();
   };
-  RankProcess& process = *child->process;
   while (true) {
-    absl::StatusOr<std::string> line = process.ReadLine(absl::Now() + kLogFlushInterval);
+    absl::StatusOr<std::string> line = child.process->ReadLine(absl::Now() + kLogFlushInterval);
     if (line.ok()) {
       add_line(*std::move(line));
     } else if (absl::IsDeadlineExceeded(line.status())) {
       flush();
     } else {
-      if (!absl::IsOutOfRange(line.status()))
-        LOG(WARNING) << child->job_id << ": " << line.status();
+      if (!absl::IsOutOfRange(line.status())) LOG(WARNING) << child.job_id << ": " << line.status();
       break;
     }
   }
   flush();
+}
+
+int Agent::AwaitExit(Child& child) {
   // The output has ended; the process normally exits right after. Until it
   // does, it is still a live rank that StopRanks can reach.
-  int code = 0;
   while (true) {
-    absl::StatusOr<int> exit = process.Wait(absl::Now() + absl::Seconds(1));
-    if (exit.ok()) {
-      code = *exit;
-      break;
-    }
+    absl::StatusOr<int> exit = child.process->Wait(absl::Now() + absl::Seconds(1));
+    if (exit.ok()) return *exit;
     if (!absl::IsDeadlineExceeded(exit.status())) {
-      LOG(ERROR) << child->job_id << ": slot " << child->slot << ": " << exit.status();
-      code = kUnknownExitCode;
-      add_line(absl::StrCat("chorus-worker lost track of this rank: ", exit.status().message()));
-      break;
+      LOG(ERROR) << child.job_id << ": slot " << child.slot << ": " << exit.status();
+      // The last line of the exit's report says why its code is unknown.
+      const std::string line = BoundReceivedLine(
+          absl::StrCat("chorus-worker lost track of this rank: ", exit.status().message()));
+      std::cerr << "[" << child.job_id << " slot " << child.slot << "] " << line << "\n";
+      absl::MutexLock lock(&child.mu);
+      child.tail.push_back(line);
+      BoundTail(child.tail);
+      return kUnknownExitCode;
     }
   }
+}
+
+void Agent::Monitor(std::shared_ptr<Child> child) {
+  ForwardOutput(*child);
+  const int code = AwaitExit(*child);
   LOG(INFO) << child->job_id << ": slot " << child->slot << " (pid " << child->pid
             << ") exited with "
             << (code < 0 ? absl::StrCat("signal ", -code) : absl::StrCat("code ", code));
@@ -617,6 +801,10 @@ void Agent::Monitor(std::shared_ptr<Child> child) {
     absl::MutexLock lock(&mu_);
     auto it = children_.find(child->pid);
     if (it != children_.end() && it->second == child) children_.erase(it);
+    // A join of its own that is still to be answered has no one to go to.
+    for (auto join = awaiting_joins_.begin(); join != awaiting_joins_.end();) {
+      join = join->second == child ? awaiting_joins_.erase(join) : std::next(join);
+    }
   }
   Send(exited);
 }

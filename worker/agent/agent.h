@@ -8,7 +8,8 @@
 // one by default, a scripted one in tests. Its ranks' heartbeats go to the
 // coordinator through it, one message per interval for all of them, and the
 // coordinator's directives for them come back the same way (Note
-// [Heartbeats through the agent] in agent.cc).
+// [Heartbeats through the agent] in agent.cc), and so do their joins of a
+// generation and the answers (Note [Joins through the agent] in agent.cc).
 //
 // Thread-safety: Run() on one thread; Stop() from any other (e.g. a signal
 // thread). Every thread the agent starts is joined soon after it finishes,
@@ -31,6 +32,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -71,6 +73,10 @@ struct AgentOptions {
   // How often the ranks' heartbeats go to the coordinator (one message with
   // the newest of each rank heard from since the last).
   absl::Duration heartbeat_interval = absl::Seconds(1);
+  // How often the ranks' channels are read for heartbeats that must not wait
+  // for the interval and for joins (Note [Urgent heartbeats], Note [Joins
+  // through the agent] in agent.cc); real time.
+  absl::Duration channel_poll = absl::Milliseconds(50);
   // Times heartbeat_interval; null: the real clock.
   Clock* clock = nullptr;
   // Starts the rank processes; null: PosixRankLauncher.
@@ -127,6 +133,13 @@ class Agent {
     std::deque<std::string> tail ABSL_GUARDED_BY(mu);
     mutable absl::Mutex mu;
   };
+  // A rank's join (Note [Joins through the agent] in agent.cc), and what
+  // its answer is found by: job, slot and the generation asked for.
+  struct PendingJoin {
+    std::shared_ptr<Child> child;
+    v1::JoinRequest request;
+  };
+  using JoinKey = std::tuple<std::string, int, int64_t>;
 
   // The hello of a (re)connection: slots, device, and the ranks still
   // running from before.
@@ -156,6 +169,10 @@ class Agent {
   bool IsLive(const Child& child) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reads the child's output until it ends, waits for its exit, reports it.
   void Monitor(std::shared_ptr<Child> child);
+  // Monitor's parts: passes the child's output on until it ends; waits for
+  // its exit and returns the code.
+  void ForwardOutput(Child& child);
+  int AwaitExit(Child& child);
   void Send(const v1::AgentMessage& message);
   // A heartbeat channel for the rank `command` starts: the agent's end, and
   // the variable naming the rank's end (`*rank_fd`, for the caller to close
@@ -166,13 +183,29 @@ class Agent {
   // heartbeat of each rank heard from since the last.
   void ForwardHeartbeats() ABSL_LOCKS_EXCLUDED(mu_);
   v1::AgentMessage CollectHeartbeats(const std::vector<std::shared_ptr<Child>>& children);
-  // Every kUrgentPoll (real time) until Stop(): reads the ranks' channels
+  // Every channel_poll (real time) until Stop(): reads the ranks' channels
   // and wakes ForwardHeartbeats when a heartbeat must not wait for the
   // interval (Note [Urgent heartbeats]).
   void WatchForUrgentHeartbeats() ABSL_LOCKS_EXCLUDED(mu_);
-  // Moves what `child`'s channel holds into child->unsent; whether it is
-  // urgent.
-  bool ReadHeartbeats(Child& child);
+  // Moves what `child`'s channel holds into child->unsent, and the joins it
+  // sent to `joins`; whether a heartbeat is urgent.
+  bool ReadHeartbeats(const std::shared_ptr<Child>& child, std::vector<PendingJoin>& joins)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  bool ReadHeartbeatsLocked(Child& child) ABSL_EXCLUSIVE_LOCKS_REQUIRED(child.mu);
+  // Hands `joins` to ForwardJoins.
+  void QueueJoinsLocked(std::vector<PendingJoin> joins) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Until Stop(): sends the joins pending as one RankJoins message as soon
+  // as there are any, and those that come meanwhile in the next (Note
+  // [Joins through the agent]).
+  void ForwardJoins() ABSL_LOCKS_EXCLUDED(mu_);
+  // Sends `joins` as one message, to be answered in awaiting_joins_; tells
+  // the ranks to join directly when there is no stream to send it on.
+  void SendJoins(std::vector<PendingJoin> joins) ABSL_LOCKS_EXCLUDED(mu_);
+  // Hands each answer to the rank waiting for it (JoinAnswerFor).
+  void PassJoinAnswers(const v1::RankJoinAnswers& answers) ABSL_LOCKS_EXCLUDED(mu_);
+  // Tells every rank whose join awaits an answer to join directly (the
+  // stream ended), with `why`.
+  void AnswerAwaitingDirectly(const std::string& why) ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<std::shared_ptr<Child>> HeartbeatChildren() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Hands each directive to the rank it is for.
   void PassDirectives(const v1::RankDirectives& directives);
@@ -202,6 +235,10 @@ class Agent {
   std::map<int64_t, std::thread> threads_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> finished_ ABSL_GUARDED_BY(mu_);
   int64_t next_thread_ ABSL_GUARDED_BY(mu_) = 0;
+  // Note [Joins through the agent]: joins read from the ranks' channels and
+  // not sent yet, and those sent and not answered.
+  std::vector<PendingJoin> pending_joins_ ABSL_GUARDED_BY(mu_);
+  std::map<JoinKey, std::shared_ptr<Child>> awaiting_joins_ ABSL_GUARDED_BY(mu_);
   // Reports (rank exits) that could not be sent while disconnected; sent
   // first after reconnecting.
   std::vector<v1::AgentMessage> unsent_ ABSL_GUARDED_BY(mu_);

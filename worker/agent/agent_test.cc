@@ -32,6 +32,7 @@
 #include "absl/time/clock.h"
 #include "chorus/v1/coordinator.grpc.pb.h"
 #include "common/clock.h"
+#include "common/join_answers.h"
 #include "common/output_limits.h"
 #include "common/version.h"
 #include "gmock/gmock.h"
@@ -94,6 +95,17 @@ class FakeRank {
   absl::StatusOr<v1::Directive> ReceiveDirective(absl::Time deadline) {
     if (heartbeats_ == nullptr) return absl::FailedPreconditionError("no heartbeat channel");
     return heartbeats_->ReceiveDirective(deadline);
+  }
+
+  // Sends a join to the agent over its channel (as a rank's
+  // GenerationJoiner does), and waits for the agent's answer.
+  absl::Status SendJoin(const v1::JoinRequest& join) {
+    if (heartbeats_ == nullptr) return absl::FailedPreconditionError("no heartbeat channel");
+    return heartbeats_->SendJoin(join);
+  }
+  absl::StatusOr<v1::AgentJoinAnswer> ReceiveJoinAnswer(absl::Time deadline) {
+    if (heartbeats_ == nullptr) return absl::FailedPreconditionError("no heartbeat channel");
+    return heartbeats_->ReceiveJoinAnswer(deadline);
   }
 
   pid_t pid() const { return pid_; }
@@ -385,6 +397,16 @@ class FakeCoordinator final : public v1::AgentService::Service {
     std::vector<v1::RankHeartbeats> messages;
     for (const Received& r : received_) {
       if (r.message.has_heartbeats()) messages.push_back(r.message.heartbeats());
+    }
+    return messages;
+  }
+
+  // Every RankJoins message received so far.
+  std::vector<v1::RankJoins> JoinMessages() {
+    absl::MutexLock lock(&mu_);
+    std::vector<v1::RankJoins> messages;
+    for (const Received& r : received_) {
+      if (r.message.has_joins()) messages.push_back(r.message.joins());
     }
     return messages;
   }
@@ -986,13 +1008,13 @@ TEST_F(AgentTest, ThreadsOfFinishedRanksAndStopsAreJoinedWhileTheAgentRuns) {
       coordinator_.Send(StopMessage(job_id, {0}, 0.01));  // leaves on SIGTERM
     }
     ASSERT_TRUE(coordinator_.AwaitExit(job_id, 0).has_value()) << job_id;
-    // The heartbeat forwarder and its urgent watcher, plus the few that
-    // have finished since the last reaping.
-    EXPECT_LE(agent_->threads_held(), 5) << "after " << job_id;
+    // The heartbeat forwarder, its urgent watcher and the join forwarder,
+    // plus the few that have finished since the last reaping.
+    EXPECT_LE(agent_->threads_held(), 6) << "after " << job_id;
   }
   EXPECT_TRUE(Eventually([&] { return agent_->live_ranks() == 0; }));
   // Not one per rank or stop the agent has seen (75 here).
-  EXPECT_LE(agent_->threads_held(), 5);
+  EXPECT_LE(agent_->threads_held(), 6);
 }
 
 TEST_F(AgentTest, FirstConnectionGivesUpAfterTheConnectTimeout) {
@@ -1166,6 +1188,132 @@ TEST_F(AgentHeartbeatsTest, PassesEachDirectiveToTheRankItIsFor) {
         ranks[i]->ReceiveDirective(absl::Now() + absl::Milliseconds(200));
     EXPECT_TRUE(absl::IsDeadlineExceeded(more.status())) << "slot " << i << ": " << more.status();
   }
+}
+
+v1::JoinRequest JoinRequestOf(const std::string& job_id, int64_t generation, int slot) {
+  v1::JoinRequest join;
+  join.set_job_id(job_id);
+  join.set_generation(generation);
+  join.set_slot(slot);
+  join.set_pid(5000 + slot);
+  return join;
+}
+
+class AgentJoinsTest : public AgentHeartbeatsTest {
+ protected:
+  void SetUp() override {
+    AgentHeartbeatsTest::SetUp();
+    // The channels are read only when the test moves the clock on an
+    // interval (one pass over every rank), so that what the ranks sent
+    // before is read at once.
+    options_.channel_poll = absl::Hours(1);
+  }
+
+  // Moves the clock on until the coordinator has `n` joins messages in all
+  // (bounded by kPatience); those.
+  std::vector<v1::RankJoins> AdvanceUntilJoins(size_t n) {
+    const absl::Time deadline = absl::Now() + kPatience;
+    std::vector<v1::RankJoins> messages = coordinator_.JoinMessages();
+    while (messages.size() < n && absl::Now() < deadline) {
+      clock_.Advance(kInterval);
+      absl::SleepFor(absl::Milliseconds(10));
+      messages = coordinator_.JoinMessages();
+    }
+    return messages;
+  }
+};
+
+// Note [Joins through the agent] in agent.cc: the joins its ranks sent go
+// to the coordinator as one RankJoins message, and each answer goes back to
+// the rank whose join it answers, whole.
+TEST_F(AgentJoinsTest, BatchesItsRanksJoinsInOneMessageAndPassesEachAnswerToItsRank) {
+  Connect();
+  coordinator_.Send(LaunchMessage("job-1", 1, {0, 1}));
+  std::vector<std::shared_ptr<FakeRank>> ranks = launcher_->AwaitRanks(2);
+  ASSERT_EQ(ranks.size(), 2u);
+  ASSERT_EQ(ranks[0]->Env(kAgentJoinsVariable), "1");
+  // Both are the agent's ranks (not only started) before they send.
+  ASSERT_TRUE(Eventually([&] { return agent_->live_ranks() == 2; }));
+  ASSERT_TRUE(ranks[0]->SendJoin(JoinRequestOf("job-1", 2, 0)).ok());
+  // A rank speaks for its own slot only: the agent sends its slot, 1.
+  ASSERT_TRUE(ranks[1]->SendJoin(JoinRequestOf("job-1", 2, 7)).ok());
+  std::vector<v1::RankJoins> messages = AdvanceUntilJoins(1);
+  ASSERT_EQ(messages.size(), 1u);
+  ASSERT_EQ(messages[0].joins_size(), 2) << messages[0].ShortDebugString();
+  std::vector<int> slots;
+  for (const v1::JoinRequest& join : messages[0].joins()) {
+    EXPECT_EQ(join.job_id(), "job-1");
+    EXPECT_EQ(join.generation(), 2);
+    slots.push_back(join.slot());
+  }
+  std::sort(slots.begin(), slots.end());
+  EXPECT_THAT(slots, ElementsAre(0, 1));
+
+  // Slot 1 is rank 0 of 2; slot 0 is told the generation has not formed;
+  // slot 5 has no rank here.
+  v1::JoinResponse joined;
+  joined.set_rank(0);
+  joined.set_world_size(2);
+  joined.set_generation(2);
+  joined.set_store_namespace("job-1/2/");
+  v1::CoordinatorMessage answers;
+  AddJoinAnswer("job-1", 1, 2, joined, *answers.mutable_joined());
+  AddJoinAnswer("job-1", 0, 2, absl::UnavailableError("generation 2 has not formed yet"),
+                *answers.mutable_joined());
+  AddJoinAnswer("job-1", 5, 2, joined, *answers.mutable_joined());
+  coordinator_.Send(answers);
+
+  absl::StatusOr<v1::AgentJoinAnswer> to_slot1 =
+      ranks[1]->ReceiveJoinAnswer(absl::Now() + kPatience);
+  ASSERT_TRUE(to_slot1.ok()) << to_slot1.status();
+  EXPECT_EQ(to_slot1->code(), 0);
+  EXPECT_FALSE(to_slot1->join_directly());
+  EXPECT_EQ(to_slot1->asked_generation(), 2);
+  EXPECT_EQ(to_slot1->response().rank(), 0);
+  EXPECT_EQ(to_slot1->response().world_size(), 2) << "the shared part merged in";
+  EXPECT_EQ(to_slot1->response().store_namespace(), "job-1/2/");
+  absl::StatusOr<v1::AgentJoinAnswer> to_slot0 =
+      ranks[0]->ReceiveJoinAnswer(absl::Now() + kPatience);
+  ASSERT_TRUE(to_slot0.ok()) << to_slot0.status();
+  EXPECT_EQ(to_slot0->code(), static_cast<int>(absl::StatusCode::kUnavailable));
+  EXPECT_EQ(to_slot0->message(), "generation 2 has not formed yet");
+  for (int i = 0; i < 2; ++i) {
+    absl::StatusOr<v1::AgentJoinAnswer> more =
+        ranks[i]->ReceiveJoinAnswer(absl::Now() + absl::Milliseconds(200));
+    EXPECT_TRUE(absl::IsDeadlineExceeded(more.status())) << "slot " << i << ": " << more.status();
+  }
+}
+
+// A join whose answer can no longer come over the stream (it ended) is
+// answered join_directly at once, and so is one sent while the agent is
+// not connected: the rank then calls RankService.Join itself instead of
+// waiting out its deadline.
+TEST_F(AgentJoinsTest, RanksWaitingWhenTheStreamBreaksAreToldToJoinDirectly) {
+  Connect();
+  coordinator_.Send(LaunchMessage("job-1", 1, {0}));
+  std::vector<std::shared_ptr<FakeRank>> ranks = launcher_->AwaitRanks(1);
+  ASSERT_EQ(ranks.size(), 1u);
+  ASSERT_TRUE(ranks[0]->SendJoin(JoinRequestOf("job-1", 2, 0)).ok());
+  ASSERT_EQ(AdvanceUntilJoins(1).size(), 1u);
+  coordinator_.Refuse(true);  // it stays away after the drop
+  coordinator_.Drop();
+  absl::StatusOr<v1::AgentJoinAnswer> answer = ranks[0]->ReceiveJoinAnswer(absl::Now() + kPatience);
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  EXPECT_TRUE(answer->join_directly());
+  EXPECT_EQ(answer->asked_generation(), 2);
+  EXPECT_THAT(answer->message(), HasSubstr("stream to the coordinator ended"));
+
+  ASSERT_TRUE(Eventually([&] { return coordinator_.refused() >= 1; }));
+  ASSERT_TRUE(ranks[0]->SendJoin(JoinRequestOf("job-1", 2, 0)).ok());
+  const absl::Time deadline = absl::Now() + kPatience;
+  do {
+    clock_.Advance(kInterval);
+    answer = ranks[0]->ReceiveJoinAnswer(absl::Now() + absl::Milliseconds(20));
+  } while (absl::IsDeadlineExceeded(answer.status()) && absl::Now() < deadline);
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  EXPECT_TRUE(answer->join_directly());
+  EXPECT_THAT(answer->message(), HasSubstr("not connected to the coordinator"));
+  EXPECT_EQ(coordinator_.JoinMessages().size(), 1u);
 }
 
 }  // namespace

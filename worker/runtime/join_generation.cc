@@ -13,19 +13,34 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/grpc_util.h"
+#include "glog/logging.h"
 
 namespace chorus {
 
 absl::StatusOr<v1::JoinResponse> JoinGeneration(v1::RankService::StubInterface& ranks,
                                                 const v1::JoinRequest& request, absl::Time deadline,
                                                 bool until_formed) {
+  return GenerationJoiner(ranks, nullptr).Join(request, deadline, until_formed);
+}
+
+GenerationJoiner::GenerationJoiner(v1::RankService::StubInterface& ranks,
+                                   std::shared_ptr<ProgressSender> agent)
+    : ranks_(ranks), agent_(std::move(agent)) {}
+
+absl::StatusOr<v1::JoinResponse> GenerationJoiner::Join(const v1::JoinRequest& request,
+                                                        absl::Time deadline, bool until_formed) {
   for (;;) {
-    v1::JoinResponse joined;
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(deadline));
-    context.set_wait_for_ready(true);
-    absl::Status s = FromGrpcStatus(ranks.Join(&context, request, &joined));
-    if (s.ok()) return joined;
+    std::optional<absl::StatusOr<v1::JoinResponse>> answer = JoinThroughAgent(request, deadline);
+    if (!answer.has_value()) {
+      v1::JoinResponse joined;
+      grpc::ClientContext context;
+      context.set_deadline(absl::ToChronoTime(deadline));
+      context.set_wait_for_ready(true);
+      const absl::Status s = FromGrpcStatus(ranks_.Join(&context, request, &joined));
+      answer = s.ok() ? absl::StatusOr<v1::JoinResponse>(std::move(joined)) : s;
+    }
+    if (answer->ok()) return *std::move(answer);
+    const absl::Status s = answer->status();
     const bool again = until_formed && (absl::IsUnavailable(s) || absl::IsAborted(s));
     if (!again || absl::Now() + absl::Milliseconds(100) >= deadline) {
       return absl::Status(s.code(), absl::StrCat("joining generation ", request.generation(),
@@ -33,6 +48,51 @@ absl::StatusOr<v1::JoinResponse> JoinGeneration(v1::RankService::StubInterface& 
     }
     absl::SleepFor(absl::Milliseconds(100));
   }
+}
+
+std::optional<absl::StatusOr<v1::JoinResponse>> GenerationJoiner::JoinThroughAgent(
+    const v1::JoinRequest& request, absl::Time deadline) {
+  if (agent_ == nullptr) return std::nullopt;
+  if (absl::Status sent = agent_->SendJoin(request); !sent.ok()) {
+    LOG(WARNING) << "joining generation " << request.generation() << " of " << request.job_id()
+                 << " directly: the agent did not take the join (" << sent.message() << ")";
+    if (absl::IsUnavailable(sent)) agent_ = nullptr;  // its end is closed
+    return std::nullopt;
+  }
+  while (true) {
+    absl::StatusOr<v1::AgentJoinAnswer> answer = agent_->ReceiveJoinAnswer(deadline);
+    if (absl::IsDeadlineExceeded(answer.status())) {
+      return absl::DeadlineExceededError(
+          "the node agent passed on no answer from the coordinator by the deadline");
+    }
+    if (!answer.ok()) {
+      LOG(WARNING) << "joining generation " << request.generation() << " of " << request.job_id()
+                   << " directly: " << answer.status().message();
+      if (absl::IsOutOfRange(answer.status())) agent_ = nullptr;
+      return std::nullopt;
+    }
+    // An answer to an earlier attempt that gave up waiting.
+    if (answer->job_id() != request.job_id() ||
+        answer->asked_generation() != request.generation()) {
+      continue;
+    }
+    if (answer->join_directly()) {
+      LOG(WARNING) << "joining generation " << request.generation() << " of " << request.job_id()
+                   << " directly: " << answer->message();
+      return std::nullopt;
+    }
+    ++answered_by_agent_;
+    if (answer->code() != 0) {
+      return absl::Status(static_cast<absl::StatusCode>(answer->code()), answer->message());
+    }
+    return std::move(*answer->mutable_response());
+  }
+}
+
+std::shared_ptr<ProgressSender> AgentJoinChannel(std::shared_ptr<ProgressSender> channel) {
+  const char* takes = std::getenv(kAgentJoinsVariable);
+  if (takes == nullptr || std::string(takes) != "1") return nullptr;
+  return channel;
 }
 
 namespace {

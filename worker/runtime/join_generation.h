@@ -1,21 +1,29 @@
-// Joining a generation of a job at the coordinator (RankService.Join), for
-// chorus-rank and for SDK programs that re-form an elastic job
-// (docs/elastic.md).
+// Joining a generation of a job at the coordinator, for chorus-rank, the
+// built-in trainer and SDK programs that re-form an elastic job
+// (docs/elastic.md): through the rank's node agent when it takes its ranks'
+// joins (Note [Joins through the agent] in worker/agent/agent.cc), else with
+// the rank's own RankService.Join.
 //
-// Thread-safety: a free function; the stub may be shared.
+// Thread-safety: JoinGeneration is a free function (the stub may be
+// shared); a GenerationJoiner joins for one thread at a time.
 //
 // Example:
+//   GenerationJoiner joiner(*stub, AgentJoinChannel(AgentChannelFromEnvironment()));
 //   ASSIGN_OR_RETURN(v1::JoinResponse joined,
-//                    JoinGeneration(*stub, request, absl::Now() + absl::Minutes(2),
-//                                   /*until_formed=*/true));
+//                    joiner.Join(request, absl::Now() + absl::Minutes(2),
+//                                /*until_formed=*/true));
 #ifndef CHORUS_WORKER_RUNTIME_JOIN_GENERATION_H_
 #define CHORUS_WORKER_RUNTIME_JOIN_GENERATION_H_
 
+#include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "chorus/v1/coordinator.grpc.pb.h"
+#include "worker/runtime/progress_channel.h"
 
 namespace chorus {
 
@@ -26,6 +34,39 @@ namespace chorus {
 absl::StatusOr<v1::JoinResponse> JoinGeneration(v1::RankService::StubInterface& ranks,
                                                 const v1::JoinRequest& request, absl::Time deadline,
                                                 bool until_formed);
+
+// Joins as JoinGeneration does, through the agent's channel while it has
+// one: the request goes there, and the agent's answer counts as the
+// coordinator's (same codes, same retries). Without a channel, or once the
+// agent's end is closed, and for an attempt the agent could not carry (its
+// stream to the coordinator is down: AgentJoinAnswer.join_directly), the
+// join goes to RankService.Join exactly as JoinGeneration's.
+class GenerationJoiner {
+ public:
+  // `agent`: the rank's end of its agent's channel, when the agent takes
+  // joins (AgentJoinChannel); null: always directly. `ranks` must outlive
+  // this object.
+  GenerationJoiner(v1::RankService::StubInterface& ranks, std::shared_ptr<ProgressSender> agent);
+
+  absl::StatusOr<v1::JoinResponse> Join(const v1::JoinRequest& request, absl::Time deadline,
+                                        bool until_formed);
+
+  // Attempts the agent answered (for tests and logs).
+  int64_t answered_by_agent() const { return answered_by_agent_; }
+
+ private:
+  // One attempt through the agent; nullopt when it must go directly.
+  std::optional<absl::StatusOr<v1::JoinResponse>> JoinThroughAgent(const v1::JoinRequest& request,
+                                                                   absl::Time deadline);
+
+  v1::RankService::StubInterface& ranks_;
+  std::shared_ptr<ProgressSender> agent_;
+  int64_t answered_by_agent_ = 0;
+};
+
+// `channel` when the agent that started this process takes its ranks'
+// joins (it sets CHORUS_AGENT_JOINS=1); null otherwise (an older agent).
+std::shared_ptr<ProgressSender> AgentJoinChannel(std::shared_ptr<ProgressSender> channel);
 
 // What the agent told the rank it started, from the environment
 // (CHORUS_COORDINATOR, CHORUS_JOB_ID, CHORUS_GENERATION, CHORUS_SLOT,

@@ -5,12 +5,15 @@
 #include <unistd.h>
 
 #include <cstdio>
-
+#include <cstdlib>
 #include <memory>
+#include <thread>
+#include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "worker/runtime/progress_channel.h"
 
 namespace chorus {
 namespace {
@@ -99,6 +102,142 @@ TEST_F(JoinGenerationTest, AGenerationThatNeverFormsFailsAtTheDeadline) {
   EXPECT_THAT(std::string(joined.status().message()), HasSubstr("still forming"));
   EXPECT_GE(took, absl::Milliseconds(400));
   EXPECT_LT(took, absl::Seconds(5));
+}
+
+// A node agent on the other end of a rank's channel, scripted by the test:
+// it waits for the rank's join and answers it with `answer` (its job and
+// generation filled in from the join), or closes its end.
+class FakeAgent {
+ public:
+  FakeAgent() {
+    absl::StatusOr<ProgressChannelPair> pair = CreateProgressChannel();
+    EXPECT_TRUE(pair.ok()) << pair.status();
+    rank_end_ = std::make_shared<ProgressSender>(pair->program_fd);
+    agent_end_ = std::make_unique<ProgressReceiver>(pair->supervisor_fd);
+  }
+  ~FakeAgent() {
+    if (thread_.joinable()) thread_.join();
+  }
+  std::shared_ptr<ProgressSender> rank_end() const { return rank_end_; }
+
+  // On its own thread: the first join that comes (bounded), answered.
+  void AnswerFirstJoin(v1::AgentJoinAnswer answer) {
+    thread_ = std::thread([this, answer = std::move(answer)]() mutable {
+      const absl::Time deadline = absl::Now() + absl::Seconds(10);
+      std::vector<v1::JoinRequest> joins;
+      while (joins.empty() && absl::Now() < deadline) {
+        agent_end_->Receive(absl::Now() + absl::Milliseconds(20)).IgnoreError();
+        joins = agent_end_->TakeJoins();
+      }
+      if (joins.empty()) return;
+      joins_seen_ = joins;
+      answer.set_job_id(joins[0].job_id());
+      answer.set_asked_generation(joins[0].generation());
+      EXPECT_TRUE(agent_end_->SendJoinAnswer(answer).ok());
+    });
+  }
+  void Close() { agent_end_.reset(); }
+  // After the answering thread is done.
+  std::vector<v1::JoinRequest> joins_seen() {
+    if (thread_.joinable()) thread_.join();
+    return joins_seen_;
+  }
+
+ private:
+  std::shared_ptr<ProgressSender> rank_end_;
+  std::unique_ptr<ProgressReceiver> agent_end_;
+  std::thread thread_;
+  std::vector<v1::JoinRequest> joins_seen_;
+};
+
+TEST_F(JoinGenerationTest, AJoinGoesThroughTheAgentAndItsAnswerIsTheCoordinators) {
+  Start(/*not_formed=*/0);
+  FakeAgent agent;
+  v1::AgentJoinAnswer answer;
+  answer.mutable_response()->set_rank(5);
+  answer.mutable_response()->set_generation(2);
+  agent.AnswerFirstJoin(answer);
+  GenerationJoiner joiner(*stub_, agent.rank_end());
+  absl::StatusOr<v1::JoinResponse> joined =
+      joiner.Join(request_, absl::Now() + absl::Seconds(10), /*until_formed=*/true);
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  EXPECT_EQ(joined->rank(), 5);
+  EXPECT_EQ(service_->calls(), 0) << "no RankService.Join of its own";
+  EXPECT_EQ(joiner.answered_by_agent(), 1);
+  std::vector<v1::JoinRequest> seen = agent.joins_seen();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].job_id(), "job-000007");
+  EXPECT_EQ(seen[0].generation(), 2);
+}
+
+TEST_F(JoinGenerationTest, TheAgentsErrorIsRetriedLikeTheCoordinatorsAndNamesTheGeneration) {
+  Start(/*not_formed=*/0);
+  FakeAgent agent;
+  v1::AgentJoinAnswer answer;
+  answer.set_code(static_cast<int>(absl::StatusCode::kFailedPrecondition));
+  answer.set_message("job job-000007 has ended");
+  agent.AnswerFirstJoin(answer);
+  GenerationJoiner joiner(*stub_, agent.rank_end());
+  absl::StatusOr<v1::JoinResponse> joined =
+      joiner.Join(request_, absl::Now() + absl::Seconds(10), /*until_formed=*/true);
+  EXPECT_TRUE(absl::IsFailedPrecondition(joined.status())) << joined.status();
+  EXPECT_EQ(joined.status().message(),
+            "joining generation 2 of job-000007: job job-000007 has ended");
+  EXPECT_EQ(service_->calls(), 0);
+}
+
+TEST_F(JoinGenerationTest, WithoutAnAgentChannelTheJoinGoesDirectly) {
+  Start(/*not_formed=*/0);
+  unsetenv(kAgentJoinsVariable);
+  FakeAgent agent;
+  // An older agent (no CHORUS_AGENT_JOINS): its channel is not for joins.
+  EXPECT_EQ(AgentJoinChannel(agent.rank_end()), nullptr);
+  setenv(kAgentJoinsVariable, "1", 1);
+  EXPECT_EQ(AgentJoinChannel(agent.rank_end()), agent.rank_end());
+  unsetenv(kAgentJoinsVariable);
+  GenerationJoiner joiner(*stub_, nullptr);
+  absl::StatusOr<v1::JoinResponse> joined =
+      joiner.Join(request_, absl::Now() + absl::Seconds(10), /*until_formed=*/true);
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  EXPECT_EQ(joined->rank(), 3);
+  EXPECT_EQ(service_->calls(), 1);
+  EXPECT_EQ(joiner.answered_by_agent(), 0);
+}
+
+// The agent's stream to the coordinator broke while the rank waited: the
+// agent says so, and the rank joins directly at once, long before its
+// deadline.
+TEST_F(JoinGenerationTest, ARankTheAgentCannotCarryJoinsDirectlyAtOnce) {
+  Start(/*not_formed=*/0);
+  FakeAgent agent;
+  v1::AgentJoinAnswer answer;
+  answer.set_join_directly(true);
+  answer.set_message("the agent's stream to the coordinator ended before the answer came");
+  agent.AnswerFirstJoin(answer);
+  GenerationJoiner joiner(*stub_, agent.rank_end());
+  const absl::Time start = absl::Now();
+  absl::StatusOr<v1::JoinResponse> joined =
+      joiner.Join(request_, absl::Now() + absl::Seconds(60), /*until_formed=*/true);
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  EXPECT_EQ(joined->rank(), 3);
+  EXPECT_EQ(service_->calls(), 1);
+  EXPECT_EQ(joiner.answered_by_agent(), 0);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+}
+
+TEST_F(JoinGenerationTest, ARankWhoseAgentsEndClosedJoinsDirectly) {
+  Start(/*not_formed=*/0);
+  FakeAgent agent;
+  agent.Close();
+  GenerationJoiner joiner(*stub_, agent.rank_end());
+  for (int i = 0; i < 2; ++i) {
+    absl::StatusOr<v1::JoinResponse> joined =
+        joiner.Join(request_, absl::Now() + absl::Seconds(10), /*until_formed=*/true);
+    ASSERT_TRUE(joined.ok()) << joined.status();
+    EXPECT_EQ(joined->rank(), 3);
+  }
+  EXPECT_EQ(service_->calls(), 2);
+  EXPECT_EQ(joiner.answered_by_agent(), 0);
 }
 
 TEST(JoinFileTest, AJoinResponseGoesThroughAFileIntact) {

@@ -32,6 +32,7 @@
 #include "grpcpp/client_context.h"
 #include "worker/runtime/heartbeat_stream.h"
 #include "worker/runtime/join_generation.h"
+#include "worker/runtime/join_relay.h"
 #include "worker/runtime/progress_channel.h"
 
 extern char** environ;
@@ -108,6 +109,13 @@ absl::StatusOr<pid_t> StartChild(const std::string& binary, const std::vector<st
       absl::StrCat("program.argv[0]: cannot execute ", binary, ": ", Errno(failure.error)));
 }
 
+// The joins the program sent, to `relay`; dropped without one (the program
+// was not told that joins may go this way).
+void RelayJoins(ProgressReceiver& program, JoinRelay* relay) {
+  for (v1::JoinRequest& join : program.TakeJoins()) {
+    if (relay != nullptr) relay->Relay(std::move(join));
+  }
+}
 
 }  // namespace
 
@@ -131,6 +139,8 @@ std::vector<std::string> ProgramEnvironment(const std::vector<std::string>& base
     // The supervisor's own channel to its agent, which the program does not
     // inherit.
     if (entry.compare(0, eq, kAgentHeartbeatsFdVariable) == 0) continue;
+    // Whether its own channel takes joins is the supervisor's to say.
+    if (entry.compare(0, eq, kAgentJoinsVariable) == 0) continue;
     set(entry.substr(0, eq), entry.substr(eq + 1));
   }
   const v1::JoinResponse& j = rank.joined;
@@ -369,8 +379,12 @@ absl::StatusOr<ProgramSupervisor::Launched> ProgramSupervisor::Launch(const std:
   if (base.empty()) {
     for (char** e = environ; *e != nullptr; ++e) base.emplace_back(*e);
   }
-  const std::vector<std::string> env =
+  std::vector<std::string> env =
       ProgramEnvironment(base, rank, master, launched.join_file.path, channel.program_fd);
+  // Its joins go through this process to the agent (join_relay.h).
+  if (AgentJoinChannel(options_.agent_heartbeats) != nullptr) {
+    env.push_back(absl::StrCat(kAgentJoinsVariable, "=1"));
+  }
   std::vector<std::string> argv(program.argv().begin(), program.argv().end());
   // Logged before the start: the program's output and this process's log
   // share the rank's output, and once the program runs, its last lines are
@@ -431,6 +445,10 @@ int ProgramSupervisor::Supervise(Launched& launched, Progress& progress, Request
   };
   HeartbeatStream heartbeats(
       *options_.ranks, [&] { return progress.Heartbeat(rank); }, heartbeat_options);
+  // An SDK program's joins of a next generation go on to the agent.
+  std::shared_ptr<ProgressSender> agent_joins = AgentJoinChannel(options_.agent_heartbeats);
+  std::unique_ptr<JoinRelay> relay =
+      agent_joins != nullptr ? std::make_unique<JoinRelay>(receiver, agent_joins) : nullptr;
   bool channel_open = true;
   absl::Time kill_at = absl::InfiniteFuture();
   for (;;) {
@@ -469,6 +487,7 @@ int ProgramSupervisor::Supervise(Launched& launched, Progress& progress, Request
       continue;
     }
     absl::StatusOr<v1::RankHeartbeat> record = receiver.Receive(tick);
+    RelayJoins(receiver, relay.get());
     if (record.ok()) {
       // Note [Urgent heartbeats] in worker/agent/agent.cc.
       const bool declares = record->reforms_in_process() && !progress.ReformsInProcess();

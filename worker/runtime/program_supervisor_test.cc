@@ -167,7 +167,8 @@ TEST(ProgramEnvironmentTest, SetsTorchrunAndChorusVariablesOverTheBaseAndTheSpec
 
   rank.supervisor_pid = 4242;
   const std::vector<std::string> with_pid =
-      ProgramEnvironment({"CHORUS_AGENT_ID=agent-3", "CHORUS_SLOT=1", "CHORUS_AGENT_HEARTBEATS_FD=9"},
+      ProgramEnvironment({"CHORUS_AGENT_ID=agent-3", "CHORUS_SLOT=1",
+                          "CHORUS_AGENT_HEARTBEATS_FD=9", "CHORUS_AGENT_JOINS=1"},
                          rank, HostPort{"h", 1}, "/tmp/join", -1);
   EXPECT_THAT(with_pid, ::testing::IsSupersetOf(
                             {"CHORUS_RANK_PID=4242", "CHORUS_AGENT_ID=agent-3", "CHORUS_SLOT=1"}))
@@ -175,6 +176,9 @@ TEST(ProgramEnvironmentTest, SetsTorchrunAndChorusVariablesOverTheBaseAndTheSpec
   for (const std::string& e : with_pid) {
     EXPECT_NE(e.rfind("CHORUS_AGENT_HEARTBEATS_FD=", 0), 0u)
         << "the supervisor's channel to its agent reached the program";
+    // Whether the program's own channel takes joins is the supervisor's to
+    // say (it relays them: join_relay.h), not inherited from the agent.
+    EXPECT_NE(e.rfind("CHORUS_AGENT_JOINS=", 0), 0u) << e;
   }
 }
 

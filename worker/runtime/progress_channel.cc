@@ -24,6 +24,9 @@ namespace {
 constexpr char kRecordTag = 'P';
 // Directives, supervisor to program.
 constexpr char kDirectiveTag = 'D';
+// A rank's join, rank to agent, and its answer, agent to rank.
+constexpr char kJoinTag = 'J';
+constexpr char kJoinAnswerTag = 'A';
 
 absl::Status Errno(const std::string& what) {
   return absl::ErrnoToStatus(errno, absl::StrCat("progress channel: ", what));
@@ -139,30 +142,106 @@ absl::Status ProgressSender::Send(const v1::RankHeartbeat& progress) {
   return SendTagged(fd_, kRecordTag, progress, "the supervisor");
 }
 
-absl::StatusOr<v1::Directive> ProgressSender::ReceiveDirective(absl::Time deadline) {
+absl::Status ProgressSender::SendJoin(const v1::JoinRequest& join) {
+  return SendTagged(fd_, kJoinTag, join, "the agent");
+}
+
+// Note [One reader, two kinds]
+// A rank's end carries two kinds of message from its agent: directives,
+// which the HeartbeatStream's reader waits for all the time, and join
+// answers, which a rank re-forming waits for meanwhile. Two threads reading
+// one socket would each take the other's messages. So one caller at a time
+// reads (reading_), and puts what it reads into the queue of its kind; a
+// caller that finds another reading waits on mu_ until its own kind is
+// queued or the reader is done, then reads itself. The reader reads every
+// message as it arrives, so neither kind waits for the other's deadline.
+absl::StatusOr<bool> ProgressSender::AwaitIncoming(bool (ProgressSender::*ready)() const,
+                                                   absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  while (!(this->*ready)() && !closed_) {
+    if (!reading_) {
+      reading_ = true;
+      mu_.Unlock();
+      const absl::Status read = ReadOne(deadline);
+      mu_.Lock();
+      reading_ = false;
+      if (absl::IsDeadlineExceeded(read)) break;
+      if (!read.ok()) return read;
+      continue;
+    }
+    auto turn = [this, ready]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return (this->*ready)() || !reading_ || closed_;
+    };
+    if (!mu_.AwaitWithDeadline(absl::Condition(&turn), deadline)) break;
+  }
+  return (this->*ready)();
+}
+
+absl::Status ProgressSender::ReadOne(absl::Time deadline) {
   std::string buffer(kMaxProgressRecordBytes + 1, '\0');
   while (true) {
     absl::StatusOr<bool> readable = WaitReadable(fd_, deadline);
     if (!readable.ok()) return readable.status();
-    if (!*readable) {
-      return absl::DeadlineExceededError("progress channel: no directive by the deadline");
-    }
+    if (!*readable) return absl::DeadlineExceededError("progress channel: nothing by the deadline");
     const ssize_t n = recv(fd_, buffer.data(), buffer.size(), MSG_DONTWAIT | MSG_TRUNC);
     if (n < 0) {
       if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
-      if (errno == ECONNRESET) {
-        return absl::OutOfRangeError("progress channel: the supervisor's end is closed");
+      if (errno != ECONNRESET) return Errno("recv");
+    }
+    absl::MutexLock lock(&mu_);
+    if (n <= 0) {
+      closed_ = true;
+      return absl::OkStatus();
+    }
+    const bool whole = static_cast<size_t>(n) <= buffer.size();
+    const char* data = buffer.data() + 1;
+    const int size = static_cast<int>(n) - 1;
+    if (whole && buffer[0] == kDirectiveTag) {
+      v1::Directive directive;
+      if (directive.ParseFromArray(data, size)) {
+        directives_.push_back(std::move(directive));
+        return absl::OkStatus();
       }
-      return Errno("recv");
+    } else if (whole && buffer[0] == kJoinAnswerTag) {
+      v1::AgentJoinAnswer answer;
+      if (answer.ParseFromArray(data, size)) {
+        answers_.push_back(std::move(answer));
+        return absl::OkStatus();
+      }
     }
-    if (n == 0) return absl::OutOfRangeError("progress channel: the supervisor's end is closed");
-    v1::Directive directive;
-    if (static_cast<size_t>(n) > buffer.size() || buffer[0] != kDirectiveTag ||
-        !directive.ParseFromArray(buffer.data() + 1, static_cast<int>(n) - 1)) {
-      return absl::DataLossError("progress channel: a directive that does not parse was skipped");
-    }
+    skipped_ = true;
+    return absl::OkStatus();
+  }
+}
+
+absl::StatusOr<v1::Directive> ProgressSender::ReceiveDirective(absl::Time deadline) {
+  absl::StatusOr<bool> ready = AwaitIncoming(&ProgressSender::HasDirective, deadline);
+  if (!ready.ok()) return ready.status();
+  absl::MutexLock lock(&mu_);
+  if (!directives_.empty()) {
+    v1::Directive directive = std::move(directives_.front());
+    directives_.pop_front();
     return directive;
   }
+  if (skipped_) {
+    skipped_ = false;
+    return absl::DataLossError("progress channel: a directive that does not parse was skipped");
+  }
+  if (closed_) return absl::OutOfRangeError("progress channel: the supervisor's end is closed");
+  return absl::DeadlineExceededError("progress channel: no directive by the deadline");
+}
+
+absl::StatusOr<v1::AgentJoinAnswer> ProgressSender::ReceiveJoinAnswer(absl::Time deadline) {
+  absl::StatusOr<bool> ready = AwaitIncoming(&ProgressSender::HasJoinAnswer, deadline);
+  if (!ready.ok()) return ready.status();
+  absl::MutexLock lock(&mu_);
+  if (!answers_.empty()) {
+    v1::AgentJoinAnswer answer = std::move(answers_.front());
+    answers_.pop_front();
+    return answer;
+  }
+  if (closed_) return absl::OutOfRangeError("progress channel: the agent's end is closed");
+  return absl::DeadlineExceededError("progress channel: no join answer by the deadline");
 }
 
 ProgressReceiver::ProgressReceiver(int fd) : fd_(fd) {}
@@ -173,11 +252,22 @@ absl::Status ProgressReceiver::SendDirective(const v1::Directive& directive) {
   return SendTagged(fd_, kDirectiveTag, directive, "the program");
 }
 
+absl::Status ProgressReceiver::SendJoinAnswer(const v1::AgentJoinAnswer& answer) {
+  return SendTagged(fd_, kJoinAnswerTag, answer, "the rank");
+}
+
+std::vector<v1::JoinRequest> ProgressReceiver::TakeJoins() {
+  std::vector<v1::JoinRequest> joins;
+  joins.swap(joins_);
+  return joins;
+}
+
 absl::StatusOr<v1::RankHeartbeat> ProgressReceiver::Receive(absl::Time deadline) {
   if (closed_) return absl::OutOfRangeError("progress channel: the program's end is closed");
   std::string buffer(kMaxProgressRecordBytes + 1, '\0');
   bool have = false;
   bool bad = false;
+  bool joined = false;
   v1::RankHeartbeat newest;
   // Wait for the first record (or the close), then drain without waiting.
   bool waited = false;
@@ -195,7 +285,7 @@ absl::StatusOr<v1::RankHeartbeat> ProgressReceiver::Receive(absl::Time deadline)
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
         // Nothing (more) queued: wait again if nothing came yet.
-        if (!have && !bad && absl::Now() < deadline) {
+        if (!have && !bad && !joined && absl::Now() < deadline) {
           waited = false;
           continue;
         }
@@ -210,6 +300,16 @@ absl::StatusOr<v1::RankHeartbeat> ProgressReceiver::Receive(absl::Time deadline)
     if (n == 0) {
       closed_ = true;
       break;
+    }
+    if (static_cast<size_t>(n) <= buffer.size() && buffer[0] == kJoinTag) {
+      v1::JoinRequest join;
+      if (join.ParseFromArray(buffer.data() + 1, static_cast<int>(n) - 1)) {
+        joins_.push_back(std::move(join));
+        joined = true;
+      } else {
+        bad = true;
+      }
+      continue;
     }
     v1::RankHeartbeat record;
     if (static_cast<size_t>(n) > buffer.size() || buffer[0] != kRecordTag ||

@@ -24,10 +24,18 @@
 // one end of a pair per rank, the rank process (chorus-rank) inherits the
 // other and finds its number in CHORUS_AGENT_HEARTBEATS_FD; the rank sends
 // its whole heartbeat as the record, and the agent passes the
-// coordinator's directives for it back the same way.
+// coordinator's directives for it back the same way. A rank whose agent
+// takes its ranks' joins (the agent sets CHORUS_AGENT_JOINS=1) sends its
+// JoinRequest there too, the byte 'J' and the serialized request, and gets
+// the answer back as the byte 'A' and a serialized v1::AgentJoinAnswer
+// (Note [Joins through the agent] in worker/agent/agent.cc). Each kind keeps
+// its own tag so that an older peer, which knows only 'P' and 'D', skips
+// what it does not know as a record that does not parse.
 //
 // Thread-safety: a ProgressSender may be used from any thread (each Send is
-// one atomic datagram); a ProgressReceiver by one thread at a time.
+// one atomic datagram; ReceiveDirective and ReceiveJoinAnswer may wait at the
+// same time on different threads, each getting its own kind); a
+// ProgressReceiver by one thread at a time.
 //
 // Example:
 //   // supervisor
@@ -44,10 +52,14 @@
 #ifndef CHORUS_WORKER_RUNTIME_PROGRESS_CHANNEL_H_
 #define CHORUS_WORKER_RUNTIME_PROGRESS_CHANNEL_H_
 
+#include <deque>
 #include <memory>
+#include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "chorus/v1/coordinator.pb.h"
 
@@ -58,6 +70,8 @@ inline constexpr char kProgressFdVariable[] = "CHORUS_PROGRESS_FD";
 // The environment variable that names a rank process's end of its agent's
 // heartbeat channel.
 inline constexpr char kAgentHeartbeatsFdVariable[] = "CHORUS_AGENT_HEARTBEATS_FD";
+// Set to 1 by a node agent that takes its ranks' joins over that channel.
+inline constexpr char kAgentJoinsVariable[] = "CHORUS_AGENT_JOINS";
 
 // The largest record a sender accepts (a heartbeat with a full flight
 // recorder summary is a few KB).
@@ -105,8 +119,36 @@ class ProgressSender {
   // at a time (Send may run beside it).
   absl::StatusOr<v1::Directive> ReceiveDirective(absl::Time deadline);
 
+  // Sends a join to the node agent without blocking; errors as Send.
+  absl::Status SendJoin(const v1::JoinRequest& join);
+  // Waits until `deadline` for the next join answer the agent passed on.
+  // DEADLINE_EXCEEDED: none came; OUT_OF_RANGE: the agent's end is closed.
+  // One thread at a time (ReceiveDirective and Send may run beside it).
+  absl::StatusOr<v1::AgentJoinAnswer> ReceiveJoinAnswer(absl::Time deadline);
+
  private:
+  // Note [One reader, two kinds]: waits until `ready` holds (under mu_) or
+  // `deadline`, reading the channel itself while no other caller does.
+  // Whether `ready` holds; OK unless reading failed.
+  absl::StatusOr<bool> AwaitIncoming(bool (ProgressSender::*ready)() const, absl::Time deadline)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Reads one message (waiting until `deadline` for it) into the queue of
+  // its kind. DEADLINE_EXCEEDED when none came.
+  absl::Status ReadOne(absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
+  bool HasDirective() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !directives_.empty() || skipped_;
+  }
+  bool HasJoinAnswer() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !answers_.empty(); }
+
   const int fd_;
+  absl::Mutex mu_;
+  // A caller is reading the channel (the others wait for what it reads).
+  bool reading_ ABSL_GUARDED_BY(mu_) = false;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  // A message that does not parse was skipped (told to ReceiveDirective).
+  bool skipped_ ABSL_GUARDED_BY(mu_) = false;
+  std::deque<v1::Directive> directives_ ABSL_GUARDED_BY(mu_);
+  std::deque<v1::AgentJoinAnswer> answers_ ABSL_GUARDED_BY(mu_);
 };
 
 // The supervisor's end.
@@ -123,7 +165,15 @@ class ProgressReceiver {
   // `deadline`; OUT_OF_RANGE: every copy of the program's end is closed and
   // nothing is left; DATA_LOSS: a record that does not parse (skipped, the
   // next call goes on).
+  // Joins that came with the records (agent's end only) are kept for
+  // TakeJoins; one ends the wait like a record.
   absl::StatusOr<v1::RankHeartbeat> Receive(absl::Time deadline);
+
+  // The joins Receive read since the last call, oldest first.
+  std::vector<v1::JoinRequest> TakeJoins();
+  // Passes a join answer to the rank without blocking; errors as
+  // SendDirective.
+  absl::Status SendJoinAnswer(const v1::AgentJoinAnswer& answer);
 
   // Passes `directive` on to the program without blocking (any thread).
   // RESOURCE_EXHAUSTED: the program is not reading them and the queue is
@@ -133,6 +183,7 @@ class ProgressReceiver {
  private:
   const int fd_;
   bool closed_ = false;
+  std::vector<v1::JoinRequest> joins_;
 };
 
 }  // namespace chorus

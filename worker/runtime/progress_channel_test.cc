@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -72,6 +74,57 @@ TEST(ProgressChannelTest, DirectivesGoTheOtherWayInOrderBesideRecords) {
   absl::StatusOr<v1::Directive> none = sender.ReceiveDirective(start + absl::Milliseconds(50));
   EXPECT_TRUE(absl::IsDeadlineExceeded(none.status())) << none.status();
   EXPECT_GE(absl::Now() - start, absl::Milliseconds(45));
+}
+
+// Note [One reader, two kinds]: a directive and a join answer sent while
+// one thread waits for directives and another for its join's answer each
+// reach the thread waiting for that kind, whichever thread reads them.
+TEST(ProgressChannelTest, ADirectiveAndAJoinAnswerEachReachTheThreadWaitingForThem) {
+  absl::StatusOr<ProgressChannelPair> pair = CreateProgressChannel();
+  ASSERT_TRUE(pair.ok()) << pair.status();
+  ProgressSender rank(pair->program_fd);
+  ProgressReceiver agent(pair->supervisor_fd);
+  for (int round = 0; round < 2; ++round) {
+    absl::StatusOr<v1::Directive> directive;
+    absl::StatusOr<v1::AgentJoinAnswer> answer;
+    std::thread directives(
+        [&] { directive = rank.ReceiveDirective(absl::Now() + absl::Seconds(10)); });
+    std::thread joins([&] { answer = rank.ReceiveJoinAnswer(absl::Now() + absl::Seconds(10)); });
+    absl::SleepFor(absl::Milliseconds(50));  // both waiting (or not: the order must not matter)
+    v1::AgentJoinAnswer sent_answer;
+    sent_answer.set_asked_generation(2 + round);
+    v1::Directive sent_directive;
+    sent_directive.set_kind(v1::Directive::RE_RENDEZVOUS);
+    sent_directive.set_generation(3 + round);
+    // The other kind first in the second round.
+    if (round == 0) {
+      ASSERT_TRUE(agent.SendJoinAnswer(sent_answer).ok());
+      ASSERT_TRUE(agent.SendDirective(sent_directive).ok());
+    } else {
+      ASSERT_TRUE(agent.SendDirective(sent_directive).ok());
+      ASSERT_TRUE(agent.SendJoinAnswer(sent_answer).ok());
+    }
+    directives.join();
+    joins.join();
+    ASSERT_TRUE(directive.ok()) << directive.status();
+    EXPECT_EQ(directive->generation(), 3 + round);
+    ASSERT_TRUE(answer.ok()) << answer.status();
+    EXPECT_EQ(answer->asked_generation(), 2 + round);
+  }
+  // Joins go the other way beside records.
+  v1::JoinRequest join;
+  join.set_generation(4);
+  ASSERT_TRUE(rank.SendJoin(join).ok());
+  v1::RankHeartbeat record;
+  record.set_step(9);
+  ASSERT_TRUE(rank.Send(record).ok());
+  absl::StatusOr<v1::RankHeartbeat> newest = agent.Receive(absl::Now() + absl::Seconds(10));
+  ASSERT_TRUE(newest.ok()) << newest.status();
+  EXPECT_EQ(newest->step(), 9);
+  std::vector<v1::JoinRequest> joins = agent.TakeJoins();
+  ASSERT_EQ(joins.size(), 1u);
+  EXPECT_EQ(joins[0].generation(), 4);
+  EXPECT_TRUE(agent.TakeJoins().empty());
 }
 
 TEST(ProgressChannelTest, AProgramThatReadsNoDirectivesNeverBlocksItsSupervisor) {
