@@ -363,7 +363,10 @@ bool IsMembershipFailure(const absl::Status& s) {
 // with a wide [min_ranks, max_ranks] does not wait up to an epoch. Should
 // the coordinator form another size after all (a slot went away
 // meanwhile), the rest of the epoch may leave a partial batch, dropped as
-// after a failure.
+// after a failure. With training.global_batch_size every step is a
+// boundary: the global batch is the same at every world size, so the rest
+// of the epoch is whole steps at any of them (Note [Global batch] in
+// sampler.cc).
 absl::Status CheckStepBoundary(Communicator& comm, const TrainingProgress& p, int64_t generation,
                                int64_t step, int64_t epoch_offset, const v1::JobSpec& spec,
                                int64_t per_rank_step, int64_t epoch_samples) {
@@ -375,9 +378,13 @@ absl::Status CheckStepBoundary(Communicator& comm, const TrainingProgress& p, in
   // The next world's global batch is that of the ranks that will train in it.
   const absl::StatusOr<int> next_training =
       next.world_size > 0 ? TrainingRanks(spec, next.world_size) : absl::StatusOr<int>(0);
+  // With training.global_batch_size every step ends on a whole global batch
+  // of every world size.
   const int64_t boundary =
-      BoundarySamples(spec.resources().min_ranks(), spec.resources().max_ranks(),
-                      next_training.ok() ? *next_training : 0, per_rank_step, epoch_samples);
+      spec.training().global_batch_size() > 0
+          ? spec.training().global_batch_size()
+          : BoundarySamples(spec.resources().min_ranks(), spec.resources().max_ranks(),
+                            next_training.ok() ? *next_training : 0, per_rank_step, epoch_samples);
   if (epoch_offset % boundary != 0) return absl::OkStatus();
   return absl::AbortedError(
       absl::StrCat("generation ", generation, " ends at the step boundary before step ", step,
@@ -456,12 +463,24 @@ absl::StatusOr<ShardBatch> NextBatch(RankRun& run, const torch::Tensor& order, i
 }
 
 // The spec one generation trains with: elastic.scale_lr scales the learning
-// rate with the ranks that train.
-v1::JobSpec GenerationSpec(const v1::JobSpec& spec, int world_size) {
+// rate with the ranks that train; training.global_batch_size sets the
+// micro-batches each of them accumulates per step (Note [Global batch] in
+// sampler.cc). INVALID_ARGUMENT naming the world size when the global
+// batch does not split among its ranks.
+absl::StatusOr<v1::JobSpec> GenerationSpec(const v1::JobSpec& spec, int world_size,
+                                           int64_t generation) {
   v1::JobSpec out = spec;
   if (spec.has_elastic() && spec.elastic().scale_lr()) {
     out.mutable_optimizer()->set_lr(spec.optimizer().lr() * world_size /
                                     std::max(1, spec.resources().max_ranks()));
+  }
+  if (spec.training().global_batch_size() > 0) {
+    const absl::StatusOr<int> micro = MicroBatchesPerStep(spec, world_size);
+    if (!micro.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("generation ", generation, " cannot train: ", micro.status().message()));
+    }
+    out.mutable_strategy()->mutable_ddp()->set_grad_accum_steps(*micro);
   }
   return out;
 }
@@ -471,29 +490,44 @@ v1::JobSpec GenerationSpec(const v1::JobSpec& spec, int world_size) {
 // fill one global batch.
 absl::StatusOr<SamplerOptions> GenerationSampler(const v1::JobSpec& spec, int64_t train_size,
                                                  int training, int rank) {
-  const SamplerOptions sampler{train_size,
-                               training,
-                               rank,
-                               spec.training().batch_size_per_rank(),
-                               spec.training().seed(),
-                               spec.training().shuffle(),
-                               spec.data().remainder() == v1::DataSpec::PAD};
+  SamplerOptions sampler{train_size,
+                         training,
+                         rank,
+                         spec.training().batch_size_per_rank(),
+                         spec.training().seed(),
+                         spec.training().shuffle(),
+                         spec.data().remainder() == v1::DataSpec::PAD};
+  const int64_t global = spec.training().global_batch_size();
+  if (global > 0) {  // whole micro-batches, whole steps (Note [Global batch] in sampler.cc)
+    sampler.chunk = sampler.batch_size;
+    sampler.step_batches = spec.strategy().ddp().grad_accum_steps();
+  }
   if (BatchesPerEpoch(sampler) == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the training split has ", train_size, " samples, fewer than one global batch (", training,
-        " ranks x training.batch_size_per_rank ", sampler.batch_size, ")"));
+    return absl::InvalidArgumentError(
+        global > 0
+            ? absl::StrCat("the training split has ", train_size,
+                           " samples, fewer than one global batch "
+                           "(training.global_batch_size ",
+                           global, ")")
+            : absl::StrCat("the training split has ", train_size,
+                           " samples, fewer than one global batch (", training,
+                           " ranks x training.batch_size_per_rank ", sampler.batch_size, ")"));
   }
   return sampler;
 }
 
-// The model's output for micro-batch `m` of `step`. Its random draws
-// (dropout) are a function of (seed, rank, step, m), so a resumed run draws
-// exactly what an uninterrupted one would, and ranks that share a process
-// do not draw from each other's seeds (Note [Seeded draws] in model.h).
-absl::StatusOr<torch::Tensor> SeededForward(RankRun& run, int rank, int64_t step, int m,
+// The model's output for micro-batch `k` of `step` (rank r's m-th of the
+// step is number m x training ranks + r). Its random draws (dropout) are a
+// function of (seed, step, k), so a resumed run draws exactly what an
+// uninterrupted one would, ranks that share a process do not draw from each
+// other's seeds (Note [Seeded draws] in model.h), and with
+// training.global_batch_size, where micro-batch k of a step is the same
+// samples at every world size, a sample gets the same draws at every world
+// size (Note [Global batch] in sampler.cc).
+absl::StatusOr<torch::Tensor> SeededForward(RankRun& run, int64_t step, int64_t k,
                                             const torch::Tensor& x) {
-  uint64_t seed = run.spec.training().seed() * 1000003 + rank * 7919 + step;
-  if (m > 0) seed ^= static_cast<uint64_t>(m) << 40;
+  const uint64_t seed = run.spec.training().seed() * 1000003 + (static_cast<uint64_t>(step) << 24) +
+                        static_cast<uint64_t>(k);
   absl::StatusOr<torch::Tensor> out;
   WithSeed(seed, [&] { out = run.model.Forward(x); });
   return out;
@@ -540,6 +574,7 @@ struct GenerationRun {
   TrainingStrategy& strategy;
   const SamplerOptions& sampler;
   int accum = 1;             // micro-batches per step
+  int training = 1;          // ranks that train
   int64_t global_batch = 0;  // samples per micro-batch over the training ranks
   bool spare = false;        // a hot spare: in every step's collectives, trains on nothing
   int64_t total_steps = 0;
@@ -565,7 +600,7 @@ absl::Status TrainMicroBatches(GenerationRun& g, int64_t step, int64_t epoch,
     p.Enter(v1::FORWARD);
     RETURN_IF_ERROR(g.strategy.BeforeForward());
     ASSIGN_OR_RETURN(const torch::Tensor out,
-                     SeededForward(g.run, g.comm.rank(), step, m, batch.x));
+                     SeededForward(g.run, step, int64_t{m} * g.training + g.comm.rank(), batch.x));
     const torch::Tensor loss = Loss(g.spec, out, batch.y) / g.accum;
     p.Enter(v1::BACKWARD);
     ASSIGN_OR_RETURN(const double waited, g.strategy.Backward(loss, m + 1 == g.accum));
@@ -691,7 +726,7 @@ absl::StatusOr<v1::Metrics> TrainGeneration(RankRun& run, const Generation& gen)
   // train share the data and set the learning rate's scale.
   ASSIGN_OR_RETURN(const int training, TrainingRanks(run.spec, comm.size()));
   const bool spare = comm.rank() >= training;
-  const v1::JobSpec spec = GenerationSpec(run.spec, training);
+  ASSIGN_OR_RETURN(const v1::JobSpec spec, GenerationSpec(run.spec, training, gen.generation));
   ASSIGN_OR_RETURN(std::unique_ptr<TrainingStrategy> strategy,
                    GenerationStrategy(run, gen, spec, training));
   ASSIGN_OR_RETURN(const SamplerOptions sampler,
@@ -707,9 +742,10 @@ absl::StatusOr<v1::Metrics> TrainGeneration(RankRun& run, const Generation& gen)
   strategy->set_total_steps(total_steps);
   TrainingCheckpoints checkpoints(gen.checkpoints, spec.checkpoint(), run.model, *strategy, comm,
                                   run.p);
-  GenerationRun g{run,       gen,         comm,       spec,
-                  *strategy, sampler,     accum,      sampler.batch_size * training,
-                  spare,     total_steps, checkpoints};
+  GenerationRun g{run,   gen,         comm,
+                  spec,  *strategy,   sampler,
+                  accum, training,    sampler.batch_size * training,
+                  spare, total_steps, checkpoints};
   v1::Metrics metrics;
   const absl::Time start = absl::Now();
   if (absl::Status status = TrainSteps(g, position, start, metrics); !status.ok()) {
