@@ -369,9 +369,13 @@ void ValidateGlobalBatch(const JobSpec& spec, Checker& c) {
   const int max_ranks = spec.resources().max_ranks();
   const int64_t batch = spec.training().batch_size_per_rank();
   if (batch <= 0 || max_ranks > kMaxRanks) return;  // their own errors
-  int64_t fits = batch;  // batch x lcm(min_ranks..max_ranks), while small
-  for (int w = min_ranks; w <= max_ranks && fits <= (int64_t{1} << 40); ++w)
-    fits = fits / std::gcd(fits, batch * w) * (batch * w);
+  // batch x lcm(min_ranks..max_ranks); 0 once it would pass 2^40
+  int64_t fits = batch;
+  for (int w = min_ranks; w <= max_ranks && fits > 0; ++w) {
+    const int64_t step = batch * w;
+    const int64_t factor = fits / std::gcd(fits, step);
+    fits = factor <= (int64_t{1} << 40) / step ? factor * step : 0;
+  }
   for (int w = min_ranks; w <= max_ranks; ++w) {
     const absl::StatusOr<int> micro = MicroBatchesPerStep(spec, w);
     if (micro.ok()) continue;
@@ -379,8 +383,7 @@ void ValidateGlobalBatch(const JobSpec& spec, Checker& c) {
     message.erase(0, field.size() + 1);
     c.Fail(field, absl::StrCat(message, ", and so at every world size from resources.min_ranks ",
                                min_ranks, " to max_ranks ", max_ranks,
-                               fits <= (int64_t{1} << 40) ? absl::StrCat(" (e.g. ", fits, ")")
-                                                         : std::string()));
+                               fits > 0 ? absl::StrCat(" (e.g. ", fits, ")") : std::string()));
     return;
   }
 }
