@@ -89,6 +89,14 @@ bool MayHaveHotSpares(const v1::JobSpec& spec);
 // topology serves no size up to `world_size`.
 absl::StatusOr<int> TrainingRanks(const v1::JobSpec& spec, int world_size);
 
+// Micro-batches of training.batch_size_per_rank a rank trains per optimizer
+// step at `world_size` training ranks: training.global_batch_size /
+// (batch_size_per_rank x world_size) when the global batch is set, else
+// strategy.ddp.grad_accum_steps (1 for other strategies). INVALID_ARGUMENT
+// naming the field and the world size when the global batch does not split
+// into whole micro-batches on every rank.
+absl::StatusOr<int> MicroBatchesPerStep(const v1::JobSpec& spec, int world_size);
+
 // Reads, parses, normalizes and validates the spec at `path`.
 // NOT_FOUND if the file cannot be read; INVALID_ARGUMENT for bad contents.
 // A program spec without program.working_dir gets `program_working_dir`

@@ -403,6 +403,31 @@ INSTANTIATE_TEST_SUITE_P(
              "strategy.ddp.first_bucket_mb: must be > 0, got -1"},
         Case{"strategy { ddp { grad_accum_steps: -2 } }",
              "strategy.ddp.grad_accum_steps: must be >= 1, got -2"},
+        Case{"training { global_batch_size: -8 }",
+             "training.global_batch_size: must be >= 0, got -8"},
+        Case{"training { batch_size_per_rank: 16 global_batch_size: 96 } "
+             "resources { min_ranks: 2 max_ranks: 4 }",
+             "training.global_batch_size: 96 does not split into micro-batches of "
+             "training.batch_size_per_rank 16 on each of 4 ranks: it must be a multiple of 16 x "
+             "4 = 64, and so at every world size from resources.min_ranks 2 to max_ranks 4 (e.g. "
+             "192)"},
+        Case{"training { batch_size_per_rank: 16 global_batch_size: 40 }",
+             "training.global_batch_size: 40 does not split into micro-batches of "
+             "training.batch_size_per_rank 16 on each of 1 ranks: it must be a multiple of 16 x "
+             "1 = 16, and so at every world size from resources.min_ranks 1 to max_ranks 1 (e.g. "
+             "16)"},
+        Case{"training { batch_size_per_rank: 8 global_batch_size: 64 } "
+             "strategy { decentralized { topology: COMPLETE } }",
+             "training.global_batch_size: needs strategy ddp: gossip averaging has no global "
+             "batch to keep"},
+        Case{"training { batch_size_per_rank: 8 global_batch_size: 64 } "
+             "strategy { ddp { grad_accum_steps: 2 } }",
+             "training.global_batch_size: sets the micro-batches per step itself; remove "
+             "strategy.ddp.grad_accum_steps (2)"},
+        Case{"training { batch_size_per_rank: 8 global_batch_size: 96 } "
+             "resources { min_ranks: 2 max_ranks: 4 } elastic { scale_lr: true }",
+             "training.global_batch_size: keeps every step the same at every world size, "
+             "elastic.scale_lr changes the learning rate with it: use one of them"},
         Case{"strategy { ddp { ignored: '' } }",
              "strategy.ddp.ignored[0]: must be a parameter or buffer name or prefix, got an empty "
              "string"},
@@ -581,6 +606,23 @@ INSTANTIATE_TEST_SUITE_P(
 // size up to max_ranks (and a CUSTOM topology every rank), so a spec with a
 // max_ranks near 2^31 kept SubmitJob busy for minutes (and overflowed the
 // counter). Beyond the limit only the limit is reported, at once.
+TEST(JobSpecValidationTest, AGlobalBatchThatFitsEveryWorldSizeIsValid) {
+  EXPECT_THAT(Errors("training { batch_size_per_rank: 16 global_batch_size: 192 } "
+                     "resources { min_ranks: 2 max_ranks: 4 } elastic {}"),
+              IsEmpty());
+  JobSpec spec = MustParse("training { batch_size_per_rank: 16 global_batch_size: 192 }",
+                           SpecFormat::kTextProto);
+  NormalizeJobSpec(spec);
+  EXPECT_EQ(*MicroBatchesPerStep(spec, 2), 6);
+  EXPECT_EQ(*MicroBatchesPerStep(spec, 4), 3);
+  EXPECT_THAT(MicroBatchesPerStep(spec, 5).status().message(),
+              HasSubstr("training.global_batch_size 192 does not split into micro-batches of "
+                        "training.batch_size_per_rank 16 on each of 5 ranks"));
+  spec.mutable_training()->set_global_batch_size(0);
+  spec.mutable_strategy()->mutable_ddp()->set_grad_accum_steps(3);
+  EXPECT_EQ(*MicroBatchesPerStep(spec, 5), 3) << "without a global batch: grad_accum_steps";
+}
+
 TEST(JobSpecValidationTest, HugeRankCountsAreReportedNotEnumerated) {
   const absl::Time start = absl::Now();
   EXPECT_THAT(Errors("strategy { decentralized { topology: COMPLETE } } "

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <numeric>
 #include <set>
 #include <string>
 #include <vector>
@@ -322,7 +323,70 @@ absl::StatusOr<int> TrainingRanks(const v1::JobSpec& spec, int world_size) {
   return ServedWorldSize(TopologyFromSpec(spec.strategy().decentralized()), world_size);
 }
 
+absl::StatusOr<int> MicroBatchesPerStep(const v1::JobSpec& spec, int world_size) {
+  const int64_t global = spec.training().global_batch_size();
+  if (global <= 0) {
+    return spec.strategy().has_ddp() ? std::max(1, spec.strategy().ddp().grad_accum_steps()) : 1;
+  }
+  const int64_t per_step = int64_t{spec.training().batch_size_per_rank()} * world_size;
+  if (per_step <= 0 || global % per_step != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "training.global_batch_size ", global, " does not split into micro-batches of ",
+        "training.batch_size_per_rank ", spec.training().batch_size_per_rank(), " on each of ",
+        world_size, " ranks: it must be a multiple of ", spec.training().batch_size_per_rank(),
+        " x ", world_size, " = ", per_step));
+  }
+  return static_cast<int>(global / per_step);
+}
+
 namespace {
+
+// training.global_batch_size: a DDP job's, without grad_accum_steps or
+// elastic.scale_lr (which would make the steps differ by world size), and
+// one that splits into whole micro-batches at every world size the job may
+// run at; the first that does not is named, with the least global batch
+// that fits all of them.
+void ValidateGlobalBatch(const JobSpec& spec, Checker& c) {
+  const std::string field = "training.global_batch_size";
+  const int64_t global = spec.training().global_batch_size();
+  c.AtLeast<int64_t>(field, global, 0);
+  if (global <= 0) return;
+  if (!spec.strategy().has_ddp()) {
+    c.Fail(field, "needs strategy ddp: gossip averaging has no global batch to keep");
+    return;
+  }
+  if (spec.strategy().ddp().grad_accum_steps() > 1) {
+    c.Fail(field, absl::StrCat("sets the micro-batches per step itself; remove "
+                               "strategy.ddp.grad_accum_steps (",
+                               spec.strategy().ddp().grad_accum_steps(), ")"));
+  }
+  if (spec.has_elastic() && spec.elastic().scale_lr()) {
+    c.Fail(field,
+           "keeps every step the same at every world size, elastic.scale_lr changes the learning "
+           "rate with it: use one of them");
+  }
+  const int min_ranks = std::max(1, spec.resources().min_ranks());
+  const int max_ranks = spec.resources().max_ranks();
+  const int64_t batch = spec.training().batch_size_per_rank();
+  if (batch <= 0 || max_ranks > kMaxRanks) return;  // their own errors
+  // batch x lcm(min_ranks..max_ranks); 0 once it would pass 2^40
+  int64_t fits = batch;
+  for (int w = min_ranks; w <= max_ranks && fits > 0; ++w) {
+    const int64_t step = batch * w;
+    const int64_t factor = fits / std::gcd(fits, step);
+    fits = factor <= (int64_t{1} << 40) / step ? factor * step : 0;
+  }
+  for (int w = min_ranks; w <= max_ranks; ++w) {
+    const absl::StatusOr<int> micro = MicroBatchesPerStep(spec, w);
+    if (micro.ok()) continue;
+    std::string message(micro.status().message());
+    message.erase(0, field.size() + 1);
+    c.Fail(field, absl::StrCat(message, ", and so at every world size from resources.min_ranks ",
+                               min_ranks, " to max_ranks ", max_ranks,
+                               fits > 0 ? absl::StrCat(" (e.g. ", fits, ")") : std::string()));
+    return;
+  }
+}
 
 // Every world size the job may run at must be one the topology serves; an
 // elastic job trains with the largest served size up to its world and keeps
@@ -539,6 +603,7 @@ void ValidateTraining(const JobSpec& spec, Checker& c) {
   c.AtLeast("training.epochs", t.epochs(), 0);
   c.AtLeast<int64_t>("training.max_steps", t.max_steps(), 0);
   c.Positive("training.log_every_steps", t.log_every_steps());
+  ValidateGlobalBatch(spec, c);
 
   c.AtLeast<int64_t>("eval.every_steps", spec.eval().every_steps(), 0);
   c.AtLeast<int64_t>("eval.max_batches", spec.eval().max_batches(), 0);

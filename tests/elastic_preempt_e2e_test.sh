@@ -6,7 +6,11 @@
 # runs and succeeds; the elastic job then grows back to 4 ranks and
 # completes. The sample trace (CHORUS_SAMPLE_TRACE) shows that no step was
 # trained twice (none redone, none lost) and every sample of every epoch was
-# trained exactly once. Prints how long the HIGH job waited from submission
+# trained exactly once. The job sets training.global_batch_size, so every
+# step trains the same samples at 4 ranks and at 2: its final parameters
+# equal those of an undisturbed 4-rank run of the same spec, run afterwards,
+# within 1e-5 of the largest parameter (float sums in another order at 2
+# ranks, so not bit for bit). Prints how long the HIGH job waited from submission
 # to its start (the goal: 2 s plus one step of the elastic job). The
 # coordinator runs with a --scheduling_policy file (one with a mistake is
 # refused at start). A CUDA job submitted first, on this CPU-only cluster,
@@ -39,23 +43,28 @@ chorus() { timeout 30 "${CHORUS}" --coordinator "${COORDINATOR_ADDR}" "$@"; }
 start_agent node-a 2
 start_agent node-b 2
 
-# 4 epochs of 4096 samples, 16 per rank and step: 64 steps an epoch with 4
-# ranks, 128 with 2. Rank 0 sleeps 30 ms a step in every generation so the
-# job lasts long enough to be preempted and grow back on a busy machine.
+# 4 epochs of 3072 samples, global batch 48 in micro-batches of 4 (a
+# multiple of 4 x 2, 3 and 4 ranks, as validation asks): 64 steps an epoch at
+# any world size, 3 micro-batches per rank and step at 4 ranks, 6 at 2. Rank 0 sleeps 60 ms a step in every generation so the job lasts
+# long enough to be preempted and grow back on a busy machine.
 slow=""
 for gen in 1 2 3 4; do
-  slow+="faults { kind: SLOW rank: 0 at_step: 0 duration_seconds: 0.03 generation: ${gen} } "
+  slow+="faults { kind: SLOW rank: 0 at_step: 0 duration_seconds: 0.06 generation: ${gen} } "
 done
-cat > "${TMP}/elastic.textproto" <<SPEC
-name: "elastic"
+job_spec() {  # $1: min_ranks, $2: fault_injection's faults
+  cat <<SPEC
 model { mlp { hidden_sizes: [32] } }
-data { synthetic { num_samples: 4096 input_shape: [16] num_classes: 4 } }
-training { batch_size_per_rank: 16 epochs: 4 log_every_steps: 16 }
+data { synthetic { num_samples: 3072 input_shape: [16] num_classes: 4 } }
+training { batch_size_per_rank: 4 global_batch_size: 48 epochs: 4 log_every_steps: 16 }
 optimizer { kind: SGD lr: 0.05 momentum: 0.9 }
-resources { min_ranks: 2 max_ranks: 4 threads_per_rank: 1 }
+resources { min_ranks: $1 max_ranks: 4 threads_per_rank: 1 }
 elastic { max_restarts: 0 wait_seconds: 60 scale_up_interval_seconds: 2 }
-fault_injection { ${slow} }
+fault_injection { $2 }
 SPEC
+}
+{ echo 'name: "elastic"'; job_spec 2 "${slow}"; } > "${TMP}/elastic.textproto"
+# The undisturbed run: the same training at 4 ranks throughout, no faults.
+{ echo 'name: "undisturbed"'; job_spec 4 ""; } > "${TMP}/undisturbed.textproto"
 # A program writes no sample trace, so the trace is the elastic job's alone.
 cat > "${TMP}/high.textproto" <<'SPEC'
 name: "urgent"
@@ -119,9 +128,9 @@ world = collections.defaultdict(int)
 for path in sorted(glob.glob(os.path.join(sys.argv[1], "*.trace"))):
     for line in open(path):
         f = line.split()
-        if f[0] == "step":
+        if f[0] == "step":  # one line per micro-batch
             gen, rank, step, epoch = map(int, f[1:5])
-            steps[step][gen][rank] = (epoch, [int(i) for i in f[5].split(",")])
+            steps[step][gen].setdefault(rank, (epoch, []))[1].extend(int(i) for i in f[5].split(","))
             world[gen] = max(world[gen], rank + 1)
 by_epoch = collections.defaultdict(list)
 for step in sorted(steps):
@@ -135,7 +144,7 @@ for step in sorted(steps):
         by_epoch[epoch].extend(idx)
 for epoch in sorted(by_epoch):
     idx = sorted(by_epoch[epoch])
-    if idx != list(range(4096)):
+    if idx != list(range(3072)):
         print("error epoch %d: %d samples, %d distinct" % (epoch, len(idx), len(set(idx))))
 print("epochs", len(by_epoch), "worlds", " ".join("%d:%d" % (g, world[g]) for g in sorted(world)))
 PY
@@ -143,6 +152,30 @@ PY
 [[ "${trace}" != *error* && "${trace}" == *"epochs 4 worlds 1:4 2:2 3:4"* ]] \
   && pass "no step trained twice or skipped; every sample of the 4 epochs once (${trace##*epochs})" \
   || fail "trace: ${trace}"
+
+# --- the same computation as an undisturbed run: its final parameters
+# (after the trace is read, so its ranks' trace lines do not count)
+undisturbed=$(chorus submit "${TMP}/undisturbed.textproto" 2>"${TMP}/submit-undisturbed.err")
+[[ "${undisturbed}" == job-* ]] \
+  || fail "submit undisturbed: ${undisturbed} $(cat "${TMP}/submit-undisturbed.err")"
+wait_for '[[ "$(field "$(chorus status "${undisturbed}" --json)" job.state)" == SUCCEEDED ]]' 60 \
+  || fail "undisturbed job: $(chorus status "${undisturbed}")"
+chorus export "${job}" --step 256 -o "${TMP}/elastic.pt" 2>"${TMP}/export.err" \
+  && chorus export "${undisturbed}" --step 256 -o "${TMP}/undisturbed.pt" 2>>"${TMP}/export.err" \
+  || fail "export: $(cat "${TMP}/export.err")"
+cmp=$(/usr/bin/python3 - "${TMP}/elastic.pt" "${TMP}/undisturbed.pt" <<'PY' 2>&1
+import sys, torch
+a, b = torch.load(sys.argv[1]), torch.load(sys.argv[2])
+assert sorted(a) == sorted(b), (sorted(a), sorted(b))
+diff = max((a[k] - b[k]).abs().max().item() for k in a)
+scale = max(1.0, max(b[k].abs().max().item() for k in b))
+print("tensors %d max_abs_diff %.3g relative %.3g %s" % (len(a), diff, diff / scale,
+      "within" if diff / scale <= 1e-5 else "beyond"))
+PY
+)
+[[ "${cmp}" == *" within" ]] \
+  && pass "final parameters equal the undisturbed 4-rank run's within 1e-5 (${cmp})" \
+  || fail "final parameters against the undisturbed run: ${cmp}"
 
 queue=$(chorus queue)
 [[ "$(field "$(chorus status "${cuda_job}" --json)" job.state)" == PENDING \

@@ -90,15 +90,12 @@ TrainingPosition ReadPosition(const std::function<at::Tensor(const std::string&)
   return position;
 }
 
-// What TakeSnapshot copies, each tensor through `copy_as(key, tensor)`: key
-// "m/<name>" for the model's entries, "t/<name>" for the training state's.
-Snapshot CollectSnapshot(
-    Model& model, const std::vector<torch::optim::Optimizer*>& optimizers,
-    const TrainingPosition& position, const ExchangeState* exchange,
-    const std::function<at::Tensor(const std::string&, const at::Tensor&)>& copy_as) {
-  torch::NoGradGuard no_grad;
-  Snapshot s;
-  s.position = position;
+using CopyAs = std::function<at::Tensor(const std::string&, const at::Tensor&)>;
+
+// The model's entries of a snapshot, each tensor through `copy_as(key,
+// tensor)` with key "m/<name>".
+std::vector<std::pair<std::string, at::Tensor>> CollectModel(Model& model, const CopyAs& copy_as) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
   // Each tensor is copied once; a tied weight's other names (state dict
   // entries) then refer to that copy, so model.pt lists every name PyTorch's
   // state_dict() has and stores the tensor once.
@@ -106,65 +103,68 @@ Snapshot CollectSnapshot(
   auto copy_once = [&](const NamedTensor& t) {
     at::Tensor copy = copy_as("m/" + t.name, t.tensor);
     copies.emplace(t.tensor.unsafeGetTensorImpl(), copy);
-    s.model.emplace_back(t.name, std::move(copy));
+    out.emplace_back(t.name, std::move(copy));
   };
   for (const NamedTensor& p : model.NamedParameters()) copy_once(p);
   for (const NamedTensor& b : model.NamedBuffers()) copy_once(b);
   std::set<std::string> named;
-  for (const auto& [name, copy] : s.model) named.insert(name);
+  for (const auto& [name, copy] : out) named.insert(name);
   for (const NamedTensor& entry : model.StateDictEntries()) {
     if (named.count(entry.name)) continue;
     auto it = copies.find(entry.tensor.unsafeGetTensorImpl());
     if (it == copies.end()) {
       copy_once(entry);
     } else {
-      s.model.emplace_back(entry.name, it->second);
+      out.emplace_back(entry.name, it->second);
     }
     named.insert(entry.name);
   }
-  for (const OptimizedParam& op : OptimizedParams(model, optimizers)) {
-    {
-      auto it = op.optimizer->state().find(OptimizerStateKeyOf(op.param));
-      const std::string prefix = absl::StrCat("optim.", op.index, ".");
-      if (it == op.optimizer->state().end()) continue;
-      if (auto* sgd = dynamic_cast<torch::optim::SGDParamState*>(it->second.get())) {
-        if (sgd->momentum_buffer().defined()) {
-          s.train_state.emplace_back(
-              prefix + "momentum_buffer",
-              copy_as("t/" + prefix + "momentum_buffer", sgd->momentum_buffer()));
-        }
-      } else if (auto* adam = dynamic_cast<torch::optim::AdamParamState*>(it->second.get())) {
-        s.train_state.emplace_back(prefix + "step", Scalar(adam->step()));
-        s.train_state.emplace_back(prefix + "exp_avg",
-                                   copy_as("t/" + prefix + "exp_avg", adam->exp_avg()));
-        s.train_state.emplace_back(prefix + "exp_avg_sq",
-                                   copy_as("t/" + prefix + "exp_avg_sq", adam->exp_avg_sq()));
-        if (adam->max_exp_avg_sq().defined())
-          s.train_state.emplace_back(
-              prefix + "max_exp_avg_sq",
-              copy_as("t/" + prefix + "max_exp_avg_sq", adam->max_exp_avg_sq()));
-      } else if (auto* accum = dynamic_cast<AccumAdamParamState*>(it->second.get())) {
-        s.train_state.emplace_back(prefix + "step", Scalar(accum->step()));
-        s.train_state.emplace_back(prefix + "count", Scalar(accum->count()));
-        s.train_state.emplace_back(prefix + "exp_avg",
-                                   copy_as("t/" + prefix + "exp_avg", accum->exp_avg()));
-        s.train_state.emplace_back(prefix + "exp_avg_sq",
-                                   copy_as("t/" + prefix + "exp_avg_sq", accum->exp_avg_sq()));
-        s.train_state.emplace_back(prefix + "accum",
-                                   copy_as("t/" + prefix + "accum", accum->accum()));
-      } else if (auto* adamw = dynamic_cast<torch::optim::AdamWParamState*>(it->second.get())) {
-        s.train_state.emplace_back(prefix + "step", Scalar(adamw->step()));
-        s.train_state.emplace_back(prefix + "exp_avg",
-                                   copy_as("t/" + prefix + "exp_avg", adamw->exp_avg()));
-        s.train_state.emplace_back(prefix + "exp_avg_sq",
-                                   copy_as("t/" + prefix + "exp_avg_sq", adamw->exp_avg_sq()));
-        if (adamw->max_exp_avg_sq().defined())
-          s.train_state.emplace_back(
-              prefix + "max_exp_avg_sq",
-              copy_as("t/" + prefix + "max_exp_avg_sq", adamw->max_exp_avg_sq()));
-      }
-    }
+  return out;
+}
+
+// The optimizer state of one parameter ("optim.<i>.*" entries) into
+// `train_state`, each tensor through `copy_as` with key "t/<entry>";
+// nothing when its optimizer holds none yet.
+void CollectOptimizerState(const OptimizedParam& op, const CopyAs& copy_as,
+                           std::vector<std::pair<std::string, at::Tensor>>& train_state) {
+  auto it = op.optimizer->state().find(OptimizerStateKeyOf(op.param));
+  if (it == op.optimizer->state().end()) return;
+  const std::string prefix = absl::StrCat("optim.", op.index, ".");
+  auto copied = [&](const std::string& entry, const at::Tensor& t) {
+    train_state.emplace_back(prefix + entry, copy_as("t/" + prefix + entry, t));
+  };
+  if (auto* sgd = dynamic_cast<torch::optim::SGDParamState*>(it->second.get())) {
+    if (sgd->momentum_buffer().defined()) copied("momentum_buffer", sgd->momentum_buffer());
+  } else if (auto* adam = dynamic_cast<torch::optim::AdamParamState*>(it->second.get())) {
+    train_state.emplace_back(prefix + "step", Scalar(adam->step()));
+    copied("exp_avg", adam->exp_avg());
+    copied("exp_avg_sq", adam->exp_avg_sq());
+    if (adam->max_exp_avg_sq().defined()) copied("max_exp_avg_sq", adam->max_exp_avg_sq());
+  } else if (auto* accum = dynamic_cast<AccumAdamParamState*>(it->second.get())) {
+    train_state.emplace_back(prefix + "step", Scalar(accum->step()));
+    train_state.emplace_back(prefix + "count", Scalar(accum->count()));
+    copied("exp_avg", accum->exp_avg());
+    copied("exp_avg_sq", accum->exp_avg_sq());
+    copied("accum", accum->accum());
+  } else if (auto* adamw = dynamic_cast<torch::optim::AdamWParamState*>(it->second.get())) {
+    train_state.emplace_back(prefix + "step", Scalar(adamw->step()));
+    copied("exp_avg", adamw->exp_avg());
+    copied("exp_avg_sq", adamw->exp_avg_sq());
+    if (adamw->max_exp_avg_sq().defined()) copied("max_exp_avg_sq", adamw->max_exp_avg_sq());
   }
+}
+
+// What TakeSnapshot copies, each tensor through `copy_as(key, tensor)`: key
+// "m/<name>" for the model's entries, "t/<name>" for the training state's.
+Snapshot CollectSnapshot(Model& model, const std::vector<torch::optim::Optimizer*>& optimizers,
+                         const TrainingPosition& position, const ExchangeState* exchange,
+                         const CopyAs& copy_as) {
+  torch::NoGradGuard no_grad;
+  Snapshot s;
+  s.position = position;
+  s.model = CollectModel(model, copy_as);
+  for (const OptimizedParam& op : OptimizedParams(model, optimizers))
+    CollectOptimizerState(op, copy_as, s.train_state);
   AddPosition(position, s.train_state);
   if (exchange != nullptr && !exchange->received.empty()) {
     for (const NamedTensor& r : exchange->received) {
@@ -174,6 +174,74 @@ Snapshot CollectSnapshot(
     s.train_state.emplace_back("meta.exchange_pair", Scalar(exchange->pair ? 1 : 0));
   }
   return s;
+}
+
+// Copies the checkpoint's `weights` into the model's parameters and
+// buffers; INVALID_ARGUMENT naming the tensor when one is missing or
+// differs in shape or type (a checkpoint of another model).
+absl::Status RestoreWeights(const std::map<std::string, at::Tensor>& weights, Model& model) {
+  std::vector<NamedTensor> targets = model.NamedParameters();
+  for (NamedTensor& b : model.NamedBuffers()) targets.push_back(b);
+  for (NamedTensor& t : targets) {
+    auto it = weights.find(t.name);
+    if (it == weights.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint ", kModelFile, " has no tensor \"",
+                                                     t.name,
+                                                     "\": it was written by a different model"));
+    }
+    if (it->second.sizes() != t.tensor.sizes() ||
+        it->second.scalar_type() != t.tensor.scalar_type()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint tensor \"", t.name, "\" is ", c10::str(it->second.sizes()),
+                       ", the model's is ", c10::str(t.tensor.sizes()), ": a different model"));
+    }
+    t.tensor.copy_(it->second);
+  }
+  return absl::OkStatus();
+}
+
+// The optimizer state of one parameter from train_state.pt (`get(key)`,
+// undefined when absent), on the parameter's device; none when the
+// checkpoint holds none for it.
+void RestoreOptimizerState(const OptimizedParam& op,
+                           const std::function<at::Tensor(const std::string&)>& get) {
+  torch::optim::Optimizer& optimizer = *op.optimizer;
+  const bool adam = dynamic_cast<torch::optim::Adam*>(&optimizer) != nullptr;
+  const bool adamw = dynamic_cast<torch::optim::AdamW*>(&optimizer) != nullptr;
+  const bool accum = dynamic_cast<AccumAdam*>(&optimizer) != nullptr;
+  // The state on its parameter's device (a checkpoint holds CPU tensors).
+  const auto placed = [&op](const at::Tensor& t) {
+    return t.to(at::TensorOptions().device(op.param.device()), /*non_blocking=*/false,
+                /*copy=*/true);
+  };
+  const std::string prefix = absl::StrCat("optim.", op.index, ".");
+  const OptimizerStateKey key = OptimizerStateKeyOf(op.param);
+  if (accum) {
+    if (!get(prefix + "exp_avg").defined()) return;
+    auto st = std::make_unique<AccumAdamParamState>();
+    st->step(get(prefix + "step").item<int64_t>());
+    st->count(get(prefix + "count").item<int64_t>());
+    st->exp_avg(placed(get(prefix + "exp_avg")));
+    st->exp_avg_sq(placed(get(prefix + "exp_avg_sq")));
+    st->accum(placed(get(prefix + "accum")));
+    optimizer.state()[key] = std::move(st);
+  } else if (adam || adamw) {
+    if (!get(prefix + "exp_avg").defined()) return;
+    auto fill = [&](auto s) {
+      s->step(get(prefix + "step").item<int64_t>());
+      s->exp_avg(placed(get(prefix + "exp_avg")));
+      s->exp_avg_sq(placed(get(prefix + "exp_avg_sq")));
+      if (get(prefix + "max_exp_avg_sq").defined())
+        s->max_exp_avg_sq(placed(get(prefix + "max_exp_avg_sq")));
+      optimizer.state()[key] = std::move(s);
+    };
+    if (adam) fill(std::make_unique<torch::optim::AdamParamState>());
+    if (adamw) fill(std::make_unique<torch::optim::AdamWParamState>());
+  } else if (get(prefix + "momentum_buffer").defined()) {
+    auto s = std::make_unique<torch::optim::SGDParamState>();
+    s->momentum_buffer(placed(get(prefix + "momentum_buffer")));
+    optimizer.state()[key] = std::move(s);
+  }
 }
 
 }  // namespace
@@ -277,23 +345,7 @@ absl::StatusOr<TrainingPosition> Restore(const std::vector<CheckpointFileData>& 
   ASSIGN_OR_RETURN(auto weights, ReadTensorFile(*model_file));
   ASSIGN_OR_RETURN(auto state, ReadTensorFile(*state_file));
   torch::NoGradGuard no_grad;
-  std::vector<NamedTensor> targets = model.NamedParameters();
-  for (NamedTensor& b : model.NamedBuffers()) targets.push_back(b);
-  for (NamedTensor& t : targets) {
-    auto it = weights.find(t.name);
-    if (it == weights.end()) {
-      return absl::InvalidArgumentError(absl::StrCat("checkpoint ", kModelFile, " has no tensor \"",
-                                                     t.name,
-                                                     "\": it was written by a different model"));
-    }
-    if (it->second.sizes() != t.tensor.sizes() ||
-        it->second.scalar_type() != t.tensor.scalar_type()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("checkpoint tensor \"", t.name, "\" is ", c10::str(it->second.sizes()),
-                       ", the model's is ", c10::str(t.tensor.sizes()), ": a different model"));
-    }
-    t.tensor.copy_(it->second);
-  }
+  RETURN_IF_ERROR(RestoreWeights(weights, model));
   auto get = [&](const std::string& key) -> at::Tensor {
     auto it = state.find(key);
     return it == state.end() ? at::Tensor() : it->second;
@@ -302,47 +354,8 @@ absl::StatusOr<TrainingPosition> Restore(const std::vector<CheckpointFileData>& 
     if (!get(key).defined())
       return absl::DataLossError(absl::StrCat("checkpoint ", kTrainStateFile, " lacks ", key));
   }
-  for (const OptimizedParam& op : OptimizedParams(model, optimizers)) {
-    torch::optim::Optimizer& optimizer = *op.optimizer;
-    const bool adam = dynamic_cast<torch::optim::Adam*>(&optimizer) != nullptr;
-    const bool adamw = dynamic_cast<torch::optim::AdamW*>(&optimizer) != nullptr;
-    const bool accum = dynamic_cast<AccumAdam*>(&optimizer) != nullptr;
-    // The state on its parameter's device (a checkpoint holds CPU tensors).
-    const auto placed = [&op](const at::Tensor& t) {
-      return t.to(at::TensorOptions().device(op.param.device()), /*non_blocking=*/false,
-                  /*copy=*/true);
-    };
-    {
-      const std::string prefix = absl::StrCat("optim.", op.index, ".");
-      const OptimizerStateKey key = OptimizerStateKeyOf(op.param);
-      if (accum) {
-        if (!get(prefix + "exp_avg").defined()) continue;
-        auto st = std::make_unique<AccumAdamParamState>();
-        st->step(get(prefix + "step").item<int64_t>());
-        st->count(get(prefix + "count").item<int64_t>());
-        st->exp_avg(placed(get(prefix + "exp_avg")));
-        st->exp_avg_sq(placed(get(prefix + "exp_avg_sq")));
-        st->accum(placed(get(prefix + "accum")));
-        optimizer.state()[key] = std::move(st);
-      } else if (adam || adamw) {
-        if (!get(prefix + "exp_avg").defined()) continue;
-        auto fill = [&](auto s) {
-          s->step(get(prefix + "step").item<int64_t>());
-          s->exp_avg(placed(get(prefix + "exp_avg")));
-          s->exp_avg_sq(placed(get(prefix + "exp_avg_sq")));
-          if (get(prefix + "max_exp_avg_sq").defined())
-            s->max_exp_avg_sq(placed(get(prefix + "max_exp_avg_sq")));
-          optimizer.state()[key] = std::move(s);
-        };
-        if (adam) fill(std::make_unique<torch::optim::AdamParamState>());
-        if (adamw) fill(std::make_unique<torch::optim::AdamWParamState>());
-      } else if (get(prefix + "momentum_buffer").defined()) {
-        auto s = std::make_unique<torch::optim::SGDParamState>();
-        s->momentum_buffer(placed(get(prefix + "momentum_buffer")));
-        optimizer.state()[key] = std::move(s);
-      }
-    }
-  }
+  for (const OptimizedParam& op : OptimizedParams(model, optimizers))
+    RestoreOptimizerState(op, get);
   const TrainingPosition position = ReadPosition(get);
   if (exchange != nullptr) {
     *exchange = ExchangeState();

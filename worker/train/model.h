@@ -73,7 +73,7 @@ void WithSeed(uint64_t seed, absl::FunctionRef<void()> draws);
 // LibTorch has one default generator per process (and one per GPU), and
 // torch::nn draws initial parameters and dropout masks from it. A rank seeds
 // it and then draws, so that what it draws is a function of the seed (and of
-// rank and step for dropout). Ranks that are threads of one process (the
+// step and micro-batch number for dropout: the trainer's SeededForward). Ranks that are threads of one process (the
 // trainer's tests, anything that runs Train on several threads) share that
 // generator: when one rank re-seeds it or draws between another's seed and
 // that rank's draws, the other draws from a state that depends on thread

@@ -8,7 +8,8 @@
 //
 // Lines (one write(2) each, so a process killed mid-run leaves whole lines):
 //   step GENERATION RANK STEP EPOCH I1,I2,...   before the step's first
-//       collective: the samples this rank feeds into step STEP (0-based)
+//       collective: the samples this rank feeds into step STEP (0-based),
+//       one line per micro-batch (gradient accumulation)
 //   state GENERATION RANK source SOURCE step STEP had HELD model CRC32C
 //       after a re-formed generation shared its state (HELD -1: a newcomer);
 //       CRC32C as in `final`, of the model this rank starts the generation

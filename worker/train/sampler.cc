@@ -7,10 +7,11 @@
 namespace chorus {
 
 int64_t BatchesPerEpoch(const SamplerOptions& o) {
-  const int64_t global = o.batch_size * o.world_size;
+  const int64_t steps = std::max<int64_t>(1, o.step_batches);
+  const int64_t global = o.batch_size * o.world_size * steps;
   const int64_t n = o.num_samples - std::clamp<int64_t>(o.start, 0, o.num_samples);
   if (global <= 0 || n <= 0) return 0;
-  return o.pad ? (n + global - 1) / global : n / global;
+  return (o.pad ? (n + global - 1) / global : n / global) * steps;
 }
 
 namespace {
@@ -129,8 +130,11 @@ int64_t StreamCursor::At(int64_t q) {
 int64_t StreamCursor::Next() {
   // Position i of the rest of the epoch (ShareOfOrder's order after the
   // trained prefix, padded by wrapping around it) is the stream order's
-  // position start + i mod remaining; this rank takes i = rank + k * world.
-  const int64_t i = o_.rank + taken_++ * o_.world_size;
+  // position start + i mod remaining; this rank's k-th sample is position
+  // i = ((k / chunk) * world + rank) * chunk + k mod chunk.
+  const int64_t chunk = std::max<int64_t>(1, o_.chunk);
+  const int64_t k = taken_++;
+  const int64_t i = ((k / chunk) * o_.world_size + o_.rank) * chunk + k % chunk;
   return At(start_ + i % remaining_);
 }
 
@@ -143,10 +147,38 @@ std::vector<int64_t> ShareOfOrder(std::vector<int64_t> order, const SamplerOptio
   const int64_t total = BatchesPerEpoch(o) * o.batch_size * o.world_size;
   for (int64_t i = remaining; i < total; ++i) order.push_back(order[i % remaining]);
   order.resize(total);
+  const int64_t chunk = std::max<int64_t>(1, o.chunk);
   std::vector<int64_t> mine;
   mine.reserve(total / std::max(1, o.world_size));
-  for (int64_t i = o.rank; i < total; i += o.world_size) mine.push_back(order[i]);
+  for (int64_t c = o.rank * chunk; c < total; c += chunk * o.world_size) {
+    mine.insert(mine.end(), order.begin() + c, order.begin() + std::min(total, c + chunk));
+  }
   return mine;
 }
+
+// Note [Global batch]
+// training.global_batch_size fixes the samples of an optimizer step at
+// every world size W, so that an elastic job that shrinks or grows trains
+// the computation an undisturbed run would (docs/elastic.md "The global
+// batch"):
+// - The order of an epoch never depends on W (EpochIndices, StreamOrder), and
+//   the rest of an epoch after `start` is cut into whole steps of G =
+//   global_batch_size samples (step_batches = G / (batch_size x W) per rank;
+//   BatchesPerEpoch pads or drops whole steps). Step s of the rest is
+//   positions [s G, (s + 1) G) at every W, and `start` (epoch_offset, in
+//   samples) is a multiple of G, so a resumed or re-formed epoch goes on
+//   where the old one stopped.
+// - The rest is dealt out a micro-batch (chunk = batch_size) at a time:
+//   micro-batch m of a step on rank r is the step's micro-batch m W + r,
+//   positions [s G + (m W + r) b, ... + b). So every micro-batch holds the
+//   same samples at every W, and its random draws (dropout) are seeded from
+//   its number (the trainer's SeededForward), not from the rank.
+// - Each rank divides a micro-batch's mean loss by its step_batches and DDP
+//   averages the gradients over the W ranks: the gradient is the mean over
+//   the G/b micro-batches of the step, i.e. over the global batch, at every
+//   W (micro-batches are equal in size).
+// Only the order of the floating-point sums differs (the accumulation on a
+// rank, then the all-reduce across ranks), so parameters agree to rounding,
+// not bit for bit.
 
 }  // namespace chorus

@@ -33,6 +33,16 @@ struct SamplerOptions {
   // Samples of this epoch already trained (by any world size): the first
   // `start` of the epoch's permutation are skipped, the rest sharded.
   int64_t start = 0;
+  // How the rest is dealt out: `chunk` consecutive positions at a time,
+  // rank after rank. 1 deals sample by sample; batch_size deals whole
+  // micro-batches, so that micro-batch k of the rest is the same samples at
+  // every world size (Note [Global batch] in sampler.cc).
+  // REQUIRES: batch_size % chunk == 0.
+  int64_t chunk = 1;
+  // Micro-batches per rank per optimizer step: the rest is cut into whole
+  // steps of batch_size x world_size x step_batches samples (the last one
+  // padded or dropped).
+  int64_t step_batches = 1;
 };
 
 // Indices of rank's samples in `epoch`, batch after batch.
@@ -99,7 +109,8 @@ class StreamCursor {
   std::vector<int64_t> block_;
 };
 
-// Batches per rank per epoch.
+// Batches per rank per epoch (from options.start on): a multiple of
+// options.step_batches.
 int64_t BatchesPerEpoch(const SamplerOptions& options);
 
 }  // namespace chorus

@@ -156,6 +156,79 @@ TEST(SamplerTest, StreamShareIsTheShareOfTheStreamOrder) {
   }
 }
 
+// The micro-batches of each optimizer step with a global batch of `global`
+// samples at `world` ranks, by (step, micro-batch number in the step): rank
+// r's micro-batch m of a step is number m * world + r (Note [Global batch]
+// in sampler.cc). `share(o)` is a rank's samples.
+template <typename Share>
+std::map<std::pair<int64_t, int64_t>, std::vector<int64_t>> GlobalSteps(
+    SamplerOptions o, int64_t global, int world, const Share& share) {
+  o.world_size = world;
+  o.chunk = o.batch_size;
+  o.step_batches = global / (o.batch_size * world);
+  std::map<std::pair<int64_t, int64_t>, std::vector<int64_t>> steps;
+  for (int rank = 0; rank < world; ++rank) {
+    o.rank = rank;
+    const std::vector<int64_t> mine = share(o);
+    EXPECT_EQ(static_cast<int64_t>(mine.size()), BatchesPerEpoch(o) * o.batch_size);
+    for (int64_t j = 0; j * o.batch_size < static_cast<int64_t>(mine.size()); ++j) {
+      const int64_t step = j / o.step_batches, m = j % o.step_batches;
+      steps[{step, m * world + rank}].assign(mine.begin() + j * o.batch_size,
+                                             mine.begin() + (j + 1) * o.batch_size);
+    }
+  }
+  return steps;
+}
+
+TEST(SamplerTest, AGlobalBatchTrainsTheSameMicroBatchesInEveryStepAtEveryWorldSize) {
+  // 1000 samples, global batch 60 of micro-batches of 5: 12 micro-batches a
+  // step, 12 / world per rank.
+  const int64_t n = 1000, batch = 5, global = 60;
+  for (bool pad : {false, true}) {
+    for (int64_t start : {int64_t{0}, 7 * global}) {
+      const SamplerOptions o{n, 1, 0, batch, /*seed=*/42, /*shuffle=*/true, pad, start};
+      auto epoch = [](const SamplerOptions& o) { return EpochIndices(o, 2); };
+      const auto one = GlobalSteps(o, global, 1, epoch);
+      const int64_t steps = pad ? (n - start + global - 1) / global : (n - start) / global;
+      ASSERT_EQ(static_cast<int64_t>(one.size()), steps * 12) << "pad " << pad;
+      std::map<int64_t, int> seen;
+      for (const auto& [key, samples] : one) {
+        for (int64_t i : samples) ++seen[i];
+      }
+      if (!pad) {
+        EXPECT_EQ(static_cast<int64_t>(seen.size()), steps * global);
+        for (const auto& [i, count] : seen) EXPECT_EQ(count, 1) << "sample " << i;
+      }
+      for (int world : {2, 3, 4, 6, 12}) {
+        EXPECT_EQ(GlobalSteps(o, global, world, epoch), one)
+            << "world " << world << " pad " << pad << " start " << start;
+      }
+      // Resumed at step 7 at another world size: the full epoch's steps 7 on.
+      if (start == 0) {
+        SamplerOptions resumed = o;
+        resumed.start = 7 * global;
+        const auto rest = GlobalSteps(resumed, global, 4, epoch);
+        for (const auto& [key, samples] : rest) {
+          if (pad && key.first + 7 >= steps - 1) continue;  // the padded step wraps elsewhere
+          EXPECT_EQ(samples, one.at({key.first + 7, key.second})) << "step " << key.first + 7;
+        }
+      }
+    }
+  }
+  // Streamed data deals out its stream order the same way.
+  const std::vector<int64_t> sizes = {100, 37, 250, 13};
+  const SamplerOptions o{400, 1, 0, 4, 7, true, true, 48};
+  auto stream = [&sizes](const SamplerOptions& o) { return StreamShare(sizes, 64, o, 3); };
+  auto of_order = [&sizes](const SamplerOptions& o) {
+    return ShareOfOrder(StreamOrder(sizes, 64, 7, true, 3), o);
+  };
+  const auto one = GlobalSteps(o, 48, 1, stream);
+  for (int world : {1, 2, 3, 4, 6, 12}) {
+    EXPECT_EQ(GlobalSteps(o, 48, world, stream), one) << "world " << world;
+    EXPECT_EQ(GlobalSteps(o, 48, world, of_order), one) << "world " << world;
+  }
+}
+
 TEST(SamplerTest, AStreamCursorCopyContinuesWhereTheOriginalIs) {
   const std::vector<int64_t> sizes = {100, 37, 250, 13};
   // 400 samples, 3 ranks x 16, padded: the share wraps around to the start.

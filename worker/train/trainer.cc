@@ -363,7 +363,10 @@ bool IsMembershipFailure(const absl::Status& s) {
 // with a wide [min_ranks, max_ranks] does not wait up to an epoch. Should
 // the coordinator form another size after all (a slot went away
 // meanwhile), the rest of the epoch may leave a partial batch, dropped as
-// after a failure.
+// after a failure. With training.global_batch_size every step is a
+// boundary: the global batch is the same at every world size, so the rest
+// of the epoch is whole steps at any of them (Note [Global batch] in
+// sampler.cc).
 absl::Status CheckStepBoundary(Communicator& comm, const TrainingProgress& p, int64_t generation,
                                int64_t step, int64_t epoch_offset, const v1::JobSpec& spec,
                                int64_t per_rank_step, int64_t epoch_samples) {
@@ -375,14 +378,17 @@ absl::Status CheckStepBoundary(Communicator& comm, const TrainingProgress& p, in
   // The next world's global batch is that of the ranks that will train in it.
   const absl::StatusOr<int> next_training =
       next.world_size > 0 ? TrainingRanks(spec, next.world_size) : absl::StatusOr<int>(0);
+  // With training.global_batch_size every step ends on a whole global batch
+  // of every world size.
   const int64_t boundary =
-      BoundarySamples(spec.resources().min_ranks(), spec.resources().max_ranks(),
-                      next_training.ok() ? *next_training : 0, per_rank_step, epoch_samples);
+      spec.training().global_batch_size() > 0
+          ? spec.training().global_batch_size()
+          : BoundarySamples(spec.resources().min_ranks(), spec.resources().max_ranks(),
+                            next_training.ok() ? *next_training : 0, per_rank_step, epoch_samples);
   if (epoch_offset % boundary != 0) return absl::OkStatus();
-  return absl::AbortedError(absl::StrCat("generation ", generation,
-                                         " ends at the step boundary before step ", step,
-                                         ": the coordinator asked for generation ",
-                                         next.generation));
+  return absl::AbortedError(
+      absl::StrCat("generation ", generation, " ends at the step boundary before step ", step,
+                   ": the coordinator asked for generation ", next.generation));
 }
 
 // What a rank keeps across the generations of its job.
@@ -457,200 +463,292 @@ absl::StatusOr<ShardBatch> NextBatch(RankRun& run, const torch::Tensor& order, i
 }
 
 // The spec one generation trains with: elastic.scale_lr scales the learning
-// rate with the ranks that train.
-v1::JobSpec GenerationSpec(const v1::JobSpec& spec, int world_size) {
+// rate with the ranks that train; training.global_batch_size sets the
+// micro-batches each of them accumulates per step (Note [Global batch] in
+// sampler.cc). INVALID_ARGUMENT naming the world size when the global
+// batch does not split among its ranks.
+absl::StatusOr<v1::JobSpec> GenerationSpec(const v1::JobSpec& spec, int world_size,
+                                           int64_t generation) {
   v1::JobSpec out = spec;
   if (spec.has_elastic() && spec.elastic().scale_lr()) {
     out.mutable_optimizer()->set_lr(spec.optimizer().lr() * world_size /
                                     std::max(1, spec.resources().max_ranks()));
   }
+  if (spec.training().global_batch_size() > 0) {
+    const absl::StatusOr<int> micro = MicroBatchesPerStep(spec, world_size);
+    if (!micro.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("generation ", generation, " cannot train: ", micro.status().message()));
+    }
+    out.mutable_strategy()->mutable_ddp()->set_grad_accum_steps(*micro);
+  }
   return out;
 }
 
-// Trains in one generation until the run ends or a collective fails. A
-// generation after the first starts from the newest state any member holds.
 // How `rank` of the `training` ranks of a generation takes its share of a
 // split of `train_size` samples; INVALID_ARGUMENT when the split does not
 // fill one global batch.
 absl::StatusOr<SamplerOptions> GenerationSampler(const v1::JobSpec& spec, int64_t train_size,
                                                  int training, int rank) {
-  const SamplerOptions sampler{train_size,
-                               training,
-                               rank,
-                               spec.training().batch_size_per_rank(),
-                               spec.training().seed(),
-                               spec.training().shuffle(),
-                               spec.data().remainder() == v1::DataSpec::PAD};
+  SamplerOptions sampler{train_size,
+                         training,
+                         rank,
+                         spec.training().batch_size_per_rank(),
+                         spec.training().seed(),
+                         spec.training().shuffle(),
+                         spec.data().remainder() == v1::DataSpec::PAD};
+  const int64_t global = spec.training().global_batch_size();
+  if (global > 0) {  // whole micro-batches, whole steps (Note [Global batch] in sampler.cc)
+    sampler.chunk = sampler.batch_size;
+    sampler.step_batches = spec.strategy().ddp().grad_accum_steps();
+  }
   if (BatchesPerEpoch(sampler) == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the training split has ", train_size, " samples, fewer than one global batch (",
-        training, " ranks x training.batch_size_per_rank ", sampler.batch_size, ")"));
+    return absl::InvalidArgumentError(
+        global > 0
+            ? absl::StrCat("the training split has ", train_size,
+                           " samples, fewer than one global batch "
+                           "(training.global_batch_size ",
+                           global, ")")
+            : absl::StrCat("the training split has ", train_size,
+                           " samples, fewer than one global batch (", training,
+                           " ranks x training.batch_size_per_rank ", sampler.batch_size, ")"));
   }
   return sampler;
 }
 
-// The model's output for micro-batch `m` of `step`. Its random draws
-// (dropout) are a function of (seed, rank, step, m), so a resumed run draws
-// exactly what an uninterrupted one would, and ranks that share a process
-// do not draw from each other's seeds (Note [Seeded draws] in model.h).
-absl::StatusOr<torch::Tensor> SeededForward(RankRun& run, int rank, int64_t step, int m,
+// The model's output for micro-batch `k` of `step` (rank r's m-th of the
+// step is number m x training ranks + r). Its random draws (dropout) are a
+// function of (seed, step, k), so a resumed run draws exactly what an
+// uninterrupted one would, ranks that share a process do not draw from each
+// other's seeds (Note [Seeded draws] in model.h), and with
+// training.global_batch_size, where micro-batch k of a step is the same
+// samples at every world size, a sample gets the same draws at every world
+// size (Note [Global batch] in sampler.cc).
+absl::StatusOr<torch::Tensor> SeededForward(RankRun& run, int64_t step, int64_t k,
                                             const torch::Tensor& x) {
-  uint64_t seed = run.spec.training().seed() * 1000003 + rank * 7919 + step;
-  if (m > 0) seed ^= static_cast<uint64_t>(m) << 40;
+  const uint64_t seed = run.spec.training().seed() * 1000003 + (static_cast<uint64_t>(step) << 24) +
+                        static_cast<uint64_t>(k);
   absl::StatusOr<torch::Tensor> out;
   WithSeed(seed, [&] { out = run.model.Forward(x); });
   return out;
 }
 
+// The position a generation after the first starts from: the newest
+// state any member holds (state_sync.h), the mean of the survivors' models
+// for a strategy whose replicas differ.
+absl::StatusOr<TrainingPosition> SharedPosition(RankRun& run, const Generation& gen,
+                                                TrainingStrategy& strategy) {
+  Communicator& comm = *gen.comm;
+  const absl::Time share_start = absl::Now();
+  const int64_t had = run.held.has_value() ? run.held->position.step : -1;
+  ASSIGN_OR_RETURN(SharedState shared, ShareNewestState(comm, run.model, strategy.optimizers(),
+                                                        run.held.has_value() ? &*run.held : nullptr,
+                                                        absl::Now() + absl::Minutes(5)));
+  TrainingPosition position = shared.position;
+  if (!strategy.replicas_identical()) {
+    ASSIGN_OR_RETURN(const int averaged,
+                     AverageHeldModels(comm, run.model, run.held.has_value() ? &*run.held : nullptr,
+                                       absl::Now() + absl::Minutes(5)));
+    if (comm.rank() == 0) {
+      LOG(INFO) << "generation " << gen.generation << " starts from the mean of " << averaged
+                << " survivor model(s) at step " << position.step;
+    }
+  }
+  RETURN_IF_ERROR(strategy.Resume(position.step, ExchangeState{}));
+  LOG(INFO) << "generation " << gen.generation << ": rank " << comm.rank() << " holds step "
+            << position.step << " (" << shared.bytes << " bytes from rank " << shared.source
+            << ", shared in "
+            << absl::FormatDuration(absl::Trunc(absl::Now() - share_start, absl::Milliseconds(1)))
+            << ")";
+  if (run.trace != nullptr)
+    run.trace->State(gen.generation, comm.rank(), shared.source, position.step, had, run.model);
+  return position;
+}
+
+// One generation's training as this rank takes part in it.
+struct GenerationRun {
+  RankRun& run;
+  const Generation& gen;
+  Communicator& comm;
+  const v1::JobSpec& spec;  // GenerationSpec's
+  TrainingStrategy& strategy;
+  const SamplerOptions& sampler;
+  int accum = 1;             // micro-batches per step
+  int training = 1;          // ranks that train
+  int64_t global_batch = 0;  // samples per micro-batch over the training ranks
+  bool spare = false;        // a hot spare: in every step's collectives, trains on nothing
+  int64_t total_steps = 0;
+  TrainingCheckpoints& checkpoints;
+};
+
+// The forward and backward passes of one step's micro-batches at `b`
+// (this rank's batch number in the epoch's `order`); each micro-batch's
+// loss into `window` (on the CPU) or `device_loss` (on a GPU).
+absl::Status TrainMicroBatches(GenerationRun& g, int64_t step, int64_t epoch,
+                               const torch::Tensor& order, int64_t b, MetricsWindow& window,
+                               torch::Tensor& device_loss) {
+  TrainingProgress& p = g.run.p;
+  const c10::Device device = g.comm.device();
+  const int64_t batch_size = g.sampler.batch_size;
+  g.strategy.BeginStep();
+  for (int m = 0; m < g.accum; ++m) {
+    p.Enter(v1::DATA);
+    ASSIGN_OR_RETURN(const ShardBatch batch,
+                     NextBatch(g.run, order, (b + m) * batch_size, batch_size, device));
+    if (g.run.trace != nullptr)
+      g.run.trace->Step(g.gen.generation, g.comm.rank(), step, epoch, batch.indices);
+    p.Enter(v1::FORWARD);
+    RETURN_IF_ERROR(g.strategy.BeforeForward());
+    ASSIGN_OR_RETURN(const torch::Tensor out,
+                     SeededForward(g.run, step, int64_t{m} * g.training + g.comm.rank(), batch.x));
+    const torch::Tensor loss = Loss(g.spec, out, batch.y) / g.accum;
+    p.Enter(v1::BACKWARD);
+    ASSIGN_OR_RETURN(const double waited, g.strategy.Backward(loss, m + 1 == g.accum));
+    if (device.is_cpu()) {
+      window.AddMicroBatch(loss.item<double>(), waited);
+    } else {
+      const torch::Tensor l = loss.detach().to(at::kDouble);
+      device_loss = device_loss.defined() ? device_loss + l : l;
+      window.AddMicroBatch(0, waited);
+    }
+  }
+  return absl::OkStatus();
+}
+
+// What follows a step: progress, checkpoints, the report window's metrics
+// every training.log_every_steps steps, and evaluation every
+// eval.every_steps.
+absl::Status AfterStep(GenerationRun& g, const TrainingPosition& position, int64_t epoch,
+                       MetricsWindow& window, DataWindow& data_window, torch::Tensor& device_loss,
+                       v1::Metrics& metrics) {
+  const int64_t step = position.step;
+  TrainingProgress& p = g.run.p;
+  p.step.store(step);
+  p.epoch.store(epoch);
+  metrics.set_step(step);
+  metrics.set_epoch(epoch);
+  RETURN_IF_ERROR(g.checkpoints.AfterStep(position, g.total_steps));
+  const bool log = step % g.spec.training().log_every_steps() == 0 || step == g.total_steps;
+  if (log) {
+    if (device_loss.defined()) {
+      window.AddMicroBatch(device_loss.item<double>(), 0);
+      device_loss = torch::Tensor();
+    }
+    AddWindowMetrics(window.Close(absl::Now(), g.accum * g.global_batch), g.total_steps,
+                     g.comm.size(), g.checkpoints, g.strategy, metrics, p);
+    data_window.Close(absl::Now(), step, metrics);
+  }
+  const bool eval = g.spec.eval().every_steps() > 0 && step % g.spec.eval().every_steps() == 0 &&
+                    step < g.total_steps && !g.spec.eval().disabled() && g.run.test.size() > 0;
+  if (eval) {
+    p.Enter(v1::EVAL);
+    RETURN_IF_ERROR(g.strategy.WithGlobalAverage(
+        [&] { return Evaluate(g.spec, g.run.model, g.run.test, g.comm, metrics); }));
+  }
+  if (log || eval) g.run.report(metrics);
+  return absl::OkStatus();
+}
+
+// Trains the steps from `position` to the generation's total, epoch after
+// epoch, then finishes the strategy, writes the final checkpoint and
+// evaluates the final model.
+absl::Status TrainSteps(GenerationRun& g, TrainingPosition& position, absl::Time start,
+                        v1::Metrics& metrics) {
+  MetricsWindow window(start);
+  DataWindow data_window(g.run.reader, start, position.step);
+  torch::Tensor device_loss;  // the window's losses on a GPU (Note [Batches on a GPU])
+  int64_t& step = position.step;
+  for (; step < g.total_steps; ++position.epoch, position.epoch_offset = 0) {
+    const int64_t epoch = position.epoch;
+    SamplerOptions current = g.sampler;
+    current.start = position.epoch_offset;
+    const torch::Tensor order = EpochOrder(g.run, current, epoch, g.spare);
+    const int64_t epoch_batches = BatchesPerEpoch(current);
+    for (int64_t b = 0; b + g.accum <= epoch_batches && step < g.total_steps; b += g.accum) {
+      if (g.run.options.rejoin) {
+        RETURN_IF_ERROR(CheckStepBoundary(g.comm, g.run.p, g.gen.generation, step,
+                                          position.epoch_offset, g.spec,
+                                          g.accum * g.sampler.batch_size, g.run.train_size));
+      }
+      RETURN_IF_ERROR(InjectFaults(g.spec, g.comm, g.gen.generation, step, g.run.p));
+      if (g.spare) {
+        RETURN_IF_ERROR(g.strategy.SpareStep());
+      } else {
+        RETURN_IF_ERROR(TrainMicroBatches(g, step, epoch, order, b, window, device_loss));
+      }
+      window.EndStep();
+      RETURN_IF_ERROR(g.strategy.Step(step));
+      ++step;
+      position.epoch_offset += g.accum * g.global_batch;
+      RETURN_IF_ERROR(AfterStep(g, position, epoch, window, data_window, device_loss, metrics));
+    }
+    if (step >= g.total_steps) break;
+  }
+  RETURN_IF_ERROR(g.strategy.Finish());
+  RETURN_IF_ERROR(g.checkpoints.AtEnd(position));
+  g.run.p.Enter(v1::EVAL);
+  if (!g.spec.eval().disabled() && g.run.test.size() > 0) {
+    RETURN_IF_ERROR(Evaluate(g.spec, g.run.model, g.run.test, g.comm, metrics));
+  }
+  return absl::OkStatus();
+}
+
+// The strategy of a generation in which `training` of the ranks train.
+absl::StatusOr<std::unique_ptr<TrainingStrategy>> GenerationStrategy(RankRun& run,
+                                                                     const Generation& gen,
+                                                                     const v1::JobSpec& spec,
+                                                                     int training) {
+  Communicator& comm = *gen.comm;
+  const absl::Time setup_start = absl::Now();
+  ASSIGN_OR_RETURN(std::unique_ptr<TrainingStrategy> strategy,
+                   CreateTrainingStrategy(spec, run.model, comm, run.p));
+  if (training != comm.size()) {
+    LOG(INFO) << "generation " << gen.generation << ": " << training << " of " << comm.size()
+              << " ranks train (the topology serves " << training << "); rank " << comm.rank()
+              << (comm.rank() >= training ? " is a hot spare" : " trains");
+  }
+  if (gen.generation > 1) {
+    LOG(INFO) << "generation " << gen.generation << ": rank " << comm.rank() << " built its "
+              << "strategy in "
+              << absl::FormatDuration(
+                     absl::Trunc(absl::Now() - setup_start, absl::Milliseconds(1)));
+  }
+  return strategy;
+}
+
+// Trains in one generation until the run ends or a collective fails. A
+// generation after the first starts from the newest state any member holds.
 absl::StatusOr<v1::Metrics> TrainGeneration(RankRun& run, const Generation& gen) {
   Communicator& comm = *gen.comm;
-  TrainingProgress& p = run.p;
-  p.Enter(v1::SETUP);
-  const absl::Time setup_start = absl::Now();
+  run.p.Enter(v1::SETUP);
   // Hot spares (Note [Hot spares] in decentralized_data_parallel.h) take part
   // in the collectives of every step and train on nothing; the ranks that
   // train share the data and set the learning rate's scale.
   ASSIGN_OR_RETURN(const int training, TrainingRanks(run.spec, comm.size()));
   const bool spare = comm.rank() >= training;
-  const v1::JobSpec spec = GenerationSpec(run.spec, training);
+  ASSIGN_OR_RETURN(const v1::JobSpec spec, GenerationSpec(run.spec, training, gen.generation));
   ASSIGN_OR_RETURN(std::unique_ptr<TrainingStrategy> strategy,
-                   CreateTrainingStrategy(spec, run.model, comm, p));
-  if (training != comm.size()) {
-    LOG(INFO) << "generation " << gen.generation << ": " << training << " of " << comm.size()
-              << " ranks train (the topology serves " << training << "); rank " << comm.rank()
-              << (spare ? " is a hot spare" : " trains");
-  }
-  if (gen.generation > 1) {
-    LOG(INFO) << "generation " << gen.generation << ": rank " << comm.rank() << " built its "
-              << "strategy in "
-              << absl::FormatDuration(absl::Trunc(absl::Now() - setup_start, absl::Milliseconds(1)));
-  }
+                   GenerationStrategy(run, gen, spec, training));
   ASSIGN_OR_RETURN(const SamplerOptions sampler,
                    GenerationSampler(spec, run.train_size, training, spare ? 0 : comm.rank()));
   const int accum = strategy->accumulation_steps();
-  const int64_t global_batch = sampler.batch_size * training;
   TrainingPosition position;
   if (gen.generation > 1) {
-    const absl::Time share_start = absl::Now();
-    const int64_t had = run.held.has_value() ? run.held->position.step : -1;
-    ASSIGN_OR_RETURN(SharedState shared,
-                     ShareNewestState(comm, run.model, strategy->optimizers(),
-                                      run.held.has_value() ? &*run.held : nullptr,
-                                      absl::Now() + absl::Minutes(5)));
-    position = shared.position;
-    if (!strategy->replicas_identical()) {
-      ASSIGN_OR_RETURN(
-          const int averaged,
-          AverageHeldModels(comm, run.model, run.held.has_value() ? &*run.held : nullptr,
-                            absl::Now() + absl::Minutes(5)));
-      if (comm.rank() == 0) {
-        LOG(INFO) << "generation " << gen.generation << " starts from the mean of " << averaged
-                  << " survivor model(s) at step " << position.step;
-      }
-    }
-    RETURN_IF_ERROR(strategy->Resume(position.step, ExchangeState{}));
-    LOG(INFO) << "generation " << gen.generation << ": rank " << comm.rank() << " holds step "
-              << position.step << " (" << shared.bytes << " bytes from rank " << shared.source
-              << ", shared in "
-              << absl::FormatDuration(absl::Trunc(absl::Now() - share_start, absl::Milliseconds(1)))
-              << ")";
-    if (run.trace != nullptr)
-      run.trace->State(gen.generation, comm.rank(), shared.source, position.step, had, run.model);
+    ASSIGN_OR_RETURN(position, SharedPosition(run, gen, *strategy));
   } else {
     ASSIGN_OR_RETURN(position, FirstPosition(run, comm, *strategy));
   }
   const int64_t total_steps = TotalSteps(spec, sampler, position, accum);
   strategy->set_total_steps(total_steps);
   TrainingCheckpoints checkpoints(gen.checkpoints, spec.checkpoint(), run.model, *strategy, comm,
-                                  p);
-
+                                  run.p);
+  GenerationRun g{run,   gen,         comm,
+                  spec,  *strategy,   sampler,
+                  accum, training,    sampler.batch_size * training,
+                  spare, total_steps, checkpoints};
   v1::Metrics metrics;
   const absl::Time start = absl::Now();
-  const c10::Device device = comm.device();
-  absl::Status status = [&]() -> absl::Status {
-    MetricsWindow window(start);
-    DataWindow data_window(run.reader, start, position.step);
-    torch::Tensor device_loss;  // the window's losses on a GPU (Note [Batches on a GPU])
-    int64_t& step = position.step;
-    for (; step < total_steps; ++position.epoch, position.epoch_offset = 0) {
-      const int64_t epoch = position.epoch;
-      SamplerOptions current = sampler;
-      current.start = position.epoch_offset;
-      const torch::Tensor order = EpochOrder(run, current, epoch, spare);
-      const int64_t epoch_batches = BatchesPerEpoch(current);
-      for (int64_t b = 0; b + accum <= epoch_batches && step < total_steps; b += accum) {
-        if (run.options.rejoin) {
-          RETURN_IF_ERROR(CheckStepBoundary(comm, p, gen.generation, step, position.epoch_offset,
-                                            spec, accum * sampler.batch_size, run.train_size));
-        }
-        RETURN_IF_ERROR(InjectFaults(spec, comm, gen.generation, step, p));
-        if (spare) {
-          RETURN_IF_ERROR(strategy->SpareStep());
-        } else {
-          strategy->BeginStep();
-          for (int m = 0; m < accum; ++m) {
-            p.Enter(v1::DATA);
-            ASSIGN_OR_RETURN(
-                const ShardBatch batch,
-                NextBatch(run, order, (b + m) * sampler.batch_size, sampler.batch_size, device));
-            if (run.trace != nullptr)
-              run.trace->Step(gen.generation, comm.rank(), step, epoch, batch.indices);
-            const torch::Tensor& x = batch.x;
-            const torch::Tensor& y = batch.y;
-            p.Enter(v1::FORWARD);
-            RETURN_IF_ERROR(strategy->BeforeForward());
-            ASSIGN_OR_RETURN(const torch::Tensor out, SeededForward(run, comm.rank(), step, m, x));
-            const torch::Tensor loss = Loss(spec, out, y) / accum;
-            p.Enter(v1::BACKWARD);
-            ASSIGN_OR_RETURN(const double waited, strategy->Backward(loss, m + 1 == accum));
-            if (device.is_cpu()) {
-              window.AddMicroBatch(loss.item<double>(), waited);
-            } else {
-              const torch::Tensor l = loss.detach().to(at::kDouble);
-              device_loss = device_loss.defined() ? device_loss + l : l;
-              window.AddMicroBatch(0, waited);
-            }
-          }
-        }
-        window.EndStep();
-        RETURN_IF_ERROR(strategy->Step(step));
-        ++step;
-        position.epoch_offset += accum * global_batch;
-        p.step.store(step);
-        p.epoch.store(epoch);
-        metrics.set_step(step);
-        metrics.set_epoch(epoch);
-        RETURN_IF_ERROR(checkpoints.AfterStep(position, total_steps));
-        const bool log = step % spec.training().log_every_steps() == 0 || step == total_steps;
-        if (log) {
-          if (device_loss.defined()) {
-            window.AddMicroBatch(device_loss.item<double>(), 0);
-            device_loss = torch::Tensor();
-          }
-          AddWindowMetrics(window.Close(absl::Now(), accum * global_batch), total_steps,
-                           comm.size(), checkpoints, *strategy, metrics, p);
-          data_window.Close(absl::Now(), step, metrics);
-        }
-        const bool eval = spec.eval().every_steps() > 0 && step % spec.eval().every_steps() == 0 &&
-                          step < total_steps && !spec.eval().disabled() && run.test.size() > 0;
-        if (eval) {
-          p.Enter(v1::EVAL);
-          RETURN_IF_ERROR(strategy->WithGlobalAverage(
-              [&] { return Evaluate(spec, run.model, run.test, comm, metrics); }));
-        }
-        if (log || eval) run.report(metrics);
-      }
-      if (step >= total_steps) break;
-    }
-    RETURN_IF_ERROR(strategy->Finish());
-    RETURN_IF_ERROR(checkpoints.AtEnd(position));
-    p.Enter(v1::EVAL);
-    if (!spec.eval().disabled() && run.test.size() > 0) {
-      RETURN_IF_ERROR(Evaluate(spec, run.model, run.test, comm, metrics));
-    }
-    return absl::OkStatus();
-  }();
-  if (!status.ok()) {
+  if (absl::Status status = TrainSteps(g, position, start, metrics); !status.ok()) {
     // The model and the optimizers hold the last complete step (a failed
     // step never reaches the optimizer): keep them for the next generation.
     if (run.options.rejoin && IsMembershipFailure(status)) {
@@ -664,14 +762,14 @@ absl::StatusOr<v1::Metrics> TrainGeneration(RankRun& run, const Generation& gen)
     }
     return status;
   }
-  p.Enter(v1::FINISHED);
+  run.p.Enter(v1::FINISHED);
   if (run.trace != nullptr) run.trace->Final(gen.generation, comm.rank(), position.step, run.model);
   const double wall = absl::ToDoubleSeconds(absl::Now() - start);
   (*metrics.mutable_values())["wall_seconds"] = wall;
   (*metrics.mutable_values())["total_steps"] = total_steps;
   if (training != comm.size()) (*metrics.mutable_values())["training_ranks"] = training;
   checkpoints.AddMetrics(metrics);
-  metrics.set_samples_per_second(position.step * accum * global_batch / std::max(wall, 1e-9));
+  metrics.set_samples_per_second(position.step * accum * g.global_batch / std::max(wall, 1e-9));
   run.report(metrics);
   return metrics;
 }
@@ -718,8 +816,8 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
             << "its model in "
             << absl::FormatDuration(absl::Trunc(absl::Now() - load_start, absl::Milliseconds(1)));
   ASSIGN_OR_RETURN(std::unique_ptr<SampleTrace> trace, SampleTrace::Open(options.sample_trace_dir));
-  RankRun run{spec, *model, train, test, reader.get(), train_size, report, p, options,
-              trace.get(), std::nullopt};
+  RankRun run{spec,   *model, train,   test,        reader.get(), train_size,
+              report, p,      options, trace.get(), std::nullopt};
   Generation generation{&comm, options.checkpoints, options.generation};
   for (;;) {
     absl::StatusOr<v1::Metrics> result = TrainGeneration(run, generation);

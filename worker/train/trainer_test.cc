@@ -517,6 +517,81 @@ TEST(TrainerTest, PerRankDecentralizedCheckpointsResumeBitIdentically) {
   EXPECT_GT(alone[0]->eval_accuracy(), 0.6);
 }
 
+// The largest |a - b| over the tensors of two models, relative to the
+// largest |a| (at least 1).
+double MaxRelativeDifference(const std::map<std::string, at::Tensor>& a,
+                             const std::map<std::string, at::Tensor>& b) {
+  double diff = 0, scale = 1;
+  for (const auto& [name, tensor] : a) {
+    EXPECT_EQ(b.count(name), 1u) << name;
+    if (b.count(name) == 0) return 1e9;
+    diff = std::max(diff, (tensor - b.at(name)).abs().max().item<double>());
+    scale = std::max(scale, tensor.abs().max().item<double>());
+  }
+  return diff / scale;
+}
+
+// Issue 44: an elastic job that shrinks from 4 ranks to 2 must train what an
+// undisturbed run would. With training.global_batch_size each step trains
+// the same global batch as the same micro-batches with the same dropout
+// draws at every world size (Note [Global batch] in sampler.cc): 1, 2 and 4
+// ranks end with the same parameters. Not bit for bit: the micro-batch
+// gradients are summed in another order (accumulation on a rank, then the
+// all-reduce), so they agree to float rounding.
+TEST(TrainerTest, AGlobalBatchTrainsTheSameStepsAtEveryWorldSize) {
+  // 600 samples, global batch 48 of micro-batches of 4: 12 steps an epoch;
+  // 12, 6 or 3 micro-batches per rank and step at 1, 2 or 4 ranks.
+  const std::string common = R"pb(
+    model { mlp { hidden_sizes: [ 32 ] dropout: 0.3 } }
+    data {
+      synthetic {
+        num_samples: 600
+        input_shape: [ 8 ]
+        num_classes: 3
+        seed: 4
+      }
+    }
+    optimizer { kind: SGD lr: 0.2 momentum: 0.9 }
+    resources { min_ranks: 1 max_ranks: 4 }
+    elastic {}
+  )pb";
+  auto final_model = [](const v1::JobSpec& spec, int world) {
+    MemorySink sink;
+    TrainOptions options;
+    options.checkpoints = &sink;
+    auto results = TrainOnRanks(spec, world, nullptr, options);
+    for (int r = 0; r < world; ++r) EXPECT_TRUE(results[r].ok()) << results[r].status();
+    EXPECT_EQ(sink.Steps(), std::vector<int64_t>{15}) << world << " ranks";
+    return sink.Steps().empty() ? std::map<std::string, at::Tensor>() : sink.Model(15);
+  };
+  // 15 steps: into the second epoch, whose order is shuffled afresh.
+  const v1::JobSpec global = Spec(common + R"pb(
+    training { batch_size_per_rank: 4 global_batch_size: 48 max_steps: 15 seed: 2 }
+  )pb");
+  const std::map<std::string, at::Tensor> one = final_model(global, 1);
+  ASSERT_FALSE(one.empty());
+  for (int world : {2, 4}) {
+    EXPECT_LT(MaxRelativeDifference(one, final_model(global, world)), 1e-5)
+        << world << " ranks end elsewhere than 1 rank";
+  }
+  // A world size the global batch does not split into (validation allows
+  // 1 to 4) fails the generation, naming it.
+  for (const absl::StatusOr<v1::Metrics>& r : TrainOnRanks(global, 5)) {
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(r.status().message(),
+                HasSubstr("generation 1 cannot train: training.global_batch_size 48 does not "
+                          "split into micro-batches of training.batch_size_per_rank 4 on each of "
+                          "5 ranks: it must be a multiple of 4 x 5 = 20"));
+  }
+  // Without it the step is batch_size_per_rank x ranks: a job shrunk from 4
+  // ranks to 2 took steps of 24 samples instead of 48, another computation,
+  // which the comparison above tells apart.
+  const v1::JobSpec per_rank = Spec(common + R"pb(
+    training { batch_size_per_rank: 12 max_steps: 15 seed: 2 }
+  )pb");
+  EXPECT_GT(MaxRelativeDifference(final_model(per_rank, 4), final_model(per_rank, 2)), 1e-3);
+}
+
 TEST(TrainerTest, ACheckpointResumesOnAnotherNumberOfRanks) {
   v1::JobSpec spec = Spec(R"pb(
     model { mlp { hidden_sizes: [ 32 ] } }
