@@ -36,14 +36,9 @@ WORKER=$3
 field() { json_get - "$2" <<<"$1"; }
 
 # --- three etcd members
-read -r -a ports < <(python3 -c '
-import socket
-s = [socket.socket() for _ in range(6)]
-for x in s: x.bind(("127.0.0.1", 0))
-print(*[x.getsockname()[1] for x in s])')
-cluster=""
-for i in 0 1 2; do cluster+="${cluster:+,}m${i}=http://127.0.0.1:${ports[$((i + 3))]}"; done
-endpoints=""
+# The ports are free when picked, but another process may take one before
+# etcd binds it; a member that exits at start is such a collision, and the
+# cluster starts again on fresh ports and data directories (at most 3 tries).
 declare -A etcd_pid
 # start_etcd I: starts member I (again, on its data directory, in (f)).
 start_etcd() {
@@ -57,13 +52,32 @@ start_etcd() {
   etcd_pid[$1]=$!
   track_pid $!
 }
-for i in 0 1 2; do
-  endpoints+="${endpoints:+,}127.0.0.1:${ports[${i}]}"
-  start_etcd "${i}"
+members_alive() { kill -0 "${etcd_pid[0]}" "${etcd_pid[1]}" "${etcd_pid[2]}" 2>/dev/null; }
+etcd_up=false
+for attempt in 1 2 3; do
+  read -r -a ports < <(python3 -c '
+import socket
+s = [socket.socket() for _ in range(6)]
+for x in s: x.bind(("127.0.0.1", 0))
+print(*[x.getsockname()[1] for x in s])')
+  cluster=""
+  for i in 0 1 2; do cluster+="${cluster:+,}m${i}=http://127.0.0.1:${ports[$((i + 3))]}"; done
+  endpoints=""
+  for i in 0 1 2; do
+    rm -rf "${TMP}/etcd${i}"
+    endpoints+="${endpoints:+,}127.0.0.1:${ports[${i}]}"
+    start_etcd "${i}"
+  done
+  wait_for "! members_alive || /usr/bin/etcdctl --endpoints '${endpoints}' endpoint health >/dev/null 2>&1" 60
+  if members_alive && /usr/bin/etcdctl --endpoints "${endpoints}" endpoint health >/dev/null 2>&1; then
+    etcd_up=true
+    break
+  fi
+  echo "etcd try ${attempt}: a member exited or the cluster was not healthy in 60 s; again on fresh ports" >&2
+  for i in 0 1 2; do kill -9 "${etcd_pid[${i}]}" 2>/dev/null; wait "${etcd_pid[${i}]}" 2>/dev/null; done
 done
-wait_for "/usr/bin/etcdctl --endpoints '${endpoints}' endpoint health >/dev/null 2>&1" 120 \
-  && pass "a 3-member etcd cluster is up" \
-  || { fail "etcd did not start within 120 s: $(tail -5 "${TMP}"/etcd*.log)"; finish; }
+${etcd_up} && pass "a 3-member etcd cluster is up" \
+  || { fail "etcd did not start in 3 tries: $(for f in "${TMP}"/etcd*.log; do tail -n 5 "${f}"; done)"; finish; }
 
 # --- three coordinators, one shared checkpoint directory
 state="etcd://${endpoints}/chorus-ha"
