@@ -7,7 +7,8 @@
 # of an undisturbed run of the same spec; and the sample trace (test mode
 # CHORUS_SAMPLE_TRACE) shows that every sample of every epoch, the
 # interrupted one included, was trained exactly once; the survivors join
-# the new generation through their node agent. Then (test 3) a rank
+# the new generation through their node agent, and no rank of the job
+# joins with its own Join (chorus_rank_joins_total). Then (test 3) a rank
 # frozen with SIGSTOP is diagnosed DEAD and, with hang_detection.action
 # RESTART, evicted and replaced the same way; and (test 6) a failure beyond
 # elastic.max_restarts fails the job with the history in its reason.
@@ -60,6 +61,33 @@ CHORUS_SAMPLE_TRACE="${TMP}/trace" timeout 110 "${CHORUS}" up --local 5 \
   --state_dir "${TMP}/elastic" "${TMP}/elastic.textproto" --json >"${TMP}/up.out" 2>"${TMP}/up.err" &
 up_pid=$!
 track_pid "${up_pid}"
+# The coordinator's /metrics every 0.25 s while chorus up runs (its HTTP port
+# and admin token are in the state directory): the last scrape has counted
+# every join of the job (chorus_rank_joins_total).
+python3 - "${TMP}/elastic" "${up_pid}" "${TMP}/metrics.last" <<'PY' &
+import os, sys, time, urllib.request
+state, pid, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+for _ in range(600):  # at most about 150 s
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        break
+    try:
+        port = open(state + "/http_port").read().strip()
+        token = open(state + "/admin.token").read().strip()
+        request = urllib.request.Request("http://127.0.0.1:%s/metrics" % port,
+                                         headers={"Authorization": "Bearer " + token})
+        with urllib.request.urlopen(request, timeout=2) as response:
+            body = response.read().decode()
+        with open(out + ".tmp", "w") as f:
+            f.write(body)
+        os.replace(out + ".tmp", out)
+    except Exception:
+        pass  # not up yet, or gone
+    time.sleep(0.25)
+PY
+scraper_pid=$!
+track_pid "${scraper_pid}"
 # Rank 1 past step 80 (epoch 1 is steps 64..127).
 wait_for '[[ -n "$(grep -l "^step 1 1 8[0-9] " "${TMP}"/trace/*.trace 2>/dev/null)" ]]' 60
 victim=$(grep -l "^step 1 1 " "${TMP}"/trace/*.trace 2>/dev/null | head -n 1)
@@ -91,6 +119,18 @@ direct=$(grep -c "joining generation 2 of job-000001 directly" "${TMP}/elastic/w
 [[ "${through_agent}" -ge 3 && "${direct}" -eq 0 ]] \
   && pass "the survivors joined generation 2 through the agent (${through_agent} joins sent)" \
   || fail "joins through the agent: ${through_agent}, direct fallbacks: ${direct}; $(grep -E 'rank join|directly' "${TMP}/elastic/worker.log" | tail -5)"
+
+# Every join of the job, generation 1's and the newcomer's first joins
+# included, came through the node agent (Note [The first join through the
+# agent] in worker/rank_main.cc): 4 in generation 1, 4 in generation 2, more
+# for the attempts answered "not formed yet"; none with a rank's own Join.
+wait_exit "${scraper_pid}" 10 || fail "the /metrics scraper still runs 10 s after chorus up ended"
+joins() { sed -n "s/^chorus_rank_joins_total{via=\"$1\"} \([0-9]*\)\$/\1/p" "${TMP}/metrics.last" 2>/dev/null; }
+via_agent=$(joins agent)
+via_rank=$(joins rank)
+[[ "${via_rank}" == 0 && "${via_agent}" =~ ^[0-9]+$ && "${via_agent}" -ge 8 ]] \
+  && pass "chorus_rank_joins_total: ${via_agent} joins via the agent, 0 via the rank's own Join" \
+  || fail "chorus_rank_joins_total via agent '${via_agent}', via rank '${via_rank}'; $(grep -E 'rank join|directly' "${TMP}/elastic/worker.log" | tail -5)"
 
 trace=$(check_sample_trace "${TMP}/trace" 4 4096)
 finals=$(grep '^final' <<<"${trace}")
