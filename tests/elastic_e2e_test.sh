@@ -61,33 +61,9 @@ CHORUS_SAMPLE_TRACE="${TMP}/trace" timeout 110 "${CHORUS}" up --local 5 \
   --state_dir "${TMP}/elastic" "${TMP}/elastic.textproto" --json >"${TMP}/up.out" 2>"${TMP}/up.err" &
 up_pid=$!
 track_pid "${up_pid}"
-# The coordinator's /metrics every 0.25 s while chorus up runs (its HTTP port
-# and admin token are in the state directory): the last scrape has counted
-# every join of the job (chorus_rank_joins_total).
-python3 - "${TMP}/elastic" "${up_pid}" "${TMP}/metrics.last" <<'PY' &
-import os, sys, time, urllib.request
-state, pid, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-for _ in range(600):  # at most about 150 s
-    try:
-        os.kill(pid, 0)
-    except OSError:
-        break
-    try:
-        port = open(state + "/http_port").read().strip()
-        token = open(state + "/admin.token").read().strip()
-        request = urllib.request.Request("http://127.0.0.1:%s/metrics" % port,
-                                         headers={"Authorization": "Bearer " + token})
-        with urllib.request.urlopen(request, timeout=2) as response:
-            body = response.read().decode()
-        with open(out + ".tmp", "w") as f:
-            f.write(body)
-        os.replace(out + ".tmp", out)
-    except Exception:
-        pass  # not up yet, or gone
-    time.sleep(0.25)
-PY
-scraper_pid=$!
-track_pid "${scraper_pid}"
+# The coordinator's /metrics while chorus up runs: the last scrape has
+# counted every join of the job (chorus_rank_joins_total).
+scrape_up_metrics "${TMP}/elastic" "${up_pid}" "${TMP}/metrics.last"
 # Rank 1 past step 80 (epoch 1 is steps 64..127).
 wait_for '[[ -n "$(grep -l "^step 1 1 8[0-9] " "${TMP}"/trace/*.trace 2>/dev/null)" ]]' 60
 victim=$(grep -l "^step 1 1 " "${TMP}"/trace/*.trace 2>/dev/null | head -n 1)
@@ -124,10 +100,9 @@ direct=$(grep -c "joining generation 2 of job-000001 directly" "${TMP}/elastic/w
 # included, came through the node agent (Note [The first join through the
 # agent] in worker/rank_main.cc): 4 in generation 1, 4 in generation 2, more
 # for the attempts answered "not formed yet"; none with a rank's own Join.
-wait_exit "${scraper_pid}" 10 || fail "the /metrics scraper still runs 10 s after chorus up ended"
-joins() { sed -n "s/^chorus_rank_joins_total{via=\"$1\"} \([0-9]*\)\$/\1/p" "${TMP}/metrics.last" 2>/dev/null; }
-via_agent=$(joins agent)
-via_rank=$(joins rank)
+wait_exit "${SCRAPER_PID}" 10 || fail "the /metrics scraper still runs 10 s after chorus up ended"
+via_agent=$(rank_joins_via "${TMP}/metrics.last" agent)
+via_rank=$(rank_joins_via "${TMP}/metrics.last" rank)
 [[ "${via_rank}" == 0 && "${via_agent}" =~ ^[0-9]+$ && "${via_agent}" -ge 8 ]] \
   && pass "chorus_rank_joins_total: ${via_agent} joins via the agent, 0 via the rank's own Join" \
   || fail "chorus_rank_joins_total via agent '${via_agent}', via rank '${via_rank}'; $(grep -E 'rank join|directly' "${TMP}/elastic/worker.log" | tail -5)"
