@@ -102,6 +102,11 @@ CoordinatorMetrics::CoordinatorMetrics(int max_rank_series, int max_user_series)
                       .Name("chorus_rendezvous_seconds")
                       .Help("From a generation's start (ranks launched) until every rank joined.")
                       .Register(*registry_)),
+      rank_joins_(prometheus::BuildCounter()
+                      .Name("chorus_rank_joins_total")
+                      .Help("Ranks' joins received, by the way they came: agent (in a node "
+                            "agent's RankJoins) or rank (the rank's own RankService.Join).")
+                      .Register(*registry_)),
       diagnoses_(prometheus::BuildCounter()
                      .Name("chorus_diagnoses_total")
                      .Help("Hang and straggler diagnoses, counted when first seen, by kind.")
@@ -118,6 +123,10 @@ CoordinatorMetrics::CoordinatorMetrics(int max_rank_series, int max_user_series)
                          .Name("chorus_jobs_finished_total")
                          .Help("Jobs that ended, by final state (all jobs of the state directory).")
                          .Register(*registry_)) {
+  // Both ways from the start: a scrape shows via="rank" 0, not nothing, on a
+  // cluster whose agents carry every join.
+  rank_joins_.Add({{"via", "agent"}});
+  rank_joins_.Add({{"via", "rank"}});
   absl::MutexLock lock(&render_mu_);
   // The order here is the order of the exposition.
   AddClusterGaugesLocked();
@@ -218,6 +227,10 @@ StateGauge* CoordinatorMetrics::AddGauge(const std::string& name, const std::str
 
 void CoordinatorMetrics::GenerationStarted(const std::string& cause) {
   generations_.Add({{"cause", cause}}).Increment();
+}
+
+void CoordinatorMetrics::RankJoined(const std::string& via) {
+  rank_joins_.Add({{"via", via}}).Increment();
 }
 
 void CoordinatorMetrics::RendezvousCompleted(absl::Duration took) {

@@ -114,6 +114,9 @@ class CoordinatorMetrics {
   void GenerationStarted(const std::string& cause);
   // Every rank of a generation joined, `took` after its ranks were launched.
   void RendezvousCompleted(absl::Duration took);
+  // A rank's join reached the scheduler: `via` "agent" (one of the joins
+  // in an agent's RankJoins) or "rank" (the rank's own RankService.Join).
+  void RankJoined(const std::string& via);
   // A diagnosis appeared (counted once per problem, not per tick).
   void DiagnosisSeen(v1::Diagnosis::Kind kind);
   // A gRPC call ended: its full method name, status code name and duration
@@ -144,6 +147,7 @@ class CoordinatorMetrics {
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Family<prometheus::Counter>& generations_;
   prometheus::Family<prometheus::Histogram>& rendezvous_;
+  prometheus::Family<prometheus::Counter>& rank_joins_;
   prometheus::Family<prometheus::Counter>& diagnoses_;
   prometheus::Family<prometheus::Counter>& rpcs_;
   prometheus::Family<prometheus::Histogram>& rpc_seconds_;

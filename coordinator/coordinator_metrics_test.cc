@@ -184,6 +184,20 @@ TEST(CoordinatorMetricsTest, AJobAboveTheRankSeriesLimitGetsSummarySeries) {
   EXPECT_THAT(large.Render(snapshot), HasSubstr("chorus_job_rank_series{job=\"job-000007\"} 1"));
 }
 
+TEST(CoordinatorMetricsTest, RankJoinsAreCountedByWayAndBothWaysStartAtZero) {
+  CoordinatorMetrics metrics;
+  std::string text = metrics.Render({});
+  EXPECT_THAT(text, HasSubstr("# TYPE chorus_rank_joins_total counter"));
+  EXPECT_THAT(text, HasSubstr("chorus_rank_joins_total{via=\"agent\"} 0\n"));
+  EXPECT_THAT(text, HasSubstr("chorus_rank_joins_total{via=\"rank\"} 0\n"));
+  metrics.RankJoined("agent");
+  metrics.RankJoined("agent");
+  metrics.RankJoined("rank");
+  text = metrics.Render({});
+  EXPECT_THAT(text, HasSubstr("chorus_rank_joins_total{via=\"agent\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("chorus_rank_joins_total{via=\"rank\"} 1\n"));
+}
+
 TEST(CoordinatorMetricsTest, EventsAreCountedByLabel) {
   CoordinatorMetrics metrics;
   metrics.GenerationStarted("start");

@@ -4,8 +4,10 @@
 // chorus-coordinator process is started; simulated agents
 // (--ranks_per_agent slots each, 64 by default) connect over
 // AgentService, a job for every slot is submitted, and when the launch orders
-// arrive every rank calls RankService.Join at once (asynchronous stubs). The
-// rendezvous time is from the first Join sent to the last answer. Then every
+// arrive every rank joins at once: through its agent, one RankJoins message
+// per agent as chorus-worker sends them (--joins agent, the default), or
+// with its own RankService.Join (--joins rank; asynchronous stubs). The
+// rendezvous time is from the first join sent to the last answer. Then every
 // rank streams a heartbeat each second for --heartbeat_seconds while
 // GetJobStatus and the job page's JSON (GET /api/jobs/JOB on the HTTP port)
 // are called back to back and /metrics is scraped every second: heartbeats
@@ -52,6 +54,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -100,11 +103,11 @@ struct Options {
   // The job is elastic and, at the end, one rank exits with an error: the
   // time until its next generation has formed (REFORM_S).
   bool reform = false;
-  // The survivors and the newcomer join the next generation through their
-  // agents (one RankJoins message per agent, as chorus-worker sends them:
-  // Note [Joins through the agent] in coordinator/scheduler.h), or each
-  // with its own RankService.Join (--joins rank, as ranks without an agent
-  // channel do).
+  // Every rank joins generation 1 and, with --reform, the survivors and the
+  // newcomer join the next one through their agents (one RankJoins message
+  // per agent, as chorus-worker sends them: Note [Joins through the agent]
+  // in coordinator/scheduler.h), or each with its own RankService.Join
+  // (--joins rank, as ranks without an agent channel do).
   bool joins_through_agents = true;
   // Extra chorus-coordinator flags of the state (--state etcd: the etcd URL
   // and the checkpoint directory); empty = SQLite in its --state_dir.
@@ -399,9 +402,11 @@ absl::Status JoinEachRank(std::vector<SimAgent>& agents,
 // each agent writes one RankJoins message with its ranks' joins and reads
 // its stream until every one is answered (RankJoinAnswers; other messages
 // are skipped). kSenders threads share the agents. OK once all are
-// answered, an error naming the first failure.
+// answered, an error naming the first failure. `joined` (may be null) gets
+// each answer by (agent index, slot).
 absl::Status JoinThroughAgents(std::vector<SimAgent>& agents, const std::string& job_id,
-                               const std::vector<std::pair<int, int>>& slots, int64_t generation) {
+                               const std::vector<std::pair<int, int>>& slots, int64_t generation,
+                               std::map<std::pair<int, int>, v1::JoinResponse>* joined = nullptr) {
   constexpr int kSenders = 8;
   std::vector<std::vector<int>> slots_of(agents.size());
   for (const auto& [agent, slot] : slots) slots_of[agent].push_back(slot);
@@ -431,8 +436,13 @@ absl::Status JoinThroughAgents(std::vector<SimAgent>& agents, const std::string&
         if (!m.has_joined()) continue;
         for (const v1::RankJoinAnswers::Entry& entry : m.joined().entries()) {
           ++answered;
-          absl::StatusOr<v1::JoinResponse> joined = JoinAnswerFor(m.joined(), entry);
-          if (!joined.ok()) fail(std::string(joined.status().message()));
+          absl::StatusOr<v1::JoinResponse> answer = JoinAnswerFor(m.joined(), entry);
+          if (!answer.ok()) {
+            fail(std::string(answer.status().message()));
+          } else if (joined != nullptr) {
+            std::lock_guard<std::mutex> lock(mu);
+            (*joined)[{static_cast<int>(a), entry.slot()}] = *std::move(answer);
+          }
         }
       }
       if (answered < slots_of[a].size()) fail("an agent's stream ended before its answers");
@@ -579,11 +589,45 @@ void PrepareJoins(SimCluster& cluster) {
   }
 }
 
-// Rendezvous: every rank joins at once. Sets the result's rendezvous time
-// (first Join sent to last answer) and the CPU the coordinator and this
-// bench spent meanwhile; an error unless every Join succeeded.
-absl::Status TimeRendezvous(SimCluster& cluster, pid_t coordinator_pid, Result& result) {
+// Generation 1's joins through the agents (one RankJoins per agent, as
+// chorus-worker sends its ranks' first joins: Note [The first join through
+// the agent] in worker/rank_main.cc); each call's response is filled in.
+absl::Status FirstJoinsThroughAgents(SimCluster& cluster) {
+  std::vector<std::pair<int, int>> slots;
+  for (size_t i = 0; i < cluster.calls.size(); ++i) {
+    slots.emplace_back(cluster.agent_of_call[i], cluster.calls[i]->request.slot());
+  }
+  std::map<std::pair<int, int>, v1::JoinResponse> joined;
+  RETURN_IF_ERROR(JoinThroughAgents(cluster.agents, cluster.job_id, slots, 1, &joined));
+  for (size_t i = 0; i < cluster.calls.size(); ++i) {
+    auto it = joined.find(slots[i]);
+    if (it == joined.end()) {
+      return absl::InternalError(absl::StrCat("no answer for slot ", slots[i].second,
+                                              " of agent ", slots[i].first));
+    }
+    cluster.calls[i]->response = it->second;
+  }
+  return absl::OkStatus();
+}
+
+// Rendezvous: every rank joins at once, through the agents
+// (`through_agents`) or each with its own RankService.Join. Sets the
+// result's rendezvous time (first join sent to last answer) and the CPU the
+// coordinator and this bench spent meanwhile; an error unless every join
+// succeeded.
+absl::Status TimeRendezvous(SimCluster& cluster, pid_t coordinator_pid, bool through_agents,
+                            Result& result) {
   PrepareJoins(cluster);
+  if (through_agents) {
+    const absl::Time t0 = absl::Now();
+    const double coordinator_cpu0 = CpuSeconds(coordinator_pid);
+    const double bench_cpu0 = CpuSeconds(getpid());
+    const absl::Status joined = FirstJoinsThroughAgents(cluster);
+    result.rendezvous_seconds = absl::ToDoubleSeconds(absl::Now() - t0);
+    result.rendezvous_coordinator_cpu = CpuSeconds(coordinator_pid) - coordinator_cpu0;
+    result.rendezvous_bench_cpu = CpuSeconds(getpid()) - bench_cpu0;
+    return joined;
+  }
   std::mutex mu;
   std::condition_variable cv;
   int done = 0;
@@ -814,7 +858,7 @@ absl::StatusOr<Result> RunOnce(const std::string& binary, int ranks, const Optio
   RETURN_IF_ERROR(SubmitJob(cluster, options));
   Result result;
   result.ranks = ranks;
-  RETURN_IF_ERROR(TimeRendezvous(cluster, coordinator.pid, result));
+  RETURN_IF_ERROR(TimeRendezvous(cluster, coordinator.pid, options.joins_through_agents, result));
 
   // Heartbeats and the 1 Hz scrape while GetJobStatus and the page are
   // timed; then heartbeats and the scrape only; then heartbeats only.

@@ -49,6 +49,7 @@ void Scheduler::Join(const v1::JoinRequest& request, absl::Time deadline, JoinDo
   Outbox out(agent_joins_);
   {
     absl::MutexLock lock(&mu_);
+    if (metrics_ != nullptr) metrics_->RankJoined("rank");
     JoinLocked(request, deadline, std::move(done), out);
   }
   out.Flush();
@@ -68,6 +69,7 @@ void Scheduler::AgentJoins(const std::string& agent_id, const v1::RankJoins& bat
       v1::JoinRequest request = each;
       request.set_agent_id(agent_id);  // an agent speaks for its own slots only
       request.set_host(host);
+      if (metrics_ != nullptr) metrics_->RankJoined("agent");
       JoinDone done = agent_joins_.DoneFor(agent_id, connection, send, request);
       JoinLocked(request, deadline, std::move(done), out);
     }

@@ -810,6 +810,41 @@ TEST_F(ElasticSchedulerTest, SurvivorsJoinTheNextGenerationThroughTheirAgentInOn
   EXPECT_EQ(jobs_->Get(job)->generation(), 2);
 }
 
+// A first rendezvous (generation 1) takes joins both ways at once, and
+// chorus_rank_joins_total says which way each came.
+TEST_F(SchedulerTest, FirstJoinsThroughTheAgentFormGenerationOneAndAreCountedByWay) {
+  CoordinatorMetrics metrics;
+  options_.metrics = &metrics;
+  scheduler_->Configure(options_);
+  FakeAgent agent;
+  Add(agent, 3, "node-a");
+  const std::string job = Submit(3, 3);
+  const absl::Time deadline = clock_.Now() + absl::Seconds(60);
+  JoinResult own;  // a rank without an agent channel
+  scheduler_->ranks().Join(JoinOf(job, agent.id, 2), deadline, own.Done());
+  scheduler_->ranks().AgentJoins(agent.id, JoinsOf(job, {0}), deadline);
+  EXPECT_FALSE(own.called);
+  EXPECT_TRUE(agent.Answers().empty()) << "generation 1 waits for rank 1";
+  scheduler_->ranks().AgentJoins(agent.id, JoinsOf(job, {1}), deadline);
+
+  ASSERT_TRUE(own.result.ok()) << own.result.status();
+  EXPECT_EQ(own.result->generation(), 1);
+  ASSERT_EQ(agent.Answers().size(), 1u) << "both agent ranks' answers in one message";
+  const v1::RankJoinAnswers answers = agent.Answers()[0];
+  ASSERT_EQ(answers.entries_size(), 2);
+  for (const v1::RankJoinAnswers::Entry& entry : answers.entries()) {
+    EXPECT_EQ(entry.asked_generation(), 1);
+    absl::StatusOr<v1::JoinResponse> joined = JoinAnswerFor(answers, entry);
+    ASSERT_TRUE(joined.ok()) << joined.status();
+    EXPECT_EQ(joined->generation(), 1);
+    EXPECT_EQ(joined->world_size(), 3);
+    EXPECT_TRUE(joined->spec().has_model()) << "the spec reaches a first join";
+  }
+  const std::string text = metrics.Render({});
+  EXPECT_THAT(text, HasSubstr("chorus_rank_joins_total{via=\"agent\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("chorus_rank_joins_total{via=\"rank\"} 1\n"));
+}
+
 TEST_F(SchedulerTest, AnAgentJoinsOnlyForItsOwnSlots) {
   FakeAgent a, b;
   Add(a, 1, "node-a");

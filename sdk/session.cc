@@ -74,9 +74,12 @@ SessionEnvironment Rejoined(SessionEnvironment env, const v1::JoinResponse& join
 // Note [Staged growth] in coordinator/scheduler_elastic.cc: a newcomer's
 // program started before its generation formed joins it now; the
 // coordinator has the members re-form at their next step boundary once it
-// asks, and answers when the generation is complete.
-absl::StatusOr<SessionEnvironment> JoinStagedGeneration(const SessionEnvironment& env,
-                                                        const std::shared_ptr<grpc::Channel>& channel) {
+// asks, and answers when the generation is complete. The join goes through
+// the supervisor to the node agent when they take joins (`progress`, may be
+// null; Note [The first join through the agent] in worker/rank_main.cc).
+absl::StatusOr<SessionEnvironment> JoinStagedGeneration(
+    const SessionEnvironment& env, const std::shared_ptr<grpc::Channel>& channel,
+    const std::shared_ptr<ProgressSender>& progress) {
   if (env.agent_id.empty() || env.slot < 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         "rank ", env.rank, " of ", env.job_id, ": CHORUS_JOIN_FILE holds a staged membership of "
@@ -87,7 +90,8 @@ absl::StatusOr<SessionEnvironment> JoinStagedGeneration(const SessionEnvironment
   const absl::Time deadline =
       absl::Now() + absl::Seconds(env.joined.spec().elastic().wait_seconds()) + absl::Minutes(1);
   absl::StatusOr<v1::JoinResponse> joined =
-      JoinGeneration(*ranks, JoinRequestOf(env, env.generation), deadline, /*until_formed=*/true);
+      GenerationJoiner(*ranks, AgentJoinChannel(progress))
+          .Join(JoinRequestOf(env, env.generation), deadline, /*until_formed=*/true);
   if (!joined.ok()) {
     return absl::Status(joined.status().code(), absl::StrCat("rank ", env.rank, " of ", env.job_id,
                                                              " (staged newcomer): ",
@@ -163,17 +167,17 @@ absl::StatusOr<std::unique_ptr<Session>> Session::FromEnvironment(SessionOptions
   ASSIGN_OR_RETURN(ClientSecurity security, LoadClientSecurity("", "", "", ""));
   ConfigureClient(std::move(security));
   parts.channel = MakeCoordinatorChannel(env.coordinator);
-  if (env.joined.staged()) {
-    ASSIGN_OR_RETURN(parts.env, JoinStagedGeneration(env, parts.channel));
-  }
-
+  std::shared_ptr<ProgressSender> sender;
   if (env.progress_fd >= 0) {
-    std::shared_ptr<ProgressSender> sender = std::make_shared<ProgressSender>(env.progress_fd);
+    sender = std::make_shared<ProgressSender>(env.progress_fd);
     parts.progress_sink = [sender](const v1::RankHeartbeat& hb) { return sender->Send(hb); };
     parts.directives = sender;
   } else {
     LOG(WARNING) << "chorus: CHORUS_PROGRESS_FD is not set; progress is not reported (the hang "
                     "detector sees only this rank's exit and silence)";
+  }
+  if (env.joined.staged()) {
+    ASSIGN_OR_RETURN(parts.env, JoinStagedGeneration(env, parts.channel, sender));
   }
 
   auto store = std::make_unique<GrpcStore>(parts.channel, env.store_namespace);

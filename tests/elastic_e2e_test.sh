@@ -7,7 +7,8 @@
 # of an undisturbed run of the same spec; and the sample trace (test mode
 # CHORUS_SAMPLE_TRACE) shows that every sample of every epoch, the
 # interrupted one included, was trained exactly once; the survivors join
-# the new generation through their node agent. Then (test 3) a rank
+# the new generation through their node agent, and no rank of the job
+# joins with its own Join (chorus_rank_joins_total). Then (test 3) a rank
 # frozen with SIGSTOP is diagnosed DEAD and, with hang_detection.action
 # RESTART, evicted and replaced the same way; and (test 6) a failure beyond
 # elastic.max_restarts fails the job with the history in its reason.
@@ -60,6 +61,9 @@ CHORUS_SAMPLE_TRACE="${TMP}/trace" timeout 110 "${CHORUS}" up --local 5 \
   --state_dir "${TMP}/elastic" "${TMP}/elastic.textproto" --json >"${TMP}/up.out" 2>"${TMP}/up.err" &
 up_pid=$!
 track_pid "${up_pid}"
+# The coordinator's /metrics while chorus up runs: the last scrape has
+# counted every join of the job (chorus_rank_joins_total).
+scrape_up_metrics "${TMP}/elastic" "${up_pid}" "${TMP}/metrics.last"
 # Rank 1 past step 80 (epoch 1 is steps 64..127).
 wait_for '[[ -n "$(grep -l "^step 1 1 8[0-9] " "${TMP}"/trace/*.trace 2>/dev/null)" ]]' 60
 victim=$(grep -l "^step 1 1 " "${TMP}"/trace/*.trace 2>/dev/null | head -n 1)
@@ -91,6 +95,17 @@ direct=$(grep -c "joining generation 2 of job-000001 directly" "${TMP}/elastic/w
 [[ "${through_agent}" -ge 3 && "${direct}" -eq 0 ]] \
   && pass "the survivors joined generation 2 through the agent (${through_agent} joins sent)" \
   || fail "joins through the agent: ${through_agent}, direct fallbacks: ${direct}; $(grep -E 'rank join|directly' "${TMP}/elastic/worker.log" | tail -5)"
+
+# Every join of the job, generation 1's and the newcomer's first joins
+# included, came through the node agent (Note [The first join through the
+# agent] in worker/rank_main.cc): 4 in generation 1, 4 in generation 2, more
+# for the attempts answered "not formed yet"; none with a rank's own Join.
+wait_exit "${SCRAPER_PID}" 10 || fail "the /metrics scraper still runs 10 s after chorus up ended"
+via_agent=$(rank_joins_via "${TMP}/metrics.last" agent)
+via_rank=$(rank_joins_via "${TMP}/metrics.last" rank)
+[[ "${via_rank}" == 0 && "${via_agent}" =~ ^[0-9]+$ && "${via_agent}" -ge 8 ]] \
+  && pass "chorus_rank_joins_total: ${via_agent} joins via the agent, 0 via the rank's own Join" \
+  || fail "chorus_rank_joins_total via agent '${via_agent}', via rank '${via_rank}'; $(grep -E 'rank join|directly' "${TMP}/elastic/worker.log" | tail -5)"
 
 trace=$(check_sample_trace "${TMP}/trace" 4 4096)
 finals=$(grep '^final' <<<"${trace}")

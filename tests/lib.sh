@@ -96,6 +96,39 @@ wait_for_file() { local _lib_file=$1; wait_for '[[ -s "${_lib_file}" ]]' "${2:-2
 # wait_exit PID TIMEOUT: returns 0 once process PID has exited.
 wait_exit() { local _lib_pid=$1; wait_for '! kill -0 "${_lib_pid}" 2>/dev/null' "$2"; }
 
+# scrape_up_metrics STATE_DIR PID OUT: in the background, while PID (a
+# `chorus up --state_dir STATE_DIR`) runs, GETs its coordinator's /metrics
+# every 0.25 s (port and admin token from STATE_DIR) into OUT, replaced
+# whole, for at most 150 s. Sets SCRAPER_PID.
+scrape_up_metrics() {
+  python3 - "$1" "$2" "$3" <<'PY' &
+import os, sys, time, urllib.request
+state, pid, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+for _ in range(600):
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        break
+    try:
+        port = open(state + "/http_port").read().strip()
+        token = open(state + "/admin.token").read().strip()
+        request = urllib.request.Request("http://127.0.0.1:%s/metrics" % port,
+                                         headers={"Authorization": "Bearer " + token})
+        with urllib.request.urlopen(request, timeout=2) as response:
+            body = response.read().decode()
+        with open(out + ".tmp", "w") as f:
+            f.write(body)
+        os.replace(out + ".tmp", out)
+    except Exception:
+        pass  # not up yet, or gone
+    time.sleep(0.25)
+PY
+  SCRAPER_PID=$!
+  track_pid "${SCRAPER_PID}"
+}
+# rank_joins_via FILE WAY: chorus_rank_joins_total{via=WAY} in a scrape.
+rank_joins_via() { sed -n "s/^chorus_rank_joins_total{via=\"$2\"} \([0-9]*\)\$/\1/p" "$1" 2>/dev/null; }
+
 # start_coordinator [-l LISTEN] [-s STATE_DIR] [-p PORT_FILE] [-o LOG] [-n NETNS] [--] [FLAG...]
 # Starts ${COORDINATOR} listening on LISTEN (default 127.0.0.1:0) with state
 # in STATE_DIR (default a new directory under TMP), writing its port to

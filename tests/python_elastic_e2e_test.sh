@@ -12,7 +12,8 @@
 # With min_ranks 1 (Note [Staged growth] in coordinator/scheduler_elastic.cc)
 # the survivor forms generation 2 alone, in the same process and without a
 # step redone; the newcomer's program starts before generation 3 forms and
-# joins it itself; both end together.
+# joins it itself, through its supervisor and node agent as every other
+# join; both end together.
 #
 # Usage (from Bazel): python_elastic_e2e_test.sh CHORUS INIT_PY NATIVE_SO SCRIPT
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -104,6 +105,7 @@ timeout 150 "${CHORUS}" up --local 3 --state_dir "${state}" "${TMP}/staged.textp
   >"${TMP}/staged.out" 2>"${TMP}/staged.err" &
 up_pid=$!
 track_pid "${up_pid}"
+scrape_up_metrics "${state}" "${up_pid}" "${TMP}/staged.metrics"
 wait_for '[[ -n "$(lines "${state}" "progress: rank 1 step 150")" ]]' 90
 victim=$(lines "${state}" "joined: rank 1 of 2 generation 1 pid " | head -n 1 | awk '{print $NF}')
 survivor=$(lines "${state}" "joined: rank 0 of 2 generation 1 pid " | head -n 1 | awk '{print $NF}')
@@ -114,6 +116,16 @@ wait "${up_pid}"; rc=$?
 last=$(tail -n 1 "${TMP}/staged.out")
 [[ ${rc} -eq 0 && "$(field "${last}" state)" == SUCCEEDED ]] \
   && pass "staged: the job succeeded" || fail "staged: rc=${rc} '${last}' $(tail -3 "${TMP}/staged.err")"
+# Every join went through the node agent: the newcomer's chorus-rank's
+# first join, and its program's join of generation 3 through its
+# supervisor (Note [The first join through the agent] in
+# worker/rank_main.cc).
+wait_exit "${SCRAPER_PID}" 10 || fail "staged: the /metrics scraper still runs"
+via_rank=$(rank_joins_via "${TMP}/staged.metrics" rank)
+via_agent=$(rank_joins_via "${TMP}/staged.metrics" agent)
+[[ "${via_rank}" == 0 && "${via_agent}" =~ ^[0-9]+$ && "${via_agent}" -ge 5 ]] \
+  && pass "staged: ${via_agent} joins via the agent, 0 via a rank's own Join" \
+  || fail "staged: chorus_rank_joins_total via agent '${via_agent}', via rank '${via_rank}'"
 alone=$(lines "${state}" "joined: rank 0 of 1 generation 2 pid " | awk '{print $NF}')
 grown=$(lines "${state}" "joined: rank 0 of 2 generation 3 pid " | awk '{print $NF}')
 [[ -n "${survivor}" && "${alone}" == "${survivor}" && "${grown}" == "${survivor}" ]] \

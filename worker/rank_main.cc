@@ -30,6 +30,27 @@
 // exec keeps the pid the coordinator knows the rank by and the process group
 // the agent signals, and SIGUSR1 stays blocked across it until the trainer
 // has installed its handler, as it was when the agent started the rank.
+//
+// Note [The first join through the agent]
+// The first join of a rank (generation 1, or the one a newcomer to an
+// elastic job is launched for) goes through its node agent's channel when
+// the agent takes joins, as a re-formation's does (Note [Joins through the
+// agent] in worker/agent/agent.cc): at 16,384 ranks that is one RankJoins
+// per agent instead of one Join per rank. This process opens its end of the
+// channel once, before it joins, and keeps it for whatever it becomes:
+//   - a program's supervisor heartbeats and relays the program's joins over
+//     the same ProgressSender (one reader of the descriptor);
+//   - before it executes the trainer it clears the descriptor's
+//     close-on-exec flag (opening it set the flag, so that a program's
+//     children do not inherit it), and the trainer opens it again from
+//     CHORUS_AGENT_HEARTBEATS_FD. What this process read from the channel
+//     and left unread stays behind, which loses nothing the trainer needs:
+//     directives answer heartbeats, and this process sent none; a join
+//     answer the trainer reads is matched to its own attempt. If the flag
+//     cannot be cleared, the variable is removed, so the trainer heartbeats
+//     on its own stream rather than read whatever takes that number.
+// A rank without the channel, or whose agent cannot carry the join, joins
+// with its own RankService.Join (GenerationJoiner's fallback).
 #include <signal.h>
 #include <unistd.h>
 
@@ -49,6 +70,7 @@
 #include "common/grpc_util.h"
 #include "common/logging.h"
 #include "common/paths.h"
+#include "glog/logging.h"
 #include "worker/comm/grpc_store.h"
 #include "worker/runtime/heartbeat_stream.h"
 #include "worker/runtime/join_generation.h"
@@ -88,7 +110,7 @@ void Handle(int signal, void (*handler)(int)) {
 // N when signal N killed it).
 int SuperviseProgram(const v1::JoinResponse& joined, const std::shared_ptr<grpc::Channel>& channel,
                      v1::RankService::Stub& ranks, const std::string& job_id,
-                     const std::string& coordinator) {
+                     const std::string& coordinator, std::shared_ptr<ProgressSender> agent) {
   Handle(SIGTERM, OnTerminateSignal);
   Handle(SIGUSR1, OnCheckpointSignal);
   sigset_t usr1;
@@ -100,7 +122,7 @@ int SuperviseProgram(const v1::JoinResponse& joined, const std::shared_ptr<grpc:
   options.rank = {joined, job_id, coordinator, Env("CHORUS_RANK_HOST", "127.0.0.1"), ::getpid()};
   options.store = &store;
   options.ranks = &ranks;
-  options.agent_heartbeats = AgentChannelFromEnvironment();
+  options.agent_heartbeats = std::move(agent);
   options.terminate_requests = &g_terminate_requests;
   options.checkpoint_requests = &g_checkpoint_requests;
   ProgramSupervisor supervisor(std::move(options));
@@ -115,12 +137,20 @@ int SuperviseProgram(const v1::JoinResponse& joined, const std::shared_ptr<grpc:
   return outcome->ExitCode();
 }
 
-// A built-in training job: chorus-trainer in this process's place.
-int BecomeTrainer(const v1::JoinResponse& joined, char** argv) {
+// A built-in training job: chorus-trainer in this process's place, with
+// this process's end of the agent's channel (`agent`, may be null).
+int BecomeTrainer(const v1::JoinResponse& joined, char** argv, ProgressSender* agent) {
   const std::string dir = Env("TMPDIR", "/tmp");
   absl::StatusOr<std::string> file = WriteJoinFile(dir, joined);
   if (!file.ok()) return Fail(std::string(file.status().message()));
   setenv("CHORUS_RANK_JOINED", file->c_str(), 1);
+  if (agent != nullptr) {
+    if (absl::Status kept = agent->KeepAcrossExec(); !kept.ok()) {
+      LOG(WARNING) << "the trainer sends its heartbeats to the coordinator itself: "
+                   << kept.message();
+      unsetenv(kAgentHeartbeatsFdVariable);
+    }
+  }
   const std::string trainer = CompanionBinary(ExecutableDir(), "chorus-trainer", "worker");
   std::vector<char*> args = {const_cast<char*>(trainer.c_str())};
   for (char** a = argv + 1; *a != nullptr; ++a) args.push_back(*a);
@@ -144,15 +174,19 @@ int Run(char** argv) {
   // A program's supervisor can start it before its generation forms (Note
   // [Staged growth] in coordinator/scheduler_elastic.cc).
   join.set_starts_program_first(true);
+  // Note [The first join through the agent].
+  std::shared_ptr<ProgressSender> agent = AgentChannelFromEnvironment();
+  GenerationJoiner joiner(*ranks, AgentJoinChannel(agent));
   // A newcomer to an elastic job does not know yet that the job is elastic:
   // it joins again while its generation forms or is superseded.
   absl::StatusOr<v1::JoinResponse> joined =
-      JoinGeneration(*ranks, join, absl::Now() + absl::Minutes(10), join.generation() > 1);
+      joiner.Join(join, absl::Now() + absl::Minutes(10), join.generation() > 1);
   if (!joined.ok()) return Fail(std::string(joined.status().message()));
   if (joined->spec().has_program()) {
-    return SuperviseProgram(*joined, channel, *ranks, join.job_id(), launch->coordinator);
+    return SuperviseProgram(*joined, channel, *ranks, join.job_id(), launch->coordinator,
+                            std::move(agent));
   }
-  return BecomeTrainer(*joined, argv);
+  return BecomeTrainer(*joined, argv, agent.get());
 }
 
 }  // namespace

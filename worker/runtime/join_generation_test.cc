@@ -186,6 +186,34 @@ TEST_F(JoinGenerationTest, TheAgentsErrorIsRetriedLikeTheCoordinatorsAndNamesThe
   EXPECT_EQ(service_->calls(), 0);
 }
 
+// chorus-rank's first join (Note [The first join through the agent] in
+// worker/rank_main.cc): generation 1 of a job not known to be elastic,
+// through the agent; a refusal is the answer, not asked again nor sent
+// directly.
+TEST_F(JoinGenerationTest, AFirstJoinGoesThroughTheAgentAndARefusalIsTheAnswer) {
+  Start(/*not_formed=*/0);
+  request_.set_generation(1);
+  request_.set_starts_program_first(true);
+  FakeAgent agent;
+  v1::AgentJoinAnswer answer;
+  answer.set_code(static_cast<int>(absl::StatusCode::kUnavailable));
+  answer.set_message("generation 1 of job job-000007 has not formed yet");
+  agent.AnswerFirstJoin(answer);
+  GenerationJoiner joiner(*stub_, agent.rank_end());
+  absl::StatusOr<v1::JoinResponse> joined =
+      joiner.Join(request_, absl::Now() + absl::Seconds(10), /*until_formed=*/false);
+  EXPECT_TRUE(absl::IsUnavailable(joined.status())) << joined.status();
+  EXPECT_EQ(joined.status().message(),
+            "joining generation 1 of job-000007: generation 1 of job job-000007 has not formed "
+            "yet");
+  EXPECT_EQ(service_->calls(), 0) << "no RankService.Join of its own";
+  EXPECT_EQ(joiner.answered_by_agent(), 1);
+  std::vector<v1::JoinRequest> seen = agent.joins_seen();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].generation(), 1);
+  EXPECT_TRUE(seen[0].starts_program_first()) << "the request goes to the agent as it is";
+}
+
 TEST_F(JoinGenerationTest, WithoutAnAgentChannelTheJoinGoesDirectly) {
   Start(/*not_formed=*/0);
   unsetenv(kAgentJoinsVariable);

@@ -138,6 +138,14 @@ ProgressSender::ProgressSender(int fd) : fd_(fd) {}
 
 ProgressSender::~ProgressSender() { close(fd_); }
 
+absl::Status ProgressSender::KeepAcrossExec() {
+  const int flags = fcntl(fd_, F_GETFD);
+  if (flags < 0 || fcntl(fd_, F_SETFD, flags & ~FD_CLOEXEC) != 0) {
+    return Errno("making the channel inheritable across exec");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ProgressSender::Send(const v1::RankHeartbeat& progress) {
   return SendTagged(fd_, kRecordTag, progress, "the supervisor");
 }

@@ -108,6 +108,12 @@ class ProgressSender {
   ProgressSender(const ProgressSender&) = delete;
   ProgressSender& operator=(const ProgressSender&) = delete;
 
+  // Makes the descriptor survive this process's next exec (FromVariable
+  // made it close-on-exec), for a process that hands its channel on to the
+  // program it becomes (Note [The first join through the agent] in
+  // worker/rank_main.cc). Records read but not yet taken stay behind.
+  absl::Status KeepAcrossExec();
+
   // Sends one record without blocking. RESOURCE_EXHAUSTED: the supervisor
   // is behind and the record was dropped; UNAVAILABLE: the supervisor's end
   // is closed; INVALID_ARGUMENT: over kMaxProgressRecordBytes.

@@ -263,6 +263,46 @@ TEST(ProgressChannelTest, TheProgramEndSurvivesExecAndIsFoundFromTheEnvironment)
   EXPECT_TRUE(absl::IsOutOfRange(got.status())) << got.status();
 }
 
+// The exit code of /bin/sh writing to descriptor `fd` after its exec: 0
+// when `fd` crossed the exec.
+int ExecWritingTo(int fd) {
+  const pid_t child = fork();
+  if (child == 0) {
+    const std::string script = absl::StrCat("printf junk >&", fd, " 2>/dev/null");
+    execl("/bin/sh", "sh", "-c", script.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int wstatus = 0;
+  if (child < 0 || waitpid(child, &wstatus, 0) != child || !WIFEXITED(wstatus)) return -1;
+  return WEXITSTATUS(wstatus);
+}
+
+// Note [The first join through the agent] (worker/rank_main.cc): chorus-rank
+// opens the channel before it joins and hands it on across its exec.
+TEST(ProgressChannelTest, AnEndOpenedFromTheEnvironmentCrossesExecOnlyWhenKept) {
+  absl::StatusOr<ProgressChannelPair> pair = CreateProgressChannel();
+  ASSERT_TRUE(pair.ok()) << pair.status();
+  ProgressReceiver receiver(pair->supervisor_fd);
+  setenv(kAgentHeartbeatsFdVariable, std::to_string(pair->program_fd).c_str(), 1);
+  absl::StatusOr<std::unique_ptr<ProgressSender>> sender =
+      ProgressSender::FromVariable(kAgentHeartbeatsFdVariable);
+  unsetenv(kAgentHeartbeatsFdVariable);
+  ASSERT_TRUE(sender.ok()) << sender.status();
+  EXPECT_EQ(fcntl(pair->program_fd, F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
+  EXPECT_NE(ExecWritingTo(pair->program_fd), 0) << "a child's exec does not inherit it";
+
+  ASSERT_TRUE((*sender)->KeepAcrossExec().ok());
+  EXPECT_EQ(fcntl(pair->program_fd, F_GETFD) & FD_CLOEXEC, 0);
+  ASSERT_EQ(ExecWritingTo(pair->program_fd), 0);
+  absl::StatusOr<v1::RankHeartbeat> got = receiver.Receive(absl::Now() + absl::Seconds(5));
+  EXPECT_TRUE(absl::IsDataLoss(got.status())) << "the exec'd program wrote: " << got.status();
+  // The sender still works after the exec of a child.
+  ASSERT_TRUE((*sender)->Send(Progress(4)).ok());
+  got = receiver.Receive(absl::Now() + absl::Seconds(5));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->step(), 4);
+}
+
 TEST(ProgressChannelTest, FromEnvironmentNamesTheVariable) {
   unsetenv(kProgressFdVariable);
   absl::StatusOr<std::unique_ptr<ProgressSender>> none = ProgressSender::FromEnvironment();
