@@ -1090,6 +1090,9 @@ TEST_F(AgentHeartbeatsTest, ForwardsItsRanksNewestHeartbeatsInOneMessageAndLeave
   std::vector<std::shared_ptr<FakeRank>> ranks = launcher_->AwaitRanks(2);
   ASSERT_EQ(ranks.size(), 2u);
   ASSERT_NE(ranks[0]->Env(kAgentHeartbeatsFdVariable), "");
+  // Both are the agent's ranks (not only started) before the interval ends:
+  // a rank it has not recorded yet would miss the first message.
+  ASSERT_TRUE(Eventually([&] { return agent_->live_ranks() == 2; }));
   // Slot 0 is rank 5, slot 1 rank 6; both send two heartbeats at once: only
   // the newer goes on.
   for (int step : {1, 2}) {
@@ -1120,6 +1123,7 @@ TEST_F(AgentHeartbeatsTest, ForwardsAProgramsFirstWordThatItReformsInProcessAtOn
   coordinator_.Send(LaunchMessage("job-1", 1, {0}));
   std::vector<std::shared_ptr<FakeRank>> ranks = launcher_->AwaitRanks(1);
   ASSERT_EQ(ranks.size(), 1u);
+  ASSERT_TRUE(Eventually([&] { return agent_->live_ranks() == 1; }));
   v1::RankHeartbeat declaring = RankHeartbeatOf("job-1", 1, 0, 3);
   declaring.set_reforms_in_process(true);
   ASSERT_TRUE(ranks[0]->SendHeartbeat(declaring).ok());
@@ -1146,6 +1150,7 @@ TEST_F(AgentHeartbeatsTest, PassesEachDirectiveToTheRankItIsFor) {
   coordinator_.Send(LaunchMessage("job-1", 2, {0, 1}));
   std::vector<std::shared_ptr<FakeRank>> ranks = launcher_->AwaitRanks(2);
   ASSERT_EQ(ranks.size(), 2u);
+  ASSERT_TRUE(Eventually([&] { return agent_->live_ranks() == 2; }));
   ASSERT_TRUE(ranks[0]->SendHeartbeat(RankHeartbeatOf("job-1", 2, 0, 7)).ok());
   ASSERT_TRUE(ranks[1]->SendHeartbeat(RankHeartbeatOf("job-1", 2, 1, 7)).ok());
   std::vector<v1::RankHeartbeats> messages = AdvanceUntilMessages(1);
