@@ -122,6 +122,15 @@ void Agent::Stop() {
   StopRanks("", {}, options_.stop_grace);
 }
 
+// Note [Reports kept while disconnected]
+// A report that cannot be written (a rank's exit; not output or heartbeats)
+// waits in unsent_ and goes out on the next stream, first thing after the
+// welcome. Send holds write_mu_ from looking at stream_ until the report is
+// written or kept, and Serve takes write_mu_ to set stream_ and take what
+// was kept: so a report is either kept before Serve takes the kept ones or
+// written to the new stream, never kept after Serve looked (there it would
+// wait for a reconnect that may never come, and the coordinator would wait
+// for an exit it was never told of).
 void Agent::Send(const v1::AgentMessage& message) {
   absl::MutexLock write_lock(&write_mu_);
   grpc::ClientReaderWriter<v1::AgentMessage, v1::CoordinatorMessage>* stream;
@@ -164,20 +173,19 @@ v1::AgentMessage Agent::Hello() {
 
 void Agent::Serve(grpc::ClientReaderWriter<v1::AgentMessage, v1::CoordinatorMessage>& stream,
                   const v1::Welcome& welcome, int still_running) {
+  std::vector<v1::AgentMessage> unsent;
   {
+    // Note [Reports kept while disconnected]
+    absl::MutexLock write_lock(&write_mu_);
     absl::MutexLock lock(&mu_);
     agent_id_ = welcome.agent_id();
     stream_ = &stream;
+    unsent.swap(unsent_);
   }
   LOG(INFO) << "connected to " << options_.coordinator << " as " << welcome.agent_id() << " with "
             << options_.slots << " slot(s)"
             << (still_running > 0 ? absl::StrCat(", ", still_running, " rank(s) still running")
                                   : "");
-  std::vector<v1::AgentMessage> unsent;
-  {
-    absl::MutexLock lock(&mu_);
-    unsent.swap(unsent_);
-  }
   for (const v1::AgentMessage& m : unsent) Send(m);
   v1::CoordinatorMessage message;
   while (stream.Read(&message)) {

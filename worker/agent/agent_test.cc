@@ -16,6 +16,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <thread>
@@ -305,6 +306,12 @@ class FakeCoordinator final : public v1::AgentService::Service {
       dropping_ = false;
       outgoing_.clear();
     }
+    std::function<void()> before_welcome;
+    {
+      absl::MutexLock lock(&mu_);
+      before_welcome = before_welcome_;
+    }
+    if (before_welcome) before_welcome();
     v1::CoordinatorMessage welcome;
     welcome.mutable_welcome()->set_agent_id(kAgentId);
     if (!stream->Write(welcome)) return grpc::Status(grpc::StatusCode::CANCELLED, "agent left");
@@ -363,6 +370,11 @@ class FakeCoordinator final : public v1::AgentService::Service {
   int refused() {
     absl::MutexLock lock(&mu_);
     return refused_;
+  }
+  // Runs `hook` on every accepted connection just before its welcome.
+  void BeforeWelcome(std::function<void()> hook) {
+    absl::MutexLock lock(&mu_);
+    before_welcome_ = std::move(hook);
   }
 
   // The hello of the n-th accepted connection (1-based), waiting (bounded).
@@ -445,6 +457,7 @@ class FakeCoordinator final : public v1::AgentService::Service {
   std::vector<v1::AgentHello> hellos_ ABSL_GUARDED_BY(mu_);
   std::vector<Received> received_ ABSL_GUARDED_BY(mu_);
   std::deque<v1::CoordinatorMessage> outgoing_ ABSL_GUARDED_BY(mu_);
+  std::function<void()> before_welcome_ ABSL_GUARDED_BY(mu_);
 };
 
 v1::CoordinatorMessage LaunchMessage(const std::string& job_id, int64_t generation,
@@ -893,6 +906,39 @@ TEST_F(AgentTest, ExitWhileDisconnectedIsReportedAfterReconnecting) {
   EXPECT_THAT(exit->message.rank_exited().stderr_tail(), ElementsAre("lost my data"));
   // The surviving rank was left alone.
   EXPECT_THAT(launcher_->RankOf("job-1", 1)->signals(), IsEmpty());
+}
+
+// Note [Reports kept while disconnected]: ranks that exit while the agent
+// is being welcomed back race its taking of the kept reports; every exit
+// must reach the coordinator on that connection, none wait for another.
+TEST_F(AgentTest, EveryExitDuringAReconnectionIsReportedOnTheNewConnection) {
+  constexpr int kRounds = 6;
+  constexpr int kRanks = 8;
+  Connect();
+  std::vector<int> slots(kRanks);
+  std::iota(slots.begin(), slots.end(), 0);
+  for (int round = 0; round < kRounds; ++round) {
+    const std::string job = absl::StrCat("job-", round);
+    coordinator_.Send(LaunchMessage(job, 1, slots));
+    ASSERT_EQ(launcher_->AwaitRanks((round + 1) * kRanks).size(), size_t{(round + 1) * kRanks});
+    ASSERT_TRUE(Eventually([&] { return agent_->live_ranks() == kRanks; }));
+    coordinator_.Refuse(true);
+    coordinator_.Drop();
+    ASSERT_TRUE(Eventually([&] { return coordinator_.refused() >= round + 1; }));
+    // The ranks exit while the agent's next connection is being welcomed.
+    coordinator_.BeforeWelcome([&, job] {
+      for (int slot : slots) launcher_->RankOf(job, slot)->Exit(0);
+      absl::SleepFor(absl::Microseconds(200 * (round % 3)));
+    });
+    coordinator_.Refuse(false);
+    ASSERT_TRUE(coordinator_.AwaitHello(round + 2).has_value());
+    for (int slot : slots) {
+      std::optional<FakeCoordinator::Received> exit = coordinator_.AwaitExit(job, slot);
+      ASSERT_TRUE(exit.has_value()) << job << " slot " << slot << " was never reported";
+      EXPECT_EQ(exit->connection, round + 2) << job << " slot " << slot;
+    }
+    coordinator_.BeforeWelcome(nullptr);
+  }
 }
 
 TEST_F(AgentTest, RanksStopWhenTheCoordinatorStaysAwayPastTheWindow) {
