@@ -102,7 +102,7 @@ absl::Status EtcdLeadership::TryToWin(bool* won) {
   get.set_key(key_);
   absl::StatusOr<etcdserverpb::RangeResponse> held = etcd_.Range(get);
   if (!held.ok()) return held.status();
-  if (held->kvs_size() > 0) return absl::OkStatus();  // someone leads
+  if (held->kvs_size() > 0) return TryToTakeBack(held->kvs(0), won);  // someone leads: us?
 
   const absl::Time sent = absl::Now();
   absl::StatusOr<etcdserverpb::LeaseGrantResponse> lease = etcd_.LeaseGrant(options_.lease_ttl);
@@ -138,23 +138,77 @@ absl::Status EtcdLeadership::TryToWin(bool* won) {
     (void)etcd_.LeaseRevoke(lease->id());
     return result.ok() ? absl::OkStatus() : result.status();
   }
+  *won = StartTerm(lease->id(), absl::Seconds(lease->ttl()), sent, revision);
+  if (*won) {
+    LOG(INFO) << "leading " << key_ << " (" << etcd_.name() << ", revision " << revision
+              << ", lease " << lease->ttl() << " s)";
+  }
+  return absl::OkStatus();
+}
+
+// Note [Taking back a lapsed term]: this coordinator stops leading when its
+// own bound on the lease passes (Note [Leader lease]) although etcd may
+// still hold the lease. That happens when etcd itself has no raft leader
+// for a while: losing the etcd member that led raft takes one or two of
+// etcd's election timeouts (1-2 s with its defaults) before a keep-alive is
+// answered again, longer than a 2 s lease leaves between keep-alives. etcd
+// keeps the lease (a new raft leader extends every lease), so the leader
+// key is still there and every other coordinator keeps waiting; without
+// this, the key would lapse unrenewed and another coordinator would take
+// over for nothing. So a campaign that finds the key still bound to the
+// lease of this coordinator's last term, with that term's create_revision,
+// renews the lease and leads again under the same fence. That is safe: a
+// key with the same create_revision was never deleted and created again, so
+// no other coordinator has led since; and the new term's bound starts from
+// this renewal, like any other.
+absl::Status EtcdLeadership::TryToTakeBack(const etcdserverpb::KeyValue& held, bool* won) {
+  int64_t lease_id;
+  LeaderFence fence;
+  {
+    absl::MutexLock lock(&mu_);
+    lease_id = lease_id_;
+    fence = fence_;
+  }
+  const auto ours = [&](const etcdserverpb::KeyValue& kv) {
+    return lease_id != 0 && kv.lease() == lease_id &&
+           kv.create_revision() == fence.create_revision;
+  };
+  if (!ours(held)) return absl::OkStatus();  // another coordinator leads
+  const absl::Time sent = absl::Now();
+  absl::StatusOr<etcdserverpb::LeaseKeepAliveResponse> renewed =
+      etcd_.LeaseKeepAliveOnce(lease_id, options_.lease_ttl);
+  if (!renewed.ok()) return renewed.status();
+  if (renewed->ttl() <= 0) return absl::OkStatus();  // it ended: the key goes with it
+  etcdserverpb::RangeRequest get;
+  get.set_key(key_);
+  absl::StatusOr<etcdserverpb::RangeResponse> again = etcd_.Range(get);
+  if (!again.ok()) return again.status();
+  if (again->kvs_size() == 0 || !ours(again->kvs(0))) return absl::OkStatus();
+  *won = StartTerm(lease_id, absl::Seconds(renewed->ttl()), sent, fence.create_revision);
+  if (*won) {
+    LOG(INFO) << "leading " << key_ << " again (" << etcd_.name() << ", revision "
+              << fence.create_revision << "): etcd kept this coordinator's lease and key "
+              << "while it could not renew them";
+  }
+  return absl::OkStatus();
+}
+
+bool EtcdLeadership::StartTerm(int64_t lease_id, absl::Duration ttl, absl::Time sent,
+                               int64_t revision) {
   absl::MutexLock thread_lock(&thread_mu_);
   if (keep_alive_.joinable()) keep_alive_.join();  // an earlier term's, already ending
   {
     absl::MutexLock lock(&mu_);
-    granted_ttl_ = absl::Seconds(lease->ttl());
+    granted_ttl_ = ttl;
     valid_until_ = sent + granted_ttl_ - options_.safety_margin;
-    lease_id_ = lease->id();
+    lease_id_ = lease_id;
     fence_ = {key_, revision};
-    if (stopped_ || !Valid()) return absl::OkStatus();  // Stop() or the lease ends by itself
+    if (stopped_ || !Valid()) return false;  // Stop() or the lease ends by itself
     leading_ = true;
     keep_alive_exit_ = false;
   }
   keep_alive_ = std::thread([this] { KeepAlive(); });
-  LOG(INFO) << "leading " << key_ << " (" << etcd_.name() << ", revision " << revision
-            << ", lease " << lease->ttl() << " s)";
-  *won = true;
-  return absl::OkStatus();
+  return true;
 }
 
 bool EtcdLeadership::Valid() const { return absl::Now() < valid_until_; }
@@ -190,7 +244,9 @@ void EtcdLeadership::WaitUntilLost() {
     mu_.AwaitWithDeadline(absl::Condition(+[](bool* leading) { return !*leading; }, &leading_),
                           valid_until_);
   }
-  leading_ = false;
+  // The keep-alive thread ends now rather than at its next renewal, so that
+  // a campaign taking the term back does not wait for it.
+  MarkLost("the lease's end came before a keep-alive was answered");
 }
 
 void EtcdLeadership::MarkLost(absl::string_view why) {

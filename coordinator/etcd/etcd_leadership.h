@@ -80,6 +80,16 @@ class EtcdLeadership : public Leadership {
  private:
   // One attempt: OK with `*won` set, or an error from etcd.
   absl::Status TryToWin(bool* won);
+  // `held` is the leader key as read: if it is still this coordinator's
+  // last term's, renews that lease and leads again (Note [Taking back a
+  // lapsed term]); OK with `*won` false otherwise.
+  absl::Status TryToTakeBack(const etcdserverpb::KeyValue& held, bool* won)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Leads on `lease_id` (granted or renewed for `ttl` by a request sent at
+  // `sent`) under the fence `revision`, and starts the keep-alive thread;
+  // false if stopped or the lease's bound has already passed.
+  bool StartTerm(int64_t lease_id, absl::Duration ttl, absl::Time sent, int64_t revision)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // The keep-alive thread's body: renews the lease every TTL/3 until the
   // leadership is lost or given up.
   void KeepAlive();

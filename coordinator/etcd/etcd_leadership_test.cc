@@ -178,6 +178,47 @@ TEST(EtcdLeadershipTest, ALeaderCutOffFromEtcdStepsDownBeforeAnotherWins) {
   EXPECT_TRUE(absl::IsFailedPrecondition(stale)) << stale;
 }
 
+// Note [Taking back a lapsed term]: a leader whose own bound on its lease
+// passed while etcd kept the lease (as while etcd elects a new raft leader)
+// leads again under the same fence, and no other coordinator takes over in
+// between.
+TEST(EtcdLeadershipTest, ALeaderWhoseBoundLapsedWhileEtcdKeptItsLeaseLeadsAgainUnderTheSameFence) {
+  auto etcd = StartEtcd(1);
+  ASSERT_NE(etcd, nullptr);
+  auto client_a = Connect(etcd->endpoints());
+  auto client_b = Connect(etcd->endpoints());
+  EtcdLeadershipOptions lapsing = Options("a");
+  // Its bound ends 1 s after each keep-alive is sent and keep-alives go out
+  // every 2 s: it stops believing it leads while etcd holds its lease for
+  // 5 s more.
+  lapsing.lease_ttl = absl::Seconds(6);
+  lapsing.safety_margin = absl::Seconds(5);
+  EtcdLeadership a(*client_a, lapsing);
+  EtcdLeadership b(*client_b, Options("b"));
+  ASSERT_TRUE(a.Campaign().ok());
+  const LeaderFence first = a.fence();
+  Campaigner waiting(b);
+
+  const absl::Time before = absl::Now();
+  a.WaitUntilLost();
+  EXPECT_LT(absl::Now() - before, absl::Seconds(2)) << "the bound passes 1 s after the win";
+  EXPECT_FALSE(a.IsLeader());
+  ASSERT_TRUE(a.Campaign().ok());
+  EXPECT_LT(absl::Now() - before, absl::Seconds(3)) << "taking the term back waited";
+  EXPECT_TRUE(a.IsLeader());
+  EXPECT_EQ(a.fence().create_revision, first.create_revision);
+  EXPECT_FALSE(waiting.done()) << "b won although a's key was never gone";
+  ASSERT_TRUE(b.Leader().has_value());
+  EXPECT_EQ(b.Leader()->id, "a");
+  auto state_a = EtcdStateStore::Open(*client_a, "/chorus", a.fence());
+  ASSERT_TRUE(state_a.ok()) << state_a.status();
+  EXPECT_TRUE((*state_a)->SaveJob(MakeJob("job-000001", v1::Job::PENDING)).ok());
+
+  a.Resign();
+  EXPECT_TRUE(waiting.WaitForWin(absl::Seconds(3))) << "b did not take over after a resigned";
+  EXPECT_GT(b.fence().create_revision, first.create_revision);
+}
+
 // A coordinator that campaigns while etcd cannot answer says why
 // (ElectionError, what its follower server tells clients) and clears it
 // once etcd answers again.
