@@ -144,7 +144,8 @@ absl::StatusOr<std::map<std::string, ZipEntry>> ReadZip(int fd, const std::strin
 // torch::pickle_save write for a dict of tensors (protocol 2, also the
 // protocol 4 framing ops): dicts, lists, tuples, strings, ints, bools,
 // None, globals, their memo, persistent ids (storages), and REDUCE of
-// _rebuild_tensor_v2 and OrderedDict. Any other call (REDUCE/BUILD of
+// _rebuild_tensor_v2, OrderedDict and torch::pickle_save's
+// restore_type_tag. Any other call (REDUCE/BUILD of
 // another global) yields an opaque value, so a dict entry that is not a
 // tensor is reported by its key, not as a parse error. Anything else (an op
 // not listed) is an error naming the op: the file is not a dict of tensors.
@@ -234,6 +235,13 @@ absl::Status PickleMachine::Reduce() {
   const std::string& name = callable->s;
   if (callable->kind == PValue::Kind::kGlobal && name == "collections OrderedDict") {
     stack_.push_back(Make(PValue::Kind::kDict));
+    return absl::OkStatus();
+  }
+  // torch::pickle_save tags a typed container (restore_type_tag(dict,
+  // "Dict[str, Tensor]")): the container is what was saved.
+  if (callable->kind == PValue::Kind::kGlobal && name == "torch.jit._pickle restore_type_tag" &&
+      args->kind == PValue::Kind::kTuple && !args->items.empty()) {
+    stack_.push_back(args->items[0]);
     return absl::OkStatus();
   }
   if (callable->kind != PValue::Kind::kGlobal || name != "torch._utils _rebuild_tensor_v2") {
