@@ -435,8 +435,7 @@ absl::Status TensorFileRows(const std::string& path, const SavedTensor& t, Tenso
   if (row_elems <= 0) return fail("has no values per sample");
   const int64_t elem = ElementBytes(rows.type);
   rows.row_bytes = row_elems * elem;
-  if (t.storage_offset < 0 ||
-      (t.storage_offset + t.sizes[0] * row_elems) * elem > t.storage.size) {
+  if (t.storage_offset < 0 || (t.storage_offset + t.sizes[0] * row_elems) * elem > t.storage.size) {
     return fail(absl::StrCat("needs more values than its storage of ", t.storage.size,
                              " bytes holds (the file is damaged)"));
   }
@@ -455,8 +454,8 @@ absl::Status IndexTensorFile(int fd, const std::string& path, int64_t size,
     keys.push_back(t.key);
     if (t.key != "x" && t.key != "y") continue;
     if (!t.is_tensor) {
-      return absl::InvalidArgumentError(absl::StrCat("data.shards: ", path, ": '", t.key,
-                                                     "' is ", t.what, ", not a tensor"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("data.shards: ", path, ": '", t.key, "' is ", t.what, ", not a tensor"));
     }
     (t.key == "x" ? x : y) = &t;
   }
@@ -469,26 +468,25 @@ absl::Status IndexTensorFile(int fd, const std::string& path, int64_t size,
   RETURN_IF_ERROR(TensorFileRows(path, *x, shard.x_rows));
   RETURN_IF_ERROR(TensorFileRows(path, *y, shard.y_rows));
   if (x->sizes[0] != y->sizes[0]) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "data.shards: ", path, ": x has ", x->sizes[0], " samples (first dimension) and y has ",
-        y->sizes[0], "; they must have the same"));
+    return absl::InvalidArgumentError(absl::StrCat("data.shards: ", path, ": x has ", x->sizes[0],
+                                                   " samples (first dimension) and y has ",
+                                                   y->sizes[0], "; they must have the same"));
   }
   shard.count = x->sizes[0];
   return absl::OkStatus();
 }
 
 std::string RowsString(const TensorRows& r) {
-  return absl::StrCat("[N, ", absl::StrJoin(r.shape, ", "), "] of ", ElementBytes(r.type),
-                      "-byte ", IsFloating(r.type) ? "floats" : "integers");
+  return absl::StrCat("[N, ", absl::StrJoin(r.shape, ", "), "] of ", ElementBytes(r.type), "-byte ",
+                      IsFloating(r.type) ? "floats" : "integers");
 }
 
 // Every TENSOR_FILES shard's x and y have the first shard's type and row
 // shape, else INVALID_ARGUMENT naming the first that differs.
 absl::Status CheckSameRows(const std::vector<ShardIndex::Shard>& shards) {
   for (const ShardIndex::Shard& s : shards) {
-    for (const auto& [name, rows, first] :
-         {std::tuple{"x", &s.x_rows, &shards[0].x_rows},
-          std::tuple{"y", &s.y_rows, &shards[0].y_rows}}) {
+    for (const auto& [name, rows, first] : {std::tuple{"x", &s.x_rows, &shards[0].x_rows},
+                                            std::tuple{"y", &s.y_rows, &shards[0].y_rows}}) {
       if (rows->type != first->type || rows->shape != first->shape) {
         return absl::InvalidArgumentError(absl::StrCat(
             "data.shards: ", s.path, ": ", name, " is ", RowsString(*rows), ", but ",
@@ -543,14 +541,13 @@ absl::StatusOr<ShardIndex> ShardIndex::Build(const v1::ShardedData& spec) {
     RETURN_IF_ERROR(CheckSameRows(index.shards_));
   }
   if (index.size_ == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("data.shards.paths: the ", paths.size(), " shard file(s) hold no samples",
-                     spec.format() == v1::ShardedData::TAR
-                         ? absl::StrCat(" (members *.", spec.input_member(), " with *.",
-                                        spec.target_member(), ")")
-                     : spec.format() == v1::ShardedData::TOKENS
-                         ? absl::StrCat(" of ", spec.sequence_length(), " + 1 tokens")
-                         : " (their x and y have no rows)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.shards.paths: the ", paths.size(), " shard file(s) hold no samples",
+        spec.format() == v1::ShardedData::TAR ? absl::StrCat(" (members *.", spec.input_member(),
+                                                             " with *.", spec.target_member(), ")")
+        : spec.format() == v1::ShardedData::TOKENS
+            ? absl::StrCat(" of ", spec.sequence_length(), " + 1 tokens")
+            : " (their x and y have no rows)"));
   }
   return index;
 }

@@ -157,7 +157,6 @@ std::string IndexFilePath(const std::string& shard_path);
 absl::Status WriteIndexFile(const std::string& shard_path, const std::string& input_member,
                             const std::string& target_member);
 
-
 bool IsFloating(ElementType t);
 int ElementBytes(ElementType t);
 

@@ -2,8 +2,8 @@
 
 #include <ATen/ATen.h>
 #include <fcntl.h>
-#include <torch/csrc/jit/serialization/pickle.h>
 #include <sys/uio.h>
+#include <torch/csrc/jit/serialization/pickle.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -53,14 +53,22 @@ bool IsPtMember(const std::string& suffix) {
 
 std::optional<ElementType> TorchElementType(at::ScalarType t) {
   switch (t) {
-    case at::kFloat: return ElementType::kFloat32;
-    case at::kDouble: return ElementType::kFloat64;
-    case at::kChar: return ElementType::kInt8;
-    case at::kByte: return ElementType::kUInt8;
-    case at::kShort: return ElementType::kInt16;
-    case at::kInt: return ElementType::kInt32;
-    case at::kLong: return ElementType::kInt64;
-    default: return std::nullopt;
+    case at::kFloat:
+      return ElementType::kFloat32;
+    case at::kDouble:
+      return ElementType::kFloat64;
+    case at::kChar:
+      return ElementType::kInt8;
+    case at::kByte:
+      return ElementType::kUInt8;
+    case at::kShort:
+      return ElementType::kInt16;
+    case at::kInt:
+      return ElementType::kInt32;
+    case at::kLong:
+      return ElementType::kInt64;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -99,10 +107,6 @@ absl::StatusOr<PtMember> ParsePtMember(const char* bytes, int64_t size) {
   m.array.data_offset = 0;
   return m;
 }
-
-namespace {
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<ShardReader>> ShardReader::Open(const v1::ShardedData& spec,
                                                                const ShardReaderOptions& options) {
@@ -538,8 +542,8 @@ absl::Status ShardReader::ReadRows(int64_t index, const SampleLocation& loc, int
         std::tuple{loc.y, layout_.y_type, &layout_.y_shape, &batch.y}}) {
     const bool to_float = out->scalar_type() == at::kFloat;
     char* dst = static_cast<char*>(out->data_ptr()) + row * out->stride(0) * out->element_size();
-    const bool direct = (type == ElementType::kFloat32 && to_float) ||
-                        (type == ElementType::kInt64 && !to_float);
+    const bool direct =
+        (type == ElementType::kFloat32 && to_float) || (type == ElementType::kInt64 && !to_float);
     scratch_.resize(range.size);
     char* into = direct ? dst : scratch_.data();
     for (int64_t got = 0; got < range.size;) {

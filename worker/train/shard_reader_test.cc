@@ -256,8 +256,12 @@ void WriteFile(const std::string& path, const std::string& bytes) {
 
 // Sample k's input: `shape` values k*100 + j of `dtype`.
 at::Tensor SampleTensor(int k, const std::vector<int64_t>& shape, at::ScalarType dtype) {
-  return (at::arange(std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<int64_t>()),
-                    at::kDouble) + k * 100).reshape(shape).to(dtype);
+  return (at::arange(
+              std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<int64_t>()),
+              at::kDouble) +
+          k * 100)
+      .reshape(shape)
+      .to(dtype);
 }
 
 TEST(ShardReaderTest, PtMembersDecodeToTheSavedShapesTypesAndValues) {
@@ -318,9 +322,9 @@ TEST(ShardReaderTest, ADamagedPtMemberIsAnErrorNamingFileOffsetAndMember) {
         const int64_t y = k;
         if (k == 2) offset = (*tar)->bytes() + 512;
         ASSERT_TRUE((*tar)->Add(absl::StrCat("s", k, ".x.pt"), k == 2 ? bad[c].first : good).ok());
-        ASSERT_TRUE(
-            (*tar)->Add(absl::StrCat("s", k, ".y.npy"), NpyBytes(ElementType::kInt64, {}, &y))
-                .ok());
+        ASSERT_TRUE((*tar)
+                        ->Add(absl::StrCat("s", k, ".y.npy"), NpyBytes(ElementType::kInt64, {}, &y))
+                        .ok());
       }
       ASSERT_TRUE((*tar)->Close().ok());
     }
@@ -390,6 +394,16 @@ TEST(ShardReaderTest, TensorFilesAreIndexedByRowAndReadBackExactly) {
   }
   // Only the rank's rows are read: 6 samples (and the probe's) of 32 bytes.
   EXPECT_EQ((*reader)->stats().bytes_read, 7 * 32);
+
+  // Note [Shard fingerprints]: a shard rewritten with its rows elsewhere
+  // (here: a slice at another storage offset) is another shard.
+  const std::vector<int64_t> before = index->Fingerprints();
+  WriteFile(b, SavedDict(at::randn({6, 3, 2}, at::kFloat).narrow(0, 1, 4), y1));
+  auto changed = ShardIndex::Build(TensorFilesSpec({a, b}, 1 << 20));
+  ASSERT_TRUE(changed.ok()) << changed.status();
+  EXPECT_EQ(changed->Fingerprints()[0], before[0]);
+  EXPECT_NE(changed->Fingerprints()[1], before[1]);
+  EXPECT_EQ(CheckFingerprints(*changed, before).code(), absl::StatusCode::kFailedPrecondition);
 }
 
 // The same for a file Python's torch.save wrote (testdata/make_fixtures.py),
@@ -439,8 +453,7 @@ TEST(ShardReaderTest, AnUnreadableTensorFileIsAnErrorNamingIt) {
     ASSERT_FALSE(index.ok()) << "case " << c;
     EXPECT_EQ(index.status().code(), absl::StatusCode::kInvalidArgument) << index.status();
     EXPECT_THAT(std::string(index.status().message()), HasSubstr(path)) << "case " << c;
-    EXPECT_THAT(std::string(index.status().message()), HasSubstr(cases[c].second))
-        << "case " << c;
+    EXPECT_THAT(std::string(index.status().message()), HasSubstr(cases[c].second)) << "case " << c;
   }
   // A shard whose rows differ from the first's names it.
   const std::string a = TempPath("rows-a.pt"), b = TempPath("rows-b.pt");

@@ -38,7 +38,7 @@ uint64_t Le(const char* p, int bytes) {
 
 std::string Help() {
   return "; a tensor_file shard is torch.save({'x': inputs, 'y': targets}, path) with PyTorch's "
-         "default (zip) serialization; otherwise convert it with `chorus dataset pack`";
+         "default (zip) serialization: load it and save it so with PyTorch 1.6 or later";
 }
 
 absl::Status NotTorchSave(const std::string& path, const std::string& why) {
@@ -57,8 +57,8 @@ absl::StatusOr<ByteRange> FindDirectory(int fd, const std::string& path, int64_t
   const int64_t tail = std::min<int64_t>(size, 22 + 65535);
   std::string buf(static_cast<size_t>(tail), '\0');
   if (!ReadAt(fd, buf.data(), tail, size - tail)) {
-    return absl::DataLossError(absl::StrCat("data.shards: cannot read ", path, ": ",
-                                            std::strerror(errno)));
+    return absl::DataLossError(
+        absl::StrCat("data.shards: cannot read ", path, ": ", std::strerror(errno)));
   }
   int64_t at = tail - 22;
   while (at >= 0 && Le(buf.data() + at, 4) != 0x06054b50) --at;
@@ -126,7 +126,7 @@ absl::StatusOr<std::map<std::string, ZipEntry>> ReadZip(int fd, const std::strin
     }
     const int64_t data = static_cast<int64_t>(local) + 30 + Le(h + 26, 2) + Le(h + 28, 2);
     ZipEntry e{ByteRange{data, static_cast<int64_t>(compressed)}, Le(c + 10, 2) != 0};
-    if (data + e.data.size > size) {
+    if (e.data.size < 0 || e.data.size > size - data) {
       return NotTorchSave(path, absl::StrCat("a zip member at byte offset ", data,
                                              " runs past the end of the file (truncated?)"));
     }
@@ -152,11 +152,22 @@ absl::StatusOr<std::map<std::string, ZipEntry>> ReadZip(int fd, const std::strin
 struct PValue;
 using PRef = std::shared_ptr<PValue>;
 struct PValue {
-  enum class Kind { kMark, kNone, kBool, kInt, kString, kGlobal, kTuple, kDict, kStorage, kTensor,
-                    kOther };
+  enum class Kind {
+    kMark,
+    kNone,
+    kBool,
+    kInt,
+    kString,
+    kGlobal,
+    kTuple,
+    kDict,
+    kStorage,
+    kTensor,
+    kOther
+  };
   Kind kind = Kind::kNone;
   int64_t i = 0;
-  std::string s;  // string; global "module name"; storage class; other: what it is
+  std::string s;            // string; global "module name"; storage class; other: what it is
   std::vector<PRef> items;  // tuple or list; dict as key, value, key, value...
   SavedTensor tensor;       // storage (key, numel in `i`) or tensor
 };
@@ -176,11 +187,11 @@ class PickleMachine {
 
  private:
   absl::Status Fail(const std::string& why) const {
-    return absl::InvalidArgumentError(absl::StrCat("data.shards: ", path_, ": data.pkl at byte ",
-                                                   at_, ": ", why, Help()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.shards: ", path_, ": data.pkl at byte ", at_, ": ", why, Help()));
   }
   bool Take(int64_t n, const char** out) {
-    if (at_ + n > static_cast<int64_t>(p_.size())) return false;
+    if (n < 0 || n > static_cast<int64_t>(p_.size()) - at_) return false;
     *out = p_.data() + at_;
     at_ += n;
     return true;
@@ -194,6 +205,9 @@ class PickleMachine {
   // The values pushed since the last MARK, which is removed.
   absl::StatusOr<std::vector<PRef>> PopMark();
   absl::Status Op(char op);
+  absl::StatusOr<bool> ValueOp(char op);
+  // Pushes a string of the length in the next `width` bytes.
+  absl::Status PushString(int width);
   absl::Status Reduce();
   absl::Status PersistentId();
 
@@ -284,17 +298,99 @@ absl::StatusOr<PRef> PickleMachine::Run() {
   return Fail("the pickle ends without STOP (truncated?)");
 }
 
-absl::Status PickleMachine::Op(char op) {
+absl::Status PickleMachine::PushString(int width) {
+  const char* b = nullptr;
+  if (!Take(width, &b)) return Fail("truncated pickle");
+  const int64_t n = static_cast<int64_t>(Le(b, width));
+  if (!Take(n, &b)) return Fail("truncated pickle");
+  stack_.push_back(Make(PValue::Kind::kString, 0, std::string(b, static_cast<size_t>(n))));
+  return absl::OkStatus();
+}
+
+// Pushes the value `op` reads (a constant, int, string or global): false if
+// `op` is not one of those.
+absl::StatusOr<bool> PickleMachine::ValueOp(char op) {
   using K = PValue::Kind;
   const char* b = nullptr;
   auto need = [&](int64_t n) { return Take(n, &b) ? absl::OkStatus() : Fail("truncated pickle"); };
-  auto push_string = [&](int width) -> absl::Status {
-    RETURN_IF_ERROR(need(width));
-    const int64_t n = static_cast<int64_t>(Le(b, width));
-    RETURN_IF_ERROR(need(n));
-    stack_.push_back(Make(K::kString, 0, std::string(b, static_cast<size_t>(n))));
-    return absl::OkStatus();
-  };
+  switch (static_cast<unsigned char>(op)) {
+    case 0x80:
+      RETURN_IF_ERROR(need(1));
+      return true;  // PROTO
+    case 0x95:
+      RETURN_IF_ERROR(need(8));
+      return true;  // FRAME
+    case '(':
+    case '}':
+    case ']':  // EMPTY_LIST, kept as a tuple
+    case ')':
+    case 'N':
+      stack_.push_back(Make(op == '('   ? K::kMark
+                            : op == '}' ? K::kDict
+                            : op == 'N' ? K::kNone
+                                        : K::kTuple));
+      return true;
+    case 0x88:  // NEWTRUE
+    case 0x89:  // NEWFALSE
+      stack_.push_back(Make(K::kBool, static_cast<unsigned char>(op) == 0x88));
+      return true;
+    case 'K':
+      RETURN_IF_ERROR(need(1));
+      stack_.push_back(Make(K::kInt, Le(b, 1)));
+      return true;
+    case 'M':
+      RETURN_IF_ERROR(need(2));
+      stack_.push_back(Make(K::kInt, Le(b, 2)));
+      return true;
+    case 'J':
+      RETURN_IF_ERROR(need(4));
+      stack_.push_back(Make(K::kInt, static_cast<int32_t>(Le(b, 4))));
+      return true;
+    case 0x8a: {  // LONG1: little-endian two's complement of n bytes
+      RETURN_IF_ERROR(need(1));
+      const int n = static_cast<unsigned char>(*b);
+      if (n > 8) return Fail("an integer wider than 64 bits");
+      RETURN_IF_ERROR(need(n));
+      int64_t v = n == 0 ? 0 : static_cast<int64_t>(Le(b, n) << (64 - 8 * n)) >> (64 - 8 * n);
+      stack_.push_back(Make(K::kInt, v));
+      return true;
+    }
+    case 'X':
+      RETURN_IF_ERROR(PushString(4));
+      return true;  // BINUNICODE
+    case 0x8c:
+      RETURN_IF_ERROR(PushString(1));
+      return true;  // SHORT_BINUNICODE
+    case 0x8d:
+      RETURN_IF_ERROR(PushString(8));
+      return true;  // BINUNICODE8
+    case 'c': {     // GLOBAL "module\nname\n"
+      const size_t nl1 = p_.find('\n', at_);
+      const size_t nl2 = nl1 == std::string::npos ? nl1 : p_.find('\n', nl1 + 1);
+      if (nl2 == std::string::npos) return Fail("truncated GLOBAL");
+      std::string name =
+          absl::StrCat(p_.substr(at_, nl1 - at_), " ", p_.substr(nl1 + 1, nl2 - nl1 - 1));
+      at_ = static_cast<int64_t>(nl2) + 1;
+      stack_.push_back(Make(K::kGlobal, 0, std::move(name)));
+      return true;
+    }
+    case 0x93: {  // STACK_GLOBAL
+      ASSIGN_OR_RETURN(const PRef name, Pop());
+      ASSIGN_OR_RETURN(const PRef module, Pop());
+      stack_.push_back(Make(K::kGlobal, 0, absl::StrCat(module->s, " ", name->s)));
+      return true;
+    }
+    default:
+      return false;
+  }
+}
+
+absl::Status PickleMachine::Op(char op) {
+  using K = PValue::Kind;
+  ASSIGN_OR_RETURN(const bool pushed, ValueOp(op));
+  if (pushed) return absl::OkStatus();
+  const char* b = nullptr;
+  auto need = [&](int64_t n) { return Take(n, &b) ? absl::OkStatus() : Fail("truncated pickle"); };
   auto memo_put = [&](int64_t key) -> absl::Status {
     if (stack_.empty()) return Fail("memo of an empty stack");
     memo_[key] = stack_.back();
@@ -307,54 +403,20 @@ absl::Status PickleMachine::Op(char op) {
     return absl::OkStatus();
   };
   switch (static_cast<unsigned char>(op)) {
-    case 0x80: return need(1);                        // PROTO
-    case 0x95: return need(8);                        // FRAME
-    case '(': stack_.push_back(Make(K::kMark)); return absl::OkStatus();
-    case '}': stack_.push_back(Make(K::kDict)); return absl::OkStatus();
-    case ']': stack_.push_back(Make(K::kTuple)); return absl::OkStatus();  // EMPTY_LIST
-    case ')': stack_.push_back(Make(K::kTuple)); return absl::OkStatus();
-    case 'N': stack_.push_back(Make(K::kNone)); return absl::OkStatus();
-    case 0x88: stack_.push_back(Make(K::kBool, 1)); return absl::OkStatus();
-    case 0x89: stack_.push_back(Make(K::kBool, 0)); return absl::OkStatus();
-    case 'K': RETURN_IF_ERROR(need(1)); stack_.push_back(Make(K::kInt, Le(b, 1))); return absl::OkStatus();
-    case 'M': RETURN_IF_ERROR(need(2)); stack_.push_back(Make(K::kInt, Le(b, 2))); return absl::OkStatus();
-    case 'J':
-      RETURN_IF_ERROR(need(4));
-      stack_.push_back(Make(K::kInt, static_cast<int32_t>(Le(b, 4))));
-      return absl::OkStatus();
-    case 0x8a: {  // LONG1: little-endian two's complement of n bytes
+    case 'q':
       RETURN_IF_ERROR(need(1));
-      const int n = static_cast<unsigned char>(*b);
-      if (n > 8) return Fail("an integer wider than 64 bits");
-      RETURN_IF_ERROR(need(n));
-      int64_t v = n == 0 ? 0 : static_cast<int64_t>(Le(b, n) << (64 - 8 * n)) >> (64 - 8 * n);
-      stack_.push_back(Make(K::kInt, v));
-      return absl::OkStatus();
-    }
-    case 'X': return push_string(4);     // BINUNICODE
-    case 0x8c: return push_string(1);    // SHORT_BINUNICODE
-    case 0x8d: return push_string(8);    // BINUNICODE8
-    case 'c': {                          // GLOBAL "module\nname\n"
-      const size_t nl1 = p_.find('\n', at_);
-      const size_t nl2 = nl1 == std::string::npos ? nl1 : p_.find('\n', nl1 + 1);
-      if (nl2 == std::string::npos) return Fail("truncated GLOBAL");
-      std::string name = absl::StrCat(p_.substr(at_, nl1 - at_), " ",
-                                      p_.substr(nl1 + 1, nl2 - nl1 - 1));
-      at_ = static_cast<int64_t>(nl2) + 1;
-      stack_.push_back(Make(K::kGlobal, 0, std::move(name)));
-      return absl::OkStatus();
-    }
-    case 0x93: {  // STACK_GLOBAL
-      ASSIGN_OR_RETURN(const PRef name, Pop());
-      ASSIGN_OR_RETURN(const PRef module, Pop());
-      stack_.push_back(Make(K::kGlobal, 0, absl::StrCat(module->s, " ", name->s)));
-      return absl::OkStatus();
-    }
-    case 'q': RETURN_IF_ERROR(need(1)); return memo_put(static_cast<int64_t>(Le(b, 1)));
-    case 'r': RETURN_IF_ERROR(need(4)); return memo_put(static_cast<int64_t>(Le(b, 4)));
-    case 0x94: return memo_put(static_cast<int64_t>(memo_.size()));  // MEMOIZE
-    case 'h': RETURN_IF_ERROR(need(1)); return memo_get(static_cast<int64_t>(Le(b, 1)));
-    case 'j': RETURN_IF_ERROR(need(4)); return memo_get(static_cast<int64_t>(Le(b, 4)));
+      return memo_put(static_cast<int64_t>(Le(b, 1)));
+    case 'r':
+      RETURN_IF_ERROR(need(4));
+      return memo_put(static_cast<int64_t>(Le(b, 4)));
+    case 0x94:
+      return memo_put(static_cast<int64_t>(memo_.size()));  // MEMOIZE
+    case 'h':
+      RETURN_IF_ERROR(need(1));
+      return memo_get(static_cast<int64_t>(Le(b, 1)));
+    case 'j':
+      RETURN_IF_ERROR(need(4));
+      return memo_get(static_cast<int64_t>(Le(b, 4)));
     case 't': {  // TUPLE
       ASSIGN_OR_RETURN(std::vector<PRef> items, PopMark());
       PRef t = Make(K::kTuple);
@@ -362,7 +424,9 @@ absl::Status PickleMachine::Op(char op) {
       stack_.push_back(t);
       return absl::OkStatus();
     }
-    case 0x85: case 0x86: case 0x87: {  // TUPLE1..3
+    case 0x85:
+    case 0x86:
+    case 0x87: {  // TUPLE1..3
       const size_t n = static_cast<unsigned char>(op) - 0x84;
       if (stack_.size() < n) return Fail("the pickle's stack is too short");
       PRef t = Make(K::kTuple);
@@ -371,13 +435,17 @@ absl::Status PickleMachine::Op(char op) {
       stack_.push_back(t);
       return absl::OkStatus();
     }
-    case 'Q': return PersistentId();  // BINPERSID
-    case 'R': return Reduce();
-    case 'b': {  // BUILD: the state is not looked at
-      ASSIGN_OR_RETURN(const PRef state, Pop());
+    case 'Q':
+      return PersistentId();  // BINPERSID
+    case 'R':
+      return Reduce();
+    case 'b':  // BUILD: the state is not looked at
+      RETURN_IF_ERROR(Pop().status());
       return stack_.empty() ? Fail("BUILD without an object") : absl::OkStatus();
-    }
-    case 'a': case 'e': case 's': case 'u': {  // APPEND(S), SETITEM(S)
+    case 'a':
+    case 'e':
+    case 's':
+    case 'u': {  // APPEND(S), SETITEM(S)
       std::vector<PRef> items;
       if (op == 'a' || op == 's') {
         const size_t n = op == 'a' ? 1 : 2;

@@ -857,8 +857,15 @@ TEST(TrainerTest, TensorFileShardsTrainAsTheSameDataPackedToTar) {
         std::pair{v1::ShardedData::TENSOR_FILES, pt_dir + "/train-*.pt"}}) {
     v1::JobSpec spec = Spec(R"pb(
       model { mlp { hidden_sizes: [ 16 ] } }
-      data { shards { format: TAR paths: "/placeholder" num_classes: 3 read_ahead_bytes: 2048
-                      shuffle_buffer: 16 } }
+      data {
+        shards {
+          format: TAR
+          paths: "/placeholder"
+          num_classes: 3
+          read_ahead_bytes: 2048
+          shuffle_buffer: 16
+        }
+      }
       training { batch_size_per_rank: 8 epochs: 2 seed: 4 }
       optimizer { kind: ADAM lr: 0.01 }
     )pb");
