@@ -134,7 +134,12 @@ TEST(MemoryEstimateTest, ShardsCountTheirReadAheadBufferNotTheFiles) {
   const v1::JobSpec files = Spec(R"pb(
     model { mlp {} }
     data {
-      shards { format: TENSOR_FILES paths: "/d/train-*.pt" num_classes: 10 read_ahead_bytes: 2000000 }
+      shards {
+        format: TENSOR_FILES
+        paths: "/d/train-*.pt"
+        num_classes: 10
+        read_ahead_bytes: 2000000
+      }
     }
   )pb");
   e = EstimateRankMemory(files, [](const std::string&) -> int64_t { return int64_t{1} << 40; });
