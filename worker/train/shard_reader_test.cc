@@ -437,11 +437,15 @@ TEST(ShardReaderTest, AnUnreadableTensorFileIsAnErrorNamingIt) {
   const at::Tensor y = at::arange(4, at::kLong);
   c10::Dict<std::string, at::Tensor> only_x;
   only_x.insert("x", x);
+  c10::impl::GenericDict string_x(c10::StringType::get(), c10::AnyType::get());
+  string_x.insert("x", "pixels");
+  string_x.insert("y", y);
   const std::string good = SavedDict(x, y);
   const std::vector<std::pair<std::string, std::string>> cases = {
       {SavedDict(x.t(), y), "'x' is not contiguous"},
       {SavedDict(x, at::arange(5, at::kLong)), "x has 4 samples (first dimension) and y has 5"},
       {Saved(c10::IValue(only_x)), "has keys [x] but a tensor_file shard needs both 'x' and 'y'"},
+      {Saved(c10::IValue(string_x)), "'x' is a string, not a tensor"},
       {SavedDict(x.to(at::kHalf), y), "'x' has storage HalfStorage, which is not read"},
       {SavedDict(x, at::scalar_tensor(3, at::kLong)), "'y' is a scalar"},
       {good.substr(0, good.size() - 30), "no zip directory"},

@@ -238,7 +238,7 @@ absl::Status PickleMachine::PersistentId() {
     return Fail("a persistent id that is not a tensor storage");
   }
   PRef storage = Make(PValue::Kind::kStorage, t[4]->i, t[1]->s);
-  storage->tensor.storage_class = t[2]->s;  // the key, until the tensor is built
+  storage->tensor.storage_key = t[2]->s;
   stack_.push_back(storage);
   return absl::OkStatus();
 }
@@ -253,7 +253,10 @@ absl::Status PickleMachine::Reduce() {
   }
   // torch::pickle_save tags a typed container (restore_type_tag(dict,
   // "Dict[str, Tensor]")): the container is what was saved.
-  if (callable->kind == PValue::Kind::kGlobal && name == "torch.jit._pickle restore_type_tag" &&
+  // A tensor with requires_grad (or an nn.Parameter) is saved as
+  // _rebuild_parameter(tensor, requires_grad, hooks): the tensor is what counts.
+  if (callable->kind == PValue::Kind::kGlobal &&
+      (name == "torch.jit._pickle restore_type_tag" || name == "torch._utils _rebuild_parameter") &&
       args->kind == PValue::Kind::kTuple && !args->items.empty()) {
     stack_.push_back(args->items[0]);
     return absl::OkStatus();
@@ -273,8 +276,8 @@ absl::Status PickleMachine::Reduce() {
   s.is_tensor = true;
   const std::string& storage_type = a[0]->s;  // "torch FloatStorage"
   s.storage_class = storage_type.substr(storage_type.find(' ') + 1);
-  s.what = a[0]->tensor.storage_class;  // the storage's key in the archive
-  s.storage.size = a[0]->i;             // its element count, until placed
+  s.storage_key = a[0]->tensor.storage_key;
+  s.storage.size = a[0]->i;  // its element count, until placed
   s.storage_offset = a[1]->i;
   for (size_t d = 0; d < a[2]->items.size(); ++d) {
     if (a[2]->items[d]->kind != PValue::Kind::kInt || a[3]->items[d]->kind != PValue::Kind::kInt) {
@@ -466,6 +469,46 @@ absl::Status PickleMachine::Op(char op) {
   }
 }
 
+std::string KindName(const PValue& v) {
+  switch (v.kind) {
+    case PValue::Kind::kDict:
+      return "a dict";
+    case PValue::Kind::kTuple:
+      return "a tuple or list";
+    case PValue::Kind::kString:
+      return "a string";
+    case PValue::Kind::kInt:
+      return "an int";
+    case PValue::Kind::kBool:
+      return "a bool";
+    case PValue::Kind::kNone:
+      return "None";
+    case PValue::Kind::kTensor:
+      return "a tensor";
+    case PValue::Kind::kOther:
+      return v.s;
+    default:
+      return "not a tensor";
+  }
+}
+
+// OK unless the archive says its values are big-endian (PyTorch 1.13+
+// writes ARCHIVE/byteorder; older files are little-endian).
+absl::Status CheckByteOrder(int fd, const std::string& path,
+                            const std::map<std::string, ZipEntry>& zip,
+                            const std::string& archive) {
+  auto order = zip.find(archive + "byteorder");
+  if (order == zip.end() || order->second.compressed || order->second.data.size > 16) {
+    return absl::OkStatus();
+  }
+  std::string value(static_cast<size_t>(order->second.data.size), '\0');
+  if (!ReadAt(fd, value.data(), order->second.data.size, order->second.data.offset)) {
+    return absl::DataLossError(absl::StrCat("data.shards: cannot read ", path, "'s byteorder"));
+  }
+  if (value == "big") return NotTorchSave(path, "its values are saved big-endian");
+  return absl::OkStatus();
+}
+
 std::optional<ElementType> StorageType(const std::string& storage_class) {
   static constexpr std::pair<const char*, ElementType> kTypes[] = {
       {"FloatStorage", ElementType::kFloat32}, {"DoubleStorage", ElementType::kFloat64},
@@ -504,6 +547,7 @@ absl::StatusOr<std::vector<SavedTensor>> ReadTorchSaveDict(int fd, const std::st
   if (!ReadAt(fd, pickle.data(), pkl->second.data.size, pkl->second.data.offset)) {
     return absl::DataLossError(absl::StrCat("data.shards: cannot read ", path, "'s data.pkl"));
   }
+  RETURN_IF_ERROR(CheckByteOrder(fd, path, zip, archive));
   ASSIGN_OR_RETURN(const PRef top, PickleMachine(pickle, path).Run());
   if (top->kind != PValue::Kind::kDict) return NotTorchSave(path, "it holds no dict");
   std::vector<SavedTensor> out;
@@ -513,16 +557,16 @@ absl::StatusOr<std::vector<SavedTensor>> ReadTorchSaveDict(int fd, const std::st
     SavedTensor t = v.tensor;
     t.key = top->items[i]->s;
     if (v.kind != PValue::Kind::kTensor) {
-      t.what = v.kind == PValue::Kind::kOther ? v.s : "not a tensor";
+      t.what = KindName(v);
       out.push_back(std::move(t));
       continue;
     }
     t.type = StorageType(t.storage_class);
     const int64_t numel = t.storage.size;
-    auto record = zip.find(absl::StrCat(archive, "data/", t.what));
+    auto record = zip.find(absl::StrCat(archive, "data/", t.storage_key));
     if (record == zip.end()) {
       return NotTorchSave(path, absl::StrCat("the storage of '", t.key, "' (", archive, "data/",
-                                             t.what, ") is not in its zip archive"));
+                                             t.storage_key, ") is not in its zip archive"));
     }
     t.storage = record->second.data;
     t.compressed = record->second.compressed;

@@ -33,12 +33,15 @@ namespace chorus {
 // One value of the saved dict under a string key.
 struct SavedTensor {
   std::string key;
-  // Set for a tensor; empty for any other value (`what` says what it is).
+  // Whether it is a tensor; `what` says what it is ("a tensor", "a dict",
+  // "a torch.nn.modules.linear Linear", ...).
   bool is_tensor = false;
   std::string what;
-  // The storage's class as pickled ("FloatStorage", ...) and its element
-  // type, if it is one that is read (float32/64, int8/16/32/64, uint8).
+  // The storage's class as pickled ("FloatStorage", ...), its key (its
+  // values are the member ARCHIVE/data/KEY), and its element type, if it is
+  // one that is read (float32/64, int8/16/32/64, uint8).
   std::string storage_class;
+  std::string storage_key;
   std::optional<ElementType> type;
   std::vector<int64_t> sizes, strides;
   int64_t storage_offset = 0;  // in elements
@@ -56,8 +59,9 @@ struct SavedTensor {
 // (`size` bytes, open as `fd`), in the order they were pickled.
 // INVALID_ARGUMENT naming the file for one that is not a zip archive with a
 // data.pkl (a legacy torch.save file, _use_new_zipfile_serialization=False,
-// included), a pickle that is not a dict or uses what is not read here, or
-// a storage that the zip does not hold; DATA_LOSS if it cannot be read.
+// included), a pickle that is not a dict or uses what is not read here, a
+// storage that the zip does not hold, or values saved big-endian; DATA_LOSS
+// if it cannot be read.
 absl::StatusOr<std::vector<SavedTensor>> ReadTorchSaveDict(int fd, const std::string& path,
                                                            int64_t size);
 
