@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -162,6 +163,17 @@ TEST(JobSpecTest, ShardsGetTheirDefaultsAndNormalPaths) {
   EXPECT_THAT(ValidateJobSpec(*tar), IsEmpty());
   EXPECT_EQ(tar->data().shards().input_member(), "x.npy");
   EXPECT_EQ(tar->data().shards().target_member(), "y.npy");
+  // Every member type that is read, and tensor_file shards (no members).
+  for (const char* data :
+       {"format: TAR paths: '/d/a.tar' num_classes: 10 input_member: 'x.pt' target_member: "
+        "'y.pth'",
+        "format: TENSOR_FILES paths: '/d/train-*.pt' num_classes: 10"}) {
+    auto other = ParseJobSpec(absl::StrCat("model { mlp {} } data { shards { ", data, " } }"),
+                              SpecFormat::kTextProto, "test");
+    ASSERT_TRUE(other.ok()) << other.status();
+    NormalizeJobSpec(*other);
+    EXPECT_THAT(ValidateJobSpec(*other), IsEmpty()) << data;
+  }
 }
 
 TEST(JobSpecTest, ElasticDefaultsOnlyWhenTheBlockIsThere) {
@@ -449,17 +461,24 @@ INSTANTIATE_TEST_SUITE_P(
              "data: model.transformer_lm needs token data: use synthetic { kind: TOKENS }, a "
              "tensor_file or shards { format: TOKENS }"},
         Case{"data { shards { paths: '/d/a.tar' num_classes: 10 } }",
-             "data.shards.format: must be TAR or TOKENS, got 0"},
+             "data.shards.format: must be TAR, TOKENS or TENSOR_FILES, got 0"},
         Case{"data { shards { format: TAR num_classes: 10 } }",
              "data.shards.paths: is required: the shard files (paths or globs such as "
              "/data/train-*.tar)"},
         Case{"data { shards { format: TAR paths: '/d/a.tar' } }",
              "data.shards.num_classes: is required with CROSS_ENTROPY loss: the number of classes "
              "of the targets"},
-        Case{
-            "data { shards { format: TAR paths: '/d/a.tar' num_classes: 3 input_member: 'x.pt' } }",
-            "data.shards.input_member: must name a .npy member (the only member type read), got "
-            "\"x.pt\""},
+        Case{"data { shards { format: TAR paths: '/d/a.tar' num_classes: 3 input_member: "
+             "'x.pt' target_member: 'cls' } }",
+             "data.shards.target_member: must end in .npy (NumPy), .pt or .pth (torch.save of a "
+             "tensor), the member types that are read; got \"cls\""},
+        Case{"data { shards { format: TENSOR_FILES paths: '/d/*.pt' num_classes: 3 "
+             "input_member: 'x.pt' } }",
+             "data.shards.input_member: and target_member are for format TAR; TENSOR_FILES files "
+             "hold dicts with keys 'x' and 'y'"},
+        Case{"data { shards { format: TENSOR_FILES paths: '/d/*.pt' } }",
+             "data.shards.num_classes: is required with CROSS_ENTROPY loss: the number of classes "
+             "of the targets"},
         Case{
             "data { shards { format: TAR paths: '/d/a.tar' num_classes: 3 read_ahead_bytes: -1 } }",
             "data.shards.read_ahead_bytes: must be > 0, got -1"},

@@ -124,7 +124,8 @@ void ValidateShards(const JobSpec& spec, Checker& c) {
   const v1::ShardedData& s = spec.data().shards();
   if (s.format() == v1::ShardedData::FORMAT_UNSPECIFIED ||
       !v1::ShardedData::Format_IsValid(s.format())) {
-    c.Fail("data.shards.format", absl::StrCat("must be TAR or TOKENS, got ", s.format()));
+    c.Fail("data.shards.format",
+           absl::StrCat("must be TAR, TOKENS or TENSOR_FILES, got ", s.format()));
   }
   if (s.paths_size() == 0) {
     c.Fail("data.shards.paths",
@@ -144,13 +145,25 @@ void ValidateShards(const JobSpec& spec, Checker& c) {
     for (const auto& [field, member] :
          {std::pair{"data.shards.input_member", &s.input_member()},
           std::pair{"data.shards.target_member", &s.target_member()}}) {
-      if (!absl::EndsWith(*member, ".npy")) {
-        c.Fail(field, absl::StrCat("must name a .npy member (the only member type read), got \"",
+      if (!absl::EndsWith(*member, ".npy") && !absl::EndsWith(*member, ".pt") &&
+          !absl::EndsWith(*member, ".pth")) {
+        c.Fail(field, absl::StrCat("must end in .npy (NumPy), .pt or .pth (torch.save of a "
+                                   "tensor), the member types that are read; got \"",
                                    *member, "\""));
       }
     }
+  }
+  if (s.format() == v1::ShardedData::TENSOR_FILES &&
+      (!s.input_member().empty() || !s.target_member().empty())) {
+    c.Fail("data.shards.input_member",
+           "and target_member are for format TAR; TENSOR_FILES files hold dicts with keys 'x' "
+           "and 'y'");
+  }
+  if (s.format() == v1::ShardedData::TAR || s.format() == v1::ShardedData::TENSOR_FILES) {
     if (s.sequence_length() != 0 || s.token_type() != v1::ShardedData::TOKEN_TYPE_UNSPECIFIED) {
-      c.Fail("data.shards.sequence_length", "and token_type are for format TOKENS, not TAR");
+      c.Fail("data.shards.sequence_length",
+             absl::StrCat("and token_type are for format TOKENS, not ",
+                          v1::ShardedData::Format_Name(s.format())));
     }
     if (s.num_classes() == 0 && spec.loss().kind() == v1::LossSpec::CROSS_ENTROPY) {
       c.Fail("data.shards.num_classes",

@@ -130,6 +130,20 @@ TEST(MemoryEstimateTest, ShardsCountTheirReadAheadBufferNotTheFiles) {
     return int64_t{1} << 40;  // a terabyte of tokens is never held
   });
   EXPECT_EQ(e.data, 1000000);
+  // A directory of tensor files is streamed too: not its files' sizes.
+  const v1::JobSpec files = Spec(R"pb(
+    model { mlp {} }
+    data {
+      shards {
+        format: TENSOR_FILES
+        paths: "/d/train-*.pt"
+        num_classes: 10
+        read_ahead_bytes: 2000000
+      }
+    }
+  )pb");
+  e = EstimateRankMemory(files, [](const std::string&) -> int64_t { return int64_t{1} << 40; });
+  EXPECT_EQ(e.data, 2000000);
 }
 
 TEST(MemoryEstimateTest, FilesCountTheirSizeAsALowerBound) {

@@ -15,9 +15,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
+#include "worker/train/torch_save_file.h"
 
 namespace chorus {
 namespace {
@@ -343,6 +345,17 @@ absl::StatusOr<bool> LoadIndexFile(const std::string& path, const struct stat& s
 
 }  // namespace
 
+std::string TarMemberNameAt(const std::string& path, int64_t data_offset) {
+  char h[kBlock];
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const bool read = fd >= 0 && data_offset >= kBlock && ReadAt(fd, h, kBlock, data_offset - kBlock);
+  if (fd >= 0) ::close(fd);
+  if (!read || !ChecksumMatches(h)) return "?";
+  return std::memcmp(h + 257, "ustar", 5) == 0 && h[345] != '\0'
+             ? absl::StrCat(CString(h + 345, 155), "/", CString(h, 100))
+             : CString(h, 100);
+}
+
 std::string IndexFilePath(const std::string& shard_path) { return shard_path + ".idx"; }
 
 absl::Status WriteIndexFile(const std::string& shard_path, const std::string& input_member,
@@ -388,6 +401,104 @@ absl::Status IndexTarShard(int fd, const std::string& path, const struct stat& s
   return ScanTar(fd, path, st.st_size, spec.input_member(), spec.target_member(), samples);
 }
 
+// Note [Tensor file shards]
+// A TENSOR_FILES shard is a torch.save({'x': inputs, 'y': targets}) file.
+// Loading it whole would make a rank's memory the size of a shard and read
+// every rank's samples on every rank; instead the index reads only the
+// file's zip directory and data.pkl (torch_save_file.h). torch.save stores
+// each storage uncompressed as one zip member, so row i of a C-contiguous
+// tensor of sizes [N, d1, ...] is the row_bytes = d1*...*elem_size bytes at
+// storage_offset_in_file + (tensor_storage_offset + i*row_elems)*elem_size.
+// Each sample is then two byte ranges, as a TAR sample's members are, and
+// the reader's machinery (random access, read-ahead, the exactly-once
+// sampler, the checkpointed position) is the same; the index holds no
+// per-sample data. What does not fit that (a non-contiguous or compressed
+// storage, x or y missing, first dimensions that differ, another dtype or
+// row shape than the first shard's) is INVALID_ARGUMENT naming the file.
+absl::Status TensorFileRows(const std::string& path, const SavedTensor& t, TensorRows& rows) {
+  const std::string fix =
+      "; save contiguous tensors of float32/float64/int8/uint8/int16/int32/int64 "
+      "(torch.save({'x': x.contiguous(), 'y': y.contiguous()}, path)) or convert the file with "
+      "`chorus dataset pack`";
+  auto fail = [&](const std::string& why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.shards: ", path, ": '", t.key, "' ", why, fix));
+  };
+  if (!t.type) return fail(absl::StrCat("has storage ", t.storage_class, ", which is not read"));
+  if (t.sizes.empty() || t.sizes[0] < 0) return fail("is a scalar, not [samples, ...]");
+  if (t.compressed) return fail("is stored compressed in the zip archive");
+  if (!t.Contiguous()) return fail("is not contiguous (a view, transpose or slice with a step)");
+  rows.type = *t.type;
+  rows.shape.assign(t.sizes.begin() + 1, t.sizes.end());
+  int64_t row_elems = 1;
+  for (int64_t d : rows.shape) row_elems *= d;
+  if (row_elems <= 0) return fail("has no values per sample");
+  const int64_t elem = ElementBytes(rows.type);
+  rows.row_bytes = row_elems * elem;
+  if (t.storage_offset < 0 || (t.storage_offset + t.sizes[0] * row_elems) * elem > t.storage.size) {
+    return fail(absl::StrCat("needs more values than its storage of ", t.storage.size,
+                             " bytes holds (the file is damaged)"));
+  }
+  rows.offset = t.storage.offset + t.storage_offset * elem;
+  return absl::OkStatus();
+}
+
+// Indexes the TENSOR_FILES shard `path` (Note [Tensor file shards]).
+absl::Status IndexTensorFile(int fd, const std::string& path, int64_t size,
+                             ShardIndex::Shard& shard) {
+  ASSIGN_OR_RETURN(const std::vector<SavedTensor> saved, ReadTorchSaveDict(fd, path, size));
+  const SavedTensor* x = nullptr;
+  const SavedTensor* y = nullptr;
+  std::vector<std::string> keys;
+  for (const SavedTensor& t : saved) {
+    keys.push_back(t.key);
+    if (t.key != "x" && t.key != "y") continue;
+    if (!t.is_tensor) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("data.shards: ", path, ": '", t.key, "' is ", t.what, ", not a tensor"));
+    }
+    (t.key == "x" ? x : y) = &t;
+  }
+  if (x == nullptr || y == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.shards: ", path, " has keys [", absl::StrJoin(keys, ", "),
+        "] but a tensor_file shard needs both 'x' and 'y' (torch.save({'x': inputs, 'y': "
+        "targets}, path))"));
+  }
+  RETURN_IF_ERROR(TensorFileRows(path, *x, shard.x_rows));
+  RETURN_IF_ERROR(TensorFileRows(path, *y, shard.y_rows));
+  if (x->sizes[0] != y->sizes[0]) {
+    return absl::InvalidArgumentError(absl::StrCat("data.shards: ", path, ": x has ", x->sizes[0],
+                                                   " samples (first dimension) and y has ",
+                                                   y->sizes[0], "; they must have the same"));
+  }
+  shard.count = x->sizes[0];
+  return absl::OkStatus();
+}
+
+std::string RowsString(const TensorRows& r) {
+  return absl::StrCat("[N, ", absl::StrJoin(r.shape, ", "), "] of ", ElementBytes(r.type), "-byte ",
+                      IsFloating(r.type) ? "floats" : "integers");
+}
+
+// Every TENSOR_FILES shard's x and y have the first shard's type and row
+// shape, else INVALID_ARGUMENT naming the first that differs.
+absl::Status CheckSameRows(const std::vector<ShardIndex::Shard>& shards) {
+  for (const ShardIndex::Shard& s : shards) {
+    for (const auto& [name, rows, first] : {std::tuple{"x", &s.x_rows, &shards[0].x_rows},
+                                            std::tuple{"y", &s.y_rows, &shards[0].y_rows}}) {
+      if (rows->type != first->type || rows->shape != first->shape) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "data.shards: ", s.path, ": ", name, " is ", RowsString(*rows), ", but ",
+            shards[0].path, "'s is ", RowsString(*first),
+            "; every shard must have the same row shape and dtype (save them alike, or convert "
+            "them with `chorus dataset pack`)"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ShardIndex> ShardIndex::Build(const v1::ShardedData& spec) {
@@ -411,6 +522,8 @@ absl::StatusOr<ShardIndex> ShardIndex::Build(const v1::ShardedData& spec) {
     if (spec.format() == v1::ShardedData::TAR) {
       scanned = IndexTarShard(fd, path, st, spec, shard.samples);
       shard.count = static_cast<int64_t>(shard.samples.size());
+    } else if (spec.format() == v1::ShardedData::TENSOR_FILES) {
+      scanned = IndexTensorFile(fd, path, st.st_size, shard);
     } else if (st.st_size % token_bytes != 0) {
       scanned = absl::InvalidArgumentError(
           absl::StrCat("data.shards: ", path, " has ", st.st_size, " bytes, not a whole number of ",
@@ -424,13 +537,17 @@ absl::StatusOr<ShardIndex> ShardIndex::Build(const v1::ShardedData& spec) {
     index.size_ += shard.count;
     index.shards_.push_back(std::move(shard));
   }
+  if (spec.format() == v1::ShardedData::TENSOR_FILES && !index.shards_.empty()) {
+    RETURN_IF_ERROR(CheckSameRows(index.shards_));
+  }
   if (index.size_ == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("data.shards.paths: the ", paths.size(), " shard file(s) hold no samples",
-                     spec.format() == v1::ShardedData::TAR
-                         ? absl::StrCat(" (members *.", spec.input_member(), " with *.",
-                                        spec.target_member(), ")")
-                         : absl::StrCat(" of ", spec.sequence_length(), " + 1 tokens")));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.shards.paths: the ", paths.size(), " shard file(s) hold no samples",
+        spec.format() == v1::ShardedData::TAR ? absl::StrCat(" (members *.", spec.input_member(),
+                                                             " with *.", spec.target_member(), ")")
+        : spec.format() == v1::ShardedData::TOKENS
+            ? absl::StrCat(" of ", spec.sequence_length(), " + 1 tokens")
+            : " (their x and y have no rows)"));
   }
   return index;
 }
@@ -454,6 +571,12 @@ SampleLocation ShardIndex::Locate(int64_t index) const {
     const TarSample& t = s.samples[local];
     return SampleLocation{shard, ByteRange{t.x_offset, t.x_size}, ByteRange{t.y_offset, t.y_size}};
   }
+  if (spec_.format() == v1::ShardedData::TENSOR_FILES) {
+    const TensorRows& x = s.x_rows;
+    const TensorRows& y = s.y_rows;
+    return SampleLocation{shard, ByteRange{x.offset + local * x.row_bytes, x.row_bytes},
+                          ByteRange{y.offset + local * y.row_bytes, y.row_bytes}};
+  }
   const int64_t length = spec_.sequence_length();
   const ByteRange tokens{local * length * token_bytes(), (length + 1) * token_bytes()};
   return SampleLocation{shard, tokens, tokens};
@@ -467,7 +590,8 @@ SampleLocation ShardIndex::Locate(int64_t index) const {
 // position names other samples, and some of the epoch would be trained
 // twice and some never, silently. So checkpoints carry a fingerprint of
 // each shard (FNV-1a, 64 bits, of its base name, sample count and TAR
-// member places; stable across processes and machines, unlike absl::Hash),
+// member places, or TENSOR_FILES row places; stable across processes and
+// machines, unlike absl::Hash),
 // and a resume over shards whose fingerprints differ fails naming the first
 // such shard. Moving the shards to another directory keeps them; a shard
 // rewritten with other values in the same places is not seen (values are
@@ -510,6 +634,12 @@ std::vector<int64_t> ShardIndex::Fingerprints() const {
       h.AddValue(t.y_offset);
       h.AddValue(t.x_size);
       h.AddValue(t.y_size);
+    }
+    if (format() == v1::ShardedData::TENSOR_FILES) {
+      for (const TensorRows* r : {&s.x_rows, &s.y_rows}) {
+        h.AddValue(r->offset);
+        h.AddValue(r->row_bytes);
+      }
     }
     out.push_back(h.value());
   }

@@ -7,12 +7,17 @@
 // The formats (job.proto, ShardedData):
 // - TAR: ustar archives (also GNU long names and pax `path` records) whose
 //   members KEY.SUFFIX group into samples by KEY; the members named by
-//   input_member and target_member are NumPy .npy files. Only the tar
-//   headers are read here, or nothing at all when the shard has an index
-//   file SHARD.idx beside it (WriteIndexFile, Note [Index files] in
-//   shard_index.cc); a .npy header is read with its sample (ParseNpy).
+//   input_member and target_member are NumPy .npy files or torch.save
+//   tensors (.pt, .pth). Only the tar headers are read here, or nothing at
+//   all when the shard has an index file SHARD.idx beside it
+//   (WriteIndexFile, Note [Index files] in shard_index.cc); a member is
+//   parsed with its sample, by the reader (ParseNpy here, LibTorch for .pt).
 // - TOKENS: flat little-endian uint16/uint32 token files; sample i of a file
 //   is tokens [i*L, i*L + L + 1), L = sequence_length.
+// - TENSOR_FILES: torch.save({'x': inputs, 'y': targets}) files; sample i
+//   is row i of x and y, a fixed byte range of each tensor's storage in the
+//   file, found from the file's zip directory and data.pkl alone (Note
+//   [Tensor file shards] in shard_index.cc, torch_save_file.h).
 // A damaged file is INVALID_ARGUMENT naming the file and the byte offset.
 //
 // This file needs no LibTorch: the reader (shard_reader.h) turns bytes into
@@ -36,6 +41,20 @@
 
 namespace chorus {
 
+// The element types that are read (little-endian): NumPy .npy types, and
+// the torch dtypes among them (no uint16/uint32).
+enum class ElementType {
+  kFloat32,
+  kFloat64,
+  kInt8,
+  kUInt8,
+  kInt16,
+  kUInt16,
+  kInt32,
+  kUInt32,
+  kInt64
+};
+
 // A byte range of a shard file.
 struct ByteRange {
   int64_t offset = 0;
@@ -44,7 +63,8 @@ struct ByteRange {
 };
 
 // Where one sample lies: its shard, and the byte ranges of its input and
-// target (TAR: the whole .npy members; TOKENS: the same L + 1 tokens).
+// target (TAR: the whole members; TOKENS: the same L + 1 tokens;
+// TENSOR_FILES: the sample's row of x and of y, apart from each other).
 struct SampleLocation {
   int shard = 0;
   ByteRange x;
@@ -60,17 +80,28 @@ struct TarSample {
   int32_t y_size = 0;
 };
 
+// Where the rows of one tensor of a TENSOR_FILES shard lie: row i is the
+// `row_bytes` at offset + i * row_bytes, values of `type` and `shape`.
+struct TensorRows {
+  int64_t offset = 0;
+  int64_t row_bytes = 0;
+  ElementType type = ElementType::kFloat32;
+  std::vector<int64_t> shape;  // of one row (the tensor's sizes after the first)
+};
+
 class ShardIndex {
  public:
   struct Shard {
     std::string path;
     int64_t first = 0;  // the number of its first sample
     int64_t count = 0;
-    std::vector<TarSample> samples;  // TAR only (TOKENS samples are computed)
+    std::vector<TarSample> samples;  // TAR only (other formats' samples are computed)
+    TensorRows x_rows, y_rows;       // TENSOR_FILES only
   };
 
   // Expands data.shards.paths and reads every TAR file's index file, or its
-  // headers where it has none or a stale one. NOT_FOUND for a missing file
+  // headers where it has none or a stale one, and every TENSOR_FILES file's
+  // zip directory and data.pkl. NOT_FOUND for a missing file
   // or a glob that matches none, INVALID_ARGUMENT for a damaged one (shard
   // or index file), each naming the file (and offset) and the spec field.
   static absl::StatusOr<ShardIndex> Build(const v1::ShardedData& spec);
@@ -111,6 +142,11 @@ absl::StatusOr<std::vector<std::string>> ExpandShardPaths(const v1::ShardedData&
 absl::Status ScanTar(int fd, const std::string& path, int64_t size, const std::string& input_member,
                      const std::string& target_member, std::vector<TarSample>& out);
 
+// The name in the tar header of the member of `path` whose data start at
+// `data_offset` (for error messages: the header's own name, up to 255
+// bytes with its ustar prefix), or "?" if it cannot be read.
+std::string TarMemberNameAt(const std::string& path, int64_t data_offset);
+
 // The index file of the TAR shard `shard_path`: SHARD.idx beside it.
 std::string IndexFilePath(const std::string& shard_path);
 
@@ -120,19 +156,6 @@ std::string IndexFilePath(const std::string& shard_path);
 // file if it cannot be written.
 absl::Status WriteIndexFile(const std::string& shard_path, const std::string& input_member,
                             const std::string& target_member);
-
-// NumPy .npy element types that are read (little-endian).
-enum class ElementType {
-  kFloat32,
-  kFloat64,
-  kInt8,
-  kUInt8,
-  kInt16,
-  kUInt16,
-  kInt32,
-  kUInt32,
-  kInt64
-};
 
 bool IsFloating(ElementType t);
 int ElementBytes(ElementType t);

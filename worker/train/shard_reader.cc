@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <fcntl.h>
 #include <sys/uio.h>
+#include <torch/csrc/jit/serialization/pickle.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,7 +11,9 @@
 #include <cstring>
 #include <memory>
 #include <numeric>
+#include <optional>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -44,7 +47,66 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
   return absl::StrCat("(", absl::StrJoin(shape, ", "), ")");
 }
 
+bool IsPtMember(const std::string& suffix) {
+  return absl::EndsWith(suffix, ".pt") || absl::EndsWith(suffix, ".pth");
+}
+
+std::optional<ElementType> TorchElementType(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat:
+      return ElementType::kFloat32;
+    case at::kDouble:
+      return ElementType::kFloat64;
+    case at::kChar:
+      return ElementType::kInt8;
+    case at::kByte:
+      return ElementType::kUInt8;
+    case at::kShort:
+      return ElementType::kInt16;
+    case at::kInt:
+      return ElementType::kInt32;
+    case at::kLong:
+      return ElementType::kInt64;
+    default:
+      return std::nullopt;
+  }
+}
+
 }  // namespace
+
+// Note [.pt members]
+// A .pt member is the bytes of torch.save(tensor): a zip archive that
+// LibTorch's pickle_load reads whole (its values are copied once more than
+// a .npy member's, which is parsed in place). The tensor is made contiguous
+// and its values converted into the batch row as a .npy member's are.
+absl::StatusOr<PtMember> ParsePtMember(const char* bytes, int64_t size) {
+  c10::IValue value;
+  try {
+    value = torch::jit::pickle_load(std::vector<char>(bytes, bytes + size));
+  } catch (const c10::Error& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("not a torch.save file (", e.what_without_backtrace(), ")"));
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("not a torch.save file (", e.what(), ")"));
+  }
+  if (!value.isTensor()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "holds a ", value.tagKind(), ", not a tensor: a .pt member must be torch.save(tensor)"));
+  }
+  PtMember m;
+  m.tensor = value.toTensor().contiguous();
+  const std::optional<ElementType> type = TorchElementType(m.tensor.scalar_type());
+  if (!type || !m.tensor.is_cpu()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("holds a tensor of ", c10::toString(m.tensor.scalar_type()),
+                     ", which is not read (float32, float64, int8, uint8, int16, int32 and int64 "
+                     "are)"));
+  }
+  m.array.type = *type;
+  m.array.shape = m.tensor.sizes().vec();
+  m.array.data_offset = 0;
+  return m;
+}
 
 absl::StatusOr<std::unique_ptr<ShardReader>> ShardReader::Open(const v1::ShardedData& spec,
                                                                const ShardReaderOptions& options) {
@@ -56,31 +118,26 @@ absl::StatusOr<std::unique_ptr<ShardReader>> ShardReader::Open(const v1::Sharded
     const ElementType t =
         spec.token_type() == v1::ShardedData::UINT32 ? ElementType::kUInt32 : ElementType::kUInt16;
     r->layout_ = Layout{t, t, {spec.sequence_length()}, {spec.sequence_length()}};
+  } else if (spec.format() == v1::ShardedData::TENSOR_FILES) {
+    // ShardIndex::Build checked that every shard has the first's rows.
+    const ShardIndex::Shard& s = r->index_.shards()[0];
+    r->layout_ = Layout{s.x_rows.type, s.y_rows.type, s.x_rows.shape, s.y_rows.shape};
   } else {
     // The first sample's members set the layout every sample must have.
+    r->x_pt_ = IsPtMember(spec.input_member());
+    r->y_pt_ = IsPtMember(spec.target_member());
     const SampleLocation first = r->index_.Locate(0);
     ASSIGN_OR_RETURN(const int fd, r->File(first.shard));
-    for (const auto& [range, type, shape] :
-         {std::tuple{first.x, &r->layout_.x_type, &r->layout_.x_shape},
-          std::tuple{first.y, &r->layout_.y_type, &r->layout_.y_shape}}) {
-      std::vector<char> bytes(range.size);
-      const std::string& path = r->index_.shards()[first.shard].path;
-      if (::pread(fd, bytes.data(), range.size, range.offset) != range.size) {
-        return absl::DataLossError(
-            absl::StrCat("data.shards: cannot read ", path, " at byte offset ", range.offset));
-      }
-      absl::StatusOr<NpyArray> a = ParseNpy(bytes.data(), range.size);
-      if (!a.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat("data.shards: ", path, " at byte offset ",
-                                                       range.offset, ": ", a.status().message()));
-      }
-      *type = a->type;
-      *shape = a->shape;
-    }
+    const std::string& path = r->index_.shards()[first.shard].path;
+    ASSIGN_OR_RETURN(const NpyArray x, r->ProbeMember(fd, path, first.x, r->x_pt_));
+    ASSIGN_OR_RETURN(const NpyArray y, r->ProbeMember(fd, path, first.y, r->y_pt_));
+    r->layout_ = Layout{x.type, y.type, x.shape, y.shape};
   }
   const SampleLocation first_place = r->index_.Locate(0);
-  r->sample_span_ = std::max(first_place.x.end(), first_place.y.end()) -
-                    std::min(first_place.x.offset, first_place.y.offset);
+  r->sample_span_ = spec.format() == v1::ShardedData::TENSOR_FILES
+                        ? first_place.x.size + first_place.y.size
+                        : std::max(first_place.x.end(), first_place.y.end()) -
+                              std::min(first_place.x.offset, first_place.y.offset);
   ASSIGN_OR_RETURN(ShardBatch first, r->ReadBatch(std::vector<int64_t>{0}.data(), 1));
   r->probe_.x = first.x;
   r->probe_.y = first.y;
@@ -88,6 +145,28 @@ absl::StatusOr<std::unique_ptr<ShardReader>> ShardReader::Open(const v1::Sharded
                               ? static_cast<int>(options.vocab_size)
                               : spec.num_classes();
   return r;
+}
+
+absl::StatusOr<NpyArray> ShardReader::ProbeMember(int fd, const std::string& path,
+                                                  const ByteRange& range, bool pt) const {
+  std::vector<char> bytes(range.size);
+  if (::pread(fd, bytes.data(), range.size, range.offset) != range.size) {
+    return absl::DataLossError(
+        absl::StrCat("data.shards: cannot read ", path, " at byte offset ", range.offset));
+  }
+  absl::StatusOr<NpyArray> a;
+  if (pt) {
+    absl::StatusOr<PtMember> m = ParsePtMember(bytes.data(), range.size);
+    a = m.ok() ? absl::StatusOr<NpyArray>(m->array) : m.status();
+  } else {
+    a = ParseNpy(bytes.data(), range.size);
+  }
+  if (!a.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.shards: ", path, " at byte offset ", range.offset, " (member \"",
+                     TarMemberNameAt(path, range.offset), "\"): ", a.status().message()));
+  }
+  return a;
 }
 
 ShardReader::~ShardReader() {
@@ -164,7 +243,10 @@ void ShardReader::Advise(Samples samples, int64_t window) {
   // Samples are advised in steps of a quarter window, as the reader moves.
   const int64_t step = std::max<int64_t>(1, window / 4);
   int fd = -1, fd_shard = -1;
-  std::vector<SampleLocation> where;
+  // The byte ranges to read ahead, by shard: a sample's members as one
+  // range, or a TENSOR_FILES sample's two rows (far apart) as two.
+  const bool rows = index_.format() == v1::ShardedData::TENSOR_FILES;
+  std::vector<std::pair<int, ByteRange>> where;
   std::vector<char> chunk(kAdviseChunk);
   for (int64_t advised = 0; advised < n;) {
     int64_t to = 0;
@@ -184,10 +266,19 @@ void ShardReader::Advise(Samples samples, int64_t window) {
       to = std::min(n, reading_at_ + window);
     }
     where.clear();
-    for (int64_t i = advised; i < to; ++i) where.push_back(index_.Locate(samples.next()));
+    for (int64_t i = advised; i < to; ++i) {
+      const SampleLocation loc = index_.Locate(samples.next());
+      if (rows) {
+        where.emplace_back(loc.shard, loc.x);
+        where.emplace_back(loc.shard, loc.y);
+      } else {
+        const int64_t b = std::min(loc.x.offset, loc.y.offset);
+        where.emplace_back(loc.shard, ByteRange{b, std::max(loc.x.end(), loc.y.end()) - b});
+      }
+    }
     advised = to;
-    std::sort(where.begin(), where.end(), [](const SampleLocation& a, const SampleLocation& b) {
-      return std::pair(a.shard, a.x.offset) < std::pair(b.shard, b.x.offset);
+    std::sort(where.begin(), where.end(), [](const auto& a, const auto& b) {
+      return std::pair(a.first, a.second.offset) < std::pair(b.first, b.second.offset);
     });
     auto advise = [&](int shard, int64_t begin, int64_t end) {
       if (shard != fd_shard) {
@@ -206,17 +297,15 @@ void ShardReader::Advise(Samples samples, int64_t window) {
     };
     int shard = -1;
     int64_t begin = 0, end = 0;
-    for (const SampleLocation& loc : where) {
-      const int64_t b = std::min(loc.x.offset, loc.y.offset);
-      const int64_t e = std::max(loc.x.end(), loc.y.end());
-      if (loc.shard == shard && b <= end + kAdviseGap) {
-        end = std::max(end, e);
+    for (const auto& [in, range] : where) {
+      if (in == shard && range.offset <= end + kAdviseGap) {
+        end = std::max(end, range.end());
         continue;
       }
       if (shard >= 0) advise(shard, begin, end);
-      shard = loc.shard;
-      begin = b;
-      end = e;
+      shard = in;
+      begin = range.offset;
+      end = range.end();
     }
     if (shard >= 0) advise(shard, begin, end);
     absl::MutexLock lock(&mu_);
@@ -360,6 +449,7 @@ absl::Status ShardReader::ReadSample(int64_t index, const SampleLocation& loc, i
   const ByteRange range{std::min(loc.x.offset, loc.y.offset),
                         std::max(loc.x.end(), loc.y.end()) - std::min(loc.x.offset, loc.y.offset)};
   ASSIGN_OR_RETURN(const int fd, File(loc.shard));
+  if (index_.format() == v1::ShardedData::TENSOR_FILES) return ReadRows(index, loc, fd, row, batch);
   const std::string& path = index_.shards()[loc.shard].path;
   auto read_error = [&](int64_t at, ssize_t r) {
     return absl::DataLossError(
@@ -374,7 +464,7 @@ absl::Status ShardReader::ReadSample(int64_t index, const SampleLocation& loc, i
   const bool same_type =
       (layout_.x_type == ElementType::kFloat32 && batch.x.scalar_type() == at::kFloat) ||
       (layout_.x_type == ElementType::kInt64 && batch.x.scalar_type() == at::kLong);
-  if (index_.format() == v1::ShardedData::TAR && same_type && loc.x.size > values) {
+  if (index_.format() == v1::ShardedData::TAR && !x_pt_ && same_type && loc.x.size > values) {
     const int64_t header = loc.x.size - values;
     const int64_t head = loc.x.offset + header - range.offset;
     const int64_t tail = range.end() - loc.x.end();
@@ -416,40 +506,87 @@ absl::Status ShardReader::ReadSample(int64_t index, const SampleLocation& loc, i
 absl::Status ShardReader::CheckMember(int64_t index, const std::string& path,
                                       const ByteRange& member, const absl::StatusOr<NpyArray>& a,
                                       ElementType type, const std::vector<int64_t>& shape) const {
-  const std::string where = absl::StrCat("data.shards: ", path, " at byte offset ", member.offset,
-                                         " (sample ", index, "): ");
+  if (a.ok() && a->type == type && a->shape == shape) return absl::OkStatus();
+  // An error only: the member's name is read from its tar header.
+  const std::string where =
+      absl::StrCat("data.shards: ", path, " at byte offset ", member.offset, " (sample ", index,
+                   ", member \"", TarMemberNameAt(path, member.offset), "\"): ");
   if (!a.ok()) return absl::InvalidArgumentError(absl::StrCat(where, a.status().message()));
-  if (a->type != type || a->shape != shape) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, "this .npy member's shape ", ShapeString(a->shape),
-                     " or type differs from the first sample's ", ShapeString(shape),
-                     "; every sample must have the same"));
-  }
-  return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(where, "this member's shape ", ShapeString(a->shape),
+                   " or type differs from the first sample's ", ShapeString(shape),
+                   "; every sample must have the same"));
 }
 
-absl::Status ShardReader::DecodeTarget(int64_t index, const std::string& path,
-                                       const ByteRange& member, const char* bytes, bool to_float,
-                                       char* out) const {
-  RETURN_IF_ERROR(
-      DecodeMember(index, path, member, bytes, layout_.y_type, layout_.y_shape, to_float, out));
-  if (to_float || options_.num_classes <= 0) return absl::OkStatus();
-  const auto* classes = reinterpret_cast<const int64_t*>(out);
+absl::Status ShardReader::CheckClasses(int64_t index, const std::string& path, int64_t offset,
+                                       const int64_t* classes) const {
+  if (options_.num_classes <= 0) return absl::OkStatus();
   for (int64_t i = 0; i < Count(layout_.y_shape); ++i) {
     if (classes[i] < 0 || classes[i] >= options_.num_classes) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "data.shards: ", index_.shards()[index_.Locate(index).shard].path, " at byte offset ",
-          member.offset, " (sample ", index, "): class ", classes[i],
-          " is outside [0, data.shards.num_classes ", options_.num_classes, ")"));
+          "data.shards: ", path, " at byte offset ", offset, " (sample ", index, "): class ",
+          classes[i], " is outside [0, data.shards.num_classes ", options_.num_classes, ")"));
     }
   }
   return absl::OkStatus();
 }
 
-absl::Status ShardReader::DecodeMember(int64_t index, const std::string& path,
-                                       const ByteRange& member, const char* bytes, ElementType type,
-                                       const std::vector<int64_t>& shape, bool to_float,
+// Note [Tensor file shards] in shard_index.cc: a sample's x and y are rows
+// of two tensors, far apart in the file; each is read on its own, x straight
+// into its batch row when it is stored as it is trained.
+absl::Status ShardReader::ReadRows(int64_t index, const SampleLocation& loc, int fd, int64_t row,
+                                   ShardBatch& batch) {
+  const std::string& path = index_.shards()[loc.shard].path;
+  for (const auto& [range, type, shape, out] :
+       {std::tuple{loc.x, layout_.x_type, &layout_.x_shape, &batch.x},
+        std::tuple{loc.y, layout_.y_type, &layout_.y_shape, &batch.y}}) {
+    const bool to_float = out->scalar_type() == at::kFloat;
+    char* dst = static_cast<char*>(out->data_ptr()) + row * out->stride(0) * out->element_size();
+    const bool direct =
+        (type == ElementType::kFloat32 && to_float) || (type == ElementType::kInt64 && !to_float);
+    scratch_.resize(range.size);
+    char* into = direct ? dst : scratch_.data();
+    for (int64_t got = 0; got < range.size;) {
+      const ssize_t r = ::pread(fd, into + got, range.size - got, range.offset + got);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) {
+        return absl::DataLossError(
+            absl::StrCat("data.shards: cannot read ", path, " at byte offset ", range.offset + got,
+                         r == 0 ? ": the file is shorter than when it was indexed"
+                                : absl::StrCat(": ", std::strerror(errno))));
+      }
+      got += r;
+    }
+    bytes_read_.fetch_add(range.size);
+    if (!direct) ConvertElements(scratch_.data(), type, Count(*shape), to_float, dst);
+  }
+  if (batch.y.scalar_type() == at::kFloat) return absl::OkStatus();
+  return CheckClasses(index, path, loc.y.offset,
+                      batch.y.data_ptr<int64_t>() + row * batch.y.stride(0));
+}
+
+absl::Status ShardReader::DecodeTarget(int64_t index, const std::string& path,
+                                       const ByteRange& member, const char* bytes, bool to_float,
                                        char* out) const {
+  RETURN_IF_ERROR(DecodeMember(index, path, member, bytes, y_pt_, layout_.y_type, layout_.y_shape,
+                               to_float, out));
+  if (to_float) return absl::OkStatus();
+  return CheckClasses(index, path, member.offset, reinterpret_cast<const int64_t*>(out));
+}
+
+absl::Status ShardReader::DecodeMember(int64_t index, const std::string& path,
+                                       const ByteRange& member, const char* bytes, bool pt,
+                                       ElementType type, const std::vector<int64_t>& shape,
+                                       bool to_float, char* out) const {
+  if (pt) {  // Note [.pt members]
+    absl::StatusOr<PtMember> m = ParsePtMember(bytes, member.size);
+    RETURN_IF_ERROR(CheckMember(index, path, member,
+                                m.ok() ? absl::StatusOr<NpyArray>(m->array) : m.status(), type,
+                                shape));
+    ConvertElements(static_cast<const char*>(m->tensor.data_ptr()), type, m->array.count(),
+                    to_float, out);
+    return absl::OkStatus();
+  }
   const absl::StatusOr<NpyArray> a = ParseNpy(bytes, member.size);
   RETURN_IF_ERROR(CheckMember(index, path, member, a, type, shape));
   ConvertElements(bytes + a->data_offset, type, a->count(), to_float, out);
@@ -479,7 +616,7 @@ absl::Status ShardReader::Decode(int64_t index, const char* span, const ByteRang
     }
     return absl::OkStatus();
   }
-  RETURN_IF_ERROR(DecodeMember(index, path, loc.x, span + (loc.x.offset - range.offset),
+  RETURN_IF_ERROR(DecodeMember(index, path, loc.x, span + (loc.x.offset - range.offset), x_pt_,
                                layout_.x_type, layout_.x_shape, x.scalar_type() == at::kFloat,
                                x_row));
   return DecodeTarget(index, path, loc.y, span + (loc.y.offset - range.offset),

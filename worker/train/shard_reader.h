@@ -56,6 +56,17 @@ struct ShardBatch {
   at::Tensor y;        // [B] int64 classes, [B, ...] float32 targets, or [B, L] int64 tokens
 };
 
+// The tensor of a .pt tar member, the bytes of torch.save(tensor) (Note
+// [.pt members] in shard_reader.cc): `array` describes it as a .npy member
+// would be, its values (data_offset 0) those of the contiguous `tensor`.
+struct PtMember {
+  NpyArray array;
+  at::Tensor tensor;
+};
+// INVALID_ARGUMENT saying what is wrong (the caller adds the file and
+// offset): not a zip torch.save file, not a tensor, a dtype not read.
+absl::StatusOr<PtMember> ParsePtMember(const char* bytes, int64_t size);
+
 struct ShardReaderOptions {
   // Integer inputs as float32 (the built-in mlp and cnn), else as int64.
   bool float_inputs = true;
@@ -130,15 +141,26 @@ class ShardReader {
   absl::Status CheckMember(int64_t index, const std::string& path, const ByteRange& member,
                            const absl::StatusOr<NpyArray>& a, ElementType type,
                            const std::vector<int64_t>& shape) const;
+  // The first sample's member `range` of `path` (open as `fd`): its type
+  // and shape.
+  absl::StatusOr<NpyArray> ProbeMember(int fd, const std::string& path, const ByteRange& range,
+                                       bool pt) const;
+  // INVALID_ARGUMENT naming the file and offset unless every class id of a
+  // sample's target is below options_.num_classes (0: any).
+  absl::Status CheckClasses(int64_t index, const std::string& path, int64_t offset,
+                            const int64_t* classes) const;
+  // TENSOR_FILES: reads sample `index`'s rows of x and y into row `row`.
+  absl::Status ReadRows(int64_t index, const SampleLocation& loc, int fd, int64_t row,
+                        ShardBatch& batch);
   // DecodeMember for the target, whose class ids (integer targets) must be
   // below options_.num_classes.
   absl::Status DecodeTarget(int64_t index, const std::string& path, const ByteRange& member,
                             const char* bytes, bool to_float, char* out) const;
-  // Parses and checks the .npy `member` at `bytes`, converting its values to
-  // `out`.
+  // Parses and checks the .npy (or, `pt`, .pt) `member` at `bytes`,
+  // converting its values to `out`.
   absl::Status DecodeMember(int64_t index, const std::string& path, const ByteRange& member,
-                            const char* bytes, ElementType type, const std::vector<int64_t>& shape,
-                            bool to_float, char* out) const;
+                            const char* bytes, bool pt, ElementType type,
+                            const std::vector<int64_t>& shape, bool to_float, char* out) const;
   // Decodes sample `index` (its bytes `span` read from `range` of its
   // shard) into row `row` of `x` and `y`.
   absl::Status Decode(int64_t index, const char* span, const ByteRange& range, int64_t row,
@@ -152,6 +174,8 @@ class ShardReader {
   Dataset probe_;
   int64_t read_ahead_bytes_ = 0;
   int64_t sample_span_ = 0;  // the bytes of the first sample's members in its file
+  // TAR: whether input_member / target_member are .pt members.
+  bool x_pt_ = false, y_pt_ = false;
   // Open shard files (the reader's thread only; -1: closed) and the order
   // they were opened in, for closing the oldest past kMaxOpenFiles.
   std::vector<int> fds_;

@@ -1,9 +1,12 @@
 #include "worker/train/shard_reader.h"
 
 #include <ATen/ATen.h>
+#include <torch/csrc/jit/serialization/pickle.h>
 
 #include <fstream>
 #include <map>
+#include <numeric>
+#include <random>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -151,8 +154,8 @@ TEST(ShardReaderTest, ASampleOfAnotherShapeIsAnErrorNamingFileAndOffset) {
   // header.
   EXPECT_THAT(std::string(bad.status().message()),
               HasSubstr(absl::StrCat(path, " at byte offset ", 4 * 2048 + 512,
-                                     " (sample 4): this .npy member's shape (4) or type differs "
-                                     "from the first sample's (3)")));
+                                     " (sample 4, member \"s4.x.npy\"): this member's shape (4) "
+                                     "or type differs from the first sample's (3)")));
 }
 
 TEST(ShardReaderTest, TokenFilesGiveShiftedWindowsAndCheckTheVocabulary) {
@@ -232,6 +235,280 @@ TEST(ShardReaderTest, AClassOutsideNumClassesIsAnErrorNamingFileAndOffset) {
               HasSubstr(absl::StrCat(path, " at byte offset ", 8 * 2048 + 1024 + 512,
                                      " (sample 8): class 8 is outside [0, "
                                      "data.shards.num_classes 8)")));
+}
+
+// The bytes torch.save(value) writes (torch::pickle_save: the same zip
+// format).
+std::string Saved(const c10::IValue& value) {
+  const std::vector<char> bytes = torch::jit::pickle_save(value);
+  return std::string(bytes.begin(), bytes.end());
+}
+
+std::string SavedDict(const at::Tensor& x, const at::Tensor& y) {
+  c10::Dict<std::string, at::Tensor> dict;
+  dict.insert("x", x);
+  dict.insert("y", y);
+  return Saved(c10::IValue(dict));
+}
+
+void WriteFile(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+// Sample k's input: `shape` values k*100 + j of `dtype`.
+at::Tensor SampleTensor(int k, const std::vector<int64_t>& shape, at::ScalarType dtype) {
+  return (at::arange(
+              std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<int64_t>()),
+              at::kDouble) +
+          k * 100)
+      .reshape(shape)
+      .to(dtype);
+}
+
+TEST(ShardReaderTest, PtMembersDecodeToTheSavedShapesTypesAndValues) {
+  const std::string path = TempPath("pt.tar");
+  {
+    auto tar = TarWriter::Create(path);
+    ASSERT_TRUE(tar.ok()) << tar.status();
+    for (int k = 0; k < 5; ++k) {
+      const std::string key = absl::StrCat("s", k);
+      // float64 [2, 3] inputs (trained as float32), int32 [2] class pairs.
+      ASSERT_TRUE((*tar)->Add(key + ".x.pt", Saved(SampleTensor(k, {2, 3}, at::kDouble))).ok());
+      ASSERT_TRUE(
+          (*tar)->Add(key + ".y.pth", Saved(at::tensor({k % 3, (k + 1) % 3}, at::kInt))).ok());
+    }
+    ASSERT_TRUE((*tar)->Close().ok());
+  }
+  v1::ShardedData spec = TarSpec({path}, 1 << 20);
+  spec.set_input_member("x.pt");
+  spec.set_target_member("y.pth");
+  spec.set_num_classes(3);
+  auto reader = ShardReader::Open(spec, {});
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  EXPECT_EQ((*reader)->index().size(), 5);
+  EXPECT_EQ((*reader)->probe().x.sizes(), (std::vector<int64_t>{1, 2, 3}));
+  (*reader)->Start({3, 0, 4, 1, 2}, 5);
+  absl::StatusOr<ShardBatch> batch = (*reader)->Next();
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  ASSERT_EQ(batch->x.scalar_type(), at::kFloat);
+  ASSERT_EQ(batch->y.scalar_type(), at::kLong);
+  EXPECT_EQ(batch->x.sizes(), (std::vector<int64_t>{5, 2, 3}));
+  EXPECT_EQ(batch->y.sizes(), (std::vector<int64_t>{5, 2}));
+  for (int64_t r = 0; r < 5; ++r) {
+    const int k = static_cast<int>(batch->indices[r].item<int64_t>());
+    EXPECT_TRUE(at::equal(batch->x[r], SampleTensor(k, {2, 3}, at::kFloat))) << "sample " << k;
+    EXPECT_EQ(batch->y[r][0].item<int64_t>(), k % 3);
+    EXPECT_EQ(batch->y[r][1].item<int64_t>(), (k + 1) % 3);
+  }
+}
+
+// A damaged .pt member names the shard, its byte offset and the member.
+TEST(ShardReaderTest, ADamagedPtMemberIsAnErrorNamingFileOffsetAndMember) {
+  const std::string good = Saved(SampleTensor(0, {4}, at::kFloat));
+  c10::Dict<std::string, at::Tensor> dict;
+  dict.insert("x", SampleTensor(0, {4}, at::kFloat));
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {good.substr(0, good.size() / 2), "not a torch.save file"},
+      {Saved(c10::IValue(dict)), "holds a GenericDict, not a tensor"},
+      {NpyBytes(ElementType::kFloat32, {4}, good.data()), "not a torch.save file"},
+      {Saved(SampleTensor(0, {5}, at::kFloat)), "this member's shape (5) or type differs"},
+      {Saved(SampleTensor(0, {4}, at::kHalf)), "holds a tensor of Half, which is not read"}};
+  for (size_t c = 0; c < bad.size(); ++c) {
+    const std::string path = TempPath(absl::StrCat("bad-pt-", c, ".tar"));
+    int64_t offset = 0;
+    {
+      auto tar = TarWriter::Create(path);
+      ASSERT_TRUE(tar.ok()) << tar.status();
+      for (int k = 0; k < 3; ++k) {
+        const int64_t y = k;
+        if (k == 2) offset = (*tar)->bytes() + 512;
+        ASSERT_TRUE((*tar)->Add(absl::StrCat("s", k, ".x.pt"), k == 2 ? bad[c].first : good).ok());
+        ASSERT_TRUE((*tar)
+                        ->Add(absl::StrCat("s", k, ".y.npy"), NpyBytes(ElementType::kInt64, {}, &y))
+                        .ok());
+      }
+      ASSERT_TRUE((*tar)->Close().ok());
+    }
+    v1::ShardedData spec = TarSpec({path}, 1 << 20);
+    spec.set_input_member("x.pt");
+    auto reader = ShardReader::Open(spec, {});
+    ASSERT_TRUE(reader.ok()) << reader.status();
+    (*reader)->Start({0, 1, 2}, 3);
+    absl::StatusOr<ShardBatch> batch = (*reader)->Next();
+    ASSERT_FALSE(batch.ok()) << "case " << c;
+    EXPECT_EQ(batch.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(batch.status().message()),
+                HasSubstr(absl::StrCat(path, " at byte offset ", offset,
+                                       " (sample 2, member \"s2.x.pt\"): ", bad[c].second)))
+        << "case " << c;
+  }
+}
+
+v1::ShardedData TensorFilesSpec(const std::vector<std::string>& paths, int64_t read_ahead) {
+  v1::ShardedData s = TarSpec(paths, read_ahead);
+  s.set_format(v1::ShardedData::TENSOR_FILES);
+  s.clear_input_member();
+  s.clear_target_member();
+  return s;
+}
+
+// Note [Tensor file shards] in shard_index.cc: a directory of torch.save
+// dicts is indexed from the files' zip directories and data.pkl, and a
+// sample is read as its two rows.
+TEST(ShardReaderTest, TensorFilesAreIndexedByRowAndReadBackExactly) {
+  // Shard 0: x float32 [6, 3, 2]; shard 1: a slice (storage offset 2) of
+  // 4 rows; y int64 classes.
+  const at::Tensor x0 = at::randn({6, 3, 2}, at::kFloat);
+  const at::Tensor y0 = at::arange(6, at::kLong) % 10;
+  const at::Tensor x1 = at::randn({6, 3, 2}, at::kFloat).narrow(0, 2, 4);
+  const at::Tensor y1 = (at::arange(6, at::kLong) * 3 % 10).narrow(0, 2, 4);
+  const std::string a = TempPath("tf-0.pt"), b = TempPath("tf-1.pt");
+  WriteFile(a, SavedDict(x0, y0));
+  WriteFile(b, SavedDict(x1, y1));
+  auto index = ShardIndex::Build(TensorFilesSpec({a, b}, 1 << 20));
+  ASSERT_TRUE(index.ok()) << index.status();
+  EXPECT_EQ(index->size(), 10);
+  EXPECT_EQ(index->ShardSizes(), (std::vector<int64_t>{6, 4}));
+  const SampleLocation s0 = index->Locate(0), s1 = index->Locate(1), s7 = index->Locate(7);
+  EXPECT_EQ(s0.x.size, 3 * 2 * 4);
+  EXPECT_EQ(s0.y.size, 8);
+  EXPECT_EQ(s1.x.offset, s0.x.offset + 24) << "rows are consecutive";
+  EXPECT_EQ(s1.y.offset, s0.y.offset + 8);
+  EXPECT_EQ(s7.shard, 1);
+  EXPECT_EQ(index->shards()[0].samples.size(), 0u) << "no per-sample index";
+
+  auto reader = ShardReader::Open(TensorFilesSpec({a, b}, 1 << 20), {});
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  EXPECT_EQ((*reader)->probe().x.sizes(), (std::vector<int64_t>{1, 3, 2}));
+  (*reader)->Start({9, 0, 7, 5, 2, 6}, 3);
+  for (int i = 0; i < 2; ++i) {
+    absl::StatusOr<ShardBatch> batch = (*reader)->Next();
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    for (int64_t r = 0; r < 3; ++r) {
+      const int64_t k = batch->indices[r].item<int64_t>();
+      const at::Tensor& x = k < 6 ? x0 : x1;
+      const at::Tensor& y = k < 6 ? y0 : y1;
+      const int64_t local = k < 6 ? k : k - 6;
+      EXPECT_TRUE(at::equal(batch->x[r], x[local])) << "sample " << k;
+      EXPECT_EQ(batch->y[r].item<int64_t>(), y[local].item<int64_t>()) << "sample " << k;
+    }
+  }
+  // Only the rank's rows are read: 6 samples (and the probe's) of 32 bytes.
+  EXPECT_EQ((*reader)->stats().bytes_read, 7 * 32);
+
+  // Note [Shard fingerprints]: a shard rewritten with its rows elsewhere
+  // (here: a slice at another storage offset) is another shard.
+  const std::vector<int64_t> before = index->Fingerprints();
+  WriteFile(b, SavedDict(at::randn({6, 3, 2}, at::kFloat).narrow(0, 1, 4), y1));
+  auto changed = ShardIndex::Build(TensorFilesSpec({a, b}, 1 << 20));
+  ASSERT_TRUE(changed.ok()) << changed.status();
+  EXPECT_EQ(changed->Fingerprints()[0], before[0]);
+  EXPECT_NE(changed->Fingerprints()[1], before[1]);
+  EXPECT_EQ(CheckFingerprints(*changed, before).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// The same for a file Python's torch.save wrote (testdata/make_fixtures.py),
+// whose pickle differs from torch::pickle_save's.
+TEST(ShardReaderTest, APythonTensorFileReadsAsTorchLoadDoes) {
+  const std::string path = "worker/train/testdata/tiny_data.pt";
+  std::ifstream in(path, std::ios::binary);
+  const std::vector<char> bytes((std::istreambuf_iterator<char>(in)),
+                                std::istreambuf_iterator<char>());
+  const c10::Dict<c10::IValue, c10::IValue> saved = torch::jit::pickle_load(bytes).toGenericDict();
+  const at::Tensor x = saved.at("x").toTensor(), y = saved.at("y").toTensor();
+  v1::ShardedData spec = TensorFilesSpec({path}, 4096);
+  spec.set_num_classes(3);
+  auto reader = ShardReader::Open(spec, {});
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  ASSERT_EQ((*reader)->index().size(), 96);
+  std::vector<int64_t> all(96);
+  std::iota(all.rbegin(), all.rend(), 0);
+  (*reader)->Start(all, 96);
+  absl::StatusOr<ShardBatch> batch = (*reader)->Next();
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  EXPECT_TRUE(at::equal(batch->x, x.flip(0)));
+  EXPECT_TRUE(at::equal(batch->y, y.flip(0)));
+}
+
+// What a tensor file shard cannot be read as: an error naming the file and
+// what to do.
+TEST(ShardReaderTest, AnUnreadableTensorFileIsAnErrorNamingIt) {
+  const at::Tensor x = at::randn({4, 3}, at::kFloat);
+  const at::Tensor y = at::arange(4, at::kLong);
+  c10::Dict<std::string, at::Tensor> only_x;
+  only_x.insert("x", x);
+  c10::impl::GenericDict string_x(c10::StringType::get(), c10::AnyType::get());
+  string_x.insert("x", "pixels");
+  string_x.insert("y", y);
+  const std::string good = SavedDict(x, y);
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {SavedDict(x.t(), y), "'x' is not contiguous"},
+      {SavedDict(x, at::arange(5, at::kLong)), "x has 4 samples (first dimension) and y has 5"},
+      {Saved(c10::IValue(only_x)), "has keys [x] but a tensor_file shard needs both 'x' and 'y'"},
+      {Saved(c10::IValue(string_x)), "'x' is a string, not a tensor"},
+      {SavedDict(x.to(at::kHalf), y), "'x' has storage HalfStorage, which is not read"},
+      {SavedDict(x, at::scalar_tensor(3, at::kLong)), "'y' is a scalar"},
+      {good.substr(0, good.size() - 30), "no zip directory"},
+      {NpyBytes(ElementType::kFloat32, {3}, good.data()), "is not a torch.save file"},
+      {Saved(c10::IValue(x)), "it holds no dict"}};
+  for (size_t c = 0; c < cases.size(); ++c) {
+    const std::string path = TempPath(absl::StrCat("bad-tf-", c, ".pt"));
+    WriteFile(path, cases[c].first);
+    absl::StatusOr<ShardIndex> index = ShardIndex::Build(TensorFilesSpec({path}, 1 << 20));
+    ASSERT_FALSE(index.ok()) << "case " << c;
+    EXPECT_EQ(index.status().code(), absl::StatusCode::kInvalidArgument) << index.status();
+    EXPECT_THAT(std::string(index.status().message()), HasSubstr(path)) << "case " << c;
+    EXPECT_THAT(std::string(index.status().message()), HasSubstr(cases[c].second)) << "case " << c;
+  }
+  // A shard whose rows differ from the first's names it.
+  const std::string a = TempPath("rows-a.pt"), b = TempPath("rows-b.pt");
+  WriteFile(a, good);
+  WriteFile(b, SavedDict(at::randn({4, 2}, at::kFloat), y));
+  absl::StatusOr<ShardIndex> index = ShardIndex::Build(TensorFilesSpec({a, b}, 1 << 20));
+  ASSERT_FALSE(index.ok());
+  EXPECT_THAT(std::string(index.status().message()),
+              HasSubstr(absl::StrCat(b, ": x is [N, 2] of 4-byte floats, but ", a,
+                                     "'s is [N, 3] of 4-byte floats")));
+  // The Python fixture with other keys.
+  index = ShardIndex::Build(TensorFilesSpec({"worker/train/testdata/bad_keys.pt"}, 1 << 20));
+  ASSERT_FALSE(index.ok());
+  EXPECT_THAT(std::string(index.status().message()),
+              HasSubstr("bad_keys.pt has keys [inputs, labels] but a tensor_file shard needs"));
+}
+
+// Damaged bytes anywhere in a tensor file (bounded: 400 seeded damages of
+// one to four bytes, or a truncation) are either read within the file or an
+// error naming it; never a crash or a range past the end.
+TEST(ShardReaderTest, ADamagedTensorFileIsReadWithinItOrNamed) {
+  const std::string good = SavedDict(at::randn({4, 3}, at::kFloat), at::arange(4, at::kLong));
+  const std::string path = TempPath("damaged.pt");
+  std::mt19937 random(5);
+  int accepted = 0;
+  for (int round = 0; round < 400; ++round) {
+    std::string bytes = good;
+    if (round % 5 == 0) {
+      bytes.resize(random() % bytes.size());
+    } else {
+      for (int k = 0; k <= static_cast<int>(random() % 4); ++k) {
+        bytes[random() % bytes.size()] = static_cast<char>(random());
+      }
+    }
+    WriteFile(path, bytes);
+    absl::StatusOr<ShardIndex> index = ShardIndex::Build(TensorFilesSpec({path}, 1 << 20));
+    if (!index.ok()) {
+      EXPECT_THAT(std::string(index.status().message()), HasSubstr(path)) << "round " << round;
+      continue;
+    }
+    ++accepted;
+    for (int64_t i = 0; i < index->size(); ++i) {
+      const SampleLocation loc = index->Locate(i);
+      for (const ByteRange& r : {loc.x, loc.y}) {
+        ASSERT_GE(r.offset, 0) << "round " << round;
+        ASSERT_LE(r.end(), static_cast<int64_t>(bytes.size())) << "round " << round;
+      }
+    }
+  }
+  EXPECT_GT(accepted, 0) << "damage to the values alone is not seen";
 }
 
 }  // namespace

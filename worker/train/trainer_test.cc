@@ -654,16 +654,26 @@ std::string TestDir(const std::string& name) {
   return dir;
 }
 
-// `shards` tar shards of `per_shard` samples in `dir`: x float32 [8] from a
-// seeded Gaussian, y int64 the class a fixed linear teacher gives (3).
-void WriteClassShards(const std::string& dir, int shards, int per_shard) {
+// `shards` shards of `per_shard` samples: x float32 [8] from a seeded
+// Gaussian, y int64 the class a fixed linear teacher gives (3).
+std::vector<std::pair<at::Tensor, at::Tensor>> ClassShards(int shards, int per_shard) {
   at::Generator gen = at::detail::createCPUGenerator(9);
   const at::Tensor teacher = at::randn({8, 3}, gen, at::kFloat);
+  std::vector<std::pair<at::Tensor, at::Tensor>> out;
+  for (int s = 0; s < shards; ++s) {
+    const at::Tensor x = at::randn({per_shard, 8}, gen, at::kFloat).contiguous();
+    out.emplace_back(x, x.matmul(teacher).argmax(1).contiguous());
+  }
+  return out;
+}
+
+// ClassShards as tar shards train-S.tar in `dir`.
+void WriteClassShards(const std::string& dir, int shards, int per_shard) {
+  const std::vector<std::pair<at::Tensor, at::Tensor>> data = ClassShards(shards, per_shard);
   for (int s = 0; s < shards; ++s) {
     auto tar = TarWriter::Create(absl::StrCat(dir, "/train-", s, ".tar"));
     ASSERT_TRUE(tar.ok()) << tar.status();
-    const at::Tensor x = at::randn({per_shard, 8}, gen, at::kFloat).contiguous();
-    const at::Tensor y = x.matmul(teacher).argmax(1).contiguous();
+    const auto& [x, y] = data[s];
     for (int i = 0; i < per_shard; ++i) {
       const std::string key = absl::StrCat("s", s, "_", i);
       ASSERT_TRUE(
@@ -823,6 +833,64 @@ TEST(TrainerTest, TransformerLmTrainsFromAFlatTokenFile) {
   // Rank 0's last report window read its share of the file.
   EXPECT_GT(results[0]->values().at("data_read_bytes_per_second"), 0);
   EXPECT_GE(results[0]->values().at("data_wait_seconds"), 0);
+}
+
+// Note [Tensor file shards] in shard_index.cc: a directory of torch.save
+// dicts trains exactly as the same samples packed into tar shards: the same
+// samples in every step of every rank, and the same final parameters.
+TEST(TrainerTest, TensorFileShardsTrainAsTheSameDataPackedToTar) {
+  const std::string tar_dir = TestDir("same_tar"), pt_dir = TestDir("same_pt");
+  WriteClassShards(tar_dir, 2, 100);
+  const std::vector<std::pair<at::Tensor, at::Tensor>> data = ClassShards(2, 100);
+  for (int s = 0; s < 2; ++s) {
+    c10::Dict<std::string, at::Tensor> dict;
+    dict.insert("x", data[s].first);
+    dict.insert("y", data[s].second);
+    const std::vector<char> bytes = torch::jit::pickle_save(c10::IValue(dict));
+    std::ofstream(absl::StrCat(pt_dir, "/train-", s, ".pt"), std::ios::binary)
+        .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+  std::vector<std::vector<std::string>> traces;
+  std::vector<double> losses;
+  for (const auto& [format, paths] :
+       {std::pair{v1::ShardedData::TAR, tar_dir + "/train-*.tar"},
+        std::pair{v1::ShardedData::TENSOR_FILES, pt_dir + "/train-*.pt"}}) {
+    v1::JobSpec spec = Spec(R"pb(
+      model { mlp { hidden_sizes: [ 16 ] } }
+      data {
+        shards {
+          format: TAR
+          paths: "/placeholder"
+          num_classes: 3
+          read_ahead_bytes: 2048
+          shuffle_buffer: 16
+        }
+      }
+      training { batch_size_per_rank: 8 epochs: 2 seed: 4 }
+      optimizer { kind: ADAM lr: 0.01 }
+    )pb");
+    v1::ShardedData& shards = *spec.mutable_data()->mutable_shards();
+    shards.set_format(format);
+    shards.set_paths(0, paths);
+    if (format == v1::ShardedData::TENSOR_FILES) {
+      shards.clear_input_member();
+      shards.clear_target_member();
+    }
+    TrainOptions options;
+    options.sample_trace_dir = TestDir(absl::StrCat("same_trace_", format));
+    auto results = TrainOnRanks(spec, 2, nullptr, options);
+    for (int r = 0; r < 2; ++r) ASSERT_TRUE(results[r].ok()) << results[r].status();
+    EXPECT_EQ(results[0]->step(), 2 * (200 / 16));
+    losses.push_back(results[0]->loss());
+    std::ifstream in(absl::StrCat(options.sample_trace_dir, "/", ::getpid(), ".trace"));
+    std::vector<std::string> lines;
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    std::sort(lines.begin(), lines.end());  // the ranks' lines interleave
+    traces.push_back(std::move(lines));
+  }
+  ASSERT_EQ(traces[0].size(), 2u * 2 * 12 + 2) << "a step line per rank and step, a final line";
+  EXPECT_EQ(traces[1], traces[0]) << "the same samples each step, the same final parameters";
+  EXPECT_EQ(losses[1], losses[0]);
 }
 
 }  // namespace
