@@ -107,8 +107,11 @@ class ShmAllreduce {
   void WaitCounter(int peer, Counter counter, uint32_t seq, absl::Time deadline,
                    const AbortHandle& abort);
   // Throws if a peer this rank still needs for segment `seq` is gone, `abort`
-  // is aborted or `deadline` passed (naming `awaited`).
-  void CheckPeers(int awaited, uint32_t seq, absl::Time deadline, const AbortHandle& abort) const;
+  // is aborted or `deadline` passed (naming `awaited`). `arrived` says
+  // whether what is awaited from `awaited` has come (Note [A peer that
+  // finished and left]).
+  void CheckPeers(int awaited, uint32_t seq, absl::Time deadline, const AbortHandle& abort,
+                  const std::function<bool()>& arrived) const;
   void RunSegments(const Op& op, const AbortHandle& abort);
   // Reduces this rank's slice of the segment into its own source.
   void ReduceSlice(const Op& op, const std::vector<char*>& sources, size_t elements);
