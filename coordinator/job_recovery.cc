@@ -194,6 +194,19 @@ std::map<std::string, std::vector<int>> RebindRanks(
   return orphans;
 }
 
+bool AwaitsToldExit(const RunningJob& run, const v1::AgentHello& hello,
+                    const v1::RankExited& exited) {
+  if (exited.generation() != run.generation()) return false;
+  for (const RankState& rank : run.ranks) {
+    if (rank.agent_id.empty() && rank.state != v1::RankStatus::EXITED &&
+        rank.recover_host == hello.host() && rank.recover_agent_pid == hello.pid() &&
+        rank.slot == exited.slot()) {
+      return true;
+    }
+  }
+  return false;
+}
+
 RecoveryProgress CheckRecovery(RunningJob& run, absl::Time now) {
   RecoveryProgress progress;
   if (run.recovering_until == absl::InfinitePast()) return progress;

@@ -84,6 +84,13 @@ std::map<std::string, std::vector<int>> RebindRanks(
     std::map<std::string, RunningJob>& running, const std::string& agent_id,
     const v1::AgentHello& hello, std::vector<std::pair<std::string, int>>* bound);
 
+// Whether `exited`, an exit agent `hello` tells again (Note [Exits told
+// again] in scheduler.cc), is that of a rank of `run` still waited for: not
+// bound to an agent yet, not exited, last on that agent's host, process and
+// slot, in the job's current generation.
+bool AwaitsToldExit(const RunningJob& run, const v1::AgentHello& hello,
+                    const v1::RankExited& exited);
+
 struct RecoveryProgress {
   bool all_back = false;  // every rank is back: the wait is over
   std::string failure;    // non-empty: the wait is over with ranks missing

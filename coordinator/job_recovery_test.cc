@@ -114,6 +114,42 @@ TEST(JobRecoveryTest, AnotherAgentOrGenerationDoesNotBind) {
   EXPECT_TRUE(bound.empty());
 }
 
+// Note [Exits told again]: only an exit of a rank still waited for counts.
+TEST(JobRecoveryTest, AToldExitCountsOnlyForARankStillWaitedForOnThatAgentAndGeneration) {
+  std::map<std::string, RunningJob> running;
+  running.emplace("job-000001", RecoveredJob(RunningOnNodeA(), absl::InfiniteFuture()));
+  v1::RankExited exited;
+  exited.set_job_id("job-000001");
+  exited.set_slot(0);
+  exited.set_generation(1);
+  v1::AgentHello hello = NodeA({{"job-000001", 1}});
+  const RunningJob& run = running.at("job-000001");
+  EXPECT_TRUE(AwaitsToldExit(run, hello, exited));
+
+  v1::RankExited other_generation = exited;
+  other_generation.set_generation(0);  // an older agent's, or an earlier generation's
+  EXPECT_FALSE(AwaitsToldExit(run, hello, other_generation));
+  v1::AgentHello other_process = hello;
+  other_process.set_pid(78);
+  EXPECT_FALSE(AwaitsToldExit(run, other_process, exited));
+  v1::AgentHello other_host = hello;
+  other_host.set_host("node-b");
+  EXPECT_FALSE(AwaitsToldExit(run, other_host, exited));
+  v1::RankExited other_slot = exited;
+  other_slot.set_slot(5);
+  EXPECT_FALSE(AwaitsToldExit(run, hello, other_slot));
+
+  // A rank bound again (it is running) is not waited for.
+  std::vector<std::pair<std::string, int>> bound;
+  RebindRanks(running, "agent-3", hello, &bound);
+  v1::RankExited bound_slot = exited;
+  bound_slot.set_slot(1);
+  EXPECT_FALSE(AwaitsToldExit(run, hello, bound_slot));
+  // Nor one whose exit was taken already.
+  running.at("job-000001").ranks[0].state = v1::RankStatus::EXITED;
+  EXPECT_FALSE(AwaitsToldExit(run, hello, exited));
+}
+
 TEST(JobRecoveryTest, CheckRecoveryEndsTheWaitOneWayOrTheOther) {
   FakeClock clock(absl::FromUnixSeconds(1000));
   RunningJob run = RecoveredJob(RunningOnNodeA(), clock.Now() + absl::Seconds(30));

@@ -77,10 +77,39 @@ absl::StatusOr<std::string> Scheduler::AddAgent(const v1::AgentHello& hello, Sen
         out.messages.emplace_back(agent.send, StopRanksMessage(job_id, {slot}, restarting->cause));
       }
     }
+    TakeToldExitsLocked(id, hello, out);
     ScheduleLocked(out);
   }
   out.Flush();
   return id;
+}
+
+// Note [Exits told again]: an agent's report of a rank's exit is written to
+// its stream, and written is not read: a leader killed (or a machine lost)
+// before reading it takes the report with it. The coordinator that takes
+// over recovers the job from the state store and waits for its ranks; one
+// that exited never comes back, so without the report the job would fail
+// ("did not come back") however its ranks ended, and a rank that finished
+// before the takeover is not in the store for a job that is not elastic.
+// So an agent's hello tells again the exits it wrote lately (AgentHello
+// .exited), and the coordinator takes each one that a rank it still waits
+// for, on that agent's host and process, slot and generation, has not
+// reported otherwise (AwaitsToldExit), as if it had just been sent. A
+// coordinator that read them the first time matches none: the ranks are
+// bound to the agent (a reconnection to the same leader) or no longer
+// waited for. Exits the agent could not write at all are not in the hello;
+// they follow the welcome (Note [Reports kept while disconnected] in
+// worker/agent/agent.cc).
+void Scheduler::TakeToldExitsLocked(const std::string& agent_id, const v1::AgentHello& hello,
+                                    Outbox& out) {
+  for (const v1::RankExited& exited : hello.exited()) {
+    auto run = running_.find(exited.job_id());
+    if (run == running_.end() || !AwaitsToldExit(run->second, hello, exited)) continue;
+    LOG(INFO) << exited.job_id() << ": slot " << exited.slot() << " on " << hello.host()
+              << " exited with code " << exited.exit_code()
+              << " before this coordinator led (its agent tells it again)";
+    RankExitedLocked(agent_id, exited, out);
+  }
 }
 
 void Scheduler::RemoveAgent(const std::string& agent_id) {
@@ -320,49 +349,45 @@ void Scheduler::EndLocked(const std::string& job_id, v1::Job::State state,
 
 void Scheduler::RankExited(const std::string& agent_id, const v1::RankExited& exited) {
   Outbox out(agent_joins_);
-  bool stopped = false;
   {
     absl::MutexLock lock(&mu_);
-    // Note [Re-queue]: a rank of a re-queued job's last run; its slot is free.
-    stopped = StoppedRankExitedLocked(agent_id, exited);
-    if (stopped) ScheduleLocked(out);
-  }
-  if (stopped) {
-    out.Flush();
-    return;
-  }
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = running_.find(exited.job_id());
-    if (it == running_.end()) return;  // already ended (e.g. stopped after a failure)
-    const AgentRegistry::Agent* agent = agents_.Find(agent_id);
-    if (agent == nullptr) return;
-    std::vector<std::pair<std::string, int>>& departing = it->second.departing;
-    if (StagedNewcomerExitedLocked(exited.job_id(), it->second, agent_id, exited.slot(), out)) {
-      // Note [Staged growth]: it was not a rank yet.
-    } else if (auto left =
-            std::find(departing.begin(), departing.end(), std::make_pair(agent_id, exited.slot()));
-        left != departing.end()) {
-      // A rank that left at a planned re-formation (its agent is draining).
-      departing.erase(left);
-      agents_.SetBusy(agent_id, exited.slot(), false);
-      LOG(INFO) << exited.job_id() << ": the rank that left slot " << exited.slot() << " of "
-                << agent->hello.host() << " exited with code " << exited.exit_code();
-    } else if (std::optional<JobEnd> end = it->second.RecordExit(agent_id, agent->hello, exited)) {
-      if (end->state == v1::Job::FAILED && it->second.elastic) {
-        ReformLocked(exited.job_id(), end->reason, ReformKind::kRankLost, out);
-      } else {
-        EndLocked(exited.job_id(), end->state, end->reason, out);
-      }
-    } else if (it->second.phase.restarting() != nullptr) {
-      // Note [Restart-all]: a rank it stopped; the last one's exit starts
-      // the next generation.
-      const ElasticPhase::Restarting restarting = *it->second.phase.restarting();
-      ReformLocked(exited.job_id(), restarting.cause, restarting.kind, out);
-    }
+    RankExitedLocked(agent_id, exited, out);
     ScheduleLocked(out);
   }
   out.Flush();
+}
+
+void Scheduler::RankExitedLocked(const std::string& agent_id, const v1::RankExited& exited,
+                                 Outbox& out) {
+  // Note [Re-queue]: a rank of a re-queued job's last run; its slot is free.
+  if (StoppedRankExitedLocked(agent_id, exited)) return;
+  auto it = running_.find(exited.job_id());
+  if (it == running_.end()) return;  // already ended (e.g. stopped after a failure)
+  const AgentRegistry::Agent* agent = agents_.Find(agent_id);
+  if (agent == nullptr) return;
+  std::vector<std::pair<std::string, int>>& departing = it->second.departing;
+  if (StagedNewcomerExitedLocked(exited.job_id(), it->second, agent_id, exited.slot(), out)) {
+    // Note [Staged growth]: it was not a rank yet.
+  } else if (auto left =
+          std::find(departing.begin(), departing.end(), std::make_pair(agent_id, exited.slot()));
+      left != departing.end()) {
+    // A rank that left at a planned re-formation (its agent is draining).
+    departing.erase(left);
+    agents_.SetBusy(agent_id, exited.slot(), false);
+    LOG(INFO) << exited.job_id() << ": the rank that left slot " << exited.slot() << " of "
+              << agent->hello.host() << " exited with code " << exited.exit_code();
+  } else if (std::optional<JobEnd> end = it->second.RecordExit(agent_id, agent->hello, exited)) {
+    if (end->state == v1::Job::FAILED && it->second.elastic) {
+      ReformLocked(exited.job_id(), end->reason, ReformKind::kRankLost, out);
+    } else {
+      EndLocked(exited.job_id(), end->state, end->reason, out);
+    }
+  } else if (it->second.phase.restarting() != nullptr) {
+    // Note [Restart-all]: a rank it stopped; the last one's exit starts
+    // the next generation.
+    const ElasticPhase::Restarting restarting = *it->second.phase.restarting();
+    ReformLocked(exited.job_id(), restarting.cause, restarting.kind, out);
+  }
 }
 
 absl::StatusOr<v1::Job> Scheduler::Cancel(const std::string& job_id, const std::string& reason) {

@@ -463,6 +463,13 @@ class Scheduler {
   // slot is not one of those.
   bool StoppedRankExitedLocked(const std::string& agent_id, const v1::RankExited& exited)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A rank's exit, as RankExited, with the lock held.
+  void RankExitedLocked(const std::string& agent_id, const v1::RankExited& exited, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The exits a connecting agent tells again that a rank still waits for
+  // (Note [Exits told again]).
+  void TakeToldExitsLocked(const std::string& agent_id, const v1::AgentHello& hello, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Elastic jobs below resources.max_ranks for which free slots exist, and
   // whose last growth is elastic.scale_up_interval_seconds ago or that owe
   // replacements (Note [Staged growth]), are told to grow at their next

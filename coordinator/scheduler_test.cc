@@ -1601,6 +1601,86 @@ TEST_F(ElasticRestartTest, AJobWaitingForSlotsFailsAtTheOriginalDeadlineAfterARe
 
 // Steady after a re-formation: the survivor reports the generation it was
 // launched in (1), the newcomer its own (2); both are the job's ranks.
+// Note [Exits told again]: a job that is not elastic; rank 0 finished
+// before the takeover (read by the old leader, not in the store), rank 1's
+// exit was written to the old leader and never read. The agent's hello
+// tells both again, and the job ends as its ranks did instead of failing
+// for ranks that "did not come back".
+class ToldExitsTest : public ElasticRestartTest {
+ protected:
+  std::string StartOnTwoSlots(FakeAgent& a) {
+    Add(a, 2, "node-a");
+    auto spec = ParseJobSpec(
+        "model { mlp {} } data { synthetic {} } resources { min_ranks: 2 max_ranks: 2 }",
+        SpecFormat::kTextProto, "test");
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    auto job = jobs_->Submit(*spec, "");
+    EXPECT_TRUE(job.ok()) << job.status();
+    scheduler_->Schedule();
+    EXPECT_EQ(a.Launches().size(), 1u);
+    JoinAll(job->job_id(), {&a}, 1);
+    return job->job_id();
+  }
+  // node-a's agent connects to the new leader, running nothing, and tells
+  // again the exits (slot, code) of generation `gen`.
+  void ReconnectTelling(FakeAgent& a, const std::string& job, int64_t gen,
+                        const std::vector<std::pair<int, int>>& exits) {
+    v1::AgentHello hello;
+    hello.set_host("node-a");
+    hello.set_slots(2);
+    for (const auto& [slot, code] : exits) {
+      v1::RankExited* e = hello.add_exited();
+      e->set_job_id(job);
+      e->set_slot(slot);
+      e->set_pid(100 + slot);
+      e->set_exit_code(code);
+      e->set_generation(gen);
+      e->add_stderr_tail("the last line of slot " + std::to_string(slot));
+    }
+    a.received.clear();
+    auto id = scheduler_->agents().AddAgent(hello, a.Sender());
+    ASSERT_TRUE(id.ok()) << id.status();
+    a.id = *id;
+  }
+};
+
+TEST_F(ToldExitsTest, ExitsTheOldLeaderNeverReadAreToldAgainAndTheJobSucceeds) {
+  FakeAgent a;
+  const std::string job = StartOnTwoSlots(a);
+  ExitOn(a, job, 0, 0);
+  ASSERT_EQ(State(job), v1::Job::RUNNING);
+  Restart();
+  ReconnectTelling(a, job, 1, {{0, 0}, {1, 0}});
+  const v1::Job ended = *jobs_->Get(job);
+  EXPECT_EQ(ended.state(), v1::Job::SUCCEEDED) << ended.reason();
+  EXPECT_EQ(ended.reason(), "every rank exited with code 0");
+}
+
+TEST_F(ToldExitsTest, AFailureToldAgainFailsTheJobWithTheRanksOwnReason) {
+  FakeAgent a;
+  const std::string job = StartOnTwoSlots(a);
+  Restart();
+  ReconnectTelling(a, job, 1, {{1, 3}});
+  const v1::Job ended = *jobs_->Get(job);
+  EXPECT_EQ(ended.state(), v1::Job::FAILED);
+  EXPECT_EQ(ended.reason(),
+            "rank 1 (node-a, pid 101) exited with code 3; last stderr: the last line of slot 1");
+}
+
+TEST_F(ToldExitsTest, AnExitOfAnotherGenerationOrJobChangesNothing) {
+  FakeAgent a;
+  const std::string job = StartOnTwoSlots(a);
+  Restart();
+  ReconnectTelling(a, job, 2, {{0, 1}, {1, 1}});
+  ReconnectTelling(a, "job-000099", 1, {{0, 1}});
+  clock_.Advance(absl::Seconds(10));
+  scheduler_->Tick();
+  EXPECT_EQ(State(job), v1::Job::RUNNING) << "generation 2 is not the job's";
+  clock_.Advance(absl::Seconds(21));
+  scheduler_->Tick();
+  EXPECT_THAT(jobs_->Get(job)->reason(), HasSubstr("did not come back"));
+}
+
 TEST_F(ElasticRestartTest, ASteadyJobKeepsSurvivorsOfEarlierGenerationsAfterARestart) {
   FakeAgent a;
   Add(a, 2, "node-a");

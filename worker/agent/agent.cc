@@ -30,6 +30,9 @@ namespace {
 constexpr absl::Duration kLogFlushInterval = absl::Milliseconds(250);
 // Reported when a rank's exit could not be observed (waiting for it failed).
 constexpr int kUnknownExitCode = 255;
+// How many written exits the next hello tells again (Note [Exits told
+// again] in coordinator/scheduler.cc): every slot's last few.
+constexpr size_t kToldExitsKept = 64;
 
 }  // namespace
 
@@ -141,8 +144,13 @@ void Agent::Send(const v1::AgentMessage& message) {
   // Output lines are best effort (the local log has them too), and so are
   // heartbeats (newer ones follow); a rank's exit is kept and sent after
   // reconnecting.
-  if ((stream == nullptr || !stream->Write(message)) && !message.has_logs() &&
-      !message.has_heartbeats()) {
+  const bool written = stream != nullptr && stream->Write(message);
+  if (written && message.has_rank_exited()) {
+    // Written is not read: the coordinator may die before it reads it.
+    absl::MutexLock lock(&mu_);
+    told_exits_.push_back(message.rank_exited());
+    while (told_exits_.size() > kToldExitsKept) told_exits_.pop_front();
+  } else if (!written && !message.has_logs() && !message.has_heartbeats()) {
     LOG(WARNING) << "coordinator unreachable; will report after reconnecting: "
                  << message.ShortDebugString();
     absl::MutexLock lock(&mu_);
@@ -168,6 +176,7 @@ v1::AgentMessage Agent::Hello() {
     r->set_slot(child->slot);
     r->set_pid(pid);
   }
+  for (const v1::RankExited& exited : told_exits_) *h->add_exited() = exited;
   return hello;
 }
 
@@ -801,6 +810,7 @@ void Agent::Monitor(std::shared_ptr<Child> child) {
   e->set_slot(child->slot);
   e->set_pid(child->pid);
   e->set_exit_code(code);
+  e->set_generation(child->generation);
   {
     absl::MutexLock lock(&child->mu);
     for (const std::string& line : child->tail) e->add_stderr_tail(line);

@@ -242,6 +242,10 @@ class Agent {
   // Reports (rank exits) that could not be sent while disconnected; sent
   // first after reconnecting.
   std::vector<v1::AgentMessage> unsent_ ABSL_GUARDED_BY(mu_);
+  // The exits written to a stream lately, newest last (at most
+  // kToldExitsKept): the next hello tells them again (Note [Exits told
+  // again] in coordinator/scheduler.cc).
+  std::deque<v1::RankExited> told_exits_ ABSL_GUARDED_BY(mu_);
   absl::Mutex write_mu_;  // one writer on the stream at a time
 };
 

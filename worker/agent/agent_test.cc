@@ -899,6 +899,7 @@ TEST_F(AgentTest, ExitWhileDisconnectedIsReportedAfterReconnecting) {
   EXPECT_EQ(hello->running(0).generation(), 5);
   EXPECT_EQ(hello->running(0).slot(), 1);
   EXPECT_EQ(hello->running(0).pid(), launcher_->RankOf("job-1", 1)->pid());
+  EXPECT_THAT(hello->exited(), IsEmpty()) << "an exit never written follows the welcome";
   std::optional<FakeCoordinator::Received> exit = coordinator_.AwaitExit("job-1", 0);
   ASSERT_TRUE(exit.has_value());
   EXPECT_EQ(exit->connection, 2);
@@ -939,6 +940,45 @@ TEST_F(AgentTest, EveryExitDuringAReconnectionIsReportedOnTheNewConnection) {
     }
     coordinator_.BeforeWelcome(nullptr);
   }
+}
+
+// Note [Exits told again] in coordinator/scheduler.cc: an exit written to a
+// coordinator that may have died before reading it is told again in the
+// next hello, with its generation; the newest few only.
+TEST_F(AgentTest, ExitsWrittenLatelyAreToldAgainInTheNextHello) {
+  Connect();
+  coordinator_.Send(LaunchMessage("job-1", 3, {0, 1}));
+  ASSERT_EQ(launcher_->AwaitRanks(2).size(), 2u);
+  launcher_->RankOf("job-1", 0)->Print("done");
+  launcher_->RankOf("job-1", 0)->Exit(0);
+  std::optional<FakeCoordinator::Received> first = coordinator_.AwaitExit("job-1", 0);
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(first->message.rank_exited().generation(), 3);
+
+  coordinator_.Drop();
+  std::optional<v1::AgentHello> hello = coordinator_.AwaitHello(2);
+  ASSERT_TRUE(hello.has_value());
+  ASSERT_EQ(hello->exited_size(), 1);
+  EXPECT_EQ(hello->exited(0).job_id(), "job-1");
+  EXPECT_EQ(hello->exited(0).slot(), 0);
+  EXPECT_EQ(hello->exited(0).generation(), 3);
+  EXPECT_EQ(hello->exited(0).exit_code(), 0);
+  EXPECT_THAT(hello->exited(0).stderr_tail(), ElementsAre("done"));
+  ASSERT_EQ(hello->running_size(), 1);
+  EXPECT_EQ(hello->running(0).slot(), 1);
+
+  // 70 more exits: the hello keeps the newest 64.
+  std::vector<int> slots(70);
+  std::iota(slots.begin(), slots.end(), 0);
+  coordinator_.Send(LaunchMessage("job-2", 1, slots));
+  ASSERT_EQ(launcher_->AwaitRanks(72).size(), 72u);
+  for (int slot : slots) launcher_->RankOf("job-2", slot)->Exit(1);
+  for (int slot : slots) ASSERT_TRUE(coordinator_.AwaitExit("job-2", slot).has_value());
+  coordinator_.Drop();
+  hello = coordinator_.AwaitHello(3);
+  ASSERT_TRUE(hello.has_value());
+  EXPECT_EQ(hello->exited_size(), 64);
+  for (const v1::RankExited& e : hello->exited()) EXPECT_EQ(e.job_id(), "job-2");
 }
 
 TEST_F(AgentTest, RanksStopWhenTheCoordinatorStaysAwayPastTheWindow) {
