@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """Writes the seed corpora of the fuzz targets under fuzz/corpus/ (docs/fuzzing.md).
 
-Usage: python3 fuzz/make_seeds.py     (from the repository root; needs protoc)
+Usage: python3 fuzz/make_seeds.py     (from the repository root; needs protoc and PyTorch)
 
 Each seed is a small valid (or nearly valid) input in the target's input
 format, so that the fuzzers start from the shapes the code expects: job specs
 from examples/, a recorded checkpoint data-port session, MANIFEST files, IDX
-files, serialized request and heartbeat protos. The files are committed; run
+files, torch.save files, serialized request and heartbeat protos. The files are committed; run
 this again only when an input format changes.
 """
 import gzip
@@ -258,6 +258,38 @@ def tensor_files():
     write(t, "not_a_zip", b"PK\x03\x04 not really a zip")
 
 
+# ------------------------------------------------------ torch.save shards
+def torch_save_files():
+    """TENSOR_FILES shards as torch.save writes them (needs PyTorch)."""
+    import collections
+    import io
+    import torch
+
+    t = "torch_save_fuzzer"
+
+    def save(name, obj, **kwargs):
+        buf = io.BytesIO()  # a buffer, not a path: the archive is "archive/" whatever the name
+        torch.save(obj, buf, **kwargs)
+        write(t, name, buf.getvalue())
+
+    x = torch.arange(12, dtype=torch.float32).reshape(4, 3)
+    y = torch.arange(4)
+    save("float_rows.pt", {"x": x, "y": y})
+    save("uint8_images.pt", {"x": torch.arange(8, dtype=torch.uint8).reshape(2, 1, 2, 2),
+                             "y": torch.tensor([1, 0], dtype=torch.int16)})
+    save("double_and_int32.pt", {"x": x.double(), "y": y.int()})
+    save("parameter.pt", {"x": torch.nn.Parameter(x), "y": y.float().requires_grad_()})
+    base = torch.arange(20, dtype=torch.int64)  # one storage under both, at offsets
+    save("shared_storage.pt", {"x": base[4:16].view(4, 3), "y": base[:4]})
+    save("transposed.pt", {"x": x.t(), "y": torch.arange(3)})
+    save("ordered_dict.pt", collections.OrderedDict([("y", y), ("x", x)]))
+    save("with_extras.pt", {"x": x, "y": y, "meta": {"rows": 4}, "name": "shard-0",
+                            "sizes": [4, 3], "half": torch.zeros(2, dtype=torch.float16)})
+    save("no_y.pt", {"x": x})
+    save("a_list.pt", [x, y])
+    save("legacy_format.pt", {"x": x, "y": y}, _use_new_zipfile_serialization=False)
+
+
 if __name__ == "__main__":
     job_specs()
     data_port()
@@ -266,3 +298,4 @@ if __name__ == "__main__":
     idx_files()
     store_requests()
     tensor_files()
+    torch_save_files()
