@@ -14,6 +14,7 @@ import os
 import shutil
 import struct
 import subprocess
+import zipfile
 import zlib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -268,9 +269,19 @@ def torch_save_files():
     t = "torch_save_fuzzer"
 
     def save(name, obj, **kwargs):
+        """The file as it is (b"\\x00" + bytes), and zip files also as their
+        members (b"\\x01" + u8 name length, name, u16 length, data, ...)."""
         buf = io.BytesIO()  # a buffer, not a path: the archive is "archive/" whatever the name
         torch.save(obj, buf, **kwargs)
-        write(t, name, buf.getvalue())
+        write(t, name, b"\x00" + buf.getvalue())
+        if zipfile.is_zipfile(buf):
+            members = b""
+            with zipfile.ZipFile(buf) as z:
+                for info in z.infolist():
+                    data = z.read(info)
+                    members += (bytes([len(info.filename)]) + info.filename.encode() +
+                                u16(len(data)) + data)
+            write(t, name + ".members", b"\x01" + members)
 
     x = torch.arange(12, dtype=torch.float32).reshape(4, 3)
     y = torch.arange(4)

@@ -3,8 +3,13 @@
 // LibTorch) and the shard index built on it (ShardIndex::Build), on files a
 // user's shard directory may hold.
 //
-// Input: the bytes of one file, read by ReadTorchSaveDict and then indexed
-// as the one shard of data.shards { format: TENSOR_FILES }.
+// Input: one byte choosing how the file is made, then
+//   even: the file's bytes as they are (the zip directory is fuzzed);
+//   odd:  its zip members, each a u8 name length, the name, a u16 data
+//         length and the data, written as a stored zip archive (a pickle
+//         grown or shrunk by a mutation is still a well-formed member).
+// The file is read by ReadTorchSaveDict and then indexed as the one shard
+// of data.shards { format: TENSOR_FILES }.
 //
 // Properties checked besides memory safety and no escaping exception:
 //   - an error of either names the file;
@@ -27,6 +32,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "fuzz/fuzz_input.h"
 #include "fuzz/scratch_dir.h"
 #include "worker/train/shard_index.h"
 #include "worker/train/torch_save_file.h"
@@ -136,6 +142,32 @@ void CheckIndex(const std::string& path, const std::vector<SavedTensor>& saved, 
   }
 }
 
+std::string Le(uint64_t v, int bytes) {
+  std::string out;
+  for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>(v >> (8 * i)));
+  return out;
+}
+
+// The members in `in` as a zip archive whose members are stored, with local
+// headers, a central directory and its end record (what torch.save writes,
+// less the alignment padding and CRCs, which the reader does not look at).
+std::string StoredZip(FuzzInput& in) {
+  std::string local, directory;
+  int members = 0;
+  while (!in.empty() && members < 0xffff) {
+    const std::string name = in.Bytes(in.Byte());
+    const std::string data = in.Bytes(in.U16());
+    const std::string sizes = Le(0, 4) + Le(data.size(), 4) + Le(data.size(), 4);
+    directory += Le(0x02014b50, 4) + Le(20, 2) + Le(20, 2) + Le(0, 2) + Le(0, 2) + Le(0, 4) +
+                 sizes + Le(name.size(), 2) + std::string(12, '\0') + Le(local.size(), 4) + name;
+    local += Le(0x04034b50, 4) + Le(20, 2) + Le(0, 2) + Le(0, 2) + Le(0, 4) + sizes +
+             Le(name.size(), 2) + Le(0, 2) + name + data;
+    ++members;
+  }
+  return local + directory + Le(0x06054b50, 4) + Le(0, 4) + Le(members, 2) + Le(members, 2) +
+         Le(directory.size(), 4) + Le(local.size(), 4) + Le(0, 2);
+}
+
 void CheckTorchSaveFile(const std::string& bytes) {
   const std::string path = ScratchDir() + "/input.pt";
   WriteScratchFile(path, bytes);
@@ -158,6 +190,11 @@ void CheckTorchSaveFile(const std::string& bytes) {
 }  // namespace chorus
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  chorus::CheckTorchSaveFile(std::string(reinterpret_cast<const char*>(data), size));
+  chorus::FuzzInput in(data, size);
+  if (in.Byte() % 2 == 0) {
+    chorus::CheckTorchSaveFile(in.Rest());
+  } else {
+    chorus::CheckTorchSaveFile(chorus::StoredZip(in));
+  }
   return 0;
 }
