@@ -298,7 +298,35 @@ def torch_save_files():
                             "sizes": [4, 3], "half": torch.zeros(2, dtype=torch.float16)})
     save("no_y.pt", {"x": x})
     save("a_list.pt", [x, y])
+    # Its storage keys are object ids: rewritten, it differs (and is refused alike).
     save("legacy_format.pt", {"x": x, "y": y}, _use_new_zipfile_serialization=False)
+    write(t, "long_ints.members", b"\x01" + long_int_members())
+
+
+def long_int_members():
+    """{'x': float32 [4, 3], 'y': int64 [4]} pickled by hand with every int
+    an 8-byte LONG1 (torch.save writes small ints in 1 byte), so that a
+    mutation reaches the sizes, offsets and counts near 2^63 as easily as
+    small ones. In the members form of torch_save_fuzzer."""
+    def string(v):
+        return b"X" + struct.pack("<I", len(v)) + v.encode()
+
+    def long1(v):
+        return b"\x8a\x08" + struct.pack("<q", v)
+
+    def ints(vs):
+        return b"(" + b"".join(long1(v) for v in vs) + b"t"
+
+    def tensor(key, cls, numel, sizes, strides):
+        return (b"ctorch._utils\n_rebuild_tensor_v2\n((" + string("storage") + b"ctorch\n" +
+                cls + b"\n" + string(key) + string("cpu") + long1(numel) + b"tQ" + long1(0) +
+                ints(sizes) + ints(strides) + b"\x89ccollections\nOrderedDict\n)RtR")
+
+    pickle = (b"\x80\x02}(" + string("x") + tensor("0", b"FloatStorage", 12, [4, 3], [3, 1]) +
+              string("y") + tensor("1", b"LongStorage", 4, [4], [1]) + b"u.")
+    members = [("archive/data.pkl", pickle), ("archive/data/0", struct.pack("<12f", *range(12))),
+               ("archive/data/1", struct.pack("<4q", *range(4))), ("archive/byteorder", b"little")]
+    return b"".join(bytes([len(n)]) + n.encode() + u16(len(d)) + d for n, d in members)
 
 
 if __name__ == "__main__":
