@@ -365,8 +365,8 @@ std::string StoredZip(const std::vector<std::pair<std::string, std::string>>& me
   for (const auto& [name, data] : members) {
     const std::string sizes = Le(0, 4) + Le(data.size(), 4) + Le(data.size(), 4);  // crc unchecked
     directory += Le(0x02014b50, 4) + Le(20, 2) + Le(20, 2) + Le(0, 2) + Le(0, 2) + Le(0, 4) +
-                 sizes + Le(name.size(), 2) + Le(0, 2) + Le(0, 2) + Le(0, 2) + Le(0, 2) +
-                 Le(0, 4) + Le(local.size(), 4) + name;
+                 sizes + Le(name.size(), 2) + Le(0, 2) + Le(0, 2) + Le(0, 2) + Le(0, 2) + Le(0, 4) +
+                 Le(local.size(), 4) + name;
     local += Le(0x04034b50, 4) + Le(20, 2) + Le(0, 2) + Le(0, 2) + Le(0, 4) + sizes +
              Le(name.size(), 2) + Le(0, 2) + name + data;
   }
@@ -388,9 +388,9 @@ std::string PickleInts(const std::vector<int64_t>& v) {
 std::string PickledTensor(const std::string& key, int64_t numel, const std::vector<int64_t>& sizes,
                           const std::vector<int64_t>& strides) {
   return "ctorch._utils\n_rebuild_tensor_v2\n((" + PickleString("storage") +
-         "ctorch\nFloatStorage\n" + PickleString(key) + PickleString("cpu") +
-         PickleInt(numel) + "tQ" + PickleInt(0) +
-         PickleInts(sizes) + PickleInts(strides) + "\x89" + "ccollections\nOrderedDict\n)R" + "tR";
+         "ctorch\nFloatStorage\n" + PickleString(key) + PickleString("cpu") + PickleInt(numel) +
+         "tQ" + PickleInt(0) + PickleInts(sizes) + PickleInts(strides) + "\x89" +
+         "ccollections\nOrderedDict\n)R" + "tR";
 }
 
 absl::StatusOr<std::vector<SavedTensor>> ReadSaved(const std::string& name,
@@ -423,8 +423,8 @@ TEST(TorchSaveFileTest, APickleCopyingALongStringManyTimesIsRefused) {
   // {KEY: None, KEY: None, ...}: 80 entries of the memo's 1 MiB key.
   std::string entries;
   for (int i = 0; i < 80; ++i) entries += std::string("h\x00h\x01", 4);
-  const std::string keys = "\x80\x02}(" + PickleString(long_string) +
-                           std::string("q\x00Nq\x01", 5) + entries + "u.";
+  const std::string keys =
+      "\x80\x02}(" + PickleString(long_string) + std::string("q\x00Nq\x01", 5) + entries + "u.";
   auto saved = ReadSaved("long_keys.pt", StoredZip({{"archive/data.pkl", keys}}));
   ASSERT_FALSE(saved.ok());
   EXPECT_THAT(std::string(saved.status().message()),
@@ -441,8 +441,8 @@ TEST(TorchSaveFileTest, APickleCopyingALongStringManyTimesIsRefused) {
 TEST(TorchSaveFileTest, ATensorWithANegativeSizeIsNotIndexed) {
   // [4, -2, -3] with C-contiguous strides: 24 elements, rows of (-2) * (-3) = 6.
   const std::string pickle = "\x80\x02}(" + PickleString("x") +
-                             PickledTensor("0", 24, {4, -2, -3}, {6, -3, 1}) +
-                             PickleString("y") + PickledTensor("1", 4, {4}, {1}) + "u.";
+                             PickledTensor("0", 24, {4, -2, -3}, {6, -3, 1}) + PickleString("y") +
+                             PickledTensor("1", 4, {4}, {1}) + "u.";
   const std::string path = absl::StrCat(TempDir(), "/negative.pt");
   WriteAll(path, StoredZip({{"archive/data.pkl", pickle},
                             {"archive/data/0", std::string(96, '\0')},

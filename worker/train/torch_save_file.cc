@@ -77,7 +77,8 @@ absl::StatusOr<ByteRange> FindDirectory(int fd, const std::string& path, int64_t
     }
     dir = ByteRange{static_cast<int64_t>(Le(z + 48, 8)), static_cast<int64_t>(Le(z + 40, 8))};
   }
-  if (dir.offset < 0 || dir.size < 0 || dir.size > kMaxDirectoryBytes || dir.offset > size - dir.size) {
+  if (dir.offset < 0 || dir.size < 0 || dir.size > kMaxDirectoryBytes ||
+      dir.offset > size - dir.size) {
     return NotTorchSave(path, "its zip directory lies outside the file (truncated?)");
   }
   return dir;
@@ -597,8 +598,8 @@ absl::StatusOr<std::vector<SavedTensor>> ReadTorchSaveDict(int fd, const std::st
                                   v.tensor.storage_key.size() + v.tensor.storage_class.size() +
                                   2 * sizeof(int64_t) * v.tensor.sizes.size());
     if (spent > kMaxValueBytes) {
-      return NotTorchSave(path, absl::StrCat("its dict's entries take more than ",
-                                             kMaxValueBytes >> 20, " MiB"));
+      return NotTorchSave(
+          path, absl::StrCat("its dict's entries take more than ", kMaxValueBytes >> 20, " MiB"));
     }
     SavedTensor t = v.tensor;
     t.key = top->items[i]->s;

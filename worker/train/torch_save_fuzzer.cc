@@ -135,9 +135,9 @@ void CheckIndex(const std::string& path, const std::vector<SavedTensor>& saved, 
     const SampleLocation loc = index->Locate(i);
     if (loc.shard != 0 || !Inside(loc.x, x->storage) || !Inside(loc.y, y->storage) ||
         !Inside(loc.x, file) || !Inside(loc.y, file)) {
-      Fail(absl::StrCat("sample ", i, " of ", shard.count, " lies outside its tensors' storage: x [",
-                        loc.x.offset, ", +", loc.x.size, "), y [", loc.y.offset, ", +", loc.y.size,
-                        ")"));
+      Fail(absl::StrCat("sample ", i, " of ", shard.count,
+                        " lies outside its tensors' storage: x [", loc.x.offset, ", +", loc.x.size,
+                        "), y [", loc.y.offset, ", +", loc.y.size, ")"));
     }
   }
 }
