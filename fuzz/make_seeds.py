@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """Writes the seed corpora of the fuzz targets under fuzz/corpus/ (docs/fuzzing.md).
 
-Usage: python3 fuzz/make_seeds.py     (from the repository root; needs protoc)
+Usage: python3 fuzz/make_seeds.py     (from the repository root; needs protoc and PyTorch)
 
 Each seed is a small valid (or nearly valid) input in the target's input
 format, so that the fuzzers start from the shapes the code expects: job specs
 from examples/, a recorded checkpoint data-port session, MANIFEST files, IDX
-files, serialized request and heartbeat protos. The files are committed; run
+files, torch.save files, serialized request and heartbeat protos. The files are committed; run
 this again only when an input format changes.
 """
 import gzip
@@ -14,6 +14,7 @@ import os
 import shutil
 import struct
 import subprocess
+import zipfile
 import zlib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -258,6 +259,76 @@ def tensor_files():
     write(t, "not_a_zip", b"PK\x03\x04 not really a zip")
 
 
+# ------------------------------------------------------ torch.save shards
+def torch_save_files():
+    """TENSOR_FILES shards as torch.save writes them (needs PyTorch)."""
+    import collections
+    import io
+    import torch
+
+    t = "torch_save_fuzzer"
+
+    def save(name, obj, **kwargs):
+        """The file as it is (b"\\x00" + bytes), and zip files also as their
+        members (b"\\x01" + u8 name length, name, u16 length, data, ...)."""
+        buf = io.BytesIO()  # a buffer, not a path: the archive is "archive/" whatever the name
+        torch.save(obj, buf, **kwargs)
+        write(t, name, b"\x00" + buf.getvalue())
+        if zipfile.is_zipfile(buf):
+            members = b""
+            with zipfile.ZipFile(buf) as z:
+                for info in z.infolist():
+                    data = z.read(info)
+                    members += (bytes([len(info.filename)]) + info.filename.encode() +
+                                u16(len(data)) + data)
+            write(t, name + ".members", b"\x01" + members)
+
+    x = torch.arange(12, dtype=torch.float32).reshape(4, 3)
+    y = torch.arange(4)
+    save("float_rows.pt", {"x": x, "y": y})
+    save("uint8_images.pt", {"x": torch.arange(8, dtype=torch.uint8).reshape(2, 1, 2, 2),
+                             "y": torch.tensor([1, 0], dtype=torch.int16)})
+    save("double_and_int32.pt", {"x": x.double(), "y": y.int()})
+    save("parameter.pt", {"x": torch.nn.Parameter(x), "y": y.float().requires_grad_()})
+    base = torch.arange(20, dtype=torch.int64)  # one storage under both, at offsets
+    save("shared_storage.pt", {"x": base[4:16].view(4, 3), "y": base[:4]})
+    save("transposed.pt", {"x": x.t(), "y": torch.arange(3)})
+    save("ordered_dict.pt", collections.OrderedDict([("y", y), ("x", x)]))
+    save("with_extras.pt", {"x": x, "y": y, "meta": {"rows": 4}, "name": "shard-0",
+                            "sizes": [4, 3], "half": torch.zeros(2, dtype=torch.float16)})
+    save("no_y.pt", {"x": x})
+    save("a_list.pt", [x, y])
+    # Its storage keys are object ids: rewritten, it differs (and is refused alike).
+    save("legacy_format.pt", {"x": x, "y": y}, _use_new_zipfile_serialization=False)
+    write(t, "long_ints.members", b"\x01" + long_int_members())
+
+
+def long_int_members():
+    """{'x': float32 [4, 3], 'y': int64 [4]} pickled by hand with every int
+    an 8-byte LONG1 (torch.save writes small ints in 1 byte), so that a
+    mutation reaches the sizes, offsets and counts near 2^63 as easily as
+    small ones. In the members form of torch_save_fuzzer."""
+    def string(v):
+        return b"X" + struct.pack("<I", len(v)) + v.encode()
+
+    def long1(v):
+        return b"\x8a\x08" + struct.pack("<q", v)
+
+    def ints(vs):
+        return b"(" + b"".join(long1(v) for v in vs) + b"t"
+
+    def tensor(key, cls, numel, sizes, strides):
+        return (b"ctorch._utils\n_rebuild_tensor_v2\n((" + string("storage") + b"ctorch\n" +
+                cls + b"\n" + string(key) + string("cpu") + long1(numel) + b"tQ" + long1(0) +
+                ints(sizes) + ints(strides) + b"\x89ccollections\nOrderedDict\n)RtR")
+
+    pickle = (b"\x80\x02}(" + string("x") + tensor("0", b"FloatStorage", 12, [4, 3], [3, 1]) +
+              string("y") + tensor("1", b"LongStorage", 4, [4], [1]) + b"u.")
+    members = [("archive/data.pkl", pickle), ("archive/data/0", struct.pack("<12f", *range(12))),
+               ("archive/data/1", struct.pack("<4q", *range(4))), ("archive/byteorder", b"little")]
+    return b"".join(bytes([len(n)]) + n.encode() + u16(len(d)) + d for n, d in members)
+
+
 if __name__ == "__main__":
     job_specs()
     data_port()
@@ -266,3 +337,4 @@ if __name__ == "__main__":
     idx_files()
     store_requests()
     tensor_files()
+    torch_save_files()

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <optional>
 
 #include "absl/strings/ascii.h"
@@ -430,12 +431,20 @@ absl::Status TensorFileRows(const std::string& path, const SavedTensor& t, Tenso
   if (!t.Contiguous()) return fail("is not contiguous (a view, transpose or slice with a step)");
   rows.type = *t.type;
   rows.shape.assign(t.sizes.begin() + 1, t.sizes.end());
+  // Contiguous() has multiplied all sizes within int64 (the reader refuses
+  // negative ones), so neither product below overflows; the file's
+  // storage_offset is compared by division, never multiplied unchecked.
   int64_t row_elems = 1;
   for (int64_t d : rows.shape) row_elems *= d;
   if (row_elems <= 0) return fail("has no values per sample");
   const int64_t elem = ElementBytes(rows.type);
+  const int64_t capacity = t.storage.size / elem;  // elements
+  if (row_elems > std::numeric_limits<int64_t>::max() / elem) {
+    return fail("has rows of more than 2^63 bytes (the file is damaged)");
+  }
   rows.row_bytes = row_elems * elem;
-  if (t.storage_offset < 0 || (t.storage_offset + t.sizes[0] * row_elems) * elem > t.storage.size) {
+  if (t.storage_offset < 0 || t.storage_offset > capacity ||
+      t.sizes[0] * row_elems > capacity - t.storage_offset) {
     return fail(absl::StrCat("needs more values than its storage of ", t.storage.size,
                              " bytes holds (the file is damaged)"));
   }

@@ -11,9 +11,11 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/train/shard_writer.h"
+#include "worker/train/torch_save_file.h"
 
 namespace chorus {
 namespace {
@@ -347,6 +349,112 @@ TEST(ShardIndexTest, ParseNpySaysWhatIsWrong) {
   EXPECT_THAT(ParseNpy(fortran.data(), fortran.size()).status().message(),
               HasSubstr("Fortran order"));
   EXPECT_THAT(ParseNpy("PK\3\4 not npy", 12).status().message(), HasSubstr("not a .npy file"));
+}
+
+// --- torch.save files (torch_save_file.h), written here byte by byte.
+
+std::string Le(uint64_t v, int bytes) {
+  std::string out;
+  for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>(v >> (8 * i)));
+  return out;
+}
+
+// A zip archive of `members` (name, data), stored as torch.save stores them.
+std::string StoredZip(const std::vector<std::pair<std::string, std::string>>& members) {
+  std::string local, directory;
+  for (const auto& [name, data] : members) {
+    const std::string sizes = Le(0, 4) + Le(data.size(), 4) + Le(data.size(), 4);  // crc unchecked
+    directory += Le(0x02014b50, 4) + Le(20, 2) + Le(20, 2) + Le(0, 2) + Le(0, 2) + Le(0, 4) +
+                 sizes + Le(name.size(), 2) + Le(0, 2) + Le(0, 2) + Le(0, 2) + Le(0, 2) + Le(0, 4) +
+                 Le(local.size(), 4) + name;
+    local += Le(0x04034b50, 4) + Le(20, 2) + Le(0, 2) + Le(0, 2) + Le(0, 4) + sizes +
+             Le(name.size(), 2) + Le(0, 2) + name + data;
+  }
+  return local + directory + Le(0x06054b50, 4) + Le(0, 4) + Le(members.size(), 2) +
+         Le(members.size(), 2) + Le(directory.size(), 4) + Le(local.size(), 4) + Le(0, 2);
+}
+
+std::string PickleString(const std::string& s) { return "X" + Le(s.size(), 4) + s; }
+
+std::string PickleInt(int64_t i) { return "\x8a\x08" + Le(static_cast<uint64_t>(i), 8); }
+
+std::string PickleInts(const std::vector<int64_t>& v) {
+  std::string out = "(";
+  for (int64_t i : v) out += PickleInt(i);
+  return out + "t";
+}
+
+// _rebuild_tensor_v2 of storage `key` (FloatStorage of `numel`) as torch.save pickles it.
+std::string PickledTensor(const std::string& key, int64_t numel, const std::vector<int64_t>& sizes,
+                          const std::vector<int64_t>& strides) {
+  return "ctorch._utils\n_rebuild_tensor_v2\n((" + PickleString("storage") +
+         "ctorch\nFloatStorage\n" + PickleString(key) + PickleString("cpu") + PickleInt(numel) +
+         "tQ" + PickleInt(0) + PickleInts(sizes) + PickleInts(strides) + "\x89" +
+         "ccollections\nOrderedDict\n)R" + "tR";
+}
+
+absl::StatusOr<std::vector<SavedTensor>> ReadSaved(const std::string& name,
+                                                   const std::string& bytes) {
+  const std::string path = absl::StrCat(TempDir(), "/", name);
+  WriteAll(path, bytes);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  EXPECT_GE(fd, 0) << path;
+  auto saved = ReadTorchSaveDict(fd, path, static_cast<int64_t>(bytes.size()));
+  ::close(fd);
+  return saved;
+}
+
+// Note [Pickle values] in torch_save_file.cc: values nested as deep as the
+// pickle is long were freed recursively, past the end of the stack.
+TEST(TorchSaveFileTest, AValueNestedDeepIsReadWithoutRecursing) {
+  // 150000 levels: within what values may take, far past what a stack holds.
+  const std::string pickle = std::string("\x80\x02]") + std::string(150000, '\x85') + ".";
+  const std::string path = absl::StrCat(TempDir(), "/deep.pt");
+  auto saved = ReadSaved("deep.pt", StoredZip({{"archive/data.pkl", pickle}}));
+  ASSERT_FALSE(saved.ok());
+  EXPECT_THAT(std::string(saved.status().message()), HasSubstr(path + " is not a torch.save"));
+  EXPECT_THAT(std::string(saved.status().message()), HasSubstr("it holds no dict"));
+}
+
+// Note [Pickle values]: a few bytes of pickle that reuse a long string from
+// the memo copied it each time, without bound.
+TEST(TorchSaveFileTest, APickleCopyingALongStringManyTimesIsRefused) {
+  const std::string long_string(1 << 20, 'k');
+  // {KEY: None, KEY: None, ...}: 80 entries of the memo's 1 MiB key.
+  std::string entries;
+  for (int i = 0; i < 80; ++i) entries += std::string("h\x00h\x01", 4);
+  const std::string keys =
+      "\x80\x02}(" + PickleString(long_string) + std::string("q\x00Nq\x01", 5) + entries + "u.";
+  auto saved = ReadSaved("long_keys.pt", StoredZip({{"archive/data.pkl", keys}}));
+  ASSERT_FALSE(saved.ok());
+  EXPECT_THAT(std::string(saved.status().message()),
+              HasSubstr("its dict's entries take more than 64 MiB"));
+  // 80 globals named by the memo's 1 MiB string twice each.
+  std::string globals = "\x80\x02" + PickleString(long_string) + std::string("q\x00", 2);
+  for (int i = 0; i < 80; ++i) globals += std::string("h\x00h\x00\x93", 5);
+  globals += "}.";
+  saved = ReadSaved("long_globals.pt", StoredZip({{"archive/data.pkl", globals}}));
+  ASSERT_FALSE(saved.ok());
+  EXPECT_THAT(std::string(saved.status().message()), HasSubstr("its values take more than 64 MiB"));
+}
+
+TEST(TorchSaveFileTest, ATensorWithANegativeSizeIsNotIndexed) {
+  // [4, -2, -3] with C-contiguous strides: 24 elements, rows of (-2) * (-3) = 6.
+  const std::string pickle = "\x80\x02}(" + PickleString("x") +
+                             PickledTensor("0", 24, {4, -2, -3}, {6, -3, 1}) + PickleString("y") +
+                             PickledTensor("1", 4, {4}, {1}) + "u.";
+  const std::string path = absl::StrCat(TempDir(), "/negative.pt");
+  WriteAll(path, StoredZip({{"archive/data.pkl", pickle},
+                            {"archive/data/0", std::string(96, '\0')},
+                            {"archive/data/1", std::string(16, '\0')}}));
+  v1::ShardedData spec;
+  spec.set_format(v1::ShardedData::TENSOR_FILES);
+  spec.add_paths(path);
+  absl::StatusOr<ShardIndex> index = ShardIndex::Build(spec);
+  ASSERT_FALSE(index.ok()) << "indexed with rows of shape ["
+                           << absl::StrJoin(index->shards()[0].x_rows.shape, ", ") << "]";
+  EXPECT_THAT(std::string(index.status().message()), HasSubstr(path));
+  EXPECT_THAT(std::string(index.status().message()), HasSubstr("a tensor with a negative size"));
 }
 
 }  // namespace

@@ -17,6 +17,9 @@ namespace {
 
 constexpr int64_t kMaxDirectoryBytes = int64_t{64} << 20;
 constexpr int64_t kMaxPickleBytes = int64_t{16} << 20;
+// What data.pkl's values and the entries read from them may take (Note
+// [Pickle values]); a dict of a few tensors takes a few KiB.
+constexpr int64_t kMaxValueBytes = int64_t{64} << 20;
 
 bool ReadAt(int fd, char* out, int64_t size, int64_t offset) {
   while (size > 0) {
@@ -74,7 +77,8 @@ absl::StatusOr<ByteRange> FindDirectory(int fd, const std::string& path, int64_t
     }
     dir = ByteRange{static_cast<int64_t>(Le(z + 48, 8)), static_cast<int64_t>(Le(z + 40, 8))};
   }
-  if (dir.offset < 0 || dir.size < 0 || dir.size > kMaxDirectoryBytes || dir.end() > size) {
+  if (dir.offset < 0 || dir.size < 0 || dir.size > kMaxDirectoryBytes ||
+      dir.offset > size - dir.size) {
     return NotTorchSave(path, "its zip directory lies outside the file (truncated?)");
   }
   return dir;
@@ -172,20 +176,43 @@ struct PValue {
   SavedTensor tensor;       // storage (key, numel in `i`) or tensor
 };
 
-PRef Make(PValue::Kind kind, int64_t i = 0, std::string s = "") {
-  auto v = std::make_shared<PValue>();
-  v->kind = kind;
-  v->i = i;
-  v->s = std::move(s);
-  return v;
-}
-
+// Note [Pickle values]
+// A damaged pickle can nest values as deep as it is long (each TUPLE1 op
+// wraps the value before it) and can put a list inside itself (APPEND of
+// its own memo entry). Values freed through each other would recurse once
+// per level, past the end of the stack, and a cycle would never be freed.
+// So the machine owns every value it makes and, when it is destroyed, empties
+// them all before any is freed: no value then frees another.
+// A few bytes of pickle can also copy many: a memo entry names a string or
+// tuple of megabytes, and each REDUCE, STACK_GLOBAL or dict entry that uses
+// it again copied it. So what values take (their own size, their strings,
+// the sizes and keys a tensor copies) is counted, and a pickle whose values
+// take more than kMaxValueBytes is an error; the entries copied out of the
+// dict are counted the same way.
 class PickleMachine {
  public:
   PickleMachine(const std::string& pickle, const std::string& path) : p_(pickle), path_(path) {}
+  // Empties every value made (Note [Pickle values]): what Run returned holds
+  // no items afterwards.
+  ~PickleMachine() {
+    for (const PRef& v : made_) v->items.clear();
+  }
+  PickleMachine(const PickleMachine&) = delete;
+  PickleMachine& operator=(const PickleMachine&) = delete;
+
+  // The value the pickle builds. Its items stay valid while the machine lives.
   absl::StatusOr<PRef> Run();
 
  private:
+  PRef Make(PValue::Kind kind, int64_t i = 0, std::string s = "") {
+    spent_ += static_cast<int64_t>(sizeof(PValue) + s.size());
+    auto v = std::make_shared<PValue>();
+    v->kind = kind;
+    v->i = i;
+    v->s = std::move(s);
+    made_.push_back(v);
+    return v;
+  }
   absl::Status Fail(const std::string& why) const {
     return absl::InvalidArgumentError(
         absl::StrCat("data.shards: ", path_, ": data.pkl at byte ", at_, ": ", why, Help()));
@@ -216,6 +243,8 @@ class PickleMachine {
   int64_t at_ = 0;
   std::vector<PRef> stack_;
   std::map<int64_t, PRef> memo_;
+  std::vector<PRef> made_;  // every value made, Note [Pickle values]
+  int64_t spent_ = 0;       // bytes that values take, Note [Pickle values]
 };
 
 absl::StatusOr<std::vector<PRef>> PickleMachine::PopMark() {
@@ -239,6 +268,7 @@ absl::Status PickleMachine::PersistentId() {
   }
   PRef storage = Make(PValue::Kind::kStorage, t[4]->i, t[1]->s);
   storage->tensor.storage_key = t[2]->s;
+  spent_ += static_cast<int64_t>(t[2]->s.size());
   stack_.push_back(storage);
   return absl::OkStatus();
 }
@@ -279,10 +309,13 @@ absl::Status PickleMachine::Reduce() {
   s.storage_key = a[0]->tensor.storage_key;
   s.storage.size = a[0]->i;  // its element count, until placed
   s.storage_offset = a[1]->i;
+  spent_ += static_cast<int64_t>(s.storage_class.size() + s.storage_key.size() +
+                                 2 * sizeof(int64_t) * a[2]->items.size());
   for (size_t d = 0; d < a[2]->items.size(); ++d) {
     if (a[2]->items[d]->kind != PValue::Kind::kInt || a[3]->items[d]->kind != PValue::Kind::kInt) {
       return Fail("a tensor whose size or stride is not a tuple of ints");
     }
+    if (a[2]->items[d]->i < 0) return Fail("a tensor with a negative size");
     s.sizes.push_back(a[2]->items[d]->i);
     s.strides.push_back(a[3]->items[d]->i);
   }
@@ -297,6 +330,10 @@ absl::StatusOr<PRef> PickleMachine::Run() {
       return Pop();
     }
     RETURN_IF_ERROR(Op(op));
+    if (spent_ > kMaxValueBytes) {
+      return Fail(absl::StrCat("its values take more than ", kMaxValueBytes >> 20,
+                               " MiB (a dict of a few tensors takes a few KiB)"));
+    }
   }
   return Fail("the pickle ends without STOP (truncated?)");
 }
@@ -527,7 +564,8 @@ bool SavedTensor::Contiguous() const {
   int64_t expected = 1;
   for (int d = static_cast<int>(sizes.size()) - 1; d >= 0; --d) {
     if (sizes[d] != 1 && strides[d] != expected) return false;
-    expected *= sizes[d];
+    // A product past int64 is no tensor in memory (a damaged file's sizes).
+    if (__builtin_mul_overflow(expected, sizes[d], &expected)) return false;
   }
   return true;
 }
@@ -548,12 +586,21 @@ absl::StatusOr<std::vector<SavedTensor>> ReadTorchSaveDict(int fd, const std::st
     return absl::DataLossError(absl::StrCat("data.shards: cannot read ", path, "'s data.pkl"));
   }
   RETURN_IF_ERROR(CheckByteOrder(fd, path, zip, archive));
-  ASSIGN_OR_RETURN(const PRef top, PickleMachine(pickle, path).Run());
+  PickleMachine machine(pickle, path);  // owns what `top` holds (Note [Pickle values])
+  ASSIGN_OR_RETURN(const PRef top, machine.Run());
   if (top->kind != PValue::Kind::kDict) return NotTorchSave(path, "it holds no dict");
   std::vector<SavedTensor> out;
+  int64_t spent = 0;  // by the entries copied out (Note [Pickle values])
   for (size_t i = 0; i + 1 < top->items.size(); i += 2) {
     if (top->items[i]->kind != PValue::Kind::kString) continue;
     const PValue& v = *top->items[i + 1];
+    spent += static_cast<int64_t>(sizeof(SavedTensor) + top->items[i]->s.size() + v.s.size() +
+                                  v.tensor.storage_key.size() + v.tensor.storage_class.size() +
+                                  2 * sizeof(int64_t) * v.tensor.sizes.size());
+    if (spent > kMaxValueBytes) {
+      return NotTorchSave(
+          path, absl::StrCat("its dict's entries take more than ", kMaxValueBytes >> 20, " MiB"));
+    }
     SavedTensor t = v.tensor;
     t.key = top->items[i]->s;
     if (v.kind != PValue::Kind::kTensor) {
@@ -571,7 +618,10 @@ absl::StatusOr<std::vector<SavedTensor>> ReadTorchSaveDict(int fd, const std::st
     t.storage = record->second.data;
     t.compressed = record->second.compressed;
     t.what = "a tensor";
-    if (t.type && t.storage.size != numel * ElementBytes(*t.type) && !t.compressed) {
+    // numel is the file's: compared by division, as numel * bytes may be past int64.
+    if (t.type && !t.compressed &&
+        (numel < 0 || t.storage.size % ElementBytes(*t.type) != 0 ||
+         t.storage.size / ElementBytes(*t.type) != numel)) {
       return NotTorchSave(path, absl::StrCat("the storage of '", t.key, "' has ", t.storage.size,
                                              " bytes for ", numel, " elements"));
     }

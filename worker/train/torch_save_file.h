@@ -60,8 +60,11 @@ struct SavedTensor {
 // INVALID_ARGUMENT naming the file for one that is not a zip archive with a
 // data.pkl (a legacy torch.save file, _use_new_zipfile_serialization=False,
 // included), a pickle that is not a dict or uses what is not read here, a
-// storage that the zip does not hold, or values saved big-endian; DATA_LOSS
-// if it cannot be read.
+// tensor with a negative size, a storage that the zip does not hold or whose
+// size is not its element count's, values saved big-endian, or a pickle
+// whose values (or the entries read from them) take more than 64 MiB;
+// DATA_LOSS if it cannot be read. Entries are not deduplicated: a damaged
+// pickle may give a key twice (torch.load keeps the last).
 absl::StatusOr<std::vector<SavedTensor>> ReadTorchSaveDict(int fd, const std::string& path,
                                                            int64_t size);
 
