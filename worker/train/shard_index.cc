@@ -23,11 +23,7 @@
 #include "worker/train/torch_save_file.h"
 
 namespace chorus {
-namespace {
 
-constexpr int64_t kBlock = 512;
-
-// Reads exactly `size` bytes at `offset`; false on a short read or error.
 bool ReadAt(int fd, char* out, int64_t size, int64_t offset) {
   while (size > 0) {
     const ssize_t n = ::pread(fd, out, static_cast<size_t>(size), offset);
@@ -39,6 +35,10 @@ bool ReadAt(int fd, char* out, int64_t size, int64_t offset) {
   }
   return true;
 }
+
+namespace {
+
+constexpr int64_t kBlock = 512;
 
 // A tar header's numeric field: octal digits (NUL/space terminated) or, with
 // the high bit of the first byte set, GNU's big-endian base-256.

@@ -55,6 +55,10 @@ enum class ElementType {
   kInt64
 };
 
+// Reads exactly `size` bytes of `fd` at `offset` into `out` (pread, again
+// after EINTR and short reads); false on an error or the file's end.
+bool ReadAt(int fd, char* out, int64_t size, int64_t offset);
+
 // A byte range of a shard file.
 struct ByteRange {
   int64_t offset = 0;

@@ -21,18 +21,6 @@ constexpr int64_t kMaxPickleBytes = int64_t{16} << 20;
 // [Pickle values]); a dict of a few tensors takes a few KiB.
 constexpr int64_t kMaxValueBytes = int64_t{64} << 20;
 
-bool ReadAt(int fd, char* out, int64_t size, int64_t offset) {
-  while (size > 0) {
-    const ssize_t n = ::pread(fd, out, static_cast<size_t>(size), offset);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    out += n;
-    size -= n;
-    offset += n;
-  }
-  return true;
-}
-
 uint64_t Le(const char* p, int bytes) {
   uint64_t v = 0;
   for (int i = bytes - 1; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(p[i]);
