@@ -15,13 +15,14 @@
 //               peer = `dd if=SHARD of=/dev/null bs=1M` over every shard, also
 //               from dropped caches.
 //   compute     a compute-bound job (mlp 784 -> 1024 -> 1024 -> 10, batch 64,
-//               1 thread) trains 100 steps on 20,000 samples from tar shards
+//               1 thread) trains 80 steps on 20,000 samples from tar shards
 //               (ours) and from the same samples in a tensor_file in memory
 //               (peer); seconds per step (the jobs' wall_seconds / steps), the
-//               medians of 7 rounds of in memory, shards, in memory again in
+//               medians of 9 rounds of in memory, shards, in memory again in
 //               one process (Note [Compute-bound rounds]). ratio = ours / peer.
-//               A second line (_null): the rounds' second in-memory job
-//               against their first, the method's own noise.
+//               _null: the rounds' second in-memory job against their first,
+//               the method's own noise; _median_step and its _null: the same
+//               with each job's median step.
 //   lm          transformer_lm trains 60 steps from a 1 GiB uint16 token file
 //               the bench writes (read_ahead_bytes 16 MiB); ours = the process's
 //               peak resident memory (VmHWM), peer = the file's size; a second
@@ -86,8 +87,11 @@ void Json(const std::string& bench, const std::string& metric, const std::string
 
 // Trains `text` (a job spec) on one rank; the final metrics, or exits.
 // `train_seconds`: the time of the Train() call alone (not parsing the spec
-// or making and closing the communicator).
-v1::Metrics TrainOneRank(const std::string& text, double* train_seconds = nullptr) {
+// or making and closing the communicator); `step_seconds`: the
+// step_time_seconds of every report but the final one (with
+// training.log_every_steps 1, each step's).
+v1::Metrics TrainOneRank(const std::string& text, double* train_seconds = nullptr,
+                         std::vector<double>* step_seconds = nullptr) {
   absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(text, SpecFormat::kTextProto, "bench");
   if (!spec.ok()) {
     std::cerr << spec.status() << "\n";
@@ -98,10 +102,13 @@ v1::Metrics TrainOneRank(const std::string& text, double* train_seconds = nullpt
   GlooOptions options;
   auto comm = CreateGlooCommunicator(options, store);
   const auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<v1::Metrics> m =
-      comm.ok() ? Train(
-                      *spec, **comm, [](const v1::Metrics&) {}, nullptr, TrainOptions{})
-                : absl::StatusOr<v1::Metrics>(comm.status());
+  auto report = [step_seconds](const v1::Metrics& m) {
+    if (step_seconds != nullptr && !m.values().contains("wall_seconds")) {
+      step_seconds->push_back(m.step_time_seconds());
+    }
+  };
+  absl::StatusOr<v1::Metrics> m = comm.ok() ? Train(*spec, **comm, report, nullptr, TrainOptions{})
+                                            : absl::StatusOr<v1::Metrics>(comm.status());
   if (train_seconds != nullptr) *train_seconds = Seconds(start);
   if (!m.ok()) {
     std::cerr << "training failed: " << m.status() << "\n";
@@ -240,11 +247,14 @@ int DataBound(const std::string& dir, bool cold) {
 // in memory again. A round's in-memory figure is the mean of its two, so a
 // drift of the machine's speed during the round cancels; ours and the
 // peer's are the medians over the rounds, so one disturbed round does not
-// move them. The second line compares the rounds' two in-memory jobs,
-// which run the same code: its distance from 1 is the method's own noise,
-// to read the first line against.
-constexpr int kComputeRounds = 7;
-constexpr int kComputeSteps = 100;
+// move them. Two figures of a job: wall_seconds / steps (every step
+// counted: a reader that made one step in ten wait shows) and its median
+// step (each step's step_time_seconds, reported every step), which a burst
+// of another process's work moves less. Each has a _null line comparing
+// the rounds' two in-memory jobs, which run the same code: its distance
+// from 1 is the method's own noise, to read the figure against.
+constexpr int kComputeRounds = 9;
+constexpr int kComputeSteps = 80;
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -271,7 +281,7 @@ int ComputeBound(const std::string& dir) {
     }
   }
   const std::string common = absl::StrCat(R"(model { mlp { hidden_sizes: [1024, 1024] } }
-    training { batch_size_per_rank: 64 log_every_steps: 1000 shuffle: true max_steps: )",
+    training { batch_size_per_rank: 64 log_every_steps: 1 shuffle: true max_steps: )",
                                           kComputeSteps, R"( }
     optimizer { kind: SGD lr: 0.01 } eval { disabled: true }
     resources { threads_per_rank: 1 })");
@@ -279,38 +289,60 @@ int ComputeBound(const std::string& dir) {
       absl::StrCat(common, "data { tensor_file { path: \"", tensor_file, "\" } }");
   const std::string shards = absl::StrCat(common, "data { shards { format: TAR paths: \"", dir,
                                           "/compute-*.tar\" num_classes: 10 } }");
-  auto per_step = [](const std::string& spec) {
-    const v1::Metrics m = TrainOneRank(spec);
-    return m.values().at("wall_seconds") / m.step();
+  struct Job {
+    double mean = 0;    // wall_seconds / steps: every step counted
+    double median = 0;  // the median step
   };
-  per_step(in_memory);  // warm-up: the process's first job pays for its allocations
+  auto run = [](const std::string& spec) {
+    std::vector<double> steps;
+    const v1::Metrics m = TrainOneRank(spec, nullptr, &steps);
+    return Job{m.values().at("wall_seconds") / m.step(), Median(steps)};
+  };
+  run(in_memory);  // warm-up: the process's first job pays for its allocations
   // Note [Compute-bound rounds]
-  std::vector<double> before, ours, after;
+  std::vector<Job> before, ours, after;
   for (int round = 0; round < kComputeRounds; ++round) {
-    before.push_back(per_step(in_memory));
-    ours.push_back(per_step(shards));
-    after.push_back(per_step(in_memory));
+    before.push_back(run(in_memory));
+    ours.push_back(run(shards));
+    after.push_back(run(in_memory));
     std::cerr << absl::StrFormat(
-        "round %d: in memory %.5f s/step, shards %.5f s/step, in memory again %.5f s/step\n", round,
-        before.back(), ours.back(), after.back());
+        "round %d, s/step (mean, median step): in memory %.5f %.5f, shards %.5f %.5f, in memory "
+        "again %.5f %.5f\n",
+        round, before.back().mean, before.back().median, ours.back().mean, ours.back().median,
+        after.back().mean, after.back().median);
   }
-  std::vector<double> peer;
-  for (int r = 0; r < kComputeRounds; ++r) peer.push_back((before[r] + after[r]) / 2);
-  std::vector<double> memory = before;
-  memory.insert(memory.end(), after.begin(), after.end());
+  // Medians over the rounds of a figure of the jobs; `pair`: the mean of
+  // the round's two in-memory jobs.
+  auto over_rounds = [](const std::vector<Job>& a, const std::vector<Job>* b, double Job::*f) {
+    std::vector<double> v;
+    for (size_t r = 0; r < a.size(); ++r) v.push_back(b ? (a[r].*f + (*b)[r].*f) / 2 : a[r].*f);
+    return Median(v);
+  };
+  std::vector<double> memory;
+  for (const std::vector<Job>* side : {&before, &after}) {
+    for (const Job& j : *side) memory.push_back(j.mean);
+  }
   std::sort(memory.begin(), memory.end());
-  std::cerr << absl::StrFormat(
-      "in memory: %d jobs of %d steps, %.5f-%.5f s/step (max/min %.4f); median of rounds: "
-      "shards/in memory %.4f, in memory again/in memory %.4f\n",
-      memory.size(), kComputeSteps, memory.front(), memory.back(), memory.back() / memory.front(),
-      Median(ours) / Median(peer), Median(after) / Median(before));
+  std::cerr << absl::StrFormat("in memory: %d jobs of %d steps, %.5f-%.5f s/step (max/min %.4f)\n",
+                               memory.size(), kComputeSteps, memory.front(), memory.back(),
+                               memory.back() / memory.front());
   Json("shards_compute_bound",
-       "seconds per step of the mlp, shards vs in memory, medians of alternating rounds", "s",
-       Median(ours), Median(peer), "tensor_file in memory");
+       "seconds per step of the mlp (wall_seconds / steps), shards vs in memory, medians of "
+       "alternating rounds",
+       "s", over_rounds(ours, nullptr, &Job::mean), over_rounds(before, &after, &Job::mean),
+       "tensor_file in memory");
   Json("shards_compute_bound_null",
-       "seconds per step of the mlp in memory, the round's second job vs its first (the method's "
-       "own noise)",
-       "s", Median(after), Median(before), "tensor_file in memory");
+       "the same, in memory: the rounds' second job vs their first (the method's own noise)", "s",
+       over_rounds(after, nullptr, &Job::mean), over_rounds(before, nullptr, &Job::mean),
+       "tensor_file in memory");
+  Json("shards_compute_bound_median_step",
+       "the median step of the mlp, shards vs in memory, medians of alternating rounds", "s",
+       over_rounds(ours, nullptr, &Job::median), over_rounds(before, &after, &Job::median),
+       "tensor_file in memory");
+  Json("shards_compute_bound_median_step_null",
+       "the same, in memory: the rounds' second job vs their first (the method's own noise)", "s",
+       over_rounds(after, nullptr, &Job::median), over_rounds(before, nullptr, &Job::median),
+       "tensor_file in memory");
   return 0;
 }
 
