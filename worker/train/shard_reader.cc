@@ -2,12 +2,14 @@
 
 #include <ATen/ATen.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/uio.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <numeric>
@@ -25,6 +27,9 @@ namespace {
 // Shard files a reader keeps open at once; more are opened again as needed
 // (the streamed order reads one or two shards at a time).
 constexpr size_t kMaxOpenFiles = 16;
+
+// Note [Parallel reads]: the threads that read batches.
+constexpr int kReadThreads = 2;
 
 // Note [Cold reads]: ranges this close are read ahead as one, in pieces of kAdviseChunk.
 constexpr int64_t kAdviseGap = int64_t{1} << 20;
@@ -72,6 +77,20 @@ std::optional<ElementType> TorchElementType(at::ScalarType t) {
   }
 }
 
+// Note [Batch buffers]: an uninitialized tensor whose memory, from 2 MiB
+// on, may be backed by transparent huge pages.
+at::Tensor HugePageEmpty(const std::vector<int64_t>& shape, at::ScalarType type) {
+  constexpr size_t kHugePage = size_t{2} << 20;
+  const size_t bytes = Count(shape) * c10::elementSize(type);
+  void* p = nullptr;
+  if (bytes < kHugePage || ::posix_memalign(&p, kHugePage, bytes) != 0) {
+    return at::empty(shape, type);
+  }
+  ::madvise(p, bytes / kHugePage * kHugePage, MADV_HUGEPAGE);  // a hint: an error changes nothing
+  return at::from_blob(
+      p, shape, [](void* q) { std::free(q); }, at::TensorOptions().dtype(type));
+}
+
 }  // namespace
 
 // Note [.pt members]
@@ -112,7 +131,8 @@ absl::StatusOr<std::unique_ptr<ShardReader>> ShardReader::Open(const v1::Sharded
                                                                const ShardReaderOptions& options) {
   ASSIGN_OR_RETURN(ShardIndex index, ShardIndex::Build(spec));
   std::unique_ptr<ShardReader> r(new ShardReader(std::move(index), options));
-  r->fds_.assign(r->index_.shards().size(), -1);
+  r->states_.resize(kReadThreads);
+  for (ReadState& state : r->states_) state.fds.assign(r->index_.shards().size(), -1);
   r->read_ahead_bytes_ = spec.read_ahead_bytes();
   if (spec.format() == v1::ShardedData::TOKENS) {
     const ElementType t =
@@ -127,18 +147,23 @@ absl::StatusOr<std::unique_ptr<ShardReader>> ShardReader::Open(const v1::Sharded
     r->x_pt_ = IsPtMember(spec.input_member());
     r->y_pt_ = IsPtMember(spec.target_member());
     const SampleLocation first = r->index_.Locate(0);
-    ASSIGN_OR_RETURN(const int fd, r->File(first.shard));
+    ASSIGN_OR_RETURN(const int fd, r->File(r->states_[0], first.shard));
     const std::string& path = r->index_.shards()[first.shard].path;
-    ASSIGN_OR_RETURN(const NpyArray x, r->ProbeMember(fd, path, first.x, r->x_pt_));
-    ASSIGN_OR_RETURN(const NpyArray y, r->ProbeMember(fd, path, first.y, r->y_pt_));
-    r->layout_ = Layout{x.type, y.type, x.shape, y.shape};
+    Layout& l = r->layout_;
+    ASSIGN_OR_RETURN(const NpyArray x, r->ProbeMember(fd, path, first.x, r->x_pt_, &l.x_header));
+    ASSIGN_OR_RETURN(const NpyArray y, r->ProbeMember(fd, path, first.y, r->y_pt_, &l.y_header));
+    l.x_type = x.type;
+    l.y_type = y.type;
+    l.x_shape = x.shape;
+    l.y_shape = y.shape;
   }
   const SampleLocation first_place = r->index_.Locate(0);
   r->sample_span_ = spec.format() == v1::ShardedData::TENSOR_FILES
                         ? first_place.x.size + first_place.y.size
                         : std::max(first_place.x.end(), first_place.y.end()) -
                               std::min(first_place.x.offset, first_place.y.offset);
-  ASSIGN_OR_RETURN(ShardBatch first, r->ReadBatch(std::vector<int64_t>{0}.data(), 1));
+  ASSIGN_OR_RETURN(ShardBatch first,
+                   r->ReadBatch(r->states_[0], std::vector<int64_t>{0}.data(), 1));
   r->probe_.x = first.x;
   r->probe_.y = first.y;
   r->probe_.num_classes = spec.format() == v1::ShardedData::TOKENS
@@ -148,7 +173,8 @@ absl::StatusOr<std::unique_ptr<ShardReader>> ShardReader::Open(const v1::Sharded
 }
 
 absl::StatusOr<NpyArray> ShardReader::ProbeMember(int fd, const std::string& path,
-                                                  const ByteRange& range, bool pt) const {
+                                                  const ByteRange& range, bool pt,
+                                                  std::string* header) const {
   std::vector<char> bytes(range.size);
   if (::pread(fd, bytes.data(), range.size, range.offset) != range.size) {
     return absl::DataLossError(
@@ -166,13 +192,16 @@ absl::StatusOr<NpyArray> ShardReader::ProbeMember(int fd, const std::string& pat
         absl::StrCat("data.shards: ", path, " at byte offset ", range.offset, " (member \"",
                      TarMemberNameAt(path, range.offset), "\"): ", a.status().message()));
   }
+  if (!pt) header->assign(bytes.data(), a->data_offset);
   return a;
 }
 
 ShardReader::~ShardReader() {
   Stop();
-  for (int fd : fds_) {
-    if (fd >= 0) ::close(fd);
+  for (const ReadState& state : states_) {
+    for (int fd : state.fds) {
+      if (fd >= 0) ::close(fd);
+    }
   }
 }
 
@@ -181,7 +210,8 @@ void ShardReader::Stop() {
     absl::MutexLock lock(&mu_);
     stop_ = true;
   }
-  if (thread_.joinable()) thread_.join();
+  for (std::thread& t : readers_) t.join();
+  readers_.clear();
   if (advisor_.joinable()) advisor_.join();
 }
 
@@ -199,8 +229,18 @@ void ShardReader::Start(Samples samples, int64_t batch_size) {
   error_ = absl::OkStatus();
   stop_ = false;
   batches_left_ = (samples.count + batch_size - 1) / batch_size;
-  pool_.clear();  // the reader's thread is stopped: the pool is this thread's now
+  {
+    // Note [Batch buffers]: the pool outlives an epoch; batches of another
+    // size (an epoch's last, shorter batch) are dropped.
+    absl::MutexLock pool_lock(&pool_mu_);
+    pool_.erase(std::remove_if(pool_.begin(), pool_.end(),
+                               [&](const ShardBatch& b) { return b.x.size(0) != batch_size; }),
+                pool_.end());
+  }
   pool_limit_ = read_ahead_bytes_ / std::max<int64_t>(1, BatchBytes(batch_size)) + 3;
+  batch_size_ = batch_size;
+  claimed_ = 0;
+  queued_ = 0;
   reading_at_ = 0;
   advised_ = 0;
   // Note [Cold reads]: read_ahead_bytes of samples as stored, at most
@@ -209,7 +249,8 @@ void ShardReader::Start(Samples samples, int64_t batch_size) {
       std::max(batch_size,
                std::min(kMaxAdviseWindow, read_ahead_bytes_ / std::max<int64_t>(1, sample_span_)));
   advisor_ = std::thread(&ShardReader::Advise, this, samples, window);
-  thread_ = std::thread(&ShardReader::Run, this, std::move(samples), batch_size);
+  samples_ = std::move(samples);  // the readers draw from their own copy
+  for (ReadState& state : states_) readers_.emplace_back(&ShardReader::Run, this, std::ref(state));
 }
 
 int64_t ShardReader::BatchBytes(int64_t n) const {
@@ -314,42 +355,66 @@ void ShardReader::Advise(Samples samples, int64_t window) {
   if (fd >= 0) ::close(fd);
 }
 
-void ShardReader::Run(Samples samples, int64_t batch_size) {
-  const int64_t n = samples.count;
+// Note [Parallel reads]
+// Reading a batch from the page cache is the kernel's copy of its bytes
+// (preadv, straight into the batch's rows) and the headers' checks; on the
+// bench machine one thread read 4.2 MB batches at about half the speed of
+// `cat` (whose 128 KiB buffer stays in the CPU's cache, where a batch
+// cannot), so a data-bound step waited for every batch. So kReadThreads
+// threads read, each a whole batch at a time: under mu_ a thread claims the
+// next batch of the stream and draws its sample numbers (so batches are
+// drawn in the stream's order), reads it without the lock, and puts it in
+// the queue when the batches before it are there (queued_), so Next()
+// returns them in order. A batch's bytes count against read_ahead_bytes
+// from its claim on, so the memory bound holds with batches in flight. A
+// read error is queued in its batch's place: Next() returns the batches
+// before it, then the error.
+void ShardReader::Run(ReadState& state) {
   std::vector<int64_t> indices;
-  for (int64_t begin = 0; begin < n; begin += batch_size) {
-    const int64_t size = std::min(batch_size, n - begin);
-    const int64_t bytes = BatchBytes(size);
+  for (;;) {
+    int64_t batch = 0, size = 0, bytes = 0;
     {
       absl::MutexLock lock(&mu_);
-      reading_at_ = begin;  // Note [Cold reads]: the advisor stays a window ahead
-      // Room for this batch: an empty queue always has room (a batch larger
-      // than the buffer is still read, one at a time).
-      struct Room {
-        ShardReader* reader;
-        int64_t bytes, end;
-      } room{this, bytes, begin + size};
       mu_.Await(absl::Condition(
-          +[](Room* a) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-            ShardReader* r = a->reader;
-            return r->stop_ ||
-                   (r->advised_ >= a->end &&
-                    (r->ready_.empty() || r->ready_bytes_ + a->bytes <= r->read_ahead_bytes_));
+          +[](ShardReader* r) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+            if (r->stop_ || !r->error_.ok() || r->reading_at_ >= r->samples_.count) return true;
+            const int64_t end = std::min(r->samples_.count, r->reading_at_ + r->batch_size_);
+            // Note [Cold reads]: the advisor stays a window ahead. Room for
+            // this batch: with nothing queued or in flight there always is
+            // (a batch larger than the buffer is still read, one at a time).
+            return r->advised_ >= end &&
+                   (r->ready_bytes_ == 0 ||
+                    r->ready_bytes_ + r->BatchBytes(end - r->reading_at_) <= r->read_ahead_bytes_);
           },
-          &room));
-      if (stop_) return;
+          this));
+      if (stop_ || !error_.ok() || reading_at_ >= samples_.count) return;
+      batch = claimed_++;
+      size = std::min(batch_size_, samples_.count - reading_at_);
+      bytes = BatchBytes(size);
+      reading_at_ += size;
+      ready_bytes_ += bytes;
+      max_ready_bytes_ = std::max(max_ready_bytes_, ready_bytes_);
+      indices.resize(size);
+      for (int64_t& i : indices) i = samples_.next();
     }
-    indices.resize(size);
-    for (int64_t& i : indices) i = samples.next();
-    absl::StatusOr<ShardBatch> batch = ReadBatch(indices.data(), size);
+    absl::StatusOr<ShardBatch> read = ReadBatch(state, indices.data(), size);
     absl::MutexLock lock(&mu_);
-    if (!batch.ok()) {
-      error_ = batch.status();
+    struct Turn {
+      ShardReader* reader;
+      int64_t batch;
+    } turn{this, batch};
+    mu_.Await(absl::Condition(
+        +[](Turn* t) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+          return t->reader->stop_ || !t->reader->error_.ok() || t->reader->queued_ == t->batch;
+        },
+        &turn));
+    if (stop_ || !error_.ok()) return;
+    if (!read.ok()) {
+      error_ = read.status();
       return;
     }
-    ready_.push_back(*std::move(batch));
-    ready_bytes_ += bytes;
-    max_ready_bytes_ = std::max(max_ready_bytes_, ready_bytes_);
+    ready_.push_back(*std::move(read));
+    ++queued_;
   }
 }
 
@@ -377,8 +442,8 @@ ShardReader::Stats ShardReader::stats() const {
   return Stats{wait_seconds_, bytes_read_.load(), max_ready_bytes_};
 }
 
-absl::StatusOr<int> ShardReader::File(int shard) {
-  if (fds_[shard] >= 0) return fds_[shard];
+absl::StatusOr<int> ShardReader::File(ReadState& state, int shard) {
+  if (state.fds[shard] >= 0) return state.fds[shard];
   const std::string& path = index_.shards()[shard].path;
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
@@ -389,28 +454,37 @@ absl::StatusOr<int> ShardReader::File(int shard) {
   // own reads hop around a block and would only start read-ahead of bytes
   // it does not read next.
   ::posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
-  if (open_order_.size() >= kMaxOpenFiles) {
-    ::close(fds_[open_order_.front()]);
-    fds_[open_order_.front()] = -1;
-    open_order_.pop_front();
+  if (state.open_order.size() >= kMaxOpenFiles) {
+    ::close(state.fds[state.open_order.front()]);
+    state.fds[state.open_order.front()] = -1;
+    state.open_order.pop_front();
   }
-  fds_[shard] = fd;
-  open_order_.push_back(shard);
+  state.fds[shard] = fd;
+  state.open_order.push_back(shard);
   return fd;
 }
 
 // Note [Batch buffers]
-// A batch's tensors come from a pool the reader's thread owns: a pooled
+// A batch's tensors come from a pool the reading threads share: a pooled
 // batch is free again once neither the queue nor the trainer holds any view
 // of its tensors (every reference to a TensorImpl or its storage is
 // counted). Fresh 4 MB buffers for every batch cost a page fault per 4 KiB
 // (a third of the reader's time in the data-bound bench); reused ones are
 // already mapped. The pool holds at most what the queue may hold plus
-// three batches, so the memory bound of shard_reader.h stands.
+// three batches, so the memory bound of shard_reader.h stands, and it is
+// kept from one Start() (epoch) to the next. The pool still fills once per
+// reader, as deep as the queue gets (14 batches of the bench's 64 with 64
+// MiB of read-ahead); an input buffer of 2 MiB or more is therefore
+// 2 MiB-aligned and advised MADV_HUGEPAGE, so that where transparent huge
+// pages are enabled ("madvise" or "always") its first touch faults once per
+// 2 MiB instead of 512 times.
 ShardBatch ShardReader::NewBatch(int64_t n) {
   auto free = [](const at::Tensor& t) {
     return t.use_count() == 1 && t.storage().use_count() == 1;
   };
+  // Only the pool hands out a pooled batch, under pool_mu_: one found free
+  // here stays this thread's.
+  absl::MutexLock lock(&pool_mu_);
   for (const ShardBatch& b : pool_) {
     if (b.x.size(0) == n && free(b.indices) && free(b.x) && free(b.y)) return b;
   }
@@ -419,13 +493,14 @@ ShardBatch ShardReader::NewBatch(int64_t n) {
   const bool float_y = !tokens && IsFloating(layout_.y_type);
   ShardBatch batch;
   batch.indices = at::empty({n}, at::kLong);
-  batch.x = at::empty(WithBatch(n, layout_.x_shape), OutputType(float_x));
+  batch.x = HugePageEmpty(WithBatch(n, layout_.x_shape), OutputType(float_x));
   batch.y = at::empty(WithBatch(n, layout_.y_shape), OutputType(float_y));
   if (static_cast<int64_t>(pool_.size()) < pool_limit_) pool_.push_back(batch);
   return batch;
 }
 
-absl::StatusOr<ShardBatch> ShardReader::ReadBatch(const int64_t* indices, int64_t n) {
+absl::StatusOr<ShardBatch> ShardReader::ReadBatch(ReadState& state, const int64_t* indices,
+                                                  int64_t n) {
   ShardBatch batch = NewBatch(n);
   std::memcpy(batch.indices.data_ptr<int64_t>(), indices, n * sizeof(int64_t));
   // In file order, so that a rank's reads of a block move forward through
@@ -439,17 +514,20 @@ absl::StatusOr<ShardBatch> ShardReader::ReadBatch(const int64_t* indices, int64_
            std::pair(where[b].shard, where[b].x.offset);
   });
   for (int64_t row : rows) {
-    RETURN_IF_ERROR(ReadSample(indices[row], where[row], row, batch));
+    RETURN_IF_ERROR(ReadSample(state, indices[row], where[row], row, batch));
   }
   return batch;
 }
 
-absl::Status ShardReader::ReadSample(int64_t index, const SampleLocation& loc, int64_t row,
-                                     ShardBatch& batch) {
+absl::Status ShardReader::ReadSample(ReadState& state, int64_t index, const SampleLocation& loc,
+                                     int64_t row, ShardBatch& batch) {
   const ByteRange range{std::min(loc.x.offset, loc.y.offset),
                         std::max(loc.x.end(), loc.y.end()) - std::min(loc.x.offset, loc.y.offset)};
-  ASSIGN_OR_RETURN(const int fd, File(loc.shard));
-  if (index_.format() == v1::ShardedData::TENSOR_FILES) return ReadRows(index, loc, fd, row, batch);
+  ASSIGN_OR_RETURN(const int fd, File(state, loc.shard));
+  if (index_.format() == v1::ShardedData::TENSOR_FILES) {
+    return ReadRows(state, index, loc, fd, row, batch);
+  }
+  std::vector<char>& scratch = state.scratch;
   const std::string& path = index_.shards()[loc.shard].path;
   auto read_error = [&](int64_t at, ssize_t r) {
     return absl::DataLossError(
@@ -468,39 +546,43 @@ absl::Status ShardReader::ReadSample(int64_t index, const SampleLocation& loc, i
     const int64_t header = loc.x.size - values;
     const int64_t head = loc.x.offset + header - range.offset;
     const int64_t tail = range.end() - loc.x.end();
-    scratch_.resize(head + tail);
+    scratch.resize(head + tail);
     char* x_row = static_cast<char*>(batch.x.data_ptr()) + row * values;
-    iovec parts[3] = {{scratch_.data(), static_cast<size_t>(head)},
+    iovec parts[3] = {{scratch.data(), static_cast<size_t>(head)},
                       {x_row, static_cast<size_t>(values)},
-                      {scratch_.data() + head, static_cast<size_t>(tail)}};
+                      {scratch.data() + head, static_cast<size_t>(tail)}};
     const ssize_t r = ::preadv(fd, parts, 3, range.offset);
     if (r != range.size) return read_error(range.offset, r);
     bytes_read_.fetch_add(range.size);
-    const char* x_header = scratch_.data() + (loc.x.offset - range.offset);
-    absl::StatusOr<NpyArray> a = ParseNpyHeader(x_header, header, loc.x.size);
-    RETURN_IF_ERROR(CheckMember(index, path, loc.x, a, layout_.x_type, layout_.x_shape));
-    if (a->data_offset != header) {  // a longer header than the values leave room for
-      return CheckMember(index, path, loc.x,
-                         absl::InvalidArgumentError("its .npy header is not where its size says"),
-                         layout_.x_type, layout_.x_shape);
+    const char* x_header = scratch.data() + (loc.x.offset - range.offset);
+    const std::string& known = layout_.x_header;
+    if (header != static_cast<int64_t>(known.size()) ||
+        std::memcmp(x_header, known.data(), known.size()) != 0) {
+      absl::StatusOr<NpyArray> a = ParseNpyHeader(x_header, header, loc.x.size);
+      RETURN_IF_ERROR(CheckMember(index, path, loc.x, a, layout_.x_type, layout_.x_shape));
+      if (a->data_offset != header) {  // a longer header than the values leave room for
+        return CheckMember(index, path, loc.x,
+                           absl::InvalidArgumentError("its .npy header is not where its size says"),
+                           layout_.x_type, layout_.x_shape);
+      }
     }
     const char* y_bytes = loc.y.offset < loc.x.offset
-                              ? scratch_.data() + (loc.y.offset - range.offset)
-                              : scratch_.data() + head + (loc.y.offset - loc.x.end());
+                              ? scratch.data() + (loc.y.offset - range.offset)
+                              : scratch.data() + head + (loc.y.offset - loc.x.end());
     return DecodeTarget(
         index, path, loc.y, y_bytes, batch.y.scalar_type() == at::kFloat,
         static_cast<char*>(batch.y.data_ptr()) + row * batch.y.stride(0) * batch.y.element_size());
   }
-  scratch_.resize(range.size);
+  scratch.resize(range.size);
   int64_t got = 0;
   while (got < range.size) {
-    const ssize_t r = ::pread(fd, scratch_.data() + got, range.size - got, range.offset + got);
+    const ssize_t r = ::pread(fd, scratch.data() + got, range.size - got, range.offset + got);
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) return read_error(range.offset + got, r);
     got += r;
   }
   bytes_read_.fetch_add(range.size);
-  return Decode(index, scratch_.data(), range, row, batch.x, batch.y);
+  return Decode(index, scratch.data(), range, row, batch.x, batch.y);
 }
 
 absl::Status ShardReader::CheckMember(int64_t index, const std::string& path,
@@ -534,8 +616,8 @@ absl::Status ShardReader::CheckClasses(int64_t index, const std::string& path, i
 // Note [Tensor file shards] in shard_index.cc: a sample's x and y are rows
 // of two tensors, far apart in the file; each is read on its own, x straight
 // into its batch row when it is stored as it is trained.
-absl::Status ShardReader::ReadRows(int64_t index, const SampleLocation& loc, int fd, int64_t row,
-                                   ShardBatch& batch) {
+absl::Status ShardReader::ReadRows(ReadState& state, int64_t index, const SampleLocation& loc,
+                                   int fd, int64_t row, ShardBatch& batch) {
   const std::string& path = index_.shards()[loc.shard].path;
   for (const auto& [range, type, shape, out] :
        {std::tuple{loc.x, layout_.x_type, &layout_.x_shape, &batch.x},
@@ -544,8 +626,8 @@ absl::Status ShardReader::ReadRows(int64_t index, const SampleLocation& loc, int
     char* dst = static_cast<char*>(out->data_ptr()) + row * out->stride(0) * out->element_size();
     const bool direct =
         (type == ElementType::kFloat32 && to_float) || (type == ElementType::kInt64 && !to_float);
-    scratch_.resize(range.size);
-    char* into = direct ? dst : scratch_.data();
+    state.scratch.resize(range.size);
+    char* into = direct ? dst : state.scratch.data();
     for (int64_t got = 0; got < range.size;) {
       const ssize_t r = ::pread(fd, into + got, range.size - got, range.offset + got);
       if (r < 0 && errno == EINTR) continue;
@@ -558,7 +640,7 @@ absl::Status ShardReader::ReadRows(int64_t index, const SampleLocation& loc, int
       got += r;
     }
     bytes_read_.fetch_add(range.size);
-    if (!direct) ConvertElements(scratch_.data(), type, Count(*shape), to_float, dst);
+    if (!direct) ConvertElements(state.scratch.data(), type, Count(*shape), to_float, dst);
   }
   if (batch.y.scalar_type() == at::kFloat) return absl::OkStatus();
   return CheckClasses(index, path, loc.y.offset,
@@ -569,7 +651,7 @@ absl::Status ShardReader::DecodeTarget(int64_t index, const std::string& path,
                                        const ByteRange& member, const char* bytes, bool to_float,
                                        char* out) const {
   RETURN_IF_ERROR(DecodeMember(index, path, member, bytes, y_pt_, layout_.y_type, layout_.y_shape,
-                               to_float, out));
+                               layout_.y_header, to_float, out));
   if (to_float) return absl::OkStatus();
   return CheckClasses(index, path, member.offset, reinterpret_cast<const int64_t*>(out));
 }
@@ -577,7 +659,7 @@ absl::Status ShardReader::DecodeTarget(int64_t index, const std::string& path,
 absl::Status ShardReader::DecodeMember(int64_t index, const std::string& path,
                                        const ByteRange& member, const char* bytes, bool pt,
                                        ElementType type, const std::vector<int64_t>& shape,
-                                       bool to_float, char* out) const {
+                                       const std::string& known, bool to_float, char* out) const {
   if (pt) {  // Note [.pt members]
     absl::StatusOr<PtMember> m = ParsePtMember(bytes, member.size);
     RETURN_IF_ERROR(CheckMember(index, path, member,
@@ -585,6 +667,13 @@ absl::Status ShardReader::DecodeMember(int64_t index, const std::string& path,
                                 shape));
     ConvertElements(static_cast<const char*>(m->tensor.data_ptr()), type, m->array.count(),
                     to_float, out);
+    return absl::OkStatus();
+  }
+  const int64_t count = Count(shape);
+  if (!known.empty() &&
+      member.size == static_cast<int64_t>(known.size()) + count * ElementBytes(type) &&
+      std::memcmp(bytes, known.data(), known.size()) == 0) {
+    ConvertElements(bytes + known.size(), type, count, to_float, out);
     return absl::OkStatus();
   }
   const absl::StatusOr<NpyArray> a = ParseNpy(bytes, member.size);
@@ -617,8 +706,8 @@ absl::Status ShardReader::Decode(int64_t index, const char* span, const ByteRang
     return absl::OkStatus();
   }
   RETURN_IF_ERROR(DecodeMember(index, path, loc.x, span + (loc.x.offset - range.offset), x_pt_,
-                               layout_.x_type, layout_.x_shape, x.scalar_type() == at::kFloat,
-                               x_row));
+                               layout_.x_type, layout_.x_shape, layout_.x_header,
+                               x.scalar_type() == at::kFloat, x_row));
   return DecodeTarget(index, path, loc.y, span + (loc.y.offset - range.offset),
                       y.scalar_type() == at::kFloat, y_row);
 }

@@ -3,14 +3,16 @@
 // of an epoch (the sampler's share of StreamOrder, sampler.h); a background
 // thread reads those samples from the shard files, decodes them into batch
 // tensors and keeps them in a queue bounded by data.shards.read_ahead_bytes,
-// so that a step finds its batch ready when the disk keeps up.
+// so that a step finds its batch ready when the disk keeps up. Two threads
+// read batches in turn (Note [Parallel reads] in shard_reader.cc); the
+// queue holds them in the stream's order.
 //
 // Only the rank's own samples are read; a second thread reads the bytes of
 // the next read_ahead_bytes of them into the page cache in large forward
 // reads, so that a cold disk streams (Note [Cold reads] in shard_reader.cc).
-// Memory: the queue (at most
-// read_ahead_bytes, or one batch when a batch is larger) and up to three
-// batches more (being read, being trained, just released), plus the index
+// Memory: the queue and the batches being read (at most read_ahead_bytes
+// together, or one batch when a batch is larger) and up to three batches
+// more (being trained, just released, spare), plus the index
 // (ShardIndex), whatever `Samples::next` holds (the trainer's StreamCursor:
 // one shuffle block) and the places of the advisor's window of samples.
 //
@@ -38,6 +40,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -113,8 +116,8 @@ class ShardReader {
   struct Stats {
     double wait_seconds = 0;  // Next() waiting for the reader, in total
     int64_t bytes_read = 0;   // from the shard files, in total
-    // The most decoded bytes queued ahead at once (the read-ahead buffer's
-    // high-water mark).
+    // The most decoded bytes queued ahead or being read at once (the
+    // read-ahead buffer's high-water mark).
     int64_t max_ready_bytes = 0;
   };
   Stats stats() const;
@@ -123,49 +126,64 @@ class ShardReader {
   struct Layout {  // a decoded sample
     ElementType x_type = ElementType::kFloat32, y_type = ElementType::kInt64;
     std::vector<int64_t> x_shape, y_shape;
+    // TAR: the first sample's .npy headers, byte for byte (a member whose
+    // header equals its member's is not parsed again).
+    std::string x_header, y_header;
+  };
+  // A reading thread's own: its open shard files (-1: closed), the order
+  // they were opened in (for closing the oldest past kMaxOpenFiles) and its
+  // buffer for headers and converted members.
+  struct ReadState {
+    std::vector<int> fds;
+    std::deque<int> open_order;
+    std::vector<char> scratch;
   };
   ShardReader(ShardIndex index, ShardReaderOptions options)
       : index_(std::move(index)), options_(options) {}
 
   void Stop();
-  void Run(Samples samples, int64_t batch_size);
+  // A reading thread (Note [Parallel reads] in shard_reader.cc).
+  void Run(ReadState& state);
   // The advisor's thread: reads the bytes the reader reads next into the
   // page cache, up to `window` samples ahead of it (Note [Cold reads] in
   // shard_reader.cc).
   void Advise(Samples samples, int64_t window);
   ShardBatch NewBatch(int64_t n);
-  absl::StatusOr<ShardBatch> ReadBatch(const int64_t* indices, int64_t n);
-  absl::Status ReadSample(int64_t index, const SampleLocation& loc, int64_t row, ShardBatch& batch);
+  absl::StatusOr<ShardBatch> ReadBatch(ReadState& state, const int64_t* indices, int64_t n);
+  absl::Status ReadSample(ReadState& state, int64_t index, const SampleLocation& loc, int64_t row,
+                          ShardBatch& batch);
   // INVALID_ARGUMENT naming the file, offset and sample unless `a` parsed
   // and has the first sample's `type` and `shape`.
   absl::Status CheckMember(int64_t index, const std::string& path, const ByteRange& member,
                            const absl::StatusOr<NpyArray>& a, ElementType type,
                            const std::vector<int64_t>& shape) const;
   // The first sample's member `range` of `path` (open as `fd`): its type
-  // and shape.
+  // and shape; a .npy member's header goes to `*header` (Layout).
   absl::StatusOr<NpyArray> ProbeMember(int fd, const std::string& path, const ByteRange& range,
-                                       bool pt) const;
+                                       bool pt, std::string* header) const;
   // INVALID_ARGUMENT naming the file and offset unless every class id of a
   // sample's target is below options_.num_classes (0: any).
   absl::Status CheckClasses(int64_t index, const std::string& path, int64_t offset,
                             const int64_t* classes) const;
   // TENSOR_FILES: reads sample `index`'s rows of x and y into row `row`.
-  absl::Status ReadRows(int64_t index, const SampleLocation& loc, int fd, int64_t row,
-                        ShardBatch& batch);
+  absl::Status ReadRows(ReadState& state, int64_t index, const SampleLocation& loc, int fd,
+                        int64_t row, ShardBatch& batch);
   // DecodeMember for the target, whose class ids (integer targets) must be
   // below options_.num_classes.
   absl::Status DecodeTarget(int64_t index, const std::string& path, const ByteRange& member,
                             const char* bytes, bool to_float, char* out) const;
   // Parses and checks the .npy (or, `pt`, .pt) `member` at `bytes`,
-  // converting its values to `out`.
+  // converting its values to `out`; a .npy member that starts with `known`
+  // (the first sample's header for it) and has its size is not parsed again.
   absl::Status DecodeMember(int64_t index, const std::string& path, const ByteRange& member,
                             const char* bytes, bool pt, ElementType type,
-                            const std::vector<int64_t>& shape, bool to_float, char* out) const;
+                            const std::vector<int64_t>& shape, const std::string& known,
+                            bool to_float, char* out) const;
   // Decodes sample `index` (its bytes `span` read from `range` of its
   // shard) into row `row` of `x` and `y`.
   absl::Status Decode(int64_t index, const char* span, const ByteRange& range, int64_t row,
                       at::Tensor& x, at::Tensor& y) const;
-  absl::StatusOr<int> File(int shard);
+  absl::StatusOr<int> File(ReadState& state, int shard);
   int64_t BatchBytes(int64_t n) const;
 
   const ShardIndex index_;
@@ -176,27 +194,32 @@ class ShardReader {
   int64_t sample_span_ = 0;  // the bytes of the first sample's members in its file
   // TAR: whether input_member / target_member are .pt members.
   bool x_pt_ = false, y_pt_ = false;
-  // Open shard files (the reader's thread only; -1: closed) and the order
-  // they were opened in, for closing the oldest past kMaxOpenFiles.
-  std::vector<int> fds_;
-  std::deque<int> open_order_;
-  std::vector<char> scratch_;
+  // One per reading thread; the first also reads Open()'s probe.
+  std::vector<ReadState> states_;
   // Batches to reuse (Note [Batch buffers] in shard_reader.cc).
-  std::vector<ShardBatch> pool_;
+  absl::Mutex pool_mu_;
+  std::vector<ShardBatch> pool_ ABSL_GUARDED_BY(pool_mu_);
   int64_t pool_limit_ = 0;
   std::atomic<int64_t> bytes_read_{0};
   double wait_seconds_ = 0;  // the trainer's thread only
 
   mutable absl::Mutex mu_;
   std::deque<ShardBatch> ready_ ABSL_GUARDED_BY(mu_);
-  int64_t ready_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t ready_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // queued and being read
   int64_t max_ready_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t batches_left_ ABSL_GUARDED_BY(mu_) = 0;  // not yet taken by Next()
+  // Note [Parallel reads]: the samples of the last Start(), drawn by the
+  // reading threads a batch at a time, the batch size, and the batches of
+  // the Start() claimed by a reading thread and put in the queue so far.
+  Samples samples_ ABSL_GUARDED_BY(mu_);
+  int64_t batch_size_ ABSL_GUARDED_BY(mu_) = 1;
+  int64_t claimed_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t queued_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  int64_t reading_at_ ABSL_GUARDED_BY(mu_) = 0;  // the position Run() reads at
+  int64_t reading_at_ ABSL_GUARDED_BY(mu_) = 0;  // the first sample not yet claimed
   int64_t advised_ ABSL_GUARDED_BY(mu_) = 0;     // positions the advisor has advised
-  std::thread thread_;
+  std::vector<std::thread> readers_;
   std::thread advisor_;
 };
 

@@ -158,6 +158,105 @@ TEST(ShardReaderTest, ASampleOfAnotherShapeIsAnErrorNamingFileAndOffset) {
                                      "or type differs from the first sample's (3)")));
 }
 
+// The first sample's headers are not parsed again for a member that has
+// them byte for byte: one of another type with a header of the same length
+// is still caught.
+TEST(ShardReaderTest, ASampleOfAnotherTypeWithAHeaderAsLongIsAnError) {
+  const std::string path = TempPath("type.tar");
+  auto tar = TarWriter::Create(path);
+  ASSERT_TRUE(tar.ok()) << tar.status();
+  const std::vector<float> x = {1, 2, 3};
+  const std::vector<int32_t> ints = {1, 2, 3};
+  for (int k = 0; k < 4; ++k) {
+    const int64_t y = k;
+    const std::string key = absl::StrCat("s", k);
+    const std::string member = k == 2 ? NpyBytes(ElementType::kInt32, {3}, ints.data())
+                                      : NpyBytes(ElementType::kFloat32, {3}, x.data());
+    ASSERT_EQ(member.size(), NpyBytes(ElementType::kFloat32, {3}, x.data()).size());
+    ASSERT_TRUE((*tar)->Add(key + ".x.npy", member).ok());
+    ASSERT_TRUE((*tar)->Add(key + ".y.npy", NpyBytes(ElementType::kInt64, {}, &y)).ok());
+  }
+  ASSERT_TRUE((*tar)->Close().ok());
+  auto reader = ShardReader::Open(TarSpec({path}, 1 << 20), {});
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  (*reader)->Start({0, 1, 3, 2}, 1);
+  for (int b = 0; b < 3; ++b) ASSERT_TRUE((*reader)->Next().ok()) << "batch " << b;
+  absl::StatusOr<ShardBatch> bad = (*reader)->Next();
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()),
+              HasSubstr(absl::StrCat(path, " at byte offset ", 2 * 2048 + 512,
+                                     " (sample 2, member \"s2.x.npy\"): this member's shape (3) "
+                                     "or type differs from the first sample's (3)")));
+}
+
+// Note [Parallel reads]: batches read by different threads come in the
+// stream's order, and a read error comes in its batch's place, after every
+// batch before it. Repeated, as the threads' timing differs run to run.
+TEST(ShardReaderTest, AnErrorComesAfterEveryBatchBeforeIt) {
+  const std::string path = WriteShard("late.tar", 0, 40, 64, /*odd=*/30);
+  std::vector<int64_t> order(40);
+  for (int64_t i = 0; i < 40; ++i) order[i] = i;
+  for (int run = 0; run < 20; ++run) {
+    auto reader = ShardReader::Open(TarSpec({path}, 1 << 20), {});
+    ASSERT_TRUE(reader.ok()) << reader.status();
+    (*reader)->Start(order, 2);
+    for (int64_t b = 0; b < 15; ++b) {
+      absl::StatusOr<ShardBatch> batch = (*reader)->Next();
+      ASSERT_TRUE(batch.ok()) << "run " << run << " batch " << b << ": " << batch.status();
+      EXPECT_EQ(batch->indices[0].item<int64_t>(), 2 * b) << "run " << run;
+      ExpectRowsMatch(*batch);
+    }
+    absl::StatusOr<ShardBatch> bad = (*reader)->Next();
+    ASSERT_FALSE(bad.ok()) << "run " << run;
+    EXPECT_THAT(std::string(bad.status().message()), HasSubstr("(sample 30, member \"s30.x.npy\")"));
+  }
+}
+
+// Note [Batch buffers]: the next epoch (a new Start) keeps the pool and
+// trains in the buffers of the last one.
+TEST(ShardReaderTest, ANewEpochReusesTheLastEpochsBuffers) {
+  const std::string path = WriteShard("epochs.tar", 0, 32, 8);
+  auto reader = ShardReader::Open(TarSpec({path}, 400), {});  // two batches of 192 bytes
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  std::vector<int64_t> order(32);
+  for (int64_t i = 0; i < 32; ++i) order[i] = (i * 13) % 32;
+  std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> first;
+  (*reader)->Start(order, 4);
+  for (int b = 0; b < 8; ++b) {
+    absl::StatusOr<ShardBatch> batch = (*reader)->Next();
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    first.push_back(batch->x.storage().getWeakStorageImpl());
+  }
+  // Every batch is released: only the pool can hold their buffers now.
+  (*reader)->Start(order, 4);
+  int kept = 0;
+  for (const auto& w : first) kept += w.expired() ? 0 : 1;
+  EXPECT_GE(kept, 1) << "the pool was dropped";
+  absl::StatusOr<ShardBatch> batch = (*reader)->Next();
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  ExpectRowsMatch(*batch);
+  const c10::StorageImpl* storage = batch->x.storage().unsafeGetStorageImpl();
+  bool reused = false;
+  for (const auto& w : first) reused = reused || w.lock().get() == storage;
+  EXPECT_TRUE(reused) << "the second epoch's first batch is in a new buffer";
+}
+
+// Note [Batch buffers]: an input buffer of 2 MiB or more starts on a 2 MiB
+// boundary, where a transparent huge page can back it.
+TEST(ShardReaderTest, ABatchOfTwoMebibytesStartsOnAHugePageBoundary) {
+  const std::string path = WriteShard("huge.tar", 0, 64, 8192);  // 32 KiB a sample
+  auto reader = ShardReader::Open(TarSpec({path}, 8 << 20), {});
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  std::vector<int64_t> order(64);
+  for (int64_t i = 0; i < 64; ++i) order[i] = 63 - i;
+  (*reader)->Start(order, 64);
+  absl::StatusOr<ShardBatch> batch = (*reader)->Next();
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  ExpectRowsMatch(*batch);
+  EXPECT_EQ(batch->x.nbytes(), size_t{2} << 20);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(batch->x.data_ptr()) % (uintptr_t{2} << 20), 0u);
+}
+
 TEST(ShardReaderTest, TokenFilesGiveShiftedWindowsAndCheckTheVocabulary) {
   const std::string path = TempPath("tokens.bin");
   std::vector<uint16_t> tokens(1001);
