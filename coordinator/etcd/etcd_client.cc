@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -167,15 +168,32 @@ EtcdClient::EtcdClient(EtcdOptions options, std::shared_ptr<grpc::Channel> chann
       maintenance_(etcdserverpb::Maintenance::NewStub(channel_)),
       auth_(etcdserverpb::Auth::NewStub(channel_)) {}
 
-absl::Status EtcdClient::ToStatus(const char* what, const grpc::Status& status) const {
-  const std::string detail = absl::StrCat(name_, ": ", what, ": ");
+// Note [etcd's own deadline]: the client's deadline travels with each call,
+// and a member that cannot commit a proposal before it (no quorum, a raft
+// leader that died with the request) answers with the context's error as
+// UNKNOWN "context deadline exceeded" rather than DEADLINE_EXCEEDED, often
+// just before the client's own timer fires. It means the same thing: this
+// attempt found no quorum in time, another member or a later attempt may.
+bool IsEtcdUnavailable(const grpc::Status& status) {
   switch (status.error_code()) {
-    case grpc::StatusCode::OK:
-      return absl::OkStatus();
     case grpc::StatusCode::UNAVAILABLE:
     case grpc::StatusCode::DEADLINE_EXCEEDED:
-      return absl::UnavailableError(absl::StrCat(detail, "unreachable or no quorum (",
-                                                 status.error_message(), ")"));
+      return true;
+    case grpc::StatusCode::UNKNOWN:
+      return absl::StrContains(status.error_message(), "context deadline exceeded");
+    default:
+      return false;
+  }
+}
+
+absl::Status EtcdClient::ToStatus(const char* what, const grpc::Status& status) const {
+  const std::string detail = absl::StrCat(name_, ": ", what, ": ");
+  if (status.ok()) return absl::OkStatus();
+  if (IsEtcdUnavailable(status)) {
+    return absl::UnavailableError(
+        absl::StrCat(detail, "unreachable or no quorum (", status.error_message(), ")"));
+  }
+  switch (status.error_code()) {
     case grpc::StatusCode::UNAUTHENTICATED:
     case grpc::StatusCode::PERMISSION_DENIED:
       return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
@@ -236,9 +254,7 @@ absl::Status EtcdClient::Run(const char* what, absl::Duration timeout, Call call
       RETURN_IF_ERROR(Authenticate(deadline));
       continue;
     }
-    const bool retry = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
-                       status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
-    if (!retry || absl::Now() + backoff >= deadline) {
+    if (!IsEtcdUnavailable(status) || absl::Now() + backoff >= deadline) {
       return ToStatus(what, status);
     }
     absl::SleepFor(backoff);

@@ -105,6 +105,11 @@ class EtcdClient {
   std::string token_ ABSL_GUARDED_BY(mu_);  // etcd auth token; empty without a user
 };
 
+// Whether a failed call means etcd could not answer in time (unreachable,
+// no quorum, or its own deadline passed): such a call is retried and its
+// error is UNAVAILABLE (Note [etcd's own deadline]).
+bool IsEtcdUnavailable(const grpc::Status& status);
+
 // The end of the range of every key that starts with `prefix` (etcd's
 // range_end for a prefix query).
 std::string PrefixRangeEnd(const std::string& prefix);

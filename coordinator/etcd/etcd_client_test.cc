@@ -75,5 +75,17 @@ TEST(EtcdClientTest, PrefixRangeEndCoversEveryKeyUnderThePrefix) {
   EXPECT_EQ(PrefixRangeEnd(std::string("\xff\xff")), std::string(1, '\0'));
 }
 
+TEST(EtcdClientTest, EtcdsOwnDeadlineCountsAsNoQuorumLikeTheClients) {
+  EXPECT_TRUE(IsEtcdUnavailable(grpc::Status(grpc::StatusCode::UNAVAILABLE, "connection refused")));
+  EXPECT_TRUE(IsEtcdUnavailable(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "Deadline")));
+  EXPECT_TRUE(IsEtcdUnavailable(grpc::Status(grpc::StatusCode::UNKNOWN,
+                                             "context deadline exceeded")));
+  EXPECT_FALSE(IsEtcdUnavailable(grpc::Status(grpc::StatusCode::UNKNOWN, "malformed header")));
+  EXPECT_FALSE(IsEtcdUnavailable(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                              "etcdserver: request is too large")));
+  EXPECT_FALSE(IsEtcdUnavailable(grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                                              "etcdserver: permission denied")));
+}
+
 }  // namespace
 }  // namespace chorus
