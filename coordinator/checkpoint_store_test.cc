@@ -448,7 +448,7 @@ TEST(CheckpointStoreTest, SharedDirRefusesBadNamesWrongFilesAndDirectoriesItCann
   CheckpointStore store(dir + "/checkpoints", **state);
   ASSERT_TRUE(store.Recover().ok());
   auto files = Stage(shared, "job-000008", ".staging-5-r0-1-0", {{"model.pt", "0123456789"}});
-  for (const std::string& bad : {"../job-000009", "staging-5", ".staging-5/..", ".staging-", "."}) {
+  for (const char* bad : {"../job-000009", "staging-5", ".staging-5/..", ".staging-", "."}) {
     SCOPED_TRACE(bad);
     auto upload = store.AdoptStaged(shared, "job-000008", 5, bad, files);
     EXPECT_EQ(upload.status().code(), absl::StatusCode::kInvalidArgument);

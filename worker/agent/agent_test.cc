@@ -921,7 +921,8 @@ TEST_F(AgentTest, EveryExitDuringAReconnectionIsReportedOnTheNewConnection) {
   for (int round = 0; round < kRounds; ++round) {
     const std::string job = absl::StrCat("job-", round);
     coordinator_.Send(LaunchMessage(job, 1, slots));
-    ASSERT_EQ(launcher_->AwaitRanks((round + 1) * kRanks).size(), size_t{(round + 1) * kRanks});
+    const size_t launched = static_cast<size_t>((round + 1) * kRanks);
+    ASSERT_EQ(launcher_->AwaitRanks(launched).size(), launched);
     ASSERT_TRUE(Eventually([&] { return agent_->live_ranks() == kRanks; }));
     coordinator_.Refuse(true);
     coordinator_.Drop();
