@@ -1081,6 +1081,7 @@ TEST_F(AgentTest, ThreadsOfFinishedRanksAndStopsAreJoinedWhileTheAgentRuns) {
   options_.slots = 1;
   Connect();
   constexpr int kJobs = 50;
+  constexpr int kThreadsHeld = 10;
   for (int i = 0; i < kJobs; ++i) {
     const std::string job_id = absl::StrCat("job-", i);
     coordinator_.Send(LaunchMessage(job_id, 1, {0}));
@@ -1096,12 +1097,13 @@ TEST_F(AgentTest, ThreadsOfFinishedRanksAndStopsAreJoinedWhileTheAgentRuns) {
     }
     ASSERT_TRUE(coordinator_.AwaitExit(job_id, 0).has_value()) << job_id;
     // The heartbeat forwarder, its urgent watcher and the join forwarder,
-    // plus the few that have finished since the last reaping.
-    EXPECT_LE(agent_->threads_held(), 6) << "after " << job_id;
+    // plus the last few ranks' monitors and stops' escalations, finished
+    // since the last reaping or (on a loaded machine) still returning.
+    EXPECT_LE(agent_->threads_held(), kThreadsHeld) << "after " << job_id;
   }
   EXPECT_TRUE(Eventually([&] { return agent_->live_ranks() == 0; }));
   // Not one per rank or stop the agent has seen (75 here).
-  EXPECT_LE(agent_->threads_held(), 6);
+  EXPECT_LE(agent_->threads_held(), kThreadsHeld);
 }
 
 TEST_F(AgentTest, FirstConnectionGivesUpAfterTheConnectTimeout) {
