@@ -12,19 +12,23 @@
 //               the time of `cat SHARDS > /dev/null`; the medians of 5
 //               rounds of cat and the job in one process. A second line
 //               (_loop): ours = the bytes / the training loop's time
-//               (wall_seconds).
+//               (wall_seconds). The shards are cached by reading them
+//               from disk first (Note [Page cache states]). A third line
+//               (_ceiling): the same job's loop on the same samples in
+//               memory, the most any reader could give it, against `cat`.
 //   cold        the same after `echo 3 > /proc/sys/vm/drop_caches` (root),
 //               after a warm-up run; peer = `dd if=SHARD of=/dev/null bs=1M`
 //               over every shard, also from dropped caches.
 //   compute     a compute-bound job (mlp 784 -> 1024 -> 1024 -> 10, batch 64,
 //               1 thread) trains 80 steps on 20,000 samples from tar shards
 //               (ours) and from the same samples in a tensor_file in memory
-//               (peer); seconds per step (the jobs' wall_seconds / steps), the
-//               medians of 9 rounds of in memory, shards, in memory again in
-//               one process (Note [Compute-bound rounds]). ratio = ours / peer.
-//               _null: the rounds' second in-memory job against their first,
-//               the method's own noise; _median_step and its _null: the same
-//               with each job's median step.
+//               (peer); seconds per step (the jobs' wall_seconds / steps) in
+//               12 rounds of in memory, shards, shards, in memory in one
+//               process; ratio = the median of the rounds' shards / in
+//               memory (Note [Compute-bound rounds]). _null: the same over
+//               12 rounds of four in-memory jobs between them, the method's
+//               own noise; _median_step and its _null: the same with each
+//               job's median step.
 //   lm          transformer_lm trains 60 steps from a 1 GiB uint16 token file
 //               the bench writes (read_ahead_bytes 16 MiB); ours = the process's
 //               peak resident memory (VmHWM), peer = the file's size; a second
@@ -38,9 +42,11 @@
 // DIR (default /tmp/chorus-shard-bench) holds the generated data, which is
 // reused by later runs when present.
 #include <ATen/ATen.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <torch/csrc/jit/api/module.h>
 #include <torch/csrc/jit/serialization/pickle.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -209,76 +215,153 @@ double Median(std::vector<double> v) {
 // medians of each (a single 50 ms `cat` beside other builds varied 2x).
 constexpr int kPageCacheRounds = 5;
 
+// Note [Page cache states]
+// How fast `cat` copies a file out of the page cache depends on how its
+// pages got there. On the bench machine (Linux 6.18, ext4) the bench's
+// shards right after it wrote them (a write per tar member) were read at
+// 6.8-7.0 GB/s; the same shards dropped from the cache
+// (POSIX_FADV_DONTNEED) and read once from the disk, which the kernel's
+// read-ahead caches in large folios, at 18-20 GB/s; copies made with
+// `cp -p` at 17.8 GB/s; an older set, part of it read back, at 11 GB/s.
+// Earlier runs' `cat` figures (3.9-12.6 GB/s) moved with this as much as
+// with the load. So page_cache puts the shards in the same state in every
+// run, the one a dataset read from disk is in: every shard dropped from the
+// cache, then read once by `cat` (ReadIn).
+void ReadIn(const std::vector<std::string>& paths) {
+  for (const std::string& path : paths) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    ::fdatasync(fd);  // only clean pages are dropped
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+  }
+  std::system(absl::StrCat("cat ", absl::StrJoin(paths, " "), " > /dev/null").c_str());
+}
+
+// The data-bound job's samples in memory: a tensor_file of 16,384 x [4096]
+// float32 and int64 classes (its values random: the step's cost does not
+// depend on them); the spec of the same job on it.
+std::string InMemoryBoundSpec(const std::string& dir) {
+  const std::string path = dir + "/bound.pt";
+  if (!Exists(path)) {
+    at::Generator gen = at::detail::createCPUGenerator(4);
+    c10::Dict<std::string, at::Tensor> dict;
+    dict.insert("x", at::randn({16384, 4096}, gen, at::kFloat));
+    dict.insert("y", at::randint(10, {16384}, gen, at::kLong));
+    const std::vector<char> bytes = torch::jit::pickle_save(c10::IValue(dict));
+    std::ofstream(path, std::ios::binary).write(bytes.data(), bytes.size());
+  }
+  WritePooledModel(dir + "/pooled.pt");
+  return absl::StrCat(R"(model { torchscript { path: ")", dir, R"(/pooled.pt" } }
+    data { tensor_file { path: ")",
+                      path, R"(" } }
+    training { batch_size_per_rank: 256 epochs: 1 log_every_steps: 1000 }
+    optimizer { kind: SGD lr: 0.01 })");
+}
+
+struct DataBoundTimes {
+  double peer = 0, ours = 0, loop = 0;  // seconds
+};
+
+// cold: `dd` over every shard, then the job, each from dropped caches.
+DataBoundTimes Cold(const std::vector<std::string>& paths, const std::string& spec) {
+  // Warm-up run, as page_cache's: the process's code (LibTorch's
+  // TorchScript paths among it) mapped before the caches are dropped,
+  // which leaves mapped pages alone, so that cold means the data.
+  TrainOneRank(spec);
+  DropCaches();
+  DataBoundTimes t;
+  auto start = std::chrono::steady_clock::now();
+  for (const std::string& p : paths) {
+    std::system(absl::StrCat("dd if=", p, " of=/dev/null bs=1M status=none").c_str());
+  }
+  t.peer = Seconds(start);
+  DropCaches();
+  const v1::Metrics m = TrainOneRank(spec, &t.ours);
+  t.loop = m.values().at("wall_seconds");
+  return t;
+}
+
+// page_cache: the medians of kPageCacheRounds rounds of `cat` and the job.
+DataBoundTimes PageCache(const std::vector<std::string>& paths, const std::string& spec) {
+  const std::string cat = absl::StrCat("cat ", absl::StrJoin(paths, " "), " > /dev/null");
+  TrainOneRank(spec);  // warm-up run
+  std::vector<double> peer, ours, loop;
+  for (int round = 0; round < kPageCacheRounds; ++round) {
+    auto start = std::chrono::steady_clock::now();
+    std::system(cat.c_str());
+    peer.push_back(Seconds(start));
+    ours.push_back(0);
+    const v1::Metrics m = TrainOneRank(spec, &ours.back());
+    loop.push_back(m.values().at("wall_seconds"));
+    std::cerr << absl::StrFormat(
+        "round %d: cat %.3f s, training %.3f s (its loop %.3f s), waited for data %.2f ms a step "
+        "of %.2f ms\n",
+        round, peer.back(), ours.back(), loop.back(),
+        1e3 * m.values().at("data_wait_seconds"), 1e3 * loop.back() / m.step());
+  }
+  return DataBoundTimes{Median(peer), Median(ours), Median(loop)};
+}
+
 // page_cache and cold.
 int DataBound(const std::string& dir, bool cold) {
   // 8 shards x 2048 samples x (16 KiB + headers): 302 MB.
   const std::vector<std::string> paths = WriteShards(dir, "bound", 8, 2048, 4096);
   int64_t bytes = 0;
   for (const std::string& p : paths) bytes += FileSize(p);
-  const std::string files = absl::StrJoin(paths, " ");
-  const std::string spec = DataBoundSpec(dir);
-  double peer_seconds, ours_seconds, loop_seconds;
+  auto report = [&](const std::string& name, const DataBoundTimes& t) {
+    const std::string peer = cold ? "dd" : "cat";
+    std::cerr << absl::StrFormat("%s: %d bytes: training %.3f s (its loop %.3f s), %s %.3f s\n",
+                                 name, bytes, t.ours, t.loop, peer, t.peer);
+    Json(name, "shard read throughput of a data-bound job, the whole Train() call", "MB/s",
+         bytes / t.ours / 1e6, bytes / t.peer / 1e6, peer);
+    Json(name + "_loop", "shard read throughput of a data-bound job, its training loop", "MB/s",
+         bytes / t.loop / 1e6, bytes / t.peer / 1e6, peer);
+  };
   if (cold) {
-    // Warm-up run, as page_cache's: the process's code (LibTorch's
-    // TorchScript paths among it) mapped before the caches are dropped,
-    // which leaves mapped pages alone, so that cold means the data.
-    TrainOneRank(spec);
-    DropCaches();
-    auto start = std::chrono::steady_clock::now();
-    for (const std::string& p : paths) {
-      std::system(absl::StrCat("dd if=", p, " of=/dev/null bs=1M status=none").c_str());
-    }
-    peer_seconds = Seconds(start);
-    DropCaches();
-    const v1::Metrics m = TrainOneRank(spec, &ours_seconds);
-    loop_seconds = m.values().at("wall_seconds");
-  } else {
-    const std::string cat = absl::StrCat("cat ", files, " > /dev/null");
-    std::system(cat.c_str());  // into the page cache
-    TrainOneRank(spec);        // warm-up run
-    std::vector<double> peer, ours, loop;
-    for (int round = 0; round < kPageCacheRounds; ++round) {
-      auto start = std::chrono::steady_clock::now();
-      std::system(cat.c_str());
-      peer.push_back(Seconds(start));
-      ours.push_back(0);
-      const v1::Metrics m = TrainOneRank(spec, &ours.back());
-      loop.push_back(m.values().at("wall_seconds"));
-      std::cerr << absl::StrFormat(
-          "round %d: cat %.3f s, training %.3f s (its loop %.3f s), waited for data %.2f ms a "
-          "step of %.2f ms\n",
-          round, peer.back(), ours.back(), loop.back(), 1e3 * m.values().at("data_wait_seconds"),
-          1e3 * loop.back() / m.step());
-    }
-    peer_seconds = Median(peer);
-    ours_seconds = Median(ours);
-    loop_seconds = Median(loop);
+    report("shards_cold", Cold(paths, DataBoundSpec(dir)));
+    return 0;
   }
-  std::cerr << absl::StrFormat("%d bytes: training %.3f s (its loop %.3f s), %s %.3f s\n", bytes,
-                               ours_seconds, loop_seconds, cold ? "dd" : "cat", peer_seconds);
-  const std::string name = cold ? "shards_cold" : "shards_page_cache";
-  Json(name, "shard read throughput of a data-bound job, the whole Train() call", "MB/s",
-       bytes / ours_seconds / 1e6, bytes / peer_seconds / 1e6, cold ? "dd" : "cat");
-  Json(name + "_loop", "shard read throughput of a data-bound job, its training loop", "MB/s",
-       bytes / loop_seconds / 1e6, bytes / peer_seconds / 1e6, cold ? "dd" : "cat");
+  ReadIn(paths);
+  const DataBoundTimes page_cache = PageCache(paths, DataBoundSpec(dir));
+  report("shards_page_cache", page_cache);
+  // The ceiling: the same job's loop with its samples in memory.
+  const std::string in_memory = InMemoryBoundSpec(dir);
+  TrainOneRank(in_memory);  // warm-up run
+  std::vector<double> loops;
+  for (int round = 0; round < kPageCacheRounds; ++round) {
+    loops.push_back(TrainOneRank(in_memory).values().at("wall_seconds"));
+  }
+  std::cerr << absl::StrFormat("in memory: loops %s s\n", absl::StrJoin(loops, " "));
+  Json("shards_page_cache_ceiling",
+       "the same job with the same samples in memory (a tensor_file): the shards' bytes / its "
+       "training loop, the most any reader could give it",
+       "MB/s", bytes / Median(loops) / 1e6, bytes / page_cache.peer / 1e6, "cat");
   return 0;
 }
 
 // Note [Compute-bound rounds]
 // The compute-bound target is a 2 % difference, below what separate runs
 // of the same job can show (in-memory steps varied 4.4 % from one run to
-// the next on a quiet machine). So one process runs kComputeRounds rounds,
-// each three jobs of kComputeSteps steps back to back: in memory, shards,
-// in memory again. A round's in-memory figure is the mean of its two, so a
-// drift of the machine's speed during the round cancels; ours and the
-// peer's are the medians over the rounds, so one disturbed round does not
-// move them. Two figures of a job: wall_seconds / steps (every step
-// counted: a reader that made one step in ten wait shows) and its median
-// step (each step's step_time_seconds, reported every step), which a burst
-// of another process's work moves less. Each has a _null line comparing
-// the rounds' two in-memory jobs, which run the same code: its distance
-// from 1 is the method's own noise, to read the figure against.
-constexpr int kComputeRounds = 9;
+// the next on a quiet machine). So one process runs kComputeRounds rounds
+// of four jobs of kComputeSteps steps back to back, alternately
+// "compared" rounds (in memory, shards, shards, in memory) and "null"
+// rounds (four in memory). A round's figure is the mean of its two middle
+// jobs against the mean of its first and last, so a drift of the
+// machine's speed that is linear over the round cancels; the figure is the
+// median of the rounds' ratios, so that neither one disturbed round nor the
+// machine's speed moving from round to round (6.0-7.9 ms a step within one
+// run) moves it. The null rounds compute the same estimator on the same code
+// in the same positions: their ratio's distance from 1 is the method's own
+// noise, to read the figure against. (An earlier form, in memory, shards,
+// in memory, took the second in-memory job against the first as its null,
+// which measured the drift within a round, 1-5 % slower later in the
+// round on a quiet machine, rather than the estimator's noise.) Two
+// figures of a job: wall_seconds / steps (every step counted: a reader
+// that made one step in ten wait shows) and its median step (each step's
+// step_time_seconds, reported every step), which a burst of another
+// process's work moves less.
+constexpr int kComputeRounds = 24;
 constexpr int kComputeSteps = 80;
 
 // The compute section's data: DIR/compute.pt (20,000 x [784] and classes)
@@ -328,50 +411,48 @@ int ComputeBound(const std::string& dir) {
     return Job{m.values().at("wall_seconds") / m.step(), Median(steps)};
   };
   run(in_memory);  // warm-up: the process's first job pays for its allocations
-  // Note [Compute-bound rounds]
-  std::vector<Job> before, ours, after;
+  // Note [Compute-bound rounds]: (outer, inner) = the means of a round's
+  // first and last jobs, and of its two middle ones.
+  struct Round {
+    Job outer, inner;
+  };
+  std::vector<Round> compared, null;
   for (int round = 0; round < kComputeRounds; ++round) {
-    before.push_back(run(in_memory));
-    ours.push_back(run(shards));
-    after.push_back(run(in_memory));
+    const bool is_null = round % 2 == 1;
+    const std::string& inner = is_null ? in_memory : shards;
+    Job jobs[4] = {run(in_memory), run(inner), run(inner), run(in_memory)};
+    auto mean = [](const Job& a, const Job& b) {
+      return Job{(a.mean + b.mean) / 2, (a.median + b.median) / 2};
+    };
+    (is_null ? null : compared).push_back({mean(jobs[0], jobs[3]), mean(jobs[1], jobs[2])});
     std::cerr << absl::StrFormat(
-        "round %d, s/step (mean, median step): in memory %.5f %.5f, shards %.5f %.5f, in memory "
-        "again %.5f %.5f\n",
-        round, before.back().mean, before.back().median, ours.back().mean, ours.back().median,
-        after.back().mean, after.back().median);
+        "round %d (%s), s/step (mean, median step): in memory %.5f %.5f, %s %.5f %.5f, %.5f "
+        "%.5f, in memory %.5f %.5f\n",
+        round, is_null ? "null" : "compared", jobs[0].mean, jobs[0].median,
+        is_null ? "in memory" : "shards", jobs[1].mean, jobs[1].median, jobs[2].mean,
+        jobs[2].median, jobs[3].mean, jobs[3].median);
   }
-  // Medians over the rounds of a figure of the jobs; `pair`: the mean of
-  // the round's two in-memory jobs.
-  auto over_rounds = [](const std::vector<Job>& a, const std::vector<Job>* b, double Job::*f) {
+  // The median over rounds of inner / outer, by one figure of the jobs.
+  auto ratio = [](const std::vector<Round>& rounds, double Job::*f) {
     std::vector<double> v;
-    for (size_t r = 0; r < a.size(); ++r) v.push_back(b ? (a[r].*f + (*b)[r].*f) / 2 : a[r].*f);
+    for (const Round& r : rounds) v.push_back(r.inner.*f / r.outer.*f);
     return Median(v);
   };
-  std::vector<double> memory;
-  for (const std::vector<Job>* side : {&before, &after}) {
-    for (const Job& j : *side) memory.push_back(j.mean);
-  }
-  std::sort(memory.begin(), memory.end());
-  std::cerr << absl::StrFormat("in memory: %d jobs of %d steps, %.5f-%.5f s/step (max/min %.4f)\n",
-                               memory.size(), kComputeSteps, memory.front(), memory.back(),
-                               memory.back() / memory.front());
+  const std::string memory = "the same round's in-memory jobs (= 1)";
   Json("shards_compute_bound",
-       "seconds per step of the mlp (wall_seconds / steps), shards vs in memory, medians of "
-       "alternating rounds",
-       "s", over_rounds(ours, nullptr, &Job::mean), over_rounds(before, &after, &Job::mean),
-       "tensor_file in memory");
+       "seconds per step of the mlp (wall_seconds / steps), shards / in memory in rounds of in "
+       "memory, shards, shards, in memory: the median of the rounds' ratios",
+       "ratio", ratio(compared, &Job::mean), 1.0, memory);
   Json("shards_compute_bound_null",
-       "the same, in memory: the rounds' second job vs their first (the method's own noise)", "s",
-       over_rounds(after, nullptr, &Job::mean), over_rounds(before, nullptr, &Job::mean),
-       "tensor_file in memory");
+       "the same with every job in memory (the method's own noise)", "ratio",
+       ratio(null, &Job::mean), 1.0, memory);
   Json("shards_compute_bound_median_step",
-       "the median step of the mlp, shards vs in memory, medians of alternating rounds", "s",
-       over_rounds(ours, nullptr, &Job::median), over_rounds(before, &after, &Job::median),
-       "tensor_file in memory");
+       "the median step of the mlp, shards / in memory in rounds of in memory, shards, shards, "
+       "in memory: the median of the rounds' ratios",
+       "ratio", ratio(compared, &Job::median), 1.0, memory);
   Json("shards_compute_bound_median_step_null",
-       "the same, in memory: the rounds' second job vs their first (the method's own noise)", "s",
-       over_rounds(after, nullptr, &Job::median), over_rounds(before, nullptr, &Job::median),
-       "tensor_file in memory");
+       "the same with every job in memory (the method's own noise)", "ratio",
+       ratio(null, &Job::median), 1.0, memory);
   return 0;
 }
 
