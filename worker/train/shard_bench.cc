@@ -18,7 +18,8 @@
 //               memory, the most any reader could give it, against `cat`.
 //   cold        the same after `echo 3 > /proc/sys/vm/drop_caches` (root),
 //               after a warm-up run; peer = `dd if=SHARD of=/dev/null bs=1M`
-//               over every shard, also from dropped caches.
+//               over every shard, also from dropped caches; the medians of
+//               3 rounds of dd and the job.
 //   compute     a compute-bound job (mlp 784 -> 1024 -> 1024 -> 10, batch 64,
 //               1 thread) trains 80 steps on 20,000 samples from tar shards
 //               (ours) and from the same samples in a tensor_file in memory
@@ -263,23 +264,31 @@ struct DataBoundTimes {
   double peer = 0, ours = 0, loop = 0;  // seconds
 };
 
-// cold: `dd` over every shard, then the job, each from dropped caches.
+// cold: rounds of `dd` over every shard, then the job, each from dropped
+// caches; the medians of each (one `dd` of the 302 MB moved 1.5-2.2 GB/s
+// from one minute to the next).
+constexpr int kColdRounds = 3;
+
 DataBoundTimes Cold(const std::vector<std::string>& paths, const std::string& spec) {
   // Warm-up run, as page_cache's: the process's code (LibTorch's
   // TorchScript paths among it) mapped before the caches are dropped,
   // which leaves mapped pages alone, so that cold means the data.
   TrainOneRank(spec);
-  DropCaches();
-  DataBoundTimes t;
-  auto start = std::chrono::steady_clock::now();
-  for (const std::string& p : paths) {
-    std::system(absl::StrCat("dd if=", p, " of=/dev/null bs=1M status=none").c_str());
+  std::vector<double> peer, ours, loop;
+  for (int round = 0; round < kColdRounds; ++round) {
+    DropCaches();
+    auto start = std::chrono::steady_clock::now();
+    for (const std::string& p : paths) {
+      std::system(absl::StrCat("dd if=", p, " of=/dev/null bs=1M status=none").c_str());
+    }
+    peer.push_back(Seconds(start));
+    DropCaches();
+    ours.push_back(0);
+    loop.push_back(TrainOneRank(spec, &ours.back()).values().at("wall_seconds"));
+    std::cerr << absl::StrFormat("round %d: dd %.3f s, training %.3f s (its loop %.3f s)\n",
+                                 round, peer.back(), ours.back(), loop.back());
   }
-  t.peer = Seconds(start);
-  DropCaches();
-  const v1::Metrics m = TrainOneRank(spec, &t.ours);
-  t.loop = m.values().at("wall_seconds");
-  return t;
+  return DataBoundTimes{Median(peer), Median(ours), Median(loop)};
 }
 
 // page_cache: the medians of kPageCacheRounds rounds of `cat` and the job.
