@@ -484,6 +484,9 @@ INSTANTIATE_TEST_SUITE_P(
             "data.shards.read_ahead_bytes: must be > 0, got -1"},
         Case{"data { shards { format: TAR paths: ['/d/a.tar', ''] num_classes: 3 } }",
              "data.shards.paths[1]: is empty"},
+        Case{"data { shards { format: TAR paths: '/d/a.tar' eval_paths: ['/d/v.tar', ''] "
+             "num_classes: 3 } }",
+             "data.shards.eval_paths[1]: is empty"},
         Case{"data { shards { format: TOKENS paths: '/d/train.bin' sequence_length: 8 } }",
              "data.shards.format: TOKENS shards need model.transformer_lm or a torchscript model"},
         Case{"model { transformer_lm { context_length: 32 } } data { shards { format: TOKENS "

@@ -134,6 +134,11 @@ void ValidateShards(const JobSpec& spec, Checker& c) {
   for (int i = 0; i < s.paths_size(); ++i) {
     if (s.paths(i).empty()) c.Fail(absl::StrCat("data.shards.paths[", i, "]"), "is empty");
   }
+  for (int i = 0; i < s.eval_paths_size(); ++i) {
+    if (s.eval_paths(i).empty()) {
+      c.Fail(absl::StrCat("data.shards.eval_paths[", i, "]"), "is empty");
+    }
+  }
   c.Positive("data.shards.read_ahead_bytes", s.read_ahead_bytes());
   c.Positive("data.shards.shuffle_buffer", s.shuffle_buffer());
   c.AtLeast("data.shards.num_classes", s.num_classes(), 0);
@@ -722,6 +727,9 @@ void NormalizePaths(JobSpec& spec) {
   }
   if (d.has_shards()) {
     for (std::string& path : *d.mutable_shards()->mutable_paths()) {
+      if (!path.empty()) normal(&path);
+    }
+    for (std::string& path : *d.mutable_shards()->mutable_eval_paths()) {
       if (!path.empty()) normal(&path);
     }
   }

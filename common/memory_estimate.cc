@@ -90,7 +90,8 @@ DataFacts DescribeData(const v1::JobSpec& spec, const FileSizeFn& file_size) {
     } else {
       f.outputs = s.num_classes() > 0 ? s.num_classes() : 1;
     }
-    f.bytes = static_cast<double>(s.read_ahead_bytes());
+    // Held-out shards have a read-ahead buffer of their own.
+    f.bytes = static_cast<double>(s.read_ahead_bytes()) * (s.eval_paths_size() > 0 ? 2 : 1);
     f.field = "data.shards.read_ahead_bytes";
   }
   return f;

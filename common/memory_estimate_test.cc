@@ -144,6 +144,11 @@ TEST(MemoryEstimateTest, ShardsCountTheirReadAheadBufferNotTheFiles) {
   )pb");
   e = EstimateRankMemory(files, [](const std::string&) -> int64_t { return int64_t{1} << 40; });
   EXPECT_EQ(e.data, 2000000);
+  // Held-out shards are read through a second buffer of the same size.
+  v1::JobSpec held_out = files;
+  held_out.mutable_data()->mutable_shards()->add_eval_paths("/d/val-*.pt");
+  e = EstimateRankMemory(held_out, [](const std::string&) -> int64_t { return int64_t{1} << 40; });
+  EXPECT_EQ(e.data, 4000000);
 }
 
 TEST(MemoryEstimateTest, FilesCountTheirSizeAsALowerBound) {

@@ -7,12 +7,15 @@
 #include <algorithm>
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <memory>
 #include <numeric>
 #include <optional>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/cpu_binding.h"
 #include "common/job_spec.h"
 #include "common/status_macros.h"
@@ -70,28 +73,52 @@ torch::Tensor Rows(const torch::Tensor& data, const torch::Tensor& idx, int64_t 
   return staged.to(device, /*non_blocking=*/true);
 }
 
+// The held-out split: in memory (`data`), or held-out shards streamed
+// through `reader` (data.shards.eval_paths).
+struct HeldOut {
+  const Dataset* data = nullptr;
+  ShardReader* reader = nullptr;
+  int64_t size() const { return reader != nullptr ? reader->index().size() : data->size(); }
+  int64_t num_classes() const {
+    return reader != nullptr ? reader->probe().num_classes : data->num_classes;
+  }
+};
+
 // Loss and accuracy of the model on `test`, each rank taking a contiguous
-// share, summed across ranks.
-absl::Status Evaluate(const v1::JobSpec& spec, Model& model, const Dataset& test,
+// share (in file order for shards), summed across ranks.
+absl::Status Evaluate(const v1::JobSpec& spec, Model& model, const HeldOut& test,
                       Communicator& comm, v1::Metrics& metrics) {
   torch::NoGradGuard no_grad;
   model.SetTraining(false);
   const int64_t n = test.size();
   const int64_t begin = n * comm.rank() / comm.size();
   const int64_t end = n * (comm.rank() + 1) / comm.size();
-  int64_t limit = spec.eval().max_batches() > 0
-                      ? spec.eval().max_batches() * spec.training().batch_size_per_rank()
-                      : end - begin;
+  const int64_t limit = spec.eval().max_batches() > 0
+                            ? spec.eval().max_batches() * spec.training().batch_size_per_rank()
+                            : end - begin;
+  const int64_t stop = std::min(end, begin + limit);
   // Loss sum, correct, target elements; added up where the model is.
   at::Tensor sums = at::zeros({3}, at::TensorOptions().dtype(at::kDouble).device(comm.device()));
   const int64_t batch = std::max<int64_t>(256, spec.training().batch_size_per_rank());
-  for (int64_t i = begin; i < std::min(end, begin + limit); i += batch) {
-    const int64_t len = std::min({batch, end - i, begin + limit - i});
-    torch::Tensor x = Rows(test.x, torch::Tensor(), i, len, comm.device());
-    torch::Tensor y = Rows(test.y, torch::Tensor(), i, len, comm.device());
+  if (test.reader != nullptr && stop > begin) {
+    std::vector<int64_t> samples(stop - begin);
+    std::iota(samples.begin(), samples.end(), begin);
+    test.reader->Start(std::move(samples), batch);
+  }
+  for (int64_t i = begin; i < stop; i += batch) {
+    const int64_t len = std::min(batch, stop - i);
+    torch::Tensor x, y;
+    if (test.reader != nullptr) {
+      ASSIGN_OR_RETURN(ShardBatch read, test.reader->Next());
+      x = read.x.to(comm.device());
+      y = read.y.to(comm.device());
+    } else {
+      x = Rows(test.data->x, torch::Tensor(), i, len, comm.device());
+      y = Rows(test.data->y, torch::Tensor(), i, len, comm.device());
+    }
     ASSIGN_OR_RETURN(torch::Tensor out, model.Forward(x));
     sums[0] += Loss(spec, out, y).to(at::kDouble) * y.numel();
-    if (test.num_classes > 0) sums[1] += out.argmax(-1).reshape(y.sizes()).eq(y).sum();
+    if (test.num_classes() > 0) sums[1] += out.argmax(-1).reshape(y.sizes()).eq(y).sum();
     sums[2] += y.numel();
   }
   model.SetTraining(true);
@@ -100,7 +127,7 @@ absl::Status Evaluate(const v1::JobSpec& spec, Model& model, const Dataset& test
   sums = sums.cpu();
   const double count = std::max(1.0, sums[2].item<double>());
   metrics.set_eval_loss(sums[0].item<double>() / count);
-  if (test.num_classes > 0) metrics.set_eval_accuracy(sums[1].item<double>() / count);
+  if (test.num_classes() > 0) metrics.set_eval_accuracy(sums[1].item<double>() / count);
   return absl::OkStatus();
 }
 
@@ -195,12 +222,50 @@ absl::Status InjectFaults(const v1::JobSpec& spec, Communicator& comm, int64_t g
   return absl::OkStatus();
 }
 
+// A reader of data.shards.eval_paths, whose samples must have the types
+// and shapes of the training shards' (`train`: their first sample).
+absl::StatusOr<std::unique_ptr<ShardReader>> OpenHeldOutShards(const v1::ShardedData& shards,
+                                                               const ShardReaderOptions& options,
+                                                               const Dataset& train) {
+  v1::ShardedData held_out = shards;
+  *held_out.mutable_paths() = shards.eval_paths();
+  held_out.clear_eval_paths();
+  absl::StatusOr<std::unique_ptr<ShardReader>> reader = ShardReader::Open(held_out, options);
+  if (!reader.ok()) {  // the reader's errors name data.shards(.paths)
+    std::string message(reader.status().message());
+    for (const char* field : {"data.shards.paths", "data.shards"}) {
+      if (absl::StartsWith(message, field)) {
+        message = absl::StrCat("data.shards.eval_paths", message.substr(strlen(field)));
+        break;
+      }
+    }
+    return absl::Status(reader.status().code(), message);
+  }
+  const Dataset& probe = (*reader)->probe();
+  auto describe = [](const at::Tensor& t) {
+    return absl::StrCat(c10::toString(t.scalar_type()), " [", absl::StrJoin(t.sizes().slice(1), ", "),
+                        "]");
+  };
+  if (probe.x.scalar_type() != train.x.scalar_type() ||
+      probe.x.sizes().slice(1) != train.x.sizes().slice(1) ||
+      probe.y.scalar_type() != train.y.scalar_type() ||
+      probe.y.sizes().slice(1) != train.y.sizes().slice(1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.shards.eval_paths: ", (*reader)->index().shards()[0].path, " holds samples of ",
+        describe(probe.x), " -> ", describe(probe.y), " but the training shards' are ",
+        describe(train.x), " -> ", describe(train.y),
+        "; held-out samples must have the training samples' types and shapes"));
+  }
+  return reader;
+}
+
 // The training and test splits; integer inputs become floats for the
 // built-in mlp and cnn. Sharded data is streamed by `reader` instead:
-// `train` is its first sample (for the model's shapes) and there is no test
-// split.
+// `train` is its first sample (for the model's shapes), there is no test
+// split in memory, and held-out shards are streamed by `eval_reader`.
 absl::Status LoadSplits(const v1::JobSpec& spec, Dataset& train, Dataset& test,
-                        std::unique_ptr<ShardReader>& reader) {
+                        std::unique_ptr<ShardReader>& reader,
+                        std::unique_ptr<ShardReader>& eval_reader) {
   const bool float_inputs = !spec.model().has_transformer_lm() && !spec.model().has_torchscript();
   if (spec.data().has_shards()) {
     ShardReaderOptions options;
@@ -211,6 +276,9 @@ absl::Status LoadSplits(const v1::JobSpec& spec, Dataset& train, Dataset& test,
     ASSIGN_OR_RETURN(reader, ShardReader::Open(spec.data().shards(), options));
     train = reader->probe();
     test = Dataset{};
+    if (spec.data().shards().eval_paths_size() > 0) {
+      ASSIGN_OR_RETURN(eval_reader, OpenHeldOutShards(spec.data().shards(), options, train));
+    }
     return absl::OkStatus();
   }
   ASSIGN_OR_RETURN(train, LoadDataset(spec, Split::kTrain));
@@ -400,6 +468,8 @@ struct RankRun {
   // Sharded data: the stream of this rank's batches (train is then one
   // sample); null for data in memory.
   ShardReader* reader = nullptr;
+  // Held-out shards (data.shards.eval_paths); null without them.
+  ShardReader* eval_reader = nullptr;
   // Samples in the training split (in memory or in the shards).
   int64_t train_size = 0;
   const MetricsCallback& report;
@@ -410,6 +480,8 @@ struct RankRun {
   // complete step's model, optimizer state and position. None for a
   // newcomer, a hot spare, and until a generation fails.
   std::optional<Snapshot> held;
+
+  HeldOut held_out() const { return HeldOut{&test, eval_reader}; }
 };
 
 // StartingPosition for the first generation; with sharded data the
@@ -639,11 +711,12 @@ absl::Status AfterStep(GenerationRun& g, const TrainingPosition& position, int64
     data_window.Close(absl::Now(), step, metrics);
   }
   const bool eval = g.spec.eval().every_steps() > 0 && step % g.spec.eval().every_steps() == 0 &&
-                    step < g.total_steps && !g.spec.eval().disabled() && g.run.test.size() > 0;
+                    step < g.total_steps && !g.spec.eval().disabled() &&
+                    g.run.held_out().size() > 0;
   if (eval) {
     p.Enter(v1::EVAL);
     RETURN_IF_ERROR(g.strategy.WithGlobalAverage(
-        [&] { return Evaluate(g.spec, g.run.model, g.run.test, g.comm, metrics); }));
+        [&] { return Evaluate(g.spec, g.run.model, g.run.held_out(), g.comm, metrics); }));
   }
   if (log || eval) g.run.report(metrics);
   return absl::OkStatus();
@@ -687,8 +760,8 @@ absl::Status TrainSteps(GenerationRun& g, TrainingPosition& position, absl::Time
   RETURN_IF_ERROR(g.strategy.Finish());
   RETURN_IF_ERROR(g.checkpoints.AtEnd(position));
   g.run.p.Enter(v1::EVAL);
-  if (!g.spec.eval().disabled() && g.run.test.size() > 0) {
-    RETURN_IF_ERROR(Evaluate(g.spec, g.run.model, g.run.test, g.comm, metrics));
+  if (!g.spec.eval().disabled() && g.run.held_out().size() > 0) {
+    RETURN_IF_ERROR(Evaluate(g.spec, g.run.model, g.run.held_out(), g.comm, metrics));
   }
   return absl::OkStatus();
 }
@@ -802,8 +875,8 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
   }
   const absl::Time load_start = absl::Now();
   Dataset train, test;
-  std::unique_ptr<ShardReader> reader;
-  RETURN_IF_ERROR(LoadSplits(spec, train, test, reader));
+  std::unique_ptr<ShardReader> reader, eval_reader;
+  RETURN_IF_ERROR(LoadSplits(spec, train, test, reader, eval_reader));
   const int64_t train_size = reader != nullptr ? reader->index().size() : train.size();
   // Built on the CPU from the seed, then moved: a GPU run starts from the
   // same parameters as a CPU run (Note [Seeded draws] in model.h).
@@ -816,8 +889,8 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
             << "its model in "
             << absl::FormatDuration(absl::Trunc(absl::Now() - load_start, absl::Milliseconds(1)));
   ASSIGN_OR_RETURN(std::unique_ptr<SampleTrace> trace, SampleTrace::Open(options.sample_trace_dir));
-  RankRun run{spec,   *model, train,   test,        reader.get(), train_size,
-              report, p,      options, trace.get(), std::nullopt};
+  RankRun run{spec,         *model,     train,  test, reader.get(), eval_reader.get(),
+              train_size,   report,     p,      options, trace.get(), std::nullopt};
   Generation generation{&comm, options.checkpoints, options.generation};
   for (;;) {
     absl::StatusOr<v1::Metrics> result = TrainGeneration(run, generation);

@@ -893,5 +893,89 @@ TEST(TrainerTest, TensorFileShardsTrainAsTheSameDataPackedToTar) {
   EXPECT_EQ(losses[1], losses[0]);
 }
 
+// data.shards.eval_paths: held-out shards are evaluated over the same
+// samples, in the same batches, as the same held-out split in memory, so a
+// job on shards reports the eval_loss and eval_accuracy it would in memory.
+TEST(TrainerTest, HeldOutShardsAreEvaluatedAsTheSameSamplesInMemory) {
+  const std::string dir = TestDir("held_out");
+  WriteClassShards(dir, 3, 120);  // train-0.tar and train-1.tar train, train-2.tar is held out
+  const std::vector<std::pair<at::Tensor, at::Tensor>> data = ClassShards(3, 120);
+  auto save = [&](const std::string& path, const at::Tensor& x, const at::Tensor& y) {
+    c10::Dict<std::string, at::Tensor> dict;
+    dict.insert("x", x);
+    dict.insert("y", y);
+    const std::vector<char> bytes = torch::jit::pickle_save(c10::IValue(dict));
+    std::ofstream(path, std::ios::binary)
+        .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  };
+  save(dir + "/train.pt", at::cat({data[0].first, data[1].first}),
+       at::cat({data[0].second, data[1].second}));
+  save(dir + "/eval.pt", data[2].first, data[2].second);
+  const std::string common = R"pb(
+    model { mlp { hidden_sizes: [ 16 ] } }
+    training { batch_size_per_rank: 8 epochs: 2 seed: 5 shuffle: false }
+    optimizer { kind: SGD lr: 0.05 }
+    eval { max_batches: 0 }
+  )pb";
+  const std::vector<std::string> variants = {
+      absl::StrCat("data { tensor_file { path: '", dir, "/train.pt' eval_path: '", dir,
+                   "/eval.pt' } }"),
+      absl::StrCat("data { shards { format: TAR paths: ['", dir, "/train-0.tar', '", dir,
+                   "/train-1.tar'] eval_paths: '", dir,
+                   "/train-2.tar' num_classes: 3 read_ahead_bytes: 2048 } }"),
+      absl::StrCat("data { shards { format: TENSOR_FILES paths: '", dir, "/train.pt' eval_paths: '",
+                   dir, "/eval.pt' num_classes: 3 read_ahead_bytes: 2048 } }")};
+  std::vector<v1::Metrics> finals;
+  for (const std::string& variant : variants) {
+    SCOPED_TRACE(variant);
+    auto results = TrainOnRanks(Spec(common + variant), 2);
+    for (int r = 0; r < 2; ++r) ASSERT_TRUE(results[r].ok()) << results[r].status();
+    EXPECT_EQ(results[0]->eval_loss(), results[1]->eval_loss()) << "summed over the ranks";
+    finals.push_back(*results[0]);
+  }
+  EXPECT_GT(finals[0].eval_loss(), 0);
+  EXPECT_GT(finals[0].eval_accuracy(), 1.0 / 3) << "better than chance after two epochs";
+  for (size_t v = 1; v < finals.size(); ++v) {
+    EXPECT_EQ(finals[v].loss(), finals[0].loss()) << variants[v] << ": the same training";
+    EXPECT_DOUBLE_EQ(finals[v].eval_loss(), finals[0].eval_loss()) << variants[v];
+    EXPECT_DOUBLE_EQ(finals[v].eval_accuracy(), finals[0].eval_accuracy()) << variants[v];
+  }
+}
+
+// Held-out shards whose samples differ in shape from the training shards'
+// are refused before training, naming the file and both shapes.
+TEST(TrainerTest, HeldOutShardsOfAnotherShapeAreAClearError) {
+  const std::string dir = TestDir("held_out_shape");
+  WriteClassShards(dir, 1, 16);
+  auto tar = TarWriter::Create(dir + "/eval.tar");
+  ASSERT_TRUE(tar.ok()) << tar.status();
+  const float x[5] = {1, 2, 3, 4, 5};
+  const int64_t y = 2;
+  ASSERT_TRUE((*tar)->Add("a.x.npy", NpyBytes(ElementType::kFloat32, {5}, x)).ok());
+  ASSERT_TRUE((*tar)->Add("a.y.npy", NpyBytes(ElementType::kInt64, {}, &y)).ok());
+  ASSERT_TRUE((*tar)->Close().ok());
+  v1::JobSpec spec = Spec(absl::StrCat(R"pb(
+    model { mlp { hidden_sizes: [ 4 ] } }
+    training { batch_size_per_rank: 4 epochs: 1 }
+    data { shards { format: TAR paths: ")pb",
+                                       dir, R"pb(/train-0.tar" eval_paths: ")pb", dir,
+                                       R"pb(/eval.tar" num_classes: 3 } }
+  )pb"));
+  auto results = TrainOnRanks(spec, 1);
+  ASSERT_FALSE(results[0].ok());
+  EXPECT_EQ(results[0].status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(std::string(results[0].status().message()),
+            absl::StrCat("data.shards.eval_paths: ", dir,
+                         "/eval.tar holds samples of Float [5] -> Long [] but the training "
+                         "shards' are Float [8] -> Long []; held-out samples must have the "
+                         "training samples' types and shapes"));
+  // A held-out entry that matches nothing is named as such.
+  spec.mutable_data()->mutable_shards()->set_eval_paths(0, dir + "/val-*.tar");
+  results = TrainOnRanks(spec, 1);
+  ASSERT_FALSE(results[0].ok());
+  EXPECT_TRUE(absl::StartsWith(results[0].status().message(), "data.shards.eval_paths[0]: "))
+      << results[0].status();
+}
+
 }  // namespace
 }  // namespace chorus
