@@ -33,7 +33,8 @@ Scheduler::Scheduler(JobManager& jobs, Clock* clock, SchedulerOptions options)
       metrics_(options.metrics),
       policy_(std::move(options.scheduling_policy)),
       fair_share_(policy_.fair_share_half_life, clock_->Now()),
-      requeue_timeout_(options.requeue_checkpoint_timeout) {}
+      requeue_timeout_(options.requeue_checkpoint_timeout),
+      reconnect_grace_(options.agent_reconnect_grace) {}
 
 void Scheduler::Configure(SchedulerOptions options) {
   absl::MutexLock lock(&mu_);
@@ -43,6 +44,7 @@ void Scheduler::Configure(SchedulerOptions options) {
   fair_share_ = FairShare(options.scheduling_policy.fair_share_half_life, clock_->Now());
   policy_ = std::move(options.scheduling_policy);
   requeue_timeout_ = options.requeue_checkpoint_timeout;
+  reconnect_grace_ = options.agent_reconnect_grace;
 }
 
 absl::StatusOr<std::string> Scheduler::AddAgent(const v1::AgentHello& hello, Sender send) {
@@ -67,11 +69,16 @@ absl::StatusOr<std::string> Scheduler::AddAgent(const v1::AgentHello& hello, Sen
     for (const auto& [job_id, slot] : bound) {
       agents_.SetBusy(id, slot, true);
       LOG(INFO) << job_id << ": slot " << slot << " on " << hello.host() << " is back";
+      RunningJob& run = running_.at(job_id);
+      const int rank = run.RankOn(id, slot);
+      // Note [Agent reconnect grace]: its agent says it runs, and relays its
+      // heartbeats again from now; the time away does not make it DEAD.
+      if (rank >= 0 && run.ranks[rank].heartbeat_at != absl::InfinitePast()) {
+        run.ranks[rank].heartbeat_at = clock_->Now();
+      }
       // Note [Restart-all]: a rank a restart-all was stopping when the
       // coordinator restarted is stopped again (its agent may not have
       // heard of it).
-      const RunningJob& run = running_.at(job_id);
-      const int rank = run.RankOn(id, slot);
       const ElasticPhase::Restarting* restarting = run.phase.restarting();
       if (restarting != nullptr && rank >= 0 && run.ranks[rank].stopping) {
         out.messages.emplace_back(agent.send, StopRanksMessage(job_id, {slot}, restarting->cause));
@@ -118,7 +125,8 @@ void Scheduler::RemoveAgent(const std::string& agent_id) {
     absl::MutexLock lock(&mu_);
     const AgentRegistry::Agent* agent = agents_.Find(agent_id);
     if (agent == nullptr) return;
-    const std::string host = agent->hello.host();
+    const v1::AgentHello hello = agent->hello;
+    const std::string& host = hello.host();
     agents_.Remove(agent_id);
     for (auto it = stopping_slots_.begin(); it != stopping_slots_.end();) {
       it = it->first.first == agent_id ? stopping_slots_.erase(it) : std::next(it);
@@ -143,6 +151,8 @@ void Scheduler::RemoveAgent(const std::string& agent_id) {
         if (there.empty()) continue;
         ReformLocked(job_id, absl::StrCat(lost, ", which ran rank(s) ", absl::StrJoin(there, ",")),
                      ReformKind::kAgentLost, out);
+      } else if (reconnect_grace_ > absl::ZeroDuration()) {
+        AwaitAgentLocked(job_id, run, agent_id, hello, lost);
       } else {
         EndLocked(job_id, v1::Job::FAILED, absl::StrCat(lost, ", which ran ranks of this job"),
                   out);
@@ -151,6 +161,28 @@ void Scheduler::RemoveAgent(const std::string& agent_id) {
     ScheduleLocked(out);
   }
   out.Flush();
+}
+
+void Scheduler::AwaitAgentLocked(const std::string& job_id, RunningJob& run,
+                                 const std::string& agent_id, const v1::AgentHello& lost,
+                                 const std::string& lost_what) {
+  const std::vector<int> waiting = run.AwaitAgent(agent_id, lost.host(), lost.pid());
+  if (waiting.empty()) return;  // only departing ranks ran there
+  // A job already waiting (after a restart, another lost agent) keeps the
+  // later deadline.
+  run.recovering_until = std::max(run.recovering_until, clock_->Now() + reconnect_grace_);
+  run.wait_cause.lost_agents.push_back(
+      LostAgentWait{agent_id, lost.host(), waiting, reconnect_grace_});
+  const std::string why =
+      absl::StrCat(lost_what, ", which ran rank(s) ", absl::StrJoin(waiting, ","),
+                   "; waiting up to ", absl::FormatDuration(reconnect_grace_),
+                   " for it to reconnect");
+  LOG(WARNING) << job_id << ": " << why;
+  v1::JobEvent event;
+  event.set_message(why);
+  if (absl::Status s = jobs_.AddEvent(job_id, std::move(event)); !s.ok()) {
+    LOG(ERROR) << job_id << ": could not record a lost agent event: " << s;
+  }
 }
 
 void Scheduler::Schedule() {
@@ -426,7 +458,7 @@ void Scheduler::Tick() {
       const RecoveryProgress progress = CheckRecovery(run, now);
       if (progress.all_back) {
         v1::JobEvent event;
-        event.set_message("every rank is back after the coordinator restart");
+        event.set_message(progress.back);
         (void)jobs_.AddEvent(job_id, std::move(event));
       } else if (!progress.failure.empty()) {
         to_fail.emplace_back(job_id, progress.failure);
