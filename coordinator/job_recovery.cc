@@ -245,11 +245,10 @@ std::string WaitFailure(const RunningJob& run, int missing, int expected) {
       names.push_back(absl::StrCat(lost->host, " (", lost->agent_id, ")"));
       grace = std::max(grace, lost->grace);
     }
-    parts.push_back(absl::StrCat("lost contact with the agent", names.size() > 1 ? "s" : "",
-                                 " on ", absl::StrJoin(names, ", "),
-                                 ", which ran ranks of this job; ", missing - after_restart, " of ",
-                                 expected, " rank(s) did not come back within ",
-                                 absl::FormatDuration(grace)));
+    parts.push_back(absl::StrCat(
+        "lost contact with the agent", names.size() > 1 ? "s" : "", " on ",
+        absl::StrJoin(names, ", "), ", which ran ranks of this job; ", missing - after_restart,
+        " of ", expected, " rank(s) did not come back within ", absl::FormatDuration(grace)));
   }
   if (after_restart > 0) {
     parts.push_back(absl::StrCat(after_restart, " of ", expected,

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -378,10 +379,10 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string(chorus::kVersion));
   CLI11_PARSE(app, argc, argv);
   flags.options.recovery_grace = absl::Seconds(flags.recovery_grace_seconds);
-  // NaN (not >= 0) is refused as a negative grace (ValidateServerOptions).
-  flags.options.agent_reconnect_grace = flags.agent_reconnect_grace_seconds >= 0
-                                            ? absl::Seconds(flags.agent_reconnect_grace_seconds)
-                                            : -absl::InfiniteDuration();
+  // NaN is refused as a negative grace (ValidateServerOptions).
+  flags.options.agent_reconnect_grace = std::isnan(flags.agent_reconnect_grace_seconds)
+                                            ? -absl::InfiniteDuration()
+                                            : absl::Seconds(flags.agent_reconnect_grace_seconds);
   flags.options.checkpoint_data_hello_timeout = absl::Seconds(flags.data_hello_seconds);
   flags.options.checkpoint_data_io_timeout = absl::Seconds(flags.data_io_seconds);
   if (const std::string wrong = ParseStateFlags(flags); !wrong.empty()) {

@@ -118,7 +118,7 @@ struct LostAgentWait {
 
 // Why a job waits for ranks to come back (RunningJob::recovering_until).
 struct RankWaitCause {
-  bool after_restart = false;             // the coordinator restarted
+  bool after_restart = false;              // the coordinator restarted
   std::vector<LostAgentWait> lost_agents;  // oldest first
 };
 

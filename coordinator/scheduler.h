@@ -367,6 +367,12 @@ class Scheduler {
   // pending joins, records the state.
   void EndLocked(const std::string& job_id, v1::Job::State state, const std::string& reason,
                  Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // AddAgent's work under the lock.
+  absl::StatusOr<std::string> AddAgentLocked(const v1::AgentHello& hello, Sender send, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // RemoveAgent's work under the lock; false if the agent is unknown.
+  bool RemoveAgentLocked(const std::string& agent_id, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Note [Agent reconnect grace] in running_job.h: `run`, not elastic, had
   // ranks on `lost` (gone from the registry; `lost_what` names it), which
   // it now waits reconnect_grace_ for. Records why, and says so in an event.

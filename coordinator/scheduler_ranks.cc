@@ -132,11 +132,11 @@ void Scheduler::JoinLocked(const v1::JoinRequest& request, absl::Time deadline, 
     // not reconnected yet.
     out.joins.emplace_back(
         std::move(done),
-        absl::UnavailableError(absl::StrCat(
-            "job ", request.job_id(), " is taking back its ranks ",
-            it->second.wait_cause.lost_agents.empty() ? "after a coordinator restart"
-                                                      : "from agents that lost contact",
-            "; join again shortly")));
+        absl::UnavailableError(absl::StrCat("job ", request.job_id(), " is taking back its ranks ",
+                                            it->second.wait_cause.lost_agents.empty()
+                                                ? "after a coordinator restart"
+                                                : "from agents that lost contact",
+                                            "; join again shortly")));
   } else if (rank < 0) {
     out.joins.emplace_back(std::move(done), absl::NotFoundError(absl::StrCat(
                                                 "job ", request.job_id(), " has no rank on ",

@@ -1771,8 +1771,7 @@ TEST_F(AgentReconnectTest, AnAgentBackWithinTheGraceKeepsItsJobRunningWithItsRan
   const std::string b_before = b.id;
   scheduler_->agents().RemoveAgent(b.id);
   EXPECT_EQ(State(job), v1::Job::RUNNING);
-  EXPECT_THAT(Reasons(job), testing::Contains("lost contact with the agent on node-b (" +
-                                              b_before +
+  EXPECT_THAT(Reasons(job), testing::Contains("lost contact with the agent on node-b (" + b_before +
                                               "), which ran rank(s) 1; waiting up to 10s for it "
                                               "to reconnect"));
   EXPECT_EQ(Row(job, 1).state(), v1::RankStatus::LOST);
@@ -1787,7 +1786,8 @@ TEST_F(AgentReconnectTest, AnAgentBackWithinTheGraceKeepsItsJobRunningWithItsRan
   EXPECT_EQ(Row(job, 1).state(), v1::RankStatus::TRAINING);
   PassAndTick(job, absl::Seconds(2));  // rank 1's heartbeats come back shortly
   EXPECT_EQ(State(job), v1::Job::RUNNING) << jobs_->Get(job)->reason();
-  EXPECT_THAT(Reasons(job), testing::Contains("every rank is back: the agent on node-b reconnected"));
+  EXPECT_THAT(Reasons(job),
+              testing::Contains("every rank is back: the agent on node-b reconnected"));
   EXPECT_EQ(a.Stops() + b.Stops(), 0);
   EXPECT_EQ(a.Launches().size(), 1u);
   EXPECT_TRUE(b.Launches().empty()) << "its rank keeps its process";
@@ -1836,6 +1836,30 @@ TEST_F(AgentReconnectTest, ARankThatFailedWhileItsAgentWasAwayFailsTheJobWithIts
   EXPECT_EQ(scheduler_->agents().free_slots(), 2);
 }
 
+// The agent process connects again while the coordinator still takes its
+// old stream for open (a half-open connection): the old registration is the
+// lost agent, and the new one takes its ranks back at once instead of being
+// told to stop them as no job's.
+TEST_F(AgentReconnectTest, AnAgentConnectingAgainBeforeItsOldStreamEndedKeepsItsRanks) {
+  FakeAgent a, b;
+  const std::string job = StartOnTwoNodes(a, b);
+  const std::string b_before = b.id;
+  NodeBBack(b, job, /*running=*/true);
+  EXPECT_EQ(b.Stops(), 0);
+  EXPECT_EQ(Row(job, 1).state(), v1::RankStatus::TRAINING);
+  EXPECT_EQ(scheduler_->agents().ListAgents().size(), 2u) << "the old registration is gone";
+  EXPECT_EQ(scheduler_->agents().free_slots(), 0);
+  scheduler_->agents().RemoveAgent(b_before);  // its stream ends at last: nothing more
+  Beat(job, 1, 1);
+  PassAndTick(job, absl::Seconds(1));
+  EXPECT_EQ(State(job), v1::Job::RUNNING) << jobs_->Get(job)->reason();
+  EXPECT_THAT(Reasons(job),
+              testing::Contains("every rank is back: the agent on node-b reconnected"));
+  ExitOn(a, job, 0, 0);
+  ExitOn(b, job, 0, 0);
+  EXPECT_EQ(State(job), v1::Job::SUCCEEDED) << jobs_->Get(job)->reason();
+}
+
 // A job already waiting keeps the later deadline: a restart's 30 s are not
 // cut to an agent's 10 s.
 TEST_F(AgentReconnectTest, AJobWaitingAfterARestartKeepsItsLaterDeadline) {
@@ -1868,8 +1892,7 @@ TEST_F(AgentReconnectTest, ACoordinatorRestartDuringTheWaitTakesTheJobBack) {
   EXPECT_EQ(a.Stops() + b.Stops(), 0);
   PassAndTick(job, absl::Seconds(1));
   EXPECT_EQ(State(job), v1::Job::RUNNING) << jobs_->Get(job)->reason();
-  EXPECT_THAT(Reasons(job),
-              testing::Contains("every rank is back after the coordinator restart"));
+  EXPECT_THAT(Reasons(job), testing::Contains("every rank is back after the coordinator restart"));
 }
 
 TEST_F(ElasticRestartTest, ASteadyJobKeepsSurvivorsOfEarlierGenerationsAfterARestart) {
