@@ -100,12 +100,15 @@ struct RankState {
 // known by host, agent pid and slot (AwaitAgent), the agent's slots are
 // gone with it, and the job's wait (recovering_until) ends at the later of
 // its current deadline and now + grace. The reconnected agent (a new agent
-// id, the same host and process) rebinds them (RebindRanks); an exit it
+// id, the same host and process) rebinds them (RebindRanks); if the
+// coordinator still holds the agent's old stream then (a half-open
+// connection), the old registration is taken as lost first. An exit it
 // tells in its hello counts as after a restart (Note [Exits told again] in
 // scheduler.cc); ranks not back by the deadline fail the job with the lost
 // agent as the cause (CheckRecovery in job_recovery.h). While the ranks are
 // away the hang detector does not see them (HangViews): their heartbeats,
-// relayed by the agent, stop with its stream and would make them DEAD.
+// relayed by the agent, stop with its stream and would make them DEAD; for
+// the same reason a rank's heartbeat age starts again when it is rebound.
 // An elastic job re-forms at once instead (docs/elastic.md).
 
 // An agent whose contact was lost while the job waits for its ranks.

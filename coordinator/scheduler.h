@@ -13,8 +13,8 @@
 //
 // A rank exiting with a non-zero code fails the job and stops its other
 // ranks; so does its agent vanishing and not coming back within
-// SchedulerOptions::agent_reconnect_grace. All ranks exiting 0 is success. An elastic job
-// (spec.elastic) instead re-forms after a lost rank or agent: the survivors
+// SchedulerOptions::agent_reconnect_grace. All ranks exiting 0 is success.
+// An elastic job (spec.elastic) instead re-forms after a lost rank or agent: the survivors
 // and a newcomer on a free slot form the next generation (GenerationPlan,
 // scheduler_elastic.cc, docs/elastic.md); it also re-forms at a step
 // boundary when an agent it runs on is drained and when free slots let it
