@@ -176,7 +176,16 @@ TEST_F(AgentServiceTest, AnAgentSendsItsRanksJoinsInOneMessageAndGetsTheAnswersI
   EXPECT_TRUE(stream->Finish().ok());
 }
 
-TEST_F(AgentServiceTest, LosingTheAgentFailsItsJob) {
+// Note [Agent reconnect grace] in running_job.h: a job that is not elastic
+// waits --agent_reconnect_grace_seconds for its agent to come back, then
+// fails naming it; with 0 it fails as soon as the stream ends.
+class LostAgentTest : public AgentServiceTest,
+                      public ::testing::WithParamInterface<absl::Duration> {
+ protected:
+  void Configure(ServerOptions& options) override { options.agent_reconnect_grace = GetParam(); }
+};
+
+TEST_P(LostAgentTest, LosingTheAgentFailsItsJob) {
   auto context = std::make_unique<grpc::ClientContext>();
   auto stream = agents_->Connect(context.get());
   v1::AgentMessage hello;
@@ -190,11 +199,19 @@ TEST_F(AgentServiceTest, LosingTheAgentFailsItsJob) {
   ASSERT_TRUE(message.has_launch());
   context->TryCancel();  // the node disappears
   stream->Finish();
+  const absl::Time lost = absl::Now();
   ASSERT_TRUE(WaitForState(job, v1::Job::FAILED));
+  EXPECT_GE(absl::Now() - lost, GetParam()) << "failed before the grace was over";
   v1::Job failed;
   StateOf(job, &failed);
   EXPECT_THAT(failed.reason(), HasSubstr("lost contact with the agent on doomed-node"));
+  if (GetParam() > absl::ZeroDuration()) {
+    EXPECT_THAT(failed.reason(), HasSubstr("; 1 of 1 rank(s) did not come back within 1s"));
+  }
 }
+
+INSTANTIATE_TEST_SUITE_P(Grace, LostAgentTest,
+                         ::testing::Values(absl::ZeroDuration(), absl::Seconds(1)));
 
 // Note [A stopping coordinator keeps its agents]: a coordinator stopped with
 // SIGTERM ends its agents' streams itself; that is no loss of the agents, and

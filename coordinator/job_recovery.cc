@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace chorus {
 
@@ -151,6 +152,7 @@ RunningJob RecoveredJob(const v1::Job& job, absl::Time until,
   const bool forming = restore && record.has_forming();
   RunningJob run(job, job.placements_size(), job.generation());
   run.recovering_until = until;
+  run.wait_cause.after_restart = true;
   for (const v1::RankPlacement& placement : job.placements()) {
     RankState rank;
     rank.slot = placement.slot();
@@ -207,6 +209,72 @@ bool AwaitsToldExit(const RunningJob& run, const v1::AgentHello& hello,
   return false;
 }
 
+namespace {
+
+// The lost agent (Note [Agent reconnect grace]) that ran `rank` last, or
+// null: the rank has waited since the coordinator restarted.
+const LostAgentWait* LostAgentOf(const RankWaitCause& cause, int rank) {
+  for (auto it = cause.lost_agents.rbegin(); it != cause.lost_agents.rend(); ++it) {
+    if (std::find(it->ranks.begin(), it->ranks.end(), rank) != it->ranks.end()) return &*it;
+  }
+  return nullptr;
+}
+
+// Why the wait of `run` ended with `missing` of `expected` ranks not back:
+// "lost contact with the agent on node-b (agent-2), which ran ranks of this
+// job; 1 of 2 rank(s) did not come back within 10s", the restart's reason
+// for ranks that waited since the coordinator restarted, or both.
+std::string WaitFailure(const RunningJob& run, int missing, int expected) {
+  std::vector<const LostAgentWait*> agents;  // of missing ranks, oldest first
+  int after_restart = 0;
+  for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
+    const RankState& r = run.ranks[rank];
+    if (!r.agent_id.empty() || r.state == v1::RankStatus::EXITED) continue;
+    const LostAgentWait* lost = LostAgentOf(run.wait_cause, static_cast<int>(rank));
+    if (lost == nullptr) {
+      ++after_restart;
+    } else if (std::find(agents.begin(), agents.end(), lost) == agents.end()) {
+      agents.push_back(lost);
+    }
+  }
+  std::vector<std::string> parts;
+  if (!agents.empty()) {
+    std::vector<std::string> names;
+    absl::Duration grace = absl::ZeroDuration();
+    for (const LostAgentWait* lost : agents) {
+      names.push_back(absl::StrCat(lost->host, " (", lost->agent_id, ")"));
+      grace = std::max(grace, lost->grace);
+    }
+    parts.push_back(absl::StrCat(
+        "lost contact with the agent", names.size() > 1 ? "s" : "", " on ",
+        absl::StrJoin(names, ", "), ", which ran ranks of this job; ", missing - after_restart,
+        " of ", expected, " rank(s) did not come back within ", absl::FormatDuration(grace)));
+  }
+  if (after_restart > 0) {
+    parts.push_back(absl::StrCat(after_restart, " of ", expected,
+                                 " rank(s) did not come back after the coordinator restarted"));
+  }
+  return absl::StrJoin(parts, "; ");
+}
+
+// What the event says once every rank is back.
+std::string AllBack(const RankWaitCause& cause) {
+  std::string back = cause.after_restart ? "every rank is back after the coordinator restart"
+                                         : "every rank is back";
+  if (cause.lost_agents.empty()) return back;
+  std::vector<std::string> hosts;
+  for (const LostAgentWait& lost : cause.lost_agents) {
+    if (std::find(hosts.begin(), hosts.end(), lost.host) == hosts.end()) {
+      hosts.push_back(lost.host);
+    }
+  }
+  return absl::StrCat(back, cause.after_restart ? "; " : ": ", "the agent",
+                      hosts.size() > 1 ? "s" : "", " on ", absl::StrJoin(hosts, ", "),
+                      " reconnected");
+}
+
+}  // namespace
+
 RecoveryProgress CheckRecovery(RunningJob& run, absl::Time now) {
   RecoveryProgress progress;
   if (run.recovering_until == absl::InfinitePast()) return progress;
@@ -219,11 +287,12 @@ RecoveryProgress CheckRecovery(RunningJob& run, absl::Time now) {
     if (rank.agent_id.empty()) ++missing;
   }
   if (missing == 0) {
-    run.recovering_until = absl::InfinitePast();
     progress.all_back = true;
-  } else if (now > run.recovering_until) {
-    progress.failure = absl::StrCat(missing, " of ", expected,
-                                    " rank(s) did not come back after the coordinator restarted");
+    progress.back = AllBack(run.wait_cause);
+    run.recovering_until = absl::InfinitePast();
+    run.wait_cause = RankWaitCause();
+  } else if (now >= run.recovering_until) {
+    progress.failure = WaitFailure(run, missing, expected);
   }
   return progress;
 }

@@ -1,5 +1,6 @@
 // Job recovery: taking back, after a coordinator restart, the jobs that were
-// RUNNING when it stopped.
+// RUNNING when it stopped, and the ranks of a job that is not elastic whose
+// agent's stream ended (Note [Agent reconnect grace] in running_job.h).
 //
 // Their ranks kept running under their agents. A job comes back from its
 // recorded placements with every rank LOST and unbound (RecoveredJob); as
@@ -93,9 +94,14 @@ bool AwaitsToldExit(const RunningJob& run, const v1::AgentHello& hello,
 
 struct RecoveryProgress {
   bool all_back = false;  // every rank is back: the wait is over
+  std::string back;       // with all_back: the job event that says so
   std::string failure;    // non-empty: the wait is over with ranks missing
 };
-// For a job waiting for its ranks; a job not waiting reports neither.
+// For a job waiting for its ranks; a job not waiting reports neither. The
+// wait is over with ranks missing once `now` reaches run.recovering_until;
+// the failure names its cause (run.wait_cause): the coordinator's restart,
+// or the lost agents whose ranks are missing (Note [Agent reconnect grace]
+// in running_job.h).
 RecoveryProgress CheckRecovery(RunningJob& run, absl::Time now);
 
 }  // namespace chorus

@@ -227,5 +227,40 @@ TEST(JobRecoveryTest, ElasticPhaseComesBackFromItsRecord) {
   }
 }
 
+// Note [Agent reconnect grace] in running_job.h: two agents lost, one back.
+// The failure names only the agent whose rank is missing, and comes at the
+// deadline itself; all back names the agents that reconnected.
+TEST(JobRecoveryTest, AWaitForLostAgentsNamesTheAgentWhoseRanksAreMissing) {
+  const absl::Time now = absl::FromUnixSeconds(1000);
+  v1::Job job = RunningOnNodeA();
+  RunningJob run(job, 2, 1);
+  for (int rank = 0; rank < 2; ++rank) {
+    RankState& r = run.ranks.emplace_back();
+    r.agent_id = rank == 0 ? "agent-1" : "agent-2";
+    r.slot = 0;
+    r.state = v1::RankStatus::TRAINING;
+  }
+  EXPECT_EQ(run.AwaitAgent("agent-1", "node-a", 77), std::vector<int>{0});
+  EXPECT_EQ(run.AwaitAgent("agent-2", "node-b", 88), std::vector<int>{1});
+  EXPECT_TRUE(run.AwaitingRanks());
+  EXPECT_EQ(run.ranks[1].state, v1::RankStatus::LOST);
+  EXPECT_EQ(run.ranks[1].recover_host, "node-b");
+  EXPECT_EQ(run.ranks[1].recover_agent_pid, 88);
+  run.recovering_until = now + absl::Seconds(10);
+  run.wait_cause.lost_agents = {{"agent-1", "node-a", {0}, absl::Seconds(10)},
+                                {"agent-2", "node-b", {1}, absl::Seconds(10)}};
+  run.ranks[0].agent_id = "agent-3";  // node-a's agent is back
+  EXPECT_EQ(CheckRecovery(run, now + absl::Seconds(9)).failure, "");
+  EXPECT_EQ(CheckRecovery(run, now + absl::Seconds(10)).failure,
+            "lost contact with the agent on node-b (agent-2), which ran ranks of this job; 1 of 2 "
+            "rank(s) did not come back within 10s");
+
+  run.ranks[1].agent_id = "agent-4";
+  const RecoveryProgress back = CheckRecovery(run, now + absl::Seconds(10));
+  EXPECT_TRUE(back.all_back);
+  EXPECT_EQ(back.back, "every rank is back: the agents on node-a, node-b reconnected");
+  EXPECT_TRUE(run.wait_cause.lost_agents.empty());
+}
+
 }  // namespace
 }  // namespace chorus

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -47,6 +48,7 @@ struct Flags {
   int verbosity = 0;
   bool check_flags = false;
   double recovery_grace_seconds = 30;
+  double agent_reconnect_grace_seconds = 10;
   std::string scheduling_policy;
   double data_hello_seconds = 0;
   double data_io_seconds = 0;
@@ -145,6 +147,12 @@ void AddLimitFlags(CLI::App& app, Flags& flags) {
          "After a restart, how long jobs that were running wait for their ranks to come back "
          "with their agents before they fail.")
       ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option(
+         "--agent_reconnect_grace_seconds", flags.agent_reconnect_grace_seconds,
+         "How long a running job without an elastic block waits for the ranks of an agent that "
+         "lost contact (its stream ended) to come back with it before it fails; 0: it fails at "
+         "once. Elastic jobs re-form without the agent's ranks at once.")
       ->capture_default_str();
   app.add_option("--max_pending_jobs", options.max_pending_jobs,
                  "Most jobs waiting PENDING at once; one more submission is refused "
@@ -371,6 +379,10 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string(chorus::kVersion));
   CLI11_PARSE(app, argc, argv);
   flags.options.recovery_grace = absl::Seconds(flags.recovery_grace_seconds);
+  // NaN is refused as a negative grace (ValidateServerOptions).
+  flags.options.agent_reconnect_grace = std::isnan(flags.agent_reconnect_grace_seconds)
+                                            ? -absl::InfiniteDuration()
+                                            : absl::Seconds(flags.agent_reconnect_grace_seconds);
   flags.options.checkpoint_data_hello_timeout = absl::Seconds(flags.data_hello_seconds);
   flags.options.checkpoint_data_io_timeout = absl::Seconds(flags.data_io_seconds);
   if (const std::string wrong = ParseStateFlags(flags); !wrong.empty()) {

@@ -82,8 +82,9 @@ std::vector<RankSlot> RunningJob::Slots() const {
 // and looks again. A lookup for a slot no rank has rebuilds each time, as
 // the scan cost before; those are rare (a departed rank's late exit). The
 // ranks taken back after a restart (recover_host set) are listed at the
-// same time: recover_host is set only when a job is taken back, before
-// any lookup, and survives into later generations with the rank.
+// same time: recover_host is set when a job is taken back, before any
+// lookup, or by AwaitAgent, which indexes again; it survives into later
+// generations with the rank.
 void RunningJob::IndexRanks() const {
   rank_index_.clear();
   recovered_ranks_.clear();
@@ -127,6 +128,22 @@ bool RunningJob::AwaitingRanks() const {
   return std::any_of(ranks.begin(), ranks.end(), [](const RankState& r) {
     return r.agent_id.empty() && r.state != v1::RankStatus::EXITED;
   });
+}
+
+std::vector<int> RunningJob::AwaitAgent(const std::string& agent_id, const std::string& host,
+                                        int64_t agent_pid) {
+  std::vector<int> waiting;
+  for (size_t rank = 0; rank < ranks.size(); ++rank) {
+    RankState& r = ranks[rank];
+    if (r.agent_id != agent_id || r.state == v1::RankStatus::EXITED) continue;
+    r.agent_id.clear();
+    r.recover_host = host;
+    r.recover_agent_pid = agent_pid;
+    r.state = v1::RankStatus::LOST;
+    waiting.push_back(static_cast<int>(rank));
+  }
+  IndexRanks();
+  return waiting;
 }
 
 bool RunningJob::RunsOn(const std::string& agent_id) const {
@@ -184,7 +201,9 @@ std::vector<RankView> RunningJob::HangViews() const {
     v.has_heartbeat = r.heartbeat_at != absl::InfinitePast();
     v.heartbeat_at = r.heartbeat_at;
     v.recorded = &r.last_heartbeat;
-    if (v.has_heartbeat || v.exited) views.push_back(std::move(v));
+    // Note [Agent reconnect grace]: its heartbeats come back with its agent.
+    const bool away = r.agent_id.empty() && !v.exited;
+    if ((v.has_heartbeat || v.exited) && !away) views.push_back(std::move(v));
   }
   return views;
 }
@@ -305,7 +324,10 @@ void AddStatusRow(const RankState& r, int rank, double caused, const AgentRegist
   v1::RankStatus* row = status.add_ranks();
   row->set_rank(rank);
   const AgentRegistry::Agent* agent = agents.Find(r.agent_id);
-  row->set_host(agent != nullptr ? agent->hello.host() : r.agent_id);
+  // A rank waiting for its agent to come back is shown on its host.
+  row->set_host(agent != nullptr          ? agent->hello.host()
+                : !r.recover_host.empty() ? r.recover_host
+                                          : r.agent_id);
   row->set_pid(r.pid);
   row->set_state(r.state);
   row->set_exit_code(r.exit_code);

@@ -44,7 +44,8 @@ struct RankState {
   v1::RankStatus::State state = v1::RankStatus::LAUNCHING;
   int64_t pid = 0;
   int exit_code = 0;
-  // For a job taken back after a restart: the agent that ran the rank.
+  // For a job taken back after a restart, or whose agent's stream ended
+  // (Note [Agent reconnect grace]): the agent that ran the rank.
   std::string recover_host;
   int64_t recover_agent_pid = 0;
   v1::RankHeartbeat last_heartbeat;
@@ -87,6 +88,42 @@ struct RankState {
 // loses the steps since its last checkpoint, while one wrongly left to
 // re-form loses its survivors to crashes and every restart with them. The
 // built-in trainer always re-forms in process.
+
+// Note [Agent reconnect grace]
+// An agent's stream ends when the network between its node and the
+// coordinator drops for a moment, not only when the node dies; the agent
+// keeps its ranks running and connects again with backoff, its hello
+// listing the ranks it still runs and the exits it wrote meanwhile. A job
+// without an elastic block (which cannot re-form without them) therefore
+// waits --agent_reconnect_grace_seconds for the agent's ranks as it waits
+// for every rank after a coordinator restart: they are unbound and LOST,
+// known by host, agent pid and slot (AwaitAgent), the agent's slots are
+// gone with it, and the job's wait (recovering_until) ends at the later of
+// its current deadline and now + grace. The reconnected agent (a new agent
+// id, the same host and process) rebinds them (RebindRanks); if the
+// coordinator still holds the agent's old stream then (a half-open
+// connection), the old registration is taken as lost first. An exit it
+// tells in its hello counts as after a restart (Note [Exits told again] in
+// scheduler.cc); ranks not back by the deadline fail the job with the lost
+// agent as the cause (CheckRecovery in job_recovery.h). While the ranks are
+// away the hang detector does not see them (HangViews): their heartbeats,
+// relayed by the agent, stop with its stream and would make them DEAD; for
+// the same reason a rank's heartbeat age starts again when it is rebound.
+// An elastic job re-forms at once instead (docs/elastic.md).
+
+// An agent whose contact was lost while the job waits for its ranks.
+struct LostAgentWait {
+  std::string agent_id;
+  std::string host;
+  std::vector<int> ranks;  // the ranks it ran that had not exited
+  absl::Duration grace;    // how long they were given to come back
+};
+
+// Why a job waits for ranks to come back (RunningJob::recovering_until).
+struct RankWaitCause {
+  bool after_restart = false;              // the coordinator restarted
+  std::vector<LostAgentWait> lost_agents;  // oldest first
+};
 
 // Rows of a job's status (GetJobStatus, the job page) when the request does
 // not say how many: every rank of a job up to this size; a larger job's
@@ -149,9 +186,14 @@ struct RunningJob {
   // agent had before (its environment's), which may now name another agent:
   // it is known by its host, pid and slot.
   int RankOfJoin(const std::string& agent_id, int slot, int64_t pid, const std::string& host) const;
-  // Whether a job taken back after a restart still waits for a rank that
-  // was running when the coordinator stopped.
+  // Whether a job taken back after a restart, or whose agent's stream
+  // ended, still waits for a rank to come back.
   bool AwaitingRanks() const;
+  // Note [Agent reconnect grace]: agent `agent_id` (`host`, process
+  // `agent_pid`) is gone; its ranks that have not exited become LOST and
+  // unbound, to be bound again by host, agent pid and slot. Returns them.
+  std::vector<int> AwaitAgent(const std::string& agent_id, const std::string& host,
+                              int64_t agent_pid);
   // Whether a rank that has not exited runs on `agent_id` (departing ones
   // included).
   bool RunsOn(const std::string& agent_id) const;
@@ -163,8 +205,9 @@ struct RunningJob {
   std::map<std::string, std::vector<int>> ReleaseSlots(AgentRegistry& agents) const;
   // Whether `rank` of `generation` is a rank of this job now.
   bool HasRank(int64_t generation, int rank) const;
-  // What the hang detector needs: ranks that have sent a heartbeat or exited.
-  // The views point at the ranks' recorded heartbeats: use them before
+  // What the hang detector needs: ranks that have sent a heartbeat or exited,
+  // less those waiting for their agent to come back (Note [Agent reconnect
+  // grace]). The views point at the ranks' recorded heartbeats: use them before
   // `ranks` changes.
   std::vector<RankView> HangViews() const;
   // One LaunchRanks message per agent (by agent id) for the ranks of
@@ -195,8 +238,9 @@ struct RunningJob {
   std::optional<JobEnd> RecordExit(const std::string& agent_id, const v1::AgentHello& agent,
                                    const v1::RankExited& exited);
   // Fills status.rank_summary over every rank and status.rank_offset, and
-  // appends a row per rank of `rows` (host: the agent's, or its id once the
-  // agent is gone). O(ranks log ranks) for the summary; protos only for the
+  // appends a row per rank of `rows` (host: the agent's, the host of a rank
+  // waiting for its agent to come back, or the agent's id once the agent is
+  // gone). O(ranks log ranks) for the summary; protos only for the
   // rows asked for.
   void AddStatusRows(const AgentRegistry& agents, absl::Time now, v1::JobStatus& status,
                      const StatusRows& rows = StatusRows()) const;
@@ -214,8 +258,10 @@ struct RunningJob {
   // The checkpoint the job resumes from (empty job_id: none).
   v1::CheckpointManifest resume;
   UploadGrant upload_grant;
-  // Set while a job taken back after a restart waits for its ranks.
+  // Set while a job taken back after a restart, or whose agent's stream
+  // ended, waits for its ranks; `wait_cause` says which.
   absl::Time recovering_until = absl::InfinitePast();
+  RankWaitCause wait_cause;
 
   // Who submitted the job ("" anonymous), its priority and device: the
   // queue plan's quotas and fair share count its slots (queue_plan.h), and

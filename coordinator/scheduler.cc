@@ -33,7 +33,8 @@ Scheduler::Scheduler(JobManager& jobs, Clock* clock, SchedulerOptions options)
       metrics_(options.metrics),
       policy_(std::move(options.scheduling_policy)),
       fair_share_(policy_.fair_share_half_life, clock_->Now()),
-      requeue_timeout_(options.requeue_checkpoint_timeout) {}
+      requeue_timeout_(options.requeue_checkpoint_timeout),
+      reconnect_grace_(options.agent_reconnect_grace) {}
 
 void Scheduler::Configure(SchedulerOptions options) {
   absl::MutexLock lock(&mu_);
@@ -43,44 +44,71 @@ void Scheduler::Configure(SchedulerOptions options) {
   fair_share_ = FairShare(options.scheduling_policy.fair_share_half_life, clock_->Now());
   policy_ = std::move(options.scheduling_policy);
   requeue_timeout_ = options.requeue_checkpoint_timeout;
+  reconnect_grace_ = options.agent_reconnect_grace;
 }
 
 absl::StatusOr<std::string> Scheduler::AddAgent(const v1::AgentHello& hello, Sender send) {
   Outbox out(agent_joins_);
-  std::string id;
+  absl::StatusOr<std::string> added;
   {
     absl::MutexLock lock(&mu_);
-    ASSIGN_OR_RETURN(id, agents_.Add(hello, std::move(send)));
-    const AgentRegistry::Agent& agent = *agents_.Find(id);
-    v1::CoordinatorMessage welcome;
-    welcome.mutable_welcome()->set_agent_id(id);
-    out.messages.emplace_back(agent.send, welcome);
-    LOG(INFO) << "agent " << id << " on " << hello.host() << " offers " << hello.slots() << " "
-              << v1::ResourceSpec::Device_Name(agent.hello.device()) << " slot(s)";
-    // Ranks it still runs: rebind them to the jobs taken back after a
-    // restart; stop those whose job is no longer running.
-    std::vector<std::pair<std::string, int>> bound;
-    for (auto& [job_id, slots] : RebindRanks(running_, id, hello, &bound)) {
-      out.messages.emplace_back(
-          agent.send, StopRanksMessage(job_id, slots, "the coordinator no longer runs this job"));
-    }
-    for (const auto& [job_id, slot] : bound) {
-      agents_.SetBusy(id, slot, true);
-      LOG(INFO) << job_id << ": slot " << slot << " on " << hello.host() << " is back";
-      // Note [Restart-all]: a rank a restart-all was stopping when the
-      // coordinator restarted is stopped again (its agent may not have
-      // heard of it).
-      const RunningJob& run = running_.at(job_id);
-      const int rank = run.RankOn(id, slot);
-      const ElasticPhase::Restarting* restarting = run.phase.restarting();
-      if (restarting != nullptr && rank >= 0 && run.ranks[rank].stopping) {
-        out.messages.emplace_back(agent.send, StopRanksMessage(job_id, {slot}, restarting->cause));
-      }
-    }
-    TakeToldExitsLocked(id, hello, out);
-    ScheduleLocked(out);
+    added = AddAgentLocked(hello, std::move(send), out);
   }
   out.Flush();
+  return added;
+}
+
+absl::StatusOr<std::string> Scheduler::AddAgentLocked(const v1::AgentHello& hello, Sender send,
+                                                      Outbox& out) {
+  // Note [Agent reconnect grace]: an agent process connecting again before
+  // its old stream was seen to end (a connection the coordinator still
+  // takes for open) is the old agent lost; its ranks are rebound below.
+  // Without this they would be told to stop as no job's.
+  if (hello.pid() != 0) {
+    for (const std::string& old : agents_.Ids()) {
+      const AgentRegistry::Agent* agent = agents_.Find(old);
+      if (agent->hello.host() == hello.host() && agent->hello.pid() == hello.pid()) {
+        LOG(WARNING) << "agent " << old << " on " << hello.host() << " connected again (pid "
+                     << hello.pid() << ") before its old stream ended";
+        RemoveAgentLocked(old, out);
+      }
+    }
+  }
+  std::string id;
+  ASSIGN_OR_RETURN(id, agents_.Add(hello, std::move(send)));
+  const AgentRegistry::Agent& agent = *agents_.Find(id);
+  v1::CoordinatorMessage welcome;
+  welcome.mutable_welcome()->set_agent_id(id);
+  out.messages.emplace_back(agent.send, welcome);
+  LOG(INFO) << "agent " << id << " on " << hello.host() << " offers " << hello.slots() << " "
+            << v1::ResourceSpec::Device_Name(agent.hello.device()) << " slot(s)";
+  // Ranks it still runs: rebind them to the jobs taken back after a
+  // restart; stop those whose job is no longer running.
+  std::vector<std::pair<std::string, int>> bound;
+  for (auto& [job_id, slots] : RebindRanks(running_, id, hello, &bound)) {
+    out.messages.emplace_back(
+        agent.send, StopRanksMessage(job_id, slots, "the coordinator no longer runs this job"));
+  }
+  for (const auto& [job_id, slot] : bound) {
+    agents_.SetBusy(id, slot, true);
+    LOG(INFO) << job_id << ": slot " << slot << " on " << hello.host() << " is back";
+    RunningJob& run = running_.at(job_id);
+    const int rank = run.RankOn(id, slot);
+    // Note [Agent reconnect grace]: its agent says it runs, and relays its
+    // heartbeats again from now; the time away does not make it DEAD.
+    if (rank >= 0 && run.ranks[rank].heartbeat_at != absl::InfinitePast()) {
+      run.ranks[rank].heartbeat_at = clock_->Now();
+    }
+    // Note [Restart-all]: a rank a restart-all was stopping when the
+    // coordinator restarted is stopped again (its agent may not have
+    // heard of it).
+    const ElasticPhase::Restarting* restarting = run.phase.restarting();
+    if (restarting != nullptr && rank >= 0 && run.ranks[rank].stopping) {
+      out.messages.emplace_back(agent.send, StopRanksMessage(job_id, {slot}, restarting->cause));
+    }
+  }
+  TakeToldExitsLocked(id, hello, out);
+  ScheduleLocked(out);
   return id;
 }
 
@@ -116,41 +144,69 @@ void Scheduler::RemoveAgent(const std::string& agent_id) {
   Outbox out(agent_joins_);
   {
     absl::MutexLock lock(&mu_);
-    const AgentRegistry::Agent* agent = agents_.Find(agent_id);
-    if (agent == nullptr) return;
-    const std::string host = agent->hello.host();
-    agents_.Remove(agent_id);
-    for (auto it = stopping_slots_.begin(); it != stopping_slots_.end();) {
-      it = it->first.first == agent_id ? stopping_slots_.erase(it) : std::next(it);
-    }
-    std::vector<std::string> affected;
-    for (const auto& [job_id, run] : running_) {
-      if (run.RunsOn(agent_id)) affected.push_back(job_id);
-    }
-    const std::string lost =
-        absl::StrCat("lost contact with the agent on ", host, " (", agent_id, ")");
-    for (const std::string& job_id : affected) {
-      RunningJob& run = running_.at(job_id);
-      // Ranks that had already left with a drain are gone with it.
-      run.departing.erase(std::remove_if(run.departing.begin(), run.departing.end(),
-                                         [&](const auto& d) { return d.first == agent_id; }),
-                          run.departing.end());
-      if (run.elastic) {
-        std::vector<int> there;
-        for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
-          if (run.ranks[rank].agent_id == agent_id) there.push_back(static_cast<int>(rank));
-        }
-        if (there.empty()) continue;
-        ReformLocked(job_id, absl::StrCat(lost, ", which ran rank(s) ", absl::StrJoin(there, ",")),
-                     ReformKind::kAgentLost, out);
-      } else {
-        EndLocked(job_id, v1::Job::FAILED, absl::StrCat(lost, ", which ran ranks of this job"),
-                  out);
-      }
-    }
+    if (!RemoveAgentLocked(agent_id, out)) return;
     ScheduleLocked(out);
   }
   out.Flush();
+}
+
+bool Scheduler::RemoveAgentLocked(const std::string& agent_id, Outbox& out) {
+  const AgentRegistry::Agent* agent = agents_.Find(agent_id);
+  if (agent == nullptr) return false;
+  const v1::AgentHello hello = agent->hello;
+  const std::string& host = hello.host();
+  agents_.Remove(agent_id);
+  for (auto it = stopping_slots_.begin(); it != stopping_slots_.end();) {
+    it = it->first.first == agent_id ? stopping_slots_.erase(it) : std::next(it);
+  }
+  std::vector<std::string> affected;
+  for (const auto& [job_id, run] : running_) {
+    if (run.RunsOn(agent_id)) affected.push_back(job_id);
+  }
+  const std::string lost =
+      absl::StrCat("lost contact with the agent on ", host, " (", agent_id, ")");
+  for (const std::string& job_id : affected) {
+    RunningJob& run = running_.at(job_id);
+    // Ranks that had already left with a drain are gone with it.
+    run.departing.erase(std::remove_if(run.departing.begin(), run.departing.end(),
+                                       [&](const auto& d) { return d.first == agent_id; }),
+                        run.departing.end());
+    if (run.elastic) {
+      std::vector<int> there;
+      for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
+        if (run.ranks[rank].agent_id == agent_id) there.push_back(static_cast<int>(rank));
+      }
+      if (there.empty()) continue;
+      ReformLocked(job_id, absl::StrCat(lost, ", which ran rank(s) ", absl::StrJoin(there, ",")),
+                   ReformKind::kAgentLost, out);
+    } else if (reconnect_grace_ > absl::ZeroDuration()) {
+      AwaitAgentLocked(job_id, run, agent_id, hello, lost);
+    } else {
+      EndLocked(job_id, v1::Job::FAILED, absl::StrCat(lost, ", which ran ranks of this job"), out);
+    }
+  }
+  return true;
+}
+
+void Scheduler::AwaitAgentLocked(const std::string& job_id, RunningJob& run,
+                                 const std::string& agent_id, const v1::AgentHello& lost,
+                                 const std::string& lost_what) {
+  const std::vector<int> waiting = run.AwaitAgent(agent_id, lost.host(), lost.pid());
+  if (waiting.empty()) return;  // only departing ranks ran there
+  // A job already waiting (after a restart, another lost agent) keeps the
+  // later deadline.
+  run.recovering_until = std::max(run.recovering_until, clock_->Now() + reconnect_grace_);
+  run.wait_cause.lost_agents.push_back(
+      LostAgentWait{agent_id, lost.host(), waiting, reconnect_grace_});
+  const std::string why = absl::StrCat(
+      lost_what, ", which ran rank(s) ", absl::StrJoin(waiting, ","), "; waiting up to ",
+      absl::FormatDuration(reconnect_grace_), " for it to reconnect");
+  LOG(WARNING) << job_id << ": " << why;
+  v1::JobEvent event;
+  event.set_message(why);
+  if (absl::Status s = jobs_.AddEvent(job_id, std::move(event)); !s.ok()) {
+    LOG(ERROR) << job_id << ": could not record a lost agent event: " << s;
+  }
 }
 
 void Scheduler::Schedule() {
@@ -426,7 +482,7 @@ void Scheduler::Tick() {
       const RecoveryProgress progress = CheckRecovery(run, now);
       if (progress.all_back) {
         v1::JobEvent event;
-        event.set_message("every rank is back after the coordinator restart");
+        event.set_message(progress.back);
         (void)jobs_.AddEvent(job_id, std::move(event));
       } else if (!progress.failure.empty()) {
         to_fail.emplace_back(job_id, progress.failure);

@@ -11,9 +11,10 @@
 //   LogStore         ranks' output (log_store.h)
 // and records every state change in the JobManager.
 //
-// A rank exiting with a non-zero code, or its agent vanishing, fails the job
-// and stops its other ranks; all ranks exiting 0 is success. An elastic job
-// (spec.elastic) instead re-forms after a lost rank or agent: the survivors
+// A rank exiting with a non-zero code fails the job and stops its other
+// ranks; so does its agent vanishing and not coming back within
+// SchedulerOptions::agent_reconnect_grace. All ranks exiting 0 is success.
+// An elastic job (spec.elastic) instead re-forms after a lost rank or agent: the survivors
 // and a newcomer on a free slot form the next generation (GenerationPlan,
 // scheduler_elastic.cc, docs/elastic.md); it also re-forms at a step
 // boundary when an agent it runs on is drained and when free slots let it
@@ -90,6 +91,10 @@ struct SchedulerOptions {
   // commit before it goes back to the queue anyway (Note [Re-queue] in
   // scheduler_requeue.cc).
   absl::Duration requeue_checkpoint_timeout = absl::Seconds(60);
+  // How long a job without an elastic block waits for the ranks of an agent
+  // whose stream ended to come back with it before it fails (Note [Agent
+  // reconnect grace] in running_job.h); zero: it fails at once.
+  absl::Duration agent_reconnect_grace = absl::Seconds(10);
 };
 
 // scheduler.agents(): node agents come, go and are drained. A view of the
@@ -103,7 +108,9 @@ class SchedulerAgents {
   // INVALID_ARGUMENT for a hello without slots.
   absl::StatusOr<std::string> AddAgent(const v1::AgentHello& hello, AgentSender send);
   // The agent's stream ended: its slots are gone; its elastic jobs re-form
-  // without its ranks, its other running jobs fail.
+  // without its ranks; its other running jobs wait agent_reconnect_grace
+  // for it to come back with them (Note [Agent reconnect grace] in
+  // running_job.h), or fail at once when that is zero.
   void RemoveAgent(const std::string& agent_id);
   // `chorus drain`: the agent (its id, or a host only one agent has) takes
   // no new ranks; every elastic job with ranks on it re-forms without them
@@ -360,6 +367,18 @@ class Scheduler {
   // pending joins, records the state.
   void EndLocked(const std::string& job_id, v1::Job::State state, const std::string& reason,
                  Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // AddAgent's work under the lock.
+  absl::StatusOr<std::string> AddAgentLocked(const v1::AgentHello& hello, Sender send, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // RemoveAgent's work under the lock; false if the agent is unknown.
+  bool RemoveAgentLocked(const std::string& agent_id, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Note [Agent reconnect grace] in running_job.h: `run`, not elastic, had
+  // ranks on `lost` (gone from the registry; `lost_what` names it), which
+  // it now waits reconnect_grace_ for. Records why, and says so in an event.
+  void AwaitAgentLocked(const std::string& job_id, RunningJob& run, const std::string& agent_id,
+                        const v1::AgentHello& lost, const std::string& lost_what)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Elastic jobs (scheduler_elastic.cc). After `cause` of `kind` (a
   // failure, IsFailure, counts against elastic.max_restarts), starts the job's
   // next generation: ranks that exited, whose agent is gone or draining
@@ -565,6 +584,7 @@ class Scheduler {
   // 10,000 queued jobs then copies none of them (docs/scheduling.md).
   std::map<std::string, QueueEntry> queue_entries_ ABSL_GUARDED_BY(mu_);
   absl::Duration requeue_timeout_ ABSL_GUARDED_BY(mu_);
+  absl::Duration reconnect_grace_ ABSL_GUARDED_BY(mu_);
   // (agent, slot) -> job: ranks of re-queued jobs that were told to stop and
   // have not exited yet. Their slots stay busy, and their exits are not
   // taken for the exits of the job's next run.

@@ -128,11 +128,15 @@ void Scheduler::JoinLocked(const v1::JoinRequest& request, absl::Time deadline, 
   } else if (const int rank = it->second.RankOfJoin(request.agent_id(), request.slot(),
                                                     request.pid(), request.host());
              rank < 0 && it->second.AwaitingRanks()) {
-    // Note [Elastic restart]: its agent has not reconnected yet.
-    out.joins.emplace_back(std::move(done), absl::UnavailableError(absl::StrCat(
-                                                "job ", request.job_id(),
-                                                " is taking back its ranks after a "
-                                                "coordinator restart; join again shortly")));
+    // Note [Elastic restart], Note [Agent reconnect grace]: its agent has
+    // not reconnected yet.
+    out.joins.emplace_back(
+        std::move(done),
+        absl::UnavailableError(absl::StrCat("job ", request.job_id(), " is taking back its ranks ",
+                                            it->second.wait_cause.lost_agents.empty()
+                                                ? "after a coordinator restart"
+                                                : "from agents that lost contact",
+                                            "; join again shortly")));
   } else if (rank < 0) {
     out.joins.emplace_back(std::move(done), absl::NotFoundError(absl::StrCat(
                                                 "job ", request.job_id(), " has no rank on ",

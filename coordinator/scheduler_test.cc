@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -443,7 +444,11 @@ TEST_F(SchedulerTest, FailedRankFailsTheJobAndStopsTheOthers) {
   EXPECT_EQ(scheduler_->agents().free_slots(), 2);
 }
 
+// Without --agent_reconnect_grace_seconds (0) a job that is not elastic fails
+// as soon as an agent it runs on is lost.
 TEST_F(SchedulerTest, LostAgentFailsItsJobsAndCancelStopsRanks) {
+  options_.agent_reconnect_grace = absl::ZeroDuration();
+  scheduler_->Configure(options_);
   FakeAgent a, b;
   Add(a, 1, "node-a");
   Add(b, 1, "node-b");
@@ -1679,6 +1684,215 @@ TEST_F(ToldExitsTest, AnExitOfAnotherGenerationOrJobChangesNothing) {
   clock_.Advance(absl::Seconds(21));
   scheduler_->Tick();
   EXPECT_THAT(jobs_->Get(job)->reason(), HasSubstr("did not come back"));
+}
+
+// Note [Agent reconnect grace] in running_job.h: a job that is not elastic
+// on node-a (rank 0) and node-b (rank 1), agent processes 11 and 22, whose
+// hang policy is ABORT (a DEAD rank would fail it). node-b's stream ends.
+class AgentReconnectTest : public ElasticRestartTest {
+ protected:
+  void AddNode(FakeAgent& agent, const std::string& host, int64_t pid) {
+    v1::AgentHello hello;
+    hello.set_host(host);
+    hello.set_slots(1);
+    hello.set_pid(pid);
+    agent.received.clear();
+    auto id = scheduler_->agents().AddAgent(hello, agent.Sender());
+    ASSERT_TRUE(id.ok()) << id.status();
+    agent.id = *id;
+  }
+  // Both ranks joined generation 1 and sent a heartbeat.
+  std::string StartOnTwoNodes(FakeAgent& a, FakeAgent& b) {
+    AddNode(a, "node-a", 11);
+    AddNode(b, "node-b", 22);
+    auto spec = ParseJobSpec(
+        "model { mlp {} } data { synthetic {} } resources { min_ranks: 2 max_ranks: 2 } "
+        "hang_detection { action: ABORT }",
+        SpecFormat::kTextProto, "test");
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    auto job = jobs_->Submit(*spec, "");
+    EXPECT_TRUE(job.ok()) << job.status();
+    scheduler_->Schedule();
+    JoinAll(job->job_id(), {&a, &b}, 1);
+    Beat(job->job_id(), 1, 0);
+    Beat(job->job_id(), 1, 1);
+    return job->job_id();
+  }
+  // The agent process of `host` (`pid`) connects again, still running slot
+  // 0's rank of `job` if `running`, and telling its `exit_code` if any.
+  void NodeBack(FakeAgent& agent, const std::string& host, int64_t pid, const std::string& job,
+                bool running, std::optional<int> exit_code = std::nullopt) {
+    v1::AgentHello hello;
+    hello.set_host(host);
+    hello.set_slots(1);
+    hello.set_pid(pid);
+    if (running) {
+      v1::RunningRank* r = hello.add_running();
+      r->set_job_id(job);
+      r->set_generation(1);
+      r->set_slot(0);
+      r->set_pid(100);
+    }
+    if (exit_code.has_value()) {
+      v1::RankExited* e = hello.add_exited();
+      e->set_job_id(job);
+      e->set_slot(0);
+      e->set_pid(100);
+      e->set_exit_code(*exit_code);
+      e->set_generation(1);
+      e->add_stderr_tail("ValueError: bad batch");
+    }
+    agent.received.clear();
+    auto id = scheduler_->agents().AddAgent(hello, agent.Sender());
+    ASSERT_TRUE(id.ok()) << id.status();
+    agent.id = *id;
+  }
+  void NodeBBack(FakeAgent& b, const std::string& job, bool running,
+                 std::optional<int> exit_code = std::nullopt) {
+    NodeBack(b, "node-b", 22, job, running, exit_code);
+  }
+  // `time` passes; rank 0 keeps beating (the hang policy would fail a
+  // silent rank 0), then the scheduler ticks.
+  void PassAndTick(const std::string& job, absl::Duration time) {
+    clock_.Advance(time);
+    Beat(job, 1, 0);
+    scheduler_->Tick();
+  }
+  v1::RankStatus Row(const std::string& job, int rank) {
+    v1::JobStatus status;
+    scheduler_->jobs().FillStatus(job, status);
+    return rank < status.ranks_size() ? status.ranks(rank) : v1::RankStatus();
+  }
+};
+
+TEST_F(AgentReconnectTest, AnAgentBackWithinTheGraceKeepsItsJobRunningWithItsRanks) {
+  FakeAgent a, b;
+  const std::string job = StartOnTwoNodes(a, b);
+  const std::string b_before = b.id;
+  scheduler_->agents().RemoveAgent(b.id);
+  EXPECT_EQ(State(job), v1::Job::RUNNING);
+  EXPECT_THAT(Reasons(job), testing::Contains("lost contact with the agent on node-b (" + b_before +
+                                              "), which ran rank(s) 1; waiting up to 10s for it "
+                                              "to reconnect"));
+  EXPECT_EQ(Row(job, 1).state(), v1::RankStatus::LOST);
+  EXPECT_EQ(Row(job, 1).host(), "node-b");
+  EXPECT_EQ(scheduler_->agents().free_slots(), 0) << "node-b's slot is gone with it";
+
+  PassAndTick(job, absl::Seconds(9));  // rank 1 silent for 9 s: not DEAD while away
+  EXPECT_EQ(State(job), v1::Job::RUNNING) << jobs_->Get(job)->reason();
+  NodeBBack(b, job, /*running=*/true);
+  EXPECT_NE(b.id, b_before);
+  EXPECT_EQ(scheduler_->agents().free_slots(), 0) << "its slot is busy again";
+  EXPECT_EQ(Row(job, 1).state(), v1::RankStatus::TRAINING);
+  PassAndTick(job, absl::Seconds(2));  // rank 1's heartbeats come back shortly
+  EXPECT_EQ(State(job), v1::Job::RUNNING) << jobs_->Get(job)->reason();
+  EXPECT_THAT(Reasons(job),
+              testing::Contains("every rank is back: the agent on node-b reconnected"));
+  EXPECT_EQ(a.Stops() + b.Stops(), 0);
+  EXPECT_EQ(a.Launches().size(), 1u);
+  EXPECT_TRUE(b.Launches().empty()) << "its rank keeps its process";
+
+  Beat(job, 1, 1);
+  PassAndTick(job, absl::Seconds(4));  // the deadline has passed
+  EXPECT_EQ(State(job), v1::Job::RUNNING) << jobs_->Get(job)->reason();
+  ExitOn(a, job, 0, 0);
+  ExitOn(b, job, 0, 0);
+  EXPECT_EQ(State(job), v1::Job::SUCCEEDED) << jobs_->Get(job)->reason();
+}
+
+TEST_F(AgentReconnectTest, AnAgentNotBackFailsTheJobAtTheDeadlineNamingIt) {
+  FakeAgent a, b;
+  const std::string job = StartOnTwoNodes(a, b);
+  const std::string b_before = b.id;
+  scheduler_->agents().RemoveAgent(b.id);
+  PassAndTick(job, absl::Seconds(9));
+  EXPECT_EQ(State(job), v1::Job::RUNNING) << "1 s of the grace is left";
+  EXPECT_EQ(a.Stops(), 0);
+  PassAndTick(job, absl::Seconds(1));
+  const v1::Job failed = *jobs_->Get(job);
+  EXPECT_EQ(failed.state(), v1::Job::FAILED);
+  EXPECT_EQ(failed.reason(), "lost contact with the agent on node-b (" + b_before +
+                                 "), which ran ranks of this job; 1 of 2 rank(s) did not come "
+                                 "back within 10s");
+  EXPECT_EQ(a.Stops(), 1);
+  EXPECT_EQ(scheduler_->agents().free_slots(), 1);
+  // The agent coming back later is told to stop the rank it kept.
+  NodeBBack(b, job, /*running=*/true);
+  EXPECT_EQ(b.Stops(), 1);
+}
+
+TEST_F(AgentReconnectTest, ARankThatFailedWhileItsAgentWasAwayFailsTheJobWithItsExit) {
+  FakeAgent a, b;
+  const std::string job = StartOnTwoNodes(a, b);
+  scheduler_->agents().RemoveAgent(b.id);
+  PassAndTick(job, absl::Seconds(3));
+  NodeBBack(b, job, /*running=*/false, /*exit_code=*/3);
+  const v1::Job failed = *jobs_->Get(job);
+  EXPECT_EQ(failed.state(), v1::Job::FAILED);
+  EXPECT_EQ(failed.reason(),
+            "rank 1 (node-b, pid 100) exited with code 3; last stderr: ValueError: bad batch");
+  EXPECT_EQ(a.Stops(), 1);
+  EXPECT_EQ(b.Stops(), 0) << "its rank has exited";
+  EXPECT_EQ(scheduler_->agents().free_slots(), 2);
+}
+
+// The agent process connects again while the coordinator still takes its
+// old stream for open (a half-open connection): the old registration is the
+// lost agent, and the new one takes its ranks back at once instead of being
+// told to stop them as no job's.
+TEST_F(AgentReconnectTest, AnAgentConnectingAgainBeforeItsOldStreamEndedKeepsItsRanks) {
+  FakeAgent a, b;
+  const std::string job = StartOnTwoNodes(a, b);
+  const std::string b_before = b.id;
+  NodeBBack(b, job, /*running=*/true);
+  EXPECT_EQ(b.Stops(), 0);
+  EXPECT_EQ(Row(job, 1).state(), v1::RankStatus::TRAINING);
+  EXPECT_EQ(scheduler_->agents().ListAgents().size(), 2u) << "the old registration is gone";
+  EXPECT_EQ(scheduler_->agents().free_slots(), 0);
+  scheduler_->agents().RemoveAgent(b_before);  // its stream ends at last: nothing more
+  Beat(job, 1, 1);
+  PassAndTick(job, absl::Seconds(1));
+  EXPECT_EQ(State(job), v1::Job::RUNNING) << jobs_->Get(job)->reason();
+  EXPECT_THAT(Reasons(job),
+              testing::Contains("every rank is back: the agent on node-b reconnected"));
+  ExitOn(a, job, 0, 0);
+  ExitOn(b, job, 0, 0);
+  EXPECT_EQ(State(job), v1::Job::SUCCEEDED) << jobs_->Get(job)->reason();
+}
+
+// A job already waiting keeps the later deadline: a restart's 30 s are not
+// cut to an agent's 10 s.
+TEST_F(AgentReconnectTest, AJobWaitingAfterARestartKeepsItsLaterDeadline) {
+  FakeAgent a, b;
+  const std::string job = StartOnTwoNodes(a, b);
+  Restart();
+  NodeBBack(b, job, /*running=*/true);  // rank 1 is back; rank 0 is not yet
+  const std::string b_now = b.id;
+  scheduler_->agents().RemoveAgent(b.id);
+  PassAndTick(job, absl::Seconds(29));
+  EXPECT_EQ(State(job), v1::Job::RUNNING) << jobs_->Get(job)->reason();
+  PassAndTick(job, absl::Seconds(1));
+  EXPECT_EQ(jobs_->Get(job)->reason(),
+            "lost contact with the agent on node-b (" + b_now +
+                "), which ran ranks of this job; 1 of 2 rank(s) did not come back within 10s; "
+                "1 of 2 rank(s) did not come back after the coordinator restarted");
+}
+
+// The coordinator restarting during the wait takes the job back from its
+// recorded placements (the agents' host and process did not change): both
+// agents come back to the new one and the job goes on.
+TEST_F(AgentReconnectTest, ACoordinatorRestartDuringTheWaitTakesTheJobBack) {
+  FakeAgent a, b;
+  const std::string job = StartOnTwoNodes(a, b);
+  scheduler_->agents().RemoveAgent(b.id);
+  PassAndTick(job, absl::Seconds(5));
+  Restart();
+  NodeBack(a, "node-a", 11, job, /*running=*/true);
+  NodeBBack(b, job, /*running=*/true);
+  EXPECT_EQ(a.Stops() + b.Stops(), 0);
+  PassAndTick(job, absl::Seconds(1));
+  EXPECT_EQ(State(job), v1::Job::RUNNING) << jobs_->Get(job)->reason();
+  EXPECT_THAT(Reasons(job), testing::Contains("every rank is back after the coordinator restart"));
 }
 
 TEST_F(ElasticRestartTest, ASteadyJobKeepsSurvivorsOfEarlierGenerationsAfterARestart) {

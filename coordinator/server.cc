@@ -61,6 +61,12 @@ absl::StatusOr<std::string> ReadPem(const std::string& path, const std::string& 
 // Plaintext, TLS (--tls_cert/--tls_key) or mTLS (plus --tls_client_ca).
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
     const ServerOptions& options) {
+  if (options.agent_reconnect_grace < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--agent_reconnect_grace_seconds must be >= 0 (0: a job fails as soon as an agent it "
+        "runs on loses contact), got ",
+        absl::ToDoubleSeconds(options.agent_reconnect_grace)));
+  }
   if (options.tls_cert.empty() != options.tls_key.empty()) {
     return absl::InvalidArgumentError("--tls_cert and --tls_key go together");
   }
@@ -168,6 +174,12 @@ absl::Status ValidateServerOptions(const ServerOptions& options) {
         kMaxValueLimit, " (gRPC messages are limited to ", kMaxMessageBytes, " bytes); got ",
         options.store_max_keys_per_job, ", ", options.store_max_bytes_per_job, ", ",
         options.store_max_value_bytes));
+  }
+  if (options.agent_reconnect_grace < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--agent_reconnect_grace_seconds must be >= 0 (0: a job fails as soon as an agent it "
+        "runs on loses contact), got ",
+        absl::ToDoubleSeconds(options.agent_reconnect_grace)));
   }
   if (options.tls_cert.empty() != options.tls_key.empty()) {
     return absl::InvalidArgumentError("--tls_cert and --tls_key go together");
@@ -339,6 +351,7 @@ absl::Status CoordinatorServer::BuildServices(const ServerOptions& options) {
   SchedulerOptions scheduler_options;  // the address is set once the server has bound
   scheduler_options.metrics = metrics_.get();
   scheduler_options.scheduling_policy = options.scheduling_policy;
+  scheduler_options.agent_reconnect_grace = options.agent_reconnect_grace;
   scheduler_options.resume_resolver = [store = checkpoints_.get()](
                                           const std::string& resume_from,
                                           std::vector<std::string>* skipped) {

@@ -103,6 +103,10 @@ struct ServerOptions {
   // After a restart, how long jobs that were running wait for their ranks to
   // come back with their agents before they are failed.
   absl::Duration recovery_grace = absl::Seconds(30);
+  // How long a running job that is not elastic waits for the ranks of an
+  // agent whose stream ended to come back with it before it fails; zero:
+  // it fails at once (Note [Agent reconnect grace] in running_job.h).
+  absl::Duration agent_reconnect_grace = absl::Seconds(10);
 
   // Limits (docs/reliability.md); each default is the named constant's.
   // Jobs waiting PENDING at once (JobManager::kDefaultMaxPendingJobs).

@@ -124,6 +124,18 @@ TEST(CoordinatorServerTest, RefusesNonLoopbackAndBadAddresses) {
   EXPECT_THAT(big_port.status().message(), HasSubstr("[0, 65535]"));
 }
 
+TEST(CoordinatorServerTest, ANegativeAgentReconnectGraceIsRefusedNamingTheFlag) {
+  ServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.agent_reconnect_grace = absl::Seconds(-1);
+  const absl::Status refused = ValidateServerOptions(options);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.message(), HasSubstr("--agent_reconnect_grace_seconds must be >= 0"));
+  EXPECT_THAT(refused.message(), HasSubstr("got -1"));
+  options.agent_reconnect_grace = absl::ZeroDuration();  // fail at once: allowed
+  EXPECT_TRUE(ValidateServerOptions(options).ok());
+}
+
 // The shipped configuration once put the checkpoint data port on 29651, the
 // HTTP port's default; the HTTP port then moved to a random one unannounced.
 TEST(CoordinatorServerTest, CollidingPortsAreRefusedBeforeTheStateDirIsTouched) {
