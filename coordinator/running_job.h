@@ -102,7 +102,10 @@ struct RankState {
 // its current deadline and now + grace. The reconnected agent (a new agent
 // id, the same host and process) rebinds them (RebindRanks); if the
 // coordinator still holds the agent's old stream then (a half-open
-// connection), the old registration is taken as lost first. An exit it
+// connection), the old registration is taken as lost first, if the hello
+// names it (AgentHello.agent_id, the id the agent was last welcomed with)
+// and has its host and pid: agents in containers that share a host name
+// may share a pid too. An exit it
 // tells in its hello counts as after a restart (Note [Exits told again] in
 // scheduler.cc); ranks not back by the deadline fail the job with the lost
 // agent as the cause (CheckRecovery in job_recovery.h). While the ranks are

@@ -63,11 +63,15 @@ absl::StatusOr<std::string> Scheduler::AddAgentLocked(const v1::AgentHello& hell
   // Note [Agent reconnect grace]: an agent process connecting again before
   // its old stream was seen to end (a connection the coordinator still
   // takes for open) is the old agent lost; its ranks are rebound below.
-  // Without this they would be told to stop as no job's.
-  if (hello.pid() != 0) {
+  // Without this they would be told to stop as no job's. It is recognized
+  // by the id it was welcomed with, its host and its pid together: two
+  // agents on one host name (containers sharing the host's network) may
+  // have the same pid in their own pid namespaces.
+  if (hello.pid() != 0 && !hello.agent_id().empty()) {
     for (const std::string& old : agents_.Ids()) {
       const AgentRegistry::Agent* agent = agents_.Find(old);
-      if (agent->hello.host() == hello.host() && agent->hello.pid() == hello.pid()) {
+      if (old == hello.agent_id() && agent->hello.host() == hello.host() &&
+          agent->hello.pid() == hello.pid()) {
         LOG(WARNING) << "agent " << old << " on " << hello.host() << " connected again (pid "
                      << hello.pid() << ") before its old stream ended";
         RemoveAgentLocked(old, out);

@@ -1726,6 +1726,7 @@ class AgentReconnectTest : public ElasticRestartTest {
     hello.set_host(host);
     hello.set_slots(1);
     hello.set_pid(pid);
+    hello.set_agent_id(agent.id);  // the id it was last welcomed with, as the agent tells it
     if (running) {
       v1::RunningRank* r = hello.add_running();
       r->set_job_id(job);
@@ -1858,6 +1859,27 @@ TEST_F(AgentReconnectTest, AnAgentConnectingAgainBeforeItsOldStreamEndedKeepsIts
   ExitOn(a, job, 0, 0);
   ExitOn(b, job, 0, 0);
   EXPECT_EQ(State(job), v1::Job::SUCCEEDED) << jobs_->Get(job)->reason();
+}
+
+// Only the agent itself takes its old registration over: another agent
+// process with the same host name and pid (containers sharing the host's
+// network, each with its own pid namespace) is a second agent.
+TEST_F(AgentReconnectTest, AnotherAgentWithTheSameHostAndPidIsASecondAgent) {
+  FakeAgent a, b, twin;
+  const std::string job = StartOnTwoNodes(a, b);
+  v1::AgentHello hello;
+  hello.set_host("node-b");
+  hello.set_slots(1);
+  hello.set_pid(22);
+  auto id = scheduler_->agents().AddAgent(hello, twin.Sender());
+  ASSERT_TRUE(id.ok()) << id.status();
+  EXPECT_NE(*id, b.id);
+  EXPECT_EQ(scheduler_->agents().ListAgents().size(), 3u) << "b's registration stays";
+  EXPECT_EQ(b.Stops(), 0);
+  EXPECT_EQ(twin.Stops(), 0);
+  EXPECT_EQ(Row(job, 1).state(), v1::RankStatus::TRAINING);
+  EXPECT_EQ(scheduler_->agents().free_slots(), 1) << "the twin's slot";
+  EXPECT_EQ(State(job), v1::Job::RUNNING);
 }
 
 // A job already waiting keeps the later deadline: a restart's 30 s are not

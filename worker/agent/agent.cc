@@ -169,6 +169,7 @@ v1::AgentMessage Agent::Hello() {
   h->set_threads_per_rank(options_.threads_per_rank);
   h->set_memory_bytes(MachineMemoryBytes());
   absl::MutexLock lock(&mu_);
+  h->set_agent_id(agent_id_);  // the id of its last connection, empty at first
   for (const auto& [pid, child] : children_) {
     v1::RunningRank* r = h->add_running();
     r->set_job_id(child->job_id);

@@ -891,8 +891,14 @@ TEST_F(AgentTest, ExitWhileDisconnectedIsReportedAfterReconnecting) {
   ASSERT_TRUE(Eventually([&] { return agent_->live_ranks() == 1; }));
   coordinator_.Refuse(false);
 
+  std::optional<v1::AgentHello> first = coordinator_.AwaitHello(1);
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(first->agent_id(), "") << "nothing to be recognized by on a first connection";
   std::optional<v1::AgentHello> hello = coordinator_.AwaitHello(2);
   ASSERT_TRUE(hello.has_value());
+  // Note [Agent reconnect grace]: the id it was welcomed with, by which a
+  // coordinator still holding its old stream knows it.
+  EXPECT_EQ(hello->agent_id(), FakeCoordinator::kAgentId);
   // The rank still running is announced so the coordinator can take it back.
   ASSERT_EQ(hello->running_size(), 1);
   EXPECT_EQ(hello->running(0).job_id(), "job-1");
