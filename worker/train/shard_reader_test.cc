@@ -506,6 +506,82 @@ TEST(ShardReaderTest, TensorFilesAreIndexedByRowAndReadBackExactly) {
   EXPECT_EQ(CheckFingerprints(*changed, before).code(), absl::StatusCode::kFailedPrecondition);
 }
 
+// Little-endian `bytes` bytes of `v`.
+std::string Le(uint64_t v, int bytes) {
+  std::string out;
+  for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>(v >> (8 * i)));
+  return out;
+}
+
+// `zip` (a stored archive with a plain directory, as torch::pickle_save
+// writes it) with the directory a writer makes for members or offsets past
+// 4 GiB: every entry's sizes and local header offset 0xffffffff, their
+// values in a zip64 extra field, then a zip64 end record, its locator, and
+// an end record whose directory size and offset are 0xffffffff.
+std::string AsZip64(const std::string& zip) {
+  auto le = [&](size_t at, int n) {
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(zip[at + i]);
+    return v;
+  };
+  const size_t end = zip.rfind(std::string("PK\x05\x06", 4));
+  const uint64_t count = le(end + 10, 2), dir_size = le(end + 12, 4), dir_at = le(end + 16, 4);
+  std::string dir;
+  for (size_t at = dir_at; at < dir_at + dir_size;) {
+    const uint64_t name = le(at + 28, 2), extra = le(at + 30, 2), comment = le(at + 32, 2);
+    const std::string zip64 = Le(1, 2) + Le(24, 2) + Le(le(at + 24, 4), 8) +
+                              Le(le(at + 20, 4), 8) + Le(le(at + 42, 4), 8);
+    std::string entry = zip.substr(at, 46);
+    entry.replace(20, 8, Le(0xffffffff, 4) + Le(0xffffffff, 4));
+    entry.replace(30, 2, Le(extra + zip64.size(), 2));
+    entry.replace(42, 4, Le(0xffffffff, 4));
+    dir += entry + zip.substr(at + 46, name) + zip64 + zip.substr(at + 46 + name, extra + comment);
+    at += 46 + name + extra + comment;
+  }
+  const uint64_t record = dir_at + dir.size();
+  return zip.substr(0, dir_at) + dir + Le(0x06064b50, 4) + Le(44, 8) + Le(45, 2) + Le(45, 2) +
+         Le(0, 8) + Le(count, 8) + Le(count, 8) + Le(dir.size(), 8) + Le(dir_at, 8) +
+         Le(0x07064b50, 4) + Le(0, 4) + Le(record, 8) + Le(1, 4) + Le(0x06054b50, 4) + Le(0, 4) +
+         Le(0xffff, 2) + Le(0xffff, 2) + Le(0xffffffff, 4) + Le(0xffffffff, 4) + Le(0, 2);
+}
+
+// A torch.save file past 4 GiB has a zip64 directory (PyTorch's writer
+// switches to it there): its members are found through the zip64 records
+// and read back as from the plain archive.
+TEST(ShardReaderTest, ATensorFileWithAZip64DirectoryReadsAsThePlainOne) {
+  const at::Tensor x = at::randn({5, 4}, at::kFloat);
+  const at::Tensor y = at::arange(5, at::kLong) % 3;
+  const std::string plain = TempPath("plain.pt"), zip64 = TempPath("zip64.pt");
+  WriteFile(plain, SavedDict(x, y));
+  WriteFile(zip64, AsZip64(SavedDict(x, y)));
+  auto a = ShardIndex::Build(TensorFilesSpec({plain}, 1 << 20));
+  auto b = ShardIndex::Build(TensorFilesSpec({zip64}, 1 << 20));
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->size(), 5);
+  EXPECT_EQ(b->Locate(3).x.offset, a->Locate(3).x.offset) << "the same members, in place";
+  EXPECT_EQ(b->Locate(3).y.offset, a->Locate(3).y.offset);
+  auto reader = ShardReader::Open(TensorFilesSpec({zip64}, 1 << 20), {});
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  (*reader)->Start({4, 0, 2, 1, 3}, 5);
+  absl::StatusOr<ShardBatch> batch = (*reader)->Next();
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  for (int64_t r = 0; r < 5; ++r) {
+    const int64_t k = batch->indices[r].item<int64_t>();
+    EXPECT_TRUE(at::equal(batch->x[r], x[k])) << "sample " << k;
+    EXPECT_EQ(batch->y[r].item<int64_t>(), y[k].item<int64_t>()) << "sample " << k;
+  }
+  // A zip64 end record that is not where its locator says is a clear error.
+  std::string damaged = AsZip64(SavedDict(x, y));
+  damaged[damaged.size() - 22 - 20 - 56] = 'X';
+  WriteFile(zip64, damaged);
+  auto refused = ShardIndex::Build(TensorFilesSpec({zip64}, 1 << 20));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr(zip64 + " is not a torch.save file that is read: its zip64 "
+                                         "directory record is damaged"));
+}
+
 // The same for a file Python's torch.save wrote (testdata/make_fixtures.py),
 // whose pickle differs from torch::pickle_save's.
 TEST(ShardReaderTest, APythonTensorFileReadsAsTorchLoadDoes) {
