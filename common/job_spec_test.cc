@@ -459,7 +459,11 @@ INSTANTIATE_TEST_SUITE_P(
              "model.transformer_lm.d_model: must be divisible by num_heads (3), got 100"},
         Case{"model { transformer_lm { } } data { fashion_mnist { } }",
              "data: model.transformer_lm needs token data: use synthetic { kind: TOKENS }, a "
-             "tensor_file or shards { format: TOKENS }"},
+             "tensor_file or shards (TOKENS, or TAR and TENSOR_FILES of int64 token sequences)"},
+        Case{"model { transformer_lm { } } data { shards { format: TENSOR_FILES paths: '/d/*.pt' "
+             "num_classes: 10 } }",
+             "data.shards.num_classes: is for classification; a transformer_lm's classes are its "
+             "tokens (model.transformer_lm.vocab_size)"},
         Case{"data { shards { paths: '/d/a.tar' num_classes: 10 } }",
              "data.shards.format: must be TAR, TOKENS or TENSOR_FILES, got 0"},
         Case{"data { shards { format: TAR num_classes: 10 } }",

@@ -170,7 +170,13 @@ void ValidateShards(const JobSpec& spec, Checker& c) {
              absl::StrCat("and token_type are for format TOKENS, not ",
                           v1::ShardedData::Format_Name(s.format())));
     }
-    if (s.num_classes() == 0 && spec.loss().kind() == v1::LossSpec::CROSS_ENTROPY) {
+    if (spec.model().has_transformer_lm()) {
+      if (s.num_classes() != 0) {
+        c.Fail("data.shards.num_classes",
+               "is for classification; a transformer_lm's classes are its tokens "
+               "(model.transformer_lm.vocab_size)");
+      }
+    } else if (s.num_classes() == 0 && spec.loss().kind() == v1::LossSpec::CROSS_ENTROPY) {
       c.Fail("data.shards.num_classes",
              "is required with CROSS_ENTROPY loss: the number of classes of the targets");
     }
@@ -238,10 +244,10 @@ void ValidateData(const JobSpec& spec, Checker& c) {
   const bool lm = spec.model().has_transformer_lm();
   const bool tokens = d.has_synthetic() && d.synthetic().kind() == v1::SyntheticData::TOKENS;
   const bool token_shards = d.has_shards() && d.shards().format() == v1::ShardedData::TOKENS;
-  if (lm && !tokens && !d.has_tensor_file() && !token_shards) {
+  if (lm && !tokens && !d.has_tensor_file() && !d.has_shards()) {
     c.Fail("data",
            "model.transformer_lm needs token data: use synthetic { kind: TOKENS }, a tensor_file "
-           "or shards { format: TOKENS }");
+           "or shards (TOKENS, or TAR and TENSOR_FILES of int64 token sequences)");
   }
   if (token_shards && !lm && !spec.model().has_torchscript()) {
     c.Fail("data.shards.format", "TOKENS shards need model.transformer_lm or a torchscript model");

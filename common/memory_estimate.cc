@@ -87,6 +87,8 @@ DataFacts DescribeData(const v1::JobSpec& spec, const FileSizeFn& file_size) {
       f.features = f.sample[0];
       f.outputs =
           spec.model().has_transformer_lm() ? spec.model().transformer_lm().vocab_size() : 1;
+    } else if (spec.model().has_transformer_lm()) {
+      f.outputs = spec.model().transformer_lm().vocab_size();
     } else {
       f.outputs = s.num_classes() > 0 ? s.num_classes() : 1;
     }

@@ -166,9 +166,16 @@ absl::StatusOr<std::unique_ptr<ShardReader>> ShardReader::Open(const v1::Sharded
                    r->ReadBatch(r->states_[0], std::vector<int64_t>{0}.data(), 1));
   r->probe_.x = first.x;
   r->probe_.y = first.y;
-  r->probe_.num_classes = spec.format() == v1::ShardedData::TOKENS
-                              ? static_cast<int>(options.vocab_size)
-                              : spec.num_classes();
+  r->probe_.num_classes = options.vocab_size > 0 ? static_cast<int>(options.vocab_size)
+                                                  : spec.num_classes();
+  if (options.vocab_size > 0 && spec.format() != v1::ShardedData::TOKENS &&
+      (first.x.scalar_type() != at::kLong || first.y.scalar_type() != at::kLong)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.shards: ", r->index_.shards()[0].path,
+        ": model.transformer_lm needs integer token ids as input and target; this shard's "
+        "first sample holds ",
+        c10::toString(first.x.scalar_type()), " -> ", c10::toString(first.y.scalar_type())));
+  }
   return r;
 }
 
@@ -520,7 +527,34 @@ absl::StatusOr<ShardBatch> ShardReader::ReadBatch(ReadState& state, const int64_
   for (int64_t row : rows) {
     RETURN_IF_ERROR(ReadSample(state, indices[row], where[row], row, batch));
   }
+  if (options_.vocab_size > 0 && index_.format() != v1::ShardedData::TOKENS) {
+    RETURN_IF_ERROR(CheckTokens(batch, where));
+  }
   return batch;
+}
+
+// Note [Token samples]: TAR and TENSOR_FILES samples of token ids (a
+// transformer_lm's) are read as any other; their ids must lie in
+// [0, vocab_size), or the embedding would fail far from the file.
+absl::Status ShardReader::CheckTokens(const ShardBatch& batch,
+                                      const std::vector<SampleLocation>& where) const {
+  for (const bool input : {true, false}) {
+    const at::Tensor& t = input ? batch.x : batch.y;
+    if (t.scalar_type() != at::kLong || t.numel() == 0) continue;
+    const int64_t per_row = t.numel() / t.size(0);
+    const int64_t* v = t.data_ptr<int64_t>();
+    for (int64_t row = 0; row < t.size(0); ++row) {
+      const auto [low, high] = std::minmax_element(v + row * per_row, v + (row + 1) * per_row);
+      if (*low >= 0 && *high < options_.vocab_size) continue;
+      const SampleLocation& loc = where[row];
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data.shards: ", index_.shards()[loc.shard].path, " at byte offset ",
+          (input ? loc.x : loc.y).offset, " (sample ", batch.indices[row].item<int64_t>(),
+          "): ", input ? "input" : "target", " token id ", *low < 0 ? *low : *high,
+          " is not in [0, model.transformer_lm.vocab_size ", options_.vocab_size, ")"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ShardReader::ReadSample(ReadState& state, int64_t index, const SampleLocation& loc,

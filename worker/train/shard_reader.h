@@ -73,7 +73,9 @@ absl::StatusOr<PtMember> ParsePtMember(const char* bytes, int64_t size);
 struct ShardReaderOptions {
   // Integer inputs as float32 (the built-in mlp and cnn), else as int64.
   bool float_inputs = true;
-  // TOKENS: token ids must be below this (the model's vocabulary); 0: any.
+  // A transformer_lm's vocabulary: token ids (TOKENS, and the integer
+  // inputs and targets of TAR and TENSOR_FILES samples) must be below it;
+  // 0: not a language model, any.
   int64_t vocab_size = 0;
   // TAR with integer targets: class ids must be in [0, num_classes) (the
   // model's outputs); 0: any.
@@ -161,6 +163,10 @@ class ShardReader {
   // and shape; a .npy member's header goes to `*header` (Layout).
   absl::StatusOr<NpyArray> ProbeMember(int fd, const std::string& path, const ByteRange& range,
                                        bool pt, std::string* header) const;
+  // INVALID_ARGUMENT naming the file, offset and sample unless every token
+  // id of `batch` (its samples at `where`, row by row) is in [0,
+  // options_.vocab_size) (Note [Token samples] in shard_reader.cc).
+  absl::Status CheckTokens(const ShardBatch& batch, const std::vector<SampleLocation>& where) const;
   // INVALID_ARGUMENT naming the file and offset unless every class id of a
   // sample's target is below options_.num_classes (0: any).
   absl::Status CheckClasses(int64_t index, const std::string& path, int64_t offset,

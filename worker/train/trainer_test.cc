@@ -942,6 +942,55 @@ TEST(TrainerTest, HeldOutShardsAreEvaluatedAsTheSameSamplesInMemory) {
   }
 }
 
+// Note [Token samples] in shard_reader.cc: a transformer_lm trains on
+// TENSOR_FILES shards of token sequences as on the same file in memory; a
+// token id outside the vocabulary is an error naming the file and sample.
+TEST(TrainerTest, ALanguageModelTrainsOnTensorFileShardsAsOnTheSameFileInMemory) {
+  const std::string dir = TestDir("lm_tensor_files");
+  at::Generator gen = at::detail::createCPUGenerator(6);
+  const at::Tensor seq = at::randint(32, {96, 17}, gen, at::kLong);
+  auto save = [](const std::string& path, const at::Tensor& x, const at::Tensor& y) {
+    c10::Dict<std::string, at::Tensor> dict;
+    dict.insert("x", x);
+    dict.insert("y", y);
+    const std::vector<char> bytes = torch::jit::pickle_save(c10::IValue(dict));
+    std::ofstream(path, std::ios::binary)
+        .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  };
+  save(dir + "/train.pt", seq.narrow(1, 0, 16).contiguous(), seq.narrow(1, 1, 16).contiguous());
+  const std::string common = R"pb(
+    model { transformer_lm { vocab_size: 32 context_length: 16 d_model: 16 num_heads: 2 num_layers: 1 } }
+    training { batch_size_per_rank: 8 epochs: 1 seed: 3 shuffle: false }
+    optimizer { kind: ADAMW lr: 0.01 }
+  )pb";
+  std::vector<double> losses;
+  for (const std::string& data :
+       {absl::StrCat("data { tensor_file { path: '", dir, "/train.pt' } }"),
+        absl::StrCat("data { shards { format: TENSOR_FILES paths: '", dir,
+                     "/train.pt' read_ahead_bytes: 4096 } }")}) {
+    SCOPED_TRACE(data);
+    auto results = TrainOnRanks(Spec(common + data), 2);
+    for (int r = 0; r < 2; ++r) ASSERT_TRUE(results[r].ok()) << results[r].status();
+    EXPECT_EQ(results[0]->step(), 96 / 16);
+    losses.push_back(results[0]->loss());
+  }
+  EXPECT_EQ(losses[1], losses[0]) << "the same sequences in the same steps";
+
+  at::Tensor bad = seq.narrow(1, 0, 16).contiguous();
+  bad[5][3] = 40;
+  save(dir + "/bad.pt", bad, seq.narrow(1, 1, 16).contiguous());
+  auto results = TrainOnRanks(
+      Spec(common + absl::StrCat("data { shards { format: TENSOR_FILES paths: '", dir,
+                                 "/bad.pt' } }")),
+      1);
+  ASSERT_FALSE(results[0].ok());
+  EXPECT_THAT(std::string(results[0].status().message()),
+              testing::HasSubstr(absl::StrCat(dir, "/bad.pt at byte offset ")));
+  EXPECT_THAT(std::string(results[0].status().message()),
+              testing::HasSubstr("(sample 5): input token id 40 is not in [0, "
+                                 "model.transformer_lm.vocab_size 32)"));
+}
+
 // Held-out shards whose samples differ in shape from the training shards'
 // are refused before training, naming the file and both shapes.
 TEST(TrainerTest, HeldOutShardsOfAnotherShapeAreAClearError) {
