@@ -201,6 +201,15 @@ std::string DataBoundSpec(const std::string& dir) {
     optimizer { kind: SGD lr: 0.01 })");
 }
 
+// Runs `command` (a peer: cat, dd) with the shell; exits if it fails, since
+// its time would mean nothing.
+void Shell(const std::string& command) {
+  if (std::system(command.c_str()) != 0) {
+    std::cerr << "failed: " << command << "\n";
+    std::exit(1);
+  }
+}
+
 void DropCaches() {
   ::sync();
   std::ofstream("/proc/sys/vm/drop_caches") << "3\n";
@@ -236,7 +245,7 @@ void ReadIn(const std::vector<std::string>& paths) {
     ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
     ::close(fd);
   }
-  std::system(absl::StrCat("cat ", absl::StrJoin(paths, " "), " > /dev/null").c_str());
+  Shell(absl::StrCat("cat ", absl::StrJoin(paths, " "), " > /dev/null"));
 }
 
 // The data-bound job's samples in memory: a tensor_file of 16,384 x [4096]
@@ -279,7 +288,7 @@ DataBoundTimes Cold(const std::vector<std::string>& paths, const std::string& sp
     DropCaches();
     auto start = std::chrono::steady_clock::now();
     for (const std::string& p : paths) {
-      std::system(absl::StrCat("dd if=", p, " of=/dev/null bs=1M status=none").c_str());
+      Shell(absl::StrCat("dd if=", p, " of=/dev/null bs=1M status=none"));
     }
     peer.push_back(Seconds(start));
     DropCaches();
@@ -298,7 +307,7 @@ DataBoundTimes PageCache(const std::vector<std::string>& paths, const std::strin
   std::vector<double> peer, ours, loop;
   for (int round = 0; round < kPageCacheRounds; ++round) {
     auto start = std::chrono::steady_clock::now();
-    std::system(cat.c_str());
+    Shell(cat);
     peer.push_back(Seconds(start));
     ours.push_back(0);
     const v1::Metrics m = TrainOneRank(spec, &ours.back());
