@@ -243,8 +243,8 @@ absl::StatusOr<std::unique_ptr<ShardReader>> OpenHeldOutShards(const v1::Sharded
   }
   const Dataset& probe = (*reader)->probe();
   auto describe = [](const at::Tensor& t) {
-    return absl::StrCat(c10::toString(t.scalar_type()), " [", absl::StrJoin(t.sizes().slice(1), ", "),
-                        "]");
+    return absl::StrCat(c10::toString(t.scalar_type()), " [",
+                        absl::StrJoin(t.sizes().slice(1), ", "), "]");
   };
   if (probe.x.scalar_type() != train.x.scalar_type() ||
       probe.x.sizes().slice(1) != train.x.sizes().slice(1) ||

@@ -667,6 +667,16 @@ std::vector<std::pair<at::Tensor, at::Tensor>> ClassShards(int shards, int per_s
   return out;
 }
 
+// torch.save({'x': x, 'y': y}, path): a tensor_file.
+void SaveTensorFile(const std::string& path, const at::Tensor& x, const at::Tensor& y) {
+  c10::Dict<std::string, at::Tensor> dict;
+  dict.insert("x", x);
+  dict.insert("y", y);
+  const std::vector<char> bytes = torch::jit::pickle_save(c10::IValue(dict));
+  std::ofstream(path, std::ios::binary)
+      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
 // ClassShards as tar shards train-S.tar in `dir`.
 void WriteClassShards(const std::string& dir, int shards, int per_shard) {
   const std::vector<std::pair<at::Tensor, at::Tensor>> data = ClassShards(shards, per_shard);
@@ -843,12 +853,7 @@ TEST(TrainerTest, TensorFileShardsTrainAsTheSameDataPackedToTar) {
   WriteClassShards(tar_dir, 2, 100);
   const std::vector<std::pair<at::Tensor, at::Tensor>> data = ClassShards(2, 100);
   for (int s = 0; s < 2; ++s) {
-    c10::Dict<std::string, at::Tensor> dict;
-    dict.insert("x", data[s].first);
-    dict.insert("y", data[s].second);
-    const std::vector<char> bytes = torch::jit::pickle_save(c10::IValue(dict));
-    std::ofstream(absl::StrCat(pt_dir, "/train-", s, ".pt"), std::ios::binary)
-        .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    SaveTensorFile(absl::StrCat(pt_dir, "/train-", s, ".pt"), data[s].first, data[s].second);
   }
   std::vector<std::vector<std::string>> traces;
   std::vector<double> losses;
@@ -900,17 +905,9 @@ TEST(TrainerTest, HeldOutShardsAreEvaluatedAsTheSameSamplesInMemory) {
   const std::string dir = TestDir("held_out");
   WriteClassShards(dir, 3, 120);  // train-0.tar and train-1.tar train, train-2.tar is held out
   const std::vector<std::pair<at::Tensor, at::Tensor>> data = ClassShards(3, 120);
-  auto save = [&](const std::string& path, const at::Tensor& x, const at::Tensor& y) {
-    c10::Dict<std::string, at::Tensor> dict;
-    dict.insert("x", x);
-    dict.insert("y", y);
-    const std::vector<char> bytes = torch::jit::pickle_save(c10::IValue(dict));
-    std::ofstream(path, std::ios::binary)
-        .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  };
-  save(dir + "/train.pt", at::cat({data[0].first, data[1].first}),
+  SaveTensorFile(dir + "/train.pt", at::cat({data[0].first, data[1].first}),
        at::cat({data[0].second, data[1].second}));
-  save(dir + "/eval.pt", data[2].first, data[2].second);
+  SaveTensorFile(dir + "/eval.pt", data[2].first, data[2].second);
   const std::string common = R"pb(
     model { mlp { hidden_sizes: [ 16 ] } }
     training { batch_size_per_rank: 8 epochs: 2 seed: 5 shuffle: false }
@@ -949,17 +946,12 @@ TEST(TrainerTest, ALanguageModelTrainsOnTensorFileShardsAsOnTheSameFileInMemory)
   const std::string dir = TestDir("lm_tensor_files");
   at::Generator gen = at::detail::createCPUGenerator(6);
   const at::Tensor seq = at::randint(32, {96, 17}, gen, at::kLong);
-  auto save = [](const std::string& path, const at::Tensor& x, const at::Tensor& y) {
-    c10::Dict<std::string, at::Tensor> dict;
-    dict.insert("x", x);
-    dict.insert("y", y);
-    const std::vector<char> bytes = torch::jit::pickle_save(c10::IValue(dict));
-    std::ofstream(path, std::ios::binary)
-        .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  };
-  save(dir + "/train.pt", seq.narrow(1, 0, 16).contiguous(), seq.narrow(1, 1, 16).contiguous());
+  const at::Tensor next = seq.narrow(1, 1, 16).contiguous();
+  SaveTensorFile(dir + "/train.pt", seq.narrow(1, 0, 16).contiguous(), next);
   const std::string common = R"pb(
-    model { transformer_lm { vocab_size: 32 context_length: 16 d_model: 16 num_heads: 2 num_layers: 1 } }
+    model {
+      transformer_lm { vocab_size: 32 context_length: 16 d_model: 16 num_heads: 2 num_layers: 1 }
+    }
     training { batch_size_per_rank: 8 epochs: 1 seed: 3 shuffle: false }
     optimizer { kind: ADAMW lr: 0.01 }
   )pb";
@@ -978,7 +970,7 @@ TEST(TrainerTest, ALanguageModelTrainsOnTensorFileShardsAsOnTheSameFileInMemory)
 
   at::Tensor bad = seq.narrow(1, 0, 16).contiguous();
   bad[5][3] = 40;
-  save(dir + "/bad.pt", bad, seq.narrow(1, 1, 16).contiguous());
+  SaveTensorFile(dir + "/bad.pt", bad, next);
   auto results = TrainOnRanks(
       Spec(common + absl::StrCat("data { shards { format: TENSOR_FILES paths: '", dir,
                                  "/bad.pt' } }")),
