@@ -296,6 +296,21 @@ std::optional<JobEnd> RunningJob::RecordExit(const std::string& agent_id,
                                   : absl::StrCat("exited with code ", exited.exit_code());
       JobEnd end{v1::Job::FAILED, absl::StrCat("rank ", rank, " (", agent.host(), ", pid ",
                                                exited.pid(), ") ", how)};
+      // Note [Agent reconnect grace]: a rank that fails while the job waits
+      // for a lost agent's ranks has most likely lost them as peers (their
+      // host died): the reason names that agent too.
+      std::vector<std::string> away;
+      for (const LostAgentWait& w : wait_cause.lost_agents) {
+        const bool missing = std::any_of(w.ranks.begin(), w.ranks.end(), [&](int k) {
+          return k >= 0 && k < static_cast<int>(ranks.size()) && ranks[k].agent_id.empty() &&
+                 ranks[k].state != v1::RankStatus::EXITED;
+        });
+        if (missing) away.push_back(absl::StrCat(w.host, " (", w.agent_id, ")"));
+      }
+      if (!away.empty()) {
+        absl::StrAppend(&end.reason, " while the job waited for the ranks of the agent(s) on ",
+                        absl::StrJoin(away, ", "), ", with which contact was lost");
+      }
       const std::deque<std::string> tail = ReportedTail(exited, program);
       if (program && !tail.empty()) {
         // A user's program says why in its own words, often over a few

@@ -1822,6 +1822,30 @@ TEST_F(AgentReconnectTest, AnAgentNotBackFailsTheJobAtTheDeadlineNamingIt) {
   EXPECT_EQ(b.Stops(), 1);
 }
 
+// A survivor failing while the job waits for a lost agent (its host died
+// and took its peers with it) names that agent in the job's reason too.
+TEST_F(AgentReconnectTest, ASurvivorFailingDuringTheWaitNamesTheLostAgent) {
+  FakeAgent a, b;
+  const std::string job = StartOnTwoNodes(a, b);
+  const std::string b_before = b.id;
+  scheduler_->agents().RemoveAgent(b.id);
+  PassAndTick(job, absl::Seconds(2));
+  v1::RankExited e;
+  e.set_job_id(job);
+  e.set_slot(0);
+  e.set_pid(4242);
+  e.set_exit_code(1);
+  e.add_stderr_tail("RuntimeError: Connection reset by peer");
+  scheduler_->ranks().RankExited(a.id, e);
+  EXPECT_EQ(State(job), v1::Job::FAILED);
+  EXPECT_EQ(jobs_->Get(job)->reason(),
+            "rank 0 (node-a, pid 4242) exited with code 1 while the job waited for the ranks of "
+            "the agent(s) on node-b (" +
+                b_before +
+                "), with which contact was lost; last stderr: RuntimeError: Connection reset by "
+                "peer");
+}
+
 TEST_F(AgentReconnectTest, ARankThatFailedWhileItsAgentWasAwayFailsTheJobWithItsExit) {
   FakeAgent a, b;
   const std::string job = StartOnTwoNodes(a, b);
