@@ -248,19 +248,24 @@ void ReadIn(const std::vector<std::string>& paths) {
   Shell(absl::StrCat("cat ", absl::StrJoin(paths, " "), " > /dev/null"));
 }
 
+// Unless `path` exists: a tensor_file of `n` x [features] float32 from
+// randn and int64 classes in [0, 10), drawn from `seed`.
+void WriteRandomTensorFile(const std::string& path, int64_t n, int64_t features, uint64_t seed) {
+  if (Exists(path)) return;
+  at::Generator gen = at::detail::createCPUGenerator(seed);
+  c10::Dict<std::string, at::Tensor> dict;
+  dict.insert("x", at::randn({n, features}, gen, at::kFloat));
+  dict.insert("y", at::randint(10, {n}, gen, at::kLong));
+  const std::vector<char> bytes = torch::jit::pickle_save(c10::IValue(dict));
+  std::ofstream(path, std::ios::binary).write(bytes.data(), bytes.size());
+}
+
 // The data-bound job's samples in memory: a tensor_file of 16,384 x [4096]
 // float32 and int64 classes (its values random: the step's cost does not
 // depend on them); the spec of the same job on it.
 std::string InMemoryBoundSpec(const std::string& dir) {
   const std::string path = dir + "/bound.pt";
-  if (!Exists(path)) {
-    at::Generator gen = at::detail::createCPUGenerator(4);
-    c10::Dict<std::string, at::Tensor> dict;
-    dict.insert("x", at::randn({16384, 4096}, gen, at::kFloat));
-    dict.insert("y", at::randint(10, {16384}, gen, at::kLong));
-    const std::vector<char> bytes = torch::jit::pickle_save(c10::IValue(dict));
-    std::ofstream(path, std::ios::binary).write(bytes.data(), bytes.size());
-  }
+  WriteRandomTensorFile(path, 16384, 4096, 4);
   WritePooledModel(dir + "/pooled.pt");
   return absl::StrCat(R"(model { torchscript { path: ")", dir, R"(/pooled.pt" } }
     data { tensor_file { path: ")",
@@ -387,14 +392,7 @@ constexpr int kComputeSteps = 80;
 // the packing's error.
 absl::StatusOr<std::string> WriteComputeData(const std::string& dir) {
   const std::string tensor_file = dir + "/compute.pt";
-  if (!Exists(tensor_file)) {
-    at::Generator gen = at::detail::createCPUGenerator(2);
-    c10::Dict<std::string, at::Tensor> dict;
-    dict.insert("x", at::randn({20000, 784}, gen, at::kFloat));
-    dict.insert("y", at::randint(10, {20000}, gen, at::kLong));
-    const std::vector<char> bytes = torch::jit::pickle_save(c10::IValue(dict));
-    std::ofstream(tensor_file, std::ios::binary).write(bytes.data(), bytes.size());
-  }
+  WriteRandomTensorFile(tensor_file, 20000, 784, 2);
   if (!Exists(dir + "/compute-000000.tar")) {
     absl::StatusOr<PackResult> packed = PackDataset({tensor_file, dir + "/compute", 5000});
     if (!packed.ok()) return packed.status();
