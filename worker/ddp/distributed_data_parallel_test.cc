@@ -295,6 +295,48 @@ INSTANTIATE_TEST_SUITE_P(
                       UnusedCase{"different_no_option", false, true, false, false, true, true}),
     [](const auto& info) { return std::string(info.param.name); });
 
+// Note [One rank]: a communicator of one rank gets no collective from a
+// step (its flight recorder stays where the first step left it), its
+// gradients are its own, and a parameter without a gradient is still the
+// error it is with more ranks.
+TEST(DistributedDataParallelTest, OneRankIssuesNoCollectivesAndKeepsItsGradients) {
+  torch::manual_seed(5);
+  TwoHeads reference;
+  const torch::Tensor x = torch::randn({5, 6});
+  TwoHeads local;
+  CopyParams(reference, local);
+  local.Loss(x, true, true).backward();
+  RunGlooRanks(1, [&](int /*rank*/, Communicator& comm) {
+    TwoHeads m;
+    CopyParams(reference, m);
+    auto ddp = DistributedDataParallel::ForModule(m, comm, DdpOptions());
+    ASSERT_TRUE(ddp.ok()) << ddp.status();
+    int64_t after_first = -1;
+    for (int iteration = 0; iteration < 3; ++iteration) {
+      m.zero_grad();
+      ASSERT_TRUE((*ddp)->PrepareForBackward().ok());
+      m.Loss(x, true, true).backward();
+      const absl::Status s = (*ddp)->FinishGradientSync();
+      ASSERT_TRUE(s.ok()) << s;
+      const int64_t seq = comm.flight_recorder().TakeSnapshot().last_enqueued_seq;
+      if (iteration == 0) after_first = seq;
+      EXPECT_EQ(seq, after_first) << "iteration " << iteration << " issued a collective";
+    }
+    auto got = m.parameters();
+    auto want = local.parameters();
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_TRUE(torch::equal(got[i].grad(), want[i].grad())) << "param " << i;
+    }
+    m.zero_grad();
+    ASSERT_TRUE((*ddp)->PrepareForBackward().ok());
+    m.Loss(x, true, false).backward();
+    const absl::Status unused = (*ddp)->FinishGradientSync();
+    EXPECT_EQ(unused.code(), absl::StatusCode::kInvalidArgument) << unused;
+    EXPECT_THAT(unused.message(), HasSubstr("head_b"));
+    EXPECT_THAT(unused.message(), HasSubstr("find_unused_parameters"));
+  });
+}
+
 TEST(DistributedDataParallelTest, NoSyncAccumulationEqualsOneBigBatch) {
   const int k = 3, batch = 4;
   torch::manual_seed(11);

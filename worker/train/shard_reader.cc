@@ -2,7 +2,10 @@
 
 #include <ATen/ATen.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 #include <unistd.h>
@@ -31,10 +34,51 @@ constexpr size_t kMaxOpenFiles = 16;
 // Note [Parallel reads]: the threads that read batches.
 constexpr int kReadThreads = 2;
 
+// Note [Grouped reads]: the most batches a reading thread claims at once,
+// the most samples one preadv reads, and how far apart (a tar header and
+// padding) two samples may lie to be read by one.
+constexpr int64_t kMaxGroupBatches = 64;
+constexpr int64_t kMaxRun = (IOV_MAX - 1) / 2;
+constexpr int64_t kRunGap = int64_t{4} << 10;
+
 // Note [Cold reads]: ranges this close are read ahead as one, in pieces of kAdviseChunk.
 constexpr int64_t kAdviseGap = int64_t{1} << 20;
 constexpr int64_t kAdviseChunk = int64_t{256} << 10;
 constexpr int64_t kMaxAdviseWindow = int64_t{1} << 16;
+
+// Note [Cold reads]: Linux's cachestat(2) (6.5 on), by number: what
+// <linux/mman.h> declares for it, which older headers lack.
+constexpr long kCachestatSyscall = 451;
+struct CachestatRange {
+  uint64_t offset, length;
+};
+struct Cachestat {
+  uint64_t cached, dirty, writeback, evicted, recently_evicted;
+};
+
+// Whether every page of [begin, end) of `fd` is in the page cache, by one
+// cachestat(2); false where the kernel has no cachestat (the caller probes
+// piece by piece).
+bool AllCached(int fd, int64_t begin, int64_t end) {
+  static std::atomic<bool> unavailable{false};
+  if (unavailable.load(std::memory_order_relaxed)) return false;
+  const int64_t page = ::sysconf(_SC_PAGESIZE);
+  const int64_t first = begin / page * page;
+  CachestatRange range{static_cast<uint64_t>(first), static_cast<uint64_t>(end - first)};
+  Cachestat stat{};
+  if (::syscall(kCachestatSyscall, fd, &range, &stat, 0) != 0) {
+    if (errno == ENOSYS) unavailable.store(true, std::memory_order_relaxed);
+    return false;
+  }
+  return static_cast<int64_t>(stat.cached) >= (end - first + page - 1) / page;
+}
+
+// A TAR or TOKENS sample's bytes in its file: its members and what lies
+// between them.
+ByteRange SpanOf(const SampleLocation& loc) {
+  const int64_t begin = std::min(loc.x.offset, loc.y.offset);
+  return ByteRange{begin, std::max(loc.x.end(), loc.y.end()) - begin};
+}
 
 at::ScalarType OutputType(bool to_float) { return to_float ? at::kFloat : at::kLong; }
 
@@ -241,7 +285,7 @@ void ShardReader::Start(Samples samples, int64_t batch_size) {
     // size (an epoch's last, shorter batch) are dropped.
     absl::MutexLock pool_lock(&pool_mu_);
     pool_.erase(std::remove_if(pool_.begin(), pool_.end(),
-                               [&](const ShardBatch& b) { return b.x.size(0) != batch_size; }),
+                               [&](const Pooled& p) { return p.batch.x.size(0) != batch_size; }),
                 pool_.end());
   }
   pool_limit_ = read_ahead_bytes_ / std::max<int64_t>(1, BatchBytes(batch_size)) + 3;
@@ -250,11 +294,17 @@ void ShardReader::Start(Samples samples, int64_t batch_size) {
   queued_ = 0;
   reading_at_ = 0;
   advised_ = 0;
+  // Note [Grouped reads]: half the read-ahead buffer's batches, at least one.
+  group_batches_ = std::max<int64_t>(
+      1, std::min(kMaxGroupBatches, read_ahead_bytes_ / 2 / BatchBytes(batch_size)));
   // Note [Cold reads]: read_ahead_bytes of samples as stored, at most
-  // kMaxAdviseWindow of them (the advisor holds their places).
-  const int64_t window =
-      std::max(batch_size,
-               std::min(kMaxAdviseWindow, read_ahead_bytes_ / std::max<int64_t>(1, sample_span_)));
+  // kMaxAdviseWindow of them (the advisor holds their places), and at
+  // least two groups: a reading thread waits for the advisor to have read
+  // ahead its whole group, and the advisor moves on by a quarter window,
+  // which a window of two groups always leaves room for.
+  const int64_t window = std::max(
+      2 * group_batches_ * batch_size,
+      std::min(kMaxAdviseWindow, read_ahead_bytes_ / std::max<int64_t>(1, sample_span_)));
   advisor_ = std::thread(&ShardReader::Advise, this, samples, window);
   samples_ = std::move(samples);  // the readers draw from their own copy
   for (ReadState& state : states_) readers_.emplace_back(&ShardReader::Run, this, std::ref(state));
@@ -279,8 +329,11 @@ int64_t ShardReader::BatchBytes(int64_t n) const {
 // kAdviseGap apart, read forward in kAdviseChunk pieces as `dd` would,
 // which the kernel's sequential read-ahead streams from the disk. The bytes
 // land in the page cache (not in the process), where the reader finds
-// them. A piece whose last byte is cached already (preadv2 RWF_NOWAIT) is
-// skipped, so from the page cache the advisor costs a syscall per MiB.
+// them. A range whose pages are all cached already (one cachestat(2)) is
+// skipped whole, and within the others a piece whose last byte is cached
+// (preadv2 RWF_NOWAIT); before cachestat, probing every 256 KiB piece of a
+// dataset in the page cache was a third of the advisor's time in the
+// data-bound bench. Kernels without cachestat (before 6.5) probe pieces.
 // The pieces are 256 KiB: in 3-round cold runs of the bench the job read
 // 0.77-0.89 of `dd`'s speed with them against 0.75-0.78 with 1 MiB pieces
 // (4 MiB: 0.51-0.62); the kernel's read-ahead, not the piece, keeps the
@@ -291,6 +344,7 @@ int64_t ShardReader::BatchBytes(int64_t n) const {
 // WILLNEED reads no more than read_ahead_kb; reading on the reader's own
 // thread stalls its copying out of the cache.
 void ShardReader::Advise(Samples samples, int64_t window) {
+  ::pthread_setname_np(::pthread_self(), "chorus-advise");
   const int64_t n = samples.count;
   // Samples are advised in steps of a quarter window, as the reader moves.
   const int64_t step = std::max<int64_t>(1, window / 4);
@@ -339,6 +393,7 @@ void ShardReader::Advise(Samples samples, int64_t window) {
         if (fd >= 0) ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
         fd_shard = shard;
       }
+      if (fd >= 0 && AllCached(fd, begin, end)) return;
       for (int64_t at = begin; fd >= 0 && at < end; at += kAdviseChunk) {
         const int64_t size = std::min(kAdviseChunk, end - at);
         char last;
@@ -372,26 +427,28 @@ void ShardReader::Advise(Samples samples, int64_t window) {
 // bench machine one thread read 4.2 MB batches at about half the speed of
 // `cat` (whose 128 KiB buffer stays in the CPU's cache, where a batch
 // cannot), so a data-bound step waited for every batch. So kReadThreads
-// threads read, each a whole batch at a time: under mu_ a thread claims the
-// next batch of the stream and draws its sample numbers (so batches are
-// drawn in the stream's order), reads it without the lock, and puts it in
-// the queue when the batches before it are there (queued_), so Next()
-// returns them in order. A batch's bytes count against read_ahead_bytes
-// from its claim on, so the memory bound holds with batches in flight. A
-// read error is queued in its batch's place: Next() returns the batches
-// before it, then the error.
+// threads read, each a group of batches at a time (Note [Grouped reads]):
+// under mu_ a thread claims the next batches of the stream and draws their
+// sample numbers (so batches are drawn in the stream's order), reads them
+// without the lock, and puts them in the queue when the batches before
+// them are there (queued_), so Next() returns them in order. A batch's
+// bytes count against read_ahead_bytes from its claim on, so the memory
+// bound holds with batches in flight. A read error is queued in its
+// batch's place: Next() returns the batches before it, then the error.
 void ShardReader::Run(ReadState& state) {
+  ::pthread_setname_np(::pthread_self(), "chorus-read");  // as top and perf show it
   std::vector<int64_t> indices;
+  std::vector<ShardBatch> read;
   for (;;) {
-    int64_t batch = 0, size = 0, bytes = 0;
+    int64_t first = 0, count = 0, batch_size = 0;
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
           +[](ShardReader* r) ABSL_NO_THREAD_SAFETY_ANALYSIS {
             if (r->stop_ || !r->error_.ok() || r->reading_at_ >= r->samples_.count) return true;
-            const int64_t end = std::min(r->samples_.count, r->reading_at_ + r->batch_size_);
+            const int64_t end = r->GroupEnd();
             // Note [Cold reads]: the advisor stays a window ahead. Room for
-            // this batch: with nothing queued or in flight there always is
+            // this group: with nothing queued or in flight there always is
             // (a batch larger than the buffer is still read, one at a time).
             return r->advised_ >= end &&
                    (r->ready_bytes_ == 0 ||
@@ -399,34 +456,40 @@ void ShardReader::Run(ReadState& state) {
           },
           this));
       if (stop_ || !error_.ok() || reading_at_ >= samples_.count) return;
-      batch = claimed_++;
-      size = std::min(batch_size_, samples_.count - reading_at_);
-      bytes = BatchBytes(size);
-      reading_at_ += size;
-      ready_bytes_ += bytes;
+      const int64_t end = GroupEnd();
+      first = claimed_;
+      count = end - reading_at_;
+      claimed_ += (count + batch_size_ - 1) / batch_size_;
+      reading_at_ = end;
+      ready_bytes_ += BatchBytes(count);
       max_ready_bytes_ = std::max(max_ready_bytes_, ready_bytes_);
-      indices.resize(size);
+      batch_size = batch_size_;
+      indices.resize(count);
       for (int64_t& i : indices) i = samples_.next();
     }
-    absl::StatusOr<ShardBatch> read = ReadBatch(state, indices.data(), size);
+    const absl::Status status = ReadGroup(state, indices.data(), count, batch_size, read);
     absl::MutexLock lock(&mu_);
     struct Turn {
       ShardReader* reader;
       int64_t batch;
-    } turn{this, batch};
+    } turn{this, first};
     mu_.Await(absl::Condition(
         +[](Turn* t) ABSL_NO_THREAD_SAFETY_ANALYSIS {
           return t->reader->stop_ || !t->reader->error_.ok() || t->reader->queued_ == t->batch;
         },
         &turn));
     if (stop_ || !error_.ok()) return;
-    if (!read.ok()) {
-      error_ = read.status();
+    for (ShardBatch& batch : read) ready_.push_back(std::move(batch));
+    queued_ += static_cast<int64_t>(read.size());
+    if (!status.ok()) {
+      error_ = status;
       return;
     }
-    ready_.push_back(*std::move(read));
-    ++queued_;
   }
+}
+
+int64_t ShardReader::GroupEnd() const {
+  return std::min(samples_.count, reading_at_ + group_batches_ * batch_size_);
 }
 
 absl::StatusOr<ShardBatch> ShardReader::Next() {
@@ -443,6 +506,13 @@ absl::StatusOr<ShardBatch> ShardReader::Next() {
   if (ready_.empty()) return error_;
   ShardBatch batch = std::move(ready_.front());
   ready_.pop_front();
+  {
+    absl::MutexLock pool_lock(&pool_mu_);
+    ++handed_;
+    for (Pooled& p : pool_) {
+      if (p.batch.x.is_same(batch.x)) p.handed = handed_;
+    }
+  }
   ready_bytes_ -= BatchBytes(batch.x.size(0));
   --batches_left_;
   return batch;
@@ -450,7 +520,7 @@ absl::StatusOr<ShardBatch> ShardReader::Next() {
 
 ShardReader::Stats ShardReader::stats() const {
   absl::MutexLock lock(&mu_);
-  return Stats{wait_seconds_, bytes_read_.load(), max_ready_bytes_};
+  return Stats{wait_seconds_, bytes_read_.load(), reads_.load(), max_ready_bytes_};
 }
 
 absl::StatusOr<int> ShardReader::File(ReadState& state, int shard) {
@@ -494,11 +564,18 @@ ShardBatch ShardReader::NewBatch(int64_t n) {
     return t.use_count() == 1 && t.storage().use_count() == 1;
   };
   // Only the pool hands out a pooled batch, under pool_mu_: one found free
-  // here stays this thread's.
+  // here stays this thread's. Of the free ones, the one the trainer was
+  // given last, whose memory is the likeliest to be in the CPU's cache.
   absl::MutexLock lock(&pool_mu_);
-  for (const ShardBatch& b : pool_) {
-    if (b.x.size(0) == n && free(b.indices) && free(b.x) && free(b.y)) return b;
+  const Pooled* newest = nullptr;
+  for (const Pooled& p : pool_) {
+    const ShardBatch& b = p.batch;
+    if (b.x.size(0) == n && free(b.indices) && free(b.x) && free(b.y) &&
+        (newest == nullptr || p.handed > newest->handed)) {
+      newest = &p;
+    }
   }
+  if (newest != nullptr) return newest->batch;
   const bool tokens = index_.format() == v1::ShardedData::TOKENS;
   const bool float_x = !tokens && (IsFloating(layout_.x_type) || options_.float_inputs);
   const bool float_y = !tokens && IsFloating(layout_.y_type);
@@ -506,31 +583,160 @@ ShardBatch ShardReader::NewBatch(int64_t n) {
   batch.indices = at::empty({n}, at::kLong);
   batch.x = HugePageEmpty(WithBatch(n, layout_.x_shape), OutputType(float_x));
   batch.y = at::empty(WithBatch(n, layout_.y_shape), OutputType(float_y));
-  if (static_cast<int64_t>(pool_.size()) < pool_limit_) pool_.push_back(batch);
+  if (static_cast<int64_t>(pool_.size()) < pool_limit_) pool_.push_back(Pooled{batch, 0});
   return batch;
 }
 
 absl::StatusOr<ShardBatch> ShardReader::ReadBatch(ReadState& state, const int64_t* indices,
                                                   int64_t n) {
-  ShardBatch batch = NewBatch(n);
-  std::memcpy(batch.indices.data_ptr<int64_t>(), indices, n * sizeof(int64_t));
+  std::vector<ShardBatch> read;
+  RETURN_IF_ERROR(ReadGroup(state, indices, n, n, read));
+  return std::move(read[0]);
+}
+
+// Note [Grouped reads]
+// From the page cache a read of one sample (preadv of its 17 KB: header
+// and target into the scratch buffer, values into the batch row) costs a
+// system call and a page-cache lookup besides the copy: on the bench
+// machine such reads moved 12-13 GB/s, while one preadv over 300
+// neighbouring samples (the same three parts each) moved 21 GB/s, `cat`'s
+// speed. A reading thread therefore claims a group of batches, half the
+// read-ahead buffer (so that one group is trained while the next is read),
+// and reads its samples in file order, each run of neighbours (less than
+// kRunGap apart: a tar header and padding) with one preadv of up to
+// kMaxRun samples. How many samples are neighbours depends on how much of
+// a shuffle block the group holds: a rank alone reads every sample of the
+// block, and a group of at least shuffle_buffer samples starting at a
+// block's start reads it in runs (the epoch's blocks start at position 0);
+// a rank of N reads one sample in N, mostly alone, as before. A run's
+// samples are checked as a lone sample's are; a run that fails to read is
+// read again sample by sample, so that the error names the sample.
+absl::Status ShardReader::ReadGroup(ReadState& state, const int64_t* indices, int64_t n,
+                                    int64_t batch_size, std::vector<ShardBatch>& out) {
+  out.clear();
+  const int64_t batches = (n + batch_size - 1) / batch_size;
+  for (int64_t b = 0; b < batches; ++b) {
+    const int64_t size = std::min(batch_size, n - b * batch_size);
+    out.push_back(NewBatch(size));
+    std::memcpy(out.back().indices.data_ptr<int64_t>(), indices + b * batch_size,
+                size * sizeof(int64_t));
+  }
   // In file order, so that a rank's reads of a block move forward through
-  // the shard; each sample lands in its own row.
-  std::vector<int64_t> rows(n);
-  std::iota(rows.begin(), rows.end(), 0);
-  std::vector<SampleLocation> where(n);
-  for (int64_t i = 0; i < n; ++i) where[i] = index_.Locate(indices[i]);
-  std::sort(rows.begin(), rows.end(), [&](int64_t a, int64_t b) {
-    return std::pair(where[a].shard, where[a].x.offset) <
-           std::pair(where[b].shard, where[b].x.offset);
+  // the shard; each sample lands in its own batch and row.
+  std::vector<Placement>& order = state.order;
+  order.resize(n);
+  for (int64_t i = 0; i < n; ++i) order[i] = Placement{i, index_.Locate(indices[i])};
+  std::sort(order.begin(), order.end(), [](const Placement& a, const Placement& b) {
+    return std::pair(a.loc.shard, SpanOf(a.loc).offset) <
+           std::pair(b.loc.shard, SpanOf(b.loc).offset);
   });
-  for (int64_t row : rows) {
-    RETURN_IF_ERROR(ReadSample(state, indices[row], where[row], row, batch));
+  // The first batch with an error, and its error: the batches before it
+  // are still read and returned.
+  int64_t failed = batches;
+  absl::Status error;
+  auto fail = [&](int64_t at, absl::Status status) {
+    if (at / batch_size < failed) {
+      failed = at / batch_size;
+      error = std::move(status);
+    }
+  };
+  for (size_t i = 0; i < order.size();) {
+    const size_t end = RunEnd(order, i, out[0]);
+    if (end - i > 1 && ReadRun(state, indices, &order[i], end - i, batch_size, out, fail)) {
+      i = end;
+      continue;
+    }
+    for (; i < end; ++i) {
+      const Placement& p = order[i];
+      if (p.at / batch_size >= failed) continue;
+      absl::Status s =
+          ReadSample(state, indices[p.at], p.loc, p.at % batch_size, out[p.at / batch_size]);
+      if (!s.ok()) fail(p.at, std::move(s));
+    }
   }
   if (options_.vocab_size > 0 && index_.format() != v1::ShardedData::TOKENS) {
-    RETURN_IF_ERROR(CheckTokens(batch, where));
+    std::vector<SampleLocation> where;
+    for (int64_t b = 0; b < failed; ++b) {
+      where.resize(out[b].x.size(0));
+      for (const Placement& p : order) {
+        if (p.at / batch_size == b) where[p.at % batch_size] = p.loc;
+      }
+      absl::Status s = CheckTokens(out[b], where);
+      if (!s.ok()) fail(b * batch_size, std::move(s));
+    }
   }
-  return batch;
+  out.resize(failed);
+  return error;
+}
+
+bool ShardReader::DirectTar(const ShardBatch& batch) const {
+  const bool same_type =
+      (layout_.x_type == ElementType::kFloat32 && batch.x.scalar_type() == at::kFloat) ||
+      (layout_.x_type == ElementType::kInt64 && batch.x.scalar_type() == at::kLong);
+  return index_.format() == v1::ShardedData::TAR && !x_pt_ && same_type;
+}
+
+size_t ShardReader::RunEnd(const std::vector<Placement>& order, size_t begin,
+                           const ShardBatch& batch) const {
+  const int64_t values = Count(layout_.x_shape) * ElementBytes(layout_.x_type);
+  if (!DirectTar(batch) || order[begin].loc.x.size <= values) return begin + 1;
+  size_t end = begin + 1;
+  while (end < order.size() && static_cast<int64_t>(end - begin) < kMaxRun) {
+    const SampleLocation& last = order[end - 1].loc;
+    const SampleLocation& next = order[end].loc;
+    const int64_t gap = SpanOf(next).offset - SpanOf(last).end();
+    if (next.shard != last.shard || gap < 0 || gap > kRunGap || next.x.size <= values) break;
+    ++end;
+  }
+  return end;
+}
+
+bool ShardReader::ReadRun(ReadState& state, const int64_t* indices, const Placement* run,
+                          int64_t count, int64_t batch_size, std::vector<ShardBatch>& out,
+                          const std::function<void(int64_t, absl::Status)>& fail) {
+  const int64_t values = Count(layout_.x_shape) * ElementBytes(layout_.x_type);
+  const int64_t begin = SpanOf(run[0].loc).offset;
+  const int64_t total = SpanOf(run[count - 1].loc).end() - begin;
+  // The scratch buffer takes every byte of the run but the values, in file
+  // order: the k-th sample's bytes before its values lie k values earlier
+  // in it than in the file, those after them k + 1 values earlier.
+  std::vector<char>& scratch = state.scratch;
+  scratch.resize(total - count * values);
+  std::vector<iovec>& parts = state.parts;
+  parts.clear();
+  char* into = scratch.data();
+  int64_t at = begin;
+  for (int64_t k = 0; k < count; ++k) {
+    const Placement& p = run[k];
+    const int64_t values_at = p.loc.x.end() - values;
+    parts.push_back({into, static_cast<size_t>(values_at - at)});
+    into += values_at - at;
+    ShardBatch& batch = out[p.at / batch_size];
+    parts.push_back({static_cast<char*>(batch.x.data_ptr()) + (p.at % batch_size) * values,
+                     static_cast<size_t>(values)});
+    at = p.loc.x.end();
+  }
+  parts.push_back({into, static_cast<size_t>(begin + total - at)});
+  const absl::StatusOr<int> fd = File(state, run[0].loc.shard);
+  if (!fd.ok()) return false;
+  ssize_t r;
+  do {
+    r = ::preadv(*fd, parts.data(), static_cast<int>(parts.size()), begin);
+  } while (r < 0 && errno == EINTR);
+  if (r != total) return false;  // read again sample by sample, which says why
+  bytes_read_.fetch_add(total);
+  reads_.fetch_add(1);
+  const std::string& path = index_.shards()[run[0].loc.shard].path;
+  for (int64_t k = 0; k < count; ++k) {
+    const Placement& p = run[k];
+    const char* x_header = scratch.data() + (p.loc.x.offset - begin) - k * values;
+    const char* y_bytes = scratch.data() + (p.loc.y.offset - begin) -
+                          (p.loc.y.offset < p.loc.x.offset ? k : k + 1) * values;
+    absl::Status s = CheckDirect(indices[p.at], path, p.loc, x_header, y_bytes,
+                                 p.at % batch_size, out[p.at / batch_size]);
+    if (!s.ok()) fail(p.at, std::move(s));
+  }
+  return true;
 }
 
 // Note [Token samples]: TAR and TENSOR_FILES samples of token ids (a
@@ -559,8 +765,7 @@ absl::Status ShardReader::CheckTokens(const ShardBatch& batch,
 
 absl::Status ShardReader::ReadSample(ReadState& state, int64_t index, const SampleLocation& loc,
                                      int64_t row, ShardBatch& batch) {
-  const ByteRange range{std::min(loc.x.offset, loc.y.offset),
-                        std::max(loc.x.end(), loc.y.end()) - std::min(loc.x.offset, loc.y.offset)};
+  const ByteRange range = SpanOf(loc);
   ASSIGN_OR_RETURN(const int fd, File(state, loc.shard));
   if (index_.format() == v1::ShardedData::TENSOR_FILES) {
     return ReadRows(state, index, loc, fd, row, batch);
@@ -577,12 +782,8 @@ absl::Status ShardReader::ReadSample(ReadState& state, int64_t index, const Samp
   // int64 tokens ids) is read straight into its row, around it the headers
   // and the target into the scratch buffer.
   const int64_t values = Count(layout_.x_shape) * ElementBytes(layout_.x_type);
-  const bool same_type =
-      (layout_.x_type == ElementType::kFloat32 && batch.x.scalar_type() == at::kFloat) ||
-      (layout_.x_type == ElementType::kInt64 && batch.x.scalar_type() == at::kLong);
-  if (index_.format() == v1::ShardedData::TAR && !x_pt_ && same_type && loc.x.size > values) {
-    const int64_t header = loc.x.size - values;
-    const int64_t head = loc.x.offset + header - range.offset;
+  if (DirectTar(batch) && loc.x.size > values) {
+    const int64_t head = loc.x.end() - values - range.offset;
     const int64_t tail = range.end() - loc.x.end();
     scratch.resize(head + tail);
     char* x_row = static_cast<char*>(batch.x.data_ptr()) + row * values;
@@ -592,24 +793,12 @@ absl::Status ShardReader::ReadSample(ReadState& state, int64_t index, const Samp
     const ssize_t r = ::preadv(fd, parts, 3, range.offset);
     if (r != range.size) return read_error(range.offset, r);
     bytes_read_.fetch_add(range.size);
-    const char* x_header = scratch.data() + (loc.x.offset - range.offset);
-    const std::string& known = layout_.x_header;
-    if (header != static_cast<int64_t>(known.size()) ||
-        std::memcmp(x_header, known.data(), known.size()) != 0) {
-      absl::StatusOr<NpyArray> a = ParseNpyHeader(x_header, header, loc.x.size);
-      RETURN_IF_ERROR(CheckMember(index, path, loc.x, a, layout_.x_type, layout_.x_shape));
-      if (a->data_offset != header) {  // a longer header than the values leave room for
-        return CheckMember(index, path, loc.x,
-                           absl::InvalidArgumentError("its .npy header is not where its size says"),
-                           layout_.x_type, layout_.x_shape);
-      }
-    }
+    reads_.fetch_add(1);
     const char* y_bytes = loc.y.offset < loc.x.offset
                               ? scratch.data() + (loc.y.offset - range.offset)
                               : scratch.data() + head + (loc.y.offset - loc.x.end());
-    return DecodeTarget(
-        index, path, loc.y, y_bytes, batch.y.scalar_type() == at::kFloat,
-        static_cast<char*>(batch.y.data_ptr()) + row * batch.y.stride(0) * batch.y.element_size());
+    return CheckDirect(index, path, loc, scratch.data() + (loc.x.offset - range.offset), y_bytes,
+                       row, batch);
   }
   scratch.resize(range.size);
   int64_t got = 0;
@@ -620,7 +809,28 @@ absl::Status ShardReader::ReadSample(ReadState& state, int64_t index, const Samp
     got += r;
   }
   bytes_read_.fetch_add(range.size);
+  reads_.fetch_add(1);
   return Decode(index, scratch.data(), range, row, batch.x, batch.y);
+}
+
+absl::Status ShardReader::CheckDirect(int64_t index, const std::string& path,
+                                      const SampleLocation& loc, const char* x_header,
+                                      const char* y_bytes, int64_t row, ShardBatch& batch) const {
+  const int64_t header = loc.x.size - Count(layout_.x_shape) * ElementBytes(layout_.x_type);
+  const std::string& known = layout_.x_header;
+  if (header != static_cast<int64_t>(known.size()) ||
+      std::memcmp(x_header, known.data(), known.size()) != 0) {
+    absl::StatusOr<NpyArray> a = ParseNpyHeader(x_header, header, loc.x.size);
+    RETURN_IF_ERROR(CheckMember(index, path, loc.x, a, layout_.x_type, layout_.x_shape));
+    if (a->data_offset != header) {  // a longer header than the values leave room for
+      return CheckMember(index, path, loc.x,
+                         absl::InvalidArgumentError("its .npy header is not where its size says"),
+                         layout_.x_type, layout_.x_shape);
+    }
+  }
+  return DecodeTarget(
+      index, path, loc.y, y_bytes, batch.y.scalar_type() == at::kFloat,
+      static_cast<char*>(batch.y.data_ptr()) + row * batch.y.stride(0) * batch.y.element_size());
 }
 
 absl::Status ShardReader::CheckMember(int64_t index, const std::string& path,
@@ -678,6 +888,7 @@ absl::Status ShardReader::ReadRows(ReadState& state, int64_t index, const Sample
       got += r;
     }
     bytes_read_.fetch_add(range.size);
+    reads_.fetch_add(1);
     if (!direct) ConvertElements(state.scratch.data(), type, Count(*shape), to_float, dst);
   }
   if (batch.y.scalar_type() == at::kFloat) return absl::OkStatus();

@@ -34,6 +34,7 @@
 #define CHORUS_WORKER_TRAIN_SHARD_READER_H_
 
 #include <ATen/core/Tensor.h>
+#include <sys/uio.h>
 
 #include <atomic>
 #include <cstdint>
@@ -118,6 +119,7 @@ class ShardReader {
   struct Stats {
     double wait_seconds = 0;  // Next() waiting for the reader, in total
     int64_t bytes_read = 0;   // from the shard files, in total
+    int64_t reads = 0;        // the read calls that read them (Note [Grouped reads])
     // The most decoded bytes queued ahead or being read at once (the
     // read-ahead buffer's high-water mark).
     int64_t max_ready_bytes = 0;
@@ -135,10 +137,19 @@ class ShardReader {
   // A reading thread's own: its open shard files (-1: closed), the order
   // they were opened in (for closing the oldest past kMaxOpenFiles) and its
   // buffer for headers and converted members.
+  // A sample of a group being read (Note [Grouped reads] in
+  // shard_reader.cc): its place in the group (batch at / batch size, row at
+  // % batch size) and in its file.
+  struct Placement {
+    int64_t at = 0;
+    SampleLocation loc;
+  };
   struct ReadState {
     std::vector<int> fds;
     std::deque<int> open_order;
     std::vector<char> scratch;
+    std::vector<Placement> order;  // the group being read, in file order
+    std::vector<iovec> parts;      // a run's preadv
   };
   ShardReader(ShardIndex index, ShardReaderOptions options)
       : index_(std::move(index)), options_(options) {}
@@ -151,9 +162,36 @@ class ShardReader {
   // shard_reader.cc).
   void Advise(Samples samples, int64_t window);
   ShardBatch NewBatch(int64_t n);
+  // Where the next group a reading thread claims ends (a position of the
+  // stream; Note [Grouped reads] in shard_reader.cc).
+  int64_t GroupEnd() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // One batch of samples `indices` (Open()'s probe).
   absl::StatusOr<ShardBatch> ReadBatch(ReadState& state, const int64_t* indices, int64_t n);
+  // Reads samples `indices` (n) into batches of `batch_size` (the last one
+  // shorter), in file order; `out` gets the batches, or on an error only
+  // those before the first batch with one, and the error is returned.
+  absl::Status ReadGroup(ReadState& state, const int64_t* indices, int64_t n, int64_t batch_size,
+                         std::vector<ShardBatch>& out);
+  // Whether TAR inputs are read straight into `batch`'s rows (stored as
+  // they are trained).
+  bool DirectTar(const ShardBatch& batch) const;
+  // The end of the run of neighbouring samples that starts at
+  // order[begin]: begin + 1 when they are not read as one.
+  size_t RunEnd(const std::vector<Placement>& order, size_t begin, const ShardBatch& batch) const;
+  // Reads `count` neighbouring samples with one preadv and checks each
+  // (errors go to `fail`, with the sample's place); false, having checked
+  // none, when the read itself fails.
+  bool ReadRun(ReadState& state, const int64_t* indices, const Placement* run, int64_t count,
+               int64_t batch_size, std::vector<ShardBatch>& out,
+               const std::function<void(int64_t, absl::Status)>& fail);
   absl::Status ReadSample(ReadState& state, int64_t index, const SampleLocation& loc, int64_t row,
                           ShardBatch& batch);
+  // A TAR sample read straight into row `row` of `batch`: checks its
+  // input's .npy header (at `x_header`) and decodes its target (at
+  // `y_bytes`) into the row.
+  absl::Status CheckDirect(int64_t index, const std::string& path, const SampleLocation& loc,
+                           const char* x_header, const char* y_bytes, int64_t row,
+                           ShardBatch& batch) const;
   // INVALID_ARGUMENT naming the file, offset and sample unless `a` parsed
   // and has the first sample's `type` and `shape`.
   absl::Status CheckMember(int64_t index, const std::string& path, const ByteRange& member,
@@ -203,10 +241,16 @@ class ShardReader {
   // One per reading thread; the first also reads Open()'s probe.
   std::vector<ReadState> states_;
   // Batches to reuse (Note [Batch buffers] in shard_reader.cc).
+  // `handed`: when Next() last returned it (a count of Next() calls).
+  struct Pooled {
+    ShardBatch batch;
+    int64_t handed = 0;
+  };
   absl::Mutex pool_mu_;
-  std::vector<ShardBatch> pool_ ABSL_GUARDED_BY(pool_mu_);
+  std::vector<Pooled> pool_ ABSL_GUARDED_BY(pool_mu_);
+  int64_t handed_ ABSL_GUARDED_BY(pool_mu_) = 0;
   int64_t pool_limit_ = 0;
-  std::atomic<int64_t> bytes_read_{0};
+  std::atomic<int64_t> bytes_read_{0}, reads_{0};
   double wait_seconds_ = 0;  // the trainer's thread only
 
   mutable absl::Mutex mu_;
@@ -219,6 +263,8 @@ class ShardReader {
   // the Start() claimed by a reading thread and put in the queue so far.
   Samples samples_ ABSL_GUARDED_BY(mu_);
   int64_t batch_size_ ABSL_GUARDED_BY(mu_) = 1;
+  // Note [Grouped reads]: the batches a reading thread claims at once.
+  int64_t group_batches_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t claimed_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t queued_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status error_ ABSL_GUARDED_BY(mu_);
