@@ -226,7 +226,8 @@ TEST(ShardReaderTest, NeighboursInAGroupAreReadTogetherIntoTheirOwnRows) {
         WriteShard(absl::StrCat("runs-", s, ".tar"), s * kPerShard, kPerShard, kFeatures));
   }
   constexpr int64_t kBatch = 25;
-  // A group is half the buffer: 8 batches, 200 samples, two blocks of 100.
+  // A group is at most half the buffer: 8 batches, 200 samples, two blocks
+  // of 100.
   auto reader = ShardReader::Open(TarSpec(paths, 16 * kBatch * (kFeatures * 4 + 16)), {});
   ASSERT_TRUE(reader.ok()) << reader.status();
   const std::vector<int64_t> order =
@@ -241,10 +242,13 @@ TEST(ShardReaderTest, NeighboursInAGroupAreReadTogetherIntoTheirOwnRows) {
     for (int64_t r = 0; r < kBatch; ++r) seen.push_back(batch->indices[r].item<int64_t>());
   }
   EXPECT_EQ(seen, order);
-  // 900 samples in groups of two whole blocks: a call per block.
+  // 900 samples: the first block's in groups still growing (a batch, a
+  // batch, two), which hold parts of it, read with about a call per sample;
+  // then groups of two whole blocks, a call per block. One call per sample
+  // would be 900; batch by batch, about 20 calls a batch, 700.
   const int64_t reads = (*reader)->stats().reads - reads_before;
-  EXPECT_LE(reads, 9 + 5) << "neighbours were not read together";
-  EXPECT_GE(reads, 5);
+  EXPECT_LT(reads, 100 + 20) << "neighbours were not read together";
+  EXPECT_GE(reads, 9);
 }
 
 // Every read-ahead size, from less than a sample to many batches, with
