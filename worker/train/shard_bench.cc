@@ -47,6 +47,7 @@
 // reused by later runs when present.
 #include <ATen/ATen.h>
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <torch/csrc/jit/api/module.h>
 #include <torch/csrc/jit/serialization/pickle.h>
@@ -59,6 +60,7 @@
 #include <fstream>
 #include <iostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -291,7 +293,15 @@ std::string InMemoryBoundSpec(const std::string& dir, int epochs) {
 
 struct DataBoundTimes {
   double peer = 0, ours = 0, loop = 0;  // seconds
+  double cores = 0;                     // the process's CPU seconds / ours
 };
+
+// The process's CPU time so far (every thread's, user and system), seconds.
+double CpuSeconds() {
+  rusage u;
+  ::getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
 
 // cold: rounds of `dd` over every shard, then the job, each from dropped
 // caches; the medians of each (one `dd` of the 302 MB moved 1.5-2.2 GB/s
@@ -356,21 +366,23 @@ double ReaderAlone(const std::string& text) {
 DataBoundTimes PageCache(const std::vector<std::string>& paths, const std::string& spec) {
   const std::string cat = absl::StrCat("cat ", absl::StrJoin(paths, " "), " > /dev/null");
   TrainOneRank(spec);  // warm-up run
-  std::vector<double> peer, ours, loop;
+  std::vector<double> peer, ours, loop, cores;
   for (int round = 0; round < kPageCacheRounds; ++round) {
     auto start = std::chrono::steady_clock::now();
     Shell(cat);
     peer.push_back(Seconds(start));
     ours.push_back(0);
+    const double cpu = CpuSeconds();
     const v1::Metrics m = TrainOneRank(spec, &ours.back());
+    cores.push_back((CpuSeconds() - cpu) / ours.back());
     loop.push_back(m.values().at("wall_seconds"));
     std::cerr << absl::StrFormat(
-        "round %d: cat %.3f s, training %.3f s (its loop %.3f s), waited for data %.2f ms a step "
-        "of %.2f ms\n",
-        round, peer.back(), ours.back(), loop.back(),
+        "round %d: cat %.3f s, training %.3f s (its loop %.3f s, %.2f cores busy), waited for "
+        "data %.2f ms a step of %.2f ms\n",
+        round, peer.back(), ours.back(), loop.back(), cores.back(),
         1e3 * m.values().at("data_wait_seconds"), 1e3 * loop.back() / m.step());
   }
-  return DataBoundTimes{Median(peer), Median(ours), Median(loop)};
+  return DataBoundTimes{Median(peer), Median(ours), Median(loop), Median(cores)};
 }
 
 // Note [Data-bound settings]
@@ -411,6 +423,9 @@ int DataBound(const std::string& dir, bool cold) {
   const DataBoundSettings settings{.epochs = kPageCacheEpochs};
   const DataBoundTimes page_cache = PageCache(paths, DataBoundSpec(dir, settings));
   report("shards_page_cache", page_cache, kPageCacheEpochs);
+  Json("shards_page_cache_cores",
+       "the cores the job keeps busy: the process's CPU time / the Train() call's, median round",
+       "cores", page_cache.cores, std::thread::hardware_concurrency(), "the machine's cores");
   const DataBoundSettings defaults{64 << 20, 4096, kPageCacheEpochs};
   report("shards_page_cache_defaults", PageCache(paths, DataBoundSpec(dir, defaults)),
          kPageCacheEpochs);
