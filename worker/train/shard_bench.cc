@@ -14,7 +14,9 @@
 //               and the job in one process. A second line (_loop): ours =
 //               the bytes / the training loop's time (wall_seconds). The
 //               shards are cached by reading them from disk first (Note
-//               [Page cache states]). Then: _defaults, the same with the
+//               [Page cache states]). _cores: the process's CPU time over
+//               the Train() call's (the cores the job keeps busy), median
+//               round. Then: _defaults, the same with the
 //               default read_ahead_bytes and shuffle_buffer; _reader, the
 //               job's ShardReader alone, nothing trained; _in_memory, the
 //               same job's loop on the same samples in memory (a
