@@ -3,12 +3,12 @@
 // than memory"). One section per run, each printing its JSON result line
 // (docs/benchmarks.md) last:
 //
-//   page_cache  a data-bound job (a TorchScript model that pools 16 KiB
-//               samples to 64 means before a linear layer, Note [A data-bound
-//               model]; 1 rank) trains 4 epochs of 302 MB of tar shards
-//               already in the page cache (Note [Data-bound settings]);
-//               ours = the bytes trained / the time of the whole Train()
-//               call (start-up, index, training loop; not the
+//   page_cache  a data-bound job (a TorchScript linear layer on 64 values of
+//               each 16 KiB sample: its step costs next to nothing, Note [A
+//               data-bound model]; 1 rank) trains 4 epochs of 302 MB of tar
+//               shards already in the page cache (Note [Data-bound
+//               settings]); ours = the bytes trained / the time of the
+//               whole Train() call (start-up, index, training loop; not the
 //               communicator's set-up), peer = an epoch's bytes / the time
 //               of `cat SHARDS > /dev/null`; the medians of 5 rounds of cat
 //               and the job in one process. A second line (_loop): ours =
@@ -16,11 +16,13 @@
 //               shards are cached by reading them from disk first (Note
 //               [Page cache states]). _cores: the process's CPU time over
 //               the Train() call's (the cores the job keeps busy), median
-//               round. Then: _defaults, the same with the
-//               default read_ahead_bytes and shuffle_buffer; _reader, the
-//               job's ShardReader alone, nothing trained; _in_memory, the
-//               same job's loop on the same samples in memory (a
-//               tensor_file, each batch gathered on the step's thread).
+//               round. Then the same with: _pooled, a model whose step reads
+//               every value (the means of 64 groups); _block_512, shuffle
+//               blocks of two batches; _defaults, the default
+//               read_ahead_bytes and shuffle_buffer; _reader, the job's
+//               ShardReader alone, nothing trained; _in_memory, the job's
+//               loop on the same samples in memory (a tensor_file, each
+//               batch gathered on the step's thread).
 //   cold        the same after `echo 3 > /proc/sys/vm/drop_caches` (root),
 //               after a warm-up run; peer = `dd if=SHARD of=/dev/null bs=1M`
 //               over every shard, also from dropped caches; the medians of
@@ -171,26 +173,34 @@ std::vector<std::string> WriteShards(const std::string& dir, const std::string& 
   return paths;
 }
 
-// The data-bound job's model (Note [A data-bound model]): the mean of each
-// of 64 groups of an input's values, then a linear layer to 10 classes. The
-// pooling has no parameters and the input needs no gradient, so a step reads
-// its batch once (forward) and backward never touches it. Written as a
-// TorchScript file (model.torchscript), as a user's model would be.
-void WritePooledModel(const std::string& path) {
-  if (Exists(path)) return;
-  torch::jit::Module m("PooledLinear");
+// The data-bound jobs' models (Note [A data-bound model]), written as
+// TorchScript files, as a user's model would be: a linear layer to 10
+// classes on 64 values of each sample, either the first 64 (`pooled`
+// false: "sliced", the step costs next to nothing) or the means of 64
+// groups of all of them (`pooled`: the step reads every value once). The
+// input needs no gradient, so backward never touches the batch. Returns
+// the file's path in `dir`.
+std::string WriteDataBoundModel(const std::string& dir, bool pooled) {
+  const std::string path = dir + (pooled ? "/pooled.pt" : "/sliced.pt");
+  if (Exists(path)) return path;
+  torch::jit::Module m(pooled ? "PooledLinear" : "SlicedLinear");
   at::Generator gen = at::detail::createCPUGenerator(3);
   m.register_parameter("weight",
                        (at::randn({10, 64}, gen, at::kFloat) * 0.1).set_requires_grad(true),
                        /*is_buffer=*/false);
   m.register_parameter("bias", at::zeros({10}, at::kFloat).set_requires_grad(true),
                        /*is_buffer=*/false);
-  m.define(R"(
+  m.define(pooled ? R"(
 def forward(self, x):
     pooled = x.reshape([x.size(0), 64, -1]).mean(2)
     return torch.addmm(self.bias, pooled, self.weight.t())
+)"
+                  : R"(
+def forward(self, x):
+    return torch.addmm(self.bias, x.narrow(1, 0, 64), self.weight.t())
 )");
   m.save(path);
+  return path;
 }
 
 // Note [A data-bound model]
@@ -198,18 +208,24 @@ def forward(self, x):
 // The built-in mlp cannot be: even with one hidden unit its forward x·W and
 // backward gradᵀ·x each pass over the whole batch, with OpenBLAS's packing
 // copies (0.65-0.9 ms for a 4 MB batch, against 0.3-0.8 ms for `cat` to move
-// 4 MB), so that job measured the matrix product, not the reader. The pooled
-// model touches each input value once.
-// How the data-bound job reads (Note [Data-bound settings]).
+// 4 MB), so that job measured the matrix product, not the reader. The
+// sliced model's step is the trainer's own work and a 256 x 64 product
+// (the forward of the pooled one, which reads the whole 4.2 MB batch, took
+// 0.15-0.17 ms, a core's worth at `cat`'s speed on the bench machine): the
+// job's throughput is then its reader's. The pooled model is reported too.
+
+// How a data-bound job reads and what it trains (Note [Data-bound
+// settings]).
 struct DataBoundSettings {
   int64_t read_ahead_bytes = 16 << 20;
-  int64_t shuffle_buffer = 512;
+  int64_t shuffle_buffer = 256;
   int epochs = 1;
+  bool pooled = false;  // the model (WriteDataBoundModel)
 };
 
 std::string DataBoundSpec(const std::string& dir, const DataBoundSettings& settings) {
-  WritePooledModel(dir + "/pooled.pt");
-  return absl::StrCat(R"(model { torchscript { path: ")", dir, R"(/pooled.pt" } }
+  const std::string model = WriteDataBoundModel(dir, settings.pooled);
+  return absl::StrCat(R"(model { torchscript { path: ")", model, R"(" } }
     data { shards { format: TAR paths: ")",
                       dir, R"(/bound-*.tar" num_classes: 10 read_ahead_bytes: )",
                       settings.read_ahead_bytes, " shuffle_buffer: ", settings.shuffle_buffer,
@@ -284,8 +300,8 @@ void WriteRandomTensorFile(const std::string& path, int64_t n, int64_t features,
 std::string InMemoryBoundSpec(const std::string& dir, int epochs) {
   const std::string path = dir + "/bound.pt";
   WriteRandomTensorFile(path, 16384, 4096, 4);
-  WritePooledModel(dir + "/pooled.pt");
-  return absl::StrCat(R"(model { torchscript { path: ")", dir, R"(/pooled.pt" } }
+  const std::string model = WriteDataBoundModel(dir, /*pooled=*/false);
+  return absl::StrCat(R"(model { torchscript { path: ")", model, R"(" } }
     data { tensor_file { path: ")",
                       path, R"(" } }
     training { batch_size_per_rank: 256 epochs: )",
@@ -388,17 +404,19 @@ DataBoundTimes PageCache(const std::vector<std::string>& paths, const std::strin
 }
 
 // Note [Data-bound settings]
-// The page-cache job trains kPageCacheEpochs epochs per round (each round
+// The page-cache jobs train kPageCacheEpochs epochs per round (each round
 // 0.1-0.2 s; with one epoch, 72 steps, the TorchScript executor's first
-// calls weighed on the whole call) with read_ahead_bytes 16 MiB and
-// shuffle_buffer 512: a group of batches (half the buffer, two batches,
-// 512 samples; Note [Grouped reads] in shard_reader.cc) then holds whole
-// shuffle blocks, which it reads in runs of neighbours, and the batches
-// stay in the CPU's 32 MiB cache from the reader's copy to the step (with
-// 64 MiB the step read them back from memory: a step of 0.55-0.65 ms
-// against 0.35-0.45 ms). The _defaults line is the same job with the
-// defaults (64 MiB, 4096). Cold reads one epoch: after the first, the page
-// cache holds the shards.
+// calls weighed on the whole call). The main line's job reads with
+// read_ahead_bytes 16 MiB and shuffle_buffer 256, one batch: each batch is
+// then a whole shuffle block, which a group (Note [Grouped reads] in
+// shard_reader.cc) reads in runs of neighbours, and 16 MiB of batches stay
+// in the CPU's 32 MiB cache from the reader's copy to the step (with 64
+// MiB a step of the pooled model took 0.56-0.60 ms against 0.36-0.43 ms).
+// A shuffle block of one batch mixes samples no further than the batch:
+// it suits shards written in shuffled order (WebDataset's practice), and
+// the _block_512 and _defaults lines show what larger blocks cost. Cold
+// reads one epoch with the main line's settings: after the first, the
+// page cache holds the shards.
 constexpr int kPageCacheEpochs = 4;
 
 // page_cache and cold.
@@ -428,7 +446,17 @@ int DataBound(const std::string& dir, bool cold) {
   Json("shards_page_cache_cores",
        "the cores the job keeps busy: the process's CPU time / the Train() call's, median round",
        "cores", page_cache.cores, std::thread::hardware_concurrency(), "the machine's cores");
-  const DataBoundSettings defaults{64 << 20, 4096, kPageCacheEpochs};
+  DataBoundSettings pooled = settings;
+  pooled.pooled = true;
+  report("shards_page_cache_pooled", PageCache(paths, DataBoundSpec(dir, pooled)),
+         kPageCacheEpochs);
+  DataBoundSettings block_512 = settings;
+  block_512.shuffle_buffer = 512;
+  report("shards_page_cache_block_512", PageCache(paths, DataBoundSpec(dir, block_512)),
+         kPageCacheEpochs);
+  DataBoundSettings defaults = settings;
+  defaults.read_ahead_bytes = 64 << 20;
+  defaults.shuffle_buffer = 4096;
   report("shards_page_cache_defaults", PageCache(paths, DataBoundSpec(dir, defaults)),
          kPageCacheEpochs);
   const double reader = ReaderAlone(DataBoundSpec(dir, settings));
