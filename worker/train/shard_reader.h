@@ -8,8 +8,9 @@
 // queue holds them in the stream's order.
 //
 // Only the rank's own samples are read; a second thread reads the bytes of
-// the next read_ahead_bytes of them into the page cache in large forward
-// reads, so that a cold disk streams (Note [Cold reads] in shard_reader.cc).
+// the next read_ahead_bytes (at least 64 MiB) of them into the page cache
+// in large forward reads, so that a cold disk streams (Note [Cold reads] in
+// shard_reader.cc).
 // Memory: the queue and the batches being read (at most read_ahead_bytes
 // together, or one batch when a batch is larger) and up to three batches
 // more (being trained, just released, spare), plus the index
