@@ -110,14 +110,20 @@ void Json(const std::string& bench, const std::string& metric, const std::string
 // or making and closing the communicator); `step_seconds`: the
 // step_time_seconds of every report but the final one (with
 // training.log_every_steps 1, each step's).
-v1::Metrics TrainOneRank(const std::string& text, double* train_seconds = nullptr,
-                         std::vector<double>* step_seconds = nullptr) {
+// `text` (a job spec) parsed and normalized, or exits.
+v1::JobSpec ParsedSpec(const std::string& text) {
   absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(text, SpecFormat::kTextProto, "bench");
   if (!spec.ok()) {
     std::cerr << spec.status() << "\n";
     std::exit(1);
   }
   NormalizeJobSpec(*spec);
+  return *std::move(spec);
+}
+
+v1::Metrics TrainOneRank(const std::string& text, double* train_seconds = nullptr,
+                         std::vector<double>* step_seconds = nullptr) {
+  const v1::JobSpec spec = ParsedSpec(text);
   MemoryStore store;
   GlooOptions options;
   auto comm = CreateGlooCommunicator(options, store);
@@ -127,7 +133,7 @@ v1::Metrics TrainOneRank(const std::string& text, double* train_seconds = nullpt
       step_seconds->push_back(m.step_time_seconds());
     }
   };
-  absl::StatusOr<v1::Metrics> m = comm.ok() ? Train(*spec, **comm, report, nullptr, TrainOptions{})
+  absl::StatusOr<v1::Metrics> m = comm.ok() ? Train(spec, **comm, report, nullptr, TrainOptions{})
                                             : absl::StatusOr<v1::Metrics>(comm.status());
   if (train_seconds != nullptr) *train_seconds = Seconds(start);
   if (!m.ok()) {
@@ -352,10 +358,8 @@ DataBoundTimes Cold(const std::vector<std::string>& paths, const std::string& sp
 // nothing trained): one epoch of the job's batches per round; the median
 // round's seconds. What a reader gives a step that costs nothing.
 double ReaderAlone(const std::string& text) {
-  absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(text, SpecFormat::kTextProto, "bench");
-  if (!spec.ok()) std::exit(1);
-  NormalizeJobSpec(*spec);
-  const v1::ShardedData& data = spec->data().shards();
+  const v1::JobSpec spec = ParsedSpec(text);
+  const v1::ShardedData& data = spec.data().shards();
   absl::StatusOr<std::unique_ptr<ShardReader>> reader = ShardReader::Open(data, {});
   if (!reader.ok()) {
     std::cerr << reader.status() << "\n";
@@ -364,8 +368,8 @@ double ReaderAlone(const std::string& text) {
   const std::vector<int64_t> sizes = (*reader)->index().ShardSizes();
   SamplerOptions o;
   for (int64_t n : sizes) o.num_samples += n;
-  o.batch_size = spec->training().batch_size_per_rank();
-  o.seed = spec->training().seed();
+  o.batch_size = spec.training().batch_size_per_rank();
+  o.seed = spec.training().seed();
   std::vector<double> rounds;
   for (int round = 0; round < kPageCacheRounds + 1; ++round) {
     const auto start = std::chrono::steady_clock::now();

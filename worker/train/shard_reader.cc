@@ -659,8 +659,9 @@ absl::Status ShardReader::ReadGroup(ReadState& state, const int64_t* indices, in
       error = std::move(status);
     }
   };
+  const bool direct = DirectTar(out[0]);
   for (size_t i = 0; i < order.size();) {
-    const size_t end = RunEnd(order, i, out[0]);
+    const size_t end = RunEnd(order, i, direct);
     if (end - i > 1 && ReadRun(state, indices, &order[i], end - i, batch_size, out, fail)) {
       i = end;
       continue;
@@ -674,13 +675,10 @@ absl::Status ShardReader::ReadGroup(ReadState& state, const int64_t* indices, in
     }
   }
   if (options_.vocab_size > 0 && index_.format() != v1::ShardedData::TOKENS) {
-    std::vector<SampleLocation> where;
+    std::vector<SampleLocation> where(n);  // by place in the group
+    for (const Placement& p : order) where[p.at] = p.loc;
     for (int64_t b = 0; b < failed; ++b) {
-      where.resize(out[b].x.size(0));
-      for (const Placement& p : order) {
-        if (p.at / batch_size == b) where[p.at % batch_size] = p.loc;
-      }
-      absl::Status s = CheckTokens(out[b], where);
+      absl::Status s = CheckTokens(out[b], &where[b * batch_size]);
       if (!s.ok()) fail(b * batch_size, std::move(s));
     }
   }
@@ -696,9 +694,9 @@ bool ShardReader::DirectTar(const ShardBatch& batch) const {
 }
 
 size_t ShardReader::RunEnd(const std::vector<Placement>& order, size_t begin,
-                           const ShardBatch& batch) const {
+                           bool direct) const {
   const int64_t values = Count(layout_.x_shape) * ElementBytes(layout_.x_type);
-  if (!DirectTar(batch) || order[begin].loc.x.size <= values) return begin + 1;
+  if (!direct || order[begin].loc.x.size <= values) return begin + 1;
   size_t end = begin + 1;
   while (end < order.size() && static_cast<int64_t>(end - begin) < kMaxRun) {
     const SampleLocation& last = order[end - 1].loc;
@@ -762,7 +760,7 @@ bool ShardReader::ReadRun(ReadState& state, const int64_t* indices, const Placem
 // transformer_lm's) are read as any other; their ids must lie in
 // [0, vocab_size), or the embedding would fail far from the file.
 absl::Status ShardReader::CheckTokens(const ShardBatch& batch,
-                                      const std::vector<SampleLocation>& where) const {
+                                      const SampleLocation* where) const {
   for (const bool input : {true, false}) {
     const at::Tensor& t = input ? batch.x : batch.y;
     if (t.scalar_type() != at::kLong || t.numel() == 0) continue;

@@ -177,8 +177,9 @@ class ShardReader {
   // they are trained).
   bool DirectTar(const ShardBatch& batch) const;
   // The end of the run of neighbouring samples that starts at
-  // order[begin]: begin + 1 when they are not read as one.
-  size_t RunEnd(const std::vector<Placement>& order, size_t begin, const ShardBatch& batch) const;
+  // order[begin]: begin + 1 when they are not read as one (always, unless
+  // `direct`: DirectTar of the group's batches).
+  size_t RunEnd(const std::vector<Placement>& order, size_t begin, bool direct) const;
   // Reads `count` neighbouring samples with one preadv and checks each
   // (errors go to `fail`, with the sample's place); false, having checked
   // none, when the read itself fails.
@@ -205,7 +206,7 @@ class ShardReader {
   // INVALID_ARGUMENT naming the file, offset and sample unless every token
   // id of `batch` (its samples at `where`, row by row) is in [0,
   // options_.vocab_size) (Note [Token samples] in shard_reader.cc).
-  absl::Status CheckTokens(const ShardBatch& batch, const std::vector<SampleLocation>& where) const;
+  absl::Status CheckTokens(const ShardBatch& batch, const SampleLocation* where) const;
   // INVALID_ARGUMENT naming the file and offset unless every class id of a
   // sample's target is below options_.num_classes (0: any).
   absl::Status CheckClasses(int64_t index, const std::string& path, int64_t offset,
