@@ -313,6 +313,48 @@ TEST(ShardReaderTest, AShardCutShortUnderARunNamesTheSampleAfterTheBatchesBefore
                                      ": the file is shorter than when it was indexed")));
 }
 
+// Note [Token samples]: a TAR sample of token ids past the vocabulary is an
+// error naming its file, offset and sample, after every batch before it,
+// wherever it lies in a group of batches read together.
+TEST(ShardReaderTest, ATarTokenPastTheVocabularyNamesItsSampleAfterTheBatchesBefore) {
+  const std::string path = TempPath("tokens.tar");
+  auto tar = TarWriter::Create(path);
+  ASSERT_TRUE(tar.ok()) << tar.status();
+  for (int k = 0; k < 12; ++k) {
+    std::vector<int64_t> x(4), y(4);
+    for (int j = 0; j < 4; ++j) {
+      x[j] = (k + j) % 50;
+      y[j] = (k + j + 1) % 50;
+    }
+    if (k == 9) x[2] = 300;  // past a vocabulary of 256
+    const std::string key = absl::StrCat("s", k);
+    ASSERT_TRUE((*tar)->Add(key + ".x.npy", NpyBytes(ElementType::kInt64, {4}, x.data())).ok());
+    ASSERT_TRUE((*tar)->Add(key + ".y.npy", NpyBytes(ElementType::kInt64, {4}, y.data())).ok());
+  }
+  ASSERT_TRUE((*tar)->Close().ok());
+  v1::ShardedData spec = TarSpec({path}, 1 << 20);
+  spec.set_num_classes(0);
+  auto reader = ShardReader::Open(spec, {/*float_inputs=*/false, /*vocab_size=*/256});
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  // Sample 9 is row 1 of batch 3, the second batch of the third group
+  // (groups grow: batch 0, batch 1, batches 2-3).
+  (*reader)->Start({11, 0, 5, 2, 8, 1, 3, 4, 6, 7, 9, 10}, 3);
+  for (int64_t b = 0; b < 3; ++b) {
+    absl::StatusOr<ShardBatch> batch = (*reader)->Next();
+    ASSERT_TRUE(batch.ok()) << "batch " << b << ": " << batch.status();
+    EXPECT_EQ(batch->x[0][0].item<int64_t>(), batch->indices[0].item<int64_t>() % 50);
+  }
+  absl::StatusOr<ShardBatch> bad = (*reader)->Next();
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  // Sample 9's x member: 9 samples of 2 members of 2 blocks each, then its
+  // header.
+  EXPECT_THAT(std::string(bad.status().message()),
+              HasSubstr(absl::StrCat(path, " at byte offset ", 9 * 2048 + 512,
+                                     " (sample 9): input token id 300 is not in [0, "
+                                     "model.transformer_lm.vocab_size 256)")));
+}
+
 // Note [Batch buffers]: the next epoch (a new Start) keeps the pool and
 // trains in the buffers of the last one.
 TEST(ShardReaderTest, ANewEpochReusesTheLastEpochsBuffers) {
