@@ -47,8 +47,9 @@ readonly PACKAGES=(
   # Observability tests: a real Prometheus scraping the coordinator, and a
   # headless browser loading its status page.
   prometheus chromium
-  # Network namespaces for multi-host tests; a throwaway CA for the TLS tests.
-  iproute2
+  # Network namespaces for multi-host tests (veth, tc netem) and packet
+  # filters on a test's own veths; a throwaway CA for the TLS tests.
+  iproute2 iptables
   openssl
   # Deploy checks: systemd-analyze verifies the units (deploy/systemd), a
   # real Slurm runs deploy/slurm/chorus.sbatch on loopback.
