@@ -16,9 +16,12 @@
 #   finish                       print the counts; exit 0 only if nothing failed
 #   wait_for CONDITION TIMEOUT   re-evaluate CONDITION (shell code, run in this
 #                                shell) every 0.1 s until it succeeds (0) or
-#                                TIMEOUT seconds have passed (1)
+#                                TIMEOUT x TEST_SLACK seconds have passed (1)
 #   wait_for_file FILE [TIMEOUT] wait until FILE exists and is not empty (20 s)
 #   wait_exit PID TIMEOUT        wait until process PID has exited (0) or not (1)
+#   TEST_SLACK                   how much longer than on a quiet machine a wait
+#                                may take (CHORUS_TEST_SLACK, default 3)
+#   elapsed_since US             seconds (0.1 s precision) since _lib_now_us US
 #   track_pid PID                kill PID with SIGKILL when the test exits
 #   on_exit CODE                 run shell CODE when the test exits
 #   start_coordinator [...]      start ${COORDINATOR} on 127.0.0.1 port 0
@@ -34,14 +37,44 @@
 #                                epoch trained once, who finished with which
 #                                parameters, who received which state
 #
+# Note [Tests on a busy machine]: a TIMEOUT given to wait_for is what the
+# condition needs on a quiet machine, with margin; wait_for allows TEST_SLACK
+# times that (3 unless CHORUS_TEST_SLACK says otherwise), because beside other
+# work (a CI runner's other jobs, a laptop's browser; tests/under_load.sh) every
+# process of a test gets a fraction of a core. A deadline costs nothing when
+# the condition holds early, so a generous one only makes a failing test
+# slower to say so. A test that asserts a speed ("a new leader within N s")
+# measures the time itself (elapsed_since) and states its bound so that it
+# holds on a loaded machine too, or compares with a pace measured in the same
+# run; it never relies on a fixed sleep being long enough.
+#
 # Thread-safety: none needed; it is sourced by one shell. Helpers that read
-# JSON run python3 (whichever is first on PATH: only its json module is used).
+# JSON run python3 (whichever is first on PATH: only its json module is used),
+# resolved once: a version manager's shim on PATH (pyenv's runs a shell script
+# before every start) costs up to a second a call on a loaded machine, and a
+# test makes hundreds of calls.
 # Every variable the helpers keep starts with _lib_, so a CONDITION given to
 # wait_for sees the caller's variables, not the helper's.
 
 set -uo pipefail
 
 TMP=${TEST_TMPDIR:-$(mktemp -d)}
+
+# The interpreter python3 on PATH stands for (Note [Tests on a busy machine]);
+# every `python3` in a test's shell runs it directly. Exported, so that a
+# shell the test starts that sources this file again does not resolve it again.
+if ! [[ -x "${CHORUS_TEST_PYTHON:-}" ]]; then
+  CHORUS_TEST_PYTHON=$(command python3 -c 'import sys; print(sys.executable)' 2>/dev/null)
+  [[ -x "${CHORUS_TEST_PYTHON}" ]] || CHORUS_TEST_PYTHON=$(command -v python3)
+fi
+export CHORUS_TEST_PYTHON
+python3() { "${CHORUS_TEST_PYTHON}" "$@"; }
+
+TEST_SLACK=${CHORUS_TEST_SLACK:-3}
+if ! [[ "${TEST_SLACK}" =~ ^[0-9]+([.][0-9]+)?$ ]]; then
+  echo "lib.sh: CHORUS_TEST_SLACK must be a number >= 1, got '${TEST_SLACK}'" >&2
+  exit 2
+fi
 failures=0
 passes=0
 
@@ -77,12 +110,20 @@ trap _lib_cleanup EXIT
 # Microseconds since the epoch.
 _lib_now_us() { local t=${EPOCHREALTIME}; echo "${t/./}"; }
 
+# elapsed_since US: the seconds since US (a _lib_now_us reading), as 12.3.
+elapsed_since() {
+  local _lib_tenths=$(( ($(_lib_now_us) - $1) / 100000 ))
+  echo "$((_lib_tenths / 10)).$((_lib_tenths % 10))"
+}
+
 # wait_for CONDITION TIMEOUT: evaluates CONDITION every 0.1 s until it
-# succeeds or TIMEOUT seconds (may be fractional) have passed. Assignments in
-# CONDITION stay visible to the caller. Returns CONDITION's success.
+# succeeds or TIMEOUT x TEST_SLACK seconds (TIMEOUT may be fractional) have
+# passed. Assignments in CONDITION stay visible to the caller. Returns
+# CONDITION's success.
 wait_for() {
   local _lib_condition=$1 _lib_deadline
-  _lib_deadline=$(( $(_lib_now_us) + $(awk -v t="$2" 'BEGIN { printf "%d", t * 1000000 }') ))
+  _lib_deadline=$(( $(_lib_now_us) + $(awk -v t="$2" -v s="${TEST_SLACK}" \
+    'BEGIN { printf "%d", t * (s < 1 ? 1 : s) * 1000000 }') ))
   while true; do
     eval "${_lib_condition}" && return 0
     (( $(_lib_now_us) >= _lib_deadline )) && return 1
@@ -159,7 +200,7 @@ start_coordinator() {
   COORDINATOR_PID=$!
   track_pid "${COORDINATOR_PID}"
   if ! wait_for_file "${_lib_port_file}" 20; then
-    echo "coordinator (${_lib_listen}, ${_lib_state_dir}) wrote no port within 20 s; its log:" >&2
+    echo "coordinator (${_lib_listen}, ${_lib_state_dir}) wrote no port within 20 s x ${TEST_SLACK} slack; its log:" >&2
     cat "${_lib_log}" >&2
     return 1
   fi

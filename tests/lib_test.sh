@@ -51,11 +51,30 @@ json_has - 'ranks[*].step' 1 <<<"${doc}" && fail "json_has matched a prefix" || 
 json_has - 'ranks[*].missing' x <<<"${doc}" && fail "json_has found a missing field" || pass "json_has of a missing field fails"
 
 # --- wait_for, wait_for_file, wait_exit
+expect "the slack is 3 unless CHORUS_TEST_SLACK says otherwise" "3 1.5" \
+  "$(env -u CHORUS_TEST_SLACK bash -c "source '${LIB}'; echo \${TEST_SLACK}") $(CHORUS_TEST_SLACK=1.5 bash -c "source '${LIB}'; echo \${TEST_SLACK}")"
+out=$(CHORUS_TEST_SLACK=soon bash -c "source '${LIB}'; echo sourced" 2>&1); rc=$?
+[[ ${rc} -eq 2 && "${out}" == *"CHORUS_TEST_SLACK must be a number >= 1, got 'soon'"* ]] \
+  && pass "a slack that is not a number stops the test, naming the variable" || fail "bad slack: rc=${rc} out='${out}'"
+TEST_SLACK=1
 start=${EPOCHREALTIME/./}
 wait_for 'false' 0.5; rc=$?
 took_ms=$(( (${EPOCHREALTIME/./} - start) / 1000 ))
 [[ ${rc} -eq 1 ]] && (( took_ms >= 500 && took_ms < 2000 )) && pass "wait_for gives up after its timeout (${took_ms} ms)" \
   || fail "wait_for false 0.5: rc=${rc} after ${took_ms} ms"
+TEST_SLACK=2
+start=${EPOCHREALTIME/./}
+wait_for 'false' 0.5; rc=$?
+took_ms=$(( (${EPOCHREALTIME/./} - start) / 1000 ))
+[[ ${rc} -eq 1 ]] && (( took_ms >= 1000 && took_ms < 2500 )) \
+  && pass "wait_for allows its timeout times the slack (${took_ms} ms at slack 2)" \
+  || fail "wait_for false 0.5 at slack 2: rc=${rc} after ${took_ms} ms"
+TEST_SLACK=1
+start=$(_lib_now_us)
+sleep 0.3
+took=$(elapsed_since "${start}")
+[[ "${took}" =~ ^0\.[3-9]$|^1\.[0-9]$ ]] && pass "elapsed_since in tenths of a second (${took} s)" \
+  || fail "elapsed_since after 0.3 s: '${took}'"
 n=0
 wait_for 'n=$((n + 1)); [[ ${n} -ge 3 ]]' 5; rc=$?
 expect "wait_for retries until the condition holds; its assignments stay visible" "0 3" "${rc} ${n}"
@@ -104,11 +123,11 @@ wait_for '! kill -0 "${pid}" 2>/dev/null' 5 && pass "the exit cleanup killed the
 
 printf '#!/usr/bin/env bash\necho "cannot bind" >&2\n' > "${TMP}/broken_coordinator"
 chmod +x "${TMP}/broken_coordinator"
-out=$(bash -c "source '${LIB}'; COORDINATOR='${TMP}/broken_coordinator'
+out=$(CHORUS_TEST_SLACK=1 bash -c "source '${LIB}'; COORDINATOR='${TMP}/broken_coordinator'
   # A clock that moves 5 s a reading, so the 20 s wait ends at once.
   _lib_now_us() { local t=\$(( \$(cat '${TMP}/clock' 2>/dev/null || echo 0) + 5000000 )); echo \$t > '${TMP}/clock'; echo \$t; }
   start_coordinator -l 127.0.0.1:7 -s '${TMP}/broken_state' -o '${TMP}/broken.log'" 2>&1); rc=$?
-[[ ${rc} -eq 1 && "${out}" == *"wrote no port within 20 s"* && "${out}" == *"cannot bind"* ]] \
+[[ ${rc} -eq 1 && "${out}" == *"wrote no port within 20 s x 1 slack"* && "${out}" == *"cannot bind"* ]] \
   && pass "a coordinator that writes no port: start_coordinator returns 1 and shows its log" \
   || fail "broken coordinator: rc=${rc} out='${out}'"
 
