@@ -51,7 +51,9 @@ else
 fi
 
 # The loops: each a process group of its own, spinning in a shell loop that
-# checks its own deadline, under `timeout` as well.
+# checks its own deadline and that this script still runs (a script killed
+# with SIGKILL runs no trap: its loops must not spin on for hours), under
+# `timeout` as well.
 loop_pids=()
 stop_loops() {
   local pid
@@ -63,7 +65,9 @@ trap stop_loops EXIT
 trap 'exit 130' INT TERM
 for ((i = 0; i < loops; i++)); do
   setsid timeout "${max_seconds}" bash -c \
-    'end=$((SECONDS + $1)); while ((SECONDS < end)); do :; done' busy "${max_seconds}" &
+    'end=$((SECONDS + $1)); while ((SECONDS < end)) && kill -0 "$2" 2>/dev/null; do
+       for ((i = 0; i < 100000; i++)); do :; done
+     done' busy "${max_seconds}" "$$" &
   loop_pids+=($!)
 done
 

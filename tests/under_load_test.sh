@@ -12,7 +12,7 @@ UNDER_LOAD=$(realpath "$1")
 probe="${TMP}/probe.sh"
 cat > "${probe}" <<'PROBE'
 sleep 1
-echo "loops while running: $(pgrep -c -f '^bash -c end=.* busy [0-9]+$')"
+echo "loops while running: $(pgrep -c -f '^bash -c end=.* busy [0-9]+ [0-9]+$')"
 echo "7 passed, 1 failed"
 exit 3
 PROBE
@@ -29,9 +29,23 @@ awk -v t="${took}" 'BEGIN { exit !(t < 15) }' && pass "it returns when the comma
   || fail "it returned ${took} s after starting a 1 s command"
 [[ "$(tail -n 2 <<<"${out}" | head -n 1)" =~ ^"under load: 3 loop(s), load "[0-9.]+[.][.][0-9.]+" (".*"), "[0-9]+" s"$ ]] \
   && pass "it says how many loops and what load" || fail "summary line: ${out}"
-wait_for '[[ "$(pgrep -c -f "^bash -c end=.* busy [0-9]+$")" == 0 ]]' 5 \
+wait_for '[[ "$(pgrep -c -f "^bash -c end=.* busy [0-9]+ [0-9]+$")" == 0 ]]' 5 \
   && pass "no loop outlives the command" \
   || fail "loops left: $(pgrep -a -f 'busy')"
+
+# Killed with SIGKILL (no trap runs), it leaves no loop spinning: each loop
+# watches the script's pid.
+"${UNDER_LOAD}" --loops 2 --max_seconds 60 --command "echo \$\$ > '${TMP}/sleeper'; exec sleep 30" \
+  >/dev/null 2>&1 &
+harness=$!
+disown "${harness}"  # no "Killed" line from the shell
+wait_for '[[ "$(pgrep -c -f "^bash -c end=.* busy [0-9]+ ${harness}$")" == 2 ]]' 10 \
+  || fail "no loops of the harness ${harness} seen"
+kill -KILL "${harness}"
+wait_for '[[ "$(pgrep -c -f "^bash -c end=.* busy [0-9]+ ${harness}$")" == 0 ]]' 5 \
+  && pass "the loops end when the harness is killed with SIGKILL" \
+  || { fail "loops outlived a killed harness: $(pgrep -a -f "busy [0-9]+ ${harness}$")"; pkill -f "busy [0-9]+ ${harness}$"; }
+wait_for_file "${TMP}/sleeper" 5 && kill "$(cat "${TMP}/sleeper")" 2>/dev/null
 
 out=$("${UNDER_LOAD}" --loops two --command true 2>&1); rc=$?
 [[ ${rc} -eq 2 && "${out}" == *"--loops must be a whole number, got 'two'"* ]] \
