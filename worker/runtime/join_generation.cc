@@ -41,7 +41,9 @@ absl::StatusOr<v1::JoinResponse> GenerationJoiner::Join(const v1::JoinRequest& r
     }
     if (answer->ok()) return *std::move(answer);
     const absl::Status s = answer->status();
-    const bool again = until_formed && (absl::IsUnavailable(s) || absl::IsAborted(s));
+    // Note [A join is asked for again]: UNAVAILABLE is retried whatever
+    // `until_formed` says.
+    const bool again = absl::IsUnavailable(s) || (until_formed && absl::IsAborted(s));
     if (!again || absl::Now() + absl::Milliseconds(100) >= deadline) {
       return absl::Status(s.code(), absl::StrCat("joining generation ", request.generation(),
                                                  " of ", request.job_id(), ": ", s.message()));

@@ -27,10 +27,21 @@
 
 namespace chorus {
 
-// Joins `request.generation()` before `deadline`. With `until_formed` (an
-// elastic job), a generation that has not formed yet (UNAVAILABLE) or that
-// another failure superseded (ABORTED) is asked for again every 100 ms.
-// Errors keep the coordinator's code and name the generation and job.
+// Joins `request.generation()` before `deadline`. An UNAVAILABLE answer is
+// asked for again every 100 ms; with `until_formed` (an elastic job), so is a
+// generation that another failure superseded (ABORTED). Errors keep the
+// coordinator's code and name the generation and job.
+//
+// Note [A join is asked for again]: UNAVAILABLE is either the coordinator's
+// own "join again shortly" (the generation forms at the members' next step
+// boundary; the job is taking back its ranks after a restart or from agents
+// that lost contact) or no coordinator answering at all: the leader was
+// killed or froze while the join was on its connection, and `wait_for_ready`
+// does not move a call already on a connection. Both are asked for again,
+// for the first join of a job as for a re-formation's, so a rendezvous in
+// progress completes under the next leader (docs/ha.md). What ends a job's
+// joins for good has other codes: FAILED_PRECONDITION (the job is not
+// running), NOT_FOUND, PERMISSION_DENIED.
 absl::StatusOr<v1::JoinResponse> JoinGeneration(v1::RankService::StubInterface& ranks,
                                                 const v1::JoinRequest& request, absl::Time deadline,
                                                 bool until_formed);

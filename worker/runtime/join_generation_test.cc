@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -82,14 +83,47 @@ TEST_F(JoinGenerationTest, AGenerationStillFormingIsAskedForAgainUntilItForms) {
   EXPECT_GE(absl::Now() - start, absl::Milliseconds(300)) << "100 ms between attempts";
 }
 
-TEST_F(JoinGenerationTest, WithoutUntilFormedTheFirstRefusalIsTheAnswer) {
-  Start(/*not_formed=*/1);
+// Note [A join is asked for again]: a job's first join (not known to be
+// elastic) is asked for again on UNAVAILABLE too.
+TEST_F(JoinGenerationTest, WithoutUntilFormedUnavailableIsAskedForAgain) {
+  Start(/*not_formed=*/2);
   absl::StatusOr<v1::JoinResponse> joined =
       JoinGeneration(*stub_, request_, absl::Now() + absl::Seconds(30), /*until_formed=*/false);
-  EXPECT_EQ(joined.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_EQ(joined.status().message(),
-            "joining generation 2 of job-000007: generation 2 is still forming");
-  EXPECT_EQ(service_->calls(), 1);
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  EXPECT_EQ(joined->rank(), 3);
+  EXPECT_EQ(service_->calls(), 3);
+}
+
+// What ends a job's joins for good is the answer at once, whatever
+// `until_formed` says.
+TEST_F(JoinGenerationTest, AJobThatIsNotRunningIsTheAnswerAtOnce) {
+  class EndedRankService final : public v1::RankService::Service {
+   public:
+    grpc::Status Join(grpc::ServerContext*, const v1::JoinRequest*,
+                      v1::JoinResponse*) override {
+      calls.fetch_add(1);
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          "job job-000007 is FAILED, not running");
+    }
+    std::atomic<int> calls{0};
+  } ended;
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&ended);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  auto stub = v1::RankService::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+  for (bool until_formed : {false, true}) {
+    absl::StatusOr<v1::JoinResponse> joined =
+        JoinGeneration(*stub, request_, absl::Now() + absl::Seconds(30), until_formed);
+    EXPECT_EQ(joined.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(joined.status().message(),
+              "joining generation 0 of : job job-000007 is FAILED, not running");
+  }
+  EXPECT_EQ(ended.calls.load(), 2);
+  server->Shutdown();
 }
 
 TEST_F(JoinGenerationTest, AGenerationThatNeverFormsFailsAtTheDeadline) {
@@ -188,24 +222,23 @@ TEST_F(JoinGenerationTest, TheAgentsErrorIsRetriedLikeTheCoordinatorsAndNamesThe
 
 // chorus-rank's first join (Note [The first join through the agent] in
 // worker/rank_main.cc): generation 1 of a job not known to be elastic,
-// through the agent; a refusal is the answer, not asked again nor sent
-// directly.
+// through the agent; a refusal that ends the job's joins is the answer, not
+// asked again nor sent directly.
 TEST_F(JoinGenerationTest, AFirstJoinGoesThroughTheAgentAndARefusalIsTheAnswer) {
   Start(/*not_formed=*/0);
   request_.set_generation(1);
   request_.set_starts_program_first(true);
   FakeAgent agent;
   v1::AgentJoinAnswer answer;
-  answer.set_code(static_cast<int>(absl::StatusCode::kUnavailable));
-  answer.set_message("generation 1 of job job-000007 has not formed yet");
+  answer.set_code(static_cast<int>(absl::StatusCode::kFailedPrecondition));
+  answer.set_message("job job-000007 is CANCELLED, not running");
   agent.AnswerFirstJoin(answer);
   GenerationJoiner joiner(*stub_, agent.rank_end());
   absl::StatusOr<v1::JoinResponse> joined =
       joiner.Join(request_, absl::Now() + absl::Seconds(10), /*until_formed=*/false);
-  EXPECT_TRUE(absl::IsUnavailable(joined.status())) << joined.status();
+  EXPECT_TRUE(absl::IsFailedPrecondition(joined.status())) << joined.status();
   EXPECT_EQ(joined.status().message(),
-            "joining generation 1 of job-000007: generation 1 of job job-000007 has not formed "
-            "yet");
+            "joining generation 1 of job-000007: job job-000007 is CANCELLED, not running");
   EXPECT_EQ(service_->calls(), 0) << "no RankService.Join of its own";
   EXPECT_EQ(joiner.answered_by_agent(), 1);
   std::vector<v1::JoinRequest> seen = agent.joins_seen();
