@@ -236,6 +236,11 @@ TEST_F(OverloadTest, ThousandsOfIdleConnectionsLeavePingAndUploadsWorking) {
   ASSERT_EQ(data_idle.size(), static_cast<size_t>(idle));
 
   // `chorus ping`, a new client and a real upload all succeed meanwhile.
+  // Their deadlines leave room for a loaded machine under AddressSanitizer
+  // (a 10 s answer deadline ran out at load 10 while the data port dropped
+  // the flood's connections): what they check is that the flood does not
+  // block them, which without the port's connection limit it does until
+  // the idle connections' hello timeout, for every one of them.
   const absl::Time start = absl::Now();
   ExpectServing();
   {
@@ -254,7 +259,7 @@ TEST_F(OverloadTest, ThousandsOfIdleConnectionsLeavePingAndUploadsWorking) {
   {
     const v1::OpenUploadResponse opened = Open(job, 7);
     auto upload = CheckpointDataUpload::Connect("127.0.0.1", opened.port(), opened.token(),
-                                                absl::Seconds(5), absl::Seconds(10));
+                                                absl::Seconds(15), absl::Seconds(30));
     ASSERT_TRUE(upload.ok()) << upload.status();
     ASSERT_TRUE((*upload)->BeginFile("model.pt").ok());
     ASSERT_TRUE((*upload)->Write(Pattern(5 << 20, 1)).ok());
@@ -266,13 +271,13 @@ TEST_F(OverloadTest, ThousandsOfIdleConnectionsLeavePingAndUploadsWorking) {
   {
     CoordinatorCheckpointStorage storage(MakeCoordinatorChannel(server_->address()), job,
                                          /*generation=*/1, /*rank=*/0, "127.0.0.1",
-                                         absl::Seconds(20));
+                                         absl::Seconds(40));
     const std::string model = Pattern(9 << 20, 2);
     absl::Status stored =
         storage.Store(8, {{"model.pt", [&](const CheckpointByteSink& out) { return out(model); }}});
     ASSERT_TRUE(stored.ok()) << stored;
   }
-  EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(60));
   EXPECT_EQ(CommittedSteps(job), (std::vector<int64_t>{7, 8}));
 
   // The data port kept at most its connection limit of them open.
