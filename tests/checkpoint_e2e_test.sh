@@ -311,10 +311,12 @@ fault_injection { faults { kind: SLOW rank: 0 at_step: 1 duration_seconds: 0.08 
     >"${TMP}/now_${kind}.out" 2>"${TMP}/now_${kind}.err" &
   up_pid=$!
   now_addr=""
+  # A few steps in: the ranks reported step 10 (every 10 steps), so the
+  # checkpoint is not simply the state they started from. 80 steps of at
+  # least 0.08 s (6.4 s) are left for the request to reach them.
   wait_for '[[ -s "${TMP}/now_state/port" ]] && now_addr="127.0.0.1:$(cat "${TMP}/now_state/port")"
-            [[ -n "${now_addr}" && "$("${CHORUS}" --coordinator "${now_addr}" status job-000001 --json 2>/dev/null \
-               | json_get - job.state 2>/dev/null)" == RUNNING ]]' 60
-  sleep 2  # a few steps in
+            [[ -n "${now_addr}" ]] && (( $("${CHORUS}" --coordinator "${now_addr}" status job-000001 --json 2>/dev/null \
+               | json_get - job.latest_metrics.step 2>/dev/null || echo 0) >= 10 ))' 60
   out=$("${CHORUS}" --coordinator "${now_addr}" checkpoint job-000001 --wait --wait_seconds 60 2>&1); rc=$?
   wait "${up_pid}"
   step=$(echo "${out}" | sed -n 's/.*checkpoint at step \([0-9]*\) committed.*/\1/p')

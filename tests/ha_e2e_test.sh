@@ -14,7 +14,9 @@
 #  (d) as a new job's ranks start and rendezvous: it forms under the new
 #      leader and ends SUCCEEDED;
 #  (e) with jobs queued beyond the free slots: the queue order is the same
-#      under the new leader and every job ends SUCCEEDED.
+#      under the new leader, the job running at the kill trains on there
+#      (then it is cancelled), and the queued jobs start in the queue's
+#      order and end SUCCEEDED.
 # and then, without killing a coordinator:
 #  (f) 1, then 2 of the 3 etcd members stopped while an elastic DDP job
 #      trains: with one down nothing shows; with two down the
@@ -92,6 +94,10 @@ for name in a b c; do
   list+="${list:+,}${COORDINATOR_ADDR}"
 done
 cli() { "${CHORUS}" --coordinator "${list}" "$@"; }
+# slack_s S: S seconds x TEST_SLACK, whole, for a call's own --timeout: a call
+# that waits for a new leader waits as long as wait_for would (Note [Tests
+# on a busy machine] in lib.sh).
+slack_s() { awk -v t="$1" -v s="${TEST_SLACK}" 'BEGIN { printf "%d", t * (s < 1 ? 1 : s) }'; }
 # The address of the coordinator that leads, empty if none answers as leader.
 leader() {
   cli --timeout 3 coordinators --json 2>/dev/null | python3 -c '
@@ -119,8 +125,8 @@ traced_step() {
 # kill_leader: kill -9 of the current leader; sets KILLED (its address),
 # KILL_US and KILL_STEP (traced_step at the kill).
 kill_leader() {
-  KILLED=$(leader)
-  [[ -n "${KILLED}" ]] || { fail "no leader to kill"; return 1; }
+  KILLED=""
+  wait_for 'KILLED=$(leader); [[ -n "${KILLED}" ]]' 10 || { fail "no leader to kill"; return 1; }
   KILL_STEP=$(traced_step)
   disown "${pid_of[${KILLED}]}" 2>/dev/null  # no "Killed" line from the shell
   kill -KILL "${pid_of[${KILLED}]}"
@@ -136,14 +142,12 @@ restart_killed() {
     || { fail "the coordinator started again on ${KILLED} wrote no port"; return 1; }
   pid_of[${KILLED}]=${COORDINATOR_PID}
 }
-# wait_done JOB SECONDS: waits for JOB to end; prints its status JSON.
+# wait_done JOB SECONDS: waits up to SECONDS (x TEST_SLACK, as wait_for) for
+# JOB to end; prints its last status JSON.
 wait_done() {
-  local out="" i
-  for ((i = 0; i < $2 * 2; i++)); do
-    out=$(cli --timeout 5 status "$1" --json 2>/dev/null)
-    [[ "$(field "${out}" job.state)" =~ ^(SUCCEEDED|FAILED|CANCELLED)$ ]] && break
-    sleep 0.5
-  done
+  local done_job=$1 out=""
+  wait_for 'out=$(cli --timeout 5 status "${done_job}" --json 2>/dev/null)
+            [[ "$(field "${out}" job.state 2>/dev/null)" =~ ^(SUCCEEDED|FAILED|CANCELLED)$ ]]' "$2"
   echo "${out}"
 }
 
@@ -163,15 +167,20 @@ SPEC
 job=$(cli --timeout 5 submit "${TMP}/elastic.textproto" 2>"${TMP}/submit.err")
 [[ "${job}" == job-* ]] && pass "(a) submitted ${job}" || fail "(a) submit: ${job}"
 wait_for '(( $(traced_step) >= 20 ))' 40 || fail "(a) no rank reached step 20: $(tail -3 "${TMP}/agent.log")"
-# The steady rate before the kill, over about 1.5 s.
+# The steady rate before the kill, over about 1.5 s (docs/benchmarks.md): a
+# window to measure over, not a wait for something to happen. The rate is
+# the steps over the time measured, and the checks below hold whatever
+# the window spans: on a busy machine it spans fewer steps and leaves more.
 before_step=$(traced_step); before_us=$(_lib_now_us)
 sleep 1.5
 kill_leader
-# The first call through the list that a leader answers.
-cli --timeout 15 ping >/dev/null 2>"${TMP}/ping.err" || fail "(a) ping after the kill: $(cat "${TMP}/ping.err")"
+# The first call through the list that a leader answers (it waits for one).
+cli --timeout "$(slack_s 15)" ping >/dev/null 2>"${TMP}/ping.err" \
+  || fail "(a) no leader answered a ping within $(slack_s 15) s of the kill: $(cat "${TMP}/ping.err")"
 answer_us=$(_lib_now_us)
 answer_step=$(traced_step)
-new_leader=$(leader)
+new_leader=""
+wait_for 'new_leader=$(leader); [[ -n "${new_leader}" ]]' 5
 takeover_ms=$(( (answer_us - KILL_US) / 1000 ))
 [[ -n "${new_leader}" && "${new_leader}" != "${KILLED}" ]] \
   && pass "(a) ${new_leader} leads ${takeover_ms} ms after kill -9 of ${KILLED}" \
@@ -282,35 +291,62 @@ out=$(wait_done "${job}" 60)
 restart_killed
 
 # --- (e) kill -9 of the leader with jobs queued beyond the free slots
-# One 2-rank HIGH job fills the agent's 2 slots (nothing preempts it); three
-# more wait, LOW, NORMAL and HIGH in submit order, so the scheduler's order
-# (HIGH, NORMAL, LOW) is not the submit order.
+# One 2-rank HIGH job fills the agent's 2 slots (nothing preempts it: no job
+# has a higher priority); three more wait, LOW, NORMAL and HIGH in submit
+# order, so the scheduler's order (HIGH, NORMAL, LOW) is not the submit
+# order. The running job has no step bound that could end it: it trains
+# until it is cancelled, once the queue has been read before and after the
+# kill. Were it to end first, the head of the queue would start and the
+# orders read would differ for that reason alone (60 steps, about 2 s, have
+# ended before the kill on a busy machine).
 queued=()
 for priority in HIGH LOW NORMAL HIGH; do
-  sed -e 's/^name: .*/name: "ha-queue"/' -e 's/max_steps: 120/max_steps: 60/' \
+  e_steps=60
+  [[ ${#queued[@]} -eq 0 ]] && e_steps=1000000
+  sed -e 's/^name: .*/name: "ha-queue"/' -e "s/max_steps: 120/max_steps: ${e_steps}/" \
     -e '/^checkpoint/d' "${TMP}/ckpt.textproto" >"${TMP}/queue.textproto"
   echo "priority: ${priority}" >>"${TMP}/queue.textproto"
   job=$(cli --timeout 5 submit "${TMP}/queue.textproto" 2>"${TMP}/submit.err")
   [[ "${job}" == job-* ]] && queued+=("${job}") || fail "(e) submit: $(cat "${TMP}/submit.err")"
 done
+# trained_step JOB: the step JOB last reported (0 if none, or no answer).
+trained_step() {
+  field "$(cli --timeout 5 status "$1" --json 2>/dev/null)" job.latest_metrics.step 2>/dev/null || echo 0
+}
 # The first one past its rendezvous: it trains.
-wait_for '(( $(field "$(cli --timeout 3 status "${queued[0]}" --json 2>/dev/null)" job.latest_metrics.step 2>/dev/null || echo 0) > 5 ))' 30 \
+wait_for '(( $(trained_step "${queued[0]}") > 5 ))' 30 \
   || fail "(e) ${queued[0]} never trained: $(cli --timeout 3 status "${queued[0]}" 2>&1 | head -3)"
-queue_order() { cli --timeout 15 queue --json 2>/dev/null | json_get - 'jobs[*].job_id' 2>/dev/null | tr '\n' ' '; }
+# queue_order: the ids of the queued jobs, in the queue's order, each with a
+# space after it; fails if no leader answered (the call waits for one).
+queue_order() {
+  local answer
+  answer=$(cli --timeout "$(slack_s 15)" queue --json 2>/dev/null) || return 1
+  json_get - 'jobs[*].job_id' <<<"${answer}" 2>/dev/null | tr '\n' ' '
+  return 0
+}
 expected="${queued[3]} ${queued[2]} ${queued[1]} "
 before=""
 wait_for 'before=$(queue_order); [[ "${before}" == "${expected}" ]]' 10 \
   && pass "(e) queued before the kill: ${before}" || fail "(e) queue before the kill: '${before}'"
+e_step=$(trained_step "${queued[0]}")
 kill_leader && pass "(e) killed the leader ${KILLED}"
-after=$(queue_order)
+# The new leader's first answer: nothing can have left the queue meanwhile.
+after=$(queue_order) || after="(no leader answered within $(slack_s 15) s)"
 [[ "${after}" == "${expected}" ]] \
   && pass "(e) the new leader keeps the queue order: ${after}" \
   || fail "(e) queue after the kill: '${after}' (before: '${expected}')"
+wait_for '(( $(trained_step "${queued[0]}") > e_step ))' 30 \
+  && pass "(e) ${queued[0]}, running at the kill, reports its steps to the new leader" \
+  || fail "(e) ${queued[0]} reported no step after ${e_step} under the new leader: $(cli --timeout 3 status "${queued[0]}" 2>&1 | head -3)"
+cli --timeout 5 cancel "${queued[0]}" >/dev/null 2>"${TMP}/cancel.err" \
+  || fail "(e) cancel ${queued[0]}: $(cat "${TMP}/cancel.err")"
 starts=()
 for job in "${queued[@]}"; do
+  want=SUCCEEDED
+  [[ "${job}" == "${queued[0]}" ]] && want=CANCELLED
   out=$(wait_done "${job}" 60)
-  [[ "$(field "${out}" job.state)" == SUCCEEDED ]] \
-    && pass "(e) ${job} SUCCEEDED" || fail "(e) ${job} did not succeed: $(field "${out}" job.state)"
+  [[ "$(field "${out}" job.state)" == "${want}" ]] \
+    && pass "(e) ${job} ${want}" || fail "(e) ${job} did not end ${want}: $(field "${out}" job.state) $(field "${out}" job.reason)"
   starts+=("$(field "${out}" job.start_time_us)")
 done
 (( starts[3] < starts[2] && starts[2] < starts[1] )) \
@@ -342,15 +378,26 @@ for i in 0 1 2; do
   [[ "${is_leader}" == true ]] && raft_leader=${i}
 done
 second_down=$(( (raft_leader + 1) % 3 ))
-minority_leader=$(leader)
+survivors=""
+for i in 0 1 2; do
+  (( i != raft_leader )) && survivors+="${survivors:+,}127.0.0.1:${ports[${i}]}"
+done
+minority_leader=""
+wait_for 'minority_leader=$(leader); [[ -n "${minority_leader}" ]]' 5
 disown "${etcd_pid[${raft_leader}]}" 2>/dev/null
 kill -KILL "${etcd_pid[${raft_leader}]}"
+minority_us=$(_lib_now_us)
 minority_step=$(traced_step)
-sleep 3
-probe=$(cli --timeout 5 submit "${TMP}/quorum.textproto" 2>"${TMP}/minority.err")
+# Past the moment that could show something: the two members left have
+# elected a raft leader, and 3 s have passed since the stop, more than the
+# 2 s lease the coordinator could not renew meanwhile.
+wait_for '/usr/bin/etcdctl --endpoints "${survivors}" endpoint status 2>/dev/null | cut -d, -f5 | grep -q true \
+          && (( $(_lib_now_us) - minority_us >= 3000000 ))' 10 \
+  || fail "(f) the etcd members left elected no raft leader: $(/usr/bin/etcdctl --endpoints "${survivors}" endpoint status 2>&1)"
+probe=$(cli --timeout "$(slack_s 5)" submit "${TMP}/quorum.textproto" 2>"${TMP}/minority.err")
 [[ "${probe}" == job-* ]] && cli --timeout 5 cancel "${probe}" >/dev/null 2>>"${TMP}/minority.err"
-[[ -n "${minority_leader}" && "$(leader)" == "${minority_leader}" && "${probe}" == job-* ]] \
-  && (( $(traced_step) > minority_step )) \
+[[ -n "${minority_leader}" && "${probe}" == job-* ]] \
+  && wait_for '[[ "$(leader)" == "${minority_leader}" ]] && (( $(traced_step) > minority_step ))' 10 \
   && pass "(f) with 1 of 3 etcd members stopped (m${raft_leader}, etcd's raft leader) nothing shows: ${minority_leader} still leads (its term taken back $(cat "${TMP}"/*.log | grep -c "leading .* again (") time(s)), a submission and its cancellation are taken, the ranks train on" \
   || fail "(f) one etcd member down: leader '${minority_leader}' -> '$(leader)', probe '${probe}' ($(cat "${TMP}/minority.err")), step ${minority_step} -> $(traced_step)"
 disown "${etcd_pid[${second_down}]}" 2>/dev/null
@@ -368,8 +415,10 @@ wait_for 'cli --timeout 2 submit "${TMP}/quorum.textproto" >"${TMP}/refused.out"
           grep -q "says: no coordinator can lead: etcd at ${endpoints}: .*no quorum" "${TMP}/refused.err"' 30 \
   && pass "(f) chorus submit is refused: $(grep -o 'says: no coordinator can lead: .*no quorum' "${TMP}/refused.err")" \
   || fail "(f) submit without etcd's quorum: $(cat "${TMP}/refused.out" "${TMP}/refused.err")"
-outage_step=$(traced_step)
-(( outage_step > stop_step + 20 )) \
+# They train on meanwhile (at 30 ms a step, 20 steps take 0.6 s; the
+# outage lasts until the members are back, below).
+outage_step=""
+wait_for 'outage_step=$(traced_step); (( outage_step > stop_step + 20 ))' 10 \
   && pass "(f) the ranks trained on without etcd's quorum (step ${stop_step} -> ${outage_step})" \
   || fail "(f) the ranks' step went from ${stop_step} to ${outage_step} only while etcd had no quorum"
 for i in "${raft_leader}" "${second_down}"; do start_etcd "${i}"; done
