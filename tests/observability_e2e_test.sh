@@ -82,16 +82,26 @@ wait_for '[[ "$(prom_value "up{job=\"chorus\"}")" == 1 ]]' 20 \
   && pass "Prometheus scrapes the coordinator (up == 1)" \
   || fail "target not up: $(http_get "http://127.0.0.1:${prom_port}/api/v1/targets")"
 
-# --- a 2-rank job; rank 1 sleeps 0.1 s before each step's collectives from step 5
-cat >"${TMP}/slow.textproto" <<'SPEC'
+# --- a 2-rank job; rank 1 sleeps 0.1 s before each step's collectives from
+# step 5, so that no step is shorter than 0.1 s: its 600 steps take at least
+# a minute, however fast the machine. Everything up to the end of the
+# straggler checks reads series that exist only while the job runs (they are
+# dropped when it ends). Beside other work (load 8-14 on 2 cores; Note
+# [Tests on a busy machine] in lib.sh) those checks ended 20-47 s after the
+# submission, at step 67-129, and a job of 220 steps once ended before them.
+# The job ends at its last step; a check after them says whether they did
+# see it running.
+steps=600
+cat >"${TMP}/slow.textproto" <<SPEC
 name: "observed"
 model { mlp { hidden_sizes: [16] } }
 data { synthetic { num_samples: 4096 input_shape: [8] num_classes: 2 } }
-training { batch_size_per_rank: 16 max_steps: 220 log_every_steps: 5 }
+training { batch_size_per_rank: 16 max_steps: ${steps} log_every_steps: 5 }
 resources { min_ranks: 2 max_ranks: 2 }
 fault_injection { faults { kind: SLOW rank: 1 at_step: 5 duration_seconds: 0.1 } }
 hang_detection { action: REPORT }
 SPEC
+submitted=$(_lib_now_us)
 job=$("${CHORUS}" --coordinator "${COORDINATOR_ADDR}" submit "${TMP}/slow.textproto" 2>"${TMP}/submit.err")
 [[ "${job}" == job-000001 ]] && pass "submitted ${job}" || fail "submit: ${job}"
 
@@ -140,12 +150,32 @@ scrape=$(http_get "http://127.0.0.1:${http_port}/metrics")
 wait0=$(metric_value "${scrape}" chorus_rank_comm_wait_seconds "host=\"$(json_get - 'ranks[0].host' <<<"${status}")\",job=\"${job}\",rank=\"0\"")
 python3 -c "import sys; sys.exit(0 if float('${wait0:-0}') > 0.05 else 1)" \
   && pass "rank 0 waits ${wait0} s per step in the collective" || fail "rank 0's wait '${wait0}'"
-wait_for 'grep -q "chorus_rank_diagnosed{.*kind=\"STRAGGLER\",rank=\"1\"} 1" <<<"$(http_get "http://127.0.0.1:${http_port}/metrics")"' 20 \
-  && pass "/metrics marks rank 1 diagnosed STRAGGLER" || fail "no STRAGGLER mark on rank 1"
-diagnosis=$("${CHORUS}" --coordinator "${COORDINATOR_ADDR}" status "${job}" 2>&1 | grep STRAGGLER)
+
+# straggler_seen: a scrape of /metrics marks rank 1 STRAGGLER (MARK, the
+# line) and `chorus status`, read right after that scrape (STATUS_TEXT), has
+# a STRAGGLER diagnosis (DIAGNOSIS, the line). Both hold from rank 1's first
+# slow report window until the job ends; taken together, they describe the
+# same running job.
+straggler_seen() {
+  mark=$(http_get "http://127.0.0.1:${http_port}/metrics" \
+    | grep "chorus_rank_diagnosed{.*kind=\"STRAGGLER\",rank=\"1\"} 1")
+  [[ -n "${mark}" ]] || return 1
+  status_text=$("${CHORUS}" --coordinator "${COORDINATOR_ADDR}" status "${job}" 2>&1)
+  diagnosis=$(grep STRAGGLER <<<"${status_text}")
+  [[ -n "${diagnosis}" ]]
+}
+mark="" status_text="" diagnosis=""
+wait_for straggler_seen 20
+[[ -n "${mark}" ]] && pass "/metrics marks rank 1 diagnosed STRAGGLER" \
+  || fail "no STRAGGLER mark on rank 1 ($("${CHORUS}" --coordinator "${COORDINATOR_ADDR}" status "${job}" 2>&1 | head -n 1))"
 [[ "${diagnosis}" == *"rank 1 computes for"*"the others wait for it ("*" s per step between them)"* ]] \
   && pass "the STRAGGLER diagnosis says how long the others waited: ${diagnosis}" \
-  || fail "diagnosis: '${diagnosis}'"
+  || fail "diagnosis: '${diagnosis}' in: ${status_text}"
+# The checks above read a running job's series only if it still runs now.
+status=$("${CHORUS}" --coordinator "${COORDINATOR_ADDR}" status "${job}" --json 2>&1)
+[[ "$(json_get - job.state <<<"${status}")" == RUNNING ]] \
+  && pass "the checks above saw ${job} running ($(elapsed_since "${submitted}") s after it was submitted, at step $(json_get - 'ranks[0].step' <<<"${status}") of ${steps})" \
+  || fail "${job} ended before the checks of its series did ($(elapsed_since "${submitted}") s after it was submitted; it has ${steps} steps of at least 0.1 s): $(json_get - job.state <<<"${status}")"
 
 # --- the job ends: its per-rank series go away
 wait_for '[[ "$("${CHORUS}" --coordinator "${COORDINATOR_ADDR}" status "${job}" --json 2>/dev/null | json_get - job.state)" == SUCCEEDED ]]' 90 \
