@@ -76,13 +76,15 @@ started=${SECONDS}
 min_load="" max_load=""
 # Samples the load once a minute into a file while the command runs (the
 # first minute's average still counts the quiet time before the loops).
-# Its own process group, so that its sleep ends with it.
+# Its own process group, so that its sleep ends with it; like the loops, it
+# stops when this script is gone.
 samples=$(mktemp)
 export -f load
-setsid bash -c 'start=$1; while sleep 60; do
-    echo "under load: $(load) after $((SECONDS + start)) s" >&2
-    load >>"$2"
-  done' sampler "$((SECONDS - started))" "${samples}" &
+setsid bash -c 'while sleep 1 && kill -0 "$2" 2>/dev/null; do
+    ((SECONDS % 60 == 0)) || continue
+    echo "under load: $(load) after ${SECONDS} s" >&2
+    load >>"$1"
+  done' sampler "${samples}" "$$" &
 sampler=$!
 
 if [[ -n "${command}" ]]; then

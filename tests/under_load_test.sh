@@ -33,8 +33,8 @@ wait_for '[[ "$(pgrep -c -f "^bash -c end=.* busy [0-9]+ [0-9]+$")" == 0 ]]' 5 \
   && pass "no loop outlives the command" \
   || fail "loops left: $(pgrep -a -f 'busy')"
 
-# Killed with SIGKILL (no trap runs), it leaves no loop spinning: each loop
-# watches the script's pid.
+# Killed with SIGKILL (no trap runs), it leaves nothing running: each loop
+# and the load sampler watch the script's pid.
 "${UNDER_LOAD}" --loops 2 --max_seconds 60 --command "echo \$\$ > '${TMP}/sleeper'; exec sleep 30" \
   >/dev/null 2>&1 &
 harness=$!
@@ -45,6 +45,9 @@ kill -KILL "${harness}"
 wait_for '[[ "$(pgrep -c -f "^bash -c end=.* busy [0-9]+ ${harness}$")" == 0 ]]' 5 \
   && pass "the loops end when the harness is killed with SIGKILL" \
   || { fail "loops outlived a killed harness: $(pgrep -a -f "busy [0-9]+ ${harness}$")"; pkill -f "busy [0-9]+ ${harness}$"; }
+wait_for '! pgrep -f "sampler .* ${harness}$" >/dev/null' 5 \
+  && pass "so does its load sampler" \
+  || { fail "the sampler outlived a killed harness: $(pgrep -a -f "sampler .* ${harness}$")"; pkill -f "sampler .* ${harness}$"; }
 wait_for_file "${TMP}/sleeper" 5 && kill "$(cat "${TMP}/sleeper")" 2>/dev/null
 
 out=$("${UNDER_LOAD}" --loops two --command true 2>&1); rc=$?
