@@ -497,6 +497,18 @@ void CheckpointWriter::Loop() {
       stored.attempts = 1;
     }
     absl::Status s = stored.status;
+    // Note [A final checkpoint already committed]: a generation that formed
+    // after the job's last step (a rank was lost while the others shut
+    // down) holds the same state at that step as the generation that
+    // committed its final checkpoint; storing it again is refused
+    // ALREADY_EXISTS, and the checkpoint the job ends with is there. Failing
+    // the rank for it restarted such jobs until they ran out of restarts.
+    const bool already_final = final && absl::IsAlreadyExists(s);
+    if (already_final) {
+      LOG(INFO) << "final checkpoint step " << snapshot.position.step
+                << " was committed by an earlier generation (" << s.message() << ")";
+      s = absl::OkStatus();
+    }
     const bool skip = !final && stored.gave_up_unreachable;
     if (skip) {
       LOG(WARNING) << "checkpoint step " << snapshot.position.step
@@ -510,7 +522,7 @@ void CheckpointWriter::Loop() {
     for (int64_t n : sizes) bytes += n;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (s.ok()) {
+      if (s.ok() && !already_final) {
         ++stored_;
         last_serialize_seconds_ = absl::ToDoubleSeconds(serializing);
         last_store_seconds_ = absl::ToDoubleSeconds(storing);

@@ -298,6 +298,33 @@ TEST(CheckpointWriterTest, TheFinalCheckpointFailsWhenTheCoordinatorNeverComesBa
   EXPECT_EQ(writer.skipped_unreachable(), 0);
 }
 
+// Note [A final checkpoint already committed]: a generation formed after the
+// last step stores the final checkpoint an earlier one committed.
+TEST(CheckpointWriterTest, AFinalCheckpointAlreadyCommittedIsNotAnError) {
+  FakeClock clock;
+  RestartingCoordinator coordinator(clock, clock.Now());
+  coordinator.Refuse(
+      absl::AlreadyExistsError("checkpoint job-000001 step 512 is already committed"));
+  CheckpointWriter writer(coordinator, WithBounds(clock, absl::Minutes(1), absl::Minutes(1)));
+  ASSERT_TRUE(writer.Offer(SnapshotAt(512), /*final=*/true));
+  absl::Status s = writer.Drain();
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(coordinator.attempts(), 1);
+  EXPECT_EQ(writer.stored(), 0) << "it stored nothing itself";
+}
+
+// A periodic one is another matter: no generation stores a step twice.
+TEST(CheckpointWriterTest, APeriodicCheckpointAlreadyCommittedFailsTheRun) {
+  FakeClock clock;
+  RestartingCoordinator coordinator(clock, clock.Now());
+  coordinator.Refuse(
+      absl::AlreadyExistsError("checkpoint job-000001 step 20 is already committed"));
+  CheckpointWriter writer(coordinator, WithBounds(clock, absl::Minutes(1), absl::Minutes(1)));
+  ASSERT_TRUE(writer.Offer(SnapshotAt(20)));
+  absl::Status s = writer.Drain();
+  EXPECT_EQ(s.code(), absl::StatusCode::kAlreadyExists) << s;
+}
+
 TEST(CheckpointWriterTest, APermanentErrorStillFailsTheRun) {
   FakeClock clock;
   RestartingCoordinator coordinator(clock, clock.Now());
