@@ -13,7 +13,8 @@
 #   --max_seconds S    no loop outlives S seconds (default 5400), whatever
 #                      happens to this script; they also end with the tests
 #   --command CMD      run CMD (bash -c) instead of `bazel test`, e.g.
-#                      'CI=true bash .ci/run'
+#                      'CI=true bash .ci/run' (CHORUS_UNDER_LOAD_PID: this
+#                      script's pid, the last argument of each of its loops)
 # Targets are run with `bazel test --nocache_test_results TARGET... FLAG...`.
 # Prints the load average every minute while the tests run and, last, the
 # line "under load: N loop(s), load A..B, T s" and, last, the command's own
@@ -87,6 +88,9 @@ setsid bash -c 'while sleep 1 && kill -0 "$2" 2>/dev/null; do
   done' sampler "${samples}" "$$" &
 sampler=$!
 
+# The command (and the tests) can tell this harness's loops from those of
+# another one running beside it: each loop's last argument is this pid.
+export CHORUS_UNDER_LOAD_PID=$$
 if [[ -n "${command}" ]]; then
   out=$(mktemp)
   bash -c "${command}" 2>&1 | tee "${out}"

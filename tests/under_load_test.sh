@@ -7,12 +7,14 @@
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 UNDER_LOAD=$(realpath "$1")
 
-# The command counts the busy loops (processes named "busy" under timeout)
+# The command counts the busy loops of its harness (their last argument is
+# its pid: another harness may run beside it, the one CI runs under, say)
 # while it runs, then says so and fails with status 3.
 probe="${TMP}/probe.sh"
-cat > "${probe}" <<'PROBE'
+cat > "${probe}" <<PROBE
 sleep 1
-echo "loops while running: $(pgrep -c -f '^bash -c end=.* busy [0-9]+ [0-9]+$')"
+echo "\${CHORUS_UNDER_LOAD_PID}" > "${TMP}/harness.pid"
+echo "loops while running: \$(pgrep -c -f "^bash -c end=.* busy [0-9]+ \${CHORUS_UNDER_LOAD_PID}\$")"
 echo "7 passed, 1 failed"
 exit 3
 PROBE
@@ -29,9 +31,11 @@ awk -v t="${took}" 'BEGIN { exit !(t < 15) }' && pass "it returns when the comma
   || fail "it returned ${took} s after starting a 1 s command"
 [[ "$(tail -n 2 <<<"${out}" | head -n 1)" =~ ^"under load: 3 loop(s), load "[0-9.]+[.][.][0-9.]+" (".*"), "[0-9]+" s"$ ]] \
   && pass "it says how many loops and what load" || fail "summary line: ${out}"
-wait_for '[[ "$(pgrep -c -f "^bash -c end=.* busy [0-9]+ [0-9]+$")" == 0 ]]' 5 \
+harness=$(cat "${TMP}/harness.pid" 2>/dev/null)
+[[ "${harness}" =~ ^[0-9]+$ ]] || fail "the command saw no CHORUS_UNDER_LOAD_PID: '${harness}'"
+wait_for '[[ "$(pgrep -c -f "^bash -c end=.* busy [0-9]+ ${harness}$")" == 0 ]]' 5 \
   && pass "no loop outlives the command" \
-  || fail "loops left: $(pgrep -a -f 'busy')"
+  || fail "loops left: $(pgrep -a -f "busy [0-9]+ ${harness}$")"
 
 # Killed with SIGKILL (no trap runs), it leaves nothing running: each loop
 # and the load sampler watch the script's pid.
