@@ -244,6 +244,37 @@ void RestoreOptimizerState(const OptimizedParam& op,
   }
 }
 
+// What one store's result means for the run.
+struct StoreOutcome {
+  absl::Status status;             // what fails the run when not OK
+  bool skipped = false;            // a periodic one given up: training goes on
+  bool already_committed = false;  // Note [A final checkpoint already committed]
+};
+
+// Note [A final checkpoint already committed]: a generation that formed
+// after the job's last step (a rank was lost while the others shut down)
+// holds the same state at that step as the generation that committed its
+// final checkpoint; storing it again is refused ALREADY_EXISTS, and the
+// checkpoint the job ends with is there. Failing the rank for it restarted
+// such jobs until they ran out of restarts. A periodic step is never stored
+// twice, so there ALREADY_EXISTS stays an error.
+StoreOutcome OutcomeOf(const StoreRetryResult& stored, bool final, int64_t step) {
+  StoreOutcome outcome;
+  outcome.status = stored.status;
+  if (final && absl::IsAlreadyExists(stored.status)) {
+    LOG(INFO) << "final checkpoint step " << step << " was committed by an earlier generation ("
+              << stored.status.message() << ")";
+    outcome.status = absl::OkStatus();
+    outcome.already_committed = true;
+  }
+  outcome.skipped = !final && stored.gave_up_unreachable;
+  if (outcome.skipped) {
+    LOG(WARNING) << "checkpoint step " << step
+                 << " skipped, training goes on: " << stored.status.message();
+  }
+  return outcome;
+}
+
 }  // namespace
 
 Snapshot TakeSnapshot(Model& model, const std::vector<torch::optim::Optimizer*>& optimizers,
@@ -496,24 +527,10 @@ void CheckpointWriter::Loop() {
       stored.status = ready;
       stored.attempts = 1;
     }
-    absl::Status s = stored.status;
-    // Note [A final checkpoint already committed]: a generation that formed
-    // after the job's last step (a rank was lost while the others shut
-    // down) holds the same state at that step as the generation that
-    // committed its final checkpoint; storing it again is refused
-    // ALREADY_EXISTS, and the checkpoint the job ends with is there. Failing
-    // the rank for it restarted such jobs until they ran out of restarts.
-    const bool already_final = final && absl::IsAlreadyExists(s);
-    if (already_final) {
-      LOG(INFO) << "final checkpoint step " << snapshot.position.step
-                << " was committed by an earlier generation (" << s.message() << ")";
-      s = absl::OkStatus();
-    }
-    const bool skip = !final && stored.gave_up_unreachable;
-    if (skip) {
-      LOG(WARNING) << "checkpoint step " << snapshot.position.step
-                   << " skipped, training goes on: " << s.message();
-    }
+    const StoreOutcome outcome = OutcomeOf(stored, final, snapshot.position.step);
+    const absl::Status& s = outcome.status;
+    const bool already_final = outcome.already_committed;
+    const bool skip = outcome.skipped;
     // With retries, serializing counts every attempt and storing the waits
     // between them too.
     const absl::Duration serializing = in_sources - in_storage;
