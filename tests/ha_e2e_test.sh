@@ -94,10 +94,6 @@ for name in a b c; do
   list+="${list:+,}${COORDINATOR_ADDR}"
 done
 cli() { "${CHORUS}" --coordinator "${list}" "$@"; }
-# slack_s S: S seconds x TEST_SLACK, whole, for a call's own --timeout: a call
-# that waits for a new leader waits as long as wait_for would (Note [Tests
-# on a busy machine] in lib.sh).
-slack_s() { awk -v t="$1" -v s="${TEST_SLACK}" 'BEGIN { printf "%d", t * (s < 1 ? 1 : s) }'; }
 # The address of the coordinator that leads, empty if none answers as leader.
 leader() {
   cli --timeout 3 coordinators --json 2>/dev/null | python3 -c '
@@ -175,8 +171,8 @@ before_step=$(traced_step); before_us=$(_lib_now_us)
 sleep 1.5
 kill_leader
 # The first call through the list that a leader answers (it waits for one).
-cli --timeout "$(slack_s 15)" ping >/dev/null 2>"${TMP}/ping.err" \
-  || fail "(a) no leader answered a ping within $(slack_s 15) s of the kill: $(cat "${TMP}/ping.err")"
+cli --timeout "$(slack_seconds 15)" ping >/dev/null 2>"${TMP}/ping.err" \
+  || fail "(a) no leader answered a ping within $(slack_seconds 15) s of the kill: $(cat "${TMP}/ping.err")"
 answer_us=$(_lib_now_us)
 answer_step=$(traced_step)
 new_leader=""
@@ -320,7 +316,7 @@ wait_for '(( $(trained_step "${queued[0]}") > 5 ))' 30 \
 # space after it; fails if no leader answered (the call waits for one).
 queue_order() {
   local answer
-  answer=$(cli --timeout "$(slack_s 15)" queue --json 2>/dev/null) || return 1
+  answer=$(cli --timeout "$(slack_seconds 15)" queue --json 2>/dev/null) || return 1
   json_get - 'jobs[*].job_id' <<<"${answer}" 2>/dev/null | tr '\n' ' '
   return 0
 }
@@ -331,7 +327,7 @@ wait_for 'before=$(queue_order); [[ "${before}" == "${expected}" ]]' 10 \
 e_step=$(trained_step "${queued[0]}")
 kill_leader && pass "(e) killed the leader ${KILLED}"
 # The new leader's first answer: nothing can have left the queue meanwhile.
-after=$(queue_order) || after="(no leader answered within $(slack_s 15) s)"
+after=$(queue_order) || after="(no leader answered within $(slack_seconds 15) s)"
 [[ "${after}" == "${expected}" ]] \
   && pass "(e) the new leader keeps the queue order: ${after}" \
   || fail "(e) queue after the kill: '${after}' (before: '${expected}')"
@@ -394,7 +390,7 @@ minority_step=$(traced_step)
 wait_for '/usr/bin/etcdctl --endpoints "${survivors}" endpoint status 2>/dev/null | cut -d, -f5 | grep -q true \
           && (( $(_lib_now_us) - minority_us >= 3000000 ))' 10 \
   || fail "(f) the etcd members left elected no raft leader: $(/usr/bin/etcdctl --endpoints "${survivors}" endpoint status 2>&1)"
-probe=$(cli --timeout "$(slack_s 5)" submit "${TMP}/quorum.textproto" 2>"${TMP}/minority.err")
+probe=$(cli --timeout "$(slack_seconds 5)" submit "${TMP}/quorum.textproto" 2>"${TMP}/minority.err")
 [[ "${probe}" == job-* ]] && cli --timeout 5 cancel "${probe}" >/dev/null 2>>"${TMP}/minority.err"
 [[ -n "${minority_leader}" && "${probe}" == job-* ]] \
   && wait_for '[[ "$(leader)" == "${minority_leader}" ]] && (( $(traced_step) > minority_step ))' 10 \

@@ -21,6 +21,7 @@
 #   wait_exit PID TIMEOUT        wait until process PID has exited (0) or not (1)
 #   TEST_SLACK                   how much longer than on a quiet machine a wait
 #                                may take (CHORUS_TEST_SLACK, default 3)
+#   slack_seconds S              S x TEST_SLACK, whole, for a call's own timeout
 #   elapsed_since US             seconds (0.1 s precision) since _lib_now_us US
 #   track_pid PID                kill PID with SIGKILL when the test exits
 #   on_exit CODE                 run shell CODE when the test exits
@@ -71,7 +72,8 @@ export CHORUS_TEST_PYTHON
 python3() { "${CHORUS_TEST_PYTHON}" "$@"; }
 
 TEST_SLACK=${CHORUS_TEST_SLACK:-3}
-if ! [[ "${TEST_SLACK}" =~ ^[0-9]+([.][0-9]+)?$ ]]; then
+if ! [[ "${TEST_SLACK}" =~ ^[0-9]+([.][0-9]+)?$ ]] \
+   || ! awk -v s="${TEST_SLACK}" 'BEGIN { exit !(s >= 1) }'; then
   echo "lib.sh: CHORUS_TEST_SLACK must be a number >= 1, got '${TEST_SLACK}'" >&2
   exit 2
 fi
@@ -116,6 +118,11 @@ elapsed_since() {
   echo "$((_lib_tenths / 10)).$((_lib_tenths % 10))"
 }
 
+# slack_seconds S: S (may be fractional) x TEST_SLACK, in whole seconds: the
+# deadline wait_for allows for S, for a call that waits by itself (a CLI
+# call's --timeout).
+slack_seconds() { awk -v t="$1" -v s="${TEST_SLACK}" 'BEGIN { printf "%d", t * s }'; }
+
 # wait_for CONDITION TIMEOUT: evaluates CONDITION every 0.1 s until it
 # succeeds or TIMEOUT x TEST_SLACK seconds (TIMEOUT may be fractional) have
 # passed. Assignments in CONDITION stay visible to the caller. Returns
@@ -123,7 +130,7 @@ elapsed_since() {
 wait_for() {
   local _lib_condition=$1 _lib_deadline
   _lib_deadline=$(( $(_lib_now_us) + $(awk -v t="$2" -v s="${TEST_SLACK}" \
-    'BEGIN { printf "%d", t * (s < 1 ? 1 : s) * 1000000 }') ))
+    'BEGIN { printf "%d", t * s * 1000000 }') ))
   while true; do
     eval "${_lib_condition}" && return 0
     (( $(_lib_now_us) >= _lib_deadline )) && return 1
@@ -200,7 +207,7 @@ start_coordinator() {
   COORDINATOR_PID=$!
   track_pid "${COORDINATOR_PID}"
   if ! wait_for_file "${_lib_port_file}" 20; then
-    echo "coordinator (${_lib_listen}, ${_lib_state_dir}) wrote no port within 20 s x ${TEST_SLACK} slack; its log:" >&2
+    echo "coordinator (${_lib_listen}, ${_lib_state_dir}) wrote no port within $(slack_seconds 20) s; its log:" >&2
     cat "${_lib_log}" >&2
     return 1
   fi

@@ -56,6 +56,11 @@ expect "the slack is 3 unless CHORUS_TEST_SLACK says otherwise" "3 1.5" \
 out=$(CHORUS_TEST_SLACK=soon bash -c "source '${LIB}'; echo sourced" 2>&1); rc=$?
 [[ ${rc} -eq 2 && "${out}" == *"CHORUS_TEST_SLACK must be a number >= 1, got 'soon'"* ]] \
   && pass "a slack that is not a number stops the test, naming the variable" || fail "bad slack: rc=${rc} out='${out}'"
+out=$(CHORUS_TEST_SLACK=0.5 bash -c "source '${LIB}'; echo sourced" 2>&1); rc=$?
+[[ ${rc} -eq 2 && "${out}" == *"got '0.5'"* ]] && pass "a slack below 1 is refused" \
+  || fail "slack 0.5: rc=${rc} out='${out}'"
+expect "slack_seconds: whole seconds of S x the slack" "45 7" \
+  "$(TEST_SLACK=3; slack_seconds 15) $(TEST_SLACK=1.5; slack_seconds 5)"
 TEST_SLACK=1
 start=${EPOCHREALTIME/./}
 wait_for 'false' 0.5; rc=$?
@@ -127,7 +132,7 @@ out=$(CHORUS_TEST_SLACK=1 bash -c "source '${LIB}'; COORDINATOR='${TMP}/broken_c
   # A clock that moves 5 s a reading, so the 20 s wait ends at once.
   _lib_now_us() { local t=\$(( \$(cat '${TMP}/clock' 2>/dev/null || echo 0) + 5000000 )); echo \$t > '${TMP}/clock'; echo \$t; }
   start_coordinator -l 127.0.0.1:7 -s '${TMP}/broken_state' -o '${TMP}/broken.log'" 2>&1); rc=$?
-[[ ${rc} -eq 1 && "${out}" == *"wrote no port within 20 s x 1 slack"* && "${out}" == *"cannot bind"* ]] \
+[[ ${rc} -eq 1 && "${out}" == *"wrote no port within 20 s"* && "${out}" == *"cannot bind"* ]] \
   && pass "a coordinator that writes no port: start_coordinator returns 1 and shows its log" \
   || fail "broken coordinator: rc=${rc} out='${out}'"
 

@@ -16,9 +16,9 @@
 #                      'CI=true bash .ci/run' (CHORUS_UNDER_LOAD_PID: this
 #                      script's pid, the last argument of each of its loops)
 # Targets are run with `bazel test --nocache_test_results TARGET... FLAG...`.
-# Prints the load average every minute while the tests run and, last, the
-# line "under load: N loop(s), load A..B, T s" and, last, the command's own
-# last line (.ci/run's counts stay last); exits with the command's status.
+# Prints the load average every minute while the tests run, then the line
+# "under load: N loop(s), load A..B, T s" and, last, the command's own last
+# line (.ci/run's counts stay last); exits with the command's status.
 #
 # Example: tests/under_load.sh //tests:ha_e2e_test //tests:lib_test -- --runs_per_test=3
 set -uo pipefail
@@ -74,7 +74,6 @@ done
 
 load() { cut -d' ' -f1 /proc/loadavg; }
 started=${SECONDS}
-min_load="" max_load=""
 # Samples the load once a minute into a file while the command runs (the
 # first minute's average still counts the quiet time before the loops).
 # Its own process group, so that its sleep ends with it; like the loops, it
@@ -91,12 +90,11 @@ sampler=$!
 # The command (and the tests) can tell this harness's loops from those of
 # another one running beside it: each loop's last argument is this pid.
 export CHORUS_UNDER_LOAD_PID=$$
+out=$(mktemp)
 if [[ -n "${command}" ]]; then
-  out=$(mktemp)
   bash -c "${command}" 2>&1 | tee "${out}"
   status=${PIPESTATUS[0]}
 else
-  out=$(mktemp)
   bazel test --nocache_test_results "${targets[@]}" "${bazel_flags[@]}" 2>&1 | tee "${out}"
   status=${PIPESTATUS[0]}
 fi
@@ -104,10 +102,8 @@ load >>"${samples}"  # with the loops still running
 kill -TERM -- "-${sampler}" 2>/dev/null
 wait "${sampler}" 2>/dev/null
 stop_loops
-while read -r l; do
-  if [[ -z "${min_load}" ]] || awk -v a="${l}" -v b="${min_load}" 'BEGIN { exit !(a < b) }'; then min_load=${l}; fi
-  if [[ -z "${max_load}" ]] || awk -v a="${l}" -v b="${max_load}" 'BEGIN { exit !(a > b) }'; then max_load=${l}; fi
-done <"${samples}"
+min_load=$(sort -g "${samples}" | head -n 1)
+max_load=$(sort -g "${samples}" | tail -n 1)
 rm -f "${samples}"
 last=$(tail -n 1 "${out}")
 rm -f "${out}"

@@ -528,9 +528,6 @@ void CheckpointWriter::Loop() {
       stored.attempts = 1;
     }
     const StoreOutcome outcome = OutcomeOf(stored, final, snapshot.position.step);
-    const absl::Status& s = outcome.status;
-    const bool already_final = outcome.already_committed;
-    const bool skip = outcome.skipped;
     // With retries, serializing counts every attempt and storing the waits
     // between them too.
     const absl::Duration serializing = in_sources - in_storage;
@@ -539,17 +536,17 @@ void CheckpointWriter::Loop() {
     for (int64_t n : sizes) bytes += n;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (s.ok() && !already_final) {
+      if (outcome.status.ok() && !outcome.already_committed) {
         ++stored_;
         last_serialize_seconds_ = absl::ToDoubleSeconds(serializing);
         last_store_seconds_ = absl::ToDoubleSeconds(storing);
         last_bytes_ = bytes;
       }
       store_retries_ += stored.attempts - 1;
-      if (skip) {
+      if (outcome.skipped) {
         ++skipped_unreachable_;
-      } else if (!s.ok() && error_.ok()) {
-        error_ = s;
+      } else if (!outcome.status.ok() && error_.ok()) {
+        error_ = outcome.status;
       }
       busy_ = false;
     }
