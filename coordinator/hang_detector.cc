@@ -161,8 +161,33 @@ struct Blocked {
   std::vector<std::pair<int, absl::Time>> queued;
   size_t live = 0;
   absl::Duration waited;     // by the rank inside it longest
+  // The longest wait inside it that a rank's own heartbeat vouches for
+  // (Note [A wait the heartbeats vouch for]).
+  absl::Duration vouched;
   absl::Duration threshold;  // "far longer than usual"
 };
+
+// Note [A wait the heartbeats vouch for]
+// A heartbeat says "inside collective #s since t" as of the moment it was
+// composed. Read against the coordinator's clock alone, the same heartbeat
+// seems to stay inside ever longer once the rank falls silent, and the
+// ranks of a job that finished fall silent right after their last
+// collective: their heartbeat streams end before their final reports and
+// exits. A job whose ranks all stopped heartbeating inside the final
+// evaluation's all-reduce was read as STUCK_IN_COLLECTIVE and restarted
+// while it shut down. So a rank blocked in a collective counts as blocked
+// for as long as its own heartbeats show it there (from the collective's
+// start to the heartbeat's composition, both on the rank's clock), and
+// STUCK_IN_COLLECTIVE and NEVER_JOINED need a wait that some rank still
+// heartbeating vouches for. A rank that stopped heartbeating is DEAD after
+// dead_after_seconds; ranks that stopped because they finished are not
+// watched at all (RunningJob::HangViews).
+absl::Duration Vouched(const RankView& v, const v1::CollectiveRecord& w) {
+  const int64_t began = w.running_us() > 0 ? w.running_us() : w.started_us();
+  const absl::Time composed =
+      v.hb().time_us() > 0 ? absl::FromUnixMicros(v.hb().time_us()) : v.heartbeat_at;
+  return composed - absl::FromUnixMicros(began);
+}
 
 Blocked FindBlocked(const v1::HangDetectionSpec& spec, const std::vector<RankView>& ranks,
                     absl::Time now) {
@@ -187,6 +212,7 @@ Blocked FindBlocked(const v1::HangDetectionSpec& spec, const std::vector<RankVie
       b.queued.emplace_back(v.rank, absl::FromUnixMicros(w->started_us()));
     } else if (w != nullptr && w->seq() == b.seq) {
       b.inside.push_back(v.rank);
+      b.vouched = std::max(b.vouched, Vouched(v, *w));
       longest_start = std::min(
           longest_start,
           absl::FromUnixMicros(w->running_us() > 0 ? w->running_us() : w->started_us()));
@@ -300,7 +326,7 @@ v1::Diagnosis StuckInCollective(const Blocked& b) {
 void DiagnoseBlocked(const v1::HangDetectionSpec& spec, const std::vector<RankView>& ranks,
                      absl::Time now, std::vector<v1::Diagnosis>& out) {
   const Blocked b = FindBlocked(spec, ranks, now);
-  if (b.collective == nullptr || b.waited <= b.threshold) return;
+  if (b.collective == nullptr || b.waited <= b.threshold || b.vouched <= b.threshold) return;
   if (!b.absent.empty()) {
     DiagnoseAbsent(spec, ranks, b, now, out);
   } else if (!b.queued.empty()) {
@@ -360,6 +386,14 @@ std::vector<v1::Diagnosis> DiagnoseHangs(const v1::HangDetectionSpec& spec,
   DiagnoseBlocked(spec, ranks, now, out);
   DiagnoseStragglers(spec, ranks, out);
   return out;
+}
+
+void VoidDuringShutdown(std::vector<v1::Diagnosis>& diagnoses) {
+  diagnoses.erase(std::remove_if(diagnoses.begin(), diagnoses.end(),
+                                 [](const v1::Diagnosis& d) {
+                                   return d.kind() != v1::Diagnosis::DEAD;
+                                 }),
+                  diagnoses.end());
 }
 
 // Sum over o of max(0, wait_o - wait_r) is, over the known waits sorted,

@@ -62,6 +62,23 @@ struct RankView {
 // one.
 std::vector<double> WaitCausedBy(const std::vector<double>& wait_seconds);
 
+// Note [Diagnoses during shutdown]
+// Once a rank has said it finished training (a heartbeat in phase FINISHED,
+// sent as its heartbeat stream ends, or its final report), the job is
+// shutting down: the other ranks are past their last step too (in
+// synchronous training nobody finishes before every rank has left the last
+// collective), in their final evaluation, checkpoint and report, and then
+// silent. What the detector reads in those seconds is void: the finished
+// ranks are not watched (RunningJob::HangViews), and of the diagnoses of
+// the others only DEAD is kept, for a rank that stopped heartbeating
+// without saying it finished. Before this a job that trained every step
+// and committed its final checkpoint was restarted as STUCK_IN_COLLECTIVE
+// while its ranks exited 0, and then FAILED because its next generation
+// never formed. The coordinator's side is in RunningJob: a finished rank's
+// exit with code 0 counts as a success even when a restart was ordered as
+// it finished, and so does a final report of the generation before.
+void VoidDuringShutdown(std::vector<v1::Diagnosis>& diagnoses);
+
 // Every diagnosis that holds now, most severe first.
 std::vector<v1::Diagnosis> DiagnoseHangs(const v1::HangDetectionSpec& spec,
                                          const std::vector<RankView>& ranks, absl::Time now);

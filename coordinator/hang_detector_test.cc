@@ -168,7 +168,7 @@ TEST(HangDetectorTest, AHeartbeatFromBeforeTheWaitSaysNothingAboutTheRankNow) {
   // #27. Past the stall threshold its heartbeat is younger than the silence
   // limit but older than rank 0's wait: it cannot tell what rank 1 does now.
   v1::HangDetectionSpec spec = Spec();
-  spec.set_stall_after_seconds(2);
+  spec.set_stall_after_seconds(1.5);
   auto waiting =
       Record(27, "ddp:model/bucket0", v1::CollectiveRecord::STARTED, absl::Milliseconds(2200));
   RankView stopped = Rank(1, 26, v1::DATA, 10, 0.1);
@@ -181,6 +181,30 @@ TEST(HangDetectorTest, AHeartbeatFromBeforeTheWaitSaysNothingAboutTheRankNow) {
   ASSERT_EQ(ds.size(), 1u) << ::testing::PrintToString(Messages(ds));
   EXPECT_EQ(ds[0].kind(), v1::Diagnosis::NEVER_JOINED);
   EXPECT_THAT(ds[0].ranks(), ElementsAre(1));
+}
+
+// Note [A wait the heartbeats vouch for]: ranks whose last heartbeats said
+// "inside #40" and then fell silent (they finished, or froze) are not
+// stuck in it for longer than those heartbeats show.
+TEST(HangDetectorTest, AWaitCountsOnlyAsFarAsTheRanksHeartbeatsVouchForIt) {
+  auto inside = Record(40, "eval/metrics", v1::CollectiveRecord::STARTED, absl::Seconds(10));
+  std::vector<RankView> ranks = {Rank(0, 40, v1::COLLECTIVE, 9, 10, {inside}),
+                                 Rank(1, 40, v1::COLLECTIVE, 9, 10, {inside})};
+  for (RankView& v : ranks) v.heartbeat_at = kNow - absl::Seconds(8);  // 2 s in, then silence
+  EXPECT_THAT(Messages(DiagnoseHangs(Spec(), ranks, kNow)),
+              ElementsAre(HasSubstr("DEAD rank 0"), HasSubstr("DEAD rank 1")))
+      << "silent past dead_after_seconds, but never STUCK_IN_COLLECTIVE";
+  for (RankView& v : ranks) v.heartbeat_at = kNow - absl::Seconds(4);  // 6 s in, then silence
+  EXPECT_THAT(Messages(DiagnoseHangs(Spec(), ranks, kNow)),
+              ElementsAre(HasSubstr("STUCK_IN_COLLECTIVE every rank has been inside collective "
+                                    "#40 allreduce/avg eval/metrics (4.0 MB) for 10.0 s")));
+  // The heartbeat's own time (the rank's clock) comes first when it has one:
+  // composed 2 s into the wait, received late.
+  for (RankView& v : ranks) {
+    v.heartbeat_at = kNow - absl::Seconds(1);
+    v.heartbeat.set_time_us(absl::ToUnixMicros(kNow - absl::Seconds(8)));
+  }
+  EXPECT_THAT(DiagnoseHangs(Spec(), ranks, kNow), IsEmpty());
 }
 
 TEST(HangDetectorTest, NothingBeforeTheStallThresholdOrDuringADeclaredPause) {

@@ -197,7 +197,8 @@ std::vector<RankView> RunningJob::HangViews() const {
     const RankState& r = ranks[rank];
     RankView v;
     v.rank = static_cast<int>(rank);
-    v.exited = r.state == v1::RankStatus::EXITED;
+    // Note [Diagnoses during shutdown]: a finished rank is not watched.
+    v.exited = r.state == v1::RankStatus::EXITED || r.finished;
     v.has_heartbeat = r.heartbeat_at != absl::InfinitePast();
     v.heartbeat_at = r.heartbeat_at;
     v.recorded = &r.last_heartbeat;
@@ -206,6 +207,17 @@ std::vector<RankView> RunningJob::HangViews() const {
     if ((v.has_heartbeat || v.exited) && !away) views.push_back(std::move(v));
   }
   return views;
+}
+
+bool RunningJob::TrainingFinished() const {
+  return finished_before_reform ||
+         std::any_of(ranks.begin(), ranks.end(), [](const RankState& r) { return r.finished; });
+}
+
+std::vector<v1::Diagnosis> RunningJob::Diagnose(absl::Time now) const {
+  std::vector<v1::Diagnosis> diagnoses = DiagnoseHangs(hang_detection, HangViews(), now);
+  if (TrainingFinished()) VoidDuringShutdown(diagnoses);
+  return diagnoses;
 }
 
 std::map<std::string, v1::CoordinatorMessage> RunningJob::LaunchMessages(
@@ -284,8 +296,10 @@ std::optional<JobEnd> RunningJob::RecordExit(const std::string& agent_id,
     if (unbound_here) r.agent_id = agent_id;
     r.state = v1::RankStatus::EXITED;
     r.exit_code = exited.exit_code();
-    if (r.stopping) return std::nullopt;  // Note [Restart-all]: expected
-    if (!r.evicted.empty()) {
+    // Note [Restart-all]: expected, unless training is over (Note
+    // [Diagnoses during shutdown]).
+    if (r.stopping && !(exited.exit_code() == 0 && TrainingFinished())) return std::nullopt;
+    if (!r.evicted.empty() && !(exited.exit_code() == 0 && TrainingFinished())) {
       return JobEnd{v1::Job::FAILED,
                     absl::StrCat("rank ", rank, " (", agent.host(), ", pid ", exited.pid(),
                                  ") was evicted by hang_detection.action RESTART: ", r.evicted)};

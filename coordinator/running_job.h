@@ -57,6 +57,9 @@ struct RankState {
   // Told to stop by a restart-all (Note [Restart-all]): its exit is
   // expected, neither a failure nor a success.
   bool stopping = false;
+  // The rank said it finished training: a heartbeat in phase FINISHED or
+  // its final report with success (Note [Diagnoses during shutdown]).
+  bool finished = false;
 
   static RankState At(const RankSlot& slot);
 };
@@ -213,6 +216,13 @@ struct RunningJob {
   // grace]). The views point at the ranks' recorded heartbeats: use them before
   // `ranks` changes.
   std::vector<RankView> HangViews() const;
+  // Whether training is over: a rank of this generation said it finished,
+  // or a rank of an earlier one did in its final report while this one
+  // formed (Note [Diagnoses during shutdown]).
+  bool TrainingFinished() const;
+  // The hang detector's diagnoses of the job now, those void during
+  // shutdown dropped (Note [Diagnoses during shutdown] in hang_detector.h).
+  std::vector<v1::Diagnosis> Diagnose(absl::Time now) const;
   // One LaunchRanks message per agent (by agent id) for the ranks of
   // generation(), told to dial `coordinator_address`.
   std::map<std::string, v1::CoordinatorMessage> LaunchMessages(
@@ -252,6 +262,9 @@ struct RunningJob {
   Rendezvous rendezvous;
   std::vector<RankState> ranks;  // index = rank
   int exited_ok = 0;
+  // A rank's final report said training succeeded while a later generation
+  // was already forming (Note [Diagnoses during shutdown]).
+  bool finished_before_reform = false;
   DiagnosisHistory diagnoses;
   // The diagnoses of the last Tick (for status pages and metrics, which
   // must not run the detector on every request).

@@ -524,7 +524,7 @@ std::map<std::string, std::vector<v1::Diagnosis>> Scheduler::TrackDiagnosesLocke
   std::map<std::string, std::vector<v1::Diagnosis>> current;
   const absl::Time now = clock_->Now();
   for (auto& [job_id, run] : running_) {
-    std::vector<v1::Diagnosis> diagnoses = DiagnoseHangs(run.hang_detection, run.HangViews(), now);
+    std::vector<v1::Diagnosis> diagnoses = run.Diagnose(now);
     for (v1::JobEvent& event : run.diagnoses.Update(diagnoses, now)) {
       if (event.has_diagnosis() && metrics_ != nullptr) {
         metrics_->DiagnosisSeen(event.diagnosis().kind());

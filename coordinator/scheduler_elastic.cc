@@ -86,6 +86,7 @@ std::vector<RankState> NextRanks(const RunningJob& run, const NextGeneration& ne
     // Heartbeats of the old generation say nothing about the new one.
     r.heartbeat_at = absl::InfinitePast();
     r.last_heartbeat.Clear();
+    r.finished = false;  // RunningJob::finished_before_reform keeps that it did
     r.state = old >= 0 ? v1::RankStatus::JOINING : v1::RankStatus::LAUNCHING;
     if (old < 0) {
       agents.SetBusy(r.agent_id, r.slot, true);
@@ -128,6 +129,7 @@ std::string DescribeChange(const RunningJob& run, const v1::JobSpec& spec, int64
 void BeginGeneration(RunningJob& run, const v1::Job& job, std::vector<RankState> ranks,
                      int64_t generation, ReformKind kind, absl::Time now) {
   const int world = static_cast<int>(ranks.size());
+  run.finished_before_reform = run.TrainingFinished();
   run.ranks = std::move(ranks);
   run.rendezvous = Rendezvous(job.job_id(), generation, world);
   run.exited_ok = 0;

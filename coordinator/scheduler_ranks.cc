@@ -192,6 +192,10 @@ absl::Status Scheduler::Report(const v1::ReportRequest& report) {
   {
     absl::MutexLock lock(&mu_);
     ASSIGN_OR_RETURN(metrics, CheckReportLocked(report));
+    RunningJob& run = running_.at(report.job_id());
+    if (report.final() && report.success() && run.HasRank(report.generation(), report.rank())) {
+      run.ranks[report.rank()].finished = true;
+    }
     if (report.rank() != 0) return absl::OkStatus();
     program = running_.at(report.job_id()).program;
     writes = running_.at(report.job_id()).report_writes;
@@ -231,6 +235,13 @@ absl::StatusOr<v1::Metrics> Scheduler::CheckReportLocked(const v1::ReportRequest
                ? absl::FailedPreconditionError(
                      absl::StrCat("job ", report.job_id(), " is not running"))
                : absl::NotFoundError(absl::StrCat("no job \"", report.job_id(), "\""));
+  }
+  if (report.final() && report.success() && it->second.elastic && report.generation() >= 1 &&
+      report.generation() < it->second.generation()) {
+    // Note [Diagnoses during shutdown]: the rank finished training in a
+    // generation the job has left since (a restart ordered as it finished).
+    it->second.finished_before_reform = true;
+    return report.metrics();
   }
   if (!it->second.HasRank(report.generation(), report.rank())) {
     return absl::FailedPreconditionError(absl::StrCat("rank ", report.rank(), " of generation ",
@@ -306,6 +317,7 @@ bool Scheduler::HeartbeatLocked(const v1::RankHeartbeat& heartbeat, v1::Directiv
   RankState& rank = it->second.ranks[heartbeat.rank()];
   rank.last_heartbeat = heartbeat;
   rank.heartbeat_at = clock_->Now();
+  if (heartbeat.phase() == v1::FINISHED) rank.finished = true;
   // Note [Restart-all]: the program re-forms in its own process.
   if (heartbeat.reforms_in_process()) it->second.reforms_in_process = true;
   if (directive != nullptr && it->second.phase.planned().has_value() &&
@@ -400,8 +412,7 @@ void Scheduler::FillStatus(const std::string& job_id, v1::JobStatus& status,
     return;
   }
   const absl::Time now = clock_->Now();
-  std::vector<v1::Diagnosis> diagnoses =
-      DiagnoseHangs(it->second.hang_detection, it->second.HangViews(), now);
+  std::vector<v1::Diagnosis> diagnoses = it->second.Diagnose(now);
   it->second.diagnoses.Annotate(diagnoses, now);
   StatusRows with_culprits = rows;
   for (const v1::Diagnosis& d : diagnoses) {

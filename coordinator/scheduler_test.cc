@@ -1100,6 +1100,113 @@ TEST_F(ElasticSchedulerTest, RestartReformsEveryRankWhenAllAreStuckInOneCollecti
   }
 }
 
+// Note [Diagnoses during shutdown]: the ranks' last heartbeats say they are
+// inside the final evaluation's all-reduce, then they fall silent while
+// they shut down (their heartbeat streams end before the final report).
+// Neither STUCK_IN_COLLECTIVE nor DEAD may restart a job whose ranks said
+// they finished; their exits with code 0 end it SUCCEEDED.
+class FinishingTest : public ElasticSchedulerTest {
+ protected:
+  void SetUp() override {
+    ElasticSchedulerTest::SetUp();
+    job_ = StartElastic("", "hang_detection { action: RESTART }");
+    started_ = clock_.Now();
+    inside_ = {AllReduce(9, "eval/metrics", 2, started_ - absl::Seconds(1), absl::Milliseconds(5)),
+               AllReduce(10, "eval/metrics", 2, started_)};
+    for (int rank = 0; rank < 4; ++rank) ASSERT_TRUE(BeatWith(job_, 1, rank, inside_));
+    clock_.Advance(absl::Seconds(1));
+    for (int rank = 0; rank < 4; ++rank) ASSERT_TRUE(BeatWith(job_, 1, rank, inside_));
+  }
+
+  absl::Status FinalReport(int64_t gen, int rank) {
+    v1::ReportRequest report;
+    report.set_job_id(job_);
+    report.set_generation(gen);
+    report.set_rank(rank);
+    report.set_final(true);
+    report.set_success(true);
+    report.mutable_metrics()->set_step(1500);
+    return scheduler_->ranks().Report(report);
+  }
+
+  // Ticks once a second for `seconds` with no heartbeat.
+  void Silence(int seconds) {
+    for (int s = 0; s < seconds; ++s) {
+      clock_.Advance(absl::Seconds(1));
+      scheduler_->Tick();
+    }
+  }
+
+  std::string job_;
+  absl::Time started_;
+  std::vector<v1::CollectiveRecord> inside_;
+};
+
+TEST_F(FinishingTest, RanksSilentAfterTheirFinalReportsAreNeitherStuckNorDead) {
+  for (int rank = 0; rank < 4; ++rank) ASSERT_TRUE(FinalReport(1, rank).ok());
+  Silence(10);  // past stall_after_seconds (3) and dead_after_seconds (5)
+  EXPECT_EQ(jobs_->Get(job_)->generation(), 1);
+  EXPECT_EQ(agent_.Stops(), 0);
+  v1::JobStatus status;
+  scheduler_->jobs().FillStatus(job_, status);
+  EXPECT_EQ(status.diagnoses_size(), 0) << status.diagnoses(0).message();
+  for (int slot = 0; slot < 4; ++slot) Exit(job_, slot, 0);
+  const v1::Job ended = *jobs_->Get(job_);
+  EXPECT_EQ(ended.state(), v1::Job::SUCCEEDED) << ended.reason();
+  EXPECT_EQ(ended.restarts(), 0);
+  EXPECT_EQ(ended.latest_metrics().step(), 1500);
+}
+
+TEST_F(FinishingTest, AFinishedHeartbeatEndsTheWatchBeforeTheFinalReport) {
+  for (int rank = 0; rank < 4; ++rank) {
+    v1::RankHeartbeat hb;
+    hb.set_job_id(job_);
+    hb.set_generation(1);
+    hb.set_rank(rank);
+    hb.set_step(1500);
+    hb.set_phase(v1::FINISHED);
+    ASSERT_TRUE(scheduler_->ranks().Heartbeat(hb, nullptr));
+  }
+  Silence(10);
+  EXPECT_EQ(jobs_->Get(job_)->generation(), 1);
+  EXPECT_EQ(agent_.Stops(), 0);
+  for (int slot = 0; slot < 4; ++slot) Exit(job_, slot, 0);
+  EXPECT_EQ(State(job_), v1::Job::SUCCEEDED);
+}
+
+TEST_F(FinishingTest, StaleHeartbeatsInsideACollectiveAreNotStuck) {
+  // No final report yet (the coordinator is slow to take it): the
+  // heartbeats that said "inside #10" do not grow older inside it.
+  Silence(3);
+  EXPECT_EQ(jobs_->Get(job_)->generation(), 1);
+  v1::JobStatus status;
+  scheduler_->jobs().FillStatus(job_, status);
+  EXPECT_EQ(status.diagnoses_size(), 0) << status.diagnoses(0).message();
+  for (int slot = 0; slot < 4; ++slot) Exit(job_, slot, 0);
+  EXPECT_EQ(State(job_), v1::Job::SUCCEEDED);
+}
+
+TEST_F(FinishingTest, ARestartOrderedAsTheRanksFinishedStillEndsSucceeded) {
+  // The final all-reduce is slow (a loaded machine) but the ranks still
+  // heartbeat: past 3 s it is STUCK_IN_COLLECTIVE and generation 2 forms.
+  for (int s = 0; s < 4; ++s) {
+    clock_.Advance(absl::Seconds(1));
+    for (int rank = 0; rank < 4; ++rank) BeatWith(job_, 1, rank, inside_);
+    scheduler_->Tick();
+  }
+  ASSERT_EQ(jobs_->Get(job_)->generation(), 2);
+  // The all-reduce completes; the ranks finish and report before they hear
+  // of generation 2, then exit 0.
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_TRUE(FinalReport(1, rank).ok()) << "rank " << rank;
+  }
+  Silence(2);
+  for (int slot = 0; slot < 4; ++slot) Exit(job_, slot, 0);
+  const v1::Job ended = *jobs_->Get(job_);
+  EXPECT_EQ(ended.state(), v1::Job::SUCCEEDED) << ended.reason();
+  EXPECT_EQ(ended.latest_metrics().step(), 1500);
+}
+
 // Note [Hang restart]: a rank stopped inside the collective looks
 // STUCK_IN_COLLECTIVE before it is DEAD. Re-forming with it would wait for a
 // rank that never joins; the restart waits, and once DEAD the rank is

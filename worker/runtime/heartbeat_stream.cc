@@ -55,6 +55,20 @@ void HeartbeatStream::SendNow() {
   send_now_ = true;
 }
 
+// Note [The last heartbeat]: what the rank says as its stream ends is what
+// the coordinator holds of it until its final report and exit. A rank
+// whose training finished says so (phase FINISHED) in this last
+// heartbeat, so that the seconds it then spends shutting down, silent, are
+// not read as a hang (Note [Diagnoses during shutdown] in
+// coordinator/hang_detector.h); sent unless the stream is paused.
+void HeartbeatStream::SendLast(const std::function<bool()>& send) {
+  mu_.Unlock();
+  const bool paused = options_.paused && options_.paused();
+  const bool sent = !paused && send();
+  mu_.Lock();
+  if (sent) ++sent_;
+}
+
 void HeartbeatStream::RunThroughAgent() {
   ProgressSender& agent = *options_.agent;
   mu_.Unlock();
@@ -100,6 +114,7 @@ void HeartbeatStream::RunThroughAgent() {
     clock_.AwaitWithDeadline(mu_, absl::Condition(this, &HeartbeatStream::WakeThroughAgent),
                              clock_.Now() + options_.interval);
   }
+  if (stop_ && !agent_gone_) SendLast([&] { return agent.Send(compose_()).ok(); });
   mu_.Unlock();
   reader.join();
   mu_.Lock();
@@ -146,6 +161,7 @@ void HeartbeatStream::Run() {
       clock_.AwaitWithDeadline(mu_, absl::Condition(this, &HeartbeatStream::WakeOnStream),
                                clock_.Now() + options_.interval);
     }
+    if (stop_ && !stream_ended_) SendLast([&] { return stream->Write(compose_()); });
     mu_.Unlock();
     // Half-closes the stream: the coordinator then ends it, which ends the
     // reader's Read.

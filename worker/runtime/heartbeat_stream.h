@@ -18,8 +18,8 @@
 // `on_directive` on a reader thread of the open stream, without the
 // stream's lock; the accessors may be called from any thread. The
 // destructor stops both threads and joins them: the open stream is closed
-// the ordinary way (half-close, then the coordinator's status), not
-// cancelled.
+// the ordinary way (a last heartbeat composed then, a half-close, then the
+// coordinator's status), not cancelled.
 //
 // Example:
 //   HeartbeatStream heartbeats(*stub, [&] { return ComposeHeartbeat(progress); });
@@ -88,6 +88,9 @@ class HeartbeatStream {
   void Run();
   // Sends through options_.agent until stop_ or the agent's end closes.
   void RunThroughAgent() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends the stream's last heartbeat with `send` (Note [The last
+  // heartbeat]), without holding mu_ while it sends.
+  void SendLast(const std::function<bool()>& send) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool StopOrAgentGone() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // What ends the wait between two heartbeats.
   bool WakeThroughAgent() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

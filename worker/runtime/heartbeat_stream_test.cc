@@ -192,15 +192,27 @@ TEST(HeartbeatStreamTest, StopsPromptlyBetweenHeartbeats) {
   auto stub = v1::RankService::NewStub(FastReconnectingChannel(port));
   HeartbeatStream::Options slow;
   slow.interval = absl::Hours(1);
+  std::atomic<v1::Phase> phase{v1::FORWARD};
   auto heartbeats = std::make_unique<HeartbeatStream>(
-      *stub, [] { return v1::RankHeartbeat(); }, slow);
+      *stub,
+      [&] {
+        v1::RankHeartbeat hb;
+        hb.set_phase(phase.load());
+        return hb;
+      },
+      slow);
   ASSERT_TRUE(service.AwaitReceived(1));
+  phase.store(v1::FINISHED);  // training ends, then the stream
   const absl::Time start = absl::Now();
   heartbeats.reset();
   EXPECT_LT(absl::Now() - start, absl::Seconds(5))
       << "the destructor waited for the next heartbeat";
   EXPECT_TRUE(service.AwaitStreamsEnded(1));
-  EXPECT_EQ(service.received().size(), 1u);
+  // Note [The last heartbeat]: composed as the stream ends.
+  const std::vector<v1::RankHeartbeat> received = service.received();
+  ASSERT_EQ(received.size(), 2u);
+  EXPECT_EQ(received[0].phase(), v1::FORWARD);
+  EXPECT_EQ(received[1].phase(), v1::FINISHED);
   server->Shutdown();
 }
 
