@@ -302,7 +302,7 @@ std::optional<JobEnd> RunningJob::RecordExit(const std::string& agent_id,
     if (!r.evicted.empty() && !(exited.exit_code() == 0 && TrainingFinished())) {
       return JobEnd{v1::Job::FAILED,
                     absl::StrCat("rank ", rank, " (", agent.host(), ", pid ", exited.pid(),
-                                 ") was evicted by hang_detection.action RESTART: ", r.evicted)};
+                                 ") was evicted by ", r.evicted)};
     }
     if (exited.exit_code() != 0) {
       const std::string how = exited.exit_code() < 0

@@ -50,9 +50,14 @@ struct RankState {
   int64_t recover_agent_pid = 0;
   v1::RankHeartbeat last_heartbeat;
   absl::Time heartbeat_at = absl::InfinitePast();
-  // Set once hang_detection.action RESTART has had the rank's agent stop it
-  // (an elastic job): the diagnosis, which becomes the cause of the next
-  // generation when the rank's exit is reported.
+  // The last heartbeat of the rank's process, of this generation or, for a
+  // survivor, of the one before (Note [A survivor that does not join] in
+  // scheduler_elastic.cc); kept from generation to generation.
+  absl::Time heard_at = absl::InfinitePast();
+  // Set once the coordinator has had the rank's agent stop it (an elastic
+  // job): who evicted it and why ("hang_detection.action RESTART: DEAD ...",
+  // Note [A survivor that does not join]), which becomes the cause of the
+  // next generation when the rank's exit is reported.
   std::string evicted;
   // Told to stop by a restart-all (Note [Restart-all]): its exit is
   // expected, neither a failure nor a success.
@@ -262,6 +267,9 @@ struct RunningJob {
   Rendezvous rendezvous;
   std::vector<RankState> ranks;  // index = rank
   int exited_ok = 0;
+  // Index: a rank of the generation before; value: its rank now, -1 if it
+  // is not in this one (Note [A survivor that does not join]).
+  std::vector<int> rank_of_survivor;
   // A rank's final report said training succeeded while a later generation
   // was already forming (Note [Diagnoses during shutdown]).
   bool finished_before_reform = false;

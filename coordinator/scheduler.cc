@@ -483,6 +483,7 @@ void Scheduler::Tick() {
         to_fail.emplace_back(job_id, *std::move(overdue));
         continue;
       }
+      EvictSilentJoinersLocked(job_id, run, now, out);
       const RecoveryProgress progress = CheckRecovery(run, now);
       if (progress.all_back) {
         v1::JobEvent event;

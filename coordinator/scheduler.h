@@ -508,6 +508,14 @@ class Scheduler {
   bool EvictLocked(const std::string& job_id, RunningJob& run,
                    const std::vector<v1::Diagnosis>& diagnoses, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Has `rank`'s agent stop it (SIGTERM, SIGKILL after 1 s), once; `by`
+  // and `why` go into its exit's reason and an event.
+  void EvictRankLocked(const std::string& job_id, RunningJob& run, int rank,
+                       const std::string& why, const std::string& by, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Note [A survivor that does not join] in scheduler_elastic.cc.
+  void EvictSilentJoinersLocked(const std::string& job_id, RunningJob& run, absl::Time now,
+                                Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // For a MISMATCH or STUCK_IN_COLLECTIVE diagnosis (no rank to evict):
   // starts the next generation with the same members, so that every rank
   // re-forms its transport (ReformKind::kHangRestart; past elastic.max_restarts the

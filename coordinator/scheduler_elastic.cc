@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/job_spec.h"
 #include "coordinator/generation_plan.h"
@@ -133,6 +134,7 @@ void BeginGeneration(RunningJob& run, const v1::Job& job, std::vector<RankState>
   run.ranks = std::move(ranks);
   run.rendezvous = Rendezvous(job.job_id(), generation, world);
   run.exited_ok = 0;
+  run.rank_of_survivor.clear();
   run.diagnoses = DiagnosisHistory();
   run.upload_grant = UploadGrantFor(job, world, generation);
   run.yielding.clear();  // they are `departing` now
@@ -230,6 +232,11 @@ void Scheduler::FormLocked(const std::string& job_id, RunningJob& run, const v1:
   run.history.push_back(change);
   for (auto& departing : leaving) run.departing.push_back(std::move(departing));
   BeginGeneration(run, job, std::move(ranks), generation, kind, now);
+  run.rank_of_survivor.assign(old_world, -1);
+  for (int rank = 0; rank < world; ++rank) {
+    const int old = next.old_rank[rank];
+    if (old >= 0 && old < old_world) run.rank_of_survivor[old] = rank;
+  }
   if (metrics_ != nullptr) metrics_->GenerationStarted(std::string(ReformKindName(kind)));
   LOG(INFO) << job_id << ": " << change;
   if (absl::StatusOr<v1::Job> s =
@@ -766,25 +773,67 @@ bool Scheduler::EvictLocked(const std::string& job_id, RunningJob& run,
     if (d.kind() != v1::Diagnosis::DEAD && d.kind() != v1::Diagnosis::NEVER_JOINED) continue;
     for (int rank : d.ranks()) {
       if (rank < 0 || rank >= static_cast<int>(run.ranks.size())) continue;
-      RankState& r = run.ranks[rank];
-      if (!r.evicted.empty() || r.state == v1::RankStatus::EXITED) continue;
-      const AgentRegistry::Agent* agent = agents_.Find(r.agent_id);
-      if (agent == nullptr) continue;
-      r.evicted = absl::StrCat(v1::Diagnosis::Kind_Name(d.kind()), " ", d.message());
-      LOG(INFO) << job_id << ": evicting rank " << rank << ": " << r.evicted;
-      // A stopped (SIGSTOP) process ignores SIGTERM: the agent's SIGKILL
-      // after the grace ends it.
-      v1::CoordinatorMessage stop = StopRanksMessage(
-          job_id, {r.slot}, absl::StrCat("evicted by hang_detection.action RESTART: ", r.evicted));
-      stop.mutable_stop()->set_grace_seconds(1);
-      out.messages.emplace_back(agent->send, std::move(stop));
-      v1::JobEvent event;
-      event.set_message(
-          absl::StrCat("evicting rank ", rank, " (hang_detection.action RESTART): ", r.evicted));
-      (void)jobs_.AddEvent(job_id, std::move(event));
+      EvictRankLocked(job_id, run, rank,
+                      absl::StrCat(v1::Diagnosis::Kind_Name(d.kind()), " ", d.message()),
+                      "hang_detection.action RESTART", out);
     }
   }
   return true;
+}
+
+void Scheduler::EvictRankLocked(const std::string& job_id, RunningJob& run, int rank,
+                                const std::string& why, const std::string& by, Outbox& out) {
+  RankState& r = run.ranks[rank];
+  if (!r.evicted.empty() || r.state == v1::RankStatus::EXITED) return;
+  const AgentRegistry::Agent* agent = agents_.Find(r.agent_id);
+  if (agent == nullptr) return;
+  r.evicted = absl::StrCat(by, ": ", why);
+  LOG(INFO) << job_id << ": evicting rank " << rank << " (" << by << "): " << why;
+  // A stopped (SIGSTOP) process ignores SIGTERM: the agent's SIGKILL after
+  // the grace ends it.
+  v1::CoordinatorMessage stop =
+      StopRanksMessage(job_id, {r.slot}, absl::StrCat("evicted by ", r.evicted));
+  stop.mutable_stop()->set_grace_seconds(1);
+  out.messages.emplace_back(agent->send, std::move(stop));
+  v1::JobEvent event;
+  event.set_message(absl::StrCat("evicting rank ", rank, " (", by, "): ", why));
+  (void)jobs_.AddEvent(job_id, std::move(event));
+}
+
+// Note [A survivor that does not join]
+// A generation forms once every member has joined. A survivor of the
+// generation before joins within a second of hearing of the change (its
+// heartbeat's RE_RENDEZVOUS or its own failed collective); one that is
+// frozen (SIGSTOP, a stalled VM) never does, and the generation used to
+// wait for it until elastic.wait_seconds and then fail the job, though a
+// free slot could have taken its place. So, as a frozen rank of a formed
+// generation is DEAD after hang_detection.dead_after_seconds without a
+// heartbeat, a survivor that has not joined the forming generation and
+// whose process has sent no heartbeat (of either generation: a survivor
+// still heartbeats in the old one until it joins) for as long is evicted:
+// its agent stops it, and its exit re-forms the job without it, with a
+// newcomer on a free slot, as any lost rank. Newcomers are not judged so:
+// starting a process takes seconds, and they have sent nothing yet; they
+// have elastic.wait_seconds.
+void Scheduler::EvictSilentJoinersLocked(const std::string& job_id, RunningJob& run,
+                                         absl::Time now, Outbox& out) {
+  if (!run.elastic || run.phase.forming() == nullptr || run.Formed()) return;
+  const absl::Duration silent_after = absl::Seconds(run.hang_detection.dead_after_seconds());
+  for (int rank = 0; rank < static_cast<int>(run.ranks.size()); ++rank) {
+    const RankState& r = run.ranks[rank];
+    if (run.rendezvous.joined(rank) || r.heard_at == absl::InfinitePast() ||
+        now - r.heard_at <= silent_after) {
+      continue;
+    }
+    EvictRankLocked(
+        job_id, run, rank,
+        absl::StrFormat("rank %d has not joined generation %d and its process has sent no "
+                        "heartbeat for %.1f s (hang_detection.dead_after_seconds %g): it is "
+                        "stopped or not responding",
+                        rank, run.generation(), absl::ToDoubleSeconds(now - r.heard_at),
+                        run.hang_detection.dead_after_seconds()),
+        "the forming generation", out);
+  }
 }
 
 bool Scheduler::RestartHungLocked(const std::string& job_id, RunningJob& run,

@@ -294,6 +294,15 @@ void Scheduler::AgentHeartbeats(const std::string& agent_id, const v1::RankHeart
 
 bool Scheduler::HeartbeatLocked(const v1::RankHeartbeat& heartbeat, v1::Directive* directive) {
   auto it = running_.find(heartbeat.job_id());
+  if (it != running_.end() && it->second.elastic &&
+      heartbeat.generation() == it->second.generation() - 1) {
+    // Note [A survivor that does not join]: heard, though not joined yet.
+    const std::vector<int>& now_rank = it->second.rank_of_survivor;
+    if (heartbeat.rank() >= 0 && heartbeat.rank() < static_cast<int>(now_rank.size()) &&
+        now_rank[heartbeat.rank()] >= 0) {
+      it->second.ranks[now_rank[heartbeat.rank()]].heard_at = clock_->Now();
+    }
+  }
   if (directive != nullptr && it != running_.end() && it->second.elastic &&
       heartbeat.generation() < it->second.generation()) {
     directive->set_kind(v1::Directive::RE_RENDEZVOUS);
@@ -317,6 +326,7 @@ bool Scheduler::HeartbeatLocked(const v1::RankHeartbeat& heartbeat, v1::Directiv
   RankState& rank = it->second.ranks[heartbeat.rank()];
   rank.last_heartbeat = heartbeat;
   rank.heartbeat_at = clock_->Now();
+  rank.heard_at = rank.heartbeat_at;
   if (heartbeat.phase() == v1::FINISHED) rank.finished = true;
   // Note [Restart-all]: the program re-forms in its own process.
   if (heartbeat.reforms_in_process()) it->second.reforms_in_process = true;

@@ -746,6 +746,60 @@ TEST_F(ElasticSchedulerTest, AKilledRankIsReplacedAndTheSurvivorsJoinTheNextGene
   EXPECT_EQ(State(job), v1::Job::SUCCEEDED);
 }
 
+// Note [A survivor that does not join]: rank 2 is frozen (SIGSTOP) as
+// generation 2 forms after rank 3's loss. Once its process has been silent
+// for dead_after_seconds it is evicted, and generation 3 forms without it,
+// with a newcomer in its place, long before elastic.wait_seconds (60 s).
+TEST_F(ElasticSchedulerTest, ASurvivorSilentWhileAGenerationFormsIsEvictedAndReplaced) {
+  const std::string job = StartElastic("");
+  for (int rank = 0; rank < 4; ++rank) ASSERT_TRUE(BeatWith(job, 1, rank, {}));
+  Exit(job, 3, -9);
+  ASSERT_EQ(jobs_->Get(job)->generation(), 2);
+  std::vector<JoinResult> joins(4);
+  for (int slot : {0, 1, 3}) {
+    scheduler_->ranks().Join(JoinOf(job, agent_.id, slot, 2), clock_.Now() + absl::Seconds(60),
+                             joins[slot].Done());
+  }
+  for (int second = 1; second <= 5; ++second) {
+    clock_.Advance(absl::Seconds(1));
+    // The survivors that joined still heartbeat in generation 1 until it forms.
+    for (int rank : {0, 1}) BeatWith(job, 1, rank, {});
+    scheduler_->Tick();
+    EXPECT_EQ(agent_.Stops(), 0) << "after " << second << " s: not silent for 5 s yet";
+  }
+  clock_.Advance(absl::Milliseconds(500));
+  scheduler_->Tick();
+  std::vector<v1::StopRanks> stops;
+  for (const auto& m : agent_.received) {
+    if (m.has_stop()) stops.push_back(m.stop());
+  }
+  ASSERT_EQ(stops.size(), 1u);
+  ASSERT_EQ(stops[0].slots_size(), 1);
+  EXPECT_EQ(stops[0].slots(0), 2);
+  EXPECT_EQ(stops[0].reason(),
+            "evicted by the forming generation: rank 2 has not joined generation 2 and its "
+            "process has sent no heartbeat for 5.5 s (hang_detection.dead_after_seconds 5): it "
+            "is stopped or not responding");
+  Exit(job, 2, -9);  // the agent's SIGKILL
+  const v1::Job reformed = *jobs_->Get(job);
+  EXPECT_EQ(reformed.state(), v1::Job::RUNNING);
+  EXPECT_EQ(reformed.generation(), 3);
+  EXPECT_EQ(reformed.world_size(), 4);
+  EXPECT_EQ(reformed.restarts(), 2);
+  EXPECT_THAT(Reasons(job), testing::Contains(testing::StartsWith(
+                                "generation 3 after rank 2 (node-a, pid 102) was evicted by the "
+                                "forming generation: rank 2 has not joined generation 2")));
+  for (int slot : {0, 1, 3}) {
+    EXPECT_EQ(joins[slot].result.status().code(), absl::StatusCode::kAborted) << slot;
+  }
+  std::vector<JoinResult> again = JoinSameSlots(job, 3);
+  for (int slot = 0; slot < 4; ++slot) {
+    ASSERT_TRUE(again[slot].result.ok()) << again[slot].result.status();
+  }
+  for (int slot = 0; slot < 4; ++slot) Exit(job, slot, 0);
+  EXPECT_EQ(State(job), v1::Job::SUCCEEDED);
+}
+
 // Note [Joins through the agent]: the joins of `slots` of generation `gen`
 // as one message from the agent.
 v1::RankJoins JoinsOf(const std::string& job, const std::vector<int>& slots, int64_t gen = 1) {
