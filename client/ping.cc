@@ -8,6 +8,7 @@
 #include "client/commands.h"
 #include "client/rpc.h"
 #include "common/grpc_util.h"
+#include "common/json.h"
 #include "grpc/health/v1/health.pb.h"
 
 namespace chorus::client {
@@ -18,7 +19,8 @@ void AddPingCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) 
   CLI::App* cmd = app.add_subcommand(
       "ping",
       "Ask the coordinator's health service whether it is serving. Prints SERVING and exits "
-      "0, or says why not and exits 1.");
+      "0, or says why not and exits 1 (NOT_SERVING: no coordinator can be elected, e.g. its "
+      "etcd is unreachable; the reason follows).");
   auto json = std::make_shared<bool>(false);
   cmd->add_flag("--json", *json, "Print {\"coordinator\": ADDR, \"status\": STATUS}.");
   cmd->callback([json, &global, &exit_code] {
@@ -31,11 +33,15 @@ void AddPingCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) 
       return;
     }
     const std::string name = HealthCheckResponse::ServingStatus_Name(*status);
+    // Note [A follower that cannot elect] in coordinator/follower_server.h.
+    const std::string why =
+        *status == HealthCheckResponse::NOT_SERVING ? WhyNoneLeads(global.coordinator) : "";
     if (*json) {
       *global.out << "{\"coordinator\": \"" << global.coordinator << "\", \"status\": \"" << name
-                  << "\"}\n";
+                  << "\"" << (why.empty() ? "" : ", \"reason\": " + JsonString(why)) << "}\n";
     } else {
-      *global.out << global.coordinator << ": " << name << "\n";
+      *global.out << global.coordinator << ": " << name << (why.empty() ? "" : " (" + why + ")")
+                  << "\n";
     }
     exit_code = *status == HealthCheckResponse::SERVING ? kExitOk : kExitFailure;
   });

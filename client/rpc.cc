@@ -74,10 +74,6 @@ void SetDeadline(grpc::ClientContext& context, const GlobalOptions& global) {
   if (IsCoordinatorList(global.coordinator)) context.set_wait_for_ready(true);
 }
 
-namespace {
-
-// Why none of the coordinators leads, if one says (Note [Why none leads] in
-// common/grpc_util.cc); empty otherwise.
 std::string WhyNoneLeads(const std::string& list) {
   return NoLeaderReason(list, absl::Seconds(3),
                         [](const std::shared_ptr<grpc::Channel>& channel,
@@ -87,8 +83,6 @@ std::string WhyNoneLeads(const std::string& list) {
                               context, v1::GetLeaderRequest(), &leader);
                         });
 }
-
-}  // namespace
 
 int ReportError(const std::string& command, const absl::Status& status,
                 const GlobalOptions& global) {

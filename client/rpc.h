@@ -48,6 +48,9 @@ inline bool IsCoordinatorList(const std::string& coordinator) {
 // Every call carries the --timeout deadline; with several coordinators it
 // waits for a leader until then (wait_for_ready) instead of failing at once.
 void SetDeadline(grpc::ClientContext& context, const GlobalOptions& global);
+// Why none of the coordinators `list` names leads, if one says (Note [Why
+// none leads] in common/grpc_util.cc); empty otherwise. Takes up to 3 s.
+std::string WhyNoneLeads(const std::string& list);
 // Prints "chorus CMD: message" (with a hint when nothing answered) on
 // global.err and returns the exit code: 2 for bad input, 1 otherwise.
 int ReportError(const std::string& command, const absl::Status& status,

@@ -54,6 +54,22 @@ grpc::Status ListJobs(int port, std::string* leader_metadata = nullptr,
   return status;
 }
 
+// The health service's status of `service` at 127.0.0.1:port.
+grpc::health::v1::HealthCheckResponse::ServingStatus Health(int port,
+                                                            const std::string& service = "") {
+  auto stub = grpc::health::v1::Health::NewStub(
+      MakeCoordinatorChannel(absl::StrCat("127.0.0.1:", port)));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(3)));
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service(service);
+  grpc::health::v1::HealthCheckResponse response;
+  if (!stub->Check(&context, request, &response).ok()) {
+    return grpc::health::v1::HealthCheckResponse::UNKNOWN;
+  }
+  return response.status();
+}
+
 // Waits (bounded) until `done`.
 bool Eventually(const std::function<bool()>& done) {
   for (int i = 0; i < 100; ++i) {
@@ -124,9 +140,14 @@ TEST(CoordinatorProcessTest, FollowsLeadsLosesAndLeadsAgainOnTheSamePorts) {
                                                    "refused"));
   EXPECT_EQ(no_leader, no_quorum.error_message());
   EXPECT_EQ(metadata, "");
+  // Note [A follower that cannot elect]: `chorus ping` sees it.
+  using Serving = grpc::health::v1::HealthCheckResponse;
+  EXPECT_TRUE(Eventually([&] { return Health(port) == Serving::NOT_SERVING; }));
   leadership.SetElectionError(absl::OkStatus());
   ASSERT_THAT(ListJobs(port, &metadata, &no_leader).error_message(), HasSubstr("the leader is"));
   EXPECT_EQ(no_leader, "");
+  EXPECT_TRUE(Eventually([&] { return Health(port) == Serving::SERVING; }));
+  EXPECT_EQ(Health(port, kLeaderHealthService), Serving::NOT_SERVING);
 
   // Elected: the full coordinator answers on the same port.
   leadership.Win();

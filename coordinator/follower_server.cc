@@ -168,7 +168,25 @@ absl::StatusOr<std::unique_ptr<FollowerServer>> FollowerServer::Start(
   }
   LOG(INFO) << "following (another coordinator leads or none is elected yet) on "
             << FormatHostPort(ParseHostPort(options.listen)->host, follower->port_);
+  FollowerServer* watching = follower.get();
+  follower->watch_ = std::thread([watching, &leadership] { watching->WatchElection(leadership); });
   return follower;
+}
+
+void FollowerServer::WatchElection(const Leadership& leadership) {
+  bool serving = true;
+  do {
+    const absl::Status error = leadership.ElectionError();
+    if (error.ok() == serving) continue;
+    serving = error.ok();
+    health_->SetStatus("", serving ? HealthCheckResponse::SERVING
+                                   : HealthCheckResponse::NOT_SERVING);
+    if (serving) {
+      LOG(INFO) << "the election can go on again: serving";
+    } else {
+      LOG(WARNING) << "not serving until an election can go on: " << error.message();
+    }
+  } while (!stopping_.WaitForNotificationWithTimeout(kElectionWatchInterval));
 }
 
 int FollowerServer::http_port() const { return http_ != nullptr ? http_->port() : 0; }
@@ -176,6 +194,8 @@ int FollowerServer::http_port() const { return http_ != nullptr ? http_->port() 
 void FollowerServer::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
+  stopping_.Notify();
+  if (watch_.joinable()) watch_.join();
   if (health_ != nullptr) health_->Shutdown();
   if (http_ != nullptr) http_->Shutdown();
   if (server_ != nullptr) {

@@ -2,8 +2,10 @@
 // leads (or while none is elected yet), so that a client given only this
 // coordinator's address learns where to go instead of timing out.
 //
-// gRPC: the standard health service ("" SERVING, kLeaderHealthService
-// NOT_SERVING, so clients that follow the leader never send calls here) and
+// gRPC: the standard health service ("" SERVING while an election can go
+// on, NOT_SERVING while it cannot: Note [A follower that cannot elect];
+// kLeaderHealthService NOT_SERVING, so clients that follow the leader never
+// send calls here) and
 // a catch-all answering every other method UNAVAILABLE with the leader's
 // address in the message and in the trailing metadata kLeaderMetadataKey.
 // HTTP (when there is a port): /metrics for this coordinator, and every
@@ -23,8 +25,10 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
 #include "coordinator/leadership.h"
 #include "coordinator/server.h"
 #include "grpcpp/support/status.h"
@@ -44,6 +48,17 @@ inline constexpr char kLeaderMetadataKey[] = "chorus-leader";
 // A follower's answers while no coordinator can lead
 // (Leadership::ElectionError, e.g. etcd without quorum) say why in the
 // trailing metadata kNoLeaderMetadataKey (common/grpc_util.h).
+
+// Note [A follower that cannot elect]
+// A follower answers the health service's whole-server status ("", what
+// `chorus ping` asks) SERVING while an election can go on, and NOT_SERVING
+// while it cannot (Leadership::ElectionError: etcd unreachable or without
+// quorum), within kElectionWatchInterval of the change. Before, a
+// coordinator cut from its etcd answered `chorus ping` SERVING and said why
+// only in its log every 5 s; `chorus ping` now shows the reason its calls
+// are refused with (kNoLeaderMetadataKey). The leader-only service
+// (kLeaderHealthService) is NOT_SERVING on every follower.
+inline constexpr absl::Duration kElectionWatchInterval = absl::Milliseconds(200);
 
 // The status a follower answers every coordinator call with: UNAVAILABLE
 // naming the leader (or saying none is elected yet, or, with a non-OK
@@ -75,6 +90,8 @@ class FollowerServer {
 
  private:
   FollowerServer() = default;
+  // Note [A follower that cannot elect]: on watch_, until Shutdown.
+  void WatchElection(const Leadership& leadership);
 
   std::unique_ptr<TokenAuthorizer> auth_;
   std::unique_ptr<HealthService> health_;
@@ -83,6 +100,8 @@ class FollowerServer {
   std::unique_ptr<HttpServer> http_;
   int port_ = 0;
   bool shut_down_ = false;
+  absl::Notification stopping_;
+  std::thread watch_;
 };
 
 }  // namespace chorus

@@ -304,6 +304,17 @@ int ServeFromEtcd(const Flags& flags, const sigset_t& stop_signals) {
     std::cerr << "chorus-coordinator: " << etcd.status().message() << "\n";
     return 1;
   }
+  // A --checkpoint_dir that is not the cluster's (another cluster's PREFIX,
+  // storage that is not shared) is refused now rather than once elected;
+  // an etcd it cannot read yet is no reason not to start: it says so as
+  // NOT_SERVING (Note [A follower that cannot elect]).
+  if (absl::Status dir = (*etcd)->CheckCheckpointDirectory(); absl::IsFailedPrecondition(dir)) {
+    std::cerr << "chorus-coordinator: " << dir.message() << "\n";
+    return 1;
+  } else if (!dir.ok()) {
+    LOG(WARNING) << "cannot check --checkpoint_dir against " << flags.state << " yet: "
+                 << dir.message();
+  }
   chorus::ServerOptions options = flags.options;
   options.open_state = [state = etcd->get()] { return state->OpenState(); };
   LOG(INFO) << "campaigning for the leadership of " << flags.state;

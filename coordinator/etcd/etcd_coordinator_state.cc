@@ -48,6 +48,11 @@ EtcdCoordinatorState::EtcdCoordinatorState(EtcdCoordinatorStateOptions options,
   leadership_ = std::make_unique<EtcdLeadership>(*client_, std::move(leadership));
 }
 
+absl::Status EtcdCoordinatorState::CheckCheckpointDirectory() {
+  return CheckSharedDirectory(*client_, options_.url.prefix, options_.checkpoint_dir,
+                              absl::StrCat(client_->name(), " under ", options_.url.prefix));
+}
+
 absl::StatusOr<std::unique_ptr<StateStore>> EtcdCoordinatorState::OpenState() {
   EtcdStateStoreOptions store;
   store.still_leading = [leadership = leadership_.get()] { return leadership->IsLeader(); };

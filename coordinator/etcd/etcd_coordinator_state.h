@@ -50,6 +50,9 @@ class EtcdCoordinatorState {
   EtcdLeadership& leadership() { return *leadership_; }
   EtcdClient& client() { return *client_; }
 
+  // Before the first campaign: CheckSharedDirectory (etcd_state_store.h)
+  // for --checkpoint_dir.
+  absl::Status CheckCheckpointDirectory();
   // The state, every write fenced on the leadership won last, after checking
   // the checkpoint directory is the shared one.
   // REQUIRES: leadership().Campaign() returned OK.

@@ -59,9 +59,17 @@ TEST(EtcdCoordinatorStateTest, ALeaderWithoutTheSharedCheckpointDirectoryRefuses
   auto c = Coordinator(**etcd, "c", shared);
   ASSERT_TRUE(a && b && c);
 
+  EXPECT_TRUE(b->CheckCheckpointDirectory().ok()) << "nothing claimed yet";
   ASSERT_TRUE(a->leadership().Campaign().ok());
   ASSERT_TRUE(a->OpenState().ok());
   a->leadership().Resign();
+  // Before campaigning (Note [Shared checkpoint directory]): b is refused
+  // at start, c, on the shared directory, is not.
+  const absl::Status early = b->CheckCheckpointDirectory();
+  EXPECT_TRUE(absl::IsFailedPrecondition(early)) << early;
+  EXPECT_TRUE(absl::StrContains(early.message(), TempDir("local_checkpoints"))) << early;
+  EXPECT_TRUE(absl::StrContains(early.message(), "another cluster uses")) << early;
+  EXPECT_TRUE(c->CheckCheckpointDirectory().ok());
   ASSERT_TRUE(b->leadership().Campaign().ok());
   absl::StatusOr<std::unique_ptr<StateStore>> refused = b->OpenState();
   EXPECT_TRUE(absl::IsFailedPrecondition(refused.status())) << refused.status();

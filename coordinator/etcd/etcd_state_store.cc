@@ -151,12 +151,37 @@ absl::Status EtcdStateStore::ForEachKey(
   }
 }
 
-absl::StatusOr<std::optional<std::string>> EtcdStateStore::Get(const std::string& key) {
+namespace {
+
+// Whether `dir` holds the marker `token` of cluster `cluster_id`
+// (Note [Shared checkpoint directory]); `key` and `where` name the token.
+absl::Status CheckMarker(const std::string& dir, const std::string& cluster_id,
+                         const std::string& token, const std::string& key,
+                         const std::string& where) {
+  const std::string marker = dir + "/.chorus-shared-" + cluster_id;
+  std::optional<std::string> found = ReadSmallFile(marker, 4096);
+  if (found.has_value() && *found == token) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "checkpoint directory ", dir, " is not the one this cluster's coordinators share: ",
+      found.has_value() ? "its marker " : "it has no marker ", marker,
+      found.has_value() ? " holds another token" : "", " (", key, " in ", where,
+      "). With --state etcd://, --checkpoint_dir must be shared storage (NFS, a "
+      "cluster file system) mounted at the same path on every coordinator; a PREFIX another "
+      "cluster uses needs that cluster's directory, or choose another PREFIX"));
+}
+
+absl::StatusOr<std::optional<std::string>> GetValue(EtcdClient& etcd, const std::string& key) {
   etcdserverpb::RangeRequest get;
   get.set_key(key);
-  ASSIGN_OR_RETURN(etcdserverpb::RangeResponse response, etcd_.Range(get));
+  ASSIGN_OR_RETURN(etcdserverpb::RangeResponse response, etcd.Range(get));
   if (response.kvs_size() == 0) return std::optional<std::string>();
   return std::optional<std::string>(response.kvs(0).value());
+}
+
+}  // namespace
+
+absl::StatusOr<std::optional<std::string>> EtcdStateStore::Get(const std::string& key) {
+  return GetValue(etcd_, key);
 }
 
 absl::Status EtcdStateStore::Corrupt(absl::string_view what, absl::string_view key) const {
@@ -360,20 +385,21 @@ absl::StatusOr<coordinator::ElasticRecord> EtcdStateStore::LoadElasticRecord(
 // token into etcd (fenced); every later leader reads the token and requires
 // the same file. (A crash between the two writes leaves a file no key names;
 // the next leader writes a new one.)
+
+absl::Status CheckSharedDirectory(EtcdClient& etcd, const std::string& prefix,
+                                  const std::string& dir, const std::string& where) {
+  ASSIGN_OR_RETURN(std::optional<std::string> cluster_id, GetValue(etcd, prefix + "/cluster_id"));
+  const std::string key = prefix + "/checkpoint_dir_marker";
+  ASSIGN_OR_RETURN(std::optional<std::string> token, GetValue(etcd, key));
+  if (!cluster_id.has_value() || !token.has_value()) return absl::OkStatus();  // none claimed
+  return CheckMarker(dir, *cluster_id, *token, key, where);
+}
+
 absl::Status EtcdStateStore::ClaimSharedDirectory(const std::string& dir) {
   const std::string key = prefix_ + "/checkpoint_dir_marker";
   const std::string marker = dir + "/.chorus-shared-" + cluster_id_;
   ASSIGN_OR_RETURN(std::optional<std::string> token, Get(key));
-  if (token.has_value()) {
-    std::optional<std::string> found = ReadSmallFile(marker, 4096);
-    if (found.has_value() && *found == *token) return absl::OkStatus();
-    return absl::FailedPreconditionError(absl::StrCat(
-        "checkpoint directory ", dir, " is not the one this cluster's coordinators share: ",
-        found.has_value() ? "its marker " : "it has no marker ", marker,
-        found.has_value() ? " holds another token" : "", " (", key, " in ", path_,
-        "). With --state etcd://, --checkpoint_dir must be shared storage (NFS, a "
-        "cluster file system) mounted at the same path on every coordinator"));
-  }
+  if (token.has_value()) return CheckMarker(dir, cluster_id_, *token, key, path_);
   RETURN_IF_ERROR(MakePrivateDirectory(dir, "--checkpoint_dir"));
   const std::string fresh = NewClusterId() + NewClusterId();
   std::error_code ec;

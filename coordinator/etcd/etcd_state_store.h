@@ -133,6 +133,16 @@ class EtcdStateStore : public StateStore {
   std::string cluster_id_;  // set once by Open
 };
 
+// The read-only half of EtcdStateStore::ClaimSharedDirectory, for a
+// coordinator about to campaign (its follower would otherwise start and
+// fail only once elected): OK when `dir` is the checkpoint directory the
+// cluster at `prefix` shares or none has been claimed yet;
+// FAILED_PRECONDITION naming `dir` when the cluster's is another (a PREFIX
+// another cluster uses, or storage that is not shared); etcd's error when
+// it cannot be read. `where` names the state (etcd://...) in the message.
+absl::Status CheckSharedDirectory(EtcdClient& etcd, const std::string& prefix,
+                                  const std::string& dir, const std::string& where);
+
 }  // namespace chorus
 
 #endif  // CHORUS_COORDINATOR_ETCD_ETCD_STATE_STORE_H_
