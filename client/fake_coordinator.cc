@@ -284,6 +284,8 @@ absl::Status FakeCoordinator::Start(int listen_port) {
   builder.RegisterService(jobs_service_.get());
   builder.RegisterService(health_service_.get());
   builder.RegisterService(checkpoint_service_.get());
+  // The commands reach it through MakeCoordinatorChannel, which pings.
+  AcceptCoordinatorKeepalive(builder);
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || port == 0) {
     return absl::UnavailableError("fake coordinator: cannot listen on 127.0.0.1");

@@ -48,6 +48,7 @@ set(CHORUS_SOURCES
     worker/runtime/join_generation.cc
     worker/runtime/master_address.cc
     worker/runtime/progress_channel.cc
+    worker/runtime/report_queue.cc
     worker/runtime/training_progress.cc
     worker/tensor_file/tensor_file.cc
 )
@@ -104,6 +105,7 @@ set(CHORUS_HEADERS
     worker/runtime/join_generation.h
     worker/runtime/master_address.h
     worker/runtime/progress_channel.h
+    worker/runtime/report_queue.h
     worker/runtime/training_progress.h
     worker/tensor_file/tensor_file.h
 )

@@ -132,7 +132,48 @@ void DriveConnections(const std::shared_ptr<grpc::Channel>& channel) {
   }).detach();
 }
 
+// Note [Noticing a frozen coordinator]
+// A coordinator that is frozen (SIGSTOPped, swapped out, its VM paused)
+// keeps its TCP connections: its kernel still acknowledges what clients
+// send. So without pings a connection to it looks healthy for as long as
+// the freeze lasts: a stream over it (an agent's, a rank's heartbeats, a
+// program supervisor's, `chorus watch`) never ends, and a list channel
+// keeps sending calls to a frozen leader, whose health stream said SERVING
+// before it froze (Note [Following the leader]). So every coordinator
+// channel sends an HTTP/2 ping when it has read nothing for
+// kCoordinatorKeepaliveTime, with or without calls open (an idle agent's
+// channel too) and however long it has sent no data (gRPC stops after two
+// pings without data unless told otherwise), and closes the connection
+// when a ping is not answered within kCoordinatorKeepaliveTimeout: its
+// calls fail UNAVAILABLE within about 4 s, the retries the clients already
+// make on UNAVAILABLE take over, and on a list channel the frozen leader's
+// connection leaves READY, so calls go to whichever coordinator leads
+// next. A ping is a 17-byte frame each way, every 2 s per idle connection.
+// gRPC's servers take that many pings for abuse (by default at most one
+// per 5 minutes while they send no data, then GOAWAY "too_many_pings" after
+// two strikes), so every server these channels reach accepts them
+// (AcceptCoordinatorKeepalive). The coordinator's own channel to etcd
+// pings too, less often, as etcd allows (coordinator/etcd/etcd_client.cc).
+void SetCoordinatorKeepalive(grpc::ChannelArguments& args) {
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS,
+              static_cast<int>(absl::ToInt64Milliseconds(kCoordinatorKeepaliveTime)));
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+              static_cast<int>(absl::ToInt64Milliseconds(kCoordinatorKeepaliveTimeout)));
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+}
+
 }  // namespace
+
+void AcceptCoordinatorKeepalive(grpc::ServerBuilder& builder) {
+  // Note [Noticing a frozen coordinator]. Pings at half the clients'
+  // interval still count as expected, leaving room for timers that fire
+  // early; and no number of pings ends a connection (0 strikes: no limit).
+  builder.AddChannelArgument(
+      GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+      static_cast<int>(absl::ToInt64Milliseconds(kCoordinatorKeepaliveTime / 2)));
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+}
 
 absl::StatusOr<std::string> CoordinatorListTarget(const std::string& addresses) {
   absl::StatusOr<std::vector<HostPort>> list = ParseHostPortList(addresses);
@@ -175,6 +216,7 @@ std::shared_ptr<grpc::Channel> MakeCoordinatorChannel(const std::string& address
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 200);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  SetCoordinatorKeepalive(args);
   std::string target = address;
   if (absl::StrContains(address, ',')) {
     // Note [Following the leader].

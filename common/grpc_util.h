@@ -17,6 +17,7 @@
 #include "grpc/health/v1/health.pb.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
+#include "grpcpp/server_builder.h"
 #include "grpcpp/support/status.h"
 
 namespace chorus {
@@ -34,13 +35,29 @@ inline constexpr int kMaxCoordinatorMessageBytes = 32 << 20;
 // coordinators send their calls to whichever one says SERVING for it.
 inline constexpr char kLeaderHealthService[] = "chorus.v1.Leader";
 
+// Every coordinator channel pings its connection after this long without
+// reading from it, and drops the connection when a ping is not answered
+// within the timeout: a frozen coordinator is noticed within their sum
+// (Note [Noticing a frozen coordinator] in grpc_util.cc).
+inline constexpr absl::Duration kCoordinatorKeepaliveTime = absl::Seconds(2);
+inline constexpr absl::Duration kCoordinatorKeepaliveTimeout = absl::Seconds(2);
+
+// Makes the server `builder` builds accept the keepalive pings of
+// coordinator channels, which gRPC's default server policy answers with
+// GOAWAY "too_many_pings". Every server a coordinator channel reaches must
+// call it: the coordinator's, a follower's, and fakes of them in tests.
+void AcceptCoordinatorKeepalive(grpc::ServerBuilder& builder);
+
 // A channel to the coordinator at `address` (HOST:PORT) with this process's
 // client security (common/auth.h: TLS if a CA is configured, a bearer token
 // on every call if one is). `address` may list several coordinators,
 // "a:29650,b:29650,c:29650": the channel then connects to all of them and
 // sends every call to the leader (Note [Following the leader] in
 // grpc_util.cc); while none leads, calls fail UNAVAILABLE at once, or wait
-// for a leader until their deadline when they are wait_for_ready.
+// for a leader until their deadline when they are wait_for_ready. A
+// connection to a coordinator that stops answering (frozen, or its host
+// gone) is dropped within kCoordinatorKeepaliveTime +
+// kCoordinatorKeepaliveTimeout, failing its calls UNAVAILABLE.
 std::shared_ptr<grpc::Channel> MakeCoordinatorChannel(const std::string& address);
 
 // The gRPC target of a channel over every coordinator in `addresses` (a

@@ -149,6 +149,9 @@ absl::StatusOr<std::unique_ptr<FollowerServer>> FollowerServer::Start(
   // As the full server (ConfigureGrpc in server.cc): no second process on
   // this port.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // List channels keep a health stream open to every coordinator, pinging
+  // (Note [Noticing a frozen coordinator] in common/grpc_util.cc).
+  AcceptCoordinatorKeepalive(builder);
   builder.AddListeningPort(options.listen, plan.credentials, &follower->port_);
   builder.RegisterService(follower->health_.get());
   builder.RegisterCallbackGenericService(follower->catch_all_.get());

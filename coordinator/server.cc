@@ -274,6 +274,16 @@ void ConfigureGrpc(grpc::ServerBuilder& builder, const ServerOptions& options) {
   // must finish its TLS handshake and start HTTP/2 within
   // options.grpc_handshake_timeout (kHandshakeTimeout; gRPC's default is
   // 120 s), so a peer that connects and sends nothing is closed after it.
+  // Clients watch the server the same way, much more often: every
+  // coordinator channel pings after kCoordinatorKeepaliveTime (2 s) without
+  // reading, with or without calls, so that a frozen leader is noticed in
+  // seconds (Note [Noticing a frozen coordinator] in common/grpc_util.cc).
+  // gRPC's default server policy would count each such ping a strike (more
+  // than one per 5 minutes while the server sends no data) and after two
+  // answer GOAWAY "too_many_pings", closing the connection and its streams;
+  // AcceptCoordinatorKeepalive accepts a ping every
+  // kCoordinatorKeepaliveTime / 2 and sets no limit on strikes.
+  AcceptCoordinatorKeepalive(builder);
   builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
                              static_cast<int>(absl::ToInt64Milliseconds(kMaxConnectionIdle)));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS,

@@ -16,6 +16,10 @@ MetricsReporter::MetricsReporter(std::shared_ptr<grpc::Channel> channel, std::st
       timeout_(timeout) {}
 
 absl::Status MetricsReporter::Report(const v1::Metrics& metrics) {
+  return Send(Request(metrics), absl::Now() + timeout_);
+}
+
+v1::ReportRequest MetricsReporter::Request(const v1::Metrics& metrics) const {
   v1::ReportRequest request;
   request.set_job_id(job_id_);
   request.set_generation(generation_);
@@ -23,13 +27,18 @@ absl::Status MetricsReporter::Report(const v1::Metrics& metrics) {
   *request.mutable_metrics() = metrics;
   request.set_final(false);
   request.set_success(true);
+  return request;
+}
+
+absl::Status MetricsReporter::Send(const v1::ReportRequest& request, absl::Time deadline) const {
   v1::ReportResponse response;
   grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
+  context.set_deadline(absl::ToChronoTime(deadline));
   absl::Status s = FromGrpcStatus(stub_->Report(&context, request, &response));
   if (!s.ok()) {
-    return absl::Status(s.code(), absl::StrCat("reporting metrics of step ", metrics.step(),
-                                               " to the coordinator: ", s.message()));
+    return absl::Status(s.code(),
+                        absl::StrCat("reporting metrics of step ", request.metrics().step(),
+                                     " to the coordinator: ", s.message()));
   }
   return absl::OkStatus();
 }

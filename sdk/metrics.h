@@ -37,6 +37,13 @@ class MetricsReporter {
   // error, with its code, when it refuses or cannot be reached in time.
   absl::Status Report(const v1::Metrics& metrics);
 
+  // Report in two halves, for a caller that sends from a thread of its own
+  // (Session::ReportMetrics): the request Report sends for `metrics`, and
+  // one attempt to send `request` by `deadline`, with Report's errors.
+  // Send may be called from any thread.
+  v1::ReportRequest Request(const v1::Metrics& metrics) const;
+  absl::Status Send(const v1::ReportRequest& request, absl::Time deadline) const;
+
  private:
   std::unique_ptr<v1::RankService::Stub> stub_;
   const std::string job_id_;

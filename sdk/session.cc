@@ -24,6 +24,7 @@
 #include "worker/runtime/join_generation.h"
 #include "worker/runtime/master_address.h"
 #include "worker/runtime/progress_channel.h"
+#include "worker/runtime/report_queue.h"
 
 namespace chorus {
 namespace {
@@ -33,6 +34,10 @@ namespace {
 std::atomic<int64_t> g_checkpoint_signals{0};
 
 void OnCheckpointSignal(int) { g_checkpoint_signals.fetch_add(1); }
+
+// How long the session's end waits to send the last report ReportMetrics
+// left pending (after a send in flight, which ends by its own deadline).
+constexpr absl::Duration kLastReportWait = absl::Seconds(2);
 
 void InstallCheckpointSignalHandler() {
   struct sigaction action = {};
@@ -204,7 +209,11 @@ Session::Session(Parts parts, SessionOptions options)
       store_(std::move(parts.store)),
       comm_(std::move(parts.comm)),
       checkpoint_storage_(std::move(parts.checkpoint_storage)),
-      metrics_(std::move(parts.metrics)) {
+      metrics_(std::move(parts.metrics)),
+      reports_(std::make_unique<ReportQueue>(
+          [this](const v1::ReportRequest& request, absl::Time deadline) {
+            return SendReport(request, deadline);
+          })) {
   if (checkpoint_storage_ != nullptr) {
     checkpoints_ =
         std::make_unique<TensorCheckpoints>(*checkpoint_storage_, env_.rank, env_.world_size);
@@ -222,6 +231,7 @@ Session::Session(Parts parts, SessionOptions options)
 }
 
 Session::~Session() {
+  reports_->Flush(absl::Now() + kLastReportWait);
   stop_directives_.store(true);
   if (directive_thread_.joinable()) directive_thread_.join();
   progress_->EnterPhase(v1::FINISHED);
@@ -270,8 +280,25 @@ Communicator& Session::communicator() {
 }
 
 absl::Status Session::ReportMetrics(const v1::Metrics& metrics) {
-  if (metrics_ == nullptr) return absl::OkStatus();
-  return metrics_->Report(metrics);
+  v1::ReportRequest request;
+  {
+    absl::MutexLock lock(&comm_mu_);
+    if (metrics_ == nullptr) return absl::OkStatus();
+    request = metrics_->Request(metrics);
+  }
+  reports_->Offer(std::move(request));
+  return absl::OkStatus();
+}
+
+absl::Status Session::SendReport(const v1::ReportRequest& request, absl::Time deadline) {
+  // The request names its own generation and rank: any generation's
+  // reporter sends it as it is.
+  std::shared_ptr<MetricsReporter> reporter;
+  {
+    absl::MutexLock lock(&comm_mu_);
+    reporter = metrics_;
+  }
+  return reporter->Send(request, deadline);
 }
 
 bool Session::CheckpointRequested() {
@@ -378,9 +405,9 @@ absl::StatusOr<bool> Session::JoinNextGeneration(const absl::Status& why) {
   checkpoint_storage_ = std::move(storage);
   checkpoints_ =
       std::make_unique<TensorCheckpoints>(*checkpoint_storage_, next.rank, next.world_size);
-  metrics_ = std::make_unique<MetricsReporter>(channel_, next.job_id, next.generation, next.rank);
   {
     absl::MutexLock lock(&comm_mu_);
+    metrics_ = std::make_shared<MetricsReporter>(channel_, next.job_id, next.generation, next.rank);
     retired_.emplace_back(std::move(comm_), std::move(store_));
     comm_ = std::move(comm);
     store_ = std::move(store);

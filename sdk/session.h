@@ -57,9 +57,11 @@ namespace chorus {
 
 // Internal to Chorus and not installed with the SDK (only the session's
 // implementation uses them), so they are only named here: the checkpoint
-// transport, the progress channel and the communicator's rendezvous store.
+// transport, the progress channel, the communicator's rendezvous store and
+// the sender of metrics reports.
 class CheckpointStorage;
 class ProgressSender;
+class ReportQueue;
 class Store;
 
 // The GPU a rank of a CUDA job trains on, as CUDA numbers the devices this
@@ -162,7 +164,14 @@ class Session {
   void Step(int64_t step, double loss, int64_t samples) { progress_->Step(step, loss, samples); }
   ProgressReporter& progress() { return *progress_; }
 
-  // Metrics to `chorus watch` (not final; best effort, see metrics.h).
+  // Metrics to `chorus watch` (not final; best effort). Never waits for the
+  // coordinator: the report is handed to a thread of the session's, which
+  // sends one at a time (Note [Reports off the training thread] in
+  // worker/runtime/report_queue.h). While a send is in flight a newer
+  // report replaces an older one not yet sent, and a report the coordinator
+  // refuses or does not answer in time is logged and dropped, so this
+  // returns OK. The session's end sends the report still pending, waiting
+  // for the coordinator a few seconds at most.
   absl::Status ReportMetrics(const v1::Metrics& metrics);
 
   // Whether a checkpoint was requested (`chorus checkpoint`) since the last
@@ -235,6 +244,8 @@ class Session {
   // sends one at once the first time.
   void DeclareReformsInProcess();
   absl::Time StateDeadline() const;
+  // One attempt to send a report of ReportMetrics, on reports_'s thread.
+  absl::Status SendReport(const v1::ReportRequest& request, absl::Time deadline);
 
   const SessionOptions options_;
   SessionEnvironment env_;  // written under comm_mu_ (JoinNextGeneration)
@@ -248,7 +259,11 @@ class Session {
   std::vector<std::pair<std::shared_ptr<Communicator>, std::unique_ptr<Store>>> retired_;
   std::unique_ptr<CheckpointStorage> checkpoint_storage_;
   std::unique_ptr<TensorCheckpoints> checkpoints_;
-  std::unique_ptr<MetricsReporter> metrics_;
+  // The current generation's (JoinNextGeneration replaces it); its Send is
+  // also how reports_ sends.
+  std::shared_ptr<MetricsReporter> metrics_ ABSL_GUARDED_BY(comm_mu_);
+  // Sends ReportMetrics's reports; ends first in the destructor.
+  std::unique_ptr<ReportQueue> reports_;
   std::unique_ptr<ProgressReporter> progress_;
   int64_t checkpoint_requests_seen_ = 0;
   bool send_on_every_change_ = false;

@@ -7,11 +7,15 @@
 #include <torch/utils.h>
 
 #include <cstring>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "checkpoint/coordinator_storage.h"
 #include "checkpoint/fake_checkpoint_service.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "worker/comm/nccl_communicator.h"
 #include "worker/comm/store.h"
@@ -77,6 +81,72 @@ TEST(SessionTest, StepsAndPhasesGoToTheProgressSink) {
   EXPECT_EQ(got[2].step(), 3);
   EXPECT_DOUBLE_EQ(got[2].loss(), 0.5);
   EXPECT_EQ(got[3].phase(), v1::FINISHED);
+}
+
+// The coordinator's Report, frozen for the first call until thawed (as a
+// SIGSTOPped leader is), recording the step of every report it answers.
+class FrozenRanks : public v1::RankService::Service {
+ public:
+  grpc::Status Report(grpc::ServerContext*, const v1::ReportRequest* request,
+                      v1::ReportResponse*) override {
+    bool first;
+    {
+      absl::MutexLock lock(&mu_);
+      first = ++calls_ == 1;
+    }
+    if (first) thaw_.WaitForNotificationWithTimeout(absl::Seconds(10));
+    absl::MutexLock lock(&mu_);
+    steps_.push_back(request->metrics().step());
+    return grpc::Status::OK;
+  }
+  bool AwaitFirstCall() {
+    absl::MutexLock lock(&mu_);
+    auto called = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return calls_ > 0; };
+    return mu_.AwaitWithTimeout(absl::Condition(&called), absl::Seconds(10));
+  }
+  void Thaw() { thaw_.Notify(); }
+  std::vector<int64_t> steps() {
+    absl::MutexLock lock(&mu_);
+    return steps_;
+  }
+
+ private:
+  absl::Notification thaw_;
+  absl::Mutex mu_;
+  int calls_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<int64_t> steps_ ABSL_GUARDED_BY(mu_);
+};
+
+// Note [Reports off the training thread] (worker/runtime/report_queue.h).
+TEST(SessionTest, ReportMetricsNeverWaitsForAFrozenCoordinator) {
+  FrozenRanks ranks;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&ranks);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(port, 0);
+  Session::Parts parts = PartsFor(0, nullptr);
+  parts.metrics = std::make_unique<MetricsReporter>(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()),
+      "job-000001", /*generation=*/1, /*rank=*/0);
+  {
+    std::unique_ptr<Session> session = Session::FromParts(std::move(parts), Quiet());
+    v1::Metrics metrics;
+    metrics.set_step(1);
+    ASSERT_TRUE(session->ReportMetrics(metrics).ok());
+    ASSERT_TRUE(ranks.AwaitFirstCall());
+    const absl::Time start = absl::Now();
+    for (int64_t step = 2; step <= 50; ++step) {
+      metrics.set_step(step);
+      EXPECT_TRUE(session->ReportMetrics(metrics).ok());
+    }
+    EXPECT_LT(absl::Now() - start, absl::Milliseconds(50));
+    ranks.Thaw();
+    // The session's end sends the report still pending: the newest.
+  }
+  EXPECT_EQ(ranks.steps(), (std::vector<int64_t>{1, 50}));
+  server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
 }
 
 // Note [Restart-all] (coordinator/running_job.h): the coordinator restarts

@@ -56,6 +56,7 @@
 #include "worker/runtime/heartbeat_stream.h"
 #include "worker/runtime/join_generation.h"
 #include "worker/runtime/rank_failure.h"
+#include "worker/runtime/report_queue.h"
 #include "worker/train/step_boundary.h"
 #include "worker/train/trainer.h"
 
@@ -264,8 +265,8 @@ class TrainerRank {
       where_.training = true;
       result = chorus::Train(
           spec(), *generations_.front()->comm,
-          [this](const v1::Metrics& m) { Report(m, false, absl::OkStatus()); }, &progress,
-          train_options);
+          [this](const v1::Metrics& m) { reports_.Offer(RequestFor(m, /*final=*/false)); },
+          &progress, train_options);
     }
     g_progress.store(nullptr);
     where_.training = false;
@@ -282,6 +283,9 @@ class TrainerRank {
         rank_host_(Env("CHORUS_RANK_HOST", "127.0.0.1")),
         channel_(std::move(channel)),
         ranks_(v1::RankService::NewStub(channel_)),
+        reports_([this](const v1::ReportRequest& request, absl::Time deadline) {
+          return SendReport(request, deadline);
+        }),
         agent_(AgentChannelFromEnvironment()),
         joiner_(*ranks_, AgentJoinChannel(agent_)),
         first_(std::move(first)) {}
@@ -328,9 +332,8 @@ class TrainerRank {
     return current_->joined;
   }
 
-  // Metrics along the way are best effort; the final report is retried
-  // while the coordinator is unreachable (e.g. restarting), up to a minute.
-  void Report(const v1::Metrics& metrics, bool final, const absl::Status& status) {
+  // This rank's report of `metrics` as a member of its current generation.
+  v1::ReportRequest RequestFor(const v1::Metrics& metrics, bool final) {
     const v1::JoinResponse joined = CurrentJoined();
     v1::ReportRequest request;
     request.set_job_id(job_id_);
@@ -338,18 +341,33 @@ class TrainerRank {
     request.set_rank(joined.rank());
     *request.mutable_metrics() = metrics;
     request.set_final(final);
-    request.set_success(status.ok());
-    request.set_error(std::string(status.message()));
+    request.set_success(true);
+    return request;
+  }
+
+  // A report along the way, on reports_'s thread: one attempt, best effort
+  // (Note [Reports off the training thread] in
+  // worker/runtime/report_queue.h).
+  absl::Status SendReport(const v1::ReportRequest& request, absl::Time deadline) {
+    v1::ReportResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(deadline));
+    return FromGrpcStatus(ranks_->Report(&context, request, &response));
+  }
+
+  // The final report, sent once reports_ has stopped: retried while the
+  // coordinator is unreachable (e.g. restarting), up to a minute.
+  void ReportFinal(const v1::Metrics& metrics) {
+    const v1::ReportRequest request = RequestFor(metrics, /*final=*/true);
     RetryOptions retry;
-    retry.deadline = final ? absl::Minutes(1) : absl::Seconds(10);
+    retry.deadline = absl::Minutes(1);
     retry.attempt_timeout = absl::Seconds(10);
     retry.max_backoff = absl::Seconds(1);
-    retry.max_attempts = final ? 0 : 1;
     absl::Status s = Retry(retry, [&](absl::Time attempt_deadline) {
       v1::ReportResponse response;
       grpc::ClientContext context;
       context.set_deadline(absl::ToChronoTime(attempt_deadline));
-      context.set_wait_for_ready(final);
+      context.set_wait_for_ready(true);
       return FromGrpcStatus(ranks_->Report(&context, request, &response));
     });
     if (!s.ok()) LOG(WARNING) << "report: " << s.message();
@@ -432,6 +450,10 @@ class TrainerRank {
   // After training: the final report, or the failure (a rank that left
   // ends well).
   int Finish(const absl::StatusOr<v1::Metrics>& result) {
+    // Reports along the way end here: the final report carries newer
+    // metrics, and a rank that failed has nothing more to say. Waits for a
+    // send in flight until its deadline at most.
+    reports_.Flush(absl::Now());
     if (!result.ok()) {
       generations_.back()->comm->Abort(result.status().message());
       if (left_) {
@@ -440,7 +462,7 @@ class TrainerRank {
       }
       return Fail(std::string(result.status().message()));
     }
-    Report(*result, true, absl::OkStatus());
+    ReportFinal(*result);
     const v1::JoinResponse last = CurrentJoined();
     if (last.rank() == 0) {
       LOG(INFO) << job_id_ << ": done after " << result->step() << " steps, "
@@ -455,6 +477,8 @@ class TrainerRank {
   const std::string rank_host_;  // where this rank's Gloo transport binds
   const std::shared_ptr<grpc::Channel> channel_;
   const std::unique_ptr<v1::RankService::Stub> ranks_;
+  // Reports along the way, off the training thread; uses ranks_.
+  ReportQueue reports_;
   // This process's end of its agent's channel (null: none), shared by the
   // heartbeats and the joins of later generations.
   const std::shared_ptr<ProgressSender> agent_;

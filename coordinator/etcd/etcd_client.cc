@@ -24,6 +24,25 @@ namespace {
 // default, configurable), so leave room.
 constexpr int kMaxReceiveBytes = 64 << 20;
 
+// Note [Noticing a frozen etcd member]
+// A frozen etcd member (SIGSTOPped, its VM paused) keeps its connections
+// up, as a frozen coordinator does (Note [Noticing a frozen coordinator] in
+// common/grpc_util.cc): round_robin keeps it READY and sends it every N-th
+// call, each of which then waits out its attempt's deadline (Note [Retried
+// calls]). So the channel pings a member it has read nothing from for
+// kEtcdKeepaliveTime and drops the connection when the ping is not
+// answered within kEtcdKeepaliveTimeout; the member's subchannel leaves
+// READY and calls go to the other members until it answers again. etcd
+// (3.4 and later) takes fewer pings than a coordinator: only while a call
+// is open (its server's enforcement policy has PermitWithoutStream false,
+// and pings on an idle connection soon get GOAWAY "too_many_pings"), and
+// at most one per --grpc-keepalive-min-time (5 s by default). So the
+// channel pings only while a call is open, which on the connection to a
+// frozen member is nearly always (its calls all wait), and at twice etcd's
+// minimum interval.
+constexpr absl::Duration kEtcdKeepaliveTime = absl::Seconds(10);
+constexpr absl::Duration kEtcdKeepaliveTimeout = absl::Seconds(5);
+
 absl::Status CheckEndpoints(const std::string& endpoints) {
   if (endpoints.empty()) {
     return absl::InvalidArgumentError("etcd endpoints: none given (want HOST:PORT[,HOST:PORT...])");
@@ -149,6 +168,13 @@ absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Connect(const EtcdOption
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  // Note [Noticing a frozen etcd member].
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS,
+              static_cast<int>(absl::ToInt64Milliseconds(kEtcdKeepaliveTime)));
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+              static_cast<int>(absl::ToInt64Milliseconds(kEtcdKeepaliveTimeout)));
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 0);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   std::unique_ptr<EtcdClient> client(new EtcdClient(
       options, grpc::CreateCustomChannel(target, credentials, args), std::move(password)));
   if (!options.user.empty()) {
