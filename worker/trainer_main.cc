@@ -395,7 +395,9 @@ class TrainerRank {
               << joined.generation() << " in "
               << absl::FormatDuration(
                      absl::Trunc(absl::Now() - connect_start, absl::Milliseconds(1)));
-    return Generation{gen->comm.get(), gen->checkpoints(), joined.generation()};
+    // The checkpoint to start over from should no member hold training
+    // state (Note [Starting over] in worker/train/trainer.cc).
+    return Generation{gen->comm.get(), gen->checkpoints(), joined.generation(), joined.resume()};
   }
 
   // The heartbeat stream's directives: step directives for the training
