@@ -560,6 +560,15 @@ void Scheduler::Recover(const std::vector<v1::Job>& running, absl::Duration grac
       }
     }
     RunningJob run = RecoveredJob(job, until, record);
+    // What the ranks that join from now on are told to resume from (Note [A
+    // generation's checkpoint] in scheduler_elastic.cc).
+    if (absl::StatusOr<v1::CheckpointManifest> resume = ResumeLocked(job); resume.ok()) {
+      run.resume = *std::move(resume);
+    } else {
+      LOG(WARNING) << job.job_id() << ": its ranks that join again are told no checkpoint to "
+                   << "resume from: " << resume.status().message();
+    }
+    run.resume = GenerationResumeLocked(job.job_id(), run);
     if (metrics_ != nullptr) metrics_->GenerationStarted("recovered");
     LOG(INFO) << job.job_id() << ": taken back after a restart; waiting up to "
               << absl::FormatDuration(grace) << " for its " << run.ranks.size()

@@ -562,6 +562,12 @@ class Scheduler {
   // unusable checkpoints become warning events.
   absl::StatusOr<v1::CheckpointManifest> ResumeLocked(const v1::Job& job)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The checkpoint the ranks of `run`'s current generation are told to
+  // resume from (Note [A generation's checkpoint] in scheduler_elastic.cc):
+  // for a later generation of the built-in trainer the job's newest
+  // committed checkpoint, else run.resume.
+  v1::CheckpointManifest GenerationResumeLocked(const std::string& job_id, const RunningJob& run)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   JobManager& jobs_;
   SchedulerAgents agents_view_{*this};
