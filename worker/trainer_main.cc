@@ -22,6 +22,7 @@
 //   CHORUS_RANK_HOST    address this rank's Gloo transport binds (default 127.0.0.1)
 //   LOCAL_RANK, LOCAL_WORLD_SIZE (as torchrun sets them)
 //   CHORUS_SAMPLE_TRACE a directory: test mode, worker/train/sample_trace.h
+//   CHORUS_TEST_SETUP_GATE a file: test mode, TrainOptions::setup_gate
 // and from chorus-rank: CHORUS_RANK_JOINED, the join file (removed once read).
 
 #include <signal.h>
@@ -316,6 +317,7 @@ class TrainerRank {
       options.rejoin = [this](const absl::Status& failure) { return Rejoin(failure); };
     }
     options.sample_trace_dir = Env("CHORUS_SAMPLE_TRACE");
+    options.setup_gate = Env("CHORUS_TEST_SETUP_GATE");
     if (!first_.resume().job_id().empty() && first_.rank() == 0 && first_.generation() == 1) {
       LOG(INFO) << job_id_ << ": resuming from checkpoint " << first_.resume().job_id() << " step "
                 << first_.resume().step();

@@ -3,6 +3,7 @@
 #include <torch/nn/functional/loss.h>
 #include <torch/types.h>
 #include <torch/utils.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <csignal>
@@ -962,6 +963,21 @@ absl::StatusOr<v1::Metrics> TrainGeneration(RankRun& run, const Generation& gen)
   return metrics;
 }
 
+// Test mode (TrainOptions::setup_gate): waits until `gate` exists.
+absl::Status WaitForSetupGate(const std::string& gate, const Communicator& comm) {
+  LOG(INFO) << "rank " << comm.rank() << " (pid " << getpid() << ") waits for " << gate
+            << " before its first collective (test mode)";
+  const absl::Time deadline = absl::Now() + absl::Minutes(10);
+  while (access(gate.c_str(), F_OK) != 0) {
+    if (absl::Now() >= deadline) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("test mode: ", gate, " did not appear within 10 minutes"));
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
@@ -1006,6 +1022,7 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
   ASSIGN_OR_RETURN(std::unique_ptr<SampleTrace> trace, SampleTrace::Open(options.sample_trace_dir));
   RankRun run{spec,         *model,     train,  test, reader.get(), eval_reader.get(),
               train_size,   report,     p,      options, trace.get(), std::nullopt};
+  if (!options.setup_gate.empty()) RETURN_IF_ERROR(WaitForSetupGate(options.setup_gate, comm));
   Generation generation{&comm, options.checkpoints, options.generation, options.resume};
   for (;;) {
     absl::StatusOr<v1::Metrics> result = TrainGeneration(run, generation);

@@ -76,6 +76,11 @@ struct TrainOptions {
   // Test mode: a directory for this rank's SampleTrace (sample_trace.h);
   // empty = none.
   std::string sample_trace_dir;
+  // Test mode: a file this rank waits for, once it has loaded its data and
+  // built its model and before its first collective, so that an end-to-end
+  // test can lose a rank while the others have not trained a step; empty =
+  // none. Waits at most 10 minutes (then FAILED_PRECONDITION).
+  std::string setup_gate;
 };
 
 // Trains `spec` (normalized) as rank comm.rank() of comm.size(). When a
