@@ -28,6 +28,7 @@ void Scheduler::Outbox::Flush() {
 Scheduler::Scheduler(JobManager& jobs, Clock* clock, SchedulerOptions options)
     : jobs_(jobs),
       resolve_resume_(std::move(options.resume_resolver)),
+      newest_committed_(std::move(options.newest_committed)),
       clock_(clock ? clock : &real_clock_),
       coordinator_address_(std::move(options.coordinator_address)),
       metrics_(options.metrics),
@@ -39,6 +40,7 @@ Scheduler::Scheduler(JobManager& jobs, Clock* clock, SchedulerOptions options)
 void Scheduler::Configure(SchedulerOptions options) {
   absl::MutexLock lock(&mu_);
   resolve_resume_ = std::move(options.resume_resolver);
+  newest_committed_ = std::move(options.newest_committed);
   coordinator_address_ = std::move(options.coordinator_address);
   metrics_ = options.metrics;
   fair_share_ = FairShare(options.scheduling_policy.fair_share_half_life, clock_->Now());
@@ -561,6 +563,15 @@ void Scheduler::Recover(const std::vector<v1::Job>& running, absl::Duration grac
       }
     }
     RunningJob run = RecoveredJob(job, until, record);
+    // What the ranks that join from now on are told to resume from (Note [A
+    // generation's checkpoint] in scheduler_elastic.cc).
+    if (absl::StatusOr<v1::CheckpointManifest> resume = ResumeLocked(job); resume.ok()) {
+      run.resume = *std::move(resume);
+    } else {
+      LOG(WARNING) << job.job_id() << ": its ranks that join again are told no checkpoint to "
+                   << "resume from: " << resume.status().message();
+    }
+    run.resume = GenerationResumeLocked(job.job_id(), run);
     if (metrics_ != nullptr) metrics_->GenerationStarted("recovered");
     LOG(INFO) << job.job_id() << ": taken back after a restart; waiting up to "
               << absl::FormatDuration(grace) << " for its " << run.ranks.size()

@@ -87,6 +87,13 @@ struct SchedulerOptions {
   using ResumeResolver = std::function<absl::StatusOr<v1::CheckpointManifest>(
       const std::string& resume_from, std::vector<std::string>* skipped)>;
   ResumeResolver resume_resolver;
+  // A job's newest committed checkpoint (by job id), its files not read:
+  // what a re-formed generation is told to start over from should none of
+  // its ranks hold state (Note [A generation's checkpoint] in
+  // scheduler_elastic.cc). It runs under the scheduler's lock at every
+  // re-formation, so it must not checksum files (resume_resolver does).
+  // Empty: resume_resolver is asked.
+  ResumeResolver newest_committed;
   // How long a job preempted by re-queueing waits for its checkpoint to
   // commit before it goes back to the queue anyway (Note [Re-queue] in
   // scheduler_requeue.cc).
@@ -570,6 +577,12 @@ class Scheduler {
   // unusable checkpoints become warning events.
   absl::StatusOr<v1::CheckpointManifest> ResumeLocked(const v1::Job& job)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The checkpoint the ranks of `run`'s current generation are told to
+  // resume from (Note [A generation's checkpoint] in scheduler_elastic.cc):
+  // for a later generation of the built-in trainer the job's newest
+  // committed checkpoint, else run.resume.
+  v1::CheckpointManifest GenerationResumeLocked(const std::string& job_id, const RunningJob& run)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   JobManager& jobs_;
   SchedulerAgents agents_view_{*this};
@@ -578,6 +591,7 @@ class Scheduler {
   LogStore logs_;
   AgentJoinOutbox agent_joins_;  // has its own lock
   ResumeResolver resolve_resume_ ABSL_GUARDED_BY(mu_);
+  ResumeResolver newest_committed_ ABSL_GUARDED_BY(mu_);
   RealClock real_clock_;
   Clock* const clock_;
   mutable absl::Mutex mu_;

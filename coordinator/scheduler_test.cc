@@ -800,6 +800,43 @@ TEST_F(ElasticSchedulerTest, ASurvivorSilentWhileAGenerationFormsIsEvictedAndRep
   EXPECT_EQ(State(job), v1::Job::SUCCEEDED);
 }
 
+// Note [A generation's checkpoint]: a later generation names the job's
+// newest committed checkpoint, looked up as it forms, which its ranks start
+// over from should none of them hold training state; without one, the
+// checkpoint the job was submitted with (here none).
+TEST_F(ElasticSchedulerTest, ALaterGenerationNamesTheJobsNewestCommittedCheckpoint) {
+  int64_t newest = 0;  // the step of the job's newest committed checkpoint; 0: none
+  std::vector<std::string> asked;
+  options_.resume_resolver =
+      [&](const std::string& resume_from,
+          std::vector<std::string>* skipped) -> absl::StatusOr<v1::CheckpointManifest> {
+    asked.push_back(resume_from);
+    if (newest == 0) return absl::NotFoundError("no usable checkpoint");
+    v1::CheckpointManifest manifest;
+    manifest.set_job_id(resume_from);
+    manifest.set_step(newest);
+    return manifest;
+  };
+  scheduler_->Configure(options_);
+  const std::string job = StartElastic("");
+  Exit(job, 1, -9);
+  for (JoinResult& join : JoinSameSlots(job, 2)) {
+    ASSERT_TRUE(join.result.ok()) << join.result.status();
+    EXPECT_TRUE(join.result->resume().job_id().empty()) << "no checkpoint committed yet";
+  }
+  newest = 40;
+  Exit(job, 2, -9);
+  newest = 50;  // committed after generation 3 formed: its members were told 40
+  std::vector<JoinResult> joins = JoinSameSlots(job, 3);
+  for (int slot = 0; slot < 4; ++slot) {
+    ASSERT_TRUE(joins[slot].result.ok()) << joins[slot].result.status();
+    EXPECT_EQ(joins[slot].result->resume().job_id(), job) << "slot " << slot;
+    EXPECT_EQ(joins[slot].result->resume().step(), 40) << "slot " << slot;
+  }
+  EXPECT_EQ(asked, (std::vector<std::string>{job, job}));
+  EXPECT_EQ(jobs_->Get(job)->restarts(), 2) << "one restart per lost rank";
+}
+
 // Note [Joins through the agent]: the joins of `slots` of generation `gen`
 // as one message from the agent.
 v1::RankJoins JoinsOf(const std::string& job, const std::vector<int>& slots, int64_t gen = 1) {

@@ -370,6 +370,13 @@ absl::Status CoordinatorServer::BuildServices(const ServerOptions& options) {
     if (colon != std::string::npos) (void)absl::SimpleAtoi(resume_from.substr(colon + 1), &step);
     return store->FindLoadable(resume_from.substr(0, colon), step, skipped);
   };
+  scheduler_options.newest_committed =
+      [store = checkpoints_.get()](const std::string& job_id, std::vector<std::string>*)
+      -> absl::StatusOr<v1::CheckpointManifest> {
+    ASSIGN_OR_RETURN(std::vector<v1::CheckpointManifest> committed, store->List(job_id));
+    if (committed.empty()) return absl::NotFoundError("no committed checkpoint");
+    return committed.back();  // by step
+  };
   scheduler_ = std::make_unique<Scheduler>(*jobs_, nullptr, std::move(scheduler_options));
   // Jobs that were running when the coordinator stopped are taken back; their
   // agents reconnect with the ranks they kept running.

@@ -22,6 +22,7 @@
 //   CHORUS_RANK_HOST    address this rank's Gloo transport binds (default 127.0.0.1)
 //   LOCAL_RANK, LOCAL_WORLD_SIZE (as torchrun sets them)
 //   CHORUS_SAMPLE_TRACE a directory: test mode, worker/train/sample_trace.h
+//   CHORUS_TEST_SETUP_GATE a file: test mode, TrainOptions::setup_gate
 // and from chorus-rank: CHORUS_RANK_JOINED, the join file (removed once read).
 
 #include <signal.h>
@@ -320,6 +321,7 @@ class TrainerRank {
       options.rejoin = [this](const absl::Status& failure) { return Rejoin(failure); };
     }
     options.sample_trace_dir = Env("CHORUS_SAMPLE_TRACE");
+    options.setup_gate = Env("CHORUS_TEST_SETUP_GATE");
     if (!first_.resume().job_id().empty() && first_.rank() == 0 && first_.generation() == 1) {
       LOG(INFO) << job_id_ << ": resuming from checkpoint " << first_.resume().job_id() << " step "
                 << first_.resume().step();
@@ -413,7 +415,9 @@ class TrainerRank {
               << joined.generation() << " in "
               << absl::FormatDuration(
                      absl::Trunc(absl::Now() - connect_start, absl::Milliseconds(1)));
-    return Generation{gen->comm.get(), gen->checkpoints(), joined.generation()};
+    // The checkpoint to start over from should no member hold training
+    // state (Note [Starting over] in worker/train/trainer.cc).
+    return Generation{gen->comm.get(), gen->checkpoints(), joined.generation(), joined.resume()};
   }
 
   // The heartbeat stream's directives: step directives for the training

@@ -11,9 +11,10 @@
 //       collective: the samples this rank feeds into step STEP (0-based),
 //       one line per micro-batch (gradient accumulation)
 //   state GENERATION RANK source SOURCE step STEP had HELD model CRC32C
-//       after a re-formed generation shared its state (HELD -1: a newcomer);
-//       CRC32C as in `final`, of the model this rank starts the generation
-//       with (the same on every member)
+//       after a re-formed generation shared its state (HELD -1: a newcomer;
+//       SOURCE -1: no member held any and the generation started over, Note
+//       [Starting over] in trainer.cc); CRC32C as in `final`, of the model
+//       this rank starts the generation with (the same on every member)
 //   final GENERATION RANK STEP CRC32C           the parameters' and buffers'
 //       bytes, in order, after the last step
 //

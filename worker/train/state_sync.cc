@@ -5,14 +5,16 @@
 #include <torch/utils.h>
 
 #include <cstring>
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
 namespace chorus {
 
-absl::StatusOr<SharedState> ShareNewestState(
+absl::StatusOr<std::optional<SharedState>> ShareNewestState(
     Communicator& comm, Model& model, const std::vector<torch::optim::Optimizer*>& optimizers,
     const Snapshot* held, absl::Time deadline) {
   const int64_t mine = held != nullptr ? held->position.step : -1;
@@ -22,12 +24,7 @@ absl::StatusOr<SharedState> ShareNewestState(
   at::Tensor newest = torch::full({1}, mine, longs);
   RETURN_IF_ERROR(comm.AllReduce(newest, ReduceOp::kMax, "elastic/newest_step")->Wait(deadline));
   const int64_t step = newest.item<int64_t>();
-  if (step < 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("none of the ", comm.size(),
-                     " ranks of the new generation holds training state (every survivor was "
-                     "lost); resume the job from its newest checkpoint"));
-  }
+  if (step < 0) return std::nullopt;  // every member knows: the same all-reduce
   at::Tensor source = torch::full({1}, mine == step ? comm.rank() : comm.size(), longs);
   RETURN_IF_ERROR(comm.AllReduce(source, ReduceOp::kMin, "elastic/source")->Wait(deadline));
   SharedState shared;
@@ -75,7 +72,7 @@ absl::StatusOr<SharedState> ShareNewestState(
   // afresh with the new communicator's strategy.
   ASSIGN_OR_RETURN(shared.position, Restore(files, model, optimizers));
   shared.position.world_size = comm.size();
-  return shared;
+  return std::optional<SharedState>(std::move(shared));
 }
 
 absl::StatusOr<int> AverageHeldModels(Communicator& comm, Model& model, const Snapshot* held,

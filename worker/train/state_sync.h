@@ -17,11 +17,16 @@
 // communicator must call it at the same point (it is a sequence of
 // collectives).
 //
+// When no member holds any state (every rank that held a step was lost, or
+// none had completed one), nothing is shared: the generation starts over
+// from the job's starting point (Note [Starting over] in trainer.cc).
+//
 // Example:
-//   ASSIGN_OR_RETURN(SharedState shared,
+//   ASSIGN_OR_RETURN(std::optional<SharedState> shared,
 //                    ShareNewestState(comm, *model, strategy->optimizers(),
 //                                     held ? &*held : nullptr, absl::Now() + absl::Minutes(5)));
-//   TrainingPosition position = shared.position;
+//   if (!shared.has_value()) return StartOver(...);
+//   TrainingPosition position = shared->position;
 //   if (!strategy->replicas_identical()) {
 //     ASSIGN_OR_RETURN(int averaged, AverageHeldModels(comm, *model, held ? &*held : nullptr,
 //                                                      absl::Now() + absl::Minutes(5)));
@@ -30,6 +35,7 @@
 #define CHORUS_WORKER_TRAIN_STATE_SYNC_H_
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -51,9 +57,10 @@ struct SharedState {
 };
 
 // Agrees on the newest state any member holds (`held`, null for none) and
-// loads it into `model` and `optimizers` on every member. FAILED_PRECONDITION
-// when no member holds any state; a failed collective's status otherwise.
-absl::StatusOr<SharedState> ShareNewestState(
+// loads it into `model` and `optimizers` on every member. Nullopt on every
+// member, with nothing loaded, when no member holds any state; a failed
+// collective's status otherwise.
+absl::StatusOr<std::optional<SharedState>> ShareNewestState(
     Communicator& comm, Model& model, const std::vector<torch::optim::Optimizer*>& optimizers,
     const Snapshot* held, absl::Time deadline);
 

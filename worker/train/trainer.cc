@@ -3,6 +3,7 @@
 #include <torch/nn/functional/loss.h>
 #include <torch/types.h>
 #include <torch/utils.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <csignal>
@@ -290,22 +291,23 @@ absl::Status LoadSplits(const v1::JobSpec& spec, Dataset& train, Dataset& test,
   return absl::OkStatus();
 }
 
-// Where training starts: from scratch, or from a checkpoint (possibly
-// written by another number of ranks: the sampler re-shards the rest of its
-// epoch).
-absl::StatusOr<TrainingPosition> StartingPosition(const TrainOptions& options, Communicator& comm,
-                                                  Model& model, TrainingStrategy& strategy,
-                                                  TrainingProgress& p) {
+// Where training starts: from scratch, or from checkpoint `resume` read
+// through `checkpoints` (possibly written by another number of ranks: the
+// sampler re-shards the rest of its epoch).
+absl::StatusOr<TrainingPosition> StartingPosition(const v1::CheckpointManifest& resume,
+                                                  CheckpointStorage* checkpoints,
+                                                  Communicator& comm, Model& model,
+                                                  TrainingStrategy& strategy, TrainingProgress& p) {
   TrainingPosition position;
   position.world_size = comm.size();
-  if (options.resume.job_id().empty()) return position;
-  if (options.checkpoints == nullptr)
+  if (resume.job_id().empty()) return position;
+  if (checkpoints == nullptr)
     return absl::FailedPreconditionError("resuming needs a checkpoint source");
   p.Enter(v1::CHECKPOINT);
   // A per-rank checkpoint: each rank loads its own part when the world
   // size is the same (with the exchange it had received: an exact
   // continuation), else rank r loads part r mod (saved ranks).
-  v1::CheckpointManifest part = options.resume;
+  v1::CheckpointManifest part = resume;
   int source = 0;
   bool own = false;
   if (part.per_rank()) {
@@ -313,12 +315,12 @@ absl::StatusOr<TrainingPosition> StartingPosition(const TrainOptions& options, C
     source = comm.rank() % saved;
     own = saved == comm.size();
     part.clear_files();
-    for (const v1::CheckpointFile& f : options.resume.files()) {
+    for (const v1::CheckpointFile& f : resume.files()) {
       if (f.name() == ModelFileName(source) || f.name() == TrainStateFileName(source))
         *part.add_files() = f;
     }
   }
-  ASSIGN_OR_RETURN(std::vector<CheckpointFileData> files, options.checkpoints->Load(part));
+  ASSIGN_OR_RETURN(std::vector<CheckpointFileData> files, checkpoints->Load(part));
   for (CheckpointFileData& f : files) {
     if (f.name == ModelFileName(source)) f.name = kModelFile;
     if (f.name == TrainStateFileName(source)) f.name = kTrainStateFile;
@@ -484,15 +486,17 @@ struct RankRun {
   HeldOut held_out() const { return HeldOut{&test, eval_reader}; }
 };
 
-// StartingPosition for the first generation; with sharded data the
+// StartingPosition for the first generation, or for one that starts over
+// (Note [Starting over]), from `gen.resume`; with sharded data the
 // checkpoint's shard fingerprints are checked against the shards' and the
 // position carries theirs from here on, through every checkpoint and every
 // later generation's shared state (Note [Shard fingerprints] in
 // shard_index.cc).
-absl::StatusOr<TrainingPosition> FirstPosition(RankRun& run, Communicator& comm,
+absl::StatusOr<TrainingPosition> FirstPosition(RankRun& run, const Generation& gen,
                                                TrainingStrategy& strategy) {
-  ASSIGN_OR_RETURN(TrainingPosition position,
-                   StartingPosition(run.options, comm, run.model, strategy, run.p));
+  ASSIGN_OR_RETURN(TrainingPosition position, StartingPosition(gen.resume, gen.checkpoints,
+                                                               *gen.comm, run.model, strategy,
+                                                               run.p));
   if (run.reader != nullptr) {
     RETURN_IF_ERROR(CheckFingerprints(run.reader->index(), position.shard_fingerprints));
     position.shard_fingerprints = run.reader->index().Fingerprints();
@@ -605,17 +609,129 @@ absl::StatusOr<torch::Tensor> SeededForward(RankRun& run, int64_t step, int64_t 
   return out;
 }
 
+// Note [Starting over]
+// A generation after the first goes on from the newest step one of its
+// members holds (state_sync.h). None holds one when every rank that had
+// completed a step was lost, or when the job lost a rank before any had
+// completed one: a rank killed while the others were still loading data
+// and building their models fails their first collective (the strategy's
+// parameter broadcast), and they join the next generation holding nothing.
+// That generation then starts from where the job started, which every
+// member rebuilds by itself, as the first generation built it:
+//  - the seeded initial model: Model::Build under WithSeed(training.seed)
+//    again (the same draws give the same bits), copied into the live
+//    tensors, which the strategy's broadcast has just overwritten with
+//    rank 0's (whatever an earlier generation or a failed broadcast left
+//    there); the strategy's optimizers are fresh and the step is 0;
+//  - then, when the generation's JoinResponse names a checkpoint
+//    (Generation::resume), that checkpoint, loaded as FirstPosition loads
+//    the first generation's. The coordinator names the job's newest
+//    committed checkpoint, else the one the job was submitted to resume
+//    from (Note [A generation's checkpoint] in
+//    coordinator/scheduler_elastic.cc).
+// Every member reads the same JoinResponse, so all make the same choice;
+// one all-reduce checks it, since members that started from different
+// states would train on silently apart.
+// The steps trained since that starting point are trained again. That is
+// correct, not only safe: training is deterministic. The order of an
+// epoch's samples is a function of the seed and the epoch, the position
+// says where in it the starting point is, and each micro-batch's random
+// draws are a function of (seed, step, micro-batch) (SeededForward), so the
+// generation trains the batches that were trained before, in the same
+// way, and at the same world size ends with the parameters of an
+// undisturbed run. What is lost is time: the steps since the checkpoint
+// (all of them without one), which checkpoint.every_steps bounds. Rank 0
+// logs which starting point the generation took and why.
+
+// The step of the checkpoint every member of `gen` starts over from (-1:
+// none) must be the same on all of them (Note [Starting over]).
+absl::Status CheckSameStartingPoint(Communicator& comm, const Generation& gen) {
+  const int64_t mine = gen.resume.job_id().empty() ? -1 : gen.resume.step();
+  at::Tensor range = torch::tensor({mine, -mine}, torch::kLong).to(comm.device());
+  RETURN_IF_ERROR(comm.AllReduce(range, ReduceOp::kMax, "elastic/starting_point")
+                      ->Wait(absl::Now() + absl::Minutes(5)));
+  range = range.cpu();
+  const int64_t newest = range[0].item<int64_t>();
+  const int64_t oldest = -range[1].item<int64_t>();
+  if (newest == oldest) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(
+      "the ranks of generation ", gen.generation, " were told different checkpoints to start ",
+      "over from (steps ", oldest, " to ", newest, ", -1 for none); they must start from one "
+      "state, so the generation fails (a bug)"));
+}
+
+// Puts the model Train built before any step back into the live
+// parameters and buffers, in place (the strategy holds them): built again
+// from the seed, the same draws give the same bits (Note [Seeded draws] in
+// model.h).
+absl::Status RestoreInitialModel(RankRun& run) {
+  absl::StatusOr<std::unique_ptr<Model>> built;
+  WithSeed(run.spec.training().seed(), [&] { built = Model::Build(run.spec.model(), run.train); });
+  ASSIGN_OR_RETURN(std::unique_ptr<Model> initial, std::move(built));
+  std::vector<NamedTensor> from = initial->NamedParameters();
+  for (NamedTensor& b : initial->NamedBuffers()) from.push_back(std::move(b));
+  std::vector<NamedTensor> to = run.model.NamedParameters();
+  for (NamedTensor& b : run.model.NamedBuffers()) to.push_back(std::move(b));
+  if (from.size() != to.size()) {
+    return absl::InternalError(absl::StrCat("the model built again has ", from.size(),
+                                            " tensors, the live one ", to.size()));
+  }
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < to.size(); ++i) {
+    if (from[i].name != to[i].name || from[i].tensor.sizes() != to[i].tensor.sizes()) {
+      return absl::InternalError(absl::StrCat("the model built again has ", from[i].name,
+                                              " where the live one has ", to[i].name));
+    }
+    to[i].tensor.copy_(from[i].tensor);
+  }
+  return absl::OkStatus();
+}
+
+// A generation in which no member holds training state starts from the
+// job's starting point (Note [Starting over]).
+absl::StatusOr<TrainingPosition> StartOver(RankRun& run, const Generation& gen,
+                                           TrainingStrategy& strategy) {
+  Communicator& comm = *gen.comm;
+  RETURN_IF_ERROR(CheckSameStartingPoint(comm, gen));
+  RETURN_IF_ERROR(RestoreInitialModel(run));
+  ASSIGN_OR_RETURN(TrainingPosition position, FirstPosition(run, gen, strategy));
+  if (comm.rank() == 0) {
+    const bool checkpoint = !gen.resume.job_id().empty();
+    LOG(WARNING) << "generation " << gen.generation << " starts over from "
+                 << (checkpoint ? absl::StrCat("checkpoint ", gen.resume.job_id(), " step ",
+                                               gen.resume.step())
+                                : absl::StrCat("the job's initial model (training.seed ",
+                                               run.spec.training().seed(), ")"))
+                 << ": none of its " << comm.size() << " ranks holds training state (every rank "
+                 << "that had completed a step was lost, or none had completed one)"
+                 << (checkpoint ? absl::StrCat("; the steps after step ", position.step,
+                                               " that were trained before")
+                                : std::string(" and the job has no checkpoint; the steps "
+                                              "trained before, if any,"))
+                 << " are trained again, on the same batches with the same random draws";
+  }
+  if (run.trace != nullptr) {
+    run.trace->State(gen.generation, comm.rank(), /*source=*/-1, position.step, /*held=*/-1,
+                     run.model);
+  }
+  return position;
+}
+
 // The position a generation after the first starts from: the newest
 // state any member holds (state_sync.h), the mean of the survivors' models
-// for a strategy whose replicas differ.
+// for a strategy whose replicas differ; the job's starting point when no
+// member holds any (Note [Starting over]).
 absl::StatusOr<TrainingPosition> SharedPosition(RankRun& run, const Generation& gen,
                                                 TrainingStrategy& strategy) {
   Communicator& comm = *gen.comm;
   const absl::Time share_start = absl::Now();
   const int64_t had = run.held.has_value() ? run.held->position.step : -1;
-  ASSIGN_OR_RETURN(SharedState shared, ShareNewestState(comm, run.model, strategy.optimizers(),
-                                                        run.held.has_value() ? &*run.held : nullptr,
-                                                        absl::Now() + absl::Minutes(5)));
+  ASSIGN_OR_RETURN(std::optional<SharedState> newest,
+                   ShareNewestState(comm, run.model, strategy.optimizers(),
+                                    run.held.has_value() ? &*run.held : nullptr,
+                                    absl::Now() + absl::Minutes(5)));
+  if (!newest.has_value()) return StartOver(run, gen, strategy);
+  const SharedState& shared = *newest;
   TrainingPosition position = shared.position;
   if (!strategy.replicas_identical()) {
     ASSIGN_OR_RETURN(const int averaged,
@@ -809,7 +925,7 @@ absl::StatusOr<v1::Metrics> TrainGeneration(RankRun& run, const Generation& gen)
   if (gen.generation > 1) {
     ASSIGN_OR_RETURN(position, SharedPosition(run, gen, *strategy));
   } else {
-    ASSIGN_OR_RETURN(position, FirstPosition(run, comm, *strategy));
+    ASSIGN_OR_RETURN(position, FirstPosition(run, gen, *strategy));
   }
   const int64_t total_steps = TotalSteps(spec, sampler, position, accum);
   strategy->set_total_steps(total_steps);
@@ -845,6 +961,21 @@ absl::StatusOr<v1::Metrics> TrainGeneration(RankRun& run, const Generation& gen)
   metrics.set_samples_per_second(position.step * accum * g.global_batch / std::max(wall, 1e-9));
   run.report(metrics);
   return metrics;
+}
+
+// Test mode (TrainOptions::setup_gate): waits until `gate` exists.
+absl::Status WaitForSetupGate(const std::string& gate, const Communicator& comm) {
+  LOG(INFO) << "rank " << comm.rank() << " (pid " << getpid() << ") waits for " << gate
+            << " before its first collective (test mode)";
+  const absl::Time deadline = absl::Now() + absl::Minutes(10);
+  while (access(gate.c_str(), F_OK) != 0) {
+    if (absl::Now() >= deadline) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("test mode: ", gate, " did not appear within 10 minutes"));
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -891,7 +1022,8 @@ absl::StatusOr<v1::Metrics> Train(const v1::JobSpec& spec, Communicator& comm,
   ASSIGN_OR_RETURN(std::unique_ptr<SampleTrace> trace, SampleTrace::Open(options.sample_trace_dir));
   RankRun run{spec,         *model,     train,  test, reader.get(), eval_reader.get(),
               train_size,   report,     p,      options, trace.get(), std::nullopt};
-  Generation generation{&comm, options.checkpoints, options.generation};
+  if (!options.setup_gate.empty()) RETURN_IF_ERROR(WaitForSetupGate(options.setup_gate, comm));
+  Generation generation{&comm, options.checkpoints, options.generation, options.resume};
   for (;;) {
     absl::StatusOr<v1::Metrics> result = TrainGeneration(run, generation);
     if (result.ok() || !options.rejoin || !IsMembershipFailure(result.status())) return result;

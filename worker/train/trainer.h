@@ -45,6 +45,12 @@ struct Generation {
   Communicator* comm = nullptr;
   CheckpointStorage* checkpoints = nullptr;  // null = no checkpoints
   int64_t generation = 1;
+  // The checkpoint the generation starts from when no member holds training
+  // state, as the coordinator told all its members: the job's newest
+  // committed checkpoint, else the one the job was submitted to resume
+  // from; empty job_id: the seeded initial model (Note [Starting over] in
+  // trainer.cc). The first generation always starts from it.
+  v1::CheckpointManifest resume;
 };
 
 // Called when a collective fails in an elastic job (a member was lost):
@@ -60,7 +66,9 @@ struct TrainOptions {
   v1::CheckpointManifest resume;
   // The generation `comm` belongs to. A rank that starts in a generation
   // after the first (a newcomer to an elastic job) receives the training
-  // state from a member that holds it instead of loading `resume`.
+  // state from a member that holds it instead of loading `resume` (which it
+  // loads only when no member holds any: Note [Starting over] in
+  // trainer.cc).
   int64_t generation = 1;
   // Elastic jobs: how this rank carries on after a lost member; null = a
   // failed collective ends training.
@@ -68,13 +76,20 @@ struct TrainOptions {
   // Test mode: a directory for this rank's SampleTrace (sample_trace.h);
   // empty = none.
   std::string sample_trace_dir;
+  // Test mode: a file this rank waits for, once it has loaded its data and
+  // built its model and before its first collective, so that an end-to-end
+  // test can lose a rank while the others have not trained a step; empty =
+  // none. Waits at most 10 minutes (then FAILED_PRECONDITION).
+  std::string setup_gate;
 };
 
 // Trains `spec` (normalized) as rank comm.rank() of comm.size(). When a
 // collective fails and options.rejoin is set, the model, optimizer state and
 // position stay in memory, the rank joins the next generation, the members
 // agree on the newest state (worker/train/state_sync.h) and training goes
-// on with the rest of the epoch re-sharded among them. Calls
+// on with the rest of the epoch re-sharded among them; when no member holds
+// any, the generation starts over from the job's starting point (Note
+// [Starting over] in trainer.cc). Calls
 // `report` every training.log_every_steps steps and after each evaluation.
 // Returns the final metrics (test loss/accuracy of the final model).
 // `progress` may be null.
