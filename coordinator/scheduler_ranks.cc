@@ -194,7 +194,10 @@ absl::Status Scheduler::Report(const v1::ReportRequest& report) {
     ASSIGN_OR_RETURN(metrics, CheckReportLocked(report));
     RunningJob& run = running_.at(report.job_id());
     if (report.final() && report.success() && run.HasRank(report.generation(), report.rank())) {
-      run.ranks[report.rank()].finished = true;
+      // A rank being stopped (a restart-all) whose program exits 0 on
+      // SIGTERM did not finish training.
+      RankState& rank = run.ranks[report.rank()];
+      if (!rank.stopping && rank.evicted.empty()) rank.finished = true;
     }
     if (report.rank() != 0) return absl::OkStatus();
     program = running_.at(report.job_id()).program;
@@ -236,8 +239,8 @@ absl::StatusOr<v1::Metrics> Scheduler::CheckReportLocked(const v1::ReportRequest
                      absl::StrCat("job ", report.job_id(), " is not running"))
                : absl::NotFoundError(absl::StrCat("no job \"", report.job_id(), "\""));
   }
-  if (report.final() && report.success() && it->second.elastic && report.generation() >= 1 &&
-      report.generation() < it->second.generation()) {
+  if (report.final() && report.success() && it->second.elastic && !it->second.RestartsAll() &&
+      report.generation() >= 1 && report.generation() < it->second.generation()) {
     // Note [Diagnoses during shutdown]: the rank finished training in a
     // generation the job has left since (a restart ordered as it finished).
     it->second.finished_before_reform = true;
@@ -327,7 +330,9 @@ bool Scheduler::HeartbeatLocked(const v1::RankHeartbeat& heartbeat, v1::Directiv
   rank.last_heartbeat = heartbeat;
   rank.heartbeat_at = clock_->Now();
   rank.heard_at = rank.heartbeat_at;
-  if (heartbeat.phase() == v1::FINISHED) rank.finished = true;
+  if (heartbeat.phase() == v1::FINISHED && !rank.stopping && rank.evicted.empty()) {
+    rank.finished = true;
+  }
   // Note [Restart-all]: the program re-forms in its own process.
   if (heartbeat.reforms_in_process()) it->second.reforms_in_process = true;
   if (directive != nullptr && it->second.phase.planned().has_value() &&

@@ -2338,6 +2338,33 @@ TEST_F(RestartAllTest, ALostRankStopsEveryRankAndTheNextGenerationLaunchesThemAl
   EXPECT_EQ(scheduler_->agents().free_slots(), 5);
 }
 
+// Note [Diagnoses during shutdown]: a program that exits 0 when a
+// restart-all stops it (SIGTERM handled) sends a final report that says
+// success; that is not the end of training, and the job restarts.
+TEST_F(RestartAllTest, ASuccessReportedWhileBeingStoppedIsNotTheEndOfTraining) {
+  FakeAgent a, b;
+  Add(a, 2, "node-a");
+  const std::string job = PlaceProgram(2, 2, "", {&a});
+  Add(b, 2, "node-b");
+  ASSERT_TRUE(scheduler_->agents().DrainAgent(a.id).ok());
+  ASSERT_EQ(Stopped(a, job), (std::vector<int>{0, 1}));
+  for (int rank : {0, 1}) {
+    v1::ReportRequest report;
+    report.set_job_id(job);
+    report.set_generation(1);
+    report.set_rank(rank);
+    report.set_final(true);
+    report.set_success(true);
+    ASSERT_TRUE(scheduler_->ranks().Report(report).ok());
+  }
+  ExitOn(a, job, 0, 0);
+  ExitOn(a, job, 1, 0);
+  const v1::Job moved = *jobs_->Get(job);
+  EXPECT_EQ(moved.state(), v1::Job::RUNNING) << moved.reason();
+  EXPECT_EQ(moved.generation(), 2);
+  EXPECT_EQ(Launched(b, job, 2), (std::vector<int>{0, 1}));
+}
+
 TEST_F(RestartAllTest, EachFailureCountsOneRestartUntilMaxRestartsAreUsedUp) {
   FakeAgent a;
   Add(a, 2, "node-a");
