@@ -4,12 +4,13 @@
 # `chorus up`: undisturbed, then with two ranks killed (kill -9, at about a
 # quarter and half of the steps) and one frozen (SIGSTOP, at about
 # three quarters: DEAD after 3 s, evicted, replaced). Prints both runs'
-# final train loss, test loss and parameter fingerprint, and one DESIGN.md
-# §8 line; exits 1 unless the disturbed run SUCCEEDED with the undisturbed
-# run's parameters. Run it beside busy loops with tests/under_load.sh:
+# final train loss, test loss and parameter fingerprint, and one benchmark
+# JSON line (docs/benchmarks.md); exits 1 unless the disturbed run SUCCEEDED
+# with the undisturbed run's parameters. Run it beside busy loops with
+# tests/under_load.sh:
 #   bazel build //client:chorus
 #   tests/under_load.sh --loops 2 --command 'tools/elastic_lm_chaos.sh bazel-bin/client/chorus'
-# (docs/benchmarks.md, "Elastic recovery under load").
+# (docs/benchmarks.md, "Under load: two kills and a freeze").
 set -u
 CHORUS=$(realpath "$1")
 WORK=$(mktemp -d)
