@@ -16,37 +16,9 @@ COORDINATOR=$1
 CHORUS=$2
 WORKER=$3
 
-# The ports are free when picked, but another process may take one before
-# etcd binds it; an etcd that exits at start is such a collision, and it
-# starts again on fresh ports and a fresh data directory (at most 3 tries).
-etcd_up=false
-for attempt in 1 2 3; do
-  read -r client_port peer_port < <(python3 -c '
-import socket
-s = [socket.socket() for _ in range(2)]
-for x in s: x.bind(("127.0.0.1", 0))
-print(*[x.getsockname()[1] for x in s])')
-  rm -rf "${TMP}/etcd"
-  /usr/bin/etcd --name failover --data-dir "${TMP}/etcd" \
-    --listen-client-urls "http://127.0.0.1:${client_port}" \
-    --advertise-client-urls "http://127.0.0.1:${client_port}" \
-    --listen-peer-urls "http://127.0.0.1:${peer_port}" \
-    --initial-advertise-peer-urls "http://127.0.0.1:${peer_port}" \
-    --initial-cluster "failover=http://127.0.0.1:${peer_port}" \
-    --heartbeat-interval 50 --election-timeout 500 >>"${TMP}/etcd.log" 2>&1 &
-  etcd_pid=$!
-  track_pid "${etcd_pid}"
-  healthy="/usr/bin/etcdctl --endpoints 127.0.0.1:${client_port} endpoint health >/dev/null 2>&1"
-  wait_for "! kill -0 ${etcd_pid} 2>/dev/null || ${healthy}" 60
-  if kill -0 "${etcd_pid}" 2>/dev/null && eval "${healthy}"; then
-    etcd_up=true
-    break
-  fi
-  echo "etcd try ${attempt}: it exited or was not healthy in 60 s; again on fresh ports" >&2
-  kill -9 "${etcd_pid}" 2>/dev/null; wait "${etcd_pid}" 2>/dev/null
-done
-${etcd_up} && pass "etcd is up" \
+start_etcd_member failover && pass "etcd is up" \
   || { fail "etcd did not start in 3 tries: $(tail -20 "${TMP}/etcd.log")"; finish; }
+client_port=${ETCD_CLIENT_PORT}
 
 state="etcd://127.0.0.1:${client_port}/chorus-failover"
 mkdir -p "${TMP}/checkpoints"

@@ -24,31 +24,12 @@ CHORUS=$2
 WORKER=$3
 field() { json_get - "$2" <<<"$1"; }
 
-# --- one etcd member (a port taken by another process before etcd binds it
-# makes it exit: then again on fresh ports, at most 3 tries)
-etcd_up=false
-for attempt in 1 2 3; do
-  read -r client_port peer_port < <("${CHORUS_TEST_PYTHON}" -c '
-import socket
-s = [socket.socket() for _ in range(2)]
-for x in s: x.bind(("127.0.0.1", 0))
-print(*[x.getsockname()[1] for x in s])')
-  rm -rf "${TMP}/etcd"
-  /usr/bin/etcd --name m0 --data-dir "${TMP}/etcd" \
-    --listen-client-urls "http://127.0.0.1:${client_port}" \
-    --advertise-client-urls "http://127.0.0.1:${client_port}" \
-    --listen-peer-urls "http://127.0.0.1:${peer_port}" \
-    --initial-advertise-peer-urls "http://127.0.0.1:${peer_port}" \
-    --initial-cluster "m0=http://127.0.0.1:${peer_port}" >>"${TMP}/etcd.log" 2>&1 &
-  etcd_pid=$!
-  track_pid "${etcd_pid}"
-  wait_for "! kill -0 ${etcd_pid} 2>/dev/null || /usr/bin/etcdctl --endpoints 127.0.0.1:${client_port} endpoint health >/dev/null 2>&1" 30
-  if kill -0 "${etcd_pid}" 2>/dev/null; then etcd_up=true; break; fi
-done
-${etcd_up} && pass "an etcd member is up" || { fail "etcd: $(tail -n 5 "${TMP}/etcd.log")"; finish; }
+# --- one etcd member
+start_etcd_member m0 && pass "an etcd member is up" \
+  || { fail "etcd did not start in 3 tries: $(tail -n 5 "${TMP}/etcd.log")"; finish; }
 
 # --- three coordinators
-state="etcd://127.0.0.1:${client_port}/chorus-frozen"
+state="etcd://127.0.0.1:${ETCD_CLIENT_PORT}/chorus-frozen"
 mkdir -p "${TMP}/checkpoints"
 declare -A pid_of log_of
 list=""

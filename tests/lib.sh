@@ -230,6 +230,39 @@ start_agent() {
     || fail "agent $1 did not connect: $(tail -3 "${_lib_agent_log}")"
 }
 
+# start_etcd_member NAME: one etcd member named NAME on loopback free ports,
+# data in TMP/etcd, log in TMP/etcd.log, killed when the test exits. The
+# ports are free when picked, but another process may take one before etcd
+# binds it; an etcd that exits at start is such a collision, and it starts
+# again on fresh ports and a fresh data directory (at most 3 tries). Sets
+# ETCD_CLIENT_PORT and ETCD_PID; returns 1 if no try became healthy.
+start_etcd_member() {
+  local _lib_attempt _lib_peer_port _lib_healthy
+  for _lib_attempt in 1 2 3; do
+    read -r ETCD_CLIENT_PORT _lib_peer_port < <("${CHORUS_TEST_PYTHON}" -c '
+import socket
+s = [socket.socket() for _ in range(2)]
+for x in s: x.bind(("127.0.0.1", 0))
+print(*[x.getsockname()[1] for x in s])')
+    rm -rf "${TMP}/etcd"
+    /usr/bin/etcd --name "$1" --data-dir "${TMP}/etcd" \
+      --listen-client-urls "http://127.0.0.1:${ETCD_CLIENT_PORT}" \
+      --advertise-client-urls "http://127.0.0.1:${ETCD_CLIENT_PORT}" \
+      --listen-peer-urls "http://127.0.0.1:${_lib_peer_port}" \
+      --initial-advertise-peer-urls "http://127.0.0.1:${_lib_peer_port}" \
+      --initial-cluster "$1=http://127.0.0.1:${_lib_peer_port}" \
+      --heartbeat-interval 50 --election-timeout 500 >>"${TMP}/etcd.log" 2>&1 &
+    ETCD_PID=$!
+    track_pid "${ETCD_PID}"
+    _lib_healthy="/usr/bin/etcdctl --endpoints 127.0.0.1:${ETCD_CLIENT_PORT} endpoint health >/dev/null 2>&1"
+    wait_for "! kill -0 ${ETCD_PID} 2>/dev/null || ${_lib_healthy}" 60
+    if kill -0 "${ETCD_PID}" 2>/dev/null && eval "${_lib_healthy}"; then return 0; fi
+    echo "etcd try ${_lib_attempt}: it exited or was not healthy in 60 s; again on fresh ports" >&2
+    kill -9 "${ETCD_PID}" 2>/dev/null; wait "${ETCD_PID}" 2>/dev/null
+  done
+  return 1
+}
+
 # start_cluster_with_http SLOTS: a coordinator (start_coordinator) with its
 # HTTP port (/metrics, the status page) on loopback port 0, and one
 # ${WORKER} agent with SLOTS slots logging to TMP/worker.log (killed when the
