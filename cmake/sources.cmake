@@ -33,6 +33,7 @@ set(CHORUS_SOURCES
     worker/comm/grpc_store.cc
     worker/comm/nccl_communicator.cc
     worker/comm/op_queue.cc
+    worker/comm/p2p_lanes.cc
     worker/comm/shm_allreduce.cc
     worker/comm/store.cc
     worker/comm/transport_tuner.cc
@@ -92,6 +93,7 @@ set(CHORUS_HEADERS
     worker/comm/grpc_store.h
     worker/comm/nccl_communicator.h
     worker/comm/op_queue.h
+    worker/comm/p2p_lanes.h
     worker/comm/shm_allreduce.h
     worker/comm/store.h
     worker/comm/transport_tuner.h

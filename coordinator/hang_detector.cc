@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -12,14 +13,36 @@
 namespace chorus {
 namespace {
 
+// "allreduce/sum ddp:model/bucket2 (float32[1048576], 4.0 MB)": what a
+// MISMATCH needs to show which of op, tag, dtype and size differ.
 std::string Describe(const v1::CollectiveFingerprint& fp) {
   std::string s = absl::StrCat(fp.op(), " ", fp.tag());
+  std::vector<std::string> shape;
+  if (!fp.dtype().empty()) shape.push_back(absl::StrCat(fp.dtype(), "[", fp.count(), "]"));
   if (fp.bytes() > 0) {
-    absl::StrAppend(&s, fp.bytes() >= (1 << 20)
-                            ? absl::StrFormat(" (%.1f MB)", fp.bytes() / 1048576.0)
-                            : absl::StrFormat(" (%d bytes)", fp.bytes()));
+    shape.push_back(fp.bytes() >= (1 << 20) ? absl::StrFormat("%.1f MB", fp.bytes() / 1048576.0)
+                                            : absl::StrFormat("%d bytes", fp.bytes()));
   }
+  if (!shape.empty()) absl::StrAppend(&s, " (", absl::StrJoin(shape, ", "), ")");
   return s;
+}
+
+// A send or a receive (or a SendRecv, which is both): paired per peer, not
+// by position among the collectives (Note [Pairing ranks' ops]).
+bool PointToPoint(const v1::CollectiveRecord& r) {
+  return r.send_index() > 0 || r.recv_index() > 0;
+}
+
+// A collective's position among its rank's collectives; a rank that
+// predates collective_index numbers only by seq.
+int64_t CollectiveKey(const v1::CollectiveRecord& r) {
+  return r.collective_index() > 0 ? r.collective_index() : r.seq();
+}
+
+// How many collectives the rank has issued, counted as `like` is keyed.
+int64_t Issued(const v1::RankHeartbeat& hb, const v1::CollectiveRecord& like) {
+  return like.collective_index() > 0 ? hb.flight_recorder().collectives_enqueued()
+                                     : hb.flight_recorder().last_enqueued_seq();
 }
 
 bool SameFingerprint(const v1::CollectiveFingerprint& a, const v1::CollectiveFingerprint& b) {
@@ -32,13 +55,16 @@ bool DeclaredPause(const v1::RankHeartbeat& hb, const v1::HangDetectionSpec& spe
   return pause && hb.phase_seconds() < spec.phase_limit_seconds();
 }
 
-// The oldest collective this rank has started and not finished.
+bool Unfinished(const v1::CollectiveRecord& r) {
+  return r.state() == v1::CollectiveRecord::STARTED || r.state() == v1::CollectiveRecord::RUNNING;
+}
+
+// The oldest collective this rank has started and not finished. Its sends
+// and receives are not collectives: they may wait while later ops run.
 const v1::CollectiveRecord* Waiting(const v1::RankHeartbeat& hb) {
   const v1::CollectiveRecord* oldest = nullptr;
   for (const v1::CollectiveRecord& r : hb.flight_recorder().records()) {
-    if ((r.state() == v1::CollectiveRecord::STARTED ||
-         r.state() == v1::CollectiveRecord::RUNNING) &&
-        (oldest == nullptr || r.seq() < oldest->seq())) {
+    if (Unfinished(r) && !PointToPoint(r) && (oldest == nullptr || r.seq() < oldest->seq())) {
       oldest = &r;
     }
   }
@@ -120,12 +146,12 @@ std::string Doing(int r, const v1::RankHeartbeat& hb) {
                          hb.step(), hb.phase_seconds());
 }
 
-// MISMATCH: the lowest seq at which two ranks disagree.
+// MISMATCH: the lowest collective at which two ranks disagree.
 void DiagnoseMismatch(const std::vector<RankView>& ranks, std::vector<v1::Diagnosis>& out) {
   std::map<int64_t, std::vector<std::pair<int, const v1::CollectiveRecord*>>> by_seq;
   for (const RankView& v : ranks) {
     for (const v1::CollectiveRecord& r : v.hb().flight_recorder().records()) {
-      by_seq[r.seq()].emplace_back(v.rank, &r);
+      if (!PointToPoint(r)) by_seq[CollectiveKey(r)].emplace_back(v.rank, &r);
     }
   }
   for (const auto& [seq, seen] : by_seq) {
@@ -152,6 +178,8 @@ void DiagnoseMismatch(const std::vector<RankView>& ranks, std::vector<v1::Diagno
 // is blocked in.
 struct Blocked {
   const v1::CollectiveRecord* collective = nullptr;  // null: nobody is blocked
+  // Its index among the collectives (its seq, from ranks that number only
+  // by seq).
   int64_t seq = 0;
   std::vector<int> inside;             // inside it (waiting for the others)
   std::vector<int> absent;             // have not issued it
@@ -195,30 +223,31 @@ Blocked FindBlocked(const v1::HangDetectionSpec& spec, const std::vector<RankVie
   for (const RankView& v : ranks) {
     if (v.exited) continue;
     const v1::CollectiveRecord* w = Waiting(v.hb());
-    if (w != nullptr && (b.collective == nullptr || w->seq() < b.collective->seq())) {
+    if (w != nullptr && (b.collective == nullptr || CollectiveKey(*w) < CollectiveKey(*b.collective))) {
       b.collective = w;
     }
   }
   if (b.collective == nullptr) return b;
-  b.seq = b.collective->seq();
+  b.seq = CollectiveKey(*b.collective);
   absl::Time longest_start = absl::InfiniteFuture();
   for (const RankView& v : ranks) {
     if (v.exited) continue;
     ++b.live;
     const v1::CollectiveRecord* w = Waiting(v.hb());
     const bool on_device = !v.hb().flight_recorder().device().empty();
-    if (w != nullptr && w->seq() == b.seq && on_device &&
+    const int64_t key = w != nullptr ? CollectiveKey(*w) : 0;
+    if (w != nullptr && key == b.seq && on_device &&
         w->state() == v1::CollectiveRecord::STARTED) {
       b.queued.emplace_back(v.rank, absl::FromUnixMicros(w->started_us()));
-    } else if (w != nullptr && w->seq() == b.seq) {
+    } else if (w != nullptr && key == b.seq) {
       b.inside.push_back(v.rank);
       b.vouched = std::max(b.vouched, Vouched(v, *w));
       longest_start = std::min(
           longest_start,
           absl::FromUnixMicros(w->running_us() > 0 ? w->running_us() : w->started_us()));
-    } else if (w != nullptr && w->seq() == b.seq + 1) {
+    } else if (w != nullptr && key == b.seq + 1) {
       b.blocked_elsewhere.push_back(v.rank);
-    } else if (v.hb().flight_recorder().last_enqueued_seq() < b.seq) {
+    } else if (Issued(v.hb(), *b.collective) < b.seq) {
       b.absent.push_back(v.rank);
     }
   }
@@ -336,6 +365,84 @@ void DiagnoseBlocked(const v1::HangDetectionSpec& spec, const std::vector<RankVi
   }
 }
 
+// The view of rank `rank`, if the job has one.
+const RankView* FindView(const std::vector<RankView>& ranks, int rank) {
+  auto it = std::find_if(ranks.begin(), ranks.end(),
+                         [rank](const RankView& v) { return v.rank == rank; });
+  return it == ranks.end() ? nullptr : &*it;
+}
+
+// Whether `peer`'s records show it has posted its side of message `index`
+// between it and `rank`: the receive (`receive`) or the send. Posting the
+// k-th implies the ones before it; an unfinished op is always in the
+// records, so one that is absent was either never posted or has finished
+// (and then `rank`'s side would have finished too).
+bool Posted(const RankView& peer, int rank, bool receive, int64_t index) {
+  for (const v1::CollectiveRecord& r : peer.hb().flight_recorder().records()) {
+    if (receive ? (r.recv_index() >= index && r.recv_from() == rank)
+                : (r.send_index() >= index && r.send_to() == rank)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// One side of a send or receive that `v` waits in: the peer and whether
+// that peer must post a receive (for v's send) or a send (for v's receive).
+struct Side {
+  int peer;
+  bool peer_receives;
+  int64_t index;
+};
+
+std::vector<Side> SidesOf(const v1::CollectiveRecord& r) {
+  std::vector<Side> sides;
+  if (r.send_index() > 0) sides.push_back({r.send_to(), true, r.send_index()});
+  if (r.recv_index() > 0) sides.push_back({r.recv_from(), false, r.recv_index()});
+  return sides;
+}
+
+// NEVER_JOINED for a send or receive: rank v has waited in its side of a
+// message far longer than usual, and the peer has not posted the other side
+// (Note [Pairing ranks' ops]). Each peer is named once.
+void DiagnoseUnmatched(const v1::HangDetectionSpec& spec, const std::vector<RankView>& ranks,
+                       absl::Time now, std::vector<v1::Diagnosis>& out) {
+  std::set<int> named;
+  for (const RankView& v : ranks) {
+    if (v.exited) continue;
+    for (const v1::CollectiveRecord& r : v.hb().flight_recorder().records()) {
+      if (!PointToPoint(r) || !Unfinished(r)) continue;
+      const absl::Duration waited = Vouched(v, r);
+      absl::Duration threshold = absl::Seconds(spec.stall_after_seconds());
+      if (std::optional<absl::Duration> typical = TypicalDuration(ranks, r.fingerprint().tag())) {
+        threshold = std::max(threshold, *typical * 10);
+      }
+      if (waited <= threshold) continue;
+      for (const Side& side : SidesOf(r)) {
+        const RankView* peer = FindView(ranks, side.peer);
+        if (peer == nullptr || peer->exited || named.count(side.peer) > 0) continue;
+        if (Posted(*peer, v.rank, side.peer_receives, side.index)) continue;
+        if (DeclaredPause(peer->hb(), spec) || now - peer->heartbeat_at > kRankSilentAfter ||
+            now - peer->heartbeat_at >= waited) {
+          continue;  // as in DiagnoseAbsent
+        }
+        named.insert(side.peer);
+        v1::Diagnosis d = Make(
+            v1::Diagnosis::NEVER_JOINED, {side.peer}, {v.rank}, r.seq(),
+            absl::ToDoubleSeconds(waited),
+            absl::StrFormat("rank %d has not posted the %s matching rank %d's %s #%d %s it "
+                            "(%s); rank %d has waited %.1f s; %s",
+                            side.peer, side.peer_receives ? "receive" : "send", v.rank,
+                            side.peer_receives ? "send" : "receive", side.index,
+                            side.peer_receives ? "to" : "from", Describe(r.fingerprint()), v.rank,
+                            absl::ToDoubleSeconds(waited), Doing(side.peer, peer->hb())));
+        *d.mutable_fingerprint() = r.fingerprint();
+        out.push_back(std::move(d));
+      }
+    }
+  }
+}
+
 // STRAGGLER: in synchronous training every rank's step takes as long as the
 // slowest, so compare the compute part (step minus waiting for gradients),
 // averaged over the last reporting interval. A rank must also cost the
@@ -384,6 +491,7 @@ std::vector<v1::Diagnosis> DiagnoseHangs(const v1::HangDetectionSpec& spec,
   DiagnoseDead(spec, ranks, now, out);
   DiagnoseMismatch(ranks, out);
   DiagnoseBlocked(spec, ranks, now, out);
+  DiagnoseUnmatched(spec, ranks, now, out);
   DiagnoseStragglers(spec, ranks, out);
   return out;
 }

@@ -1,14 +1,17 @@
 // Hang and deadlock diagnosis from the ranks' latest heartbeats (docs/hang-detection.md).
 //
 // A pure function of what the ranks last said and the time now, so it is
-// tested without processes or a network. Collective sequence numbers are per
-// communicator; every rank of a job uses one world communicator, so the same
-// seq on two ranks is the same collective.
+// tested without processes or a network. Every rank of a job uses one world
+// communicator, so the k-th collective of two ranks is the same collective,
+// and the k-th send from a to b meets the k-th receive on b from a (Note
+// [Pairing ranks' ops]).
 //
 //   DEAD                 no heartbeat for hang_detection.dead_after_seconds
-//   MISMATCH             two ranks issued different collectives at the same seq
-//   NEVER_JOINED         ranks wait inside #s; rank r never issued #s
-//   STUCK_IN_COLLECTIVE  every rank is inside #s far longer than usual
+//   MISMATCH             two ranks issued different collectives as their k-th
+//   NEVER_JOINED         ranks wait inside collective #k; rank r never issued
+//                        it; or rank a waits in a send (receive) that rank r
+//                        has not posted the receive (send) for
+//   STUCK_IN_COLLECTIVE  every rank is inside #k far longer than usual
 //   STRAGGLER            one rank computes much longer per step than the others;
 //                        the message says how long the others waited for it
 //
@@ -78,6 +81,24 @@ std::vector<double> WaitCausedBy(const std::vector<double>& wait_seconds);
 // exit with code 0 counts as a success even when a restart was ordered as
 // it finished, and so does a final report of the generation before.
 void VoidDuringShutdown(std::vector<v1::Diagnosis>& diagnoses);
+
+// Note [Pairing ranks' ops]
+// A flight recorder's seq counts every op a rank issues. While ranks issue
+// the same ops that is enough: the same seq is the same collective
+// everywhere. Sends and receives break it: in a pipeline the first stage
+// sends what the second receives, the middle stages do both, and from the
+// first message on their seqs differ. Read by seq, the first stage's
+// "send/to1" and the second's "recv/from0" at #1 were a MISMATCH, and so was
+// every collective after them. So each record says where it stands among
+// its kind (CollectiveRecord.collective_index, send_index/send_to,
+// recv_index/recv_from): collectives are compared by index, and a rank
+// waiting in a send to b (or a receive from b) long after it began is
+// paired with b's receives from it (sends to it). If b has not posted the
+// matching one, b is NEVER_JOINED, named with what it is doing, as for a
+// collective; sends and receives are never a MISMATCH, and a rank waiting
+// in one is not blocked in a collective (they wait beside later ops: Note
+// [Point-to-point progress] in worker/comm/p2p_lanes.h). Records from ranks
+// that predate the indices are compared by seq as before.
 
 // Every diagnosis that holds now, most severe first.
 std::vector<v1::Diagnosis> DiagnoseHangs(const v1::HangDetectionSpec& spec,

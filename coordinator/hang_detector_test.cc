@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -80,7 +81,7 @@ TEST(HangDetectorTest, NamesTheRankThatNeverJoinedAndWhatItIsDoing) {
   EXPECT_THAT(ds[0].waiting_ranks(), ElementsAre(0, 2));
   EXPECT_EQ(ds[0].seq(), 1234);
   EXPECT_EQ(ds[0].message(),
-            "rank 1 has not entered collective #1234 allreduce/avg ddp:model/bucket2 (4.0 MB); "
+            "rank 1 has not entered collective #1234 allreduce/avg ddp:model/bucket2 (float32[1048576], 4.0 MB); "
             "ranks 0,2 have waited 12.3 s; rank 1 is in DATA at step 945 for 12.9 s");
 }
 
@@ -125,7 +126,7 @@ TEST(HangDetectorTest, NamesTheRankWhoseGpuHasNotReachedTheCollective) {
   EXPECT_EQ(ds[0].seq(), 77);
   EXPECT_EQ(ds[0].message(),
             "the GPU of rank 1 has not reached collective #77 allreduce/avg ddp:model/bucket0 "
-            "(4.0 MB): it is still busy with kernels queued before it (a long or hung kernel); "
+            "(float32[1048576], 4.0 MB): it is still busy with kernels queued before it (a long or hung kernel); "
             "ranks 0,2 have waited 8.0 s inside it; rank 1 queued it 9.0 s ago, at step 40");
 
   // Every GPU still busy before #77 (a long backward pass): nobody waits
@@ -197,7 +198,7 @@ TEST(HangDetectorTest, AWaitCountsOnlyAsFarAsTheRanksHeartbeatsVouchForIt) {
   for (RankView& v : ranks) v.heartbeat_at = kNow - absl::Seconds(4);  // 6 s in, then silence
   EXPECT_THAT(Messages(DiagnoseHangs(Spec(), ranks, kNow)),
               ElementsAre(HasSubstr("STUCK_IN_COLLECTIVE every rank has been inside collective "
-                                    "#40 allreduce/avg eval/metrics (4.0 MB) for 10.0 s")));
+                                    "#40 allreduce/avg eval/metrics (float32[1048576], 4.0 MB) for 10.0 s")));
   // The heartbeat's own time (the rank's clock) comes first when it has one:
   // composed 2 s into the wait, received late.
   for (RankView& v : ranks) {
@@ -265,6 +266,123 @@ TEST(HangDetectorTest, MismatchIsReportedAtOnce) {
   EXPECT_THAT(ds[0].message(), HasSubstr("ranks 0 and 1 issued different collectives at #5: rank 0 "
                                          "allreduce/avg ddp:actor/bucket0"));
   EXPECT_EQ(ds[0].other_fingerprint().tag(), "ddp:critic/bucket0");
+}
+
+// Note [Pairing ranks' ops]: records that say where they stand among
+// their kind.
+v1::CollectiveRecord Collective(int64_t seq, int64_t index, const std::string& tag,
+                                v1::CollectiveRecord::State state, absl::Duration started_ago) {
+  v1::CollectiveRecord r = Record(seq, tag, state, started_ago);
+  r.set_collective_index(index);
+  return r;
+}
+
+v1::CollectiveRecord Message(int64_t seq, const std::string& op, int peer, int64_t index,
+                             v1::CollectiveRecord::State state, absl::Duration started_ago) {
+  v1::CollectiveRecord r = Record(seq, "torch:" + op, state, started_ago);
+  const bool send = op == "send";
+  r.mutable_fingerprint()->set_op(absl::StrCat(op, send ? "/to" : "/from", peer));
+  r.mutable_fingerprint()->set_count(4);
+  r.mutable_fingerprint()->set_bytes(16);
+  if (send) {
+    r.set_send_index(index);
+    r.set_send_to(peer);
+  } else {
+    r.set_recv_index(index);
+    r.set_recv_from(peer);
+  }
+  return r;
+}
+
+RankView Issuing(RankView v, int64_t collectives) {
+  v.heartbeat.mutable_flight_recorder()->set_collectives_enqueued(collectives);
+  return v;
+}
+
+TEST(HangDetectorTest, SendsAndReceivesAreNotAMismatchNorDoTheyShiftTheCollectives) {
+  // A 2-stage pipeline: stage 0 sent twice (seqs 1, 2), stage 1 received
+  // twice; then both entered their first all-reduce, at seq 3 on both, and
+  // stage 1 one more receive than stage 0 sent before its second (seq 5
+  // against 4).
+  const auto done = v1::CollectiveRecord::COMPLETED;
+  const auto in = v1::CollectiveRecord::STARTED;
+  std::vector<v1::CollectiveRecord> stage0 = {
+      Message(1, "send", 1, 1, done, absl::Seconds(1)),
+      Message(2, "send", 1, 2, done, absl::Seconds(1)),
+      Collective(3, 1, "torch:all_reduce", done, absl::Seconds(1)),
+      Collective(4, 2, "torch:all_reduce", in, absl::Milliseconds(100))};
+  std::vector<v1::CollectiveRecord> stage1 = {
+      Message(1, "recv", 0, 1, done, absl::Seconds(1)),
+      Message(2, "recv", 0, 2, done, absl::Seconds(1)),
+      Collective(3, 1, "torch:all_reduce", done, absl::Seconds(1)),
+      Message(4, "recv", 0, 3, done, absl::Milliseconds(500)),
+      Collective(5, 2, "torch:all_reduce", in, absl::Milliseconds(100))};
+  auto ds = DiagnoseHangs(Spec(),
+                          {Issuing(Rank(0, 4, v1::COLLECTIVE, 2, 0.1, stage0), 2),
+                           Issuing(Rank(1, 5, v1::COLLECTIVE, 2, 0.1, stage1), 2)},
+                          kNow);
+  EXPECT_THAT(Messages(ds), IsEmpty());
+
+  // The same second collective, but stage 1 entered another one.
+  stage1.back().mutable_fingerprint()->set_dtype("float64");
+  stage1.back().mutable_fingerprint()->set_bytes(8 << 20);
+  ds = DiagnoseHangs(Spec(),
+                     {Issuing(Rank(0, 4, v1::COLLECTIVE, 2, 0.1, stage0), 2),
+                      Issuing(Rank(1, 5, v1::COLLECTIVE, 2, 0.1, stage1), 2)},
+                     kNow);
+  ASSERT_EQ(ds.size(), 1u) << ::testing::PrintToString(Messages(ds));
+  EXPECT_EQ(ds[0].kind(), v1::Diagnosis::MISMATCH);
+  EXPECT_THAT(ds[0].message(),
+              HasSubstr("issued different collectives at #2: rank 0 allreduce/avg "
+                        "torch:all_reduce (float32[1048576], 4.0 MB), rank 1 allreduce/avg "
+                        "torch:all_reduce (float64[1048576], 8.0 MB)"));
+}
+
+TEST(HangDetectorTest, ARankThatNeverPostsTheReceiveForASendIsNamed) {
+  const auto in = v1::CollectiveRecord::STARTED;
+  // Rank 0 waits 12 s in its 3rd send to rank 1; rank 1 has posted two
+  // receives from it and computes.
+  std::vector<v1::CollectiveRecord> sender = {Message(7, "send", 1, 3, in, absl::Seconds(12))};
+  std::vector<v1::CollectiveRecord> receiver = {
+      Message(6, "recv", 0, 2, v1::CollectiveRecord::COMPLETED, absl::Seconds(13))};
+  auto ds = DiagnoseHangs(Spec(),
+                          {Issuing(Rank(0, 7, v1::COLLECTIVE, 5, 12, sender), 0),
+                           Issuing(Rank(1, 6, v1::FORWARD, 5, 12.5, receiver), 0)},
+                          kNow);
+  ASSERT_EQ(ds.size(), 1u) << ::testing::PrintToString(Messages(ds));
+  EXPECT_EQ(ds[0].kind(), v1::Diagnosis::NEVER_JOINED);
+  EXPECT_THAT(ds[0].ranks(), ElementsAre(1));
+  EXPECT_THAT(ds[0].waiting_ranks(), ElementsAre(0));
+  EXPECT_EQ(ds[0].message(),
+            "rank 1 has not posted the receive matching rank 0's send #3 to it (send/to1 "
+            "torch:send (float32[4], 16 bytes)); rank 0 has waited 11.7 s; rank 1 is in FORWARD "
+            "at step 5 for 12.5 s");
+
+  // Once rank 1 posted it, the two wait for the transport, not for a rank.
+  receiver.push_back(Message(8, "recv", 0, 3, in, absl::Seconds(1)));
+  ds = DiagnoseHangs(Spec(),
+                     {Issuing(Rank(0, 7, v1::COLLECTIVE, 5, 12, sender), 0),
+                      Issuing(Rank(1, 8, v1::COLLECTIVE, 5, 1, receiver), 0)},
+                     kNow);
+  EXPECT_THAT(Messages(ds), IsEmpty());
+}
+
+TEST(HangDetectorTest, AReceiveWaitingForASendIsPairedWithThePeersSends) {
+  const auto in = v1::CollectiveRecord::STARTED;
+  // An isend/irecv ring of 3 where rank 2 never sends to rank 0: rank 0 waits
+  // in its receive from 2, everything else has arrived.
+  std::vector<v1::CollectiveRecord> r0 = {Message(2, "recv", 2, 1, in, absl::Seconds(9))};
+  std::vector<v1::CollectiveRecord> r2 = {
+      Message(1, "recv", 1, 1, v1::CollectiveRecord::COMPLETED, absl::Seconds(9))};
+  auto ds = DiagnoseHangs(Spec(),
+                          {Rank(0, 2, v1::PHASE_UNSPECIFIED, 1, 0, r0),
+                           Rank(1, 2, v1::PHASE_UNSPECIFIED, 1, 0, {}),
+                           Rank(2, 1, v1::PHASE_UNSPECIFIED, 1, 0, r2)},
+                          kNow);
+  ASSERT_EQ(ds.size(), 1u) << ::testing::PrintToString(Messages(ds));
+  EXPECT_EQ(ds[0].kind(), v1::Diagnosis::NEVER_JOINED);
+  EXPECT_THAT(ds[0].message(),
+              HasSubstr("rank 2 has not posted the send matching rank 0's receive #1 from it"));
 }
 
 TEST(HangDetectorTest, EveryRankStuckInsideMeansTheTransport) {

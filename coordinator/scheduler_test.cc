@@ -675,9 +675,9 @@ std::vector<v1::CollectiveRecord> MismatchAt27(int rank, absl::Time started) {
 }
 
 constexpr char kMismatchMessage[] =
-    "ranks 0 and 1 issued different collectives at #27: rank 0 allreduce/sum fault/first (16 "
-    "bytes), rank 1 allreduce/sum fault/second (32 bytes) (are two models or DDP instances "
-    "called in a different order?)";
+    "ranks 0 and 1 issued different collectives at #27: rank 0 allreduce/sum fault/first "
+    "(float32[4], 16 bytes), rank 1 allreduce/sum fault/second (float32[8], 32 bytes) (are two "
+    "models or DDP instances called in a different order?)";
 
 TEST_F(ElasticSchedulerTest, AKilledRankIsReplacedAndTheSurvivorsJoinTheNextGeneration) {
   const std::string job = StartElastic("");
@@ -1177,7 +1177,7 @@ TEST_F(ElasticSchedulerTest, RestartReformsEveryRankWhenAllAreStuckInOneCollecti
               testing::Contains(
                   "generation 2 after hang_detection.action RESTART for STUCK_IN_COLLECTIVE ranks "
                   "0,1,2,3 at #10 (every rank re-forms its transport): every rank has been inside "
-                  "collective #10 allreduce/sum ddp:model/bucket0 (400 bytes) for 4.5 s (threshold "
+                  "collective #10 allreduce/sum ddp:model/bucket0 (float32[100], 400 bytes) for 4.5 s (threshold "
                   "3.0 s); all of them issued it, so the transport or a peer's network is "
                   "suspect: 4 -> 4 ranks, restart 1 of 3"));
   v1::Directive directive;

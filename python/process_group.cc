@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "glog/logging.h"
 #include "chorus/progress.h"
 
 namespace chorus {
@@ -139,62 +140,77 @@ CommunicatorProcessGroup::CommunicatorProcessGroup(std::shared_ptr<Communicator>
       progress_(progress),
       owner_(std::move(owner)),
       exit_grace_(exit_grace),
-      completer_([this] { CompleteInOrder(); }) {}
+      completions_(std::make_shared<Completions>()),
+      completer_([this] { CompleteAsFinished(); }) {}
 
 CommunicatorProcessGroup::~CommunicatorProcessGroup() {
-  size_t running = 0;
-  {
-    absl::MutexLock lock(&mu_);
-    stopping_ = true;
-    auto idle = [](CommunicatorProcessGroup* g) ABSL_EXCLUSIVE_LOCKS_REQUIRED(g->mu_) {
-      return g->pending_.empty() && !g->completing_;
-    };
-    if (!mu_.AwaitWithTimeout(absl::Condition(+idle, this), exit_grace_)) {
-      running = pending_.size() + (completing_ ? 1 : 0);
+  if (!AwaitAllCompleted(exit_grace_)) {
+    size_t running = 0;
+    {
+      absl::MutexLock lock(&completions_->mu);
+      running = completions_->unfinished;
     }
-  }
-  if (running > 0) {
     comm_->Abort(absl::StrCat("the chorus process group was destroyed with ", running,
                               " op(s) still running after ",
                               absl::FormatDuration(exit_grace_)));
+    // Aborting finishes every op (failed); their Works complete with that.
+    if (!AwaitAllCompleted(exit_grace_)) {
+      LOG(WARNING) << "chorus process group: ops still unfinished after the communicator was "
+                      "aborted; their Works are left incomplete";
+    }
+  }
+  {
+    absl::MutexLock lock(&completions_->mu);
+    completions_->stopping = true;
   }
   completer_.join();
 }
 
-uint64_t CommunicatorProcessGroup::getSequenceNumberForGroup() {
-  absl::MutexLock lock(&mu_);
-  return issued_;
+bool CommunicatorProcessGroup::AwaitAllCompleted(absl::Duration timeout) {
+  Completions& c = *completions_;
+  absl::MutexLock lock(&c.mu);
+  auto idle = [&c]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) { return c.unfinished == 0; };
+  return c.mu.AwaitWithTimeout(absl::Condition(&idle), timeout);
 }
+
+uint64_t CommunicatorProcessGroup::getSequenceNumberForGroup() { return issued_.load(); }
 
 c10::intrusive_ptr<c10d::Work> CommunicatorProcessGroup::Track(std::shared_ptr<Work> op,
                                                                c10d::OpType type,
                                                                std::vector<at::Tensor> outputs,
                                                                std::function<void()> after) {
   auto work = c10::make_intrusive<CommunicatorWork>(getRank(), type, std::move(outputs), progress_);
-  absl::MutexLock lock(&mu_);
   ++issued_;
-  pending_.push_back(Pending{std::move(op), work, std::move(after)});
+  {
+    absl::MutexLock lock(&completions_->mu);
+    ++completions_->unfinished;
+  }
+  // Runs on the thread that finished the op: hand it over, keep nothing
+  // (Note [Tensors die on Python's terms]).
+  op->WhenDone([c = completions_, work, after = std::move(after)](
+                   const absl::Status& status) mutable {
+    absl::MutexLock lock(&c->mu);
+    c->finished.push_back(Finished{std::move(work), std::move(after), status});
+  });
   return work;
 }
 
-// The communicator's queue runs ops in issue order, so waiting for them in
-// that order finishes each as soon as it is done.
-void CommunicatorProcessGroup::CompleteInOrder() {
+// Finishes each op's c10d Work in the order the ops finished.
+void CommunicatorProcessGroup::CompleteAsFinished() {
+  Completions& c = *completions_;
   for (;;) {
-    Pending next;
+    Finished next;
     {
-      absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(
-          +[](CommunicatorProcessGroup* g) ABSL_EXCLUSIVE_LOCKS_REQUIRED(g->mu_) {
-            return g->stopping_ || !g->pending_.empty();
-          },
-          this));
-      if (pending_.empty()) return;  // stopping, nothing left
-      next = std::move(pending_.front());
-      pending_.pop_front();
-      completing_ = true;
+      absl::MutexLock lock(&c.mu);
+      auto ready = [&c]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {
+        return c.stopping || !c.finished.empty();
+      };
+      c.mu.Await(absl::Condition(&ready));
+      if (c.finished.empty()) return;  // stopping, nothing left
+      next = std::move(c.finished.front());
+      c.finished.pop_front();
     }
-    absl::Status status = next.op->Wait(absl::InfiniteFuture());
+    absl::Status status = next.status;
     if (status.ok() && next.after) {
       try {
         next.after();
@@ -203,8 +219,9 @@ void CommunicatorProcessGroup::CompleteInOrder() {
       }
     }
     next.work->Complete(status);
-    absl::MutexLock lock(&mu_);
-    completing_ = false;
+    next = Finished();  // before the op counts as completed
+    absl::MutexLock lock(&c.mu);
+    --c.unfinished;
   }
 }
 

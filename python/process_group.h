@@ -17,11 +17,14 @@
 //   source, monitored_barrier: refused with an error naming the op.
 // Reductions: SUM, AVG, MIN, MAX; others are refused by name.
 //
-// Completion: the communicator runs ops in issue order on its own queue, so
-// one thread of the group waits for them in that order and then finishes
-// their c10d Work and its Future (which DDP's reducer chains on). A failed
-// op's Work raises the Chorus status as "CODE: message" (UNAVAILABLE: a peer
-// was lost; ABORTED: the generation ended; DEADLINE_EXCEEDED).
+// Completion: ops finish in any order (an irecv before an earlier isend
+// whose peer has not yet received: Note [Point-to-point progress] in
+// worker/comm/p2p_lanes.h), so each tells the group when it finished and one
+// thread of the group finishes their c10d Work and its Future (which DDP's
+// reducer chains on) in the order they finished, off the communicator's
+// threads. A failed op's Work raises the Chorus status as "CODE: message"
+// (UNAVAILABLE: a peer was lost; ABORTED: the generation ended;
+// DEADLINE_EXCEEDED).
 //
 // Thread-safety: ops may be issued from any thread (torch's autograd threads
 // do); their order is the order of the calls, as for the Communicator.
@@ -32,6 +35,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <atomic>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -137,30 +141,37 @@ class CommunicatorProcessGroup : public c10d::ProcessGroup {
   uint64_t getSequenceNumberForGroup() override;
 
  private:
-  // An issued op: its Communicator handle, the c10d Work to finish, and
-  // what to do once it succeeded (copy the result out), on the completion
-  // thread.
-  struct Pending {
-    std::shared_ptr<Work> op;
+  // A finished op: the c10d Work to finish, what to do first if it
+  // succeeded (copy the result out), and its status.
+  struct Finished {
     c10::intrusive_ptr<CommunicatorWork> work;
     std::function<void()> after;
+    absl::Status status;
+  };
+  // What the ops' callbacks share with the completion thread; it outlives
+  // the group for a callback that comes late.
+  struct Completions {
+    absl::Mutex mu;
+    std::deque<Finished> finished ABSL_GUARDED_BY(mu);
+    size_t unfinished ABSL_GUARDED_BY(mu) = 0;  // issued, not yet completed
+    bool stopping ABSL_GUARDED_BY(mu) = false;
   };
 
-  // Queues `op` for completion and returns its c10d Work.
+  // Has `op` finish its c10d Work once it finished, and returns that Work.
   c10::intrusive_ptr<c10d::Work> Track(std::shared_ptr<Work> op, c10d::OpType type,
                                        std::vector<at::Tensor> outputs,
                                        std::function<void()> after = nullptr);
-  void CompleteInOrder();
+  void CompleteAsFinished();
+  // Waits up to `timeout` for every op issued to be completed; false if
+  // some are not.
+  bool AwaitAllCompleted(absl::Duration timeout);
 
   const std::shared_ptr<Communicator> comm_;
   ProgressReporter* const progress_;
   const std::shared_ptr<const void> owner_;
   const absl::Duration exit_grace_;
-  absl::Mutex mu_;
-  std::deque<Pending> pending_ ABSL_GUARDED_BY(mu_);
-  bool completing_ ABSL_GUARDED_BY(mu_) = false;  // the completer holds an op
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  uint64_t issued_ ABSL_GUARDED_BY(mu_) = 0;
+  const std::shared_ptr<Completions> completions_;
+  std::atomic<uint64_t> issued_{0};
   std::thread completer_;
 };
 
@@ -195,6 +206,20 @@ class TorchStore : public c10d::Store {
 // The Communicator reduction for a c10d one; INVALID_ARGUMENT naming the
 // op and `collective` for a reduction the backend does not offer.
 absl::StatusOr<ReduceOp> ToChorusReduceOp(const c10d::ReduceOp& op, const char* collective);
+
+// Note [Tensors die on Python's terms]
+// A tensor made in Python keeps its Python object alive while C++ holds it,
+// and whoever drops the last reference frees that object, taking the GIL.
+// On one of the communicator's threads during the interpreter's shutdown
+// that ends the thread by force, and the process with "terminate called
+// without an active exception": a script's isend ring exited so, now and
+// then, after every exchange had succeeded. So no thread of the group or of
+// the communicator keeps an op's tensors past the op: the communicator
+// drops its references before it finishes the op, an op's callback hands
+// its Work over without keeping a copy, and the completion thread drops
+// its own before the op counts as completed, which is what the group's
+// destruction (destroy_process_group) waits for. What is left then is
+// Python's own.
 
 // Note [Ops on a Communicator]
 // c10d's interface passes lists: one tensor per device of this process

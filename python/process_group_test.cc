@@ -137,6 +137,37 @@ TEST(CommunicatorProcessGroupTest, SendAndRecvPairUp) {
   });
 }
 
+// torch's isend/irecv ring: every rank posts its send to the right, then its
+// receive from the left, then waits for both (it hung: Note
+// [Point-to-point progress] in worker/comm/p2p_lanes.h).
+TEST(CommunicatorProcessGroupTest, AnIsendIrecvRingCompletesInEitherOrder) {
+  GlooOptions quick;
+  quick.op_timeout = absl::Seconds(20);  // a hang fails the test, not its timeout
+  for (int n : {2, 3}) {
+    for (bool receive_first : {false, true}) {
+      RunGlooRanks(
+          n,
+          [&](int rank, Communicator& comm) {
+            auto group = GroupOver(comm);
+            std::vector<at::Tensor> out = {at::full({4}, 100.0f * n + rank)};
+            std::vector<at::Tensor> in = {at::zeros({4})};
+            const int next = (rank + 1) % n;
+            const int prev = (rank + n - 1) % n;
+            c10::intrusive_ptr<c10d::Work> sent, received;
+            if (receive_first) received = group->recv(in, prev, 0);
+            sent = group->send(out, next, 0);
+            if (!receive_first) received = group->recv(in, prev, 0);
+            EXPECT_TRUE(sent->wait());
+            EXPECT_TRUE(received->wait());
+            EXPECT_TRUE(at::equal(in[0], at::full({4}, 100.0f * n + prev)))
+                << "rank " << rank << " of " << n;
+            EXPECT_TRUE(received->getFuture()->completed());
+          },
+          quick);
+    }
+  }
+}
+
 TEST(CommunicatorProcessGroupTest, UnsupportedOpsAndReductionsAreRefusedByName) {
   RunGlooRanks(1, [](int, Communicator& comm) {
     auto group = GroupOver(comm);

@@ -1,7 +1,7 @@
 // Communicator: how ranks move tensors between each other.
 //
 // One Communicator joins `size()` ranks of one generation. Every op is
-// asynchronous and returns a Work handle; ops execute in the order they were
+// asynchronous and returns a Work handle; ops start in the order they were
 // issued on this rank (one ordered queue), so the same program order on every
 // rank gives the same collective order. Each op gets a sequence number and a
 // fingerprint in the flight recorder (docs/hang-detection.md).
@@ -38,6 +38,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/TensorOptions.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -86,6 +87,13 @@ class Work {
   virtual absl::Status WaitOnDevice(absl::Time deadline) { return Wait(deadline); }
   // True once the op finished (successfully or not).
   virtual bool Done() const = 0;
+  // Calls `callback` with the op's status once it finished: at once, on
+  // the caller's thread, if it has; otherwise on the thread that finishes
+  // it, which must not be blocked for long (hand the work to a thread of
+  // your own). Ops finish in any order (point-to-point ops before earlier
+  // collectives), so this is how to act on each as it ends. The default
+  // suits a Work that is finished when it is returned: it waits, then calls.
+  virtual void WhenDone(std::function<void(const absl::Status&)> callback);
   // The op's sequence number in this communicator's flight recorder.
   virtual int64_t seq() const = 0;
 };
@@ -114,9 +122,14 @@ class Communicator {
   // Returns once every rank reached it.
   virtual std::shared_ptr<Work> Barrier(absl::string_view tag) = 0;
   // Point-to-point. Matching is per pair of ranks, in issue order: the k-th
-  // Send from a to b meets the k-th Recv on b from a. A Send blocks the queue
-  // until the peer has posted the matching Recv, so a ring where everyone
-  // sends first must use SendRecv.
+  // Send from a to b meets the k-th Recv on b from a. On the Gloo backend a
+  // Send or Recv holds the queue only while it is posted: it then finishes on
+  // its own once the peer posted the matching op, while later ops (other
+  // sends and receives, collectives) go on, so a ring where every rank sends
+  // to its right and then receives from its left completes, as pipeline and
+  // halo exchanges need (Note [Point-to-point progress] in
+  // worker/comm/p2p_lanes.h). The NCCL backend runs them in issue order on
+  // its stream: there such a ring must use SendRecv.
   virtual std::shared_ptr<Work> Send(at::Tensor tensor, int dst, absl::string_view tag) = 0;
   virtual std::shared_ptr<Work> Recv(at::Tensor tensor, int src, absl::string_view tag) = 0;
   // Sends `send` to `dst` and receives `recv` from `src` as one op (the

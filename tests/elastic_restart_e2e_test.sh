@@ -93,7 +93,7 @@ crcs=$(awk '{print $6}' <<<"${finals}" | sort -u)
 if start_coordinator -s "${TMP}/mismatch/state"; then
   out=$(timeout 20 "${CHORUS}" --coordinator "${COORDINATOR_ADDR}" watch job-000001 2>&1)
   recovery=$(grep -o 'generation 2 formed with 2 ranks, [0-9.]* s' <<<"${out}" | awk '{print $7}')
-  [[ "${out}" == *"problem MISMATCH ranks 0 and 1 issued different collectives at #"*"rank 0 allreduce/sum fault/first (16 bytes), rank 1 allreduce/sum fault/second (32 bytes)"* \
+  [[ "${out}" == *"problem MISMATCH ranks 0 and 1 issued different collectives at #"*"rank 0 allreduce/sum fault/first (float32[4], 16 bytes), rank 1 allreduce/sum fault/second (float32[8], 32 bytes)"* \
      && "${out}" == *"state RUNNING: generation 2 after hang_detection.action RESTART for MISMATCH ranks 0,1 at #"*" (every rank re-forms its transport): ranks 0 and 1 issued different collectives at #"*": 2 -> 2 ranks, restart 1 of 2"* \
      && "${out}" == *"generation 2 formed with 2 ranks, "*" s after the failure (recovery_seconds)"* \
      && "${out}" == *"state SUCCEEDED"* ]] \

@@ -88,7 +88,7 @@ t1=$(date +%s)
 last=$(tail -n 1 <<<"${out}")
 reason=$(reason_of "${last}")
 [[ ${rc} -eq 1 && "${reason}" == *"hang detection: MISMATCH ranks 0 and 1 issued different collectives at #"* \
-   && "${reason}" == *"rank 0 allreduce/sum fault/first (16 bytes), rank 1 allreduce/sum fault/second (32 bytes)"* ]] \
+   && "${reason}" == *"rank 0 allreduce/sum fault/first (float32[4], 16 bytes), rank 1 allreduce/sum fault/second (float32[8], 32 bytes)"* ]] \
   && pass "MISMATCH names the ranks, the seq and both fingerprints" || fail "mismatch rc=${rc} out='${out}'"
 (( t1 - t0 < 15 )) && pass "MISMATCH aborted the job after $((t1 - t0)) s" || fail "mismatch took $((t1 - t0)) s"
 
@@ -98,7 +98,7 @@ t0=$(date +%s)
 out=$(timeout 60 "${CHORUS}" up --local 2 --state_dir "${TMP}/skip" "${TMP}/skip.textproto" --json 2>"${TMP}/skip.err"); rc=$?
 t1=$(date +%s)
 last=$(tail -n 1 <<<"${out}")
-[[ ${rc} -eq 1 && "$(reason_of "${last}")" == *"NEVER_JOINED rank 1 has not entered collective #"*"allreduce/sum fault/skipped (4 bytes); rank 0 has waited"* ]] \
+[[ ${rc} -eq 1 && "$(reason_of "${last}")" == *"NEVER_JOINED rank 1 has not entered collective #"*"allreduce/sum fault/skipped (float32[1], 4 bytes); rank 0 has waited"* ]] \
   && pass "a skipped collective is NEVER_JOINED naming it" || fail "skip rc=${rc} out='${out}'"
 (( t1 - t0 < 15 )) && pass "skip aborted after $((t1 - t0)) s" || fail "skip took $((t1 - t0)) s"
 

@@ -13,6 +13,10 @@ at::Tensor Communicator::NewBuffer(int64_t numel, const at::TensorOptions& optio
 
 c10::Device Communicator::device() const { return c10::Device(c10::kCPU); }
 
+void Work::WhenDone(std::function<void(const absl::Status&)> callback) {
+  callback(Wait(absl::InfiniteFuture()));
+}
+
 const char* ReduceOpName(ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:

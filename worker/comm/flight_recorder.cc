@@ -88,14 +88,25 @@ const FlightRecord* FlightRecorder::Find(int64_t seq) const {
   return r.seq == seq ? &r : nullptr;
 }
 
-int64_t FlightRecorder::Enqueued(Fingerprint fingerprint) {
+namespace {
+
+bool IsFinished(OpState state) {
+  return state == OpState::kCompleted || state == OpState::kFailed ||
+         state == OpState::kTimedOut;
+}
+
+}  // namespace
+
+int64_t FlightRecorder::Enqueued(Fingerprint fingerprint, OpIndex index) {
   const absl::Time now = clock_->Now();
   absl::MutexLock lock(&mu_);
   const int64_t seq = ++last_enqueued_;
+  collectives_enqueued_ = std::max(collectives_enqueued_, index.collective);
   FlightRecord& r = ring_[static_cast<size_t>(seq) % ring_.size()];
   r = FlightRecord();
   r.seq = seq;
   r.fingerprint = std::move(fingerprint);
+  r.index = index;
   r.enqueued = now;
   return seq;
 }
@@ -130,6 +141,11 @@ void FlightRecorder::Finished(int64_t seq, OpState state, std::string error) {
     r->finished = now;
     r->error = std::move(error);
   }
+  while (first_unfinished_ <= last_enqueued_) {
+    const FlightRecord* r = Find(first_unfinished_);
+    if (r != nullptr && !IsFinished(r->state)) break;
+    ++first_unfinished_;
+  }
 }
 
 FlightRecorder::Snapshot FlightRecorder::TakeSnapshot(size_t recent) const {
@@ -139,14 +155,19 @@ FlightRecorder::Snapshot FlightRecorder::TakeSnapshot(size_t recent) const {
   s.last_started_seq = last_started_;
   s.last_finished_seq = last_finished_;
   s.last_completed_seq = last_completed_;
+  s.collectives_enqueued = collectives_enqueued_;
   const int64_t oldest =
       std::max<int64_t>(1, last_enqueued_ - static_cast<int64_t>(ring_.size()) + 1);
-  for (int64_t seq = std::max(oldest, last_finished_ + 1); seq <= last_enqueued_; ++seq) {
-    if (const FlightRecord* r = Find(seq)) s.in_flight.push_back(*r);
+  // Usually every op after last_finished_; a point-to-point op still waiting
+  // for its peer may be older.
+  for (int64_t seq = std::max(oldest, first_unfinished_); seq <= last_enqueued_; ++seq) {
+    const FlightRecord* r = Find(seq);
+    if (r != nullptr && !IsFinished(r->state)) s.in_flight.push_back(*r);
   }
   const int64_t first_recent = std::max(oldest, last_finished_ - static_cast<int64_t>(recent) + 1);
   for (int64_t seq = first_recent; seq <= last_finished_; ++seq) {
-    if (const FlightRecord* r = Find(seq)) s.recent.push_back(*r);
+    const FlightRecord* r = Find(seq);
+    if (r != nullptr && IsFinished(r->state)) s.recent.push_back(*r);
   }
   return s;
 }
@@ -170,7 +191,9 @@ std::string FlightRecorder::DumpJson() const {
         ",\"dtype\":", JsonString(r->fingerprint.dtype), ",\"count\":", r->fingerprint.count,
         ",\"group\":[", absl::StrJoin(r->fingerprint.group, ","),
         "],\"tag\":", JsonString(r->fingerprint.tag),
-        ",\"state\":", JsonString(OpStateName(r->state)),
+        ",\"collective_index\":", r->index.collective, ",\"send_to\":", r->index.send_to,
+        ",\"send_index\":", r->index.send, ",\"recv_from\":", r->index.recv_from,
+        ",\"recv_index\":", r->index.recv, ",\"state\":", JsonString(OpStateName(r->state)),
         ",\"enqueued_us\":", JsonTime(r->enqueued), ",\"started_us\":", JsonTime(r->started),
         ",\"running_us\":", JsonTime(r->running), ",\"finished_us\":", JsonTime(r->finished),
         ",\"error\":", JsonString(r->error), "}");

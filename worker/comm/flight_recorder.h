@@ -48,9 +48,22 @@ struct Fingerprint {
 enum class OpState { kEnqueued, kStarted, kRunning, kCompleted, kFailed, kTimedOut };
 const char* OpStateName(OpState state);
 
+// Where an op stands among its kind, for pairing one rank's records with
+// another's (Note [Pairing ranks' ops] in coordinator/hang_detector.h):
+// seqs count every op, so they differ between ranks once some send or
+// receive more than others. Indices are 1-based; 0 means none.
+struct OpIndex {
+  int64_t collective = 0;  // among the communicator's collectives
+  int send_to = -1;        // a send (or a SendRecv's send part): the peer
+  int64_t send = 0;        // and its index among this rank's sends to it
+  int recv_from = -1;      // a receive: the peer
+  int64_t recv = 0;        // and its index among this rank's receives from it
+};
+
 struct FlightRecord {
   int64_t seq = 0;
   Fingerprint fingerprint;
+  OpIndex index;
   OpState state = OpState::kEnqueued;
   absl::Time enqueued = absl::InfinitePast();
   absl::Time started = absl::InfinitePast();   // InfinitePast until started
@@ -72,7 +85,7 @@ class FlightRecorder {
   FlightRecorder& operator=(const FlightRecorder&) = delete;
 
   // Records a new op and returns its sequence number.
-  int64_t Enqueued(Fingerprint fingerprint);
+  int64_t Enqueued(Fingerprint fingerprint, OpIndex index = OpIndex());
   // For a host backend the op runs from here; a device backend's op is
   // queued on the device's stream behind the work queued there before it.
   void Started(int64_t seq);
@@ -85,10 +98,14 @@ class FlightRecorder {
   struct Snapshot {
     int64_t last_enqueued_seq = 0;
     int64_t last_started_seq = 0;
-    // Newest seq that finished (any way); ops finish in seq order.
+    // Newest seq that finished (any way). Collectives finish in seq order;
+    // a point-to-point op may finish after later ops (Note
+    // [Point-to-point progress] in p2p_lanes.h).
     int64_t last_finished_seq = 0;
     // Newest seq that completed successfully.
     int64_t last_completed_seq = 0;
+    // How many collectives were enqueued (the newest one's index).
+    int64_t collectives_enqueued = 0;
     // Ops not finished yet, oldest first, then up to `recent` finished ones,
     // newest last. Entries overwritten in the ring are absent.
     std::vector<FlightRecord> in_flight;
@@ -115,6 +132,9 @@ class FlightRecorder {
   int64_t last_started_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t last_finished_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t last_completed_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t collectives_enqueued_ ABSL_GUARDED_BY(mu_) = 0;
+  // Every op before it has finished (or left the ring).
+  int64_t first_unfinished_ ABSL_GUARDED_BY(mu_) = 1;
 };
 
 // Note [Device op states]

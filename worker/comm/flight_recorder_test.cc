@@ -22,6 +22,40 @@ TEST(FingerprintTest, DescribesItself) {
   EXPECT_NE(fp, other);
 }
 
+// Note [Point-to-point progress]: a send still waiting for its peer while
+// a later collective has finished stays in flight, and records say where
+// they stand among their kind.
+TEST(FlightRecorderTest, AnOpThatFinishesLaterStaysInFlightWithItsIndex) {
+  FlightRecorder recorder(16);
+  OpIndex send;
+  send.send_to = 1;
+  send.send = 1;
+  const int64_t isend = recorder.Enqueued({"send/to1", "float32", 4, {}, "p2p"}, send);
+  OpIndex first;
+  first.collective = 1;
+  const int64_t allreduce = recorder.Enqueued(Fp("a"), first);
+  recorder.Started(isend);
+  recorder.Started(allreduce);
+  recorder.Finished(allreduce, OpState::kCompleted, "");
+
+  FlightRecorder::Snapshot s = recorder.TakeSnapshot(/*recent=*/4);
+  EXPECT_EQ(s.last_finished_seq, 2);
+  EXPECT_EQ(s.collectives_enqueued, 1);
+  ASSERT_EQ(s.in_flight.size(), 1u);
+  EXPECT_EQ(s.in_flight[0].seq, isend);
+  EXPECT_EQ(s.in_flight[0].index.send_to, 1);
+  EXPECT_EQ(s.in_flight[0].index.send, 1);
+  ASSERT_EQ(s.recent.size(), 1u);  // not the unfinished send a second time
+  EXPECT_EQ(s.recent[0].seq, allreduce);
+  EXPECT_EQ(s.recent[0].index.collective, 1);
+
+  recorder.Finished(isend, OpState::kCompleted, "");
+  s = recorder.TakeSnapshot(/*recent=*/4);
+  EXPECT_TRUE(s.in_flight.empty());
+  EXPECT_EQ(s.recent.size(), 2u);
+  EXPECT_THAT(recorder.DumpJson(), HasSubstr("\"send_to\":1,\"send_index\":1"));
+}
+
 TEST(FlightRecorderTest, TracksLifecycleAndTimes) {
   FakeClock clock(absl::FromUnixSeconds(10));
   FlightRecorder recorder(16, &clock);

@@ -30,6 +30,7 @@
 #include "worker/comm/gloo_store.h"
 #include "worker/comm/group_cache.h"
 #include "worker/comm/op_queue.h"
+#include "worker/comm/p2p_lanes.h"
 #include "worker/comm/shm_allreduce.h"
 #include "worker/comm/transport_tuner.h"
 
@@ -164,7 +165,10 @@ class GlooCommunicator : public Communicator {
         shm_(std::move(shm)),
         measure_transport_(options.measure_transport && !EnvironmentForcesSharedMemory()),
         queue_(std::make_unique<OpQueue>(recorder_,
-                                         [this](QueuedWork& work) { return Execute(work); })) {}
+                                         [this](QueuedWork& work) { return Execute(work); })),
+        lanes_(std::make_unique<P2pLanes>([this](QueuedWork& work, absl::Status status) {
+          queue_->Complete(work, Described(work, status));
+        })) {}
 
   ~GlooCommunicator() override { Abort("communicator destroyed"); }
 
@@ -518,7 +522,7 @@ class GlooCommunicator : public Communicator {
     Fingerprint fp{absl::StrCat(op, has_send ? absl::StrCat("/to", dst) : "",
                                 has_recv ? absl::StrCat("/from", src) : ""),
                    DtypeName(described.scalar_type()), described.numel(), group_, std::string(tag)};
-    return Issue(std::move(fp), false, [this, send, dst, recv, src, has_send, has_recv](uint32_t) {
+    auto body = [this, send, dst, recv, src, has_send, has_recv] {
       // Slots count per peer pair, so the k-th send a->b meets the k-th recv b<-a.
       uint64_t send_slot = 0;
       uint64_t recv_slot = 0;
@@ -526,21 +530,41 @@ class GlooCommunicator : public Communicator {
       if (has_recv) recv_slot = kP2pSlotPrefix | recv_counts_[src]++;
       at::Tensor out = has_send ? send.contiguous() : at::Tensor();
       at::Tensor in = has_recv ? (recv.is_contiguous() ? recv : recv.contiguous()) : at::Tensor();
-      std::unique_ptr<AbortableBuffer> in_buf;
-      std::unique_ptr<AbortableBuffer> out_buf;
+      std::shared_ptr<AbortableBuffer> in_buf;
+      std::shared_ptr<AbortableBuffer> out_buf;
       if (has_recv) {
-        in_buf = std::make_unique<AbortableBuffer>(*context_, abort_, in.data_ptr(), in.nbytes());
+        in_buf = std::make_shared<AbortableBuffer>(*context_, abort_, in.data_ptr(), in.nbytes());
         in_buf->Recv(src, recv_slot, 0, in.nbytes());
       }
       if (has_send) {
         out_buf =
-            std::make_unique<AbortableBuffer>(*context_, abort_, out.data_ptr(), out.nbytes());
+            std::make_shared<AbortableBuffer>(*context_, abort_, out.data_ptr(), out.nbytes());
         out_buf->Send(dst, send_slot, 0, out.nbytes());
       }
-      if (has_send) out_buf->WaitSend(timeout_);
-      if (has_recv) in_buf->WaitRecv(timeout_);
-      if (has_recv && !in.is_same(recv)) recv.copy_(in);
-    });
+      if (has_send && has_recv) {  // a SendRecv: one op, run to its end here
+        out_buf->WaitSend(timeout_);
+        in_buf->WaitRecv(timeout_);
+        if (!in.is_same(recv)) recv.copy_(in);
+        return;
+      }
+      // Note [Point-to-point progress]: posted; it finishes on its lane.
+      current_->Defer(nullptr);
+      std::shared_ptr<QueuedWork> work = current_->shared_from_this();
+      if (has_send) {
+        lanes_->Add(P2pLanes::SendLane(dst), std::move(work), [this, out_buf, out] {
+          return Guarded([&] { out_buf->WaitSend(timeout_); });
+        });
+        return;
+      }
+      lanes_->Add(P2pLanes::RecvLane(src), std::move(work), [this, in_buf, in, recv]() mutable {
+        return Guarded([&] {
+          in_buf->WaitRecv(timeout_);
+          if (!in.is_same(recv)) recv.copy_(in);
+        });
+      });
+    };
+    return queue_->IssuePointToPoint(std::move(fp), has_send ? dst : -1, has_recv ? src : -1,
+                                     std::move(body));
   }
 
   std::shared_ptr<Work> Issue(Fingerprint fp, bool collective, std::function<void(uint32_t)> run) {
@@ -548,27 +572,39 @@ class GlooCommunicator : public Communicator {
   }
 
   absl::Status Execute(QueuedWork& work) {
-    const std::string what = absl::StrCat("op #", work.seq(), " (", work.fingerprint().ToString(),
-                                          ") on rank ", options_.rank, "/", options_.size);
+    current_ = &work;
+    absl::Status status = Guarded([&work] { work.RunBody(); });
+    current_ = nullptr;
+    return Described(work, status);
+  }
+
+  // `status` with the op named, for an error.
+  absl::Status Described(const QueuedWork& work, const absl::Status& status) const {
+    if (status.ok()) return status;
+    return absl::Status(status.code(),
+                        absl::StrCat("op #", work.seq(), " (", work.fingerprint().ToString(),
+                                     ") on rank ", options_.rank, "/", options_.size, " ",
+                                     status.message()));
+  }
+
+  // Runs `body` and turns what it throws into a Status.
+  absl::Status Guarded(const std::function<void()>& body) const {
     try {
-      work.RunBody();
+      body();
       return absl::OkStatus();
     } catch (const gloo::IoException& e) {
       const std::string msg = e.what();
       if (absl::StrContains(msg, "Timed out") || absl::StrContains(msg, "timed out")) {
-        return absl::DeadlineExceededError(absl::StrCat(what, " exceeded the op timeout of ",
-                                                        absl::FormatDuration(options_.op_timeout),
-                                                        ": ", msg));
+        return absl::DeadlineExceededError(absl::StrCat(
+            "exceeded the op timeout of ", absl::FormatDuration(options_.op_timeout), ": ", msg));
       }
-      return absl::UnavailableError(
-          absl::StrCat(what, " failed: a peer is gone or unreachable: ", msg));
+      return absl::UnavailableError(absl::StrCat("failed: a peer is gone or unreachable: ", msg));
     } catch (const gloo::Exception& e) {
-      return absl::InternalError(absl::StrCat(what, " failed in gloo: ", e.what()));
+      return absl::InternalError(absl::StrCat("failed in gloo: ", e.what()));
     } catch (const c10::Error& e) {
-      return absl::InternalError(
-          absl::StrCat(what, " failed in LibTorch: ", e.what_without_backtrace()));
+      return absl::InternalError(absl::StrCat("failed in LibTorch: ", e.what_without_backtrace()));
     } catch (const std::exception& e) {
-      return absl::InternalError(absl::StrCat(what, " failed: ", e.what()));
+      return absl::InternalError(absl::StrCat("failed: ", e.what()));
     }
   }
 
@@ -595,8 +631,11 @@ class GlooCommunicator : public Communicator {
   const bool measure_transport_;
   TransportTuner tuner_;  // touched only by the op thread
 
-  // Last member: its thread stops before anything it uses is destroyed.
   std::unique_ptr<OpQueue> queue_;
+  QueuedWork* current_ = nullptr;  // the op thread's op, while its body runs
+  // Last member: its threads stop (their waits woken by Abort) before
+  // anything they use is destroyed; they finish ops through queue_.
+  std::unique_ptr<P2pLanes> lanes_;
 };
 
 }  // namespace

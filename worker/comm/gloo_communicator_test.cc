@@ -443,11 +443,65 @@ TEST(GlooCommunicatorTest, SendAndRecvMatchInIssueOrder) {
       auto wa = comm.Recv(a, 0, "p2p");
       auto wb = comm.Recv(b, 0, "p2p");
       ASSERT_TRUE(wb->Wait(In(absl::Seconds(30))).ok());
-      EXPECT_TRUE(wa->Done());  // ops finish in issue order
+      EXPECT_TRUE(wa->Done());  // one peer's receives finish in issue order
       EXPECT_TRUE(at::equal(a, at::full({3}, 1.0f)));
       EXPECT_TRUE(at::equal(b, at::full({3}, 2.0f)));
     }
   });
+}
+
+// Note [Point-to-point progress]: every rank sends to its right, then
+// receives from its left, then waits (torch's isend/irecv ring).
+TEST(GlooCommunicatorTest, ARingOfSendsThenReceivesCompletes) {
+  GlooOptions quick;
+  quick.op_timeout = absl::Seconds(20);  // a hang fails the test, not its timeout
+  for (int n : {2, 3}) {
+    RunGlooRanks(
+        n,
+        [&](int rank, Communicator& comm) {
+          const int next = (rank + 1) % n;
+          const int prev = (rank + n - 1) % n;
+          for (int round = 0; round < 3; ++round) {
+            at::Tensor recv = at::zeros({5}, at::kDouble);
+            auto sent = comm.Send(at::full({5}, 10.0 * round + rank, at::kDouble), next, "ring");
+            auto received = comm.Recv(recv, prev, "ring");
+            ASSERT_TRUE(sent->Wait(In(absl::Seconds(30))).ok()) << "rank " << rank << " of " << n;
+            ASSERT_TRUE(received->Wait(In(absl::Seconds(30))).ok());
+            EXPECT_TRUE(at::equal(recv, at::full({5}, 10.0 * round + prev, at::kDouble)));
+          }
+        },
+        quick);
+  }
+}
+
+// A rank may wait for a receive (and go on to a collective) before its peer
+// has taken its earlier send: the peer receives it only after that
+// collective, so the receive must not wait behind the send.
+TEST(GlooCommunicatorTest, AReceiveFinishesBeforeAnEarlierSendIsTaken) {
+  GlooOptions quick;
+  quick.op_timeout = absl::Seconds(20);
+  RunGlooRanks(
+      2,
+      [&](int rank, Communicator& comm) {
+        at::Tensor sum = at::ones({4});
+        if (rank == 0) {
+          auto sent = comm.Send(at::full({3}, 7.0f), 1, "x");
+          at::Tensor y = at::zeros({3});
+          ASSERT_TRUE(comm.Recv(y, 1, "y")->Wait(In(absl::Seconds(30))).ok());
+          EXPECT_TRUE(at::equal(y, at::full({3}, 9.0f)));
+          EXPECT_FALSE(sent->Done());  // rank 1 has not posted its receive
+          ASSERT_TRUE(comm.AllReduce(sum, ReduceOp::kSum, "s")->Wait(In(absl::Seconds(30))).ok());
+          ASSERT_TRUE(sent->Wait(In(absl::Seconds(30))).ok());
+        } else {
+          ASSERT_TRUE(comm.Send(at::full({3}, 9.0f), 0, "y")->Wait(In(absl::Seconds(30))).ok());
+          ASSERT_TRUE(comm.AllReduce(sum, ReduceOp::kSum, "s")->Wait(In(absl::Seconds(30))).ok());
+          at::Tensor x = at::zeros({3});
+          ASSERT_TRUE(comm.Recv(x, 0, "x")->Wait(In(absl::Seconds(30))).ok());
+          EXPECT_TRUE(at::equal(x, at::full({3}, 7.0f)));
+        }
+        EXPECT_TRUE(at::equal(sum, at::full({4}, 2.0f)));
+      },
+      quick);
 }
 
 TEST(GlooCommunicatorTest, SubGroupsReduceIndependentlyAndAreCached) {

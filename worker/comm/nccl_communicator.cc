@@ -13,6 +13,7 @@
 #include <atomic>
 #include <deque>
 #include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -195,7 +196,7 @@ class NcclCommunicator : public Communicator {
     Fingerprint fp{absl::StrCat("allreduce/", ReduceOpName(op)), DtypeName(tensor.scalar_type()),
                    tensor.numel(), group_, std::string(tag)};
     const ncclDataType_t t = *type;
-    return Launch(std::move(fp), true, [this, tensor, t, nccl_op] {
+    return Launch(std::move(fp), [this, tensor, t, nccl_op] {
       return ncclAllReduce(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(), t, nccl_op, comm_,
                            stream_);
     });
@@ -212,7 +213,7 @@ class NcclCommunicator : public Communicator {
     Fingerprint fp{absl::StrCat("broadcast/root", root), DtypeName(tensor.scalar_type()),
                    tensor.numel(), group_, std::string(tag)};
     const ncclDataType_t t = *type;
-    return Launch(std::move(fp), true, [this, tensor, t, root] {
+    return Launch(std::move(fp), [this, tensor, t, root] {
       return ncclBroadcast(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(), t, root, comm_,
                            stream_);
     });
@@ -234,14 +235,14 @@ class NcclCommunicator : public Communicator {
     Fingerprint fp{"allgather", DtypeName(input.scalar_type()), input.numel(), group_,
                    std::string(tag)};
     const ncclDataType_t t = *type;
-    return Launch(std::move(fp), true, [this, input, output, t] {
+    return Launch(std::move(fp), [this, input, output, t] {
       return ncclAllGather(input.data_ptr(), output.data_ptr(), input.numel(), t, comm_, stream_);
     });
   }
 
   std::shared_ptr<Work> Barrier(absl::string_view tag) override {
     Fingerprint fp{"barrier", "", 0, group_, std::string(tag)};
-    return Launch(std::move(fp), true, [this] {
+    return Launch(std::move(fp), [this] {
       return ncclAllReduce(barrier_, barrier_, 1, ncclFloat32, ncclSum, comm_, stream_);
     });
   }
@@ -333,7 +334,8 @@ class NcclCommunicator : public Communicator {
                                 has_recv ? absl::StrCat("/from", src) : ""),
                    DtypeName(described.scalar_type()), described.numel(), group_, std::string(tag)};
     const ncclDataType_t t = *type;
-    return Launch(std::move(fp), false, [this, send, dst, recv, src, has_send, has_recv, t] {
+    const Peers peers{has_send ? dst : -1, has_recv ? src : -1};
+    return Launch(std::move(fp), peers, [this, send, dst, recv, src, has_send, has_recv, t] {
       ncclResult_t r = ncclGroupStart();
       if (r != ncclSuccess) return r;
       if (has_send) r = ncclSend(send.data_ptr(), send.numel(), t, dst, comm_, stream_);
@@ -345,10 +347,20 @@ class NcclCommunicator : public Communicator {
     });
   }
 
+  // A point-to-point op's peers; -1 for a part it does not have.
+  struct Peers {
+    int send_to = -1;
+    int recv_from = -1;
+  };
+
   // Issues an op whose body enqueues NCCL work on stream_ after the caller's
   // stream has reached this point; the watcher finishes it when the GPU has
-  // (Note [Deferred completion] in op_queue.h).
-  std::shared_ptr<Work> Launch(Fingerprint fp, bool collective,
+  // (Note [Deferred completion] in op_queue.h). A collective, or with
+  // `peers` a point-to-point op.
+  std::shared_ptr<Work> Launch(Fingerprint fp, std::function<ncclResult_t()> enqueue) {
+    return Launch(std::move(fp), std::nullopt, std::move(enqueue));
+  }
+  std::shared_ptr<Work> Launch(Fingerprint fp, std::optional<Peers> peers,
                                std::function<ncclResult_t()> enqueue) {
     cudaEvent_t ready = nullptr;
     cudaError_t err = cudaEventCreateWithFlags(&ready, cudaEventDisableTiming);
@@ -362,7 +374,7 @@ class NcclCommunicator : public Communicator {
     }
     auto ready_event =
         std::shared_ptr<CUevent_st>(ready, [](cudaEvent_t e) { cudaEventDestroy(e); });
-    return queue_->Issue(std::move(fp), collective, [this, ready_event, enqueue](uint32_t) {
+    auto body = [this, ready_event, enqueue] {
       ThrowIfCuda(cudaSetDevice(options_.device), "cudaSetDevice");
       ThrowIfCuda(cudaStreamWaitEvent(stream_, ready_event.get(), 0), "cudaStreamWaitEvent");
       std::shared_ptr<CUevent_st> reached_event = NewEvent();
@@ -384,7 +396,12 @@ class NcclCommunicator : public Communicator {
       absl::MutexLock lock(&flight_mu_);
       in_flight_.push_back(
           {std::move(work), std::move(reached_event), std::move(done_event), absl::Now()});
-    });
+    };
+    if (peers.has_value()) {
+      return queue_->IssuePointToPoint(std::move(fp), peers->send_to, peers->recv_from,
+                                       std::move(body));
+    }
+    return queue_->Issue(std::move(fp), true, [body = std::move(body)](uint32_t) { body(); });
   }
 
   // A CUDA event without timing, destroyed with its last reference.

@@ -33,7 +33,7 @@ absl::Status QueuedWork::WaitOnDevice(absl::Time deadline) {
     if (done_) return status_;
     order_after = order_after_;
   }
-  return order_after();
+  return order_after ? order_after() : Wait(deadline);
 }
 
 void QueuedWork::Defer(std::function<absl::Status()> order_after) {
@@ -52,6 +52,19 @@ bool QueuedWork::Done() const {
   return done_;
 }
 
+void QueuedWork::WhenDone(std::function<void(const absl::Status&)> callback) {
+  absl::Status status;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!done_) {
+      callbacks_.push_back(std::move(callback));
+      return;
+    }
+    status = status_;
+  }
+  callback(status);
+}
+
 void QueuedWork::Finish(absl::Status status) {
   // The body (and the tensors it captured) goes before the waiter wakes: once
   // Wait returns, the communicator holds no reference to the caller's
@@ -62,9 +75,14 @@ void QueuedWork::Finish(absl::Status status) {
     body.swap(body_);
   }
   body = nullptr;
-  absl::MutexLock lock(&mu_);
-  status_ = std::move(status);
-  done_ = true;
+  std::vector<std::function<void(const absl::Status&)>> callbacks;
+  {
+    absl::MutexLock lock(&mu_);
+    status_ = status;
+    done_ = true;
+    callbacks.swap(callbacks_);
+  }
+  for (auto& callback : callbacks) callback(status);
 }
 
 OpQueue::OpQueue(FlightRecorder& recorder, Executor execute)
@@ -81,9 +99,32 @@ std::shared_ptr<Work> OpQueue::Issue(Fingerprint fingerprint, bool collective,
   absl::MutexLock lock(&mu_);
   if (!broken_.ok()) return QueuedWork::Failed(broken_);
   const uint32_t index = collective ? next_collective_++ : 0;
-  const int64_t seq = recorder_.Enqueued(fingerprint);
-  auto work = std::make_shared<QueuedWork>(seq, std::move(fingerprint),
-                                           [body = std::move(body), index] { body(index); });
+  OpIndex op_index;
+  if (collective) op_index.collective = static_cast<int64_t>(index) + 1;
+  return IssueLocked(std::move(fingerprint), op_index,
+                     [body = std::move(body), index] { body(index); });
+}
+
+std::shared_ptr<Work> OpQueue::IssuePointToPoint(Fingerprint fingerprint, int send_to,
+                                                 int recv_from, std::function<void()> body) {
+  absl::MutexLock lock(&mu_);
+  if (!broken_.ok()) return QueuedWork::Failed(broken_);
+  OpIndex index;
+  if (send_to >= 0) {
+    index.send_to = send_to;
+    index.send = ++sends_to_[send_to];
+  }
+  if (recv_from >= 0) {
+    index.recv_from = recv_from;
+    index.recv = ++receives_from_[recv_from];
+  }
+  return IssueLocked(std::move(fingerprint), index, std::move(body));
+}
+
+std::shared_ptr<Work> OpQueue::IssueLocked(Fingerprint fingerprint, OpIndex index,
+                                           std::function<void()> body) {
+  const int64_t seq = recorder_.Enqueued(fingerprint, index);
+  auto work = std::make_shared<QueuedWork>(seq, std::move(fingerprint), std::move(body));
   queue_.push_back(work);
   return work;
 }

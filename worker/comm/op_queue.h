@@ -18,8 +18,10 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -41,6 +43,7 @@ class QueuedWork : public Work, public std::enable_shared_from_this<QueuedWork> 
   absl::Status Wait(absl::Time deadline) override;
   absl::Status WaitOnDevice(absl::Time deadline) override;
   bool Done() const override;
+  void WhenDone(std::function<void(const absl::Status&)> callback) override;
   int64_t seq() const override { return seq_; }
 
   const Fingerprint& fingerprint() const { return fingerprint_; }
@@ -50,11 +53,11 @@ class QueuedWork : public Work, public std::enable_shared_from_this<QueuedWork> 
   // Publishes the result and drops the body (and the tensors it holds).
   void Finish(absl::Status status);
 
-  // For backends whose ops finish on a device after the body has returned
-  // (Note [Deferred completion]): called by the body once the op is on the
-  // device; `order_after` makes the caller's stream wait for it
-  // (WaitOnDevice). The queue then leaves the op started, and the backend
-  // finishes it with OpQueue::Complete.
+  // For ops that finish after the body has returned (Note [Deferred
+  // completion]): called by the body once the op is on its way; for a device
+  // op `order_after` makes the caller's stream wait for it (WaitOnDevice),
+  // for a host op (null) WaitOnDevice waits for it. The queue then leaves
+  // the op started, and the backend finishes it with OpQueue::Complete.
   void Defer(std::function<absl::Status()> order_after);
   bool deferred() const;
 
@@ -67,6 +70,7 @@ class QueuedWork : public Work, public std::enable_shared_from_this<QueuedWork> 
   std::function<absl::Status()> order_after_ ABSL_GUARDED_BY(mu_);
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status status_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::function<void(const absl::Status&)>> callbacks_ ABSL_GUARDED_BY(mu_);
 };
 
 class OpQueue {
@@ -86,6 +90,11 @@ class OpQueue {
   // that issues the same collectives) and runs on the queue's thread.
   std::shared_ptr<Work> Issue(Fingerprint fingerprint, bool collective,
                               std::function<void(uint32_t collective_index)> body);
+  // The same for a point-to-point op: a send to `send_to`, a receive from
+  // `recv_from`, or both (a SendRecv); -1 for a part it does not have. The
+  // flight recorder numbers its parts per peer (OpIndex).
+  std::shared_ptr<Work> IssuePointToPoint(Fingerprint fingerprint, int send_to, int recv_from,
+                                          std::function<void()> body);
 
   // Breaks the queue with `reason` (unless already broken), fails every op
   // not yet started, calls `wake` so the backend can interrupt the op in
@@ -94,12 +103,16 @@ class OpQueue {
 
   // Finishes a deferred op (QueuedWork::Defer) with `status`, as the queue
   // finishes the others: flight recorder, and a failure breaks the queue.
-  // Backends complete their deferred ops in issue order, from any thread.
+  // From any thread, in any order (a device backend's ops finish in issue
+  // order; a host backend's point-to-point ops as their peers answer).
   void Complete(QueuedWork& work, absl::Status status);
 
  private:
   void RunLoop();
   void Conclude(QueuedWork& work, absl::Status status);
+  std::shared_ptr<Work> IssueLocked(Fingerprint fingerprint, OpIndex index,
+                                    std::function<void()> body)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   FlightRecorder& recorder_;
   const Executor execute_;
@@ -108,6 +121,8 @@ class OpQueue {
   absl::Status broken_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   uint32_t next_collective_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<int, int64_t> sends_to_ ABSL_GUARDED_BY(mu_);      // per peer
+  std::map<int, int64_t> receives_from_ ABSL_GUARDED_BY(mu_);  // per peer
   absl::Mutex join_mu_;
   std::thread thread_;
 };
@@ -121,6 +136,8 @@ class OpQueue {
 // started, so hang detection sees what the GPU is doing, and Wait() blocks.
 // WaitOnDevice() lets a caller order its stream after the op instead, so the
 // host never waits for the GPU (DDP's gradient sync, Note [Device buckets]).
+// A host backend defers its point-to-point ops the same way once they are
+// posted (Note [Point-to-point progress] in p2p_lanes.h).
 
 }  // namespace chorus
 

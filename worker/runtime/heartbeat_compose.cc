@@ -34,6 +34,15 @@ v1::CollectiveRecord ToProto(const FlightRecord& r) {
   out.set_started_us(us(r.started));
   out.set_running_us(us(r.running));
   out.set_completed_us(us(r.finished));
+  out.set_collective_index(r.index.collective);
+  if (r.index.send > 0) {
+    out.set_send_index(r.index.send);
+    out.set_send_to(r.index.send_to);
+  }
+  if (r.index.recv > 0) {
+    out.set_recv_index(r.index.recv);
+    out.set_recv_from(r.index.recv_from);
+  }
   return out;
 }
 
@@ -43,6 +52,7 @@ v1::FlightRecorderSummary SummarizeFlightRecorder(const FlightRecorder& recorder
   fr.set_last_enqueued_seq(snap.last_enqueued_seq);
   fr.set_last_started_seq(snap.last_started_seq);
   fr.set_last_completed_seq(snap.last_completed_seq);
+  fr.set_collectives_enqueued(snap.collectives_enqueued);
   fr.set_device(recorder.device());
   for (const FlightRecord& r : snap.in_flight) *fr.add_records() = ToProto(r);
   for (const FlightRecord& r : snap.recent) *fr.add_records() = ToProto(r);

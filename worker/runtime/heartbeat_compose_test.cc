@@ -63,6 +63,33 @@ TEST(HeartbeatComposeTest, FlightRecorderInFlightThenRecent) {
   EXPECT_EQ(fr.device(), "");
 }
 
+TEST(HeartbeatComposeTest, RecordsSayWhereTheyStandAmongTheirKind) {
+  FlightRecorder recorder;
+  OpIndex collective;
+  collective.collective = 3;
+  recorder.Enqueued({"allreduce/sum", "float32", 8, {}, "a"}, collective);
+  OpIndex exchange;
+  exchange.send_to = 2;
+  exchange.send = 5;
+  exchange.recv_from = 0;
+  exchange.recv = 4;
+  recorder.Enqueued({"sendrecv/to2/from0", "float32", 8, {}, "gossip"}, exchange);
+
+  TrainingProgress progress;
+  const v1::FlightRecorderSummary fr = ProgressHeartbeat(progress, &recorder, absl::Now())
+                                           .flight_recorder();
+  EXPECT_EQ(fr.collectives_enqueued(), 3);
+  ASSERT_EQ(fr.records_size(), 2);
+  EXPECT_EQ(fr.records(0).collective_index(), 3);
+  EXPECT_EQ(fr.records(0).send_index(), 0);
+  EXPECT_EQ(fr.records(0).recv_index(), 0);
+  EXPECT_EQ(fr.records(1).collective_index(), 0);
+  EXPECT_EQ(fr.records(1).send_to(), 2);
+  EXPECT_EQ(fr.records(1).send_index(), 5);
+  EXPECT_EQ(fr.records(1).recv_from(), 0);
+  EXPECT_EQ(fr.records(1).recv_index(), 4);
+}
+
 TEST(HeartbeatComposeTest, ADeviceOpSaysWhetherTheGpuReachedIt) {
   FlightRecorder recorder(16, nullptr, "cuda:0");
   const int64_t queued = recorder.Enqueued({"allreduce/avg", "float32", 8, {}, "b0"});
