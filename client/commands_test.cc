@@ -929,6 +929,32 @@ TEST_F(CommandsTest, ValidateMakesRelativeShardPathsAbsolute) {
                                                  "/data/train-*.tar\"")));
 }
 
+// Note [Globs checked here] in validate.cc: a glob that matches nothing on
+// this machine is a warning; the spec is still valid.
+TEST_F(CommandsTest, ValidateWarnsOfAGlobThatMatchesNothingHere) {
+  const std::string dir = absl::StrCat(dir_, "/globs");
+  ASSERT_TRUE(std::filesystem::create_directories(dir));
+  WriteFile("globs/train-0.tar", "");
+  const std::string path = WriteFile(
+      "globs.textproto",
+      absl::StrCat("model { mlp {} } data { shards { format: TAR paths: ['", dir,
+                   "/train-*.tar', '", dir, "/more-*.tar'] eval_paths: '", dir,
+                   "/val-?.tar' num_classes: 10 } }"));
+
+  EXPECT_EQ(Run({"validate", "-o", "none", path}), kExitOk);
+
+  EXPECT_THAT(err_.str(), HasSubstr(absl::StrCat("chorus validate: ", path, " is valid")));
+  EXPECT_THAT(err_.str(), Not(HasSubstr("data.shards.paths[0]")));
+  EXPECT_THAT(err_.str(),
+              HasSubstr(absl::StrCat("chorus validate: warning: data.shards.paths[1]: \"", dir,
+                                     "/more-*.tar\" matches no file on this machine; each rank "
+                                     "expands it on its own machine, where it must match (or the "
+                                     "job fails naming it)\n")));
+  EXPECT_THAT(err_.str(), HasSubstr(absl::StrCat("chorus validate: warning: "
+                                                 "data.shards.eval_paths[0]: \"",
+                                                 dir, "/val-?.tar\" matches no file")));
+}
+
 TEST_F(CommandsTest, ValidateJsonIsTheNormalizedSpec) {
   const std::string path = WriteFile("job.textproto", kGoodSpec);
   absl::StatusOr<v1::JobSpec> expected = LoadJobSpec(path);

@@ -1,9 +1,12 @@
 // chorus validate SPEC: parse, normalize and check a job spec without
 // submitting it. Prints the spec as it would run, or every problem.
 
+#include <glob.h>
+
 #include <algorithm>
 #include <iostream>
 #include <string>
+#include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -63,6 +66,29 @@ int PrintServingAgents(const v1::JobSpec& spec, const GlobalOptions& global) {
   return kExitOk;
 }
 
+// Note [Globs checked here]: the ranks expand data.shards.paths and
+// eval_paths on their own machines, where the files may be and this one may
+// lack them; a glob that matches nothing here is worth a warning, not a
+// refusal (a rank that finds no file fails the job, naming the entry).
+void WarnAboutUnmatchedGlobs(const v1::JobSpec& spec, const GlobalOptions& global) {
+  const v1::ShardedData& shards = spec.data().shards();
+  for (const auto& [field, paths] :
+       {std::pair{"data.shards.paths", &shards.paths()},
+        std::pair{"data.shards.eval_paths", &shards.eval_paths()}}) {
+    for (int i = 0; i < paths->size(); ++i) {
+      const std::string& entry = paths->Get(i);
+      if (entry.find_first_of("*?[") == std::string::npos) continue;
+      glob_t matches;
+      const int rc = ::glob(entry.c_str(), GLOB_ERR, nullptr, &matches);
+      ::globfree(&matches);
+      if (rc == 0) continue;
+      *global.err << "chorus validate: warning: " << field << "[" << i << "]: \"" << entry
+                  << "\" matches no file on this machine; each rank expands it on its own "
+                     "machine, where it must match (or the job fails naming it)\n";
+    }
+  }
+}
+
 }  // namespace
 
 void AddValidateCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) {
@@ -107,6 +133,7 @@ void AddValidateCommand(CLI::App& app, const GlobalOptions& global, int& exit_co
       exit_code = *agents ? PrintServingAgents(*spec, global) : kExitOk;
       return;
     }
+    WarnAboutUnmatchedGlobs(*spec, global);
     // Where files can be read here, their sizes count (a lower bound).
     const RankMemoryEstimate memory = EstimateRankMemory(*spec, LocalFileSize);
     *global.err << "chorus validate: a rank needs " << memory.ToString() << "\n";

@@ -167,6 +167,11 @@ TEST(JobSpecTest, ShardsGetTheirDefaultsAndNormalPaths) {
   for (const char* data :
        {"format: TAR paths: '/d/a.tar' num_classes: 10 input_member: 'x.pt' target_member: "
         "'y.pth'",
+        // WebDataset's own names: KEY.npy with its label as KEY.cls, .txt or .json.
+        "format: TAR paths: '/d/a.tar' num_classes: 10 input_member: 'npy' target_member: 'cls'",
+        "format: TAR paths: '/d/a.tar' num_classes: 10 input_member: 'x.npy' target_member: "
+        "'label.txt'",
+        "format: TAR paths: '/d/a.tar' num_classes: 10 target_member: 'json'",
         "format: TENSOR_FILES paths: '/d/train-*.pt' num_classes: 10"}) {
     auto other = ParseJobSpec(absl::StrCat("model { mlp {} } data { shards { ", data, " } }"),
                               SpecFormat::kTextProto, "test");
@@ -473,9 +478,21 @@ INSTANTIATE_TEST_SUITE_P(
              "data.shards.num_classes: is required with CROSS_ENTROPY loss: the number of classes "
              "of the targets"},
         Case{"data { shards { format: TAR paths: '/d/a.tar' num_classes: 3 input_member: "
-             "'x.pt' target_member: 'cls' } }",
+             "'x.pt' target_member: 'label' } }",
              "data.shards.target_member: must end in .npy (NumPy), .pt or .pth (torch.save of a "
-             "tensor), the member types that are read; got \"cls\""},
+             "tensor), or .cls, .txt or .json (an integer class label as text), the member types "
+             "that are read; got \"label\""},
+        Case{"data { shards { format: TAR paths: '/d/a.tar' num_classes: 3 input_member: "
+             "'cls' target_member: 'y.npy' } }",
+             "data.shards.input_member: a text member (.cls, .txt, .json) holds a label: it can "
+             "be the target_member, not the input; must end in .npy (NumPy), .pt or .pth "
+             "(torch.save of a tensor), the member types that are read; got \"cls\""},
+        Case{"data { shards { format: TAR paths: '/d/a.tar' num_classes: 3 input_member: "
+             "'jpg' target_member: 'cls' } }",
+             "data.shards.input_member: \"jpg\" members are images, which are not decoded (image "
+             "decoding is out of scope): store each sample's decoded pixels as a .npy member "
+             "instead (uint8 [H, W, C], numpy.save), e.g. KEY.x.npy, and set this field to "
+             "\"x.npy\""},
         Case{"data { shards { format: TENSOR_FILES paths: '/d/*.pt' num_classes: 3 "
              "input_member: 'x.pt' } }",
              "data.shards.input_member: and target_member are for format TAR; TENSOR_FILES files "

@@ -118,6 +118,33 @@ void ValidateModel(const JobSpec& spec, Checker& c) {
   }
 }
 
+// A TAR member suffix (data.shards.input_member or target_member) of a type
+// that is read, by its last extension ("x.npy", or WebDataset's "npy").
+// Text labels (Note [Text label members] in worker/train/shard_reader.cc)
+// are targets only; images are not decoded.
+void CheckTarMember(const std::string& field, const std::string& member, bool target,
+                    Checker& c) {
+  const size_t dot = member.rfind('.');
+  const std::string ext = dot == std::string::npos ? member : member.substr(dot + 1);
+  if (ext == "npy" || ext == "pt" || ext == "pth") return;
+  const bool text = ext == "cls" || ext == "txt" || ext == "json";
+  if (text && target) return;
+  if (ext == "jpg" || ext == "jpeg" || ext == "png" || ext == "webp" || ext == "gif") {
+    c.Fail(field, absl::StrCat("\"", member, "\" members are images, which are not decoded "
+                               "(image decoding is out of scope): store each sample's decoded "
+                               "pixels as a .npy member instead (uint8 [H, W, C], numpy.save), "
+                               "e.g. KEY.x.npy, and set this field to \"x.npy\""));
+    return;
+  }
+  c.Fail(field,
+         absl::StrCat(text ? "a text member (.cls, .txt, .json) holds a label: it can be the "
+                             "target_member, not the input; "
+                           : "",
+                      "must end in .npy (NumPy), .pt or .pth (torch.save of a tensor)",
+                      target ? ", or .cls, .txt or .json (an integer class label as text)" : "",
+                      ", the member types that are read; got \"", member, "\""));
+}
+
 // data.shards (normalized): files named, sizes positive, the fields of the
 // other format left unset.
 void ValidateShards(const JobSpec& spec, Checker& c) {
@@ -147,16 +174,8 @@ void ValidateShards(const JobSpec& spec, Checker& c) {
       c.Fail("data.shards.target_member",
              absl::StrCat("must differ from input_member, both are \"", s.input_member(), "\""));
     }
-    for (const auto& [field, member] :
-         {std::pair{"data.shards.input_member", &s.input_member()},
-          std::pair{"data.shards.target_member", &s.target_member()}}) {
-      if (!absl::EndsWith(*member, ".npy") && !absl::EndsWith(*member, ".pt") &&
-          !absl::EndsWith(*member, ".pth")) {
-        c.Fail(field, absl::StrCat("must end in .npy (NumPy), .pt or .pth (torch.save of a "
-                                   "tensor), the member types that are read; got \"",
-                                   *member, "\""));
-      }
-    }
+    CheckTarMember("data.shards.input_member", s.input_member(), /*target=*/false, c);
+    CheckTarMember("data.shards.target_member", s.target_member(), /*target=*/true, c);
   }
   if (s.format() == v1::ShardedData::TENSOR_FILES &&
       (!s.input_member().empty() || !s.target_member().empty())) {

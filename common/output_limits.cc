@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace chorus {
@@ -99,6 +101,64 @@ std::string BoundReason(absl::string_view reason) {
   if (reason.size() <= kMaxReasonBytes) return std::string(reason);
   const size_t keep = CutPoint(reason, kMaxReasonBytes);
   return absl::StrCat(reason.substr(0, keep), " [", reason.size() - keep, " bytes cut]");
+}
+
+namespace {
+
+// `text` escaped (EscapeErrorText) into `out`, and where each escaped
+// character ends in it.
+void EscapeInto(absl::string_view text, std::string& out, std::vector<size_t>& ends) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  for (size_t i = 0; i < text.size();) {
+    const unsigned char c = text[i];
+    const size_t n = CharLength(text, i);
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (n == 0 || c < 0x20 || c == 0x7f) {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 0xf];
+    } else {
+      out.append(text.data() + i, n);
+    }
+    i += n == 0 ? 1 : n;
+    ends.push_back(out.size());
+  }
+}
+
+}  // namespace
+
+std::string EscapeErrorText(absl::string_view text, size_t max_bytes) {
+  std::string escaped;
+  std::vector<size_t> ends;
+  escaped.reserve(text.size());
+  EscapeInto(text, escaped, ends);
+  if (escaped.size() <= max_bytes) return escaped;
+  // Two thirds of the room for the start, the rest for the end.
+  const size_t head_room = max_bytes / 3 * 2;
+  const size_t tail_room = max_bytes - head_room;
+  // The last character boundary within head_room, and the first from
+  // which the rest fits in tail_room.
+  const auto after_head = std::upper_bound(ends.begin(), ends.end(), head_room);
+  const size_t head = after_head == ends.begin() ? 0 : *(after_head - 1);
+  const size_t tail = *std::lower_bound(ends.begin(), ends.end(), escaped.size() - tail_room);
+  return absl::StrCat(absl::string_view(escaped).substr(0, head), " [", tail - head,
+                      " bytes cut] ", absl::string_view(escaped).substr(tail));
+}
+
+std::string RankErrorRecord(absl::string_view message) {
+  return absl::StrCat(kRankErrorPrefix, EscapeErrorText(message));
+}
+
+const std::string* LastErrorRecord(const std::deque<std::string>& lines) {
+  for (auto it = lines.rbegin(); it != lines.rend(); ++it) {
+    if (absl::StartsWith(*it, kRankErrorPrefix)) return &*it;
+  }
+  return nullptr;
 }
 
 }  // namespace chorus

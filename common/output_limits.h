@@ -6,6 +6,7 @@
 // Example:
 //   std::string line = BoundOutputLine(std::move(raw));  // <= kMaxOutputLineBytes + marker
 //   BoundTail(tail);  // the newest lines within kMaxTailLines and kMaxTailBytes
+//   std::cerr << RankErrorRecord(status.message()) << std::endl;  // a rank's last word
 #ifndef CHORUS_COMMON_OUTPUT_LIMITS_H_
 #define CHORUS_COMMON_OUTPUT_LIMITS_H_
 
@@ -76,6 +77,36 @@ std::string KeepEnd(absl::string_view text, size_t max_bytes);
 
 // `reason` within kMaxReasonBytes: its start, then " [N bytes cut]".
 std::string BoundReason(absl::string_view reason);
+
+// Note [Rank error record]
+// A rank that fails says why in one line on stderr, its error record:
+// kRankErrorPrefix, then the error's whole message escaped by
+// EscapeErrorText. The coordinator makes the last record of a rank's
+// stderr tail its job's reason (coordinator/running_job.cc), not the last
+// line: lines a rank writes after it (a log line of a thread stopping)
+// would hide it, and an error message that quotes a file's bytes (a .npy
+// header ends in a newline) would otherwise end up as several lines of
+// which only the last was quoted, without the file, offset and sample that
+// came before. chorus-rank's log lines carry kRankLogTag instead (Note
+// [Rank log tag] in common/logging.h), so they are never records.
+inline constexpr char kRankErrorPrefix[] = "chorus-rank: ";
+// The most bytes of escaped text a record holds (the marker comes on top).
+inline constexpr size_t kMaxErrorRecordBytes = 1024;
+
+// `text` on one line for a human to read: newline, carriage return and tab
+// as \n, \r and \t, other control characters and bytes that are not UTF-8
+// as \xNN (a backslash itself stays as it is). Longer than `max_bytes`
+// when escaped, it keeps its start and its end (where an error says where
+// and what) around " [N bytes cut] ", never splitting an escape or a
+// character.
+std::string EscapeErrorText(absl::string_view text, size_t max_bytes = kMaxErrorRecordBytes);
+
+// The error record of a rank failing with `message`: kRankErrorPrefix +
+// EscapeErrorText(message).
+std::string RankErrorRecord(absl::string_view message);
+
+// The last error record in `lines` (oldest first), or nullptr if none is.
+const std::string* LastErrorRecord(const std::deque<std::string>& lines);
 
 }  // namespace chorus
 

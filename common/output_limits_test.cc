@@ -103,5 +103,46 @@ TEST(BoundReasonTest, LongReasonsAreCut) {
   EXPECT_THAT(bounded, EndsWith(" [100 bytes cut]"));
 }
 
+// Note [Rank error record]: the message of a .npy member's damaged header
+// quotes the header, which ends in a newline.
+TEST(EscapeErrorTextTest, ControlCharactersAndBadBytesAreEscapedOnOneLine) {
+  EXPECT_EQ(EscapeErrorText("header \"{'descr': '<f4', }\n\" lacks shape"),
+            "header \"{'descr': '<f4', }\\n\" lacks shape");
+  EXPECT_EQ(EscapeErrorText("a\r\tb\x01\x7f"), "a\\r\\tb\\x01\\x7f");
+  // Not UTF-8 (a binary byte of a file): its value; UTF-8 and backslashes
+  // stay as they are.
+  EXPECT_EQ(EscapeErrorText("\x93NUMPY caf\xC3\xA9 C:\\x"), "\\x93NUMPY caf\xC3\xA9 C:\\x");
+}
+
+TEST(EscapeErrorTextTest, ALongTextKeepsItsStartAndEndAroundAMarker) {
+  const std::string text = absl::StrCat("where: ", std::string(3000, 'h'), " what");
+  const std::string escaped = EscapeErrorText(text, 30);
+  EXPECT_EQ(escaped, absl::StrCat("where: ", std::string(13, 'h'), " [2982 bytes cut] ",
+                                  std::string(5, 'h'), " what"));
+  EXPECT_EQ(EscapeErrorText(text), EscapeErrorText(text, kMaxErrorRecordBytes));
+  EXPECT_LE(EscapeErrorText(text).size(), kMaxErrorRecordBytes + 32);
+}
+
+TEST(EscapeErrorTextTest, TheCutNeverSplitsAnEscapeOrACharacter) {
+  // 20 newlines are 40 escaped bytes: 20 for the start, 10 for the end.
+  EXPECT_EQ(EscapeErrorText(std::string(20, '\n'), 30),
+            "\\n\\n\\n\\n\\n\\n\\n\\n\\n\\n [10 bytes cut] \\n\\n\\n\\n\\n");
+  // A three-byte character is kept whole or cut whole.
+  const std::string euro = "\xE2\x82\xAC";
+  std::string many;
+  for (int i = 0; i < 10; ++i) many += euro;
+  EXPECT_EQ(EscapeErrorText(many, 10), absl::StrCat(euro + euro, " [21 bytes cut] ", euro));
+}
+
+TEST(RankErrorRecordTest, TheLastRecordIsFoundAmongLaterLines) {
+  const std::string record = RankErrorRecord("data.shards: a.tar at byte offset 1536\nlacks shape");
+  EXPECT_EQ(record, "chorus-rank: data.shards: a.tar at byte offset 1536\\nlacks shape");
+  std::deque<std::string> lines = {RankErrorRecord("older"), record,
+                                   "[chorus-rank] I0101 gloo: connection closed", "lacks shape"};
+  ASSERT_NE(LastErrorRecord(lines), nullptr);
+  EXPECT_EQ(*LastErrorRecord(lines), record);
+  EXPECT_EQ(LastErrorRecord({"Traceback", "ValueError: bad"}), nullptr);
+}
+
 }  // namespace
 }  // namespace chorus

@@ -334,7 +334,11 @@ std::optional<JobEnd> RunningJob::RecordExit(const std::string& agent_id,
             &end.reason, "; last output: ",
             KeepEnd(absl::StrJoin(tail.begin() + first, tail.end(), " | "), kQuotedOutputBytes));
       } else if (!tail.empty()) {
-        absl::StrAppend(&end.reason, "; last stderr: ", KeepEnd(tail.back(), kQuotedOutputBytes));
+        // Note [Rank error record]: what the rank said of its failure, even
+        // with lines after it.
+        const std::string* record = LastErrorRecord(tail);
+        absl::StrAppend(&end.reason, "; last stderr: ",
+                        KeepEnd(record != nullptr ? *record : tail.back(), kQuotedOutputBytes));
       }
       return end;
     }

@@ -250,7 +250,8 @@ struct RunningJob {
   // Records that the rank on `agent_id`'s `exited.slot()` ended (an agent
   // back after a restart may report a rank not bound to it yet). Returns the
   // job's end when this exit ends it: FAILED for a non-zero code (naming the
-  // rank, host, pid, code or signal and the last stderr line), SUCCEEDED
+  // rank, host, pid, code or signal and its last error record, else its
+  // last stderr line: Note [Rank error record]), SUCCEEDED
   // once every rank exited 0. An exit of no live rank changes nothing, nor
   // does one of a rank a restart-all stopped (Note [Restart-all]).
   std::optional<JobEnd> RecordExit(const std::string& agent_id, const v1::AgentHello& agent,

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "common/logging.h"
+#include "common/output_limits.h"
 #include "gtest/gtest.h"
 
 namespace chorus {
@@ -170,6 +171,24 @@ TEST_F(RunningJobTest, ANonZeroExitFailsTheJobNamingRankHostPidAndStderr) {
             "rank 2 (node-b, pid 4242) was killed by signal 9; last stderr: out of memory");
   EXPECT_EQ(run_.ranks[2].state, v1::RankStatus::EXITED);
   EXPECT_EQ(run_.ranks[2].exit_code, -9);
+}
+
+// Note [Rank error record]: a data error's message quotes a damaged .npy
+// header, which ends in a newline; lines logged after the record (a thread
+// stopping) do not hide it.
+TEST_F(RunningJobTest, TheReasonIsTheRanksLastErrorRecordNotItsLastLine) {
+  v1::RankExited failed = Exit(1, 1);
+  failed.add_stderr_tail(RankErrorRecord("an earlier record"));
+  failed.add_stderr_tail(RankErrorRecord(
+      "data.shards: /d/a.tar at byte offset 1536 (sample 2, member \"2.x.npy\"): .npy header "
+      "\"{'descr': '<f4', }\n\" lacks descr, fortran_order or shape"));
+  failed.add_stderr_tail("[chorus-rank] W0101 12:00:00 gloo: connection closed by peer");
+  std::optional<JobEnd> end = run_.RecordExit("agent-1", agents_.Find("agent-1")->hello, failed);
+  ASSERT_TRUE(end.has_value());
+  EXPECT_EQ(end->reason,
+            "rank 1 (node-a, pid 4242) exited with code 1; last stderr: chorus-rank: data.shards: "
+            "/d/a.tar at byte offset 1536 (sample 2, member \"2.x.npy\"): .npy header "
+            "\"{'descr': '<f4', }\\n\" lacks descr, fortran_order or shape");
 }
 
 TEST_F(RunningJobTest, EveryRankExitingZeroSucceedsOnce) {

@@ -69,6 +69,7 @@
 #include "common/auth.h"
 #include "common/grpc_util.h"
 #include "common/logging.h"
+#include "common/output_limits.h"
 #include "common/paths.h"
 #include "glog/logging.h"
 #include "worker/comm/grpc_store.h"
@@ -84,8 +85,9 @@ std::string Env(const char* name, const char* fallback = "") {
   return v != nullptr ? v : fallback;
 }
 
+// Note [Rank error record] in common/output_limits.h.
 int Fail(const std::string& message) {
-  std::cerr << "chorus-rank: " << message << std::endl;
+  std::cerr << RankErrorRecord(message) << std::endl;
   return 1;
 }
 
@@ -131,7 +133,7 @@ int SuperviseProgram(const v1::JoinResponse& joined, const std::shared_ptr<grpc:
   // A program that exited with a code has said why in its own last lines,
   // which stay the last ones the agent saw; a signal leaves no such line.
   if (outcome->signaled) {
-    std::cerr << "chorus-rank: " << outcome->ToStatus(joined.spec().program().argv(0)).message()
+    std::cerr << RankErrorRecord(outcome->ToStatus(joined.spec().program().argv(0)).message())
               << std::endl;
   }
   return outcome->ExitCode();

@@ -10,10 +10,11 @@
 // sees, after any CUDA_VISIBLE_DEVICES the operator set), trains, reports
 // metrics, and (an elastic job) joins the next generation in the same
 // process when a peer is lost (docs/elastic.md), and exits 0 on success or 1
-// with the reason on stderr (the agent relays the last lines to the
-// coordinator, which makes them the job's failure reason). An exception
+// with the reason on stderr as one error record (the agent relays the last
+// lines to the coordinator, which makes the last record the job's failure
+// reason: Note [Rank error record] in common/output_limits.h). An exception
 // that escapes training (LibTorch's c10::Error, std::bad_alloc) ends it the
-// same way, with one line naming the cause and where it happened
+// same way, with a record naming the cause and where it happened
 // (worker/runtime/rank_failure.h).
 //
 // Configuration comes from the environment the agent sets:
@@ -44,6 +45,7 @@
 #include "common/auth.h"
 #include "common/grpc_util.h"
 #include "common/logging.h"
+#include "common/output_limits.h"
 #include "common/memory.h"
 #include "common/memory_estimate.h"
 #include "common/metrics_text.h"
@@ -90,8 +92,9 @@ void OnCheckpointSignal(int) {
   if (p != nullptr) RaiseTo(p->checkpoint_request, requests);
 }
 
+// Note [Rank error record] in common/output_limits.h.
 int Fail(const std::string& message) {
-  std::cerr << "chorus-rank: " << message << std::endl;
+  std::cerr << RankErrorRecord(message) << std::endl;
   return 1;
 }
 
@@ -116,8 +119,8 @@ struct RankWhere {
 };
 
 // Any exception that escapes Run (a c10::Error LibTorch threw where no
-// component caught it, std::bad_alloc, ...) ends the rank with one line on
-// stderr: the agent relays the last line, which becomes the job's reason.
+// component caught it, std::bad_alloc, ...) ends the rank with its error
+// record on stderr, which becomes the job's reason.
 int FailWithException(const RankWhere& where, std::exception_ptr error) {
   std::string hint;
   if (DescribeException(error).out_of_memory && where.spec.has_model()) {

@@ -1,9 +1,9 @@
-// The one line a rank process leaves on stderr when it fails with an
-// exception: what happened (out of memory, a LibTorch error, another
-// exception), where (which rank, which stage of its work) and the cause's
-// message, with no backtrace and no line breaks. The agent relays a rank's
-// last stderr line to the coordinator, which makes it the job's reason, so
-// the line must say everything on its own.
+// The message a rank process leaves on stderr, as its error record, when it
+// fails with an exception: what happened (out of memory, a LibTorch error,
+// another exception), where (which rank, which stage of its work) and the
+// cause's message, with no backtrace. The coordinator makes a rank's last
+// error record the job's reason (Note [Rank error record] in
+// common/output_limits.h), so it must say everything on its own.
 //
 // Thread-safety: pure functions.
 //
@@ -11,8 +11,8 @@
 //   try {
 //     return Run(where);
 //   } catch (...) {
-//     std::cerr << "chorus-rank: "
-//               << RankFailureLine(where.rank, where.Describe(), std::current_exception(), "")
+//     std::cerr << RankErrorRecord(RankFailureLine(where.rank, where.Describe(),
+//                                                  std::current_exception(), ""))
 //               << std::endl;
 //     return 1;
 //   }

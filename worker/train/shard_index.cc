@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/output_limits.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "worker/train/torch_save_file.h"
@@ -686,6 +687,30 @@ absl::Status CheckFingerprints(const ShardIndex& index, const std::vector<int64_
 
 bool IsFloating(ElementType t) { return t == ElementType::kFloat32 || t == ElementType::kFloat64; }
 
+const char* ElementTypeName(ElementType t) {
+  switch (t) {
+    case ElementType::kFloat32:
+      return "float32";
+    case ElementType::kFloat64:
+      return "float64";
+    case ElementType::kInt8:
+      return "int8";
+    case ElementType::kUInt8:
+      return "uint8";
+    case ElementType::kInt16:
+      return "int16";
+    case ElementType::kUInt16:
+      return "uint16";
+    case ElementType::kInt32:
+      return "int32";
+    case ElementType::kUInt32:
+      return "uint32";
+    case ElementType::kInt64:
+      return "int64";
+  }
+  return "?";
+}
+
 int ElementBytes(ElementType t) {
   switch (t) {
     case ElementType::kInt8:
@@ -783,8 +808,9 @@ absl::StatusOr<NpyArray> ParseNpyHeader(const char* data, int64_t available, int
   const std::optional<std::string> fortran = NpyField(header, "fortran_order");
   const std::optional<std::string> shape = NpyField(header, "shape");
   if (!descr || !fortran || !shape) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(".npy header \"", header, "\" lacks descr, fortran_order or shape"));
+    // The header quoted on one line (it ends in a newline) and bounded.
+    return absl::InvalidArgumentError(absl::StrCat(
+        ".npy header \"", EscapeErrorText(header, 256), "\" lacks descr, fortran_order or shape"));
   }
   NpyArray a;
   const std::optional<ElementType> type = NpyType(*descr);

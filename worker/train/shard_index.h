@@ -163,6 +163,8 @@ absl::Status WriteIndexFile(const std::string& shard_path, const std::string& in
 
 bool IsFloating(ElementType t);
 int ElementBytes(ElementType t);
+// NumPy's name of `t`: "float32", "uint16", "int64", ...
+const char* ElementTypeName(ElementType t);
 
 // A parsed .npy file: its element type, shape and where the values start.
 struct NpyArray {

@@ -349,6 +349,15 @@ TEST(ShardIndexTest, ParseNpySaysWhatIsWrong) {
   EXPECT_THAT(ParseNpy(fortran.data(), fortran.size()).status().message(),
               HasSubstr("Fortran order"));
   EXPECT_THAT(ParseNpy("PK\3\4 not npy", 12).status().message(), HasSubstr("not a .npy file"));
+  // A header without its shape is quoted on one line: it ends in a newline.
+  std::string no_shape = good;
+  no_shape.replace(no_shape.find("'shape'"), 7, "'shapf'");
+  const std::string header = no_shape.substr(10, no_shape.size() - 10 - 8);  // 8: the values
+  ASSERT_EQ(header.back(), '\n');
+  EXPECT_EQ(ParseNpy(no_shape.data(), no_shape.size()).status().message(),
+            absl::StrCat(".npy header \"", header.substr(0, header.size() - 1),
+                         "\\n\" lacks descr, fortran_order or shape"));
+  EXPECT_THAT(header, ::testing::StartsWith("{'descr': '<f4', 'fortran_order': False, 'shapf'"));
 }
 
 // --- torch.save files (torch_save_file.h), written here byte by byte.

@@ -18,10 +18,14 @@
 #include <numeric>
 #include <optional>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "common/output_limits.h"
 #include "common/status_macros.h"
 
 namespace chorus {
@@ -97,8 +101,22 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
   return absl::StrCat("(", absl::StrJoin(shape, ", "), ")");
 }
 
+// A member suffix's last extension, which says how the member is read:
+// "x.npy" and WebDataset's bare "npy" are both .npy members.
+absl::string_view MemberExtension(absl::string_view suffix) {
+  const size_t dot = suffix.rfind('.');
+  return dot == absl::string_view::npos ? suffix : suffix.substr(dot + 1);
+}
+
 bool IsPtMember(const std::string& suffix) {
-  return absl::EndsWith(suffix, ".pt") || absl::EndsWith(suffix, ".pth");
+  const absl::string_view ext = MemberExtension(suffix);
+  return ext == "pt" || ext == "pth";
+}
+
+// Note [Text label members].
+bool IsTextMember(const std::string& suffix) {
+  const absl::string_view ext = MemberExtension(suffix);
+  return ext == "cls" || ext == "txt" || ext == "json";
 }
 
 std::optional<ElementType> TorchElementType(at::ScalarType t) {
@@ -172,6 +190,25 @@ absl::StatusOr<PtMember> ParsePtMember(const char* bytes, int64_t size) {
   return m;
 }
 
+// Note [Text label members]
+// WebDataset writes a class label as a member KEY.cls (or .txt, or .json)
+// holding the integer as text, str(label) or json.dumps(label), perhaps
+// with a newline after it. Such a target member is read as a .npy member
+// holding one int64 would be: shape (), every sample the same.
+absl::StatusOr<int64_t> ParseTextLabel(const char* bytes, int64_t size) {
+  const absl::string_view text(bytes, static_cast<size_t>(size));
+  const absl::string_view number = absl::StripAsciiWhitespace(text);
+  int64_t label = 0;
+  if (!number.empty() && (absl::ascii_isdigit(number[0]) || number[0] == '-') &&
+      absl::SimpleAtoi(number, &label)) {
+    return label;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "holds \"", EscapeErrorText(text, 64),
+      "\", not one integer: a .cls, .txt or .json target member must hold an integer class "
+      "label as text (as WebDataset writes one)"));
+}
+
 absl::StatusOr<std::unique_ptr<ShardReader>> ShardReader::Open(const v1::ShardedData& spec,
                                                                const ShardReaderOptions& options) {
   ASSIGN_OR_RETURN(ShardIndex index, ShardIndex::Build(spec));
@@ -191,12 +228,15 @@ absl::StatusOr<std::unique_ptr<ShardReader>> ShardReader::Open(const v1::Sharded
     // The first sample's members set the layout every sample must have.
     r->x_pt_ = IsPtMember(spec.input_member());
     r->y_pt_ = IsPtMember(spec.target_member());
+    r->y_text_ = IsTextMember(spec.target_member());
     const SampleLocation first = r->index_.Locate(0);
     ASSIGN_OR_RETURN(const int fd, r->File(r->states_[0], first.shard));
     const std::string& path = r->index_.shards()[first.shard].path;
     Layout& l = r->layout_;
-    ASSIGN_OR_RETURN(const NpyArray x, r->ProbeMember(fd, path, first.x, r->x_pt_, &l.x_header));
-    ASSIGN_OR_RETURN(const NpyArray y, r->ProbeMember(fd, path, first.y, r->y_pt_, &l.y_header));
+    ASSIGN_OR_RETURN(const NpyArray x, r->ProbeMember(fd, path, first.x, r->x_pt_, false,
+                                                      &l.x_header));
+    ASSIGN_OR_RETURN(const NpyArray y, r->ProbeMember(fd, path, first.y, r->y_pt_, r->y_text_,
+                                                      &l.y_header));
     l.x_type = x.type;
     l.y_type = y.type;
     l.x_shape = x.shape;
@@ -225,7 +265,7 @@ absl::StatusOr<std::unique_ptr<ShardReader>> ShardReader::Open(const v1::Sharded
 }
 
 absl::StatusOr<NpyArray> ShardReader::ProbeMember(int fd, const std::string& path,
-                                                  const ByteRange& range, bool pt,
+                                                  const ByteRange& range, bool pt, bool text,
                                                   std::string* header) const {
   std::vector<char> bytes(range.size);
   if (::pread(fd, bytes.data(), range.size, range.offset) != range.size) {
@@ -233,7 +273,11 @@ absl::StatusOr<NpyArray> ShardReader::ProbeMember(int fd, const std::string& pat
         absl::StrCat("data.shards: cannot read ", path, " at byte offset ", range.offset));
   }
   absl::StatusOr<NpyArray> a;
-  if (pt) {
+  if (text) {  // Note [Text label members]
+    absl::StatusOr<int64_t> label = ParseTextLabel(bytes.data(), range.size);
+    a = label.ok() ? absl::StatusOr<NpyArray>(NpyArray{ElementType::kInt64, {}, 0})
+                   : label.status();
+  } else if (pt) {
     absl::StatusOr<PtMember> m = ParsePtMember(bytes.data(), range.size);
     a = m.ok() ? absl::StatusOr<NpyArray>(m->array) : m.status();
   } else {
@@ -241,10 +285,11 @@ absl::StatusOr<NpyArray> ShardReader::ProbeMember(int fd, const std::string& pat
   }
   if (!a.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("data.shards: ", path, " at byte offset ", range.offset, " (member \"",
-                     TarMemberNameAt(path, range.offset), "\"): ", a.status().message()));
+        absl::StrCat("data.shards: ", path, " at byte offset ", range.offset,
+                     " (sample 0, member \"", TarMemberNameAt(path, range.offset),
+                     "\"): ", a.status().message()));
   }
-  if (!pt) header->assign(bytes.data(), a->data_offset);
+  if (!pt && !text) header->assign(bytes.data(), a->data_offset);
   return a;
 }
 
@@ -767,17 +812,39 @@ absl::Status ShardReader::CheckTokens(const ShardBatch& batch,
     const int64_t per_row = t.numel() / t.size(0);
     const int64_t* v = t.data_ptr<int64_t>();
     for (int64_t row = 0; row < t.size(0); ++row) {
-      const auto [low, high] = std::minmax_element(v + row * per_row, v + (row + 1) * per_row);
-      if (*low >= 0 && *high < options_.vocab_size) continue;
-      const SampleLocation& loc = where[row];
+      const int64_t* ids = v + row * per_row;
+      const int64_t k = std::find_if(ids, ids + per_row,
+                                     [&](int64_t t) { return t < 0 || t >= options_.vocab_size; }) -
+                        ids;
+      if (k == per_row) continue;
       return absl::InvalidArgumentError(absl::StrCat(
-          "data.shards: ", index_.shards()[loc.shard].path, " at byte offset ",
-          (input ? loc.x : loc.y).offset, " (sample ", batch.indices[row].item<int64_t>(),
-          "): ", input ? "input" : "target", " token id ", *low < 0 ? *low : *high,
+          TokenPlace(batch.indices[row].item<int64_t>(), where[row], input, k, per_row), ": ",
+          input ? "input" : "target", " token id ", ids[k],
           " is not in [0, model.transformer_lm.vocab_size ", options_.vocab_size, ")"));
     }
   }
   return absl::OkStatus();
+}
+
+std::string ShardReader::TokenPlace(int64_t index, const SampleLocation& loc, bool input,
+                                    int64_t k, int64_t count) const {
+  const ByteRange& member = input ? loc.x : loc.y;
+  const std::string& path = index_.shards()[loc.shard].path;
+  const int bytes = ElementBytes(input ? layout_.x_type : layout_.y_type);
+  if (index_.format() == v1::ShardedData::TENSOR_FILES) {  // the row's values alone
+    return absl::StrCat("data.shards: ", path, " at byte offset ", member.offset + k * bytes,
+                        " (sample ", index, ", element ", k, " of its ", input ? "x" : "y",
+                        " row)");
+  }
+  const std::string name = TarMemberNameAt(path, member.offset);
+  if (input ? x_pt_ : y_pt_) {  // Note [.pt members]: where its values lie is torch.save's
+    return absl::StrCat("data.shards: ", path, " at byte offset ", member.offset, " (sample ",
+                        index, ", element ", k, " of member \"", name, "\")");
+  }
+  // A .npy member's values end it.
+  return absl::StrCat("data.shards: ", path, " at byte offset ",
+                      member.end() - (count - k) * bytes, " (sample ", index, ", element ", k,
+                      " of member \"", name, "\")");
 }
 
 absl::Status ShardReader::ReadSample(ReadState& state, int64_t index, const SampleLocation& loc,
@@ -859,10 +926,15 @@ absl::Status ShardReader::CheckMember(int64_t index, const std::string& path,
       absl::StrCat("data.shards: ", path, " at byte offset ", member.offset, " (sample ", index,
                    ", member \"", TarMemberNameAt(path, member.offset), "\"): ");
   if (!a.ok()) return absl::InvalidArgumentError(absl::StrCat(where, a.status().message()));
-  return absl::InvalidArgumentError(
-      absl::StrCat(where, "this member's shape ", ShapeString(a->shape),
-                   " or type differs from the first sample's ", ShapeString(shape),
-                   "; every sample must have the same"));
+  const bool type_differs = a->type != type;
+  const bool shape_differs = a->shape != shape;
+  return absl::InvalidArgumentError(absl::StrCat(
+      where, "this member holds ", ElementTypeName(a->type), " of shape ", ShapeString(a->shape),
+      ", the first sample's ", ElementTypeName(type), " of shape ", ShapeString(shape), ": its ",
+      type_differs && shape_differs ? "type and shape differ"
+      : type_differs                ? "type differs"
+                                    : "shape differs",
+      "; every sample's member must have the same"));
 }
 
 absl::Status ShardReader::CheckClasses(int64_t index, const std::string& path, int64_t offset,
@@ -916,8 +988,17 @@ absl::Status ShardReader::ReadRows(ReadState& state, int64_t index, const Sample
 absl::Status ShardReader::DecodeTarget(int64_t index, const std::string& path,
                                        const ByteRange& member, const char* bytes, bool to_float,
                                        char* out) const {
-  RETURN_IF_ERROR(DecodeMember(index, path, member, bytes, y_pt_, layout_.y_type, layout_.y_shape,
-                               layout_.y_header, to_float, out));
+  if (y_text_) {  // Note [Text label members]: int64, shape (), as the first sample's
+    const absl::StatusOr<int64_t> label = ParseTextLabel(bytes, member.size);
+    RETURN_IF_ERROR(CheckMember(index, path, member,
+                                label.ok() ? absl::StatusOr<NpyArray>(NpyArray{ElementType::kInt64})
+                                           : label.status(),
+                                layout_.y_type, layout_.y_shape));
+    ConvertElements(reinterpret_cast<const char*>(&*label), ElementType::kInt64, 1, to_float, out);
+  } else {
+    RETURN_IF_ERROR(DecodeMember(index, path, member, bytes, y_pt_, layout_.y_type,
+                                 layout_.y_shape, layout_.y_header, to_float, out));
+  }
   if (to_float) return absl::OkStatus();
   return CheckClasses(index, path, member.offset, reinterpret_cast<const int64_t*>(out));
 }
@@ -959,17 +1040,19 @@ absl::Status ShardReader::Decode(int64_t index, const char* span, const ByteRang
     const int w = ElementBytes(layout_.x_type);
     ConvertElements(span, layout_.x_type, length, false, x_row);
     ConvertElements(span + w, layout_.y_type, length, false, y_row);
-    if (options_.vocab_size > 0) {
-      const auto* xs = reinterpret_cast<const int64_t*>(x_row);
-      const int64_t top = std::max(*std::max_element(xs, xs + length),
-                                   reinterpret_cast<const int64_t*>(y_row)[length - 1]);
-      if (top >= options_.vocab_size) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "data.shards: ", path, " at byte offset ", range.offset, " holds token id ", top,
-            ", not below model.transformer_lm.vocab_size ", options_.vocab_size));
-      }
-    }
-    return absl::OkStatus();
+    if (options_.vocab_size <= 0) return absl::OkStatus();
+    // The sample's L + 1 tokens: x, then y's last. The error names the
+    // first one past the vocabulary at its own offset.
+    const auto* xs = reinterpret_cast<const int64_t*>(x_row);
+    const int64_t last = reinterpret_cast<const int64_t*>(y_row)[length - 1];
+    const int64_t bad = std::find_if(xs, xs + length,
+                                     [&](int64_t t) { return t >= options_.vocab_size; }) -
+                        xs;
+    if (bad == length && last < options_.vocab_size) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.shards: ", path, " at byte offset ", range.offset + bad * w, " (sample ", index,
+        "): token id ", bad < length ? xs[bad] : last,
+        " is not in [0, model.transformer_lm.vocab_size ", options_.vocab_size, ")"));
   }
   RETURN_IF_ERROR(DecodeMember(index, path, loc.x, span + (loc.x.offset - range.offset), x_pt_,
                                layout_.x_type, layout_.x_shape, layout_.x_header,

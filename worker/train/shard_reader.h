@@ -72,6 +72,12 @@ struct PtMember {
 // offset): not a zip torch.save file, not a tensor, a dtype not read.
 absl::StatusOr<PtMember> ParsePtMember(const char* bytes, int64_t size);
 
+// The class label of a .cls, .txt or .json target member of `size` bytes
+// (Note [Text label members] in shard_reader.cc): one integer as text,
+// whitespace around it allowed. INVALID_ARGUMENT quoting the text otherwise
+// (the caller adds the file, offset, sample and member).
+absl::StatusOr<int64_t> ParseTextLabel(const char* bytes, int64_t size);
+
 struct ShardReaderOptions {
   // Integer inputs as float32 (the built-in mlp and cnn), else as int64.
   bool float_inputs = true;
@@ -199,14 +205,20 @@ class ShardReader {
   absl::Status CheckMember(int64_t index, const std::string& path, const ByteRange& member,
                            const absl::StatusOr<NpyArray>& a, ElementType type,
                            const std::vector<int64_t>& shape) const;
-  // The first sample's member `range` of `path` (open as `fd`): its type
-  // and shape; a .npy member's header goes to `*header` (Layout).
+  // The first sample's member `range` of `path` (open as `fd`), a .npy
+  // member or (`pt`) a .pt one or (`text`) a text label: its type and
+  // shape; a .npy member's header goes to `*header` (Layout).
   absl::StatusOr<NpyArray> ProbeMember(int fd, const std::string& path, const ByteRange& range,
-                                       bool pt, std::string* header) const;
-  // INVALID_ARGUMENT naming the file, offset and sample unless every token
-  // id of `batch` (its samples at `where`, row by row) is in [0,
-  // options_.vocab_size) (Note [Token samples] in shard_reader.cc).
+                                       bool pt, bool text, std::string* header) const;
+  // INVALID_ARGUMENT naming the file, sample and the first bad token's own
+  // offset unless every token id of `batch` (its samples at `where`, row by
+  // row) is in [0, options_.vocab_size) (Note [Token samples] in
+  // shard_reader.cc).
   absl::Status CheckTokens(const ShardBatch& batch, const SampleLocation* where) const;
+  // "data.shards: FILE at byte offset O (sample S, element k of ...)": where
+  // token `k` of the `count` of sample `index`'s input (or target) lies.
+  std::string TokenPlace(int64_t index, const SampleLocation& loc, bool input, int64_t k,
+                         int64_t count) const;
   // INVALID_ARGUMENT naming the file and offset unless every class id of a
   // sample's target is below options_.num_classes (0: any).
   absl::Status CheckClasses(int64_t index, const std::string& path, int64_t offset,
@@ -214,8 +226,8 @@ class ShardReader {
   // TENSOR_FILES: reads sample `index`'s rows of x and y into row `row`.
   absl::Status ReadRows(ReadState& state, int64_t index, const SampleLocation& loc, int fd,
                         int64_t row, ShardBatch& batch);
-  // DecodeMember for the target, whose class ids (integer targets) must be
-  // below options_.num_classes.
+  // DecodeMember for the target (or ParseTextLabel, y_text_), whose class
+  // ids (integer targets) must be below options_.num_classes.
   absl::Status DecodeTarget(int64_t index, const std::string& path, const ByteRange& member,
                             const char* bytes, bool to_float, char* out) const;
   // Parses and checks the .npy (or, `pt`, .pt) `member` at `bytes`,
@@ -240,6 +252,8 @@ class ShardReader {
   int64_t sample_span_ = 0;  // the bytes of the first sample's members in its file
   // TAR: whether input_member / target_member are .pt members.
   bool x_pt_ = false, y_pt_ = false;
+  // TAR: whether target_member is a text label (Note [Text label members]).
+  bool y_text_ = false;
   // One per reading thread; the first also reads Open()'s probe.
   std::vector<ReadState> states_;
   // Batches to reuse (Note [Batch buffers] in shard_reader.cc).

@@ -155,10 +155,11 @@ TEST(ShardReaderTest, ASampleOfAnotherShapeIsAnErrorNamingFileAndOffset) {
   ASSERT_FALSE(bad.ok());
   // Sample 4's x member: 4 samples of 2 members of 2 blocks each, then its
   // header.
-  EXPECT_THAT(std::string(bad.status().message()),
-              HasSubstr(absl::StrCat(path, " at byte offset ", 4 * 2048 + 512,
-                                     " (sample 4, member \"s4.x.npy\"): this member's shape (4) "
-                                     "or type differs from the first sample's (3)")));
+  EXPECT_EQ(bad.status().message(),
+            absl::StrCat("data.shards: ", path, " at byte offset ", 4 * 2048 + 512,
+                         " (sample 4, member \"s4.x.npy\"): this member holds float32 of shape "
+                         "(4), the first sample's float32 of shape (3): its shape differs; every "
+                         "sample's member must have the same"));
 }
 
 // The first sample's headers are not parsed again for a member that has
@@ -186,10 +187,11 @@ TEST(ShardReaderTest, ASampleOfAnotherTypeWithAHeaderAsLongIsAnError) {
   for (int b = 0; b < 3; ++b) ASSERT_TRUE((*reader)->Next().ok()) << "batch " << b;
   absl::StatusOr<ShardBatch> bad = (*reader)->Next();
   ASSERT_FALSE(bad.ok());
-  EXPECT_THAT(std::string(bad.status().message()),
-              HasSubstr(absl::StrCat(path, " at byte offset ", 2 * 2048 + 512,
-                                     " (sample 2, member \"s2.x.npy\"): this member's shape (3) "
-                                     "or type differs from the first sample's (3)")));
+  EXPECT_EQ(bad.status().message(),
+            absl::StrCat("data.shards: ", path, " at byte offset ", 2 * 2048 + 512,
+                         " (sample 2, member \"s2.x.npy\"): this member holds int32 of shape "
+                         "(3), the first sample's float32 of shape (3): its type differs; every "
+                         "sample's member must have the same"));
 }
 
 // Note [Parallel reads]: batches read by different threads come in the
@@ -348,11 +350,14 @@ TEST(ShardReaderTest, ATarTokenPastTheVocabularyNamesItsSampleAfterTheBatchesBef
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   // Sample 9's x member: 9 samples of 2 members of 2 blocks each, then its
-  // header.
-  EXPECT_THAT(std::string(bad.status().message()),
-              HasSubstr(absl::StrCat(path, " at byte offset ", 9 * 2048 + 512,
-                                     " (sample 9): input token id 300 is not in [0, "
-                                     "model.transformer_lm.vocab_size 256)")));
+  // tar header, its .npy header and two int64 values before the token.
+  const std::vector<int64_t> four(4);
+  const int64_t values =
+      9 * 2048 + 512 + NpyBytes(ElementType::kInt64, {4}, four.data()).size() - 4 * 8;
+  EXPECT_EQ(bad.status().message(),
+            absl::StrCat("data.shards: ", path, " at byte offset ", values + 2 * 8,
+                         " (sample 9, element 2 of member \"s9.x.npy\"): input token id 300 is "
+                         "not in [0, model.transformer_lm.vocab_size 256)"));
 }
 
 // Note [Batch buffers]: the next epoch (a new Start) keeps the pool and
@@ -427,10 +432,11 @@ TEST(ShardReaderTest, TokenFilesGiveShiftedWindowsAndCheckTheVocabulary) {
   EXPECT_EQ(batch->x[1][2].item<int64_t>(), 32);
   absl::StatusOr<ShardBatch> bad = (*reader)->Next();
   ASSERT_FALSE(bad.ok());
-  EXPECT_THAT(std::string(bad.status().message()),
-              HasSubstr(absl::StrCat(path,
-                                     " at byte offset 1800 holds token id 300, not below "
-                                     "model.transformer_lm.vocab_size 256")));
+  // Token 905 (2 bytes each), not sample 90's first (1800).
+  EXPECT_EQ(bad.status().message(),
+            absl::StrCat("data.shards: ", path,
+                         " at byte offset 1810 (sample 90): token id 300 is not in [0, "
+                         "model.transformer_lm.vocab_size 256)"));
 }
 
 // Note [Batch buffers]: a batch the trainer still holds (or a view of it)
@@ -507,6 +513,135 @@ at::Tensor SampleTensor(int k, const std::vector<int64_t>& shape, at::ScalarType
       .to(dtype);
 }
 
+// The issue-59 case: a member whose .npy header lacks its shape. The error
+// names the file, offset, sample and member, and quotes the header (which
+// ends in a newline) on one line.
+TEST(ShardReaderTest, ADamagedNpyHeaderIsAnErrorNamingFileOffsetSampleAndMember) {
+  const std::string path = TempPath("damaged_header.tar");
+  auto tar = TarWriter::Create(path);
+  ASSERT_TRUE(tar.ok()) << tar.status();
+  const std::vector<float> x = {1, 2, 3};
+  std::string header;
+  for (int k = 0; k < 4; ++k) {
+    const int64_t y = k;
+    std::string member = NpyBytes(ElementType::kFloat32, {3}, x.data());
+    if (k == 3) {
+      member.replace(member.find("'shape'"), 7, "'shapf'");
+      header = member.substr(10, member.size() - 10 - 12);
+    }
+    const std::string key = absl::StrCat("s", k);
+    ASSERT_TRUE((*tar)->Add(key + ".x.npy", member).ok());
+    ASSERT_TRUE((*tar)->Add(key + ".y.npy", NpyBytes(ElementType::kInt64, {}, &y)).ok());
+  }
+  ASSERT_TRUE((*tar)->Close().ok());
+  auto reader = ShardReader::Open(TarSpec({path}, 1 << 20), {});
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  (*reader)->Start({0, 1, 2, 3}, 2);
+  ASSERT_TRUE((*reader)->Next().ok());
+  absl::StatusOr<ShardBatch> bad = (*reader)->Next();
+  ASSERT_FALSE(bad.ok());
+  ASSERT_EQ(header.back(), '\n');
+  EXPECT_EQ(bad.status().message(),
+            absl::StrCat("data.shards: ", path, " at byte offset ", 3 * 2048 + 512,
+                         " (sample 3, member \"s3.x.npy\"): .npy header \"",
+                         header.substr(0, header.size() - 1),
+                         "\\n\" lacks descr, fortran_order or shape"));
+}
+
+// Note [Text label members]: WebDataset's integer labels as text.
+TEST(ShardReaderTest, ATextLabelIsOneIntegerWithWhitespaceAround) {
+  for (const auto& [text, label] : std::vector<std::pair<std::string, int64_t>>{
+           {"7", 7}, {"7\n", 7}, {" 12 \r\n", 12}, {"0", 0}, {"-1", -1}, {"9000000000", 9000000000}}) {
+    absl::StatusOr<int64_t> parsed = ParseTextLabel(text.data(), text.size());
+    ASSERT_TRUE(parsed.ok()) << text << ": " << parsed.status();
+    EXPECT_EQ(*parsed, label) << text;
+  }
+  for (const std::string text : {"cat\n", "7.0", "", "1e3", "[7]", "+7", "7 8", "\"7\""}) {
+    absl::StatusOr<int64_t> parsed = ParseTextLabel(text.data(), text.size());
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << text;
+  }
+  const std::string cat = "cat\n";
+  EXPECT_EQ(ParseTextLabel(cat.data(), cat.size()).status().message(),
+            "holds \"cat\\n\", not one integer: a .cls, .txt or .json target member must hold an "
+            "integer class label as text (as WebDataset writes one)");
+}
+
+// Writes `n` WebDataset-style samples KEY.npy (float32 [3]) and
+// KEY.`label`, the label k % 10 as text ("cls", with a newline as
+// WebDataset writes it, "txt", "json") or as a .npy int64 ("y.npy"); sample
+// `bad`'s label is "seven\n".
+std::string WriteLabelShard(const std::string& name, int n, const std::string& label,
+                            int bad = -1) {
+  const std::string path = TempPath(name);
+  auto tar = TarWriter::Create(path);
+  EXPECT_TRUE(tar.ok()) << tar.status();
+  for (int k = 0; k < n; ++k) {
+    const std::vector<float> x = {k * 1.0f, k * 2.0f, k * 3.0f};
+    const int64_t y = k % 10;
+    const std::string text = k == bad ? "seven\n" : absl::StrCat(y, label == "cls" ? "\n" : "");
+    EXPECT_TRUE(
+        (*tar)->Add(absl::StrCat(k, ".npy"), NpyBytes(ElementType::kFloat32, {3}, x.data())).ok());
+    EXPECT_TRUE((*tar)
+                    ->Add(absl::StrCat(k, ".", label),
+                          label == "y.npy" ? NpyBytes(ElementType::kInt64, {}, &y) : text)
+                    .ok());
+  }
+  EXPECT_TRUE((*tar)->Close().ok());
+  return path;
+}
+
+v1::ShardedData LabelSpec(const std::string& path, const std::string& label) {
+  v1::ShardedData spec = TarSpec({path}, 1 << 20);
+  spec.set_input_member("npy");
+  spec.set_target_member(label);
+  return spec;
+}
+
+TEST(ShardReaderTest, TextLabelsReadAsTheSameLabelsInNpyMembers) {
+  std::vector<ShardBatch> read;
+  for (const std::string label : {"y.npy", "cls", "txt", "json"}) {
+    const std::string path = WriteLabelShard(absl::StrCat("labels_", label, ".tar"), 12, label);
+    auto reader = ShardReader::Open(LabelSpec(path, label), {});
+    ASSERT_TRUE(reader.ok()) << label << ": " << reader.status();
+    EXPECT_EQ((*reader)->probe().y.sizes(), (std::vector<int64_t>{1})) << label;
+    (*reader)->Start({11, 0, 5, 2, 8, 1, 3, 4, 6, 7, 9, 10}, 12);
+    absl::StatusOr<ShardBatch> batch = (*reader)->Next();
+    ASSERT_TRUE(batch.ok()) << label << ": " << batch.status();
+    EXPECT_EQ(batch->y.scalar_type(), at::kLong) << label;
+    EXPECT_EQ(batch->y[0].item<int64_t>(), 1) << label << ": sample 11's label";
+    read.push_back(*batch);
+  }
+  for (size_t i = 1; i < read.size(); ++i) {
+    EXPECT_TRUE(at::equal(read[i].x, read[0].x)) << i;
+    EXPECT_TRUE(at::equal(read[i].y, read[0].y)) << i;
+  }
+}
+
+TEST(ShardReaderTest, ATextLabelThatIsNoIntegerNamesFileOffsetSampleAndMember) {
+  const std::string path = WriteLabelShard("bad_label.tar", 8, "cls", /*bad=*/5);
+  auto reader = ShardReader::Open(LabelSpec(path, "cls"), {});
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  (*reader)->Start({0, 1, 2, 3, 4, 5, 6, 7}, 4);
+  ASSERT_TRUE((*reader)->Next().ok());
+  absl::StatusOr<ShardBatch> bad = (*reader)->Next();
+  ASSERT_FALSE(bad.ok());
+  // Sample 5's label: 5 samples of 2 members of 2 blocks each, then the
+  // .npy member (2 blocks) and its header.
+  EXPECT_EQ(bad.status().message(),
+            absl::StrCat("data.shards: ", path, " at byte offset ", 5 * 2048 + 1024 + 512,
+                         " (sample 5, member \"5.cls\"): holds \"seven\\n\", not one integer: a "
+                         ".cls, .txt or .json target member must hold an integer class label as "
+                         "text (as WebDataset writes one)"));
+  // A label outside num_classes is caught as a .npy label is.
+  const std::string high = WriteLabelShard("high_label.tar", 12, "cls");
+  reader = ShardReader::Open(LabelSpec(high, "cls"),
+                             {/*float_inputs=*/true, /*vocab_size=*/0, /*num_classes=*/5});
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  (*reader)->Start(std::vector<int64_t>{5}, 1);
+  EXPECT_THAT(std::string((*reader)->Next().status().message()),
+              HasSubstr("(sample 5): class 5 is outside [0, data.shards.num_classes 5)"));
+}
+
 TEST(ShardReaderTest, PtMembersDecodeToTheSavedShapesTypesAndValues) {
   const std::string path = TempPath("pt.tar");
   {
@@ -553,7 +688,15 @@ TEST(ShardReaderTest, ADamagedPtMemberIsAnErrorNamingFileOffsetAndMember) {
       {good.substr(0, good.size() / 2), "not a torch.save file"},
       {Saved(c10::IValue(dict)), "holds a GenericDict, not a tensor"},
       {NpyBytes(ElementType::kFloat32, {4}, good.data()), "not a torch.save file"},
-      {Saved(SampleTensor(0, {5}, at::kFloat)), "this member's shape (5) or type differs"},
+      {Saved(SampleTensor(0, {5}, at::kFloat)),
+       "this member holds float32 of shape (5), the first sample's float32 of shape (4): its "
+       "shape differs; every sample's member must have the same"},
+      {Saved(SampleTensor(0, {4}, at::kDouble)),
+       "this member holds float64 of shape (4), the first sample's float32 of shape (4): its "
+       "type differs; every sample's member must have the same"},
+      {Saved(SampleTensor(0, {2, 2}, at::kInt)),
+       "this member holds int32 of shape (2, 2), the first sample's float32 of shape (4): its "
+       "type and shape differ; every sample's member must have the same"},
       {Saved(SampleTensor(0, {4}, at::kHalf)), "holds a tensor of Half, which is not read"}};
   for (size_t c = 0; c < bad.size(); ++c) {
     const std::string path = TempPath(absl::StrCat("bad-pt-", c, ".tar"));

@@ -23,6 +23,7 @@
 #include "worker/comm/gloo_communicator.h"
 #include "worker/comm/store.h"
 #include "worker/train/memory_sink.h"
+#include "worker/train/shard_index.h"
 #include "worker/train/shard_writer.h"
 
 namespace chorus {
@@ -976,11 +977,17 @@ TEST(TrainerTest, ALanguageModelTrainsOnTensorFileShardsAsOnTheSameFileInMemory)
                                  "/bad.pt' } }")),
       1);
   ASSERT_FALSE(results[0].ok());
-  EXPECT_THAT(std::string(results[0].status().message()),
-              testing::HasSubstr(absl::StrCat(dir, "/bad.pt at byte offset ")));
-  EXPECT_THAT(std::string(results[0].status().message()),
-              testing::HasSubstr("(sample 5): input token id 40 is not in [0, "
-                                 "model.transformer_lm.vocab_size 32)"));
+  // The token's own bytes: the fourth int64 of sample 5's row of x.
+  v1::ShardedData shards;
+  shards.set_format(v1::ShardedData::TENSOR_FILES);
+  shards.add_paths(dir + "/bad.pt");
+  absl::StatusOr<ShardIndex> index = ShardIndex::Build(shards);
+  ASSERT_TRUE(index.ok()) << index.status();
+  EXPECT_EQ(results[0].status().message(),
+            absl::StrCat("data.shards: ", dir, "/bad.pt at byte offset ",
+                         index->Locate(5).x.offset + 3 * 8,
+                         " (sample 5, element 3 of its x row): input token id 40 is not in [0, "
+                         "model.transformer_lm.vocab_size 32)"));
 }
 
 // Held-out shards whose samples differ in shape from the training shards'
