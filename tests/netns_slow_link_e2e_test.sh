@@ -17,9 +17,8 @@
 #  - the impairment is real: a's rank trains fewer steps/s during it than
 #    before (printed with both rates);
 #  - no DEAD diagnosis (nor any other: STUCK_IN_COLLECTIVE would restart;
-#    but STRAGGLER of rank 0, whose injected 30 ms sleep a step paces the
-#    job) in the job's status, polled every second of the window, and no
-#    DEAD in its events;
+#    STRAGGLER, a warning, is true here) in the job's status, polled every
+#    second of the window, and no DEAD in its events;
 #  - the job SUCCEEDS, without a restart, after the window, each step
 #    trained exactly once (sample traces).
 #
@@ -150,11 +149,12 @@ during=$(rate $((fast_step - slow_step)) $((fast_us - slow_us)))
 awk -v d="${during}" -v s="${steady}" 'BEGIN { exit !(d > 0 && d < s) }' \
   && pass "the job trained ${during} steps/s on the slow link, ${steady} before" \
   || fail "steps/s on the slow link ${during}, before ${steady}: the link was not slowed, or training stopped"
-# Rank 0 sleeps 30 ms a step (the fault injection that paces the job), so
-# STRAGGLER rank 0 is expected; any other diagnosis is not.
-others=$(grep -v '"kind":"STRAGGLER","ranks":\[0\]' "${TMP}/diagnoses" | sort -u)
+# STRAGGLER is a warning, and true here: rank 0 sleeps 30 ms a step (the
+# fault injection that paces the job), and the rank on the slow link waits
+# longer for its packets. Any other diagnosis is a false alarm.
+others=$(grep -v '"kind":"STRAGGLER"' "${TMP}/diagnoses" | sort -u)
 [[ -z "${others}" ]] \
-  && pass "no diagnosis while the link was slow but rank 0's injected STRAGGLER ($(grep -c STRAGGLER "${TMP}/diagnoses") of the polls)" \
+  && pass "no diagnosis while the link was slow but STRAGGLER warnings ($(grep -c STRAGGLER "${TMP}/diagnoses") of the polls)" \
   || fail "diagnoses while the link was slow: $(head -n 5 <<<"${others}")"
 
 # --- the job ends well, each step once
