@@ -164,7 +164,8 @@ wait_for 'out=$(cli --timeout 5 status "${job}" --json 2>/dev/null)
 restarts=$(field "${out}" job.restarts)  # absent when 0
 [[ "$(field "${out}" job.state)" == SUCCEEDED && "${restarts:-0}" == 0 ]] \
   && pass "${job} SUCCEEDED without a restart" \
-  || fail "${job}: $(field "${out}" job.state) restarts ${restarts} $(field "${out}" job.reason)"
+  || fail "${job}: $(field "${out}" job.state) restarts ${restarts} $(field "${out}" job.reason);" \
+       "why: $(cli watch "${job}" 2>&1 | grep -E "generation [0-9]+ after|evicting|problem" | head -n 4)"
 events=$(cli watch "${job}" 2>&1)
 ! grep -q "DEAD" <<<"${events}" && pass "no DEAD in the job's events" \
   || fail "events: $(grep "DEAD" <<<"${events}" | head -n 3)"
