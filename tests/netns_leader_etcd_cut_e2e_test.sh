@@ -131,8 +131,12 @@ cut_at=$(date -d "@${cut_clock}" +%H:%M:%S.%N | awk '{ split($1, t, ":"); print 
 lost_at=$(seconds_at "${old_log}" "no longer leading")
 elected_at=$(seconds_at "${log_of[${new}]}" "leading /chorus-cut")
 stopped=$(awk -v l="${lost_at:-}" -v c="${cut_at}" 'BEGIN { if (l == "") print "never"; else printf "%.2f", l - c }')
-[[ "${stopped}" != never ]] && awk -v s="${stopped}" 'BEGIN { exit !(s <= 2.5) }' \
-  && pass "the cut leader stopped leading ${stopped} s after the cut (lease 2 s, 0.5 s for its log line)" \
+# Its lease is 2 s; its log line and a loaded machine's scheduling add
+# 0.5 s x TEST_SLACK. That it stopped before another was elected (below) is
+# what keeps two leaders apart, and holds at any load.
+stop_bound=$(awk -v k="${TEST_SLACK}" 'BEGIN { print 2 + 0.5 * k }')
+[[ "${stopped}" != never ]] && awk -v s="${stopped}" -v b="${stop_bound}" 'BEGIN { exit !(s <= b) }' \
+  && pass "the cut leader stopped leading ${stopped} s after the cut (lease 2 s; bound ${stop_bound} s)" \
   || fail "the cut leader stopped leading: ${stopped} s after the cut: $(tail -n 3 "${old_log}")"
 awk -v l="${lost_at:-1e9}" -v e="${elected_at:-0}" 'BEGIN { exit !(l < e) }' \
   && pass "it stopped before ${new} was elected ($(awk -v l="${lost_at}" -v e="${elected_at}" 'BEGIN { printf "%.2f", e - l }') s later)" \
