@@ -270,7 +270,10 @@ void ConfigureGrpc(grpc::ServerBuilder& builder, const ServerOptions& options) {
   // still reclaimed: a connection with no call for kMaxConnectionIdle gets
   // a GOAWAY (a client reconnects on its next call, unnoticed), one whose
   // peer stops answering HTTP/2 pings (a crashed host, a cut network) is
-  // closed within kKeepaliveTime + kKeepaliveTimeout, and a new connection
+  // closed within kKeepaliveTime + kKeepaliveTimeout (an agent's: its
+  // stream ends and its reconnect grace starts; with a minute's keepalive
+  // an agent cut off for good stopped its ranks at the end of its own
+  // reconnect window before the coordinator noticed), and a new connection
   // must finish its TLS handshake and start HTTP/2 within
   // options.grpc_handshake_timeout (kHandshakeTimeout; gRPC's default is
   // 120 s), so a peer that connects and sends nothing is closed after it.

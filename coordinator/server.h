@@ -68,8 +68,12 @@ inline constexpr int kMaxMessageBytes = 32 << 20;
 inline constexpr int64_t kMaxValueLimit = kMaxMessageBytes - (1 << 20);
 // gRPC connection upkeep (Note [Idle and dead connections] in server.cc).
 inline constexpr absl::Duration kMaxConnectionIdle = absl::Minutes(10);
-inline constexpr absl::Duration kKeepaliveTime = absl::Minutes(1);
-inline constexpr absl::Duration kKeepaliveTimeout = absl::Seconds(20);
+// A node agent cut off from the coordinator keeps its ranks for its
+// reconnect window (60 s) and then stops them, so the coordinator must
+// notice the silent connection and give the agent its reconnect grace well
+// within that: 10 + 10 s, then --agent_reconnect_grace_seconds (10).
+inline constexpr absl::Duration kKeepaliveTime = absl::Seconds(10);
+inline constexpr absl::Duration kKeepaliveTimeout = absl::Seconds(10);
 inline constexpr absl::Duration kHandshakeTimeout = absl::Seconds(20);
 
 struct ServerOptions {

@@ -52,6 +52,18 @@ grpc::health::v1::HealthCheckResponse::ServingStatus Ping(const std::string& add
   return response.status();
 }
 
+// A node agent without a coordinator stops its ranks after its reconnect
+// window (AgentOptions::reconnect_window in worker/agent/agent.h, 60 s).
+// An agent cut off for good must be noticed (its connection's keepalive)
+// and its reconnect grace be over well before that, so that its jobs end
+// as the grace says ("lost contact with the agent ...") and not by the
+// agent stopping ranks; tests/netns_agent_cut_e2e_test.sh cuts one.
+TEST(CoordinatorServerTest, ASilentAgentIsLostAndItsGraceOverWellWithinItsReconnectWindow) {
+  constexpr absl::Duration kAgentReconnectWindow = absl::Seconds(60);
+  EXPECT_LE(kKeepaliveTime + kKeepaliveTimeout + ServerOptions().agent_reconnect_grace,
+            kAgentReconnectWindow / 2);
+}
+
 TEST(CoordinatorServerTest, ServesHealthOnAnEphemeralPort) {
   ServerOptions options;
   options.listen = "127.0.0.1:0";
