@@ -367,15 +367,188 @@ c10::intrusive_ptr<c10d::Work> CommunicatorProcessGroup::_reduce_scatter_base(
                [flat, out, rank]() mutable { CopySlice(flat, rank, out); });
 }
 
+namespace {
+
+// A Work that finishes when every one of `parts` has: with OK, or with the
+// first failure of one of them.
+class AllOfWork final : public Work {
+ public:
+  explicit AllOfWork(std::vector<std::shared_ptr<Work>> parts)
+      : parts_(std::move(parts)), state_(std::make_shared<State>()) {
+    state_->remaining = parts_.size();
+    for (const std::shared_ptr<Work>& part : parts_) {
+      part->WhenDone([state = state_](const absl::Status& s) { state->PartDone(s); });
+    }
+  }
+
+  absl::Status Wait(absl::Time deadline) override {
+    absl::MutexLock lock(&state_->mu);
+    auto done = [s = state_.get()]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) {
+      return s->remaining == 0;
+    };
+    if (!state_->mu.AwaitWithDeadline(absl::Condition(&done), deadline)) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          state_->remaining, " of the ", parts_.size(), " parts of an exchange have not finished"));
+    }
+    return state_->status;
+  }
+  bool Done() const override {
+    absl::MutexLock lock(&state_->mu);
+    return state_->remaining == 0;
+  }
+  int64_t seq() const override { return parts_.empty() ? -1 : parts_.front()->seq(); }
+  void WhenDone(std::function<void(const absl::Status&)> callback) override {
+    absl::Status status;
+    {
+      absl::MutexLock lock(&state_->mu);
+      if (state_->remaining > 0) {
+        state_->callbacks.push_back(std::move(callback));
+        return;
+      }
+      status = state_->status;
+    }
+    callback(status);
+  }
+
+ private:
+  struct State {
+    absl::Mutex mu;
+    size_t remaining ABSL_GUARDED_BY(mu) = 0;
+    absl::Status status ABSL_GUARDED_BY(mu);
+    std::vector<std::function<void(const absl::Status&)>> callbacks ABSL_GUARDED_BY(mu);
+
+    void PartDone(const absl::Status& s) {
+      std::vector<std::function<void(const absl::Status&)>> ready;
+      absl::Status final_status;
+      {
+        absl::MutexLock lock(&mu);
+        if (!s.ok() && status.ok()) status = s;
+        if (--remaining > 0) return;
+        ready.swap(callbacks);
+        final_status = status;
+      }
+      for (auto& callback : ready) callback(final_status);
+    }
+  };
+
+  const std::vector<std::shared_ptr<Work>> parts_;
+  const std::shared_ptr<State> state_;
+};
+
+// Where each rank's part of a tensor split along dimension 0 starts and how
+// many rows it has: `splits` as given, or equal parts when it is empty.
+std::vector<std::pair<int64_t, int64_t>> Parts(const at::Tensor& t, std::vector<int64_t> splits,
+                                               int size, const char* which) {
+  if (t.dim() == 0) Refuse(absl::StrCat("all_to_all_single: the ", which, " is a scalar"));
+  const int64_t rows = t.size(0);
+  if (splits.empty()) {
+    if (rows % size != 0) {
+      Refuse(absl::StrCat("all_to_all_single: the ", which, "'s dimension 0 (", rows,
+                          ") does not divide into ", size, " equal parts; pass ", which,
+                          "_split_sizes"));
+    }
+    splits.assign(size, rows / size);
+  }
+  if (static_cast<int>(splits.size()) != size) {
+    Refuse(absl::StrCat("all_to_all_single: ", which, "_split_sizes has ", splits.size(),
+                        " entries; it needs one per rank (", size, ")"));
+  }
+  std::vector<std::pair<int64_t, int64_t>> parts;
+  int64_t at = 0;
+  for (int64_t n : splits) {
+    if (n < 0) Refuse(absl::StrCat("all_to_all_single: ", which, "_split_sizes has ", n));
+    parts.emplace_back(at, n);
+    at += n;
+  }
+  if (at != rows) {
+    Refuse(absl::StrCat("all_to_all_single: ", which, "_split_sizes add up to ", at,
+                        ", the ", which, " has ", rows, " rows along dimension 0"));
+  }
+  return parts;
+}
+
+}  // namespace
+
+// Note [All-to-all as sends and receives]
+// An all-to-all is a send of this rank's part to every other rank and a
+// receive of theirs; its own part is copied. The sends and receives progress
+// independently (Note [Point-to-point progress] in worker/comm/p2p_lanes.h)
+// and pair per peer in issue order, so consecutive all-to-alls (a mixture of
+// experts' dispatch and combine) meet part for part; parts of no rows are
+// neither sent nor received, on both sides alike, since the splits of two
+// ranks agree on them. The Work finishes when every part has arrived.
+c10::intrusive_ptr<c10d::Work> CommunicatorProcessGroup::Exchange(
+    const std::vector<at::Tensor>& sends, const std::vector<at::Tensor>& receives,
+    c10d::OpType type, std::vector<at::Tensor> outputs, std::function<void()> after) {
+  const int rank = getRank();
+  std::vector<std::shared_ptr<Work>> parts;
+  for (int peer = 0; peer < getSize(); ++peer) {
+    if (peer == rank || receives[peer].numel() == 0) continue;
+    parts.push_back(comm_->Recv(receives[peer], peer, "torch:all_to_all"));
+  }
+  for (int peer = 0; peer < getSize(); ++peer) {
+    if (peer == rank || sends[peer].numel() == 0) continue;
+    parts.push_back(comm_->Send(sends[peer], peer, "torch:all_to_all"));
+  }
+  if (receives[rank].numel() != sends[rank].numel()) {
+    Refuse(absl::StrCat("all_to_all: this rank's part for itself has ", sends[rank].numel(),
+                        " elements in the input and room for ", receives[rank].numel(),
+                        " in the output"));
+  }
+  receives[rank].view(-1).copy_(sends[rank].reshape(-1));
+  return Track(std::make_shared<AllOfWork>(std::move(parts)), type, std::move(outputs),
+               std::move(after));
+}
+
 c10::intrusive_ptr<c10d::Work> CommunicatorProcessGroup::alltoall_base(
-    at::Tensor&, at::Tensor&, std::vector<int64_t>&, std::vector<int64_t>&,
-    const c10d::AllToAllOptions&) {
-  Unsupported("all_to_all_single", "exchange the parts with send/recv (isend/irecv)");
+    at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_split_sizes,
+    std::vector<int64_t>& input_split_sizes, const c10d::AllToAllOptions&) {
+  CheckContiguous(output, "all_to_all_single");
+  if (output.scalar_type() != input.scalar_type()) {
+    Refuse(absl::StrCat("all_to_all_single: the output is ", DtypeName(output.scalar_type()),
+                        ", the input ", DtypeName(input.scalar_type()), "; they must match"));
+  }
+  at::Tensor in = input.contiguous();
+  const auto in_parts = Parts(in, input_split_sizes, getSize(), "input");
+  const auto out_parts = Parts(output, output_split_sizes, getSize(), "output");
+  std::vector<at::Tensor> sends, receives;
+  for (int p = 0; p < getSize(); ++p) {
+    sends.push_back(in.narrow(0, in_parts[p].first, in_parts[p].second));
+    receives.push_back(output.narrow(0, out_parts[p].first, out_parts[p].second));
+  }
+  return Exchange(sends, receives, c10d::OpType::ALLTOALL_BASE, {output});
 }
 
 c10::intrusive_ptr<c10d::Work> CommunicatorProcessGroup::alltoall(
-    std::vector<at::Tensor>&, std::vector<at::Tensor>&, const c10d::AllToAllOptions&) {
-  Unsupported("all_to_all", "exchange the parts with send/recv (isend/irecv)");
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllToAllOptions&) {
+  if (static_cast<int>(outputs.size()) != getSize() ||
+      static_cast<int>(inputs.size()) != getSize()) {
+    Refuse(absl::StrCat("all_to_all needs one input and one output tensor per rank (",
+                        getSize(), "); got ", inputs.size(), " and ", outputs.size()));
+  }
+  std::vector<at::Tensor> sends, receives;
+  for (int p = 0; p < getSize(); ++p) {
+    if (outputs[p].scalar_type() != inputs[p].scalar_type()) {
+      Refuse(absl::StrCat("all_to_all: output ", p, " is ", DtypeName(outputs[p].scalar_type()),
+                          ", input ", p, " ", DtypeName(inputs[p].scalar_type())));
+    }
+    sends.push_back(inputs[p].contiguous());
+    // A receive lands in a contiguous tensor, copied into a strided output.
+    receives.push_back(outputs[p].is_contiguous() ? outputs[p] : at::empty_like(
+                                                                      outputs[p],
+                                                                      at::MemoryFormat::Contiguous));
+  }
+  std::function<void()> after;
+  if (std::any_of(outputs.begin(), outputs.end(),
+                  [](const at::Tensor& t) { return !t.is_contiguous(); })) {
+    after = [outputs, receives]() mutable {
+      for (size_t p = 0; p < outputs.size(); ++p) {
+        if (!outputs[p].is_same(receives[p])) outputs[p].copy_(receives[p]);
+      }
+    };
+  }
+  return Exchange(sends, receives, c10d::OpType::ALLTOALL, outputs, std::move(after));
 }
 
 void CommunicatorProcessGroup::monitoredBarrier(const c10d::BarrierOptions&, bool) {

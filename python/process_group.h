@@ -13,8 +13,10 @@
 //     copied out (correct; twice the bytes of a ring reduce-scatter);
 //   reduce: an all-reduce (into a copy on ranks other than the root);
 //   scatter: a broadcast of the root's inputs in one flat buffer;
-//   alltoall, allreduce_coalesced, allgather_coalesced, recv from any
-//   source, monitored_barrier: refused with an error naming the op.
+//   alltoall, alltoall_base: a send and a receive per other rank (uneven
+//     splits too), this rank's own part copied;
+//   allreduce_coalesced, allgather_coalesced, recv from any source,
+//   monitored_barrier: refused with an error naming the op.
 // Reductions: SUM, AVG, MIN, MAX; others are refused by name.
 //
 // Completion: ops finish in any order (an irecv before an earlier isend
@@ -162,6 +164,13 @@ class CommunicatorProcessGroup : public c10d::ProcessGroup {
                                        std::vector<at::Tensor> outputs,
                                        std::function<void()> after = nullptr);
   void CompleteAsFinished();
+  // Sends sends[p] to every other rank p and receives receives[p] from it,
+  // copies this rank's own part, and tracks it all as one Work (Note
+  // [All-to-all as sends and receives] in process_group.cc).
+  c10::intrusive_ptr<c10d::Work> Exchange(const std::vector<at::Tensor>& sends,
+                                          const std::vector<at::Tensor>& receives,
+                                          c10d::OpType type, std::vector<at::Tensor> outputs,
+                                          std::function<void()> after = nullptr);
   // Waits up to `timeout` for every op issued to be completed; false if
   // some are not.
   bool AwaitAllCompleted(absl::Duration timeout);

@@ -168,6 +168,64 @@ TEST(CommunicatorProcessGroupTest, AnIsendIrecvRingCompletesInEitherOrder) {
   }
 }
 
+// A mixture of experts' dispatch: rank r sends (r + p + 1) rows to rank p,
+// so every pair exchanges a different count (Note [All-to-all as sends and
+// receives]).
+TEST(CommunicatorProcessGroupTest, AllToAllSingleWithUnevenSplits) {
+  const int n = 3;
+  RunGlooRanks(n, [&](int rank, Communicator& comm) {
+    auto group = GroupOver(comm);
+    std::vector<int64_t> in_splits, out_splits;
+    for (int p = 0; p < n; ++p) {
+      in_splits.push_back(rank + p + 1);
+      out_splits.push_back(p + rank + 1);
+    }
+    std::vector<at::Tensor> rows;  // row value: 100 x sender + receiver, 2 columns
+    for (int p = 0; p < n; ++p) rows.push_back(at::full({rank + p + 1, 2}, 100.0 * rank + p));
+    at::Tensor input = at::cat(rows);
+    at::Tensor output = at::zeros({3 * rank + 6, 2});
+    group->alltoall_base(output, input, out_splits, in_splits, c10d::AllToAllOptions())->wait();
+    std::vector<at::Tensor> want;
+    for (int p = 0; p < n; ++p) want.push_back(at::full({p + rank + 1, 2}, 100.0 * p + rank));
+    EXPECT_TRUE(at::equal(output, at::cat(want))) << "rank " << rank << "\n" << output;
+
+    // Equal splits, and the list form with a part of no rows.
+    at::Tensor even_in = at::arange(6, at::kLong) + 10 * rank;
+    at::Tensor even_out = at::zeros({6}, at::kLong);
+    std::vector<int64_t> none;
+    group->alltoall_base(even_out, even_in, none, none, c10d::AllToAllOptions())->wait();
+    for (int p = 0; p < n; ++p) {
+      EXPECT_EQ(even_out[2 * p].item<int64_t>(), 10 * p + 2 * rank);
+    }
+    std::vector<at::Tensor> ins, outs;
+    for (int p = 0; p < n; ++p) {
+      ins.push_back(at::full({p == 1 ? 0 : 2}, 1.0 * rank));
+      outs.push_back(at::zeros({rank == 1 ? 0 : 2}));
+    }
+    group->alltoall(outs, ins, c10d::AllToAllOptions())->wait();
+    for (int p = 0; p < n; ++p) {
+      if (rank != 1) EXPECT_TRUE(at::equal(outs[p], at::full({2}, 1.0 * p)));
+    }
+  });
+}
+
+TEST(CommunicatorProcessGroupTest, AllToAllRefusesSplitsThatDoNotAddUp) {
+  RunGlooRanks(2, [](int, Communicator& comm) {
+    auto group = GroupOver(comm);
+    at::Tensor in = at::zeros({5});
+    at::Tensor out = at::zeros({5});
+    std::vector<int64_t> bad = {1, 3};
+    std::vector<int64_t> none;
+    EXPECT_EQ(ErrorOf([&] { group->alltoall_base(out, in, none, bad, c10d::AllToAllOptions()); }),
+              "chorus backend: all_to_all_single: input_split_sizes add up to 4, the input has 5 "
+              "rows along dimension 0");
+    at::Tensor even = at::zeros({4});
+    EXPECT_EQ(ErrorOf([&] { group->alltoall_base(out, even, none, none, c10d::AllToAllOptions()); }),
+              "chorus backend: all_to_all_single: the output's dimension 0 (5) does not divide "
+              "into 2 equal parts; pass output_split_sizes");
+  });
+}
+
 TEST(CommunicatorProcessGroupTest, UnsupportedOpsAndReductionsAreRefusedByName) {
   RunGlooRanks(1, [](int, Communicator& comm) {
     auto group = GroupOver(comm);
@@ -177,9 +235,9 @@ TEST(CommunicatorProcessGroupTest, UnsupportedOpsAndReductionsAreRefusedByName) 
     EXPECT_EQ(ErrorOf([&] { group->allreduce(t, product); }),
               "chorus backend: all_reduce with ReduceOp.PRODUCT is not supported; use SUM, AVG, "
               "MIN or MAX");
-    std::vector<at::Tensor> out = {at::ones({2})};
-    c10d::AllToAllOptions opts;
-    EXPECT_NE(ErrorOf([&] { group->alltoall(out, t, opts); }).find("all_to_all is not supported"),
+    std::vector<std::vector<at::Tensor>> lists(1);
+    EXPECT_NE(ErrorOf([&] { group->allgather_coalesced(lists, t, c10d::AllgatherOptions()); })
+                  .find("all_gather_coalesced is not supported"),
               std::string::npos);
     std::vector<at::Tensor> strided = {at::ones({4, 4}).t()};
     EXPECT_NE(ErrorOf([&] { group->allreduce(strided, c10d::AllreduceOptions()); })

@@ -7,7 +7,9 @@
 # single process computes from the same micro-batches; hang detection with
 # action ABORT leaves all of them alone (sends and receives are no MISMATCH:
 # Note [Pairing ranks' ops] in coordinator/hang_detector.h) and names the
-# rank that never posts a receive another rank's send waits for.
+# rank that never posts a receive another rank's send waits for; a
+# mixture-of-experts layer on all_to_all_single with uneven splits gives
+# each token the output one process computes.
 #
 # Usage (from Bazel): python_p2p_e2e_test.sh CHORUS INSTALL_SH NATIVE_SO SCRIPT
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -79,6 +81,17 @@ else
 fi
 (( took < 55 )) && pass "diagnosed and aborted in ${took} s, before the 60 s stall ended" \
   || fail "the stalling job took ${took} s"
+
+# --- job-000005: a mixture-of-experts layer on 3 ranks, tokens dispatched to
+# their expert and combined back with all_to_all_single, uneven splits.
+spec moe 3 ', "--mode=moe"'
+last=$(up 3 "${TMP}/moe.textproto")
+matched=$(grep job-000005 "${STATE}/worker.log" | grep -c "moe: rank [0-9] max diff [0-9.e-]* (sent")
+if [[ "$(field "${last}" state)" == SUCCEEDED && "${matched}" == 3 ]]; then
+  pass "a mixture-of-experts layer on all_to_all_single (uneven splits) matches one process on 3 ranks: $(lines job-000005 "moe: rank 0 " | head -1)"
+else
+  fail "moe: '${last}'; $(lines job-000005 "moe: " | tr '\n' ';') $(tail -5 "${STATE}/worker.log")"
+fi
 
 assert_no_leftovers "Python point-to-point programs"
 finish

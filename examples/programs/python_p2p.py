@@ -11,6 +11,11 @@ of 2 or more ranks (tests/python_p2p_e2e_test.sh does):
                                   rank, on isend/irecv; each stage ends with
                                   the parameters a single process computes
                                   from the same micro-batches
+  python_p2p.py --mode moe        a mixture-of-experts layer, one expert per
+                                  rank: tokens go to their expert and back
+                                  with all_to_all_single (uneven splits); each
+                                  token's output equals the layer's in one
+                                  process
 
 Each rank prints "ring: rank R ok ..." or "pipeline: rank R stage max diff
 D" and exits 1 on a wrong value. --backend gloo runs the same on PyTorch's
@@ -32,7 +37,7 @@ WIDTH, BATCH = 16, 8
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--backend", choices=["chorus", "gloo"], default="chorus")
-    p.add_argument("--mode", choices=["ring", "pipeline"], required=True)
+    p.add_argument("--mode", choices=["ring", "pipeline", "moe"], required=True)
     p.add_argument("--rounds", type=int, default=5, help="ring: exchanges per order")
     p.add_argument("--micro_batches", type=int, default=6)
     p.add_argument("--steps", type=int, default=3, help="pipeline: optimizer steps")
@@ -179,6 +184,32 @@ def pipeline(rank, size, args):
     check(diff <= 1e-12, f"rank {rank}: stage parameters differ from the reference by {diff}")
 
 
+def moe(rank, size):
+    torch.manual_seed(0)
+    gate = torch.nn.Linear(WIDTH, size).double()
+    experts = [torch.nn.Linear(WIDTH, WIDTH).double() for _ in range(size)]
+    g = torch.Generator().manual_seed(500 + rank)
+    tokens = torch.randn(10 + 3 * rank, WIDTH, generator=g, dtype=torch.float64)
+    with torch.no_grad():
+        choice = gate(tokens).argmax(dim=1)
+        order = torch.argsort(choice, stable=True)
+        send_counts = torch.bincount(choice, minlength=size)
+        recv_counts = torch.empty_like(send_counts)
+        dist.all_to_all_single(recv_counts, send_counts)
+        sent, received = send_counts.tolist(), recv_counts.tolist()
+        mine = torch.empty(sum(received), WIDTH, dtype=torch.float64)
+        dist.all_to_all_single(mine, tokens[order], received, sent)        # dispatch
+        done = torch.tanh(experts[rank](mine))
+        back = torch.empty(len(tokens), WIDTH, dtype=torch.float64)
+        dist.all_to_all_single(back, done, sent, received)                 # combine
+        out = torch.empty_like(back)
+        out[order] = back
+        want = torch.stack([torch.tanh(experts[e](t)) for t, e in zip(tokens, choice.tolist())])
+    diff = (out - want).abs().max().item()
+    print(f"moe: rank {rank} max diff {diff} (sent {sent}, received {received})", flush=True)
+    check(diff <= 1e-12, f"rank {rank}: the layer's output differs from one process's by {diff}")
+
+
 def main():
     args = parse_args()
     torch.set_num_threads(1)
@@ -190,8 +221,10 @@ def main():
     rank, size = dist.get_rank(), dist.get_world_size()
     if args.mode == "ring":
         ring(rank, size, args.rounds, args.stall_rank, args.stall_seconds)
-    else:
+    elif args.mode == "pipeline":
         pipeline(rank, size, args)
+    else:
+        moe(rank, size)
     dist.barrier()
     dist.destroy_process_group()
 
