@@ -34,8 +34,9 @@ readonly PACKAGES=(
   # PyTorch for TorchScript fixtures and reference runs (/usr/bin/python3).
   python3-torch
   # The Python package (python/): pybind11's headers for its native module,
-  # built against python3-torch's LibTorch.
-  pybind11-dev
+  # built against python3-torch's LibTorch; pytest for its Python half's
+  # tests (python/chorus_test.py).
+  pybind11-dev python3-pytest
   # Coordinators sharing one state (--state etcd://...): tests start their own
   # etcd members on loopback ports.
   etcd-server etcd-client

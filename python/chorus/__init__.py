@@ -41,7 +41,8 @@ from chorus import _C
 Error = _C.Error
 
 __all__ = [
-    "Error", "session", "init_process_group", "rank", "world_size", "local_rank",
+    "Error", "MembershipLost", "Aborted", "DeadlineExceeded", "typed_error", "typed_errors",
+    "session", "init_process_group", "rank", "world_size", "local_rank",
     "generation", "job_id", "device", "resuming", "step", "set_epoch", "phase",
     "checkpoint_requested", "save_checkpoint", "wait_for_checkpoints", "load_checkpoint",
     "membership_lost", "reform_requested", "join_next_generation", "share_newest_state",
@@ -275,6 +276,73 @@ def state_from_checkpoint(tensors_by_name):
     return unflatten_state(_decode(structure), by_name)
 
 
+# ---- Errors (docs/python.md "Errors").
+
+def _code_of(text):
+    """The status code a Chorus message starts with ("UNAVAILABLE: ..."),
+    or "UNKNOWN"."""
+    head, sep, _ = str(text).partition(":")
+    return head if sep and head.isupper() and head.replace("_", "").isalpha() else "UNKNOWN"
+
+
+# Every chorus.Error says its status code: error.code == "UNAVAILABLE".
+Error.code = property(lambda self: _code_of(self))
+
+
+class MembershipLost(Error):
+    """A peer of this generation was lost (UNAVAILABLE): call
+    join_next_generation(error)."""
+
+
+class Aborted(Error):
+    """The coordinator ended this generation to form another (ABORTED):
+    call join_next_generation(error)."""
+
+
+class DeadlineExceeded(Error):
+    """A collective outlasted the job's op timeout (DEADLINE_EXCEEDED); the
+    generation cannot go on: call join_next_generation(error)."""
+
+
+_TYPED = {"UNAVAILABLE": MembershipLost, "ABORTED": Aborted, "DEADLINE_EXCEEDED": DeadlineExceeded}
+
+
+def typed_error(error):
+    """The chorus.Error subclass instance for a failed collective's exception
+    (torch.distributed raises them as RuntimeError "CODE: message"), or None
+    when `error` is not one of Chorus's."""
+    if isinstance(error, tuple(_TYPED.values())):
+        return error
+    if not isinstance(error, RuntimeError):
+        return None
+    text = str(error)
+    code = _code_of(text)
+    if code not in _TYPED:  # wrapped: "... failed: UNAVAILABLE: ..."
+        code = next((c for c in _TYPED if f"{c}: " in text), code)
+    kind = _TYPED.get(code)
+    if kind is None:
+        return error if isinstance(error, Error) else None
+    return kind(text if text.startswith(code) else f"{code}: {text}")
+
+
+@contextlib.contextmanager
+def typed_errors():
+    """Inside it, a collective that fails raises chorus.MembershipLost,
+    chorus.Aborted or chorus.DeadlineExceeded (with the original as its
+    __cause__) instead of torch.distributed's plain RuntimeError:
+
+        with chorus.typed_errors():
+            loss.backward()          # DDP's all-reduce
+    """
+    try:
+        yield
+    except RuntimeError as error:
+        typed = typed_error(error)
+        if typed is None or typed is error:
+            raise
+        raise typed from error
+
+
 # ---- Elastic jobs (docs/python.md "Elastic scripts").
 
 def membership_lost(error):
@@ -282,8 +350,7 @@ def membership_lost(error):
     was lost (UNAVAILABLE), the coordinator formed a new generation
     (ABORTED), or an op timed out (DEADLINE_EXCEEDED). Then call
     join_next_generation()."""
-    text = str(error)
-    return any(code in text for code in ("UNAVAILABLE:", "ABORTED:", "DEADLINE_EXCEEDED:"))
+    return isinstance(typed_error(error), (MembershipLost, Aborted, DeadlineExceeded))
 
 
 def reform_requested():
