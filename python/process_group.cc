@@ -85,13 +85,20 @@ absl::StatusOr<ReduceOp> ToChorusReduceOp(const c10d::ReduceOp& op, const char* 
       return ReduceOp::kMin;
     case c10d::ReduceOp::MAX:
       return ReduceOp::kMax;
+    case c10d::ReduceOp::BAND:
+      return ReduceOp::kBand;
+    case c10d::ReduceOp::BOR:
+      return ReduceOp::kBor;
+    case c10d::ReduceOp::BXOR:
+      return ReduceOp::kBxor;
     case c10d::ReduceOp::PRODUCT:
-      return absl::InvalidArgumentError(
-          absl::StrCat(collective, " with ReduceOp.PRODUCT is not supported; use SUM, AVG, MIN or MAX"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          collective,
+          " with ReduceOp.PRODUCT is not supported; use SUM, AVG, MIN, MAX, BAND, BOR or BXOR"));
     default:
       return absl::InvalidArgumentError(absl::StrCat(
           collective, " with ReduceOp ", static_cast<int>(op.op_),
-          " (a bitwise or pre-multiplied reduction) is not supported; use SUM, AVG, MIN or MAX"));
+          " (a pre-multiplied sum) is not supported; use SUM, AVG, MIN, MAX, BAND, BOR or BXOR"));
   }
 }
 

@@ -17,7 +17,8 @@
 //     splits too), this rank's own part copied;
 //   allreduce_coalesced, allgather_coalesced, recv from any source,
 //   monitored_barrier: refused with an error naming the op.
-// Reductions: SUM, AVG, MIN, MAX; others are refused by name.
+// Reductions: SUM, AVG, MIN, MAX, and BAND, BOR, BXOR (integer and bool
+// tensors on the CPU); PRODUCT and PREMUL_SUM are refused by name.
 //
 // Completion: ops finish in any order (an irecv before an earlier isend
 // whose peer has not yet received: Note [Point-to-point progress] in

@@ -226,6 +226,39 @@ TEST(CommunicatorProcessGroupTest, AllToAllRefusesSplitsThatDoNotAddUp) {
   });
 }
 
+// uint8, int8 and bool, and the bitwise reductions, as on gloo.
+TEST(CommunicatorProcessGroupTest, SmallIntegersBoolsAndBitwiseReductions) {
+  RunGlooRanks(2, [](int rank, Communicator& comm) {
+    auto group = GroupOver(comm);
+    auto reduce = [&](at::Tensor t, c10d::ReduceOp::RedOpType kind) {
+      std::vector<at::Tensor> ts = {t};
+      c10d::AllreduceOptions opts;
+      opts.reduceOp = kind;
+      group->allreduce(ts, opts)->wait();
+      return t;
+    };
+    // rank 0: 0b1100, rank 1: 0b1010
+    at::Tensor bits = at::full({3}, rank == 0 ? 12 : 10, at::kByte);
+    EXPECT_TRUE(at::equal(reduce(bits.clone(), c10d::ReduceOp::BAND), at::full({3}, 8, at::kByte)));
+    EXPECT_TRUE(at::equal(reduce(bits.clone(), c10d::ReduceOp::BOR), at::full({3}, 14, at::kByte)));
+    EXPECT_TRUE(at::equal(reduce(bits.clone(), c10d::ReduceOp::BXOR), at::full({3}, 6, at::kByte)));
+    EXPECT_TRUE(at::equal(reduce(bits.clone(), c10d::ReduceOp::SUM), at::full({3}, 22, at::kByte)));
+    at::Tensor small = at::full({2}, rank == 0 ? -3 : 5, at::kChar);
+    EXPECT_TRUE(at::equal(reduce(small.clone(), c10d::ReduceOp::MIN), at::full({2}, -3, at::kChar)));
+    EXPECT_TRUE(at::equal(reduce(small.clone(), c10d::ReduceOp::SUM), at::full({2}, 2, at::kChar)));
+    auto bools = [](std::vector<uint8_t> v) {
+      return at::tensor(v, at::kByte).to(at::kBool);
+    };
+    at::Tensor flags = bools({rank == 0, 0, 1});
+    EXPECT_TRUE(at::equal(reduce(flags.clone(), c10d::ReduceOp::SUM), bools({1, 0, 1})));
+    EXPECT_TRUE(at::equal(reduce(flags.clone(), c10d::ReduceOp::BAND), bools({0, 0, 1})));
+    EXPECT_TRUE(at::equal(reduce(flags.clone(), c10d::ReduceOp::MAX), bools({1, 0, 1})));
+    std::string error = ErrorOf([&] { reduce(at::ones({2}), c10d::ReduceOp::BOR); });
+    EXPECT_NE(error.find("bor needs an integer or bool dtype, got float32"), std::string::npos)
+        << error;
+  });
+}
+
 TEST(CommunicatorProcessGroupTest, UnsupportedOpsAndReductionsAreRefusedByName) {
   RunGlooRanks(1, [](int, Communicator& comm) {
     auto group = GroupOver(comm);
@@ -234,7 +267,7 @@ TEST(CommunicatorProcessGroupTest, UnsupportedOpsAndReductionsAreRefusedByName) 
     product.reduceOp = c10d::ReduceOp::PRODUCT;
     EXPECT_EQ(ErrorOf([&] { group->allreduce(t, product); }),
               "chorus backend: all_reduce with ReduceOp.PRODUCT is not supported; use SUM, AVG, "
-              "MIN or MAX");
+              "MIN, MAX, BAND, BOR or BXOR");
     std::vector<std::vector<at::Tensor>> lists(1);
     EXPECT_NE(ErrorOf([&] { group->allgather_coalesced(lists, t, c10d::AllgatherOptions()); })
                   .find("all_gather_coalesced is not supported"),

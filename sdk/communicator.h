@@ -54,7 +54,9 @@ namespace chorus {
 // recorder only through the SDK (ProgressReporter, chorus/progress.h).
 class FlightRecorder;
 
-enum class ReduceOp { kSum, kAvg, kMin, kMax };
+// kBand, kBor, kBxor: bitwise and, or and xor of integer and bool tensors,
+// on the Gloo backend (NCCL has none).
+enum class ReduceOp { kSum, kAvg, kMin, kMax, kBand, kBor, kBxor };
 const char* ReduceOpName(ReduceOp op);
 
 // The dtype as fingerprints name it: float32, float64, float16, bfloat16,
@@ -108,8 +110,10 @@ class Communicator {
   // empty for a world communicator.
   virtual const std::vector<int>& group() const = 0;
 
-  // Reduces `tensor` across ranks in place. Float dtypes support every op;
-  // integer dtypes all but kAvg. Empty tensors complete at once.
+  // Reduces `tensor` across ranks in place. Float dtypes support kSum,
+  // kAvg, kMin and kMax; integer dtypes (int64, int32, int8, uint8) and bool
+  // all but kAvg, and the bitwise ops on Gloo (kSum of bools is their or).
+  // Empty tensors complete at once.
   virtual std::shared_ptr<Work> AllReduce(at::Tensor tensor, ReduceOp op,
                                           absl::string_view tag) = 0;
   // Copies `root`'s `tensor` into every rank's `tensor`.

@@ -27,6 +27,12 @@ const char* ReduceOpName(ReduceOp op) {
       return "min";
     case ReduceOp::kMax:
       return "max";
+    case ReduceOp::kBand:
+      return "band";
+    case ReduceOp::kBor:
+      return "bor";
+    case ReduceOp::kBxor:
+      return "bxor";
   }
   return "unknown";
 }

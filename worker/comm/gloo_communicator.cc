@@ -12,6 +12,7 @@
 #include <functional>
 #include <map>
 #include <thread>
+#include <type_traits>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -99,6 +100,44 @@ ReduceFn GlooReduceFn(ReduceOp op) {
   }
 }
 
+// c = a OP b elementwise for the bitwise ops (gloo has none).
+template <typename T, typename Combine>
+void Bitwise(void* c, const void* a, const void* b, size_t n, Combine combine) {
+  T* out = static_cast<T*>(c);
+  const T* x = static_cast<const T*>(a);
+  const T* y = static_cast<const T*>(b);
+  for (size_t i = 0; i < n; ++i) out[i] = static_cast<T>(combine(x[i], y[i]));
+}
+
+// Integer and bool dtypes: every op but kAvg; the bitwise ones too.
+template <typename T>
+ReduceFn IntegralReduceFn(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kBand:
+      return [](void* c, const void* a, const void* b, size_t n) {
+        Bitwise<T>(c, a, b, n, [](T x, T y) { return x & y; });
+      };
+    case ReduceOp::kBor:
+      return [](void* c, const void* a, const void* b, size_t n) {
+        Bitwise<T>(c, a, b, n, [](T x, T y) { return x | y; });
+      };
+    case ReduceOp::kBxor:
+      return [](void* c, const void* a, const void* b, size_t n) {
+        Bitwise<T>(c, a, b, n, [](T x, T y) { return x ^ y; });
+      };
+    case ReduceOp::kSum:
+      if (std::is_same<T, bool>::value) {  // true + true is true: their or
+        return [](void* c, const void* a, const void* b, size_t n) {
+          Bitwise<T>(c, a, b, n, [](T x, T y) { return x | y; });
+        };
+      }
+      return GlooReduceFn<T>(op);
+    default:
+      return GlooReduceFn<T>(op);
+  }
+}
+
+
 // Divides `count` elements in place by `size`. Plain loops, not ATen: this
 // runs on the communicator's thread, where an ATen op could start an OpenMP
 // team that competes with the training thread for cores.
@@ -146,6 +185,50 @@ ReduceFn Bf16ReduceFn(ReduceOp op) {
   }
 }
 
+bool IsBitwise(ReduceOp op) {
+  return op == ReduceOp::kBand || op == ReduceOp::kBor || op == ReduceOp::kBxor;
+}
+
+// The reduction of `op` over elements of `dtype`; INVALID_ARGUMENT naming
+// both for a pair Gloo cannot reduce.
+absl::StatusOr<ReduceFn> ReduceFunctionFor(at::ScalarType dtype, ReduceOp op) {
+  const bool floating = at::isFloatingType(dtype);
+  if (op == ReduceOp::kAvg && !floating) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("AllReduce: avg needs a floating dtype, got ", DtypeName(dtype)));
+  }
+  if (IsBitwise(op) && floating) {
+    return absl::InvalidArgumentError(absl::StrCat("AllReduce: ", ReduceOpName(op),
+                                                   " needs an integer or bool dtype, got ",
+                                                   DtypeName(dtype)));
+  }
+  switch (dtype) {
+    case at::kFloat:
+      return GlooReduceFn<float>(op);
+    case at::kDouble:
+      return GlooReduceFn<double>(op);
+    case at::kHalf:
+      return GlooReduceFn<gloo::float16>(op);
+    case at::kBFloat16:
+      return Bf16ReduceFn(op);
+    case at::kInt:
+      return IntegralReduceFn<int32_t>(op);
+    case at::kLong:
+      return IntegralReduceFn<int64_t>(op);
+    case at::kByte:
+      return IntegralReduceFn<uint8_t>(op);
+    case at::kChar:
+      return IntegralReduceFn<int8_t>(op);
+    case at::kBool:
+      return IntegralReduceFn<bool>(op);
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "AllReduce: dtype ", DtypeName(dtype),
+          " is not supported; use float32, float64, float16, bfloat16, int64, int32, int8, "
+          "uint8 or bool"));
+  }
+}
+
 class GlooCommunicator : public Communicator {
  public:
   GlooCommunicator(const GlooOptions& options, Store& store,
@@ -180,37 +263,9 @@ class GlooCommunicator : public Communicator {
   std::shared_ptr<Work> AllReduce(at::Tensor tensor, ReduceOp op, absl::string_view tag) override {
     if (absl::Status s = CheckTensor(tensor, "AllReduce"); !s.ok()) return QueuedWork::Failed(s);
     const at::ScalarType dtype = tensor.scalar_type();
-    const bool floating = at::isFloatingType(dtype);
-    if (!floating && dtype != at::kInt && dtype != at::kLong) {
-      return QueuedWork::Failed(absl::InvalidArgumentError(absl::StrCat(
-          "AllReduce: dtype ", DtypeName(dtype),
-          " is not supported; use float32, float64, float16, bfloat16, int32 or int64")));
-    }
-    if (op == ReduceOp::kAvg && !floating) {
-      return QueuedWork::Failed(absl::InvalidArgumentError(
-          absl::StrCat("AllReduce: avg needs a floating dtype, got ", DtypeName(dtype))));
-    }
-    ReduceFn fn;
-    switch (dtype) {
-      case at::kFloat:
-        fn = GlooReduceFn<float>(op);
-        break;
-      case at::kDouble:
-        fn = GlooReduceFn<double>(op);
-        break;
-      case at::kHalf:
-        fn = GlooReduceFn<gloo::float16>(op);
-        break;
-      case at::kBFloat16:
-        fn = Bf16ReduceFn(op);
-        break;
-      case at::kInt:
-        fn = GlooReduceFn<int32_t>(op);
-        break;
-      default:
-        fn = GlooReduceFn<int64_t>(op);
-        break;
-    }
+    absl::StatusOr<ReduceFn> reduce = ReduceFunctionFor(dtype, op);
+    if (!reduce.ok()) return QueuedWork::Failed(reduce.status());
+    ReduceFn fn = *std::move(reduce);
     Fingerprint fp{absl::StrCat("allreduce/", ReduceOpName(op)), DtypeName(dtype), tensor.numel(),
                    group_, std::string(tag)};
     const int size = options_.size;

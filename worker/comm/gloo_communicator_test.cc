@@ -539,8 +539,11 @@ TEST(GlooCommunicatorTest, SubGroupsReduceIndependentlyAndAreCached) {
 
 TEST(GlooCommunicatorTest, InvalidArgumentsFailWithoutConsumingASequenceNumber) {
   RunGlooRanks(2, [&](int rank, Communicator& comm) {
-    auto bad_dtype = comm.AllReduce(at::ones({2}, at::kBool), ReduceOp::kSum, "x");
+    auto bad_dtype = comm.AllReduce(at::ones({2}, at::kComplexFloat), ReduceOp::kSum, "x");
     EXPECT_EQ(bad_dtype->Wait(In(absl::Seconds(1))).code(), absl::StatusCode::kInvalidArgument);
+    absl::Status bitwise_float =
+        comm.AllReduce(at::ones({2}), ReduceOp::kBxor, "x")->Wait(In(absl::Seconds(1)));
+    EXPECT_THAT(bitwise_float.message(), HasSubstr("bxor needs an integer or bool dtype"));
     absl::Status avg_int =
         comm.AllReduce(at::ones({2}, at::kInt), ReduceOp::kAvg, "x")->Wait(In(absl::Seconds(1)));
     EXPECT_EQ(avg_int.code(), absl::StatusCode::kInvalidArgument);

@@ -187,6 +187,11 @@ class NcclCommunicator : public Communicator {
       return QueuedWork::Failed(
           absl::InvalidArgumentError("AllReduce: avg needs a floating dtype"));
     }
+    if (op == ReduceOp::kBand || op == ReduceOp::kBor || op == ReduceOp::kBxor) {
+      return QueuedWork::Failed(absl::InvalidArgumentError(absl::StrCat(
+          "AllReduce: NCCL has no bitwise reductions (", ReduceOpName(op),
+          "); reduce the tensor on the CPU (the gloo backend) or use sum, min or max")));
+    }
     // Note [One rank]: alone, the average is the tensor itself.
     const bool alone = options_.size == 1;
     const ncclRedOp_t nccl_op = op == ReduceOp::kSum   ? ncclSum
