@@ -353,9 +353,8 @@ c10::intrusive_ptr<c10d::Work> CommunicatorProcessGroup::reduce_scatter(
   for (int r = 0; r < getSize(); ++r) {
     flat.narrow(0, r * output.numel(), output.numel()).copy_(inputs[0][r].reshape({-1}));
   }
-  const int rank = getRank();
-  return Track(comm_->AllReduce(flat, op, "torch:reduce_scatter"), c10d::OpType::REDUCE_SCATTER,
-               outputs, [flat, output, rank]() mutable { CopySlice(flat, rank, output); });
+  return Track(comm_->ReduceScatter(flat, output, op, "torch:reduce_scatter"),
+               c10d::OpType::REDUCE_SCATTER, outputs);
 }
 
 c10::intrusive_ptr<c10d::Work> CommunicatorProcessGroup::_reduce_scatter_base(
@@ -366,12 +365,8 @@ c10::intrusive_ptr<c10d::Work> CommunicatorProcessGroup::_reduce_scatter_base(
                         getSize() * output.numel(), ") and the output's dtype"));
   }
   ReduceOp op = ReduceOrRefuse(opts.reduceOp, "reduce_scatter_tensor");
-  at::Tensor flat = input.reshape({-1}).clone();  // the input stays as it was
-  const int rank = getRank();
-  at::Tensor out = output;
-  return Track(comm_->AllReduce(flat, op, "torch:reduce_scatter"),
-               c10d::OpType::_REDUCE_SCATTER_BASE, {output},
-               [flat, out, rank]() mutable { CopySlice(flat, rank, out); });
+  return Track(comm_->ReduceScatter(input.contiguous(), output, op, "torch:reduce_scatter"),
+               c10d::OpType::_REDUCE_SCATTER_BASE, {output});
 }
 
 namespace {

@@ -9,8 +9,8 @@
 // How each c10d op maps (Note [Ops on a Communicator]):
 //   allreduce, broadcast, barrier, send, recv, _allgather_base: one op each;
 //   allgather, gather: an all-gather into one flat buffer, copied out;
-//   reduce_scatter(_base): an all-reduce of the whole input, this rank's part
-//     copied out (correct; twice the bytes of a ring reduce-scatter);
+//   reduce_scatter(_base): a ring reduce-scatter ((n - 1) / n of the input
+//     on the wire per rank), a list first laid out in one flat buffer;
 //   reduce: an all-reduce (into a copy on ranks other than the root);
 //   scatter: a broadcast of the root's inputs in one flat buffer;
 //   alltoall, alltoall_base: a send and a receive per other rank (uneven

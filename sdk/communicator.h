@@ -123,6 +123,14 @@ class Communicator {
   // and equal dtypes.
   virtual std::shared_ptr<Work> AllGather(at::Tensor input, at::Tensor output,
                                           absl::string_view tag) = 0;
+  // Reduces every rank's `input` and leaves this rank's share in `output`:
+  // rank r gets the reduction of the r-th slice (output.numel() elements)
+  // of everyone's input, as the first half of an all-reduce, at half its
+  // traffic. `input` is left as it was. REQUIRES input.numel() == size() *
+  // output.numel() and equal dtypes. Reductions and dtypes as AllReduce.
+  // The default fails with UNIMPLEMENTED.
+  virtual std::shared_ptr<Work> ReduceScatter(at::Tensor input, at::Tensor output, ReduceOp op,
+                                              absl::string_view tag);
   // Returns once every rank reached it.
   virtual std::shared_ptr<Work> Barrier(absl::string_view tag) = 0;
   // Point-to-point. Matching is per pair of ranks, in issue order: the k-th

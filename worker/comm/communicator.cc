@@ -17,6 +17,28 @@ void Work::WhenDone(std::function<void(const absl::Status&)> callback) {
   callback(Wait(absl::InfiniteFuture()));
 }
 
+namespace {
+
+// An op that failed before it was issued.
+class RefusedWork final : public Work {
+ public:
+  explicit RefusedWork(absl::Status status) : status_(std::move(status)) {}
+  absl::Status Wait(absl::Time) override { return status_; }
+  bool Done() const override { return true; }
+  int64_t seq() const override { return 0; }
+
+ private:
+  const absl::Status status_;
+};
+
+}  // namespace
+
+std::shared_ptr<Work> Communicator::ReduceScatter(at::Tensor, at::Tensor, ReduceOp,
+                                                  absl::string_view) {
+  return std::make_shared<RefusedWork>(
+      absl::UnimplementedError("ReduceScatter is not implemented by this communicator"));
+}
+
 const char* ReduceOpName(ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:

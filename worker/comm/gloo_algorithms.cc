@@ -167,6 +167,36 @@ void RingAllreduce(const AllreduceOptions& o) {
   }
 }
 
+// ---------------------------------------------------------- reduce-scatter
+
+// Step s = 0 .. n-2: rank r sends block (r - s - 1), which holds the sum of
+// s + 1 ranks' contributions, to the right, and receives block (r - s - 2)
+// from the left into scratch, adding its own. The block received last,
+// (r - n), is r's own, summed over every rank. Messages of a pair share the
+// slot; gloo matches them in posting order, the same on both sides.
+void RingReduceScatter(const ReduceScatterOptions& o) {
+  gloo::Context& ctx = *o.context;
+  const int n = ctx.size;
+  const size_t block_bytes = o.block_count * o.element_size;
+  if (n == 1 || block_bytes == 0) return;
+  const int right = (ctx.rank + 1) % n;
+  const int left = (ctx.rank + n - 1) % n;
+  if (o.scratch->size() < block_bytes) o.scratch->resize(block_bytes);
+  char* data = static_cast<char*>(o.data);
+  AbortableBuffer out(ctx, *o.abort, data, block_bytes * n);
+  AbortableBuffer in(ctx, *o.abort, o.scratch->data(), block_bytes);
+  auto block = [&](int b) { return static_cast<size_t>(((b % n) + n) % n) * block_bytes; };
+  for (int s = 0; s < n - 1; ++s) {
+    const size_t send_at = block(ctx.rank - s - 1);
+    const size_t recv_at = block(ctx.rank - s - 2);
+    in.Recv(left, o.slot, 0, block_bytes);
+    out.Send(right, o.slot, send_at, block_bytes);
+    in.WaitRecv(o.timeout);
+    o.reduce(data + recv_at, data + recv_at, o.scratch->data(), o.block_count);
+    out.WaitSend(o.timeout);
+  }
+}
+
 // ---------------------------------------------------------------- broadcast
 
 void DirectBroadcast(const BroadcastOptions& o) {

@@ -83,6 +83,27 @@ struct AllreduceOptions {
 // Ring all-reduce: reduce-scatter then all-gather around the ring.
 void RingAllreduce(const AllreduceOptions& options);
 
+struct ReduceScatterOptions {
+  gloo::Context* context = nullptr;
+  AbortHandle* abort = nullptr;
+  // `size` blocks of `block_count` elements, block b destined for rank b;
+  // reduced in place: afterwards this rank's block holds the reduction of
+  // every rank's (the other blocks hold partial sums).
+  void* data = nullptr;
+  size_t block_count = 0;
+  size_t element_size = 0;
+  ReduceFunction reduce;
+  uint64_t slot = 0;
+  std::chrono::milliseconds timeout{0};
+  // Room for one block; grown as needed and reused across calls.
+  std::vector<char>* scratch = nullptr;
+};
+
+// Ring reduce-scatter: size - 1 steps, each passing one partially reduced
+// block to the right neighbour, so every rank sends (size - 1) / size of
+// the data (an all-reduce sends twice that).
+void RingReduceScatter(const ReduceScatterOptions& options);
+
 struct BroadcastOptions {
   gloo::Context* context = nullptr;
   AbortHandle* abort = nullptr;

@@ -427,6 +427,49 @@ class GlooCommunicator : public Communicator {
     });
   }
 
+  std::shared_ptr<Work> ReduceScatter(at::Tensor input, at::Tensor output, ReduceOp op,
+                                      absl::string_view tag) override {
+    if (absl::Status s = CheckTensor(input, "ReduceScatter input"); !s.ok())
+      return QueuedWork::Failed(s);
+    if (absl::Status s = CheckTensor(output, "ReduceScatter output"); !s.ok())
+      return QueuedWork::Failed(s);
+    const at::ScalarType dtype = input.scalar_type();
+    if (output.scalar_type() != dtype || input.numel() != options_.size * output.numel()) {
+      return QueuedWork::Failed(absl::InvalidArgumentError(absl::StrCat(
+          "ReduceScatter: the input (", input.numel(), " ", DtypeName(dtype),
+          ") must hold size x the output's elements (", options_.size, " x ", output.numel(),
+          " ", DtypeName(output.scalar_type()), ") of its dtype")));
+    }
+    absl::StatusOr<ReduceFn> reduce = ReduceFunctionFor(dtype, op);
+    if (!reduce.ok()) return QueuedWork::Failed(reduce.status());
+    Fingerprint fp{absl::StrCat("reducescatter/", ReduceOpName(op)), DtypeName(dtype),
+                   input.numel(), group_, std::string(tag)};
+    const uint64_t slot = FingerprintSlotBits(fp);
+    return Issue(std::move(fp), true,
+                 [this, input, output, op, fn = *std::move(reduce), slot](uint32_t gloo_tag) {
+                   if (output.numel() == 0) return;
+                   // The ring reduces in place; the caller's input stays as it was.
+                   at::Tensor work = input.reshape({-1}).clone();
+                   ReduceScatterOptions opts;
+                   opts.context = context_.get();
+                   opts.abort = &abort_;
+                   opts.data = work.data_ptr();
+                   opts.block_count = static_cast<size_t>(output.numel());
+                   opts.element_size = work.element_size();
+                   opts.reduce = fn;
+                   opts.slot = slot | gloo_tag;
+                   opts.timeout = timeout_;
+                   opts.scratch = &scratch_;
+                   RingReduceScatter(opts);
+                   at::Tensor mine = work.narrow(0, options_.rank * output.numel(), output.numel());
+                   if (op == ReduceOp::kAvg && options_.size > 1) {
+                     AverageFunction(work.scalar_type(), options_.size)(mine.data_ptr(),
+                                                                        mine.numel());
+                   }
+                   output.copy_(mine.view(output.sizes()));
+                 });
+  }
+
   std::shared_ptr<Work> Barrier(absl::string_view tag) override {
     Fingerprint fp{"barrier", "", 0, group_, std::string(tag)};
     const uint64_t slot = FingerprintSlotBits(fp);

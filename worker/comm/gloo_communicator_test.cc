@@ -450,6 +450,42 @@ TEST(GlooCommunicatorTest, SendAndRecvMatchInIssueOrder) {
   });
 }
 
+TEST(GlooCommunicatorTest, ReduceScatterGivesEachRankItsReducedSliceAndLeavesTheInput) {
+  for (int n : {2, 3, 4}) {
+    RunGlooRanks(n, [&](int rank, Communicator& comm) {
+      const int block = 5;
+      // Element i of rank r's input: 100 r + i.
+      at::Tensor input = at::arange(n * block, at::kDouble) + 100.0 * rank;
+      at::Tensor before = input.clone();
+      at::Tensor sum = at::zeros({block}, at::kDouble);
+      ASSERT_TRUE(comm.ReduceScatter(input, sum, ReduceOp::kSum, "rs")
+                      ->Wait(In(absl::Seconds(30)))
+                      .ok());
+      EXPECT_TRUE(at::equal(input, before));
+      // Sum over r of (100 r + rank * block + j).
+      at::Tensor want = at::arange(block, at::kDouble) * n + rank * block * n + 50.0 * n * (n - 1);
+      EXPECT_TRUE(at::equal(sum, want)) << "rank " << rank << " of " << n << "\n" << sum;
+      at::Tensor avg = at::zeros({block}, at::kDouble);
+      ASSERT_TRUE(comm.ReduceScatter(input, avg, ReduceOp::kAvg, "rs")
+                      ->Wait(In(absl::Seconds(30)))
+                      .ok());
+      EXPECT_TRUE(at::allclose(avg, want / n));
+      at::Tensor ints = at::full({n * 3}, rank + 1, at::kInt);
+      at::Tensor max = at::zeros({3}, at::kInt);
+      ASSERT_TRUE(comm.ReduceScatter(ints, max, ReduceOp::kMax, "rs")
+                      ->Wait(In(absl::Seconds(30)))
+                      .ok());
+      EXPECT_TRUE(at::equal(max, at::full({3}, n, at::kInt)));
+    });
+  }
+  RunGlooRanks(2, [&](int, Communicator& comm) {
+    absl::Status bad = comm.ReduceScatter(at::ones({5}), at::ones({2}), ReduceOp::kSum, "rs")
+                           ->Wait(In(absl::Seconds(5)));
+    EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(bad.message(), HasSubstr("must hold size x the output's elements (2 x 2"));
+  });
+}
+
 // Note [Point-to-point progress]: every rank sends to its right, then
 // receives from its left, then waits (torch's isend/irecv ring).
 TEST(GlooCommunicatorTest, ARingOfSendsThenReceivesCompletes) {

@@ -179,31 +179,67 @@ class NcclCommunicator : public Communicator {
     return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(options_.device));
   }
 
+  // NCCL's reduction for `op` on `dtype`: avg needs a floating dtype, and
+  // NCCL has no bitwise reductions. Note [One rank]: alone, the average is
+  // the tensor itself.
+  absl::StatusOr<ncclRedOp_t> NcclOp(ReduceOp op, at::ScalarType dtype, const char* what) const {
+    if (op == ReduceOp::kAvg && !at::isFloatingType(dtype)) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": avg needs a floating dtype"));
+    }
+    switch (op) {
+      case ReduceOp::kSum:
+        return ncclSum;
+      case ReduceOp::kAvg:
+        return options_.size == 1 ? ncclSum : ncclAvg;
+      case ReduceOp::kMin:
+        return ncclMin;
+      case ReduceOp::kMax:
+        return ncclMax;
+      default:
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, ": NCCL has no bitwise reductions (", ReduceOpName(op),
+            "); reduce the tensor on the CPU (the gloo backend) or use sum, min or max"));
+    }
+  }
+
   std::shared_ptr<Work> AllReduce(at::Tensor tensor, ReduceOp op, absl::string_view tag) override {
     if (absl::Status s = CheckTensor(tensor, "AllReduce"); !s.ok()) return QueuedWork::Failed(s);
     absl::StatusOr<ncclDataType_t> type = NcclType(tensor.scalar_type());
     if (!type.ok()) return QueuedWork::Failed(type.status());
-    if (op == ReduceOp::kAvg && !at::isFloatingType(tensor.scalar_type())) {
-      return QueuedWork::Failed(
-          absl::InvalidArgumentError("AllReduce: avg needs a floating dtype"));
-    }
-    if (op == ReduceOp::kBand || op == ReduceOp::kBor || op == ReduceOp::kBxor) {
-      return QueuedWork::Failed(absl::InvalidArgumentError(absl::StrCat(
-          "AllReduce: NCCL has no bitwise reductions (", ReduceOpName(op),
-          "); reduce the tensor on the CPU (the gloo backend) or use sum, min or max")));
-    }
-    // Note [One rank]: alone, the average is the tensor itself.
-    const bool alone = options_.size == 1;
-    const ncclRedOp_t nccl_op = op == ReduceOp::kSum   ? ncclSum
-                                : op == ReduceOp::kAvg ? (alone ? ncclSum : ncclAvg)
-                                : op == ReduceOp::kMin ? ncclMin
-                                                       : ncclMax;
+    absl::StatusOr<ncclRedOp_t> reduce = NcclOp(op, tensor.scalar_type(), "AllReduce");
+    if (!reduce.ok()) return QueuedWork::Failed(reduce.status());
     Fingerprint fp{absl::StrCat("allreduce/", ReduceOpName(op)), DtypeName(tensor.scalar_type()),
                    tensor.numel(), group_, std::string(tag)};
     const ncclDataType_t t = *type;
+    const ncclRedOp_t nccl_op = *reduce;
     return Launch(std::move(fp), [this, tensor, t, nccl_op] {
       return ncclAllReduce(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(), t, nccl_op, comm_,
                            stream_);
+    });
+  }
+
+  std::shared_ptr<Work> ReduceScatter(at::Tensor input, at::Tensor output, ReduceOp op,
+                                      absl::string_view tag) override {
+    if (absl::Status s = CheckTensor(input, "ReduceScatter input"); !s.ok())
+      return QueuedWork::Failed(s);
+    if (absl::Status s = CheckTensor(output, "ReduceScatter output"); !s.ok())
+      return QueuedWork::Failed(s);
+    if (input.scalar_type() != output.scalar_type() ||
+        input.numel() != output.numel() * options_.size) {
+      return QueuedWork::Failed(absl::InvalidArgumentError(
+          "ReduceScatter: input must hold size() * output.numel() elements of output's dtype"));
+    }
+    absl::StatusOr<ncclDataType_t> type = NcclType(input.scalar_type());
+    if (!type.ok()) return QueuedWork::Failed(type.status());
+    absl::StatusOr<ncclRedOp_t> reduce = NcclOp(op, input.scalar_type(), "ReduceScatter");
+    if (!reduce.ok()) return QueuedWork::Failed(reduce.status());
+    Fingerprint fp{absl::StrCat("reducescatter/", ReduceOpName(op)),
+                   DtypeName(input.scalar_type()), input.numel(), group_, std::string(tag)};
+    const ncclDataType_t t = *type;
+    const ncclRedOp_t nccl_op = *reduce;
+    return Launch(std::move(fp), [this, input, output, t, nccl_op] {
+      return ncclReduceScatter(input.data_ptr(), output.data_ptr(), output.numel(), t, nccl_op,
+                               comm_, stream_);
     });
   }
 
