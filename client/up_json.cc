@@ -1,5 +1,7 @@
 #include "client/up_json.h"
 
+#include <cstdint>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "common/json.h"
@@ -46,11 +48,18 @@ std::string UpJsonLine(const v1::Job& job) {
   if (job.spec().has_program()) return absl::StrCat(head, ProgramMetrics(job), "}");
   // null where the job did not evaluate (eval.disabled, no test split).
   auto eval = [](bool has, double value) { return has ? JsonNumber(value, 6) : "null"; };
-  return absl::StrCat(head, "{\"test_accuracy\": ", eval(m.has_eval_accuracy(), m.eval_accuracy()),
-                      ", \"test_loss\": ", eval(m.has_eval_loss(), m.eval_loss()),
-                      ", \"train_loss\": ", JsonNumber(m.loss(), 6), ", \"steps\": ", m.step(),
-                      ", \"samples_per_second\": ", JsonNumber(m.samples_per_second(), 2),
-                      ", \"wall_seconds\": ", JsonNumber(WallSeconds(job), 3), "}}");
+  // The reporting rank's peak resident memory, when its trainer measured it.
+  auto peak = m.values().find("peak_rss_bytes");
+  return absl::StrCat(
+      head, "{\"test_accuracy\": ", eval(m.has_eval_accuracy(), m.eval_accuracy()),
+      ", \"test_loss\": ", eval(m.has_eval_loss(), m.eval_loss()),
+      ", \"train_loss\": ", JsonNumber(m.loss(), 6), ", \"steps\": ", m.step(),
+      ", \"samples_per_second\": ", JsonNumber(m.samples_per_second(), 2),
+      ", \"wall_seconds\": ", JsonNumber(WallSeconds(job), 3),
+      peak == m.values().end()
+          ? ""
+          : absl::StrCat(", \"peak_rss_bytes\": ", static_cast<int64_t>(peak->second)),
+      "}}");
 }
 
 }  // namespace chorus::client

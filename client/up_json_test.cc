@@ -40,6 +40,16 @@ TEST(UpJsonLineTest, KeepsItsLayout) {
       "\"steps\": 200, \"samples_per_second\": 1234.50, \"wall_seconds\": 12.250}}");
 }
 
+TEST(UpJsonLineTest, AddsTheRanksPeakMemoryWhenMeasured) {
+  v1::Job job = FinishedJob();
+  (*job.mutable_latest_metrics()->mutable_values())["peak_rss_bytes"] = 3049930752;
+  EXPECT_EQ(UpJsonLine(job),
+            "{\"job_id\": \"job-000001\", \"state\": \"SUCCEEDED\", \"reason\": \"all ranks "
+            "finished\", \"final_metrics\": {\"test_accuracy\": 0.812300, \"test_loss\": 0.500000, "
+            "\"train_loss\": 0.250000, \"steps\": 200, \"samples_per_second\": 1234.50, "
+            "\"wall_seconds\": 12.250, \"peak_rss_bytes\": 3049930752}}");
+}
+
 TEST(UpJsonLineTest, AReasonWithQuotesBackslashNewlineApostropheAndUtf8IsValidJson) {
   v1::Job job = FinishedJob();
   job.set_state(v1::Job::FAILED);

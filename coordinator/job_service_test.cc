@@ -209,8 +209,9 @@ TEST_F(JobServiceTest, JobsNoAgentCanHoldAreRefusedOnceAgentsAreKnown) {
   grpc::Status refused = Submit(kHuge, &response);
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_EQ(refused.error_message(),
-            "job spec: model.mlp.hidden_sizes: a rank needs about 2.7 TB (parameters 344.0 GB, "
-            "gradients 344.0 GB, data 668.4 kB, activations 2.0 TB), more than the 16.0 GB of "
+            "job spec: model.mlp.hidden_sizes: a rank needs about 5.1 TB (runtime 180.0 MB, "
+            "parameters 344.0 GB, gradients 344.0 GB, checkpoint copy 344.0 GB, data 668.4 kB, "
+            "the larger of activations 1.5 TB and evaluation 4.1 TB), more than the 16.0 GB of "
             "memory on the largest connected agent (node-a); make the job smaller");
   // The job accepted before stays queued, saying why.
   status.Clear();
@@ -218,7 +219,7 @@ TEST_F(JobServiceTest, JobsNoAgentCanHoldAreRefusedOnceAgentsAreKnown) {
   EXPECT_EQ(status.job().state(), v1::Job::PENDING);
   EXPECT_EQ(status.pending_reason(),
             "waiting for agents that can hold 1 CPU rank: the 1 connected could hold 0 even when "
-            "idle (about 2.7 TB a rank); later jobs start meanwhile");
+            "idle (about 5.1 TB a rank); later jobs start meanwhile");
 
   // A job that fits is accepted; so is any job while an agent does not say
   // how much memory it has.

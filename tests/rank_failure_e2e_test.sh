@@ -15,17 +15,17 @@ field() { json_get - "$2" <<<"$1"; }
 # --- validate refuses an input no machine could hold, naming the field
 printf 'model { mlp {} }\ndata { synthetic { input_shape: [100000, 100000] } }\n' > "${TMP}/wide.textproto"
 out=$("${CHORUS}" validate "${TMP}/wide.textproto" 2>&1); rc=$?
-[[ ${rc} -eq 2 && "${out}" == *"data.synthetic.input_shape: a rank needs about 222.2 TB ("*"data 196.6 TB"*"more than the 70.4 TB any one machine holds"* ]] \
+[[ ${rc} -eq 2 && "${out}" == *"data.synthetic.input_shape: a rank needs about 237.6 TB ("*"data 196.6 TB"*"more than the 70.4 TB any one machine holds"* ]] \
   && pass "validate refuses [100000, 100000]" || fail "validate wide rc=${rc} out='${out}'"
 
 # --- a hidden layer bigger than this machine: validate notes it, up refuses it
 printf 'model { mlp { hidden_sizes: [2000000000] } }\ndata { synthetic {} }\n' > "${TMP}/deep.textproto"
 out=$("${CHORUS}" validate "${TMP}/deep.textproto" -o none 2>&1); rc=$?
-[[ ${rc} -eq 0 && "${out}" == *"a rank needs about 2.7 TB (parameters 344.0 GB"* \
+[[ ${rc} -eq 0 && "${out}" == *"a rank needs about 5.1 TB (runtime 180.0 MB, parameters 344.0 GB"* \
    && "${out}" == *"note: model.mlp.hidden_sizes: that is more than this machine's"* ]] \
   && pass "validate notes the estimate" || fail "validate deep rc=${rc} out='${out}'"
 out=$(timeout 60 "${CHORUS}" up --local 1 --state_dir "${TMP}/deep" "${TMP}/deep.textproto" 2>&1); rc=$?
-[[ ${rc} -eq 2 && "${out}" == *"model.mlp.hidden_sizes: a rank needs about 2.7 TB"*"of memory on this machine"* ]] \
+[[ ${rc} -eq 2 && "${out}" == *"model.mlp.hidden_sizes: a rank needs about 5.1 TB"*"of memory on this machine"* ]] \
   && pass "up refuses a rank this machine cannot hold" || fail "up deep rc=${rc} out='${out}'"
 assert_no_leftovers "a refused job"
 

@@ -19,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "common/cpu_binding.h"
 #include "common/job_spec.h"
+#include "common/memory_estimate.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "worker/train/checkpoint.h"
@@ -957,6 +958,9 @@ absl::StatusOr<v1::Metrics> TrainGeneration(RankRun& run, const Generation& gen)
   (*metrics.mutable_values())["wall_seconds"] = wall;
   (*metrics.mutable_values())["total_steps"] = total_steps;
   if (training != comm.size()) (*metrics.mutable_values())["training_ranks"] = training;
+  // What the job's memory estimate is checked against (docs/benchmarks.md).
+  if (const int64_t peak = PeakResidentBytes(); peak > 0)
+    (*metrics.mutable_values())["peak_rss_bytes"] = static_cast<double>(peak);
   checkpoints.AddMetrics(metrics);
   metrics.set_samples_per_second(position.step * accum * g.global_batch / std::max(wall, 1e-9));
   run.report(metrics);
