@@ -32,6 +32,8 @@
 #   assert_no_leftovers WHAT     no process whose command line names TMP runs
 #   json_get FILE|- PATH         print one field of a JSON document
 #   json_has FILE|- PATH VALUE   some value at PATH is VALUE (as json_get prints it)
+#   install_python_package INSTALL_SH NATIVE_SO PREFIX
+#                                the chorus package (//python) installed in PREFIX
 #   check_sample_trace DIR WORLD SAMPLES
 #                                what the sample traces of an elastic job in DIR
 #                                (CHORUS_SAMPLE_TRACE) say: every sample of each
@@ -228,6 +230,19 @@ start_agent() {
   AGENT_PIDS+=($!)
   wait_for 'grep -q "connected to ${COORDINATOR_ADDR} as agent-" "${_lib_agent_log}"' 20 \
     || fail "agent $1 did not connect: $(tail -3 "${_lib_agent_log}")"
+}
+
+# install_python_package INSTALL_SH NATIVE_SO PREFIX: python/install.sh
+# --no-build into PREFIX, from a repository laid out in TMP/repo the way
+# install.sh reads it (chorus/__init__.py beside install.sh, _C.so under
+# bazel-bin/python). Prints install.sh's output; its exit status.
+install_python_package() {
+  local repo="${TMP}/repo"
+  mkdir -p "${repo}/python/chorus" "${repo}/bazel-bin/python"
+  cp "$1" "${repo}/python/install.sh"
+  cp "$(dirname "$1")/chorus/__init__.py" "${repo}/python/chorus/"
+  cp "$2" "${repo}/bazel-bin/python/_C.so"
+  "${repo}/python/install.sh" --no-build --prefix "$3" 2>&1
 }
 
 # start_etcd_member NAME: one etcd member named NAME on loopback free ports,

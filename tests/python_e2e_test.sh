@@ -22,13 +22,7 @@ up() { timeout 150 "${CHORUS}" up --local 2 --state_dir "${STATE}" "$@" --json 2
 field() { json_get - "$2" <<<"$1"; }
 lines() { grep "$1" "${STATE}/worker.log" | grep -o "$2.*"; }
 
-# install.sh takes the package from its repository's bazel-bin: lay one out.
-REPO="${TMP}/repo"
-mkdir -p "${REPO}/python/chorus" "${REPO}/bazel-bin/python"
-cp "${INSTALL}" "${REPO}/python/install.sh"
-cp "$(dirname "${INSTALL}")/chorus/__init__.py" "${REPO}/python/chorus/"
-cp "${NATIVE}" "${REPO}/bazel-bin/python/_C.so"
-if out=$("${REPO}/python/install.sh" --no-build --prefix "${TMP}/site" 2>&1); then
+if out=$(install_python_package "${INSTALL}" "${NATIVE}" "${TMP}/site"); then
   pass "python/install.sh: ${out}"
 else
   fail "install.sh: ${out}"; finish

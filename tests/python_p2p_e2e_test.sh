@@ -27,12 +27,7 @@ up() {  # $1 = ranks, $2 = spec
 field() { json_get - "$2" <<<"$1"; }
 lines() { grep "$1" "${STATE}/worker.log" | grep -o "$2.*"; }
 
-REPO="${TMP}/repo"
-mkdir -p "${REPO}/python/chorus" "${REPO}/bazel-bin/python"
-cp "${INSTALL}" "${REPO}/python/install.sh"
-cp "$(dirname "${INSTALL}")/chorus/__init__.py" "${REPO}/python/chorus/"
-cp "${NATIVE}" "${REPO}/bazel-bin/python/_C.so"
-if ! out=$("${REPO}/python/install.sh" --no-build --prefix "${TMP}/site" 2>&1); then
+if ! out=$(install_python_package "${INSTALL}" "${NATIVE}" "${TMP}/site"); then
   fail "install.sh: ${out}"; finish
 fi
 

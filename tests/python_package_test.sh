@@ -16,14 +16,10 @@ PYTHON=/usr/bin/python3
 if ! "${PYTHON}" -m pytest --version >/dev/null 2>&1; then
   fail "pytest is missing for ${PYTHON}: deploy/setup.sh installs it (python3-pytest)"; finish
 fi
-REPO="${TMP}/repo"
-mkdir -p "${REPO}/python/chorus" "${REPO}/bazel-bin/python" "${TMP}/run"
-cp "${INSTALL}" "${REPO}/python/install.sh"
-cp "$(dirname "${INSTALL}")/chorus/__init__.py" "${REPO}/python/chorus/"
-cp "${NATIVE}" "${REPO}/bazel-bin/python/_C.so"
-if ! out=$("${REPO}/python/install.sh" --no-build --prefix "${TMP}/site" 2>&1); then
+if ! out=$(install_python_package "${INSTALL}" "${NATIVE}" "${TMP}/site"); then
   fail "install.sh: ${out}"; finish
 fi
+mkdir -p "${TMP}/run"
 cp "${TESTS}" "${TMP}/run/"
 if out=$(cd "${TMP}/run" && PYTHONPATH="${TMP}/site" timeout "$(slack_seconds 120)" \
            "${PYTHON}" -m pytest -q -p no:cacheprovider "$(basename "${TESTS}")" 2>&1); then
