@@ -6,13 +6,22 @@
 # resumes on 1 rank; `chorus export` writes a file Python's torch.load reads
 # (and, for a TorchScript job, a module torch.jit.load reads);
 # a damaged checkpoint is skipped with a warning event; the same with storage
-# SHARED_DIR, with and without checkpoint.per_rank.
+# SHARED_DIR, with and without checkpoint.per_rank; CHECKPOINT_NOW.
 #
-# Usage (from Bazel): checkpoint_e2e_test.sh CHORUS COORDINATOR
+# Usage (from Bazel): checkpoint_e2e_test.sh CHORUS COORDINATOR [PART]
+#   PART: coordinator (the coordinator's storage, export, TorchScript),
+#         per_rank_shared (decentralized per-rank, SHARED_DIR, CHECKPOINT_NOW)
+#         or all (the default). Bazel runs the two parts as two targets, so
+#         that neither takes two minutes.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 CHORUS=$(realpath "$1")
 COORDINATOR=$(realpath "$2")
+PART=${3:-all}
+case ${PART} in
+  coordinator|per_rank_shared|all) ;;
+  *) echo "checkpoint_e2e_test: PART is coordinator, per_rank_shared or all, not '${PART}'" >&2; exit 2 ;;
+esac
 PYTHON=/usr/bin/python3  # Debian's python3-torch
 STATE="${TMP}/state"
 # `chorus up --json` ends with one JSON line; these read it.
@@ -40,6 +49,15 @@ printf '%s\nresources { min_ranks: 1 max_ranks: 1 }\n' "${base}" > "${TMP}/one.t
 # that it is committed before both ranks are killed at step 50.
 printf '%s\nresources { min_ranks: 2 max_ranks: 2 }\nfault_injection {\n  faults { kind: SLOW rank: 0 at_step: 31 duration_seconds: 0.05 }\n  faults { kind: CRASH rank: 0 at_step: 50 }\n  faults { kind: CRASH rank: 1 at_step: 50 }\n}\n' "${base}" > "${TMP}/killed.textproto"
 
+# A coordinator on the same state directory (as `chorus up --state_dir` runs
+# one: DIR/state) sees what the runs committed.
+coordinator() {
+  start_coordinator -s "${STATE}/state" || fail "no coordinator started on ${STATE}/state"
+  coordinator_pid=${COORDINATOR_PID}
+  addr=${COORDINATOR_ADDR}
+}
+
+if [[ ${PART} != per_rank_shared ]]; then
 # --- job-000001: uninterrupted
 last=$(up --local 2 "${TMP}/two.textproto")
 succeeded_after "${last}" 90 && pass "uninterrupted run: ${last}" \
@@ -50,13 +68,6 @@ last=$(up --local 2 "${TMP}/killed.textproto")
 failed_with "${last}" "killed by signal 9" && pass "interrupted run was killed" \
   || fail "killed run: '${last}'"
 
-# A coordinator on the same state directory (as `chorus up --state_dir` runs
-# one: DIR/state) sees what the runs committed.
-coordinator() {
-  start_coordinator -s "${STATE}/state" || fail "no coordinator started on ${STATE}/state"
-  coordinator_pid=${COORDINATOR_PID}
-  addr=${COORDINATOR_ADDR}
-}
 coordinator
 ckpts=$("${CHORUS}" --coordinator "${addr}" checkpoints job-000002 2>&1)
 full_ckpts=$("${CHORUS}" --coordinator "${addr}" checkpoints job-000001 --json 2>&1)
@@ -153,8 +164,20 @@ PY
 [[ "${cmp}" == *"same True moved True out (2, 4)"* ]] \
   && pass "torch.jit.load reads the module; it holds the checkpoint's trained weights (${cmp})" || fail "TorchScript export: ${cmp}"
 
+fi  # coordinator storage
+
+if [[ ${PART} != coordinator ]]; then
 # --- decentralized, checkpoint.per_rank: every rank's own model, killed and resumed
 job_of() { field "$1" job_id; }
+# The SHARED_DIR resume below is compared with the uninterrupted run, which
+# the first part runs and exports; alone, this part runs it itself.
+if [[ ! -s "${TMP}/full.pt" ]]; then
+  last=$(up --local 2 "${TMP}/two.textproto"); full_job=$(job_of "${last}")
+  coordinator
+  "${CHORUS}" --coordinator "${addr}" export "${full_job}" -o "${TMP}/full.pt" 2>"${TMP}/export.err" \
+    && pass "uninterrupted run ${full_job} exported" || fail "uninterrupted run: '${last}' $(cat "${TMP}/export.err")"
+  kill -TERM "${coordinator_pid}"; wait "${coordinator_pid}" 2>/dev/null
+fi
 gossip="${base/checkpoint \{ every_steps: 30 keep_last: 0 \}/checkpoint { every_steps: 30 keep_last: 0 per_rank: true \}}
 strategy { decentralized { topology: RING } }
 resources { min_ranks: 2 max_ranks: 2 }"
@@ -328,6 +351,8 @@ fault_injection { faults { kind: SLOW rank: 0 at_step: 1 duration_seconds: 0.08 
     fail "${kind}: chorus checkpoint rc=${rc} out='${out}' final='${final}' $(tail -3 "${TMP}/now_${kind}.err")"
   fi
 done
+
+fi  # per-rank and SHARED_DIR storage, CHECKPOINT_NOW
 
 assert_no_leftovers "every run"
 finish
