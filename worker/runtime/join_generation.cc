@@ -97,12 +97,6 @@ std::shared_ptr<ProgressSender> AgentJoinChannel(std::shared_ptr<ProgressSender>
   return channel;
 }
 
-namespace {
-
-std::string Errno(int error) { return std::strerror(error); }
-
-}  // namespace
-
 absl::StatusOr<RankLaunch> RankLaunchFromEnvironment() {
   auto env = [](const char* name) {
     const char* v = std::getenv(name);
@@ -136,7 +130,7 @@ absl::StatusOr<std::string> WriteJoinFile(const std::string& dir, const v1::Join
   const int fd = ::mkstemp(path.data());
   if (fd < 0) {
     return absl::FailedPreconditionError(
-        absl::StrCat("cannot create the join file in ", dir, ": ", Errno(errno)));
+        absl::StrCat("cannot create the join file in ", dir, ": ", std::strerror(errno)));
   }
   const std::string bytes = joined.SerializeAsString();
   size_t done = 0;
@@ -148,7 +142,7 @@ absl::StatusOr<std::string> WriteJoinFile(const std::string& dir, const v1::Join
       ::close(fd);
       ::unlink(path.c_str());
       return absl::FailedPreconditionError(
-          absl::StrCat("cannot write the join file ", path, ": ", Errno(err)));
+          absl::StrCat("cannot write the join file ", path, ": ", std::strerror(err)));
     }
     done += static_cast<size_t>(n);
   }
@@ -160,7 +154,7 @@ absl::StatusOr<v1::JoinResponse> ReadJoinFile(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     return absl::FailedPreconditionError(
-        absl::StrCat("cannot open the join file ", path, ": ", Errno(errno)));
+        absl::StrCat("cannot open the join file ", path, ": ", std::strerror(errno)));
   }
   std::string bytes;
   char buffer[1 << 16];
@@ -171,7 +165,7 @@ absl::StatusOr<v1::JoinResponse> ReadJoinFile(const std::string& path) {
       const int err = errno;
       ::close(fd);
       return absl::FailedPreconditionError(
-          absl::StrCat("cannot read the join file ", path, ": ", Errno(err)));
+          absl::StrCat("cannot read the join file ", path, ": ", std::strerror(err)));
     }
     if (n == 0) break;
     bytes.append(buffer, static_cast<size_t>(n));

@@ -13,11 +13,6 @@
 #include "common/status_macros.h"
 
 namespace chorus {
-namespace {
-
-std::string Errno(int error) { return std::strerror(error); }
-
-}  // namespace
 
 absl::StatusOr<int> PickFreePort(const std::string& host) {
   addrinfo hints = {};
@@ -35,14 +30,14 @@ absl::StatusOr<int> PickFreePort(const std::string& host) {
   for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
     const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
     if (fd < 0) {
-      last_error = Errno(errno);
+      last_error = std::strerror(errno);
       continue;
     }
     sockaddr_storage bound = {};
     socklen_t length = sizeof(bound);
     if (::bind(fd, a->ai_addr, a->ai_addrlen) != 0 ||
         ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length) != 0) {
-      last_error = Errno(errno);
+      last_error = std::strerror(errno);
       ::close(fd);
       continue;
     }
