@@ -219,8 +219,8 @@ absl::Status MakeJobDirectory(const std::string& dir) {
   }
   if (st.st_uid != ::geteuid()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "checkpoint.shared_dir: ", dir, " belongs to uid ", st.st_uid, ", not to uid ",
-        ::geteuid(), " the job's ranks run as; another user made it, so it cannot hold this "
+        "checkpoint.shared_dir: ", dir, " belongs to uid ", st.st_uid, ", not to uid ", ::geteuid(),
+        " the job's ranks run as; another user made it, so it cannot hold this "
         "job's checkpoints privately: remove it (root) and start the job again"));
   }
   if ((st.st_mode & kOthersBits) != 0) {
@@ -239,9 +239,8 @@ absl::Status MakeJobDirectory(const std::string& dir) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<SharedDirCheckpointStorage>> SharedDirCheckpointStorage::Create(
-    std::shared_ptr<grpc::Channel> channel, const std::string& shared_dir,
-    const std::string& space, std::string job_id, int64_t generation, int rank,
-    absl::Duration timeout) {
+    std::shared_ptr<grpc::Channel> channel, const std::string& shared_dir, const std::string& space,
+    std::string job_id, int64_t generation, int rank, absl::Duration timeout) {
   struct stat root {};
   const int stat_errno = ::stat(shared_dir.c_str(), &root) != 0 ? errno : 0;
   if (stat_errno != 0 || !S_ISDIR(root.st_mode)) {

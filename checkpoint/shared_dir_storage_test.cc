@@ -186,8 +186,8 @@ mode_t ModeOf(const std::string& path) {
 TEST_F(SharedDirStorageTest, TheJobsDirectoryAndFilesAreTheRanksUsersOnlyWhateverTheUmask) {
   const mode_t old_umask = ::umask(0);
   ASSERT_EQ(::chmod(shared_.c_str(), 01777), 0);  // shared by several users, as /tmp
-  auto spaced = SharedDirCheckpointStorage::Create(coordinator_->channel(), shared_,
-                                                   "3f9a1c2b4d5e", "job-000003", 1, 0);
+  auto spaced = SharedDirCheckpointStorage::Create(coordinator_->channel(), shared_, "3f9a1c2b4d5e",
+                                                   "job-000003", 1, 0);
   ASSERT_TRUE(spaced.ok()) << spaced.status();
   auto storage =
       SharedDirCheckpointStorage::Create(coordinator_->channel(), shared_, "", "job-000004", 1, 0);
@@ -238,8 +238,9 @@ TEST_F(SharedDirStorageTest, AJobDirectoryOfAnOlderVersionIsTightenedOneOfAnothe
       SharedDirCheckpointStorage::Create(coordinator_->channel(), shared_, "", "job-3", 1, 0);
   EXPECT_EQ(others.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(others.status().message(),
-              HasSubstr(absl::StrCat(shared_, "/job-3 belongs to uid 65534, not to uid 0 the "
-                                              "job's ranks run as; another user made it")));
+              HasSubstr(absl::StrCat(shared_,
+                                     "/job-3 belongs to uid 65534, not to uid 0 the job's ranks "
+                                     "run as; another user made it")));
 }
 
 TEST_F(SharedDirStorageTest, LoadReadsTheCommittedDirectoryAndChecksIt) {

@@ -10,11 +10,12 @@
 // state file 0600 whatever the umask: the mode is given to open(2) and
 // mkdir(2) themselves (the umask can only take bits away from it), and
 // existing ones are tightened to that with a warning. The same holds for
-// checkpoints (the coordinator's --checkpoint_dir, coordinator/
-// checkpoint_store.h; a job's SHARED_DIR directory, Note [A shared
+// checkpoints (the coordinator's --checkpoint_dir,
+// coordinator/checkpoint_store.h; a job's SHARED_DIR directory, Note [A shared
 // checkpoint directory] in checkpoint/shared_dir_storage.cc) and for the
-// logs `chorus up` keeps in its state directory. Token files are the operator's: a group- or world-readable one is
-// refused (not silently fixed), as ssh refuses such a private key, except
+// logs `chorus up` keeps in its state directory. Token files are the
+// operator's: a group- or world-readable one is refused (not silently
+// fixed), as ssh refuses such a private key, except
 // that a file another user owns (root:chorus 0640, a Kubernetes Secret
 // volume with fsGroup) may be shared through its group on purpose; a
 // world-readable token file is refused whoever owns it.

@@ -175,8 +175,8 @@ TEST(QueuePlanTest, AHolderGetsTheFreedSlotsBeforeLaterJobsOfOwnersWithLessUsage
   usage.reservations_held = first.reservations_held;
   const std::vector<QueueEntry> queued = {large, Job("bob-1", 1, 1, "bob"),
                                           Job("bob-2", 2, 2, "bob")};
-  const QueuePlan freed = PlanQueue(queued, {Agent("agent-1", {0, 1}, 4)}, usage,
-                                    SchedulingPolicy());
+  const QueuePlan freed =
+      PlanQueue(queued, {Agent("agent-1", {0, 1}, 4)}, usage, SchedulingPolicy());
   EXPECT_THAT(freed.order, ElementsAre("large", "bob-1", "bob-2"));
   EXPECT_THAT(Placed(freed), IsEmpty());
   EXPECT_THAT(freed.reserved.at("agent-1"), ElementsAre(0, 1));
@@ -189,15 +189,15 @@ TEST(QueuePlanTest, AHolderGetsTheFreedSlotsBeforeLaterJobsOfOwnersWithLessUsage
             "of free CPU slots");
 
   usage.reservations_held = freed.reservations_held;
-  const QueuePlan all = PlanQueue(queued, {Agent("agent-1", {0, 1, 2, 3}, 4)}, usage,
-                                  SchedulingPolicy());
+  const QueuePlan all =
+      PlanQueue(queued, {Agent("agent-1", {0, 1, 2, 3}, 4)}, usage, SchedulingPolicy());
   EXPECT_THAT(Placed(all), ElementsAre("large"));
   EXPECT_THAT(all.reservations_held, ElementsAre("bob-1"));
 
   // Without the claim (the first plan of a new leader) fair share decides.
   usage.reservations_held.clear();
-  const QueuePlan fresh = PlanQueue(queued, {Agent("agent-1", {0, 1}, 4)}, usage,
-                                    SchedulingPolicy());
+  const QueuePlan fresh =
+      PlanQueue(queued, {Agent("agent-1", {0, 1}, 4)}, usage, SchedulingPolicy());
   EXPECT_THAT(Placed(fresh), ElementsAre("bob-1"));
 }
 
