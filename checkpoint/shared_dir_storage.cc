@@ -42,6 +42,10 @@ namespace fs = std::filesystem;
 // as much shorter.
 constexpr size_t kBounceBytes = 256 << 10;
 
+constexpr char kWritableHint[] =
+    "; the directory must be writable by the user the ranks run as (by ranks of several users: "
+    "chmod 1777, as /tmp)";
+
 absl::Status Errno(const std::string& what, const std::string& path) {
   return absl::InternalError(
       absl::StrCat("checkpoint: ", what, " ", path, ": ", std::strerror(errno)));
@@ -103,7 +107,9 @@ class WrittenFiles {
 absl::Status WriteFile(const std::string& path, const CheckpointFileSource& source, char* bounce,
                        int64_t* size, uint32_t* crc, absl::Duration* in_write,
                        WrittenFiles& written) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  // Note [A shared checkpoint directory]: 0600, the umask can only take
+  // bits away.
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) return Errno("cannot create", path);
   written.Add(fd);
   *crc = 0;
@@ -141,26 +147,116 @@ absl::Status WriteFile(const std::string& path, const CheckpointFileSource& sour
 
 }  // namespace
 
+// Note [A shared checkpoint directory]
+// checkpoint.shared_dir is written by the ranks themselves, and the ranks of
+// different users may run as different Unix users (docs/operating.md). So
+// every job's directory, <shared_dir>[/<space>]/<job>, is made 0700 by the
+// ranks' user (mkdir(2) with that mode, whatever the umask), its staging and
+// step directories 0700 and its files 0600: no other local user reads a
+// model or writes into the directory. For ranks of several users to make
+// their job directories side by side, the root (and so the cluster's
+// namespace directory, which takes the root's mode when a rank makes it)
+// must be writable by all of them; world-writable is fine only with the
+// sticky bit, as /tmp (chmod 1777), or any user could rename or remove
+// another's job directory: such a root is refused. A job directory that is
+// there already must belong to the ranks' user (in a shared root another
+// user could have made it first, or put a link there); one of an older
+// version with a wider mode is made 0700 with a warning. The coordinator
+// checks and renames the staged files (checkpoint_store.h), so it runs as
+// root or as the ranks' user; `chorus export` and a resume's download go
+// through it, and a rank that cannot read a committed directory (another
+// job's, resumed from) downloads it too.
+
+namespace {
+
+constexpr mode_t kOthersBits = S_IRWXG | S_IRWXO;
+
+// FAILED_PRECONDITION if `dir` (with `st`) is writable by every user without
+// the sticky bit (Note [A shared checkpoint directory]).
+absl::Status CheckSharedParent(const std::string& dir, const struct stat& st) {
+  if ((st.st_mode & S_IWOTH) == 0 || (st.st_mode & S_ISVTX) != 0) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "checkpoint.shared_dir: %s is writable by every user (mode %04o) but lacks the sticky "
+      "bit, so any user could rename or remove other jobs' checkpoint directories; make it "
+      "like /tmp: chmod 1777 %s",
+      dir, st.st_mode & 07777, dir));
+}
+
+// Makes the cluster's namespace directory `dir` under `root` (with
+// `root_st`) if missing, with the root's mode; checks it as the root.
+absl::Status MakeSpaceDirectory(const std::string& dir, const struct stat& root_st) {
+  const mode_t mode = root_st.st_mode & 07777;
+  if (::mkdir(dir.c_str(), mode) == 0) {
+    ::chmod(dir.c_str(), mode);  // the umask took bits away
+  } else if (errno != EEXIST) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint.shared_dir: cannot create or write ", dir, ": ",
+                     std::strerror(errno), kWritableHint));
+  }
+  // lstat: in a root all may write to, a link there could be another
+  // user's, leading every job's directory into a directory that user owns.
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint.shared_dir: cannot create or write ", dir,
+                     ": something other than a directory is in the way"));
+  }
+  return CheckSharedParent(dir, st);
+}
+
+// Makes the job's directory `dir` 0700, or checks the one there.
+absl::Status MakeJobDirectory(const std::string& dir) {
+  if (::mkdir(dir.c_str(), S_IRWXU) != 0 && errno != EEXIST) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint.shared_dir: cannot create or write ", dir, ": ",
+                     std::strerror(errno), kWritableHint));
+  }
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint.shared_dir: cannot create or write ", dir,
+                     ": something other than a directory is in the way"));
+  }
+  if (st.st_uid != ::geteuid()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint.shared_dir: ", dir, " belongs to uid ", st.st_uid, ", not to uid ", ::geteuid(),
+        " the job's ranks run as; another user made it, so it cannot hold this "
+        "job's checkpoints privately: remove it (root) and start the job again"));
+  }
+  if ((st.st_mode & kOthersBits) != 0) {
+    if (::chmod(dir.c_str(), S_IRWXU) != 0) return Errno("cannot make private", dir);
+    LOG(WARNING) << "checkpoint.shared_dir: " << dir << " was accessible by others (mode "
+                 << absl::StrFormat("%04o", st.st_mode & 07777) << "); made it 0700";
+  }
+  if (::access(dir.c_str(), W_OK) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint.shared_dir: cannot create or write ", dir, ": ",
+                     std::strerror(errno), kWritableHint));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<SharedDirCheckpointStorage>> SharedDirCheckpointStorage::Create(
-    std::shared_ptr<grpc::Channel> channel, const std::string& shared_dir,
-    const std::string& space, std::string job_id, int64_t generation, int rank,
-    absl::Duration timeout) {
-  std::error_code ec;
-  if (!fs::is_directory(shared_dir, ec)) {
+    std::shared_ptr<grpc::Channel> channel, const std::string& shared_dir, const std::string& space,
+    std::string job_id, int64_t generation, int rank, absl::Duration timeout) {
+  struct stat root {};
+  const int stat_errno = ::stat(shared_dir.c_str(), &root) != 0 ? errno : 0;
+  if (stat_errno != 0 || !S_ISDIR(root.st_mode)) {
     return absl::FailedPreconditionError(absl::StrCat(
         "checkpoint.shared_dir ", shared_dir, " is not a directory on this host (",
-        ec ? ec.message() : "missing",
+        stat_errno != 0 ? std::strerror(stat_errno) : "not a directory",
         "); it must be mounted at the same path on every node and on the coordinator's host"));
   }
-  const std::string job_dir =
-      absl::StrCat(shared_dir, space.empty() ? "" : "/", space, "/", job_id);
-  fs::create_directories(job_dir, ec);
-  if (ec || ::access(job_dir.c_str(), W_OK) != 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("checkpoint.shared_dir: cannot create or write ", job_dir, ": ",
-                     ec ? ec.message() : std::strerror(errno),
-                     "; the directory must be writable by the user the ranks run as"));
+  RETURN_IF_ERROR(CheckSharedParent(shared_dir, root));
+  std::string parent = shared_dir;
+  if (!space.empty()) {
+    parent = absl::StrCat(shared_dir, "/", space);
+    RETURN_IF_ERROR(MakeSpaceDirectory(parent, root));
   }
+  const std::string job_dir = absl::StrCat(parent, "/", job_id);
+  RETURN_IF_ERROR(MakeJobDirectory(job_dir));
   return std::unique_ptr<SharedDirCheckpointStorage>(new SharedDirCheckpointStorage(
       std::move(channel), job_dir, std::move(job_id), generation, rank, timeout));
 }
@@ -183,9 +279,9 @@ absl::Status SharedDirCheckpointStorage::Store(int64_t step,
                                                 "-", next_staging_.fetch_add(1));
   const std::string staging = absl::StrCat(job_dir_, "/", staging_name);
   std::error_code ec;
-  if (!fs::create_directory(staging, ec)) {
-    return absl::InternalError(absl::StrCat("checkpoint: cannot create ", staging, ": ",
-                                            ec ? ec.message() : "it already exists"));
+  if (::mkdir(staging.c_str(), S_IRWXU) != 0) {
+    return absl::InternalError(
+        absl::StrCat("checkpoint: cannot create ", staging, ": ", std::strerror(errno)));
   }
   v1::CommitCheckpointRequest request;
   request.set_job_id(job_id_);
@@ -242,7 +338,10 @@ absl::Status SharedDirCheckpointStorage::Store(int64_t step,
 absl::StatusOr<std::vector<CheckpointFileData>> SharedDirCheckpointStorage::Load(
     const v1::CheckpointManifest& manifest) {
   std::error_code ec;
-  if (manifest.directory().empty() || !fs::is_directory(manifest.directory(), ec))
+  // Another job's directory (a resume) may be private to another user: the
+  // coordinator serves it (Note [A shared checkpoint directory]).
+  if (manifest.directory().empty() || !fs::is_directory(manifest.directory(), ec) ||
+      ::access(manifest.directory().c_str(), R_OK | X_OK) != 0)
     return download_.Load(manifest);
   std::vector<CheckpointFileData> files;
   for (const v1::CheckpointFile& f : manifest.files()) {

@@ -1,5 +1,6 @@
 #include "checkpoint/shared_dir_storage.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -171,6 +172,75 @@ TEST_F(SharedDirStorageTest, CreateRefusesADirectoryThatIsNotThere) {
   EXPECT_THAT(
       blocked.status().message(),
       HasSubstr(absl::StrCat("checkpoint.shared_dir: cannot create or write ", shared_, "/job-2")));
+}
+
+mode_t ModeOf(const std::string& path) {
+  struct stat st {};
+  EXPECT_EQ(::lstat(path.c_str(), &st), 0) << path;
+  return st.st_mode & 07777;
+}
+
+// Note [A shared checkpoint directory]: under umask 0, which would leave
+// everything readable and writable by all, the job's directory and its
+// checkpoints are the ranks' user's only.
+TEST_F(SharedDirStorageTest, TheJobsDirectoryAndFilesAreTheRanksUsersOnlyWhateverTheUmask) {
+  const mode_t old_umask = ::umask(0);
+  ASSERT_EQ(::chmod(shared_.c_str(), 01777), 0);  // shared by several users, as /tmp
+  auto spaced = SharedDirCheckpointStorage::Create(coordinator_->channel(), shared_, "3f9a1c2b4d5e",
+                                                   "job-000003", 1, 0);
+  ASSERT_TRUE(spaced.ok()) << spaced.status();
+  auto storage =
+      SharedDirCheckpointStorage::Create(coordinator_->channel(), shared_, "", "job-000004", 1, 0);
+  ASSERT_TRUE(storage.ok()) << storage.status();
+  ASSERT_TRUE((*storage)->Store(40, {Source(kModelFile, "weights")}).ok());
+  ::umask(old_umask);
+  EXPECT_EQ(ModeOf(shared_ + "/3f9a1c2b4d5e"), 01777u)
+      << "the cluster's namespace takes the root's mode, so other users make their jobs there";
+  EXPECT_EQ(ModeOf(shared_ + "/3f9a1c2b4d5e/job-000003"), 0700u);
+  const std::string job = shared_ + "/job-000004";
+  EXPECT_EQ(ModeOf(job), 0700u);
+  EXPECT_EQ(ModeOf(job + "/40"), 0700u);
+  EXPECT_EQ(ModeOf(job + "/40/model.pt"), 0600u);
+}
+
+TEST_F(SharedDirStorageTest, AWorldWritableRootWithoutTheStickyBitIsRefused) {
+  ASSERT_EQ(::chmod(shared_.c_str(), 0777), 0);
+  auto refused =
+      SharedDirCheckpointStorage::Create(coordinator_->channel(), shared_, "", "job-1", 1, 0);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(refused.status().message(),
+            absl::StrCat("checkpoint.shared_dir: ", shared_,
+                         " is writable by every user (mode 0777) but lacks the sticky bit, so "
+                         "any user could rename or remove other jobs' checkpoint directories; "
+                         "make it like /tmp: chmod 1777 ",
+                         shared_));
+  EXPECT_FALSE(fs::exists(shared_ + "/job-1"));
+}
+
+TEST_F(SharedDirStorageTest, AJobDirectoryOfAnOlderVersionIsTightenedOneOfAnotherUserRefused) {
+  ASSERT_TRUE(fs::create_directories(shared_ + "/job-1"));
+  ASSERT_EQ(::chmod((shared_ + "/job-1").c_str(), 0755), 0);
+  auto tightened =
+      SharedDirCheckpointStorage::Create(coordinator_->channel(), shared_, "", "job-1", 1, 0);
+  ASSERT_TRUE(tightened.ok()) << tightened.status();
+  EXPECT_EQ(ModeOf(shared_ + "/job-1"), 0700u);
+
+  // A link another user put where the job's directory goes is refused.
+  fs::create_directory_symlink("/etc", shared_ + "/job-2");
+  auto linked =
+      SharedDirCheckpointStorage::Create(coordinator_->channel(), shared_, "", "job-2", 1, 0);
+  EXPECT_EQ(linked.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(linked.status().message(), HasSubstr("something other than a directory"));
+  if (::geteuid() != 0) GTEST_SKIP() << "giving a directory to another user needs root";
+  ASSERT_TRUE(fs::create_directories(shared_ + "/job-3"));
+  ASSERT_EQ(::chown((shared_ + "/job-3").c_str(), 65534, 65534), 0);
+  auto others =
+      SharedDirCheckpointStorage::Create(coordinator_->channel(), shared_, "", "job-3", 1, 0);
+  EXPECT_EQ(others.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(others.status().message(),
+              HasSubstr(absl::StrCat(shared_,
+                                     "/job-3 belongs to uid 65534, not to uid 0 the job's ranks "
+                                     "run as; another user made it")));
 }
 
 TEST_F(SharedDirStorageTest, LoadReadsTheCommittedDirectoryAndChecksIt) {

@@ -40,20 +40,35 @@ extern char** environ;
 namespace chorus::client {
 namespace {
 
+// Starts `args` with stdout and stderr appended to `log_path`, made 0600
+// first (Note [chorus up's files]); -1 if it cannot be started.
 pid_t Spawn(const std::vector<std::string>& args, const std::string& log_path) {
+  if (absl::Status s = MakePrivateFile(log_path); !s.ok()) {
+    std::cerr << "chorus up: " << s.message() << "\n";
+    return -1;
+  }
   std::vector<char*> argv;
   for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log_path.c_str(),
-                                   O_WRONLY | O_CREAT | O_APPEND, 0644);
+                                   O_WRONLY | O_CREAT | O_APPEND, 0600);
   posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
   pid_t pid = -1;
   int rc = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
   return rc == 0 ? pid : -1;
 }
+
+// Note [chorus up's files]
+// The cluster's directory (--state_dir, or a temporary one) holds its
+// tokens, the coordinator's state (every job's spec and checkpoints) and
+// two logs: coordinator.log and worker.log, where every rank's output goes.
+// None of it is for other users of the machine, so the directory is made
+// 0700 and the logs 0600 whatever the umask (Note [Private files] in
+// common/private_files.h); a directory or log of an earlier run with a
+// wider mode is tightened, with a warning.
 
 // SIGTERM, then SIGKILL if it has not exited within `grace`.
 void Terminate(pid_t pid, absl::Duration grace) {
@@ -246,7 +261,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const std::str
     cluster->dir_ = tmpl;
   }
   const std::string& dir = cluster->dir_;
-  std::filesystem::create_directories(dir);
+  RETURN_IF_ERROR(MakePrivateDirectory(dir, "--state_dir"));  // Note [chorus up's files]
   ASSIGN_OR_RETURN(cluster->tokens_, WriteLocalTokens(dir));
   const std::string port_file = dir + "/port";
   std::remove(port_file.c_str());

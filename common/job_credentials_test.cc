@@ -44,7 +44,7 @@ TEST(JobCredentialsTest, ACredentialNamesItsJobAndOnlyThatSecretAcceptsIt) {
 }
 
 TEST(JobCredentialsTest, SecretIsDrawnOnceKeptPrivateAndReadBackAfterARestart) {
-  const mode_t old_umask = ::umask(022);
+  const mode_t old_umask = ::umask(0);  // the mode comes from the code, not the umask
   const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/secret_once";
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);

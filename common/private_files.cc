@@ -30,13 +30,18 @@ absl::Status Errno(absl::string_view what, const std::string& path) {
 
 absl::Status MakePrivateDirectory(const std::string& dir, absl::string_view what) {
   std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(what, " ", dir, ": cannot create: ", ec.message()));
+  const std::filesystem::path parent = std::filesystem::path(dir).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  // mkdir(2) with 0700: the umask can only take bits away from that.
+  if (ec || (::mkdir(dir.c_str(), S_IRWXU) != 0 && errno != EEXIST)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, " ", dir, ": cannot create: ", ec ? ec.message() : std::strerror(errno)));
   }
   struct stat st {};
   if (::stat(dir.c_str(), &st) != 0) return Errno(absl::StrCat(what, ": cannot stat"), dir);
+  if (!S_ISDIR(st.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrCat(what, " ", dir, " is not a directory"));
+  }
   if ((st.st_mode & kOthersBits) == 0) return absl::OkStatus();
   if (::chmod(dir.c_str(), S_IRWXU) != 0) {
     // A directory another user owns (a Kubernetes volume's root, given to
@@ -45,23 +50,62 @@ absl::Status MakePrivateDirectory(const std::string& dir, absl::string_view what
     LOG(WARNING) << what << " " << dir << " is accessible by others (mode "
                  << ModeText(st.st_mode) << ") and cannot be made private: "
                  << std::strerror(errno) << "; chmod 700 " << dir;
+  } else {
+    LOG(WARNING) << what << " " << dir << " was accessible by others (mode "
+                 << ModeText(st.st_mode) << "); made it 0700";
   }
   return absl::OkStatus();
 }
 
-absl::Status MakePrivateFile(const std::string& path) {
+int OpenPrivateFile(const std::string& path, int flags) {
   // O_CREAT with 0600: the umask can only take bits away from that.
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, S_IRUSR | S_IWUSR);
-  if (fd < 0) return Errno("cannot open", path);
+  const int fd = ::open(path.c_str(), flags | O_CREAT | O_CLOEXEC | O_NOFOLLOW, S_IRUSR | S_IWUSR);
+  if (fd < 0) return -1;
   struct stat st {};
-  absl::Status status;
   if (::fstat(fd, &st) != 0) {
-    status = Errno("cannot stat", path);
-  } else if ((st.st_mode & (kOthersBits | S_IXUSR)) != 0 && ::fchmod(fd, S_IRUSR | S_IWUSR) != 0) {
-    status = Errno(absl::StrCat("cannot make private (mode ", ModeText(st.st_mode), ")"), path);
+    const int saved = errno;
+    ::close(fd);
+    errno = saved;
+    return -1;
   }
+  if ((st.st_mode & (kOthersBits | S_IXUSR)) == 0) return fd;
+  if (::fchmod(fd, S_IRUSR | S_IWUSR) != 0) {
+    const int saved = errno;
+    ::close(fd);
+    errno = saved;
+    return -1;
+  }
+  LOG(WARNING) << path << " was readable by others (mode " << ModeText(st.st_mode)
+               << "); made it 0600";
+  return fd;
+}
+
+absl::Status MakePrivateFile(const std::string& path) {
+  const int fd = OpenPrivateFile(path, O_RDWR);
+  if (fd < 0) return Errno("cannot open or make private", path);
   ::close(fd);
-  return status;
+  return absl::OkStatus();
+}
+
+void TightenPrivateTree(const std::string& root, absl::string_view what) {
+  namespace fs = std::filesystem;
+  int changed = 0, left = 0;
+  auto tighten = [&](const fs::path& path) {
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0 || S_ISLNK(st.st_mode)) return;
+    if ((st.st_mode & kOthersBits) == 0) return;
+    const mode_t mode = S_ISDIR(st.st_mode) ? S_IRWXU : (st.st_mode & S_IRWXU);
+    (::chmod(path.c_str(), mode) == 0 ? changed : left) += 1;
+  };
+  std::error_code ec;
+  tighten(root);
+  for (fs::recursive_directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+    tighten(it->path());
+  }
+  if (changed + left == 0) return;
+  LOG(WARNING) << what << " " << root << ": " << changed
+               << " file(s) and directories others could read were made private (0700/0600)"
+               << (left > 0 ? absl::StrCat("; ", left, " could not be changed") : "");
 }
 
 absl::Status WritePrivateFile(const std::string& path, absl::string_view contents) {

@@ -1,8 +1,10 @@
 #include "common/private_files.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -22,12 +24,12 @@ mode_t ModeOf(const std::string& path) {
   return st.st_mode & 07777;
 }
 
-// Runs the test body under a umask that leaves new files readable by all,
-// as a coordinator started from a login shell would.
+// Runs the test body under umask 0, which leaves new files readable and
+// writable by all: the modes asserted come from the code, not the umask.
 class PrivateFilesTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    old_umask_ = ::umask(022);
+    old_umask_ = ::umask(0);
     dir_ = std::string(std::getenv("TEST_TMPDIR")) + "/" +
            ::testing::UnitTest::GetInstance()->current_test_info()->name();
     std::filesystem::remove_all(dir_);
@@ -51,7 +53,7 @@ TEST_F(PrivateFilesTest, FileIsCreatedOrTightenedTo0600AndKeepsItsContents) {
   ASSERT_TRUE(MakePrivateFile(dir_ + "/new.db").ok());
   EXPECT_EQ(ModeOf(dir_ + "/new.db"), 0600u);
   std::ofstream(dir_ + "/old.db") << "contents";
-  ASSERT_EQ(ModeOf(dir_ + "/old.db"), 0644u) << "the umask of this test makes 0644 files";
+  ASSERT_EQ(ModeOf(dir_ + "/old.db"), 0666u) << "the umask of this test makes 0666 files";
   ASSERT_TRUE(MakePrivateFile(dir_ + "/old.db").ok());
   EXPECT_EQ(ModeOf(dir_ + "/old.db"), 0600u);
   std::ifstream in(dir_ + "/old.db");
@@ -76,10 +78,45 @@ TEST_F(PrivateFilesTest, WrittenFileIs0600AndNeverReplaced) {
       << "no temporary file is left behind";
 }
 
+TEST_F(PrivateFilesTest, OpenedFileIs0600AndAWiderOneIsTightened) {
+  std::filesystem::create_directories(dir_);
+  int fd = OpenPrivateFile(dir_ + "/MANIFEST", O_WRONLY | O_TRUNC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::write(fd, "abc", 3), 3);
+  ::close(fd);
+  EXPECT_EQ(ModeOf(dir_ + "/MANIFEST"), 0600u);
+  ASSERT_EQ(::chmod((dir_ + "/MANIFEST").c_str(), 0644), 0);
+  fd = OpenPrivateFile(dir_ + "/MANIFEST", O_WRONLY | O_APPEND);
+  ASSERT_GE(fd, 0);
+  ::close(fd);
+  EXPECT_EQ(ModeOf(dir_ + "/MANIFEST"), 0600u);
+  EXPECT_EQ(OpenPrivateFile(dir_ + "/missing/MANIFEST", O_WRONLY), -1);
+  EXPECT_EQ(errno, ENOENT);
+}
+
+TEST_F(PrivateFilesTest, ATreeOthersCouldReadIsTightenedEverywhere) {
+  std::filesystem::create_directories(dir_ + "/job-1/000000000010");
+  std::ofstream(dir_ + "/job-1/000000000010/model.pt") << "weights";
+  std::ofstream(dir_ + "/job-1/000000000010/MANIFEST") << "m";
+  ASSERT_EQ(ModeOf(dir_ + "/job-1/000000000010"), 0777u);
+  ASSERT_EQ(ModeOf(dir_ + "/job-1/000000000010/model.pt"), 0666u);
+  TightenPrivateTree(dir_, "checkpoint directory");
+  for (const std::string& path : {dir_, dir_ + "/job-1", dir_ + "/job-1/000000000010"}) {
+    EXPECT_EQ(ModeOf(path), 0700u) << path;
+  }
+  EXPECT_EQ(ModeOf(dir_ + "/job-1/000000000010/model.pt"), 0600u);
+  EXPECT_EQ(ModeOf(dir_ + "/job-1/000000000010/MANIFEST"), 0600u);
+  std::ifstream in(dir_ + "/job-1/000000000010/model.pt");
+  std::string contents;
+  in >> contents;
+  EXPECT_EQ(contents, "weights");
+}
+
 TEST_F(PrivateFilesTest, TokenFileReadableByOthersIsRefusedWithTheFix) {
   std::filesystem::create_directories(dir_);
   const std::string path = dir_ + "/tokens";
   std::ofstream(path) << "admin 0123456789abcdef\n";
+  ASSERT_EQ(::chmod(path.c_str(), 0644), 0);
   absl::Status open = CheckTokenFileIsPrivate(path, "token file");
   EXPECT_EQ(open.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(open.message(),

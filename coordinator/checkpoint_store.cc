@@ -1,6 +1,7 @@
 #include "coordinator/checkpoint_store.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,7 +9,6 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <future>
 #include <set>
 #include <system_error>
@@ -20,6 +20,7 @@
 #include "absl/time/clock.h"
 #include "common/crc32c.h"
 #include "common/paths.h"
+#include "common/private_files.h"
 #include "common/sha256.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
@@ -39,6 +40,29 @@ bool SafeName(const std::string& name) {
   return std::all_of(name.begin(), name.end(), [](char c) {
     return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
   });
+}
+
+// The MANIFEST file beside a checkpoint's files, mode 0600 (Note [Private
+// files]). Best effort: the state store's row is the commit (Note [Manifest
+// is the commit]); the file is a copy for people reading the directory.
+void WriteManifestFile(const std::string& path, const v1::CheckpointManifest& manifest) {
+  const int fd = OpenPrivateFile(path, O_WRONLY | O_TRUNC);
+  if (fd < 0) {
+    LOG(WARNING) << "checkpoint: cannot write " << path << ": " << std::strerror(errno);
+    return;
+  }
+  const std::string bytes = manifest.SerializeAsString();
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      LOG(WARNING) << "checkpoint: cannot write " << path << ": " << std::strerror(errno);
+      break;
+    }
+    done += static_cast<size_t>(w);
+  }
+  ::close(fd);
 }
 
 // Reads `path` whole; its size and CRC-32C, and its SHA-256 when `sha256`.
@@ -298,8 +322,11 @@ std::string CheckpointStore::FilePath(const v1::CheckpointManifest& manifest,
 absl::Status CheckpointStore::Recover(const std::vector<SharedJob>& shared,
                                       absl::Duration stale_after) {
   std::error_code ec;
-  fs::create_directories(root_, ec);
-  if (ec) return absl::FailedPreconditionError(absl::StrCat(root_, ": ", ec.message()));
+  // Note [Private files] in common/private_files.h: every job's model and
+  // optimizer state; a tree an older version left with the umask's modes
+  // is tightened here.
+  RETURN_IF_ERROR(MakePrivateDirectory(root_, "checkpoint directory"));
+  TightenPrivateTree(root_, "checkpoint directory");
   ASSIGN_OR_RETURN(std::vector<v1::CheckpointManifest> manifests, state_.LoadManifests(""));
   // Both sides in one form (Note [Paths in one form] in
   // common/job_spec_validation.cc): manifests written before paths were
@@ -358,18 +385,20 @@ absl::StatusOr<std::unique_ptr<CheckpointStore::Upload>> CheckpointStore::BeginU
   if (step < 0)
     return absl::InvalidArgumentError(absl::StrCat("checkpoint: step must be >= 0, got ", step));
   RETURN_IF_ERROR(CheckNotCommitted(job_id, step));
-  std::error_code ec;
   int64_t n;
   {
     absl::MutexLock lock(&mu_);
     n = next_staging_++;
   }
+  const std::string job_dir = absl::StrCat(root_, "/", job_id);
   const std::string staging =
-      absl::StrCat(root_, "/", job_id, "/", kStagingPrefix, step, "-", getpid(), "-", n);
-  fs::create_directories(staging, ec);
-  if (ec)
+      absl::StrCat(job_dir, "/", kStagingPrefix, step, "-", getpid(), "-", n);
+  // Note [Private files]: 0700 directories, 0600 files, whatever the umask.
+  absl::Status made = MakePrivateDirectory(job_dir, "checkpoint directory");
+  if (!made.ok()) return absl::InternalError(absl::StrCat("checkpoint: ", made.message()));
+  if (::mkdir(staging.c_str(), S_IRWXU) != 0)
     return absl::InternalError(
-        absl::StrCat("checkpoint: cannot create ", staging, ": ", ec.message()));
+        absl::StrCat("checkpoint: cannot create ", staging, ": ", std::strerror(errno)));
   return std::unique_ptr<Upload>(new Upload(*this, root_, /*shared=*/false, job_id, step, staging));
 }
 
@@ -381,6 +410,13 @@ absl::StatusOr<std::unique_ptr<CheckpointStore::Upload>> CheckpointStore::AdoptS
   const std::string job_dir = absl::StrCat(root, "/", job_id);
   const std::string staging = absl::StrCat(job_dir, "/", staging_dir);
   std::error_code ec;
+  if (!fs::is_directory(staging, ec) && ec == std::errc::permission_denied) {
+    // Note [A shared checkpoint directory] in checkpoint/shared_dir_storage.cc.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint: the coordinator (uid ", ::geteuid(), ") may not read ", staging,
+        ", which the job's ranks keep private to their user; run the coordinator as root or as "
+        "the user the ranks run as, so that it can check and serve SHARED_DIR checkpoints"));
+  }
   if (!fs::is_directory(staging, ec)) {
     return absl::FailedPreconditionError(
         absl::StrCat("checkpoint: the coordinator cannot see ", staging,
@@ -421,8 +457,10 @@ absl::Status CheckpointStore::Upload::AddChunk(const v1::CheckpointChunk& chunk)
       }
     }
     file_name_ = chunk.file_name();
-    file_ = std::fopen((staging_ + "/" + file_name_).c_str(), "wb");
+    const int fd = OpenPrivateFile(staging_ + "/" + file_name_, O_WRONLY | O_TRUNC);
+    file_ = fd < 0 ? nullptr : ::fdopen(fd, "wb");
     if (file_ == nullptr) {
+      if (fd >= 0) ::close(fd);
       return absl::InternalError(
           absl::StrCat("checkpoint: cannot create ", file_name_, ": ", std::strerror(errno)));
     }
@@ -605,10 +643,7 @@ absl::StatusOr<v1::CheckpointManifest> CheckpointStore::Upload::Commit(
   // directory; after it, the checkpoint exists.
   RETURN_IF_ERROR(store_.state_.SaveManifest(manifest));
   store_.Hit(Stage::kAfterManifest);
-  {
-    std::ofstream out(final_dir + "/" + kManifestFile, std::ios::binary | std::ios::trunc);
-    out << manifest.SerializeAsString();
-  }
+  WriteManifestFile(final_dir + "/" + kManifestFile, manifest);
 
   const absl::Time committed = absl::Now();
   if (keep_last > 0) {

@@ -129,6 +129,43 @@ TEST(CheckpointStoreTest, CommitListRetentionAndFindLoadable) {
   EXPECT_EQ(skipped.size(), 2u);
 }
 
+mode_t ModeOf(const std::string& path) {
+  struct stat st {};
+  EXPECT_EQ(::stat(path.c_str(), &st), 0) << path;
+  return st.st_mode & 07777;
+}
+
+// Note [Private files] in common/private_files.h: under umask 0, which
+// would leave everything readable and writable by all, every job's
+// checkpoints are the coordinator's user's only; a tree an older version
+// left readable is tightened when the store starts.
+TEST(CheckpointStoreTest, CheckpointsAreTheCoordinatorsUsersOnlyWhateverTheUmask) {
+  const std::string dir = TempDir("modes");
+  auto state = StateStore::Open(dir + "/state");
+  ASSERT_TRUE(state.ok()) << state.status();
+  const mode_t old_umask = ::umask(0);
+  const std::string root = dir + "/checkpoint_dir";
+  {
+    CheckpointStore store(root, **state);
+    ASSERT_TRUE(store.Recover().ok());
+    ASSERT_TRUE(Put(store, "job-000001", 100).ok());
+  }
+  const std::string step = root + "/job-000001/000000000100";
+  for (const std::string& d : {root, root + "/job-000001", step}) EXPECT_EQ(ModeOf(d), 0700u) << d;
+  for (const char* f : {"model.pt", "train_state.pt", "MANIFEST"}) {
+    EXPECT_EQ(ModeOf(step + "/" + f), 0600u) << f;
+  }
+  for (const std::string& d : {root, root + "/job-000001", step}) ::chmod(d.c_str(), 0755);
+  ::chmod((step + "/model.pt").c_str(), 0644);
+  {
+    CheckpointStore store(root, **state);
+    ASSERT_TRUE(store.Recover().ok());
+  }
+  ::umask(old_umask);
+  for (const std::string& d : {root, root + "/job-000001", step}) EXPECT_EQ(ModeOf(d), 0700u) << d;
+  EXPECT_EQ(ModeOf(step + "/model.pt"), 0600u);
+}
+
 TEST(CheckpointStoreTest, CorruptChunksBadNamesAndUnfinishedUploadsAreRefused) {
   const std::string dir = TempDir("refuse");
   auto state = StateStore::Open(dir);

@@ -20,13 +20,31 @@ std::vector<size_t> PlanOrder(const std::vector<QueueEntry>& queued, const Queue
     auto it = usage.fair_share.find(queued[i].owner);
     if (it != usage.fair_share.end()) share[i] = it->second;
   }
+  std::vector<bool> held(queued.size(), false);
+  for (size_t i = 0; i < queued.size(); ++i) {
+    held[i] = usage.reservations_held.count(queued[i].job.job_id) > 0;
+  }
   std::vector<size_t> order(queued.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     if (queued[a].priority != queued[b].priority) return queued[a].priority > queued[b].priority;
+    if (held[a] != held[b]) return static_cast<bool>(held[a]);  // Note [Reservation]
     return share[a] < share[b];
   });
   return order;
+}
+
+// Who may take the reservation from a holder of `priority`: only a job of
+// higher priority (Note [Reservation]).
+std::string WhoMayPass(v1::JobSpec::Priority priority) {
+  switch (priority) {
+    case v1::JobSpec::HIGH:
+      return "no job can come before it";
+    case v1::JobSpec::LOW:
+      return "only a NORMAL or HIGH job can come before it";
+    default:
+      return "only a HIGH job can come before it";
+  }
 }
 
 // The plan being made: what is still free, what each owner holds.
@@ -110,12 +128,12 @@ void Planner::Reserve(const QueueEntry& entry, const std::vector<std::pair<size_
   std::string reason = PendingReason(entry.job, now);
   const std::string name = v1::ResourceSpec::Device_Name(device);
   if (slots.empty()) {
-    absl::StrAppend(&reason, "; it is first in line for the ", name,
-                    " slots that free next (reservation)");
+    absl::StrAppend(&reason, "; it is first in line for the ", name, " slots that free next");
   } else {
     absl::StrAppend(&reason, "; it is first in line for ", name, " slots and holds the ",
-                    slots.size(), " free that it can use (reservation)");
+                    slots.size(), " free that it can use");
   }
+  absl::StrAppend(&reason, " (reservation): ", WhoMayPass(entry.priority));
   plan.waiting.push_back({entry.job.job_id, std::move(reason), WaitClass::kFreeSlots});
   for (const auto& [a, slot] : slots) {
     plan.reserved[agents_[a].agent_id].push_back(slot);
@@ -190,6 +208,16 @@ QueuePlan PlanQueue(const std::vector<QueueEntry>& queued, const std::vector<Age
     planner.Plan(queued[i], plan);
   }
   for (auto& [agent, slots] : plan.reserved) std::sort(slots.begin(), slots.end());
+  // Note [Reservation]: the holders, and earlier ones still waiting behind a
+  // holder (of higher priority), keep their claim; the others give it up.
+  for (const auto& [device, holder] : plan.reservation_holders) {
+    plan.reservations_held.insert(holder);
+  }
+  for (const WaitingJob& waiting : plan.waiting) {
+    if (waiting.wait == WaitClass::kReservation && usage.reservations_held.count(waiting.job_id)) {
+      plan.reservations_held.insert(waiting.job_id);
+    }
+  }
   return plan;
 }
 

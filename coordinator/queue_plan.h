@@ -2,9 +2,10 @@
 // as a pure function (docs/scheduling.md).
 //
 // Order: every HIGH job before any NORMAL one before any LOW one; within a
-// priority, the owner with the least decayed usage (slot-seconds, halving
-// every fair_share_half_life, FairShare in fair_share.h) first; then submit
-// order. In that order each job is placed on the free slots (placement.h),
+// priority, a job that holds its device's reservation first (Note
+// [Reservation]), then the owner with the least decayed usage (slot-seconds,
+// halving every fair_share_half_life, FairShare in fair_share.h) first; then
+// submit order. In that order each job is placed on the free slots (placement.h),
 // taking between min_ranks and max_ranks, unless one of these holds:
 //   * its owner's running jobs (and those placed before it in this plan)
 //     hold the user's max slots of its device, or too many for min_ranks
@@ -25,8 +26,19 @@
 // blocks nobody: later jobs take the slots no holder can use (another
 // device, agents its ranks' memory does not fit) - that is backfill. No job declares how long it
 // runs, so a later job is never started on reserved slots in the hope that it ends in time: no
-// estimated start can be given either. The reservation moves when a job comes before its holder (a
-// higher priority submitted, an owner whose usage decayed).
+// estimated start can be given either.
+//
+// A holder keeps its place: the plan is given the jobs that held a
+// reservation in the plan before (QueueUsage::reservations_held), and those
+// come before every other job of their priority, whatever the usage of the
+// others' owners. Without that, fair share put a later job of an owner with
+// less usage before the holder, and a small one started on the first slot
+// that freed while the holder was told it was first in line (issue 57). So
+// only a job of higher priority takes the reservation; its old holder keeps
+// its claim while it waits behind it and is first again once it starts. A
+// holder that comes to wait for its quota or an agent, not for free slots,
+// gives the claim up. The claim lives in the scheduler's last plan, so a
+// coordinator restart or a new leader starts from the fair-share order.
 //
 // Thread-safety: a pure function.
 //
@@ -37,6 +49,7 @@
 #define CHORUS_COORDINATOR_QUEUE_PLAN_H_
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -59,6 +72,9 @@ struct QueueUsage {
   std::map<std::string, std::map<v1::ResourceSpec::Device, int>> slots_in_use;
   // Each owner's decayed usage in slot-seconds (FairShare::Usage).
   std::map<std::string, double> fair_share;
+  // The jobs that held a reservation in the last plan and keep their claim
+  // (QueuePlan::reservations_held of that plan; Note [Reservation]).
+  std::set<std::string> reservations_held;
 };
 
 // Why a job waits, as a small fixed set (the reason's text says more); for
@@ -92,6 +108,10 @@ struct QueuePlan {
   // holders hold: agent id -> slots, ascending.
   std::map<v1::ResourceSpec::Device, std::string> reservation_holders;
   std::map<std::string, std::vector<int>> reserved;
+  // The jobs that keep a claim to their device's reservation in the next
+  // plan: this plan's holders, and earlier holders still waiting for free
+  // slots behind a job of higher priority (Note [Reservation]).
+  std::set<std::string> reservations_held;
 };
 
 // Plans `queued` (in submit order) onto the free slots of `agents` (in rank

@@ -63,7 +63,7 @@ TEST(QueuePlanTest, HighBeforeNormalBeforeLowThenSubmitOrder) {
   EXPECT_THAT(Placed(plan), ElementsAre("high", "normal-1"));
   EXPECT_EQ(ReasonOf(plan, "normal-2"),
             "waiting for 1 free CPU slot; 1 agent has 0 free; it is first in line for the CPU "
-            "slots that free next (reservation)");
+            "slots that free next (reservation): only a HIGH job can come before it");
   EXPECT_EQ(ReasonOf(plan, "low"),
             "waiting for 1 CPU slot behind normal-2, which comes first and holds the "
             "reservation of free CPU slots");
@@ -127,7 +127,8 @@ TEST(QueuePlanTest, TheFirstBlockedJobReservesTheFreeSlotsItCanUse) {
   EXPECT_THAT(plan.reserved.at("agent-2"), ElementsAre(3));
   EXPECT_EQ(ReasonOf(plan, "big"),
             "waiting for 4 free CPU slots; 2 agents have 3 free; it is first in line for CPU "
-            "slots and holds the 3 free that it can use (reservation)");
+            "slots and holds the 3 free that it can use (reservation): only a HIGH job can come "
+            "before it");
   EXPECT_EQ(ReasonOf(plan, "small"),
             "waiting for 1 CPU slot behind big, which comes first and holds the reservation of "
             "free CPU slots");
@@ -157,6 +158,83 @@ TEST(QueuePlanTest, AHigherPriorityJobTakesTheReservation) {
   EXPECT_EQ(ReasonOf(plan, "old"),
             "waiting for 3 CPU slots behind urgent, which comes first and holds the reservation "
             "of free CPU slots");
+}
+
+// Issue 57: a large job of alice (much usage) holds the reservation; bob
+// (little usage) submits small jobs after it, and slots free one by one.
+// Fair share alone put bob's jobs first, and they took every slot that
+// freed while the large job was told it was first in line.
+TEST(QueuePlanTest, AHolderGetsTheFreedSlotsBeforeLaterJobsOfOwnersWithLessUsage) {
+  QueueUsage usage;
+  usage.fair_share = {{"alice", 50000}, {"bob", 10}};
+  const QueueEntry large = Job("large", 4, 4, "alice");
+  const QueuePlan first = PlanQueue({large}, {Agent("agent-1", {0}, 4)}, usage, SchedulingPolicy());
+  ASSERT_EQ(first.reservation_holders.at(v1::ResourceSpec::CPU), "large");
+  EXPECT_THAT(first.reservations_held, ElementsAre("large"));
+
+  usage.reservations_held = first.reservations_held;
+  const std::vector<QueueEntry> queued = {large, Job("bob-1", 1, 1, "bob"),
+                                          Job("bob-2", 2, 2, "bob")};
+  const QueuePlan freed =
+      PlanQueue(queued, {Agent("agent-1", {0, 1}, 4)}, usage, SchedulingPolicy());
+  EXPECT_THAT(freed.order, ElementsAre("large", "bob-1", "bob-2"));
+  EXPECT_THAT(Placed(freed), IsEmpty());
+  EXPECT_THAT(freed.reserved.at("agent-1"), ElementsAre(0, 1));
+  EXPECT_EQ(ReasonOf(freed, "large"),
+            "waiting for 4 free CPU slots; 1 agent has 2 free; it is first in line for CPU slots "
+            "and holds the 2 free that it can use (reservation): only a HIGH job can come "
+            "before it");
+  EXPECT_EQ(ReasonOf(freed, "bob-1"),
+            "waiting for 1 CPU slot behind large, which comes first and holds the reservation "
+            "of free CPU slots");
+
+  usage.reservations_held = freed.reservations_held;
+  const QueuePlan all =
+      PlanQueue(queued, {Agent("agent-1", {0, 1, 2, 3}, 4)}, usage, SchedulingPolicy());
+  EXPECT_THAT(Placed(all), ElementsAre("large"));
+  EXPECT_THAT(all.reservations_held, ElementsAre("bob-1"));
+
+  // Without the claim (the first plan of a new leader) fair share decides.
+  usage.reservations_held.clear();
+  const QueuePlan fresh =
+      PlanQueue(queued, {Agent("agent-1", {0, 1}, 4)}, usage, SchedulingPolicy());
+  EXPECT_THAT(Placed(fresh), ElementsAre("bob-1"));
+}
+
+TEST(QueuePlanTest, AHolderPassedByAHigherPriorityJobIsFirstAgainOnceItStarts) {
+  QueueUsage usage;
+  usage.fair_share = {{"alice", 50000}, {"bob", 10}};
+  usage.reservations_held = {"large"};
+  const QueueEntry large = Job("large", 4, 4, "alice");
+  const QueueEntry urgent = Job("urgent", 2, 2, "carol", v1::JobSpec::HIGH);
+  const QueueEntry small = Job("bob-1", 1, 1, "bob");
+  const QueuePlan passed =
+      PlanQueue({large, urgent, small}, {Agent("agent-1", {0}, 4)}, usage, SchedulingPolicy());
+  EXPECT_EQ(passed.reservation_holders.at(v1::ResourceSpec::CPU), "urgent");
+  EXPECT_EQ(ReasonOf(passed, "urgent"),
+            "waiting for 2 free CPU slots; 1 agent has 1 free; it is first in line for CPU slots "
+            "and holds the 1 free that it can use (reservation): no job can come before it");
+  EXPECT_THAT(passed.reservations_held, ElementsAre("large", "urgent"));
+
+  // urgent started; the slot it did not need frees.
+  usage.reservations_held = passed.reservations_held;
+  const QueuePlan after =
+      PlanQueue({large, small}, {Agent("agent-1", {3}, 4)}, usage, SchedulingPolicy());
+  EXPECT_THAT(Placed(after), IsEmpty());
+  EXPECT_EQ(after.reservation_holders.at(v1::ResourceSpec::CPU), "large");
+  EXPECT_THAT(after.reservations_held, ElementsAre("large"));
+}
+
+TEST(QueuePlanTest, AHolderThatComesToWaitForItsQuotaGivesItsClaimUp) {
+  QueueUsage usage;
+  usage.fair_share = {{"alice", 50000}, {"bob", 10}};
+  usage.reservations_held = {"large"};
+  usage.slots_in_use["alice"][v1::ResourceSpec::CPU] = 6;
+  const QueuePlan plan =
+      PlanQueue({Job("large", 4, 4, "alice"), Job("bob-1", 3, 3, "bob")},
+                {Agent("agent-1", {0, 1}, 8)}, usage, Policy("user alice cpu_slots=8"));
+  EXPECT_EQ(plan.reservation_holders.at(v1::ResourceSpec::CPU), "bob-1");
+  EXPECT_THAT(plan.reservations_held, ElementsAre("bob-1"));
 }
 
 TEST(QueuePlanTest, AJobNoAgentCouldHoldBlocksNobody) {

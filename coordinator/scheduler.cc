@@ -293,6 +293,7 @@ QueueUsage Scheduler::UsageLocked() const {
     usage.slots_in_use[run.owner][run.device] += static_cast<int>(run.ranks.size());
   }
   usage.fair_share = fair_share_.usage();
+  usage.reservations_held = plan_.reservations_held;  // Note [Reservation]
   return usage;
 }
 

@@ -2701,15 +2701,45 @@ TEST_F(QueueSchedulerTest, WithinAPriorityTheUserWithLessRecentUsageGoesFirst) {
   FakeAgent a;
   Add(a, 1, "node-a");
   const std::string alice_1 = SubmitAs("alice", 1, 1);
-  const std::string alice_2 = SubmitAs("alice", 1, 1);
+  const std::string alice_2 = SubmitAs("alice", 1, 1);  // holds the reservation
+  const std::string alice_3 = SubmitAs("alice", 1, 1);
   clock_.Advance(absl::Seconds(1));
   const std::string bob_1 = SubmitAs("bob", 1, 1);
   clock_.Advance(absl::Seconds(600));
   scheduler_->Tick();  // alice's 600 slot-seconds are counted
-  EXPECT_THAT(QueueOrder(), testing::ElementsAre(bob_1, alice_2));
+  // Note [Reservation] in queue_plan.h: the holder keeps its place.
+  EXPECT_THAT(QueueOrder(), testing::ElementsAre(alice_2, bob_1, alice_3));
   ASSERT_TRUE(scheduler_->jobs().Cancel(alice_1, "done").ok());
-  EXPECT_EQ(State(bob_1), v1::Job::RUNNING) << "submitted later, but bob has used nothing";
-  EXPECT_EQ(State(alice_2), v1::Job::PENDING);
+  EXPECT_EQ(State(alice_2), v1::Job::RUNNING);
+  ASSERT_TRUE(scheduler_->jobs().Cancel(alice_2, "done").ok());
+  EXPECT_EQ(State(bob_1), v1::Job::RUNNING) << "submitted later, but bob has used less";
+  EXPECT_EQ(State(alice_3), v1::Job::PENDING);
+}
+
+// Issue 57: a job told it holds the reservation lost the slots that freed
+// to the later, smaller jobs of a user with less usage.
+TEST_F(QueueSchedulerTest, TheReservationHolderGetsTheFreedSlotsWhoeverSubmitsAfterIt) {
+  FakeAgent a;
+  Add(a, 4, "node-a");
+  std::vector<std::string> running;
+  for (int i = 0; i < 4; ++i) running.push_back(SubmitAs("alice", 1, 1));
+  const std::string large = SubmitAs("alice", 4, 4);
+  clock_.Advance(absl::Seconds(600));
+  scheduler_->Tick();  // alice's 2400 slot-seconds are counted
+  const std::string bob_1 = SubmitAs("bob", 1, 1);
+  const std::string bob_2 = SubmitAs("bob", 1, 1);
+  EXPECT_THAT(QueueOrder(), testing::ElementsAre(large, bob_1, bob_2));
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(scheduler_->jobs().Cancel(running[i], "done").ok());
+    EXPECT_EQ(State(bob_1), v1::Job::PENDING) << "slot " << i << " went to bob";
+    EXPECT_EQ(State(bob_2), v1::Job::PENDING);
+    EXPECT_THAT(Why(large), testing::HasSubstr(absl::StrCat(
+                                "holds the ", i + 1,
+                                " free that it can use (reservation): only a HIGH job can come "
+                                "before it")));
+  }
+  ASSERT_TRUE(scheduler_->jobs().Cancel(running[3], "done").ok());
+  EXPECT_EQ(State(large), v1::Job::RUNNING);
 }
 
 TEST_F(QueueSchedulerTest, TheReservationKeepsElasticJobsFromGrowingOntoItsSlots) {
@@ -2723,7 +2753,8 @@ TEST_F(QueueSchedulerTest, TheReservationKeepsElasticJobsFromGrowingOntoItsSlots
   EXPECT_EQ(State(big), v1::Job::PENDING);
   EXPECT_EQ(Why(big),
             "waiting for 3 free CPU slots; 1 agent has 2 free; it is first in line for CPU slots "
-            "and holds the 2 free that it can use (reservation)");
+            "and holds the 2 free that it can use (reservation): only a HIGH job can come "
+            "before it");
   clock_.Advance(absl::Seconds(60));
   scheduler_->Tick();
   EXPECT_EQ(Beat(elastic, 1, 0).kind(), v1::Directive::KIND_UNSPECIFIED)

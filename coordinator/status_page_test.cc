@@ -157,7 +157,8 @@ TEST_F(StatusPageTest, JobListCarriesTheQueueAndTheUsers) {
               HasSubstr("\"queue\":[{\"position\":1,\"job_id\":\"" + bobs +
                         "\",\"name\":\"next\",\"owner\":\"bob\",\"priority\":\"NORMAL\","
                         "\"min_ranks\":2,\"device\":\"CPU\",\"reason\":\"waiting for 2 free"));
-  EXPECT_THAT(list, HasSubstr("(reservation)\",\"holds_reservation\":true}"));
+  EXPECT_THAT(list, HasSubstr("(reservation): only a HIGH job can come before it\","
+                              "\"holds_reservation\":true}"));
   EXPECT_THAT(list, HasSubstr("{\"position\":2,\"job_id\":\"" + anonymous + "\""));
   EXPECT_THAT(list, HasSubstr("behind " + bobs));
   EXPECT_THAT(list, HasSubstr("\"holds_reservation\":false}]"));
