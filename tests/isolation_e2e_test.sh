@@ -41,7 +41,16 @@ chmod 0755 "${BASE}/bin/chorus-rank"
 # --- two Unix users, unique to this run, removed on exit
 USER_A="chiso$$a"
 USER_B="chiso$$b"
-on_exit 'userdel "${USER_A}" 2>/dev/null; userdel "${USER_B}" 2>/dev/null; groupdel "${USER_A}" 2>/dev/null; groupdel "${USER_B}" 2>/dev/null'
+remove_users() {
+  local u
+  for u in "${USER_A}" "${USER_B}"; do
+    id -u "${u}" >/dev/null 2>&1 || continue
+    pkill -KILL -u "${u}" 2>/dev/null  # userdel refuses a user that still runs something
+    userdel "${u}" 2>/dev/null || { sleep 0.5; userdel "${u}" 2>/dev/null; }
+    groupdel "${u}" 2>/dev/null
+  done
+}
+on_exit remove_users
 for u in "${USER_A}" "${USER_B}"; do
   useradd -M -U -s /usr/sbin/nologin "${u}" || { fail "useradd ${u}"; finish; }
 done
@@ -71,8 +80,9 @@ c() { "${CHORUS}" --coordinator "${addr}" --timeout 5 "$@"; }
 
 # --- the probe: what a user's program tries to read, each with its errno
 cat > "${BASE}/probe.py" <<'PY'
-import errno, glob, os, sys
+import errno, os, subprocess, sys
 agent = sys.argv[1]
+print("probe: id -u", subprocess.run(["id", "-u"], capture_output=True, text=True).stdout.strip())
 print("probe: uid", os.getuid(), "gid", os.getgid(), "groups", sorted(os.getgroups()))
 def attempt(name, action):
     try:
@@ -152,8 +162,9 @@ grep -Eq "^W[0-9].*ranks run as root, like this agent, unless the coordinator's 
   || fail "no warning at the agent's start: $(head -5 "${TMP}/plain.log")"
 run_probe alice job-000001
 [[ "${STATE}" == SUCCEEDED ]] && pass "alice's probe SUCCEEDED" || fail "alice: ${STATE} $(cat "${TMP}/job-000001.err") ${LOGS}"
-[[ "${LOGS}" == *"probe: uid ${UID_A} gid $(id -g "${USER_A}") groups [$(id -g "${USER_A}")]"* ]] \
-  && pass "alice's program ran as ${USER_A} (uid ${UID_A}), its group only" || fail "alice uid: ${LOGS}"
+[[ "${LOGS}" == *"probe: id -u ${UID_A}"* \
+   && "${LOGS}" == *"probe: uid ${UID_A} gid $(id -g "${USER_A}") groups []"* ]] \
+  && pass "alice's program ran as ${USER_A} (uid ${UID_A}), its group, no other" || fail "alice uid: ${LOGS}"
 [[ "${LOGS}" == *"probe: tmpdir owner ${UID_A}"* ]] && pass "its TMPDIR belongs to ${USER_A}" \
   || fail "alice TMPDIR: ${LOGS}"
 check_refusals job-000001
@@ -167,7 +178,8 @@ grep -q "else each job gets a uid of its own from --rank_uid_range=${RANGE_UID}-
   || fail "ranged agent's start: $(head -5 "${TMP}/ranged.log")"
 run_probe carol job-000002
 [[ "${STATE}" == SUCCEEDED ]] && pass "carol's probe SUCCEEDED" || fail "carol: ${STATE} $(cat "${TMP}/job-000002.err") ${LOGS}"
-[[ "${LOGS}" == *"probe: uid ${RANGE_UID} gid ${RANGE_UID} groups [${RANGE_UID}]"* ]] \
+[[ "${LOGS}" == *"probe: id -u ${RANGE_UID}"* \
+   && "${LOGS}" == *"probe: uid ${RANGE_UID} gid ${RANGE_UID} groups []"* ]] \
   && pass "carol's program ran as uid ${RANGE_UID} of --rank_uid_range" || fail "carol uid: ${LOGS}"
 check_refusals job-000002
 wait_for '! pgrep -u "${RANGE_UID}" >/dev/null && ! compgen -G "${BASE}/tmp/chorus-*" >/dev/null' 20 \
@@ -178,6 +190,11 @@ run_probe bob job-000003
   && pass "on that agent bob's job still runs as his mapped account (uid ${UID_B})" \
   || fail "bob: ${STATE} ${LOGS}"
 stop_worker
+kill -TERM "${COORDINATOR_PID}"
+wait_exit "${COORDINATOR_PID}" 20 || fail "the coordinator did not stop on SIGTERM"
 
 assert_no_leftovers "the isolation test"
+wait_for '! pgrep -f -- "${BASE}" >/dev/null && ! pgrep -u "${UID_A},${UID_B},${RANGE_UID}" >/dev/null' 10 \
+  && pass "nothing runs as the test's accounts or from ${BASE}" \
+  || fail "left running: $(pgrep -a -u "${UID_A},${UID_B},${RANGE_UID}") $(pgrep -af -- "${BASE}")"
 finish
