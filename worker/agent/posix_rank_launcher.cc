@@ -181,8 +181,8 @@ class PosixRankProcess final : public RankProcess {
 // execve. Between the two the child, a copy of a multithreaded agent, may
 // only make async-signal-safe calls (another thread may have held the
 // allocator's lock at the fork): everything it needs (argv, environment,
-// paths, the descriptors to keep, the pid of cgroup writes as text) is
-// prepared by the parent, and the child makes raw system calls in this
+// the cgroup.procs paths, the descriptors to keep) is
+// prepared by the parent, and the child makes system calls only, in this
 // order: its own process group; Note [Rank signal mask]; stdout and stderr
 // onto the output pipe; its pid into each cgroup.procs (while it is still
 // privileged to); no supplementary groups, then the gid, then the uid
@@ -209,6 +209,7 @@ struct ChildPlan {
   int failure_fd;
   sigset_t blocked;
   std::vector<int> keep;  // sorted descriptors above stderr to keep open
+  int max_fd;             // where closing one by one stops, without close_range
   std::vector<const char*> cgroup_procs;
   std::optional<RankCommand::Account> account;
 };
@@ -238,17 +239,28 @@ bool WriteOwnPid(const char* path) {
   return written == static_cast<ssize_t>(sizeof(text) - at);
 }
 
+// Closes descriptors `first` to `last`; one by one up to `max_fd` on a
+// kernel without close_range (before Linux 5.9).
+bool CloseRange(unsigned int first, unsigned int last, int max_fd) {
+  if (syscall(SYS_close_range, first, last, 0) == 0) return true;
+  if (errno != ENOSYS) return false;
+  for (unsigned int fd = first; fd <= last && fd < static_cast<unsigned int>(max_fd); ++fd) {
+    close(static_cast<int>(fd));
+  }
+  return true;
+}
+
 // Closes every descriptor above stderr but those in plan.keep (sorted).
 bool CloseInherited(const ChildPlan& plan) {
   unsigned int first = STDERR_FILENO + 1;
   for (int kept : plan.keep) {
     if (static_cast<unsigned int>(kept) > first &&
-        syscall(SYS_close_range, first, static_cast<unsigned int>(kept) - 1, 0) != 0) {
+        !CloseRange(first, static_cast<unsigned int>(kept) - 1, plan.max_fd)) {
       return false;
     }
     first = static_cast<unsigned int>(kept) + 1;
   }
-  return syscall(SYS_close_range, first, ~0U, 0) == 0;
+  return CloseRange(first, ~0U, plan.max_fd);
 }
 
 // The child's side of Note [Starting a rank]; never returns.
@@ -343,6 +355,8 @@ absl::StatusOr<std::unique_ptr<RankProcess>> PosixRankLauncher::Start(const Rank
   ChildPlan plan{program.c_str(), argv.data(), envp.data(), output[1], failure[1]};
   sigemptyset(&plan.blocked);
   sigaddset(&plan.blocked, SIGUSR1);  // Note [Rank signal mask]
+  const long open_max = sysconf(_SC_OPEN_MAX);
+  plan.max_fd = static_cast<int>(open_max > 0 ? std::min(open_max, long{1 << 20}) : 65536);
   plan.keep = command.inherit_fds;
   plan.keep.push_back(failure[1]);  // close-on-exec: it goes at the execve
   std::sort(plan.keep.begin(), plan.keep.end());
