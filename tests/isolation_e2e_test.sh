@@ -107,14 +107,16 @@ print("probe: tmpdir owner", os.stat(os.environ["TMPDIR"]).st_uid)
 PY
 chmod 0755 "${BASE}/probe.py"
 
-# start_worker NAME [FLAG...]: a root agent with the agent token and the
-# rank program above; sets WORKER_PID.
+# start_worker NAME [FLAG...]: a root agent with the rank program above and
+# the agent token, from --token_file or, with TOKEN_IN_ENV=1, from
+# CHORUS_TOKEN; sets WORKER_PID.
 start_worker() {
-  local name=$1
+  local name=$1 auth=(--token_file "${BASE}/agent.token")
   shift
-  TMPDIR="${BASE}/tmp" "${WORKER}" --coordinator "${addr}" --slots 1 --host "${name}" \
-    --token_file "${BASE}/agent.token" --rank_binary "${BASE}/bin/chorus-rank" "$@" \
-    2>"${TMP}/${name}.log" &
+  [[ "${TOKEN_IN_ENV:-0}" == 1 ]] && auth=()
+  env TMPDIR="${BASE}/tmp" ${TOKEN_IN_ENV:+CHORUS_TOKEN="${agent_token}"} "${WORKER}" \
+    --coordinator "${addr}" --slots 1 --host "${name}" "${auth[@]}" \
+    --rank_binary "${BASE}/bin/chorus-rank" "$@" 2>"${TMP}/${name}.log" &
   WORKER_PID=$!
   track_pid "${WORKER_PID}"
   wait_for 'grep -q "connected to ${addr} as agent-" "${TMP}/${name}.log"' 20 \
@@ -170,8 +172,12 @@ run_probe alice job-000001
 check_refusals job-000001
 stop_worker
 
-# --- 2. --rank_uid_range: carol (mapped to none) gets a uid of the range
-start_worker ranged --rank_uid_range "${RANGE_UID}-${RANGE_UID}"
+# --- 2. --rank_uid_range: carol (mapped to none) gets a uid of the range;
+# this agent's token comes from its environment, which keeps none of it.
+TOKEN_IN_ENV=1 start_worker ranged --rank_uid_range "${RANGE_UID}-${RANGE_UID}"
+! tr '\0' '\n' <"/proc/${WORKER_PID}/environ" | grep -q "${agent_token}" \
+  && pass "the agent's CHORUS_TOKEN is gone from /proc/AGENT/environ once read" \
+  || fail "the agent's token is still in /proc/${WORKER_PID}/environ"
 grep -q "else each job gets a uid of its own from --rank_uid_range=${RANGE_UID}-${RANGE_UID}" \
   "${TMP}/ranged.log" && ! grep -q "ranks run as root" "${TMP}/ranged.log" \
   && pass "the agent says how it picks ranks' accounts, and no warning" \
