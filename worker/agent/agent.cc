@@ -388,7 +388,6 @@ std::shared_ptr<Agent::Child> Agent::StartRank(const v1::LaunchRanks& launch,
   child->job_id = launch.job_id();
   child->generation = launch.generation();
   child->slot = rank.slot();
-  child->holds_account = true;
   child->heartbeats = std::move(heartbeats);
   return child;
 }
@@ -864,7 +863,7 @@ void Agent::Monitor(std::shared_ptr<Child> child) {
       join = join->second == child ? awaiting_joins_.erase(join) : std::next(join);
     }
   }
-  if (child->holds_account) accounts_.Release(child->job_id);
+  accounts_.Release(child->job_id);  // Acquired in StartRank
   Send(exited);
 }
 

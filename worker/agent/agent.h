@@ -121,8 +121,6 @@ class Agent {
     std::string job_id;
     int64_t generation = 0;
     int slot = 0;
-    // Whether it holds an account of accounts_ (released at its exit).
-    bool holds_account = false;
     // The agent's end of the rank's heartbeat channel; null when it could
     // not be made (the rank then sends its heartbeats to the coordinator).
     std::unique_ptr<ProgressReceiver> heartbeats;
