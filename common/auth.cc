@@ -66,6 +66,20 @@ bool IsSafeUserName(absl::string_view name) {
   return true;
 }
 
+constexpr size_t kMaxUnixNameLength = 32;
+
+// What useradd accepts, less '$' (Samba machine accounts).
+bool IsUnixAccountName(absl::string_view name) {
+  if (name.empty() || name.size() > kMaxUnixNameLength ||
+      !(absl::ascii_isalpha(name[0]) || name[0] == '_')) {
+    return false;
+  }
+  for (char c : name) {
+    if (!absl::ascii_isalnum(c) && c != '.' && c != '_' && c != '-') return false;
+  }
+  return true;
+}
+
 std::optional<Role> ParseTokenRole(absl::string_view word) {
   if (word == "admin") return Role::kAdmin;
   if (word == "user") return Role::kUser;
@@ -92,13 +106,18 @@ absl::StatusOr<TokenAuthorizer> TokenAuthorizer::FromText(absl::string_view text
     std::vector<std::string> fields =
         absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
     const std::string where = absl::StrCat(source, " line ", number);
+    std::optional<std::string> unix_account;
+    if (fields.size() >= 3 && absl::StartsWith(fields.back(), "unix=")) {
+      unix_account = fields.back().substr(5);
+      fields.pop_back();
+    }
     std::optional<Role> role =
         fields.size() == 2 || fields.size() == 3 ? ParseTokenRole(fields[0]) : std::nullopt;
     if (!role.has_value()) {
       return absl::InvalidArgumentError(absl::StrCat(
           where,
-          ": expected \"ROLE TOKEN [USER]\" with ROLE admin, user or agent (e.g. \"user TOKEN "
-          "alice\"; the line is not shown: it may hold a token)"));
+          ": expected \"ROLE TOKEN [USER] [unix=ACCOUNT]\" with ROLE admin, user or agent (e.g. "
+          "\"user TOKEN alice unix=alice\"; the line is not shown: it may hold a token)"));
     }
     if (fields[1].size() < 16) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -120,6 +139,11 @@ absl::StatusOr<TokenAuthorizer> TokenAuthorizer::FromText(absl::string_view text
           absl::StrCat(where, ": the user name must be 1 to ", kMaxUserNameLength,
                        " letters, digits, '.', '_' or '-', starting with a letter or digit"));
     }
+    if (unix_account.has_value()) {
+      if (absl::Status s = auth.MapUnixAccount(*role, user, *unix_account, where); !s.ok()) {
+        return s;
+      }
+    }
     auth.tokens_[fields[1]] = Identity{*role, std::move(user)};
   }
   if (auth.tokens_.empty()) {
@@ -129,6 +153,34 @@ absl::StatusOr<TokenAuthorizer> TokenAuthorizer::FromText(absl::string_view text
                      "\"agent TOKEN\""));
   }
   return auth;
+}
+
+// Note [Rank accounts] in worker/agent/rank_accounts.h: the account must be
+// one the agents' passwd can look up, and one user runs as one account.
+absl::Status TokenAuthorizer::MapUnixAccount(Role role, const std::string& user,
+                                             const std::string& account, const std::string& where) {
+  if (role == Role::kAgent) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": unix= belongs on user (or admin) lines: agent tokens submit no jobs"));
+  }
+  if (!IsUnixAccountName(account)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": unix=", account.empty() ? "(empty)" : account,
+        " is not a Unix account name: 1 to ", kMaxUnixNameLength,
+        " letters, digits, '_', '-' or '.', starting with a letter or '_' (e.g. unix=alice)"));
+  }
+  auto [it, added] = unix_accounts_.emplace(user, account);
+  if (!added && it->second != account) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": ", user, " is mapped to Unix account ",
+                                                   it->second, " on an earlier line and to ",
+                                                   account, " here; one user runs as one account"));
+  }
+  return absl::OkStatus();
+}
+
+std::string TokenAuthorizer::UnixAccountOf(const std::string& user) const {
+  auto it = unix_accounts_.find(user);
+  return it == unix_accounts_.end() ? "" : it->second;
 }
 
 absl::StatusOr<TokenAuthorizer> TokenAuthorizer::FromFile(const std::string& path) {

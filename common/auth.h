@@ -13,9 +13,10 @@
 // job. The health service is open.
 //
 // Server side: a TokenAuthorizer built from the coordinator's --token_file,
-// whose lines are "ROLE TOKEN [USER]" (ROLE = admin | user | agent | worker;
-// USER is required for `user` and defaults to the role's word otherwise;
-// '#' starts a comment), and which accepts the credentials of a
+// whose lines are "ROLE TOKEN [USER] [unix=ACCOUNT]" (ROLE = admin | user |
+// agent | worker; USER is required for `user` and defaults to the role's
+// word otherwise; ACCOUNT, on user and admin lines, is the Unix account the
+// user's jobs run as on the agents; '#' starts a comment), and which accepts the credentials of a
 // JobCredentials secret once given one. Without a token file every call is
 // allowed (an anonymous admin), which the coordinator permits only on
 // loopback addresses.
@@ -159,6 +160,12 @@ class TokenAuthorizer {
   absl::StatusOr<Caller> IdentifyAuthorization(
       std::optional<absl::string_view> authorization) const;
 
+  // The Unix account `user`'s jobs run as on the agents (`unix=` on the
+  // user's lines; Note [Rank accounts] in worker/agent/rank_accounts.h);
+  // empty when the file maps none.
+  std::string UnixAccountOf(const std::string& user) const;
+  bool maps_unix_accounts() const { return !unix_accounts_.empty(); }
+
   // OK if the call's token has a role that covers `needed`; UNAUTHENTICATED
   // if there is none or it is unknown; PERMISSION_DENIED if its role is too
   // weak (Caller::CheckRole).
@@ -174,7 +181,13 @@ class TokenAuthorizer {
     Role role;
     std::string user;
   };
+  // Records FromText's unix=ACCOUNT for `user` (INVALID_ARGUMENT naming
+  // `where` for a bad name, an agent line or a second account).
+  absl::Status MapUnixAccount(Role role, const std::string& user, const std::string& account,
+                              const std::string& where);
+
   std::map<std::string, Identity> tokens_;
+  std::map<std::string, std::string> unix_accounts_;  // user -> Unix account
   std::optional<JobCredentials> job_credentials_;
 };
 

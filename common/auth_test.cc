@@ -83,7 +83,8 @@ TEST(TokenAuthorizerTest, AnHttpAuthorizationHeaderIsCheckedLikeGrpcMetadata) {
 TEST(TokenAuthorizerTest, MalformedFilesNameTheLineButNeverTheToken) {
   auto role = TokenAuthorizer::FromText("root secret-token-1234567890\n", "tokens");
   EXPECT_EQ(role.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(role.status().message(), HasSubstr("tokens line 1: expected \"ROLE TOKEN [USER]\""));
+  EXPECT_THAT(role.status().message(),
+              HasSubstr("tokens line 1: expected \"ROLE TOKEN [USER] [unix=ACCOUNT]\""));
   EXPECT_THAT(role.status().message(), Not(HasSubstr("secret")));
   auto shorty = TokenAuthorizer::FromText("# c\nadmin short\n", "tokens");
   EXPECT_THAT(shorty.status().message(), HasSubstr("tokens line 2: tokens must be at least 16"));
@@ -185,6 +186,26 @@ TEST(TokenAuthorizerTest, OwnersAndAdminsMayActOnAJobOthersMayNot) {
             absl::StatusCode::kPermissionDenied);
 }
 
+// Note [Rank accounts] in worker/agent/rank_accounts.h.
+TEST(TokenAuthorizerTest, UserLinesMayNameTheUnixAccountTheirJobsRunAs) {
+  auto auth = TokenAuthorizer::FromText(
+      absl::StrCat("admin ", kAdmin, " root unix=ops\nuser ", kAlice, " alice unix=alice\nuser ",
+                   kAlice2, " alice  # the same account from her laptop's line\nuser\t", kBob,
+                   "\tbob\t unix=_bob-2.x\nagent ", kAgent, "\n"),
+      "tokens");
+  ASSERT_TRUE(auth.ok()) << auth.status();
+  EXPECT_TRUE(auth->maps_unix_accounts());
+  EXPECT_EQ(auth->UnixAccountOf("alice"), "alice");
+  EXPECT_EQ(auth->UnixAccountOf("bob"), "_bob-2.x");
+  EXPECT_EQ(auth->UnixAccountOf("root"), "ops");
+  EXPECT_EQ(auth->UnixAccountOf("carol"), "");
+  // The token and user of a line with unix= are read as without it.
+  EXPECT_EQ(Identify(*auth, kAlice).user(), "alice");
+  EXPECT_EQ(Identify(*auth, kBob).role(), Role::kUser);
+  EXPECT_FALSE(Users().maps_unix_accounts());
+  EXPECT_EQ(Users().UnixAccountOf("alice"), "");
+}
+
 TEST(TokenAuthorizerTest, MalformedUserLinesAreRefusedNamingTheLine) {
   const std::string ok_line = absl::StrCat("admin ", kAdmin, " root\n");
   const std::vector<std::pair<std::string, std::string>> cases = {
@@ -192,9 +213,24 @@ TEST(TokenAuthorizerTest, MalformedUserLinesAreRefusedNamingTheLine) {
       {absl::StrCat("user ", kAlice, " al/ice\n"), "line 2: the user name must be 1 to 64"},
       {absl::StrCat("user ", kAlice, " -alice\n"), "line 2: the user name must be"},
       {absl::StrCat("user ", kAlice, " ", std::string(65, 'a'), "\n"), "line 2: the user name"},
-      {absl::StrCat("user ", kAlice, " alice extra\n"), "line 2: expected \"ROLE TOKEN [USER]\""},
-      {absl::StrCat("owner ", kAlice, " alice\n"), "line 2: expected \"ROLE TOKEN [USER]\""},
+      {absl::StrCat("user ", kAlice, " alice extra\n"),
+       "line 2: expected \"ROLE TOKEN [USER] [unix=ACCOUNT]\""},
+      {absl::StrCat("owner ", kAlice, " alice\n"),
+       "line 2: expected \"ROLE TOKEN [USER] [unix=ACCOUNT]\""},
       {absl::StrCat("user ", kAdmin, " alice\n"), "line 2: the same token appears twice"},
+      {absl::StrCat("user ", kAlice, " unix=alice\n"),
+       "line 2: a user token needs the user's name"},
+      {absl::StrCat("user ", kAlice, " alice unix=\n"),
+       "line 2: unix=(empty) is not a Unix account"},
+      {absl::StrCat("user ", kAlice, " alice unix=1alice\n"), "line 2: unix=1alice is not a Unix"},
+      {absl::StrCat("user ", kAlice, " alice unix=al:ice\n"), "line 2: unix=al:ice is not a Unix"},
+      {absl::StrCat("user ", kAlice, " alice unix=", std::string(33, 'a'), "\n"),
+       "line 2: unix=aaaa"},
+      {absl::StrCat("agent ", kAgent, " agent unix=chorus\n"),
+       "line 2: unix= belongs on user (or admin) lines"},
+      {absl::StrCat("user ", kAlice, " alice unix=alice\nuser ", kBob, " alice unix=bob\n"),
+       "line 3: alice is mapped to Unix account alice on an earlier line and to bob here"},
+      {absl::StrCat("user ", kAlice, " alice unix=alice extra\n"), "line 2: expected \"ROLE"},
   };
   for (const auto& [line, want] : cases) {
     auto auth = TokenAuthorizer::FromText(ok_line + line, "/etc/chorus/tokens");

@@ -1,6 +1,7 @@
 #include "coordinator/agent_service.h"
 
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -18,10 +19,15 @@ class AgentStream : public grpc::ServerBidiReactor<v1::AgentMessage, v1::Coordin
  public:
   // `credentials` (may be null: none) mint the credential each launch
   // carries for its job's ranks (Note [Job credentials]).
+  // `unix_account_of` (may be empty: none) names the Unix account each
+  // launch's ranks run as (Note [Rank accounts] in
+  // worker/agent/rank_accounts.h).
   AgentStream(Scheduler& scheduler, const JobCredentials* credentials,
+              std::function<std::string(const std::string&)> unix_account_of,
               std::shared_ptr<const std::atomic<bool>> coordinator_stopping)
       : scheduler_(scheduler),
         credentials_(credentials),
+        unix_account_of_(std::move(unix_account_of)),
         coordinator_stopping_(std::move(coordinator_stopping)),
         outbox_(std::make_shared<Outbox>()) {
     outbox_->stream = this;
@@ -41,14 +47,20 @@ class AgentStream : public grpc::ServerBidiReactor<v1::AgentMessage, v1::Coordin
       }
       std::shared_ptr<Outbox> outbox = outbox_;
       const JobCredentials* credentials = credentials_;
+      // Called after the scheduler's lock is released (Scheduler::Outbox).
       absl::StatusOr<std::string> id = scheduler_.agents().AddAgent(
-          in_.hello(), [outbox, credentials](const v1::CoordinatorMessage& m) {
-            if (credentials == nullptr || !m.has_launch()) {
+          in_.hello(), [outbox, credentials,
+                        unix_account_of = unix_account_of_](const v1::CoordinatorMessage& m) {
+            if ((credentials == nullptr && !unix_account_of) || !m.has_launch()) {
               outbox->Send(m);
               return;
             }
             v1::CoordinatorMessage launch = m;
-            launch.mutable_launch()->set_credential(credentials->For(m.launch().job_id()));
+            const std::string& job_id = m.launch().job_id();
+            if (credentials != nullptr) {
+              launch.mutable_launch()->set_credential(credentials->For(job_id));
+            }
+            if (unix_account_of) launch.mutable_launch()->set_unix_account(unix_account_of(job_id));
             outbox->Send(launch);
           });
       if (!id.ok()) {
@@ -139,6 +151,7 @@ class AgentStream : public grpc::ServerBidiReactor<v1::AgentMessage, v1::Coordin
 
   Scheduler& scheduler_;
   const JobCredentials* const credentials_;
+  const std::function<std::string(const std::string&)> unix_account_of_;
   const std::shared_ptr<const std::atomic<bool>> coordinator_stopping_;
   std::shared_ptr<Outbox> outbox_;
   v1::AgentMessage in_;
@@ -217,8 +230,15 @@ grpc::ServerBidiReactor<v1::AgentMessage, v1::CoordinatorMessage>* AgentServiceI
   if (absl::Status s = auth_.Check(context->client_metadata(), Role::kAgent); !s.ok()) {
     return new RejectedStream<v1::AgentMessage, v1::CoordinatorMessage>(s);
   }
+  std::function<std::string(const std::string&)> unix_account_of;
+  if (auth_.maps_unix_accounts() && owner_of_) {
+    unix_account_of = [auth = &auth_, owner_of = owner_of_](const std::string& job_id) {
+      absl::StatusOr<std::string> owner = owner_of(job_id);
+      return owner.ok() ? auth->UnixAccountOf(*owner) : std::string();
+    };
+  }
   return new AgentStream(scheduler_, auth_.enabled() ? auth_.job_credentials() : nullptr,
-                         stopping_);
+                         std::move(unix_account_of), stopping_);
 }
 
 grpc::ServerUnaryReactor* RankServiceImpl::Join(grpc::CallbackServerContext* context,

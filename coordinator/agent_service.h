@@ -15,14 +15,18 @@
 // Authorization: AgentService needs a worker (or admin) token. RankService
 // also takes a job's credential, for that job only (Note [Job credentials]
 // in common/job_credentials.h); when `auth` accepts job credentials, every
-// LaunchRanks sent to an agent carries its job's.
+// LaunchRanks sent to an agent carries its job's, and the Unix account its
+// owner maps to when the token file maps any.
 //
 // Thread-safety: safe for concurrent calls; `scheduler` must outlive them.
 #ifndef CHORUS_COORDINATOR_AGENT_SERVICE_H_
 #define CHORUS_COORDINATOR_AGENT_SERVICE_H_
 
 #include <atomic>
+#include <functional>
 #include <memory>
+#include <string>
+#include <utility>
 
 #include "chorus/v1/coordinator.grpc.pb.h"
 #include "coordinator/auth_guard.h"
@@ -32,9 +36,16 @@ namespace chorus {
 
 class AgentServiceImpl final : public v1::AgentService::CallbackService {
  public:
-  // Calls need a worker (or admin) token when `auth` is enabled.
-  explicit AgentServiceImpl(Scheduler& scheduler, const TokenAuthorizer& auth = AllowAll())
-      : scheduler_(scheduler), auth_(auth) {}
+  // The owner of a job (Job.owner).
+  using OwnerOf = std::function<absl::StatusOr<std::string>(const std::string& job_id)>;
+
+  // Calls need a worker (or admin) token when `auth` is enabled. When
+  // `auth`'s token file maps users to Unix accounts, each LaunchRanks
+  // names the account of its job's owner (`owner_of`; Note [Rank accounts]
+  // in worker/agent/rank_accounts.h).
+  explicit AgentServiceImpl(Scheduler& scheduler, const TokenAuthorizer& auth = AllowAll(),
+                            OwnerOf owner_of = nullptr)
+      : scheduler_(scheduler), auth_(auth), owner_of_(std::move(owner_of)) {}
   grpc::ServerBidiReactor<v1::AgentMessage, v1::CoordinatorMessage>* Connect(
       grpc::CallbackServerContext* context) override;
 
@@ -45,6 +56,7 @@ class AgentServiceImpl final : public v1::AgentService::CallbackService {
  private:
   Scheduler& scheduler_;
   const TokenAuthorizer& auth_;
+  const OwnerOf owner_of_;
   // Shared with the streams, which may end after this service is gone.
   std::shared_ptr<std::atomic<bool>> stopping_ = std::make_shared<std::atomic<bool>>(false);
 };

@@ -517,5 +517,45 @@ TEST_F(JobCredentialTest, EachLaunchCarriesItsJobsCredentialWhichReachesThatJobO
   EXPECT_THAT(list.error_message(), HasSubstr("needs a user or admin token"));
 }
 
+// Note [Rank accounts] (worker/agent/rank_accounts.h): a launch names the
+// Unix account the token file maps its job's owner to, and none otherwise.
+class UnixAccountTest : public JobCredentialTest {
+ protected:
+  static constexpr char kAlice[] = "alice-token-0123456789";
+  static constexpr char kBob[] = "bob-token-0123456789";
+
+  void Configure(ServerOptions& options) override {
+    const std::string tokens = options.state_dir + ".tokens";
+    std::ofstream(tokens) << "admin " << kAdmin << "\nworker " << kWorker << "\nuser " << kAlice
+                          << " alice unix=chorus_alice\nuser " << kBob << " bob\n";
+    ASSERT_EQ(::chmod(tokens.c_str(), 0600), 0);
+    options.token_file = tokens;
+  }
+
+  // Submits a one-rank job as the user of `token`; returns its launch.
+  v1::LaunchRanks SubmitAndLaunch(const std::string& token) {
+    v1::SubmitJobRequest request;
+    *request.mutable_spec() = *ParseJobSpec(
+        "model { mlp {} } data { synthetic {} } resources { min_ranks: 1 max_ranks: 1 }",
+        SpecFormat::kTextProto, "test");
+    v1::SubmitJobResponse response;
+    grpc::Status s = jobs_->SubmitJob(As(token).get(), request, &response);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    v1::CoordinatorMessage launch;
+    EXPECT_TRUE(agent_stream_->Read(&launch));
+    EXPECT_EQ(launch.launch().job_id(), response.job_id());
+    return launch.launch();
+  }
+};
+
+TEST_F(UnixAccountTest, ALaunchNamesTheAccountItsOwnerMapsToAndNoneForOthers) {
+  agent_context_.AddMetadata("authorization", std::string("Bearer ") + kWorker);
+  agent_stream_ = agents_->Connect(&agent_context_);
+  ConnectAgent(*agent_stream_, 3);
+  EXPECT_EQ(SubmitAndLaunch(kAlice).unix_account(), "chorus_alice");
+  EXPECT_EQ(SubmitAndLaunch(kBob).unix_account(), "");
+  EXPECT_EQ(SubmitAndLaunch(kAdmin).unix_account(), "");
+}
+
 }  // namespace
 }  // namespace chorus

@@ -416,7 +416,13 @@ absl::Status CoordinatorServer::BuildServices(const ServerOptions& options) {
     LOG(INFO)
         << "no checkpoint data port with TLS (it is plaintext): checkpoints are uploaded over gRPC";
   }
-  agent_service_ = std::make_unique<AgentServiceImpl>(*scheduler_, *auth_);
+  agent_service_ = std::make_unique<AgentServiceImpl>(
+      *scheduler_, *auth_,
+      [jobs = jobs_.get()](const std::string& job_id) -> absl::StatusOr<std::string> {
+        absl::StatusOr<v1::Job> job = jobs->Get(job_id);
+        if (!job.ok()) return job.status();
+        return job->owner();
+      });
   rank_service_ = std::make_unique<RankServiceImpl>(*scheduler_, *auth_);
   health_ = std::make_unique<HealthService>();
   KeyValueStore::Limits store_limits;

@@ -6,10 +6,12 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <string>
@@ -45,6 +47,7 @@ struct AgentFlags {
   std::string tls_ca;
   std::string tls_cert;
   std::string tls_key;
+  std::string rank_uid_range;
   int verbosity = 0;
 };
 
@@ -155,6 +158,12 @@ void AddFlags(CLI::App& app, AgentFlags& flags) {
   app.add_option("--tls_cert", flags.tls_cert,
                  "PEM client certificate for mTLS (or CHORUS_TLS_CERT).");
   app.add_option("--tls_key", flags.tls_key, "PEM key of --tls_cert (or CHORUS_TLS_KEY).");
+  app.add_option("--rank_uid_range", flags.rank_uid_range,
+                 "FIRST-LAST: run the ranks of a job whose owner the coordinator's token file "
+                 "maps to no Unix account (unix=) as a uid of this range of its own (gid = uid; "
+                 "no passwd entry needed), released when the job's ranks here are gone. Needs "
+                 "an agent running as root; choose uids no account of the machine uses. "
+                 "docs/operating.md#rank-accounts");
   app.add_option("-v,--verbosity", flags.verbosity, "glog VLOG level.")->capture_default_str();
   app.set_version_flag("--version", std::string(chorus::kVersion));
 }
@@ -177,6 +186,11 @@ absl::StatusOr<chorus::AgentOptions> Configure(AgentFlags& flags) {
   // launch carries its job's credential, which the agent gives the job's
   // ranks as CHORUS_TOKEN (Note [Job credentials] in
   // common/job_credentials.h). TLS files they share, by absolute path.
+  // The token's bytes are overwritten too: unsetenv only drops the pointer,
+  // and /proc/PID/environ shows the memory the environment started in.
+  if (char* token = std::getenv("CHORUS_TOKEN"); token != nullptr) {
+    std::memset(token, 0, std::strlen(token));
+  }
   unsetenv("CHORUS_TOKEN");
   unsetenv("CHORUS_TOKEN_FILE");
   for (const auto& [flag, env] :
@@ -200,6 +214,18 @@ absl::StatusOr<chorus::AgentOptions> Configure(AgentFlags& flags) {
   }
   setenv("CHORUS_RANK_HOST", flags.rank_host.c_str(), 1);
   chorus::AgentOptions options;
+  if (!flags.rank_uid_range.empty()) {
+    absl::StatusOr<chorus::UidRange> range = chorus::ParseUidRange(flags.rank_uid_range);
+    if (!range.ok()) return range.status();
+    if (geteuid() != 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("--rank_uid_range needs an agent running as root (this one runs as uid ",
+                       geteuid(), "): only root may start processes as other uids"));
+    }
+    options.rank_uid_range = *range;
+  }
+  const char* tmp = std::getenv("TMPDIR");
+  options.rank_temp_root = tmp != nullptr && *tmp == '/' ? tmp : "/tmp";
   options.coordinator = flags.coordinator;
   options.slots = *slots;
   options.device = device;
@@ -235,6 +261,10 @@ absl::Status RunUntilStopped(const chorus::AgentOptions& options) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Undumpable: no process of another uid (a rank) may read this one's
+  // memory, environment or descriptors through /proc or ptrace; its token
+  // lives there (Note [Rank accounts] in worker/agent/rank_accounts.h).
+  prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
   CLI::App app{
       "chorus-worker: Chorus node agent, one per machine. Connects to the coordinator, offers "
       "--slots rank slots on --device (a number, or auto: CPUs / --threads_per_slot on cpu, the "

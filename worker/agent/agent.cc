@@ -41,6 +41,9 @@ Agent::Agent(AgentOptions options)
       cpus_(options_.cpus.empty() ? AllowedCpus() : options_.cpus),
       launcher_(options_.launcher != nullptr ? options_.launcher
                                              : std::make_shared<PosixRankLauncher>()),
+      // Clean-ups run as real processes, also beside a scripted launcher.
+      accounts_(RankAccounts::Options{options_.rank_uid_range, geteuid(), options_.rank_temp_root,
+                                      nullptr, nullptr}),
       clock_(options_.clock != nullptr ? *options_.clock : real_clock_),
       stub_(v1::AgentService::NewStub(MakeCoordinatorChannel(options_.coordinator))) {
   if (!options_.bind_cpus) {
@@ -51,6 +54,12 @@ Agent::Agent(AgentOptions options)
   } else {
     LOG(INFO) << "each slot's rank is bound to its share of CPUs " << FormatCpuList(cpus_)
               << " (slot 0: " << FormatCpuList(SlotCpus(cpus_, 0, options_.slots)) << ")";
+  }
+  const auto [accounts, as_root] = accounts_.Describe();
+  if (as_root) {
+    LOG(WARNING) << accounts;
+  } else {
+    LOG(INFO) << accounts;
   }
 }
 
@@ -331,29 +340,8 @@ void Agent::Launch(const v1::LaunchRanks& launch) {
         continue;
       }
     }
-    RankCommand command = RankCommandFor(launch, rank, agent_id);
-    int rank_fd = -1;
-    std::unique_ptr<ProgressReceiver> heartbeats = OpenHeartbeatChannel(command, &rank_fd);
-    absl::StatusOr<std::unique_ptr<RankProcess>> process = launcher_->Start(command);
-    if (rank_fd >= 0) close(rank_fd);  // the rank has its own copy now
-    if (!process.ok()) {
-      LOG(ERROR) << launch.job_id() << ": slot " << rank.slot() << ": " << process.status();
-      v1::AgentMessage exited;
-      v1::RankExited* e = exited.mutable_rank_exited();
-      e->set_job_id(launch.job_id());
-      e->set_slot(rank.slot());
-      e->set_exit_code(127);
-      e->add_stderr_tail(absl::StrCat("chorus-worker ", process.status().message()));
-      Send(exited);
-      continue;
-    }
-    auto child = std::make_shared<Child>();
-    child->process = *std::move(process);
-    child->pid = child->process->pid();
-    child->job_id = launch.job_id();
-    child->generation = launch.generation();
-    child->slot = rank.slot();
-    child->heartbeats = std::move(heartbeats);
+    std::shared_ptr<Child> child = StartRank(launch, rank, agent_id);
+    if (child == nullptr) continue;
     LOG(INFO) << launch.job_id() << ": started slot " << rank.slot() << " as pid " << child->pid;
     bool stop_now = false;
     {
@@ -364,6 +352,55 @@ void Agent::Launch(const v1::LaunchRanks& launch) {
     StartThread([this, child] { Monitor(child); });
     if (stop_now) StopChildren({child}, options_.stop_grace);
   }
+}
+
+std::shared_ptr<Agent::Child> Agent::StartRank(const v1::LaunchRanks& launch,
+                                               const v1::RankLaunch& rank,
+                                               const std::string& agent_id) {
+  RankCommand command = RankCommandFor(launch, rank, agent_id);
+  // Note [Rank accounts] in rank_accounts.h.
+  absl::StatusOr<RankAccounts::ForJob> account =
+      accounts_.Acquire(launch.job_id(), launch.unix_account());
+  if (!account.ok()) {
+    ReportStartFailure(launch.job_id(), rank.slot(), account.status());
+    return nullptr;
+  }
+  command.account = account->account;
+  for (const auto& [key, value] : account->env) {
+    const std::string prefix = key + "=";
+    command.env.erase(std::remove_if(command.env.begin(), command.env.end(),
+                                     [&](const std::string& e) { return e.rfind(prefix, 0) == 0; }),
+                      command.env.end());
+    if (!value.empty()) command.env.push_back(prefix + value);
+  }
+  int rank_fd = -1;
+  std::unique_ptr<ProgressReceiver> heartbeats = OpenHeartbeatChannel(command, &rank_fd);
+  absl::StatusOr<std::unique_ptr<RankProcess>> process = launcher_->Start(command);
+  if (rank_fd >= 0) close(rank_fd);  // the rank has its own copy now
+  if (!process.ok()) {
+    accounts_.Release(launch.job_id());
+    ReportStartFailure(launch.job_id(), rank.slot(), process.status());
+    return nullptr;
+  }
+  auto child = std::make_shared<Child>();
+  child->process = *std::move(process);
+  child->pid = child->process->pid();
+  child->job_id = launch.job_id();
+  child->generation = launch.generation();
+  child->slot = rank.slot();
+  child->heartbeats = std::move(heartbeats);
+  return child;
+}
+
+void Agent::ReportStartFailure(const std::string& job_id, int slot, const absl::Status& why) {
+  LOG(ERROR) << job_id << ": slot " << slot << ": " << why;
+  v1::AgentMessage exited;
+  v1::RankExited* e = exited.mutable_rank_exited();
+  e->set_job_id(job_id);
+  e->set_slot(slot);
+  e->set_exit_code(127);
+  e->add_stderr_tail(absl::StrCat("chorus-worker ", why.message()));
+  Send(exited);
 }
 
 RankCommand Agent::RankCommandFor(const v1::LaunchRanks& launch, const v1::RankLaunch& rank,
@@ -450,6 +487,7 @@ std::unique_ptr<ProgressReceiver> Agent::OpenHeartbeatChannel(RankCommand& comma
     return nullptr;
   }
   *rank_fd = pair->program_fd;
+  command.inherit_fds.push_back(pair->program_fd);
   command.env.push_back(absl::StrCat(kAgentHeartbeatsFdVariable, "=", pair->program_fd));
   // Note [Joins through the agent]: the rank may send its joins here too.
   command.env.push_back(absl::StrCat(kAgentJoinsVariable, "=1"));
@@ -825,6 +863,7 @@ void Agent::Monitor(std::shared_ptr<Child> child) {
       join = join->second == child ? awaiting_joins_.erase(join) : std::next(join);
     }
   }
+  accounts_.Release(child->job_id);  // Acquired in StartRank
   Send(exited);
 }
 

@@ -41,6 +41,7 @@
 #include "absl/time/time.h"
 #include "chorus/v1/coordinator.grpc.pb.h"
 #include "common/clock.h"
+#include "worker/agent/rank_accounts.h"
 #include "worker/agent/rank_launcher.h"
 #include "worker/runtime/progress_channel.h"
 
@@ -81,6 +82,13 @@ struct AgentOptions {
   Clock* clock = nullptr;
   // Starts the rank processes; null: PosixRankLauncher.
   std::shared_ptr<RankLauncher> launcher;
+  // Which account a rank runs as when its launch names none (Note [Rank
+  // accounts] in rank_accounts.h): a uid of this range per job; unset: the
+  // agent's own.
+  std::optional<UidRange> rank_uid_range;
+  // Where the job directories of ranks run as another account are made
+  // (their TMPDIR); empty: none are.
+  std::string rank_temp_root;
 };
 
 class Agent {
@@ -149,6 +157,11 @@ class Agent {
   void Serve(grpc::ClientReaderWriter<v1::AgentMessage, v1::CoordinatorMessage>& stream,
              const v1::Welcome& welcome, int still_running);
   void Launch(const v1::LaunchRanks& launch);
+  // Starts one rank of `launch`; null (its exit reported) if it could not.
+  std::shared_ptr<Child> StartRank(const v1::LaunchRanks& launch, const v1::RankLaunch& rank,
+                                   const std::string& agent_id);
+  // Tells the coordinator that slot `slot` of `job_id` could not start.
+  void ReportStartFailure(const std::string& job_id, int slot, const absl::Status& why);
   // The command that runs slot `rank.slot()` of `launch`.
   RankCommand RankCommandFor(const v1::LaunchRanks& launch, const v1::RankLaunch& rank,
                              const std::string& agent_id) const;
@@ -217,6 +230,7 @@ class Agent {
   // The CPUs the slots share (options_.cpus, or this process's).
   const std::vector<int> cpus_;
   const std::shared_ptr<RankLauncher> launcher_;
+  RankAccounts accounts_;
   RealClock real_clock_;
   Clock& clock_;
   std::unique_ptr<v1::AgentService::Stub> stub_;

@@ -672,6 +672,44 @@ TEST_F(AgentTest, RanksGetTheirJobsCredentialAndNeverTheAgentsToken) {
   unsetenv("CHORUS_TOKEN_FILE");
 }
 
+// Note [Rank accounts] in rank_accounts.h: the launch's account first,
+// else a uid of the range; an account this node lacks fails the start
+// saying so. The heartbeat channel is the one descriptor a rank inherits.
+TEST_F(AgentTest, RanksRunAsTheAccountTheLaunchNamesElseAUidOfTheRange) {
+  if (geteuid() != 0) GTEST_SKIP() << "only a root agent runs ranks as other accounts";
+  options_.rank_uid_range = UidRange{61000, 61009};
+  Connect();
+  v1::CoordinatorMessage mapped = LaunchMessage("job-1", 1, {0});
+  mapped.mutable_launch()->set_unix_account("nobody");
+  coordinator_.Send(mapped);
+  coordinator_.Send(LaunchMessage("job-2", 1, {1}));
+  std::vector<std::shared_ptr<FakeRank>> ranks = launcher_->AwaitRanks(2);
+  ASSERT_EQ(ranks.size(), 2u);
+  const RankCommand& nobody = launcher_->RankOf("job-1", 0)->command();
+  ASSERT_TRUE(nobody.account.has_value());
+  EXPECT_EQ(nobody.account->uid, 65534u);
+  EXPECT_EQ(launcher_->RankOf("job-1", 0)->Env("USER"), "nobody");
+  const RankCommand& ranged = launcher_->RankOf("job-2", 1)->command();
+  ASSERT_TRUE(ranged.account.has_value());
+  EXPECT_EQ(ranged.account->uid, 61000u);
+  EXPECT_EQ(ranged.account->gid, 61000u);
+  for (const auto& rank : ranks) {
+    EXPECT_THAT(rank->command().inherit_fds,
+                ElementsAre(std::stoi(rank->Env(kAgentHeartbeatsFdVariable))));
+  }
+
+  v1::CoordinatorMessage unknown = LaunchMessage("job-3", 1, {0});
+  unknown.mutable_launch()->set_unix_account("no-such-account-57");
+  coordinator_.Send(unknown);
+  std::optional<FakeCoordinator::Received> exit = coordinator_.AwaitExit("job-3", 0);
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->message.rank_exited().exit_code(), 127);
+  EXPECT_THAT(exit->message.rank_exited().stderr_tail(),
+              ElementsAre(HasSubstr("chorus-worker the job's owner maps to Unix account "
+                                    "\"no-such-account-57\" (unix= in the coordinator's token "
+                                    "file), which this node does not have")));
+}
+
 TEST_F(AgentTest, EachSlotsRankIsBoundToItsShareOfTheCpus) {
   // As under taskset -c 4-7: the shares come from the agent's CPUs.
   options_.cpus = {4, 5, 6, 7};

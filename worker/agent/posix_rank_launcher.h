@@ -1,8 +1,10 @@
-// PosixRankLauncher: the real RankLauncher. It starts a rank with
-// posix_spawn in a process group of its own, stdout and stderr sharing one
-// pipe the agent reads, with default signal dispositions and only SIGUSR1
-// blocked (Note [Rank signal mask] in posix_rank_launcher.cc), bound to the
-// command's CPUs when it names some.
+// PosixRankLauncher: the real RankLauncher. It starts a rank with fork and
+// execve (Note [Starting a rank] in posix_rank_launcher.cc) in a process
+// group of its own, stdout and stderr sharing one pipe the agent reads, with
+// default signal dispositions and only SIGUSR1 blocked (Note [Rank signal
+// mask]), bound to the command's CPUs when it names some, in the cgroups it
+// names, as its account when it names one, and holding no descriptor of the
+// launcher's but those it names.
 //
 // Thread-safety: Start is thread-safe; the processes follow RankProcess's
 // contract (rank_launcher.h).
@@ -26,7 +28,9 @@ namespace chorus {
 class PosixRankLauncher final : public RankLauncher {
  public:
   // NOT_FOUND / PERMISSION_DENIED / INTERNAL, "could not start PROGRAM: why",
-  // when the program cannot be executed; INVALID_ARGUMENT on an empty argv.
+  // when the program cannot be executed or the child could not join a cgroup
+  // or take the account (PERMISSION_DENIED "setuid to uid U gid G: ..." for
+  // a launcher that is not root); INVALID_ARGUMENT on an empty argv.
   absl::StatusOr<std::unique_ptr<RankProcess>> Start(const RankCommand& command) override;
 };
 

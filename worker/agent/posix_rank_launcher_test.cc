@@ -1,12 +1,19 @@
 // PosixRankLauncher against real processes (/bin/sh scripts): output lines,
-// exit codes and signals, process groups, start failures.
+// exit codes and signals, process groups, start failures, the account, the
+// cgroups and the descriptors a rank starts with.
 #include "worker/agent/posix_rank_launcher.h"
 
+#include <fcntl.h>
+#include <grp.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -288,6 +295,123 @@ TEST(PosixRankLauncherTest, DestroyingARunningProcessKillsAndReapsIt) {
   }
   // Killed and reaped, not left a zombie: the pid is gone.
   EXPECT_FALSE(std::ifstream("/proc/" + std::to_string(pid) + "/stat").good());
+}
+
+// The uid and gid the tests run a rank as when they are root: nobody's.
+constexpr uid_t kNobody = 65534;
+
+TEST(PosixRankLauncherTest, TheRankRunsAsTheAccountGivenWithoutSupplementaryGroups) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to start a process as another uid";
+  PosixRankLauncher launcher;
+  RankCommand command = Shell("id -u; id -g; id -G; grep ^Uid /proc/self/status");
+  command.account = RankCommand::Account{kNobody, kNobody};
+  auto process = launcher.Start(command);
+  ASSERT_TRUE(process.ok()) << process.status();
+  // Real, effective, saved and filesystem uid alike: nothing brings root back.
+  EXPECT_THAT(AllLines(**process),
+              ElementsAre("65534", "65534", "65534", "Uid:\t65534\t65534\t65534\t65534"));
+  EXPECT_EQ((*process)->Wait(absl::Now() + kPatience).value_or(-1000), 0);
+}
+
+// Note [Starting a rank]: a descriptor the launcher holds open without
+// close-on-exec (as the agent holds sockets and files a library opened)
+// reaches the rank only when the command names it.
+TEST(PosixRankLauncherTest, NoDescriptorOfTheLauncherReachesTheRankButThoseNamed) {
+  const int leaked = open("/dev/null", O_RDONLY);
+  const int passed = open("/dev/null", O_RDONLY);
+  ASSERT_GE(leaked, 3);
+  ASSERT_GE(passed, 3);
+  PosixRankLauncher launcher;
+  // ls runs as the shell's child and lists the shell's descriptors.
+  RankCommand command = Shell("ls /proc/$$/fd");
+  auto bare = launcher.Start(command);
+  command.inherit_fds = {passed};
+  auto with_one = launcher.Start(command);
+  close(leaked);
+  close(passed);
+  ASSERT_TRUE(bare.ok()) << bare.status();
+  ASSERT_TRUE(with_one.ok()) << with_one.status();
+  EXPECT_THAT(AllLines(**bare), ElementsAre("0", "1", "2"));
+  EXPECT_THAT(AllLines(**with_one), ElementsAre("0", "1", "2", std::to_string(passed)));
+  EXPECT_EQ((*bare)->Wait(absl::Now() + kPatience).value_or(-1000), 0);
+  EXPECT_EQ((*with_one)->Wait(absl::Now() + kPatience).value_or(-1000), 0);
+}
+
+// Runs `check` in a child process that is not root (it drops to nobody if
+// the test runs as root) and returns what it printed; empty if it passed.
+std::string AsUnprivileged(const std::function<std::string()>& check) {
+  int out[2];
+  if (pipe(out) != 0) return "pipe failed";
+  const pid_t child = fork();
+  if (child == 0) {
+    close(out[0]);
+    std::string problem;
+    if (geteuid() == 0 &&
+        (setgroups(0, nullptr) != 0 || setresgid(kNobody, kNobody, kNobody) != 0 ||
+         setresuid(kNobody, kNobody, kNobody) != 0)) {
+      problem = "could not drop to nobody";
+    } else {
+      problem = check();
+    }
+    ssize_t unused = write(out[1], problem.data(), problem.size());
+    (void)unused;
+    _exit(0);
+  }
+  close(out[1]);
+  std::string printed;
+  char buffer[512];
+  for (ssize_t n; (n = read(out[0], buffer, sizeof(buffer))) > 0;) printed.append(buffer, n);
+  close(out[0]);
+  int status = 0;
+  waitpid(child, &status, 0);
+  return printed;
+}
+
+TEST(PosixRankLauncherTest, AnAccountTheLauncherMayNotTakeFailsTheStartSayingWhy) {
+  const std::string problem = AsUnprivileged([]() -> std::string {
+    PosixRankLauncher launcher;
+    RankCommand command = Shell("echo started");
+    command.account = RankCommand::Account{geteuid() + 1, getegid() + 1};
+    auto process = launcher.Start(command);
+    if (process.ok()) return "it started as another uid";
+    const std::string expected = absl::StrCat("could not start /bin/sh: setgroups(0) to uid ",
+                                              geteuid() + 1, " gid ", getegid() + 1,
+                                              ": Operation not permitted (only an agent running "
+                                              "as root may run ranks as another account)");
+    if (!absl::IsPermissionDenied(process.status()) || process.status().message() != expected) {
+      return absl::StrCat("got ", process.status().ToString(), "; want ", expected);
+    }
+    return "";
+  });
+  EXPECT_EQ(problem, "");
+}
+
+TEST(PosixRankLauncherTest, TheChildWritesItsPidIntoEachCgroupProcsOrDoesNotStart) {
+  const std::string dir = std::getenv("TEST_TMPDIR");
+  const std::string first = dir + "/first.cgroup.procs";
+  const std::string second = dir + "/second.cgroup.procs";
+  for (const std::string& path : {first, second}) std::ofstream(path).close();
+  PosixRankLauncher launcher;
+  RankCommand command = Shell("echo $$");
+  command.cgroup_procs = {first, second};
+  auto process = launcher.Start(command);
+  ASSERT_TRUE(process.ok()) << process.status();
+  const std::string pid = std::to_string((*process)->pid());
+  EXPECT_THAT(AllLines(**process), ElementsAre(pid));
+  EXPECT_EQ((*process)->Wait(absl::Now() + kPatience).value_or(-1000), 0);
+  for (const std::string& path : {first, second}) {
+    std::string written;
+    std::getline(std::ifstream(path), written);
+    EXPECT_EQ(written, pid) << path;
+  }
+
+  command.cgroup_procs = {first, dir + "/gone/cgroup.procs"};
+  auto refused = launcher.Start(command);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(absl::IsNotFound(refused.status())) << refused.status();
+  EXPECT_EQ(refused.status().message(),
+            absl::StrCat("could not start /bin/sh: cannot join the cgroup ", dir,
+                         "/gone/cgroup.procs: No such file or directory"));
 }
 
 }  // namespace

@@ -25,6 +25,7 @@
 #include <sys/types.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,21 @@ struct RankCommand {
   // on; empty: the launcher's own (Note [Binding ranks to CPUs] in
   // common/cpu_binding.cc).
   std::vector<int> cpus;
+  // The Unix account the process runs as (Note [Rank accounts] in
+  // worker/agent/rank_accounts.h): its uid and gid, no supplementary
+  // groups. Unset: the launcher's own credentials.
+  struct Account {
+    uid_t uid = 0;
+    gid_t gid = 0;
+  };
+  std::optional<Account> account;
+  // Files (cgroup.procs of the rank's cgroups) the child writes its own pid
+  // into before exec; a failed write fails the start.
+  std::vector<std::string> cgroup_procs;
+  // Descriptors of the launcher the process keeps, at the same numbers
+  // (they must not be close-on-exec); every other one above stderr is
+  // closed before the program runs.
+  std::vector<int> inherit_fds;
 };
 
 // One started rank process. Destroying it before Wait() has seen the exit
