@@ -585,6 +585,18 @@ void ValidateCommon(const JobSpec& spec, Checker& c) {
   }
   c.AtLeast("resources.threads_per_rank", r.threads_per_rank(), 1);
   c.AtMost("resources.threads_per_rank", r.threads_per_rank(), 256);
+  if (r.memory_bytes() != 0 && r.memory_bytes() < kMinRankMemoryBytes) {
+    c.Fail("resources.memory_bytes",
+           absl::StrCat("must be at least ", kMinRankMemoryBytes, " (64 MiB: a rank's runtime "
+                        "alone needs more), or unset for the default; got ", r.memory_bytes()));
+  }
+  if (r.memory_bytes() > static_cast<int64_t>(kMaxRankMemoryBytes)) {
+    c.Fail("resources.memory_bytes",
+           absl::StrCat("must be at most ", static_cast<int64_t>(kMaxRankMemoryBytes),
+                        " (64 TiB, more than any one machine holds); got ", r.memory_bytes()));
+  }
+  c.AtLeast("resources.max_processes", r.max_processes(), 32);
+  c.AtMost("resources.max_processes", r.max_processes(), 4194304);
   if (!v1::ResourceSpec::Device_IsValid(r.device())) {
     c.Fail("resources.device", absl::StrCat("unknown value ", r.device()));
   }
@@ -766,6 +778,7 @@ void NormalizeCommon(JobSpec& spec) {
   if (r.min_ranks() == 0) r.set_min_ranks(1);
   if (r.max_ranks() == 0) r.set_max_ranks(r.min_ranks());
   if (r.threads_per_rank() == 0) r.set_threads_per_rank(1);
+  if (r.max_processes() == 0) r.set_max_processes(kDefaultMaxProcesses);
   if (r.device() == v1::ResourceSpec::DEVICE_UNSPECIFIED) r.set_device(v1::ResourceSpec::CPU);
 
   v1::CheckpointSpec& k = *spec.mutable_checkpoint();
@@ -973,6 +986,26 @@ std::string RankMemoryMessage(const RankMemoryEstimate& memory, double limit_byt
                               absl::string_view what) {
   return absl::StrCat("a rank needs ", memory.ToString(), ", more than the ",
                       FormatBytes(limit_bytes), " ", what, "; make the job smaller");
+}
+
+int64_t RankMemoryLimitBytes(const JobSpec& spec) {
+  if (spec.resources().memory_bytes() > 0) return spec.resources().memory_bytes();
+  if (spec.has_program()) return 0;
+  bool needs_files = false;
+  const RankMemoryEstimate memory = EstimateRankMemory(spec, [&](const std::string&) {
+    needs_files = true;
+    return int64_t{-1};
+  });
+  if (needs_files) return 0;
+  constexpr double kStep = 64.0 * (1 << 20);
+  const double limit = std::ceil((2 * memory.total() + 1024.0 * (1 << 20)) / kStep) * kStep;
+  return limit < kMaxRankMemoryBytes ? static_cast<int64_t>(limit)
+                                     : static_cast<int64_t>(kMaxRankMemoryBytes);
+}
+
+int RankProcessLimit(const JobSpec& spec) {
+  return spec.resources().max_processes() > 0 ? spec.resources().max_processes()
+                                              : kDefaultMaxProcesses;
 }
 
 std::string SharedCheckpointRoot(const v1::CheckpointSpec& checkpoint) {

@@ -55,6 +55,27 @@ int PollTimeoutMs(absl::Time deadline) {
   return static_cast<int>(std::clamp(ms, 0.0, double{1 << 30}));
 }
 
+// Moves the just-spawned `pid` (of `program`) into the cgroups of `procs_files`. The
+// parent writes it right after posix_spawn: only the exec and the dynamic
+// loader run before, and a rank starts no process and no code of its own
+// that early.
+absl::Status JoinCgroups(pid_t pid, const std::string& program,
+                         const std::vector<std::string>& procs_files) {
+  const std::string text = std::to_string(pid);
+  for (const std::string& file : procs_files) {
+    const int fd = open(file.c_str(), O_WRONLY | O_CLOEXEC);
+    const bool written = fd >= 0 && write(fd, text.data(), text.size()) ==
+                                        static_cast<ssize_t>(text.size());
+    const int error = errno;
+    if (fd >= 0) close(fd);
+    if (!written) {
+      return StartError(error, program,
+                        absl::StrCat("joining its cgroup (", file, "): ", std::strerror(error)));
+    }
+  }
+  return absl::OkStatus();
+}
+
 class PosixRankProcess final : public RankProcess {
  public:
   PosixRankProcess(pid_t pid, int output_fd) : pid_(pid), output_fd_(output_fd) {}
@@ -239,6 +260,13 @@ absl::StatusOr<std::unique_ptr<RankProcess>> PosixRankLauncher::Start(const Rank
   if (rc != 0) {
     close(fds[0]);
     return StartError(rc, program, std::strerror(rc));
+  }
+  if (absl::Status joined = JoinCgroups(pid, program, command.cgroup_procs); !joined.ok()) {
+    kill(pid, SIGKILL);
+    while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+    }
+    close(fds[0]);
+    return joined;
   }
   return std::unique_ptr<RankProcess>(std::make_unique<PosixRankProcess>(pid, fds[0]));
 }

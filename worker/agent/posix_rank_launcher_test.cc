@@ -290,5 +290,36 @@ TEST(PosixRankLauncherTest, DestroyingARunningProcessKillsAndReapsIt) {
   EXPECT_FALSE(std::ifstream("/proc/" + std::to_string(pid) + "/stat").good());
 }
 
+// Note [Rank cgroups]: the rank's pid goes into each cgroup.procs file
+// before the rank is handed back; one that cannot be written fails the
+// start, naming the file, and leaves no process behind.
+TEST(PosixRankLauncherTest, WritesThePidToCgroupProcsOrFailsTheStart) {
+  const std::string procs = absl::StrCat(::testing::TempDir(), "/cgroup.procs");
+  std::ofstream(procs) << "";
+  RankCommand command = Shell("echo started");
+  command.cgroup_procs = {procs};
+  PosixRankLauncher launcher;
+  absl::StatusOr<std::unique_ptr<RankProcess>> rank = launcher.Start(command);
+  ASSERT_TRUE(rank.ok()) << rank.status();
+  std::ifstream written(procs);
+  std::string pid;
+  std::getline(written, pid);
+  EXPECT_EQ(pid, std::to_string((*rank)->pid()));
+  EXPECT_THAT(AllLines(**rank), ElementsAre("started"));
+
+  command.cgroup_procs = {procs, "/proc/self/no-such-cgroup/cgroup.procs"};
+  rank = launcher.Start(command);
+  ASSERT_FALSE(rank.ok());
+  EXPECT_EQ(rank.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(rank.status().message(),
+              HasSubstr("could not start /bin/sh: joining its cgroup "
+                        "(/proc/self/no-such-cgroup/cgroup.procs)"));
+  std::ifstream second(procs);
+  std::getline(second, pid);
+  int spawned = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(pid, &spawned));
+  EXPECT_TRUE(BecomesDead(spawned)) << "the spawned process was not killed";
+}
+
 }  // namespace
 }  // namespace chorus

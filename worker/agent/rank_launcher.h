@@ -43,6 +43,10 @@ struct RankCommand {
   // on; empty: the launcher's own (Note [Binding ranks to CPUs] in
   // common/cpu_binding.cc).
   std::vector<int> cpus;
+  // Files (cgroup.procs of the rank's cgroups) the rank's pid is written
+  // into before it runs any code of its own; a failed write fails the start
+  // (Note [Rank cgroups] in worker/agent/rank_cgroup.cc).
+  std::vector<std::string> cgroup_procs;
 };
 
 // One started rank process. Destroying it before Wait() has seen the exit
