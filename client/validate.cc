@@ -37,7 +37,7 @@ std::string LimitsLine(const v1::JobSpec& spec) {
   } else {
     absl::StrAppend(&line, "no memory limit (",
                     spec.has_program() ? "a program's memory is unknown"
-                                       : "the estimate needs the size of a file",
+                                       : "the job's sizes are in its files",
                     "; set resources.memory_bytes for one)");
   }
   absl::StrAppend(&line, ", ", RankProcessLimit(spec),

@@ -62,11 +62,12 @@ inline constexpr int64_t kMinRankMemoryBytes = int64_t{64} << 20;
 
 // The memory limit each rank of the normalized `spec` runs under, in bytes
 // (0: none): resources.memory_bytes when set; for the built-in trainer
-// twice the memory estimate plus 1 GiB, rounded up to 64 MiB (the estimate
-// is within 1.5x of measured peaks: docs/benchmarks.md); none for a
+// twice the memory estimate plus 1 GiB (plus 4 GiB more on CUDA, whose
+// runtime's host memory the estimate does not count), rounded up to 64 MiB
+// (the estimate is within 1.5x of measured peaks: docs/benchmarks.md); none for a
 // program, whose memory nothing in the spec tells, nor for a trainer job
-// whose estimate needs the size of a file (a TorchScript module, tensor or
-// shard files): the coordinator decides the limit and reads no files.
+// whose sizes are in files (a TorchScript module, tensor_file or shards
+// data): the coordinator decides the limit and reads no files.
 int64_t RankMemoryLimitBytes(const v1::JobSpec& spec);
 
 // The process limit of each rank: resources.max_processes, or

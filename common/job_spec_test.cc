@@ -752,6 +752,11 @@ TEST(JobSpecLimitsTest, MemoryAndProcessLimits) {
   EXPECT_EQ(RankMemoryLimitBytes(trainer), int64_t{3} << 30);
   EXPECT_EQ(RankProcessLimit(trainer), 64);
 
+  JobSpec gpu = trainer;
+  gpu.mutable_resources()->set_memory_bytes(0);
+  gpu.mutable_resources()->set_device(v1::ResourceSpec::CUDA);
+  EXPECT_EQ(RankMemoryLimitBytes(gpu), limit + (int64_t{4} << 30));
+
   JobSpec program = MustParse("program { argv: '/bin/true' }", SpecFormat::kTextProto);
   NormalizeJobSpec(program);
   EXPECT_EQ(RankMemoryLimitBytes(program), 0);
@@ -763,6 +768,11 @@ TEST(JobSpecLimitsTest, MemoryAndProcessLimits) {
       SpecFormat::kTextProto);
   NormalizeJobSpec(scripted);
   EXPECT_EQ(RankMemoryLimitBytes(scripted), 0);
+  JobSpec sharded = MustParse(
+      "model { mlp { } } data { shards { format: TAR paths: '/d/train-*.tar' num_classes: 10 } }",
+      SpecFormat::kTextProto);
+  NormalizeJobSpec(sharded);
+  EXPECT_EQ(RankMemoryLimitBytes(sharded), 0);
 }
 
 }  // namespace

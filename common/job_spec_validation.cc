@@ -561,22 +561,9 @@ void ValidateStrategy(const JobSpec& spec, Checker& c) {
   }
 }
 
-// What every job has, built-in trainer or program: its name, resources,
-// checkpoints and hang detection.
-void ValidateCommon(const JobSpec& spec, Checker& c) {
-  const std::string& name = spec.name();
-  if (name.size() > 128) {
-    c.Fail("name", absl::StrCat("must be at most 128 characters, got ", name.size()));
-  }
-  for (char ch : name) {
-    if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.')) {
-      c.Fail("name",
-             absl::StrCat("may hold letters, digits, '-', '_' and '.', got \"", name, "\""));
-      break;
-    }
-  }
-
-  const v1::ResourceSpec& r = spec.resources();
+// resources: rank counts, threads, device and the per-rank limits (Note
+// [Rank cgroups] in worker/agent/rank_cgroup.cc).
+void ValidateResources(const v1::ResourceSpec& r, Checker& c) {
   c.AtLeast("resources.min_ranks", r.min_ranks(), 1);
   c.AtMost("resources.max_ranks", r.max_ranks(), kMaxRanks);
   if (r.max_ranks() < r.min_ranks()) {
@@ -600,6 +587,24 @@ void ValidateCommon(const JobSpec& spec, Checker& c) {
   if (!v1::ResourceSpec::Device_IsValid(r.device())) {
     c.Fail("resources.device", absl::StrCat("unknown value ", r.device()));
   }
+}
+
+// What every job has, built-in trainer or program: its name, resources,
+// checkpoints and hang detection.
+void ValidateCommon(const JobSpec& spec, Checker& c) {
+  const std::string& name = spec.name();
+  if (name.size() > 128) {
+    c.Fail("name", absl::StrCat("must be at most 128 characters, got ", name.size()));
+  }
+  for (char ch : name) {
+    if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.')) {
+      c.Fail("name",
+             absl::StrCat("may hold letters, digits, '-', '_' and '.', got \"", name, "\""));
+      break;
+    }
+  }
+
+  ValidateResources(spec.resources(), c);
   if (!v1::JobSpec::Priority_IsValid(spec.priority())) {
     c.Fail("priority",
            absl::StrCat("unknown value ", spec.priority(), "; use LOW, NORMAL or HIGH"));
@@ -638,7 +643,7 @@ void ValidateCommon(const JobSpec& spec, Checker& c) {
     c.AtLeast<int32_t>("elastic.max_restarts", e.max_restarts(), 0);
     c.Positive("elastic.wait_seconds", e.wait_seconds());
     c.Positive("elastic.scale_up_interval_seconds", e.scale_up_interval_seconds());
-    if (r.preemptible()) {
+    if (spec.resources().preemptible()) {
       c.Fail("resources.preemptible",
              "an elastic job is preempted by giving up ranks at a step boundary, never sent "
              "back to the queue; remove preemptible or the elastic block");
@@ -990,15 +995,22 @@ std::string RankMemoryMessage(const RankMemoryEstimate& memory, double limit_byt
 
 int64_t RankMemoryLimitBytes(const JobSpec& spec) {
   if (spec.resources().memory_bytes() > 0) return spec.resources().memory_bytes();
-  if (spec.has_program()) return 0;
-  bool needs_files = false;
-  const RankMemoryEstimate memory = EstimateRankMemory(spec, [&](const std::string&) {
-    needs_files = true;
-    return int64_t{-1};
-  });
-  if (needs_files) return 0;
+  // Only where the spec alone gives every size: a TorchScript module's,
+  // tensor files' and shards' sizes or shapes are in files, which the
+  // coordinator does not read, and a limit from an estimate missing them
+  // would kill jobs that fit.
+  const v1::DataSpec& data = spec.data();
+  if (spec.has_program() || spec.model().has_torchscript() ||
+      !(data.has_synthetic() || data.has_fashion_mnist())) {
+    return 0;
+  }
+  const RankMemoryEstimate memory = EstimateRankMemory(spec);
   constexpr double kStep = 64.0 * (1 << 20);
-  const double limit = std::ceil((2 * memory.total() + 1024.0 * (1 << 20)) / kStep) * kStep;
+  constexpr double kGiB = 1024.0 * (1 << 20);
+  // The CUDA runtime's own host memory (its libraries, context, pinned
+  // pools) is not in the estimate.
+  const double cuda = spec.resources().device() == v1::ResourceSpec::CUDA ? 4 * kGiB : 0;
+  const double limit = std::ceil((2 * memory.total() + kGiB + cuda) / kStep) * kStep;
   return limit < kMaxRankMemoryBytes ? static_cast<int64_t>(limit)
                                      : static_cast<int64_t>(kMaxRankMemoryBytes);
 }
