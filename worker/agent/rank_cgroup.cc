@@ -397,6 +397,14 @@ absl::StatusOr<std::unique_ptr<RankCgroup>> RankCgroups::Create(const std::strin
                                                                 const std::string& name,
                                                                 const CgroupLimits& limits) const {
   if (!enabled()) return absl::FailedPreconditionError(why_disabled_);
+  // Both become directory names.
+  for (const std::string* part : {&job_id, &name}) {
+    if (part->empty() || *part == "." || *part == ".." ||
+        part->find('/') != std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("\"", *part, "\" cannot name a cgroup directory"));
+    }
+  }
   std::vector<std::string> dirs;
   std::string memory_dir;
   // Whatever is made before an error is removed with the RankCgroup.
@@ -404,8 +412,14 @@ absl::StatusOr<std::unique_ptr<RankCgroup>> RankCgroups::Create(const std::strin
   for (const auto& [controller, agent_dir] : agent_dir_of_) {
     const std::string job = absl::StrCat(agent_dir, "/", job_id);
     const std::string rank = absl::StrCat(job, "/", name);
-    absl::Status ready = PrepareLevel(layout_.version, controller, job);
-    if (ready.ok()) ready = MakeDir(rank);
+    absl::Status ready;
+    // The job's last other rank may remove the job's directory between the
+    // two mkdirs (RankCgroup::Remove): then it is made again.
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      ready = PrepareLevel(layout_.version, controller, job);
+      if (ready.ok()) ready = MakeDir(rank);
+      if (ready.ok() || Exists(job)) break;
+    }
     if (!ready.ok()) {
       made().reset();
       return ready;

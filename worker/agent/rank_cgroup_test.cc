@@ -111,6 +111,38 @@ TEST(RankCgroupsTest, DisabledWhenItCannotCreate) {
   EXPECT_EQ(rank.status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
+// On a plain directory standing for a v1 memory hierarchy: where the
+// directories go, that names which could escape them are refused, and
+// that everything goes again, the agent's directory and chorus/ with it.
+TEST(RankCgroupsTest, DirectoriesOnAFakeTree) {
+  const std::string root = TempDir();
+  CgroupLayout layout;
+  layout.version = 1;
+  layout.parents["memory"] = root;
+  {
+    RankCgroups cgroups(layout, "agent-7");
+    ASSERT_TRUE(cgroups.enabled()) << cgroups.why_disabled();
+    EXPECT_EQ(cgroups.agent_dirs(), std::vector<std::string>{root + "/chorus/agent-7"});
+    for (const char* bad : {"..", ".", "", "a/b"}) {
+      EXPECT_EQ(cgroups.Create(bad, "slot-0", {}).status().code(),
+                absl::StatusCode::kInvalidArgument)
+          << bad;
+      EXPECT_EQ(cgroups.Create("job-1", bad, {}).status().code(),
+                absl::StatusCode::kInvalidArgument)
+          << bad;
+    }
+    absl::StatusOr<std::unique_ptr<RankCgroup>> rank =
+        cgroups.Create("job-1", "slot-0-gen-1", {});
+    ASSERT_TRUE(rank.ok()) << rank.status();
+    EXPECT_EQ((*rank)->procs_files(),
+              std::vector<std::string>{root + "/chorus/agent-7/job-1/slot-0-gen-1/cgroup.procs"});
+    EXPECT_TRUE(Exists(root + "/chorus/agent-7/job-1/slot-0-gen-1"));
+    EXPECT_TRUE((*rank)->Remove().ok());
+    EXPECT_FALSE(Exists(root + "/chorus/agent-7/job-1")) << "the job's last rank takes it";
+  }
+  EXPECT_FALSE(Exists(root + "/chorus")) << "the agent's directory and chorus/ go with it";
+}
+
 // The real thing, where this test may: a v1 or v2 cgroup with limits that
 // the kernel enforces. Skips unless root with a writable hierarchy.
 class RealCgroupTest : public ::testing::Test {
