@@ -910,6 +910,17 @@ TEST_F(CommandsTest, ValidatePrintsTheNormalizedSpecWithoutACall) {
   EXPECT_THAT(out_.str(), HasSubstr("bucket_cap_mb: 25"));  // a default filled in
   EXPECT_THAT(err_.str(),
               StartsWith(absl::StrCat("chorus validate: ", path, " is valid (2-4 ranks)\n")));
+  // Note [Rank cgroups]: the limits its ranks will run under.
+  EXPECT_THAT(err_.str(), HasSubstr(" of memory (the default: twice the estimate plus 1 GiB; set "
+                                    "resources.memory_bytes to change it), 4096 processes and "
+                                    "threads (resources.max_processes)"));
+
+  const std::string program = WriteFile(
+      "program.textproto", "program { argv: '/bin/true' } resources { memory_bytes: 268435456 }");
+  err_.str("");
+  EXPECT_EQ(Run({"validate", program}), kExitOk);
+  EXPECT_THAT(err_.str(), HasSubstr("chorus validate: limits per rank: 256 MiB of memory "
+                                    "(resources.memory_bytes), 4096 processes"));
 }
 
 // Ranks start elsewhere: relative shard paths (and globs) are made

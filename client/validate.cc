@@ -23,6 +23,29 @@ namespace {
 // --agents: which connected agents would serve `spec` (its device, ACTIVE,
 // free slots) and whether its min_ranks fit now. Notes on stderr, like the
 // rest of validate's findings.
+// The limits each rank's cgroup will enforce (Note [Rank cgroups] in
+// worker/agent/rank_cgroup.cc), as the coordinator will decide them.
+std::string LimitsLine(const v1::JobSpec& spec) {
+  const int64_t memory = RankMemoryLimitBytes(spec);
+  std::string line = "chorus validate: limits per rank: ";
+  if (spec.resources().memory_bytes() > 0) {
+    absl::StrAppend(&line, FormatBinaryBytes(memory), " of memory (resources.memory_bytes)");
+  } else if (memory > 0) {
+    absl::StrAppend(&line, FormatBinaryBytes(memory),
+                    " of memory (the default: twice the estimate plus 1 GiB; set "
+                    "resources.memory_bytes to change it)");
+  } else {
+    absl::StrAppend(&line, "no memory limit (",
+                    spec.has_program() ? "a program's memory is unknown"
+                                       : "the job's sizes are in its files",
+                    "; set resources.memory_bytes for one)");
+  }
+  absl::StrAppend(&line, ", ", RankProcessLimit(spec),
+                  " processes and threads (resources.max_processes), where the node agent "
+                  "can make cgroups\n");
+  return line;
+}
+
 int PrintServingAgents(const v1::JobSpec& spec, const GlobalOptions& global) {
   v1::ListAgentsResponse response;
   grpc::ClientContext context;
@@ -130,6 +153,7 @@ void AddValidateCommand(CLI::App& app, const GlobalOptions& global, int& exit_co
     if (spec->has_program()) {
       *global.err << "chorus validate: each rank runs " << spec->program().argv(0) << " in "
                   << spec->program().working_dir() << " (docs/programs.md)\n";
+      *global.err << LimitsLine(*spec);
       exit_code = *agents ? PrintServingAgents(*spec, global) : kExitOk;
       return;
     }
@@ -137,6 +161,7 @@ void AddValidateCommand(CLI::App& app, const GlobalOptions& global, int& exit_co
     // Where files can be read here, their sizes count (a lower bound).
     const RankMemoryEstimate memory = EstimateRankMemory(*spec, LocalFileSize);
     *global.err << "chorus validate: a rank needs " << memory.ToString() << "\n";
+    *global.err << LimitsLine(*spec);
     if (const int64_t here = MachineMemoryBytes(); here > 0 && memory.total() > here) {
       *global.err << "chorus validate: note: " << memory.field << ": that is more than this "
                   << "machine's " << FormatBytes(static_cast<double>(here))

@@ -53,6 +53,27 @@ struct SpecError {
   std::string message;  // e.g. "must be > 0, got -3"
 };
 
+// Processes and threads one rank may have when resources.max_processes is
+// unset (the cgroup's pids.max; Note [Rank cgroups] in
+// worker/agent/rank_cgroup.cc).
+inline constexpr int kDefaultMaxProcesses = 4096;
+// The smallest resources.memory_bytes: a rank's runtime alone needs more.
+inline constexpr int64_t kMinRankMemoryBytes = int64_t{64} << 20;
+
+// The memory limit each rank of the normalized `spec` runs under, in bytes
+// (0: none): resources.memory_bytes when set; for the built-in trainer
+// twice the memory estimate plus 1 GiB (plus 4 GiB more on CUDA, whose
+// runtime's host memory the estimate does not count), rounded up to 64 MiB
+// (the estimate is within 1.5x of measured peaks: docs/benchmarks.md); none for a
+// program, whose memory nothing in the spec tells, nor for a trainer job
+// whose sizes are in files (a TorchScript module, tensor_file or shards
+// data): the coordinator decides the limit and reads no files.
+int64_t RankMemoryLimitBytes(const v1::JobSpec& spec);
+
+// The process limit of each rank: resources.max_processes, or
+// kDefaultMaxProcesses.
+int RankProcessLimit(const v1::JobSpec& spec);
+
 // Every problem in a normalized spec; empty when the spec is valid. A spec
 // over kMaxJobSpecBytes is refused as a whole ("spec"). A spec
 // whose per-rank memory estimate (common/memory_estimate.h) exceeds what any

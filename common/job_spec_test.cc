@@ -100,6 +100,8 @@ TEST(JobSpecTest, NormalizationFillsDocumentedDefaultsOnly) {
   EXPECT_TRUE(spec.strategy().ddp().broadcast_buffers());
   EXPECT_EQ(spec.strategy().ddp().grad_accum_steps(), 1);
   EXPECT_EQ(spec.resources().threads_per_rank(), 1);
+  EXPECT_EQ(spec.resources().max_processes(), 4096);
+  EXPECT_EQ(spec.resources().memory_bytes(), 0);  // derived at launch: RankMemoryLimitBytes
   EXPECT_EQ(spec.resources().device(), v1::ResourceSpec::CPU);
   EXPECT_EQ(spec.checkpoint().keep_last(), 3);
   EXPECT_TRUE(spec.checkpoint().at_end());
@@ -562,6 +564,17 @@ INSTANTIATE_TEST_SUITE_P(
              "resources.max_ranks: must be <= 16384, got 20000"},
         Case{"resources { threads_per_rank: 1000 }",
              "resources.threads_per_rank: must be <= 256, got 1000"},
+        Case{"resources { memory_bytes: -1 }",
+             "resources.memory_bytes: must be at least 67108864 (64 MiB: a rank's runtime alone "
+             "needs more), or unset for the default; got -1"},
+        Case{"resources { memory_bytes: 1000000 }",
+             "resources.memory_bytes: must be at least 67108864 (64 MiB: a rank's runtime alone "
+             "needs more), or unset for the default; got 1000000"},
+        Case{"resources { memory_bytes: 100000000000000000 }",
+             "resources.memory_bytes: must be at most 70368744177664 (64 TiB, more than any one "
+             "machine holds); got 100000000000000000"},
+        Case{"resources { max_processes: -3 }", "resources.max_processes: must be >= 32, got -3"},
+        Case{"resources { max_processes: 5 }", "resources.max_processes: must be >= 32, got 5"},
         Case{"checkpoint { every_steps: -5 }", "checkpoint.every_steps: must be >= 0, got -5"},
         Case{"checkpoint { keep_last: -1 }", "checkpoint.keep_last: must be >= 0, got -1"},
         Case{"checkpoint { unreachable_retry_seconds: -5 }",
@@ -718,6 +731,48 @@ TEST(JobSpecValidationTest, RefusesWhatNoMachineCouldHold) {
       Errors("model { mlp { hidden_sizes: [2000000000, 2000000000] } }");
   ASSERT_EQ(errors.size(), 1u);
   EXPECT_THAT(errors[0], testing::StartsWith("model.mlp.hidden_sizes: a rank needs about"));
+}
+
+// Note [Rank cgroups]: the memory limit a rank runs under. A set value is
+// the limit; the trainer's default is twice its estimate plus 1 GiB in 64
+// MiB steps; a program, and a trainer whose estimate needs a file's size,
+// get none; processes default to 4096.
+TEST(JobSpecLimitsTest, MemoryAndProcessLimits) {
+  JobSpec trainer = MustParse("model { mlp { } } data { synthetic { } }", SpecFormat::kTextProto);
+  NormalizeJobSpec(trainer);
+  const double estimate = EstimateRankMemory(trainer).total();
+  const int64_t limit = RankMemoryLimitBytes(trainer);
+  EXPECT_GE(static_cast<double>(limit), 2 * estimate + (1 << 30));
+  EXPECT_LT(static_cast<double>(limit), 2 * estimate + (1 << 30) + (64 << 20));
+  EXPECT_EQ(limit % (64 << 20), 0);
+  EXPECT_EQ(RankProcessLimit(trainer), 4096);
+
+  trainer.mutable_resources()->set_memory_bytes(int64_t{3} << 30);
+  trainer.mutable_resources()->set_max_processes(64);
+  EXPECT_EQ(RankMemoryLimitBytes(trainer), int64_t{3} << 30);
+  EXPECT_EQ(RankProcessLimit(trainer), 64);
+
+  JobSpec gpu = trainer;
+  gpu.mutable_resources()->set_memory_bytes(0);
+  gpu.mutable_resources()->set_device(v1::ResourceSpec::CUDA);
+  EXPECT_EQ(RankMemoryLimitBytes(gpu), limit + (int64_t{4} << 30));
+
+  JobSpec program = MustParse("program { argv: '/bin/true' }", SpecFormat::kTextProto);
+  NormalizeJobSpec(program);
+  EXPECT_EQ(RankMemoryLimitBytes(program), 0);
+  program.mutable_resources()->set_memory_bytes(int64_t{256} << 20);
+  EXPECT_EQ(RankMemoryLimitBytes(program), int64_t{256} << 20);
+
+  JobSpec scripted = MustParse(
+      "model { torchscript { path: '/models/m.pt' } } data { synthetic { } }",
+      SpecFormat::kTextProto);
+  NormalizeJobSpec(scripted);
+  EXPECT_EQ(RankMemoryLimitBytes(scripted), 0);
+  JobSpec sharded = MustParse(
+      "model { mlp { } } data { shards { format: TAR paths: '/d/train-*.tar' num_classes: 10 } }",
+      SpecFormat::kTextProto);
+  NormalizeJobSpec(sharded);
+  EXPECT_EQ(RankMemoryLimitBytes(sharded), 0);
 }
 
 }  // namespace

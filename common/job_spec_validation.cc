@@ -561,6 +561,34 @@ void ValidateStrategy(const JobSpec& spec, Checker& c) {
   }
 }
 
+// resources: rank counts, threads, device and the per-rank limits (Note
+// [Rank cgroups] in worker/agent/rank_cgroup.cc).
+void ValidateResources(const v1::ResourceSpec& r, Checker& c) {
+  c.AtLeast("resources.min_ranks", r.min_ranks(), 1);
+  c.AtMost("resources.max_ranks", r.max_ranks(), kMaxRanks);
+  if (r.max_ranks() < r.min_ranks()) {
+    c.Fail("resources.max_ranks",
+           absl::StrCat("must be >= min_ranks (", r.min_ranks(), "), got ", r.max_ranks()));
+  }
+  c.AtLeast("resources.threads_per_rank", r.threads_per_rank(), 1);
+  c.AtMost("resources.threads_per_rank", r.threads_per_rank(), 256);
+  if (r.memory_bytes() != 0 && r.memory_bytes() < kMinRankMemoryBytes) {
+    c.Fail("resources.memory_bytes",
+           absl::StrCat("must be at least ", kMinRankMemoryBytes, " (64 MiB: a rank's runtime "
+                        "alone needs more), or unset for the default; got ", r.memory_bytes()));
+  }
+  if (r.memory_bytes() > static_cast<int64_t>(kMaxRankMemoryBytes)) {
+    c.Fail("resources.memory_bytes",
+           absl::StrCat("must be at most ", static_cast<int64_t>(kMaxRankMemoryBytes),
+                        " (64 TiB, more than any one machine holds); got ", r.memory_bytes()));
+  }
+  c.AtLeast("resources.max_processes", r.max_processes(), 32);
+  c.AtMost("resources.max_processes", r.max_processes(), 4194304);
+  if (!v1::ResourceSpec::Device_IsValid(r.device())) {
+    c.Fail("resources.device", absl::StrCat("unknown value ", r.device()));
+  }
+}
+
 // What every job has, built-in trainer or program: its name, resources,
 // checkpoints and hang detection.
 void ValidateCommon(const JobSpec& spec, Checker& c) {
@@ -576,18 +604,7 @@ void ValidateCommon(const JobSpec& spec, Checker& c) {
     }
   }
 
-  const v1::ResourceSpec& r = spec.resources();
-  c.AtLeast("resources.min_ranks", r.min_ranks(), 1);
-  c.AtMost("resources.max_ranks", r.max_ranks(), kMaxRanks);
-  if (r.max_ranks() < r.min_ranks()) {
-    c.Fail("resources.max_ranks",
-           absl::StrCat("must be >= min_ranks (", r.min_ranks(), "), got ", r.max_ranks()));
-  }
-  c.AtLeast("resources.threads_per_rank", r.threads_per_rank(), 1);
-  c.AtMost("resources.threads_per_rank", r.threads_per_rank(), 256);
-  if (!v1::ResourceSpec::Device_IsValid(r.device())) {
-    c.Fail("resources.device", absl::StrCat("unknown value ", r.device()));
-  }
+  ValidateResources(spec.resources(), c);
   if (!v1::JobSpec::Priority_IsValid(spec.priority())) {
     c.Fail("priority",
            absl::StrCat("unknown value ", spec.priority(), "; use LOW, NORMAL or HIGH"));
@@ -626,7 +643,7 @@ void ValidateCommon(const JobSpec& spec, Checker& c) {
     c.AtLeast<int32_t>("elastic.max_restarts", e.max_restarts(), 0);
     c.Positive("elastic.wait_seconds", e.wait_seconds());
     c.Positive("elastic.scale_up_interval_seconds", e.scale_up_interval_seconds());
-    if (r.preemptible()) {
+    if (spec.resources().preemptible()) {
       c.Fail("resources.preemptible",
              "an elastic job is preempted by giving up ranks at a step boundary, never sent "
              "back to the queue; remove preemptible or the elastic block");
@@ -766,6 +783,7 @@ void NormalizeCommon(JobSpec& spec) {
   if (r.min_ranks() == 0) r.set_min_ranks(1);
   if (r.max_ranks() == 0) r.set_max_ranks(r.min_ranks());
   if (r.threads_per_rank() == 0) r.set_threads_per_rank(1);
+  if (r.max_processes() == 0) r.set_max_processes(kDefaultMaxProcesses);
   if (r.device() == v1::ResourceSpec::DEVICE_UNSPECIFIED) r.set_device(v1::ResourceSpec::CPU);
 
   v1::CheckpointSpec& k = *spec.mutable_checkpoint();
@@ -973,6 +991,33 @@ std::string RankMemoryMessage(const RankMemoryEstimate& memory, double limit_byt
                               absl::string_view what) {
   return absl::StrCat("a rank needs ", memory.ToString(), ", more than the ",
                       FormatBytes(limit_bytes), " ", what, "; make the job smaller");
+}
+
+int64_t RankMemoryLimitBytes(const JobSpec& spec) {
+  if (spec.resources().memory_bytes() > 0) return spec.resources().memory_bytes();
+  // Only where the spec alone gives every size: a TorchScript module's,
+  // tensor files' and shards' sizes or shapes are in files, which the
+  // coordinator does not read, and a limit from an estimate missing them
+  // would kill jobs that fit.
+  const v1::DataSpec& data = spec.data();
+  if (spec.has_program() || spec.model().has_torchscript() ||
+      !(data.has_synthetic() || data.has_fashion_mnist())) {
+    return 0;
+  }
+  const RankMemoryEstimate memory = EstimateRankMemory(spec);
+  constexpr double kStep = 64.0 * (1 << 20);
+  constexpr double kGiB = 1024.0 * (1 << 20);
+  // The CUDA runtime's own host memory (its libraries, context, pinned
+  // pools) is not in the estimate.
+  const double cuda = spec.resources().device() == v1::ResourceSpec::CUDA ? 4 * kGiB : 0;
+  const double limit = std::ceil((2 * memory.total() + kGiB + cuda) / kStep) * kStep;
+  return limit < kMaxRankMemoryBytes ? static_cast<int64_t>(limit)
+                                     : static_cast<int64_t>(kMaxRankMemoryBytes);
+}
+
+int RankProcessLimit(const JobSpec& spec) {
+  return spec.resources().max_processes() > 0 ? spec.resources().max_processes()
+                                              : kDefaultMaxProcesses;
 }
 
 std::string SharedCheckpointRoot(const v1::CheckpointSpec& checkpoint) {

@@ -361,6 +361,20 @@ std::string FormatBytes(double bytes) {
   return absl::StrFormat("%.1f %s", v, kUnits[unit]);
 }
 
+std::string FormatBinaryBytes(int64_t bytes) {
+  static const char* const kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  if (bytes < 1024) return absl::StrCat(std::max<int64_t>(0, bytes), " B");
+  int unit = 0;
+  int64_t scale = 1024;
+  while (unit + 1 < 6 && bytes / scale >= 1024) {
+    scale *= 1024;
+    ++unit;
+  }
+  if (bytes % scale == 0) return absl::StrCat(bytes / scale, " ", kUnits[unit]);
+  return absl::StrFormat("%.1f %s", static_cast<double>(bytes) / static_cast<double>(scale),
+                         kUnits[unit]);
+}
+
 int64_t LocalFileSize(const std::string& path) {
   struct stat st;
   if (path.empty() || ::stat(path.c_str(), &st) != 0) return -1;

@@ -77,6 +77,10 @@ int64_t LocalFileSize(const std::string& path);
 // "16.0 TB", "512 B": decimal units, one decimal from kB on.
 std::string FormatBytes(double bytes);
 
+// "4 GiB", "256 MiB", "1.5 GiB", "512 B": binary units (what memory limits
+// are set in), one decimal unless the size is a whole number of the unit.
+std::string FormatBinaryBytes(int64_t bytes);
+
 // The physical memory of this machine (/proc/meminfo MemTotal), or 0 when it
 // cannot be read.
 int64_t MachineMemoryBytes();

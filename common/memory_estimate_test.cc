@@ -280,6 +280,19 @@ TEST(MemoryEstimateTest, FormatBytes) {
   EXPECT_EQ(FormatBytes(2.5e18), "2.5 EB");
 }
 
+// Memory limits are set in binary units, and a limit of 4 << 30 must read
+// "4 GiB" in a job's reason, not "4.3 GB".
+TEST(MemoryEstimateTest, FormatBinaryBytes) {
+  EXPECT_EQ(FormatBinaryBytes(0), "0 B");
+  EXPECT_EQ(FormatBinaryBytes(1023), "1023 B");
+  EXPECT_EQ(FormatBinaryBytes(1024), "1 KiB");
+  EXPECT_EQ(FormatBinaryBytes(int64_t{256} << 20), "256 MiB");
+  EXPECT_EQ(FormatBinaryBytes(int64_t{4} << 30), "4 GiB");
+  EXPECT_EQ(FormatBinaryBytes(int64_t{3} << 29), "1.5 GiB");
+  EXPECT_EQ(FormatBinaryBytes((int64_t{1} << 30) + 1), "1.0 GiB");
+  EXPECT_EQ(FormatBinaryBytes(int64_t{64} << 40), "64 TiB");
+}
+
 TEST(MemoryEstimateTest, ParseMemTotal) {
   EXPECT_EQ(ParseMemTotal("MemTotal:       24576000 kB\nMemFree:  1 kB\n"), 24576000LL * 1024);
   EXPECT_EQ(ParseMemTotal("MemFree:  1 kB\n"), 0);

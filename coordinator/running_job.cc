@@ -7,7 +7,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/job_spec.h"
 #include "common/logging.h"
+#include "common/memory_estimate.h"
 #include "common/output_limits.h"
 
 namespace chorus {
@@ -58,6 +60,13 @@ RunningJob::RunningJob(const v1::Job& job, int world_size, int64_t generation)
   device = job.spec().resources().device();
   min_ranks = job.spec().resources().min_ranks();
   preemptible = job.spec().resources().preemptible();
+  memory_limit_bytes = RankMemoryLimitBytes(job.spec());
+  max_processes = RankProcessLimit(job.spec());
+}
+
+void RunningJob::SetLimits(v1::LaunchRanks& launch) const {
+  launch.set_memory_limit_bytes(memory_limit_bytes);
+  launch.set_max_processes(max_processes);
 }
 
 std::vector<RankSlot> RunningJob::Slots() const {
@@ -228,6 +237,7 @@ std::map<std::string, v1::CoordinatorMessage> RunningJob::LaunchMessages(
     launch->set_job_id(job_id);
     launch->set_generation(generation());
     launch->set_coordinator(coordinator_address);
+    SetLimits(*launch);
     v1::RankLaunch* rank = launch->add_ranks();
     rank->set_slot(r.slot);
     rank->set_local_rank(r.local_rank);
@@ -305,9 +315,15 @@ std::optional<JobEnd> RunningJob::RecordExit(const std::string& agent_id,
                                  ") was evicted by ", r.evicted)};
     }
     if (exited.exit_code() != 0) {
-      const std::string how = exited.exit_code() < 0
-                                  ? absl::StrCat("was killed by signal ", -exited.exit_code())
-                                  : absl::StrCat("exited with code ", exited.exit_code());
+      // Note [Rank cgroups]: the agent saw the kernel's OOM killer fire in
+      // the rank's cgroup.
+      const std::string how =
+          exited.out_of_memory_limit_bytes() > 0
+              ? absl::StrCat("was killed: out of memory: the job's limit is ",
+                             FormatBinaryBytes(exited.out_of_memory_limit_bytes()),
+                             " per rank (resources.memory_bytes)")
+          : exited.exit_code() < 0 ? absl::StrCat("was killed by signal ", -exited.exit_code())
+                                   : absl::StrCat("exited with code ", exited.exit_code());
       JobEnd end{v1::Job::FAILED, absl::StrCat("rank ", rank, " (", agent.host(), ", pid ",
                                                exited.pid(), ") ", how)};
       // Note [Agent reconnect grace]: a rank that fails while the job waits

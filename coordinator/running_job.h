@@ -296,6 +296,14 @@ struct RunningJob {
   v1::ResourceSpec::Device device = v1::ResourceSpec::CPU;
   int min_ranks = 1;  // resources.min_ranks: preemption shrinks no further
 
+  // What each rank's cgroup enforces (Note [Rank cgroups] in
+  // worker/agent/rank_cgroup.cc): RankMemoryLimitBytes and
+  // RankProcessLimit of the spec; sent with every launch.
+  int64_t memory_limit_bytes = 0;
+  int max_processes = 0;
+  // Sets those limits on `launch`.
+  void SetLimits(v1::LaunchRanks& launch) const;
+
   // A program job (spec.program present; docs/programs.md): a failed rank's
   // reason quotes its last output lines, not only the last one.
   bool program = false;

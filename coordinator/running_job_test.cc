@@ -160,6 +160,31 @@ TEST_F(RunningJobTest, AReasonQuotesABoundedEndOfTheOutput) {
   EXPECT_TRUE(absl::EndsWith(end->reason, "bytes of this line dropped]")) << end->reason;
 }
 
+// Note [Rank cgroups]: every launch carries the job's limits, and a rank
+// the OOM killer took in its cgroup fails its job saying so, with the
+// limit and the field that sets it.
+TEST_F(RunningJobTest, LaunchesCarryLimitsAndAnOutOfMemoryKillIsExplained) {
+  v1::Job job = job_;
+  job.mutable_spec()->mutable_program()->add_argv("/usr/bin/python3");
+  job.mutable_spec()->mutable_resources()->set_memory_bytes(int64_t{4} << 30);
+  job.mutable_spec()->mutable_resources()->set_max_processes(100);
+  RunningJob run(job, 3, /*generation=*/1);
+  run.ranks = run_.ranks;
+  const auto launches = run.LaunchMessages("job-000001", "10.0.0.1:29650");
+  EXPECT_EQ(launches.at("agent-1").launch().memory_limit_bytes(), int64_t{4} << 30);
+  EXPECT_EQ(launches.at("agent-2").launch().max_processes(), 100);
+
+  v1::RankExited killed = Exit(0, 137);
+  killed.set_out_of_memory_limit_bytes(int64_t{4} << 30);
+  killed.add_stderr_tail("allocated 3900 MiB");
+  std::optional<JobEnd> end = run.RecordExit("agent-2", agents_.Find("agent-2")->hello, killed);
+  ASSERT_TRUE(end.has_value());
+  EXPECT_EQ(end->state, v1::Job::FAILED);
+  EXPECT_EQ(end->reason,
+            "rank 2 (node-b, pid 4242) was killed: out of memory: the job's limit is 4 GiB per "
+            "rank (resources.memory_bytes); last output: allocated 3900 MiB");
+}
+
 TEST_F(RunningJobTest, ANonZeroExitFailsTheJobNamingRankHostPidAndStderr) {
   v1::RankExited killed = Exit(0, -9);
   killed.add_stderr_tail("loading data");

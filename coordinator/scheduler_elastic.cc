@@ -483,6 +483,7 @@ void Scheduler::StageGrowthLocked(const std::string& job_id, RunningJob& run,
     launch->set_job_id(job_id);
     launch->set_generation(staged.generation);
     launch->set_coordinator(coordinator_address_);
+    run.SetLimits(*launch);
     v1::RankLaunch* r = launch->add_ranks();
     r->set_slot(slot.slot);
     r->set_local_rank(slot.local_rank);

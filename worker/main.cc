@@ -39,6 +39,7 @@ struct AgentFlags {
   std::string device = "cpu";
   int threads_per_rank = 1;
   bool bind_cpus = true;
+  bool rank_cgroups = true;
   std::string host;
   double connect_timeout_seconds = 30;
   std::string rank_binary;
@@ -137,6 +138,13 @@ void AddFlags(CLI::App& app, AgentFlags& flags) {
                  "false: leave placement to the scheduler.")
       ->envname("CHORUS_BIND_CPUS")
       ->capture_default_str();
+  app.add_option("--rank_cgroups", flags.rank_cgroups,
+                 "Run each rank in a cgroup of its own with its job's memory and process limits "
+                 "(resources.memory_bytes, resources.max_processes) and its slot's CPUs; needs "
+                 "root or a delegated cgroup, and without them the ranks run unlimited after one "
+                 "warning (docs/operating.md). false: never.")
+      ->envname("CHORUS_RANK_CGROUPS")
+      ->capture_default_str();
   app.add_option("--host", flags.host, "Name this node reports to the coordinator.")
       ->capture_default_str();
   app.add_option("--rank_host", flags.rank_host,
@@ -231,6 +239,7 @@ absl::StatusOr<chorus::AgentOptions> Configure(AgentFlags& flags) {
   options.device = device;
   options.threads_per_rank = flags.threads_per_rank;
   options.bind_cpus = flags.bind_cpus;
+  options.rank_cgroups = flags.rank_cgroups;
   options.host = flags.host;
   options.rank_binary = flags.rank_binary;
   options.connect_timeout = absl::Seconds(flags.connect_timeout_seconds);

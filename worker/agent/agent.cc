@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/cpu_binding.h"
 #include "common/grpc_util.h"
@@ -60,6 +61,17 @@ Agent::Agent(AgentOptions options)
     LOG(WARNING) << accounts;
   } else {
     LOG(INFO) << accounts;
+  }
+  if (!options_.rank_cgroups) return;
+  cgroups_ = std::make_unique<RankCgroups>(
+      RankCgroups::ForThisHost(absl::StrCat("agent-", ::getpid())));
+  if (cgroups_->enabled()) {
+    LOG(INFO) << "each rank runs in a cgroup of its own (cgroup v" << cgroups_->version()
+              << ") under " << absl::StrJoin(cgroups_->agent_dirs(), ", ");
+  } else {
+    LOG(WARNING) << "ranks run without memory, process and CPU limits: "
+                 << cgroups_->why_disabled()
+                 << " (cgroups need root or a delegated cgroup: docs/operating.md, Rank limits)";
   }
 }
 
@@ -373,6 +385,7 @@ std::shared_ptr<Agent::Child> Agent::StartRank(const v1::LaunchRanks& launch,
                       command.env.end());
     if (!value.empty()) command.env.push_back(prefix + value);
   }
+  std::unique_ptr<RankCgroup> cgroup = CgroupFor(launch, rank, command);
   int rank_fd = -1;
   std::unique_ptr<ProgressReceiver> heartbeats = OpenHeartbeatChannel(command, &rank_fd);
   absl::StatusOr<std::unique_ptr<RankProcess>> process = launcher_->Start(command);
@@ -384,6 +397,7 @@ std::shared_ptr<Agent::Child> Agent::StartRank(const v1::LaunchRanks& launch,
   }
   auto child = std::make_shared<Child>();
   child->process = *std::move(process);
+  child->cgroup = std::move(cgroup);
   child->pid = child->process->pid();
   child->job_id = launch.job_id();
   child->generation = launch.generation();
@@ -401,6 +415,51 @@ void Agent::ReportStartFailure(const std::string& job_id, int slot, const absl::
   e->set_exit_code(127);
   e->add_stderr_tail(absl::StrCat("chorus-worker ", why.message()));
   Send(exited);
+}
+
+std::unique_ptr<RankCgroup> Agent::CgroupFor(const v1::LaunchRanks& launch,
+                                             const v1::RankLaunch& rank,
+                                             RankCommand& command) const {
+  if (cgroups_ == nullptr || !cgroups_->enabled()) return nullptr;
+  CgroupLimits limits;
+  limits.memory_bytes = launch.memory_limit_bytes();
+  limits.max_processes = launch.max_processes();
+  limits.cpus = command.cpus;
+  absl::StatusOr<std::unique_ptr<RankCgroup>> cgroup = cgroups_->Create(
+      launch.job_id(), absl::StrCat("slot-", rank.slot(), "-gen-", launch.generation()), limits);
+  if (!cgroup.ok()) {
+    LOG(WARNING) << launch.job_id() << ": slot " << rank.slot()
+                 << " runs without a cgroup (no memory or process limit): "
+                 << cgroup.status().message();
+    return nullptr;
+  }
+  command.cgroup_procs = (*cgroup)->procs_files();
+  return *std::move(cgroup);
+}
+
+void Agent::CloseCgroup(Child& child, v1::RankExited& exited) {
+  if (child.cgroup == nullptr) return;
+  // Note [Rank cgroups]: a rank that failed after the OOM killer fired in
+  // its cgroup died of its memory limit (the killed process may have been
+  // a program the rank supervises, which then exits 137 itself).
+  const int64_t limit = child.cgroup->limits().memory_bytes;
+  if (exited.exit_code() != 0 && limit > 0 && child.cgroup->OomKills() > 0) {
+    exited.set_out_of_memory_limit_bytes(limit);
+    // Said in the job's log too (`chorus logs`), after the rank's own last
+    // line: the job's reason says it once more.
+    const std::string line =
+        absl::StrCat("chorus-worker: the rank was killed: out of memory: the job's limit is ",
+                     FormatBinaryBytes(limit), " per rank (resources.memory_bytes)");
+    std::cerr << "[" << child.job_id << " slot " << child.slot << "] " << line << "\n";
+    v1::AgentMessage logs;
+    logs.mutable_logs()->set_job_id(child.job_id);
+    logs.mutable_logs()->set_slot(child.slot);
+    logs.mutable_logs()->add_lines(line);
+    Send(logs);
+  }
+  if (absl::Status removed = child.cgroup->Remove(); !removed.ok()) {
+    LOG(WARNING) << child.job_id << ": slot " << child.slot << ": " << removed.message();
+  }
 }
 
 RankCommand Agent::RankCommandFor(const v1::LaunchRanks& launch, const v1::RankLaunch& rank,
@@ -854,6 +913,7 @@ void Agent::Monitor(std::shared_ptr<Child> child) {
     absl::MutexLock lock(&child->mu);
     for (const std::string& line : child->tail) e->add_stderr_tail(line);
   }
+  CloseCgroup(*child, *e);
   {
     absl::MutexLock lock(&mu_);
     auto it = children_.find(child->pid);

@@ -42,6 +42,7 @@
 #include "chorus/v1/coordinator.grpc.pb.h"
 #include "common/clock.h"
 #include "worker/agent/rank_accounts.h"
+#include "worker/agent/rank_cgroup.h"
 #include "worker/agent/rank_launcher.h"
 #include "worker/runtime/progress_channel.h"
 
@@ -56,6 +57,11 @@ struct AgentOptions {
   // to CPUs] in common/cpu_binding.cc); nothing is bound when there are more
   // slots than CPUs.
   bool bind_cpus = true;
+  // Run each rank in a cgroup of its own with its job's memory and process
+  // limits and its slot's CPUs (Note [Rank cgroups] in rank_cgroup.cc);
+  // where cgroups cannot be made the agent says so once and runs ranks
+  // without.
+  bool rank_cgroups = false;
   // The CPUs the slots share; empty: those this process may run on.
   std::vector<int> cpus;
   std::string host;
@@ -117,6 +123,8 @@ class Agent {
  private:
   struct Child {
     std::unique_ptr<RankProcess> process;
+    // The rank's cgroup; null when it runs without one.
+    std::unique_ptr<RankCgroup> cgroup;
     pid_t pid = 0;
     std::string job_id;
     int64_t generation = 0;
@@ -165,6 +173,13 @@ class Agent {
   // The command that runs slot `rank.slot()` of `launch`.
   RankCommand RankCommandFor(const v1::LaunchRanks& launch, const v1::RankLaunch& rank,
                              const std::string& agent_id) const;
+  // The cgroup the rank `command` starts goes into, its procs files in
+  // `command`; null when ranks run without cgroups or it cannot be made.
+  std::unique_ptr<RankCgroup> CgroupFor(const v1::LaunchRanks& launch, const v1::RankLaunch& rank,
+                                        RankCommand& command) const;
+  // After `child` was reaped: in `exited`, whether the OOM killer took it;
+  // then removes its cgroup.
+  void CloseCgroup(Child& child, v1::RankExited& exited);
   void StopRanks(const std::string& job_id, const std::vector<int>& slots, absl::Duration grace);
   // What a follower coordinator says about why none leads; empty when none
   // says (Note [Ranks outlive a leaderless cluster] in agent.cc).
@@ -231,6 +246,8 @@ class Agent {
   const std::vector<int> cpus_;
   const std::shared_ptr<RankLauncher> launcher_;
   RankAccounts accounts_;
+  // Null unless options_.rank_cgroups.
+  std::unique_ptr<RankCgroups> cgroups_;
   RealClock real_clock_;
   Clock& clock_;
   std::unique_ptr<v1::AgentService::Stub> stub_;

@@ -53,7 +53,8 @@ struct RankCommand {
   };
   std::optional<Account> account;
   // Files (cgroup.procs of the rank's cgroups) the child writes its own pid
-  // into before exec; a failed write fails the start.
+  // into before exec, so it runs no code of its own outside them; a failed
+  // write fails the start (Note [Rank cgroups] in worker/agent/rank_cgroup.cc).
   std::vector<std::string> cgroup_procs;
   // Descriptors of the launcher the process keeps, at the same numbers
   // (they must not be close-on-exec); every other one above stderr is
