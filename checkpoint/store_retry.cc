@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "common/retry.h"
+#include "common/backoff.h"
 #include "glog/logging.h"
 
 namespace chorus {
@@ -28,13 +28,15 @@ StoreRetryResult StoreRetrying(CheckpointStorage& storage, int64_t step,
     LOG(WARNING) << "checkpoint step " << step << ": " << result.status.message()
                  << "; trying again for up to " << absl::FormatDuration(options.give_up_after);
   }
-  RetryOptions backoff;
-  backoff.initial_backoff = options.initial_backoff;
-  backoff.max_backoff = options.max_backoff;
-  for (int retry = 1;; ++retry) {
+  BackoffOptions delays;
+  delays.initial = options.initial_backoff;
+  delays.max = std::max(options.max_backoff, options.initial_backoff);
+  delays.jitter = options.jitter;
+  Backoff backoff(delays);
+  while (true) {
     const absl::Duration left = give_up - clock.Now();
     if (left <= absl::ZeroDuration()) break;
-    clock.SleepFor(std::min(BackoffBefore(backoff, retry), left));
+    clock.SleepFor(std::min(backoff.Next(), left));
     const absl::Status s = storage.Store(step, files);
     ++result.attempts;
     if (absl::IsAlreadyExists(s)) {

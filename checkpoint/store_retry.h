@@ -60,6 +60,9 @@ struct StoreRetryOptions {
   absl::Duration give_up_after = absl::Minutes(1);
   absl::Duration initial_backoff = absl::Milliseconds(200);
   absl::Duration max_backoff = absl::Seconds(2);
+  // The random share of each sleep (Note [Backoff] in common/backoff.cc);
+  // 0 = exactly initial_backoff, twice that, ... up to max_backoff.
+  double jitter = 0.5;
   // Time and sleeping; null = the real clock.
   Clock* clock = nullptr;
 };

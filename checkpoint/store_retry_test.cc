@@ -54,6 +54,7 @@ StoreRetryOptions Options(FakeClock& clock, absl::Duration give_up_after) {
   StoreRetryOptions options;
   options.give_up_after = give_up_after;
   options.clock = &clock;
+  options.jitter = 0;  // exact times (one test below draws them)
   return options;
 }
 
@@ -89,6 +90,25 @@ TEST(StoreRetryTest, RetriesWithBackoffUntilTheCoordinatorIsBack) {
   // Every attempt sent the whole file again, for the same step.
   EXPECT_EQ(storage.steps, std::vector<int64_t>(4, 1000));
   EXPECT_EQ(storage.stored_bytes, std::vector<std::string>(4, "weights"));
+}
+
+TEST(StoreRetryTest, JitteredRetriesComeWithinTheUpperHalfOfEachCeiling) {
+  FakeClock clock;
+  std::vector<absl::Status> down(5, absl::UnavailableError("Socket closed"));
+  ScriptedStorage storage(clock, down);
+  StoreRetryOptions options = Options(clock, absl::Minutes(1));
+  options.jitter = 0.5;
+  StoreRetryResult r = StoreRetrying(storage, 7, OneFile(), options);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  ASSERT_EQ(storage.calls.size(), 6u);
+  const absl::Duration ceilings[] = {absl::Milliseconds(200), absl::Milliseconds(400),
+                                     absl::Milliseconds(800), absl::Milliseconds(1600),
+                                     absl::Seconds(2)};
+  for (int i = 0; i < 5; ++i) {
+    const absl::Duration gap = storage.calls[i + 1] - storage.calls[i];
+    EXPECT_GE(gap, ceilings[i] / 2) << "retry " << i + 1;
+    EXPECT_LE(gap, ceilings[i]) << "retry " << i + 1;
+  }
 }
 
 TEST(StoreRetryTest, GivesUpWhenTheCoordinatorStaysAwayForTheWholeBound) {

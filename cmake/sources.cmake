@@ -8,6 +8,7 @@ set(CHORUS_SOURCES
     checkpoint/storage.cc
     checkpoint/wire.cc
     common/auth.cc
+    common/backoff.cc
     common/crc32c.cc
     common/grpc_util.cc
     common/hmac.cc
@@ -62,6 +63,7 @@ set(CHORUS_HEADERS
     checkpoint/storage.h
     checkpoint/wire.h
     common/auth.h
+    common/backoff.h
     common/clock.h
     common/crc32c.h
     common/grpc_util.h

@@ -2,9 +2,11 @@
 // with a status worth retrying and time is left — for calls to the
 // coordinator that must outlive its restart (a rank's final report, say).
 //
-// Attempt k (k = 1, 2, ...) is preceded by a sleep of
-//   min(initial_backoff * multiplier^(k-2), max_backoff)   for k >= 2
-// cut short at the deadline; no attempt starts at or after the deadline.
+// Attempt k (k = 1, 2, ...) is preceded by a sleep drawn by a Backoff
+// (common/backoff.h, Note [Backoff]) under the ceiling
+//   BackoffBefore(options, k - 1) = min(initial_backoff * multiplier^(k-2), max_backoff)
+// for k >= 2, from [(1 - jitter) * ceiling, ceiling], cut short at the
+// deadline; no attempt starts at or after the deadline.
 // Each attempt gets its own deadline: min(now + attempt_timeout, deadline).
 //
 // Thread-safety: Retry is reentrant; `options.clock` must be usable from the
@@ -26,6 +28,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/backoff.h"
 #include "common/clock.h"
 
 namespace chorus {
@@ -38,6 +41,8 @@ struct RetryOptions {
   absl::Duration initial_backoff = absl::Milliseconds(200);
   absl::Duration max_backoff = absl::Seconds(2);
   double multiplier = 2.0;  // >= 1
+  // The random share of each sleep (BackoffOptions::jitter); 0 = exact.
+  double jitter = 0.5;
   // Total time for all attempts and sleeps together, from the call.
   absl::Duration deadline = absl::Minutes(1);
   // The most one attempt may take (its deadline is also cut at `deadline`).
@@ -50,9 +55,13 @@ struct RetryOptions {
   Clock* clock = nullptr;
 };
 
-// The sleep before retry `retry` (1 = before the second attempt).
+// The ceiling of the sleep before retry `retry` (1 = before the second
+// attempt): the sleep itself when jitter is 0.
 // REQUIRES: retry >= 1.
 absl::Duration BackoffBefore(const RetryOptions& options, int retry);
+
+// The Backoff whose delays Retry sleeps.
+BackoffOptions ToBackoffOptions(const RetryOptions& options);
 
 // Calls `attempt(attempt_deadline)` until it returns OK, a status that is
 // not retryable, max_attempts is reached, or the deadline leaves no time for

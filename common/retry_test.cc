@@ -23,7 +23,7 @@ class RecordingClock : public FakeClock {
 
 const absl::Time kStart = absl::FromUnixSeconds(1000);
 
-TEST(BackoffTest, GrowsByTheMultiplierUpToTheCap) {
+TEST(RetryBackoffTest, TheCeilingGrowsByTheMultiplierUpToTheCap) {
   RetryOptions options;
   options.initial_backoff = absl::Milliseconds(100);
   options.multiplier = 2;
@@ -43,6 +43,7 @@ TEST(RetryTest, RetriesTransientFailuresWithBackoffUntilOneSucceeds) {
   RetryOptions options;
   options.initial_backoff = absl::Milliseconds(200);
   options.max_backoff = absl::Seconds(1);
+  options.jitter = 0;  // exact sleeps
   options.clock = &clock;
   int attempts = 0;
   absl::Status s = Retry(options, [&](absl::Time) {
@@ -54,6 +55,26 @@ TEST(RetryTest, RetriesTransientFailuresWithBackoffUntilOneSucceeds) {
   EXPECT_EQ(attempts, 5);
   EXPECT_THAT(clock.sleeps, ElementsAre(absl::Milliseconds(200), absl::Milliseconds(400),
                                         absl::Milliseconds(800), absl::Seconds(1)));
+}
+
+TEST(RetryTest, JitteredSleepsLieInTheUpperHalfOfTheirCeilings) {
+  RecordingClock clock(kStart);
+  RetryOptions options;
+  options.initial_backoff = absl::Milliseconds(200);
+  options.max_backoff = absl::Seconds(1);
+  options.deadline = absl::Minutes(10);
+  options.clock = &clock;
+  int attempts = 0;
+  absl::Status s = Retry(options, [&](absl::Time) {
+    return ++attempts < 12 ? absl::UnavailableError("down") : absl::OkStatus();
+  });
+  EXPECT_TRUE(s.ok()) << s;
+  ASSERT_EQ(clock.sleeps.size(), 11);
+  for (int i = 0; i < 11; ++i) {
+    const absl::Duration ceiling = BackoffBefore(options, i + 1);
+    EXPECT_GE(clock.sleeps[i], ceiling / 2) << "sleep " << i;
+    EXPECT_LE(clock.sleeps[i], ceiling) << "sleep " << i;
+  }
 }
 
 TEST(RetryTest, FinalCodesEndAtOnceWithTheirStatus) {
@@ -80,6 +101,7 @@ TEST(RetryTest, TheDeadlineCutsTheLastSleepAndNoAttemptStartsAfterIt) {
   options.initial_backoff = absl::Milliseconds(200);
   options.max_backoff = absl::Seconds(10);
   options.deadline = absl::Seconds(1);
+  options.jitter = 0;  // exact sleeps
   options.clock = &clock;
   std::vector<absl::Time> started;
   std::vector<absl::Time> attempt_deadlines;
@@ -106,6 +128,7 @@ TEST(RetryTest, SlowAttemptsCountAgainstTheDeadline) {
   options.initial_backoff = absl::Milliseconds(200);
   options.deadline = absl::Seconds(2);
   options.attempt_timeout = absl::Milliseconds(700);
+  options.jitter = 0;  // exact sleeps
   options.clock = &clock;
   std::vector<absl::Time> attempt_deadlines;
   absl::Status s = Retry(options, [&](absl::Time attempt_deadline) {

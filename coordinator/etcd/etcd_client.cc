@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/backoff.h"
 #include "common/host_port.h"
 #include "common/paths.h"
 #include "common/status_macros.h"
@@ -191,6 +192,7 @@ EtcdClient::EtcdClient(EtcdOptions options, std::shared_ptr<grpc::Channel> chann
       channel_(std::move(channel)),
       kv_(etcdserverpb::KV::NewStub(channel_)),
       lease_(etcdserverpb::Lease::NewStub(channel_)),
+      watch_(etcdserverpb::Watch::NewStub(channel_)),
       maintenance_(etcdserverpb::Maintenance::NewStub(channel_)),
       auth_(etcdserverpb::Auth::NewStub(channel_)) {}
 
@@ -261,7 +263,10 @@ template <typename Call>
 absl::Status EtcdClient::Run(const char* what, absl::Duration timeout, Call call) {
   const absl::Time deadline = absl::Now() + timeout;
   const absl::Duration attempt_timeout = std::max(timeout / 3, absl::Milliseconds(500));
-  absl::Duration backoff = absl::Milliseconds(50);
+  BackoffOptions delays;  // Note [Backoff] in common/backoff.cc
+  delays.initial = absl::Milliseconds(50);
+  delays.max = absl::Milliseconds(500);
+  Backoff backoff(delays);
   bool renewed_token = false;
   while (true) {
     grpc::ClientContext context;
@@ -280,17 +285,18 @@ absl::Status EtcdClient::Run(const char* what, absl::Duration timeout, Call call
       RETURN_IF_ERROR(Authenticate(deadline));
       continue;
     }
-    if (!IsEtcdUnavailable(status) || absl::Now() + backoff >= deadline) {
+    const absl::Duration delay = backoff.Next();
+    if (!IsEtcdUnavailable(status) || absl::Now() + delay >= deadline) {
       return ToStatus(what, status);
     }
-    absl::SleepFor(backoff);
-    backoff = std::min(backoff * 2, absl::Milliseconds(500));
+    absl::SleepFor(delay);
   }
 }
 
 absl::StatusOr<etcdserverpb::RangeResponse> EtcdClient::Range(
     const etcdserverpb::RangeRequest& request) {
   etcdserverpb::RangeResponse response;
+  range_calls_.fetch_add(1);
   RETURN_IF_ERROR(Run("range", options_.call_timeout, [&](grpc::ClientContext* context) {
     return kv_->Range(context, request, &response);
   }));
@@ -366,6 +372,88 @@ absl::StatusOr<etcdserverpb::StatusResponse> EtcdClient::MemberStatus() {
     return maintenance_->Status(context, etcdserverpb::StatusRequest(), &response);
   }));
   return response;
+}
+
+
+bool EtcdWaitCanceller::Attach(grpc::ClientContext* context) {
+  absl::MutexLock lock(&mu_);
+  if (cancelled_) return false;
+  context_ = context;
+  return true;
+}
+
+void EtcdWaitCanceller::Detach() {
+  absl::MutexLock lock(&mu_);
+  context_ = nullptr;
+}
+
+void EtcdWaitCanceller::Cancel() {
+  absl::MutexLock lock(&mu_);
+  cancelled_ = true;
+  if (context_ != nullptr) context_->TryCancel();
+}
+
+// Note [Watching the leader key]: a coordinator that does not lead waits
+// for the leader key's deletion on etcd's Watch stream, from the revision
+// at which it last read the key, so no deletion in between is missed
+// (EtcdLeadership::Campaign). Two ways a watch can stay silent although the
+// key went are covered here: "hasleader" metadata makes a member that lost
+// its raft leader (a partitioned minority, which would see no more events)
+// cancel the watch at once, as etcd's own clientv3 asks with
+// WithRequireLeader; and the channel's keepalive drops a frozen member's
+// connection (Note [Noticing a frozen etcd member]). A watch that breaks
+// anyway ends with UNAVAILABLE, and the caller reads the key again.
+absl::Status EtcdClient::WaitForDeletion(const std::string& key, int64_t start_revision,
+                                         absl::Time deadline, EtcdWaitCanceller* canceller) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(deadline));
+  context.AddMetadata("hasleader", "true");
+  {
+    absl::MutexLock lock(&mu_);
+    if (!token_.empty()) context.AddMetadata("token", token_);
+  }
+  if (canceller != nullptr && !canceller->Attach(&context)) {
+    return absl::CancelledError("the wait for the leader key was cancelled");
+  }
+  std::unique_ptr<grpc::ClientReaderWriter<etcdserverpb::WatchRequest, etcdserverpb::WatchResponse>>
+      stream = watch_->Watch(&context);
+  etcdserverpb::WatchRequest request;
+  etcdserverpb::WatchCreateRequest* create = request.mutable_create_request();
+  create->set_key(key);
+  create->set_start_revision(start_revision);
+  create->add_filters(etcdserverpb::WatchCreateRequest::NOPUT);
+  absl::Status result;
+  bool deleted = false;
+  etcdserverpb::WatchResponse response;
+  if (stream->Write(request)) {
+    while (!deleted && result.ok() && stream->Read(&response)) {
+      if (response.canceled()) {
+        result = absl::UnavailableError(
+            absl::StrCat(name_, ": watch of ", key, " cancelled by etcd (", response.cancel_reason(),
+                         response.compact_revision() > 0
+                             ? absl::StrCat("; compacted to ", response.compact_revision())
+                             : "",
+                         ")"));
+      }
+      for (const etcdserverpb::Event& event : response.events()) {
+        deleted = deleted || event.type() == etcdserverpb::Event::DELETE;
+      }
+    }
+  }
+  if (deleted || !result.ok()) context.TryCancel();  // ends the stream for Finish
+  const grpc::Status finished = stream->Finish();
+  if (canceller != nullptr) canceller->Detach();
+  if (deleted) return absl::OkStatus();
+  if (!result.ok()) return result;
+  if (finished.error_code() == grpc::StatusCode::CANCELLED) {
+    return absl::CancelledError("the wait for the leader key was cancelled");
+  }
+  if (finished.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED || absl::Now() >= deadline) {
+    return absl::DeadlineExceededError(absl::StrCat("no deletion of ", key, " by the deadline"));
+  }
+  return ToStatus("watch", finished.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                                        "the watch stream ended")
+                                         : finished);
 }
 
 }  // namespace chorus

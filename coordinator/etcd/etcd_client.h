@@ -20,6 +20,8 @@
 #ifndef CHORUS_COORDINATOR_ETCD_ETCD_CLIENT_H_
 #define CHORUS_COORDINATOR_ETCD_ETCD_CLIENT_H_
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -53,6 +55,26 @@ struct EtcdOptions {
 // naming the option.
 absl::Status ValidateEtcdOptions(const EtcdOptions& options);
 
+// Ends EtcdClient::WaitForDeletion from another thread (a coordinator
+// stopping while it waits for the leader key to go).
+//
+// Thread-safety: every method may be called from any thread.
+class EtcdWaitCanceller {
+ public:
+  // Ends the wait in progress, if any, and every later one at once.
+  void Cancel();
+
+ private:
+  friend class EtcdClient;
+  // Registers the wait's context; false when already cancelled.
+  bool Attach(grpc::ClientContext* context);
+  void Detach();
+
+  absl::Mutex mu_;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;
+};
+
 class EtcdClient {
  public:
   // Reads the TLS and password files and builds the channel; with a user,
@@ -79,6 +101,20 @@ class EtcdClient {
   // Maintenance.Status of whichever member answers.
   absl::StatusOr<etcdserverpb::StatusResponse> MemberStatus();
 
+  // Watches `key` on etcd's Watch stream from `start_revision` on and
+  // returns OK at its first deletion (deleted, or its lease ended) at or
+  // after that revision. DEADLINE_EXCEEDED when `deadline` passes first,
+  // CANCELLED once `canceller` (may be null) is cancelled, UNAVAILABLE when
+  // the watch breaks (etcd unreachable, the member lost its raft leader, the
+  // revision was compacted): the caller then reads the key again. Not
+  // retried: a wait is cheap to start over.
+  absl::Status WaitForDeletion(const std::string& key, int64_t start_revision, absl::Time deadline,
+                               EtcdWaitCanceller* canceller);
+
+  // Range calls made so far (retries of one call count once): how tests see
+  // that a waiting coordinator watches rather than reads.
+  int64_t range_calls() const { return range_calls_.load(); }
+
   // "etcd at HOST:PORT,...": how errors name this cluster.
   const std::string& name() const { return name_; }
   absl::Duration call_timeout() const { return options_.call_timeout; }
@@ -98,11 +134,13 @@ class EtcdClient {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<etcdserverpb::KV::Stub> kv_;
   std::unique_ptr<etcdserverpb::Lease::Stub> lease_;
+  std::unique_ptr<etcdserverpb::Watch::Stub> watch_;
   std::unique_ptr<etcdserverpb::Maintenance::Stub> maintenance_;
   std::unique_ptr<etcdserverpb::Auth::Stub> auth_;
 
   absl::Mutex mu_;
   std::string token_ ABSL_GUARDED_BY(mu_);  // etcd auth token; empty without a user
+  std::atomic<int64_t> range_calls_{0};
 };
 
 // Whether a failed call means etcd could not answer in time (unreachable,

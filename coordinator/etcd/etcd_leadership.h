@@ -23,6 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/backoff.h"
 #include "coordinator/etcd/etcd_client.h"
 #include "coordinator/leadership.h"
 
@@ -43,8 +44,15 @@ struct EtcdLeadershipOptions {
   // leader is replaced within about this long. etcd grants at least its own
   // minimum (about 2 s with default election settings).
   absl::Duration lease_ttl = absl::Seconds(2);
-  // How often a coordinator that does not lead looks for the key's absence.
-  absl::Duration poll_interval = absl::Milliseconds(100);
+  // A coordinator that does not lead watches the key and campaigns when it
+  // is deleted (Note [Standbys watch the leader key]). As a safety net it
+  // also reads the key again after a quiet watch of this long (each wait
+  // drawn from its upper half, Note [Backoff] in common/backoff.cc).
+  absl::Duration recheck_interval = absl::Seconds(3);
+  // After etcd could not answer (or a watch broke), the first wait before
+  // reading the key again; later ones double up to `retry_max`, jittered.
+  absl::Duration retry_delay = absl::Milliseconds(100);
+  absl::Duration retry_max = absl::Seconds(1);
   // Subtracted from every lease's end for clock rate differences between
   // this machine and etcd's leader (Note [Leader lease]).
   absl::Duration safety_margin = absl::Milliseconds(250);
@@ -78,8 +86,14 @@ class EtcdLeadership : public Leadership {
   const std::string& key() const { return key_; }
 
  private:
-  // One attempt: OK with `*won` set, or an error from etcd.
-  absl::Status TryToWin(bool* won);
+  // One attempt: OK with `*won` set, or an error from etcd. When another
+  // coordinator leads, `*seen_at` is a revision at which the key existed
+  // (0 if none is known).
+  absl::Status TryToWin(bool* won, int64_t* seen_at);
+  // Waits until the key, seen at revision `seen_at`, is deleted, the
+  // re-check is due, Stop() is called, or (after a broken watch) `retry`'s
+  // next delay has passed.
+  void WaitForVacancy(int64_t seen_at, Backoff& retry) ABSL_LOCKS_EXCLUDED(mu_);
   // `held` is the leader key as read: if it is still this coordinator's
   // last term's, renews that lease and leads again (Note [Taking back a
   // lapsed term]); OK with `*won` false otherwise.
@@ -115,6 +129,8 @@ class EtcdLeadership : public Leadership {
   absl::Duration granted_ttl_ ABSL_GUARDED_BY(mu_);
   LeaderFence fence_ ABSL_GUARDED_BY(mu_);
   LeaderInfo self_ ABSL_GUARDED_BY(mu_);
+  // Ends a standby's watch of the key when the coordinator stops.
+  EtcdWaitCanceller watch_canceller_;
   // The last campaign attempt's error; OK after one that etcd answered.
   absl::Status election_error_ ABSL_GUARDED_BY(mu_);
   // Held while the keep-alive thread is started or joined (never with mu_).

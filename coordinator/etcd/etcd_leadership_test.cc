@@ -100,6 +100,63 @@ TEST(EtcdLeadershipTest, OneLeadsTheOtherWaitsAndTakesOverOnResign) {
   EXPECT_GT(b.fence().create_revision, a.fence().create_revision);
 }
 
+// Note [Standbys watch the leader key]: a waiting coordinator reads the key
+// about once per recheck_interval (3 s) rather than every 100 ms, and still
+// takes over as soon as the key is deleted.
+TEST(EtcdLeadershipTest, AWaitingCoordinatorWatchesTheKeyInsteadOfPollingIt) {
+  auto etcd = StartEtcd(1);
+  ASSERT_NE(etcd, nullptr);
+  auto client_a = Connect(etcd->endpoints());
+  auto client_b = Connect(etcd->endpoints());
+  EtcdLeadership a(*client_a, Options("a"));
+  EtcdLeadership b(*client_b, Options("b"));
+  ASSERT_TRUE(a.Campaign().ok());
+  Campaigner waiting(b);
+  const absl::Time started = absl::Now();
+  while (client_b->range_calls() == 0 && absl::Now() < started + absl::Seconds(10)) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_GT(client_b->range_calls(), 0) << "b never read the leader key";
+  absl::SleepFor(absl::Milliseconds(200));  // b is in its watch now
+  const int64_t before = client_b->range_calls();
+  absl::SleepFor(absl::Seconds(2));
+  // Polling every 100 ms would have read it about 20 times.
+  EXPECT_LE(client_b->range_calls() - before, 2) << "b polls the leader key";
+  EXPECT_FALSE(waiting.done()) << "b won while a leads";
+
+  // The key goes (as when a's lease ends): b learns it from its watch.
+  etcdserverpb::DeleteRangeRequest remove;
+  remove.set_key(a.key());
+  const absl::Time deleted = absl::Now();
+  ASSERT_TRUE(client_a->DeleteRange(remove).ok());
+  ASSERT_TRUE(waiting.WaitForWin(absl::Seconds(2))) << "b did not take over";
+  EXPECT_LT(waiting.won_at() - deleted, absl::Seconds(1)) << "b waited for a re-check";
+  EXPECT_TRUE(b.IsLeader());
+}
+
+TEST(EtcdLeadershipTest, StoppingAWaitingCoordinatorEndsItsWatchAtOnce) {
+  auto etcd = StartEtcd(1);
+  ASSERT_NE(etcd, nullptr);
+  auto client_a = Connect(etcd->endpoints());
+  auto client_b = Connect(etcd->endpoints());
+  EtcdLeadership a(*client_a, Options("a"));
+  EtcdLeadership b(*client_b, Options("b"));
+  ASSERT_TRUE(a.Campaign().ok());
+  absl::Status campaign;
+  absl::Notification ended;
+  std::thread waiting([&] {
+    campaign = b.Campaign();
+    ended.Notify();
+  });
+  EXPECT_FALSE(ended.WaitForNotificationWithTimeout(absl::Milliseconds(500)));
+  const absl::Time stopped = absl::Now();
+  b.Stop();
+  EXPECT_TRUE(ended.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  waiting.join();
+  EXPECT_TRUE(absl::IsCancelled(campaign)) << campaign;
+  EXPECT_LT(absl::Now() - stopped, absl::Seconds(1)) << "Stop waited for the watch's re-check";
+}
+
 // The split brain the fence exists for: a leader whose lease is gone (here
 // revoked behind its back) has been replaced, and a write it makes with its
 // old leadership is refused by etcd, whatever it believes.

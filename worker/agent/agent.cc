@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/backoff.h"
 #include "common/cpu_binding.h"
 #include "common/grpc_util.h"
 #include "common/join_answers.h"
@@ -247,7 +248,15 @@ void Agent::Serve(grpc::ClientReaderWriter<v1::AgentMessage, v1::CoordinatorMess
 
 absl::Status Agent::Run() {
   const absl::Time first_deadline = absl::Now() + options_.connect_timeout;
-  absl::Duration backoff = absl::Milliseconds(200);
+  // At most a second apart: a restarted coordinator waits only its
+  // recovery grace for the agents to bring their ranks back, and under
+  // load a 5 s cap here left one attempt too late for a 4 s grace. Jittered
+  // so that the agents of a cluster do not all knock at once (Note [Backoff]
+  // in common/backoff.cc).
+  BackoffOptions delays;
+  delays.initial = absl::Milliseconds(200);
+  delays.max = absl::Seconds(1);
+  Backoff backoff(delays);
   bool ever_connected = false;
   absl::Time disconnected_since = absl::InfiniteFuture();
   StartThread([this] { ForwardHeartbeats(); });
@@ -266,7 +275,7 @@ absl::Status Agent::Run() {
     const bool welcomed = stream->Write(hello) && stream->Read(&message) && message.has_welcome();
     if (welcomed) {
       ever_connected = true;
-      backoff = absl::Milliseconds(200);
+      backoff.Reset();
       disconnected_since = absl::InfiniteFuture();
       Serve(*stream, message.welcome(), hello.hello().running_size());
     }
@@ -301,11 +310,7 @@ absl::Status Agent::Run() {
         disconnected_since = absl::InfiniteFuture();
       }
     }
-    absl::SleepFor(backoff);
-    // At most a second apart: a restarted coordinator waits only its
-    // recovery grace for the agents to bring their ranks back, and under
-    // load a 5 s cap here left one attempt too late for a 4 s grace.
-    backoff = std::min(backoff * 2, absl::Seconds(1));
+    absl::SleepFor(backoff.Next());
   }
   return absl::OkStatus();
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/backoff.h"
 #include "common/grpc_util.h"
 #include "grpcpp/client_context.h"
 
@@ -41,10 +42,16 @@ GrpcStore::GrpcStore(std::shared_ptr<grpc::Channel> channel, std::string ns,
 // Values are the same on every retry, so setting one again is harmless.
 absl::Status GrpcStore::Retrying(absl::Time deadline,
                                  const std::function<absl::Status()>& attempt) {
+  // Every rank of the job retries at once after a takeover: Note [Backoff]
+  // in common/backoff.cc.
+  BackoffOptions delays;
+  delays.initial = absl::Milliseconds(50);
+  delays.max = absl::Milliseconds(200);
+  Backoff backoff(delays);
   for (;;) {
     absl::Status s = attempt();
     if (s.code() != absl::StatusCode::kUnavailable || absl::Now() >= deadline) return s;
-    absl::SleepFor(absl::Milliseconds(100));
+    absl::SleepFor(backoff.NextWithin(deadline));
     std::map<std::string, std::string> mine;
     {
       absl::MutexLock lock(&mu_);

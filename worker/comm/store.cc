@@ -16,6 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/backoff.h"
 
 namespace chorus {
 
@@ -130,7 +131,12 @@ absl::Status FileStore::Set(absl::string_view key, absl::string_view value) {
 
 absl::Status FileStore::Wait(absl::Span<const std::string> keys, absl::Time deadline) {
   const absl::Time start = absl::Now();
-  absl::Duration backoff = absl::Microseconds(200);
+  // Note [Backoff] in common/backoff.cc: ranks polling the same directory
+  // do not look in lock step.
+  BackoffOptions delays;
+  delays.initial = absl::Microseconds(200);
+  delays.max = absl::Milliseconds(20);
+  Backoff backoff(delays);
   while (true) {
     std::vector<std::string> missing;
     for (const std::string& k : keys) {
@@ -139,8 +145,7 @@ absl::Status FileStore::Wait(absl::Span<const std::string> keys, absl::Time dead
     if (missing.empty()) return absl::OkStatus();
     const absl::Time now = absl::Now();
     if (now >= deadline) return MissingKeysError("file store " + dir_, missing, now - start);
-    absl::SleepFor(std::min(backoff, deadline - now));
-    backoff = std::min(backoff * 2, absl::Milliseconds(20));
+    absl::SleepFor(backoff.NextWithin(deadline, now));
   }
 }
 

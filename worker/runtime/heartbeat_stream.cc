@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/backoff.h"
 #include "glog/logging.h"
 #include "grpcpp/client_context.h"
 
@@ -127,9 +128,14 @@ void HeartbeatStream::RunThroughAgent() {
 void HeartbeatStream::Run() {
   absl::MutexLock lock(&mu_);
   if (options_.agent != nullptr) RunThroughAgent();
+  BackoffOptions delays;
+  delays.initial = options_.reconnect_delay / 2;
+  delays.max = options_.reconnect_delay;
+  Backoff backoff(delays);
   while (!stop_) {
     ++streams_opened_;
     stream_ended_ = false;
+    const absl::Time opened = clock_.Now();
     grpc::ClientContext context;
     mu_.Unlock();
     std::unique_ptr<grpc::ClientReaderWriterInterface<v1::RankHeartbeat, v1::Directive>> stream =
@@ -169,11 +175,13 @@ void HeartbeatStream::Run() {
     reader.join();
     const grpc::Status status = stream->Finish();
     mu_.Lock();
+    // A stream that worked for a while (not one a follower or a dying
+    // coordinator refused at once) starts the delays over.
+    if (clock_.Now() - opened >= options_.reconnect_delay) backoff.Reset();
     if (!stop_) {
       LOG(WARNING) << "heartbeat stream to the coordinator ended (" << status.error_message()
                    << "); reconnecting";
-      clock_.AwaitWithDeadline(mu_, absl::Condition(&stop_),
-                               clock_.Now() + options_.reconnect_delay);
+      clock_.AwaitWithDeadline(mu_, absl::Condition(&stop_), clock_.Now() + backoff.Next());
     }
   }
 }

@@ -2,8 +2,8 @@
 // kept open for the life of the object. A background thread sends the
 // heartbeat `compose` returns every `interval`; when the stream breaks (the
 // coordinator restarted or is unreachable, or ended it after a directive,
-// which goes to `on_directive` as soon as it arrives) it waits
-// `reconnect_delay`, opens a new one and goes on. Training never waits for
+// which goes to `on_directive` as soon as it arrives) it waits a jittered
+// backoff of at most `reconnect_delay`, opens a new one and goes on. Training never waits for
 // it: once the ranks are connected they do not depend on the coordinator.
 //
 // With `Options::agent` (the rank's end of its node agent's heartbeat
@@ -47,7 +47,11 @@ class HeartbeatStream {
  public:
   struct Options {
     absl::Duration interval = absl::Seconds(1);
-    // Between a broken stream and the next attempt to open one.
+    // The most time between a broken stream and the next attempt to open
+    // one: the waits start at half of it and double up to it, each drawn
+    // at random from the upper half of its ceiling (Note [Backoff] in
+    // common/backoff.cc); a stream that stayed open this long starts them
+    // over.
     absl::Duration reconnect_delay = absl::Seconds(1);
     // For the waits between heartbeats; null = the real clock.
     Clock* clock = nullptr;

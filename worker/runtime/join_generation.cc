@@ -12,6 +12,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/backoff.h"
 #include "common/grpc_util.h"
 #include "glog/logging.h"
 
@@ -29,6 +30,12 @@ GenerationJoiner::GenerationJoiner(v1::RankService::StubInterface& ranks,
 
 absl::StatusOr<v1::JoinResponse> GenerationJoiner::Join(const v1::JoinRequest& request,
                                                         absl::Time deadline, bool until_formed) {
+  // Note [Backoff] in common/backoff.cc: every rank of a job asks again at
+  // once after a failover; 50-200 ms apart, at random, not all every 100 ms.
+  BackoffOptions delays;
+  delays.initial = absl::Milliseconds(50);
+  delays.max = absl::Milliseconds(200);
+  Backoff backoff(delays);
   for (;;) {
     std::optional<absl::StatusOr<v1::JoinResponse>> answer = JoinThroughAgent(request, deadline);
     if (!answer.has_value()) {
@@ -44,11 +51,12 @@ absl::StatusOr<v1::JoinResponse> GenerationJoiner::Join(const v1::JoinRequest& r
     // Note [A join is asked for again]: UNAVAILABLE is retried whatever
     // `until_formed` says.
     const bool again = absl::IsUnavailable(s) || (until_formed && absl::IsAborted(s));
-    if (!again || absl::Now() + absl::Milliseconds(100) >= deadline) {
+    const absl::Duration delay = backoff.Next();
+    if (!again || absl::Now() + delay >= deadline) {
       return absl::Status(s.code(), absl::StrCat("joining generation ", request.generation(),
                                                  " of ", request.job_id(), ": ", s.message()));
     }
-    absl::SleepFor(absl::Milliseconds(100));
+    absl::SleepFor(delay);
   }
 }
 
