@@ -11,6 +11,9 @@
 # a user the token file maps to no account: the job runs as a uid of the
 # range, and once it has ended nothing runs as that uid and its directory
 # is gone; a mapped user's job on that agent still runs as its own account.
+# Then another user's job: the first user's program cannot read the second's
+# checkpoints (in a 1777 shared directory and in the coordinator's store),
+# list its job directory, or read its running rank's /proc environ and mem.
 #
 # Needs root (useradd, and an agent that may start processes as other
 # uids); skipped otherwise.
@@ -107,15 +110,15 @@ print("probe: tmpdir owner", os.stat(os.environ["TMPDIR"]).st_uid)
 PY
 chmod 0755 "${BASE}/probe.py"
 
-# start_worker NAME [FLAG...]: a root agent with the rank program above and
-# the agent token, from --token_file or, with TOKEN_IN_ENV=1, from
+# start_worker NAME [FLAG...]: a root agent (SLOTS slots, default 1) with the
+# rank program above and the agent token, from --token_file or, with TOKEN_IN_ENV=1, from
 # CHORUS_TOKEN; sets WORKER_PID.
 start_worker() {
   local name=$1 auth=(--token_file "${BASE}/agent.token")
   shift
   [[ "${TOKEN_IN_ENV:-0}" == 1 ]] && auth=()
   env TMPDIR="${BASE}/tmp" ${TOKEN_IN_ENV:+CHORUS_TOKEN="${agent_token}"} "${WORKER}" \
-    --coordinator "${addr}" --slots 1 --host "${name}" "${auth[@]}" \
+    --coordinator "${addr}" --slots "${SLOTS:-1}" --host "${name}" "${auth[@]}" \
     --rank_binary "${BASE}/bin/chorus-rank" "$@" 2>"${TMP}/${name}.log" &
   WORKER_PID=$!
   track_pid "${WORKER_PID}"
@@ -195,6 +198,70 @@ run_probe bob job-000003
 [[ "${STATE}" == SUCCEEDED && "${LOGS}" == *"probe: uid ${UID_B} "* ]] \
   && pass "on that agent bob's job still runs as his mapped account (uid ${UID_B})" \
   || fail "bob: ${STATE} ${LOGS}"
+stop_worker
+
+# --- 3. another user's job: bob's checkpoints (in a shared directory and in
+# the coordinator's store) and bob's running rank are out of alice's reach.
+# Both users' ranks run on one agent; bob's trainer runs as bob, so it is
+# copied beside chorus-rank where every uid may execute it.
+cp "$(dirname "${WORKER}")/chorus-trainer" "${BASE}/bin/chorus-trainer"
+chmod 0755 "${BASE}/bin/chorus-trainer"
+SHARED="${BASE}/shared"
+mkdir "${SHARED}" && chmod 1777 "${SHARED}"
+SLOTS=2 start_worker pair
+[[ ${failures} -eq 0 ]] || finish  # no agent: every job below would wait out its timeout
+train_spec() {  # $1 = name, $2 = extra checkpoint fields
+  printf 'name: "%s"\nmodel { mlp { hidden_sizes: [16] } }\ndata { synthetic { num_samples: 256 input_shape: [8] num_classes: 2 seed: 3 } }\ntraining { batch_size_per_rank: 16 epochs: 1 seed: 1 }\noptimizer { kind: SGD lr: 0.1 }\ncheckpoint { every_steps: 4 keep_last: 0 %s }\nresources { min_ranks: 1 max_ranks: 1 }\n' "$1" "$2"
+}
+train_spec shared "storage: SHARED_DIR shared_dir: '${SHARED}'" >"${TMP}/bob-shared.textproto"
+train_spec stored "" >"${TMP}/bob-stored.textproto"
+for spec in bob-shared bob-stored; do
+  timeout "$(slack_seconds 90)" "${CHORUS}" --coordinator "${addr}" --token_file "${TMP}/bob.token" \
+    submit --wait "${TMP}/${spec}.textproto" >"${TMP}/${spec}.out" 2>"${TMP}/${spec}.err" \
+    || fail "bob's ${spec} job: $(cat "${TMP}/${spec}.err") $(tail -5 "${TMP}/pair.log")"
+done
+bob_shared=$(find "${SHARED}" -name model.pt -path "*job-000004*" | head -1)
+bob_stored=$(find "${BASE}/state" -type f -path "*job-000005*" | head -1)
+[[ -n "${bob_shared}" && -n "${bob_stored}" && "$(stat -c %u "${bob_shared}")" == "${UID_B}" ]] \
+  && pass "bob's jobs left a SHARED_DIR checkpoint (owned by ${USER_B}) and one in the coordinator's store" \
+  || fail "bob's checkpoints: shared '${bob_shared}' stored '${bob_stored}' $(ls -laR "${SHARED}" | head -20)"
+printf 'name: "sleeper"\nprogram { argv: ["/bin/sleep", "%s"] working_dir: "%s" }\nresources { min_ranks: 1 max_ranks: 1 }\n' \
+  "$(slack_seconds 60)" "${BASE}" >"${TMP}/bob-sleeper.textproto"
+"${CHORUS}" --coordinator "${addr}" --token_file "${TMP}/bob.token" submit "${TMP}/bob-sleeper.textproto" \
+  >"${TMP}/bob-sleeper.out" 2>&1 || fail "bob's sleeper: $(cat "${TMP}/bob-sleeper.out")"
+wait_for 'pgrep -u "${UID_B}" -x sleep >/dev/null' 30 || fail "bob's sleeper never ran as ${USER_B}"
+bob_rank=$(pgrep -u "${UID_B}" -f chorus-rank | head -1)
+cat > "${BASE}/neighbour.py" <<'PY'
+import errno, os, sys
+def attempt(name, action):
+    try:
+        action()
+        print("probe:", name, "READ")
+    except OSError as e:
+        print("probe:", name, errno.errorcode.get(e.errno, e.errno))
+def read(path):
+    with open(path, "rb") as f:
+        f.read(1)
+shared_file, stored_file, rank = sys.argv[1:4]
+attempt("shared_checkpoint", lambda: read(shared_file))
+attempt("shared_job_dir", lambda: os.listdir(os.path.dirname(os.path.dirname(shared_file))))
+attempt("stored_checkpoint", lambda: read(stored_file))
+attempt("rank_environ", lambda: read("/proc/%s/environ" % rank))
+attempt("rank_mem", lambda: read("/proc/%s/mem" % rank))
+PY
+chmod 0755 "${BASE}/neighbour.py"
+printf 'name: "neighbour"\nprogram { argv: ["/usr/bin/python3", "%s", "%s", "%s", "%s"] working_dir: "%s" }\nresources { min_ranks: 1 max_ranks: 1 }\n' \
+  "${BASE}/neighbour.py" "${bob_shared}" "${bob_stored}" "${bob_rank}" "${BASE}" >"${TMP}/alice-neighbour.textproto"
+timeout "$(slack_seconds 60)" "${CHORUS}" --coordinator "${addr}" --token_file "${TMP}/alice.token" \
+  submit --wait "${TMP}/alice-neighbour.textproto" >"${TMP}/alice-neighbour.out" 2>&1
+LOGS=$(c --token_file "${TMP}/admin.token" logs job-000007 2>&1)
+for name in shared_checkpoint shared_job_dir stored_checkpoint rank_environ rank_mem; do
+  got=$(sed -n "s/.*probe: ${name} \([A-Z0-9]*\)\$/\1/p" <<<"${LOGS}" | head -1)
+  [[ "${got}" == EACCES || "${got}" == EPERM ]] \
+    && pass "alice's program cannot read bob's ${name} (${got})" || fail "bob's ${name}: '${got}' logs=${LOGS}"
+done
+c --token_file "${TMP}/bob.token" cancel job-000006 >/dev/null 2>&1 || fail "cancel bob's sleeper"
+wait_for '! pgrep -u "${UID_B}" >/dev/null' 30 || fail "bob's sleeper still runs: $(pgrep -a -u "${UID_B}")"
 stop_worker
 kill -TERM "${COORDINATOR_PID}"
 wait_exit "${COORDINATOR_PID}" 20 || fail "the coordinator did not stop on SIGTERM"
