@@ -82,11 +82,10 @@ addr=${COORDINATOR_ADDR}
 c() { "${CHORUS}" --coordinator "${addr}" --timeout 5 "$@"; }
 
 # --- the probe: what a user's program tries to read, each with its errno
-cat > "${BASE}/probe.py" <<'PY'
-import errno, os, subprocess, sys
-agent = sys.argv[1]
-print("probe: id -u", subprocess.run(["id", "-u"], capture_output=True, text=True).stdout.strip())
-print("probe: uid", os.getuid(), "gid", os.getgid(), "groups", sorted(os.getgroups()))
+# (bin/attempt.py: one line "probe: NAME READ" or "probe: NAME ERRNO" a try;
+# in bin/, which every uid may list, as Python's imports need)
+cat > "${BASE}/bin/attempt.py" <<'PY'
+import errno
 def attempt(name, action):
     try:
         action()
@@ -96,6 +95,15 @@ def attempt(name, action):
 def read(path):
     with open(path, "rb") as f:
         f.read(1)
+PY
+chmod 0644 "${BASE}/bin/attempt.py"
+cat > "${BASE}/probe.py" <<'PY'
+import os, subprocess, sys
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "bin"))
+from attempt import attempt, read
+agent = sys.argv[1]
+print("probe: id -u", subprocess.run(["id", "-u"], capture_output=True, text=True).stdout.strip())
+print("probe: uid", os.getuid(), "gid", os.getgid(), "groups", sorted(os.getgroups()))
 attempt("agent_token", lambda: read(sys.argv[2]))
 attempt("coordinator_tokens", lambda: read(sys.argv[3]))
 attempt("credential_key", lambda: read(sys.argv[4]))
@@ -232,16 +240,9 @@ printf 'name: "sleeper"\nprogram { argv: ["/bin/sleep", "%s"] working_dir: "%s" 
 wait_for 'pgrep -u "${UID_B}" -x sleep >/dev/null' 30 || fail "bob's sleeper never ran as ${USER_B}"
 bob_rank=$(pgrep -u "${UID_B}" -f chorus-rank | head -1)
 cat > "${BASE}/neighbour.py" <<'PY'
-import errno, os, sys
-def attempt(name, action):
-    try:
-        action()
-        print("probe:", name, "READ")
-    except OSError as e:
-        print("probe:", name, errno.errorcode.get(e.errno, e.errno))
-def read(path):
-    with open(path, "rb") as f:
-        f.read(1)
+import os, sys
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "bin"))
+from attempt import attempt, read
 shared_file, stored_file, rank = sys.argv[1:4]
 attempt("shared_checkpoint", lambda: read(shared_file))
 attempt("shared_job_dir", lambda: os.listdir(os.path.dirname(os.path.dirname(shared_file))))
