@@ -227,8 +227,14 @@ TEST_F(RealCgroupTest, ProcessLimitStopsForksAndRemoveKillsTheRest) {
   ASSERT_TRUE(group.ok()) << group.status();
   const int status = RunInside(**group, ForkUntilRefused);
   ASSERT_TRUE(WIFEXITED(status)) << "exit status " << status;
-  // The child itself is one of the 16.
+  // pids.max counts tasks: the child itself is one of the 16, and so is each
+  // sleeper. Under ThreadSanitizer every process has a thread of the
+  // runtime's besides, so fewer processes fit.
+  EXPECT_GE(WEXITSTATUS(status), 1);
+  EXPECT_LE(WEXITSTATUS(status), 15);
+#if !defined(__SANITIZE_THREAD__)
   EXPECT_EQ(WEXITSTATUS(status), 15);
+#endif
   EXPECT_FALSE(Read((*group)->procs_files()[0]).empty());
   const absl::Time start = absl::Now();
   ASSERT_TRUE((*group)->Remove().ok());
