@@ -182,6 +182,17 @@ absl::Status CheckSharedParent(const std::string& dir, const struct stat& st) {
       dir, st.st_mode & 07777, dir));
 }
 
+// lstat of `dir`, which must be a directory itself, not a link to one.
+absl::StatusOr<struct stat> DirectoryItself(const std::string& dir) {
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint.shared_dir: cannot create or write ", dir,
+                     ": something other than a directory is in the way"));
+  }
+  return st;
+}
+
 // Makes the cluster's namespace directory `dir` under `root` (with
 // `root_st`) if missing, with the root's mode; checks it as the root.
 absl::Status MakeSpaceDirectory(const std::string& dir, const struct stat& root_st) {
@@ -195,12 +206,7 @@ absl::Status MakeSpaceDirectory(const std::string& dir, const struct stat& root_
   }
   // lstat: in a root all may write to, a link there could be another
   // user's, leading every job's directory into a directory that user owns.
-  struct stat st {};
-  if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("checkpoint.shared_dir: cannot create or write ", dir,
-                     ": something other than a directory is in the way"));
-  }
+  ASSIGN_OR_RETURN(const struct stat st, DirectoryItself(dir));
   return CheckSharedParent(dir, st);
 }
 
@@ -211,12 +217,7 @@ absl::Status MakeJobDirectory(const std::string& dir) {
         absl::StrCat("checkpoint.shared_dir: cannot create or write ", dir, ": ",
                      std::strerror(errno), kWritableHint));
   }
-  struct stat st {};
-  if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("checkpoint.shared_dir: cannot create or write ", dir,
-                     ": something other than a directory is in the way"));
-  }
+  ASSIGN_OR_RETURN(const struct stat st, DirectoryItself(dir));
   if (st.st_uid != ::geteuid()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "checkpoint.shared_dir: ", dir, " belongs to uid ", st.st_uid, ", not to uid ", ::geteuid(),
