@@ -14,14 +14,38 @@
 # Needs the Bazel build of //client:chorus and its companions (bazel test
 # //... has built them). Prints 'N passed, M failed' last.
 #
-#   tests/cmake_package_check.sh [--jobs N]
+#   tests/cmake_package_check.sh [--jobs N] [--work DIR] [--build-only]
+#   --jobs N      compile jobs (default 2)
+#   --work DIR    keep the build trees and the install prefix in DIR (default:
+#                 a temporary directory, removed at exit). CMake builds
+#                 incrementally, so a second run on the same DIR only
+#                 rebuilds what changed.
+#   --build-only  configure, build and install the SDK and build the
+#                 examples against it (steps 2 and 3), then stop. .ci/run
+#                 does this in the background, at the lowest CPU priority,
+#                 while the Bazel phases run, and the full check later finds
+#                 the builds done.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 jobs=2
-[[ "${1:-}" == "--jobs" ]] && jobs=$2
+work=""
+build_only=0
+while (($# > 0)); do
+  case $1 in
+    --jobs) jobs=$2; shift 2 ;;
+    --work) work=$2; shift 2 ;;
+    --build-only) build_only=1; shift ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    *) echo "cmake_package_check: unknown argument '$1' (see --help)"; exit 2 ;;
+  esac
+done
 
-work=$(mktemp -d)
-trap 'rm -rf "${work}"' EXIT
+if [[ -n ${work} ]]; then
+  mkdir -p "${work}" && work=$(cd "${work}" && pwd -P)
+else
+  work=$(mktemp -d)
+  trap 'rm -rf "${work}"' EXIT
+fi
 passed=0
 failed=0
 check() {  # $1 = what, rest = the command; its output goes to ${work}/<n>.log
@@ -44,7 +68,10 @@ finish() {
   exit $((failed > 0))
 }
 
-check "cmake/sources.cmake matches Bazel's //sdk:chorus" cmake/update_sources.sh --check
+# The list check asks Bazel; a build-only run stays off Bazel's server, which
+# the phases it runs beside hold.
+((build_only)) ||
+  check "cmake/sources.cmake matches Bazel's //sdk:chorus" cmake/update_sources.sh --check
 check "the SDK configures" cmake -S . -B "${work}/build" -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_INSTALL_PREFIX="${work}/prefix" || finish
 check "the SDK builds (libchorus)" cmake --build "${work}/build" -j "${jobs}" || finish
@@ -98,10 +125,12 @@ check "the installed SDK headers include only installed headers (or Abseil's and
 # The examples from a copy elsewhere, so nothing of the source tree is on
 # their include path but what the package provides and what they share
 # (examples/common, beside examples/programs as in the tree).
+# Copied with their times (-p), so that a second run on the same --work does
+# not rebuild them.
 mkdir -p "${work}/src/examples/programs" "${work}/src/examples/common"
-cp examples/programs/CMakeLists.txt examples/programs/*.cc "${work}/src/examples/programs/"
+cp -p examples/programs/CMakeLists.txt examples/programs/*.cc "${work}/src/examples/programs/"
 find examples/common \( -name '*.h' -o -name '*.cc' \) ! -name '*_test.cc' \
-  -exec cp {} "${work}/src/examples/common/" \;
+  -exec cp -p {} "${work}/src/examples/common/" \;
 check "examples/programs builds with find_package(Chorus)" \
   cmake -S "${work}/src/examples/programs" -B "${work}/examples-build" \
   -DCMAKE_PREFIX_PATH="${work}/prefix" || finish
@@ -115,6 +144,7 @@ linked_ok() {
   [[ ${libs} == *"${work}/prefix/lib/libchorus.so"* ]]
 }
 check "fashion_mnist_loop loads libchorus from the install prefix" linked_ok
+((build_only)) && finish
 
 bazel build //client:chorus //coordinator:chorus-coordinator //worker:chorus-worker \
   //worker:chorus-rank >"${work}/bazel.log" 2>&1 || {
