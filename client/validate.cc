@@ -89,10 +89,11 @@ int PrintServingAgents(const v1::JobSpec& spec, const GlobalOptions& global) {
   return kExitOk;
 }
 
-// Note [Globs checked here]: the ranks expand data.shards.paths and
-// eval_paths on their own machines, where the files may be and this one may
-// lack them; a glob that matches nothing here is worth a warning, not a
-// refusal (a rank that finds no file fails the job, naming the entry).
+// Note [Globs checked here]
+// The ranks expand data.shards.paths and eval_paths on their own machines,
+// where the files may be and this one may lack them; a glob that matches
+// nothing here is worth a warning, not a refusal (a rank that finds no file
+// fails the job, naming the entry).
 void WarnAboutUnmatchedGlobs(const v1::JobSpec& spec, const GlobalOptions& global) {
   const v1::ShardedData& shards = spec.data().shards();
   for (const auto& [field, paths] :

@@ -749,11 +749,11 @@ void ValidateProgram(const JobSpec& spec, Checker& c) {
 }
 
 // What every job has: resources, checkpoints, hang detection.
-// Note [Paths in one form]: every path a spec names is stored lexically
-// normal and without a trailing slash, so that the coordinator, agents and
-// ranks that build paths from it agree byte for byte. A coordinator restart
-// once deleted committed checkpoints because "/ckpt/" + "/" + job was
-// compared with "/ckpt" / job.
+// Note [Paths in one form]
+// Every path a spec names is stored lexically normal and without a trailing
+// slash, so that the coordinator, agents and ranks that build paths from it
+// agree byte for byte. A coordinator restart once deleted committed checkpoints
+// because "/ckpt/" + "/" + job was compared with "/ckpt" / job.
 void NormalizePaths(JobSpec& spec) {
   auto normal = [](std::string* path) { *path = NormalPath(*path); };
   normal(spec.mutable_checkpoint()->mutable_shared_dir());

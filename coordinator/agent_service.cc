@@ -86,13 +86,14 @@ class AgentStream : public grpc::ServerBidiReactor<v1::AgentMessage, v1::Coordin
 
   void OnWriteDone(bool ok) override { outbox_->WriteDone(ok); }
 
-  // Note [A stopping coordinator keeps its agents]: a coordinator that stops
-  // (SIGTERM, or a leader that lost its lease) ends every agent's stream
-  // itself. Taken as the agents' loss, that would fail every job that is not
-  // elastic and re-form every elastic one, and write it to the state store,
-  // so that the restarted coordinator (or the next leader) finds the jobs
-  // ended. The agents keep their ranks and reconnect to whichever coordinator
-  // serves next, which takes the jobs back as after a SIGKILL.
+  // Note [A stopping coordinator keeps its agents]
+  // A coordinator that stops (SIGTERM, or a leader that lost its lease) ends
+  // every agent's stream itself. Taken as the agents' loss, that would fail
+  // every job that is not elastic and re-form every elastic one, and write it
+  // to the state store, so that the restarted coordinator (or the next leader)
+  // finds the jobs ended. The agents keep their ranks and reconnect to
+  // whichever coordinator serves next, which takes the jobs back as after a
+  // SIGKILL.
   void OnDone() override {
     if (!agent_id_.empty() && !coordinator_stopping_->load())
       scheduler_.agents().RemoveAgent(agent_id_);

@@ -10,9 +10,9 @@
 // valid; ranks then upload over gRPC). A connection that sends anything
 // wrong gets the error and is closed; what it sent is deleted.
 //
-// Note [Hostile peers on the data port]: the port is plaintext TCP anyone
-// on the host (or network) may reach, so every way a peer can hold
-// resources is bounded:
+// Note [Hostile peers on the data port]
+// The port is plaintext TCP anyone on the host (or network) may reach, so every
+// way a peer can hold resources is bounded:
 //   - a peer that connects and sends nothing is dropped after
 //     hello_timeout; and when max_connections are open, the oldest
 //     connection still waiting for its hello is dropped to make room, so a

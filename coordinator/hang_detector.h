@@ -48,17 +48,17 @@ struct RankView {
   const v1::RankHeartbeat& hb() const { return recorded != nullptr ? *recorded : heartbeat; }
 };
 
-// Note [Who the others waited for]: in synchronous training every rank
-// leaves a collective at about the same time, so step times even out and a
-// rank that is slow at computing is invisible in them. What differs is the
-// wait: each rank measures, per step, how long it waited inside gradient
-// synchronization (from its arrival until the collective ended). A rank that
-// arrives late waits little; those that arrived before it wait for it. So
-// rank r's "others waited for me" time per step is the sum over the other
-// ranks o of max(0, wait_o - wait_r): with one slow rank it is the sum of
-// the others' extra wait, and for the ranks that waited it is about 0.
-// Ranks on different hosts are compared by durations each measured on its
-// own clock, so clock offsets between hosts do not matter.
+// Note [Who the others waited for]
+// In synchronous training every rank leaves a collective at about the same
+// time, so step times even out and a rank that is slow at computing is
+// invisible in them. What differs is the wait: each rank measures, per step,
+// how long it waited inside gradient synchronization (from its arrival until
+// the collective ended). A rank that arrives late waits little; those that
+// arrived before it wait for it. So rank r's "others waited for me" time per
+// step is the sum over the other ranks o of max(0, wait_o - wait_r): with one
+// slow rank it is the sum of the others' extra wait, and for the ranks that
+// waited it is about 0. Ranks on different hosts are compared by durations each
+// measured on its own clock, so clock offsets between hosts do not matter.
 //
 // `wait_seconds[i]` is rank i's wait per step, negative when unknown (no
 // heartbeat with timings yet, or exited); such ranks get 0 and count for no

@@ -174,15 +174,16 @@ void JobManager::Publish(const std::string& job_id) {
   }
 }
 
-// Note [Shared directories per cluster]: job ids are unique only within one
-// coordinator's state (each counts from job-000001, as every Slurm
-// allocation's does), so two clusters sharing checkpoint.shared_dir would
-// write job-000001's checkpoints into one directory, and each one's restart
-// sweep would delete the other's step directories as uncommitted. A job's
-// checkpoints are therefore namespaced at submission by the cluster id
-// (StateStore::cluster_id) in checkpoint.shared_dir_namespace: they go to
-// SHARED_DIR/CLUSTER/JOB/STEP (SharedCheckpointRoot), and since the job's
-// spec holds it, ranks, grants and recovery all agree on it, across restarts.
+// Note [Shared directories per cluster]
+// Job ids are unique only within one coordinator's state (each counts from
+// job-000001, as every Slurm allocation's does), so two clusters sharing
+// checkpoint.shared_dir would write job-000001's checkpoints into one
+// directory, and each one's restart sweep would delete the other's step
+// directories as uncommitted. A job's checkpoints are therefore namespaced at
+// submission by the cluster id (StateStore::cluster_id) in
+// checkpoint.shared_dir_namespace: they go to SHARED_DIR/CLUSTER/JOB/STEP
+// (SharedCheckpointRoot), and since the job's spec holds it, ranks, grants and
+// recovery all agree on it, across restarts.
 absl::StatusOr<v1::Job> JobManager::Submit(v1::JobSpec spec, const std::string& resume_from,
                                            const std::string& owner) {
   NormalizeJobSpec(spec);

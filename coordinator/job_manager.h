@@ -137,11 +137,11 @@ class JobManager {
         clock_(clock ? clock : &real_clock_),
         max_pending_jobs_(max_pending_jobs),
         ended_jobs_in_memory_(ended_jobs_in_memory) {}
-  // Note [Ended jobs are kept packed]: a coordinator keeps the jobs it ran,
-  // and a job that has ended no longer changes, so it is kept serialized (a
-  // few hundred bytes instead of a few kilobytes of message objects: a soak
-  // of 2,000 jobs grew the coordinator by 3 MB per 1,000) and parsed when
-  // it is read.
+  // Note [Ended jobs are kept packed]
+  // A coordinator keeps the jobs it ran, and a job that has ended no longer
+  // changes, so it is kept serialized (a few hundred bytes instead of a few
+  // kilobytes of message objects: a soak of 2,000 jobs grew the coordinator by
+  // 3 MB per 1,000) and parsed when it is read.
   class StoredJob {
    public:
     // Keeps `job`, packed when it has ended.
@@ -187,16 +187,16 @@ class JobManager {
   const int max_pending_jobs_;
   const int ended_jobs_in_memory_;
 
-  // Note [Only the newest ended jobs in memory]: packing (above) still left
-  // a long-running coordinator growing by ~1 KB per job it ever ran. What
-  // users read of old jobs (`chorus jobs` pages, `chorus status OLD-JOB`) is
-  // rare and can wait for a read of the state database, which holds every
-  // job anyway. So memory holds every job that has not ended and only the
-  // newest ended ones; when more have ended, the one with the smallest id
-  // leaves. Every job whose id is above `evicted_max_` (the greatest id that
-  // left) is therefore in memory, which is what List relies on; below it,
-  // the database is the index and a job still in memory (one that has not
-  // ended) is taken from memory, whose metrics are newer.
+  // Note [Only the newest ended jobs in memory]
+  // Packing (above) still left a long-running coordinator growing by ~1 KB per
+  // job it ever ran. What users read of old jobs (`chorus jobs` pages, `chorus
+  // status OLD-JOB`) is rare and can wait for a read of the state database,
+  // which holds every job anyway. So memory holds every job that has not ended
+  // and only the newest ended ones; when more have ended, the one with the
+  // smallest id leaves. Every job whose id is above `evicted_max_` (the
+  // greatest id that left) is therefore in memory, which is what List relies
+  // on; below it, the database is the index and a job still in memory (one that
+  // has not ended) is taken from memory, whose metrics are newer.
   mutable absl::Mutex mu_;
   std::map<std::string, StoredJob> jobs_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> ended_in_memory_ ABSL_GUARDED_BY(mu_);

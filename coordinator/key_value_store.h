@@ -6,7 +6,8 @@
 // the missing keys), when the wait is cancelled, or when the store shuts down.
 // gRPC reactors finish their calls from those callbacks.
 //
-// Quotas (Note [Store quotas]): the job is the namespace up to its first '/'
+// Note [Store quotas]
+// Quotas count per job: the job is the namespace up to its first '/'
 // ("job-7" for "job-7/gen-2"). Each job may hold at most
 // limits.max_keys_per_job keys and limits.max_bytes_per_job bytes of keys
 // and values over all its namespaces, and no value may exceed

@@ -264,28 +264,28 @@ void ConfigureGrpc(grpc::ServerBuilder& builder, const ServerOptions& options) {
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
-  // Note [Idle and dead connections]: every service is on the callback API,
-  // so an open connection costs a descriptor and some memory, never a
-  // thread, and idle ones cannot starve real clients of threads. They are
-  // still reclaimed: a connection with no call for kMaxConnectionIdle gets
-  // a GOAWAY (a client reconnects on its next call, unnoticed), one whose
-  // peer stops answering HTTP/2 pings (a crashed host, a cut network) is
-  // closed within kKeepaliveTime + kKeepaliveTimeout (an agent's: its
-  // stream ends and its reconnect grace starts; with a minute's keepalive
-  // an agent cut off for good stopped its ranks at the end of its own
-  // reconnect window before the coordinator noticed), and a new connection
-  // must finish its TLS handshake and start HTTP/2 within
-  // options.grpc_handshake_timeout (kHandshakeTimeout; gRPC's default is
-  // 120 s), so a peer that connects and sends nothing is closed after it.
-  // Clients watch the server the same way, much more often: every
-  // coordinator channel pings after kCoordinatorKeepaliveTime (2 s) without
-  // reading, with or without calls, so that a frozen leader is noticed in
-  // seconds (Note [Noticing a frozen coordinator] in common/grpc_util.cc).
-  // gRPC's default server policy would count each such ping a strike (more
-  // than one per 5 minutes while the server sends no data) and after two
-  // answer GOAWAY "too_many_pings", closing the connection and its streams;
-  // AcceptCoordinatorKeepalive accepts a ping every
-  // kCoordinatorKeepaliveTime / 2 and sets no limit on strikes.
+  // Note [Idle and dead connections]
+  // Every service is on the callback API, so an open connection costs a
+  // descriptor and some memory, never a thread, and idle ones cannot starve
+  // real clients of threads. They are still reclaimed: a connection with no
+  // call for kMaxConnectionIdle gets a GOAWAY (a client reconnects on its next
+  // call, unnoticed), one whose peer stops answering HTTP/2 pings (a crashed
+  // host, a cut network) is closed within kKeepaliveTime + kKeepaliveTimeout
+  // (an agent's: its stream ends and its reconnect grace starts; with a
+  // minute's keepalive an agent cut off for good stopped its ranks at the end
+  // of its own reconnect window before the coordinator noticed), and a new
+  // connection must finish its TLS handshake and start HTTP/2 within
+  // options.grpc_handshake_timeout (kHandshakeTimeout; gRPC's default is 120
+  // s), so a peer that connects and sends nothing is closed after it. Clients
+  // watch the server the same way, much more often: every coordinator channel
+  // pings after kCoordinatorKeepaliveTime (2 s) without reading, with or
+  // without calls, so that a frozen leader is noticed in seconds (Note
+  // [Noticing a frozen coordinator] in common/grpc_util.cc). gRPC's default
+  // server policy would count each such ping a strike (more than one per 5
+  // minutes while the server sends no data) and after two answer GOAWAY
+  // "too_many_pings", closing the connection and its streams;
+  // AcceptCoordinatorKeepalive accepts a ping every kCoordinatorKeepaliveTime /
+  // 2 and sets no limit on strikes.
   AcceptCoordinatorKeepalive(builder);
   builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
                              static_cast<int>(absl::ToInt64Milliseconds(kMaxConnectionIdle)));

@@ -41,13 +41,13 @@ constexpr char kSchema[] = R"sql(
   );
 )sql";
 
-// Note [A bounded page cache]: SQLite caches up to 2 MB of database pages
-// by default, and a coordinator's database grows by a couple of kilobytes
-// per job, so the cache itself grew the coordinator by ~1 MB per 1,000 jobs
-// until it was full. The tables are written at the end and read by key, so
-// the interior pages of their B-trees are what is worth keeping: 512 KiB
-// holds them for millions of rows, and the kernel's page cache holds the
-// rest.
+// Note [A bounded page cache]
+// SQLite caches up to 2 MB of database pages by default, and a coordinator's
+// database grows by a couple of kilobytes per job, so the cache itself grew the
+// coordinator by ~1 MB per 1,000 jobs until it was full. The tables are written
+// at the end and read by key, so the interior pages of their B-trees are what
+// is worth keeping: 512 KiB holds them for millions of rows, and the kernel's
+// page cache holds the rest.
 constexpr char kCacheSize[] = "PRAGMA cache_size=-512;";
 
 // Finalizes a prepared statement when it goes out of scope.
@@ -180,10 +180,11 @@ absl::Status SqliteStateStore::AppendEvent(const v1::JobEvent& event) {
   return AppendEventLocked(event);
 }
 
-// Note [One commit per change]: a job's state change and its event are one
-// transaction: a crash between two commits would leave a job whose state
-// has no event (a watcher would never see it end), and every commit is a
-// synchronous write to the disk, which a loaded machine takes its time over.
+// Note [One commit per change]
+// A job's state change and its event are one transaction: a crash between two
+// commits would leave a job whose state has no event (a watcher would never see
+// it end), and every commit is a synchronous write to the disk, which a loaded
+// machine takes its time over.
 absl::Status SqliteStateStore::SaveJobAndEvent(const v1::Job& job, const v1::JobEvent& event) {
   absl::MutexLock lock(&mu_);
   RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE;"));

@@ -109,7 +109,7 @@ absl::StatusOr<SessionEnvironment> JoinStagedGeneration(
 }
 
 // Joins the generation `request` asks for: through the supervisor to the
-// node agent when they take joins (Note [Joins through the agent] in
+// node agent when they take joins (Note [Joins gathered by the agent] in
 // worker/agent/agent.cc), else directly.
 absl::StatusOr<v1::JoinResponse> JoinNext(const std::shared_ptr<grpc::Channel>& channel,
                                           const std::shared_ptr<ProgressSender>& progress,

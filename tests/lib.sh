@@ -40,16 +40,17 @@
 #                                epoch trained once, who finished with which
 #                                parameters, who received which state
 #
-# Note [Tests on a busy machine]: a TIMEOUT given to wait_for is what the
-# condition needs on a quiet machine, with margin; wait_for allows TEST_SLACK
-# times that (3 unless CHORUS_TEST_SLACK says otherwise), because beside other
-# work (a CI runner's other jobs, a laptop's browser; tests/under_load.sh) every
-# process of a test gets a fraction of a core. A deadline costs nothing when
-# the condition holds early, so a generous one only makes a failing test
-# slower to say so. A test that asserts a speed ("a new leader within N s")
-# measures the time itself (elapsed_since) and states its bound so that it
-# holds on a loaded machine too, or compares with a pace measured in the same
-# run; it never relies on a fixed sleep being long enough.
+# Note [Tests on a busy machine]
+# A TIMEOUT given to wait_for is what the condition needs on a quiet machine,
+# with margin; wait_for allows TEST_SLACK times that (3 unless CHORUS_TEST_SLACK
+# says otherwise), because beside other work (a CI runner's other jobs, a
+# laptop's browser; tests/under_load.sh) every process of a test gets a fraction
+# of a core. A deadline costs nothing when the condition holds early, so a
+# generous one only makes a failing test slower to say so. A test that asserts a
+# speed ("a new leader within N s") measures the time itself (elapsed_since) and
+# states its bound so that it holds on a loaded machine too, or compares with a
+# pace measured in the same run; it never relies on a fixed sleep being long
+# enough.
 #
 # Thread-safety: none needed; it is sourced by one shell. Helpers that read
 # JSON run python3 (whichever is first on PATH: only its json module is used),

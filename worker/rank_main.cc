@@ -34,8 +34,8 @@
 // Note [The first join through the agent]
 // The first join of a rank (generation 1, or the one a newcomer to an
 // elastic job is launched for) goes through its node agent's channel when
-// the agent takes joins, as a re-formation's does (Note [Joins through the
-// agent] in worker/agent/agent.cc): at 16,384 ranks that is one RankJoins
+// the agent takes joins, as a re-formation's does (Note
+// [Joins gathered by the agent] in worker/agent/agent.cc): at 16,384 ranks that is one RankJoins
 // per agent instead of one Join per rank. This process opens its end of the
 // channel once, before it joins, and keeps it for whatever it becomes:
 //   - a program's supervisor heartbeats and relays the program's joins over

@@ -395,8 +395,8 @@ class TrainerRank {
     where_.stage = "while joining the next generation";
     v1::JoinRequest next = launch_.join;
     next.set_generation(was + 1);
-    // Through the agent when it takes its ranks' joins (Note [Joins through
-    // the agent] in worker/agent/agent.cc).
+    // Through the agent when it takes its ranks' joins (Note
+    // [Joins gathered by the agent] in worker/agent/agent.cc).
     ASSIGN_OR_RETURN(
         v1::JoinResponse joined,
         joiner_.Join(

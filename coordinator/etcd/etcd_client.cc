@@ -196,12 +196,13 @@ EtcdClient::EtcdClient(EtcdOptions options, std::shared_ptr<grpc::Channel> chann
       maintenance_(etcdserverpb::Maintenance::NewStub(channel_)),
       auth_(etcdserverpb::Auth::NewStub(channel_)) {}
 
-// Note [etcd's own deadline]: the client's deadline travels with each call,
-// and a member that cannot commit a proposal before it (no quorum, a raft
-// leader that died with the request) answers with the context's error as
-// UNKNOWN "context deadline exceeded" rather than DEADLINE_EXCEEDED, often
-// just before the client's own timer fires. It means the same thing: this
-// attempt found no quorum in time, another member or a later attempt may.
+// Note [etcd's own deadline]
+// The client's deadline travels with each call, and a member that cannot commit
+// a proposal before it (no quorum, a raft leader that died with the request)
+// answers with the context's error as UNKNOWN "context deadline exceeded"
+// rather than DEADLINE_EXCEEDED, often just before the client's own timer
+// fires. It means the same thing: this attempt found no quorum in time, another
+// member or a later attempt may.
 bool IsEtcdUnavailable(const grpc::Status& status) {
   switch (status.error_code()) {
     case grpc::StatusCode::UNAVAILABLE:
@@ -248,17 +249,18 @@ absl::Status EtcdClient::Authenticate(absl::Time deadline) {
   return absl::OkStatus();
 }
 
-// Note [Retried calls]: a call that fails with UNAVAILABLE (the member it
-// went to died, lost its quorum, or its raft leader changed) is sent again,
-// to whichever member the channel picks next, until the call's deadline.
-// Each attempt gets a third of the call's time (at least 0.5 s): a request a
-// member forwarded to a raft leader that then died is dropped by etcd and
-// would otherwise hang until etcd's own request timeout (5 s and more),
-// while a new raft leader is elected within about one election timeout.
-// That is safe because every write Chorus makes is idempotent: a put of a
-// whole value, or a transaction whose compare makes a repeat either a no-op
-// or a failure the caller checks (EtcdLeadership's campaign reads the key
-// back and recognizes its own lease). An expired auth token is renewed once.
+// Note [Retried calls]
+// A call that fails with UNAVAILABLE (the member it went to died, lost its
+// quorum, or its raft leader changed) is sent again, to whichever member the
+// channel picks next, until the call's deadline. Each attempt gets a third of
+// the call's time (at least 0.5 s): a request a member forwarded to a raft
+// leader that then died is dropped by etcd and would otherwise hang until
+// etcd's own request timeout (5 s and more), while a new raft leader is elected
+// within about one election timeout. That is safe because every write Chorus
+// makes is idempotent: a put of a whole value, or a transaction whose compare
+// makes a repeat either a no-op or a failure the caller checks
+// (EtcdLeadership's campaign reads the key back and recognizes its own lease).
+// An expired auth token is renewed once.
 template <typename Call>
 absl::Status EtcdClient::Run(const char* what, absl::Duration timeout, Call call) {
   const absl::Time deadline = absl::Now() + timeout;
@@ -393,16 +395,16 @@ void EtcdWaitCanceller::Cancel() {
   if (context_ != nullptr) context_->TryCancel();
 }
 
-// Note [Watching the leader key]: a coordinator that does not lead waits
-// for the leader key's deletion on etcd's Watch stream, from the revision
-// at which it last read the key, so no deletion in between is missed
-// (EtcdLeadership::Campaign). Two ways a watch can stay silent although the
-// key went are covered here: "hasleader" metadata makes a member that lost
-// its raft leader (a partitioned minority, which would see no more events)
-// cancel the watch at once, as etcd's own clientv3 asks with
-// WithRequireLeader; and the channel's keepalive drops a frozen member's
-// connection (Note [Noticing a frozen etcd member]). A watch that breaks
-// anyway ends with UNAVAILABLE, and the caller reads the key again.
+// Note [Watching the leader key]
+// A coordinator that does not lead waits for the leader key's deletion on
+// etcd's Watch stream, from the revision at which it last read the key, so no
+// deletion in between is missed (EtcdLeadership::Campaign). Two ways a watch
+// can stay silent although the key went are covered here: "hasleader" metadata
+// makes a member that lost its raft leader (a partitioned minority, which would
+// see no more events) cancel the watch at once, as etcd's own clientv3 asks
+// with WithRequireLeader; and the channel's keepalive drops a frozen member's
+// connection (Note [Noticing a frozen etcd member]). A watch that breaks anyway
+// ends with UNAVAILABLE, and the caller reads the key again.
 absl::Status EtcdClient::WaitForDeletion(const std::string& key, int64_t start_revision,
                                          absl::Time deadline, EtcdWaitCanceller* canceller) {
   grpc::ClientContext context;

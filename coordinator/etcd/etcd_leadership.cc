@@ -9,10 +9,11 @@
 
 namespace chorus {
 
-// Note [Leader lease]: the leader is whoever created the key PREFIX/leader,
-// bound to its lease: a transaction "if the key's create_revision is 0 (it
-// does not exist), put it with my lease". etcd deletes the key when the lease
-// ends, and only then can another coordinator's transaction succeed.
+// Note [Leader lease]
+// The leader is whoever created the key PREFIX/leader, bound to its lease: a
+// transaction "if the key's create_revision is 0 (it does not exist), put it
+// with my lease". etcd deletes the key when the lease ends, and only then can
+// another coordinator's transaction succeed.
 //
 // When does this coordinator stop believing it leads? etcd's leader starts a
 // lease's TTL when it *processes* a grant or keep-alive, which is after we
@@ -71,16 +72,16 @@ void EtcdLeadership::SetSelfAddress(std::string address, std::string http_url) {
   self_.http_url = std::move(http_url);
 }
 
-// Note [Standbys watch the leader key]: a coordinator that does not lead
-// reads the key once, then waits on etcd's Watch stream for its deletion
-// (Note [Watching the leader key] in etcd_client.cc), as etcd's own
-// election (clientv3/concurrency) waits for its predecessor's key: a leader
-// that resigns or whose lease ends is replaced as soon as etcd deletes the
-// key, and a waiting coordinator sends etcd nothing meanwhile. Before, it
-// read the key every 100 ms: 10 reads a second per standby, and a takeover
-// up to 100 ms late. The watch is a live stream that can break or, in a
-// case not foreseen, stay silent; so a quiet watch is ended after
-// recheck_interval (jittered) and the key read again, and after an error
+// Note [Standbys watch the leader key]
+// A coordinator that does not lead reads the key once, then waits on etcd's
+// Watch stream for its deletion (Note [Watching the leader key] in
+// etcd_client.cc), as etcd's own election (clientv3/concurrency) waits for its
+// predecessor's key: a leader that resigns or whose lease ends is replaced as
+// soon as etcd deletes the key, and a waiting coordinator sends etcd nothing
+// meanwhile. Before, it read the key every 100 ms: 10 reads a second per
+// standby, and a takeover up to 100 ms late. The watch is a live stream that
+// can break or, in a case not foreseen, stay silent; so a quiet watch is ended
+// after recheck_interval (jittered) and the key read again, and after an error
 // the next read waits a Backoff from retry_delay up to retry_max.
 absl::Status EtcdLeadership::Campaign() {
   BackoffOptions delays;
@@ -186,21 +187,21 @@ absl::Status EtcdLeadership::TryToWin(bool* won, int64_t* seen_at) {
   return absl::OkStatus();
 }
 
-// Note [Taking back a lapsed term]: this coordinator stops leading when its
-// own bound on the lease passes (Note [Leader lease]) although etcd may
-// still hold the lease. That happens when etcd itself has no raft leader
-// for a while: losing the etcd member that led raft takes one or two of
-// etcd's election timeouts (1-2 s with its defaults) before a keep-alive is
-// answered again, longer than a 2 s lease leaves between keep-alives. etcd
-// keeps the lease (a new raft leader extends every lease), so the leader
-// key is still there and every other coordinator keeps waiting; without
-// this, the key would lapse unrenewed and another coordinator would take
-// over for nothing. So a campaign that finds the key still bound to the
+// Note [Taking back a lapsed term]
+// This coordinator stops leading when its own bound on the lease passes (Note
+// [Leader lease]) although etcd may still hold the lease. That happens when
+// etcd itself has no raft leader for a while: losing the etcd member that led
+// raft takes one or two of etcd's election timeouts (1-2 s with its defaults)
+// before a keep-alive is answered again, longer than a 2 s lease leaves between
+// keep-alives. etcd keeps the lease (a new raft leader extends every lease), so
+// the leader key is still there and every other coordinator keeps waiting;
+// without this, the key would lapse unrenewed and another coordinator would
+// take over for nothing. So a campaign that finds the key still bound to the
 // lease of this coordinator's last term, with that term's create_revision,
-// renews the lease and leads again under the same fence. That is safe: a
-// key with the same create_revision was never deleted and created again, so
-// no other coordinator has led since; and the new term's bound starts from
-// this renewal, like any other.
+// renews the lease and leads again under the same fence. That is safe: a key
+// with the same create_revision was never deleted and created again, so no
+// other coordinator has led since; and the new term's bound starts from this
+// renewal, like any other.
 absl::Status EtcdLeadership::TryToTakeBack(const etcdserverpb::KeyValue& held, bool* won) {
   int64_t lease_id;
   LeaderFence fence;

@@ -75,7 +75,8 @@ absl::StatusOr<std::string> EtcdStateStore::LoadOrCreateClusterId() {
   return fresh;
 }
 
-// Note [Fenced writes]: every write is
+// Note [Fenced writes]
+// Every write is
 //   if create_revision(PREFIX/leader) == fence.create_revision
 //   then <the write's ops> else range PREFIX/leader
 // so it is applied only while the key this coordinator created still
@@ -83,13 +84,14 @@ absl::StatusOr<std::string> EtcdStateStore::LoadOrCreateClusterId() {
 // deposed leader can land after a successor has won, whatever the deposed
 // leader's clock believes. The else branch reads the key to say who leads.
 //
-// Note [etcd limits]: one write is at most 3 puts (SaveJobAndEvent) plus
-// the compare, far below etcd's 128 ops per transaction. A request larger
-// than etcd's --max-request-bytes (1.5 MiB by default) is refused by etcd;
-// the write then fails with RESOURCE_EXHAUSTED naming the record and its
-// size, nothing is stored, and the RPC that caused it fails (a job spec that
-// large is refused at submission; raise --max-request-bytes on every member
-// to allow it). Reads go a page at a time, so no response is near the limit.
+// Note [etcd limits]
+// One write is at most 3 puts (SaveJobAndEvent) plus the compare, far below
+// etcd's 128 ops per transaction. A request larger than etcd's
+// --max-request-bytes (1.5 MiB by default) is refused by etcd; the write then
+// fails with RESOURCE_EXHAUSTED naming the record and its size, nothing is
+// stored, and the RPC that caused it fails (a job spec that large is refused at
+// submission; raise --max-request-bytes on every member to allow it). Reads go
+// a page at a time, so no response is near the limit.
 absl::Status EtcdStateStore::Write(const std::string& what,
                                    std::vector<etcdserverpb::RequestOp> ops) {
   // A coordinator stops leading (IsLeader false) a little before etcd ends
@@ -376,15 +378,15 @@ absl::StatusOr<coordinator::ElasticRecord> EtcdStateStore::LoadElasticRecord(
   return record;
 }
 
-// Note [Shared checkpoint directory]: checkpoint payloads are files, not
-// etcd values, so with the state in etcd they must be on storage that every
-// coordinator mounts at the same --checkpoint_dir; a new leader on a local
-// directory would otherwise list manifests whose files it cannot read, and
-// the next retention pass would count them as lost. The first leader writes
-// a file MARKER with a fresh random token into the directory and then the
-// token into etcd (fenced); every later leader reads the token and requires
-// the same file. (A crash between the two writes leaves a file no key names;
-// the next leader writes a new one.)
+// Note [Shared checkpoint directory]
+// Checkpoint payloads are files, not etcd values, so with the state in etcd
+// they must be on storage that every coordinator mounts at the same
+// --checkpoint_dir; a new leader on a local directory would otherwise list
+// manifests whose files it cannot read, and the next retention pass would count
+// them as lost. The first leader writes a file MARKER with a fresh random token
+// into the directory and then the token into etcd (fenced); every later leader
+// reads the token and requires the same file. (A crash between the two writes
+// leaves a file no key names; the next leader writes a new one.)
 
 absl::Status CheckSharedDirectory(EtcdClient& etcd, const std::string& prefix,
                                   const std::string& dir, const std::string& where) {

@@ -553,7 +553,7 @@ std::unique_ptr<ProgressReceiver> Agent::OpenHeartbeatChannel(RankCommand& comma
   *rank_fd = pair->program_fd;
   command.inherit_fds.push_back(pair->program_fd);
   command.env.push_back(absl::StrCat(kAgentHeartbeatsFdVariable, "=", pair->program_fd));
-  // Note [Joins through the agent]: the rank may send its joins here too.
+  // Note [Joins gathered by the agent]: the rank may send its joins here too.
   command.env.push_back(absl::StrCat(kAgentJoinsVariable, "=1"));
   return std::make_unique<ProgressReceiver>(pair->supervisor_fd);
 }
@@ -689,7 +689,7 @@ void Agent::PassDirectives(const v1::RankDirectives& directives) {
   }
 }
 
-// Note [Joins through the agent]
+// Note [Joins gathered by the agent]
 // When one rank of a 16,384-rank elastic job is lost, every survivor joins
 // the next generation; one RankService.Join per rank took the coordinator
 // 1.6-4.8 s, one RankJoins message per agent 0.2-0.5 s (Note [Joins through

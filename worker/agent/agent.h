@@ -9,7 +9,7 @@
 // coordinator through it, one message per interval for all of them, and the
 // coordinator's directives for them come back the same way (Note
 // [Heartbeats through the agent] in agent.cc), and so do their joins of a
-// generation and the answers (Note [Joins through the agent] in agent.cc).
+// generation and the answers (Note [Joins gathered by the agent] in agent.cc).
 //
 // Thread-safety: Run() on one thread; Stop() from any other (e.g. a signal
 // thread). Every thread the agent starts is joined soon after it finishes,
@@ -81,8 +81,8 @@ struct AgentOptions {
   // the newest of each rank heard from since the last).
   absl::Duration heartbeat_interval = absl::Seconds(1);
   // How often the ranks' channels are read for heartbeats that must not wait
-  // for the interval and for joins (Note [Urgent heartbeats], Note [Joins
-  // through the agent] in agent.cc); real time.
+  // for the interval and for joins (Note [Urgent heartbeats], Note
+  // [Joins gathered by the agent] in agent.cc); real time.
   absl::Duration channel_poll = absl::Milliseconds(50);
   // Times heartbeat_interval; null: the real clock.
   Clock* clock = nullptr;
@@ -149,7 +149,7 @@ class Agent {
     std::deque<std::string> tail ABSL_GUARDED_BY(mu);
     mutable absl::Mutex mu;
   };
-  // A rank's join (Note [Joins through the agent] in agent.cc), and what
+  // A rank's join (Note [Joins gathered by the agent] in agent.cc), and what
   // its answer is found by: job, slot and the generation asked for.
   struct PendingJoin {
     std::shared_ptr<Child> child;
@@ -224,7 +224,7 @@ class Agent {
   void QueueJoinsLocked(std::vector<PendingJoin> joins) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Until Stop(): sends the joins pending as one RankJoins message as soon
   // as there are any, and those that come meanwhile in the next (Note
-  // [Joins through the agent]).
+  // [Joins gathered by the agent]).
   void ForwardJoins() ABSL_LOCKS_EXCLUDED(mu_);
   // Sends `joins` as one message, to be answered in awaiting_joins_; tells
   // the ranks to join directly when there is no stream to send it on.
@@ -266,7 +266,7 @@ class Agent {
   std::map<int64_t, std::thread> threads_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> finished_ ABSL_GUARDED_BY(mu_);
   int64_t next_thread_ ABSL_GUARDED_BY(mu_) = 0;
-  // Note [Joins through the agent]: joins read from the ranks' channels and
+  // Note [Joins gathered by the agent]: joins read from the ranks' channels and
   // not sent yet, and those sent and not answered.
   std::vector<PendingJoin> pending_joins_ ABSL_GUARDED_BY(mu_);
   std::map<JoinKey, std::shared_ptr<Child>> awaiting_joins_ ABSL_GUARDED_BY(mu_);

@@ -1361,7 +1361,7 @@ class AgentJoinsTest : public AgentHeartbeatsTest {
   }
 };
 
-// Note [Joins through the agent] in agent.cc: the joins its ranks sent go
+// Note [Joins gathered by the agent] in agent.cc: the joins its ranks sent go
 // to the coordinator as one RankJoins message, and each answer goes back to
 // the rank whose join it answers, whole.
 TEST_F(AgentJoinsTest, BatchesItsRanksJoinsInOneMessageAndPassesEachAnswerToItsRank) {

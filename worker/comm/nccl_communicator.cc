@@ -180,7 +180,7 @@ class NcclCommunicator : public Communicator {
   }
 
   // NCCL's reduction for `op` on `dtype`: avg needs a floating dtype, and
-  // NCCL has no bitwise reductions. Note [One rank]: alone, the average is
+  // NCCL has no bitwise reductions. Note [NCCL on one rank]: alone, the average is
   // the tensor itself.
   absl::StatusOr<ncclRedOp_t> NcclOp(ReduceOp op, at::ScalarType dtype, const char* what) const {
     if (op == ReduceOp::kAvg && !at::isFloatingType(dtype)) {
@@ -623,7 +623,7 @@ class NcclCommunicator : public Communicator {
 // ordering its stream after the buckets (Work::WaitOnDevice), the same runs
 // give 1.025 and 1.003 (docs/gpu.md).
 
-// Note [One rank]
+// Note [NCCL on one rank]
 // With one rank NCCL all-reduces in place without launching anything, except
 // for ncclAvg on floating types: NCCL scales by 1/nranks before summing, and
 // on one rank that scaling is a kernel that reads and writes the whole

@@ -432,15 +432,15 @@ void ShmAllreduce::Publish(uint64_t slot, size_t offset, size_t bytes) {
   FutexWake(c->ready);
 }
 
-// Note [A peer that finished and left]: a peer stores its counters before
-// it closes its communicator or exits, and its last op may be done with
-// everything this rank awaits from it. The counter this rank last read may
-// be older than that (it was read before the peer's last stores, and the
-// peer finished and left in between), so on finding a peer gone, the
-// counter is read again, after the sign that it left: then it shows
-// everything the peer did, and a peer that owes this segment nothing is
-// not a failure. (Seen under tsan on 2 cores: rank 1 finished the op and
-// exited between rank 0's read of its `done` and of its `closed`.)
+// Note [A peer that finished and left]
+// A peer stores its counters before it closes its communicator or exits, and
+// its last op may be done with everything this rank awaits from it. The counter
+// this rank last read may be older than that (it was read before the peer's
+// last stores, and the peer finished and left in between), so on finding a peer
+// gone, the counter is read again, after the sign that it left: then it shows
+// everything the peer did, and a peer that owes this segment nothing is not a
+// failure. (Seen under tsan on 2 cores: rank 1 finished the op and exited
+// between rank 0's read of its `done` and of its `closed`.)
 void ShmAllreduce::CheckPeers(int awaited, uint32_t seq, absl::Time deadline,
                               const AbortHandle& abort,
                               const std::function<bool()>& arrived) const {

@@ -56,12 +56,12 @@ void HeartbeatStream::SendNow() {
   send_now_ = true;
 }
 
-// Note [The last heartbeat]: what the rank says as its stream ends is what
-// the coordinator holds of it until its final report and exit. A rank
-// whose training finished says so (phase FINISHED) in this last
-// heartbeat, so that the seconds it then spends shutting down, silent, are
-// not read as a hang (Note [Diagnoses during shutdown] in
-// coordinator/hang_detector.h); sent unless the stream is paused.
+// Note [The last heartbeat]
+// What the rank says as its stream ends is what the coordinator holds of it
+// until its final report and exit. A rank whose training finished says so
+// (phase FINISHED) in this last heartbeat, so that the seconds it then spends
+// shutting down, silent, are not read as a hang (Note [Diagnoses during
+// shutdown] in coordinator/hang_detector.h); sent unless the stream is paused.
 void HeartbeatStream::SendLast(const std::function<bool()>& send) {
   mu_.Unlock();
   const bool paused = options_.paused && options_.paused();
@@ -140,13 +140,14 @@ void HeartbeatStream::Run() {
     mu_.Unlock();
     std::unique_ptr<grpc::ClientReaderWriterInterface<v1::RankHeartbeat, v1::Directive>> stream =
         stub_.Heartbeat(&context);
-    // Note [Directives are read at once]: the coordinator writes a directive
-    // just before it ends the stream. A Write after the end does not fail
-    // at once (gRPC accepted two more heartbeats, 3 s, against the
-    // coordinator before one failed), so waiting for a failed Write to read
-    // it delays RE_RENDEZVOUS and REFORM_AT_STEP_BOUNDARY by seconds. A
-    // reader blocked in Read gets the directive as soon as it arrives and
-    // ends the writes. (gRPC allows one Read and one Write at a time.)
+    // Note [Directives are read at once]
+    // The coordinator writes a directive just before it ends the stream. A
+    // Write after the end does not fail at once (gRPC accepted two more
+    // heartbeats, 3 s, against the coordinator before one failed), so waiting
+    // for a failed Write to read it delays RE_RENDEZVOUS and
+    // REFORM_AT_STEP_BOUNDARY by seconds. A reader blocked in Read gets the
+    // directive as soon as it arrives and ends the writes. (gRPC allows one
+    // Read and one Write at a time.)
     std::thread reader([&] {
       v1::Directive directive;
       while (stream->Read(&directive)) {

@@ -1,7 +1,7 @@
 // Joining a generation of a job at the coordinator, for chorus-rank, the
 // built-in trainer and SDK programs that re-form an elastic job
 // (docs/elastic.md): through the rank's node agent when it takes its ranks'
-// joins (Note [Joins through the agent] in worker/agent/agent.cc), else with
+// joins (Note [Joins gathered by the agent] in worker/agent/agent.cc), else with
 // the rank's own RankService.Join.
 //
 // Thread-safety: JoinGeneration is a free function (the stub may be
@@ -32,16 +32,16 @@ namespace chorus {
 // generation that another failure superseded (ABORTED). Errors keep the
 // coordinator's code and name the generation and job.
 //
-// Note [A join is asked for again]: UNAVAILABLE is either the coordinator's
-// own "join again shortly" (the generation forms at the members' next step
-// boundary; the job is taking back its ranks after a restart or from agents
-// that lost contact) or no coordinator answering at all: the leader was
-// killed or froze while the join was on its connection, and `wait_for_ready`
-// does not move a call already on a connection. Both are asked for again,
-// for the first join of a job as for a re-formation's, so a rendezvous in
-// progress completes under the next leader (docs/ha.md). What ends a job's
-// joins for good has other codes: FAILED_PRECONDITION (the job is not
-// running), NOT_FOUND, PERMISSION_DENIED.
+// Note [A join is asked for again]
+// UNAVAILABLE is either the coordinator's own "join again shortly" (the
+// generation forms at the members' next step boundary; the job is taking back
+// its ranks after a restart or from agents that lost contact) or no coordinator
+// answering at all: the leader was killed or froze while the join was on its
+// connection, and `wait_for_ready` does not move a call already on a
+// connection. Both are asked for again, for the first join of a job as for a
+// re-formation's, so a rendezvous in progress completes under the next leader
+// (docs/ha.md). What ends a job's joins for good has other codes:
+// FAILED_PRECONDITION (the job is not running), NOT_FOUND, PERMISSION_DENIED.
 absl::StatusOr<v1::JoinResponse> JoinGeneration(v1::RankService::StubInterface& ranks,
                                                 const v1::JoinRequest& request, absl::Time deadline,
                                                 bool until_formed);

@@ -6,7 +6,7 @@
 // go over the progress channel (CHORUS_AGENT_JOINS=1 in its environment)
 // when its agent takes them, and hands each join the program sends there to
 // this relay, which sends it on over the agent's channel and passes the
-// agent's answer back to the program (Note [Joins through the agent] in
+// agent's answer back to the program (Note [Joins gathered by the agent] in
 // worker/agent/agent.cc). When the agent's channel fails, the program is
 // answered join_directly and calls RankService.Join itself.
 //

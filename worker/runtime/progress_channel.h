@@ -28,7 +28,7 @@
 // takes its ranks' joins (the agent sets CHORUS_AGENT_JOINS=1) sends its
 // JoinRequest there too, the byte 'J' and the serialized request, and gets
 // the answer back as the byte 'A' and a serialized v1::AgentJoinAnswer
-// (Note [Joins through the agent] in worker/agent/agent.cc). Each kind keeps
+// (Note [Joins gathered by the agent] in worker/agent/agent.cc). Each kind keeps
 // its own tag so that an older peer, which knows only 'P' and 'D', skips
 // what it does not know as a record that does not parse.
 //

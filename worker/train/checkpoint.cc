@@ -251,13 +251,13 @@ struct StoreOutcome {
   bool already_committed = false;  // Note [A final checkpoint already committed]
 };
 
-// Note [A final checkpoint already committed]: a generation that formed
-// after the job's last step (a rank was lost while the others shut down)
-// holds the same state at that step as the generation that committed its
-// final checkpoint; storing it again is refused ALREADY_EXISTS, and the
-// checkpoint the job ends with is there. Failing the rank for it restarted
-// such jobs until they ran out of restarts. A periodic step is never stored
-// twice, so there ALREADY_EXISTS stays an error.
+// Note [A final checkpoint already committed]
+// A generation that formed after the job's last step (a rank was lost while the
+// others shut down) holds the same state at that step as the generation that
+// committed its final checkpoint; storing it again is refused ALREADY_EXISTS,
+// and the checkpoint the job ends with is there. Failing the rank for it
+// restarted such jobs until they ran out of restarts. A periodic step is never
+// stored twice, so there ALREADY_EXISTS stays an error.
 StoreOutcome OutcomeOf(const StoreRetryResult& stored, bool final, int64_t step) {
   StoreOutcome outcome;
   outcome.status = stored.status;

@@ -146,8 +146,10 @@ absl::StatusOr<TrainingPosition> Restore(const std::vector<CheckpointFileData>& 
                                          ExchangeState* exchange = nullptr);
 
 // How CheckpointWriter stores through a coordinator that cannot be reached
-// for a while (restarting, say): checkpoint/store_retry.h retries the store
-// with backoff. Note [Unreachable coordinator]: a periodic or requested
+// for a while (restarting, say).
+//
+// Note [Unreachable coordinator]
+// checkpoint/store_retry.h retries the store with backoff. A periodic or requested
 // checkpoint that still cannot be stored after periodic_give_up_after is
 // skipped — training goes on, skipped_unreachable() counts it — because
 // losing one checkpoint costs at most every_steps steps of recomputation

@@ -801,9 +801,10 @@ bool ShardReader::ReadRun(ReadState& state, const int64_t* indices, const Placem
   return true;
 }
 
-// Note [Token samples]: TAR and TENSOR_FILES samples of token ids (a
-// transformer_lm's) are read as any other; their ids must lie in
-// [0, vocab_size), or the embedding would fail far from the file.
+// Note [Token samples]
+// TAR and TENSOR_FILES samples of token ids (a transformer_lm's) are read as
+// any other; their ids must lie in [0, vocab_size), or the embedding would fail
+// far from the file.
 absl::Status ShardReader::CheckTokens(const ShardBatch& batch,
                                       const SampleLocation* where) const {
   for (const bool input : {true, false}) {
