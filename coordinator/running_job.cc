@@ -1,12 +1,17 @@
 #include "coordinator/running_job.h"
 
 #include <algorithm>
+#include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <string>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
 #include "common/memory_estimate.h"
@@ -36,7 +41,48 @@ std::deque<std::string> ReportedTail(const v1::RankExited& exited, bool program)
   return tail;
 }
 
+// The first line of a history that dropped lines: "(N earlier changes not
+// kept)".
+constexpr absl::string_view kDroppedPrefix = "(";
+constexpr absl::string_view kDroppedSuffix = " earlier changes not kept)";
+
+// N if `line` is the count of dropped lines, else 0.
+int64_t DroppedCount(absl::string_view line) {
+  int64_t count = 0;
+  if (!absl::ConsumePrefix(&line, kDroppedPrefix) || !absl::ConsumeSuffix(&line, kDroppedSuffix) ||
+      !absl::SimpleAtoi(line, &count)) {
+    return 0;
+  }
+  return count;
+}
+
 }  // namespace
+
+std::string ListNewcomers(const std::vector<std::string>& newcomers) {
+  const size_t listed = std::min(newcomers.size(), static_cast<size_t>(kListedNewcomers));
+  std::string text =
+      absl::StrJoin(newcomers.begin(), newcomers.begin() + static_cast<ptrdiff_t>(listed), ", ");
+  if (listed < newcomers.size()) absl::StrAppend(&text, " and ", newcomers.size() - listed, " more");
+  return text;
+}
+
+void AppendHistory(std::vector<std::string>& history, std::string line) {
+  history.push_back(std::move(line));
+  const int64_t dropped_before = DroppedCount(history.front());
+  const size_t first_change = dropped_before > 0 ? 1 : 0;
+  const size_t changes = history.size() - first_change;
+  if (changes <= static_cast<size_t>(kHistoryLines)) return;
+  const size_t excess = changes - kHistoryLines;
+  history.erase(history.begin() + static_cast<ptrdiff_t>(first_change),
+                history.begin() + static_cast<ptrdiff_t>(first_change + excess));
+  const std::string count = absl::StrCat(kDroppedPrefix, dropped_before + static_cast<int64_t>(excess),
+                                         kDroppedSuffix);
+  if (first_change == 1) {
+    history.front() = count;
+  } else {
+    history.insert(history.begin(), count);
+  }
+}
 
 RankState RankState::At(const RankSlot& slot) {
   RankState rank;

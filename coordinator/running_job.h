@@ -183,6 +183,24 @@ struct RunningJobStagedGrowth {
   absl::Time deadline;
 };
 
+// Note [A bounded history]
+// An elastic job's history is saved with its record (ElasticRecord) and
+// quoted in its status and in the reason it fails with. A line per
+// generation change once named every rank that moved: losing rank 0 of a
+// 16,384-rank job renumbers every survivor, and that one line was about
+// 450 KB, in a record etcd caps at 1.5 MiB. So a line names at most
+// kListedNewcomers ranks and counts the rest, and the history keeps its
+// newest kHistoryLines lines after one that counts those dropped.
+inline constexpr int kListedNewcomers = 8;
+inline constexpr int kHistoryLines = 32;
+
+// "a, b, c and 16381 more": the first kListedNewcomers of `newcomers`.
+std::string ListNewcomers(const std::vector<std::string>& newcomers);
+
+// Appends `line` to `history`, dropping the oldest lines past kHistoryLines
+// into a first line "(N earlier changes not kept)".
+void AppendHistory(std::vector<std::string>& history, std::string line);
+
 struct RunningJob {
   // A job starting (or taken back) with `world_size` ranks in
   // `generation`; the caller adds the ranks.
@@ -331,7 +349,9 @@ struct RunningJob {
   // member initializers through std::optional::emplace.)
   using Requeue = RunningJobRequeue;
   std::optional<Requeue> requeue;
-  // Rank failures survived so far, and one line per generation change.
+  // Rank failures survived so far, and one line per generation change: the
+  // newest kHistoryLines, after a first line that counts the earlier ones
+  // (AppendHistory; Note [A bounded history]).
   int restarts = 0;
   std::vector<std::string> history;
   // Seconds from the last failure to its generation forming (0: none yet).

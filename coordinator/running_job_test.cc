@@ -386,5 +386,52 @@ TEST_F(RunningJobTest, TheExitOfARankStoppedForARestartAllIsNeitherFailureNorSuc
   EXPECT_EQ(end->reason, "rank 2 (node-b, pid 4242) exited with code 3");
 }
 
+// Note [A bounded history]: losing rank 0 of a 16,384-rank job renumbers
+// every survivor; the line names the first few and counts the rest.
+TEST(HistoryTest, ALineNamesTheFirstNewcomersAndCountsTheRest) {
+  std::vector<std::string> renumbered;
+  for (int rank = 1; rank < 16384; ++rank) {
+    renumbered.push_back(absl::StrCat("rank ", rank, " is now rank ", rank - 1));
+  }
+  const std::string listed = ListNewcomers(renumbered);
+  EXPECT_TRUE(absl::StartsWith(listed, "rank 1 is now rank 0, rank 2 is now rank 1, ")) << listed;
+  EXPECT_TRUE(absl::EndsWith(listed, ", rank 8 is now rank 7 and 16375 more")) << listed;
+  EXPECT_LT(listed.size(), 256u);
+
+  EXPECT_EQ(ListNewcomers({"rank 3 on node-b"}), "rank 3 on node-b");
+  EXPECT_EQ(ListNewcomers({}), "");
+  std::vector<std::string> eight;
+  for (int i = 0; i < kListedNewcomers; ++i) eight.push_back(absl::StrCat("rank ", i));
+  EXPECT_EQ(ListNewcomers(eight), "rank 0, rank 1, rank 2, rank 3, rank 4, rank 5, rank 6, rank 7");
+}
+
+// The newest kHistoryLines changes are kept, after a line counting the
+// others; the count carries on from a history read back from a record.
+TEST(HistoryTest, KeepsTheNewestChangesAndCountsTheDroppedOnes) {
+  std::vector<std::string> history;
+  for (int g = 1; g <= kHistoryLines; ++g) AppendHistory(history, absl::StrCat("generation ", g));
+  ASSERT_EQ(history.size(), static_cast<size_t>(kHistoryLines)) << "nothing dropped yet";
+  EXPECT_EQ(history.front(), "generation 1");
+
+  AppendHistory(history, absl::StrCat("generation ", kHistoryLines + 1));
+  ASSERT_EQ(history.size(), static_cast<size_t>(kHistoryLines) + 1);
+  EXPECT_EQ(history[0], "(1 earlier changes not kept)");
+  EXPECT_EQ(history[1], "generation 2");
+  EXPECT_EQ(history.back(), absl::StrCat("generation ", kHistoryLines + 1));
+
+  for (int g = kHistoryLines + 2; g <= 1000; ++g) {
+    AppendHistory(history, absl::StrCat("generation ", g));
+  }
+  ASSERT_EQ(history.size(), static_cast<size_t>(kHistoryLines) + 1);
+  EXPECT_EQ(history[0], absl::StrCat("(", 1000 - kHistoryLines, " earlier changes not kept)"));
+  EXPECT_EQ(history[1], absl::StrCat("generation ", 1000 - kHistoryLines + 1));
+  EXPECT_EQ(history.back(), "generation 1000");
+
+  // A change that happens to read like the count is still a change.
+  std::vector<std::string> odd = {"(x earlier changes not kept)"};
+  AppendHistory(odd, "generation 2");
+  EXPECT_EQ(odd.size(), 2u);
+}
+
 }  // namespace
 }  // namespace chorus

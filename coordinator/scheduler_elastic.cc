@@ -120,7 +120,7 @@ std::string DescribeChange(const RunningJob& run, const v1::JobSpec& spec, int64
       "generation ", generation, " after ", cause, ": ", old_world, " -> ", world, " ranks", spares,
       all_new ? " (restart-all: every rank started again)"
       : newcomers.empty() ? ""
-                          : absl::StrCat(" (", absl::StrJoin(newcomers, ", "), ")"),
+                          : absl::StrCat(" (", ListNewcomers(newcomers), ")"),
       failure ? absl::StrCat(", restart ", run.restarts, " of ", run.elastic_spec.max_restarts())
               : ", at a step boundary (not a restart)");
 }
@@ -229,7 +229,7 @@ void Scheduler::FormLocked(const std::string& job_id, RunningJob& run, const v1:
   run.replacements_owed = form.replacements_owed;
   const std::string change =
       DescribeChange(run, job.spec(), generation, old_world, world, cause, failure, newcomers);
-  run.history.push_back(change);
+  AppendHistory(run.history, change);
   for (auto& departing : leaving) run.departing.push_back(std::move(departing));
   BeginGeneration(run, job, std::move(ranks), generation, kind, now);
   run.rank_of_survivor.assign(old_world, -1);
