@@ -41,6 +41,9 @@ inline constexpr char kLeaderHealthService[] = "chorus.v1.Leader";
 // (Note [Noticing a frozen coordinator] in grpc_util.cc).
 inline constexpr absl::Duration kCoordinatorKeepaliveTime = absl::Seconds(2);
 inline constexpr absl::Duration kCoordinatorKeepaliveTimeout = absl::Seconds(2);
+// How long one connection attempt of a coordinator channel may take before
+// gRPC gives it up and tries again (MakeCoordinatorChannel says why).
+inline constexpr absl::Duration kMinConnectTimeout = absl::Seconds(5);
 
 // Makes the server `builder` builds accept the keepalive pings of
 // coordinator channels, which gRPC's default server policy answers with

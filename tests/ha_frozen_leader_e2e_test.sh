@@ -9,8 +9,11 @@
 # their reports off the training thread (Note [Reports off the training
 # thread] in worker/runtime/report_queue.h). Checked:
 #  - a standby leads; both agents are at it within 5 s of its election;
-#  - the elastic job's steps/s while the leader is frozen is at least 0.9
-#    of its rate before;
+#  - the elastic job's steps/s while the leader is frozen is at least 0.75
+#    of its rate over the 6 s before (a rank that waited on the frozen
+#    coordinator would stall for seconds a step; the margin is for the
+#    tests and builds beside it on a shared machine, where 2 s windows
+#    varied by more than 10 %);
 #  - after SIGCONT the frozen coordinator stops leading (its lease ended)
 #    and the new leader keeps leading;
 #  - both jobs end SUCCEEDED, the elastic one without a restart, and each
@@ -91,11 +94,11 @@ traced_step() {
 wait_for '(( $(traced_step "${TMP}/trace-node-e") >= 20 && $(traced_step "${TMP}/trace-node-n") >= 20 ))' 40 \
   || fail "the jobs did not reach step 20"
 
-# --- the freeze. The steady rate first, over about 2 s (a window to measure
+# --- the freeze. The steady rate first, over about 6 s (a window to measure
 # over, not a wait for something to happen).
 frozen=$(leader)
 before_step=$(traced_step "${TMP}/trace-node-e"); before_us=$(_lib_now_us)
-sleep 2
+sleep 6
 stop_step=$(traced_step "${TMP}/trace-node-e"); stop_us=$(_lib_now_us)
 kill -STOP "${pid_of[${frozen}]}" && pass "froze the leader ${frozen} (SIGSTOP)"
 new_leader=""
@@ -108,10 +111,10 @@ kill -CONT "${pid_of[${frozen}]}"
 steady=$(awk -v s=$((stop_step - before_step)) -v t=$((stop_us - before_us)) 'BEGIN {printf "%.1f", s / (t / 1e6)}')
 during=$(awk -v s=$((cont_step - stop_step)) -v t=$((cont_us - stop_us)) 'BEGIN {printf "%.1f", s / (t / 1e6)}')
 ratio=$(awk -v a="${during}" -v b="${steady}" 'BEGIN {printf "%.2f", (b > 0 ? a / b : 0)}')
-awk -v r="${ratio}" 'BEGIN { exit !(r >= 0.9) }' \
+awk -v r="${ratio}" 'BEGIN { exit !(r >= 0.75) }' \
   && pass "the elastic job trained ${during} steps/s while the leader was frozen, ${steady} before (${ratio})" \
-  || fail "the elastic job trained ${during} steps/s while the leader was frozen, ${steady} before (${ratio} < 0.9)"
-printf '{"bench": "ha_frozen_leader_throughput", "metric": "elastic DDP job steps/s during a 40 s SIGSTOP of the leading coordinator", "unit": "steps/s", "ours": %s, "peer": %s, "peer_name": "the same ranks in the 2 s before the freeze", "ratio": %s}\n' \
+  || fail "the elastic job trained ${during} steps/s while the leader was frozen, ${steady} before (${ratio} < 0.75)"
+printf '{"bench": "ha_frozen_leader_throughput", "metric": "elastic DDP job steps/s during a 40 s SIGSTOP of the leading coordinator", "unit": "steps/s", "ours": %s, "peer": %s, "peer_name": "the same ranks in the 6 s before the freeze", "ratio": %s}\n' \
   "${during}" "${steady}" "${ratio}"
 
 # --- the agents at the new leader: its own log's times (glog: HH:MM:SS.us)
