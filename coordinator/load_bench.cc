@@ -42,7 +42,10 @@
 //
 //   bazel run -c opt //coordinator:load_bench -- [--sizes 256,1024] [--heartbeat_seconds 5]
 //       [--ranks_per_agent 64] [--heartbeats rank|agent] [--reform 1] [--joins agent|rank]
-//       [--state etcd]
+//       [--lose_rank R] [--state etcd]
+// --lose_rank R: the rank --reform loses (default: ranks/2 + 1). With
+// --state etcd, a run with --reform also prints the size of the job's elastic
+// record in etcd after the re-formation (elastic_record_bytes_N_ranks).
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -78,7 +81,9 @@
 #include "common/join_answers.h"
 #include "common/paths.h"
 #include "common/status_macros.h"
+#include "coordinator/etcd/etcd_client.h"
 #include "coordinator/etcd/etcd_test_cluster.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "httplib.h"
 
@@ -114,6 +119,13 @@ struct Options {
   std::vector<std::string> state_flags;
   // Time kTimedSubmits submissions at the end (--state etcd).
   bool time_submits = false;
+  // --reform: the rank that exits (-1: the one the hang names, ranks/2 + 1).
+  // Losing rank 0 renumbers every survivor.
+  int lost_rank = -1;
+  // --state etcd: where the state lives, to read the elastic record's size
+  // after the re-formation (Note [A bounded history]).
+  std::string etcd_endpoints;
+  std::string etcd_prefix;
 };
 
 // Submissions timed at the end of each run (--state etcd).
@@ -244,6 +256,34 @@ absl::StatusOr<Coordinator> StartCoordinator(const std::string& binary,
                                      "/coordinator.log");
 }
 
+// A coordinator on etcd state writes its port file while it still follows
+// (its follower server answers there, Note [A follower that cannot elect] in
+// coordinator/follower_server.h): waits until it leads, by the health
+// service leaders serve.
+absl::Status WaitUntilLeading(const Coordinator& c, absl::Duration timeout) {
+  const std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateChannel(c.address, grpc::InsecureChannelCredentials());
+  auto health = grpc::health::v1::Health::NewStub(channel);
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+    context.set_wait_for_ready(true);
+    grpc::health::v1::HealthCheckRequest request;
+    request.set_service(kLeaderHealthService);
+    grpc::health::v1::HealthCheckResponse response;
+    if (health->Check(&context, request, &response).ok() &&
+        response.status() == grpc::health::v1::HealthCheckResponse::SERVING) {
+      return absl::OkStatus();
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  return absl::DeadlineExceededError(absl::StrCat("the coordinator at ", c.address,
+                                                  " did not lead within ",
+                                                  absl::FormatDuration(timeout), "; see ", c.dir,
+                                                  "/coordinator.log"));
+}
+
 void StopCoordinator(Coordinator& c) {
   if (c.pid <= 0) return;
   kill(c.pid, SIGTERM);
@@ -348,6 +388,9 @@ struct Result {
   double reform_seconds = 0;
   // --state etcd: submissions per second, one after another.
   double submits_per_second = 0;
+  // --state etcd with --reform: the job's elastic record in etcd after the
+  // re-formation, in bytes.
+  size_t elastic_record_bytes = 0;
   // CPU seconds spent during the rendezvous by the coordinator and by this
   // bench (its simulated ranks share the machine's cores).
   double rendezvous_coordinator_cpu = 0;
@@ -846,6 +889,22 @@ absl::StatusOr<double> TimeSubmits(v1::JobService::Stub& jobs, int n) {
   return n / absl::ToDoubleSeconds(absl::Now() - start);
 }
 
+// The size of job `job_id`'s elastic record in the etcd state under
+// `prefix` (EtcdStateStore keeps it at PREFIX/elastic/JOB).
+absl::StatusOr<size_t> ElasticRecordBytes(const std::string& endpoints, const std::string& prefix,
+                                          const std::string& job_id) {
+  EtcdOptions etcd;
+  etcd.endpoints = endpoints;
+  ASSIGN_OR_RETURN(std::unique_ptr<EtcdClient> client, EtcdClient::Connect(etcd));
+  etcdserverpb::RangeRequest request;
+  request.set_key(absl::StrCat(prefix, "/elastic/", job_id));
+  ASSIGN_OR_RETURN(etcdserverpb::RangeResponse response, client->Range(request));
+  if (response.kvs_size() != 1) {
+    return absl::NotFoundError(absl::StrCat("no elastic record of ", job_id, " in etcd"));
+  }
+  return response.kvs(0).value().size();
+}
+
 // One world size, on a fresh coordinator: the phases in the file comment.
 absl::StatusOr<Result> RunOnce(const std::string& binary, int ranks, const Options& options) {
   ASSIGN_OR_RETURN(Coordinator coordinator, StartCoordinator(binary, options.state_flags));
@@ -853,6 +912,7 @@ absl::StatusOr<Result> RunOnce(const std::string& binary, int ranks, const Optio
     Coordinator& c;
     ~Stop() { StopCoordinator(c); }
   } stop{coordinator};
+  if (!options.state_flags.empty()) RETURN_IF_ERROR(WaitUntilLeading(coordinator, absl::Seconds(30)));
   SimCluster cluster = NewSimCluster(coordinator.address, ranks);
   RETURN_IF_ERROR(ConnectAgents(cluster, options.ranks_per_agent));
   RETURN_IF_ERROR(SubmitJob(cluster, options));
@@ -891,12 +951,19 @@ absl::StatusOr<Result> RunOnce(const std::string& binary, int ranks, const Optio
   if (options.reform) {
     const double coordinator_cpu0 = CpuSeconds(coordinator.pid);
     const double bench_cpu0 = CpuSeconds(getpid());
+    const int lost = options.lost_rank >= 0 && options.lost_rank < ranks ? options.lost_rank
+                                                                          : culprit;
     ASSIGN_OR_RETURN(result.reform_seconds,
-                     TimeReformation(cluster, LaunchedSlots(cluster), /*lost=*/culprit,
+                     TimeReformation(cluster, LaunchedSlots(cluster), lost,
                                      options.joins_through_agents));
     result.reform_coordinator_cpu = CpuSeconds(coordinator.pid) - coordinator_cpu0;
     result.reform_bench_cpu = CpuSeconds(getpid()) - bench_cpu0;
     result.reform_joins = options.joins_through_agents ? "through the agents" : "one per rank";
+    if (!options.etcd_endpoints.empty()) {
+      ASSIGN_OR_RETURN(result.elastic_record_bytes,
+                       ElasticRecordBytes(options.etcd_endpoints, options.etcd_prefix,
+                                          cluster.job_id));
+    }
   }
   if (options.time_submits) {
     ASSIGN_OR_RETURN(result.submits_per_second, TimeSubmits(*cluster.jobs, kTimedSubmits));
@@ -948,11 +1015,22 @@ struct Flags {
 
 // The flags in the file comment (and --coordinator_bin, --peer); an error
 // names the flag and the value it got.
+constexpr char kUsage[] =
+    "usage: load_bench [--sizes 256,1024] [--heartbeat_seconds 5] [--ranks_per_agent 64]\n"
+    "                  [--heartbeats rank|agent] [--reform 1] [--joins agent|rank]\n"
+    "                  [--lose_rank R] [--state etcd|sqlite] [--peer PATH] [--coordinator_bin PATH]\n"
+    "A simulated cluster of N ranks against a real chorus-coordinator (the opening comment of\n"
+    "coordinator/load_bench.cc and docs/benchmarks.md, \"Coordinator load\", say what each\n"
+    "column and result line means).\n";
+
 absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
   Flags flags;
   Options& options = flags.options;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i], value = argv[i + 1];
+  for (int i = 1; i < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag == "--help" || flag == "-h") return absl::CancelledError(kUsage);
+    if (i + 1 == argc) return absl::InvalidArgumentError(absl::StrCat(flag, " needs a value"));
+    const std::string value = argv[i + 1];
     if (flag == "--sizes") {
       flags.sizes.clear();
       for (absl::string_view v : absl::StrSplit(value, ',')) {
@@ -982,6 +1060,11 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
       options.joins_through_agents = value == "agent";
     } else if (flag == "--reform") {
       options.reform = value == "1" || value == "true";
+    } else if (flag == "--lose_rank") {
+      if (!absl::SimpleAtoi(value, &options.lost_rank) || options.lost_rank < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--lose_rank must be a rank (0 or more), got ", value));
+      }
     } else if (flag == "--peer") {
       flags.peer = value;
     } else if (flag == "--state") {
@@ -990,6 +1073,8 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
             absl::StrCat("--state must be etcd (compare with SQLite) or sqlite, got ", value));
       }
       flags.compare_etcd = value == "etcd";
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag ", flag, " (see --help)"));
     }
   }
   if (const char* dir = std::getenv("BUILD_WORKSPACE_DIRECTORY");
@@ -1023,6 +1108,10 @@ void PrintTableRow(const Result& r) {
         "        one rank lost: generation 2 formed in %.3f s (joins %s; CPU: coordinator %.2f "
         "s, this bench %.2f s)\n",
         r.reform_seconds, r.reform_joins, r.reform_coordinator_cpu, r.reform_bench_cpu);
+  }
+  if (r.elastic_record_bytes > 0) {
+    std::cout << absl::StrFormat("        the job's elastic record in etcd: %zu bytes\n",
+                                 r.elastic_record_bytes);
   }
   std::cout.flush();
 }
@@ -1079,7 +1168,10 @@ int CompareStates(const Flags& flags) {
     Options options = flags.options;
     options.time_submits = true;
     absl::StatusOr<Result> sqlite = RunOnce(flags.binary, n, options);
-    options.state_flags = {"--state", absl::StrCat("etcd://", (*etcd)->endpoints(), "/bench/", n),
+    options.etcd_endpoints = (*etcd)->endpoints();
+    options.etcd_prefix = absl::StrCat("/bench/", n);
+    options.state_flags = {"--state",
+                           absl::StrCat("etcd://", options.etcd_endpoints, options.etcd_prefix),
                            "--checkpoint_dir", "$DIR/checkpoints"};
     absl::StatusOr<Result> on_etcd =
         sqlite.ok() ? RunOnce(flags.binary, n, options) : sqlite.status();
@@ -1096,12 +1188,25 @@ int CompareStates(const Flags& flags) {
                          1 / sqlite->submits_per_second);
     PrintStateResultLine("rendezvous_seconds", "s", n, on_etcd->rendezvous_seconds,
                          sqlite->rendezvous_seconds);
+    if (on_etcd->elastic_record_bytes > 0) {
+      // What etcd holds of the job after the re-formation; no peer keeps
+      // such a record (Note [A bounded history]).
+      std::cout << absl::StrFormat(
+          "{\"bench\": \"load_bench\", \"metric\": \"elastic_record_bytes_%d_ranks\", "
+          "\"unit\": \"bytes\", \"ours\": %zu, \"peer\": null, \"peer_name\": null, "
+          "\"ratio\": null}\n",
+          n, on_etcd->elastic_record_bytes);
+    }
   }
   return 0;
 }
 
 int Main(int argc, char** argv) {
   absl::StatusOr<Flags> flags = ParseFlags(argc, argv);
+  if (absl::IsCancelled(flags.status())) {
+    std::cout << flags.status().message();
+    return 0;
+  }
   if (!flags.ok()) {
     std::cerr << "load_bench: " << flags.status().message() << "\n";
     return 2;
