@@ -59,7 +59,7 @@ void ConfigureSecurity(const GlobalOptions& global) {
 std::shared_ptr<grpc::Channel> CoordinatorChannel(const GlobalOptions& global) {
   if (global.channel != nullptr) return global.channel;
   ConfigureSecurity(global);
-  return MakeCoordinatorChannel(global.coordinator);
+  return MakeCoordinatorChannel(global.coordinator, kOneShotConnectTimeout);
 }
 
 std::unique_ptr<v1::JobService::Stub> JobStub(const GlobalOptions& global) {

@@ -110,8 +110,8 @@ absl::Status Resolve(const std::string& host, std::string* v4, std::string* v6) 
 // gRPC makes progress on a channel's connections (a TCP connect, the TLS
 // and HTTP/2 handshakes, the health stream) only while some thread polls
 // for it: a call waiting on the channel, or gRPC's backup poller, which
-// runs every 5 s, about as long as a connection attempt may take
-// (kMinConnectTimeout). With one address a call
+// runs every 5 s, longer than a connection attempt may take (the attempt is
+// abandoned after the reconnect backoff, 0.2-2 s). With one address a call
 // made while the coordinator restarts waits for the connection and so polls
 // it. On a list channel round_robin fails calls at once while no
 // coordinator is ready, so a client that retries without wait_for_ready
@@ -196,7 +196,8 @@ absl::StatusOr<std::string> CoordinatorListTarget(const std::string& addresses) 
                    "coordinators that all have an address of one family"));
 }
 
-std::shared_ptr<grpc::Channel> MakeCoordinatorChannel(const std::string& address) {
+std::shared_ptr<grpc::Channel> MakeCoordinatorChannel(const std::string& address,
+                                                      absl::Duration connect_timeout) {
   const ClientSecurity& security = ClientSecurityConfig();
   std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
   if (!security.tls_ca_pem.empty()) {
@@ -212,16 +213,11 @@ std::shared_ptr<grpc::Channel> MakeCoordinatorChannel(const std::string& address
   // A restarted coordinator must be found again within its recovery grace
   // period (default 30 s, seconds in tests): reconnect attempts every 0.2 s
   // at first and never more than 2 s apart, instead of gRPC's 1 s growing to
-  // 120 s. An attempt itself (TCP, TLS and HTTP/2 handshakes) may take up
-  // to kMinConnectTimeout, which gRPC reads from the "min reconnect backoff"
-  // argument: at 0.2 s, a coordinator slow to answer on a loaded machine
-  // failed every early attempt, and a call without wait_for_ready failed
-  // at once ("connection attempt timed out before receiving SETTINGS
-  // frame"; `chorus up` beside a busy build). A refused connection still
-  // fails at once, and the retries keep their pace.
+  // 120 s. An attempt itself (TCP, TLS and HTTP/2 handshakes) may take
+  // `connect_timeout` (kReconnectingConnectTimeout in grpc_util.h says which).
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
-              static_cast<int>(absl::ToInt64Milliseconds(kMinConnectTimeout)));
+              static_cast<int>(absl::ToInt64Milliseconds(connect_timeout)));
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
   SetCoordinatorKeepalive(args);
   std::string target = address;

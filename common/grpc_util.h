@@ -42,8 +42,16 @@ inline constexpr char kLeaderHealthService[] = "chorus.v1.Leader";
 inline constexpr absl::Duration kCoordinatorKeepaliveTime = absl::Seconds(2);
 inline constexpr absl::Duration kCoordinatorKeepaliveTimeout = absl::Seconds(2);
 // How long one connection attempt of a coordinator channel may take before
-// gRPC gives it up and tries again (MakeCoordinatorChannel says why).
-inline constexpr absl::Duration kMinConnectTimeout = absl::Seconds(5);
+// gRPC gives it up and tries again (gRPC reads it from the "min reconnect
+// backoff" argument). Agents and ranks, which must find a restarted
+// coordinator within its recovery grace period, keep 0.2 s: an attempt that
+// reached the new process before it served is abandoned and made again
+// soon. A one-shot client (the CLI) waits longer, so that a coordinator slow
+// to answer on a loaded machine is not taken for one that is gone: at
+// 0.2 s, `chorus up` beside a busy build failed "connection attempt timed
+// out before receiving SETTINGS frame".
+inline constexpr absl::Duration kReconnectingConnectTimeout = absl::Milliseconds(200);
+inline constexpr absl::Duration kOneShotConnectTimeout = absl::Seconds(5);
 
 // Makes the server `builder` builds accept the keepalive pings of
 // coordinator channels, which gRPC's default server policy answers with
@@ -61,7 +69,9 @@ void AcceptCoordinatorKeepalive(grpc::ServerBuilder& builder);
 // connection to a coordinator that stops answering (frozen, or its host
 // gone) is dropped within kCoordinatorKeepaliveTime +
 // kCoordinatorKeepaliveTimeout, failing its calls UNAVAILABLE.
-std::shared_ptr<grpc::Channel> MakeCoordinatorChannel(const std::string& address);
+// `connect_timeout`: how long each connection attempt may take (above).
+std::shared_ptr<grpc::Channel> MakeCoordinatorChannel(
+    const std::string& address, absl::Duration connect_timeout = kReconnectingConnectTimeout);
 
 // The gRPC target of a channel over every coordinator in `addresses` (a
 // list as ParseHostPortList reads it): "ipv4:IP:PORT,IP:PORT" or
