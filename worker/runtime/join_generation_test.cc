@@ -136,7 +136,10 @@ TEST_F(JoinGenerationTest, AGenerationThatNeverFormsFailsAtTheDeadline) {
   const absl::Duration took = absl::Now() - start;
   EXPECT_EQ(joined.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(std::string(joined.status().message()), HasSubstr("still forming"));
-  EXPECT_GE(took, absl::Milliseconds(400));
+  // It stops when its next attempt (50-200 ms on) would come after the
+  // deadline, so it answers between 200 ms before the deadline and the
+  // deadline itself (396 ms was seen on a busy machine).
+  EXPECT_GE(took, absl::Milliseconds(300));
   EXPECT_LT(took, absl::Seconds(5));
 }
 
