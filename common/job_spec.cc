@@ -90,61 +90,115 @@ bool LooksLikeJsonNumber(const std::string& s) {
   return s.back() != '.';
 }
 
-// Converts a YAML document to JSON so that protobuf's JSON parser (which knows
-// field names, enums and unknown-field checking) does the rest. Quoted
-// scalars stay strings; plain scalars become numbers, booleans or null when
-// they look like one.
-absl::Status YamlToJson(const YAML::Node& node, absl::string_view path, std::string& out) {
+// Note [YAML aliases]
+// An alias (*name) is the very node its anchor (&name) marks, not a copy, so
+// a YAML document is a graph: "a: &x [*x]" holds itself, and ten aliases of
+// ten aliases of ... are a few hundred bytes that stand for gigabytes. The
+// walk to JSON below refuses a node inside itself (naming the path), nesting
+// deeper than any spec has (kMaxYamlDepth), and JSON beyond
+// kMaxYamlExpansionBytes, before it would use the stack or memory up. Aliases
+// a spec uses as meant (one env shared by two places) pass.
+constexpr int kMaxYamlDepth = 64;
+constexpr size_t kMaxYamlExpansionBytes = 4 * kMaxJobSpecBytes;
+
+// A YAML document being written out as JSON.
+struct YamlWalk {
+  std::string json;
+  std::vector<YAML::Node> open;  // the nodes the walk is inside, outermost first
+};
+
+absl::Status YamlNodeToJson(const YAML::Node& node, const std::string& path, YamlWalk& walk);
+
+std::string YamlWhere(const std::string& path) { return path.empty() ? "top level" : path; }
+
+void YamlScalarToJson(const YAML::Node& node, std::string& out) {
+  const std::string& v = node.Scalar();
+  if (node.Tag() == "!") {  // quoted
+    out += JsonQuote(v);
+  } else if (v == "true" || v == "false") {
+    out += v;
+  } else if (v == "~" || v == "null") {
+    out += "null";
+  } else if (LooksLikeJsonNumber(v)) {
+    out += v;
+  } else {
+    out += JsonQuote(v);
+  }
+}
+
+absl::Status YamlChildrenToJson(const YAML::Node& node, const std::string& path, YamlWalk& walk) {
+  std::string& out = walk.json;
+  if (node.IsSequence()) {
+    out += "[";
+    for (size_t i = 0; i < node.size(); ++i) {
+      if (i > 0) out += ",";
+      RETURN_IF_ERROR(YamlNodeToJson(node[i], absl::StrCat(path, "[", i, "]"), walk));
+    }
+    out += "]";
+    return absl::OkStatus();
+  }
+  out += "{";
+  bool first = true;
+  for (const auto& kv : node) {
+    if (!kv.first.IsScalar()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(YamlWhere(path), ": map keys must be field names"));
+    }
+    const std::string key = kv.first.Scalar();
+    if (!first) out += ",";
+    first = false;
+    out += JsonQuote(key);
+    out += ":";
+    RETURN_IF_ERROR(YamlNodeToJson(kv.second, path.empty() ? key : absl::StrCat(path, ".", key),
+                                   walk));
+  }
+  out += "}";
+  return absl::OkStatus();
+}
+
+absl::Status YamlNodeToJson(const YAML::Node& node, const std::string& path, YamlWalk& walk) {
+  if (walk.json.size() > kMaxYamlExpansionBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        YamlWhere(path), ": the spec's aliases expand it past ", kMaxYamlExpansionBytes >> 20,
+        " MiB (the largest spec is ", kMaxJobSpecBytes >> 10,
+        " KiB); write the fields out or use fewer aliases of aliases"));
+  }
   switch (node.Type()) {
     case YAML::NodeType::Null:
     case YAML::NodeType::Undefined:
-      out += "null";
+      walk.json += "null";
       return absl::OkStatus();
-    case YAML::NodeType::Scalar: {
-      const std::string& v = node.Scalar();
-      if (node.Tag() == "!") {  // quoted
-        out += JsonQuote(v);
-      } else if (v == "true" || v == "false") {
-        out += v;
-      } else if (v == "~" || v == "null") {
-        out += "null";
-      } else if (LooksLikeJsonNumber(v)) {
-        out += v;
-      } else {
-        out += JsonQuote(v);
-      }
+    case YAML::NodeType::Scalar:
+      YamlScalarToJson(node, walk.json);
       return absl::OkStatus();
-    }
-    case YAML::NodeType::Sequence: {
-      out += "[";
-      for (size_t i = 0; i < node.size(); ++i) {
-        if (i > 0) out += ",";
-        RETURN_IF_ERROR(YamlToJson(node[i], absl::StrCat(path, "[", i, "]"), out));
-      }
-      out += "]";
-      return absl::OkStatus();
-    }
-    case YAML::NodeType::Map: {
-      out += "{";
-      bool first = true;
-      for (const auto& kv : node) {
-        if (!kv.first.IsScalar()) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(path.empty() ? "top level" : path, ": map keys must be field names"));
-        }
-        const std::string key = kv.first.Scalar();
-        if (!first) out += ",";
-        first = false;
-        out += JsonQuote(key);
-        out += ":";
-        RETURN_IF_ERROR(
-            YamlToJson(kv.second, path.empty() ? key : absl::StrCat(path, ".", key), out));
-      }
-      out += "}";
-      return absl::OkStatus();
+    case YAML::NodeType::Sequence:
+    case YAML::NodeType::Map:
+      break;
+  }
+  for (const YAML::Node& outer : walk.open) {
+    if (outer.is(node)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          YamlWhere(path), ": an alias refers to a node that contains it (a spec is a tree)"));
     }
   }
-  return absl::InternalError("unknown YAML node type");
+  if (walk.open.size() >= kMaxYamlDepth) {
+    return absl::InvalidArgumentError(absl::StrCat(YamlWhere(path), ": nested more than ",
+                                                   kMaxYamlDepth, " levels deep"));
+  }
+  walk.open.push_back(node);
+  absl::Status s = YamlChildrenToJson(node, path, walk);
+  walk.open.pop_back();
+  return s;
+}
+
+// Converts a YAML document to JSON so that protobuf's JSON parser (which knows
+// field names, enums and unknown-field checking) does the rest. Quoted
+// scalars stay strings; plain scalars become numbers, booleans or null when
+// they look like one. Note [YAML aliases].
+absl::StatusOr<std::string> YamlToJson(const YAML::Node& root) {
+  YamlWalk walk;
+  RETURN_IF_ERROR(YamlNodeToJson(root, "", walk));
+  return std::move(walk.json);
 }
 
 absl::StatusOr<JobSpec> ParseJson(absl::string_view json, absl::string_view source) {
@@ -296,13 +350,12 @@ absl::StatusOr<JobSpec> ParseFormat(absl::string_view text, SpecFormat format,
         return absl::InvalidArgumentError(
             absl::StrCat("job spec ", source, ": the top level must be a mapping of fields"));
       }
-      std::string json;
-      absl::Status converted = YamlToJson(root, "", json);
-      if (!converted.ok()) {
+      absl::StatusOr<std::string> json = YamlToJson(root);
+      if (!json.ok()) {
         return absl::InvalidArgumentError(
-            absl::StrCat("job spec ", source, ": ", converted.message()));
+            absl::StrCat("job spec ", source, ": ", json.status().message()));
       }
-      return ParseJson(json, source);
+      return ParseJson(*json, source);
     }
   }
   return absl::InternalError("unknown spec format");

@@ -291,6 +291,55 @@ TEST(JobSpecTest, UnknownFieldsAreErrorsInEveryFormat) {
   EXPECT_THAT(yaml.status().message(), HasSubstr("batch_sise"));
 }
 
+// Note [YAML aliases] in common/job_spec.cc.
+TEST(JobSpecTest, YamlAliasesUsedAsMeantPass) {
+  JobSpec spec = MustParse(
+      "model:\n  cnn: {channels: &widths [8, 16], kernel_size: &k 3}\n"
+      "training: {batch_size_per_rank: *k, epochs: *k}\n",
+      SpecFormat::kYaml);
+  EXPECT_EQ(spec.model().cnn().channels_size(), 2);
+  EXPECT_EQ(spec.training().batch_size_per_rank(), 3);
+  EXPECT_EQ(spec.training().epochs(), 3);
+}
+
+TEST(JobSpecTest, AYamlNodeInsideItselfIsRefusedWithItsPath) {
+  for (const char* text : {"model: &x {mlp: *x}\n", "a: &x [*x]\n", "a: &x {b: [1, {c: *x}]}\n"}) {
+    absl::StatusOr<JobSpec> spec = ParseJobSpec(text, SpecFormat::kYaml, "loop.yaml");
+    ASSERT_FALSE(spec.ok()) << text;
+    EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(spec.status().message(), HasSubstr("loop.yaml"));
+    EXPECT_THAT(spec.status().message(),
+                HasSubstr("an alias refers to a node that contains it (a spec is a tree)"));
+  }
+  absl::StatusOr<JobSpec> spec =
+      ParseJobSpec("a: &x {b: [1, {c: *x}]}\n", SpecFormat::kYaml, "loop.yaml");
+  EXPECT_THAT(spec.status().message(), HasSubstr("loop.yaml: a.b[1].c: an alias"));
+}
+
+TEST(JobSpecTest, AliasesOfAliasesThatExpandToGigabytesAreRefused) {
+  // Nine levels of ten aliases each: under 1 KB written, 10^9 strings meant.
+  std::string text = "l0: &l0 [\"aaaaaaaaaaaaaaaa\"]\n";
+  for (int level = 1; level <= 9; ++level) {
+    absl::StrAppend(&text, "l", level, ": &l", level, " [");
+    for (int i = 0; i < 10; ++i) absl::StrAppend(&text, i > 0 ? ", " : "", "*l", level - 1);
+    text += "]\n";
+  }
+  ASSERT_LT(text.size(), 1000u);
+  const absl::Time start = absl::Now();
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(text, SpecFormat::kYaml, "laughs.yaml");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_THAT(spec.status().message(),
+              HasSubstr("the spec's aliases expand it past 1 MiB (the largest spec is 256 KiB)"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+
+  std::string deep = "a: ";
+  for (int i = 0; i < 100; ++i) deep += "[";
+  for (int i = 0; i < 100; ++i) deep += "]";
+  spec = ParseJobSpec(deep + "\n", SpecFormat::kYaml, "deep.yaml");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_THAT(spec.status().message(), HasSubstr("nested more than 64 levels deep"));
+}
+
 TEST(JobSpecTest, SyntaxErrorsNameFileAndPosition) {
   auto yaml = ParseJobSpec("model:\n  mlp: {hidden_sizes: [1, 2\n", SpecFormat::kYaml, "bad.yaml");
   ASSERT_FALSE(yaml.ok());
