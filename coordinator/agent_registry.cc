@@ -54,6 +54,11 @@ bool AgentRegistry::SetDraining(const std::string& agent_id) {
   return true;
 }
 
+void AgentRegistry::Heard(const std::string& agent_id, absl::Time at) {
+  auto it = agents_.find(agent_id);
+  if (it != agents_.end()) it->second.heard_at = at;
+}
+
 std::vector<std::string> AgentRegistry::Ids() const {
   std::vector<std::pair<int64_t, std::string>> in_order;
   for (const auto& [id, agent] : agents_) in_order.emplace_back(agent.order, id);

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "chorus/v1/coordinator.pb.h"
 #include "coordinator/placement.h"
 
@@ -37,6 +38,9 @@ class AgentRegistry {
     int64_t order = 0;       // registration order
     // `chorus drain`: its free slots are offered to no job.
     bool draining = false;
+    // When its last message came (Note [A silent agent's ranks] in
+    // hang_detector.h); its registration's time until then.
+    absl::Time heard_at = absl::InfinitePast();
   };
 
   // Registers an agent with every slot free; returns its new id.
@@ -50,6 +54,9 @@ class AgentRegistry {
   void SetBusy(const std::string& agent_id, int slot, bool busy);
   // Marks the agent as draining; false if it is unknown.
   bool SetDraining(const std::string& agent_id);
+  // Records that a message from the agent came at `at`; ignored for an
+  // unknown agent.
+  void Heard(const std::string& agent_id, absl::Time at);
   // The id of the agent `name` names: its id, or the host of exactly one
   // agent. NOT_FOUND listing the agents, or INVALID_ARGUMENT when several
   // agents have that host.

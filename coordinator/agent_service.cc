@@ -79,8 +79,10 @@ class AgentStream : public grpc::ServerBidiReactor<v1::AgentMessage, v1::Coordin
       // Join may.
       scheduler_.ranks().AgentJoins(agent_id_, in_.joins(),
                                     absl::Now() + RankServiceImpl::kMaxJoinWait);
+    } else if (in_.kind_case() == v1::AgentMessage::kPingTimeUs) {
+      // Note [A silent agent's ranks]: its ranks' silence counts again.
+      scheduler_.agents().AgentAlive(agent_id_);
     }
-    // Pings need no action: receiving them keeps the stream alive.
     StartRead(&in_);
   }
 

@@ -113,24 +113,39 @@ const RankView& ViewOf(const std::vector<RankView>& ranks, int rank) {
 
 std::string Plural(size_t n, const char* one, const char* many) { return n > 1 ? many : one; }
 
+// Up to when the coordinator would have heard from the rank: now, or, while
+// the agent that relays its heartbeats is silent, what the agent's last
+// message vouches for (Note [A silent agent's ranks]).
+absl::Time HeardUntil(const RankView& v, absl::Time now) {
+  if (v.relay_heard_at == absl::InfiniteFuture()) return now;
+  return std::clamp(v.relay_heard_at + kAgentMessageInterval, now - kAgentSilenceForgiven, now);
+}
+
 // DEAD: ranks whose heartbeats stopped while their process runs on.
 void DiagnoseDead(const v1::HangDetectionSpec& spec, const std::vector<RankView>& ranks,
                   absl::Time now, std::vector<v1::Diagnosis>& out) {
   const absl::Duration dead_after = absl::Seconds(spec.dead_after_seconds());
   for (const RankView& v : ranks) {
     if (v.exited || !v.has_heartbeat) continue;
-    const absl::Duration age = now - v.heartbeat_at;
+    const absl::Duration age = HeardUntil(v, now) - v.heartbeat_at;
     if (age <= dead_after) continue;
+    const absl::Duration agent_silent = now - v.relay_heard_at;
+    const std::string agent_too =
+        agent_silent > kAgentMessageInterval
+            ? absl::StrFormat(" (its agent has been silent for %.1f s too: its node or its link "
+                              "may be down)",
+                              absl::ToDoubleSeconds(agent_silent))
+            : "";
     out.push_back(Make(
-        v1::Diagnosis::DEAD, {v.rank}, {}, 0, absl::ToDoubleSeconds(age),
+        v1::Diagnosis::DEAD, {v.rank}, {}, 0, absl::ToDoubleSeconds(now - v.heartbeat_at),
         absl::StrFormat("rank %d has sent no heartbeat for %.1f s (last seen %s at step %d); "
                         "its process has not exited (its agent would have reported "
-                        "that at once), so it is stopped or not responding",
-                        v.rank, absl::ToDoubleSeconds(age),
+                        "that at once), so it is stopped or not responding%s",
+                        v.rank, absl::ToDoubleSeconds(now - v.heartbeat_at),
                         v.hb().phase() == v1::PHASE_UNSPECIFIED
                             ? "with no phase marked"
                             : absl::StrCat("in ", v1::Phase_Name(v.hb().phase())),
-                        v.hb().step())));
+                        v.hb().step(), agent_too)));
   }
 }
 

@@ -33,6 +33,27 @@ namespace chorus {
 // itself is silent (stopped, wedged, or its host gone), not just busy.
 inline constexpr absl::Duration kRankSilentAfter = absl::Milliseconds(2500);
 
+// Note [A silent agent's ranks]
+// Most ranks' heartbeats reach the coordinator through their node agent's
+// stream (Note [Heartbeats through the agent] in worker/agent/agent.cc),
+// which carries a message every second: the heartbeats its ranks sent, or a
+// ping when none did. A rank that falls silent while its agent goes on
+// talking is stopped or wedged, and is DEAD after dead_after_seconds. When
+// the agent falls silent too, the silence says nothing about the rank: on a
+// slow, lossy link the agent's connection stalls for seconds while TCP
+// resends, its keepalive gives it up and it connects again, and its ranks
+// train on meanwhile (their collectives go between the nodes, not through
+// the coordinator). Measured on a link with 300 ms delay and 5 % loss, such
+// a rank was DEAD and evicted twice in a minute. So a rank's silence counts
+// only up to what its agent's last message vouches for
+// (RankView.relay_heard_at + kAgentMessageInterval), and an agent's own
+// silence postpones its ranks' DEAD by at most kAgentSilenceForgiven: a
+// node that is gone for good has its ranks DEAD that much later (unless
+// its stream ends first, which re-forms or waits for the agent: Note
+// [Agent reconnect grace] in running_job.h).
+inline constexpr absl::Duration kAgentMessageInterval = absl::Milliseconds(1500);
+inline constexpr absl::Duration kAgentSilenceForgiven = absl::Seconds(10);
+
 struct RankView {
   int rank = 0;
   bool has_heartbeat = false;
@@ -44,6 +65,10 @@ struct RankView {
   // Must outlive the view.
   const v1::RankHeartbeat* recorded = nullptr;
   bool exited = false;
+  // When the rank's heartbeats come through its agent: the time of the
+  // agent's last message (Note [A silent agent's ranks]); InfiniteFuture
+  // when the rank sends them itself.
+  absl::Time relay_heard_at = absl::InfiniteFuture();
 
   const v1::RankHeartbeat& hb() const { return recorded != nullptr ? *recorded : heartbeat; }
 };

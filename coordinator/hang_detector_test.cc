@@ -15,6 +15,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 
 const absl::Time kNow = absl::FromUnixSeconds(10000);
 
@@ -162,6 +163,35 @@ TEST(HangDetectorTest, ASilentCulpritIsDeadNotNeverJoined) {
   EXPECT_EQ(ds[0].kind(), v1::Diagnosis::DEAD);
   EXPECT_THAT(ds[0].ranks(), ElementsAre(1));
   EXPECT_THAT(ds[0].message(), HasSubstr("its process has not exited"));
+}
+
+// Note [A silent agent's ranks]: a rank's silence counts up to what its
+// relaying agent's last message vouches for, and at most
+// kAgentSilenceForgiven less than in full.
+TEST(HangDetectorTest, ARankWhoseAgentIsSilentTooIsNotDeadUntilTheAgentsSilenceIsForgivenNoLonger) {
+  RankView relayed = Rank(1, 49, v1::DATA, 10, 0.1);
+  relayed.heartbeat_at = kNow - absl::Seconds(8);
+  relayed.relay_heard_at = kNow - absl::Seconds(8);  // the agent fell silent with it
+  EXPECT_THAT(DiagnoseHangs(Spec(), {Rank(0, 49, v1::DATA, 10, 0.1), relayed}, kNow), IsEmpty());
+
+  relayed.relay_heard_at = kNow - absl::Milliseconds(500);  // the agent talks; the rank does not
+  auto ds = DiagnoseHangs(Spec(), {Rank(0, 49, v1::DATA, 10, 0.1), relayed}, kNow);
+  ASSERT_EQ(ds.size(), 1u) << ::testing::PrintToString(Messages(ds));
+  EXPECT_EQ(ds[0].kind(), v1::Diagnosis::DEAD);
+  EXPECT_EQ(ds[0].duration_seconds(), 8);
+  EXPECT_THAT(ds[0].message(), Not(HasSubstr("its agent has been silent")));
+
+  // Both silent 15.6 s: 15.6 - 10 forgiven > 5 s (dead_after_seconds).
+  relayed.heartbeat_at = kNow - absl::Milliseconds(15600);
+  relayed.relay_heard_at = relayed.heartbeat_at;
+  ds = DiagnoseHangs(Spec(), {Rank(0, 49, v1::DATA, 10, 0.1), relayed}, kNow);
+  ASSERT_EQ(ds.size(), 1u) << ::testing::PrintToString(Messages(ds));
+  EXPECT_EQ(ds[0].kind(), v1::Diagnosis::DEAD);
+  EXPECT_THAT(ds[0].message(), HasSubstr("no heartbeat for 15.6 s"));
+  EXPECT_THAT(ds[0].message(), HasSubstr("its agent has been silent for 15.6 s too"));
+  relayed.heartbeat_at = kNow - absl::Milliseconds(14900);
+  relayed.relay_heard_at = relayed.heartbeat_at;
+  EXPECT_THAT(DiagnoseHangs(Spec(), {Rank(0, 49, v1::DATA, 10, 0.1), relayed}, kNow), IsEmpty());
 }
 
 TEST(HangDetectorTest, AHeartbeatFromBeforeTheWaitSaysNothingAboutTheRankNow) {

@@ -246,7 +246,7 @@ bool RunningJob::HasRank(int64_t gen, int rank) const {
   return gen == generation() && rank >= 0 && rank < static_cast<int>(ranks.size());
 }
 
-std::vector<RankView> RunningJob::HangViews() const {
+std::vector<RankView> RunningJob::HangViews(const AgentRegistry& agents) const {
   std::vector<RankView> views;
   for (size_t rank = 0; rank < ranks.size(); ++rank) {
     const RankState& r = ranks[rank];
@@ -257,6 +257,11 @@ std::vector<RankView> RunningJob::HangViews() const {
     v.has_heartbeat = r.heartbeat_at != absl::InfinitePast();
     v.heartbeat_at = r.heartbeat_at;
     v.recorded = &r.last_heartbeat;
+    if (r.heartbeats_via_agent) {
+      // Note [A silent agent's ranks].
+      const AgentRegistry::Agent* agent = agents.Find(r.agent_id);
+      if (agent != nullptr) v.relay_heard_at = agent->heard_at;
+    }
     // Note [Agent reconnect grace]: its heartbeats come back with its agent.
     const bool away = r.agent_id.empty() && !v.exited;
     if ((v.has_heartbeat || v.exited) && !away) views.push_back(std::move(v));
@@ -269,8 +274,9 @@ bool RunningJob::TrainingFinished() const {
          std::any_of(ranks.begin(), ranks.end(), [](const RankState& r) { return r.finished; });
 }
 
-std::vector<v1::Diagnosis> RunningJob::Diagnose(absl::Time now) const {
-  std::vector<v1::Diagnosis> diagnoses = DiagnoseHangs(hang_detection, HangViews(), now);
+std::vector<v1::Diagnosis> RunningJob::Diagnose(const AgentRegistry& agents,
+                                                absl::Time now) const {
+  std::vector<v1::Diagnosis> diagnoses = DiagnoseHangs(hang_detection, HangViews(agents), now);
   if (TrainingFinished()) VoidDuringShutdown(diagnoses);
   return diagnoses;
 }

@@ -65,6 +65,9 @@ struct RankState {
   // The rank said it finished training: a heartbeat in phase FINISHED or
   // its final report with success (Note [Diagnoses during shutdown]).
   bool finished = false;
+  // Its last heartbeat came through its agent's stream (Note [A silent
+  // agent's ranks] in hang_detector.h), not its own.
+  bool heartbeats_via_agent = false;
 
   static RankState At(const RankSlot& slot);
 };
@@ -120,7 +123,8 @@ struct RankState {
 // away the hang detector does not see them (HangViews): their heartbeats,
 // relayed by the agent, stop with its stream and would make them DEAD; for
 // the same reason a rank's heartbeat age starts again when it is rebound.
-// An elastic job re-forms at once instead (docs/elastic.md).
+// An elastic job waits too, briefly, and then re-forms without the agent's
+// ranks (Note [An elastic job's lost agent] in scheduler.cc).
 
 // An agent whose contact was lost while the job waits for its ranks.
 struct LostAgentWait {
@@ -237,15 +241,16 @@ struct RunningJob {
   // What the hang detector needs: ranks that have sent a heartbeat or exited,
   // less those waiting for their agent to come back (Note [Agent reconnect
   // grace]). The views point at the ranks' recorded heartbeats: use them before
-  // `ranks` changes.
-  std::vector<RankView> HangViews() const;
+  // `ranks` changes. `agents` says when each relaying agent was last heard
+  // (Note [A silent agent's ranks] in hang_detector.h).
+  std::vector<RankView> HangViews(const AgentRegistry& agents) const;
   // Whether training is over: a rank of this generation said it finished,
   // or a rank of an earlier one did in its final report while this one
   // formed (Note [Diagnoses during shutdown]).
   bool TrainingFinished() const;
   // The hang detector's diagnoses of the job now, those void during
   // shutdown dropped (Note [Diagnoses during shutdown] in hang_detector.h).
-  std::vector<v1::Diagnosis> Diagnose(absl::Time now) const;
+  std::vector<v1::Diagnosis> Diagnose(const AgentRegistry& agents, absl::Time now) const;
   // One LaunchRanks message per agent (by agent id) for the ranks of
   // generation(), told to dial `coordinator_address`.
   std::map<std::string, v1::CoordinatorMessage> LaunchMessages(

@@ -262,7 +262,7 @@ TEST_F(RunningJobTest, StatusRowsCarryHostsAndTheLastHeartbeat) {
   EXPECT_EQ(status.ranks(0).step_time_seconds(), 0.25);
   EXPECT_EQ(status.ranks(1).step(), 0) << "no heartbeat yet";
   EXPECT_EQ(status.ranks(2).host(), "agent-2") << "the agent is gone: its id stands in";
-  const std::vector<RankView> views = run_.HangViews();
+  const std::vector<RankView> views = run_.HangViews(agents_);
   ASSERT_EQ(views.size(), 1u) << "only ranks that sent a heartbeat or exited";
   EXPECT_EQ(&views[0].hb(), &run_.ranks[0].last_heartbeat)
       << "the detector reads the recorded heartbeat, not a copy of every rank's";

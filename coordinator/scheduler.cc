@@ -69,6 +69,7 @@ absl::StatusOr<std::string> Scheduler::AddAgentLocked(const v1::AgentHello& hell
   // by the id it was welcomed with, its host and its pid together: two
   // agents on one host name (containers sharing the host's network) may
   // have the same pid in their own pid namespaces.
+  std::vector<std::string> rebinding;
   if (hello.pid() != 0 && !hello.agent_id().empty()) {
     for (const std::string& old : agents_.Ids()) {
       const AgentRegistry::Agent* agent = agents_.Find(old);
@@ -76,12 +77,13 @@ absl::StatusOr<std::string> Scheduler::AddAgentLocked(const v1::AgentHello& hell
           agent->hello.pid() == hello.pid()) {
         LOG(WARNING) << "agent " << old << " on " << hello.host() << " connected again (pid "
                      << hello.pid() << ") before its old stream ended";
-        RemoveAgentLocked(old, out);
+        RemoveAgentLocked(old, out, &rebinding);
       }
     }
   }
   std::string id;
   ASSIGN_OR_RETURN(id, agents_.Add(hello, std::move(send)));
+  agents_.Heard(id, clock_->Now());
   const AgentRegistry::Agent& agent = *agents_.Find(id);
   v1::CoordinatorMessage welcome;
   welcome.mutable_welcome()->set_agent_id(id);
@@ -114,8 +116,42 @@ absl::StatusOr<std::string> Scheduler::AddAgentLocked(const v1::AgentHello& hell
     }
   }
   TakeToldExitsLocked(id, hello, out);
+  ReformWithoutUnboundLocked(rebinding, hello, out);
   ScheduleLocked(out);
   return id;
+}
+
+// Note [An agent back before its stream ended]
+// On a slow, lossy link an agent's keepalive gives its connection up (no
+// answer to a ping within 2 s while TCP resends) well before the
+// coordinator's own keepalive does (10 + 10 s), and the agent connects again
+// while the coordinator still holds its old stream (Note [Agent reconnect
+// grace] in running_job.h says how it is recognized). Its ranks never
+// stopped: they train on, their collectives going between the nodes. An
+// elastic job used to re-form at once, as for an agent lost, which the
+// ranks still running then saw as a restart for nothing; now the ranks the
+// new hello lists are rebound to it in the same step, and the job re-forms
+// only without those it does not list (exited meanwhile, or gone).
+void Scheduler::ReformWithoutUnboundLocked(const std::vector<std::string>& rebinding,
+                                           const v1::AgentHello& agent, Outbox& out) {
+  for (const std::string& job_id : rebinding) {
+    auto it = running_.find(job_id);
+    if (it == running_.end()) continue;
+    std::vector<int> gone;
+    for (size_t rank = 0; rank < it->second.ranks.size(); ++rank) {
+      RankState& r = it->second.ranks[rank];
+      if (r.agent_id.empty() && r.state == v1::RankStatus::LOST &&
+          r.recover_host == agent.host() && r.recover_agent_pid == agent.pid()) {
+        r.agent_id = agent.agent_id();  // the old registration, gone: lost, not awaited
+        gone.push_back(static_cast<int>(rank));
+      }
+    }
+    if (gone.empty()) continue;
+    ReformLocked(job_id,
+                 absl::StrCat("the agent on ", agent.host(),
+                              " connected again without rank(s) ", absl::StrJoin(gone, ",")),
+                 ReformKind::kAgentLost, out);
+  }
 }
 
 // Note [Exits told again]
@@ -155,7 +191,13 @@ void Scheduler::RemoveAgent(const std::string& agent_id) {
   out.Flush();
 }
 
-bool Scheduler::RemoveAgentLocked(const std::string& agent_id, Outbox& out) {
+void Scheduler::AgentAlive(const std::string& agent_id) {
+  absl::MutexLock lock(&mu_);
+  agents_.Heard(agent_id, clock_->Now());
+}
+
+bool Scheduler::RemoveAgentLocked(const std::string& agent_id, Outbox& out,
+                                  std::vector<std::string>* rebinding) {
   const AgentRegistry::Agent* agent = agents_.Find(agent_id);
   if (agent == nullptr) return false;
   const v1::AgentHello hello = agent->hello;
@@ -176,7 +218,14 @@ bool Scheduler::RemoveAgentLocked(const std::string& agent_id, Outbox& out) {
     run.departing.erase(std::remove_if(run.departing.begin(), run.departing.end(),
                                        [&](const auto& d) { return d.first == agent_id; }),
                         run.departing.end());
-    if (run.elastic) {
+    if (run.elastic && rebinding != nullptr) {
+      // Note [An agent back before its stream ended].
+      if (!run.AwaitAgent(agent_id, host, hello.pid()).empty()) rebinding->push_back(job_id);
+    } else if (run.elastic && reconnect_grace_ > absl::ZeroDuration()) {
+      // Note [An elastic job's lost agent].
+      AwaitAgentLocked(job_id, run, agent_id, hello, lost,
+                       std::min(reconnect_grace_, kElasticAgentGrace));
+    } else if (run.elastic) {
       std::vector<int> there;
       for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
         if (run.ranks[rank].agent_id == agent_id) there.push_back(static_cast<int>(rank));
@@ -185,7 +234,7 @@ bool Scheduler::RemoveAgentLocked(const std::string& agent_id, Outbox& out) {
       ReformLocked(job_id, absl::StrCat(lost, ", which ran rank(s) ", absl::StrJoin(there, ",")),
                    ReformKind::kAgentLost, out);
     } else if (reconnect_grace_ > absl::ZeroDuration()) {
-      AwaitAgentLocked(job_id, run, agent_id, hello, lost);
+      AwaitAgentLocked(job_id, run, agent_id, hello, lost, reconnect_grace_);
     } else {
       EndLocked(job_id, v1::Job::FAILED, absl::StrCat(lost, ", which ran ranks of this job"), out);
     }
@@ -195,23 +244,58 @@ bool Scheduler::RemoveAgentLocked(const std::string& agent_id, Outbox& out) {
 
 void Scheduler::AwaitAgentLocked(const std::string& job_id, RunningJob& run,
                                  const std::string& agent_id, const v1::AgentHello& lost,
-                                 const std::string& lost_what) {
+                                 const std::string& lost_what, absl::Duration grace) {
   const std::vector<int> waiting = run.AwaitAgent(agent_id, lost.host(), lost.pid());
   if (waiting.empty()) return;  // only departing ranks ran there
   // A job already waiting (after a restart, another lost agent) keeps the
   // later deadline.
-  run.recovering_until = std::max(run.recovering_until, clock_->Now() + reconnect_grace_);
-  run.wait_cause.lost_agents.push_back(
-      LostAgentWait{agent_id, lost.host(), waiting, reconnect_grace_});
-  const std::string why = absl::StrCat(
-      lost_what, ", which ran rank(s) ", absl::StrJoin(waiting, ","), "; waiting up to ",
-      absl::FormatDuration(reconnect_grace_), " for it to reconnect");
+  run.recovering_until = std::max(run.recovering_until, clock_->Now() + grace);
+  run.wait_cause.lost_agents.push_back(LostAgentWait{agent_id, lost.host(), waiting, grace});
+  const std::string why =
+      absl::StrCat(lost_what, ", which ran rank(s) ", absl::StrJoin(waiting, ","),
+                   "; waiting up to ", absl::FormatDuration(grace), " for it to reconnect");
   LOG(WARNING) << job_id << ": " << why;
   v1::JobEvent event;
   event.set_message(why);
   if (absl::Status s = jobs_.AddEvent(job_id, std::move(event)); !s.ok()) {
     LOG(ERROR) << job_id << ": could not record a lost agent event: " << s;
   }
+}
+
+// Note [An elastic job's lost agent]
+// An agent's stream ends when its node dies, and also when a slow or cut
+// link made the agent's keepalive give the connection up (its ranks train
+// on: their collectives go between the nodes) or the connection's end
+// reaches the coordinator before the agent's new hello does (Note [An agent
+// back before its stream ended] covers the other order). Re-formed at once,
+// the job restarted a generation for a rank that never stopped: an elastic
+// job with a rank across a 6 s cut counted two restarts. So an elastic job,
+// too, waits for the agent (Note [Agent reconnect grace] in running_job.h),
+// but only kElasticAgentGrace (or the reconnect grace, if shorter: 0 turns
+// the wait off): an agent that is not back by then is lost, and the job
+// re-forms without its ranks, as it did at once before. A node that died
+// costs the job that much more time to re-form.
+void Scheduler::ReformWithoutLostAgentsLocked(const std::string& job_id, RunningJob& run,
+                                              Outbox& out) {
+  std::vector<std::string> lost;
+  for (const LostAgentWait& w : run.wait_cause.lost_agents) {
+    std::vector<int> missing;
+    for (int rank : w.ranks) {
+      if (rank >= static_cast<int>(run.ranks.size()) || !run.ranks[rank].agent_id.empty())
+        continue;
+      // On the agent that is gone, as when the job re-formed at once: the
+      // re-formation counts such ranks as lost, not as awaited.
+      run.ranks[rank].agent_id = w.agent_id;
+      missing.push_back(rank);
+    }
+    if (missing.empty()) continue;
+    lost.push_back(absl::StrCat("lost contact with the agent on ", w.host, " (", w.agent_id,
+                                "), which ran rank(s) ", absl::StrJoin(missing, ","),
+                                ", and it was not back within ", absl::FormatDuration(w.grace)));
+  }
+  run.recovering_until = absl::InfinitePast();
+  run.wait_cause = RankWaitCause();
+  ReformLocked(job_id, absl::StrJoin(lost, "; "), ReformKind::kAgentLost, out);
 }
 
 void Scheduler::Schedule() {
@@ -479,6 +563,7 @@ void Scheduler::Tick() {
     const absl::Time now = clock_->Now();
     AdvanceFairShareLocked();
     std::vector<std::pair<std::string, std::string>> to_fail;
+    std::vector<std::string> to_reform;
     for (auto& [job_id, run] : running_) {
       run.rendezvous.Expire(now, out.joins);
       if (std::optional<std::string> overdue = ReformOverdueLocked(run, now)) {
@@ -491,9 +576,14 @@ void Scheduler::Tick() {
         v1::JobEvent event;
         event.set_message(progress.back);
         (void)jobs_.AddEvent(job_id, std::move(event));
+      } else if (!progress.failure.empty() && run.elastic && !run.wait_cause.after_restart) {
+        to_reform.push_back(job_id);  // Note [An elastic job's lost agent]
       } else if (!progress.failure.empty()) {
         to_fail.emplace_back(job_id, progress.failure);
       }
+    }
+    for (const std::string& job_id : to_reform) {
+      ReformWithoutLostAgentsLocked(job_id, running_.at(job_id), out);
     }
     RetryWaitingLocked(out);
     GrowLocked(out);
@@ -527,7 +617,7 @@ std::map<std::string, std::vector<v1::Diagnosis>> Scheduler::TrackDiagnosesLocke
   std::map<std::string, std::vector<v1::Diagnosis>> current;
   const absl::Time now = clock_->Now();
   for (auto& [job_id, run] : running_) {
-    std::vector<v1::Diagnosis> diagnoses = run.Diagnose(now);
+    std::vector<v1::Diagnosis> diagnoses = run.Diagnose(agents_, now);
     for (v1::JobEvent& event : run.diagnoses.Update(diagnoses, now)) {
       if (event.has_diagnosis() && metrics_ != nullptr) {
         metrics_->DiagnosisSeen(event.diagnosis().kind());

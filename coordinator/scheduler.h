@@ -100,9 +100,13 @@ struct SchedulerOptions {
   absl::Duration requeue_checkpoint_timeout = absl::Seconds(60);
   // How long a job without an elastic block waits for the ranks of an agent
   // whose stream ended to come back with it before it fails (Note [Agent
-  // reconnect grace] in running_job.h); zero: it fails at once.
+  // reconnect grace] in running_job.h); zero: it fails at once. An elastic
+  // job waits the shorter of this and kElasticAgentGrace, then re-forms
+  // without them (Note [An elastic job's lost agent] in scheduler.cc).
   absl::Duration agent_reconnect_grace = absl::Seconds(10);
 };
+
+inline constexpr absl::Duration kElasticAgentGrace = absl::Seconds(5);
 
 // scheduler.agents(): node agents come, go and are drained. A view of the
 // Scheduler: it shares the Scheduler's lock and state, and lives as long.
@@ -114,11 +118,15 @@ class SchedulerAgents {
   // Registers an agent and places whatever now fits. Returns its id.
   // INVALID_ARGUMENT for a hello without slots.
   absl::StatusOr<std::string> AddAgent(const v1::AgentHello& hello, AgentSender send);
-  // The agent's stream ended: its slots are gone; its elastic jobs re-form
-  // without its ranks; its other running jobs wait agent_reconnect_grace
-  // for it to come back with them (Note [Agent reconnect grace] in
-  // running_job.h), or fail at once when that is zero.
+  // The agent's stream ended: its slots are gone; its running jobs wait
+  // agent_reconnect_grace for it to come back with their ranks (Note [Agent
+  // reconnect grace] in running_job.h), or fail at once when that is zero;
+  // elastic ones wait at most kElasticAgentGrace and then re-form without
+  // them (Note [An elastic job's lost agent] in scheduler.cc).
   void RemoveAgent(const std::string& agent_id);
+  // A message that carries nothing else (a ping) came from the agent: it is
+  // alive (Note [A silent agent's ranks] in hang_detector.h).
+  void AgentAlive(const std::string& agent_id);
   // `chorus drain`: the agent (its id, or a host only one agent has) takes
   // no new ranks; every elastic job with ranks on it re-forms without them
   // at its next step boundary; other jobs keep running there until they end.
@@ -324,6 +332,7 @@ class Scheduler {
   // lock itself.
   absl::StatusOr<std::string> AddAgent(const v1::AgentHello& hello, Sender send);
   void RemoveAgent(const std::string& agent_id);
+  void AgentAlive(const std::string& agent_id);
   absl::StatusOr<v1::AgentInfo> DrainAgent(const std::string& agent);
   std::vector<v1::AgentInfo> ListAgents() const;
   int free_slots() const;
@@ -358,9 +367,10 @@ class Scheduler {
   };
 
   void ScheduleLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Heartbeat's work, under the lock.
-  bool HeartbeatLocked(const v1::RankHeartbeat& heartbeat, v1::Directive* directive)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Heartbeat's work, under the lock; `via_agent`: it came in an agent's
+  // batch (Note [A silent agent's ranks] in hang_detector.h).
+  bool HeartbeatLocked(const v1::RankHeartbeat& heartbeat, v1::Directive* directive,
+                       bool via_agent = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Starts `job` on `placement` (resuming from `resume`); false if the job
   // could not be marked running.
   bool StartLocked(const v1::Job& job, const JobPlacement& placement, v1::CheckpointManifest resume,
@@ -377,14 +387,29 @@ class Scheduler {
   // AddAgent's work under the lock.
   absl::StatusOr<std::string> AddAgentLocked(const v1::AgentHello& hello, Sender send, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // RemoveAgent's work under the lock; false if the agent is unknown.
-  bool RemoveAgentLocked(const std::string& agent_id, Outbox& out)
+  // RemoveAgent's work under the lock; false if the agent is unknown. With
+  // `rebinding` (the agent's process connected again before its old stream
+  // ended: Note [An agent back before its stream ended]), an elastic job's
+  // ranks there are unbound, to be rebound by the new hello, and the job
+  // named in it, instead of re-formed at once.
+  bool RemoveAgentLocked(const std::string& agent_id, Outbox& out,
+                         std::vector<std::string>* rebinding = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Note [Agent reconnect grace] in running_job.h: `run`, not elastic, had
-  // ranks on `lost` (gone from the registry; `lost_what` names it), which
-  // it now waits reconnect_grace_ for. Records why, and says so in an event.
+  // After AddAgentLocked rebound what the hello of `agent` (its host and
+  // pid) listed: each job in `rebinding` with ranks of that agent still
+  // unbound re-forms without them, as if the agent had been lost.
+  void ReformWithoutUnboundLocked(const std::vector<std::string>& rebinding,
+                                  const v1::AgentHello& agent, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Note [Agent reconnect grace] in running_job.h: `run` had ranks on `lost`
+  // (gone from the registry; `lost_what` names it), which it now waits
+  // `grace` for. Records why, and says so in an event.
   void AwaitAgentLocked(const std::string& job_id, RunningJob& run, const std::string& agent_id,
-                        const v1::AgentHello& lost, const std::string& lost_what)
+                        const v1::AgentHello& lost, const std::string& lost_what,
+                        absl::Duration grace) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Note [An elastic job's lost agent]: the agents `run` waited for are not
+  // back by its deadline; it re-forms without their ranks.
+  void ReformWithoutLostAgentsLocked(const std::string& job_id, RunningJob& run, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Elastic jobs (scheduler_elastic.cc). After `cause` of `kind` (a
   // failure, IsFailure, counts against elastic.max_restarts), starts the job's
@@ -620,6 +645,9 @@ inline absl::StatusOr<std::string> SchedulerAgents::AddAgent(const v1::AgentHell
 }
 inline void SchedulerAgents::RemoveAgent(const std::string& agent_id) {
   scheduler_.RemoveAgent(agent_id);
+}
+inline void SchedulerAgents::AgentAlive(const std::string& agent_id) {
+  scheduler_.AgentAlive(agent_id);
 }
 inline absl::StatusOr<v1::AgentInfo> SchedulerAgents::DrainAgent(const std::string& agent) {
   return scheduler_.DrainAgent(agent);

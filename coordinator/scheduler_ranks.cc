@@ -270,6 +270,7 @@ void Scheduler::AgentHeartbeats(const std::string& agent_id, const v1::RankHeart
     absl::MutexLock lock(&mu_);
     const AgentRegistry::Agent* agent = agents_.Find(agent_id);
     if (agent == nullptr) return;
+    agents_.Heard(agent_id, clock_->Now());
     v1::CoordinatorMessage answer;
     v1::Directive directive;
     for (const v1::RankHeartbeat& heartbeat : batch.heartbeats()) {
@@ -281,7 +282,7 @@ void Scheduler::AgentHeartbeats(const std::string& agent_id, const v1::RankHeart
         slot = rank.slot;
       }
       directive.Clear();
-      HeartbeatLocked(heartbeat, &directive);
+      HeartbeatLocked(heartbeat, &directive, /*via_agent=*/true);
       if (directive.kind() == v1::Directive::KIND_UNSPECIFIED) continue;
       v1::RankDirectives::Entry* entry = answer.mutable_directives()->add_entries();
       entry->set_job_id(heartbeat.job_id());
@@ -295,7 +296,8 @@ void Scheduler::AgentHeartbeats(const std::string& agent_id, const v1::RankHeart
   out.Flush();
 }
 
-bool Scheduler::HeartbeatLocked(const v1::RankHeartbeat& heartbeat, v1::Directive* directive) {
+bool Scheduler::HeartbeatLocked(const v1::RankHeartbeat& heartbeat, v1::Directive* directive,
+                                bool via_agent) {
   auto it = running_.find(heartbeat.job_id());
   if (it != running_.end() && it->second.elastic &&
       heartbeat.generation() == it->second.generation() - 1) {
@@ -330,6 +332,7 @@ bool Scheduler::HeartbeatLocked(const v1::RankHeartbeat& heartbeat, v1::Directiv
   rank.last_heartbeat = heartbeat;
   rank.heartbeat_at = clock_->Now();
   rank.heard_at = rank.heartbeat_at;
+  rank.heartbeats_via_agent = via_agent;
   if (heartbeat.phase() == v1::FINISHED && !rank.stopping && rank.evicted.empty()) {
     rank.finished = true;
   }
@@ -427,7 +430,7 @@ void Scheduler::FillStatus(const std::string& job_id, v1::JobStatus& status,
     return;
   }
   const absl::Time now = clock_->Now();
-  std::vector<v1::Diagnosis> diagnoses = it->second.Diagnose(now);
+  std::vector<v1::Diagnosis> diagnoses = it->second.Diagnose(agents_, now);
   it->second.diagnoses.Annotate(diagnoses, now);
   StatusRows with_culprits = rows;
   for (const v1::Diagnosis& d : diagnoses) {

@@ -337,6 +337,65 @@ TEST_F(SchedulerTest, ADeadRankInsideALiveAgentsAggregateIsDead) {
   EXPECT_DOUBLE_EQ(status.ranks(2).heartbeat_age_seconds(), 1);
 }
 
+// Note [A silent agent's ranks] in hang_detector.h: a rank whose heartbeats
+// come through its agent is not DEAD while the agent is silent too (its
+// link stalls); once the agent talks again (a ping), the rank's own silence
+// counts in full; and an agent's silence postpones it by at most
+// kAgentSilenceForgiven.
+TEST_F(SchedulerTest, ARankIsNotDeadForItsAgentsSilenceButIsForItsOwn) {
+  FakeAgent a, b;
+  Add(a, 1, "node-a");
+  Add(b, 1, "node-b");
+  auto spec = ParseJobSpec(
+      "model { mlp {} } data { synthetic {} } resources { min_ranks: 2 max_ranks: 2 } "
+      "hang_detection { dead_after_seconds: 5 }",
+      SpecFormat::kTextProto, "test");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const std::string job = jobs_->Submit(*spec, "")->job_id();
+  scheduler_->Schedule();
+  ASSERT_EQ(State(job), v1::Job::RUNNING);
+  auto beat = [&](FakeAgent& agent, int rank, int step) {
+    v1::RankHeartbeats batch;
+    *batch.add_heartbeats() = HeartbeatOf(job, rank, step);
+    scheduler_->ranks().AgentHeartbeats(agent.id, batch);
+  };
+  auto diagnoses = [&] {
+    v1::JobStatus status;
+    scheduler_->jobs().FillStatus(job, status);
+    return std::vector<v1::Diagnosis>(status.diagnoses().begin(), status.diagnoses().end());
+  };
+  beat(a, 0, 0);
+  beat(b, 1, 0);
+  // b's link stalls: nothing from b (nor its rank) for 8 s; a goes on.
+  for (int second = 1; second <= 8; ++second) {
+    clock_.Advance(absl::Seconds(1));
+    beat(a, 0, second);
+  }
+  EXPECT_TRUE(diagnoses().empty()) << diagnoses()[0].message();
+  // b talks again, a ping without its rank's heartbeat: the rank is silent.
+  scheduler_->agents().AgentAlive(b.id);
+  std::vector<v1::Diagnosis> now = diagnoses();
+  ASSERT_EQ(now.size(), 1u);
+  EXPECT_EQ(now[0].kind(), v1::Diagnosis::DEAD);
+  EXPECT_THAT(now[0].ranks(), testing::ElementsAre(1));
+  EXPECT_THAT(now[0].message(), HasSubstr("rank 1 has sent no heartbeat for 8.0 s"));
+  EXPECT_THAT(now[0].message(), testing::Not(HasSubstr("its agent has been silent")));
+
+  // Its heartbeat again; then b silent for good: DEAD once the forgiven
+  // 10 s are spent on top of dead_after_seconds, naming the agent's silence.
+  beat(b, 1, 9);
+  for (int second = 1; second <= 16; ++second) {
+    clock_.Advance(absl::Seconds(1));
+    beat(a, 0, 8 + second);
+    if (second == 15) EXPECT_TRUE(diagnoses().empty()) << diagnoses()[0].message();
+  }
+  now = diagnoses();
+  ASSERT_EQ(now.size(), 1u);
+  EXPECT_EQ(now[0].kind(), v1::Diagnosis::DEAD);
+  EXPECT_THAT(now[0].message(), HasSubstr("rank 1 has sent no heartbeat for 16.0 s"));
+  EXPECT_THAT(now[0].message(), HasSubstr("its agent has been silent for 16.0 s too"));
+}
+
 TEST_F(SchedulerTest, AnAgentSpeaksOnlyForItsOwnRanksAndHearsTheirDirectives) {
   FakeAgent a, b;
   Add(a, 1, "node-a");
@@ -1430,6 +1489,14 @@ class ElasticChangesTest : public ElasticSchedulerTest {
     JoinAll(job->job_id(), on, 1);
     return job->job_id();
   }
+  // Agent `a`'s stream ends for good: its elastic jobs wait
+  // kElasticAgentGrace for it, then re-form without its ranks (Note [An
+  // elastic job's lost agent] in scheduler.cc).
+  void LoseAgent(const FakeAgent& a) {
+    scheduler_->agents().RemoveAgent(a.id);
+    clock_.Advance(kElasticAgentGrace);
+    scheduler_->Tick();
+  }
   // Every rank the agents were told to launch for `gen` joins it.
   std::vector<JoinResult> JoinAll(const std::string& job, const std::vector<FakeAgent*>& on,
                                   int64_t gen) {
@@ -1574,12 +1641,12 @@ TEST_F(ElasticChangesTest, ADrainLeavesANonElasticJobRunningAndNamesUnknownAgent
             "no agent \"node-z\"; connected agents: " + a.id + " (node-a)");
 }
 
-TEST_F(ElasticChangesTest, ALostAgentShrinksTheJobAtOnceWhileAtLeastMinRanksRemain) {
+TEST_F(ElasticChangesTest, ALostAgentShrinksTheJobAfterItsGraceWhileAtLeastMinRanksRemain) {
   FakeAgent a, b;
   Add(a, 2, "node-a");
   Add(b, 2, "node-b");
   const std::string job = Place(2, 4, "", {&a, &b});
-  scheduler_->agents().RemoveAgent(b.id);
+  LoseAgent(b);
   const v1::Job shrunk = *jobs_->Get(job);
   EXPECT_EQ(shrunk.state(), v1::Job::RUNNING);
   EXPECT_EQ(shrunk.generation(), 2);
@@ -1588,7 +1655,7 @@ TEST_F(ElasticChangesTest, ALostAgentShrinksTheJobAtOnceWhileAtLeastMinRanksRema
   EXPECT_THAT(Reasons(job), testing::Contains("generation 2 after lost contact with the agent on "
                                               "node-b (" +
                                               b.id +
-                                              "), which ran rank(s) 2,3: 4 -> 2 ranks, restart "
+                                              "), which ran rank(s) 2,3, and it was not back within 5s: 4 -> 2 ranks, restart "
                                               "1 of 3"));
 }
 
@@ -1597,13 +1664,13 @@ TEST_F(ElasticChangesTest, BelowMinRanksTheJobWaitsForSlotsAndFormsWhenAnAgentCo
   Add(a, 2, "node-a");
   Add(b, 2, "node-b");
   const std::string job = Place(3, 4, "wait_seconds: 10", {&a, &b});
-  scheduler_->agents().RemoveAgent(b.id);
+  LoseAgent(b);
   EXPECT_EQ(State(job), v1::Job::RUNNING) << "waits instead of failing at once";
   EXPECT_EQ(jobs_->Get(job)->generation(), 1);
   EXPECT_THAT(
       Reasons(job),
       testing::Contains("generation 2 after lost contact with the agent on node-b (" + b.id +
-                        "), which ran rank(s) 2,3 waits up to elastic.wait_seconds 10 s "
+                        "), which ran rank(s) 2,3, and it was not back within 5s waits up to elastic.wait_seconds 10 s "
                         "for free slots: 2 surviving rank(s) and 0 free CPU slot(s) are "
                         "fewer than resources.min_ranks 3"));
   clock_.Advance(absl::Seconds(9));
@@ -1627,13 +1694,13 @@ TEST_F(ElasticChangesTest, BelowMinRanksPastWaitSecondsTheJobFailsNamingWhatWasL
   Add(a, 2, "node-a");
   Add(b, 2, "node-b");
   const std::string job = Place(3, 4, "wait_seconds: 10", {&a, &b});
-  scheduler_->agents().RemoveAgent(b.id);
+  LoseAgent(b);
   clock_.Advance(absl::Seconds(10));
   scheduler_->Tick();
   const v1::Job failed = *jobs_->Get(job);
   EXPECT_EQ(failed.state(), v1::Job::FAILED);
   EXPECT_EQ(failed.reason(), "lost contact with the agent on node-b (" + b.id +
-                                 "), which ran rank(s) 2,3; generation 2 cannot form: waited "
+                                 "), which ran rank(s) 2,3, and it was not back within 5s; generation 2 cannot form: waited "
                                  "elastic.wait_seconds 10 s and 2 surviving rank(s) and 0 free "
                                  "CPU slot(s) are fewer than resources.min_ranks 3");
   EXPECT_EQ(scheduler_->agents().free_slots(), 2);
@@ -1738,7 +1805,7 @@ TEST_F(ElasticRestartTest, AJobWaitingForSlotsFormsAfterARestartWhenASlotComes) 
   Add(b, 1, "node-b");
   const std::string job = Place(2, 2, "wait_seconds: 300", {&a, &b});
   const std::string a_before = a.id;
-  scheduler_->agents().RemoveAgent(b.id);
+  LoseAgent(b);
   ASSERT_THAT(Reasons(job), testing::Contains(HasSubstr("waits up to elastic.wait_seconds 300 s")));
   clock_.Advance(absl::Seconds(10));
 
@@ -1784,7 +1851,7 @@ TEST_F(ElasticRestartTest, AJobWaitingForSlotsFailsAtTheOriginalDeadlineAfterARe
   Add(b, 1, "node-b");
   const std::string job = Place(2, 2, "wait_seconds: 300", {&a, &b});
   const std::string b_before = b.id;
-  scheduler_->agents().RemoveAgent(b.id);
+  LoseAgent(b);
   clock_.Advance(absl::Seconds(10));
   Restart();
   Reconnect(a, 1, "node-a", {{job, 1, 0}});
@@ -1796,7 +1863,7 @@ TEST_F(ElasticRestartTest, AJobWaitingForSlotsFailsAtTheOriginalDeadlineAfterARe
   const v1::Job failed = *jobs_->Get(job);
   EXPECT_EQ(failed.state(), v1::Job::FAILED);
   EXPECT_EQ(failed.reason(), "lost contact with the agent on node-b (" + b_before +
-                                 "), which ran rank(s) 1; generation 2 cannot form: waited "
+                                 "), which ran rank(s) 1, and it was not back within 5s; generation 2 cannot form: waited "
                                  "elastic.wait_seconds 300 s and 1 surviving rank(s) and 0 free "
                                  "CPU slot(s) are fewer than resources.min_ranks 2");
   EXPECT_EQ(a.Stops(), 1) << "the survivor is stopped";
@@ -2081,6 +2148,75 @@ TEST_F(AgentReconnectTest, AnAgentConnectingAgainBeforeItsOldStreamEndedKeepsIts
   ExitOn(a, job, 0, 0);
   ExitOn(b, job, 0, 0);
   EXPECT_EQ(State(job), v1::Job::SUCCEEDED) << jobs_->Get(job)->reason();
+}
+
+// Note [An agent back before its stream ended]: an elastic job neither
+// re-forms nor counts a restart when the agent that connected again still
+// runs its ranks; it re-forms without a rank the new hello does not list.
+TEST_F(AgentReconnectTest, AnElasticJobKeepsItsGenerationWhenItsAgentIsBackBeforeItsStreamEnded) {
+  FakeAgent a, b;
+  AddNode(a, "node-a", 11);
+  AddNode(b, "node-b", 22);
+  const std::string job = Place(2, 2, "max_restarts: 2", {&a, &b});
+  Beat(job, 1, 0);
+  Beat(job, 1, 1);
+  const std::string b_before = b.id;
+  NodeBBack(b, job, /*running=*/true);
+  EXPECT_EQ(a.Stops() + b.Stops(), 0);
+  EXPECT_EQ(Row(job, 1).state(), v1::RankStatus::TRAINING);
+  EXPECT_EQ(Beat(job, 1, 1).kind(), v1::Directive::KIND_UNSPECIFIED) << "no new generation";
+  scheduler_->agents().RemoveAgent(b_before);  // its old stream ends at last
+  PassAndTick(job, absl::Seconds(1));
+  EXPECT_EQ(State(job), v1::Job::RUNNING);
+  EXPECT_EQ(jobs_->Get(job)->restarts(), 0);
+  EXPECT_EQ(Beat(job, 1, 0).kind(), v1::Directive::KIND_UNSPECIFIED);
+  ExitOn(a, job, 0, 0);
+  ExitOn(b, job, 0, 0);
+  EXPECT_EQ(State(job), v1::Job::SUCCEEDED) << jobs_->Get(job)->reason();
+}
+
+// Note [An elastic job's lost agent] in scheduler.cc: an elastic job whose
+// agent's stream ended waits kElasticAgentGrace for it; back in time with
+// its rank, the job keeps its generation and counts no restart.
+TEST_F(AgentReconnectTest, AnElasticJobWaitsBrieflyForItsLostAgentAndKeepsItsGenerationWhenItIsBack) {
+  FakeAgent a, b;
+  AddNode(a, "node-a", 11);
+  AddNode(b, "node-b", 22);
+  const std::string job = Place(2, 2, "max_restarts: 2", {&a, &b});
+  Beat(job, 1, 0);
+  Beat(job, 1, 1);
+  const std::string b_before = b.id;
+  scheduler_->agents().RemoveAgent(b.id);
+  EXPECT_EQ(jobs_->Get(job)->generation(), 1);
+  EXPECT_THAT(Reasons(job), testing::Contains("lost contact with the agent on node-b (" + b_before +
+                                              "), which ran rank(s) 1; waiting up to 5s for it "
+                                              "to reconnect"));
+  PassAndTick(job, absl::Seconds(3));
+  EXPECT_EQ(jobs_->Get(job)->generation(), 1);
+  NodeBBack(b, job, /*running=*/true);
+  PassAndTick(job, absl::Seconds(3));
+  EXPECT_EQ(a.Stops() + b.Stops(), 0);
+  EXPECT_EQ(jobs_->Get(job)->generation(), 1);
+  EXPECT_EQ(jobs_->Get(job)->restarts(), 0);
+  EXPECT_EQ(Row(job, 1).state(), v1::RankStatus::TRAINING);
+  EXPECT_THAT(Reasons(job),
+              testing::Contains("every rank is back: the agent on node-b reconnected"));
+  ExitOn(a, job, 0, 0);
+  ExitOn(b, job, 0, 0);
+  EXPECT_EQ(State(job), v1::Job::SUCCEEDED) << jobs_->Get(job)->reason();
+}
+
+TEST_F(AgentReconnectTest, AnElasticJobReFormsWithoutARankItsReturningAgentNoLongerRuns) {
+  FakeAgent a, b;
+  AddNode(a, "node-a", 11);
+  AddNode(b, "node-b", 22);
+  const std::string job = Place(1, 2, "max_restarts: 2", {&a, &b});
+  Beat(job, 1, 0);
+  Beat(job, 1, 1);
+  NodeBBack(b, job, /*running=*/false);
+  EXPECT_EQ(jobs_->Get(job)->restarts(), 1);
+  EXPECT_THAT(Reasons(job),
+              testing::Contains(HasSubstr("the agent on node-b connected again without rank(s) 1")));
 }
 
 // Only the agent itself takes its old registration over: another agent

@@ -9,7 +9,10 @@
 # pass. Checked:
 #  1. a cut shorter than the coordinator's --agent_reconnect_grace_seconds
 #     (10): both ranks keep training through it; a's agent notices (its
-#     keepalive) and connects again once the cut heals; the job SUCCEEDS;
+#     keepalive) and connects again once the cut heals; the job SUCCEEDS
+#     without a restart or a DEAD rank; then the same with an elastic job
+#     and hang_detection RESTART (the coordinator still holds a's old
+#     stream when the agent is back);
 #  2. a cut that lasts: the job is failed for the lost agent ("lost contact
 #     with the agent on node-a ... did not come back within 10s") once the
 #     coordinator has noticed the silent connection (its keepalive: a ping
@@ -55,7 +58,7 @@ start_ns_agent b
 traced_step() {
   cat "$1"/*.trace 2>/dev/null | awk '$1 == "step" && $4 > m {m = $4} END {print m + 0}'
 }
-submit() {  # NAME MAX_STEPS: a 2-rank job, one rank per agent; prints its id
+submit() {  # NAME MAX_STEPS [MORE]: a 2-rank job, one rank per agent; prints its id
   cat >"${TMP}/$1.textproto" <<SPEC
 name: "$1"
 model { mlp { hidden_sizes: [32] } }
@@ -64,6 +67,7 @@ training { batch_size_per_rank: 16 max_steps: $2 }
 optimizer { kind: SGD lr: 0.05 }
 resources { min_ranks: 2 max_ranks: 2 }
 fault_injection { faults { kind: SLOW rank: 0 at_step: 0 duration_seconds: 0.03 } }
+${3:-}
 SPEC
   cli submit "${TMP}/$1.textproto" 2>"${TMP}/submit.err"
 }
@@ -71,31 +75,52 @@ job_field() { field "$(cli status "$1" --json 2>/dev/null)" "$2" 2>/dev/null; }
 ended() { [[ "$(job_field "$1" job.state)" =~ ^(SUCCEEDED|FAILED|CANCELLED)$ ]]; }
 clear_traces() { rm -f "${TMP}"/trace-a/*.trace "${TMP}"/trace-b/*.trace; }
 
-# --- 1. a cut of 6 s, within the 10 s grace
-job=$(submit short-cut 800)
-[[ "${job}" == job-* ]] && pass "submitted ${job}" || fail "submit: $(cat "${TMP}/submit.err")"
-wait_for '(( $(traced_step "${TMP}/trace-a") >= 20 && $(traced_step "${TMP}/trace-b") >= 20 ))' 60 \
-  || fail "${job} did not reach step 20: $(cli status "${job}")"
-connects=$(grep -c "connected to ${addr} as agent-" "${TMP}/agent-a.log")
-netns_cut a 10.213.0.1 && pass "cut node-a from the coordinator (iptables DROP both ways)"
-cut_us=$(_lib_now_us)
-step_a=$(traced_step "${TMP}/trace-a"); step_b=$(traced_step "${TMP}/trace-b")
-wait_for "grep -q 'lost the coordinator' '${TMP}/agent-a.log'" 6 \
-  && pass "node-a's agent noticed the cut after $(elapsed_since "${cut_us}") s" \
-  || fail "node-a's agent did not notice the cut: $(tail -3 "${TMP}/agent-a.log")"
-# Held for 6 s from the cut in all (a window, not a wait for an event).
-sleep "$(awk -v now="$(_lib_now_us)" -v cut="${cut_us}" 'BEGIN { s = 6 - (now - cut) / 1e6; print (s > 0 ? s : 0) }')"
-during_a=$(( $(traced_step "${TMP}/trace-a") - step_a )); during_b=$(( $(traced_step "${TMP}/trace-b") - step_b ))
-netns_heal a 10.213.0.1 && pass "healed the cut after $(elapsed_since "${cut_us}") s"
-(( during_a >= 20 && during_b >= 20 )) \
-  && pass "both ranks trained through the cut (${during_a} and ${during_b} steps)" \
-  || fail "steps during the cut: node-a ${during_a}, node-b ${during_b}"
-wait_for "(( \$(grep -c 'connected to ${addr} as agent-' '${TMP}/agent-a.log') > connects ))" 10 \
-  && pass "node-a's agent connected again $(elapsed_since "${cut_us}") s after the cut" \
-  || fail "node-a's agent did not connect again: $(tail -3 "${TMP}/agent-a.log")"
-wait_for 'ended "${job}"' 90
-[[ "$(job_field "${job}" job.state)" == SUCCEEDED ]] && pass "${job} SUCCEEDED" \
-  || fail "${job}: $(cli status "${job}")"
+# --- 1. a cut of 6 s, within the 10 s grace: a job without an elastic
+# block, then an elastic one with hang_detection RESTART
+short_cut() {  # NAME EXTRA_SPEC
+  local job connects step_a step_b during_a during_b out
+  clear_traces
+  job=$(submit "$1" 800 "$2")
+  [[ "${job}" == job-* ]] && pass "submitted ${job} ($1)" || fail "submit: $(cat "${TMP}/submit.err")"
+  wait_for '(( $(traced_step "${TMP}/trace-a") >= 20 && $(traced_step "${TMP}/trace-b") >= 20 ))' 60 \
+    || fail "${job} did not reach step 20: $(cli status "${job}")"
+  connects=$(grep -c "connected to ${addr} as agent-" "${TMP}/agent-a.log")
+  netns_cut a 10.213.0.1 && pass "cut node-a from the coordinator (iptables DROP both ways)"
+  cut_us=$(_lib_now_us)
+  step_a=$(traced_step "${TMP}/trace-a"); step_b=$(traced_step "${TMP}/trace-b")
+  wait_for "(( \$(grep -c 'lost the coordinator' '${TMP}/agent-a.log') > lost_before ))" 6 \
+    && pass "node-a's agent noticed the cut after $(elapsed_since "${cut_us}") s" \
+    || fail "node-a's agent did not notice the cut: $(tail -3 "${TMP}/agent-a.log")"
+  lost_before=$(grep -c 'lost the coordinator' "${TMP}/agent-a.log")
+  # Held for 6 s from the cut in all (a window, not a wait for an event).
+  sleep "$(awk -v now="$(_lib_now_us)" -v cut="${cut_us}" 'BEGIN { s = 6 - (now - cut) / 1e6; print (s > 0 ? s : 0) }')"
+  during_a=$(( $(traced_step "${TMP}/trace-a") - step_a )); during_b=$(( $(traced_step "${TMP}/trace-b") - step_b ))
+  netns_heal a 10.213.0.1 && pass "healed the cut after $(elapsed_since "${cut_us}") s"
+  (( during_a >= 20 && during_b >= 20 )) \
+    && pass "both ranks trained through the cut (${during_a} and ${during_b} steps)" \
+    || fail "steps during the cut: node-a ${during_a}, node-b ${during_b}"
+  wait_for "(( \$(grep -c 'connected to ${addr} as agent-' '${TMP}/agent-a.log') > connects ))" 10 \
+    && pass "node-a's agent connected again $(elapsed_since "${cut_us}") s after the cut" \
+    || fail "node-a's agent did not connect again: $(tail -3 "${TMP}/agent-a.log")"
+  wait_for 'ended "${job}"' 90
+  out=$(cli status "${job}" --json 2>/dev/null)
+  [[ "$(field "${out}" job.state)" == SUCCEEDED && "$(field "${out}" job.restarts)" =~ ^0?$ ]] \
+    && pass "${job} SUCCEEDED without a restart" \
+    || fail "${job}: $(field "${out}" job.state), restarts $(field "${out}" job.restarts): $(field "${out}" job.reason);" \
+         "events: $(cli watch "${job}" 2>&1 | grep -E "generation [0-9]+ after|evicting|lost|connected" | head -n 6)"
+  ! cli watch "${job}" 2>&1 | grep -q "DEAD" && pass "no DEAD in ${job}'s events" \
+    || fail "${job}'s events: $(cli watch "${job}" 2>&1 | grep DEAD | head -n 2)"
+}
+lost_before=0
+short_cut short-cut ""
+# Note [A silent agent's ranks], Note [An agent back before its stream
+# ended] and Note [An elastic job's lost agent]: a's rank sent no heartbeat
+# for 6 s, and a's agent is back either before the coordinator has seen its
+# old stream end or after; before, that was a restart (two, once).
+short_cut elastic-short-cut "elastic { max_restarts: 2 } hang_detection { action: RESTART }"
+# Which of the two orders happened is up to the packets (information).
+echo "node-a's agent was back before its old stream ended $(grep -c "connected again (pid" "${TMP}/coordinator.log") time(s)," \
+  "after it $(grep -c "waiting up to .* for it to reconnect" "${TMP}/coordinator.log") time(s)"
 
 # --- 2. a cut that lasts: the ranks of node-a are lost after the grace
 clear_traces

@@ -143,6 +143,11 @@ state_then=$(field "$(cli status "${job}" --json)" job.state)
 slow_off && pass "a's link restored after $(elapsed_since "${slow_us}") s (round trip c->a: ${rtt_before} ms before, ${rtt_slow} ms during)"
 [[ "${state_then}" == RUNNING ]] && pass "${job} trained through the whole window" \
   || fail "${job} was ${state_then} at the end of the window"
+# What the slow link did to a's agent (information; Note [An agent back
+# before its stream ended] and Note [A silent agent's ranks] are why it
+# costs no restart and no DEAD).
+echo "agent a gave its connection up $(grep -c 'lost the coordinator' "${TMP}/agent-a.log") time(s) in the window;" \
+  "the coordinator saw it back before its old stream ended $(grep -c 'connected again (pid' "${TMP}/coordinator.log") time(s)"
 rate() { awk -v s="$1" -v t="$2" 'BEGIN { printf "%.1f", s / (t / 1e6) }'; }
 steady=$(rate $((slow_step - before_step)) $((slow_us - before_us)))
 during=$(rate $((fast_step - slow_step)) $((fast_us - slow_us)))

@@ -533,7 +533,7 @@ RankCommand Agent::RankCommandFor(const v1::LaunchRanks& launch, const v1::RankL
 // back to it.
 // Once per interval ForwardHeartbeats drains every rank's channel without
 // waiting and sends the newest heartbeat of each rank that sent any since
-// the last message. A rank that sent nothing is absent, so a dead, hung or
+// the last message (a ping when none did). A rank that sent nothing is absent, so a dead, hung or
 // stopped rank (a program's supervisor withholds heartbeats while the
 // program is SIGSTOPped) ages into DEAD at the coordinator while its agent
 // is alive. While the agent is disconnected the heartbeats are dropped, not
@@ -590,8 +590,14 @@ void Agent::ForwardHeartbeats() {
     urgent_heartbeat_ = false;
     const std::vector<std::shared_ptr<Child>> children = HeartbeatChildren();
     mu_.Unlock();
-    const v1::AgentMessage message = CollectHeartbeats(children);
-    if (message.heartbeats().heartbeats_size() > 0) Send(message);
+    v1::AgentMessage message = CollectHeartbeats(children);
+    // Note [A silent agent's ranks] in coordinator/hang_detector.h: a
+    // message every interval, a ping when no rank sent a heartbeat, so
+    // that the coordinator tells a silent rank from a silent agent.
+    if (message.heartbeats().heartbeats_size() == 0) {
+      message.set_ping_time_us(absl::ToUnixMicros(clock_.Now()));
+    }
+    Send(message);
     mu_.Lock();
   }
 }

@@ -413,6 +413,14 @@ class FakeCoordinator final : public v1::AgentService::Service {
     return messages;
   }
 
+  // How many pings (AgentMessage.ping_time_us) were received so far.
+  size_t Pings() {
+    absl::MutexLock lock(&mu_);
+    return std::count_if(received_.begin(), received_.end(), [](const Received& r) {
+      return r.message.kind_case() == v1::AgentMessage::kPingTimeUs;
+    });
+  }
+
   // Every RankJoins message received so far.
   std::vector<v1::RankJoins> JoinMessages() {
     absl::MutexLock lock(&mu_);
@@ -1198,8 +1206,8 @@ class AgentHeartbeatsTest : public AgentTest {
 
   // Moves the agent's clock on an interval at a time until the coordinator
   // has `n` heartbeats messages in all (bounded by kPatience); those. The
-  // agent sends nothing for an interval without heartbeats, so extra
-  // intervals add no message.
+  // agent sends only a ping for an interval without heartbeats, so extra
+  // intervals add no heartbeats message.
   std::vector<v1::RankHeartbeats> AdvanceUntilMessages(size_t n) {
     const absl::Time deadline = absl::Now() + kPatience;
     std::vector<v1::RankHeartbeats> messages = coordinator_.HeartbeatMessages();
@@ -1246,6 +1254,22 @@ TEST_F(AgentHeartbeatsTest, ForwardsItsRanksNewestHeartbeatsInOneMessageAndLeave
     EXPECT_EQ(StepsByRank(messages[i]), (std::map<int, int64_t>{{5, static_cast<int64_t>(i + 2)}}))
         << "message " << i;
   }
+}
+
+// Note [A silent agent's ranks] in coordinator/hang_detector.h: an interval
+// in which no rank sent a heartbeat (an idle agent, or one whose only rank is
+// stopped) still sends a message, a ping, so that the coordinator knows the
+// agent and its link are alive.
+TEST_F(AgentHeartbeatsTest, AnIntervalWithoutHeartbeatsSendsAPing) {
+  Connect();
+  const size_t before = coordinator_.Pings();
+  const absl::Time deadline = absl::Now() + kPatience;
+  while (coordinator_.Pings() < before + 3 && absl::Now() < deadline) {
+    clock_.Advance(kInterval);
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_GE(coordinator_.Pings(), before + 3);
+  EXPECT_TRUE(coordinator_.HeartbeatMessages().empty());
 }
 
 // Note [Urgent heartbeats]: a rank's first heartbeat saying its program
