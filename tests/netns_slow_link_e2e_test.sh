@@ -160,7 +160,9 @@ awk -v d="${during}" -v s="${steady}" 'BEGIN { exit !(d > 0 && d < s) }' \
 others=$(grep -v '"kind":"STRAGGLER"' "${TMP}/diagnoses" | sort -u)
 [[ -z "${others}" ]] \
   && pass "no diagnosis while the link was slow but STRAGGLER warnings ($(grep -c STRAGGLER "${TMP}/diagnoses") of the polls)" \
-  || fail "diagnoses while the link was slow: $(head -n 5 <<<"${others}")"
+  || { fail "diagnoses while the link was slow: $(head -n 5 <<<"${others}")"
+       echo "the coordinator's log of agents and ranks:"; grep -E "agent|evict|DEAD|generation" "${TMP}/coordinator.log" | tail -n 25
+       for host in a b; do echo "agent ${host}:"; grep -vE "^I.*(launch|started rank)" "${TMP}/agent-${host}.log" | tail -n 15; done; }
 
 # --- the job ends well, each step once
 out=""
