@@ -1983,6 +1983,16 @@ class AgentReconnectTest : public ElasticRestartTest {
     Beat(job->job_id(), 1, 1);
     return job->job_id();
   }
+  // An elastic job of `min_ranks`..2 ranks, one on each of two nodes; both
+  // joined generation 1 and sent a heartbeat.
+  std::string StartElasticOnTwoNodes(FakeAgent& a, FakeAgent& b, int min_ranks) {
+    AddNode(a, "node-a", 11);
+    AddNode(b, "node-b", 22);
+    const std::string job = Place(min_ranks, 2, "max_restarts: 2", {&a, &b});
+    Beat(job, 1, 0);
+    Beat(job, 1, 1);
+    return job;
+  }
   // The agent process of `host` (`pid`) connects again, still running slot
   // 0's rank of `job` if `running`, and telling its `exit_code` if any.
   void NodeBack(FakeAgent& agent, const std::string& host, int64_t pid, const std::string& job,
@@ -2155,11 +2165,7 @@ TEST_F(AgentReconnectTest, AnAgentConnectingAgainBeforeItsOldStreamEndedKeepsIts
 // runs its ranks; it re-forms without a rank the new hello does not list.
 TEST_F(AgentReconnectTest, AnElasticJobKeepsItsGenerationWhenItsAgentIsBackBeforeItsStreamEnded) {
   FakeAgent a, b;
-  AddNode(a, "node-a", 11);
-  AddNode(b, "node-b", 22);
-  const std::string job = Place(2, 2, "max_restarts: 2", {&a, &b});
-  Beat(job, 1, 0);
-  Beat(job, 1, 1);
+  const std::string job = StartElasticOnTwoNodes(a, b, 2);
   const std::string b_before = b.id;
   NodeBBack(b, job, /*running=*/true);
   EXPECT_EQ(a.Stops() + b.Stops(), 0);
@@ -2180,11 +2186,7 @@ TEST_F(AgentReconnectTest, AnElasticJobKeepsItsGenerationWhenItsAgentIsBackBefor
 // its rank, the job keeps its generation and counts no restart.
 TEST_F(AgentReconnectTest, AnElasticJobWaitsBrieflyForItsLostAgentAndKeepsItsGenerationWhenItIsBack) {
   FakeAgent a, b;
-  AddNode(a, "node-a", 11);
-  AddNode(b, "node-b", 22);
-  const std::string job = Place(2, 2, "max_restarts: 2", {&a, &b});
-  Beat(job, 1, 0);
-  Beat(job, 1, 1);
+  const std::string job = StartElasticOnTwoNodes(a, b, 2);
   const std::string b_before = b.id;
   scheduler_->agents().RemoveAgent(b.id);
   EXPECT_EQ(jobs_->Get(job)->generation(), 1);
@@ -2208,11 +2210,7 @@ TEST_F(AgentReconnectTest, AnElasticJobWaitsBrieflyForItsLostAgentAndKeepsItsGen
 
 TEST_F(AgentReconnectTest, AnElasticJobReFormsWithoutARankItsReturningAgentNoLongerRuns) {
   FakeAgent a, b;
-  AddNode(a, "node-a", 11);
-  AddNode(b, "node-b", 22);
-  const std::string job = Place(1, 2, "max_restarts: 2", {&a, &b});
-  Beat(job, 1, 0);
-  Beat(job, 1, 1);
+  const std::string job = StartElasticOnTwoNodes(a, b, 1);
   NodeBBack(b, job, /*running=*/false);
   EXPECT_EQ(jobs_->Get(job)->restarts(), 1);
   EXPECT_THAT(Reasons(job),
