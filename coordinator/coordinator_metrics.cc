@@ -87,9 +87,24 @@ prometheus::MetricFamily StateGauge::Take() {
 // there are and how many have series. The status page and `chorus queue`
 // list every user.
 
-CoordinatorMetrics::CoordinatorMetrics(int max_rank_series, int max_user_series)
+// Note [Failure reasons as labels]
+// A failed job's reason says what went wrong in the rank's own words (its
+// last error record: file, offset, sample; Note [Rank error record] in
+// common/output_limits.h), and an alert on a failure should be able to
+// carry it. A label of free text on every job ever failed would grow a
+// scrape without end, so only the newest --metrics_max_failed_series failed
+// jobs held in memory (20 by default) have a series,
+// chorus_job_failed_timestamp_seconds{job, user, reason}, valued at the
+// time they failed. The reason is the job's as `chorus status` shows it,
+// which JobManager bounds (kMaxReasonBytes, 4 KiB). An alert fires on a new
+// series and quotes its reason label; `chorus status` and the page have
+// every job.
+
+CoordinatorMetrics::CoordinatorMetrics(int max_rank_series, int max_user_series,
+                                       int max_failed_series)
     : max_rank_series_(max_rank_series),
       max_user_series_(max_user_series),
+      max_failed_series_(max_failed_series),
       registry_(std::make_shared<prometheus::Registry>()),
       generations_(prometheus::BuildCounter()
                        .Name("chorus_generations_total")
@@ -153,6 +168,10 @@ void CoordinatorMetrics::AddClusterGaugesLocked() {
   user_series_ = AddGauge("chorus_user_series",
                           "Users known now (state=\"all\") and those with their own series "
                           "(state=\"own\"; at most --metrics_max_user_series).");
+  job_failed_ = AddGauge(
+      "chorus_job_failed_timestamp_seconds",
+      "When a failed job failed (Unix seconds), with its reason as `chorus status` shows it "
+      "(label reason); the newest --metrics_max_failed_series failed jobs only.");
 }
 
 void CoordinatorMetrics::AddJobGaugesLocked() {
@@ -251,6 +270,7 @@ std::string CoordinatorMetrics::Render(const ClusterSnapshot& snapshot) {
   absl::MutexLock lock(&render_mu_);
   SetClusterLocked(snapshot);
   SetUsersLocked(snapshot);
+  SetFailedLocked(snapshot);
   for (const v1::JobStatus& status : snapshot.running) {
     SetJobLocked(status);
     SetRanksLocked(status);
@@ -336,6 +356,16 @@ void CoordinatorMetrics::SetUsersLocked(const ClusterSnapshot& snapshot) {
   }
   user_series_->Set({{"state", "all"}}, static_cast<double>(snapshot.users.size()));
   user_series_->Set({{"state", "own"}}, static_cast<double>(own));
+}
+
+void CoordinatorMetrics::SetFailedLocked(const ClusterSnapshot& snapshot) {
+  const size_t limit = static_cast<size_t>(std::max(0, max_failed_series_));
+  for (size_t i = 0; i < snapshot.failed.size() && i < limit; ++i) {
+    const v1::Job& job = snapshot.failed[i];
+    job_failed_->Set(
+        {{"job", job.job_id()}, {"user", UserLabel(job.owner())}, {"reason", job.reason()}},
+        static_cast<double>(job.end_time_us()) / 1e6);
+  }
 }
 
 void CoordinatorMetrics::SetJobLocked(const v1::JobStatus& status) {

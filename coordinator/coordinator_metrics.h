@@ -69,6 +69,9 @@ struct ClusterSnapshot {
   // Queued jobs by why they wait (WaitClassName in queue_plan.h: quota,
   // free_slots, reservation, no_agent; each present, 0 included).
   std::map<std::string, int64_t> queued_by_wait;
+  // The newest failed jobs, newest end first (JobManager::NewestFailed):
+  // at most CoordinatorMetrics::max_failed_series() of them.
+  std::vector<v1::Job> failed;
 };
 
 // A gauge family rebuilt from the snapshot at every render: a render writes
@@ -96,15 +99,21 @@ class CoordinatorMetrics {
   static constexpr int kDefaultMaxRankSeries = 1024;
   // Users with their own series by default (Note [User series]).
   static constexpr int kDefaultMaxUserSeries = 100;
+  // Failed jobs whose reason is a series by default (Note [Failure reasons
+  // as labels]).
+  static constexpr int kDefaultMaxFailedSeries = 20;
 
   // A running job with more than `max_rank_series` ranks gets its ranks'
   // summary series instead of one series per rank (the ranks a diagnosis
   // names keep theirs).
   // Beyond `max_user_series` users, the users who hold the fewest slots are
-  // summed into the series of user "(others)".
+  // summed into the series of user "(others)". The newest
+  // `max_failed_series` failed jobs have a series carrying their reason.
   explicit CoordinatorMetrics(int max_rank_series = kDefaultMaxRankSeries,
-                              int max_user_series = kDefaultMaxUserSeries);
+                              int max_user_series = kDefaultMaxUserSeries,
+                              int max_failed_series = kDefaultMaxFailedSeries);
   int max_rank_series() const { return max_rank_series_; }
+  int max_failed_series() const { return max_failed_series_; }
   CoordinatorMetrics(const CoordinatorMetrics&) = delete;
   CoordinatorMetrics& operator=(const CoordinatorMetrics&) = delete;
 
@@ -135,6 +144,8 @@ class CoordinatorMetrics {
   void SetRanksLocked(const v1::JobStatus& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(render_mu_);
   // The users' gauges and the queue's by wait class.
   void SetUsersLocked(const ClusterSnapshot& snapshot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(render_mu_);
+  // The newest failed jobs' reasons.
+  void SetFailedLocked(const ClusterSnapshot& snapshot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(render_mu_);
   // The constructor's parts: the state gauges of the cluster, of a running
   // job, of its ranks, and of its ranks' summary.
   void AddClusterGaugesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(render_mu_);
@@ -144,6 +155,7 @@ class CoordinatorMetrics {
 
   const int max_rank_series_;
   const int max_user_series_;
+  const int max_failed_series_;
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Family<prometheus::Counter>& generations_;
   prometheus::Family<prometheus::Histogram>& rendezvous_;
@@ -166,6 +178,7 @@ class CoordinatorMetrics {
   StateGauge* user_jobs_ ABSL_GUARDED_BY(render_mu_);
   StateGauge* user_fair_share_ ABSL_GUARDED_BY(render_mu_);
   StateGauge* user_series_ ABSL_GUARDED_BY(render_mu_);
+  StateGauge* job_failed_ ABSL_GUARDED_BY(render_mu_);
   StateGauge* job_progress_ ABSL_GUARDED_BY(render_mu_);
   StateGauge* job_step_ ABSL_GUARDED_BY(render_mu_);
   StateGauge* job_samples_ ABSL_GUARDED_BY(render_mu_);

@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -286,6 +287,44 @@ TEST(CoordinatorMetricsTest, UsersBeyondTheCapAreSummedIntoOthers) {
   EXPECT_THAT(text, HasSubstr("chorus_user_fair_share_slot_seconds{user=\"(others)\"} 60\n"));
   EXPECT_THAT(text, HasSubstr("chorus_user_series{state=\"all\"} 4\n"));
   EXPECT_THAT(text, HasSubstr("chorus_user_series{state=\"own\"} 2\n"));
+}
+
+// Note [Failure reasons as labels]: the newest failed jobs carry their
+// reason, escaped as the exposition format wants it; the older ones have
+// no series.
+TEST(CoordinatorMetricsTest, TheNewestFailedJobsCarryTheirReasonAsALabel) {
+  CoordinatorMetrics metrics(CoordinatorMetrics::kDefaultMaxRankSeries,
+                             CoordinatorMetrics::kDefaultMaxUserSeries, /*max_failed_series=*/2);
+  ClusterSnapshot snapshot;
+  for (int i = 3; i >= 1; --i) {  // newest end first, as NewestFailed gives them
+    v1::Job& job = snapshot.failed.emplace_back();
+    job.set_job_id(absl::StrCat("job-00000", i));
+    job.set_owner(i == 2 ? "alice" : "");
+    job.set_end_time_us(int64_t{1700000000} * 1000000 + i * 500000);
+    job.set_state(v1::Job::FAILED);
+  }
+  snapshot.failed[0].set_reason(
+      "rank 0 (vm, pid 7) exited with code 1; last stderr: chorus-rank: data.shards: /d/a.tar at "
+      "byte offset 6656 (sample 3, member \"00003.npy\"): .npy header \"{'descr'\\n\" lacks "
+      "shape");
+  snapshot.failed[1].set_reason("killed by the OOM killer");
+  const std::string text = metrics.Render(snapshot);
+  EXPECT_THAT(text, HasSubstr("# TYPE chorus_job_failed_timestamp_seconds gauge\n"));
+  // Quotes and backslashes escaped (the reason holds "\n" as two
+  // characters: a backslash and an n).
+  EXPECT_THAT(text,
+              HasSubstr("chorus_job_failed_timestamp_seconds{job=\"job-000003\",reason=\"rank 0 "
+                        "(vm, pid 7) exited with code 1; last stderr: chorus-rank: data.shards: "
+                        "/d/a.tar at byte offset 6656 (sample 3, member \\\"00003.npy\\\"): .npy "
+                        "header \\\"{'descr'\\\\n\\\" lacks shape\",user=\"anonymous\"} "
+                        "1700000001.5\n"));
+  EXPECT_THAT(text, HasSubstr("chorus_job_failed_timestamp_seconds{job=\"job-000002\",reason=\""
+                              "killed by the OOM killer\",user=\"alice\"} 1700000001\n"));
+  EXPECT_THAT(text, Not(HasSubstr("job-000001")));
+
+  CoordinatorMetrics none(CoordinatorMetrics::kDefaultMaxRankSeries,
+                          CoordinatorMetrics::kDefaultMaxUserSeries, /*max_failed_series=*/0);
+  EXPECT_THAT(none.Render(snapshot), Not(HasSubstr("chorus_job_failed_timestamp_seconds")));
 }
 
 }  // namespace

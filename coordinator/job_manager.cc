@@ -298,6 +298,29 @@ std::map<v1::Job::State, int64_t> JobManager::CountByState() const {
   return out;
 }
 
+std::vector<v1::Job> JobManager::NewestFailed(int limit) const {
+  std::vector<v1::Job> failed;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const std::string& id : ended_in_memory_) {
+      auto it = jobs_.find(id);
+      if (it != jobs_.end() && it->second.state() == v1::Job::FAILED) {
+        failed.push_back(it->second.Get());
+      }
+    }
+  }
+  const size_t keep = std::min(failed.size(), static_cast<size_t>(std::max(0, limit)));
+  std::partial_sort(failed.begin(), failed.begin() + keep, failed.end(),
+                    [](const v1::Job& a, const v1::Job& b) {
+                      if (a.end_time_us() != b.end_time_us()) {
+                        return a.end_time_us() > b.end_time_us();
+                      }
+                      return a.job_id() > b.job_id();
+                    });
+  failed.resize(keep);
+  return failed;
+}
+
 size_t JobManager::JobsInMemory() const {
   absl::MutexLock lock(&mu_);
   return jobs_.size();

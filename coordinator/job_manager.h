@@ -66,6 +66,10 @@ class JobManager {
                                             const std::string& older_than = "") const;
   // How many jobs are in each state (every state present, 0 included).
   std::map<v1::Job::State, int64_t> CountByState() const;
+  // The FAILED jobs among the ended jobs held in memory (Note [Only the
+  // newest ended jobs in memory]), latest end first, at most `limit`; no
+  // database read. /metrics shows their reasons.
+  std::vector<v1::Job> NewestFailed(int limit) const;
   // How many jobs are held in memory: those that have not ended and at most
   // ended_jobs_in_memory ended ones.
   size_t JobsInMemory() const;

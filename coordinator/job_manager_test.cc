@@ -426,6 +426,46 @@ TEST(JobManagerTest, ListingsDoNotDependOnHowManyEndedJobsAreInMemory) {
   EXPECT_LT(managers[0]->JobsInMemory(), managers.back()->JobsInMemory());
 }
 
+// /metrics' failure reasons (Note [Failure reasons as labels] in
+// coordinator_metrics.cc): the FAILED jobs in memory, latest end first, not
+// by id; the others' reasons are not read.
+TEST(JobManagerTest, NewestFailedListsFailedJobsByTheirEndLatestFirst) {
+  FakeClock clock(absl::FromUnixSeconds(1000));
+  auto state = StateStore::Open(Dir("newest_failed"));
+  ASSERT_TRUE(state.ok());
+  auto jobs = JobManager::Create(**state, &clock);
+  ASSERT_TRUE(jobs.ok());
+  const v1::JobSpec spec = Spec("model { mlp {} } data { synthetic {} }");
+  for (int i = 1; i <= 5; ++i) {
+    ASSERT_TRUE((*jobs)->Submit(spec, "").ok());
+    ASSERT_TRUE((*jobs)->MarkRunning(absl::StrFormat("job-%06d", i), 1, 1).ok());
+  }
+  // job-000004 fails first, then job-000001; job-000002 succeeds,
+  // job-000003 is cancelled, job-000005 fails last.
+  for (const auto& [i, state_now] :
+       std::vector<std::pair<int, v1::Job::State>>{{4, v1::Job::FAILED},
+                                                   {1, v1::Job::FAILED},
+                                                   {2, v1::Job::SUCCEEDED},
+                                                   {5, v1::Job::FAILED}}) {
+    clock.Advance(absl::Seconds(10));
+    ASSERT_TRUE((*jobs)
+                    ->Finish(absl::StrFormat("job-%06d", i), state_now, absl::StrCat("reason ", i))
+                    .ok());
+  }
+  ASSERT_TRUE((*jobs)->Cancel("job-000003", "no longer needed").ok());
+  const auto ids = [](const std::vector<v1::Job>& failed) {
+    std::vector<std::string> out;
+    for (const v1::Job& job : failed) out.push_back(job.job_id() + ": " + job.reason());
+    return out;
+  };
+  EXPECT_EQ(ids((*jobs)->NewestFailed(10)),
+            (std::vector<std::string>{"job-000005: reason 5", "job-000001: reason 1",
+                                      "job-000004: reason 4"}));
+  EXPECT_EQ(ids((*jobs)->NewestFailed(2)),
+            (std::vector<std::string>{"job-000005: reason 5", "job-000001: reason 1"}));
+  EXPECT_TRUE((*jobs)->NewestFailed(0).empty());
+}
+
 // Note [One commit per change]: a job's state and its event are stored
 // together or not at all.
 TEST(StateStoreTest, AJobAndItsEventAreOneCommit) {

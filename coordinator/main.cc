@@ -168,6 +168,11 @@ void AddLimitFlags(CLI::App& app, Flags& flags) {
                  "the most slots); the others are summed into user \"(others)\" "
                  "(docs/observability.md).")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--metrics_max_failed_series", options.metrics_max_failed_series,
+                 "The newest this many failed jobs have a series on /metrics that carries their "
+                 "reason (chorus_job_failed_timestamp_seconds; docs/observability.md).")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_option("--metrics_max_rank_series", options.metrics_max_rank_series,
                  "A running job with more ranks than this gets summary series on /metrics "
                  "instead of one series per rank (the ranks a diagnosis names keep theirs; "

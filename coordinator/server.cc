@@ -360,7 +360,8 @@ absl::Status CoordinatorServer::OpenState(const ServerOptions& options) {
 
 absl::Status CoordinatorServer::BuildServices(const ServerOptions& options) {
   metrics_ = std::make_unique<CoordinatorMetrics>(options.metrics_max_rank_series,
-                                                  options.metrics_max_user_series);
+                                                  options.metrics_max_user_series,
+                                                  options.metrics_max_failed_series);
   SchedulerOptions scheduler_options;  // the address is set once the server has bound
   scheduler_options.metrics = metrics_.get();
   scheduler_options.scheduling_policy = options.scheduling_policy;

@@ -124,6 +124,9 @@ struct ServerOptions {
   // Users with series of their own on /metrics; the rest are summed
   // (CoordinatorMetrics::kDefaultMaxUserSeries).
   int metrics_max_user_series = 100;
+  // Failed jobs whose reason is a series on /metrics
+  // (CoordinatorMetrics::kDefaultMaxFailedSeries).
+  int metrics_max_failed_series = 20;
   // Per-job store quotas (KeyValueStore::Limits).
   int64_t store_max_keys_per_job = 100000;
   int64_t store_max_bytes_per_job = int64_t{256} << 20;

@@ -16,9 +16,12 @@ field() { json_get - "$2" <<<"$1"; }
 # as WebDataset writes them, KEY.npy (float32 [16]) and the label k % 4 as
 # KEY.y.npy (LABEL npy) or KEY.cls ("k\n", LABEL cls). DAMAGE: none;
 # header (sample 3's .npy header lacks its shape); dtype (sample 5's input
-# is float64); label (sample 6's .cls says "six"). The damaged member's
-# data offset goes to DIR/offset, its .npy header up to its newline to
-# DIR/header.
+# is float64); label (sample 6's .cls says "six"); checksum (a byte of
+# sample 4's input header flipped); truncated (the file ends 50 bytes into
+# sample 9's input); missing (sample 7 has no target member). The damaged
+# member's data offset (its header's for checksum, truncated and missing)
+# goes to DIR/offset, its .npy header up to its newline to DIR/header, the
+# shard's size to DIR/size.
 make_shards() {
   mkdir -p "$1"
   python3 - "$@" <<'PY' || fail "writing the shards in $1"
@@ -40,13 +43,29 @@ with tarfile.open(out + "/train-0.tar", "w", format=tarfile.USTAR_FORMAT) as tar
             members.append(("y.npy", npy("<i8", (), struct.pack("<q", k % 4))))
         else:
             members.append(("cls", b"six\n" if damage == "label" and k == 6 else b"%d\n" % (k % 4)))
+        if damage == "missing" and k == 7:
+            members.pop()
         for suffix, data in members:
             if (damage, k, suffix) in (("header", 3, "npy"), ("dtype", 5, "npy"), ("label", 6, "cls")):
                 open(out + "/offset", "w").write(str(tar.offset + 512))
                 open(out + "/header", "w").write(data[10:data.index(b"\n")].decode())
+            if (damage, k, suffix) in (("checksum", 4, "npy"), ("truncated", 9, "npy"),
+                                       ("missing", 7, "npy")):
+                open(out + "/offset", "w").write(str(tar.offset))
+                open(out + "/member_size", "w").write(str(len(data)))
             info = tarfile.TarInfo("%05d.%s" % (k, suffix))
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
+if damage in ("checksum", "truncated"):
+    at = int(open(out + "/offset").read())
+    raw = bytearray(open(out + "/train-0.tar", "rb").read())
+    if damage == "checksum":
+        raw[at + 20] ^= 0x01  # inside the member's name field
+    else:
+        raw = raw[:at + 512 + 50]
+    open(out + "/train-0.tar", "wb").write(bytes(raw))
+import os
+open(out + "/size", "w").write(str(os.path.getsize(out + "/train-0.tar")))
 PY
 }
 
@@ -104,6 +123,20 @@ PY
   )
   [[ "${page}" == "${REASON}" ]] && pass "the page's JSON has the same reason" \
     || fail "page reason '${page}'"
+  # /metrics: the failed job's series carries the same reason as a label
+  # (unescaped here as Prometheus reads the exposition).
+  label=$(python3 - "http://127.0.0.1:$(cat "${TMP}/http.port")/metrics" <<'PY'
+import re, sys, urllib.request
+with urllib.request.urlopen(sys.argv[1], timeout=5) as r:
+    text = r.read().decode()
+for line in text.splitlines():
+    if line.startswith('chorus_job_failed_timestamp_seconds{job="job-000001",'):
+        m = re.search(r'reason="((?:[^"\\]|\\.)*)"', line)
+        print(re.sub(r'\\(.)', lambda e: "\n" if e.group(1) == "n" else e.group(1), m.group(1)))
+PY
+  )
+  [[ -n "${label}" && "${label}" == "${REASON}" ]] && pass "/metrics carries the same reason as a label" \
+    || fail "/metrics reason label '${label}'"
   kill "${COORDINATOR_PID}"
   wait "${COORDINATOR_PID}" 2>/dev/null
 else
@@ -121,6 +154,41 @@ make_shards "${TMP}/label" cls label
 run_job label "${TMP}/label" cls
 expect_reason "non-integer .cls label" \
   "data.shards: ${TMP}/label/train-0.tar at byte offset $(cat "${TMP}/label/offset") (sample 6, member \"00006.cls\"): holds \"six\\n\", not one integer: a .cls, .txt or .json target member must hold an integer class label as text (as WebDataset writes one)"
+
+# --- a damaged tar header, a truncated shard and a sample without its
+# target member: found when the rank indexes the shard; the reason names
+# the header's offset and the shard's sample it would begin or belong to
+make_shards "${TMP}/checksum" npy checksum
+run_job checksum "${TMP}/checksum" y.npy
+expect_reason "damaged tar header" \
+  "data.shards: ${TMP}/checksum/train-0.tar at byte offset $(cat "${TMP}/checksum/offset") (sample 4 of this shard): not a tar header (bad checksum); the shard is damaged or not a tar file"
+
+make_shards "${TMP}/truncated" npy truncated
+run_job truncated "${TMP}/truncated" y.npy
+expect_reason "truncated shard" \
+  "data.shards: ${TMP}/truncated/train-0.tar at byte offset $(cat "${TMP}/truncated/offset") (sample 9 of this shard): member \"00009.npy\" of $(cat "${TMP}/truncated/member_size") bytes runs past the end of the file ($(cat "${TMP}/truncated/size") bytes): the shard is truncated"
+
+make_shards "${TMP}/missing" npy missing
+run_job missing "${TMP}/missing" y.npy
+expect_reason "sample without its target" \
+  "data.shards: ${TMP}/missing/train-0.tar at byte offset $(cat "${TMP}/missing/offset") (sample 7 of this shard): sample \"00007\" has no y.npy member (a sample's members must be consecutive)"
+
+# --- a damaged index file: sample 2's record points past the shard's end
+make_shards "${TMP}/index" npy none
+python3 - "${TMP}/index/train-0.tar" <<'PY' || fail "writing the index file"
+import os, struct, sys
+shard = sys.argv[1]
+st = os.stat(shard)
+records = [(1024 * (2 * k) + 512, 1024 * (2 * k + 1) + 512, 192, 136) for k in range(32)]
+records[2] = (st.st_size + 4096, records[2][1], 192, 136)
+with open(shard + ".idx", "wb") as f:
+    f.write(b"CHORUSI1" + struct.pack("<qqqII", st.st_size, int(st.st_mtime), 32, 3, 5) + b"npyy.npy")
+    for r in records:
+        f.write(struct.pack("<qqii", *r))
+PY
+run_job index "${TMP}/index" y.npy
+expect_reason "damaged index file" \
+  "data.shards: the index file ${TMP}/index/train-0.tar.idx is damaged (sample 2's record at byte offset 96 lies outside the shard's $(cat "${TMP}/index/size") bytes): delete it (the shard is then scanned) or write it again with \`chorus dataset pack\`"
 
 # --- a token past the vocabulary: the token's own offset (token 58 of the
 # file, the third of sample 7), not its sample's (112)

@@ -107,8 +107,10 @@ struct PendingSample {
   std::optional<ByteRange> x, y;
 };
 
-std::string Where(const std::string& path, int64_t offset) {
-  return absl::StrCat(path, " at byte offset ", offset);
+// Where a scan found something wrong: the file, the byte offset and the
+// sample of the shard (0 first) that the member there belongs to.
+std::string Where(const std::string& path, int64_t offset, int64_t sample) {
+  return absl::StrCat(path, " at byte offset ", offset, " (sample ", sample, " of this shard)");
 }
 
 // One member of a tar file, its long name (GNU or pax) applied.
@@ -121,27 +123,28 @@ struct TarMember {
 };
 
 // Reads the member whose header (or whose long-name headers) start at
-// `offset`; nullopt at the end of the archive. Errors name file and offset.
+// `offset`; nullopt at the end of the archive. Errors name file, offset and
+// `sample`, the shard's sample the member would belong to.
 absl::StatusOr<std::optional<TarMember>> ReadMember(int fd, const std::string& path, int64_t size,
-                                                    int64_t offset) {
+                                                    int64_t offset, int64_t sample) {
   std::optional<std::string> long_name;
   char h[kBlock];
   for (; offset + kBlock <= size;) {
     if (!ReadAt(fd, h, kBlock, offset)) {
-      return absl::DataLossError(absl::StrCat("data.shards: cannot read ", Where(path, offset),
-                                              ": ", std::strerror(errno)));
+      return absl::DataLossError(absl::StrCat(
+          "data.shards: cannot read ", Where(path, offset, sample), ": ", std::strerror(errno)));
     }
     if (std::all_of(h, h + kBlock, [](char c) { return c == '\0'; })) return std::nullopt;
     if (!ChecksumMatches(h)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "data.shards: ", Where(path, offset),
+          "data.shards: ", Where(path, offset, sample),
           ": not a tar header (bad checksum); the shard is damaged or not a tar file"));
     }
     const std::optional<int64_t> member_size = TarNumber(h + 124, 12);
     const int64_t data = offset + kBlock;
     if (!member_size || *member_size > size - data) {
       return absl::InvalidArgumentError(
-          absl::StrCat("data.shards: ", Where(path, offset), ": member \"", CString(h, 100),
+          absl::StrCat("data.shards: ", Where(path, offset, sample), ": member \"", CString(h, 100),
                        "\" of ", member_size.value_or(-1), " bytes runs past the end of the file (",
                        size, " bytes): the shard is truncated"));
     }
@@ -156,7 +159,8 @@ absl::StatusOr<std::optional<TarMember>> ReadMember(int fd, const std::string& p
     }
     std::string text(static_cast<size_t>(*member_size), '\0');  // the next member's name
     if (!ReadAt(fd, text.data(), *member_size, data)) {
-      return absl::DataLossError(absl::StrCat("data.shards: cannot read ", Where(path, data)));
+      return absl::DataLossError(
+          absl::StrCat("data.shards: cannot read ", Where(path, data, sample)));
     }
     if (type == 'L') long_name = CString(text.data(), static_cast<int>(text.size()));
     if (type == 'x') {
@@ -165,7 +169,7 @@ absl::StatusOr<std::optional<TarMember>> ReadMember(int fd, const std::string& p
     offset = next;
   }
   if (offset < size) {
-    return absl::InvalidArgumentError(absl::StrCat("data.shards: ", Where(path, offset),
+    return absl::InvalidArgumentError(absl::StrCat("data.shards: ", Where(path, offset, sample),
                                                    ": the file ends inside a tar header: the "
                                                    "shard is truncated"));
   }
@@ -180,10 +184,10 @@ absl::Status ScanTar(int fd, const std::string& path, int64_t size, const std::s
   auto close_sample = [&]() -> absl::Status {
     if (!pending.x && !pending.y) return absl::OkStatus();  // a key with neither: not a sample
     if (!pending.x || !pending.y) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("data.shards: ", Where(path, pending.offset), ": sample \"", pending.key,
-                       "\" has no ", pending.x ? target_member : input_member,
-                       " member (a sample's members must be consecutive)"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data.shards: ", Where(path, pending.offset, static_cast<int64_t>(out.size())),
+          ": sample \"", pending.key, "\" has no ", pending.x ? target_member : input_member,
+          " member (a sample's members must be consecutive)"));
     }
     out.push_back(TarSample{pending.x->offset, pending.y->offset,
                             static_cast<int32_t>(pending.x->size),
@@ -191,7 +195,9 @@ absl::Status ScanTar(int fd, const std::string& path, int64_t size, const std::s
     return absl::OkStatus();
   };
   for (int64_t offset = 0;;) {
-    ASSIGN_OR_RETURN(const std::optional<TarMember> m, ReadMember(fd, path, size, offset));
+    // A member after a whole sample's two begins the next sample.
+    const int64_t sample = static_cast<int64_t>(out.size()) + (pending.x && pending.y ? 1 : 0);
+    ASSIGN_OR_RETURN(const std::optional<TarMember> m, ReadMember(fd, path, size, offset, sample));
     if (!m) break;
     offset = m->next;
     if (m->type != '0' && m->type != '\0' && m->type != '7') continue;  // not a regular file
@@ -208,14 +214,14 @@ absl::Status ScanTar(int fd, const std::string& path, int64_t size, const std::s
                                                                : nullptr;
     if (slot == nullptr) continue;
     if (slot->has_value()) {
-      return absl::InvalidArgumentError(absl::StrCat("data.shards: ", Where(path, m->header),
-                                                     ": sample \"", key, "\" has a second ", suffix,
-                                                     " member"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("data.shards: ", Where(path, m->header, static_cast<int64_t>(out.size())),
+                       ": sample \"", key, "\" has a second ", suffix, " member"));
     }
     if (m->data.size > INT32_MAX) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("data.shards: ", Where(path, m->header), ": member \"", m->name, "\" has ",
-                       m->data.size, " bytes; members of 2 GiB or more are not read"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data.shards: ", Where(path, m->header, static_cast<int64_t>(out.size())), ": member \"",
+          m->name, "\" has ", m->data.size, " bytes; members of 2 GiB or more are not read"));
     }
     *slot = m->data;
   }
@@ -338,8 +344,9 @@ absl::StatusOr<bool> LoadIndexFile(const std::string& path, const struct stat& s
     if (t.x_offset < kBlock || t.y_offset < kBlock || t.x_size < 0 || t.y_size < 0 ||
         t.x_offset + t.x_size > shard.st_size || t.y_offset + t.y_size > shard.st_size) {
       out.clear();
-      return damaged(
-          absl::StrCat("sample ", i, " lies outside the shard's ", shard.st_size, " bytes"));
+      return damaged(absl::StrCat("sample ", i, "'s record at byte offset ",
+                                  records + static_cast<int64_t>(i) * kRecord,
+                                  " lies outside the shard's ", shard.st_size, " bytes"));
     }
   }
   return true;
@@ -809,8 +816,8 @@ absl::StatusOr<NpyArray> ParseNpyHeader(const char* data, int64_t available, int
   const std::optional<std::string> shape = NpyField(header, "shape");
   if (!descr || !fortran || !shape) {
     // The header quoted on one line (it ends in a newline) and bounded.
-    return absl::InvalidArgumentError(absl::StrCat(
-        ".npy header \"", EscapeErrorText(header, 256), "\" lacks descr, fortran_order or shape"));
+    return absl::InvalidArgumentError(absl::StrCat(".npy header \"", EscapeErrorText(header, 256),
+                                                   "\" lacks descr, fortran_order or shape"));
   }
   NpyArray a;
   const std::optional<ElementType> type = NpyType(*descr);

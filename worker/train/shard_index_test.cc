@@ -127,20 +127,26 @@ TEST(ShardIndexTest, ADamagedShardIsAnErrorNamingTheFileAndOffset) {
   absl::StatusOr<ShardIndex> index = ShardIndex::Build(TarSpec({path}));
   ASSERT_FALSE(index.ok());
   EXPECT_THAT(std::string(index.status().message()),
-              HasSubstr(absl::StrCat(path, " at byte offset 1024: not a tar header")));
+              HasSubstr(absl::StrCat(path,
+                                     " at byte offset 1024 (sample 0 of this shard): not a tar "
+                                     "header (bad checksum)")));
 
   WriteAll(path, good.substr(0, 3072 + 512 + 50));  // inside the second sample's x
   index = ShardIndex::Build(TarSpec({path}));
   ASSERT_FALSE(index.ok());
-  EXPECT_THAT(std::string(index.status().message()),
-              HasSubstr("at byte offset 3072: member \"sample1.x.npy\" of 140 bytes runs past "
-                        "the end of the file (3634 bytes)"));
+  EXPECT_THAT(
+      std::string(index.status().message()),
+      HasSubstr("at byte offset 3072 (sample 1 of this shard): member \"sample1.x.npy\" of 140 "
+                "bytes runs past "
+                "the end of the file (3634 bytes)"));
   EXPECT_THAT(std::string(index.status().message()), HasSubstr(path));
 
   WriteAll(path, good.substr(0, 3072 + 100));  // a partial header block
   index = ShardIndex::Build(TarSpec({path}));
   ASSERT_FALSE(index.ok());
-  EXPECT_THAT(std::string(index.status().message()), HasSubstr("ends inside a tar header"));
+  EXPECT_THAT(std::string(index.status().message()),
+              HasSubstr("at byte offset 3072 (sample 1 of this shard): the file ends inside a "
+                        "tar header"));
 }
 
 // Overwrites `path` with `bytes` and gives it back the mtime it had.
@@ -198,7 +204,9 @@ TEST(ShardIndexTest, AStaleIndexFileIsIgnoredAndTheShardScanned) {
   ASSERT_EQ(::utimes(path.c_str(), later), 0);
   index = ShardIndex::Build(TarSpec({path}));
   ASSERT_FALSE(index.ok());  // scanned: sample1 has its members twice
-  EXPECT_THAT(std::string(index.status().message()), HasSubstr("has a second x.npy member"));
+  EXPECT_THAT(std::string(index.status().message()),
+              HasSubstr("at byte offset 3072 (sample 0 of this shard): sample \"sample1\" has "
+                        "a second x.npy member"));
   // An index written for other members does not apply to this spec.
   WriteAll(path, six);
   ASSERT_TRUE(WriteIndexFile(path, "json", "y.npy").ok());
@@ -223,7 +231,9 @@ TEST(ShardIndexTest, ADamagedIndexFileIsAnErrorNamingIt) {
   WriteAll(idx, outside);
   index = ShardIndex::Build(TarSpec({path}));
   ASSERT_FALSE(index.ok());
-  EXPECT_THAT(std::string(index.status().message()), HasSubstr("sample 2 lies outside"));
+  EXPECT_THAT(std::string(index.status().message()),
+              HasSubstr("(sample 2's record at byte offset 98 lies outside the shard's 10240 "
+                        "bytes)"));
   std::string huge = good;  // a sample count whose bytes overflow 64 bits
   const int64_t count = int64_t{1} << 62;
   std::memcpy(huge.data() + 24, &count, sizeof(count));
@@ -288,7 +298,9 @@ TEST(ShardIndexTest, ASampleWithoutItsTargetIsAnError) {
   ASSERT_FALSE(index.ok());
   EXPECT_THAT(
       std::string(index.status().message()),
-      HasSubstr(absl::StrCat(path, " at byte offset 0: sample \"k1\" has no y.npy member")));
+      HasSubstr(absl::StrCat(path,
+                             " at byte offset 0 (sample 0 of this shard): sample \"k1\" has no "
+                             "y.npy member")));
 }
 
 TEST(ShardIndexTest, TokenFilesHoldOverlappingWindowsOfSequenceLengthPlusOne) {
