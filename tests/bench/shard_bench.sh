@@ -19,7 +19,7 @@ done
 cd "$(dirname "$0")/../.."
 bazel build -c opt //worker/train:shard_bench >&2
 bench=bazel-bin/worker/train/shard_bench
-for section in page_cache cold compute lm lm_4g lm_in_memory; do
+for section in page_cache page_cache_2k cold compute lm lm_4g lm_in_memory; do
   for ((i = 0; i < runs; ++i)); do
     "${bench}" "${section}" "${dir}" 2> >(grep -v '^[IW][0-9]' >&2)
   done

@@ -23,6 +23,10 @@
 //               ShardReader alone, nothing trained; _in_memory, the job's
 //               loop on the same samples in memory (a tensor_file, each
 //               batch gathered on the step's thread).
+//   page_cache_2k  page_cache's main, _loop, _defaults and _reader lines on
+//               2 KiB samples (float32 [512]): 8 shards x 10,240 samples,
+//               303 MB, the same model on their first 64 values; the
+//               reader's cost per sample, not per byte, is what it shows.
 //   cold        the same after `echo 3 > /proc/sys/vm/drop_caches` (root),
 //               after a warm-up run; peer = `dd if=SHARD of=/dev/null bs=1M`
 //               over every shard, also from dropped caches; the medians of
@@ -223,21 +227,24 @@ def forward(self, x):
 // How a data-bound job reads and what it trains (Note [Data-bound
 // settings]).
 struct DataBoundSettings {
+  std::string shards = "bound";  // DIR/SHARDS-*.tar
   int64_t read_ahead_bytes = 16 << 20;
   int64_t shuffle_buffer = 256;
   int epochs = 1;
   bool pooled = false;  // the model (WriteDataBoundModel)
+  int batch_size = 256;
 };
 
 std::string DataBoundSpec(const std::string& dir, const DataBoundSettings& settings) {
   const std::string model = WriteDataBoundModel(dir, settings.pooled);
   return absl::StrCat(R"(model { torchscript { path: ")", model, R"(" } }
     data { shards { format: TAR paths: ")",
-                      dir, R"(/bound-*.tar" num_classes: 10 read_ahead_bytes: )",
+                      dir, "/", settings.shards, R"(-*.tar" num_classes: 10 read_ahead_bytes: )",
                       settings.read_ahead_bytes, " shuffle_buffer: ", settings.shuffle_buffer,
                       R"( } }
-    training { batch_size_per_rank: 256 epochs: )",
-                      settings.epochs, R"( log_every_steps: 1000 }
+    training { batch_size_per_rank: )",
+                      settings.batch_size, " epochs: ", settings.epochs,
+                      R"( log_every_steps: 1000 }
     optimizer { kind: SGD lr: 0.01 })");
 }
 
@@ -348,8 +355,8 @@ DataBoundTimes Cold(const std::vector<std::string>& paths, const std::string& sp
     DropCaches();
     ours.push_back(0);
     loop.push_back(TrainOneRank(spec, &ours.back()).values().at("wall_seconds"));
-    std::cerr << absl::StrFormat("round %d: dd %.3f s, training %.3f s (its loop %.3f s)\n",
-                                 round, peer.back(), ours.back(), loop.back());
+    std::cerr << absl::StrFormat("round %d: dd %.3f s, training %.3f s (its loop %.3f s)\n", round,
+                                 peer.back(), ours.back(), loop.back());
   }
   return DataBoundTimes{Median(peer), Median(ours), Median(loop)};
 }
@@ -374,8 +381,7 @@ double ReaderAlone(const std::string& text) {
   for (int round = 0; round < kPageCacheRounds + 1; ++round) {
     const auto start = std::chrono::steady_clock::now();
     StreamCursor cursor(sizes, data.shuffle_buffer(), o, round);
-    (*reader)->Start({cursor.size(), [cursor]() mutable { return cursor.Next(); }},
-                     o.batch_size);
+    (*reader)->Start({cursor.size(), [cursor]() mutable { return cursor.Next(); }}, o.batch_size);
     for (int64_t b = 0; b < (cursor.size() + o.batch_size - 1) / o.batch_size; ++b) {
       if (!(*reader)->Next().ok()) std::exit(1);
     }
@@ -425,21 +431,76 @@ DataBoundTimes PageCache(const std::vector<std::string>& paths, const std::strin
 // page cache holds the shards.
 constexpr int kPageCacheEpochs = 8;
 
+// The shards a data-bound section reads and the prefix of its lines.
+struct DataBoundShards {
+  std::string name;  // DIR/NAME-K.tar
+  int per_shard = 0;
+  int features = 0;    // float32 values per sample
+  std::string prefix;  // of the JSON lines' names
+};
+
+// 8 shards x 2048 samples x (16 KiB + headers): 302 MB.
+const DataBoundShards kLargeSamples{"bound", 2048, 4096, "shards_page_cache"};
+// 8 shards x 10,240 samples x (2 KiB + headers): 303 MB.
+const DataBoundShards kSmallSamples{"bound2k", 10240, 512, "shards_page_cache_2k"};
+
+// The shards' paths and their bytes in all.
+std::pair<std::vector<std::string>, int64_t> DataBoundPaths(const std::string& dir,
+                                                            const DataBoundShards& shards) {
+  std::pair<std::vector<std::string>, int64_t> out;
+  out.first = WriteShards(dir, shards.name, 8, shards.per_shard, shards.features);
+  for (const std::string& p : out.first) out.second += FileSize(p);
+  return out;
+}
+
+void ReportDataBound(const std::string& name, const DataBoundTimes& t, int epochs, int64_t bytes,
+                     bool cold) {
+  const std::string peer = cold ? "dd" : "cat";
+  std::cerr << absl::StrFormat(
+      "%s: %d bytes x %d epochs: training %.3f s (its loop %.3f s), %s %.3f s\n", name, bytes,
+      epochs, t.ours, t.loop, peer, t.peer);
+  Json(name, "shard read throughput of a data-bound job, the whole Train() call", "MB/s",
+       epochs * bytes / t.ours / 1e6, bytes / t.peer / 1e6, peer);
+  Json(name + "_loop", "shard read throughput of a data-bound job, its training loop", "MB/s",
+       epochs * bytes / t.loop / 1e6, bytes / t.peer / 1e6, peer);
+}
+
+// page_cache_2k: the main line, the defaults, a batch of 256 and the
+// reader alone on 2 KiB samples (Note [Small samples]).
+int DataBoundSmallSamples(const std::string& dir) {
+  const auto [paths, bytes] = DataBoundPaths(dir, kSmallSamples);
+  const std::string prefix = kSmallSamples.prefix;
+  ReadIn(paths);
+  const DataBoundSettings settings{.shards = kSmallSamples.name,
+                                   .shuffle_buffer = 2048,
+                                   .epochs = kPageCacheEpochs,
+                                   .batch_size = 2048};
+  const DataBoundTimes page_cache = PageCache(paths, DataBoundSpec(dir, settings));
+  ReportDataBound(prefix, page_cache, kPageCacheEpochs, bytes, false);
+  DataBoundSettings defaults = settings;
+  defaults.read_ahead_bytes = 64 << 20;
+  defaults.shuffle_buffer = 4096;
+  ReportDataBound(prefix + "_defaults", PageCache(paths, DataBoundSpec(dir, defaults)),
+                  kPageCacheEpochs, bytes, false);
+  DataBoundSettings batch_256 = settings;
+  batch_256.batch_size = 256;
+  batch_256.shuffle_buffer = 256;
+  ReportDataBound(prefix + "_batch_256", PageCache(paths, DataBoundSpec(dir, batch_256)),
+                  kPageCacheEpochs, bytes, false);
+  const double reader = ReaderAlone(DataBoundSpec(dir, settings));
+  std::cerr << absl::StrFormat("the reader alone: %.4f s an epoch\n", reader);
+  Json(prefix + "_reader",
+       "the job's reader alone, nothing trained (ShardReader as the trainer drives it): an "
+       "epoch's bytes / its time",
+       "MB/s", bytes / reader / 1e6, bytes / page_cache.peer / 1e6, "cat");
+  return 0;
+}
+
 // page_cache and cold.
 int DataBound(const std::string& dir, bool cold) {
-  // 8 shards x 2048 samples x (16 KiB + headers): 302 MB.
-  const std::vector<std::string> paths = WriteShards(dir, "bound", 8, 2048, 4096);
-  int64_t bytes = 0;  // an epoch's, and what `cat` and `dd` read
-  for (const std::string& p : paths) bytes += FileSize(p);
-  auto report = [&](const std::string& name, const DataBoundTimes& t, int epochs) {
-    const std::string peer = cold ? "dd" : "cat";
-    std::cerr << absl::StrFormat(
-        "%s: %d bytes x %d epochs: training %.3f s (its loop %.3f s), %s %.3f s\n", name, bytes,
-        epochs, t.ours, t.loop, peer, t.peer);
-    Json(name, "shard read throughput of a data-bound job, the whole Train() call", "MB/s",
-         epochs * bytes / t.ours / 1e6, bytes / t.peer / 1e6, peer);
-    Json(name + "_loop", "shard read throughput of a data-bound job, its training loop", "MB/s",
-         epochs * bytes / t.loop / 1e6, bytes / t.peer / 1e6, peer);
+  const auto [paths, bytes] = DataBoundPaths(dir, kLargeSamples);
+  auto report = [&, bytes = bytes](const std::string& name, const DataBoundTimes& t, int epochs) {
+    ReportDataBound(name, t, epochs, bytes, cold);
   };
   if (cold) {
     report("shards_cold", Cold(paths, DataBoundSpec(dir, {})), 1);
@@ -583,9 +644,8 @@ int ComputeBound(const std::string& dir) {
        "seconds per step of the mlp (wall_seconds / steps), shards / in memory in rounds of in "
        "memory, shards, shards, in memory: the median of the rounds' ratios",
        "ratio", ratio(compared, &Job::mean), 1.0, memory);
-  Json("shards_compute_bound_null",
-       "the same with every job in memory (the method's own noise)", "ratio",
-       ratio(null, &Job::mean), 1.0, memory);
+  Json("shards_compute_bound_null", "the same with every job in memory (the method's own noise)",
+       "ratio", ratio(null, &Job::mean), 1.0, memory);
   Json("shards_compute_bound_median_step",
        "the median step of the mlp, shards / in memory in rounds of in memory, shards, shards, "
        "in memory: the median of the rounds' ratios",
@@ -658,13 +718,15 @@ int LanguageModel(const std::string& dir, bool in_memory, int gib) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::cerr << "usage: shard_bench page_cache|cold|compute|lm|lm_4g|lm_in_memory [DIR]\n";
+    std::cerr << "usage: shard_bench page_cache|page_cache_2k|cold|compute|lm|lm_4g|lm_in_memory "
+                 "[DIR]\n";
     return 2;
   }
   const std::string section = argv[1];
   const std::string dir = argc > 2 ? argv[2] : "/tmp/chorus-shard-bench";
   ::mkdir(dir.c_str(), 0755);
   if (section == "page_cache") return chorus::DataBound(dir, false);
+  if (section == "page_cache_2k") return chorus::DataBoundSmallSamples(dir);
   if (section == "cold") return chorus::DataBound(dir, true);
   if (section == "compute") return chorus::ComputeBound(dir);
   if (section == "lm") return chorus::LanguageModel(dir, /*in_memory=*/false, 1);

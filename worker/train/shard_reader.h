@@ -156,6 +156,7 @@ class ShardReader {
     std::deque<int> open_order;
     std::vector<char> scratch;
     std::vector<Placement> order;  // the group being read, in file order
+    std::vector<int64_t> positions, counts;  // sorting it (SortPositionsByIndex)
     std::vector<iovec> parts;      // a run's preadv
   };
   ShardReader(ShardIndex index, ShardReaderOptions options)

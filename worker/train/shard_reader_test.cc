@@ -100,6 +100,32 @@ TEST(ShardReaderTest, BatchesHoldTheNamedSamplesInTheGivenOrder) {
   EXPECT_EQ(batch->indices[1].item<int64_t>(), 2);
 }
 
+// Note [Samples in file order]: a group is sorted by counting when its
+// samples are neighbours and by comparison when they are far apart; a
+// sample named twice (an epoch padded for equal shares) fills both rows.
+TEST(ShardReaderTest, SamplesNamedTwiceOrFarApartFillTheirOwnRows) {
+  std::vector<std::string> paths;
+  for (int s = 0; s < 3; ++s) {
+    paths.push_back(WriteShard(absl::StrCat("apart-", s, ".tar"), s * 300, 300, 8));
+  }
+  auto reader = ShardReader::Open(TarSpec(paths, 1 << 20), {});
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  for (const std::vector<int64_t>& named :
+       {std::vector<int64_t>{5, 3, 5, 4, 3, 5}, std::vector<int64_t>{899, 0, 899, 450, 0, 301}}) {
+    (*reader)->Start(named, 3);
+    std::vector<int64_t> seen;
+    for (int b = 0; b < 2; ++b) {
+      absl::StatusOr<ShardBatch> batch = (*reader)->Next();
+      ASSERT_TRUE(batch.ok()) << batch.status();
+      ExpectRowsMatch(*batch);
+      for (int64_t r = 0; r < batch->indices.size(0); ++r) {
+        seen.push_back(batch->indices[r].item<int64_t>());
+      }
+    }
+    EXPECT_EQ(seen, named);
+  }
+}
+
 // A dataset 100 times the read-ahead buffer: each rank reads its share of
 // an epoch exactly once, reads only about its share of the bytes, and never
 // holds more than the buffer.
