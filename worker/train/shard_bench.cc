@@ -466,7 +466,7 @@ void ReportDataBound(const std::string& name, const DataBoundTimes& t, int epoch
 }
 
 // page_cache_2k: the main line, the defaults, a batch of 256 and the
-// reader alone on 2 KiB samples (Note [Small samples]).
+// reader alone on 2 KiB samples (docs/benchmarks.md, "Small samples").
 int DataBoundSmallSamples(const std::string& dir) {
   const auto [paths, bytes] = DataBoundPaths(dir, kSmallSamples);
   const std::string prefix = kSmallSamples.prefix;

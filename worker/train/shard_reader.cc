@@ -94,6 +94,32 @@ void SortPositionsByIndex(const int64_t* indices, int64_t n, std::vector<int64_t
   for (int64_t i = 0; i < n; ++i) order[counts[indices[i] - low]++] = i;
 }
 
+// The byte ranges to read ahead for samples `next`, by shard, in file order
+// (Note [Samples in file order]), into `where`: a sample's members as one
+// range, or a TENSOR_FILES sample's two rows (far apart) as two.
+void RangesInFileOrder(const ShardIndex& index, const std::vector<int64_t>& next,
+                       std::vector<int64_t>& positions, std::vector<int64_t>& counts,
+                       std::vector<std::pair<int, ByteRange>>& where) {
+  const bool rows = index.format() == v1::ShardedData::TENSOR_FILES;
+  SortPositionsByIndex(next.data(), static_cast<int64_t>(next.size()), positions, counts);
+  where.clear();
+  for (const int64_t at : positions) {
+    const SampleLocation loc = index.Locate(next[at]);
+    if (rows) {
+      where.emplace_back(loc.shard, loc.x);
+      where.emplace_back(loc.shard, loc.y);
+    } else {
+      const int64_t b = std::min(loc.x.offset, loc.y.offset);
+      where.emplace_back(loc.shard, ByteRange{b, std::max(loc.x.end(), loc.y.end()) - b});
+    }
+  }
+  if (rows) {  // the x rows and the y rows lie in two regions of the file
+    std::sort(where.begin(), where.end(), [](const auto& a, const auto& b) {
+      return std::pair(a.first, a.second.offset) < std::pair(b.first, b.second.offset);
+    });
+  }
+}
+
 // Whether every page of [begin, end) of `fd` is in the page cache, by one
 // cachestat(2); false where the kernel has no cachestat (the caller probes
 // piece by piece).
@@ -437,9 +463,6 @@ void ShardReader::Advise(Samples samples, int64_t window) {
   // Samples are advised in steps of a quarter window, as the reader moves.
   const int64_t step = std::max<int64_t>(1, window / 4);
   int fd = -1, fd_shard = -1;
-  // The byte ranges to read ahead, by shard: a sample's members as one
-  // range, or a TENSOR_FILES sample's two rows (far apart) as two.
-  const bool rows = index_.format() == v1::ShardedData::TENSOR_FILES;
   std::vector<std::pair<int, ByteRange>> where;
   std::vector<int64_t> next, positions, counts;
   std::vector<char> chunk(kAdviseChunk);
@@ -460,28 +483,10 @@ void ShardReader::Advise(Samples samples, int64_t window) {
       if (stop_) break;
       to = std::min(n, reading_at_ + window);
     }
-    // Note [Samples in file order]: the samples by number are the ranges
-    // in file order, but for a TENSOR_FILES sample's two rows.
     next.clear();
     for (int64_t i = advised; i < to; ++i) next.push_back(samples.next());
-    SortPositionsByIndex(next.data(), static_cast<int64_t>(next.size()), positions, counts);
-    where.clear();
-    for (const int64_t at : positions) {
-      const SampleLocation loc = index_.Locate(next[at]);
-      if (rows) {
-        where.emplace_back(loc.shard, loc.x);
-        where.emplace_back(loc.shard, loc.y);
-      } else {
-        const int64_t b = std::min(loc.x.offset, loc.y.offset);
-        where.emplace_back(loc.shard, ByteRange{b, std::max(loc.x.end(), loc.y.end()) - b});
-      }
-    }
+    RangesInFileOrder(index_, next, positions, counts, where);
     advised = to;
-    if (rows) {
-      std::sort(where.begin(), where.end(), [](const auto& a, const auto& b) {
-        return std::pair(a.first, a.second.offset) < std::pair(b.first, b.second.offset);
-      });
-    }
     auto advise = [&](int shard, int64_t begin, int64_t end) {
       if (shard != fd_shard) {
         if (fd >= 0) ::close(fd);
