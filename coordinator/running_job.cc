@@ -248,6 +248,10 @@ bool RunningJob::HasRank(int64_t gen, int rank) const {
 
 std::vector<RankView> RunningJob::HangViews(const AgentRegistry& agents) const {
   std::vector<RankView> views;
+  // An agent's ranks are neighbours (placement fills an agent's slots in
+  // rank order), so one lookup serves a run of them.
+  const std::string* looked_up = nullptr;
+  const AgentRegistry::Agent* agent = nullptr;
   for (size_t rank = 0; rank < ranks.size(); ++rank) {
     const RankState& r = ranks[rank];
     RankView v;
@@ -259,7 +263,10 @@ std::vector<RankView> RunningJob::HangViews(const AgentRegistry& agents) const {
     v.recorded = &r.last_heartbeat;
     if (r.heartbeats_via_agent) {
       // Note [A silent agent's ranks].
-      const AgentRegistry::Agent* agent = agents.Find(r.agent_id);
+      if (looked_up == nullptr || *looked_up != r.agent_id) {
+        agent = agents.Find(r.agent_id);
+        looked_up = &r.agent_id;
+      }
       if (agent != nullptr) v.relay_heard_at = agent->heard_at;
     }
     // Note [Agent reconnect grace]: its heartbeats come back with its agent.

@@ -269,6 +269,28 @@ TEST_F(RunningJobTest, StatusRowsCarryHostsAndTheLastHeartbeat) {
   EXPECT_EQ(views[0].hb().step(), 40);
 }
 
+// Note [A silent agent's ranks]: each rank relayed by an agent is seen with
+// its own agent's last message, the agents looked up once per run of ranks.
+TEST_F(RunningJobTest, HangViewsCarryEachRanksOwnAgentsLastMessage) {
+  // Ranks 0 and 2 on agent-1, rank 1 on agent-2: runs of one.
+  run_.ranks[1].agent_id = "agent-2";
+  run_.ranks[2].agent_id = "agent-1";
+  agents_.Heard("agent-1", clock_.Now() - absl::Seconds(4));
+  agents_.Heard("agent-2", clock_.Now() - absl::Seconds(1));
+  for (RankState& r : run_.ranks) {
+    r.heartbeat_at = clock_.Now() - absl::Seconds(5);
+    r.heartbeats_via_agent = true;
+  }
+  const std::vector<RankView> views = run_.HangViews(agents_);
+  ASSERT_EQ(views.size(), 3u);
+  EXPECT_EQ(views[0].relay_heard_at, clock_.Now() - absl::Seconds(4));
+  EXPECT_EQ(views[1].relay_heard_at, clock_.Now() - absl::Seconds(1));
+  EXPECT_EQ(views[2].relay_heard_at, clock_.Now() - absl::Seconds(4));
+  // A rank whose agent is gone is judged by its own heartbeats alone.
+  agents_.Remove("agent-2");
+  EXPECT_EQ(run_.HangViews(agents_)[1].relay_heard_at, absl::InfiniteFuture());
+}
+
 TEST_F(RunningJobTest, StatusRowsSplitStepTimeAndNameWhoTheOthersWaitedFor) {
   // Rank 1 computes slowly: ranks 0 and 2 wait 0.3 s a step for it.
   const double waits[] = {0.31, 0.01, 0.31};
