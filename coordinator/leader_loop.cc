@@ -68,13 +68,17 @@ absl::Status LeaderLoop::Run() {
       if (stopping()) break;
       return won;
     }
+    // Leading before it serves: the first call the full server answers, and
+    // its first scrape (chorus_leader), find it leading. Set after, a test
+    // under load saw a call answered while leading() was still false.
+    SetLeading(true);
     absl::StatusOr<std::unique_ptr<Serving>> leader = StartOn(options_.start_leader);
     if (!leader.ok()) {
+      SetLeading(false);
       // Another coordinator may manage where this one cannot.
       leadership_.Resign();
       return leader.status();
     }
-    SetLeading(true);
     leadership_.WaitUntilLost();
     const bool stop = stopping();
     if (!stop) LOG(WARNING) << "leadership lost: stopping the coordinator's services at once";

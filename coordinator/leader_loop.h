@@ -77,9 +77,12 @@ class LeaderLoop {
   // stop_grace). Idempotent.
   void Stop();
 
-  // Whether the full coordinator is serving now.
+  // Whether this coordinator leads: true from just before its full server
+  // starts (so that whatever that server answers finds it leading) until
+  // that server has stopped.
   bool leading() const;
-  // How often this coordinator became leader or stopped leading.
+  // How often this coordinator became leader or stopped leading (a full
+  // server that fails to start counts as both).
   int64_t leader_changes() const;
 
  private:
