@@ -1,10 +1,10 @@
 #include "worker/agent/agent.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <iostream>
 #include <iterator>
 #include <tuple>
 #include <utility>
@@ -35,6 +35,23 @@ constexpr int kUnknownExitCode = 255;
 // How many written exits the next hello tells again (Note [Exits told
 // again] in coordinator/scheduler.cc): every slot's last few.
 constexpr size_t kToldExitsKept = 64;
+
+// Echoes one line of a rank's output on this agent's stderr (`chorus up`'s
+// worker.log), prefixed with its job and slot. Each slot's output is
+// forwarded by its own thread and glog writes there too, so the line goes
+// out in one write(2): pieces written one by one interleave with other
+// threads' and can leave a rank's text on a line that names another slot
+// or none, where `grep job-000001` no longer finds it.
+void EchoRankLine(const std::string& job_id, int slot, absl::string_view line) {
+  const std::string text = absl::StrCat("[", job_id, " slot ", slot, "] ", line, "\n");
+  size_t written = 0;
+  while (written < text.size()) {
+    const ssize_t n = ::write(STDERR_FILENO, text.data() + written, text.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // stderr is gone; the coordinator still gets the line
+    written += static_cast<size_t>(n);
+  }
+}
 
 }  // namespace
 
@@ -455,7 +472,7 @@ void Agent::CloseCgroup(Child& child, v1::RankExited& exited) {
     const std::string line =
         absl::StrCat("chorus-worker: the rank was killed: out of memory: the job's limit is ",
                      FormatBinaryBytes(limit), " per rank (resources.memory_bytes)");
-    std::cerr << "[" << child.job_id << " slot " << child.slot << "] " << line << "\n";
+    EchoRankLine(child.job_id, child.slot, line);
     v1::AgentMessage logs;
     logs.mutable_logs()->set_job_id(child.job_id);
     logs.mutable_logs()->set_slot(child.slot);
@@ -862,7 +879,7 @@ void Agent::ForwardOutput(Child& child) {
   };
   auto add_line = [&](const std::string& text) {
     std::string line = BoundReceivedLine(text);
-    std::cerr << "[" << child.job_id << " slot " << child.slot << "] " << line << "\n";
+    EchoRankLine(child.job_id, child.slot, line);
     {
       absl::MutexLock lock(&child.mu);
       child.tail.push_back(line);
@@ -898,7 +915,7 @@ int Agent::AwaitExit(Child& child) {
       // The last line of the exit's report says why its code is unknown.
       const std::string line = BoundReceivedLine(
           absl::StrCat("chorus-worker lost track of this rank: ", exit.status().message()));
-      std::cerr << "[" << child.job_id << " slot " << child.slot << "] " << line << "\n";
+      EchoRankLine(child.job_id, child.slot, line);
       absl::MutexLock lock(&child.mu);
       child.tail.push_back(line);
       BoundTail(child.tail);
