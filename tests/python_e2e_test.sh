@@ -6,7 +6,9 @@
 # reach Chorus; a rank that leaves out an all_reduce its peer entered is
 # named NEVER_JOINED with the collective; a rank frozen with SIGSTOP is DEAD;
 # a Python checkpoint is listed, exported (torch.load reads it back into the
-# script's structure) and resumed bit for bit.
+# script's structure) and resumed bit for bit; a rank whose last heartbeats
+# say it waits inside a collective after the other finished, then exits 0,
+# leaves the job SUCCEEDED with no diagnosis recorded.
 #
 # Usage (from Bazel): python_e2e_test.sh CHORUS COORDINATOR INSTALL_SH NATIVE_SO SCRIPT
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -102,6 +104,22 @@ resumed=$(lines job-000006 "final: rank 0 " | grep -o "params_digest [0-9a-f]*")
 [[ -n "${resumed}" && "${resumed}" == "${full}" ]] \
   && pass "the resumed run ends bit-identical to the uninterrupted one (${resumed})" \
   || fail "resumed '${resumed}' vs uninterrupted '${full}'"
+# --- job-000007: after the 20 steps rank 1 says it finished and rank 0
+# posts an all_reduce rank 1 never joins; both stay up 6 s, rank 0's
+# heartbeats saying it waits inside it past stall_after_seconds (2), then
+# exit 0. Note [Diagnoses during shutdown]: the job is shutting down,
+# nothing is aborted, and it SUCCEEDS.
+spec linger ', "--steps=20", "--linger_rank=0", "--linger_seconds=6"' \
+  'hang_detection { action: ABORT stall_after_seconds: 2 }' > "${TMP}/linger.textproto"
+t0=${SECONDS}
+last=$(up "${TMP}/linger.textproto")
+took=$((SECONDS - t0))
+lingered=$(lines job-000007 "linger: rank 0 waits")
+if [[ "$(field "${last}" state)" == SUCCEEDED && -n "${lingered}" ]] && (( took >= 6 )); then
+  pass "a rank inside a collective for 6 s after the others finished exits 0 and the job SUCCEEDS (${took} s)"
+else
+  fail "linger: '${last}', '${lingered}', ${took} s; $(tail -5 "${STATE}/worker.log")"
+fi
 
 # Listed and exported by a coordinator on the same state.
 start_coordinator -s "${STATE}/state" || fail "no coordinator on ${STATE}/state"
@@ -122,6 +140,15 @@ PY
     && pass "the exported file loads back into the script's structure: ${got}" || fail "export read '${got}'"
 else
   fail "export: $(cat "${TMP}/export.err")"
+fi
+
+# The lingering job's history: no diagnosis was recorded against it.
+events=$(timeout 20 "${CHORUS}" --coordinator "${COORDINATOR_ADDR}" watch job-000007 2>&1)
+if grep -q "SUCCEEDED" <<<"${events}" \
+    && ! grep -qE "STUCK_IN_COLLECTIVE|NEVER_JOINED|MISMATCH|DEAD|STRAGGLER" <<<"${events}"; then
+  pass "no hang diagnosis in the lingering job's events"
+else
+  fail "the lingering job's events: ${events}"
 fi
 
 kill -TERM "${COORDINATOR_PID}"; wait "${COORDINATOR_PID}" 2>/dev/null

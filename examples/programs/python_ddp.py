@@ -14,7 +14,8 @@ Rank 0 ends with a line "final: rank 0 step N loss L params_digest D".
 --backend gloo runs the same training on PyTorch's own Gloo backend (the
 torchrun way: env:// with the MASTER_ADDR/MASTER_PORT Chorus sets), without
 the chorus package, as the peer that the backend is compared with. The
---skip_* and --freeze_* flags make a rank misbehave for the hang tests.
+--skip_*, --freeze_* and --linger_* flags make a rank misbehave for the hang
+tests.
 """
 
 import argparse
@@ -54,6 +55,12 @@ def parse_args():
     p.add_argument("--freeze_rank", type=int, default=-1,
                    help="this rank stops itself (SIGSTOP) at --freeze_at_step")
     p.add_argument("--freeze_at_step", type=int, default=10)
+    p.add_argument("--linger_rank", type=int, default=-1,
+                   help="after the last step the other ranks say they finished while this "
+                        "one posts an all_reduce none of them joins; every rank exits 0 "
+                        "--linger_seconds later (a slow shutdown: this rank's last heartbeats "
+                        "say it waits inside that collective)")
+    p.add_argument("--linger_seconds", type=float, default=6)
     return p.parse_args()
 
 
@@ -159,6 +166,19 @@ def main():
                    f"{args.save_params}.{rank}")
     print(f"final: rank {rank} step {args.steps} loss {loss.item():.6f} "
           f"params_digest {digest(net)}", flush=True)
+    if args.linger_rank >= 0 and args.backend == "chorus":
+        # A slow shutdown: the other ranks have finished (and said so); this
+        # one's heartbeats keep saying it waits in a collective. Every rank
+        # stays up meanwhile, so the collective neither completes nor fails.
+        if rank == args.linger_rank:
+            print(f"linger: rank {rank} waits {args.linger_seconds} s inside an all_reduce "
+                  "no other rank joins", flush=True)
+            dist.all_reduce(loss.detach().clone(), async_op=True)
+        else:
+            chorus.session().enter_phase("FINISHED")
+            chorus.session().flush_progress()
+        time.sleep(args.linger_seconds)
+        os._exit(0)
     dist.destroy_process_group()
     return 0
 
