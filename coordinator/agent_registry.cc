@@ -54,9 +54,11 @@ bool AgentRegistry::SetDraining(const std::string& agent_id) {
   return true;
 }
 
-void AgentRegistry::Heard(const std::string& agent_id, absl::Time at) {
+void AgentRegistry::Heard(const std::string& agent_id, absl::Time at, double cpu_pressure) {
   auto it = agents_.find(agent_id);
-  if (it != agents_.end()) it->second.heard_at = at;
+  if (it == agents_.end()) return;
+  it->second.heard_at = at;
+  it->second.cpu_pressure = cpu_pressure;
 }
 
 std::vector<std::string> AgentRegistry::Ids() const {

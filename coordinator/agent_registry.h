@@ -41,6 +41,9 @@ class AgentRegistry {
     // When its last message came (Note [A silent agent's ranks] in
     // hang_detector.h); its registration's time until then.
     absl::Time heard_at = absl::InfinitePast();
+    // Its node's CPU pressure as its last message said (AgentMessage's
+    // cpu_pressure; Note [A starved node] in hang_detector.h); 0 until then.
+    double cpu_pressure = 0;
   };
 
   // Registers an agent with every slot free; returns its new id.
@@ -54,9 +57,9 @@ class AgentRegistry {
   void SetBusy(const std::string& agent_id, int slot, bool busy);
   // Marks the agent as draining; false if it is unknown.
   bool SetDraining(const std::string& agent_id);
-  // Records that a message from the agent came at `at`; ignored for an
-  // unknown agent.
-  void Heard(const std::string& agent_id, absl::Time at);
+  // Records that a message from the agent came at `at`, saying its node's
+  // CPU pressure was `cpu_pressure`; ignored for an unknown agent.
+  void Heard(const std::string& agent_id, absl::Time at, double cpu_pressure = 0);
   // The id of the agent `name` names: its id, or the host of exactly one
   // agent. NOT_FOUND listing the agents, or INVALID_ARGUMENT when several
   // agents have that host.

@@ -73,7 +73,7 @@ class AgentStream : public grpc::ServerBidiReactor<v1::AgentMessage, v1::Coordin
     } else if (in_.has_logs()) {
       scheduler_.ranks().Logs(agent_id_, in_.logs());
     } else if (in_.has_heartbeats()) {
-      scheduler_.ranks().AgentHeartbeats(agent_id_, in_.heartbeats());
+      scheduler_.ranks().AgentHeartbeats(agent_id_, in_.heartbeats(), in_.cpu_pressure());
     } else if (in_.has_joins()) {
       // Note [Joins through the agent]: each waits as long as a rank's own
       // Join may.
@@ -81,7 +81,7 @@ class AgentStream : public grpc::ServerBidiReactor<v1::AgentMessage, v1::Coordin
                                     absl::Now() + RankServiceImpl::kMaxJoinWait);
     } else if (in_.kind_case() == v1::AgentMessage::kPingTimeUs) {
       // Note [A silent agent's ranks]: its ranks' silence counts again.
-      scheduler_.agents().AgentAlive(agent_id_);
+      scheduler_.agents().AgentAlive(agent_id_, in_.cpu_pressure());
     }
     StartRead(&in_);
   }

@@ -366,6 +366,30 @@ v1::Diagnosis StuckInCollective(const Blocked& b) {
   return d;
 }
 
+// NODE_SLOW: the ranks StuckInCollective would name all run on starved
+// nodes, and the wait is within kStarvedPatience thresholds (Note [A starved
+// node] in hang_detector.h); nullopt otherwise.
+std::optional<v1::Diagnosis> NodeSlow(const std::vector<RankView>& ranks, const Blocked& b) {
+  if (b.waited > b.threshold * kStarvedPatience) return std::nullopt;
+  std::vector<int> all = b.inside;
+  all.insert(all.end(), b.blocked_elsewhere.begin(), b.blocked_elsewhere.end());
+  std::sort(all.begin(), all.end());
+  double least = 1;
+  for (int r : all) least = std::min(least, ViewOf(ranks, r).node_cpu_pressure);
+  if (all.empty() || least < kStarvedPressure) return std::nullopt;
+  v1::Diagnosis d =
+      Make(v1::Diagnosis::NODE_SLOW, all, {}, b.seq, absl::ToDoubleSeconds(b.waited),
+           absl::StrFormat(
+               "every rank has been inside collective #%d %s for %.1f s (threshold %.1f s) while "
+               "their nodes are starved of CPU (runnable tasks waited for a CPU at least %.0f%% of "
+               "the last 10 s): a slow machine, not a hang; no action before %.1f s",
+               b.seq, Describe(b.collective->fingerprint()), absl::ToDoubleSeconds(b.waited),
+               absl::ToDoubleSeconds(b.threshold), least * 100,
+               absl::ToDoubleSeconds(b.threshold * kStarvedPatience)));
+  *d.mutable_fingerprint() = b.collective->fingerprint();
+  return d;
+}
+
 // The diagnoses of ranks blocked in a collective for longer than usual.
 void DiagnoseBlocked(const v1::HangDetectionSpec& spec, const std::vector<RankView>& ranks,
                      absl::Time now, std::vector<v1::Diagnosis>& out) {
@@ -376,7 +400,8 @@ void DiagnoseBlocked(const v1::HangDetectionSpec& spec, const std::vector<RankVi
   } else if (!b.queued.empty()) {
     DiagnoseQueued(ranks, b, now, out);
   } else if (b.blocked_elsewhere.size() + b.inside.size() == b.live) {
-    out.push_back(StuckInCollective(b));
+    std::optional<v1::Diagnosis> slow = NodeSlow(ranks, b);
+    out.push_back(slow.has_value() ? *std::move(slow) : StuckInCollective(b));
   }
 }
 
@@ -509,6 +534,10 @@ std::vector<v1::Diagnosis> DiagnoseHangs(const v1::HangDetectionSpec& spec,
   DiagnoseUnmatched(spec, ranks, now, out);
   DiagnoseStragglers(spec, ranks, out);
   return out;
+}
+
+bool IsWarningOnly(v1::Diagnosis::Kind kind) {
+  return kind == v1::Diagnosis::STRAGGLER || kind == v1::Diagnosis::NODE_SLOW;
 }
 
 void VoidDuringShutdown(std::vector<v1::Diagnosis>& diagnoses) {

@@ -54,6 +54,31 @@ inline constexpr absl::Duration kRankSilentAfter = absl::Milliseconds(2500);
 inline constexpr absl::Duration kAgentMessageInterval = absl::Milliseconds(1500);
 inline constexpr absl::Duration kAgentSilenceForgiven = absl::Seconds(10);
 
+// Note [A starved node]
+// On a machine whose CPUs are oversubscribed (other jobs, a build, a noisy
+// neighbour) every collective takes longer, and one that is rare in a job
+// (the final evaluation's all-reduce, whose usual duration nobody has
+// measured yet) can outlast stall_after_seconds on every rank at once:
+// STUCK_IN_COLLECTIVE, and with action RESTART a re-formation that the same
+// starvation makes slow too. A collective that is truly stuck leaves its
+// ranks idle, waiting on the network; a starved one leaves them runnable,
+// waiting for a CPU. So each node agent sends, with every message, the
+// share of the last ~10 s in which its node's runnable tasks waited for a
+// CPU (common/cpu_pressure.h: PSI's cpu "some", else the load average),
+// and when every rank inside the collective runs on a node at or above
+// kStarvedPressure the diagnosis is NODE_SLOW, a warning on which no action
+// is taken. Starvation only stretches time: past kStarvedPatience times the
+// threshold the same wait is STUCK_IN_COLLECTIVE again, so a hang on a busy
+// machine is still found, later. A rank that stops heartbeating is DEAD
+// whatever its node's load: a starved heartbeat thread still gets a CPU
+// within a second, and dead_after_seconds is not stretched.
+inline constexpr double kStarvedPressure = 0.5;
+inline constexpr int kStarvedPatience = 3;
+
+// Whether a diagnosis is a warning only (STRAGGLER, NODE_SLOW): reported,
+// never acted on.
+bool IsWarningOnly(v1::Diagnosis::Kind kind);
+
 struct RankView {
   int rank = 0;
   bool has_heartbeat = false;
@@ -69,6 +94,9 @@ struct RankView {
   // agent's last message (Note [A silent agent's ranks]); InfiniteFuture
   // when the rank sends them itself.
   absl::Time relay_heard_at = absl::InfiniteFuture();
+  // Its node's CPU pressure as its agent last said (Note [A starved
+  // node]); 0 when unknown.
+  double node_cpu_pressure = 0;
 
   const v1::RankHeartbeat& hb() const { return recorded != nullptr ? *recorded : heartbeat; }
 };

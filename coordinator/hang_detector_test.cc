@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <optional>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -423,6 +425,63 @@ TEST(HangDetectorTest, EveryRankStuckInsideMeansTheTransport) {
   ASSERT_EQ(ds.size(), 1u);
   EXPECT_EQ(ds[0].kind(), v1::Diagnosis::STUCK_IN_COLLECTIVE);
   EXPECT_THAT(ds[0].message(), HasSubstr("every rank has been inside collective #7"));
+}
+
+// Note [A starved node]: every rank inside one collective past the threshold
+// is NODE_SLOW while all their nodes are starved, up to three thresholds;
+// a node that is not starved, or a longer wait, makes it STUCK_IN_COLLECTIVE.
+TEST(HangDetectorTest, EveryRankInsideOnStarvedNodesIsNodeSlowUpToThreeThresholds) {
+  struct Row {
+    double pressure0, pressure1;
+    int waited_seconds;
+    std::optional<v1::Diagnosis::Kind> expected;
+  };
+  const Row rows[] = {
+      {0.8, 0.8, 2, std::nullopt},  // within the threshold (3 s): nothing
+      {0.8, 0.8, 5, v1::Diagnosis::NODE_SLOW},
+      {0.5, 0.5, 5, v1::Diagnosis::NODE_SLOW},  // kStarvedPressure itself is starved
+      {0.8, 0.8, 8, v1::Diagnosis::NODE_SLOW},
+      {0.8, 0.8, 10, v1::Diagnosis::STUCK_IN_COLLECTIVE},  // past 3 x 3 s
+      {0.8, 0.3, 5, v1::Diagnosis::STUCK_IN_COLLECTIVE},   // rank 1's node is not starved
+      {0.0, 0.0, 5, v1::Diagnosis::STUCK_IN_COLLECTIVE},   // unknown (old agents): as before
+  };
+  for (const Row& row : rows) {
+    SCOPED_TRACE(absl::StrCat(row.pressure0, " ", row.pressure1, " ", row.waited_seconds, " s"));
+    auto in =
+        Record(7, "eval/metrics", v1::CollectiveRecord::STARTED, absl::Seconds(row.waited_seconds));
+    std::vector<RankView> ranks = {Rank(0, 7, v1::COLLECTIVE, 3, row.waited_seconds, {in}),
+                                   Rank(1, 7, v1::COLLECTIVE, 3, row.waited_seconds, {in})};
+    ranks[0].node_cpu_pressure = row.pressure0;
+    ranks[1].node_cpu_pressure = row.pressure1;
+    auto ds = DiagnoseHangs(Spec(), ranks, kNow);
+    if (!row.expected.has_value()) {
+      EXPECT_TRUE(ds.empty()) << ::testing::PrintToString(Messages(ds));
+      continue;
+    }
+    ASSERT_EQ(ds.size(), 1u) << ::testing::PrintToString(Messages(ds));
+    EXPECT_EQ(ds[0].kind(), *row.expected) << ds[0].message();
+    EXPECT_THAT(ds[0].ranks(), ElementsAre(0, 1));
+    EXPECT_THAT(ds[0].message(), HasSubstr("every rank has been inside collective #7"));
+    if (*row.expected == v1::Diagnosis::NODE_SLOW) {
+      EXPECT_THAT(ds[0].message(), HasSubstr("starved of CPU"));
+      EXPECT_THAT(ds[0].message(), HasSubstr("no action before 9.0 s"));
+    }
+  }
+  EXPECT_TRUE(IsWarningOnly(v1::Diagnosis::NODE_SLOW));
+  EXPECT_TRUE(IsWarningOnly(v1::Diagnosis::STRAGGLER));
+  EXPECT_FALSE(IsWarningOnly(v1::Diagnosis::STUCK_IN_COLLECTIVE));
+}
+
+TEST(HangDetectorTest, ARankThatStopsOnAStarvedNodeIsStillDead) {
+  RankView dead = Rank(1, 3, v1::FORWARD, 2, 1);
+  dead.heartbeat_at = kNow - absl::Seconds(6);
+  dead.node_cpu_pressure = 0.9;
+  RankView alive = Rank(0, 3, v1::FORWARD, 2, 1);
+  alive.node_cpu_pressure = 0.9;
+  auto ds = DiagnoseHangs(Spec(), {alive, dead}, kNow);
+  ASSERT_EQ(ds.size(), 1u) << ::testing::PrintToString(Messages(ds));
+  EXPECT_EQ(ds[0].kind(), v1::Diagnosis::DEAD);
+  EXPECT_THAT(ds[0].ranks(), ElementsAre(1));
 }
 
 // Found writing //coordinator:heartbeat_fuzzer (its input

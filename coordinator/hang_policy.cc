@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "coordinator/hang_detector.h"
 
 namespace chorus {
 
@@ -50,7 +51,7 @@ std::optional<std::string> HangFailure(v1::HangDetectionSpec::Action action,
   if (action != v1::HangDetectionSpec::ABORT && action != v1::HangDetectionSpec::RESTART)
     return std::nullopt;
   for (const v1::Diagnosis& d : diagnoses) {
-    if (d.kind() == v1::Diagnosis::STRAGGLER) continue;  // a warning only
+    if (IsWarningOnly(d.kind())) continue;
     std::string reason =
         absl::StrCat("hang detection: ", v1::Diagnosis::Kind_Name(d.kind()), " ", d.message());
     if (action == v1::HangDetectionSpec::RESTART) {

@@ -5,7 +5,7 @@
 // that a diagnosis becomes a job event once, when it appears, and another
 // ("cleared: ...") when it goes away. HangFailure says whether the job's
 // hang_detection.action fails the job for them: ABORT fails it with the
-// first diagnosis that is not a STRAGGLER warning; REPORT never does.
+// first diagnosis that is not a warning (STRAGGLER, NODE_SLOW); REPORT never does.
 // RESTART of an elastic job never comes here: the Scheduler evicts a DEAD
 // or NEVER_JOINED rank and re-forms every rank's transport after a MISMATCH
 // or STUCK_IN_COLLECTIVE (Note [Hang restart] in scheduler_elastic.cc).

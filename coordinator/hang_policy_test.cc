@@ -77,10 +77,16 @@ TEST(HangPolicyTest, AbortAndRestartWithoutElasticFailTheJobReportDoesNot) {
             "fails the job as ABORT does)");
 }
 
-TEST(HangPolicyTest, StragglersAloneAreOnlyAWarning) {
+TEST(HangPolicyTest, StragglersAndSlowNodesAloneAreOnlyWarnings) {
   EXPECT_EQ(
       HangFailure(v1::HangDetectionSpec::ABORT, {Diagnosis(v1::Diagnosis::STRAGGLER, {2}, 0)}),
       std::nullopt);
+  EXPECT_EQ(HangFailure(v1::HangDetectionSpec::ABORT,
+                        {Diagnosis(v1::Diagnosis::NODE_SLOW, {0, 1}, 7, "starved of CPU")}),
+            std::nullopt);
+  EXPECT_EQ(HangFailure(v1::HangDetectionSpec::RESTART,
+                        {Diagnosis(v1::Diagnosis::NODE_SLOW, {0, 1}, 7, "starved of CPU")}),
+            std::nullopt);
   EXPECT_EQ(HangFailure(v1::HangDetectionSpec::ABORT, {}), std::nullopt);
 }
 

@@ -261,13 +261,14 @@ std::vector<RankView> RunningJob::HangViews(const AgentRegistry& agents) const {
     v.has_heartbeat = r.heartbeat_at != absl::InfinitePast();
     v.heartbeat_at = r.heartbeat_at;
     v.recorded = &r.last_heartbeat;
-    if (r.heartbeats_via_agent) {
+    if (looked_up == nullptr || *looked_up != r.agent_id) {
+      agent = agents.Find(r.agent_id);
+      looked_up = &r.agent_id;
+    }
+    if (agent != nullptr) {
+      v.node_cpu_pressure = agent->cpu_pressure;  // Note [A starved node]
       // Note [A silent agent's ranks].
-      if (looked_up == nullptr || *looked_up != r.agent_id) {
-        agent = agents.Find(r.agent_id);
-        looked_up = &r.agent_id;
-      }
-      if (agent != nullptr) v.relay_heard_at = agent->heard_at;
+      if (r.heartbeats_via_agent) v.relay_heard_at = agent->heard_at;
     }
     // Note [Agent reconnect grace]: its heartbeats come back with its agent.
     const bool away = r.agent_id.empty() && !v.exited;

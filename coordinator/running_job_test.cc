@@ -291,6 +291,30 @@ TEST_F(RunningJobTest, HangViewsCarryEachRanksOwnAgentsLastMessage) {
   EXPECT_EQ(run_.HangViews(agents_)[1].relay_heard_at, absl::InfiniteFuture());
 }
 
+// Note [A starved node]: every rank's view carries its own agent's last
+// word on its node's CPU pressure, whether its heartbeats come through the
+// agent or not.
+TEST_F(RunningJobTest, HangViewsCarryEachRanksNodeCpuPressure) {
+  run_.ranks[1].agent_id = "agent-2";
+  run_.ranks[2].agent_id = "agent-1";
+  agents_.Heard("agent-1", clock_.Now(), 0.8);
+  agents_.Heard("agent-2", clock_.Now(), 0.1);
+  for (RankState& r : run_.ranks) r.heartbeat_at = clock_.Now();
+  run_.ranks[2].heartbeats_via_agent = true;
+  std::vector<RankView> views = run_.HangViews(agents_);
+  ASSERT_EQ(views.size(), 3u);
+  EXPECT_FLOAT_EQ(views[0].node_cpu_pressure, 0.8);
+  EXPECT_FLOAT_EQ(views[1].node_cpu_pressure, 0.1);
+  EXPECT_FLOAT_EQ(views[2].node_cpu_pressure, 0.8);
+  // The next message says the node is quiet again.
+  agents_.Heard("agent-1", clock_.Now(), 0.0);
+  views = run_.HangViews(agents_);
+  EXPECT_EQ(views[0].node_cpu_pressure, 0.0);
+  EXPECT_EQ(views[1].relay_heard_at, absl::InfiniteFuture());  // its own heartbeats
+  agents_.Remove("agent-2");
+  EXPECT_EQ(run_.HangViews(agents_)[1].node_cpu_pressure, 0.0);
+}
+
 TEST_F(RunningJobTest, StatusRowsSplitStepTimeAndNameWhoTheOthersWaitedFor) {
   // Rank 1 computes slowly: ranks 0 and 2 wait 0.3 s a step for it.
   const double waits[] = {0.31, 0.01, 0.31};

@@ -191,9 +191,9 @@ void Scheduler::RemoveAgent(const std::string& agent_id) {
   out.Flush();
 }
 
-void Scheduler::AgentAlive(const std::string& agent_id) {
+void Scheduler::AgentAlive(const std::string& agent_id, double cpu_pressure) {
   absl::MutexLock lock(&mu_);
-  agents_.Heard(agent_id, clock_->Now());
+  agents_.Heard(agent_id, clock_->Now(), cpu_pressure);
 }
 
 bool Scheduler::RemoveAgentLocked(const std::string& agent_id, Outbox& out,
@@ -257,9 +257,7 @@ void Scheduler::AwaitAgentLocked(const std::string& job_id, RunningJob& run,
   LOG(WARNING) << job_id << ": " << why;
   v1::JobEvent event;
   event.set_message(why);
-  if (absl::Status s = jobs_.AddEvent(job_id, std::move(event)); !s.ok()) {
-    LOG(ERROR) << job_id << ": could not record a lost agent event: " << s;
-  }
+  RecordEvent(job_id, std::move(event));
 }
 
 // Note [An elastic job's lost agent]
@@ -333,9 +331,8 @@ bool Scheduler::PlaceQueuedLocked(Outbox& out) {
       }
       absl::StatusOr<v1::CheckpointManifest> resume = ResumeLocked(*job);
       if (!resume.ok()) {
-        (void)jobs_.Finish(job->job_id(), v1::Job::FAILED,
-                           absl::StrCat("cannot resume from ", job->resume_from(), ": ",
-                                        resume.status().message()));
+        RecordFailure(job->job_id(), absl::StrCat("cannot resume from ", job->resume_from(), ": ",
+                                                  resume.status().message()));
         replan = true;
         break;
       }
@@ -437,7 +434,7 @@ absl::StatusOr<v1::CheckpointManifest> Scheduler::ResumeLocked(const v1::Job& jo
   for (const std::string& warning : skipped) {
     v1::JobEvent event;
     event.set_message(absl::StrCat("warning: ", warning, "; using an older one"));
-    (void)jobs_.AddEvent(job.job_id(), std::move(event));
+    RecordEvent(job.job_id(), std::move(event));
   }
   return found;
 }
@@ -575,7 +572,7 @@ void Scheduler::Tick() {
       if (progress.all_back) {
         v1::JobEvent event;
         event.set_message(progress.back);
-        (void)jobs_.AddEvent(job_id, std::move(event));
+        RecordEvent(job_id, std::move(event));
       } else if (!progress.failure.empty() && run.elastic && !run.wait_cause.after_restart) {
         to_reform.push_back(job_id);  // Note [An elastic job's lost agent]
       } else if (!progress.failure.empty()) {
@@ -622,9 +619,7 @@ std::map<std::string, std::vector<v1::Diagnosis>> Scheduler::TrackDiagnosesLocke
       if (event.has_diagnosis() && metrics_ != nullptr) {
         metrics_->DiagnosisSeen(event.diagnosis().kind());
       }
-      if (absl::Status s = jobs_.AddEvent(job_id, std::move(event)); !s.ok()) {
-        LOG(ERROR) << job_id << ": could not record a diagnosis event: " << s;
-      }
+      RecordEvent(job_id, std::move(event));
     }
     run.diagnoses_now = diagnoses;
     current[job_id] = std::move(diagnoses);
@@ -632,14 +627,27 @@ std::map<std::string, std::vector<v1::Diagnosis>> Scheduler::TrackDiagnosesLocke
   return current;
 }
 
+void Scheduler::RecordEvent(const std::string& job_id, v1::JobEvent event) {
+  std::string text = event.message();
+  if (text.empty() && event.has_diagnosis()) text = event.diagnosis().message();
+  if (absl::Status s = jobs_.AddEvent(job_id, std::move(event)); !s.ok()) {
+    LOG(ERROR) << job_id << ": could not record the event \"" << text << "\": " << s;
+  }
+}
+
+void Scheduler::RecordFailure(const std::string& job_id, const std::string& reason) {
+  if (absl::StatusOr<v1::Job> ended = jobs_.Finish(job_id, v1::Job::FAILED, reason); !ended.ok()) {
+    LOG(ERROR) << job_id << ": could not record it FAILED (" << reason << "): " << ended.status();
+  }
+}
+
 void Scheduler::Recover(const std::vector<v1::Job>& running, absl::Duration grace) {
   absl::MutexLock lock(&mu_);
   const absl::Time until = clock_->Now() + grace;
   for (const v1::Job& job : running) {
     if (job.placements().empty()) {
-      (void)jobs_.Finish(
-          job.job_id(), v1::Job::FAILED,
-          "the coordinator restarted and has no record of where this job's ranks ran");
+      RecordFailure(job.job_id(),
+                    "the coordinator restarted and has no record of where this job's ranks ran");
       continue;
     }
     coordinator::ElasticRecord record;
@@ -670,7 +678,7 @@ void Scheduler::Recover(const std::vector<v1::Job>& running, absl::Duration grac
     event.set_message(absl::StrCat("the coordinator restarted; waiting up to ",
                                    absl::FormatDuration(grace),
                                    " for the job's ranks to come back with their agents"));
-    (void)jobs_.AddEvent(job.job_id(), std::move(event));
+    RecordEvent(job.job_id(), std::move(event));
     running_.insert_or_assign(job.job_id(), std::move(run));
   }
   // `chorus queue` lists plan_'s order, and jobs missing from it in submit

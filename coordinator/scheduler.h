@@ -125,8 +125,9 @@ class SchedulerAgents {
   // them (Note [An elastic job's lost agent] in scheduler.cc).
   void RemoveAgent(const std::string& agent_id);
   // A message that carries nothing else (a ping) came from the agent: it is
-  // alive (Note [A silent agent's ranks] in hang_detector.h).
-  void AgentAlive(const std::string& agent_id);
+  // alive (Note [A silent agent's ranks] in hang_detector.h), its node's CPU
+  // pressure `cpu_pressure` (Note [A starved node]).
+  void AgentAlive(const std::string& agent_id, double cpu_pressure = 0);
   // `chorus drain`: the agent (its id, or a host only one agent has) takes
   // no new ranks; every elastic job with ranks on it re-forms without them
   // at its next step boundary; other jobs keep running there until they end.
@@ -229,7 +230,8 @@ class SchedulerRanks {
   // not run on the agent is ignored: an agent speaks only for its ranks.
   // The per-rank Heartbeat stream stays: ranks started by an older agent,
   // and a rank whose agent does not collect heartbeats, use it unchanged.
-  void AgentHeartbeats(const std::string& agent_id, const v1::RankHeartbeats& batch);
+  void AgentHeartbeats(const std::string& agent_id, const v1::RankHeartbeats& batch,
+                       double cpu_pressure = 0);
   // Who may upload a checkpoint of `job_id` now (CheckUploader): the job's
   // grant, FAILED_PRECONDITION for a job that is not running, a stale
   // generation or a rank that does not upload.
@@ -332,7 +334,7 @@ class Scheduler {
   // lock itself.
   absl::StatusOr<std::string> AddAgent(const v1::AgentHello& hello, Sender send);
   void RemoveAgent(const std::string& agent_id);
-  void AgentAlive(const std::string& agent_id);
+  void AgentAlive(const std::string& agent_id, double cpu_pressure);
   absl::StatusOr<v1::AgentInfo> DrainAgent(const std::string& agent);
   std::vector<v1::AgentInfo> ListAgents() const;
   int free_slots() const;
@@ -342,7 +344,8 @@ class Scheduler {
   void AgentJoins(const std::string& agent_id, const v1::RankJoins& batch, absl::Time deadline);
   absl::Status Report(const v1::ReportRequest& report);
   bool Heartbeat(const v1::RankHeartbeat& heartbeat, v1::Directive* directive);
-  void AgentHeartbeats(const std::string& agent_id, const v1::RankHeartbeats& batch);
+  void AgentHeartbeats(const std::string& agent_id, const v1::RankHeartbeats& batch,
+                       double cpu_pressure);
   absl::StatusOr<UploadGrant> GrantUpload(const std::string& job_id, int64_t generation,
                                           int rank) const;
   void Logs(const std::string& agent_id, const v1::RankLogs& logs);
@@ -609,6 +612,16 @@ class Scheduler {
   v1::CheckpointManifest GenerationResumeLocked(const std::string& job_id, const RunningJob& run)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // Appends `event` to the job's history. A write the state store refused
+  // is logged with the event's text: the scheduler goes on from what it
+  // holds in memory, and a write refused by etcd's fence has already ended
+  // this coordinator's term (EtcdStateStoreOptions::on_fenced).
+  void RecordEvent(const std::string& job_id, v1::JobEvent event);
+  // Ends a job that has no running ranks here (FAILED before it started,
+  // or found without placements after a restart); a refused write is
+  // logged, as RecordEvent's.
+  void RecordFailure(const std::string& job_id, const std::string& reason);
+
   JobManager& jobs_;
   SchedulerAgents agents_view_{*this};
   SchedulerRanks ranks_view_{*this};
@@ -646,8 +659,8 @@ inline absl::StatusOr<std::string> SchedulerAgents::AddAgent(const v1::AgentHell
 inline void SchedulerAgents::RemoveAgent(const std::string& agent_id) {
   scheduler_.RemoveAgent(agent_id);
 }
-inline void SchedulerAgents::AgentAlive(const std::string& agent_id) {
-  scheduler_.AgentAlive(agent_id);
+inline void SchedulerAgents::AgentAlive(const std::string& agent_id, double cpu_pressure) {
+  scheduler_.AgentAlive(agent_id, cpu_pressure);
 }
 inline absl::StatusOr<v1::AgentInfo> SchedulerAgents::DrainAgent(const std::string& agent) {
   return scheduler_.DrainAgent(agent);
@@ -679,8 +692,8 @@ inline bool SchedulerRanks::Heartbeat(const v1::RankHeartbeat& heartbeat,
   return scheduler_.Heartbeat(heartbeat, directive);
 }
 inline void SchedulerRanks::AgentHeartbeats(const std::string& agent_id,
-                                            const v1::RankHeartbeats& batch) {
-  scheduler_.AgentHeartbeats(agent_id, batch);
+                                            const v1::RankHeartbeats& batch, double cpu_pressure) {
+  scheduler_.AgentHeartbeats(agent_id, batch, cpu_pressure);
 }
 inline absl::StatusOr<UploadGrant> SchedulerRanks::GrantUpload(const std::string& job_id,
                                                                int64_t generation, int rank) const {

@@ -292,7 +292,7 @@ void Scheduler::BeginWaitLocked(const std::string& job_id, RunningJob& run,
                                  " waits up to elastic.wait_seconds ",
                                  run.elastic_spec.wait_seconds(), " s for free slots: ", wait.why));
   LOG(INFO) << job_id << ": " << event.message();
-  (void)jobs_.AddEvent(job_id, std::move(event));
+  RecordEvent(job_id, std::move(event));
 }
 
 bool Scheduler::StopAllForRestartLocked(const std::string& job_id, RunningJob& run,
@@ -343,7 +343,7 @@ bool Scheduler::StopAllForRestartLocked(const std::string& job_id, RunningJob& r
       why, ": stopping the ", stopping, " running rank(s) (the program does not re-form in its ",
       "own process); every rank starts again once they have exited"));
   LOG(INFO) << job_id << ": " << event.message();
-  (void)jobs_.AddEvent(job_id, std::move(event));
+  RecordEvent(job_id, std::move(event));
   return false;
 }
 
@@ -376,7 +376,7 @@ void Scheduler::RequestReformLocked(const std::string& job_id, RunningJob& run,
   event.set_message(absl::StrCat("generation ", run.generation() + 1, " will form at the next ",
                                  "step boundary after ", cause));
   LOG(INFO) << job_id << ": " << event.message();
-  (void)jobs_.AddEvent(job_id, std::move(event));
+  RecordEvent(job_id, std::move(event));
 }
 
 void Scheduler::RetryWaitingLocked(Outbox& out) {
@@ -500,7 +500,7 @@ void Scheduler::StageGrowthLocked(const std::string& job_id, RunningJob& run,
                                  ": starting ", absl::StrJoin(where, ", "),
                                  "; the job re-forms at a step boundary once they are up"));
   LOG(INFO) << job_id << ": " << event.message();
-  (void)jobs_.AddEvent(job_id, std::move(event));
+  RecordEvent(job_id, std::move(event));
 }
 
 bool Scheduler::StagedJoinLocked(const v1::JoinRequest& request, JoinDone& done, Outbox& out) {
@@ -707,7 +707,7 @@ absl::StatusOr<v1::AgentInfo> Scheduler::DrainAgent(const std::string& name) {
           event.set_message(absl::StrCat(who, " is draining; the job is not elastic: rank(s) ",
                                          absl::StrJoin(here, ","),
                                          " keep running there until the job ends"));
-          (void)jobs_.AddEvent(job_id, std::move(event));
+          RecordEvent(job_id, std::move(event));
         }
       }
       for (const auto& [job_id, cause] : drained) {
@@ -829,7 +829,7 @@ void Scheduler::EvictRankLocked(const std::string& job_id, RunningJob& run, int 
   out.messages.emplace_back(agent->send, std::move(stop));
   v1::JobEvent event;
   event.set_message(absl::StrCat("evicting rank ", rank, " (", by, "): ", why));
-  (void)jobs_.AddEvent(job_id, std::move(event));
+  RecordEvent(job_id, std::move(event));
 }
 
 // Note [A survivor that does not join]
@@ -922,9 +922,7 @@ void Scheduler::NoteFormedLocked(const std::string& job_id, RunningJob& run) {
       "generation ", run.generation(), " formed with ", run.ranks.size(), " ranks, ",
       absl::SixDigits(seconds),
       failure ? " s after the failure (recovery_seconds)" : " s after the step boundary"));
-  if (absl::Status s = jobs_.AddEvent(job_id, std::move(event)); !s.ok()) {
-    LOG(ERROR) << job_id << ": could not record the formed generation: " << s;
-  }
+  RecordEvent(job_id, std::move(event));
 }
 
 std::vector<ElasticRun> Scheduler::PreemptibleLocked() const {
@@ -991,7 +989,7 @@ void Scheduler::PreemptLocked(Outbox& out) {
                                      PriorityName(run.priority),
                                      ") at its next step boundary to make room for this job"));
       LOG(INFO) << holder_id << ": " << event.message();
-      (void)jobs_.AddEvent(holder_id, std::move(event));
+      RecordEvent(holder_id, std::move(event));
     }
   }
 }

@@ -264,13 +264,14 @@ bool Scheduler::Heartbeat(const v1::RankHeartbeat& heartbeat, v1::Directive* dir
   return HeartbeatLocked(heartbeat, directive);
 }
 
-void Scheduler::AgentHeartbeats(const std::string& agent_id, const v1::RankHeartbeats& batch) {
+void Scheduler::AgentHeartbeats(const std::string& agent_id, const v1::RankHeartbeats& batch,
+                                double cpu_pressure) {
   Outbox out(agent_joins_);
   {
     absl::MutexLock lock(&mu_);
     const AgentRegistry::Agent* agent = agents_.Find(agent_id);
     if (agent == nullptr) return;
-    agents_.Heard(agent_id, clock_->Now());
+    agents_.Heard(agent_id, clock_->Now(), cpu_pressure);
     v1::CoordinatorMessage answer;
     v1::Directive directive;
     for (const v1::RankHeartbeat& heartbeat : batch.heartbeats()) {

@@ -94,7 +94,7 @@ void Scheduler::StartRequeueLocked(const std::string& job_id, RunningJob& run,
   to_holder.set_message(absl::StrCat("preempting ", job_id, " (priority ",
                                      PriorityName(run.priority),
                                      "): it goes back to the queue to make room for this job"));
-  (void)jobs_.AddEvent(holder_id, std::move(to_holder));
+  RecordEvent(holder_id, std::move(to_holder));
   if (run.program) {  // resources.preemptible without checkpoints
     RequeueLocked(job_id, 0,
                   absl::StrCat(cause, "; starts again from scratch (resources.preemptible)"), out);
@@ -111,7 +111,7 @@ void Scheduler::StartRequeueLocked(const std::string& job_id, RunningJob& run,
   event.set_message(absl::StrCat(cause, ": checkpointing at the next step boundary (step ",
                                  requeue.target_step, " or later), then back to the queue"));
   LOG(INFO) << job_id << ": " << event.message();
-  (void)jobs_.AddEvent(job_id, std::move(event));
+  RecordEvent(job_id, std::move(event));
 }
 
 bool Scheduler::RequeueDueLocked(absl::Time now, Outbox& out) {
@@ -139,7 +139,7 @@ bool Scheduler::RequeueDueLocked(absl::Time now, Outbox& out) {
           step > 0 ? absl::StrCat("resumes from step ", step) : std::string("starts from scratch"),
           ", losing ", std::max<int64_t>(0, requeue.reported_step - step), " step(s)"));
       LOG(WARNING) << job_id << ": " << event.message();
-      (void)jobs_.AddEvent(job_id, std::move(event));
+      RecordEvent(job_id, std::move(event));
     }
     RequeueLocked(job_id, step,
                   absl::StrCat(requeue.cause, "; ",

@@ -56,6 +56,10 @@ absl::Status EtcdCoordinatorState::CheckCheckpointDirectory() {
 absl::StatusOr<std::unique_ptr<StateStore>> EtcdCoordinatorState::OpenState() {
   EtcdStateStoreOptions store;
   store.still_leading = [leadership = leadership_.get()] { return leadership->IsLeader(); };
+  // A refused write ends the term at once: the leader loop then stops
+  // serving instead of answering as leader until the next renewal.
+  store.on_fenced = [leadership = leadership_.get(), fence = leadership_->fence()](
+                        const std::string& why) { leadership->Deposed(fence, why); };
   ASSIGN_OR_RETURN(std::unique_ptr<EtcdStateStore> state,
                    EtcdStateStore::Open(*client_, options_.url.prefix, leadership_->fence(),
                                         std::move(store)));

@@ -25,13 +25,14 @@ std::string TempDir(const std::string& name) {
   return absl::StrCat(testing::TempDir(), "/", name);
 }
 
-std::unique_ptr<EtcdCoordinatorState> Coordinator(const EtcdTestCluster& etcd,
-                                                  const std::string& id,
-                                                  const std::string& checkpoint_dir) {
+std::unique_ptr<EtcdCoordinatorState> Coordinator(
+    const EtcdTestCluster& etcd, const std::string& id, const std::string& checkpoint_dir,
+    absl::Duration lease_ttl = EtcdCoordinatorStateOptions().lease_ttl) {
   EtcdCoordinatorStateOptions options;
   options.url = *ParseStateUrl(absl::StrCat("etcd://", etcd.endpoints(), "/chorus"));
   options.self.id = id;
   options.checkpoint_dir = checkpoint_dir;
+  options.lease_ttl = lease_ttl;
   absl::StatusOr<std::unique_ptr<EtcdCoordinatorState>> state =
       EtcdCoordinatorState::Connect(options);
   EXPECT_TRUE(state.ok()) << state.status();
@@ -204,6 +205,52 @@ TEST(EtcdCoordinatorStateTest, ANewLeaderServesTheJobsAndTheOldOnesWritesAreFenc
     server->Shutdown(absl::Seconds(1));
     server->Wait();
   }
+}
+
+// A leader whose key was replaced behind its back (its lease still alive,
+// so only the next renewal's read of the key would tell, up to a third of
+// the lease later) learns it from the first write etcd refuses: the term
+// ends then, and the coordinator steps down instead of serving as leader.
+TEST(EtcdCoordinatorStateTest, AWriteRefusedByTheFenceEndsTheTermAtOnce) {
+  auto etcd = EtcdTestCluster::Start(1);
+  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  const std::string shared = TempDir("fenced_checkpoints");
+  // Renewals every 20 s: none falls inside this test's few seconds.
+  auto a = Coordinator(**etcd, "a", shared, absl::Seconds(60));
+  ASSERT_NE(a, nullptr);
+  ASSERT_TRUE(a->leadership().Campaign().ok());
+  auto server_a = StartServer(*a, "fenced_server_a", shared);
+  ASSERT_NE(server_a, nullptr);
+  v1::SubmitJobResponse submitted;
+  ASSERT_TRUE(Submit(*server_a, &submitted).ok());
+
+  // Another coordinator's key in place of a's: deleted and written again,
+  // so its create_revision is no longer a's fence.
+  const std::string key = a->leadership().key();
+  etcdserverpb::TxnRequest replace;
+  replace.add_success()->mutable_request_delete_range()->set_key(key);
+  ASSERT_TRUE(a->client().Txn(replace).ok());
+  etcdserverpb::TxnRequest put;
+  put.add_success()->mutable_request_put()->set_key(key);
+  put.mutable_success(0)->mutable_request_put()->set_value("another coordinator");
+  ASSERT_TRUE(a->client().Txn(put).ok());
+  ASSERT_TRUE(a->leadership().IsLeader()) << "a renewal noticed first; the test proves nothing";
+
+  const absl::Time refused_at = absl::Now();
+  const grpc::Status stale = Submit(*server_a, &submitted);
+  EXPECT_EQ(stale.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << stale.error_message();
+  EXPECT_TRUE(absl::StrContains(stale.error_message(), "no longer leads (fenced by etcd)"))
+      << stale.error_message();
+  EXPECT_FALSE(a->leadership().IsLeader()) << "the refused write did not end the term";
+  a->leadership().WaitUntilLost();  // what the leader loop waits on before it stops serving
+  EXPECT_LT(absl::Now() - refused_at, absl::Seconds(5));
+
+  // A later write is refused before etcd is asked (IsLeader is false).
+  const grpc::Status again = Submit(*server_a, &submitted);
+  EXPECT_EQ(again.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << again.error_message();
+  EXPECT_TRUE(absl::StrContains(again.error_message(), "no longer leads")) << again.error_message();
+  server_a->Shutdown(absl::Seconds(1));
+  server_a->Wait();
 }
 
 }  // namespace

@@ -296,6 +296,12 @@ void EtcdLeadership::MarkLost(absl::string_view why) {
   keep_alive_exit_ = true;
 }
 
+void EtcdLeadership::Deposed(const LeaderFence& fence, absl::string_view why) {
+  absl::MutexLock lock(&mu_);
+  if (fence.key != fence_.key || fence.create_revision != fence_.create_revision) return;
+  MarkLost(absl::StrCat("a write was refused by etcd's fence: ", why));
+}
+
 void EtcdLeadership::KeepAlive() {
   absl::Duration wait;
   {

@@ -21,6 +21,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/backoff.h"
@@ -83,6 +84,13 @@ class EtcdLeadership : public Leadership {
   // 0 before it first won). Stays set after the leadership is lost, so that
   // a deposed leader's writes are refused by etcd rather than skipped.
   LeaderFence fence() const;
+  // etcd refused a write fenced on `fence` (Note [Fenced writes] in
+  // etcd_state_store.cc): the leader key is gone or another coordinator's.
+  // If this coordinator still leads under that fence it stops now
+  // (IsLeader false, WaitUntilLost returns), not at its next renewal up to
+  // a third of the lease later; a refusal under an earlier term's fence
+  // changes nothing. Never blocks on etcd.
+  void Deposed(const LeaderFence& fence, absl::string_view why) ABSL_LOCKS_EXCLUDED(mu_);
   const std::string& key() const { return key_; }
 
  private:

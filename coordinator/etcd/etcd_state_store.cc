@@ -130,9 +130,13 @@ absl::Status EtcdStateStore::Write(const std::string& what,
     now = absl::StrCat("the leader key was re-created at revision ",
                        result->responses(0).response_range().kvs(0).create_revision());
   }
-  return absl::FailedPreconditionError(absl::StrCat(
-      "this coordinator no longer leads (fenced by etcd): ", what, " refused; it won ",
-      fence_.key, " at revision ", fence_.create_revision, ", ", now, " (", etcd_.name(), ")"));
+  const std::string refused = absl::StrCat(
+      "this coordinator no longer leads (fenced by etcd): ", what, " refused; it won ", fence_.key,
+      " at revision ", fence_.create_revision, ", ", now, " (", etcd_.name(), ")");
+  // Whoever wrote cannot be trusted to pass the status on (an event's
+  // write is best effort), so the leadership hears of it here.
+  if (options_.on_fenced) options_.on_fenced(refused);
+  return absl::FailedPreconditionError(refused);
 }
 
 absl::Status EtcdStateStore::ForEachKey(

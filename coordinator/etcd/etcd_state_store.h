@@ -55,6 +55,13 @@ struct EtcdStateStoreOptions {
   // could still let it through (Note [Fenced writes] in the .cc). Null: the
   // fence alone.
   std::function<bool()> still_leading;
+  // Called with the refusal's message when etcd refused a write because
+  // the leader key is no longer the one this store is fenced on: the
+  // coordinator was deposed without noticing yet, and steps down
+  // (EtcdLeadership::Deposed). Runs on the writing thread, perhaps under
+  // its caller's locks, so it must not block. Null: the write's
+  // FAILED_PRECONDITION alone.
+  std::function<void(const std::string& why)> on_fenced;
 };
 
 class EtcdStateStore : public StateStore {

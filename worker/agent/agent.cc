@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "common/backoff.h"
 #include "common/cpu_binding.h"
+#include "common/cpu_pressure.h"
 #include "common/grpc_util.h"
 #include "common/join_answers.h"
 #include "common/memory_estimate.h"
@@ -614,6 +615,9 @@ void Agent::ForwardHeartbeats() {
     if (message.heartbeats().heartbeats_size() == 0) {
       message.set_ping_time_us(absl::ToUnixMicros(clock_.Now()));
     }
+    // Note [A starved node] in coordinator/hang_detector.h.
+    message.set_cpu_pressure(
+        static_cast<float>(options_.cpu_pressure ? options_.cpu_pressure() : NodeCpuPressure()));
     Send(message);
     mu_.Lock();
   }

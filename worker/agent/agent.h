@@ -86,6 +86,10 @@ struct AgentOptions {
   absl::Duration channel_poll = absl::Milliseconds(50);
   // Times heartbeat_interval; null: the real clock.
   Clock* clock = nullptr;
+  // This node's CPU pressure, sent with every heartbeats message and ping
+  // (Note [A starved node] in coordinator/hang_detector.h); null:
+  // NodeCpuPressure() (common/cpu_pressure.h).
+  std::function<double()> cpu_pressure;
   // Starts the rank processes; null: PosixRankLauncher.
   std::shared_ptr<RankLauncher> launcher;
   // Which account a rank runs as when its launch names none (Note [Rank

@@ -421,6 +421,18 @@ class FakeCoordinator final : public v1::AgentService::Service {
     });
   }
 
+  // The cpu_pressure of every ping received so far.
+  std::vector<float> PingPressures() {
+    absl::MutexLock lock(&mu_);
+    std::vector<float> pressures;
+    for (const Received& r : received_) {
+      if (r.message.kind_case() == v1::AgentMessage::kPingTimeUs) {
+        pressures.push_back(r.message.cpu_pressure());
+      }
+    }
+    return pressures;
+  }
+
   // Every RankJoins message received so far.
   std::vector<v1::RankJoins> JoinMessages() {
     absl::MutexLock lock(&mu_);
@@ -1259,8 +1271,10 @@ TEST_F(AgentHeartbeatsTest, ForwardsItsRanksNewestHeartbeatsInOneMessageAndLeave
 // Note [A silent agent's ranks] in coordinator/hang_detector.h: an interval
 // in which no rank sent a heartbeat (an idle agent, or one whose only rank is
 // stopped) still sends a message, a ping, so that the coordinator knows the
-// agent and its link are alive.
+// agent and its link are alive. Each carries the node's CPU pressure (Note
+// [A starved node]).
 TEST_F(AgentHeartbeatsTest, AnIntervalWithoutHeartbeatsSendsAPing) {
+  options_.cpu_pressure = [] { return 0.625; };
   Connect();
   const size_t before = coordinator_.Pings();
   const absl::Time deadline = absl::Now() + kPatience;
@@ -1270,6 +1284,9 @@ TEST_F(AgentHeartbeatsTest, AnIntervalWithoutHeartbeatsSendsAPing) {
   }
   EXPECT_GE(coordinator_.Pings(), before + 3);
   EXPECT_TRUE(coordinator_.HeartbeatMessages().empty());
+  const std::vector<float> pressures = coordinator_.PingPressures();
+  ASSERT_FALSE(pressures.empty());
+  EXPECT_EQ(pressures.back(), 0.625f);
 }
 
 // Note [Urgent heartbeats]: a rank's first heartbeat saying its program
