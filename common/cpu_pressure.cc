@@ -1,27 +1,15 @@
 #include "common/cpu_pressure.h"
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/cpu_binding.h"
+#include "common/paths.h"
 
 namespace chorus {
-namespace {
-
-std::optional<std::string> ReadSmallFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-}  // namespace
 
 std::optional<double> ParsePsiCpuSome(absl::string_view text) {
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
