@@ -5,7 +5,7 @@
 # target found a crash (or did not build). A crash's input is kept and the
 # line says how to reproduce it and how to make it a regression input.
 #
-# Usage: fuzz/run_fuzzers.sh [--seconds S] [--seed N] [--jobs J] [--keep DIR] [TARGET...]
+# Usage: fuzz/run_fuzzers.sh [--seconds S] [--seed N] [--jobs J] [--keep DIR] [--build-only] [TARGET...]
 #   --seconds S  fuzzing time per target (default 30)
 #   --seed N     libFuzzer's random seed (default: a new one each run). CI
 #                passes a fixed seed, so a CI run repeats what a longer run
@@ -14,6 +14,8 @@
 #   --jobs J     targets fuzzed at once (default: the number of CPUs)
 #   --keep DIR   where crash inputs and each target's new corpus go
 #                (default: a temporary directory, removed unless a target failed)
+#   --build-only build the targets and stop (.ci/run builds them ahead so);
+#                exits non-zero if the build failed
 #   TARGET       labels (default: every target tagged fuzz_target, less those
 #                tagged fuzz_manual)
 # Environment: CHORUS_FUZZ_OUTPUT_BASE (default
@@ -29,6 +31,7 @@ seconds=30
 seed=0
 jobs=$(nproc 2>/dev/null || echo 1)
 keep=""
+build_only=0
 targets=()
 while (($# > 0)); do
   case $1 in
@@ -36,7 +39,8 @@ while (($# > 0)); do
     --seed) seed=$2; shift 2 ;;
     --keep) keep=$2; shift 2 ;;
     --jobs) jobs=$2; shift 2 ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    --build-only) build_only=1; shift ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) targets+=("$1"); shift ;;
   esac
 done
@@ -84,6 +88,11 @@ if ! fuzz_bazel build --config=fuzz --symlink_prefix=/ "${targets[@]}"; then
 fi
 bin_dir=$(fuzz_bazel info --config=fuzz bazel-bin 2>/dev/null)
 echo "=== built in $(($(date +%s) - build_start)) s"
+if ((build_only)); then
+  fuzz_bazel shutdown >/dev/null 2>&1 || true
+  rm -rf "${work}"
+  exit 0
+fi
 
 # Fuzzes one target (a label) for the time given and writes its verdict
 # line(s) to ${work}/<name>.result, its first line PASS or FAIL.
