@@ -80,6 +80,39 @@ absl::Status JobManager::NotFound(const std::string& job_id) const {
       absl::StrCat("no job \"", job_id, "\"; `chorus jobs` lists the jobs this coordinator knows"));
 }
 
+// One job's writer lock (Note [Durable writes outside the lock]), taken
+// without mu_ held.
+class JobManager::WriterLock {
+ public:
+  WriterLock(JobManager& manager, const std::string& job_id) : manager_(manager), job_id_(job_id) {
+    {
+      absl::MutexLock lock(&manager_.mu_);
+      writer_ = &manager_.writers_[job_id_];
+      ++writer_->users;
+    }
+    writer_->mu.Lock();
+  }
+  ~WriterLock() {
+    writer_->mu.Unlock();
+    absl::MutexLock lock(&manager_.mu_);
+    if (--writer_->users == 0) manager_.writers_.erase(job_id_);
+  }
+  WriterLock(const WriterLock&) = delete;
+  WriterLock& operator=(const WriterLock&) = delete;
+
+ private:
+  JobManager& manager_;
+  const std::string job_id_;
+  Writer* writer_ = nullptr;
+};
+
+void JobManager::KeepWrittenLocked(v1::Job& job, int64_t last_event_seq) {
+  if (auto it = jobs_.find(job.job_id()); it != jobs_.end() && it->second.live_metrics()) {
+    *job.mutable_latest_metrics() = *it->second.live_metrics();
+  }
+  KeepLocked(job, last_event_seq);
+}
+
 void JobManager::KeepLocked(v1::Job job, int64_t last_event_seq) {
   const std::string id = job.job_id();
   const v1::Job::State state = job.state();
@@ -142,13 +175,17 @@ absl::StatusOr<int64_t> JobManager::Record(const v1::Job& job, int64_t last_even
 
 absl::Status JobManager::AddEvent(const std::string& job_id, v1::JobEvent event) {
   {
-    absl::MutexLock lock(&mu_);
-    RETURN_IF_ERROR(CheckExistsLocked(job_id));
-    ASSIGN_OR_RETURN(const int64_t last_seq, LastEventSeqLocked(job_id));
-    event.set_job_id(job_id);
-    event.set_seq(last_seq + 1);
-    event.set_time_us(absl::ToUnixMicros(clock_->Now()));
+    WriterLock writer(*this, job_id);
+    {
+      absl::MutexLock lock(&mu_);
+      RETURN_IF_ERROR(CheckExistsLocked(job_id));
+      ASSIGN_OR_RETURN(const int64_t last_seq, LastEventSeqLocked(job_id));
+      event.set_job_id(job_id);
+      event.set_seq(last_seq + 1);
+      event.set_time_us(absl::ToUnixMicros(clock_->Now()));
+    }
     RETURN_IF_ERROR(state_.AppendEvent(event));
+    absl::MutexLock lock(&mu_);
     if (auto it = jobs_.find(job_id); it != jobs_.end()) it->second.last_event_seq = event.seq();
   }
   Publish(job_id);
@@ -193,7 +230,23 @@ absl::StatusOr<v1::Job> JobManager::Submit(v1::JobSpec spec, const std::string& 
   } else {
     spec.mutable_checkpoint()->clear_shared_dir_namespace();
   }
+  // Jobs are numbered in the order their submissions are written.
+  absl::MutexLock submitting(&submit_mu_);
+  v1::Job job;
+  {
+    absl::MutexLock lock(&mu_);
+    RETURN_IF_ERROR(NewJobLocked(std::move(spec), resume_from, owner, job));
+  }
+  // Nothing is acknowledged before it is on disk.
+  ASSIGN_OR_RETURN(const int64_t seq, Record(job, 0, "submitted"));
   absl::MutexLock lock(&mu_);
+  ++next_number_;
+  KeepLocked(job, seq);
+  return job;
+}
+
+absl::Status JobManager::NewJobLocked(v1::JobSpec spec, const std::string& resume_from,
+                                      const std::string& owner, v1::Job& job) {
   if (!resume_from.empty()) {
     std::vector<std::string> parts = absl::StrSplit(resume_from, absl::MaxSplits(':', 1));
     int64_t step = 0;
@@ -216,18 +269,13 @@ absl::StatusOr<v1::Job> JobManager::Submit(v1::JobSpec spec, const std::string& 
         " (coordinator flag --max_pending_jobs). Submit again once some have started or "
         "ended, or cancel the ones you no longer need (`chorus jobs`, `chorus cancel JOB`)"));
   }
-  v1::Job job;
   job.set_job_id(absl::StrFormat("job-%06d", next_number_));
   *job.mutable_spec() = std::move(spec);
   job.set_state(v1::Job::PENDING);
   job.set_submit_time_us(absl::ToUnixMicros(clock_->Now()));
   job.set_resume_from(resume_from);
   job.set_owner(owner);
-  // Nothing is acknowledged before it is on disk.
-  ASSIGN_OR_RETURN(const int64_t seq, Record(job, 0, "submitted"));
-  ++next_number_;
-  KeepLocked(job, seq);
-  return job;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<v1::Job> JobManager::Get(const std::string& job_id) const {
@@ -330,21 +378,27 @@ absl::StatusOr<v1::Job> JobManager::Transition(const std::string& job_id,
                                                const std::function<std::string(v1::Job&)>& change) {
   v1::Job job;
   {
-    absl::MutexLock lock(&mu_);
-    auto it = jobs_.find(job_id);
-    if (it == jobs_.end() || IsTerminal(it->second.state())) {
-      ASSIGN_OR_RETURN(const v1::Job ended, LoadLocked(job_id));
-      return absl::FailedPreconditionError(absl::StrCat(
-          "job ", job_id, " already ended: ", v1::Job::State_Name(ended.state()),
-          ended.reason().empty() ? "" : absl::StrCat(" (", ended.reason(), ")")));
+    WriterLock writer(*this, job_id);
+    std::string reason;
+    int64_t last_seq = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = jobs_.find(job_id);
+      if (it == jobs_.end() || IsTerminal(it->second.state())) {
+        ASSIGN_OR_RETURN(const v1::Job ended, LoadLocked(job_id));
+        return absl::FailedPreconditionError(
+            absl::StrCat("job ", job_id, " already ended: ", v1::Job::State_Name(ended.state()),
+                         ended.reason().empty() ? "" : absl::StrCat(" (", ended.reason(), ")")));
+      }
+      job = it->second.Get();
+      // Reasons may quote a user's job (Note [Bounded job output]).
+      reason = BoundReason(change(job));
+      job.set_reason(BoundReason(job.reason()));
+      ASSIGN_OR_RETURN(last_seq, LastEventSeqLocked(job_id));
     }
-    job = it->second.Get();
-    // Reasons may quote a user's job (Note [Bounded job output]).
-    const std::string reason = BoundReason(change(job));
-    job.set_reason(BoundReason(job.reason()));
-    ASSIGN_OR_RETURN(const int64_t last_seq, LastEventSeqLocked(job_id));
     ASSIGN_OR_RETURN(const int64_t seq, Record(job, last_seq, reason));
-    KeepLocked(job, seq);
+    absl::MutexLock lock(&mu_);
+    KeepWrittenLocked(job, seq);
   }
   Publish(job_id);
   return job;
@@ -407,12 +461,20 @@ absl::StatusOr<v1::Job> JobManager::MarkReformed(const std::string& job_id, int6
 
 absl::Status JobManager::SavePlacements(const std::string& job_id,
                                         const std::vector<v1::RankPlacement>& placements) {
-  absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(v1::Job job, LoadLocked(job_id));
+  WriterLock writer(*this, job_id);
+  v1::Job job;
+  {
+    absl::MutexLock lock(&mu_);
+    ASSIGN_OR_RETURN(job, LoadLocked(job_id));
+  }
   job.clear_placements();
   for (const v1::RankPlacement& p : placements) *job.add_placements() = p;
   RETURN_IF_ERROR(state_.SaveJob(job));
-  if (auto it = jobs_.find(job_id); it != jobs_.end()) it->second.Set(std::move(job));
+  absl::MutexLock lock(&mu_);
+  if (auto it = jobs_.find(job_id); it != jobs_.end()) {
+    int64_t seq = it->second.last_event_seq;
+    KeepWrittenLocked(job, seq);
+  }
   return absl::OkStatus();
 }
 
@@ -459,13 +521,31 @@ int JobManager::FailRunning(const std::string& reason) {
 
 absl::Status JobManager::UpdateMetrics(const std::string& job_id, const v1::Metrics& metrics,
                                        bool persist) {
-  absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(v1::Job job, LoadLocked(job_id));
+  if (!persist) {
+    // In memory only: no writer lock (Note [Durable writes outside the lock]).
+    absl::MutexLock lock(&mu_);
+    if (auto it = jobs_.find(job_id); it != jobs_.end()) {
+      v1::Job job = it->second.Get();
+      *job.mutable_latest_metrics() = metrics;
+      it->second.Set(std::move(job));
+      return absl::OkStatus();
+    }
+  }
+  // Persisted, or of a job only the database holds, which keeps its metrics there.
+  WriterLock writer(*this, job_id);
+  v1::Job job;
+  {
+    absl::MutexLock lock(&mu_);
+    ASSIGN_OR_RETURN(job, LoadLocked(job_id));
+  }
   *job.mutable_latest_metrics() = metrics;
-  auto it = jobs_.find(job_id);
-  // A job only the database holds keeps its metrics there.
-  if (persist || it == jobs_.end()) RETURN_IF_ERROR(state_.SaveJob(job));
-  if (it != jobs_.end()) it->second.Set(std::move(job));
+  RETURN_IF_ERROR(state_.SaveJob(job));
+  absl::MutexLock lock(&mu_);
+  if (auto it = jobs_.find(job_id); it != jobs_.end()) {
+    v1::Job kept = it->second.Get();
+    *kept.mutable_latest_metrics() = metrics;
+    it->second.Set(std::move(kept));
+  }
   return absl::OkStatus();
 }
 

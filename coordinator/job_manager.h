@@ -4,7 +4,9 @@
 // Placement onto node agents and rendezvous attach here as they are built;
 // until then a submitted job stays PENDING until it is cancelled.
 //
-// Thread-safety: all methods may be called concurrently.
+// Thread-safety: all methods may be called concurrently. No method holds
+// the manager's lock across a durable write (Note [Durable writes outside
+// the lock]): one job's slow write holds up neither reads nor other jobs.
 //
 // Example:
 //   ASSIGN_OR_RETURN(auto jobs, JobManager::Create(*state, clock));
@@ -152,6 +154,10 @@ class JobManager {
     void Set(v1::Job job);
     v1::Job Get() const;
     v1::Job::State state() const { return state_; }
+    // The metrics of a job that has not ended, if it has any; else null.
+    const v1::Metrics* live_metrics() const {
+      return live_ != nullptr && live_->has_latest_metrics() ? &live_->latest_metrics() : nullptr;
+    }
     int64_t last_event_seq = 0;  // kUnknownSeq: not read from the database yet
 
    private:
@@ -160,6 +166,10 @@ class JobManager {
     std::string packed_;             // once it has
   };
   static constexpr int64_t kUnknownSeq = -1;
+  // Submit's checks and the new job (numbered next_number_), not yet stored.
+  absl::Status NewJobLocked(v1::JobSpec spec, const std::string& resume_from,
+                            const std::string& owner, v1::Job& job)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The job in memory, or else in the database; NOT_FOUND if neither has it.
   absl::StatusOr<v1::Job> LoadLocked(const std::string& job_id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -180,7 +190,10 @@ class JobManager {
                                      const std::function<std::string(v1::Job&)>& change);
   // Persists a state change of `job` and its event; returns the event's seq.
   absl::StatusOr<int64_t> Record(const v1::Job& job, int64_t last_event_seq,
-                                 const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                                 const std::string& reason) ABSL_LOCKS_EXCLUDED(mu_);
+  // Keeps `job`, just written, in memory with the metrics memory holds now
+  // (newer than the copy's if UpdateMetrics ran during the write).
+  void KeepWrittenLocked(v1::Job& job, int64_t last_event_seq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status NotFound(const std::string& job_id) const;
   // Wakes the subscribers of `job_id`; call without mu_ held.
   void Publish(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
@@ -201,7 +214,27 @@ class JobManager {
   // greatest id that left) is therefore in memory, which is what List relies
   // on; below it, the database is the index and a job still in memory (one that
   // has not ended) is taken from memory, whose metrics are newer.
+  //
+  // Note [Durable writes outside the lock]
+  // A durable write is an fsync'd SQLite commit or an etcd transaction: on a
+  // slow disk or a slow etcd it takes seconds. Every heartbeat, status call and
+  // placement round reads jobs here, so mu_ guards memory only and is never
+  // held across a write: a change reads the job under mu_, writes without it,
+  // then publishes the written job under mu_ again. Readers meanwhile see the
+  // job as it was, so nothing is shown before it is durable. One job's changes
+  // stay in order, each holding that job's writer lock (WriterLock) from its
+  // read to its publication; submissions hold submit_mu_, which numbers jobs
+  // in order. Metrics that are not persisted (UpdateMetrics without
+  // `persist`) take no writer lock, so that a heartbeat never waits for a
+  // write, and a change publishes the metrics memory holds when it ends.
+  class WriterLock;
+  struct Writer {
+    absl::Mutex mu;
+    int users = 0;  // holding or waiting for `mu`; the entry goes at 0
+  };
+  absl::Mutex submit_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable absl::Mutex mu_;
+  std::map<std::string, Writer> writers_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, StoredJob> jobs_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> ended_in_memory_ ABSL_GUARDED_BY(mu_);
   std::string evicted_max_ ABSL_GUARDED_BY(mu_);  // empty while none left

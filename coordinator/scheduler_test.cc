@@ -14,6 +14,7 @@
 #include "common/job_spec.h"
 #include "common/join_answers.h"
 #include "coordinator/scheduling_policy.h"
+#include "coordinator/slow_state_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -267,6 +268,88 @@ TEST_F(SchedulerTest, ARecordedReportDoesNotHoldTheScheduler) {
   ASSERT_GE(events->size(), 2u);
   EXPECT_EQ(events->back().state(), v1::Job::SUCCEEDED);
   EXPECT_EQ((*events)[events->size() - 2].metrics().step(), 9);
+}
+
+// Note [Durable writes outside the lock] in job_manager.h: on a state
+// store whose writes of one job take seconds (a slow disk, a slow etcd),
+// while a report of that job is being written, heartbeats, joins, status
+// and submissions of every job are served.
+class SchedulerOnASlowStoreTest : public SchedulerTest {
+ protected:
+  void SetUp() override {
+    const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/slow_" +
+                            ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    auto slow = std::make_unique<SlowStateStore>(*StateStore::Open(dir), absl::Seconds(3));
+    slow_ = slow.get();
+    state_ = std::move(slow);
+    jobs_ = *JobManager::Create(*state_, &clock_);
+    scheduler_ = std::make_unique<Scheduler>(*jobs_, &clock_, options_);
+  }
+  // Whether the slow write was still going on when `call` returned.
+  template <typename Call>
+  bool Meanwhile(Call call) {
+    call();
+    return slow_->slow_writes_done() == 0;
+  }
+  SlowStateStore* slow_ = nullptr;
+};
+
+TEST_F(SchedulerOnASlowStoreTest, AReportBeingWrittenHoldsUpNoHeartbeatJoinOrStatus) {
+  FakeAgent a, b;
+  Add(a, 1, "node-a");
+  Add(b, 2, "node-b");
+  const std::string slow = Submit(1, 1);
+  const std::string other = Submit(2, 2);
+  ASSERT_EQ(State(slow), v1::Job::RUNNING);
+  ASSERT_EQ(State(other), v1::Job::RUNNING);
+  slow_->SlowDown(slow);
+  v1::ReportRequest report;
+  report.set_job_id(slow);
+  report.set_generation(1);
+  report.mutable_metrics()->set_step(7);
+  absl::Status reported;
+  std::thread reporter([&] { reported = scheduler_->ranks().Report(report); });
+  slow_->slow_write_began().WaitForNotification();
+
+  v1::RankHeartbeat hb;
+  hb.set_job_id(slow);
+  hb.set_generation(1);
+  hb.set_step(8);
+  EXPECT_TRUE(Meanwhile([&] { EXPECT_TRUE(scheduler_->ranks().Heartbeat(hb)); }))
+      << "the reporting job's own heartbeat";
+  hb.set_job_id(other);
+  EXPECT_TRUE(Meanwhile([&] { EXPECT_TRUE(scheduler_->ranks().Heartbeat(hb)); }));
+  std::vector<JoinResult> joins(2);
+  EXPECT_TRUE(Meanwhile([&] {
+    for (int slot = 0; slot < 2; ++slot) {
+      scheduler_->ranks().Join(JoinOf(other, b.id, slot), clock_.Now() + absl::Seconds(60),
+                               joins[slot].Done());
+    }
+  }));
+  for (const JoinResult& join : joins) {
+    ASSERT_TRUE(join.called);
+    EXPECT_TRUE(join.result.ok()) << join.result.status();
+  }
+  for (const std::string& job : {slow, other}) {
+    v1::JobStatus status;
+    EXPECT_TRUE(Meanwhile([&] {
+      status = *jobs_->Status(job);  // as `chorus status` is answered
+      scheduler_->jobs().FillStatus(job, status);
+    })) << job;
+    EXPECT_EQ(status.job().state(), v1::Job::RUNNING);
+    EXPECT_EQ(status.ranks_size(), job == slow ? 1 : 2);
+  }
+  std::string queued;
+  EXPECT_TRUE(Meanwhile([&] { queued = Submit(1, 1); }));
+  EXPECT_EQ(State(queued), v1::Job::PENDING) << "no free slot";
+  EXPECT_TRUE(Meanwhile([&] { scheduler_->Tick(); }));
+
+  reporter.join();
+  EXPECT_TRUE(reported.ok()) << reported;
+  EXPECT_EQ(slow_->slow_writes_done(), 1);
+  auto events = jobs_->Events(slow, 0);
+  ASSERT_TRUE(events.ok());
+  EXPECT_EQ(events->back().metrics().step(), 7) << "the report's event, written";
 }
 
 TEST_F(SchedulerTest, AHeartbeatOfAnEndedJobIsToldToAbort) {

@@ -36,6 +36,10 @@ absl::StatusOr<v1::JoinResponse> GenerationJoiner::Join(const v1::JoinRequest& r
   delays.initial = absl::Milliseconds(50);
   delays.max = absl::Milliseconds(200);
   Backoff backoff(delays);
+  // The last answer asked again after ("still forming"): what a last attempt
+  // cut short by the deadline (a busy machine, a slow coordinator) reports
+  // instead of its bare DEADLINE_EXCEEDED.
+  std::optional<absl::Status> retried;
   for (;;) {
     std::optional<absl::StatusOr<v1::JoinResponse>> answer = JoinThroughAgent(request, deadline);
     if (!answer.has_value()) {
@@ -47,7 +51,8 @@ absl::StatusOr<v1::JoinResponse> GenerationJoiner::Join(const v1::JoinRequest& r
       answer = s.ok() ? absl::StatusOr<v1::JoinResponse>(std::move(joined)) : s;
     }
     if (answer->ok()) return *std::move(answer);
-    const absl::Status s = answer->status();
+    absl::Status s = answer->status();
+    if (absl::IsDeadlineExceeded(s) && retried.has_value()) s = *retried;
     // Note [A join is asked for again]: UNAVAILABLE is retried whatever
     // `until_formed` says.
     const bool again = absl::IsUnavailable(s) || (until_formed && absl::IsAborted(s));
@@ -56,6 +61,7 @@ absl::StatusOr<v1::JoinResponse> GenerationJoiner::Join(const v1::JoinRequest& r
       return absl::Status(s.code(), absl::StrCat("joining generation ", request.generation(),
                                                  " of ", request.job_id(), ": ", s.message()));
     }
+    retried = s;
     absl::SleepFor(delay);
   }
 }

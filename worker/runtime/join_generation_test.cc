@@ -134,7 +134,9 @@ TEST_F(JoinGenerationTest, AGenerationThatNeverFormsFailsAtTheDeadline) {
   absl::StatusOr<v1::JoinResponse> joined =
       JoinGeneration(*stub_, request_, absl::Now() + absl::Milliseconds(500), true);
   const absl::Duration took = absl::Now() - start;
-  EXPECT_EQ(joined.status().code(), absl::StatusCode::kUnavailable);
+  // Also when the deadline cuts its last attempt short (a busy machine:
+  // DEADLINE_EXCEEDED from that call), it reports the answer before it.
+  EXPECT_EQ(joined.status().code(), absl::StatusCode::kUnavailable) << joined.status();
   EXPECT_THAT(std::string(joined.status().message()), HasSubstr("still forming"));
   // It stops when its next attempt (50-200 ms on) would come after the
   // deadline, so it answers between 200 ms before the deadline and the
