@@ -22,6 +22,12 @@
 #  - the job SUCCEEDS, without a restart, after the window, each step
 #    trained exactly once (sample traces).
 #
+# To make a's agent give its connection up and connect again over the slow
+# link (the known failure in docs/ha.md, "Partitions and slow links"):
+#   --test_env=CHORUS_TEST_SLOW_LINK_CUT_AT=15 --test_env=CHORUS_TEST_SLOW_LINK_CUT_SECONDS=5
+# cuts a from the coordinator that long, that far into the window; with
+# --test_env=CHORUS_TEST_SLOW_LINK_CUT_ALL=1 from everyone (its peer too).
+#
 # Needs root (ip netns, iptables, TUN devices); elsewhere it is skipped,
 # saying why.
 #
@@ -131,8 +137,21 @@ slow_on && pass "a's link: 300 ms delay (${mechanism%% *}) and 5 % loss each way
 rtt_slow=$(rtt_ms)
 # Once a second: the job's diagnoses, and whether it still runs.
 : >"${TMP}/diagnoses"
+# Optional (below, in the header): a's link cut for a while within the window.
+cut_at=${CHORUS_TEST_SLOW_LINK_CUT_AT:-0}; cut_for=${CHORUS_TEST_SLOW_LINK_CUT_SECONDS:-0}; cut_state=0
+cut_from=10.213.0.1  # the coordinator only; "" with CHORUS_TEST_SLOW_LINK_CUT_ALL=1
+[[ ${CHORUS_TEST_SLOW_LINK_CUT_ALL:-0} == 1 ]] && cut_from=""
 for ((i = 0; i < WINDOW * 2; ++i)); do
   (( $(_lib_now_us) - slow_us >= WINDOW * 1000000 )) && break
+  if (( cut_for > 0 && cut_state == 0 && $(_lib_now_us) - slow_us >= cut_at * 1000000 )); then
+    ip netns exec "$(ns a)" iptables -I INPUT -i "${link}" ${cut_from:+-s "${cut_from}"} -j DROP
+    ip netns exec "$(ns a)" iptables -I OUTPUT -o "${link}" ${cut_from:+-d "${cut_from}"} -j DROP
+    cut_state=1; cut_started=$(_lib_now_us); echo "cut a from ${cut_from:-everyone} at $(elapsed_since "${slow_us}") s"
+  elif (( cut_state == 1 && $(_lib_now_us) - cut_started >= cut_for * 1000000 )); then
+    ip netns exec "$(ns a)" iptables -D INPUT -i "${link}" ${cut_from:+-s "${cut_from}"} -j DROP
+    ip netns exec "$(ns a)" iptables -D OUTPUT -o "${link}" ${cut_from:+-d "${cut_from}"} -j DROP
+    cut_state=2; echo "healed the cut at $(elapsed_since "${slow_us}") s"
+  fi
   out=$(cli --timeout 5 status "${job}" --json 2>/dev/null)
   field "${out}" 'diagnoses[*]' >>"${TMP}/diagnoses" 2>/dev/null
   [[ "$(field "${out}" job.state 2>/dev/null)" =~ ^(SUCCEEDED|FAILED|CANCELLED)$ ]] && break

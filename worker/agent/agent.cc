@@ -313,6 +313,12 @@ absl::Status Agent::Run() {
                    << "); reconnecting, ranks keep "
                    << "running for up to " << absl::FormatDuration(options_.reconnect_window);
       disconnected_since = absl::Now();
+    } else if (ever_connected && disconnected_since != absl::InfiniteFuture()) {
+      // Why it is not back yet (a slow link's handshakes, a coordinator that
+      // does not answer), once every 2 s of the reconnection at most.
+      LOG_EVERY_T(WARNING, 2) << "reconnecting to " << options_.coordinator << " ("
+                              << absl::FormatDuration(absl::Now() - disconnected_since)
+                              << " so far): " << status.error_message();
     }
     if (absl::Now() - disconnected_since > options_.reconnect_window && live_ranks() > 0) {
       // Note [Ranks outlive a leaderless cluster]
