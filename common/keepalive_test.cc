@@ -4,13 +4,6 @@
 // gRPC server on 127.0.0.1 (the grpc.health.v1 service); between it and the
 // client sits a TCP relay that can be frozen as a SIGSTOPped process is.
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <atomic>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -22,6 +15,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/grpc_util.h"
+#include "common/tcp_relay_for_test.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -32,124 +26,6 @@ namespace {
 using grpc::health::v1::Health;
 using grpc::health::v1::HealthCheckRequest;
 using grpc::health::v1::HealthCheckResponse;
-
-// How often the relay's threads look at their flags.
-constexpr int kPollMs = 20;
-
-// Writes all of `data` to `fd`; false when the peer is gone (or a write
-// timed out: the sockets have a 1 s send timeout).
-bool WriteAll(int fd, const char* data, ssize_t size) {
-  while (size > 0) {
-    const ssize_t n = ::send(fd, data, size, MSG_NOSIGNAL);
-    if (n <= 0) return false;
-    data += n;
-    size -= n;
-  }
-  return true;
-}
-
-// A TCP relay from 127.0.0.1:port() to 127.0.0.1:`backend_port`. Freeze()
-// makes it what a SIGSTOPped server is to its clients: it reads and writes
-// nothing more in either direction and accepts no connection, but keeps
-// every socket open, so the kernel still acknowledges what clients send.
-// Its threads are joined by the destructor.
-class FreezableRelay {
- public:
-  explicit FreezableRelay(int backend_port) : backend_port_(backend_port) {
-    listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t length = sizeof(address);
-    if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&address), length) == 0 &&
-        ::listen(listen_fd_, 16) == 0 &&
-        ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
-      port_ = ntohs(address.sin_port);
-    }
-    acceptor_ = std::thread([this] { AcceptConnections(); });
-  }
-  ~FreezableRelay() {
-    stop_.store(true);
-    acceptor_.join();
-    absl::MutexLock lock(&mu_);
-    for (std::thread& pump : pumps_) pump.join();
-    ::close(listen_fd_);
-  }
-  FreezableRelay(const FreezableRelay&) = delete;
-  FreezableRelay& operator=(const FreezableRelay&) = delete;
-
-  int port() const { return port_; }  // 0: could not listen
-  void Freeze() { frozen_.store(true); }
-
- private:
-  void AcceptConnections() {
-    while (!stop_.load()) {
-      if (frozen_.load()) {
-        absl::SleepFor(absl::Milliseconds(kPollMs));
-        continue;
-      }
-      pollfd listening{listen_fd_, POLLIN, 0};
-      if (::poll(&listening, 1, kPollMs) <= 0) continue;
-      const int client = ::accept(listen_fd_, nullptr, nullptr);
-      if (client < 0) continue;
-      const int backend = ConnectToBackend();
-      if (backend < 0) {
-        ::close(client);
-        continue;
-      }
-      absl::MutexLock lock(&mu_);
-      pumps_.emplace_back([this, client, backend] { Pump(client, backend); });
-    }
-  }
-
-  int ConnectToBackend() const {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    address.sin_port = htons(backend_port_);
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
-      ::close(fd);
-      return -1;
-    }
-    return fd;
-  }
-
-  // Copies bytes both ways until either side closes or the relay stops;
-  // while frozen, touches neither socket.
-  void Pump(int client, int backend) {
-    const timeval send_timeout{1, 0};
-    for (int fd : {client, backend}) {
-      ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &send_timeout, sizeof(send_timeout));
-    }
-    char buffer[16384];
-    bool open = true;
-    while (open && !stop_.load()) {
-      if (frozen_.load()) {
-        absl::SleepFor(absl::Milliseconds(kPollMs));
-        continue;
-      }
-      pollfd fds[2] = {{client, POLLIN, 0}, {backend, POLLIN, 0}};
-      if (::poll(fds, 2, kPollMs) <= 0) continue;
-      for (int i = 0; i < 2 && open; ++i) {
-        if (fds[i].revents == 0) continue;
-        const ssize_t n = ::recv(fds[i].fd, buffer, sizeof(buffer), 0);
-        open = n > 0 && WriteAll(fds[1 - i].fd, buffer, n);
-      }
-    }
-    ::close(client);
-    ::close(backend);
-  }
-
-  const int backend_port_;
-  int listen_fd_ = -1;
-  int port_ = 0;
-  std::atomic<bool> frozen_{false};
-  std::atomic<bool> stop_{false};
-  absl::Mutex mu_;
-  std::vector<std::thread> pumps_ ABSL_GUARDED_BY(mu_);
-  std::thread acceptor_;  // last: starts after everything above is set
-};
 
 // The grpc.health.v1 service as a coordinator's streams behave between
 // events: Watch answers SERVING once, then says nothing until the call ends.
@@ -204,7 +80,7 @@ class HealthServer {
 // through `relay` on a coordinator channel.
 class WatchThroughRelay {
  public:
-  explicit WatchThroughRelay(const FreezableRelay& relay)
+  explicit WatchThroughRelay(const TcpRelay& relay)
       : channel_(MakeCoordinatorChannel(absl::StrCat("127.0.0.1:", relay.port()))),
         stub_(Health::NewStub(channel_)) {
     // Bounds every wait below, whatever the keepalive does.
@@ -246,7 +122,7 @@ class WatchThroughRelay {
 TEST(KeepaliveTest, AStreamToAFrozenServerEndsUnavailableWithinTheKeepalive) {
   HealthServer server;
   ASSERT_NE(server.port(), 0);
-  FreezableRelay relay(server.port());
+  TcpRelay relay(server.port());
   ASSERT_NE(relay.port(), 0);
   WatchThroughRelay watch(relay);
   ASSERT_TRUE(watch.Serving());
@@ -268,7 +144,7 @@ TEST(KeepaliveTest, AStreamToAFrozenServerEndsUnavailableWithinTheKeepalive) {
 TEST(KeepaliveTest, AnIdleStreamStaysOpenWhileTheServerAnswersPings) {
   HealthServer server;
   ASSERT_NE(server.port(), 0);
-  FreezableRelay relay(server.port());
+  TcpRelay relay(server.port());
   ASSERT_NE(relay.port(), 0);
   WatchThroughRelay watch(relay);
   ASSERT_TRUE(watch.Serving());

@@ -65,7 +65,9 @@ Agent::Agent(AgentOptions options)
       accounts_(RankAccounts::Options{options_.rank_uid_range, geteuid(), options_.rank_temp_root,
                                       nullptr, nullptr}),
       clock_(options_.clock != nullptr ? *options_.clock : real_clock_),
-      stub_(v1::AgentService::NewStub(MakeCoordinatorChannel(options_.coordinator))) {
+      stub_(v1::AgentService::NewStub(MakeCoordinatorChannel(options_.coordinator))),
+      patient_stub_(v1::AgentService::NewStub(
+          MakeCoordinatorChannel(options_.coordinator, kOneShotConnectTimeout))) {
   if (!options_.bind_cpus) {
     LOG(INFO) << "ranks are not bound to CPUs (--bind_cpus=false)";
   } else if (SlotCpus(cpus_, 0, options_.slots).empty()) {
@@ -277,6 +279,7 @@ absl::Status Agent::Run() {
   Backoff backoff(delays);
   bool ever_connected = false;
   absl::Time disconnected_since = absl::InfiniteFuture();
+  int failed_attempts = 0;  // since the agent was last welcomed
   StartThread([this] { ForwardHeartbeats(); });
   StartThread([this] { WatchForUrgentHeartbeats(); });
   StartThread([this] { ForwardJoins(); });
@@ -287,12 +290,15 @@ absl::Status Agent::Run() {
       if (stopping_) break;
       context_ = &context;
     }
-    auto stream = stub_->Connect(&context);
+    // Note [Reconnecting over a slow link]
+    const bool patient = ever_connected && failed_attempts % 2 == 1;
+    auto stream = (patient ? patient_stub_ : stub_)->Connect(&context);
     const v1::AgentMessage hello = Hello();
     v1::CoordinatorMessage message;
     const bool welcomed = stream->Write(hello) && stream->Read(&message) && message.has_welcome();
     if (welcomed) {
       ever_connected = true;
+      failed_attempts = 0;
       backoff.Reset();
       disconnected_since = absl::InfiniteFuture();
       Serve(*stream, message.welcome(), hello.hello().running_size());
@@ -313,31 +319,53 @@ absl::Status Agent::Run() {
                    << "); reconnecting, ranks keep "
                    << "running for up to " << absl::FormatDuration(options_.reconnect_window);
       disconnected_since = absl::Now();
-    } else if (ever_connected && disconnected_since != absl::InfiniteFuture()) {
+    } else if (ever_connected) {
+      ++failed_attempts;
       // Why it is not back yet (a slow link's handshakes, a coordinator that
       // does not answer), once every 2 s of the reconnection at most.
-      LOG_EVERY_T(WARNING, 2) << "reconnecting to " << options_.coordinator << " ("
-                              << absl::FormatDuration(absl::Now() - disconnected_since)
-                              << " so far): " << status.error_message();
+      if (disconnected_since != absl::InfiniteFuture()) {
+        LOG_EVERY_T(WARNING, 2) << "reconnecting to " << options_.coordinator << " ("
+                                << absl::FormatDuration(absl::Now() - disconnected_since)
+                                << " so far, attempt " << failed_attempts
+                                << (patient ? ", a patient one" : "")
+                                << "): " << status.error_message();
+      }
     }
     if (absl::Now() - disconnected_since > options_.reconnect_window && live_ranks() > 0) {
-      // Note [Ranks outlive a leaderless cluster]
-      if (const std::string why = WhyNoCoordinatorLeads(); !why.empty()) {
-        LOG(WARNING) << "no coordinator for " << absl::FormatDuration(options_.reconnect_window)
-                     << ", but they are up and wait for their state (" << why
-                     << "); the ranks keep training";
-        disconnected_since = absl::Now();  // asked again after another window
-      } else {
-        LOG(WARNING) << "no coordinator for " << absl::FormatDuration(options_.reconnect_window)
-                     << "; stopping the ranks";
-        StopRanks("", {}, options_.stop_grace);
-        disconnected_since = absl::InfiniteFuture();
-      }
+      disconnected_since = AfterReconnectWindow();
     }
     absl::SleepFor(backoff.Next());
   }
   return absl::OkStatus();
 }
+
+// Note [Ranks outlive a leaderless cluster]
+absl::Time Agent::AfterReconnectWindow() {
+  if (const std::string why = WhyNoCoordinatorLeads(); !why.empty()) {
+    LOG(WARNING) << "no coordinator for " << absl::FormatDuration(options_.reconnect_window)
+                 << ", but they are up and wait for their state (" << why
+                 << "); the ranks keep training";
+    return absl::Now();  // asked again after another window
+  }
+  LOG(WARNING) << "no coordinator for " << absl::FormatDuration(options_.reconnect_window)
+               << "; stopping the ranks";
+  StopRanks("", {}, options_.stop_grace);
+  return absl::InfiniteFuture();
+}
+
+// Note [Reconnecting over a slow link]
+// A connection attempt through stub_'s channel may take 0.2 s at first and
+// never more than 2 s (kReconnectingConnectTimeout and the reconnect backoff
+// in common/grpc_util.cc), so that a restarted coordinator is found within
+// its recovery grace. Over a congested slow link (300 ms each way, lossy, its
+// queue full of the training traffic that stalled during a cut) the TCP and
+// HTTP/2 handshakes need longer: every attempt failed "handshaker shutdown"
+// for 11-14 s after such a cut healed, and the coordinator's wait for the
+// agent ran out. So once the agent has been welcomed, every second attempt
+// after a failed one goes through patient_stub_, whose attempts may take
+// kOneShotConnectTimeout; the others stay quick. A patient attempt is slow
+// only while a handshake is under way: a refused connection, or no
+// coordinator leading, fails it at once.
 
 // Note [Ranks outlive a leaderless cluster]
 // Ranks keep training for reconnect_window after the coordinator went away,

@@ -188,6 +188,10 @@ class Agent {
   // What a follower coordinator says about why none leads; empty when none
   // says (Note [Ranks outlive a leaderless cluster] in agent.cc).
   std::string WhyNoCoordinatorLeads();
+  // Once the coordinator has been gone reconnect_window with ranks running:
+  // keeps them if the coordinators wait for their state, else stops them.
+  // Returns when the next window starts (never, once they are stopped).
+  absl::Time AfterReconnectWindow();
   // SIGTERM to each child's process group now, SIGKILL to those still alive
   // after `grace` (from a thread the agent joins).
   void StopChildren(std::vector<std::shared_ptr<Child>> children, absl::Duration grace);
@@ -255,6 +259,9 @@ class Agent {
   RealClock real_clock_;
   Clock& clock_;
   std::unique_ptr<v1::AgentService::Stub> stub_;
+  // The same coordinators through a channel whose connection attempts may
+  // take kOneShotConnectTimeout (Note [Reconnecting over a slow link]).
+  std::unique_ptr<v1::AgentService::Stub> patient_stub_;
 
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -35,6 +35,7 @@
 #include "common/clock.h"
 #include "common/join_answers.h"
 #include "common/output_limits.h"
+#include "common/tcp_relay_for_test.h"
 #include "common/version.h"
 #include "gmock/gmock.h"
 #include "grpcpp/security/server_credentials.h"
@@ -544,6 +545,7 @@ class AgentTest : public ::testing::Test {
     server_ = builder.BuildAndStart();
     ASSERT_NE(server_, nullptr);
     ASSERT_GT(port, 0);
+    port_ = port;
     options_.coordinator = absl::StrCat("127.0.0.1:", port);
     options_.slots = 2;
     options_.host = "node-a";
@@ -584,6 +586,7 @@ class AgentTest : public ::testing::Test {
   FakeFollower follower_;
   std::shared_ptr<FakeLauncher> launcher_ = std::make_shared<FakeLauncher>();
   std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;  // the fake coordinator's
   AgentOptions options_;
   std::unique_ptr<Agent> agent_;
   std::thread run_thread_;
@@ -1168,6 +1171,26 @@ TEST_F(AgentTest, ThreadsOfFinishedRanksAndStopsAreJoinedWhileTheAgentRuns) {
   EXPECT_TRUE(Eventually([&] { return agent_->live_ranks() == 0; }));
   // Not one per rank or stop the agent has seen (75 here).
   EXPECT_LE(agent_->threads_held(), kThreadsHeld);
+}
+
+// Note [Reconnecting over a slow link]: new connections' handshakes take
+// 3 s, longer than the quick channel's attempts may (at most 2.4 s, its
+// capped and jittered backoff), so only a patient attempt gets through.
+TEST_F(AgentTest, ReconnectsOverALinkWhoseHandshakesOutlastAQuickAttempt) {
+  TcpRelay relay(port_);
+  ASSERT_GT(relay.port(), 0);
+  options_.coordinator = absl::StrCat("127.0.0.1:", relay.port());
+  Connect();
+  relay.HoldNewConnections(absl::Seconds(3));
+  const absl::Time cut = absl::Now();
+  relay.Cut();
+
+  std::optional<v1::AgentHello> hello = coordinator_.AwaitHello(2);
+  ASSERT_TRUE(hello.has_value()) << "not welcomed again within " << kPatience << " after "
+                                 << relay.accepted() << " connection(s)";
+  EXPECT_EQ(hello->agent_id(), FakeCoordinator::kAgentId);
+  EXPECT_GE(absl::Now() - cut, absl::Seconds(3)) << "a connection held back 3 s carried it";
+  EXPECT_GE(relay.accepted(), 3) << "the first connection, then a quick and a patient attempt";
 }
 
 TEST_F(AgentTest, FirstConnectionGivesUpAfterTheConnectTimeout) {
