@@ -36,6 +36,10 @@ COORDINATOR=$1
 CHORUS=$2
 WORKER=$3
 field() { json_get - "$2" <<<"$1"; }
+# Terminated at the test's timeout: how each process's log ended.
+on_timeout 'for f in "${TMP}/agent.log" "${TMP}"/[abc].log "${TMP}"/again-*.log; do
+  [[ -f "${f}" ]] && { echo "--- the last lines of ${f##*/}"; tail -n 12 "${f}" | cut -c1-300; }
+done'
 
 # --- three etcd members
 # The ports are free when picked, but another process may take one before

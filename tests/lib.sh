@@ -25,6 +25,8 @@
 #   elapsed_since US             seconds (0.1 s precision) since _lib_now_us US
 #   track_pid PID                kill PID with SIGKILL when the test exits
 #   on_exit CODE                 run shell CODE when the test exits
+#   on_timeout CODE              run shell CODE (what to show) if the test is
+#                                terminated (SIGTERM: Bazel's test timeout)
 #   start_coordinator [...]      start ${COORDINATOR} on 127.0.0.1 port 0
 #   start_cluster_with_http SLOTS  that with its HTTP port (HTTP_PORT) and a
 #                                ${WORKER} agent with SLOTS slots
@@ -115,6 +117,24 @@ trap _lib_cleanup EXIT
 # Microseconds since the epoch.
 _lib_now_us() { local t=${EPOCHREALTIME}; echo "${t/./}"; }
 
+# Note [A test that times out says where]
+# Bazel ends a test that outlives its size's timeout with SIGTERM, and its log
+# then stops wherever the test was: a wait that never ended says nothing. So
+# each wait_for writes what it waits for to ${TMP}/.lib_waiting (a file: waits
+# also run in $(...) subshells), and on SIGTERM the test prints how long it
+# ran, that wait, and what its on_timeout CODEs show (log tails), then exits.
+_lib_start_us=$(_lib_now_us)
+_lib_timeout_code=()
+on_timeout() { _lib_timeout_code+=("$1"); }
+_lib_terminated() {
+  local _lib_code
+  echo "TERMINATED after $(elapsed_since "${_lib_start_us}") s (SIGTERM: the test's timeout?)," \
+    "in: $(cat "${TMP}/.lib_waiting" 2>/dev/null || echo "no wait")"
+  for _lib_code in "${_lib_timeout_code[@]}"; do eval "${_lib_code}"; done
+  exit 143
+}
+trap _lib_terminated TERM
+
 # elapsed_since US: the seconds since US (a _lib_now_us reading), as 12.3.
 elapsed_since() {
   local _lib_tenths=$(( ($(_lib_now_us) - $1) / 100000 ))
@@ -134,6 +154,9 @@ wait_for() {
   local _lib_condition=$1 _lib_deadline
   _lib_deadline=$(( $(_lib_now_us) + $(awk -v t="$2" -v s="${TEST_SLACK}" \
     'BEGIN { printf "%d", t * s * 1000000 }') ))
+  # Note [A test that times out says where]
+  echo "wait_for (up to $2 x ${TEST_SLACK} s, from $(elapsed_since "${_lib_start_us}") s):" \
+    "${_lib_condition}" >"${TMP}/.lib_waiting" 2>/dev/null
   while true; do
     eval "${_lib_condition}" && return 0
     (( $(_lib_now_us) >= _lib_deadline )) && return 1

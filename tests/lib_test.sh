@@ -174,4 +174,21 @@ expect "a step that a rank of its generation did not train is an error" \
 bash -c "source '${LIB}'; on_exit 'echo cleaned > \"${TMP}/on_exit\"'; exit 0"
 expect "on_exit code runs at exit" cleaned "$(cat "${TMP}/on_exit" 2>/dev/null)"
 
+# --- a test terminated in a wait says which, and shows its on_timeout code's
+# output (Note [A test that times out says where]); the child has a TMP of
+# its own, since every wait_for writes TMP/.lib_waiting
+mkdir -p "${TMP}/terminated"
+TEST_TMPDIR="${TMP}/terminated" bash -c "source '${LIB}'; on_timeout 'echo shown: the agent log'
+  wait_for '[[ -e /nonexistent-chorus ]]' 60" >"${TMP}/terminated.out" 2>&1 &
+child=$!
+wait_for '[[ -s "${TMP}/terminated/.lib_waiting" ]]' 10
+kill -TERM "${child}"
+wait "${child}"
+expect "a terminated test exits 143" 143 "$?"
+out=$(cat "${TMP}/terminated.out")
+[[ "${out}" =~ TERMINATED\ after\ [0-9.]+\ s.*in:\ wait_for\ \(up\ to\ 60\ x\ [0-9.]+\ s,\ from\ [0-9.]+\ s\):\ \[\[\ -e\ /nonexistent-chorus\ \]\] \
+   && "${out}" == *"shown: the agent log"* ]] \
+  && pass "a terminated test names the wait it was in and shows its on_timeout output" \
+  || fail "terminated test's output: ${out}"
+
 finish
