@@ -17,8 +17,8 @@
 #  - the impairment is real: a's rank trains fewer steps/s during it than
 #    before (printed with both rates);
 #  - no DEAD diagnosis (nor any other: STUCK_IN_COLLECTIVE would restart;
-#    STRAGGLER, a warning, is true here) in the job's status, polled every
-#    second of the window, and no DEAD in its events;
+#    the warnings STRAGGLER and NODE_SLOW may be true here) in the job's
+#    status, polled every second of the window, and no DEAD in its events;
 #  - the job SUCCEEDS, without a restart, after the window, each step
 #    trained exactly once (sample traces).
 #
@@ -175,10 +175,13 @@ awk -v d="${during}" -v s="${steady}" 'BEGIN { exit !(d > 0 && d < s) }' \
   || fail "steps/s on the slow link ${during}, before ${steady}: the link was not slowed, or training stopped"
 # STRAGGLER is a warning, and true here: rank 0 sleeps 30 ms a step (the
 # fault injection that paces the job), and the rank on the slow link waits
-# longer for its packets. Any other diagnosis is a false alarm.
-others=$(grep -v '"kind":"STRAGGLER"' "${TMP}/diagnoses" | sort -u)
+# longer for its packets. NODE_SLOW, a warning too, is true on a loaded
+# machine (tests/under_load.sh): every node's CPU pressure is 0.5 or more
+# (Note [A starved node] in coordinator/hang_detector.h). Any other
+# diagnosis is a false alarm.
+others=$(grep -v -e '"kind":"STRAGGLER"' -e '"kind":"NODE_SLOW"' "${TMP}/diagnoses" | sort -u)
 [[ -z "${others}" ]] \
-  && pass "no diagnosis while the link was slow but STRAGGLER warnings ($(grep -c STRAGGLER "${TMP}/diagnoses") of the polls)" \
+  && pass "no diagnosis while the link was slow but warnings: STRAGGLER in $(grep -c STRAGGLER "${TMP}/diagnoses"), NODE_SLOW in $(grep -c NODE_SLOW "${TMP}/diagnoses") of the polls" \
   || { fail "diagnoses while the link was slow: $(head -n 5 <<<"${others}")"
        echo "the coordinator's log of agents and ranks:"; grep -E "agent|evict|DEAD|generation" "${TMP}/coordinator.log" | tail -n 25
        for host in a b; do echo "agent ${host}:"; grep -vE "^I.*(launch|started rank)" "${TMP}/agent-${host}.log" | tail -n 15; done; }

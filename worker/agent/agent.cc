@@ -66,8 +66,8 @@ Agent::Agent(AgentOptions options)
                                       nullptr, nullptr}),
       clock_(options_.clock != nullptr ? *options_.clock : real_clock_),
       stub_(v1::AgentService::NewStub(MakeCoordinatorChannel(options_.coordinator))),
-      patient_stub_(v1::AgentService::NewStub(
-          MakeCoordinatorChannel(options_.coordinator, kOneShotConnectTimeout))) {
+      patient_channel_(MakeCoordinatorChannel(options_.coordinator, kOneShotConnectTimeout)),
+      patient_stub_(v1::AgentService::NewStub(patient_channel_)) {
   if (!options_.bind_cpus) {
     LOG(INFO) << "ranks are not bound to CPUs (--bind_cpus=false)";
   } else if (SlotCpus(cpus_, 0, options_.slots).empty()) {
@@ -292,6 +292,7 @@ absl::Status Agent::Run() {
     }
     // Note [Reconnecting over a slow link]
     const bool patient = ever_connected && failed_attempts % 2 == 1;
+    if (patient) AwaitPatientChannel();
     auto stream = (patient ? patient_stub_ : stub_)->Connect(&context);
     const v1::AgentMessage hello = Hello();
     v1::CoordinatorMessage message;
@@ -339,6 +340,19 @@ absl::Status Agent::Run() {
   return absl::OkStatus();
 }
 
+// Note [Reconnecting over a slow link]
+void Agent::AwaitPatientChannel() {
+  const absl::Time deadline = absl::Now() + kOneShotConnectTimeout;
+  while (absl::Now() < deadline) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return;
+    }
+    const absl::Time slice = std::min(deadline, absl::Now() + absl::Milliseconds(250));
+    if (patient_channel_->WaitForConnected(absl::ToChronoTime(slice))) return;
+  }
+}
+
 // Note [Ranks outlive a leaderless cluster]
 absl::Time Agent::AfterReconnectWindow() {
   if (const std::string why = WhyNoCoordinatorLeads(); !why.empty()) {
@@ -362,10 +376,13 @@ absl::Time Agent::AfterReconnectWindow() {
 // HTTP/2 handshakes need longer: every attempt failed "handshaker shutdown"
 // for 11-14 s after such a cut healed, and the coordinator's wait for the
 // agent ran out. So once the agent has been welcomed, every second attempt
-// after a failed one goes through patient_stub_, whose attempts may take
-// kOneShotConnectTimeout; the others stay quick. A patient attempt is slow
-// only while a handshake is under way: a refused connection, or no
-// coordinator leading, fails it at once.
+// after a failed one goes through patient_channel_, whose connection
+// attempts may take kOneShotConnectTimeout; the others stay quick. Such a
+// channel, used only now and then, is mostly backing off from its last
+// failure, and a call on it would fail at once with that failure ("Connection
+// refused" while the coordinator was restarting, although it serves by now).
+// So a patient attempt first waits, up to kOneShotConnectTimeout, for the
+// channel to connect (to the leader, on a list of coordinators), then calls.
 
 // Note [Ranks outlive a leaderless cluster]
 // Ranks keep training for reconnect_window after the coordinator went away,

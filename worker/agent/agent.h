@@ -41,6 +41,7 @@
 #include "absl/time/time.h"
 #include "chorus/v1/coordinator.grpc.pb.h"
 #include "common/clock.h"
+#include "grpcpp/channel.h"
 #include "worker/agent/rank_accounts.h"
 #include "worker/agent/rank_cgroup.h"
 #include "worker/agent/rank_launcher.h"
@@ -192,6 +193,9 @@ class Agent {
   // keeps them if the coordinators wait for their state, else stops them.
   // Returns when the next window starts (never, once they are stopped).
   absl::Time AfterReconnectWindow();
+  // Waits up to kOneShotConnectTimeout for patient_channel_ to be ready,
+  // connecting meanwhile; returns early if the agent stops.
+  void AwaitPatientChannel() ABSL_LOCKS_EXCLUDED(mu_);
   // SIGTERM to each child's process group now, SIGKILL to those still alive
   // after `grace` (from a thread the agent joins).
   void StopChildren(std::vector<std::shared_ptr<Child>> children, absl::Duration grace);
@@ -261,6 +265,7 @@ class Agent {
   std::unique_ptr<v1::AgentService::Stub> stub_;
   // The same coordinators through a channel whose connection attempts may
   // take kOneShotConnectTimeout (Note [Reconnecting over a slow link]).
+  const std::shared_ptr<grpc::Channel> patient_channel_;
   std::unique_ptr<v1::AgentService::Stub> patient_stub_;
 
   mutable absl::Mutex mu_;
