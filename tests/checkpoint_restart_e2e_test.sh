@@ -24,10 +24,11 @@ COORDINATOR=$1
 CHORUS=$2
 WORKER=$3
 STATE="${TMP}/state"
-port=0
+# Each coordinator starts on this port (Note [Ports that stay free] in lib.sh).
+port=$(free_ports 1)
 
-# coordinator [FAILPOINT]: starts one on ${port} (the first one on any free
-# port) over ${STATE}, with CHORUS_TEST_FAILPOINT=FAILPOINT if given.
+# coordinator [FAILPOINT]: starts one on ${port} over ${STATE}, with
+# CHORUS_TEST_FAILPOINT=FAILPOINT if given.
 coordinator() {
   CHORUS_TEST_FAILPOINT="${1:-}" start_coordinator -l "127.0.0.1:${port}" -s "${STATE}" \
     -- --recovery_grace_seconds 30 || { fail "coordinator did not start"; finish; }

@@ -61,11 +61,8 @@ start_etcd() {
 members_alive() { kill -0 "${etcd_pid[0]}" "${etcd_pid[1]}" "${etcd_pid[2]}" 2>/dev/null; }
 etcd_up=false
 for attempt in 1 2 3; do
-  read -r -a ports < <(python3 -c '
-import socket
-s = [socket.socket() for _ in range(6)]
-for x in s: x.bind(("127.0.0.1", 0))
-print(*[x.getsockname()[1] for x in s])')
+  # Members are stopped and started again in (f) (Note [Ports that stay free]).
+  read -r -a ports < <(free_ports 6)
   cluster=""
   for i in 0 1 2; do cluster+="${cluster:+,}m${i}=http://127.0.0.1:${ports[$((i + 3))]}"; done
   endpoints=""
@@ -90,8 +87,12 @@ state="etcd://${endpoints}/chorus-ha"
 mkdir -p "${TMP}/checkpoints"
 declare -A pid_of
 list=""
-for name in a b c; do
-  start_coordinator -s "${TMP}/${name}" -p "${TMP}/${name}.port" -o "${TMP}/${name}.log" -- \
+# A killed coordinator starts again on its port (restart_killed).
+read -r -a coordinator_ports < <(free_ports 3)
+for i in 0 1 2; do
+  name=$(echo abc | cut -c$((i + 1)))
+  start_coordinator -l "127.0.0.1:${coordinator_ports[${i}]}" -s "${TMP}/${name}" \
+    -p "${TMP}/${name}.port" -o "${TMP}/${name}.log" -- \
     --state "${state}" --checkpoint_dir "${TMP}/checkpoints" --http_listen off \
     || { fail "coordinator ${name} wrote no port"; finish; }
   pid_of[${COORDINATOR_ADDR}]=${COORDINATOR_PID}

@@ -28,6 +28,9 @@
 #   on_timeout CODE              run shell CODE (what to show) if the test is
 #                                terminated (SIGTERM: Bazel's test timeout)
 #   start_coordinator [...]      start ${COORDINATOR} on 127.0.0.1 port 0
+#   free_ports N                 N ports free on 127.0.0.1 that no connection
+#                                takes meanwhile, for a service restarted on its
+#                                old port
 #   start_cluster_with_http SLOTS  that with its HTTP port (HTTP_PORT) and a
 #                                ${WORKER} agent with SLOTS slots
 #   up_small_job CHORUS NAME     `CHORUS up --local 2` of a small 2-rank job
@@ -269,6 +272,44 @@ install_python_package() {
   "${repo}/python/install.sh" --no-build --prefix "$3" 2>&1
 }
 
+# Note [Ports that stay free]
+# A test that starts a service again on its old port (a coordinator killed
+# with kill -9, etcd members stopped and started) needs that port to stay free
+# while the service is down. A port that bind(0) gave lies in the kernel's
+# ephemeral range (ip_local_port_range), from which every outgoing connection
+# takes its source port: meanwhile any of the test's hundreds of connections
+# (CLI calls, a reconnecting agent, etcd clients retrying) may take it, and the
+# restarted service then cannot bind it. free_ports N picks N distinct ports
+# below that range, which the kernel never hands out by itself, each free to
+# bind now; where the range leaves no room below it (it starts under 12000),
+# ports from bind(0).
+free_ports() {
+  "${CHORUS_TEST_PYTHON}" - "$1" <<'PY'
+import random, socket, sys
+want = int(sys.argv[1])
+try:
+    low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+except (OSError, ValueError, IndexError):
+    low = 0
+pick = random.SystemRandom()
+ports = []
+for _ in range(100 * want):
+    if len(ports) == want:
+        break
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", pick.randrange(10000, low) if low > 12000 else 0))
+        port = s.getsockname()[1]
+    except OSError:
+        continue
+    finally:
+        s.close()
+    if port not in ports:
+        ports.append(port)
+print(*ports)
+PY
+}
+
 # start_etcd_member NAME: one etcd member named NAME on loopback free ports,
 # data in TMP/etcd, log in TMP/etcd.log, killed when the test exits. The
 # ports are free when picked, but another process may take one before etcd
@@ -278,11 +319,7 @@ install_python_package() {
 start_etcd_member() {
   local _lib_attempt _lib_peer_port _lib_healthy
   for _lib_attempt in 1 2 3; do
-    read -r ETCD_CLIENT_PORT _lib_peer_port < <("${CHORUS_TEST_PYTHON}" -c '
-import socket
-s = [socket.socket() for _ in range(2)]
-for x in s: x.bind(("127.0.0.1", 0))
-print(*[x.getsockname()[1] for x in s])')
+    read -r ETCD_CLIENT_PORT _lib_peer_port < <(free_ports 2)
     rm -rf "${TMP}/etcd"
     /usr/bin/etcd --name "$1" --data-dir "${TMP}/etcd" \
       --listen-client-urls "http://127.0.0.1:${ETCD_CLIENT_PORT}" \

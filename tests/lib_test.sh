@@ -170,6 +170,20 @@ rm "${TMP}/trace/12.trace"
 expect "a step that a rank of its generation did not train is an error" \
   "error step 0 generation 1 has ranks [0]" "$(check_sample_trace "${TMP}/trace" 2 8 | grep '^error step 0')"
 
+# --- free_ports: distinct, free, below the ephemeral range (Note [Ports that
+# stay free])
+read -r -a picked < <(free_ports 5)
+low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range)
+expect "free_ports 5 gives 5 distinct ports" 5 "$(printf '%s\n' "${picked[@]}" | sort -u | wc -l)"
+below=0
+for p in "${picked[@]}"; do (( p >= 10000 && p < low )) && below=$((below + 1)); done
+expect "each is below the ephemeral range (${low})" 5 "${below}"
+expect "each can be bound" ok "$("${CHORUS_TEST_PYTHON}" -c '
+import socket, sys
+for p in sys.argv[1:]:
+    s = socket.socket(); s.bind(("127.0.0.1", int(p))); s.close()
+print("ok")' "${picked[@]}" 2>&1)"
+
 # --- on_exit code runs when the test exits
 bash -c "source '${LIB}'; on_exit 'echo cleaned > \"${TMP}/on_exit\"'; exit 0"
 expect "on_exit code runs at exit" cleaned "$(cat "${TMP}/on_exit" 2>/dev/null)"

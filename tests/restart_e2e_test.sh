@@ -30,7 +30,8 @@ steps_of() {
   json_get - job.latest_metrics.step <<<"${status}" 2>/dev/null || json_get - 'ranks[0].step' <<<"${status}" 2>/dev/null
 }
 
-coordinator 127.0.0.1:0
+# Started again on this port below (Note [Ports that stay free] in lib.sh).
+coordinator "127.0.0.1:$(free_ports 1)"
 port=${COORDINATOR_PORT}
 addr="127.0.0.1:${port}"
 "${WORKER}" --coordinator "${addr}" --slots 2 2>"${TMP}/worker.log" &
