@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "client/rpc.h"
+#include "common/env_names.h"
 #include "common/host_port.h"
 
 namespace chorus::client {
@@ -16,7 +17,7 @@ int RunChorus(int argc, const char* const* argv, GlobalOptions& global) {
                  "Coordinator address, HOST:PORT, or every coordinator of a cluster that has "
                  "several, \"a:29650,b:29650,c:29650\": calls go to the leader and wait for a "
                  "new one (within --timeout) while leadership moves.")
-      ->envname("CHORUS_COORDINATOR")
+      ->envname(kEnvCoordinator)
       ->check([](const std::string& value) -> std::string {
         // One address is checked by the channel (any gRPC target works).
         if (!IsCoordinatorList(value)) return "";

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/auth.h"
+#include "common/env_names.h"
 #include "common/grpc_util.h"
 #include "common/job_spec.h"
 #include "common/program_spec.h"
@@ -41,7 +42,7 @@ void ConfigureSecurity(const GlobalOptions& global) {
     const char* value = std::getenv(name);
     return value == nullptr || *value == '\0';
   };
-  if (token_file.empty() && unset("CHORUS_TOKEN") && unset("CHORUS_TOKEN_FILE")) {
+  if (token_file.empty() && unset(kEnvToken) && unset(kEnvTokenFile)) {
     const std::string local = LocalTokenPath(global.coordinator);
     if (!local.empty() && access(local.c_str(), F_OK) == 0) token_file = local;
   }

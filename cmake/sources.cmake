@@ -66,6 +66,7 @@ set(CHORUS_HEADERS
     common/backoff.h
     common/clock.h
     common/crc32c.h
+    common/env_names.h
     common/grpc_util.h
     common/hmac.h
     common/host_port.h

@@ -14,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/env_names.h"
 #include "common/private_files.h"
 #include "glog/logging.h"
 
@@ -357,7 +358,7 @@ absl::StatusOr<ClientSecurity> LoadClientSecurity(const std::string& token_file,
   auto pick = [](const std::string& flag_value, const char* flag, const char* env) {
     return flag_value.empty() ? Source{FromEnv(env), env} : Source{flag_value, flag};
   };
-  const Source token = pick(token_file, "--token_file", "CHORUS_TOKEN_FILE");
+  const Source token = pick(token_file, "--token_file", kEnvTokenFile);
   if (!token.path.empty()) {
     if (absl::Status s = CheckTokenFileIsPrivate(token.path, token.what); !s.ok()) return s;
     absl::StatusOr<std::string> text = ReadWholeFile(token.path, token.what);
@@ -372,11 +373,11 @@ absl::StatusOr<ClientSecurity> LoadClientSecurity(const std::string& token_file,
     // "TOKEN", or a line of the coordinator's file: "ROLE TOKEN [USER]".
     security.token = fields.size() == 1 ? fields[0] : fields[1];
   } else {
-    security.token = FromEnv("CHORUS_TOKEN");
+    security.token = FromEnv(kEnvToken);
   }
-  const Source ca = pick(tls_ca, "--tls_ca", "CHORUS_TLS_CA");
-  const Source cert = pick(tls_cert, "--tls_cert", "CHORUS_TLS_CERT");
-  const Source key = pick(tls_key, "--tls_key", "CHORUS_TLS_KEY");
+  const Source ca = pick(tls_ca, "--tls_ca", kEnvTlsCa);
+  const Source cert = pick(tls_cert, "--tls_cert", kEnvTlsCert);
+  const Source key = pick(tls_key, "--tls_key", kEnvTlsKey);
   if (cert.path.empty() != key.path.empty()) {
     return absl::InvalidArgumentError(
         "--tls_cert and --tls_key go together (a client certificate and its key)");

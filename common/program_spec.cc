@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/env_names.h"
 
 namespace chorus {
 
@@ -30,19 +31,19 @@ const std::vector<std::string>& ChorusSetVariables() {
       "TORCHELASTIC_MAX_RESTARTS",
       "TORCHELASTIC_RUN_ID",
       "TORCHELASTIC_USE_AGENT_STORE",
-      "CHORUS_COORDINATOR",
-      "CHORUS_JOB_ID",
-      "CHORUS_GENERATION",
-      "CHORUS_TOKEN",
-      "CHORUS_AGENT_ID",
-      "CHORUS_SLOT",
-      "CHORUS_RANK",
-      "CHORUS_WORLD_SIZE",
-      "CHORUS_STORE_NAMESPACE",
-      "CHORUS_RANK_HOST",
-      "CHORUS_JOIN_FILE",
-      "CHORUS_PROGRESS_FD",
-      "CHORUS_RANK_PID",
+      kEnvCoordinator,
+      kEnvJobId,
+      kEnvGeneration,
+      kEnvToken,
+      kEnvAgentId,
+      kEnvSlot,
+      kEnvRank,
+      kEnvWorldSize,
+      kEnvStoreNamespace,
+      kEnvRankHost,
+      kEnvJoinFile,
+      kEnvProgressFd,
+      kEnvRankPid,
   };
   return *kNames;
 }

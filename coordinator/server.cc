@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/auth.h"
+#include "common/env_names.h"
 #include "common/grpc_util.h"
 #include "common/host_port.h"
 #include "common/job_credentials.h"
@@ -248,7 +249,7 @@ namespace {
 // before_rename, before_manifest, after_manifest) ends the process there, as
 // abruptly as kill -9, to check that commits are crash-consistent.
 CheckpointStore::Failpoint CheckpointFailpointFromEnvironment() {
-  const char* fp = std::getenv("CHORUS_TEST_FAILPOINT");
+  const char* fp = std::getenv(kEnvTestFailpoint);
   if (fp == nullptr || !absl::StartsWith(fp, "checkpoint:")) return nullptr;
   const std::string stage = std::string(fp).substr(std::strlen("checkpoint:"));
   LOG(WARNING) << "test failpoint armed: the coordinator exits at checkpoint stage " << stage;

@@ -8,6 +8,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/env_names.h"
 #include "common/host_port.h"
 #include "common/status_macros.h"
 
@@ -50,8 +51,8 @@ EnvironmentLookup ProcessEnvironment() {
 
 absl::StatusOr<SessionEnvironment> ReadSessionEnvironment(const EnvironmentLookup& lookup) {
   SessionEnvironment env;
-  ASSIGN_OR_RETURN(env.job_id, Required(lookup, "CHORUS_JOB_ID"));
-  ASSIGN_OR_RETURN(env.coordinator, Required(lookup, "CHORUS_COORDINATOR"));
+  ASSIGN_OR_RETURN(env.job_id, Required(lookup, kEnvJobId));
+  ASSIGN_OR_RETURN(env.coordinator, Required(lookup, kEnvCoordinator));
   if (env.coordinator.find(',') != std::string::npos) {
     // Several coordinators; the session follows the leader among them.
     if (absl::StatusOr<std::vector<HostPort>> list = ParseHostPortList(env.coordinator);
@@ -64,9 +65,9 @@ absl::StatusOr<SessionEnvironment> ReadSessionEnvironment(const EnvironmentLooku
   ASSIGN_OR_RETURN(const int64_t world_size, Number(lookup, "WORLD_SIZE", 1));
   ASSIGN_OR_RETURN(const int64_t local_rank, Number(lookup, "LOCAL_RANK", 0));
   ASSIGN_OR_RETURN(const int64_t local_world_size, Number(lookup, "LOCAL_WORLD_SIZE", 1));
-  ASSIGN_OR_RETURN(env.generation, Number(lookup, "CHORUS_GENERATION", 1));
-  ASSIGN_OR_RETURN(env.store_namespace, Required(lookup, "CHORUS_STORE_NAMESPACE"));
-  ASSIGN_OR_RETURN(const std::string join_file, Required(lookup, "CHORUS_JOIN_FILE"));
+  ASSIGN_OR_RETURN(env.generation, Number(lookup, kEnvGeneration, 1));
+  ASSIGN_OR_RETURN(env.store_namespace, Required(lookup, kEnvStoreNamespace));
+  ASSIGN_OR_RETURN(const std::string join_file, Required(lookup, kEnvJoinFile));
   if (rank >= world_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("RANK must be < WORLD_SIZE (", world_size, "), got ", rank));
@@ -79,19 +80,19 @@ absl::StatusOr<SessionEnvironment> ReadSessionEnvironment(const EnvironmentLooku
   env.world_size = static_cast<int>(world_size);
   env.local_rank = static_cast<int>(local_rank);
   env.local_world_size = static_cast<int>(local_world_size);
-  env.rank_host = lookup("CHORUS_RANK_HOST").value_or("127.0.0.1");
+  env.rank_host = lookup(kEnvRankHost).value_or("127.0.0.1");
   if (env.rank_host.empty()) env.rank_host = "127.0.0.1";
-  if (lookup("CHORUS_PROGRESS_FD").has_value()) {
-    ASSIGN_OR_RETURN(const int64_t fd, Number(lookup, "CHORUS_PROGRESS_FD", 0));
+  if (lookup(kEnvProgressFd).has_value()) {
+    ASSIGN_OR_RETURN(const int64_t fd, Number(lookup, kEnvProgressFd, 0));
     env.progress_fd = static_cast<int>(fd);
   }
-  env.agent_id = lookup("CHORUS_AGENT_ID").value_or("");
-  if (lookup("CHORUS_SLOT").has_value()) {
-    ASSIGN_OR_RETURN(const int64_t slot, Number(lookup, "CHORUS_SLOT", 0));
+  env.agent_id = lookup(kEnvAgentId).value_or("");
+  if (lookup(kEnvSlot).has_value()) {
+    ASSIGN_OR_RETURN(const int64_t slot, Number(lookup, kEnvSlot, 0));
     env.slot = static_cast<int>(slot);
   }
-  if (lookup("CHORUS_RANK_PID").has_value()) {
-    ASSIGN_OR_RETURN(env.rank_pid, Number(lookup, "CHORUS_RANK_PID", 1));
+  if (lookup(kEnvRankPid).has_value()) {
+    ASSIGN_OR_RETURN(env.rank_pid, Number(lookup, kEnvRankPid, 1));
   }
 
   std::ifstream in(join_file, std::ios::binary);

@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/auth.h"
 #include "common/device.h"
+#include "common/env_names.h"
 #include "common/host_port.h"
 #include "common/logging.h"
 #include "common/version.h"
@@ -110,14 +111,14 @@ void AddFlags(CLI::App& app, AgentFlags& flags) {
                  "Coordinator address, HOST:PORT, or every coordinator of a cluster that has "
                  "several, \"a:29650,b:29650,c:29650\": the agent and its ranks follow the "
                  "leader.")
-      ->envname("CHORUS_COORDINATOR")
+      ->envname(chorus::kEnvCoordinator)
       ->capture_default_str();
   app.add_option("--slots", flags.slots,
                  "Rank processes this node can run: a number in [1, 1024], or auto. auto on "
                  "--device cpu: the CPUs this process may use (its affinity mask, so cpusets and "
                  "Slurm bindings count) divided by --threads_per_slot, at least 1; on --device "
                  "cuda: the GPUs CUDA sees (an error in a build without CUDA).")
-      ->envname("CHORUS_SLOTS")
+      ->envname(chorus::kEnvSlots)
       ->capture_default_str();
   app.add_option("--threads_per_slot", flags.threads_per_slot,
                  "With --slots auto on cpu: CPUs one slot stands for (set it to the "
@@ -136,14 +137,14 @@ void AddFlags(CLI::App& app, AgentFlags& flags) {
                  "on (slot i of N gets the i-th of N contiguous shares; its threads and child "
                  "processes stay there); nothing is bound when there are more slots than CPUs. "
                  "false: leave placement to the scheduler.")
-      ->envname("CHORUS_BIND_CPUS")
+      ->envname(chorus::kEnvBindCpus)
       ->capture_default_str();
   app.add_option("--rank_cgroups", flags.rank_cgroups,
                  "Run each rank in a cgroup of its own with its job's memory and process limits "
                  "(resources.memory_bytes, resources.max_processes) and its slot's CPUs; needs "
                  "root or a delegated cgroup, and without them the ranks run unlimited after one "
                  "warning (docs/operating.md). false: never.")
-      ->envname("CHORUS_RANK_CGROUPS")
+      ->envname(chorus::kEnvRankCgroups)
       ->capture_default_str();
   app.add_option("--host", flags.host, "Name this node reports to the coordinator.")
       ->capture_default_str();
@@ -196,14 +197,14 @@ absl::StatusOr<chorus::AgentOptions> Configure(AgentFlags& flags) {
   // common/job_credentials.h). TLS files they share, by absolute path.
   // The token's bytes are overwritten too: unsetenv only drops the pointer,
   // and /proc/PID/environ shows the memory the environment started in.
-  if (char* token = std::getenv("CHORUS_TOKEN"); token != nullptr) {
+  if (char* token = std::getenv(chorus::kEnvToken); token != nullptr) {
     std::memset(token, 0, std::strlen(token));
   }
-  unsetenv("CHORUS_TOKEN");
-  unsetenv("CHORUS_TOKEN_FILE");
-  for (const auto& [flag, env] :
-       {std::pair{&flags.tls_ca, "CHORUS_TLS_CA"}, std::pair{&flags.tls_cert, "CHORUS_TLS_CERT"},
-        std::pair{&flags.tls_key, "CHORUS_TLS_KEY"}}) {
+  unsetenv(chorus::kEnvToken);
+  unsetenv(chorus::kEnvTokenFile);
+  for (const auto& [flag, env] : {std::pair{&flags.tls_ca, chorus::kEnvTlsCa},
+                                  std::pair{&flags.tls_cert, chorus::kEnvTlsCert},
+                                  std::pair{&flags.tls_key, chorus::kEnvTlsKey}}) {
     if (!flag->empty()) setenv(env, std::filesystem::absolute(*flag).c_str(), 1);
   }
   chorus::ConfigureClient(*std::move(security));
@@ -220,7 +221,7 @@ absl::StatusOr<chorus::AgentOptions> Configure(AgentFlags& flags) {
     }
     flags.rank_host = *local;
   }
-  setenv("CHORUS_RANK_HOST", flags.rank_host.c_str(), 1);
+  setenv(chorus::kEnvRankHost, flags.rank_host.c_str(), 1);
   chorus::AgentOptions options;
   if (!flags.rank_uid_range.empty()) {
     absl::StatusOr<chorus::UidRange> range = chorus::ParseUidRange(flags.rank_uid_range);

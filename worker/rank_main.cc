@@ -67,6 +67,7 @@
 #include "absl/strings/str_cat.h"
 #include "chorus/v1/coordinator.grpc.pb.h"
 #include "common/auth.h"
+#include "common/env_names.h"
 #include "common/grpc_util.h"
 #include "common/logging.h"
 #include "common/output_limits.h"
@@ -121,7 +122,7 @@ int SuperviseProgram(const v1::JoinResponse& joined, const std::shared_ptr<grpc:
   sigprocmask(SIG_UNBLOCK, &usr1, nullptr);
   GrpcStore store(channel, joined.store_namespace());
   ProgramSupervisor::Options options;
-  options.rank = {joined, job_id, coordinator, Env("CHORUS_RANK_HOST", "127.0.0.1"), ::getpid()};
+  options.rank = {joined, job_id, coordinator, Env(kEnvRankHost, "127.0.0.1"), ::getpid()};
   options.store = &store;
   options.ranks = &ranks;
   options.agent_heartbeats = std::move(agent);
@@ -145,12 +146,12 @@ int BecomeTrainer(const v1::JoinResponse& joined, char** argv, ProgressSender* a
   const std::string dir = Env("TMPDIR", "/tmp");
   absl::StatusOr<std::string> file = WriteJoinFile(dir, joined);
   if (!file.ok()) return Fail(std::string(file.status().message()));
-  setenv("CHORUS_RANK_JOINED", file->c_str(), 1);
+  setenv(kEnvRankJoined, file->c_str(), 1);
   if (agent != nullptr) {
     if (absl::Status kept = agent->KeepAcrossExec(); !kept.ok()) {
       LOG(WARNING) << "the trainer sends its heartbeats to the coordinator itself: "
                    << kept.message();
-      unsetenv(kAgentHeartbeatsFdVariable);
+      unsetenv(kEnvAgentHeartbeatsFd);
     }
   }
   const std::string trainer = CompanionBinary(ExecutableDir(), "chorus-trainer", "worker");

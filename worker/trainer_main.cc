@@ -43,12 +43,13 @@
 #include "checkpoint/rank_storage.h"
 #include "chorus/v1/coordinator.grpc.pb.h"
 #include "common/auth.h"
+#include "common/env_names.h"
 #include "common/grpc_util.h"
 #include "common/logging.h"
-#include "common/output_limits.h"
 #include "common/memory.h"
 #include "common/memory_estimate.h"
 #include "common/metrics_text.h"
+#include "common/output_limits.h"
 #include "common/retry.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
@@ -184,14 +185,14 @@ absl::StatusOr<std::unique_ptr<JoinedGeneration>> ConnectGeneration(
 // The JoinResponse chorus-rank got and left in CHORUS_RANK_JOINED's file,
 // which is removed.
 absl::StatusOr<v1::JoinResponse> TakeJoinFromRank() {
-  const std::string join_file = Env("CHORUS_RANK_JOINED");
+  const std::string join_file = Env(kEnvRankJoined);
   if (join_file.empty()) {
     return absl::FailedPreconditionError(
         "CHORUS_RANK_JOINED is not set: chorus-trainer is started by chorus-rank");
   }
   absl::StatusOr<v1::JoinResponse> joined = ReadJoinFile(join_file);
   ::unlink(join_file.c_str());
-  unsetenv("CHORUS_RANK_JOINED");
+  unsetenv(kEnvRankJoined);
   return joined;
 }
 
@@ -284,7 +285,7 @@ class TrainerRank {
       : where_(where),
         launch_(std::move(launch)),
         job_id_(launch_.join.job_id()),
-        rank_host_(Env("CHORUS_RANK_HOST", "127.0.0.1")),
+        rank_host_(Env(kEnvRankHost, "127.0.0.1")),
         channel_(std::move(channel)),
         ranks_(v1::RankService::NewStub(channel_)),
         reports_([this](const v1::ReportRequest& request, absl::Time deadline) {
@@ -323,8 +324,8 @@ class TrainerRank {
     if (spec().has_elastic()) {
       options.rejoin = [this](const absl::Status& failure) { return Rejoin(failure); };
     }
-    options.sample_trace_dir = Env("CHORUS_SAMPLE_TRACE");
-    options.setup_gate = Env("CHORUS_TEST_SETUP_GATE");
+    options.sample_trace_dir = Env(kEnvSampleTrace);
+    options.setup_gate = Env(kEnvTestSetupGate);
     if (!first_.resume().job_id().empty() && first_.rank() == 0 && first_.generation() == 1) {
       LOG(INFO) << job_id_ << ": resuming from checkpoint " << first_.resume().job_id() << " step "
                 << first_.resume().step();

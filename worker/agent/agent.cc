@@ -15,6 +15,7 @@
 #include "common/backoff.h"
 #include "common/cpu_binding.h"
 #include "common/cpu_pressure.h"
+#include "common/env_names.h"
 #include "common/grpc_util.h"
 #include "common/join_answers.h"
 #include "common/memory_estimate.h"
@@ -557,22 +558,22 @@ RankCommand Agent::RankCommandFor(const v1::LaunchRanks& launch, const v1::RankL
   // follow the leader when it moves (Note [Following the leader] in
   // common/grpc_util.cc).
   const bool several = options_.coordinator.find(',') != std::string::npos;
-  set("CHORUS_COORDINATOR",
+  set(kEnvCoordinator,
       launch.coordinator().empty() || several ? options_.coordinator : launch.coordinator());
-  set("CHORUS_JOB_ID", launch.job_id());
+  set(kEnvJobId, launch.job_id());
   // Note [Job credentials] (common/job_credentials.h): the ranks run user
   // code, so they get their job's credential, never the agent's token.
-  unset("CHORUS_TOKEN_FILE");
+  unset(kEnvTokenFile);
   if (launch.credential().empty()) {
-    unset("CHORUS_TOKEN");
+    unset(kEnvToken);
   } else {
-    set("CHORUS_TOKEN", launch.credential());
+    set(kEnvToken, launch.credential());
   }
-  set("CHORUS_GENERATION", std::to_string(launch.generation()));
-  set("CHORUS_AGENT_ID", agent_id);
-  set("CHORUS_SLOT", std::to_string(rank.slot()));
-  unset(kAgentHeartbeatsFdVariable);  // OpenHeartbeatChannel sets this rank's own
-  unset(kAgentJoinsVariable);
+  set(kEnvGeneration, std::to_string(launch.generation()));
+  set(kEnvAgentId, agent_id);
+  set(kEnvSlot, std::to_string(rank.slot()));
+  unset(kEnvAgentHeartbeatsFd);  // OpenHeartbeatChannel sets this rank's own
+  unset(kEnvAgentJoins);
   set("LOCAL_RANK", std::to_string(rank.local_rank()));
   set("LOCAL_WORLD_SIZE", std::to_string(rank.local_world_size()));
   set("OMP_NUM_THREADS", std::to_string(options_.threads_per_rank));
@@ -580,9 +581,9 @@ RankCommand Agent::RankCommandFor(const v1::LaunchRanks& launch, const v1::RankL
   // Where the rank may run, for its own log and for programs that size
   // thread pools (as Slurm's SLURM_CPU_BIND_LIST tells them); unset unbound.
   if (command.cpus.empty()) {
-    unset("CHORUS_CPUS");
+    unset(kEnvCpus);
   } else {
-    set("CHORUS_CPUS", FormatCpuList(command.cpus));
+    set(kEnvCpus, FormatCpuList(command.cpus));
   }
   return command;
 }
@@ -621,9 +622,9 @@ std::unique_ptr<ProgressReceiver> Agent::OpenHeartbeatChannel(RankCommand& comma
   }
   *rank_fd = pair->program_fd;
   command.inherit_fds.push_back(pair->program_fd);
-  command.env.push_back(absl::StrCat(kAgentHeartbeatsFdVariable, "=", pair->program_fd));
+  command.env.push_back(absl::StrCat(kEnvAgentHeartbeatsFd, "=", pair->program_fd));
   // Note [Joins gathered by the agent]: the rank may send its joins here too.
-  command.env.push_back(absl::StrCat(kAgentJoinsVariable, "=1"));
+  command.env.push_back(absl::StrCat(kEnvAgentJoins, "=1"));
   return std::make_unique<ProgressReceiver>(pair->supervisor_fd);
 }
 

@@ -33,6 +33,7 @@
 #include "absl/time/clock.h"
 #include "chorus/v1/coordinator.grpc.pb.h"
 #include "common/clock.h"
+#include "common/env_names.h"
 #include "common/join_answers.h"
 #include "common/output_limits.h"
 #include "common/tcp_relay_for_test.h"
@@ -81,7 +82,7 @@ class FakeRank {
   // survives in the process).
   FakeRank(pid_t pid, RankCommand command) : pid_(pid), command_(std::move(command)) {
     int fd = -1;
-    if (absl::SimpleAtoi(Env(kAgentHeartbeatsFdVariable), &fd)) {
+    if (absl::SimpleAtoi(Env(kEnvAgentHeartbeatsFd), &fd)) {
       const int copy = dup(fd);
       if (copy >= 0) heartbeats_ = std::make_unique<ProgressSender>(copy);
     }
@@ -718,7 +719,7 @@ TEST_F(AgentTest, RanksRunAsTheAccountTheLaunchNamesElseAUidOfTheRange) {
   EXPECT_EQ(ranged.account->gid, 61000u);
   for (const auto& rank : ranks) {
     EXPECT_THAT(rank->command().inherit_fds,
-                ElementsAre(std::stoi(rank->Env(kAgentHeartbeatsFdVariable))));
+                ElementsAre(std::stoi(rank->Env(kEnvAgentHeartbeatsFd))));
   }
 
   v1::CoordinatorMessage unknown = LaunchMessage("job-3", 1, {0});
@@ -1265,7 +1266,7 @@ TEST_F(AgentHeartbeatsTest, ForwardsItsRanksNewestHeartbeatsInOneMessageAndLeave
   coordinator_.Send(LaunchMessage("job-1", 3, {0, 1}));
   std::vector<std::shared_ptr<FakeRank>> ranks = launcher_->AwaitRanks(2);
   ASSERT_EQ(ranks.size(), 2u);
-  ASSERT_NE(ranks[0]->Env(kAgentHeartbeatsFdVariable), "");
+  ASSERT_NE(ranks[0]->Env(kEnvAgentHeartbeatsFd), "");
   // Both are the agent's ranks (not only started) before the interval ends:
   // a rank it has not recorded yet would miss the first message.
   ASSERT_TRUE(Eventually([&] { return agent_->live_ranks() == 2; }));
@@ -1433,7 +1434,7 @@ TEST_F(AgentJoinsTest, BatchesItsRanksJoinsInOneMessageAndPassesEachAnswerToItsR
   coordinator_.Send(LaunchMessage("job-1", 1, {0, 1}));
   std::vector<std::shared_ptr<FakeRank>> ranks = launcher_->AwaitRanks(2);
   ASSERT_EQ(ranks.size(), 2u);
-  ASSERT_EQ(ranks[0]->Env(kAgentJoinsVariable), "1");
+  ASSERT_EQ(ranks[0]->Env(kEnvAgentJoins), "1");
   // Both are the agent's ranks (not only started) before they send.
   ASSERT_TRUE(Eventually([&] { return agent_->live_ranks() == 2; }));
   ASSERT_TRUE(ranks[0]->SendJoin(JoinRequestOf("job-1", 2, 0)).ok());

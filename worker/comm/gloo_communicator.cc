@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "common/env_names.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "gloo/common/error.h"
@@ -84,7 +85,7 @@ void Bf16Reduce(void* c, const void* a, const void* b, size_t n, Combine combine
 using RawReduceFn = void (*)(void*, const void*, const void*, size_t);
 
 bool EnvironmentForcesSharedMemory() {
-  const char* env = std::getenv("CHORUS_GLOO_SHM");
+  const char* env = std::getenv(kEnvGlooShm);
   return env != nullptr && std::string(env) == "1";
 }
 
@@ -559,7 +560,7 @@ class GlooCommunicator : public Communicator {
       return timed_out ? absl::DeadlineExceededError(message) : absl::UnavailableError(message);
     }
     std::unique_ptr<ShmAllreduce> shm;
-    const char* env = std::getenv("CHORUS_GLOO_SHM");
+    const char* env = std::getenv(kEnvGlooShm);
     if (options.shared_memory && !(env != nullptr && std::string(env) == "0")) {
       ShmAllreduce::Options shm_options;
       shm_options.rank = options.rank;

@@ -67,6 +67,7 @@
 #include "absl/strings/str_split.h"
 #include "chorus/distributed_data_parallel.h"
 #include "common/cpu_binding.h"
+#include "common/env_names.h"
 #include "common/machine_facts.h"
 #include "common/memory.h"
 #include "common/status_macros.h"
@@ -591,13 +592,13 @@ class ModelCaseBench {
   // One Chorus run into `run`. shm: the CHORUS_GLOO_SHM value, "" for the
   // default.
   bool RunChorus(const char* shm, ChorusRun& run, bool views, bool interleave = false) {
-    if (*shm != '\0') setenv("CHORUS_GLOO_SHM", shm, 1);
+    if (*shm != '\0') setenv(kEnvGlooShm, shm, 1);
     const std::string store_dir =
         absl::StrCat(dir_, "/", case_.name, ".store", shm, views == view_ ? "" : ".other",
                      interleave ? ".interleaved" : "");
     const bool ok = RunChorusRanks(self_, store_dir, hidden_, case_.warmup, steps_, views,
                                    /*observe=*/false, interleave);
-    unsetenv("CHORUS_GLOO_SHM");
+    unsetenv(kEnvGlooShm);
     std::ifstream in(store_dir + "/result");
     in >> run.step_ms >> run.comm_ms >> run.fwd_bwd_ms >> run.finish_ms >> run.faults_per_step >>
         run.plain_ms;

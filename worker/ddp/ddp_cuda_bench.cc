@@ -54,6 +54,7 @@
 #include <vector>
 
 #include "chorus/distributed_data_parallel.h"
+#include "common/env_names.h"
 #include "worker/comm/nccl_communicator.h"
 #include "worker/comm/store.h"
 
@@ -228,7 +229,7 @@ struct BenchFlags {
 // The flags of the usage above (and --script, the PyTorch side's path);
 // false after saying what is wrong.
 bool ParseFlags(int argc, char** argv, BenchFlags& flags) {
-  const char* env_python = std::getenv("CHORUS_TEST_PYTHON");
+  const char* env_python = std::getenv(kEnvTestPython);
   flags.python = env_python != nullptr ? env_python : "python3";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];

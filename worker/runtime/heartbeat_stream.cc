@@ -5,6 +5,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/backoff.h"
+#include "common/env_names.h"
 #include "glog/logging.h"
 #include "grpcpp/client_context.h"
 
@@ -189,7 +190,7 @@ void HeartbeatStream::Run() {
 
 std::shared_ptr<ProgressSender> AgentChannelFromEnvironment() {
   absl::StatusOr<std::unique_ptr<ProgressSender>> channel =
-      ProgressSender::FromVariable(kAgentHeartbeatsFdVariable);
+      ProgressSender::FromVariable(kEnvAgentHeartbeatsFd);
   if (channel.ok()) return std::shared_ptr<ProgressSender>(*std::move(channel));
   if (!absl::IsNotFound(channel.status())) {
     LOG(WARNING) << channel.status().message()

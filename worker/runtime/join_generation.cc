@@ -13,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/backoff.h"
+#include "common/env_names.h"
 #include "common/grpc_util.h"
 #include "glog/logging.h"
 
@@ -106,7 +107,7 @@ std::optional<absl::StatusOr<v1::JoinResponse>> GenerationJoiner::JoinThroughAge
 }
 
 std::shared_ptr<ProgressSender> AgentJoinChannel(std::shared_ptr<ProgressSender> channel) {
-  const char* takes = std::getenv(kAgentJoinsVariable);
+  const char* takes = std::getenv(kEnvAgentJoins);
   if (takes == nullptr || std::string(takes) != "1") return nullptr;
   return channel;
 }
@@ -117,20 +118,20 @@ absl::StatusOr<RankLaunch> RankLaunchFromEnvironment() {
     return std::string(v != nullptr ? v : "");
   };
   RankLaunch launch;
-  launch.coordinator = env("CHORUS_COORDINATOR");
+  launch.coordinator = env(kEnvCoordinator);
   int64_t generation = 0;
   int slot = -1;
-  if (launch.coordinator.empty() || env("CHORUS_JOB_ID").empty() ||
-      !absl::SimpleAtoi(env("CHORUS_GENERATION"), &generation) ||
-      !absl::SimpleAtoi(env("CHORUS_SLOT"), &slot)) {
+  if (launch.coordinator.empty() || env(kEnvJobId).empty() ||
+      !absl::SimpleAtoi(env(kEnvGeneration), &generation) ||
+      !absl::SimpleAtoi(env(kEnvSlot), &slot)) {
     return absl::FailedPreconditionError(
         "CHORUS_COORDINATOR, CHORUS_JOB_ID, CHORUS_GENERATION and CHORUS_SLOT must be set; "
         "chorus-rank is started by chorus-worker, not by hand");
   }
   v1::JoinRequest& join = launch.join;
-  join.set_job_id(env("CHORUS_JOB_ID"));
+  join.set_job_id(env(kEnvJobId));
   join.set_generation(generation);
-  join.set_agent_id(env("CHORUS_AGENT_ID"));
+  join.set_agent_id(env(kEnvAgentId));
   join.set_slot(slot);
   join.set_pid(::getpid());
   char host[256] = {0};

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "common/env_names.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/runtime/progress_channel.h"
@@ -256,13 +257,13 @@ TEST_F(JoinGenerationTest, AFirstJoinGoesThroughTheAgentAndARefusalIsTheAnswer) 
 
 TEST_F(JoinGenerationTest, WithoutAnAgentChannelTheJoinGoesDirectly) {
   Start(/*not_formed=*/0);
-  unsetenv(kAgentJoinsVariable);
+  unsetenv(kEnvAgentJoins);
   FakeAgent agent;
   // An older agent (no CHORUS_AGENT_JOINS): its channel is not for joins.
   EXPECT_EQ(AgentJoinChannel(agent.rank_end()), nullptr);
-  setenv(kAgentJoinsVariable, "1", 1);
+  setenv(kEnvAgentJoins, "1", 1);
   EXPECT_EQ(AgentJoinChannel(agent.rank_end()), agent.rank_end());
-  unsetenv(kAgentJoinsVariable);
+  unsetenv(kEnvAgentJoins);
   GenerationJoiner joiner(*stub_, nullptr);
   absl::StatusOr<v1::JoinResponse> joined =
       joiner.Join(request_, absl::Now() + absl::Seconds(10), /*until_formed=*/true);

@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/env_names.h"
 #include "common/grpc_util.h"
 #include "common/paths.h"
 #include "common/program_spec.h"
@@ -138,9 +139,9 @@ std::vector<std::string> ProgramEnvironment(const std::vector<std::string>& base
     if (eq == std::string::npos || eq == 0) continue;
     // The supervisor's own channel to its agent, which the program does not
     // inherit.
-    if (entry.compare(0, eq, kAgentHeartbeatsFdVariable) == 0) continue;
+    if (entry.compare(0, eq, kEnvAgentHeartbeatsFd) == 0) continue;
     // Whether its own channel takes joins is the supervisor's to say.
-    if (entry.compare(0, eq, kAgentJoinsVariable) == 0) continue;
+    if (entry.compare(0, eq, kEnvAgentJoins) == 0) continue;
     set(entry.substr(0, eq), entry.substr(eq + 1));
   }
   const v1::JoinResponse& j = rank.joined;
@@ -170,16 +171,16 @@ std::vector<std::string> ProgramEnvironment(const std::vector<std::string>& base
   set("TORCHELASTIC_RUN_ID", rank.job_id);
   set("TORCHELASTIC_USE_AGENT_STORE", "False");
   if (values.count("NCCL_ASYNC_ERROR_HANDLING") == 0) set("NCCL_ASYNC_ERROR_HANDLING", "1");
-  set("CHORUS_COORDINATOR", rank.coordinator);
-  set("CHORUS_JOB_ID", rank.job_id);
-  set("CHORUS_GENERATION", std::to_string(j.generation()));
-  set("CHORUS_RANK", std::to_string(j.rank()));
-  set("CHORUS_WORLD_SIZE", std::to_string(j.world_size()));
-  set("CHORUS_STORE_NAMESPACE", j.store_namespace());
-  set("CHORUS_RANK_HOST", rank.rank_host);
-  set("CHORUS_JOIN_FILE", join_file);
-  if (rank.supervisor_pid > 0) set("CHORUS_RANK_PID", std::to_string(rank.supervisor_pid));
-  if (progress_fd >= 0) set(kProgressFdVariable, std::to_string(progress_fd));
+  set(kEnvCoordinator, rank.coordinator);
+  set(kEnvJobId, rank.job_id);
+  set(kEnvGeneration, std::to_string(j.generation()));
+  set(kEnvRank, std::to_string(j.rank()));
+  set(kEnvWorldSize, std::to_string(j.world_size()));
+  set(kEnvStoreNamespace, j.store_namespace());
+  set(kEnvRankHost, rank.rank_host);
+  set(kEnvJoinFile, join_file);
+  if (rank.supervisor_pid > 0) set(kEnvRankPid, std::to_string(rank.supervisor_pid));
+  if (progress_fd >= 0) set(kEnvProgressFd, std::to_string(progress_fd));
   std::vector<std::string> env;
   env.reserve(names.size());
   for (const std::string& name : names) env.push_back(absl::StrCat(name, "=", values[name]));
@@ -383,7 +384,7 @@ absl::StatusOr<ProgramSupervisor::Launched> ProgramSupervisor::Launch(const std:
       ProgramEnvironment(base, rank, master, launched.join_file.path, channel.program_fd);
   // Its joins go through this process to the agent (join_relay.h).
   if (AgentJoinChannel(options_.agent_heartbeats) != nullptr) {
-    env.push_back(absl::StrCat(kAgentJoinsVariable, "=1"));
+    env.push_back(absl::StrCat(kEnvAgentJoins, "=1"));
   }
   std::vector<std::string> argv(program.argv().begin(), program.argv().end());
   // Logged before the start: the program's output and this process's log

@@ -14,6 +14,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/env_names.h"
 #include "google/protobuf/message_lite.h"
 
 namespace chorus {
@@ -99,12 +100,12 @@ absl::StatusOr<ProgressChannelPair> CreateProgressChannel() {
 }
 
 absl::StatusOr<std::unique_ptr<ProgressSender>> ProgressSender::FromEnvironment() {
-  const char* value = std::getenv(kProgressFdVariable);
+  const char* value = std::getenv(kEnvProgressFd);
   if (value == nullptr || *value == '\0') {
     return absl::NotFoundError(absl::StrCat(
-        kProgressFdVariable, " is not set: the program is not running as a Chorus program job"));
+        kEnvProgressFd, " is not set: the program is not running as a Chorus program job"));
   }
-  return FromVariable(kProgressFdVariable);
+  return FromVariable(kEnvProgressFd);
 }
 
 absl::StatusOr<std::unique_ptr<ProgressSender>> ProgressSender::FromVariable(

@@ -62,16 +62,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "chorus/v1/coordinator.pb.h"
+#include "common/env_names.h"
 
 namespace chorus {
-
-// The environment variable that names the program's end.
-inline constexpr char kProgressFdVariable[] = "CHORUS_PROGRESS_FD";
-// The environment variable that names a rank process's end of its agent's
-// heartbeat channel.
-inline constexpr char kAgentHeartbeatsFdVariable[] = "CHORUS_AGENT_HEARTBEATS_FD";
-// Set to 1 by a node agent that takes its ranks' joins over that channel.
-inline constexpr char kAgentJoinsVariable[] = "CHORUS_AGENT_JOINS";
 
 // The largest record a sender accepts (a heartbeat with a full flight
 // recorder summary is a few KB).
@@ -96,7 +89,7 @@ class ProgressSender {
   // open socket.
   static absl::StatusOr<std::unique_ptr<ProgressSender>> FromEnvironment();
   // The same from the environment variable `variable` (e.g.
-  // kAgentHeartbeatsFdVariable): NOT_FOUND when it is unset,
+  // kEnvAgentHeartbeatsFd): NOT_FOUND when it is unset,
   // INVALID_ARGUMENT naming it when it does not name an open channel. The
   // descriptor is made close-on-exec, so the caller's children do not
   // inherit it.

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/env_names.h"
 #include "gtest/gtest.h"
 
 namespace chorus {
@@ -283,10 +284,10 @@ TEST(ProgressChannelTest, AnEndOpenedFromTheEnvironmentCrossesExecOnlyWhenKept) 
   absl::StatusOr<ProgressChannelPair> pair = CreateProgressChannel();
   ASSERT_TRUE(pair.ok()) << pair.status();
   ProgressReceiver receiver(pair->supervisor_fd);
-  setenv(kAgentHeartbeatsFdVariable, std::to_string(pair->program_fd).c_str(), 1);
+  setenv(kEnvAgentHeartbeatsFd, std::to_string(pair->program_fd).c_str(), 1);
   absl::StatusOr<std::unique_ptr<ProgressSender>> sender =
-      ProgressSender::FromVariable(kAgentHeartbeatsFdVariable);
-  unsetenv(kAgentHeartbeatsFdVariable);
+      ProgressSender::FromVariable(kEnvAgentHeartbeatsFd);
+  unsetenv(kEnvAgentHeartbeatsFd);
   ASSERT_TRUE(sender.ok()) << sender.status();
   EXPECT_EQ(fcntl(pair->program_fd, F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
   EXPECT_NE(ExecWritingTo(pair->program_fd), 0) << "a child's exec does not inherit it";
@@ -304,17 +305,17 @@ TEST(ProgressChannelTest, AnEndOpenedFromTheEnvironmentCrossesExecOnlyWhenKept) 
 }
 
 TEST(ProgressChannelTest, FromEnvironmentNamesTheVariable) {
-  unsetenv(kProgressFdVariable);
+  unsetenv(kEnvProgressFd);
   absl::StatusOr<std::unique_ptr<ProgressSender>> none = ProgressSender::FromEnvironment();
   EXPECT_TRUE(absl::IsNotFound(none.status()));
   EXPECT_NE(none.status().message().find("CHORUS_PROGRESS_FD"), std::string::npos);
 
-  setenv(kProgressFdVariable, "seven", 1);
+  setenv(kEnvProgressFd, "seven", 1);
   EXPECT_TRUE(absl::IsInvalidArgument(ProgressSender::FromEnvironment().status()));
   // A descriptor that is open but not a channel: a pipe.
   int p[2];
   ASSERT_EQ(pipe(p), 0);
-  setenv(kProgressFdVariable, std::to_string(p[1]).c_str(), 1);
+  setenv(kEnvProgressFd, std::to_string(p[1]).c_str(), 1);
   absl::StatusOr<std::unique_ptr<ProgressSender>> pipe_end = ProgressSender::FromEnvironment();
   EXPECT_TRUE(absl::IsInvalidArgument(pipe_end.status()));
   EXPECT_NE(pipe_end.status().message().find("not an open progress channel"), std::string::npos);
@@ -323,7 +324,7 @@ TEST(ProgressChannelTest, FromEnvironmentNamesTheVariable) {
 
   absl::StatusOr<ProgressChannelPair> pair = CreateProgressChannel();
   ASSERT_TRUE(pair.ok()) << pair.status();
-  setenv(kProgressFdVariable, std::to_string(pair->program_fd).c_str(), 1);
+  setenv(kEnvProgressFd, std::to_string(pair->program_fd).c_str(), 1);
   absl::StatusOr<std::unique_ptr<ProgressSender>> sender = ProgressSender::FromEnvironment();
   ASSERT_TRUE(sender.ok()) << sender.status();
   ProgressReceiver receiver(pair->supervisor_fd);
@@ -331,7 +332,7 @@ TEST(ProgressChannelTest, FromEnvironmentNamesTheVariable) {
   absl::StatusOr<v1::RankHeartbeat> got = receiver.Receive(absl::Now() + absl::Seconds(5));
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->step(), 9);
-  unsetenv(kProgressFdVariable);
+  unsetenv(kEnvProgressFd);
 }
 
 }  // namespace

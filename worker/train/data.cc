@@ -11,8 +11,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -20,6 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/env_names.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 
@@ -368,7 +369,7 @@ absl::StatusOr<Dataset> LoadTensorFile(const std::string& path) {
 }  // namespace
 
 std::string DecodedCacheDir() {
-  if (const char* set = std::getenv("CHORUS_DATA_CACHE"); set != nullptr) {
+  if (const char* set = std::getenv(kEnvDataCache); set != nullptr) {
     const std::string dir = set;
     return dir == "off" ? "" : dir;
   }
