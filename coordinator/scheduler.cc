@@ -18,11 +18,55 @@
 namespace chorus {
 
 void Scheduler::Outbox::Flush() {
+  writes.Run();
   for (auto& [send, message] : messages) send(message);
+  std::vector<std::string> unrecorded;
+  for (Launch& launch : launches) {
+    if (!*launch.recorded) {
+      unrecorded.push_back(launch.job_id);
+      continue;
+    }
+    for (auto& [send, message] : launch.messages) send(message);
+  }
   for (auto& [done, result] : joins) done(std::move(result));
   messages.clear();
+  launches.clear();
   joins.clear();
   agent_joins.Send();  // what the joins above recorded for agents
+  if (settling.empty() && unrecorded.empty() && !requeued) return;
+  const std::vector<std::string> settled = std::move(settling);
+  settling.clear();
+  const bool place_requeued = requeued;
+  requeued = false;
+  scheduler.AfterWrites(settled, unrecorded, place_requeued);
+}
+
+void Scheduler::AfterWrites(const std::vector<std::string>& settled,
+                            const std::vector<std::string>& unrecorded, bool requeued) {
+  Outbox out(*this);
+  {
+    absl::MutexLock lock(&mu_);
+    for (const std::string& job_id : settled) {
+      auto it = settling_.find(job_id);
+      if (it != settling_.end() && --it->second <= 0) settling_.erase(it);
+    }
+    for (const std::string& job_id : unrecorded) UndoStartLocked(job_id);
+    // Not after a failed write: a store that refuses writes would be asked
+    // again at once, for ever. The next change or Tick places again.
+    if (requeued) ScheduleLocked(out);
+  }
+  out.Flush();
+}
+
+void Scheduler::UndoStartLocked(const std::string& job_id) {
+  auto it = running_.find(job_id);
+  if (it == running_.end()) return;  // ended meanwhile (a cancel)
+  // No launch went out: nothing to stop, and no rank can have joined.
+  it->second.ReleaseSlots(agents_);
+  Rendezvous::Answers none;
+  it->second.rendezvous.Abort(absl::AbortedError("its start was not recorded"), none);
+  running_.erase(it);
+  LOG(WARNING) << job_id << ": not started, as its start could not be recorded; it stays queued";
 }
 
 Scheduler::Scheduler(JobManager& jobs, Clock* clock, SchedulerOptions options)
@@ -50,7 +94,7 @@ void Scheduler::Configure(SchedulerOptions options) {
 }
 
 absl::StatusOr<std::string> Scheduler::AddAgent(const v1::AgentHello& hello, Sender send) {
-  Outbox out(agent_joins_);
+  Outbox out(*this);
   absl::StatusOr<std::string> added;
   {
     absl::MutexLock lock(&mu_);
@@ -182,7 +226,7 @@ void Scheduler::TakeToldExitsLocked(const std::string& agent_id, const v1::Agent
 }
 
 void Scheduler::RemoveAgent(const std::string& agent_id) {
-  Outbox out(agent_joins_);
+  Outbox out(*this);
   {
     absl::MutexLock lock(&mu_);
     if (!RemoveAgentLocked(agent_id, out)) return;
@@ -224,7 +268,7 @@ bool Scheduler::RemoveAgentLocked(const std::string& agent_id, Outbox& out,
     } else if (run.elastic && reconnect_grace_ > absl::ZeroDuration()) {
       // Note [An elastic job's lost agent].
       AwaitAgentLocked(job_id, run, agent_id, hello, lost,
-                       std::min(reconnect_grace_, kElasticAgentGrace));
+                       std::min(reconnect_grace_, kElasticAgentGrace), out);
     } else if (run.elastic) {
       std::vector<int> there;
       for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
@@ -234,7 +278,7 @@ bool Scheduler::RemoveAgentLocked(const std::string& agent_id, Outbox& out,
       ReformLocked(job_id, absl::StrCat(lost, ", which ran rank(s) ", absl::StrJoin(there, ",")),
                    ReformKind::kAgentLost, out);
     } else if (reconnect_grace_ > absl::ZeroDuration()) {
-      AwaitAgentLocked(job_id, run, agent_id, hello, lost, reconnect_grace_);
+      AwaitAgentLocked(job_id, run, agent_id, hello, lost, reconnect_grace_, out);
     } else {
       EndLocked(job_id, v1::Job::FAILED, absl::StrCat(lost, ", which ran ranks of this job"), out);
     }
@@ -244,7 +288,7 @@ bool Scheduler::RemoveAgentLocked(const std::string& agent_id, Outbox& out,
 
 void Scheduler::AwaitAgentLocked(const std::string& job_id, RunningJob& run,
                                  const std::string& agent_id, const v1::AgentHello& lost,
-                                 const std::string& lost_what, absl::Duration grace) {
+                                 const std::string& lost_what, absl::Duration grace, Outbox& out) {
   const std::vector<int> waiting = run.AwaitAgent(agent_id, lost.host(), lost.pid());
   if (waiting.empty()) return;  // only departing ranks ran there
   // A job already waiting (after a restart, another lost agent) keeps the
@@ -257,7 +301,7 @@ void Scheduler::AwaitAgentLocked(const std::string& job_id, RunningJob& run,
   LOG(WARNING) << job_id << ": " << why;
   v1::JobEvent event;
   event.set_message(why);
-  RecordEvent(job_id, std::move(event));
+  RecordEvent(job_id, std::move(event), out);
 }
 
 // Note [An elastic job's lost agent]
@@ -297,7 +341,7 @@ void Scheduler::ReformWithoutLostAgentsLocked(const std::string& job_id, Running
 }
 
 void Scheduler::Schedule() {
-  Outbox out(agent_joins_);
+  Outbox out(*this);
   {
     absl::MutexLock lock(&mu_);
     ScheduleLocked(out);
@@ -314,7 +358,7 @@ void Scheduler::ScheduleLocked(Outbox& out) {
     PreemptLocked(out);
     GrowLocked(out);
   }
-  SaveElasticLocked();
+  SaveElasticLocked(out);
 }
 
 bool Scheduler::PlaceQueuedLocked(Outbox& out) {
@@ -329,14 +373,16 @@ bool Scheduler::PlaceQueuedLocked(Outbox& out) {
         LOG(ERROR) << "reading queued job " << placement.job_id << ": " << job.status();
         return false;
       }
-      absl::StatusOr<v1::CheckpointManifest> resume = ResumeLocked(*job);
+      absl::StatusOr<v1::CheckpointManifest> resume = ResumeLocked(*job, out);
       if (!resume.ok()) {
-        RecordFailure(job->job_id(), absl::StrCat("cannot resume from ", job->resume_from(), ": ",
-                                                  resume.status().message()));
+        RecordFailure(job->job_id(),
+                      absl::StrCat("cannot resume from ", job->resume_from(), ": ",
+                                   resume.status().message()),
+                      out);
         replan = true;
         break;
       }
-      if (!StartLocked(*job, placement, *std::move(resume), out)) return false;
+      StartLocked(*job, placement, *std::move(resume), out);
     }
   }
   return true;
@@ -349,6 +395,9 @@ std::vector<QueueEntry> Scheduler::QueuedLocked() {
   auto cached = queue_entries_.begin();
   std::map<std::string, QueueEntry> kept;
   for (const std::string& id : ids) {
+    // Note [The scheduler's writes after its lock]: the store may not show
+    // yet that it started or ended.
+    if (running_.count(id) != 0 || settling_.count(id) != 0) continue;
     // Both are sorted by id: walk the cache alongside.
     while (cached != queue_entries_.end() && cached->first < id) ++cached;
     if (cached != queue_entries_.end() && cached->first == id) {
@@ -425,7 +474,7 @@ absl::Status Scheduler::CheckSubmission(const v1::JobSpec& spec, const std::stri
   return chorus::CheckSubmission(policy_, owner, spec, queued);
 }
 
-absl::StatusOr<v1::CheckpointManifest> Scheduler::ResumeLocked(const v1::Job& job) {
+absl::StatusOr<v1::CheckpointManifest> Scheduler::ResumeLocked(const v1::Job& job, Outbox& out) {
   if (job.resume_from().empty()) return v1::CheckpointManifest();
   std::vector<std::string> skipped;
   absl::StatusOr<v1::CheckpointManifest> found =
@@ -434,38 +483,44 @@ absl::StatusOr<v1::CheckpointManifest> Scheduler::ResumeLocked(const v1::Job& jo
   for (const std::string& warning : skipped) {
     v1::JobEvent event;
     event.set_message(absl::StrCat("warning: ", warning, "; using an older one"));
-    RecordEvent(job.job_id(), std::move(event));
+    RecordEvent(job.job_id(), std::move(event), out);
   }
   return found;
 }
 
-bool Scheduler::StartLocked(const v1::Job& job, const JobPlacement& placement,
+void Scheduler::StartLocked(const v1::Job& job, const JobPlacement& placement,
                             v1::CheckpointManifest resume, Outbox& out) {
+  const std::string& job_id = job.job_id();
   const int world = static_cast<int>(placement.ranks.size());
-  absl::StatusOr<v1::Job> started = jobs_.MarkRunning(job.job_id(), 1, world);
-  if (!started.ok()) {
-    LOG(ERROR) << "cannot start " << job.job_id() << ": " << started.status();
-    return false;
-  }
   RunningJob run(job, world, /*generation=*/1);
   run.resume = std::move(resume);
   for (const RankSlot& slot : placement.ranks) {
     agents_.SetBusy(slot.agent_id, slot.slot, true);
     run.ranks.push_back(RankState::At(slot));
   }
-  if (absl::Status s = jobs_.SavePlacements(job.job_id(), run.Placements(agents_)); !s.ok()) {
-    LOG(ERROR) << job.job_id()
-               << ": could not record placements (a restart would lose the job): " << s;
+  auto recorded = std::make_shared<bool>(false);
+  out.writes.Add(job_id, [this, job_id, world, recorded, placements = run.Placements(agents_)] {
+    absl::StatusOr<v1::Job> started = jobs_.MarkRunning(job_id, 1, world);
+    if (!started.ok()) {
+      LOG(ERROR) << "cannot start " << job_id << ": " << started.status();
+      return;
+    }
+    *recorded = true;
+    if (absl::Status s = jobs_.SavePlacements(job_id, placements); !s.ok()) {
+      LOG(ERROR) << job_id << ": could not record placements (a restart would lose the job): " << s;
+    }
+  });
+  Outbox::Launch& launch = out.launches.emplace_back();
+  launch.job_id = job_id;
+  launch.recorded = std::move(recorded);
+  for (auto& [agent_id, message] : run.LaunchMessages(job_id, coordinator_address_)) {
+    launch.messages.emplace_back(agents_.Find(agent_id)->send, std::move(message));
   }
-  for (auto& [agent_id, message] : run.LaunchMessages(job.job_id(), coordinator_address_)) {
-    out.messages.emplace_back(agents_.Find(agent_id)->send, std::move(message));
-  }
-  LOG(INFO) << "started " << job.job_id() << " with " << world << " rank(s)";
+  LOG(INFO) << "started " << job_id << " with " << world << " rank(s)";
   run.generation_started_at = clock_->Now();
   run.last_growth_at = run.generation_started_at;
   if (metrics_ != nullptr) metrics_->GenerationStarted("start");
-  running_.insert_or_assign(job.job_id(), std::move(run));
-  return true;
+  running_.insert_or_assign(job_id, std::move(run));
 }
 
 void Scheduler::EndLocked(const std::string& job_id, v1::Job::State state,
@@ -483,15 +538,16 @@ void Scheduler::EndLocked(const std::string& job_id, v1::Job::State state,
   // are written outside the scheduler's lock]).
   const std::shared_ptr<std::mutex> writes = it->second.report_writes;
   running_.erase(it);
-  if (state != v1::Job::CANCELLED) {
+  if (state == v1::Job::CANCELLED) return;
+  out.writes.Add(job_id, [this, job_id, state, reason, writes] {
     std::lock_guard<std::mutex> reports_written(*writes);
     absl::StatusOr<v1::Job> ended = jobs_.Finish(job_id, state, reason);
     if (!ended.ok()) LOG(ERROR) << "recording the end of " << job_id << ": " << ended.status();
-  }
+  });
 }
 
 void Scheduler::RankExited(const std::string& agent_id, const v1::RankExited& exited) {
-  Outbox out(agent_joins_);
+  Outbox out(*this);
   {
     absl::MutexLock lock(&mu_);
     RankExitedLocked(agent_id, exited, out);
@@ -534,19 +590,32 @@ void Scheduler::RankExitedLocked(const std::string& agent_id, const v1::RankExit
 }
 
 absl::StatusOr<v1::Job> Scheduler::Cancel(const std::string& job_id, const std::string& reason) {
-  Outbox out(agent_joins_);
-  absl::StatusOr<v1::Job> job;
+  // First the cancellation is written, which the answer waits for; then
+  // the ranks are stopped.
+  absl::StatusOr<v1::Job> job = absl::UnknownError("not cancelled");
+  {
+    Outbox out(*this);
+    {
+      absl::MutexLock lock(&mu_);
+      std::shared_ptr<std::mutex> writes;
+      if (auto running = running_.find(job_id); running != running_.end()) {
+        writes = running->second.report_writes;
+      }
+      ++settling_[job_id];  // not placed meanwhile
+      out.settling.push_back(job_id);
+      out.writes.Add(job_id, [this, &job, job_id, reason, writes] {
+        std::unique_lock<std::mutex> reports_written;
+        if (writes != nullptr) reports_written = std::unique_lock<std::mutex>(*writes);
+        job = jobs_.Cancel(job_id, reason);
+      });
+    }
+    out.Flush();
+  }
+  if (!job.ok()) return job;
+  Outbox out(*this);
   {
     absl::MutexLock lock(&mu_);
-    {
-      auto running = running_.find(job_id);
-      std::unique_lock<std::mutex> reports_written;
-      if (running != running_.end()) {
-        reports_written = std::unique_lock<std::mutex>(*running->second.report_writes);
-      }
-      job = jobs_.Cancel(job_id, reason);
-    }
-    if (job.ok()) EndLocked(job_id, v1::Job::CANCELLED, job->reason(), out);
+    EndLocked(job_id, v1::Job::CANCELLED, job->reason(), out);
     ScheduleLocked(out);
   }
   out.Flush();
@@ -554,7 +623,7 @@ absl::StatusOr<v1::Job> Scheduler::Cancel(const std::string& job_id, const std::
 }
 
 void Scheduler::Tick() {
-  Outbox out(agent_joins_);
+  Outbox out(*this);
   {
     absl::MutexLock lock(&mu_);
     const absl::Time now = clock_->Now();
@@ -572,7 +641,7 @@ void Scheduler::Tick() {
       if (progress.all_back) {
         v1::JobEvent event;
         event.set_message(progress.back);
-        RecordEvent(job_id, std::move(event));
+        RecordEvent(job_id, std::move(event), out);
       } else if (!progress.failure.empty() && run.elastic && !run.wait_cause.after_restart) {
         to_reform.push_back(job_id);  // Note [An elastic job's lost agent]
       } else if (!progress.failure.empty()) {
@@ -585,7 +654,7 @@ void Scheduler::Tick() {
     RetryWaitingLocked(out);
     GrowLocked(out);
     if (RequeueDueLocked(now, out)) ScheduleLocked(out);
-    for (const auto& [job_id, diagnoses] : TrackDiagnosesLocked()) {
+    for (const auto& [job_id, diagnoses] : TrackDiagnosesLocked(out)) {
       auto running = running_.find(job_id);
       if (running == running_.end()) continue;  // ended by a growth's restart-all
       RunningJob& run = running->second;
@@ -605,12 +674,12 @@ void Scheduler::Tick() {
     }
     for (const auto& [job_id, reason] : to_fail) EndLocked(job_id, v1::Job::FAILED, reason, out);
     if (!to_fail.empty()) ScheduleLocked(out);
-    SaveElasticLocked();
+    SaveElasticLocked(out);
   }
   out.Flush();
 }
 
-std::map<std::string, std::vector<v1::Diagnosis>> Scheduler::TrackDiagnosesLocked() {
+std::map<std::string, std::vector<v1::Diagnosis>> Scheduler::TrackDiagnosesLocked(Outbox& out) {
   std::map<std::string, std::vector<v1::Diagnosis>> current;
   const absl::Time now = clock_->Now();
   for (auto& [job_id, run] : running_) {
@@ -619,7 +688,7 @@ std::map<std::string, std::vector<v1::Diagnosis>> Scheduler::TrackDiagnosesLocke
       if (event.has_diagnosis() && metrics_ != nullptr) {
         metrics_->DiagnosisSeen(event.diagnosis().kind());
       }
-      RecordEvent(job_id, std::move(event));
+      RecordEvent(job_id, std::move(event), out);
     }
     run.diagnoses_now = diagnoses;
     current[job_id] = std::move(diagnoses);
@@ -627,27 +696,36 @@ std::map<std::string, std::vector<v1::Diagnosis>> Scheduler::TrackDiagnosesLocke
   return current;
 }
 
-void Scheduler::RecordEvent(const std::string& job_id, v1::JobEvent event) {
-  std::string text = event.message();
-  if (text.empty() && event.has_diagnosis()) text = event.diagnosis().message();
-  if (absl::Status s = jobs_.AddEvent(job_id, std::move(event)); !s.ok()) {
-    LOG(ERROR) << job_id << ": could not record the event \"" << text << "\": " << s;
-  }
+void Scheduler::RecordEvent(const std::string& job_id, v1::JobEvent event, Outbox& out) {
+  out.writes.Add(job_id, [this, job_id, event = std::move(event)]() mutable {
+    std::string text = event.message();
+    if (text.empty() && event.has_diagnosis()) text = event.diagnosis().message();
+    if (absl::Status s = jobs_.AddEvent(job_id, std::move(event)); !s.ok()) {
+      LOG(ERROR) << job_id << ": could not record the event \"" << text << "\": " << s;
+    }
+  });
 }
 
-void Scheduler::RecordFailure(const std::string& job_id, const std::string& reason) {
-  if (absl::StatusOr<v1::Job> ended = jobs_.Finish(job_id, v1::Job::FAILED, reason); !ended.ok()) {
-    LOG(ERROR) << job_id << ": could not record it FAILED (" << reason << "): " << ended.status();
-  }
+void Scheduler::RecordFailure(const std::string& job_id, const std::string& reason, Outbox& out) {
+  ++settling_[job_id];  // the store lists it PENDING until the write
+  out.settling.push_back(job_id);
+  out.writes.Add(job_id, [this, job_id, reason] {
+    absl::StatusOr<v1::Job> ended = jobs_.Finish(job_id, v1::Job::FAILED, reason);
+    if (!ended.ok()) {
+      LOG(ERROR) << job_id << ": could not record it FAILED (" << reason << "): " << ended.status();
+    }
+  });
 }
 
 void Scheduler::Recover(const std::vector<v1::Job>& running, absl::Duration grace) {
-  absl::MutexLock lock(&mu_);
+  Outbox out(*this);
+  absl::ReleasableMutexLock lock(&mu_);
   const absl::Time until = clock_->Now() + grace;
   for (const v1::Job& job : running) {
     if (job.placements().empty()) {
       RecordFailure(job.job_id(),
-                    "the coordinator restarted and has no record of where this job's ranks ran");
+                    "the coordinator restarted and has no record of where this job's ranks ran",
+                    out);
       continue;
     }
     coordinator::ElasticRecord record;
@@ -663,7 +741,7 @@ void Scheduler::Recover(const std::vector<v1::Job>& running, absl::Duration grac
     RunningJob run = RecoveredJob(job, until, record);
     // What the ranks that join from now on are told to resume from (Note [A
     // generation's checkpoint] in scheduler_elastic.cc).
-    if (absl::StatusOr<v1::CheckpointManifest> resume = ResumeLocked(job); resume.ok()) {
+    if (absl::StatusOr<v1::CheckpointManifest> resume = ResumeLocked(job, out); resume.ok()) {
       run.resume = *std::move(resume);
     } else {
       LOG(WARNING) << job.job_id() << ": its ranks that join again are told no checkpoint to "
@@ -678,13 +756,15 @@ void Scheduler::Recover(const std::vector<v1::Job>& running, absl::Duration grac
     event.set_message(absl::StrCat("the coordinator restarted; waiting up to ",
                                    absl::FormatDuration(grace),
                                    " for the job's ranks to come back with their agents"));
-    RecordEvent(job.job_id(), std::move(event));
+    RecordEvent(job.job_id(), std::move(event), out);
     running_.insert_or_assign(job.job_id(), std::move(run));
   }
   // `chorus queue` lists plan_'s order, and jobs missing from it in submit
   // order: plan the queue taken back now, not at the first placement pass
   // (an agent coming back), which may be seconds away after a takeover.
   plan_ = PlanQueue(QueuedLocked(), agents_.FreeSlots(), UsageLocked(), policy_);
+  lock.Release();
+  out.Flush();
 }
 
 void Scheduler::set_coordinator_address(std::string address) {

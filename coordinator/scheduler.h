@@ -39,6 +39,7 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -57,6 +58,7 @@
 #include "coordinator/fair_share.h"
 #include "coordinator/generation_plan.h"
 #include "coordinator/job_manager.h"
+#include "coordinator/job_writes.h"
 #include "coordinator/log_store.h"
 #include "coordinator/placement.h"
 #include "coordinator/preemption.h"
@@ -358,25 +360,71 @@ class Scheduler {
   v1::GetQueueResponse Queue() const;
   void Snapshot(ClusterSnapshot& snapshot, int max_rank_rows) const;
 
-  // Work to do once the lock is released.
+  // Note [The scheduler's writes after its lock]
+  // A durable write (an fsync'd SQLite commit, an etcd transaction) takes
+  // seconds on a slow disk or a slow etcd, and every heartbeat, join and
+  // agent message of every job waits for the scheduler's lock. So what the
+  // scheduler decides under the lock that must be written (a job's start,
+  // end, re-formation, re-queue, events, placements, elastic record) goes
+  // into the call's Outbox as a write, in its job's order (JobWrites), and
+  // runs once the lock is released, before the call's messages and answers
+  // go out: an agent is told to launch, and a rank to join a generation,
+  // only after what a restarted coordinator needs to take them back is
+  // durable, as before. A slow write then holds up only its own job's later
+  // writes and the call that made it.
+  // What the state store shows lags the scheduler meanwhile, so the
+  // scheduler never decides from it what it decided itself: a job it started
+  // (in running_) or whose end is being written (settling_) is not queued,
+  // though the store may still say PENDING. A start whose write fails is
+  // undone (its launches are not sent; UndoStartLocked); a re-queued job is
+  // placed once its write has made it PENDING; any other failed write is
+  // logged, and a write refused by etcd's fence has already ended this
+  // coordinator's term (EtcdStateStoreOptions::on_fenced).
   struct Outbox {
-    explicit Outbox(AgentJoinOutbox& agent_joins) : agent_joins(agent_joins) {}
+    explicit Outbox(Scheduler& scheduler)
+        : scheduler(scheduler), agent_joins(scheduler.agent_joins_), writes(scheduler.writes_) {}
+    Scheduler& scheduler;
     std::vector<std::pair<Sender, v1::CoordinatorMessage>> messages;
     Rendezvous::Answers joins;
     // Where answers to joins through agents gather (Note [Joins through
     // the agent]): sent, one message per agent, after `joins`.
     AgentJoinOutbox& agent_joins;
+    // A started job's launch messages, sent after `messages` if its start was
+    // recorded (`recorded` is set by its write).
+    struct Launch {
+      std::string job_id;
+      std::shared_ptr<bool> recorded;
+      std::vector<std::pair<Sender, v1::CoordinatorMessage>> messages;
+    };
+    std::vector<Launch> launches;
+    // Jobs whose end or start was written (or failed to be) by `writes`:
+    // settled again once they have run (Note [The scheduler's writes after
+    // its lock]).
+    std::vector<std::string> settling;
+    // Set by the writes: a re-queued job is PENDING again.
+    bool requeued = false;
+    // Durable writes, run first. Last, so that writes left to its
+    // destructor (a call that returned early) still find the fields above.
+    JobWrites::Batch writes;
     void Flush();
   };
+  // After an Outbox's writes: the jobs it settled leave settling_, starts
+  // that were not recorded are undone, and re-queued jobs are placed.
+  void AfterWrites(const std::vector<std::string>& settling,
+                   const std::vector<std::string>& unrecorded, bool requeued);
+  // A start whose write failed: its slots are free again, its run gone; the
+  // job stays queued.
+  void UndoStartLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   void ScheduleLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Heartbeat's work, under the lock; `via_agent`: it came in an agent's
   // batch (Note [A silent agent's ranks] in hang_detector.h).
   bool HeartbeatLocked(const v1::RankHeartbeat& heartbeat, v1::Directive* directive,
                        bool via_agent = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Starts `job` on `placement` (resuming from `resume`); false if the job
-  // could not be marked running.
-  bool StartLocked(const v1::Job& job, const JobPlacement& placement, v1::CheckpointManifest resume,
+  // Starts `job` on `placement` (resuming from `resume`): its launches go
+  // out once its start is written (Note [The scheduler's writes after its
+  // lock]).
+  void StartLocked(const v1::Job& job, const JobPlacement& placement, v1::CheckpointManifest resume,
                    Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Report's checks, under the lock: the rank is one of the running job's
   // current generation. Returns the metrics to record (an elastic job's
@@ -409,7 +457,7 @@ class Scheduler {
   // `grace` for. Records why, and says so in an event.
   void AwaitAgentLocked(const std::string& job_id, RunningJob& run, const std::string& agent_id,
                         const v1::AgentHello& lost, const std::string& lost_what,
-                        absl::Duration grace) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                        absl::Duration grace, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Note [An elastic job's lost agent]: the agents `run` waited for are not
   // back by its deadline; it re-forms without their ranks.
   void ReformWithoutLostAgentsLocked(const std::string& job_id, RunningJob& run, Outbox& out)
@@ -468,8 +516,8 @@ class Scheduler {
   // ReformLocked's first Wait: the next generation cannot form (wait.why);
   // the job waits for slots until wait.until (Note [Elastic phase]).
   void BeginWaitLocked(const std::string& job_id, RunningJob& run, const std::string& cause,
-                       ReformKind kind, const ReformDecision::Wait& wait, absl::Time now)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                       ReformKind kind, const ReformDecision::Wait& wait, absl::Time now,
+                       Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Note [Restart-all]: whether every rank of `run` has stopped, so that the
   // next generation may start. The first call has the live ranks stopped and
   // puts run.phase in Restarting with the change (`cause`, `kind`); later
@@ -563,9 +611,9 @@ class Scheduler {
   // what was saved last, what a restart needs to take it back (Note
   // [Elastic restart] in job_recovery.h). Every entry point that changes a
   // job calls it before its answers go out.
-  void SaveElasticLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SaveElasticLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The same for one job (an entry point that changes only `run`).
-  void SaveElasticLocked(const std::string& job_id, RunningJob& run)
+  void SaveElasticLocked(const std::string& job_id, RunningJob& run, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Join's work under the lock: answers go to `out`.
   void JoinLocked(const v1::JoinRequest& request, absl::Time deadline, JoinDone done, Outbox& out)
@@ -594,16 +642,16 @@ class Scheduler {
   QueuedJob QuotaCappedLocked(const std::string& job_id, const v1::JobSpec& spec,
                               const RunningJob& run) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The generation of `job_id` has formed: records how long recovery took.
-  void NoteFormedLocked(const std::string& job_id, RunningJob& run)
+  void NoteFormedLocked(const std::string& job_id, RunningJob& run, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Records new and cleared diagnoses of every running job as job events;
   // returns the current diagnoses per job.
-  std::map<std::string, std::vector<v1::Diagnosis>> TrackDiagnosesLocked()
+  std::map<std::string, std::vector<v1::Diagnosis>> TrackDiagnosesLocked(Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The checkpoint `job` resumes from (none: an empty manifest); skipped
   // unusable checkpoints become warning events.
-  absl::StatusOr<v1::CheckpointManifest> ResumeLocked(const v1::Job& job)
+  absl::StatusOr<v1::CheckpointManifest> ResumeLocked(const v1::Job& job, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The checkpoint the ranks of `run`'s current generation are told to
   // resume from (Note [A generation's checkpoint] in scheduler_elastic.cc):
@@ -616,11 +664,13 @@ class Scheduler {
   // is logged with the event's text: the scheduler goes on from what it
   // holds in memory, and a write refused by etcd's fence has already ended
   // this coordinator's term (EtcdStateStoreOptions::on_fenced).
-  void RecordEvent(const std::string& job_id, v1::JobEvent event);
+  void RecordEvent(const std::string& job_id, v1::JobEvent event, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends a job that has no running ranks here (FAILED before it started,
   // or found without placements after a restart); a refused write is
   // logged, as RecordEvent's.
-  void RecordFailure(const std::string& job_id, const std::string& reason);
+  void RecordFailure(const std::string& job_id, const std::string& reason, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   JobManager& jobs_;
   SchedulerAgents agents_view_{*this};
@@ -628,6 +678,7 @@ class Scheduler {
   SchedulerJobs jobs_view_{*this};
   LogStore logs_;
   AgentJoinOutbox agent_joins_;  // has its own lock
+  JobWrites writes_;             // has its own lock
   ResumeResolver resolve_resume_ ABSL_GUARDED_BY(mu_);
   ResumeResolver newest_committed_ ABSL_GUARDED_BY(mu_);
   RealClock real_clock_;
@@ -649,6 +700,10 @@ class Scheduler {
   // have not exited yet. Their slots stay busy, and their exits are not
   // taken for the exits of the job's next run.
   std::map<std::pair<std::string, int>, std::string> stopping_slots_ ABSL_GUARDED_BY(mu_);
+  // Jobs whose end (or start) is being written: the store may still list
+  // them PENDING (Note [The scheduler's writes after its lock]). A count:
+  // several calls may write one job's changes.
+  std::map<std::string, int> settling_ ABSL_GUARDED_BY(mu_);
 };
 
 // The views forward to the Scheduler, which takes its lock.

@@ -198,7 +198,7 @@ void Scheduler::ReformLocked(const std::string& job_id, const std::string& cause
   if (auto* fail = std::get_if<ReformDecision::Fail>(&decision.verdict)) {
     EndLocked(job_id, v1::Job::FAILED, fail->reason, out);
   } else if (auto* wait = std::get_if<ReformDecision::Wait>(&decision.verdict)) {
-    if (wait->begins) BeginWaitLocked(job_id, run, cause, kind, *wait, now);
+    if (wait->begins) BeginWaitLocked(job_id, run, cause, kind, *wait, now, out);
   } else {
     auto& form = std::get<ReformDecision::Form>(decision.verdict);
     FormLocked(job_id, run, *job, cause, kind, form, std::move(leaving), out);
@@ -240,14 +240,16 @@ void Scheduler::FormLocked(const std::string& job_id, RunningJob& run, const v1:
   run.resume = GenerationResumeLocked(job_id, run);
   if (metrics_ != nullptr) metrics_->GenerationStarted(std::string(ReformKindName(kind)));
   LOG(INFO) << job_id << ": " << change;
-  if (absl::StatusOr<v1::Job> s =
-          jobs_.MarkReformed(job_id, generation, world, run.restarts, change);
-      !s.ok()) {
-    LOG(ERROR) << job_id << ": could not record generation " << generation << ": " << s.status();
-  }
-  if (absl::Status s = jobs_.SavePlacements(job_id, run.Placements(agents_)); !s.ok()) {
-    LOG(ERROR) << job_id << ": could not record placements: " << s;
-  }
+  out.writes.Add(job_id, [this, job_id, generation, world, restarts = run.restarts, change,
+                          placements = run.Placements(agents_)] {
+    if (absl::StatusOr<v1::Job> s = jobs_.MarkReformed(job_id, generation, world, restarts, change);
+        !s.ok()) {
+      LOG(ERROR) << job_id << ": could not record generation " << generation << ": " << s.status();
+    }
+    if (absl::Status s = jobs_.SavePlacements(job_id, placements); !s.ok()) {
+      LOG(ERROR) << job_id << ": could not record placements: " << s;
+    }
+  });
   LaunchNewcomers(job_id, run, coordinator_address_, agents_, out.messages);
 }
 
@@ -283,7 +285,7 @@ v1::CheckpointManifest Scheduler::GenerationResumeLocked(const std::string& job_
 
 void Scheduler::BeginWaitLocked(const std::string& job_id, RunningJob& run,
                                 const std::string& cause, ReformKind kind,
-                                const ReformDecision::Wait& wait, absl::Time now) {
+                                const ReformDecision::Wait& wait, absl::Time now, Outbox& out) {
   // Below resources.min_ranks: wait for slots (an agent that connects, a
   // job that ends) rather than fail at once.
   run.phase.BeginWaiting(cause, kind, now, wait.until);
@@ -292,7 +294,7 @@ void Scheduler::BeginWaitLocked(const std::string& job_id, RunningJob& run,
                                  " waits up to elastic.wait_seconds ",
                                  run.elastic_spec.wait_seconds(), " s for free slots: ", wait.why));
   LOG(INFO) << job_id << ": " << event.message();
-  RecordEvent(job_id, std::move(event));
+  RecordEvent(job_id, std::move(event), out);
 }
 
 bool Scheduler::StopAllForRestartLocked(const std::string& job_id, RunningJob& run,
@@ -343,7 +345,7 @@ bool Scheduler::StopAllForRestartLocked(const std::string& job_id, RunningJob& r
       why, ": stopping the ", stopping, " running rank(s) (the program does not re-form in its ",
       "own process); every rank starts again once they have exited"));
   LOG(INFO) << job_id << ": " << event.message();
-  RecordEvent(job_id, std::move(event));
+  RecordEvent(job_id, std::move(event), out);
   return false;
 }
 
@@ -376,7 +378,7 @@ void Scheduler::RequestReformLocked(const std::string& job_id, RunningJob& run,
   event.set_message(absl::StrCat("generation ", run.generation() + 1, " will form at the next ",
                                  "step boundary after ", cause));
   LOG(INFO) << job_id << ": " << event.message();
-  RecordEvent(job_id, std::move(event));
+  RecordEvent(job_id, std::move(event), out);
 }
 
 void Scheduler::RetryWaitingLocked(Outbox& out) {
@@ -500,7 +502,7 @@ void Scheduler::StageGrowthLocked(const std::string& job_id, RunningJob& run,
                                  ": starting ", absl::StrJoin(where, ", "),
                                  "; the job re-forms at a step boundary once they are up"));
   LOG(INFO) << job_id << ": " << event.message();
-  RecordEvent(job_id, std::move(event));
+  RecordEvent(job_id, std::move(event), out);
 }
 
 bool Scheduler::StagedJoinLocked(const v1::JoinRequest& request, JoinDone& done, Outbox& out) {
@@ -678,7 +680,7 @@ v1::AgentInfo Scheduler::AgentInfoLocked(const std::string& agent_id) const {
 }
 
 absl::StatusOr<v1::AgentInfo> Scheduler::DrainAgent(const std::string& name) {
-  Outbox out(agent_joins_);
+  Outbox out(*this);
   v1::AgentInfo info;
   {
     absl::MutexLock lock(&mu_);
@@ -707,7 +709,7 @@ absl::StatusOr<v1::AgentInfo> Scheduler::DrainAgent(const std::string& name) {
           event.set_message(absl::StrCat(who, " is draining; the job is not elastic: rank(s) ",
                                          absl::StrJoin(here, ","),
                                          " keep running there until the job ends"));
-          RecordEvent(job_id, std::move(event));
+          RecordEvent(job_id, std::move(event), out);
         }
       }
       for (const auto& [job_id, cause] : drained) {
@@ -829,7 +831,7 @@ void Scheduler::EvictRankLocked(const std::string& job_id, RunningJob& run, int 
   out.messages.emplace_back(agent->send, std::move(stop));
   v1::JobEvent event;
   event.set_message(absl::StrCat("evicting rank ", rank, " (", by, "): ", why));
-  RecordEvent(job_id, std::move(event));
+  RecordEvent(job_id, std::move(event), out);
 }
 
 // Note [A survivor that does not join]
@@ -888,11 +890,11 @@ bool Scheduler::RestartHungLocked(const std::string& job_id, RunningJob& run,
   return true;
 }
 
-void Scheduler::SaveElasticLocked() {
-  for (auto& [job_id, run] : running_) SaveElasticLocked(job_id, run);
+void Scheduler::SaveElasticLocked(Outbox& out) {
+  for (auto& [job_id, run] : running_) SaveElasticLocked(job_id, run, out);
 }
 
-void Scheduler::SaveElasticLocked(const std::string& job_id, RunningJob& run) {
+void Scheduler::SaveElasticLocked(const std::string& job_id, RunningJob& run, Outbox& out) {
   if (!run.elastic) return;
   std::vector<bool> lost(run.ranks.size(), false);
   for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
@@ -903,15 +905,18 @@ void Scheduler::SaveElasticLocked(const std::string& job_id, RunningJob& run) {
   const coordinator::ElasticRecord record = ElasticRecordOf(run, lost);
   std::string serialized = record.SerializeAsString();
   if (serialized == run.saved_record) return;
-  if (absl::Status s = jobs_.SaveElasticRecord(job_id, record); !s.ok()) {
-    LOG(ERROR) << job_id << ": could not record its elastic state (a restart now would take "
-               << "it back as it was before): " << s;
-    return;
-  }
+  // Taken for saved when the write is decided: one that fails is logged,
+  // and the job's next change writes the record again.
   run.saved_record = std::move(serialized);
+  out.writes.Add(job_id, [this, job_id, record] {
+    if (absl::Status s = jobs_.SaveElasticRecord(job_id, record); !s.ok()) {
+      LOG(ERROR) << job_id << ": could not record its elastic state (a restart now would take "
+                 << "it back as it was before): " << s;
+    }
+  });
 }
 
-void Scheduler::NoteFormedLocked(const std::string& job_id, RunningJob& run) {
+void Scheduler::NoteFormedLocked(const std::string& job_id, RunningJob& run, Outbox& out) {
   const std::optional<ElasticPhase::Forming> formed = run.phase.GenerationFormed();
   if (!formed.has_value()) return;
   const double seconds = absl::ToDoubleSeconds(clock_->Now() - formed->started);
@@ -922,7 +927,7 @@ void Scheduler::NoteFormedLocked(const std::string& job_id, RunningJob& run) {
       "generation ", run.generation(), " formed with ", run.ranks.size(), " ranks, ",
       absl::SixDigits(seconds),
       failure ? " s after the failure (recovery_seconds)" : " s after the step boundary"));
-  RecordEvent(job_id, std::move(event));
+  RecordEvent(job_id, std::move(event), out);
 }
 
 std::vector<ElasticRun> Scheduler::PreemptibleLocked() const {
@@ -989,7 +994,7 @@ void Scheduler::PreemptLocked(Outbox& out) {
                                      PriorityName(run.priority),
                                      ") at its next step boundary to make room for this job"));
       LOG(INFO) << holder_id << ": " << event.message();
-      RecordEvent(holder_id, std::move(event));
+      RecordEvent(holder_id, std::move(event), out);
     }
   }
 }

@@ -46,7 +46,7 @@ void AddUsers(const QueueUsage& usage, const std::map<std::string, RunningJob>& 
 }  // namespace
 
 void Scheduler::Join(const v1::JoinRequest& request, absl::Time deadline, JoinDone done) {
-  Outbox out(agent_joins_);
+  Outbox out(*this);
   {
     absl::MutexLock lock(&mu_);
     if (metrics_ != nullptr) metrics_->RankJoined("rank");
@@ -57,7 +57,7 @@ void Scheduler::Join(const v1::JoinRequest& request, absl::Time deadline, JoinDo
 
 void Scheduler::AgentJoins(const std::string& agent_id, const v1::RankJoins& batch,
                            absl::Time deadline) {
-  Outbox out(agent_joins_);
+  Outbox out(*this);
   {
     absl::MutexLock lock(&mu_);
     const AgentRegistry::Agent* agent = agents_.Find(agent_id);
@@ -90,7 +90,7 @@ void Scheduler::JoinLocked(const v1::JoinRequest& request, absl::Time deadline, 
     const std::string cause = it->second.phase.planned()->cause;
     const ReformKind kind = it->second.phase.planned()->kind;
     ReformLocked(request.job_id(), cause, kind, out);
-    SaveElasticLocked();
+    SaveElasticLocked(out);
     it = running_.find(request.job_id());
   }
   const auto left = it == running_.end()
@@ -169,11 +169,11 @@ void Scheduler::JoinRankLocked(const v1::JoinRequest& request, int rank, absl::T
   };
   if (!run.rendezvous.Join(rank, deadline, std::move(done), respond, out.joins)) return;
   for (RankState& each : run.ranks) each.state = v1::RankStatus::TRAINING;
-  NoteFormedLocked(request.job_id(), run);
+  NoteFormedLocked(request.job_id(), run, out);
   if (metrics_ != nullptr && run.generation_started_at != absl::InfinitePast()) {
     metrics_->RendezvousCompleted(clock_->Now() - run.generation_started_at);
   }
-  SaveElasticLocked(request.job_id(), run);
+  SaveElasticLocked(request.job_id(), run, out);
 }
 
 // Note [Reports are written outside the scheduler's lock]
@@ -266,7 +266,7 @@ bool Scheduler::Heartbeat(const v1::RankHeartbeat& heartbeat, v1::Directive* dir
 
 void Scheduler::AgentHeartbeats(const std::string& agent_id, const v1::RankHeartbeats& batch,
                                 double cpu_pressure) {
-  Outbox out(agent_joins_);
+  Outbox out(*this);
   {
     absl::MutexLock lock(&mu_);
     const AgentRegistry::Agent* agent = agents_.Find(agent_id);
@@ -372,7 +372,7 @@ bool Scheduler::HeartbeatLocked(const v1::RankHeartbeat& heartbeat, v1::Directiv
 
 absl::StatusOr<int64_t> Scheduler::RequestCheckpoint(const std::string& job_id) {
   ASSIGN_OR_RETURN(v1::Job job, jobs_.Get(job_id));
-  Outbox out(agent_joins_);
+  Outbox out(*this);
   int64_t step = 0;
   {
     absl::MutexLock lock(&mu_);

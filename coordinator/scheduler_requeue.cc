@@ -94,7 +94,7 @@ void Scheduler::StartRequeueLocked(const std::string& job_id, RunningJob& run,
   to_holder.set_message(absl::StrCat("preempting ", job_id, " (priority ",
                                      PriorityName(run.priority),
                                      "): it goes back to the queue to make room for this job"));
-  RecordEvent(holder_id, std::move(to_holder));
+  RecordEvent(holder_id, std::move(to_holder), out);
   if (run.program) {  // resources.preemptible without checkpoints
     RequeueLocked(job_id, 0,
                   absl::StrCat(cause, "; starts again from scratch (resources.preemptible)"), out);
@@ -111,7 +111,7 @@ void Scheduler::StartRequeueLocked(const std::string& job_id, RunningJob& run,
   event.set_message(absl::StrCat(cause, ": checkpointing at the next step boundary (step ",
                                  requeue.target_step, " or later), then back to the queue"));
   LOG(INFO) << job_id << ": " << event.message();
-  RecordEvent(job_id, std::move(event));
+  RecordEvent(job_id, std::move(event), out);
 }
 
 bool Scheduler::RequeueDueLocked(absl::Time now, Outbox& out) {
@@ -139,7 +139,7 @@ bool Scheduler::RequeueDueLocked(absl::Time now, Outbox& out) {
           step > 0 ? absl::StrCat("resumes from step ", step) : std::string("starts from scratch"),
           ", losing ", std::max<int64_t>(0, requeue.reported_step - step), " step(s)"));
       LOG(WARNING) << job_id << ": " << event.message();
-      RecordEvent(job_id, std::move(event));
+      RecordEvent(job_id, std::move(event), out);
     }
     RequeueLocked(job_id, step,
                   absl::StrCat(requeue.cause, "; ",
@@ -168,10 +168,16 @@ void Scheduler::RequeueLocked(const std::string& job_id, int64_t resume_step,
     agents_.SetBusy(agent_id, slot, true);
     stopping_slots_[{agent_id, slot}] = job_id;
   }
-  std::lock_guard<std::mutex> reports_written(*writes);
-  absl::StatusOr<v1::Job> queued =
-      jobs_.Requeue(job_id, resume_step > 0 ? job_id : std::string(), reason);
-  if (!queued.ok()) LOG(ERROR) << job_id << ": could not send it back to the queue: " << queued.status();
+  out.writes.Add(job_id, [this, &out, job_id, resume_step, reason, writes] {
+    std::lock_guard<std::mutex> reports_written(*writes);
+    absl::StatusOr<v1::Job> queued =
+        jobs_.Requeue(job_id, resume_step > 0 ? job_id : std::string(), reason);
+    if (!queued.ok()) {
+      LOG(ERROR) << job_id << ": could not send it back to the queue: " << queued.status();
+      return;
+    }
+    out.requeued = true;  // placed once its write made it PENDING
+  });
   LOG(INFO) << job_id << ": " << reason;
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/job_spec.h"
 #include "common/join_answers.h"
 #include "coordinator/scheduling_policy.h"
@@ -350,6 +351,110 @@ TEST_F(SchedulerOnASlowStoreTest, AReportBeingWrittenHoldsUpNoHeartbeatJoinOrSta
   auto events = jobs_->Events(slow, 0);
   ASSERT_TRUE(events.ok());
   EXPECT_EQ(events->back().metrics().step(), 7) << "the report's event, written";
+}
+
+// An agent whose messages may be read while another thread sends them.
+struct LockedAgent {
+  std::string id;
+  absl::Mutex mu;
+  std::vector<v1::CoordinatorMessage> received ABSL_GUARDED_BY(mu);
+  Scheduler::Sender Sender() {
+    return [this](const v1::CoordinatorMessage& m) {
+      absl::MutexLock lock(&mu);
+      received.push_back(m);
+    };
+  }
+  int Launches() {
+    absl::MutexLock lock(&mu);
+    return static_cast<int>(std::count_if(received.begin(), received.end(),
+                                          [](const auto& m) { return m.has_launch(); }));
+  }
+};
+
+// Note [The scheduler's writes after its lock]: a job's end, decided by the
+// scheduler, is written without its lock; every other job is served meanwhile.
+TEST_F(SchedulerOnASlowStoreTest, AJobsEndBeingWrittenHoldsUpNoOtherJob) {
+  FakeAgent a, b;
+  Add(a, 1, "node-a");
+  Add(b, 2, "node-b");
+  const std::string slow = Submit(1, 1);
+  const std::string other = Submit(2, 2);
+  ASSERT_EQ(State(other), v1::Job::RUNNING);
+  slow_->SlowDown(slow);
+  v1::RankExited failed;
+  failed.set_job_id(slow);
+  failed.set_slot(0);
+  failed.set_exit_code(3);
+  std::thread exiting([&] { scheduler_->ranks().RankExited(a.id, failed); });
+  slow_->slow_write_began().WaitForNotification();
+
+  v1::RankHeartbeat hb;
+  hb.set_job_id(other);
+  hb.set_generation(1);
+  EXPECT_TRUE(Meanwhile([&] { EXPECT_TRUE(scheduler_->ranks().Heartbeat(hb)); }));
+  std::vector<JoinResult> joins(2);
+  EXPECT_TRUE(Meanwhile([&] {
+    for (int slot = 0; slot < 2; ++slot) {
+      scheduler_->ranks().Join(JoinOf(other, b.id, slot), clock_.Now() + absl::Seconds(60),
+                               joins[slot].Done());
+    }
+  }));
+  for (const JoinResult& join : joins) {
+    ASSERT_TRUE(join.called);
+    EXPECT_TRUE(join.result.ok()) << join.result.status();
+  }
+  EXPECT_TRUE(Meanwhile([&] { EXPECT_EQ(scheduler_->agents().ListAgents().size(), 2u); }));
+  EXPECT_TRUE(Meanwhile([&] { scheduler_->Tick(); }));
+  EXPECT_EQ(State(slow), v1::Job::RUNNING) << "not shown ended before it is durable";
+
+  exiting.join();  // returns once the end is durable
+  EXPECT_EQ(State(slow), v1::Job::FAILED);
+  EXPECT_THAT(jobs_->Get(slow)->reason(), HasSubstr("exit"));
+}
+
+// A job's start is written without the lock too, and its agent is told to
+// launch only once the start is durable (a restart would otherwise not know
+// the ranks it runs). A cancellation answers once it is durable.
+TEST_F(SchedulerOnASlowStoreTest, AStartBeingWrittenLaunchesAfterItAndHoldsUpNoOtherJob) {
+  FakeAgent b;
+  Add(b, 1, "node-b");
+  const std::string other = Submit(1, 1);
+  ASSERT_EQ(State(other), v1::Job::RUNNING);
+  const std::string slow = Submit(1, 1);
+  ASSERT_EQ(State(slow), v1::Job::PENDING) << "no free slot yet";
+  slow_->SlowDown(slow);
+  LockedAgent a;
+  std::thread adding([&] {
+    v1::AgentHello hello;
+    hello.set_host("node-a");
+    hello.set_slots(1);
+    a.id = *scheduler_->agents().AddAgent(hello, a.Sender());
+  });
+  slow_->slow_write_began().WaitForNotification();
+
+  v1::RankHeartbeat hb;
+  hb.set_job_id(other);
+  hb.set_generation(1);
+  EXPECT_TRUE(Meanwhile([&] { EXPECT_TRUE(scheduler_->ranks().Heartbeat(hb)); }));
+  JoinResult join;
+  EXPECT_TRUE(Meanwhile([&] {
+    scheduler_->ranks().Join(JoinOf(other, b.id, 0), clock_.Now() + absl::Seconds(60), join.Done());
+  }));
+  EXPECT_TRUE(join.called && join.result.ok()) << join.result.status();
+  EXPECT_TRUE(Meanwhile([&] { scheduler_->Schedule(); }));
+  EXPECT_EQ(a.Launches(), 0) << "launched before its start was durable";
+
+  adding.join();
+  EXPECT_EQ(State(slow), v1::Job::RUNNING);
+  EXPECT_EQ(a.Launches(), 1);
+  EXPECT_EQ(jobs_->Get(slow)->placements_size(), 1);
+  EXPECT_EQ(slow_->slow_writes_done(), 2) << "its start, then its placements";
+
+  // Its cancellation is slow as well: answered once written.
+  const auto cancelled = scheduler_->jobs().Cancel(slow, "no longer needed");
+  ASSERT_TRUE(cancelled.ok()) << cancelled.status();
+  EXPECT_EQ(State(slow), v1::Job::CANCELLED);
+  EXPECT_EQ(slow_->slow_writes_done(), 3);
 }
 
 TEST_F(SchedulerTest, AHeartbeatOfAnEndedJobIsToldToAbort) {
