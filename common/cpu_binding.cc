@@ -20,7 +20,7 @@ namespace chorus {
 // CPUs at the moments the gradients are all-reduced. Left to the scheduler,
 // a training thread is moved to the other CPU whenever a communication
 // thread wakes, and arrives there without its caches: the 2 MB L2 that held
-// its packed matrix panels belongs to the CPU it left. ddp_bench measured
+// its packed matrix panels belongs to the CPU it left. bench/ddp_bench measured
 // the small MLP (784-1024x3-10, 2.9 M parameters) at 24.9-33.9 ms a step
 // unbound against 23.8-24.9 ms with each rank bound to one CPU (compute
 // alone: 21 ms), and perf put the difference in OpenBLAS's sgemm kernel

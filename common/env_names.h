@@ -91,7 +91,7 @@ inline constexpr char kEnvRankJoined[] = "CHORUS_RANK_JOINED";
 // "1": the Gloo communicator's all-reduces on one host always go through
 // shared memory, without timing TCP against it; "0": never
 // (worker/comm/gloo_communicator.h). Set in the environment ranks inherit by
-// end-to-end tests (the same summation order in every run) and ddp_bench;
+// end-to-end tests (the same summation order in every run) and bench/ddp_bench;
 // read by the Gloo communicator in chorus-trainer or a program.
 inline constexpr char kEnvGlooShm[] = "CHORUS_GLOO_SHM";
 // Where decoded Fashion-MNIST is cached ("off": nowhere). Set in the agent's
@@ -137,7 +137,7 @@ inline constexpr char kEnvTestSetupGate[] = "CHORUS_TEST_SETUP_GATE";
 // checkpoint:STAGE: the coordinator exits at that stage of a checkpoint
 // commit (coordinator/server.cc).
 inline constexpr char kEnvTestFailpoint[] = "CHORUS_TEST_FAILPOINT";
-// The python3 the tests and ddp_cuda_bench run (tests/lib.sh sets it).
+// The python3 the tests and bench/ddp_cuda_bench run (tests/lib.sh sets it).
 inline constexpr char kEnvTestPython[] = "CHORUS_TEST_PYTHON";
 
 }  // namespace chorus

@@ -24,7 +24,7 @@ using v1::JobSpec;
 constexpr char kDefaultFashionMnistDir[] = "/usr/share/datasets/fashion-mnist";
 // resources.max_ranks at most; checks that enumerate ranks or world sizes
 // skip a spec beyond it (the limit is its error). What one coordinator is
-// shown to hold (coordinator/load_bench, docs/benchmarks.md): 16,384 ranks
+// shown to hold (bench/load_bench, docs/benchmarks.md): 16,384 ranks
 // in 2,048 agents. The memory a rank needs is checked separately, against
 // each agent's (common/memory_estimate.h).
 constexpr int kMaxRanks = 16384;

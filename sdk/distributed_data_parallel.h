@@ -183,7 +183,7 @@ class DistributedDataParallel {
 // bucket. Backward accumulates into the bucket in place, the all-reduce
 // averages it there, and the optimizer reads the result: the copy of every
 // gradient into its bucket and back is gone, and so is a second
-// gradient-sized allocation. On two CPU ranks of the 14.2 M MLP (ddp_bench)
+// gradient-sized allocation. On two CPU ranks of the 14.2 M MLP (bench/ddp_bench)
 // those two copies were ~10-13 ms of a 90-100 ms step: the step was 1.41x
 // the compute alone with them and 1.26x without.
 // After FinishGradientSync() a program sees what it sees without views: a

@@ -3,8 +3,8 @@
 # the other, each running its peer in the same invocation, then one table of
 # every ratio against its target.
 #
-#   allreduce   //worker/comm:allreduce_bench       against raw gloo::allreduce
-#   ddp         //worker/ddp:ddp_bench              against PyTorch DDP 1.13 (gloo)
+#   allreduce   //bench:allreduce_bench             against raw gloo::allreduce
+#   ddp         //bench:ddp_bench                   against PyTorch DDP 1.13 (gloo)
 #   gossip      tests/bench/decentralized_bench.sh  against Chorus DDP on 1 Gbit/s links
 #   checkpoint  tests/bench/checkpoint_bench.sh     against torch.save and dd conv=fsync
 #
@@ -67,7 +67,7 @@ out=$(realpath "${out}")
 
 if ((build)); then
   echo "perf_suite: building the bench targets (bazel build -c opt)" >&2
-  bazel build -c opt //worker/comm:allreduce_bench //worker/ddp:ddp_bench \
+  bazel build -c opt //bench:allreduce_bench //bench:ddp_bench \
     //worker/decentralized:decentralized_bench_rank //common:machine-facts \
     //coordinator:chorus-coordinator //worker:chorus-worker //client:chorus \
     >"${out}/build.log" 2>&1 \
@@ -100,8 +100,8 @@ run_bench() {
 failed=()
 for b in "${benches[@]}"; do
   case "${b}" in
-    allreduce) run_bench allreduce bazel-bin/worker/comm/allreduce_bench || failed+=(allreduce) ;;
-    ddp) run_bench ddp bazel-bin/worker/ddp/ddp_bench || failed+=(ddp) ;;
+    allreduce) run_bench allreduce bazel-bin/bench/allreduce_bench || failed+=(allreduce) ;;
+    ddp) run_bench ddp bazel-bin/bench/ddp_bench || failed+=(ddp) ;;
     gossip) run_bench gossip tests/bench/decentralized_bench.sh --runs 1 --steps 20 || failed+=(gossip) ;;
     checkpoint) run_bench checkpoint tests/bench/checkpoint_bench.sh --runs 1 || failed+=(checkpoint) ;;
   esac

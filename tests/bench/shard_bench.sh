@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sharded data (data.shards) against its peers: worker/train/shard_bench.cc
+# Sharded data (data.shards) against its peers: bench/shard_bench.cc
 # says what each section measures. Runs every section in its own process
 # (the memory section reads the process's peak), RUNS times each, and prints
 # their JSON result lines (docs/benchmarks.md); the data is generated once in DIR.
@@ -17,8 +17,8 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 cd "$(dirname "$0")/../.."
-bazel build -c opt //worker/train:shard_bench >&2
-bench=bazel-bin/worker/train/shard_bench
+bazel build -c opt //bench:shard_bench >&2
+bench=bazel-bin/bench/shard_bench
 for section in page_cache page_cache_2k cold compute lm lm_4g lm_in_memory; do
   for ((i = 0; i < runs; ++i)); do
     "${bench}" "${section}" "${dir}" 2> >(grep -v '^[IW][0-9]' >&2)

@@ -56,7 +56,7 @@ struct GlooOptions {
   // Shared-memory all-reduces move this many bytes per step. Small segments
   // keep a step's data (the rank's copy, its peers' reads) in the caches:
   // at 25 MB, 1 MB segments took 5.4-6.1 ms against 11-12 ms with 16 MB
-  // (allreduce_bench --shm_segment_kb).
+  // (bench/allreduce_bench --shm_segment_kb).
   size_t shm_segment_bytes = size_t{1} << 20;
   size_t flight_recorder_capacity = FlightRecorder::kDefaultCapacity;
   // Not owned; null = real time. Used by the flight recorder.

@@ -616,7 +616,7 @@ class NcclCommunicator : public Communicator {
 // be timed out and aborted, and an op completes (Work::Wait returns) only
 // once the GPU has finished it. For the first 20 ms of an op it only yields
 // between queries; then it sleeps 50 us. How it polls hardly matters for
-// speed: with ddp_cuda_bench on one H200 (Chorus DDP / PyTorch DDP, MLP
+// speed: with bench/ddp_cuda_bench on one H200 (Chorus DDP / PyTorch DDP, MLP
 // 14.2 M), when the op thread itself waited for each op, yielding gave 1.10
 // and 1.12 and sleeping 15 us 1.14, a CNN 1.06-1.07 either way. What cost
 // was the host waiting at all: with the op thread only enqueueing and DDP
@@ -628,7 +628,7 @@ class NcclCommunicator : public Communicator {
 // for ncclAvg on floating types: NCCL scales by 1/nranks before summing, and
 // on one rank that scaling is a kernel that reads and writes the whole
 // tensor, even though the factor is 1. So a one-rank average is sent as a
-// sum, which gives the same bits. In profiler traces of ddp_cuda_bench on one
+// sum, which gives the same bits. In profiler traces of bench/ddp_cuda_bench on one
 // H100 (MLP 14.2 M, tests/gpu/trace_summary.py), that kernel ran three times
 // a step for 57 us on the communicator's stream, beside the backward pass,
 // and slowed the backward's matrix products by another ~17 us; PyTorch DDP,

@@ -94,7 +94,7 @@ const char* PathName(TransportTuner::Path path);
 // steps, and even from aligned starts they scatter by some percent.
 // Shared memory also takes a fraction of the TCP ring's CPU (0.23 against
 // 0.89 ms of CPU for 1 MB, 6.3 against 19.1 ms for 25 MB in
-// allreduce_bench), which training on the same cores gets back. So a near
+// bench/allreduce_bench), which training on the same cores gets back. So a near
 // tie goes to shared memory: on a 2-core machine a DDP run once picked the
 // TCP ring for 4-8 MiB on 4.506 against 4.536 ms, and its steps took 31 ms
 // instead of 19 (docs/benchmarks.md, DDP step time).

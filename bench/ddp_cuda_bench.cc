@@ -11,7 +11,7 @@
 // (threads of this process; GPUs: all visible, or --gpus). Each figure is the
 // median over 7 blocks of 30 steps of the time per step, the device
 // synchronized around each block, after 20 warm-up steps. The PyTorch side
-// (testdata/pytorch_ddp_cuda_bench.py, one process per GPU) runs in the same
+// (bench/pytorch_ddp_cuda_bench.py, one process per GPU) runs in the same
 // invocation with the same model, batch and timing. Prints two result lines
 // (docs/benchmarks.md) per model: Chorus DDP / PyTorch DDP, and Chorus DDP / the loop without
 // DDP (the DDP overhead; on one GPU all of it is bookkeeping and the NCCL
@@ -221,7 +221,7 @@ struct BenchFlags {
   std::string models = "all";
   int gpus = 0;  // 0: all visible
   std::string python;
-  std::string script = "worker/ddp/testdata/pytorch_ddp_cuda_bench.py";
+  std::string script = "bench/pytorch_ddp_cuda_bench.py";
   bool view = false;
   std::string trace_dir;
 };

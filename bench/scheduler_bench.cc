@@ -4,8 +4,8 @@
 // Two figures on one generated cluster (1,000 agents of 8 CPU slots, 3% of
 // the slots free, scattered; 10,000 queued jobs of 1-16 ranks from 100
 // users at three priorities, with quotas and fair-share usage):
-//   * PlanQueue (queue_plan.h), the pure decision, against the strict-FIFO
-//     PlaceJobs (placement.h) it replaced, on the same input: the JSON line;
+//   * PlanQueue (coordinator/queue_plan.h), the pure decision, against the strict-FIFO
+//     PlaceJobs (coordinator/placement.h) it replaced, on the same input: the JSON line;
 //   * a whole Scheduler::Schedule() pass (listing the queue from the job
 //     manager, planning, starting what fits) over the same cluster shape,
 //     against the goal of p99 <= 50 ms: printed before it.

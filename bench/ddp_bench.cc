@@ -1,7 +1,7 @@
 // ddp_bench: Chorus DDP against PyTorch DDP on the same model, data shape and
 // thread count, plus one process without any DDP (compute only).
 //
-//   bazel run -c opt //worker/ddp:ddp_bench [-- --steps_scale 1.0]
+//   bazel run -c opt //bench:ddp_bench [-- --steps_scale 1.0]
 //
 // Models: MLP 784-1024-1024-1024-10 (small) and 784-2048-2048-2048-2048-10
 // (big, 14.2 M parameters); batch 64 per rank; SGD; 2 processes x 1 thread on
@@ -30,7 +30,7 @@
 // `interleaved_compute_ms` in the JSON line is the step / compute taken in
 // the same minutes).
 //
-//   bazel run -c opt //worker/ddp:ddp_bench -- --metrics_overhead 1
+//   bazel run -c opt //bench:ddp_bench -- --metrics_overhead 1
 //
 // instead measures what observability costs a rank (Note [Metrics overhead]):
 // the big MLP under Chorus DDP, its steps alternating in blocks between the
@@ -572,16 +572,13 @@ class ModelCaseBench {
   }
 
  private:
-  // PyTorch DDP (worker/ddp/testdata/pytorch_ddp_bench.py): peer_ is its
+  // PyTorch DDP (bench/pytorch_ddp_bench.py): peer_ is its
   // step time, 0 if it wrote none.
   bool RunPeer() {
     const std::string peer_file = dir_ + "/" + case_.name + ".pytorch";
-    std::vector<std::string> py = {"/usr/bin/python3",
-                                   "worker/ddp/testdata/pytorch_ddp_bench.py",
-                                   peer_file,
-                                   std::to_string(case_.warmup),
-                                   std::to_string(steps_),
-                                   view_flag_ == 1 ? "1" : "0"};
+    std::vector<std::string> py = {
+        "/usr/bin/python3",           "bench/pytorch_ddp_bench.py", peer_file,
+        std::to_string(case_.warmup), std::to_string(steps_),       view_flag_ == 1 ? "1" : "0"};
     py.insert(py.end(), hidden_.begin(), hidden_.end());
     if (SpawnAndWait(py) != 0) return false;
     std::ifstream in(peer_file);

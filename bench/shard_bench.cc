@@ -49,7 +49,7 @@
 //   lm_in_memory  the same model on 1,024 synthetic sequences in memory: the
 //               process's peak without a dataset to stream (printed only).
 //
-//   bazel run -c opt //worker/train:shard_bench -- SECTION [DIR]
+//   bazel run -c opt //bench:shard_bench -- SECTION [DIR]
 //
 // DIR (default /tmp/chorus-shard-bench) holds the generated data, which is
 // reused by later runs when present.
@@ -421,7 +421,7 @@ DataBoundTimes PageCache(const std::vector<std::string>& paths, const std::strin
 // 0.76-0.98 of `cat` in ten runs, with 8 0.90-1.07 in six. The main line's job reads with
 // read_ahead_bytes 16 MiB and shuffle_buffer 256, one batch: each batch is
 // then a whole shuffle block, which a group (Note [Grouped reads] in
-// shard_reader.cc) reads in runs of neighbours, and 16 MiB of batches stay
+// worker/train/shard_reader.cc) reads in runs of neighbours, and 16 MiB of batches stay
 // in the CPU's 32 MiB cache from the reader's copy to the step (with 64
 // MiB a step of the pooled model took 0.56-0.60 ms against 0.36-0.43 ms).
 // A shuffle block of one batch mixes samples no further than the batch:

@@ -1,7 +1,7 @@
 // allreduce_bench: Chorus's Communicator::AllReduce + Wait against raw
 // gloo::allreduce on the same library, buffers and process pair.
 //
-//   bazel run -c opt //worker/comm:allreduce_bench \
+//   bazel run -c opt //bench:allreduce_bench \
 //       [-- --iters_scale 1.0 --segment_kb 1024 --shm_segment_kb 4096]
 //
 // Starts 2 rank processes of itself on 127.0.0.1 (1 intra-op thread each).

@@ -20,12 +20,12 @@
 // NEVER_JOINED (NEVER_JOINED_S, from the hang's start; the job's
 // stall_after_seconds is 5). With --heartbeats agent the ranks'
 // heartbeats go as one message per agent per second on the agent's stream
-// (Note [Aggregated heartbeats] in scheduler.h) instead of one stream per
+// (Note [Aggregated heartbeats] in coordinator/scheduler.h) instead of one stream per
 // rank (--heartbeats rank, the default). With --reform 1 the job is elastic
 // and, last, one rank exits with an error: the time until every rank of the
 // next generation has joined, the joins going through the agents, one
 // RankJoins message per agent (Note [Joins through the agent] in
-// scheduler.h; --joins agent, the default), or one RankService.Join per
+// coordinator/scheduler.h; --joins agent, the default), or one RankService.Join per
 // rank (--joins rank).
 //
 // Peer, same run: TorchElastic's dynamic rendezvous with 64 participants
@@ -40,7 +40,7 @@
 // ratio = etcd / SQLite for the rendezvous time and for the time per
 // submission (the TorchElastic comparison is left out).
 //
-//   bazel run -c opt //coordinator:load_bench -- [--sizes 256,1024] [--heartbeat_seconds 5]
+//   bazel run -c opt //bench:load_bench -- [--sizes 256,1024] [--heartbeat_seconds 5]
 //       [--ranks_per_agent 64] [--heartbeats rank|agent] [--reform 1] [--joins agent|rank]
 //       [--lose_rank R] [--state etcd]
 // --lose_rank R: the rank --reform loses (default: ranks/2 + 1). With
@@ -1006,7 +1006,8 @@ absl::StatusOr<double> TorchElastic(const std::string& script, int participants)
 struct Flags {
   std::vector<int> sizes = {256, 1024};
   Options options;
-  std::string binary = ExecutableDir() + "/chorus-coordinator";
+  // Bazel builds it in its own package: bazel-bin/coordinator/.
+  std::string binary = CompanionBinary(ExecutableDir(), "chorus-coordinator", "coordinator");
   // Relative to the workspace under `bazel run`.
   std::string peer = "tests/bench/torchelastic_rendezvous_peer.py";
   // --state etcd: every size on SQLite and on etcd.
@@ -1018,9 +1019,10 @@ struct Flags {
 constexpr char kUsage[] =
     "usage: load_bench [--sizes 256,1024] [--heartbeat_seconds 5] [--ranks_per_agent 64]\n"
     "                  [--heartbeats rank|agent] [--reform 1] [--joins agent|rank]\n"
-    "                  [--lose_rank R] [--state etcd|sqlite] [--peer PATH] [--coordinator_bin PATH]\n"
+    "                  [--lose_rank R] [--state etcd|sqlite] [--peer PATH]\n"
+    "                  [--coordinator_bin PATH]\n"
     "A simulated cluster of N ranks against a real chorus-coordinator (the opening comment of\n"
-    "coordinator/load_bench.cc and docs/benchmarks.md, \"Coordinator load\", say what each\n"
+    "bench/load_bench.cc and docs/benchmarks.md, \"Coordinator load\", say what each\n"
     "column and result line means).\n";
 
 absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
