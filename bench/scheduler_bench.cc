@@ -4,8 +4,8 @@
 // Two figures on one generated cluster (1,000 agents of 8 CPU slots, 3% of
 // the slots free, scattered; 10,000 queued jobs of 1-16 ranks from 100
 // users at three priorities, with quotas and fair-share usage):
-//   * PlanQueue (coordinator/queue_plan.h), the pure decision, against the strict-FIFO
-//     PlaceJobs (coordinator/placement.h) it replaced, on the same input: the JSON line;
+//   * PlanQueue (coordinator/scheduling/queue_plan.h), the pure decision, against the strict-FIFO
+//     PlaceJobs (coordinator/scheduling/placement.h) it replaced, on the same input: the JSON line;
 //   * a whole Scheduler::Schedule() pass (listing the queue from the job
 //     manager, planning, starting what fits) over the same cluster shape,
 //     against the goal of p99 <= 50 ms: printed before it.
@@ -28,11 +28,11 @@
 #include "common/clock.h"
 #include "common/job_spec.h"
 #include "common/status_macros.h"
-#include "coordinator/job_manager.h"
-#include "coordinator/placement.h"
-#include "coordinator/queue_plan.h"
-#include "coordinator/scheduler.h"
-#include "coordinator/state_store.h"
+#include "coordinator/scheduling/placement.h"
+#include "coordinator/scheduling/queue_plan.h"
+#include "coordinator/scheduling/scheduler.h"
+#include "coordinator/state/job_manager.h"
+#include "coordinator/state/state_store.h"
 #include "glog/logging.h"
 
 namespace chorus {

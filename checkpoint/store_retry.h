@@ -21,7 +21,7 @@
 // ALREADY_EXISTS only for a step whose manifest is durable in its database;
 // the directory of a commit whose manifest write failed does not count, and
 // the retry commits the step again (Note [Manifest is the commit] in
-// coordinator/checkpoint_store.cc).
+// coordinator/checkpoint/checkpoint_store.cc).
 //
 // A retry writes the files again from their sources (CheckpointFileSource
 // may be called more than once). Nothing of a cut attempt stays behind: the

@@ -33,7 +33,7 @@ void AddPingCommand(CLI::App& app, const GlobalOptions& global, int& exit_code) 
       return;
     }
     const std::string name = HealthCheckResponse::ServingStatus_Name(*status);
-    // Note [A follower that cannot elect] in coordinator/follower_server.h.
+    // Note [A follower that cannot elect] in coordinator/service/follower_server.h.
     const std::string why =
         *status == HealthCheckResponse::NOT_SERVING ? WhyNoneLeads(global.coordinator) : "";
     if (*json) {

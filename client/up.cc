@@ -198,7 +198,7 @@ class LocalCluster {
   // The CLI's token file for this cluster (Note [chorus up's tokens]).
   const std::string& admin_token_file() const { return tokens_.admin_file; }
   // The status page's login URL: one visit logs a browser in (Note [Browser
-  // login] in coordinator/http_server.cc); empty if the HTTP port or the
+  // login] in coordinator/http/http_server.cc); empty if the HTTP port or the
   // admin token cannot be read.
   std::string LoginUrl() const {
     std::string port, token;
@@ -338,7 +338,7 @@ int RunUp(const UpOptions& options, const GlobalOptions& global) {
     *global.err << "chorus up: " << submitted.job_id() << " on " << options.local
                 << " local slot(s); logs in " << (*cluster)->dir() << "\n";
     // The URL holds the admin token: it goes to this terminal only, never
-    // to a log (Note [Browser login] in coordinator/http_server.cc).
+    // to a log (Note [Browser login] in coordinator/http/http_server.cc).
     if (const std::string url = (*cluster)->LoginUrl(); !url.empty()) {
       *global.err << "chorus up: status page " << url << "\n";
     }

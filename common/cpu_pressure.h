@@ -2,7 +2,7 @@
 // runnable tasks waited for a CPU, in [0, 1]. Node agents send it with every
 // message, and hang detection reads ranks that are slow on a starved node as
 // NODE_SLOW rather than hung (Note [A starved node] in
-// coordinator/hang_detector.h).
+// coordinator/hang/hang_detector.h).
 //
 // The kernel's pressure stall information (/proc/pressure/cpu, Linux 4.20 and
 // later with PSI on) gives it directly: "some avg10" is the share of the last

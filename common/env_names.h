@@ -135,7 +135,7 @@ inline constexpr char kEnvSampleTrace[] = "CHORUS_SAMPLE_TRACE";
 // step.
 inline constexpr char kEnvTestSetupGate[] = "CHORUS_TEST_SETUP_GATE";
 // checkpoint:STAGE: the coordinator exits at that stage of a checkpoint
-// commit (coordinator/server.cc).
+// commit (coordinator/service/server.cc).
 inline constexpr char kEnvTestFailpoint[] = "CHORUS_TEST_FAILPOINT";
 // The python3 the tests and bench/ddp_cuda_bench run (tests/lib.sh sets it).
 inline constexpr char kEnvTestPython[] = "CHORUS_TEST_PYTHON";

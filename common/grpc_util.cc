@@ -65,7 +65,7 @@ class BearerTokenFactory : public grpc::experimental::ClientInterceptorFactoryIn
 
 // Note [Following the leader]
 // Several coordinators share one state and one of them leads
-// (coordinator/leadership.h); the others answer every call with UNAVAILABLE
+// (coordinator/state/leadership.h); the others answer every call with UNAVAILABLE
 // and the leader's address. Clients find the leader through gRPC itself: a
 // list of coordinators becomes one channel with round_robin over all of
 // them and client-side health checking on kLeaderHealthService, so a

@@ -31,7 +31,7 @@ grpc::Status ToGrpcStatus(const absl::Status& status);
 inline constexpr int kMaxCoordinatorMessageBytes = 32 << 20;
 
 // The grpc.health.v1 service name a coordinator reports SERVING only while
-// it leads its cluster (coordinator/leadership.h); clients given several
+// it leads its cluster (coordinator/state/leadership.h); clients given several
 // coordinators send their calls to whichever one says SERVING for it.
 inline constexpr char kLeaderHealthService[] = "chorus.v1.Leader";
 
@@ -82,7 +82,7 @@ absl::StatusOr<std::string> CoordinatorListTarget(const std::string& addresses);
 
 // Trailing metadata of a follower coordinator's refusals while no
 // coordinator can lead (etcd unreachable or without quorum): why
-// (coordinator/follower_server.h).
+// (coordinator/service/follower_server.h).
 inline constexpr char kNoLeaderMetadataKey[] = "chorus-no-leader";
 
 // One call to the coordinator behind `channel` with `context`; any method a

@@ -4,7 +4,7 @@
 // JoinResponse that every rank of a generation shares (spec, resume, store
 // namespace, world size, restarts, number of agents) travel once per job
 // and generation; each rank's entry holds only what is its own (Note [Joins
-// through the agent] in coordinator/scheduler.h).
+// through the agent] in coordinator/scheduling/scheduler.h).
 //
 // Thread-safety: free functions over the caller's messages.
 //

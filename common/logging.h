@@ -19,7 +19,7 @@ namespace chorus {
 // last output lines, and once quoted the supervisor's own "starts /bin/sh"
 // line as if the program had said it. So chorus-rank's log lines begin with
 // kRankLogTag, and the coordinator leaves lines that begin with it out of
-// what the reason quotes (coordinator/running_job.cc). Lines chorus-rank
+// what the reason quotes (coordinator/scheduling/running_job.cc). Lines chorus-rank
 // writes for the reason on purpose ("chorus-rank: the program ... was killed
 // by signal 9") are plain, untagged writes to stderr.
 inline constexpr char kRankLogTag[] = "[chorus-rank] ";

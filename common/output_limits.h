@@ -82,7 +82,7 @@ std::string BoundReason(absl::string_view reason);
 // A rank that fails says why in one line on stderr, its error record:
 // kRankErrorPrefix, then the error's whole message escaped by
 // EscapeErrorText. The coordinator makes the last record of a rank's
-// stderr tail its job's reason (coordinator/running_job.cc), not the last
+// stderr tail its job's reason (coordinator/scheduling/running_job.cc), not the last
 // line: lines a rank writes after it (a log line of a thread stopping)
 // would hide it, and an error message that quotes a file's bytes (a .npy
 // header ends in a newline) would otherwise end up as several lines of

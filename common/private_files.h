@@ -11,7 +11,7 @@
 // mkdir(2) themselves (the umask can only take bits away from it), and
 // existing ones are tightened to that with a warning. The same holds for
 // checkpoints (the coordinator's --checkpoint_dir,
-// coordinator/checkpoint_store.h; a job's SHARED_DIR directory, Note [A shared
+// coordinator/checkpoint/checkpoint_store.h; a job's SHARED_DIR directory, Note [A shared
 // checkpoint directory] in checkpoint/shared_dir_storage.cc) and for the
 // logs `chorus up` keeps in its state directory. Token files are the
 // operator's: a group- or world-readable one is refused (not silently

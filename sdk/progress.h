@@ -95,7 +95,7 @@ class ProgressReporter {
   // The program re-forms in its own process (it uses the Session's elastic
   // hooks): every record says so from here on (sticky), and the coordinator
   // re-forms the job around its survivors instead of restarting every rank
-  // (Note [Restart-all] in coordinator/running_job.h). Returns whether this
+  // (Note [Restart-all] in coordinator/scheduling/running_job.h). Returns whether this
   // call was the first.
   bool MarkReformsInProcess() { return !reforms_in_process_.exchange(true); }
 

@@ -149,7 +149,7 @@ TEST(SessionTest, ReportMetricsNeverWaitsForAFrozenCoordinator) {
   server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
 }
 
-// Note [Restart-all] (coordinator/running_job.h): the coordinator restarts
+// Note [Restart-all] (coordinator/scheduling/running_job.h): the coordinator restarts
 // every rank of a program job unless its records say the program re-forms
 // in process, which an elastic job's Session says once the program uses its
 // elastic hooks.

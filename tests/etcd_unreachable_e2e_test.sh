@@ -3,7 +3,7 @@
 # says so. It starts (etcd may come later), follows, and answers `chorus
 # ping` NOT_SERVING with the reason its calls are refused with, instead of
 # SERVING (Note [A follower that cannot elect] in
-# coordinator/follower_server.h); `chorus submit` is refused naming etcd.
+# coordinator/service/follower_server.h); `chorus submit` is refused naming etcd.
 # (A --checkpoint_dir that is not the cluster's is refused at start:
 # coordinator/etcd/etcd_coordinator_state_test.cc, with a real etcd.)
 #

@@ -177,7 +177,7 @@ awk -v d="${during}" -v s="${steady}" 'BEGIN { exit !(d > 0 && d < s) }' \
 # fault injection that paces the job), and the rank on the slow link waits
 # longer for its packets. NODE_SLOW, a warning too, is true on a loaded
 # machine (tests/under_load.sh): every node's CPU pressure is 0.5 or more
-# (Note [A starved node] in coordinator/hang_detector.h). Any other
+# (Note [A starved node] in coordinator/hang/hang_detector.h). Any other
 # diagnosis is a false alarm.
 others=$(grep -v -e '"kind":"STRAGGLER"' -e '"kind":"NODE_SLOW"' "${TMP}/diagnoses" | sort -u)
 [[ -z "${others}" ]] \

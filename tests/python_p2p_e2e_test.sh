@@ -6,7 +6,7 @@
 # a 1F1B pipeline of 4 stages on isend/irecv ends with the parameters a
 # single process computes from the same micro-batches; hang detection with
 # action ABORT leaves all of them alone (sends and receives are no MISMATCH:
-# Note [Pairing ranks' ops] in coordinator/hang_detector.h) and names the
+# Note [Pairing ranks' ops] in coordinator/hang/hang_detector.h) and names the
 # rank that never posts a receive another rank's send waits for; a
 # mixture-of-experts layer on all_to_all_single with uneven splits gives
 # each token the output one process computes.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Restart-all end to end (Note [Restart-all] in coordinator/running_job.h,
+# Restart-all end to end (Note [Restart-all] in coordinator/scheduling/running_job.h,
 # docs/programs.md): an unmodified torchrun script
 # (tests/bench/torchrun_checkpointed_mlp.py: an MLP on seeded random data
 # that saves a checkpoint every step and resumes from it when

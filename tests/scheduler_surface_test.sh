@@ -11,7 +11,7 @@
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 root=${1:-$(dirname "$(realpath README.md)")}
-header="${root}/coordinator/scheduler.h"
+header="${root}/coordinator/scheduling/scheduler.h"
 readonly kMaxPublicMethods=12
 
 # Prints the public method declarations of `class Scheduler` in header $1,
@@ -66,9 +66,9 @@ if [[ -f "${header}" ]]; then
   if [[ "${n}" -le "${kMaxPublicMethods}" ]]; then
     pass "class Scheduler has ${n} public methods (at most ${kMaxPublicMethods})"
   else
-    fail "class Scheduler has ${n} public methods, more than ${kMaxPublicMethods}: put new entry points in its views (agents(), ranks(), jobs()) in coordinator/scheduler.h:"$'\n'"${methods}"
+    fail "class Scheduler has ${n} public methods, more than ${kMaxPublicMethods}: put new entry points in its views (agents(), ranks(), jobs()) in coordinator/scheduling/scheduler.h:"$'\n'"${methods}"
   fi
 else
-  fail "no coordinator/scheduler.h under '${root}'"
+  fail "no coordinator/scheduling/scheduler.h under '${root}'"
 fi
 finish

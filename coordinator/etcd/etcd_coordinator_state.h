@@ -22,8 +22,8 @@
 #include "coordinator/etcd/etcd_client.h"
 #include "coordinator/etcd/etcd_leadership.h"
 #include "coordinator/etcd/state_url.h"
-#include "coordinator/leadership.h"
-#include "coordinator/state_store.h"
+#include "coordinator/state/leadership.h"
+#include "coordinator/state/state_store.h"
 
 namespace chorus {
 

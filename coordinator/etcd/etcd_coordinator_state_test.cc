@@ -14,7 +14,7 @@
 #include "common/job_spec.h"
 #include "common/private_files.h"
 #include "coordinator/etcd/etcd_test_cluster.h"
-#include "coordinator/server.h"
+#include "coordinator/service/server.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 

@@ -26,7 +26,7 @@
 #include "absl/time/time.h"
 #include "common/backoff.h"
 #include "coordinator/etcd/etcd_client.h"
-#include "coordinator/leadership.h"
+#include "coordinator/state/leadership.h"
 
 namespace chorus {
 

@@ -39,7 +39,7 @@
 #include "absl/status/statusor.h"
 #include "coordinator/etcd/etcd_client.h"
 #include "coordinator/etcd/etcd_leadership.h"
-#include "coordinator/state_store.h"
+#include "coordinator/state/state_store.h"
 
 namespace chorus {
 

@@ -12,7 +12,7 @@
 #include "coordinator/etcd/etcd_client.h"
 #include "coordinator/etcd/etcd_state_store.h"
 #include "coordinator/etcd/etcd_test_cluster.h"
-#include "coordinator/state_store.h"
+#include "coordinator/state/state_store.h"
 #include "gtest/gtest.h"
 
 namespace chorus {

@@ -7,7 +7,7 @@ What it measures
     TORCHELASTIC_RESTART_COUNT > 0), runs with 2 ranks
       ours: as a Chorus program job with `elastic { max_restarts: 3 }`
             (`chorus up --local 2`): restart-all (Note [Restart-all] in
-            coordinator/running_job.h);
+            coordinator/scheduling/running_job.h);
       peer: under torchrun, `python3 -m torch.distributed.run --nnodes 1
             --nproc_per_node 2 --max_restarts 3` (its defaults otherwise:
             static rendezvous, --monitor_interval 5), and, unless

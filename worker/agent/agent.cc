@@ -35,7 +35,7 @@ constexpr absl::Duration kLogFlushInterval = absl::Milliseconds(250);
 // Reported when a rank's exit could not be observed (waiting for it failed).
 constexpr int kUnknownExitCode = 255;
 // How many written exits the next hello tells again (Note [Exits told
-// again] in coordinator/scheduler.cc): every slot's last few.
+// again] in coordinator/scheduling/scheduler.cc): every slot's last few.
 constexpr size_t kToldExitsKept = 64;
 
 // Echoes one line of a rank's output on this agent's stderr (`chorus up`'s
@@ -590,7 +590,7 @@ RankCommand Agent::RankCommandFor(const v1::LaunchRanks& launch, const v1::RankL
 
 // Note [Heartbeats through the agent]
 // At 16,384 ranks one heartbeat stream per rank costs the coordinator most
-// of a core (Note [Aggregated heartbeats] in coordinator/scheduler.h), so
+// of a core (Note [Aggregated heartbeats] in coordinator/scheduling/scheduler.h), so
 // the agent collects its ranks' heartbeats and sends them in one
 // AgentMessage.heartbeats per heartbeat_interval. Each rank gets one end of
 // a SOCK_SEQPACKET pair (worker/runtime/progress_channel.h) at its start,
@@ -632,7 +632,7 @@ std::unique_ptr<ProgressReceiver> Agent::OpenHeartbeatChannel(RankCommand& comma
 // A program that re-forms in its own process says so in its heartbeats
 // (reforms_in_process), and until the coordinator has heard it, a lost rank
 // of its job restarts every rank (Note [Restart-all] in
-// coordinator/running_job.h). Through the agent that word could wait a
+// coordinator/scheduling/running_job.h). Through the agent that word could wait a
 // whole interval more than on the rank's own stream, long enough for a rank
 // lost early in the job to restart survivors that would have re-formed. So a
 // watcher reads the channels every channel_poll (real time, 50 ms) and
@@ -661,13 +661,13 @@ void Agent::ForwardHeartbeats() {
     const std::vector<std::shared_ptr<Child>> children = HeartbeatChildren();
     mu_.Unlock();
     v1::AgentMessage message = CollectHeartbeats(children);
-    // Note [A silent agent's ranks] in coordinator/hang_detector.h: a
+    // Note [A silent agent's ranks] in coordinator/hang/hang_detector.h: a
     // message every interval, a ping when no rank sent a heartbeat, so
     // that the coordinator tells a silent rank from a silent agent.
     if (message.heartbeats().heartbeats_size() == 0) {
       message.set_ping_time_us(absl::ToUnixMicros(clock_.Now()));
     }
-    // Note [A starved node] in coordinator/hang_detector.h.
+    // Note [A starved node] in coordinator/hang/hang_detector.h.
     message.set_cpu_pressure(
         static_cast<float>(options_.cpu_pressure ? options_.cpu_pressure() : NodeCpuPressure()));
     Send(message);
@@ -772,7 +772,7 @@ void Agent::PassDirectives(const v1::RankDirectives& directives) {
 // When one rank of a 16,384-rank elastic job is lost, every survivor joins
 // the next generation; one RankService.Join per rank took the coordinator
 // 1.6-4.8 s, one RankJoins message per agent 0.2-0.5 s (Note [Joins through
-// the agent] in coordinator/scheduler.h, docs/benchmarks.md). So a rank
+// the agent] in coordinator/scheduling/scheduler.h, docs/benchmarks.md). So a rank
 // whose agent sets CHORUS_AGENT_JOINS=1 sends its JoinRequest over its
 // heartbeat channel (GenerationJoiner in worker/runtime/join_generation.h)
 // and waits there for the answer. The watcher that reads the channels for

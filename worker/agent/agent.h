@@ -88,7 +88,7 @@ struct AgentOptions {
   // Times heartbeat_interval; null: the real clock.
   Clock* clock = nullptr;
   // This node's CPU pressure, sent with every heartbeats message and ping
-  // (Note [A starved node] in coordinator/hang_detector.h); null:
+  // (Note [A starved node] in coordinator/hang/hang_detector.h); null:
   // NodeCpuPressure() (common/cpu_pressure.h).
   std::function<double()> cpu_pressure;
   // Starts the rank processes; null: PosixRankLauncher.
@@ -291,7 +291,7 @@ class Agent {
   std::vector<v1::AgentMessage> unsent_ ABSL_GUARDED_BY(mu_);
   // The exits written to a stream lately, newest last (at most
   // kToldExitsKept): the next hello tells them again (Note [Exits told
-  // again] in coordinator/scheduler.cc).
+  // again] in coordinator/scheduling/scheduler.cc).
   std::deque<v1::RankExited> told_exits_ ABSL_GUARDED_BY(mu_);
   absl::Mutex write_mu_;  // one writer on the stream at a time
 };

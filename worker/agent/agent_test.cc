@@ -1011,7 +1011,7 @@ TEST_F(AgentTest, EveryExitDuringAReconnectionIsReportedOnTheNewConnection) {
   }
 }
 
-// Note [Exits told again] in coordinator/scheduler.cc: an exit written to a
+// Note [Exits told again] in coordinator/scheduling/scheduler.cc: an exit written to a
 // coordinator that may have died before reading it is told again in the
 // next hello, with its generation; the newest few only.
 TEST_F(AgentTest, ExitsWrittenLatelyAreToldAgainInTheNextHello) {
@@ -1292,7 +1292,7 @@ TEST_F(AgentHeartbeatsTest, ForwardsItsRanksNewestHeartbeatsInOneMessageAndLeave
   }
 }
 
-// Note [A silent agent's ranks] in coordinator/hang_detector.h: an interval
+// Note [A silent agent's ranks] in coordinator/hang/hang_detector.h: an interval
 // in which no rank sent a heartbeat (an idle agent, or one whose only rank is
 // stopped) still sends a message, a ping, so that the coordinator knows the
 // agent and its link are alive. Each carries the node's CPU pressure (Note

@@ -49,7 +49,7 @@ enum class OpState { kEnqueued, kStarted, kRunning, kCompleted, kFailed, kTimedO
 const char* OpStateName(OpState state);
 
 // Where an op stands among its kind, for pairing one rank's records with
-// another's (Note [Pairing ranks' ops] in coordinator/hang_detector.h):
+// another's (Note [Pairing ranks' ops] in coordinator/hang/hang_detector.h):
 // seqs count every op, so they differ between ranks once some send or
 // receive more than others. Indices are 1-based; 0 means none.
 struct OpIndex {

@@ -1,7 +1,7 @@
 // GrpcStore, the rendezvous store client, end to end: a real coordinator on
 // 127.0.0.1:0, GrpcStore clients, and a Gloo communicator of 3 ranks
 // bootstrapped through it. (The service alone is tested in
-// coordinator/store_service_test.cc.)
+// coordinator/service/store_service_test.cc.)
 
 #include "worker/comm/grpc_store.h"
 
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "common/grpc_util.h"
-#include "coordinator/server.h"
+#include "coordinator/service/server.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/comm/gloo_communicator.h"

@@ -62,7 +62,7 @@ void HeartbeatStream::SendNow() {
 // until its final report and exit. A rank whose training finished says so
 // (phase FINISHED) in this last heartbeat, so that the seconds it then spends
 // shutting down, silent, are not read as a hang (Note [Diagnoses during
-// shutdown] in coordinator/hang_detector.h); sent unless the stream is paused.
+// shutdown] in coordinator/hang/hang_detector.h); sent unless the stream is paused.
 void HeartbeatStream::SendLast(const std::function<bool()>& send) {
   mu_.Unlock();
   const bool paused = options_.paused && options_.paused();

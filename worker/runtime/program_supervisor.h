@@ -79,7 +79,7 @@ struct ProgramRank {
 // A program gets every variable torchrun's agent gives its workers, with
 // the values it would give, so that a script written for torchrun runs
 // unchanged, restarts included (Note [Restart-all] in
-// coordinator/running_job.h):
+// coordinator/scheduling/running_job.h):
 //  - RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT;
 //  - GROUP_RANK / GROUP_WORLD_SIZE: torchrun runs one worker group (agent)
 //    per node; here the rank's agent among the generation's agents, and

@@ -1,0 +1,404 @@
+// RunningJob: the coordinator's bookkeeping of one running job — where each
+// rank runs, what it last reported, its generation's rendezvous, its
+// diagnoses history and its checkpoint grant.
+//
+// Thread-safety: none; the Scheduler holds its lock around every use.
+//
+// Example:
+//   RunningJob run(job, placement.ranks.size(), /*generation=*/1);
+//   for (const RankSlot& slot : placement.ranks) run.ranks.push_back(RankState::At(slot));
+//   int rank = run.RankOn(agent_id, slot);
+#ifndef CHORUS_COORDINATOR_SCHEDULING_RUNNING_JOB_H_
+#define CHORUS_COORDINATOR_SCHEDULING_RUNNING_JOB_H_
+
+#include <climits>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/time/time.h"
+#include "chorus/v1/coordinator.pb.h"
+#include "coordinator/checkpoint/checkpoint_grant.h"
+#include "coordinator/hang/hang_detector.h"
+#include "coordinator/hang/hang_policy.h"
+#include "coordinator/scheduling/agent_registry.h"
+#include "coordinator/scheduling/elastic_state.h"
+#include "coordinator/scheduling/placement.h"
+#include "coordinator/scheduling/rendezvous.h"
+
+namespace chorus {
+
+// One rank of a running job.
+struct RankState {
+  // Empty while a job taken back after a restart waits for the agent.
+  std::string agent_id;
+  int slot = 0;
+  int local_rank = 0;
+  int local_world_size = 0;
+  v1::RankStatus::State state = v1::RankStatus::LAUNCHING;
+  int64_t pid = 0;
+  int exit_code = 0;
+  // For a job taken back after a restart, or whose agent's stream ended
+  // (Note [Agent reconnect grace]): the agent that ran the rank.
+  std::string recover_host;
+  int64_t recover_agent_pid = 0;
+  v1::RankHeartbeat last_heartbeat;
+  absl::Time heartbeat_at = absl::InfinitePast();
+  // The last heartbeat of the rank's process, of this generation or, for a
+  // survivor, of the one before (Note [A survivor that does not join] in
+  // scheduler_elastic.cc); kept from generation to generation.
+  absl::Time heard_at = absl::InfinitePast();
+  // Set once the coordinator has had the rank's agent stop it (an elastic
+  // job): who evicted it and why ("hang_detection.action RESTART: DEAD ...",
+  // Note [A survivor that does not join]), which becomes the cause of the
+  // next generation when the rank's exit is reported.
+  std::string evicted;
+  // Told to stop by a restart-all (Note [Restart-all]): its exit is
+  // expected, neither a failure nor a success.
+  bool stopping = false;
+  // The rank said it finished training: a heartbeat in phase FINISHED or
+  // its final report with success (Note [Diagnoses during shutdown]).
+  bool finished = false;
+  // Its last heartbeat came through its agent's stream (Note [A silent
+  // agent's ranks] in hang_detector.h), not its own.
+  bool heartbeats_via_agent = false;
+
+  static RankState At(const RankSlot& slot);
+};
+
+// Note [Restart-all]
+// A program job with an elastic block whose program cannot re-form in its
+// own process (an unmodified torchrun script knows nothing of generations:
+// its survivors would crash at their next collective, and a newcomer would
+// start from scratch without a restart count) gets torchrun's contract
+// instead. On a lost rank or agent, a hang restart, a drain or a growth:
+//  1. every live rank is told to stop (StopRanks: SIGTERM, SIGKILL after the
+//     grace) and marked `stopping`; its exit is expected and counts neither
+//     as a failure nor towards success, whatever its code: a survivor that
+//     crashes at its next collective before the stop reaches it included;
+//  2. once the last has exited (or its agent is gone), the next generation
+//     is planned with every rank lost and every rank is launched afresh
+//     (generation + 1), with TORCHELASTIC_RESTART_COUNT = `restarts` so far;
+//  3. the change counts once: one restart against elastic.max_restarts for
+//     a failure, none for a drain or a growth, however many exits it took.
+//     A failure heard while a planned change stops the ranks makes it a
+//     failure; later ones join the restart in progress.
+// Ranks that have not exited elastic.wait_seconds after the stop fail the
+// job. While the ranks stop, the hang policy and growth wait.
+// Who re-forms in process: a program says so in its progress records
+// (v1::RankHeartbeat.reforms_in_process; the C++ SDK's Session sets it once
+// the program calls one of its elastic hooks). One rank saying so is
+// enough, the ranks running one program. Until then, and for a program that
+// never says so, restart-all is the default: a program that restarts whole
+// loses the steps since its last checkpoint, while one wrongly left to
+// re-form loses its survivors to crashes and every restart with them. The
+// built-in trainer always re-forms in process.
+
+// Note [Agent reconnect grace]
+// An agent's stream ends when the network between its node and the
+// coordinator drops for a moment, not only when the node dies; the agent
+// keeps its ranks running and connects again with backoff, its hello
+// listing the ranks it still runs and the exits it wrote meanwhile. A job
+// without an elastic block (which cannot re-form without them) therefore
+// waits --agent_reconnect_grace_seconds for the agent's ranks as it waits
+// for every rank after a coordinator restart: they are unbound and LOST,
+// known by host, agent pid and slot (AwaitAgent), the agent's slots are
+// gone with it, and the job's wait (recovering_until) ends at the later of
+// its current deadline and now + grace. The reconnected agent (a new agent
+// id, the same host and process) rebinds them (RebindRanks); if the
+// coordinator still holds the agent's old stream then (a half-open
+// connection), the old registration is taken as lost first, if the hello
+// names it (AgentHello.agent_id, the id the agent was last welcomed with)
+// and has its host and pid: agents in containers that share a host name
+// may share a pid too. An exit it
+// tells in its hello counts as after a restart (Note [Exits told again] in
+// scheduler.cc); ranks not back by the deadline fail the job with the lost
+// agent as the cause (CheckRecovery in job_recovery.h). While the ranks are
+// away the hang detector does not see them (HangViews): their heartbeats,
+// relayed by the agent, stop with its stream and would make them DEAD; for
+// the same reason a rank's heartbeat age starts again when it is rebound.
+// An elastic job waits too, briefly, and then re-forms without the agent's
+// ranks (Note [An elastic job's lost agent] in scheduler.cc).
+
+// An agent whose contact was lost while the job waits for its ranks.
+struct LostAgentWait {
+  std::string agent_id;
+  std::string host;
+  std::vector<int> ranks;  // the ranks it ran that had not exited
+  absl::Duration grace;    // how long they were given to come back
+};
+
+// Why a job waits for ranks to come back (RunningJob::recovering_until).
+struct RankWaitCause {
+  bool after_restart = false;              // the coordinator restarted
+  std::vector<LostAgentWait> lost_agents;  // oldest first
+};
+
+// Rows of a job's status (GetJobStatus, the job page) when the request does
+// not say how many: every rank of a job up to this size; a larger job's
+// are paged (docs/observability.md, "Large jobs").
+inline constexpr int kDefaultStatusRankRows = 1024;
+
+// Which rows a job's status gets: ranks [offset, offset + limit), and those
+// in `also` (a diagnosis's culprits) outside it, in rank order after them.
+struct StatusRows {
+  int offset = 0;
+  int limit = INT_MAX;
+  std::vector<int> also;
+};
+
+// How a job ends.
+struct JobEnd {
+  v1::Job::State state = v1::Job::FAILED;
+  std::string reason;
+};
+
+// A running job's preemption by re-queue, while it waits for its checkpoint
+// (RunningJob::requeue).
+struct RunningJobRequeue {
+  std::string cause;
+  int64_t target_step = 0;
+  int64_t reported_step = 0;  // the highest step a rank had reported
+  absl::Time deadline;
+};
+
+// A newcomer of a staged growth (Note [Staged growth] in
+// scheduler_elastic.cc): launched for the next generation before it forms.
+struct StagedNewcomer {
+  RankSlot slot;    // where it runs (local_rank and local_world_size planned)
+  int rank = 0;     // its planned rank
+  bool up = false;  // its program has asked to join (it is waiting)
+};
+
+// A staged growth under way (RunningJob::staged): the generation it plans,
+// why, its newcomers, and when they must all be up (elastic.wait_seconds
+// after their launch; past it they are stopped and the job stays as it is).
+struct RunningJobStagedGrowth {
+  int64_t generation = 0;
+  int world_size = 0;
+  std::string cause;
+  std::vector<StagedNewcomer> newcomers;
+  absl::Time deadline;
+};
+
+// Note [A bounded history]
+// An elastic job's history is saved with its record (ElasticRecord) and
+// quoted in its status and in the reason it fails with. A line per
+// generation change once named every rank that moved: losing rank 0 of a
+// 16,384-rank job renumbers every survivor, and that one line was about
+// 450 KB, in a record etcd caps at 1.5 MiB. So a line names at most
+// kListedNewcomers ranks and counts the rest, and the history keeps its
+// newest kHistoryLines lines after one that counts those dropped.
+inline constexpr int kListedNewcomers = 8;
+inline constexpr int kHistoryLines = 32;
+
+// "a, b, c and 16381 more": the first kListedNewcomers of `newcomers`.
+std::string ListNewcomers(const std::vector<std::string>& newcomers);
+
+// Appends `line` to `history`, dropping the oldest lines past kHistoryLines
+// into a first line "(N earlier changes not kept)".
+void AppendHistory(std::vector<std::string>& history, std::string line);
+
+struct RunningJob {
+  // A job starting (or taken back) with `world_size` ranks in
+  // `generation`; the caller adds the ranks.
+  RunningJob(const v1::Job& job, int world_size, int64_t generation);
+
+  int64_t generation() const { return rendezvous.generation(); }
+  // The rank running on the agent's slot, or -1. O(1) while `ranks` is
+  // unchanged (Note [Rank index]).
+  int RankOn(const std::string& agent_id, int slot) const;
+  // The rank a Join from process `pid` on `host` and the agent's slot is
+  // for, or -1. A rank taken back after a restart joins with the id its
+  // agent had before (its environment's), which may now name another agent:
+  // it is known by its host, pid and slot.
+  int RankOfJoin(const std::string& agent_id, int slot, int64_t pid, const std::string& host) const;
+  // Whether a job taken back after a restart, or whose agent's stream
+  // ended, still waits for a rank to come back.
+  bool AwaitingRanks() const;
+  // Note [Agent reconnect grace]: agent `agent_id` (`host`, process
+  // `agent_pid`) is gone; its ranks that have not exited become LOST and
+  // unbound, to be bound again by host, agent pid and slot. Returns them.
+  std::vector<int> AwaitAgent(const std::string& agent_id, const std::string& host,
+                              int64_t agent_pid);
+  // Whether a rank that has not exited runs on `agent_id` (departing ones
+  // included).
+  bool RunsOn(const std::string& agent_id) const;
+  // The store namespace of `job`'s generation `gen` (JoinResponse).
+  static std::string StoreNamespace(const v1::Job& job, int64_t gen);
+  // The job ends: frees its slots on the agents still registered (departing
+  // ranks' and staged newcomers' included). Returns, by agent, the slots of ranks that have not
+  // exited (to be stopped).
+  std::map<std::string, std::vector<int>> ReleaseSlots(AgentRegistry& agents) const;
+  // Whether `rank` of `generation` is a rank of this job now.
+  bool HasRank(int64_t generation, int rank) const;
+  // What the hang detector needs: ranks that have sent a heartbeat or exited,
+  // less those waiting for their agent to come back (Note [Agent reconnect
+  // grace]). The views point at the ranks' recorded heartbeats: use them before
+  // `ranks` changes. `agents` says when each relaying agent was last heard
+  // (Note [A silent agent's ranks] in hang_detector.h).
+  std::vector<RankView> HangViews(const AgentRegistry& agents) const;
+  // Whether training is over: a rank of this generation said it finished,
+  // or a rank of an earlier one did in its final report while this one
+  // formed (Note [Diagnoses during shutdown]).
+  bool TrainingFinished() const;
+  // The hang detector's diagnoses of the job now, those void during
+  // shutdown dropped (Note [Diagnoses during shutdown] in hang_detector.h).
+  std::vector<v1::Diagnosis> Diagnose(const AgentRegistry& agents, absl::Time now) const;
+  // One LaunchRanks message per agent (by agent id) for the ranks of
+  // generation(), told to dial `coordinator_address`.
+  std::map<std::string, v1::CoordinatorMessage> LaunchMessages(
+      const std::string& job_id, const std::string& coordinator_address) const;
+  // Where the ranks run, as recorded for a restart (host and agent pid from
+  // `agents`). REQUIRES: every rank's agent is registered.
+  std::vector<v1::RankPlacement> Placements(const AgentRegistry& agents) const;
+  // Agents numbered in the order their first rank comes (torchrun's
+  // GROUP_RANK): `of_rank[rank]` is the rank's, `count` how many. A rank
+  // taken back after a restart whose agent has not reconnected is known by
+  // its host. O(ranks): compute it once for a whole generation's answers.
+  struct Groups {
+    std::vector<int> of_rank;
+    int count = 0;
+  };
+  Groups GroupsOfRanks() const;
+  // The job's rendezvous answer for `rank` (spec from `job`), with the
+  // restarts so far and the rank's group from `groups` (GroupsOfRanks()).
+  v1::JoinResponse JoinResponseFor(const v1::Job& job, int rank, const Groups& groups) const;
+  // Records that the rank on `agent_id`'s `exited.slot()` ended (an agent
+  // back after a restart may report a rank not bound to it yet). Returns the
+  // job's end when this exit ends it: FAILED for a non-zero code (naming the
+  // rank, host, pid, code or signal and its last error record, else its
+  // last stderr line: Note [Rank error record]), SUCCEEDED
+  // once every rank exited 0. An exit of no live rank changes nothing, nor
+  // does one of a rank a restart-all stopped (Note [Restart-all]).
+  std::optional<JobEnd> RecordExit(const std::string& agent_id, const v1::AgentHello& agent,
+                                   const v1::RankExited& exited);
+  // Fills status.rank_summary over every rank and status.rank_offset, and
+  // appends a row per rank of `rows` (host: the agent's, the host of a rank
+  // waiting for its agent to come back, or the agent's id once the agent is
+  // gone). O(ranks log ranks) for the summary; protos only for the
+  // rows asked for.
+  void AddStatusRows(const AgentRegistry& agents, absl::Time now, v1::JobStatus& status,
+                     const StatusRows& rows = StatusRows()) const;
+
+  v1::HangDetectionSpec hang_detection;
+  Rendezvous rendezvous;
+  std::vector<RankState> ranks;  // index = rank
+  int exited_ok = 0;
+  // Index: a rank of the generation before; value: its rank now, -1 if it
+  // is not in this one (Note [A survivor that does not join]).
+  std::vector<int> rank_of_survivor;
+  // A rank's final report said training succeeded while a later generation
+  // was already forming (Note [Diagnoses during shutdown]).
+  bool finished_before_reform = false;
+  DiagnosisHistory diagnoses;
+  // The diagnoses of the last Tick (for status pages and metrics, which
+  // must not run the detector on every request).
+  std::vector<v1::Diagnosis> diagnoses_now;
+  // When the generation's ranks were launched (its rendezvous began).
+  absl::Time generation_started_at = absl::InfinitePast();
+  // The checkpoint the job resumes from (empty job_id: none).
+  v1::CheckpointManifest resume;
+  UploadGrant upload_grant;
+  // Set while a job taken back after a restart, or whose agent's stream
+  // ended, waits for its ranks; `wait_cause` says which.
+  absl::Time recovering_until = absl::InfinitePast();
+  RankWaitCause wait_cause;
+
+  // Who submitted the job ("" anonymous), its priority and device: the
+  // queue plan's quotas and fair share count its slots (queue_plan.h), and
+  // preemption picks by priority (preemption.h).
+  std::string owner;
+  v1::JobSpec::Priority priority = v1::JobSpec::NORMAL;
+  v1::ResourceSpec::Device device = v1::ResourceSpec::CPU;
+  int min_ranks = 1;  // resources.min_ranks: preemption shrinks no further
+
+  // What each rank's cgroup enforces (Note [Rank cgroups] in
+  // worker/agent/rank_cgroup.cc): RankMemoryLimitBytes and
+  // RankProcessLimit of the spec; sent with every launch.
+  int64_t memory_limit_bytes = 0;
+  int max_processes = 0;
+  // Sets those limits on `launch`.
+  void SetLimits(v1::LaunchRanks& launch) const;
+
+  // A program job (spec.program present; docs/programs.md): a failed rank's
+  // reason quotes its last output lines, not only the last one.
+  bool program = false;
+  // Elastic jobs (spec.elastic present; docs/elastic.md).
+  bool elastic = false;
+  v1::ElasticSpec elastic_spec;
+  // A program rank said its program re-forms in its own process (Note
+  // [Restart-all]); sticky.
+  bool reforms_in_process = false;
+  // Whether a change of generation stops every rank and starts them all
+  // again (Note [Restart-all]).
+  bool RestartsAll() const { return program && elastic && !reforms_in_process; }
+  // Where the job is in a change of generation, and the planned change it
+  // waits to make (Note [Elastic phase] in elastic_state.h). A restart-all
+  // whose ranks are being stopped is its Restarting phase.
+  ElasticPhase phase;
+  // resources.preemptible (preemption.h): may go back to the queue without
+  // a checkpoint.
+  bool preemptible = false;
+  // Note [Re-queue] in scheduler_requeue.cc: a higher-priority job preempted
+  // this one, which checkpoints before it goes back to the queue. `cause`
+  // names who ("preempted by job-000007 (HIGH, alice)"); the wait ends once
+  // a checkpoint of `target_step` or later has committed, or at `deadline`.
+  // (Defined outside: clang cannot default-construct a nested struct with
+  // member initializers through std::optional::emplace.)
+  using Requeue = RunningJobRequeue;
+  std::optional<Requeue> requeue;
+  // Rank failures survived so far, and one line per generation change: the
+  // newest kHistoryLines, after a first line that counts the earlier ones
+  // (AppendHistory; Note [A bounded history]).
+  int restarts = 0;
+  std::vector<std::string> history;
+  // Seconds from the last failure to its generation forming (0: none yet).
+  double recovery_seconds = 0;
+  // Ranks that left at a planned re-formation (their agent is draining) and
+  // whose exit has not been reported: their slots stay busy until then.
+  std::vector<std::pair<std::string, int>> departing;  // agent id, slot
+  // Ranks (agent id, slot) a higher-priority job preempted: they leave at
+  // the next change of generation, planned at once (Note [Preemption by
+  // shrinking] in preemption.h), and then go to `departing`.
+  std::vector<std::pair<std::string, int>> yielding;
+  // When the job last started or grew (elastic.scale_up_interval_seconds
+  // counts from it).
+  absl::Time last_growth_at = absl::InfinitePast();
+  // The generation formed without the replacements of ranks lost in a
+  // failure: free slots are taken at once (Note [Staged growth] in
+  // scheduler_elastic.cc).
+  bool replacements_owed = false;
+  // Note [Staged growth]: newcomers started before their generation forms;
+  // not ranks of the job until it does. (Defined outside, as Requeue.)
+  using StagedGrowth = RunningJobStagedGrowth;
+  std::optional<StagedGrowth> staged;
+  // The elastic state last saved to the state database (a serialized
+  // coordinator::ElasticRecord; Scheduler::SaveElasticLocked).
+  std::string saved_record;
+  // Held while a report of the job is written to the state database
+  // outside the scheduler's lock (Note [Reports are written outside the
+  // scheduler's lock] in scheduler_ranks.cc). Shared: the writer keeps it
+  // even if the job ends meanwhile.
+  std::shared_ptr<std::mutex> report_writes = std::make_shared<std::mutex>();
+  // Whether every rank of the current generation has joined.
+  bool Formed() const { return rendezvous.complete(); }
+  // Where the current ranks run (index = rank).
+  std::vector<RankSlot> Slots() const;
+
+ private:
+  // Note [Rank index] in running_job.cc.
+  void IndexRanks() const;
+  mutable absl::flat_hash_map<std::pair<std::string, int>, int> rank_index_;
+  mutable std::vector<int> recovered_ranks_;  // ranks with a recover_host
+};
+
+}  // namespace chorus
+
+#endif  // CHORUS_COORDINATOR_SCHEDULING_RUNNING_JOB_H_

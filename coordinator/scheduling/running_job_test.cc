@@ -1,0 +1,484 @@
+#include "coordinator/scheduling/running_job.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/clock.h"
+#include "common/logging.h"
+#include "common/output_limits.h"
+#include "gtest/gtest.h"
+
+namespace chorus {
+namespace {
+
+v1::AgentHello Hello(const std::string& host, int64_t pid, int slots) {
+  v1::AgentHello hello;
+  hello.set_host(host);
+  hello.set_pid(pid);
+  hello.set_slots(slots);
+  return hello;
+}
+
+v1::RankExited Exit(int slot, int code, int64_t pid = 4242) {
+  v1::RankExited e;
+  e.set_job_id("job-000001");
+  e.set_slot(slot);
+  e.set_pid(pid);
+  e.set_exit_code(code);
+  return e;
+}
+
+// Three ranks: two on agent-1 (node-a) and one on agent-2 (node-b).
+class RunningJobTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(*agents_.Add(Hello("node-a", 11, 2), nullptr), "agent-1");
+    ASSERT_EQ(*agents_.Add(Hello("node-b", 12, 1), nullptr), "agent-2");
+    job_.set_job_id("job-000001");
+    job_.mutable_spec()->mutable_resources()->set_max_ranks(3);
+    const std::vector<RankSlot> slots = {
+        {"agent-1", 0, 0, 2}, {"agent-1", 1, 1, 2}, {"agent-2", 0, 0, 1}};
+    for (const RankSlot& slot : slots) run_.ranks.push_back(RankState::At(slot));
+  }
+
+  FakeClock clock_{absl::FromUnixSeconds(1000)};
+  AgentRegistry agents_;
+  v1::Job job_;
+  RunningJob run_{job_, 3, /*generation=*/1};
+};
+
+TEST_F(RunningJobTest, FindsRanksByAgentSlotAndGeneration) {
+  EXPECT_EQ(run_.RankOn("agent-1", 1), 1);
+  EXPECT_EQ(run_.RankOn("agent-2", 0), 2);
+  EXPECT_EQ(run_.RankOn("agent-2", 1), -1);
+  EXPECT_TRUE(run_.HasRank(1, 2));
+  EXPECT_FALSE(run_.HasRank(2, 0)) << "another generation";
+  EXPECT_FALSE(run_.HasRank(1, 3));
+}
+
+TEST_F(RunningJobTest, ReleasingFreesSlotsAndListsRanksStillRunning) {
+  for (const RankState& r : run_.ranks) agents_.SetBusy(r.agent_id, r.slot, true);
+  ASSERT_EQ(agents_.free_slots(), 0);
+  run_.ranks[1].state = v1::RankStatus::EXITED;
+  run_.ranks[2].state = v1::RankStatus::EXITED;
+  EXPECT_TRUE(run_.RunsOn("agent-1"));
+  EXPECT_FALSE(run_.RunsOn("agent-2")) << "its only rank exited";
+  const auto to_stop = run_.ReleaseSlots(agents_);
+  ASSERT_EQ(to_stop.size(), 1u);
+  EXPECT_EQ(to_stop.at("agent-1"), std::vector<int>{0});
+  EXPECT_EQ(agents_.free_slots(), 3);
+}
+
+TEST_F(RunningJobTest, LaunchMessagesAndPlacementsDescribeEveryRank) {
+  const auto launches = run_.LaunchMessages("job-000001", "10.0.0.1:29650");
+  ASSERT_EQ(launches.size(), 2u);
+  const v1::LaunchRanks& a = launches.at("agent-1").launch();
+  EXPECT_EQ(a.job_id(), "job-000001");
+  EXPECT_EQ(a.generation(), 1);
+  EXPECT_EQ(a.coordinator(), "10.0.0.1:29650");
+  ASSERT_EQ(a.ranks_size(), 2);
+  EXPECT_EQ(a.ranks(1).slot(), 1);
+  EXPECT_EQ(a.ranks(1).local_rank(), 1);
+  EXPECT_EQ(a.ranks(1).local_world_size(), 2);
+  EXPECT_EQ(launches.at("agent-2").launch().ranks_size(), 1);
+
+  const std::vector<v1::RankPlacement> placements = run_.Placements(agents_);
+  ASSERT_EQ(placements.size(), 3u);
+  EXPECT_EQ(placements[2].host(), "node-b");
+  EXPECT_EQ(placements[2].agent_pid(), 12);
+  EXPECT_EQ(placements[1].slot(), 1);
+}
+
+TEST_F(RunningJobTest, AFailedProgramRankIsQuotedByItsLastThreeLines) {
+  v1::Job job = job_;
+  job.mutable_spec()->mutable_program()->add_argv("/usr/bin/python3");
+  RunningJob run(job, 3, /*generation=*/1);
+  run.ranks = run_.ranks;
+  v1::RankExited failed = Exit(0, 3);
+  for (const char* line : {"epoch 1", "Traceback (most recent call last):",
+                           "  File \"train.py\", line 9", "ValueError: bad batch"}) {
+    failed.add_stderr_tail(line);
+  }
+  std::optional<JobEnd> end = run.RecordExit("agent-2", agents_.Find("agent-2")->hello, failed);
+  ASSERT_TRUE(end.has_value());
+  EXPECT_EQ(end->reason,
+            "rank 2 (node-b, pid 4242) exited with code 3; last output: Traceback (most recent "
+            "call last): |   File \"train.py\", line 9 | ValueError: bad batch");
+}
+
+// Note [Rank log tag]: the supervisor's log shares the program's output.
+TEST_F(RunningJobTest, AFailedProgramIsQuotedWithoutItsSupervisorsLogLines) {
+  v1::Job job = job_;
+  job.mutable_spec()->mutable_program()->add_argv("/bin/sh");
+  RunningJob run(job, 3, /*generation=*/1);
+  run.ranks = run_.ranks;
+  const std::string starts =
+      absl::StrCat(kRankLogTag,
+                   "I20240612 10:15:02.123456  4242 program_supervisor.cc:311] job-000001: rank 2 "
+                   "of 3 starts /bin/sh (MASTER_ADDR 127.0.0.1, MASTER_PORT 29500)");
+  v1::RankExited failed = Exit(0, 3);
+  failed.add_stderr_tail(starts);
+  failed.add_stderr_tail("error: disk full");
+  std::optional<JobEnd> end = run.RecordExit("agent-2", agents_.Find("agent-2")->hello, failed);
+  ASSERT_TRUE(end.has_value());
+  EXPECT_EQ(end->reason,
+            "rank 2 (node-b, pid 4242) exited with code 3; last output: error: disk full");
+
+  // A program that printed nothing is not quoted at all.
+  run.ranks = run_.ranks;
+  v1::RankExited silent = Exit(0, 3);
+  silent.add_stderr_tail(starts);
+  end = run.RecordExit("agent-2", agents_.Find("agent-2")->hello, silent);
+  ASSERT_TRUE(end.has_value());
+  EXPECT_EQ(end->reason, "rank 2 (node-b, pid 4242) exited with code 3");
+}
+
+// Note [Bounded job output]: the agent is not trusted to bound its report.
+TEST_F(RunningJobTest, AReasonQuotesABoundedEndOfTheOutput) {
+  v1::Job job = job_;
+  job.mutable_spec()->mutable_program()->add_argv("/usr/bin/python3");
+  RunningJob run(job, 3, /*generation=*/1);
+  run.ranks = run_.ranks;
+  v1::RankExited failed = Exit(0, 1);
+  for (int i = 0; i < 30; ++i) failed.add_stderr_tail(std::string(100000, 'a' + i % 26));
+  failed.add_stderr_tail("ValueError: bad batch");
+  std::optional<JobEnd> end = run.RecordExit("agent-2", agents_.Find("agent-2")->hello, failed);
+  ASSERT_TRUE(end.has_value());
+  EXPECT_LT(end->reason.size(), 2200u);
+  EXPECT_TRUE(absl::EndsWith(end->reason, "bytes of this line dropped] | ValueError: bad batch"))
+      << end->reason.substr(end->reason.size() - 200);
+
+  // A built-in rank's last line the same.
+  v1::RankExited long_line = Exit(0, 1);
+  long_line.add_stderr_tail(std::string(5 << 20, 'x'));
+  end = run_.RecordExit("agent-2", agents_.Find("agent-2")->hello, long_line);
+  ASSERT_TRUE(end.has_value());
+  EXPECT_LT(end->reason.size(), 2200u);
+  EXPECT_TRUE(absl::EndsWith(end->reason, "bytes of this line dropped]")) << end->reason;
+}
+
+// Note [Rank cgroups]: every launch carries the job's limits, and a rank
+// the OOM killer took in its cgroup fails its job saying so, with the
+// limit and the field that sets it.
+TEST_F(RunningJobTest, LaunchesCarryLimitsAndAnOutOfMemoryKillIsExplained) {
+  v1::Job job = job_;
+  job.mutable_spec()->mutable_program()->add_argv("/usr/bin/python3");
+  job.mutable_spec()->mutable_resources()->set_memory_bytes(int64_t{4} << 30);
+  job.mutable_spec()->mutable_resources()->set_max_processes(100);
+  RunningJob run(job, 3, /*generation=*/1);
+  run.ranks = run_.ranks;
+  const auto launches = run.LaunchMessages("job-000001", "10.0.0.1:29650");
+  EXPECT_EQ(launches.at("agent-1").launch().memory_limit_bytes(), int64_t{4} << 30);
+  EXPECT_EQ(launches.at("agent-2").launch().max_processes(), 100);
+
+  v1::RankExited killed = Exit(0, 137);
+  killed.set_out_of_memory_limit_bytes(int64_t{4} << 30);
+  killed.add_stderr_tail("allocated 3900 MiB");
+  std::optional<JobEnd> end = run.RecordExit("agent-2", agents_.Find("agent-2")->hello, killed);
+  ASSERT_TRUE(end.has_value());
+  EXPECT_EQ(end->state, v1::Job::FAILED);
+  EXPECT_EQ(end->reason,
+            "rank 2 (node-b, pid 4242) was killed: out of memory: the job's limit is 4 GiB per "
+            "rank (resources.memory_bytes); last output: allocated 3900 MiB");
+}
+
+TEST_F(RunningJobTest, ANonZeroExitFailsTheJobNamingRankHostPidAndStderr) {
+  v1::RankExited killed = Exit(0, -9);
+  killed.add_stderr_tail("loading data");
+  killed.add_stderr_tail("out of memory");
+  std::optional<JobEnd> end = run_.RecordExit("agent-2", agents_.Find("agent-2")->hello, killed);
+  ASSERT_TRUE(end.has_value());
+  EXPECT_EQ(end->state, v1::Job::FAILED);
+  EXPECT_EQ(end->reason,
+            "rank 2 (node-b, pid 4242) was killed by signal 9; last stderr: out of memory");
+  EXPECT_EQ(run_.ranks[2].state, v1::RankStatus::EXITED);
+  EXPECT_EQ(run_.ranks[2].exit_code, -9);
+}
+
+// Note [Rank error record]: a data error's message quotes a damaged .npy
+// header, which ends in a newline; lines logged after the record (a thread
+// stopping) do not hide it.
+TEST_F(RunningJobTest, TheReasonIsTheRanksLastErrorRecordNotItsLastLine) {
+  v1::RankExited failed = Exit(1, 1);
+  failed.add_stderr_tail(RankErrorRecord("an earlier record"));
+  failed.add_stderr_tail(RankErrorRecord(
+      "data.shards: /d/a.tar at byte offset 1536 (sample 2, member \"2.x.npy\"): .npy header "
+      "\"{'descr': '<f4', }\n\" lacks descr, fortran_order or shape"));
+  failed.add_stderr_tail("[chorus-rank] W0101 12:00:00 gloo: connection closed by peer");
+  std::optional<JobEnd> end = run_.RecordExit("agent-1", agents_.Find("agent-1")->hello, failed);
+  ASSERT_TRUE(end.has_value());
+  EXPECT_EQ(end->reason,
+            "rank 1 (node-a, pid 4242) exited with code 1; last stderr: chorus-rank: data.shards: "
+            "/d/a.tar at byte offset 1536 (sample 2, member \"2.x.npy\"): .npy header "
+            "\"{'descr': '<f4', }\\n\" lacks descr, fortran_order or shape");
+}
+
+TEST_F(RunningJobTest, EveryRankExitingZeroSucceedsOnce) {
+  const v1::AgentHello& a = agents_.Find("agent-1")->hello;
+  const v1::AgentHello& b = agents_.Find("agent-2")->hello;
+  EXPECT_FALSE(run_.RecordExit("agent-1", a, Exit(0, 0)).has_value());
+  EXPECT_FALSE(run_.RecordExit("agent-1", a, Exit(0, 0)).has_value())
+      << "a repeated report counts once";
+  EXPECT_FALSE(run_.RecordExit("agent-1", a, Exit(5, 0)).has_value()) << "no rank on slot 5";
+  EXPECT_FALSE(run_.RecordExit("agent-1", a, Exit(1, 0)).has_value());
+  std::optional<JobEnd> end = run_.RecordExit("agent-2", b, Exit(0, 0));
+  ASSERT_TRUE(end.has_value());
+  EXPECT_EQ(end->state, v1::Job::SUCCEEDED);
+  EXPECT_EQ(end->reason, "every rank exited with code 0");
+}
+
+TEST_F(RunningJobTest, AnExitReportedBeforeTheRankIsBoundAgainBindsIt) {
+  run_.ranks[2].agent_id.clear();  // taken back after a restart, not bound yet
+  run_.ranks[2].recover_host = "node-b";
+  run_.ranks[2].recover_agent_pid = 12;
+  ASSERT_EQ(*agents_.Add(Hello("node-b", 12, 1), nullptr), "agent-3");  // the agent reconnected
+  std::optional<JobEnd> end =
+      run_.RecordExit("agent-3", agents_.Find("agent-3")->hello, Exit(0, 1));
+  ASSERT_TRUE(end.has_value());
+  EXPECT_EQ(end->reason, "rank 2 (node-b, pid 4242) exited with code 1");
+  EXPECT_EQ(run_.ranks[2].agent_id, "agent-3");
+}
+
+TEST_F(RunningJobTest, StatusRowsCarryHostsAndTheLastHeartbeat) {
+  v1::RankHeartbeat hb;
+  hb.set_step(40);
+  hb.set_phase_seconds(1.5);
+  hb.mutable_flight_recorder()->set_last_completed_seq(99);
+  hb.mutable_timings()->set_step_seconds(0.25);
+  run_.ranks[0].last_heartbeat = hb;
+  run_.ranks[0].heartbeat_at = clock_.Now();
+  clock_.Advance(absl::Seconds(3));
+  agents_.Remove("agent-2");
+  v1::JobStatus status;
+  run_.AddStatusRows(agents_, clock_.Now(), status);
+  ASSERT_EQ(status.ranks_size(), 3);
+  EXPECT_EQ(status.ranks(0).host(), "node-a");
+  EXPECT_EQ(status.ranks(0).step(), 40);
+  EXPECT_EQ(status.ranks(0).heartbeat_age_seconds(), 3.0);
+  EXPECT_EQ(status.ranks(0).last_completed_seq(), 99);
+  EXPECT_EQ(status.ranks(0).step_time_seconds(), 0.25);
+  EXPECT_EQ(status.ranks(1).step(), 0) << "no heartbeat yet";
+  EXPECT_EQ(status.ranks(2).host(), "agent-2") << "the agent is gone: its id stands in";
+  const std::vector<RankView> views = run_.HangViews(agents_);
+  ASSERT_EQ(views.size(), 1u) << "only ranks that sent a heartbeat or exited";
+  EXPECT_EQ(&views[0].hb(), &run_.ranks[0].last_heartbeat)
+      << "the detector reads the recorded heartbeat, not a copy of every rank's";
+  EXPECT_EQ(views[0].hb().step(), 40);
+}
+
+// Note [A silent agent's ranks]: each rank relayed by an agent is seen with
+// its own agent's last message, the agents looked up once per run of ranks.
+TEST_F(RunningJobTest, HangViewsCarryEachRanksOwnAgentsLastMessage) {
+  // Ranks 0 and 2 on agent-1, rank 1 on agent-2: runs of one.
+  run_.ranks[1].agent_id = "agent-2";
+  run_.ranks[2].agent_id = "agent-1";
+  agents_.Heard("agent-1", clock_.Now() - absl::Seconds(4));
+  agents_.Heard("agent-2", clock_.Now() - absl::Seconds(1));
+  for (RankState& r : run_.ranks) {
+    r.heartbeat_at = clock_.Now() - absl::Seconds(5);
+    r.heartbeats_via_agent = true;
+  }
+  const std::vector<RankView> views = run_.HangViews(agents_);
+  ASSERT_EQ(views.size(), 3u);
+  EXPECT_EQ(views[0].relay_heard_at, clock_.Now() - absl::Seconds(4));
+  EXPECT_EQ(views[1].relay_heard_at, clock_.Now() - absl::Seconds(1));
+  EXPECT_EQ(views[2].relay_heard_at, clock_.Now() - absl::Seconds(4));
+  // A rank whose agent is gone is judged by its own heartbeats alone.
+  agents_.Remove("agent-2");
+  EXPECT_EQ(run_.HangViews(agents_)[1].relay_heard_at, absl::InfiniteFuture());
+}
+
+// Note [A starved node]: every rank's view carries its own agent's last
+// word on its node's CPU pressure, whether its heartbeats come through the
+// agent or not.
+TEST_F(RunningJobTest, HangViewsCarryEachRanksNodeCpuPressure) {
+  run_.ranks[1].agent_id = "agent-2";
+  run_.ranks[2].agent_id = "agent-1";
+  agents_.Heard("agent-1", clock_.Now(), 0.8);
+  agents_.Heard("agent-2", clock_.Now(), 0.1);
+  for (RankState& r : run_.ranks) r.heartbeat_at = clock_.Now();
+  run_.ranks[2].heartbeats_via_agent = true;
+  std::vector<RankView> views = run_.HangViews(agents_);
+  ASSERT_EQ(views.size(), 3u);
+  EXPECT_FLOAT_EQ(views[0].node_cpu_pressure, 0.8);
+  EXPECT_FLOAT_EQ(views[1].node_cpu_pressure, 0.1);
+  EXPECT_FLOAT_EQ(views[2].node_cpu_pressure, 0.8);
+  // The next message says the node is quiet again.
+  agents_.Heard("agent-1", clock_.Now(), 0.0);
+  views = run_.HangViews(agents_);
+  EXPECT_EQ(views[0].node_cpu_pressure, 0.0);
+  EXPECT_EQ(views[1].relay_heard_at, absl::InfiniteFuture());  // its own heartbeats
+  agents_.Remove("agent-2");
+  EXPECT_EQ(run_.HangViews(agents_)[1].node_cpu_pressure, 0.0);
+}
+
+TEST_F(RunningJobTest, StatusRowsSplitStepTimeAndNameWhoTheOthersWaitedFor) {
+  // Rank 1 computes slowly: ranks 0 and 2 wait 0.3 s a step for it.
+  const double waits[] = {0.31, 0.01, 0.31};
+  for (int rank = 0; rank < 3; ++rank) {
+    v1::RankHeartbeat hb;
+    hb.set_step(7);
+    hb.set_loss(0.5 + rank);
+    hb.set_samples_per_second(100.0 * (rank + 1));
+    hb.mutable_timings()->set_step_seconds(0.4);
+    hb.mutable_timings()->set_compute_seconds(0.4 - waits[rank]);
+    hb.mutable_timings()->set_comm_wait_seconds(waits[rank]);
+    run_.ranks[rank].last_heartbeat = hb;
+    run_.ranks[rank].heartbeat_at = clock_.Now();
+  }
+  v1::JobStatus status;
+  run_.AddStatusRows(agents_, clock_.Now(), status);
+  ASSERT_EQ(status.ranks_size(), 3);
+  EXPECT_NEAR(status.ranks(1).caused_wait_seconds(), 0.6, 1e-9);
+  EXPECT_EQ(status.ranks(0).caused_wait_seconds(), 0.0);
+  EXPECT_EQ(status.ranks(2).caused_wait_seconds(), 0.0);
+  EXPECT_NEAR(status.ranks(1).compute_seconds(), 0.39, 1e-9);
+  EXPECT_EQ(status.ranks(0).comm_wait_seconds(), 0.31);
+  EXPECT_EQ(status.ranks(2).samples_per_second(), 300.0);
+  EXPECT_EQ(status.ranks(2).loss(), 2.5);
+
+  // An exited rank is no longer blamed nor counted.
+  run_.ranks[1].state = v1::RankStatus::EXITED;
+  v1::JobStatus after;
+  run_.AddStatusRows(agents_, clock_.Now(), after);
+  EXPECT_EQ(after.ranks(1).caused_wait_seconds(), 0.0);
+  EXPECT_EQ(after.ranks(0).caused_wait_seconds(), 0.0);
+}
+
+// A large job's status is a page of rows and a summary of every rank
+// (docs/observability.md, "Large jobs").
+TEST_F(RunningJobTest, StatusRowsAreAPageWithTheCulpritsAndTheSummaryCountsEveryRank) {
+  for (int rank = 0; rank < 3; ++rank) {
+    run_.ranks[rank].state = v1::RankStatus::TRAINING;
+    run_.ranks[rank].heartbeat_at = clock_.Now() - absl::Seconds(rank);
+    run_.ranks[rank].last_heartbeat.set_step(10 + rank);
+    run_.ranks[rank].last_heartbeat.mutable_timings()->set_comm_wait_seconds(0.3 - 0.1 * rank);
+  }
+  run_.ranks[0].state = v1::RankStatus::EXITED;
+  StatusRows rows;
+  rows.offset = 1;
+  rows.limit = 1;
+  rows.also = {0, 1, 0, 7};  // a culprit outside the page, one in it, twice, one unknown
+  v1::JobStatus status;
+  run_.AddStatusRows(agents_, clock_.Now(), status, rows);
+  ASSERT_EQ(status.ranks_size(), 2);
+  EXPECT_EQ(status.ranks(0).rank(), 1);
+  EXPECT_EQ(status.ranks(1).rank(), 0);
+  EXPECT_EQ(status.rank_offset(), 1);
+  const v1::RankSummary& summary = status.rank_summary();
+  EXPECT_EQ(summary.ranks(), 3);
+  EXPECT_EQ(summary.by_state().at("TRAINING"), 2);
+  EXPECT_EQ(summary.by_state().at("EXITED"), 1);
+  EXPECT_EQ(summary.min_step(), 10);
+  EXPECT_EQ(summary.max_step(), 12);
+  EXPECT_EQ(summary.oldest_heartbeat_rank(), 2) << "an exited rank's heartbeat ages as it may";
+  EXPECT_DOUBLE_EQ(summary.oldest_heartbeat_age_seconds(), 2);
+  EXPECT_EQ(summary.most_waited_for_rank(), 2) << "it waited least: rank 1 waited for it";
+  EXPECT_NEAR(summary.most_waited_for_seconds(), 0.1, 1e-9);
+  v1::JobStatus all;
+  run_.AddStatusRows(agents_, clock_.Now(), all);
+  EXPECT_EQ(all.ranks_size(), 3) << "no range: every row";
+  rows.offset = 5;
+  v1::JobStatus past;
+  run_.AddStatusRows(agents_, clock_.Now(), past, rows);
+  EXPECT_EQ(past.ranks_size(), 2) << "past the end: only the culprits 0 and 1";
+  EXPECT_EQ(past.rank_offset(), 3);
+}
+
+TEST_F(RunningJobTest, JoinResponseNamesRankGenerationNamespaceAndResume) {
+  run_.resume.set_job_id("job-000000");
+  run_.resume.set_step(300);
+  const v1::JoinResponse response = run_.JoinResponseFor(job_, 1, run_.GroupsOfRanks());
+  EXPECT_EQ(response.rank(), 1);
+  EXPECT_EQ(response.world_size(), 3);
+  EXPECT_EQ(response.generation(), 1);
+  EXPECT_EQ(response.store_namespace(), "job-000001/gen-1");
+  EXPECT_EQ(response.local_rank(), 1);
+  EXPECT_EQ(response.local_world_size(), 2);
+  EXPECT_EQ(response.spec().resources().max_ranks(), 3);
+  EXPECT_EQ(response.resume().step(), 300);
+}
+
+// Note [torchrun's variables] in worker/runtime/program_supervisor.h.
+TEST_F(RunningJobTest, JoinResponseCarriesTheRestartsAndTheRanksGroup) {
+  run_.restarts = 2;
+  // Agents numbered in the order their first rank comes: rank 0's first.
+  std::swap(run_.ranks[0], run_.ranks[2]);  // agent-2, agent-1, agent-1
+  const std::vector<std::pair<int, int>> want = {{0, 2}, {1, 2}, {1, 2}};
+  for (int rank = 0; rank < 3; ++rank) {
+    const v1::JoinResponse response = run_.JoinResponseFor(job_, rank, run_.GroupsOfRanks());
+    EXPECT_EQ(response.restarts(), 2) << "TORCHELASTIC_RESTART_COUNT";
+    EXPECT_EQ(response.group_rank(), want[rank].first) << "rank " << rank;
+    EXPECT_EQ(response.group_world_size(), want[rank].second) << "rank " << rank;
+  }
+}
+
+// Note [Restart-all]: a rank told to stop exits as expected, whatever its
+// code; the others' exits count as before.
+TEST_F(RunningJobTest, TheExitOfARankStoppedForARestartAllIsNeitherFailureNorSuccess) {
+  const v1::AgentHello& a = agents_.Find("agent-1")->hello;
+  run_.ranks[0].stopping = true;
+  run_.ranks[1].stopping = true;
+  EXPECT_FALSE(run_.RecordExit("agent-1", a, Exit(0, -15)).has_value());
+  EXPECT_FALSE(run_.RecordExit("agent-1", a, Exit(1, 0)).has_value());
+  EXPECT_EQ(run_.ranks[0].state, v1::RankStatus::EXITED);
+  EXPECT_EQ(run_.ranks[0].exit_code, -15);
+  EXPECT_EQ(run_.exited_ok, 0) << "a stopped rank's 0 does not count towards success";
+  std::optional<JobEnd> end =
+      run_.RecordExit("agent-2", agents_.Find("agent-2")->hello, Exit(0, 3));
+  ASSERT_TRUE(end.has_value()) << "a rank not told to stop still fails the job";
+  EXPECT_EQ(end->reason, "rank 2 (node-b, pid 4242) exited with code 3");
+}
+
+// Note [A bounded history]: losing rank 0 of a 16,384-rank job renumbers
+// every survivor; the line names the first few and counts the rest.
+TEST(HistoryTest, ALineNamesTheFirstNewcomersAndCountsTheRest) {
+  std::vector<std::string> renumbered;
+  for (int rank = 1; rank < 16384; ++rank) {
+    renumbered.push_back(absl::StrCat("rank ", rank, " is now rank ", rank - 1));
+  }
+  const std::string listed = ListNewcomers(renumbered);
+  EXPECT_TRUE(absl::StartsWith(listed, "rank 1 is now rank 0, rank 2 is now rank 1, ")) << listed;
+  EXPECT_TRUE(absl::EndsWith(listed, ", rank 8 is now rank 7 and 16375 more")) << listed;
+  EXPECT_LT(listed.size(), 256u);
+
+  EXPECT_EQ(ListNewcomers({"rank 3 on node-b"}), "rank 3 on node-b");
+  EXPECT_EQ(ListNewcomers({}), "");
+  std::vector<std::string> eight;
+  for (int i = 0; i < kListedNewcomers; ++i) eight.push_back(absl::StrCat("rank ", i));
+  EXPECT_EQ(ListNewcomers(eight), "rank 0, rank 1, rank 2, rank 3, rank 4, rank 5, rank 6, rank 7");
+}
+
+// The newest kHistoryLines changes are kept, after a line counting the
+// others; the count carries on from a history read back from a record.
+TEST(HistoryTest, KeepsTheNewestChangesAndCountsTheDroppedOnes) {
+  std::vector<std::string> history;
+  for (int g = 1; g <= kHistoryLines; ++g) AppendHistory(history, absl::StrCat("generation ", g));
+  ASSERT_EQ(history.size(), static_cast<size_t>(kHistoryLines)) << "nothing dropped yet";
+  EXPECT_EQ(history.front(), "generation 1");
+
+  AppendHistory(history, absl::StrCat("generation ", kHistoryLines + 1));
+  ASSERT_EQ(history.size(), static_cast<size_t>(kHistoryLines) + 1);
+  EXPECT_EQ(history[0], "(1 earlier changes not kept)");
+  EXPECT_EQ(history[1], "generation 2");
+  EXPECT_EQ(history.back(), absl::StrCat("generation ", kHistoryLines + 1));
+
+  for (int g = kHistoryLines + 2; g <= 1000; ++g) {
+    AppendHistory(history, absl::StrCat("generation ", g));
+  }
+  ASSERT_EQ(history.size(), static_cast<size_t>(kHistoryLines) + 1);
+  EXPECT_EQ(history[0], absl::StrCat("(", 1000 - kHistoryLines, " earlier changes not kept)"));
+  EXPECT_EQ(history[1], absl::StrCat("generation ", 1000 - kHistoryLines + 1));
+  EXPECT_EQ(history.back(), "generation 1000");
+
+  // A change that happens to read like the count is still a change.
+  std::vector<std::string> odd = {"(x earlier changes not kept)"};
+  AppendHistory(odd, "generation 2");
+  EXPECT_EQ(odd.size(), 2u);
+}
+
+}  // namespace
+}  // namespace chorus

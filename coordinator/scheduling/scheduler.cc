@@ -1,0 +1,779 @@
+#include "coordinator/scheduling/scheduler.h"
+
+#include <algorithm>
+#include <iterator>
+#include <memory>
+#include <mutex>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "coordinator/hang/hang_detector.h"
+#include "coordinator/hang/hang_policy.h"
+#include "coordinator/scheduling/job_recovery.h"
+#include "coordinator/scheduling/placement.h"
+#include "glog/logging.h"
+
+namespace chorus {
+
+void Scheduler::Outbox::Flush() {
+  writes.Run();
+  for (auto& [send, message] : messages) send(message);
+  std::vector<std::string> unrecorded;
+  for (Launch& launch : launches) {
+    if (!*launch.recorded) {
+      unrecorded.push_back(launch.job_id);
+      continue;
+    }
+    for (auto& [send, message] : launch.messages) send(message);
+  }
+  for (auto& [done, result] : joins) done(std::move(result));
+  messages.clear();
+  launches.clear();
+  joins.clear();
+  agent_joins.Send();  // what the joins above recorded for agents
+  if (settling.empty() && unrecorded.empty() && !requeued) return;
+  const std::vector<std::string> settled = std::move(settling);
+  settling.clear();
+  const bool place_requeued = requeued;
+  requeued = false;
+  scheduler.AfterWrites(settled, unrecorded, place_requeued);
+}
+
+void Scheduler::AfterWrites(const std::vector<std::string>& settled,
+                            const std::vector<std::string>& unrecorded, bool requeued) {
+  Outbox out(*this);
+  {
+    absl::MutexLock lock(&mu_);
+    for (const std::string& job_id : settled) {
+      auto it = settling_.find(job_id);
+      if (it != settling_.end() && --it->second <= 0) settling_.erase(it);
+    }
+    for (const std::string& job_id : unrecorded) UndoStartLocked(job_id);
+    // Not after a failed write: a store that refuses writes would be asked
+    // again at once, for ever. The next change or Tick places again.
+    if (requeued) ScheduleLocked(out);
+  }
+  out.Flush();
+}
+
+void Scheduler::UndoStartLocked(const std::string& job_id) {
+  auto it = running_.find(job_id);
+  if (it == running_.end()) return;  // ended meanwhile (a cancel)
+  // No launch went out: nothing to stop, and no rank can have joined.
+  it->second.ReleaseSlots(agents_);
+  Rendezvous::Answers none;
+  it->second.rendezvous.Abort(absl::AbortedError("its start was not recorded"), none);
+  running_.erase(it);
+  LOG(WARNING) << job_id << ": not started, as its start could not be recorded; it stays queued";
+}
+
+Scheduler::Scheduler(JobManager& jobs, Clock* clock, SchedulerOptions options)
+    : jobs_(jobs),
+      resolve_resume_(std::move(options.resume_resolver)),
+      newest_committed_(std::move(options.newest_committed)),
+      clock_(clock ? clock : &real_clock_),
+      coordinator_address_(std::move(options.coordinator_address)),
+      metrics_(options.metrics),
+      policy_(std::move(options.scheduling_policy)),
+      fair_share_(policy_.fair_share_half_life, clock_->Now()),
+      requeue_timeout_(options.requeue_checkpoint_timeout),
+      reconnect_grace_(options.agent_reconnect_grace) {}
+
+void Scheduler::Configure(SchedulerOptions options) {
+  absl::MutexLock lock(&mu_);
+  resolve_resume_ = std::move(options.resume_resolver);
+  newest_committed_ = std::move(options.newest_committed);
+  coordinator_address_ = std::move(options.coordinator_address);
+  metrics_ = options.metrics;
+  fair_share_ = FairShare(options.scheduling_policy.fair_share_half_life, clock_->Now());
+  policy_ = std::move(options.scheduling_policy);
+  requeue_timeout_ = options.requeue_checkpoint_timeout;
+  reconnect_grace_ = options.agent_reconnect_grace;
+}
+
+absl::StatusOr<std::string> Scheduler::AddAgent(const v1::AgentHello& hello, Sender send) {
+  Outbox out(*this);
+  absl::StatusOr<std::string> added;
+  {
+    absl::MutexLock lock(&mu_);
+    added = AddAgentLocked(hello, std::move(send), out);
+  }
+  out.Flush();
+  return added;
+}
+
+absl::StatusOr<std::string> Scheduler::AddAgentLocked(const v1::AgentHello& hello, Sender send,
+                                                      Outbox& out) {
+  // Note [Agent reconnect grace]: an agent process connecting again before
+  // its old stream was seen to end (a connection the coordinator still
+  // takes for open) is the old agent lost; its ranks are rebound below.
+  // Without this they would be told to stop as no job's. It is recognized
+  // by the id it was welcomed with, its host and its pid together: two
+  // agents on one host name (containers sharing the host's network) may
+  // have the same pid in their own pid namespaces.
+  std::vector<std::string> rebinding;
+  if (hello.pid() != 0 && !hello.agent_id().empty()) {
+    for (const std::string& old : agents_.Ids()) {
+      const AgentRegistry::Agent* agent = agents_.Find(old);
+      if (old == hello.agent_id() && agent->hello.host() == hello.host() &&
+          agent->hello.pid() == hello.pid()) {
+        LOG(WARNING) << "agent " << old << " on " << hello.host() << " connected again (pid "
+                     << hello.pid() << ") before its old stream ended";
+        RemoveAgentLocked(old, out, &rebinding);
+      }
+    }
+  }
+  std::string id;
+  ASSIGN_OR_RETURN(id, agents_.Add(hello, std::move(send)));
+  agents_.Heard(id, clock_->Now());
+  const AgentRegistry::Agent& agent = *agents_.Find(id);
+  v1::CoordinatorMessage welcome;
+  welcome.mutable_welcome()->set_agent_id(id);
+  out.messages.emplace_back(agent.send, welcome);
+  LOG(INFO) << "agent " << id << " on " << hello.host() << " offers " << hello.slots() << " "
+            << v1::ResourceSpec::Device_Name(agent.hello.device()) << " slot(s)";
+  // Ranks it still runs: rebind them to the jobs taken back after a
+  // restart; stop those whose job is no longer running.
+  std::vector<std::pair<std::string, int>> bound;
+  for (auto& [job_id, slots] : RebindRanks(running_, id, hello, &bound)) {
+    out.messages.emplace_back(
+        agent.send, StopRanksMessage(job_id, slots, "the coordinator no longer runs this job"));
+  }
+  for (const auto& [job_id, slot] : bound) {
+    agents_.SetBusy(id, slot, true);
+    LOG(INFO) << job_id << ": slot " << slot << " on " << hello.host() << " is back";
+    RunningJob& run = running_.at(job_id);
+    const int rank = run.RankOn(id, slot);
+    // Note [Agent reconnect grace]: its agent says it runs, and relays its
+    // heartbeats again from now; the time away does not make it DEAD.
+    if (rank >= 0 && run.ranks[rank].heartbeat_at != absl::InfinitePast()) {
+      run.ranks[rank].heartbeat_at = clock_->Now();
+    }
+    // Note [Restart-all]: a rank a restart-all was stopping when the
+    // coordinator restarted is stopped again (its agent may not have
+    // heard of it).
+    const ElasticPhase::Restarting* restarting = run.phase.restarting();
+    if (restarting != nullptr && rank >= 0 && run.ranks[rank].stopping) {
+      out.messages.emplace_back(agent.send, StopRanksMessage(job_id, {slot}, restarting->cause));
+    }
+  }
+  TakeToldExitsLocked(id, hello, out);
+  ReformWithoutUnboundLocked(rebinding, hello, out);
+  ScheduleLocked(out);
+  return id;
+}
+
+// Note [An agent back before its stream ended]
+// On a slow, lossy link an agent's keepalive gives its connection up (no
+// answer to a ping within 2 s while TCP resends) well before the
+// coordinator's own keepalive does (10 + 10 s), and the agent connects again
+// while the coordinator still holds its old stream (Note [Agent reconnect
+// grace] in running_job.h says how it is recognized). Its ranks never
+// stopped: they train on, their collectives going between the nodes. An
+// elastic job used to re-form at once, as for an agent lost, which the
+// ranks still running then saw as a restart for nothing; now the ranks the
+// new hello lists are rebound to it in the same step, and the job re-forms
+// only without those it does not list (exited meanwhile, or gone).
+void Scheduler::ReformWithoutUnboundLocked(const std::vector<std::string>& rebinding,
+                                           const v1::AgentHello& agent, Outbox& out) {
+  for (const std::string& job_id : rebinding) {
+    auto it = running_.find(job_id);
+    if (it == running_.end()) continue;
+    std::vector<int> gone;
+    for (size_t rank = 0; rank < it->second.ranks.size(); ++rank) {
+      RankState& r = it->second.ranks[rank];
+      if (r.agent_id.empty() && r.state == v1::RankStatus::LOST && r.recover_host == agent.host() &&
+          r.recover_agent_pid == agent.pid()) {
+        r.agent_id = agent.agent_id();  // the old registration, gone: lost, not awaited
+        gone.push_back(static_cast<int>(rank));
+      }
+    }
+    if (gone.empty()) continue;
+    ReformLocked(job_id,
+                 absl::StrCat("the agent on ", agent.host(), " connected again without rank(s) ",
+                              absl::StrJoin(gone, ",")),
+                 ReformKind::kAgentLost, out);
+  }
+}
+
+// Note [Exits told again]
+// An agent's report of a rank's exit is written to its stream, and written is
+// not read: a leader killed (or a machine lost) before reading it takes the
+// report with it. The coordinator that takes over recovers the job from the
+// state store and waits for its ranks; one that exited never comes back, so
+// without the report the job would fail ("did not come back") however its ranks
+// ended, and a rank that finished before the takeover is not in the store for a
+// job that is not elastic. So an agent's hello tells again the exits it wrote
+// lately (AgentHello .exited), and the coordinator takes each one that a rank
+// it still waits for, on that agent's host and process, slot and generation,
+// has not reported otherwise (AwaitsToldExit), as if it had just been sent. A
+// coordinator that read them the first time matches none: the ranks are bound
+// to the agent (a reconnection to the same leader) or no longer waited for.
+// Exits the agent could not write at all are not in the hello; they follow the
+// welcome (Note [Reports kept while disconnected] in worker/agent/agent.cc).
+void Scheduler::TakeToldExitsLocked(const std::string& agent_id, const v1::AgentHello& hello,
+                                    Outbox& out) {
+  for (const v1::RankExited& exited : hello.exited()) {
+    auto run = running_.find(exited.job_id());
+    if (run == running_.end() || !AwaitsToldExit(run->second, hello, exited)) continue;
+    LOG(INFO) << exited.job_id() << ": slot " << exited.slot() << " on " << hello.host()
+              << " exited with code " << exited.exit_code()
+              << " before this coordinator led (its agent tells it again)";
+    RankExitedLocked(agent_id, exited, out);
+  }
+}
+
+void Scheduler::RemoveAgent(const std::string& agent_id) {
+  Outbox out(*this);
+  {
+    absl::MutexLock lock(&mu_);
+    if (!RemoveAgentLocked(agent_id, out)) return;
+    ScheduleLocked(out);
+  }
+  out.Flush();
+}
+
+void Scheduler::AgentAlive(const std::string& agent_id, double cpu_pressure) {
+  absl::MutexLock lock(&mu_);
+  agents_.Heard(agent_id, clock_->Now(), cpu_pressure);
+}
+
+bool Scheduler::RemoveAgentLocked(const std::string& agent_id, Outbox& out,
+                                  std::vector<std::string>* rebinding) {
+  const AgentRegistry::Agent* agent = agents_.Find(agent_id);
+  if (agent == nullptr) return false;
+  const v1::AgentHello hello = agent->hello;
+  const std::string& host = hello.host();
+  agents_.Remove(agent_id);
+  for (auto it = stopping_slots_.begin(); it != stopping_slots_.end();) {
+    it = it->first.first == agent_id ? stopping_slots_.erase(it) : std::next(it);
+  }
+  std::vector<std::string> affected;
+  for (const auto& [job_id, run] : running_) {
+    if (run.RunsOn(agent_id)) affected.push_back(job_id);
+  }
+  const std::string lost =
+      absl::StrCat("lost contact with the agent on ", host, " (", agent_id, ")");
+  for (const std::string& job_id : affected) {
+    RunningJob& run = running_.at(job_id);
+    // Ranks that had already left with a drain are gone with it.
+    run.departing.erase(std::remove_if(run.departing.begin(), run.departing.end(),
+                                       [&](const auto& d) { return d.first == agent_id; }),
+                        run.departing.end());
+    if (run.elastic && rebinding != nullptr) {
+      // Note [An agent back before its stream ended].
+      if (!run.AwaitAgent(agent_id, host, hello.pid()).empty()) rebinding->push_back(job_id);
+    } else if (run.elastic && reconnect_grace_ > absl::ZeroDuration()) {
+      // Note [An elastic job's lost agent].
+      AwaitAgentLocked(job_id, run, agent_id, hello, lost,
+                       std::min(reconnect_grace_, kElasticAgentGrace), out);
+    } else if (run.elastic) {
+      std::vector<int> there;
+      for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
+        if (run.ranks[rank].agent_id == agent_id) there.push_back(static_cast<int>(rank));
+      }
+      if (there.empty()) continue;
+      ReformLocked(job_id, absl::StrCat(lost, ", which ran rank(s) ", absl::StrJoin(there, ",")),
+                   ReformKind::kAgentLost, out);
+    } else if (reconnect_grace_ > absl::ZeroDuration()) {
+      AwaitAgentLocked(job_id, run, agent_id, hello, lost, reconnect_grace_, out);
+    } else {
+      EndLocked(job_id, v1::Job::FAILED, absl::StrCat(lost, ", which ran ranks of this job"), out);
+    }
+  }
+  return true;
+}
+
+void Scheduler::AwaitAgentLocked(const std::string& job_id, RunningJob& run,
+                                 const std::string& agent_id, const v1::AgentHello& lost,
+                                 const std::string& lost_what, absl::Duration grace, Outbox& out) {
+  const std::vector<int> waiting = run.AwaitAgent(agent_id, lost.host(), lost.pid());
+  if (waiting.empty()) return;  // only departing ranks ran there
+  // A job already waiting (after a restart, another lost agent) keeps the
+  // later deadline.
+  run.recovering_until = std::max(run.recovering_until, clock_->Now() + grace);
+  run.wait_cause.lost_agents.push_back(LostAgentWait{agent_id, lost.host(), waiting, grace});
+  const std::string why =
+      absl::StrCat(lost_what, ", which ran rank(s) ", absl::StrJoin(waiting, ","),
+                   "; waiting up to ", absl::FormatDuration(grace), " for it to reconnect");
+  LOG(WARNING) << job_id << ": " << why;
+  v1::JobEvent event;
+  event.set_message(why);
+  RecordEvent(job_id, std::move(event), out);
+}
+
+// Note [An elastic job's lost agent]
+// An agent's stream ends when its node dies, and also when a slow or cut
+// link made the agent's keepalive give the connection up (its ranks train
+// on: their collectives go between the nodes) or the connection's end
+// reaches the coordinator before the agent's new hello does (Note [An agent
+// back before its stream ended] covers the other order). Re-formed at once,
+// the job restarted a generation for a rank that never stopped: an elastic
+// job with a rank across a 6 s cut counted two restarts. So an elastic job,
+// too, waits for the agent (Note [Agent reconnect grace] in running_job.h),
+// but only kElasticAgentGrace (or the reconnect grace, if shorter: 0 turns
+// the wait off): an agent that is not back by then is lost, and the job
+// re-forms without its ranks, as it did at once before. A node that died
+// costs the job that much more time to re-form.
+void Scheduler::ReformWithoutLostAgentsLocked(const std::string& job_id, RunningJob& run,
+                                              Outbox& out) {
+  std::vector<std::string> lost;
+  for (const LostAgentWait& w : run.wait_cause.lost_agents) {
+    std::vector<int> missing;
+    for (int rank : w.ranks) {
+      if (rank >= static_cast<int>(run.ranks.size()) || !run.ranks[rank].agent_id.empty()) continue;
+      // On the agent that is gone, as when the job re-formed at once: the
+      // re-formation counts such ranks as lost, not as awaited.
+      run.ranks[rank].agent_id = w.agent_id;
+      missing.push_back(rank);
+    }
+    if (missing.empty()) continue;
+    lost.push_back(absl::StrCat("lost contact with the agent on ", w.host, " (", w.agent_id,
+                                "), which ran rank(s) ", absl::StrJoin(missing, ","),
+                                ", and it was not back within ", absl::FormatDuration(w.grace)));
+  }
+  run.recovering_until = absl::InfinitePast();
+  run.wait_cause = RankWaitCause();
+  ReformLocked(job_id, absl::StrJoin(lost, "; "), ReformKind::kAgentLost, out);
+}
+
+void Scheduler::Schedule() {
+  Outbox out(*this);
+  {
+    absl::MutexLock lock(&mu_);
+    ScheduleLocked(out);
+  }
+  out.Flush();
+}
+
+void Scheduler::ScheduleLocked(Outbox& out) {
+  // Running elastic jobs below resources.min_ranks come before queued jobs.
+  RetryWaitingLocked(out);
+  // A reservation holder short of slots takes them from lower-priority
+  // elastic jobs; slots no queued job takes let running elastic jobs grow.
+  if (PlaceQueuedLocked(out)) {
+    PreemptLocked(out);
+    GrowLocked(out);
+  }
+  SaveElasticLocked(out);
+}
+
+bool Scheduler::PlaceQueuedLocked(Outbox& out) {
+  AdvanceFairShareLocked();
+  // A job that cannot resume fails without taking its slots: place again.
+  for (bool replan = true; replan;) {
+    replan = false;
+    plan_ = PlanQueue(QueuedLocked(), agents_.FreeSlots(), UsageLocked(), policy_);
+    for (const JobPlacement& placement : plan_.placed) {
+      absl::StatusOr<v1::Job> job = jobs_.Get(placement.job_id);
+      if (!job.ok()) {
+        LOG(ERROR) << "reading queued job " << placement.job_id << ": " << job.status();
+        return false;
+      }
+      absl::StatusOr<v1::CheckpointManifest> resume = ResumeLocked(*job, out);
+      if (!resume.ok()) {
+        RecordFailure(job->job_id(),
+                      absl::StrCat("cannot resume from ", job->resume_from(), ": ",
+                                   resume.status().message()),
+                      out);
+        replan = true;
+        break;
+      }
+      StartLocked(*job, placement, *std::move(resume), out);
+    }
+  }
+  return true;
+}
+
+std::vector<QueueEntry> Scheduler::QueuedLocked() {
+  const std::vector<std::string> ids = jobs_.PendingJobIds();
+  std::vector<QueueEntry> queued;
+  queued.reserve(ids.size());
+  auto cached = queue_entries_.begin();
+  std::map<std::string, QueueEntry> kept;
+  for (const std::string& id : ids) {
+    // Note [The scheduler's writes after its lock]: the store may not show
+    // yet that it started or ended.
+    if (running_.count(id) != 0 || settling_.count(id) != 0) continue;
+    // Both are sorted by id: walk the cache alongside.
+    while (cached != queue_entries_.end() && cached->first < id) ++cached;
+    if (cached != queue_entries_.end() && cached->first == id) {
+      queued.push_back(cached->second);
+    } else {
+      absl::StatusOr<v1::Job> job = jobs_.Get(id);
+      if (!job.ok()) continue;  // ended since it was listed
+      QueueEntry& entry = queued.emplace_back();
+      entry.job = ToQueuedJob(id, job->spec());
+      entry.owner = job->owner();
+      entry.priority = PriorityOf(job->spec());
+    }
+    kept.emplace_hint(kept.end(), id, queued.back());
+  }
+  queue_entries_ = std::move(kept);
+  return queued;
+}
+
+QueueUsage Scheduler::UsageLocked() const {
+  QueueUsage usage;
+  for (const auto& [job_id, run] : running_) {
+    usage.slots_in_use[run.owner][run.device] += static_cast<int>(run.ranks.size());
+  }
+  usage.fair_share = fair_share_.usage();
+  usage.reservations_held = plan_.reservations_held;  // Note [Reservation]
+  return usage;
+}
+
+void Scheduler::AdvanceFairShareLocked() {
+  std::map<std::string, int> held;
+  for (const auto& [job_id, run] : running_) held[run.owner] += static_cast<int>(run.ranks.size());
+  fair_share_.Advance(clock_->Now(), held);
+}
+
+std::vector<AgentSlots> Scheduler::UnreservedSlotsLocked() const {
+  std::vector<AgentSlots> free = agents_.FreeSlots();
+  for (AgentSlots& agent : free) {
+    auto reserved = plan_.reserved.find(agent.agent_id);
+    if (reserved == plan_.reserved.end()) continue;
+    std::vector<int> left;
+    std::set_difference(agent.free_slots.begin(), agent.free_slots.end(), reserved->second.begin(),
+                        reserved->second.end(), std::back_inserter(left));
+    agent.free_slots = std::move(left);
+  }
+  return free;
+}
+
+QueuedJob Scheduler::QuotaCappedLocked(const std::string& job_id, const v1::JobSpec& spec,
+                                       const RunningJob& run) const {
+  QueuedJob job = ToQueuedJob(job_id, spec);
+  const UserLimits& limits = policy_.For(run.owner);
+  auto quota = limits.max_slots.find(run.device);
+  if (quota == limits.max_slots.end()) return job;
+  int others = 0;  // the owner's slots in other jobs
+  for (const auto& [id, other] : running_) {
+    if (id != job_id && other.owner == run.owner && other.device == run.device) {
+      others += static_cast<int>(other.ranks.size());
+    }
+  }
+  // Never below what it runs with now (a quota lowered meanwhile does not
+  // shrink it), nor below min_ranks.
+  const int most = std::max(
+      {job.resources.min_ranks(), quota->second - others, static_cast<int>(run.ranks.size())});
+  job.resources.set_max_ranks(std::min(job.resources.max_ranks(), most));
+  return job;
+}
+
+absl::Status Scheduler::CheckSubmission(const v1::JobSpec& spec, const std::string& owner) const {
+  absl::StatusOr<std::vector<v1::Job>> pending = jobs_.List({v1::Job::PENDING}, 0);
+  if (!pending.ok()) return pending.status();
+  const int queued = static_cast<int>(std::count_if(
+      pending->begin(), pending->end(), [&](const v1::Job& job) { return job.owner() == owner; }));
+  absl::MutexLock lock(&mu_);
+  return chorus::CheckSubmission(policy_, owner, spec, queued);
+}
+
+absl::StatusOr<v1::CheckpointManifest> Scheduler::ResumeLocked(const v1::Job& job, Outbox& out) {
+  if (job.resume_from().empty()) return v1::CheckpointManifest();
+  std::vector<std::string> skipped;
+  absl::StatusOr<v1::CheckpointManifest> found =
+      resolve_resume_ ? resolve_resume_(job.resume_from(), &skipped)
+                      : absl::UnimplementedError("this coordinator keeps no checkpoints");
+  for (const std::string& warning : skipped) {
+    v1::JobEvent event;
+    event.set_message(absl::StrCat("warning: ", warning, "; using an older one"));
+    RecordEvent(job.job_id(), std::move(event), out);
+  }
+  return found;
+}
+
+void Scheduler::StartLocked(const v1::Job& job, const JobPlacement& placement,
+                            v1::CheckpointManifest resume, Outbox& out) {
+  const std::string& job_id = job.job_id();
+  const int world = static_cast<int>(placement.ranks.size());
+  RunningJob run(job, world, /*generation=*/1);
+  run.resume = std::move(resume);
+  for (const RankSlot& slot : placement.ranks) {
+    agents_.SetBusy(slot.agent_id, slot.slot, true);
+    run.ranks.push_back(RankState::At(slot));
+  }
+  auto recorded = std::make_shared<bool>(false);
+  out.writes.Add(job_id, [this, job_id, world, recorded, placements = run.Placements(agents_)] {
+    absl::StatusOr<v1::Job> started = jobs_.MarkRunning(job_id, 1, world);
+    if (!started.ok()) {
+      LOG(ERROR) << "cannot start " << job_id << ": " << started.status();
+      return;
+    }
+    *recorded = true;
+    if (absl::Status s = jobs_.SavePlacements(job_id, placements); !s.ok()) {
+      LOG(ERROR) << job_id << ": could not record placements (a restart would lose the job): " << s;
+    }
+  });
+  Outbox::Launch& launch = out.launches.emplace_back();
+  launch.job_id = job_id;
+  launch.recorded = std::move(recorded);
+  for (auto& [agent_id, message] : run.LaunchMessages(job_id, coordinator_address_)) {
+    launch.messages.emplace_back(agents_.Find(agent_id)->send, std::move(message));
+  }
+  LOG(INFO) << "started " << job_id << " with " << world << " rank(s)";
+  run.generation_started_at = clock_->Now();
+  run.last_growth_at = run.generation_started_at;
+  if (metrics_ != nullptr) metrics_->GenerationStarted("start");
+  running_.insert_or_assign(job_id, std::move(run));
+}
+
+void Scheduler::EndLocked(const std::string& job_id, v1::Job::State state,
+                          const std::string& reason, Outbox& out) {
+  auto it = running_.find(job_id);
+  if (it == running_.end()) return;
+  const std::map<std::string, std::vector<int>> to_stop = it->second.ReleaseSlots(agents_);
+  it->second.rendezvous.Abort(absl::AbortedError(absl::StrCat("job ", job_id, " ended: ", reason)),
+                              out.joins);
+  for (const auto& [agent_id, slots] : to_stop) {
+    out.messages.emplace_back(agents_.Find(agent_id)->send,
+                              StopRanksMessage(job_id, slots, reason));
+  }
+  // A report accepted before the end is written before it (Note [Reports
+  // are written outside the scheduler's lock]).
+  const std::shared_ptr<std::mutex> writes = it->second.report_writes;
+  running_.erase(it);
+  if (state == v1::Job::CANCELLED) return;
+  out.writes.Add(job_id, [this, job_id, state, reason, writes] {
+    std::lock_guard<std::mutex> reports_written(*writes);
+    absl::StatusOr<v1::Job> ended = jobs_.Finish(job_id, state, reason);
+    if (!ended.ok()) LOG(ERROR) << "recording the end of " << job_id << ": " << ended.status();
+  });
+}
+
+void Scheduler::RankExited(const std::string& agent_id, const v1::RankExited& exited) {
+  Outbox out(*this);
+  {
+    absl::MutexLock lock(&mu_);
+    RankExitedLocked(agent_id, exited, out);
+    ScheduleLocked(out);
+  }
+  out.Flush();
+}
+
+void Scheduler::RankExitedLocked(const std::string& agent_id, const v1::RankExited& exited,
+                                 Outbox& out) {
+  // Note [Re-queue]: a rank of a re-queued job's last run; its slot is free.
+  if (StoppedRankExitedLocked(agent_id, exited)) return;
+  auto it = running_.find(exited.job_id());
+  if (it == running_.end()) return;  // already ended (e.g. stopped after a failure)
+  const AgentRegistry::Agent* agent = agents_.Find(agent_id);
+  if (agent == nullptr) return;
+  std::vector<std::pair<std::string, int>>& departing = it->second.departing;
+  if (StagedNewcomerExitedLocked(exited.job_id(), it->second, agent_id, exited.slot(), out)) {
+    // Note [Staged growth]: it was not a rank yet.
+  } else if (auto left = std::find(departing.begin(), departing.end(),
+                                   std::make_pair(agent_id, exited.slot()));
+             left != departing.end()) {
+    // A rank that left at a planned re-formation (its agent is draining).
+    departing.erase(left);
+    agents_.SetBusy(agent_id, exited.slot(), false);
+    LOG(INFO) << exited.job_id() << ": the rank that left slot " << exited.slot() << " of "
+              << agent->hello.host() << " exited with code " << exited.exit_code();
+  } else if (std::optional<JobEnd> end = it->second.RecordExit(agent_id, agent->hello, exited)) {
+    if (end->state == v1::Job::FAILED && it->second.elastic) {
+      ReformLocked(exited.job_id(), end->reason, ReformKind::kRankLost, out);
+    } else {
+      EndLocked(exited.job_id(), end->state, end->reason, out);
+    }
+  } else if (it->second.phase.restarting() != nullptr) {
+    // Note [Restart-all]: a rank it stopped; the last one's exit starts
+    // the next generation.
+    const ElasticPhase::Restarting restarting = *it->second.phase.restarting();
+    ReformLocked(exited.job_id(), restarting.cause, restarting.kind, out);
+  }
+}
+
+absl::StatusOr<v1::Job> Scheduler::Cancel(const std::string& job_id, const std::string& reason) {
+  // First the cancellation is written, which the answer waits for; then
+  // the ranks are stopped.
+  absl::StatusOr<v1::Job> job = absl::UnknownError("not cancelled");
+  {
+    Outbox out(*this);
+    {
+      absl::MutexLock lock(&mu_);
+      std::shared_ptr<std::mutex> writes;
+      if (auto running = running_.find(job_id); running != running_.end()) {
+        writes = running->second.report_writes;
+      }
+      ++settling_[job_id];  // not placed meanwhile
+      out.settling.push_back(job_id);
+      out.writes.Add(job_id, [this, &job, job_id, reason, writes] {
+        std::unique_lock<std::mutex> reports_written;
+        if (writes != nullptr) reports_written = std::unique_lock<std::mutex>(*writes);
+        job = jobs_.Cancel(job_id, reason);
+      });
+    }
+    out.Flush();
+  }
+  if (!job.ok()) return job;
+  Outbox out(*this);
+  {
+    absl::MutexLock lock(&mu_);
+    EndLocked(job_id, v1::Job::CANCELLED, job->reason(), out);
+    ScheduleLocked(out);
+  }
+  out.Flush();
+  return job;
+}
+
+void Scheduler::Tick() {
+  Outbox out(*this);
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time now = clock_->Now();
+    AdvanceFairShareLocked();
+    std::vector<std::pair<std::string, std::string>> to_fail;
+    std::vector<std::string> to_reform;
+    for (auto& [job_id, run] : running_) {
+      run.rendezvous.Expire(now, out.joins);
+      if (std::optional<std::string> overdue = ReformOverdueLocked(run, now)) {
+        to_fail.emplace_back(job_id, *std::move(overdue));
+        continue;
+      }
+      EvictSilentJoinersLocked(job_id, run, now, out);
+      const RecoveryProgress progress = CheckRecovery(run, now);
+      if (progress.all_back) {
+        v1::JobEvent event;
+        event.set_message(progress.back);
+        RecordEvent(job_id, std::move(event), out);
+      } else if (!progress.failure.empty() && run.elastic && !run.wait_cause.after_restart) {
+        to_reform.push_back(job_id);  // Note [An elastic job's lost agent]
+      } else if (!progress.failure.empty()) {
+        to_fail.emplace_back(job_id, progress.failure);
+      }
+    }
+    for (const std::string& job_id : to_reform) {
+      ReformWithoutLostAgentsLocked(job_id, running_.at(job_id), out);
+    }
+    RetryWaitingLocked(out);
+    GrowLocked(out);
+    if (RequeueDueLocked(now, out)) ScheduleLocked(out);
+    for (const auto& [job_id, diagnoses] : TrackDiagnosesLocked(out)) {
+      auto running = running_.find(job_id);
+      if (running == running_.end()) continue;  // ended by a growth's restart-all
+      RunningJob& run = running->second;
+      // Waiting below resources.min_ranks: the lost ranks are known. Every
+      // rank stopping for a restart-all: the next generation starts anew.
+      if (run.phase.waiting() != nullptr || run.phase.restarting() != nullptr) continue;
+      // Note [Hang restart]: a culprit is evicted; without one, every rank
+      // re-forms its transport. Eviction goes first when both hold.
+      if (run.elastic && run.hang_detection.action() == v1::HangDetectionSpec::RESTART &&
+          (EvictLocked(job_id, run, diagnoses, out) ||
+           RestartHungLocked(job_id, run, diagnoses, out))) {
+        continue;  // `run` may be gone: a restart past elastic.max_restarts ends the job
+      }
+      if (std::optional<std::string> reason = HangFailure(run.hang_detection.action(), diagnoses)) {
+        to_fail.emplace_back(job_id, *std::move(reason));
+      }
+    }
+    for (const auto& [job_id, reason] : to_fail) EndLocked(job_id, v1::Job::FAILED, reason, out);
+    if (!to_fail.empty()) ScheduleLocked(out);
+    SaveElasticLocked(out);
+  }
+  out.Flush();
+}
+
+std::map<std::string, std::vector<v1::Diagnosis>> Scheduler::TrackDiagnosesLocked(Outbox& out) {
+  std::map<std::string, std::vector<v1::Diagnosis>> current;
+  const absl::Time now = clock_->Now();
+  for (auto& [job_id, run] : running_) {
+    std::vector<v1::Diagnosis> diagnoses = run.Diagnose(agents_, now);
+    for (v1::JobEvent& event : run.diagnoses.Update(diagnoses, now)) {
+      if (event.has_diagnosis() && metrics_ != nullptr) {
+        metrics_->DiagnosisSeen(event.diagnosis().kind());
+      }
+      RecordEvent(job_id, std::move(event), out);
+    }
+    run.diagnoses_now = diagnoses;
+    current[job_id] = std::move(diagnoses);
+  }
+  return current;
+}
+
+void Scheduler::RecordEvent(const std::string& job_id, v1::JobEvent event, Outbox& out) {
+  out.writes.Add(job_id, [this, job_id, event = std::move(event)]() mutable {
+    std::string text = event.message();
+    if (text.empty() && event.has_diagnosis()) text = event.diagnosis().message();
+    if (absl::Status s = jobs_.AddEvent(job_id, std::move(event)); !s.ok()) {
+      LOG(ERROR) << job_id << ": could not record the event \"" << text << "\": " << s;
+    }
+  });
+}
+
+void Scheduler::RecordFailure(const std::string& job_id, const std::string& reason, Outbox& out) {
+  ++settling_[job_id];  // the store lists it PENDING until the write
+  out.settling.push_back(job_id);
+  out.writes.Add(job_id, [this, job_id, reason] {
+    absl::StatusOr<v1::Job> ended = jobs_.Finish(job_id, v1::Job::FAILED, reason);
+    if (!ended.ok()) {
+      LOG(ERROR) << job_id << ": could not record it FAILED (" << reason << "): " << ended.status();
+    }
+  });
+}
+
+void Scheduler::Recover(const std::vector<v1::Job>& running, absl::Duration grace) {
+  Outbox out(*this);
+  absl::ReleasableMutexLock lock(&mu_);
+  const absl::Time until = clock_->Now() + grace;
+  for (const v1::Job& job : running) {
+    if (job.placements().empty()) {
+      RecordFailure(job.job_id(),
+                    "the coordinator restarted and has no record of where this job's ranks ran",
+                    out);
+      continue;
+    }
+    coordinator::ElasticRecord record;
+    if (job.spec().has_elastic()) {
+      absl::StatusOr<coordinator::ElasticRecord> saved = jobs_.LoadElasticRecord(job.job_id());
+      if (saved.ok()) {
+        record = *std::move(saved);
+      } else {
+        LOG(ERROR) << job.job_id() << ": cannot read its elastic state (taken back as if it "
+                   << "were steady): " << saved.status();
+      }
+    }
+    RunningJob run = RecoveredJob(job, until, record);
+    // What the ranks that join from now on are told to resume from (Note [A
+    // generation's checkpoint] in scheduler_elastic.cc).
+    if (absl::StatusOr<v1::CheckpointManifest> resume = ResumeLocked(job, out); resume.ok()) {
+      run.resume = *std::move(resume);
+    } else {
+      LOG(WARNING) << job.job_id() << ": its ranks that join again are told no checkpoint to "
+                   << "resume from: " << resume.status().message();
+    }
+    run.resume = GenerationResumeLocked(job.job_id(), run);
+    if (metrics_ != nullptr) metrics_->GenerationStarted("recovered");
+    LOG(INFO) << job.job_id() << ": taken back after a restart; waiting up to "
+              << absl::FormatDuration(grace) << " for its " << run.ranks.size()
+              << " rank(s) to come back";
+    v1::JobEvent event;
+    event.set_message(absl::StrCat("the coordinator restarted; waiting up to ",
+                                   absl::FormatDuration(grace),
+                                   " for the job's ranks to come back with their agents"));
+    RecordEvent(job.job_id(), std::move(event), out);
+    running_.insert_or_assign(job.job_id(), std::move(run));
+  }
+  // `chorus queue` lists plan_'s order, and jobs missing from it in submit
+  // order: plan the queue taken back now, not at the first placement pass
+  // (an agent coming back), which may be seconds away after a takeover.
+  plan_ = PlanQueue(QueuedLocked(), agents_.FreeSlots(), UsageLocked(), policy_);
+  lock.Release();
+  out.Flush();
+}
+
+void Scheduler::set_coordinator_address(std::string address) {
+  absl::MutexLock lock(&mu_);
+  coordinator_address_ = std::move(address);
+}
+
+int Scheduler::free_slots() const {
+  absl::MutexLock lock(&mu_);
+  return agents_.free_slots();
+}
+
+}  // namespace chorus

@@ -1,0 +1,787 @@
+// Scheduler: the coordinator's running side. A thin facade that wires, under
+// one lock, the units that each own one concern:
+//   AgentRegistry    agents and their busy slots (agent_registry.h)
+//   PlanQueue        the queue's order (priority, fair share, submit order),
+//                    quotas, backfill and the reservation (queue_plan.h)
+//   Rendezvous       a generation's Join, answered when complete (rendezvous.h)
+//   DiagnosisHistory, HangFailure
+//                    what hang diagnoses become (hang_policy.h)
+//   UploadGrant      who may store a checkpoint (checkpoint_grant.h)
+//   job_recovery     jobs taken back after a restart (job_recovery.h)
+//   LogStore         ranks' output (log_store.h)
+// and records every state change in the JobManager.
+//
+// A rank exiting with a non-zero code fails the job and stops its other
+// ranks; so does its agent vanishing and not coming back within
+// SchedulerOptions::agent_reconnect_grace. All ranks exiting 0 is success.
+// An elastic job (spec.elastic) instead re-forms after a lost rank or agent: the survivors
+// and a newcomer on a free slot form the next generation (GenerationPlan,
+// scheduler_elastic.cc, docs/elastic.md); it also re-forms at a step
+// boundary when an agent it runs on is drained and when free slots let it
+// grow towards resources.max_ranks.
+//
+// Thread-safety: all methods may be called concurrently. Senders and Join
+// callbacks run without the scheduler's lock held.
+//
+// Its entry points are grouped by concept into views that share its lock
+// and state: agents() (agents come, go, drain), ranks() (joins, heartbeats,
+// reports, exits, logs) and jobs() (cancel, checkpoint, status, queue,
+// recovery); Tick and Schedule drive it.
+//
+// Example:
+//   SchedulerOptions options;
+//   options.coordinator_address = "127.0.0.1:29650";
+//   Scheduler scheduler(jobs, &clock, std::move(options));
+//   absl::StatusOr<std::string> agent = scheduler.agents().AddAgent(hello, send);
+//   scheduler.ranks().Join(request, deadline, [](absl::StatusOr<v1::JoinResponse> r) {...});
+#ifndef CHORUS_COORDINATOR_SCHEDULING_SCHEDULER_H_
+#define CHORUS_COORDINATOR_SCHEDULING_SCHEDULER_H_
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "chorus/v1/coordinator.pb.h"
+#include "common/clock.h"
+#include "coordinator/checkpoint/checkpoint_grant.h"
+#include "coordinator/http/coordinator_metrics.h"
+#include "coordinator/scheduling/agent_join_outbox.h"
+#include "coordinator/scheduling/agent_registry.h"
+#include "coordinator/scheduling/fair_share.h"
+#include "coordinator/scheduling/generation_plan.h"
+#include "coordinator/scheduling/log_store.h"
+#include "coordinator/scheduling/placement.h"
+#include "coordinator/scheduling/preemption.h"
+#include "coordinator/scheduling/queue_plan.h"
+#include "coordinator/scheduling/reform_plan.h"
+#include "coordinator/scheduling/rendezvous.h"
+#include "coordinator/scheduling/running_job.h"
+#include "coordinator/scheduling/scheduling_policy.h"
+#include "coordinator/state/job_manager.h"
+#include "coordinator/state/job_writes.h"
+
+namespace chorus {
+
+class Scheduler;
+
+// What a Scheduler is built with (Scheduler::Configure replaces it).
+struct SchedulerOptions {
+  // What launched ranks are told to dial (set_coordinator_address once the
+  // server has bound).
+  std::string coordinator_address;
+  // Where generations, rendezvous and diagnoses are counted; null =
+  // nowhere. Must outlive the scheduler.
+  CoordinatorMetrics* metrics = nullptr;
+  // The administrator's limits and the fair-share half-life (default: none
+  // and 1 h).
+  SchedulingPolicy scheduling_policy;
+  // Resolves a job's resume_from ("JOB" or "JOB:STEP") to the checkpoint it
+  // starts from; unusable checkpoints it skipped go to `skipped`. Empty: no
+  // checkpoints are kept (a job with resume_from fails).
+  using ResumeResolver = std::function<absl::StatusOr<v1::CheckpointManifest>(
+      const std::string& resume_from, std::vector<std::string>* skipped)>;
+  ResumeResolver resume_resolver;
+  // A job's newest committed checkpoint (by job id), its files not read:
+  // what a re-formed generation is told to start over from should none of
+  // its ranks hold state (Note [A generation's checkpoint] in
+  // scheduler_elastic.cc). It runs under the scheduler's lock at every
+  // re-formation, so it must not checksum files (resume_resolver does).
+  // Empty: resume_resolver is asked.
+  ResumeResolver newest_committed;
+  // How long a job preempted by re-queueing waits for its checkpoint to
+  // commit before it goes back to the queue anyway (Note [Re-queue] in
+  // scheduler_requeue.cc).
+  absl::Duration requeue_checkpoint_timeout = absl::Seconds(60);
+  // How long a job without an elastic block waits for the ranks of an agent
+  // whose stream ended to come back with it before it fails (Note [Agent
+  // reconnect grace] in running_job.h); zero: it fails at once. An elastic
+  // job waits the shorter of this and kElasticAgentGrace, then re-forms
+  // without them (Note [An elastic job's lost agent] in scheduler.cc).
+  absl::Duration agent_reconnect_grace = absl::Seconds(10);
+};
+
+inline constexpr absl::Duration kElasticAgentGrace = absl::Seconds(5);
+
+// scheduler.agents(): node agents come, go and are drained. A view of the
+// Scheduler: it shares the Scheduler's lock and state, and lives as long.
+class SchedulerAgents {
+ public:
+  SchedulerAgents(const SchedulerAgents&) = delete;
+  SchedulerAgents& operator=(const SchedulerAgents&) = delete;
+
+  // Registers an agent and places whatever now fits. Returns its id.
+  // INVALID_ARGUMENT for a hello without slots.
+  absl::StatusOr<std::string> AddAgent(const v1::AgentHello& hello, AgentSender send);
+  // The agent's stream ended: its slots are gone; its running jobs wait
+  // agent_reconnect_grace for it to come back with their ranks (Note [Agent
+  // reconnect grace] in running_job.h), or fail at once when that is zero;
+  // elastic ones wait at most kElasticAgentGrace and then re-form without
+  // them (Note [An elastic job's lost agent] in scheduler.cc).
+  void RemoveAgent(const std::string& agent_id);
+  // A message that carries nothing else (a ping) came from the agent: it is
+  // alive (Note [A silent agent's ranks] in hang_detector.h), its node's CPU
+  // pressure `cpu_pressure` (Note [A starved node]).
+  void AgentAlive(const std::string& agent_id, double cpu_pressure = 0);
+  // `chorus drain`: the agent (its id, or a host only one agent has) takes
+  // no new ranks; every elastic job with ranks on it re-forms without them
+  // at its next step boundary; other jobs keep running there until they end.
+  // Idempotent: returns the agent's state (DRAINED once no rank runs on it).
+  // NOT_FOUND / INVALID_ARGUMENT (an ambiguous host) naming the agents.
+  absl::StatusOr<v1::AgentInfo> DrainAgent(const std::string& agent);
+  // Every connected agent, in registration order.
+  std::vector<v1::AgentInfo> ListAgents() const;
+  // Free slots of every agent.
+  int free_slots() const;
+  // FAILED_PRECONDITION naming the field and the figures when agents for the
+  // spec's device are connected and none has the memory for one of its ranks
+  // (common/memory_estimate.h). OK when no such agent is connected (placement
+  // then waits for one that fits), when an agent does not report its memory,
+  // and for a spec that does not validate (Submit says why).
+  absl::Status CheckAgentsCanHold(v1::JobSpec spec) const;
+
+ private:
+  friend class Scheduler;
+  explicit SchedulerAgents(Scheduler& scheduler) : scheduler_(scheduler) {}
+  Scheduler& scheduler_;
+};
+
+// scheduler.ranks(): what rank processes (and agents on their behalf)
+// report: joins, heartbeats, metrics, exits, output. A view, as above.
+class SchedulerRanks {
+ public:
+  using JoinDone = Rendezvous::Done;
+  SchedulerRanks(const SchedulerRanks&) = delete;
+  SchedulerRanks& operator=(const SchedulerRanks&) = delete;
+
+  // An agent reports that a rank process ended.
+  void RankExited(const std::string& agent_id, const v1::RankExited& exited);
+
+  // Answers when every rank of the generation has joined, or with
+  // DEADLINE_EXCEEDED (naming the missing ranks) once `deadline` passes
+  // (checked by Tick), FAILED_PRECONDITION for a stale generation or
+  // a job that is not running, NOT_FOUND for an unknown job or slot.
+  void Join(const v1::JoinRequest& request, absl::Time deadline, JoinDone done);
+
+  // Note [Joins through the agent]
+  // When one rank of a 16,384-rank elastic job is lost, every survivor
+  // joins the next generation. One RankService.Join per rank cost the
+  // coordinator ~75 us of gRPC work each (a call, its metadata, its
+  // reactor, its answer), 16k of them more than a second on the critical
+  // path, growing with the job (docs/benchmarks.md, "Coordinator load").
+  // So an agent may send its ranks' joins as one RankJoins message on its
+  // own stream, and gets the answers back in RankJoinAnswers messages: the
+  // coordinator's per-message work is then per agent, and per rank only the
+  // rendezvous bookkeeping remains (O(1) each, Note [Rendezvous is
+  // O(ranks)] in scheduler_ranks.cc). The parts of an answer every rank
+  // shares (the spec, the checkpoint to resume from, the store namespace,
+  // the world size: most of its bytes) go once per agent, not once per rank
+  // (common/join_answers.h), so the bytes sent grow with ranks + agents,
+  // not ranks x spec.
+  // Each join in the batch is exactly the Join above: the same generation
+  // checks, UNAVAILABLE for a generation not formed yet, leave for a
+  // draining rank, expiry after `deadline` naming the missing ranks, a
+  // retry superseding the pending join (ABORTED), completion counted once
+  // per rank whichever way it joined. Only two things differ: the agent
+  // speaks for its own slots only (agent_id and host are the stream's, not
+  // the request's), and the answers wait for the end of the call that made
+  // them, so that every answer of one completion reaches an agent in one
+  // message. A rank without an agent channel (an older agent, a program's
+  // supervisor) keeps its own Join; both kinds mix freely in a generation.
+  // Joins from an unknown agent are ignored (its stream is ending).
+  void AgentJoins(const std::string& agent_id, const v1::RankJoins& batch, absl::Time deadline);
+
+  // A rank's metrics: rank 0's become the job's latest (final ones are
+  // persisted); an elastic job's gain values "restarts" and
+  // "recovery_seconds" (of the last failure). NOT_FOUND / FAILED_PRECONDITION for unknown or stale
+  // ranks.
+  absl::Status Report(const v1::ReportRequest& report);
+  // Records a rank's heartbeat (progress, phase, flight recorder) for status.
+  // Returns false when the rank is not part of a running generation (the
+  // stream should end). A heartbeat of an elastic job's older generation
+  // also fills `directive` (if not null) with RE_RENDEZVOUS to the current
+  // one, for a survivor whose communicator has not failed by itself; one of
+  // the current generation while a planned change waits (a drain, a growth)
+  // fills it with REFORM_AT_STEP_BOUNDARY and returns true. A program job's
+  // rank 0 heartbeat moves the job's latest metrics (step, epoch, and loss
+  // and samples/s when it has them) forward: it carries the program's
+  // progress record. A heartbeat of a job that FAILED or was CANCELLED
+  // fills `directive` with ABORT and the job's reason: a rank its agent has
+  // not stopped (a lost agent) stops itself.
+  bool Heartbeat(const v1::RankHeartbeat& heartbeat, v1::Directive* directive = nullptr);
+
+  // Note [Aggregated heartbeats]
+  // At 16,384 ranks, one stream and one message per rank per second is
+  // most of a coordinator core (docs/benchmarks.md). An agent may instead
+  // collect its ranks' heartbeats and send them as one RankHeartbeats
+  // message per interval on its own stream: the coordinator then takes its
+  // lock and wakes once per agent, not per rank. Each heartbeat in it is
+  // recorded exactly as one on the rank's stream (Heartbeat above), so a
+  // rank's liveness stays its own: the agent forwards only what a rank sent
+  // since the last interval, and a rank that stopped sending is absent and
+  // ages into DEAD after dead_after_seconds while its agent is alive. A
+  // directive for a rank goes back to the agent in one RankDirectives
+  // message, with the slot to hand it to. A heartbeat for a rank that does
+  // not run on the agent is ignored: an agent speaks only for its ranks.
+  // The per-rank Heartbeat stream stays: ranks started by an older agent,
+  // and a rank whose agent does not collect heartbeats, use it unchanged.
+  void AgentHeartbeats(const std::string& agent_id, const v1::RankHeartbeats& batch,
+                       double cpu_pressure = 0);
+  // Who may upload a checkpoint of `job_id` now (CheckUploader): the job's
+  // grant, FAILED_PRECONDITION for a job that is not running, a stale
+  // generation or a rank that does not upload.
+  absl::StatusOr<UploadGrant> GrantUpload(const std::string& job_id, int64_t generation,
+                                          int rank) const;
+  // Output lines of a rank process, relayed by its agent.
+  void Logs(const std::string& agent_id, const v1::RankLogs& logs);
+
+ private:
+  friend class Scheduler;
+  explicit SchedulerRanks(Scheduler& scheduler) : scheduler_(scheduler) {}
+  Scheduler& scheduler_;
+};
+
+// scheduler.jobs(): what users ask of jobs (cancel, checkpoint, status,
+// logs, the queue), and the jobs taken back after a restart. A view, as
+// above; a const Scheduler gives its reads.
+class SchedulerJobs {
+ public:
+  SchedulerJobs(const SchedulerJobs&) = delete;
+  SchedulerJobs& operator=(const SchedulerJobs&) = delete;
+
+  // Makes the job's ranks checkpoint soon: their agents signal them (a
+  // CheckpointRanks message). Returns the highest step a rank has reported.
+  // NOT_FOUND for an unknown job, FAILED_PRECONDITION if it is not running.
+  absl::StatusOr<int64_t> RequestCheckpoint(const std::string& job_id);
+  // Cancels a job (through JobManager) and stops its running ranks.
+  absl::StatusOr<v1::Job> Cancel(const std::string& job_id, const std::string& reason);
+  // After a restart: takes back jobs that were RUNNING (with their recorded
+  // placements). Their ranks are expected to come back with their agents;
+  // a job whose ranks are not all back within `grace` fails with the reason.
+  void Recover(const std::vector<v1::Job>& running, absl::Duration grace);
+  // Whether `owner` may submit `spec` now (CheckSubmission in
+  // scheduling_policy.h): its priority ceiling and queued-job limit.
+  absl::Status CheckSubmission(const v1::JobSpec& spec, const std::string& owner) const;
+
+  // Reads (the status pages, /metrics: also through a const Scheduler).
+  // Adds a running job's rank summary, its rows for `rows` (and for the
+  // ranks its diagnoses name) and its current diagnoses; for a PENDING job,
+  // why it is not placed yet.
+  void FillStatus(const std::string& job_id, v1::JobStatus& status,
+                  const StatusRows& rows = StatusRows()) const;
+  // The job's logs per `request`; `complete` once it has ended and none of its
+  // ranks is still running. NOT_FOUND for an unknown job.
+  absl::StatusOr<v1::GetLogsResponse> GetLogs(const v1::GetLogsRequest& request) const;
+  // The PENDING jobs in the order the last plan placed them, each with its
+  // owner, priority, reason, and whether it holds a reservation.
+  v1::GetQueueResponse Queue() const;
+  // Agents, slots, every running job (job, rank summary, the diagnoses
+  // of the last Tick, and its rank rows if it has at most `max_rank_rows`
+  // ranks, else only the rows of the ranks its diagnoses name), each user's
+  // slots, jobs and fair share, and the queue by wait class into
+  // `snapshot`, for /metrics and the status page.
+  void Snapshot(ClusterSnapshot& snapshot, int max_rank_rows = INT_MAX) const;
+
+ private:
+  friend class Scheduler;
+  explicit SchedulerJobs(Scheduler& scheduler) : scheduler_(scheduler) {}
+  Scheduler& scheduler_;
+};
+
+class Scheduler {
+ public:
+  using Sender = AgentSender;
+  using JoinDone = Rendezvous::Done;
+  using ResumeResolver = SchedulerOptions::ResumeResolver;
+
+  // `jobs` and `clock` (null = real time) must outlive the scheduler.
+  Scheduler(JobManager& jobs, Clock* clock, SchedulerOptions options);
+
+  // The views, by concept (each holds all of its concept's entry points).
+  SchedulerAgents& agents() { return agents_view_; }
+  SchedulerRanks& ranks() { return ranks_view_; }
+  SchedulerJobs& jobs() { return jobs_view_; }
+  const SchedulerJobs& jobs() const { return jobs_view_; }
+
+  // Fails joins whose deadline has passed, applies each running job's
+  // hang_detection.action to its diagnoses (ABORT fails the job; RESTART
+  // of an elastic job evicts a DEAD or NEVER_JOINED rank and re-forms every
+  // rank's transport after a MISMATCH or STUCK_IN_COLLECTIVE, Note [Hang
+  // restart]; RESTART of any other job fails it), retries elastic jobs
+  // waiting below resources.min_ranks and lets elastic jobs grow onto free
+  // slots (docs/elastic.md). The server calls it periodically.
+  void Tick();
+  // Places queued jobs that fit. Called after every change; public for tests.
+  void Schedule();
+  // Replaces the options; fair-share usage recorded so far restarts from
+  // zero.
+  void Configure(SchedulerOptions options);
+  // What launched ranks are told to dial: known once the server has bound,
+  // after the services that hold the scheduler were built.
+  void set_coordinator_address(std::string address);
+
+ private:
+  friend class SchedulerAgents;
+  friend class SchedulerRanks;
+  friend class SchedulerJobs;
+
+  // The views' entry points (documented in their classes); each takes the
+  // lock itself.
+  absl::StatusOr<std::string> AddAgent(const v1::AgentHello& hello, Sender send);
+  void RemoveAgent(const std::string& agent_id);
+  void AgentAlive(const std::string& agent_id, double cpu_pressure);
+  absl::StatusOr<v1::AgentInfo> DrainAgent(const std::string& agent);
+  std::vector<v1::AgentInfo> ListAgents() const;
+  int free_slots() const;
+  absl::Status CheckAgentsCanHold(v1::JobSpec spec) const;
+  void RankExited(const std::string& agent_id, const v1::RankExited& exited);
+  void Join(const v1::JoinRequest& request, absl::Time deadline, JoinDone done);
+  void AgentJoins(const std::string& agent_id, const v1::RankJoins& batch, absl::Time deadline);
+  absl::Status Report(const v1::ReportRequest& report);
+  bool Heartbeat(const v1::RankHeartbeat& heartbeat, v1::Directive* directive);
+  void AgentHeartbeats(const std::string& agent_id, const v1::RankHeartbeats& batch,
+                       double cpu_pressure);
+  absl::StatusOr<UploadGrant> GrantUpload(const std::string& job_id, int64_t generation,
+                                          int rank) const;
+  void Logs(const std::string& agent_id, const v1::RankLogs& logs);
+  absl::StatusOr<int64_t> RequestCheckpoint(const std::string& job_id);
+  absl::StatusOr<v1::Job> Cancel(const std::string& job_id, const std::string& reason);
+  void Recover(const std::vector<v1::Job>& running, absl::Duration grace);
+  absl::Status CheckSubmission(const v1::JobSpec& spec, const std::string& owner) const;
+  void FillStatus(const std::string& job_id, v1::JobStatus& status, const StatusRows& rows) const;
+  absl::StatusOr<v1::GetLogsResponse> GetLogs(const v1::GetLogsRequest& request) const;
+  v1::GetQueueResponse Queue() const;
+  void Snapshot(ClusterSnapshot& snapshot, int max_rank_rows) const;
+
+  // Note [The scheduler's writes after its lock]
+  // A durable write (an fsync'd SQLite commit, an etcd transaction) takes
+  // seconds on a slow disk or a slow etcd, and every heartbeat, join and
+  // agent message of every job waits for the scheduler's lock. So what the
+  // scheduler decides under the lock that must be written (a job's start,
+  // end, re-formation, re-queue, events, placements, elastic record) goes
+  // into the call's Outbox as a write, in its job's order (JobWrites), and
+  // runs once the lock is released, before the call's messages and answers
+  // go out: an agent is told to launch, and a rank to join a generation,
+  // only after what a restarted coordinator needs to take them back is
+  // durable, as before. A slow write then holds up only its own job's later
+  // writes and the call that made it.
+  // What the state store shows lags the scheduler meanwhile, so the
+  // scheduler never decides from it what it decided itself: a job it started
+  // (in running_) or whose end is being written (settling_) is not queued,
+  // though the store may still say PENDING. A start whose write fails is
+  // undone (its launches are not sent; UndoStartLocked); a re-queued job is
+  // placed once its write has made it PENDING; any other failed write is
+  // logged, and a write refused by etcd's fence has already ended this
+  // coordinator's term (EtcdStateStoreOptions::on_fenced).
+  struct Outbox {
+    explicit Outbox(Scheduler& scheduler)
+        : scheduler(scheduler), agent_joins(scheduler.agent_joins_), writes(scheduler.writes_) {}
+    Scheduler& scheduler;
+    std::vector<std::pair<Sender, v1::CoordinatorMessage>> messages;
+    Rendezvous::Answers joins;
+    // Where answers to joins through agents gather (Note [Joins through
+    // the agent]): sent, one message per agent, after `joins`.
+    AgentJoinOutbox& agent_joins;
+    // A started job's launch messages, sent after `messages` if its start was
+    // recorded (`recorded` is set by its write).
+    struct Launch {
+      std::string job_id;
+      std::shared_ptr<bool> recorded;
+      std::vector<std::pair<Sender, v1::CoordinatorMessage>> messages;
+    };
+    std::vector<Launch> launches;
+    // Jobs whose end or start was written (or failed to be) by `writes`:
+    // settled again once they have run (Note [The scheduler's writes after
+    // its lock]).
+    std::vector<std::string> settling;
+    // Set by the writes: a re-queued job is PENDING again.
+    bool requeued = false;
+    // Durable writes, run first. Last, so that writes left to its
+    // destructor (a call that returned early) still find the fields above.
+    JobWrites::Batch writes;
+    void Flush();
+  };
+  // After an Outbox's writes: the jobs it settled leave settling_, starts
+  // that were not recorded are undone, and re-queued jobs are placed.
+  void AfterWrites(const std::vector<std::string>& settling,
+                   const std::vector<std::string>& unrecorded, bool requeued);
+  // A start whose write failed: its slots are free again, its run gone; the
+  // job stays queued.
+  void UndoStartLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  void ScheduleLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Heartbeat's work, under the lock; `via_agent`: it came in an agent's
+  // batch (Note [A silent agent's ranks] in hang_detector.h).
+  bool HeartbeatLocked(const v1::RankHeartbeat& heartbeat, v1::Directive* directive,
+                       bool via_agent = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Starts `job` on `placement` (resuming from `resume`): its launches go
+  // out once its start is written (Note [The scheduler's writes after its
+  // lock]).
+  void StartLocked(const v1::Job& job, const JobPlacement& placement, v1::CheckpointManifest resume,
+                   Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Report's checks, under the lock: the rank is one of the running job's
+  // current generation. Returns the metrics to record (an elastic job's
+  // with the values only the coordinator knows).
+  absl::StatusOr<v1::Metrics> CheckReportLocked(const v1::ReportRequest& report)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends a running job: frees its slots, stops its other ranks, fails its
+  // pending joins, records the state.
+  void EndLocked(const std::string& job_id, v1::Job::State state, const std::string& reason,
+                 Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // AddAgent's work under the lock.
+  absl::StatusOr<std::string> AddAgentLocked(const v1::AgentHello& hello, Sender send, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // RemoveAgent's work under the lock; false if the agent is unknown. With
+  // `rebinding` (the agent's process connected again before its old stream
+  // ended: Note [An agent back before its stream ended]), an elastic job's
+  // ranks there are unbound, to be rebound by the new hello, and the job
+  // named in it, instead of re-formed at once.
+  bool RemoveAgentLocked(const std::string& agent_id, Outbox& out,
+                         std::vector<std::string>* rebinding = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After AddAgentLocked rebound what the hello of `agent` (its host and
+  // pid) listed: each job in `rebinding` with ranks of that agent still
+  // unbound re-forms without them, as if the agent had been lost.
+  void ReformWithoutUnboundLocked(const std::vector<std::string>& rebinding,
+                                  const v1::AgentHello& agent, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Note [Agent reconnect grace] in running_job.h: `run` had ranks on `lost`
+  // (gone from the registry; `lost_what` names it), which it now waits
+  // `grace` for. Records why, and says so in an event.
+  void AwaitAgentLocked(const std::string& job_id, RunningJob& run, const std::string& agent_id,
+                        const v1::AgentHello& lost, const std::string& lost_what,
+                        absl::Duration grace, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Note [An elastic job's lost agent]: the agents `run` waited for are not
+  // back by its deadline; it re-forms without their ranks.
+  void ReformWithoutLostAgentsLocked(const std::string& job_id, RunningJob& run, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Elastic jobs (scheduler_elastic.cc). After `cause` of `kind` (a
+  // failure, IsFailure, counts against elastic.max_restarts), starts the job's
+  // next generation: ranks that exited, whose agent is gone or draining
+  // leave; survivors keep their slots; newcomers are launched on free slots
+  // up to resources.max_ranks. Past elastic.max_restarts the job ends FAILED
+  // with the history in its reason. Below resources.min_ranks the job waits
+  // (ElasticPhase::Waiting, retried on every change and Tick) and fails
+  // once elastic.wait_seconds have passed. A job that restarts all
+  // (RunningJob::RestartsAll, Note [Restart-all] in running_job.h) first has
+  // every rank stopped; the exit of the last one calls this again, and the
+  // next generation launches every rank.
+  void ReformLocked(const std::string& job_id, const std::string& cause, ReformKind kind,
+                    Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ReformLocked's Form (PlanReform in reform_plan.h): starts run's next
+  // generation with form.next; `leaving` (agent id, slot) are the ranks that
+  // leave at a step boundary and exit by themselves (to `departing`).
+  void FormLocked(const std::string& job_id, RunningJob& run, const v1::Job& job,
+                  const std::string& cause, ReformKind kind, const ReformDecision::Form& form,
+                  std::vector<std::pair<std::string, int>> leaving, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Note [Staged growth] in scheduler_elastic.cc. The free slots for
+  // `run`'s next generation: its staged newcomers' first, then the
+  // unreserved ones.
+  std::vector<AgentSlots> FreeSlotsForLocked(const RunningJob& run) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Launches `next`'s newcomers for run's next generation before it forms
+  // and records them in run.staged.
+  void StageGrowthLocked(const std::string& job_id, RunningJob& run, const NextGeneration& next,
+                         const std::string& cause, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Answers a Join from a staged newcomer's slot (moving `done`) and returns
+  // true; false for any other Join (`done` untouched). Its chorus-rank
+  // (starts_program_first) gets the planned membership at once; its
+  // program's Join marks it up (once all are, the change is requested) and
+  // is answered UNAVAILABLE until the generation forms.
+  bool StagedJoinLocked(const v1::JoinRequest& request, JoinDone& done, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The next generation's `ranks` take the staged newcomers on their slots
+  // (running already: JOINING, not launched again); those not taken are
+  // stopped (DropStagedLocked). Clears run.staged.
+  void AdoptStagedLocked(const std::string& job_id, RunningJob& run, std::vector<RankState>& ranks,
+                         Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stops run's staged newcomers (their slots stay busy until they exit:
+  // `departing`) and clears run.staged.
+  void DropStagedLocked(const std::string& job_id, RunningJob& run, const std::string& why,
+                        Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A staged newcomer on the agent's slot exited before it joined: its slot
+  // is free, and the growth is given up unless already requested. False if
+  // the slot is not one of them.
+  bool StagedNewcomerExitedLocked(const std::string& job_id, RunningJob& run,
+                                  const std::string& agent_id, int slot, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ReformLocked's first Wait: the next generation cannot form (wait.why);
+  // the job waits for slots until wait.until (Note [Elastic phase]).
+  void BeginWaitLocked(const std::string& job_id, RunningJob& run, const std::string& cause,
+                       ReformKind kind, const ReformDecision::Wait& wait, absl::Time now,
+                       Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Note [Restart-all]: whether every rank of `run` has stopped, so that the
+  // next generation may start. The first call has the live ranks stopped and
+  // puts run.phase in Restarting with the change (`cause`, `kind`); later
+  // calls (the stopped ranks' exits, lost agents, other changes meanwhile)
+  // keep it, a failure replacing a planned change. Once none is live,
+  // `cause` and `kind` are set to the change to make (the phase stays
+  // Restarting until the caller forms the next generation or waits).
+  bool StopAllForRestartLocked(const std::string& job_id, RunningJob& run, std::string& cause,
+                               ReformKind& kind, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A planned change: the job's ranks are told (on their heartbeats) to
+  // re-form at their next step boundary; the first Join of the next
+  // generation starts it (ReformLocked). A job that restarts all has no
+  // step boundary to wait for: its restart starts at once.
+  void RequestReformLocked(const std::string& job_id, RunningJob& run, const std::string& cause,
+                           ReformKind kind, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Elastic jobs waiting below resources.min_ranks try to form again (or
+  // fail past elastic.wait_seconds).
+  void RetryWaitingLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Note [Preemption by shrinking] in preemption.h: a reservation holder
+  // that lacks slots takes them from running lower-priority elastic jobs,
+  // which give up ranks at their next step boundary.
+  void PreemptLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Running elastic jobs that may give up ranks now.
+  std::vector<ElasticRun> PreemptibleLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Note [Re-queue] (scheduler_requeue.cc). Running jobs that are not
+  // elastic and may go back to the queue now (formed, none on its way).
+  std::vector<RequeueRun> RequeueableLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `holder` preempted `job_id`: a checkpointable job's ranks are told to
+  // checkpoint and hold (on their heartbeats; RequeueDueLocked ends the wait);
+  // a preemptible one goes back to the queue at once.
+  void StartRequeueLocked(const std::string& job_id, RunningJob& run, const std::string& holder_id,
+                          const QueueEntry& holder, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Jobs whose requested checkpoint has committed, or whose wait has timed
+  // out at `now`, go back to the queue; true if one did.
+  bool RequeueDueLocked(absl::Time now, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stops `job_id`'s ranks and makes it PENDING with `reason`, resuming from
+  // its own newest checkpoint when `resume_step` > 0. Its slots stay busy
+  // until its ranks have exited (stopping_slots_).
+  void RequeueLocked(const std::string& job_id, int64_t resume_step, const std::string& reason,
+                     Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The step of the job's newest committed checkpoint; 0 if none.
+  int64_t NewestCheckpointLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A rank a re-queue stopped has exited: its slot is free. False if the
+  // slot is not one of those.
+  bool StoppedRankExitedLocked(const std::string& agent_id, const v1::RankExited& exited)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A rank's exit, as RankExited, with the lock held.
+  void RankExitedLocked(const std::string& agent_id, const v1::RankExited& exited, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The exits a connecting agent tells again that a rank still waits for
+  // (Note [Exits told again]).
+  void TakeToldExitsLocked(const std::string& agent_id, const v1::AgentHello& hello, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Elastic jobs below resources.max_ranks for which free slots exist, and
+  // whose last growth is elastic.scale_up_interval_seconds ago or that owe
+  // replacements (Note [Staged growth]), are told to grow at their next
+  // step boundary.
+  void GrowLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::AgentInfo AgentInfoLocked(const std::string& agent_id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The reason an elastic job whose re-formed generation has not formed by
+  // `now` (elastic.wait_seconds), or whose ranks a restart-all stopped have
+  // not all exited by then, fails with; nullopt while it may still form.
+  std::optional<std::string> ReformOverdueLocked(const RunningJob& run, absl::Time now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // hang_detection.action RESTART of an elastic job (Note [Hang restart]
+  // in scheduler_elastic.cc). EvictLocked has the agents stop the ranks a
+  // DEAD or NEVER_JOINED diagnosis names (once each); their exits then start
+  // the next generation. Returns false when `diagnoses` hold neither.
+  bool EvictLocked(const std::string& job_id, RunningJob& run,
+                   const std::vector<v1::Diagnosis>& diagnoses, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Has `rank`'s agent stop it (SIGTERM, SIGKILL after 1 s), once; `by`
+  // and `why` go into its exit's reason and an event.
+  void EvictRankLocked(const std::string& job_id, RunningJob& run, int rank, const std::string& why,
+                       const std::string& by, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Note [A survivor that does not join] in scheduler_elastic.cc.
+  void EvictSilentJoinersLocked(const std::string& job_id, RunningJob& run, absl::Time now,
+                                Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // For a MISMATCH or STUCK_IN_COLLECTIVE diagnosis (no rank to evict):
+  // starts the next generation with the same members, so that every rank
+  // re-forms its transport (ReformKind::kHangRestart; past elastic.max_restarts the
+  // job ends FAILED and `run` is gone). Returns false when `diagnoses` hold
+  // neither; true as well while the restart has to wait.
+  bool RestartHungLocked(const std::string& job_id, RunningJob& run,
+                         const std::vector<v1::Diagnosis>& diagnoses, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Saves, for every running elastic job whose change of generation is not
+  // what was saved last, what a restart needs to take it back (Note
+  // [Elastic restart] in job_recovery.h). Every entry point that changes a
+  // job calls it before its answers go out.
+  void SaveElasticLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The same for one job (an entry point that changes only `run`).
+  void SaveElasticLocked(const std::string& job_id, RunningJob& run, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Join's work under the lock: answers go to `out`.
+  void JoinLocked(const v1::JoinRequest& request, absl::Time deadline, JoinDone done, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Join's part once the rank is known: `rank` of `run` joins; the join
+  // that completes the generation answers every rank (Note [Rendezvous is
+  // O(ranks)] in scheduler_ranks.cc).
+  void JoinRankLocked(const v1::JoinRequest& request, int rank, absl::Time deadline, JoinDone done,
+                      RunningJob& run, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queued jobs that fit are started; false if one could not be marked
+  // running (nothing more is placed then).
+  bool PlaceQueuedLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The agents' free slots less those the queue's reservations hold (Note
+  // [Reservation] in queue_plan.h): what running elastic jobs may grow onto.
+  std::vector<AgentSlots> UnreservedSlotsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The PENDING jobs in submit order, as the plan sees them; updates
+  // queue_entries_.
+  std::vector<QueueEntry> QueuedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Each owner's slots in use per device (running jobs), and fair share.
+  QueueUsage UsageLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts every running job's slots into the fair share up to now.
+  void AdvanceFairShareLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `job_id` as a re-formation plans it: its max_ranks capped so that its
+  // owner's quota holds (its current `ranks` count as in use).
+  QueuedJob QuotaCappedLocked(const std::string& job_id, const v1::JobSpec& spec,
+                              const RunningJob& run) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The generation of `job_id` has formed: records how long recovery took.
+  void NoteFormedLocked(const std::string& job_id, RunningJob& run, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Records new and cleared diagnoses of every running job as job events;
+  // returns the current diagnoses per job.
+  std::map<std::string, std::vector<v1::Diagnosis>> TrackDiagnosesLocked(Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The checkpoint `job` resumes from (none: an empty manifest); skipped
+  // unusable checkpoints become warning events.
+  absl::StatusOr<v1::CheckpointManifest> ResumeLocked(const v1::Job& job, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The checkpoint the ranks of `run`'s current generation are told to
+  // resume from (Note [A generation's checkpoint] in scheduler_elastic.cc):
+  // for a later generation of the built-in trainer the job's newest
+  // committed checkpoint, else run.resume.
+  v1::CheckpointManifest GenerationResumeLocked(const std::string& job_id, const RunningJob& run)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Appends `event` to the job's history. A write the state store refused
+  // is logged with the event's text: the scheduler goes on from what it
+  // holds in memory, and a write refused by etcd's fence has already ended
+  // this coordinator's term (EtcdStateStoreOptions::on_fenced).
+  void RecordEvent(const std::string& job_id, v1::JobEvent event, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends a job that has no running ranks here (FAILED before it started,
+  // or found without placements after a restart); a refused write is
+  // logged, as RecordEvent's.
+  void RecordFailure(const std::string& job_id, const std::string& reason, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  JobManager& jobs_;
+  SchedulerAgents agents_view_{*this};
+  SchedulerRanks ranks_view_{*this};
+  SchedulerJobs jobs_view_{*this};
+  LogStore logs_;
+  AgentJoinOutbox agent_joins_;  // has its own lock
+  JobWrites writes_;             // has its own lock
+  ResumeResolver resolve_resume_ ABSL_GUARDED_BY(mu_);
+  ResumeResolver newest_committed_ ABSL_GUARDED_BY(mu_);
+  RealClock real_clock_;
+  Clock* const clock_;
+  mutable absl::Mutex mu_;
+  std::string coordinator_address_ ABSL_GUARDED_BY(mu_);
+  AgentRegistry agents_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, RunningJob> running_ ABSL_GUARDED_BY(mu_);
+  CoordinatorMetrics* metrics_ ABSL_GUARDED_BY(mu_) = nullptr;
+  SchedulingPolicy policy_ ABSL_GUARDED_BY(mu_);
+  FairShare fair_share_ ABSL_GUARDED_BY(mu_);
+  QueuePlan plan_ ABSL_GUARDED_BY(mu_);  // the last one (reasons, reservations)
+  // Each PENDING job as the plan sees it, kept between passes: a pass with
+  // 10,000 queued jobs then copies none of them (docs/scheduling.md).
+  std::map<std::string, QueueEntry> queue_entries_ ABSL_GUARDED_BY(mu_);
+  absl::Duration requeue_timeout_ ABSL_GUARDED_BY(mu_);
+  absl::Duration reconnect_grace_ ABSL_GUARDED_BY(mu_);
+  // (agent, slot) -> job: ranks of re-queued jobs that were told to stop and
+  // have not exited yet. Their slots stay busy, and their exits are not
+  // taken for the exits of the job's next run.
+  std::map<std::pair<std::string, int>, std::string> stopping_slots_ ABSL_GUARDED_BY(mu_);
+  // Jobs whose end (or start) is being written: the store may still list
+  // them PENDING (Note [The scheduler's writes after its lock]). A count:
+  // several calls may write one job's changes.
+  std::map<std::string, int> settling_ ABSL_GUARDED_BY(mu_);
+};
+
+// The views forward to the Scheduler, which takes its lock.
+inline absl::StatusOr<std::string> SchedulerAgents::AddAgent(const v1::AgentHello& hello,
+                                                             AgentSender send) {
+  return scheduler_.AddAgent(hello, std::move(send));
+}
+inline void SchedulerAgents::RemoveAgent(const std::string& agent_id) {
+  scheduler_.RemoveAgent(agent_id);
+}
+inline void SchedulerAgents::AgentAlive(const std::string& agent_id, double cpu_pressure) {
+  scheduler_.AgentAlive(agent_id, cpu_pressure);
+}
+inline absl::StatusOr<v1::AgentInfo> SchedulerAgents::DrainAgent(const std::string& agent) {
+  return scheduler_.DrainAgent(agent);
+}
+inline std::vector<v1::AgentInfo> SchedulerAgents::ListAgents() const {
+  return scheduler_.ListAgents();
+}
+inline int SchedulerAgents::free_slots() const { return scheduler_.free_slots(); }
+inline absl::Status SchedulerAgents::CheckAgentsCanHold(v1::JobSpec spec) const {
+  return scheduler_.CheckAgentsCanHold(std::move(spec));
+}
+
+inline void SchedulerRanks::RankExited(const std::string& agent_id, const v1::RankExited& exited) {
+  scheduler_.RankExited(agent_id, exited);
+}
+inline void SchedulerRanks::Join(const v1::JoinRequest& request, absl::Time deadline,
+                                 JoinDone done) {
+  scheduler_.Join(request, deadline, std::move(done));
+}
+inline void SchedulerRanks::AgentJoins(const std::string& agent_id, const v1::RankJoins& batch,
+                                       absl::Time deadline) {
+  scheduler_.AgentJoins(agent_id, batch, deadline);
+}
+inline absl::Status SchedulerRanks::Report(const v1::ReportRequest& report) {
+  return scheduler_.Report(report);
+}
+inline bool SchedulerRanks::Heartbeat(const v1::RankHeartbeat& heartbeat,
+                                      v1::Directive* directive) {
+  return scheduler_.Heartbeat(heartbeat, directive);
+}
+inline void SchedulerRanks::AgentHeartbeats(const std::string& agent_id,
+                                            const v1::RankHeartbeats& batch, double cpu_pressure) {
+  scheduler_.AgentHeartbeats(agent_id, batch, cpu_pressure);
+}
+inline absl::StatusOr<UploadGrant> SchedulerRanks::GrantUpload(const std::string& job_id,
+                                                               int64_t generation, int rank) const {
+  return scheduler_.GrantUpload(job_id, generation, rank);
+}
+inline void SchedulerRanks::Logs(const std::string& agent_id, const v1::RankLogs& logs) {
+  scheduler_.Logs(agent_id, logs);
+}
+
+inline absl::StatusOr<int64_t> SchedulerJobs::RequestCheckpoint(const std::string& job_id) {
+  return scheduler_.RequestCheckpoint(job_id);
+}
+inline absl::StatusOr<v1::Job> SchedulerJobs::Cancel(const std::string& job_id,
+                                                     const std::string& reason) {
+  return scheduler_.Cancel(job_id, reason);
+}
+inline void SchedulerJobs::Recover(const std::vector<v1::Job>& running, absl::Duration grace) {
+  scheduler_.Recover(running, grace);
+}
+inline absl::Status SchedulerJobs::CheckSubmission(const v1::JobSpec& spec,
+                                                   const std::string& owner) const {
+  return scheduler_.CheckSubmission(spec, owner);
+}
+inline void SchedulerJobs::FillStatus(const std::string& job_id, v1::JobStatus& status,
+                                      const StatusRows& rows) const {
+  scheduler_.FillStatus(job_id, status, rows);
+}
+inline absl::StatusOr<v1::GetLogsResponse> SchedulerJobs::GetLogs(
+    const v1::GetLogsRequest& request) const {
+  return scheduler_.GetLogs(request);
+}
+inline v1::GetQueueResponse SchedulerJobs::Queue() const { return scheduler_.Queue(); }
+inline void SchedulerJobs::Snapshot(ClusterSnapshot& snapshot, int max_rank_rows) const {
+  scheduler_.Snapshot(snapshot, max_rank_rows);
+}
+
+}  // namespace chorus
+
+#endif  // CHORUS_COORDINATOR_SCHEDULING_SCHEDULER_H_

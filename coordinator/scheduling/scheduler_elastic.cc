@@ -1,0 +1,1001 @@
+// The Scheduler's elastic side: a job with spec.elastic lives through lost
+// ranks by forming a new generation (docs/elastic.md). Survivors keep their
+// slots and processes and join the next generation themselves (their
+// communicator fails when a peer dies); newcomers are launched on free slots.
+// Planned changes (a drain, a growth) re-form at a step boundary the ranks
+// agree on; the first Join of the next generation starts it.
+#include <algorithm>
+#include <map>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/job_spec.h"
+#include "coordinator/hang/hang_detector.h"
+#include "coordinator/hang/hang_policy.h"
+#include "coordinator/scheduling/generation_plan.h"
+#include "coordinator/scheduling/job_recovery.h"
+#include "coordinator/scheduling/preemption.h"
+#include "coordinator/scheduling/reform_plan.h"
+#include "coordinator/scheduling/scheduler.h"
+#include "glog/logging.h"
+
+namespace chorus {
+namespace {
+
+std::string History(const RunningJob& run) {
+  if (run.history.empty()) return "";
+  return absl::StrCat("; history: ", absl::StrJoin(run.history, "; "));
+}
+
+// `run` as PlanReform sees it after `cause` of `kind`, without its ranks:
+// the caller that plans adds them (O(ranks)).
+ReformJob ReformJobOf(const RunningJob& run, const std::string& cause, ReformKind kind) {
+  ReformJob job;
+  job.cause = cause;
+  job.kind = kind;
+  job.generation = run.generation();
+  job.restarts = run.restarts;
+  job.max_restarts = run.elastic_spec.max_restarts();
+  job.wait_seconds = run.elastic_spec.wait_seconds();
+  job.stages_replacements = run.program && !run.RestartsAll();
+  if (const ElasticPhase::Waiting* wait = run.phase.waiting()) job.waiting_until = wait->until;
+  job.history = &run.history;
+  return job;
+}
+
+// Who leaves at a change: ranks that exited (their slots are free for
+// newcomers), ranks whose agent is gone, and ranks on a draining agent or
+// preempted (they leave at this step boundary and exit by themselves: their
+// slots stay busy until their exit is reported, so they go to `leaving`).
+std::vector<bool> LostRanks(const RunningJob& run, AgentRegistry& agents,
+                            std::vector<std::pair<std::string, int>>& leaving) {
+  std::vector<bool> lost(run.ranks.size(), false);
+  for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
+    const RankState& r = run.ranks[rank];
+    const AgentRegistry::Agent* agent = agents.Find(r.agent_id);
+    if (r.state == v1::RankStatus::EXITED) {
+      lost[rank] = true;
+      if (agent != nullptr) agents.SetBusy(r.agent_id, r.slot, false);
+    } else if (agent == nullptr) {
+      lost[rank] = true;
+    } else if (agent->draining ||
+               std::find(run.yielding.begin(), run.yielding.end(),
+                         std::make_pair(r.agent_id, r.slot)) != run.yielding.end()) {
+      lost[rank] = true;
+      leaving.emplace_back(r.agent_id, r.slot);
+    }
+  }
+  return lost;
+}
+
+// The ranks of the next generation: survivors keep their state (and join
+// by themselves), newcomers take their slots; `newcomers` describes who is
+// new or renumbered.
+std::vector<RankState> NextRanks(const RunningJob& run, const NextGeneration& next,
+                                 AgentRegistry& agents, std::vector<std::string>& newcomers) {
+  std::vector<RankState> ranks;
+  for (size_t rank = 0; rank < next.ranks.size(); ++rank) {
+    const int old = next.old_rank[rank];
+    RankState r = old >= 0 ? run.ranks[old] : RankState::At(next.ranks[rank]);
+    r.local_rank = next.ranks[rank].local_rank;
+    r.local_world_size = next.ranks[rank].local_world_size;
+    // Heartbeats of the old generation say nothing about the new one.
+    r.heartbeat_at = absl::InfinitePast();
+    r.last_heartbeat.Clear();
+    r.finished = false;  // RunningJob::finished_before_reform keeps that it did
+    r.state = old >= 0 ? v1::RankStatus::JOINING : v1::RankStatus::LAUNCHING;
+    if (old < 0) {
+      agents.SetBusy(r.agent_id, r.slot, true);
+      const AgentRegistry::Agent* agent = agents.Find(r.agent_id);
+      newcomers.push_back(absl::StrCat("rank ", rank, " on ",
+                                       agent != nullptr ? agent->hello.host() : r.agent_id,
+                                       " slot ", r.slot));
+    } else if (old != static_cast<int>(rank)) {
+      newcomers.push_back(absl::StrCat("rank ", old, " is now rank ", rank));
+    }
+    ranks.push_back(std::move(r));
+  }
+  return ranks;
+}
+
+// The history line of a change to `world` ranks in `generation`.
+std::string DescribeChange(const RunningJob& run, const v1::JobSpec& spec, int64_t generation,
+                           int old_world, int world, const std::string& cause, bool failure,
+                           const std::vector<std::string>& newcomers) {
+  // Note [Hot spares] in sdk/decentralized_data_parallel.h.
+  const absl::StatusOr<int> training = TrainingRanks(spec, world);
+  const std::string spares =
+      training.ok() && *training < world
+          ? absl::StrCat(", ", *training, " training and ", world - *training, " hot spare",
+                         world - *training == 1 ? "" : "s")
+          : "";
+  const bool all_new =
+      world > 0 && static_cast<int>(newcomers.size()) == world && run.RestartsAll();
+  return absl::StrCat(
+      "generation ", generation, " after ", cause, ": ", old_world, " -> ", world, " ranks", spares,
+      all_new             ? " (restart-all: every rank started again)"
+      : newcomers.empty() ? ""
+                          : absl::StrCat(" (", ListNewcomers(newcomers), ")"),
+      failure ? absl::StrCat(", restart ", run.restarts, " of ", run.elastic_spec.max_restarts())
+              : ", at a step boundary (not a restart)");
+}
+
+// The job's bookkeeping for its new generation: ranks, rendezvous, grant,
+// and the elastic phase to Forming (the planned change, if any, made).
+void BeginGeneration(RunningJob& run, const v1::Job& job, std::vector<RankState> ranks,
+                     int64_t generation, ReformKind kind, absl::Time now) {
+  const int world = static_cast<int>(ranks.size());
+  run.finished_before_reform = run.TrainingFinished();
+  run.ranks = std::move(ranks);
+  run.rendezvous = Rendezvous(job.job_id(), generation, world);
+  run.exited_ok = 0;
+  run.rank_of_survivor.clear();
+  run.diagnoses = DiagnosisHistory();
+  run.upload_grant = UploadGrantFor(job, world, generation);
+  run.yielding.clear();  // they are `departing` now
+  run.generation_started_at = now;
+  run.phase.BeginForming(kind, now, now + absl::Seconds(run.elastic_spec.wait_seconds()));
+}
+
+// Launch messages for the generation's newcomers; survivors join by
+// themselves.
+void LaunchNewcomers(const std::string& job_id, const RunningJob& run,
+                     const std::string& coordinator_address, AgentRegistry& agents,
+                     std::vector<std::pair<Scheduler::Sender, v1::CoordinatorMessage>>& messages) {
+  for (auto& launch_for : run.LaunchMessages(job_id, coordinator_address)) {
+    // A named reference, not a structured binding: C++17 lambdas cannot
+    // capture those (clang refuses).
+    const std::string& agent_id = launch_for.first;
+    auto& message = launch_for.second;
+    v1::LaunchRanks* launch = message.mutable_launch();
+    auto* list = launch->mutable_ranks();
+    list->erase(std::remove_if(list->begin(), list->end(),
+                               [&](const v1::RankLaunch& l) {
+                                 return run.ranks[run.RankOn(agent_id, l.slot())].state !=
+                                        v1::RankStatus::LAUNCHING;
+                               }),
+                list->end());
+    if (launch->ranks_size() > 0) {
+      messages.emplace_back(agents.Find(agent_id)->send, std::move(message));
+    }
+  }
+}
+
+}  // namespace
+
+void Scheduler::ReformLocked(const std::string& job_id, const std::string& cause_heard,
+                             ReformKind kind_heard, Outbox& out) {
+  auto it = running_.find(job_id);
+  if (it == running_.end()) return;
+  RunningJob& run = it->second;
+  absl::StatusOr<v1::Job> job = jobs_.Get(job_id);
+  if (!job.ok()) return;
+  std::string cause = cause_heard;
+  ReformKind kind = kind_heard;
+  // Before a restart-all stops any rank: a failure past max_restarts fails
+  // the job at once.
+  if (std::optional<std::string> reason = RestartsUsedUp(ReformJobOf(run, cause, kind))) {
+    EndLocked(job_id, v1::Job::FAILED, *reason, out);
+    return;
+  }
+  // Note [Restart-all]: the next generation starts once every rank stopped.
+  if ((run.RestartsAll() || run.phase.restarting() != nullptr) &&
+      !StopAllForRestartLocked(job_id, run, cause, kind, out)) {
+    return;
+  }
+  std::vector<std::pair<std::string, int>> leaving;
+  ReformJob planned = ReformJobOf(run, cause, kind);
+  planned.ranks = run.Slots();
+  planned.lost = LostRanks(run, agents_, leaving);
+  const absl::Time now = clock_->Now();
+  ReformDecision decision = PlanReform(planned, FreeSlotsForLocked(run),
+                                       QuotaCappedLocked(job_id, job->spec(), run), now);
+  if (auto* fail = std::get_if<ReformDecision::Fail>(&decision.verdict)) {
+    EndLocked(job_id, v1::Job::FAILED, fail->reason, out);
+  } else if (auto* wait = std::get_if<ReformDecision::Wait>(&decision.verdict)) {
+    if (wait->begins) BeginWaitLocked(job_id, run, cause, kind, *wait, now, out);
+  } else {
+    auto& form = std::get<ReformDecision::Form>(decision.verdict);
+    FormLocked(job_id, run, *job, cause, kind, form, std::move(leaving), out);
+  }
+}
+
+void Scheduler::FormLocked(const std::string& job_id, RunningJob& run, const v1::Job& job,
+                           const std::string& cause, ReformKind kind,
+                           const ReformDecision::Form& form,
+                           std::vector<std::pair<std::string, int>> leaving, Outbox& out) {
+  const NextGeneration& next = form.next;
+  const absl::Time now = clock_->Now();
+  const bool failure = IsFailure(kind);
+  const int64_t old_generation = run.generation();
+  const int old_world = static_cast<int>(run.ranks.size());
+  const int64_t generation = old_generation + 1;
+  const int world = static_cast<int>(next.ranks.size());
+  run.rendezvous.Abort(
+      absl::AbortedError(absl::StrCat("generation ", old_generation, " of job ", job_id,
+                                      " was superseded by generation ", generation, ": ", cause)),
+      out.joins);
+  std::vector<std::string> newcomers;
+  std::vector<RankState> ranks = NextRanks(run, next, agents_, newcomers);
+  AdoptStagedLocked(job_id, run, ranks, out);
+  if (failure) ++run.restarts;
+  if (world > old_world) run.last_growth_at = now;
+  // Note [Staged growth]: a survivors-only generation owes its replacements.
+  run.replacements_owed = form.replacements_owed;
+  const std::string change =
+      DescribeChange(run, job.spec(), generation, old_world, world, cause, failure, newcomers);
+  AppendHistory(run.history, change);
+  for (auto& departing : leaving) run.departing.push_back(std::move(departing));
+  BeginGeneration(run, job, std::move(ranks), generation, kind, now);
+  run.rank_of_survivor.assign(old_world, -1);
+  for (int rank = 0; rank < world; ++rank) {
+    const int old = next.old_rank[rank];
+    if (old >= 0 && old < old_world) run.rank_of_survivor[old] = rank;
+  }
+  run.resume = GenerationResumeLocked(job_id, run);
+  if (metrics_ != nullptr) metrics_->GenerationStarted(std::string(ReformKindName(kind)));
+  LOG(INFO) << job_id << ": " << change;
+  out.writes.Add(job_id, [this, job_id, generation, world, restarts = run.restarts, change,
+                          placements = run.Placements(agents_)] {
+    if (absl::StatusOr<v1::Job> s = jobs_.MarkReformed(job_id, generation, world, restarts, change);
+        !s.ok()) {
+      LOG(ERROR) << job_id << ": could not record generation " << generation << ": " << s.status();
+    }
+    if (absl::Status s = jobs_.SavePlacements(job_id, placements); !s.ok()) {
+      LOG(ERROR) << job_id << ": could not record placements: " << s;
+    }
+  });
+  LaunchNewcomers(job_id, run, coordinator_address_, agents_, out.messages);
+}
+
+// Note [A generation's checkpoint]
+// JoinResponse.resume names the checkpoint a rank starts from. The ranks of
+// the first generation load it: the checkpoint the job was submitted to
+// resume from, if any. The ranks of a later generation take the newest
+// state one of them holds instead, and load the checkpoint only when none
+// holds any (every rank that had completed a step was lost, or none had
+// completed one yet): the generation then starts over from it, or from the
+// seeded initial model without one (Note [Starting over] in
+// worker/train/trainer.cc). So that it trains as few steps again as it
+// can, a later generation of a built-in trainer job is told the job's own
+// newest committed checkpoint, looked up when the generation forms (its
+// manifest only, SchedulerOptions::newest_committed: checksumming a large
+// checkpoint under the scheduler's lock at every re-formation would stall
+// every heartbeat and join meanwhile; the ranks check what they load), and
+// the checkpoint it was submitted to resume from only while it has
+// committed none. Every member is answered from that one lookup when the
+// rendezvous completes, so all of them start over from the same state; a
+// coordinator restart looks it up again (Recover). A program job's ranks
+// are told the checkpoint it was submitted with in every generation: what
+// to load is its program's choice (Session::resuming()).
+v1::CheckpointManifest Scheduler::GenerationResumeLocked(const std::string& job_id,
+                                                         const RunningJob& run) {
+  const ResumeResolver& newest_of = newest_committed_ ? newest_committed_ : resolve_resume_;
+  if (run.program || run.generation() <= 1 || !newest_of) return run.resume;
+  std::vector<std::string> skipped;
+  absl::StatusOr<v1::CheckpointManifest> newest = newest_of(job_id, &skipped);
+  for (const std::string& warning : skipped) LOG(WARNING) << job_id << ": " << warning;
+  return newest.ok() ? *std::move(newest) : run.resume;
+}
+
+void Scheduler::BeginWaitLocked(const std::string& job_id, RunningJob& run,
+                                const std::string& cause, ReformKind kind,
+                                const ReformDecision::Wait& wait, absl::Time now, Outbox& out) {
+  // Below resources.min_ranks: wait for slots (an agent that connects, a
+  // job that ends) rather than fail at once.
+  run.phase.BeginWaiting(cause, kind, now, wait.until);
+  v1::JobEvent event;
+  event.set_message(absl::StrCat("generation ", run.generation() + 1, " after ", cause,
+                                 " waits up to elastic.wait_seconds ",
+                                 run.elastic_spec.wait_seconds(), " s for free slots: ", wait.why));
+  LOG(INFO) << job_id << ": " << event.message();
+  RecordEvent(job_id, std::move(event), out);
+}
+
+bool Scheduler::StopAllForRestartLocked(const std::string& job_id, RunningJob& run,
+                                        std::string& cause, ReformKind& kind, Outbox& out) {
+  // Live: not exited, on a connected agent or awaited after a coordinator
+  // restart (it may still run there).
+  std::map<std::string, std::vector<int>> live;  // slots by agent id
+  int awaited = 0;
+  for (RankState& r : run.ranks) {
+    if (r.state == v1::RankStatus::EXITED) continue;
+    if (r.agent_id.empty()) {
+      ++awaited;
+    } else if (agents_.Find(r.agent_id) != nullptr) {
+      live[r.agent_id].push_back(r.slot);
+    }
+  }
+  if (ElasticPhase::Restarting* restarting = run.phase.restarting()) {
+    if (IsFailure(kind) && !IsFailure(restarting->kind)) {
+      restarting->cause = cause;
+      restarting->kind = kind;
+    }
+    if (!live.empty() || awaited > 0) return false;
+    // The phase stays Restarting until the caller forms the next
+    // generation or waits for slots (Note [Elastic phase]).
+    cause = restarting->cause;
+    kind = restarting->kind;
+    return true;
+  }
+  if (live.empty() && awaited == 0) return true;
+  const absl::Time now = clock_->Now();
+  run.phase.BeginRestarting(cause, kind, now, now + absl::Seconds(run.elastic_spec.wait_seconds()));
+  const std::string why =
+      absl::StrCat("restart-all for generation ", run.generation() + 1, " after ", cause);
+  // Joins waiting for a generation that will not form are answered now.
+  run.rendezvous.Abort(absl::AbortedError(absl::StrCat("job ", job_id, ": ", why)), out.joins);
+  int stopping = 0;
+  for (RankState& r : run.ranks) {
+    if (r.state == v1::RankStatus::EXITED) continue;
+    r.stopping = true;
+    ++stopping;
+  }
+  for (const auto& [agent_id, slots] : live) {
+    out.messages.emplace_back(agents_.Find(agent_id)->send, StopRanksMessage(job_id, slots, why));
+  }
+  v1::JobEvent event;
+  event.set_message(absl::StrCat(why, ": stopping the ", stopping,
+                                 " running rank(s) (the program does not re-form in its ",
+                                 "own process); every rank starts again once they have exited"));
+  LOG(INFO) << job_id << ": " << event.message();
+  RecordEvent(job_id, std::move(event), out);
+  return false;
+}
+
+void Scheduler::RequestReformLocked(const std::string& job_id, RunningJob& run,
+                                    const std::string& cause, ReformKind kind, Outbox& out) {
+  if (run.RestartsAll()) {
+    ReformLocked(job_id, cause, kind, out);  // Note [Restart-all]: at once
+    return;
+  }
+  // A drain goes first.
+  ElasticPhase::Planned planned{cause, kind, std::nullopt};
+  // What ReformLocked will plan if nothing changes before the boundary:
+  // ranks on draining agents (and any gone) leave, free slots are taken.
+  if (absl::StatusOr<v1::Job> job = jobs_.Get(job_id); job.ok()) {
+    std::vector<bool> lost(run.ranks.size(), false);
+    for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
+      const AgentRegistry::Agent* agent = agents_.Find(run.ranks[rank].agent_id);
+      lost[rank] = agent == nullptr || agent->draining ||
+                   run.ranks[rank].state == v1::RankStatus::EXITED ||
+                   std::find(run.yielding.begin(), run.yielding.end(),
+                             std::make_pair(run.ranks[rank].agent_id, run.ranks[rank].slot)) !=
+                       run.yielding.end();
+    }
+    absl::StatusOr<NextGeneration> next = PlanNextGeneration(
+        run.Slots(), lost, FreeSlotsForLocked(run), QuotaCappedLocked(job_id, job->spec(), run));
+    if (next.ok()) planned.world = static_cast<int>(next->ranks.size());
+  }
+  if (!run.phase.Plan(std::move(planned))) return;  // a drain goes first
+  v1::JobEvent event;
+  event.set_message(absl::StrCat("generation ", run.generation() + 1, " will form at the next ",
+                                 "step boundary after ", cause));
+  LOG(INFO) << job_id << ": " << event.message();
+  RecordEvent(job_id, std::move(event), out);
+}
+
+void Scheduler::RetryWaitingLocked(Outbox& out) {
+  const absl::Time now = clock_->Now();
+  std::vector<std::string> waiting;
+  for (const auto& [job_id, run] : running_) {
+    const ElasticPhase::Waiting* wait = run.phase.waiting();
+    if (wait == nullptr) continue;
+    // Note [Elastic restart]: a survivor not back yet would count as lost.
+    if (run.AwaitingRanks() && now < wait->until) continue;
+    waiting.push_back(job_id);
+  }
+  for (const std::string& job_id : waiting) {
+    const RunningJob& run = running_.at(job_id);
+    const std::string cause = run.phase.waiting()->cause;
+    const ReformKind kind = run.phase.waiting()->kind;
+    ReformLocked(job_id, cause, kind, out);
+  }
+}
+
+// Note [Staged growth]
+// A rank lost from a program that re-forms in its own process (the Python
+// package, the C++ SDK) is replaced in two steps, so that the survivors do
+// not wait for the replacement's program to start (a Python newcomer
+// imports torch and chorus for most of a second before it can connect):
+//  1. the failure's generation (g+1) forms at once with the survivors alone
+//     when they are at least resources.min_ranks: the free slots the full
+//     plan would have taken are left free, and the generation owes its
+//     replacements (RunningJob::replacements_owed);
+//  2. once g+1 has formed, GrowLocked takes the free slots at once (not
+//     after elastic.scale_up_interval_seconds, which paces growth onto new
+//     slots, not the return to the size the job had): an ordinary planned
+//     growth, g+2 at the survivors' next step boundary, not a restart.
+// Below min_ranks, or for the built-in trainer (its newcomers load LibTorch
+// while the survivors rebuild their transport anyway) and a program that
+// restarts all (Note [Restart-all]), g+1 takes its newcomers at once, as
+// before. "The next generation" of a failure is thus g+1 with the
+// survivors alone; the newcomers come in g+2 (docs/python.md, "Elastic
+// scripts"; tests/bench/python_bench.py times both).
+// A growth of such a program (a replacement owed, or free slots after the
+// scale-up interval) is staged too, so that the survivors are told to
+// re-form only once the newcomers' programs are up and waiting:
+//  3. GrowLocked plans the growth's generation and launches its newcomers
+//     at once, for that generation, before it forms (RunningJob::staged);
+//     the survivors go on training;
+//  4. the newcomer's chorus-rank joins with starts_program_first and is
+//     answered at once (StagedJoinLocked: JoinResponse.staged, the planned
+//     rank), so it starts the program without waiting for anyone;
+//  5. the program (the SDK's Session::FromEnvironment) joins the
+//     generation itself; that Join, answered UNAVAILABLE (join again) until
+//     the generation forms, marks the newcomer up. Once all are up, the
+//     change is requested (RequestReformLocked): the survivors re-form at
+//     their next step boundary, and ReformLocked takes the staged newcomers
+//     (their slots come first among the free ones) without launching them
+//     again; their next Join completes the generation.
+// Newcomers not up within elastic.wait_seconds, or that a failure's
+// generation does not take (with the survivors alone), are stopped and the
+// growth is tried again; one that exits first frees its slot. A coordinator
+// restart forgets the debt and the staged growth: the job then grows after
+// the scale-up interval, and a staged newcomer's Join finds no rank.
+std::vector<AgentSlots> Scheduler::FreeSlotsForLocked(const RunningJob& run) const {
+  std::vector<AgentSlots> free = UnreservedSlotsLocked();
+  if (!run.staged.has_value()) return free;
+  // Note [Staged growth]: the staged newcomers' slots first, so that the
+  // plan takes them before any other.
+  std::vector<AgentSlots> staged;
+  for (const StagedNewcomer& n : run.staged->newcomers) {
+    const AgentRegistry::Agent* agent = agents_.Find(n.slot.agent_id);
+    if (agent == nullptr || agent->draining) continue;  // not taken: stopped
+    auto same = std::find_if(staged.begin(), staged.end(),
+                             [&](const AgentSlots& a) { return a.agent_id == n.slot.agent_id; });
+    if (same == staged.end()) {
+      same = staged.insert(staged.end(), AgentSlots{});
+      same->agent_id = n.slot.agent_id;
+      same->device = agent->hello.device();
+      same->memory_bytes = agent->hello.memory_bytes();
+      same->host = agent->hello.host();
+      same->total_slots = static_cast<int>(agent->busy.size());
+    }
+    same->free_slots.push_back(n.slot.slot);
+  }
+  for (AgentSlots& a : staged) std::sort(a.free_slots.begin(), a.free_slots.end());
+  staged.insert(staged.end(), free.begin(), free.end());
+  return staged;
+}
+
+void Scheduler::StageGrowthLocked(const std::string& job_id, RunningJob& run,
+                                  const NextGeneration& next, const std::string& cause,
+                                  Outbox& out) {
+  RunningJob::StagedGrowth staged;
+  staged.generation = run.generation() + 1;
+  staged.world_size = static_cast<int>(next.ranks.size());
+  staged.cause = cause;
+  staged.deadline = clock_->Now() + absl::Seconds(run.elastic_spec.wait_seconds());
+  std::map<std::string, v1::CoordinatorMessage> launches;
+  std::vector<std::string> where;
+  for (size_t rank = 0; rank < next.ranks.size(); ++rank) {
+    if (next.old_rank[rank] >= 0) continue;
+    const RankSlot& slot = next.ranks[rank];
+    agents_.SetBusy(slot.agent_id, slot.slot, true);
+    staged.newcomers.push_back(StagedNewcomer{slot, static_cast<int>(rank), false});
+    v1::LaunchRanks* launch = launches[slot.agent_id].mutable_launch();
+    launch->set_job_id(job_id);
+    launch->set_generation(staged.generation);
+    launch->set_coordinator(coordinator_address_);
+    run.SetLimits(*launch);
+    v1::RankLaunch* r = launch->add_ranks();
+    r->set_slot(slot.slot);
+    r->set_local_rank(slot.local_rank);
+    r->set_local_world_size(slot.local_world_size);
+    where.push_back(absl::StrCat("rank ", rank, " on ", agents_.Find(slot.agent_id)->hello.host(),
+                                 " slot ", slot.slot));
+  }
+  for (auto& [agent_id, message] : launches) {
+    out.messages.emplace_back(agents_.Find(agent_id)->send, std::move(message));
+  }
+  run.staged = std::move(staged);
+  v1::JobEvent event;
+  event.set_message(absl::StrCat("generation ", run.generation() + 1, " after ", cause,
+                                 ": starting ", absl::StrJoin(where, ", "),
+                                 "; the job re-forms at a step boundary once they are up"));
+  LOG(INFO) << job_id << ": " << event.message();
+  RecordEvent(job_id, std::move(event), out);
+}
+
+bool Scheduler::StagedJoinLocked(const v1::JoinRequest& request, JoinDone& done, Outbox& out) {
+  auto it = running_.find(request.job_id());
+  if (it == running_.end() || !it->second.staged.has_value()) return false;
+  RunningJob& run = it->second;
+  RunningJob::StagedGrowth& staged = *run.staged;
+  auto newcomer =
+      std::find_if(staged.newcomers.begin(), staged.newcomers.end(), [&](const StagedNewcomer& n) {
+        return n.slot.agent_id == request.agent_id() && n.slot.slot == request.slot();
+      });
+  if (newcomer == staged.newcomers.end() || request.generation() != staged.generation) {
+    return false;
+  }
+  if (request.starts_program_first()) {
+    // Its chorus-rank: the planned membership, so that it starts the program.
+    absl::StatusOr<v1::Job> job = jobs_.Get(request.job_id());
+    if (!job.ok()) return false;
+    v1::JoinResponse response;
+    response.set_rank(newcomer->rank);
+    response.set_world_size(staged.world_size);
+    response.set_generation(staged.generation);
+    *response.mutable_spec() = job->spec();
+    response.set_store_namespace(RunningJob::StoreNamespace(*job, staged.generation));
+    response.set_local_rank(newcomer->slot.local_rank);
+    response.set_local_world_size(newcomer->slot.local_world_size);
+    if (!run.resume.job_id().empty()) *response.mutable_resume() = run.resume;
+    response.set_restarts(run.restarts);
+    response.set_staged(true);
+    out.joins.emplace_back(std::move(done), std::move(response));
+    return true;
+  }
+  // Its program: up and waiting.
+  newcomer->up = true;
+  const bool all_up = std::all_of(staged.newcomers.begin(), staged.newcomers.end(),
+                                  [](const StagedNewcomer& n) { return n.up; });
+  if (all_up && !run.phase.planned().has_value()) {
+    RequestReformLocked(request.job_id(), run, staged.cause, ReformKind::kScaleUp, out);
+  }
+  out.joins.emplace_back(std::move(done),
+                         absl::UnavailableError(absl::StrCat(
+                             "generation ", staged.generation, " of job ", request.job_id(),
+                             " forms at its members' next step ", "boundary; join again shortly")));
+  return true;
+}
+
+void Scheduler::AdoptStagedLocked(const std::string& job_id, RunningJob& run,
+                                  std::vector<RankState>& ranks, Outbox& out) {
+  if (!run.staged.has_value()) return;
+  std::vector<StagedNewcomer> left;
+  for (const StagedNewcomer& n : run.staged->newcomers) {
+    auto taken = std::find_if(ranks.begin(), ranks.end(), [&](const RankState& r) {
+      return r.agent_id == n.slot.agent_id && r.slot == n.slot.slot;
+    });
+    if (taken != ranks.end()) {
+      taken->state = v1::RankStatus::JOINING;  // running already: not launched again
+    } else {
+      left.push_back(n);
+    }
+  }
+  run.staged->newcomers = std::move(left);
+  DropStagedLocked(job_id, run, "the next generation does not take them", out);
+}
+
+void Scheduler::DropStagedLocked(const std::string& job_id, RunningJob& run, const std::string& why,
+                                 Outbox& out) {
+  if (!run.staged.has_value()) return;
+  std::map<std::string, std::vector<int>> stop;
+  for (const StagedNewcomer& n : run.staged->newcomers) {
+    if (agents_.Find(n.slot.agent_id) == nullptr) continue;
+    stop[n.slot.agent_id].push_back(n.slot.slot);
+    run.departing.emplace_back(n.slot.agent_id, n.slot.slot);  // busy until they exit
+  }
+  run.staged.reset();
+  if (stop.empty()) return;
+  const std::string reason = absl::StrCat("staged newcomer(s) stopped: ", why);
+  for (const auto& [agent_id, slots] : stop) {
+    out.messages.emplace_back(agents_.Find(agent_id)->send,
+                              StopRanksMessage(job_id, slots, reason));
+  }
+  LOG(INFO) << job_id << ": " << reason;
+}
+
+bool Scheduler::StagedNewcomerExitedLocked(const std::string& job_id, RunningJob& run,
+                                           const std::string& agent_id, int slot, Outbox& out) {
+  if (!run.staged.has_value()) return false;
+  std::vector<StagedNewcomer>& newcomers = run.staged->newcomers;
+  auto gone = std::find_if(newcomers.begin(), newcomers.end(), [&](const StagedNewcomer& n) {
+    return n.slot.agent_id == agent_id && n.slot.slot == slot;
+  });
+  if (gone == newcomers.end()) return false;
+  agents_.SetBusy(agent_id, slot, false);
+  newcomers.erase(gone);
+  LOG(INFO) << job_id << ": staged newcomer on slot " << slot << " exited before it joined";
+  // Before the change is requested, the others are stopped and the growth
+  // is tried again; after, the change plans without it.
+  if (!run.phase.planned().has_value() || newcomers.empty()) {
+    DropStagedLocked(job_id, run, "another newcomer of the growth exited", out);
+  }
+  return true;
+}
+
+void Scheduler::GrowLocked(Outbox& out) {
+  const absl::Time now = clock_->Now();
+  // Growths are requested after the walk: a restart-all's may end a job.
+  std::vector<std::pair<std::string, std::string>> grow;  // job id, cause
+  std::vector<std::tuple<std::string, NextGeneration, std::string>> stage;
+  for (auto& [job_id, run] : running_) {
+    if (run.staged.has_value() && !run.phase.planned().has_value() && now >= run.staged->deadline) {
+      DropStagedLocked(job_id, run,
+                       absl::StrCat("not up within elastic.wait_seconds ",
+                                    run.elastic_spec.wait_seconds(), " s"),
+                       out);
+    }
+    // Note [Staged growth]: replacements owed are taken without waiting.
+    if (!run.elastic || run.phase.planned().has_value() || run.phase.waiting() != nullptr ||
+        run.staged.has_value() || run.phase.restarting() != nullptr || !run.Formed() ||
+        run.AwaitingRanks() ||
+        (!run.replacements_owed &&
+         now < run.last_growth_at + absl::Seconds(run.elastic_spec.scale_up_interval_seconds()))) {
+      continue;
+    }
+    bool healthy = true;
+    for (const RankState& r : run.ranks) healthy = healthy && r.state != v1::RankStatus::EXITED;
+    if (!healthy) continue;
+    absl::StatusOr<v1::Job> job = jobs_.Get(job_id);
+    if (!job.ok() || static_cast<int>(run.ranks.size()) >= job->spec().resources().max_ranks()) {
+      continue;
+    }
+    absl::StatusOr<NextGeneration> next =
+        PlanNextGeneration(run.Slots(), std::vector<bool>(run.ranks.size(), false),
+                           UnreservedSlotsLocked(), QuotaCappedLocked(job_id, job->spec(), run));
+    if (!next.ok() || next->newcomers() == 0) continue;
+    std::string cause =
+        run.replacements_owed
+            ? absl::StrCat(next->newcomers(),
+                           " newcomer(s) replace the rank(s) lost in generation ",
+                           run.generation() - 1)
+            : absl::StrCat(next->newcomers(), " free slot(s) let the job grow from ",
+                           run.ranks.size(), " towards resources.max_ranks ",
+                           job->spec().resources().max_ranks());
+    if (run.program && !run.RestartsAll()) {
+      stage.emplace_back(job_id, *std::move(next), std::move(cause));
+    } else {
+      grow.emplace_back(job_id, std::move(cause));
+    }
+  }
+  for (auto& [job_id, next, cause] : stage) {
+    StageGrowthLocked(job_id, running_.at(job_id), next, cause, out);
+  }
+  for (const auto& [job_id, cause] : grow) {
+    auto it = running_.find(job_id);
+    if (it != running_.end())
+      RequestReformLocked(job_id, it->second, cause, ReformKind::kScaleUp, out);
+  }
+}
+
+v1::AgentInfo Scheduler::AgentInfoLocked(const std::string& agent_id) const {
+  v1::AgentInfo info;
+  const AgentRegistry::Agent* agent = agents_.Find(agent_id);
+  if (agent == nullptr) return info;
+  info.set_agent_id(agent_id);
+  info.set_host(agent->hello.host());
+  info.set_device(agent->hello.device());
+  info.set_slots(static_cast<int>(agent->busy.size()));
+  const int busy = static_cast<int>(std::count(agent->busy.begin(), agent->busy.end(), true));
+  info.set_busy_slots(busy);
+  for (const auto& [job_id, run] : running_) {
+    if (run.RunsOn(agent_id)) info.add_jobs(job_id);
+  }
+  info.set_state(!agent->draining ? v1::AgentInfo::ACTIVE
+                 : busy > 0       ? v1::AgentInfo::DRAINING
+                                  : v1::AgentInfo::DRAINED);
+  return info;
+}
+
+absl::StatusOr<v1::AgentInfo> Scheduler::DrainAgent(const std::string& name) {
+  Outbox out(*this);
+  v1::AgentInfo info;
+  {
+    absl::MutexLock lock(&mu_);
+    absl::StatusOr<std::string> id = agents_.Resolve(name);
+    if (!id.ok()) return id.status();
+    const AgentRegistry::Agent* agent = agents_.Find(*id);
+    if (!agent->draining) {
+      agents_.SetDraining(*id);
+      const std::string who = absl::StrCat("agent ", *id, " (", agent->hello.host(), ")");
+      LOG(INFO) << who << " is draining: it takes no new ranks";
+      // Requested after the walk: a restart-all's may end a job.
+      std::vector<std::pair<std::string, std::string>> drained;  // job id, cause
+      for (auto& [job_id, run] : running_) {
+        std::vector<int> here;
+        for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
+          if (run.ranks[rank].agent_id == *id && run.ranks[rank].state != v1::RankStatus::EXITED) {
+            here.push_back(static_cast<int>(rank));
+          }
+        }
+        if (here.empty()) continue;
+        if (run.elastic) {
+          drained.emplace_back(job_id, absl::StrCat(who, " was drained: rank(s) ",
+                                                    absl::StrJoin(here, ","), " leave"));
+        } else {
+          v1::JobEvent event;
+          event.set_message(absl::StrCat(who, " is draining; the job is not elastic: rank(s) ",
+                                         absl::StrJoin(here, ","),
+                                         " keep running there until the job ends"));
+          RecordEvent(job_id, std::move(event), out);
+        }
+      }
+      for (const auto& [job_id, cause] : drained) {
+        auto it = running_.find(job_id);
+        if (it != running_.end())
+          RequestReformLocked(job_id, it->second, cause, ReformKind::kDrain, out);
+      }
+    }
+    info = AgentInfoLocked(*id);
+    ScheduleLocked(out);
+  }
+  out.Flush();
+  return info;
+}
+
+std::vector<v1::AgentInfo> Scheduler::ListAgents() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<v1::AgentInfo> list;
+  for (const std::string& id : agents_.Ids()) list.push_back(AgentInfoLocked(id));
+  return list;
+}
+
+std::optional<std::string> Scheduler::ReformOverdueLocked(const RunningJob& run,
+                                                          absl::Time now) const {
+  if (const ElasticPhase::Restarting* restarting = run.phase.restarting()) {
+    if (now < restarting->deadline) return std::nullopt;
+    std::vector<int> running;
+    for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
+      if (run.ranks[rank].state != v1::RankStatus::EXITED)
+        running.push_back(static_cast<int>(rank));
+    }
+    return absl::StrCat(restarting->cause, "; restart-all: rank(s) ", absl::StrJoin(running, ","),
+                        " of generation ", run.generation(),
+                        " did not exit within elastic.wait_seconds ",
+                        run.elastic_spec.wait_seconds(), " s of being stopped", History(run));
+  }
+  // The generation forming, or the one still forming while the job waits
+  // for slots (Note [Elastic phase]).
+  const ElasticPhase::Forming* forming = run.phase.forming();
+  if (const ElasticPhase::Waiting* wait = run.phase.waiting(); wait != nullptr) {
+    forming = wait->unformed.has_value() ? &*wait->unformed : nullptr;
+  }
+  if (forming == nullptr || forming->deadline > now || run.Formed()) return std::nullopt;
+  std::vector<int> missing;
+  for (int rank = 0; rank < run.rendezvous.world_size(); ++rank) {
+    if (!run.rendezvous.joined(rank)) missing.push_back(rank);
+  }
+  return absl::StrCat("generation ", run.generation(), " did not form within elastic.wait_seconds ",
+                      run.elastic_spec.wait_seconds(),
+                      " s; ranks that have not joined: ", absl::StrJoin(missing, ","),
+                      History(run));
+}
+
+// Note [Hang restart]
+// hang_detection.action RESTART of an elastic job acts on a diagnosis by
+// what it says about who is to blame.
+//  - DEAD and NEVER_JOINED name a culprit. EvictLocked has its agent stop it
+//    and its exit starts generation g+1 with a newcomer in its place.
+//  - MISMATCH names two ranks that issued different collectives at one
+//    sequence number, and neither is reliably the wrong one;
+//    STUCK_IN_COLLECTIVE blames no rank (every rank issued the collective:
+//    the transport is suspect). There is no rank to replace, so
+//    RestartHungLocked starts g+1 with the same members (kHangRestart):
+//    the ranks hear of it on their next heartbeat (RE_RENDEZVOUS), abort
+//    their communicator, which fails the collective they are blocked in, and
+//    join g+1 in the same processes with their last complete step; g+1
+//    builds a new transport (docs/elastic.md).
+// When both kinds hold at once, eviction wins. A rank that is dead or
+// absent from the collective would keep g+1 from forming if it stayed a
+// member (it never joins, and the job fails after elastic.wait_seconds);
+// the others being stuck is most likely its doing; and its eviction
+// re-forms every survivor's transport anyway, for one restart instead of
+// two.
+// A re-formation with the same members needs every member to hear of it
+// and join, so RestartHungLocked waits (does nothing, and the job is not
+// failed) while
+//  - generation g has not formed, or the job is being taken back after a
+//    coordinator restart: g+1 is already forming, or members are missing;
+//  - an evicted rank's exit has not been reported: that exit starts g+1;
+//  - a rank has sent no heartbeat for kRankSilentAfter: a rank stopped
+//    inside a collective looks STUCK_IN_COLLECTIVE to the detector
+//    (stall_after_seconds, default 3) before it is DEAD (dead_after_seconds,
+//    default 5); once DEAD it is evicted.
+// A mismatch that the program's own code makes (two models called in a
+// different order) comes back in every generation: elastic.max_restarts
+// bounds the attempts, and then the job fails with the history.
+
+bool Scheduler::EvictLocked(const std::string& job_id, RunningJob& run,
+                            const std::vector<v1::Diagnosis>& diagnoses, Outbox& out) {
+  if (std::none_of(diagnoses.begin(), diagnoses.end(), [](const v1::Diagnosis& d) {
+        return d.kind() == v1::Diagnosis::DEAD || d.kind() == v1::Diagnosis::NEVER_JOINED;
+      })) {
+    return false;
+  }
+  for (const v1::Diagnosis& d : diagnoses) {
+    if (d.kind() != v1::Diagnosis::DEAD && d.kind() != v1::Diagnosis::NEVER_JOINED) continue;
+    for (int rank : d.ranks()) {
+      if (rank < 0 || rank >= static_cast<int>(run.ranks.size())) continue;
+      EvictRankLocked(job_id, run, rank,
+                      absl::StrCat(v1::Diagnosis::Kind_Name(d.kind()), " ", d.message()),
+                      "hang_detection.action RESTART", out);
+    }
+  }
+  return true;
+}
+
+void Scheduler::EvictRankLocked(const std::string& job_id, RunningJob& run, int rank,
+                                const std::string& why, const std::string& by, Outbox& out) {
+  RankState& r = run.ranks[rank];
+  if (!r.evicted.empty() || r.state == v1::RankStatus::EXITED) return;
+  const AgentRegistry::Agent* agent = agents_.Find(r.agent_id);
+  if (agent == nullptr) return;
+  r.evicted = absl::StrCat(by, ": ", why);
+  LOG(INFO) << job_id << ": evicting rank " << rank << " (" << by << "): " << why;
+  // A stopped (SIGSTOP) process ignores SIGTERM: the agent's SIGKILL after
+  // the grace ends it.
+  v1::CoordinatorMessage stop =
+      StopRanksMessage(job_id, {r.slot}, absl::StrCat("evicted by ", r.evicted));
+  stop.mutable_stop()->set_grace_seconds(1);
+  out.messages.emplace_back(agent->send, std::move(stop));
+  v1::JobEvent event;
+  event.set_message(absl::StrCat("evicting rank ", rank, " (", by, "): ", why));
+  RecordEvent(job_id, std::move(event), out);
+}
+
+// Note [A survivor that does not join]
+// A generation forms once every member has joined. A survivor of the
+// generation before joins within a second of hearing of the change (its
+// heartbeat's RE_RENDEZVOUS or its own failed collective); one that is
+// frozen (SIGSTOP, a stalled VM) never does, and the generation used to
+// wait for it until elastic.wait_seconds and then fail the job, though a
+// free slot could have taken its place. So, as a frozen rank of a formed
+// generation is DEAD after hang_detection.dead_after_seconds without a
+// heartbeat, a survivor that has not joined the forming generation and
+// whose process has sent no heartbeat (of either generation: a survivor
+// still heartbeats in the old one until it joins) for as long is evicted:
+// its agent stops it, and its exit re-forms the job without it, with a
+// newcomer on a free slot, as any lost rank. Newcomers are not judged so:
+// starting a process takes seconds, and they have sent nothing yet; they
+// have elastic.wait_seconds.
+void Scheduler::EvictSilentJoinersLocked(const std::string& job_id, RunningJob& run, absl::Time now,
+                                         Outbox& out) {
+  if (!run.elastic || run.phase.forming() == nullptr || run.Formed()) return;
+  const absl::Duration silent_after = absl::Seconds(run.hang_detection.dead_after_seconds());
+  for (int rank = 0; rank < static_cast<int>(run.ranks.size()); ++rank) {
+    const RankState& r = run.ranks[rank];
+    if (run.rendezvous.joined(rank) || r.heard_at == absl::InfinitePast() ||
+        now - r.heard_at <= silent_after) {
+      continue;
+    }
+    EvictRankLocked(
+        job_id, run, rank,
+        absl::StrFormat("rank %d has not joined generation %d and its process has sent no "
+                        "heartbeat for %.1f s (hang_detection.dead_after_seconds %g): it is "
+                        "stopped or not responding",
+                        rank, run.generation(), absl::ToDoubleSeconds(now - r.heard_at),
+                        run.hang_detection.dead_after_seconds()),
+        "the forming generation", out);
+  }
+}
+
+bool Scheduler::RestartHungLocked(const std::string& job_id, RunningJob& run,
+                                  const std::vector<v1::Diagnosis>& diagnoses, Outbox& out) {
+  auto hung = std::find_if(diagnoses.begin(), diagnoses.end(), [](const v1::Diagnosis& d) {
+    return d.kind() == v1::Diagnosis::MISMATCH || d.kind() == v1::Diagnosis::STUCK_IN_COLLECTIVE;
+  });
+  if (hung == diagnoses.end()) return false;
+  // Note [Hang restart]: when to wait.
+  if (!run.Formed() || run.recovering_until != absl::InfinitePast()) return true;
+  const absl::Time now = clock_->Now();
+  for (const RankState& r : run.ranks) {
+    if (r.state == v1::RankStatus::EXITED) continue;
+    if (!r.evicted.empty() || now - r.heartbeat_at > kRankSilentAfter) return true;
+  }
+  const std::string cause = absl::StrCat("hang_detection.action RESTART for ", DiagnosisKey(*hung),
+                                         " (every rank re-forms its transport): ", hung->message());
+  LOG(INFO) << job_id << ": " << cause;
+  ReformLocked(job_id, cause, ReformKind::kHangRestart, out);
+  return true;
+}
+
+void Scheduler::SaveElasticLocked(Outbox& out) {
+  for (auto& [job_id, run] : running_) SaveElasticLocked(job_id, run, out);
+}
+
+void Scheduler::SaveElasticLocked(const std::string& job_id, RunningJob& run, Outbox& out) {
+  if (!run.elastic) return;
+  std::vector<bool> lost(run.ranks.size(), false);
+  for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
+    const RankState& r = run.ranks[rank];
+    lost[rank] = r.state == v1::RankStatus::EXITED ||
+                 (!r.agent_id.empty() && agents_.Find(r.agent_id) == nullptr);
+  }
+  const coordinator::ElasticRecord record = ElasticRecordOf(run, lost);
+  std::string serialized = record.SerializeAsString();
+  if (serialized == run.saved_record) return;
+  // Taken for saved when the write is decided: one that fails is logged,
+  // and the job's next change writes the record again.
+  run.saved_record = std::move(serialized);
+  out.writes.Add(job_id, [this, job_id, record] {
+    if (absl::Status s = jobs_.SaveElasticRecord(job_id, record); !s.ok()) {
+      LOG(ERROR) << job_id << ": could not record its elastic state (a restart now would take "
+                 << "it back as it was before): " << s;
+    }
+  });
+}
+
+void Scheduler::NoteFormedLocked(const std::string& job_id, RunningJob& run, Outbox& out) {
+  const std::optional<ElasticPhase::Forming> formed = run.phase.GenerationFormed();
+  if (!formed.has_value()) return;
+  const double seconds = absl::ToDoubleSeconds(clock_->Now() - formed->started);
+  const bool failure = IsFailure(formed->kind);
+  if (failure) run.recovery_seconds = seconds;
+  v1::JobEvent event;
+  event.set_message(absl::StrCat(
+      "generation ", run.generation(), " formed with ", run.ranks.size(), " ranks, ",
+      absl::SixDigits(seconds),
+      failure ? " s after the failure (recovery_seconds)" : " s after the step boundary"));
+  RecordEvent(job_id, std::move(event), out);
+}
+
+std::vector<ElasticRun> Scheduler::PreemptibleLocked() const {
+  std::vector<ElasticRun> runs;
+  for (const auto& [job_id, run] : running_) {
+    if (!run.elastic || run.RestartsAll() || run.phase.planned().has_value() ||
+        run.phase.waiting() != nullptr || run.phase.restarting() != nullptr || !run.Formed() ||
+        run.AwaitingRanks() || !run.yielding.empty() || !run.departing.empty()) {
+      continue;
+    }
+    const bool healthy = std::none_of(run.ranks.begin(), run.ranks.end(), [](const RankState& r) {
+      return r.state == v1::RankStatus::EXITED;
+    });
+    if (!healthy) continue;
+    ElasticRun& e = runs.emplace_back();
+    e.job_id = job_id;
+    e.priority = run.priority;
+    e.device = run.device;
+    e.min_ranks = run.min_ranks;
+    e.ranks = run.Slots();
+  }
+  return runs;
+}
+
+void Scheduler::PreemptLocked(Outbox& out) {
+  for (const auto& [device, holder_id] : plan_.reservation_holders) {
+    auto holder = queue_entries_.find(holder_id);
+    if (holder == queue_entries_.end()) continue;
+    // Slots it holds, and slots already on their way to it: ranks that
+    // were preempted or drained and have not exited yet.
+    int needed = holder->second.job.resources.min_ranks();
+    for (const auto& [agent_id, slots] : plan_.reserved) {
+      const AgentRegistry::Agent* agent = agents_.Find(agent_id);
+      if (agent != nullptr && agent->hello.device() == device) needed -= slots.size();
+    }
+    for (const auto& [job_id, run] : running_) {
+      if (run.device != device) continue;
+      needed -= run.yielding.size() + run.departing.size();
+      // Note [Re-queue]: a job checkpointing before it goes back to the queue.
+      if (run.requeue.has_value()) needed -= run.ranks.size();
+    }
+    for (const auto& [slot, job_id] : stopping_slots_) {
+      const AgentRegistry::Agent* agent = agents_.Find(slot.first);
+      if (agent != nullptr && agent->hello.device() == device) --needed;
+    }
+    for (const Preemption& p : PlanPreemption(holder->second, needed, PreemptibleLocked(),
+                                              agents_.FreeSlots(), RequeueableLocked())) {
+      RunningJob& run = running_.at(p.job_id);
+      if (p.requeue) {
+        StartRequeueLocked(p.job_id, run, holder_id, holder->second, out);
+        continue;
+      }
+      for (int rank : p.ranks)
+        run.yielding.emplace_back(run.ranks[rank].agent_id, run.ranks[rank].slot);
+      const std::string ranks = absl::StrJoin(p.ranks, ",");
+      RequestReformLocked(
+          p.job_id, run,
+          absl::StrCat(holder_id, " (priority ", PriorityName(holder->second.priority), ", ",
+                       OwnerName(holder->second.owner), ") preempted rank(s) ", ranks, " of this ",
+                       PriorityName(run.priority), " job: they leave, nothing is lost"),
+          ReformKind::kPreempt, out);
+      v1::JobEvent event;
+      event.set_message(absl::StrCat("preempting rank(s) ", ranks, " of ", p.job_id, " (priority ",
+                                     PriorityName(run.priority),
+                                     ") at its next step boundary to make room for this job"));
+      LOG(INFO) << holder_id << ": " << event.message();
+      RecordEvent(holder_id, std::move(event), out);
+    }
+  }
+}
+
+}  // namespace chorus

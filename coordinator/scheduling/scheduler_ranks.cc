@@ -1,0 +1,551 @@
+// The Scheduler's calls from ranks and about them: rendezvous, metrics,
+// heartbeats, checkpoint requests and grants, status and logs. Agents,
+// placement, job ends and Tick are in scheduler.cc.
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
+#include "common/memory_estimate.h"
+#include "common/status_macros.h"
+#include "coordinator/checkpoint/checkpoint_skip_warning.h"
+#include "coordinator/hang/hang_detector.h"
+#include "coordinator/scheduling/scheduler.h"
+
+namespace chorus {
+namespace {
+
+// Each user's slots, jobs and fair share, and the queue by wait class, from
+// the running jobs and the last queue plan (its entries and waiting jobs).
+void AddUsers(const QueueUsage& usage, const std::map<std::string, RunningJob>& running,
+              const std::map<std::string, QueueEntry>& queued, const QueuePlan& plan,
+              ClusterSnapshot& snapshot) {
+  for (const auto& [owner, slots] : usage.slots_in_use) {
+    for (const auto& [device, count] : slots) snapshot.users[owner].slots_in_use[device] = count;
+  }
+  for (const auto& [owner, share] : usage.fair_share) {
+    snapshot.users[owner].fair_share_slot_seconds = share;
+  }
+  for (const auto& [job_id, run] : running) ++snapshot.users[run.owner].running_jobs;
+  // The jobs the last plan left waiting (the entries also hold those it
+  // placed until the next plan).
+  for (WaitClass wait : kAllWaitClasses) snapshot.queued_by_wait[WaitClassName(wait)] = 0;
+  for (const WaitingJob& w : plan.waiting) {
+    ++snapshot.queued_by_wait[WaitClassName(w.wait)];
+    if (auto it = queued.find(w.job_id); it != queued.end()) {
+      ++snapshot.users[it->second.owner].queued_jobs;
+    }
+  }
+}
+
+}  // namespace
+
+void Scheduler::Join(const v1::JoinRequest& request, absl::Time deadline, JoinDone done) {
+  Outbox out(*this);
+  {
+    absl::MutexLock lock(&mu_);
+    if (metrics_ != nullptr) metrics_->RankJoined("rank");
+    JoinLocked(request, deadline, std::move(done), out);
+  }
+  out.Flush();
+}
+
+void Scheduler::AgentJoins(const std::string& agent_id, const v1::RankJoins& batch,
+                           absl::Time deadline) {
+  Outbox out(*this);
+  {
+    absl::MutexLock lock(&mu_);
+    const AgentRegistry::Agent* agent = agents_.Find(agent_id);
+    if (agent == nullptr) return;
+    const AgentSender send = agent->send;
+    const int64_t connection = agent->order;
+    const std::string host = agent->hello.host();
+    for (const v1::JoinRequest& each : batch.joins()) {
+      v1::JoinRequest request = each;
+      request.set_agent_id(agent_id);  // an agent speaks for its own slots only
+      request.set_host(host);
+      if (metrics_ != nullptr) metrics_->RankJoined("agent");
+      JoinDone done = agent_joins_.DoneFor(agent_id, connection, send, request);
+      JoinLocked(request, deadline, std::move(done), out);
+    }
+  }
+  out.Flush();
+}
+
+void Scheduler::JoinLocked(const v1::JoinRequest& request, absl::Time deadline, JoinDone done,
+                           Outbox& out) {
+  // Note [Staged growth] in scheduler_elastic.cc: a newcomer started before
+  // its generation forms.
+  if (StagedJoinLocked(request, done, out)) return;
+  auto it = running_.find(request.job_id());
+  if (it != running_.end() && it->second.elastic && it->second.phase.planned().has_value() &&
+      it->second.phase.waiting() == nullptr && !it->second.AwaitingRanks() &&
+      request.generation() == it->second.generation() + 1 && it->second.Formed()) {
+    // The first rank at the step boundary of a planned change.
+    const std::string cause = it->second.phase.planned()->cause;
+    const ReformKind kind = it->second.phase.planned()->kind;
+    ReformLocked(request.job_id(), cause, kind, out);
+    SaveElasticLocked(out);
+    it = running_.find(request.job_id());
+  }
+  const auto left = it == running_.end()
+                        ? false
+                        : std::find(it->second.departing.begin(), it->second.departing.end(),
+                                    std::make_pair(request.agent_id(), request.slot())) !=
+                              it->second.departing.end();
+  if (left) {
+    // A rank on a draining agent, at the step boundary: it leaves.
+    v1::JoinResponse leave;
+    leave.set_leave(true);
+    leave.set_generation(it->second.generation());
+    out.joins.emplace_back(std::move(done), std::move(leave));
+  } else if (it == running_.end()) {
+    absl::StatusOr<v1::Job> job = jobs_.Get(request.job_id());
+    out.joins.emplace_back(std::move(done),
+                           job.ok() ? absl::FailedPreconditionError(absl::StrCat(
+                                          "job ", request.job_id(), " is ",
+                                          v1::Job::State_Name(job->state()), ", not running"))
+                                    : job.status());
+  } else if (it->second.elastic && request.generation() > it->second.generation()) {
+    // A survivor of the current generation: its communicator failed before
+    // the coordinator heard why (docs/elastic.md).
+    out.joins.emplace_back(std::move(done),
+                           absl::UnavailableError(absl::StrCat(
+                               "generation ", request.generation(), " of job ", request.job_id(),
+                               " has not formed yet (the current one is ", it->second.generation(),
+                               "); join again shortly")));
+  } else if (absl::Status current = it->second.rendezvous.CheckGeneration(request.generation());
+             !current.ok() && !it->second.elastic) {
+    // An elastic job's rank of an older generation whose slot is still the
+    // job's joins the current one (a newcomer launched for a generation
+    // that another failure superseded).
+    out.joins.emplace_back(std::move(done), std::move(current));
+  } else if (const int rank = it->second.RankOfJoin(request.agent_id(), request.slot(),
+                                                    request.pid(), request.host());
+             rank < 0 && it->second.AwaitingRanks()) {
+    // Note [Elastic restart], Note [Agent reconnect grace]: its agent has
+    // not reconnected yet.
+    out.joins.emplace_back(
+        std::move(done),
+        absl::UnavailableError(absl::StrCat("job ", request.job_id(), " is taking back its ranks ",
+                                            it->second.wait_cause.lost_agents.empty()
+                                                ? "after a coordinator restart"
+                                                : "from agents that lost contact",
+                                            "; join again shortly")));
+  } else if (rank < 0) {
+    out.joins.emplace_back(std::move(done), absl::NotFoundError(absl::StrCat(
+                                                "job ", request.job_id(), " has no rank on ",
+                                                request.agent_id(), " slot ", request.slot())));
+  } else {
+    JoinRankLocked(request, rank, deadline, std::move(done), it->second, out);
+  }
+}
+
+// Note [Rendezvous is O(ranks)]
+// A join that does not complete its generation touches its own rank only. What
+// the answers need (the job's spec, the agents' numbering) is read once, by the
+// join that completes the generation, and the elastic record is written then,
+// in one commit; before, every join copied the job (its placements included:
+// O(ranks)) and serialized the elastic record, 4x the 4,096-rank rendezvous.
+void Scheduler::JoinRankLocked(const v1::JoinRequest& request, int rank, absl::Time deadline,
+                               JoinDone done, RunningJob& run, Outbox& out) {
+  run.ranks[rank].pid = request.pid();
+  run.ranks[rank].state = v1::RankStatus::JOINING;
+  std::optional<v1::Job> job;
+  RunningJob::Groups groups;
+  const auto respond = [&](int r) {
+    if (!job.has_value()) {
+      job = jobs_.Get(request.job_id()).value_or(v1::Job());
+      job->set_job_id(request.job_id());
+      job->clear_placements();
+      groups = run.GroupsOfRanks();
+    }
+    return run.JoinResponseFor(*job, r, groups);
+  };
+  if (!run.rendezvous.Join(rank, deadline, std::move(done), respond, out.joins)) return;
+  for (RankState& each : run.ranks) each.state = v1::RankStatus::TRAINING;
+  NoteFormedLocked(request.job_id(), run, out);
+  if (metrics_ != nullptr && run.generation_started_at != absl::InfinitePast()) {
+    metrics_->RendezvousCompleted(clock_->Now() - run.generation_started_at);
+  }
+  SaveElasticLocked(request.job_id(), run, out);
+}
+
+// Note [Reports are written outside the scheduler's lock]
+// A report ends in database writes (the job's metrics, a metrics event,
+// synchronous commits), and every agent's stream, heartbeat and join waits for
+// the scheduler's lock. So Report checks the rank under the lock, takes the
+// job's `report_writes` mutex while still holding it, and writes after letting
+// it go. Whoever records the job's end (EndLocked) takes `report_writes` first,
+// so a report that was accepted is written before the job's final event, and
+// readers of the events see the final metrics before the end.
+absl::Status Scheduler::Report(const v1::ReportRequest& report) {
+  std::shared_ptr<std::mutex> writes;
+  std::unique_lock<std::mutex> writing;
+  v1::Metrics metrics;
+  bool program = false;
+  {
+    absl::MutexLock lock(&mu_);
+    ASSIGN_OR_RETURN(metrics, CheckReportLocked(report));
+    RunningJob& run = running_.at(report.job_id());
+    if (report.final() && report.success() && run.HasRank(report.generation(), report.rank())) {
+      // A rank being stopped (a restart-all) whose program exits 0 on
+      // SIGTERM did not finish training.
+      RankState& rank = run.ranks[report.rank()];
+      if (!rank.stopping && rank.evicted.empty()) rank.finished = true;
+    }
+    if (report.rank() != 0) return absl::OkStatus();
+    program = running_.at(report.job_id()).program;
+    writes = running_.at(report.job_id()).report_writes;
+    writing = std::unique_lock<std::mutex>(*writes);
+  }
+  // A final report without metrics keeps the latest ones. A program job's
+  // (its supervisor's) carries at most the progress of the program's newest
+  // record, laid over the metrics the program reported along the way.
+  if (report.final() && (program || report.metrics().ByteSizeLong() == 0)) {
+    ASSIGN_OR_RETURN(v1::Job job, jobs_.Get(report.job_id()));
+    v1::Metrics kept = job.latest_metrics();
+    const v1::Metrics& last = report.metrics();
+    if (last.step() > 0 && last.step() >= kept.step()) {
+      kept.set_step(last.step());
+      kept.set_epoch(last.epoch());
+      if (last.loss() != 0) kept.set_loss(last.loss());
+      if (last.samples_per_second() != 0) kept.set_samples_per_second(last.samples_per_second());
+    }
+    return jobs_.UpdateMetrics(report.job_id(), kept, /*persist=*/true);
+  }
+  absl::StatusOr<v1::Job> job = jobs_.Get(report.job_id());
+  std::optional<v1::JobEvent> skipped =
+      job.ok() ? SkippedCheckpointsWarning(job->latest_metrics(), metrics, report.rank())
+               : std::nullopt;
+  RETURN_IF_ERROR(jobs_.UpdateMetrics(report.job_id(), metrics, report.final()));
+  v1::JobEvent event;
+  *event.mutable_metrics() = metrics;
+  RETURN_IF_ERROR(jobs_.AddEvent(report.job_id(), std::move(event)));
+  if (skipped.has_value()) return jobs_.AddEvent(report.job_id(), *std::move(skipped));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::Metrics> Scheduler::CheckReportLocked(const v1::ReportRequest& report) {
+  auto it = running_.find(report.job_id());
+  if (it == running_.end()) {
+    return jobs_.Get(report.job_id()).ok()
+               ? absl::FailedPreconditionError(
+                     absl::StrCat("job ", report.job_id(), " is not running"))
+               : absl::NotFoundError(absl::StrCat("no job \"", report.job_id(), "\""));
+  }
+  if (report.final() && report.success() && it->second.elastic && !it->second.RestartsAll() &&
+      report.generation() >= 1 && report.generation() < it->second.generation()) {
+    // Note [Diagnoses during shutdown]: the rank finished training in a
+    // generation the job has left since (a restart ordered as it finished).
+    it->second.finished_before_reform = true;
+    return report.metrics();
+  }
+  if (!it->second.HasRank(report.generation(), report.rank())) {
+    return absl::FailedPreconditionError(absl::StrCat("rank ", report.rank(), " of generation ",
+                                                      report.generation(), " is not part of job ",
+                                                      report.job_id(), " now"));
+  }
+  v1::Metrics metrics = report.metrics();
+  if (it->second.elastic) {  // what only the coordinator knows
+    (*metrics.mutable_values())["restarts"] = it->second.restarts;
+    (*metrics.mutable_values())["recovery_seconds"] = it->second.recovery_seconds;
+  }
+  return metrics;
+}
+
+bool Scheduler::Heartbeat(const v1::RankHeartbeat& heartbeat, v1::Directive* directive) {
+  absl::MutexLock lock(&mu_);
+  return HeartbeatLocked(heartbeat, directive);
+}
+
+void Scheduler::AgentHeartbeats(const std::string& agent_id, const v1::RankHeartbeats& batch,
+                                double cpu_pressure) {
+  Outbox out(*this);
+  {
+    absl::MutexLock lock(&mu_);
+    const AgentRegistry::Agent* agent = agents_.Find(agent_id);
+    if (agent == nullptr) return;
+    agents_.Heard(agent_id, clock_->Now(), cpu_pressure);
+    v1::CoordinatorMessage answer;
+    v1::Directive directive;
+    for (const v1::RankHeartbeat& heartbeat : batch.heartbeats()) {
+      auto it = running_.find(heartbeat.job_id());
+      int slot = -1;  // unknown for a rank of an older generation or an ended job
+      if (it != running_.end() && it->second.HasRank(heartbeat.generation(), heartbeat.rank())) {
+        const RankState& rank = it->second.ranks[heartbeat.rank()];
+        if (rank.agent_id != agent_id) continue;  // not the agent's to speak for
+        slot = rank.slot;
+      }
+      directive.Clear();
+      HeartbeatLocked(heartbeat, &directive, /*via_agent=*/true);
+      if (directive.kind() == v1::Directive::KIND_UNSPECIFIED) continue;
+      v1::RankDirectives::Entry* entry = answer.mutable_directives()->add_entries();
+      entry->set_job_id(heartbeat.job_id());
+      entry->set_slot(slot);
+      entry->set_rank(heartbeat.rank());
+      entry->set_generation(heartbeat.generation());
+      *entry->mutable_directive() = directive;
+    }
+    if (answer.has_directives()) out.messages.emplace_back(agent->send, std::move(answer));
+  }
+  out.Flush();
+}
+
+bool Scheduler::HeartbeatLocked(const v1::RankHeartbeat& heartbeat, v1::Directive* directive,
+                                bool via_agent) {
+  auto it = running_.find(heartbeat.job_id());
+  if (it != running_.end() && it->second.elastic &&
+      heartbeat.generation() == it->second.generation() - 1) {
+    // Note [A survivor that does not join]: heard, though not joined yet.
+    const std::vector<int>& now_rank = it->second.rank_of_survivor;
+    if (heartbeat.rank() >= 0 && heartbeat.rank() < static_cast<int>(now_rank.size()) &&
+        now_rank[heartbeat.rank()] >= 0) {
+      it->second.ranks[now_rank[heartbeat.rank()]].heard_at = clock_->Now();
+    }
+  }
+  if (directive != nullptr && it != running_.end() && it->second.elastic &&
+      heartbeat.generation() < it->second.generation()) {
+    directive->set_kind(v1::Directive::RE_RENDEZVOUS);
+    directive->set_generation(it->second.generation());
+    directive->set_reason(it->second.history.empty() ? "" : it->second.history.back());
+    return false;
+  }
+  if (it == running_.end() && directive != nullptr) {
+    // A rank of a job that failed or was cancelled is still alive (its agent
+    // was lost, or has not stopped it yet): tell it to stop itself.
+    absl::StatusOr<v1::Job> job = jobs_.Get(heartbeat.job_id());
+    if (job.ok() && (job->state() == v1::Job::FAILED || job->state() == v1::Job::CANCELLED)) {
+      directive->set_kind(v1::Directive::ABORT);
+      directive->set_reason(absl::StrCat("job ", heartbeat.job_id(), " is ",
+                                         v1::Job::State_Name(job->state()), ": ", job->reason()));
+    }
+    return false;
+  }
+  if (it == running_.end() || !it->second.HasRank(heartbeat.generation(), heartbeat.rank()))
+    return false;
+  RankState& rank = it->second.ranks[heartbeat.rank()];
+  rank.last_heartbeat = heartbeat;
+  rank.heartbeat_at = clock_->Now();
+  rank.heard_at = rank.heartbeat_at;
+  rank.heartbeats_via_agent = via_agent;
+  if (heartbeat.phase() == v1::FINISHED && !rank.stopping && rank.evicted.empty()) {
+    rank.finished = true;
+  }
+  // Note [Restart-all]: the program re-forms in its own process.
+  if (heartbeat.reforms_in_process()) it->second.reforms_in_process = true;
+  if (directive != nullptr && it->second.phase.planned().has_value() &&
+      it->second.phase.waiting() == nullptr && it->second.Formed()) {
+    directive->set_kind(v1::Directive::REFORM_AT_STEP_BOUNDARY);
+    directive->set_generation(it->second.generation() + 1);
+    directive->set_reason(it->second.phase.planned()->cause);
+    directive->set_world_size(it->second.phase.planned()->world.value_or(0));
+  }
+  // Note [Re-queue]: a job preempted to go back to the queue.
+  if (directive != nullptr && it->second.requeue.has_value()) {
+    directive->set_kind(v1::Directive::CHECKPOINT_AND_HOLD);
+    directive->set_reason(it->second.requeue->cause);
+  }
+  // A program job sends no metrics along the way: rank 0's heartbeats carry
+  // the program's progress records, so they are what the job shows (its
+  // final report without metrics then keeps them).
+  if (it->second.program && heartbeat.rank() == 0 && heartbeat.step() > 0) {
+    absl::StatusOr<v1::Job> job = jobs_.Get(heartbeat.job_id());
+    if (job.ok() && heartbeat.step() >= job->latest_metrics().step()) {
+      v1::Metrics metrics = job->latest_metrics();
+      metrics.set_step(heartbeat.step());
+      metrics.set_epoch(heartbeat.epoch());
+      if (heartbeat.loss() != 0) metrics.set_loss(heartbeat.loss());
+      if (heartbeat.samples_per_second() != 0)
+        metrics.set_samples_per_second(heartbeat.samples_per_second());
+      // Not persisted (the final report persists them); fails only for a job that is gone.
+      jobs_.UpdateMetrics(heartbeat.job_id(), metrics, /*persist=*/false).IgnoreError();
+    }
+  }
+  return true;
+}
+
+absl::StatusOr<int64_t> Scheduler::RequestCheckpoint(const std::string& job_id) {
+  ASSIGN_OR_RETURN(v1::Job job, jobs_.Get(job_id));
+  Outbox out(*this);
+  int64_t step = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = running_.find(job_id);
+    if (it == running_.end()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", job_id, " is ", v1::Job::State_Name(job.state()),
+                       "; only a running job can be checkpointed"));
+    }
+    std::map<std::string, v1::CoordinatorMessage> by_agent;
+    for (const RankState& rank : it->second.ranks) {
+      step = std::max(step, rank.last_heartbeat.step());
+      if (rank.agent_id.empty() || rank.state == v1::RankStatus::EXITED ||
+          !agents_.Find(rank.agent_id))
+        continue;
+      v1::CoordinatorMessage& m = by_agent[rank.agent_id];
+      m.mutable_checkpoint()->set_job_id(job_id);
+      m.mutable_checkpoint()->add_slots(rank.slot);
+    }
+    for (auto& [agent_id, m] : by_agent)
+      out.messages.emplace_back(agents_.Find(agent_id)->send, std::move(m));
+  }
+  out.Flush();
+  return step;
+}
+
+absl::StatusOr<UploadGrant> Scheduler::GrantUpload(const std::string& job_id, int64_t generation,
+                                                   int rank) const {
+  absl::MutexLock lock(&mu_);
+  auto it = running_.find(job_id);
+  if (it == running_.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint upload for ", job_id, ", which is not running"));
+  }
+  return CheckUploader(it->second.upload_grant, generation, rank);
+}
+
+void Scheduler::FillStatus(const std::string& job_id, v1::JobStatus& status,
+                           const StatusRows& rows) const {
+  absl::MutexLock lock(&mu_);
+  auto it = running_.find(job_id);
+  if (it == running_.end()) {
+    if (status.job().state() == v1::Job::PENDING) {
+      auto waiting = std::find_if(plan_.waiting.begin(), plan_.waiting.end(),
+                                  [&](const WaitingJob& w) { return w.job_id == job_id; });
+      // A job submitted since the last plan has no reason there yet.
+      const std::string reason =
+          waiting != plan_.waiting.end()
+              ? waiting->reason
+              : PendingReason(ToQueuedJob(job_id, status.job().spec()), agents_.FreeSlots());
+      // A job sent back to the queue (Note [Re-queue]) says by whom first.
+      status.set_pending_reason(status.job().reason().empty()
+                                    ? reason
+                                    : absl::StrCat(status.job().reason(), "; ", reason));
+    }
+    return;
+  }
+  const absl::Time now = clock_->Now();
+  std::vector<v1::Diagnosis> diagnoses = it->second.Diagnose(agents_, now);
+  it->second.diagnoses.Annotate(diagnoses, now);
+  StatusRows with_culprits = rows;
+  for (const v1::Diagnosis& d : diagnoses) {
+    with_culprits.also.insert(with_culprits.also.end(), d.ranks().begin(), d.ranks().end());
+  }
+  it->second.AddStatusRows(agents_, now, status, with_culprits);
+  for (v1::Diagnosis& d : diagnoses) *status.add_diagnoses() = std::move(d);
+}
+
+void Scheduler::Snapshot(ClusterSnapshot& snapshot, int max_rank_rows) const {
+  absl::MutexLock lock(&mu_);
+  snapshot.agents = agents_.size();
+  for (const auto& [device, count] : agents_.SlotsByDevice()) {
+    snapshot.slots_by_device[device] = {count.free, count.used};
+  }
+  const absl::Time now = clock_->Now();
+  for (const auto& [job_id, run] : running_) {
+    v1::JobStatus& status = snapshot.running.emplace_back();
+    if (absl::StatusOr<v1::Job> job = jobs_.Get(job_id); job.ok()) {
+      *status.mutable_job() = *std::move(job);
+    }
+    status.mutable_job()->set_job_id(job_id);
+    StatusRows rows;
+    if (static_cast<int>(run.ranks.size()) > max_rank_rows) {
+      rows.limit = 0;
+      for (const v1::Diagnosis& d : run.diagnoses_now) {
+        rows.also.insert(rows.also.end(), d.ranks().begin(), d.ranks().end());
+      }
+    }
+    run.AddStatusRows(agents_, now, status, rows);
+    for (const v1::Diagnosis& d : run.diagnoses_now) *status.add_diagnoses() = d;
+  }
+  AddUsers(UsageLocked(), running_, queue_entries_, plan_, snapshot);
+}
+
+void Scheduler::Logs(const std::string& agent_id, const v1::RankLogs& logs) {
+  int rank = -1;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = running_.find(logs.job_id());
+    if (it != running_.end()) rank = it->second.RankOn(agent_id, logs.slot());
+  }
+  logs_.Append(logs.job_id(), rank, logs.slot(), agent_id, absl::ToUnixMicros(clock_->Now()),
+               {logs.lines().begin(), logs.lines().end()});
+}
+
+absl::Status Scheduler::CheckAgentsCanHold(v1::JobSpec spec) const {
+  NormalizeJobSpec(spec);
+  if (!ValidateJobSpec(spec).empty()) return absl::OkStatus();
+  const RankMemoryEstimate memory = EstimateRankMemory(spec);
+  int64_t largest = 0;
+  std::string host;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const AgentSlots& agent : agents_.FreeSlots()) {
+      if (agent.device != spec.resources().device()) continue;
+      if (agent.memory_bytes <= 0) return absl::OkStatus();  // an agent that does not say
+      if (agent.memory_bytes > largest) {
+        largest = agent.memory_bytes;
+        host = agent.host;
+      }
+    }
+  }
+  if (largest == 0 || memory.total() <= static_cast<double>(largest)) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "job spec: ", memory.field, ": ",
+      RankMemoryMessage(memory, static_cast<double>(largest),
+                        absl::StrCat("of memory on the largest connected agent (", host, ")"))));
+}
+
+absl::StatusOr<v1::GetLogsResponse> Scheduler::GetLogs(const v1::GetLogsRequest& request) const {
+  ASSIGN_OR_RETURN(v1::Job job, jobs_.Get(request.job_id()));
+  v1::GetLogsResponse response = logs_.Get(request);
+  absl::MutexLock lock(&mu_);
+  response.set_complete(JobManager::IsTerminal(job.state()) && !running_.count(request.job_id()));
+  return response;
+}
+
+v1::GetQueueResponse Scheduler::Queue() const {
+  absl::StatusOr<std::vector<v1::Job>> listed = jobs_.List({v1::Job::PENDING}, 0);
+  absl::MutexLock lock(&mu_);
+  v1::GetQueueResponse queue;
+  if (!listed.ok()) return queue;
+  std::map<std::string, const v1::Job*> pending;
+  for (const v1::Job& job : *listed) pending[job.job_id()] = &job;
+  std::map<std::string, const std::string*> reasons;
+  for (const WaitingJob& w : plan_.waiting) reasons[w.job_id] = &w.reason;
+  std::set<std::string> holders;
+  for (const auto& [device, holder] : plan_.reservation_holders) holders.insert(holder);
+  // The plan's order; jobs submitted since it was made go last.
+  std::vector<std::string> order = plan_.order;
+  for (auto it = listed->rbegin(); it != listed->rend(); ++it) {
+    if (!reasons.count(it->job_id())) order.push_back(it->job_id());
+  }
+  for (const std::string& job_id : order) {
+    auto job = pending.find(job_id);
+    if (job == pending.end()) continue;  // started or ended since
+    const v1::Job& j = *job->second;
+    v1::QueuedJobInfo& info = *queue.add_jobs();
+    info.set_job_id(job_id);
+    info.set_name(j.spec().name());
+    info.set_owner(j.owner());
+    info.set_priority(PriorityOf(j.spec()));
+    auto reason = reasons.find(job_id);
+    info.set_reason(reason != reasons.end()
+                        ? *reason->second
+                        : PendingReason(ToQueuedJob(job_id, j.spec()), agents_.FreeSlots()));
+    info.set_holds_reservation(holders.count(job_id) > 0);
+    info.set_min_ranks(j.spec().resources().min_ranks());
+    info.set_device(j.spec().resources().device());
+    info.set_submit_time_us(j.submit_time_us());
+    pending.erase(job);
+  }
+  return queue;
+}
+
+}  // namespace chorus

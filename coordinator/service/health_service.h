@@ -1,0 +1,66 @@
+// HealthService: grpc.health.v1.Health for the coordinator, on gRPC's
+// callback API (no thread is held per call or per watcher).
+//
+// The empty service name "" is the whole server. Check answers at once; Watch
+// sends the current status and then every change until the client leaves or
+// the server shuts down.
+//
+// Thread-safety: SetStatus/Shutdown may be called from any thread.
+//
+// Example:
+//   HealthService health;
+//   builder.RegisterService(&health);
+//   health.SetStatus("", HealthCheckResponse::SERVING);
+#ifndef CHORUS_COORDINATOR_SERVICE_HEALTH_SERVICE_H_
+#define CHORUS_COORDINATOR_SERVICE_HEALTH_SERVICE_H_
+
+#include <map>
+#include <set>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+
+namespace chorus {
+
+class HealthService final : public grpc::health::v1::Health::CallbackService {
+ public:
+  using ServingStatus = grpc::health::v1::HealthCheckResponse::ServingStatus;
+
+  HealthService() = default;
+  HealthService(const HealthService&) = delete;
+  HealthService& operator=(const HealthService&) = delete;
+  ~HealthService() override;
+
+  // Sets the status of `service` ("" for the server) and notifies watchers.
+  void SetStatus(const std::string& service, ServingStatus status);
+  // Marks everything NOT_SERVING and finishes every Watch stream; later
+  // watchers are refused. Call before grpc::Server::Shutdown.
+  void Shutdown();
+
+  grpc::ServerUnaryReactor* Check(grpc::CallbackServerContext* context,
+                                  const grpc::health::v1::HealthCheckRequest* request,
+                                  grpc::health::v1::HealthCheckResponse* response) override;
+  grpc::ServerWriteReactor<grpc::health::v1::HealthCheckResponse>* Watch(
+      grpc::CallbackServerContext* context,
+      const grpc::health::v1::HealthCheckRequest* request) override;
+
+ private:
+  class Watcher;
+  friend class Watcher;
+
+  // The status of `service`, SERVICE_UNKNOWN if never set.
+  ServingStatus StatusOf(const std::string& service) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Remove(Watcher* watcher);
+
+  absl::Mutex mu_;
+  std::map<std::string, ServingStatus> statuses_ ABSL_GUARDED_BY(mu_);
+  std::set<Watcher*> watchers_ ABSL_GUARDED_BY(mu_);
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+  absl::CondVar watchers_gone_;
+};
+
+}  // namespace chorus
+
+#endif  // CHORUS_COORDINATOR_SERVICE_HEALTH_SERVICE_H_
