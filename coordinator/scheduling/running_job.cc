@@ -116,6 +116,25 @@ void RunningJob::SetLimits(v1::LaunchRanks& launch) const {
   launch.set_max_processes(max_processes);
 }
 
+std::vector<RunningJob::Fate> RunningJob::Fates(const AgentRegistry& agents) const {
+  std::vector<Fate> fates(ranks.size(), Fate::kStays);
+  for (size_t rank = 0; rank < ranks.size(); ++rank) {
+    const RankState& r = ranks[rank];
+    const AgentRegistry::Agent* agent = r.agent_id.empty() ? nullptr : agents.Find(r.agent_id);
+    if (r.state == v1::RankStatus::EXITED) {
+      fates[rank] = Fate::kExited;
+    } else if (r.agent_id.empty()) {
+      fates[rank] = Fate::kUnbound;
+    } else if (agent == nullptr) {
+      fates[rank] = Fate::kAgentGone;
+    } else if (agent->draining || std::find(yielding.begin(), yielding.end(),
+                                            std::make_pair(r.agent_id, r.slot)) != yielding.end()) {
+      fates[rank] = Fate::kLeavesAtBoundary;
+    }
+  }
+  return fates;
+}
+
 std::vector<RankSlot> RunningJob::Slots() const {
   std::vector<RankSlot> slots;
   for (const RankState& r : ranks) {

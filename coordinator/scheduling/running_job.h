@@ -227,6 +227,20 @@ struct RunningJob {
   // unbound, to be bound again by host, agent pid and slot. Returns them.
   std::vector<int> AwaitAgent(const std::string& agent_id, const std::string& host,
                               int64_t agent_pid);
+  // Where a rank of the current generation stands, as a change of
+  // generation sees it: every caller that asks which ranks are lost reads
+  // it here (a re-formation, the plan of a planned one, the elastic record).
+  enum class Fate {
+    kStays,
+    kExited,
+    kUnbound,    // awaiting its agent's return (Note [Agent reconnect grace])
+    kAgentGone,  // its agent is not registered
+    // On a draining agent, or yielding its slot to a preemption: it leaves
+    // at the step boundary and exits by itself.
+    kLeavesAtBoundary,
+  };
+  // Each rank's Fate (index = rank).
+  std::vector<Fate> Fates(const AgentRegistry& agents) const;
   // Whether a rank that has not exited runs on `agent_id` (departing ones
   // included).
   bool RunsOn(const std::string& agent_id) const;

@@ -1,5 +1,6 @@
 #include "coordinator/scheduling/running_job.h"
 
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -49,6 +50,51 @@ class RunningJobTest : public ::testing::Test {
   v1::Job job_;
   RunningJob run_{job_, 3, /*generation=*/1};
 };
+
+// Which ranks a change of generation loses, and how: each rank's own state
+// and its agent's, one row per case.
+TEST_F(RunningJobTest, EachRanksFateAtAChangeOfGeneration) {
+  using Fate = RunningJob::Fate;
+  struct Row {
+    const char* what;
+    std::function<void(RunningJob&, AgentRegistry&)> make;
+    std::vector<Fate> fates;
+  };
+  const std::vector<Row> rows = {
+      {"every rank running",
+       [](RunningJob&, AgentRegistry&) {},
+       {Fate::kStays, Fate::kStays, Fate::kStays}},
+      {"rank 1 exited",
+       [](RunningJob& run, AgentRegistry&) { run.ranks[1].state = v1::RankStatus::EXITED; },
+       {Fate::kStays, Fate::kExited, Fate::kStays}},
+      {"agent-2 gone",
+       [](RunningJob&, AgentRegistry& agents) { agents.Remove("agent-2"); },
+       {Fate::kStays, Fate::kStays, Fate::kAgentGone}},
+      {"agent-1 draining",
+       [](RunningJob&, AgentRegistry& agents) { agents.SetDraining("agent-1"); },
+       {Fate::kLeavesAtBoundary, Fate::kLeavesAtBoundary, Fate::kStays}},
+      {"rank 2 yields its slot",
+       [](RunningJob& run, AgentRegistry&) { run.yielding.emplace_back("agent-2", 0); },
+       {Fate::kStays, Fate::kStays, Fate::kLeavesAtBoundary}},
+      {"rank 0 awaits its agent",
+       [](RunningJob& run, AgentRegistry&) { run.ranks[0].agent_id.clear(); },
+       {Fate::kUnbound, Fate::kStays, Fate::kStays}},
+      {"an exit counts before a draining agent",
+       [](RunningJob& run, AgentRegistry& agents) {
+         agents.SetDraining("agent-1");
+         run.ranks[0].state = v1::RankStatus::EXITED;
+       },
+       {Fate::kExited, Fate::kLeavesAtBoundary, Fate::kStays}},
+  };
+  for (const Row& row : rows) {
+    RunningJob run = run_;
+    AgentRegistry agents;
+    ASSERT_EQ(*agents.Add(Hello("node-a", 11, 2), nullptr), "agent-1");
+    ASSERT_EQ(*agents.Add(Hello("node-b", 12, 1), nullptr), "agent-2");
+    row.make(run, agents);
+    EXPECT_EQ(run.Fates(agents), row.fates) << row.what;
+  }
+}
 
 TEST_F(RunningJobTest, FindsRanksByAgentSlotAndGeneration) {
   EXPECT_EQ(run_.RankOn("agent-1", 1), 1);

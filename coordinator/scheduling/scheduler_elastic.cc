@@ -54,19 +54,14 @@ ReformJob ReformJobOf(const RunningJob& run, const std::string& cause, ReformKin
 // slots stay busy until their exit is reported, so they go to `leaving`).
 std::vector<bool> LostRanks(const RunningJob& run, AgentRegistry& agents,
                             std::vector<std::pair<std::string, int>>& leaving) {
+  const std::vector<RunningJob::Fate> fates = run.Fates(agents);
   std::vector<bool> lost(run.ranks.size(), false);
   for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
     const RankState& r = run.ranks[rank];
-    const AgentRegistry::Agent* agent = agents.Find(r.agent_id);
-    if (r.state == v1::RankStatus::EXITED) {
-      lost[rank] = true;
-      if (agent != nullptr) agents.SetBusy(r.agent_id, r.slot, false);
-    } else if (agent == nullptr) {
-      lost[rank] = true;
-    } else if (agent->draining ||
-               std::find(run.yielding.begin(), run.yielding.end(),
-                         std::make_pair(r.agent_id, r.slot)) != run.yielding.end()) {
-      lost[rank] = true;
+    lost[rank] = fates[rank] != RunningJob::Fate::kStays;
+    if (fates[rank] == RunningJob::Fate::kExited && agents.Find(r.agent_id) != nullptr) {
+      agents.SetBusy(r.agent_id, r.slot, false);
+    } else if (fates[rank] == RunningJob::Fate::kLeavesAtBoundary) {
       leaving.emplace_back(r.agent_id, r.slot);
     }
   }
@@ -359,15 +354,9 @@ void Scheduler::RequestReformLocked(const std::string& job_id, RunningJob& run,
   // What ReformLocked will plan if nothing changes before the boundary:
   // ranks on draining agents (and any gone) leave, free slots are taken.
   if (absl::StatusOr<v1::Job> job = jobs_.Get(job_id); job.ok()) {
-    std::vector<bool> lost(run.ranks.size(), false);
-    for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
-      const AgentRegistry::Agent* agent = agents_.Find(run.ranks[rank].agent_id);
-      lost[rank] = agent == nullptr || agent->draining ||
-                   run.ranks[rank].state == v1::RankStatus::EXITED ||
-                   std::find(run.yielding.begin(), run.yielding.end(),
-                             std::make_pair(run.ranks[rank].agent_id, run.ranks[rank].slot)) !=
-                       run.yielding.end();
-    }
+    std::vector<bool> lost;
+    for (RunningJob::Fate fate : run.Fates(agents_))
+      lost.push_back(fate != RunningJob::Fate::kStays);
     absl::StatusOr<NextGeneration> next = PlanNextGeneration(
         run.Slots(), lost, FreeSlotsForLocked(run), QuotaCappedLocked(job_id, job->spec(), run));
     if (next.ok()) planned.world = static_cast<int>(next->ranks.size());
@@ -895,11 +884,10 @@ void Scheduler::SaveElasticLocked(Outbox& out) {
 
 void Scheduler::SaveElasticLocked(const std::string& job_id, RunningJob& run, Outbox& out) {
   if (!run.elastic) return;
-  std::vector<bool> lost(run.ranks.size(), false);
-  for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
-    const RankState& r = run.ranks[rank];
-    lost[rank] = r.state == v1::RankStatus::EXITED ||
-                 (!r.agent_id.empty() && agents_.Find(r.agent_id) == nullptr);
+  // Ranks on a draining agent still run, and unbound ones may come back.
+  std::vector<bool> lost;
+  for (RunningJob::Fate fate : run.Fates(agents_)) {
+    lost.push_back(fate == RunningJob::Fate::kExited || fate == RunningJob::Fate::kAgentGone);
   }
   const coordinator::ElasticRecord record = ElasticRecordOf(run, lost);
   std::string serialized = record.SerializeAsString();
