@@ -116,6 +116,15 @@ void RunningJob::SetLimits(v1::LaunchRanks& launch) const {
   launch.set_max_processes(max_processes);
 }
 
+bool RunningJob::Steady() const {
+  if (!Formed() || AwaitingRanks()) return false;
+  if (phase.planned().has_value() || phase.waiting() != nullptr || phase.restarting() != nullptr) {
+    return false;
+  }
+  return std::none_of(ranks.begin(), ranks.end(),
+                      [](const RankState& r) { return r.state == v1::RankStatus::EXITED; });
+}
+
 std::vector<RunningJob::Fate> RunningJob::Fates(const AgentRegistry& agents) const {
   std::vector<Fate> fates(ranks.size(), Fate::kStays);
   for (size_t rank = 0; rank < ranks.size(); ++rank) {

@@ -227,6 +227,10 @@ struct RunningJob {
   // unbound, to be bound again by host, agent pid and slot. Returns them.
   std::vector<int> AwaitAgent(const std::string& agent_id, const std::string& host,
                               int64_t agent_pid);
+  // Whether a growth, a shrink or a re-queue may start: the generation has
+  // formed, no rank is awaited or has exited, and no change of generation
+  // is planned, waiting for slots or under way (Note [Elastic phase]).
+  bool Steady() const;
   // Where a rank of the current generation stands, as a change of
   // generation sees it: every caller that asks which ranks are lost reads
   // it here (a re-formation, the plan of a planned one, the elastic record).

@@ -96,6 +96,29 @@ TEST_F(RunningJobTest, EachRanksFateAtAChangeOfGeneration) {
   }
 }
 
+// Growth, shrinking and re-queueing start only from a steady job.
+TEST_F(RunningJobTest, SteadyOnceFormedWithNoRankMissingAndNoChangeUnderWay) {
+  EXPECT_FALSE(run_.Steady()) << "its generation has not formed";
+  Rendezvous::Answers answers;
+  for (int rank = 0; rank < 3; ++rank) {
+    run_.rendezvous.Join(
+        rank, absl::InfiniteFuture(), [](absl::StatusOr<v1::JoinResponse>) {},
+        [](int) { return v1::JoinResponse(); }, answers);
+  }
+  ASSERT_TRUE(run_.Formed());
+  EXPECT_TRUE(run_.Steady());
+
+  RunningJob exited = run_;
+  exited.ranks[2].state = v1::RankStatus::EXITED;
+  EXPECT_FALSE(exited.Steady()) << "a rank exited";
+  RunningJob planned = run_;
+  ASSERT_TRUE(planned.phase.Plan(ElasticPhase::Planned{"a drain", ReformKind::kDrain, 2}));
+  EXPECT_FALSE(planned.Steady()) << "a change is planned";
+  RunningJob awaiting = run_;
+  awaiting.ranks[0].agent_id.clear();
+  EXPECT_FALSE(awaiting.Steady()) << "a rank is awaited";
+}
+
 TEST_F(RunningJobTest, FindsRanksByAgentSlotAndGeneration) {
   EXPECT_EQ(run_.RankOn("agent-1", 1), 1);
   EXPECT_EQ(run_.RankOn("agent-2", 0), 2);

@@ -605,16 +605,11 @@ void Scheduler::GrowLocked(Outbox& out) {
                        out);
     }
     // Note [Staged growth]: replacements owed are taken without waiting.
-    if (!run.elastic || run.phase.planned().has_value() || run.phase.waiting() != nullptr ||
-        run.staged.has_value() || run.phase.restarting() != nullptr || !run.Formed() ||
-        run.AwaitingRanks() ||
+    if (!run.elastic || !run.Steady() || run.staged.has_value() ||
         (!run.replacements_owed &&
          now < run.last_growth_at + absl::Seconds(run.elastic_spec.scale_up_interval_seconds()))) {
       continue;
     }
-    bool healthy = true;
-    for (const RankState& r : run.ranks) healthy = healthy && r.state != v1::RankStatus::EXITED;
-    if (!healthy) continue;
     absl::StatusOr<v1::Job> job = jobs_.Get(job_id);
     if (!job.ok() || static_cast<int>(run.ranks.size()) >= job->spec().resources().max_ranks()) {
       continue;
@@ -920,15 +915,10 @@ void Scheduler::NoteFormedLocked(const std::string& job_id, RunningJob& run, Out
 std::vector<ElasticRun> Scheduler::PreemptibleLocked() const {
   std::vector<ElasticRun> runs;
   for (const auto& [job_id, run] : running_) {
-    if (!run.elastic || run.RestartsAll() || run.phase.planned().has_value() ||
-        run.phase.waiting() != nullptr || run.phase.restarting() != nullptr || !run.Formed() ||
-        run.AwaitingRanks() || !run.yielding.empty() || !run.departing.empty()) {
+    if (!run.elastic || run.RestartsAll() || !run.Steady() || !run.yielding.empty() ||
+        !run.departing.empty()) {
       continue;
     }
-    const bool healthy = std::none_of(run.ranks.begin(), run.ranks.end(), [](const RankState& r) {
-      return r.state == v1::RankStatus::EXITED;
-    });
-    if (!healthy) continue;
     ElasticRun& e = runs.emplace_back();
     e.job_id = job_id;
     e.priority = run.priority;

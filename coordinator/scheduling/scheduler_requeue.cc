@@ -61,11 +61,7 @@ namespace chorus {
 std::vector<RequeueRun> Scheduler::RequeueableLocked() const {
   std::vector<RequeueRun> runs;
   for (const auto& [job_id, run] : running_) {
-    if (run.elastic || run.requeue.has_value() || !run.Formed() || run.AwaitingRanks()) continue;
-    const bool healthy = std::none_of(run.ranks.begin(), run.ranks.end(), [](const RankState& r) {
-      return r.state == v1::RankStatus::EXITED;
-    });
-    if (!healthy) continue;
+    if (run.elastic || run.requeue.has_value() || !run.Steady()) continue;
     RequeueRun& r = runs.emplace_back();
     r.job_id = job_id;
     r.priority = run.priority;
