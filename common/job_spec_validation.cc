@@ -120,7 +120,7 @@ void ValidateModel(const JobSpec& spec, Checker& c) {
 
 // A TAR member suffix (data.shards.input_member or target_member) of a type
 // that is read, by its last extension ("x.npy", or WebDataset's "npy").
-// Text labels (Note [Text label members] in worker/train/shard_reader.cc)
+// Text labels (Note [Text label members] in worker/train/tar_members.cc)
 // are targets only; images are not decoded.
 void CheckTarMember(const std::string& field, const std::string& member, bool target,
                     Checker& c) {

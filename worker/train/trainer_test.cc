@@ -940,7 +940,7 @@ TEST(TrainerTest, HeldOutShardsAreEvaluatedAsTheSameSamplesInMemory) {
   }
 }
 
-// Note [Token samples] in shard_reader.cc: a transformer_lm trains on
+// Note [Token samples] in shard_format.cc: a transformer_lm trains on
 // TENSOR_FILES shards of token sequences as on the same file in memory; a
 // token id outside the vocabulary is an error naming the file and sample.
 TEST(TrainerTest, ALanguageModelTrainsOnTensorFileShardsAsOnTheSameFileInMemory) {
