@@ -136,8 +136,7 @@ std::vector<RunningJob::Fate> RunningJob::Fates(const AgentRegistry& agents) con
       fates[rank] = Fate::kUnbound;
     } else if (agent == nullptr) {
       fates[rank] = Fate::kAgentGone;
-    } else if (agent->draining || std::find(yielding.begin(), yielding.end(),
-                                            std::make_pair(r.agent_id, r.slot)) != yielding.end()) {
+    } else if (agent->draining || leaving.yielding(r.agent_id, r.slot)) {
       fates[rank] = Fate::kLeavesAtBoundary;
     }
   }
@@ -234,10 +233,7 @@ bool RunningJob::RunsOn(const std::string& agent_id) const {
   for (const RankState& r : ranks) {
     if (r.agent_id == agent_id && r.state != v1::RankStatus::EXITED) return true;
   }
-  for (const auto& [id, slot] : departing) {
-    if (id == agent_id) return true;
-  }
-  return false;
+  return leaving.DepartingOn(agent_id);
 }
 
 std::map<std::string, std::vector<int>> RunningJob::ReleaseSlots(AgentRegistry& agents) const {
@@ -247,17 +243,15 @@ std::map<std::string, std::vector<int>> RunningJob::ReleaseSlots(AgentRegistry& 
     agents.SetBusy(r.agent_id, r.slot, false);
     if (r.state != v1::RankStatus::EXITED) to_stop[r.agent_id].push_back(r.slot);
   }
-  for (const auto& [agent_id, slot] : departing) {
+  for (const auto& [agent_id, slot] : leaving.Departing()) {
     if (agents.Find(agent_id) == nullptr) continue;
     agents.SetBusy(agent_id, slot, false);
     to_stop[agent_id].push_back(slot);
   }
-  if (staged.has_value()) {
-    for (const StagedNewcomer& n : staged->newcomers) {
-      if (agents.Find(n.slot.agent_id) == nullptr) continue;
-      agents.SetBusy(n.slot.agent_id, n.slot.slot, false);
-      to_stop[n.slot.agent_id].push_back(n.slot.slot);
-    }
+  for (const StagedNewcomer& n : staged.newcomers()) {
+    if (agents.Find(n.slot.agent_id) == nullptr) continue;
+    agents.SetBusy(n.slot.agent_id, n.slot.slot, false);
+    to_stop[n.slot.agent_id].push_back(n.slot.slot);
   }
   return to_stop;
 }

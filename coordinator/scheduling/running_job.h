@@ -29,8 +29,11 @@
 #include "coordinator/hang/hang_policy.h"
 #include "coordinator/scheduling/agent_registry.h"
 #include "coordinator/scheduling/elastic_state.h"
+#include "coordinator/scheduling/leaving_ranks.h"
 #include "coordinator/scheduling/placement.h"
 #include "coordinator/scheduling/rendezvous.h"
+#include "coordinator/scheduling/requeue_wait.h"
+#include "coordinator/scheduling/staged_growth.h"
 
 namespace chorus {
 
@@ -157,34 +160,6 @@ struct StatusRows {
 struct JobEnd {
   v1::Job::State state = v1::Job::FAILED;
   std::string reason;
-};
-
-// A running job's preemption by re-queue, while it waits for its checkpoint
-// (RunningJob::requeue).
-struct RunningJobRequeue {
-  std::string cause;
-  int64_t target_step = 0;
-  int64_t reported_step = 0;  // the highest step a rank had reported
-  absl::Time deadline;
-};
-
-// A newcomer of a staged growth (Note [Staged growth] in
-// scheduler_elastic.cc): launched for the next generation before it forms.
-struct StagedNewcomer {
-  RankSlot slot;    // where it runs (local_rank and local_world_size planned)
-  int rank = 0;     // its planned rank
-  bool up = false;  // its program has asked to join (it is waiting)
-};
-
-// A staged growth under way (RunningJob::staged): the generation it plans,
-// why, its newcomers, and when they must all be up (elastic.wait_seconds
-// after their launch; past it they are stopped and the job stays as it is).
-struct RunningJobStagedGrowth {
-  int64_t generation = 0;
-  int world_size = 0;
-  std::string cause;
-  std::vector<StagedNewcomer> newcomers;
-  absl::Time deadline;
 };
 
 // Note [A bounded history]
@@ -365,13 +340,8 @@ struct RunningJob {
   // a checkpoint.
   bool preemptible = false;
   // Note [Re-queue] in scheduler_requeue.cc: a higher-priority job preempted
-  // this one, which checkpoints before it goes back to the queue. `cause`
-  // names who ("preempted by job-000007 (HIGH, alice)"); the wait ends once
-  // a checkpoint of `target_step` or later has committed, or at `deadline`.
-  // (Defined outside: clang cannot default-construct a nested struct with
-  // member initializers through std::optional::emplace.)
-  using Requeue = RunningJobRequeue;
-  std::optional<Requeue> requeue;
+  // this one, which checkpoints before it goes back to the queue.
+  RequeueWait requeue;
   // Rank failures survived so far, and one line per generation change: the
   // newest kHistoryLines, after a first line that counts the earlier ones
   // (AppendHistory; Note [A bounded history]).
@@ -379,13 +349,10 @@ struct RunningJob {
   std::vector<std::string> history;
   // Seconds from the last failure to its generation forming (0: none yet).
   double recovery_seconds = 0;
-  // Ranks that left at a planned re-formation (their agent is draining) and
-  // whose exit has not been reported: their slots stay busy until then.
-  std::vector<std::pair<std::string, int>> departing;  // agent id, slot
-  // Ranks (agent id, slot) a higher-priority job preempted: they leave at
-  // the next change of generation, planned at once (Note [Preemption by
-  // shrinking] in preemption.h), and then go to `departing`.
-  std::vector<std::pair<std::string, int>> yielding;
+  // Ranks that leave without a failure: yielding to a preemption until the
+  // next change of generation, then departing (as do ranks that leave with
+  // a drain and stopped staged newcomers) until their exit is reported.
+  LeavingRanks leaving;
   // When the job last started or grew (elastic.scale_up_interval_seconds
   // counts from it).
   absl::Time last_growth_at = absl::InfinitePast();
@@ -393,10 +360,9 @@ struct RunningJob {
   // failure: free slots are taken at once (Note [Staged growth] in
   // scheduler_elastic.cc).
   bool replacements_owed = false;
-  // Note [Staged growth]: newcomers started before their generation forms;
-  // not ranks of the job until it does. (Defined outside, as Requeue.)
-  using StagedGrowth = RunningJobStagedGrowth;
-  std::optional<StagedGrowth> staged;
+  // Note [Staged growth] in scheduler_elastic.cc: newcomers started before
+  // their generation forms; not ranks of the job until it does.
+  StagedGrowth staged;
   // The elastic state last saved to the state database (a serialized
   // coordinator::ElasticRecord; Scheduler::SaveElasticLocked).
   std::string saved_record;

@@ -74,7 +74,7 @@ TEST_F(RunningJobTest, EachRanksFateAtAChangeOfGeneration) {
        [](RunningJob&, AgentRegistry& agents) { agents.SetDraining("agent-1"); },
        {Fate::kLeavesAtBoundary, Fate::kLeavesAtBoundary, Fate::kStays}},
       {"rank 2 yields its slot",
-       [](RunningJob& run, AgentRegistry&) { run.yielding.emplace_back("agent-2", 0); },
+       [](RunningJob& run, AgentRegistry&) { run.leaving.Yield("agent-2", 0); },
        {Fate::kStays, Fate::kStays, Fate::kLeavesAtBoundary}},
       {"rank 0 awaits its agent",
        [](RunningJob& run, AgentRegistry&) { run.ranks[0].agent_id.clear(); },

@@ -259,9 +259,7 @@ bool Scheduler::RemoveAgentLocked(const std::string& agent_id, Outbox& out,
   for (const std::string& job_id : affected) {
     RunningJob& run = running_.at(job_id);
     // Ranks that had already left with a drain are gone with it.
-    run.departing.erase(std::remove_if(run.departing.begin(), run.departing.end(),
-                                       [&](const auto& d) { return d.first == agent_id; }),
-                        run.departing.end());
+    run.leaving.OnAgentGone(agent_id);
     if (run.elastic && rebinding != nullptr) {
       // Note [An agent back before its stream ended].
       if (!run.AwaitAgent(agent_id, host, hello.pid()).empty()) rebinding->push_back(job_id);
@@ -563,14 +561,12 @@ void Scheduler::RankExitedLocked(const std::string& agent_id, const v1::RankExit
   if (it == running_.end()) return;  // already ended (e.g. stopped after a failure)
   const AgentRegistry::Agent* agent = agents_.Find(agent_id);
   if (agent == nullptr) return;
-  std::vector<std::pair<std::string, int>>& departing = it->second.departing;
-  if (StagedNewcomerExitedLocked(exited.job_id(), it->second, agent_id, exited.slot(), out)) {
-    // Note [Staged growth]: it was not a rank yet.
-  } else if (auto left = std::find(departing.begin(), departing.end(),
-                                   std::make_pair(agent_id, exited.slot()));
-             left != departing.end()) {
-    // A rank that left at a planned re-formation (its agent is draining).
-    departing.erase(left);
+  if (std::optional<StagedGrowth::Actions> staged = it->second.staged.OnExited(
+          agent_id, exited.slot(), it->second.phase.planned().has_value())) {
+    // Note [Staged growth] in scheduler_elastic.cc: it was not a rank yet.
+    ApplyStagedLocked(exited.job_id(), it->second, *staged, out);
+  } else if (it->second.leaving.OnExited(agent_id, exited.slot())) {
+    // A rank that left at a planned re-formation (a drain, a preemption).
     agents_.SetBusy(agent_id, exited.slot(), false);
     LOG(INFO) << exited.job_id() << ": the rank that left slot " << exited.slot() << " of "
               << agent->hello.host() << " exited with code " << exited.exit_code();

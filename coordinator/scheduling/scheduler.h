@@ -477,7 +477,8 @@ class Scheduler {
                     Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // ReformLocked's Form (PlanReform in reform_plan.h): starts run's next
   // generation with form.next; `leaving` (agent id, slot) are the ranks that
-  // leave at a step boundary and exit by themselves (to `departing`).
+  // leave at a step boundary and exit by themselves (they depart:
+  // RunningJob::leaving).
   void FormLocked(const std::string& job_id, RunningJob& run, const v1::Job& job,
                   const std::string& cause, ReformKind kind, const ReformDecision::Form& form,
                   std::vector<std::pair<std::string, int>> leaving, Outbox& out)
@@ -488,7 +489,7 @@ class Scheduler {
   std::vector<AgentSlots> FreeSlotsForLocked(const RunningJob& run) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Launches `next`'s newcomers for run's next generation before it forms
-  // and records them in run.staged.
+  // and stages them (StagedGrowth::Start).
   void StageGrowthLocked(const std::string& job_id, RunningJob& run, const NextGeneration& next,
                          const std::string& cause, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Answers a Join from a staged newcomer's slot (moving `done`) and returns
@@ -498,20 +499,12 @@ class Scheduler {
   // is answered UNAVAILABLE until the generation forms.
   bool StagedJoinLocked(const v1::JoinRequest& request, JoinDone& done, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The next generation's `ranks` take the staged newcomers on their slots
-  // (running already: JOINING, not launched again); those not taken are
-  // stopped (DropStagedLocked). Clears run.staged.
-  void AdoptStagedLocked(const std::string& job_id, RunningJob& run, std::vector<RankState>& ranks,
-                         Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Stops run's staged newcomers (their slots stay busy until they exit:
-  // `departing`) and clears run.staged.
-  void DropStagedLocked(const std::string& job_id, RunningJob& run, const std::string& why,
-                        Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A staged newcomer on the agent's slot exited before it joined: its slot
-  // is free, and the growth is given up unless already requested. False if
-  // the slot is not one of them.
-  bool StagedNewcomerExitedLocked(const std::string& job_id, RunningJob& run,
-                                  const std::string& agent_id, int slot, Outbox& out)
+  // Applies what run.staged's transition asks (Note [Staged growth]): frees
+  // the slots of newcomers that exited, and stops those it drops (they
+  // depart: their slots stay busy until they exit). `adopted` is the
+  // caller's.
+  void ApplyStagedLocked(const std::string& job_id, RunningJob& run,
+                         const StagedGrowth::Actions& actions, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // ReformLocked's first Wait: the next generation cannot form (wait.why);
   // the job waits for slots until wait.until (Note [Elastic phase]).

@@ -132,7 +132,6 @@ void BeginGeneration(RunningJob& run, const v1::Job& job, std::vector<RankState>
   run.rank_of_survivor.clear();
   run.diagnoses = DiagnosisHistory();
   run.upload_grant = UploadGrantFor(job, world, generation);
-  run.yielding.clear();  // they are `departing` now
   run.generation_started_at = now;
   run.phase.BeginForming(kind, now, now + absl::Seconds(run.elastic_spec.wait_seconds()));
 }
@@ -217,7 +216,15 @@ void Scheduler::FormLocked(const std::string& job_id, RunningJob& run, const v1:
       out.joins);
   std::vector<std::string> newcomers;
   std::vector<RankState> ranks = NextRanks(run, next, agents_, newcomers);
-  AdoptStagedLocked(job_id, run, ranks, out);
+  // Note [Staged growth]: newcomers already running join; they are not
+  // launched again.
+  const StagedGrowth::Actions staged = run.staged.OnGenerationBegun(next.ranks);
+  for (const auto& [agent_id, slot] : staged.adopted) {
+    for (RankState& r : ranks) {
+      if (r.agent_id == agent_id && r.slot == slot) r.state = v1::RankStatus::JOINING;
+    }
+  }
+  ApplyStagedLocked(job_id, run, staged, out);
   if (failure) ++run.restarts;
   if (world > old_world) run.last_growth_at = now;
   // Note [Staged growth]: a survivors-only generation owes its replacements.
@@ -225,7 +232,7 @@ void Scheduler::FormLocked(const std::string& job_id, RunningJob& run, const v1:
   const std::string change =
       DescribeChange(run, job.spec(), generation, old_world, world, cause, failure, newcomers);
   AppendHistory(run.history, change);
-  for (auto& departing : leaving) run.departing.push_back(std::move(departing));
+  run.leaving.OnGenerationBegun(leaving);
   BeginGeneration(run, job, std::move(ranks), generation, kind, now);
   run.rank_of_survivor.assign(old_world, -1);
   for (int rank = 0; rank < world; ++rank) {
@@ -410,7 +417,7 @@ void Scheduler::RetryWaitingLocked(Outbox& out) {
 // scale-up interval) is staged too, so that the survivors are told to
 // re-form only once the newcomers' programs are up and waiting:
 //  3. GrowLocked plans the growth's generation and launches its newcomers
-//     at once, for that generation, before it forms (RunningJob::staged);
+//     at once, for that generation, before it forms (StagedGrowth);
 //     the survivors go on training;
 //  4. the newcomer's chorus-rank joins with starts_program_first and is
 //     answered at once (StagedJoinLocked: JoinResponse.staged, the planned
@@ -428,49 +435,24 @@ void Scheduler::RetryWaitingLocked(Outbox& out) {
 // restart forgets the debt and the staged growth: the job then grows after
 // the scale-up interval, and a staged newcomer's Join finds no rank.
 std::vector<AgentSlots> Scheduler::FreeSlotsForLocked(const RunningJob& run) const {
-  std::vector<AgentSlots> free = UnreservedSlotsLocked();
-  if (!run.staged.has_value()) return free;
-  // Note [Staged growth]: the staged newcomers' slots first, so that the
-  // plan takes them before any other.
-  std::vector<AgentSlots> staged;
-  for (const StagedNewcomer& n : run.staged->newcomers) {
-    const AgentRegistry::Agent* agent = agents_.Find(n.slot.agent_id);
-    if (agent == nullptr || agent->draining) continue;  // not taken: stopped
-    auto same = std::find_if(staged.begin(), staged.end(),
-                             [&](const AgentSlots& a) { return a.agent_id == n.slot.agent_id; });
-    if (same == staged.end()) {
-      same = staged.insert(staged.end(), AgentSlots{});
-      same->agent_id = n.slot.agent_id;
-      same->device = agent->hello.device();
-      same->memory_bytes = agent->hello.memory_bytes();
-      same->host = agent->hello.host();
-      same->total_slots = static_cast<int>(agent->busy.size());
-    }
-    same->free_slots.push_back(n.slot.slot);
-  }
-  for (AgentSlots& a : staged) std::sort(a.free_slots.begin(), a.free_slots.end());
-  staged.insert(staged.end(), free.begin(), free.end());
-  return staged;
+  return run.staged.SlotsFirst(agents_, UnreservedSlotsLocked());
 }
 
 void Scheduler::StageGrowthLocked(const std::string& job_id, RunningJob& run,
                                   const NextGeneration& next, const std::string& cause,
                                   Outbox& out) {
-  RunningJob::StagedGrowth staged;
-  staged.generation = run.generation() + 1;
-  staged.world_size = static_cast<int>(next.ranks.size());
-  staged.cause = cause;
-  staged.deadline = clock_->Now() + absl::Seconds(run.elastic_spec.wait_seconds());
+  const int64_t generation = run.generation() + 1;
+  std::vector<StagedNewcomer> newcomers;
   std::map<std::string, v1::CoordinatorMessage> launches;
   std::vector<std::string> where;
   for (size_t rank = 0; rank < next.ranks.size(); ++rank) {
     if (next.old_rank[rank] >= 0) continue;
     const RankSlot& slot = next.ranks[rank];
     agents_.SetBusy(slot.agent_id, slot.slot, true);
-    staged.newcomers.push_back(StagedNewcomer{slot, static_cast<int>(rank), false});
+    newcomers.push_back(StagedNewcomer{slot, static_cast<int>(rank), false});
     v1::LaunchRanks* launch = launches[slot.agent_id].mutable_launch();
     launch->set_job_id(job_id);
-    launch->set_generation(staged.generation);
+    launch->set_generation(generation);
     launch->set_coordinator(coordinator_address_);
     run.SetLimits(*launch);
     v1::RankLaunch* r = launch->add_ranks();
@@ -483,7 +465,8 @@ void Scheduler::StageGrowthLocked(const std::string& job_id, RunningJob& run,
   for (auto& [agent_id, message] : launches) {
     out.messages.emplace_back(agents_.Find(agent_id)->send, std::move(message));
   }
-  run.staged = std::move(staged);
+  run.staged.Start(generation, static_cast<int>(next.ranks.size()), cause, std::move(newcomers),
+                   clock_->Now(), absl::Seconds(run.elastic_spec.wait_seconds()));
   v1::JobEvent event;
   event.set_message(absl::StrCat("generation ", run.generation() + 1, " after ", cause,
                                  ": starting ", absl::StrJoin(where, ", "),
@@ -494,102 +477,57 @@ void Scheduler::StageGrowthLocked(const std::string& job_id, RunningJob& run,
 
 bool Scheduler::StagedJoinLocked(const v1::JoinRequest& request, JoinDone& done, Outbox& out) {
   auto it = running_.find(request.job_id());
-  if (it == running_.end() || !it->second.staged.has_value()) return false;
+  if (it == running_.end()) return false;
   RunningJob& run = it->second;
-  RunningJob::StagedGrowth& staged = *run.staged;
-  auto newcomer =
-      std::find_if(staged.newcomers.begin(), staged.newcomers.end(), [&](const StagedNewcomer& n) {
-        return n.slot.agent_id == request.agent_id() && n.slot.slot == request.slot();
-      });
-  if (newcomer == staged.newcomers.end() || request.generation() != staged.generation) {
-    return false;
-  }
-  if (request.starts_program_first()) {
+  const StagedGrowth::JoinOutcome staged =
+      run.staged.OnJoin(request.agent_id(), request.slot(), request.generation(),
+                        request.starts_program_first(), run.phase.planned().has_value());
+  if (staged.kind == StagedGrowth::JoinOutcome::kStartsProgram) {
     // Its chorus-rank: the planned membership, so that it starts the program.
     absl::StatusOr<v1::Job> job = jobs_.Get(request.job_id());
     if (!job.ok()) return false;
     v1::JoinResponse response;
-    response.set_rank(newcomer->rank);
-    response.set_world_size(staged.world_size);
-    response.set_generation(staged.generation);
+    response.set_rank(staged.newcomer.rank);
+    response.set_world_size(run.staged.world_size());
+    response.set_generation(run.staged.generation());
     *response.mutable_spec() = job->spec();
-    response.set_store_namespace(RunningJob::StoreNamespace(*job, staged.generation));
-    response.set_local_rank(newcomer->slot.local_rank);
-    response.set_local_world_size(newcomer->slot.local_world_size);
+    response.set_store_namespace(RunningJob::StoreNamespace(*job, run.staged.generation()));
+    response.set_local_rank(staged.newcomer.slot.local_rank);
+    response.set_local_world_size(staged.newcomer.slot.local_world_size);
     if (!run.resume.job_id().empty()) *response.mutable_resume() = run.resume;
     response.set_restarts(run.restarts);
     response.set_staged(true);
     out.joins.emplace_back(std::move(done), std::move(response));
     return true;
   }
+  if (staged.kind != StagedGrowth::JoinOutcome::kUp) return false;
   // Its program: up and waiting.
-  newcomer->up = true;
-  const bool all_up = std::all_of(staged.newcomers.begin(), staged.newcomers.end(),
-                                  [](const StagedNewcomer& n) { return n.up; });
-  if (all_up && !run.phase.planned().has_value()) {
-    RequestReformLocked(request.job_id(), run, staged.cause, ReformKind::kScaleUp, out);
+  const int64_t generation = run.staged.generation();
+  if (staged.request_change) {
+    RequestReformLocked(request.job_id(), run, run.staged.cause(), ReformKind::kScaleUp, out);
   }
   out.joins.emplace_back(std::move(done),
                          absl::UnavailableError(absl::StrCat(
-                             "generation ", staged.generation, " of job ", request.job_id(),
+                             "generation ", generation, " of job ", request.job_id(),
                              " forms at its members' next step ", "boundary; join again shortly")));
   return true;
 }
 
-void Scheduler::AdoptStagedLocked(const std::string& job_id, RunningJob& run,
-                                  std::vector<RankState>& ranks, Outbox& out) {
-  if (!run.staged.has_value()) return;
-  std::vector<StagedNewcomer> left;
-  for (const StagedNewcomer& n : run.staged->newcomers) {
-    auto taken = std::find_if(ranks.begin(), ranks.end(), [&](const RankState& r) {
-      return r.agent_id == n.slot.agent_id && r.slot == n.slot.slot;
-    });
-    if (taken != ranks.end()) {
-      taken->state = v1::RankStatus::JOINING;  // running already: not launched again
-    } else {
-      left.push_back(n);
-    }
+void Scheduler::ApplyStagedLocked(const std::string& job_id, RunningJob& run,
+                                  const StagedGrowth::Actions& actions, Outbox& out) {
+  for (const auto& [agent_id, slot] : actions.freed) {
+    agents_.SetBusy(agent_id, slot, false);
+    LOG(INFO) << job_id << ": staged newcomer on slot " << slot << " exited before it joined";
   }
-  run.staged->newcomers = std::move(left);
-  DropStagedLocked(job_id, run, "the next generation does not take them", out);
-}
-
-void Scheduler::DropStagedLocked(const std::string& job_id, RunningJob& run, const std::string& why,
-                                 Outbox& out) {
-  if (!run.staged.has_value()) return;
-  std::map<std::string, std::vector<int>> stop;
-  for (const StagedNewcomer& n : run.staged->newcomers) {
-    if (agents_.Find(n.slot.agent_id) == nullptr) continue;
-    stop[n.slot.agent_id].push_back(n.slot.slot);
-    run.departing.emplace_back(n.slot.agent_id, n.slot.slot);  // busy until they exit
+  bool stopped = false;
+  for (const auto& [agent_id, slots] : actions.stop) {
+    const AgentRegistry::Agent* agent = agents_.Find(agent_id);
+    if (agent == nullptr) continue;
+    for (int slot : slots) run.leaving.Depart(agent_id, slot);  // busy until they exit
+    out.messages.emplace_back(agent->send, StopRanksMessage(job_id, slots, actions.stop_reason));
+    stopped = true;
   }
-  run.staged.reset();
-  if (stop.empty()) return;
-  const std::string reason = absl::StrCat("staged newcomer(s) stopped: ", why);
-  for (const auto& [agent_id, slots] : stop) {
-    out.messages.emplace_back(agents_.Find(agent_id)->send,
-                              StopRanksMessage(job_id, slots, reason));
-  }
-  LOG(INFO) << job_id << ": " << reason;
-}
-
-bool Scheduler::StagedNewcomerExitedLocked(const std::string& job_id, RunningJob& run,
-                                           const std::string& agent_id, int slot, Outbox& out) {
-  if (!run.staged.has_value()) return false;
-  std::vector<StagedNewcomer>& newcomers = run.staged->newcomers;
-  auto gone = std::find_if(newcomers.begin(), newcomers.end(), [&](const StagedNewcomer& n) {
-    return n.slot.agent_id == agent_id && n.slot.slot == slot;
-  });
-  if (gone == newcomers.end()) return false;
-  agents_.SetBusy(agent_id, slot, false);
-  newcomers.erase(gone);
-  LOG(INFO) << job_id << ": staged newcomer on slot " << slot << " exited before it joined";
-  // Before the change is requested, the others are stopped and the growth
-  // is tried again; after, the change plans without it.
-  if (!run.phase.planned().has_value() || newcomers.empty()) {
-    DropStagedLocked(job_id, run, "another newcomer of the growth exited", out);
-  }
-  return true;
+  if (stopped) LOG(INFO) << job_id << ": " << actions.stop_reason;
 }
 
 void Scheduler::GrowLocked(Outbox& out) {
@@ -598,14 +536,9 @@ void Scheduler::GrowLocked(Outbox& out) {
   std::vector<std::pair<std::string, std::string>> grow;  // job id, cause
   std::vector<std::tuple<std::string, NextGeneration, std::string>> stage;
   for (auto& [job_id, run] : running_) {
-    if (run.staged.has_value() && !run.phase.planned().has_value() && now >= run.staged->deadline) {
-      DropStagedLocked(job_id, run,
-                       absl::StrCat("not up within elastic.wait_seconds ",
-                                    run.elastic_spec.wait_seconds(), " s"),
-                       out);
-    }
+    ApplyStagedLocked(job_id, run, run.staged.OnTick(now, run.phase.planned().has_value()), out);
     // Note [Staged growth]: replacements owed are taken without waiting.
-    if (!run.elastic || !run.Steady() || run.staged.has_value() ||
+    if (!run.elastic || !run.Steady() || run.staged.active() ||
         (!run.replacements_owed &&
          now < run.last_growth_at + absl::Seconds(run.elastic_spec.scale_up_interval_seconds()))) {
       continue;
@@ -915,8 +848,7 @@ void Scheduler::NoteFormedLocked(const std::string& job_id, RunningJob& run, Out
 std::vector<ElasticRun> Scheduler::PreemptibleLocked() const {
   std::vector<ElasticRun> runs;
   for (const auto& [job_id, run] : running_) {
-    if (!run.elastic || run.RestartsAll() || !run.Steady() || !run.yielding.empty() ||
-        !run.departing.empty()) {
+    if (!run.elastic || run.RestartsAll() || !run.Steady() || !run.leaving.empty()) {
       continue;
     }
     ElasticRun& e = runs.emplace_back();
@@ -942,9 +874,9 @@ void Scheduler::PreemptLocked(Outbox& out) {
     }
     for (const auto& [job_id, run] : running_) {
       if (run.device != device) continue;
-      needed -= run.yielding.size() + run.departing.size();
+      needed -= run.leaving.size();
       // Note [Re-queue]: a job checkpointing before it goes back to the queue.
-      if (run.requeue.has_value()) needed -= run.ranks.size();
+      if (run.requeue.active()) needed -= run.ranks.size();
     }
     for (const auto& [slot, job_id] : stopping_slots_) {
       const AgentRegistry::Agent* agent = agents_.Find(slot.first);
@@ -957,8 +889,7 @@ void Scheduler::PreemptLocked(Outbox& out) {
         StartRequeueLocked(p.job_id, run, holder_id, holder->second, out);
         continue;
       }
-      for (int rank : p.ranks)
-        run.yielding.emplace_back(run.ranks[rank].agent_id, run.ranks[rank].slot);
+      for (int rank : p.ranks) run.leaving.Yield(run.ranks[rank].agent_id, run.ranks[rank].slot);
       const std::string ranks = absl::StrJoin(p.ranks, ",");
       RequestReformLocked(
           p.job_id, run,

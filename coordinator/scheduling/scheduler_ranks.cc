@@ -93,12 +93,7 @@ void Scheduler::JoinLocked(const v1::JoinRequest& request, absl::Time deadline, 
     SaveElasticLocked(out);
     it = running_.find(request.job_id());
   }
-  const auto left = it == running_.end()
-                        ? false
-                        : std::find(it->second.departing.begin(), it->second.departing.end(),
-                                    std::make_pair(request.agent_id(), request.slot())) !=
-                              it->second.departing.end();
-  if (left) {
+  if (it != running_.end() && it->second.leaving.departing(request.agent_id(), request.slot())) {
     // A rank on a draining agent, at the step boundary: it leaves.
     v1::JoinResponse leave;
     leave.set_leave(true);
@@ -347,9 +342,9 @@ bool Scheduler::HeartbeatLocked(const v1::RankHeartbeat& heartbeat, v1::Directiv
     directive->set_world_size(it->second.phase.planned()->world.value_or(0));
   }
   // Note [Re-queue]: a job preempted to go back to the queue.
-  if (directive != nullptr && it->second.requeue.has_value()) {
+  if (directive != nullptr && it->second.requeue.active()) {
     directive->set_kind(v1::Directive::CHECKPOINT_AND_HOLD);
-    directive->set_reason(it->second.requeue->cause);
+    directive->set_reason(it->second.requeue.cause());
   }
   // A program job sends no metrics along the way: rank 0's heartbeats carry
   // the program's progress records, so they are what the job shows (its

@@ -61,7 +61,7 @@ namespace chorus {
 std::vector<RequeueRun> Scheduler::RequeueableLocked() const {
   std::vector<RequeueRun> runs;
   for (const auto& [job_id, run] : running_) {
-    if (run.elastic || run.requeue.has_value() || !run.Steady()) continue;
+    if (run.elastic || run.requeue.active() || !run.Steady()) continue;
     RequeueRun& r = runs.emplace_back();
     r.job_id = job_id;
     r.priority = run.priority;
@@ -96,52 +96,37 @@ void Scheduler::StartRequeueLocked(const std::string& job_id, RunningJob& run,
                   absl::StrCat(cause, "; starts again from scratch (resources.preemptible)"), out);
     return;
   }
-  RunningJob::Requeue& requeue = run.requeue.emplace();
-  requeue.cause = cause;
   // Its ranks' heartbeats are answered with CHECKPOINT_AND_HOLD from now on.
-  for (const RankState& rank : run.ranks)
-    requeue.reported_step = std::max(requeue.reported_step, rank.last_heartbeat.step());
-  requeue.target_step = std::max(requeue.reported_step, NewestCheckpointLocked(job_id) + 1);
-  requeue.deadline = clock_->Now() + requeue_timeout_;
+  int64_t reported_step = 0;
+  for (const RankState& rank : run.ranks) {
+    reported_step = std::max(reported_step, rank.last_heartbeat.step());
+  }
+  run.requeue.Begin(cause, reported_step, NewestCheckpointLocked(job_id), clock_->Now(),
+                    requeue_timeout_);
   v1::JobEvent event;
   event.set_message(absl::StrCat(cause, ": checkpointing at the next step boundary (step ",
-                                 requeue.target_step, " or later), then back to the queue"));
+                                 run.requeue.target_step(), " or later), then back to the queue"));
   LOG(INFO) << job_id << ": " << event.message();
   RecordEvent(job_id, std::move(event), out);
 }
 
 bool Scheduler::RequeueDueLocked(absl::Time now, Outbox& out) {
-  std::vector<std::pair<std::string, int64_t>> due;  // job, step it resumes from
-  std::vector<std::string> late;
-  for (const auto& [job_id, run] : running_) {
-    if (!run.requeue.has_value()) continue;
-    const int64_t newest = NewestCheckpointLocked(job_id);
-    if (newest >= run.requeue->target_step) {
-      due.emplace_back(job_id, newest);
-    } else if (now >= run.requeue->deadline) {
-      due.emplace_back(job_id, newest);
-      late.push_back(job_id);
+  std::vector<std::pair<std::string, RequeueWait::Due>> due;
+  for (auto& [job_id, run] : running_) {
+    if (!run.requeue.active()) continue;
+    if (std::optional<RequeueWait::Due> d =
+            run.requeue.OnTick(NewestCheckpointLocked(job_id), now)) {
+      due.emplace_back(job_id, *std::move(d));
     }
   }
-  for (const auto& [job_id, step] : due) {
-    const RunningJob::Requeue requeue = *running_.at(job_id).requeue;
-    const bool timed_out = std::find(late.begin(), late.end(), job_id) != late.end();
-    if (timed_out) {
+  for (const auto& [job_id, d] : due) {
+    if (d.warning.has_value()) {
       v1::JobEvent event;
-      event.set_message(absl::StrCat(
-          "warning: the checkpoint asked for (step ", requeue.target_step,
-          " or later) did not commit within ", absl::FormatDuration(requeue_timeout_),
-          "; the job goes back to the queue anyway and ",
-          step > 0 ? absl::StrCat("resumes from step ", step) : std::string("starts from scratch"),
-          ", losing ", std::max<int64_t>(0, requeue.reported_step - step), " step(s)"));
+      event.set_message(*d.warning);
       LOG(WARNING) << job_id << ": " << event.message();
       RecordEvent(job_id, std::move(event), out);
     }
-    RequeueLocked(job_id, step,
-                  absl::StrCat(requeue.cause, "; ",
-                               step > 0 ? absl::StrCat("resumes from step ", step)
-                                        : std::string("starts from scratch")),
-                  out);
+    RequeueLocked(job_id, d.resume_step, d.reason, out);
   }
   return !due.empty();
 }
