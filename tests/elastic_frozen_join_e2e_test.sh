@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End to end, issue 56: a rank frozen (SIGSTOP) while a generation forms is
 # replaced (Note [A survivor that does not join] in
-# coordinator/scheduling/scheduler_elastic.cc). A 3-rank elastic DDP job runs on 5
+# coordinator/scheduling/hang_restart.h). A 3-rank elastic DDP job runs on 5
 # slots. At step 10, rank 1 is stopped and then rank 2 killed: rank 0 joins
 # generation 2, rank 1 never hears of it. After dead_after_seconds (3 here)
 # of silence rank 1 is evicted, generation 3 forms with newcomers, and the

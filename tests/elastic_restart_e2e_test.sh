@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End to end, hang_detection.action RESTART of an elastic job for a diagnosis
 # that blames no single rank (issue 23; Note [Hang restart] in
-# coordinator/scheduling/scheduler_elastic.cc): rank 1 of a 2-rank DDP job issues two
+# coordinator/scheduling/hang_restart.h): rank 1 of a 2-rank DDP job issues two
 # all-reduces in the other order (fault MISMATCH_COLLECTIVE), so both ranks
 # wait in collectives that never match. The coordinator diagnoses MISMATCH and
 # starts generation 2 with the same ranks; they hear of it on their

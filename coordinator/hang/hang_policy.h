@@ -8,7 +8,8 @@
 // first diagnosis that is not a warning (STRAGGLER, NODE_SLOW); REPORT never does.
 // RESTART of an elastic job never comes here: the Scheduler evicts a DEAD
 // or NEVER_JOINED rank and re-forms every rank's transport after a MISMATCH
-// or STUCK_IN_COLLECTIVE (Note [Hang restart] in scheduler_elastic.cc).
+// or STUCK_IN_COLLECTIVE (Note [Hang restart] in
+// coordinator/scheduling/hang_restart.h).
 // RESTART of a job without an elastic block fails it as ABORT does, and
 // the reason says that RESTART needs one.
 //

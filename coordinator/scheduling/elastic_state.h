@@ -65,7 +65,7 @@ std::optional<ReformKind> ParseReformKind(std::string_view name);
 // reached, the restart-all begun); it carries over from phase to phase
 // until the generation forms, so that recovery_seconds counts the whole
 // change. Each deadline is elastic.wait_seconds from its phase's start;
-// past it the job fails (Scheduler::ReformOverdueLocked, and PlanReform in
+// past it the job fails (ReformOverdue in hang_restart.h, and PlanReform in
 // reform_plan.h for a wait).
 // Steady holds no deadline: the first generation (or one taken back after a
 // coordinator restart) gathers its ranks under the Join deadlines.

@@ -55,7 +55,7 @@ struct RankState {
   absl::Time heartbeat_at = absl::InfinitePast();
   // The last heartbeat of the rank's process, of this generation or, for a
   // survivor, of the one before (Note [A survivor that does not join] in
-  // scheduler_elastic.cc); kept from generation to generation.
+  // hang_restart.h); kept from generation to generation.
   absl::Time heard_at = absl::InfinitePast();
   // Set once the coordinator has had the rank's agent stop it (an elastic
   // job): who evicted it and why ("hang_detection.action RESTART: DEAD ...",

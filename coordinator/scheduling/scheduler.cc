@@ -11,6 +11,7 @@
 #include "common/status_macros.h"
 #include "coordinator/hang/hang_detector.h"
 #include "coordinator/hang/hang_policy.h"
+#include "coordinator/scheduling/hang_restart.h"
 #include "coordinator/scheduling/job_recovery.h"
 #include "coordinator/scheduling/placement.h"
 #include "glog/logging.h"
@@ -627,11 +628,13 @@ void Scheduler::Tick() {
     std::vector<std::string> to_reform;
     for (auto& [job_id, run] : running_) {
       run.rendezvous.Expire(now, out.joins);
-      if (std::optional<std::string> overdue = ReformOverdueLocked(run, now)) {
+      if (std::optional<std::string> overdue = ReformOverdue(run, now)) {
         to_fail.emplace_back(job_id, *std::move(overdue));
         continue;
       }
-      EvictSilentJoinersLocked(job_id, run, now, out);
+      for (const Eviction& e : SilentJoiners(run, now)) {
+        EvictRankLocked(job_id, run, e.rank, e.why, e.by, out);
+      }
       const RecoveryProgress progress = CheckRecovery(run, now);
       if (progress.all_back) {
         v1::JobEvent event;
@@ -658,10 +661,17 @@ void Scheduler::Tick() {
       if (run.phase.waiting() != nullptr || run.phase.restarting() != nullptr) continue;
       // Note [Hang restart]: a culprit is evicted; without one, every rank
       // re-forms its transport. Eviction goes first when both hold.
-      if (run.elastic && run.hang_detection.action() == v1::HangDetectionSpec::RESTART &&
-          (EvictLocked(job_id, run, diagnoses, out) ||
-           RestartHungLocked(job_id, run, diagnoses, out))) {
-        continue;  // `run` may be gone: a restart past elastic.max_restarts ends the job
+      if (run.elastic && run.hang_detection.action() == v1::HangDetectionSpec::RESTART) {
+        const HangRestart restart = PlanHangRestart(run, diagnoses, now);
+        for (const Eviction& e : restart.evictions) {
+          EvictRankLocked(job_id, run, e.rank, e.why, e.by, out);
+        }
+        if (restart.kind == HangRestart::kRestart) {
+          LOG(INFO) << job_id << ": " << restart.cause;
+          ReformLocked(job_id, restart.cause, ReformKind::kHangRestart, out);
+        }
+        // `run` may be gone: a restart past elastic.max_restarts ends the job.
+        if (restart.kind != HangRestart::kNone) continue;
       }
       if (std::optional<std::string> reason = HangFailure(run.hang_detection.action(), diagnoses)) {
         to_fail.emplace_back(job_id, *std::move(reason));

@@ -57,6 +57,7 @@
 #include "coordinator/scheduling/agent_registry.h"
 #include "coordinator/scheduling/fair_share.h"
 #include "coordinator/scheduling/generation_plan.h"
+#include "coordinator/scheduling/hang_restart.h"
 #include "coordinator/scheduling/log_store.h"
 #include "coordinator/scheduling/placement.h"
 #include "coordinator/scheduling/preemption.h"
@@ -571,33 +572,11 @@ class Scheduler {
   void GrowLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::AgentInfo AgentInfoLocked(const std::string& agent_id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The reason an elastic job whose re-formed generation has not formed by
-  // `now` (elastic.wait_seconds), or whose ranks a restart-all stopped have
-  // not all exited by then, fails with; nullopt while it may still form.
-  std::optional<std::string> ReformOverdueLocked(const RunningJob& run, absl::Time now) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // hang_detection.action RESTART of an elastic job (Note [Hang restart]
-  // in scheduler_elastic.cc). EvictLocked has the agents stop the ranks a
-  // DEAD or NEVER_JOINED diagnosis names (once each); their exits then start
-  // the next generation. Returns false when `diagnoses` hold neither.
-  bool EvictLocked(const std::string& job_id, RunningJob& run,
-                   const std::vector<v1::Diagnosis>& diagnoses, Outbox& out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Has `rank`'s agent stop it (SIGTERM, SIGKILL after 1 s), once; `by`
-  // and `why` go into its exit's reason and an event.
+  // and `why` go into its exit's reason and an event (Note [Hang restart]
+  // and Note [A survivor that does not join] in hang_restart.h say when).
   void EvictRankLocked(const std::string& job_id, RunningJob& run, int rank, const std::string& why,
                        const std::string& by, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Note [A survivor that does not join] in scheduler_elastic.cc.
-  void EvictSilentJoinersLocked(const std::string& job_id, RunningJob& run, absl::Time now,
-                                Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // For a MISMATCH or STUCK_IN_COLLECTIVE diagnosis (no rank to evict):
-  // starts the next generation with the same members, so that every rank
-  // re-forms its transport (ReformKind::kHangRestart; past elastic.max_restarts the
-  // job ends FAILED and `run` is gone). Returns false when `diagnoses` hold
-  // neither; true as well while the restart has to wait.
-  bool RestartHungLocked(const std::string& job_id, RunningJob& run,
-                         const std::vector<v1::Diagnosis>& diagnoses, Outbox& out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Saves, for every running elastic job whose change of generation is not
   // what was saved last, what a restart needs to take it back (Note
   // [Elastic restart] in job_recovery.h). Every entry point that changes a

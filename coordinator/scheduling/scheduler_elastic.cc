@@ -27,11 +27,6 @@
 namespace chorus {
 namespace {
 
-std::string History(const RunningJob& run) {
-  if (run.history.empty()) return "";
-  return absl::StrCat("; history: ", absl::StrJoin(run.history, "; "));
-}
-
 // `run` as PlanReform sees it after `cause` of `kind`, without its ranks:
 // the caller that plans adds them (O(ranks)).
 ReformJob ReformJobOf(const RunningJob& run, const std::string& cause, ReformKind kind) {
@@ -647,90 +642,6 @@ std::vector<v1::AgentInfo> Scheduler::ListAgents() const {
   return list;
 }
 
-std::optional<std::string> Scheduler::ReformOverdueLocked(const RunningJob& run,
-                                                          absl::Time now) const {
-  if (const ElasticPhase::Restarting* restarting = run.phase.restarting()) {
-    if (now < restarting->deadline) return std::nullopt;
-    std::vector<int> running;
-    for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
-      if (run.ranks[rank].state != v1::RankStatus::EXITED)
-        running.push_back(static_cast<int>(rank));
-    }
-    return absl::StrCat(restarting->cause, "; restart-all: rank(s) ", absl::StrJoin(running, ","),
-                        " of generation ", run.generation(),
-                        " did not exit within elastic.wait_seconds ",
-                        run.elastic_spec.wait_seconds(), " s of being stopped", History(run));
-  }
-  // The generation forming, or the one still forming while the job waits
-  // for slots (Note [Elastic phase]).
-  const ElasticPhase::Forming* forming = run.phase.forming();
-  if (const ElasticPhase::Waiting* wait = run.phase.waiting(); wait != nullptr) {
-    forming = wait->unformed.has_value() ? &*wait->unformed : nullptr;
-  }
-  if (forming == nullptr || forming->deadline > now || run.Formed()) return std::nullopt;
-  std::vector<int> missing;
-  for (int rank = 0; rank < run.rendezvous.world_size(); ++rank) {
-    if (!run.rendezvous.joined(rank)) missing.push_back(rank);
-  }
-  return absl::StrCat("generation ", run.generation(), " did not form within elastic.wait_seconds ",
-                      run.elastic_spec.wait_seconds(),
-                      " s; ranks that have not joined: ", absl::StrJoin(missing, ","),
-                      History(run));
-}
-
-// Note [Hang restart]
-// hang_detection.action RESTART of an elastic job acts on a diagnosis by
-// what it says about who is to blame.
-//  - DEAD and NEVER_JOINED name a culprit. EvictLocked has its agent stop it
-//    and its exit starts generation g+1 with a newcomer in its place.
-//  - MISMATCH names two ranks that issued different collectives at one
-//    sequence number, and neither is reliably the wrong one;
-//    STUCK_IN_COLLECTIVE blames no rank (every rank issued the collective:
-//    the transport is suspect). There is no rank to replace, so
-//    RestartHungLocked starts g+1 with the same members (kHangRestart):
-//    the ranks hear of it on their next heartbeat (RE_RENDEZVOUS), abort
-//    their communicator, which fails the collective they are blocked in, and
-//    join g+1 in the same processes with their last complete step; g+1
-//    builds a new transport (docs/elastic.md).
-// When both kinds hold at once, eviction wins. A rank that is dead or
-// absent from the collective would keep g+1 from forming if it stayed a
-// member (it never joins, and the job fails after elastic.wait_seconds);
-// the others being stuck is most likely its doing; and its eviction
-// re-forms every survivor's transport anyway, for one restart instead of
-// two.
-// A re-formation with the same members needs every member to hear of it
-// and join, so RestartHungLocked waits (does nothing, and the job is not
-// failed) while
-//  - generation g has not formed, or the job is being taken back after a
-//    coordinator restart: g+1 is already forming, or members are missing;
-//  - an evicted rank's exit has not been reported: that exit starts g+1;
-//  - a rank has sent no heartbeat for kRankSilentAfter: a rank stopped
-//    inside a collective looks STUCK_IN_COLLECTIVE to the detector
-//    (stall_after_seconds, default 3) before it is DEAD (dead_after_seconds,
-//    default 5); once DEAD it is evicted.
-// A mismatch that the program's own code makes (two models called in a
-// different order) comes back in every generation: elastic.max_restarts
-// bounds the attempts, and then the job fails with the history.
-
-bool Scheduler::EvictLocked(const std::string& job_id, RunningJob& run,
-                            const std::vector<v1::Diagnosis>& diagnoses, Outbox& out) {
-  if (std::none_of(diagnoses.begin(), diagnoses.end(), [](const v1::Diagnosis& d) {
-        return d.kind() == v1::Diagnosis::DEAD || d.kind() == v1::Diagnosis::NEVER_JOINED;
-      })) {
-    return false;
-  }
-  for (const v1::Diagnosis& d : diagnoses) {
-    if (d.kind() != v1::Diagnosis::DEAD && d.kind() != v1::Diagnosis::NEVER_JOINED) continue;
-    for (int rank : d.ranks()) {
-      if (rank < 0 || rank >= static_cast<int>(run.ranks.size())) continue;
-      EvictRankLocked(job_id, run, rank,
-                      absl::StrCat(v1::Diagnosis::Kind_Name(d.kind()), " ", d.message()),
-                      "hang_detection.action RESTART", out);
-    }
-  }
-  return true;
-}
-
 void Scheduler::EvictRankLocked(const std::string& job_id, RunningJob& run, int rank,
                                 const std::string& why, const std::string& by, Outbox& out) {
   RankState& r = run.ranks[rank];
@@ -748,62 +659,6 @@ void Scheduler::EvictRankLocked(const std::string& job_id, RunningJob& run, int 
   v1::JobEvent event;
   event.set_message(absl::StrCat("evicting rank ", rank, " (", by, "): ", why));
   RecordEvent(job_id, std::move(event), out);
-}
-
-// Note [A survivor that does not join]
-// A generation forms once every member has joined. A survivor of the
-// generation before joins within a second of hearing of the change (its
-// heartbeat's RE_RENDEZVOUS or its own failed collective); one that is
-// frozen (SIGSTOP, a stalled VM) never does, and the generation used to
-// wait for it until elastic.wait_seconds and then fail the job, though a
-// free slot could have taken its place. So, as a frozen rank of a formed
-// generation is DEAD after hang_detection.dead_after_seconds without a
-// heartbeat, a survivor that has not joined the forming generation and
-// whose process has sent no heartbeat (of either generation: a survivor
-// still heartbeats in the old one until it joins) for as long is evicted:
-// its agent stops it, and its exit re-forms the job without it, with a
-// newcomer on a free slot, as any lost rank. Newcomers are not judged so:
-// starting a process takes seconds, and they have sent nothing yet; they
-// have elastic.wait_seconds.
-void Scheduler::EvictSilentJoinersLocked(const std::string& job_id, RunningJob& run, absl::Time now,
-                                         Outbox& out) {
-  if (!run.elastic || run.phase.forming() == nullptr || run.Formed()) return;
-  const absl::Duration silent_after = absl::Seconds(run.hang_detection.dead_after_seconds());
-  for (int rank = 0; rank < static_cast<int>(run.ranks.size()); ++rank) {
-    const RankState& r = run.ranks[rank];
-    if (run.rendezvous.joined(rank) || r.heard_at == absl::InfinitePast() ||
-        now - r.heard_at <= silent_after) {
-      continue;
-    }
-    EvictRankLocked(
-        job_id, run, rank,
-        absl::StrFormat("rank %d has not joined generation %d and its process has sent no "
-                        "heartbeat for %.1f s (hang_detection.dead_after_seconds %g): it is "
-                        "stopped or not responding",
-                        rank, run.generation(), absl::ToDoubleSeconds(now - r.heard_at),
-                        run.hang_detection.dead_after_seconds()),
-        "the forming generation", out);
-  }
-}
-
-bool Scheduler::RestartHungLocked(const std::string& job_id, RunningJob& run,
-                                  const std::vector<v1::Diagnosis>& diagnoses, Outbox& out) {
-  auto hung = std::find_if(diagnoses.begin(), diagnoses.end(), [](const v1::Diagnosis& d) {
-    return d.kind() == v1::Diagnosis::MISMATCH || d.kind() == v1::Diagnosis::STUCK_IN_COLLECTIVE;
-  });
-  if (hung == diagnoses.end()) return false;
-  // Note [Hang restart]: when to wait.
-  if (!run.Formed() || run.recovering_until != absl::InfinitePast()) return true;
-  const absl::Time now = clock_->Now();
-  for (const RankState& r : run.ranks) {
-    if (r.state == v1::RankStatus::EXITED) continue;
-    if (!r.evicted.empty() || now - r.heartbeat_at > kRankSilentAfter) return true;
-  }
-  const std::string cause = absl::StrCat("hang_detection.action RESTART for ", DiagnosisKey(*hung),
-                                         " (every rank re-forms its transport): ", hung->message());
-  LOG(INFO) << job_id << ": " << cause;
-  ReformLocked(job_id, cause, ReformKind::kHangRestart, out);
-  return true;
 }
 
 void Scheduler::SaveElasticLocked(Outbox& out) {

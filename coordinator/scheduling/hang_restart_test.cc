@@ -1,0 +1,203 @@
+#include "coordinator/scheduling/hang_restart.h"
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+
+namespace chorus {
+namespace {
+
+const absl::Time kNow = absl::FromUnixSeconds(10000);
+
+// A formed 3-rank elastic job of generation 2 whose ranks all heartbeat now.
+RunningJob Job() {
+  v1::Job job;
+  job.set_job_id("job-000001");
+  RunningJob run(job, 3, /*generation=*/2);
+  run.elastic = true;
+  run.elastic_spec.set_wait_seconds(60);
+  run.hang_detection.set_dead_after_seconds(5);
+  for (int rank = 0; rank < 3; ++rank) {
+    RankSlot slot;
+    slot.agent_id = "agent-1";
+    slot.slot = rank;
+    RankState& r = run.ranks.emplace_back(RankState::At(slot));
+    r.state = v1::RankStatus::TRAINING;
+    r.heartbeat_at = kNow;
+    r.heard_at = kNow;
+    run.rendezvous.MarkJoined(rank);
+  }
+  return run;
+}
+
+v1::Diagnosis Diagnosis(v1::Diagnosis::Kind kind, std::vector<int> ranks,
+                        const std::string& message) {
+  v1::Diagnosis d;
+  d.set_kind(kind);
+  for (int rank : ranks) d.add_ranks(rank);
+  d.set_message(message);
+  return d;
+}
+
+std::string Describe(const HangRestart& restart) {
+  std::string out = restart.kind == HangRestart::kNone    ? "none"
+                    : restart.kind == HangRestart::kEvict ? "evict"
+                    : restart.kind == HangRestart::kWait  ? "wait"
+                                                          : "restart: " + restart.cause;
+  for (const Eviction& e : restart.evictions) {
+    out += "; rank " + std::to_string(e.rank) + " by " + e.by + ": " + e.why;
+  }
+  return out;
+}
+
+struct Case {
+  std::string name;
+  std::function<void(RunningJob&)> change;
+  std::vector<v1::Diagnosis> diagnoses;
+  std::string expected;
+};
+
+TEST(HangRestartTest, DiagnosesGiveTheirAction) {
+  const v1::Diagnosis dead = Diagnosis(v1::Diagnosis::DEAD, {1}, "rank 1 silent for 6.0 s");
+  const v1::Diagnosis never = Diagnosis(v1::Diagnosis::NEVER_JOINED, {2}, "rank 2 never joined");
+  const v1::Diagnosis mismatch =
+      Diagnosis(v1::Diagnosis::MISMATCH, {0, 1}, "ranks 0,1 differ at #12");
+  const v1::Diagnosis stuck = Diagnosis(v1::Diagnosis::STUCK_IN_COLLECTIVE, {0, 1, 2}, "all stuck");
+  const v1::Diagnosis straggler = Diagnosis(v1::Diagnosis::STRAGGLER, {0}, "rank 0 slow");
+  auto nothing = [](RunningJob&) {};
+  const std::string by = " by hang_detection.action RESTART: ";
+  const std::vector<Case> cases = {
+      {"no diagnosis: nothing", nothing, {}, "none"},
+      {"a warning is the hang policy's, not a restart's", nothing, {straggler}, "none"},
+      {"DEAD evicts its rank",
+       nothing,
+       {dead},
+       "evict; rank 1" + by + "DEAD rank 1 silent for 6.0 s"},
+      {"eviction wins over a MISMATCH",
+       nothing,
+       {mismatch, dead, never},
+       "evict; rank 1" + by + "DEAD rank 1 silent for 6.0 s; rank 2" + by +
+           "NEVER_JOINED rank 2 never joined"},
+      {"a rank named twice is evicted once, for the first",
+       nothing,
+       {dead, Diagnosis(v1::Diagnosis::NEVER_JOINED, {1}, "again")},
+       "evict; rank 1" + by + "DEAD rank 1 silent for 6.0 s"},
+      {"a rank evicted already or exited is not evicted again, and nothing restarts",
+       [](RunningJob& run) {
+         run.ranks[1].evicted = "earlier";
+         run.ranks[2].state = v1::RankStatus::EXITED;
+       },
+       {dead, never},
+       "evict"},
+      {"a rank outside the job is ignored",
+       nothing,
+       {Diagnosis(v1::Diagnosis::DEAD, {7, -1}, "who")},
+       "evict"},
+      {"MISMATCH: every rank re-forms its transport",
+       nothing,
+       {mismatch},
+       "restart: hang_detection.action RESTART for MISMATCH ranks 0,1 (every rank re-forms its "
+       "transport): ranks 0,1 differ at #12"},
+      {"STUCK_IN_COLLECTIVE too",
+       nothing,
+       {stuck},
+       "restart: hang_detection.action RESTART for STUCK_IN_COLLECTIVE ranks 0,1,2 (every rank "
+       "re-forms its transport): all stuck"},
+      {"it waits while the generation forms",
+       [](RunningJob& run) { run.rendezvous = Rendezvous("job-000001", 3, 3); },
+       {mismatch},
+       "wait"},
+      {"it waits while ranks are taken back after a restart",
+       [](RunningJob& run) { run.recovering_until = kNow + absl::Seconds(5); },
+       {stuck},
+       "wait"},
+      {"it waits for an evicted rank's exit",
+       [](RunningJob& run) { run.ranks[0].evicted = "earlier"; },
+       {stuck},
+       "wait"},
+      {"it waits for a silent rank to be found DEAD",
+       [](RunningJob& run) {
+         run.ranks[2].heartbeat_at = kNow - kRankSilentAfter - absl::Seconds(1);
+       },
+       {stuck},
+       "wait"},
+      {"an exited rank's silence does not hold it up",
+       [](RunningJob& run) {
+         run.ranks[2].state = v1::RankStatus::EXITED;
+         run.ranks[2].heartbeat_at = absl::InfinitePast();
+       },
+       {stuck},
+       "restart: hang_detection.action RESTART for STUCK_IN_COLLECTIVE ranks 0,1,2 (every rank "
+       "re-forms its transport): all stuck"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    RunningJob run = Job();
+    c.change(run);
+    EXPECT_EQ(Describe(PlanHangRestart(run, c.diagnoses, kNow)), c.expected);
+  }
+}
+
+// A 3-rank job forming generation 3, whose ranks have not joined.
+RunningJob Forming() {
+  RunningJob run = Job();
+  run.rendezvous = Rendezvous("job-000001", 3, 3);
+  run.phase.BeginForming(ReformKind::kRankLost, kNow - absl::Seconds(10), kNow + absl::Seconds(50));
+  return run;
+}
+
+TEST(HangRestartTest, ASurvivorSilentForDeadAfterSecondsIsEvictedFromTheFormingGeneration) {
+  RunningJob run = Forming();
+  run.rendezvous.MarkJoined(0);
+  run.ranks[0].heard_at = kNow - absl::Seconds(30);  // joined: not judged
+  run.ranks[1].heard_at = kNow - absl::Seconds(6);   // silent past 5 s
+  run.ranks[2].heard_at = absl::InfinitePast();      // a newcomer: never heard
+  std::vector<Eviction> silent = SilentJoiners(run, kNow);
+  ASSERT_EQ(silent.size(), 1u);
+  EXPECT_EQ(silent[0].rank, 1);
+  EXPECT_EQ(silent[0].by, "the forming generation");
+  EXPECT_EQ(silent[0].why,
+            "rank 1 has not joined generation 3 and its process has sent no heartbeat for 6.0 s "
+            "(hang_detection.dead_after_seconds 5): it is stopped or not responding");
+
+  run.ranks[1].heard_at = kNow - absl::Seconds(5);  // not past it yet
+  EXPECT_TRUE(SilentJoiners(run, kNow).empty());
+  run.ranks[1].heard_at = kNow - absl::Seconds(6);
+  run.ranks[1].evicted = "the forming generation: ...";  // once
+  EXPECT_TRUE(SilentJoiners(run, kNow).empty());
+
+  RunningJob steady = Job();  // a formed generation is the hang detector's
+  steady.ranks[1].heard_at = kNow - absl::Seconds(60);
+  EXPECT_TRUE(SilentJoiners(steady, kNow).empty());
+}
+
+TEST(HangRestartTest, AChangeIsOverduePastElasticWaitSeconds) {
+  RunningJob run = Forming();
+  run.history = {"generation 3 after rank 1 exited"};
+  run.rendezvous.MarkJoined(1);
+  EXPECT_EQ(ReformOverdue(run, kNow + absl::Seconds(49)), std::nullopt);
+  EXPECT_EQ(ReformOverdue(run, kNow + absl::Seconds(50)),
+            "generation 3 did not form within elastic.wait_seconds 60 s; ranks that have not "
+            "joined: 0,2; history: generation 3 after rank 1 exited");
+  run.rendezvous.MarkJoined(0);
+  run.rendezvous.MarkJoined(2);
+  EXPECT_EQ(ReformOverdue(run, kNow + absl::Seconds(50)), std::nullopt);  // formed
+
+  RunningJob restarting = Job();
+  restarting.ranks[0].state = v1::RankStatus::EXITED;
+  restarting.phase.BeginRestarting("rank 0 exited", ReformKind::kRankLost, kNow,
+                                   kNow + absl::Seconds(60));
+  EXPECT_EQ(ReformOverdue(restarting, kNow + absl::Seconds(59)), std::nullopt);
+  EXPECT_EQ(ReformOverdue(restarting, kNow + absl::Seconds(60)),
+            "rank 0 exited; restart-all: rank(s) 1,2 of generation 2 did not exit within "
+            "elastic.wait_seconds 60 s of being stopped");
+
+  EXPECT_EQ(ReformOverdue(Job(), kNow + absl::Hours(1)), std::nullopt);  // steady
+}
+
+}  // namespace
+}  // namespace chorus
