@@ -7,8 +7,55 @@ namespace chorus {
 using grpc::health::v1::HealthCheckRequest;
 using grpc::health::v1::HealthCheckResponse;
 
-// One Watch stream. Writes are serialized: at most one in flight, and the
-// newest status not yet sent waits in `pending_`. Deletes itself in OnDone.
+HealthWatchStream::Step HealthWatchStream::Notify(ServingStatus status) {
+  if (ended_) return Step();
+  if (!writing_ && has_sent_ && last_sent_ == status) return Step();
+  pending_ = status;
+  has_pending_ = true;
+  return MaybeWrite();
+}
+
+HealthWatchStream::Step HealthWatchStream::End(grpc::Status why) {
+  if (ended_) return Step();
+  ended_ = true;
+  end_status_ = std::move(why);
+  if (writing_) return Step();  // finished when the write completes
+  return Finish(end_status_);
+}
+
+HealthWatchStream::Step HealthWatchStream::WriteDone(bool ok) {
+  writing_ = false;
+  if (!ok && !ended_) {
+    ended_ = true;
+    end_status_ = grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
+  }
+  if (ended_) return Finish(end_status_);
+  return MaybeWrite();
+}
+
+HealthWatchStream::Step HealthWatchStream::MaybeWrite() {
+  Step step;
+  if (writing_ || !has_pending_) return step;
+  has_pending_ = false;
+  if (has_sent_ && last_sent_ == pending_) return step;
+  last_sent_ = pending_;
+  has_sent_ = true;
+  writing_ = true;
+  step.write = pending_;
+  return step;
+}
+
+HealthWatchStream::Step HealthWatchStream::Finish(grpc::Status status) {
+  Step step;
+  if (finished_) return step;
+  finished_ = true;
+  step.finish = std::move(status);
+  return step;
+}
+
+// One Watch stream (Note [A Watch stream finishes once] in
+// health_service.h): HealthWatchStream decides, this applies. Deletes itself
+// in OnDone.
 class HealthService::Watcher : public grpc::ServerWriteReactor<HealthCheckResponse> {
  public:
   Watcher(HealthService* service, std::string name) : service_(service), name_(std::move(name)) {}
@@ -16,36 +63,18 @@ class HealthService::Watcher : public grpc::ServerWriteReactor<HealthCheckRespon
   // Queues `status` for sending unless it is what the client already has.
   void Notify(ServingStatus status) {
     absl::MutexLock lock(&mu_);
-    if (finished_) return;
-    if (!writing_ && has_sent_ && last_sent_ == status) return;
-    pending_ = status;
-    has_pending_ = true;
-    MaybeWriteLocked();
+    Apply(stream_.Notify(status));
   }
 
   // Ends the stream (server shutting down).
   void End() {
     absl::MutexLock lock(&mu_);
-    if (finished_) return;
-    finished_ = true;
-    if (!writing_) Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "server shutting down"));
+    Apply(stream_.End(grpc::Status(grpc::StatusCode::UNAVAILABLE, "server shutting down")));
   }
 
   void OnWriteDone(bool ok) override {
     absl::MutexLock lock(&mu_);
-    writing_ = false;
-    if (!ok) {
-      if (!finished_) {
-        finished_ = true;
-        Finish(grpc::Status(grpc::StatusCode::CANCELLED, "client went away"));
-      }
-      return;
-    }
-    if (finished_) {
-      Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "server shutting down"));
-      return;
-    }
-    MaybeWriteLocked();
+    Apply(stream_.WriteDone(ok));
   }
 
   void OnCancel() override { End(); }
@@ -56,30 +85,19 @@ class HealthService::Watcher : public grpc::ServerWriteReactor<HealthCheckRespon
   }
 
  private:
-  void MaybeWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (writing_ || !has_pending_) return;
-    if (has_sent_ && last_sent_ == pending_) {
-      has_pending_ = false;
-      return;
+  void Apply(HealthWatchStream::Step step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (step.write.has_value()) {
+      response_.set_status(*step.write);
+      StartWrite(&response_);
     }
-    response_.set_status(pending_);
-    last_sent_ = pending_;
-    has_sent_ = true;
-    has_pending_ = false;
-    writing_ = true;
-    StartWrite(&response_);
+    if (step.finish.has_value()) Finish(*step.finish);
   }
 
   HealthService* const service_;
   const std::string name_;
   absl::Mutex mu_;
+  HealthWatchStream stream_ ABSL_GUARDED_BY(mu_);
   HealthCheckResponse response_ ABSL_GUARDED_BY(mu_);
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
-  bool has_pending_ ABSL_GUARDED_BY(mu_) = false;
-  bool has_sent_ ABSL_GUARDED_BY(mu_) = false;
-  ServingStatus pending_ ABSL_GUARDED_BY(mu_) = HealthCheckResponse::UNKNOWN;
-  ServingStatus last_sent_ ABSL_GUARDED_BY(mu_) = HealthCheckResponse::UNKNOWN;
 
   friend class HealthService;
   const std::string& name() const { return name_; }

@@ -15,6 +15,7 @@
 #define CHORUS_COORDINATOR_SERVICE_HEALTH_SERVICE_H_
 
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -23,6 +24,49 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 
 namespace chorus {
+
+// Note [A Watch stream finishes once]
+// A callback reactor must call Finish exactly once, or grpc::Server::Shutdown
+// waits for it forever: a follower that was elected hung there, never
+// serving as the leader, when a client opened a Watch just before (its first
+// write was in flight when Shutdown ended the stream, and the write's
+// failed completion finished nothing). So what a Watch stream does next is
+// decided here, apart from gRPC, for every order in which a status change,
+// its end (the server shutting down, the client cancelling) and write
+// completions come: at most one write in flight, the newest status not yet
+// sent waiting, and one Finish after the last write has completed.
+class HealthWatchStream {
+ public:
+  using ServingStatus = grpc::health::v1::HealthCheckResponse::ServingStatus;
+  // What the reactor does now: start a write of `write`, then (or instead)
+  // finish the call with `finish`.
+  struct Step {
+    std::optional<ServingStatus> write;
+    std::optional<grpc::Status> finish;
+  };
+
+  // The service's status is `status`: sent unless the client has it.
+  Step Notify(ServingStatus status);
+  // The stream is to end with `why` (shutdown, cancellation): at once, or
+  // once the write in flight completes.
+  Step End(grpc::Status why);
+  // The write in flight completed; `ok` false: the call is gone.
+  Step WriteDone(bool ok);
+  bool finished() const { return finished_; }
+
+ private:
+  Step MaybeWrite();
+  Step Finish(grpc::Status status);
+
+  bool writing_ = false;
+  bool ended_ = false;
+  bool finished_ = false;
+  grpc::Status end_status_;
+  bool has_pending_ = false;
+  bool has_sent_ = false;
+  ServingStatus pending_ = grpc::health::v1::HealthCheckResponse::UNKNOWN;
+  ServingStatus last_sent_ = grpc::health::v1::HealthCheckResponse::UNKNOWN;
+};
 
 class HealthService final : public grpc::health::v1::Health::CallbackService {
  public:
