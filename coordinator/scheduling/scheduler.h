@@ -56,6 +56,7 @@
 #include "coordinator/scheduling/agent_join_outbox.h"
 #include "coordinator/scheduling/agent_registry.h"
 #include "coordinator/scheduling/fair_share.h"
+#include "coordinator/scheduling/generation_change.h"
 #include "coordinator/scheduling/generation_plan.h"
 #include "coordinator/scheduling/hang_restart.h"
 #include "coordinator/scheduling/log_store.h"
@@ -463,27 +464,16 @@ class Scheduler {
   // back by its deadline; it re-forms without their ranks.
   void ReformWithoutLostAgentsLocked(const std::string& job_id, RunningJob& run, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Elastic jobs (scheduler_elastic.cc). After `cause` of `kind` (a
-  // failure, IsFailure, counts against elastic.max_restarts), starts the job's
-  // next generation: ranks that exited, whose agent is gone or draining
-  // leave; survivors keep their slots; newcomers are launched on free slots
-  // up to resources.max_ranks. Past elastic.max_restarts the job ends FAILED
-  // with the history in its reason. Below resources.min_ranks the job waits
-  // (ElasticPhase::Waiting, retried on every change and Tick) and fails
-  // once elastic.wait_seconds have passed. A job that restarts all
-  // (RunningJob::RestartsAll, Note [Restart-all] in running_job.h) first has
-  // every rank stopped; the exit of the last one calls this again, and the
-  // next generation launches every rank.
+  // Elastic jobs (scheduler_elastic.cc). After `cause` of `kind`, the job
+  // changes generation (ChangeGeneration in generation_change.h: it fails,
+  // waits for slots, stops every rank for a restart-all, or begins its next
+  // generation), and this applies what the change returns.
   void ReformLocked(const std::string& job_id, const std::string& cause, ReformKind kind,
                     Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // ReformLocked's Form (PlanReform in reform_plan.h): starts run's next
-  // generation with form.next; `leaving` (agent id, slot) are the ranks that
-  // leave at a step boundary and exit by themselves (they depart:
-  // RunningJob::leaving).
-  void FormLocked(const std::string& job_id, RunningJob& run, const v1::Job& job,
-                  const std::string& cause, ReformKind kind, const ReformDecision::Form& form,
-                  std::vector<std::pair<std::string, int>> leaving, Outbox& out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A generation `begun`: records it (after the lock), resolves its
+  // checkpoint, counts it and launches its newcomers.
+  void BegunLocked(const std::string& job_id, RunningJob& run, const GenerationChange::Begun& begun,
+                   Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Note [Staged growth] in scheduler_elastic.cc. The free slots for
   // `run`'s next generation: its staged newcomers' first, then the
   // unreserved ones.
@@ -507,20 +497,6 @@ class Scheduler {
   void ApplyStagedLocked(const std::string& job_id, RunningJob& run,
                          const StagedGrowth::Actions& actions, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // ReformLocked's first Wait: the next generation cannot form (wait.why);
-  // the job waits for slots until wait.until (Note [Elastic phase]).
-  void BeginWaitLocked(const std::string& job_id, RunningJob& run, const std::string& cause,
-                       ReformKind kind, const ReformDecision::Wait& wait, absl::Time now,
-                       Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Note [Restart-all]: whether every rank of `run` has stopped, so that the
-  // next generation may start. The first call has the live ranks stopped and
-  // puts run.phase in Restarting with the change (`cause`, `kind`); later
-  // calls (the stopped ranks' exits, lost agents, other changes meanwhile)
-  // keep it, a failure replacing a planned change. Once none is live,
-  // `cause` and `kind` are set to the change to make (the phase stays
-  // Restarting until the caller forms the next generation or waits).
-  bool StopAllForRestartLocked(const std::string& job_id, RunningJob& run, std::string& cause,
-                               ReformKind& kind, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A planned change: the job's ranks are told (on their heartbeats) to
   // re-form at their next step boundary; the first Join of the next
   // generation starts it (ReformLocked). A job that restarts all has no

@@ -12,124 +12,15 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "common/job_spec.h"
-#include "coordinator/hang/hang_detector.h"
-#include "coordinator/hang/hang_policy.h"
 #include "coordinator/scheduling/generation_plan.h"
 #include "coordinator/scheduling/job_recovery.h"
 #include "coordinator/scheduling/preemption.h"
-#include "coordinator/scheduling/reform_plan.h"
 #include "coordinator/scheduling/scheduler.h"
 #include "glog/logging.h"
 
 namespace chorus {
 namespace {
-
-// `run` as PlanReform sees it after `cause` of `kind`, without its ranks:
-// the caller that plans adds them (O(ranks)).
-ReformJob ReformJobOf(const RunningJob& run, const std::string& cause, ReformKind kind) {
-  ReformJob job;
-  job.cause = cause;
-  job.kind = kind;
-  job.generation = run.generation();
-  job.restarts = run.restarts;
-  job.max_restarts = run.elastic_spec.max_restarts();
-  job.wait_seconds = run.elastic_spec.wait_seconds();
-  job.stages_replacements = run.program && !run.RestartsAll();
-  if (const ElasticPhase::Waiting* wait = run.phase.waiting()) job.waiting_until = wait->until;
-  job.history = &run.history;
-  return job;
-}
-
-// Who leaves at a change: ranks that exited (their slots are free for
-// newcomers), ranks whose agent is gone, and ranks on a draining agent or
-// preempted (they leave at this step boundary and exit by themselves: their
-// slots stay busy until their exit is reported, so they go to `leaving`).
-std::vector<bool> LostRanks(const RunningJob& run, AgentRegistry& agents,
-                            std::vector<std::pair<std::string, int>>& leaving) {
-  const std::vector<RunningJob::Fate> fates = run.Fates(agents);
-  std::vector<bool> lost(run.ranks.size(), false);
-  for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
-    const RankState& r = run.ranks[rank];
-    lost[rank] = fates[rank] != RunningJob::Fate::kStays;
-    if (fates[rank] == RunningJob::Fate::kExited && agents.Find(r.agent_id) != nullptr) {
-      agents.SetBusy(r.agent_id, r.slot, false);
-    } else if (fates[rank] == RunningJob::Fate::kLeavesAtBoundary) {
-      leaving.emplace_back(r.agent_id, r.slot);
-    }
-  }
-  return lost;
-}
-
-// The ranks of the next generation: survivors keep their state (and join
-// by themselves), newcomers take their slots; `newcomers` describes who is
-// new or renumbered.
-std::vector<RankState> NextRanks(const RunningJob& run, const NextGeneration& next,
-                                 AgentRegistry& agents, std::vector<std::string>& newcomers) {
-  std::vector<RankState> ranks;
-  for (size_t rank = 0; rank < next.ranks.size(); ++rank) {
-    const int old = next.old_rank[rank];
-    RankState r = old >= 0 ? run.ranks[old] : RankState::At(next.ranks[rank]);
-    r.local_rank = next.ranks[rank].local_rank;
-    r.local_world_size = next.ranks[rank].local_world_size;
-    // Heartbeats of the old generation say nothing about the new one.
-    r.heartbeat_at = absl::InfinitePast();
-    r.last_heartbeat.Clear();
-    r.finished = false;  // RunningJob::finished_before_reform keeps that it did
-    r.state = old >= 0 ? v1::RankStatus::JOINING : v1::RankStatus::LAUNCHING;
-    if (old < 0) {
-      agents.SetBusy(r.agent_id, r.slot, true);
-      const AgentRegistry::Agent* agent = agents.Find(r.agent_id);
-      newcomers.push_back(absl::StrCat("rank ", rank, " on ",
-                                       agent != nullptr ? agent->hello.host() : r.agent_id,
-                                       " slot ", r.slot));
-    } else if (old != static_cast<int>(rank)) {
-      newcomers.push_back(absl::StrCat("rank ", old, " is now rank ", rank));
-    }
-    ranks.push_back(std::move(r));
-  }
-  return ranks;
-}
-
-// The history line of a change to `world` ranks in `generation`.
-std::string DescribeChange(const RunningJob& run, const v1::JobSpec& spec, int64_t generation,
-                           int old_world, int world, const std::string& cause, bool failure,
-                           const std::vector<std::string>& newcomers) {
-  // Note [Hot spares] in sdk/decentralized_data_parallel.h.
-  const absl::StatusOr<int> training = TrainingRanks(spec, world);
-  const std::string spares =
-      training.ok() && *training < world
-          ? absl::StrCat(", ", *training, " training and ", world - *training, " hot spare",
-                         world - *training == 1 ? "" : "s")
-          : "";
-  const bool all_new =
-      world > 0 && static_cast<int>(newcomers.size()) == world && run.RestartsAll();
-  return absl::StrCat(
-      "generation ", generation, " after ", cause, ": ", old_world, " -> ", world, " ranks", spares,
-      all_new             ? " (restart-all: every rank started again)"
-      : newcomers.empty() ? ""
-                          : absl::StrCat(" (", ListNewcomers(newcomers), ")"),
-      failure ? absl::StrCat(", restart ", run.restarts, " of ", run.elastic_spec.max_restarts())
-              : ", at a step boundary (not a restart)");
-}
-
-// The job's bookkeeping for its new generation: ranks, rendezvous, grant,
-// and the elastic phase to Forming (the planned change, if any, made).
-void BeginGeneration(RunningJob& run, const v1::Job& job, std::vector<RankState> ranks,
-                     int64_t generation, ReformKind kind, absl::Time now) {
-  const int world = static_cast<int>(ranks.size());
-  run.finished_before_reform = run.TrainingFinished();
-  run.ranks = std::move(ranks);
-  run.rendezvous = Rendezvous(job.job_id(), generation, world);
-  run.exited_ok = 0;
-  run.rank_of_survivor.clear();
-  run.diagnoses = DiagnosisHistory();
-  run.upload_grant = UploadGrantFor(job, world, generation);
-  run.generation_started_at = now;
-  run.phase.BeginForming(kind, now, now + absl::Seconds(run.elastic_spec.wait_seconds()));
-}
 
 // Launch messages for the generation's newcomers; survivors join by
 // themselves.
@@ -157,87 +48,42 @@ void LaunchNewcomers(const std::string& job_id, const RunningJob& run,
 
 }  // namespace
 
-void Scheduler::ReformLocked(const std::string& job_id, const std::string& cause_heard,
-                             ReformKind kind_heard, Outbox& out) {
+void Scheduler::ReformLocked(const std::string& job_id, const std::string& cause, ReformKind kind,
+                             Outbox& out) {
   auto it = running_.find(job_id);
   if (it == running_.end()) return;
   RunningJob& run = it->second;
   absl::StatusOr<v1::Job> job = jobs_.Get(job_id);
   if (!job.ok()) return;
-  std::string cause = cause_heard;
-  ReformKind kind = kind_heard;
-  // Before a restart-all stops any rank: a failure past max_restarts fails
-  // the job at once.
-  if (std::optional<std::string> reason = RestartsUsedUp(ReformJobOf(run, cause, kind))) {
-    EndLocked(job_id, v1::Job::FAILED, *reason, out);
-    return;
+  const ChangeInputs in{*job, agents_, clock_->Now(), [&] { return FreeSlotsForLocked(run); },
+                        [&] { return QuotaCappedLocked(job_id, job->spec(), run); }};
+  GenerationChange change = ChangeGeneration(run, cause, kind, in);
+  for (auto& answer : change.joins) out.joins.push_back(std::move(answer));
+  for (const auto& [agent_id, slots] : change.stop) {
+    out.messages.emplace_back(agents_.Find(agent_id)->send,
+                              StopRanksMessage(job_id, slots, change.stop_reason));
   }
-  // Note [Restart-all]: the next generation starts once every rank stopped.
-  if ((run.RestartsAll() || run.phase.restarting() != nullptr) &&
-      !StopAllForRestartLocked(job_id, run, cause, kind, out)) {
-    return;
+  for (std::string& message : change.events) {
+    LOG(INFO) << job_id << ": " << message;
+    v1::JobEvent event;
+    event.set_message(std::move(message));
+    RecordEvent(job_id, std::move(event), out);
   }
-  std::vector<std::pair<std::string, int>> leaving;
-  ReformJob planned = ReformJobOf(run, cause, kind);
-  planned.ranks = run.Slots();
-  planned.lost = LostRanks(run, agents_, leaving);
-  const absl::Time now = clock_->Now();
-  ReformDecision decision = PlanReform(planned, FreeSlotsForLocked(run),
-                                       QuotaCappedLocked(job_id, job->spec(), run), now);
-  if (auto* fail = std::get_if<ReformDecision::Fail>(&decision.verdict)) {
-    EndLocked(job_id, v1::Job::FAILED, fail->reason, out);
-  } else if (auto* wait = std::get_if<ReformDecision::Wait>(&decision.verdict)) {
-    if (wait->begins) BeginWaitLocked(job_id, run, cause, kind, *wait, now, out);
-  } else {
-    auto& form = std::get<ReformDecision::Form>(decision.verdict);
-    FormLocked(job_id, run, *job, cause, kind, form, std::move(leaving), out);
+  if (change.fail.has_value()) {
+    EndLocked(job_id, v1::Job::FAILED, *change.fail, out);
+  } else if (change.begun.has_value()) {
+    BegunLocked(job_id, run, *change.begun, out);
   }
 }
 
-void Scheduler::FormLocked(const std::string& job_id, RunningJob& run, const v1::Job& job,
-                           const std::string& cause, ReformKind kind,
-                           const ReformDecision::Form& form,
-                           std::vector<std::pair<std::string, int>> leaving, Outbox& out) {
-  const NextGeneration& next = form.next;
-  const absl::Time now = clock_->Now();
-  const bool failure = IsFailure(kind);
-  const int64_t old_generation = run.generation();
-  const int old_world = static_cast<int>(run.ranks.size());
-  const int64_t generation = old_generation + 1;
-  const int world = static_cast<int>(next.ranks.size());
-  run.rendezvous.Abort(
-      absl::AbortedError(absl::StrCat("generation ", old_generation, " of job ", job_id,
-                                      " was superseded by generation ", generation, ": ", cause)),
-      out.joins);
-  std::vector<std::string> newcomers;
-  std::vector<RankState> ranks = NextRanks(run, next, agents_, newcomers);
-  // Note [Staged growth]: newcomers already running join; they are not
-  // launched again.
-  const StagedGrowth::Actions staged = run.staged.OnGenerationBegun(next.ranks);
-  for (const auto& [agent_id, slot] : staged.adopted) {
-    for (RankState& r : ranks) {
-      if (r.agent_id == agent_id && r.slot == slot) r.state = v1::RankStatus::JOINING;
-    }
-  }
-  ApplyStagedLocked(job_id, run, staged, out);
-  if (failure) ++run.restarts;
-  if (world > old_world) run.last_growth_at = now;
-  // Note [Staged growth]: a survivors-only generation owes its replacements.
-  run.replacements_owed = form.replacements_owed;
-  const std::string change =
-      DescribeChange(run, job.spec(), generation, old_world, world, cause, failure, newcomers);
-  AppendHistory(run.history, change);
-  run.leaving.OnGenerationBegun(leaving);
-  BeginGeneration(run, job, std::move(ranks), generation, kind, now);
-  run.rank_of_survivor.assign(old_world, -1);
-  for (int rank = 0; rank < world; ++rank) {
-    const int old = next.old_rank[rank];
-    if (old >= 0 && old < old_world) run.rank_of_survivor[old] = rank;
-  }
+void Scheduler::BegunLocked(const std::string& job_id, RunningJob& run,
+                            const GenerationChange::Begun& begun, Outbox& out) {
+  ApplyStagedLocked(job_id, run, begun.staged, out);
   run.resume = GenerationResumeLocked(job_id, run);
-  if (metrics_ != nullptr) metrics_->GenerationStarted(std::string(ReformKindName(kind)));
-  LOG(INFO) << job_id << ": " << change;
-  out.writes.Add(job_id, [this, job_id, generation, world, restarts = run.restarts, change,
+  if (metrics_ != nullptr) metrics_->GenerationStarted(std::string(ReformKindName(begun.kind)));
+  LOG(INFO) << job_id << ": " << begun.change;
+  out.writes.Add(job_id, [this, job_id, generation = begun.generation, world = begun.world,
+                          restarts = run.restarts, change = begun.change,
                           placements = run.Placements(agents_)] {
     if (absl::StatusOr<v1::Job> s = jobs_.MarkReformed(job_id, generation, world, restarts, change);
         !s.ok()) {
@@ -278,71 +124,6 @@ v1::CheckpointManifest Scheduler::GenerationResumeLocked(const std::string& job_
   absl::StatusOr<v1::CheckpointManifest> newest = newest_of(job_id, &skipped);
   for (const std::string& warning : skipped) LOG(WARNING) << job_id << ": " << warning;
   return newest.ok() ? *std::move(newest) : run.resume;
-}
-
-void Scheduler::BeginWaitLocked(const std::string& job_id, RunningJob& run,
-                                const std::string& cause, ReformKind kind,
-                                const ReformDecision::Wait& wait, absl::Time now, Outbox& out) {
-  // Below resources.min_ranks: wait for slots (an agent that connects, a
-  // job that ends) rather than fail at once.
-  run.phase.BeginWaiting(cause, kind, now, wait.until);
-  v1::JobEvent event;
-  event.set_message(absl::StrCat("generation ", run.generation() + 1, " after ", cause,
-                                 " waits up to elastic.wait_seconds ",
-                                 run.elastic_spec.wait_seconds(), " s for free slots: ", wait.why));
-  LOG(INFO) << job_id << ": " << event.message();
-  RecordEvent(job_id, std::move(event), out);
-}
-
-bool Scheduler::StopAllForRestartLocked(const std::string& job_id, RunningJob& run,
-                                        std::string& cause, ReformKind& kind, Outbox& out) {
-  // Live: not exited, on a connected agent or awaited after a coordinator
-  // restart (it may still run there).
-  std::map<std::string, std::vector<int>> live;  // slots by agent id
-  int awaited = 0;
-  for (RankState& r : run.ranks) {
-    if (r.state == v1::RankStatus::EXITED) continue;
-    if (r.agent_id.empty()) {
-      ++awaited;
-    } else if (agents_.Find(r.agent_id) != nullptr) {
-      live[r.agent_id].push_back(r.slot);
-    }
-  }
-  if (ElasticPhase::Restarting* restarting = run.phase.restarting()) {
-    if (IsFailure(kind) && !IsFailure(restarting->kind)) {
-      restarting->cause = cause;
-      restarting->kind = kind;
-    }
-    if (!live.empty() || awaited > 0) return false;
-    // The phase stays Restarting until the caller forms the next
-    // generation or waits for slots (Note [Elastic phase]).
-    cause = restarting->cause;
-    kind = restarting->kind;
-    return true;
-  }
-  if (live.empty() && awaited == 0) return true;
-  const absl::Time now = clock_->Now();
-  run.phase.BeginRestarting(cause, kind, now, now + absl::Seconds(run.elastic_spec.wait_seconds()));
-  const std::string why =
-      absl::StrCat("restart-all for generation ", run.generation() + 1, " after ", cause);
-  // Joins waiting for a generation that will not form are answered now.
-  run.rendezvous.Abort(absl::AbortedError(absl::StrCat("job ", job_id, ": ", why)), out.joins);
-  int stopping = 0;
-  for (RankState& r : run.ranks) {
-    if (r.state == v1::RankStatus::EXITED) continue;
-    r.stopping = true;
-    ++stopping;
-  }
-  for (const auto& [agent_id, slots] : live) {
-    out.messages.emplace_back(agents_.Find(agent_id)->send, StopRanksMessage(job_id, slots, why));
-  }
-  v1::JobEvent event;
-  event.set_message(absl::StrCat(why, ": stopping the ", stopping,
-                                 " running rank(s) (the program does not re-form in its ",
-                                 "own process); every rank starts again once they have exited"));
-  LOG(INFO) << job_id << ": " << event.message();
-  RecordEvent(job_id, std::move(event), out);
-  return false;
 }
 
 void Scheduler::RequestReformLocked(const std::string& job_id, RunningJob& run,

@@ -1,0 +1,193 @@
+#include "coordinator/scheduling/generation_change.h"
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/time.h"
+#include "coordinator/scheduling/placement.h"
+#include "gtest/gtest.h"
+
+namespace chorus {
+namespace {
+
+const absl::Time kNow = absl::FromUnixSeconds(10000);
+
+// A 3-rank elastic job in generation 1 (formed), ranks 0 and 1 on agent
+// "ha" and rank 2 on "hb", with one more slot free on "hb" and on "hc".
+struct World {
+  World() {
+    ha = Add("ha", 2);
+    hb = Add("hb", 2);
+    hc = Add("hc", 1);
+    job.set_job_id("job-000001");
+    job.mutable_spec()->mutable_resources()->set_device(v1::ResourceSpec::CPU);
+    job.mutable_spec()->mutable_resources()->set_min_ranks(2);
+    job.mutable_spec()->mutable_resources()->set_max_ranks(3);
+    job.mutable_spec()->mutable_elastic()->set_max_restarts(3);
+    job.mutable_spec()->mutable_elastic()->set_wait_seconds(60);
+    run.elastic = true;
+    run.elastic_spec = job.spec().elastic();
+    for (const auto& [agent, slot] : std::vector<std::pair<std::string, int>>{
+             {ha, 0}, {ha, 1}, {hb, 0}}) {
+      RankSlot s;
+      s.agent_id = agent;
+      s.slot = slot;
+      RankState& r = run.ranks.emplace_back(RankState::At(s));
+      r.state = v1::RankStatus::TRAINING;
+      agents.SetBusy(agent, slot, true);
+    }
+    for (int rank = 0; rank < 3; ++rank) run.rendezvous.MarkJoined(rank);
+  }
+  std::string Add(const std::string& host, int slots) {
+    v1::AgentHello hello;
+    hello.set_host(host);
+    hello.set_slots(slots);
+    hello.set_device(v1::ResourceSpec::CPU);
+    return agents.Add(hello, nullptr).value();
+  }
+  void Exit(int rank, int code) {
+    run.ranks[rank].state = v1::RankStatus::EXITED;
+    run.ranks[rank].exit_code = code;
+  }
+  // The free slots as the Scheduler would give them (its reservations none).
+  GenerationChange Change(const std::string& cause, ReformKind kind) {
+    const ChangeInputs in{job, agents, kNow, [this] { return agents.FreeSlots(); },
+                          [this] { return ToQueuedJob(job.job_id(), job.spec()); }};
+    return ChangeGeneration(run, cause, kind, in);
+  }
+
+  AgentRegistry agents;
+  std::string ha, hb, hc;
+  v1::Job job;
+  RunningJob run{job, 3, /*generation=*/1};
+};
+
+std::string PhaseOf(const RunningJob& run) {
+  if (run.phase.forming() != nullptr) return "forming";
+  if (run.phase.waiting() != nullptr) return "waiting";
+  if (run.phase.restarting() != nullptr) return "restarting";
+  return "steady";
+}
+
+// The change and the job after it, as one line.
+std::string Describe(const GenerationChange& change, const World& w) {
+  std::vector<std::string> parts;
+  if (change.fail.has_value()) parts.push_back("fail: " + *change.fail);
+  for (const std::string& e : change.events) parts.push_back("event: " + e);
+  for (const auto& [agent, slots] : change.stop) {
+    parts.push_back(absl::StrCat("stop ", w.agents.Find(agent)->hello.host(), " slots ",
+                                 absl::StrJoin(slots, ","), ": ", change.stop_reason));
+  }
+  if (change.begun.has_value()) {
+    std::vector<std::string> ranks;
+    for (const RankState& r : w.run.ranks) {
+      ranks.push_back(absl::StrCat(w.agents.Find(r.agent_id)->hello.host(), ":", r.slot, " ",
+                                   v1::RankStatus::State_Name(r.state)));
+    }
+    parts.push_back(absl::StrCat("begun ", change.begun->generation, " of ", change.begun->world,
+                                 " [", absl::StrJoin(ranks, ", "), "]: ", change.begun->change));
+  }
+  parts.push_back(absl::StrCat("phase ", PhaseOf(w.run), ", restarts ", w.run.restarts,
+                               ", joins aborted ", change.joins.size()));
+  return absl::StrJoin(parts, " | ");
+}
+
+struct Case {
+  std::string name;
+  std::function<void(World&)> before;
+  std::string cause;
+  ReformKind kind;
+  std::string expected;
+};
+
+TEST(GenerationChangeTest, ChangesGiveTheirActions) {
+  const std::vector<Case> cases = {
+      {"a lost rank is replaced on the slot it freed; its survivors join",
+       [](World& w) { w.Exit(1, 1); }, "rank 1 exited with code 1", ReformKind::kRankLost,
+       "begun 2 of 3 [ha:0 JOINING, ha:1 LAUNCHING, hb:0 JOINING]: generation 2 after rank 1 "
+       "exited with code 1: 3 -> 3 ranks (rank 1 on ha slot 1), restart 1 of 3 | phase forming, "
+       "restarts 1, joins aborted 0"},
+      {"past elastic.max_restarts the job fails before anything moves",
+       [](World& w) {
+         w.Exit(1, 1);
+         w.run.restarts = 3;
+       },
+       "rank 1 exited with code 1", ReformKind::kRankLost,
+       "fail: rank 1 exited with code 1; elastic.max_restarts 3 used up in generation 1 | phase steady, restarts "
+       "3, joins aborted 0"},
+      {"a drain is no restart: the drained ranks leave at the boundary and depart",
+       [](World& w) { w.agents.SetDraining(w.ha); }, "agent ha was drained", ReformKind::kDrain,
+       "begun 2 of 3 [hb:1 LAUNCHING, hc:0 LAUNCHING, hb:0 JOINING]: generation 2 after agent ha "
+       "was drained: 3 -> 3 ranks (rank 0 on hb slot 1, rank 1 on hc slot 0), at a step boundary "
+       "(not a restart) | phase forming, restarts 0, joins aborted 0"},
+      {"its agent lost and no free slot, the survivors form alone while they are min_ranks",
+       [](World& w) {
+         w.agents.Remove(w.hb);
+         w.agents.SetBusy(w.hc, 0, true);
+       },
+       "lost contact with hb", ReformKind::kAgentLost,
+       "begun 2 of 2 [ha:0 JOINING, ha:1 JOINING]: generation 2 after lost contact with hb: 3 -> 2 "
+       "ranks, restart 1 of 3 | phase forming, restarts 1, joins aborted 0"},
+      {"below min_ranks without a free slot it waits for slots",
+       [](World& w) {
+         w.job.mutable_spec()->mutable_resources()->set_min_ranks(3);
+         w.agents.Remove(w.hb);
+         w.agents.SetBusy(w.hc, 0, true);
+       },
+       "lost contact with hb", ReformKind::kAgentLost,
+       "event: generation 2 after lost contact with hb waits up to elastic.wait_seconds 60 s for "
+       "free slots: "},
+      {"a program that restarts all first has every live rank stopped",
+       [](World& w) {
+         w.run.program = true;
+         w.Exit(1, 1);
+       },
+       "rank 1 exited with code 1", ReformKind::kRankLost,
+       "event: restart-all for generation 2 after rank 1 exited with code 1: stopping the 2 "
+       "running rank(s) (the program does not re-form in its own process); every rank starts "
+       "again once they have exited | stop ha slots 0: restart-all for generation 2 after rank 1 "
+       "exited with code 1 | stop hb slots 0: restart-all for generation 2 after rank 1 exited "
+       "with code 1 | phase restarting, restarts 0, joins aborted 0"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    World w;
+    c.before(w);
+    const std::string got = Describe(w.Change(c.cause, c.kind), w);
+    if (c.expected.back() == ' ') {  // a prefix: the rest is PlanReform's wording
+      EXPECT_EQ(got.substr(0, c.expected.size()), c.expected) << got;
+      EXPECT_NE(got.find("phase waiting, restarts 0"), std::string::npos) << got;
+    } else {
+      EXPECT_EQ(got, c.expected);
+    }
+  }
+}
+
+TEST(GenerationChangeTest, ARestartAllStartsEveryRankAgainOnceTheLastHasExited) {
+  World w;
+  w.run.program = true;
+  w.Exit(1, 1);
+  ASSERT_FALSE(w.Change("rank 1 exited with code 1", ReformKind::kRankLost).begun.has_value());
+  EXPECT_TRUE(w.run.ranks[0].stopping);
+  // A planned change meanwhile does not replace the failure, nor start
+  // anything while ranks run.
+  GenerationChange drain = w.Change("agent hc was drained", ReformKind::kDrain);
+  EXPECT_FALSE(drain.begun.has_value());
+  EXPECT_TRUE(drain.stop.empty());
+  w.Exit(0, 143);
+  w.Exit(2, 143);
+  const GenerationChange change = w.Change("rank 2 exited", ReformKind::kRankLost);
+  ASSERT_TRUE(change.begun.has_value());
+  EXPECT_EQ(change.begun->kind, ReformKind::kRankLost);
+  EXPECT_EQ(change.begun->change,
+            "generation 2 after rank 1 exited with code 1: 3 -> 3 ranks (restart-all: every rank "
+            "started again), restart 1 of 3");
+  for (const RankState& r : w.run.ranks) EXPECT_EQ(r.state, v1::RankStatus::LAUNCHING);
+  EXPECT_EQ(w.run.restarts, 1);
+}
+
+}  // namespace
+}  // namespace chorus
