@@ -49,6 +49,19 @@ struct ChangeInputs {
   std::function<QueuedJob()> capped;
 };
 
+// Generation `generation` of `world` ranks was begun after a change of
+// `kind`; `change` is its history line. Its newcomers are the ranks in state
+// LAUNCHING; `staged` is what its staged growth asks
+// (StagedGrowth::OnGenerationBegun; the adopted are JOINING already).
+// (Defined outside GenerationChange, as RequeueWaitState in requeue_wait.h.)
+struct GenerationBegun {
+  int64_t generation = 0;
+  int world = 0;
+  ReformKind kind = ReformKind::kRankLost;
+  std::string change;
+  StagedGrowth::Actions staged;
+};
+
 // What the Scheduler is to do after a change.
 struct GenerationChange {
   // The job ends FAILED with this reason (past elastic.max_restarts, below
@@ -61,17 +74,8 @@ struct GenerationChange {
   std::string stop_reason;
   // Joins of a generation that will not form, answered ABORTED.
   Rendezvous::Answers joins;
-  // Generation `generation` of `world` ranks was begun after a change of
-  // `kind`; `change` is its history line. Its newcomers are the ranks in
-  // state LAUNCHING; `staged` is what its staged growth asks
-  // (StagedGrowth::OnGenerationBegun; the adopted are JOINING already).
-  struct Begun {
-    int64_t generation = 0;
-    int world = 0;
-    ReformKind kind = ReformKind::kRankLost;
-    std::string change;
-    StagedGrowth::Actions staged;
-  };
+  // The generation begun, if one was.
+  using Begun = GenerationBegun;
   std::optional<Begun> begun;
 };
 

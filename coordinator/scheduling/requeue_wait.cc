@@ -11,7 +11,7 @@ namespace chorus {
 void RequeueWait::Begin(std::string cause, int64_t reported_step, int64_t newest_checkpoint,
                         absl::Time now, absl::Duration timeout) {
   CHECK(!wait_.has_value()) << "the job waits for its checkpoint already";
-  Wait& wait = wait_.emplace();
+  RequeueWaitState& wait = wait_.emplace();
   wait.cause = std::move(cause);
   wait.reported_step = reported_step;
   wait.target_step = std::max(reported_step, newest_checkpoint + 1);

@@ -25,6 +25,17 @@
 
 namespace chorus {
 
+// What a RequeueWait holds while the job waits. (Defined outside the class:
+// clang cannot default-construct a nested struct with member initializers
+// through the std::optional that holds it in the class.)
+struct RequeueWaitState {
+  std::string cause;
+  int64_t target_step = 0;
+  int64_t reported_step = 0;  // the highest step a rank had reported
+  absl::Time deadline;
+  absl::Duration timeout;
+};
+
 class RequeueWait {
  public:
   // The wait is over: the job goes back to the queue.
@@ -58,14 +69,7 @@ class RequeueWait {
   std::optional<Due> OnTick(int64_t newest_checkpoint, absl::Time now);
 
  private:
-  struct Wait {
-    std::string cause;
-    int64_t target_step = 0;
-    int64_t reported_step = 0;  // the highest step a rank had reported
-    absl::Time deadline;
-    absl::Duration timeout;
-  };
-  std::optional<Wait> wait_;
+  std::optional<RequeueWaitState> wait_;
 };
 
 }  // namespace chorus

@@ -55,8 +55,16 @@ void Scheduler::ReformLocked(const std::string& job_id, const std::string& cause
   RunningJob& run = it->second;
   absl::StatusOr<v1::Job> job = jobs_.Get(job_id);
   if (!job.ok()) return;
-  const ChangeInputs in{*job, agents_, clock_->Now(), [&] { return FreeSlotsForLocked(run); },
-                        [&] { return QuotaCappedLocked(job_id, job->spec(), run); }};
+  // The callbacks run inside ChangeGeneration, under the lock held here.
+  const ChangeInputs in{*job, agents_, clock_->Now(),
+                        [&] {
+                          mu_.AssertHeld();
+                          return FreeSlotsForLocked(run);
+                        },
+                        [&] {
+                          mu_.AssertHeld();
+                          return QuotaCappedLocked(job_id, job->spec(), run);
+                        }};
   GenerationChange change = ChangeGeneration(run, cause, kind, in);
   for (auto& answer : change.joins) out.joins.push_back(std::move(answer));
   for (const auto& [agent_id, slots] : change.stop) {

@@ -17,8 +17,8 @@ void StagedGrowth::Start(int64_t generation, int world_size, std::string cause,
                          std::vector<StagedNewcomer> newcomers, absl::Time now,
                          absl::Duration wait) {
   CHECK(!growth_.has_value()) << "a growth is staged already";
-  growth_ =
-      Growth{generation, world_size, std::move(cause), std::move(newcomers), now + wait, wait};
+  growth_ = StagedGrowthState{generation,           world_size, std::move(cause),
+                              std::move(newcomers), now + wait, wait};
 }
 
 StagedGrowth::JoinOutcome StagedGrowth::OnJoin(const std::string& agent_id, int slot,

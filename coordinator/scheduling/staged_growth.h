@@ -35,6 +35,17 @@ struct StagedNewcomer {
   bool up = false;  // its program has asked to join (it is waiting)
 };
 
+// A staged growth under way. (Defined outside StagedGrowth, as
+// RequeueWaitState in requeue_wait.h.)
+struct StagedGrowthState {
+  int64_t generation = 0;
+  int world_size = 0;
+  std::string cause;
+  std::vector<StagedNewcomer> newcomers;
+  absl::Time deadline;
+  absl::Duration wait;  // elastic.wait_seconds
+};
+
 class StagedGrowth {
  public:
   // What a transition asks of the Scheduler.
@@ -111,15 +122,7 @@ class StagedGrowth {
                                      std::vector<AgentSlots> free) const;
 
  private:
-  struct Growth {
-    int64_t generation = 0;
-    int world_size = 0;
-    std::string cause;
-    std::vector<StagedNewcomer> newcomers;
-    absl::Time deadline;
-    absl::Duration wait;  // elastic.wait_seconds
-  };
-  std::optional<Growth> growth_;
+  std::optional<StagedGrowthState> growth_;
 };
 
 }  // namespace chorus
