@@ -139,7 +139,7 @@ absl::Status ScheduleRounds(const Options& o, std::vector<double>& ms) {
       "Scheduler::Schedule() with %d queued jobs, %d agents (%d free slots): p50 %.2f ms, "
       "p99 %.2f ms (goal <= 50 ms)\n",
       static_cast<int>(jobs->List({v1::Job::PENDING}, 0)->size()), o.agents,
-      scheduler.agents().free_slots(), Percentile(ms, 0.5), Percentile(ms, 0.99));
+      scheduler.reads().free_slots(), Percentile(ms, 0.5), Percentile(ms, 0.99));
   return absl::OkStatus();
 }
 

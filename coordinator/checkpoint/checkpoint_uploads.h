@@ -21,7 +21,7 @@
 //
 // Example:
 //   CheckpointUploads uploads(store, [&](auto job, auto gen, auto rank) {
-//     return scheduler.ranks().GrantUpload(job, gen, rank); });
+//     return scheduler.reads().GrantUpload(job, gen, rank); });
 //   ASSIGN_OR_RETURN(CheckpointUploads::Started up, uploads.Begin(job, generation, rank, step));
 //   for (const v1::CheckpointChunk& chunk : chunks) RETURN_IF_ERROR(up.upload->AddChunk(chunk));
 //   ASSIGN_OR_RETURN(v1::UploadCheckpointResponse done, uploads.Complete(std::move(up)));

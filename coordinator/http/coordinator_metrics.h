@@ -20,7 +20,7 @@
 //   metrics.RendezvousCompleted(absl::Seconds(2));
 //   ClusterSnapshot snapshot;
 //   snapshot.jobs_by_state = jobs.CountByState();
-//   scheduler.jobs().Snapshot(snapshot);
+//   scheduler.reads().Snapshot(snapshot);
 //   std::string text = metrics.Render(snapshot);  // GET /metrics
 #ifndef CHORUS_COORDINATOR_HTTP_COORDINATOR_METRICS_H_
 #define CHORUS_COORDINATOR_HTTP_COORDINATOR_METRICS_H_

@@ -92,7 +92,7 @@ std::string UsersJson(const ClusterSnapshot& snapshot) {
 std::string JobListJson(const StatusPageSources& sources, absl::Time now) {
   std::vector<std::string> rows;
   ClusterSnapshot running;
-  sources.scheduler->jobs().Snapshot(running, /*max_rank_rows=*/0);
+  sources.scheduler->reads().Snapshot(running, /*max_rank_rows=*/0);
   std::map<std::string, const v1::JobStatus*> by_id;
   for (const v1::JobStatus& s : running.running) by_id[s.job().job_id()] = &s;
   absl::StatusOr<std::vector<v1::Job>> jobs = sources.jobs->List({}, kPageMaxJobs);
@@ -123,7 +123,7 @@ std::string JobListJson(const StatusPageSources& sources, absl::Time now) {
         ",\"reason\":", JsonString(job.reason()), "}"));
   }
   return absl::StrCat("{\"jobs\":[", absl::StrJoin(rows, ","),
-                      "],\"queue\":", QueueJson(sources.scheduler->jobs().Queue()),
+                      "],\"queue\":", QueueJson(sources.scheduler->reads().Queue()),
                       ",\"users\":", UsersJson(running), "}");
 }
 
@@ -185,7 +185,7 @@ std::vector<std::string> LogsJson(const StatusPageSources& sources, const std::s
   request.set_job_id(job_id);
   request.set_tail(true);
   request.set_max_lines(kPageMaxLogLines);
-  if (absl::StatusOr<v1::GetLogsResponse> lines = sources.scheduler->jobs().GetLogs(request);
+  if (absl::StatusOr<v1::GetLogsResponse> lines = sources.scheduler->reads().GetLogs(request);
       lines.ok()) {
     for (const v1::LogLine& line : lines->lines()) {
       logs.push_back(
@@ -205,7 +205,7 @@ absl::StatusOr<std::string> JobPageJson(const StatusPageSources& sources, const 
   StatusRows rows;
   rows.offset = rank_offset;
   rows.limit = rank_limit;
-  sources.scheduler->jobs().FillStatus(job_id, *status, rows);
+  sources.scheduler->reads().FillStatus(job_id, *status, rows);
   // The spec is the user's to read with `chorus status`; the page needs its name.
   v1::JobSpec spec = status->job().spec();
   status->mutable_job()->clear_spec();

@@ -172,7 +172,7 @@ TEST_F(StatusPageTest, JobListCarriesTheQueueAndTheUsers) {
 
   // /metrics reads the same snapshot.
   ClusterSnapshot snapshot;
-  scheduler_->jobs().Snapshot(snapshot);
+  scheduler_->reads().Snapshot(snapshot);
   const std::string text = metrics_.Render(snapshot);
   EXPECT_THAT(text, HasSubstr("chorus_user_slots{device=\"CPU\",user=\"alice\"} 2\n"));
   EXPECT_THAT(text, HasSubstr("chorus_user_jobs{state=\"queued\",user=\"anonymous\"} 1\n"));

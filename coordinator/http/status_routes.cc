@@ -43,7 +43,7 @@ std::pair<int, int> RankRows(const HttpRequest& request) {
 ClusterSnapshot TakeSnapshot(const StatusSources& sources) {
   ClusterSnapshot snapshot;
   snapshot.jobs_by_state = sources.jobs->CountByState();
-  sources.scheduler->jobs().Snapshot(snapshot, sources.metrics->max_rank_series());
+  sources.scheduler->reads().Snapshot(snapshot, sources.metrics->max_rank_series());
   snapshot.failed = sources.jobs->NewestFailed(sources.metrics->max_failed_series());
   return snapshot;
 }

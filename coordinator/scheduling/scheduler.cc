@@ -46,7 +46,7 @@ void Scheduler::AfterWrites(const std::vector<std::string>& settled,
                             const std::vector<std::string>& unrecorded, bool requeued) {
   Outbox out(*this);
   {
-    absl::MutexLock lock(&mu_);
+    absl::MutexLock lock(&state_.mu);
     for (const std::string& job_id : settled) {
       auto it = settling_.find(job_id);
       if (it != settling_.end() && --it->second <= 0) settling_.erase(it);
@@ -60,13 +60,13 @@ void Scheduler::AfterWrites(const std::vector<std::string>& settled,
 }
 
 void Scheduler::UndoStartLocked(const std::string& job_id) {
-  auto it = running_.find(job_id);
-  if (it == running_.end()) return;  // ended meanwhile (a cancel)
+  auto it = state_.running.find(job_id);
+  if (it == state_.running.end()) return;  // ended meanwhile (a cancel)
   // No launch went out: nothing to stop, and no rank can have joined.
-  it->second.ReleaseSlots(agents_);
+  it->second.ReleaseSlots(state_.agents);
   Rendezvous::Answers none;
   it->second.rendezvous.Abort(absl::AbortedError("its start was not recorded"), none);
-  running_.erase(it);
+  state_.running.erase(it);
   LOG(WARNING) << job_id << ": not started, as its start could not be recorded; it stays queued";
 }
 
@@ -75,21 +75,20 @@ Scheduler::Scheduler(JobManager& jobs, Clock* clock, SchedulerOptions options)
       resolve_resume_(std::move(options.resume_resolver)),
       newest_committed_(std::move(options.newest_committed)),
       clock_(clock ? clock : &real_clock_),
+      state_(std::move(options.scheduling_policy), clock_->Now()),
       coordinator_address_(std::move(options.coordinator_address)),
       metrics_(options.metrics),
-      policy_(std::move(options.scheduling_policy)),
-      fair_share_(policy_.fair_share_half_life, clock_->Now()),
       requeue_timeout_(options.requeue_checkpoint_timeout),
       reconnect_grace_(options.agent_reconnect_grace) {}
 
 void Scheduler::Configure(SchedulerOptions options) {
-  absl::MutexLock lock(&mu_);
+  absl::MutexLock lock(&state_.mu);
   resolve_resume_ = std::move(options.resume_resolver);
   newest_committed_ = std::move(options.newest_committed);
   coordinator_address_ = std::move(options.coordinator_address);
   metrics_ = options.metrics;
-  fair_share_ = FairShare(options.scheduling_policy.fair_share_half_life, clock_->Now());
-  policy_ = std::move(options.scheduling_policy);
+  state_.fair_share = FairShare(options.scheduling_policy.fair_share_half_life, clock_->Now());
+  state_.policy = std::move(options.scheduling_policy);
   requeue_timeout_ = options.requeue_checkpoint_timeout;
   reconnect_grace_ = options.agent_reconnect_grace;
 }
@@ -98,7 +97,7 @@ absl::StatusOr<std::string> Scheduler::AddAgent(const v1::AgentHello& hello, Sen
   Outbox out(*this);
   absl::StatusOr<std::string> added;
   {
-    absl::MutexLock lock(&mu_);
+    absl::MutexLock lock(&state_.mu);
     added = AddAgentLocked(hello, std::move(send), out);
   }
   out.Flush();
@@ -116,8 +115,8 @@ absl::StatusOr<std::string> Scheduler::AddAgentLocked(const v1::AgentHello& hell
   // have the same pid in their own pid namespaces.
   std::vector<std::string> rebinding;
   if (hello.pid() != 0 && !hello.agent_id().empty()) {
-    for (const std::string& old : agents_.Ids()) {
-      const AgentRegistry::Agent* agent = agents_.Find(old);
+    for (const std::string& old : state_.agents.Ids()) {
+      const AgentRegistry::Agent* agent = state_.agents.Find(old);
       if (old == hello.agent_id() && agent->hello.host() == hello.host() &&
           agent->hello.pid() == hello.pid()) {
         LOG(WARNING) << "agent " << old << " on " << hello.host() << " connected again (pid "
@@ -127,9 +126,9 @@ absl::StatusOr<std::string> Scheduler::AddAgentLocked(const v1::AgentHello& hell
     }
   }
   std::string id;
-  ASSIGN_OR_RETURN(id, agents_.Add(hello, std::move(send)));
-  agents_.Heard(id, clock_->Now());
-  const AgentRegistry::Agent& agent = *agents_.Find(id);
+  ASSIGN_OR_RETURN(id, state_.agents.Add(hello, std::move(send)));
+  state_.agents.Heard(id, clock_->Now());
+  const AgentRegistry::Agent& agent = *state_.agents.Find(id);
   v1::CoordinatorMessage welcome;
   welcome.mutable_welcome()->set_agent_id(id);
   out.messages.emplace_back(agent.send, welcome);
@@ -138,14 +137,14 @@ absl::StatusOr<std::string> Scheduler::AddAgentLocked(const v1::AgentHello& hell
   // Ranks it still runs: rebind them to the jobs taken back after a
   // restart; stop those whose job is no longer running.
   std::vector<std::pair<std::string, int>> bound;
-  for (auto& [job_id, slots] : RebindRanks(running_, id, hello, &bound)) {
+  for (auto& [job_id, slots] : RebindRanks(state_.running, id, hello, &bound)) {
     out.messages.emplace_back(
         agent.send, StopRanksMessage(job_id, slots, "the coordinator no longer runs this job"));
   }
   for (const auto& [job_id, slot] : bound) {
-    agents_.SetBusy(id, slot, true);
+    state_.agents.SetBusy(id, slot, true);
     LOG(INFO) << job_id << ": slot " << slot << " on " << hello.host() << " is back";
-    RunningJob& run = running_.at(job_id);
+    RunningJob& run = state_.running.at(job_id);
     const int rank = run.RankOn(id, slot);
     // Note [Agent reconnect grace]: its agent says it runs, and relays its
     // heartbeats again from now; the time away does not make it DEAD.
@@ -180,8 +179,8 @@ absl::StatusOr<std::string> Scheduler::AddAgentLocked(const v1::AgentHello& hell
 void Scheduler::ReformWithoutUnboundLocked(const std::vector<std::string>& rebinding,
                                            const v1::AgentHello& agent, Outbox& out) {
   for (const std::string& job_id : rebinding) {
-    auto it = running_.find(job_id);
-    if (it == running_.end()) continue;
+    auto it = state_.running.find(job_id);
+    if (it == state_.running.end()) continue;
     std::vector<int> gone;
     for (size_t rank = 0; rank < it->second.ranks.size(); ++rank) {
       RankState& r = it->second.ranks[rank];
@@ -217,8 +216,8 @@ void Scheduler::ReformWithoutUnboundLocked(const std::vector<std::string>& rebin
 void Scheduler::TakeToldExitsLocked(const std::string& agent_id, const v1::AgentHello& hello,
                                     Outbox& out) {
   for (const v1::RankExited& exited : hello.exited()) {
-    auto run = running_.find(exited.job_id());
-    if (run == running_.end() || !AwaitsToldExit(run->second, hello, exited)) continue;
+    auto run = state_.running.find(exited.job_id());
+    if (run == state_.running.end() || !AwaitsToldExit(run->second, hello, exited)) continue;
     LOG(INFO) << exited.job_id() << ": slot " << exited.slot() << " on " << hello.host()
               << " exited with code " << exited.exit_code()
               << " before this coordinator led (its agent tells it again)";
@@ -229,7 +228,7 @@ void Scheduler::TakeToldExitsLocked(const std::string& agent_id, const v1::Agent
 void Scheduler::RemoveAgent(const std::string& agent_id) {
   Outbox out(*this);
   {
-    absl::MutexLock lock(&mu_);
+    absl::MutexLock lock(&state_.mu);
     if (!RemoveAgentLocked(agent_id, out)) return;
     ScheduleLocked(out);
   }
@@ -237,28 +236,28 @@ void Scheduler::RemoveAgent(const std::string& agent_id) {
 }
 
 void Scheduler::AgentAlive(const std::string& agent_id, double cpu_pressure) {
-  absl::MutexLock lock(&mu_);
-  agents_.Heard(agent_id, clock_->Now(), cpu_pressure);
+  absl::MutexLock lock(&state_.mu);
+  state_.agents.Heard(agent_id, clock_->Now(), cpu_pressure);
 }
 
 bool Scheduler::RemoveAgentLocked(const std::string& agent_id, Outbox& out,
                                   std::vector<std::string>* rebinding) {
-  const AgentRegistry::Agent* agent = agents_.Find(agent_id);
+  const AgentRegistry::Agent* agent = state_.agents.Find(agent_id);
   if (agent == nullptr) return false;
   const v1::AgentHello hello = agent->hello;
   const std::string& host = hello.host();
-  agents_.Remove(agent_id);
+  state_.agents.Remove(agent_id);
   for (auto it = stopping_slots_.begin(); it != stopping_slots_.end();) {
     it = it->first.first == agent_id ? stopping_slots_.erase(it) : std::next(it);
   }
   std::vector<std::string> affected;
-  for (const auto& [job_id, run] : running_) {
+  for (const auto& [job_id, run] : state_.running) {
     if (run.RunsOn(agent_id)) affected.push_back(job_id);
   }
   const std::string lost =
       absl::StrCat("lost contact with the agent on ", host, " (", agent_id, ")");
   for (const std::string& job_id : affected) {
-    RunningJob& run = running_.at(job_id);
+    RunningJob& run = state_.running.at(job_id);
     // Ranks that had already left with a drain are gone with it.
     run.leaving.OnAgentGone(agent_id);
     if (run.elastic && rebinding != nullptr) {
@@ -341,7 +340,7 @@ void Scheduler::ReformWithoutLostAgentsLocked(const std::string& job_id, Running
 void Scheduler::Schedule() {
   Outbox out(*this);
   {
-    absl::MutexLock lock(&mu_);
+    absl::MutexLock lock(&state_.mu);
     ScheduleLocked(out);
   }
   out.Flush();
@@ -364,8 +363,9 @@ bool Scheduler::PlaceQueuedLocked(Outbox& out) {
   // A job that cannot resume fails without taking its slots: place again.
   for (bool replan = true; replan;) {
     replan = false;
-    plan_ = PlanQueue(QueuedLocked(), agents_.FreeSlots(), UsageLocked(), policy_);
-    for (const JobPlacement& placement : plan_.placed) {
+    state_.plan =
+        PlanQueue(QueuedLocked(), state_.agents.FreeSlots(), state_.Usage(), state_.policy);
+    for (const JobPlacement& placement : state_.plan.placed) {
       absl::StatusOr<v1::Job> job = jobs_.Get(placement.job_id);
       if (!job.ok()) {
         LOG(ERROR) << "reading queued job " << placement.job_id << ": " << job.status();
@@ -390,15 +390,15 @@ std::vector<QueueEntry> Scheduler::QueuedLocked() {
   const std::vector<std::string> ids = jobs_.PendingJobIds();
   std::vector<QueueEntry> queued;
   queued.reserve(ids.size());
-  auto cached = queue_entries_.begin();
+  auto cached = state_.queue_entries.begin();
   std::map<std::string, QueueEntry> kept;
   for (const std::string& id : ids) {
     // Note [The scheduler's writes after its lock]: the store may not show
     // yet that it started or ended.
-    if (running_.count(id) != 0 || settling_.count(id) != 0) continue;
+    if (state_.running.count(id) != 0 || settling_.count(id) != 0) continue;
     // Both are sorted by id: walk the cache alongside.
-    while (cached != queue_entries_.end() && cached->first < id) ++cached;
-    if (cached != queue_entries_.end() && cached->first == id) {
+    while (cached != state_.queue_entries.end() && cached->first < id) ++cached;
+    if (cached != state_.queue_entries.end() && cached->first == id) {
       queued.push_back(cached->second);
     } else {
       absl::StatusOr<v1::Job> job = jobs_.Get(id);
@@ -410,31 +410,22 @@ std::vector<QueueEntry> Scheduler::QueuedLocked() {
     }
     kept.emplace_hint(kept.end(), id, queued.back());
   }
-  queue_entries_ = std::move(kept);
+  state_.queue_entries = std::move(kept);
   return queued;
-}
-
-QueueUsage Scheduler::UsageLocked() const {
-  QueueUsage usage;
-  for (const auto& [job_id, run] : running_) {
-    usage.slots_in_use[run.owner][run.device] += static_cast<int>(run.ranks.size());
-  }
-  usage.fair_share = fair_share_.usage();
-  usage.reservations_held = plan_.reservations_held;  // Note [Reservation]
-  return usage;
 }
 
 void Scheduler::AdvanceFairShareLocked() {
   std::map<std::string, int> held;
-  for (const auto& [job_id, run] : running_) held[run.owner] += static_cast<int>(run.ranks.size());
-  fair_share_.Advance(clock_->Now(), held);
+  for (const auto& [job_id, run] : state_.running)
+    held[run.owner] += static_cast<int>(run.ranks.size());
+  state_.fair_share.Advance(clock_->Now(), held);
 }
 
 std::vector<AgentSlots> Scheduler::UnreservedSlotsLocked() const {
-  std::vector<AgentSlots> free = agents_.FreeSlots();
+  std::vector<AgentSlots> free = state_.agents.FreeSlots();
   for (AgentSlots& agent : free) {
-    auto reserved = plan_.reserved.find(agent.agent_id);
-    if (reserved == plan_.reserved.end()) continue;
+    auto reserved = state_.plan.reserved.find(agent.agent_id);
+    if (reserved == state_.plan.reserved.end()) continue;
     std::vector<int> left;
     std::set_difference(agent.free_slots.begin(), agent.free_slots.end(), reserved->second.begin(),
                         reserved->second.end(), std::back_inserter(left));
@@ -446,11 +437,11 @@ std::vector<AgentSlots> Scheduler::UnreservedSlotsLocked() const {
 QueuedJob Scheduler::QuotaCappedLocked(const std::string& job_id, const v1::JobSpec& spec,
                                        const RunningJob& run) const {
   QueuedJob job = ToQueuedJob(job_id, spec);
-  const UserLimits& limits = policy_.For(run.owner);
+  const UserLimits& limits = state_.policy.For(run.owner);
   auto quota = limits.max_slots.find(run.device);
   if (quota == limits.max_slots.end()) return job;
   int others = 0;  // the owner's slots in other jobs
-  for (const auto& [id, other] : running_) {
+  for (const auto& [id, other] : state_.running) {
     if (id != job_id && other.owner == run.owner && other.device == run.device) {
       others += static_cast<int>(other.ranks.size());
     }
@@ -461,15 +452,6 @@ QueuedJob Scheduler::QuotaCappedLocked(const std::string& job_id, const v1::JobS
       {job.resources.min_ranks(), quota->second - others, static_cast<int>(run.ranks.size())});
   job.resources.set_max_ranks(std::min(job.resources.max_ranks(), most));
   return job;
-}
-
-absl::Status Scheduler::CheckSubmission(const v1::JobSpec& spec, const std::string& owner) const {
-  absl::StatusOr<std::vector<v1::Job>> pending = jobs_.List({v1::Job::PENDING}, 0);
-  if (!pending.ok()) return pending.status();
-  const int queued = static_cast<int>(std::count_if(
-      pending->begin(), pending->end(), [&](const v1::Job& job) { return job.owner() == owner; }));
-  absl::MutexLock lock(&mu_);
-  return chorus::CheckSubmission(policy_, owner, spec, queued);
 }
 
 absl::StatusOr<v1::CheckpointManifest> Scheduler::ResumeLocked(const v1::Job& job, Outbox& out) {
@@ -493,11 +475,12 @@ void Scheduler::StartLocked(const v1::Job& job, const JobPlacement& placement,
   RunningJob run(job, world, /*generation=*/1);
   run.resume = std::move(resume);
   for (const RankSlot& slot : placement.ranks) {
-    agents_.SetBusy(slot.agent_id, slot.slot, true);
+    state_.agents.SetBusy(slot.agent_id, slot.slot, true);
     run.ranks.push_back(RankState::At(slot));
   }
   auto recorded = std::make_shared<bool>(false);
-  out.writes.Add(job_id, [this, job_id, world, recorded, placements = run.Placements(agents_)] {
+  out.writes.Add(job_id, [this, job_id, world, recorded,
+                          placements = run.Placements(state_.agents)] {
     absl::StatusOr<v1::Job> started = jobs_.MarkRunning(job_id, 1, world);
     if (!started.ok()) {
       LOG(ERROR) << "cannot start " << job_id << ": " << started.status();
@@ -512,30 +495,30 @@ void Scheduler::StartLocked(const v1::Job& job, const JobPlacement& placement,
   launch.job_id = job_id;
   launch.recorded = std::move(recorded);
   for (auto& [agent_id, message] : run.LaunchMessages(job_id, coordinator_address_)) {
-    launch.messages.emplace_back(agents_.Find(agent_id)->send, std::move(message));
+    launch.messages.emplace_back(state_.agents.Find(agent_id)->send, std::move(message));
   }
   LOG(INFO) << "started " << job_id << " with " << world << " rank(s)";
   run.generation_started_at = clock_->Now();
   run.last_growth_at = run.generation_started_at;
   if (metrics_ != nullptr) metrics_->GenerationStarted("start");
-  running_.insert_or_assign(job_id, std::move(run));
+  state_.running.insert_or_assign(job_id, std::move(run));
 }
 
 void Scheduler::EndLocked(const std::string& job_id, v1::Job::State state,
                           const std::string& reason, Outbox& out) {
-  auto it = running_.find(job_id);
-  if (it == running_.end()) return;
-  const std::map<std::string, std::vector<int>> to_stop = it->second.ReleaseSlots(agents_);
+  auto it = state_.running.find(job_id);
+  if (it == state_.running.end()) return;
+  const std::map<std::string, std::vector<int>> to_stop = it->second.ReleaseSlots(state_.agents);
   it->second.rendezvous.Abort(absl::AbortedError(absl::StrCat("job ", job_id, " ended: ", reason)),
                               out.joins);
   for (const auto& [agent_id, slots] : to_stop) {
-    out.messages.emplace_back(agents_.Find(agent_id)->send,
+    out.messages.emplace_back(state_.agents.Find(agent_id)->send,
                               StopRanksMessage(job_id, slots, reason));
   }
   // A report accepted before the end is written before it (Note [Reports
   // are written outside the scheduler's lock]).
   const std::shared_ptr<std::mutex> writes = it->second.report_writes;
-  running_.erase(it);
+  state_.running.erase(it);
   if (state == v1::Job::CANCELLED) return;
   out.writes.Add(job_id, [this, job_id, state, reason, writes] {
     std::lock_guard<std::mutex> reports_written(*writes);
@@ -547,7 +530,7 @@ void Scheduler::EndLocked(const std::string& job_id, v1::Job::State state,
 void Scheduler::RankExited(const std::string& agent_id, const v1::RankExited& exited) {
   Outbox out(*this);
   {
-    absl::MutexLock lock(&mu_);
+    absl::MutexLock lock(&state_.mu);
     RankExitedLocked(agent_id, exited, out);
     ScheduleLocked(out);
   }
@@ -558,9 +541,9 @@ void Scheduler::RankExitedLocked(const std::string& agent_id, const v1::RankExit
                                  Outbox& out) {
   // Note [Re-queue]: a rank of a re-queued job's last run; its slot is free.
   if (StoppedRankExitedLocked(agent_id, exited)) return;
-  auto it = running_.find(exited.job_id());
-  if (it == running_.end()) return;  // already ended (e.g. stopped after a failure)
-  const AgentRegistry::Agent* agent = agents_.Find(agent_id);
+  auto it = state_.running.find(exited.job_id());
+  if (it == state_.running.end()) return;  // already ended (e.g. stopped after a failure)
+  const AgentRegistry::Agent* agent = state_.agents.Find(agent_id);
   if (agent == nullptr) return;
   if (std::optional<StagedGrowth::Actions> staged = it->second.staged.OnExited(
           agent_id, exited.slot(), it->second.phase.planned().has_value())) {
@@ -568,7 +551,7 @@ void Scheduler::RankExitedLocked(const std::string& agent_id, const v1::RankExit
     ApplyStagedLocked(exited.job_id(), it->second, *staged, out);
   } else if (it->second.leaving.OnExited(agent_id, exited.slot())) {
     // A rank that left at a planned re-formation (a drain, a preemption).
-    agents_.SetBusy(agent_id, exited.slot(), false);
+    state_.agents.SetBusy(agent_id, exited.slot(), false);
     LOG(INFO) << exited.job_id() << ": the rank that left slot " << exited.slot() << " of "
               << agent->hello.host() << " exited with code " << exited.exit_code();
   } else if (std::optional<JobEnd> end = it->second.RecordExit(agent_id, agent->hello, exited)) {
@@ -592,9 +575,9 @@ absl::StatusOr<v1::Job> Scheduler::Cancel(const std::string& job_id, const std::
   {
     Outbox out(*this);
     {
-      absl::MutexLock lock(&mu_);
+      absl::MutexLock lock(&state_.mu);
       std::shared_ptr<std::mutex> writes;
-      if (auto running = running_.find(job_id); running != running_.end()) {
+      if (auto running = state_.running.find(job_id); running != state_.running.end()) {
         writes = running->second.report_writes;
       }
       ++settling_[job_id];  // not placed meanwhile
@@ -610,7 +593,7 @@ absl::StatusOr<v1::Job> Scheduler::Cancel(const std::string& job_id, const std::
   if (!job.ok()) return job;
   Outbox out(*this);
   {
-    absl::MutexLock lock(&mu_);
+    absl::MutexLock lock(&state_.mu);
     EndLocked(job_id, v1::Job::CANCELLED, job->reason(), out);
     ScheduleLocked(out);
   }
@@ -621,12 +604,12 @@ absl::StatusOr<v1::Job> Scheduler::Cancel(const std::string& job_id, const std::
 void Scheduler::Tick() {
   Outbox out(*this);
   {
-    absl::MutexLock lock(&mu_);
+    absl::MutexLock lock(&state_.mu);
     const absl::Time now = clock_->Now();
     AdvanceFairShareLocked();
     std::vector<std::pair<std::string, std::string>> to_fail;
     std::vector<std::string> to_reform;
-    for (auto& [job_id, run] : running_) {
+    for (auto& [job_id, run] : state_.running) {
       run.rendezvous.Expire(now, out.joins);
       if (std::optional<std::string> overdue = ReformOverdue(run, now)) {
         to_fail.emplace_back(job_id, *std::move(overdue));
@@ -647,14 +630,14 @@ void Scheduler::Tick() {
       }
     }
     for (const std::string& job_id : to_reform) {
-      ReformWithoutLostAgentsLocked(job_id, running_.at(job_id), out);
+      ReformWithoutLostAgentsLocked(job_id, state_.running.at(job_id), out);
     }
     RetryWaitingLocked(out);
     GrowLocked(out);
     if (RequeueDueLocked(now, out)) ScheduleLocked(out);
     for (const auto& [job_id, diagnoses] : TrackDiagnosesLocked(out)) {
-      auto running = running_.find(job_id);
-      if (running == running_.end()) continue;  // ended by a growth's restart-all
+      auto running = state_.running.find(job_id);
+      if (running == state_.running.end()) continue;  // ended by a growth's restart-all
       RunningJob& run = running->second;
       // Waiting below resources.min_ranks: the lost ranks are known. Every
       // rank stopping for a restart-all: the next generation starts anew.
@@ -687,8 +670,8 @@ void Scheduler::Tick() {
 std::map<std::string, std::vector<v1::Diagnosis>> Scheduler::TrackDiagnosesLocked(Outbox& out) {
   std::map<std::string, std::vector<v1::Diagnosis>> current;
   const absl::Time now = clock_->Now();
-  for (auto& [job_id, run] : running_) {
-    std::vector<v1::Diagnosis> diagnoses = run.Diagnose(agents_, now);
+  for (auto& [job_id, run] : state_.running) {
+    std::vector<v1::Diagnosis> diagnoses = run.Diagnose(state_.agents, now);
     for (v1::JobEvent& event : run.diagnoses.Update(diagnoses, now)) {
       if (event.has_diagnosis() && metrics_ != nullptr) {
         metrics_->DiagnosisSeen(event.diagnosis().kind());
@@ -724,7 +707,7 @@ void Scheduler::RecordFailure(const std::string& job_id, const std::string& reas
 
 void Scheduler::Recover(const std::vector<v1::Job>& running, absl::Duration grace) {
   Outbox out(*this);
-  absl::ReleasableMutexLock lock(&mu_);
+  absl::ReleasableMutexLock lock(&state_.mu);
   const absl::Time until = clock_->Now() + grace;
   for (const v1::Job& job : running) {
     if (job.placements().empty()) {
@@ -762,24 +745,19 @@ void Scheduler::Recover(const std::vector<v1::Job>& running, absl::Duration grac
                                    absl::FormatDuration(grace),
                                    " for the job's ranks to come back with their agents"));
     RecordEvent(job.job_id(), std::move(event), out);
-    running_.insert_or_assign(job.job_id(), std::move(run));
+    state_.running.insert_or_assign(job.job_id(), std::move(run));
   }
-  // `chorus queue` lists plan_'s order, and jobs missing from it in submit
+  // `chorus queue` lists state_.plan's order, and jobs missing from it in submit
   // order: plan the queue taken back now, not at the first placement pass
   // (an agent coming back), which may be seconds away after a takeover.
-  plan_ = PlanQueue(QueuedLocked(), agents_.FreeSlots(), UsageLocked(), policy_);
+  state_.plan = PlanQueue(QueuedLocked(), state_.agents.FreeSlots(), state_.Usage(), state_.policy);
   lock.Release();
   out.Flush();
 }
 
 void Scheduler::set_coordinator_address(std::string address) {
-  absl::MutexLock lock(&mu_);
+  absl::MutexLock lock(&state_.mu);
   coordinator_address_ = std::move(address);
-}
-
-int Scheduler::free_slots() const {
-  absl::MutexLock lock(&mu_);
-  return agents_.free_slots();
 }
 
 }  // namespace chorus

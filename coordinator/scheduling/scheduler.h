@@ -23,9 +23,12 @@
 // Thread-safety: all methods may be called concurrently. Senders and Join
 // callbacks run without the scheduler's lock held.
 //
-// Its entry points are grouped by concept into views that share its lock
-// and state: agents() (agents come, go, drain), ranks() (joins, heartbeats,
-// reports, exits, logs) and jobs() (cancel, checkpoint, status, queue,
+// What it holds under its lock is a ClusterState (cluster_state.h); the
+// reads of it (status, logs, the queue, agents, /metrics, submission and
+// upload checks) are ClusterReads (cluster_reads.h), through reads(). Its
+// changing entry points are grouped by concept into views that share its
+// lock and state: agents() (agents come, go, drain), ranks() (joins,
+// heartbeats, reports, exits, logs) and jobs() (cancel, checkpoint,
 // recovery); Tick and Schedule drive it.
 //
 // Example:
@@ -55,6 +58,8 @@
 #include "coordinator/http/coordinator_metrics.h"
 #include "coordinator/scheduling/agent_join_outbox.h"
 #include "coordinator/scheduling/agent_registry.h"
+#include "coordinator/scheduling/cluster_reads.h"
+#include "coordinator/scheduling/cluster_state.h"
 #include "coordinator/scheduling/fair_share.h"
 #include "coordinator/scheduling/generation_change.h"
 #include "coordinator/scheduling/generation_plan.h"
@@ -138,16 +143,6 @@ class SchedulerAgents {
   // Idempotent: returns the agent's state (DRAINED once no rank runs on it).
   // NOT_FOUND / INVALID_ARGUMENT (an ambiguous host) naming the agents.
   absl::StatusOr<v1::AgentInfo> DrainAgent(const std::string& agent);
-  // Every connected agent, in registration order.
-  std::vector<v1::AgentInfo> ListAgents() const;
-  // Free slots of every agent.
-  int free_slots() const;
-  // FAILED_PRECONDITION naming the field and the figures when agents for the
-  // spec's device are connected and none has the memory for one of its ranks
-  // (common/memory_estimate.h). OK when no such agent is connected (placement
-  // then waits for one that fits), when an agent does not report its memory,
-  // and for a spec that does not validate (Submit says why).
-  absl::Status CheckAgentsCanHold(v1::JobSpec spec) const;
 
  private:
   friend class Scheduler;
@@ -236,11 +231,6 @@ class SchedulerRanks {
   // and a rank whose agent does not collect heartbeats, use it unchanged.
   void AgentHeartbeats(const std::string& agent_id, const v1::RankHeartbeats& batch,
                        double cpu_pressure = 0);
-  // Who may upload a checkpoint of `job_id` now (CheckUploader): the job's
-  // grant, FAILED_PRECONDITION for a job that is not running, a stale
-  // generation or a rank that does not upload.
-  absl::StatusOr<UploadGrant> GrantUpload(const std::string& job_id, int64_t generation,
-                                          int rank) const;
   // Output lines of a rank process, relayed by its agent.
   void Logs(const std::string& agent_id, const v1::RankLogs& logs);
 
@@ -250,9 +240,8 @@ class SchedulerRanks {
   Scheduler& scheduler_;
 };
 
-// scheduler.jobs(): what users ask of jobs (cancel, checkpoint, status,
-// logs, the queue), and the jobs taken back after a restart. A view, as
-// above; a const Scheduler gives its reads.
+// scheduler.jobs(): what users ask of running jobs (cancel, checkpoint),
+// and the jobs taken back after a restart. A view, as above.
 class SchedulerJobs {
  public:
   SchedulerJobs(const SchedulerJobs&) = delete;
@@ -268,28 +257,6 @@ class SchedulerJobs {
   // placements). Their ranks are expected to come back with their agents;
   // a job whose ranks are not all back within `grace` fails with the reason.
   void Recover(const std::vector<v1::Job>& running, absl::Duration grace);
-  // Whether `owner` may submit `spec` now (CheckSubmission in
-  // scheduling_policy.h): its priority ceiling and queued-job limit.
-  absl::Status CheckSubmission(const v1::JobSpec& spec, const std::string& owner) const;
-
-  // Reads (the status pages, /metrics: also through a const Scheduler).
-  // Adds a running job's rank summary, its rows for `rows` (and for the
-  // ranks its diagnoses name) and its current diagnoses; for a PENDING job,
-  // why it is not placed yet.
-  void FillStatus(const std::string& job_id, v1::JobStatus& status,
-                  const StatusRows& rows = StatusRows()) const;
-  // The job's logs per `request`; `complete` once it has ended and none of its
-  // ranks is still running. NOT_FOUND for an unknown job.
-  absl::StatusOr<v1::GetLogsResponse> GetLogs(const v1::GetLogsRequest& request) const;
-  // The PENDING jobs in the order the last plan placed them, each with its
-  // owner, priority, reason, and whether it holds a reservation.
-  v1::GetQueueResponse Queue() const;
-  // Agents, slots, every running job (job, rank summary, the diagnoses
-  // of the last Tick, and its rank rows if it has at most `max_rank_rows`
-  // ranks, else only the rows of the ranks its diagnoses name), each user's
-  // slots, jobs and fair share, and the queue by wait class into
-  // `snapshot`, for /metrics and the status page.
-  void Snapshot(ClusterSnapshot& snapshot, int max_rank_rows = INT_MAX) const;
 
  private:
   friend class Scheduler;
@@ -310,7 +277,8 @@ class Scheduler {
   SchedulerAgents& agents() { return agents_view_; }
   SchedulerRanks& ranks() { return ranks_view_; }
   SchedulerJobs& jobs() { return jobs_view_; }
-  const SchedulerJobs& jobs() const { return jobs_view_; }
+  // What the status pages, the CLI and /metrics read.
+  const ClusterReads& reads() const { return reads_; }
 
   // Fails joins whose deadline has passed, applies each running job's
   // hang_detection.action to its diagnoses (ABORT fails the job; RESTART
@@ -340,9 +308,6 @@ class Scheduler {
   void RemoveAgent(const std::string& agent_id);
   void AgentAlive(const std::string& agent_id, double cpu_pressure);
   absl::StatusOr<v1::AgentInfo> DrainAgent(const std::string& agent);
-  std::vector<v1::AgentInfo> ListAgents() const;
-  int free_slots() const;
-  absl::Status CheckAgentsCanHold(v1::JobSpec spec) const;
   void RankExited(const std::string& agent_id, const v1::RankExited& exited);
   void Join(const v1::JoinRequest& request, absl::Time deadline, JoinDone done);
   void AgentJoins(const std::string& agent_id, const v1::RankJoins& batch, absl::Time deadline);
@@ -350,17 +315,10 @@ class Scheduler {
   bool Heartbeat(const v1::RankHeartbeat& heartbeat, v1::Directive* directive);
   void AgentHeartbeats(const std::string& agent_id, const v1::RankHeartbeats& batch,
                        double cpu_pressure);
-  absl::StatusOr<UploadGrant> GrantUpload(const std::string& job_id, int64_t generation,
-                                          int rank) const;
   void Logs(const std::string& agent_id, const v1::RankLogs& logs);
   absl::StatusOr<int64_t> RequestCheckpoint(const std::string& job_id);
   absl::StatusOr<v1::Job> Cancel(const std::string& job_id, const std::string& reason);
   void Recover(const std::vector<v1::Job>& running, absl::Duration grace);
-  absl::Status CheckSubmission(const v1::JobSpec& spec, const std::string& owner) const;
-  void FillStatus(const std::string& job_id, v1::JobStatus& status, const StatusRows& rows) const;
-  absl::StatusOr<v1::GetLogsResponse> GetLogs(const v1::GetLogsRequest& request) const;
-  v1::GetQueueResponse Queue() const;
-  void Snapshot(ClusterSnapshot& snapshot, int max_rank_rows) const;
 
   // Note [The scheduler's writes after its lock]
   // A durable write (an fsync'd SQLite commit, an etcd transaction) takes
@@ -376,7 +334,7 @@ class Scheduler {
   // writes and the call that made it.
   // What the state store shows lags the scheduler meanwhile, so the
   // scheduler never decides from it what it decided itself: a job it started
-  // (in running_) or whose end is being written (settling_) is not queued,
+  // (one of its running jobs) or whose end is being written (settling_) is not queued,
   // though the store may still say PENDING. A start whose write fails is
   // undone (its launches are not sent; UndoStartLocked); a re-queued job is
   // placed once its write has made it PENDING; any other failed write is
@@ -416,30 +374,30 @@ class Scheduler {
                    const std::vector<std::string>& unrecorded, bool requeued);
   // A start whose write failed: its slots are free again, its run gone; the
   // job stays queued.
-  void UndoStartLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UndoStartLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
 
-  void ScheduleLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ScheduleLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // Heartbeat's work, under the lock; `via_agent`: it came in an agent's
   // batch (Note [A silent agent's ranks] in hang_detector.h).
   bool HeartbeatLocked(const v1::RankHeartbeat& heartbeat, v1::Directive* directive,
-                       bool via_agent = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                       bool via_agent = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // Starts `job` on `placement` (resuming from `resume`): its launches go
   // out once its start is written (Note [The scheduler's writes after its
   // lock]).
   void StartLocked(const v1::Job& job, const JobPlacement& placement, v1::CheckpointManifest resume,
-                   Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                   Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // Report's checks, under the lock: the rank is one of the running job's
   // current generation. Returns the metrics to record (an elastic job's
   // with the values only the coordinator knows).
   absl::StatusOr<v1::Metrics> CheckReportLocked(const v1::ReportRequest& report)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // Ends a running job: frees its slots, stops its other ranks, fails its
   // pending joins, records the state.
   void EndLocked(const std::string& job_id, v1::Job::State state, const std::string& reason,
-                 Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                 Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // AddAgent's work under the lock.
   absl::StatusOr<std::string> AddAgentLocked(const v1::AgentHello& hello, Sender send, Outbox& out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // RemoveAgent's work under the lock; false if the agent is unknown. With
   // `rebinding` (the agent's process connected again before its old stream
   // ended: Note [An agent back before its stream ended]), an elastic job's
@@ -447,175 +405,174 @@ class Scheduler {
   // named in it, instead of re-formed at once.
   bool RemoveAgentLocked(const std::string& agent_id, Outbox& out,
                          std::vector<std::string>* rebinding = nullptr)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // After AddAgentLocked rebound what the hello of `agent` (its host and
   // pid) listed: each job in `rebinding` with ranks of that agent still
   // unbound re-forms without them, as if the agent had been lost.
   void ReformWithoutUnboundLocked(const std::vector<std::string>& rebinding,
                                   const v1::AgentHello& agent, Outbox& out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // Note [Agent reconnect grace] in running_job.h: `run` had ranks on `lost`
   // (gone from the registry; `lost_what` names it), which it now waits
   // `grace` for. Records why, and says so in an event.
   void AwaitAgentLocked(const std::string& job_id, RunningJob& run, const std::string& agent_id,
                         const v1::AgentHello& lost, const std::string& lost_what,
-                        absl::Duration grace, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                        absl::Duration grace, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // Note [An elastic job's lost agent]: the agents `run` waited for are not
   // back by its deadline; it re-forms without their ranks.
   void ReformWithoutLostAgentsLocked(const std::string& job_id, RunningJob& run, Outbox& out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // Elastic jobs (scheduler_elastic.cc). After `cause` of `kind`, the job
   // changes generation (ChangeGeneration in generation_change.h: it fails,
   // waits for slots, stops every rank for a restart-all, or begins its next
   // generation), and this applies what the change returns.
   void ReformLocked(const std::string& job_id, const std::string& cause, ReformKind kind,
-                    Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                    Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // A generation `begun`: records it (after the lock), resolves its
   // checkpoint, counts it and launches its newcomers.
   void BegunLocked(const std::string& job_id, RunningJob& run, const GenerationChange::Begun& begun,
-                   Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                   Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // Note [Staged growth] in scheduler_elastic.cc. The free slots for
   // `run`'s next generation: its staged newcomers' first, then the
   // unreserved ones.
   std::vector<AgentSlots> FreeSlotsForLocked(const RunningJob& run) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // Launches `next`'s newcomers for run's next generation before it forms
   // and stages them (StagedGrowth::Start).
   void StageGrowthLocked(const std::string& job_id, RunningJob& run, const NextGeneration& next,
-                         const std::string& cause, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                         const std::string& cause, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // Answers a Join from a staged newcomer's slot (moving `done`) and returns
   // true; false for any other Join (`done` untouched). Its chorus-rank
   // (starts_program_first) gets the planned membership at once; its
   // program's Join marks it up (once all are, the change is requested) and
   // is answered UNAVAILABLE until the generation forms.
   bool StagedJoinLocked(const v1::JoinRequest& request, JoinDone& done, Outbox& out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // Applies what run.staged's transition asks (Note [Staged growth]): frees
   // the slots of newcomers that exited, and stops those it drops (they
   // depart: their slots stay busy until they exit). `adopted` is the
   // caller's.
   void ApplyStagedLocked(const std::string& job_id, RunningJob& run,
                          const StagedGrowth::Actions& actions, Outbox& out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // A planned change: the job's ranks are told (on their heartbeats) to
   // re-form at their next step boundary; the first Join of the next
   // generation starts it (ReformLocked). A job that restarts all has no
   // step boundary to wait for: its restart starts at once.
   void RequestReformLocked(const std::string& job_id, RunningJob& run, const std::string& cause,
-                           ReformKind kind, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                           ReformKind kind, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // Elastic jobs waiting below resources.min_ranks try to form again (or
   // fail past elastic.wait_seconds).
-  void RetryWaitingLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RetryWaitingLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // Note [Preemption by shrinking] in preemption.h: a reservation holder
   // that lacks slots takes them from running lower-priority elastic jobs,
   // which give up ranks at their next step boundary.
-  void PreemptLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PreemptLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // Running elastic jobs that may give up ranks now.
-  std::vector<ElasticRun> PreemptibleLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<ElasticRun> PreemptibleLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // Note [Re-queue] (scheduler_requeue.cc). Running jobs that are not
   // elastic and may go back to the queue now (formed, none on its way).
-  std::vector<RequeueRun> RequeueableLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<RequeueRun> RequeueableLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // `holder` preempted `job_id`: a checkpointable job's ranks are told to
   // checkpoint and hold (on their heartbeats; RequeueDueLocked ends the wait);
   // a preemptible one goes back to the queue at once.
   void StartRequeueLocked(const std::string& job_id, RunningJob& run, const std::string& holder_id,
-                          const QueueEntry& holder, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                          const QueueEntry& holder, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // Jobs whose requested checkpoint has committed, or whose wait has timed
   // out at `now`, go back to the queue; true if one did.
-  bool RequeueDueLocked(absl::Time now, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool RequeueDueLocked(absl::Time now, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // Stops `job_id`'s ranks and makes it PENDING with `reason`, resuming from
   // its own newest checkpoint when `resume_step` > 0. Its slots stay busy
   // until its ranks have exited (stopping_slots_).
   void RequeueLocked(const std::string& job_id, int64_t resume_step, const std::string& reason,
-                     Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                     Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // The step of the job's newest committed checkpoint; 0 if none.
-  int64_t NewestCheckpointLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int64_t NewestCheckpointLocked(const std::string& job_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // A rank a re-queue stopped has exited: its slot is free. False if the
   // slot is not one of those.
   bool StoppedRankExitedLocked(const std::string& agent_id, const v1::RankExited& exited)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // A rank's exit, as RankExited, with the lock held.
   void RankExitedLocked(const std::string& agent_id, const v1::RankExited& exited, Outbox& out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // The exits a connecting agent tells again that a rank still waits for
   // (Note [Exits told again]).
   void TakeToldExitsLocked(const std::string& agent_id, const v1::AgentHello& hello, Outbox& out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // Elastic jobs below resources.max_ranks for which free slots exist, and
   // whose last growth is elastic.scale_up_interval_seconds ago or that owe
   // replacements (Note [Staged growth]), are told to grow at their next
   // step boundary.
-  void GrowLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  v1::AgentInfo AgentInfoLocked(const std::string& agent_id) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void GrowLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // Has `rank`'s agent stop it (SIGTERM, SIGKILL after 1 s), once; `by`
   // and `why` go into its exit's reason and an event (Note [Hang restart]
   // and Note [A survivor that does not join] in hang_restart.h say when).
   void EvictRankLocked(const std::string& job_id, RunningJob& run, int rank, const std::string& why,
-                       const std::string& by, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                       const std::string& by, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // Saves, for every running elastic job whose change of generation is not
   // what was saved last, what a restart needs to take it back (Note
   // [Elastic restart] in job_recovery.h). Every entry point that changes a
   // job calls it before its answers go out.
-  void SaveElasticLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SaveElasticLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // The same for one job (an entry point that changes only `run`).
   void SaveElasticLocked(const std::string& job_id, RunningJob& run, Outbox& out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // Join's work under the lock: answers go to `out`.
   void JoinLocked(const v1::JoinRequest& request, absl::Time deadline, JoinDone done, Outbox& out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // Join's part once the rank is known: `rank` of `run` joins; the join
   // that completes the generation answers every rank (Note [Rendezvous is
   // O(ranks)] in scheduler_ranks.cc).
   void JoinRankLocked(const v1::JoinRequest& request, int rank, absl::Time deadline, JoinDone done,
-                      RunningJob& run, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                      RunningJob& run, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // Queued jobs that fit are started; false if one could not be marked
   // running (nothing more is placed then).
-  bool PlaceQueuedLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool PlaceQueuedLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // The agents' free slots less those the queue's reservations hold (Note
   // [Reservation] in queue_plan.h): what running elastic jobs may grow onto.
-  std::vector<AgentSlots> UnreservedSlotsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<AgentSlots> UnreservedSlotsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // The PENDING jobs in submit order, as the plan sees them; updates
-  // queue_entries_.
-  std::vector<QueueEntry> QueuedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Each owner's slots in use per device (running jobs), and fair share.
-  QueueUsage UsageLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // state_.queue_entries.
+  std::vector<QueueEntry> QueuedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // Counts every running job's slots into the fair share up to now.
-  void AdvanceFairShareLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AdvanceFairShareLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // `job_id` as a re-formation plans it: its max_ranks capped so that its
   // owner's quota holds (its current `ranks` count as in use).
   QueuedJob QuotaCappedLocked(const std::string& job_id, const v1::JobSpec& spec,
-                              const RunningJob& run) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                              const RunningJob& run) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // The generation of `job_id` has formed: records how long recovery took.
   void NoteFormedLocked(const std::string& job_id, RunningJob& run, Outbox& out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
 
   // Records new and cleared diagnoses of every running job as job events;
   // returns the current diagnoses per job.
   std::map<std::string, std::vector<v1::Diagnosis>> TrackDiagnosesLocked(Outbox& out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // The checkpoint `job` resumes from (none: an empty manifest); skipped
   // unusable checkpoints become warning events.
   absl::StatusOr<v1::CheckpointManifest> ResumeLocked(const v1::Job& job, Outbox& out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // The checkpoint the ranks of `run`'s current generation are told to
   // resume from (Note [A generation's checkpoint] in scheduler_elastic.cc):
   // for a later generation of the built-in trainer the job's newest
   // committed checkpoint, else run.resume.
   v1::CheckpointManifest GenerationResumeLocked(const std::string& job_id, const RunningJob& run)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
 
   // Appends `event` to the job's history. A write the state store refused
   // is logged with the event's text: the scheduler goes on from what it
   // holds in memory, and a write refused by etcd's fence has already ended
   // this coordinator's term (EtcdStateStoreOptions::on_fenced).
   void RecordEvent(const std::string& job_id, v1::JobEvent event, Outbox& out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // Ends a job that has no running ranks here (FAILED before it started,
   // or found without placements after a restart); a refused write is
   // logged, as RecordEvent's.
   void RecordFailure(const std::string& job_id, const std::string& reason, Outbox& out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
 
   JobManager& jobs_;
   SchedulerAgents agents_view_{*this};
@@ -624,31 +581,24 @@ class Scheduler {
   LogStore logs_;
   AgentJoinOutbox agent_joins_;  // has its own lock
   JobWrites writes_;             // has its own lock
-  ResumeResolver resolve_resume_ ABSL_GUARDED_BY(mu_);
-  ResumeResolver newest_committed_ ABSL_GUARDED_BY(mu_);
+  ResumeResolver resolve_resume_ ABSL_GUARDED_BY(state_.mu);
+  ResumeResolver newest_committed_ ABSL_GUARDED_BY(state_.mu);
   RealClock real_clock_;
   Clock* const clock_;
-  mutable absl::Mutex mu_;
-  std::string coordinator_address_ ABSL_GUARDED_BY(mu_);
-  AgentRegistry agents_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, RunningJob> running_ ABSL_GUARDED_BY(mu_);
-  CoordinatorMetrics* metrics_ ABSL_GUARDED_BY(mu_) = nullptr;
-  SchedulingPolicy policy_ ABSL_GUARDED_BY(mu_);
-  FairShare fair_share_ ABSL_GUARDED_BY(mu_);
-  QueuePlan plan_ ABSL_GUARDED_BY(mu_);  // the last one (reasons, reservations)
-  // Each PENDING job as the plan sees it, kept between passes: a pass with
-  // 10,000 queued jobs then copies none of them (docs/scheduling.md).
-  std::map<std::string, QueueEntry> queue_entries_ ABSL_GUARDED_BY(mu_);
-  absl::Duration requeue_timeout_ ABSL_GUARDED_BY(mu_);
-  absl::Duration reconnect_grace_ ABSL_GUARDED_BY(mu_);
+  ClusterState state_;  // its lock, state_.mu, is the scheduler's
+  ClusterReads reads_{state_, jobs_, logs_, clock_};
+  std::string coordinator_address_ ABSL_GUARDED_BY(state_.mu);
+  CoordinatorMetrics* metrics_ ABSL_GUARDED_BY(state_.mu) = nullptr;
+  absl::Duration requeue_timeout_ ABSL_GUARDED_BY(state_.mu);
+  absl::Duration reconnect_grace_ ABSL_GUARDED_BY(state_.mu);
   // (agent, slot) -> job: ranks of re-queued jobs that were told to stop and
   // have not exited yet. Their slots stay busy, and their exits are not
   // taken for the exits of the job's next run.
-  std::map<std::pair<std::string, int>, std::string> stopping_slots_ ABSL_GUARDED_BY(mu_);
+  std::map<std::pair<std::string, int>, std::string> stopping_slots_ ABSL_GUARDED_BY(state_.mu);
   // Jobs whose end (or start) is being written: the store may still list
   // them PENDING (Note [The scheduler's writes after its lock]). A count:
   // several calls may write one job's changes.
-  std::map<std::string, int> settling_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int> settling_ ABSL_GUARDED_BY(state_.mu);
 };
 
 // The views forward to the Scheduler, which takes its lock.
@@ -664,13 +614,6 @@ inline void SchedulerAgents::AgentAlive(const std::string& agent_id, double cpu_
 }
 inline absl::StatusOr<v1::AgentInfo> SchedulerAgents::DrainAgent(const std::string& agent) {
   return scheduler_.DrainAgent(agent);
-}
-inline std::vector<v1::AgentInfo> SchedulerAgents::ListAgents() const {
-  return scheduler_.ListAgents();
-}
-inline int SchedulerAgents::free_slots() const { return scheduler_.free_slots(); }
-inline absl::Status SchedulerAgents::CheckAgentsCanHold(v1::JobSpec spec) const {
-  return scheduler_.CheckAgentsCanHold(std::move(spec));
 }
 
 inline void SchedulerRanks::RankExited(const std::string& agent_id, const v1::RankExited& exited) {
@@ -695,10 +638,6 @@ inline void SchedulerRanks::AgentHeartbeats(const std::string& agent_id,
                                             const v1::RankHeartbeats& batch, double cpu_pressure) {
   scheduler_.AgentHeartbeats(agent_id, batch, cpu_pressure);
 }
-inline absl::StatusOr<UploadGrant> SchedulerRanks::GrantUpload(const std::string& job_id,
-                                                               int64_t generation, int rank) const {
-  return scheduler_.GrantUpload(job_id, generation, rank);
-}
 inline void SchedulerRanks::Logs(const std::string& agent_id, const v1::RankLogs& logs) {
   scheduler_.Logs(agent_id, logs);
 }
@@ -712,22 +651,6 @@ inline absl::StatusOr<v1::Job> SchedulerJobs::Cancel(const std::string& job_id,
 }
 inline void SchedulerJobs::Recover(const std::vector<v1::Job>& running, absl::Duration grace) {
   scheduler_.Recover(running, grace);
-}
-inline absl::Status SchedulerJobs::CheckSubmission(const v1::JobSpec& spec,
-                                                   const std::string& owner) const {
-  return scheduler_.CheckSubmission(spec, owner);
-}
-inline void SchedulerJobs::FillStatus(const std::string& job_id, v1::JobStatus& status,
-                                      const StatusRows& rows) const {
-  scheduler_.FillStatus(job_id, status, rows);
-}
-inline absl::StatusOr<v1::GetLogsResponse> SchedulerJobs::GetLogs(
-    const v1::GetLogsRequest& request) const {
-  return scheduler_.GetLogs(request);
-}
-inline v1::GetQueueResponse SchedulerJobs::Queue() const { return scheduler_.Queue(); }
-inline void SchedulerJobs::Snapshot(ClusterSnapshot& snapshot, int max_rank_rows) const {
-  scheduler_.Snapshot(snapshot, max_rank_rows);
 }
 
 }  // namespace chorus

@@ -50,25 +50,25 @@ void LaunchNewcomers(const std::string& job_id, const RunningJob& run,
 
 void Scheduler::ReformLocked(const std::string& job_id, const std::string& cause, ReformKind kind,
                              Outbox& out) {
-  auto it = running_.find(job_id);
-  if (it == running_.end()) return;
+  auto it = state_.running.find(job_id);
+  if (it == state_.running.end()) return;
   RunningJob& run = it->second;
   absl::StatusOr<v1::Job> job = jobs_.Get(job_id);
   if (!job.ok()) return;
   // The callbacks run inside ChangeGeneration, under the lock held here.
-  const ChangeInputs in{*job, agents_, clock_->Now(),
+  const ChangeInputs in{*job, state_.agents, clock_->Now(),
                         [&] {
-                          mu_.AssertHeld();
+                          state_.mu.AssertHeld();
                           return FreeSlotsForLocked(run);
                         },
                         [&] {
-                          mu_.AssertHeld();
+                          state_.mu.AssertHeld();
                           return QuotaCappedLocked(job_id, job->spec(), run);
                         }};
   GenerationChange change = ChangeGeneration(run, cause, kind, in);
   for (auto& answer : change.joins) out.joins.push_back(std::move(answer));
   for (const auto& [agent_id, slots] : change.stop) {
-    out.messages.emplace_back(agents_.Find(agent_id)->send,
+    out.messages.emplace_back(state_.agents.Find(agent_id)->send,
                               StopRanksMessage(job_id, slots, change.stop_reason));
   }
   for (std::string& message : change.events) {
@@ -92,7 +92,7 @@ void Scheduler::BegunLocked(const std::string& job_id, RunningJob& run,
   LOG(INFO) << job_id << ": " << begun.change;
   out.writes.Add(job_id, [this, job_id, generation = begun.generation, world = begun.world,
                           restarts = run.restarts, change = begun.change,
-                          placements = run.Placements(agents_)] {
+                          placements = run.Placements(state_.agents)] {
     if (absl::StatusOr<v1::Job> s = jobs_.MarkReformed(job_id, generation, world, restarts, change);
         !s.ok()) {
       LOG(ERROR) << job_id << ": could not record generation " << generation << ": " << s.status();
@@ -101,7 +101,7 @@ void Scheduler::BegunLocked(const std::string& job_id, RunningJob& run,
       LOG(ERROR) << job_id << ": could not record placements: " << s;
     }
   });
-  LaunchNewcomers(job_id, run, coordinator_address_, agents_, out.messages);
+  LaunchNewcomers(job_id, run, coordinator_address_, state_.agents, out.messages);
 }
 
 // Note [A generation's checkpoint]
@@ -146,7 +146,7 @@ void Scheduler::RequestReformLocked(const std::string& job_id, RunningJob& run,
   // ranks on draining agents (and any gone) leave, free slots are taken.
   if (absl::StatusOr<v1::Job> job = jobs_.Get(job_id); job.ok()) {
     std::vector<bool> lost;
-    for (RunningJob::Fate fate : run.Fates(agents_))
+    for (RunningJob::Fate fate : run.Fates(state_.agents))
       lost.push_back(fate != RunningJob::Fate::kStays);
     absl::StatusOr<NextGeneration> next = PlanNextGeneration(
         run.Slots(), lost, FreeSlotsForLocked(run), QuotaCappedLocked(job_id, job->spec(), run));
@@ -163,7 +163,7 @@ void Scheduler::RequestReformLocked(const std::string& job_id, RunningJob& run,
 void Scheduler::RetryWaitingLocked(Outbox& out) {
   const absl::Time now = clock_->Now();
   std::vector<std::string> waiting;
-  for (const auto& [job_id, run] : running_) {
+  for (const auto& [job_id, run] : state_.running) {
     const ElasticPhase::Waiting* wait = run.phase.waiting();
     if (wait == nullptr) continue;
     // Note [Elastic restart]: a survivor not back yet would count as lost.
@@ -171,7 +171,7 @@ void Scheduler::RetryWaitingLocked(Outbox& out) {
     waiting.push_back(job_id);
   }
   for (const std::string& job_id : waiting) {
-    const RunningJob& run = running_.at(job_id);
+    const RunningJob& run = state_.running.at(job_id);
     const std::string cause = run.phase.waiting()->cause;
     const ReformKind kind = run.phase.waiting()->kind;
     ReformLocked(job_id, cause, kind, out);
@@ -219,7 +219,7 @@ void Scheduler::RetryWaitingLocked(Outbox& out) {
 // restart forgets the debt and the staged growth: the job then grows after
 // the scale-up interval, and a staged newcomer's Join finds no rank.
 std::vector<AgentSlots> Scheduler::FreeSlotsForLocked(const RunningJob& run) const {
-  return run.staged.SlotsFirst(agents_, UnreservedSlotsLocked());
+  return run.staged.SlotsFirst(state_.agents, UnreservedSlotsLocked());
 }
 
 void Scheduler::StageGrowthLocked(const std::string& job_id, RunningJob& run,
@@ -232,7 +232,7 @@ void Scheduler::StageGrowthLocked(const std::string& job_id, RunningJob& run,
   for (size_t rank = 0; rank < next.ranks.size(); ++rank) {
     if (next.old_rank[rank] >= 0) continue;
     const RankSlot& slot = next.ranks[rank];
-    agents_.SetBusy(slot.agent_id, slot.slot, true);
+    state_.agents.SetBusy(slot.agent_id, slot.slot, true);
     newcomers.push_back(StagedNewcomer{slot, static_cast<int>(rank), false});
     v1::LaunchRanks* launch = launches[slot.agent_id].mutable_launch();
     launch->set_job_id(job_id);
@@ -243,11 +243,12 @@ void Scheduler::StageGrowthLocked(const std::string& job_id, RunningJob& run,
     r->set_slot(slot.slot);
     r->set_local_rank(slot.local_rank);
     r->set_local_world_size(slot.local_world_size);
-    where.push_back(absl::StrCat("rank ", rank, " on ", agents_.Find(slot.agent_id)->hello.host(),
-                                 " slot ", slot.slot));
+    where.push_back(absl::StrCat("rank ", rank, " on ",
+                                 state_.agents.Find(slot.agent_id)->hello.host(), " slot ",
+                                 slot.slot));
   }
   for (auto& [agent_id, message] : launches) {
-    out.messages.emplace_back(agents_.Find(agent_id)->send, std::move(message));
+    out.messages.emplace_back(state_.agents.Find(agent_id)->send, std::move(message));
   }
   run.staged.Start(generation, static_cast<int>(next.ranks.size()), cause, std::move(newcomers),
                    clock_->Now(), absl::Seconds(run.elastic_spec.wait_seconds()));
@@ -260,8 +261,8 @@ void Scheduler::StageGrowthLocked(const std::string& job_id, RunningJob& run,
 }
 
 bool Scheduler::StagedJoinLocked(const v1::JoinRequest& request, JoinDone& done, Outbox& out) {
-  auto it = running_.find(request.job_id());
-  if (it == running_.end()) return false;
+  auto it = state_.running.find(request.job_id());
+  if (it == state_.running.end()) return false;
   RunningJob& run = it->second;
   const StagedGrowth::JoinOutcome staged =
       run.staged.OnJoin(request.agent_id(), request.slot(), request.generation(),
@@ -300,12 +301,12 @@ bool Scheduler::StagedJoinLocked(const v1::JoinRequest& request, JoinDone& done,
 void Scheduler::ApplyStagedLocked(const std::string& job_id, RunningJob& run,
                                   const StagedGrowth::Actions& actions, Outbox& out) {
   for (const auto& [agent_id, slot] : actions.freed) {
-    agents_.SetBusy(agent_id, slot, false);
+    state_.agents.SetBusy(agent_id, slot, false);
     LOG(INFO) << job_id << ": staged newcomer on slot " << slot << " exited before it joined";
   }
   bool stopped = false;
   for (const auto& [agent_id, slots] : actions.stop) {
-    const AgentRegistry::Agent* agent = agents_.Find(agent_id);
+    const AgentRegistry::Agent* agent = state_.agents.Find(agent_id);
     if (agent == nullptr) continue;
     for (int slot : slots) run.leaving.Depart(agent_id, slot);  // busy until they exit
     out.messages.emplace_back(agent->send, StopRanksMessage(job_id, slots, actions.stop_reason));
@@ -319,7 +320,7 @@ void Scheduler::GrowLocked(Outbox& out) {
   // Growths are requested after the walk: a restart-all's may end a job.
   std::vector<std::pair<std::string, std::string>> grow;  // job id, cause
   std::vector<std::tuple<std::string, NextGeneration, std::string>> stage;
-  for (auto& [job_id, run] : running_) {
+  for (auto& [job_id, run] : state_.running) {
     ApplyStagedLocked(job_id, run, run.staged.OnTick(now, run.phase.planned().has_value()), out);
     // Note [Staged growth]: replacements owed are taken without waiting.
     if (!run.elastic || !run.Steady() || run.staged.active() ||
@@ -350,49 +351,30 @@ void Scheduler::GrowLocked(Outbox& out) {
     }
   }
   for (auto& [job_id, next, cause] : stage) {
-    StageGrowthLocked(job_id, running_.at(job_id), next, cause, out);
+    StageGrowthLocked(job_id, state_.running.at(job_id), next, cause, out);
   }
   for (const auto& [job_id, cause] : grow) {
-    auto it = running_.find(job_id);
-    if (it != running_.end())
+    auto it = state_.running.find(job_id);
+    if (it != state_.running.end())
       RequestReformLocked(job_id, it->second, cause, ReformKind::kScaleUp, out);
   }
-}
-
-v1::AgentInfo Scheduler::AgentInfoLocked(const std::string& agent_id) const {
-  v1::AgentInfo info;
-  const AgentRegistry::Agent* agent = agents_.Find(agent_id);
-  if (agent == nullptr) return info;
-  info.set_agent_id(agent_id);
-  info.set_host(agent->hello.host());
-  info.set_device(agent->hello.device());
-  info.set_slots(static_cast<int>(agent->busy.size()));
-  const int busy = static_cast<int>(std::count(agent->busy.begin(), agent->busy.end(), true));
-  info.set_busy_slots(busy);
-  for (const auto& [job_id, run] : running_) {
-    if (run.RunsOn(agent_id)) info.add_jobs(job_id);
-  }
-  info.set_state(!agent->draining ? v1::AgentInfo::ACTIVE
-                 : busy > 0       ? v1::AgentInfo::DRAINING
-                                  : v1::AgentInfo::DRAINED);
-  return info;
 }
 
 absl::StatusOr<v1::AgentInfo> Scheduler::DrainAgent(const std::string& name) {
   Outbox out(*this);
   v1::AgentInfo info;
   {
-    absl::MutexLock lock(&mu_);
-    absl::StatusOr<std::string> id = agents_.Resolve(name);
+    absl::MutexLock lock(&state_.mu);
+    absl::StatusOr<std::string> id = state_.agents.Resolve(name);
     if (!id.ok()) return id.status();
-    const AgentRegistry::Agent* agent = agents_.Find(*id);
+    const AgentRegistry::Agent* agent = state_.agents.Find(*id);
     if (!agent->draining) {
-      agents_.SetDraining(*id);
+      state_.agents.SetDraining(*id);
       const std::string who = absl::StrCat("agent ", *id, " (", agent->hello.host(), ")");
       LOG(INFO) << who << " is draining: it takes no new ranks";
       // Requested after the walk: a restart-all's may end a job.
       std::vector<std::pair<std::string, std::string>> drained;  // job id, cause
-      for (auto& [job_id, run] : running_) {
+      for (auto& [job_id, run] : state_.running) {
         std::vector<int> here;
         for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
           if (run.ranks[rank].agent_id == *id && run.ranks[rank].state != v1::RankStatus::EXITED) {
@@ -412,30 +394,23 @@ absl::StatusOr<v1::AgentInfo> Scheduler::DrainAgent(const std::string& name) {
         }
       }
       for (const auto& [job_id, cause] : drained) {
-        auto it = running_.find(job_id);
-        if (it != running_.end())
+        auto it = state_.running.find(job_id);
+        if (it != state_.running.end())
           RequestReformLocked(job_id, it->second, cause, ReformKind::kDrain, out);
       }
     }
-    info = AgentInfoLocked(*id);
+    info = state_.AgentInfo(*id);
     ScheduleLocked(out);
   }
   out.Flush();
   return info;
 }
 
-std::vector<v1::AgentInfo> Scheduler::ListAgents() const {
-  absl::MutexLock lock(&mu_);
-  std::vector<v1::AgentInfo> list;
-  for (const std::string& id : agents_.Ids()) list.push_back(AgentInfoLocked(id));
-  return list;
-}
-
 void Scheduler::EvictRankLocked(const std::string& job_id, RunningJob& run, int rank,
                                 const std::string& why, const std::string& by, Outbox& out) {
   RankState& r = run.ranks[rank];
   if (!r.evicted.empty() || r.state == v1::RankStatus::EXITED) return;
-  const AgentRegistry::Agent* agent = agents_.Find(r.agent_id);
+  const AgentRegistry::Agent* agent = state_.agents.Find(r.agent_id);
   if (agent == nullptr) return;
   r.evicted = absl::StrCat(by, ": ", why);
   LOG(INFO) << job_id << ": evicting rank " << rank << " (" << by << "): " << why;
@@ -451,14 +426,14 @@ void Scheduler::EvictRankLocked(const std::string& job_id, RunningJob& run, int 
 }
 
 void Scheduler::SaveElasticLocked(Outbox& out) {
-  for (auto& [job_id, run] : running_) SaveElasticLocked(job_id, run, out);
+  for (auto& [job_id, run] : state_.running) SaveElasticLocked(job_id, run, out);
 }
 
 void Scheduler::SaveElasticLocked(const std::string& job_id, RunningJob& run, Outbox& out) {
   if (!run.elastic) return;
   // Ranks on a draining agent still run, and unbound ones may come back.
   std::vector<bool> lost;
-  for (RunningJob::Fate fate : run.Fates(agents_)) {
+  for (RunningJob::Fate fate : run.Fates(state_.agents)) {
     lost.push_back(fate == RunningJob::Fate::kExited || fate == RunningJob::Fate::kAgentGone);
   }
   const coordinator::ElasticRecord record = ElasticRecordOf(run, lost);
@@ -491,7 +466,7 @@ void Scheduler::NoteFormedLocked(const std::string& job_id, RunningJob& run, Out
 
 std::vector<ElasticRun> Scheduler::PreemptibleLocked() const {
   std::vector<ElasticRun> runs;
-  for (const auto& [job_id, run] : running_) {
+  for (const auto& [job_id, run] : state_.running) {
     if (!run.elastic || run.RestartsAll() || !run.Steady() || !run.leaving.empty()) {
       continue;
     }
@@ -506,29 +481,29 @@ std::vector<ElasticRun> Scheduler::PreemptibleLocked() const {
 }
 
 void Scheduler::PreemptLocked(Outbox& out) {
-  for (const auto& [device, holder_id] : plan_.reservation_holders) {
-    auto holder = queue_entries_.find(holder_id);
-    if (holder == queue_entries_.end()) continue;
+  for (const auto& [device, holder_id] : state_.plan.reservation_holders) {
+    auto holder = state_.queue_entries.find(holder_id);
+    if (holder == state_.queue_entries.end()) continue;
     // Slots it holds, and slots already on their way to it: ranks that
     // were preempted or drained and have not exited yet.
     int needed = holder->second.job.resources.min_ranks();
-    for (const auto& [agent_id, slots] : plan_.reserved) {
-      const AgentRegistry::Agent* agent = agents_.Find(agent_id);
+    for (const auto& [agent_id, slots] : state_.plan.reserved) {
+      const AgentRegistry::Agent* agent = state_.agents.Find(agent_id);
       if (agent != nullptr && agent->hello.device() == device) needed -= slots.size();
     }
-    for (const auto& [job_id, run] : running_) {
+    for (const auto& [job_id, run] : state_.running) {
       if (run.device != device) continue;
       needed -= run.leaving.size();
       // Note [Re-queue]: a job checkpointing before it goes back to the queue.
       if (run.requeue.active()) needed -= run.ranks.size();
     }
     for (const auto& [slot, job_id] : stopping_slots_) {
-      const AgentRegistry::Agent* agent = agents_.Find(slot.first);
+      const AgentRegistry::Agent* agent = state_.agents.Find(slot.first);
       if (agent != nullptr && agent->hello.device() == device) --needed;
     }
     for (const Preemption& p : PlanPreemption(holder->second, needed, PreemptibleLocked(),
-                                              agents_.FreeSlots(), RequeueableLocked())) {
-      RunningJob& run = running_.at(p.job_id);
+                                              state_.agents.FreeSlots(), RequeueableLocked())) {
+      RunningJob& run = state_.running.at(p.job_id);
       if (p.requeue) {
         StartRequeueLocked(p.job_id, run, holder_id, holder->second, out);
         continue;

@@ -18,37 +18,10 @@
 #include "coordinator/scheduling/scheduler.h"
 
 namespace chorus {
-namespace {
-
-// Each user's slots, jobs and fair share, and the queue by wait class, from
-// the running jobs and the last queue plan (its entries and waiting jobs).
-void AddUsers(const QueueUsage& usage, const std::map<std::string, RunningJob>& running,
-              const std::map<std::string, QueueEntry>& queued, const QueuePlan& plan,
-              ClusterSnapshot& snapshot) {
-  for (const auto& [owner, slots] : usage.slots_in_use) {
-    for (const auto& [device, count] : slots) snapshot.users[owner].slots_in_use[device] = count;
-  }
-  for (const auto& [owner, share] : usage.fair_share) {
-    snapshot.users[owner].fair_share_slot_seconds = share;
-  }
-  for (const auto& [job_id, run] : running) ++snapshot.users[run.owner].running_jobs;
-  // The jobs the last plan left waiting (the entries also hold those it
-  // placed until the next plan).
-  for (WaitClass wait : kAllWaitClasses) snapshot.queued_by_wait[WaitClassName(wait)] = 0;
-  for (const WaitingJob& w : plan.waiting) {
-    ++snapshot.queued_by_wait[WaitClassName(w.wait)];
-    if (auto it = queued.find(w.job_id); it != queued.end()) {
-      ++snapshot.users[it->second.owner].queued_jobs;
-    }
-  }
-}
-
-}  // namespace
-
 void Scheduler::Join(const v1::JoinRequest& request, absl::Time deadline, JoinDone done) {
   Outbox out(*this);
   {
-    absl::MutexLock lock(&mu_);
+    absl::MutexLock lock(&state_.mu);
     if (metrics_ != nullptr) metrics_->RankJoined("rank");
     JoinLocked(request, deadline, std::move(done), out);
   }
@@ -59,8 +32,8 @@ void Scheduler::AgentJoins(const std::string& agent_id, const v1::RankJoins& bat
                            absl::Time deadline) {
   Outbox out(*this);
   {
-    absl::MutexLock lock(&mu_);
-    const AgentRegistry::Agent* agent = agents_.Find(agent_id);
+    absl::MutexLock lock(&state_.mu);
+    const AgentRegistry::Agent* agent = state_.agents.Find(agent_id);
     if (agent == nullptr) return;
     const AgentSender send = agent->send;
     const int64_t connection = agent->order;
@@ -82,8 +55,8 @@ void Scheduler::JoinLocked(const v1::JoinRequest& request, absl::Time deadline, 
   // Note [Staged growth] in scheduler_elastic.cc: a newcomer started before
   // its generation forms.
   if (StagedJoinLocked(request, done, out)) return;
-  auto it = running_.find(request.job_id());
-  if (it != running_.end() && it->second.elastic && it->second.phase.planned().has_value() &&
+  auto it = state_.running.find(request.job_id());
+  if (it != state_.running.end() && it->second.elastic && it->second.phase.planned().has_value() &&
       it->second.phase.waiting() == nullptr && !it->second.AwaitingRanks() &&
       request.generation() == it->second.generation() + 1 && it->second.Formed()) {
     // The first rank at the step boundary of a planned change.
@@ -91,15 +64,16 @@ void Scheduler::JoinLocked(const v1::JoinRequest& request, absl::Time deadline, 
     const ReformKind kind = it->second.phase.planned()->kind;
     ReformLocked(request.job_id(), cause, kind, out);
     SaveElasticLocked(out);
-    it = running_.find(request.job_id());
+    it = state_.running.find(request.job_id());
   }
-  if (it != running_.end() && it->second.leaving.departing(request.agent_id(), request.slot())) {
+  if (it != state_.running.end() &&
+      it->second.leaving.departing(request.agent_id(), request.slot())) {
     // A rank on a draining agent, at the step boundary: it leaves.
     v1::JoinResponse leave;
     leave.set_leave(true);
     leave.set_generation(it->second.generation());
     out.joins.emplace_back(std::move(done), std::move(leave));
-  } else if (it == running_.end()) {
+  } else if (it == state_.running.end()) {
     absl::StatusOr<v1::Job> job = jobs_.Get(request.job_id());
     out.joins.emplace_back(std::move(done),
                            job.ok() ? absl::FailedPreconditionError(absl::StrCat(
@@ -185,9 +159,9 @@ absl::Status Scheduler::Report(const v1::ReportRequest& report) {
   v1::Metrics metrics;
   bool program = false;
   {
-    absl::MutexLock lock(&mu_);
+    absl::MutexLock lock(&state_.mu);
     ASSIGN_OR_RETURN(metrics, CheckReportLocked(report));
-    RunningJob& run = running_.at(report.job_id());
+    RunningJob& run = state_.running.at(report.job_id());
     if (report.final() && report.success() && run.HasRank(report.generation(), report.rank())) {
       // A rank being stopped (a restart-all) whose program exits 0 on
       // SIGTERM did not finish training.
@@ -195,8 +169,8 @@ absl::Status Scheduler::Report(const v1::ReportRequest& report) {
       if (!rank.stopping && rank.evicted.empty()) rank.finished = true;
     }
     if (report.rank() != 0) return absl::OkStatus();
-    program = running_.at(report.job_id()).program;
-    writes = running_.at(report.job_id()).report_writes;
+    program = state_.running.at(report.job_id()).program;
+    writes = state_.running.at(report.job_id()).report_writes;
     writing = std::unique_lock<std::mutex>(*writes);
   }
   // A final report without metrics keeps the latest ones. A program job's
@@ -227,8 +201,8 @@ absl::Status Scheduler::Report(const v1::ReportRequest& report) {
 }
 
 absl::StatusOr<v1::Metrics> Scheduler::CheckReportLocked(const v1::ReportRequest& report) {
-  auto it = running_.find(report.job_id());
-  if (it == running_.end()) {
+  auto it = state_.running.find(report.job_id());
+  if (it == state_.running.end()) {
     return jobs_.Get(report.job_id()).ok()
                ? absl::FailedPreconditionError(
                      absl::StrCat("job ", report.job_id(), " is not running"))
@@ -255,7 +229,7 @@ absl::StatusOr<v1::Metrics> Scheduler::CheckReportLocked(const v1::ReportRequest
 }
 
 bool Scheduler::Heartbeat(const v1::RankHeartbeat& heartbeat, v1::Directive* directive) {
-  absl::MutexLock lock(&mu_);
+  absl::MutexLock lock(&state_.mu);
   return HeartbeatLocked(heartbeat, directive);
 }
 
@@ -263,16 +237,17 @@ void Scheduler::AgentHeartbeats(const std::string& agent_id, const v1::RankHeart
                                 double cpu_pressure) {
   Outbox out(*this);
   {
-    absl::MutexLock lock(&mu_);
-    const AgentRegistry::Agent* agent = agents_.Find(agent_id);
+    absl::MutexLock lock(&state_.mu);
+    const AgentRegistry::Agent* agent = state_.agents.Find(agent_id);
     if (agent == nullptr) return;
-    agents_.Heard(agent_id, clock_->Now(), cpu_pressure);
+    state_.agents.Heard(agent_id, clock_->Now(), cpu_pressure);
     v1::CoordinatorMessage answer;
     v1::Directive directive;
     for (const v1::RankHeartbeat& heartbeat : batch.heartbeats()) {
-      auto it = running_.find(heartbeat.job_id());
+      auto it = state_.running.find(heartbeat.job_id());
       int slot = -1;  // unknown for a rank of an older generation or an ended job
-      if (it != running_.end() && it->second.HasRank(heartbeat.generation(), heartbeat.rank())) {
+      if (it != state_.running.end() &&
+          it->second.HasRank(heartbeat.generation(), heartbeat.rank())) {
         const RankState& rank = it->second.ranks[heartbeat.rank()];
         if (rank.agent_id != agent_id) continue;  // not the agent's to speak for
         slot = rank.slot;
@@ -294,8 +269,8 @@ void Scheduler::AgentHeartbeats(const std::string& agent_id, const v1::RankHeart
 
 bool Scheduler::HeartbeatLocked(const v1::RankHeartbeat& heartbeat, v1::Directive* directive,
                                 bool via_agent) {
-  auto it = running_.find(heartbeat.job_id());
-  if (it != running_.end() && it->second.elastic &&
+  auto it = state_.running.find(heartbeat.job_id());
+  if (it != state_.running.end() && it->second.elastic &&
       heartbeat.generation() == it->second.generation() - 1) {
     // Note [A survivor that does not join]: heard, though not joined yet.
     const std::vector<int>& now_rank = it->second.rank_of_survivor;
@@ -304,14 +279,14 @@ bool Scheduler::HeartbeatLocked(const v1::RankHeartbeat& heartbeat, v1::Directiv
       it->second.ranks[now_rank[heartbeat.rank()]].heard_at = clock_->Now();
     }
   }
-  if (directive != nullptr && it != running_.end() && it->second.elastic &&
+  if (directive != nullptr && it != state_.running.end() && it->second.elastic &&
       heartbeat.generation() < it->second.generation()) {
     directive->set_kind(v1::Directive::RE_RENDEZVOUS);
     directive->set_generation(it->second.generation());
     directive->set_reason(it->second.history.empty() ? "" : it->second.history.back());
     return false;
   }
-  if (it == running_.end() && directive != nullptr) {
+  if (it == state_.running.end() && directive != nullptr) {
     // A rank of a job that failed or was cancelled is still alive (its agent
     // was lost, or has not stopped it yet): tell it to stop itself.
     absl::StatusOr<v1::Job> job = jobs_.Get(heartbeat.job_id());
@@ -322,7 +297,7 @@ bool Scheduler::HeartbeatLocked(const v1::RankHeartbeat& heartbeat, v1::Directiv
     }
     return false;
   }
-  if (it == running_.end() || !it->second.HasRank(heartbeat.generation(), heartbeat.rank()))
+  if (it == state_.running.end() || !it->second.HasRank(heartbeat.generation(), heartbeat.rank()))
     return false;
   RankState& rank = it->second.ranks[heartbeat.rank()];
   rank.last_heartbeat = heartbeat;
@@ -370,9 +345,9 @@ absl::StatusOr<int64_t> Scheduler::RequestCheckpoint(const std::string& job_id) 
   Outbox out(*this);
   int64_t step = 0;
   {
-    absl::MutexLock lock(&mu_);
-    auto it = running_.find(job_id);
-    if (it == running_.end()) {
+    absl::MutexLock lock(&state_.mu);
+    auto it = state_.running.find(job_id);
+    if (it == state_.running.end()) {
       return absl::FailedPreconditionError(
           absl::StrCat("job ", job_id, " is ", v1::Job::State_Name(job.state()),
                        "; only a running job can be checkpointed"));
@@ -381,166 +356,28 @@ absl::StatusOr<int64_t> Scheduler::RequestCheckpoint(const std::string& job_id) 
     for (const RankState& rank : it->second.ranks) {
       step = std::max(step, rank.last_heartbeat.step());
       if (rank.agent_id.empty() || rank.state == v1::RankStatus::EXITED ||
-          !agents_.Find(rank.agent_id))
+          !state_.agents.Find(rank.agent_id))
         continue;
       v1::CoordinatorMessage& m = by_agent[rank.agent_id];
       m.mutable_checkpoint()->set_job_id(job_id);
       m.mutable_checkpoint()->add_slots(rank.slot);
     }
     for (auto& [agent_id, m] : by_agent)
-      out.messages.emplace_back(agents_.Find(agent_id)->send, std::move(m));
+      out.messages.emplace_back(state_.agents.Find(agent_id)->send, std::move(m));
   }
   out.Flush();
   return step;
 }
 
-absl::StatusOr<UploadGrant> Scheduler::GrantUpload(const std::string& job_id, int64_t generation,
-                                                   int rank) const {
-  absl::MutexLock lock(&mu_);
-  auto it = running_.find(job_id);
-  if (it == running_.end()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("checkpoint upload for ", job_id, ", which is not running"));
-  }
-  return CheckUploader(it->second.upload_grant, generation, rank);
-}
-
-void Scheduler::FillStatus(const std::string& job_id, v1::JobStatus& status,
-                           const StatusRows& rows) const {
-  absl::MutexLock lock(&mu_);
-  auto it = running_.find(job_id);
-  if (it == running_.end()) {
-    if (status.job().state() == v1::Job::PENDING) {
-      auto waiting = std::find_if(plan_.waiting.begin(), plan_.waiting.end(),
-                                  [&](const WaitingJob& w) { return w.job_id == job_id; });
-      // A job submitted since the last plan has no reason there yet.
-      const std::string reason =
-          waiting != plan_.waiting.end()
-              ? waiting->reason
-              : PendingReason(ToQueuedJob(job_id, status.job().spec()), agents_.FreeSlots());
-      // A job sent back to the queue (Note [Re-queue]) says by whom first.
-      status.set_pending_reason(status.job().reason().empty()
-                                    ? reason
-                                    : absl::StrCat(status.job().reason(), "; ", reason));
-    }
-    return;
-  }
-  const absl::Time now = clock_->Now();
-  std::vector<v1::Diagnosis> diagnoses = it->second.Diagnose(agents_, now);
-  it->second.diagnoses.Annotate(diagnoses, now);
-  StatusRows with_culprits = rows;
-  for (const v1::Diagnosis& d : diagnoses) {
-    with_culprits.also.insert(with_culprits.also.end(), d.ranks().begin(), d.ranks().end());
-  }
-  it->second.AddStatusRows(agents_, now, status, with_culprits);
-  for (v1::Diagnosis& d : diagnoses) *status.add_diagnoses() = std::move(d);
-}
-
-void Scheduler::Snapshot(ClusterSnapshot& snapshot, int max_rank_rows) const {
-  absl::MutexLock lock(&mu_);
-  snapshot.agents = agents_.size();
-  for (const auto& [device, count] : agents_.SlotsByDevice()) {
-    snapshot.slots_by_device[device] = {count.free, count.used};
-  }
-  const absl::Time now = clock_->Now();
-  for (const auto& [job_id, run] : running_) {
-    v1::JobStatus& status = snapshot.running.emplace_back();
-    if (absl::StatusOr<v1::Job> job = jobs_.Get(job_id); job.ok()) {
-      *status.mutable_job() = *std::move(job);
-    }
-    status.mutable_job()->set_job_id(job_id);
-    StatusRows rows;
-    if (static_cast<int>(run.ranks.size()) > max_rank_rows) {
-      rows.limit = 0;
-      for (const v1::Diagnosis& d : run.diagnoses_now) {
-        rows.also.insert(rows.also.end(), d.ranks().begin(), d.ranks().end());
-      }
-    }
-    run.AddStatusRows(agents_, now, status, rows);
-    for (const v1::Diagnosis& d : run.diagnoses_now) *status.add_diagnoses() = d;
-  }
-  AddUsers(UsageLocked(), running_, queue_entries_, plan_, snapshot);
-}
-
 void Scheduler::Logs(const std::string& agent_id, const v1::RankLogs& logs) {
   int rank = -1;
   {
-    absl::MutexLock lock(&mu_);
-    auto it = running_.find(logs.job_id());
-    if (it != running_.end()) rank = it->second.RankOn(agent_id, logs.slot());
+    absl::MutexLock lock(&state_.mu);
+    auto it = state_.running.find(logs.job_id());
+    if (it != state_.running.end()) rank = it->second.RankOn(agent_id, logs.slot());
   }
   logs_.Append(logs.job_id(), rank, logs.slot(), agent_id, absl::ToUnixMicros(clock_->Now()),
                {logs.lines().begin(), logs.lines().end()});
-}
-
-absl::Status Scheduler::CheckAgentsCanHold(v1::JobSpec spec) const {
-  NormalizeJobSpec(spec);
-  if (!ValidateJobSpec(spec).empty()) return absl::OkStatus();
-  const RankMemoryEstimate memory = EstimateRankMemory(spec);
-  int64_t largest = 0;
-  std::string host;
-  {
-    absl::MutexLock lock(&mu_);
-    for (const AgentSlots& agent : agents_.FreeSlots()) {
-      if (agent.device != spec.resources().device()) continue;
-      if (agent.memory_bytes <= 0) return absl::OkStatus();  // an agent that does not say
-      if (agent.memory_bytes > largest) {
-        largest = agent.memory_bytes;
-        host = agent.host;
-      }
-    }
-  }
-  if (largest == 0 || memory.total() <= static_cast<double>(largest)) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrCat(
-      "job spec: ", memory.field, ": ",
-      RankMemoryMessage(memory, static_cast<double>(largest),
-                        absl::StrCat("of memory on the largest connected agent (", host, ")"))));
-}
-
-absl::StatusOr<v1::GetLogsResponse> Scheduler::GetLogs(const v1::GetLogsRequest& request) const {
-  ASSIGN_OR_RETURN(v1::Job job, jobs_.Get(request.job_id()));
-  v1::GetLogsResponse response = logs_.Get(request);
-  absl::MutexLock lock(&mu_);
-  response.set_complete(JobManager::IsTerminal(job.state()) && !running_.count(request.job_id()));
-  return response;
-}
-
-v1::GetQueueResponse Scheduler::Queue() const {
-  absl::StatusOr<std::vector<v1::Job>> listed = jobs_.List({v1::Job::PENDING}, 0);
-  absl::MutexLock lock(&mu_);
-  v1::GetQueueResponse queue;
-  if (!listed.ok()) return queue;
-  std::map<std::string, const v1::Job*> pending;
-  for (const v1::Job& job : *listed) pending[job.job_id()] = &job;
-  std::map<std::string, const std::string*> reasons;
-  for (const WaitingJob& w : plan_.waiting) reasons[w.job_id] = &w.reason;
-  std::set<std::string> holders;
-  for (const auto& [device, holder] : plan_.reservation_holders) holders.insert(holder);
-  // The plan's order; jobs submitted since it was made go last.
-  std::vector<std::string> order = plan_.order;
-  for (auto it = listed->rbegin(); it != listed->rend(); ++it) {
-    if (!reasons.count(it->job_id())) order.push_back(it->job_id());
-  }
-  for (const std::string& job_id : order) {
-    auto job = pending.find(job_id);
-    if (job == pending.end()) continue;  // started or ended since
-    const v1::Job& j = *job->second;
-    v1::QueuedJobInfo& info = *queue.add_jobs();
-    info.set_job_id(job_id);
-    info.set_name(j.spec().name());
-    info.set_owner(j.owner());
-    info.set_priority(PriorityOf(j.spec()));
-    auto reason = reasons.find(job_id);
-    info.set_reason(reason != reasons.end()
-                        ? *reason->second
-                        : PendingReason(ToQueuedJob(job_id, j.spec()), agents_.FreeSlots()));
-    info.set_holds_reservation(holders.count(job_id) > 0);
-    info.set_min_ranks(j.spec().resources().min_ranks());
-    info.set_device(j.spec().resources().device());
-    info.set_submit_time_us(j.submit_time_us());
-    pending.erase(job);
-  }
-  return queue;
 }
 
 }  // namespace chorus

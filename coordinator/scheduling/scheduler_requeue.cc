@@ -60,7 +60,7 @@ namespace chorus {
 
 std::vector<RequeueRun> Scheduler::RequeueableLocked() const {
   std::vector<RequeueRun> runs;
-  for (const auto& [job_id, run] : running_) {
+  for (const auto& [job_id, run] : state_.running) {
     if (run.elastic || run.requeue.active() || !run.Steady()) continue;
     RequeueRun& r = runs.emplace_back();
     r.job_id = job_id;
@@ -112,7 +112,7 @@ void Scheduler::StartRequeueLocked(const std::string& job_id, RunningJob& run,
 
 bool Scheduler::RequeueDueLocked(absl::Time now, Outbox& out) {
   std::vector<std::pair<std::string, RequeueWait::Due>> due;
-  for (auto& [job_id, run] : running_) {
+  for (auto& [job_id, run] : state_.running) {
     if (!run.requeue.active()) continue;
     if (std::optional<RequeueWait::Due> d =
             run.requeue.OnTick(NewestCheckpointLocked(job_id), now)) {
@@ -133,12 +133,12 @@ bool Scheduler::RequeueDueLocked(absl::Time now, Outbox& out) {
 
 void Scheduler::RequeueLocked(const std::string& job_id, int64_t resume_step,
                               const std::string& reason, Outbox& out) {
-  auto it = running_.find(job_id);
-  if (it == running_.end()) return;
+  auto it = state_.running.find(job_id);
+  if (it == state_.running.end()) return;
   std::vector<std::pair<std::string, int>> live;
   for (const RankState& rank : it->second.ranks) {
     if (!rank.agent_id.empty() && rank.state != v1::RankStatus::EXITED &&
-        agents_.Find(rank.agent_id) != nullptr) {
+        state_.agents.Find(rank.agent_id) != nullptr) {
       live.emplace_back(rank.agent_id, rank.slot);
     }
   }
@@ -146,7 +146,7 @@ void Scheduler::RequeueLocked(const std::string& job_id, int64_t resume_step,
   // Stops the ranks and frees the slots without recording an end.
   EndLocked(job_id, v1::Job::CANCELLED, reason, out);
   for (const auto& [agent_id, slot] : live) {
-    agents_.SetBusy(agent_id, slot, true);
+    state_.agents.SetBusy(agent_id, slot, true);
     stopping_slots_[{agent_id, slot}] = job_id;
   }
   out.writes.Add(job_id, [this, &out, job_id, resume_step, reason, writes] {
@@ -166,7 +166,7 @@ bool Scheduler::StoppedRankExitedLocked(const std::string& agent_id, const v1::R
   auto it = stopping_slots_.find({agent_id, exited.slot()});
   if (it == stopping_slots_.end() || it->second != exited.job_id()) return false;
   stopping_slots_.erase(it);
-  agents_.SetBusy(agent_id, exited.slot(), false);
+  state_.agents.SetBusy(agent_id, exited.slot(), false);
   return true;
 }
 

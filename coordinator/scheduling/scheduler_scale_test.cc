@@ -121,7 +121,7 @@ TEST_F(SchedulerScaleTest, SixteenThousandRanksFormInTimeLinearInTheRanks) {
   // What a scrape and a status request see (docs/observability.md, "Large
   // jobs"): a summary of every rank, rows only for a page.
   ClusterSnapshot snapshot;
-  scheduler_->jobs().Snapshot(snapshot, CoordinatorMetrics::kDefaultMaxRankSeries);
+  scheduler_->reads().Snapshot(snapshot, CoordinatorMetrics::kDefaultMaxRankSeries);
   ASSERT_EQ(snapshot.running.size(), 1u);
   EXPECT_EQ(snapshot.running[0].ranks_size(), 0);
   EXPECT_EQ(snapshot.running[0].rank_summary().ranks(), kRanks);
@@ -130,7 +130,7 @@ TEST_F(SchedulerScaleTest, SixteenThousandRanksFormInTimeLinearInTheRanks) {
   StatusRows page;
   page.offset = kRanks - 10;
   page.limit = kDefaultStatusRankRows;
-  scheduler_->jobs().FillStatus(job, status, page);
+  scheduler_->reads().FillStatus(job, status, page);
   ASSERT_EQ(status.ranks_size(), 10);
   EXPECT_EQ(status.ranks(9).rank(), kRanks - 1);
 }

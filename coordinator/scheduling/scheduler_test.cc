@@ -140,7 +140,7 @@ TEST_F(SchedulerTest, PlacesFifoWithinMinAndMaxAndNumbersRanksStably) {
   EXPECT_EQ(a.Launches()[1].coordinator(), "127.0.0.1:1");
   const std::string small = Submit(1, 1);
   EXPECT_EQ(State(small), v1::Job::PENDING);
-  EXPECT_EQ(scheduler_->agents().free_slots(), 0);
+  EXPECT_EQ(scheduler_->reads().free_slots(), 0);
 
   // All four join; ranks follow agent then slot order.
   std::vector<JoinResult> joins(4);
@@ -158,7 +158,7 @@ TEST_F(SchedulerTest, PlacesFifoWithinMinAndMaxAndNumbersRanksStably) {
     EXPECT_EQ(joins[r].result->spec().resources().max_ranks(), 4);
   }
   v1::JobStatus status;
-  scheduler_->jobs().FillStatus(big, status);
+  scheduler_->reads().FillStatus(big, status);
   ASSERT_EQ(status.ranks_size(), 4);
   EXPECT_EQ(status.ranks(2).host(), "node-b");
   EXPECT_EQ(status.ranks(2).state(), v1::RankStatus::TRAINING);
@@ -238,7 +238,7 @@ TEST_F(SchedulerTest, ARecordedReportDoesNotHoldTheScheduler) {
   const int64_t handle = jobs_->Subscribe(job, [&] {
     if (other.joinable()) return;
     other = std::thread([&] {
-      (void)scheduler_->agents().ListAgents();
+      (void)scheduler_->reads().ListAgents();
       others_went_on = true;
     });
     for (int i = 0; i < 200 && !others_went_on; ++i) absl::SleepFor(absl::Milliseconds(10));
@@ -335,7 +335,7 @@ TEST_F(SchedulerOnASlowStoreTest, AReportBeingWrittenHoldsUpNoHeartbeatJoinOrSta
     v1::JobStatus status;
     EXPECT_TRUE(Meanwhile([&] {
       status = *jobs_->Status(job);  // as `chorus status` is answered
-      scheduler_->jobs().FillStatus(job, status);
+      scheduler_->reads().FillStatus(job, status);
     })) << job;
     EXPECT_EQ(status.job().state(), v1::Job::RUNNING);
     EXPECT_EQ(status.ranks_size(), job == slow ? 1 : 2);
@@ -403,7 +403,7 @@ TEST_F(SchedulerOnASlowStoreTest, AJobsEndBeingWrittenHoldsUpNoOtherJob) {
     ASSERT_TRUE(join.called);
     EXPECT_TRUE(join.result.ok()) << join.result.status();
   }
-  EXPECT_TRUE(Meanwhile([&] { EXPECT_EQ(scheduler_->agents().ListAgents().size(), 2u); }));
+  EXPECT_TRUE(Meanwhile([&] { EXPECT_EQ(scheduler_->reads().ListAgents().size(), 2u); }));
   EXPECT_TRUE(Meanwhile([&] { scheduler_->Tick(); }));
   EXPECT_EQ(State(slow), v1::Job::RUNNING) << "not shown ended before it is durable";
 
@@ -514,7 +514,7 @@ TEST_F(SchedulerTest, ADeadRankInsideALiveAgentsAggregateIsDead) {
     clock_.Advance(absl::Seconds(1));
   }
   v1::JobStatus status;
-  scheduler_->jobs().FillStatus(job, status);
+  scheduler_->reads().FillStatus(job, status);
   ASSERT_EQ(status.diagnoses_size(), 1) << status.DebugString();
   EXPECT_EQ(status.diagnoses(0).kind(), v1::Diagnosis::DEAD);
   EXPECT_THAT(status.diagnoses(0).ranks(), testing::ElementsAre(1));
@@ -549,7 +549,7 @@ TEST_F(SchedulerTest, ARankIsNotDeadForItsAgentsSilenceButIsForItsOwn) {
   };
   auto diagnoses = [&] {
     v1::JobStatus status;
-    scheduler_->jobs().FillStatus(job, status);
+    scheduler_->reads().FillStatus(job, status);
     return std::vector<v1::Diagnosis>(status.diagnoses().begin(), status.diagnoses().end());
   };
   beat(a, 0, 0);
@@ -595,7 +595,7 @@ TEST_F(SchedulerTest, AnAgentSpeaksOnlyForItsOwnRanksAndHearsTheirDirectives) {
   *batch.add_heartbeats() = HeartbeatOf(job, 1, 5);  // rank 1 runs on b
   scheduler_->ranks().AgentHeartbeats(a.id, batch);
   v1::JobStatus status;
-  scheduler_->jobs().FillStatus(job, status);
+  scheduler_->reads().FillStatus(job, status);
   ASSERT_EQ(status.ranks_size(), 2);
   EXPECT_EQ(status.ranks(0).step(), 5);
   EXPECT_EQ(status.ranks(1).step(), 0) << "agent a may not speak for b's rank";
@@ -688,7 +688,7 @@ TEST_F(SchedulerTest, FailedRankFailsTheJobAndStopsTheOthers) {
               HasSubstr("rank 1 (node-b, pid 4242) exited with code 3; last stderr: RuntimeError"));
   EXPECT_EQ(a.Stops(), 1);
   EXPECT_EQ(b.Stops(), 0) << "the rank that exited needs no stop";
-  EXPECT_EQ(scheduler_->agents().free_slots(), 2);
+  EXPECT_EQ(scheduler_->reads().free_slots(), 2);
 }
 
 // Without --agent_reconnect_grace_seconds (0) a job that is not elastic fails
@@ -714,7 +714,7 @@ TEST_F(SchedulerTest, LostAgentFailsItsJobsAndCancelStopsRanks) {
   ASSERT_TRUE(job.ok());
   EXPECT_EQ(State(cancelled), v1::Job::CANCELLED);
   EXPECT_EQ(a.Stops(), 2);  // one for the lost job, one for the cancelled one
-  EXPECT_EQ(scheduler_->agents().free_slots(), 1);
+  EXPECT_EQ(scheduler_->reads().free_slots(), 1);
 }
 
 TEST_F(SchedulerTest, DevicesMustMatch) {
@@ -744,7 +744,7 @@ TEST_F(SchedulerTest, ACudaJobOfTheBuiltInTrainerWaitsForCudaSlotsAndSaysSo) {
   EXPECT_EQ(State(id), v1::Job::PENDING) << "4 free CPU slots must not take a CUDA job";
   v1::JobStatus status;
   *status.mutable_job() = *jobs_->Get(id);
-  scheduler_->jobs().FillStatus(id, status);
+  scheduler_->reads().FillStatus(id, status);
   EXPECT_EQ(status.pending_reason(),
             "waiting for a node agent with CUDA slots (none is connected); later jobs start "
             "meanwhile");
@@ -761,7 +761,7 @@ TEST_F(SchedulerTest, ACudaJobOfTheBuiltInTrainerWaitsForCudaSlotsAndSaysSo) {
   ASSERT_TRUE(scheduler_->agents().AddAgent(hello, gpu.Sender()).ok());
   scheduler_->Schedule();
   EXPECT_EQ(State(id), v1::Job::RUNNING);
-  EXPECT_EQ(scheduler_->agents().free_slots(), 4) << "the other CPU slots stay free";
+  EXPECT_EQ(scheduler_->reads().free_slots(), 4) << "the other CPU slots stay free";
 }
 
 TEST_F(SchedulerTest, AJobThatCannotResumeFailsAndTheNextOneTakesItsSlots) {
@@ -778,7 +778,7 @@ TEST_F(SchedulerTest, AJobThatCannotResumeFailsAndTheNextOneTakesItsSlots) {
   EXPECT_EQ(jobs_->Get(resuming->job_id())->reason(),
             "cannot resume from job-000001: this coordinator keeps no checkpoints");
   EXPECT_EQ(State(after), v1::Job::RUNNING) << "the failed job's slot goes to the next one";
-  EXPECT_EQ(scheduler_->agents().free_slots(), 0);
+  EXPECT_EQ(scheduler_->reads().free_slots(), 0);
 }
 
 TEST_F(SchedulerTest, ResumedJobsJoinWithTheirCheckpointAndSkippedOnesAreWarnedAbout) {
@@ -1263,7 +1263,7 @@ TEST_F(ElasticSchedulerTest, FailuresBeyondMaxRestartsFailTheJobWithTheHistory) 
             "rank 2 (node-a, pid 102) exited with code 3; elastic.max_restarts 1 used up in "
             "generation 2; history: generation 2 after rank 1 (node-a, pid 101) was killed by "
             "signal 9: 4 -> 4 ranks (rank 1 on node-a slot 1), restart 1 of 1");
-  EXPECT_EQ(scheduler_->agents().free_slots(), 5) << "every slot is released";
+  EXPECT_EQ(scheduler_->reads().free_slots(), 5) << "every slot is released";
 }
 
 TEST_F(ElasticSchedulerTest, AGenerationThatDoesNotFormInWaitSecondsFailsTheJob) {
@@ -1487,7 +1487,7 @@ TEST_F(FinishingTest, RanksSilentAfterTheirFinalReportsAreNeitherStuckNorDead) {
   EXPECT_EQ(jobs_->Get(job_)->generation(), 1);
   EXPECT_EQ(agent_.Stops(), 0);
   v1::JobStatus status;
-  scheduler_->jobs().FillStatus(job_, status);
+  scheduler_->reads().FillStatus(job_, status);
   EXPECT_EQ(status.diagnoses_size(), 0) << status.diagnoses(0).message();
   for (int slot = 0; slot < 4; ++slot) Exit(job_, slot, 0);
   const v1::Job ended = *jobs_->Get(job_);
@@ -1519,7 +1519,7 @@ TEST_F(FinishingTest, StaleHeartbeatsInsideACollectiveAreNotStuck) {
   Silence(3);
   EXPECT_EQ(jobs_->Get(job_)->generation(), 1);
   v1::JobStatus status;
-  scheduler_->jobs().FillStatus(job_, status);
+  scheduler_->reads().FillStatus(job_, status);
   EXPECT_EQ(status.diagnoses_size(), 0) << status.diagnoses(0).message();
   for (int slot = 0; slot < 4; ++slot) Exit(job_, slot, 0);
   EXPECT_EQ(State(job_), v1::Job::SUCCEEDED);
@@ -1562,7 +1562,7 @@ TEST_F(ElasticSchedulerTest, RestartWaitsForASilentRankToBeDeadAndEvictsIt) {
     scheduler_->Tick();
     if (second == 4) {
       v1::JobStatus status;
-      scheduler_->jobs().FillStatus(job, status);
+      scheduler_->reads().FillStatus(job, status);
       ASSERT_GE(status.diagnoses_size(), 1);
       EXPECT_EQ(status.diagnoses(0).kind(), v1::Diagnosis::STUCK_IN_COLLECTIVE);
       EXPECT_EQ(jobs_->Get(job)->generation(), 1) << "rank 3 is silent: the restart waits";
@@ -1617,7 +1617,7 @@ TEST_F(ElasticSchedulerTest, AMismatchEveryGenerationFailsTheJobPastMaxRestarts)
                          "generation 2 after ",
                          cause, ": 4 -> 4 ranks, restart 1 of 1"));
   EXPECT_EQ(failed.restarts(), 1);
-  EXPECT_EQ(scheduler_->agents().free_slots(), 5) << "every slot is released";
+  EXPECT_EQ(scheduler_->reads().free_slots(), 5) << "every slot is released";
   EXPECT_EQ(agent_.Stops(), 1) << "the ranks are stopped with the job";
 }
 
@@ -1721,7 +1721,7 @@ class ElasticChangesTest : public ElasticSchedulerTest {
     scheduler_->ranks().RankExited(a.id, e);
   }
   v1::AgentInfo Info(const std::string& agent) {
-    for (const v1::AgentInfo& info : scheduler_->agents().ListAgents()) {
+    for (const v1::AgentInfo& info : scheduler_->reads().ListAgents()) {
       if (info.agent_id() == agent) return info;
     }
     return v1::AgentInfo();
@@ -1741,7 +1741,7 @@ TEST_F(ElasticChangesTest, ADrainedAgentsRanksLeaveAtTheStepBoundaryAndTheJobGoe
   EXPECT_EQ(drained->state(), v1::AgentInfo::DRAINING);
   EXPECT_EQ(drained->busy_slots(), 2);
   EXPECT_THAT(drained->jobs(), testing::ElementsAre(job));
-  EXPECT_EQ(scheduler_->agents().free_slots(), 0) << "a draining agent offers no slot";
+  EXPECT_EQ(scheduler_->reads().free_slots(), 0) << "a draining agent offers no slot";
   EXPECT_EQ(jobs_->Get(job)->generation(), 1) << "nothing changes before the step boundary";
   EXPECT_EQ(b.Stops(), 0) << "the drained ranks are not killed";
 
@@ -1896,7 +1896,7 @@ TEST_F(ElasticChangesTest, BelowMinRanksPastWaitSecondsTheJobFailsNamingWhatWasL
                                  "generation 2 cannot form: waited "
                                  "elastic.wait_seconds 10 s and 2 surviving rank(s) and 0 free "
                                  "CPU slot(s) are fewer than resources.min_ranks 3");
-  EXPECT_EQ(scheduler_->agents().free_slots(), 2);
+  EXPECT_EQ(scheduler_->reads().free_slots(), 2);
 }
 
 TEST_F(ElasticChangesTest, FreeSlotsGrowTheJobAtAStepBoundaryAfterTheScaleUpInterval) {
@@ -2231,7 +2231,7 @@ class AgentReconnectTest : public ElasticRestartTest {
   }
   v1::RankStatus Row(const std::string& job, int rank) {
     v1::JobStatus status;
-    scheduler_->jobs().FillStatus(job, status);
+    scheduler_->reads().FillStatus(job, status);
     return rank < status.ranks_size() ? status.ranks(rank) : v1::RankStatus();
   }
 };
@@ -2247,13 +2247,13 @@ TEST_F(AgentReconnectTest, AnAgentBackWithinTheGraceKeepsItsJobRunningWithItsRan
                                               "to reconnect"));
   EXPECT_EQ(Row(job, 1).state(), v1::RankStatus::LOST);
   EXPECT_EQ(Row(job, 1).host(), "node-b");
-  EXPECT_EQ(scheduler_->agents().free_slots(), 0) << "node-b's slot is gone with it";
+  EXPECT_EQ(scheduler_->reads().free_slots(), 0) << "node-b's slot is gone with it";
 
   PassAndTick(job, absl::Seconds(9));  // rank 1 silent for 9 s: not DEAD while away
   EXPECT_EQ(State(job), v1::Job::RUNNING) << jobs_->Get(job)->reason();
   NodeBBack(b, job, /*running=*/true);
   EXPECT_NE(b.id, b_before);
-  EXPECT_EQ(scheduler_->agents().free_slots(), 0) << "its slot is busy again";
+  EXPECT_EQ(scheduler_->reads().free_slots(), 0) << "its slot is busy again";
   EXPECT_EQ(Row(job, 1).state(), v1::RankStatus::TRAINING);
   PassAndTick(job, absl::Seconds(2));  // rank 1's heartbeats come back shortly
   EXPECT_EQ(State(job), v1::Job::RUNNING) << jobs_->Get(job)->reason();
@@ -2286,7 +2286,7 @@ TEST_F(AgentReconnectTest, AnAgentNotBackFailsTheJobAtTheDeadlineNamingIt) {
                                  "), which ran ranks of this job; 1 of 2 rank(s) did not come "
                                  "back within 10s");
   EXPECT_EQ(a.Stops(), 1);
-  EXPECT_EQ(scheduler_->agents().free_slots(), 1);
+  EXPECT_EQ(scheduler_->reads().free_slots(), 1);
   // The agent coming back later is told to stop the rank it kept.
   NodeBBack(b, job, /*running=*/true);
   EXPECT_EQ(b.Stops(), 1);
@@ -2328,7 +2328,7 @@ TEST_F(AgentReconnectTest, ARankThatFailedWhileItsAgentWasAwayFailsTheJobWithIts
             "rank 1 (node-b, pid 100) exited with code 3; last stderr: ValueError: bad batch");
   EXPECT_EQ(a.Stops(), 1);
   EXPECT_EQ(b.Stops(), 0) << "its rank has exited";
-  EXPECT_EQ(scheduler_->agents().free_slots(), 2);
+  EXPECT_EQ(scheduler_->reads().free_slots(), 2);
 }
 
 // The agent process connects again while the coordinator still takes its
@@ -2342,8 +2342,8 @@ TEST_F(AgentReconnectTest, AnAgentConnectingAgainBeforeItsOldStreamEndedKeepsIts
   NodeBBack(b, job, /*running=*/true);
   EXPECT_EQ(b.Stops(), 0);
   EXPECT_EQ(Row(job, 1).state(), v1::RankStatus::TRAINING);
-  EXPECT_EQ(scheduler_->agents().ListAgents().size(), 2u) << "the old registration is gone";
-  EXPECT_EQ(scheduler_->agents().free_slots(), 0);
+  EXPECT_EQ(scheduler_->reads().ListAgents().size(), 2u) << "the old registration is gone";
+  EXPECT_EQ(scheduler_->reads().free_slots(), 0);
   scheduler_->agents().RemoveAgent(b_before);  // its stream ends at last: nothing more
   Beat(job, 1, 1);
   PassAndTick(job, absl::Seconds(1));
@@ -2427,11 +2427,11 @@ TEST_F(AgentReconnectTest, AnotherAgentWithTheSameHostAndPidIsASecondAgent) {
   auto id = scheduler_->agents().AddAgent(hello, twin.Sender());
   ASSERT_TRUE(id.ok()) << id.status();
   EXPECT_NE(*id, b.id);
-  EXPECT_EQ(scheduler_->agents().ListAgents().size(), 3u) << "b's registration stays";
+  EXPECT_EQ(scheduler_->reads().ListAgents().size(), 3u) << "b's registration stays";
   EXPECT_EQ(b.Stops(), 0);
   EXPECT_EQ(twin.Stops(), 0);
   EXPECT_EQ(Row(job, 1).state(), v1::RankStatus::TRAINING);
-  EXPECT_EQ(scheduler_->agents().free_slots(), 1) << "the twin's slot";
+  EXPECT_EQ(scheduler_->reads().free_slots(), 1) << "the twin's slot";
   EXPECT_EQ(State(job), v1::Job::RUNNING);
 }
 
@@ -2666,7 +2666,7 @@ TEST_F(RestartAllTest, ALostRankStopsEveryRankAndTheNextGenerationLaunchesThemAl
                                               "failure (recovery_seconds)"));
   for (int slot = 0; slot < 4; ++slot) ExitOn(a, job, slot, 0);
   EXPECT_EQ(State(job), v1::Job::SUCCEEDED);
-  EXPECT_EQ(scheduler_->agents().free_slots(), 5);
+  EXPECT_EQ(scheduler_->reads().free_slots(), 5);
 }
 
 // Note [Diagnoses during shutdown]: a program that exits 0 when a
@@ -2717,7 +2717,7 @@ TEST_F(RestartAllTest, EachFailureCountsOneRestartUntilMaxRestartsAreUsedUp) {
             "signal 9: 2 -> 2 ranks (restart-all: every rank started again), restart 1 of 1");
   EXPECT_EQ(Stopped(a, job), (std::vector<int>{0, 1}))
       << "the first restart's stop, then the end's";
-  EXPECT_EQ(scheduler_->agents().free_slots(), 2);
+  EXPECT_EQ(scheduler_->reads().free_slots(), 2);
 }
 
 TEST_F(RestartAllTest, AProgramThatSaysItReformsInProcessKeepsItsSurvivors) {
@@ -2962,12 +2962,12 @@ class QueueSchedulerTest : public ElasticChangesTest {
   std::string Why(const std::string& job) {
     v1::JobStatus status;
     *status.mutable_job() = *jobs_->Get(job);
-    scheduler_->jobs().FillStatus(job, status);
+    scheduler_->reads().FillStatus(job, status);
     return status.pending_reason();
   }
   std::vector<std::string> QueueOrder() {
     std::vector<std::string> ids;
-    const v1::GetQueueResponse queue = scheduler_->jobs().Queue();
+    const v1::GetQueueResponse queue = scheduler_->reads().Queue();
     for (const v1::QueuedJobInfo& info : queue.jobs()) ids.push_back(info.job_id());
     return ids;
   }
@@ -2984,7 +2984,7 @@ TEST_F(QueueSchedulerTest, OverQuotaAJobWaitsWithTheReasonAndBlocksNobody) {
   EXPECT_EQ(State(alice_2), v1::Job::PENDING);
   EXPECT_EQ(State(bob_1), v1::Job::RUNNING) << "a job over quota blocks nobody";
   EXPECT_EQ(Why(alice_2), "alice uses 2 of 2 CPU slots (quota); the job needs 1");
-  const v1::GetQueueResponse queue = scheduler_->jobs().Queue();
+  const v1::GetQueueResponse queue = scheduler_->reads().Queue();
   ASSERT_EQ(queue.jobs_size(), 1);
   EXPECT_EQ(queue.jobs(0).owner(), "alice");
   EXPECT_EQ(queue.jobs(0).reason(), "alice uses 2 of 2 CPU slots (quota); the job needs 1");
@@ -3016,7 +3016,7 @@ TEST_F(QueueSchedulerTest, AHighJobGoesFirstAndHoldsTheReservation) {
   const std::string normal = SubmitAs("", 1, 1);
   const std::string high = SubmitAs("", 2, 2, "HIGH");
   EXPECT_THAT(QueueOrder(), testing::ElementsAre(high, normal));
-  const v1::GetQueueResponse queue = scheduler_->jobs().Queue();
+  const v1::GetQueueResponse queue = scheduler_->reads().Queue();
   ASSERT_EQ(queue.jobs_size(), 2);
   EXPECT_TRUE(queue.jobs(0).holds_reservation());
   EXPECT_EQ(queue.jobs(0).priority(), v1::JobSpec::HIGH);
@@ -3090,7 +3090,7 @@ TEST_F(QueueSchedulerTest, TheReservationKeepsElasticJobsFromGrowingOntoItsSlots
   scheduler_->Tick();
   EXPECT_EQ(Beat(elastic, 1, 0).kind(), v1::Directive::KIND_UNSPECIFIED)
       << "the free slots are reserved for " << big;
-  EXPECT_EQ(scheduler_->agents().free_slots(), 2);
+  EXPECT_EQ(scheduler_->reads().free_slots(), 2);
 }
 
 TEST_F(QueueSchedulerTest, AnElasticJobGrowsNoFurtherThanItsOwnersQuota) {
@@ -3119,14 +3119,14 @@ TEST_F(QueueSchedulerTest, SubmissionChecksThePriorityCeilingAndQueuedJobs) {
   auto spec = ParseJobSpec("model { mlp {} } data { synthetic {} } priority: HIGH",
                            SpecFormat::kTextProto, "test");
   ASSERT_TRUE(spec.ok());
-  EXPECT_EQ(scheduler_->jobs().CheckSubmission(*spec, "alice").code(),
+  EXPECT_EQ(scheduler_->reads().CheckSubmission(*spec, "alice").code(),
             absl::StatusCode::kPermissionDenied);
   spec->set_priority(v1::JobSpec::NORMAL);
-  EXPECT_TRUE(scheduler_->jobs().CheckSubmission(*spec, "alice").ok());
+  EXPECT_TRUE(scheduler_->reads().CheckSubmission(*spec, "alice").ok());
   SubmitAs("alice", 1, 1);  // no agent: it stays queued
-  EXPECT_EQ(scheduler_->jobs().CheckSubmission(*spec, "alice").code(),
+  EXPECT_EQ(scheduler_->reads().CheckSubmission(*spec, "alice").code(),
             absl::StatusCode::kResourceExhausted);
-  EXPECT_TRUE(scheduler_->jobs().CheckSubmission(*spec, "bob").ok()) << "the limit is per user";
+  EXPECT_TRUE(scheduler_->reads().CheckSubmission(*spec, "bob").ok()) << "the limit is per user";
 }
 
 // Note [Preemption by shrinking]: a HIGH job takes the slots it needs from a

@@ -118,7 +118,7 @@ void Run(FuzzInput& in) {
       }
       scheduler.Tick();
       v1::JobStatus status;
-      scheduler.jobs().FillStatus(job, status);
+      scheduler.reads().FillStatus(job, status);
       const v1::Job now = OrDie(jobs->Get(job), "job");
       if (now.state() == v1::Job::RUNNING) {
         if (status.ranks_size() != world) Fail("status does not list every rank");

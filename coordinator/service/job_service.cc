@@ -179,7 +179,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetLogs(grpc::CallbackServerContext* c
       !caller.ok()) {
     return Reject(context, caller.status());
   }
-  return Answer(context, scheduler_.jobs().GetLogs(*request),
+  return Answer(context, scheduler_.reads().GetLogs(*request),
                 [response](const v1::GetLogsResponse& r) { *response = r; });
 }
 
@@ -199,13 +199,13 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
   }
   // A job no connected agent could hold is refused now rather than queued
   // for ever or started to die allocating.
-  if (absl::Status s = scheduler_.agents().CheckAgentsCanHold(request->spec()); !s.ok()) {
+  if (absl::Status s = scheduler_.reads().CheckAgentsCanHold(request->spec()); !s.ok()) {
     return Reject(context, s);
   }
   // The priority ceiling and queued-job limit of the scheduling policy
   // (two submissions at the same instant may both pass the last free place
   // in a user's queue).
-  if (absl::Status s = scheduler_.jobs().CheckSubmission(request->spec(), caller->user());
+  if (absl::Status s = scheduler_.reads().CheckSubmission(request->spec(), caller->user());
       !s.ok()) {
     return Reject(context, s);
   }
@@ -224,7 +224,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetQueue(grpc::CallbackServerContext* 
   if (absl::StatusOr<Caller> caller = UserCaller(context); !caller.ok()) {
     return Reject(context, caller.status());
   }
-  *response = scheduler_.jobs().Queue();
+  *response = scheduler_.reads().Queue();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;
@@ -322,7 +322,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetJobStatus(grpc::CallbackServerConte
     StatusRows rows;
     rows.offset = request->rank_offset();
     rows.limit = request->rank_limit() > 0 ? request->rank_limit() : kDefaultStatusRankRows;
-    scheduler_.jobs().FillStatus(request->job_id(), *status, rows);
+    scheduler_.reads().FillStatus(request->job_id(), *status, rows);
     // A running job's rows say where its ranks run; the recorded placements
     // (one per rank, for a restart) would only make the answer O(ranks).
     if (status->rank_summary().ranks() > 0) status->mutable_job()->clear_placements();
@@ -349,7 +349,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListAgents(grpc::CallbackServerContext
   if (absl::Status s = auth_.Check(context->client_metadata(), Role::kUser); !s.ok()) {
     return Reject(context, s);
   }
-  for (v1::AgentInfo& agent : scheduler_.agents().ListAgents())
+  for (v1::AgentInfo& agent : scheduler_.reads().ListAgents())
     *response->add_agents() = std::move(agent);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);

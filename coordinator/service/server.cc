@@ -392,7 +392,7 @@ absl::Status CoordinatorServer::BuildServices(const ServerOptions& options) {
   checkpoint_uploads_ = std::make_unique<CheckpointUploads>(
       *checkpoints_,
       [scheduler = scheduler_.get()](const std::string& job_id, int64_t generation, int rank) {
-        return scheduler->ranks().GrantUpload(job_id, generation, rank);
+        return scheduler->reads().GrantUpload(job_id, generation, rank);
       });
   checkpoint_service_ = std::make_unique<CheckpointServiceImpl>(
       *checkpoints_, *checkpoint_uploads_, *auth_,

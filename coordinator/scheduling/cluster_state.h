@@ -1,0 +1,57 @@
+// ClusterState: what the coordinator holds about the cluster under its one
+// lock: the agents and their slots, the running jobs, the scheduling policy
+// and fair share, and the last plan of the queue. The Scheduler changes it;
+// ClusterReads (cluster_reads.h) answers the status pages, the CLI and
+// /metrics from it.
+//
+// Thread-safety: every field but `mu` is guarded by `mu`.
+//
+// Example:
+//   ClusterState state(policy, clock->Now());
+//   absl::MutexLock lock(&state.mu);
+//   QueueUsage usage = state.Usage();
+#ifndef CHORUS_COORDINATOR_SCHEDULING_CLUSTER_STATE_H_
+#define CHORUS_COORDINATOR_SCHEDULING_CLUSTER_STATE_H_
+
+#include <map>
+#include <string>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "chorus/v1/coordinator.pb.h"
+#include "coordinator/scheduling/agent_registry.h"
+#include "coordinator/scheduling/fair_share.h"
+#include "coordinator/scheduling/queue_plan.h"
+#include "coordinator/scheduling/running_job.h"
+#include "coordinator/scheduling/scheduling_policy.h"
+
+namespace chorus {
+
+struct ClusterState {
+  // Fair share starts counting at `now`, with the policy's half-life.
+  ClusterState(SchedulingPolicy scheduling_policy, absl::Time now)
+      : policy(std::move(scheduling_policy)), fair_share(policy.fair_share_half_life, now) {}
+
+  // Each owner's slots in use per device (running jobs), fair share, and
+  // the reservations the last plan kept.
+  QueueUsage Usage() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // The agent's slots, state (ACTIVE, DRAINING, DRAINED) and the running
+  // jobs with ranks on it; empty for an unknown agent.
+  v1::AgentInfo AgentInfo(const std::string& agent_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+
+  mutable absl::Mutex mu;
+  AgentRegistry agents ABSL_GUARDED_BY(mu);
+  std::map<std::string, RunningJob> running ABSL_GUARDED_BY(mu);
+  SchedulingPolicy policy ABSL_GUARDED_BY(mu);
+  FairShare fair_share ABSL_GUARDED_BY(mu);
+  QueuePlan plan ABSL_GUARDED_BY(mu);  // the last one (reasons, reservations)
+  // Each PENDING job as the plan sees it, kept between passes: a pass with
+  // 10,000 queued jobs then copies none of them (docs/scheduling.md).
+  std::map<std::string, QueueEntry> queue_entries ABSL_GUARDED_BY(mu);
+};
+
+}  // namespace chorus
+
+#endif  // CHORUS_COORDINATOR_SCHEDULING_CLUSTER_STATE_H_
