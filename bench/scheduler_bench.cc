@@ -115,8 +115,7 @@ absl::Status ScheduleRounds(const Options& o, std::vector<double>& ms) {
     v1::AgentHello hello;
     hello.set_host(absl::StrCat("node-", a));
     hello.set_slots(o.slots_per_agent);
-    RETURN_IF_ERROR(
-        scheduler.agents().AddAgent(hello, [](const v1::CoordinatorMessage&) {}).status());
+    RETURN_IF_ERROR(scheduler.AddAgent(hello, [](const v1::CoordinatorMessage&) {}).status());
   }
   std::mt19937 rng(7);
   std::uniform_int_distribution<int> ranks(1, 16), priority(1, 3);

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The Scheduler keeps a small public surface (issue 39): at most 12 method
-# declarations in the public part of `class Scheduler` (constructors and the
-# view accessors agents(), ranks(), jobs() count; type aliases do not).
-# Entry points belong in its views (SchedulerAgents, SchedulerRanks,
-# SchedulerJobs), each holding all of its concept's.
+# The Scheduler keeps a small public surface: at most 16 method declarations
+# in the public part of `class Scheduler` (constructors and accessors count;
+# type aliases do not), and no class beside it that only forwards to it
+# (one that holds a `Scheduler&`). Its entry points are grouped by caller:
+# an agent's stream is one entry point per event (hello, message, end), not
+# one per message kind; reads belong in ClusterReads (cluster_reads.h).
 #
 # Usage: scheduler_surface_test.sh [REPOSITORY_ROOT]
 #   Without an argument (as under Bazel) the root is where README.md, as
@@ -12,7 +13,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 root=${1:-$(dirname "$(realpath README.md)")}
 header="${root}/coordinator/scheduling/scheduler.h"
-readonly kMaxPublicMethods=12
+readonly kMaxPublicMethods=16
 
 # Prints the public method declarations of `class Scheduler` in header $1,
 # one per line.
@@ -66,9 +67,40 @@ if [[ -f "${header}" ]]; then
   if [[ "${n}" -le "${kMaxPublicMethods}" ]]; then
     pass "class Scheduler has ${n} public methods (at most ${kMaxPublicMethods})"
   else
-    fail "class Scheduler has ${n} public methods, more than ${kMaxPublicMethods}: put new entry points in its views (agents(), ranks(), jobs()) in coordinator/scheduling/scheduler.h:"$'\n'"${methods}"
+    fail "class Scheduler has ${n} public methods, more than ${kMaxPublicMethods}: route a new kind of message through an existing entry point (as OnAgentMessage does), or put reads in ClusterReads (coordinator/scheduling/cluster_reads.h):"$'\n'"${methods}"
   fi
 else
   fail "no coordinator/scheduling/scheduler.h under '${root}'"
+fi
+
+# Classes in header $1 other than Scheduler that hold a Scheduler& (views
+# that forward to it), one per line.
+forwarding_views() {
+  python3 - "$1" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+for m in re.finditer(r"^(?:class|struct) (\w+)[^;{]*\{(.*?)^\};", text, re.M | re.S):
+    if m.group(1) != "Scheduler" and re.search(r"\bScheduler&\s*\w+_?;", m.group(2)):
+        print(m.group(1))
+PY
+}
+{
+  echo 'class SchedulerJobs {'
+  echo ' public:'
+  echo '  void Cancel();'
+  echo ' private:'
+  echo '  Scheduler& scheduler_;'
+  echo '};'
+  echo 'struct Options {'
+  echo '  int n = 0;'
+  echo '};'
+} >"${fixture}/views.h"
+[[ "$(forwarding_views "${fixture}/views.h")" == "SchedulerJobs" ]] &&
+  pass "the view finder finds the fixture's forwarding class and only it" ||
+  fail "the view finder found '$(forwarding_views "${fixture}/views.h")' in the fixture, not SchedulerJobs"
+if [[ -f "${header}" ]]; then
+  views=$(forwarding_views "${header}")
+  [[ -z "${views}" ]] && pass "no class in scheduler.h forwards to the Scheduler" ||
+    fail "classes in scheduler.h that forward to the Scheduler: $(echo ${views}); give their entry points to the Scheduler or to a unit that does the work"
 fi
 finish

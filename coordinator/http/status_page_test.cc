@@ -60,7 +60,7 @@ class StatusPageTest : public ::testing::Test {
     v1::AgentHello hello;
     hello.set_host("node-a");
     hello.set_slots(2);
-    agent_ = *scheduler_->agents().AddAgent(hello, [](const v1::CoordinatorMessage&) {});
+    agent_ = *scheduler_->AddAgent(hello, [](const v1::CoordinatorMessage&) {});
     clock_.Advance(absl::Milliseconds(1500));
     for (int slot = 0; slot < 2; ++slot) {
       v1::JoinRequest join;
@@ -68,7 +68,7 @@ class StatusPageTest : public ::testing::Test {
       join.set_generation(1);
       join.set_agent_id(agent_);
       join.set_slot(slot);
-      scheduler_->ranks().Join(join, clock_.Now() + absl::Seconds(60), [](auto) {});
+      scheduler_->Join(join, clock_.Now() + absl::Seconds(60), [](auto) {});
     }
     return job;
   }
@@ -83,7 +83,7 @@ class StatusPageTest : public ::testing::Test {
     hb.mutable_timings()->set_step_seconds(compute + wait);
     hb.mutable_timings()->set_compute_seconds(compute);
     hb.mutable_timings()->set_comm_wait_seconds(wait);
-    ASSERT_TRUE(scheduler_->ranks().Heartbeat(hb));
+    ASSERT_TRUE(scheduler_->Heartbeat(hb));
   }
 
   StatusPageSources Sources() { return {jobs_.get(), scheduler_.get(), nullptr}; }
@@ -108,7 +108,7 @@ TEST_F(StatusPageTest, JobPageCarriesRanksDiagnosesHistoryAndEvents) {
     report.mutable_metrics()->set_step(step);
     report.mutable_metrics()->set_loss(2.5 - step / 10.0);
     report.mutable_metrics()->set_samples_per_second(640);
-    ASSERT_TRUE(scheduler_->ranks().Report(report).ok());
+    ASSERT_TRUE(scheduler_->Report(report).ok());
   }
   scheduler_->Tick();  // the STRAGGLER diagnosis becomes an event
 

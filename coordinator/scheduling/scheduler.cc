@@ -235,6 +235,29 @@ void Scheduler::RemoveAgent(const std::string& agent_id) {
   out.Flush();
 }
 
+void Scheduler::OnAgentMessage(const std::string& agent_id, const v1::AgentMessage& message,
+                               absl::Time join_deadline) {
+  switch (message.kind_case()) {
+    case v1::AgentMessage::kRankExited:
+      RankExited(agent_id, message.rank_exited());
+      break;
+    case v1::AgentMessage::kLogs:
+      Logs(agent_id, message.logs());
+      break;
+    case v1::AgentMessage::kHeartbeats:
+      AgentHeartbeats(agent_id, message.heartbeats(), message.cpu_pressure());
+      break;
+    case v1::AgentMessage::kJoins:
+      AgentJoins(agent_id, message.joins(), join_deadline);
+      break;
+    case v1::AgentMessage::kPingTimeUs:
+      AgentAlive(agent_id, message.cpu_pressure());
+      break;
+    default:  // a second hello, or a kind this coordinator does not know
+      break;
+  }
+}
+
 void Scheduler::AgentAlive(const std::string& agent_id, double cpu_pressure) {
   absl::MutexLock lock(&state_.mu);
   state_.agents.Heard(agent_id, clock_->Now(), cpu_pressure);

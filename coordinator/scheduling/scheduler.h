@@ -26,17 +26,18 @@
 // What it holds under its lock is a ClusterState (cluster_state.h); the
 // reads of it (status, logs, the queue, agents, /metrics, submission and
 // upload checks) are ClusterReads (cluster_reads.h), through reads(). Its
-// changing entry points are grouped by concept into views that share its
-// lock and state: agents() (agents come, go, drain), ranks() (joins,
-// heartbeats, reports, exits, logs) and jobs() (cancel, checkpoint,
-// recovery); Tick and Schedule drive it.
+// entry points are grouped by who calls them: node agents (a hello, then
+// every message of the agent's stream through OnAgentMessage, then the
+// stream's end), rank processes (Join, Heartbeat, Report), users (drain,
+// cancel, checkpoint) and the coordinator process (Recover; Tick and
+// Schedule drive it).
 //
 // Example:
 //   SchedulerOptions options;
 //   options.coordinator_address = "127.0.0.1:29650";
 //   Scheduler scheduler(jobs, &clock, std::move(options));
-//   absl::StatusOr<std::string> agent = scheduler.agents().AddAgent(hello, send);
-//   scheduler.ranks().Join(request, deadline, [](absl::StatusOr<v1::JoinResponse> r) {...});
+//   absl::StatusOr<std::string> agent = scheduler.AddAgent(hello, send);
+//   scheduler.Join(request, deadline, [](absl::StatusOr<v1::JoinResponse> r) {...});
 #ifndef CHORUS_COORDINATOR_SCHEDULING_SCHEDULER_H_
 #define CHORUS_COORDINATOR_SCHEDULING_SCHEDULER_H_
 
@@ -77,8 +78,6 @@
 
 namespace chorus {
 
-class Scheduler;
-
 // What a Scheduler is built with (Scheduler::Configure replaces it).
 struct SchedulerOptions {
   // What launched ranks are told to dial (set_coordinator_address once the
@@ -117,56 +116,109 @@ struct SchedulerOptions {
 
 inline constexpr absl::Duration kElasticAgentGrace = absl::Seconds(5);
 
-// scheduler.agents(): node agents come, go and are drained. A view of the
-// Scheduler: it shares the Scheduler's lock and state, and lives as long.
-class SchedulerAgents {
+class Scheduler {
  public:
-  SchedulerAgents(const SchedulerAgents&) = delete;
-  SchedulerAgents& operator=(const SchedulerAgents&) = delete;
+  using Sender = AgentSender;
+  using JoinDone = Rendezvous::Done;
+  using ResumeResolver = SchedulerOptions::ResumeResolver;
 
+  // `jobs` and `clock` (null = real time) must outlive the scheduler.
+  Scheduler(JobManager& jobs, Clock* clock, SchedulerOptions options);
+
+  // What the status pages, the CLI and /metrics read.
+  const ClusterReads& reads() const { return reads_; }
+
+  // Node agents (AgentService): an agent's stream opens with its hello,
+  // carries its messages and ends.
+  //
   // Registers an agent and places whatever now fits. Returns its id.
   // INVALID_ARGUMENT for a hello without slots.
-  absl::StatusOr<std::string> AddAgent(const v1::AgentHello& hello, AgentSender send);
+  absl::StatusOr<std::string> AddAgent(const v1::AgentHello& hello, Sender send);
+  // A message on the stream of agent `agent_id` after its hello: a rank's
+  // exit, ranks' output lines, its ranks' heartbeats and joins gathered into
+  // one message (Note [Aggregated heartbeats], Note [Joins through the
+  // agent]; those joins wait until `join_deadline`), or a ping, which says
+  // only that the agent is alive (Note [A silent agent's ranks] in
+  // hang_detector.h). A ping and a batch of heartbeats carry its node's
+  // CPU pressure (Note [A starved node]). A message from an unknown agent
+  // (its stream is ending) is ignored; so is a second hello.
+  void OnAgentMessage(const std::string& agent_id, const v1::AgentMessage& message,
+                      absl::Time join_deadline);
   // The agent's stream ended: its slots are gone; its running jobs wait
   // agent_reconnect_grace for it to come back with their ranks (Note [Agent
   // reconnect grace] in running_job.h), or fail at once when that is zero;
   // elastic ones wait at most kElasticAgentGrace and then re-form without
   // them (Note [An elastic job's lost agent] in scheduler.cc).
   void RemoveAgent(const std::string& agent_id);
-  // A message that carries nothing else (a ping) came from the agent: it is
-  // alive (Note [A silent agent's ranks] in hang_detector.h), its node's CPU
-  // pressure `cpu_pressure` (Note [A starved node]).
-  void AgentAlive(const std::string& agent_id, double cpu_pressure = 0);
+
+  // Rank processes (RankService).
+  //
+  // Answers when every rank of the generation has joined, or with
+  // DEADLINE_EXCEEDED (naming the missing ranks) once `deadline` passes
+  // (checked by Tick), FAILED_PRECONDITION for a stale generation or
+  // a job that is not running, NOT_FOUND for an unknown job or slot.
+  void Join(const v1::JoinRequest& request, absl::Time deadline, JoinDone done);
+  // Records a rank's heartbeat (progress, phase, flight recorder) for status.
+  // Returns false when the rank is not part of a running generation (the
+  // stream should end). A heartbeat of an elastic job's older generation
+  // also fills `directive` (if not null) with RE_RENDEZVOUS to the current
+  // one, for a survivor whose communicator has not failed by itself; one of
+  // the current generation while a planned change waits (a drain, a growth)
+  // fills it with REFORM_AT_STEP_BOUNDARY and returns true. A program job's
+  // rank 0 heartbeat moves the job's latest metrics (step, epoch, and loss
+  // and samples/s when it has them) forward: it carries the program's
+  // progress record. A heartbeat of a job that FAILED or was CANCELLED
+  // fills `directive` with ABORT and the job's reason: a rank its agent has
+  // not stopped (a lost agent) stops itself.
+  bool Heartbeat(const v1::RankHeartbeat& heartbeat, v1::Directive* directive = nullptr);
+  // A rank's metrics: rank 0's become the job's latest (final ones are
+  // persisted); an elastic job's gain values "restarts" and
+  // "recovery_seconds" (of the last failure). NOT_FOUND / FAILED_PRECONDITION for unknown or stale
+  // ranks.
+  absl::Status Report(const v1::ReportRequest& report);
+
+  // Users (JobService).
+  //
   // `chorus drain`: the agent (its id, or a host only one agent has) takes
   // no new ranks; every elastic job with ranks on it re-forms without them
   // at its next step boundary; other jobs keep running there until they end.
   // Idempotent: returns the agent's state (DRAINED once no rank runs on it).
   // NOT_FOUND / INVALID_ARGUMENT (an ambiguous host) naming the agents.
   absl::StatusOr<v1::AgentInfo> DrainAgent(const std::string& agent);
+  // Cancels a job (through JobManager) and stops its running ranks.
+  absl::StatusOr<v1::Job> Cancel(const std::string& job_id, const std::string& reason);
+  // Makes the job's ranks checkpoint soon: their agents signal them (a
+  // CheckpointRanks message). Returns the highest step a rank has reported.
+  // NOT_FOUND for an unknown job, FAILED_PRECONDITION if it is not running.
+  absl::StatusOr<int64_t> RequestCheckpoint(const std::string& job_id);
+
+  // The coordinator process.
+  //
+  // After a restart: takes back jobs that were RUNNING (with their recorded
+  // placements). Their ranks are expected to come back with their agents;
+  // a job whose ranks are not all back within `grace` fails with the reason.
+  void Recover(const std::vector<v1::Job>& running, absl::Duration grace);
+  // Fails joins whose deadline has passed, applies each running job's
+  // hang_detection.action to its diagnoses (ABORT fails the job; RESTART
+  // of an elastic job evicts a DEAD or NEVER_JOINED rank and re-forms every
+  // rank's transport after a MISMATCH or STUCK_IN_COLLECTIVE, Note [Hang
+  // restart]; RESTART of any other job fails it), retries elastic jobs
+  // waiting below resources.min_ranks and lets elastic jobs grow onto free
+  // slots (docs/elastic.md). The server calls it periodically.
+  void Tick();
+  // Places queued jobs that fit. Called after every change, and by
+  // JobService after a submission.
+  void Schedule();
+  // Replaces the options; fair-share usage recorded so far restarts from
+  // zero.
+  void Configure(SchedulerOptions options);
+  // What launched ranks are told to dial: known once the server has bound,
+  // after the services that hold the scheduler were built.
+  void set_coordinator_address(std::string address);
 
  private:
-  friend class Scheduler;
-  explicit SchedulerAgents(Scheduler& scheduler) : scheduler_(scheduler) {}
-  Scheduler& scheduler_;
-};
-
-// scheduler.ranks(): what rank processes (and agents on their behalf)
-// report: joins, heartbeats, metrics, exits, output. A view, as above.
-class SchedulerRanks {
- public:
-  using JoinDone = Rendezvous::Done;
-  SchedulerRanks(const SchedulerRanks&) = delete;
-  SchedulerRanks& operator=(const SchedulerRanks&) = delete;
-
-  // An agent reports that a rank process ended.
+  // The agent reports that a rank process ended.
   void RankExited(const std::string& agent_id, const v1::RankExited& exited);
-
-  // Answers when every rank of the generation has joined, or with
-  // DEADLINE_EXCEEDED (naming the missing ranks) once `deadline` passes
-  // (checked by Tick), FAILED_PRECONDITION for a stale generation or
-  // a job that is not running, NOT_FOUND for an unknown job or slot.
-  void Join(const v1::JoinRequest& request, absl::Time deadline, JoinDone done);
-
   // Note [Joins through the agent]
   // When one rank of a 16,384-rank elastic job is lost, every survivor
   // joins the next generation. One RankService.Join per rank cost the
@@ -194,26 +246,6 @@ class SchedulerRanks {
   // supervisor) keeps its own Join; both kinds mix freely in a generation.
   // Joins from an unknown agent are ignored (its stream is ending).
   void AgentJoins(const std::string& agent_id, const v1::RankJoins& batch, absl::Time deadline);
-
-  // A rank's metrics: rank 0's become the job's latest (final ones are
-  // persisted); an elastic job's gain values "restarts" and
-  // "recovery_seconds" (of the last failure). NOT_FOUND / FAILED_PRECONDITION for unknown or stale
-  // ranks.
-  absl::Status Report(const v1::ReportRequest& report);
-  // Records a rank's heartbeat (progress, phase, flight recorder) for status.
-  // Returns false when the rank is not part of a running generation (the
-  // stream should end). A heartbeat of an elastic job's older generation
-  // also fills `directive` (if not null) with RE_RENDEZVOUS to the current
-  // one, for a survivor whose communicator has not failed by itself; one of
-  // the current generation while a planned change waits (a drain, a growth)
-  // fills it with REFORM_AT_STEP_BOUNDARY and returns true. A program job's
-  // rank 0 heartbeat moves the job's latest metrics (step, epoch, and loss
-  // and samples/s when it has them) forward: it carries the program's
-  // progress record. A heartbeat of a job that FAILED or was CANCELLED
-  // fills `directive` with ABORT and the job's reason: a rank its agent has
-  // not stopped (a lost agent) stops itself.
-  bool Heartbeat(const v1::RankHeartbeat& heartbeat, v1::Directive* directive = nullptr);
-
   // Note [Aggregated heartbeats]
   // At 16,384 ranks, one stream and one message per rank per second is
   // most of a coordinator core (docs/benchmarks.md). An agent may instead
@@ -230,95 +262,13 @@ class SchedulerRanks {
   // The per-rank Heartbeat stream stays: ranks started by an older agent,
   // and a rank whose agent does not collect heartbeats, use it unchanged.
   void AgentHeartbeats(const std::string& agent_id, const v1::RankHeartbeats& batch,
-                       double cpu_pressure = 0);
+                       double cpu_pressure);
+  // A message that carries nothing else (a ping) came from the agent: it is
+  // alive (Note [A silent agent's ranks] in hang_detector.h), its node's CPU
+  // pressure `cpu_pressure` (Note [A starved node]).
+  void AgentAlive(const std::string& agent_id, double cpu_pressure);
   // Output lines of a rank process, relayed by its agent.
   void Logs(const std::string& agent_id, const v1::RankLogs& logs);
-
- private:
-  friend class Scheduler;
-  explicit SchedulerRanks(Scheduler& scheduler) : scheduler_(scheduler) {}
-  Scheduler& scheduler_;
-};
-
-// scheduler.jobs(): what users ask of running jobs (cancel, checkpoint),
-// and the jobs taken back after a restart. A view, as above.
-class SchedulerJobs {
- public:
-  SchedulerJobs(const SchedulerJobs&) = delete;
-  SchedulerJobs& operator=(const SchedulerJobs&) = delete;
-
-  // Makes the job's ranks checkpoint soon: their agents signal them (a
-  // CheckpointRanks message). Returns the highest step a rank has reported.
-  // NOT_FOUND for an unknown job, FAILED_PRECONDITION if it is not running.
-  absl::StatusOr<int64_t> RequestCheckpoint(const std::string& job_id);
-  // Cancels a job (through JobManager) and stops its running ranks.
-  absl::StatusOr<v1::Job> Cancel(const std::string& job_id, const std::string& reason);
-  // After a restart: takes back jobs that were RUNNING (with their recorded
-  // placements). Their ranks are expected to come back with their agents;
-  // a job whose ranks are not all back within `grace` fails with the reason.
-  void Recover(const std::vector<v1::Job>& running, absl::Duration grace);
-
- private:
-  friend class Scheduler;
-  explicit SchedulerJobs(Scheduler& scheduler) : scheduler_(scheduler) {}
-  Scheduler& scheduler_;
-};
-
-class Scheduler {
- public:
-  using Sender = AgentSender;
-  using JoinDone = Rendezvous::Done;
-  using ResumeResolver = SchedulerOptions::ResumeResolver;
-
-  // `jobs` and `clock` (null = real time) must outlive the scheduler.
-  Scheduler(JobManager& jobs, Clock* clock, SchedulerOptions options);
-
-  // The views, by concept (each holds all of its concept's entry points).
-  SchedulerAgents& agents() { return agents_view_; }
-  SchedulerRanks& ranks() { return ranks_view_; }
-  SchedulerJobs& jobs() { return jobs_view_; }
-  // What the status pages, the CLI and /metrics read.
-  const ClusterReads& reads() const { return reads_; }
-
-  // Fails joins whose deadline has passed, applies each running job's
-  // hang_detection.action to its diagnoses (ABORT fails the job; RESTART
-  // of an elastic job evicts a DEAD or NEVER_JOINED rank and re-forms every
-  // rank's transport after a MISMATCH or STUCK_IN_COLLECTIVE, Note [Hang
-  // restart]; RESTART of any other job fails it), retries elastic jobs
-  // waiting below resources.min_ranks and lets elastic jobs grow onto free
-  // slots (docs/elastic.md). The server calls it periodically.
-  void Tick();
-  // Places queued jobs that fit. Called after every change; public for tests.
-  void Schedule();
-  // Replaces the options; fair-share usage recorded so far restarts from
-  // zero.
-  void Configure(SchedulerOptions options);
-  // What launched ranks are told to dial: known once the server has bound,
-  // after the services that hold the scheduler were built.
-  void set_coordinator_address(std::string address);
-
- private:
-  friend class SchedulerAgents;
-  friend class SchedulerRanks;
-  friend class SchedulerJobs;
-
-  // The views' entry points (documented in their classes); each takes the
-  // lock itself.
-  absl::StatusOr<std::string> AddAgent(const v1::AgentHello& hello, Sender send);
-  void RemoveAgent(const std::string& agent_id);
-  void AgentAlive(const std::string& agent_id, double cpu_pressure);
-  absl::StatusOr<v1::AgentInfo> DrainAgent(const std::string& agent);
-  void RankExited(const std::string& agent_id, const v1::RankExited& exited);
-  void Join(const v1::JoinRequest& request, absl::Time deadline, JoinDone done);
-  void AgentJoins(const std::string& agent_id, const v1::RankJoins& batch, absl::Time deadline);
-  absl::Status Report(const v1::ReportRequest& report);
-  bool Heartbeat(const v1::RankHeartbeat& heartbeat, v1::Directive* directive);
-  void AgentHeartbeats(const std::string& agent_id, const v1::RankHeartbeats& batch,
-                       double cpu_pressure);
-  void Logs(const std::string& agent_id, const v1::RankLogs& logs);
-  absl::StatusOr<int64_t> RequestCheckpoint(const std::string& job_id);
-  absl::StatusOr<v1::Job> Cancel(const std::string& job_id, const std::string& reason);
-  void Recover(const std::vector<v1::Job>& running, absl::Duration grace);
 
   // Note [The scheduler's writes after its lock]
   // A durable write (an fsync'd SQLite commit, an etcd transaction) takes
@@ -575,9 +525,6 @@ class Scheduler {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
 
   JobManager& jobs_;
-  SchedulerAgents agents_view_{*this};
-  SchedulerRanks ranks_view_{*this};
-  SchedulerJobs jobs_view_{*this};
   LogStore logs_;
   AgentJoinOutbox agent_joins_;  // has its own lock
   JobWrites writes_;             // has its own lock
@@ -600,58 +547,6 @@ class Scheduler {
   // several calls may write one job's changes.
   std::map<std::string, int> settling_ ABSL_GUARDED_BY(state_.mu);
 };
-
-// The views forward to the Scheduler, which takes its lock.
-inline absl::StatusOr<std::string> SchedulerAgents::AddAgent(const v1::AgentHello& hello,
-                                                             AgentSender send) {
-  return scheduler_.AddAgent(hello, std::move(send));
-}
-inline void SchedulerAgents::RemoveAgent(const std::string& agent_id) {
-  scheduler_.RemoveAgent(agent_id);
-}
-inline void SchedulerAgents::AgentAlive(const std::string& agent_id, double cpu_pressure) {
-  scheduler_.AgentAlive(agent_id, cpu_pressure);
-}
-inline absl::StatusOr<v1::AgentInfo> SchedulerAgents::DrainAgent(const std::string& agent) {
-  return scheduler_.DrainAgent(agent);
-}
-
-inline void SchedulerRanks::RankExited(const std::string& agent_id, const v1::RankExited& exited) {
-  scheduler_.RankExited(agent_id, exited);
-}
-inline void SchedulerRanks::Join(const v1::JoinRequest& request, absl::Time deadline,
-                                 JoinDone done) {
-  scheduler_.Join(request, deadline, std::move(done));
-}
-inline void SchedulerRanks::AgentJoins(const std::string& agent_id, const v1::RankJoins& batch,
-                                       absl::Time deadline) {
-  scheduler_.AgentJoins(agent_id, batch, deadline);
-}
-inline absl::Status SchedulerRanks::Report(const v1::ReportRequest& report) {
-  return scheduler_.Report(report);
-}
-inline bool SchedulerRanks::Heartbeat(const v1::RankHeartbeat& heartbeat,
-                                      v1::Directive* directive) {
-  return scheduler_.Heartbeat(heartbeat, directive);
-}
-inline void SchedulerRanks::AgentHeartbeats(const std::string& agent_id,
-                                            const v1::RankHeartbeats& batch, double cpu_pressure) {
-  scheduler_.AgentHeartbeats(agent_id, batch, cpu_pressure);
-}
-inline void SchedulerRanks::Logs(const std::string& agent_id, const v1::RankLogs& logs) {
-  scheduler_.Logs(agent_id, logs);
-}
-
-inline absl::StatusOr<int64_t> SchedulerJobs::RequestCheckpoint(const std::string& job_id) {
-  return scheduler_.RequestCheckpoint(job_id);
-}
-inline absl::StatusOr<v1::Job> SchedulerJobs::Cancel(const std::string& job_id,
-                                                     const std::string& reason) {
-  return scheduler_.Cancel(job_id, reason);
-}
-inline void SchedulerJobs::Recover(const std::vector<v1::Job>& running, absl::Duration grace) {
-  scheduler_.Recover(running, grace);
-}
 
 }  // namespace chorus
 

@@ -15,6 +15,7 @@
 #include "common/status_macros.h"
 #include "coordinator/checkpoint/checkpoint_skip_warning.h"
 #include "coordinator/hang/hang_detector.h"
+#include "coordinator/scheduling/rank_messages.h"
 #include "coordinator/scheduling/scheduler.h"
 
 namespace chorus {
@@ -56,62 +57,36 @@ void Scheduler::JoinLocked(const v1::JoinRequest& request, absl::Time deadline, 
   // its generation forms.
   if (StagedJoinLocked(request, done, out)) return;
   auto it = state_.running.find(request.job_id());
-  if (it != state_.running.end() && it->second.elastic && it->second.phase.planned().has_value() &&
-      it->second.phase.waiting() == nullptr && !it->second.AwaitingRanks() &&
-      request.generation() == it->second.generation() + 1 && it->second.Formed()) {
-    // The first rank at the step boundary of a planned change.
-    const std::string cause = it->second.phase.planned()->cause;
-    const ReformKind kind = it->second.phase.planned()->kind;
-    ReformLocked(request.job_id(), cause, kind, out);
+  if (it != state_.running.end() && StartsPlannedChange(it->second, request)) {
+    const ElasticPhase::Planned planned = *it->second.phase.planned();
+    ReformLocked(request.job_id(), planned.cause, planned.kind, out);
     SaveElasticLocked(out);
     it = state_.running.find(request.job_id());
   }
-  if (it != state_.running.end() &&
-      it->second.leaving.departing(request.agent_id(), request.slot())) {
-    // A rank on a draining agent, at the step boundary: it leaves.
-    v1::JoinResponse leave;
-    leave.set_leave(true);
-    leave.set_generation(it->second.generation());
-    out.joins.emplace_back(std::move(done), std::move(leave));
-  } else if (it == state_.running.end()) {
+  if (it == state_.running.end()) {
     absl::StatusOr<v1::Job> job = jobs_.Get(request.job_id());
     out.joins.emplace_back(std::move(done),
                            job.ok() ? absl::FailedPreconditionError(absl::StrCat(
                                           "job ", request.job_id(), " is ",
                                           v1::Job::State_Name(job->state()), ", not running"))
                                     : job.status());
-  } else if (it->second.elastic && request.generation() > it->second.generation()) {
-    // A survivor of the current generation: its communicator failed before
-    // the coordinator heard why (docs/elastic.md).
-    out.joins.emplace_back(std::move(done),
-                           absl::UnavailableError(absl::StrCat(
-                               "generation ", request.generation(), " of job ", request.job_id(),
-                               " has not formed yet (the current one is ", it->second.generation(),
-                               "); join again shortly")));
-  } else if (absl::Status current = it->second.rendezvous.CheckGeneration(request.generation());
-             !current.ok() && !it->second.elastic) {
-    // An elastic job's rank of an older generation whose slot is still the
-    // job's joins the current one (a newcomer launched for a generation
-    // that another failure superseded).
-    out.joins.emplace_back(std::move(done), std::move(current));
-  } else if (const int rank = it->second.RankOfJoin(request.agent_id(), request.slot(),
-                                                    request.pid(), request.host());
-             rank < 0 && it->second.AwaitingRanks()) {
-    // Note [Elastic restart], Note [Agent reconnect grace]: its agent has
-    // not reconnected yet.
-    out.joins.emplace_back(
-        std::move(done),
-        absl::UnavailableError(absl::StrCat("job ", request.job_id(), " is taking back its ranks ",
-                                            it->second.wait_cause.lost_agents.empty()
-                                                ? "after a coordinator restart"
-                                                : "from agents that lost contact",
-                                            "; join again shortly")));
-  } else if (rank < 0) {
-    out.joins.emplace_back(std::move(done), absl::NotFoundError(absl::StrCat(
-                                                "job ", request.job_id(), " has no rank on ",
-                                                request.agent_id(), " slot ", request.slot())));
-  } else {
-    JoinRankLocked(request, rank, deadline, std::move(done), it->second, out);
+    return;
+  }
+  JoinAnswer answer = AnswerJoin(it->second, request);
+  switch (answer.kind) {
+    case JoinAnswer::Kind::kLeave: {
+      v1::JoinResponse leave;
+      leave.set_leave(true);
+      leave.set_generation(it->second.generation());
+      out.joins.emplace_back(std::move(done), std::move(leave));
+      break;
+    }
+    case JoinAnswer::Kind::kRefuse:
+      out.joins.emplace_back(std::move(done), std::move(answer.refusal));
+      break;
+    case JoinAnswer::Kind::kJoin:
+      JoinRankLocked(request, answer.rank, deadline, std::move(done), it->second, out);
+      break;
   }
 }
 
@@ -270,61 +245,25 @@ void Scheduler::AgentHeartbeats(const std::string& agent_id, const v1::RankHeart
 bool Scheduler::HeartbeatLocked(const v1::RankHeartbeat& heartbeat, v1::Directive* directive,
                                 bool via_agent) {
   auto it = state_.running.find(heartbeat.job_id());
-  if (it != state_.running.end() && it->second.elastic &&
-      heartbeat.generation() == it->second.generation() - 1) {
-    // Note [A survivor that does not join]: heard, though not joined yet.
-    const std::vector<int>& now_rank = it->second.rank_of_survivor;
-    if (heartbeat.rank() >= 0 && heartbeat.rank() < static_cast<int>(now_rank.size()) &&
-        now_rank[heartbeat.rank()] >= 0) {
-      it->second.ranks[now_rank[heartbeat.rank()]].heard_at = clock_->Now();
-    }
-  }
-  if (directive != nullptr && it != state_.running.end() && it->second.elastic &&
-      heartbeat.generation() < it->second.generation()) {
-    directive->set_kind(v1::Directive::RE_RENDEZVOUS);
-    directive->set_generation(it->second.generation());
-    directive->set_reason(it->second.history.empty() ? "" : it->second.history.back());
-    return false;
-  }
-  if (it == state_.running.end() && directive != nullptr) {
+  if (it == state_.running.end()) {
     // A rank of a job that failed or was cancelled is still alive (its agent
     // was lost, or has not stopped it yet): tell it to stop itself.
     absl::StatusOr<v1::Job> job = jobs_.Get(heartbeat.job_id());
-    if (job.ok() && (job->state() == v1::Job::FAILED || job->state() == v1::Job::CANCELLED)) {
+    if (directive != nullptr && job.ok() &&
+        (job->state() == v1::Job::FAILED || job->state() == v1::Job::CANCELLED)) {
       directive->set_kind(v1::Directive::ABORT);
       directive->set_reason(absl::StrCat("job ", heartbeat.job_id(), " is ",
                                          v1::Job::State_Name(job->state()), ": ", job->reason()));
     }
     return false;
   }
-  if (it == state_.running.end() || !it->second.HasRank(heartbeat.generation(), heartbeat.rank()))
-    return false;
-  RankState& rank = it->second.ranks[heartbeat.rank()];
-  rank.last_heartbeat = heartbeat;
-  rank.heartbeat_at = clock_->Now();
-  rank.heard_at = rank.heartbeat_at;
-  rank.heartbeats_via_agent = via_agent;
-  if (heartbeat.phase() == v1::FINISHED && !rank.stopping && rank.evicted.empty()) {
-    rank.finished = true;
+  HeartbeatAnswer answer = RecordHeartbeat(it->second, heartbeat, clock_->Now(), via_agent);
+  if (directive != nullptr && answer.directive.kind() != v1::Directive::KIND_UNSPECIFIED) {
+    *directive = std::move(answer.directive);
   }
-  // Note [Restart-all]: the program re-forms in its own process.
-  if (heartbeat.reforms_in_process()) it->second.reforms_in_process = true;
-  if (directive != nullptr && it->second.phase.planned().has_value() &&
-      it->second.phase.waiting() == nullptr && it->second.Formed()) {
-    directive->set_kind(v1::Directive::REFORM_AT_STEP_BOUNDARY);
-    directive->set_generation(it->second.generation() + 1);
-    directive->set_reason(it->second.phase.planned()->cause);
-    directive->set_world_size(it->second.phase.planned()->world.value_or(0));
-  }
-  // Note [Re-queue]: a job preempted to go back to the queue.
-  if (directive != nullptr && it->second.requeue.active()) {
-    directive->set_kind(v1::Directive::CHECKPOINT_AND_HOLD);
-    directive->set_reason(it->second.requeue.cause());
-  }
-  // A program job sends no metrics along the way: rank 0's heartbeats carry
-  // the program's progress records, so they are what the job shows (its
-  // final report without metrics then keeps them).
-  if (it->second.program && heartbeat.rank() == 0 && heartbeat.step() > 0) {
+  if (answer.progress) {
+    // A program job's progress is what it shows (its final report without
+    // metrics then keeps it).
     absl::StatusOr<v1::Job> job = jobs_.Get(heartbeat.job_id());
     if (job.ok() && heartbeat.step() >= job->latest_metrics().step()) {
       v1::Metrics metrics = job->latest_metrics();
@@ -337,7 +276,7 @@ bool Scheduler::HeartbeatLocked(const v1::RankHeartbeat& heartbeat, v1::Directiv
       jobs_.UpdateMetrics(heartbeat.job_id(), metrics, /*persist=*/false).IgnoreError();
     }
   }
-  return true;
+  return answer.live;
 }
 
 absl::StatusOr<int64_t> Scheduler::RequestCheckpoint(const std::string& job_id) {

@@ -43,7 +43,7 @@ class SchedulerScaleTest : public ::testing::Test {
       hello.set_host(absl::StrCat("node-", a));
       hello.set_slots(kSlotsPerAgent);
       FakeAgent* agent = &agents_[a];
-      absl::StatusOr<std::string> id = scheduler_->agents().AddAgent(
+      absl::StatusOr<std::string> id = scheduler_->AddAgent(
           hello, [agent](const v1::CoordinatorMessage& m) { agent->received.push_back(m); });
       ASSERT_TRUE(id.ok()) << id.status();
       agent->id = *id;
@@ -78,11 +78,11 @@ class SchedulerScaleTest : public ::testing::Test {
           request.set_generation(generation);
           request.set_pid(1000 + static_cast<int64_t>(joins.size()));
           JoinResult* result = &joins.emplace_back();
-          scheduler_->ranks().Join(request, clock_.Now() + absl::Minutes(5),
-                                   [result](absl::StatusOr<v1::JoinResponse> r) {
-                                     result->called = true;
-                                     result->result = std::move(r);
-                                   });
+          scheduler_->Join(request, clock_.Now() + absl::Minutes(5),
+                           [result](absl::StatusOr<v1::JoinResponse> r) {
+                             result->called = true;
+                             result->result = std::move(r);
+                           });
         }
       }
     }

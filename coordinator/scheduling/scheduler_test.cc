@@ -24,6 +24,32 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// What an agent's stream carries after its hello, passed on as AgentService
+// does (Scheduler::OnAgentMessage).
+void RankExited(Scheduler& scheduler, const std::string& agent, const v1::RankExited& exited) {
+  v1::AgentMessage message;
+  *message.mutable_rank_exited() = exited;
+  scheduler.OnAgentMessage(agent, message, absl::InfiniteFuture());
+}
+void AgentHeartbeats(Scheduler& scheduler, const std::string& agent,
+                     const v1::RankHeartbeats& batch) {
+  v1::AgentMessage message;
+  *message.mutable_heartbeats() = batch;
+  scheduler.OnAgentMessage(agent, message, absl::InfiniteFuture());
+}
+void AgentJoins(Scheduler& scheduler, const std::string& agent, const v1::RankJoins& batch,
+                absl::Time deadline) {
+  v1::AgentMessage message;
+  *message.mutable_joins() = batch;
+  scheduler.OnAgentMessage(agent, message, deadline);
+}
+// A ping.
+void AgentAlive(Scheduler& scheduler, const std::string& agent) {
+  v1::AgentMessage message;
+  message.set_ping_time_us(1);
+  scheduler.OnAgentMessage(agent, message, absl::InfiniteFuture());
+}
+
 // A node agent as the scheduler sees it: records what it is told.
 struct FakeAgent {
   std::string id;
@@ -81,7 +107,7 @@ class SchedulerTest : public ::testing::Test {
     v1::AgentHello hello;
     hello.set_host(host);
     hello.set_slots(slots);
-    auto id = scheduler_->agents().AddAgent(hello, agent.Sender());
+    auto id = scheduler_->AddAgent(hello, agent.Sender());
     EXPECT_TRUE(id.ok());
     agent.id = *id;
     return *id;
@@ -128,7 +154,7 @@ TEST_F(SchedulerTest, PlacesFifoWithinMinAndMaxAndNumbersRanksStably) {
   v1::RankExited done;
   done.set_job_id(first);
   done.set_slot(0);
-  scheduler_->ranks().RankExited(a.id, done);
+  RankExited(*scheduler_, a.id, done);
   EXPECT_EQ(State(first), v1::Job::SUCCEEDED);
   Add(b, 2, "node-b");
   EXPECT_EQ(State(big), v1::Job::RUNNING);
@@ -144,11 +170,11 @@ TEST_F(SchedulerTest, PlacesFifoWithinMinAndMaxAndNumbersRanksStably) {
 
   // All four join; ranks follow agent then slot order.
   std::vector<JoinResult> joins(4);
-  scheduler_->ranks().Join(JoinOf(big, a.id, 0), clock_.Now() + absl::Seconds(60), joins[0].Done());
-  scheduler_->ranks().Join(JoinOf(big, b.id, 1), clock_.Now() + absl::Seconds(60), joins[3].Done());
-  scheduler_->ranks().Join(JoinOf(big, a.id, 1), clock_.Now() + absl::Seconds(60), joins[1].Done());
+  scheduler_->Join(JoinOf(big, a.id, 0), clock_.Now() + absl::Seconds(60), joins[0].Done());
+  scheduler_->Join(JoinOf(big, b.id, 1), clock_.Now() + absl::Seconds(60), joins[3].Done());
+  scheduler_->Join(JoinOf(big, a.id, 1), clock_.Now() + absl::Seconds(60), joins[1].Done());
   EXPECT_FALSE(joins[0].called) << "Join waits for the whole generation";
-  scheduler_->ranks().Join(JoinOf(big, b.id, 0), clock_.Now() + absl::Seconds(60), joins[2].Done());
+  scheduler_->Join(JoinOf(big, b.id, 0), clock_.Now() + absl::Seconds(60), joins[2].Done());
   for (int r = 0; r < 4; ++r) {
     ASSERT_TRUE(joins[r].called);
     ASSERT_TRUE(joins[r].result.ok()) << joins[r].result.status();
@@ -169,7 +195,7 @@ TEST_F(SchedulerTest, PlacesFifoWithinMinAndMaxAndNumbersRanksStably) {
     v1::RankExited e;
     e.set_job_id(big);
     e.set_slot(slot);
-    scheduler_->ranks().RankExited(agent->id, e);
+    RankExited(*scheduler_, agent->id, e);
   }
   EXPECT_EQ(State(big), v1::Job::SUCCEEDED);
   EXPECT_EQ(State(small), v1::Job::RUNNING);
@@ -180,13 +206,12 @@ TEST_F(SchedulerTest, StaleGenerationUnknownSlotAndDeadline) {
   Add(a, 2, "node-a");
   const std::string job = Submit(2, 2);
   JoinResult stale, unknown, first;
-  scheduler_->ranks().Join(JoinOf(job, a.id, 0, /*gen=*/7), clock_.Now() + absl::Seconds(5),
-                           stale.Done());
+  scheduler_->Join(JoinOf(job, a.id, 0, /*gen=*/7), clock_.Now() + absl::Seconds(5), stale.Done());
   EXPECT_EQ(stale.result.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(stale.result.status().message(), HasSubstr("the current generation is 1"));
-  scheduler_->ranks().Join(JoinOf(job, a.id, 9), clock_.Now() + absl::Seconds(5), unknown.Done());
+  scheduler_->Join(JoinOf(job, a.id, 9), clock_.Now() + absl::Seconds(5), unknown.Done());
   EXPECT_EQ(unknown.result.status().code(), absl::StatusCode::kNotFound);
-  scheduler_->ranks().Join(JoinOf(job, a.id, 0), clock_.Now() + absl::Seconds(5), first.Done());
+  scheduler_->Join(JoinOf(job, a.id, 0), clock_.Now() + absl::Seconds(5), first.Done());
   scheduler_->Tick();
   EXPECT_FALSE(first.called);
   clock_.Advance(absl::Seconds(6));
@@ -195,7 +220,7 @@ TEST_F(SchedulerTest, StaleGenerationUnknownSlotAndDeadline) {
   EXPECT_EQ(first.result.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_THAT(first.result.status().message(), HasSubstr("ranks that have not joined: 1"));
   JoinResult none;
-  scheduler_->ranks().Join(JoinOf("job-000099", a.id, 0), clock_.Now(), none.Done());
+  scheduler_->Join(JoinOf("job-000099", a.id, 0), clock_.Now(), none.Done());
   EXPECT_EQ(none.result.status().code(), absl::StatusCode::kNotFound);
 }
 
@@ -209,17 +234,17 @@ TEST_F(SchedulerTest, AFinalReportWithoutMetricsKeepsTheLatest) {
   report.set_generation(1);
   report.mutable_metrics()->set_step(50);
   report.mutable_metrics()->set_eval_accuracy(0.9);
-  ASSERT_TRUE(scheduler_->ranks().Report(report).ok());
+  ASSERT_TRUE(scheduler_->Report(report).ok());
   v1::ReportRequest final_report;
   final_report.set_job_id(job);
   final_report.set_generation(1);
   final_report.set_final(true);
   final_report.set_success(true);
-  ASSERT_TRUE(scheduler_->ranks().Report(final_report).ok());
+  ASSERT_TRUE(scheduler_->Report(final_report).ok());
   EXPECT_EQ(jobs_->Get(job)->latest_metrics().step(), 50);
   EXPECT_DOUBLE_EQ(jobs_->Get(job)->latest_metrics().eval_accuracy(), 0.9);
   final_report.mutable_metrics()->set_step(60);
-  ASSERT_TRUE(scheduler_->ranks().Report(final_report).ok());
+  ASSERT_TRUE(scheduler_->Report(final_report).ok());
   EXPECT_EQ(jobs_->Get(job)->latest_metrics().step(), 60) << "final metrics still replace";
   EXPECT_EQ(jobs_->Get(job)->latest_metrics().eval_accuracy(), 0);
 }
@@ -248,7 +273,7 @@ TEST_F(SchedulerTest, ARecordedReportDoesNotHoldTheScheduler) {
   report.set_job_id(job);
   report.set_generation(1);
   report.mutable_metrics()->set_step(7);
-  ASSERT_TRUE(scheduler_->ranks().Report(report).ok());
+  ASSERT_TRUE(scheduler_->Report(report).ok());
   jobs_->Unsubscribe(handle);
   ASSERT_TRUE(other.joinable());
   other.join();
@@ -257,12 +282,12 @@ TEST_F(SchedulerTest, ARecordedReportDoesNotHoldTheScheduler) {
   // The end of the job comes after the report's event.
   report.set_final(true);
   report.mutable_metrics()->set_step(9);
-  ASSERT_TRUE(scheduler_->ranks().Report(report).ok());
+  ASSERT_TRUE(scheduler_->Report(report).ok());
   v1::RankExited exited;
   exited.set_job_id(job);
   exited.set_slot(0);
   exited.set_exit_code(0);
-  scheduler_->ranks().RankExited(a.id, exited);
+  RankExited(*scheduler_, a.id, exited);
   ASSERT_EQ(State(job), v1::Job::SUCCEEDED);
   auto events = jobs_->Events(job, 0);
   ASSERT_TRUE(events.ok());
@@ -309,22 +334,22 @@ TEST_F(SchedulerOnASlowStoreTest, AReportBeingWrittenHoldsUpNoHeartbeatJoinOrSta
   report.set_generation(1);
   report.mutable_metrics()->set_step(7);
   absl::Status reported;
-  std::thread reporter([&] { reported = scheduler_->ranks().Report(report); });
+  std::thread reporter([&] { reported = scheduler_->Report(report); });
   slow_->slow_write_began().WaitForNotification();
 
   v1::RankHeartbeat hb;
   hb.set_job_id(slow);
   hb.set_generation(1);
   hb.set_step(8);
-  EXPECT_TRUE(Meanwhile([&] { EXPECT_TRUE(scheduler_->ranks().Heartbeat(hb)); }))
+  EXPECT_TRUE(Meanwhile([&] { EXPECT_TRUE(scheduler_->Heartbeat(hb)); }))
       << "the reporting job's own heartbeat";
   hb.set_job_id(other);
-  EXPECT_TRUE(Meanwhile([&] { EXPECT_TRUE(scheduler_->ranks().Heartbeat(hb)); }));
+  EXPECT_TRUE(Meanwhile([&] { EXPECT_TRUE(scheduler_->Heartbeat(hb)); }));
   std::vector<JoinResult> joins(2);
   EXPECT_TRUE(Meanwhile([&] {
     for (int slot = 0; slot < 2; ++slot) {
-      scheduler_->ranks().Join(JoinOf(other, b.id, slot), clock_.Now() + absl::Seconds(60),
-                               joins[slot].Done());
+      scheduler_->Join(JoinOf(other, b.id, slot), clock_.Now() + absl::Seconds(60),
+                       joins[slot].Done());
     }
   }));
   for (const JoinResult& join : joins) {
@@ -385,18 +410,18 @@ TEST_F(SchedulerOnASlowStoreTest, AJobsEndBeingWrittenHoldsUpNoOtherJob) {
   failed.set_job_id(slow);
   failed.set_slot(0);
   failed.set_exit_code(3);
-  std::thread exiting([&] { scheduler_->ranks().RankExited(a.id, failed); });
+  std::thread exiting([&] { RankExited(*scheduler_, a.id, failed); });
   slow_->slow_write_began().WaitForNotification();
 
   v1::RankHeartbeat hb;
   hb.set_job_id(other);
   hb.set_generation(1);
-  EXPECT_TRUE(Meanwhile([&] { EXPECT_TRUE(scheduler_->ranks().Heartbeat(hb)); }));
+  EXPECT_TRUE(Meanwhile([&] { EXPECT_TRUE(scheduler_->Heartbeat(hb)); }));
   std::vector<JoinResult> joins(2);
   EXPECT_TRUE(Meanwhile([&] {
     for (int slot = 0; slot < 2; ++slot) {
-      scheduler_->ranks().Join(JoinOf(other, b.id, slot), clock_.Now() + absl::Seconds(60),
-                               joins[slot].Done());
+      scheduler_->Join(JoinOf(other, b.id, slot), clock_.Now() + absl::Seconds(60),
+                       joins[slot].Done());
     }
   }));
   for (const JoinResult& join : joins) {
@@ -428,17 +453,17 @@ TEST_F(SchedulerOnASlowStoreTest, AStartBeingWrittenLaunchesAfterItAndHoldsUpNoO
     v1::AgentHello hello;
     hello.set_host("node-a");
     hello.set_slots(1);
-    a.id = *scheduler_->agents().AddAgent(hello, a.Sender());
+    a.id = *scheduler_->AddAgent(hello, a.Sender());
   });
   slow_->slow_write_began().WaitForNotification();
 
   v1::RankHeartbeat hb;
   hb.set_job_id(other);
   hb.set_generation(1);
-  EXPECT_TRUE(Meanwhile([&] { EXPECT_TRUE(scheduler_->ranks().Heartbeat(hb)); }));
+  EXPECT_TRUE(Meanwhile([&] { EXPECT_TRUE(scheduler_->Heartbeat(hb)); }));
   JoinResult join;
   EXPECT_TRUE(Meanwhile([&] {
-    scheduler_->ranks().Join(JoinOf(other, b.id, 0), clock_.Now() + absl::Seconds(60), join.Done());
+    scheduler_->Join(JoinOf(other, b.id, 0), clock_.Now() + absl::Seconds(60), join.Done());
   }));
   EXPECT_TRUE(join.called && join.result.ok()) << join.result.status();
   EXPECT_TRUE(Meanwhile([&] { scheduler_->Schedule(); }));
@@ -451,7 +476,7 @@ TEST_F(SchedulerOnASlowStoreTest, AStartBeingWrittenLaunchesAfterItAndHoldsUpNoO
   EXPECT_EQ(slow_->slow_writes_done(), 2) << "its start, then its placements";
 
   // Its cancellation is slow as well: answered once written.
-  const auto cancelled = scheduler_->jobs().Cancel(slow, "no longer needed");
+  const auto cancelled = scheduler_->Cancel(slow, "no longer needed");
   ASSERT_TRUE(cancelled.ok()) << cancelled.status();
   EXPECT_EQ(State(slow), v1::Job::CANCELLED);
   EXPECT_EQ(slow_->slow_writes_done(), 3);
@@ -466,17 +491,17 @@ TEST_F(SchedulerTest, AHeartbeatOfAnEndedJobIsToldToAbort) {
   hb.set_job_id(job);
   hb.set_generation(1);
   v1::Directive running;
-  EXPECT_TRUE(scheduler_->ranks().Heartbeat(hb, &running));
+  EXPECT_TRUE(scheduler_->Heartbeat(hb, &running));
   EXPECT_EQ(running.kind(), v1::Directive::KIND_UNSPECIFIED);
-  ASSERT_TRUE(scheduler_->jobs().Cancel(job, "user asked").ok());
+  ASSERT_TRUE(scheduler_->Cancel(job, "user asked").ok());
   v1::Directive ended;
-  EXPECT_FALSE(scheduler_->ranks().Heartbeat(hb, &ended));
+  EXPECT_FALSE(scheduler_->Heartbeat(hb, &ended));
   EXPECT_EQ(ended.kind(), v1::Directive::ABORT);
   EXPECT_THAT(ended.reason(), HasSubstr(job + " is CANCELLED: "));
   EXPECT_THAT(ended.reason(), HasSubstr("user asked"));
   v1::Directive unknown;
   hb.set_job_id("job-000099");
-  EXPECT_FALSE(scheduler_->ranks().Heartbeat(hb, &unknown));
+  EXPECT_FALSE(scheduler_->Heartbeat(hb, &unknown));
   EXPECT_EQ(unknown.kind(), v1::Directive::KIND_UNSPECIFIED) << "no such job: nothing to say";
 }
 
@@ -510,7 +535,7 @@ TEST_F(SchedulerTest, ADeadRankInsideALiveAgentsAggregateIsDead) {
     for (int rank = 0; rank < 3; ++rank) {
       if (rank != 1 || second == 0) *batch.add_heartbeats() = HeartbeatOf(job, rank, second);
     }
-    scheduler_->ranks().AgentHeartbeats(a.id, batch);
+    AgentHeartbeats(*scheduler_, a.id, batch);
     clock_.Advance(absl::Seconds(1));
   }
   v1::JobStatus status;
@@ -545,7 +570,7 @@ TEST_F(SchedulerTest, ARankIsNotDeadForItsAgentsSilenceButIsForItsOwn) {
   auto beat = [&](FakeAgent& agent, int rank, int step) {
     v1::RankHeartbeats batch;
     *batch.add_heartbeats() = HeartbeatOf(job, rank, step);
-    scheduler_->ranks().AgentHeartbeats(agent.id, batch);
+    AgentHeartbeats(*scheduler_, agent.id, batch);
   };
   auto diagnoses = [&] {
     v1::JobStatus status;
@@ -561,7 +586,7 @@ TEST_F(SchedulerTest, ARankIsNotDeadForItsAgentsSilenceButIsForItsOwn) {
   }
   EXPECT_TRUE(diagnoses().empty()) << diagnoses()[0].message();
   // b talks again, a ping without its rank's heartbeat: the rank is silent.
-  scheduler_->agents().AgentAlive(b.id);
+  AgentAlive(*scheduler_, b.id);
   std::vector<v1::Diagnosis> now = diagnoses();
   ASSERT_EQ(now.size(), 1u);
   EXPECT_EQ(now[0].kind(), v1::Diagnosis::DEAD);
@@ -593,7 +618,7 @@ TEST_F(SchedulerTest, AnAgentSpeaksOnlyForItsOwnRanksAndHearsTheirDirectives) {
   v1::RankHeartbeats batch;
   *batch.add_heartbeats() = HeartbeatOf(job, 0, 5);
   *batch.add_heartbeats() = HeartbeatOf(job, 1, 5);  // rank 1 runs on b
-  scheduler_->ranks().AgentHeartbeats(a.id, batch);
+  AgentHeartbeats(*scheduler_, a.id, batch);
   v1::JobStatus status;
   scheduler_->reads().FillStatus(job, status);
   ASSERT_EQ(status.ranks_size(), 2);
@@ -601,8 +626,8 @@ TEST_F(SchedulerTest, AnAgentSpeaksOnlyForItsOwnRanksAndHearsTheirDirectives) {
   EXPECT_EQ(status.ranks(1).step(), 0) << "agent a may not speak for b's rank";
   EXPECT_EQ(status.ranks(1).heartbeat_age_seconds(), 0) << "no heartbeat recorded";
   const size_t before = a.received.size();
-  ASSERT_TRUE(scheduler_->jobs().Cancel(job, "user asked").ok());
-  scheduler_->ranks().AgentHeartbeats(a.id, batch);
+  ASSERT_TRUE(scheduler_->Cancel(job, "user asked").ok());
+  AgentHeartbeats(*scheduler_, a.id, batch);
   ASSERT_GT(a.received.size(), before);
   const v1::CoordinatorMessage& answer = a.received.back();
   ASSERT_TRUE(answer.has_directives()) << answer.DebugString();
@@ -626,20 +651,20 @@ TEST_F(SchedulerTest, AProgramJobShowsRankZerosHeartbeatProgress) {
   sdk.set_job_id(job);
   sdk.set_generation(1);
   sdk.mutable_metrics()->set_eval_accuracy(0.8);
-  ASSERT_TRUE(scheduler_->ranks().Report(sdk).ok());
+  ASSERT_TRUE(scheduler_->Report(sdk).ok());
   v1::RankHeartbeat hb;
   hb.set_job_id(job);
   hb.set_generation(1);
   hb.set_rank(1);
   hb.set_step(99);
-  ASSERT_TRUE(scheduler_->ranks().Heartbeat(hb));
+  ASSERT_TRUE(scheduler_->Heartbeat(hb));
   EXPECT_EQ(jobs_->Get(job)->latest_metrics().step(), 0) << "only rank 0 speaks for the job";
   hb.set_rank(0);
   hb.set_step(40);
   hb.set_epoch(2);
   hb.set_loss(0.5);
   hb.set_samples_per_second(300);
-  ASSERT_TRUE(scheduler_->ranks().Heartbeat(hb));
+  ASSERT_TRUE(scheduler_->Heartbeat(hb));
   v1::Metrics m = jobs_->Get(job)->latest_metrics();
   EXPECT_EQ(m.step(), 40);
   EXPECT_EQ(m.epoch(), 2);
@@ -648,10 +673,10 @@ TEST_F(SchedulerTest, AProgramJobShowsRankZerosHeartbeatProgress) {
   EXPECT_DOUBLE_EQ(m.eval_accuracy(), 0.8) << "what the program reported stays";
   hb.set_step(30);  // a late, older record does not move the step back
   hb.set_loss(0);   // a record without a loss keeps the last one
-  ASSERT_TRUE(scheduler_->ranks().Heartbeat(hb));
+  ASSERT_TRUE(scheduler_->Heartbeat(hb));
   EXPECT_EQ(jobs_->Get(job)->latest_metrics().step(), 40);
   hb.set_step(45);
-  ASSERT_TRUE(scheduler_->ranks().Heartbeat(hb));
+  ASSERT_TRUE(scheduler_->Heartbeat(hb));
   EXPECT_DOUBLE_EQ(jobs_->Get(job)->latest_metrics().loss(), 0.5);
   // The supervisor's final report: the program's newest record, which
   // came after the last heartbeat.
@@ -662,7 +687,7 @@ TEST_F(SchedulerTest, AProgramJobShowsRankZerosHeartbeatProgress) {
   final_report.set_success(true);
   final_report.mutable_metrics()->set_step(48);
   final_report.mutable_metrics()->set_loss(0.25);
-  ASSERT_TRUE(scheduler_->ranks().Report(final_report).ok());
+  ASSERT_TRUE(scheduler_->Report(final_report).ok());
   m = jobs_->Get(job)->latest_metrics();
   EXPECT_EQ(m.step(), 48);
   EXPECT_DOUBLE_EQ(m.loss(), 0.25);
@@ -682,7 +707,7 @@ TEST_F(SchedulerTest, FailedRankFailsTheJobAndStopsTheOthers) {
   e.set_exit_code(3);
   e.add_stderr_tail("Traceback...");
   e.add_stderr_tail("RuntimeError: out of data");
-  scheduler_->ranks().RankExited(b.id, e);
+  RankExited(*scheduler_, b.id, e);
   EXPECT_EQ(State(job), v1::Job::FAILED);
   EXPECT_THAT(jobs_->Get(job)->reason(),
               HasSubstr("rank 1 (node-b, pid 4242) exited with code 3; last stderr: RuntimeError"));
@@ -701,8 +726,8 @@ TEST_F(SchedulerTest, LostAgentFailsItsJobsAndCancelStopsRanks) {
   Add(b, 1, "node-b");
   const std::string lost = Submit(2, 2);
   JoinResult waiting;
-  scheduler_->ranks().Join(JoinOf(lost, a.id, 0), clock_.Now() + absl::Seconds(60), waiting.Done());
-  scheduler_->agents().RemoveAgent(b.id);
+  scheduler_->Join(JoinOf(lost, a.id, 0), clock_.Now() + absl::Seconds(60), waiting.Done());
+  scheduler_->RemoveAgent(b.id);
   EXPECT_EQ(State(lost), v1::Job::FAILED);
   EXPECT_THAT(jobs_->Get(lost)->reason(), HasSubstr("lost contact with the agent on node-b"));
   ASSERT_TRUE(waiting.called);
@@ -710,7 +735,7 @@ TEST_F(SchedulerTest, LostAgentFailsItsJobsAndCancelStopsRanks) {
 
   const std::string cancelled = Submit(1, 1);
   EXPECT_EQ(State(cancelled), v1::Job::RUNNING);
-  auto job = scheduler_->jobs().Cancel(cancelled, "enough");
+  auto job = scheduler_->Cancel(cancelled, "enough");
   ASSERT_TRUE(job.ok());
   EXPECT_EQ(State(cancelled), v1::Job::CANCELLED);
   EXPECT_EQ(a.Stops(), 2);  // one for the lost job, one for the cancelled one
@@ -723,11 +748,11 @@ TEST_F(SchedulerTest, DevicesMustMatch) {
   hello.set_host("gpu-node");
   hello.set_slots(8);
   hello.set_device(v1::ResourceSpec::CUDA);
-  ASSERT_TRUE(scheduler_->agents().AddAgent(hello, gpu.Sender()).ok());
+  ASSERT_TRUE(scheduler_->AddAgent(hello, gpu.Sender()).ok());
   const std::string cpu_job = Submit(1, 1);
   EXPECT_EQ(State(cpu_job), v1::Job::PENDING);
   hello.set_slots(0);
-  EXPECT_EQ(scheduler_->agents().AddAgent(hello, gpu.Sender()).status().code(),
+  EXPECT_EQ(scheduler_->AddAgent(hello, gpu.Sender()).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 
@@ -758,7 +783,7 @@ TEST_F(SchedulerTest, ACudaJobOfTheBuiltInTrainerWaitsForCudaSlotsAndSaysSo) {
   hello.set_host("gpu-node");
   hello.set_slots(2);
   hello.set_device(v1::ResourceSpec::CUDA);
-  ASSERT_TRUE(scheduler_->agents().AddAgent(hello, gpu.Sender()).ok());
+  ASSERT_TRUE(scheduler_->AddAgent(hello, gpu.Sender()).ok());
   scheduler_->Schedule();
   EXPECT_EQ(State(id), v1::Job::RUNNING);
   EXPECT_EQ(scheduler_->reads().free_slots(), 4) << "the other CPU slots stay free";
@@ -799,8 +824,8 @@ TEST_F(SchedulerTest, ResumedJobsJoinWithTheirCheckpointAndSkippedOnesAreWarnedA
   FakeAgent a;
   Add(a, 2, "node-a");
   JoinResult join;
-  scheduler_->ranks().Join(JoinOf(resumed->job_id(), a.id, 1), clock_.Now() + absl::Seconds(5),
-                           join.Done());
+  scheduler_->Join(JoinOf(resumed->job_id(), a.id, 1), clock_.Now() + absl::Seconds(5),
+                   join.Done());
   ASSERT_TRUE(join.called);
   ASSERT_TRUE(join.result.ok()) << join.result.status();
   EXPECT_EQ(join.result->resume().step(), 20);
@@ -832,8 +857,8 @@ class ElasticSchedulerTest : public SchedulerTest {
     Add(agent_, 5, "node-a");
     std::vector<JoinResult> joins(4);
     for (int slot = 0; slot < 4; ++slot) {
-      scheduler_->ranks().Join(JoinOf(job->job_id(), agent_.id, slot),
-                               clock_.Now() + absl::Seconds(60), joins[slot].Done());
+      scheduler_->Join(JoinOf(job->job_id(), agent_.id, slot), clock_.Now() + absl::Seconds(60),
+                       joins[slot].Done());
     }
     EXPECT_TRUE(joins[3].result.ok()) << joins[3].result.status();
     return job->job_id();
@@ -845,7 +870,7 @@ class ElasticSchedulerTest : public SchedulerTest {
     e.set_slot(slot);
     e.set_pid(100 + slot);
     e.set_exit_code(code);
-    scheduler_->ranks().RankExited(agent_.id, e);
+    RankExited(*scheduler_, agent_.id, e);
   }
 
   std::vector<std::string> Reasons(const std::string& job) {
@@ -876,15 +901,15 @@ class ElasticSchedulerTest : public SchedulerTest {
       hb.mutable_flight_recorder()->set_last_enqueued_seq(
           std::max(hb.flight_recorder().last_enqueued_seq(), r.seq()));
     }
-    return scheduler_->ranks().Heartbeat(hb, directive);
+    return scheduler_->Heartbeat(hb, directive);
   }
 
   // Every rank joins generation `gen` on its own slot (pid 100 + slot).
   std::vector<JoinResult> JoinSameSlots(const std::string& job, int64_t gen) {
     std::vector<JoinResult> joins(4);
     for (int slot = 0; slot < 4; ++slot) {
-      scheduler_->ranks().Join(JoinOf(job, agent_.id, slot, gen), clock_.Now() + absl::Seconds(60),
-                               joins[slot].Done());
+      scheduler_->Join(JoinOf(job, agent_.id, slot, gen), clock_.Now() + absl::Seconds(60),
+                       joins[slot].Done());
     }
     return joins;
   }
@@ -931,8 +956,7 @@ TEST_F(ElasticSchedulerTest, AKilledRankIsReplacedAndTheSurvivorsJoinTheNextGene
   // A survivor whose communicator failed asks for generation 2 before the
   // coordinator has heard of the exit: not formed yet.
   JoinResult early;
-  scheduler_->ranks().Join(JoinOf(job, agent_.id, 0, 2), clock_.Now() + absl::Seconds(60),
-                           early.Done());
+  scheduler_->Join(JoinOf(job, agent_.id, 0, 2), clock_.Now() + absl::Seconds(60), early.Done());
   EXPECT_EQ(early.result.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(early.result.status().message(),
               HasSubstr("generation 2 of job " + job + " has not formed yet"));
@@ -954,8 +978,8 @@ TEST_F(ElasticSchedulerTest, AKilledRankIsReplacedAndTheSurvivorsJoinTheNextGene
   std::vector<JoinResult> joins(4);
   clock_.Advance(absl::Seconds(2));
   for (int slot : {0, 2, 3, 1}) {
-    scheduler_->ranks().Join(JoinOf(job, agent_.id, slot, 2), clock_.Now() + absl::Seconds(60),
-                             joins[slot].Done());
+    scheduler_->Join(JoinOf(job, agent_.id, slot, 2), clock_.Now() + absl::Seconds(60),
+                     joins[slot].Done());
   }
   for (int slot = 0; slot < 4; ++slot) {
     ASSERT_TRUE(joins[slot].result.ok()) << joins[slot].result.status();
@@ -975,7 +999,7 @@ TEST_F(ElasticSchedulerTest, AKilledRankIsReplacedAndTheSurvivorsJoinTheNextGene
   old.set_generation(1);
   old.set_rank(0);
   v1::Directive directive;
-  EXPECT_FALSE(scheduler_->ranks().Heartbeat(old, &directive));
+  EXPECT_FALSE(scheduler_->Heartbeat(old, &directive));
   EXPECT_EQ(directive.kind(), v1::Directive::RE_RENDEZVOUS) << "a survivor that missed it";
   EXPECT_EQ(directive.generation(), 2);
   EXPECT_THAT(directive.reason(), testing::StartsWith("generation 2 after rank 1 (node-a"));
@@ -984,7 +1008,7 @@ TEST_F(ElasticSchedulerTest, AKilledRankIsReplacedAndTheSurvivorsJoinTheNextGene
   report.set_generation(2);
   report.set_rank(0);
   report.mutable_metrics()->set_step(120);
-  ASSERT_TRUE(scheduler_->ranks().Report(report).ok());
+  ASSERT_TRUE(scheduler_->Report(report).ok());
   const v1::Metrics latest = jobs_->Get(job)->latest_metrics();
   EXPECT_EQ(latest.step(), 120);
   EXPECT_EQ(latest.values().at("restarts"), 1);
@@ -1004,8 +1028,8 @@ TEST_F(ElasticSchedulerTest, ASurvivorSilentWhileAGenerationFormsIsEvictedAndRep
   ASSERT_EQ(jobs_->Get(job)->generation(), 2);
   std::vector<JoinResult> joins(4);
   for (int slot : {0, 1, 3}) {
-    scheduler_->ranks().Join(JoinOf(job, agent_.id, slot, 2), clock_.Now() + absl::Seconds(60),
-                             joins[slot].Done());
+    scheduler_->Join(JoinOf(job, agent_.id, slot, 2), clock_.Now() + absl::Seconds(60),
+                     joins[slot].Done());
   }
   for (int second = 1; second <= 5; ++second) {
     clock_.Advance(absl::Seconds(1));
@@ -1100,7 +1124,7 @@ TEST_F(ElasticSchedulerTest, SurvivorsJoinTheNextGenerationThroughTheirAgentInOn
   const absl::Time deadline = clock_.Now() + absl::Seconds(60);
   // Before the coordinator heard of the failure: answered at once, as a
   // rank's own Join would be.
-  scheduler_->ranks().AgentJoins(agent_.id, JoinsOf(job, {0}, 2), deadline);
+  AgentJoins(*scheduler_, agent_.id, JoinsOf(job, {0}, 2), deadline);
   ASSERT_EQ(agent_.Answers().size(), 1u);
   ASSERT_EQ(agent_.Answers()[0].entries_size(), 1);
   const v1::RankJoinAnswers::Entry early = agent_.Answers()[0].entries(0);
@@ -1111,12 +1135,12 @@ TEST_F(ElasticSchedulerTest, SurvivorsJoinTheNextGenerationThroughTheirAgentInOn
 
   Exit(job, 1, -9);
   clock_.Advance(absl::Seconds(2));
-  scheduler_->ranks().AgentJoins(agent_.id, JoinsOf(job, {0, 2}, 2), deadline);
+  AgentJoins(*scheduler_, agent_.id, JoinsOf(job, {0, 2}, 2), deadline);
   EXPECT_EQ(agent_.Answers().size(), 1u) << "they wait for the generation";
   JoinResult own;  // a rank without an agent channel joins on its own
-  scheduler_->ranks().Join(JoinOf(job, agent_.id, 3, 2), deadline, own.Done());
+  scheduler_->Join(JoinOf(job, agent_.id, 3, 2), deadline, own.Done());
   EXPECT_FALSE(own.called);
-  scheduler_->ranks().AgentJoins(agent_.id, JoinsOf(job, {1}, 2), deadline);  // the newcomer
+  AgentJoins(*scheduler_, agent_.id, JoinsOf(job, {1}, 2), deadline);  // the newcomer
 
   ASSERT_TRUE(own.result.ok()) << own.result.status();
   EXPECT_EQ(own.result->rank(), 3);
@@ -1164,11 +1188,11 @@ TEST_F(SchedulerTest, FirstJoinsThroughTheAgentFormGenerationOneAndAreCountedByW
   const std::string job = Submit(3, 3);
   const absl::Time deadline = clock_.Now() + absl::Seconds(60);
   JoinResult own;  // a rank without an agent channel
-  scheduler_->ranks().Join(JoinOf(job, agent.id, 2), deadline, own.Done());
-  scheduler_->ranks().AgentJoins(agent.id, JoinsOf(job, {0}), deadline);
+  scheduler_->Join(JoinOf(job, agent.id, 2), deadline, own.Done());
+  AgentJoins(*scheduler_, agent.id, JoinsOf(job, {0}), deadline);
   EXPECT_FALSE(own.called);
   EXPECT_TRUE(agent.Answers().empty()) << "generation 1 waits for rank 1";
-  scheduler_->ranks().AgentJoins(agent.id, JoinsOf(job, {1}), deadline);
+  AgentJoins(*scheduler_, agent.id, JoinsOf(job, {1}), deadline);
 
   ASSERT_TRUE(own.result.ok()) << own.result.status();
   EXPECT_EQ(own.result->generation(), 1);
@@ -1198,14 +1222,14 @@ TEST_F(SchedulerTest, AnAgentJoinsOnlyForItsOwnSlots) {
   // b's own slot 0 (rank 1) that joins, and a's rank 0 has not.
   v1::RankJoins claim;
   *claim.add_joins() = JoinOf(job, a.id, 0);
-  scheduler_->ranks().AgentJoins(b.id, claim, deadline);
+  AgentJoins(*scheduler_, b.id, claim, deadline);
   EXPECT_TRUE(b.Answers().empty()) << "waits for rank 0";
   // A slot b does not have is no rank of the job.
-  scheduler_->ranks().AgentJoins(b.id, JoinsOf(job, {3}), deadline);
+  AgentJoins(*scheduler_, b.id, JoinsOf(job, {3}), deadline);
   ASSERT_EQ(b.Answers().size(), 1u);
   EXPECT_EQ(b.Answers()[0].entries(0).code(), static_cast<int>(absl::StatusCode::kNotFound));
   EXPECT_THAT(b.Answers()[0].entries(0).message(), HasSubstr(b.id + " slot 3"));
-  scheduler_->ranks().AgentJoins(a.id, JoinsOf(job, {0}), deadline);
+  AgentJoins(*scheduler_, a.id, JoinsOf(job, {0}), deadline);
   ASSERT_EQ(a.Answers().size(), 1u);
   ASSERT_EQ(b.Answers().size(), 2u) << "each agent hears its own ranks' answers";
   const v1::RankJoinAnswers to_a = a.Answers()[0];
@@ -1215,9 +1239,9 @@ TEST_F(SchedulerTest, AnAgentJoinsOnlyForItsOwnSlots) {
   EXPECT_EQ(JoinAnswerFor(to_b, to_b.entries(0))->group_rank(), 1);
   EXPECT_EQ(JoinAnswerFor(to_b, to_b.entries(0))->group_world_size(), 2);
   // Joins from an agent that is gone are not answered (its stream ended).
-  scheduler_->agents().RemoveAgent(a.id);
+  scheduler_->RemoveAgent(a.id);
   const size_t before = a.received.size();
-  scheduler_->ranks().AgentJoins(a.id, JoinsOf(job, {0}), deadline);
+  AgentJoins(*scheduler_, a.id, JoinsOf(job, {0}), deadline);
   EXPECT_EQ(a.received.size(), before);
 }
 
@@ -1225,9 +1249,9 @@ TEST_F(SchedulerTest, AJoinThroughTheAgentExpiresAndARetrySupersedesIt) {
   FakeAgent a;
   Add(a, 2, "node-a");
   const std::string job = Submit(2, 2);
-  scheduler_->ranks().AgentJoins(a.id, JoinsOf(job, {0}), clock_.Now() + absl::Seconds(5));
+  AgentJoins(*scheduler_, a.id, JoinsOf(job, {0}), clock_.Now() + absl::Seconds(5));
   // A retry of the same rank replaces the first: it is answered ABORTED.
-  scheduler_->ranks().AgentJoins(a.id, JoinsOf(job, {0}), clock_.Now() + absl::Seconds(5));
+  AgentJoins(*scheduler_, a.id, JoinsOf(job, {0}), clock_.Now() + absl::Seconds(5));
   ASSERT_EQ(a.Answers().size(), 1u);
   EXPECT_EQ(a.Answers()[0].entries(0).code(), static_cast<int>(absl::StatusCode::kAborted));
   scheduler_->Tick();
@@ -1241,9 +1265,9 @@ TEST_F(SchedulerTest, AJoinThroughTheAgentExpiresAndARetrySupersedesIt) {
   EXPECT_THAT(expired.message(), HasSubstr("ranks that have not joined: 1"));
   // The expired rank no longer counts as joined: rank 1 alone completes
   // nothing, and rank 0's next join completes the generation.
-  scheduler_->ranks().AgentJoins(a.id, JoinsOf(job, {1}), clock_.Now() + absl::Seconds(5));
+  AgentJoins(*scheduler_, a.id, JoinsOf(job, {1}), clock_.Now() + absl::Seconds(5));
   EXPECT_EQ(a.Answers().size(), 2u);
-  scheduler_->ranks().AgentJoins(a.id, JoinsOf(job, {0}), clock_.Now() + absl::Seconds(5));
+  AgentJoins(*scheduler_, a.id, JoinsOf(job, {0}), clock_.Now() + absl::Seconds(5));
   ASSERT_EQ(a.Answers().size(), 3u);
   const v1::RankJoinAnswers formed = a.Answers()[2];
   EXPECT_EQ(formed.entries_size(), 2);
@@ -1271,8 +1295,8 @@ TEST_F(ElasticSchedulerTest, AGenerationThatDoesNotFormInWaitSecondsFailsTheJob)
   Exit(job, 3, -9);
   std::vector<JoinResult> joins(3);
   for (int slot = 0; slot < 3; ++slot) {
-    scheduler_->ranks().Join(JoinOf(job, agent_.id, slot, 2), clock_.Now() + absl::Seconds(60),
-                             joins[slot].Done());
+    scheduler_->Join(JoinOf(job, agent_.id, slot, 2), clock_.Now() + absl::Seconds(60),
+                     joins[slot].Done());
   }
   clock_.Advance(absl::Seconds(4));
   scheduler_->Tick();
@@ -1298,7 +1322,7 @@ TEST_F(ElasticSchedulerTest, RestartEvictsADeadRankAndItsExitStartsTheNextGenera
     hb.set_rank(rank);
     hb.set_step(40);
     hb.set_phase(v1::COLLECTIVE);
-    EXPECT_TRUE(scheduler_->ranks().Heartbeat(hb));
+    EXPECT_TRUE(scheduler_->Heartbeat(hb));
   };
   for (int rank = 0; rank < 4; ++rank) beat(rank);
   for (int i = 0; i < 3; ++i) {  // rank 1 is frozen; the others go on
@@ -1465,7 +1489,7 @@ class FinishingTest : public ElasticSchedulerTest {
     report.set_final(true);
     report.set_success(true);
     report.mutable_metrics()->set_step(1500);
-    return scheduler_->ranks().Report(report);
+    return scheduler_->Report(report);
   }
 
   // Ticks once a second for `seconds` with no heartbeat.
@@ -1504,7 +1528,7 @@ TEST_F(FinishingTest, AFinishedHeartbeatEndsTheWatchBeforeTheFinalReport) {
     hb.set_rank(rank);
     hb.set_step(1500);
     hb.set_phase(v1::FINISHED);
-    ASSERT_TRUE(scheduler_->ranks().Heartbeat(hb, nullptr));
+    ASSERT_TRUE(scheduler_->Heartbeat(hb, nullptr));
   }
   Silence(10);
   EXPECT_EQ(jobs_->Get(job_)->generation(), 1);
@@ -1634,8 +1658,8 @@ TEST_F(SchedulerTest, RestartWithoutElasticFailsTheJobAndSaysItNeedsAnElasticBlo
   scheduler_->Schedule();
   std::vector<JoinResult> joins(2);
   for (int slot = 0; slot < 2; ++slot) {
-    scheduler_->ranks().Join(JoinOf(job->job_id(), a.id, slot), clock_.Now() + absl::Seconds(60),
-                             joins[slot].Done());
+    scheduler_->Join(JoinOf(job->job_id(), a.id, slot), clock_.Now() + absl::Seconds(60),
+                     joins[slot].Done());
   }
   ASSERT_TRUE(joins[1].result.ok()) << joins[1].result.status();
   for (int rank = 0; rank < 2; ++rank) {
@@ -1646,7 +1670,7 @@ TEST_F(SchedulerTest, RestartWithoutElasticFailsTheJobAndSaysItNeedsAnElasticBlo
     for (const v1::CollectiveRecord& r : MismatchAt27(rank, clock_.Now())) {
       *hb.mutable_flight_recorder()->add_records() = r;
     }
-    ASSERT_TRUE(scheduler_->ranks().Heartbeat(hb));
+    ASSERT_TRUE(scheduler_->Heartbeat(hb));
   }
   scheduler_->Tick();
   const v1::Job failed = *jobs_->Get(job->job_id());
@@ -1682,7 +1706,7 @@ class ElasticChangesTest : public ElasticSchedulerTest {
   // kElasticAgentGrace for it, then re-form without its ranks (Note [An
   // elastic job's lost agent] in scheduler.cc).
   void LoseAgent(const FakeAgent& a) {
-    scheduler_->agents().RemoveAgent(a.id);
+    scheduler_->RemoveAgent(a.id);
     clock_.Advance(kElasticAgentGrace);
     scheduler_->Tick();
   }
@@ -1698,8 +1722,8 @@ class ElasticChangesTest : public ElasticSchedulerTest {
     }
     std::vector<JoinResult> joins(slots.size());
     for (size_t i = 0; i < slots.size(); ++i) {
-      scheduler_->ranks().Join(JoinOf(job, slots[i].first, slots[i].second, gen),
-                               clock_.Now() + absl::Seconds(60), joins[i].Done());
+      scheduler_->Join(JoinOf(job, slots[i].first, slots[i].second, gen),
+                       clock_.Now() + absl::Seconds(60), joins[i].Done());
     }
     return joins;
   }
@@ -1709,7 +1733,7 @@ class ElasticChangesTest : public ElasticSchedulerTest {
     hb.set_generation(gen);
     hb.set_rank(rank);
     v1::Directive directive;
-    EXPECT_TRUE(scheduler_->ranks().Heartbeat(hb, &directive));
+    EXPECT_TRUE(scheduler_->Heartbeat(hb, &directive));
     return directive;
   }
   void ExitOn(const FakeAgent& a, const std::string& job, int slot, int code) {
@@ -1718,7 +1742,7 @@ class ElasticChangesTest : public ElasticSchedulerTest {
     e.set_slot(slot);
     e.set_pid(100 + slot);
     e.set_exit_code(code);
-    scheduler_->ranks().RankExited(a.id, e);
+    RankExited(*scheduler_, a.id, e);
   }
   v1::AgentInfo Info(const std::string& agent) {
     for (const v1::AgentInfo& info : scheduler_->reads().ListAgents()) {
@@ -1735,7 +1759,7 @@ TEST_F(ElasticChangesTest, ADrainedAgentsRanksLeaveAtTheStepBoundaryAndTheJobGoe
   const std::string job = Place(2, 4, "", {&a, &b});
   ASSERT_EQ(jobs_->Get(job)->world_size(), 4);
 
-  absl::StatusOr<v1::AgentInfo> drained = scheduler_->agents().DrainAgent("node-b");
+  absl::StatusOr<v1::AgentInfo> drained = scheduler_->DrainAgent("node-b");
   ASSERT_TRUE(drained.ok()) << drained.status();
   EXPECT_EQ(drained->agent_id(), b.id);
   EXPECT_EQ(drained->state(), v1::AgentInfo::DRAINING);
@@ -1755,21 +1779,19 @@ TEST_F(ElasticChangesTest, ADrainedAgentsRanksLeaveAtTheStepBoundaryAndTheJobGoe
   }
   // At the boundary every rank joins generation 2; the first one starts it.
   std::vector<JoinResult> joins(4);
-  scheduler_->ranks().Join(JoinOf(job, a.id, 0, 2), clock_.Now() + absl::Seconds(60),
-                           joins[0].Done());
+  scheduler_->Join(JoinOf(job, a.id, 0, 2), clock_.Now() + absl::Seconds(60), joins[0].Done());
   const v1::Job reformed = *jobs_->Get(job);
   EXPECT_EQ(reformed.generation(), 2);
   EXPECT_EQ(reformed.world_size(), 2);
   EXPECT_EQ(reformed.restarts(), 0) << "a drain is not a restart";
   for (int slot = 0; slot < 2; ++slot) {
-    scheduler_->ranks().Join(JoinOf(job, b.id, slot, 2), clock_.Now() + absl::Seconds(60),
-                             joins[2 + slot].Done());
+    scheduler_->Join(JoinOf(job, b.id, slot, 2), clock_.Now() + absl::Seconds(60),
+                     joins[2 + slot].Done());
     ASSERT_TRUE(joins[2 + slot].result.ok()) << joins[2 + slot].result.status();
     EXPECT_TRUE(joins[2 + slot].result->leave()) << "node-b slot " << slot << " leaves";
   }
   clock_.Advance(absl::Milliseconds(300));
-  scheduler_->ranks().Join(JoinOf(job, a.id, 1, 2), clock_.Now() + absl::Seconds(60),
-                           joins[1].Done());
+  scheduler_->Join(JoinOf(job, a.id, 1, 2), clock_.Now() + absl::Seconds(60), joins[1].Done());
   for (int rank = 0; rank < 2; ++rank) {
     ASSERT_TRUE(joins[rank].result.ok()) << joins[rank].result.status();
     EXPECT_EQ(joins[rank].result->rank(), rank);
@@ -1800,7 +1822,7 @@ TEST_F(ElasticChangesTest, ADrainedAgentsRanksLeaveAtTheStepBoundaryAndTheJobGoe
   ExitOn(a, job, 1, 0);
   EXPECT_EQ(State(job), v1::Job::SUCCEEDED);
   // Draining again only reports.
-  EXPECT_EQ(scheduler_->agents().DrainAgent(b.id)->state(), v1::AgentInfo::DRAINED);
+  EXPECT_EQ(scheduler_->DrainAgent(b.id)->state(), v1::AgentInfo::DRAINED);
 }
 
 TEST_F(ElasticChangesTest, ADrainLeavesANonElasticJobRunningAndNamesUnknownAgents) {
@@ -1809,10 +1831,9 @@ TEST_F(ElasticChangesTest, ADrainLeavesANonElasticJobRunningAndNamesUnknownAgent
   const std::string job = Submit(2, 2);
   std::vector<JoinResult> joins(2);
   for (int slot = 0; slot < 2; ++slot) {
-    scheduler_->ranks().Join(JoinOf(job, a.id, slot), clock_.Now() + absl::Seconds(60),
-                             joins[slot].Done());
+    scheduler_->Join(JoinOf(job, a.id, slot), clock_.Now() + absl::Seconds(60), joins[slot].Done());
   }
-  EXPECT_EQ(scheduler_->agents().DrainAgent(a.id)->state(), v1::AgentInfo::DRAINING);
+  EXPECT_EQ(scheduler_->DrainAgent(a.id)->state(), v1::AgentInfo::DRAINING);
   EXPECT_EQ(Beat(job, 1, 0).kind(), v1::Directive::KIND_UNSPECIFIED);
   EXPECT_EQ(State(job), v1::Job::RUNNING);
   EXPECT_THAT(Reasons(job),
@@ -1824,7 +1845,7 @@ TEST_F(ElasticChangesTest, ADrainLeavesANonElasticJobRunningAndNamesUnknownAgent
   EXPECT_EQ(State(job), v1::Job::SUCCEEDED);
   EXPECT_EQ(Info(a.id).state(), v1::AgentInfo::DRAINED);
 
-  absl::StatusOr<v1::AgentInfo> unknown = scheduler_->agents().DrainAgent("node-z");
+  absl::StatusOr<v1::AgentInfo> unknown = scheduler_->DrainAgent("node-z");
   EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(unknown.status().message(),
             "no agent \"node-z\"; connected agents: " + a.id + " (node-a)");
@@ -1918,8 +1939,7 @@ TEST_F(ElasticChangesTest, FreeSlotsGrowTheJobAtAStepBoundaryAfterTheScaleUpInte
   EXPECT_TRUE(b.Launches().empty()) << "newcomers start with the new generation";
 
   std::vector<JoinResult> joins(2);
-  scheduler_->ranks().Join(JoinOf(job, a.id, 1, 2), clock_.Now() + absl::Seconds(60),
-                           joins[1].Done());
+  scheduler_->Join(JoinOf(job, a.id, 1, 2), clock_.Now() + absl::Seconds(60), joins[1].Done());
   const v1::Job grown = *jobs_->Get(job);
   EXPECT_EQ(grown.generation(), 2);
   EXPECT_EQ(grown.world_size(), 4);
@@ -1931,8 +1951,7 @@ TEST_F(ElasticChangesTest, FreeSlotsGrowTheJobAtAStepBoundaryAfterTheScaleUpInte
               testing::Contains("generation 2 after 2 free slot(s) let the job grow from 2 towards "
                                 "resources.max_ranks 4: 2 -> 4 ranks (rank 2 on node-b slot 0, "
                                 "rank 3 on node-b slot 1), at a step boundary (not a restart)"));
-  scheduler_->ranks().Join(JoinOf(job, a.id, 0, 2), clock_.Now() + absl::Seconds(60),
-                           joins[0].Done());
+  scheduler_->Join(JoinOf(job, a.id, 0, 2), clock_.Now() + absl::Seconds(60), joins[0].Done());
   std::vector<JoinResult> newcomers = JoinAll(job, {&b}, 2);
   ASSERT_TRUE(joins[0].result.ok()) << joins[0].result.status();
   EXPECT_EQ(joins[0].result->world_size(), 4);
@@ -1958,7 +1977,7 @@ class ElasticRestartTest : public ElasticChangesTest {
     jobs_ = *JobManager::Create(*state_, &clock_);
     options_ = SchedulerOptions{"127.0.0.1:1"};  // a new process: set up afresh
     scheduler_ = std::make_unique<Scheduler>(*jobs_, &clock_, options_);
-    scheduler_->jobs().Recover(jobs_->List({v1::Job::RUNNING}, 0).value(), absl::Seconds(30));
+    scheduler_->Recover(jobs_->List({v1::Job::RUNNING}, 0).value(), absl::Seconds(30));
   }
   // `a`'s agent process connects again and reports the ranks it runs: (job,
   // the generation each was launched in, slot), pid 100 + slot.
@@ -1975,7 +1994,7 @@ class ElasticRestartTest : public ElasticChangesTest {
       r->set_pid(100 + slot);
     }
     a.received.clear();
-    auto id = scheduler_->agents().AddAgent(hello, a.Sender());
+    auto id = scheduler_->AddAgent(hello, a.Sender());
     ASSERT_TRUE(id.ok()) << id.status();
     a.id = *id;
   }
@@ -2017,10 +2036,10 @@ TEST_F(ElasticRestartTest, AJobWaitingForSlotsFormsAfterARestartWhenASlotComes) 
   EXPECT_EQ(a.Stops(), 0) << "the survivor keeps its process";
 
   std::vector<JoinResult> joins(2);
-  scheduler_->ranks().Join(JoinFrom(job, a_before, 0, 2, 100, "node-a"),
-                           clock_.Now() + absl::Seconds(60), joins[0].Done());
-  scheduler_->ranks().Join(JoinFrom(job, c.id, 0, 2, 300, "node-c"),
-                           clock_.Now() + absl::Seconds(60), joins[1].Done());
+  scheduler_->Join(JoinFrom(job, a_before, 0, 2, 100, "node-a"), clock_.Now() + absl::Seconds(60),
+                   joins[0].Done());
+  scheduler_->Join(JoinFrom(job, c.id, 0, 2, 300, "node-c"), clock_.Now() + absl::Seconds(60),
+                   joins[1].Done());
   for (int rank = 0; rank < 2; ++rank) {
     ASSERT_TRUE(joins[rank].result.ok()) << joins[rank].result.status();
     EXPECT_EQ(joins[rank].result->rank(), rank);
@@ -2103,7 +2122,7 @@ class ToldExitsTest : public ElasticRestartTest {
       e->add_stderr_tail("the last line of slot " + std::to_string(slot));
     }
     a.received.clear();
-    auto id = scheduler_->agents().AddAgent(hello, a.Sender());
+    auto id = scheduler_->AddAgent(hello, a.Sender());
     ASSERT_TRUE(id.ok()) << id.status();
     a.id = *id;
   }
@@ -2157,7 +2176,7 @@ class AgentReconnectTest : public ElasticRestartTest {
     hello.set_slots(1);
     hello.set_pid(pid);
     agent.received.clear();
-    auto id = scheduler_->agents().AddAgent(hello, agent.Sender());
+    auto id = scheduler_->AddAgent(hello, agent.Sender());
     ASSERT_TRUE(id.ok()) << id.status();
     agent.id = *id;
   }
@@ -2214,7 +2233,7 @@ class AgentReconnectTest : public ElasticRestartTest {
       e->add_stderr_tail("ValueError: bad batch");
     }
     agent.received.clear();
-    auto id = scheduler_->agents().AddAgent(hello, agent.Sender());
+    auto id = scheduler_->AddAgent(hello, agent.Sender());
     ASSERT_TRUE(id.ok()) << id.status();
     agent.id = *id;
   }
@@ -2240,7 +2259,7 @@ TEST_F(AgentReconnectTest, AnAgentBackWithinTheGraceKeepsItsJobRunningWithItsRan
   FakeAgent a, b;
   const std::string job = StartOnTwoNodes(a, b);
   const std::string b_before = b.id;
-  scheduler_->agents().RemoveAgent(b.id);
+  scheduler_->RemoveAgent(b.id);
   EXPECT_EQ(State(job), v1::Job::RUNNING);
   EXPECT_THAT(Reasons(job), testing::Contains("lost contact with the agent on node-b (" + b_before +
                                               "), which ran rank(s) 1; waiting up to 10s for it "
@@ -2275,7 +2294,7 @@ TEST_F(AgentReconnectTest, AnAgentNotBackFailsTheJobAtTheDeadlineNamingIt) {
   FakeAgent a, b;
   const std::string job = StartOnTwoNodes(a, b);
   const std::string b_before = b.id;
-  scheduler_->agents().RemoveAgent(b.id);
+  scheduler_->RemoveAgent(b.id);
   PassAndTick(job, absl::Seconds(9));
   EXPECT_EQ(State(job), v1::Job::RUNNING) << "1 s of the grace is left";
   EXPECT_EQ(a.Stops(), 0);
@@ -2298,7 +2317,7 @@ TEST_F(AgentReconnectTest, ASurvivorFailingDuringTheWaitNamesTheLostAgent) {
   FakeAgent a, b;
   const std::string job = StartOnTwoNodes(a, b);
   const std::string b_before = b.id;
-  scheduler_->agents().RemoveAgent(b.id);
+  scheduler_->RemoveAgent(b.id);
   PassAndTick(job, absl::Seconds(2));
   v1::RankExited e;
   e.set_job_id(job);
@@ -2306,7 +2325,7 @@ TEST_F(AgentReconnectTest, ASurvivorFailingDuringTheWaitNamesTheLostAgent) {
   e.set_pid(4242);
   e.set_exit_code(1);
   e.add_stderr_tail("RuntimeError: Connection reset by peer");
-  scheduler_->ranks().RankExited(a.id, e);
+  RankExited(*scheduler_, a.id, e);
   EXPECT_EQ(State(job), v1::Job::FAILED);
   EXPECT_EQ(jobs_->Get(job)->reason(),
             "rank 0 (node-a, pid 4242) exited with code 1 while the job waited for the ranks of "
@@ -2319,7 +2338,7 @@ TEST_F(AgentReconnectTest, ASurvivorFailingDuringTheWaitNamesTheLostAgent) {
 TEST_F(AgentReconnectTest, ARankThatFailedWhileItsAgentWasAwayFailsTheJobWithItsExit) {
   FakeAgent a, b;
   const std::string job = StartOnTwoNodes(a, b);
-  scheduler_->agents().RemoveAgent(b.id);
+  scheduler_->RemoveAgent(b.id);
   PassAndTick(job, absl::Seconds(3));
   NodeBBack(b, job, /*running=*/false, /*exit_code=*/3);
   const v1::Job failed = *jobs_->Get(job);
@@ -2344,7 +2363,7 @@ TEST_F(AgentReconnectTest, AnAgentConnectingAgainBeforeItsOldStreamEndedKeepsIts
   EXPECT_EQ(Row(job, 1).state(), v1::RankStatus::TRAINING);
   EXPECT_EQ(scheduler_->reads().ListAgents().size(), 2u) << "the old registration is gone";
   EXPECT_EQ(scheduler_->reads().free_slots(), 0);
-  scheduler_->agents().RemoveAgent(b_before);  // its stream ends at last: nothing more
+  scheduler_->RemoveAgent(b_before);  // its stream ends at last: nothing more
   Beat(job, 1, 1);
   PassAndTick(job, absl::Seconds(1));
   EXPECT_EQ(State(job), v1::Job::RUNNING) << jobs_->Get(job)->reason();
@@ -2366,7 +2385,7 @@ TEST_F(AgentReconnectTest, AnElasticJobKeepsItsGenerationWhenItsAgentIsBackBefor
   EXPECT_EQ(a.Stops() + b.Stops(), 0);
   EXPECT_EQ(Row(job, 1).state(), v1::RankStatus::TRAINING);
   EXPECT_EQ(Beat(job, 1, 1).kind(), v1::Directive::KIND_UNSPECIFIED) << "no new generation";
-  scheduler_->agents().RemoveAgent(b_before);  // its old stream ends at last
+  scheduler_->RemoveAgent(b_before);  // its old stream ends at last
   PassAndTick(job, absl::Seconds(1));
   EXPECT_EQ(State(job), v1::Job::RUNNING);
   EXPECT_EQ(jobs_->Get(job)->restarts(), 0);
@@ -2384,7 +2403,7 @@ TEST_F(AgentReconnectTest,
   FakeAgent a, b;
   const std::string job = StartElasticOnTwoNodes(a, b, 2);
   const std::string b_before = b.id;
-  scheduler_->agents().RemoveAgent(b.id);
+  scheduler_->RemoveAgent(b.id);
   EXPECT_EQ(jobs_->Get(job)->generation(), 1);
   EXPECT_THAT(Reasons(job), testing::Contains("lost contact with the agent on node-b (" + b_before +
                                               "), which ran rank(s) 1; waiting up to 5s for it "
@@ -2424,7 +2443,7 @@ TEST_F(AgentReconnectTest, AnotherAgentWithTheSameHostAndPidIsASecondAgent) {
   hello.set_host("node-b");
   hello.set_slots(1);
   hello.set_pid(22);
-  auto id = scheduler_->agents().AddAgent(hello, twin.Sender());
+  auto id = scheduler_->AddAgent(hello, twin.Sender());
   ASSERT_TRUE(id.ok()) << id.status();
   EXPECT_NE(*id, b.id);
   EXPECT_EQ(scheduler_->reads().ListAgents().size(), 3u) << "b's registration stays";
@@ -2443,7 +2462,7 @@ TEST_F(AgentReconnectTest, AJobWaitingAfterARestartKeepsItsLaterDeadline) {
   Restart();
   NodeBBack(b, job, /*running=*/true);  // rank 1 is back; rank 0 is not yet
   const std::string b_now = b.id;
-  scheduler_->agents().RemoveAgent(b.id);
+  scheduler_->RemoveAgent(b.id);
   PassAndTick(job, absl::Seconds(29));
   EXPECT_EQ(State(job), v1::Job::RUNNING) << jobs_->Get(job)->reason();
   PassAndTick(job, absl::Seconds(1));
@@ -2459,7 +2478,7 @@ TEST_F(AgentReconnectTest, AJobWaitingAfterARestartKeepsItsLaterDeadline) {
 TEST_F(AgentReconnectTest, ACoordinatorRestartDuringTheWaitTakesTheJobBack) {
   FakeAgent a, b;
   const std::string job = StartOnTwoNodes(a, b);
-  scheduler_->agents().RemoveAgent(b.id);
+  scheduler_->RemoveAgent(b.id);
   PassAndTick(job, absl::Seconds(5));
   Restart();
   NodeBack(a, "node-a", 11, job, /*running=*/true);
@@ -2478,8 +2497,8 @@ TEST_F(ElasticRestartTest, ASteadyJobKeepsSurvivorsOfEarlierGenerationsAfterARes
   ASSERT_EQ(jobs_->Get(job)->generation(), 2);
   std::vector<JoinResult> joins(2);
   for (int slot = 0; slot < 2; ++slot) {
-    scheduler_->ranks().Join(JoinOf(job, a.id, slot, 2), clock_.Now() + absl::Seconds(60),
-                             joins[slot].Done());
+    scheduler_->Join(JoinOf(job, a.id, slot, 2), clock_.Now() + absl::Seconds(60),
+                     joins[slot].Done());
   }
   ASSERT_TRUE(joins[0].result.ok()) << joins[0].result.status();
 
@@ -2510,8 +2529,8 @@ TEST_F(ElasticRestartTest, AFormingGenerationKeepsItsRendezvousAndDeadlineAfterA
   Reconnect(a, 2, "node-a", {{job, 1, 0}, {job, 2, 1}});
   EXPECT_EQ(a.Stops(), 0);
   JoinResult survivor;
-  scheduler_->ranks().Join(JoinFrom(job, a_before, 0, 2, 100, "node-a"),
-                           clock_.Now() + absl::Seconds(60), survivor.Done());
+  scheduler_->Join(JoinFrom(job, a_before, 0, 2, 100, "node-a"), clock_.Now() + absl::Seconds(60),
+                   survivor.Done());
   EXPECT_FALSE(survivor.called) << "rank 1 has not joined generation 2";
   clock_.Advance(absl::Seconds(14));
   scheduler_->Tick();
@@ -2549,19 +2568,19 @@ TEST_F(ElasticRestartTest, APlannedGrowthStartsAtTheStepBoundaryAfterARestart) {
   EXPECT_EQ(d.generation(), 2);
   EXPECT_EQ(d.world_size(), 4);
   std::vector<JoinResult> joins(4);
-  scheduler_->ranks().Join(JoinFrom(job, a_before, 1, 2, 101, "node-a"),
-                           clock_.Now() + absl::Seconds(60), joins[1].Done());
+  scheduler_->Join(JoinFrom(job, a_before, 1, 2, 101, "node-a"), clock_.Now() + absl::Seconds(60),
+                   joins[1].Done());
   const v1::Job grown = *jobs_->Get(job);
   EXPECT_EQ(grown.generation(), 2);
   EXPECT_EQ(grown.world_size(), 4);
   EXPECT_EQ(grown.restarts(), 0);
   ASSERT_EQ(b.Launches().size(), 1u);
   EXPECT_EQ(b.Launches()[0].ranks_size(), 2);
-  scheduler_->ranks().Join(JoinFrom(job, a_before, 0, 2, 100, "node-a"),
-                           clock_.Now() + absl::Seconds(60), joins[0].Done());
+  scheduler_->Join(JoinFrom(job, a_before, 0, 2, 100, "node-a"), clock_.Now() + absl::Seconds(60),
+                   joins[0].Done());
   for (int slot = 0; slot < 2; ++slot) {
-    scheduler_->ranks().Join(JoinFrom(job, b.id, slot, 2, 300 + slot, "node-b"),
-                             clock_.Now() + absl::Seconds(60), joins[2 + slot].Done());
+    scheduler_->Join(JoinFrom(job, b.id, slot, 2, 300 + slot, "node-b"),
+                     clock_.Now() + absl::Seconds(60), joins[2 + slot].Done());
   }
   for (int rank = 0; rank < 4; ++rank) {
     ASSERT_TRUE(joins[rank].result.ok()) << joins[rank].result.status();
@@ -2677,7 +2696,7 @@ TEST_F(RestartAllTest, ASuccessReportedWhileBeingStoppedIsNotTheEndOfTraining) {
   Add(a, 2, "node-a");
   const std::string job = PlaceProgram(2, 2, "", {&a});
   Add(b, 2, "node-b");
-  ASSERT_TRUE(scheduler_->agents().DrainAgent(a.id).ok());
+  ASSERT_TRUE(scheduler_->DrainAgent(a.id).ok());
   ASSERT_EQ(Stopped(a, job), (std::vector<int>{0, 1}));
   for (int rank : {0, 1}) {
     v1::ReportRequest report;
@@ -2686,7 +2705,7 @@ TEST_F(RestartAllTest, ASuccessReportedWhileBeingStoppedIsNotTheEndOfTraining) {
     report.set_rank(rank);
     report.set_final(true);
     report.set_success(true);
-    ASSERT_TRUE(scheduler_->ranks().Report(report).ok());
+    ASSERT_TRUE(scheduler_->Report(report).ok());
   }
   ExitOn(a, job, 0, 0);
   ExitOn(a, job, 1, 0);
@@ -2729,7 +2748,7 @@ TEST_F(RestartAllTest, AProgramThatSaysItReformsInProcessKeepsItsSurvivors) {
   hb.set_generation(1);
   hb.set_rank(0);
   hb.set_reforms_in_process(true);
-  ASSERT_TRUE(scheduler_->ranks().Heartbeat(hb));
+  ASSERT_TRUE(scheduler_->Heartbeat(hb));
   ExitOn(a, job, 1, -9);
   EXPECT_TRUE(Stopped(a, job).empty()) << "the survivor keeps its process";
   EXPECT_EQ(jobs_->Get(job)->generation(), 2);
@@ -2750,15 +2769,14 @@ TEST_F(RestartAllTest, AFailureFormsWithTheSurvivorsAndTheirReplacementJoinsOnce
   hb.set_generation(1);
   hb.set_rank(0);
   hb.set_reforms_in_process(true);
-  ASSERT_TRUE(scheduler_->ranks().Heartbeat(hb));
+  ASSERT_TRUE(scheduler_->Heartbeat(hb));
   ExitOn(a, job, 1, -9);
   EXPECT_EQ(jobs_->Get(job)->generation(), 2);
   EXPECT_EQ(jobs_->Get(job)->world_size(), 1) << "the survivor alone";
   EXPECT_EQ(jobs_->Get(job)->restarts(), 1);
   EXPECT_TRUE(Launched(a, job, 2).empty()) << "no newcomer for generation 2";
   JoinResult survivor;
-  scheduler_->ranks().Join(JoinOf(job, a.id, 0, 2), clock_.Now() + absl::Seconds(60),
-                           survivor.Done());
+  scheduler_->Join(JoinOf(job, a.id, 0, 2), clock_.Now() + absl::Seconds(60), survivor.Done());
   ASSERT_TRUE(survivor.result.ok()) << survivor.result.status() << ": formed by the survivor";
   EXPECT_EQ(survivor.result->world_size(), 1);
 
@@ -2774,7 +2792,7 @@ TEST_F(RestartAllTest, AFailureFormsWithTheSurvivorsAndTheirReplacementJoinsOnce
   v1::JoinRequest first = JoinOf(job, a.id, started[0], 3);
   first.set_starts_program_first(true);
   JoinResult supervisor;
-  scheduler_->ranks().Join(first, clock_.Now() + absl::Seconds(60), supervisor.Done());
+  scheduler_->Join(first, clock_.Now() + absl::Seconds(60), supervisor.Done());
   ASSERT_TRUE(supervisor.result.ok()) << supervisor.result.status();
   EXPECT_TRUE(supervisor.result->staged());
   EXPECT_EQ(supervisor.result->generation(), 3);
@@ -2784,8 +2802,8 @@ TEST_F(RestartAllTest, AFailureFormsWithTheSurvivorsAndTheirReplacementJoinsOnce
   EXPECT_EQ(Beat(job, 2, 0).kind(), v1::Directive::KIND_UNSPECIFIED) << "the program is not up yet";
   // Its program asks to join: now the survivor re-forms at its boundary.
   JoinResult waiting;
-  scheduler_->ranks().Join(JoinOf(job, a.id, started[0], 3), clock_.Now() + absl::Seconds(60),
-                           waiting.Done());
+  scheduler_->Join(JoinOf(job, a.id, started[0], 3), clock_.Now() + absl::Seconds(60),
+                   waiting.Done());
   EXPECT_EQ(waiting.result.status().code(), absl::StatusCode::kUnavailable);
   const v1::Directive grow = Beat(job, 2, 0);
   EXPECT_EQ(grow.kind(), v1::Directive::REFORM_AT_STEP_BOUNDARY);
@@ -2794,12 +2812,11 @@ TEST_F(RestartAllTest, AFailureFormsWithTheSurvivorsAndTheirReplacementJoinsOnce
   EXPECT_EQ(grow.reason(), "1 newcomer(s) replace the rank(s) lost in generation 1");
 
   std::vector<JoinResult> joins(2);
-  scheduler_->ranks().Join(JoinOf(job, a.id, 0, 3), clock_.Now() + absl::Seconds(60),
-                           joins[0].Done());
+  scheduler_->Join(JoinOf(job, a.id, 0, 3), clock_.Now() + absl::Seconds(60), joins[0].Done());
   EXPECT_EQ(jobs_->Get(job)->generation(), 3);
   EXPECT_EQ(Launched(a, job, 3).size(), 1u) << "the newcomer is not launched again";
-  scheduler_->ranks().Join(JoinOf(job, a.id, started[0], 3), clock_.Now() + absl::Seconds(60),
-                           joins[1].Done());
+  scheduler_->Join(JoinOf(job, a.id, started[0], 3), clock_.Now() + absl::Seconds(60),
+                   joins[1].Done());
   for (int rank = 0; rank < 2; ++rank) {
     ASSERT_TRUE(joins[rank].result.ok()) << joins[rank].result.status();
     EXPECT_EQ(joins[rank].result->rank(), rank);
@@ -2825,11 +2842,10 @@ TEST_F(RestartAllTest, AStagedNewcomerNotUpWithinWaitSecondsIsStoppedAndStartedA
   hb.set_generation(1);
   hb.set_rank(0);
   hb.set_reforms_in_process(true);
-  ASSERT_TRUE(scheduler_->ranks().Heartbeat(hb));
+  ASSERT_TRUE(scheduler_->Heartbeat(hb));
   ExitOn(a, job, 1, -9);
   JoinResult survivor;
-  scheduler_->ranks().Join(JoinOf(job, a.id, 0, 2), clock_.Now() + absl::Seconds(60),
-                           survivor.Done());
+  scheduler_->Join(JoinOf(job, a.id, 0, 2), clock_.Now() + absl::Seconds(60), survivor.Done());
   scheduler_->Tick();
   ASSERT_EQ(Launched(a, job, 3).size(), 1u);
   const int slot = Launched(a, job, 3)[0];
@@ -2855,7 +2871,7 @@ TEST_F(RestartAllTest, BelowMinRanksAFailuresGenerationTakesItsNewcomerAtOnce) {
   hb.set_generation(1);
   hb.set_rank(0);
   hb.set_reforms_in_process(true);
-  ASSERT_TRUE(scheduler_->ranks().Heartbeat(hb));
+  ASSERT_TRUE(scheduler_->Heartbeat(hb));
   ExitOn(a, job, 1, -9);
   EXPECT_EQ(jobs_->Get(job)->world_size(), 2);
   EXPECT_EQ(Launched(a, job, 2).size(), 1u);
@@ -2866,7 +2882,7 @@ TEST_F(RestartAllTest, ADrainRestartsEveryRankAtOnceAndIsNotARestart) {
   Add(a, 2, "node-a");
   const std::string job = PlaceProgram(2, 2, "", {&a});
   Add(b, 2, "node-b");
-  ASSERT_TRUE(scheduler_->agents().DrainAgent(a.id).ok());
+  ASSERT_TRUE(scheduler_->DrainAgent(a.id).ok());
   // No step boundary to wait for: a torchrun script would never reach one.
   EXPECT_EQ(Stopped(a, job), (std::vector<int>{0, 1}));
   EXPECT_EQ(Beat(job, 1, 0).kind(), v1::Directive::KIND_UNSPECIFIED);
@@ -2932,7 +2948,7 @@ TEST_F(SchedulerTest, WithoutElasticAKilledRankStillFailsTheJob) {
   e.set_slot(0);
   e.set_pid(7);
   e.set_exit_code(-9);
-  scheduler_->ranks().RankExited(a.id, e);
+  RankExited(*scheduler_, a.id, e);
   EXPECT_EQ(State(job), v1::Job::FAILED);
   EXPECT_EQ(jobs_->Get(job)->reason(), "rank 0 (node-a, pid 7) was killed by signal 9");
 }
@@ -2989,7 +3005,7 @@ TEST_F(QueueSchedulerTest, OverQuotaAJobWaitsWithTheReasonAndBlocksNobody) {
   EXPECT_EQ(queue.jobs(0).owner(), "alice");
   EXPECT_EQ(queue.jobs(0).reason(), "alice uses 2 of 2 CPU slots (quota); the job needs 1");
   EXPECT_FALSE(queue.jobs(0).holds_reservation());
-  ASSERT_TRUE(scheduler_->jobs().Cancel(alice_1, "done").ok());
+  ASSERT_TRUE(scheduler_->Cancel(alice_1, "done").ok());
   EXPECT_EQ(State(alice_2), v1::Job::RUNNING);
 }
 
@@ -3005,7 +3021,7 @@ TEST_F(QueueSchedulerTest, AQueueTakenBackIsListedInPlacementOrderBeforeAnyAgent
   jobs_ = *JobManager::Create(*state_, &clock_);
   options_ = SchedulerOptions{"127.0.0.1:1"};  // a new process: set up afresh
   scheduler_ = std::make_unique<Scheduler>(*jobs_, &clock_, options_);
-  scheduler_->jobs().Recover(jobs_->List({v1::Job::RUNNING}, 0).value(), absl::Seconds(30));
+  scheduler_->Recover(jobs_->List({v1::Job::RUNNING}, 0).value(), absl::Seconds(30));
   EXPECT_THAT(QueueOrder(), testing::ElementsAre(high, normal, low));
 }
 
@@ -3023,7 +3039,7 @@ TEST_F(QueueSchedulerTest, AHighJobGoesFirstAndHoldsTheReservation) {
   EXPECT_EQ(Why(normal), absl::StrCat("waiting for 1 CPU slot behind ", high,
                                       ", which comes first and holds the reservation of free "
                                       "CPU slots"));
-  ASSERT_TRUE(scheduler_->jobs().Cancel(running, "done").ok());
+  ASSERT_TRUE(scheduler_->Cancel(running, "done").ok());
   EXPECT_EQ(State(high), v1::Job::RUNNING) << "the older NORMAL job does not go first";
   EXPECT_EQ(State(normal), v1::Job::PENDING);
 }
@@ -3040,9 +3056,9 @@ TEST_F(QueueSchedulerTest, WithinAPriorityTheUserWithLessRecentUsageGoesFirst) {
   scheduler_->Tick();  // alice's 600 slot-seconds are counted
   // Note [Reservation] in queue_plan.h: the holder keeps its place.
   EXPECT_THAT(QueueOrder(), testing::ElementsAre(alice_2, bob_1, alice_3));
-  ASSERT_TRUE(scheduler_->jobs().Cancel(alice_1, "done").ok());
+  ASSERT_TRUE(scheduler_->Cancel(alice_1, "done").ok());
   EXPECT_EQ(State(alice_2), v1::Job::RUNNING);
-  ASSERT_TRUE(scheduler_->jobs().Cancel(alice_2, "done").ok());
+  ASSERT_TRUE(scheduler_->Cancel(alice_2, "done").ok());
   EXPECT_EQ(State(bob_1), v1::Job::RUNNING) << "submitted later, but bob has used less";
   EXPECT_EQ(State(alice_3), v1::Job::PENDING);
 }
@@ -3061,7 +3077,7 @@ TEST_F(QueueSchedulerTest, TheReservationHolderGetsTheFreedSlotsWhoeverSubmitsAf
   const std::string bob_2 = SubmitAs("bob", 1, 1);
   EXPECT_THAT(QueueOrder(), testing::ElementsAre(large, bob_1, bob_2));
   for (int i = 0; i < 3; ++i) {
-    ASSERT_TRUE(scheduler_->jobs().Cancel(running[i], "done").ok());
+    ASSERT_TRUE(scheduler_->Cancel(running[i], "done").ok());
     EXPECT_EQ(State(bob_1), v1::Job::PENDING) << "slot " << i << " went to bob";
     EXPECT_EQ(State(bob_2), v1::Job::PENDING);
     EXPECT_THAT(Why(large), testing::HasSubstr(absl::StrCat(
@@ -3069,7 +3085,7 @@ TEST_F(QueueSchedulerTest, TheReservationHolderGetsTheFreedSlotsWhoeverSubmitsAf
                                 " free that it can use (reservation): only a HIGH job can come "
                                 "before it")));
   }
-  ASSERT_TRUE(scheduler_->jobs().Cancel(running[3], "done").ok());
+  ASSERT_TRUE(scheduler_->Cancel(running[3], "done").ok());
   EXPECT_EQ(State(large), v1::Job::RUNNING);
 }
 
@@ -3080,7 +3096,7 @@ TEST_F(QueueSchedulerTest, TheReservationKeepsElasticJobsFromGrowingOntoItsSlots
   const std::string elastic = Place(1, 4, "scale_up_interval_seconds: 1", {&a});
   ASSERT_EQ(jobs_->Get(elastic)->world_size(), 2);
   const std::string big = SubmitAs("", 3, 3);
-  ASSERT_TRUE(scheduler_->jobs().Cancel(other, "done").ok());
+  ASSERT_TRUE(scheduler_->Cancel(other, "done").ok());
   EXPECT_EQ(State(big), v1::Job::PENDING);
   EXPECT_EQ(Why(big),
             "waiting for 3 free CPU slots; 1 agent has 2 free; it is first in line for CPU slots "
@@ -3155,8 +3171,8 @@ TEST_F(QueueSchedulerTest, AHighJobShrinksALowerElasticJobAtItsStepBoundaryThenI
   // The step boundary: every rank joins generation 2; ranks 2 and 3 leave.
   std::vector<JoinResult> joins(4);
   for (int slot = 0; slot < 4; ++slot) {
-    scheduler_->ranks().Join(JoinOf(elastic, a.id, slot, 2), clock_.Now() + absl::Seconds(60),
-                             joins[slot].Done());
+    scheduler_->Join(JoinOf(elastic, a.id, slot, 2), clock_.Now() + absl::Seconds(60),
+                     joins[slot].Done());
   }
   ASSERT_TRUE(joins[3].result.ok()) << joins[3].result.status();
   EXPECT_TRUE(joins[3].result->leave());
@@ -3171,7 +3187,7 @@ TEST_F(QueueSchedulerTest, AHighJobShrinksALowerElasticJobAtItsStepBoundaryThenI
   EXPECT_EQ(shrunk.restarts(), 0) << "a preemption is no failure";
 
   // The HIGH job ends: the elastic job grows back onto its slots.
-  ASSERT_TRUE(scheduler_->jobs().Cancel(high, "done").ok());
+  ASSERT_TRUE(scheduler_->Cancel(high, "done").ok());
   clock_.Advance(absl::Seconds(5));
   scheduler_->Tick();
   const v1::Directive grow = Beat(elastic, 2, 0);
@@ -3233,15 +3249,15 @@ TEST_F(RequeueRestartTest, APreemptionUnderWayIsAskedForAgainAfterACoordinatorRe
   Reconnect(a, 2, "node-a", {{low, 1, 0}, {low, 1, 1}});
   std::vector<JoinResult> joins(2);
   for (int slot = 0; slot < 2; ++slot) {
-    scheduler_->ranks().Join(JoinFrom(low, a_before, slot, 1, 100 + slot, "node-a"),
-                             clock_.Now() + absl::Seconds(60), joins[slot].Done());
+    scheduler_->Join(JoinFrom(low, a_before, slot, 1, 100 + slot, "node-a"),
+                     clock_.Now() + absl::Seconds(60), joins[slot].Done());
   }
   scheduler_->Schedule();
   v1::RankHeartbeat hb;
   hb.set_job_id(low);
   hb.set_generation(1);
   v1::Directive directive;
-  EXPECT_TRUE(scheduler_->ranks().Heartbeat(hb, &directive));
+  EXPECT_TRUE(scheduler_->Heartbeat(hb, &directive));
   EXPECT_EQ(directive.kind(), v1::Directive::CHECKPOINT_AND_HOLD)
       << "the restarted coordinator asks for the checkpoint again";
   committed_[low] = 1;
@@ -3293,7 +3309,7 @@ class RequeueSchedulerTest : public QueueSchedulerTest {
       hb.set_generation(1);
       hb.set_rank(rank);
       hb.set_step(step);
-      EXPECT_TRUE(scheduler_->ranks().Heartbeat(hb));
+      EXPECT_TRUE(scheduler_->Heartbeat(hb));
     }
     return job;
   }
@@ -3343,7 +3359,7 @@ TEST_F(RequeueSchedulerTest, ACheckpointedJobGoesBackToTheQueueAndResumesFromIts
   EXPECT_THAT(Why(low), testing::StartsWith(reason));
 
   a.received.clear();
-  ASSERT_TRUE(scheduler_->jobs().Cancel(high, "done").ok());
+  ASSERT_TRUE(scheduler_->Cancel(high, "done").ok());
   ASSERT_EQ(State(low), v1::Job::RUNNING);
   EXPECT_EQ(jobs_->Get(low)->reason(), "");
   std::vector<JoinResult> joins = JoinAll(low, {&a}, 1);
@@ -3385,11 +3401,11 @@ TEST_F(RequeueSchedulerTest, AProgramJobIsRequeuedOnlyWhenPreemptibleAndThenFrom
   EXPECT_EQ(State(program), v1::Job::RUNNING) << "nothing says it can be checkpointed";
   EXPECT_EQ(Told(program, 0), v1::Directive::KIND_UNSPECIFIED);
   EXPECT_EQ(a.Stops(), 0);
-  ASSERT_TRUE(scheduler_->jobs().Cancel(program, "done").ok());
+  ASSERT_TRUE(scheduler_->Cancel(program, "done").ok());
   ExitOn(a, program, 0, -15);
   ExitOn(a, program, 1, -15);
   ASSERT_EQ(State(high), v1::Job::RUNNING);
-  ASSERT_TRUE(scheduler_->jobs().Cancel(high, "done").ok());
+  ASSERT_TRUE(scheduler_->Cancel(high, "done").ok());
 
   const std::string preemptible =
       RunLow(a, 5, "program { argv: \"/bin/true\" }", "preemptible: true");

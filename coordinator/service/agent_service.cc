@@ -48,7 +48,7 @@ class AgentStream : public grpc::ServerBidiReactor<v1::AgentMessage, v1::Coordin
       std::shared_ptr<Outbox> outbox = outbox_;
       const JobCredentials* credentials = credentials_;
       // Called after the scheduler's lock is released (Scheduler::Outbox).
-      absl::StatusOr<std::string> id = scheduler_.agents().AddAgent(
+      absl::StatusOr<std::string> id = scheduler_.AddAgent(
           in_.hello(), [outbox, credentials,
                         unix_account_of = unix_account_of_](const v1::CoordinatorMessage& m) {
             if ((credentials == nullptr && !unix_account_of) || !m.has_launch()) {
@@ -68,20 +68,10 @@ class AgentStream : public grpc::ServerBidiReactor<v1::AgentMessage, v1::Coordin
         return;
       }
       agent_id_ = *id;
-    } else if (in_.has_rank_exited()) {
-      scheduler_.ranks().RankExited(agent_id_, in_.rank_exited());
-    } else if (in_.has_logs()) {
-      scheduler_.ranks().Logs(agent_id_, in_.logs());
-    } else if (in_.has_heartbeats()) {
-      scheduler_.ranks().AgentHeartbeats(agent_id_, in_.heartbeats(), in_.cpu_pressure());
-    } else if (in_.has_joins()) {
-      // Note [Joins through the agent]: each waits as long as a rank's own
-      // Join may.
-      scheduler_.ranks().AgentJoins(agent_id_, in_.joins(),
-                                    absl::Now() + RankServiceImpl::kMaxJoinWait);
-    } else if (in_.kind_case() == v1::AgentMessage::kPingTimeUs) {
-      // Note [A silent agent's ranks]: its ranks' silence counts again.
-      scheduler_.agents().AgentAlive(agent_id_, in_.cpu_pressure());
+    } else {
+      // Note [Joins through the agent]: each join in it waits as long as a
+      // rank's own Join may.
+      scheduler_.OnAgentMessage(agent_id_, in_, absl::Now() + RankServiceImpl::kMaxJoinWait);
     }
     StartRead(&in_);
   }
@@ -97,8 +87,7 @@ class AgentStream : public grpc::ServerBidiReactor<v1::AgentMessage, v1::Coordin
   // whichever coordinator serves next, which takes the jobs back as after a
   // SIGKILL.
   void OnDone() override {
-    if (!agent_id_.empty() && !coordinator_stopping_->load())
-      scheduler_.agents().RemoveAgent(agent_id_);
+    if (!agent_id_.empty() && !coordinator_stopping_->load()) scheduler_.RemoveAgent(agent_id_);
     outbox_->Detach();
     delete this;
   }
@@ -181,7 +170,7 @@ class HeartbeatStream : public grpc::ServerBidiReactor<v1::RankHeartbeat, v1::Di
       return;
     }
     directive_.Clear();
-    live_ = scheduler_.ranks().Heartbeat(in_, &directive_);
+    live_ = scheduler_.Heartbeat(in_, &directive_);
     if (directive_.kind() != v1::Directive::KIND_UNSPECIFIED) {
       // A directive goes out just before the stream ends (the rank reads
       // it as it arrives, Note [Directives are read at once] in
@@ -254,7 +243,7 @@ grpc::ServerUnaryReactor* RankServiceImpl::Join(grpc::CallbackServerContext* con
   auto* reactor = new DeferredReactor<v1::JoinResponse>(response);
   const absl::Time client_deadline = absl::FromChrono(context->deadline());
   const absl::Time deadline = std::min(client_deadline, absl::Now() + kMaxJoinWait);
-  scheduler_.ranks().Join(*request, deadline, reactor->Completion());
+  scheduler_.Join(*request, deadline, reactor->Completion());
   return reactor;
 }
 
@@ -266,7 +255,7 @@ grpc::ServerUnaryReactor* RankServiceImpl::Report(grpc::CallbackServerContext* c
     return Reject(context, s);
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(scheduler_.ranks().Report(*request)));
+  reactor->Finish(ToGrpcStatus(scheduler_.Report(*request)));
   return reactor;
 }
 

@@ -8,7 +8,7 @@
 //
 // Example (inside a CallbackService handler):
 //   auto* reactor = new DeferredReactor<v1::JoinResponse>(response);
-//   scheduler.ranks().Join(*request, deadline, reactor->Completion());
+//   scheduler.Join(*request, deadline, reactor->Completion());
 //   return reactor;
 #ifndef CHORUS_COORDINATOR_SERVICE_DEFERRED_REACTOR_H_
 #define CHORUS_COORDINATOR_SERVICE_DEFERRED_REACTOR_H_

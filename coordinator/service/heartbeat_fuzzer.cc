@@ -88,7 +88,7 @@ void Run(FuzzInput& in) {
     hello.set_host("node-a");
     hello.set_slots(world);
     const std::string agent =
-        OrDie(scheduler.agents().AddAgent(hello, [](const v1::CoordinatorMessage&) {}), "agent");
+        OrDie(scheduler.AddAgent(hello, [](const v1::CoordinatorMessage&) {}), "agent");
     int joined = 0;
     for (int slot = 0; slot < world; ++slot) {
       v1::JoinRequest join;
@@ -97,8 +97,8 @@ void Run(FuzzInput& in) {
       join.set_slot(slot);
       join.set_generation(1);
       join.set_pid(100 + slot);
-      scheduler.ranks().Join(join, clock.Now() + absl::Seconds(60),
-                             [&joined](absl::StatusOr<v1::JoinResponse> r) { joined += r.ok(); });
+      scheduler.Join(join, clock.Now() + absl::Seconds(60),
+                     [&joined](absl::StatusOr<v1::JoinResponse> r) { joined += r.ok(); });
     }
     if (joined != world) Fail("the ranks could not join");
 
@@ -112,7 +112,7 @@ void Run(FuzzInput& in) {
       const bool running = OrDie(jobs->Get(job), "job").state() == v1::Job::RUNNING;
       const bool expected = running && hb.job_id() == job && hb.generation() == 1 &&
                             hb.rank() >= 0 && hb.rank() < world;
-      if (scheduler.ranks().Heartbeat(hb) != expected) {
+      if (scheduler.Heartbeat(hb) != expected) {
         Fail(absl::StrCat("Heartbeat ", expected ? "refused" : "accepted", " rank ", hb.rank(),
                           " generation ", hb.generation(), " of ", hb.job_id()));
       }

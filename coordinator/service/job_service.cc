@@ -286,7 +286,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext*
       !caller.ok()) {
     return Reject(context, caller.status());
   }
-  return Answer(context, scheduler_.jobs().Cancel(request->job_id(), request->reason()),
+  return Answer(context, scheduler_.Cancel(request->job_id(), request->reason()),
                 [response](const v1::Job& job) { *response->mutable_job() = job; });
 }
 
@@ -303,7 +303,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::CheckpointJob(grpc::CallbackServerCont
         checkpoints_->List(request->job_id());
     if (list.ok() && !list->empty()) newest = list->back().step();
   }
-  absl::StatusOr<int64_t> step = scheduler_.jobs().RequestCheckpoint(request->job_id());
+  absl::StatusOr<int64_t> step = scheduler_.RequestCheckpoint(request->job_id());
   return Answer(context, step, [response, newest](int64_t s) {
     response->set_step(s);
     response->set_newest_checkpoint_step(newest);
@@ -339,7 +339,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::DrainAgent(grpc::CallbackServerContext
   if (absl::Status s = auth_.Check(context->client_metadata(), Role::kAdmin); !s.ok()) {
     return Reject(context, s);
   }
-  return Answer(context, scheduler_.agents().DrainAgent(request->agent()),
+  return Answer(context, scheduler_.DrainAgent(request->agent()),
                 [response](const v1::AgentInfo& agent) { *response->mutable_agent() = agent; });
 }
 

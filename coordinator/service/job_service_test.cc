@@ -204,7 +204,7 @@ TEST_F(JobServiceTest, JobsNoAgentCanHoldAreRefusedOnceAgentsAreKnown) {
   hello.set_host("node-a");
   hello.set_slots(2);
   hello.set_memory_bytes(16'000'000'000);
-  ASSERT_TRUE(scheduler_->agents().AddAgent(hello, [](const v1::CoordinatorMessage&) {}).ok());
+  ASSERT_TRUE(scheduler_->AddAgent(hello, [](const v1::CoordinatorMessage&) {}).ok());
   v1::SubmitJobResponse response;
   grpc::Status refused = Submit(kHuge, &response);
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
@@ -226,7 +226,7 @@ TEST_F(JobServiceTest, JobsNoAgentCanHoldAreRefusedOnceAgentsAreKnown) {
   EXPECT_TRUE(Submit("model { mlp {} } data { synthetic {} }", &response).ok());
   hello.set_host("node-b");
   hello.set_memory_bytes(0);
-  ASSERT_TRUE(scheduler_->agents().AddAgent(hello, [](const v1::CoordinatorMessage&) {}).ok());
+  ASSERT_TRUE(scheduler_->AddAgent(hello, [](const v1::CoordinatorMessage&) {}).ok());
   EXPECT_TRUE(Submit(kHuge, &response).ok());
 }
 

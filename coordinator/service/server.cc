@@ -387,7 +387,7 @@ absl::Status CoordinatorServer::BuildServices(const ServerOptions& options) {
   // Jobs that were running when the coordinator stopped are taken back; their
   // agents reconnect with the ranks they kept running.
   ASSIGN_OR_RETURN(std::vector<v1::Job> running_jobs, jobs_->List({v1::Job::RUNNING}, 0));
-  scheduler_->jobs().Recover(std::move(running_jobs), options.recovery_grace);
+  scheduler_->Recover(std::move(running_jobs), options.recovery_grace);
   job_service_ = std::make_unique<JobServiceImpl>(*jobs_, *scheduler_, *auth_, checkpoints_.get());
   checkpoint_uploads_ = std::make_unique<CheckpointUploads>(
       *checkpoints_,

@@ -1,0 +1,104 @@
+#include "coordinator/scheduling/rank_messages.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace chorus {
+
+HeartbeatAnswer RecordHeartbeat(RunningJob& run, const v1::RankHeartbeat& heartbeat, absl::Time now,
+                                bool via_agent) {
+  HeartbeatAnswer answer;
+  if (run.elastic && heartbeat.generation() == run.generation() - 1) {
+    // Note [A survivor that does not join]: heard, though not joined yet.
+    const std::vector<int>& now_rank = run.rank_of_survivor;
+    if (heartbeat.rank() >= 0 && heartbeat.rank() < static_cast<int>(now_rank.size()) &&
+        now_rank[heartbeat.rank()] >= 0) {
+      run.ranks[now_rank[heartbeat.rank()]].heard_at = now;
+    }
+  }
+  if (run.elastic && heartbeat.generation() < run.generation()) {
+    answer.directive.set_kind(v1::Directive::RE_RENDEZVOUS);
+    answer.directive.set_generation(run.generation());
+    answer.directive.set_reason(run.history.empty() ? "" : run.history.back());
+    return answer;
+  }
+  if (!run.HasRank(heartbeat.generation(), heartbeat.rank())) return answer;
+  answer.live = true;
+  RankState& rank = run.ranks[heartbeat.rank()];
+  rank.last_heartbeat = heartbeat;
+  rank.heartbeat_at = now;
+  rank.heard_at = now;
+  rank.heartbeats_via_agent = via_agent;
+  if (heartbeat.phase() == v1::FINISHED && !rank.stopping && rank.evicted.empty()) {
+    rank.finished = true;
+  }
+  // Note [Restart-all]: the program re-forms in its own process.
+  if (heartbeat.reforms_in_process()) run.reforms_in_process = true;
+  if (run.phase.planned().has_value() && run.phase.waiting() == nullptr && run.Formed()) {
+    answer.directive.set_kind(v1::Directive::REFORM_AT_STEP_BOUNDARY);
+    answer.directive.set_generation(run.generation() + 1);
+    answer.directive.set_reason(run.phase.planned()->cause);
+    answer.directive.set_world_size(run.phase.planned()->world.value_or(0));
+  }
+  // Note [Re-queue]: a job preempted to go back to the queue.
+  if (run.requeue.active()) {
+    answer.directive.set_kind(v1::Directive::CHECKPOINT_AND_HOLD);
+    answer.directive.set_reason(run.requeue.cause());
+  }
+  // A program job sends no metrics along the way: rank 0's heartbeats carry
+  // the program's progress records.
+  answer.progress = run.program && heartbeat.rank() == 0 && heartbeat.step() > 0;
+  return answer;
+}
+
+JoinAnswer AnswerJoin(const RunningJob& run, const v1::JoinRequest& request) {
+  JoinAnswer answer;
+  const std::string& job_id = request.job_id();
+  if (run.leaving.departing(request.agent_id(), request.slot())) {
+    // A rank on a draining agent, at the step boundary: it leaves.
+    answer.kind = JoinAnswer::Kind::kLeave;
+    return answer;
+  }
+  if (run.elastic && request.generation() > run.generation()) {
+    // A survivor of the current generation: its communicator failed before
+    // the coordinator heard why (docs/elastic.md).
+    answer.refusal = absl::UnavailableError(absl::StrCat(
+        "generation ", request.generation(), " of job ", job_id,
+        " has not formed yet (the current one is ", run.generation(), "); join again shortly"));
+    return answer;
+  }
+  // An elastic job's rank of an older generation whose slot is still the
+  // job's joins the current one (a newcomer launched for a generation that
+  // another failure superseded).
+  if (absl::Status current = run.rendezvous.CheckGeneration(request.generation());
+      !current.ok() && !run.elastic) {
+    answer.refusal = std::move(current);
+    return answer;
+  }
+  const int rank =
+      run.RankOfJoin(request.agent_id(), request.slot(), request.pid(), request.host());
+  if (rank < 0 && run.AwaitingRanks()) {
+    // Note [Elastic restart], Note [Agent reconnect grace]: its agent has
+    // not reconnected yet.
+    answer.refusal = absl::UnavailableError(
+        absl::StrCat("job ", job_id, " is taking back its ranks ",
+                     run.wait_cause.lost_agents.empty() ? "after a coordinator restart"
+                                                        : "from agents that lost contact",
+                     "; join again shortly"));
+  } else if (rank < 0) {
+    answer.refusal = absl::NotFoundError(absl::StrCat(
+        "job ", job_id, " has no rank on ", request.agent_id(), " slot ", request.slot()));
+  } else {
+    answer.kind = JoinAnswer::Kind::kJoin;
+    answer.rank = rank;
+  }
+  return answer;
+}
+
+bool StartsPlannedChange(const RunningJob& run, const v1::JoinRequest& request) {
+  return run.elastic && run.phase.planned().has_value() && run.phase.waiting() == nullptr &&
+         !run.AwaitingRanks() && request.generation() == run.generation() + 1 && run.Formed();
+}
+
+}  // namespace chorus

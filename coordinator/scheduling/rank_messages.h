@@ -1,0 +1,84 @@
+// What a running job makes of its ranks' messages, as transitions of its
+// own state that return what the Scheduler is to do:
+//   RecordHeartbeat  a heartbeat is recorded on its rank; the answer says
+//                    whether the rank's stream stays and which directive it
+//                    gets (RE_RENDEZVOUS, REFORM_AT_STEP_BOUNDARY,
+//                    CHECKPOINT_AND_HOLD);
+//   AnswerJoin       a Join is refused (and why), told to leave, or joins
+//                    as a rank of the current generation;
+//   StartsPlannedChange
+//                    the Join that reaches a planned change's step boundary
+//                    first, which starts the change.
+// The Scheduler finds the job, applies the answer (records metrics, sends
+// directives, joins the rendezvous) and handles messages for jobs that do
+// not run here.
+//
+// Thread-safety: none; the Scheduler holds its lock around every call.
+//
+// Example:
+//   HeartbeatAnswer answer = RecordHeartbeat(run, heartbeat, clock.Now(), false);
+//   if (answer.directive.kind() != v1::Directive::KIND_UNSPECIFIED) ...
+#ifndef CHORUS_COORDINATOR_SCHEDULING_RANK_MESSAGES_H_
+#define CHORUS_COORDINATOR_SCHEDULING_RANK_MESSAGES_H_
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "chorus/v1/coordinator.pb.h"
+#include "coordinator/scheduling/running_job.h"
+
+namespace chorus {
+
+struct HeartbeatAnswer {
+  // The rank is one of the current generation: its heartbeat was recorded
+  // and its stream stays open.
+  bool live = false;
+  // KIND_UNSPECIFIED: none.
+  v1::Directive directive;
+  // Rank 0 of a program job past step 0: the heartbeat carries the
+  // program's progress, which becomes the job's latest metrics.
+  bool progress = false;
+};
+
+// `heartbeat` from a rank of `run` at `now`; `via_agent`: it came in its
+// agent's batch (Note [A silent agent's ranks] in hang_detector.h).
+// - A survivor of the previous generation that has not joined the current
+//   one yet is heard (Note [A survivor that does not join]) and, for an
+//   elastic job, told to RE_RENDEZVOUS to the current generation.
+// - A rank of the current generation has its heartbeat recorded: a FINISHED
+//   phase marks it finished unless it was told to stop; one of a program
+//   that re-forms in its own process says so (Note [Restart-all]). It is
+//   told to REFORM_AT_STEP_BOUNDARY while a planned change waits for its
+//   step boundary, and to CHECKPOINT_AND_HOLD while the job waits for a
+//   checkpoint to go back to the queue (Note [Re-queue]).
+// - Any other heartbeat is not live and gets no directive.
+HeartbeatAnswer RecordHeartbeat(RunningJob& run, const v1::RankHeartbeat& heartbeat, absl::Time now,
+                                bool via_agent);
+
+struct JoinAnswer {
+  enum class Kind {
+    kJoin,    // `rank` joins the current generation's rendezvous
+    kLeave,   // a departing rank at its step boundary: answered with leave
+    kRefuse,  // answered with `refusal`
+  };
+  Kind kind = Kind::kRefuse;
+  int rank = -1;
+  absl::Status refusal;
+};
+
+// A Join of `request` for `run` (staged newcomers and planned changes are
+// handled before): a departing rank leaves; a survivor asking for a
+// generation not formed yet, a rank the job is still taking back after a
+// restart or a lost agent (UNAVAILABLE: join again), a stale generation of
+// a job that is not elastic (FAILED_PRECONDITION), and a slot where the job
+// has no rank (NOT_FOUND) are refused; any other joins as its rank.
+JoinAnswer AnswerJoin(const RunningJob& run, const v1::JoinRequest& request);
+
+// Whether `request` is the first Join at the step boundary of `run`'s
+// planned change: the job is elastic and formed, a change is planned and
+// not waiting for slots, no rank is being taken back, and the Join is for
+// the next generation.
+bool StartsPlannedChange(const RunningJob& run, const v1::JoinRequest& request);
+
+}  // namespace chorus
+
+#endif  // CHORUS_COORDINATOR_SCHEDULING_RANK_MESSAGES_H_

@@ -1,0 +1,246 @@
+#include "coordinator/scheduling/rank_messages.h"
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+
+namespace chorus {
+namespace {
+
+const absl::Time kNow = absl::FromUnixSeconds(1000);
+
+// Generation 2 of an elastic job: rank 0 on agent-1 slot 0, rank 1 on
+// agent-1 slot 1.
+v1::Job ElasticJob(bool program = false) {
+  v1::Job job;
+  job.set_job_id("job-000001");
+  job.mutable_spec()->mutable_elastic();
+  if (program) job.mutable_spec()->mutable_program()->add_argv("/usr/bin/python3");
+  return job;
+}
+
+RunningJob RunOf(const v1::Job& job) {
+  RunningJob run(job, 2, /*generation=*/2);
+  run.ranks.push_back(RankState::At({"agent-1", 0, 0, 2}));
+  run.ranks.push_back(RankState::At({"agent-1", 1, 1, 2}));
+  run.history.push_back("generation 2: rank 1 replaced");
+  return run;
+}
+
+void Form(RunningJob& run) {
+  Rendezvous::Answers answers;
+  for (int rank = 0; rank < 2; ++rank) {
+    run.rendezvous.Join(
+        rank, kNow + absl::Seconds(10), [](absl::StatusOr<v1::JoinResponse>) {},
+        [](int) { return v1::JoinResponse(); }, answers);
+  }
+  ASSERT_TRUE(run.Formed());
+}
+
+v1::RankHeartbeat Beat(int64_t generation, int rank) {
+  v1::RankHeartbeat heartbeat;
+  heartbeat.set_job_id("job-000001");
+  heartbeat.set_generation(generation);
+  heartbeat.set_rank(rank);
+  return heartbeat;
+}
+
+// Each row: the job's state, a heartbeat, and what the answer and the
+// rank's record must be.
+TEST(RecordHeartbeatTest, EachHeartbeatsAnswerAndRecord) {
+  struct Row {
+    const char* name;
+    std::function<void(RunningJob&)> prepare;
+    v1::RankHeartbeat heartbeat;
+    bool live;
+    v1::Directive::Kind directive;
+    int64_t directive_generation;
+    const char* reason;  // contained in the directive's reason
+    bool finished;       // rank 0's record
+    bool progress;
+  };
+  v1::RankHeartbeat finished = Beat(2, 0);
+  finished.set_phase(v1::FINISHED);
+  v1::RankHeartbeat stepped = Beat(2, 0);
+  stepped.set_step(5);
+  const auto none = [](RunningJob&) {};
+  const std::vector<Row> rows = {
+      {"current generation, steady", none, Beat(2, 0), true, v1::Directive::KIND_UNSPECIFIED, 0, "",
+       false, false},
+      {"older generation of an elastic job", none, Beat(1, 0), false, v1::Directive::RE_RENDEZVOUS,
+       2, "rank 1 replaced", false, false},
+      {"a rank the generation does not have", none, Beat(2, 2), false,
+       v1::Directive::KIND_UNSPECIFIED, 0, "", false, false},
+      {"a newer generation", none, Beat(3, 0), false, v1::Directive::KIND_UNSPECIFIED, 0, "", false,
+       false},
+      {"FINISHED", none, finished, true, v1::Directive::KIND_UNSPECIFIED, 0, "", true, false},
+      {"FINISHED after it was told to stop", [](RunningJob& run) { run.ranks[0].stopping = true; },
+       finished, true, v1::Directive::KIND_UNSPECIFIED, 0, "", false, false},
+      {"FINISHED after its eviction", [](RunningJob& run) { run.ranks[0].evicted = "silent"; },
+       finished, true, v1::Directive::KIND_UNSPECIFIED, 0, "", false, false},
+      {"a planned change, formed",
+       [](RunningJob& run) {
+         Form(run);
+         run.phase.Plan({"agent-2 is draining", ReformKind::kDrain, 1});
+       },
+       Beat(2, 1), true, v1::Directive::REFORM_AT_STEP_BOUNDARY, 3, "agent-2 is draining", false,
+       false},
+      {"a planned change, not formed yet",
+       [](RunningJob& run) {
+         run.phase.Plan({"grow", ReformKind::kScaleUp, 4});
+       },
+       Beat(2, 1), true, v1::Directive::KIND_UNSPECIFIED, 0, "", false, false},
+      {"a planned change waiting for slots",
+       [](RunningJob& run) {
+         Form(run);
+         run.phase.Plan({"grow", ReformKind::kScaleUp, 4});
+         run.phase.BeginWaiting("below min_ranks", ReformKind::kRankLost, kNow,
+                                kNow + absl::Seconds(30));
+       },
+       Beat(2, 1), true, v1::Directive::KIND_UNSPECIFIED, 0, "", false, false},
+      {"waiting for a checkpoint to go back to the queue",
+       [](RunningJob& run) {
+         run.requeue.Begin("preempted by job-000007", 10, 0, kNow, absl::Seconds(60));
+       },
+       Beat(2, 1), true, v1::Directive::CHECKPOINT_AND_HOLD, 0, "preempted by job-000007", false,
+       false},
+  };
+  for (const Row& row : rows) {
+    SCOPED_TRACE(row.name);
+    RunningJob run = RunOf(ElasticJob());
+    row.prepare(run);
+    const HeartbeatAnswer answer = RecordHeartbeat(run, row.heartbeat, kNow, /*via_agent=*/false);
+    EXPECT_EQ(answer.live, row.live);
+    EXPECT_EQ(answer.directive.kind(), row.directive);
+    EXPECT_EQ(answer.directive.generation(), row.directive_generation);
+    EXPECT_TRUE(absl::StrContains(answer.directive.reason(), row.reason))
+        << answer.directive.reason();
+    EXPECT_EQ(run.ranks[0].finished, row.finished);
+    EXPECT_EQ(answer.progress, row.progress);
+    // A live heartbeat is its rank's last.
+    const int rank = row.heartbeat.rank();
+    if (row.live) {
+      EXPECT_EQ(run.ranks[rank].heartbeat_at, kNow);
+      EXPECT_EQ(run.ranks[rank].heard_at, kNow);
+    } else if (rank < 2) {
+      EXPECT_EQ(run.ranks[rank].heartbeat_at, absl::InfinitePast());
+    }
+  }
+}
+
+TEST(RecordHeartbeatTest, AJobThatIsNotElasticSendsNoRendezvousDirective) {
+  v1::Job job = ElasticJob();
+  job.mutable_spec()->clear_elastic();
+  RunningJob run = RunOf(job);
+  const HeartbeatAnswer answer = RecordHeartbeat(run, Beat(1, 0), kNow, false);
+  EXPECT_FALSE(answer.live);
+  EXPECT_EQ(answer.directive.kind(), v1::Directive::KIND_UNSPECIFIED);
+}
+
+// Note [A survivor that does not join]: a survivor's heartbeat of the
+// previous generation counts as heard for the rank it has now.
+TEST(RecordHeartbeatTest, ASurvivorNotJoinedYetIsHeardUnderItsNewRank) {
+  RunningJob run = RunOf(ElasticJob());
+  run.rank_of_survivor = {1, -1};  // old rank 0 is rank 1 now; old rank 1 left
+  RecordHeartbeat(run, Beat(1, 0), kNow, false);
+  EXPECT_EQ(run.ranks[1].heard_at, kNow);
+  EXPECT_EQ(run.ranks[0].heard_at, absl::InfinitePast());
+  RecordHeartbeat(run, Beat(1, 1), kNow + absl::Seconds(1), false);
+  EXPECT_EQ(run.ranks[0].heard_at, absl::InfinitePast());
+}
+
+TEST(RecordHeartbeatTest, AProgramsRankZeroCarriesProgressAndSaysItReformsInProcess) {
+  RunningJob run = RunOf(ElasticJob(/*program=*/true));
+  v1::RankHeartbeat beat = Beat(2, 0);
+  beat.set_step(7);
+  beat.set_reforms_in_process(true);
+  HeartbeatAnswer answer = RecordHeartbeat(run, beat, kNow, /*via_agent=*/true);
+  EXPECT_TRUE(answer.progress);
+  EXPECT_TRUE(run.reforms_in_process);
+  EXPECT_TRUE(run.ranks[0].heartbeats_via_agent);
+  beat.set_rank(1);
+  EXPECT_FALSE(RecordHeartbeat(run, beat, kNow, false).progress);
+  beat.set_rank(0);
+  beat.set_step(0);
+  EXPECT_FALSE(RecordHeartbeat(run, beat, kNow, false).progress);
+}
+
+v1::JoinRequest JoinOf(int64_t generation, int slot, const std::string& agent = "agent-1") {
+  v1::JoinRequest request;
+  request.set_job_id("job-000001");
+  request.set_generation(generation);
+  request.set_agent_id(agent);
+  request.set_slot(slot);
+  request.set_host("node-a");
+  return request;
+}
+
+TEST(AnswerJoinTest, EachJoinsAnswer) {
+  struct Row {
+    const char* name;
+    bool elastic;
+    std::function<void(RunningJob&)> prepare;
+    v1::JoinRequest request;
+    JoinAnswer::Kind kind;
+    int rank;
+    absl::StatusCode code;
+    const char* message;  // contained in the refusal
+  };
+  const auto none = [](RunningJob&) {};
+  const std::vector<Row> rows = {
+      {"a rank of the current generation", true, none, JoinOf(2, 1), JoinAnswer::Kind::kJoin, 1,
+       absl::StatusCode::kOk, ""},
+      {"a departing rank leaves", true, [](RunningJob& run) { run.leaving.Depart("agent-1", 1); },
+       JoinOf(3, 1), JoinAnswer::Kind::kLeave, -1, absl::StatusCode::kOk, ""},
+      {"a survivor ahead of its generation", true, none, JoinOf(3, 0), JoinAnswer::Kind::kRefuse,
+       -1, absl::StatusCode::kUnavailable, "generation 3 of job job-000001 has not formed yet"},
+      {"an older generation of an elastic job joins the current one", true, none, JoinOf(1, 0),
+       JoinAnswer::Kind::kJoin, 0, absl::StatusCode::kOk, ""},
+      {"an older generation of a job that is not elastic", false, none, JoinOf(1, 0),
+       JoinAnswer::Kind::kRefuse, -1, absl::StatusCode::kFailedPrecondition, ""},
+      {"a slot where the job has no rank", true, none, JoinOf(2, 5), JoinAnswer::Kind::kRefuse, -1,
+       absl::StatusCode::kNotFound, "has no rank on agent-1 slot 5"},
+      {"a rank taken back after a restart, its agent not back yet", true,
+       [](RunningJob& run) { run.ranks[1].agent_id.clear(); }, JoinOf(2, 1, "agent-7"),
+       JoinAnswer::Kind::kRefuse, -1, absl::StatusCode::kUnavailable,
+       "is taking back its ranks after a coordinator restart"},
+      {"a rank of an agent that lost contact", true,
+       [](RunningJob& run) {
+         run.ranks[1].agent_id.clear();
+         run.wait_cause.lost_agents.push_back({"agent-1", "node-a", {1}, absl::Seconds(5)});
+       },
+       JoinOf(2, 1, "agent-7"), JoinAnswer::Kind::kRefuse, -1, absl::StatusCode::kUnavailable,
+       "from agents that lost contact"},
+  };
+  for (const Row& row : rows) {
+    SCOPED_TRACE(row.name);
+    v1::Job job = ElasticJob();
+    if (!row.elastic) job.mutable_spec()->clear_elastic();
+    RunningJob run = RunOf(job);
+    row.prepare(run);
+    const JoinAnswer answer = AnswerJoin(run, row.request);
+    EXPECT_EQ(answer.kind, row.kind);
+    EXPECT_EQ(answer.rank, row.rank);
+    EXPECT_EQ(answer.refusal.code(), row.code) << answer.refusal;
+    EXPECT_TRUE(absl::StrContains(answer.refusal.message(), row.message)) << answer.refusal;
+  }
+}
+
+TEST(StartsPlannedChangeTest, OnlyTheNextGenerationsJoinOfAFormedJobWithAPlan) {
+  RunningJob run = RunOf(ElasticJob());
+  EXPECT_FALSE(StartsPlannedChange(run, JoinOf(3, 0)));  // no plan
+  run.phase.Plan({"grow", ReformKind::kScaleUp, 3});
+  EXPECT_FALSE(StartsPlannedChange(run, JoinOf(3, 0)));  // not formed
+  Form(run);
+  EXPECT_TRUE(StartsPlannedChange(run, JoinOf(3, 0)));
+  EXPECT_FALSE(StartsPlannedChange(run, JoinOf(2, 0)));  // the current generation
+  run.ranks[1].agent_id.clear();                         // being taken back
+  EXPECT_FALSE(StartsPlannedChange(run, JoinOf(3, 0)));
+}
+
+}  // namespace
+}  // namespace chorus
