@@ -1,6 +1,8 @@
 #include "coordinator/scheduling/cluster_state.h"
 
 #include <algorithm>
+#include <iterator>
+#include <utility>
 
 namespace chorus {
 
@@ -31,6 +33,105 @@ v1::AgentInfo ClusterState::AgentInfo(const std::string& agent_id) const {
                  : busy > 0       ? v1::AgentInfo::DRAINING
                                   : v1::AgentInfo::DRAINED);
   return info;
+}
+
+std::vector<QueueEntry> ClusterState::RefreshQueue(const JobManager& jobs,
+                                                   const std::map<std::string, int>& settling) {
+  const std::vector<std::string> ids = jobs.PendingJobIds();
+  std::vector<QueueEntry> queued;
+  queued.reserve(ids.size());
+  auto cached = queue_entries.begin();
+  std::map<std::string, QueueEntry> kept;
+  for (const std::string& id : ids) {
+    // Note [The scheduler's writes after its lock]: the store may not show
+    // yet that it started or ended.
+    if (running.count(id) != 0 || settling.count(id) != 0) continue;
+    // Both are sorted by id: walk the cache alongside.
+    while (cached != queue_entries.end() && cached->first < id) ++cached;
+    if (cached != queue_entries.end() && cached->first == id) {
+      queued.push_back(cached->second);
+    } else {
+      absl::StatusOr<v1::Job> job = jobs.Get(id);
+      if (!job.ok()) continue;  // ended since it was listed
+      QueueEntry& entry = queued.emplace_back();
+      entry.job = ToQueuedJob(id, job->spec());
+      entry.owner = job->owner();
+      entry.priority = PriorityOf(job->spec());
+    }
+    kept.emplace_hint(kept.end(), id, queued.back());
+  }
+  queue_entries = std::move(kept);
+  return queued;
+}
+
+void ClusterState::AdvanceFairShare(absl::Time now) {
+  std::map<std::string, int> held;
+  for (const auto& [job_id, run] : running) held[run.owner] += static_cast<int>(run.ranks.size());
+  fair_share.Advance(now, held);
+}
+
+std::vector<AgentSlots> ClusterState::UnreservedSlots() const {
+  std::vector<AgentSlots> free = agents.FreeSlots();
+  for (AgentSlots& agent : free) {
+    auto reserved = plan.reserved.find(agent.agent_id);
+    if (reserved == plan.reserved.end()) continue;
+    std::vector<int> left;
+    std::set_difference(agent.free_slots.begin(), agent.free_slots.end(), reserved->second.begin(),
+                        reserved->second.end(), std::back_inserter(left));
+    agent.free_slots = std::move(left);
+  }
+  return free;
+}
+
+QueuedJob ClusterState::QuotaCapped(const std::string& job_id, const v1::JobSpec& spec,
+                                    const RunningJob& run) const {
+  QueuedJob job = ToQueuedJob(job_id, spec);
+  const UserLimits& limits = policy.For(run.owner);
+  auto quota = limits.max_slots.find(run.device);
+  if (quota == limits.max_slots.end()) return job;
+  int others = 0;  // the owner's slots in other jobs
+  for (const auto& [id, other] : running) {
+    if (id != job_id && other.owner == run.owner && other.device == run.device) {
+      others += static_cast<int>(other.ranks.size());
+    }
+  }
+  // Never below what it runs with now (a quota lowered meanwhile does not
+  // shrink it), nor below min_ranks.
+  const int most = std::max(
+      {job.resources.min_ranks(), quota->second - others, static_cast<int>(run.ranks.size())});
+  job.resources.set_max_ranks(std::min(job.resources.max_ranks(), most));
+  return job;
+}
+
+std::vector<ElasticRun> ClusterState::Preemptible() const {
+  std::vector<ElasticRun> runs;
+  for (const auto& [job_id, run] : running) {
+    if (!run.elastic || run.RestartsAll() || !run.Steady() || !run.leaving.empty()) {
+      continue;
+    }
+    ElasticRun& e = runs.emplace_back();
+    e.job_id = job_id;
+    e.priority = run.priority;
+    e.device = run.device;
+    e.min_ranks = run.min_ranks;
+    e.ranks = run.Slots();
+  }
+  return runs;
+}
+
+std::vector<RequeueRun> ClusterState::Requeueable() const {
+  std::vector<RequeueRun> runs;
+  for (const auto& [job_id, run] : running) {
+    if (run.elastic || run.requeue.active() || !run.Steady()) continue;
+    RequeueRun& r = runs.emplace_back();
+    r.job_id = job_id;
+    r.priority = run.priority;
+    r.device = run.device;
+    r.checkpointable = !run.program;
+    r.preemptible = run.preemptible;
+    r.ranks = run.Slots();
+  }
+  return runs;
 }
 
 }  // namespace chorus

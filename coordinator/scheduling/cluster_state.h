@@ -16,6 +16,7 @@
 #include <map>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -23,9 +24,12 @@
 #include "chorus/v1/coordinator.pb.h"
 #include "coordinator/scheduling/agent_registry.h"
 #include "coordinator/scheduling/fair_share.h"
+#include "coordinator/scheduling/placement.h"
+#include "coordinator/scheduling/preemption.h"
 #include "coordinator/scheduling/queue_plan.h"
 #include "coordinator/scheduling/running_job.h"
 #include "coordinator/scheduling/scheduling_policy.h"
+#include "coordinator/state/job_manager.h"
 
 namespace chorus {
 
@@ -40,6 +44,32 @@ struct ClusterState {
   // The agent's slots, state (ACTIVE, DRAINING, DRAINED) and the running
   // jobs with ranks on it; empty for an unknown agent.
   v1::AgentInfo AgentInfo(const std::string& agent_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // The agents' free slots less those the queue's reservations hold (Note
+  // [Reservation] in queue_plan.h): what running elastic jobs may grow onto.
+  std::vector<AgentSlots> UnreservedSlots() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // `job_id` (running as `run`) as a re-formation plans it: its max_ranks
+  // capped so that its owner's quota on its device holds, counting its own
+  // current ranks as in use; never below its current ranks or min_ranks.
+  QueuedJob QuotaCapped(const std::string& job_id, const v1::JobSpec& spec,
+                        const RunningJob& run) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Running elastic jobs that may give up ranks now (Note [Preemption by
+  // shrinking] in preemption.h): steady, none leaving, not a restart-all.
+  std::vector<ElasticRun> Preemptible() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Running jobs that are not elastic and may go back to the queue now
+  // (Note [Re-queue] in scheduler_requeue.cc): steady, none on its way.
+  std::vector<RequeueRun> Requeueable() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+
+  // Counts every running job's slots into its owner's fair share up to
+  // `now`.
+  void AdvanceFairShare(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // The PENDING jobs in submit order as the plan sees them, from `jobs`
+  // less those running here or whose start or end is being written
+  // (`settling`: Note [The scheduler's writes after its lock] in
+  // scheduler.h). Entries are kept in queue_entries between calls, so a
+  // job's record is read once while it waits.
+  std::vector<QueueEntry> RefreshQueue(const JobManager& jobs,
+                                       const std::map<std::string, int>& settling)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   mutable absl::Mutex mu;
   AgentRegistry agents ABSL_GUARDED_BY(mu);

@@ -18,30 +18,6 @@
 
 namespace chorus {
 
-void Scheduler::Outbox::Flush() {
-  writes.Run();
-  for (auto& [send, message] : messages) send(message);
-  std::vector<std::string> unrecorded;
-  for (Launch& launch : launches) {
-    if (!*launch.recorded) {
-      unrecorded.push_back(launch.job_id);
-      continue;
-    }
-    for (auto& [send, message] : launch.messages) send(message);
-  }
-  for (auto& [done, result] : joins) done(std::move(result));
-  messages.clear();
-  launches.clear();
-  joins.clear();
-  agent_joins.Send();  // what the joins above recorded for agents
-  if (settling.empty() && unrecorded.empty() && !requeued) return;
-  const std::vector<std::string> settled = std::move(settling);
-  settling.clear();
-  const bool place_requeued = requeued;
-  requeued = false;
-  scheduler.AfterWrites(settled, unrecorded, place_requeued);
-}
-
 void Scheduler::AfterWrites(const std::vector<std::string>& settled,
                             const std::vector<std::string>& unrecorded, bool requeued) {
   Outbox out(*this);
@@ -382,12 +358,12 @@ void Scheduler::ScheduleLocked(Outbox& out) {
 }
 
 bool Scheduler::PlaceQueuedLocked(Outbox& out) {
-  AdvanceFairShareLocked();
+  state_.AdvanceFairShare(clock_->Now());
   // A job that cannot resume fails without taking its slots: place again.
   for (bool replan = true; replan;) {
     replan = false;
-    state_.plan =
-        PlanQueue(QueuedLocked(), state_.agents.FreeSlots(), state_.Usage(), state_.policy);
+    state_.plan = PlanQueue(state_.RefreshQueue(jobs_, settling_), state_.agents.FreeSlots(),
+                            state_.Usage(), state_.policy);
     for (const JobPlacement& placement : state_.plan.placed) {
       absl::StatusOr<v1::Job> job = jobs_.Get(placement.job_id);
       if (!job.ok()) {
@@ -407,74 +383,6 @@ bool Scheduler::PlaceQueuedLocked(Outbox& out) {
     }
   }
   return true;
-}
-
-std::vector<QueueEntry> Scheduler::QueuedLocked() {
-  const std::vector<std::string> ids = jobs_.PendingJobIds();
-  std::vector<QueueEntry> queued;
-  queued.reserve(ids.size());
-  auto cached = state_.queue_entries.begin();
-  std::map<std::string, QueueEntry> kept;
-  for (const std::string& id : ids) {
-    // Note [The scheduler's writes after its lock]: the store may not show
-    // yet that it started or ended.
-    if (state_.running.count(id) != 0 || settling_.count(id) != 0) continue;
-    // Both are sorted by id: walk the cache alongside.
-    while (cached != state_.queue_entries.end() && cached->first < id) ++cached;
-    if (cached != state_.queue_entries.end() && cached->first == id) {
-      queued.push_back(cached->second);
-    } else {
-      absl::StatusOr<v1::Job> job = jobs_.Get(id);
-      if (!job.ok()) continue;  // ended since it was listed
-      QueueEntry& entry = queued.emplace_back();
-      entry.job = ToQueuedJob(id, job->spec());
-      entry.owner = job->owner();
-      entry.priority = PriorityOf(job->spec());
-    }
-    kept.emplace_hint(kept.end(), id, queued.back());
-  }
-  state_.queue_entries = std::move(kept);
-  return queued;
-}
-
-void Scheduler::AdvanceFairShareLocked() {
-  std::map<std::string, int> held;
-  for (const auto& [job_id, run] : state_.running)
-    held[run.owner] += static_cast<int>(run.ranks.size());
-  state_.fair_share.Advance(clock_->Now(), held);
-}
-
-std::vector<AgentSlots> Scheduler::UnreservedSlotsLocked() const {
-  std::vector<AgentSlots> free = state_.agents.FreeSlots();
-  for (AgentSlots& agent : free) {
-    auto reserved = state_.plan.reserved.find(agent.agent_id);
-    if (reserved == state_.plan.reserved.end()) continue;
-    std::vector<int> left;
-    std::set_difference(agent.free_slots.begin(), agent.free_slots.end(), reserved->second.begin(),
-                        reserved->second.end(), std::back_inserter(left));
-    agent.free_slots = std::move(left);
-  }
-  return free;
-}
-
-QueuedJob Scheduler::QuotaCappedLocked(const std::string& job_id, const v1::JobSpec& spec,
-                                       const RunningJob& run) const {
-  QueuedJob job = ToQueuedJob(job_id, spec);
-  const UserLimits& limits = state_.policy.For(run.owner);
-  auto quota = limits.max_slots.find(run.device);
-  if (quota == limits.max_slots.end()) return job;
-  int others = 0;  // the owner's slots in other jobs
-  for (const auto& [id, other] : state_.running) {
-    if (id != job_id && other.owner == run.owner && other.device == run.device) {
-      others += static_cast<int>(other.ranks.size());
-    }
-  }
-  // Never below what it runs with now (a quota lowered meanwhile does not
-  // shrink it), nor below min_ranks.
-  const int most = std::max(
-      {job.resources.min_ranks(), quota->second - others, static_cast<int>(run.ranks.size())});
-  job.resources.set_max_ranks(std::min(job.resources.max_ranks(), most));
-  return job;
 }
 
 absl::StatusOr<v1::CheckpointManifest> Scheduler::ResumeLocked(const v1::Job& job, Outbox& out) {
@@ -629,7 +537,7 @@ void Scheduler::Tick() {
   {
     absl::MutexLock lock(&state_.mu);
     const absl::Time now = clock_->Now();
-    AdvanceFairShareLocked();
+    state_.AdvanceFairShare(clock_->Now());
     std::vector<std::pair<std::string, std::string>> to_fail;
     std::vector<std::string> to_reform;
     for (auto& [job_id, run] : state_.running) {
@@ -773,7 +681,8 @@ void Scheduler::Recover(const std::vector<v1::Job>& running, absl::Duration grac
   // `chorus queue` lists state_.plan's order, and jobs missing from it in submit
   // order: plan the queue taken back now, not at the first placement pass
   // (an agent coming back), which may be seconds away after a takeover.
-  state_.plan = PlanQueue(QueuedLocked(), state_.agents.FreeSlots(), state_.Usage(), state_.policy);
+  state_.plan = PlanQueue(state_.RefreshQueue(jobs_, settling_), state_.agents.FreeSlots(),
+                          state_.Usage(), state_.policy);
   lock.Release();
   out.Flush();
 }

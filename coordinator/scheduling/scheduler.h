@@ -59,6 +59,7 @@
 #include "coordinator/http/coordinator_metrics.h"
 #include "coordinator/scheduling/agent_join_outbox.h"
 #include "coordinator/scheduling/agent_registry.h"
+#include "coordinator/scheduling/call_outbox.h"
 #include "coordinator/scheduling/cluster_reads.h"
 #include "coordinator/scheduling/cluster_state.h"
 #include "coordinator/scheduling/fair_share.h"
@@ -290,33 +291,14 @@ class Scheduler {
   // placed once its write has made it PENDING; any other failed write is
   // logged, and a write refused by etcd's fence has already ended this
   // coordinator's term (EtcdStateStoreOptions::on_fenced).
-  struct Outbox {
+  // One per call (CallOutbox), its after-writes step AfterWrites.
+  struct Outbox : CallOutbox {
     explicit Outbox(Scheduler& scheduler)
-        : scheduler(scheduler), agent_joins(scheduler.agent_joins_), writes(scheduler.writes_) {}
-    Scheduler& scheduler;
-    std::vector<std::pair<Sender, v1::CoordinatorMessage>> messages;
-    Rendezvous::Answers joins;
-    // Where answers to joins through agents gather (Note [Joins through
-    // the agent]): sent, one message per agent, after `joins`.
-    AgentJoinOutbox& agent_joins;
-    // A started job's launch messages, sent after `messages` if its start was
-    // recorded (`recorded` is set by its write).
-    struct Launch {
-      std::string job_id;
-      std::shared_ptr<bool> recorded;
-      std::vector<std::pair<Sender, v1::CoordinatorMessage>> messages;
-    };
-    std::vector<Launch> launches;
-    // Jobs whose end or start was written (or failed to be) by `writes`:
-    // settled again once they have run (Note [The scheduler's writes after
-    // its lock]).
-    std::vector<std::string> settling;
-    // Set by the writes: a re-queued job is PENDING again.
-    bool requeued = false;
-    // Durable writes, run first. Last, so that writes left to its
-    // destructor (a call that returned early) still find the fields above.
-    JobWrites::Batch writes;
-    void Flush();
+        : CallOutbox(scheduler.agent_joins_, scheduler.writes_,
+                     [&scheduler](const std::vector<std::string>& settled,
+                                  const std::vector<std::string>& unrecorded, bool requeued) {
+                       scheduler.AfterWrites(settled, unrecorded, requeued);
+                     }) {}
   };
   // After an Outbox's writes: the jobs it settled leave settling_, starts
   // that were not recorded are undone, and re-queued jobs are placed.
@@ -419,11 +401,6 @@ class Scheduler {
   // that lacks slots takes them from running lower-priority elastic jobs,
   // which give up ranks at their next step boundary.
   void PreemptLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
-  // Running elastic jobs that may give up ranks now.
-  std::vector<ElasticRun> PreemptibleLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
-  // Note [Re-queue] (scheduler_requeue.cc). Running jobs that are not
-  // elastic and may go back to the queue now (formed, none on its way).
-  std::vector<RequeueRun> RequeueableLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // `holder` preempted `job_id`: a checkpointable job's ranks are told to
   // checkpoint and hold (on their heartbeats; RequeueDueLocked ends the wait);
   // a preemptible one goes back to the queue at once.
@@ -481,18 +458,6 @@ class Scheduler {
   // Queued jobs that fit are started; false if one could not be marked
   // running (nothing more is placed then).
   bool PlaceQueuedLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
-  // The agents' free slots less those the queue's reservations hold (Note
-  // [Reservation] in queue_plan.h): what running elastic jobs may grow onto.
-  std::vector<AgentSlots> UnreservedSlotsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
-  // The PENDING jobs in submit order, as the plan sees them; updates
-  // state_.queue_entries.
-  std::vector<QueueEntry> QueuedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
-  // Counts every running job's slots into the fair share up to now.
-  void AdvanceFairShareLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
-  // `job_id` as a re-formation plans it: its max_ranks capped so that its
-  // owner's quota holds (its current `ranks` count as in use).
-  QueuedJob QuotaCappedLocked(const std::string& job_id, const v1::JobSpec& spec,
-                              const RunningJob& run) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // The generation of `job_id` has formed: records how long recovery took.
   void NoteFormedLocked(const std::string& job_id, RunningJob& run, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);

@@ -63,7 +63,7 @@ void Scheduler::ReformLocked(const std::string& job_id, const std::string& cause
                         },
                         [&] {
                           state_.mu.AssertHeld();
-                          return QuotaCappedLocked(job_id, job->spec(), run);
+                          return state_.QuotaCapped(job_id, job->spec(), run);
                         }};
   GenerationChange change = ChangeGeneration(run, cause, kind, in);
   for (auto& answer : change.joins) out.joins.push_back(std::move(answer));
@@ -149,7 +149,7 @@ void Scheduler::RequestReformLocked(const std::string& job_id, RunningJob& run,
     for (RunningJob::Fate fate : run.Fates(state_.agents))
       lost.push_back(fate != RunningJob::Fate::kStays);
     absl::StatusOr<NextGeneration> next = PlanNextGeneration(
-        run.Slots(), lost, FreeSlotsForLocked(run), QuotaCappedLocked(job_id, job->spec(), run));
+        run.Slots(), lost, FreeSlotsForLocked(run), state_.QuotaCapped(job_id, job->spec(), run));
     if (next.ok()) planned.world = static_cast<int>(next->ranks.size());
   }
   if (!run.phase.Plan(std::move(planned))) return;  // a drain goes first
@@ -219,7 +219,7 @@ void Scheduler::RetryWaitingLocked(Outbox& out) {
 // restart forgets the debt and the staged growth: the job then grows after
 // the scale-up interval, and a staged newcomer's Join finds no rank.
 std::vector<AgentSlots> Scheduler::FreeSlotsForLocked(const RunningJob& run) const {
-  return run.staged.SlotsFirst(state_.agents, UnreservedSlotsLocked());
+  return run.staged.SlotsFirst(state_.agents, state_.UnreservedSlots());
 }
 
 void Scheduler::StageGrowthLocked(const std::string& job_id, RunningJob& run,
@@ -334,7 +334,7 @@ void Scheduler::GrowLocked(Outbox& out) {
     }
     absl::StatusOr<NextGeneration> next =
         PlanNextGeneration(run.Slots(), std::vector<bool>(run.ranks.size(), false),
-                           UnreservedSlotsLocked(), QuotaCappedLocked(job_id, job->spec(), run));
+                           state_.UnreservedSlots(), state_.QuotaCapped(job_id, job->spec(), run));
     if (!next.ok() || next->newcomers() == 0) continue;
     std::string cause =
         run.replacements_owed
@@ -464,22 +464,6 @@ void Scheduler::NoteFormedLocked(const std::string& job_id, RunningJob& run, Out
   RecordEvent(job_id, std::move(event), out);
 }
 
-std::vector<ElasticRun> Scheduler::PreemptibleLocked() const {
-  std::vector<ElasticRun> runs;
-  for (const auto& [job_id, run] : state_.running) {
-    if (!run.elastic || run.RestartsAll() || !run.Steady() || !run.leaving.empty()) {
-      continue;
-    }
-    ElasticRun& e = runs.emplace_back();
-    e.job_id = job_id;
-    e.priority = run.priority;
-    e.device = run.device;
-    e.min_ranks = run.min_ranks;
-    e.ranks = run.Slots();
-  }
-  return runs;
-}
-
 void Scheduler::PreemptLocked(Outbox& out) {
   for (const auto& [device, holder_id] : state_.plan.reservation_holders) {
     auto holder = state_.queue_entries.find(holder_id);
@@ -501,8 +485,8 @@ void Scheduler::PreemptLocked(Outbox& out) {
       const AgentRegistry::Agent* agent = state_.agents.Find(slot.first);
       if (agent != nullptr && agent->hello.device() == device) --needed;
     }
-    for (const Preemption& p : PlanPreemption(holder->second, needed, PreemptibleLocked(),
-                                              state_.agents.FreeSlots(), RequeueableLocked())) {
+    for (const Preemption& p : PlanPreemption(holder->second, needed, state_.Preemptible(),
+                                              state_.agents.FreeSlots(), state_.Requeueable())) {
       RunningJob& run = state_.running.at(p.job_id);
       if (p.requeue) {
         StartRequeueLocked(p.job_id, run, holder_id, holder->second, out);

@@ -58,21 +58,6 @@
 
 namespace chorus {
 
-std::vector<RequeueRun> Scheduler::RequeueableLocked() const {
-  std::vector<RequeueRun> runs;
-  for (const auto& [job_id, run] : state_.running) {
-    if (run.elastic || run.requeue.active() || !run.Steady()) continue;
-    RequeueRun& r = runs.emplace_back();
-    r.job_id = job_id;
-    r.priority = run.priority;
-    r.device = run.device;
-    r.checkpointable = !run.program;
-    r.preemptible = run.preemptible;
-    r.ranks = run.Slots();
-  }
-  return runs;
-}
-
 int64_t Scheduler::NewestCheckpointLocked(const std::string& job_id) {
   if (!resolve_resume_) return 0;
   std::vector<std::string> skipped;  // placement warns about them, once

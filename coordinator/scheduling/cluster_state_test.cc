@@ -1,0 +1,171 @@
+#include "coordinator/scheduling/cluster_state.h"
+
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/clock.h"
+#include "common/job_spec.h"
+#include "coordinator/state/state_store.h"
+#include "gtest/gtest.h"
+
+namespace chorus {
+namespace {
+
+const absl::Time kStart = absl::FromUnixSeconds(1000);
+
+v1::AgentHello Hello(const std::string& host, int slots) {
+  v1::AgentHello hello;
+  hello.set_host(host);
+  hello.set_slots(slots);
+  return hello;
+}
+
+// The queries the Scheduler makes of its state, on states filled by hand.
+// The analysis of the lock is off: one thread, no lock needed.
+class ClusterStateTest : public ::testing::Test {
+ protected:
+  ClusterStateTest() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    EXPECT_EQ(*state_.agents.Add(Hello("node-a", 4), nullptr), "agent-1");
+  }
+
+  // A job of `owner` running `ranks` ranks on agent-1 from `first_slot` on;
+  // `elastic`; `formed`: every rank has joined its generation.
+  RunningJob& Run(const std::string& job_id, const std::string& owner, int ranks, int first_slot,
+                  bool elastic, bool formed = true) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    v1::Job job;
+    job.set_job_id(job_id);
+    job.set_owner(owner);
+    job.mutable_spec()->mutable_resources()->set_min_ranks(1);
+    job.mutable_spec()->mutable_resources()->set_device(v1::ResourceSpec::CPU);
+    if (elastic) job.mutable_spec()->mutable_elastic();
+    RunningJob run(job, ranks, /*generation=*/1);
+    for (int r = 0; r < ranks; ++r) {
+      run.ranks.push_back(RankState::At({"agent-1", first_slot + r, r, ranks}));
+      state_.agents.SetBusy("agent-1", first_slot + r, true);
+    }
+    Rendezvous::Answers answers;
+    for (int r = 0; formed && r < ranks; ++r) {
+      run.rendezvous.Join(
+          r, kStart + absl::Seconds(10), [](absl::StatusOr<v1::JoinResponse>) {},
+          [](int) { return v1::JoinResponse(); }, answers);
+    }
+    return state_.running.emplace(job_id, std::move(run)).first->second;
+  }
+
+  ClusterState state_{SchedulingPolicy(), kStart};
+};
+
+TEST_F(ClusterStateTest, UnreservedSlotsLeaveOutWhatTheQueuesReservationHolds)
+ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  Run("job-000001", "ann", 1, /*first_slot=*/0, /*elastic=*/true);
+  state_.plan.reserved["agent-1"] = {2};
+  const std::vector<AgentSlots> free = state_.UnreservedSlots();
+  ASSERT_EQ(free.size(), 1u);
+  EXPECT_EQ(free[0].free_slots, (std::vector<int>{1, 3}));
+}
+
+// A growth is capped by the owner's quota on the device, counting the
+// owner's other jobs; never below what the job runs with or min_ranks.
+TEST_F(ClusterStateTest, AQuotaCapsARunningJobsGrowth) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  RunningJob& run = Run("job-000001", "ann", 2, 0, /*elastic=*/true);
+  Run("job-000002", "ann", 1, 2, /*elastic=*/false);
+  Run("job-000003", "bob", 1, 3, /*elastic=*/false);
+  v1::JobSpec spec;
+  spec.mutable_resources()->set_min_ranks(1);
+  spec.mutable_resources()->set_max_ranks(8);
+  struct Row {
+    const char* name;
+    std::optional<int> quota;
+    int max_ranks;
+  };
+  const Row rows[] = {
+      {"no quota", std::nullopt, 8},
+      {"a quota of 5 less ann's other rank", 5, 4},
+      {"a quota below what it runs with", 2, 2},
+  };
+  for (const Row& row : rows) {
+    SCOPED_TRACE(row.name);
+    state_.policy.users["ann"].max_slots.clear();
+    if (row.quota) state_.policy.users["ann"].max_slots[v1::ResourceSpec::CPU] = *row.quota;
+    EXPECT_EQ(state_.QuotaCapped("job-000001", spec, run).resources.max_ranks(), row.max_ranks);
+  }
+}
+
+// Preemption may shrink steady elastic jobs with no rank leaving, and
+// re-queue steady jobs that are not elastic and not already on their way.
+TEST_F(ClusterStateTest, WhichRunningJobsMayBePreempted) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  Run("job-000001", "ann", 1, 0, /*elastic=*/true);
+  Run("job-000002", "ann", 1, 1, /*elastic=*/true, /*formed=*/false);
+  RunningJob& leaving = Run("job-000003", "ann", 1, 2, /*elastic=*/true);
+  leaving.leaving.Yield("agent-1", 2);
+  RunningJob& fixed = Run("job-000004", "bob", 1, 3, /*elastic=*/false);
+  fixed.preemptible = true;
+
+  const std::vector<ElasticRun> shrinkable = state_.Preemptible();
+  ASSERT_EQ(shrinkable.size(), 1u);
+  EXPECT_EQ(shrinkable[0].job_id, "job-000001");
+  EXPECT_EQ(shrinkable[0].ranks.size(), 1u);
+
+  std::vector<RequeueRun> requeueable = state_.Requeueable();
+  ASSERT_EQ(requeueable.size(), 1u);
+  EXPECT_EQ(requeueable[0].job_id, "job-000004");
+  EXPECT_TRUE(requeueable[0].preemptible);
+  EXPECT_TRUE(requeueable[0].checkpointable);  // the built-in trainer
+  fixed.requeue.Begin("preempted", 0, 0, kStart, absl::Seconds(60));
+  EXPECT_TRUE(state_.Requeueable().empty());
+}
+
+TEST_F(ClusterStateTest, FairShareCountsEachOwnersSlotSeconds) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  Run("job-000001", "ann", 2, 0, /*elastic=*/false);
+  Run("job-000002", "ann", 1, 2, /*elastic=*/false);
+  Run("job-000003", "bob", 1, 3, /*elastic=*/false);
+  state_.AdvanceFairShare(kStart + absl::Seconds(10));
+  const QueueUsage usage = state_.Usage();
+  // 3 and 1 slots for 10 s, decayed by 10 s of a 1 h half-life.
+  EXPECT_NEAR(usage.fair_share.at("ann"), 30, 0.1);
+  EXPECT_NEAR(usage.fair_share.at("bob"), 10, 0.1);
+  EXPECT_EQ((usage.slots_in_use.at("ann").at(v1::ResourceSpec::CPU)), 3);
+}
+
+// The queue as the plan sees it: PENDING jobs in submit order, less the
+// ones started here or whose start or end is being written.
+TEST_F(ClusterStateTest, TheQueueLeavesOutJobsStartedOrSettling) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/queue";
+  std::unique_ptr<StateStore> store = *StateStore::Open(dir);
+  FakeClock clock(kStart);
+  std::unique_ptr<JobManager> jobs = *JobManager::Create(*store, &clock);
+  std::vector<std::string> ids;
+  for (const char* owner : {"ann", "bob", "cy", "dee"}) {
+    auto spec = ParseJobSpec("model { mlp {} } data { synthetic {} } resources { max_ranks: 2 }",
+                             SpecFormat::kTextProto, "test");
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    auto job = jobs->Submit(*spec, "", owner);
+    ASSERT_TRUE(job.ok()) << job.status();
+    ids.push_back(job->job_id());
+  }
+  Run(ids[1], "bob", 1, 0, /*elastic=*/false);  // started here; the store still says PENDING
+  const std::map<std::string, int> settling = {{ids[2], 1}};
+
+  std::vector<QueueEntry> queued = state_.RefreshQueue(*jobs, settling);
+  ASSERT_EQ(queued.size(), 2u);
+  EXPECT_EQ(queued[0].job.job_id, ids[0]);
+  EXPECT_EQ(queued[0].owner, "ann");
+  EXPECT_EQ(queued[0].job.resources.max_ranks(), 2);
+  EXPECT_EQ(queued[1].job.job_id, ids[3]);
+  EXPECT_EQ(queued[1].owner, "dee");
+  EXPECT_EQ(state_.queue_entries.size(), 2u);
+
+  // Once written, the settled job is queued again, in its place.
+  queued = state_.RefreshQueue(*jobs, {});
+  ASSERT_EQ(queued.size(), 3u);
+  EXPECT_EQ(queued[1].job.job_id, ids[2]);
+  EXPECT_EQ(queued[1].owner, "cy");
+}
+
+}  // namespace
+}  // namespace chorus
