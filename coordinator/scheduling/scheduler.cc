@@ -11,6 +11,7 @@
 #include "common/status_macros.h"
 #include "coordinator/hang/hang_detector.h"
 #include "coordinator/hang/hang_policy.h"
+#include "coordinator/scheduling/agent_loss.h"
 #include "coordinator/scheduling/hang_restart.h"
 #include "coordinator/scheduling/job_recovery.h"
 #include "coordinator/scheduling/placement.h"
@@ -157,20 +158,8 @@ void Scheduler::ReformWithoutUnboundLocked(const std::vector<std::string>& rebin
   for (const std::string& job_id : rebinding) {
     auto it = state_.running.find(job_id);
     if (it == state_.running.end()) continue;
-    std::vector<int> gone;
-    for (size_t rank = 0; rank < it->second.ranks.size(); ++rank) {
-      RankState& r = it->second.ranks[rank];
-      if (r.agent_id.empty() && r.state == v1::RankStatus::LOST && r.recover_host == agent.host() &&
-          r.recover_agent_pid == agent.pid()) {
-        r.agent_id = agent.agent_id();  // the old registration, gone: lost, not awaited
-        gone.push_back(static_cast<int>(rank));
-      }
-    }
-    if (gone.empty()) continue;
-    ReformLocked(job_id,
-                 absl::StrCat("the agent on ", agent.host(), " connected again without rank(s) ",
-                              absl::StrJoin(gone, ",")),
-                 ReformKind::kAgentLost, out);
+    const std::string cause = GiveUpUnbound(it->second, agent);
+    if (!cause.empty()) ReformLocked(job_id, cause, ReformKind::kAgentLost, out);
   }
 }
 
@@ -244,7 +233,6 @@ bool Scheduler::RemoveAgentLocked(const std::string& agent_id, Outbox& out,
   const AgentRegistry::Agent* agent = state_.agents.Find(agent_id);
   if (agent == nullptr) return false;
   const v1::AgentHello hello = agent->hello;
-  const std::string& host = hello.host();
   state_.agents.Remove(agent_id);
   for (auto it = stopping_slots_.begin(); it != stopping_slots_.end();) {
     it = it->first.first == agent_id ? stopping_slots_.erase(it) : std::next(it);
@@ -253,87 +241,31 @@ bool Scheduler::RemoveAgentLocked(const std::string& agent_id, Outbox& out,
   for (const auto& [job_id, run] : state_.running) {
     if (run.RunsOn(agent_id)) affected.push_back(job_id);
   }
-  const std::string lost =
-      absl::StrCat("lost contact with the agent on ", host, " (", agent_id, ")");
   for (const std::string& job_id : affected) {
-    RunningJob& run = state_.running.at(job_id);
-    // Ranks that had already left with a drain are gone with it.
-    run.leaving.OnAgentGone(agent_id);
-    if (run.elastic && rebinding != nullptr) {
-      // Note [An agent back before its stream ended].
-      if (!run.AwaitAgent(agent_id, host, hello.pid()).empty()) rebinding->push_back(job_id);
-    } else if (run.elastic && reconnect_grace_ > absl::ZeroDuration()) {
-      // Note [An elastic job's lost agent].
-      AwaitAgentLocked(job_id, run, agent_id, hello, lost,
-                       std::min(reconnect_grace_, kElasticAgentGrace), out);
-    } else if (run.elastic) {
-      std::vector<int> there;
-      for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
-        if (run.ranks[rank].agent_id == agent_id) there.push_back(static_cast<int>(rank));
+    AgentLoss loss = OnAgentLost(state_.running.at(job_id), agent_id, hello, reconnect_grace_,
+                                 rebinding != nullptr, clock_->Now());
+    switch (loss.kind) {
+      case AgentLoss::Kind::kNone:
+        break;
+      case AgentLoss::Kind::kRebind:
+        rebinding->push_back(job_id);
+        break;
+      case AgentLoss::Kind::kAwait: {
+        LOG(WARNING) << job_id << ": " << loss.text;
+        v1::JobEvent event;
+        event.set_message(std::move(loss.text));
+        RecordEvent(job_id, std::move(event), out);
+        break;
       }
-      if (there.empty()) continue;
-      ReformLocked(job_id, absl::StrCat(lost, ", which ran rank(s) ", absl::StrJoin(there, ",")),
-                   ReformKind::kAgentLost, out);
-    } else if (reconnect_grace_ > absl::ZeroDuration()) {
-      AwaitAgentLocked(job_id, run, agent_id, hello, lost, reconnect_grace_, out);
-    } else {
-      EndLocked(job_id, v1::Job::FAILED, absl::StrCat(lost, ", which ran ranks of this job"), out);
+      case AgentLoss::Kind::kReform:
+        ReformLocked(job_id, loss.text, ReformKind::kAgentLost, out);
+        break;
+      case AgentLoss::Kind::kFail:
+        EndLocked(job_id, v1::Job::FAILED, loss.text, out);
+        break;
     }
   }
   return true;
-}
-
-void Scheduler::AwaitAgentLocked(const std::string& job_id, RunningJob& run,
-                                 const std::string& agent_id, const v1::AgentHello& lost,
-                                 const std::string& lost_what, absl::Duration grace, Outbox& out) {
-  const std::vector<int> waiting = run.AwaitAgent(agent_id, lost.host(), lost.pid());
-  if (waiting.empty()) return;  // only departing ranks ran there
-  // A job already waiting (after a restart, another lost agent) keeps the
-  // later deadline.
-  run.recovering_until = std::max(run.recovering_until, clock_->Now() + grace);
-  run.wait_cause.lost_agents.push_back(LostAgentWait{agent_id, lost.host(), waiting, grace});
-  const std::string why =
-      absl::StrCat(lost_what, ", which ran rank(s) ", absl::StrJoin(waiting, ","),
-                   "; waiting up to ", absl::FormatDuration(grace), " for it to reconnect");
-  LOG(WARNING) << job_id << ": " << why;
-  v1::JobEvent event;
-  event.set_message(why);
-  RecordEvent(job_id, std::move(event), out);
-}
-
-// Note [An elastic job's lost agent]
-// An agent's stream ends when its node dies, and also when a slow or cut
-// link made the agent's keepalive give the connection up (its ranks train
-// on: their collectives go between the nodes) or the connection's end
-// reaches the coordinator before the agent's new hello does (Note [An agent
-// back before its stream ended] covers the other order). Re-formed at once,
-// the job restarted a generation for a rank that never stopped: an elastic
-// job with a rank across a 6 s cut counted two restarts. So an elastic job,
-// too, waits for the agent (Note [Agent reconnect grace] in running_job.h),
-// but only kElasticAgentGrace (or the reconnect grace, if shorter: 0 turns
-// the wait off): an agent that is not back by then is lost, and the job
-// re-forms without its ranks, as it did at once before. A node that died
-// costs the job that much more time to re-form.
-void Scheduler::ReformWithoutLostAgentsLocked(const std::string& job_id, RunningJob& run,
-                                              Outbox& out) {
-  std::vector<std::string> lost;
-  for (const LostAgentWait& w : run.wait_cause.lost_agents) {
-    std::vector<int> missing;
-    for (int rank : w.ranks) {
-      if (rank >= static_cast<int>(run.ranks.size()) || !run.ranks[rank].agent_id.empty()) continue;
-      // On the agent that is gone, as when the job re-formed at once: the
-      // re-formation counts such ranks as lost, not as awaited.
-      run.ranks[rank].agent_id = w.agent_id;
-      missing.push_back(rank);
-    }
-    if (missing.empty()) continue;
-    lost.push_back(absl::StrCat("lost contact with the agent on ", w.host, " (", w.agent_id,
-                                "), which ran rank(s) ", absl::StrJoin(missing, ","),
-                                ", and it was not back within ", absl::FormatDuration(w.grace)));
-  }
-  run.recovering_until = absl::InfinitePast();
-  run.wait_cause = RankWaitCause();
-  ReformLocked(job_id, absl::StrJoin(lost, "; "), ReformKind::kAgentLost, out);
 }
 
 void Scheduler::Schedule() {
@@ -555,13 +487,14 @@ void Scheduler::Tick() {
         event.set_message(progress.back);
         RecordEvent(job_id, std::move(event), out);
       } else if (!progress.failure.empty() && run.elastic && !run.wait_cause.after_restart) {
-        to_reform.push_back(job_id);  // Note [An elastic job's lost agent]
+        to_reform.push_back(job_id);  // Note [An elastic job's lost agent] in agent_loss.h
       } else if (!progress.failure.empty()) {
         to_fail.emplace_back(job_id, progress.failure);
       }
     }
     for (const std::string& job_id : to_reform) {
-      ReformWithoutLostAgentsLocked(job_id, state_.running.at(job_id), out);
+      ReformLocked(job_id, GiveUpLostAgents(state_.running.at(job_id)), ReformKind::kAgentLost,
+                   out);
     }
     RetryWaitingLocked(out);
     GrowLocked(out);

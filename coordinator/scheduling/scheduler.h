@@ -58,6 +58,7 @@
 #include "coordinator/checkpoint/checkpoint_grant.h"
 #include "coordinator/http/coordinator_metrics.h"
 #include "coordinator/scheduling/agent_join_outbox.h"
+#include "coordinator/scheduling/agent_loss.h"
 #include "coordinator/scheduling/agent_registry.h"
 #include "coordinator/scheduling/call_outbox.h"
 #include "coordinator/scheduling/cluster_reads.h"
@@ -111,11 +112,9 @@ struct SchedulerOptions {
   // whose stream ended to come back with it before it fails (Note [Agent
   // reconnect grace] in running_job.h); zero: it fails at once. An elastic
   // job waits the shorter of this and kElasticAgentGrace, then re-forms
-  // without them (Note [An elastic job's lost agent] in scheduler.cc).
+  // without them (Note [An elastic job's lost agent] in agent_loss.h).
   absl::Duration agent_reconnect_grace = absl::Seconds(10);
 };
-
-inline constexpr absl::Duration kElasticAgentGrace = absl::Seconds(5);
 
 class Scheduler {
  public:
@@ -149,7 +148,7 @@ class Scheduler {
   // agent_reconnect_grace for it to come back with their ranks (Note [Agent
   // reconnect grace] in running_job.h), or fail at once when that is zero;
   // elastic ones wait at most kElasticAgentGrace and then re-form without
-  // them (Note [An elastic job's lost agent] in scheduler.cc).
+  // them (Note [An elastic job's lost agent] in agent_loss.h).
   void RemoveAgent(const std::string& agent_id);
 
   // Rank processes (RankService).
@@ -343,16 +342,6 @@ class Scheduler {
   // unbound re-forms without them, as if the agent had been lost.
   void ReformWithoutUnboundLocked(const std::vector<std::string>& rebinding,
                                   const v1::AgentHello& agent, Outbox& out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
-  // Note [Agent reconnect grace] in running_job.h: `run` had ranks on `lost`
-  // (gone from the registry; `lost_what` names it), which it now waits
-  // `grace` for. Records why, and says so in an event.
-  void AwaitAgentLocked(const std::string& job_id, RunningJob& run, const std::string& agent_id,
-                        const v1::AgentHello& lost, const std::string& lost_what,
-                        absl::Duration grace, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
-  // Note [An elastic job's lost agent]: the agents `run` waited for are not
-  // back by its deadline; it re-forms without their ranks.
-  void ReformWithoutLostAgentsLocked(const std::string& job_id, RunningJob& run, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // Elastic jobs (scheduler_elastic.cc). After `cause` of `kind`, the job
   // changes generation (ChangeGeneration in generation_change.h: it fails,
