@@ -49,7 +49,6 @@ class ClusterReadsTest : public ::testing::Test {
   void Run(const v1::Job& job,
            const std::vector<std::pair<std::string, int>>& slots) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     RunningJob run(job, static_cast<int>(slots.size()), /*generation=*/1);
-    run.owner = job.owner();
     for (const auto& [agent, slot] : slots) {
       run.ranks.push_back(RankState::At({agent, slot, 0, 1}));
       state_.agents.SetBusy(agent, slot, true);

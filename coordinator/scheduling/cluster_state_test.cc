@@ -36,13 +36,15 @@ class ClusterStateTest : public ::testing::Test {
   // A job of `owner` running `ranks` ranks on agent-1 from `first_slot` on;
   // `elastic`; `formed`: every rank has joined its generation.
   RunningJob& Run(const std::string& job_id, const std::string& owner, int ranks, int first_slot,
-                  bool elastic, bool formed = true) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                  bool elastic, bool formed = true,
+                  bool preemptible = false) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     v1::Job job;
     job.set_job_id(job_id);
     job.set_owner(owner);
     job.mutable_spec()->mutable_resources()->set_min_ranks(1);
     job.mutable_spec()->mutable_resources()->set_device(v1::ResourceSpec::CPU);
     if (elastic) job.mutable_spec()->mutable_elastic();
+    job.mutable_spec()->mutable_resources()->set_preemptible(preemptible);
     RunningJob run(job, ranks, /*generation=*/1);
     for (int r = 0; r < ranks; ++r) {
       run.ranks.push_back(RankState::At({"agent-1", first_slot + r, r, ranks}));
@@ -103,8 +105,8 @@ TEST_F(ClusterStateTest, WhichRunningJobsMayBePreempted) ABSL_NO_THREAD_SAFETY_A
   Run("job-000002", "ann", 1, 1, /*elastic=*/true, /*formed=*/false);
   RunningJob& leaving = Run("job-000003", "ann", 1, 2, /*elastic=*/true);
   leaving.leaving.Yield("agent-1", 2);
-  RunningJob& fixed = Run("job-000004", "bob", 1, 3, /*elastic=*/false);
-  fixed.preemptible = true;
+  RunningJob& fixed = Run("job-000004", "bob", 1, 3, /*elastic=*/false, /*formed=*/true,
+                          /*preemptible=*/true);
 
   const std::vector<ElasticRun> shrinkable = state_.Preemptible();
   ASSERT_EQ(shrinkable.size(), 1u);

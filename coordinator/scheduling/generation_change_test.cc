@@ -1,6 +1,7 @@
 #include "coordinator/scheduling/generation_change.h"
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,14 +23,6 @@ struct World {
     ha = Add("ha", 2);
     hb = Add("hb", 2);
     hc = Add("hc", 1);
-    job.set_job_id("job-000001");
-    job.mutable_spec()->mutable_resources()->set_device(v1::ResourceSpec::CPU);
-    job.mutable_spec()->mutable_resources()->set_min_ranks(2);
-    job.mutable_spec()->mutable_resources()->set_max_ranks(3);
-    job.mutable_spec()->mutable_elastic()->set_max_restarts(3);
-    job.mutable_spec()->mutable_elastic()->set_wait_seconds(60);
-    run.elastic = true;
-    run.elastic_spec = job.spec().elastic();
     for (const auto& [agent, slot] : std::vector<std::pair<std::string, int>>{
              {ha, 0}, {ha, 1}, {hb, 0}}) {
       RankSlot s;
@@ -61,8 +54,27 @@ struct World {
 
   AgentRegistry agents;
   std::string ha, hb, hc;
-  v1::Job job;
-  RunningJob run{job, 3, /*generation=*/1};
+  // A program job's ranks as they are (its program is part of its spec).
+  void MakeProgram() {
+    job.mutable_spec()->mutable_program()->add_argv("/usr/bin/true");
+    std::vector<RankState> ranks = std::move(run.ranks);
+    storage.emplace(job, 3, /*generation=*/1);
+    run.ranks = std::move(ranks);
+    for (int rank = 0; rank < 3; ++rank) run.rendezvous.MarkJoined(rank);
+  }
+  static v1::Job ElasticJob() {
+    v1::Job job;
+    job.set_job_id("job-000001");
+    job.mutable_spec()->mutable_resources()->set_device(v1::ResourceSpec::CPU);
+    job.mutable_spec()->mutable_resources()->set_min_ranks(2);
+    job.mutable_spec()->mutable_resources()->set_max_ranks(3);
+    job.mutable_spec()->mutable_elastic()->set_max_restarts(3);
+    job.mutable_spec()->mutable_elastic()->set_wait_seconds(60);
+    return job;
+  }
+  v1::Job job = ElasticJob();
+  std::optional<RunningJob> storage{std::in_place, job, 3, /*generation=*/1};
+  RunningJob& run = *storage;  // rebuilt in place by MakeProgram
 };
 
 std::string PhaseOf(const RunningJob& run) {
@@ -116,7 +128,8 @@ TEST(GenerationChangeTest, ChangesGiveTheirActions) {
          w.run.restarts = 3;
        },
        "rank 1 exited with code 1", ReformKind::kRankLost,
-       "fail: rank 1 exited with code 1; elastic.max_restarts 3 used up in generation 1 | phase steady, restarts "
+       "fail: rank 1 exited with code 1; elastic.max_restarts 3 used up in generation 1 | phase "
+       "steady, restarts "
        "3, joins aborted 0"},
       {"a drain is no restart: the drained ranks leave at the boundary and depart",
        [](World& w) { w.agents.SetDraining(w.ha); }, "agent ha was drained", ReformKind::kDrain,
@@ -142,7 +155,7 @@ TEST(GenerationChangeTest, ChangesGiveTheirActions) {
        "free slots: "},
       {"a program that restarts all first has every live rank stopped",
        [](World& w) {
-         w.run.program = true;
+         w.MakeProgram();
          w.Exit(1, 1);
        },
        "rank 1 exited with code 1", ReformKind::kRankLost,
@@ -168,7 +181,7 @@ TEST(GenerationChangeTest, ChangesGiveTheirActions) {
 
 TEST(GenerationChangeTest, ARestartAllStartsEveryRankAgainOnceTheLastHasExited) {
   World w;
-  w.run.program = true;
+  w.MakeProgram();
   w.Exit(1, 1);
   ASSERT_FALSE(w.Change("rank 1 exited with code 1", ReformKind::kRankLost).begun.has_value());
   EXPECT_TRUE(w.run.ranks[0].stopping);

@@ -17,10 +17,9 @@ const absl::Time kNow = absl::FromUnixSeconds(10000);
 RunningJob Job() {
   v1::Job job;
   job.set_job_id("job-000001");
+  job.mutable_spec()->mutable_elastic()->set_wait_seconds(60);
+  job.mutable_spec()->mutable_hang_detection()->set_dead_after_seconds(5);
   RunningJob run(job, 3, /*generation=*/2);
-  run.elastic = true;
-  run.elastic_spec.set_wait_seconds(60);
-  run.hang_detection.set_dead_after_seconds(5);
   for (int rank = 0; rank < 3; ++rank) {
     RankSlot slot;
     slot.agent_id = "agent-1";

@@ -98,18 +98,18 @@ RunningJob::RunningJob(const v1::Job& job, int world_size, int64_t generation)
     : hang_detection(job.spec().hang_detection()),
       rendezvous(job.job_id(), generation, world_size),
       upload_grant(UploadGrantFor(job, world_size, generation)),
+      owner(job.owner()),
+      priority(job.spec().priority() != v1::JobSpec::PRIORITY_UNSPECIFIED ? job.spec().priority()
+                                                                          : v1::JobSpec::NORMAL),
+      device(job.spec().resources().device()),
+      min_ranks(job.spec().resources().min_ranks()),
+      memory_limit_bytes(RankMemoryLimitBytes(job.spec())),
+      max_processes(RankProcessLimit(job.spec())),
       program(job.spec().has_program()),
       elastic(job.spec().has_elastic()),
       elastic_spec(job.spec().elastic()),
-      restarts(job.restarts()) {
-  owner = job.owner();
-  if (job.spec().priority() != v1::JobSpec::PRIORITY_UNSPECIFIED) priority = job.spec().priority();
-  device = job.spec().resources().device();
-  min_ranks = job.spec().resources().min_ranks();
-  preemptible = job.spec().resources().preemptible();
-  memory_limit_bytes = RankMemoryLimitBytes(job.spec());
-  max_processes = RankProcessLimit(job.spec());
-}
+      preemptible(job.spec().resources().preemptible()),
+      restarts(job.restarts()) {}
 
 void RunningJob::SetLimits(v1::LaunchRanks& launch) const {
   launch.set_memory_limit_bytes(memory_limit_bytes);

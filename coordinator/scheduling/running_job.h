@@ -280,7 +280,7 @@ struct RunningJob {
   void AddStatusRows(const AgentRegistry& agents, absl::Time now, v1::JobStatus& status,
                      const StatusRows& rows = StatusRows()) const;
 
-  v1::HangDetectionSpec hang_detection;
+  const v1::HangDetectionSpec hang_detection;
   Rendezvous rendezvous;
   std::vector<RankState> ranks;  // index = rank
   int exited_ok = 0;
@@ -307,25 +307,25 @@ struct RunningJob {
   // Who submitted the job ("" anonymous), its priority and device: the
   // queue plan's quotas and fair share count its slots (queue_plan.h), and
   // preemption picks by priority (preemption.h).
-  std::string owner;
-  v1::JobSpec::Priority priority = v1::JobSpec::NORMAL;
-  v1::ResourceSpec::Device device = v1::ResourceSpec::CPU;
-  int min_ranks = 1;  // resources.min_ranks: preemption shrinks no further
+  const std::string owner;
+  const v1::JobSpec::Priority priority;  // PRIORITY_UNSPECIFIED is NORMAL
+  const v1::ResourceSpec::Device device;
+  const int min_ranks;  // resources.min_ranks: preemption shrinks no further
 
   // What each rank's cgroup enforces (Note [Rank cgroups] in
   // worker/agent/rank_cgroup.cc): RankMemoryLimitBytes and
   // RankProcessLimit of the spec; sent with every launch.
-  int64_t memory_limit_bytes = 0;
-  int max_processes = 0;
+  const int64_t memory_limit_bytes;
+  const int max_processes;
   // Sets those limits on `launch`.
   void SetLimits(v1::LaunchRanks& launch) const;
 
   // A program job (spec.program present; docs/programs.md): a failed rank's
   // reason quotes its last output lines, not only the last one.
-  bool program = false;
+  const bool program;
   // Elastic jobs (spec.elastic present; docs/elastic.md).
-  bool elastic = false;
-  v1::ElasticSpec elastic_spec;
+  const bool elastic;
+  const v1::ElasticSpec elastic_spec;
   // A program rank said its program re-forms in its own process (Note
   // [Restart-all]); sticky.
   bool reforms_in_process = false;
@@ -338,7 +338,7 @@ struct RunningJob {
   ElasticPhase phase;
   // resources.preemptible (preemption.h): may go back to the queue without
   // a checkpoint.
-  bool preemptible = false;
+  const bool preemptible;
   // Note [Re-queue] in scheduler_requeue.cc: a higher-priority job preempted
   // this one, which checkpoints before it goes back to the queue.
   RequeueWait requeue;

@@ -364,7 +364,8 @@ void Scheduler::StartLocked(const v1::Job& job, const JobPlacement& placement,
   run.generation_started_at = clock_->Now();
   run.last_growth_at = run.generation_started_at;
   if (metrics_ != nullptr) metrics_->GenerationStarted("start");
-  state_.running.insert_or_assign(job_id, std::move(run));
+  state_.running.erase(job_id);
+  state_.running.emplace(job_id, std::move(run));
 }
 
 void Scheduler::EndLocked(const std::string& job_id, v1::Job::State state,
@@ -609,7 +610,8 @@ void Scheduler::Recover(const std::vector<v1::Job>& running, absl::Duration grac
                                    absl::FormatDuration(grace),
                                    " for the job's ranks to come back with their agents"));
     RecordEvent(job.job_id(), std::move(event), out);
-    state_.running.insert_or_assign(job.job_id(), std::move(run));
+    state_.running.erase(job.job_id());
+    state_.running.emplace(job.job_id(), std::move(run));
   }
   // `chorus queue` lists state_.plan's order, and jobs missing from it in submit
   // order: plan the queue taken back now, not at the first placement pass
