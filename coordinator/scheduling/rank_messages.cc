@@ -101,4 +101,31 @@ bool StartsPlannedChange(const RunningJob& run, const v1::JoinRequest& request) 
          !run.AwaitingRanks() && request.generation() == run.generation() + 1 && run.Formed();
 }
 
+absl::StatusOr<v1::Metrics> RecordReport(RunningJob& run, const v1::ReportRequest& report) {
+  if (report.final() && report.success() && run.elastic && !run.RestartsAll() &&
+      report.generation() >= 1 && report.generation() < run.generation()) {
+    // Note [Diagnoses during shutdown]: the rank finished training in a
+    // generation the job has left since (a restart ordered as it finished).
+    run.finished_before_reform = true;
+    return report.metrics();
+  }
+  if (!run.HasRank(report.generation(), report.rank())) {
+    return absl::FailedPreconditionError(absl::StrCat("rank ", report.rank(), " of generation ",
+                                                      report.generation(), " is not part of job ",
+                                                      report.job_id(), " now"));
+  }
+  if (report.final() && report.success()) {
+    // A rank being stopped (a restart-all) whose program exits 0 on
+    // SIGTERM did not finish training.
+    RankState& rank = run.ranks[report.rank()];
+    if (!rank.stopping && rank.evicted.empty()) rank.finished = true;
+  }
+  v1::Metrics metrics = report.metrics();
+  if (run.elastic) {  // what only the coordinator knows
+    (*metrics.mutable_values())["restarts"] = run.restarts;
+    (*metrics.mutable_values())["recovery_seconds"] = run.recovery_seconds;
+  }
+  return metrics;
+}
+
 }  // namespace chorus

@@ -8,7 +8,9 @@
 //                    as a rank of the current generation;
 //   StartsPlannedChange
 //                    the Join that reaches a planned change's step boundary
-//                    first, which starts the change.
+//                    first, which starts the change;
+//   RecordReport     a rank's metrics are checked and completed, and a
+//                    final report of success marks the rank finished.
 // The Scheduler finds the job, applies the answer (records metrics, sends
 // directives, joins the rendezvous) and handles messages for jobs that do
 // not run here.
@@ -22,6 +24,7 @@
 #define CHORUS_COORDINATOR_SCHEDULING_RANK_MESSAGES_H_
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "chorus/v1/coordinator.pb.h"
 #include "coordinator/scheduling/running_job.h"
@@ -78,6 +81,16 @@ JoinAnswer AnswerJoin(const RunningJob& run, const v1::JoinRequest& request);
 // not waiting for slots, no rank is being taken back, and the Join is for
 // the next generation.
 bool StartsPlannedChange(const RunningJob& run, const v1::JoinRequest& request);
+
+// A report of `run`'s rank. Returns the metrics to record: the report's,
+// with an elastic job's "restarts" and "recovery_seconds" (what only the
+// coordinator knows). A final report of success marks the rank finished,
+// unless it was told to stop (a restart-all's SIGTERM, an eviction); one
+// from a generation an elastic job (not a restart-all) has left since
+// marks the job finished_before_reform (Note [Diagnoses during shutdown])
+// and returns its metrics as they are. FAILED_PRECONDITION for any other
+// rank that is not one of the current generation.
+absl::StatusOr<v1::Metrics> RecordReport(RunningJob& run, const v1::ReportRequest& report);
 
 }  // namespace chorus
 

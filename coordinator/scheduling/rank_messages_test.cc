@@ -242,5 +242,72 @@ TEST(StartsPlannedChangeTest, OnlyTheNextGenerationsJoinOfAFormedJobWithAPlan) {
   EXPECT_FALSE(StartsPlannedChange(run, JoinOf(3, 0)));
 }
 
+v1::ReportRequest ReportOf(int64_t generation, int rank, bool final, bool success) {
+  v1::ReportRequest report;
+  report.set_job_id("job-000001");
+  report.set_generation(generation);
+  report.set_rank(rank);
+  report.set_final(final);
+  report.set_success(success);
+  report.mutable_metrics()->set_step(40);
+  return report;
+}
+
+TEST(RecordReportTest, EachReportsMetricsAndWhatItMarks) {
+  struct Row {
+    const char* name;
+    bool elastic;
+    std::function<void(RunningJob&)> prepare;
+    v1::ReportRequest report;
+    absl::StatusCode code;
+    bool has_restarts;  // the metrics carry the coordinator's values
+    bool finished;      // the rank's record
+    bool finished_before_reform;
+  };
+  const auto none = [](RunningJob&) {};
+  const std::vector<Row> rows = {
+      {"metrics along the way", true, none, ReportOf(2, 1, false, false), absl::StatusCode::kOk,
+       true, false, false},
+      {"a final success", true, none, ReportOf(2, 1, true, true), absl::StatusCode::kOk, true, true,
+       false},
+      {"a final failure", true, none, ReportOf(2, 1, true, false), absl::StatusCode::kOk, true,
+       false, false},
+      {"a final success after it was told to stop", true,
+       [](RunningJob& run) { run.ranks[1].stopping = true; }, ReportOf(2, 1, true, true),
+       absl::StatusCode::kOk, true, false, false},
+      {"a final success of a generation left since", true, none, ReportOf(1, 1, true, true),
+       absl::StatusCode::kOk, false, false, true},
+      {"metrics of a generation left since", true, none, ReportOf(1, 1, false, false),
+       absl::StatusCode::kFailedPrecondition, false, false, false},
+      {"a rank the generation does not have", true, none, ReportOf(2, 5, false, false),
+       absl::StatusCode::kFailedPrecondition, false, false, false},
+      {"a job that is not elastic", false, none, ReportOf(2, 1, true, true), absl::StatusCode::kOk,
+       false, true, false},
+      {"a final success of an older generation, not elastic", false, none,
+       ReportOf(1, 1, true, true), absl::StatusCode::kFailedPrecondition, false, false, false},
+  };
+  for (const Row& row : rows) {
+    SCOPED_TRACE(row.name);
+    v1::Job job = ElasticJob();
+    if (!row.elastic) job.mutable_spec()->clear_elastic();
+    RunningJob run = RunOf(job);
+    run.restarts = 3;
+    run.recovery_seconds = 1.5;
+    row.prepare(run);
+    const absl::StatusOr<v1::Metrics> metrics = RecordReport(run, row.report);
+    EXPECT_EQ(metrics.status().code(), row.code) << metrics.status();
+    if (metrics.ok()) {
+      EXPECT_EQ(metrics->step(), 40);
+      EXPECT_EQ(metrics->values().count("restarts") > 0, row.has_restarts);
+      if (row.has_restarts) {
+        EXPECT_EQ(metrics->values().at("restarts"), 3);
+        EXPECT_EQ(metrics->values().at("recovery_seconds"), 1.5);
+      }
+    }
+    EXPECT_EQ(run.ranks[1].finished, row.finished);
+    EXPECT_EQ(run.finished_before_reform, row.finished_before_reform);
+  }
+}
+
 }  // namespace
 }  // namespace chorus

@@ -313,17 +313,23 @@ std::vector<v1::Diagnosis> RunningJob::Diagnose(const AgentRegistry& agents, abs
 
 std::map<std::string, v1::CoordinatorMessage> RunningJob::LaunchMessages(
     const std::string& job_id, const std::string& coordinator_address) const {
+  return LaunchMessages(job_id, coordinator_address, generation(), Slots());
+}
+
+std::map<std::string, v1::CoordinatorMessage> RunningJob::LaunchMessages(
+    const std::string& job_id, const std::string& coordinator_address, int64_t generation,
+    const std::vector<RankSlot>& slots) const {
   std::map<std::string, v1::CoordinatorMessage> launches;
-  for (const RankState& r : ranks) {
-    v1::LaunchRanks* launch = launches[r.agent_id].mutable_launch();
+  for (const RankSlot& s : slots) {
+    v1::LaunchRanks* launch = launches[s.agent_id].mutable_launch();
     launch->set_job_id(job_id);
-    launch->set_generation(generation());
+    launch->set_generation(generation);
     launch->set_coordinator(coordinator_address);
     SetLimits(*launch);
     v1::RankLaunch* rank = launch->add_ranks();
-    rank->set_slot(r.slot);
-    rank->set_local_rank(r.local_rank);
-    rank->set_local_world_size(r.local_world_size);
+    rank->set_slot(s.slot);
+    rank->set_local_rank(s.local_rank);
+    rank->set_local_world_size(s.local_world_size);
   }
   return launches;
 }

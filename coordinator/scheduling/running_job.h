@@ -248,6 +248,11 @@ struct RunningJob {
   // generation(), told to dial `coordinator_address`.
   std::map<std::string, v1::CoordinatorMessage> LaunchMessages(
       const std::string& job_id, const std::string& coordinator_address) const;
+  // The same for `slots` of generation `generation`, with the job's limits:
+  // a generation's newcomers, or those started before it forms.
+  std::map<std::string, v1::CoordinatorMessage> LaunchMessages(
+      const std::string& job_id, const std::string& coordinator_address, int64_t generation,
+      const std::vector<RankSlot>& slots) const;
   // Where the ranks run, as recorded for a restart (host and agent pid from
   // `agents`). REQUIRES: every rank's agent is registered.
   std::vector<v1::RankPlacement> Placements(const AgentRegistry& agents) const;

@@ -317,11 +317,6 @@ class Scheduler {
   // lock]).
   void StartLocked(const v1::Job& job, const JobPlacement& placement, v1::CheckpointManifest resume,
                    Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
-  // Report's checks, under the lock: the rank is one of the running job's
-  // current generation. Returns the metrics to record (an elastic job's
-  // with the values only the coordinator knows).
-  absl::StatusOr<v1::Metrics> CheckReportLocked(const v1::ReportRequest& report)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // Ends a running job: frees its slots, stops its other ranks, fails its
   // pending joins, records the state.
   void EndLocked(const std::string& job_id, v1::Job::State state, const std::string& reason,

@@ -27,22 +27,14 @@ namespace {
 void LaunchNewcomers(const std::string& job_id, const RunningJob& run,
                      const std::string& coordinator_address, AgentRegistry& agents,
                      std::vector<std::pair<Scheduler::Sender, v1::CoordinatorMessage>>& messages) {
-  for (auto& launch_for : run.LaunchMessages(job_id, coordinator_address)) {
-    // A named reference, not a structured binding: C++17 lambdas cannot
-    // capture those (clang refuses).
-    const std::string& agent_id = launch_for.first;
-    auto& message = launch_for.second;
-    v1::LaunchRanks* launch = message.mutable_launch();
-    auto* list = launch->mutable_ranks();
-    list->erase(std::remove_if(list->begin(), list->end(),
-                               [&](const v1::RankLaunch& l) {
-                                 return run.ranks[run.RankOn(agent_id, l.slot())].state !=
-                                        v1::RankStatus::LAUNCHING;
-                               }),
-                list->end());
-    if (launch->ranks_size() > 0) {
-      messages.emplace_back(agents.Find(agent_id)->send, std::move(message));
-    }
+  std::vector<RankSlot> newcomers;
+  const std::vector<RankSlot> slots = run.Slots();
+  for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
+    if (run.ranks[rank].state == v1::RankStatus::LAUNCHING) newcomers.push_back(slots[rank]);
+  }
+  for (auto& [agent_id, message] :
+       run.LaunchMessages(job_id, coordinator_address, run.generation(), newcomers)) {
+    messages.emplace_back(agents.Find(agent_id)->send, std::move(message));
   }
 }
 
@@ -227,27 +219,20 @@ void Scheduler::StageGrowthLocked(const std::string& job_id, RunningJob& run,
                                   Outbox& out) {
   const int64_t generation = run.generation() + 1;
   std::vector<StagedNewcomer> newcomers;
-  std::map<std::string, v1::CoordinatorMessage> launches;
+  std::vector<RankSlot> slots;
   std::vector<std::string> where;
   for (size_t rank = 0; rank < next.ranks.size(); ++rank) {
     if (next.old_rank[rank] >= 0) continue;
     const RankSlot& slot = next.ranks[rank];
     state_.agents.SetBusy(slot.agent_id, slot.slot, true);
     newcomers.push_back(StagedNewcomer{slot, static_cast<int>(rank), false});
-    v1::LaunchRanks* launch = launches[slot.agent_id].mutable_launch();
-    launch->set_job_id(job_id);
-    launch->set_generation(generation);
-    launch->set_coordinator(coordinator_address_);
-    run.SetLimits(*launch);
-    v1::RankLaunch* r = launch->add_ranks();
-    r->set_slot(slot.slot);
-    r->set_local_rank(slot.local_rank);
-    r->set_local_world_size(slot.local_world_size);
+    slots.push_back(slot);
     where.push_back(absl::StrCat("rank ", rank, " on ",
                                  state_.agents.Find(slot.agent_id)->hello.host(), " slot ",
                                  slot.slot));
   }
-  for (auto& [agent_id, message] : launches) {
+  for (auto& [agent_id, message] :
+       run.LaunchMessages(job_id, coordinator_address_, generation, slots)) {
     out.messages.emplace_back(state_.agents.Find(agent_id)->send, std::move(message));
   }
   run.staged.Start(generation, static_cast<int>(next.ranks.size()), cause, std::move(newcomers),

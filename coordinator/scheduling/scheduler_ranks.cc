@@ -135,17 +135,17 @@ absl::Status Scheduler::Report(const v1::ReportRequest& report) {
   bool program = false;
   {
     absl::MutexLock lock(&state_.mu);
-    ASSIGN_OR_RETURN(metrics, CheckReportLocked(report));
-    RunningJob& run = state_.running.at(report.job_id());
-    if (report.final() && report.success() && run.HasRank(report.generation(), report.rank())) {
-      // A rank being stopped (a restart-all) whose program exits 0 on
-      // SIGTERM did not finish training.
-      RankState& rank = run.ranks[report.rank()];
-      if (!rank.stopping && rank.evicted.empty()) rank.finished = true;
+    auto it = state_.running.find(report.job_id());
+    if (it == state_.running.end()) {
+      return jobs_.Get(report.job_id()).ok()
+                 ? absl::FailedPreconditionError(
+                       absl::StrCat("job ", report.job_id(), " is not running"))
+                 : absl::NotFoundError(absl::StrCat("no job \"", report.job_id(), "\""));
     }
+    ASSIGN_OR_RETURN(metrics, RecordReport(it->second, report));
     if (report.rank() != 0) return absl::OkStatus();
-    program = state_.running.at(report.job_id()).program;
-    writes = state_.running.at(report.job_id()).report_writes;
+    program = it->second.program;
+    writes = it->second.report_writes;
     writing = std::unique_lock<std::mutex>(*writes);
   }
   // A final report without metrics keeps the latest ones. A program job's
@@ -173,34 +173,6 @@ absl::Status Scheduler::Report(const v1::ReportRequest& report) {
   RETURN_IF_ERROR(jobs_.AddEvent(report.job_id(), std::move(event)));
   if (skipped.has_value()) return jobs_.AddEvent(report.job_id(), *std::move(skipped));
   return absl::OkStatus();
-}
-
-absl::StatusOr<v1::Metrics> Scheduler::CheckReportLocked(const v1::ReportRequest& report) {
-  auto it = state_.running.find(report.job_id());
-  if (it == state_.running.end()) {
-    return jobs_.Get(report.job_id()).ok()
-               ? absl::FailedPreconditionError(
-                     absl::StrCat("job ", report.job_id(), " is not running"))
-               : absl::NotFoundError(absl::StrCat("no job \"", report.job_id(), "\""));
-  }
-  if (report.final() && report.success() && it->second.elastic && !it->second.RestartsAll() &&
-      report.generation() >= 1 && report.generation() < it->second.generation()) {
-    // Note [Diagnoses during shutdown]: the rank finished training in a
-    // generation the job has left since (a restart ordered as it finished).
-    it->second.finished_before_reform = true;
-    return report.metrics();
-  }
-  if (!it->second.HasRank(report.generation(), report.rank())) {
-    return absl::FailedPreconditionError(absl::StrCat("rank ", report.rank(), " of generation ",
-                                                      report.generation(), " is not part of job ",
-                                                      report.job_id(), " now"));
-  }
-  v1::Metrics metrics = report.metrics();
-  if (it->second.elastic) {  // what only the coordinator knows
-    (*metrics.mutable_values())["restarts"] = it->second.restarts;
-    (*metrics.mutable_values())["recovery_seconds"] = it->second.recovery_seconds;
-  }
-  return metrics;
 }
 
 bool Scheduler::Heartbeat(const v1::RankHeartbeat& heartbeat, v1::Directive* directive) {

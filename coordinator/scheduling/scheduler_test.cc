@@ -600,7 +600,9 @@ TEST_F(SchedulerTest, ARankIsNotDeadForItsAgentsSilenceButIsForItsOwn) {
   for (int second = 1; second <= 16; ++second) {
     clock_.Advance(absl::Seconds(1));
     beat(a, 0, 8 + second);
-    if (second == 15) EXPECT_TRUE(diagnoses().empty()) << diagnoses()[0].message();
+    if (second == 15) {
+      EXPECT_TRUE(diagnoses().empty()) << diagnoses()[0].message();
+    }
   }
   now = diagnoses();
   ASSERT_EQ(now.size(), 1u);
