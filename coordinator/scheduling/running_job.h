@@ -127,7 +127,7 @@ struct RankState {
 // relayed by the agent, stop with its stream and would make them DEAD; for
 // the same reason a rank's heartbeat age starts again when it is rebound.
 // An elastic job waits too, briefly, and then re-forms without the agent's
-// ranks (Note [An elastic job's lost agent] in agent_loss.h).
+// ranks (Note [An elastic job's lost agent] in agent_departure.h).
 
 // An agent whose contact was lost while the job waits for its ranks.
 struct LostAgentWait {

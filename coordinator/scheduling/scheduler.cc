@@ -11,7 +11,7 @@
 #include "common/status_macros.h"
 #include "coordinator/hang/hang_detector.h"
 #include "coordinator/hang/hang_policy.h"
-#include "coordinator/scheduling/agent_loss.h"
+#include "coordinator/scheduling/agent_departure.h"
 #include "coordinator/scheduling/hang_restart.h"
 #include "coordinator/scheduling/job_recovery.h"
 #include "coordinator/scheduling/placement.h"
@@ -488,7 +488,7 @@ void Scheduler::Tick() {
         event.set_message(progress.back);
         RecordEvent(job_id, std::move(event), out);
       } else if (!progress.failure.empty() && run.elastic && !run.wait_cause.after_restart) {
-        to_reform.push_back(job_id);  // Note [An elastic job's lost agent] in agent_loss.h
+        to_reform.push_back(job_id);  // Note [An elastic job's lost agent] in agent_departure.h
       } else if (!progress.failure.empty()) {
         to_fail.emplace_back(job_id, progress.failure);
       }

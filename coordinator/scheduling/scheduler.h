@@ -57,8 +57,8 @@
 #include "common/clock.h"
 #include "coordinator/checkpoint/checkpoint_grant.h"
 #include "coordinator/http/coordinator_metrics.h"
+#include "coordinator/scheduling/agent_departure.h"
 #include "coordinator/scheduling/agent_join_outbox.h"
-#include "coordinator/scheduling/agent_loss.h"
 #include "coordinator/scheduling/agent_registry.h"
 #include "coordinator/scheduling/call_outbox.h"
 #include "coordinator/scheduling/cluster_reads.h"
@@ -112,7 +112,7 @@ struct SchedulerOptions {
   // whose stream ended to come back with it before it fails (Note [Agent
   // reconnect grace] in running_job.h); zero: it fails at once. An elastic
   // job waits the shorter of this and kElasticAgentGrace, then re-forms
-  // without them (Note [An elastic job's lost agent] in agent_loss.h).
+  // without them (Note [An elastic job's lost agent] in agent_departure.h).
   absl::Duration agent_reconnect_grace = absl::Seconds(10);
 };
 
@@ -148,7 +148,7 @@ class Scheduler {
   // agent_reconnect_grace for it to come back with their ranks (Note [Agent
   // reconnect grace] in running_job.h), or fail at once when that is zero;
   // elastic ones wait at most kElasticAgentGrace and then re-form without
-  // them (Note [An elastic job's lost agent] in agent_loss.h).
+  // them (Note [An elastic job's lost agent] in agent_departure.h).
   void RemoveAgent(const std::string& agent_id);
 
   // Rank processes (RankService).

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "coordinator/scheduling/agent_departure.h"
 #include "coordinator/scheduling/generation_plan.h"
 #include "coordinator/scheduling/job_recovery.h"
 #include "coordinator/scheduling/preemption.h"
@@ -360,21 +361,12 @@ absl::StatusOr<v1::AgentInfo> Scheduler::DrainAgent(const std::string& name) {
       // Requested after the walk: a restart-all's may end a job.
       std::vector<std::pair<std::string, std::string>> drained;  // job id, cause
       for (auto& [job_id, run] : state_.running) {
-        std::vector<int> here;
-        for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
-          if (run.ranks[rank].agent_id == *id && run.ranks[rank].state != v1::RankStatus::EXITED) {
-            here.push_back(static_cast<int>(rank));
-          }
-        }
-        if (here.empty()) continue;
-        if (run.elastic) {
-          drained.emplace_back(job_id, absl::StrCat(who, " was drained: rank(s) ",
-                                                    absl::StrJoin(here, ","), " leave"));
-        } else {
+        AgentDrain drain = OnAgentDrained(run, *id, who);
+        if (drain.kind == AgentDrain::Kind::kReform) {
+          drained.emplace_back(job_id, std::move(drain.text));
+        } else if (drain.kind == AgentDrain::Kind::kStays) {
           v1::JobEvent event;
-          event.set_message(absl::StrCat(who, " is draining; the job is not elastic: rank(s) ",
-                                         absl::StrJoin(here, ","),
-                                         " keep running there until the job ends"));
+          event.set_message(std::move(drain.text));
           RecordEvent(job_id, std::move(event), out);
         }
       }

@@ -2397,7 +2397,7 @@ TEST_F(AgentReconnectTest, AnElasticJobKeepsItsGenerationWhenItsAgentIsBackBefor
   EXPECT_EQ(State(job), v1::Job::SUCCEEDED) << jobs_->Get(job)->reason();
 }
 
-// Note [An elastic job's lost agent] in agent_loss.h: an elastic job whose
+// Note [An elastic job's lost agent] in agent_departure.h: an elastic job whose
 // agent's stream ended waits kElasticAgentGrace for it; back in time with
 // its rank, the job keeps its generation and counts no restart.
 TEST_F(AgentReconnectTest,

@@ -1,4 +1,4 @@
-#include "coordinator/scheduling/agent_loss.h"
+#include "coordinator/scheduling/agent_departure.h"
 
 #include <algorithm>
 #include <vector>
@@ -89,6 +89,24 @@ std::string GiveUpUnbound(RunningJob& run, const v1::AgentHello& agent) {
   if (gone.empty()) return "";
   return absl::StrCat("the agent on ", agent.host(), " connected again without rank(s) ",
                       absl::StrJoin(gone, ","));
+}
+
+AgentDrain OnAgentDrained(const RunningJob& run, const std::string& agent_id,
+                          const std::string& who) {
+  std::vector<int> here;
+  for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
+    if (run.ranks[rank].agent_id == agent_id && run.ranks[rank].state != v1::RankStatus::EXITED) {
+      here.push_back(static_cast<int>(rank));
+    }
+  }
+  if (here.empty()) return {};
+  if (run.elastic) {
+    return {AgentDrain::Kind::kReform,
+            absl::StrCat(who, " was drained: rank(s) ", absl::StrJoin(here, ","), " leave")};
+  }
+  return {AgentDrain::Kind::kStays,
+          absl::StrCat(who, " is draining; the job is not elastic: rank(s) ",
+                       absl::StrJoin(here, ","), " keep running there until the job ends")};
 }
 
 }  // namespace chorus

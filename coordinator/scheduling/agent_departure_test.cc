@@ -1,4 +1,4 @@
-#include "coordinator/scheduling/agent_loss.h"
+#include "coordinator/scheduling/agent_departure.h"
 
 #include <optional>
 #include <string>
@@ -34,7 +34,7 @@ RunningJob RunOf(bool elastic) {
 
 // Each row: the job, the reconnect grace, whether the agent is back
 // already, and what the job does; for a wait, how long.
-TEST(AgentLossTest, WhatAJobDoesWhenAnAgentIsGone) {
+TEST(AgentDepartureTest, WhatAJobDoesWhenAnAgentIsGone) {
   struct Row {
     const char* name;
     bool elastic;
@@ -92,7 +92,7 @@ TEST(AgentLossTest, WhatAJobDoesWhenAnAgentIsGone) {
 }
 
 // A job already waiting keeps the later deadline.
-TEST(AgentLossTest, ASecondLostAgentKeepsTheLaterDeadline) {
+TEST(AgentDepartureTest, ASecondLostAgentKeepsTheLaterDeadline) {
   RunningJob run = RunOf(/*elastic=*/false);
   OnAgentLost(run, "agent-1", HelloOf("node-a", 11), absl::Seconds(10), false, kNow);
   OnAgentLost(run, "agent-2", HelloOf("node-b", 12), absl::Seconds(10), false,
@@ -103,7 +103,7 @@ TEST(AgentLossTest, ASecondLostAgentKeepsTheLaterDeadline) {
 
 // Note [An elastic job's lost agent]: not back in time, the agent's ranks
 // are lost on it and the cause names it, its ranks and its grace.
-TEST(AgentLossTest, AnAgentNotBackInTimeLosesItsRanks) {
+TEST(AgentDepartureTest, AnAgentNotBackInTimeLosesItsRanks) {
   RunningJob run = RunOf(/*elastic=*/true);
   OnAgentLost(run, "agent-1", HelloOf("node-a", 11), absl::Seconds(10), false, kNow);
   run.ranks[1].agent_id = "agent-3";  // rank 1 was rebound meanwhile
@@ -119,7 +119,7 @@ TEST(AgentLossTest, AnAgentNotBackInTimeLosesItsRanks) {
 
 // Note [An agent back before its stream ended]: the agent's new hello
 // rebound rank 0 only; rank 1 is lost on the new registration.
-TEST(AgentLossTest, RanksTheReconnectedAgentDidNotBringBackAreLost) {
+TEST(AgentDepartureTest, RanksTheReconnectedAgentDidNotBringBackAreLost) {
   RunningJob run = RunOf(/*elastic=*/true);
   ASSERT_EQ(OnAgentLost(run, "agent-1", HelloOf("node-a", 11), absl::Seconds(10), true, kNow).kind,
             AgentLoss::Kind::kRebind);
@@ -134,6 +134,24 @@ TEST(AgentLossTest, RanksTheReconnectedAgentDidNotBringBackAreLost) {
   RunningJob other = RunOf(/*elastic=*/true);
   OnAgentLost(other, "agent-1", HelloOf("node-a", 11), absl::Seconds(10), true, kNow);
   EXPECT_EQ(GiveUpUnbound(other, HelloOf("node-a", 99)), "");
+}
+
+TEST(AgentDepartureTest, ADrainedAgentsRanksLeaveAnElasticJobAndStayInAnyOther) {
+  RunningJob elastic = RunOf(/*elastic=*/true);
+  elastic.ranks[1].state = v1::RankStatus::EXITED;
+  AgentDrain drain = OnAgentDrained(elastic, "agent-1", "agent agent-1 (node-a)");
+  EXPECT_EQ(drain.kind, AgentDrain::Kind::kReform);
+  EXPECT_EQ(drain.text, "agent agent-1 (node-a) was drained: rank(s) 0 leave");
+
+  RunningJob fixed = RunOf(/*elastic=*/false);
+  drain = OnAgentDrained(fixed, "agent-1", "agent agent-1 (node-a)");
+  EXPECT_EQ(drain.kind, AgentDrain::Kind::kStays);
+  EXPECT_EQ(drain.text,
+            "agent agent-1 (node-a) is draining; the job is not elastic: rank(s) 0,1 keep running "
+            "there until the job ends");
+
+  EXPECT_EQ(OnAgentDrained(fixed, "agent-9", "agent agent-9 (node-z)").kind,
+            AgentDrain::Kind::kNone);
 }
 
 }  // namespace

@@ -1,7 +1,11 @@
-// What a running job does when a node agent it has ranks on is gone, as
-// transitions of the job's state that return what the Scheduler is to do:
+// What a running job does when a node agent it has ranks on is gone or
+// drained, as transitions of the job's state that return what the
+// Scheduler is to do:
 //   OnAgentLost       the agent's stream ended: rebind, wait for it, re-form
 //                     without its ranks, or fail;
+//   OnAgentDrained    `chorus drain`: an elastic job re-forms without the
+//                     agent's ranks at its next step boundary; any other
+//                     job keeps them there until it ends;
 //   GiveUpLostAgents  the agents waited for are not back by the deadline:
 //                     the job re-forms without their ranks;
 //   GiveUpUnbound     the agent connected again without some of its ranks:
@@ -14,8 +18,8 @@
 // Example:
 //   AgentLoss loss = OnAgentLost(run, agent_id, hello, grace, false, clock.Now());
 //   if (loss.kind == AgentLoss::Kind::kReform) ... re-form with loss.text as the cause
-#ifndef CHORUS_COORDINATOR_SCHEDULING_AGENT_LOSS_H_
-#define CHORUS_COORDINATOR_SCHEDULING_AGENT_LOSS_H_
+#ifndef CHORUS_COORDINATOR_SCHEDULING_AGENT_DEPARTURE_H_
+#define CHORUS_COORDINATOR_SCHEDULING_AGENT_DEPARTURE_H_
 
 #include <string>
 
@@ -76,6 +80,21 @@ std::string GiveUpLostAgents(RunningJob& run);
 // are lost on it. The cause of the re-formation, or "" when none is left.
 std::string GiveUpUnbound(RunningJob& run, const v1::AgentHello& agent);
 
+struct AgentDrain {
+  enum class Kind {
+    kNone,    // no rank of the job runs there
+    kReform,  // an elastic job's planned change; `text` is the cause
+    kStays,   // a job that is not elastic keeps running; `text` is the event
+  };
+  Kind kind = Kind::kNone;
+  std::string text;
+};
+
+// Agent `agent_id` (`who`: its id and host, for messages) is drained: what
+// `run` does with its ranks that have not exited there.
+AgentDrain OnAgentDrained(const RunningJob& run, const std::string& agent_id,
+                          const std::string& who);
+
 }  // namespace chorus
 
-#endif  // CHORUS_COORDINATOR_SCHEDULING_AGENT_LOSS_H_
+#endif  // CHORUS_COORDINATOR_SCHEDULING_AGENT_DEPARTURE_H_
