@@ -51,7 +51,7 @@ namespace chorus {
 class CheckpointUploads {
  public:
   // Who may upload a checkpoint of `job_id` from `rank` of `generation` now
-  // (Scheduler::GrantUpload).
+  // (ClusterReads::GrantUpload).
   using Granter = std::function<absl::StatusOr<UploadGrant>(const std::string& job_id,
                                                             int64_t generation, int rank)>;
 

@@ -134,4 +134,8 @@ std::vector<RequeueRun> ClusterState::Requeueable() const {
   return runs;
 }
 
+void ClusterState::Replan(const JobManager& jobs, const std::map<std::string, int>& settling) {
+  plan = PlanQueue(RefreshQueue(jobs, settling), agents.FreeSlots(), Usage(), policy);
+}
+
 }  // namespace chorus

@@ -70,6 +70,10 @@ struct ClusterState {
   std::vector<QueueEntry> RefreshQueue(const JobManager& jobs,
                                        const std::map<std::string, int>& settling)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Plans the queue afresh (PlanQueue over RefreshQueue, the free slots,
+  // Usage and the policy) into `plan`.
+  void Replan(const JobManager& jobs, const std::map<std::string, int>& settling)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   mutable absl::Mutex mu;
   AgentRegistry agents ABSL_GUARDED_BY(mu);

@@ -294,8 +294,7 @@ bool Scheduler::PlaceQueuedLocked(Outbox& out) {
   // A job that cannot resume fails without taking its slots: place again.
   for (bool replan = true; replan;) {
     replan = false;
-    state_.plan = PlanQueue(state_.RefreshQueue(jobs_, settling_), state_.agents.FreeSlots(),
-                            state_.Usage(), state_.policy);
+    state_.Replan(jobs_, settling_);
     for (const JobPlacement& placement : state_.plan.placed) {
       absl::StatusOr<v1::Job> job = jobs_.Get(placement.job_id);
       if (!job.ok()) {
@@ -470,7 +469,7 @@ void Scheduler::Tick() {
   {
     absl::MutexLock lock(&state_.mu);
     const absl::Time now = clock_->Now();
-    state_.AdvanceFairShare(clock_->Now());
+    state_.AdvanceFairShare(now);
     std::vector<std::pair<std::string, std::string>> to_fail;
     std::vector<std::string> to_reform;
     for (auto& [job_id, run] : state_.running) {
@@ -616,8 +615,7 @@ void Scheduler::Recover(const std::vector<v1::Job>& running, absl::Duration grac
   // `chorus queue` lists state_.plan's order, and jobs missing from it in submit
   // order: plan the queue taken back now, not at the first placement pass
   // (an agent coming back), which may be seconds away after a takeover.
-  state_.plan = PlanQueue(state_.RefreshQueue(jobs_, settling_), state_.agents.FreeSlots(),
-                          state_.Usage(), state_.policy);
+  state_.Replan(jobs_, settling_);
   lock.Release();
   out.Flush();
 }
