@@ -20,12 +20,12 @@
 // NEVER_JOINED (NEVER_JOINED_S, from the hang's start; the job's
 // stall_after_seconds is 5). With --heartbeats agent the ranks'
 // heartbeats go as one message per agent per second on the agent's stream
-// (Note [Aggregated heartbeats] in coordinator/scheduling/scheduler.h) instead of one stream per
+// (Note [Aggregated heartbeats] in coordinator/scheduling/rank_messages.h) instead of one stream per
 // rank (--heartbeats rank, the default). With --reform 1 the job is elastic
 // and, last, one rank exits with an error: the time until every rank of the
 // next generation has joined, the joins going through the agents, one
 // RankJoins message per agent (Note [Joins through the agent] in
-// coordinator/scheduling/scheduler.h; --joins agent, the default), or one RankService.Join per
+// coordinator/scheduling/agent_join_outbox.h; --joins agent, the default), or one RankService.Join per
 // rank (--joins rank).
 //
 // Peer, same run: TorchElastic's dynamic rendezvous with 64 participants
@@ -103,7 +103,7 @@ struct Options {
   int ranks_per_agent = 64;
   // Heartbeats on one stream per rank (as a rank sends them on its own), or
   // collected per agent: one RankHeartbeats message per agent per second
-  // (Note [Aggregated heartbeats] in coordinator/scheduling/scheduler.h).
+  // (Note [Aggregated heartbeats] in coordinator/scheduling/rank_messages.h).
   bool aggregated = false;
   // The job is elastic and, at the end, one rank exits with an error: the
   // time until its next generation has formed (REFORM_S).
@@ -111,7 +111,7 @@ struct Options {
   // Every rank joins generation 1 and, with --reform, the survivors and the
   // newcomer join the next one through their agents (one RankJoins message
   // per agent, as chorus-worker sends them: Note [Joins through the agent]
-  // in coordinator/scheduling/scheduler.h), or each with its own RankService.Join
+  // in coordinator/scheduling/agent_join_outbox.h), or each with its own RankService.Join
   // (--joins rank, as ranks without an agent channel do).
   bool joins_through_agents = true;
   // Extra chorus-coordinator flags of the state (--state etcd: the etcd URL
@@ -441,7 +441,7 @@ absl::Status JoinEachRank(std::vector<SimAgent>& agents,
 }
 
 // Generation `generation`'s joins through the agents, as chorus-worker
-// sends them (Note [Joins through the agent] in coordinator/scheduling/scheduler.h):
+// sends them (Note [Joins through the agent] in coordinator/scheduling/agent_join_outbox.h):
 // each agent writes one RankJoins message with its ranks' joins and reads
 // its stream until every one is answered (RankJoinAnswers; other messages
 // are skipped). kSenders threads share the agents. OK once all are

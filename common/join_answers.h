@@ -4,7 +4,7 @@
 // JoinResponse that every rank of a generation shares (spec, resume, store
 // namespace, world size, restarts, number of agents) travel once per job
 // and generation; each rank's entry holds only what is its own (Note [Joins
-// through the agent] in coordinator/scheduling/scheduler.h).
+// through the agent] in coordinator/scheduling/agent_join_outbox.h).
 //
 // Thread-safety: free functions over the caller's messages.
 //

@@ -76,7 +76,7 @@ SessionEnvironment Rejoined(SessionEnvironment env, const v1::JoinResponse& join
   return env;
 }
 
-// Note [Staged growth] in coordinator/scheduling/scheduler_elastic.cc: a newcomer's
+// Note [Staged growth] in coordinator/scheduling/staged_growth.h: a newcomer's
 // program started before its generation formed joins it now; the
 // coordinator has the members re-form at their next step boundary once it
 // asks, and answers when the generation is complete. The join goes through

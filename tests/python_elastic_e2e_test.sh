@@ -9,7 +9,7 @@
 # all-reduce adds the same two numbers, and the newcomer trains the lost
 # rank's shard).
 #
-# With min_ranks 1 (Note [Staged growth] in coordinator/scheduling/scheduler_elastic.cc)
+# With min_ranks 1 (Note [Staged growth] in coordinator/scheduling/staged_growth.h)
 # the survivor forms generation 2 alone, in the same process and without a
 # step redone; the newcomer's program starts before generation 3 forms and
 # joins it itself, through its supervisor and node agent as every other

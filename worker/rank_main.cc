@@ -175,7 +175,7 @@ int Run(char** argv) {
   auto ranks = v1::RankService::NewStub(channel);
   v1::JoinRequest join = launch->join;
   // A program's supervisor can start it before its generation forms (Note
-  // [Staged growth] in coordinator/scheduling/scheduler_elastic.cc).
+  // [Staged growth] in coordinator/scheduling/staged_growth.h).
   join.set_starts_program_first(true);
   // Note [The first join through the agent].
   std::shared_ptr<ProgressSender> agent = AgentChannelFromEnvironment();

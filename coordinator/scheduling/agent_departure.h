@@ -34,7 +34,7 @@ namespace chorus {
 // link made the agent's keepalive give the connection up (its ranks train
 // on: their collectives go between the nodes) or the connection's end
 // reaches the coordinator before the agent's new hello does (Note [An agent
-// back before its stream ended] in scheduler.cc covers the other order).
+// back before its stream ended] below covers the other order).
 // Re-formed at once, the job restarted a generation for a rank that never
 // stopped: an elastic job with a rank across a 6 s cut counted two
 // restarts. So an elastic job, too, waits for the agent (Note [Agent
@@ -74,6 +74,18 @@ AgentLoss OnAgentLost(RunningJob& run, const std::string& agent_id, const v1::Ag
 // cause of the re-formation is returned (each agent, its ranks and the
 // grace it had).
 std::string GiveUpLostAgents(RunningJob& run);
+
+// Note [An agent back before its stream ended]
+// On a slow, lossy link an agent's keepalive gives its connection up (no
+// answer to a ping within 2 s while TCP resends) well before the
+// coordinator's own keepalive does (10 + 10 s), and the agent connects again
+// while the coordinator still holds its old stream (Note [Agent reconnect
+// grace] in running_job.h says how it is recognized). Its ranks never
+// stopped: they train on, their collectives going between the nodes. An
+// elastic job used to re-form at once, as for an agent lost, which the
+// ranks still running then saw as a restart for nothing; now the ranks the
+// new hello lists are rebound to it in the same step, and the job re-forms
+// only without those it does not list (exited meanwhile, or gone).
 
 // The agent `agent` (its new hello, its new id) connected again and
 // rebound what it listed: ranks of its earlier registration still unbound

@@ -1,7 +1,7 @@
 // AgentJoinOutbox: answers to the joins agents send for their ranks
 // (v1::RankJoins), gathered per agent so that the answers that are ready at
 // the same moment leave as one v1::RankJoinAnswers message (Note [Joins
-// through the agent] in scheduler.h).
+// through the agent] below).
 //
 // A join through an agent waits in its generation's Rendezvous like any
 // other, with the callback DoneFor returns; the callback only records the
@@ -32,6 +32,33 @@
 #include "coordinator/scheduling/rendezvous.h"
 
 namespace chorus {
+
+// Note [Joins through the agent]
+// When one rank of a 16,384-rank elastic job is lost, every survivor
+// joins the next generation. One RankService.Join per rank cost the
+// coordinator ~75 us of gRPC work each (a call, its metadata, its
+// reactor, its answer), 16k of them more than a second on the critical
+// path, growing with the job (docs/benchmarks.md, "Coordinator load").
+// So an agent may send its ranks' joins as one RankJoins message on its
+// own stream, and gets the answers back in RankJoinAnswers messages: the
+// coordinator's per-message work is then per agent, and per rank only the
+// rendezvous bookkeeping remains (O(1) each, Note [Rendezvous is
+// O(ranks)] in rendezvous.h). The parts of an answer every rank
+// shares (the spec, the checkpoint to resume from, the store namespace,
+// the world size: most of its bytes) go once per agent, not once per rank
+// (common/join_answers.h), so the bytes sent grow with ranks + agents,
+// not ranks x spec.
+// Each join in the batch is exactly a Scheduler::Join: the same generation
+// checks, UNAVAILABLE for a generation not formed yet, leave for a
+// draining rank, expiry after `deadline` naming the missing ranks, a
+// retry superseding the pending join (ABORTED), completion counted once
+// per rank whichever way it joined. Only two things differ: the agent
+// speaks for its own slots only (agent_id and host are the stream's, not
+// the request's), and the answers wait for the end of the call that made
+// them, so that every answer of one completion reaches an agent in one
+// message. A rank without an agent channel (an older agent, a program's
+// supervisor) keeps its own Join; both kinds mix freely in a generation.
+// Joins from an unknown agent are ignored (its stream is ending).
 
 class AgentJoinOutbox {
  public:

@@ -1,6 +1,6 @@
 // CallOutbox: what one call into the Scheduler decided under its lock and
-// does after releasing it (Note [The scheduler's writes after its lock] in
-// scheduler.h): durable writes first, in each job's order, then messages to
+// does after releasing it (Note [The scheduler's writes after its lock]
+// below): durable writes first, in each job's order, then messages to
 // agents, then the launches of started jobs whose start was recorded, then
 // answers to joins (those through agents gathered into one message per
 // agent), and last a callback with what the writes settled.
@@ -33,6 +33,28 @@
 
 namespace chorus {
 
+// Note [The scheduler's writes after its lock]
+// A durable write (an fsync'd SQLite commit, an etcd transaction) takes
+// seconds on a slow disk or a slow etcd, and every heartbeat, join and
+// agent message of every job waits for the scheduler's lock. So what the
+// scheduler decides under the lock that must be written (a job's start,
+// end, re-formation, re-queue, events, placements, elastic record) goes
+// into the call's Outbox as a write, in its job's order (JobWrites), and
+// runs once the lock is released, before the call's messages and answers
+// go out: an agent is told to launch, and a rank to join a generation,
+// only after what a restarted coordinator needs to take them back is
+// durable, as before. A slow write then holds up only its own job's later
+// writes and the call that made it.
+// What the state store shows lags the scheduler meanwhile, so the
+// scheduler never decides from it what it decided itself: a job it started
+// (one of its running jobs) or whose end is being written (ClusterState::settling) is not queued,
+// though the store may still say PENDING. A start whose write fails is
+// undone (its launches are not sent; Scheduler::UndoStartLocked); a re-queued job is
+// placed once its write has made it PENDING; any other failed write is
+// logged, and a write refused by etcd's fence has already ended this
+// coordinator's term (EtcdStateStoreOptions::on_fenced).
+// One per call (CallOutbox), its after-writes step AfterWrites.
+
 struct CallOutbox {
   // Called by Flush, after everything else, when the writes settled a job,
   // a start was not recorded, or a job was re-queued: `settled` (the
@@ -55,7 +77,7 @@ struct CallOutbox {
   std::vector<std::pair<AgentSender, v1::CoordinatorMessage>> messages;
   Rendezvous::Answers joins;
   // Where answers to joins through agents gather (Note [Joins through the
-  // agent] in scheduler.h): sent, one message per agent, after `joins`.
+  // agent] in agent_join_outbox.h): sent, one message per agent, after `joins`.
   AgentJoinOutbox& agent_joins;
   // A started job's launch messages, sent after `messages` if its start was
   // recorded (`recorded` is set by its write).

@@ -35,8 +35,7 @@ v1::AgentInfo ClusterState::AgentInfo(const std::string& agent_id) const {
   return info;
 }
 
-std::vector<QueueEntry> ClusterState::RefreshQueue(const JobManager& jobs,
-                                                   const std::map<std::string, int>& settling) {
+std::vector<QueueEntry> ClusterState::RefreshQueue(const JobManager& jobs) {
   const std::vector<std::string> ids = jobs.PendingJobIds();
   std::vector<QueueEntry> queued;
   queued.reserve(ids.size());
@@ -134,8 +133,57 @@ std::vector<RequeueRun> ClusterState::Requeueable() const {
   return runs;
 }
 
-void ClusterState::Replan(const JobManager& jobs, const std::map<std::string, int>& settling) {
-  plan = PlanQueue(RefreshQueue(jobs, settling), agents.FreeSlots(), Usage(), policy);
+void ClusterState::Replan(const JobManager& jobs) {
+  plan = PlanQueue(RefreshQueue(jobs), agents.FreeSlots(), Usage(), policy);
+}
+
+void ClusterState::Settled(const std::string& job_id) {
+  auto it = settling.find(job_id);
+  if (it != settling.end() && --it->second <= 0) settling.erase(it);
+}
+
+void ClusterState::StopForRequeue(const std::string& job_id,
+                                  const std::vector<std::pair<std::string, int>>& slots) {
+  for (const auto& [agent_id, slot] : slots) {
+    agents.SetBusy(agent_id, slot, true);
+    stopping[{agent_id, slot}] = job_id;
+  }
+}
+
+bool ClusterState::StoppedRankExited(const std::string& agent_id, int slot,
+                                     const std::string& job_id) {
+  auto it = stopping.find({agent_id, slot});
+  if (it == stopping.end() || it->second != job_id) return false;
+  stopping.erase(it);
+  agents.SetBusy(agent_id, slot, false);
+  return true;
+}
+
+void ClusterState::RemoveAgent(const std::string& agent_id) {
+  agents.Remove(agent_id);
+  for (auto it = stopping.begin(); it != stopping.end();) {
+    it = it->first.first == agent_id ? stopping.erase(it) : std::next(it);
+  }
+}
+
+int ClusterState::SlotsComing(v1::ResourceSpec::Device device) const {
+  const auto on_device = [&](const std::string& agent_id) {
+    const AgentRegistry::Agent* agent = agents.Find(agent_id);
+    return agent != nullptr && agent->hello.device() == device;
+  };
+  int coming = 0;
+  for (const auto& [agent_id, slots] : plan.reserved) {
+    if (on_device(agent_id)) coming += static_cast<int>(slots.size());
+  }
+  for (const auto& [job_id, run] : running) {
+    if (run.device != device) continue;
+    coming += static_cast<int>(run.leaving.size());
+    if (run.requeue.active()) coming += static_cast<int>(run.ranks.size());
+  }
+  for (const auto& [slot, job_id] : stopping) {
+    if (on_device(slot.first)) ++coming;
+  }
+  return coming;
 }
 
 }  // namespace chorus

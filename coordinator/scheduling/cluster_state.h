@@ -56,24 +56,43 @@ struct ClusterState {
   // shrinking] in preemption.h): steady, none leaving, not a restart-all.
   std::vector<ElasticRun> Preemptible() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Running jobs that are not elastic and may go back to the queue now
-  // (Note [Re-queue] in scheduler_requeue.cc): steady, none on its way.
+  // (Note [Re-queue] in requeue_wait.h): steady, none on its way.
   std::vector<RequeueRun> Requeueable() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   // Counts every running job's slots into its owner's fair share up to
   // `now`.
   void AdvanceFairShare(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // The PENDING jobs in submit order as the plan sees them, from `jobs`
-  // less those running here or whose start or end is being written
-  // (`settling`: Note [The scheduler's writes after its lock] in
-  // scheduler.h). Entries are kept in queue_entries between calls, so a
-  // job's record is read once while it waits.
-  std::vector<QueueEntry> RefreshQueue(const JobManager& jobs,
-                                       const std::map<std::string, int>& settling)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // less those running here or `settling`. Entries are kept in
+  // queue_entries between calls, so a job's record is read once while it
+  // waits.
+  std::vector<QueueEntry> RefreshQueue(const JobManager& jobs) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Plans the queue afresh (PlanQueue over RefreshQueue, the free slots,
   // Usage and the policy) into `plan`.
-  void Replan(const JobManager& jobs, const std::map<std::string, int>& settling)
+  void Replan(const JobManager& jobs) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // A write that ends or starts `job_id` is on its way (Settle) or done
+  // (Settled: once per Settle).
+  void Settle(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { ++settling[job_id]; }
+  void Settled(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+
+  // Note [Re-queue] in requeue_wait.h: the ranks of a re-queued job, at
+  // (agent id, slot), were told to stop; their slots stay busy until they
+  // exit.
+  void StopForRequeue(const std::string& job_id,
+                      const std::vector<std::pair<std::string, int>>& slots)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // A rank of `job_id` on (agent, slot) exited: if a re-queue stopped it,
+  // its slot is free and this returns true.
+  bool StoppedRankExited(const std::string& agent_id, int slot, const std::string& job_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // The agent's stream ended: it is gone, with its stopping ranks' slots.
+  void RemoveAgent(const std::string& agent_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Slots of `device` already on their way to the job waiting for it
+  // (Note [Preemption by shrinking] in preemption.h): those the last plan
+  // reserved, those of ranks leaving at a planned re-formation, of jobs
+  // checkpointing before they go back to the queue, and of re-queued jobs'
+  // ranks that have not exited.
+  int SlotsComing(v1::ResourceSpec::Device device) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   mutable absl::Mutex mu;
   AgentRegistry agents ABSL_GUARDED_BY(mu);
@@ -84,6 +103,14 @@ struct ClusterState {
   // Each PENDING job as the plan sees it, kept between passes: a pass with
   // 10,000 queued jobs then copies none of them (docs/scheduling.md).
   std::map<std::string, QueueEntry> queue_entries ABSL_GUARDED_BY(mu);
+  // Jobs whose end (or start) is being written: the store may still list
+  // them PENDING (Note [The scheduler's writes after its lock] in
+  // call_outbox.h). A count: several calls may write one job's changes.
+  std::map<std::string, int> settling ABSL_GUARDED_BY(mu);
+  // (agent, slot) -> job: ranks of re-queued jobs that were told to stop and
+  // have not exited yet. Their exits are not taken for the exits of the
+  // job's next run.
+  std::map<std::pair<std::string, int>, std::string> stopping ABSL_GUARDED_BY(mu);
 };
 
 }  // namespace chorus

@@ -22,6 +22,7 @@ v1::AgentHello Hello(const std::string& host, int slots) {
   v1::AgentHello hello;
   hello.set_host(host);
   hello.set_slots(slots);
+  hello.set_device(v1::ResourceSpec::CPU);
   return hello;
 }
 
@@ -122,6 +123,45 @@ TEST_F(ClusterStateTest, WhichRunningJobsMayBePreempted) ABSL_NO_THREAD_SAFETY_A
   EXPECT_TRUE(state_.Requeueable().empty());
 }
 
+// What a reservation holder short of slots still needs is its min_ranks
+// less the slots already on their way to it: reserved, leaving, held by a
+// job checkpointing to be re-queued, or of a re-queued job's ranks that
+// have not exited. A slot of another device does not count.
+TEST_F(ClusterStateTest, SlotsComingToAWaitingJob) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  v1::AgentHello gpu = Hello("node-b", 2);
+  gpu.set_device(v1::ResourceSpec::CUDA);
+  ASSERT_EQ(*state_.agents.Add(gpu, nullptr), "agent-2");
+  EXPECT_EQ(state_.SlotsComing(v1::ResourceSpec::CPU), 0);
+
+  state_.plan.reserved["agent-1"] = {3};
+  state_.plan.reserved["agent-2"] = {0, 1};
+  EXPECT_EQ(state_.SlotsComing(v1::ResourceSpec::CPU), 1);
+  EXPECT_EQ(state_.SlotsComing(v1::ResourceSpec::CUDA), 2);
+
+  RunningJob& shrinking = Run("job-000001", "ann", 1, 0, /*elastic=*/true);
+  shrinking.leaving.Yield("agent-1", 0);
+  RunningJob& checkpointing = Run("job-000002", "bob", 2, 1, /*elastic=*/false);
+  checkpointing.requeue.Begin("preempted", 0, 0, kStart, absl::Seconds(60));
+  EXPECT_EQ(state_.SlotsComing(v1::ResourceSpec::CPU), 1 + 1 + 2);
+
+  // Re-queued: its ranks were told to stop and their slots stay busy; their
+  // exits free them, once, and only for that job.
+  state_.running.erase("job-000002");
+  state_.StopForRequeue("job-000002", {{"agent-1", 1}, {"agent-1", 2}});
+  EXPECT_EQ(state_.SlotsComing(v1::ResourceSpec::CPU), 1 + 1 + 2);
+  EXPECT_TRUE(state_.agents.Find("agent-1")->busy[1]);
+  EXPECT_FALSE(state_.StoppedRankExited("agent-1", 1, "job-000009"));
+  EXPECT_TRUE(state_.StoppedRankExited("agent-1", 1, "job-000002"));
+  EXPECT_FALSE(state_.agents.Find("agent-1")->busy[1]);
+  EXPECT_FALSE(state_.StoppedRankExited("agent-1", 1, "job-000002"));
+  EXPECT_EQ(state_.SlotsComing(v1::ResourceSpec::CPU), 1 + 1 + 1);
+
+  // Its agent gone, the other stopping slot is gone with it.
+  state_.RemoveAgent("agent-1");
+  EXPECT_TRUE(state_.stopping.empty());
+  EXPECT_EQ(state_.agents.Find("agent-1"), nullptr);
+}
+
 TEST_F(ClusterStateTest, FairShareCountsEachOwnersSlotSeconds) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   Run("job-000001", "ann", 2, 0, /*elastic=*/false);
   Run("job-000002", "ann", 1, 2, /*elastic=*/false);
@@ -151,9 +191,9 @@ TEST_F(ClusterStateTest, TheQueueLeavesOutJobsStartedOrSettling) ABSL_NO_THREAD_
     ids.push_back(job->job_id());
   }
   Run(ids[1], "bob", 1, 0, /*elastic=*/false);  // started here; the store still says PENDING
-  const std::map<std::string, int> settling = {{ids[2], 1}};
+  state_.Settle(ids[2]);                        // its end is being written
 
-  std::vector<QueueEntry> queued = state_.RefreshQueue(*jobs, settling);
+  std::vector<QueueEntry> queued = state_.RefreshQueue(*jobs);
   ASSERT_EQ(queued.size(), 2u);
   EXPECT_EQ(queued[0].job.job_id, ids[0]);
   EXPECT_EQ(queued[0].owner, "ann");
@@ -163,7 +203,8 @@ TEST_F(ClusterStateTest, TheQueueLeavesOutJobsStartedOrSettling) ABSL_NO_THREAD_
   EXPECT_EQ(state_.queue_entries.size(), 2u);
 
   // Once written, the settled job is queued again, in its place.
-  queued = state_.RefreshQueue(*jobs, {});
+  state_.Settled(ids[2]);
+  queued = state_.RefreshQueue(*jobs);
   ASSERT_EQ(queued.size(), 3u);
   EXPECT_EQ(queued[1].job.job_id, ids[2]);
   EXPECT_EQ(queued[1].owner, "cy");

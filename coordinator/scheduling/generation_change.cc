@@ -189,7 +189,7 @@ void Form(RunningJob& run, const std::string& cause, ReformKind kind,
       change.joins);
   std::vector<std::string> newcomers;
   std::vector<RankState> ranks = NextRanks(run, next, in.agents, newcomers);
-  // Note [Staged growth] in scheduler_elastic.cc: newcomers already running
+  // Note [Staged growth] in staged_growth.h: newcomers already running
   // join; they are not launched again.
   StagedGrowth::Actions staged = run.staged.OnGenerationBegun(next.ranks);
   for (const auto& [agent_id, slot] : staged.adopted) {

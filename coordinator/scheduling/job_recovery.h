@@ -85,8 +85,24 @@ std::map<std::string, std::vector<int>> RebindRanks(
     std::map<std::string, RunningJob>& running, const std::string& agent_id,
     const v1::AgentHello& hello, std::vector<std::pair<std::string, int>>* bound);
 
+// Note [Exits told again]
+// An agent's report of a rank's exit is written to its stream, and written is
+// not read: a leader killed (or a machine lost) before reading it takes the
+// report with it. The coordinator that takes over recovers the job from the
+// state store and waits for its ranks; one that exited never comes back, so
+// without the report the job would fail ("did not come back") however its ranks
+// ended, and a rank that finished before the takeover is not in the store for a
+// job that is not elastic. So an agent's hello tells again the exits it wrote
+// lately (AgentHello .exited), and the coordinator takes each one that a rank
+// it still waits for, on that agent's host and process, slot and generation,
+// has not reported otherwise (AwaitsToldExit), as if it had just been sent. A
+// coordinator that read them the first time matches none: the ranks are bound
+// to the agent (a reconnection to the same leader) or no longer waited for.
+// Exits the agent could not write at all are not in the hello; they follow the
+// welcome (Note [Reports kept while disconnected] in worker/agent/agent.cc).
+
 // Whether `exited`, an exit agent `hello` tells again (Note [Exits told
-// again] in scheduler.cc), is that of a rank of `run` still waited for: not
+// again] above), is that of a rank of `run` still waited for: not
 // bound to an agent yet, not exited, last on that agent's host, process and
 // slot, in the job's current generation.
 bool AwaitsToldExit(const RunningJob& run, const v1::AgentHello& hello,

@@ -6,7 +6,7 @@
 //   departing  no rank any more (it left at a step boundary, its agent
 //              draining or its slot preempted, or it was a staged newcomer
 //              that was stopped: Note [Staged growth] in
-//              scheduler_elastic.cc) whose process has not exited: its slot
+//              staged_growth.h) whose process has not exited: its slot
 //              stays busy until the exit is reported.
 // Transitions move a rank from state to state; the Scheduler frees the slot
 // when OnExited says a departing rank is gone.

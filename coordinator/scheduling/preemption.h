@@ -28,7 +28,7 @@
 // together do not cover `needed`, nothing is taken. Such a job is
 // checkpointed at its next step boundary, stopped and sent back to the
 // queue, where it resumes from that checkpoint when placed again (Note
-// [Re-queue] in scheduler_requeue.cc); a preemptible one without
+// [Re-queue] in requeue_wait.h); a preemptible one without
 // checkpoints starts again from scratch.
 //
 // Thread-safety: a pure function.

@@ -31,6 +31,22 @@
 
 namespace chorus {
 
+// Note [Aggregated heartbeats]
+// At 16,384 ranks, one stream and one message per rank per second is
+// most of a coordinator core (docs/benchmarks.md). An agent may instead
+// collect its ranks' heartbeats and send them as one RankHeartbeats
+// message per interval on its own stream: the coordinator then takes its
+// lock and wakes once per agent, not per rank. Each heartbeat in it is
+// recorded exactly as one on the rank's stream (Scheduler::Heartbeat), so a
+// rank's liveness stays its own: the agent forwards only what a rank sent
+// since the last interval, and a rank that stopped sending is absent and
+// ages into DEAD after dead_after_seconds while its agent is alive. A
+// directive for a rank goes back to the agent in one RankDirectives
+// message, with the slot to hand it to. A heartbeat for a rank that does
+// not run on the agent is ignored: an agent speaks only for its ranks.
+// The per-rank Heartbeat stream stays: ranks started by an older agent,
+// and a rank whose agent does not collect heartbeats, use it unchanged.
+
 struct HeartbeatAnswer {
   // The rank is one of the current generation: its heartbeat was recorded
   // and its stream stays open.
@@ -81,6 +97,15 @@ JoinAnswer AnswerJoin(const RunningJob& run, const v1::JoinRequest& request);
 // not waiting for slots, no rank is being taken back, and the Join is for
 // the next generation.
 bool StartsPlannedChange(const RunningJob& run, const v1::JoinRequest& request);
+
+// Note [Reports are written outside the scheduler's lock]
+// A report ends in database writes (the job's metrics, a metrics event,
+// synchronous commits), and every agent's stream, heartbeat and join waits for
+// the scheduler's lock. So Scheduler::Report checks the rank under the lock, takes the
+// job's `report_writes` mutex while still holding it, and writes after letting
+// it go. Whoever records the job's end (Scheduler::EndLocked) takes `report_writes` first,
+// so a report that was accepted is written before the job's final event, and
+// readers of the events see the final metrics before the end.
 
 // A report of `run`'s rank. Returns the metrics to record: the report's,
 // with an elastic job's "restarts" and "recovery_seconds" (what only the

@@ -37,7 +37,7 @@ struct ReformJob {
   int restarts = 0;        // failures survived so far
   int max_restarts = 0;    // elastic.max_restarts
   int wait_seconds = 0;    // elastic.wait_seconds
-  // Note [Staged growth] in scheduler_elastic.cc: a program that re-forms in
+  // Note [Staged growth] in staged_growth.h: a program that re-forms in
   // its own process (a program job that does not restart all): after a
   // failure its survivors form alone while they are enough.
   bool stages_replacements = false;

@@ -107,7 +107,7 @@ TEST_F(RendezvousTest, AbortFailsEveryWaitingJoin) {
 }
 
 // Completion is a count (Note [Rendezvous is O(ranks)] in
-// scheduler_ranks.cc): a retry counts once, an expired join not at all.
+// rendezvous.h): a retry counts once, an expired join not at all.
 TEST_F(RendezvousTest, CompletionCountsEachRankOnceAndNotAfterItsJoinExpired) {
   JoinResult joins[3], retry;
   const absl::Time later = clock_.Now() + absl::Seconds(60);

@@ -1,5 +1,5 @@
 // RequeueWait: one running job's wait for its checkpoint before it goes
-// back to the queue (Note [Re-queue] in scheduler_requeue.cc). A
+// back to the queue (Note [Re-queue] below). A
 // higher-priority job preempted it; its ranks checkpoint and hold; the wait
 // ends once a checkpoint of the target step or later has committed, or at
 // the deadline. Its transitions say what the Scheduler is to do; it reads no
@@ -24,6 +24,51 @@
 #include "absl/time/time.h"
 
 namespace chorus {
+
+// Note [Re-queue]
+// The Scheduler's PreemptLocked picks whole jobs by PlanPreemption.
+// A job on the built-in trainer is checkpointable: it honours a checkpoint
+// request (the `chorus checkpoint` signal) at its next step boundary,
+// whatever its checkpoint schedule, and resumes from a checkpoint. A
+// program job is not (nothing says it saves one), unless
+// resources.preemptible lets it be stopped and started again from scratch.
+//
+// 1. The checkpointable job's ranks are answered, on their heartbeats, with
+//    CHECKPOINT_AND_HOLD: they checkpoint at the end of the current step,
+//    as for `chorus checkpoint`, and then train no further (a rank that
+//    trained on would train steps the resumed run trains again). The step
+//    they had reported and the newest committed checkpoint give
+//    `target_step` (the next one after both). Its slots count as on their
+//    way to the waiting job, so nothing else is preempted for it meanwhile.
+//    A worker that does not know the directive trains on; the wait then
+//    times out (step 2).
+// 2. Every Tick (the Scheduler's RequeueDueLocked) reads the job's newest committed
+//    checkpoint. Once it reaches target_step, or after
+//    requeue_checkpoint_timeout (then from the newest one there is, with
+//    an event saying how many steps that loses), the ranks are told to stop
+//    and the job becomes PENDING (JobManager::Requeue) with a reason naming
+//    who preempted it and the step it resumes from, and resume_from set to
+//    its own id: the newest complete checkpoint when it is placed again,
+//    which a restarted coordinator reads from the state database as for
+//    any job. Its place in the queue is its priority, fair share and submit
+//    time, none of which changed.
+// 3. The stopped ranks' slots stay busy until they exit (ClusterState::stopping):
+//    a process that still holds the device is not a free slot, and the
+//    exit of the old run's rank must not be taken for one of the next run
+//    on the same slot.
+// 4. Placed again, it starts as a new run: generation 1 of the job, whose
+//    workers resume from the checkpoint exactly as a job submitted with
+//    resume_from does. The worker reads a generation above 1 as an elastic
+//    re-formation (survivors keep their memory), which a fresh start is
+//    not; so the run restarts the generation count and its store keys get
+//    a namespace of their own (`JOB/run-N/gen-G`, from Job.preemptions).
+//
+// A coordinator restart during step 2 takes the job back as RUNNING (its
+// wait was in memory only); the next plan preempts it again and asks for a
+// new checkpoint. Ranks that were already holding take no second one: the
+// wait then times out and the job resumes from the checkpoint they held
+// at, losing nothing but the wait. After step 2 the job is PENDING with its
+// resume_from in the state database.
 
 // What a RequeueWait holds while the job waits. (Defined outside the class:
 // clang cannot default-construct a nested struct with member initializers

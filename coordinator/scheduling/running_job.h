@@ -121,7 +121,7 @@ struct RankState {
 // and has its host and pid: agents in containers that share a host name
 // may share a pid too. An exit it
 // tells in its hello counts as after a restart (Note [Exits told again] in
-// scheduler.cc); ranks not back by the deadline fail the job with the lost
+// job_recovery.h); ranks not back by the deadline fail the job with the lost
 // agent as the cause (CheckRecovery in job_recovery.h). While the ranks are
 // away the hang detector does not see them (HangViews): their heartbeats,
 // relayed by the agent, stop with its stream and would make them DEAD; for
@@ -344,7 +344,7 @@ struct RunningJob {
   // resources.preemptible (preemption.h): may go back to the queue without
   // a checkpoint.
   const bool preemptible;
-  // Note [Re-queue] in scheduler_requeue.cc: a higher-priority job preempted
+  // Note [Re-queue] in requeue_wait.h: a higher-priority job preempted
   // this one, which checkpoints before it goes back to the queue.
   RequeueWait requeue;
   // Rank failures survived so far, and one line per generation change: the
@@ -363,9 +363,9 @@ struct RunningJob {
   absl::Time last_growth_at = absl::InfinitePast();
   // The generation formed without the replacements of ranks lost in a
   // failure: free slots are taken at once (Note [Staged growth] in
-  // scheduler_elastic.cc).
+  // staged_growth.h).
   bool replacements_owed = false;
-  // Note [Staged growth] in scheduler_elastic.cc: newcomers started before
+  // Note [Staged growth] in staged_growth.h: newcomers started before
   // their generation forms; not ranks of the job until it does.
   StagedGrowth staged;
   // The elastic state last saved to the state database (a serialized
@@ -373,7 +373,7 @@ struct RunningJob {
   std::string saved_record;
   // Held while a report of the job is written to the state database
   // outside the scheduler's lock (Note [Reports are written outside the
-  // scheduler's lock] in scheduler_ranks.cc). Shared: the writer keeps it
+  // scheduler's lock] in rank_messages.h). Shared: the writer keeps it
   // even if the job ends meanwhile.
   std::shared_ptr<std::mutex> report_writes = std::make_shared<std::mutex>();
   // Whether every rank of the current generation has joined.

@@ -24,10 +24,7 @@ void Scheduler::AfterWrites(const std::vector<std::string>& settled,
   Outbox out(*this);
   {
     absl::MutexLock lock(&state_.mu);
-    for (const std::string& job_id : settled) {
-      auto it = settling_.find(job_id);
-      if (it != settling_.end() && --it->second <= 0) settling_.erase(it);
-    }
+    for (const std::string& job_id : settled) state_.Settled(job_id);
     for (const std::string& job_id : unrecorded) UndoStartLocked(job_id);
     // Not after a failed write: a store that refuses writes would be asked
     // again at once, for ever. The next change or Tick places again.
@@ -142,17 +139,6 @@ absl::StatusOr<std::string> Scheduler::AddAgentLocked(const v1::AgentHello& hell
   return id;
 }
 
-// Note [An agent back before its stream ended]
-// On a slow, lossy link an agent's keepalive gives its connection up (no
-// answer to a ping within 2 s while TCP resends) well before the
-// coordinator's own keepalive does (10 + 10 s), and the agent connects again
-// while the coordinator still holds its old stream (Note [Agent reconnect
-// grace] in running_job.h says how it is recognized). Its ranks never
-// stopped: they train on, their collectives going between the nodes. An
-// elastic job used to re-form at once, as for an agent lost, which the
-// ranks still running then saw as a restart for nothing; now the ranks the
-// new hello lists are rebound to it in the same step, and the job re-forms
-// only without those it does not list (exited meanwhile, or gone).
 void Scheduler::ReformWithoutUnboundLocked(const std::vector<std::string>& rebinding,
                                            const v1::AgentHello& agent, Outbox& out) {
   for (const std::string& job_id : rebinding) {
@@ -163,21 +149,6 @@ void Scheduler::ReformWithoutUnboundLocked(const std::vector<std::string>& rebin
   }
 }
 
-// Note [Exits told again]
-// An agent's report of a rank's exit is written to its stream, and written is
-// not read: a leader killed (or a machine lost) before reading it takes the
-// report with it. The coordinator that takes over recovers the job from the
-// state store and waits for its ranks; one that exited never comes back, so
-// without the report the job would fail ("did not come back") however its ranks
-// ended, and a rank that finished before the takeover is not in the store for a
-// job that is not elastic. So an agent's hello tells again the exits it wrote
-// lately (AgentHello .exited), and the coordinator takes each one that a rank
-// it still waits for, on that agent's host and process, slot and generation,
-// has not reported otherwise (AwaitsToldExit), as if it had just been sent. A
-// coordinator that read them the first time matches none: the ranks are bound
-// to the agent (a reconnection to the same leader) or no longer waited for.
-// Exits the agent could not write at all are not in the hello; they follow the
-// welcome (Note [Reports kept while disconnected] in worker/agent/agent.cc).
 void Scheduler::TakeToldExitsLocked(const std::string& agent_id, const v1::AgentHello& hello,
                                     Outbox& out) {
   for (const v1::RankExited& exited : hello.exited()) {
@@ -233,10 +204,7 @@ bool Scheduler::RemoveAgentLocked(const std::string& agent_id, Outbox& out,
   const AgentRegistry::Agent* agent = state_.agents.Find(agent_id);
   if (agent == nullptr) return false;
   const v1::AgentHello hello = agent->hello;
-  state_.agents.Remove(agent_id);
-  for (auto it = stopping_slots_.begin(); it != stopping_slots_.end();) {
-    it = it->first.first == agent_id ? stopping_slots_.erase(it) : std::next(it);
-  }
+  state_.RemoveAgent(agent_id);
   std::vector<std::string> affected;
   for (const auto& [job_id, run] : state_.running) {
     if (run.RunsOn(agent_id)) affected.push_back(job_id);
@@ -294,7 +262,7 @@ bool Scheduler::PlaceQueuedLocked(Outbox& out) {
   // A job that cannot resume fails without taking its slots: place again.
   for (bool replan = true; replan;) {
     replan = false;
-    state_.Replan(jobs_, settling_);
+    state_.Replan(jobs_);
     for (const JobPlacement& placement : state_.plan.placed) {
       absl::StatusOr<v1::Job> job = jobs_.Get(placement.job_id);
       if (!job.ok()) {
@@ -403,14 +371,14 @@ void Scheduler::RankExited(const std::string& agent_id, const v1::RankExited& ex
 void Scheduler::RankExitedLocked(const std::string& agent_id, const v1::RankExited& exited,
                                  Outbox& out) {
   // Note [Re-queue]: a rank of a re-queued job's last run; its slot is free.
-  if (StoppedRankExitedLocked(agent_id, exited)) return;
+  if (state_.StoppedRankExited(agent_id, exited.slot(), exited.job_id())) return;
   auto it = state_.running.find(exited.job_id());
   if (it == state_.running.end()) return;  // already ended (e.g. stopped after a failure)
   const AgentRegistry::Agent* agent = state_.agents.Find(agent_id);
   if (agent == nullptr) return;
   if (std::optional<StagedGrowth::Actions> staged = it->second.staged.OnExited(
           agent_id, exited.slot(), it->second.phase.planned().has_value())) {
-    // Note [Staged growth] in scheduler_elastic.cc: it was not a rank yet.
+    // Note [Staged growth] in staged_growth.h: it was not a rank yet.
     ApplyStagedLocked(exited.job_id(), it->second, *staged, out);
   } else if (it->second.leaving.OnExited(agent_id, exited.slot())) {
     // A rank that left at a planned re-formation (a drain, a preemption).
@@ -443,7 +411,7 @@ absl::StatusOr<v1::Job> Scheduler::Cancel(const std::string& job_id, const std::
       if (auto running = state_.running.find(job_id); running != state_.running.end()) {
         writes = running->second.report_writes;
       }
-      ++settling_[job_id];  // not placed meanwhile
+      state_.Settle(job_id);  // not placed meanwhile
       out.settling.push_back(job_id);
       out.writes.Add(job_id, [this, &job, job_id, reason, writes] {
         std::unique_lock<std::mutex> reports_written;
@@ -559,7 +527,7 @@ void Scheduler::RecordEvent(const std::string& job_id, v1::JobEvent event, Outbo
 }
 
 void Scheduler::RecordFailure(const std::string& job_id, const std::string& reason, Outbox& out) {
-  ++settling_[job_id];  // the store lists it PENDING until the write
+  state_.Settle(job_id);  // the store lists it PENDING until the write
   out.settling.push_back(job_id);
   out.writes.Add(job_id, [this, job_id, reason] {
     absl::StatusOr<v1::Job> ended = jobs_.Finish(job_id, v1::Job::FAILED, reason);
@@ -615,7 +583,7 @@ void Scheduler::Recover(const std::vector<v1::Job>& running, absl::Duration grac
   // `chorus queue` lists state_.plan's order, and jobs missing from it in submit
   // order: plan the queue taken back now, not at the first placement pass
   // (an agent coming back), which may be seconds away after a takeover.
-  state_.Replan(jobs_, settling_);
+  state_.Replan(jobs_);
   lock.Release();
   out.Flush();
 }

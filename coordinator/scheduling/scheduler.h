@@ -106,7 +106,7 @@ struct SchedulerOptions {
   ResumeResolver newest_committed;
   // How long a job preempted by re-queueing waits for its checkpoint to
   // commit before it goes back to the queue anyway (Note [Re-queue] in
-  // scheduler_requeue.cc).
+  // requeue_wait.h).
   absl::Duration requeue_checkpoint_timeout = absl::Seconds(60);
   // How long a job without an elastic block waits for the ranks of an agent
   // whose stream ended to come back with it before it fails (Note [Agent
@@ -219,48 +219,11 @@ class Scheduler {
  private:
   // The agent reports that a rank process ended.
   void RankExited(const std::string& agent_id, const v1::RankExited& exited);
-  // Note [Joins through the agent]
-  // When one rank of a 16,384-rank elastic job is lost, every survivor
-  // joins the next generation. One RankService.Join per rank cost the
-  // coordinator ~75 us of gRPC work each (a call, its metadata, its
-  // reactor, its answer), 16k of them more than a second on the critical
-  // path, growing with the job (docs/benchmarks.md, "Coordinator load").
-  // So an agent may send its ranks' joins as one RankJoins message on its
-  // own stream, and gets the answers back in RankJoinAnswers messages: the
-  // coordinator's per-message work is then per agent, and per rank only the
-  // rendezvous bookkeeping remains (O(1) each, Note [Rendezvous is
-  // O(ranks)] in scheduler_ranks.cc). The parts of an answer every rank
-  // shares (the spec, the checkpoint to resume from, the store namespace,
-  // the world size: most of its bytes) go once per agent, not once per rank
-  // (common/join_answers.h), so the bytes sent grow with ranks + agents,
-  // not ranks x spec.
-  // Each join in the batch is exactly the Join above: the same generation
-  // checks, UNAVAILABLE for a generation not formed yet, leave for a
-  // draining rank, expiry after `deadline` naming the missing ranks, a
-  // retry superseding the pending join (ABORTED), completion counted once
-  // per rank whichever way it joined. Only two things differ: the agent
-  // speaks for its own slots only (agent_id and host are the stream's, not
-  // the request's), and the answers wait for the end of the call that made
-  // them, so that every answer of one completion reaches an agent in one
-  // message. A rank without an agent channel (an older agent, a program's
-  // supervisor) keeps its own Join; both kinds mix freely in a generation.
-  // Joins from an unknown agent are ignored (its stream is ending).
+  // An agent's batch of its ranks' joins (Note [Joins through the agent] in
+  // agent_join_outbox.h): each is Join's, waiting until `deadline`.
   void AgentJoins(const std::string& agent_id, const v1::RankJoins& batch, absl::Time deadline);
-  // Note [Aggregated heartbeats]
-  // At 16,384 ranks, one stream and one message per rank per second is
-  // most of a coordinator core (docs/benchmarks.md). An agent may instead
-  // collect its ranks' heartbeats and send them as one RankHeartbeats
-  // message per interval on its own stream: the coordinator then takes its
-  // lock and wakes once per agent, not per rank. Each heartbeat in it is
-  // recorded exactly as one on the rank's stream (Heartbeat above), so a
-  // rank's liveness stays its own: the agent forwards only what a rank sent
-  // since the last interval, and a rank that stopped sending is absent and
-  // ages into DEAD after dead_after_seconds while its agent is alive. A
-  // directive for a rank goes back to the agent in one RankDirectives
-  // message, with the slot to hand it to. A heartbeat for a rank that does
-  // not run on the agent is ignored: an agent speaks only for its ranks.
-  // The per-rank Heartbeat stream stays: ranks started by an older agent,
-  // and a rank whose agent does not collect heartbeats, use it unchanged.
+  // An agent's batch of its ranks' heartbeats (Note [Aggregated heartbeats]
+  // in rank_messages.h); each is recorded as Heartbeat's.
   void AgentHeartbeats(const std::string& agent_id, const v1::RankHeartbeats& batch,
                        double cpu_pressure);
   // A message that carries nothing else (a ping) came from the agent: it is
@@ -270,27 +233,8 @@ class Scheduler {
   // Output lines of a rank process, relayed by its agent.
   void Logs(const std::string& agent_id, const v1::RankLogs& logs);
 
-  // Note [The scheduler's writes after its lock]
-  // A durable write (an fsync'd SQLite commit, an etcd transaction) takes
-  // seconds on a slow disk or a slow etcd, and every heartbeat, join and
-  // agent message of every job waits for the scheduler's lock. So what the
-  // scheduler decides under the lock that must be written (a job's start,
-  // end, re-formation, re-queue, events, placements, elastic record) goes
-  // into the call's Outbox as a write, in its job's order (JobWrites), and
-  // runs once the lock is released, before the call's messages and answers
-  // go out: an agent is told to launch, and a rank to join a generation,
-  // only after what a restarted coordinator needs to take them back is
-  // durable, as before. A slow write then holds up only its own job's later
-  // writes and the call that made it.
-  // What the state store shows lags the scheduler meanwhile, so the
-  // scheduler never decides from it what it decided itself: a job it started
-  // (one of its running jobs) or whose end is being written (settling_) is not queued,
-  // though the store may still say PENDING. A start whose write fails is
-  // undone (its launches are not sent; UndoStartLocked); a re-queued job is
-  // placed once its write has made it PENDING; any other failed write is
-  // logged, and a write refused by etcd's fence has already ended this
-  // coordinator's term (EtcdStateStoreOptions::on_fenced).
-  // One per call (CallOutbox), its after-writes step AfterWrites.
+  // One per call (Note [The scheduler's writes after its lock] in
+  // call_outbox.h); its after-writes step is AfterWrites.
   struct Outbox : CallOutbox {
     explicit Outbox(Scheduler& scheduler)
         : CallOutbox(scheduler.agent_joins_, scheduler.writes_,
@@ -299,7 +243,7 @@ class Scheduler {
                        scheduler.AfterWrites(settled, unrecorded, requeued);
                      }) {}
   };
-  // After an Outbox's writes: the jobs it settled leave settling_, starts
+  // After an Outbox's writes: the jobs it settled are settled, starts
   // that were not recorded are undone, and re-queued jobs are placed.
   void AfterWrites(const std::vector<std::string>& settling,
                    const std::vector<std::string>& unrecorded, bool requeued);
@@ -396,15 +340,11 @@ class Scheduler {
   bool RequeueDueLocked(absl::Time now, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // Stops `job_id`'s ranks and makes it PENDING with `reason`, resuming from
   // its own newest checkpoint when `resume_step` > 0. Its slots stay busy
-  // until its ranks have exited (stopping_slots_).
+  // until its ranks have exited (ClusterState::stopping).
   void RequeueLocked(const std::string& job_id, int64_t resume_step, const std::string& reason,
                      Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // The step of the job's newest committed checkpoint; 0 if none.
   int64_t NewestCheckpointLocked(const std::string& job_id)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
-  // A rank a re-queue stopped has exited: its slot is free. False if the
-  // slot is not one of those.
-  bool StoppedRankExitedLocked(const std::string& agent_id, const v1::RankExited& exited)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // A rank's exit, as RankExited, with the lock held.
   void RankExitedLocked(const std::string& agent_id, const v1::RankExited& exited, Outbox& out)
@@ -436,7 +376,7 @@ class Scheduler {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // Join's part once the rank is known: `rank` of `run` joins; the join
   // that completes the generation answers every rank (Note [Rendezvous is
-  // O(ranks)] in scheduler_ranks.cc).
+  // O(ranks)] in rendezvous.h).
   void JoinRankLocked(const v1::JoinRequest& request, int rank, absl::Time deadline, JoinDone done,
                       RunningJob& run, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // Queued jobs that fit are started; false if one could not be marked
@@ -487,14 +427,6 @@ class Scheduler {
   CoordinatorMetrics* metrics_ ABSL_GUARDED_BY(state_.mu) = nullptr;
   absl::Duration requeue_timeout_ ABSL_GUARDED_BY(state_.mu);
   absl::Duration reconnect_grace_ ABSL_GUARDED_BY(state_.mu);
-  // (agent, slot) -> job: ranks of re-queued jobs that were told to stop and
-  // have not exited yet. Their slots stay busy, and their exits are not
-  // taken for the exits of the job's next run.
-  std::map<std::pair<std::string, int>, std::string> stopping_slots_ ABSL_GUARDED_BY(state_.mu);
-  // Jobs whose end (or start) is being written: the store may still list
-  // them PENDING (Note [The scheduler's writes after its lock]). A count:
-  // several calls may write one job's changes.
-  std::map<std::string, int> settling_ ABSL_GUARDED_BY(state_.mu);
 };
 
 }  // namespace chorus

@@ -171,46 +171,6 @@ void Scheduler::RetryWaitingLocked(Outbox& out) {
   }
 }
 
-// Note [Staged growth]
-// A rank lost from a program that re-forms in its own process (the Python
-// package, the C++ SDK) is replaced in two steps, so that the survivors do
-// not wait for the replacement's program to start (a Python newcomer
-// imports torch and chorus for most of a second before it can connect):
-//  1. the failure's generation (g+1) forms at once with the survivors alone
-//     when they are at least resources.min_ranks: the free slots the full
-//     plan would have taken are left free, and the generation owes its
-//     replacements (RunningJob::replacements_owed);
-//  2. once g+1 has formed, GrowLocked takes the free slots at once (not
-//     after elastic.scale_up_interval_seconds, which paces growth onto new
-//     slots, not the return to the size the job had): an ordinary planned
-//     growth, g+2 at the survivors' next step boundary, not a restart.
-// Below min_ranks, or for the built-in trainer (its newcomers load LibTorch
-// while the survivors rebuild their transport anyway) and a program that
-// restarts all (Note [Restart-all]), g+1 takes its newcomers at once, as
-// before. "The next generation" of a failure is thus g+1 with the
-// survivors alone; the newcomers come in g+2 (docs/python.md, "Elastic
-// scripts"; tests/bench/python_bench.py times both).
-// A growth of such a program (a replacement owed, or free slots after the
-// scale-up interval) is staged too, so that the survivors are told to
-// re-form only once the newcomers' programs are up and waiting:
-//  3. GrowLocked plans the growth's generation and launches its newcomers
-//     at once, for that generation, before it forms (StagedGrowth);
-//     the survivors go on training;
-//  4. the newcomer's chorus-rank joins with starts_program_first and is
-//     answered at once (StagedJoinLocked: JoinResponse.staged, the planned
-//     rank), so it starts the program without waiting for anyone;
-//  5. the program (the SDK's Session::FromEnvironment) joins the
-//     generation itself; that Join, answered UNAVAILABLE (join again) until
-//     the generation forms, marks the newcomer up. Once all are up, the
-//     change is requested (RequestReformLocked): the survivors re-form at
-//     their next step boundary, and ReformLocked takes the staged newcomers
-//     (their slots come first among the free ones) without launching them
-//     again; their next Join completes the generation.
-// Newcomers not up within elastic.wait_seconds, or that a failure's
-// generation does not take (with the survivors alone), are stopped and the
-// growth is tried again; one that exits first frees its slot. A coordinator
-// restart forgets the debt and the staged growth: the job then grows after
-// the scale-up interval, and a staged newcomer's Join finds no rank.
 std::vector<AgentSlots> Scheduler::FreeSlotsForLocked(const RunningJob& run) const {
   return run.staged.SlotsFirst(state_.agents, state_.UnreservedSlots());
 }
@@ -445,23 +405,7 @@ void Scheduler::PreemptLocked(Outbox& out) {
   for (const auto& [device, holder_id] : state_.plan.reservation_holders) {
     auto holder = state_.queue_entries.find(holder_id);
     if (holder == state_.queue_entries.end()) continue;
-    // Slots it holds, and slots already on their way to it: ranks that
-    // were preempted or drained and have not exited yet.
-    int needed = holder->second.job.resources.min_ranks();
-    for (const auto& [agent_id, slots] : state_.plan.reserved) {
-      const AgentRegistry::Agent* agent = state_.agents.Find(agent_id);
-      if (agent != nullptr && agent->hello.device() == device) needed -= slots.size();
-    }
-    for (const auto& [job_id, run] : state_.running) {
-      if (run.device != device) continue;
-      needed -= run.leaving.size();
-      // Note [Re-queue]: a job checkpointing before it goes back to the queue.
-      if (run.requeue.active()) needed -= run.ranks.size();
-    }
-    for (const auto& [slot, job_id] : stopping_slots_) {
-      const AgentRegistry::Agent* agent = state_.agents.Find(slot.first);
-      if (agent != nullptr && agent->hello.device() == device) --needed;
-    }
+    const int needed = holder->second.job.resources.min_ranks() - state_.SlotsComing(device);
     for (const Preemption& p : PlanPreemption(holder->second, needed, state_.Preemptible(),
                                               state_.agents.FreeSlots(), state_.Requeueable())) {
       RunningJob& run = state_.running.at(p.job_id);

@@ -53,7 +53,7 @@ void Scheduler::AgentJoins(const std::string& agent_id, const v1::RankJoins& bat
 
 void Scheduler::JoinLocked(const v1::JoinRequest& request, absl::Time deadline, JoinDone done,
                            Outbox& out) {
-  // Note [Staged growth] in scheduler_elastic.cc: a newcomer started before
+  // Note [Staged growth] in staged_growth.h: a newcomer started before
   // its generation forms.
   if (StagedJoinLocked(request, done, out)) return;
   auto it = state_.running.find(request.job_id());
@@ -90,12 +90,6 @@ void Scheduler::JoinLocked(const v1::JoinRequest& request, absl::Time deadline, 
   }
 }
 
-// Note [Rendezvous is O(ranks)]
-// A join that does not complete its generation touches its own rank only. What
-// the answers need (the job's spec, the agents' numbering) is read once, by the
-// join that completes the generation, and the elastic record is written then,
-// in one commit; before, every join copied the job (its placements included:
-// O(ranks)) and serialized the elastic record, 4x the 4,096-rank rendezvous.
 void Scheduler::JoinRankLocked(const v1::JoinRequest& request, int rank, absl::Time deadline,
                                JoinDone done, RunningJob& run, Outbox& out) {
   run.ranks[rank].pid = request.pid();
@@ -120,14 +114,6 @@ void Scheduler::JoinRankLocked(const v1::JoinRequest& request, int rank, absl::T
   SaveElasticLocked(request.job_id(), run, out);
 }
 
-// Note [Reports are written outside the scheduler's lock]
-// A report ends in database writes (the job's metrics, a metrics event,
-// synchronous commits), and every agent's stream, heartbeat and join waits for
-// the scheduler's lock. So Report checks the rank under the lock, takes the
-// job's `report_writes` mutex while still holding it, and writes after letting
-// it go. Whoever records the job's end (EndLocked) takes `report_writes` first,
-// so a report that was accepted is written before the job's final event, and
-// readers of the events see the final metrics before the end.
 absl::Status Scheduler::Report(const v1::ReportRequest& report) {
   std::shared_ptr<std::mutex> writes;
   std::unique_lock<std::mutex> writing;

@@ -1,51 +1,7 @@
 // Preemption by re-queueing: a running job that is not elastic is
 // checkpointed, stopped and sent back to the queue so that a higher-priority
-// job can start (preemption.h, docs/scheduling.md).
-//
-// Note [Re-queue]
-// PreemptLocked (scheduler_elastic.cc) picks whole jobs by PlanPreemption.
-// A job on the built-in trainer is checkpointable: it honours a checkpoint
-// request (the `chorus checkpoint` signal) at its next step boundary,
-// whatever its checkpoint schedule, and resumes from a checkpoint. A
-// program job is not (nothing says it saves one), unless
-// resources.preemptible lets it be stopped and started again from scratch.
-//
-// 1. The checkpointable job's ranks are answered, on their heartbeats, with
-//    CHECKPOINT_AND_HOLD: they checkpoint at the end of the current step,
-//    as for `chorus checkpoint`, and then train no further (a rank that
-//    trained on would train steps the resumed run trains again). The step
-//    they had reported and the newest committed checkpoint give
-//    `target_step` (the next one after both). Its slots count as on their
-//    way to the waiting job, so nothing else is preempted for it meanwhile.
-//    A worker that does not know the directive trains on; the wait then
-//    times out (step 2).
-// 2. Every Tick (RequeueDueLocked) reads the job's newest committed
-//    checkpoint. Once it reaches target_step, or after
-//    requeue_checkpoint_timeout (then from the newest one there is, with
-//    an event saying how many steps that loses), the ranks are told to stop
-//    and the job becomes PENDING (JobManager::Requeue) with a reason naming
-//    who preempted it and the step it resumes from, and resume_from set to
-//    its own id: the newest complete checkpoint when it is placed again,
-//    which a restarted coordinator reads from the state database as for
-//    any job. Its place in the queue is its priority, fair share and submit
-//    time, none of which changed.
-// 3. The stopped ranks' slots stay busy until they exit (stopping_slots_):
-//    a process that still holds the device is not a free slot, and the
-//    exit of the old run's rank must not be taken for one of the next run
-//    on the same slot.
-// 4. Placed again, it starts as a new run: generation 1 of the job, whose
-//    workers resume from the checkpoint exactly as a job submitted with
-//    resume_from does. The worker reads a generation above 1 as an elastic
-//    re-formation (survivors keep their memory), which a fresh start is
-//    not; so the run restarts the generation count and its store keys get
-//    a namespace of their own (`JOB/run-N/gen-G`, from Job.preemptions).
-//
-// A coordinator restart during step 2 takes the job back as RUNNING (its
-// wait was in memory only); the next plan preempts it again and asks for a
-// new checkpoint. Ranks that were already holding take no second one: the
-// wait then times out and the job resumes from the checkpoint they held
-// at, losing nothing but the wait. After step 2 the job is PENDING with its
-// resume_from in the state database.
+// job can start (preemption.h, docs/scheduling.md; Note [Re-queue] in
+// requeue_wait.h).
 #include <algorithm>
 #include <map>
 #include <string>
@@ -130,10 +86,7 @@ void Scheduler::RequeueLocked(const std::string& job_id, int64_t resume_step,
   const std::shared_ptr<std::mutex> writes = it->second.report_writes;
   // Stops the ranks and frees the slots without recording an end.
   EndLocked(job_id, v1::Job::CANCELLED, reason, out);
-  for (const auto& [agent_id, slot] : live) {
-    state_.agents.SetBusy(agent_id, slot, true);
-    stopping_slots_[{agent_id, slot}] = job_id;
-  }
+  state_.StopForRequeue(job_id, live);
   out.writes.Add(job_id, [this, &out, job_id, resume_step, reason, writes] {
     std::lock_guard<std::mutex> reports_written(*writes);
     absl::StatusOr<v1::Job> queued =
@@ -145,14 +98,6 @@ void Scheduler::RequeueLocked(const std::string& job_id, int64_t resume_step,
     out.requeued = true;  // placed once its write made it PENDING
   });
   LOG(INFO) << job_id << ": " << reason;
-}
-
-bool Scheduler::StoppedRankExitedLocked(const std::string& agent_id, const v1::RankExited& exited) {
-  auto it = stopping_slots_.find({agent_id, exited.slot()});
-  if (it == stopping_slots_.end() || it->second != exited.job_id()) return false;
-  stopping_slots_.erase(it);
-  state_.agents.SetBusy(agent_id, exited.slot(), false);
-  return true;
 }
 
 }  // namespace chorus

@@ -96,7 +96,7 @@ class SchedulerScaleTest : public ::testing::Test {
   std::vector<FakeAgent> agents_;
 };
 
-// Note [Rendezvous is O(ranks)] in scheduler_ranks.cc: every join copied the
+// Note [Rendezvous is O(ranks)] in rendezvous.h: every join copied the
 // job (16,384 placements) and every answer numbered the agents by a scan;
 // at this size that was hours, not the seconds allowed here.
 TEST_F(SchedulerScaleTest, SixteenThousandRanksFormInTimeLinearInTheRanks) {

@@ -2758,7 +2758,7 @@ TEST_F(RestartAllTest, AProgramThatSaysItReformsInProcessKeepsItsSurvivors) {
   EXPECT_EQ(Launched(a, job, 2), (std::vector<int>{1})) << "only the newcomer";
 }
 
-// Note [Staged growth] in scheduler_elastic.cc: min_ranks 1 lets the
+// Note [Staged growth] in staged_growth.h: min_ranks 1 lets the
 // survivor form the failure's generation alone; its replacement is started
 // at once, before its generation forms, and the survivor is told to re-form
 // only once the replacement's program waits to join.

@@ -86,7 +86,7 @@ class JobManager {
   absl::StatusOr<v1::Job> MarkReformed(const std::string& job_id, int64_t generation,
                                        int world_size, int restarts, const std::string& reason);
   // RUNNING -> PENDING: a higher-priority job preempted it (Note [Re-queue]
-  // in scheduler_requeue.cc). `reason` becomes Job.reason (shown while it
+  // in requeue_wait.h). `reason` becomes Job.reason (shown while it
   // waits) and the event's; a non-empty `resume_from` replaces the job's
   // (its own newest checkpoint); preemptions counts one more. Keeps its
   // submit time, and so its place among jobs of its priority.

@@ -1,7 +1,7 @@
 // JobWrites: each job's durable writes (its state, events, placements,
 // elastic record) in the order they were decided, run after the deciding
 // lock is released (Note [The scheduler's writes after its lock] in
-// scheduler.h).
+// call_outbox.h).
 //
 // A write is added to a Batch under the caller's lock, which fixes its place
 // in its job's order (a ticket). The batch runs later, outside that lock: each

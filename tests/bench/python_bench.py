@@ -28,7 +28,7 @@ What it measures (--parts, all by default; each side run in this invocation)
              and steps in it; the newcomer's python starts at once and joins
              the generation after it, which the survivor forms at its next step
              boundary once the newcomer waits (Note [Staged growth] in
-             coordinator/scheduling/scheduler_elastic.cc). So ours is also timed from the
+             coordinator/scheduling/staged_growth.h). So ours is also timed from the
              kill to the newcomer's first step ("newcomer" in the JSON line,
              against the same peer figure). Peer: torchrun --max_restarts 3
              (static rendezvous, --monitor_interval 5, its default) on

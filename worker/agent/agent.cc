@@ -35,7 +35,7 @@ constexpr absl::Duration kLogFlushInterval = absl::Milliseconds(250);
 // Reported when a rank's exit could not be observed (waiting for it failed).
 constexpr int kUnknownExitCode = 255;
 // How many written exits the next hello tells again (Note [Exits told
-// again] in coordinator/scheduling/scheduler.cc): every slot's last few.
+// again] in coordinator/scheduling/job_recovery.h): every slot's last few.
 constexpr size_t kToldExitsKept = 64;
 
 // Echoes one line of a rank's output on this agent's stderr (`chorus up`'s
@@ -590,7 +590,7 @@ RankCommand Agent::RankCommandFor(const v1::LaunchRanks& launch, const v1::RankL
 
 // Note [Heartbeats through the agent]
 // At 16,384 ranks one heartbeat stream per rank costs the coordinator most
-// of a core (Note [Aggregated heartbeats] in coordinator/scheduling/scheduler.h), so
+// of a core (Note [Aggregated heartbeats] in coordinator/scheduling/rank_messages.h), so
 // the agent collects its ranks' heartbeats and sends them in one
 // AgentMessage.heartbeats per heartbeat_interval. Each rank gets one end of
 // a SOCK_SEQPACKET pair (worker/runtime/progress_channel.h) at its start,
@@ -772,7 +772,7 @@ void Agent::PassDirectives(const v1::RankDirectives& directives) {
 // When one rank of a 16,384-rank elastic job is lost, every survivor joins
 // the next generation; one RankService.Join per rank took the coordinator
 // 1.6-4.8 s, one RankJoins message per agent 0.2-0.5 s (Note [Joins through
-// the agent] in coordinator/scheduling/scheduler.h, docs/benchmarks.md). So a rank
+// the agent] in coordinator/scheduling/agent_join_outbox.h, docs/benchmarks.md). So a rank
 // whose agent sets CHORUS_AGENT_JOINS=1 sends its JoinRequest over its
 // heartbeat channel (GenerationJoiner in worker/runtime/join_generation.h)
 // and waits there for the answer. The watcher that reads the channels for

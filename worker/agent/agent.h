@@ -291,7 +291,7 @@ class Agent {
   std::vector<v1::AgentMessage> unsent_ ABSL_GUARDED_BY(mu_);
   // The exits written to a stream lately, newest last (at most
   // kToldExitsKept): the next hello tells them again (Note [Exits told
-  // again] in coordinator/scheduling/scheduler.cc).
+  // again] in coordinator/scheduling/job_recovery.h).
   std::deque<v1::RankExited> told_exits_ ABSL_GUARDED_BY(mu_);
   absl::Mutex write_mu_;  // one writer on the stream at a time
 };

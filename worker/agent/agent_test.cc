@@ -1011,7 +1011,7 @@ TEST_F(AgentTest, EveryExitDuringAReconnectionIsReportedOnTheNewConnection) {
   }
 }
 
-// Note [Exits told again] in coordinator/scheduling/scheduler.cc: an exit written to a
+// Note [Exits told again] in coordinator/scheduling/job_recovery.h: an exit written to a
 // coordinator that may have died before reading it is told again in the
 // next hello, with its generation; the newest few only.
 TEST_F(AgentTest, ExitsWrittenLatelyAreToldAgainInTheNextHello) {

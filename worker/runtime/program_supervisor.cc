@@ -154,7 +154,7 @@ std::vector<std::string> ProgramEnvironment(const std::vector<std::string>& base
   set("LOCAL_RANK", std::to_string(j.local_rank()));
   set("LOCAL_WORLD_SIZE", std::to_string(j.local_world_size()));
   // A staged newcomer starts before its generation has a master address
-  // (Note [Staged growth] in coordinator/scheduling/scheduler_elastic.cc).
+  // (Note [Staged growth] in coordinator/scheduling/staged_growth.h).
   if (!j.staged()) {
     set("MASTER_ADDR", master.host);
     set("MASTER_PORT", std::to_string(master.port));

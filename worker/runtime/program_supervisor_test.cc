@@ -512,7 +512,7 @@ TEST_F(SupervisorTest, FollowsTheGenerationAnElasticProgramJoinedAndPassesDirect
   EXPECT_EQ(reports[0].rank(), 2);
 }
 
-// Note [Staged growth] in coordinator/scheduling/scheduler_elastic.cc: a newcomer
+// Note [Staged growth] in coordinator/scheduling/staged_growth.h: a newcomer
 // answered before its generation formed starts its program at once (no rank
 // 0 publishes a master address for it), and its heartbeats and final report
 // follow the rank its program joined as, not the planned one.

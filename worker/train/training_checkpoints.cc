@@ -75,7 +75,7 @@ absl::Status TrainingCheckpoints::AfterStep(const TrainingPosition& position, in
 }
 
 void TrainingCheckpoints::HoldUntilStopped(int64_t step) {
-  // Note [Re-queue] in coordinator/scheduling/scheduler_requeue.cc: the checkpoint
+  // Note [Re-queue] in coordinator/scheduling/requeue_wait.h: the checkpoint
   // uploads in the background; the coordinator stops the rank once it has
   // committed. Training on would only train steps the resumed run trains
   // again. A rank that does not take the checkpoint (DDP's others) waits
