@@ -256,4 +256,87 @@ GenerationChange ChangeGeneration(RunningJob& run, const std::string& cause_hear
   return change;
 }
 
+std::optional<std::string> OnGenerationFormed(RunningJob& run, absl::Time now) {
+  const std::optional<ElasticPhase::Forming> formed = run.phase.GenerationFormed();
+  if (!formed.has_value()) return std::nullopt;
+  const double seconds = absl::ToDoubleSeconds(now - formed->started);
+  const bool failure = IsFailure(formed->kind);
+  if (failure) run.recovery_seconds = seconds;
+  return absl::StrCat(
+      "generation ", run.generation(), " formed with ", run.ranks.size(), " ranks, ",
+      absl::SixDigits(seconds),
+      failure ? " s after the failure (recovery_seconds)" : " s after the step boundary");
+}
+
+bool MayGrow(const RunningJob& run, absl::Time now) {
+  if (!run.elastic || !run.Steady() || run.staged.active()) return false;
+  return run.replacements_owed ||
+         now >= run.last_growth_at + absl::Seconds(run.elastic_spec.scale_up_interval_seconds());
+}
+
+std::optional<Growth> PlanGrowth(const RunningJob& run, int max_ranks,
+                                 const std::vector<AgentSlots>& free, const QueuedJob& capped) {
+  if (static_cast<int>(run.ranks.size()) >= max_ranks) return std::nullopt;
+  absl::StatusOr<NextGeneration> next =
+      PlanNextGeneration(run.Slots(), std::vector<bool>(run.ranks.size(), false), free, capped);
+  if (!next.ok() || next->newcomers() == 0) return std::nullopt;
+  Growth growth;
+  growth.cause =
+      run.replacements_owed
+          ? absl::StrCat(next->newcomers(), " newcomer(s) replace the rank(s) lost in generation ",
+                         run.generation() - 1)
+          : absl::StrCat(next->newcomers(), " free slot(s) let the job grow from ",
+                         run.ranks.size(), " towards resources.max_ranks ", max_ranks);
+  growth.staged = run.program && !run.RestartsAll();
+  growth.next = *std::move(next);
+  return growth;
+}
+
+JobActions StageGrowth(RunningJob& run, const std::string& job_id, const Growth& growth,
+                       AgentRegistry& agents, const std::string& coordinator_address,
+                       absl::Time now) {
+  const int64_t generation = run.generation() + 1;
+  const NextGeneration& next = growth.next;
+  std::vector<StagedNewcomer> newcomers;
+  std::vector<RankSlot> slots;
+  std::vector<std::string> where;
+  for (size_t rank = 0; rank < next.ranks.size(); ++rank) {
+    if (next.old_rank[rank] >= 0) continue;
+    const RankSlot& slot = next.ranks[rank];
+    agents.SetBusy(slot.agent_id, slot.slot, true);
+    newcomers.push_back(StagedNewcomer{slot, static_cast<int>(rank), false});
+    slots.push_back(slot);
+    where.push_back(absl::StrCat("rank ", rank, " on ", agents.Find(slot.agent_id)->hello.host(),
+                                 " slot ", slot.slot));
+  }
+  JobActions actions;
+  for (auto& [agent_id, message] :
+       run.LaunchMessages(job_id, coordinator_address, generation, slots)) {
+    actions.messages.emplace_back(agent_id, std::move(message));
+  }
+  run.staged.Start(generation, static_cast<int>(next.ranks.size()), growth.cause,
+                   std::move(newcomers), now, absl::Seconds(run.elastic_spec.wait_seconds()));
+  actions.events.push_back(absl::StrCat("generation ", generation, " after ", growth.cause,
+                                        ": starting ", absl::StrJoin(where, ", "),
+                                        "; the job re-forms at a step boundary once they are up"));
+  return actions;
+}
+
+JobActions ApplyStaged(RunningJob& run, const std::string& job_id,
+                       const StagedGrowth::Actions& staged, AgentRegistry& agents) {
+  JobActions actions;
+  for (const auto& [agent_id, slot] : staged.freed) {
+    agents.SetBusy(agent_id, slot, false);
+    actions.logs.push_back(
+        absl::StrCat("staged newcomer on slot ", slot, " exited before it joined"));
+  }
+  for (const auto& [agent_id, slots] : staged.stop) {
+    if (agents.Find(agent_id) == nullptr) continue;
+    for (int slot : slots) run.leaving.Depart(agent_id, slot);  // busy until they exit
+    actions.messages.emplace_back(agent_id, StopRanksMessage(job_id, slots, staged.stop_reason));
+  }
+  if (!actions.messages.empty()) actions.logs.push_back(staged.stop_reason);
+  return actions;
+}
+
 }  // namespace chorus

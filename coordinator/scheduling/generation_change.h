@@ -28,6 +28,7 @@
 #include "chorus/v1/coordinator.pb.h"
 #include "coordinator/scheduling/agent_registry.h"
 #include "coordinator/scheduling/elastic_state.h"
+#include "coordinator/scheduling/generation_plan.h"
 #include "coordinator/scheduling/placement.h"
 #include "coordinator/scheduling/queue_plan.h"
 #include "coordinator/scheduling/rendezvous.h"
@@ -91,6 +92,39 @@ struct GenerationChange {
 // changes it again, and the next generation launches every rank.
 GenerationChange ChangeGeneration(RunningJob& run, const std::string& cause, ReformKind kind,
                                   const ChangeInputs& in);
+
+// The generation `run` is forming has formed at `now`: the event that says
+// so, with how long it took; a failure's time is the job's
+// recovery_seconds. Nullopt when no change was forming.
+std::optional<std::string> OnGenerationFormed(RunningJob& run, absl::Time now);
+
+// A growth of an elastic job onto free slots (docs/elastic.md): its next
+// generation, its cause, and whether it is staged (Note [Staged growth] in
+// staged_growth.h: a program that re-forms in its own process).
+struct Growth {
+  NextGeneration next;
+  std::string cause;
+  bool staged = false;
+};
+// Whether `run` may grow at `now`: elastic and steady with no staged growth
+// under way, and owing replacements (taken at once) or
+// elastic.scale_up_interval_seconds past its last growth.
+bool MayGrow(const RunningJob& run, absl::Time now);
+// `run`'s growth onto `free` (the unreserved slots) up to `max_ranks`, as
+// `capped` (its owner's quota) allows; nullopt when no newcomer fits.
+std::optional<Growth> PlanGrowth(const RunningJob& run, int max_ranks,
+                                 const std::vector<AgentSlots>& free, const QueuedJob& capped);
+// Note [Staged growth]: launches `growth`'s newcomers for `run`'s next
+// generation before it forms (their slots busy in `agents`, told to dial
+// `coordinator_address`) and stages them (StagedGrowth::Start).
+JobActions StageGrowth(RunningJob& run, const std::string& job_id, const Growth& growth,
+                       AgentRegistry& agents, const std::string& coordinator_address,
+                       absl::Time now);
+// Applies what run.staged's transition asks: frees the slots of newcomers
+// that exited, and stops those it drops (they depart: their slots stay busy
+// until they exit).
+JobActions ApplyStaged(RunningJob& run, const std::string& job_id,
+                       const StagedGrowth::Actions& staged, AgentRegistry& agents);
 
 }  // namespace chorus
 

@@ -57,6 +57,10 @@ struct World {
   // A program job's ranks as they are (its program is part of its spec).
   void MakeProgram() {
     job.mutable_spec()->mutable_program()->add_argv("/usr/bin/true");
+    Respec();
+  }
+  // The run rebuilt from `job` as changed, its ranks kept.
+  void Respec() {
     std::vector<RankState> ranks = std::move(run.ranks);
     storage.emplace(job, 3, /*generation=*/1);
     run.ranks = std::move(ranks);
@@ -200,6 +204,113 @@ TEST(GenerationChangeTest, ARestartAllStartsEveryRankAgainOnceTheLastHasExited) 
             "started again), restart 1 of 3");
   for (const RankState& r : w.run.ranks) EXPECT_EQ(r.state, v1::RankStatus::LAUNCHING);
   EXPECT_EQ(w.run.restarts, 1);
+}
+
+// The formed event says how long the change took; a failure's time is
+// the job's recovery_seconds.
+TEST(GenerationChangeTest, AFormedGenerationSaysHowLongItTook) {
+  World w;
+  EXPECT_EQ(OnGenerationFormed(w.run, kNow), std::nullopt);  // nothing was forming
+  w.run.phase.BeginForming(ReformKind::kRankLost, kNow - absl::Seconds(2),
+                           kNow + absl::Seconds(58));
+  EXPECT_EQ(OnGenerationFormed(w.run, kNow),
+            "generation 1 formed with 3 ranks, 2 s after the failure (recovery_seconds)");
+  EXPECT_EQ(w.run.recovery_seconds, 2);
+  EXPECT_EQ(OnGenerationFormed(w.run, kNow), std::nullopt);  // once
+  w.run.phase.BeginForming(ReformKind::kDrain, kNow - absl::Seconds(1), kNow + absl::Seconds(59));
+  EXPECT_EQ(OnGenerationFormed(w.run, kNow),
+            "generation 1 formed with 3 ranks, 1 s after the step boundary");
+  EXPECT_EQ(w.run.recovery_seconds, 2);  // a planned change is not a recovery
+}
+
+// Whether a job may grow, as a table over its state.
+TEST(GenerationChangeTest, AJobGrowsWhenSteadyAndPastItsScaleUpInterval) {
+  struct Row {
+    std::string name;
+    std::function<void(World&)> change;
+    bool may_grow;
+  };
+  const std::vector<Row> rows = {
+      {"grew 10 s ago, interval 30 s", [](World&) {}, false},
+      {"grew 30 s ago", [](World& w) { w.run.last_growth_at = kNow - absl::Seconds(30); }, true},
+      {"owes replacements", [](World& w) { w.run.replacements_owed = true; }, true},
+      {"forming",
+       [](World& w) {
+         w.run.last_growth_at = kNow - absl::Seconds(30);
+         w.run.rendezvous = Rendezvous("job-000001", 2, 3);  // generation 2 forming
+         w.run.phase.BeginForming(ReformKind::kDrain, kNow, kNow + absl::Seconds(60));
+       },
+       false},
+      {"a staged growth under way",
+       [](World& w) {
+         w.run.replacements_owed = true;
+         w.run.staged.Start(2, 4, "growth", {StagedNewcomer{}}, kNow, absl::Seconds(60));
+       },
+       false},
+  };
+  for (const Row& row : rows) {
+    SCOPED_TRACE(row.name);
+    World w;
+    w.job.mutable_spec()->mutable_elastic()->set_scale_up_interval_seconds(30);
+    w.Respec();
+    w.run.last_growth_at = kNow - absl::Seconds(10);
+    row.change(w);
+    EXPECT_EQ(MayGrow(w.run, kNow), row.may_grow);
+  }
+}
+
+// A growth takes the free slots up to max_ranks; a program's is staged:
+// its newcomers are launched for the next generation before it forms.
+TEST(GenerationChangeTest, AGrowthTakesFreeSlotsAndAProgramsIsStaged) {
+  World w;
+  w.job.mutable_spec()->mutable_resources()->set_max_ranks(5);
+  const QueuedJob capped = ToQueuedJob(w.job.job_id(), w.job.spec());
+  EXPECT_EQ(PlanGrowth(w.run, 3, w.agents.FreeSlots(), capped), std::nullopt);  // at max_ranks
+  EXPECT_EQ(PlanGrowth(w.run, 5, {}, capped), std::nullopt);                    // no free slot
+  std::optional<Growth> growth = PlanGrowth(w.run, 5, w.agents.FreeSlots(), capped);
+  ASSERT_TRUE(growth.has_value());
+  EXPECT_EQ(growth->next.ranks.size(), 5u);
+  EXPECT_EQ(growth->cause, "2 free slot(s) let the job grow from 3 towards resources.max_ranks 5");
+  EXPECT_FALSE(growth->staged);  // the built-in trainer's newcomers come with the change
+
+  w.MakeProgram();
+  w.run.reforms_in_process = true;  // not a restart-all (Note [Restart-all])
+  w.run.replacements_owed = true;
+  growth = PlanGrowth(w.run, 5, w.agents.FreeSlots(), capped);
+  ASSERT_TRUE(growth.has_value());
+  EXPECT_EQ(growth->cause, "2 newcomer(s) replace the rank(s) lost in generation 0");
+  EXPECT_TRUE(growth->staged);
+
+  JobActions actions = StageGrowth(w.run, "job-000001", *growth, w.agents, "127.0.0.1:1", kNow);
+  ASSERT_EQ(actions.messages.size(), 2u);  // one launch per agent: hb and hc
+  for (const auto& [agent, message] : actions.messages) {
+    EXPECT_EQ(message.launch().generation(), 2) << agent;
+    EXPECT_EQ(message.launch().ranks_size(), 1) << agent;
+  }
+  EXPECT_TRUE(w.agents.FreeSlots().empty() || w.agents.FreeSlots()[0].free_slots.empty());
+  EXPECT_TRUE(w.run.staged.active());
+  EXPECT_EQ(w.run.staged.generation(), 2);
+  ASSERT_EQ(actions.events.size(), 1u);
+  EXPECT_EQ(actions.events[0],
+            "generation 2 after 2 newcomer(s) replace the rank(s) lost in generation 0: starting "
+            "rank 3 on hb slot 1, rank 4 on hc slot 0; the job re-forms at a step boundary once "
+            "they are up");
+
+  // Its newcomers: one exited (its slot is free), one dropped (stopped;
+  // its slot busy until it exits).
+  StagedGrowth::Actions staged;
+  staged.freed.emplace_back(w.hc, 0);
+  staged.stop[w.hb] = {1};
+  staged.stop_reason = "not up within elastic.wait_seconds 60 s";
+  actions = ApplyStaged(w.run, "job-000001", staged, w.agents);
+  EXPECT_FALSE(w.agents.Find(w.hc)->busy[0]);
+  EXPECT_TRUE(w.agents.Find(w.hb)->busy[1]);
+  EXPECT_EQ(w.run.leaving.size(), 1u);
+  ASSERT_EQ(actions.messages.size(), 1u);
+  EXPECT_EQ(actions.messages[0].first, w.hb);
+  EXPECT_EQ(actions.messages[0].second.stop().reason(), "not up within elastic.wait_seconds 60 s");
+  EXPECT_TRUE(actions.events.empty());
+  EXPECT_EQ(actions.logs.size(), 2u);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "coordinator/hang/hang_detector.h"
 #include "coordinator/hang/hang_policy.h"
+#include "coordinator/scheduling/job_recovery.h"
 
 namespace chorus {
 namespace {
@@ -114,6 +115,53 @@ std::optional<std::string> ReformOverdue(const RunningJob& run, absl::Time now) 
                       run.elastic_spec.wait_seconds(),
                       " s; ranks that have not joined: ", absl::StrJoin(missing, ","),
                       History(run));
+}
+
+JobActions Evict(RunningJob& run, const std::string& job_id, const Eviction& e,
+                 const AgentRegistry& agents) {
+  RankState& r = run.ranks[e.rank];
+  if (!r.evicted.empty() || r.state == v1::RankStatus::EXITED) return {};
+  if (agents.Find(r.agent_id) == nullptr) return {};
+  r.evicted = absl::StrCat(e.by, ": ", e.why);
+  v1::CoordinatorMessage stop =
+      StopRanksMessage(job_id, {r.slot}, absl::StrCat("evicted by ", r.evicted));
+  stop.mutable_stop()->set_grace_seconds(1);
+  JobActions actions;
+  actions.messages.emplace_back(r.agent_id, std::move(stop));
+  actions.events.push_back(absl::StrCat("evicting rank ", e.rank, " (", e.by, "): ", e.why));
+  return actions;
+}
+
+DeadlineCheck CheckDeadlines(RunningJob& run, absl::Time now) {
+  DeadlineCheck check;
+  check.fail = ReformOverdue(run, now);
+  if (check.fail.has_value()) return check;
+  check.evictions = SilentJoiners(run, now);
+  RecoveryProgress progress = CheckRecovery(run, now);
+  if (progress.all_back) {
+    check.event = std::move(progress.back);
+  } else if (!progress.failure.empty() && run.elastic && !run.wait_cause.after_restart) {
+    check.give_up_lost_agents = true;
+  } else if (!progress.failure.empty()) {
+    check.fail = std::move(progress.failure);
+  }
+  return check;
+}
+
+DiagnosisCheck CheckDiagnoses(const RunningJob& run, const std::vector<v1::Diagnosis>& diagnoses,
+                              absl::Time now) {
+  DiagnosisCheck check;
+  // Waiting below resources.min_ranks: the lost ranks are known. Every
+  // rank stopping for a restart-all: the next generation starts anew.
+  if (run.phase.waiting() != nullptr || run.phase.restarting() != nullptr) return check;
+  if (run.elastic && run.hang_detection.action() == v1::HangDetectionSpec::RESTART) {
+    HangRestart restart = PlanHangRestart(run, diagnoses, now);
+    check.evictions = std::move(restart.evictions);
+    if (restart.kind == HangRestart::kRestart) check.restart = std::move(restart.cause);
+    if (restart.kind != HangRestart::kNone) return check;
+  }
+  check.fail = HangFailure(run.hang_detection.action(), diagnoses);
+  return check;
 }
 
 }  // namespace chorus

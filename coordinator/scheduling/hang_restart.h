@@ -3,7 +3,7 @@
 // generation are evicted for their silence (Note [A survivor that does not
 // join]), and when a change of generation is overdue. Pure functions of a
 // running job and the time: the Scheduler applies what they return
-// (EvictRankLocked, ReformLocked, EndLocked).
+// (Evict's actions, ReformLocked, EndLocked).
 //
 // Thread-safety: plain functions; the Scheduler holds its lock around the
 // RunningJob they read.
@@ -108,6 +108,41 @@ std::vector<Eviction> SilentJoiners(const RunningJob& run, absl::Time now);
 // `now` (elastic.wait_seconds), or whose ranks a restart-all stopped have not
 // all exited by then, fails with; nullopt while it may still form.
 std::optional<std::string> ReformOverdue(const RunningJob& run, absl::Time now);
+
+// Has `e.rank`'s agent stop it (SIGTERM, SIGKILL after 1 s: a stopped
+// process ignores SIGTERM) and marks it evicted, with an event. Once: no
+// actions for a rank evicted already, exited, or whose agent is gone.
+JobActions Evict(RunningJob& run, const std::string& job_id, const Eviction& e,
+                 const AgentRegistry& agents);
+
+// What a Tick makes of `run`'s deadlines at `now`, in this order: a change
+// of generation overdue fails the job (ReformOverdue; nothing else is
+// checked then); survivors silent while the generation forms are evicted
+// (SilentJoiners); after a coordinator restart or a lost agent, all ranks
+// back is an event, and ranks missing past the grace fail the job, or
+// re-form an elastic one without them (Note [An elastic job's lost agent]
+// in agent_departure.h: GiveUpLostAgents).
+struct DeadlineCheck {
+  std::optional<std::string> fail;
+  std::vector<Eviction> evictions;
+  std::optional<std::string> event;
+  bool give_up_lost_agents = false;
+};
+DeadlineCheck CheckDeadlines(RunningJob& run, absl::Time now);
+
+// What a Tick makes of `run`'s current `diagnoses`: nothing while it waits
+// below resources.min_ranks or a restart-all stops its ranks; for an
+// elastic job with hang_detection.action RESTART, Note [Hang restart]
+// (evictions first, then a restart with the same members: `restart` is its
+// cause; a diagnosis it waits on does nothing); else the job's hang policy
+// (HangFailure: `fail` is the reason).
+struct DiagnosisCheck {
+  std::vector<Eviction> evictions;
+  std::optional<std::string> restart;
+  std::optional<std::string> fail;
+};
+DiagnosisCheck CheckDiagnoses(const RunningJob& run, const std::vector<v1::Diagnosis>& diagnoses,
+                              absl::Time now);
 
 }  // namespace chorus
 

@@ -13,12 +13,15 @@ namespace {
 
 const absl::Time kNow = absl::FromUnixSeconds(10000);
 
-// A formed 3-rank elastic job of generation 2 whose ranks all heartbeat now.
-RunningJob Job() {
+// A formed 3-rank elastic job of generation 2 whose ranks all heartbeat now
+// (`elastic` false: the same without an elastic block).
+RunningJob Job(v1::HangDetectionSpec::Action action = v1::HangDetectionSpec::ACTION_UNSPECIFIED,
+               bool elastic = true) {
   v1::Job job;
   job.set_job_id("job-000001");
-  job.mutable_spec()->mutable_elastic()->set_wait_seconds(60);
+  if (elastic) job.mutable_spec()->mutable_elastic()->set_wait_seconds(60);
   job.mutable_spec()->mutable_hang_detection()->set_dead_after_seconds(5);
+  job.mutable_spec()->mutable_hang_detection()->set_action(action);
   RunningJob run(job, 3, /*generation=*/2);
   for (int rank = 0; rank < 3; ++rank) {
     RankSlot slot;
@@ -196,6 +199,130 @@ TEST(HangRestartTest, AChangeIsOverduePastElasticWaitSeconds) {
             "elastic.wait_seconds 60 s of being stopped");
 
   EXPECT_EQ(ReformOverdue(Job(), kNow + absl::Hours(1)), std::nullopt);  // steady
+}
+
+// An eviction stops the rank through its agent (SIGKILL 1 s after
+// SIGTERM) with an event, once; nothing for an exited rank or one whose
+// agent is gone.
+TEST(HangRestartTest, AnEvictionStopsTheRankOnce) {
+  AgentRegistry agents;
+  v1::AgentHello hello;
+  hello.set_host("node-a");
+  hello.set_slots(3);
+  ASSERT_EQ(*agents.Add(hello, nullptr), "agent-1");
+  RunningJob run = Job();
+  const Eviction e{1, "rank 1 sent no heartbeat for 6.0 s", "hang detection"};
+  JobActions actions = Evict(run, "job-000001", e, agents);
+  ASSERT_EQ(actions.messages.size(), 1u);
+  EXPECT_EQ(actions.messages[0].first, "agent-1");
+  const v1::StopRanks& stop = actions.messages[0].second.stop();
+  EXPECT_EQ(stop.job_id(), "job-000001");
+  ASSERT_EQ(stop.slots_size(), 1);
+  EXPECT_EQ(stop.slots(0), 1);
+  EXPECT_EQ(stop.grace_seconds(), 1);
+  EXPECT_EQ(stop.reason(), "evicted by hang detection: rank 1 sent no heartbeat for 6.0 s");
+  EXPECT_EQ(actions.events,
+            std::vector<std::string>{
+                "evicting rank 1 (hang detection): rank 1 sent no heartbeat for 6.0 s"});
+  EXPECT_EQ(run.ranks[1].evicted, "hang detection: rank 1 sent no heartbeat for 6.0 s");
+
+  EXPECT_TRUE(Evict(run, "job-000001", e, agents).messages.empty());  // once
+  run.ranks[2].state = v1::RankStatus::EXITED;
+  EXPECT_TRUE(Evict(run, "job-000001", {2, "", "x"}, agents).events.empty());
+  run.ranks[0].agent_id = "agent-9";  // gone
+  EXPECT_TRUE(Evict(run, "job-000001", {0, "", "x"}, agents).events.empty());
+  EXPECT_TRUE(run.ranks[0].evicted.empty());
+}
+
+// What a Tick makes of a job's deadlines, as a table.
+TEST(HangRestartTest, DeadlinesGiveTheirActions) {
+  struct Row {
+    std::string name;
+    std::function<RunningJob()> job;
+    std::string expected;  // fail | evict ranks | event | give up
+  };
+  const auto describe = [](const DeadlineCheck& c) {
+    std::string out = c.fail.value_or("-");
+    for (const Eviction& e : c.evictions) out += "; evict " + std::to_string(e.rank);
+    if (c.event.has_value()) out += "; event: " + *c.event;
+    if (c.give_up_lost_agents) out += "; give up";
+    return out;
+  };
+  const auto waiting_for_agent = [](bool elastic, bool back) {
+    RunningJob run = Job(v1::HangDetectionSpec::REPORT, elastic);
+    run.recovering_until = kNow;
+    run.wait_cause.lost_agents.push_back(
+        LostAgentWait{"agent-1", "node-a", {2}, absl::Seconds(10)});
+    if (!back) run.ranks[2].agent_id.clear();
+    return run;
+  };
+  const std::vector<Row> rows = {
+      {"steady", [] { return Job(); }, "-"},
+      {"overdue: nothing else is checked",
+       [] {
+         RunningJob run = Forming();
+         run.ranks[1].heard_at = kNow - absl::Seconds(60);
+         run.phase = ElasticPhase();
+         run.phase.BeginForming(ReformKind::kRankLost, kNow - absl::Seconds(60),
+                                kNow - absl::Seconds(1));
+         return run;
+       },
+       "generation 3 did not form within elastic.wait_seconds 60 s; ranks that have not joined: "
+       "0,1,2"},
+      {"a silent survivor of the forming generation",
+       [] {
+         RunningJob run = Forming();
+         run.ranks[1].heard_at = kNow - absl::Seconds(6);
+         return run;
+       },
+       "-; evict 1"},
+      {"a lost agent's ranks back", [&] { return waiting_for_agent(true, true); },
+       "-; event: every rank is back: the agent on node-a reconnected"},
+      {"an elastic job's lost agent not back: it re-forms without it",
+       [&] { return waiting_for_agent(true, false); }, "-; give up"},
+  };
+  for (const Row& row : rows) {
+    SCOPED_TRACE(row.name);
+    RunningJob run = row.job();
+    EXPECT_EQ(describe(CheckDeadlines(run, kNow)), row.expected);
+  }
+  RunningJob fixed = waiting_for_agent(false, false);
+  const DeadlineCheck check = CheckDeadlines(fixed, kNow);
+  ASSERT_TRUE(check.fail.has_value());  // not elastic: it fails
+  EXPECT_FALSE(check.give_up_lost_agents);
+}
+
+// What a Tick makes of a job's diagnoses, as a table.
+TEST(HangRestartTest, DiagnosesOfATickGiveTheirActions) {
+  const v1::Diagnosis dead = Diagnosis(v1::Diagnosis::DEAD, {2}, "rank 2 is dead");
+  const v1::Diagnosis stuck =
+      Diagnosis(v1::Diagnosis::STUCK_IN_COLLECTIVE, {0, 1, 2}, "all stuck in allreduce #7");
+  const auto with = [](v1::HangDetectionSpec::Action action, bool elastic) {
+    RunningJob run = Job(action, elastic);
+    for (RankState& r : run.ranks) r.last_heartbeat.set_step(3);
+    return run;
+  };
+  const auto describe = [](const DiagnosisCheck& c) {
+    std::string out;
+    for (const Eviction& e : c.evictions) out += "evict " + std::to_string(e.rank) + "; ";
+    if (c.restart.has_value()) out += "restart; ";
+    if (c.fail.has_value()) out += "fail: " + *c.fail;
+    return out;
+  };
+  EXPECT_EQ(describe(CheckDiagnoses(with(v1::HangDetectionSpec::RESTART, true), {dead}, kNow)),
+            "evict 2; ");
+  EXPECT_EQ(describe(CheckDiagnoses(with(v1::HangDetectionSpec::RESTART, true), {}, kNow)), "");
+  EXPECT_EQ(describe(CheckDiagnoses(with(v1::HangDetectionSpec::ABORT, false), {dead}, kNow)),
+            "fail: hang detection: DEAD rank 2 is dead");
+  EXPECT_EQ(describe(CheckDiagnoses(with(v1::HangDetectionSpec::REPORT, false), {dead}, kNow)), "");
+  RunningJob waiting = with(v1::HangDetectionSpec::ABORT, true);
+  waiting.phase.BeginWaiting("rank 1 exited", ReformKind::kRankLost, kNow, kNow);
+  EXPECT_EQ(describe(CheckDiagnoses(waiting, {dead, stuck}, kNow)), "");
+  const DiagnosisCheck restart =
+      CheckDiagnoses(with(v1::HangDetectionSpec::RESTART, true), {stuck}, kNow);
+  ASSERT_TRUE(restart.restart.has_value()) << describe(restart);
+  EXPECT_TRUE(restart.evictions.empty());
+  EXPECT_FALSE(restart.fail.has_value());
 }
 
 }  // namespace

@@ -162,6 +162,16 @@ struct JobEnd {
   std::string reason;
 };
 
+// What a transition of a running job asks the Scheduler to send and record,
+// in order: messages to agents (by agent id; one for an agent that is gone
+// is dropped), events for the job's history, and lines for the
+// coordinator's log only.
+struct JobActions {
+  std::vector<std::pair<std::string, v1::CoordinatorMessage>> messages;
+  std::vector<std::string> events;
+  std::vector<std::string> logs;
+};
+
 // Note [A bounded history]
 // An elastic job's history is saved with its record (ElasticRecord) and
 // quoted in its status and in the reason it fails with. A line per

@@ -379,7 +379,8 @@ void Scheduler::RankExitedLocked(const std::string& agent_id, const v1::RankExit
   if (std::optional<StagedGrowth::Actions> staged = it->second.staged.OnExited(
           agent_id, exited.slot(), it->second.phase.planned().has_value())) {
     // Note [Staged growth] in staged_growth.h: it was not a rank yet.
-    ApplyStagedLocked(exited.job_id(), it->second, *staged, out);
+    ApplyLocked(exited.job_id(), ApplyStaged(it->second, exited.job_id(), *staged, state_.agents),
+                out);
   } else if (it->second.leaving.OnExited(agent_id, exited.slot())) {
     // A rank that left at a planned re-formation (a drain, a preemption).
     state_.agents.SetBusy(agent_id, exited.slot(), false);
@@ -442,23 +443,13 @@ void Scheduler::Tick() {
     std::vector<std::string> to_reform;
     for (auto& [job_id, run] : state_.running) {
       run.rendezvous.Expire(now, out.joins);
-      if (std::optional<std::string> overdue = ReformOverdue(run, now)) {
-        to_fail.emplace_back(job_id, *std::move(overdue));
-        continue;
+      DeadlineCheck check = CheckDeadlines(run, now);
+      for (const Eviction& e : check.evictions) {
+        ApplyLocked(job_id, Evict(run, job_id, e, state_.agents), out);
       }
-      for (const Eviction& e : SilentJoiners(run, now)) {
-        EvictRankLocked(job_id, run, e.rank, e.why, e.by, out);
-      }
-      const RecoveryProgress progress = CheckRecovery(run, now);
-      if (progress.all_back) {
-        v1::JobEvent event;
-        event.set_message(progress.back);
-        RecordEvent(job_id, std::move(event), out);
-      } else if (!progress.failure.empty() && run.elastic && !run.wait_cause.after_restart) {
-        to_reform.push_back(job_id);  // Note [An elastic job's lost agent] in agent_departure.h
-      } else if (!progress.failure.empty()) {
-        to_fail.emplace_back(job_id, progress.failure);
-      }
+      if (check.event.has_value()) RecordEvent(job_id, *std::move(check.event), out);
+      if (check.give_up_lost_agents) to_reform.push_back(job_id);
+      if (check.fail.has_value()) to_fail.emplace_back(job_id, *std::move(check.fail));
     }
     for (const std::string& job_id : to_reform) {
       ReformLocked(job_id, GiveUpLostAgents(state_.running.at(job_id)), ReformKind::kAgentLost,
@@ -471,26 +462,15 @@ void Scheduler::Tick() {
       auto running = state_.running.find(job_id);
       if (running == state_.running.end()) continue;  // ended by a growth's restart-all
       RunningJob& run = running->second;
-      // Waiting below resources.min_ranks: the lost ranks are known. Every
-      // rank stopping for a restart-all: the next generation starts anew.
-      if (run.phase.waiting() != nullptr || run.phase.restarting() != nullptr) continue;
-      // Note [Hang restart]: a culprit is evicted; without one, every rank
-      // re-forms its transport. Eviction goes first when both hold.
-      if (run.elastic && run.hang_detection.action() == v1::HangDetectionSpec::RESTART) {
-        const HangRestart restart = PlanHangRestart(run, diagnoses, now);
-        for (const Eviction& e : restart.evictions) {
-          EvictRankLocked(job_id, run, e.rank, e.why, e.by, out);
-        }
-        if (restart.kind == HangRestart::kRestart) {
-          LOG(INFO) << job_id << ": " << restart.cause;
-          ReformLocked(job_id, restart.cause, ReformKind::kHangRestart, out);
-        }
-        // `run` may be gone: a restart past elastic.max_restarts ends the job.
-        if (restart.kind != HangRestart::kNone) continue;
+      DiagnosisCheck check = CheckDiagnoses(run, diagnoses, now);
+      for (const Eviction& e : check.evictions) {
+        ApplyLocked(job_id, Evict(run, job_id, e, state_.agents), out);
       }
-      if (std::optional<std::string> reason = HangFailure(run.hang_detection.action(), diagnoses)) {
-        to_fail.emplace_back(job_id, *std::move(reason));
+      if (check.restart.has_value()) {  // may end the job (past elastic.max_restarts)
+        LOG(INFO) << job_id << ": " << *check.restart;
+        ReformLocked(job_id, *check.restart, ReformKind::kHangRestart, out);
       }
+      if (check.fail.has_value()) to_fail.emplace_back(job_id, *std::move(check.fail));
     }
     for (const auto& [job_id, reason] : to_fail) EndLocked(job_id, v1::Job::FAILED, reason, out);
     if (!to_fail.empty()) ScheduleLocked(out);
@@ -514,6 +494,23 @@ std::map<std::string, std::vector<v1::Diagnosis>> Scheduler::TrackDiagnosesLocke
     current[job_id] = std::move(diagnoses);
   }
   return current;
+}
+
+void Scheduler::ApplyLocked(const std::string& job_id, JobActions actions, Outbox& out) {
+  for (auto& [agent_id, message] : actions.messages) {
+    if (const AgentRegistry::Agent* agent = state_.agents.Find(agent_id)) {
+      out.messages.emplace_back(agent->send, std::move(message));
+    }
+  }
+  for (const std::string& line : actions.logs) LOG(INFO) << job_id << ": " << line;
+  for (std::string& message : actions.events) RecordEvent(job_id, std::move(message), out);
+}
+
+void Scheduler::RecordEvent(const std::string& job_id, std::string message, Outbox& out) {
+  LOG(INFO) << job_id << ": " << message;
+  v1::JobEvent event;
+  event.set_message(std::move(message));
+  RecordEvent(job_id, std::move(event), out);
 }
 
 void Scheduler::RecordEvent(const std::string& job_id, v1::JobEvent event, Outbox& out) {

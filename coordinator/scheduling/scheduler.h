@@ -292,15 +292,10 @@ class Scheduler {
   // checkpoint, counts it and launches its newcomers.
   void BegunLocked(const std::string& job_id, RunningJob& run, const GenerationChange::Begun& begun,
                    Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
-  // Note [Staged growth] in scheduler_elastic.cc. The free slots for
+  // Note [Staged growth] in staged_growth.h. The free slots for
   // `run`'s next generation: its staged newcomers' first, then the
   // unreserved ones.
   std::vector<AgentSlots> FreeSlotsForLocked(const RunningJob& run) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
-  // Launches `next`'s newcomers for run's next generation before it forms
-  // and stages them (StagedGrowth::Start).
-  void StageGrowthLocked(const std::string& job_id, RunningJob& run, const NextGeneration& next,
-                         const std::string& cause, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // Answers a Join from a staged newcomer's slot (moving `done`) and returns
   // true; false for any other Join (`done` untouched). Its chorus-rank
@@ -308,13 +303,6 @@ class Scheduler {
   // program's Join marks it up (once all are, the change is requested) and
   // is answered UNAVAILABLE until the generation forms.
   bool StagedJoinLocked(const v1::JoinRequest& request, JoinDone& done, Outbox& out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
-  // Applies what run.staged's transition asks (Note [Staged growth]): frees
-  // the slots of newcomers that exited, and stops those it drops (they
-  // depart: their slots stay busy until they exit). `adopted` is the
-  // caller's.
-  void ApplyStagedLocked(const std::string& job_id, RunningJob& run,
-                         const StagedGrowth::Actions& actions, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // A planned change: the job's ranks are told (on their heartbeats) to
   // re-form at their next step boundary; the first Join of the next
@@ -358,11 +346,6 @@ class Scheduler {
   // replacements (Note [Staged growth]), are told to grow at their next
   // step boundary.
   void GrowLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
-  // Has `rank`'s agent stop it (SIGTERM, SIGKILL after 1 s), once; `by`
-  // and `why` go into its exit's reason and an event (Note [Hang restart]
-  // and Note [A survivor that does not join] in hang_restart.h say when).
-  void EvictRankLocked(const std::string& job_id, RunningJob& run, int rank, const std::string& why,
-                       const std::string& by, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // Saves, for every running elastic job whose change of generation is not
   // what was saved last, what a restart needs to take it back (Note
   // [Elastic restart] in job_recovery.h). Every entry point that changes a
@@ -382,9 +365,6 @@ class Scheduler {
   // Queued jobs that fit are started; false if one could not be marked
   // running (nothing more is placed then).
   bool PlaceQueuedLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
-  // The generation of `job_id` has formed: records how long recovery took.
-  void NoteFormedLocked(const std::string& job_id, RunningJob& run, Outbox& out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
 
   // Records new and cleared diagnoses of every running job as job events;
   // returns the current diagnoses per job.
@@ -401,6 +381,12 @@ class Scheduler {
   v1::CheckpointManifest GenerationResumeLocked(const std::string& job_id, const RunningJob& run)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
 
+  // Sends and records what a transition of `job_id` asks (JobActions).
+  void ApplyLocked(const std::string& job_id, JobActions actions, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
+  // Logs `message` and records it as an event of the job, as RecordEvent.
+  void RecordEvent(const std::string& job_id, std::string message, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // Appends `event` to the job's history. A write the state store refused
   // is logged with the event's text: the scheduler goes on from what it
   // holds in memory, and a write refused by etcd's fence has already ended

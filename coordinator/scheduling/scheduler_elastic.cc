@@ -79,7 +79,7 @@ void Scheduler::ReformLocked(const std::string& job_id, const std::string& cause
 
 void Scheduler::BegunLocked(const std::string& job_id, RunningJob& run,
                             const GenerationChange::Begun& begun, Outbox& out) {
-  ApplyStagedLocked(job_id, run, begun.staged, out);
+  ApplyLocked(job_id, ApplyStaged(run, job_id, begun.staged, state_.agents), out);
   run.resume = GenerationResumeLocked(job_id, run);
   if (metrics_ != nullptr) metrics_->GenerationStarted(std::string(ReformKindName(begun.kind)));
   LOG(INFO) << job_id << ": " << begun.change;
@@ -175,37 +175,6 @@ std::vector<AgentSlots> Scheduler::FreeSlotsForLocked(const RunningJob& run) con
   return run.staged.SlotsFirst(state_.agents, state_.UnreservedSlots());
 }
 
-void Scheduler::StageGrowthLocked(const std::string& job_id, RunningJob& run,
-                                  const NextGeneration& next, const std::string& cause,
-                                  Outbox& out) {
-  const int64_t generation = run.generation() + 1;
-  std::vector<StagedNewcomer> newcomers;
-  std::vector<RankSlot> slots;
-  std::vector<std::string> where;
-  for (size_t rank = 0; rank < next.ranks.size(); ++rank) {
-    if (next.old_rank[rank] >= 0) continue;
-    const RankSlot& slot = next.ranks[rank];
-    state_.agents.SetBusy(slot.agent_id, slot.slot, true);
-    newcomers.push_back(StagedNewcomer{slot, static_cast<int>(rank), false});
-    slots.push_back(slot);
-    where.push_back(absl::StrCat("rank ", rank, " on ",
-                                 state_.agents.Find(slot.agent_id)->hello.host(), " slot ",
-                                 slot.slot));
-  }
-  for (auto& [agent_id, message] :
-       run.LaunchMessages(job_id, coordinator_address_, generation, slots)) {
-    out.messages.emplace_back(state_.agents.Find(agent_id)->send, std::move(message));
-  }
-  run.staged.Start(generation, static_cast<int>(next.ranks.size()), cause, std::move(newcomers),
-                   clock_->Now(), absl::Seconds(run.elastic_spec.wait_seconds()));
-  v1::JobEvent event;
-  event.set_message(absl::StrCat("generation ", run.generation() + 1, " after ", cause,
-                                 ": starting ", absl::StrJoin(where, ", "),
-                                 "; the job re-forms at a step boundary once they are up"));
-  LOG(INFO) << job_id << ": " << event.message();
-  RecordEvent(job_id, std::move(event), out);
-}
-
 bool Scheduler::StagedJoinLocked(const v1::JoinRequest& request, JoinDone& done, Outbox& out) {
   auto it = state_.running.find(request.job_id());
   if (it == state_.running.end()) return false;
@@ -242,68 +211,6 @@ bool Scheduler::StagedJoinLocked(const v1::JoinRequest& request, JoinDone& done,
                              "generation ", generation, " of job ", request.job_id(),
                              " forms at its members' next step ", "boundary; join again shortly")));
   return true;
-}
-
-void Scheduler::ApplyStagedLocked(const std::string& job_id, RunningJob& run,
-                                  const StagedGrowth::Actions& actions, Outbox& out) {
-  for (const auto& [agent_id, slot] : actions.freed) {
-    state_.agents.SetBusy(agent_id, slot, false);
-    LOG(INFO) << job_id << ": staged newcomer on slot " << slot << " exited before it joined";
-  }
-  bool stopped = false;
-  for (const auto& [agent_id, slots] : actions.stop) {
-    const AgentRegistry::Agent* agent = state_.agents.Find(agent_id);
-    if (agent == nullptr) continue;
-    for (int slot : slots) run.leaving.Depart(agent_id, slot);  // busy until they exit
-    out.messages.emplace_back(agent->send, StopRanksMessage(job_id, slots, actions.stop_reason));
-    stopped = true;
-  }
-  if (stopped) LOG(INFO) << job_id << ": " << actions.stop_reason;
-}
-
-void Scheduler::GrowLocked(Outbox& out) {
-  const absl::Time now = clock_->Now();
-  // Growths are requested after the walk: a restart-all's may end a job.
-  std::vector<std::pair<std::string, std::string>> grow;  // job id, cause
-  std::vector<std::tuple<std::string, NextGeneration, std::string>> stage;
-  for (auto& [job_id, run] : state_.running) {
-    ApplyStagedLocked(job_id, run, run.staged.OnTick(now, run.phase.planned().has_value()), out);
-    // Note [Staged growth]: replacements owed are taken without waiting.
-    if (!run.elastic || !run.Steady() || run.staged.active() ||
-        (!run.replacements_owed &&
-         now < run.last_growth_at + absl::Seconds(run.elastic_spec.scale_up_interval_seconds()))) {
-      continue;
-    }
-    absl::StatusOr<v1::Job> job = jobs_.Get(job_id);
-    if (!job.ok() || static_cast<int>(run.ranks.size()) >= job->spec().resources().max_ranks()) {
-      continue;
-    }
-    absl::StatusOr<NextGeneration> next =
-        PlanNextGeneration(run.Slots(), std::vector<bool>(run.ranks.size(), false),
-                           state_.UnreservedSlots(), state_.QuotaCapped(job_id, job->spec(), run));
-    if (!next.ok() || next->newcomers() == 0) continue;
-    std::string cause =
-        run.replacements_owed
-            ? absl::StrCat(next->newcomers(),
-                           " newcomer(s) replace the rank(s) lost in generation ",
-                           run.generation() - 1)
-            : absl::StrCat(next->newcomers(), " free slot(s) let the job grow from ",
-                           run.ranks.size(), " towards resources.max_ranks ",
-                           job->spec().resources().max_ranks());
-    if (run.program && !run.RestartsAll()) {
-      stage.emplace_back(job_id, *std::move(next), std::move(cause));
-    } else {
-      grow.emplace_back(job_id, std::move(cause));
-    }
-  }
-  for (auto& [job_id, next, cause] : stage) {
-    StageGrowthLocked(job_id, state_.running.at(job_id), next, cause, out);
-  }
-  for (const auto& [job_id, cause] : grow) {
-    auto it = state_.running.find(job_id);
-    if (it != state_.running.end())
-      RequestReformLocked(job_id, it->second, cause, ReformKind::kScaleUp, out);
-  }
 }
 
 absl::StatusOr<v1::AgentInfo> Scheduler::DrainAgent(const std::string& name) {
@@ -343,25 +250,6 @@ absl::StatusOr<v1::AgentInfo> Scheduler::DrainAgent(const std::string& name) {
   return info;
 }
 
-void Scheduler::EvictRankLocked(const std::string& job_id, RunningJob& run, int rank,
-                                const std::string& why, const std::string& by, Outbox& out) {
-  RankState& r = run.ranks[rank];
-  if (!r.evicted.empty() || r.state == v1::RankStatus::EXITED) return;
-  const AgentRegistry::Agent* agent = state_.agents.Find(r.agent_id);
-  if (agent == nullptr) return;
-  r.evicted = absl::StrCat(by, ": ", why);
-  LOG(INFO) << job_id << ": evicting rank " << rank << " (" << by << "): " << why;
-  // A stopped (SIGSTOP) process ignores SIGTERM: the agent's SIGKILL after
-  // the grace ends it.
-  v1::CoordinatorMessage stop =
-      StopRanksMessage(job_id, {r.slot}, absl::StrCat("evicted by ", r.evicted));
-  stop.mutable_stop()->set_grace_seconds(1);
-  out.messages.emplace_back(agent->send, std::move(stop));
-  v1::JobEvent event;
-  event.set_message(absl::StrCat("evicting rank ", rank, " (", by, "): ", why));
-  RecordEvent(job_id, std::move(event), out);
-}
-
 void Scheduler::SaveElasticLocked(Outbox& out) {
   for (auto& [job_id, run] : state_.running) SaveElasticLocked(job_id, run, out);
 }
@@ -387,18 +275,34 @@ void Scheduler::SaveElasticLocked(const std::string& job_id, RunningJob& run, Ou
   });
 }
 
-void Scheduler::NoteFormedLocked(const std::string& job_id, RunningJob& run, Outbox& out) {
-  const std::optional<ElasticPhase::Forming> formed = run.phase.GenerationFormed();
-  if (!formed.has_value()) return;
-  const double seconds = absl::ToDoubleSeconds(clock_->Now() - formed->started);
-  const bool failure = IsFailure(formed->kind);
-  if (failure) run.recovery_seconds = seconds;
-  v1::JobEvent event;
-  event.set_message(absl::StrCat(
-      "generation ", run.generation(), " formed with ", run.ranks.size(), " ranks, ",
-      absl::SixDigits(seconds),
-      failure ? " s after the failure (recovery_seconds)" : " s after the step boundary"));
-  RecordEvent(job_id, std::move(event), out);
+void Scheduler::GrowLocked(Outbox& out) {
+  const absl::Time now = clock_->Now();
+  // Growths are requested after the walk: a restart-all's may end a job.
+  std::vector<std::pair<std::string, Growth>> growths;
+  for (auto& [job_id, run] : state_.running) {
+    ApplyLocked(job_id,
+                ApplyStaged(run, job_id, run.staged.OnTick(now, run.phase.planned().has_value()),
+                            state_.agents),
+                out);
+    if (!MayGrow(run, now)) continue;
+    absl::StatusOr<v1::Job> job = jobs_.Get(job_id);
+    if (!job.ok()) continue;
+    std::optional<Growth> growth =
+        PlanGrowth(run, job->spec().resources().max_ranks(), state_.UnreservedSlots(),
+                   state_.QuotaCapped(job_id, job->spec(), run));
+    if (growth.has_value()) growths.emplace_back(job_id, *std::move(growth));
+  }
+  for (const auto& [job_id, growth] : growths) {
+    auto it = state_.running.find(job_id);
+    if (it == state_.running.end()) continue;
+    if (growth.staged) {
+      ApplyLocked(job_id,
+                  StageGrowth(it->second, job_id, growth, state_.agents, coordinator_address_, now),
+                  out);
+    } else {
+      RequestReformLocked(job_id, it->second, growth.cause, ReformKind::kScaleUp, out);
+    }
+  }
 }
 
 void Scheduler::PreemptLocked(Outbox& out) {

@@ -107,7 +107,9 @@ void Scheduler::JoinRankLocked(const v1::JoinRequest& request, int rank, absl::T
   };
   if (!run.rendezvous.Join(rank, deadline, std::move(done), respond, out.joins)) return;
   for (RankState& each : run.ranks) each.state = v1::RankStatus::TRAINING;
-  NoteFormedLocked(request.job_id(), run, out);
+  if (std::optional<std::string> formed = OnGenerationFormed(run, clock_->Now())) {
+    RecordEvent(request.job_id(), *std::move(formed), out);
+  }
   if (metrics_ != nullptr && run.generation_started_at != absl::InfinitePast()) {
     metrics_->RendezvousCompleted(clock_->Now() - run.generation_started_at);
   }
