@@ -219,10 +219,7 @@ bool Scheduler::RemoveAgentLocked(const std::string& agent_id, Outbox& out,
         rebinding->push_back(job_id);
         break;
       case AgentLoss::Kind::kAwait: {
-        LOG(WARNING) << job_id << ": " << loss.text;
-        v1::JobEvent event;
-        event.set_message(std::move(loss.text));
-        RecordEvent(job_id, std::move(event), out);
+        RecordEvent(job_id, std::move(loss.text), out);
         break;
       }
       case AgentLoss::Kind::kReform:
@@ -291,9 +288,7 @@ absl::StatusOr<v1::CheckpointManifest> Scheduler::ResumeLocked(const v1::Job& jo
       resolve_resume_ ? resolve_resume_(job.resume_from(), &skipped)
                       : absl::UnimplementedError("this coordinator keeps no checkpoints");
   for (const std::string& warning : skipped) {
-    v1::JobEvent event;
-    event.set_message(absl::StrCat("warning: ", warning, "; using an older one"));
-    RecordEvent(job.job_id(), std::move(event), out);
+    RecordEvent(job.job_id(), absl::StrCat("warning: ", warning, "; using an older one"), out);
   }
   return found;
 }
@@ -309,18 +304,7 @@ void Scheduler::StartLocked(const v1::Job& job, const JobPlacement& placement,
     run.ranks.push_back(RankState::At(slot));
   }
   auto recorded = std::make_shared<bool>(false);
-  out.writes.Add(job_id, [this, job_id, world, recorded,
-                          placements = run.Placements(state_.agents)] {
-    absl::StatusOr<v1::Job> started = jobs_.MarkRunning(job_id, 1, world);
-    if (!started.ok()) {
-      LOG(ERROR) << "cannot start " << job_id << ": " << started.status();
-      return;
-    }
-    *recorded = true;
-    if (absl::Status s = jobs_.SavePlacements(job_id, placements); !s.ok()) {
-      LOG(ERROR) << job_id << ": could not record placements (a restart would lose the job): " << s;
-    }
-  });
+  records_.Started(out.writes, job_id, world, run.Placements(state_.agents), recorded);
   Outbox::Launch& launch = out.launches.emplace_back();
   launch.job_id = job_id;
   launch.recorded = std::move(recorded);
@@ -350,12 +334,7 @@ void Scheduler::EndLocked(const std::string& job_id, v1::Job::State state,
   // are written outside the scheduler's lock]).
   const std::shared_ptr<std::mutex> writes = it->second.report_writes;
   state_.running.erase(it);
-  if (state == v1::Job::CANCELLED) return;
-  out.writes.Add(job_id, [this, job_id, state, reason, writes] {
-    std::lock_guard<std::mutex> reports_written(*writes);
-    absl::StatusOr<v1::Job> ended = jobs_.Finish(job_id, state, reason);
-    if (!ended.ok()) LOG(ERROR) << "recording the end of " << job_id << ": " << ended.status();
-  });
+  if (state != v1::Job::CANCELLED) records_.Ended(out.writes, job_id, state, reason, writes);
 }
 
 void Scheduler::RankExited(const std::string& agent_id, const v1::RankExited& exited) {
@@ -414,11 +393,7 @@ absl::StatusOr<v1::Job> Scheduler::Cancel(const std::string& job_id, const std::
       }
       state_.Settle(job_id);  // not placed meanwhile
       out.settling.push_back(job_id);
-      out.writes.Add(job_id, [this, &job, job_id, reason, writes] {
-        std::unique_lock<std::mutex> reports_written;
-        if (writes != nullptr) reports_written = std::unique_lock<std::mutex>(*writes);
-        job = jobs_.Cancel(job_id, reason);
-      });
+      records_.Cancelled(out.writes, job_id, reason, writes, &job);
     }
     out.Flush();
   }
@@ -488,7 +463,7 @@ std::map<std::string, std::vector<v1::Diagnosis>> Scheduler::TrackDiagnosesLocke
       if (event.has_diagnosis() && metrics_ != nullptr) {
         metrics_->DiagnosisSeen(event.diagnosis().kind());
       }
-      RecordEvent(job_id, std::move(event), out);
+      records_.Event(out.writes, job_id, std::move(event));
     }
     run.diagnoses_now = diagnoses;
     current[job_id] = std::move(diagnoses);
@@ -510,28 +485,13 @@ void Scheduler::RecordEvent(const std::string& job_id, std::string message, Outb
   LOG(INFO) << job_id << ": " << message;
   v1::JobEvent event;
   event.set_message(std::move(message));
-  RecordEvent(job_id, std::move(event), out);
-}
-
-void Scheduler::RecordEvent(const std::string& job_id, v1::JobEvent event, Outbox& out) {
-  out.writes.Add(job_id, [this, job_id, event = std::move(event)]() mutable {
-    std::string text = event.message();
-    if (text.empty() && event.has_diagnosis()) text = event.diagnosis().message();
-    if (absl::Status s = jobs_.AddEvent(job_id, std::move(event)); !s.ok()) {
-      LOG(ERROR) << job_id << ": could not record the event \"" << text << "\": " << s;
-    }
-  });
+  records_.Event(out.writes, job_id, std::move(event));
 }
 
 void Scheduler::RecordFailure(const std::string& job_id, const std::string& reason, Outbox& out) {
   state_.Settle(job_id);  // the store lists it PENDING until the write
   out.settling.push_back(job_id);
-  out.writes.Add(job_id, [this, job_id, reason] {
-    absl::StatusOr<v1::Job> ended = jobs_.Finish(job_id, v1::Job::FAILED, reason);
-    if (!ended.ok()) {
-      LOG(ERROR) << job_id << ": could not record it FAILED (" << reason << "): " << ended.status();
-    }
-  });
+  records_.Failed(out.writes, job_id, reason);
 }
 
 void Scheduler::Recover(const std::vector<v1::Job>& running, absl::Duration grace) {
@@ -566,14 +526,11 @@ void Scheduler::Recover(const std::vector<v1::Job>& running, absl::Duration grac
     }
     run.resume = GenerationResumeLocked(job.job_id(), run);
     if (metrics_ != nullptr) metrics_->GenerationStarted("recovered");
-    LOG(INFO) << job.job_id() << ": taken back after a restart; waiting up to "
-              << absl::FormatDuration(grace) << " for its " << run.ranks.size()
-              << " rank(s) to come back";
-    v1::JobEvent event;
-    event.set_message(absl::StrCat("the coordinator restarted; waiting up to ",
-                                   absl::FormatDuration(grace),
-                                   " for the job's ranks to come back with their agents"));
-    RecordEvent(job.job_id(), std::move(event), out);
+    RecordEvent(
+        job.job_id(),
+        absl::StrCat("the coordinator restarted; waiting up to ", absl::FormatDuration(grace),
+                     " for its ", run.ranks.size(), " rank(s) to come back with their agents"),
+        out);
     state_.running.erase(job.job_id());
     state_.running.emplace(job.job_id(), std::move(run));
   }

@@ -67,6 +67,7 @@
 #include "coordinator/scheduling/generation_change.h"
 #include "coordinator/scheduling/generation_plan.h"
 #include "coordinator/scheduling/hang_restart.h"
+#include "coordinator/scheduling/job_records.h"
 #include "coordinator/scheduling/log_store.h"
 #include "coordinator/scheduling/placement.h"
 #include "coordinator/scheduling/preemption.h"
@@ -384,18 +385,11 @@ class Scheduler {
   // Sends and records what a transition of `job_id` asks (JobActions).
   void ApplyLocked(const std::string& job_id, JobActions actions, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
-  // Logs `message` and records it as an event of the job, as RecordEvent.
+  // Logs `message` and records it as an event of the job (JobRecords::Event).
   void RecordEvent(const std::string& job_id, std::string message, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
-  // Appends `event` to the job's history. A write the state store refused
-  // is logged with the event's text: the scheduler goes on from what it
-  // holds in memory, and a write refused by etcd's fence has already ended
-  // this coordinator's term (EtcdStateStoreOptions::on_fenced).
-  void RecordEvent(const std::string& job_id, v1::JobEvent event, Outbox& out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // Ends a job that has no running ranks here (FAILED before it started,
-  // or found without placements after a restart); a refused write is
-  // logged, as RecordEvent's.
+  // or found without placements after a restart).
   void RecordFailure(const std::string& job_id, const std::string& reason, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
 
@@ -403,6 +397,7 @@ class Scheduler {
   LogStore logs_;
   AgentJoinOutbox agent_joins_;  // has its own lock
   JobWrites writes_;             // has its own lock
+  const JobRecords records_{jobs_};
   ResumeResolver resolve_resume_ ABSL_GUARDED_BY(state_.mu);
   ResumeResolver newest_committed_ ABSL_GUARDED_BY(state_.mu);
   RealClock real_clock_;

@@ -64,12 +64,7 @@ void Scheduler::ReformLocked(const std::string& job_id, const std::string& cause
     out.messages.emplace_back(state_.agents.Find(agent_id)->send,
                               StopRanksMessage(job_id, slots, change.stop_reason));
   }
-  for (std::string& message : change.events) {
-    LOG(INFO) << job_id << ": " << message;
-    v1::JobEvent event;
-    event.set_message(std::move(message));
-    RecordEvent(job_id, std::move(event), out);
-  }
+  for (std::string& message : change.events) RecordEvent(job_id, std::move(message), out);
   if (change.fail.has_value()) {
     EndLocked(job_id, v1::Job::FAILED, *change.fail, out);
   } else if (change.begun.has_value()) {
@@ -83,17 +78,8 @@ void Scheduler::BegunLocked(const std::string& job_id, RunningJob& run,
   run.resume = GenerationResumeLocked(job_id, run);
   if (metrics_ != nullptr) metrics_->GenerationStarted(std::string(ReformKindName(begun.kind)));
   LOG(INFO) << job_id << ": " << begun.change;
-  out.writes.Add(job_id, [this, job_id, generation = begun.generation, world = begun.world,
-                          restarts = run.restarts, change = begun.change,
-                          placements = run.Placements(state_.agents)] {
-    if (absl::StatusOr<v1::Job> s = jobs_.MarkReformed(job_id, generation, world, restarts, change);
-        !s.ok()) {
-      LOG(ERROR) << job_id << ": could not record generation " << generation << ": " << s.status();
-    }
-    if (absl::Status s = jobs_.SavePlacements(job_id, placements); !s.ok()) {
-      LOG(ERROR) << job_id << ": could not record placements: " << s;
-    }
-  });
+  records_.Reformed(out.writes, job_id, begun.generation, begun.world, run.restarts, begun.change,
+                    run.Placements(state_.agents));
   LaunchNewcomers(job_id, run, coordinator_address_, state_.agents, out.messages);
 }
 
@@ -146,11 +132,10 @@ void Scheduler::RequestReformLocked(const std::string& job_id, RunningJob& run,
     if (next.ok()) planned.world = static_cast<int>(next->ranks.size());
   }
   if (!run.phase.Plan(std::move(planned))) return;  // a drain goes first
-  v1::JobEvent event;
-  event.set_message(absl::StrCat("generation ", run.generation() + 1, " will form at the next ",
-                                 "step boundary after ", cause));
-  LOG(INFO) << job_id << ": " << event.message();
-  RecordEvent(job_id, std::move(event), out);
+  RecordEvent(job_id,
+              absl::StrCat("generation ", run.generation() + 1, " will form at the next ",
+                           "step boundary after ", cause),
+              out);
 }
 
 void Scheduler::RetryWaitingLocked(Outbox& out) {
@@ -232,9 +217,7 @@ absl::StatusOr<v1::AgentInfo> Scheduler::DrainAgent(const std::string& name) {
         if (drain.kind == AgentDrain::Kind::kReform) {
           drained.emplace_back(job_id, std::move(drain.text));
         } else if (drain.kind == AgentDrain::Kind::kStays) {
-          v1::JobEvent event;
-          event.set_message(std::move(drain.text));
-          RecordEvent(job_id, std::move(event), out);
+          RecordEvent(job_id, std::move(drain.text), out);
         }
       }
       for (const auto& [job_id, cause] : drained) {
@@ -267,12 +250,7 @@ void Scheduler::SaveElasticLocked(const std::string& job_id, RunningJob& run, Ou
   // Taken for saved when the write is decided: one that fails is logged,
   // and the job's next change writes the record again.
   run.saved_record = std::move(serialized);
-  out.writes.Add(job_id, [this, job_id, record] {
-    if (absl::Status s = jobs_.SaveElasticRecord(job_id, record); !s.ok()) {
-      LOG(ERROR) << job_id << ": could not record its elastic state (a restart now would take "
-                 << "it back as it was before): " << s;
-    }
-  });
+  records_.Elastic(out.writes, job_id, record);
 }
 
 void Scheduler::GrowLocked(Outbox& out) {
@@ -325,12 +303,11 @@ void Scheduler::PreemptLocked(Outbox& out) {
                        OwnerName(holder->second.owner), ") preempted rank(s) ", ranks, " of this ",
                        PriorityName(run.priority), " job: they leave, nothing is lost"),
           ReformKind::kPreempt, out);
-      v1::JobEvent event;
-      event.set_message(absl::StrCat("preempting rank(s) ", ranks, " of ", p.job_id, " (priority ",
-                                     PriorityName(run.priority),
-                                     ") at its next step boundary to make room for this job"));
-      LOG(INFO) << holder_id << ": " << event.message();
-      RecordEvent(holder_id, std::move(event), out);
+      RecordEvent(holder_id,
+                  absl::StrCat("preempting rank(s) ", ranks, " of ", p.job_id, " (priority ",
+                               PriorityName(run.priority),
+                               ") at its next step boundary to make room for this job"),
+                  out);
     }
   }
 }

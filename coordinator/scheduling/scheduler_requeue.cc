@@ -27,11 +27,10 @@ void Scheduler::StartRequeueLocked(const std::string& job_id, RunningJob& run,
   const std::string cause =
       absl::StrCat("preempted by ", holder_id, " (", PriorityName(holder.priority), ", ",
                    OwnerName(holder.owner), ")");
-  v1::JobEvent to_holder;
-  to_holder.set_message(absl::StrCat("preempting ", job_id, " (priority ",
-                                     PriorityName(run.priority),
-                                     "): it goes back to the queue to make room for this job"));
-  RecordEvent(holder_id, std::move(to_holder), out);
+  RecordEvent(holder_id,
+              absl::StrCat("preempting ", job_id, " (priority ", PriorityName(run.priority),
+                           "): it goes back to the queue to make room for this job"),
+              out);
   if (run.program) {  // resources.preemptible without checkpoints
     RequeueLocked(job_id, 0,
                   absl::StrCat(cause, "; starts again from scratch (resources.preemptible)"), out);
@@ -44,11 +43,10 @@ void Scheduler::StartRequeueLocked(const std::string& job_id, RunningJob& run,
   }
   run.requeue.Begin(cause, reported_step, NewestCheckpointLocked(job_id), clock_->Now(),
                     requeue_timeout_);
-  v1::JobEvent event;
-  event.set_message(absl::StrCat(cause, ": checkpointing at the next step boundary (step ",
-                                 run.requeue.target_step(), " or later), then back to the queue"));
-  LOG(INFO) << job_id << ": " << event.message();
-  RecordEvent(job_id, std::move(event), out);
+  RecordEvent(job_id,
+              absl::StrCat(cause, ": checkpointing at the next step boundary (step ",
+                           run.requeue.target_step(), " or later), then back to the queue"),
+              out);
 }
 
 bool Scheduler::RequeueDueLocked(absl::Time now, Outbox& out) {
@@ -62,10 +60,7 @@ bool Scheduler::RequeueDueLocked(absl::Time now, Outbox& out) {
   }
   for (const auto& [job_id, d] : due) {
     if (d.warning.has_value()) {
-      v1::JobEvent event;
-      event.set_message(*d.warning);
-      LOG(WARNING) << job_id << ": " << event.message();
-      RecordEvent(job_id, std::move(event), out);
+      RecordEvent(job_id, *d.warning, out);
     }
     RequeueLocked(job_id, d.resume_step, d.reason, out);
   }
@@ -87,16 +82,8 @@ void Scheduler::RequeueLocked(const std::string& job_id, int64_t resume_step,
   // Stops the ranks and frees the slots without recording an end.
   EndLocked(job_id, v1::Job::CANCELLED, reason, out);
   state_.StopForRequeue(job_id, live);
-  out.writes.Add(job_id, [this, &out, job_id, resume_step, reason, writes] {
-    std::lock_guard<std::mutex> reports_written(*writes);
-    absl::StatusOr<v1::Job> queued =
-        jobs_.Requeue(job_id, resume_step > 0 ? job_id : std::string(), reason);
-    if (!queued.ok()) {
-      LOG(ERROR) << job_id << ": could not send it back to the queue: " << queued.status();
-      return;
-    }
-    out.requeued = true;  // placed once its write made it PENDING
-  });
+  // Placed once its write made it PENDING (out.requeued).
+  records_.Requeued(out.writes, job_id, resume_step, reason, writes, &out.requeued);
   LOG(INFO) << job_id << ": " << reason;
 }
 
