@@ -128,4 +128,45 @@ absl::StatusOr<v1::Metrics> RecordReport(RunningJob& run, const v1::ReportReques
   return metrics;
 }
 
+v1::Metrics WithProgress(v1::Metrics latest, int64_t step, int64_t epoch, double loss,
+                         double samples_per_second) {
+  if (step < latest.step()) return latest;
+  latest.set_step(step);
+  latest.set_epoch(epoch);
+  if (loss != 0) latest.set_loss(loss);
+  if (samples_per_second != 0) latest.set_samples_per_second(samples_per_second);
+  return latest;
+}
+
+v1::JoinResponse StagedJoinResponse(const v1::Job& job, const RunningJob& run,
+                                    const StagedNewcomer& newcomer) {
+  v1::JoinResponse response;
+  response.set_rank(newcomer.rank);
+  response.set_world_size(run.staged.world_size());
+  response.set_generation(run.staged.generation());
+  *response.mutable_spec() = job.spec();
+  response.set_store_namespace(RunningJob::StoreNamespace(job, run.staged.generation()));
+  response.set_local_rank(newcomer.slot.local_rank);
+  response.set_local_world_size(newcomer.slot.local_world_size);
+  if (!run.resume.job_id().empty()) *response.mutable_resume() = run.resume;
+  response.set_restarts(run.restarts);
+  response.set_staged(true);
+  return response;
+}
+
+std::optional<v1::Directive> AbortDirective(const v1::Job& job) {
+  if (job.state() != v1::Job::FAILED && job.state() != v1::Job::CANCELLED) return std::nullopt;
+  v1::Directive directive;
+  directive.set_kind(v1::Directive::ABORT);
+  directive.set_reason(absl::StrCat("job ", job.job_id(), " is ", v1::Job::State_Name(job.state()),
+                                    ": ", job.reason()));
+  return directive;
+}
+
+absl::Status NotRunning(const absl::StatusOr<v1::Job>& job, const std::string& then) {
+  if (!job.ok()) return job.status();
+  return absl::FailedPreconditionError(
+      absl::StrCat("job ", job->job_id(), " is ", v1::Job::State_Name(job->state()), then));
+}
+
 }  // namespace chorus

@@ -23,6 +23,10 @@
 #ifndef CHORUS_COORDINATOR_SCHEDULING_RANK_MESSAGES_H_
 #define CHORUS_COORDINATOR_SCHEDULING_RANK_MESSAGES_H_
 
+#include <cstdint>
+#include <optional>
+#include <string>
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -116,6 +120,30 @@ bool StartsPlannedChange(const RunningJob& run, const v1::JoinRequest& request);
 // and returns its metrics as they are. FAILED_PRECONDITION for any other
 // rank that is not one of the current generation.
 absl::StatusOr<v1::Metrics> RecordReport(RunningJob& run, const v1::ReportRequest& report);
+
+// `latest` moved forward to a program's progress at `step` (its epoch, and
+// its loss and samples/s when they are not 0); `latest` as it is when the
+// progress is behind it. A program job's rank 0 heartbeats and its final
+// report carry the progress record of its program.
+v1::Metrics WithProgress(v1::Metrics latest, int64_t step, int64_t epoch, double loss,
+                         double samples_per_second);
+
+// What a staged newcomer's chorus-rank is answered (Note [Staged growth]
+// in staged_growth.h): the planned membership of the staged generation of
+// `job` (running as `run`), so that it starts its program at once.
+v1::JoinResponse StagedJoinResponse(const v1::Job& job, const RunningJob& run,
+                                    const StagedNewcomer& newcomer);
+
+// The directive for a rank still heartbeating for `job`, which does not run
+// here: ABORT with its reason when it FAILED or was CANCELLED (its agent
+// was lost, or has not stopped it yet); nullopt otherwise.
+std::optional<v1::Directive> AbortDirective(const v1::Job& job);
+
+// Why a request about `job` is refused when the job does not run here:
+// FAILED_PRECONDITION "job ID is STATE" and `then`, or `job`'s own error
+// (NOT_FOUND for an unknown job).
+absl::Status NotRunning(const absl::StatusOr<v1::Job>& job,
+                        const std::string& then = ", not running");
 
 }  // namespace chorus
 

@@ -309,5 +309,58 @@ TEST(RecordReportTest, EachReportsMetricsAndWhatItMarks) {
   }
 }
 
+// A program's progress moves the job's metrics forward, never back, and
+// keeps a loss or a rate the progress does not carry.
+TEST(WithProgressTest, MovesTheMetricsForwardOnly) {
+  v1::Metrics latest;
+  latest.set_step(10);
+  latest.set_loss(0.5);
+  latest.set_samples_per_second(100);
+  v1::Metrics moved = WithProgress(latest, 12, 1, 0, 250);
+  EXPECT_EQ(moved.step(), 12);
+  EXPECT_EQ(moved.epoch(), 1);
+  EXPECT_EQ(moved.loss(), 0.5);  // not carried: kept
+  EXPECT_EQ(moved.samples_per_second(), 250);
+  EXPECT_EQ(WithProgress(latest, 9, 1, 0.1, 1).step(), 10);  // behind: as it was
+  EXPECT_EQ(WithProgress(latest, 9, 1, 0.1, 1).loss(), 0.5);
+}
+
+TEST(StagedJoinResponseTest, IsThePlannedMembershipOfTheStagedGeneration) {
+  v1::Job job = ElasticJob(/*program=*/true);
+  RunningJob run = RunOf(job);
+  run.restarts = 1;
+  const StagedNewcomer newcomer{RankSlot{"agent-2", 0, 0, 1}, 2, false};
+  run.staged.Start(3, 3, "1 free slot(s)", {newcomer}, kNow, absl::Seconds(60));
+  const v1::JoinResponse response = StagedJoinResponse(job, run, newcomer);
+  EXPECT_TRUE(response.staged());
+  EXPECT_EQ(response.rank(), 2);
+  EXPECT_EQ(response.world_size(), 3);
+  EXPECT_EQ(response.generation(), 3);
+  EXPECT_EQ(response.restarts(), 1);
+  EXPECT_EQ(response.local_world_size(), 1);
+  EXPECT_EQ(response.store_namespace(), RunningJob::StoreNamespace(job, 3));
+  EXPECT_EQ(response.spec().program().argv(0), "/usr/bin/python3");
+}
+
+TEST(NotRunningTest, AbortsAndRefusalsNameTheJobsState) {
+  v1::Job job = ElasticJob();
+  job.set_state(v1::Job::FAILED);
+  job.set_reason("rank 1 exited with code 3");
+  std::optional<v1::Directive> abort = AbortDirective(job);
+  ASSERT_TRUE(abort.has_value());
+  EXPECT_EQ(abort->kind(), v1::Directive::ABORT);
+  EXPECT_EQ(abort->reason(), "job job-000001 is FAILED: rank 1 exited with code 3");
+  job.set_state(v1::Job::SUCCEEDED);
+  EXPECT_FALSE(AbortDirective(job).has_value());
+
+  job.set_state(v1::Job::PENDING);
+  EXPECT_EQ(NotRunning(job).message(), "job job-000001 is PENDING, not running");
+  EXPECT_EQ(NotRunning(job).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(NotRunning(job, "; only a running job can be checkpointed").message(),
+            "job job-000001 is PENDING; only a running job can be checkpointed");
+  EXPECT_EQ(NotRunning(absl::NotFoundError("no job \"job-000404\"")).code(),
+            absl::StatusCode::kNotFound);
+}
+
 }  // namespace
 }  // namespace chorus

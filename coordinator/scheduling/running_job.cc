@@ -143,6 +143,27 @@ std::vector<RunningJob::Fate> RunningJob::Fates(const AgentRegistry& agents) con
   return fates;
 }
 
+int64_t RunningJob::ReportedStep() const {
+  int64_t step = 0;
+  for (const RankState& rank : ranks) step = std::max(step, rank.last_heartbeat.step());
+  return step;
+}
+
+std::map<std::string, v1::CoordinatorMessage> RunningJob::CheckpointMessages(
+    const std::string& job_id, const AgentRegistry& agents) const {
+  std::map<std::string, v1::CoordinatorMessage> by_agent;
+  for (const RankState& rank : ranks) {
+    if (rank.agent_id.empty() || rank.state == v1::RankStatus::EXITED ||
+        agents.Find(rank.agent_id) == nullptr) {
+      continue;
+    }
+    v1::CheckpointRanks& checkpoint = *by_agent[rank.agent_id].mutable_checkpoint();
+    checkpoint.set_job_id(job_id);
+    checkpoint.add_slots(rank.slot);
+  }
+  return by_agent;
+}
+
 std::vector<RankSlot> RunningJob::Slots() const {
   std::vector<RankSlot> slots;
   for (const RankState& r : ranks) {

@@ -390,6 +390,12 @@ struct RunningJob {
   bool Formed() const { return rendezvous.complete(); }
   // Where the current ranks run (index = rank).
   std::vector<RankSlot> Slots() const;
+  // The highest step a rank has reported.
+  int64_t ReportedStep() const;
+  // One CheckpointRanks message per agent (by agent id) for the ranks that
+  // run there now (`chorus checkpoint`).
+  std::map<std::string, v1::CoordinatorMessage> CheckpointMessages(
+      const std::string& job_id, const AgentRegistry& agents) const;
 
  private:
   // Note [Rank index] in running_job.cc.

@@ -141,6 +141,23 @@ TEST_F(RunningJobTest, ReleasingFreesSlotsAndListsRanksStillRunning) {
   EXPECT_EQ(agents_.free_slots(), 3);
 }
 
+// `chorus checkpoint`: one message per agent for the ranks running there,
+// and the highest step a rank has reported.
+TEST_F(RunningJobTest, CheckpointMessagesGoToTheAgentsOfRanksStillRunning) {
+  run_.ranks[0].last_heartbeat.set_step(40);
+  run_.ranks[2].last_heartbeat.set_step(42);
+  EXPECT_EQ(run_.ReportedStep(), 42);
+  run_.ranks[1].state = v1::RankStatus::EXITED;
+  auto messages = run_.CheckpointMessages("job-000001", agents_);
+  ASSERT_EQ(messages.size(), 2u);
+  EXPECT_EQ(messages.at("agent-1").checkpoint().job_id(), "job-000001");
+  EXPECT_EQ(messages.at("agent-1").checkpoint().slots_size(), 1);  // slot 1's rank exited
+  EXPECT_EQ(messages.at("agent-2").checkpoint().slots(0), 0);
+  agents_.Remove("agent-2");
+  messages = run_.CheckpointMessages("job-000001", agents_);
+  EXPECT_EQ(messages.count("agent-2"), 0u);  // its agent is gone
+}
+
 TEST_F(RunningJobTest, LaunchMessagesAndPlacementsDescribeEveryRank) {
   const auto launches = run_.LaunchMessages("job-000001", "10.0.0.1:29650");
   ASSERT_EQ(launches.size(), 2u);

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <map>
 #include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -17,6 +16,7 @@
 #include "coordinator/scheduling/generation_plan.h"
 #include "coordinator/scheduling/job_recovery.h"
 #include "coordinator/scheduling/preemption.h"
+#include "coordinator/scheduling/rank_messages.h"
 #include "coordinator/scheduling/scheduler.h"
 #include "glog/logging.h"
 
@@ -171,18 +171,7 @@ bool Scheduler::StagedJoinLocked(const v1::JoinRequest& request, JoinDone& done,
     // Its chorus-rank: the planned membership, so that it starts the program.
     absl::StatusOr<v1::Job> job = jobs_.Get(request.job_id());
     if (!job.ok()) return false;
-    v1::JoinResponse response;
-    response.set_rank(staged.newcomer.rank);
-    response.set_world_size(run.staged.world_size());
-    response.set_generation(run.staged.generation());
-    *response.mutable_spec() = job->spec();
-    response.set_store_namespace(RunningJob::StoreNamespace(*job, run.staged.generation()));
-    response.set_local_rank(staged.newcomer.slot.local_rank);
-    response.set_local_world_size(staged.newcomer.slot.local_world_size);
-    if (!run.resume.job_id().empty()) *response.mutable_resume() = run.resume;
-    response.set_restarts(run.restarts);
-    response.set_staged(true);
-    out.joins.emplace_back(std::move(done), std::move(response));
+    out.joins.emplace_back(std::move(done), StagedJoinResponse(*job, run, staged.newcomer));
     return true;
   }
   if (staged.kind != StagedGrowth::JoinOutcome::kUp) return false;

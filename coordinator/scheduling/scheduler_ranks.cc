@@ -64,12 +64,7 @@ void Scheduler::JoinLocked(const v1::JoinRequest& request, absl::Time deadline, 
     it = state_.running.find(request.job_id());
   }
   if (it == state_.running.end()) {
-    absl::StatusOr<v1::Job> job = jobs_.Get(request.job_id());
-    out.joins.emplace_back(std::move(done),
-                           job.ok() ? absl::FailedPreconditionError(absl::StrCat(
-                                          "job ", request.job_id(), " is ",
-                                          v1::Job::State_Name(job->state()), ", not running"))
-                                    : job.status());
+    out.joins.emplace_back(std::move(done), NotRunning(jobs_.Get(request.job_id())));
     return;
   }
   JoinAnswer answer = AnswerJoin(it->second, request);
@@ -124,12 +119,7 @@ absl::Status Scheduler::Report(const v1::ReportRequest& report) {
   {
     absl::MutexLock lock(&state_.mu);
     auto it = state_.running.find(report.job_id());
-    if (it == state_.running.end()) {
-      return jobs_.Get(report.job_id()).ok()
-                 ? absl::FailedPreconditionError(
-                       absl::StrCat("job ", report.job_id(), " is not running"))
-                 : absl::NotFoundError(absl::StrCat("no job \"", report.job_id(), "\""));
-    }
+    if (it == state_.running.end()) return NotRunning(jobs_.Get(report.job_id()));
     ASSIGN_OR_RETURN(metrics, RecordReport(it->second, report));
     if (report.rank() != 0) return absl::OkStatus();
     program = it->second.program;
@@ -143,11 +133,9 @@ absl::Status Scheduler::Report(const v1::ReportRequest& report) {
     ASSIGN_OR_RETURN(v1::Job job, jobs_.Get(report.job_id()));
     v1::Metrics kept = job.latest_metrics();
     const v1::Metrics& last = report.metrics();
-    if (last.step() > 0 && last.step() >= kept.step()) {
-      kept.set_step(last.step());
-      kept.set_epoch(last.epoch());
-      if (last.loss() != 0) kept.set_loss(last.loss());
-      if (last.samples_per_second() != 0) kept.set_samples_per_second(last.samples_per_second());
+    if (last.step() > 0) {
+      kept = WithProgress(std::move(kept), last.step(), last.epoch(), last.loss(),
+                          last.samples_per_second());
     }
     return jobs_.UpdateMetrics(report.job_id(), kept, /*persist=*/true);
   }
@@ -206,15 +194,9 @@ bool Scheduler::HeartbeatLocked(const v1::RankHeartbeat& heartbeat, v1::Directiv
                                 bool via_agent) {
   auto it = state_.running.find(heartbeat.job_id());
   if (it == state_.running.end()) {
-    // A rank of a job that failed or was cancelled is still alive (its agent
-    // was lost, or has not stopped it yet): tell it to stop itself.
     absl::StatusOr<v1::Job> job = jobs_.Get(heartbeat.job_id());
-    if (directive != nullptr && job.ok() &&
-        (job->state() == v1::Job::FAILED || job->state() == v1::Job::CANCELLED)) {
-      directive->set_kind(v1::Directive::ABORT);
-      directive->set_reason(absl::StrCat("job ", heartbeat.job_id(), " is ",
-                                         v1::Job::State_Name(job->state()), ": ", job->reason()));
-    }
+    std::optional<v1::Directive> abort = job.ok() ? AbortDirective(*job) : std::nullopt;
+    if (directive != nullptr && abort.has_value()) *directive = *std::move(abort);
     return false;
   }
   HeartbeatAnswer answer = RecordHeartbeat(it->second, heartbeat, clock_->Now(), via_agent);
@@ -226,43 +208,31 @@ bool Scheduler::HeartbeatLocked(const v1::RankHeartbeat& heartbeat, v1::Directiv
     // metrics then keeps it).
     absl::StatusOr<v1::Job> job = jobs_.Get(heartbeat.job_id());
     if (job.ok() && heartbeat.step() >= job->latest_metrics().step()) {
-      v1::Metrics metrics = job->latest_metrics();
-      metrics.set_step(heartbeat.step());
-      metrics.set_epoch(heartbeat.epoch());
-      if (heartbeat.loss() != 0) metrics.set_loss(heartbeat.loss());
-      if (heartbeat.samples_per_second() != 0)
-        metrics.set_samples_per_second(heartbeat.samples_per_second());
       // Not persisted (the final report persists them); fails only for a job that is gone.
-      jobs_.UpdateMetrics(heartbeat.job_id(), metrics, /*persist=*/false).IgnoreError();
+      jobs_
+          .UpdateMetrics(heartbeat.job_id(),
+                         WithProgress(job->latest_metrics(), heartbeat.step(), heartbeat.epoch(),
+                                      heartbeat.loss(), heartbeat.samples_per_second()),
+                         /*persist=*/false)
+          .IgnoreError();
     }
   }
   return answer.live;
 }
 
 absl::StatusOr<int64_t> Scheduler::RequestCheckpoint(const std::string& job_id) {
-  ASSIGN_OR_RETURN(v1::Job job, jobs_.Get(job_id));
   Outbox out(*this);
   int64_t step = 0;
   {
     absl::MutexLock lock(&state_.mu);
     auto it = state_.running.find(job_id);
     if (it == state_.running.end()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("job ", job_id, " is ", v1::Job::State_Name(job.state()),
-                       "; only a running job can be checkpointed"));
+      return NotRunning(jobs_.Get(job_id), "; only a running job can be checkpointed");
     }
-    std::map<std::string, v1::CoordinatorMessage> by_agent;
-    for (const RankState& rank : it->second.ranks) {
-      step = std::max(step, rank.last_heartbeat.step());
-      if (rank.agent_id.empty() || rank.state == v1::RankStatus::EXITED ||
-          !state_.agents.Find(rank.agent_id))
-        continue;
-      v1::CoordinatorMessage& m = by_agent[rank.agent_id];
-      m.mutable_checkpoint()->set_job_id(job_id);
-      m.mutable_checkpoint()->add_slots(rank.slot);
-    }
-    for (auto& [agent_id, m] : by_agent)
+    step = it->second.ReportedStep();
+    for (auto& [agent_id, m] : it->second.CheckpointMessages(job_id, state_.agents)) {
       out.messages.emplace_back(state_.agents.Find(agent_id)->send, std::move(m));
+    }
   }
   out.Flush();
   return step;

@@ -37,11 +37,7 @@ void Scheduler::StartRequeueLocked(const std::string& job_id, RunningJob& run,
     return;
   }
   // Its ranks' heartbeats are answered with CHECKPOINT_AND_HOLD from now on.
-  int64_t reported_step = 0;
-  for (const RankState& rank : run.ranks) {
-    reported_step = std::max(reported_step, rank.last_heartbeat.step());
-  }
-  run.requeue.Begin(cause, reported_step, NewestCheckpointLocked(job_id), clock_->Now(),
+  run.requeue.Begin(cause, run.ReportedStep(), NewestCheckpointLocked(job_id), clock_->Now(),
                     requeue_timeout_);
   RecordEvent(job_id,
               absl::StrCat(cause, ": checkpointing at the next step boundary (step ",
