@@ -61,6 +61,16 @@ void AgentRegistry::Heard(const std::string& agent_id, absl::Time at, double cpu
   it->second.cpu_pressure = cpu_pressure;
 }
 
+std::optional<std::string> AgentRegistry::StillOpen(const v1::AgentHello& hello) const {
+  if (hello.pid() == 0 || hello.agent_id().empty()) return std::nullopt;
+  const Agent* agent = Find(hello.agent_id());
+  if (agent == nullptr || agent->hello.host() != hello.host() ||
+      agent->hello.pid() != hello.pid()) {
+    return std::nullopt;
+  }
+  return hello.agent_id();
+}
+
 std::vector<std::string> AgentRegistry::Ids() const {
   std::vector<std::pair<int64_t, std::string>> in_order;
   for (const auto& [id, agent] : agents_) in_order.emplace_back(agent.order, id);

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,14 @@ class AgentRegistry {
   absl::StatusOr<std::string> Resolve(const std::string& name) const;
   // Every agent's id, in registration order.
   std::vector<std::string> Ids() const;
+  // The agent process of `hello` connecting again while its old stream is
+  // still open here (Note [An agent back before its stream ended] in
+  // agent_departure.h): the id its hello says it was welcomed with, if an
+  // agent of that id, host and pid is registered; nullopt otherwise, or for
+  // a hello without an id or a pid. All three are compared: two agents on
+  // one host name (containers sharing the host's network) may have the same
+  // pid in their own pid namespaces.
+  std::optional<std::string> StillOpen(const v1::AgentHello& hello) const;
   // Every agent's free slots, in registration order; a draining agent
   // offers none.
   std::vector<AgentSlots> FreeSlots() const;

@@ -108,5 +108,26 @@ TEST(AgentRegistryTest, StopMessageNamesJobSlotsAndReason) {
   EXPECT_EQ(m.stop().reason(), "rank 1 failed");
 }
 
+// An agent process connecting again while its old stream is open here is
+// known by the id it was welcomed with, its host and its pid together.
+TEST(AgentRegistryTest, AnAgentStillOpenIsKnownByItsIdHostAndPid) {
+  AgentRegistry agents;
+  v1::AgentHello first = Hello("node-a", 2);
+  first.set_pid(77);
+  ASSERT_EQ(*agents.Add(first, nullptr), "agent-1");
+  v1::AgentHello again = first;
+  again.set_agent_id("agent-1");
+  EXPECT_EQ(agents.StillOpen(again), "agent-1");
+  v1::AgentHello other_pid = again;  // another agent in another pid namespace
+  other_pid.set_pid(78);
+  EXPECT_EQ(agents.StillOpen(other_pid), std::nullopt);
+  v1::AgentHello other_host = again;
+  other_host.set_host("node-b");
+  EXPECT_EQ(agents.StillOpen(other_host), std::nullopt);
+  EXPECT_EQ(agents.StillOpen(first), std::nullopt);  // a first hello names no id
+  agents.Remove("agent-1");
+  EXPECT_EQ(agents.StillOpen(again), std::nullopt);  // its stream has ended
+}
+
 }  // namespace
 }  // namespace chorus

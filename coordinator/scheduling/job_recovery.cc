@@ -195,6 +195,31 @@ std::map<std::string, std::vector<int>> RebindRanks(
   return orphans;
 }
 
+std::map<std::string, JobActions> BindAgentRanks(std::map<std::string, RunningJob>& running,
+                                                 AgentRegistry& agents, const std::string& agent_id,
+                                                 const v1::AgentHello& hello, absl::Time now) {
+  std::map<std::string, JobActions> actions;
+  std::vector<std::pair<std::string, int>> bound;
+  for (auto& [job_id, slots] : RebindRanks(running, agent_id, hello, &bound)) {
+    actions[job_id].messages.emplace_back(
+        agent_id, StopRanksMessage(job_id, slots, "the coordinator no longer runs this job"));
+  }
+  for (const auto& [job_id, slot] : bound) {
+    agents.SetBusy(agent_id, slot, true);
+    JobActions& job = actions[job_id];
+    job.logs.push_back(absl::StrCat("slot ", slot, " on ", hello.host(), " is back"));
+    RunningJob& run = running.at(job_id);
+    const int rank = run.RankOn(agent_id, slot);
+    if (rank < 0) continue;
+    if (run.ranks[rank].heartbeat_at != absl::InfinitePast()) run.ranks[rank].heartbeat_at = now;
+    const ElasticPhase::Restarting* restarting = run.phase.restarting();
+    if (restarting != nullptr && run.ranks[rank].stopping) {
+      job.messages.emplace_back(agent_id, StopRanksMessage(job_id, {slot}, restarting->cause));
+    }
+  }
+  return actions;
+}
+
 bool AwaitsToldExit(const RunningJob& run, const v1::AgentHello& hello,
                     const v1::RankExited& exited) {
   if (exited.generation() != run.generation()) return false;

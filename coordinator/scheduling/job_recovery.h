@@ -101,6 +101,17 @@ std::map<std::string, std::vector<int>> RebindRanks(
 // Exits the agent could not write at all are not in the hello; they follow the
 // welcome (Note [Reports kept while disconnected] in worker/agent/agent.cc).
 
+// The agent `agent_id` (`hello`) connected: RebindRanks, then each rank
+// bound again takes its slot in `agents`, and its heartbeat clock restarts
+// at `now` (Note [Agent reconnect grace] in running_job.h: the time away
+// does not make it DEAD). Returns, by job, the messages to send: a stop for
+// the reported slots no job waits for, and again for a rank a restart-all
+// was stopping when the coordinator restarted (its agent may not have heard
+// of it: Note [Restart-all] in running_job.h).
+std::map<std::string, JobActions> BindAgentRanks(std::map<std::string, RunningJob>& running,
+                                                 AgentRegistry& agents, const std::string& agent_id,
+                                                 const v1::AgentHello& hello, absl::Time now);
+
 // Whether `exited`, an exit agent `hello` tells again (Note [Exits told
 // again] above), is that of a rank of `run` still waited for: not
 // bound to an agent yet, not exited, last on that agent's host, process and

@@ -100,6 +100,40 @@ TEST(JobRecoveryTest, ReconnectingAgentGetsItsRanksBackAndStopsOrphans) {
   EXPECT_EQ(orphans.at("job-000009"), std::vector<int>{0});
 }
 
+// A reconnecting agent's ranks take their slots again and their heartbeat
+// clock restarts; a rank a restart-all was stopping is stopped again, and
+// ranks no job waits for are stopped.
+TEST(JobRecoveryTest, BindingAnAgentsRanksSaysWhatToStop) {
+  const absl::Time now = absl::FromUnixSeconds(1000);
+  AgentRegistry agents;
+  ASSERT_EQ(*agents.Add(NodeA({}), nullptr), "agent-1");
+  std::map<std::string, RunningJob> running;
+  RunningJob& run =
+      running.emplace("job-000001", RecoveredJob(RunningOnNodeA(), now + absl::Seconds(30)))
+          .first->second;
+  run.ranks[0].heartbeat_at = now - absl::Seconds(20);
+  run.ranks[1].stopping = true;
+  run.phase.BeginRestarting("rank 2 exited", ReformKind::kRankLost, now, now + absl::Seconds(60));
+
+  std::map<std::string, JobActions> actions =
+      BindAgentRanks(running, agents, "agent-1",
+                     NodeA({{"job-000001", 0}, {"job-000001", 1}, {"job-000009", 1}}), now);
+  EXPECT_TRUE(agents.Find("agent-1")->busy[0]);
+  EXPECT_TRUE(agents.Find("agent-1")->busy[1]);
+  EXPECT_EQ(run.ranks[0].heartbeat_at, now);
+  ASSERT_EQ(actions.size(), 2u);
+  const JobActions& own = actions.at("job-000001");
+  EXPECT_EQ(own.logs,
+            (std::vector<std::string>{"slot 0 on node-a is back", "slot 1 on node-a is back"}));
+  ASSERT_EQ(own.messages.size(), 1u);  // the rank the restart-all was stopping
+  EXPECT_EQ(own.messages[0].first, "agent-1");
+  EXPECT_EQ(own.messages[0].second.stop().slots(0), 1);
+  EXPECT_EQ(own.messages[0].second.stop().reason(), "rank 2 exited");
+  const JobActions& orphan = actions.at("job-000009");
+  ASSERT_EQ(orphan.messages.size(), 1u);
+  EXPECT_EQ(orphan.messages[0].second.stop().reason(), "the coordinator no longer runs this job");
+}
+
 TEST(JobRecoveryTest, AnotherAgentOrGenerationDoesNotBind) {
   std::map<std::string, RunningJob> running;
   running.emplace("job-000001", RecoveredJob(RunningOnNodeA(), absl::InfiniteFuture()));

@@ -80,24 +80,14 @@ absl::StatusOr<std::string> Scheduler::AddAgent(const v1::AgentHello& hello, Sen
 
 absl::StatusOr<std::string> Scheduler::AddAgentLocked(const v1::AgentHello& hello, Sender send,
                                                       Outbox& out) {
-  // Note [Agent reconnect grace]: an agent process connecting again before
-  // its old stream was seen to end (a connection the coordinator still
-  // takes for open) is the old agent lost; its ranks are rebound below.
-  // Without this they would be told to stop as no job's. It is recognized
-  // by the id it was welcomed with, its host and its pid together: two
-  // agents on one host name (containers sharing the host's network) may
-  // have the same pid in their own pid namespaces.
+  // An agent process connecting again before its old stream was seen to
+  // end is the old agent lost; its ranks are rebound below (without this
+  // they would be told to stop as no job's).
   std::vector<std::string> rebinding;
-  if (hello.pid() != 0 && !hello.agent_id().empty()) {
-    for (const std::string& old : state_.agents.Ids()) {
-      const AgentRegistry::Agent* agent = state_.agents.Find(old);
-      if (old == hello.agent_id() && agent->hello.host() == hello.host() &&
-          agent->hello.pid() == hello.pid()) {
-        LOG(WARNING) << "agent " << old << " on " << hello.host() << " connected again (pid "
-                     << hello.pid() << ") before its old stream ended";
-        RemoveAgentLocked(old, out, &rebinding);
-      }
-    }
+  if (std::optional<std::string> old = state_.agents.StillOpen(hello)) {
+    LOG(WARNING) << "agent " << *old << " on " << hello.host() << " connected again (pid "
+                 << hello.pid() << ") before its old stream ended";
+    RemoveAgentLocked(*old, out, &rebinding);
   }
   std::string id;
   ASSIGN_OR_RETURN(id, state_.agents.Add(hello, std::move(send)));
@@ -108,30 +98,11 @@ absl::StatusOr<std::string> Scheduler::AddAgentLocked(const v1::AgentHello& hell
   out.messages.emplace_back(agent.send, welcome);
   LOG(INFO) << "agent " << id << " on " << hello.host() << " offers " << hello.slots() << " "
             << v1::ResourceSpec::Device_Name(agent.hello.device()) << " slot(s)";
-  // Ranks it still runs: rebind them to the jobs taken back after a
-  // restart; stop those whose job is no longer running.
-  std::vector<std::pair<std::string, int>> bound;
-  for (auto& [job_id, slots] : RebindRanks(state_.running, id, hello, &bound)) {
-    out.messages.emplace_back(
-        agent.send, StopRanksMessage(job_id, slots, "the coordinator no longer runs this job"));
-  }
-  for (const auto& [job_id, slot] : bound) {
-    state_.agents.SetBusy(id, slot, true);
-    LOG(INFO) << job_id << ": slot " << slot << " on " << hello.host() << " is back";
-    RunningJob& run = state_.running.at(job_id);
-    const int rank = run.RankOn(id, slot);
-    // Note [Agent reconnect grace]: its agent says it runs, and relays its
-    // heartbeats again from now; the time away does not make it DEAD.
-    if (rank >= 0 && run.ranks[rank].heartbeat_at != absl::InfinitePast()) {
-      run.ranks[rank].heartbeat_at = clock_->Now();
-    }
-    // Note [Restart-all]: a rank a restart-all was stopping when the
-    // coordinator restarted is stopped again (its agent may not have
-    // heard of it).
-    const ElasticPhase::Restarting* restarting = run.phase.restarting();
-    if (restarting != nullptr && rank >= 0 && run.ranks[rank].stopping) {
-      out.messages.emplace_back(agent.send, StopRanksMessage(job_id, {slot}, restarting->cause));
-    }
+  // Ranks it still runs: rebound to the jobs taken back after a restart;
+  // those whose job is no longer running are stopped.
+  for (auto& [job_id, actions] :
+       BindAgentRanks(state_.running, state_.agents, id, hello, clock_->Now())) {
+    ApplyLocked(job_id, std::move(actions), out);
   }
   TakeToldExitsLocked(id, hello, out);
   ReformWithoutUnboundLocked(rebinding, hello, out);
