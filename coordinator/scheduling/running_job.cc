@@ -143,6 +143,21 @@ std::vector<RunningJob::Fate> RunningJob::Fates(const AgentRegistry& agents) con
   return fates;
 }
 
+std::map<std::string, v1::CoordinatorMessage> RunningJob::NewcomerLaunchMessages(
+    const std::string& job_id, const std::string& coordinator_address) const {
+  std::vector<RankSlot> newcomers;
+  const std::vector<RankSlot> slots = Slots();
+  for (size_t rank = 0; rank < ranks.size(); ++rank) {
+    if (ranks[rank].state == v1::RankStatus::LAUNCHING) newcomers.push_back(slots[rank]);
+  }
+  return LaunchMessages(job_id, coordinator_address, generation(), newcomers);
+}
+
+std::vector<v1::JobEvent> RunningJob::UpdateDiagnoses(const AgentRegistry& agents, absl::Time now) {
+  diagnoses_now = Diagnose(agents, now);
+  return diagnoses.Update(diagnoses_now, now);
+}
+
 int64_t RunningJob::ReportedStep() const {
   int64_t step = 0;
   for (const RankState& rank : ranks) step = std::max(step, rank.last_heartbeat.step());

@@ -254,6 +254,9 @@ struct RunningJob {
   // The hang detector's diagnoses of the job now, those void during
   // shutdown dropped (Note [Diagnoses during shutdown] in hang_detector.h).
   std::vector<v1::Diagnosis> Diagnose(const AgentRegistry& agents, absl::Time now) const;
+  // Diagnoses the job now and keeps them (diagnoses_now); returns the
+  // events of the diagnoses that appeared or cleared (DiagnosisHistory).
+  std::vector<v1::JobEvent> UpdateDiagnoses(const AgentRegistry& agents, absl::Time now);
   // One LaunchRanks message per agent (by agent id) for the ranks of
   // generation(), told to dial `coordinator_address`.
   std::map<std::string, v1::CoordinatorMessage> LaunchMessages(
@@ -263,6 +266,10 @@ struct RunningJob {
   std::map<std::string, v1::CoordinatorMessage> LaunchMessages(
       const std::string& job_id, const std::string& coordinator_address, int64_t generation,
       const std::vector<RankSlot>& slots) const;
+  // The same for the current generation's newcomers (its ranks LAUNCHING);
+  // survivors join by themselves.
+  std::map<std::string, v1::CoordinatorMessage> NewcomerLaunchMessages(
+      const std::string& job_id, const std::string& coordinator_address) const;
   // Where the ranks run, as recorded for a restart (host and agent pid from
   // `agents`). REQUIRES: every rank's agent is registered.
   std::vector<v1::RankPlacement> Placements(const AgentRegistry& agents) const;

@@ -158,6 +158,42 @@ TEST_F(RunningJobTest, CheckpointMessagesGoToTheAgentsOfRanksStillRunning) {
   EXPECT_EQ(messages.count("agent-2"), 0u);  // its agent is gone
 }
 
+// A generation's newcomers (LAUNCHING) are launched; survivors join by
+// themselves.
+TEST_F(RunningJobTest, NewcomerLaunchesAreForTheRanksLaunching) {
+  for (RankState& r : run_.ranks) r.state = v1::RankStatus::TRAINING;
+  EXPECT_TRUE(run_.NewcomerLaunchMessages("job-000001", "10.0.0.1:29650").empty());
+  run_.ranks[2].state = v1::RankStatus::LAUNCHING;
+  const auto launches = run_.NewcomerLaunchMessages("job-000001", "10.0.0.1:29650");
+  ASSERT_EQ(launches.size(), 1u);
+  const v1::LaunchRanks& launch = launches.at("agent-2").launch();
+  ASSERT_EQ(launch.ranks_size(), 1);
+  EXPECT_EQ(launch.ranks(0).slot(), 0);
+  EXPECT_EQ(launch.generation(), 1);
+}
+
+// A rank silent past dead_after_seconds is diagnosed once: an event when it
+// appears, the diagnosis kept as the job's current one.
+TEST_F(RunningJobTest, DiagnosesBecomeEventsWhenTheyAppear) {
+  Rendezvous::Answers answers;
+  for (int r = 0; r < 3; ++r) {
+    run_.rendezvous.MarkJoined(r);
+    run_.ranks[r].state = v1::RankStatus::TRAINING;
+    run_.ranks[r].heartbeat_at = clock_.Now();
+    run_.ranks[r].last_heartbeat.set_step(10);
+  }
+  EXPECT_TRUE(run_.UpdateDiagnoses(agents_, clock_.Now()).empty());
+  EXPECT_TRUE(run_.diagnoses_now.empty());
+  const absl::Time later = clock_.Now() + absl::Seconds(60);
+  for (int r : {0, 2}) run_.ranks[r].heartbeat_at = later;
+  std::vector<v1::JobEvent> events = run_.UpdateDiagnoses(agents_, later);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].diagnosis().kind(), v1::Diagnosis::DEAD);
+  ASSERT_EQ(run_.diagnoses_now.size(), 1u);
+  EXPECT_EQ(run_.diagnoses_now[0].ranks(0), 1);
+  EXPECT_TRUE(run_.UpdateDiagnoses(agents_, later).empty());  // once
+}
+
 TEST_F(RunningJobTest, LaunchMessagesAndPlacementsDescribeEveryRank) {
   const auto launches = run_.LaunchMessages("job-000001", "10.0.0.1:29650");
   ASSERT_EQ(launches.size(), 2u);

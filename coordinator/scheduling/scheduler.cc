@@ -104,32 +104,26 @@ absl::StatusOr<std::string> Scheduler::AddAgentLocked(const v1::AgentHello& hell
        BindAgentRanks(state_.running, state_.agents, id, hello, clock_->Now())) {
     ApplyLocked(job_id, std::move(actions), out);
   }
-  TakeToldExitsLocked(id, hello, out);
-  ReformWithoutUnboundLocked(rebinding, hello, out);
-  ScheduleLocked(out);
-  return id;
-}
-
-void Scheduler::ReformWithoutUnboundLocked(const std::vector<std::string>& rebinding,
-                                           const v1::AgentHello& agent, Outbox& out) {
-  for (const std::string& job_id : rebinding) {
-    auto it = state_.running.find(job_id);
-    if (it == state_.running.end()) continue;
-    const std::string cause = GiveUpUnbound(it->second, agent);
-    if (!cause.empty()) ReformLocked(job_id, cause, ReformKind::kAgentLost, out);
-  }
-}
-
-void Scheduler::TakeToldExitsLocked(const std::string& agent_id, const v1::AgentHello& hello,
-                                    Outbox& out) {
+  // Note [Exits told again] in job_recovery.h: an exit a rank still waits
+  // for is taken as if it had just been sent.
   for (const v1::RankExited& exited : hello.exited()) {
     auto run = state_.running.find(exited.job_id());
     if (run == state_.running.end() || !AwaitsToldExit(run->second, hello, exited)) continue;
     LOG(INFO) << exited.job_id() << ": slot " << exited.slot() << " on " << hello.host()
               << " exited with code " << exited.exit_code()
               << " before this coordinator led (its agent tells it again)";
-    RankExitedLocked(agent_id, exited, out);
+    RankExitedLocked(id, exited, out);
   }
+  // Note [An agent back before its stream ended] in agent_departure.h: ranks
+  // its hello did not list are lost.
+  for (const std::string& job_id : rebinding) {
+    auto it = state_.running.find(job_id);
+    if (it == state_.running.end()) continue;
+    const std::string cause = GiveUpUnbound(it->second, hello);
+    if (!cause.empty()) ReformLocked(job_id, cause, ReformKind::kAgentLost, out);
+  }
+  ScheduleLocked(out);
+  return id;
 }
 
 void Scheduler::RemoveAgent(const std::string& agent_id) {
@@ -404,11 +398,23 @@ void Scheduler::Tick() {
     RetryWaitingLocked(out);
     GrowLocked(out);
     if (RequeueDueLocked(now, out)) ScheduleLocked(out);
-    for (const auto& [job_id, diagnoses] : TrackDiagnosesLocked(out)) {
+    // New and cleared diagnoses become events; then each job's hang policy
+    // acts on its current ones.
+    std::vector<std::string> diagnosed;
+    for (auto& [job_id, run] : state_.running) {
+      for (v1::JobEvent& event : run.UpdateDiagnoses(state_.agents, now)) {
+        if (event.has_diagnosis() && metrics_ != nullptr) {
+          metrics_->DiagnosisSeen(event.diagnosis().kind());
+        }
+        records_.Event(out.writes, job_id, std::move(event));
+      }
+      diagnosed.push_back(job_id);
+    }
+    for (const std::string& job_id : diagnosed) {
       auto running = state_.running.find(job_id);
-      if (running == state_.running.end()) continue;  // ended by a growth's restart-all
+      if (running == state_.running.end()) continue;  // ended by a hang restart before it
       RunningJob& run = running->second;
-      DiagnosisCheck check = CheckDiagnoses(run, diagnoses, now);
+      DiagnosisCheck check = CheckDiagnoses(run, run.diagnoses_now, now);
       for (const Eviction& e : check.evictions) {
         ApplyLocked(job_id, Evict(run, job_id, e, state_.agents), out);
       }
@@ -423,23 +429,6 @@ void Scheduler::Tick() {
     SaveElasticLocked(out);
   }
   out.Flush();
-}
-
-std::map<std::string, std::vector<v1::Diagnosis>> Scheduler::TrackDiagnosesLocked(Outbox& out) {
-  std::map<std::string, std::vector<v1::Diagnosis>> current;
-  const absl::Time now = clock_->Now();
-  for (auto& [job_id, run] : state_.running) {
-    std::vector<v1::Diagnosis> diagnoses = run.Diagnose(state_.agents, now);
-    for (v1::JobEvent& event : run.diagnoses.Update(diagnoses, now)) {
-      if (event.has_diagnosis() && metrics_ != nullptr) {
-        metrics_->DiagnosisSeen(event.diagnosis().kind());
-      }
-      records_.Event(out.writes, job_id, std::move(event));
-    }
-    run.diagnoses_now = diagnoses;
-    current[job_id] = std::move(diagnoses);
-  }
-  return current;
 }
 
 void Scheduler::ApplyLocked(const std::string& job_id, JobActions actions, Outbox& out) {

@@ -1,36 +1,20 @@
-// Scheduler: the coordinator's running side. A thin facade that wires, under
-// one lock, the units that each own one concern:
-//   AgentRegistry    agents and their busy slots (agent_registry.h)
-//   PlanQueue        the queue's order (priority, fair share, submit order),
-//                    quotas, backfill and the reservation (queue_plan.h)
-//   Rendezvous       a generation's Join, answered when complete (rendezvous.h)
-//   DiagnosisHistory, HangFailure
-//                    what hang diagnoses become (hang_policy.h)
-//   UploadGrant      who may store a checkpoint (checkpoint_grant.h)
-//   job_recovery     jobs taken back after a restart (job_recovery.h)
-//   LogStore         ranks' output (log_store.h)
-// and records every state change in the JobManager.
+// Scheduler: the coordinator's running side. It routes what agents, ranks,
+// users and the coordinator's own Tick say to the units that decide
+// (placement, the queue's plan, a running job's transitions: each returns
+// what to do) and applies their actions under one lock: the state it holds
+// is a ClusterState (cluster_state.h), the durable writes are JobRecords'
+// (job_records.h) and run after the lock, and the messages and answers go
+// out after them (call_outbox.h). docs/architecture.md, "The coordinator",
+// maps the units.
 //
-// A rank exiting with a non-zero code fails the job and stops its other
+// A rank exiting with a non-zero code fails its job and stops the other
 // ranks; so does its agent vanishing and not coming back within
 // SchedulerOptions::agent_reconnect_grace. All ranks exiting 0 is success.
-// An elastic job (spec.elastic) instead re-forms after a lost rank or agent: the survivors
-// and a newcomer on a free slot form the next generation (GenerationPlan,
-// scheduler_elastic.cc, docs/elastic.md); it also re-forms at a step
-// boundary when an agent it runs on is drained and when free slots let it
-// grow towards resources.max_ranks.
+// An elastic job instead forms its next generation with the survivors and
+// newcomers on free slots (docs/elastic.md).
 //
 // Thread-safety: all methods may be called concurrently. Senders and Join
 // callbacks run without the scheduler's lock held.
-//
-// What it holds under its lock is a ClusterState (cluster_state.h); the
-// reads of it (status, logs, the queue, agents, /metrics, submission and
-// upload checks) are ClusterReads (cluster_reads.h), through reads(). Its
-// entry points are grouped by who calls them: node agents (a hello, then
-// every message of the agent's stream through OnAgentMessage, then the
-// stream's end), rank processes (Join, Heartbeat, Report), users (drain,
-// cancel, checkpoint) and the coordinator process (Recover; Tick and
-// Schedule drive it).
 //
 // Example:
 //   SchedulerOptions options;
@@ -218,22 +202,6 @@ class Scheduler {
   void set_coordinator_address(std::string address);
 
  private:
-  // The agent reports that a rank process ended.
-  void RankExited(const std::string& agent_id, const v1::RankExited& exited);
-  // An agent's batch of its ranks' joins (Note [Joins through the agent] in
-  // agent_join_outbox.h): each is Join's, waiting until `deadline`.
-  void AgentJoins(const std::string& agent_id, const v1::RankJoins& batch, absl::Time deadline);
-  // An agent's batch of its ranks' heartbeats (Note [Aggregated heartbeats]
-  // in rank_messages.h); each is recorded as Heartbeat's.
-  void AgentHeartbeats(const std::string& agent_id, const v1::RankHeartbeats& batch,
-                       double cpu_pressure);
-  // A message that carries nothing else (a ping) came from the agent: it is
-  // alive (Note [A silent agent's ranks] in hang_detector.h), its node's CPU
-  // pressure `cpu_pressure` (Note [A starved node]).
-  void AgentAlive(const std::string& agent_id, double cpu_pressure);
-  // Output lines of a rank process, relayed by its agent.
-  void Logs(const std::string& agent_id, const v1::RankLogs& logs);
-
   // One per call (Note [The scheduler's writes after its lock] in
   // call_outbox.h); its after-writes step is AfterWrites.
   struct Outbox : CallOutbox {
@@ -244,153 +212,116 @@ class Scheduler {
                        scheduler.AfterWrites(settled, unrecorded, requeued);
                      }) {}
   };
-  // After an Outbox's writes: the jobs it settled are settled, starts
-  // that were not recorded are undone, and re-queued jobs are placed.
-  void AfterWrites(const std::vector<std::string>& settling,
-                   const std::vector<std::string>& unrecorded, bool requeued);
-  // A start whose write failed: its slots are free again, its run gone; the
-  // job stays queued.
-  void UndoStartLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
 
-  void ScheduleLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
-  // Heartbeat's work, under the lock; `via_agent`: it came in an agent's
-  // batch (Note [A silent agent's ranks] in hang_detector.h).
-  bool HeartbeatLocked(const v1::RankHeartbeat& heartbeat, v1::Directive* directive,
-                       bool via_agent = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
-  // Starts `job` on `placement` (resuming from `resume`): its launches go
-  // out once its start is written (Note [The scheduler's writes after its
-  // lock]).
-  void StartLocked(const v1::Job& job, const JobPlacement& placement, v1::CheckpointManifest resume,
-                   Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
-  // Ends a running job: frees its slots, stops its other ranks, fails its
-  // pending joins, records the state.
-  void EndLocked(const std::string& job_id, v1::Job::State state, const std::string& reason,
-                 Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
-  // AddAgent's work under the lock.
+  // What an agent's stream carries after its hello (OnAgentMessage): a
+  // rank's exit; its ranks' joins and heartbeats gathered into one message
+  // (Note [Joins through the agent] in agent_join_outbox.h, Note [Aggregated
+  // heartbeats] in rank_messages.h), each handled as Join's and Heartbeat's;
+  // a ping, which says it is alive with its node's CPU pressure (Note [A
+  // starved node] in hang_detector.h); its ranks' output.
+  void RankExited(const std::string& agent_id, const v1::RankExited& exited);
+  void AgentJoins(const std::string& agent_id, const v1::RankJoins& batch, absl::Time deadline);
+  void AgentHeartbeats(const std::string& agent_id, const v1::RankHeartbeats& batch,
+                       double cpu_pressure);
+  void AgentAlive(const std::string& agent_id, double cpu_pressure);
+  void Logs(const std::string& agent_id, const v1::RankLogs& logs);
+  // After an Outbox's writes: the jobs it settled are settled, starts that
+  // were not recorded are undone (their slots freed, the job left queued),
+  // and re-queued jobs are placed.
+  void AfterWrites(const std::vector<std::string>& settled,
+                   const std::vector<std::string>& unrecorded, bool requeued);
+
+  // The entry points' work under the lock, what they say going to `out`.
   absl::StatusOr<std::string> AddAgentLocked(const v1::AgentHello& hello, Sender send, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
-  // RemoveAgent's work under the lock; false if the agent is unknown. With
-  // `rebinding` (the agent's process connected again before its old stream
-  // ended: Note [An agent back before its stream ended]), an elastic job's
-  // ranks there are unbound, to be rebound by the new hello, and the job
-  // named in it, instead of re-formed at once.
+  // False if the agent is unknown. With `rebinding` (the agent's process
+  // connected again: Note [An agent back before its stream ended] in
+  // agent_departure.h), the elastic jobs whose ranks there wait to be
+  // rebound by the new hello are added to it instead of re-formed.
   bool RemoveAgentLocked(const std::string& agent_id, Outbox& out,
                          std::vector<std::string>* rebinding = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
-  // After AddAgentLocked rebound what the hello of `agent` (its host and
-  // pid) listed: each job in `rebinding` with ranks of that agent still
-  // unbound re-forms without them, as if the agent had been lost.
-  void ReformWithoutUnboundLocked(const std::vector<std::string>& rebinding,
-                                  const v1::AgentHello& agent, Outbox& out)
+  void RankExitedLocked(const std::string& agent_id, const v1::RankExited& exited, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
-  // Elastic jobs (scheduler_elastic.cc). After `cause` of `kind`, the job
-  // changes generation (ChangeGeneration in generation_change.h: it fails,
-  // waits for slots, stops every rank for a restart-all, or begins its next
-  // generation), and this applies what the change returns.
-  void ReformLocked(const std::string& job_id, const std::string& cause, ReformKind kind,
-                    Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
-  // A generation `begun`: records it (after the lock), resolves its
-  // checkpoint, counts it and launches its newcomers.
-  void BegunLocked(const std::string& job_id, RunningJob& run, const GenerationChange::Begun& begun,
-                   Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
-  // Note [Staged growth] in staged_growth.h. The free slots for
-  // `run`'s next generation: its staged newcomers' first, then the
-  // unreserved ones.
-  std::vector<AgentSlots> FreeSlotsForLocked(const RunningJob& run) const
+  void JoinLocked(const v1::JoinRequest& request, absl::Time deadline, JoinDone done, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
-  // Answers a Join from a staged newcomer's slot (moving `done`) and returns
-  // true; false for any other Join (`done` untouched). Its chorus-rank
-  // (starts_program_first) gets the planned membership at once; its
-  // program's Join marks it up (once all are, the change is requested) and
-  // is answered UNAVAILABLE until the generation forms.
+  // Join's part once `rank` of `run` is known (Note [Rendezvous is O(ranks)]
+  // in rendezvous.h).
+  void JoinRankLocked(const v1::JoinRequest& request, int rank, absl::Time deadline, JoinDone done,
+                      RunningJob& run, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
+  // A Join from a staged newcomer's slot (Note [Staged growth] in
+  // staged_growth.h) is answered (`done` moved) and true; false for any other.
   bool StagedJoinLocked(const v1::JoinRequest& request, JoinDone& done, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
-  // A planned change: the job's ranks are told (on their heartbeats) to
-  // re-form at their next step boundary; the first Join of the next
-  // generation starts it (ReformLocked). A job that restarts all has no
-  // step boundary to wait for: its restart starts at once.
+  // `via_agent`: it came in an agent's batch (Note [A silent agent's ranks]
+  // in hang_detector.h).
+  bool HeartbeatLocked(const v1::RankHeartbeat& heartbeat, v1::Directive* directive,
+                       bool via_agent = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
+  // Elastic jobs waiting below min_ranks retry, queued jobs are placed, a
+  // reservation holder short of slots preempts, elastic jobs grow.
+  void ScheduleLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
+
+  // Placement and ends.
+  //
+  // Queued jobs that fit are started; false if a queued job could not be
+  // read (nothing more is placed then).
+  bool PlaceQueuedLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
+  // Its launches go out once its start is written.
+  void StartLocked(const v1::Job& job, const JobPlacement& placement, v1::CheckpointManifest resume,
+                   Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
+  void UndoStartLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
+  // Frees its slots, stops its other ranks, fails its pending joins and
+  // records the end (not for CANCELLED: Cancel has).
+  void EndLocked(const std::string& job_id, v1::Job::State state, const std::string& reason,
+                 Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
+  // A job with no running ranks here fails.
+  void RecordFailure(const std::string& job_id, const std::string& reason, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
+  // The checkpoint `job` resumes from (none: an empty manifest); skipped
+  // unusable ones become warning events.
+  absl::StatusOr<v1::CheckpointManifest> ResumeLocked(const v1::Job& job, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
+
+  // Elastic jobs (scheduler_elastic.cc).
+  //
+  // After `cause` of `kind` the job changes generation (ChangeGeneration in
+  // generation_change.h), and this applies what the change returns.
+  void ReformLocked(const std::string& job_id, const std::string& cause, ReformKind kind,
+                    Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
+  // A planned change: the ranks re-form at their next step boundary (a
+  // restart-all at once).
   void RequestReformLocked(const std::string& job_id, RunningJob& run, const std::string& cause,
                            ReformKind kind, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
-  // Elastic jobs waiting below resources.min_ranks try to form again (or
-  // fail past elastic.wait_seconds).
   void RetryWaitingLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
-  // Note [Preemption by shrinking] in preemption.h: a reservation holder
-  // that lacks slots takes them from running lower-priority elastic jobs,
-  // which give up ranks at their next step boundary.
+  void GrowLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
+  // Note [Preemption by shrinking] in preemption.h, and Note [Re-queue] in
+  // requeue_wait.h (scheduler_requeue.cc).
   void PreemptLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
-  // `holder` preempted `job_id`: a checkpointable job's ranks are told to
-  // checkpoint and hold (on their heartbeats; RequeueDueLocked ends the wait);
-  // a preemptible one goes back to the queue at once.
   void StartRequeueLocked(const std::string& job_id, RunningJob& run, const std::string& holder_id,
                           const QueueEntry& holder, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
-  // Jobs whose requested checkpoint has committed, or whose wait has timed
-  // out at `now`, go back to the queue; true if one did.
+  // True if a job went back to the queue.
   bool RequeueDueLocked(absl::Time now, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
-  // Stops `job_id`'s ranks and makes it PENDING with `reason`, resuming from
-  // its own newest checkpoint when `resume_step` > 0. Its slots stay busy
-  // until its ranks have exited (ClusterState::stopping).
   void RequeueLocked(const std::string& job_id, int64_t resume_step, const std::string& reason,
                      Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // The step of the job's newest committed checkpoint; 0 if none.
   int64_t NewestCheckpointLocked(const std::string& job_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
-  // A rank's exit, as RankExited, with the lock held.
-  void RankExitedLocked(const std::string& agent_id, const v1::RankExited& exited, Outbox& out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
-  // The exits a connecting agent tells again that a rank still waits for
-  // (Note [Exits told again]).
-  void TakeToldExitsLocked(const std::string& agent_id, const v1::AgentHello& hello, Outbox& out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
-  // Elastic jobs below resources.max_ranks for which free slots exist, and
-  // whose last growth is elastic.scale_up_interval_seconds ago or that owe
-  // replacements (Note [Staged growth]), are told to grow at their next
-  // step boundary.
-  void GrowLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
-  // Saves, for every running elastic job whose change of generation is not
-  // what was saved last, what a restart needs to take it back (Note
-  // [Elastic restart] in job_recovery.h). Every entry point that changes a
-  // job calls it before its answers go out.
+  // Saves what a restart needs to take back each running elastic job (or
+  // `run`) whose record changed (Note [Elastic restart] in job_recovery.h).
   void SaveElasticLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
-  // The same for one job (an entry point that changes only `run`).
   void SaveElasticLocked(const std::string& job_id, RunningJob& run, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
-  // Join's work under the lock: answers go to `out`.
-  void JoinLocked(const v1::JoinRequest& request, absl::Time deadline, JoinDone done, Outbox& out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
-  // Join's part once the rank is known: `rank` of `run` joins; the join
-  // that completes the generation answers every rank (Note [Rendezvous is
-  // O(ranks)] in rendezvous.h).
-  void JoinRankLocked(const v1::JoinRequest& request, int rank, absl::Time deadline, JoinDone done,
-                      RunningJob& run, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
-  // Queued jobs that fit are started; false if one could not be marked
-  // running (nothing more is placed then).
-  bool PlaceQueuedLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
-
-  // Records new and cleared diagnoses of every running job as job events;
-  // returns the current diagnoses per job.
-  std::map<std::string, std::vector<v1::Diagnosis>> TrackDiagnosesLocked(Outbox& out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
-  // The checkpoint `job` resumes from (none: an empty manifest); skipped
-  // unusable checkpoints become warning events.
-  absl::StatusOr<v1::CheckpointManifest> ResumeLocked(const v1::Job& job, Outbox& out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // The checkpoint the ranks of `run`'s current generation are told to
-  // resume from (Note [A generation's checkpoint] in scheduler_elastic.cc):
-  // for a later generation of the built-in trainer the job's newest
-  // committed checkpoint, else run.resume.
+  // resume from (Note [A generation's checkpoint] in scheduler_elastic.cc).
   v1::CheckpointManifest GenerationResumeLocked(const std::string& job_id, const RunningJob& run)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
 
-  // Sends and records what a transition of `job_id` asks (JobActions).
+  // Sends and records what a transition of `job_id` asks.
   void ApplyLocked(const std::string& job_id, JobActions actions, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
-  // Logs `message` and records it as an event of the job (JobRecords::Event).
+  // Logs `message` and records it as an event of the job.
   void RecordEvent(const std::string& job_id, std::string message, Outbox& out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
-  // Ends a job that has no running ranks here (FAILED before it started,
-  // or found without placements after a restart).
-  void RecordFailure(const std::string& job_id, const std::string& reason, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
 
   JobManager& jobs_;

@@ -21,26 +21,6 @@
 #include "glog/logging.h"
 
 namespace chorus {
-namespace {
-
-// Launch messages for the generation's newcomers; survivors join by
-// themselves.
-void LaunchNewcomers(const std::string& job_id, const RunningJob& run,
-                     const std::string& coordinator_address, AgentRegistry& agents,
-                     std::vector<std::pair<Scheduler::Sender, v1::CoordinatorMessage>>& messages) {
-  std::vector<RankSlot> newcomers;
-  const std::vector<RankSlot> slots = run.Slots();
-  for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
-    if (run.ranks[rank].state == v1::RankStatus::LAUNCHING) newcomers.push_back(slots[rank]);
-  }
-  for (auto& [agent_id, message] :
-       run.LaunchMessages(job_id, coordinator_address, run.generation(), newcomers)) {
-    messages.emplace_back(agents.Find(agent_id)->send, std::move(message));
-  }
-}
-
-}  // namespace
-
 void Scheduler::ReformLocked(const std::string& job_id, const std::string& cause, ReformKind kind,
                              Outbox& out) {
   auto it = state_.running.find(job_id);
@@ -52,7 +32,7 @@ void Scheduler::ReformLocked(const std::string& job_id, const std::string& cause
   const ChangeInputs in{*job, state_.agents, clock_->Now(),
                         [&] {
                           state_.mu.AssertHeld();
-                          return FreeSlotsForLocked(run);
+                          return run.staged.SlotsFirst(state_.agents, state_.UnreservedSlots());
                         },
                         [&] {
                           state_.mu.AssertHeld();
@@ -67,20 +47,19 @@ void Scheduler::ReformLocked(const std::string& job_id, const std::string& cause
   for (std::string& message : change.events) RecordEvent(job_id, std::move(message), out);
   if (change.fail.has_value()) {
     EndLocked(job_id, v1::Job::FAILED, *change.fail, out);
-  } else if (change.begun.has_value()) {
-    BegunLocked(job_id, run, *change.begun, out);
+    return;
   }
-}
-
-void Scheduler::BegunLocked(const std::string& job_id, RunningJob& run,
-                            const GenerationChange::Begun& begun, Outbox& out) {
+  if (!change.begun.has_value()) return;
+  const GenerationBegun& begun = *change.begun;
   ApplyLocked(job_id, ApplyStaged(run, job_id, begun.staged, state_.agents), out);
   run.resume = GenerationResumeLocked(job_id, run);
   if (metrics_ != nullptr) metrics_->GenerationStarted(std::string(ReformKindName(begun.kind)));
   LOG(INFO) << job_id << ": " << begun.change;
   records_.Reformed(out.writes, job_id, begun.generation, begun.world, run.restarts, begun.change,
                     run.Placements(state_.agents));
-  LaunchNewcomers(job_id, run, coordinator_address_, state_.agents, out.messages);
+  for (auto& [agent_id, message] : run.NewcomerLaunchMessages(job_id, coordinator_address_)) {
+    out.messages.emplace_back(state_.agents.Find(agent_id)->send, std::move(message));
+  }
 }
 
 // Note [A generation's checkpoint]
@@ -128,7 +107,8 @@ void Scheduler::RequestReformLocked(const std::string& job_id, RunningJob& run,
     for (RunningJob::Fate fate : run.Fates(state_.agents))
       lost.push_back(fate != RunningJob::Fate::kStays);
     absl::StatusOr<NextGeneration> next = PlanNextGeneration(
-        run.Slots(), lost, FreeSlotsForLocked(run), state_.QuotaCapped(job_id, job->spec(), run));
+        run.Slots(), lost, run.staged.SlotsFirst(state_.agents, state_.UnreservedSlots()),
+        state_.QuotaCapped(job_id, job->spec(), run));
     if (next.ok()) planned.world = static_cast<int>(next->ranks.size());
   }
   if (!run.phase.Plan(std::move(planned))) return;  // a drain goes first
@@ -154,10 +134,6 @@ void Scheduler::RetryWaitingLocked(Outbox& out) {
     const ReformKind kind = run.phase.waiting()->kind;
     ReformLocked(job_id, cause, kind, out);
   }
-}
-
-std::vector<AgentSlots> Scheduler::FreeSlotsForLocked(const RunningJob& run) const {
-  return run.staged.SlotsFirst(state_.agents, state_.UnreservedSlots());
 }
 
 bool Scheduler::StagedJoinLocked(const v1::JoinRequest& request, JoinDone& done, Outbox& out) {
