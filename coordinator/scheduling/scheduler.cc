@@ -46,8 +46,7 @@ void Scheduler::UndoStartLocked(const std::string& job_id) {
 
 Scheduler::Scheduler(JobManager& jobs, Clock* clock, SchedulerOptions options)
     : jobs_(jobs),
-      resolve_resume_(std::move(options.resume_resolver)),
-      newest_committed_(std::move(options.newest_committed)),
+      resume_(std::move(options.resume_resolver), std::move(options.newest_committed)),
       clock_(clock ? clock : &real_clock_),
       state_(std::move(options.scheduling_policy), clock_->Now()),
       coordinator_address_(std::move(options.coordinator_address)),
@@ -57,8 +56,7 @@ Scheduler::Scheduler(JobManager& jobs, Clock* clock, SchedulerOptions options)
 
 void Scheduler::Configure(SchedulerOptions options) {
   absl::MutexLock lock(&state_.mu);
-  resolve_resume_ = std::move(options.resume_resolver);
-  newest_committed_ = std::move(options.newest_committed);
+  resume_ = JobResume(std::move(options.resume_resolver), std::move(options.newest_committed));
   coordinator_address_ = std::move(options.coordinator_address);
   metrics_ = options.metrics;
   state_.fair_share = FairShare(options.scheduling_policy.fair_share_half_life, clock_->Now());
@@ -247,17 +245,13 @@ bool Scheduler::PlaceQueuedLocked(Outbox& out) {
 }
 
 absl::StatusOr<v1::CheckpointManifest> Scheduler::ResumeLocked(const v1::Job& job, Outbox& out) {
-  if (job.resume_from().empty()) return v1::CheckpointManifest();
   std::vector<std::string> skipped;
-  absl::StatusOr<v1::CheckpointManifest> found =
-      resolve_resume_ ? resolve_resume_(job.resume_from(), &skipped)
-                      : absl::UnimplementedError("this coordinator keeps no checkpoints");
+  absl::StatusOr<v1::CheckpointManifest> found = resume_.ForStart(job, &skipped);
   for (const std::string& warning : skipped) {
     RecordEvent(job.job_id(), absl::StrCat("warning: ", warning, "; using an older one"), out);
   }
   return found;
 }
-
 void Scheduler::StartLocked(const v1::Job& job, const JobPlacement& placement,
                             v1::CheckpointManifest resume, Outbox& out) {
   const std::string& job_id = job.job_id();
@@ -477,7 +471,7 @@ void Scheduler::Recover(const std::vector<v1::Job>& running, absl::Duration grac
     }
     RunningJob run = RecoveredJob(job, until, record);
     // What the ranks that join from now on are told to resume from (Note [A
-    // generation's checkpoint] in scheduler_elastic.cc).
+    // generation's checkpoint] in job_resume.h).
     if (absl::StatusOr<v1::CheckpointManifest> resume = ResumeLocked(job, out); resume.ok()) {
       run.resume = *std::move(resume);
     } else {

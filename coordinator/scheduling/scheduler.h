@@ -52,6 +52,7 @@
 #include "coordinator/scheduling/generation_plan.h"
 #include "coordinator/scheduling/hang_restart.h"
 #include "coordinator/scheduling/job_records.h"
+#include "coordinator/scheduling/job_resume.h"
 #include "coordinator/scheduling/log_store.h"
 #include "coordinator/scheduling/placement.h"
 #include "coordinator/scheduling/preemption.h"
@@ -77,17 +78,13 @@ struct SchedulerOptions {
   // and 1 h).
   SchedulingPolicy scheduling_policy;
   // Resolves a job's resume_from ("JOB" or "JOB:STEP") to the checkpoint it
-  // starts from; unusable checkpoints it skipped go to `skipped`. Empty: no
-  // checkpoints are kept (a job with resume_from fails).
-  using ResumeResolver = std::function<absl::StatusOr<v1::CheckpointManifest>(
-      const std::string& resume_from, std::vector<std::string>* skipped)>;
+  // starts from, checking it; empty: no checkpoints are kept (a job with
+  // resume_from fails).
+  using ResumeResolver = JobResume::Resolver;
   ResumeResolver resume_resolver;
-  // A job's newest committed checkpoint (by job id), its files not read:
-  // what a re-formed generation is told to start over from should none of
-  // its ranks hold state (Note [A generation's checkpoint] in
-  // scheduler_elastic.cc). It runs under the scheduler's lock at every
-  // re-formation, so it must not checksum files (resume_resolver does).
-  // Empty: resume_resolver is asked.
+  // A job's newest committed checkpoint (by job id), its files not read
+  // (Note [A generation's checkpoint] in job_resume.h): it runs under the
+  // scheduler's lock at every re-formation. Empty: resume_resolver is asked.
   ResumeResolver newest_committed;
   // How long a job preempted by re-queueing waits for its checkpoint to
   // commit before it goes back to the queue anyway (Note [Re-queue] in
@@ -304,16 +301,12 @@ class Scheduler {
   bool RequeueDueLocked(absl::Time now, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   void RequeueLocked(const std::string& job_id, int64_t resume_step, const std::string& reason,
                      Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
-  // The step of the job's newest committed checkpoint; 0 if none.
-  int64_t NewestCheckpointLocked(const std::string& job_id)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // Saves what a restart needs to take back each running elastic job (or
   // `run`) whose record changed (Note [Elastic restart] in job_recovery.h).
   void SaveElasticLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   void SaveElasticLocked(const std::string& job_id, RunningJob& run, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
-  // The checkpoint the ranks of `run`'s current generation are told to
-  // resume from (Note [A generation's checkpoint] in scheduler_elastic.cc).
+  // JobResume::ForGeneration, its skipped checkpoints logged.
   v1::CheckpointManifest GenerationResumeLocked(const std::string& job_id, const RunningJob& run)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
 
@@ -329,8 +322,7 @@ class Scheduler {
   AgentJoinOutbox agent_joins_;  // has its own lock
   JobWrites writes_;             // has its own lock
   const JobRecords records_{jobs_};
-  ResumeResolver resolve_resume_ ABSL_GUARDED_BY(state_.mu);
-  ResumeResolver newest_committed_ ABSL_GUARDED_BY(state_.mu);
+  JobResume resume_ ABSL_GUARDED_BY(state_.mu);
   RealClock real_clock_;
   Clock* const clock_;
   ClusterState state_;  // its lock, state_.mu, is the scheduler's

@@ -62,34 +62,12 @@ void Scheduler::ReformLocked(const std::string& job_id, const std::string& cause
   }
 }
 
-// Note [A generation's checkpoint]
-// JoinResponse.resume names the checkpoint a rank starts from. The ranks of
-// the first generation load it: the checkpoint the job was submitted to
-// resume from, if any. The ranks of a later generation take the newest
-// state one of them holds instead, and load the checkpoint only when none
-// holds any (every rank that had completed a step was lost, or none had
-// completed one yet): the generation then starts over from it, or from the
-// seeded initial model without one (Note [Starting over] in
-// worker/train/trainer.cc). So that it trains as few steps again as it
-// can, a later generation of a built-in trainer job is told the job's own
-// newest committed checkpoint, looked up when the generation forms (its
-// manifest only, SchedulerOptions::newest_committed: checksumming a large
-// checkpoint under the scheduler's lock at every re-formation would stall
-// every heartbeat and join meanwhile; the ranks check what they load), and
-// the checkpoint it was submitted to resume from only while it has
-// committed none. Every member is answered from that one lookup when the
-// rendezvous completes, so all of them start over from the same state; a
-// coordinator restart looks it up again (Recover). A program job's ranks
-// are told the checkpoint it was submitted with in every generation: what
-// to load is its program's choice (Session::resuming()).
 v1::CheckpointManifest Scheduler::GenerationResumeLocked(const std::string& job_id,
                                                          const RunningJob& run) {
-  const ResumeResolver& newest_of = newest_committed_ ? newest_committed_ : resolve_resume_;
-  if (run.program || run.generation() <= 1 || !newest_of) return run.resume;
   std::vector<std::string> skipped;
-  absl::StatusOr<v1::CheckpointManifest> newest = newest_of(job_id, &skipped);
+  v1::CheckpointManifest resume = resume_.ForGeneration(job_id, run, &skipped);
   for (const std::string& warning : skipped) LOG(WARNING) << job_id << ": " << warning;
-  return newest.ok() ? *std::move(newest) : run.resume;
+  return resume;
 }
 
 void Scheduler::RequestReformLocked(const std::string& job_id, RunningJob& run,

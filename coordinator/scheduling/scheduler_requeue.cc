@@ -14,13 +14,6 @@
 
 namespace chorus {
 
-int64_t Scheduler::NewestCheckpointLocked(const std::string& job_id) {
-  if (!resolve_resume_) return 0;
-  std::vector<std::string> skipped;  // placement warns about them, once
-  absl::StatusOr<v1::CheckpointManifest> newest = resolve_resume_(job_id, &skipped);
-  return newest.ok() ? newest->step() : 0;
-}
-
 void Scheduler::StartRequeueLocked(const std::string& job_id, RunningJob& run,
                                    const std::string& holder_id, const QueueEntry& holder,
                                    Outbox& out) {
@@ -37,7 +30,7 @@ void Scheduler::StartRequeueLocked(const std::string& job_id, RunningJob& run,
     return;
   }
   // Its ranks' heartbeats are answered with CHECKPOINT_AND_HOLD from now on.
-  run.requeue.Begin(cause, run.ReportedStep(), NewestCheckpointLocked(job_id), clock_->Now(),
+  run.requeue.Begin(cause, run.ReportedStep(), resume_.NewestStep(job_id), clock_->Now(),
                     requeue_timeout_);
   RecordEvent(job_id,
               absl::StrCat(cause, ": checkpointing at the next step boundary (step ",
@@ -49,8 +42,7 @@ bool Scheduler::RequeueDueLocked(absl::Time now, Outbox& out) {
   std::vector<std::pair<std::string, RequeueWait::Due>> due;
   for (auto& [job_id, run] : state_.running) {
     if (!run.requeue.active()) continue;
-    if (std::optional<RequeueWait::Due> d =
-            run.requeue.OnTick(NewestCheckpointLocked(job_id), now)) {
+    if (std::optional<RequeueWait::Due> d = run.requeue.OnTick(resume_.NewestStep(job_id), now)) {
       due.emplace_back(job_id, *std::move(d));
     }
   }

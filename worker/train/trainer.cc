@@ -629,7 +629,7 @@ absl::StatusOr<torch::Tensor> SeededForward(RankRun& run, int64_t step, int64_t 
 //    the first generation's. The coordinator names the job's newest
 //    committed checkpoint, else the one the job was submitted to resume
 //    from (Note [A generation's checkpoint] in
-//    coordinator/scheduling/scheduler_elastic.cc).
+//    coordinator/scheduling/job_resume.h).
 // Every member reads the same JoinResponse, so all make the same choice;
 // one all-reduce checks it, since members that started from different
 // states would train on silently apart.
