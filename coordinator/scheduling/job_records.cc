@@ -1,7 +1,11 @@
 #include "coordinator/scheduling/job_records.h"
 
+#include <optional>
 #include <utility>
 
+#include "common/status_macros.h"
+#include "coordinator/checkpoint/checkpoint_skip_warning.h"
+#include "coordinator/scheduling/rank_messages.h"
 #include "glog/logging.h"
 
 namespace chorus {
@@ -101,6 +105,42 @@ void JobRecords::Requeued(JobWrites::Batch& writes, const std::string& job_id,
     }
     *requeued = true;
   });
+}
+
+absl::Status JobRecords::Report(const v1::ReportRequest& report, const v1::Metrics& metrics,
+                                bool program) const {
+  if (report.final() && (program || report.metrics().ByteSizeLong() == 0)) {
+    ASSIGN_OR_RETURN(v1::Job job, jobs_.Get(report.job_id()));
+    v1::Metrics kept = job.latest_metrics();
+    const v1::Metrics& last = report.metrics();
+    if (last.step() > 0) {
+      kept = WithProgress(std::move(kept), last.step(), last.epoch(), last.loss(),
+                          last.samples_per_second());
+    }
+    return jobs_.UpdateMetrics(report.job_id(), kept, /*persist=*/true);
+  }
+  absl::StatusOr<v1::Job> job = jobs_.Get(report.job_id());
+  std::optional<v1::JobEvent> skipped =
+      job.ok() ? SkippedCheckpointsWarning(job->latest_metrics(), metrics, report.rank())
+               : std::nullopt;
+  RETURN_IF_ERROR(jobs_.UpdateMetrics(report.job_id(), metrics, report.final()));
+  v1::JobEvent event;
+  *event.mutable_metrics() = metrics;
+  RETURN_IF_ERROR(jobs_.AddEvent(report.job_id(), std::move(event)));
+  if (skipped.has_value()) return jobs_.AddEvent(report.job_id(), *std::move(skipped));
+  return absl::OkStatus();
+}
+
+void JobRecords::Progress(const v1::RankHeartbeat& heartbeat) const {
+  absl::StatusOr<v1::Job> job = jobs_.Get(heartbeat.job_id());
+  if (!job.ok() || heartbeat.step() < job->latest_metrics().step()) return;
+  // Fails only for a job that is gone.
+  jobs_
+      .UpdateMetrics(heartbeat.job_id(),
+                     WithProgress(job->latest_metrics(), heartbeat.step(), heartbeat.epoch(),
+                                  heartbeat.loss(), heartbeat.samples_per_second()),
+                     /*persist=*/false)
+      .IgnoreError();
 }
 
 }  // namespace chorus

@@ -73,6 +73,23 @@ class JobRecords {
                 const std::string& reason, std::shared_ptr<std::mutex> report_writes,
                 bool* requeued) const;
 
+  // Written at once, not in a batch (Note [Reports are written outside the
+  // scheduler's lock] in rank_messages.h):
+  //
+  // Rank 0's report, `metrics` as RecordReport completed them, in a job that
+  // runs a `program` or not: they become the job's latest (persisted when
+  // final) with an event, and a warning event when they count more
+  // checkpoints skipped as unreachable. A final report without metrics
+  // keeps the latest ones; a program job's carries at most the progress of
+  // its program's newest record, laid over what the program reported along
+  // the way.
+  absl::Status Report(const v1::ReportRequest& report, const v1::Metrics& metrics,
+                      bool program) const;
+  // A program job's rank 0 heartbeat moves the job's latest metrics forward
+  // to its progress (WithProgress), in memory only: its final report
+  // persists them.
+  void Progress(const v1::RankHeartbeat& heartbeat) const;
+
  private:
   JobManager& jobs_;
 };

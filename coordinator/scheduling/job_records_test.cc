@@ -154,5 +154,57 @@ TEST_F(JobRecordsTest, ARefusedWriteChangesNothing) {
   EXPECT_EQ(cancel.status().code(), absl::StatusCode::kNotFound);
 }
 
+// Rank 0's reports become the job's metrics with an event; a final one
+// without metrics keeps them; a program's final one lays its progress over
+// what the program reported; a program's heartbeat moves them forward only.
+TEST_F(JobRecordsTest, ReportsAndProgressMoveTheJobsMetrics) {
+  const JobRecords records(*jobs_);
+  const std::string job_id = Submit();
+  v1::ReportRequest report;
+  report.set_job_id(job_id);
+  v1::Metrics metrics;
+  metrics.set_step(20);
+  metrics.set_loss(0.75);
+  (*metrics.mutable_values())["checkpoints_skipped_unreachable"] = 1;
+  *report.mutable_metrics() = metrics;
+  ASSERT_TRUE(records.Report(report, metrics, /*program=*/false).ok());
+  EXPECT_EQ(jobs_->Get(job_id)->latest_metrics().step(), 20);
+  absl::StatusOr<std::vector<v1::JobEvent>> events = jobs_->Events(job_id, 0);
+  ASSERT_TRUE(events.ok());
+  int with_metrics = 0;
+  int warnings = 0;
+  for (const v1::JobEvent& e : *events) {
+    with_metrics += e.has_metrics();
+    warnings += e.message().find("skipped") != std::string::npos;
+  }
+  EXPECT_EQ(with_metrics, 1);
+  EXPECT_EQ(warnings, 1);
+
+  v1::ReportRequest final_report;
+  final_report.set_job_id(job_id);
+  final_report.set_final(true);  // no metrics: the latest stay
+  ASSERT_TRUE(records.Report(final_report, v1::Metrics(), /*program=*/false).ok());
+  EXPECT_EQ(jobs_->Get(job_id)->latest_metrics().loss(), 0.75);
+
+  v1::RankHeartbeat heartbeat;
+  heartbeat.set_job_id(job_id);
+  heartbeat.set_step(30);
+  heartbeat.set_epoch(2);
+  records.Progress(heartbeat);
+  EXPECT_EQ(jobs_->Get(job_id)->latest_metrics().step(), 30);
+  EXPECT_EQ(jobs_->Get(job_id)->latest_metrics().loss(), 0.75);
+  heartbeat.set_step(25);  // behind: ignored
+  records.Progress(heartbeat);
+  EXPECT_EQ(jobs_->Get(job_id)->latest_metrics().step(), 30);
+
+  final_report.mutable_metrics()->set_step(35);  // a program's newest record
+  final_report.mutable_metrics()->set_samples_per_second(12);
+  ASSERT_TRUE(records.Report(final_report, final_report.metrics(), /*program=*/true).ok());
+  const v1::Metrics kept = jobs_->Get(job_id)->latest_metrics();
+  EXPECT_EQ(kept.step(), 35);
+  EXPECT_EQ(kept.loss(), 0.75);
+  EXPECT_EQ(kept.samples_per_second(), 12);
+}
+
 }  // namespace
 }  // namespace chorus

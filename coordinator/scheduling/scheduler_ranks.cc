@@ -126,29 +126,7 @@ absl::Status Scheduler::Report(const v1::ReportRequest& report) {
     writes = it->second.report_writes;
     writing = std::unique_lock<std::mutex>(*writes);
   }
-  // A final report without metrics keeps the latest ones. A program job's
-  // (its supervisor's) carries at most the progress of the program's newest
-  // record, laid over the metrics the program reported along the way.
-  if (report.final() && (program || report.metrics().ByteSizeLong() == 0)) {
-    ASSIGN_OR_RETURN(v1::Job job, jobs_.Get(report.job_id()));
-    v1::Metrics kept = job.latest_metrics();
-    const v1::Metrics& last = report.metrics();
-    if (last.step() > 0) {
-      kept = WithProgress(std::move(kept), last.step(), last.epoch(), last.loss(),
-                          last.samples_per_second());
-    }
-    return jobs_.UpdateMetrics(report.job_id(), kept, /*persist=*/true);
-  }
-  absl::StatusOr<v1::Job> job = jobs_.Get(report.job_id());
-  std::optional<v1::JobEvent> skipped =
-      job.ok() ? SkippedCheckpointsWarning(job->latest_metrics(), metrics, report.rank())
-               : std::nullopt;
-  RETURN_IF_ERROR(jobs_.UpdateMetrics(report.job_id(), metrics, report.final()));
-  v1::JobEvent event;
-  *event.mutable_metrics() = metrics;
-  RETURN_IF_ERROR(jobs_.AddEvent(report.job_id(), std::move(event)));
-  if (skipped.has_value()) return jobs_.AddEvent(report.job_id(), *std::move(skipped));
-  return absl::OkStatus();
+  return records_.Report(report, metrics, program);
 }
 
 bool Scheduler::Heartbeat(const v1::RankHeartbeat& heartbeat, v1::Directive* directive) {
@@ -203,20 +181,7 @@ bool Scheduler::HeartbeatLocked(const v1::RankHeartbeat& heartbeat, v1::Directiv
   if (directive != nullptr && answer.directive.kind() != v1::Directive::KIND_UNSPECIFIED) {
     *directive = std::move(answer.directive);
   }
-  if (answer.progress) {
-    // A program job's progress is what it shows (its final report without
-    // metrics then keeps it).
-    absl::StatusOr<v1::Job> job = jobs_.Get(heartbeat.job_id());
-    if (job.ok() && heartbeat.step() >= job->latest_metrics().step()) {
-      // Not persisted (the final report persists them); fails only for a job that is gone.
-      jobs_
-          .UpdateMetrics(heartbeat.job_id(),
-                         WithProgress(job->latest_metrics(), heartbeat.step(), heartbeat.epoch(),
-                                      heartbeat.loss(), heartbeat.samples_per_second()),
-                         /*persist=*/false)
-          .IgnoreError();
-    }
-  }
+  if (answer.progress) records_.Progress(heartbeat);
   return answer.live;
 }
 
