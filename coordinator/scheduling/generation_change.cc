@@ -256,6 +256,15 @@ GenerationChange ChangeGeneration(RunningJob& run, const std::string& cause_hear
   return change;
 }
 
+std::optional<int> PlannedWorld(const RunningJob& run, const AgentRegistry& agents,
+                                const std::vector<AgentSlots>& free, const QueuedJob& capped) {
+  std::vector<bool> lost;
+  for (RunningJob::Fate fate : run.Fates(agents)) lost.push_back(fate != RunningJob::Fate::kStays);
+  absl::StatusOr<NextGeneration> next = PlanNextGeneration(run.Slots(), lost, free, capped);
+  if (!next.ok()) return std::nullopt;
+  return static_cast<int>(next->ranks.size());
+}
+
 std::optional<std::string> OnGenerationFormed(RunningJob& run, absl::Time now) {
   const std::optional<ElasticPhase::Forming> formed = run.phase.GenerationFormed();
   if (!formed.has_value()) return std::nullopt;

@@ -93,6 +93,13 @@ struct GenerationChange {
 GenerationChange ChangeGeneration(RunningJob& run, const std::string& cause, ReformKind kind,
                                   const ChangeInputs& in);
 
+// The size of `run`'s next generation were its planned change made now:
+// ranks that exited or whose agent is gone or draining leave, and `free`
+// slots are taken up to `capped`'s max_ranks; nullopt when it could not
+// form (PlanNextGeneration's plan).
+std::optional<int> PlannedWorld(const RunningJob& run, const AgentRegistry& agents,
+                                const std::vector<AgentSlots>& free, const QueuedJob& capped);
+
 // The generation `run` is forming has formed at `now`: the event that says
 // so, with how long it took; a failure's time is the job's
 // recovery_seconds. Nullopt when no change was forming.

@@ -313,5 +313,16 @@ TEST(GenerationChangeTest, AGrowthTakesFreeSlotsAndAProgramsIsStaged) {
   EXPECT_EQ(actions.logs.size(), 2u);
 }
 
+// A planned change's size: ranks on a draining agent leave, free slots
+// are taken up to max_ranks.
+TEST(GenerationChangeTest, APlannedChangesWorldCountsLeaversAndNewcomers) {
+  World w;
+  const QueuedJob capped = ToQueuedJob(w.job.job_id(), w.job.spec());  // max_ranks 3
+  EXPECT_EQ(PlannedWorld(w.run, w.agents, {}, capped), 3);
+  w.agents.SetDraining(w.ha);                                                 // ranks 0 and 1 leave
+  EXPECT_EQ(PlannedWorld(w.run, w.agents, {}, capped), std::nullopt);         // below min_ranks 2
+  EXPECT_EQ(PlannedWorld(w.run, w.agents, w.agents.FreeSlots(), capped), 3);  // hb:1 and hc:0
+}
+
 }  // namespace
 }  // namespace chorus

@@ -12,9 +12,11 @@
 #include "coordinator/hang/hang_detector.h"
 #include "coordinator/hang/hang_policy.h"
 #include "coordinator/scheduling/agent_departure.h"
+#include "coordinator/scheduling/generation_change.h"
 #include "coordinator/scheduling/hang_restart.h"
 #include "coordinator/scheduling/job_recovery.h"
 #include "coordinator/scheduling/placement.h"
+#include "coordinator/scheduling/rank_messages.h"
 #include "glog/logging.h"
 
 namespace chorus {

@@ -26,11 +26,7 @@
 #define CHORUS_COORDINATOR_SCHEDULING_SCHEDULER_H_
 
 #include <functional>
-#include <map>
-#include <memory>
-#include <optional>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -39,25 +35,16 @@
 #include "absl/time/time.h"
 #include "chorus/v1/coordinator.pb.h"
 #include "common/clock.h"
-#include "coordinator/checkpoint/checkpoint_grant.h"
 #include "coordinator/http/coordinator_metrics.h"
-#include "coordinator/scheduling/agent_departure.h"
 #include "coordinator/scheduling/agent_join_outbox.h"
-#include "coordinator/scheduling/agent_registry.h"
 #include "coordinator/scheduling/call_outbox.h"
 #include "coordinator/scheduling/cluster_reads.h"
 #include "coordinator/scheduling/cluster_state.h"
-#include "coordinator/scheduling/fair_share.h"
-#include "coordinator/scheduling/generation_change.h"
-#include "coordinator/scheduling/generation_plan.h"
-#include "coordinator/scheduling/hang_restart.h"
 #include "coordinator/scheduling/job_records.h"
 #include "coordinator/scheduling/job_resume.h"
 #include "coordinator/scheduling/log_store.h"
 #include "coordinator/scheduling/placement.h"
-#include "coordinator/scheduling/preemption.h"
 #include "coordinator/scheduling/queue_plan.h"
-#include "coordinator/scheduling/reform_plan.h"
 #include "coordinator/scheduling/rendezvous.h"
 #include "coordinator/scheduling/running_job.h"
 #include "coordinator/scheduling/scheduling_policy.h"

@@ -13,7 +13,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "coordinator/scheduling/agent_departure.h"
+#include "coordinator/scheduling/generation_change.h"
 #include "coordinator/scheduling/generation_plan.h"
+#include "coordinator/scheduling/hang_restart.h"
 #include "coordinator/scheduling/job_recovery.h"
 #include "coordinator/scheduling/preemption.h"
 #include "coordinator/scheduling/rank_messages.h"
@@ -81,13 +83,9 @@ void Scheduler::RequestReformLocked(const std::string& job_id, RunningJob& run,
   // What ReformLocked will plan if nothing changes before the boundary:
   // ranks on draining agents (and any gone) leave, free slots are taken.
   if (absl::StatusOr<v1::Job> job = jobs_.Get(job_id); job.ok()) {
-    std::vector<bool> lost;
-    for (RunningJob::Fate fate : run.Fates(state_.agents))
-      lost.push_back(fate != RunningJob::Fate::kStays);
-    absl::StatusOr<NextGeneration> next = PlanNextGeneration(
-        run.Slots(), lost, run.staged.SlotsFirst(state_.agents, state_.UnreservedSlots()),
-        state_.QuotaCapped(job_id, job->spec(), run));
-    if (next.ok()) planned.world = static_cast<int>(next->ranks.size());
+    planned.world = PlannedWorld(run, state_.agents,
+                                 run.staged.SlotsFirst(state_.agents, state_.UnreservedSlots()),
+                                 state_.QuotaCapped(job_id, job->spec(), run));
   }
   if (!run.phase.Plan(std::move(planned))) return;  // a drain goes first
   RecordEvent(job_id,

@@ -1,20 +1,16 @@
 // The Scheduler's calls from ranks and about them: rendezvous, metrics,
 // heartbeats, checkpoint requests and grants, status and logs. Agents,
 // placement, job ends and Tick are in scheduler.cc.
-#include <algorithm>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/job_spec.h"
-#include "common/memory_estimate.h"
 #include "common/status_macros.h"
-#include "coordinator/checkpoint/checkpoint_skip_warning.h"
 #include "coordinator/hang/hang_detector.h"
+#include "coordinator/scheduling/generation_change.h"
 #include "coordinator/scheduling/rank_messages.h"
 #include "coordinator/scheduling/scheduler.h"
 

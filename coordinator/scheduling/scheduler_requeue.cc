@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/scheduling/preemption.h"
 #include "coordinator/scheduling/scheduler.h"
 #include "coordinator/scheduling/scheduling_policy.h"
 #include "glog/logging.h"

@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/job_spec.h"
 #include "common/join_answers.h"
+#include "coordinator/scheduling/agent_departure.h"
 #include "coordinator/scheduling/scheduling_policy.h"
 #include "coordinator/state/slow_state_store.h"
 #include "gmock/gmock.h"
