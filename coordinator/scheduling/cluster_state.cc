@@ -4,6 +4,9 @@
 #include <iterator>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
 namespace chorus {
 
 QueueUsage ClusterState::Usage() const {
@@ -184,6 +187,53 @@ int ClusterState::SlotsComing(v1::ResourceSpec::Device device) const {
     if (on_device(slot.first)) ++coming;
   }
   return coming;
+}
+
+PreemptionOrders ClusterState::Preempt(
+    absl::Time now, const std::function<int64_t(const std::string&)>& newest_step,
+    absl::Duration requeue_timeout) {
+  PreemptionOrders orders;
+  for (const auto& [device, holder_id] : plan.reservation_holders) {
+    auto entry = queue_entries.find(holder_id);
+    if (entry == queue_entries.end()) continue;
+    const QueueEntry& holder = entry->second;
+    const int needed = holder.job.resources.min_ranks() - SlotsComing(device);
+    const std::string by = absl::StrCat(holder_id, " (", PriorityName(holder.priority), ", ",
+                                        OwnerName(holder.owner), ")");
+    for (const Preemption& p :
+         PlanPreemption(holder, needed, Preemptible(), agents.FreeSlots(), Requeueable())) {
+      RunningJob& run = running.at(p.job_id);
+      const std::string priority = PriorityName(run.priority);
+      if (!p.requeue) {
+        for (int rank : p.ranks) run.leaving.Yield(run.ranks[rank].agent_id, run.ranks[rank].slot);
+        const std::string ranks = absl::StrJoin(p.ranks, ",");
+        orders.shrink.emplace_back(
+            p.job_id, absl::StrCat(holder_id, " (priority ", PriorityName(holder.priority), ", ",
+                                   OwnerName(holder.owner), ") preempted rank(s) ", ranks,
+                                   " of this ", priority, " job: they leave, nothing is lost"));
+        orders.events.emplace_back(
+            holder_id,
+            absl::StrCat("preempting rank(s) ", ranks, " of ", p.job_id, " (priority ", priority,
+                         ") at its next step boundary to make room for this job"));
+        continue;
+      }
+      orders.events.emplace_back(
+          holder_id, absl::StrCat("preempting ", p.job_id, " (priority ", priority,
+                                  "): it goes back to the queue to make room for this job"));
+      const std::string cause = "preempted by " + by;
+      if (run.program) {  // resources.preemptible without checkpoints
+        orders.requeue.emplace_back(p.job_id,
+                                    cause + "; starts again from scratch (resources.preemptible)");
+        continue;
+      }
+      // Its ranks' heartbeats are answered with CHECKPOINT_AND_HOLD from now on.
+      run.requeue.Begin(cause, run.ReportedStep(), newest_step(p.job_id), now, requeue_timeout);
+      orders.events.emplace_back(
+          p.job_id, absl::StrCat(cause, ": checkpointing at the next step boundary (step ",
+                                 run.requeue.target_step(), " or later), then back to the queue"));
+    }
+  }
+  return orders;
 }
 
 }  // namespace chorus

@@ -13,6 +13,8 @@
 #ifndef CHORUS_COORDINATOR_SCHEDULING_CLUSTER_STATE_H_
 #define CHORUS_COORDINATOR_SCHEDULING_CLUSTER_STATE_H_
 
+#include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -32,6 +34,18 @@
 #include "coordinator/state/job_manager.h"
 
 namespace chorus {
+
+// What the queue's reservation holders short of slots take from running
+// jobs (ClusterState::Preempt), in the order the Scheduler applies it.
+struct PreemptionOrders {
+  // Events for jobs' histories (job id, text), in order.
+  std::vector<std::pair<std::string, std::string>> events;
+  // Elastic jobs whose yielding ranks leave at their next step boundary:
+  // (job id, the change's cause).
+  std::vector<std::pair<std::string, std::string>> shrink;
+  // Jobs that go back to the queue now, from scratch: (job id, reason).
+  std::vector<std::pair<std::string, std::string>> requeue;
+};
 
 struct ClusterState {
   // Fair share starts counting at `now`, with the policy's half-life.
@@ -93,6 +107,16 @@ struct ClusterState {
   // checkpointing before they go back to the queue, and of re-queued jobs'
   // ranks that have not exited.
   int SlotsComing(v1::ResourceSpec::Device device) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Each reservation holder of the last plan that lacks slots takes them
+  // from lower-priority running jobs (PlanPreemption): an elastic job's
+  // ranks yield (Note [Preemption by shrinking] in preemption.h); a
+  // checkpointable job begins its wait for a checkpoint (Note [Re-queue] in
+  // requeue_wait.h: `newest_step` gives a job's newest committed step, the
+  // wait lasts `requeue_timeout` from `now`); a preemptible program goes
+  // back to the queue at once.
+  PreemptionOrders Preempt(absl::Time now,
+                           const std::function<int64_t(const std::string&)>& newest_step,
+                           absl::Duration requeue_timeout) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   mutable absl::Mutex mu;
   AgentRegistry agents ABSL_GUARDED_BY(mu);

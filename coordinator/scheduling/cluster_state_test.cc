@@ -37,8 +37,8 @@ class ClusterStateTest : public ::testing::Test {
   // A job of `owner` running `ranks` ranks on agent-1 from `first_slot` on;
   // `elastic`; `formed`: every rank has joined its generation.
   RunningJob& Run(const std::string& job_id, const std::string& owner, int ranks, int first_slot,
-                  bool elastic, bool formed = true,
-                  bool preemptible = false) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                  bool elastic, bool formed = true, bool preemptible = false,
+                  bool program = false) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     v1::Job job;
     job.set_job_id(job_id);
     job.set_owner(owner);
@@ -46,6 +46,7 @@ class ClusterStateTest : public ::testing::Test {
     job.mutable_spec()->mutable_resources()->set_device(v1::ResourceSpec::CPU);
     if (elastic) job.mutable_spec()->mutable_elastic();
     job.mutable_spec()->mutable_resources()->set_preemptible(preemptible);
+    if (program) job.mutable_spec()->mutable_program()->add_argv("/usr/bin/python3");
     RunningJob run(job, ranks, /*generation=*/1);
     for (int r = 0; r < ranks; ++r) {
       run.ranks.push_back(RankState::At({"agent-1", first_slot + r, r, ranks}));
@@ -160,6 +161,62 @@ TEST_F(ClusterStateTest, SlotsComingToAWaitingJob) ABSL_NO_THREAD_SAFETY_ANALYSI
   state_.RemoveAgent("agent-1");
   EXPECT_TRUE(state_.stopping.empty());
   EXPECT_EQ(state_.agents.Find("agent-1"), nullptr);
+}
+
+// A HIGH job holding the reservation for 3 CPU slots takes them from NORMAL
+// jobs: a rank of an elastic job (down to its min_ranks), then whole jobs:
+// a preemptible program at once, a checkpointable one after its checkpoint.
+TEST_F(ClusterStateTest, AReservationHolderPreemptsLowerPriorityJobs)
+ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  Run("job-000001", "ann", 2, 0, /*elastic=*/true);
+  RunningJob& trainer = Run("job-000002", "bob", 1, 2, /*elastic=*/false);
+  trainer.ranks[0].last_heartbeat.set_step(120);
+  Run("job-000003", "cy", 1, 3, /*elastic=*/false, /*formed=*/true, /*preemptible=*/true,
+      /*program=*/true);
+  QueueEntry holder;
+  holder.job.job_id = "job-000009";
+  holder.job.resources.set_min_ranks(3);
+  holder.job.resources.set_max_ranks(3);
+  holder.job.resources.set_device(v1::ResourceSpec::CPU);
+  holder.owner = "dee";
+  holder.priority = v1::JobSpec::HIGH;
+  state_.queue_entries["job-000009"] = holder;
+  state_.plan.reservation_holders[v1::ResourceSpec::CPU] = "job-000009";
+
+  const PreemptionOrders orders = state_.Preempt(
+      kStart, [](const std::string&) { return int64_t{100}; }, absl::Seconds(60));
+  std::vector<std::string> events;
+  for (const auto& [job_id, text] : orders.events) events.push_back(job_id + ": " + text);
+  EXPECT_EQ(events,
+            (std::vector<std::string>{
+                "job-000009: preempting rank(s) 1 of job-000001 (priority NORMAL) at its next "
+                "step boundary to make room for this job",
+                "job-000009: preempting job-000003 (priority NORMAL): it goes back to the queue "
+                "to make room for this job",
+                "job-000009: preempting job-000002 (priority NORMAL): it goes back to the queue "
+                "to make room for this job",
+                "job-000002: preempted by job-000009 (HIGH, dee): checkpointing at the next step "
+                "boundary (step 120 or later), then back to the queue"}));
+  ASSERT_EQ(orders.shrink.size(), 1u);
+  EXPECT_EQ(orders.shrink[0].first, "job-000001");
+  EXPECT_EQ(orders.shrink[0].second,
+            "job-000009 (priority HIGH, dee) preempted rank(s) 1 of this NORMAL job: they leave, "
+            "nothing is lost");
+  EXPECT_EQ(state_.running.at("job-000001").leaving.size(), 1u);
+  EXPECT_TRUE(state_.running.at("job-000002").requeue.active());
+  ASSERT_EQ(orders.requeue.size(), 1u);
+  EXPECT_EQ(orders.requeue[0].first, "job-000003");
+  EXPECT_EQ(orders.requeue[0].second,
+            "preempted by job-000009 (HIGH, dee); starts again from scratch "
+            "(resources.preemptible)");
+
+  // What is on its way now counts (the program re-queued as the Scheduler
+  // does it): nothing more is taken.
+  state_.running.erase("job-000003");
+  state_.StopForRequeue("job-000003", {{"agent-1", 3}});
+  const PreemptionOrders again = state_.Preempt(
+      kStart, [](const std::string&) { return int64_t{100}; }, absl::Seconds(60));
+  EXPECT_TRUE(again.events.empty());
 }
 
 TEST_F(ClusterStateTest, FairShareCountsEachOwnersSlotSeconds) ABSL_NO_THREAD_SAFETY_ANALYSIS {

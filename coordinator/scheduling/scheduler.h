@@ -281,9 +281,6 @@ class Scheduler {
   // Note [Preemption by shrinking] in preemption.h, and Note [Re-queue] in
   // requeue_wait.h (scheduler_requeue.cc).
   void PreemptLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
-  void StartRequeueLocked(const std::string& job_id, RunningJob& run, const std::string& holder_id,
-                          const QueueEntry& holder, Outbox& out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // True if a job went back to the queue.
   bool RequeueDueLocked(absl::Time now, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   void RequeueLocked(const std::string& job_id, int64_t resume_step, const std::string& reason,

@@ -225,32 +225,16 @@ void Scheduler::GrowLocked(Outbox& out) {
 }
 
 void Scheduler::PreemptLocked(Outbox& out) {
-  for (const auto& [device, holder_id] : state_.plan.reservation_holders) {
-    auto holder = state_.queue_entries.find(holder_id);
-    if (holder == state_.queue_entries.end()) continue;
-    const int needed = holder->second.job.resources.min_ranks() - state_.SlotsComing(device);
-    for (const Preemption& p : PlanPreemption(holder->second, needed, state_.Preemptible(),
-                                              state_.agents.FreeSlots(), state_.Requeueable())) {
-      RunningJob& run = state_.running.at(p.job_id);
-      if (p.requeue) {
-        StartRequeueLocked(p.job_id, run, holder_id, holder->second, out);
-        continue;
-      }
-      for (int rank : p.ranks) run.leaving.Yield(run.ranks[rank].agent_id, run.ranks[rank].slot);
-      const std::string ranks = absl::StrJoin(p.ranks, ",");
-      RequestReformLocked(
-          p.job_id, run,
-          absl::StrCat(holder_id, " (priority ", PriorityName(holder->second.priority), ", ",
-                       OwnerName(holder->second.owner), ") preempted rank(s) ", ranks, " of this ",
-                       PriorityName(run.priority), " job: they leave, nothing is lost"),
-          ReformKind::kPreempt, out);
-      RecordEvent(holder_id,
-                  absl::StrCat("preempting rank(s) ", ranks, " of ", p.job_id, " (priority ",
-                               PriorityName(run.priority),
-                               ") at its next step boundary to make room for this job"),
-                  out);
-    }
+  PreemptionOrders orders = state_.Preempt(
+      clock_->Now(), [this](const std::string& job_id) { return resume_.NewestStep(job_id); },
+      requeue_timeout_);
+  for (auto& [job_id, text] : orders.events) RecordEvent(job_id, std::move(text), out);
+  for (const auto& [job_id, cause] : orders.shrink) {
+    auto it = state_.running.find(job_id);
+    if (it != state_.running.end())
+      RequestReformLocked(job_id, it->second, cause, ReformKind::kPreempt, out);
   }
+  for (const auto& [job_id, reason] : orders.requeue) RequeueLocked(job_id, 0, reason, out);
 }
 
 }  // namespace chorus

@@ -15,30 +15,6 @@
 
 namespace chorus {
 
-void Scheduler::StartRequeueLocked(const std::string& job_id, RunningJob& run,
-                                   const std::string& holder_id, const QueueEntry& holder,
-                                   Outbox& out) {
-  const std::string cause =
-      absl::StrCat("preempted by ", holder_id, " (", PriorityName(holder.priority), ", ",
-                   OwnerName(holder.owner), ")");
-  RecordEvent(holder_id,
-              absl::StrCat("preempting ", job_id, " (priority ", PriorityName(run.priority),
-                           "): it goes back to the queue to make room for this job"),
-              out);
-  if (run.program) {  // resources.preemptible without checkpoints
-    RequeueLocked(job_id, 0,
-                  absl::StrCat(cause, "; starts again from scratch (resources.preemptible)"), out);
-    return;
-  }
-  // Its ranks' heartbeats are answered with CHECKPOINT_AND_HOLD from now on.
-  run.requeue.Begin(cause, run.ReportedStep(), resume_.NewestStep(job_id), clock_->Now(),
-                    requeue_timeout_);
-  RecordEvent(job_id,
-              absl::StrCat(cause, ": checkpointing at the next step boundary (step ",
-                           run.requeue.target_step(), " or later), then back to the queue"),
-              out);
-}
-
 bool Scheduler::RequeueDueLocked(absl::Time now, Outbox& out) {
   std::vector<std::pair<std::string, RequeueWait::Due>> due;
   for (auto& [job_id, run] : state_.running) {
