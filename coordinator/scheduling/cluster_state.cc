@@ -146,11 +146,25 @@ void ClusterState::Settled(const std::string& job_id) {
 }
 
 void ClusterState::StopForRequeue(const std::string& job_id,
-                                  const std::vector<std::pair<std::string, int>>& slots) {
-  for (const auto& [agent_id, slot] : slots) {
-    agents.SetBusy(agent_id, slot, true);
-    stopping[{agent_id, slot}] = job_id;
+                                  const std::map<std::string, std::vector<int>>& slots) {
+  for (const auto& [agent_id, on_agent] : slots) {
+    for (int slot : on_agent) {
+      agents.SetBusy(agent_id, slot, true);
+      stopping[{agent_id, slot}] = job_id;
+    }
   }
+}
+
+std::vector<std::pair<std::string, RequeueWait::Due>> ClusterState::RequeuesDue(
+    absl::Time now, const std::function<int64_t(const std::string&)>& newest_step) {
+  std::vector<std::pair<std::string, RequeueWait::Due>> due;
+  for (auto& [job_id, run] : running) {
+    if (!run.requeue.active()) continue;
+    if (std::optional<RequeueWait::Due> d = run.requeue.OnTick(newest_step(job_id), now)) {
+      due.emplace_back(job_id, *std::move(d));
+    }
+  }
+  return due;
 }
 
 bool ClusterState::StoppedRankExited(const std::string& agent_id, int slot,

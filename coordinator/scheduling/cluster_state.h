@@ -93,7 +93,13 @@ struct ClusterState {
   // (agent id, slot), were told to stop; their slots stay busy until they
   // exit.
   void StopForRequeue(const std::string& job_id,
-                      const std::vector<std::pair<std::string, int>>& slots)
+                      const std::map<std::string, std::vector<int>>& slots)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // The jobs whose wait for a checkpoint is over at `now` (RequeueWait::
+  // OnTick, `newest_step` giving a job's newest committed step): what each
+  // goes back to the queue with.
+  std::vector<std::pair<std::string, RequeueWait::Due>> RequeuesDue(
+      absl::Time now, const std::function<int64_t(const std::string&)>& newest_step)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // A rank of `job_id` on (agent, slot) exited: if a re-queue stopped it,
   // its slot is free and this returns true.

@@ -148,7 +148,7 @@ TEST_F(ClusterStateTest, SlotsComingToAWaitingJob) ABSL_NO_THREAD_SAFETY_ANALYSI
   // Re-queued: its ranks were told to stop and their slots stay busy; their
   // exits free them, once, and only for that job.
   state_.running.erase("job-000002");
-  state_.StopForRequeue("job-000002", {{"agent-1", 1}, {"agent-1", 2}});
+  state_.StopForRequeue("job-000002", {{"agent-1", {1, 2}}});
   EXPECT_EQ(state_.SlotsComing(v1::ResourceSpec::CPU), 1 + 1 + 2);
   EXPECT_TRUE(state_.agents.Find("agent-1")->busy[1]);
   EXPECT_FALSE(state_.StoppedRankExited("agent-1", 1, "job-000009"));
@@ -213,10 +213,20 @@ ABSL_NO_THREAD_SAFETY_ANALYSIS {
   // What is on its way now counts (the program re-queued as the Scheduler
   // does it): nothing more is taken.
   state_.running.erase("job-000003");
-  state_.StopForRequeue("job-000003", {{"agent-1", 3}});
+  state_.StopForRequeue("job-000003", {{"agent-1", {3}}});
   const PreemptionOrders again = state_.Preempt(
       kStart, [](const std::string&) { return int64_t{100}; }, absl::Seconds(60));
   EXPECT_TRUE(again.events.empty());
+
+  // The checkpointing job goes back to the queue once step 120 commits, or
+  // when its wait is over without it.
+  const auto newest = [](int64_t step) { return [step](const std::string&) { return step; }; };
+  EXPECT_TRUE(state_.RequeuesDue(kStart + absl::Seconds(30), newest(100)).empty());
+  auto due = state_.RequeuesDue(kStart + absl::Seconds(30), newest(120));
+  ASSERT_EQ(due.size(), 1u);
+  EXPECT_EQ(due[0].first, "job-000002");
+  EXPECT_EQ(due[0].second.resume_step, 120);
+  EXPECT_FALSE(due[0].second.warning.has_value());
 }
 
 TEST_F(ClusterStateTest, FairShareCountsEachOwnersSlotSeconds) ABSL_NO_THREAD_SAFETY_ANALYSIS {

@@ -280,11 +280,13 @@ void Scheduler::StartLocked(const v1::Job& job, const JobPlacement& placement,
   state_.running.emplace(job_id, std::move(run));
 }
 
-void Scheduler::EndLocked(const std::string& job_id, v1::Job::State state,
-                          const std::string& reason, Outbox& out) {
+std::map<std::string, std::vector<int>> Scheduler::EndLocked(const std::string& job_id,
+                                                             v1::Job::State state,
+                                                             const std::string& reason,
+                                                             Outbox& out) {
   auto it = state_.running.find(job_id);
-  if (it == state_.running.end()) return;
-  const std::map<std::string, std::vector<int>> to_stop = it->second.ReleaseSlots(state_.agents);
+  if (it == state_.running.end()) return {};
+  std::map<std::string, std::vector<int>> to_stop = it->second.ReleaseSlots(state_.agents);
   it->second.rendezvous.Abort(absl::AbortedError(absl::StrCat("job ", job_id, " ended: ", reason)),
                               out.joins);
   for (const auto& [agent_id, slots] : to_stop) {
@@ -296,6 +298,30 @@ void Scheduler::EndLocked(const std::string& job_id, v1::Job::State state,
   const std::shared_ptr<std::mutex> writes = it->second.report_writes;
   state_.running.erase(it);
   if (state != v1::Job::CANCELLED) records_.Ended(out.writes, job_id, state, reason, writes);
+  return to_stop;
+}
+
+bool Scheduler::RequeueDueLocked(absl::Time now, Outbox& out) {
+  const std::vector<std::pair<std::string, RequeueWait::Due>> due = state_.RequeuesDue(
+      now, [this](const std::string& job_id) { return resume_.NewestStep(job_id); });
+  for (const auto& [job_id, d] : due) {
+    if (d.warning.has_value()) RecordEvent(job_id, *d.warning, out);
+    RequeueLocked(job_id, d.resume_step, d.reason, out);
+  }
+  return !due.empty();
+}
+
+void Scheduler::RequeueLocked(const std::string& job_id, int64_t resume_step,
+                              const std::string& reason, Outbox& out) {
+  auto it = state_.running.find(job_id);
+  if (it == state_.running.end()) return;
+  const std::shared_ptr<std::mutex> writes = it->second.report_writes;
+  LOG(INFO) << job_id << ": " << reason;
+  // Its ranks are stopped and their slots stay busy until they exit; no end
+  // is recorded: the job is PENDING again once its write has run, and is
+  // placed then (out.requeued).
+  state_.StopForRequeue(job_id, EndLocked(job_id, v1::Job::CANCELLED, reason, out));
+  records_.Requeued(out.writes, job_id, resume_step, reason, writes, &out.requeued);
 }
 
 void Scheduler::RankExited(const std::string& agent_id, const v1::RankExited& exited) {

@@ -26,6 +26,7 @@
 #define CHORUS_COORDINATOR_SCHEDULING_SCHEDULER_H_
 
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -256,8 +257,10 @@ class Scheduler {
   void UndoStartLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // Frees its slots, stops its other ranks, fails its pending joins and
   // records the end (not for CANCELLED: Cancel has).
-  void EndLocked(const std::string& job_id, v1::Job::State state, const std::string& reason,
-                 Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
+  // Returns, by agent, the slots of the ranks it told to stop.
+  std::map<std::string, std::vector<int>> EndLocked(const std::string& job_id, v1::Job::State state,
+                                                    const std::string& reason, Outbox& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // A job with no running ranks here fails.
   void RecordFailure(const std::string& job_id, const std::string& reason, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
@@ -279,7 +282,7 @@ class Scheduler {
   void RetryWaitingLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   void GrowLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // Note [Preemption by shrinking] in preemption.h, and Note [Re-queue] in
-  // requeue_wait.h (scheduler_requeue.cc).
+  // requeue_wait.h.
   void PreemptLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // True if a job went back to the queue.
   bool RequeueDueLocked(absl::Time now, Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
