@@ -66,6 +66,23 @@ std::vector<QueueEntry> ClusterState::RefreshQueue(const JobManager& jobs) {
   return queued;
 }
 
+std::vector<std::string> ClusterState::JobsOn(const std::string& agent_id) const {
+  std::vector<std::string> on;
+  for (const auto& [job_id, run] : running) {
+    if (run.RunsOn(agent_id)) on.push_back(job_id);
+  }
+  return on;
+}
+
+std::vector<std::string> ClusterState::RetryableWaits(absl::Time now) const {
+  std::vector<std::string> waiting;
+  for (const auto& [job_id, run] : running) {
+    const ElasticPhase::Waiting* wait = run.phase.waiting();
+    if (wait != nullptr && (!run.AwaitingRanks() || now >= wait->until)) waiting.push_back(job_id);
+  }
+  return waiting;
+}
+
 void ClusterState::AdvanceFairShare(absl::Time now) {
   std::map<std::string, int> held;
   for (const auto& [job_id, run] : running) held[run.owner] += static_cast<int>(run.ranks.size());
@@ -181,6 +198,19 @@ void ClusterState::RemoveAgent(const std::string& agent_id) {
   for (auto it = stopping.begin(); it != stopping.end();) {
     it = it->first.first == agent_id ? stopping.erase(it) : std::next(it);
   }
+}
+
+std::vector<std::pair<std::string, AgentDrain>> ClusterState::Drain(const std::string& agent_id) {
+  std::vector<std::pair<std::string, AgentDrain>> drained;
+  const AgentRegistry::Agent* agent = agents.Find(agent_id);
+  if (agent == nullptr) return drained;
+  agents.SetDraining(agent_id);
+  const std::string who = absl::StrCat("agent ", agent_id, " (", agent->hello.host(), ")");
+  for (const auto& [job_id, run] : running) {
+    AgentDrain drain = OnAgentDrained(run, agent_id, who);
+    if (drain.kind != AgentDrain::Kind::kNone) drained.emplace_back(job_id, std::move(drain));
+  }
+  return drained;
 }
 
 int ClusterState::SlotsComing(v1::ResourceSpec::Device device) const {

@@ -24,6 +24,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "chorus/v1/coordinator.pb.h"
+#include "coordinator/scheduling/agent_departure.h"
 #include "coordinator/scheduling/agent_registry.h"
 #include "coordinator/scheduling/fair_share.h"
 #include "coordinator/scheduling/placement.h"
@@ -73,6 +74,15 @@ struct ClusterState {
   // (Note [Re-queue] in requeue_wait.h): steady, none on its way.
   std::vector<RequeueRun> Requeueable() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
+  // The running jobs with a rank on agent `agent_id` that has not exited.
+  std::vector<std::string> JobsOn(const std::string& agent_id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Elastic jobs waiting below resources.min_ranks that may try to form
+  // again at `now`: all but those still awaiting ranks after a restart
+  // before their wait is over (Note [Elastic restart] in job_recovery.h: a
+  // survivor not back yet would count as lost).
+  std::vector<std::string> RetryableWaits(absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+
   // Counts every running job's slots into its owner's fair share up to
   // `now`.
   void AdvanceFairShare(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
@@ -107,6 +117,12 @@ struct ClusterState {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // The agent's stream ended: it is gone, with its stopping ranks' slots.
   void RemoveAgent(const std::string& agent_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // `chorus drain`: agent `agent_id` takes no new ranks; for each running
+  // job with ranks there, what OnAgentDrained (agent_departure.h) says it
+  // does with them (an elastic job re-forms without them, any other keeps
+  // them there).
+  std::vector<std::pair<std::string, AgentDrain>> Drain(const std::string& agent_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Slots of `device` already on their way to the job waiting for it
   // (Note [Preemption by shrinking] in preemption.h): those the last plan
   // reserved, those of ranks leaving at a planned re-formation, of jobs

@@ -229,6 +229,41 @@ ABSL_NO_THREAD_SAFETY_ANALYSIS {
   EXPECT_FALSE(due[0].second.warning.has_value());
 }
 
+// A job waiting below min_ranks tries again on every pass, but one still
+// awaiting a rank after a restart waits for it until its wait is over.
+TEST_F(ClusterStateTest, WaitingJobsRetryUnlessStillAwaitingRanks) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  Run("job-000001", "ann", 1, 0, /*elastic=*/true);  // steady
+  RunningJob& waiting = Run("job-000002", "ann", 1, 1, /*elastic=*/true);
+  waiting.phase.BeginWaiting("rank 1 exited", ReformKind::kRankLost, kStart,
+                             kStart + absl::Seconds(60));
+  RunningJob& recovered = Run("job-000003", "bob", 2, 2, /*elastic=*/true);
+  recovered.phase.BeginWaiting("the coordinator restarted", ReformKind::kRankLost, kStart,
+                               kStart + absl::Seconds(60));
+  recovered.ranks[1].agent_id.clear();  // not back yet
+  EXPECT_EQ(state_.RetryableWaits(kStart), std::vector<std::string>{"job-000002"});
+  EXPECT_EQ(state_.RetryableWaits(kStart + absl::Seconds(60)),
+            (std::vector<std::string>{"job-000002", "job-000003"}));
+}
+
+// A drained agent takes no new ranks; an elastic job with ranks there
+// re-forms without them, any other keeps them there.
+TEST_F(ClusterStateTest, ADrainSaysWhatEachJobDoes) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  Run("job-000001", "ann", 2, 0, /*elastic=*/true);
+  Run("job-000002", "bob", 1, 2, /*elastic=*/false);
+  EXPECT_EQ(state_.JobsOn("agent-1"), (std::vector<std::string>{"job-000001", "job-000002"}));
+  EXPECT_TRUE(state_.JobsOn("agent-2").empty());
+  std::vector<std::pair<std::string, AgentDrain>> drained = state_.Drain("agent-1");
+  EXPECT_TRUE(state_.agents.Find("agent-1")->draining);
+  EXPECT_EQ(state_.agents.free_slots(), 0);
+  ASSERT_EQ(drained.size(), 2u);
+  EXPECT_EQ(drained[0].first, "job-000001");
+  EXPECT_EQ(drained[0].second.kind, AgentDrain::Kind::kReform);
+  EXPECT_NE(drained[0].second.text.find("agent agent-1 (node-a)"), std::string::npos)
+      << drained[0].second.text;
+  EXPECT_EQ(drained[1].second.kind, AgentDrain::Kind::kStays);
+  EXPECT_TRUE(state_.Drain("agent-9").empty());
+}
+
 TEST_F(ClusterStateTest, FairShareCountsEachOwnersSlotSeconds) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   Run("job-000001", "ann", 2, 0, /*elastic=*/false);
   Run("job-000002", "ann", 1, 2, /*elastic=*/false);

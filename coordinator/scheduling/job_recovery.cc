@@ -144,6 +144,14 @@ coordinator::ElasticRecord ElasticRecordOf(const RunningJob& run, const std::vec
   return record;
 }
 
+coordinator::ElasticRecord ElasticRecordOf(const RunningJob& run, const AgentRegistry& agents) {
+  std::vector<bool> lost;
+  for (RunningJob::Fate fate : run.Fates(agents)) {
+    lost.push_back(fate == RunningJob::Fate::kExited || fate == RunningJob::Fate::kAgentGone);
+  }
+  return ElasticRecordOf(run, lost);
+}
+
 RunningJob RecoveredJob(const v1::Job& job, absl::Time until,
                         const coordinator::ElasticRecord& record) {
   const bool restore = job.spec().has_elastic() && record.generation() == job.generation();

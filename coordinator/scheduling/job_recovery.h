@@ -66,6 +66,9 @@ namespace chorus {
 // ranks of the current generation that are gone; those that exited 0 are
 // recorded as finished).
 coordinator::ElasticRecord ElasticRecordOf(const RunningJob& run, const std::vector<bool>& lost);
+// The same with the ranks that exited or whose agent is gone lost (ranks on
+// a draining agent still run, and unbound ones may come back).
+coordinator::ElasticRecord ElasticRecordOf(const RunningJob& run, const AgentRegistry& agents);
 
 // `job` (RUNNING, with placements) rebuilt to wait for its ranks until
 // `until`; every rank counts as joined (it joined before the restart). An

@@ -163,6 +163,16 @@ std::optional<v1::Directive> AbortDirective(const v1::Job& job) {
   return directive;
 }
 
+void AddDirective(v1::RankDirectives& directives, const v1::RankHeartbeat& heartbeat, int slot,
+                  const v1::Directive& directive) {
+  v1::RankDirectives::Entry& entry = *directives.add_entries();
+  entry.set_job_id(heartbeat.job_id());
+  entry.set_slot(slot);
+  entry.set_rank(heartbeat.rank());
+  entry.set_generation(heartbeat.generation());
+  *entry.mutable_directive() = directive;
+}
+
 absl::Status NotRunning(const absl::StatusOr<v1::Job>& job, const std::string& then) {
   if (!job.ok()) return job.status();
   return absl::FailedPreconditionError(

@@ -139,6 +139,12 @@ v1::JoinResponse StagedJoinResponse(const v1::Job& job, const RunningJob& run,
 // was lost, or has not stopped it yet); nullopt otherwise.
 std::optional<v1::Directive> AbortDirective(const v1::Job& job);
 
+// Adds to `directives` (an agent's answer to its batch of heartbeats) the
+// `directive` for the rank that sent `heartbeat` from `slot` (-1: a rank of
+// an older generation or an ended job).
+void AddDirective(v1::RankDirectives& directives, const v1::RankHeartbeat& heartbeat, int slot,
+                  const v1::Directive& directive);
+
 // Why a request about `job` is refused when the job does not run here:
 // FAILED_PRECONDITION "job ID is STATE" and `then`, or `job`'s own error
 // (NOT_FOUND for an unknown job).

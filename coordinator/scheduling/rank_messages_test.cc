@@ -362,5 +362,19 @@ TEST(NotRunningTest, AbortsAndRefusalsNameTheJobsState) {
             absl::StatusCode::kNotFound);
 }
 
+TEST(AddDirectiveTest, NamesTheRankItIsFor) {
+  v1::RankDirectives directives;
+  v1::Directive directive;
+  directive.set_kind(v1::Directive::RE_RENDEZVOUS);
+  AddDirective(directives, Beat(2, 1), 1, directive);
+  ASSERT_EQ(directives.entries_size(), 1);
+  const v1::RankDirectives::Entry& entry = directives.entries(0);
+  EXPECT_EQ(entry.job_id(), "job-000001");
+  EXPECT_EQ(entry.slot(), 1);
+  EXPECT_EQ(entry.rank(), 1);
+  EXPECT_EQ(entry.generation(), 2);
+  EXPECT_EQ(entry.directive().kind(), v1::Directive::RE_RENDEZVOUS);
+}
+
 }  // namespace
 }  // namespace chorus

@@ -143,6 +143,20 @@ std::vector<RunningJob::Fate> RunningJob::Fates(const AgentRegistry& agents) con
   return fates;
 }
 
+RunningJob RunningJob::Started(const v1::Job& job, const std::vector<RankSlot>& slots,
+                               v1::CheckpointManifest resume, AgentRegistry& agents,
+                               absl::Time now) {
+  RunningJob run(job, static_cast<int>(slots.size()), /*generation=*/1);
+  run.resume = std::move(resume);
+  for (const RankSlot& slot : slots) {
+    agents.SetBusy(slot.agent_id, slot.slot, true);
+    run.ranks.push_back(RankState::At(slot));
+  }
+  run.generation_started_at = now;
+  run.last_growth_at = now;
+  return run;
+}
+
 std::map<std::string, v1::CoordinatorMessage> RunningJob::NewcomerLaunchMessages(
     const std::string& job_id, const std::string& coordinator_address) const {
   std::vector<RankSlot> newcomers;

@@ -266,6 +266,10 @@ struct RunningJob {
   std::map<std::string, v1::CoordinatorMessage> LaunchMessages(
       const std::string& job_id, const std::string& coordinator_address, int64_t generation,
       const std::vector<RankSlot>& slots) const;
+  // `job` started at `now` as generation 1 on `slots` (index = rank), taken
+  // in `agents`, resuming from `resume`.
+  static RunningJob Started(const v1::Job& job, const std::vector<RankSlot>& slots,
+                            v1::CheckpointManifest resume, AgentRegistry& agents, absl::Time now);
   // The same for the current generation's newcomers (its ranks LAUNCHING);
   // survivors join by themselves.
   std::map<std::string, v1::CoordinatorMessage> NewcomerLaunchMessages(

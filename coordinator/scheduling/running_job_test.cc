@@ -194,6 +194,22 @@ TEST_F(RunningJobTest, DiagnosesBecomeEventsWhenTheyAppear) {
   EXPECT_TRUE(run_.UpdateDiagnoses(agents_, later).empty());  // once
 }
 
+TEST_F(RunningJobTest, AStartTakesItsSlotsAsGenerationOne) {
+  v1::CheckpointManifest resume;
+  resume.set_job_id("job-000000");
+  resume.set_step(40);
+  const RunningJob run = RunningJob::Started(job_, {{"agent-1", 1, 0, 2}, {"agent-2", 0, 0, 1}},
+                                             resume, agents_, clock_.Now());
+  EXPECT_EQ(run.generation(), 1);
+  ASSERT_EQ(run.ranks.size(), 2u);
+  EXPECT_EQ(run.ranks[1].agent_id, "agent-2");
+  EXPECT_EQ(run.ranks[0].state, v1::RankStatus::LAUNCHING);
+  EXPECT_EQ(run.resume.step(), 40);
+  EXPECT_EQ(run.generation_started_at, clock_.Now());
+  EXPECT_EQ(run.last_growth_at, clock_.Now());
+  EXPECT_EQ(agents_.free_slots(), 1);  // agent-1's slot 0
+}
+
 TEST_F(RunningJobTest, LaunchMessagesAndPlacementsDescribeEveryRank) {
   const auto launches = run_.LaunchMessages("job-000001", "10.0.0.1:29650");
   ASSERT_EQ(launches.size(), 2u);

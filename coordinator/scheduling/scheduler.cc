@@ -170,11 +170,7 @@ bool Scheduler::RemoveAgentLocked(const std::string& agent_id, Outbox& out,
   if (agent == nullptr) return false;
   const v1::AgentHello hello = agent->hello;
   state_.RemoveAgent(agent_id);
-  std::vector<std::string> affected;
-  for (const auto& [job_id, run] : state_.running) {
-    if (run.RunsOn(agent_id)) affected.push_back(job_id);
-  }
-  for (const std::string& job_id : affected) {
+  for (const std::string& job_id : state_.JobsOn(agent_id)) {
     AgentLoss loss = OnAgentLost(state_.running.at(job_id), agent_id, hello, reconnect_grace_,
                                  rebinding != nullptr, clock_->Now());
     switch (loss.kind) {
@@ -258,12 +254,8 @@ void Scheduler::StartLocked(const v1::Job& job, const JobPlacement& placement,
                             v1::CheckpointManifest resume, Outbox& out) {
   const std::string& job_id = job.job_id();
   const int world = static_cast<int>(placement.ranks.size());
-  RunningJob run(job, world, /*generation=*/1);
-  run.resume = std::move(resume);
-  for (const RankSlot& slot : placement.ranks) {
-    state_.agents.SetBusy(slot.agent_id, slot.slot, true);
-    run.ranks.push_back(RankState::At(slot));
-  }
+  RunningJob run =
+      RunningJob::Started(job, placement.ranks, std::move(resume), state_.agents, clock_->Now());
   auto recorded = std::make_shared<bool>(false);
   records_.Started(out.writes, job_id, world, run.Placements(state_.agents), recorded);
   Outbox::Launch& launch = out.launches.emplace_back();
@@ -273,8 +265,6 @@ void Scheduler::StartLocked(const v1::Job& job, const JobPlacement& placement,
     launch.messages.emplace_back(state_.agents.Find(agent_id)->send, std::move(message));
   }
   LOG(INFO) << "started " << job_id << " with " << world << " rank(s)";
-  run.generation_started_at = clock_->Now();
-  run.last_growth_at = run.generation_started_at;
   if (metrics_ != nullptr) metrics_->GenerationStarted("start");
   state_.running.erase(job_id);
   state_.running.emplace(job_id, std::move(run));
@@ -487,17 +477,12 @@ void Scheduler::Recover(const std::vector<v1::Job>& running, absl::Duration grac
                     out);
       continue;
     }
-    coordinator::ElasticRecord record;
-    if (job.spec().has_elastic()) {
-      absl::StatusOr<coordinator::ElasticRecord> saved = jobs_.LoadElasticRecord(job.job_id());
-      if (saved.ok()) {
-        record = *std::move(saved);
-      } else {
-        LOG(ERROR) << job.job_id() << ": cannot read its elastic state (taken back as if it "
-                   << "were steady): " << saved.status();
-      }
-    }
-    RunningJob run = RecoveredJob(job, until, record);
+    absl::StatusOr<coordinator::ElasticRecord> record = job.spec().has_elastic()
+                                                            ? jobs_.LoadElasticRecord(job.job_id())
+                                                            : coordinator::ElasticRecord();
+    LOG_IF(ERROR, !record.ok()) << job.job_id() << ": cannot read its elastic state (taken back "
+                                << "as if it were steady): " << record.status();
+    RunningJob run = RecoveredJob(job, until, record.value_or(coordinator::ElasticRecord()));
     // What the ranks that join from now on are told to resume from (Note [A
     // generation's checkpoint] in job_resume.h).
     if (absl::StatusOr<v1::CheckpointManifest> resume = ResumeLocked(job, out); resume.ok()) {

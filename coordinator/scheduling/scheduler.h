@@ -105,13 +105,9 @@ class Scheduler {
   // INVALID_ARGUMENT for a hello without slots.
   absl::StatusOr<std::string> AddAgent(const v1::AgentHello& hello, Sender send);
   // A message on the stream of agent `agent_id` after its hello: a rank's
-  // exit, ranks' output lines, its ranks' heartbeats and joins gathered into
-  // one message (Note [Aggregated heartbeats], Note [Joins through the
-  // agent]; those joins wait until `join_deadline`), or a ping, which says
-  // only that the agent is alive (Note [A silent agent's ranks] in
-  // hang_detector.h). A ping and a batch of heartbeats carry its node's
-  // CPU pressure (Note [A starved node]). A message from an unknown agent
-  // (its stream is ending) is ignored; so is a second hello.
+  // exit, its ranks' output, heartbeats or joins (these wait until
+  // `join_deadline`), or a ping (the agent is alive). A message from an
+  // unknown agent (its stream is ending) is ignored; so is a second hello.
   void OnAgentMessage(const std::string& agent_id, const v1::AgentMessage& message,
                       absl::Time join_deadline);
   // The agent's stream ended: its slots are gone; its running jobs wait
@@ -128,18 +124,13 @@ class Scheduler {
   // (checked by Tick), FAILED_PRECONDITION for a stale generation or
   // a job that is not running, NOT_FOUND for an unknown job or slot.
   void Join(const v1::JoinRequest& request, absl::Time deadline, JoinDone done);
-  // Records a rank's heartbeat (progress, phase, flight recorder) for status.
-  // Returns false when the rank is not part of a running generation (the
-  // stream should end). A heartbeat of an elastic job's older generation
-  // also fills `directive` (if not null) with RE_RENDEZVOUS to the current
-  // one, for a survivor whose communicator has not failed by itself; one of
-  // the current generation while a planned change waits (a drain, a growth)
-  // fills it with REFORM_AT_STEP_BOUNDARY and returns true. A program job's
-  // rank 0 heartbeat moves the job's latest metrics (step, epoch, and loss
-  // and samples/s when it has them) forward: it carries the program's
-  // progress record. A heartbeat of a job that FAILED or was CANCELLED
-  // fills `directive` with ABORT and the job's reason: a rank its agent has
-  // not stopped (a lost agent) stops itself.
+  // Records a rank's heartbeat (progress, phase, flight recorder) for status
+  // and fills `directive` (if not null) with what the rank is to do
+  // (RecordHeartbeat in rank_messages.h: RE_RENDEZVOUS, REFORM_AT_STEP_
+  // BOUNDARY, CHECKPOINT_AND_HOLD; ABORT for a job that FAILED or was
+  // CANCELLED). Returns false when the rank is not part of a running
+  // generation (the stream should end). A program job's rank 0 heartbeat
+  // carries its progress: the job's latest metrics move forward.
   bool Heartbeat(const v1::RankHeartbeat& heartbeat, v1::Directive* directive = nullptr);
   // A rank's metrics: rank 0's become the job's latest (final ones are
   // persisted); an elastic job's gain values "restarts" and
@@ -168,13 +159,11 @@ class Scheduler {
   // placements). Their ranks are expected to come back with their agents;
   // a job whose ranks are not all back within `grace` fails with the reason.
   void Recover(const std::vector<v1::Job>& running, absl::Duration grace);
-  // Fails joins whose deadline has passed, applies each running job's
-  // hang_detection.action to its diagnoses (ABORT fails the job; RESTART
-  // of an elastic job evicts a DEAD or NEVER_JOINED rank and re-forms every
-  // rank's transport after a MISMATCH or STUCK_IN_COLLECTIVE, Note [Hang
-  // restart]; RESTART of any other job fails it), retries elastic jobs
-  // waiting below resources.min_ranks and lets elastic jobs grow onto free
-  // slots (docs/elastic.md). The server calls it periodically.
+  // Fails joins whose deadline has passed, acts on each running job's
+  // deadlines and diagnoses (CheckDeadlines and CheckDiagnoses in
+  // hang_restart.h), retries elastic jobs waiting below min_ranks, lets
+  // elastic jobs grow and sends re-queued jobs back to the queue. The server
+  // calls it periodically.
   void Tick();
   // Places queued jobs that fit. Called after every change, and by
   // JobService after a submission.

@@ -1,9 +1,6 @@
-// The Scheduler's elastic side: a job with spec.elastic lives through lost
-// ranks by forming a new generation (docs/elastic.md). Survivors keep their
-// slots and processes and join the next generation themselves (their
-// communicator fails when a peer dies); newcomers are launched on free slots.
-// Planned changes (a drain, a growth) re-form at a step boundary the ranks
-// agree on; the first Join of the next generation starts it.
+// The Scheduler's elastic side (docs/elastic.md): changes of generation,
+// planned changes (a drain, a growth, a preemption) that re-form at a step
+// boundary the ranks agree on, and what a restart needs to take a job back.
 #include <algorithm>
 #include <map>
 #include <string>
@@ -95,20 +92,11 @@ void Scheduler::RequestReformLocked(const std::string& job_id, RunningJob& run,
 }
 
 void Scheduler::RetryWaitingLocked(Outbox& out) {
-  const absl::Time now = clock_->Now();
-  std::vector<std::string> waiting;
-  for (const auto& [job_id, run] : state_.running) {
-    const ElasticPhase::Waiting* wait = run.phase.waiting();
-    if (wait == nullptr) continue;
-    // Note [Elastic restart]: a survivor not back yet would count as lost.
-    if (run.AwaitingRanks() && now < wait->until) continue;
-    waiting.push_back(job_id);
-  }
-  for (const std::string& job_id : waiting) {
-    const RunningJob& run = state_.running.at(job_id);
-    const std::string cause = run.phase.waiting()->cause;
-    const ReformKind kind = run.phase.waiting()->kind;
-    ReformLocked(job_id, cause, kind, out);
+  for (const std::string& job_id : state_.RetryableWaits(clock_->Now())) {
+    auto it = state_.running.find(job_id);
+    if (it == state_.running.end() || it->second.phase.waiting() == nullptr) continue;
+    const ElasticPhase::Waiting wait = *it->second.phase.waiting();
+    ReformLocked(job_id, wait.cause, wait.kind, out);
   }
 }
 
@@ -146,25 +134,17 @@ absl::StatusOr<v1::AgentInfo> Scheduler::DrainAgent(const std::string& name) {
     absl::MutexLock lock(&state_.mu);
     absl::StatusOr<std::string> id = state_.agents.Resolve(name);
     if (!id.ok()) return id.status();
-    const AgentRegistry::Agent* agent = state_.agents.Find(*id);
-    if (!agent->draining) {
-      state_.agents.SetDraining(*id);
-      const std::string who = absl::StrCat("agent ", *id, " (", agent->hello.host(), ")");
-      LOG(INFO) << who << " is draining: it takes no new ranks";
-      // Requested after the walk: a restart-all's may end a job.
-      std::vector<std::pair<std::string, std::string>> drained;  // job id, cause
-      for (auto& [job_id, run] : state_.running) {
-        AgentDrain drain = OnAgentDrained(run, *id, who);
-        if (drain.kind == AgentDrain::Kind::kReform) {
-          drained.emplace_back(job_id, std::move(drain.text));
-        } else if (drain.kind == AgentDrain::Kind::kStays) {
-          RecordEvent(job_id, std::move(drain.text), out);
-        }
-      }
-      for (const auto& [job_id, cause] : drained) {
+    if (!state_.agents.Find(*id)->draining) {
+      LOG(INFO) << "agent " << *id << " (" << state_.agents.Find(*id)->hello.host()
+                << ") is draining: it takes no new ranks";
+      // Each change is requested in turn: a restart-all's may end its job.
+      for (auto& [job_id, drain] : state_.Drain(*id)) {
         auto it = state_.running.find(job_id);
-        if (it != state_.running.end())
-          RequestReformLocked(job_id, it->second, cause, ReformKind::kDrain, out);
+        if (drain.kind == AgentDrain::Kind::kStays) {
+          RecordEvent(job_id, std::move(drain.text), out);
+        } else if (it != state_.running.end()) {
+          RequestReformLocked(job_id, it->second, drain.text, ReformKind::kDrain, out);
+        }
       }
     }
     info = state_.AgentInfo(*id);
@@ -180,12 +160,7 @@ void Scheduler::SaveElasticLocked(Outbox& out) {
 
 void Scheduler::SaveElasticLocked(const std::string& job_id, RunningJob& run, Outbox& out) {
   if (!run.elastic) return;
-  // Ranks on a draining agent still run, and unbound ones may come back.
-  std::vector<bool> lost;
-  for (RunningJob::Fate fate : run.Fates(state_.agents)) {
-    lost.push_back(fate == RunningJob::Fate::kExited || fate == RunningJob::Fate::kAgentGone);
-  }
-  const coordinator::ElasticRecord record = ElasticRecordOf(run, lost);
+  const coordinator::ElasticRecord record = ElasticRecordOf(run, state_.agents);
   std::string serialized = record.SerializeAsString();
   if (serialized == run.saved_record) return;
   // Taken for saved when the write is decided: one that fails is logged,

@@ -1,6 +1,5 @@
-// The Scheduler's calls from ranks and about them: rendezvous, metrics,
-// heartbeats, checkpoint requests and grants, status and logs. Agents,
-// placement, job ends and Tick are in scheduler.cc.
+// The Scheduler's calls from ranks and about them: joins, heartbeats,
+// reports, checkpoint requests and output.
 #include <map>
 #include <memory>
 #include <mutex>
@@ -151,13 +150,9 @@ void Scheduler::AgentHeartbeats(const std::string& agent_id, const v1::RankHeart
       }
       directive.Clear();
       HeartbeatLocked(heartbeat, &directive, /*via_agent=*/true);
-      if (directive.kind() == v1::Directive::KIND_UNSPECIFIED) continue;
-      v1::RankDirectives::Entry* entry = answer.mutable_directives()->add_entries();
-      entry->set_job_id(heartbeat.job_id());
-      entry->set_slot(slot);
-      entry->set_rank(heartbeat.rank());
-      entry->set_generation(heartbeat.generation());
-      *entry->mutable_directive() = directive;
+      if (directive.kind() != v1::Directive::KIND_UNSPECIFIED) {
+        AddDirective(*answer.mutable_directives(), heartbeat, slot, directive);
+      }
     }
     if (answer.has_directives()) out.messages.emplace_back(agent->send, std::move(answer));
   }
