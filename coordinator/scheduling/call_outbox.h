@@ -49,7 +49,7 @@ namespace chorus {
 // scheduler never decides from it what it decided itself: a job it started
 // (one of its running jobs) or whose end is being written (ClusterState::settling) is not queued,
 // though the store may still say PENDING. A start whose write fails is
-// undone (its launches are not sent; Scheduler::UndoStartLocked); a re-queued job is
+// undone (its launches are not sent; Scheduler::AfterWrites); a re-queued job is
 // placed once its write has made it PENDING; any other failed write is
 // logged, and a write refused by etcd's fence has already ended this
 // coordinator's term (EtcdStateStoreOptions::on_fenced).

@@ -1,6 +1,7 @@
 #include "coordinator/scheduling/job_resume.h"
 
 #include "absl/status/status.h"
+#include "glog/logging.h"
 
 namespace chorus {
 
@@ -11,11 +12,13 @@ absl::StatusOr<v1::CheckpointManifest> JobResume::ForStart(
   return resolve_(job.resume_from(), skipped);
 }
 
-v1::CheckpointManifest JobResume::ForGeneration(const std::string& job_id, const RunningJob& run,
-                                                std::vector<std::string>* skipped) const {
+v1::CheckpointManifest JobResume::ForGeneration(const std::string& job_id,
+                                                const RunningJob& run) const {
   const Resolver& newest_of = newest_committed_ ? newest_committed_ : resolve_;
   if (run.program || run.generation() <= 1 || !newest_of) return run.resume;
-  absl::StatusOr<v1::CheckpointManifest> newest = newest_of(job_id, skipped);
+  std::vector<std::string> skipped;
+  absl::StatusOr<v1::CheckpointManifest> newest = newest_of(job_id, &skipped);
+  for (const std::string& warning : skipped) LOG(WARNING) << job_id << ": " << warning;
   return newest.ok() ? *std::move(newest) : run.resume;
 }
 

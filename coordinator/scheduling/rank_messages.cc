@@ -58,6 +58,8 @@ JoinAnswer AnswerJoin(const RunningJob& run, const v1::JoinRequest& request) {
   if (run.leaving.departing(request.agent_id(), request.slot())) {
     // A rank on a draining agent, at the step boundary: it leaves.
     answer.kind = JoinAnswer::Kind::kLeave;
+    answer.leave.set_leave(true);
+    answer.leave.set_generation(run.generation());
     return answer;
   }
   if (run.elastic && request.generation() > run.generation()) {

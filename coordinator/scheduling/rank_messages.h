@@ -80,12 +80,13 @@ HeartbeatAnswer RecordHeartbeat(RunningJob& run, const v1::RankHeartbeat& heartb
 struct JoinAnswer {
   enum class Kind {
     kJoin,    // `rank` joins the current generation's rendezvous
-    kLeave,   // a departing rank at its step boundary: answered with leave
+    kLeave,   // a departing rank at its step boundary: answered with `leave`
     kRefuse,  // answered with `refusal`
   };
   Kind kind = Kind::kRefuse;
   int rank = -1;
   absl::Status refusal;
+  v1::JoinResponse leave;  // leave set, with the current generation
 };
 
 // A Join of `request` for `run` (staged newcomers and planned changes are

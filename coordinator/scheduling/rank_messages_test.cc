@@ -227,6 +227,8 @@ TEST(AnswerJoinTest, EachJoinsAnswer) {
     EXPECT_EQ(answer.rank, row.rank);
     EXPECT_EQ(answer.refusal.code(), row.code) << answer.refusal;
     EXPECT_TRUE(absl::StrContains(answer.refusal.message(), row.message)) << answer.refusal;
+    EXPECT_EQ(answer.leave.leave(), row.kind == JoinAnswer::Kind::kLeave);
+    if (answer.leave.leave()) EXPECT_EQ(answer.leave.generation(), 2);
   }
 }
 

@@ -1,21 +1,15 @@
 #include "coordinator/scheduling/scheduler.h"
 
-#include <algorithm>
-#include <iterator>
 #include <memory>
 #include <mutex>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
-#include "coordinator/hang/hang_detector.h"
-#include "coordinator/hang/hang_policy.h"
 #include "coordinator/scheduling/agent_departure.h"
 #include "coordinator/scheduling/generation_change.h"
 #include "coordinator/scheduling/hang_restart.h"
 #include "coordinator/scheduling/job_recovery.h"
-#include "coordinator/scheduling/placement.h"
 #include "coordinator/scheduling/rank_messages.h"
 #include "glog/logging.h"
 
@@ -27,7 +21,17 @@ void Scheduler::AfterWrites(const std::vector<std::string>& settled,
   {
     absl::MutexLock lock(&state_.mu);
     for (const std::string& job_id : settled) state_.Settled(job_id);
-    for (const std::string& job_id : unrecorded) UndoStartLocked(job_id);
+    // A start whose write failed: no launch went out (nothing to stop, no
+    // rank joined); its slots are free again and the job stays queued.
+    for (const std::string& job_id : unrecorded) {
+      auto it = state_.running.find(job_id);
+      if (it == state_.running.end()) continue;  // ended meanwhile (a cancel)
+      it->second.ReleaseSlots(state_.agents);
+      it->second.rendezvous.Abort(absl::AbortedError("its start was not recorded"), out.joins);
+      state_.running.erase(it);
+      LOG(WARNING) << job_id
+                   << ": not started, as its start could not be recorded; it stays queued";
+    }
     // Not after a failed write: a store that refuses writes would be asked
     // again at once, for ever. The next change or Tick places again.
     if (requeued) ScheduleLocked(out);
@@ -35,26 +39,12 @@ void Scheduler::AfterWrites(const std::vector<std::string>& settled,
   out.Flush();
 }
 
-void Scheduler::UndoStartLocked(const std::string& job_id) {
-  auto it = state_.running.find(job_id);
-  if (it == state_.running.end()) return;  // ended meanwhile (a cancel)
-  // No launch went out: nothing to stop, and no rank can have joined.
-  it->second.ReleaseSlots(state_.agents);
-  Rendezvous::Answers none;
-  it->second.rendezvous.Abort(absl::AbortedError("its start was not recorded"), none);
-  state_.running.erase(it);
-  LOG(WARNING) << job_id << ": not started, as its start could not be recorded; it stays queued";
-}
-
 Scheduler::Scheduler(JobManager& jobs, Clock* clock, SchedulerOptions options)
     : jobs_(jobs),
-      resume_(std::move(options.resume_resolver), std::move(options.newest_committed)),
       clock_(clock ? clock : &real_clock_),
-      state_(std::move(options.scheduling_policy), clock_->Now()),
-      coordinator_address_(std::move(options.coordinator_address)),
-      metrics_(options.metrics),
-      requeue_timeout_(options.requeue_checkpoint_timeout),
-      reconnect_grace_(options.agent_reconnect_grace) {}
+      state_(options.scheduling_policy, clock_->Now()) {
+  Configure(std::move(options));
+}
 
 void Scheduler::Configure(SchedulerOptions options) {
   absl::MutexLock lock(&state_.mu);
@@ -140,28 +130,20 @@ void Scheduler::OnAgentMessage(const std::string& agent_id, const v1::AgentMessa
                                absl::Time join_deadline) {
   switch (message.kind_case()) {
     case v1::AgentMessage::kRankExited:
-      RankExited(agent_id, message.rank_exited());
-      break;
+      return RankExited(agent_id, message.rank_exited());
     case v1::AgentMessage::kLogs:
-      Logs(agent_id, message.logs());
-      break;
+      return Logs(agent_id, message.logs());
     case v1::AgentMessage::kHeartbeats:
-      AgentHeartbeats(agent_id, message.heartbeats(), message.cpu_pressure());
-      break;
+      return AgentHeartbeats(agent_id, message.heartbeats(), message.cpu_pressure());
     case v1::AgentMessage::kJoins:
-      AgentJoins(agent_id, message.joins(), join_deadline);
-      break;
-    case v1::AgentMessage::kPingTimeUs:
-      AgentAlive(agent_id, message.cpu_pressure());
-      break;
+      return AgentJoins(agent_id, message.joins(), join_deadline);
+    case v1::AgentMessage::kPingTimeUs: {
+      absl::MutexLock lock(&state_.mu);
+      return state_.agents.Heard(agent_id, clock_->Now(), message.cpu_pressure());
+    }
     default:  // a second hello, or a kind this coordinator does not know
-      break;
+      return;
   }
-}
-
-void Scheduler::AgentAlive(const std::string& agent_id, double cpu_pressure) {
-  absl::MutexLock lock(&state_.mu);
-  state_.agents.Heard(agent_id, clock_->Now(), cpu_pressure);
 }
 
 bool Scheduler::RemoveAgentLocked(const std::string& agent_id, Outbox& out,
@@ -179,10 +161,9 @@ bool Scheduler::RemoveAgentLocked(const std::string& agent_id, Outbox& out,
       case AgentLoss::Kind::kRebind:
         rebinding->push_back(job_id);
         break;
-      case AgentLoss::Kind::kAwait: {
+      case AgentLoss::Kind::kAwait:
         RecordEvent(job_id, std::move(loss.text), out);
         break;
-      }
       case AgentLoss::Kind::kReform:
         ReformLocked(job_id, loss.text, ReformKind::kAgentLost, out);
         break;
@@ -491,7 +472,7 @@ void Scheduler::Recover(const std::vector<v1::Job>& running, absl::Duration grac
       LOG(WARNING) << job.job_id() << ": its ranks that join again are told no checkpoint to "
                    << "resume from: " << resume.status().message();
     }
-    run.resume = GenerationResumeLocked(job.job_id(), run);
+    run.resume = resume_.ForGeneration(job.job_id(), run);
     if (metrics_ != nullptr) metrics_->GenerationStarted("recovered");
     RecordEvent(
         job.job_id(),

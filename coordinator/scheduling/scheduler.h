@@ -179,11 +179,10 @@ class Scheduler {
   // One per call (Note [The scheduler's writes after its lock] in
   // call_outbox.h); its after-writes step is AfterWrites.
   struct Outbox : CallOutbox {
-    explicit Outbox(Scheduler& scheduler)
-        : CallOutbox(scheduler.agent_joins_, scheduler.writes_,
-                     [&scheduler](const std::vector<std::string>& settled,
-                                  const std::vector<std::string>& unrecorded, bool requeued) {
-                       scheduler.AfterWrites(settled, unrecorded, requeued);
+    explicit Outbox(Scheduler& s)
+        : CallOutbox(s.agent_joins_, s.writes_,
+                     [&s](const auto& settled, const auto& unrecorded, bool requeued) {
+                       s.AfterWrites(settled, unrecorded, requeued);
                      }) {}
   };
 
@@ -191,13 +190,12 @@ class Scheduler {
   // rank's exit; its ranks' joins and heartbeats gathered into one message
   // (Note [Joins through the agent] in agent_join_outbox.h, Note [Aggregated
   // heartbeats] in rank_messages.h), each handled as Join's and Heartbeat's;
-  // a ping, which says it is alive with its node's CPU pressure (Note [A
-  // starved node] in hang_detector.h); its ranks' output.
+  // its ranks' output. (A ping says only that it is alive, with its node's
+  // CPU pressure: Note [A starved node] in hang_detector.h.)
   void RankExited(const std::string& agent_id, const v1::RankExited& exited);
   void AgentJoins(const std::string& agent_id, const v1::RankJoins& batch, absl::Time deadline);
   void AgentHeartbeats(const std::string& agent_id, const v1::RankHeartbeats& batch,
                        double cpu_pressure);
-  void AgentAlive(const std::string& agent_id, double cpu_pressure);
   void Logs(const std::string& agent_id, const v1::RankLogs& logs);
   // After an Outbox's writes: the jobs it settled are settled, starts that
   // were not recorded are undone (their slots freed, the job left queued),
@@ -235,33 +233,26 @@ class Scheduler {
   // reservation holder short of slots preempts, elastic jobs grow.
   void ScheduleLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
 
-  // Placement and ends.
-  //
-  // Queued jobs that fit are started; false if a queued job could not be
+  // Placement and ends. Queued jobs that fit are started; false if a queued job could not be
   // read (nothing more is placed then).
   bool PlaceQueuedLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // Its launches go out once its start is written.
   void StartLocked(const v1::Job& job, const JobPlacement& placement, v1::CheckpointManifest resume,
                    Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
-  void UndoStartLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
-  // Frees its slots, stops its other ranks, fails its pending joins and
-  // records the end (not for CANCELLED: Cancel has).
-  // Returns, by agent, the slots of the ranks it told to stop.
+  // Frees its slots, stops its other ranks (returned by agent), fails its
+  // pending joins and records the end (not for CANCELLED: Cancel has).
   std::map<std::string, std::vector<int>> EndLocked(const std::string& job_id, v1::Job::State state,
                                                     const std::string& reason, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // A job with no running ranks here fails.
   void RecordFailure(const std::string& job_id, const std::string& reason, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
-  // The checkpoint `job` resumes from (none: an empty manifest); skipped
-  // unusable ones become warning events.
+  // JobResume::ForStart, checkpoints it skipped recorded as warning events.
   absl::StatusOr<v1::CheckpointManifest> ResumeLocked(const v1::Job& job, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
 
-  // Elastic jobs (scheduler_elastic.cc).
-  //
-  // After `cause` of `kind` the job changes generation (ChangeGeneration in
-  // generation_change.h), and this applies what the change returns.
+  // Elastic jobs (scheduler_elastic.cc). After `cause` of `kind` the job changes generation
+  // (ChangeGeneration in generation_change.h), and this applies what the change returns.
   void ReformLocked(const std::string& job_id, const std::string& cause, ReformKind kind,
                     Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   // A planned change: the ranks re-form at their next step boundary (a
@@ -282,9 +273,6 @@ class Scheduler {
   void SaveElasticLocked(Outbox& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
   void SaveElasticLocked(const std::string& job_id, RunningJob& run, Outbox& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
-  // JobResume::ForGeneration, its skipped checkpoints logged.
-  v1::CheckpointManifest GenerationResumeLocked(const std::string& job_id, const RunningJob& run)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_.mu);
 
   // Sends and records what a transition of `job_id` asks.
   void ApplyLocked(const std::string& job_id, JobActions actions, Outbox& out)
@@ -298,7 +286,7 @@ class Scheduler {
   AgentJoinOutbox agent_joins_;  // has its own lock
   JobWrites writes_;             // has its own lock
   const JobRecords records_{jobs_};
-  JobResume resume_ ABSL_GUARDED_BY(state_.mu);
+  JobResume resume_ ABSL_GUARDED_BY(state_.mu){nullptr, nullptr};
   RealClock real_clock_;
   Clock* const clock_;
   ClusterState state_;  // its lock, state_.mu, is the scheduler's

@@ -1,20 +1,14 @@
 // The Scheduler's elastic side (docs/elastic.md): changes of generation,
 // planned changes (a drain, a growth, a preemption) that re-form at a step
 // boundary the ranks agree on, and what a restart needs to take a job back.
-#include <algorithm>
-#include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "coordinator/scheduling/agent_departure.h"
 #include "coordinator/scheduling/generation_change.h"
-#include "coordinator/scheduling/generation_plan.h"
-#include "coordinator/scheduling/hang_restart.h"
 #include "coordinator/scheduling/job_recovery.h"
-#include "coordinator/scheduling/preemption.h"
 #include "coordinator/scheduling/rank_messages.h"
 #include "coordinator/scheduling/scheduler.h"
 #include "glog/logging.h"
@@ -51,7 +45,7 @@ void Scheduler::ReformLocked(const std::string& job_id, const std::string& cause
   if (!change.begun.has_value()) return;
   const GenerationBegun& begun = *change.begun;
   ApplyLocked(job_id, ApplyStaged(run, job_id, begun.staged, state_.agents), out);
-  run.resume = GenerationResumeLocked(job_id, run);
+  run.resume = resume_.ForGeneration(job_id, run);
   if (metrics_ != nullptr) metrics_->GenerationStarted(std::string(ReformKindName(begun.kind)));
   LOG(INFO) << job_id << ": " << begun.change;
   records_.Reformed(out.writes, job_id, begun.generation, begun.world, run.restarts, begun.change,
@@ -59,14 +53,6 @@ void Scheduler::ReformLocked(const std::string& job_id, const std::string& cause
   for (auto& [agent_id, message] : run.NewcomerLaunchMessages(job_id, coordinator_address_)) {
     out.messages.emplace_back(state_.agents.Find(agent_id)->send, std::move(message));
   }
-}
-
-v1::CheckpointManifest Scheduler::GenerationResumeLocked(const std::string& job_id,
-                                                         const RunningJob& run) {
-  std::vector<std::string> skipped;
-  v1::CheckpointManifest resume = resume_.ForGeneration(job_id, run, &skipped);
-  for (const std::string& warning : skipped) LOG(WARNING) << job_id << ": " << warning;
-  return resume;
 }
 
 void Scheduler::RequestReformLocked(const std::string& job_id, RunningJob& run,

@@ -1,6 +1,5 @@
 // The Scheduler's calls from ranks and about them: joins, heartbeats,
 // reports, checkpoint requests and output.
-#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -8,7 +7,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "coordinator/hang/hang_detector.h"
 #include "coordinator/scheduling/generation_change.h"
 #include "coordinator/scheduling/rank_messages.h"
 #include "coordinator/scheduling/scheduler.h"
@@ -63,20 +61,12 @@ void Scheduler::JoinLocked(const v1::JoinRequest& request, absl::Time deadline, 
     return;
   }
   JoinAnswer answer = AnswerJoin(it->second, request);
-  switch (answer.kind) {
-    case JoinAnswer::Kind::kLeave: {
-      v1::JoinResponse leave;
-      leave.set_leave(true);
-      leave.set_generation(it->second.generation());
-      out.joins.emplace_back(std::move(done), std::move(leave));
-      break;
-    }
-    case JoinAnswer::Kind::kRefuse:
-      out.joins.emplace_back(std::move(done), std::move(answer.refusal));
-      break;
-    case JoinAnswer::Kind::kJoin:
-      JoinRankLocked(request, answer.rank, deadline, std::move(done), it->second, out);
-      break;
+  if (answer.kind == JoinAnswer::Kind::kJoin) {
+    JoinRankLocked(request, answer.rank, deadline, std::move(done), it->second, out);
+  } else if (answer.kind == JoinAnswer::Kind::kLeave) {
+    out.joins.emplace_back(std::move(done), std::move(answer.leave));
+  } else {
+    out.joins.emplace_back(std::move(done), std::move(answer.refusal));
   }
 }
 
