@@ -63,7 +63,7 @@ void ClusterReads::FillStatus(const std::string& job_id, v1::JobStatus& status,
   }
   const absl::Time now = clock_->Now();
   std::vector<v1::Diagnosis> diagnoses = it->second.Diagnose(state_.agents, now);
-  it->second.diagnoses.Annotate(diagnoses, now);
+  it->second.AnnotateDiagnoses(diagnoses, now);
   StatusRows with_culprits = rows;
   for (const v1::Diagnosis& d : diagnoses) {
     with_culprits.also.insert(with_culprits.also.end(), d.ranks().begin(), d.ranks().end());
@@ -88,12 +88,12 @@ void ClusterReads::Snapshot(ClusterSnapshot& snapshot, int max_rank_rows) const 
     StatusRows rows;
     if (static_cast<int>(run.ranks.size()) > max_rank_rows) {
       rows.limit = 0;
-      for (const v1::Diagnosis& d : run.diagnoses_now) {
+      for (const v1::Diagnosis& d : run.diagnoses_now()) {
         rows.also.insert(rows.also.end(), d.ranks().begin(), d.ranks().end());
       }
     }
     run.AddStatusRows(state_.agents, now, status, rows);
-    for (const v1::Diagnosis& d : run.diagnoses_now) *status.add_diagnoses() = d;
+    for (const v1::Diagnosis& d : run.diagnoses_now()) *status.add_diagnoses() = d;
   }
   AddUsers(state_.Usage(), state_.running, state_.queue_entries, state_.plan, snapshot);
 }

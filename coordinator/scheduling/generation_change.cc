@@ -111,7 +111,7 @@ void BeginGeneration(RunningJob& run, const v1::Job& job, std::vector<RankState>
   run.rendezvous = Rendezvous(job.job_id(), generation, world);
   run.exited_ok = 0;
   run.rank_of_survivor.clear();
-  run.diagnoses = DiagnosisHistory();
+  run.ForgetDiagnoses();
   run.upload_grant = UploadGrantFor(job, world, generation);
   run.generation_started_at = now;
   run.phase.BeginForming(kind, now, now + absl::Seconds(run.elastic_spec.wait_seconds()));

@@ -81,7 +81,7 @@ void RestoreElastic(const coordinator::ElasticRecord& record, RunningJob& run) {
       run.ranks[stopping].stopping = true;
     }
   }
-  run.saved_record = record.SerializeAsString();
+  run.RecordChanged(record.SerializeAsString());
 }
 
 // The phase's part of the record: what RestoredPhase reads back.

@@ -168,8 +168,8 @@ std::map<std::string, v1::CoordinatorMessage> RunningJob::NewcomerLaunchMessages
 }
 
 std::vector<v1::JobEvent> RunningJob::UpdateDiagnoses(const AgentRegistry& agents, absl::Time now) {
-  diagnoses_now = Diagnose(agents, now);
-  return diagnoses.Update(diagnoses_now, now);
+  diagnoses_now_ = Diagnose(agents, now);
+  return diagnoses_.Update(diagnoses_now_, now);
 }
 
 int64_t RunningJob::ReportedStep() const {

@@ -257,6 +257,16 @@ struct RunningJob {
   // Diagnoses the job now and keeps them (diagnoses_now); returns the
   // events of the diagnoses that appeared or cleared (DiagnosisHistory).
   std::vector<v1::JobEvent> UpdateDiagnoses(const AgentRegistry& agents, absl::Time now);
+  // The diagnoses of the last Tick (for status pages and metrics, which
+  // must not run the detector on every request).
+  const std::vector<v1::Diagnosis>& diagnoses_now() const { return diagnoses_now_; }
+  // Sets each of `current`'s first_seen_us from the diagnoses seen so far,
+  // remembering nothing (for status).
+  void AnnotateDiagnoses(std::vector<v1::Diagnosis>& current, absl::Time now) const {
+    diagnoses_.Annotate(current, now);
+  }
+  // A new generation: the diagnoses seen so far are forgotten.
+  void ForgetDiagnoses() { diagnoses_ = DiagnosisHistory(); }
   // One LaunchRanks message per agent (by agent id) for the ranks of
   // generation(), told to dial `coordinator_address`.
   std::map<std::string, v1::CoordinatorMessage> LaunchMessages(
@@ -316,10 +326,6 @@ struct RunningJob {
   // A rank's final report said training succeeded while a later generation
   // was already forming (Note [Diagnoses during shutdown]).
   bool finished_before_reform = false;
-  DiagnosisHistory diagnoses;
-  // The diagnoses of the last Tick (for status pages and metrics, which
-  // must not run the detector on every request).
-  std::vector<v1::Diagnosis> diagnoses_now;
   // When the generation's ranks were launched (its rendezvous began).
   absl::Time generation_started_at = absl::InfinitePast();
   // The checkpoint the job resumes from (empty job_id: none).
@@ -389,14 +395,19 @@ struct RunningJob {
   // Note [Staged growth] in staged_growth.h: newcomers started before
   // their generation forms; not ranks of the job until it does.
   StagedGrowth staged;
-  // The elastic state last saved to the state database (a serialized
-  // coordinator::ElasticRecord; Scheduler::SaveElasticLocked).
-  std::string saved_record;
+  // Whether `record` (a serialized coordinator::ElasticRecord) differs from
+  // the one last saved to the state database; it is taken as saved from
+  // now on (Scheduler::SaveElasticLocked, RecoveredJob).
+  bool RecordChanged(std::string record) {
+    if (record == saved_record_) return false;
+    saved_record_ = std::move(record);
+    return true;
+  }
   // Held while a report of the job is written to the state database
   // outside the scheduler's lock (Note [Reports are written outside the
   // scheduler's lock] in rank_messages.h). Shared: the writer keeps it
   // even if the job ends meanwhile.
-  std::shared_ptr<std::mutex> report_writes = std::make_shared<std::mutex>();
+  const std::shared_ptr<std::mutex> report_writes = std::make_shared<std::mutex>();
   // Whether every rank of the current generation has joined.
   bool Formed() const { return rendezvous.complete(); }
   // Where the current ranks run (index = rank).
@@ -411,6 +422,9 @@ struct RunningJob {
  private:
   // Note [Rank index] in running_job.cc.
   void IndexRanks() const;
+  DiagnosisHistory diagnoses_;
+  std::vector<v1::Diagnosis> diagnoses_now_;
+  std::string saved_record_;
   mutable absl::flat_hash_map<std::pair<std::string, int>, int> rank_index_;
   mutable std::vector<int> recovered_ranks_;  // ranks with a recover_host
 };

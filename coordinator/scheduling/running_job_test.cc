@@ -183,14 +183,14 @@ TEST_F(RunningJobTest, DiagnosesBecomeEventsWhenTheyAppear) {
     run_.ranks[r].last_heartbeat.set_step(10);
   }
   EXPECT_TRUE(run_.UpdateDiagnoses(agents_, clock_.Now()).empty());
-  EXPECT_TRUE(run_.diagnoses_now.empty());
+  EXPECT_TRUE(run_.diagnoses_now().empty());
   const absl::Time later = clock_.Now() + absl::Seconds(60);
   for (int r : {0, 2}) run_.ranks[r].heartbeat_at = later;
   std::vector<v1::JobEvent> events = run_.UpdateDiagnoses(agents_, later);
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0].diagnosis().kind(), v1::Diagnosis::DEAD);
-  ASSERT_EQ(run_.diagnoses_now.size(), 1u);
-  EXPECT_EQ(run_.diagnoses_now[0].ranks(0), 1);
+  ASSERT_EQ(run_.diagnoses_now().size(), 1u);
+  EXPECT_EQ(run_.diagnoses_now()[0].ranks(0), 1);
   EXPECT_TRUE(run_.UpdateDiagnoses(agents_, later).empty());  // once
 }
 

@@ -407,7 +407,7 @@ void Scheduler::Tick() {
       auto running = state_.running.find(job_id);
       if (running == state_.running.end()) continue;  // ended by a hang restart before it
       RunningJob& run = running->second;
-      DiagnosisCheck check = CheckDiagnoses(run, run.diagnoses_now, now);
+      DiagnosisCheck check = CheckDiagnoses(run, run.diagnoses_now(), now);
       for (const Eviction& e : check.evictions) {
         ApplyLocked(job_id, Evict(run, job_id, e, state_.agents), out);
       }

@@ -147,12 +147,9 @@ void Scheduler::SaveElasticLocked(Outbox& out) {
 void Scheduler::SaveElasticLocked(const std::string& job_id, RunningJob& run, Outbox& out) {
   if (!run.elastic) return;
   const coordinator::ElasticRecord record = ElasticRecordOf(run, state_.agents);
-  std::string serialized = record.SerializeAsString();
-  if (serialized == run.saved_record) return;
   // Taken for saved when the write is decided: one that fails is logged,
   // and the job's next change writes the record again.
-  run.saved_record = std::move(serialized);
-  records_.Elastic(out.writes, job_id, record);
+  if (run.RecordChanged(record.SerializeAsString())) records_.Elastic(out.writes, job_id, record);
 }
 
 void Scheduler::GrowLocked(Outbox& out) {
