@@ -199,7 +199,7 @@ absl::StatusOr<UploadGrant> ClusterReads::GrantUpload(const std::string& job_id,
     return absl::FailedPreconditionError(
         absl::StrCat("checkpoint upload for ", job_id, ", which is not running"));
   }
-  return CheckUploader(it->second.upload_grant, generation, rank);
+  return CheckUploader(it->second.upload_grant(), generation, rank);
 }
 
 }  // namespace chorus

@@ -63,7 +63,7 @@ std::vector<RankState> NextRanks(const RunningJob& run, const NextGeneration& ne
     // Heartbeats of the old generation say nothing about the new one.
     r.heartbeat_at = absl::InfinitePast();
     r.last_heartbeat.Clear();
-    r.finished = false;  // RunningJob::finished_before_reform keeps that it did
+    r.finished = false;  // RunningJob::finished_before_reform() keeps that it did
     r.state = old >= 0 ? v1::RankStatus::JOINING : v1::RankStatus::LAUNCHING;
     if (old < 0) {
       agents.SetBusy(r.agent_id, r.slot, true);
@@ -99,22 +99,6 @@ std::string DescribeChange(const RunningJob& run, const v1::JobSpec& spec, int64
                           : absl::StrCat(" (", ListNewcomers(newcomers), ")"),
       failure ? absl::StrCat(", restart ", run.restarts, " of ", run.elastic_spec.max_restarts())
               : ", at a step boundary (not a restart)");
-}
-
-// The job's bookkeeping for its new generation: ranks, rendezvous, grant,
-// and the elastic phase to Forming (the planned change, if any, made).
-void BeginGeneration(RunningJob& run, const v1::Job& job, std::vector<RankState> ranks,
-                     int64_t generation, ReformKind kind, absl::Time now) {
-  const int world = static_cast<int>(ranks.size());
-  run.finished_before_reform = run.TrainingFinished();
-  run.ranks = std::move(ranks);
-  run.rendezvous = Rendezvous(job.job_id(), generation, world);
-  run.exited_ok = 0;
-  run.rank_of_survivor.clear();
-  run.ForgetDiagnoses();
-  run.upload_grant = UploadGrantFor(job, world, generation);
-  run.generation_started_at = now;
-  run.phase.BeginForming(kind, now, now + absl::Seconds(run.elastic_spec.wait_seconds()));
 }
 
 // Note [Restart-all] in running_job.h: whether every rank of `run` has
@@ -205,12 +189,13 @@ void Form(RunningJob& run, const std::string& cause, ReformKind kind,
       DescribeChange(run, in.job.spec(), generation, old_world, world, cause, failure, newcomers);
   AppendHistory(run.history, line);
   run.leaving.OnGenerationBegun(leaving);
-  BeginGeneration(run, in.job, std::move(ranks), generation, kind, in.now);
-  run.rank_of_survivor.assign(old_world, -1);
+  std::vector<int> rank_of_survivor(old_world, -1);
   for (int rank = 0; rank < world; ++rank) {
     const int old = next.old_rank[rank];
-    if (old >= 0 && old < old_world) run.rank_of_survivor[old] = rank;
+    if (old >= 0 && old < old_world) rank_of_survivor[old] = rank;
   }
+  run.BeginGeneration(in.job, std::move(ranks), generation, kind, in.now,
+                      std::move(rank_of_survivor));
   change.begun =
       GenerationChange::Begun{generation, world, kind, std::move(line), std::move(staged)};
 }

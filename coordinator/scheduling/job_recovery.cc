@@ -67,10 +67,7 @@ void RestoreElastic(const coordinator::ElasticRecord& record, RunningJob& run) {
   if (record.has_last_growth_us()) run.last_growth_at = TimeOf(record.last_growth_us());
   for (int finished : record.finished_ranks()) {
     if (finished < 0 || finished >= static_cast<int>(run.ranks.size())) continue;
-    RankState& rank = run.ranks[finished];
-    rank.state = v1::RankStatus::EXITED;
-    rank.recover_host.clear();
-    ++run.exited_ok;
+    run.MarkFinished(finished);
   }
   run.recovery_seconds = record.recovery_seconds();
   run.history.assign(record.history().begin(), record.history().end());

@@ -53,16 +53,16 @@ TEST(JobRecoveryTest, RecoveredJobGrantsCheckpointUploadsAsBeforeTheRestart) {
   job.mutable_spec()->mutable_checkpoint()->set_keep_last(5);
   const UploadGrant before = UploadGrantFor(job, /*world_size=*/2, /*generation=*/1);
   const RunningJob run = RecoveredJob(job, absl::FromUnixSeconds(1030));
-  absl::StatusOr<UploadGrant> granted = CheckUploader(run.upload_grant, 1, 0);
+  absl::StatusOr<UploadGrant> granted = CheckUploader(run.upload_grant(), 1, 0);
   ASSERT_TRUE(granted.ok()) << granted.status();
   EXPECT_EQ(granted->manifest.SerializeAsString(), before.manifest.SerializeAsString());
   EXPECT_EQ(granted->manifest.generation(), 1);
   EXPECT_EQ(granted->manifest.world_size(), 2);
   EXPECT_EQ(granted->keep_last, 5);
-  EXPECT_EQ(CheckUploader(run.upload_grant, 1, 1).status().code(),
+  EXPECT_EQ(CheckUploader(run.upload_grant(), 1, 1).status().code(),
             absl::StatusCode::kFailedPrecondition)
       << "still only rank 0 uploads";
-  EXPECT_EQ(CheckUploader(run.upload_grant, 0, 0).status().code(),
+  EXPECT_EQ(CheckUploader(run.upload_grant(), 0, 0).status().code(),
             absl::StatusCode::kFailedPrecondition)
       << "an older generation still may not";
 }

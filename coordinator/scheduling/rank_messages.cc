@@ -11,7 +11,7 @@ HeartbeatAnswer RecordHeartbeat(RunningJob& run, const v1::RankHeartbeat& heartb
   HeartbeatAnswer answer;
   if (run.elastic && heartbeat.generation() == run.generation() - 1) {
     // Note [A survivor that does not join]: heard, though not joined yet.
-    const std::vector<int>& now_rank = run.rank_of_survivor;
+    const std::vector<int>& now_rank = run.rank_of_survivor();
     if (heartbeat.rank() >= 0 && heartbeat.rank() < static_cast<int>(now_rank.size()) &&
         now_rank[heartbeat.rank()] >= 0) {
       run.ranks[now_rank[heartbeat.rank()]].heard_at = now;
@@ -108,7 +108,7 @@ absl::StatusOr<v1::Metrics> RecordReport(RunningJob& run, const v1::ReportReques
       report.generation() >= 1 && report.generation() < run.generation()) {
     // Note [Diagnoses during shutdown]: the rank finished training in a
     // generation the job has left since (a restart ordered as it finished).
-    run.finished_before_reform = true;
+    run.NoteFinishedBeforeReform();
     return report.metrics();
   }
   if (!run.HasRank(report.generation(), report.rank())) {

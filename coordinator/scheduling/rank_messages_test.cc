@@ -144,8 +144,10 @@ TEST(RecordHeartbeatTest, AJobThatIsNotElasticSendsNoRendezvousDirective) {
 // Note [A survivor that does not join]: a survivor's heartbeat of the
 // previous generation counts as heard for the rank it has now.
 TEST(RecordHeartbeatTest, ASurvivorNotJoinedYetIsHeardUnderItsNewRank) {
-  RunningJob run = RunOf(ElasticJob());
-  run.rank_of_survivor = {1, -1};  // old rank 0 is rank 1 now; old rank 1 left
+  const v1::Job job = ElasticJob();
+  RunningJob run = RunOf(job);
+  // Generation 2 forming: old rank 0 is rank 1 now; old rank 1 left.
+  run.BeginGeneration(job, run.ranks, 2, ReformKind::kRankLost, kNow, {1, -1});
   RecordHeartbeat(run, Beat(1, 0), kNow, false);
   EXPECT_EQ(run.ranks[1].heard_at, kNow);
   EXPECT_EQ(run.ranks[0].heard_at, absl::InfinitePast());
@@ -307,7 +309,7 @@ TEST(RecordReportTest, EachReportsMetricsAndWhatItMarks) {
       }
     }
     EXPECT_EQ(run.ranks[1].finished, row.finished);
-    EXPECT_EQ(run.finished_before_reform, row.finished_before_reform);
+    EXPECT_EQ(run.finished_before_reform(), row.finished_before_reform);
   }
 }
 

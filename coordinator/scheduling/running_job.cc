@@ -97,7 +97,7 @@ RankState RankState::At(const RankSlot& slot) {
 RunningJob::RunningJob(const v1::Job& job, int world_size, int64_t generation)
     : hang_detection(job.spec().hang_detection()),
       rendezvous(job.job_id(), generation, world_size),
-      upload_grant(UploadGrantFor(job, world_size, generation)),
+      upload_grant_(UploadGrantFor(job, world_size, generation)),
       owner(job.owner()),
       priority(job.spec().priority() != v1::JobSpec::PRIORITY_UNSPECIFIED ? job.spec().priority()
                                                                           : v1::JobSpec::NORMAL),
@@ -143,6 +143,27 @@ std::vector<RunningJob::Fate> RunningJob::Fates(const AgentRegistry& agents) con
   return fates;
 }
 
+void RunningJob::BeginGeneration(const v1::Job& job, std::vector<RankState> next_ranks,
+                                 int64_t generation, ReformKind kind, absl::Time now,
+                                 std::vector<int> survivors) {
+  const int world = static_cast<int>(next_ranks.size());
+  finished_before_reform_ = TrainingFinished();
+  ranks = std::move(next_ranks);
+  rendezvous = Rendezvous(job.job_id(), generation, world);
+  exited_ok_ = 0;
+  rank_of_survivor_ = std::move(survivors);
+  ForgetDiagnoses();
+  upload_grant_ = UploadGrantFor(job, world, generation);
+  generation_started_at_ = now;
+  phase.BeginForming(kind, now, now + absl::Seconds(elastic_spec.wait_seconds()));
+}
+
+void RunningJob::MarkFinished(int rank) {
+  ranks[rank].state = v1::RankStatus::EXITED;
+  ranks[rank].recover_host.clear();
+  ++exited_ok_;
+}
+
 RunningJob RunningJob::Started(const v1::Job& job, const std::vector<RankSlot>& slots,
                                v1::CheckpointManifest resume, AgentRegistry& agents,
                                absl::Time now) {
@@ -152,7 +173,7 @@ RunningJob RunningJob::Started(const v1::Job& job, const std::vector<RankSlot>& 
     agents.SetBusy(slot.agent_id, slot.slot, true);
     run.ranks.push_back(RankState::At(slot));
   }
-  run.generation_started_at = now;
+  run.generation_started_at_ = now;
   run.last_growth_at = now;
   return run;
 }
@@ -351,7 +372,7 @@ std::vector<RankView> RunningJob::HangViews(const AgentRegistry& agents) const {
 }
 
 bool RunningJob::TrainingFinished() const {
-  return finished_before_reform ||
+  return finished_before_reform_ ||
          std::any_of(ranks.begin(), ranks.end(), [](const RankState& r) { return r.finished; });
 }
 
@@ -495,7 +516,7 @@ std::optional<JobEnd> RunningJob::RecordExit(const std::string& agent_id,
       }
       return end;
     }
-    if (++exited_ok == static_cast<int>(ranks.size())) {
+    if (++exited_ok_ == static_cast<int>(ranks.size())) {
       return JobEnd{v1::Job::SUCCEEDED, "every rank exited with code 0"};
     }
     return std::nullopt;

@@ -319,18 +319,34 @@ struct RunningJob {
   const v1::HangDetectionSpec hang_detection;
   Rendezvous rendezvous;
   std::vector<RankState> ranks;  // index = rank
-  int exited_ok = 0;
+  // The job's bookkeeping for its next generation `generation` of `ranks`,
+  // begun at `now` after a change of `kind`: a new rendezvous and upload
+  // grant, no rank exited yet, the diagnoses forgotten, whether training
+  // had finished kept (Note [Diagnoses during shutdown]), the phase
+  // Forming. `rank_of_survivor`: index, a rank of the generation before;
+  // value, its rank now, -1 if it left.
+  void BeginGeneration(const v1::Job& job, std::vector<RankState> ranks, int64_t generation,
+                       ReformKind kind, absl::Time now, std::vector<int> rank_of_survivor);
+  // Rank `rank` of the current generation finished (its exit of 0 was
+  // recorded before a coordinator restart): it is not waited for, and counts
+  // towards the job's success.
+  void MarkFinished(int rank);
+  // A rank's final report of success came from a generation the job has
+  // left (Note [Diagnoses during shutdown]).
+  void NoteFinishedBeforeReform() { finished_before_reform_ = true; }
+  bool finished_before_reform() const { return finished_before_reform_; }
+  // Ranks that exited 0 in this generation.
+  int exited_ok() const { return exited_ok_; }
   // Index: a rank of the generation before; value: its rank now, -1 if it
   // is not in this one (Note [A survivor that does not join]).
-  std::vector<int> rank_of_survivor;
-  // A rank's final report said training succeeded while a later generation
-  // was already forming (Note [Diagnoses during shutdown]).
-  bool finished_before_reform = false;
+  const std::vector<int>& rank_of_survivor() const { return rank_of_survivor_; }
   // When the generation's ranks were launched (its rendezvous began).
-  absl::Time generation_started_at = absl::InfinitePast();
+  absl::Time generation_started_at() const { return generation_started_at_; }
+  // Who may store a checkpoint of this generation.
+  const UploadGrant& upload_grant() const { return upload_grant_; }
+
   // The checkpoint the job resumes from (empty job_id: none).
   v1::CheckpointManifest resume;
-  UploadGrant upload_grant;
   // Set while a job taken back after a restart, or whose agent's stream
   // ended, waits for its ranks; `wait_cause` says which.
   absl::Time recovering_until = absl::InfinitePast();
@@ -422,6 +438,11 @@ struct RunningJob {
  private:
   // Note [Rank index] in running_job.cc.
   void IndexRanks() const;
+  int exited_ok_ = 0;
+  std::vector<int> rank_of_survivor_;
+  bool finished_before_reform_ = false;
+  absl::Time generation_started_at_ = absl::InfinitePast();
+  UploadGrant upload_grant_;
   DiagnosisHistory diagnoses_;
   std::vector<v1::Diagnosis> diagnoses_now_;
   std::string saved_record_;

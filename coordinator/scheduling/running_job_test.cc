@@ -205,9 +205,32 @@ TEST_F(RunningJobTest, AStartTakesItsSlotsAsGenerationOne) {
   EXPECT_EQ(run.ranks[1].agent_id, "agent-2");
   EXPECT_EQ(run.ranks[0].state, v1::RankStatus::LAUNCHING);
   EXPECT_EQ(run.resume.step(), 40);
-  EXPECT_EQ(run.generation_started_at, clock_.Now());
+  EXPECT_EQ(run.generation_started_at(), clock_.Now());
   EXPECT_EQ(run.last_growth_at, clock_.Now());
   EXPECT_EQ(agents_.free_slots(), 1);  // agent-1's slot 0
+}
+
+// A new generation: a rendezvous and upload grant of its own, no exit
+// counted, survivors mapped to their new ranks, the phase Forming; that a
+// rank of the last one had finished training is kept.
+TEST_F(RunningJobTest, ANewGenerationStartsItsBookkeepingAfresh) {
+  run_.ranks[1].finished = true;
+  std::vector<RankState> next = {run_.ranks[0], run_.ranks[2]};
+  run_.BeginGeneration(job_, next, 2, ReformKind::kRankLost, clock_.Now(), {0, -1, 1});
+  EXPECT_EQ(run_.generation(), 2);
+  EXPECT_EQ(run_.ranks.size(), 2u);
+  EXPECT_FALSE(run_.Formed());
+  EXPECT_EQ(run_.exited_ok(), 0);
+  EXPECT_EQ(run_.rank_of_survivor(), (std::vector<int>{0, -1, 1}));
+  EXPECT_EQ(run_.generation_started_at(), clock_.Now());
+  EXPECT_TRUE(CheckUploader(run_.upload_grant(), 2, 0).ok());
+  EXPECT_FALSE(CheckUploader(run_.upload_grant(), 1, 0).ok());
+  EXPECT_NE(run_.phase.forming(), nullptr);
+  EXPECT_TRUE(run_.finished_before_reform());
+
+  run_.MarkFinished(1);  // taken back after a restart, its exit of 0 recorded
+  EXPECT_EQ(run_.ranks[1].state, v1::RankStatus::EXITED);
+  EXPECT_EQ(run_.exited_ok(), 1);
 }
 
 TEST_F(RunningJobTest, LaunchMessagesAndPlacementsDescribeEveryRank) {
@@ -564,7 +587,7 @@ TEST_F(RunningJobTest, TheExitOfARankStoppedForARestartAllIsNeitherFailureNorSuc
   EXPECT_FALSE(run_.RecordExit("agent-1", a, Exit(1, 0)).has_value());
   EXPECT_EQ(run_.ranks[0].state, v1::RankStatus::EXITED);
   EXPECT_EQ(run_.ranks[0].exit_code, -15);
-  EXPECT_EQ(run_.exited_ok, 0) << "a stopped rank's 0 does not count towards success";
+  EXPECT_EQ(run_.exited_ok(), 0) << "a stopped rank's 0 does not count towards success";
   std::optional<JobEnd> end =
       run_.RecordExit("agent-2", agents_.Find("agent-2")->hello, Exit(0, 3));
   ASSERT_TRUE(end.has_value()) << "a rank not told to stop still fails the job";

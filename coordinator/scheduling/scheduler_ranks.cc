@@ -90,8 +90,8 @@ void Scheduler::JoinRankLocked(const v1::JoinRequest& request, int rank, absl::T
   if (std::optional<std::string> formed = OnGenerationFormed(run, clock_->Now())) {
     RecordEvent(request.job_id(), *std::move(formed), out);
   }
-  if (metrics_ != nullptr && run.generation_started_at != absl::InfinitePast()) {
-    metrics_->RendezvousCompleted(clock_->Now() - run.generation_started_at);
+  if (metrics_ != nullptr && run.generation_started_at() != absl::InfinitePast()) {
+    metrics_->RendezvousCompleted(clock_->Now() - run.generation_started_at());
   }
   SaveElasticLocked(request.job_id(), run, out);
 }
