@@ -8,6 +8,15 @@
 #include "absl/strings/str_join.h"
 
 namespace chorus {
+namespace {
+
+bool OnDevice(const AgentRegistry& agents, const std::string& agent_id,
+              v1::ResourceSpec::Device device) {
+  const AgentRegistry::Agent* agent = agents.Find(agent_id);
+  return agent != nullptr && agent->hello.device() == device;
+}
+
+}  // namespace
 
 QueueUsage ClusterState::Usage() const {
   QueueUsage usage;
@@ -173,11 +182,11 @@ void ClusterState::StopForRequeue(const std::string& job_id,
 }
 
 std::vector<std::pair<std::string, RequeueWait::Due>> ClusterState::RequeuesDue(
-    absl::Time now, const std::function<int64_t(const std::string&)>& newest_step) {
+    absl::Time now, const JobResume& resume) {
   std::vector<std::pair<std::string, RequeueWait::Due>> due;
   for (auto& [job_id, run] : running) {
     if (!run.requeue.active()) continue;
-    if (std::optional<RequeueWait::Due> d = run.requeue.OnTick(newest_step(job_id), now)) {
+    if (std::optional<RequeueWait::Due> d = run.requeue.OnTick(resume.NewestStep(job_id), now)) {
       due.emplace_back(job_id, *std::move(d));
     }
   }
@@ -214,13 +223,9 @@ std::vector<std::pair<std::string, AgentDrain>> ClusterState::Drain(const std::s
 }
 
 int ClusterState::SlotsComing(v1::ResourceSpec::Device device) const {
-  const auto on_device = [&](const std::string& agent_id) {
-    const AgentRegistry::Agent* agent = agents.Find(agent_id);
-    return agent != nullptr && agent->hello.device() == device;
-  };
   int coming = 0;
   for (const auto& [agent_id, slots] : plan.reserved) {
-    if (on_device(agent_id)) coming += static_cast<int>(slots.size());
+    if (OnDevice(agents, agent_id, device)) coming += static_cast<int>(slots.size());
   }
   for (const auto& [job_id, run] : running) {
     if (run.device != device) continue;
@@ -228,14 +233,13 @@ int ClusterState::SlotsComing(v1::ResourceSpec::Device device) const {
     if (run.requeue.active()) coming += static_cast<int>(run.ranks.size());
   }
   for (const auto& [slot, job_id] : stopping) {
-    if (on_device(slot.first)) ++coming;
+    if (OnDevice(agents, slot.first, device)) ++coming;
   }
   return coming;
 }
 
-PreemptionOrders ClusterState::Preempt(
-    absl::Time now, const std::function<int64_t(const std::string&)>& newest_step,
-    absl::Duration requeue_timeout) {
+PreemptionOrders ClusterState::Preempt(absl::Time now, const JobResume& resume,
+                                       absl::Duration requeue_timeout) {
   PreemptionOrders orders;
   for (const auto& [device, holder_id] : plan.reservation_holders) {
     auto entry = queue_entries.find(holder_id);
@@ -271,7 +275,8 @@ PreemptionOrders ClusterState::Preempt(
         continue;
       }
       // Its ranks' heartbeats are answered with CHECKPOINT_AND_HOLD from now on.
-      run.requeue.Begin(cause, run.ReportedStep(), newest_step(p.job_id), now, requeue_timeout);
+      run.requeue.Begin(cause, run.ReportedStep(), resume.NewestStep(p.job_id), now,
+                        requeue_timeout);
       orders.events.emplace_back(
           p.job_id, absl::StrCat(cause, ": checkpointing at the next step boundary (step ",
                                  run.requeue.target_step(), " or later), then back to the queue"));

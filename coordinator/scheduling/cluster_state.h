@@ -13,8 +13,6 @@
 #ifndef CHORUS_COORDINATOR_SCHEDULING_CLUSTER_STATE_H_
 #define CHORUS_COORDINATOR_SCHEDULING_CLUSTER_STATE_H_
 
-#include <cstdint>
-#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -27,6 +25,7 @@
 #include "coordinator/scheduling/agent_departure.h"
 #include "coordinator/scheduling/agent_registry.h"
 #include "coordinator/scheduling/fair_share.h"
+#include "coordinator/scheduling/job_resume.h"
 #include "coordinator/scheduling/placement.h"
 #include "coordinator/scheduling/preemption.h"
 #include "coordinator/scheduling/queue_plan.h"
@@ -106,10 +105,10 @@ struct ClusterState {
                       const std::map<std::string, std::vector<int>>& slots)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // The jobs whose wait for a checkpoint is over at `now` (RequeueWait::
-  // OnTick, `newest_step` giving a job's newest committed step): what each
-  // goes back to the queue with.
-  std::vector<std::pair<std::string, RequeueWait::Due>> RequeuesDue(
-      absl::Time now, const std::function<int64_t(const std::string&)>& newest_step)
+  // OnTick, `resume` giving a job's newest committed step): what each goes
+  // back to the queue with.
+  std::vector<std::pair<std::string, RequeueWait::Due>> RequeuesDue(absl::Time now,
+                                                                    const JobResume& resume)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // A rank of `job_id` on (agent, slot) exited: if a re-queue stopped it,
   // its slot is free and this returns true.
@@ -133,12 +132,11 @@ struct ClusterState {
   // from lower-priority running jobs (PlanPreemption): an elastic job's
   // ranks yield (Note [Preemption by shrinking] in preemption.h); a
   // checkpointable job begins its wait for a checkpoint (Note [Re-queue] in
-  // requeue_wait.h: `newest_step` gives a job's newest committed step, the
-  // wait lasts `requeue_timeout` from `now`); a preemptible program goes
-  // back to the queue at once.
-  PreemptionOrders Preempt(absl::Time now,
-                           const std::function<int64_t(const std::string&)>& newest_step,
-                           absl::Duration requeue_timeout) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // requeue_wait.h: `resume` gives a job's newest committed step, the wait
+  // lasts `requeue_timeout` from `now`); a preemptible program goes back to
+  // the queue at once.
+  PreemptionOrders Preempt(absl::Time now, const JobResume& resume, absl::Duration requeue_timeout)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   mutable absl::Mutex mu;
   AgentRegistry agents ABSL_GUARDED_BY(mu);

@@ -26,6 +26,19 @@ v1::AgentHello Hello(const std::string& host, int slots) {
   return hello;
 }
 
+// Checkpoints whose newest committed step is `step`, for every job.
+JobResume Newest(int64_t step) {
+  return JobResume(
+      [step](const std::string& job_id,
+             std::vector<std::string>*) -> absl::StatusOr<v1::CheckpointManifest> {
+        v1::CheckpointManifest manifest;
+        manifest.set_job_id(job_id);
+        manifest.set_step(step);
+        return manifest;
+      },
+      nullptr);
+}
+
 // The queries the Scheduler makes of its state, on states filled by hand.
 // The analysis of the lock is off: one thread, no lock needed.
 class ClusterStateTest : public ::testing::Test {
@@ -183,8 +196,7 @@ ABSL_NO_THREAD_SAFETY_ANALYSIS {
   state_.queue_entries["job-000009"] = holder;
   state_.plan.reservation_holders[v1::ResourceSpec::CPU] = "job-000009";
 
-  const PreemptionOrders orders = state_.Preempt(
-      kStart, [](const std::string&) { return int64_t{100}; }, absl::Seconds(60));
+  const PreemptionOrders orders = state_.Preempt(kStart, Newest(100), absl::Seconds(60));
   std::vector<std::string> events;
   for (const auto& [job_id, text] : orders.events) events.push_back(job_id + ": " + text);
   EXPECT_EQ(events,
@@ -214,15 +226,13 @@ ABSL_NO_THREAD_SAFETY_ANALYSIS {
   // does it): nothing more is taken.
   state_.running.erase("job-000003");
   state_.StopForRequeue("job-000003", {{"agent-1", {3}}});
-  const PreemptionOrders again = state_.Preempt(
-      kStart, [](const std::string&) { return int64_t{100}; }, absl::Seconds(60));
+  const PreemptionOrders again = state_.Preempt(kStart, Newest(100), absl::Seconds(60));
   EXPECT_TRUE(again.events.empty());
 
   // The checkpointing job goes back to the queue once step 120 commits, or
   // when its wait is over without it.
-  const auto newest = [](int64_t step) { return [step](const std::string&) { return step; }; };
-  EXPECT_TRUE(state_.RequeuesDue(kStart + absl::Seconds(30), newest(100)).empty());
-  auto due = state_.RequeuesDue(kStart + absl::Seconds(30), newest(120));
+  EXPECT_TRUE(state_.RequeuesDue(kStart + absl::Seconds(30), Newest(100)).empty());
+  auto due = state_.RequeuesDue(kStart + absl::Seconds(30), Newest(120));
   ASSERT_EQ(due.size(), 1u);
   EXPECT_EQ(due[0].first, "job-000002");
   EXPECT_EQ(due[0].second.resume_step, 120);

@@ -273,8 +273,8 @@ std::map<std::string, std::vector<int>> Scheduler::EndLocked(const std::string& 
 }
 
 bool Scheduler::RequeueDueLocked(absl::Time now, Outbox& out) {
-  const std::vector<std::pair<std::string, RequeueWait::Due>> due = state_.RequeuesDue(
-      now, [this](const std::string& job_id) { return resume_.NewestStep(job_id); });
+  const std::vector<std::pair<std::string, RequeueWait::Due>> due =
+      state_.RequeuesDue(now, resume_);
   for (const auto& [job_id, d] : due) {
     if (d.warning.has_value()) RecordEvent(job_id, *d.warning, out);
     RequeueLocked(job_id, d.resume_step, d.reason, out);

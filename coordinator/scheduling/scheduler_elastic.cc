@@ -183,9 +183,7 @@ void Scheduler::GrowLocked(Outbox& out) {
 }
 
 void Scheduler::PreemptLocked(Outbox& out) {
-  PreemptionOrders orders = state_.Preempt(
-      clock_->Now(), [this](const std::string& job_id) { return resume_.NewestStep(job_id); },
-      requeue_timeout_);
+  PreemptionOrders orders = state_.Preempt(clock_->Now(), resume_, requeue_timeout_);
   for (auto& [job_id, text] : orders.events) RecordEvent(job_id, std::move(text), out);
   for (const auto& [job_id, cause] : orders.shrink) {
     auto it = state_.running.find(job_id);
