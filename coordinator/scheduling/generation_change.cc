@@ -20,12 +20,12 @@ ReformJob ReformJobOf(const RunningJob& run, const std::string& cause, ReformKin
   job.cause = cause;
   job.kind = kind;
   job.generation = run.generation();
-  job.restarts = run.restarts;
+  job.restarts = run.restarts();
   job.max_restarts = run.elastic_spec.max_restarts();
   job.wait_seconds = run.elastic_spec.wait_seconds();
   job.stages_replacements = run.program && !run.RestartsAll();
   if (const ElasticPhase::Waiting* wait = run.phase.waiting()) job.waiting_until = wait->until;
-  job.history = &run.history;
+  job.history = &run.history();
   return job;
 }
 
@@ -97,7 +97,7 @@ std::string DescribeChange(const RunningJob& run, const v1::JobSpec& spec, int64
       all_new             ? " (restart-all: every rank started again)"
       : newcomers.empty() ? ""
                           : absl::StrCat(" (", ListNewcomers(newcomers), ")"),
-      failure ? absl::StrCat(", restart ", run.restarts, " of ", run.elastic_spec.max_restarts())
+      failure ? absl::StrCat(", restart ", run.restarts(), " of ", run.elastic_spec.max_restarts())
               : ", at a step boundary (not a restart)");
 }
 
@@ -181,13 +181,11 @@ void Form(RunningJob& run, const std::string& cause, ReformKind kind,
       if (r.agent_id == agent_id && r.slot == slot) r.state = v1::RankStatus::JOINING;
     }
   }
-  if (failure) ++run.restarts;
-  if (world > old_world) run.last_growth_at = in.now;
   // Note [Staged growth]: a survivors-only generation owes its replacements.
-  run.replacements_owed = form.replacements_owed;
+  run.CountChange(failure, world > old_world, form.replacements_owed, in.now);
   std::string line =
       DescribeChange(run, in.job.spec(), generation, old_world, world, cause, failure, newcomers);
-  AppendHistory(run.history, line);
+  run.AddHistory(line);
   run.leaving.OnGenerationBegun(leaving);
   std::vector<int> rank_of_survivor(old_world, -1);
   for (int rank = 0; rank < world; ++rank) {
@@ -255,7 +253,7 @@ std::optional<std::string> OnGenerationFormed(RunningJob& run, absl::Time now) {
   if (!formed.has_value()) return std::nullopt;
   const double seconds = absl::ToDoubleSeconds(now - formed->started);
   const bool failure = IsFailure(formed->kind);
-  if (failure) run.recovery_seconds = seconds;
+  if (failure) run.NoteRecovery(seconds);
   return absl::StrCat(
       "generation ", run.generation(), " formed with ", run.ranks.size(), " ranks, ",
       absl::SixDigits(seconds),
@@ -264,8 +262,8 @@ std::optional<std::string> OnGenerationFormed(RunningJob& run, absl::Time now) {
 
 bool MayGrow(const RunningJob& run, absl::Time now) {
   if (!run.elastic || !run.Steady() || run.staged.active()) return false;
-  return run.replacements_owed ||
-         now >= run.last_growth_at + absl::Seconds(run.elastic_spec.scale_up_interval_seconds());
+  return run.replacements_owed() ||
+         now >= run.last_growth_at() + absl::Seconds(run.elastic_spec.scale_up_interval_seconds());
 }
 
 std::optional<Growth> PlanGrowth(const RunningJob& run, int max_ranks,
@@ -276,7 +274,7 @@ std::optional<Growth> PlanGrowth(const RunningJob& run, int max_ranks,
   if (!next.ok() || next->newcomers() == 0) return std::nullopt;
   Growth growth;
   growth.cause =
-      run.replacements_owed
+      run.replacements_owed()
           ? absl::StrCat(next->newcomers(), " newcomer(s) replace the rank(s) lost in generation ",
                          run.generation() - 1)
           : absl::StrCat(next->newcomers(), " free slot(s) let the job grow from ",

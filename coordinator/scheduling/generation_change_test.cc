@@ -106,7 +106,7 @@ std::string Describe(const GenerationChange& change, const World& w) {
     parts.push_back(absl::StrCat("begun ", change.begun->generation, " of ", change.begun->world,
                                  " [", absl::StrJoin(ranks, ", "), "]: ", change.begun->change));
   }
-  parts.push_back(absl::StrCat("phase ", PhaseOf(w.run), ", restarts ", w.run.restarts,
+  parts.push_back(absl::StrCat("phase ", PhaseOf(w.run), ", restarts ", w.run.restarts(),
                                ", joins aborted ", change.joins.size()));
   return absl::StrJoin(parts, " | ");
 }
@@ -128,8 +128,9 @@ TEST(GenerationChangeTest, ChangesGiveTheirActions) {
        "restarts 1, joins aborted 0"},
       {"past elastic.max_restarts the job fails before anything moves",
        [](World& w) {
+         w.job.set_restarts(3);  // three failures survived already
+         w.Respec();
          w.Exit(1, 1);
-         w.run.restarts = 3;
        },
        "rank 1 exited with code 1", ReformKind::kRankLost,
        "fail: rank 1 exited with code 1; elastic.max_restarts 3 used up in generation 1 | phase "
@@ -203,7 +204,7 @@ TEST(GenerationChangeTest, ARestartAllStartsEveryRankAgainOnceTheLastHasExited) 
             "generation 2 after rank 1 exited with code 1: 3 -> 3 ranks (restart-all: every rank "
             "started again), restart 1 of 3");
   for (const RankState& r : w.run.ranks) EXPECT_EQ(r.state, v1::RankStatus::LAUNCHING);
-  EXPECT_EQ(w.run.restarts, 1);
+  EXPECT_EQ(w.run.restarts(), 1);
 }
 
 // The formed event says how long the change took; a failure's time is
@@ -215,12 +216,12 @@ TEST(GenerationChangeTest, AFormedGenerationSaysHowLongItTook) {
                            kNow + absl::Seconds(58));
   EXPECT_EQ(OnGenerationFormed(w.run, kNow),
             "generation 1 formed with 3 ranks, 2 s after the failure (recovery_seconds)");
-  EXPECT_EQ(w.run.recovery_seconds, 2);
+  EXPECT_EQ(w.run.recovery_seconds(), 2);
   EXPECT_EQ(OnGenerationFormed(w.run, kNow), std::nullopt);  // once
   w.run.phase.BeginForming(ReformKind::kDrain, kNow - absl::Seconds(1), kNow + absl::Seconds(59));
   EXPECT_EQ(OnGenerationFormed(w.run, kNow),
             "generation 1 formed with 3 ranks, 1 s after the step boundary");
-  EXPECT_EQ(w.run.recovery_seconds, 2);  // a planned change is not a recovery
+  EXPECT_EQ(w.run.recovery_seconds(), 2);  // a planned change is not a recovery
 }
 
 // Whether a job may grow, as a table over its state.
@@ -232,18 +233,21 @@ TEST(GenerationChangeTest, AJobGrowsWhenSteadyAndPastItsScaleUpInterval) {
   };
   const std::vector<Row> rows = {
       {"grew 10 s ago, interval 30 s", [](World&) {}, false},
-      {"grew 30 s ago", [](World& w) { w.run.last_growth_at = kNow - absl::Seconds(30); }, true},
-      {"owes replacements", [](World& w) { w.run.replacements_owed = true; }, true},
+      {"grew 30 s ago",
+       [](World& w) { w.run.CountChange(false, /*grew=*/true, false, kNow - absl::Seconds(30)); },
+       true},
+      {"owes replacements", [](World& w) { w.run.CountChange(false, false, /*owes=*/true, kNow); },
+       true},
       {"forming",
        [](World& w) {
-         w.run.last_growth_at = kNow - absl::Seconds(30);
+         w.run.CountChange(false, /*grew=*/true, false, kNow - absl::Seconds(30));
          w.run.rendezvous = Rendezvous("job-000001", 2, 3);  // generation 2 forming
          w.run.phase.BeginForming(ReformKind::kDrain, kNow, kNow + absl::Seconds(60));
        },
        false},
       {"a staged growth under way",
        [](World& w) {
-         w.run.replacements_owed = true;
+         w.run.CountChange(false, false, /*owes=*/true, kNow);
          w.run.staged.Start(2, 4, "growth", {StagedNewcomer{}}, kNow, absl::Seconds(60));
        },
        false},
@@ -253,7 +257,7 @@ TEST(GenerationChangeTest, AJobGrowsWhenSteadyAndPastItsScaleUpInterval) {
     World w;
     w.job.mutable_spec()->mutable_elastic()->set_scale_up_interval_seconds(30);
     w.Respec();
-    w.run.last_growth_at = kNow - absl::Seconds(10);
+    w.run.CountChange(false, /*grew=*/true, false, kNow - absl::Seconds(10));
     row.change(w);
     EXPECT_EQ(MayGrow(w.run, kNow), row.may_grow);
   }
@@ -274,8 +278,8 @@ TEST(GenerationChangeTest, AGrowthTakesFreeSlotsAndAProgramsIsStaged) {
   EXPECT_FALSE(growth->staged);  // the built-in trainer's newcomers come with the change
 
   w.MakeProgram();
-  w.run.reforms_in_process = true;  // not a restart-all (Note [Restart-all])
-  w.run.replacements_owed = true;
+  w.run.NoteReformsInProcess();  // not a restart-all (Note [Restart-all])
+  w.run.CountChange(false, false, /*owes=*/true, kNow);
   growth = PlanGrowth(w.run, 5, w.agents.FreeSlots(), capped);
   ASSERT_TRUE(growth.has_value());
   EXPECT_EQ(growth->cause, "2 newcomer(s) replace the rank(s) lost in generation 0");

@@ -13,8 +13,8 @@ namespace chorus {
 namespace {
 
 std::string History(const RunningJob& run) {
-  if (run.history.empty()) return "";
-  return absl::StrCat("; history: ", absl::StrJoin(run.history, "; "));
+  if (run.history().empty()) return "";
+  return absl::StrCat("; history: ", absl::StrJoin(run.history(), "; "));
 }
 
 bool NamesCulprit(const v1::Diagnosis& d) {

@@ -179,7 +179,7 @@ TEST(HangRestartTest, ASurvivorSilentForDeadAfterSecondsIsEvictedFromTheFormingG
 
 TEST(HangRestartTest, AChangeIsOverduePastElasticWaitSeconds) {
   RunningJob run = Forming();
-  run.history = {"generation 3 after rank 1 exited"};
+  run.AddHistory("generation 3 after rank 1 exited");
   run.rendezvous.MarkJoined(1);
   EXPECT_EQ(ReformOverdue(run, kNow + absl::Seconds(49)), std::nullopt);
   EXPECT_EQ(ReformOverdue(run, kNow + absl::Seconds(50)),

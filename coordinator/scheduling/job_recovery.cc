@@ -64,14 +64,14 @@ void RestoreElastic(const coordinator::ElasticRecord& record, RunningJob& run) {
     rank.recover_host.clear();  // gone: no agent binds it again
   }
   run.phase = RestoredPhase(record);
-  if (record.has_last_growth_us()) run.last_growth_at = TimeOf(record.last_growth_us());
+
   for (int finished : record.finished_ranks()) {
     if (finished < 0 || finished >= static_cast<int>(run.ranks.size())) continue;
     run.MarkFinished(finished);
   }
-  run.recovery_seconds = record.recovery_seconds();
-  run.history.assign(record.history().begin(), record.history().end());
-  run.reforms_in_process = record.reforms_in_process();
+  run.Restore({record.history().begin(), record.history().end()}, record.recovery_seconds(),
+              record.has_last_growth_us() ? TimeOf(record.last_growth_us()) : absl::InfinitePast(),
+              record.reforms_in_process());
   if (record.has_restart_all()) {
     for (int stopping : record.restart_all().stopping_ranks()) {
       if (stopping < 0 || stopping >= static_cast<int>(run.ranks.size())) continue;
@@ -126,12 +126,12 @@ coordinator::ElasticRecord ElasticRecordOf(const RunningJob& run, const std::vec
     }
   }
   SavePhase(run, record);
-  if (run.last_growth_at != absl::InfinitePast()) {
-    record.set_last_growth_us(absl::ToUnixMicros(run.last_growth_at));
+  if (run.last_growth_at() != absl::InfinitePast()) {
+    record.set_last_growth_us(absl::ToUnixMicros(run.last_growth_at()));
   }
-  record.set_recovery_seconds(run.recovery_seconds);
-  for (const std::string& line : run.history) record.add_history(line);
-  record.set_reforms_in_process(run.reforms_in_process);
+  record.set_recovery_seconds(run.recovery_seconds());
+  for (const std::string& line : run.history()) record.add_history(line);
+  record.set_reforms_in_process(run.reforms_in_process());
   if (run.phase.restarting() != nullptr) {
     coordinator::ElasticRecord::RestartAll& restart = *record.mutable_restart_all();
     for (size_t rank = 0; rank < run.ranks.size(); ++rank) {

@@ -20,7 +20,7 @@ HeartbeatAnswer RecordHeartbeat(RunningJob& run, const v1::RankHeartbeat& heartb
   if (run.elastic && heartbeat.generation() < run.generation()) {
     answer.directive.set_kind(v1::Directive::RE_RENDEZVOUS);
     answer.directive.set_generation(run.generation());
-    answer.directive.set_reason(run.history.empty() ? "" : run.history.back());
+    answer.directive.set_reason(run.history().empty() ? "" : run.history().back());
     return answer;
   }
   if (!run.HasRank(heartbeat.generation(), heartbeat.rank())) return answer;
@@ -34,7 +34,7 @@ HeartbeatAnswer RecordHeartbeat(RunningJob& run, const v1::RankHeartbeat& heartb
     rank.finished = true;
   }
   // Note [Restart-all]: the program re-forms in its own process.
-  if (heartbeat.reforms_in_process()) run.reforms_in_process = true;
+  if (heartbeat.reforms_in_process()) run.NoteReformsInProcess();
   if (run.phase.planned().has_value() && run.phase.waiting() == nullptr && run.Formed()) {
     answer.directive.set_kind(v1::Directive::REFORM_AT_STEP_BOUNDARY);
     answer.directive.set_generation(run.generation() + 1);
@@ -124,8 +124,8 @@ absl::StatusOr<v1::Metrics> RecordReport(RunningJob& run, const v1::ReportReques
   }
   v1::Metrics metrics = report.metrics();
   if (run.elastic) {  // what only the coordinator knows
-    (*metrics.mutable_values())["restarts"] = run.restarts;
-    (*metrics.mutable_values())["recovery_seconds"] = run.recovery_seconds;
+    (*metrics.mutable_values())["restarts"] = run.restarts();
+    (*metrics.mutable_values())["recovery_seconds"] = run.recovery_seconds();
   }
   return metrics;
 }
@@ -151,7 +151,7 @@ v1::JoinResponse StagedJoinResponse(const v1::Job& job, const RunningJob& run,
   response.set_local_rank(newcomer.slot.local_rank);
   response.set_local_world_size(newcomer.slot.local_world_size);
   if (!run.resume.job_id().empty()) *response.mutable_resume() = run.resume;
-  response.set_restarts(run.restarts);
+  response.set_restarts(run.restarts());
   response.set_staged(true);
   return response;
 }

@@ -27,7 +27,7 @@ RunningJob RunOf(const v1::Job& job) {
   RunningJob run(job, 2, /*generation=*/2);
   run.ranks.push_back(RankState::At({"agent-1", 0, 0, 2}));
   run.ranks.push_back(RankState::At({"agent-1", 1, 1, 2}));
-  run.history.push_back("generation 2: rank 1 replaced");
+  run.AddHistory("generation 2: rank 1 replaced");
   return run;
 }
 
@@ -162,7 +162,7 @@ TEST(RecordHeartbeatTest, AProgramsRankZeroCarriesProgressAndSaysItReformsInProc
   beat.set_reforms_in_process(true);
   HeartbeatAnswer answer = RecordHeartbeat(run, beat, kNow, /*via_agent=*/true);
   EXPECT_TRUE(answer.progress);
-  EXPECT_TRUE(run.reforms_in_process);
+  EXPECT_TRUE(run.reforms_in_process());
   EXPECT_TRUE(run.ranks[0].heartbeats_via_agent);
   beat.set_rank(1);
   EXPECT_FALSE(RecordHeartbeat(run, beat, kNow, false).progress);
@@ -294,9 +294,9 @@ TEST(RecordReportTest, EachReportsMetricsAndWhatItMarks) {
     SCOPED_TRACE(row.name);
     v1::Job job = ElasticJob();
     if (!row.elastic) job.mutable_spec()->clear_elastic();
+    job.set_restarts(3);
     RunningJob run = RunOf(job);
-    run.restarts = 3;
-    run.recovery_seconds = 1.5;
+    run.NoteRecovery(1.5);
     row.prepare(run);
     const absl::StatusOr<v1::Metrics> metrics = RecordReport(run, row.report);
     EXPECT_EQ(metrics.status().code(), row.code) << metrics.status();
@@ -331,8 +331,8 @@ TEST(WithProgressTest, MovesTheMetricsForwardOnly) {
 
 TEST(StagedJoinResponseTest, IsThePlannedMembershipOfTheStagedGeneration) {
   v1::Job job = ElasticJob(/*program=*/true);
+  job.set_restarts(1);
   RunningJob run = RunOf(job);
-  run.restarts = 1;
   const StagedNewcomer newcomer{RankSlot{"agent-2", 0, 0, 1}, 2, false};
   run.staged.Start(3, 3, "1 free slot(s)", {newcomer}, kNow, absl::Seconds(60));
   const v1::JoinResponse response = StagedJoinResponse(job, run, newcomer);

@@ -97,7 +97,6 @@ RankState RankState::At(const RankSlot& slot) {
 RunningJob::RunningJob(const v1::Job& job, int world_size, int64_t generation)
     : hang_detection(job.spec().hang_detection()),
       rendezvous(job.job_id(), generation, world_size),
-      upload_grant_(UploadGrantFor(job, world_size, generation)),
       owner(job.owner()),
       priority(job.spec().priority() != v1::JobSpec::PRIORITY_UNSPECIFIED ? job.spec().priority()
                                                                           : v1::JobSpec::NORMAL),
@@ -109,7 +108,8 @@ RunningJob::RunningJob(const v1::Job& job, int world_size, int64_t generation)
       elastic(job.spec().has_elastic()),
       elastic_spec(job.spec().elastic()),
       preemptible(job.spec().resources().preemptible()),
-      restarts(job.restarts()) {}
+      restarts_(job.restarts()),
+      upload_grant_(UploadGrantFor(job, world_size, generation)) {}
 
 void RunningJob::SetLimits(v1::LaunchRanks& launch) const {
   launch.set_memory_limit_bytes(memory_limit_bytes);
@@ -158,6 +158,20 @@ void RunningJob::BeginGeneration(const v1::Job& job, std::vector<RankState> next
   phase.BeginForming(kind, now, now + absl::Seconds(elastic_spec.wait_seconds()));
 }
 
+void RunningJob::CountChange(bool failure, bool grew, bool owes, absl::Time now) {
+  if (failure) ++restarts_;
+  if (grew) last_growth_at_ = now;
+  replacements_owed_ = owes;
+}
+
+void RunningJob::Restore(std::vector<std::string> history, double recovery_seconds,
+                         absl::Time last_growth_at, bool reforms_in_process) {
+  history_ = std::move(history);
+  recovery_seconds_ = recovery_seconds;
+  if (last_growth_at != absl::InfinitePast()) last_growth_at_ = last_growth_at;
+  reforms_in_process_ = reforms_in_process;
+}
+
 void RunningJob::MarkFinished(int rank) {
   ranks[rank].state = v1::RankStatus::EXITED;
   ranks[rank].recover_host.clear();
@@ -174,7 +188,7 @@ RunningJob RunningJob::Started(const v1::Job& job, const std::vector<RankSlot>& 
     run.ranks.push_back(RankState::At(slot));
   }
   run.generation_started_at_ = now;
-  run.last_growth_at = now;
+  run.last_growth_at_ = now;
   return run;
 }
 
@@ -443,7 +457,7 @@ v1::JoinResponse RunningJob::JoinResponseFor(const v1::Job& job, int rank,
   response.set_local_rank(ranks[rank].local_rank);
   response.set_local_world_size(ranks[rank].local_world_size);
   if (!resume.job_id().empty()) *response.mutable_resume() = resume;
-  response.set_restarts(restarts);
+  response.set_restarts(restarts_);
   response.set_group_rank(groups.of_rank.at(rank));
   response.set_group_world_size(groups.count);
   return response;

@@ -376,10 +376,11 @@ struct RunningJob {
   const v1::ElasticSpec elastic_spec;
   // A program rank said its program re-forms in its own process (Note
   // [Restart-all]); sticky.
-  bool reforms_in_process = false;
+  bool reforms_in_process() const { return reforms_in_process_; }
+  void NoteReformsInProcess() { reforms_in_process_ = true; }
   // Whether a change of generation stops every rank and starts them all
   // again (Note [Restart-all]).
-  bool RestartsAll() const { return program && elastic && !reforms_in_process; }
+  bool RestartsAll() const { return program && elastic && !reforms_in_process_; }
   // Where the job is in a change of generation, and the planned change it
   // waits to make (Note [Elastic phase] in elastic_state.h). A restart-all
   // whose ranks are being stopped is its Restarting phase.
@@ -393,21 +394,33 @@ struct RunningJob {
   // Rank failures survived so far, and one line per generation change: the
   // newest kHistoryLines, after a first line that counts the earlier ones
   // (AppendHistory; Note [A bounded history]).
-  int restarts = 0;
-  std::vector<std::string> history;
+  int restarts() const { return restarts_; }
+  const std::vector<std::string>& history() const { return history_; }
   // Seconds from the last failure to its generation forming (0: none yet).
-  double recovery_seconds = 0;
+  double recovery_seconds() const { return recovery_seconds_; }
+  // When the job last started or grew (elastic.scale_up_interval_seconds
+  // counts from it).
+  absl::Time last_growth_at() const { return last_growth_at_; }
+  // The generation formed without the replacements of ranks lost in a
+  // failure: free slots are taken at once (Note [Staged growth] in
+  // staged_growth.h).
+  bool replacements_owed() const { return replacements_owed_; }
+  // A change of generation is decided at `now`: a `failure` counts a
+  // restart, a generation that `grew` restarts the scale-up interval, and
+  // one formed without its replacements (`owes`) owes them; `line` (built
+  // after the count) goes into the history.
+  void CountChange(bool failure, bool grew, bool owes, absl::Time now);
+  void AddHistory(std::string line) { AppendHistory(history_, std::move(line)); }
+  // The last failure's generation formed `seconds` after it.
+  void NoteRecovery(double seconds) { recovery_seconds_ = seconds; }
+  // What a restarted coordinator takes back of an elastic job (Note
+  // [Elastic restart] in job_recovery.h).
+  void Restore(std::vector<std::string> history, double recovery_seconds, absl::Time last_growth_at,
+               bool reforms_in_process);
   // Ranks that leave without a failure: yielding to a preemption until the
   // next change of generation, then departing (as do ranks that leave with
   // a drain and stopped staged newcomers) until their exit is reported.
   LeavingRanks leaving;
-  // When the job last started or grew (elastic.scale_up_interval_seconds
-  // counts from it).
-  absl::Time last_growth_at = absl::InfinitePast();
-  // The generation formed without the replacements of ranks lost in a
-  // failure: free slots are taken at once (Note [Staged growth] in
-  // staged_growth.h).
-  bool replacements_owed = false;
   // Note [Staged growth] in staged_growth.h: newcomers started before
   // their generation forms; not ranks of the job until it does.
   StagedGrowth staged;
@@ -438,6 +451,12 @@ struct RunningJob {
  private:
   // Note [Rank index] in running_job.cc.
   void IndexRanks() const;
+  bool reforms_in_process_ = false;
+  int restarts_ = 0;
+  std::vector<std::string> history_;
+  double recovery_seconds_ = 0;
+  absl::Time last_growth_at_ = absl::InfinitePast();
+  bool replacements_owed_ = false;
   int exited_ok_ = 0;
   std::vector<int> rank_of_survivor_;
   bool finished_before_reform_ = false;

@@ -206,7 +206,7 @@ TEST_F(RunningJobTest, AStartTakesItsSlotsAsGenerationOne) {
   EXPECT_EQ(run.ranks[0].state, v1::RankStatus::LAUNCHING);
   EXPECT_EQ(run.resume.step(), 40);
   EXPECT_EQ(run.generation_started_at(), clock_.Now());
-  EXPECT_EQ(run.last_growth_at, clock_.Now());
+  EXPECT_EQ(run.last_growth_at(), clock_.Now());
   EXPECT_EQ(agents_.free_slots(), 1);  // agent-1's slot 0
 }
 
@@ -231,6 +231,30 @@ TEST_F(RunningJobTest, ANewGenerationStartsItsBookkeepingAfresh) {
   run_.MarkFinished(1);  // taken back after a restart, its exit of 0 recorded
   EXPECT_EQ(run_.ranks[1].state, v1::RankStatus::EXITED);
   EXPECT_EQ(run_.exited_ok(), 1);
+}
+
+// A change counts a failure as a restart, a growth restarts the scale-up
+// interval, a survivors-only generation owes its replacements; a restart
+// takes the history back as saved.
+TEST_F(RunningJobTest, AChangeIsCountedAndRestored) {
+  const absl::Time now = clock_.Now();
+  run_.CountChange(/*failure=*/true, /*grew=*/false, /*owes=*/true, now);
+  run_.AddHistory("generation 2 after rank 1 exited");
+  EXPECT_EQ(run_.restarts(), 1);
+  EXPECT_EQ(run_.last_growth_at(), absl::InfinitePast());
+  EXPECT_TRUE(run_.replacements_owed());
+  run_.CountChange(false, /*grew=*/true, false, now);
+  EXPECT_EQ(run_.restarts(), 1);
+  EXPECT_EQ(run_.last_growth_at(), now);
+  EXPECT_FALSE(run_.replacements_owed());
+  EXPECT_EQ(run_.history(), std::vector<std::string>{"generation 2 after rank 1 exited"});
+
+  RunningJob back(job_, 3, /*generation=*/2);
+  back.Restore({"a", "b"}, 1.5, absl::InfinitePast(), /*reforms_in_process=*/true);
+  EXPECT_EQ(back.history(), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(back.recovery_seconds(), 1.5);
+  EXPECT_EQ(back.last_growth_at(), absl::InfinitePast());  // none saved
+  EXPECT_TRUE(back.reforms_in_process());
 }
 
 TEST_F(RunningJobTest, LaunchMessagesAndPlacementsDescribeEveryRank) {
@@ -565,12 +589,14 @@ TEST_F(RunningJobTest, JoinResponseNamesRankGenerationNamespaceAndResume) {
 
 // Note [torchrun's variables] in worker/runtime/program_supervisor.h.
 TEST_F(RunningJobTest, JoinResponseCarriesTheRestartsAndTheRanksGroup) {
-  run_.restarts = 2;
+  job_.set_restarts(2);  // two failures survived
+  RunningJob run(job_, 3, /*generation=*/1);
+  run.ranks = run_.ranks;
   // Agents numbered in the order their first rank comes: rank 0's first.
-  std::swap(run_.ranks[0], run_.ranks[2]);  // agent-2, agent-1, agent-1
+  std::swap(run.ranks[0], run.ranks[2]);  // agent-2, agent-1, agent-1
   const std::vector<std::pair<int, int>> want = {{0, 2}, {1, 2}, {1, 2}};
   for (int rank = 0; rank < 3; ++rank) {
-    const v1::JoinResponse response = run_.JoinResponseFor(job_, rank, run_.GroupsOfRanks());
+    const v1::JoinResponse response = run.JoinResponseFor(job_, rank, run.GroupsOfRanks());
     EXPECT_EQ(response.restarts(), 2) << "TORCHELASTIC_RESTART_COUNT";
     EXPECT_EQ(response.group_rank(), want[rank].first) << "rank " << rank;
     EXPECT_EQ(response.group_world_size(), want[rank].second) << "rank " << rank;

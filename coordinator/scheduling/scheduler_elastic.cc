@@ -48,7 +48,7 @@ void Scheduler::ReformLocked(const std::string& job_id, const std::string& cause
   run.resume = resume_.ForGeneration(job_id, run);
   if (metrics_ != nullptr) metrics_->GenerationStarted(std::string(ReformKindName(begun.kind)));
   LOG(INFO) << job_id << ": " << begun.change;
-  records_.Reformed(out.writes, job_id, begun.generation, begun.world, run.restarts, begun.change,
+  records_.Reformed(out.writes, job_id, begun.generation, begun.world, run.restarts(), begun.change,
                     run.Placements(state_.agents));
   for (auto& [agent_id, message] : run.NewcomerLaunchMessages(job_id, coordinator_address_)) {
     out.messages.emplace_back(state_.agents.Find(agent_id)->send, std::move(message));
