@@ -230,7 +230,9 @@ TEST(AnswerJoinTest, EachJoinsAnswer) {
     EXPECT_EQ(answer.refusal.code(), row.code) << answer.refusal;
     EXPECT_TRUE(absl::StrContains(answer.refusal.message(), row.message)) << answer.refusal;
     EXPECT_EQ(answer.leave.leave(), row.kind == JoinAnswer::Kind::kLeave);
-    if (answer.leave.leave()) EXPECT_EQ(answer.leave.generation(), 2);
+    if (answer.leave.leave()) {
+      EXPECT_EQ(answer.leave.generation(), 2);
+    }
   }
 }
 
