@@ -163,10 +163,11 @@ void Scheduler::GrowLocked(Outbox& out) {
                 out);
     if (!MayGrow(run, now)) continue;
     absl::StatusOr<v1::Job> job = jobs_.Get(job_id);
-    if (!job.ok()) continue;
-    std::optional<Growth> growth =
-        PlanGrowth(run, job->spec().resources().max_ranks(), state_.UnreservedSlots(),
-                   state_.QuotaCapped(job_id, job->spec(), run));
+    const int max_ranks = job.ok() ? job->spec().resources().max_ranks() : 0;
+    // At max_ranks (as most jobs are, every Tick): no scan of the free slots.
+    if (static_cast<int>(run.ranks.size()) >= max_ranks) continue;
+    std::optional<Growth> growth = PlanGrowth(run, max_ranks, state_.UnreservedSlots(),
+                                              state_.QuotaCapped(job_id, job->spec(), run));
     if (growth.has_value()) growths.emplace_back(job_id, *std::move(growth));
   }
   for (const auto& [job_id, growth] : growths) {
