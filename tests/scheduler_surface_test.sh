@@ -5,6 +5,9 @@
 # (one that holds a `Scheduler&`). Its entry points are grouped by caller:
 # an agent's stream is one entry point per event (hello, message, end), not
 # one per message kind; reads belong in ClusterReads (cluster_reads.h).
+# RunningJob, the state of one job the Scheduler keeps, has no public field
+# that can be written: its state changes through its transitions
+# (running_job.h).
 #
 # Usage: scheduler_surface_test.sh [REPOSITORY_ROOT]
 #   Without an argument (as under Bazel) the root is where README.md, as
@@ -102,5 +105,70 @@ if [[ -f "${header}" ]]; then
   views=$(forwarding_views "${header}")
   [[ -z "${views}" ]] && pass "no class in scheduler.h forwards to the Scheduler" ||
     fail "classes in scheduler.h that forward to the Scheduler: $(echo ${views}); give their entry points to the Scheduler or to a unit that does the work"
+fi
+
+# The public data members of class or struct $2 in header $1 that are not
+# const (or static), one per line.
+public_mutable_fields() {
+  python3 - "$1" "$2" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+start = re.search(r"^(?:class|struct) " + sys.argv[2] + r" \{\n", text, re.M)
+if not start:
+    sys.exit("no 'class/struct " + sys.argv[2] + " {' in " + sys.argv[1])
+body = text[start.end():]
+body = body[: body.index("\n};")]
+# A class's members are private until it says public; a struct's public.
+public = text[start.start():].startswith("struct")
+body = re.sub(r"//[^\n]*", "", body)
+while True:
+    flat = re.sub(r"\{[^{}]*\}", ";", body)
+    if flat == body:
+        break
+    body = flat
+for part in re.split(r"^ (public|private|protected):", body, flags=re.M):
+    if part in ("public", "private", "protected"):
+        public = part == "public"
+        continue
+    if not public:
+        continue
+    for decl in part.split(";"):
+        decl = " ".join(decl.split())
+        left = decl.split("=", 1)[0]
+        if not decl or "(" in left or "operator" in left:
+            continue  # a method, or nothing
+        if decl.startswith(("const ", "static ", "using ", "enum ", "struct ", "class ",
+                            "friend ", "inline ", "constexpr ", "mutable const")):
+            continue
+        print(decl)
+PY
+}
+{
+  echo 'struct Job {'
+  echo '  explicit Job(int n) : n_(n) {}'
+  echo '  int n() const { return n_; }'
+  echo '  const int limit = 3;'
+  echo '  absl::Time until = absl::InfinitePast();  // a field'
+  echo '  enum class Fate { kStays, kGone };'
+  echo '  struct Groups {'
+  echo '    int count = 0;'
+  echo '  };'
+  echo '  std::vector<int> ranks;'
+  echo '  void Set(int n) { n_ = n; }'
+  echo ' private:'
+  echo '  int n_ = 0;'
+  echo '};'
+} >"${fixture}/job.h"
+fields=$(public_mutable_fields "${fixture}/job.h" Job | sed 's/ =.*//' | tr '\n' ',')
+[[ "${fields}" == "absl::Time until,std::vector<int> ranks," ]] &&
+  pass "the field finder finds the fixture's two public mutable fields and only them" ||
+  fail "the field finder found '${fields}' in the fixture, not 'absl::Time until,std::vector<int> ranks,'"
+job_header="${root}/coordinator/scheduling/running_job.h"
+if [[ -f "${job_header}" ]]; then
+  fields=$(public_mutable_fields "${job_header}" RunningJob)
+  [[ -z "${fields}" ]] && pass "RunningJob has no public mutable field" ||
+    fail "RunningJob's public mutable fields: ${fields//$'\n'/; }; make them private, changed by a named transition"
+else
+  fail "no coordinator/scheduling/running_job.h under '${root}'"
 fi
 finish

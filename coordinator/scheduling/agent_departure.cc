@@ -17,8 +17,7 @@ AgentLoss Await(RunningJob& run, const std::string& agent_id, const v1::AgentHel
   if (waiting.empty()) return {};  // only departing ranks ran there
   // A job already waiting (after a restart, another lost agent) keeps the
   // later deadline.
-  run.recovering_until = std::max(run.recovering_until, now + grace);
-  run.wait_cause.lost_agents.push_back(LostAgentWait{agent_id, lost.host(), waiting, grace});
+  run.AwaitLostAgent(LostAgentWait{agent_id, lost.host(), waiting, grace}, now + grace);
   return {AgentLoss::Kind::kAwait,
           absl::StrCat(lost_what, ", which ran rank(s) ", absl::StrJoin(waiting, ","),
                        "; waiting up to ", absl::FormatDuration(grace), " for it to reconnect")};
@@ -31,7 +30,7 @@ AgentLoss OnAgentLost(RunningJob& run, const std::string& agent_id, const v1::Ag
   const std::string lost =
       absl::StrCat("lost contact with the agent on ", hello.host(), " (", agent_id, ")");
   // Ranks that had already left with a drain are gone with it.
-  run.leaving.OnAgentGone(agent_id);
+  run.mutable_leaving().OnAgentGone(agent_id);
   if (run.elastic && rebinding) {
     // Note [An agent back before its stream ended].
     if (run.AwaitAgent(agent_id, hello.host(), hello.pid()).empty()) return {};
@@ -42,8 +41,8 @@ AgentLoss OnAgentLost(RunningJob& run, const std::string& agent_id, const v1::Ag
   }
   if (run.elastic) {
     std::vector<int> there;
-    for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
-      if (run.ranks[rank].agent_id == agent_id) there.push_back(static_cast<int>(rank));
+    for (size_t rank = 0; rank < run.ranks().size(); ++rank) {
+      if (run.ranks()[rank].agent_id == agent_id) there.push_back(static_cast<int>(rank));
     }
     if (there.empty()) return {};
     return {AgentLoss::Kind::kReform,
@@ -57,32 +56,30 @@ AgentLoss OnAgentLost(RunningJob& run, const std::string& agent_id, const v1::Ag
 
 std::string GiveUpLostAgents(RunningJob& run) {
   std::vector<std::string> lost;
-  for (const LostAgentWait& w : run.wait_cause.lost_agents) {
+  for (const LostAgentWait& w : run.wait_cause().lost_agents) {
     std::vector<int> missing;
     for (int rank : w.ranks) {
-      if (rank >= static_cast<int>(run.ranks.size()) || !run.ranks[rank].agent_id.empty()) continue;
       // On the agent that is gone, as when the job re-formed at once: the
       // re-formation counts such ranks as lost, not as awaited.
-      run.ranks[rank].agent_id = w.agent_id;
-      missing.push_back(rank);
+      if (run.GiveUpRank(rank, w.agent_id)) missing.push_back(rank);
     }
     if (missing.empty()) continue;
     lost.push_back(absl::StrCat("lost contact with the agent on ", w.host, " (", w.agent_id,
                                 "), which ran rank(s) ", absl::StrJoin(missing, ","),
                                 ", and it was not back within ", absl::FormatDuration(w.grace)));
   }
-  run.recovering_until = absl::InfinitePast();
-  run.wait_cause = RankWaitCause();
+  run.StopAwaiting();
   return absl::StrJoin(lost, "; ");
 }
 
 std::string GiveUpUnbound(RunningJob& run, const v1::AgentHello& agent) {
   std::vector<int> gone;
-  for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
-    RankState& r = run.ranks[rank];
+  for (size_t rank = 0; rank < run.ranks().size(); ++rank) {
+    const RankState& r = run.ranks()[rank];
     if (r.agent_id.empty() && r.state == v1::RankStatus::LOST && r.recover_host == agent.host() &&
         r.recover_agent_pid == agent.pid()) {
-      r.agent_id = agent.agent_id();  // the old registration, gone: lost, not awaited
+      // The old registration, gone: lost, not awaited.
+      run.GiveUpRank(static_cast<int>(rank), agent.agent_id());
       gone.push_back(static_cast<int>(rank));
     }
   }
@@ -94,8 +91,9 @@ std::string GiveUpUnbound(RunningJob& run, const v1::AgentHello& agent) {
 AgentDrain OnAgentDrained(const RunningJob& run, const std::string& agent_id,
                           const std::string& who) {
   std::vector<int> here;
-  for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
-    if (run.ranks[rank].agent_id == agent_id && run.ranks[rank].state != v1::RankStatus::EXITED) {
+  for (size_t rank = 0; rank < run.ranks().size(); ++rank) {
+    if (run.ranks()[rank].agent_id == agent_id &&
+        run.ranks()[rank].state != v1::RankStatus::EXITED) {
       here.push_back(static_cast<int>(rank));
     }
   }

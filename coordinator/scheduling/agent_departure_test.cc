@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "coordinator/scheduling/running_job_test_peer.h"
 #include "gtest/gtest.h"
 
 namespace chorus {
@@ -26,9 +27,9 @@ RunningJob RunOf(bool elastic) {
   job.set_job_id("job-000001");
   if (elastic) job.mutable_spec()->mutable_elastic();
   RunningJob run(job, 3, /*generation=*/1);
-  run.ranks.push_back(RankState::At({"agent-1", 0, 0, 2}));
-  run.ranks.push_back(RankState::At({"agent-1", 1, 1, 2}));
-  run.ranks.push_back(RankState::At({"agent-2", 0, 0, 1}));
+  run.AddRank(RankState::At({"agent-1", 0, 0, 2}));
+  run.AddRank(RankState::At({"agent-1", 1, 1, 2}));
+  run.AddRank(RankState::At({"agent-2", 0, 0, 1}));
   return run;
 }
 
@@ -69,25 +70,25 @@ TEST(AgentDepartureTest, WhatAJobDoesWhenAnAgentIsGone) {
     SCOPED_TRACE(row.name);
     RunningJob run = RunOf(row.elastic);
     if (row.exited) {
-      run.ranks[0].state = v1::RankStatus::EXITED;
-      run.ranks[1].state = v1::RankStatus::EXITED;
+      RankOf(run, 0).state = v1::RankStatus::EXITED;
+      RankOf(run, 1).state = v1::RankStatus::EXITED;
     }
     const AgentLoss loss =
         OnAgentLost(run, "agent-1", HelloOf("node-a", 11), row.grace, row.rebinding, kNow);
     EXPECT_EQ(loss.kind, row.kind);
     EXPECT_TRUE(absl::StrContains(loss.text, row.text)) << loss.text;
     if (row.waits.has_value()) {
-      EXPECT_EQ(run.recovering_until, kNow + *row.waits);
-      ASSERT_EQ(run.wait_cause.lost_agents.size(), 1u);
-      EXPECT_EQ(run.wait_cause.lost_agents[0].ranks, (std::vector<int>{0, 1}));
+      EXPECT_EQ(run.recovering_until(), kNow + *row.waits);
+      ASSERT_EQ(run.wait_cause().lost_agents.size(), 1u);
+      EXPECT_EQ(run.wait_cause().lost_agents[0].ranks, (std::vector<int>{0, 1}));
     } else {
-      EXPECT_EQ(run.recovering_until, absl::InfinitePast());
-      EXPECT_TRUE(run.wait_cause.lost_agents.empty());
+      EXPECT_EQ(run.recovering_until(), absl::InfinitePast());
+      EXPECT_TRUE(run.wait_cause().lost_agents.empty());
     }
     const bool unbound =
         row.kind == AgentLoss::Kind::kAwait || row.kind == AgentLoss::Kind::kRebind;
-    EXPECT_EQ(run.ranks[0].agent_id.empty(), unbound);
-    EXPECT_EQ(run.ranks[2].agent_id, "agent-2");  // another agent's rank stays
+    EXPECT_EQ(run.ranks()[0].agent_id.empty(), unbound);
+    EXPECT_EQ(run.ranks()[2].agent_id, "agent-2");  // another agent's rank stays
   }
 }
 
@@ -97,8 +98,8 @@ TEST(AgentDepartureTest, ASecondLostAgentKeepsTheLaterDeadline) {
   OnAgentLost(run, "agent-1", HelloOf("node-a", 11), absl::Seconds(10), false, kNow);
   OnAgentLost(run, "agent-2", HelloOf("node-b", 12), absl::Seconds(10), false,
               kNow - absl::Seconds(3));
-  EXPECT_EQ(run.recovering_until, kNow + absl::Seconds(10));
-  EXPECT_EQ(run.wait_cause.lost_agents.size(), 2u);
+  EXPECT_EQ(run.recovering_until(), kNow + absl::Seconds(10));
+  EXPECT_EQ(run.wait_cause().lost_agents.size(), 2u);
 }
 
 // Note [An elastic job's lost agent]: not back in time, the agent's ranks
@@ -106,15 +107,15 @@ TEST(AgentDepartureTest, ASecondLostAgentKeepsTheLaterDeadline) {
 TEST(AgentDepartureTest, AnAgentNotBackInTimeLosesItsRanks) {
   RunningJob run = RunOf(/*elastic=*/true);
   OnAgentLost(run, "agent-1", HelloOf("node-a", 11), absl::Seconds(10), false, kNow);
-  run.ranks[1].agent_id = "agent-3";  // rank 1 was rebound meanwhile
+  RankOf(run, 1).agent_id = "agent-3";  // rank 1 was rebound meanwhile
   const std::string cause = GiveUpLostAgents(run);
   EXPECT_EQ(cause,
             "lost contact with the agent on node-a (agent-1), which ran rank(s) 0, and it was not "
             "back within 5s");
-  EXPECT_EQ(run.ranks[0].agent_id, "agent-1");
-  EXPECT_EQ(run.ranks[1].agent_id, "agent-3");
-  EXPECT_EQ(run.recovering_until, absl::InfinitePast());
-  EXPECT_TRUE(run.wait_cause.lost_agents.empty());
+  EXPECT_EQ(run.ranks()[0].agent_id, "agent-1");
+  EXPECT_EQ(run.ranks()[1].agent_id, "agent-3");
+  EXPECT_EQ(run.recovering_until(), absl::InfinitePast());
+  EXPECT_TRUE(run.wait_cause().lost_agents.empty());
 }
 
 // Note [An agent back before its stream ended]: the agent's new hello
@@ -125,10 +126,10 @@ TEST(AgentDepartureTest, RanksTheReconnectedAgentDidNotBringBackAreLost) {
             AgentLoss::Kind::kRebind);
   v1::AgentHello again = HelloOf("node-a", 11);
   again.set_agent_id("agent-3");
-  run.ranks[0].agent_id = "agent-3";
-  run.ranks[0].state = v1::RankStatus::TRAINING;
+  RankOf(run, 0).agent_id = "agent-3";
+  RankOf(run, 0).state = v1::RankStatus::TRAINING;
   EXPECT_EQ(GiveUpUnbound(run, again), "the agent on node-a connected again without rank(s) 1");
-  EXPECT_EQ(run.ranks[1].agent_id, "agent-3");
+  EXPECT_EQ(run.ranks()[1].agent_id, "agent-3");
   EXPECT_EQ(GiveUpUnbound(run, again), "");  // nothing left unbound
   // Another process on the same host does not claim them.
   RunningJob other = RunOf(/*elastic=*/true);
@@ -138,7 +139,7 @@ TEST(AgentDepartureTest, RanksTheReconnectedAgentDidNotBringBackAreLost) {
 
 TEST(AgentDepartureTest, ADrainedAgentsRanksLeaveAnElasticJobAndStayInAnyOther) {
   RunningJob elastic = RunOf(/*elastic=*/true);
-  elastic.ranks[1].state = v1::RankStatus::EXITED;
+  RankOf(elastic, 1).state = v1::RankStatus::EXITED;
   AgentDrain drain = OnAgentDrained(elastic, "agent-1", "agent agent-1 (node-a)");
   EXPECT_EQ(drain.kind, AgentDrain::Kind::kReform);
   EXPECT_EQ(drain.text, "agent agent-1 (node-a) was drained: rank(s) 0 leave");

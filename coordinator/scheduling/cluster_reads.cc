@@ -86,7 +86,7 @@ void ClusterReads::Snapshot(ClusterSnapshot& snapshot, int max_rank_rows) const 
     }
     status.mutable_job()->set_job_id(job_id);
     StatusRows rows;
-    if (static_cast<int>(run.ranks.size()) > max_rank_rows) {
+    if (static_cast<int>(run.ranks().size()) > max_rank_rows) {
       rows.limit = 0;
       for (const v1::Diagnosis& d : run.diagnoses_now()) {
         rows.also.insert(rows.also.end(), d.ranks().begin(), d.ranks().end());

@@ -50,7 +50,7 @@ class ClusterReadsTest : public ::testing::Test {
            const std::vector<std::pair<std::string, int>>& slots) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     RunningJob run(job, static_cast<int>(slots.size()), /*generation=*/1);
     for (const auto& [agent, slot] : slots) {
-      run.ranks.push_back(RankState::At({agent, slot, 0, 1}));
+      run.AddRank(RankState::At({agent, slot, 0, 1}));
       state_.agents.SetBusy(agent, slot, true);
     }
     state_.running.emplace(job.job_id(), std::move(run));

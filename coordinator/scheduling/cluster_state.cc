@@ -21,7 +21,7 @@ bool OnDevice(const AgentRegistry& agents, const std::string& agent_id,
 QueueUsage ClusterState::Usage() const {
   QueueUsage usage;
   for (const auto& [job_id, run] : running) {
-    usage.slots_in_use[run.owner][run.device] += static_cast<int>(run.ranks.size());
+    usage.slots_in_use[run.owner][run.device] += static_cast<int>(run.ranks().size());
   }
   usage.fair_share = fair_share.usage();
   usage.reservations_held = plan.reservations_held;  // Note [Reservation]
@@ -86,7 +86,7 @@ std::vector<std::string> ClusterState::JobsOn(const std::string& agent_id) const
 std::vector<std::string> ClusterState::RetryableWaits(absl::Time now) const {
   std::vector<std::string> waiting;
   for (const auto& [job_id, run] : running) {
-    const ElasticPhase::Waiting* wait = run.phase.waiting();
+    const ElasticPhase::Waiting* wait = run.phase().waiting();
     if (wait != nullptr && (!run.AwaitingRanks() || now >= wait->until)) waiting.push_back(job_id);
   }
   return waiting;
@@ -94,7 +94,7 @@ std::vector<std::string> ClusterState::RetryableWaits(absl::Time now) const {
 
 void ClusterState::AdvanceFairShare(absl::Time now) {
   std::map<std::string, int> held;
-  for (const auto& [job_id, run] : running) held[run.owner] += static_cast<int>(run.ranks.size());
+  for (const auto& [job_id, run] : running) held[run.owner] += static_cast<int>(run.ranks().size());
   fair_share.Advance(now, held);
 }
 
@@ -120,13 +120,13 @@ QueuedJob ClusterState::QuotaCapped(const std::string& job_id, const v1::JobSpec
   int others = 0;  // the owner's slots in other jobs
   for (const auto& [id, other] : running) {
     if (id != job_id && other.owner == run.owner && other.device == run.device) {
-      others += static_cast<int>(other.ranks.size());
+      others += static_cast<int>(other.ranks().size());
     }
   }
   // Never below what it runs with now (a quota lowered meanwhile does not
   // shrink it), nor below min_ranks.
   const int most = std::max(
-      {job.resources.min_ranks(), quota->second - others, static_cast<int>(run.ranks.size())});
+      {job.resources.min_ranks(), quota->second - others, static_cast<int>(run.ranks().size())});
   job.resources.set_max_ranks(std::min(job.resources.max_ranks(), most));
   return job;
 }
@@ -134,7 +134,7 @@ QueuedJob ClusterState::QuotaCapped(const std::string& job_id, const v1::JobSpec
 std::vector<ElasticRun> ClusterState::Preemptible() const {
   std::vector<ElasticRun> runs;
   for (const auto& [job_id, run] : running) {
-    if (!run.elastic || run.RestartsAll() || !run.Steady() || !run.leaving.empty()) {
+    if (!run.elastic || run.RestartsAll() || !run.Steady() || !run.leaving().empty()) {
       continue;
     }
     ElasticRun& e = runs.emplace_back();
@@ -150,7 +150,7 @@ std::vector<ElasticRun> ClusterState::Preemptible() const {
 std::vector<RequeueRun> ClusterState::Requeueable() const {
   std::vector<RequeueRun> runs;
   for (const auto& [job_id, run] : running) {
-    if (run.elastic || run.requeue.active() || !run.Steady()) continue;
+    if (run.elastic || run.requeue().active() || !run.Steady()) continue;
     RequeueRun& r = runs.emplace_back();
     r.job_id = job_id;
     r.priority = run.priority;
@@ -185,8 +185,9 @@ std::vector<std::pair<std::string, RequeueWait::Due>> ClusterState::RequeuesDue(
     absl::Time now, const JobResume& resume) {
   std::vector<std::pair<std::string, RequeueWait::Due>> due;
   for (auto& [job_id, run] : running) {
-    if (!run.requeue.active()) continue;
-    if (std::optional<RequeueWait::Due> d = run.requeue.OnTick(resume.NewestStep(job_id), now)) {
+    if (!run.requeue().active()) continue;
+    if (std::optional<RequeueWait::Due> d =
+            run.mutable_requeue().OnTick(resume.NewestStep(job_id), now)) {
       due.emplace_back(job_id, *std::move(d));
     }
   }
@@ -229,8 +230,8 @@ int ClusterState::SlotsComing(v1::ResourceSpec::Device device) const {
   }
   for (const auto& [job_id, run] : running) {
     if (run.device != device) continue;
-    coming += static_cast<int>(run.leaving.size());
-    if (run.requeue.active()) coming += static_cast<int>(run.ranks.size());
+    coming += static_cast<int>(run.leaving().size());
+    if (run.requeue().active()) coming += static_cast<int>(run.ranks().size());
   }
   for (const auto& [slot, job_id] : stopping) {
     if (OnDevice(agents, slot.first, device)) ++coming;
@@ -253,7 +254,8 @@ PreemptionOrders ClusterState::Preempt(absl::Time now, const JobResume& resume,
       RunningJob& run = running.at(p.job_id);
       const std::string priority = PriorityName(run.priority);
       if (!p.requeue) {
-        for (int rank : p.ranks) run.leaving.Yield(run.ranks[rank].agent_id, run.ranks[rank].slot);
+        for (int rank : p.ranks)
+          run.mutable_leaving().Yield(run.ranks()[rank].agent_id, run.ranks()[rank].slot);
         const std::string ranks = absl::StrJoin(p.ranks, ",");
         orders.shrink.emplace_back(
             p.job_id, absl::StrCat(holder_id, " (priority ", PriorityName(holder.priority), ", ",
@@ -275,11 +277,12 @@ PreemptionOrders ClusterState::Preempt(absl::Time now, const JobResume& resume,
         continue;
       }
       // Its ranks' heartbeats are answered with CHECKPOINT_AND_HOLD from now on.
-      run.requeue.Begin(cause, run.ReportedStep(), resume.NewestStep(p.job_id), now,
-                        requeue_timeout);
+      run.mutable_requeue().Begin(cause, run.ReportedStep(), resume.NewestStep(p.job_id), now,
+                                  requeue_timeout);
       orders.events.emplace_back(
-          p.job_id, absl::StrCat(cause, ": checkpointing at the next step boundary (step ",
-                                 run.requeue.target_step(), " or later), then back to the queue"));
+          p.job_id,
+          absl::StrCat(cause, ": checkpointing at the next step boundary (step ",
+                       run.requeue().target_step(), " or later), then back to the queue"));
     }
   }
   return orders;

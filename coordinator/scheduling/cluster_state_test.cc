@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "common/job_spec.h"
+#include "coordinator/scheduling/running_job_test_peer.h"
 #include "coordinator/state/state_store.h"
 #include "gtest/gtest.h"
 
@@ -62,12 +63,12 @@ class ClusterStateTest : public ::testing::Test {
     if (program) job.mutable_spec()->mutable_program()->add_argv("/usr/bin/python3");
     RunningJob run(job, ranks, /*generation=*/1);
     for (int r = 0; r < ranks; ++r) {
-      run.ranks.push_back(RankState::At({"agent-1", first_slot + r, r, ranks}));
+      run.AddRank(RankState::At({"agent-1", first_slot + r, r, ranks}));
       state_.agents.SetBusy("agent-1", first_slot + r, true);
     }
     Rendezvous::Answers answers;
     for (int r = 0; formed && r < ranks; ++r) {
-      run.rendezvous.Join(
+      run.mutable_rendezvous().Join(
           r, kStart + absl::Seconds(10), [](absl::StatusOr<v1::JoinResponse>) {},
           [](int) { return v1::JoinResponse(); }, answers);
     }
@@ -119,7 +120,7 @@ TEST_F(ClusterStateTest, WhichRunningJobsMayBePreempted) ABSL_NO_THREAD_SAFETY_A
   Run("job-000001", "ann", 1, 0, /*elastic=*/true);
   Run("job-000002", "ann", 1, 1, /*elastic=*/true, /*formed=*/false);
   RunningJob& leaving = Run("job-000003", "ann", 1, 2, /*elastic=*/true);
-  leaving.leaving.Yield("agent-1", 2);
+  leaving.mutable_leaving().Yield("agent-1", 2);
   RunningJob& fixed = Run("job-000004", "bob", 1, 3, /*elastic=*/false, /*formed=*/true,
                           /*preemptible=*/true);
 
@@ -133,7 +134,7 @@ TEST_F(ClusterStateTest, WhichRunningJobsMayBePreempted) ABSL_NO_THREAD_SAFETY_A
   EXPECT_EQ(requeueable[0].job_id, "job-000004");
   EXPECT_TRUE(requeueable[0].preemptible);
   EXPECT_TRUE(requeueable[0].checkpointable);  // the built-in trainer
-  fixed.requeue.Begin("preempted", 0, 0, kStart, absl::Seconds(60));
+  fixed.mutable_requeue().Begin("preempted", 0, 0, kStart, absl::Seconds(60));
   EXPECT_TRUE(state_.Requeueable().empty());
 }
 
@@ -153,9 +154,9 @@ TEST_F(ClusterStateTest, SlotsComingToAWaitingJob) ABSL_NO_THREAD_SAFETY_ANALYSI
   EXPECT_EQ(state_.SlotsComing(v1::ResourceSpec::CUDA), 2);
 
   RunningJob& shrinking = Run("job-000001", "ann", 1, 0, /*elastic=*/true);
-  shrinking.leaving.Yield("agent-1", 0);
+  shrinking.mutable_leaving().Yield("agent-1", 0);
   RunningJob& checkpointing = Run("job-000002", "bob", 2, 1, /*elastic=*/false);
-  checkpointing.requeue.Begin("preempted", 0, 0, kStart, absl::Seconds(60));
+  checkpointing.mutable_requeue().Begin("preempted", 0, 0, kStart, absl::Seconds(60));
   EXPECT_EQ(state_.SlotsComing(v1::ResourceSpec::CPU), 1 + 1 + 2);
 
   // Re-queued: its ranks were told to stop and their slots stay busy; their
@@ -183,7 +184,7 @@ TEST_F(ClusterStateTest, AReservationHolderPreemptsLowerPriorityJobs)
 ABSL_NO_THREAD_SAFETY_ANALYSIS {
   Run("job-000001", "ann", 2, 0, /*elastic=*/true);
   RunningJob& trainer = Run("job-000002", "bob", 1, 2, /*elastic=*/false);
-  trainer.ranks[0].last_heartbeat.set_step(120);
+  RankOf(trainer, 0).last_heartbeat.set_step(120);
   Run("job-000003", "cy", 1, 3, /*elastic=*/false, /*formed=*/true, /*preemptible=*/true,
       /*program=*/true);
   QueueEntry holder;
@@ -214,8 +215,8 @@ ABSL_NO_THREAD_SAFETY_ANALYSIS {
   EXPECT_EQ(orders.shrink[0].second,
             "job-000009 (priority HIGH, dee) preempted rank(s) 1 of this NORMAL job: they leave, "
             "nothing is lost");
-  EXPECT_EQ(state_.running.at("job-000001").leaving.size(), 1u);
-  EXPECT_TRUE(state_.running.at("job-000002").requeue.active());
+  EXPECT_EQ(state_.running.at("job-000001").leaving().size(), 1u);
+  EXPECT_TRUE(state_.running.at("job-000002").requeue().active());
   ASSERT_EQ(orders.requeue.size(), 1u);
   EXPECT_EQ(orders.requeue[0].first, "job-000003");
   EXPECT_EQ(orders.requeue[0].second,
@@ -244,12 +245,12 @@ ABSL_NO_THREAD_SAFETY_ANALYSIS {
 TEST_F(ClusterStateTest, WaitingJobsRetryUnlessStillAwaitingRanks) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   Run("job-000001", "ann", 1, 0, /*elastic=*/true);  // steady
   RunningJob& waiting = Run("job-000002", "ann", 1, 1, /*elastic=*/true);
-  waiting.phase.BeginWaiting("rank 1 exited", ReformKind::kRankLost, kStart,
-                             kStart + absl::Seconds(60));
+  waiting.mutable_phase().BeginWaiting("rank 1 exited", ReformKind::kRankLost, kStart,
+                                       kStart + absl::Seconds(60));
   RunningJob& recovered = Run("job-000003", "bob", 2, 2, /*elastic=*/true);
-  recovered.phase.BeginWaiting("the coordinator restarted", ReformKind::kRankLost, kStart,
-                               kStart + absl::Seconds(60));
-  recovered.ranks[1].agent_id.clear();  // not back yet
+  recovered.mutable_phase().BeginWaiting("the coordinator restarted", ReformKind::kRankLost, kStart,
+                                         kStart + absl::Seconds(60));
+  RankOf(recovered, 1).agent_id.clear();  // not back yet
   EXPECT_EQ(state_.RetryableWaits(kStart), std::vector<std::string>{"job-000002"});
   EXPECT_EQ(state_.RetryableWaits(kStart + absl::Seconds(60)),
             (std::vector<std::string>{"job-000002", "job-000003"}));

@@ -24,7 +24,7 @@ ReformJob ReformJobOf(const RunningJob& run, const std::string& cause, ReformKin
   job.max_restarts = run.elastic_spec.max_restarts();
   job.wait_seconds = run.elastic_spec.wait_seconds();
   job.stages_replacements = run.program && !run.RestartsAll();
-  if (const ElasticPhase::Waiting* wait = run.phase.waiting()) job.waiting_until = wait->until;
+  if (const ElasticPhase::Waiting* wait = run.phase().waiting()) job.waiting_until = wait->until;
   job.history = &run.history();
   return job;
 }
@@ -36,9 +36,9 @@ ReformJob ReformJobOf(const RunningJob& run, const std::string& cause, ReformKin
 std::vector<bool> LostRanks(const RunningJob& run, AgentRegistry& agents,
                             std::vector<std::pair<std::string, int>>& leaving) {
   const std::vector<RunningJob::Fate> fates = run.Fates(agents);
-  std::vector<bool> lost(run.ranks.size(), false);
-  for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
-    const RankState& r = run.ranks[rank];
+  std::vector<bool> lost(run.ranks().size(), false);
+  for (size_t rank = 0; rank < run.ranks().size(); ++rank) {
+    const RankState& r = run.ranks()[rank];
     lost[rank] = fates[rank] != RunningJob::Fate::kStays;
     if (fates[rank] == RunningJob::Fate::kExited && agents.Find(r.agent_id) != nullptr) {
       agents.SetBusy(r.agent_id, r.slot, false);
@@ -57,7 +57,7 @@ std::vector<RankState> NextRanks(const RunningJob& run, const NextGeneration& ne
   std::vector<RankState> ranks;
   for (size_t rank = 0; rank < next.ranks.size(); ++rank) {
     const int old = next.old_rank[rank];
-    RankState r = old >= 0 ? run.ranks[old] : RankState::At(next.ranks[rank]);
+    RankState r = old >= 0 ? run.ranks()[old] : RankState::At(next.ranks[rank]);
     r.local_rank = next.ranks[rank].local_rank;
     r.local_world_size = next.ranks[rank].local_world_size;
     // Heartbeats of the old generation say nothing about the new one.
@@ -103,7 +103,7 @@ std::string DescribeChange(const RunningJob& run, const v1::JobSpec& spec, int64
 
 // Note [Restart-all] in running_job.h: whether every rank of `run` has
 // stopped, so that the next generation may start. The first call has the
-// live ranks stopped (into `change`) and puts run.phase in Restarting with
+// live ranks stopped (into `change`) and puts run.phase() in Restarting with
 // the change (`cause`, `kind`); later calls (the stopped ranks' exits, lost
 // agents, other changes meanwhile) keep it, a failure replacing a planned
 // change. Once none is live, `cause` and `kind` are set to the change to
@@ -115,7 +115,7 @@ bool StopAllForRestart(RunningJob& run, std::string& cause, ReformKind& kind,
   // restart (it may still run there).
   std::map<std::string, std::vector<int>> live;  // slots by agent id
   int awaited = 0;
-  for (RankState& r : run.ranks) {
+  for (const RankState& r : run.ranks()) {
     if (r.state == v1::RankStatus::EXITED) continue;
     if (r.agent_id.empty()) {
       ++awaited;
@@ -123,7 +123,7 @@ bool StopAllForRestart(RunningJob& run, std::string& cause, ReformKind& kind,
       live[r.agent_id].push_back(r.slot);
     }
   }
-  if (ElasticPhase::Restarting* restarting = run.phase.restarting()) {
+  if (ElasticPhase::Restarting* restarting = run.mutable_phase().restarting()) {
     if (IsFailure(kind) && !IsFailure(restarting->kind)) {
       restarting->cause = cause;
       restarting->kind = kind;
@@ -134,19 +134,14 @@ bool StopAllForRestart(RunningJob& run, std::string& cause, ReformKind& kind,
     return true;
   }
   if (live.empty() && awaited == 0) return true;
-  run.phase.BeginRestarting(cause, kind, in.now,
-                            in.now + absl::Seconds(run.elastic_spec.wait_seconds()));
+  run.mutable_phase().BeginRestarting(cause, kind, in.now,
+                                      in.now + absl::Seconds(run.elastic_spec.wait_seconds()));
   const std::string why =
       absl::StrCat("restart-all for generation ", run.generation() + 1, " after ", cause);
   // Joins waiting for a generation that will not form are answered now.
-  run.rendezvous.Abort(absl::AbortedError(absl::StrCat("job ", in.job.job_id(), ": ", why)),
-                       change.joins);
-  int stopping = 0;
-  for (RankState& r : run.ranks) {
-    if (r.state == v1::RankStatus::EXITED) continue;
-    r.stopping = true;
-    ++stopping;
-  }
+  run.mutable_rendezvous().Abort(
+      absl::AbortedError(absl::StrCat("job ", in.job.job_id(), ": ", why)), change.joins);
+  const int stopping = run.MarkStopping();
   change.stop = std::move(live);
   change.stop_reason = why;
   change.events.push_back(absl::StrCat(why, ": stopping the ", stopping,
@@ -164,10 +159,10 @@ void Form(RunningJob& run, const std::string& cause, ReformKind kind,
   const NextGeneration& next = form.next;
   const bool failure = IsFailure(kind);
   const int64_t old_generation = run.generation();
-  const int old_world = static_cast<int>(run.ranks.size());
+  const int old_world = static_cast<int>(run.ranks().size());
   const int64_t generation = old_generation + 1;
   const int world = static_cast<int>(next.ranks.size());
-  run.rendezvous.Abort(
+  run.mutable_rendezvous().Abort(
       absl::AbortedError(absl::StrCat("generation ", old_generation, " of job ", in.job.job_id(),
                                       " was superseded by generation ", generation, ": ", cause)),
       change.joins);
@@ -175,7 +170,7 @@ void Form(RunningJob& run, const std::string& cause, ReformKind kind,
   std::vector<RankState> ranks = NextRanks(run, next, in.agents, newcomers);
   // Note [Staged growth] in staged_growth.h: newcomers already running
   // join; they are not launched again.
-  StagedGrowth::Actions staged = run.staged.OnGenerationBegun(next.ranks);
+  StagedGrowth::Actions staged = run.mutable_staged().OnGenerationBegun(next.ranks);
   for (const auto& [agent_id, slot] : staged.adopted) {
     for (RankState& r : ranks) {
       if (r.agent_id == agent_id && r.slot == slot) r.state = v1::RankStatus::JOINING;
@@ -186,7 +181,7 @@ void Form(RunningJob& run, const std::string& cause, ReformKind kind,
   std::string line =
       DescribeChange(run, in.job.spec(), generation, old_world, world, cause, failure, newcomers);
   run.AddHistory(line);
-  run.leaving.OnGenerationBegun(leaving);
+  run.mutable_leaving().OnGenerationBegun(leaving);
   std::vector<int> rank_of_survivor(old_world, -1);
   for (int rank = 0; rank < world; ++rank) {
     const int old = next.old_rank[rank];
@@ -212,7 +207,7 @@ GenerationChange ChangeGeneration(RunningJob& run, const std::string& cause_hear
     return change;
   }
   // Note [Restart-all]: the next generation starts once every rank stopped.
-  if ((run.RestartsAll() || run.phase.restarting() != nullptr) &&
+  if ((run.RestartsAll() || run.phase().restarting() != nullptr) &&
       !StopAllForRestart(run, cause, kind, in, change)) {
     return change;
   }
@@ -227,7 +222,7 @@ GenerationChange ChangeGeneration(RunningJob& run, const std::string& cause_hear
     // Below resources.min_ranks: wait for slots (an agent that connects, a
     // job that ends) rather than fail at once.
     if (wait->begins) {
-      run.phase.BeginWaiting(cause, kind, in.now, wait->until);
+      run.mutable_phase().BeginWaiting(cause, kind, in.now, wait->until);
       change.events.push_back(absl::StrCat("generation ", run.generation() + 1, " after ", cause,
                                            " waits up to elastic.wait_seconds ",
                                            run.elastic_spec.wait_seconds(),
@@ -249,28 +244,28 @@ std::optional<int> PlannedWorld(const RunningJob& run, const AgentRegistry& agen
 }
 
 std::optional<std::string> OnGenerationFormed(RunningJob& run, absl::Time now) {
-  const std::optional<ElasticPhase::Forming> formed = run.phase.GenerationFormed();
+  const std::optional<ElasticPhase::Forming> formed = run.mutable_phase().GenerationFormed();
   if (!formed.has_value()) return std::nullopt;
   const double seconds = absl::ToDoubleSeconds(now - formed->started);
   const bool failure = IsFailure(formed->kind);
   if (failure) run.NoteRecovery(seconds);
   return absl::StrCat(
-      "generation ", run.generation(), " formed with ", run.ranks.size(), " ranks, ",
+      "generation ", run.generation(), " formed with ", run.ranks().size(), " ranks, ",
       absl::SixDigits(seconds),
       failure ? " s after the failure (recovery_seconds)" : " s after the step boundary");
 }
 
 bool MayGrow(const RunningJob& run, absl::Time now) {
-  if (!run.elastic || !run.Steady() || run.staged.active()) return false;
+  if (!run.elastic || !run.Steady() || run.staged().active()) return false;
   return run.replacements_owed() ||
          now >= run.last_growth_at() + absl::Seconds(run.elastic_spec.scale_up_interval_seconds());
 }
 
 std::optional<Growth> PlanGrowth(const RunningJob& run, int max_ranks,
                                  const std::vector<AgentSlots>& free, const QueuedJob& capped) {
-  if (static_cast<int>(run.ranks.size()) >= max_ranks) return std::nullopt;
+  if (static_cast<int>(run.ranks().size()) >= max_ranks) return std::nullopt;
   absl::StatusOr<NextGeneration> next =
-      PlanNextGeneration(run.Slots(), std::vector<bool>(run.ranks.size(), false), free, capped);
+      PlanNextGeneration(run.Slots(), std::vector<bool>(run.ranks().size(), false), free, capped);
   if (!next.ok() || next->newcomers() == 0) return std::nullopt;
   Growth growth;
   growth.cause =
@@ -278,7 +273,7 @@ std::optional<Growth> PlanGrowth(const RunningJob& run, int max_ranks,
           ? absl::StrCat(next->newcomers(), " newcomer(s) replace the rank(s) lost in generation ",
                          run.generation() - 1)
           : absl::StrCat(next->newcomers(), " free slot(s) let the job grow from ",
-                         run.ranks.size(), " towards resources.max_ranks ", max_ranks);
+                         run.ranks().size(), " towards resources.max_ranks ", max_ranks);
   growth.staged = run.program && !run.RestartsAll();
   growth.next = *std::move(next);
   return growth;
@@ -306,8 +301,9 @@ JobActions StageGrowth(RunningJob& run, const std::string& job_id, const Growth&
        run.LaunchMessages(job_id, coordinator_address, generation, slots)) {
     actions.messages.emplace_back(agent_id, std::move(message));
   }
-  run.staged.Start(generation, static_cast<int>(next.ranks.size()), growth.cause,
-                   std::move(newcomers), now, absl::Seconds(run.elastic_spec.wait_seconds()));
+  run.mutable_staged().Start(generation, static_cast<int>(next.ranks.size()), growth.cause,
+                             std::move(newcomers), now,
+                             absl::Seconds(run.elastic_spec.wait_seconds()));
   actions.events.push_back(absl::StrCat("generation ", generation, " after ", growth.cause,
                                         ": starting ", absl::StrJoin(where, ", "),
                                         "; the job re-forms at a step boundary once they are up"));
@@ -324,7 +320,7 @@ JobActions ApplyStaged(RunningJob& run, const std::string& job_id,
   }
   for (const auto& [agent_id, slots] : staged.stop) {
     if (agents.Find(agent_id) == nullptr) continue;
-    for (int slot : slots) run.leaving.Depart(agent_id, slot);  // busy until they exit
+    for (int slot : slots) run.mutable_leaving().Depart(agent_id, slot);  // busy until they exit
     actions.messages.emplace_back(agent_id, StopRanksMessage(job_id, slots, staged.stop_reason));
   }
   if (!actions.messages.empty()) actions.logs.push_back(staged.stop_reason);

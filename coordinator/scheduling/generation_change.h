@@ -127,7 +127,7 @@ std::optional<Growth> PlanGrowth(const RunningJob& run, int max_ranks,
 JobActions StageGrowth(RunningJob& run, const std::string& job_id, const Growth& growth,
                        AgentRegistry& agents, const std::string& coordinator_address,
                        absl::Time now);
-// Applies what run.staged's transition asks: frees the slots of newcomers
+// Applies what run.staged()'s transition asks: frees the slots of newcomers
 // that exited, and stops those it drops (they depart: their slots stay busy
 // until they exit).
 JobActions ApplyStaged(RunningJob& run, const std::string& job_id,

@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "coordinator/scheduling/placement.h"
+#include "coordinator/scheduling/running_job_test_peer.h"
 #include "gtest/gtest.h"
 
 namespace chorus {
@@ -28,11 +29,11 @@ struct World {
       RankSlot s;
       s.agent_id = agent;
       s.slot = slot;
-      RankState& r = run.ranks.emplace_back(RankState::At(s));
+      RankState& r = RanksOf(run).emplace_back(RankState::At(s));
       r.state = v1::RankStatus::TRAINING;
       agents.SetBusy(agent, slot, true);
     }
-    for (int rank = 0; rank < 3; ++rank) run.rendezvous.MarkJoined(rank);
+    for (int rank = 0; rank < 3; ++rank) run.mutable_rendezvous().MarkJoined(rank);
   }
   std::string Add(const std::string& host, int slots) {
     v1::AgentHello hello;
@@ -42,8 +43,8 @@ struct World {
     return agents.Add(hello, nullptr).value();
   }
   void Exit(int rank, int code) {
-    run.ranks[rank].state = v1::RankStatus::EXITED;
-    run.ranks[rank].exit_code = code;
+    RankOf(run, rank).state = v1::RankStatus::EXITED;
+    RankOf(run, rank).exit_code = code;
   }
   // The free slots as the Scheduler would give them (its reservations none).
   GenerationChange Change(const std::string& cause, ReformKind kind) {
@@ -61,10 +62,10 @@ struct World {
   }
   // The run rebuilt from `job` as changed, its ranks kept.
   void Respec() {
-    std::vector<RankState> ranks = std::move(run.ranks);
+    std::vector<RankState> ranks = std::move(run.ranks());
     storage.emplace(job, 3, /*generation=*/1);
-    run.ranks = std::move(ranks);
-    for (int rank = 0; rank < 3; ++rank) run.rendezvous.MarkJoined(rank);
+    RanksOf(run) = std::move(ranks);
+    for (int rank = 0; rank < 3; ++rank) run.mutable_rendezvous().MarkJoined(rank);
   }
   static v1::Job ElasticJob() {
     v1::Job job;
@@ -82,9 +83,9 @@ struct World {
 };
 
 std::string PhaseOf(const RunningJob& run) {
-  if (run.phase.forming() != nullptr) return "forming";
-  if (run.phase.waiting() != nullptr) return "waiting";
-  if (run.phase.restarting() != nullptr) return "restarting";
+  if (run.phase().forming() != nullptr) return "forming";
+  if (run.phase().waiting() != nullptr) return "waiting";
+  if (run.phase().restarting() != nullptr) return "restarting";
   return "steady";
 }
 
@@ -99,7 +100,7 @@ std::string Describe(const GenerationChange& change, const World& w) {
   }
   if (change.begun.has_value()) {
     std::vector<std::string> ranks;
-    for (const RankState& r : w.run.ranks) {
+    for (const RankState& r : w.run.ranks()) {
       ranks.push_back(absl::StrCat(w.agents.Find(r.agent_id)->hello.host(), ":", r.slot, " ",
                                    v1::RankStatus::State_Name(r.state)));
     }
@@ -189,7 +190,7 @@ TEST(GenerationChangeTest, ARestartAllStartsEveryRankAgainOnceTheLastHasExited) 
   w.MakeProgram();
   w.Exit(1, 1);
   ASSERT_FALSE(w.Change("rank 1 exited with code 1", ReformKind::kRankLost).begun.has_value());
-  EXPECT_TRUE(w.run.ranks[0].stopping);
+  EXPECT_TRUE(w.run.ranks()[0].stopping);
   // A planned change meanwhile does not replace the failure, nor start
   // anything while ranks run.
   GenerationChange drain = w.Change("agent hc was drained", ReformKind::kDrain);
@@ -203,7 +204,7 @@ TEST(GenerationChangeTest, ARestartAllStartsEveryRankAgainOnceTheLastHasExited) 
   EXPECT_EQ(change.begun->change,
             "generation 2 after rank 1 exited with code 1: 3 -> 3 ranks (restart-all: every rank "
             "started again), restart 1 of 3");
-  for (const RankState& r : w.run.ranks) EXPECT_EQ(r.state, v1::RankStatus::LAUNCHING);
+  for (const RankState& r : w.run.ranks()) EXPECT_EQ(r.state, v1::RankStatus::LAUNCHING);
   EXPECT_EQ(w.run.restarts(), 1);
 }
 
@@ -212,13 +213,14 @@ TEST(GenerationChangeTest, ARestartAllStartsEveryRankAgainOnceTheLastHasExited) 
 TEST(GenerationChangeTest, AFormedGenerationSaysHowLongItTook) {
   World w;
   EXPECT_EQ(OnGenerationFormed(w.run, kNow), std::nullopt);  // nothing was forming
-  w.run.phase.BeginForming(ReformKind::kRankLost, kNow - absl::Seconds(2),
-                           kNow + absl::Seconds(58));
+  w.run.mutable_phase().BeginForming(ReformKind::kRankLost, kNow - absl::Seconds(2),
+                                     kNow + absl::Seconds(58));
   EXPECT_EQ(OnGenerationFormed(w.run, kNow),
             "generation 1 formed with 3 ranks, 2 s after the failure (recovery_seconds)");
   EXPECT_EQ(w.run.recovery_seconds(), 2);
   EXPECT_EQ(OnGenerationFormed(w.run, kNow), std::nullopt);  // once
-  w.run.phase.BeginForming(ReformKind::kDrain, kNow - absl::Seconds(1), kNow + absl::Seconds(59));
+  w.run.mutable_phase().BeginForming(ReformKind::kDrain, kNow - absl::Seconds(1),
+                                     kNow + absl::Seconds(59));
   EXPECT_EQ(OnGenerationFormed(w.run, kNow),
             "generation 1 formed with 3 ranks, 1 s after the step boundary");
   EXPECT_EQ(w.run.recovery_seconds(), 2);  // a planned change is not a recovery
@@ -241,14 +243,14 @@ TEST(GenerationChangeTest, AJobGrowsWhenSteadyAndPastItsScaleUpInterval) {
       {"forming",
        [](World& w) {
          w.run.CountChange(false, /*grew=*/true, false, kNow - absl::Seconds(30));
-         w.run.rendezvous = Rendezvous("job-000001", 2, 3);  // generation 2 forming
-         w.run.phase.BeginForming(ReformKind::kDrain, kNow, kNow + absl::Seconds(60));
+         w.run.mutable_rendezvous() = Rendezvous("job-000001", 2, 3);  // generation 2 forming
+         w.run.mutable_phase().BeginForming(ReformKind::kDrain, kNow, kNow + absl::Seconds(60));
        },
        false},
       {"a staged growth under way",
        [](World& w) {
          w.run.CountChange(false, false, /*owes=*/true, kNow);
-         w.run.staged.Start(2, 4, "growth", {StagedNewcomer{}}, kNow, absl::Seconds(60));
+         w.run.mutable_staged().Start(2, 4, "growth", {StagedNewcomer{}}, kNow, absl::Seconds(60));
        },
        false},
   };
@@ -292,8 +294,8 @@ TEST(GenerationChangeTest, AGrowthTakesFreeSlotsAndAProgramsIsStaged) {
     EXPECT_EQ(message.launch().ranks_size(), 1) << agent;
   }
   EXPECT_TRUE(w.agents.FreeSlots().empty() || w.agents.FreeSlots()[0].free_slots.empty());
-  EXPECT_TRUE(w.run.staged.active());
-  EXPECT_EQ(w.run.staged.generation(), 2);
+  EXPECT_TRUE(w.run.staged().active());
+  EXPECT_EQ(w.run.staged().generation(), 2);
   ASSERT_EQ(actions.events.size(), 1u);
   EXPECT_EQ(actions.events[0],
             "generation 2 after 2 newcomer(s) replace the rank(s) lost in generation 0: starting "
@@ -309,7 +311,7 @@ TEST(GenerationChangeTest, AGrowthTakesFreeSlotsAndAProgramsIsStaged) {
   actions = ApplyStaged(w.run, "job-000001", staged, w.agents);
   EXPECT_FALSE(w.agents.Find(w.hc)->busy[0]);
   EXPECT_TRUE(w.agents.Find(w.hb)->busy[1]);
-  EXPECT_EQ(w.run.leaving.size(), 1u);
+  EXPECT_EQ(w.run.leaving().size(), 1u);
   ASSERT_EQ(actions.messages.size(), 1u);
   EXPECT_EQ(actions.messages[0].first, w.hb);
   EXPECT_EQ(actions.messages[0].second.stop().reason(), "not up within elastic.wait_seconds 60 s");

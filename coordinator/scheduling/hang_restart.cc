@@ -23,8 +23,8 @@ bool NamesCulprit(const v1::Diagnosis& d) {
 
 // Whether `rank` may be evicted: not evicted already, not exited.
 bool Evictable(const RunningJob& run, int rank) {
-  if (rank < 0 || rank >= static_cast<int>(run.ranks.size())) return false;
-  const RankState& r = run.ranks[rank];
+  if (rank < 0 || rank >= static_cast<int>(run.ranks().size())) return false;
+  const RankState& r = run.ranks()[rank];
   return r.evicted.empty() && r.state != v1::RankStatus::EXITED;
 }
 
@@ -54,8 +54,8 @@ HangRestart PlanHangRestart(const RunningJob& run, const std::vector<v1::Diagnos
   if (hung == diagnoses.end()) return restart;
   // Note [Hang restart]: when to wait.
   restart.kind = HangRestart::kWait;
-  if (!run.Formed() || run.recovering_until != absl::InfinitePast()) return restart;
-  for (const RankState& r : run.ranks) {
+  if (!run.Formed() || run.recovering_until() != absl::InfinitePast()) return restart;
+  for (const RankState& r : run.ranks()) {
     if (r.state == v1::RankStatus::EXITED) continue;
     if (!r.evicted.empty() || now - r.heartbeat_at > kRankSilentAfter) return restart;
   }
@@ -67,11 +67,11 @@ HangRestart PlanHangRestart(const RunningJob& run, const std::vector<v1::Diagnos
 
 std::vector<Eviction> SilentJoiners(const RunningJob& run, absl::Time now) {
   std::vector<Eviction> silent;
-  if (!run.elastic || run.phase.forming() == nullptr || run.Formed()) return silent;
+  if (!run.elastic || run.phase().forming() == nullptr || run.Formed()) return silent;
   const absl::Duration silent_after = absl::Seconds(run.hang_detection.dead_after_seconds());
-  for (int rank = 0; rank < static_cast<int>(run.ranks.size()); ++rank) {
-    const RankState& r = run.ranks[rank];
-    if (run.rendezvous.joined(rank) || r.heard_at == absl::InfinitePast() ||
+  for (int rank = 0; rank < static_cast<int>(run.ranks().size()); ++rank) {
+    const RankState& r = run.ranks()[rank];
+    if (run.rendezvous().joined(rank) || r.heard_at == absl::InfinitePast() ||
         now - r.heard_at <= silent_after || !Evictable(run, rank)) {
       continue;
     }
@@ -88,11 +88,11 @@ std::vector<Eviction> SilentJoiners(const RunningJob& run, absl::Time now) {
 }
 
 std::optional<std::string> ReformOverdue(const RunningJob& run, absl::Time now) {
-  if (const ElasticPhase::Restarting* restarting = run.phase.restarting()) {
+  if (const ElasticPhase::Restarting* restarting = run.phase().restarting()) {
     if (now < restarting->deadline) return std::nullopt;
     std::vector<int> running;
-    for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
-      if (run.ranks[rank].state != v1::RankStatus::EXITED)
+    for (size_t rank = 0; rank < run.ranks().size(); ++rank) {
+      if (run.ranks()[rank].state != v1::RankStatus::EXITED)
         running.push_back(static_cast<int>(rank));
     }
     return absl::StrCat(restarting->cause, "; restart-all: rank(s) ", absl::StrJoin(running, ","),
@@ -102,14 +102,14 @@ std::optional<std::string> ReformOverdue(const RunningJob& run, absl::Time now) 
   }
   // The generation forming, or the one still forming while the job waits
   // for slots (Note [Elastic phase]).
-  const ElasticPhase::Forming* forming = run.phase.forming();
-  if (const ElasticPhase::Waiting* wait = run.phase.waiting(); wait != nullptr) {
+  const ElasticPhase::Forming* forming = run.phase().forming();
+  if (const ElasticPhase::Waiting* wait = run.phase().waiting(); wait != nullptr) {
     forming = wait->unformed.has_value() ? &*wait->unformed : nullptr;
   }
   if (forming == nullptr || forming->deadline > now || run.Formed()) return std::nullopt;
   std::vector<int> missing;
-  for (int rank = 0; rank < run.rendezvous.world_size(); ++rank) {
-    if (!run.rendezvous.joined(rank)) missing.push_back(rank);
+  for (int rank = 0; rank < run.rendezvous().world_size(); ++rank) {
+    if (!run.rendezvous().joined(rank)) missing.push_back(rank);
   }
   return absl::StrCat("generation ", run.generation(), " did not form within elastic.wait_seconds ",
                       run.elastic_spec.wait_seconds(),
@@ -119,10 +119,9 @@ std::optional<std::string> ReformOverdue(const RunningJob& run, absl::Time now) 
 
 JobActions Evict(RunningJob& run, const std::string& job_id, const Eviction& e,
                  const AgentRegistry& agents) {
-  RankState& r = run.ranks[e.rank];
-  if (!r.evicted.empty() || r.state == v1::RankStatus::EXITED) return {};
+  const RankState& r = run.ranks()[e.rank];
   if (agents.Find(r.agent_id) == nullptr) return {};
-  r.evicted = absl::StrCat(e.by, ": ", e.why);
+  if (!run.MarkEvicted(e.rank, absl::StrCat(e.by, ": ", e.why))) return {};
   v1::CoordinatorMessage stop =
       StopRanksMessage(job_id, {r.slot}, absl::StrCat("evicted by ", r.evicted));
   stop.mutable_stop()->set_grace_seconds(1);
@@ -140,7 +139,7 @@ DeadlineCheck CheckDeadlines(RunningJob& run, absl::Time now) {
   RecoveryProgress progress = CheckRecovery(run, now);
   if (progress.all_back) {
     check.event = std::move(progress.back);
-  } else if (!progress.failure.empty() && run.elastic && !run.wait_cause.after_restart) {
+  } else if (!progress.failure.empty() && run.elastic && !run.wait_cause().after_restart) {
     check.give_up_lost_agents = true;
   } else if (!progress.failure.empty()) {
     check.fail = std::move(progress.failure);
@@ -153,7 +152,7 @@ DiagnosisCheck CheckDiagnoses(const RunningJob& run, const std::vector<v1::Diagn
   DiagnosisCheck check;
   // Waiting below resources.min_ranks: the lost ranks are known. Every
   // rank stopping for a restart-all: the next generation starts anew.
-  if (run.phase.waiting() != nullptr || run.phase.restarting() != nullptr) return check;
+  if (run.phase().waiting() != nullptr || run.phase().restarting() != nullptr) return check;
   if (run.elastic && run.hang_detection.action() == v1::HangDetectionSpec::RESTART) {
     HangRestart restart = PlanHangRestart(run, diagnoses, now);
     check.evictions = std::move(restart.evictions);

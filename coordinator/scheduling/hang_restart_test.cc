@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "coordinator/scheduling/running_job_test_peer.h"
 #include "gtest/gtest.h"
 
 namespace chorus {
@@ -27,11 +28,11 @@ RunningJob Job(v1::HangDetectionSpec::Action action = v1::HangDetectionSpec::ACT
     RankSlot slot;
     slot.agent_id = "agent-1";
     slot.slot = rank;
-    RankState& r = run.ranks.emplace_back(RankState::At(slot));
+    RankState& r = RanksOf(run).emplace_back(RankState::At(slot));
     r.state = v1::RankStatus::TRAINING;
     r.heartbeat_at = kNow;
     r.heard_at = kNow;
-    run.rendezvous.MarkJoined(rank);
+    run.mutable_rendezvous().MarkJoined(rank);
   }
   return run;
 }
@@ -90,8 +91,8 @@ TEST(HangRestartTest, DiagnosesGiveTheirAction) {
        "evict; rank 1" + by + "DEAD rank 1 silent for 6.0 s"},
       {"a rank evicted already or exited is not evicted again, and nothing restarts",
        [](RunningJob& run) {
-         run.ranks[1].evicted = "earlier";
-         run.ranks[2].state = v1::RankStatus::EXITED;
+         run.MarkEvicted(1, "earlier");
+         RankOf(run, 2).state = v1::RankStatus::EXITED;
        },
        {dead, never},
        "evict"},
@@ -110,27 +111,27 @@ TEST(HangRestartTest, DiagnosesGiveTheirAction) {
        "restart: hang_detection.action RESTART for STUCK_IN_COLLECTIVE ranks 0,1,2 (every rank "
        "re-forms its transport): all stuck"},
       {"it waits while the generation forms",
-       [](RunningJob& run) { run.rendezvous = Rendezvous("job-000001", 3, 3); },
+       [](RunningJob& run) { run.mutable_rendezvous() = Rendezvous("job-000001", 3, 3); },
        {mismatch},
        "wait"},
       {"it waits while ranks are taken back after a restart",
-       [](RunningJob& run) { run.recovering_until = kNow + absl::Seconds(5); },
+       [](RunningJob& run) { run.AwaitAfterRestart(kNow + absl::Seconds(5)); },
        {stuck},
        "wait"},
       {"it waits for an evicted rank's exit",
-       [](RunningJob& run) { run.ranks[0].evicted = "earlier"; },
+       [](RunningJob& run) { run.MarkEvicted(0, "earlier"); },
        {stuck},
        "wait"},
       {"it waits for a silent rank to be found DEAD",
        [](RunningJob& run) {
-         run.ranks[2].heartbeat_at = kNow - kRankSilentAfter - absl::Seconds(1);
+         RankOf(run, 2).heartbeat_at = kNow - kRankSilentAfter - absl::Seconds(1);
        },
        {stuck},
        "wait"},
       {"an exited rank's silence does not hold it up",
        [](RunningJob& run) {
-         run.ranks[2].state = v1::RankStatus::EXITED;
-         run.ranks[2].heartbeat_at = absl::InfinitePast();
+         RankOf(run, 2).state = v1::RankStatus::EXITED;
+         RankOf(run, 2).heartbeat_at = absl::InfinitePast();
        },
        {stuck},
        "restart: hang_detection.action RESTART for STUCK_IN_COLLECTIVE ranks 0,1,2 (every rank "
@@ -147,17 +148,18 @@ TEST(HangRestartTest, DiagnosesGiveTheirAction) {
 // A 3-rank job forming generation 3, whose ranks have not joined.
 RunningJob Forming() {
   RunningJob run = Job();
-  run.rendezvous = Rendezvous("job-000001", 3, 3);
-  run.phase.BeginForming(ReformKind::kRankLost, kNow - absl::Seconds(10), kNow + absl::Seconds(50));
+  run.mutable_rendezvous() = Rendezvous("job-000001", 3, 3);
+  run.mutable_phase().BeginForming(ReformKind::kRankLost, kNow - absl::Seconds(10),
+                                   kNow + absl::Seconds(50));
   return run;
 }
 
 TEST(HangRestartTest, ASurvivorSilentForDeadAfterSecondsIsEvictedFromTheFormingGeneration) {
   RunningJob run = Forming();
-  run.rendezvous.MarkJoined(0);
-  run.ranks[0].heard_at = kNow - absl::Seconds(30);  // joined: not judged
-  run.ranks[1].heard_at = kNow - absl::Seconds(6);   // silent past 5 s
-  run.ranks[2].heard_at = absl::InfinitePast();      // a newcomer: never heard
+  run.mutable_rendezvous().MarkJoined(0);
+  run.HeardFrom(0, kNow - absl::Seconds(30));      // joined: not judged
+  run.HeardFrom(1, kNow - absl::Seconds(6));       // silent past 5 s
+  RankOf(run, 2).heard_at = absl::InfinitePast();  // a newcomer: never heard
   std::vector<Eviction> silent = SilentJoiners(run, kNow);
   ASSERT_EQ(silent.size(), 1u);
   EXPECT_EQ(silent[0].rank, 1);
@@ -166,33 +168,33 @@ TEST(HangRestartTest, ASurvivorSilentForDeadAfterSecondsIsEvictedFromTheFormingG
             "rank 1 has not joined generation 3 and its process has sent no heartbeat for 6.0 s "
             "(hang_detection.dead_after_seconds 5): it is stopped or not responding");
 
-  run.ranks[1].heard_at = kNow - absl::Seconds(5);  // not past it yet
+  run.HeardFrom(1, kNow - absl::Seconds(5));  // not past it yet
   EXPECT_TRUE(SilentJoiners(run, kNow).empty());
-  run.ranks[1].heard_at = kNow - absl::Seconds(6);
-  run.ranks[1].evicted = "the forming generation: ...";  // once
+  run.HeardFrom(1, kNow - absl::Seconds(6));
+  run.MarkEvicted(1, "the forming generation: ...");  // once
   EXPECT_TRUE(SilentJoiners(run, kNow).empty());
 
   RunningJob steady = Job();  // a formed generation is the hang detector's
-  steady.ranks[1].heard_at = kNow - absl::Seconds(60);
+  steady.HeardFrom(1, kNow - absl::Seconds(60));
   EXPECT_TRUE(SilentJoiners(steady, kNow).empty());
 }
 
 TEST(HangRestartTest, AChangeIsOverduePastElasticWaitSeconds) {
   RunningJob run = Forming();
   run.AddHistory("generation 3 after rank 1 exited");
-  run.rendezvous.MarkJoined(1);
+  run.mutable_rendezvous().MarkJoined(1);
   EXPECT_EQ(ReformOverdue(run, kNow + absl::Seconds(49)), std::nullopt);
   EXPECT_EQ(ReformOverdue(run, kNow + absl::Seconds(50)),
             "generation 3 did not form within elastic.wait_seconds 60 s; ranks that have not "
             "joined: 0,2; history: generation 3 after rank 1 exited");
-  run.rendezvous.MarkJoined(0);
-  run.rendezvous.MarkJoined(2);
+  run.mutable_rendezvous().MarkJoined(0);
+  run.mutable_rendezvous().MarkJoined(2);
   EXPECT_EQ(ReformOverdue(run, kNow + absl::Seconds(50)), std::nullopt);  // formed
 
   RunningJob restarting = Job();
-  restarting.ranks[0].state = v1::RankStatus::EXITED;
-  restarting.phase.BeginRestarting("rank 0 exited", ReformKind::kRankLost, kNow,
-                                   kNow + absl::Seconds(60));
+  RankOf(restarting, 0).state = v1::RankStatus::EXITED;
+  restarting.mutable_phase().BeginRestarting("rank 0 exited", ReformKind::kRankLost, kNow,
+                                             kNow + absl::Seconds(60));
   EXPECT_EQ(ReformOverdue(restarting, kNow + absl::Seconds(59)), std::nullopt);
   EXPECT_EQ(ReformOverdue(restarting, kNow + absl::Seconds(60)),
             "rank 0 exited; restart-all: rank(s) 1,2 of generation 2 did not exit within "
@@ -224,14 +226,14 @@ TEST(HangRestartTest, AnEvictionStopsTheRankOnce) {
   EXPECT_EQ(actions.events,
             std::vector<std::string>{
                 "evicting rank 1 (hang detection): rank 1 sent no heartbeat for 6.0 s"});
-  EXPECT_EQ(run.ranks[1].evicted, "hang detection: rank 1 sent no heartbeat for 6.0 s");
+  EXPECT_EQ(run.ranks()[1].evicted, "hang detection: rank 1 sent no heartbeat for 6.0 s");
 
   EXPECT_TRUE(Evict(run, "job-000001", e, agents).messages.empty());  // once
-  run.ranks[2].state = v1::RankStatus::EXITED;
+  RankOf(run, 2).state = v1::RankStatus::EXITED;
   EXPECT_TRUE(Evict(run, "job-000001", {2, "", "x"}, agents).events.empty());
-  run.ranks[0].agent_id = "agent-9";  // gone
+  RankOf(run, 0).agent_id = "agent-9";  // gone
   EXPECT_TRUE(Evict(run, "job-000001", {0, "", "x"}, agents).events.empty());
-  EXPECT_TRUE(run.ranks[0].evicted.empty());
+  EXPECT_TRUE(run.ranks()[0].evicted.empty());
 }
 
 // What a Tick makes of a job's deadlines, as a table.
@@ -250,10 +252,8 @@ TEST(HangRestartTest, DeadlinesGiveTheirActions) {
   };
   const auto waiting_for_agent = [](bool elastic, bool back) {
     RunningJob run = Job(v1::HangDetectionSpec::REPORT, elastic);
-    run.recovering_until = kNow;
-    run.wait_cause.lost_agents.push_back(
-        LostAgentWait{"agent-1", "node-a", {2}, absl::Seconds(10)});
-    if (!back) run.ranks[2].agent_id.clear();
+    run.AwaitLostAgent(LostAgentWait{"agent-1", "node-a", {2}, absl::Seconds(10)}, kNow);
+    if (!back) RankOf(run, 2).agent_id.clear();
     return run;
   };
   const std::vector<Row> rows = {
@@ -261,10 +261,10 @@ TEST(HangRestartTest, DeadlinesGiveTheirActions) {
       {"overdue: nothing else is checked",
        [] {
          RunningJob run = Forming();
-         run.ranks[1].heard_at = kNow - absl::Seconds(60);
-         run.phase = ElasticPhase();
-         run.phase.BeginForming(ReformKind::kRankLost, kNow - absl::Seconds(60),
-                                kNow - absl::Seconds(1));
+         run.HeardFrom(1, kNow - absl::Seconds(60));
+         run.mutable_phase() = ElasticPhase();
+         run.mutable_phase().BeginForming(ReformKind::kRankLost, kNow - absl::Seconds(60),
+                                          kNow - absl::Seconds(1));
          return run;
        },
        "generation 3 did not form within elastic.wait_seconds 60 s; ranks that have not joined: "
@@ -272,7 +272,7 @@ TEST(HangRestartTest, DeadlinesGiveTheirActions) {
       {"a silent survivor of the forming generation",
        [] {
          RunningJob run = Forming();
-         run.ranks[1].heard_at = kNow - absl::Seconds(6);
+         run.HeardFrom(1, kNow - absl::Seconds(6));
          return run;
        },
        "-; evict 1"},
@@ -299,7 +299,7 @@ TEST(HangRestartTest, DiagnosesOfATickGiveTheirActions) {
       Diagnosis(v1::Diagnosis::STUCK_IN_COLLECTIVE, {0, 1, 2}, "all stuck in allreduce #7");
   const auto with = [](v1::HangDetectionSpec::Action action, bool elastic) {
     RunningJob run = Job(action, elastic);
-    for (RankState& r : run.ranks) r.last_heartbeat.set_step(3);
+    for (RankState& r : RanksOf(run)) r.last_heartbeat.set_step(3);
     return run;
   };
   const auto describe = [](const DiagnosisCheck& c) {
@@ -316,7 +316,7 @@ TEST(HangRestartTest, DiagnosesOfATickGiveTheirActions) {
             "fail: hang detection: DEAD rank 2 is dead");
   EXPECT_EQ(describe(CheckDiagnoses(with(v1::HangDetectionSpec::REPORT, false), {dead}, kNow)), "");
   RunningJob waiting = with(v1::HangDetectionSpec::ABORT, true);
-  waiting.phase.BeginWaiting("rank 1 exited", ReformKind::kRankLost, kNow, kNow);
+  waiting.mutable_phase().BeginWaiting("rank 1 exited", ReformKind::kRankLost, kNow, kNow);
   EXPECT_EQ(describe(CheckDiagnoses(waiting, {dead, stuck}, kNow)), "");
   const DiagnosisCheck restart =
       CheckDiagnoses(with(v1::HangDetectionSpec::RESTART, true), {stuck}, kNow);

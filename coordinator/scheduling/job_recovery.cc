@@ -58,15 +58,13 @@ ElasticPhase RestoredPhase(const coordinator::ElasticRecord& record) {
 // Restores the change of generation `record` saved (Note [Elastic restart]).
 void RestoreElastic(const coordinator::ElasticRecord& record, RunningJob& run) {
   for (int lost : record.lost_ranks()) {
-    if (lost < 0 || lost >= static_cast<int>(run.ranks.size())) continue;
-    RankState& rank = run.ranks[lost];
-    rank.state = v1::RankStatus::EXITED;
-    rank.recover_host.clear();  // gone: no agent binds it again
+    if (lost < 0 || lost >= static_cast<int>(run.ranks().size())) continue;
+    run.MarkLost(lost);
   }
-  run.phase = RestoredPhase(record);
+  run.mutable_phase() = RestoredPhase(record);
 
   for (int finished : record.finished_ranks()) {
-    if (finished < 0 || finished >= static_cast<int>(run.ranks.size())) continue;
+    if (finished < 0 || finished >= static_cast<int>(run.ranks().size())) continue;
     run.MarkFinished(finished);
   }
   run.Restore({record.history().begin(), record.history().end()}, record.recovery_seconds(),
@@ -74,8 +72,8 @@ void RestoreElastic(const coordinator::ElasticRecord& record, RunningJob& run) {
               record.reforms_in_process());
   if (record.has_restart_all()) {
     for (int stopping : record.restart_all().stopping_ranks()) {
-      if (stopping < 0 || stopping >= static_cast<int>(run.ranks.size())) continue;
-      run.ranks[stopping].stopping = true;
+      if (stopping < 0 || stopping >= static_cast<int>(run.ranks().size())) continue;
+      run.MarkStopping(stopping);
     }
   }
   run.RecordChanged(record.SerializeAsString());
@@ -83,7 +81,7 @@ void RestoreElastic(const coordinator::ElasticRecord& record, RunningJob& run) {
 
 // The phase's part of the record: what RestoredPhase reads back.
 void SavePhase(const RunningJob& run, coordinator::ElasticRecord& record) {
-  const ElasticPhase& phase = run.phase;
+  const ElasticPhase& phase = run.phase();
   const auto save_forming = [&](const ElasticPhase::Forming& f) {
     if (run.Formed()) return;
     record.mutable_forming()->set_deadline_us(absl::ToUnixMicros(f.deadline));
@@ -117,8 +115,8 @@ void SavePhase(const RunningJob& run, coordinator::ElasticRecord& record) {
 coordinator::ElasticRecord ElasticRecordOf(const RunningJob& run, const std::vector<bool>& lost) {
   coordinator::ElasticRecord record;
   record.set_generation(run.generation());
-  for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
-    const RankState& r = run.ranks[rank];
+  for (size_t rank = 0; rank < run.ranks().size(); ++rank) {
+    const RankState& r = run.ranks()[rank];
     if (r.state == v1::RankStatus::EXITED && r.exit_code == 0 && r.evicted.empty() && !r.stopping) {
       record.add_finished_ranks(static_cast<int>(rank));
     } else if (rank < lost.size() && lost[rank]) {
@@ -132,10 +130,10 @@ coordinator::ElasticRecord ElasticRecordOf(const RunningJob& run, const std::vec
   record.set_recovery_seconds(run.recovery_seconds());
   for (const std::string& line : run.history()) record.add_history(line);
   record.set_reforms_in_process(run.reforms_in_process());
-  if (run.phase.restarting() != nullptr) {
+  if (run.phase().restarting() != nullptr) {
     coordinator::ElasticRecord::RestartAll& restart = *record.mutable_restart_all();
-    for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
-      if (run.ranks[rank].stopping) restart.add_stopping_ranks(static_cast<int>(rank));
+    for (size_t rank = 0; rank < run.ranks().size(); ++rank) {
+      if (run.ranks()[rank].stopping) restart.add_stopping_ranks(static_cast<int>(rank));
     }
   }
   return record;
@@ -155,8 +153,7 @@ RunningJob RecoveredJob(const v1::Job& job, absl::Time until,
   // A generation that had not formed answered no rank: they all join again.
   const bool forming = restore && record.has_forming();
   RunningJob run(job, job.placements_size(), job.generation());
-  run.recovering_until = until;
-  run.wait_cause.after_restart = true;
+  run.AwaitAfterRestart(until);
   for (const v1::RankPlacement& placement : job.placements()) {
     RankState rank;
     rank.slot = placement.slot();
@@ -165,8 +162,7 @@ RunningJob RecoveredJob(const v1::Job& job, absl::Time until,
     rank.state = v1::RankStatus::LOST;
     rank.recover_host = placement.host();
     rank.recover_agent_pid = placement.agent_pid();
-    if (!forming) run.rendezvous.MarkJoined(static_cast<int>(run.ranks.size()));
-    run.ranks.push_back(std::move(rank));
+    run.AddRank(std::move(rank), /*joined=*/!forming);
   }
   if (restore) RestoreElastic(record, run);
   return run;
@@ -178,23 +174,15 @@ std::map<std::string, std::vector<int>> RebindRanks(
   std::map<std::string, std::vector<int>> orphans;
   for (const v1::RunningRank& reported : hello.running()) {
     auto run = running.find(reported.job_id());
-    RankState* match = nullptr;
+    int match = -1;
     if (run != running.end() && reported.generation() <= run->second.generation()) {
-      for (RankState& rank : run->second.ranks) {
-        if (rank.agent_id.empty() && rank.state != v1::RankStatus::EXITED &&
-            rank.recover_host == hello.host() && rank.recover_agent_pid == hello.pid() &&
-            rank.slot == reported.slot()) {
-          match = &rank;
-        }
-      }
+      match = run->second.AwaitedRank(hello.host(), hello.pid(), reported.slot());
     }
-    if (match == nullptr || reported.slot() < 0 || reported.slot() >= hello.slots()) {
+    if (match < 0 || reported.slot() < 0 || reported.slot() >= hello.slots()) {
       orphans[reported.job_id()].push_back(reported.slot());
       continue;
     }
-    match->agent_id = agent_id;
-    match->pid = reported.pid();
-    match->state = run->second.Formed() ? v1::RankStatus::TRAINING : v1::RankStatus::JOINING;
+    run->second.Rebind(match, agent_id, reported.pid());
     bound->emplace_back(reported.job_id(), reported.slot());
   }
   return orphans;
@@ -216,9 +204,9 @@ std::map<std::string, JobActions> BindAgentRanks(std::map<std::string, RunningJo
     RunningJob& run = running.at(job_id);
     const int rank = run.RankOn(agent_id, slot);
     if (rank < 0) continue;
-    if (run.ranks[rank].heartbeat_at != absl::InfinitePast()) run.ranks[rank].heartbeat_at = now;
-    const ElasticPhase::Restarting* restarting = run.phase.restarting();
-    if (restarting != nullptr && run.ranks[rank].stopping) {
+    run.RestartHeartbeatClock(rank, now);
+    const ElasticPhase::Restarting* restarting = run.phase().restarting();
+    if (restarting != nullptr && run.ranks()[rank].stopping) {
       job.messages.emplace_back(agent_id, StopRanksMessage(job_id, {slot}, restarting->cause));
     }
   }
@@ -228,14 +216,7 @@ std::map<std::string, JobActions> BindAgentRanks(std::map<std::string, RunningJo
 bool AwaitsToldExit(const RunningJob& run, const v1::AgentHello& hello,
                     const v1::RankExited& exited) {
   if (exited.generation() != run.generation()) return false;
-  for (const RankState& rank : run.ranks) {
-    if (rank.agent_id.empty() && rank.state != v1::RankStatus::EXITED &&
-        rank.recover_host == hello.host() && rank.recover_agent_pid == hello.pid() &&
-        rank.slot == exited.slot()) {
-      return true;
-    }
-  }
-  return false;
+  return run.AwaitedRank(hello.host(), hello.pid(), exited.slot()) >= 0;
 }
 
 namespace {
@@ -256,10 +237,10 @@ const LostAgentWait* LostAgentOf(const RankWaitCause& cause, int rank) {
 std::string WaitFailure(const RunningJob& run, int missing, int expected) {
   std::vector<const LostAgentWait*> agents;  // of missing ranks, oldest first
   int after_restart = 0;
-  for (size_t rank = 0; rank < run.ranks.size(); ++rank) {
-    const RankState& r = run.ranks[rank];
+  for (size_t rank = 0; rank < run.ranks().size(); ++rank) {
+    const RankState& r = run.ranks()[rank];
     if (!r.agent_id.empty() || r.state == v1::RankStatus::EXITED) continue;
-    const LostAgentWait* lost = LostAgentOf(run.wait_cause, static_cast<int>(rank));
+    const LostAgentWait* lost = LostAgentOf(run.wait_cause(), static_cast<int>(rank));
     if (lost == nullptr) {
       ++after_restart;
     } else if (std::find(agents.begin(), agents.end(), lost) == agents.end()) {
@@ -306,21 +287,20 @@ std::string AllBack(const RankWaitCause& cause) {
 
 RecoveryProgress CheckRecovery(RunningJob& run, absl::Time now) {
   RecoveryProgress progress;
-  if (run.recovering_until == absl::InfinitePast()) return progress;
+  if (run.recovering_until() == absl::InfinitePast()) return progress;
   // Ranks lost before the restart (an elastic job's) are not waited for.
   int expected = 0;
   int missing = 0;
-  for (const RankState& rank : run.ranks) {
+  for (const RankState& rank : run.ranks()) {
     if (rank.state == v1::RankStatus::EXITED && rank.agent_id.empty()) continue;
     ++expected;
     if (rank.agent_id.empty()) ++missing;
   }
   if (missing == 0) {
     progress.all_back = true;
-    progress.back = AllBack(run.wait_cause);
-    run.recovering_until = absl::InfinitePast();
-    run.wait_cause = RankWaitCause();
-  } else if (now >= run.recovering_until) {
+    progress.back = AllBack(run.wait_cause());
+    run.StopAwaiting();
+  } else if (now >= run.recovering_until()) {
     progress.failure = WaitFailure(run, missing, expected);
   }
   return progress;

@@ -128,8 +128,8 @@ struct RecoveryProgress {
   std::string failure;    // non-empty: the wait is over with ranks missing
 };
 // For a job waiting for its ranks; a job not waiting reports neither. The
-// wait is over with ranks missing once `now` reaches run.recovering_until;
-// the failure names its cause (run.wait_cause): the coordinator's restart,
+// wait is over with ranks missing once `now` reaches run.recovering_until();
+// the failure names its cause (run.wait_cause()): the coordinator's restart,
 // or the lost agents whose ranks are missing (Note [Agent reconnect grace]
 // in running_job.h).
 RecoveryProgress CheckRecovery(RunningJob& run, absl::Time now);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "coordinator/scheduling/running_job_test_peer.h"
 #include "gtest/gtest.h"
 
 namespace chorus {
@@ -70,15 +71,15 @@ TEST(JobRecoveryTest, RecoveredJobGrantsCheckpointUploadsAsBeforeTheRestart) {
 TEST(JobRecoveryTest, RecoveredJobWaitsWithEveryRankLostAndJoined) {
   FakeClock clock(absl::FromUnixSeconds(1000));
   const RunningJob run = RecoveredJob(RunningOnNodeA(), clock.Now() + absl::Seconds(30));
-  ASSERT_EQ(run.ranks.size(), 2u);
+  ASSERT_EQ(run.ranks().size(), 2u);
   EXPECT_EQ(run.generation(), 1);
-  EXPECT_EQ(run.recovering_until, clock.Now() + absl::Seconds(30));
+  EXPECT_EQ(run.recovering_until(), clock.Now() + absl::Seconds(30));
   for (int r = 0; r < 2; ++r) {
-    EXPECT_EQ(run.ranks[r].state, v1::RankStatus::LOST);
-    EXPECT_TRUE(run.ranks[r].agent_id.empty());
-    EXPECT_EQ(run.ranks[r].recover_host, "node-a");
-    EXPECT_EQ(run.ranks[r].slot, r);
-    EXPECT_TRUE(run.rendezvous.joined(r));
+    EXPECT_EQ(run.ranks()[r].state, v1::RankStatus::LOST);
+    EXPECT_TRUE(run.ranks()[r].agent_id.empty());
+    EXPECT_EQ(run.ranks()[r].recover_host, "node-a");
+    EXPECT_EQ(run.ranks()[r].slot, r);
+    EXPECT_TRUE(run.rendezvous().joined(r));
   }
 }
 
@@ -91,11 +92,11 @@ TEST(JobRecoveryTest, ReconnectingAgentGetsItsRanksBackAndStopsOrphans) {
       RebindRanks(running, "agent-3", NodeA({{"job-000001", 1}, {"job-000009", 0}}), &bound);
   ASSERT_EQ(bound.size(), 1u);
   EXPECT_EQ(bound[0], std::make_pair(std::string("job-000001"), 1));
-  const RankState& back = running.at("job-000001").ranks[1];
+  const RankState& back = RankOf(running.at("job-000001"), 1);
   EXPECT_EQ(back.agent_id, "agent-3");
   EXPECT_EQ(back.pid, 1001);
   EXPECT_EQ(back.state, v1::RankStatus::TRAINING);
-  EXPECT_TRUE(running.at("job-000001").ranks[0].agent_id.empty());
+  EXPECT_TRUE(running.at("job-000001").ranks()[0].agent_id.empty());
   ASSERT_EQ(orphans.size(), 1u);
   EXPECT_EQ(orphans.at("job-000009"), std::vector<int>{0});
 }
@@ -111,16 +112,17 @@ TEST(JobRecoveryTest, BindingAnAgentsRanksSaysWhatToStop) {
   RunningJob& run =
       running.emplace("job-000001", RecoveredJob(RunningOnNodeA(), now + absl::Seconds(30)))
           .first->second;
-  run.ranks[0].heartbeat_at = now - absl::Seconds(20);
-  run.ranks[1].stopping = true;
-  run.phase.BeginRestarting("rank 2 exited", ReformKind::kRankLost, now, now + absl::Seconds(60));
+  RankOf(run, 0).heartbeat_at = now - absl::Seconds(20);
+  run.MarkStopping(1);
+  run.mutable_phase().BeginRestarting("rank 2 exited", ReformKind::kRankLost, now,
+                                      now + absl::Seconds(60));
 
   std::map<std::string, JobActions> actions =
       BindAgentRanks(running, agents, "agent-1",
                      NodeA({{"job-000001", 0}, {"job-000001", 1}, {"job-000009", 1}}), now);
   EXPECT_TRUE(agents.Find("agent-1")->busy[0]);
   EXPECT_TRUE(agents.Find("agent-1")->busy[1]);
-  EXPECT_EQ(run.ranks[0].heartbeat_at, now);
+  EXPECT_EQ(run.ranks()[0].heartbeat_at, now);
   ASSERT_EQ(actions.size(), 2u);
   const JobActions& own = actions.at("job-000001");
   EXPECT_EQ(own.logs,
@@ -180,7 +182,7 @@ TEST(JobRecoveryTest, AToldExitCountsOnlyForARankStillWaitedForOnThatAgentAndGen
   bound_slot.set_slot(1);
   EXPECT_FALSE(AwaitsToldExit(run, hello, bound_slot));
   // Nor one whose exit was taken already.
-  running.at("job-000001").ranks[0].state = v1::RankStatus::EXITED;
+  RankOf(running.at("job-000001"), 0).state = v1::RankStatus::EXITED;
   EXPECT_FALSE(AwaitsToldExit(run, hello, exited));
 }
 
@@ -195,10 +197,10 @@ TEST(JobRecoveryTest, CheckRecoveryEndsTheWaitOneWayOrTheOther) {
   EXPECT_EQ(progress.failure, "2 of 2 rank(s) did not come back after the coordinator restarted");
 
   RunningJob back = RecoveredJob(RunningOnNodeA(), clock.Now() + absl::Seconds(30));
-  for (RankState& rank : back.ranks) rank.agent_id = "agent-1";
+  for (RankState& rank : RanksOf(back)) rank.agent_id = "agent-1";
   progress = CheckRecovery(back, clock.Now());
   EXPECT_TRUE(progress.all_back);
-  EXPECT_EQ(back.recovering_until, absl::InfinitePast());
+  EXPECT_EQ(back.recovering_until(), absl::InfinitePast());
   progress = CheckRecovery(back, clock.Now());
   EXPECT_FALSE(progress.all_back) << "all back is reported once";
 }
@@ -226,11 +228,11 @@ TEST(JobRecoveryTest, ElasticPhaseComesBackFromItsRecord) {
     SCOPED_TRACE(i);
     RunningJob run(job, /*world_size=*/2, /*generation=*/1);  // not formed
     for (int slot = 0; slot < 2; ++slot) {
-      run.ranks.push_back(RankState::At(RankSlot{"agent-1", slot, slot, 2}));
+      run.AddRank(RankState::At(RankSlot{"agent-1", slot, slot, 2}));
     }
-    run.phase = phases[i];
+    run.mutable_phase() = phases[i];
     const coordinator::ElasticRecord record = ElasticRecordOf(run, {false, false});
-    const ElasticPhase back = RecoveredJob(job, t0, record).phase;
+    const ElasticPhase back = RecoveredJob(job, t0, record).phase();
     EXPECT_EQ(back.phase().index(), phases[i].phase().index());
     EXPECT_EQ(back.started(), phases[i].started());
     ASSERT_EQ(back.planned().has_value(), phases[i].planned().has_value());
@@ -269,7 +271,7 @@ TEST(JobRecoveryTest, AWaitForLostAgentsNamesTheAgentWhoseRanksAreMissing) {
   v1::Job job = RunningOnNodeA();
   RunningJob run(job, 2, 1);
   for (int rank = 0; rank < 2; ++rank) {
-    RankState& r = run.ranks.emplace_back();
+    RankState& r = RanksOf(run).emplace_back();
     r.agent_id = rank == 0 ? "agent-1" : "agent-2";
     r.slot = 0;
     r.state = v1::RankStatus::TRAINING;
@@ -277,23 +279,22 @@ TEST(JobRecoveryTest, AWaitForLostAgentsNamesTheAgentWhoseRanksAreMissing) {
   EXPECT_EQ(run.AwaitAgent("agent-1", "node-a", 77), std::vector<int>{0});
   EXPECT_EQ(run.AwaitAgent("agent-2", "node-b", 88), std::vector<int>{1});
   EXPECT_TRUE(run.AwaitingRanks());
-  EXPECT_EQ(run.ranks[1].state, v1::RankStatus::LOST);
-  EXPECT_EQ(run.ranks[1].recover_host, "node-b");
-  EXPECT_EQ(run.ranks[1].recover_agent_pid, 88);
-  run.recovering_until = now + absl::Seconds(10);
-  run.wait_cause.lost_agents = {{"agent-1", "node-a", {0}, absl::Seconds(10)},
-                                {"agent-2", "node-b", {1}, absl::Seconds(10)}};
-  run.ranks[0].agent_id = "agent-3";  // node-a's agent is back
+  EXPECT_EQ(run.ranks()[1].state, v1::RankStatus::LOST);
+  EXPECT_EQ(run.ranks()[1].recover_host, "node-b");
+  EXPECT_EQ(run.ranks()[1].recover_agent_pid, 88);
+  run.AwaitLostAgent({"agent-1", "node-a", {0}, absl::Seconds(10)}, now + absl::Seconds(10));
+  run.AwaitLostAgent({"agent-2", "node-b", {1}, absl::Seconds(10)}, now + absl::Seconds(10));
+  RankOf(run, 0).agent_id = "agent-3";  // node-a's agent is back
   EXPECT_EQ(CheckRecovery(run, now + absl::Seconds(9)).failure, "");
   EXPECT_EQ(CheckRecovery(run, now + absl::Seconds(10)).failure,
             "lost contact with the agent on node-b (agent-2), which ran ranks of this job; 1 of 2 "
             "rank(s) did not come back within 10s");
 
-  run.ranks[1].agent_id = "agent-4";
+  RankOf(run, 1).agent_id = "agent-4";
   const RecoveryProgress back = CheckRecovery(run, now + absl::Seconds(10));
   EXPECT_TRUE(back.all_back);
   EXPECT_EQ(back.back, "every rank is back: the agents on node-a, node-b reconnected");
-  EXPECT_TRUE(run.wait_cause.lost_agents.empty());
+  EXPECT_TRUE(run.wait_cause().lost_agents.empty());
 }
 
 }  // namespace

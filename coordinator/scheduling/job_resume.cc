@@ -15,11 +15,11 @@ absl::StatusOr<v1::CheckpointManifest> JobResume::ForStart(
 v1::CheckpointManifest JobResume::ForGeneration(const std::string& job_id,
                                                 const RunningJob& run) const {
   const Resolver& newest_of = newest_committed_ ? newest_committed_ : resolve_;
-  if (run.program || run.generation() <= 1 || !newest_of) return run.resume;
+  if (run.program || run.generation() <= 1 || !newest_of) return run.resume();
   std::vector<std::string> skipped;
   absl::StatusOr<v1::CheckpointManifest> newest = newest_of(job_id, &skipped);
   for (const std::string& warning : skipped) LOG(WARNING) << job_id << ": " << warning;
-  return newest.ok() ? *std::move(newest) : run.resume;
+  return newest.ok() ? *std::move(newest) : run.resume();
 }
 
 int64_t JobResume::NewestStep(const std::string& job_id) const {

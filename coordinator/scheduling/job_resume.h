@@ -66,7 +66,7 @@ class JobResume {
   // What the ranks of `run`'s current generation are told to resume from
   // (Note [A generation's checkpoint]): for a later generation of the
   // built-in trainer the job's newest committed checkpoint, else
-  // run.resume. Checkpoints skipped on the way are logged.
+  // run.resume(). Checkpoints skipped on the way are logged.
   v1::CheckpointManifest ForGeneration(const std::string& job_id, const RunningJob& run) const;
   // The step of the job's newest committed checkpoint; 0 if none.
   int64_t NewestStep(const std::string& job_id) const;

@@ -34,7 +34,7 @@ RunningJob RunOf(int64_t generation, bool program) {
   job.mutable_spec()->mutable_elastic();
   if (program) job.mutable_spec()->mutable_program()->add_argv("/usr/bin/python3");
   RunningJob run(job, 2, generation);
-  run.resume = Manifest("job-000001", 100);  // what it was submitted with
+  run.ResumeFrom(Manifest("job-000001", 100));  // what it was submitted with
   return run;
 }
 

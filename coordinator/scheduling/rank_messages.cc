@@ -14,7 +14,7 @@ HeartbeatAnswer RecordHeartbeat(RunningJob& run, const v1::RankHeartbeat& heartb
     const std::vector<int>& now_rank = run.rank_of_survivor();
     if (heartbeat.rank() >= 0 && heartbeat.rank() < static_cast<int>(now_rank.size()) &&
         now_rank[heartbeat.rank()] >= 0) {
-      run.ranks[now_rank[heartbeat.rank()]].heard_at = now;
+      run.HeardFrom(now_rank[heartbeat.rank()], now);
     }
   }
   if (run.elastic && heartbeat.generation() < run.generation()) {
@@ -25,26 +25,19 @@ HeartbeatAnswer RecordHeartbeat(RunningJob& run, const v1::RankHeartbeat& heartb
   }
   if (!run.HasRank(heartbeat.generation(), heartbeat.rank())) return answer;
   answer.live = true;
-  RankState& rank = run.ranks[heartbeat.rank()];
-  rank.last_heartbeat = heartbeat;
-  rank.heartbeat_at = now;
-  rank.heard_at = now;
-  rank.heartbeats_via_agent = via_agent;
-  if (heartbeat.phase() == v1::FINISHED && !rank.stopping && rank.evicted.empty()) {
-    rank.finished = true;
-  }
+  run.OnHeartbeat(heartbeat, now, via_agent);
   // Note [Restart-all]: the program re-forms in its own process.
   if (heartbeat.reforms_in_process()) run.NoteReformsInProcess();
-  if (run.phase.planned().has_value() && run.phase.waiting() == nullptr && run.Formed()) {
+  if (run.phase().planned().has_value() && run.phase().waiting() == nullptr && run.Formed()) {
     answer.directive.set_kind(v1::Directive::REFORM_AT_STEP_BOUNDARY);
     answer.directive.set_generation(run.generation() + 1);
-    answer.directive.set_reason(run.phase.planned()->cause);
-    answer.directive.set_world_size(run.phase.planned()->world.value_or(0));
+    answer.directive.set_reason(run.phase().planned()->cause);
+    answer.directive.set_world_size(run.phase().planned()->world.value_or(0));
   }
   // Note [Re-queue]: a job preempted to go back to the queue.
-  if (run.requeue.active()) {
+  if (run.requeue().active()) {
     answer.directive.set_kind(v1::Directive::CHECKPOINT_AND_HOLD);
-    answer.directive.set_reason(run.requeue.cause());
+    answer.directive.set_reason(run.requeue().cause());
   }
   // A program job sends no metrics along the way: rank 0's heartbeats carry
   // the program's progress records.
@@ -55,7 +48,7 @@ HeartbeatAnswer RecordHeartbeat(RunningJob& run, const v1::RankHeartbeat& heartb
 JoinAnswer AnswerJoin(const RunningJob& run, const v1::JoinRequest& request) {
   JoinAnswer answer;
   const std::string& job_id = request.job_id();
-  if (run.leaving.departing(request.agent_id(), request.slot())) {
+  if (run.leaving().departing(request.agent_id(), request.slot())) {
     // A rank on a draining agent, at the step boundary: it leaves.
     answer.kind = JoinAnswer::Kind::kLeave;
     answer.leave.set_leave(true);
@@ -73,7 +66,7 @@ JoinAnswer AnswerJoin(const RunningJob& run, const v1::JoinRequest& request) {
   // An elastic job's rank of an older generation whose slot is still the
   // job's joins the current one (a newcomer launched for a generation that
   // another failure superseded).
-  if (absl::Status current = run.rendezvous.CheckGeneration(request.generation());
+  if (absl::Status current = run.rendezvous().CheckGeneration(request.generation());
       !current.ok() && !run.elastic) {
     answer.refusal = std::move(current);
     return answer;
@@ -85,8 +78,8 @@ JoinAnswer AnswerJoin(const RunningJob& run, const v1::JoinRequest& request) {
     // not reconnected yet.
     answer.refusal = absl::UnavailableError(
         absl::StrCat("job ", job_id, " is taking back its ranks ",
-                     run.wait_cause.lost_agents.empty() ? "after a coordinator restart"
-                                                        : "from agents that lost contact",
+                     run.wait_cause().lost_agents.empty() ? "after a coordinator restart"
+                                                          : "from agents that lost contact",
                      "; join again shortly"));
   } else if (rank < 0) {
     answer.refusal = absl::NotFoundError(absl::StrCat(
@@ -99,7 +92,7 @@ JoinAnswer AnswerJoin(const RunningJob& run, const v1::JoinRequest& request) {
 }
 
 bool StartsPlannedChange(const RunningJob& run, const v1::JoinRequest& request) {
-  return run.elastic && run.phase.planned().has_value() && run.phase.waiting() == nullptr &&
+  return run.elastic && run.phase().planned().has_value() && run.phase().waiting() == nullptr &&
          !run.AwaitingRanks() && request.generation() == run.generation() + 1 && run.Formed();
 }
 
@@ -119,8 +112,7 @@ absl::StatusOr<v1::Metrics> RecordReport(RunningJob& run, const v1::ReportReques
   if (report.final() && report.success()) {
     // A rank being stopped (a restart-all) whose program exits 0 on
     // SIGTERM did not finish training.
-    RankState& rank = run.ranks[report.rank()];
-    if (!rank.stopping && rank.evicted.empty()) rank.finished = true;
+    run.FinishedTraining(report.rank());
   }
   v1::Metrics metrics = report.metrics();
   if (run.elastic) {  // what only the coordinator knows
@@ -144,13 +136,13 @@ v1::JoinResponse StagedJoinResponse(const v1::Job& job, const RunningJob& run,
                                     const StagedNewcomer& newcomer) {
   v1::JoinResponse response;
   response.set_rank(newcomer.rank);
-  response.set_world_size(run.staged.world_size());
-  response.set_generation(run.staged.generation());
+  response.set_world_size(run.staged().world_size());
+  response.set_generation(run.staged().generation());
   *response.mutable_spec() = job.spec();
-  response.set_store_namespace(RunningJob::StoreNamespace(job, run.staged.generation()));
+  response.set_store_namespace(RunningJob::StoreNamespace(job, run.staged().generation()));
   response.set_local_rank(newcomer.slot.local_rank);
   response.set_local_world_size(newcomer.slot.local_world_size);
-  if (!run.resume.job_id().empty()) *response.mutable_resume() = run.resume;
+  if (!run.resume().job_id().empty()) *response.mutable_resume() = run.resume();
   response.set_restarts(run.restarts());
   response.set_staged(true);
   return response;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "coordinator/scheduling/running_job_test_peer.h"
 #include "gtest/gtest.h"
 
 namespace chorus {
@@ -25,8 +26,8 @@ v1::Job ElasticJob(bool program = false) {
 
 RunningJob RunOf(const v1::Job& job) {
   RunningJob run(job, 2, /*generation=*/2);
-  run.ranks.push_back(RankState::At({"agent-1", 0, 0, 2}));
-  run.ranks.push_back(RankState::At({"agent-1", 1, 1, 2}));
+  run.AddRank(RankState::At({"agent-1", 0, 0, 2}));
+  run.AddRank(RankState::At({"agent-1", 1, 1, 2}));
   run.AddHistory("generation 2: rank 1 replaced");
   return run;
 }
@@ -34,7 +35,7 @@ RunningJob RunOf(const v1::Job& job) {
 void Form(RunningJob& run) {
   Rendezvous::Answers answers;
   for (int rank = 0; rank < 2; ++rank) {
-    run.rendezvous.Join(
+    run.mutable_rendezvous().Join(
         rank, kNow + absl::Seconds(10), [](absl::StatusOr<v1::JoinResponse>) {},
         [](int) { return v1::JoinResponse(); }, answers);
   }
@@ -78,33 +79,33 @@ TEST(RecordHeartbeatTest, EachHeartbeatsAnswerAndRecord) {
       {"a newer generation", none, Beat(3, 0), false, v1::Directive::KIND_UNSPECIFIED, 0, "", false,
        false},
       {"FINISHED", none, finished, true, v1::Directive::KIND_UNSPECIFIED, 0, "", true, false},
-      {"FINISHED after it was told to stop", [](RunningJob& run) { run.ranks[0].stopping = true; },
-       finished, true, v1::Directive::KIND_UNSPECIFIED, 0, "", false, false},
-      {"FINISHED after its eviction", [](RunningJob& run) { run.ranks[0].evicted = "silent"; },
+      {"FINISHED after it was told to stop", [](RunningJob& run) { run.MarkStopping(0); }, finished,
+       true, v1::Directive::KIND_UNSPECIFIED, 0, "", false, false},
+      {"FINISHED after its eviction", [](RunningJob& run) { run.MarkEvicted(0, "silent"); },
        finished, true, v1::Directive::KIND_UNSPECIFIED, 0, "", false, false},
       {"a planned change, formed",
        [](RunningJob& run) {
          Form(run);
-         run.phase.Plan({"agent-2 is draining", ReformKind::kDrain, 1});
+         run.mutable_phase().Plan({"agent-2 is draining", ReformKind::kDrain, 1});
        },
        Beat(2, 1), true, v1::Directive::REFORM_AT_STEP_BOUNDARY, 3, "agent-2 is draining", false,
        false},
       {"a planned change, not formed yet",
        [](RunningJob& run) {
-         run.phase.Plan({"grow", ReformKind::kScaleUp, 4});
+         run.mutable_phase().Plan({"grow", ReformKind::kScaleUp, 4});
        },
        Beat(2, 1), true, v1::Directive::KIND_UNSPECIFIED, 0, "", false, false},
       {"a planned change waiting for slots",
        [](RunningJob& run) {
          Form(run);
-         run.phase.Plan({"grow", ReformKind::kScaleUp, 4});
-         run.phase.BeginWaiting("below min_ranks", ReformKind::kRankLost, kNow,
-                                kNow + absl::Seconds(30));
+         run.mutable_phase().Plan({"grow", ReformKind::kScaleUp, 4});
+         run.mutable_phase().BeginWaiting("below min_ranks", ReformKind::kRankLost, kNow,
+                                          kNow + absl::Seconds(30));
        },
        Beat(2, 1), true, v1::Directive::KIND_UNSPECIFIED, 0, "", false, false},
       {"waiting for a checkpoint to go back to the queue",
        [](RunningJob& run) {
-         run.requeue.Begin("preempted by job-000007", 10, 0, kNow, absl::Seconds(60));
+         run.mutable_requeue().Begin("preempted by job-000007", 10, 0, kNow, absl::Seconds(60));
        },
        Beat(2, 1), true, v1::Directive::CHECKPOINT_AND_HOLD, 0, "preempted by job-000007", false,
        false},
@@ -119,15 +120,15 @@ TEST(RecordHeartbeatTest, EachHeartbeatsAnswerAndRecord) {
     EXPECT_EQ(answer.directive.generation(), row.directive_generation);
     EXPECT_TRUE(absl::StrContains(answer.directive.reason(), row.reason))
         << answer.directive.reason();
-    EXPECT_EQ(run.ranks[0].finished, row.finished);
+    EXPECT_EQ(run.ranks()[0].finished, row.finished);
     EXPECT_EQ(answer.progress, row.progress);
     // A live heartbeat is its rank's last.
     const int rank = row.heartbeat.rank();
     if (row.live) {
-      EXPECT_EQ(run.ranks[rank].heartbeat_at, kNow);
-      EXPECT_EQ(run.ranks[rank].heard_at, kNow);
+      EXPECT_EQ(run.ranks()[rank].heartbeat_at, kNow);
+      EXPECT_EQ(run.ranks()[rank].heard_at, kNow);
     } else if (rank < 2) {
-      EXPECT_EQ(run.ranks[rank].heartbeat_at, absl::InfinitePast());
+      EXPECT_EQ(run.ranks()[rank].heartbeat_at, absl::InfinitePast());
     }
   }
 }
@@ -147,12 +148,12 @@ TEST(RecordHeartbeatTest, ASurvivorNotJoinedYetIsHeardUnderItsNewRank) {
   const v1::Job job = ElasticJob();
   RunningJob run = RunOf(job);
   // Generation 2 forming: old rank 0 is rank 1 now; old rank 1 left.
-  run.BeginGeneration(job, run.ranks, 2, ReformKind::kRankLost, kNow, {1, -1});
+  run.BeginGeneration(job, run.ranks(), 2, ReformKind::kRankLost, kNow, {1, -1});
   RecordHeartbeat(run, Beat(1, 0), kNow, false);
-  EXPECT_EQ(run.ranks[1].heard_at, kNow);
-  EXPECT_EQ(run.ranks[0].heard_at, absl::InfinitePast());
+  EXPECT_EQ(run.ranks()[1].heard_at, kNow);
+  EXPECT_EQ(run.ranks()[0].heard_at, absl::InfinitePast());
   RecordHeartbeat(run, Beat(1, 1), kNow + absl::Seconds(1), false);
-  EXPECT_EQ(run.ranks[0].heard_at, absl::InfinitePast());
+  EXPECT_EQ(run.ranks()[0].heard_at, absl::InfinitePast());
 }
 
 TEST(RecordHeartbeatTest, AProgramsRankZeroCarriesProgressAndSaysItReformsInProcess) {
@@ -163,7 +164,7 @@ TEST(RecordHeartbeatTest, AProgramsRankZeroCarriesProgressAndSaysItReformsInProc
   HeartbeatAnswer answer = RecordHeartbeat(run, beat, kNow, /*via_agent=*/true);
   EXPECT_TRUE(answer.progress);
   EXPECT_TRUE(run.reforms_in_process());
-  EXPECT_TRUE(run.ranks[0].heartbeats_via_agent);
+  EXPECT_TRUE(run.ranks()[0].heartbeats_via_agent);
   beat.set_rank(1);
   EXPECT_FALSE(RecordHeartbeat(run, beat, kNow, false).progress);
   beat.set_rank(0);
@@ -196,8 +197,9 @@ TEST(AnswerJoinTest, EachJoinsAnswer) {
   const std::vector<Row> rows = {
       {"a rank of the current generation", true, none, JoinOf(2, 1), JoinAnswer::Kind::kJoin, 1,
        absl::StatusCode::kOk, ""},
-      {"a departing rank leaves", true, [](RunningJob& run) { run.leaving.Depart("agent-1", 1); },
-       JoinOf(3, 1), JoinAnswer::Kind::kLeave, -1, absl::StatusCode::kOk, ""},
+      {"a departing rank leaves", true,
+       [](RunningJob& run) { run.mutable_leaving().Depart("agent-1", 1); }, JoinOf(3, 1),
+       JoinAnswer::Kind::kLeave, -1, absl::StatusCode::kOk, ""},
       {"a survivor ahead of its generation", true, none, JoinOf(3, 0), JoinAnswer::Kind::kRefuse,
        -1, absl::StatusCode::kUnavailable, "generation 3 of job job-000001 has not formed yet"},
       {"an older generation of an elastic job joins the current one", true, none, JoinOf(1, 0),
@@ -207,13 +209,13 @@ TEST(AnswerJoinTest, EachJoinsAnswer) {
       {"a slot where the job has no rank", true, none, JoinOf(2, 5), JoinAnswer::Kind::kRefuse, -1,
        absl::StatusCode::kNotFound, "has no rank on agent-1 slot 5"},
       {"a rank taken back after a restart, its agent not back yet", true,
-       [](RunningJob& run) { run.ranks[1].agent_id.clear(); }, JoinOf(2, 1, "agent-7"),
+       [](RunningJob& run) { RankOf(run, 1).agent_id.clear(); }, JoinOf(2, 1, "agent-7"),
        JoinAnswer::Kind::kRefuse, -1, absl::StatusCode::kUnavailable,
        "is taking back its ranks after a coordinator restart"},
       {"a rank of an agent that lost contact", true,
        [](RunningJob& run) {
-         run.ranks[1].agent_id.clear();
-         run.wait_cause.lost_agents.push_back({"agent-1", "node-a", {1}, absl::Seconds(5)});
+         RankOf(run, 1).agent_id.clear();
+         run.AwaitLostAgent({"agent-1", "node-a", {1}, absl::Seconds(5)}, absl::InfinitePast());
        },
        JoinOf(2, 1, "agent-7"), JoinAnswer::Kind::kRefuse, -1, absl::StatusCode::kUnavailable,
        "from agents that lost contact"},
@@ -239,12 +241,12 @@ TEST(AnswerJoinTest, EachJoinsAnswer) {
 TEST(StartsPlannedChangeTest, OnlyTheNextGenerationsJoinOfAFormedJobWithAPlan) {
   RunningJob run = RunOf(ElasticJob());
   EXPECT_FALSE(StartsPlannedChange(run, JoinOf(3, 0)));  // no plan
-  run.phase.Plan({"grow", ReformKind::kScaleUp, 3});
+  run.mutable_phase().Plan({"grow", ReformKind::kScaleUp, 3});
   EXPECT_FALSE(StartsPlannedChange(run, JoinOf(3, 0)));  // not formed
   Form(run);
   EXPECT_TRUE(StartsPlannedChange(run, JoinOf(3, 0)));
   EXPECT_FALSE(StartsPlannedChange(run, JoinOf(2, 0)));  // the current generation
-  run.ranks[1].agent_id.clear();                         // being taken back
+  RankOf(run, 1).agent_id.clear();                       // being taken back
   EXPECT_FALSE(StartsPlannedChange(run, JoinOf(3, 0)));
 }
 
@@ -279,7 +281,7 @@ TEST(RecordReportTest, EachReportsMetricsAndWhatItMarks) {
       {"a final failure", true, none, ReportOf(2, 1, true, false), absl::StatusCode::kOk, true,
        false, false},
       {"a final success after it was told to stop", true,
-       [](RunningJob& run) { run.ranks[1].stopping = true; }, ReportOf(2, 1, true, true),
+       [](RunningJob& run) { run.MarkStopping(1); }, ReportOf(2, 1, true, true),
        absl::StatusCode::kOk, true, false, false},
       {"a final success of a generation left since", true, none, ReportOf(1, 1, true, true),
        absl::StatusCode::kOk, false, false, true},
@@ -310,7 +312,7 @@ TEST(RecordReportTest, EachReportsMetricsAndWhatItMarks) {
         EXPECT_EQ(metrics->values().at("recovery_seconds"), 1.5);
       }
     }
-    EXPECT_EQ(run.ranks[1].finished, row.finished);
+    EXPECT_EQ(run.ranks()[1].finished, row.finished);
     EXPECT_EQ(run.finished_before_reform(), row.finished_before_reform);
   }
 }
@@ -336,7 +338,7 @@ TEST(StagedJoinResponseTest, IsThePlannedMembershipOfTheStagedGeneration) {
   job.set_restarts(1);
   RunningJob run = RunOf(job);
   const StagedNewcomer newcomer{RankSlot{"agent-2", 0, 0, 1}, 2, false};
-  run.staged.Start(3, 3, "1 free slot(s)", {newcomer}, kNow, absl::Seconds(60));
+  run.mutable_staged().Start(3, 3, "1 free slot(s)", {newcomer}, kNow, absl::Seconds(60));
   const v1::JoinResponse response = StagedJoinResponse(job, run, newcomer);
   EXPECT_TRUE(response.staged());
   EXPECT_EQ(response.rank(), 2);

@@ -96,7 +96,6 @@ RankState RankState::At(const RankSlot& slot) {
 
 RunningJob::RunningJob(const v1::Job& job, int world_size, int64_t generation)
     : hang_detection(job.spec().hang_detection()),
-      rendezvous(job.job_id(), generation, world_size),
       owner(job.owner()),
       priority(job.spec().priority() != v1::JobSpec::PRIORITY_UNSPECIFIED ? job.spec().priority()
                                                                           : v1::JobSpec::NORMAL),
@@ -108,6 +107,7 @@ RunningJob::RunningJob(const v1::Job& job, int world_size, int64_t generation)
       elastic(job.spec().has_elastic()),
       elastic_spec(job.spec().elastic()),
       preemptible(job.spec().resources().preemptible()),
+      rendezvous_(job.job_id(), generation, world_size),
       restarts_(job.restarts()),
       upload_grant_(UploadGrantFor(job, world_size, generation)) {}
 
@@ -118,17 +118,18 @@ void RunningJob::SetLimits(v1::LaunchRanks& launch) const {
 
 bool RunningJob::Steady() const {
   if (!Formed() || AwaitingRanks()) return false;
-  if (phase.planned().has_value() || phase.waiting() != nullptr || phase.restarting() != nullptr) {
+  if (phase_.planned().has_value() || phase_.waiting() != nullptr ||
+      phase_.restarting() != nullptr) {
     return false;
   }
-  return std::none_of(ranks.begin(), ranks.end(),
+  return std::none_of(ranks_.begin(), ranks_.end(),
                       [](const RankState& r) { return r.state == v1::RankStatus::EXITED; });
 }
 
 std::vector<RunningJob::Fate> RunningJob::Fates(const AgentRegistry& agents) const {
-  std::vector<Fate> fates(ranks.size(), Fate::kStays);
-  for (size_t rank = 0; rank < ranks.size(); ++rank) {
-    const RankState& r = ranks[rank];
+  std::vector<Fate> fates(ranks_.size(), Fate::kStays);
+  for (size_t rank = 0; rank < ranks_.size(); ++rank) {
+    const RankState& r = ranks_[rank];
     const AgentRegistry::Agent* agent = r.agent_id.empty() ? nullptr : agents.Find(r.agent_id);
     if (r.state == v1::RankStatus::EXITED) {
       fates[rank] = Fate::kExited;
@@ -136,7 +137,7 @@ std::vector<RunningJob::Fate> RunningJob::Fates(const AgentRegistry& agents) con
       fates[rank] = Fate::kUnbound;
     } else if (agent == nullptr) {
       fates[rank] = Fate::kAgentGone;
-    } else if (agent->draining || leaving.yielding(r.agent_id, r.slot)) {
+    } else if (agent->draining || leaving_.yielding(r.agent_id, r.slot)) {
       fates[rank] = Fate::kLeavesAtBoundary;
     }
   }
@@ -148,14 +149,14 @@ void RunningJob::BeginGeneration(const v1::Job& job, std::vector<RankState> next
                                  std::vector<int> survivors) {
   const int world = static_cast<int>(next_ranks.size());
   finished_before_reform_ = TrainingFinished();
-  ranks = std::move(next_ranks);
-  rendezvous = Rendezvous(job.job_id(), generation, world);
+  ranks_ = std::move(next_ranks);
+  rendezvous_ = Rendezvous(job.job_id(), generation, world);
   exited_ok_ = 0;
   rank_of_survivor_ = std::move(survivors);
   ForgetDiagnoses();
   upload_grant_ = UploadGrantFor(job, world, generation);
   generation_started_at_ = now;
-  phase.BeginForming(kind, now, now + absl::Seconds(elastic_spec.wait_seconds()));
+  phase_.BeginForming(kind, now, now + absl::Seconds(elastic_spec.wait_seconds()));
 }
 
 void RunningJob::CountChange(bool failure, bool grew, bool owes, absl::Time now) {
@@ -173,8 +174,8 @@ void RunningJob::Restore(std::vector<std::string> history, double recovery_secon
 }
 
 void RunningJob::MarkFinished(int rank) {
-  ranks[rank].state = v1::RankStatus::EXITED;
-  ranks[rank].recover_host.clear();
+  ranks_[rank].state = v1::RankStatus::EXITED;
+  ranks_[rank].recover_host.clear();
   ++exited_ok_;
 }
 
@@ -182,10 +183,10 @@ RunningJob RunningJob::Started(const v1::Job& job, const std::vector<RankSlot>& 
                                v1::CheckpointManifest resume, AgentRegistry& agents,
                                absl::Time now) {
   RunningJob run(job, static_cast<int>(slots.size()), /*generation=*/1);
-  run.resume = std::move(resume);
+  run.resume_ = std::move(resume);
   for (const RankSlot& slot : slots) {
     agents.SetBusy(slot.agent_id, slot.slot, true);
-    run.ranks.push_back(RankState::At(slot));
+    run.ranks_.push_back(RankState::At(slot));
   }
   run.generation_started_at_ = now;
   run.last_growth_at_ = now;
@@ -196,8 +197,8 @@ std::map<std::string, v1::CoordinatorMessage> RunningJob::NewcomerLaunchMessages
     const std::string& job_id, const std::string& coordinator_address) const {
   std::vector<RankSlot> newcomers;
   const std::vector<RankSlot> slots = Slots();
-  for (size_t rank = 0; rank < ranks.size(); ++rank) {
-    if (ranks[rank].state == v1::RankStatus::LAUNCHING) newcomers.push_back(slots[rank]);
+  for (size_t rank = 0; rank < ranks_.size(); ++rank) {
+    if (ranks_[rank].state == v1::RankStatus::LAUNCHING) newcomers.push_back(slots[rank]);
   }
   return LaunchMessages(job_id, coordinator_address, generation(), newcomers);
 }
@@ -209,14 +210,14 @@ std::vector<v1::JobEvent> RunningJob::UpdateDiagnoses(const AgentRegistry& agent
 
 int64_t RunningJob::ReportedStep() const {
   int64_t step = 0;
-  for (const RankState& rank : ranks) step = std::max(step, rank.last_heartbeat.step());
+  for (const RankState& rank : ranks_) step = std::max(step, rank.last_heartbeat.step());
   return step;
 }
 
 std::map<std::string, v1::CoordinatorMessage> RunningJob::CheckpointMessages(
     const std::string& job_id, const AgentRegistry& agents) const {
   std::map<std::string, v1::CoordinatorMessage> by_agent;
-  for (const RankState& rank : ranks) {
+  for (const RankState& rank : ranks_) {
     if (rank.agent_id.empty() || rank.state == v1::RankStatus::EXITED ||
         agents.Find(rank.agent_id) == nullptr) {
       continue;
@@ -230,7 +231,7 @@ std::map<std::string, v1::CoordinatorMessage> RunningJob::CheckpointMessages(
 
 std::vector<RankSlot> RunningJob::Slots() const {
   std::vector<RankSlot> slots;
-  for (const RankState& r : ranks) {
+  for (const RankState& r : ranks_) {
     RankSlot& s = slots.emplace_back();
     s.agent_id = r.agent_id;
     s.slot = r.slot;
@@ -243,9 +244,10 @@ std::vector<RankSlot> RunningJob::Slots() const {
 // Note [Rank index]
 // Every Join, exit and log line finds its rank by (agent, slot); a scan of
 // `ranks` made a generation's rendezvous O(ranks^2) (0.3 s of string
-// compares at 4,096 ranks, 16,384 would take seconds). `ranks` is a public
-// field that the scheduler rewrites in several places, so the index checks
-// itself instead of being kept up to date: a hit is used only if that rank
+// compares at 4,096 ranks, 16,384 would take seconds). Several transitions
+// move a rank to another agent or slot (a new generation, a rank awaited,
+// bound again or given up), so the index checks itself instead of being
+// kept up to date by each of them: a hit is used only if that rank
 // still runs on that slot, and a miss or a stale hit rebuilds it (O(ranks))
 // and looks again. A lookup for a slot no rank has rebuilds each time, as
 // the scan cost before; those are rare (a departed rank's late exit). The
@@ -256,18 +258,18 @@ std::vector<RankSlot> RunningJob::Slots() const {
 void RunningJob::IndexRanks() const {
   rank_index_.clear();
   recovered_ranks_.clear();
-  rank_index_.reserve(ranks.size());
-  for (size_t rank = 0; rank < ranks.size(); ++rank) {
-    rank_index_.try_emplace(std::make_pair(ranks[rank].agent_id, ranks[rank].slot),
+  rank_index_.reserve(ranks_.size());
+  for (size_t rank = 0; rank < ranks_.size(); ++rank) {
+    rank_index_.try_emplace(std::make_pair(ranks_[rank].agent_id, ranks_[rank].slot),
                             static_cast<int>(rank));
-    if (!ranks[rank].recover_host.empty()) recovered_ranks_.push_back(static_cast<int>(rank));
+    if (!ranks_[rank].recover_host.empty()) recovered_ranks_.push_back(static_cast<int>(rank));
   }
 }
 
 int RunningJob::RankOn(const std::string& agent_id, int slot) const {
   const auto here = [&](int rank) {
-    return rank < static_cast<int>(ranks.size()) && ranks[rank].agent_id == agent_id &&
-           ranks[rank].slot == slot;
+    return rank < static_cast<int>(ranks_.size()) && ranks_[rank].agent_id == agent_id &&
+           ranks_[rank].slot == slot;
   };
   auto key = std::make_pair(agent_id, slot);
   if (auto it = rank_index_.find(key); it != rank_index_.end() && here(it->second)) {
@@ -282,8 +284,8 @@ int RunningJob::RankOfJoin(const std::string& agent_id, int slot, int64_t pid,
                            const std::string& host) const {
   if (rank_index_.empty()) IndexRanks();
   for (int rank : recovered_ranks_) {
-    if (rank >= static_cast<int>(ranks.size())) continue;
-    const RankState& r = ranks[rank];
+    if (rank >= static_cast<int>(ranks_.size())) continue;
+    const RankState& r = ranks_[rank];
     if (!r.recover_host.empty() && pid != 0 && r.pid == pid && r.slot == slot &&
         (host.empty() || host == r.recover_host)) {
       return rank;
@@ -292,8 +294,107 @@ int RunningJob::RankOfJoin(const std::string& agent_id, int slot, int64_t pid,
   return RankOn(agent_id, slot);
 }
 
+void RunningJob::AddRank(RankState rank, bool joined) {
+  if (joined) rendezvous_.MarkJoined(static_cast<int>(ranks_.size()));
+  ranks_.push_back(std::move(rank));
+}
+
+void RunningJob::HeardFrom(int rank, absl::Time now) { ranks_[rank].heard_at = now; }
+
+void RunningJob::OnHeartbeat(const v1::RankHeartbeat& heartbeat, absl::Time now, bool via_agent) {
+  RankState& rank = ranks_[heartbeat.rank()];
+  rank.last_heartbeat = heartbeat;
+  rank.heartbeat_at = now;
+  rank.heard_at = now;
+  rank.heartbeats_via_agent = via_agent;
+  if (heartbeat.phase() == v1::FINISHED) FinishedTraining(heartbeat.rank());
+}
+
+void RunningJob::FinishedTraining(int rank) {
+  RankState& r = ranks_[rank];
+  if (!r.stopping && r.evicted.empty()) r.finished = true;
+}
+
+void RunningJob::OnJoining(int rank, int64_t pid) {
+  ranks_[rank].pid = pid;
+  ranks_[rank].state = v1::RankStatus::JOINING;
+}
+
+void RunningJob::OnTraining() {
+  for (RankState& r : ranks_) r.state = v1::RankStatus::TRAINING;
+}
+
+bool RunningJob::MarkEvicted(int rank, std::string why) {
+  RankState& r = ranks_[rank];
+  if (!r.evicted.empty() || r.state == v1::RankStatus::EXITED) return false;
+  r.evicted = std::move(why);
+  return true;
+}
+
+int RunningJob::MarkStopping() {
+  int stopping = 0;
+  for (RankState& r : ranks_) {
+    if (r.state == v1::RankStatus::EXITED) continue;
+    r.stopping = true;
+    ++stopping;
+  }
+  return stopping;
+}
+
+void RunningJob::MarkStopping(int rank) { ranks_[rank].stopping = true; }
+
+void RunningJob::MarkLost(int rank) {
+  ranks_[rank].state = v1::RankStatus::EXITED;
+  ranks_[rank].recover_host.clear();  // gone: no agent binds it again
+}
+
+int RunningJob::AwaitedRank(const std::string& host, int64_t agent_pid, int slot) const {
+  for (int rank = static_cast<int>(ranks_.size()) - 1; rank >= 0; --rank) {
+    const RankState& r = ranks_[rank];
+    if (r.agent_id.empty() && r.state != v1::RankStatus::EXITED && r.recover_host == host &&
+        r.recover_agent_pid == agent_pid && r.slot == slot) {
+      return rank;
+    }
+  }
+  return -1;
+}
+
+void RunningJob::Rebind(int rank, const std::string& agent_id, int64_t pid) {
+  RankState& r = ranks_[rank];
+  r.agent_id = agent_id;
+  r.pid = pid;
+  r.state = Formed() ? v1::RankStatus::TRAINING : v1::RankStatus::JOINING;
+}
+
+void RunningJob::RestartHeartbeatClock(int rank, absl::Time now) {
+  if (ranks_[rank].heartbeat_at != absl::InfinitePast()) ranks_[rank].heartbeat_at = now;
+}
+
+bool RunningJob::GiveUpRank(int rank, const std::string& agent_id) {
+  if (rank < 0 || rank >= static_cast<int>(ranks_.size()) || !ranks_[rank].agent_id.empty()) {
+    return false;
+  }
+  ranks_[rank].agent_id = agent_id;
+  return true;
+}
+
+void RunningJob::AwaitAfterRestart(absl::Time until) {
+  recovering_until_ = until;
+  wait_cause_.after_restart = true;
+}
+
+void RunningJob::AwaitLostAgent(LostAgentWait wait, absl::Time until) {
+  recovering_until_ = std::max(recovering_until_, until);
+  wait_cause_.lost_agents.push_back(std::move(wait));
+}
+
+void RunningJob::StopAwaiting() {
+  recovering_until_ = absl::InfinitePast();
+  wait_cause_ = RankWaitCause();
+}
+
 bool RunningJob::AwaitingRanks() const {
-  return std::any_of(ranks.begin(), ranks.end(), [](const RankState& r) {
+  return std::any_of(ranks_.begin(), ranks_.end(), [](const RankState& r) {
     return r.agent_id.empty() && r.state != v1::RankStatus::EXITED;
   });
 }
@@ -301,8 +402,8 @@ bool RunningJob::AwaitingRanks() const {
 std::vector<int> RunningJob::AwaitAgent(const std::string& agent_id, const std::string& host,
                                         int64_t agent_pid) {
   std::vector<int> waiting;
-  for (size_t rank = 0; rank < ranks.size(); ++rank) {
-    RankState& r = ranks[rank];
+  for (size_t rank = 0; rank < ranks_.size(); ++rank) {
+    RankState& r = ranks_[rank];
     if (r.agent_id != agent_id || r.state == v1::RankStatus::EXITED) continue;
     r.agent_id.clear();
     r.recover_host = host;
@@ -315,25 +416,25 @@ std::vector<int> RunningJob::AwaitAgent(const std::string& agent_id, const std::
 }
 
 bool RunningJob::RunsOn(const std::string& agent_id) const {
-  for (const RankState& r : ranks) {
+  for (const RankState& r : ranks_) {
     if (r.agent_id == agent_id && r.state != v1::RankStatus::EXITED) return true;
   }
-  return leaving.DepartingOn(agent_id);
+  return leaving_.DepartingOn(agent_id);
 }
 
 std::map<std::string, std::vector<int>> RunningJob::ReleaseSlots(AgentRegistry& agents) const {
   std::map<std::string, std::vector<int>> to_stop;
-  for (const RankState& r : ranks) {
+  for (const RankState& r : ranks_) {
     if (agents.Find(r.agent_id) == nullptr) continue;
     agents.SetBusy(r.agent_id, r.slot, false);
     if (r.state != v1::RankStatus::EXITED) to_stop[r.agent_id].push_back(r.slot);
   }
-  for (const auto& [agent_id, slot] : leaving.Departing()) {
+  for (const auto& [agent_id, slot] : leaving_.Departing()) {
     if (agents.Find(agent_id) == nullptr) continue;
     agents.SetBusy(agent_id, slot, false);
     to_stop[agent_id].push_back(slot);
   }
-  for (const StagedNewcomer& n : staged.newcomers()) {
+  for (const StagedNewcomer& n : staged_.newcomers()) {
     if (agents.Find(n.slot.agent_id) == nullptr) continue;
     agents.SetBusy(n.slot.agent_id, n.slot.slot, false);
     to_stop[n.slot.agent_id].push_back(n.slot.slot);
@@ -351,7 +452,7 @@ std::string RunningJob::StoreNamespace(const v1::Job& job, int64_t gen) {
 }
 
 bool RunningJob::HasRank(int64_t gen, int rank) const {
-  return gen == generation() && rank >= 0 && rank < static_cast<int>(ranks.size());
+  return gen == generation() && rank >= 0 && rank < static_cast<int>(ranks_.size());
 }
 
 std::vector<RankView> RunningJob::HangViews(const AgentRegistry& agents) const {
@@ -360,8 +461,8 @@ std::vector<RankView> RunningJob::HangViews(const AgentRegistry& agents) const {
   // rank order), so one lookup serves a run of them.
   const std::string* looked_up = nullptr;
   const AgentRegistry::Agent* agent = nullptr;
-  for (size_t rank = 0; rank < ranks.size(); ++rank) {
-    const RankState& r = ranks[rank];
+  for (size_t rank = 0; rank < ranks_.size(); ++rank) {
+    const RankState& r = ranks_[rank];
     RankView v;
     v.rank = static_cast<int>(rank);
     // Note [Diagnoses during shutdown]: a finished rank is not watched.
@@ -387,7 +488,7 @@ std::vector<RankView> RunningJob::HangViews(const AgentRegistry& agents) const {
 
 bool RunningJob::TrainingFinished() const {
   return finished_before_reform_ ||
-         std::any_of(ranks.begin(), ranks.end(), [](const RankState& r) { return r.finished; });
+         std::any_of(ranks_.begin(), ranks_.end(), [](const RankState& r) { return r.finished; });
 }
 
 std::vector<v1::Diagnosis> RunningJob::Diagnose(const AgentRegistry& agents, absl::Time now) const {
@@ -421,7 +522,7 @@ std::map<std::string, v1::CoordinatorMessage> RunningJob::LaunchMessages(
 
 std::vector<v1::RankPlacement> RunningJob::Placements(const AgentRegistry& agents) const {
   std::vector<v1::RankPlacement> placements;
-  for (const RankState& r : ranks) {
+  for (const RankState& r : ranks_) {
     const v1::AgentHello& hello = agents.Find(r.agent_id)->hello;
     v1::RankPlacement& recorded = placements.emplace_back();
     recorded.set_host(hello.host());
@@ -435,9 +536,9 @@ std::vector<v1::RankPlacement> RunningJob::Placements(const AgentRegistry& agent
 
 RunningJob::Groups RunningJob::GroupsOfRanks() const {
   Groups groups;
-  groups.of_rank.reserve(ranks.size());
+  groups.of_rank.reserve(ranks_.size());
   absl::flat_hash_map<std::string, int> numbers;
-  for (const RankState& r : ranks) {
+  for (const RankState& r : ranks_) {
     const std::string& group = r.agent_id.empty() ? r.recover_host : r.agent_id;
     auto [it, added] = numbers.try_emplace(group, groups.count);
     if (added) ++groups.count;
@@ -450,13 +551,13 @@ v1::JoinResponse RunningJob::JoinResponseFor(const v1::Job& job, int rank,
                                              const Groups& groups) const {
   v1::JoinResponse response;
   response.set_rank(rank);
-  response.set_world_size(static_cast<int>(ranks.size()));
+  response.set_world_size(static_cast<int>(ranks_.size()));
   response.set_generation(generation());
   *response.mutable_spec() = job.spec();
   response.set_store_namespace(StoreNamespace(job, generation()));
-  response.set_local_rank(ranks[rank].local_rank);
-  response.set_local_world_size(ranks[rank].local_world_size);
-  if (!resume.job_id().empty()) *response.mutable_resume() = resume;
+  response.set_local_rank(ranks_[rank].local_rank);
+  response.set_local_world_size(ranks_[rank].local_world_size);
+  if (!resume_.job_id().empty()) *response.mutable_resume() = resume_;
   response.set_restarts(restarts_);
   response.set_group_rank(groups.of_rank.at(rank));
   response.set_group_world_size(groups.count);
@@ -466,8 +567,8 @@ v1::JoinResponse RunningJob::JoinResponseFor(const v1::Job& job, int rank,
 std::optional<JobEnd> RunningJob::RecordExit(const std::string& agent_id,
                                              const v1::AgentHello& agent,
                                              const v1::RankExited& exited) {
-  for (size_t rank = 0; rank < ranks.size(); ++rank) {
-    RankState& r = ranks[rank];
+  for (size_t rank = 0; rank < ranks_.size(); ++rank) {
+    RankState& r = ranks_[rank];
     // A rank that exited while the coordinator was restarting is reported
     // after its agent reconnects, before it was bound again.
     const bool unbound_here =
@@ -502,10 +603,10 @@ std::optional<JobEnd> RunningJob::RecordExit(const std::string& agent_id,
       // for a lost agent's ranks has most likely lost them as peers (their
       // host died): the reason names that agent too.
       std::vector<std::string> away;
-      for (const LostAgentWait& w : wait_cause.lost_agents) {
+      for (const LostAgentWait& w : wait_cause_.lost_agents) {
         const bool missing = std::any_of(w.ranks.begin(), w.ranks.end(), [&](int k) {
-          return k >= 0 && k < static_cast<int>(ranks.size()) && ranks[k].agent_id.empty() &&
-                 ranks[k].state != v1::RankStatus::EXITED;
+          return k >= 0 && k < static_cast<int>(ranks_.size()) && ranks_[k].agent_id.empty() &&
+                 ranks_[k].state != v1::RankStatus::EXITED;
         });
         if (missing) away.push_back(absl::StrCat(w.host, " (", w.agent_id, ")"));
       }
@@ -530,7 +631,7 @@ std::optional<JobEnd> RunningJob::RecordExit(const std::string& agent_id,
       }
       return end;
     }
-    if (++exited_ok_ == static_cast<int>(ranks.size())) {
+    if (++exited_ok_ == static_cast<int>(ranks_.size())) {
       return JobEnd{v1::Job::SUCCEEDED, "every rank exited with code 0"};
     }
     return std::nullopt;
@@ -573,21 +674,21 @@ void RunningJob::AddStatusRows(const AgentRegistry& agents, absl::Time now, v1::
                                const StatusRows& rows) const {
   // Note [Who the others waited for] in hang_detector.h.
   std::vector<double> waits;
-  waits.reserve(ranks.size());
-  for (const RankState& r : ranks) {
+  waits.reserve(ranks_.size());
+  for (const RankState& r : ranks_) {
     const bool known = r.heartbeat_at != absl::InfinitePast() &&
                        r.state != v1::RankStatus::EXITED && r.last_heartbeat.has_timings();
     waits.push_back(known ? r.last_heartbeat.timings().comm_wait_seconds() : -1);
   }
   const std::vector<double> caused = WaitCausedBy(waits);
   v1::RankSummary& summary = *status.mutable_rank_summary();
-  summary.set_ranks(static_cast<int>(ranks.size()));
+  summary.set_ranks(static_cast<int>(ranks_.size()));
   summary.set_oldest_heartbeat_rank(-1);
   summary.set_most_waited_for_rank(-1);
   std::map<v1::RankStatus::State, int> by_state;
   bool any_step = false;
-  for (size_t rank = 0; rank < ranks.size(); ++rank) {
-    const RankState& r = ranks[rank];
+  for (size_t rank = 0; rank < ranks_.size(); ++rank) {
+    const RankState& r = ranks_[rank];
     ++by_state[r.state];
     if (waits[rank] >= 0 &&
         (summary.most_waited_for_rank() < 0 || caused[rank] > summary.most_waited_for_seconds())) {
@@ -609,19 +710,19 @@ void RunningJob::AddStatusRows(const AgentRegistry& agents, absl::Time now, v1::
   for (const auto& [state, count] : by_state) {
     (*summary.mutable_by_state())[v1::RankStatus::State_Name(state)] = count;
   }
-  const int n = static_cast<int>(ranks.size());
+  const int n = static_cast<int>(ranks_.size());
   const int first = std::clamp(rows.offset, 0, n);
   const int last = rows.limit >= n - first ? n : first + std::max(0, rows.limit);
   status.set_rank_offset(first);
   for (int rank = first; rank < last; ++rank) {
-    AddStatusRow(ranks[rank], rank, caused[rank], agents, now, status);
+    AddStatusRow(ranks_[rank], rank, caused[rank], agents, now, status);
   }
   std::vector<int> also = rows.also;
   std::sort(also.begin(), also.end());
   also.erase(std::unique(also.begin(), also.end()), also.end());
   for (int rank : also) {
     if (rank < 0 || rank >= n || (rank >= first && rank < last)) continue;
-    AddStatusRow(ranks[rank], rank, caused[rank], agents, now, status);
+    AddStatusRow(ranks_[rank], rank, caused[rank], agents, now, status);
   }
 }
 

@@ -6,8 +6,14 @@
 //
 // Example:
 //   RunningJob run(job, placement.ranks.size(), /*generation=*/1);
-//   for (const RankSlot& slot : placement.ranks) run.ranks.push_back(RankState::At(slot));
+//   for (const RankSlot& slot : placement.ranks) run.AddRank(RankState::At(slot));
 //   int rank = run.RankOn(agent_id, slot);
+//
+// Its state changes only through its transitions: the ranks, the resume
+// point and the wait for ranks are its own; the parts that are controllers
+// of their own, with their own transitions and tests (its Rendezvous, its
+// ElasticPhase, its RequeueWait, its LeavingRanks, its StagedGrowth), are
+// read through x() and changed through mutable_x().
 #ifndef CHORUS_COORDINATOR_SCHEDULING_RUNNING_JOB_H_
 #define CHORUS_COORDINATOR_SCHEDULING_RUNNING_JOB_H_
 
@@ -195,7 +201,7 @@ struct RunningJob {
   // `generation`; the caller adds the ranks.
   RunningJob(const v1::Job& job, int world_size, int64_t generation);
 
-  int64_t generation() const { return rendezvous.generation(); }
+  int64_t generation() const { return rendezvous_.generation(); }
   // The rank running on the agent's slot, or -1. O(1) while `ranks` is
   // unchanged (Note [Rank index]).
   int RankOn(const std::string& agent_id, int slot) const;
@@ -317,8 +323,58 @@ struct RunningJob {
                      const StatusRows& rows = StatusRows()) const;
 
   const v1::HangDetectionSpec hang_detection;
-  Rendezvous rendezvous;
-  std::vector<RankState> ranks;  // index = rank
+  // The current generation's rendezvous.
+  const Rendezvous& rendezvous() const { return rendezvous_; }
+  Rendezvous& mutable_rendezvous() { return rendezvous_; }
+  // The current generation's ranks (index = rank).
+  const std::vector<RankState>& ranks() const { return ranks_; }
+  // Adds the next rank of a job being built (RunningJob::Started,
+  // RecoveredJob); `joined`: it has joined the generation already (a job
+  // taken back after a restart, its generation formed).
+  void AddRank(RankState rank, bool joined = false);
+
+  // What a rank's messages change:
+  // A heartbeat of `rank`, a survivor of the generation before, which has
+  // not joined this one yet (Note [A survivor that does not join] in
+  // hang_restart.h): it was heard at `now`.
+  void HeardFrom(int rank, absl::Time now);
+  // `heartbeat` of a rank of this generation came at `now`, through its
+  // agent's stream if `via_agent`. A heartbeat in phase FINISHED counts as
+  // the rank's FinishedTraining.
+  void OnHeartbeat(const v1::RankHeartbeat& heartbeat, absl::Time now, bool via_agent);
+  // `rank` said it finished training (its final report with success):
+  // taken as such unless it was told to stop or evicted, whose programs may
+  // exit 0 on SIGTERM.
+  void FinishedTraining(int rank);
+  // `rank` joins from process `pid`.
+  void OnJoining(int rank, int64_t pid);
+  // The generation formed: every rank trains.
+  void OnTraining();
+  // The coordinator has `rank`'s agent stop it: `why` (who and why) is
+  // kept. False (nothing changes) if it was evicted already or has exited.
+  bool MarkEvicted(int rank, std::string why);
+  // Note [Restart-all]: every rank that has not exited is told to stop;
+  // returns how many.
+  int MarkStopping();
+  // The same for one rank (an elastic job taken back mid-restart).
+  void MarkStopping(int rank);
+  // `rank` was lost before a coordinator restart (its elastic record says
+  // so): exited, and no agent binds it again.
+  void MarkLost(int rank);
+
+  // What agents coming and going change (Note [Agent reconnect grace]):
+  // The rank awaited on `host`'s agent process `agent_pid` at `slot`
+  // (unbound, not exited), or -1.
+  int AwaitedRank(const std::string& host, int64_t agent_pid, int slot) const;
+  // Awaited `rank` is back on `agent_id`, run by process `pid`.
+  void Rebind(int rank, const std::string& agent_id, int64_t pid);
+  // A rank back on its agent: its heartbeat age starts again (if it had
+  // sent one).
+  void RestartHeartbeatClock(int rank, absl::Time now);
+  // Awaited `rank` is not coming back: it counts as on `agent_id`, which is
+  // gone, so that a re-formation counts it as lost, not awaited. False if
+  // it is not awaited.
+  bool GiveUpRank(int rank, const std::string& agent_id);
   // The job's bookkeeping for its next generation `generation` of `ranks`,
   // begun at `now` after a change of `kind`: a new rendezvous and upload
   // grant, no rank exited yet, the diagnoses forgotten, whether training
@@ -346,11 +402,21 @@ struct RunningJob {
   const UploadGrant& upload_grant() const { return upload_grant_; }
 
   // The checkpoint the job resumes from (empty job_id: none).
-  v1::CheckpointManifest resume;
+  const v1::CheckpointManifest& resume() const { return resume_; }
+  void ResumeFrom(v1::CheckpointManifest resume) { resume_ = std::move(resume); }
   // Set while a job taken back after a restart, or whose agent's stream
-  // ended, waits for its ranks; `wait_cause` says which.
-  absl::Time recovering_until = absl::InfinitePast();
-  RankWaitCause wait_cause;
+  // ended, waits for its ranks (InfinitePast: it does not); `wait_cause`
+  // says which.
+  absl::Time recovering_until() const { return recovering_until_; }
+  const RankWaitCause& wait_cause() const { return wait_cause_; }
+  // The job was taken back after a coordinator restart: it waits for its
+  // ranks until `until`.
+  void AwaitAfterRestart(absl::Time until);
+  // The job waits for the ranks `wait` lists, of an agent whose contact was
+  // lost, until `until` or the later deadline it already had.
+  void AwaitLostAgent(LostAgentWait wait, absl::Time until);
+  // The wait is over (the ranks are back, or given up).
+  void StopAwaiting();
 
   // Who submitted the job ("" anonymous), its priority and device: the
   // queue plan's quotas and fair share count its slots (queue_plan.h), and
@@ -384,13 +450,15 @@ struct RunningJob {
   // Where the job is in a change of generation, and the planned change it
   // waits to make (Note [Elastic phase] in elastic_state.h). A restart-all
   // whose ranks are being stopped is its Restarting phase.
-  ElasticPhase phase;
+  const ElasticPhase& phase() const { return phase_; }
+  ElasticPhase& mutable_phase() { return phase_; }
   // resources.preemptible (preemption.h): may go back to the queue without
   // a checkpoint.
   const bool preemptible;
   // Note [Re-queue] in requeue_wait.h: a higher-priority job preempted
   // this one, which checkpoints before it goes back to the queue.
-  RequeueWait requeue;
+  const RequeueWait& requeue() const { return requeue_; }
+  RequeueWait& mutable_requeue() { return requeue_; }
   // Rank failures survived so far, and one line per generation change: the
   // newest kHistoryLines, after a first line that counts the earlier ones
   // (AppendHistory; Note [A bounded history]).
@@ -420,10 +488,12 @@ struct RunningJob {
   // Ranks that leave without a failure: yielding to a preemption until the
   // next change of generation, then departing (as do ranks that leave with
   // a drain and stopped staged newcomers) until their exit is reported.
-  LeavingRanks leaving;
+  const LeavingRanks& leaving() const { return leaving_; }
+  LeavingRanks& mutable_leaving() { return leaving_; }
   // Note [Staged growth] in staged_growth.h: newcomers started before
   // their generation forms; not ranks of the job until it does.
-  StagedGrowth staged;
+  const StagedGrowth& staged() const { return staged_; }
+  StagedGrowth& mutable_staged() { return staged_; }
   // Whether `record` (a serialized coordinator::ElasticRecord) differs from
   // the one last saved to the state database; it is taken as saved from
   // now on (Scheduler::SaveElasticLocked, RecoveredJob).
@@ -438,7 +508,7 @@ struct RunningJob {
   // even if the job ends meanwhile.
   const std::shared_ptr<std::mutex> report_writes = std::make_shared<std::mutex>();
   // Whether every rank of the current generation has joined.
-  bool Formed() const { return rendezvous.complete(); }
+  bool Formed() const { return rendezvous_.complete(); }
   // Where the current ranks run (index = rank).
   std::vector<RankSlot> Slots() const;
   // The highest step a rank has reported.
@@ -449,8 +519,18 @@ struct RunningJob {
       const std::string& job_id, const AgentRegistry& agents) const;
 
  private:
+  friend class RunningJobTestPeer;  // running_job_test_peer.h: tests only
   // Note [Rank index] in running_job.cc.
   void IndexRanks() const;
+  Rendezvous rendezvous_;
+  std::vector<RankState> ranks_;
+  v1::CheckpointManifest resume_;
+  absl::Time recovering_until_ = absl::InfinitePast();
+  RankWaitCause wait_cause_;
+  ElasticPhase phase_;
+  RequeueWait requeue_;
+  LeavingRanks leaving_;
+  StagedGrowth staged_;
   bool reforms_in_process_ = false;
   int restarts_ = 0;
   std::vector<std::string> history_;

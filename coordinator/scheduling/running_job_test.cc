@@ -10,6 +10,7 @@
 #include "common/clock.h"
 #include "common/logging.h"
 #include "common/output_limits.h"
+#include "coordinator/scheduling/running_job_test_peer.h"
 #include "gtest/gtest.h"
 
 namespace chorus {
@@ -42,7 +43,7 @@ class RunningJobTest : public ::testing::Test {
     job_.mutable_spec()->mutable_resources()->set_max_ranks(3);
     const std::vector<RankSlot> slots = {
         {"agent-1", 0, 0, 2}, {"agent-1", 1, 1, 2}, {"agent-2", 0, 0, 1}};
-    for (const RankSlot& slot : slots) run_.ranks.push_back(RankState::At(slot));
+    for (const RankSlot& slot : slots) run_.AddRank(RankState::At(slot));
   }
 
   FakeClock clock_{absl::FromUnixSeconds(1000)};
@@ -65,7 +66,7 @@ TEST_F(RunningJobTest, EachRanksFateAtAChangeOfGeneration) {
        [](RunningJob&, AgentRegistry&) {},
        {Fate::kStays, Fate::kStays, Fate::kStays}},
       {"rank 1 exited",
-       [](RunningJob& run, AgentRegistry&) { run.ranks[1].state = v1::RankStatus::EXITED; },
+       [](RunningJob& run, AgentRegistry&) { RankOf(run, 1).state = v1::RankStatus::EXITED; },
        {Fate::kStays, Fate::kExited, Fate::kStays}},
       {"agent-2 gone",
        [](RunningJob&, AgentRegistry& agents) { agents.Remove("agent-2"); },
@@ -74,15 +75,15 @@ TEST_F(RunningJobTest, EachRanksFateAtAChangeOfGeneration) {
        [](RunningJob&, AgentRegistry& agents) { agents.SetDraining("agent-1"); },
        {Fate::kLeavesAtBoundary, Fate::kLeavesAtBoundary, Fate::kStays}},
       {"rank 2 yields its slot",
-       [](RunningJob& run, AgentRegistry&) { run.leaving.Yield("agent-2", 0); },
+       [](RunningJob& run, AgentRegistry&) { run.mutable_leaving().Yield("agent-2", 0); },
        {Fate::kStays, Fate::kStays, Fate::kLeavesAtBoundary}},
       {"rank 0 awaits its agent",
-       [](RunningJob& run, AgentRegistry&) { run.ranks[0].agent_id.clear(); },
+       [](RunningJob& run, AgentRegistry&) { RankOf(run, 0).agent_id.clear(); },
        {Fate::kUnbound, Fate::kStays, Fate::kStays}},
       {"an exit counts before a draining agent",
        [](RunningJob& run, AgentRegistry& agents) {
          agents.SetDraining("agent-1");
-         run.ranks[0].state = v1::RankStatus::EXITED;
+         RankOf(run, 0).state = v1::RankStatus::EXITED;
        },
        {Fate::kExited, Fate::kLeavesAtBoundary, Fate::kStays}},
   };
@@ -101,7 +102,7 @@ TEST_F(RunningJobTest, SteadyOnceFormedWithNoRankMissingAndNoChangeUnderWay) {
   EXPECT_FALSE(run_.Steady()) << "its generation has not formed";
   Rendezvous::Answers answers;
   for (int rank = 0; rank < 3; ++rank) {
-    run_.rendezvous.Join(
+    run_.mutable_rendezvous().Join(
         rank, absl::InfiniteFuture(), [](absl::StatusOr<v1::JoinResponse>) {},
         [](int) { return v1::JoinResponse(); }, answers);
   }
@@ -109,13 +110,14 @@ TEST_F(RunningJobTest, SteadyOnceFormedWithNoRankMissingAndNoChangeUnderWay) {
   EXPECT_TRUE(run_.Steady());
 
   RunningJob exited = run_;
-  exited.ranks[2].state = v1::RankStatus::EXITED;
+  RankOf(exited, 2).state = v1::RankStatus::EXITED;
   EXPECT_FALSE(exited.Steady()) << "a rank exited";
   RunningJob planned = run_;
-  ASSERT_TRUE(planned.phase.Plan(ElasticPhase::Planned{"a drain", ReformKind::kDrain, 2}));
+  ASSERT_TRUE(
+      planned.mutable_phase().Plan(ElasticPhase::Planned{"a drain", ReformKind::kDrain, 2}));
   EXPECT_FALSE(planned.Steady()) << "a change is planned";
   RunningJob awaiting = run_;
-  awaiting.ranks[0].agent_id.clear();
+  RankOf(awaiting, 0).agent_id.clear();
   EXPECT_FALSE(awaiting.Steady()) << "a rank is awaited";
 }
 
@@ -129,10 +131,10 @@ TEST_F(RunningJobTest, FindsRanksByAgentSlotAndGeneration) {
 }
 
 TEST_F(RunningJobTest, ReleasingFreesSlotsAndListsRanksStillRunning) {
-  for (const RankState& r : run_.ranks) agents_.SetBusy(r.agent_id, r.slot, true);
+  for (const RankState& r : run_.ranks()) agents_.SetBusy(r.agent_id, r.slot, true);
   ASSERT_EQ(agents_.free_slots(), 0);
-  run_.ranks[1].state = v1::RankStatus::EXITED;
-  run_.ranks[2].state = v1::RankStatus::EXITED;
+  RankOf(run_, 1).state = v1::RankStatus::EXITED;
+  RankOf(run_, 2).state = v1::RankStatus::EXITED;
   EXPECT_TRUE(run_.RunsOn("agent-1"));
   EXPECT_FALSE(run_.RunsOn("agent-2")) << "its only rank exited";
   const auto to_stop = run_.ReleaseSlots(agents_);
@@ -144,10 +146,10 @@ TEST_F(RunningJobTest, ReleasingFreesSlotsAndListsRanksStillRunning) {
 // `chorus checkpoint`: one message per agent for the ranks running there,
 // and the highest step a rank has reported.
 TEST_F(RunningJobTest, CheckpointMessagesGoToTheAgentsOfRanksStillRunning) {
-  run_.ranks[0].last_heartbeat.set_step(40);
-  run_.ranks[2].last_heartbeat.set_step(42);
+  RankOf(run_, 0).last_heartbeat.set_step(40);
+  RankOf(run_, 2).last_heartbeat.set_step(42);
   EXPECT_EQ(run_.ReportedStep(), 42);
-  run_.ranks[1].state = v1::RankStatus::EXITED;
+  RankOf(run_, 1).state = v1::RankStatus::EXITED;
   auto messages = run_.CheckpointMessages("job-000001", agents_);
   ASSERT_EQ(messages.size(), 2u);
   EXPECT_EQ(messages.at("agent-1").checkpoint().job_id(), "job-000001");
@@ -161,9 +163,9 @@ TEST_F(RunningJobTest, CheckpointMessagesGoToTheAgentsOfRanksStillRunning) {
 // A generation's newcomers (LAUNCHING) are launched; survivors join by
 // themselves.
 TEST_F(RunningJobTest, NewcomerLaunchesAreForTheRanksLaunching) {
-  for (RankState& r : run_.ranks) r.state = v1::RankStatus::TRAINING;
+  for (RankState& r : RanksOf(run_)) r.state = v1::RankStatus::TRAINING;
   EXPECT_TRUE(run_.NewcomerLaunchMessages("job-000001", "10.0.0.1:29650").empty());
-  run_.ranks[2].state = v1::RankStatus::LAUNCHING;
+  RankOf(run_, 2).state = v1::RankStatus::LAUNCHING;
   const auto launches = run_.NewcomerLaunchMessages("job-000001", "10.0.0.1:29650");
   ASSERT_EQ(launches.size(), 1u);
   const v1::LaunchRanks& launch = launches.at("agent-2").launch();
@@ -177,15 +179,15 @@ TEST_F(RunningJobTest, NewcomerLaunchesAreForTheRanksLaunching) {
 TEST_F(RunningJobTest, DiagnosesBecomeEventsWhenTheyAppear) {
   Rendezvous::Answers answers;
   for (int r = 0; r < 3; ++r) {
-    run_.rendezvous.MarkJoined(r);
-    run_.ranks[r].state = v1::RankStatus::TRAINING;
-    run_.ranks[r].heartbeat_at = clock_.Now();
-    run_.ranks[r].last_heartbeat.set_step(10);
+    run_.mutable_rendezvous().MarkJoined(r);
+    RankOf(run_, r).state = v1::RankStatus::TRAINING;
+    RankOf(run_, r).heartbeat_at = clock_.Now();
+    RankOf(run_, r).last_heartbeat.set_step(10);
   }
   EXPECT_TRUE(run_.UpdateDiagnoses(agents_, clock_.Now()).empty());
   EXPECT_TRUE(run_.diagnoses_now().empty());
   const absl::Time later = clock_.Now() + absl::Seconds(60);
-  for (int r : {0, 2}) run_.ranks[r].heartbeat_at = later;
+  for (int r : {0, 2}) RankOf(run_, r).heartbeat_at = later;
   std::vector<v1::JobEvent> events = run_.UpdateDiagnoses(agents_, later);
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0].diagnosis().kind(), v1::Diagnosis::DEAD);
@@ -201,10 +203,10 @@ TEST_F(RunningJobTest, AStartTakesItsSlotsAsGenerationOne) {
   const RunningJob run = RunningJob::Started(job_, {{"agent-1", 1, 0, 2}, {"agent-2", 0, 0, 1}},
                                              resume, agents_, clock_.Now());
   EXPECT_EQ(run.generation(), 1);
-  ASSERT_EQ(run.ranks.size(), 2u);
-  EXPECT_EQ(run.ranks[1].agent_id, "agent-2");
-  EXPECT_EQ(run.ranks[0].state, v1::RankStatus::LAUNCHING);
-  EXPECT_EQ(run.resume.step(), 40);
+  ASSERT_EQ(run.ranks().size(), 2u);
+  EXPECT_EQ(run.ranks()[1].agent_id, "agent-2");
+  EXPECT_EQ(run.ranks()[0].state, v1::RankStatus::LAUNCHING);
+  EXPECT_EQ(run.resume().step(), 40);
   EXPECT_EQ(run.generation_started_at(), clock_.Now());
   EXPECT_EQ(run.last_growth_at(), clock_.Now());
   EXPECT_EQ(agents_.free_slots(), 1);  // agent-1's slot 0
@@ -214,22 +216,22 @@ TEST_F(RunningJobTest, AStartTakesItsSlotsAsGenerationOne) {
 // counted, survivors mapped to their new ranks, the phase Forming; that a
 // rank of the last one had finished training is kept.
 TEST_F(RunningJobTest, ANewGenerationStartsItsBookkeepingAfresh) {
-  run_.ranks[1].finished = true;
-  std::vector<RankState> next = {run_.ranks[0], run_.ranks[2]};
+  run_.FinishedTraining(1);
+  std::vector<RankState> next = {run_.ranks()[0], run_.ranks()[2]};
   run_.BeginGeneration(job_, next, 2, ReformKind::kRankLost, clock_.Now(), {0, -1, 1});
   EXPECT_EQ(run_.generation(), 2);
-  EXPECT_EQ(run_.ranks.size(), 2u);
+  EXPECT_EQ(run_.ranks().size(), 2u);
   EXPECT_FALSE(run_.Formed());
   EXPECT_EQ(run_.exited_ok(), 0);
   EXPECT_EQ(run_.rank_of_survivor(), (std::vector<int>{0, -1, 1}));
   EXPECT_EQ(run_.generation_started_at(), clock_.Now());
   EXPECT_TRUE(CheckUploader(run_.upload_grant(), 2, 0).ok());
   EXPECT_FALSE(CheckUploader(run_.upload_grant(), 1, 0).ok());
-  EXPECT_NE(run_.phase.forming(), nullptr);
+  EXPECT_NE(run_.phase().forming(), nullptr);
   EXPECT_TRUE(run_.finished_before_reform());
 
   run_.MarkFinished(1);  // taken back after a restart, its exit of 0 recorded
-  EXPECT_EQ(run_.ranks[1].state, v1::RankStatus::EXITED);
+  EXPECT_EQ(run_.ranks()[1].state, v1::RankStatus::EXITED);
   EXPECT_EQ(run_.exited_ok(), 1);
 }
 
@@ -281,7 +283,7 @@ TEST_F(RunningJobTest, AFailedProgramRankIsQuotedByItsLastThreeLines) {
   v1::Job job = job_;
   job.mutable_spec()->mutable_program()->add_argv("/usr/bin/python3");
   RunningJob run(job, 3, /*generation=*/1);
-  run.ranks = run_.ranks;
+  RanksOf(run) = run_.ranks();
   v1::RankExited failed = Exit(0, 3);
   for (const char* line : {"epoch 1", "Traceback (most recent call last):",
                            "  File \"train.py\", line 9", "ValueError: bad batch"}) {
@@ -299,7 +301,7 @@ TEST_F(RunningJobTest, AFailedProgramIsQuotedWithoutItsSupervisorsLogLines) {
   v1::Job job = job_;
   job.mutable_spec()->mutable_program()->add_argv("/bin/sh");
   RunningJob run(job, 3, /*generation=*/1);
-  run.ranks = run_.ranks;
+  RanksOf(run) = run_.ranks();
   const std::string starts =
       absl::StrCat(kRankLogTag,
                    "I20240612 10:15:02.123456  4242 program_supervisor.cc:311] job-000001: rank 2 "
@@ -313,7 +315,7 @@ TEST_F(RunningJobTest, AFailedProgramIsQuotedWithoutItsSupervisorsLogLines) {
             "rank 2 (node-b, pid 4242) exited with code 3; last output: error: disk full");
 
   // A program that printed nothing is not quoted at all.
-  run.ranks = run_.ranks;
+  RanksOf(run) = run_.ranks();
   v1::RankExited silent = Exit(0, 3);
   silent.add_stderr_tail(starts);
   end = run.RecordExit("agent-2", agents_.Find("agent-2")->hello, silent);
@@ -326,7 +328,7 @@ TEST_F(RunningJobTest, AReasonQuotesABoundedEndOfTheOutput) {
   v1::Job job = job_;
   job.mutable_spec()->mutable_program()->add_argv("/usr/bin/python3");
   RunningJob run(job, 3, /*generation=*/1);
-  run.ranks = run_.ranks;
+  RanksOf(run) = run_.ranks();
   v1::RankExited failed = Exit(0, 1);
   for (int i = 0; i < 30; ++i) failed.add_stderr_tail(std::string(100000, 'a' + i % 26));
   failed.add_stderr_tail("ValueError: bad batch");
@@ -354,7 +356,7 @@ TEST_F(RunningJobTest, LaunchesCarryLimitsAndAnOutOfMemoryKillIsExplained) {
   job.mutable_spec()->mutable_resources()->set_memory_bytes(int64_t{4} << 30);
   job.mutable_spec()->mutable_resources()->set_max_processes(100);
   RunningJob run(job, 3, /*generation=*/1);
-  run.ranks = run_.ranks;
+  RanksOf(run) = run_.ranks();
   const auto launches = run.LaunchMessages("job-000001", "10.0.0.1:29650");
   EXPECT_EQ(launches.at("agent-1").launch().memory_limit_bytes(), int64_t{4} << 30);
   EXPECT_EQ(launches.at("agent-2").launch().max_processes(), 100);
@@ -379,8 +381,8 @@ TEST_F(RunningJobTest, ANonZeroExitFailsTheJobNamingRankHostPidAndStderr) {
   EXPECT_EQ(end->state, v1::Job::FAILED);
   EXPECT_EQ(end->reason,
             "rank 2 (node-b, pid 4242) was killed by signal 9; last stderr: out of memory");
-  EXPECT_EQ(run_.ranks[2].state, v1::RankStatus::EXITED);
-  EXPECT_EQ(run_.ranks[2].exit_code, -9);
+  EXPECT_EQ(run_.ranks()[2].state, v1::RankStatus::EXITED);
+  EXPECT_EQ(run_.ranks()[2].exit_code, -9);
 }
 
 // Note [Rank error record]: a data error's message quotes a damaged .npy
@@ -416,15 +418,15 @@ TEST_F(RunningJobTest, EveryRankExitingZeroSucceedsOnce) {
 }
 
 TEST_F(RunningJobTest, AnExitReportedBeforeTheRankIsBoundAgainBindsIt) {
-  run_.ranks[2].agent_id.clear();  // taken back after a restart, not bound yet
-  run_.ranks[2].recover_host = "node-b";
-  run_.ranks[2].recover_agent_pid = 12;
+  RankOf(run_, 2).agent_id.clear();  // taken back after a restart, not bound yet
+  RankOf(run_, 2).recover_host = "node-b";
+  RankOf(run_, 2).recover_agent_pid = 12;
   ASSERT_EQ(*agents_.Add(Hello("node-b", 12, 1), nullptr), "agent-3");  // the agent reconnected
   std::optional<JobEnd> end =
       run_.RecordExit("agent-3", agents_.Find("agent-3")->hello, Exit(0, 1));
   ASSERT_TRUE(end.has_value());
   EXPECT_EQ(end->reason, "rank 2 (node-b, pid 4242) exited with code 1");
-  EXPECT_EQ(run_.ranks[2].agent_id, "agent-3");
+  EXPECT_EQ(run_.ranks()[2].agent_id, "agent-3");
 }
 
 TEST_F(RunningJobTest, StatusRowsCarryHostsAndTheLastHeartbeat) {
@@ -433,8 +435,8 @@ TEST_F(RunningJobTest, StatusRowsCarryHostsAndTheLastHeartbeat) {
   hb.set_phase_seconds(1.5);
   hb.mutable_flight_recorder()->set_last_completed_seq(99);
   hb.mutable_timings()->set_step_seconds(0.25);
-  run_.ranks[0].last_heartbeat = hb;
-  run_.ranks[0].heartbeat_at = clock_.Now();
+  RankOf(run_, 0).last_heartbeat = hb;
+  RankOf(run_, 0).heartbeat_at = clock_.Now();
   clock_.Advance(absl::Seconds(3));
   agents_.Remove("agent-2");
   v1::JobStatus status;
@@ -449,7 +451,7 @@ TEST_F(RunningJobTest, StatusRowsCarryHostsAndTheLastHeartbeat) {
   EXPECT_EQ(status.ranks(2).host(), "agent-2") << "the agent is gone: its id stands in";
   const std::vector<RankView> views = run_.HangViews(agents_);
   ASSERT_EQ(views.size(), 1u) << "only ranks that sent a heartbeat or exited";
-  EXPECT_EQ(&views[0].hb(), &run_.ranks[0].last_heartbeat)
+  EXPECT_EQ(&views[0].hb(), &run_.ranks()[0].last_heartbeat)
       << "the detector reads the recorded heartbeat, not a copy of every rank's";
   EXPECT_EQ(views[0].hb().step(), 40);
 }
@@ -458,11 +460,11 @@ TEST_F(RunningJobTest, StatusRowsCarryHostsAndTheLastHeartbeat) {
 // its own agent's last message, the agents looked up once per run of ranks.
 TEST_F(RunningJobTest, HangViewsCarryEachRanksOwnAgentsLastMessage) {
   // Ranks 0 and 2 on agent-1, rank 1 on agent-2: runs of one.
-  run_.ranks[1].agent_id = "agent-2";
-  run_.ranks[2].agent_id = "agent-1";
+  RankOf(run_, 1).agent_id = "agent-2";
+  RankOf(run_, 2).agent_id = "agent-1";
   agents_.Heard("agent-1", clock_.Now() - absl::Seconds(4));
   agents_.Heard("agent-2", clock_.Now() - absl::Seconds(1));
-  for (RankState& r : run_.ranks) {
+  for (RankState& r : RanksOf(run_)) {
     r.heartbeat_at = clock_.Now() - absl::Seconds(5);
     r.heartbeats_via_agent = true;
   }
@@ -480,12 +482,12 @@ TEST_F(RunningJobTest, HangViewsCarryEachRanksOwnAgentsLastMessage) {
 // word on its node's CPU pressure, whether its heartbeats come through the
 // agent or not.
 TEST_F(RunningJobTest, HangViewsCarryEachRanksNodeCpuPressure) {
-  run_.ranks[1].agent_id = "agent-2";
-  run_.ranks[2].agent_id = "agent-1";
+  RankOf(run_, 1).agent_id = "agent-2";
+  RankOf(run_, 2).agent_id = "agent-1";
   agents_.Heard("agent-1", clock_.Now(), 0.8);
   agents_.Heard("agent-2", clock_.Now(), 0.1);
-  for (RankState& r : run_.ranks) r.heartbeat_at = clock_.Now();
-  run_.ranks[2].heartbeats_via_agent = true;
+  for (RankState& r : RanksOf(run_)) r.heartbeat_at = clock_.Now();
+  RankOf(run_, 2).heartbeats_via_agent = true;
   std::vector<RankView> views = run_.HangViews(agents_);
   ASSERT_EQ(views.size(), 3u);
   EXPECT_FLOAT_EQ(views[0].node_cpu_pressure, 0.8);
@@ -511,8 +513,8 @@ TEST_F(RunningJobTest, StatusRowsSplitStepTimeAndNameWhoTheOthersWaitedFor) {
     hb.mutable_timings()->set_step_seconds(0.4);
     hb.mutable_timings()->set_compute_seconds(0.4 - waits[rank]);
     hb.mutable_timings()->set_comm_wait_seconds(waits[rank]);
-    run_.ranks[rank].last_heartbeat = hb;
-    run_.ranks[rank].heartbeat_at = clock_.Now();
+    RankOf(run_, rank).last_heartbeat = hb;
+    RankOf(run_, rank).heartbeat_at = clock_.Now();
   }
   v1::JobStatus status;
   run_.AddStatusRows(agents_, clock_.Now(), status);
@@ -526,7 +528,7 @@ TEST_F(RunningJobTest, StatusRowsSplitStepTimeAndNameWhoTheOthersWaitedFor) {
   EXPECT_EQ(status.ranks(2).loss(), 2.5);
 
   // An exited rank is no longer blamed nor counted.
-  run_.ranks[1].state = v1::RankStatus::EXITED;
+  RankOf(run_, 1).state = v1::RankStatus::EXITED;
   v1::JobStatus after;
   run_.AddStatusRows(agents_, clock_.Now(), after);
   EXPECT_EQ(after.ranks(1).caused_wait_seconds(), 0.0);
@@ -537,12 +539,12 @@ TEST_F(RunningJobTest, StatusRowsSplitStepTimeAndNameWhoTheOthersWaitedFor) {
 // (docs/observability.md, "Large jobs").
 TEST_F(RunningJobTest, StatusRowsAreAPageWithTheCulpritsAndTheSummaryCountsEveryRank) {
   for (int rank = 0; rank < 3; ++rank) {
-    run_.ranks[rank].state = v1::RankStatus::TRAINING;
-    run_.ranks[rank].heartbeat_at = clock_.Now() - absl::Seconds(rank);
-    run_.ranks[rank].last_heartbeat.set_step(10 + rank);
-    run_.ranks[rank].last_heartbeat.mutable_timings()->set_comm_wait_seconds(0.3 - 0.1 * rank);
+    RankOf(run_, rank).state = v1::RankStatus::TRAINING;
+    RankOf(run_, rank).heartbeat_at = clock_.Now() - absl::Seconds(rank);
+    RankOf(run_, rank).last_heartbeat.set_step(10 + rank);
+    RankOf(run_, rank).last_heartbeat.mutable_timings()->set_comm_wait_seconds(0.3 - 0.1 * rank);
   }
-  run_.ranks[0].state = v1::RankStatus::EXITED;
+  RankOf(run_, 0).state = v1::RankStatus::EXITED;
   StatusRows rows;
   rows.offset = 1;
   rows.limit = 1;
@@ -574,8 +576,10 @@ TEST_F(RunningJobTest, StatusRowsAreAPageWithTheCulpritsAndTheSummaryCountsEvery
 }
 
 TEST_F(RunningJobTest, JoinResponseNamesRankGenerationNamespaceAndResume) {
-  run_.resume.set_job_id("job-000000");
-  run_.resume.set_step(300);
+  v1::CheckpointManifest resume;
+  resume.set_job_id("job-000000");
+  resume.set_step(300);
+  run_.ResumeFrom(resume);
   const v1::JoinResponse response = run_.JoinResponseFor(job_, 1, run_.GroupsOfRanks());
   EXPECT_EQ(response.rank(), 1);
   EXPECT_EQ(response.world_size(), 3);
@@ -591,9 +595,9 @@ TEST_F(RunningJobTest, JoinResponseNamesRankGenerationNamespaceAndResume) {
 TEST_F(RunningJobTest, JoinResponseCarriesTheRestartsAndTheRanksGroup) {
   job_.set_restarts(2);  // two failures survived
   RunningJob run(job_, 3, /*generation=*/1);
-  run.ranks = run_.ranks;
+  RanksOf(run) = run_.ranks();
   // Agents numbered in the order their first rank comes: rank 0's first.
-  std::swap(run.ranks[0], run.ranks[2]);  // agent-2, agent-1, agent-1
+  std::swap(RankOf(run, 0), RankOf(run, 2));  // agent-2, agent-1, agent-1
   const std::vector<std::pair<int, int>> want = {{0, 2}, {1, 2}, {1, 2}};
   for (int rank = 0; rank < 3; ++rank) {
     const v1::JoinResponse response = run.JoinResponseFor(job_, rank, run.GroupsOfRanks());
@@ -607,12 +611,12 @@ TEST_F(RunningJobTest, JoinResponseCarriesTheRestartsAndTheRanksGroup) {
 // code; the others' exits count as before.
 TEST_F(RunningJobTest, TheExitOfARankStoppedForARestartAllIsNeitherFailureNorSuccess) {
   const v1::AgentHello& a = agents_.Find("agent-1")->hello;
-  run_.ranks[0].stopping = true;
-  run_.ranks[1].stopping = true;
+  run_.MarkStopping(0);
+  run_.MarkStopping(1);
   EXPECT_FALSE(run_.RecordExit("agent-1", a, Exit(0, -15)).has_value());
   EXPECT_FALSE(run_.RecordExit("agent-1", a, Exit(1, 0)).has_value());
-  EXPECT_EQ(run_.ranks[0].state, v1::RankStatus::EXITED);
-  EXPECT_EQ(run_.ranks[0].exit_code, -15);
+  EXPECT_EQ(run_.ranks()[0].state, v1::RankStatus::EXITED);
+  EXPECT_EQ(run_.ranks()[0].exit_code, -15);
   EXPECT_EQ(run_.exited_ok(), 0) << "a stopped rank's 0 does not count towards success";
   std::optional<JobEnd> end =
       run_.RecordExit("agent-2", agents_.Find("agent-2")->hello, Exit(0, 3));
@@ -622,6 +626,146 @@ TEST_F(RunningJobTest, TheExitOfARankStoppedForARestartAllIsNeitherFailureNorSuc
 
 // Note [A bounded history]: losing rank 0 of a 16,384-rank job renumbers
 // every survivor; the line names the first few and counts the rest.
+// A rank's transitions as a table of events: rank 1's state after each
+// sequence, as "state pid heard heartbeat via-agent finished stopping
+// evicted" (times in seconds from the start, "-" for never).
+TEST_F(RunningJobTest, ARanksEventsChangeOnlyWhatTheyName) {
+  const absl::Time t0 = clock_.Now();
+  const auto heartbeat = [](int rank, v1::Phase phase) {
+    v1::RankHeartbeat hb;
+    hb.set_rank(rank);
+    hb.set_generation(1);
+    hb.set_step(7);
+    hb.set_phase(phase);
+    return hb;
+  };
+  const auto describe = [&](const RankState& r) {
+    const auto at = [&](absl::Time t) {
+      return t == absl::InfinitePast() ? std::string("-")
+                                       : absl::StrCat(absl::ToInt64Seconds(t - t0));
+    };
+    return absl::StrCat(v1::RankStatus::State_Name(r.state), " ", r.pid, " ", at(r.heard_at), " ",
+                        at(r.heartbeat_at), "/", r.last_heartbeat.step(), " ",
+                        r.heartbeats_via_agent, " ", r.finished, " ", r.stopping, " '", r.evicted,
+                        "'");
+  };
+  struct Row {
+    const char* what;
+    std::function<void(RunningJob&)> events;
+    std::string rank1;
+  };
+  const std::vector<Row> rows = {
+      {"nothing yet", [](RunningJob&) {}, "LAUNCHING 0 - -/0 0 0 0 ''"},
+      {"it joins", [](RunningJob& run) { run.OnJoining(1, 4242); }, "JOINING 4242 - -/0 0 0 0 ''"},
+      {"the generation forms",
+       [](RunningJob& run) {
+         run.OnJoining(1, 4242);
+         run.OnTraining();
+       },
+       "TRAINING 4242 - -/0 0 0 0 ''"},
+      {"a survivor's heartbeat of the generation before",
+       [&](RunningJob& run) { run.HeardFrom(1, t0 + absl::Seconds(3)); },
+       "LAUNCHING 0 3 -/0 0 0 0 ''"},
+      {"a heartbeat through its agent",
+       [&](RunningJob& run) {
+         run.OnHeartbeat(heartbeat(1, v1::FORWARD), t0 + absl::Seconds(4), true);
+       },
+       "LAUNCHING 0 4 4/7 1 0 0 ''"},
+      {"a heartbeat in phase FINISHED",
+       [&](RunningJob& run) {
+         run.OnHeartbeat(heartbeat(1, v1::FINISHED), t0 + absl::Seconds(4), false);
+       },
+       "LAUNCHING 0 4 4/7 0 1 0 ''"},
+      {"FINISHED after it was told to stop (a restart-all): not finished",
+       [&](RunningJob& run) {
+         EXPECT_EQ(run.MarkStopping(), 3);
+         run.OnHeartbeat(heartbeat(1, v1::FINISHED), t0 + absl::Seconds(4), false);
+       },
+       "LAUNCHING 0 4 4/7 0 0 1 ''"},
+      {"evicted once, then its final report of success: not finished",
+       [&](RunningJob& run) {
+         EXPECT_TRUE(run.MarkEvicted(1, "hang_detection.action RESTART: DEAD"));
+         EXPECT_FALSE(run.MarkEvicted(1, "again"));
+         run.FinishedTraining(1);
+       },
+       "LAUNCHING 0 - -/0 0 0 0 'hang_detection.action RESTART: DEAD'"},
+      {"an exited rank is not evicted nor told to stop",
+       [&](RunningJob& run) {
+         run.RecordExit("agent-1", Hello("node-a", 11, 2), Exit(1, 0));
+         EXPECT_FALSE(run.MarkEvicted(1, "late"));
+         EXPECT_EQ(run.MarkStopping(), 2);
+       },
+       "EXITED 0 - -/0 0 0 0 ''"},
+      {"awaited, then back: its heartbeat age starts again",
+       [&](RunningJob& run) {
+         run.OnHeartbeat(heartbeat(1, v1::FORWARD), t0 + absl::Seconds(1), false);
+         EXPECT_EQ(run.AwaitAgent("agent-1", "node-a", 11), (std::vector<int>{0, 1}));
+         EXPECT_EQ(run.AwaitedRank("node-a", 11, 1), 1);
+         EXPECT_EQ(run.AwaitedRank("node-a", 11, 2), -1);
+         EXPECT_EQ(run.AwaitedRank("node-a", 99, 1), -1) << "another agent process";
+         run.Rebind(1, "agent-3", 555);
+         run.RestartHeartbeatClock(1, t0 + absl::Seconds(9));
+         EXPECT_EQ(run.AwaitedRank("node-a", 11, 1), -1) << "bound again";
+         EXPECT_EQ(run.RankOn("agent-3", 1), 1);
+       },
+       "JOINING 555 1 9/7 0 0 0 ''"},
+      {"awaited, then given up: on the agent that is gone",
+       [&](RunningJob& run) {
+         run.AwaitAgent("agent-1", "node-a", 11);
+         EXPECT_TRUE(run.GiveUpRank(1, "agent-1"));
+         EXPECT_FALSE(run.GiveUpRank(2, "agent-2")) << "rank 2 is not awaited";
+         EXPECT_FALSE(run.GiveUpRank(7, "agent-1")) << "no rank 7";
+         EXPECT_EQ(run.ranks()[1].agent_id, "agent-1");
+       },
+       "LOST 0 - -/0 0 0 0 ''"},
+      {"lost before a coordinator restart",
+       [&](RunningJob& run) {
+         run.MarkLost(1);
+         EXPECT_EQ(run.ranks()[1].recover_host, "");
+       },
+       "EXITED 0 - -/0 0 0 0 ''"},
+  };
+  for (const Row& row : rows) {
+    RunningJob run(job_, 3, /*generation=*/1);
+    for (const RankState& r : run_.ranks()) run.AddRank(r);
+    row.events(run);
+    EXPECT_EQ(describe(run.ranks()[1]), row.rank1) << row.what;
+  }
+}
+
+// The wait for ranks to come back: after a restart, for lost agents (the
+// later deadline kept), and its end.
+TEST_F(RunningJobTest, AWaitForRanksKeepsItsLatestDeadlineAndItsCauses) {
+  const absl::Time t0 = clock_.Now();
+  EXPECT_EQ(run_.recovering_until(), absl::InfinitePast());
+  run_.AwaitLostAgent({"agent-1", "node-a", {0, 1}, absl::Seconds(10)}, t0 + absl::Seconds(10));
+  run_.AwaitLostAgent({"agent-2", "node-b", {2}, absl::Seconds(3)}, t0 + absl::Seconds(3));
+  EXPECT_EQ(run_.recovering_until(), t0 + absl::Seconds(10)) << "the later deadline";
+  ASSERT_EQ(run_.wait_cause().lost_agents.size(), 2u);
+  EXPECT_EQ(run_.wait_cause().lost_agents[1].host, "node-b");
+  EXPECT_FALSE(run_.wait_cause().after_restart);
+  run_.StopAwaiting();
+  EXPECT_EQ(run_.recovering_until(), absl::InfinitePast());
+  EXPECT_TRUE(run_.wait_cause().lost_agents.empty());
+  run_.AwaitAfterRestart(t0 + absl::Seconds(30));
+  EXPECT_EQ(run_.recovering_until(), t0 + absl::Seconds(30));
+  EXPECT_TRUE(run_.wait_cause().after_restart);
+}
+
+// A job taken back after a restart: ranks added as joined count towards
+// the formed generation.
+TEST_F(RunningJobTest, RanksAddedAsJoinedFormTheGeneration) {
+  RunningJob formed(job_, 2, /*generation=*/4);
+  RunningJob forming(job_, 2, /*generation=*/4);
+  for (int rank = 0; rank < 2; ++rank) {
+    formed.AddRank(run_.ranks()[rank], /*joined=*/true);
+    forming.AddRank(run_.ranks()[rank]);
+  }
+  EXPECT_TRUE(formed.Formed());
+  EXPECT_FALSE(forming.Formed());
+  EXPECT_EQ(formed.ranks().size(), 2u);
+}
+
 TEST(HistoryTest, ALineNamesTheFirstNewcomersAndCountsTheRest) {
   std::vector<std::string> renumbered;
   for (int rank = 1; rank < 16384; ++rank) {

@@ -27,7 +27,8 @@ void Scheduler::AfterWrites(const std::vector<std::string>& settled,
       auto it = state_.running.find(job_id);
       if (it == state_.running.end()) continue;  // ended meanwhile (a cancel)
       it->second.ReleaseSlots(state_.agents);
-      it->second.rendezvous.Abort(absl::AbortedError("its start was not recorded"), out.joins);
+      it->second.mutable_rendezvous().Abort(absl::AbortedError("its start was not recorded"),
+                                            out.joins);
       state_.running.erase(it);
       LOG(WARNING) << job_id
                    << ": not started, as its start could not be recorded; it stays queued";
@@ -258,8 +259,8 @@ std::map<std::string, std::vector<int>> Scheduler::EndLocked(const std::string& 
   auto it = state_.running.find(job_id);
   if (it == state_.running.end()) return {};
   std::map<std::string, std::vector<int>> to_stop = it->second.ReleaseSlots(state_.agents);
-  it->second.rendezvous.Abort(absl::AbortedError(absl::StrCat("job ", job_id, " ended: ", reason)),
-                              out.joins);
+  it->second.mutable_rendezvous().Abort(
+      absl::AbortedError(absl::StrCat("job ", job_id, " ended: ", reason)), out.joins);
   for (const auto& [agent_id, slots] : to_stop) {
     out.messages.emplace_back(state_.agents.Find(agent_id)->send,
                               StopRanksMessage(job_id, slots, reason));
@@ -313,12 +314,12 @@ void Scheduler::RankExitedLocked(const std::string& agent_id, const v1::RankExit
   if (it == state_.running.end()) return;  // already ended (e.g. stopped after a failure)
   const AgentRegistry::Agent* agent = state_.agents.Find(agent_id);
   if (agent == nullptr) return;
-  if (std::optional<StagedGrowth::Actions> staged = it->second.staged.OnExited(
-          agent_id, exited.slot(), it->second.phase.planned().has_value())) {
+  if (std::optional<StagedGrowth::Actions> staged = it->second.mutable_staged().OnExited(
+          agent_id, exited.slot(), it->second.phase().planned().has_value())) {
     // Note [Staged growth] in staged_growth.h: it was not a rank yet.
     ApplyLocked(exited.job_id(), ApplyStaged(it->second, exited.job_id(), *staged, state_.agents),
                 out);
-  } else if (it->second.leaving.OnExited(agent_id, exited.slot())) {
+  } else if (it->second.mutable_leaving().OnExited(agent_id, exited.slot())) {
     // A rank that left at a planned re-formation (a drain, a preemption).
     state_.agents.SetBusy(agent_id, exited.slot(), false);
     LOG(INFO) << exited.job_id() << ": the rank that left slot " << exited.slot() << " of "
@@ -329,10 +330,10 @@ void Scheduler::RankExitedLocked(const std::string& agent_id, const v1::RankExit
     } else {
       EndLocked(exited.job_id(), end->state, end->reason, out);
     }
-  } else if (it->second.phase.restarting() != nullptr) {
+  } else if (it->second.phase().restarting() != nullptr) {
     // Note [Restart-all]: a rank it stopped; the last one's exit starts
     // the next generation.
-    const ElasticPhase::Restarting restarting = *it->second.phase.restarting();
+    const ElasticPhase::Restarting restarting = *it->second.phase().restarting();
     ReformLocked(exited.job_id(), restarting.cause, restarting.kind, out);
   }
 }
@@ -375,7 +376,7 @@ void Scheduler::Tick() {
     std::vector<std::pair<std::string, std::string>> to_fail;
     std::vector<std::string> to_reform;
     for (auto& [job_id, run] : state_.running) {
-      run.rendezvous.Expire(now, out.joins);
+      run.mutable_rendezvous().Expire(now, out.joins);
       DeadlineCheck check = CheckDeadlines(run, now);
       for (const Eviction& e : check.evictions) {
         ApplyLocked(job_id, Evict(run, job_id, e, state_.agents), out);
@@ -467,17 +468,17 @@ void Scheduler::Recover(const std::vector<v1::Job>& running, absl::Duration grac
     // What the ranks that join from now on are told to resume from (Note [A
     // generation's checkpoint] in job_resume.h).
     if (absl::StatusOr<v1::CheckpointManifest> resume = ResumeLocked(job, out); resume.ok()) {
-      run.resume = *std::move(resume);
+      run.ResumeFrom(*std::move(resume));
     } else {
       LOG(WARNING) << job.job_id() << ": its ranks that join again are told no checkpoint to "
                    << "resume from: " << resume.status().message();
     }
-    run.resume = resume_.ForGeneration(job.job_id(), run);
+    run.ResumeFrom(resume_.ForGeneration(job.job_id(), run));
     if (metrics_ != nullptr) metrics_->GenerationStarted("recovered");
     RecordEvent(
         job.job_id(),
         absl::StrCat("the coordinator restarted; waiting up to ", absl::FormatDuration(grace),
-                     " for its ", run.ranks.size(), " rank(s) to come back with their agents"),
+                     " for its ", run.ranks().size(), " rank(s) to come back with their agents"),
         out);
     state_.running.erase(job.job_id());
     state_.running.emplace(job.job_id(), std::move(run));

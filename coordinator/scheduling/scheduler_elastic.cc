@@ -25,7 +25,7 @@ void Scheduler::ReformLocked(const std::string& job_id, const std::string& cause
   const ChangeInputs in{*job, state_.agents, clock_->Now(),
                         [&] {
                           state_.mu.AssertHeld();
-                          return run.staged.SlotsFirst(state_.agents, state_.UnreservedSlots());
+                          return run.staged().SlotsFirst(state_.agents, state_.UnreservedSlots());
                         },
                         [&] {
                           state_.mu.AssertHeld();
@@ -45,7 +45,7 @@ void Scheduler::ReformLocked(const std::string& job_id, const std::string& cause
   if (!change.begun.has_value()) return;
   const GenerationBegun& begun = *change.begun;
   ApplyLocked(job_id, ApplyStaged(run, job_id, begun.staged, state_.agents), out);
-  run.resume = resume_.ForGeneration(job_id, run);
+  run.ResumeFrom(resume_.ForGeneration(job_id, run));
   if (metrics_ != nullptr) metrics_->GenerationStarted(std::string(ReformKindName(begun.kind)));
   LOG(INFO) << job_id << ": " << begun.change;
   records_.Reformed(out.writes, job_id, begun.generation, begun.world, run.restarts(), begun.change,
@@ -67,10 +67,10 @@ void Scheduler::RequestReformLocked(const std::string& job_id, RunningJob& run,
   // ranks on draining agents (and any gone) leave, free slots are taken.
   if (absl::StatusOr<v1::Job> job = jobs_.Get(job_id); job.ok()) {
     planned.world = PlannedWorld(run, state_.agents,
-                                 run.staged.SlotsFirst(state_.agents, state_.UnreservedSlots()),
+                                 run.staged().SlotsFirst(state_.agents, state_.UnreservedSlots()),
                                  state_.QuotaCapped(job_id, job->spec(), run));
   }
-  if (!run.phase.Plan(std::move(planned))) return;  // a drain goes first
+  if (!run.mutable_phase().Plan(std::move(planned))) return;  // a drain goes first
   RecordEvent(job_id,
               absl::StrCat("generation ", run.generation() + 1, " will form at the next ",
                            "step boundary after ", cause),
@@ -80,8 +80,8 @@ void Scheduler::RequestReformLocked(const std::string& job_id, RunningJob& run,
 void Scheduler::RetryWaitingLocked(Outbox& out) {
   for (const std::string& job_id : state_.RetryableWaits(clock_->Now())) {
     auto it = state_.running.find(job_id);
-    if (it == state_.running.end() || it->second.phase.waiting() == nullptr) continue;
-    const ElasticPhase::Waiting wait = *it->second.phase.waiting();
+    if (it == state_.running.end() || it->second.phase().waiting() == nullptr) continue;
+    const ElasticPhase::Waiting wait = *it->second.phase().waiting();
     ReformLocked(job_id, wait.cause, wait.kind, out);
   }
 }
@@ -90,9 +90,9 @@ bool Scheduler::StagedJoinLocked(const v1::JoinRequest& request, JoinDone& done,
   auto it = state_.running.find(request.job_id());
   if (it == state_.running.end()) return false;
   RunningJob& run = it->second;
-  const StagedGrowth::JoinOutcome staged =
-      run.staged.OnJoin(request.agent_id(), request.slot(), request.generation(),
-                        request.starts_program_first(), run.phase.planned().has_value());
+  const StagedGrowth::JoinOutcome staged = run.mutable_staged().OnJoin(
+      request.agent_id(), request.slot(), request.generation(), request.starts_program_first(),
+      run.phase().planned().has_value());
   if (staged.kind == StagedGrowth::JoinOutcome::kStartsProgram) {
     // Its chorus-rank: the planned membership, so that it starts the program.
     absl::StatusOr<v1::Job> job = jobs_.Get(request.job_id());
@@ -102,9 +102,9 @@ bool Scheduler::StagedJoinLocked(const v1::JoinRequest& request, JoinDone& done,
   }
   if (staged.kind != StagedGrowth::JoinOutcome::kUp) return false;
   // Its program: up and waiting.
-  const int64_t generation = run.staged.generation();
+  const int64_t generation = run.staged().generation();
   if (staged.request_change) {
-    RequestReformLocked(request.job_id(), run, run.staged.cause(), ReformKind::kScaleUp, out);
+    RequestReformLocked(request.job_id(), run, run.staged().cause(), ReformKind::kScaleUp, out);
   }
   out.joins.emplace_back(std::move(done),
                          absl::UnavailableError(absl::StrCat(
@@ -158,14 +158,15 @@ void Scheduler::GrowLocked(Outbox& out) {
   std::vector<std::pair<std::string, Growth>> growths;
   for (auto& [job_id, run] : state_.running) {
     ApplyLocked(job_id,
-                ApplyStaged(run, job_id, run.staged.OnTick(now, run.phase.planned().has_value()),
+                ApplyStaged(run, job_id,
+                            run.mutable_staged().OnTick(now, run.phase().planned().has_value()),
                             state_.agents),
                 out);
     if (!MayGrow(run, now)) continue;
     absl::StatusOr<v1::Job> job = jobs_.Get(job_id);
     const int max_ranks = job.ok() ? job->spec().resources().max_ranks() : 0;
     // At max_ranks (as most jobs are, every Tick): no scan of the free slots.
-    if (static_cast<int>(run.ranks.size()) >= max_ranks) continue;
+    if (static_cast<int>(run.ranks().size()) >= max_ranks) continue;
     std::optional<Growth> growth = PlanGrowth(run, max_ranks, state_.UnreservedSlots(),
                                               state_.QuotaCapped(job_id, job->spec(), run));
     if (growth.has_value()) growths.emplace_back(job_id, *std::move(growth));

@@ -51,7 +51,7 @@ void Scheduler::JoinLocked(const v1::JoinRequest& request, absl::Time deadline, 
   if (StagedJoinLocked(request, done, out)) return;
   auto it = state_.running.find(request.job_id());
   if (it != state_.running.end() && StartsPlannedChange(it->second, request)) {
-    const ElasticPhase::Planned planned = *it->second.phase.planned();
+    const ElasticPhase::Planned planned = *it->second.phase().planned();
     ReformLocked(request.job_id(), planned.cause, planned.kind, out);
     SaveElasticLocked(out);
     it = state_.running.find(request.job_id());
@@ -72,8 +72,7 @@ void Scheduler::JoinLocked(const v1::JoinRequest& request, absl::Time deadline, 
 
 void Scheduler::JoinRankLocked(const v1::JoinRequest& request, int rank, absl::Time deadline,
                                JoinDone done, RunningJob& run, Outbox& out) {
-  run.ranks[rank].pid = request.pid();
-  run.ranks[rank].state = v1::RankStatus::JOINING;
+  run.OnJoining(rank, request.pid());
   std::optional<v1::Job> job;
   RunningJob::Groups groups;
   const auto respond = [&](int r) {
@@ -85,8 +84,8 @@ void Scheduler::JoinRankLocked(const v1::JoinRequest& request, int rank, absl::T
     }
     return run.JoinResponseFor(*job, r, groups);
   };
-  if (!run.rendezvous.Join(rank, deadline, std::move(done), respond, out.joins)) return;
-  for (RankState& each : run.ranks) each.state = v1::RankStatus::TRAINING;
+  if (!run.mutable_rendezvous().Join(rank, deadline, std::move(done), respond, out.joins)) return;
+  run.OnTraining();
   if (std::optional<std::string> formed = OnGenerationFormed(run, clock_->Now())) {
     RecordEvent(request.job_id(), *std::move(formed), out);
   }
@@ -134,7 +133,7 @@ void Scheduler::AgentHeartbeats(const std::string& agent_id, const v1::RankHeart
       int slot = -1;  // unknown for a rank of an older generation or an ended job
       if (it != state_.running.end() &&
           it->second.HasRank(heartbeat.generation(), heartbeat.rank())) {
-        const RankState& rank = it->second.ranks[heartbeat.rank()];
+        const RankState& rank = it->second.ranks()[heartbeat.rank()];
         if (rank.agent_id != agent_id) continue;  // not the agent's to speak for
         slot = rank.slot;
       }
