@@ -18,31 +18,46 @@ root=${1:-$(dirname "$(realpath README.md)")}
 header="${root}/coordinator/scheduling/scheduler.h"
 readonly kMaxPublicMethods=16
 
-# Prints the public method declarations of `class Scheduler` in header $1,
-# one per line.
-public_methods() {
-  python3 - "$1" <<'PY'
+# Prints the public declarations of class or struct $3 in header $2, one
+# per line, flattened (comments dropped, an inline body counting as one
+# declaration), that are $1: "methods" (constructors and accessors
+# included; type aliases not) or "fields" (data members that are not const
+# or static).
+public_declarations() {
+  python3 - "$@" <<'PY'
 import re, sys
-text = open(sys.argv[1]).read()
-start = re.search(r"^class Scheduler \{\n public:\n", text, re.M)
+kind, path, name = sys.argv[1:4]
+text = open(path).read()
+start = re.search(r"^(class|struct) " + name + r" \{\n", text, re.M)
 if not start:
-    sys.exit("no 'class Scheduler {' with a public part in " + sys.argv[1])
+    sys.exit("no 'class/struct " + name + " {' in " + path)
 body = text[start.end():]
-end = re.search(r"^ (private|protected):", body, re.M)
-body = body[: end.start()] if end else body[: body.index("\n};")]
+body = body[: body.index("\n};")]
+public = start.group(1) == "struct"  # until it says otherwise
 body = re.sub(r"//[^\n]*", "", body)
-# Inline bodies count as one declaration.
 while True:
     flat = re.sub(r"\{[^{}]*\}", ";", body)
     if flat == body:
         break
     body = flat
-for decl in body.split(";"):
-    decl = " ".join(decl.split())
-    if "(" in decl and not decl.startswith(("using ", "static constexpr", "friend ")):
-        print(decl)
+for part in re.split(r"^ (public|private|protected):", body, flags=re.M):
+    if part in ("public", "private", "protected"):
+        public = part == "public"
+        continue
+    for decl in part.split(";") if public else []:
+        decl = " ".join(decl.split())
+        left = decl.split("=", 1)[0]
+        if kind == "methods":
+            keep = "(" in decl and not decl.startswith(("using ", "static constexpr", "friend "))
+        else:
+            keep = decl and "(" not in left and "operator" not in left and not decl.startswith(
+                ("const ", "static ", "using ", "enum ", "struct ", "class ", "friend ",
+                 "inline ", "constexpr "))
+        if keep:
+            print(decl)
 PY
 }
+public_methods() { public_declarations methods "$1" Scheduler; }
 
 # The counter itself: a fixture with one method too many is caught, and
 # aliases, comments and inline bodies are read right.
@@ -107,42 +122,6 @@ if [[ -f "${header}" ]]; then
     fail "classes in scheduler.h that forward to the Scheduler: $(echo ${views}); give their entry points to the Scheduler or to a unit that does the work"
 fi
 
-# The public data members of class or struct $2 in header $1 that are not
-# const (or static), one per line.
-public_mutable_fields() {
-  python3 - "$1" "$2" <<'PY'
-import re, sys
-text = open(sys.argv[1]).read()
-start = re.search(r"^(?:class|struct) " + sys.argv[2] + r" \{\n", text, re.M)
-if not start:
-    sys.exit("no 'class/struct " + sys.argv[2] + " {' in " + sys.argv[1])
-body = text[start.end():]
-body = body[: body.index("\n};")]
-# A class's members are private until it says public; a struct's public.
-public = text[start.start():].startswith("struct")
-body = re.sub(r"//[^\n]*", "", body)
-while True:
-    flat = re.sub(r"\{[^{}]*\}", ";", body)
-    if flat == body:
-        break
-    body = flat
-for part in re.split(r"^ (public|private|protected):", body, flags=re.M):
-    if part in ("public", "private", "protected"):
-        public = part == "public"
-        continue
-    if not public:
-        continue
-    for decl in part.split(";"):
-        decl = " ".join(decl.split())
-        left = decl.split("=", 1)[0]
-        if not decl or "(" in left or "operator" in left:
-            continue  # a method, or nothing
-        if decl.startswith(("const ", "static ", "using ", "enum ", "struct ", "class ",
-                            "friend ", "inline ", "constexpr ", "mutable const")):
-            continue
-        print(decl)
-PY
-}
 {
   echo 'struct Job {'
   echo '  explicit Job(int n) : n_(n) {}'
@@ -159,13 +138,13 @@ PY
   echo '  int n_ = 0;'
   echo '};'
 } >"${fixture}/job.h"
-fields=$(public_mutable_fields "${fixture}/job.h" Job | sed 's/ =.*//' | tr '\n' ',')
+fields=$(public_declarations fields "${fixture}/job.h" Job | sed 's/ =.*//' | tr '\n' ',')
 [[ "${fields}" == "absl::Time until,std::vector<int> ranks," ]] &&
   pass "the field finder finds the fixture's two public mutable fields and only them" ||
   fail "the field finder found '${fields}' in the fixture, not 'absl::Time until,std::vector<int> ranks,'"
 job_header="${root}/coordinator/scheduling/running_job.h"
 if [[ -f "${job_header}" ]]; then
-  fields=$(public_mutable_fields "${job_header}" RunningJob)
+  fields=$(public_declarations fields "${job_header}" RunningJob)
   [[ -z "${fields}" ]] && pass "RunningJob has no public mutable field" ||
     fail "RunningJob's public mutable fields: ${fields//$'\n'/; }; make them private, changed by a named transition"
 else
